@@ -1,0 +1,98 @@
+/**
+ * Building blocks of every service's configuration schema. Values may come
+ * from YAML (typed) or from the environment (strings), so the scalar helpers
+ * accept both.
+ */
+import { z } from 'zod';
+import { zDuration } from './duration.ts';
+
+/** A boolean that also accepts "true"/"false"/"1"/"0"/"yes"/"no" from the environment. */
+export const zBool = () =>
+  z.union([
+    z.boolean(),
+    z
+      .enum(['true', 'false', '1', '0', 'yes', 'no', 'TRUE', 'FALSE'])
+      .transform((v) => ['true', '1', 'yes', 'TRUE'].includes(v)),
+  ]);
+
+/** An integer in [min, max] that also accepts its decimal string form. */
+export const zInt = (min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
+
+/** A list of strings: a YAML list, or a comma-separated string from the environment. */
+export const zList = () =>
+  z.union([
+    z.array(z.string()),
+    z.string().transform((s) =>
+      s
+        .split(',')
+        .map((x) => x.trim())
+        .filter(Boolean),
+    ),
+  ]);
+
+export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+export const registrySchema = z
+  .object({
+    enabled: zBool().default(false),
+    address: z.string().default('127.0.0.1:8500'),
+    registration: z
+      .object({
+        service_name: z.string().default(''),
+        id_prefix: z.string().default(''),
+        tags: zList().default([]),
+        /** Address announced to the registry; the listen host when empty (0.0.0.0 -> 127.0.0.1). */
+        address: z.string().default(''),
+        health_check_path: z.string().default('/health'),
+        health_check_interval: zDuration().default('10s'),
+        health_check_timeout: zDuration().default('5s'),
+        deregister_critical_after: zDuration().default('1m'),
+      })
+      .prefault({}),
+  })
+  .prefault({});
+
+/**
+ * The shape of the settings every service shares. A service spreads it into
+ * its own schema: `z.object({ ...baseConfigShape(8001), object_store: ... })`.
+ */
+export function baseConfigShape(defaultPort: number) {
+  return {
+    instance_id: z.string().default(''),
+    log_level: z.enum(logLevels).default('info'),
+    log_pretty: zBool().default(false),
+    request_timeout: zDuration().default('30s'),
+    shutdown_timeout: zDuration().default('10s'),
+    server: z
+      .object({
+        host: z.string().default('0.0.0.0'),
+        port: zInt(0, 65535).default(defaultPort),
+        /** Trust X-Forwarded-For / X-Real-IP from these proxies (CIDRs or addresses); empty trusts none. */
+        trusted_proxies: zList().default([]),
+        /** Allowed CORS origins; "*" allows any. */
+        cors_origins: zList().default(['*']),
+        docs_enabled: zBool().default(true),
+        metrics_enabled: zBool().default(true),
+        health_path: z.string().default('/health'),
+      })
+      .prefault({}),
+    registry: registrySchema,
+  };
+}
+
+/** The shared settings alone (port 8080), for tests and the common code's types. */
+export const baseConfigSchema = z.object(baseConfigShape(8080));
+
+export type BaseConfig = z.infer<typeof baseConfigSchema>;
+
+/** Environment names every service understands, besides `<PREFIX>__SECTION__KEY`. */
+export const baseEnvAliases: Record<string, string> = {
+  PORT: 'server.port',
+  HOST: 'server.host',
+  LOG_LEVEL: 'log_level',
+  LOG_PRETTY: 'log_pretty',
+  REQUEST_TIMEOUT: 'request_timeout',
+  INSTANCE_ID: 'instance_id',
+  CONSUL_ADDRESS: 'registry.address',
+  CONSUL_ENABLED: 'registry.enabled',
+};

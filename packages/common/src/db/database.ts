@@ -1,0 +1,72 @@
+/**
+ * One way to open a database for every service: PostgreSQL through `pg` when
+ * a URL is given, else an embedded PGlite (PostgreSQL in WASM) on a local
+ * folder, so `pnpm start` needs no database server. Both speak the same SQL.
+ */
+import { mkdirSync } from 'node:fs';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+
+export interface Database<DB> {
+  db: Kysely<DB>;
+  kind: 'postgres' | 'pglite';
+  /** Resolves when the database answers a trivial query. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface OpenDatabaseOptions {
+  /** postgres:// URL; when empty an embedded PGlite database is opened at `embeddedPath`. */
+  url?: string;
+  embeddedPath?: string;
+  poolSize?: number;
+  /** Milliseconds to wait for a pooled connection before failing (503 upstream). */
+  connectTimeoutMs?: number;
+}
+
+const INT8_OID = 20;
+
+/**
+ * BIGINT (e.g. `count(*)`) comes back as a JS number from both drivers: PGlite
+ * does so already, `pg` is told to here. NUMERIC stays a string (exact money).
+ */
+function typeParser(oid: number, format?: 'text' | 'binary') {
+  if (oid === INT8_OID) return (v: string) => Number(v);
+  return format === undefined ? pg.types.getTypeParser(oid) : pg.types.getTypeParser(oid, format);
+}
+
+export async function openDatabase<DB>(opts: OpenDatabaseOptions): Promise<Database<DB>> {
+  if (opts.url) {
+    const pool = new pg.Pool({
+      connectionString: opts.url,
+      max: opts.poolSize ?? 10,
+      connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
+      types: { getTypeParser: typeParser as typeof pg.types.getTypeParser },
+    });
+    // An idle client losing its server must not crash the process; the next query reconnects.
+    pool.on('error', () => {});
+    const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+    return {
+      db,
+      kind: 'postgres',
+      ping: async () => {
+        await sql`select 1`.execute(db);
+      },
+      close: () => db.destroy(),
+    };
+  }
+  const { PGlite } = await import('@electric-sql/pglite');
+  const { PGliteDialect } = await import('kysely-pglite-dialect');
+  if (opts.embeddedPath) mkdirSync(opts.embeddedPath, { recursive: true });
+  const lite = new PGlite(opts.embeddedPath);
+  await lite.waitReady;
+  const db = new Kysely<DB>({ dialect: new PGliteDialect(lite) });
+  return {
+    db,
+    kind: 'pglite',
+    ping: async () => {
+      await sql`select 1`.execute(db);
+    },
+    close: () => db.destroy(),
+  };
+}

@@ -1,0 +1,105 @@
+/**
+ * The app factory: every service gets the same HTTP stack. Request ID,
+ * correlation ID, real client IP (trusted proxies only), request logging,
+ * panic recovery, request timeout, CORS, problem+json errors, metrics,
+ * health and OpenAPI docs. `createApp` never listens: tests inject.
+ */
+import cors from '@fastify/cors';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  LogController,
+  type RawReplyDefaultExpression,
+  type RawRequestDefaultExpression,
+  type RawServerDefault,
+} from 'fastify';
+import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Logger } from 'pino';
+import type { BaseConfig } from '../config-schema.ts';
+import { durationMs } from '../duration.ts';
+import { docsPlugin } from './docs.ts';
+import { installErrorHandling } from './error-handler.ts';
+import { type HealthCheck, healthPlugin } from './health.ts';
+import { metricsPlugin } from './metrics.ts';
+import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
+import { requestTimeout } from './timeout.ts';
+
+export type App = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  ZodTypeProvider
+>;
+
+export interface CreateAppOptions {
+  /** Service name as in the contract's table (`storage-service`, ...). */
+  service: string;
+  version?: string;
+  description: string;
+  config: BaseConfig;
+  logger: Logger;
+  /** Dependency checks for GET /health. */
+  healthChecks?: Record<string, HealthCheck>;
+  /** Largest body the JSON parser accepts (bytes). */
+  bodyLimit?: number;
+}
+
+function trustProxySetting(proxies: string[]): boolean | string[] {
+  if (proxies.length === 0) return false;
+  if (proxies.includes('*') || proxies.includes('true')) return true;
+  return proxies;
+}
+
+export async function createApp(opts: CreateAppOptions): Promise<App> {
+  const { config } = opts;
+  const trustProxy = trustProxySetting(config.server.trusted_proxies);
+  const app = Fastify({
+    loggerInstance: opts.logger,
+    genReqId,
+    requestIdHeader: false,
+    logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    trustProxy,
+    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
+    forceCloseConnections: 'idle',
+    return503OnClosing: true,
+    childLoggerFactory(logger, bindings, childOpts, rawReq) {
+      return logger.child({ ...bindings, correlation_id: correlationIdOf(rawReq) }, childOpts);
+    },
+    ajv: { customOptions: { coerceTypes: true } },
+  }).withTypeProvider<ZodTypeProvider>();
+
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  installErrorHandling(app as unknown as FastifyInstance);
+
+  await app.register(requestContext, { trustedProxies: trustProxy });
+  await app.register(requestTimeout, { timeoutMs: durationMs(config.request_timeout) });
+  await app.register(cors, {
+    origin: config.server.cors_origins.includes('*') ? true : config.server.cors_origins,
+    exposedHeaders: [
+      'x-request-id',
+      'x-correlation-id',
+      'etag',
+      'content-length',
+      'content-range',
+      'last-modified',
+      'retry-after',
+    ],
+  });
+  await app.register(metricsPlugin, { service: opts.service, expose: config.server.metrics_enabled });
+  await app.register(docsPlugin, {
+    title: opts.service,
+    description: opts.description,
+    version: opts.version ?? '0.1.0',
+    serveUi: config.server.docs_enabled,
+  });
+  await app.register(healthPlugin, {
+    path: config.server.health_path,
+    service: opts.service,
+    instanceId: config.instance_id,
+    version: opts.version ?? '0.1.0',
+    checks: opts.healthChecks ?? {},
+  });
+  return app as unknown as App;
+}

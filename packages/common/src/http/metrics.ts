@@ -1,0 +1,49 @@
+/** Prometheus metrics: request counts and latency histograms by route and status. */
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** This service's metrics registry; services add their own metrics to it. */
+    metrics: Registry;
+  }
+}
+
+export const metricsPlugin = fp(
+  async (app: FastifyInstance, opts: { service: string; expose: boolean }) => {
+    const registry = new Registry();
+    registry.setDefaultLabels({ service: opts.service });
+    collectDefaultMetrics({ register: registry });
+    const requests = new Counter({
+      name: 'http_requests_total',
+      help: 'HTTP requests by method, route and status code',
+      labelNames: ['method', 'route', 'status_code'] as const,
+      registers: [registry],
+    });
+    const duration = new Histogram({
+      name: 'http_request_duration_seconds',
+      help: 'HTTP request latency by method, route and status code',
+      labelNames: ['method', 'route', 'status_code'] as const,
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    });
+    app.decorate('metrics', registry);
+    app.addHook('onResponse', async (request, reply) => {
+      const labels = {
+        method: request.method,
+        route: request.routeOptions.url ?? 'unmatched',
+        status_code: String(reply.statusCode),
+      };
+      requests.inc(labels);
+      duration.observe(labels, reply.elapsedTime / 1000);
+    });
+    if (opts.expose) {
+      app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {
+        reply.type(registry.contentType);
+        return registry.metrics();
+      });
+    }
+  },
+  { name: 'metrics' },
+);

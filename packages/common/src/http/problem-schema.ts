@@ -1,0 +1,17 @@
+/** Zod schemas of the problem body, for route response declarations and OpenAPI. */
+import { z } from 'zod';
+
+export const problemSchema = z
+  .object({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string().describe('stable UPPER_SNAKE machine code'),
+    request_id: z.string().optional(),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .loose()
+  .describe('RFC 9457 problem details (application/problem+json)');
+
+export const validationProblemSchema = problemSchema;

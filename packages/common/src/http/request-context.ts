@@ -1,0 +1,80 @@
+/**
+ * Request and correlation IDs, the client IP, and the headers a service
+ * forwards on its own outgoing calls.
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import proxyaddr from 'proxy-addr';
+
+export const REQUEST_ID_HEADER = 'x-request-id';
+export const CORRELATION_ID_HEADER = 'x-correlation-id';
+
+const SANE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** The header's value when it is a sane ID (no spaces or control characters, at most 128 characters). */
+export function saneId(value: string | string[] | undefined): string | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  return v !== undefined && SANE_ID.test(v) ? v : undefined;
+}
+
+type RawWithIds = IncomingMessage & { correlationId?: string };
+
+/** Fastify `genReqId`: the caller's X-Request-ID when sane, else a new UUID. */
+export function genReqId(raw: IncomingMessage): string {
+  return saneId(raw.headers[REQUEST_ID_HEADER]) ?? randomUUID();
+}
+
+/** The correlation ID of a raw request, accepted from the caller or generated once. */
+export function correlationIdOf(raw: IncomingMessage): string {
+  const r = raw as RawWithIds;
+  r.correlationId ??= saneId(raw.headers[CORRELATION_ID_HEADER]) ?? randomUUID();
+  return r.correlationId;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Accepted from X-Correlation-ID or generated; echoed and forwarded. */
+    correlationId: string;
+    /** The real client address: X-Real-IP / X-Forwarded-For only from trusted proxies. */
+    clientIp: string;
+  }
+}
+
+/** Headers to put on every call this request makes to another service or message it publishes. */
+export function forwardHeaders(request: FastifyRequest): Record<string, string> {
+  return { [CORRELATION_ID_HEADER]: request.correlationId };
+}
+
+export const requestContext = fp(
+  async (app: FastifyInstance, opts: { trustedProxies: boolean | string[] }) => {
+    const trusted =
+      opts.trustedProxies === true
+        ? () => true
+        : opts.trustedProxies === false
+          ? () => false
+          : proxyaddr.compile(opts.trustedProxies);
+    app.decorateRequest('correlationId', '');
+    app.decorateRequest('clientIp', '');
+    app.addHook('onRequest', async (request, reply) => {
+      request.correlationId = correlationIdOf(request.raw);
+      // request.ip already honours X-Forwarded-For from trusted proxies (Fastify trustProxy);
+      // X-Real-IP is taken only from a trusted peer that sent no X-Forwarded-For.
+      const peer = request.socket.remoteAddress ?? '';
+      const realIp =
+        request.headers['x-forwarded-for'] === undefined && trusted(peer, 0)
+          ? saneIp(request.headers['x-real-ip'])
+          : undefined;
+      request.clientIp = realIp ?? request.ip;
+      reply.header(REQUEST_ID_HEADER, request.id);
+      reply.header(CORRELATION_ID_HEADER, request.correlationId);
+    });
+  },
+  { name: 'request-context' },
+);
+
+function saneIp(value: string | string[] | undefined): string | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  return v !== undefined && /^[0-9A-Fa-f:.]{2,45}$/.test(v.trim()) ? v.trim() : undefined;
+}

@@ -1,0 +1,25 @@
+export { ConfigError, type LoadConfigOptions, loadConfig } from './config.ts';
+export {
+  type BaseConfig,
+  baseConfigSchema,
+  baseConfigShape,
+  baseEnvAliases,
+  logLevels,
+  registrySchema,
+  zBool,
+  zInt,
+  zList,
+} from './config-schema.ts';
+export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
+export { migrateToLatest } from './db/migrate.ts';
+export { isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
+export { durationMs, parseDuration, zDuration } from './duration.ts';
+export { AppError, type AppErrorOptions, errors, type FieldError, isAppError, type ProblemBody } from './errors.ts';
+export { type App, type CreateAppOptions, createApp } from './http/app.ts';
+export { isDependencyDown, PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
+export type { HealthCheck } from './http/health.ts';
+export { problemSchema, validationProblemSchema } from './http/problem-schema.ts';
+export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
+export { createLogger, type Logger, type LoggerSettings } from './logger.ts';
+export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
+export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';

@@ -1,0 +1,48 @@
+/** Structured JSON logging with pino; pretty output only when asked. */
+import pino, { type Logger, type LoggerOptions } from 'pino';
+
+export type { Logger };
+
+export interface LoggerSettings {
+  service: string;
+  instanceId: string;
+  level: string;
+  pretty?: boolean;
+  /** Where to write; defaults to stdout. Tests pass a stream to read lines back. */
+  destination?: pino.DestinationStream;
+}
+
+/** Options shared by every service's root logger. */
+export function loggerOptions(s: LoggerSettings): LoggerOptions {
+  return {
+    level: s.level,
+    base: { service: s.service, instance_id: s.instanceId },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    messageKey: 'msg',
+    formatters: { level: (label) => ({ level: label }) },
+    redact: {
+      paths: [
+        'req.headers.authorization',
+        'req.headers.cookie',
+        '*.password',
+        '*.refresh_token',
+        '*.access_token',
+        '*.secret',
+      ],
+      censor: '[redacted]',
+    },
+  };
+}
+
+export function createLogger(s: LoggerSettings): Logger {
+  const options = loggerOptions(s);
+  if (s.destination) return pino(options, s.destination);
+  if (s.pretty) {
+    const { formatters: _jsonOnly, ...prettyOptions } = options;
+    return pino({
+      ...prettyOptions,
+      transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:standard' } },
+    });
+  }
+  return pino(options);
+}

@@ -1,0 +1,78 @@
+/**
+ * The server side of a service: listen, register, and shut down gracefully on
+ * SIGINT/SIGTERM (deregister, stop accepting, drain in-flight requests, close
+ * pools through the app's onClose hooks), bounded by `shutdown_timeout`.
+ */
+import type { Logger } from 'pino';
+import type { BaseConfig } from '../config-schema.ts';
+import { durationMs } from '../duration.ts';
+import type { App } from '../http/app.ts';
+import { buildRegistration, deregisterService, registerService } from '../registry/consul.ts';
+
+export interface RunServiceOptions {
+  /** Default registry name from the contract (`storage-service`, ...). */
+  name: string;
+  config: BaseConfig;
+  logger: Logger;
+  app: App;
+}
+
+export interface RunningService {
+  port: number;
+  /** Shuts down as a signal would; resolves when done. */
+  shutdown: (reason: string) => Promise<void>;
+}
+
+export async function runService(opts: RunServiceOptions): Promise<RunningService> {
+  const { config, logger, app } = opts;
+  await app.listen({ host: config.server.host, port: config.server.port });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.server.port;
+  logger.info({ port, host: config.server.host }, `${opts.name} listening`);
+
+  const registration = config.registry.enabled ? buildRegistration(config, opts.name, port) : undefined;
+  if (registration) await registerService(config, registration, logger);
+
+  let closing: Promise<void> | undefined;
+  const shutdown = (reason: string): Promise<void> => {
+    closing ??= (async () => {
+      logger.info({ reason }, 'shutting down');
+      const limit = durationMs(config.shutdown_timeout);
+      const timer = setTimeout(() => {
+        logger.error({ timeout_ms: limit }, 'graceful shutdown timed out, exiting');
+        process.exit(1);
+      }, limit);
+      timer.unref();
+      if (registration) await deregisterService(config, registration.id, logger);
+      await app.close();
+      clearTimeout(timer);
+      logger.info('shutdown complete');
+    })();
+    return closing;
+  };
+
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      void shutdown(signal).then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    });
+  }
+  process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled promise rejection'));
+  return { port, shutdown };
+}
+
+/** Runs `main` and turns a start-up failure into one clear log line and exit code 1. */
+export function startOrExit(main: () => Promise<unknown>): void {
+  main().catch((err: unknown) => {
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(
+      `${JSON.stringify({ level: 'fatal', time: new Date().toISOString(), msg: `start-up failed: ${message}` })}\n`,
+    );
+    process.exit(1);
+  });
+}

@@ -1,0 +1,3 @@
+export { ConsulRecorder, type RecordedCall } from './consul-recorder.ts';
+export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
+export { captureLogs } from './logs.ts';

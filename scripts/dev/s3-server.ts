@@ -1,0 +1,32 @@
+/**
+ * An S3-compatible server (s3rver) on a local folder: the embedded object
+ * store of `pnpm start` and the real S3 server of the tests.
+ * Usage: tsx scripts/dev/s3-server.ts [--port 9000] [--host 127.0.0.1] [--dir .data/s3]
+ */
+import { mkdirSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import S3rver from 's3rver';
+
+const { values } = parseArgs({
+  options: {
+    port: { type: 'string', default: '9000' },
+    host: { type: 'string', default: '127.0.0.1' },
+    dir: { type: 'string', default: '.data/s3' },
+  },
+});
+mkdirSync(values.dir, { recursive: true });
+const server = new S3rver({
+  port: Number(values.port),
+  address: values.host,
+  directory: values.dir,
+  silent: true,
+  allowMismatchedSignatures: false,
+});
+await server.run();
+process.stdout.write(`s3rver listening on http://${values.host}:${values.port} (data in ${values.dir})\n`);
+const stop = async () => {
+  await server.close();
+  process.exit(0);
+};
+process.once('SIGINT', stop);
+process.once('SIGTERM', stop);

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Starts the real servers the tests use, as processes on loopback, and stops
+# them again: PostgreSQL (Debian's), NATS with JetStream (Debian's
+# nats-server), an S3-compatible server (s3rver) and a recording stand-in for
+# the Consul agent. Installs what is missing (apt-get, as root).
+#   source scripts/test-env.sh && test_env_up   # exports TEST_* variables
+#   test_env_down
+set -euo pipefail
+
+TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env}"
+TEST_PG_PORT="${TEST_PG_PORT:-55432}"
+TEST_NATS_PORT="${TEST_NATS_PORT:-54222}"
+TEST_S3_PORT="${TEST_S3_PORT:-59000}"
+TEST_CONSUL_PORT="${TEST_CONSUL_PORT:-58500}"
+
+log() { printf '[test-env] %s\n' "$*" >&2; }
+
+wait_port() { # port name [seconds]
+  local deadline=$((SECONDS + ${3:-30}))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+    if ((SECONDS > deadline)); then log "$2 did not open port $1"; return 1; fi
+    sleep 0.2
+  done
+}
+
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then log "missing $*: install it (apt-get install $*) or run as root"; return 1; fi
+  if [ -z "${_APT_UPDATED:-}" ]; then apt-get update -qq >&2; _APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+kill_pidfile() {
+  local f="$1"
+  if [ -f "$f" ]; then
+    local pid; pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$f"
+  fi
+}
+
+start_postgres() {
+  local bin; bin=$(pg_bin)
+  if [ -z "$bin" ]; then apt_install postgresql; bin=$(pg_bin); fi
+  local d="$TEST_ENV_DIR/pg"
+  mkdir -p "$d/sock"
+  local as=()
+  if [ "$(id -u)" = 0 ]; then chown -R postgres: "$d"; as=(runuser -u postgres --); fi
+  "${as[@]}" "$bin/initdb" -D "$d/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync >/dev/null
+  "${as[@]}" "$bin/pg_ctl" -D "$d/data" -l "$d/log" -w -o \
+    "-c listen_addresses=127.0.0.1 -p $TEST_PG_PORT -k $d/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    start >/dev/null
+  export TEST_PG_URL="postgres://postgres@127.0.0.1:$TEST_PG_PORT/postgres"
+  log "postgresql on 127.0.0.1:$TEST_PG_PORT"
+}
+
+stop_postgres() {
+  local bin; bin=$(pg_bin)
+  local d="$TEST_ENV_DIR/pg"
+  [ -n "$bin" ] && [ -f "$d/data/postmaster.pid" ] || return 0
+  local as=()
+  [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+  "${as[@]}" "$bin/pg_ctl" -D "$d/data" -m immediate stop >/dev/null 2>&1 || true
+}
+
+start_nats() {
+  command -v nats-server >/dev/null || apt_install nats-server
+  mkdir -p "$TEST_ENV_DIR/nats"
+  nats-server -js -sd "$TEST_ENV_DIR/nats" -a 127.0.0.1 -p "$TEST_NATS_PORT" >"$TEST_ENV_DIR/nats.log" 2>&1 &
+  echo $! >"$TEST_ENV_DIR/nats.pid"
+  wait_port "$TEST_NATS_PORT" nats-server
+  export TEST_NATS_URL="nats://127.0.0.1:$TEST_NATS_PORT"
+  log "nats-server (JetStream) on 127.0.0.1:$TEST_NATS_PORT"
+}
+
+start_node_server() { # name port script args...
+  local name="$1" port="$2"; shift 2
+  node --import tsx "$@" >"$TEST_ENV_DIR/$name.log" 2>&1 &
+  echo $! >"$TEST_ENV_DIR/$name.pid"
+  wait_port "$port" "$name" 60
+}
+
+test_env_up() {
+  test_env_down
+  rm -rf "$TEST_ENV_DIR"
+  mkdir -p "$TEST_ENV_DIR"
+  start_postgres
+  start_nats
+  start_node_server s3 "$TEST_S3_PORT" scripts/dev/s3-server.ts --port "$TEST_S3_PORT" --dir "$TEST_ENV_DIR/s3"
+  export TEST_S3_ENDPOINT="http://127.0.0.1:$TEST_S3_PORT" TEST_S3_ACCESS_KEY=S3RVER TEST_S3_SECRET_KEY=S3RVER
+  log "s3rver on 127.0.0.1:$TEST_S3_PORT"
+  start_node_server consul "$TEST_CONSUL_PORT" scripts/dev/consul-stub.ts --port "$TEST_CONSUL_PORT"
+  export TEST_CONSUL_ADDR="127.0.0.1:$TEST_CONSUL_PORT"
+  log "consul stand-in on 127.0.0.1:$TEST_CONSUL_PORT"
+}
+
+test_env_down() {
+  for name in consul s3 nats; do kill_pidfile "$TEST_ENV_DIR/$name.pid"; done
+  stop_postgres
+}
