@@ -7,11 +7,17 @@
 #   test_env_down
 set -euo pipefail
 
+# TEST_PORT_BASE moves every port at once (base+0 .. base+9), so two runs can share a machine.
 TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env}"
+if [ -n "${TEST_PORT_BASE:-}" ]; then
+  TEST_PG_PORT=$((TEST_PORT_BASE + 0)) TEST_NATS_PORT=$((TEST_PORT_BASE + 1)) TEST_S3_PORT=$((TEST_PORT_BASE + 2))
+  TEST_CONSUL_PORT=$((TEST_PORT_BASE + 3)) TEST_SOLANA_PORT=$((TEST_PORT_BASE + 4))
+fi
 TEST_PG_PORT="${TEST_PG_PORT:-55432}"
 TEST_NATS_PORT="${TEST_NATS_PORT:-54222}"
 TEST_S3_PORT="${TEST_S3_PORT:-59000}"
 TEST_CONSUL_PORT="${TEST_CONSUL_PORT:-58500}"
+TEST_SOLANA_PORT="${TEST_SOLANA_PORT:-58899}"
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
 

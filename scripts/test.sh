@@ -3,8 +3,11 @@
 # servers, run every test, stop the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pnpm -s lint
-pnpm -s typecheck
+# SKIP_CHECKS=1 skips lint and typecheck for a quick, focused run: `SKIP_CHECKS=1 pnpm test services/auth`.
+if [ -z "${SKIP_CHECKS:-}" ]; then
+  pnpm -s lint
+  pnpm -s typecheck
+fi
 source scripts/test-env.sh
 trap test_env_down EXIT
 test_env_up

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# `pnpm bench <name>`: starts the real servers (as for the tests), runs the
+# named benchmark, which writes its section of docs/benchmarks.md.
+#   names: storage, auth, registry, billing
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name="${1:?usage: pnpm bench <storage|auth|registry|billing> [args]}"
+shift
+case "$name" in
+  storage) file=services/storage/bench/run.ts ;;
+  auth) file=services/auth/bench/run.ts ;;
+  registry) file=services/provider-registry/bench/run.ts ;;
+  billing) file=services/billing/bench/run.ts ;;
+  *) echo "unknown benchmark: $name" >&2; exit 2 ;;
+esac
+export TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env/bench}"
+source scripts/test-env.sh
+trap test_env_down EXIT
+test_env_up
+node --import tsx "$file" "$@"
