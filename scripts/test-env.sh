@@ -82,7 +82,7 @@ start_nats() {
   log "nats-server (JetStream) on 127.0.0.1:$TEST_NATS_PORT"
 }
 
-start_node_server() { # name port script args...
+start_node_server() { # name port [node flags] script args...
   local name="$1" port="$2"; shift 2
   node --import tsx "$@" >"$TEST_ENV_DIR/$name.log" 2>&1 &
   echo $! >"$TEST_ENV_DIR/$name.pid"
@@ -95,7 +95,8 @@ test_env_up() {
   mkdir -p "$TEST_ENV_DIR"
   start_postgres
   start_nats
-  start_node_server s3 "$TEST_S3_PORT" scripts/dev/s3-server.ts --port "$TEST_S3_PORT" --dir "$TEST_ENV_DIR/s3"
+  # s3rver encrypts list continuation tokens with DES, which OpenSSL 3 keeps in its legacy provider.
+  start_node_server s3 "$TEST_S3_PORT" --openssl-legacy-provider scripts/dev/s3-server.ts --port "$TEST_S3_PORT" --dir "$TEST_ENV_DIR/s3"
   export TEST_S3_ENDPOINT="http://127.0.0.1:$TEST_S3_PORT" TEST_S3_ACCESS_KEY=S3RVER TEST_S3_SECRET_KEY=S3RVER
   log "s3rver on 127.0.0.1:$TEST_S3_PORT"
   start_node_server consul "$TEST_CONSUL_PORT" scripts/dev/consul-stub.ts --port "$TEST_CONSUL_PORT"

@@ -6,6 +6,7 @@
 import { mkdirSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
+import { addMultipartManagement } from './s3rver-multipart.ts';
 
 const { values } = parseArgs({
   options: {
@@ -22,6 +23,7 @@ const server = new S3rver({
   silent: true,
   allowMismatchedSignatures: false,
 });
+addMultipartManagement(server);
 await server.run();
 process.stdout.write(`s3rver listening on http://${values.host}:${values.port} (data in ${values.dir})\n`);
 const stop = async () => {

@@ -23,3 +23,4 @@ export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from
 export { createLogger, type Logger, type LoggerSettings } from './logger.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
+export type { FastifyPluginAsyncZod as RoutePlugin, ZodTypeProvider } from 'fastify-type-provider-zod';

@@ -1,0 +1,85 @@
+/**
+ * s3rver 3.7 stores multipart uploads but answers AbortMultipartUpload and
+ * ListMultipartUploads with "not implemented". This middleware serves both
+ * from s3rver's own upload folders, so the storage service's "no half-finished
+ * upload left behind" promise can be checked against the dev server as it
+ * would be against MinIO or S3.
+ */
+import { existsSync } from 'node:fs';
+import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type S3rver from 's3rver';
+
+interface KoaContext {
+  method: string;
+  url: string;
+  status: number;
+  type: string;
+  body: unknown;
+}
+
+interface UploadStore {
+  getResourcePath(bucket: string, key: string | undefined, resource: string): string;
+  rootDirectory: string;
+}
+
+const xmlEscape = (s: string) =>
+  s.replace(/[<>&'"]/g, (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c] ?? c);
+
+function s3Error(ctx: KoaContext, status: number, code: string, message: string) {
+  ctx.status = status;
+  ctx.type = 'application/xml';
+  ctx.body = `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code><Message>${xmlEscape(message)}</Message></Error>`;
+}
+
+async function listUploads(store: UploadStore, bucket: string): Promise<string> {
+  const dir = store.getResourcePath(bucket, undefined, 'uploads');
+  const ids = existsSync(dir) ? await readdir(dir) : [];
+  const uploads = await Promise.all(
+    ids.map(async (id) => {
+      const key = await readFile(path.join(dir, id, 'key'), 'utf8').catch(() => '');
+      const initiated = (await stat(path.join(dir, id))).birthtime.toISOString();
+      return `<Upload><Key>${xmlEscape(key)}</Key><UploadId>${xmlEscape(id)}</UploadId><Initiated>${initiated}</Initiated></Upload>`;
+    }),
+  );
+  return (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' +
+    `<Bucket>${xmlEscape(bucket)}</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker>` +
+    `<MaxUploads>1000</MaxUploads><IsTruncated>false</IsTruncated>${uploads.join('')}</ListMultipartUploadsResult>`
+  );
+}
+
+/** Adds AbortMultipartUpload and ListMultipartUploads to an s3rver instance (before its router). */
+export function addMultipartManagement(server: S3rver): void {
+  const store = (server as unknown as { store: UploadStore }).store;
+  const middleware = async (ctx: KoaContext, next: () => Promise<void>) => {
+    const url = new URL(ctx.url, 'http://s3rver');
+    const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    const bucket = parts[0];
+    if (!bucket) return next();
+    const bucketExists = existsSync(path.join(store.rootDirectory, bucket));
+    if (ctx.method === 'DELETE' && parts.length >= 2 && url.searchParams.has('uploadId')) {
+      const id = url.searchParams.get('uploadId') ?? '';
+      const dir = path.join(store.getResourcePath(bucket, undefined, 'uploads'), id);
+      if (!bucketExists) return s3Error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
+      if (!id || id.includes('/') || !existsSync(dir)) {
+        return s3Error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist');
+      }
+      await rm(dir, { recursive: true, force: true });
+      ctx.status = 204;
+      ctx.body = null;
+      return;
+    }
+    if (ctx.method === 'GET' && parts.length === 1 && url.searchParams.has('uploads')) {
+      if (!bucketExists) return s3Error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
+      ctx.status = 200;
+      ctx.type = 'application/xml';
+      ctx.body = await listUploads(store, bucket);
+      return;
+    }
+    return next();
+  };
+  const stack = (server as unknown as { middleware: unknown[] }).middleware;
+  // After s3rver's request logger, before its XML encoder and router.
+  stack.splice(1, 0, middleware);
+}

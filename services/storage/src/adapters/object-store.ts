@@ -1,0 +1,315 @@
+/**
+ * The object store behind a small interface, over @aws-sdk/client-s3.
+ * Checksums are computed only when an operation requires them: right for
+ * s3rver, older MinIO and most S3-compatible stores (see ENVIRONMENT.md).
+ */
+
+import type { Readable } from 'node:stream';
+import {
+  CreateBucketCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadBucketCommand,
+  HeadObjectCommand,
+  ListBucketsCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+} from '@aws-sdk/client-s3';
+import { Upload } from '@aws-sdk/lib-storage';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
+import type { Logger } from '@gpu/common';
+import type { StorageConfig } from '../config.ts';
+import { mapStoreError, NotModified } from './store-errors.ts';
+
+export { NotModified };
+
+/** ObjectInfo as the API returns it. */
+export interface ObjectInfo {
+  key: string;
+  size: number;
+  last_modified: string | null;
+  content_type: string | null;
+  etag: string | null;
+  /** True for a common prefix ("folder") in a non-recursive listing. */
+  is_prefix: boolean;
+}
+
+export interface ObjectHead {
+  contentType: string;
+  contentLength: number;
+  etag: string | undefined;
+  lastModified: Date | undefined;
+  contentRange?: string;
+}
+
+export interface ObjectBody extends ObjectHead {
+  body: Readable;
+  partial: boolean;
+}
+
+export interface ReadConditions {
+  range?: string;
+  ifNoneMatch?: string;
+  ifModifiedSince?: Date;
+}
+
+export interface UploadRequest {
+  bucket: string;
+  key: string;
+  body: Readable;
+  contentType: string;
+  /** Known length (Content-Length) or undefined for a chunked body. */
+  contentLength?: number;
+  signal?: AbortSignal;
+}
+
+export interface ListRequest {
+  bucket: string;
+  prefix: string;
+  recursive: boolean;
+  limit?: number;
+  startAfter?: string;
+}
+
+/** The operations the routes need; tests and other stores can implement it. */
+export interface ObjectStore {
+  ping(): Promise<void>;
+  ensureBucket(bucket: string): Promise<'created' | 'exists'>;
+  upload(req: UploadRequest): Promise<ObjectInfo>;
+  get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody>;
+  head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead>;
+  delete(bucket: string, key: string): Promise<void>;
+  list(req: ListRequest): Promise<{ entries: ObjectInfo[]; truncated: boolean }>;
+  presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
+  waitUntilReachable(timeoutMs: number, log: Logger): Promise<void>;
+  close(): void;
+}
+
+type StoreSettings = StorageConfig['object_store'];
+
+function endpointUrl(endpoint: string, useSSL: boolean): string {
+  return /^https?:\/\//.test(endpoint) ? endpoint : `${useSSL ? 'https' : 'http'}://${endpoint}`;
+}
+
+function client(settings: StoreSettings, endpoint: string): S3Client {
+  return new S3Client({
+    endpoint: endpointUrl(endpoint, settings.useSSL),
+    region: settings.region || 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: settings.accessKeyID, secretAccessKey: settings.secretAccessKey },
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  });
+}
+
+export class S3ObjectStore implements ObjectStore {
+  private readonly s3: S3Client;
+  private readonly signer: S3Client;
+
+  constructor(private readonly settings: StoreSettings) {
+    this.s3 = client(settings, settings.endpoint);
+    this.signer = settings.publicEndpoint ? client(settings, settings.publicEndpoint) : this.s3;
+  }
+
+  async ping(): Promise<void> {
+    try {
+      await this.s3.send(new ListBucketsCommand({}));
+    } catch (err) {
+      throw mapStoreError(err, {});
+    }
+  }
+
+  async waitUntilReachable(timeoutMs: number, log: Logger): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.s3.send(new ListBucketsCommand({}));
+        log.info({ endpoint: this.settings.endpoint }, 'object store connection test passed');
+        return;
+      } catch (err) {
+        if (Date.now() > deadline) {
+          throw new Error(`object store at ${this.settings.endpoint} unreachable: ${(err as Error).message}`);
+        }
+        log.warn({ err, attempt, endpoint: this.settings.endpoint }, 'object store not reachable yet, retrying');
+        await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));
+      }
+    }
+  }
+
+  async ensureBucket(bucket: string): Promise<'created' | 'exists'> {
+    try {
+      await this.s3.send(new HeadBucketCommand({ Bucket: bucket }));
+      return 'exists';
+    } catch (err) {
+      const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      if (status !== 404) throw mapStoreError(err, { bucket });
+    }
+    try {
+      await this.s3.send(new CreateBucketCommand({ Bucket: bucket }));
+      return 'created';
+    } catch (err) {
+      const name = (err as Error).name;
+      if (name === 'BucketAlreadyOwnedByYou' || name === 'BucketAlreadyExists') return 'exists';
+      throw mapStoreError(err, { bucket });
+    }
+  }
+
+  async upload(req: UploadRequest): Promise<ObjectInfo> {
+    const { bucket, key } = req;
+    try {
+      if (req.contentLength !== undefined && req.contentLength <= this.settings.partSize) {
+        // Small bodies of known length stream straight through in one PUT.
+        await this.s3.send(
+          new PutObjectCommand({
+            Bucket: bucket,
+            Key: key,
+            Body: req.body,
+            ContentType: req.contentType,
+            ContentLength: req.contentLength,
+          }),
+          { abortSignal: req.signal },
+        );
+      } else {
+        const upload = new Upload({
+          client: this.s3,
+          params: { Bucket: bucket, Key: key, Body: req.body, ContentType: req.contentType },
+          partSize: this.settings.partSize,
+          queueSize: this.settings.queueSize,
+          leavePartsOnError: false,
+        });
+        req.signal?.addEventListener('abort', () => void upload.abort().catch(() => {}), { once: true });
+        await upload.done();
+      }
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key });
+    }
+    const head = await this.head(bucket, key, {});
+    return {
+      key,
+      size: head.contentLength,
+      last_modified: head.lastModified?.toISOString() ?? null,
+      content_type: head.contentType,
+      etag: head.etag ?? null,
+      is_prefix: false,
+    };
+  }
+
+  async get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody> {
+    try {
+      const out = await this.s3.send(
+        new GetObjectCommand({
+          Bucket: bucket,
+          Key: key,
+          Range: cond.range,
+          IfNoneMatch: cond.ifNoneMatch,
+          IfModifiedSince: cond.ifModifiedSince,
+        }),
+        { abortSignal: signal },
+      );
+      return {
+        body: out.Body as Readable,
+        contentType: out.ContentType ?? 'application/octet-stream',
+        contentLength: out.ContentLength ?? 0,
+        etag: out.ETag,
+        lastModified: out.LastModified,
+        contentRange: out.ContentRange,
+        partial: out.ContentRange !== undefined || out.$metadata.httpStatusCode === 206,
+      };
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key });
+    }
+  }
+
+  async head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead> {
+    try {
+      const out = await this.s3.send(
+        new HeadObjectCommand({
+          Bucket: bucket,
+          Key: key,
+          IfNoneMatch: cond.ifNoneMatch,
+          IfModifiedSince: cond.ifModifiedSince,
+        }),
+      );
+      return {
+        contentType: out.ContentType ?? 'application/octet-stream',
+        contentLength: out.ContentLength ?? 0,
+        etag: out.ETag,
+        lastModified: out.LastModified,
+      };
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key });
+    }
+  }
+
+  async delete(bucket: string, key: string): Promise<void> {
+    // S3 answers 204 for a missing key; the API promises a 404, so look first.
+    await this.head(bucket, key, {});
+    try {
+      await this.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key });
+    }
+  }
+
+  async list(req: ListRequest): Promise<{ entries: ObjectInfo[]; truncated: boolean }> {
+    const entries: ObjectInfo[] = [];
+    let token: string | undefined;
+    const limit = req.limit ?? Number.POSITIVE_INFINITY;
+    try {
+      do {
+        const out = await this.s3.send(
+          new ListObjectsV2Command({
+            Bucket: req.bucket,
+            Prefix: req.prefix || undefined,
+            Delimiter: req.recursive ? undefined : '/',
+            ContinuationToken: token,
+            StartAfter: token ? undefined : req.startAfter,
+            MaxKeys: Math.min(1000, limit - entries.length),
+          }),
+        );
+        for (const p of out.CommonPrefixes ?? []) {
+          if (p.Prefix) {
+            entries.push({
+              key: p.Prefix,
+              size: 0,
+              last_modified: null,
+              content_type: null,
+              etag: null,
+              is_prefix: true,
+            });
+          }
+        }
+        for (const o of out.Contents ?? []) {
+          entries.push({
+            key: o.Key ?? '',
+            size: o.Size ?? 0,
+            last_modified: o.LastModified?.toISOString() ?? null,
+            content_type: null,
+            etag: o.ETag ?? null,
+            is_prefix: false,
+          });
+        }
+        token = out.IsTruncated ? out.NextContinuationToken : undefined;
+      } while (token && entries.length < limit);
+    } catch (err) {
+      throw mapStoreError(err, { bucket: req.bucket });
+    }
+    entries.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const truncated = token !== undefined || entries.length > limit;
+    return { entries: entries.slice(0, Number.isFinite(limit) ? limit : undefined), truncated };
+  }
+
+  async presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresIn: number): Promise<string> {
+    const command =
+      method === 'GET'
+        ? new GetObjectCommand({ Bucket: bucket, Key: key })
+        : new PutObjectCommand({ Bucket: bucket, Key: key });
+    return getSignedUrl(this.signer, command, { expiresIn });
+  }
+
+  close(): void {
+    this.s3.destroy();
+    if (this.signer !== this.s3) this.signer.destroy();
+  }
+}

@@ -1,0 +1,47 @@
+/** Maps object-store (S3 SDK) failures onto the service's errors. */
+import { AppError, errors, isDependencyDown } from '@gpu/common';
+import { storageErrors } from '../errors.ts';
+
+/** Thrown for a conditional read whose condition says "not modified" (304). */
+export class NotModified extends Error {
+  constructor(
+    readonly etag?: string,
+    readonly lastModified?: string,
+  ) {
+    super('not modified');
+  }
+}
+
+interface S3ErrorShape {
+  name?: string;
+  Code?: string;
+  $metadata?: { httpStatusCode?: number };
+  $response?: { headers?: Record<string, string> };
+}
+
+export function mapStoreError(err: unknown, where: { bucket?: string; key?: string }): Error {
+  if (err instanceof AppError || err instanceof NotModified) return err;
+  const e = err as S3ErrorShape;
+  const status = e.$metadata?.httpStatusCode;
+  const name = e.name ?? e.Code;
+  if (name === 'AbortError') return err as Error;
+  if (status === 304 || name === 'NotModified') {
+    const headers = e.$response?.headers ?? {};
+    return new NotModified(headers.etag, headers['last-modified']);
+  }
+  if (name === 'NoSuchBucket') return storageErrors.bucketNotFound(where.bucket ?? '');
+  if (name === 'NoSuchKey' || (status === 404 && where.key !== undefined)) {
+    return storageErrors.objectNotFound(where.bucket ?? '', where.key ?? '');
+  }
+  if (status === 404 && where.bucket !== undefined) return storageErrors.bucketNotFound(where.bucket);
+  if (name === 'InvalidRange' || status === 416)
+    return storageErrors.rangeNotSatisfiable('requested range not satisfiable');
+  if (name === 'PreconditionFailed' || status === 412) return storageErrors.preconditionFailed('precondition failed');
+  if (name === 'EntityTooLarge') return errors.payloadTooLarge('object too large for the store');
+  if (isDependencyDown(err) || name === 'TimeoutError' || (status !== undefined && status >= 500)) {
+    return storageErrors.storeUnavailable(err);
+  }
+  return new AppError(502, 'OBJECT_STORE_ERROR', `object store refused the request: ${name ?? 'unknown error'}`, {
+    cause: err,
+  });
+}

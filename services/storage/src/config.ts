@@ -1,0 +1,57 @@
+/** The storage service's configuration: the shared settings plus the object store section. */
+import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
+import { z } from 'zod';
+
+export const GB = 1024 ** 3;
+
+export const storageConfigSchema = z.object({
+  ...baseConfigShape(8001),
+  object_store: z
+    .object({
+      /** host:port or URL of the S3-compatible server. */
+      endpoint: z.string().min(1).default('127.0.0.1:9000'),
+      accessKeyID: z.string().default('S3RVER'),
+      secretAccessKey: z.string().default('S3RVER'),
+      useSSL: zBool().default(false),
+      region: z.string().default('us-east-1'),
+      /** Bucket of the default-bucket routes; those routes answer 404 when empty. */
+      defaultBucket: z.string().default('platform-data'),
+      autoCreateDefaultBucket: zBool().default(true),
+      /** Endpoint written into presigned URLs, for clients outside the internal network. */
+      publicEndpoint: z.string().default(''),
+      /** Largest accepted upload; the spec's bound is 5 GB. */
+      maxUploadSize: zInt(1).default(5 * GB),
+      /** Part size of multipart uploads; bodies smaller than this are sent in one PUT. */
+      partSize: zInt(5 * 1024 * 1024).default(16 * 1024 * 1024),
+      /** Parts uploaded at once; memory per upload is about partSize x (queueSize + 1). */
+      queueSize: zInt(1, 32).default(4),
+      /** Time limit of one upload or download (0 = none); request_timeout bounds the rest. */
+      transferTimeout: zDuration().default('2h'),
+      /** How long start-up waits for the store to answer its connection test. */
+      connectTimeout: zDuration().default('30s'),
+    })
+    .prefault({}),
+});
+
+export type StorageConfig = z.infer<typeof storageConfigSchema>;
+
+/** Loads the configuration file (written with defaults when absent), then the environment. */
+export function loadStorageConfig(env: NodeJS.ProcessEnv = process.env): StorageConfig {
+  return loadConfig({
+    schema: storageConfigSchema,
+    envPrefix: 'STORAGE',
+    file: env.STORAGE_CONFIG_FILE ?? 'config.yaml',
+    writeDefaultFile: true,
+    env,
+    aliases: {
+      ...baseEnvAliases,
+      S3_ENDPOINT: 'object_store.endpoint',
+      S3_ACCESS_KEY_ID: 'object_store.accessKeyID',
+      S3_SECRET_ACCESS_KEY: 'object_store.secretAccessKey',
+      S3_USE_SSL: 'object_store.useSSL',
+      S3_REGION: 'object_store.region',
+      S3_DEFAULT_BUCKET: 'object_store.defaultBucket',
+      S3_PUBLIC_ENDPOINT: 'object_store.publicEndpoint',
+    },
+  });
+}

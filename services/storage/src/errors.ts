@@ -1,0 +1,20 @@
+/** The storage service's named errors. */
+import { AppError, errors } from '@gpu/common';
+
+export const storageErrors = {
+  bucketNotFound: (bucket: string) => errors.notFound('BUCKET_NOT_FOUND', `bucket ${bucket} not found`),
+  objectNotFound: (bucket: string, key: string) =>
+    errors.notFound('OBJECT_NOT_FOUND', `object ${key} not found in bucket ${bucket}`),
+  invalidBucketName: (bucket: string, why: string) =>
+    errors.validation(`invalid bucket name ${JSON.stringify(bucket)}: ${why}`, [
+      { path: 'params.bucketName', message: why },
+    ]),
+  invalidObjectKey: (why: string) =>
+    errors.validation(`invalid object key: ${why}`, [{ path: 'params.objectKey', message: why }]),
+  noDefaultBucket: () =>
+    errors.notFound('DEFAULT_BUCKET_NOT_CONFIGURED', 'no default bucket is configured (object_store.defaultBucket)'),
+  uploadTooLarge: (limit: number) => errors.payloadTooLarge(`upload exceeds the limit of ${limit} bytes`),
+  rangeNotSatisfiable: (detail: string) => new AppError(416, 'RANGE_NOT_SATISFIABLE', detail),
+  preconditionFailed: (detail: string) => new AppError(412, 'PRECONDITION_FAILED', detail),
+  storeUnavailable: (cause: unknown) => errors.dependencyUnavailable('object store', cause),
+};

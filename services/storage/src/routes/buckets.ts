@@ -1,0 +1,36 @@
+import type { RoutePlugin } from '@gpu/common';
+/** POST /buckets/{bucketName}: ensure a bucket exists, creating it when missing. */
+import { z } from 'zod';
+import type { StorageDeps } from '../app.ts';
+import { assertBucketName } from '../domain/names.ts';
+import { bucketParams, errorResponses } from './schemas.ts';
+
+const ensureResponse = z.object({
+  message: z.string(),
+  bucket: z.string(),
+  created: z.boolean().describe('false when the bucket already existed'),
+});
+
+export const bucketRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
+  app.post(
+    '/buckets/:bucketName',
+    {
+      schema: {
+        tags: ['buckets'],
+        summary: 'Ensure a bucket exists (created when missing); 201 either way',
+        params: bucketParams,
+        response: { 201: ensureResponse, ...errorResponses },
+      },
+    },
+    async (request, reply) => {
+      const bucket = assertBucketName(request.params.bucketName);
+      const outcome = await deps.store.ensureBucket(bucket);
+      request.log.info({ bucket, outcome }, 'bucket ensured');
+      return reply.code(201).send({
+        message: outcome === 'created' ? 'bucket created' : 'bucket already exists',
+        bucket,
+        created: outcome === 'created',
+      });
+    },
+  );
+};

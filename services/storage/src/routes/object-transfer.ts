@@ -1,0 +1,123 @@
+/**
+ * Handlers that move object bytes: streaming upload (never buffered whole,
+ * multipart for large bodies, 413 over the limit with nothing left behind),
+ * streaming download with Range and conditional requests, HEAD and DELETE.
+ */
+import { Transform, type TransformCallback } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { NotModified, type ObjectHead, type ReadConditions } from '../adapters/object-store.ts';
+import type { StorageDeps } from '../app.ts';
+import { resolveContentType } from '../domain/content-type.ts';
+import { storageErrors } from '../errors.ts';
+import type { Target } from './object-target.ts';
+
+class TooLarge extends Error {}
+
+/** Passes bytes through, failing once more than `limit` have gone by. */
+function byteLimit(limit: number): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb: TransformCallback) {
+      seen += chunk.length;
+      if (seen > limit) cb(new TooLarge());
+      else cb(null, chunk);
+    },
+  });
+}
+
+export async function uploadObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  const limit = deps.config.object_store.maxUploadSize;
+  const declared = request.headers['content-length'];
+  const contentLength = declared === undefined ? undefined : Number(declared);
+  if (contentLength !== undefined && contentLength > limit) throw storageErrors.uploadTooLarge(limit);
+  const counted = byteLimit(limit);
+  let tooLarge = false;
+  counted.on('error', (err) => {
+    if (err instanceof TooLarge) tooLarge = true;
+  });
+  request.raw.on('error', (err) => counted.destroy(err));
+  request.raw.pipe(counted);
+  try {
+    const info = await deps.store.upload({
+      bucket: target.bucket,
+      key: target.key,
+      body: counted,
+      contentType: resolveContentType(request.headers['content-type'], target.key),
+      contentLength,
+      signal: request.abortSignal,
+    });
+    return reply.code(201).send(info);
+  } catch (err) {
+    if (tooLarge) throw storageErrors.uploadTooLarge(limit);
+    throw err;
+  } finally {
+    request.raw.unpipe(counted);
+  }
+}
+
+const SINGLE_RANGE = /^bytes=(\d+-\d*|-\d+)$/;
+
+function readConditions(request: FastifyRequest): ReadConditions {
+  const h = request.headers;
+  const since = h['if-modified-since'] ? new Date(h['if-modified-since']) : undefined;
+  return {
+    // Only single byte ranges are served; any other Range is ignored (RFC 9110 allows that) and the whole object sent.
+    range: h.range && SINGLE_RANGE.test(h.range.trim()) ? h.range.trim() : undefined,
+    ifNoneMatch: h['if-none-match'] || undefined,
+    // An invalid date is ignored, as RFC 9110 requires.
+    ifModifiedSince: since && !Number.isNaN(since.getTime()) && !h['if-none-match'] ? since : undefined,
+  };
+}
+
+function setObjectHeaders(reply: FastifyReply, head: ObjectHead) {
+  reply.header('content-type', head.contentType);
+  reply.header('content-length', String(head.contentLength));
+  reply.header('accept-ranges', 'bytes');
+  if (head.etag) reply.header('etag', head.etag);
+  if (head.lastModified) reply.header('last-modified', head.lastModified.toUTCString());
+}
+
+/** 304 with the validators RFC 9110 asks for; some stores omit them on 304, so ask for them then. */
+async function notModified(deps: StorageDeps, target: Target, reply: FastifyReply, err: NotModified) {
+  let { etag, lastModified } = err;
+  if (!etag || !lastModified) {
+    const head = await deps.store.head(target.bucket, target.key, {});
+    etag ??= head.etag;
+    lastModified ??= head.lastModified?.toUTCString();
+  }
+  if (etag) reply.header('etag', etag);
+  if (lastModified) reply.header('last-modified', lastModified);
+  return reply.code(304).send();
+}
+
+export async function downloadObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  try {
+    const obj = await deps.store.get(target.bucket, target.key, readConditions(request), request.abortSignal);
+    setObjectHeaders(reply, obj);
+    if (obj.partial && obj.contentRange) {
+      reply.header('content-range', obj.contentRange);
+      reply.code(206);
+    }
+    return reply.send(obj.body);
+  } catch (err) {
+    if (err instanceof NotModified) return notModified(deps, target, reply, err);
+    throw err;
+  }
+}
+
+export async function headObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  try {
+    const { range: _ignored, ...cond } = readConditions(request);
+    const head = await deps.store.head(target.bucket, target.key, cond);
+    setObjectHeaders(reply, head);
+    return reply.code(200).send();
+  } catch (err) {
+    if (err instanceof NotModified) return notModified(deps, target, reply, err);
+    throw err;
+  }
+}
+
+export async function deleteObject(deps: StorageDeps, target: Target, _request: FastifyRequest, reply: FastifyReply) {
+  await deps.store.delete(target.bucket, target.key);
+  return reply.code(204).send();
+}

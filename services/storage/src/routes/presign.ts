@@ -1,0 +1,68 @@
+/** Presigned GET/PUT URLs against the object store, bucket-named and default-bucket. */
+import { errors, type RoutePlugin } from '@gpu/common';
+import { z } from 'zod';
+import type { StorageDeps } from '../app.ts';
+import { DEFAULT_EXPIRY, expirySeconds } from '../domain/expiry.ts';
+import { defaultTarget, namedTarget, type Target } from './object-target.ts';
+import { bucketKeyParams, errorResponses, keyParams } from './schemas.ts';
+
+const presignBody = z.object({
+  method: z.enum(['GET', 'PUT']).describe('GET to download, PUT to upload'),
+  expiry: z
+    .string()
+    .optional()
+    .describe(`how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${DEFAULT_EXPIRY}, at most 7 days`),
+});
+
+const presignResponse = z.object({
+  url: z.string(),
+  method: z.enum(['GET', 'PUT']),
+  key: z.string(),
+  bucket: z.string(),
+  expires_at: z.string().describe('RFC 3339 UTC'),
+});
+
+async function presign(deps: StorageDeps, target: Target, body: z.infer<typeof presignBody>) {
+  const expiry = expirySeconds(body.expiry);
+  if ('problem' in expiry) {
+    throw errors.validation(`invalid expiry: ${expiry.problem}`, [{ path: 'body.expiry', message: expiry.problem }]);
+  }
+  const url = await deps.store.presign(target.bucket, target.key, body.method, expiry.seconds);
+  return {
+    url,
+    method: body.method,
+    key: target.key,
+    bucket: target.bucket,
+    expires_at: new Date(Date.now() + expiry.seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+  };
+}
+
+export const presignRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
+  const response = { 200: presignResponse, ...errorResponses };
+  app.post(
+    '/presigned-url/:bucketName/*',
+    {
+      schema: {
+        tags: ['presigned URLs'],
+        summary: 'A time-limited URL for a direct GET or PUT against the object store',
+        params: bucketKeyParams,
+        body: presignBody,
+        response,
+      },
+    },
+    async (request) => presign(deps, namedTarget(request.params), request.body),
+  );
+  app.post(
+    '/presigned-url/*',
+    {
+      schema: {
+        tags: ['presigned URLs (default bucket)'],
+        summary: 'A presigned URL for an object of the default bucket',
+        params: keyParams,
+        body: presignBody,
+        response,
+      },
+    },
+    async (request) => presign(deps, defaultTarget(deps.config, request.params), request.body),
+  );
+};

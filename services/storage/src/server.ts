@@ -1,0 +1,29 @@
+/**
+ * The storage service process: load configuration (a default file is written
+ * when absent), log, connect to the object store and test the connection,
+ * ensure the default bucket, listen, register with Consul, shut down gracefully.
+ */
+import { createLogger, durationMs, runService, startOrExit } from '@gpu/common';
+import { S3ObjectStore } from './adapters/object-store.ts';
+import { buildApp, SERVICE_NAME } from './app.ts';
+import { loadStorageConfig } from './config.ts';
+
+startOrExit(async () => {
+  const config = loadStorageConfig();
+  const logger = createLogger({
+    service: SERVICE_NAME,
+    instanceId: config.instance_id,
+    level: config.log_level,
+    pretty: config.log_pretty,
+  });
+  const store = new S3ObjectStore(config.object_store);
+  await store.waitUntilReachable(durationMs(config.object_store.connectTimeout), logger);
+  const { defaultBucket, autoCreateDefaultBucket } = config.object_store;
+  if (autoCreateDefaultBucket && defaultBucket) {
+    const outcome = await store.ensureBucket(defaultBucket);
+    logger.info({ bucket: defaultBucket, outcome }, 'default bucket ensured');
+  }
+  const app = await buildApp({ config, logger, store });
+  app.addHook('onClose', async () => store.close());
+  await runService({ name: SERVICE_NAME, config, logger, app });
+});

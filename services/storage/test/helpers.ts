@@ -1,0 +1,79 @@
+import { randomBytes } from 'node:crypto';
+import { request } from 'node:http';
+import { type App, createLogger } from '@gpu/common';
+import { testEnv } from '@gpu/common/testing';
+import { S3ObjectStore } from '../src/adapters/object-store.ts';
+import { buildApp } from '../src/app.ts';
+import { type StorageConfig, storageConfigSchema } from '../src/config.ts';
+
+export function uniqueBucket(prefix = 'test'): string {
+  return `${prefix}-${randomBytes(5).toString('hex')}`;
+}
+
+/** Configuration pointing at the test run's s3rver, with per-test overrides of the object store section. */
+export function testConfig(objectStore: Partial<StorageConfig['object_store']> = {}): StorageConfig {
+  return storageConfigSchema.parse({
+    log_level: 'warn',
+    object_store: {
+      endpoint: testEnv.s3Endpoint,
+      accessKeyID: testEnv.s3AccessKey,
+      secretAccessKey: testEnv.s3SecretKey,
+      defaultBucket: uniqueBucket('default'),
+      ...objectStore,
+    },
+  });
+}
+
+export interface TestService {
+  app: App;
+  config: StorageConfig;
+  store: S3ObjectStore;
+  /** Base URL when started with `listen: true`. */
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Builds the storage app on the real S3 server; ensures the default bucket like server.ts does. */
+export async function startService(
+  opts: { objectStore?: Partial<StorageConfig['object_store']>; listen?: boolean } = {},
+): Promise<TestService> {
+  const config = testConfig(opts.objectStore);
+  const logger = createLogger({ service: 'storage-test', instanceId: 'test', level: 'warn' });
+  const store = new S3ObjectStore(config.object_store);
+  if (config.object_store.defaultBucket) await store.ensureBucket(config.object_store.defaultBucket);
+  const app = await buildApp({ config, logger, store });
+  let url = '';
+  if (opts.listen) url = await app.listen({ host: '127.0.0.1', port: 0 });
+  else await app.ready();
+  return {
+    app,
+    config,
+    store,
+    url,
+    close: async () => {
+      await app.close();
+      store.close();
+    },
+  };
+}
+
+/** An HTTP request whose path is sent exactly as given (no URL normalisation of dot segments). */
+export function rawRequest(
+  base: string,
+  method: string,
+  path: string,
+  body?: string,
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = request({ host: url.hostname, port: url.port, method, path }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }),
+      );
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}

@@ -1,0 +1,146 @@
+import { createHash } from 'node:crypto';
+import { request } from 'node:http';
+import { HeadObjectCommand, ListMultipartUploadsCommand, S3Client } from '@aws-sdk/client-s3';
+import { testEnv } from '@gpu/common/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startService, type TestService, uniqueBucket } from './helpers.ts';
+
+const MiB = 1024 * 1024;
+let svc: TestService;
+let bucket: string;
+let s3: S3Client;
+
+beforeAll(async () => {
+  // A small limit and part size so the over-limit case really starts a multipart upload first.
+  svc = await startService({ listen: true, objectStore: { maxUploadSize: 12 * MiB, partSize: 5 * MiB } });
+  bucket = uniqueBucket('large');
+  await svc.store.ensureBucket(bucket);
+  s3 = new S3Client({
+    endpoint: testEnv.s3Endpoint,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
+  });
+});
+afterAll(async () => {
+  s3.destroy();
+  await svc.close();
+});
+
+/** Deterministic bytes, generated chunk by chunk (never held whole). */
+function chunkAt(i: number, size: number): Buffer {
+  const b = Buffer.allocUnsafe(size);
+  for (let j = 0; j < size; j += 4) b.writeUInt32LE((i * 2654435761 + j * 40503) >>> 0, j);
+  return b;
+}
+
+/** Streams `total` bytes to the service, chunked (no Content-Length) unless `declare` is set. */
+function streamUpload(
+  path: string,
+  total: number,
+  opts: { declare?: number; base?: string } = {},
+): Promise<{ status: number; body: string; sentMd5: string }> {
+  const url = new URL(opts.base ?? svc.url);
+  const hash = createHash('md5');
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
+    if (opts.declare !== undefined) headers['content-length'] = opts.declare;
+    const req = request({ host: url.hostname, port: url.port, method: 'PUT', path, headers });
+    let answered = false;
+    req.on('response', (res) => {
+      answered = true;
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), sentMd5: hash.digest('hex') }),
+      );
+    });
+    req.on('error', (err) => {
+      if (!answered) reject(err);
+    });
+    let sent = 0;
+    let i = 0;
+    const pump = () => {
+      while (sent < total && !answered) {
+        const size = Math.min(1 * MiB, total - sent);
+        const chunk = chunkAt(i++, size);
+        hash.update(chunk);
+        sent += size;
+        if (!req.write(chunk)) {
+          req.once('drain', pump);
+          return;
+        }
+      }
+      if (!answered) req.end();
+    };
+    pump();
+  });
+}
+
+async function downloadMd5(path: string, base = svc.url): Promise<{ status: number; md5: string; bytes: number }> {
+  const res = await fetch(`${base}${path}`);
+  const hash = createHash('md5');
+  let bytes = 0;
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    hash.update(chunk);
+    bytes += chunk.length;
+  }
+  return { status: res.status, md5: hash.digest('hex'), bytes };
+}
+
+async function pendingUploads(): Promise<number> {
+  const out = await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }));
+  return out.Uploads?.length ?? 0;
+}
+
+async function exists(key: string): Promise<boolean> {
+  try {
+    await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('large and over-limit uploads', () => {
+  it('streams a chunked multipart upload under the limit intact', async () => {
+    const up = await streamUpload(`/objects/${bucket}/ok/eleven.bin`, 11 * MiB);
+    expect(up.status).toBe(201);
+    expect(JSON.parse(up.body).size).toBe(11 * MiB);
+    const down = await downloadMd5(`/objects/${bucket}/ok/eleven.bin`);
+    expect(down).toEqual({ status: 200, md5: up.sentMd5, bytes: 11 * MiB });
+    expect(await pendingUploads()).toBe(0);
+  });
+
+  it('answers 413 at once for a declared Content-Length over the limit, storing nothing', async () => {
+    const up = await streamUpload(`/objects/${bucket}/big/declared.bin`, 13 * MiB, { declare: 13 * MiB });
+    expect(up.status).toBe(413);
+    expect(JSON.parse(up.body)).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', status: 413 });
+    expect(await exists('big/declared.bin')).toBe(false);
+  });
+
+  it('answers 413 for a chunked body that passes the limit, leaving no object and no multipart upload', async () => {
+    const up = await streamUpload(`/objects/${bucket}/big/chunked.bin`, 20 * MiB);
+    expect(up.status).toBe(413);
+    expect(JSON.parse(up.body).code).toBe('PAYLOAD_TOO_LARGE');
+    expect(await exists('big/chunked.bin')).toBe(false);
+    expect(await pendingUploads()).toBe(0);
+  });
+});
+
+describe('100 MB streamed upload', () => {
+  it('uploads 100 MB through the service and downloads it byte for byte', async () => {
+    // The shipped limits (5 GB, 16 MiB parts).
+    const big = await startService({ listen: true });
+    try {
+      const up = await streamUpload(`/objects/${bucket}/datasets/hundred.bin`, 100 * MiB, { base: big.url });
+      expect(up.status, up.body).toBe(201);
+      expect(JSON.parse(up.body)).toMatchObject({ key: 'datasets/hundred.bin', size: 100 * MiB });
+      const down = await downloadMd5(`/objects/${bucket}/datasets/hundred.bin`, big.url);
+      expect(down).toEqual({ status: 200, md5: up.sentMd5, bytes: 100 * MiB });
+      expect(await pendingUploads()).toBe(0);
+    } finally {
+      await big.close();
+    }
+  });
+});

@@ -1,0 +1,79 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startService, type TestService, uniqueBucket } from './helpers.ts';
+
+let svc: TestService;
+let bucket: string;
+const keys = ['a.txt', 'data/one.csv', 'data/two.csv', 'data/deep/three.json', 'models/m.bin'];
+
+beforeAll(async () => {
+  svc = await startService();
+  bucket = uniqueBucket('list');
+  await svc.store.ensureBucket(bucket);
+  for (const key of keys) {
+    await svc.app.inject({ method: 'PUT', url: `/objects/${bucket}/${key}`, payload: key });
+  }
+});
+afterAll(() => svc.close());
+
+const list = (query = '') => svc.app.inject({ method: 'GET', url: `/objects/${bucket}/list${query}` });
+const keysOf = (body: Array<{ key: string }>) => body.map((o) => o.key);
+
+describe('GET /objects/{bucket}/list', () => {
+  it('lists every object recursively by default, sorted by key, with ObjectInfo fields', async () => {
+    const res = await list();
+    expect(res.statusCode).toBe(200);
+    expect(keysOf(res.json())).toEqual([...keys].sort());
+    const first = res.json()[0];
+    expect(first).toMatchObject({ key: 'a.txt', size: 5, is_prefix: false, content_type: null });
+    expect(first.etag).toMatch(/^"[0-9a-f]{32}"$/);
+    expect(Date.parse(first.last_modified)).not.toBeNaN();
+  });
+
+  it('filters by prefix', async () => {
+    expect(keysOf((await list('?prefix=data/')).json())).toEqual([
+      'data/deep/three.json',
+      'data/one.csv',
+      'data/two.csv',
+    ]);
+  });
+
+  it('lists one level with recursive=false, returning common prefixes as entries', async () => {
+    const top = (await list('?recursive=false')).json();
+    expect(keysOf(top)).toEqual(['a.txt', 'data/', 'models/']);
+    expect(top.find((o: { key: string }) => o.key === 'data/')).toMatchObject({ is_prefix: true, size: 0 });
+    const data = (await list('?recursive=false&prefix=data/')).json();
+    expect(keysOf(data)).toEqual(['data/deep/', 'data/one.csv', 'data/two.csv']);
+  });
+
+  it('pages with limit and start_after, announcing the next page in X-Next-Start-After', async () => {
+    const page1 = await list('?limit=2');
+    expect(keysOf(page1.json())).toEqual(['a.txt', 'data/deep/three.json']);
+    expect(page1.headers['x-next-start-after']).toBe('data/deep/three.json');
+    const page2 = await list(`?limit=10&start_after=${encodeURIComponent('data/deep/three.json')}`);
+    expect(keysOf(page2.json())).toEqual(['data/one.csv', 'data/two.csv', 'models/m.bin']);
+    expect(page2.headers['x-next-start-after']).toBeUndefined();
+  });
+
+  it('fills content types with metadata=true', async () => {
+    const res = (await list('?metadata=true&prefix=data/')).json();
+    expect(res.map((o: { content_type: string }) => o.content_type)).toEqual([
+      'application/json',
+      'text/csv',
+      'text/csv',
+    ]);
+  });
+
+  it('answers bad query values with 400', async () => {
+    for (const q of ['?recursive=maybe', '?limit=0', '?limit=abc', '?prefix=a/../b']) {
+      const res = await list(q);
+      expect(res.statusCode, q).toBe(400);
+      expect(res.json().code).toBe('VALIDATION_ERROR');
+    }
+  });
+
+  it('answers a missing bucket with 404 BUCKET_NOT_FOUND', async () => {
+    const res = await svc.app.inject({ method: 'GET', url: `/objects/${uniqueBucket('none')}/list` });
+    expect(res.statusCode).toBe(404);
+    expect(res.json().code).toBe('BUCKET_NOT_FOUND');
+  });
+});

@@ -1,0 +1,221 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rawRequest, startService, type TestService, uniqueBucket } from './helpers.ts';
+
+let svc: TestService;
+let bucket: string;
+
+beforeAll(async () => {
+  svc = await startService({ listen: true });
+  bucket = uniqueBucket();
+  await svc.store.ensureBucket(bucket);
+});
+afterAll(() => svc.close());
+
+const put = (url: string, payload: string | Buffer, headers: Record<string, string> = {}) =>
+  svc.app.inject({ method: 'PUT', url, payload, headers });
+
+describe('upload', () => {
+  it('stores the bytes and answers 201 with ObjectInfo, using the Content-Type header', async () => {
+    const res = await put(`/objects/${bucket}/docs/readme.txt`, 'hello world', { 'content-type': 'text/markdown' });
+    expect(res.statusCode).toBe(201);
+    const info = res.json();
+    expect(info).toMatchObject({ key: 'docs/readme.txt', size: 11, content_type: 'text/markdown', is_prefix: false });
+    expect(info.etag).toMatch(/^"[0-9a-f]{32}"$/);
+    expect(Date.parse(info.last_modified)).not.toBeNaN();
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/docs/readme.txt` });
+    expect(get.body).toBe('hello world');
+    expect(get.headers['content-type']).toBe('text/markdown');
+  });
+
+  it('guesses the content type from the extension when the header is absent', async () => {
+    const res = await put(`/objects/${bucket}/model/config.json`, Buffer.from('{"layers": 12}'));
+    expect(res.json().content_type).toBe('application/json');
+    const csv = await put(`/objects/${bucket}/data/set.csv`, Buffer.from('a,b\n1,2\n'));
+    expect(csv.json().content_type).toBe('text/csv');
+  });
+
+  it('falls back to application/octet-stream when the extension tells nothing', async () => {
+    const res = await put(`/objects/${bucket}/weights.unknownext`, Buffer.from([0, 1, 2, 3]));
+    expect(res.json().content_type).toBe('application/octet-stream');
+    const noExt = await put(`/objects/${bucket}/blob`, Buffer.from([9]));
+    expect(noExt.json().content_type).toBe('application/octet-stream');
+  });
+
+  it('stores a JSON body as raw bytes, not parsed', async () => {
+    const raw = '{ "spaced" :  true }';
+    await put(`/objects/${bucket}/raw.json`, raw, { 'content-type': 'application/json' });
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/raw.json` });
+    expect(get.body).toBe(raw);
+  });
+
+  it('stores an empty object', async () => {
+    const res = await put(`/objects/${bucket}/empty.bin`, Buffer.alloc(0));
+    expect(res.statusCode).toBe(201);
+    expect(res.json().size).toBe(0);
+  });
+
+  it('accepts keys with unicode and spaces', async () => {
+    const key = 'datasets/übung 1/naïve data.txt';
+    const res = await put(`/objects/${bucket}/${encodeURI(key)}`, 'x');
+    expect(res.statusCode).toBe(201);
+    expect(res.json().key).toBe(key);
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/${encodeURI(key)}` });
+    expect(get.body).toBe('x');
+  });
+
+  it.each([
+    ['bad%01key', 'control characters'],
+    ['k'.repeat(1025), 'at most 1024 bytes'],
+    ['é'.repeat(513), 'at most 1024 bytes'],
+  ])('rejects the key %j with 400', async (key, why) => {
+    const res = await put(`/objects/${bucket}/${key}`, 'x');
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: 'VALIDATION_ERROR' });
+    expect(res.json().detail).toContain(why);
+  });
+
+  it.each([
+    ['a/../b', '".." path segments'],
+    ['a/./b', '"." or ".."'],
+    ['a/%2E%2E/b', '".." path segments'],
+    ['../escape', '".." path segments'],
+  ])('rejects the dot-segment key %j sent verbatim over HTTP with 400', async (key, why) => {
+    const res = await rawRequest(svc.url, 'PUT', `/objects/${bucket}/${key}`, 'x');
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.body).detail).toContain(why);
+  });
+
+  it('rejects an empty key (trailing slash) with 400', async () => {
+    const res = await put(`/objects/${bucket}/`, 'x');
+    expect(res.statusCode).toBe(400);
+  });
+
+  it('answers 404 BUCKET_NOT_FOUND when uploading into a missing bucket, leaving nothing', async () => {
+    const missing = uniqueBucket('missing');
+    const res = await put(`/objects/${missing}/a.txt`, 'x');
+    expect(res.statusCode).toBe(404);
+    expect(res.json().code).toBe('BUCKET_NOT_FOUND');
+  });
+});
+
+describe('download and HEAD', () => {
+  beforeAll(async () => {
+    await put(`/objects/${bucket}/range.txt`, '0123456789abcdef', { 'content-type': 'text/plain' });
+  });
+
+  it('returns Content-Type, Content-Length, ETag and Last-Modified on GET and HEAD', async () => {
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt` });
+    expect(get.statusCode).toBe(200);
+    expect(get.body).toBe('0123456789abcdef');
+    const head = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
+    expect(head.statusCode).toBe(200);
+    expect(head.body).toBe('');
+    for (const res of [get, head]) {
+      expect(res.headers['content-type']).toBe('text/plain');
+      expect(res.headers['content-length']).toBe('16');
+      expect(res.headers.etag).toMatch(/^"[0-9a-f]{32}"$/);
+      expect(new Date(String(res.headers['last-modified'])).getTime()).not.toBeNaN();
+    }
+    expect(head.headers.etag).toBe(get.headers.etag);
+  });
+
+  it('serves a byte range with 206 and Content-Range', async () => {
+    const res = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { range: 'bytes=2-5' },
+    });
+    expect(res.statusCode).toBe(206);
+    expect(res.body).toBe('2345');
+    expect(res.headers['content-range']).toBe('bytes 2-5/16');
+    expect(res.headers['content-length']).toBe('4');
+  });
+
+  it('answers an unsatisfiable range with 416', async () => {
+    const res = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { range: 'bytes=100-200' },
+    });
+    expect(res.statusCode).toBe(416);
+    expect(res.json().code).toBe('RANGE_NOT_SATISFIABLE');
+  });
+
+  it('ignores a multi-range header and sends the whole object', async () => {
+    const res = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { range: 'bytes=0-1,4-5' },
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe('0123456789abcdef');
+  });
+
+  it('answers 304 for a matching If-None-Match and 200 for another ETag', async () => {
+    const { headers } = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
+    const same = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-none-match': String(headers.etag) },
+    });
+    expect(same.statusCode).toBe(304);
+    expect(same.body).toBe('');
+    expect(same.headers.etag).toBe(headers.etag);
+    const other = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-none-match': '"0000"' },
+    });
+    expect(other.statusCode).toBe(200);
+  });
+
+  it('answers 304 when not modified since the given date, 200 when modified', async () => {
+    const future = new Date(Date.now() + 3600_000).toUTCString();
+    const notModified = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-modified-since': future },
+    });
+    expect(notModified.statusCode).toBe(304);
+    const past = new Date(Date.now() - 24 * 3600_000).toUTCString();
+    const modified = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-modified-since': past },
+    });
+    expect(modified.statusCode).toBe(200);
+    const garbage = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-modified-since': 'not a date' },
+    });
+    expect(garbage.statusCode).toBe(200);
+  });
+
+  it('answers a missing object with a 404 problem, and a missing bucket with BUCKET_NOT_FOUND', async () => {
+    const res = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/nope.txt` });
+    expect(res.statusCode).toBe(404);
+    expect(res.headers['content-type']).toContain('application/problem+json');
+    expect(res.json()).toMatchObject({ code: 'OBJECT_NOT_FOUND', status: 404 });
+    const noBucket = await svc.app.inject({ method: 'GET', url: `/objects/${uniqueBucket('gone')}/a.txt` });
+    expect(noBucket.statusCode).toBe(404);
+    expect(noBucket.json().code).toBe('BUCKET_NOT_FOUND');
+    const head = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/nope.txt` });
+    expect(head.statusCode).toBe(404);
+    expect(head.body).toBe('');
+  });
+});
+
+describe('delete', () => {
+  it('deletes with 204, after which GET is 404; deleting again is 404', async () => {
+    await put(`/objects/${bucket}/tmp/delete-me.txt`, 'bye');
+    const del = await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/tmp/delete-me.txt` });
+    expect(del.statusCode).toBe(204);
+    expect(del.body).toBe('');
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/tmp/delete-me.txt` });
+    expect(get.statusCode).toBe(404);
+    const again = await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/tmp/delete-me.txt` });
+    expect(again.statusCode).toBe(404);
+    expect(again.json().code).toBe('OBJECT_NOT_FOUND');
+  });
+});
