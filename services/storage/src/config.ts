@@ -21,10 +21,13 @@ export const storageConfigSchema = z.object({
       publicEndpoint: z.string().default(''),
       /** Largest accepted upload; the spec's bound is 5 GB. */
       maxUploadSize: zInt(1).default(5 * GB),
-      /** Part size of multipart uploads; bodies smaller than this are sent in one PUT. */
-      partSize: zInt(5 * 1024 * 1024).default(16 * 1024 * 1024),
-      /** Parts uploaded at once; memory per upload is about partSize x (queueSize + 1). */
-      queueSize: zInt(1, 32).default(4),
+      /** Part size of multipart uploads; bodies of known length up to this size go in one PUT. */
+      partSize: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),
+      /**
+       * Parts in flight for chunked uploads (no Content-Length), which buffer each part: memory per such
+       * upload is about partSize x (queueSize + 1). Uploads with a Content-Length stream every part unbuffered.
+       */
+      queueSize: zInt(1, 32).default(2),
       /** Time limit of one upload or download (0 = none); request_timeout bounds the rest. */
       transferTimeout: zDuration().default('2h'),
       /** How long start-up waits for the store to answer its connection test. */

@@ -29,8 +29,8 @@ afterAll(async () => {
 
 /** Deterministic bytes, generated chunk by chunk (never held whole). */
 function chunkAt(i: number, size: number): Buffer {
-  const b = Buffer.allocUnsafe(size);
-  for (let j = 0; j < size; j += 4) b.writeUInt32LE((i * 2654435761 + j * 40503) >>> 0, j);
+  const b = Buffer.alloc(size, i & 0xff);
+  for (let j = 0; j + 4 <= size; j += 4) b.writeUInt32LE((i * 2654435761 + j * 40503) >>> 0, j);
   return b;
 }
 
@@ -112,6 +112,34 @@ describe('large and over-limit uploads', () => {
     expect(await pendingUploads()).toBe(0);
   });
 
+  it('streams a multipart upload of declared length part by part, intact', async () => {
+    const up = await streamUpload(`/objects/${bucket}/ok/declared.bin`, 11 * MiB + 123, { declare: 11 * MiB + 123 });
+    expect(up.status, up.body).toBe(201);
+    expect(JSON.parse(up.body).size).toBe(11 * MiB + 123);
+    const down = await downloadMd5(`/objects/${bucket}/ok/declared.bin`);
+    expect(down).toEqual({ status: 200, md5: up.sentMd5, bytes: 11 * MiB + 123 });
+    expect(await pendingUploads()).toBe(0);
+  });
+
+  it('aborts the multipart upload when the client goes away mid-body', async () => {
+    const url = new URL(svc.url);
+    const req = request({
+      host: url.hostname,
+      port: url.port,
+      method: 'PUT',
+      path: `/objects/${bucket}/big/abandoned.bin`,
+      headers: { 'content-length': 11 * MiB },
+    });
+    req.on('error', () => {});
+    for (let i = 0; i < 7; i++) req.write(chunkAt(i, MiB));
+    await new Promise((r) => setTimeout(r, 500));
+    req.destroy();
+    const deadline = Date.now() + 10_000;
+    while ((await pendingUploads()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(await pendingUploads()).toBe(0);
+    expect(await exists('big/abandoned.bin')).toBe(false);
+  });
+
   it('answers 413 at once for a declared Content-Length over the limit, storing nothing', async () => {
     const up = await streamUpload(`/objects/${bucket}/big/declared.bin`, 13 * MiB, { declare: 13 * MiB });
     expect(up.status).toBe(413);
@@ -129,11 +157,14 @@ describe('large and over-limit uploads', () => {
 });
 
 describe('100 MB streamed upload', () => {
-  it('uploads 100 MB through the service and downloads it byte for byte', async () => {
+  it('uploads 100 MB (declared length, streamed parts) and downloads it byte for byte', async () => {
     // The shipped limits (5 GB, 16 MiB parts).
     const big = await startService({ listen: true });
     try {
-      const up = await streamUpload(`/objects/${bucket}/datasets/hundred.bin`, 100 * MiB, { base: big.url });
+      const up = await streamUpload(`/objects/${bucket}/datasets/hundred.bin`, 100 * MiB, {
+        base: big.url,
+        declare: 100 * MiB,
+      });
       expect(up.status, up.body).toBe(201);
       expect(JSON.parse(up.body)).toMatchObject({ key: 'datasets/hundred.bin', size: 100 * MiB });
       const down = await downloadMd5(`/objects/${bucket}/datasets/hundred.bin`, big.url);

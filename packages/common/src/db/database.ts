@@ -4,8 +4,8 @@
  * folder, so `pnpm start` needs no database server. Both speak the same SQL.
  */
 import { mkdirSync } from 'node:fs';
-import { Kysely, PostgresDialect, sql } from 'kysely';
-import pg from 'pg';
+import type { Kysely } from 'kysely';
+import type pg from 'pg';
 
 export interface Database<DB> {
   db: Kysely<DB>;
@@ -30,21 +30,32 @@ const INT8_OID = 20;
  * BIGINT (e.g. `count(*)`) comes back as a JS number from both drivers: PGlite
  * does so already, `pg` is told to here. NUMERIC stays a string (exact money).
  */
-function typeParser(oid: number, format?: 'text' | 'binary') {
-  if (oid === INT8_OID) return (v: string) => Number(v);
-  return format === undefined ? pg.types.getTypeParser(oid) : pg.types.getTypeParser(oid, format);
+function typeParserFor(types: typeof pg.types) {
+  return (oid: number, format?: 'text' | 'binary') => {
+    if (oid === INT8_OID) return (v: string) => Number(v);
+    return format === undefined ? types.getTypeParser(oid) : types.getTypeParser(oid, format);
+  };
 }
 
+/**
+ * Opens the database. Kysely and the drivers load here, on first use, so a
+ * service without a database (storage) never pays for them.
+ */
 export async function openDatabase<DB>(opts: OpenDatabaseOptions): Promise<Database<DB>> {
+  const { Kysely, PostgresDialect, sql } = await import('kysely');
   if (opts.url) {
+    const { default: pg } = await import('pg');
     const pool = new pg.Pool({
       connectionString: opts.url,
       max: opts.poolSize ?? 10,
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
-      types: { getTypeParser: typeParser as typeof pg.types.getTypeParser },
+      types: { getTypeParser: typeParserFor(pg.types) as typeof pg.types.getTypeParser },
     });
     // An idle client losing its server must not crash the process; the next query reconnects.
     pool.on('error', () => {});
+    // Nor may a checked-out one (the server stopping mid-query): its query already fails with the
+    // error, and the pool discards the broken client when it is released.
+    pool.on('connect', (client) => client.on('error', () => {}));
     const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
     return {
       db,

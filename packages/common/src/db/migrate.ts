@@ -3,7 +3,7 @@
  * `Kysely<any>` (frozen: never the app's current types). Kysely's migrator
  * takes a lock, so several instances may start at once.
  */
-import { type Kysely, type Migration, Migrator } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
 import type { Logger } from 'pino';
 
 export async function migrateToLatest(
@@ -12,6 +12,7 @@ export async function migrateToLatest(
   migrations: Record<string, Migration>,
   log?: Logger,
 ): Promise<void> {
+  const { Migrator } = await import('kysely');
   const table = service.replaceAll('-', '_');
   const migrator = new Migrator({
     db: db as Kysely<any>,

@@ -21,6 +21,7 @@ import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import type { Logger } from '@gpu/common';
 import type { StorageConfig } from '../config.ts';
 import { mapStoreError, NotModified } from './store-errors.ts';
+import { streamingMultipartUpload } from './streaming-multipart.ts';
 
 export { NotModified };
 
@@ -158,7 +159,8 @@ export class S3ObjectStore implements ObjectStore {
   async upload(req: UploadRequest): Promise<ObjectInfo> {
     const { bucket, key } = req;
     try {
-      if (req.contentLength !== undefined && req.contentLength <= this.settings.partSize) {
+      const { contentLength } = req;
+      if (contentLength !== undefined && contentLength <= this.settings.partSize) {
         // Small bodies of known length stream straight through in one PUT.
         await this.s3.send(
           new PutObjectCommand({
@@ -166,11 +168,15 @@ export class S3ObjectStore implements ObjectStore {
             Key: key,
             Body: req.body,
             ContentType: req.contentType,
-            ContentLength: req.contentLength,
+            ContentLength: contentLength,
           }),
           { abortSignal: req.signal },
         );
+      } else if (contentLength !== undefined) {
+        // Known length: every part streams through, nothing is buffered.
+        await streamingMultipartUpload(this.s3, { ...req, contentLength, partSize: this.settings.partSize });
       } else {
+        // Chunked body of unknown length: lib-storage buffers each part (partSize x queueSize in memory).
         const upload = new Upload({
           client: this.s3,
           params: { Bucket: bucket, Key: key, Body: req.body, ContentType: req.contentType },

@@ -1,6 +1,7 @@
 /** Maps object-store (S3 SDK) failures onto the service's errors. */
 import { AppError, errors, isDependencyDown } from '@gpu/common';
 import { storageErrors } from '../errors.ts';
+import { BodyLengthMismatch } from './streaming-multipart.ts';
 
 /** Thrown for a conditional read whose condition says "not modified" (304). */
 export class NotModified extends Error {
@@ -21,6 +22,7 @@ interface S3ErrorShape {
 
 export function mapStoreError(err: unknown, where: { bucket?: string; key?: string }): Error {
   if (err instanceof AppError || err instanceof NotModified) return err;
+  if (err instanceof BodyLengthMismatch) return storageErrors.incompleteBody(err.message);
   const e = err as S3ErrorShape;
   const status = e.$metadata?.httpStatusCode;
   const name = e.name ?? e.Code;

@@ -1,0 +1,209 @@
+/**
+ * `pnpm bench storage`: upload and download throughput of a 1 GiB object
+ * through the storage service vs. directly against the same S3 server with
+ * the SDK, in one run, and the service's peak RSS during the upload.
+ * Targets (issue "Platform foundation and the object storage service"):
+ * service >= 0.8x the direct rate; peak RSS < 200 MB.
+ * Options: --size-mib N (default 1024).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { CreateBucketCommand, GetObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { Upload } from '@aws-sdk/lib-storage';
+import { testEnv } from '@gpu/common/testing';
+import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+
+const MiB = 1024 * 1024;
+const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default: '1024' } } });
+const SIZE = Number(values['size-mib']) * MiB;
+const PART = 8 * MiB;
+const BUCKET = `bench-${Date.now()}`;
+const serviceDir = fileURLToPath(new URL('..', import.meta.url));
+
+/** SIZE bytes from one repeated 1 MiB block: generating data must not be what is measured. */
+function source(): Readable {
+  const block = Buffer.alloc(MiB, 7);
+  let sent = 0;
+  return new Readable({
+    read() {
+      if (sent >= SIZE) return this.push(null);
+      const n = Math.min(MiB, SIZE - sent);
+      sent += n;
+      this.push(n === MiB ? block : block.subarray(0, n));
+    },
+  });
+}
+
+async function drain(stream: AsyncIterable<Uint8Array>): Promise<number> {
+  let n = 0;
+  for await (const chunk of stream) n += chunk.length;
+  return n;
+}
+
+const mbps = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
+
+async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
+  const t0 = performance.now();
+  const value = await fn();
+  return { ms: performance.now() - t0, value };
+}
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as { port: number };
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(field));
+  return Number(line?.replace(/\D+/g, '') ?? 0);
+}
+
+async function startService(): Promise<{ child: ChildProcess; url: string }> {
+  const port = await freePort();
+  const dir = await mkdtemp(path.join(tmpdir(), 'storage-bench-'));
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    cwd: serviceDir,
+    env: {
+      ...process.env,
+      STORAGE_CONFIG_FILE: path.join(dir, 'config.yaml'),
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      S3_ENDPOINT: testEnv.s3Endpoint,
+      S3_DEFAULT_BUCKET: BUCKET,
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 150; i++) {
+    try {
+      if ((await fetch(`${url}/health`)).ok) return { child, url };
+    } catch {}
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  child.kill();
+  throw new Error('storage service did not start');
+}
+
+/** Uploads SIZE bytes through the service, declaring the length (as curl or an SDK does for a file) or chunked. */
+function httpUpload(url: string, key: string, declared: boolean): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
+    if (declared) headers['content-length'] = SIZE;
+    const req = request(`${url}/objects/${BUCKET}/${key}`, { method: 'PUT', headers });
+    req.on('response', (res) => {
+      res.resume();
+      res.on('end', () => (res.statusCode === 201 ? resolve(SIZE) : reject(new Error(`upload: ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    source().pipe(req);
+  });
+}
+
+async function main() {
+  const s3 = new S3Client({
+    endpoint: testEnv.s3Endpoint,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  });
+  await s3.send(new CreateBucketCommand({ Bucket: BUCKET }));
+
+  console.log(`direct upload of ${SIZE / MiB} MiB ...`);
+  const directUp = await timed(() =>
+    new Upload({
+      client: s3,
+      params: { Bucket: BUCKET, Key: 'bench/direct.bin', Body: source() },
+      partSize: PART,
+      queueSize: 4,
+    }).done(),
+  );
+  console.log('direct download ...');
+  const directDown = await timed(async () => {
+    const out = await s3.send(new GetObjectCommand({ Bucket: BUCKET, Key: 'bench/direct.bin' }));
+    return drain(out.Body as AsyncIterable<Uint8Array>);
+  });
+
+  const { child, url } = await startService();
+  const pid = child.pid ?? 0;
+  const rssBefore = rssKiB(pid, 'VmRSS');
+  /** Runs fn while sampling the service's RSS; returns the peak in MB. */
+  const sampled = async <T>(fn: () => Promise<T>) => {
+    let peak = rssKiB(pid, 'VmRSS');
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, rssKiB(pid, 'VmRSS'));
+    }, 50);
+    const result = await timed(fn);
+    clearInterval(sampler);
+    return { ...result, peakMb: peak / 1024 };
+  };
+  console.log('upload through the service (Content-Length) ...');
+  const serviceUp = await sampled(() => httpUpload(url, 'bench/via-service.bin', true));
+  const hwmAfterUpload = rssKiB(pid, 'VmHWM');
+  console.log('chunked upload through the service ...');
+  const chunkedUp = await sampled(() => httpUpload(url, 'bench/via-service-chunked.bin', false));
+  console.log('download through the service ...');
+  const serviceDown = await timed(
+    () =>
+      new Promise<number>((resolve, reject) => {
+        // node:http, as the SDK uses for the direct download: the client must not be what differs.
+        request(`${url}/objects/${BUCKET}/bench/via-service.bin`, (res) => drain(res).then(resolve, reject))
+          .on('error', reject)
+          .end();
+      }),
+  );
+  const hwmEnd = rssKiB(pid, 'VmHWM');
+  child.kill('SIGTERM');
+  s3.destroy();
+  if (serviceDown.value !== SIZE || directDown.value !== SIZE) throw new Error('byte counts differ');
+
+  const upRatio = mbps(SIZE, serviceUp.ms) / mbps(SIZE, directUp.ms);
+  const downRatio = mbps(SIZE, serviceDown.ms) / mbps(SIZE, directDown.ms);
+  const peakMb = Math.max(serviceUp.peakMb, hwmAfterUpload / 1024);
+  const ok = (b: boolean) => (b ? 'met' : '**missed**');
+  const row = (what: string, direct: number, service: number) =>
+    `| ${what} | ${mbps(SIZE, direct).toFixed(1)} MiB/s (${(direct / 1000).toFixed(1)} s) | ${mbps(SIZE, service).toFixed(1)} MiB/s (${(service / 1000).toFixed(1)} s) | ${(direct / service).toFixed(2)}x | ≥ 0.8x: ${ok(direct / service >= 0.8)} |`;
+  const md = `## storage
+
+\`pnpm bench storage\` — ${machineLine()}
+
+A ${SIZE / MiB} MiB object through the storage service (HTTP on loopback, streamed, multipart with 8 MiB parts × 4 in
+flight) vs. the same transfer straight to the same s3rver with the SDK (\`lib-storage\` Upload with the same part size
+and concurrency; \`GetObject\` streamed), one after the other in one run. s3rver writes to local disk and is the
+common bottleneck, so the ratio is what this measures.
+
+| transfer | direct (SDK → s3rver) | through the service | ratio | target |
+|---|---|---|---|---|
+${row('upload (Content-Length: parts streamed)', directUp.ms, serviceUp.ms)}
+${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
+${row('download', directDown.ms, serviceDown.ms)}
+
+Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
+uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
+${ok(peakMb < 200)}), peak ${chunkedUp.peakMb.toFixed(0)} MB during the chunked one, high-water mark
+${(hwmEnd / 1024).toFixed(0)} MB at the end. Neither depends on the object size: an upload with a Content-Length streams
+every part through unbuffered; a chunked one holds about part size × (queue size + 1) = 8 MiB × 3.
+`;
+  writeBenchSection('storage', md);
+  console.log(md);
+  console.log(
+    `upload ratio ${upRatio.toFixed(2)}, download ratio ${downRatio.toFixed(2)}, peak RSS ${peakMb.toFixed(0)} MB`,
+  );
+}
+
+await main();
