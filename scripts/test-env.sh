@@ -102,9 +102,13 @@ test_env_up() {
   start_node_server consul "$TEST_CONSUL_PORT" scripts/dev/consul-stub.ts --port "$TEST_CONSUL_PORT"
   export TEST_CONSUL_ADDR="127.0.0.1:$TEST_CONSUL_PORT"
   log "consul stand-in on 127.0.0.1:$TEST_CONSUL_PORT"
+  # PubSub (WebSocket) listens on the RPC port + 1, where web3.js looks for it.
+  start_node_server solana "$TEST_SOLANA_PORT" tools/solana-localnet/src/server.ts --port "$TEST_SOLANA_PORT"
+  export TEST_SOLANA_RPC_URL="http://127.0.0.1:$TEST_SOLANA_PORT" TEST_SOLANA_WS_URL="ws://127.0.0.1:$((TEST_SOLANA_PORT + 1))"
+  log "solana localnet on 127.0.0.1:$TEST_SOLANA_PORT"
 }
 
 test_env_down() {
-  for name in consul s3 nats; do kill_pidfile "$TEST_ENV_DIR/$name.pid"; done
+  for name in solana consul s3 nats; do kill_pidfile "$TEST_ENV_DIR/$name.pid"; done
   stop_postgres
 }

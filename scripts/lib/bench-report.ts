@@ -19,7 +19,9 @@ export function machineLine(): string {
   const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
   let commit = 'uncommitted';
   try {
-    commit = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    commit = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] })
+      .toString()
+      .trim();
   } catch {}
   return `${new Date().toISOString()} · ${os.cpus().length} × ${cpu} · ${Math.round(os.totalmem() / 1024 ** 3)} GiB · Node ${process.version} · commit ${commit}`;
 }
@@ -33,6 +35,8 @@ export function writeBenchSection(name: string, markdown: string): void {
   const i = current.indexOf(start);
   const j = current.indexOf(end);
   const next =
-    i >= 0 && j > i ? current.slice(0, i) + block + current.slice(j + end.length) : `${current.trimEnd()}\n\n${block}\n`;
+    i >= 0 && j > i
+      ? current.slice(0, i) + block + current.slice(j + end.length)
+      : `${current.trimEnd()}\n\n${block}\n`;
   writeFileSync(FILE, next);
 }
