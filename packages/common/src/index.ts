@@ -1,3 +1,19 @@
+export type { FastifyPluginAsyncZod as RoutePlugin, ZodTypeProvider } from 'fastify-type-provider-zod';
+export {
+  authenticate,
+  bearerAuth,
+  bearerTokenOf,
+  requireAuth,
+  requireRole,
+} from './auth/bearer-auth.ts';
+export {
+  type AccessTokenClaims,
+  createTokenVerifier,
+  ROLES,
+  type Role,
+  type TokenVerifier,
+  type TokenVerifierOptions,
+} from './auth/token-verifier.ts';
 export { ConfigError, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
   type BaseConfig,
@@ -23,4 +39,3 @@ export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from
 export { createLogger, type Logger, type LoggerSettings } from './logger.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
-export type { FastifyPluginAsyncZod as RoutePlugin, ZodTypeProvider } from 'fastify-type-provider-zod';

@@ -1,0 +1,194 @@
+/**
+ * The auth service's configuration: the shared settings plus the database,
+ * token, password, rate-limit and initial-admin sections. Environment names
+ * of the spec (`DATABASE_URL`, `SECRET_KEY`/`JWT_SECRET`, `ALGORITHM`,
+ * `ACCESS_TOKEN_EXPIRE_MINUTES`) are aliases of the structured keys.
+ */
+import { readFileSync } from 'node:fs';
+import {
+  baseConfigShape,
+  baseEnvAliases,
+  ConfigError,
+  durationMs,
+  loadConfig,
+  zBool,
+  zDuration,
+  zInt,
+} from '@gpu/common';
+import { z } from 'zod';
+
+/** Signing algorithms: HS256 with the shared secret, or an asymmetric key pair published as a JWKS. */
+export const ALGORITHMS = ['HS256', 'EdDSA', 'ES256', 'RS256'] as const;
+export type Algorithm = (typeof ALGORITHMS)[number];
+
+/** Shortest HS256 secret accepted in production: 256 bits, as RFC 7518 asks for HS256 keys. */
+export const MIN_SECRET_LENGTH = 32;
+
+const RATE = /^\s*(\d+)\s*\/\s*(.+)$/;
+
+/** A rate limit: at most `max` events per `windowMs`. */
+export interface Rate {
+  max: number;
+  windowMs: number;
+}
+
+/**
+ * A rate limit written "N/duration" ("10/15m": at most 10 per 15 minutes).
+ * The parsed form is accepted too, since the loader re-validates its defaults.
+ */
+export const zRate = () =>
+  z.union([
+    z.object({ max: z.number().int().positive(), windowMs: z.number().int().positive() }),
+    z
+      .string()
+      .refine((s) => {
+        const m = RATE.exec(s);
+        return m !== null && Number(m[1]) > 0 && durationOk(m[2]!);
+      }, 'expected "N/duration", for example "10/15m"')
+      .transform((s): Rate => {
+        const m = RATE.exec(s)!;
+        return { max: Number(m[1]), windowMs: durationMs(m[2]!.trim()) };
+      }),
+  ]);
+
+function durationOk(s: string): boolean {
+  try {
+    return durationMs(s.trim()) > 0;
+  } catch {
+    return false;
+  }
+}
+
+export const authConfigSchema = z.object({
+  ...baseConfigShape(8000),
+  /** `production` refuses to start with a missing or short secret or a missing private key. */
+  environment: z.enum(['development', 'test', 'production']).default('development'),
+  database: z
+    .object({
+      /** postgres:// URL; empty opens an embedded PGlite database at `embedded_path`. */
+      url: z.string().default(''),
+      embedded_path: z.string().default('.data/auth-db'),
+      pool_size: zInt(1, 200).default(10),
+    })
+    .prefault({}),
+  jwt: z
+    .object({
+      secret_key: z.string().default(''),
+      algorithm: z.enum(ALGORITHMS).default('HS256'),
+      /** PKCS#8 PEM private key for EdDSA/ES256/RS256 (or `private_key_file`). */
+      private_key: z.string().default(''),
+      private_key_file: z.string().default(''),
+      /** `kid` of the signing key; its RFC 7638 thumbprint when empty. */
+      key_id: z.string().default(''),
+      access_token_expire_minutes: zInt(1, 24 * 60).default(15),
+      refresh_token_expire: zDuration().default('30d'),
+      /** A rotated refresh token presented again within this interval is not treated as reuse. */
+      refresh_reuse_interval: zDuration().default('10s'),
+      issuer: z.string().min(1).default('gpu-platform-auth'),
+      audience: z.string().min(1).default('gpu-platform'),
+    })
+    .prefault({}),
+  password: z
+    .object({
+      min_length: zInt(8, 64).default(8),
+      max_length: zInt(64, 1024).default(128),
+      /** Extra blocked passwords, one per line, added to the shipped list. */
+      blocklist_file: z.string().default(''),
+      /** argon2id cost; never below OWASP's minimum (19 MiB, 2 passes, 1 lane). */
+      memory_kib: zInt(19_456, 4_194_304).default(19_456),
+      time_cost: zInt(2, 100).default(2),
+      parallelism: zInt(1, 16).default(1),
+    })
+    .prefault({}),
+  rate_limit: z
+    .object({
+      enabled: zBool().default(true),
+      /** Login attempts per client IP. */
+      login_per_ip: zRate().prefault('20/1m'),
+      /** Failed logins per account (email), known or not. */
+      login_per_account: zRate().prefault('10/15m'),
+      register_per_ip: zRate().prefault('10/1h'),
+      register_per_account: zRate().prefault('5/1h'),
+      refresh_per_ip: zRate().prefault('60/1m'),
+      refresh_per_account: zRate().prefault('30/1m'),
+    })
+    .prefault({}),
+  admin: z
+    .object({
+      /** The initial admin, created at start-up when no admin exists. */
+      email: z.string().default(''),
+      password: z.string().default(''),
+    })
+    .prefault({}),
+});
+
+export type AuthConfig = z.infer<typeof authConfigSchema>;
+
+/** Environment names of the spec and the issue, mapped to the structured keys. */
+export const authEnvAliases: Record<string, string> = {
+  ...baseEnvAliases,
+  APP_ENV: 'environment',
+  DATABASE_URL: 'database.url',
+  DATABASE_POOL_SIZE: 'database.pool_size',
+  JWT_SECRET: 'jwt.secret_key',
+  SECRET_KEY: 'jwt.secret_key',
+  ALGORITHM: 'jwt.algorithm',
+  JWT_PRIVATE_KEY: 'jwt.private_key',
+  JWT_PRIVATE_KEY_FILE: 'jwt.private_key_file',
+  JWT_KEY_ID: 'jwt.key_id',
+  ACCESS_TOKEN_EXPIRE_MINUTES: 'jwt.access_token_expire_minutes',
+  REFRESH_TOKEN_EXPIRE: 'jwt.refresh_token_expire',
+  REFRESH_REUSE_INTERVAL: 'jwt.refresh_reuse_interval',
+  JWT_ISSUER: 'jwt.issuer',
+  JWT_AUDIENCE: 'jwt.audience',
+  ADMIN_EMAIL: 'admin.email',
+  ADMIN_PASSWORD: 'admin.password',
+  RATE_LIMIT_ENABLED: 'rate_limit.enabled',
+};
+
+/** Rules that span keys; production refuses what development only warns about. Returns the warnings. */
+export function checkAuthConfig(config: AuthConfig): string[] {
+  const warnings: string[] = [];
+  const production = config.environment === 'production';
+  const { jwt } = config;
+  const problem = (message: string) => {
+    if (production) throw new ConfigError(`invalid configuration: ${message}`);
+    warnings.push(`${message} (refused in production)`);
+  };
+  if (jwt.algorithm === 'HS256') {
+    if (!jwt.secret_key) problem('SECRET_KEY (jwt.secret_key) is not set: a random secret is used for this run only');
+    else if (jwt.secret_key.length < MIN_SECRET_LENGTH) {
+      problem(`SECRET_KEY (jwt.secret_key) is shorter than ${MIN_SECRET_LENGTH} characters`);
+    }
+  } else if (!jwt.private_key && !jwt.private_key_file) {
+    problem(
+      `ALGORITHM ${jwt.algorithm} needs JWT_PRIVATE_KEY or JWT_PRIVATE_KEY_FILE: a key pair is generated for this run only`,
+    );
+  }
+  if (Boolean(config.admin.email) !== Boolean(config.admin.password)) {
+    throw new ConfigError('invalid configuration: set both ADMIN_EMAIL and ADMIN_PASSWORD, or neither');
+  }
+  return warnings;
+}
+
+/** Loads the configuration: defaults, then `AUTH_CONFIG_FILE` when set, then the environment. */
+export function loadAuthConfig(env: NodeJS.ProcessEnv = process.env): AuthConfig {
+  const config = loadConfig({
+    schema: authConfigSchema,
+    envPrefix: 'AUTH',
+    file: env.AUTH_CONFIG_FILE,
+    env,
+    aliases: authEnvAliases,
+    overrides: env.NODE_ENV === 'production' && !env.APP_ENV ? { environment: 'production' } : undefined,
+  });
+  if (config.jwt.private_key_file && !config.jwt.private_key) {
+    try {
+      config.jwt.private_key = readFileSync(config.jwt.private_key_file, 'utf8');
+    } catch (err) {
+      throw new ConfigError(
+        `cannot read JWT_PRIVATE_KEY_FILE ${config.jwt.private_key_file}: ${(err as Error).message}`,
+      );
+    }
+  }
+  return config;
+}

@@ -1,0 +1,47 @@
+/** Makes the AuthContext from configuration: hasher, policy, keys and limiter over an open database. */
+import type { Logger } from '@gpu/common';
+import type { Kysely } from 'kysely';
+import type { AuthConfig } from './config.ts';
+import type { AuthDatabase } from './db/schema.ts';
+import { loadBlocklist } from './domain/common-passwords.ts';
+import type { AuthContext } from './domain/context.ts';
+import { PasswordHasher } from './domain/password-hasher.ts';
+import { PasswordPolicy } from './domain/password-policy.ts';
+import { RateLimiter } from './domain/rate-limiter.ts';
+import { SigningKeys } from './domain/signing-keys.ts';
+
+/** How long a retired signing key stays published beyond the access-token lifetime (rolling deploys, clock skew). */
+const KEY_RETENTION_MARGIN_MS = 10 * 60_000;
+
+export async function createAuthContext(
+  config: AuthConfig,
+  logger: Logger,
+  db: Kysely<AuthDatabase>,
+): Promise<AuthContext> {
+  const { jwt, password } = config;
+  const keys = await SigningKeys.create({
+    algorithm: jwt.algorithm,
+    secret: jwt.secret_key,
+    privateKeyPem: jwt.private_key,
+    keyId: jwt.key_id,
+    retentionMs: jwt.access_token_expire_minutes * 60_000 + KEY_RETENTION_MARGIN_MS,
+    db,
+  });
+  return {
+    db,
+    config,
+    logger,
+    keys,
+    hasher: new PasswordHasher({
+      memoryKib: password.memory_kib,
+      timeCost: password.time_cost,
+      parallelism: password.parallelism,
+    }),
+    policy: new PasswordPolicy({
+      minLength: password.min_length,
+      maxLength: password.max_length,
+      blocklist: loadBlocklist(password.blocklist_file),
+    }),
+    limiter: new RateLimiter(config.rate_limit.enabled),
+  };
+}

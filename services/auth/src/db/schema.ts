@@ -1,0 +1,50 @@
+/** Kysely table types of the auth service's database. */
+import type { Role } from '@gpu/common';
+import type { ColumnType, Generated, JSONColumnType } from 'kysely';
+
+type Timestamp = ColumnType<Date, Date | string, Date | string>;
+/** A timestamp the database fills in by default. */
+type DefaultTimestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+
+export interface UsersTable {
+  id: Generated<string>;
+  /** Normalised (trimmed, lower-case); unique. */
+  email: string;
+  /** argon2id PHC string. */
+  password_hash: string;
+  roles: ColumnType<Role[], Role[], Role[]>;
+  created_at: DefaultTimestamp;
+  updated_at: DefaultTimestamp;
+}
+
+export interface RefreshTokensTable {
+  id: Generated<string>;
+  /** All tokens descending from one login share a family; reuse revokes the family. */
+  family_id: string;
+  user_id: string;
+  parent_id: string | null;
+  /** SHA-256 (hex) of the opaque token; the token itself is never stored. */
+  token_hash: string;
+  created_at: DefaultTimestamp;
+  expires_at: Timestamp;
+  /** When the token was exchanged for a successor. */
+  used_at: Timestamp | null;
+  revoked_at: Timestamp | null;
+  revoked_reason: string | null;
+}
+
+export interface SigningKeysTable {
+  kid: string;
+  alg: string;
+  /** The public JWK (never the private key). */
+  public_jwk: JSONColumnType<Record<string, unknown>>;
+  created_at: DefaultTimestamp;
+  /** Set when another key took over signing; the key stays published until its tokens expired. */
+  retired_at: Timestamp | null;
+}
+
+export interface AuthDatabase {
+  users: UsersTable;
+  refresh_tokens: RefreshTokensTable;
+  signing_keys: SigningKeysTable;
+}

@@ -1,0 +1,65 @@
+/** Queries on users. Every function takes the database or a transaction. */
+import type { Role } from '@gpu/common';
+import { type Kysely, type Selectable, sql } from 'kysely';
+import type { AuthDatabase, UsersTable } from './schema.ts';
+
+export type UserRow = Selectable<UsersTable>;
+
+const UNIQUE_VIOLATION = '23505';
+
+/** Whether a database error is a unique-constraint violation (a concurrent duplicate insert). */
+export function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: unknown })?.code === UNIQUE_VIOLATION;
+}
+
+export async function insertUser(
+  db: Kysely<AuthDatabase>,
+  user: { email: string; password_hash: string; roles: Role[] },
+): Promise<UserRow> {
+  return db
+    .insertInto('users')
+    .values({ email: user.email, password_hash: user.password_hash, roles: sql<Role[]>`${user.roles}::text[]` })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+export async function findUserByEmail(db: Kysely<AuthDatabase>, email: string): Promise<UserRow | undefined> {
+  return db.selectFrom('users').selectAll().where('email', '=', email).executeTakeFirst();
+}
+
+export async function findUserById(db: Kysely<AuthDatabase>, id: string): Promise<UserRow | undefined> {
+  return db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+export async function updatePasswordHash(db: Kysely<AuthDatabase>, id: string, hash: string): Promise<void> {
+  await db.updateTable('users').set({ password_hash: hash, updated_at: new Date() }).where('id', '=', id).execute();
+}
+
+export async function updateRoles(db: Kysely<AuthDatabase>, id: string, roles: Role[]): Promise<UserRow | undefined> {
+  return db
+    .updateTable('users')
+    .set({ roles: sql<Role[]>`${roles}::text[]`, updated_at: new Date() })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirst();
+}
+
+/** IDs of the admins, locked until the transaction ends (serialises changes to who is admin). */
+export async function lockAdmins(db: Kysely<AuthDatabase>): Promise<string[]> {
+  const rows = await db
+    .selectFrom('users')
+    .select('id')
+    .where(sql<boolean>`'admin' = ANY (roles)`)
+    .forUpdate()
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+export async function countAdmins(db: Kysely<AuthDatabase>): Promise<number> {
+  const row = await db
+    .selectFrom('users')
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where(sql<boolean>`'admin' = ANY (roles)`)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}

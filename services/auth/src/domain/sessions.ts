@@ -1,0 +1,96 @@
+/**
+ * Login, refresh-token rotation with reuse detection, and logout.
+ *
+ * Every refresh exchanges the presented token for a new one in the same
+ * family. A token presented again after it was exchanged means two parties
+ * hold it (a leak): the whole family is revoked and its holder must log in
+ * again. Within `refresh_reuse_interval` of the exchange a repeat is taken
+ * for a concurrent request of the same client and answered with a new token
+ * of the family instead.
+ */
+import { durationMs } from '@gpu/common';
+import { findRefreshToken, findRefreshTokenForUpdate, markUsed, revokeFamily } from '../db/refresh-token-repository.ts';
+import { findUserByEmail, findUserById, updatePasswordHash } from '../db/user-repository.ts';
+import { authErrors } from '../errors.ts';
+import type { AuthContext } from './context.ts';
+import { normaliseEmail } from './email.ts';
+import { normalisePassword } from './password-policy.ts';
+import { hashRefreshToken, issueTokenPair, type TokenPair } from './token-pair.ts';
+
+/**
+ * Checks email and password and starts a session. An unknown email and a
+ * wrong password give the same error after the same work (a dummy hash is verified).
+ */
+export async function login(
+  ctx: AuthContext,
+  input: { email: string; password: string },
+  clientIp: string,
+): Promise<TokenPair> {
+  const limits = ctx.config.rate_limit;
+  const email = normaliseEmail(input.email);
+  ctx.limiter.consume(limits.login_per_ip, 'login-ip', clientIp);
+  ctx.limiter.check(limits.login_per_account, 'login-account', email);
+  const password = normalisePassword(input.password);
+  const user = await findUserByEmail(ctx.db, email);
+  const ok = user ? await ctx.hasher.verify(user.password_hash, password) : await ctx.hasher.verifyDummy(password);
+  if (!user || !ok) {
+    ctx.limiter.hit(limits.login_per_account, 'login-account', email);
+    throw authErrors.invalidCredentials();
+  }
+  if (ctx.hasher.needsRehash(user.password_hash)) {
+    await updatePasswordHash(ctx.db, user.id, await ctx.hasher.hash(password));
+    ctx.logger.info({ user_id: user.id }, 'password rehashed with the current argon2id parameters');
+  }
+  return issueTokenPair(ctx, ctx.db, user);
+}
+
+type RefreshOutcome =
+  | { pair: TokenPair }
+  | { failure: 'invalid' | 'expired' | 'revoked' | 'reused' | 'gone'; familyId?: string; userId?: string };
+
+/** Exchanges a refresh token for a new access token and a new refresh token. */
+export async function refresh(ctx: AuthContext, refreshToken: string, clientIp: string): Promise<TokenPair> {
+  const limits = ctx.config.rate_limit;
+  ctx.limiter.consume(limits.refresh_per_ip, 'refresh-ip', clientIp);
+  const reuseIntervalMs = durationMs(ctx.config.jwt.refresh_reuse_interval);
+  const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
+    const row = await findRefreshTokenForUpdate(trx, hashRefreshToken(refreshToken));
+    if (!row) return { failure: 'invalid' };
+    const now = new Date();
+    const ids = { familyId: row.family_id, userId: row.user_id };
+    if (row.revoked_at) return { failure: 'revoked', ...ids };
+    if (new Date(row.expires_at) <= now) return { failure: 'expired', ...ids };
+    if (row.used_at && now.getTime() - new Date(row.used_at).getTime() > reuseIntervalMs) {
+      await revokeFamily(trx, row.family_id, 'reuse_detected', now);
+      return { failure: 'reused', ...ids };
+    }
+    ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id);
+    const user = await findUserById(trx, row.user_id);
+    if (!user) return { failure: 'gone', ...ids };
+    if (!row.used_at) await markUsed(trx, row.id, now);
+    return { pair: await issueTokenPair(ctx, trx, user, { familyId: row.family_id, parentId: row.id }) };
+  });
+  if ('pair' in outcome) return outcome.pair;
+  const log = { family_id: outcome.familyId, user_id: outcome.userId, ip: clientIp };
+  switch (outcome.failure) {
+    case 'reused':
+      ctx.logger.warn(log, 'refresh token reuse detected: token family revoked');
+      throw authErrors.refreshTokenReused();
+    case 'revoked':
+      throw authErrors.refreshTokenRevoked();
+    case 'expired':
+      throw authErrors.refreshTokenExpired();
+    case 'gone':
+      throw authErrors.userGone();
+    default:
+      throw authErrors.invalidRefreshToken();
+  }
+}
+
+/** Revokes the family of the presented refresh token (the session it belongs to). Unknown tokens are ignored. */
+export async function logout(ctx: AuthContext, refreshToken: string): Promise<void> {
+  const row = await findRefreshToken(ctx.db, hashRefreshToken(refreshToken));
+  if (!row) return;
+  const revoked = await revokeFamily(ctx.db, row.family_id, 'logout');
+  if (revoked > 0) ctx.logger.info({ family_id: row.family_id, user_id: row.user_id }, 'logged out');
+}

@@ -1,0 +1,71 @@
+/**
+ * Issuing an access token (a signed JWT) with a refresh token (an opaque
+ * random value, stored only as its SHA-256 hash, in a family).
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { durationMs } from '@gpu/common';
+import type { Kysely } from 'kysely';
+import { insertRefreshToken } from '../db/refresh-token-repository.ts';
+import type { AuthDatabase } from '../db/schema.ts';
+import type { UserRow } from '../db/user-repository.ts';
+import type { AuthContext } from './context.ts';
+
+export interface TokenPair {
+  access_token: string;
+  refresh_token: string;
+  token_type: 'bearer';
+  /** Seconds until the access token expires. */
+  expires_in: number;
+}
+
+/** SHA-256 hex of a refresh token: what the database holds and looks up by. */
+export function hashRefreshToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+/** A signed access token for the user, with the claims of CONTRACT.md. */
+export async function issueAccessToken(
+  ctx: AuthContext,
+  user: Pick<UserRow, 'id' | 'roles'>,
+): Promise<{ token: string; expiresIn: number }> {
+  const { jwt } = ctx.config;
+  const expiresIn = jwt.access_token_expire_minutes * 60;
+  const iat = Math.floor(Date.now() / 1000);
+  const token = await ctx.keys.sign({
+    iss: jwt.issuer,
+    sub: user.id,
+    aud: jwt.audience,
+    iat,
+    exp: iat + expiresIn,
+    jti: randomUUID(),
+    roles: [...user.roles].sort(),
+  });
+  return { token, expiresIn };
+}
+
+/**
+ * Issues an access token and a new refresh token. Without `family` the
+ * refresh token starts a new family (a login); with it, it continues one (a rotation).
+ */
+export async function issueTokenPair(
+  ctx: AuthContext,
+  db: Kysely<AuthDatabase>,
+  user: Pick<UserRow, 'id' | 'roles'>,
+  family?: { familyId: string; parentId: string },
+): Promise<TokenPair> {
+  const refreshToken = randomBytes(32).toString('base64url');
+  await insertRefreshToken(db, {
+    family_id: family?.familyId ?? randomUUID(),
+    parent_id: family?.parentId ?? null,
+    user_id: user.id,
+    token_hash: hashRefreshToken(refreshToken),
+    expires_at: new Date(Date.now() + durationMs(ctx.config.jwt.refresh_token_expire)),
+  });
+  const access = await issueAccessToken(ctx, user);
+  return {
+    access_token: access.token,
+    refresh_token: refreshToken,
+    token_type: 'bearer',
+    expires_in: access.expiresIn,
+  };
+}

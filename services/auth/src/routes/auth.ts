@@ -1,0 +1,112 @@
+/** /api/v1/auth: register, login, refresh, logout, me. */
+import { type App, requireAuth } from '@gpu/common';
+import { z } from 'zod';
+import { findUserById } from '../db/user-repository.ts';
+import { register } from '../domain/accounts.ts';
+import type { AuthContext } from '../domain/context.ts';
+import { login, logout, refresh } from '../domain/sessions.ts';
+import { toUserView } from '../domain/users.ts';
+import { authErrors } from '../errors.ts';
+import {
+  emailSchema,
+  passwordSchema,
+  problems,
+  refreshBodySchema,
+  roleSchema,
+  tokenPairSchema,
+  userSchema,
+} from './schemas.ts';
+
+export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
+  app.post(
+    '/register',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Create an account (roles renter and/or provider; renter by default)',
+        description:
+          'The password needs at least 8 characters (at most 128 by default), no composition rules, and must not be ' +
+          'a common or breached password nor the email: a 400 names the rule that failed (PASSWORD_TOO_SHORT, ' +
+          'PASSWORD_TOO_LONG, PASSWORD_COMMON, PASSWORD_CONTAINS_EMAIL). admin cannot be chosen (403).',
+        body: z.object({
+          email: emailSchema,
+          password: passwordSchema,
+          roles: z.array(roleSchema).min(1).max(3).optional(),
+        }),
+        response: {
+          201: z.object({ message: z.string(), user: userSchema }),
+          ...problems(400, 403, 409, 429, 503),
+        },
+      },
+    },
+    async (request, reply) => {
+      const user = await register(ctx, request.body, request.clientIp);
+      return reply.code(201).send({ message: 'user registered', user: toUserView(user) });
+    },
+  );
+
+  app.post(
+    '/login',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Exchange email and password for an access token and a refresh token',
+        description: 'An unknown email and a wrong password give the same 401 INVALID_CREDENTIALS.',
+        body: z.object({ email: emailSchema, password: passwordSchema }),
+        response: { 200: tokenPairSchema, ...problems(400, 401, 429, 503) },
+      },
+    },
+    async (request) => login(ctx, request.body, request.clientIp),
+  );
+
+  app.post(
+    '/refresh',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Exchange a refresh token for a new access token and a new refresh token (rotation)',
+        description:
+          'The presented refresh token is used up. Presenting it again later (REFRESH_TOKEN_REUSED) revokes every ' +
+          'token of its session; a repeat within the configured reuse interval is answered normally.',
+        body: refreshBodySchema,
+        response: { 200: tokenPairSchema, ...problems(400, 401, 429, 503) },
+      },
+    },
+    async (request) => refresh(ctx, request.body.refresh_token, request.clientIp),
+  );
+
+  app.post(
+    '/logout',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: "Revoke the refresh token's session (its whole token family)",
+        description: 'Answers 204 whether or not the token was known, so it reveals nothing.',
+        body: refreshBodySchema,
+        response: { 204: z.null().describe('session revoked'), ...problems(400, 503) },
+      },
+    },
+    async (request, reply) => {
+      await logout(ctx, request.body.refresh_token);
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.get(
+    '/me',
+    {
+      onRequest: requireAuth,
+      schema: {
+        tags: ['auth'],
+        summary: 'The account of the bearer access token',
+        security: [{ bearerAuth: [] }],
+        response: { 200: userSchema, ...problems(401, 503) },
+      },
+    },
+    async (request) => {
+      const user = await findUserById(ctx.db, request.auth!.sub);
+      if (!user) throw authErrors.userGone();
+      return toUserView(user);
+    },
+  );
+}

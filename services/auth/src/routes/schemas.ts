@@ -1,0 +1,29 @@
+/** Zod schemas shared by the auth routes: request bodies, the user view, the token pair, error responses. */
+import { problemSchema, ROLES } from '@gpu/common';
+import { z } from 'zod';
+
+export const emailSchema = z.email().max(254).describe('email address; compared case-insensitively');
+export const passwordSchema = z.string().min(1).max(1024);
+export const roleSchema = z.enum(ROLES);
+
+export const userSchema = z.object({
+  id: z.uuid(),
+  email: z.string(),
+  roles: z.array(roleSchema),
+  created_at: z.string().describe('RFC 3339, UTC'),
+  updated_at: z.string().describe('RFC 3339, UTC'),
+});
+
+export const tokenPairSchema = z.object({
+  access_token: z.string().describe('JWT with iss, sub, aud, exp, iat, jti, roles'),
+  refresh_token: z.string().describe('opaque; single use: each refresh returns a new one'),
+  token_type: z.literal('bearer'),
+  expires_in: z.number().int().describe('seconds until the access token expires'),
+});
+
+export const refreshBodySchema = z.object({ refresh_token: z.string().min(1).max(512) });
+
+/** Problem responses, keyed by status, for a route's `response` map. */
+export function problems(...statuses: number[]): Record<number, typeof problemSchema> {
+  return Object.fromEntries(statuses.map((s) => [s, problemSchema]));
+}

@@ -1,0 +1,56 @@
+/**
+ * The auth service process: load and check configuration, log, open the
+ * database (PostgreSQL, or embedded PGlite without DATABASE_URL), migrate,
+ * load the signing key, create the initial admin, listen, register with
+ * Consul, purge expired refresh tokens hourly, shut down gracefully.
+ */
+import { createLogger, migrateToLatest, openDatabase, runService, startOrExit } from '@gpu/common';
+import type { Kysely } from 'kysely';
+import { buildApp, SERVICE_NAME } from './app.ts';
+import { checkAuthConfig, loadAuthConfig } from './config.ts';
+import { createAuthContext } from './context-factory.ts';
+import { migrations } from './db/migrations/index.ts';
+import { deleteExpired } from './db/refresh-token-repository.ts';
+import type { AuthDatabase } from './db/schema.ts';
+import { ensureInitialAdmin } from './domain/accounts.ts';
+
+const PURGE_EVERY_MS = 60 * 60_000;
+/** Expired refresh tokens are kept a day, so a late reuse still reads as "expired" rather than "invalid". */
+const PURGE_AFTER_MS = 24 * 60 * 60_000;
+
+startOrExit(async () => {
+  const config = loadAuthConfig();
+  const logger = createLogger({
+    service: SERVICE_NAME,
+    instanceId: config.instance_id,
+    level: config.log_level,
+    pretty: config.log_pretty,
+  });
+  for (const warning of checkAuthConfig(config)) logger.warn(warning);
+  const database = await openDatabase<AuthDatabase>({
+    url: config.database.url,
+    embeddedPath: config.database.embedded_path,
+    poolSize: config.database.pool_size,
+  });
+  logger.info({ kind: database.kind }, 'database opened');
+  await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
+  const ctx = await createAuthContext(config, logger, database.db);
+  logger.info({ algorithm: config.jwt.algorithm }, 'signing key loaded');
+  const admin = await ensureInitialAdmin(ctx);
+  if (admin !== 'not_configured') logger.info({ outcome: admin }, 'initial admin checked');
+
+  const purge = setInterval(() => {
+    deleteExpired(database.db, new Date(Date.now() - PURGE_AFTER_MS)).then(
+      (n) => n > 0 && logger.info({ deleted: n }, 'expired refresh tokens purged'),
+      (err) => logger.warn({ err }, 'purging expired refresh tokens failed'),
+    );
+  }, PURGE_EVERY_MS);
+  purge.unref();
+
+  const app = await buildApp(ctx);
+  app.addHook('onClose', async () => {
+    clearInterval(purge);
+    await database.close();
+  });
+  await runService({ name: SERVICE_NAME, config, logger, app });
+});

@@ -1,0 +1,90 @@
+import { describe, expect, it } from 'vitest';
+import { checkAuthConfig, loadAuthConfig } from '../src/config.ts';
+
+const LONG_SECRET = 's'.repeat(32);
+
+describe('configuration', () => {
+  it('reads the spec and issue environment names', () => {
+    const config = loadAuthConfig({
+      DATABASE_URL: 'postgres://u@db:5432/auth',
+      SECRET_KEY: LONG_SECRET,
+      ALGORITHM: 'ES256',
+      ACCESS_TOKEN_EXPIRE_MINUTES: '5',
+      REFRESH_TOKEN_EXPIRE: '7d',
+      JWT_ISSUER: 'https://auth.example',
+      JWT_AUDIENCE: 'gpu-api',
+      ADMIN_EMAIL: 'root@example.com',
+      ADMIN_PASSWORD: 'initial admin passphrase',
+      PORT: '9100',
+    });
+    expect(config.database.url).toBe('postgres://u@db:5432/auth');
+    expect(config.jwt).toMatchObject({
+      secret_key: LONG_SECRET,
+      algorithm: 'ES256',
+      access_token_expire_minutes: 5,
+      refresh_token_expire: '7d',
+      issuer: 'https://auth.example',
+      audience: 'gpu-api',
+    });
+    expect(config.admin.email).toBe('root@example.com');
+    expect(config.server.port).toBe(9100);
+    expect(loadAuthConfig({ JWT_SECRET: LONG_SECRET }).jwt.secret_key).toBe(LONG_SECRET);
+  });
+
+  it('has the documented defaults', () => {
+    const config = loadAuthConfig({});
+    expect(config.server.port).toBe(8000);
+    expect(config.jwt).toMatchObject({
+      algorithm: 'HS256',
+      access_token_expire_minutes: 15,
+      refresh_token_expire: '30d',
+    });
+    expect(config.password).toMatchObject({
+      min_length: 8,
+      max_length: 128,
+      memory_kib: 19456,
+      time_cost: 2,
+      parallelism: 1,
+    });
+    expect(config.rate_limit.login_per_account).toEqual({ max: 10, windowMs: 15 * 60_000 });
+  });
+
+  it('parses rate limits written N/duration and refuses bad ones', () => {
+    expect(loadAuthConfig({ AUTH__RATE_LIMIT__LOGIN_PER_IP: '7/30s' }).rate_limit.login_per_ip).toEqual({
+      max: 7,
+      windowMs: 30_000,
+    });
+    expect(() => loadAuthConfig({ AUTH__RATE_LIMIT__LOGIN_PER_IP: 'lots' })).toThrow(/rate_limit.login_per_ip/);
+  });
+
+  it('refuses argon2id parameters below the OWASP minimum and an unknown algorithm', () => {
+    expect(() => loadAuthConfig({ AUTH__PASSWORD__MEMORY_KIB: '4096' })).toThrow(/password.memory_kib/);
+    expect(() => loadAuthConfig({ ALGORITHM: 'none' })).toThrow(/jwt.algorithm/);
+    expect(() => loadAuthConfig({ AUTH__PASSWORD__MAX_LENGTH: '32' })).toThrow(/password.max_length/);
+  });
+
+  it('refuses to run in production with a missing or short secret, or without a private key', () => {
+    const prod = (env: Record<string, string>) => checkAuthConfig(loadAuthConfig({ APP_ENV: 'production', ...env }));
+    expect(() => prod({})).toThrow(/SECRET_KEY.*not set/);
+    expect(() => prod({ SECRET_KEY: 'short' })).toThrow(/shorter than 32/);
+    expect(() => prod({ ALGORITHM: 'EdDSA' })).toThrow(/JWT_PRIVATE_KEY/);
+    expect(prod({ SECRET_KEY: LONG_SECRET })).toEqual([]);
+    expect(() => checkAuthConfig(loadAuthConfig({ NODE_ENV: 'production' }))).toThrow(/SECRET_KEY/);
+  });
+
+  it('only warns outside production', () => {
+    const warnings = checkAuthConfig(loadAuthConfig({ SECRET_KEY: 'short' }));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/refused in production/);
+  });
+
+  it('wants ADMIN_EMAIL and ADMIN_PASSWORD together', () => {
+    expect(() => checkAuthConfig(loadAuthConfig({ ADMIN_EMAIL: 'root@example.com' }))).toThrow(/ADMIN_PASSWORD/);
+  });
+
+  it('reads the private key from JWT_PRIVATE_KEY_FILE and names a missing file', () => {
+    expect(() => loadAuthConfig({ ALGORITHM: 'EdDSA', JWT_PRIVATE_KEY_FILE: '/nonexistent/key.pem' })).toThrow(
+      /JWT_PRIVATE_KEY_FILE/,
+    );
+  });
+});

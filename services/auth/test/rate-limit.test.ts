@@ -1,0 +1,141 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  freshDatabase,
+  GOOD_PASSWORD,
+  registerAndLogin,
+  startAuth,
+  type TestAuth,
+  testConfig,
+  uniqueEmail,
+} from './helpers.ts';
+
+let auth: TestAuth;
+let database: Awaited<ReturnType<typeof freshDatabase>>;
+
+beforeAll(async () => {
+  database = await freshDatabase();
+  auth = await startAuth(
+    database.db,
+    testConfig({
+      server: { trusted_proxies: ['127.0.0.1'] },
+      rate_limit: {
+        enabled: true,
+        login_per_ip: '5/1m',
+        login_per_account: '3/15m',
+        register_per_ip: '4/1h',
+        register_per_account: '2/1h',
+        refresh_per_ip: '3/1m',
+        refresh_per_account: '100/1m',
+      },
+    }),
+  );
+});
+
+afterAll(async () => {
+  await auth?.close();
+  await database?.close();
+});
+
+/** Requests through the trusted proxy, from the given client address. */
+const from = (ip: string) => ({ remoteAddress: '127.0.0.1', headers: { 'x-forwarded-for': ip } });
+
+const expect429 = (res: { statusCode: number; headers: Record<string, unknown>; json(): { code: string } }) => {
+  expect(res.statusCode).toBe(429);
+  expect(res.json().code).toBe('RATE_LIMITED');
+  expect(Number(res.headers['retry-after'])).toBeGreaterThan(0);
+};
+
+describe('rate limits', () => {
+  it('limits login attempts per client IP', async () => {
+    const ip = '203.0.113.10';
+    const { email } = await registerAndLogin(auth.app, { ip: '198.51.100.250' });
+    for (let i = 0; i < 5; i++) {
+      const res = await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email: uniqueEmail(), password: 'x'.repeat(10) },
+        ...from(ip),
+      });
+      expect(res.statusCode).toBe(401);
+    }
+    const limited = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      payload: { email, password: GOOD_PASSWORD },
+      ...from(ip),
+    });
+    expect429(limited);
+    expect(Number(limited.headers['retry-after'])).toBeLessThanOrEqual(60);
+    const otherIp = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      payload: { email, password: GOOD_PASSWORD },
+      ...from('203.0.113.11'),
+    });
+    expect(otherIp.statusCode).toBe(200);
+  });
+
+  it('limits failed logins per account, from any IP, for known and unknown emails alike', async () => {
+    const { email } = await registerAndLogin(auth.app, { ip: '198.51.100.251' });
+    const unknown = uniqueEmail('ghost');
+    for (const target of [email, unknown]) {
+      for (let i = 0; i < 3; i++) {
+        const res = await auth.app.inject({
+          method: 'POST',
+          url: '/api/v1/auth/login',
+          payload: { email: target, password: 'wrong passphrase' },
+          ...from(`192.0.2.${i + 1}`),
+        });
+        expect(res.statusCode).toBe(401);
+      }
+      const limited = await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email: target, password: GOOD_PASSWORD },
+        ...from('192.0.2.99'),
+      });
+      expect429(limited);
+      expect(Number(limited.headers['retry-after'])).toBeGreaterThan(60);
+    }
+  });
+
+  it('limits registrations per IP and per email', async () => {
+    const email = uniqueEmail();
+    const reg = (address: string, mail: string) =>
+      auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/register',
+        payload: { email: mail, password: GOOD_PASSWORD },
+        ...from(address),
+      });
+    expect((await reg('192.0.2.50', email)).statusCode).toBe(201);
+    expect((await reg('192.0.2.51', email)).statusCode).toBe(409);
+    expect429(await reg('192.0.2.52', email));
+    for (let i = 0; i < 4; i++) expect((await reg('192.0.2.60', uniqueEmail())).statusCode).toBe(201);
+    expect429(await reg('192.0.2.60', uniqueEmail()));
+  });
+
+  it('limits refreshes per client IP', async () => {
+    const ip = '192.0.2.70';
+    const { tokens } = await registerAndLogin(auth.app, { ip: '198.51.100.252' });
+    let token = tokens.refresh_token;
+    for (let i = 0; i < 3; i++) {
+      const res = await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/refresh',
+        payload: { refresh_token: token },
+        ...from(ip),
+      });
+      expect(res.statusCode).toBe(200);
+      token = res.json().refresh_token;
+    }
+    expect429(
+      await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/refresh',
+        payload: { refresh_token: token },
+        ...from(ip),
+      }),
+    );
+  });
+});
