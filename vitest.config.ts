@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['{packages,services,tools}/*/test/**/*.test.ts'],
+    include: ['{packages,services,tools}/*/test/**/*.test.ts', 'tests/**/*.test.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',

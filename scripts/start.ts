@@ -1,0 +1,163 @@
+/**
+ * `pnpm start`: the whole platform on embedded defaults, with no external
+ * setup. Starts an S3-compatible store (s3rver on .data/s3) and a local Solana
+ * chain (.data/solana), then every service that exists, each on its contract
+ * port with an embedded PGlite database under .data/<service>/ (no
+ * DATABASE_URL needed). Consul registration is off; NATS is used only when
+ * NATS_URL is set. Ctrl-C stops everything gracefully.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { connect } from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const data = path.join(root, '.data');
+
+interface Proc {
+  name: string;
+  cwd: string;
+  args: string[];
+  env?: Record<string, string>;
+  port: number;
+}
+
+const dependencies: Proc[] = [
+  {
+    name: 's3',
+    cwd: root,
+    // s3rver encrypts list continuation tokens with DES, kept in OpenSSL 3's legacy provider.
+    args: [
+      '--openssl-legacy-provider',
+      '--import',
+      'tsx',
+      'scripts/dev/s3-server.ts',
+      '--port',
+      '9000',
+      '--dir',
+      path.join(data, 's3'),
+    ],
+    port: 9000,
+  },
+  {
+    name: 'solana',
+    cwd: root,
+    args: ['--import', 'tsx', 'tools/solana-localnet/src/server.ts', '--setup', '--dir', path.join(data, 'solana')],
+    port: 8899,
+  },
+];
+
+const solanaEnv = {
+  SOLANA_RPC_URL: 'http://127.0.0.1:8899',
+  TREASURY_KEYPAIR_PATH: path.join(data, 'solana', 'treasury-keypair.json'),
+  SOLANA_MINT_FILE: path.join(data, 'solana', 'mint.json'),
+};
+
+const services: Proc[] = (
+  [
+    { name: 'auth', cwd: 'services/auth', args: [], port: 8000, env: { AUTH_DATA_DIR: path.join(data, 'auth') } },
+    {
+      name: 'storage',
+      cwd: 'services/storage',
+      args: [],
+      port: 8001,
+      env: { STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'), S3_ENDPOINT: '127.0.0.1:9000' },
+    },
+    {
+      name: 'provider-registry',
+      cwd: 'services/provider-registry',
+      args: [],
+      port: 8002,
+      env: { REGISTRY_DATA_DIR: path.join(data, 'provider-registry') },
+    },
+    {
+      name: 'billing',
+      cwd: 'services/billing',
+      args: [],
+      port: 8003,
+      env: { BILLING_DATA_DIR: path.join(data, 'billing'), ...solanaEnv },
+    },
+  ] as Proc[]
+)
+  .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
+  .map((s) => ({ ...s, cwd: path.join(root, s.cwd), args: ['--import', 'tsx', 'src/server.ts'] }));
+
+const children: ChildProcess[] = [];
+let stopping = false;
+
+function prefixLines(name: string, stream: NodeJS.ReadableStream, out: NodeJS.WritableStream) {
+  let buf = '';
+  stream.on('data', (d: Buffer) => {
+    buf += d.toString();
+    const lines = buf.split('\n');
+    buf = lines.pop() ?? '';
+    for (const line of lines) out.write(`[${name}] ${line}\n`);
+  });
+}
+
+function start(p: Proc): ChildProcess {
+  const child = spawn(process.execPath, p.args, {
+    cwd: p.cwd,
+    env: { ...process.env, ...p.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  prefixLines(p.name, child.stdout!, process.stdout);
+  prefixLines(p.name, child.stderr!, process.stderr);
+  child.on('exit', (code, signal) => {
+    if (stopping) return;
+    process.stderr.write(`[start] ${p.name} exited (${signal ?? code}); stopping everything\n`);
+    void stop(1);
+  });
+  children.push(child);
+  return child;
+}
+
+function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+async function waitForPort(name: string, port: number, timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await portOpen(port))) {
+    if (Date.now() > deadline) throw new Error(`${name} did not open port ${port}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function stop(code: number) {
+  if (stopping) return;
+  stopping = true;
+  process.stderr.write('[start] stopping\n');
+  for (const c of [...children].reverse()) c.kill('SIGTERM');
+  await Promise.race([
+    Promise.all(children.map((c) => (c.exitCode !== null ? null : new Promise((r) => c.once('exit', r))))),
+    new Promise((r) => setTimeout(r, 15_000)),
+  ]);
+  process.exit(code);
+}
+
+process.once('SIGINT', () => void stop(0));
+process.once('SIGTERM', () => void stop(0));
+
+mkdirSync(data, { recursive: true });
+for (const dep of dependencies) {
+  if (await portOpen(dep.port)) {
+    process.stdout.write(`[start] ${dep.name}: port ${dep.port} already in use, using what listens there\n`);
+    continue;
+  }
+  start(dep);
+  await waitForPort(dep.name, dep.port);
+}
+for (const svc of services) start(svc);
+await Promise.all(services.map((s) => waitForPort(s.name, s.port, 120_000)));
+process.stdout.write(
+  `[start] up: ${services.map((s) => `${s.name} http://127.0.0.1:${s.port} (docs /docs)`).join(', ')}\n`,
+);
