@@ -1,8 +1,8 @@
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import YAML from 'yaml';
 import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
 import { z } from 'zod';
 import { baseConfigShape, baseEnvAliases, ConfigError, loadConfig, zBool, zDuration, zList } from '../src/index.ts';
 
@@ -72,7 +72,12 @@ describe('loadConfig', () => {
     writeFileSync(file, 'object_store:\n  timeout: forever\n');
     let error: unknown;
     try {
-      loadConfig({ schema, envPrefix: 'SVC', file, env: { SVC__SERVER__PORT: 'eighty', SVC__OBJECT_STORE__USE_SSL: 'maybe' } });
+      loadConfig({
+        schema,
+        envPrefix: 'SVC',
+        file,
+        env: { SVC__SERVER__PORT: 'eighty', SVC__OBJECT_STORE__USE_SSL: 'maybe' },
+      });
     } catch (err) {
       error = err;
     }

@@ -15,6 +15,7 @@ export async function migrateToLatest(
   const { Migrator } = await import('kysely');
   const table = service.replaceAll('-', '_');
   const migrator = new Migrator({
+    // biome-ignore lint/suspicious/noExplicitAny: migrations are frozen and written against Kysely<any>
     db: db as Kysely<any>,
     provider: { getMigrations: async () => migrations },
     migrationTableName: `${table}_migrations`,
