@@ -90,7 +90,7 @@ describe('upload', () => {
     expect(res.statusCode).toBe(400);
   });
 
-  it('answers 404 BUCKET_NOT_FOUND when uploading into a missing bucket, leaving nothing', async () => {
+  it('answers 404 BUCKET_NOT_FOUND when uploading into a missing bucket', async () => {
     const missing = uniqueBucket('missing');
     const res = await put(`/objects/${missing}/a.txt`, 'x');
     expect(res.statusCode).toBe(404);

@@ -50,7 +50,8 @@ export async function uploadObject(deps: StorageDeps, target: Target, request: F
   } catch (err) {
     if (tooLarge) throw storageErrors.uploadTooLarge(limit);
     // The client went away mid-body: nothing was stored, and nobody is left to read the answer.
-    if (!request.raw.complete) throw storageErrors.incompleteBody('the request body ended early');
+    if (request.raw.destroyed && !request.raw.complete)
+      throw storageErrors.incompleteBody('the request body ended early');
     throw err;
   } finally {
     request.raw.unpipe(counted);
