@@ -37,5 +37,15 @@ export type { HealthCheck } from './http/health.ts';
 export { problemSchema, validationProblemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { createLogger, type Logger, type LoggerSettings } from './logger.ts';
+export {
+  type ConnectPublisherOptions,
+  connectPublisher,
+  type EnsureStreamOptions,
+  type EventPublisher,
+  ensureStream,
+  NatsPublisher,
+  NoopPublisher,
+  type PublishOptions,
+} from './messaging/index.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';

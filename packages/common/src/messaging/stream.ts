@@ -1,0 +1,46 @@
+/** Creating (or widening) the JetStream stream that captures a service's subjects. */
+import type { JetStreamManager, StreamConfig } from '@nats-io/jetstream';
+
+export interface EnsureStreamOptions {
+  /** Stream name, e.g. `REGISTRY`. */
+  name: string;
+  /** Subjects the stream must capture, e.g. `['registry.providers.>']`. */
+  subjects: string[];
+  /** How long messages are kept (default 7 days). */
+  maxAgeMs?: number;
+  /** Window in which a repeated `Nats-Msg-Id` is dropped as a duplicate (default 2 minutes). */
+  duplicateWindowMs?: number;
+}
+
+const NANOS_PER_MS = 1_000_000;
+
+/**
+ * Ensures the stream exists and captures every subject in `opts.subjects`.
+ * An existing stream keeps its other settings and subjects; missing subjects
+ * are added. Safe to call from several instances at once.
+ */
+export async function ensureStream(jsm: JetStreamManager, opts: EnsureStreamOptions): Promise<void> {
+  const config: Partial<StreamConfig> & { name: string } = {
+    name: opts.name,
+    subjects: opts.subjects,
+    max_age: (opts.maxAgeMs ?? 7 * 24 * 3600 * 1000) * NANOS_PER_MS,
+    duplicate_window: (opts.duplicateWindowMs ?? 120_000) * NANOS_PER_MS,
+  };
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const existing = await jsm.streams.info(opts.name).catch(() => undefined);
+    try {
+      if (!existing) {
+        await jsm.streams.add(config);
+        return;
+      }
+      const have = new Set(existing.config.subjects ?? []);
+      const missing = opts.subjects.filter((s) => !have.has(s));
+      if (missing.length === 0) return;
+      await jsm.streams.update(opts.name, { ...existing.config, subjects: [...have, ...missing] });
+      return;
+    } catch (err) {
+      // Another instance may have created the stream between our info and add: look again.
+      if (attempt === 2) throw err;
+    }
+  }
+}

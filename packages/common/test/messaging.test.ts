@@ -1,0 +1,124 @@
+import { randomBytes } from 'node:crypto';
+import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectPublisher, type EventPublisher, ensureStream, NoopPublisher } from '../src/index.ts';
+import { testEnv } from '../src/testing/index.ts';
+
+const suffix = randomBytes(4).toString('hex');
+const streamName = `TEST_MSG_${suffix}`;
+const subject = `test.${suffix}.status`;
+let nc: NatsConnection;
+let publisher: EventPublisher;
+
+beforeAll(async () => {
+  nc = await connect({ servers: testEnv.natsUrl });
+  publisher = await connectPublisher({
+    url: testEnv.natsUrl,
+    name: 'messaging-test',
+    stream: { name: streamName, subjects: [`test.${suffix}.>`] },
+  });
+});
+
+afterAll(async () => {
+  await publisher.close();
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.delete(streamName).catch(() => {});
+  await nc.drain();
+});
+
+async function readAll(stream: string, count: number) {
+  const jsm = await jetstreamManager(nc);
+  const name = `c_${randomBytes(4).toString('hex')}`;
+  await jsm.consumers.add(stream, { durable_name: name, ack_policy: AckPolicy.Explicit });
+  const consumer = await jetstream(nc).consumers.get(stream, name);
+  const msgs = await consumer.fetch({ max_messages: count + 5, expires: 1000 });
+  const out: { subject: string; data: unknown; msgId?: string; correlationId?: string; contentType?: string }[] = [];
+  for await (const m of msgs) {
+    out.push({
+      subject: m.subject,
+      data: m.json(),
+      msgId: m.headers?.get('Nats-Msg-Id'),
+      correlationId: m.headers?.get('X-Correlation-ID'),
+      contentType: m.headers?.get('Content-Type'),
+    });
+    m.ack();
+  }
+  return out;
+}
+
+describe('NATS publisher (JetStream)', () => {
+  it('publishes JSON with Nats-Msg-Id and X-Correlation-ID into the ensured stream', async () => {
+    const id = await publisher.publish(subject, { provider_id: 'p-1', status: 'idle' }, { correlationId: 'corr-1' });
+    const id2 = await publisher.publish(subject, { provider_id: 'p-2', status: 'busy' });
+    expect(id).not.toBe(id2);
+    const got = await readAll(streamName, 2);
+    expect(got).toHaveLength(2);
+    expect(got[0]).toMatchObject({
+      subject,
+      data: { provider_id: 'p-1', status: 'idle' },
+      msgId: id,
+      correlationId: 'corr-1',
+      contentType: 'application/json',
+    });
+    expect(got[1]?.msgId).toBe(id2);
+    expect(got[1]?.correlationId).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('drops a re-published message with the same Nats-Msg-Id (idempotent retry)', async () => {
+    const jsm = await jetstreamManager(nc);
+    const before = (await jsm.streams.info(streamName)).state.messages;
+    await publisher.publish(subject, { n: 1 }, { msgId: `dup-${suffix}` });
+    await publisher.publish(subject, { n: 1 }, { msgId: `dup-${suffix}` });
+    const after = (await jsm.streams.info(streamName)).state.messages;
+    expect(after - before).toBe(1);
+  });
+
+  it('ensureStream is idempotent and adds missing subjects to an existing stream', async () => {
+    const jsm = await jetstreamManager(nc);
+    await ensureStream(jsm, { name: streamName, subjects: [`test.${suffix}.>`] });
+    await ensureStream(jsm, { name: streamName, subjects: [`other.${suffix}.>`] });
+    const info = await jsm.streams.info(streamName);
+    expect(info.config.subjects.sort()).toEqual([`other.${suffix}.>`, `test.${suffix}.>`].sort());
+  });
+
+  it('answers ping while connected and refuses to publish after close', async () => {
+    const p = await connectPublisher({ url: testEnv.natsUrl, stream: { name: streamName, subjects: [] } });
+    await expect(p.ping()).resolves.toBeUndefined();
+    await p.close();
+    await expect(p.ping()).rejects.toThrow(/closed/);
+    await expect(p.publish(subject, {})).rejects.toThrow();
+  });
+});
+
+describe('NATS publisher (core, no stream)', () => {
+  it('publishes with headers to plain subscribers', async () => {
+    const p = await connectPublisher({ url: testEnv.natsUrl });
+    const sub = nc.subscribe(`core.${suffix}`, { max: 1 });
+    await nc.flush();
+    const id = await p.publish(`core.${suffix}`, { hello: 'world' }, { correlationId: 'c-9' });
+    for await (const m of sub) {
+      expect(m.json()).toEqual({ hello: 'world' });
+      expect(m.headers?.get('Nats-Msg-Id')).toBe(id);
+      expect(m.headers?.get('X-Correlation-ID')).toBe('c-9');
+    }
+    await p.close();
+  });
+});
+
+describe('connecting', () => {
+  it('gives a no-op publisher when no URL is configured', async () => {
+    const p = await connectPublisher({ url: '' });
+    expect(p).toBeInstanceOf(NoopPublisher);
+    expect(p.enabled).toBe(false);
+    await expect(p.publish('x.y', { a: 1 }, { msgId: 'm-1' })).resolves.toBe('m-1');
+  });
+
+  it('retries the first connection and fails clearly after its time limit', async () => {
+    const started = Date.now();
+    await expect(connectPublisher({ url: 'nats://127.0.0.1:1', connectTimeoutMs: 600 })).rejects.toThrow(
+      /cannot connect to NATS at nats:\/\/127\.0\.0\.1:1/,
+    );
+    expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+  });
+});

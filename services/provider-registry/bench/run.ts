@@ -1,0 +1,266 @@
+/**
+ * `pnpm bench registry`: loads 100,000 providers / 400,000 GPUs into a fresh
+ * database, starts the registry as its own process (real HTTP on loopback),
+ * and measures filtered, paginated discovery and heartbeats through the
+ * service next to the very same SQL issued directly through `pg` (captured
+ * from the repository code, so both sides run identical statements).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { migrateToLatest } from '@gpu/common';
+import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+import { listProviders } from '../src/db/discovery-repository.ts';
+import { migrations } from '../src/db/migrations/index.ts';
+import type { RegistryDB } from '../src/db/schema.ts';
+import { recordHeartbeat } from '../src/db/status-repository.ts';
+import { type DiscoveryFilter, decodeCursor } from '../src/domain/discovery.ts';
+import { loadFleet } from './dataset.ts';
+import { type LoadResult, runLoad } from './load.ts';
+
+const PROVIDERS = Number(process.env.BENCH_PROVIDERS ?? 100_000);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const LIST_CONCURRENCY = 4;
+const HEARTBEAT_CONCURRENCY = 16;
+const POOL_SIZE = 20;
+const OFFLINE_AFTER_MS = 3_600_000;
+const root = fileURLToPath(new URL('..', import.meta.url));
+const port = Number(process.env.TEST_PORT_BASE ?? 55400) + 7;
+const base = `http://127.0.0.1:${port}`;
+
+const log = (msg: string) => process.stderr.write(`[bench registry] ${msg}\n`);
+
+async function createDatabase(): Promise<string> {
+  const adminUrl = process.env.TEST_PG_URL;
+  if (!adminUrl) throw new Error('TEST_PG_URL is not set: run through `pnpm bench registry`');
+  const name = `registry_bench_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE "${name}"`);
+  await admin.end();
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** Runs `fn` on a Kysely that records the SQL it sends, and returns those statements. */
+async function capture(pool: pg.Pool, fn: (db: Kysely<RegistryDB>) => Promise<unknown>): Promise<CompiledQuery[]> {
+  const queries: CompiledQuery[] = [];
+  const db = new Kysely<RegistryDB>({
+    dialect: new PostgresDialect({ pool }),
+    log: (event) => {
+      if (event.level === 'query') queries.push(event.query);
+    },
+  });
+  await fn(db);
+  return queries;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+
+function request(method: string, path: string): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${base}${path}`, { method, agent }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode === 200));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function startService(databaseUrl: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    cwd: root,
+    env: {
+      PATH: process.env.PATH,
+      DATABASE_URL: databaseUrl,
+      NATS_URL: process.env.TEST_NATS_URL ?? '',
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      OFFLINE_AFTER: `${OFFLINE_AFTER_MS}ms`,
+      REGISTRY__DATABASE__POOL_SIZE: String(POOL_SIZE),
+      REGISTRY__SERVER__METRICS_ENABLED: 'true',
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const deadline = Date.now() + 60_000;
+  while (!(await request('GET', '/health').catch(() => false))) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error('the registry did not start');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return child;
+}
+
+interface Scenario {
+  label: string;
+  query: string;
+  filter: DiscoveryFilter;
+}
+
+function filterOf(query: string): DiscoveryFilter {
+  const q = new URLSearchParams(query);
+  const sort = (q.get('sort') ?? 'registered_at') as DiscoveryFilter['sort'];
+  const cursor = q.get('cursor');
+  const decoded = cursor ? decodeCursor(cursor, sort) : undefined;
+  if (typeof decoded === 'string') throw new Error(decoded);
+  const num = (k: string) => (q.get(k) === null ? undefined : Number(q.get(k)));
+  return {
+    status: (q.get('status') ?? undefined) as DiscoveryFilter['status'],
+    gpu_model: q.get('gpu_model') ?? undefined,
+    architecture: q.get('architecture') ?? undefined,
+    min_vram: num('min_vram'),
+    min_gpus: num('min_gpus'),
+    healthy_only: q.get('healthy_only') === 'true' ? true : undefined,
+    sort,
+    limit: num('limit') ?? 100,
+    cursor: decoded,
+  };
+}
+
+/** The cursor of page `page` (1-based) of a query, following X-Next-Cursor. */
+async function cursorOfPage(query: string, page: number): Promise<string> {
+  let cursor = '';
+  for (let i = 1; i < page; i++) {
+    const res = await fetch(`${base}/providers?${query}${cursor ? `&cursor=${cursor}` : ''}`);
+    await res.arrayBuffer();
+    cursor = res.headers.get('x-next-cursor') ?? '';
+    if (!cursor) throw new Error(`no page ${page} for ${query}`);
+  }
+  return cursor;
+}
+
+const fmt = (n: number, digits = 1) => n.toFixed(digits);
+
+async function main() {
+  const databaseUrl = await createDatabase();
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: POOL_SIZE });
+  const setupDb = new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool }) });
+  await migrateToLatest(setupDb as Kysely<unknown>, 'provider-registry', migrations);
+
+  const client = await pool.connect();
+  const loadStart = performance.now();
+  const { gpus } = await loadFleet(client, PROVIDERS);
+  const loadSeconds = (performance.now() - loadStart) / 1000;
+  client.release();
+  log(`loaded ${PROVIDERS} providers / ${gpus} GPUs in ${fmt(loadSeconds)} s`);
+
+  const child = await startService(databaseUrl);
+  const loadBefore = os.loadavg()[0]!;
+  try {
+    const scheduler = 'status=idle&gpu_model=a100&min_vram=40000&min_gpus=2&healthy_only=true&limit=50';
+    const scenarios: Scenario[] = [];
+    const add = (label: string, query: string) => scenarios.push({ label, query, filter: filterOf(query) });
+    add('`status=idle` (default sort, 100 per page)', 'status=idle&limit=100');
+    add('scheduler: idle, ≥ 2 healthy A100s of ≥ 40 GB (default sort, 50 per page)', scheduler);
+    add('the same, `sort=-vram` (largest GPU first)', `${scheduler}&sort=-vram`);
+    add(
+      '`architecture=hopper&min_gpus=4&sort=-gpu_count`, 100 per page',
+      'architecture=hopper&min_gpus=4&sort=-gpu_count&limit=100',
+    );
+    const deep = 'status=idle&gpu_model=rtx%204090&sort=-last_seen_at&limit=100';
+    add(
+      'page 5 (cursor) of `status=idle&gpu_model=rtx 4090&sort=-last_seen_at`',
+      `${deep}&cursor=${await cursorOfPage(deep, 5)}`,
+    );
+
+    const listRows: string[] = [];
+    const listResults: { service: LoadResult; direct: LoadResult }[] = [];
+    for (const s of scenarios) {
+      const statements = await capture(pool, (db) => listProviders(db, s.filter, OFFLINE_AFTER_MS));
+      const service = await runLoad(() => request('GET', `/providers?${s.query}`), {
+        concurrency: LIST_CONCURRENCY,
+        seconds: SECONDS,
+      });
+      const direct = await runLoad(
+        async () => {
+          for (const q of statements) await pool.query(q.sql, q.parameters as unknown[]);
+          return true;
+        },
+        { concurrency: LIST_CONCURRENCY, seconds: SECONDS },
+      );
+      listResults.push({ service, direct });
+      const met = service.p99 < 20 && service.errors === 0 ? 'met' : '**missed**';
+      listRows.push(
+        `| ${s.label} | ${fmt(direct.p50, 2)} / ${fmt(direct.p99, 2)} ms · ${fmt(direct.perSecond, 0)}/s | ${fmt(service.p50, 2)} / ${fmt(service.p99, 2)} ms · ${fmt(service.perSecond, 0)}/s | < 20 ms: ${met} |`,
+      );
+      log(
+        `${s.query}: service p50 ${fmt(service.p50, 2)} p99 ${fmt(service.p99, 2)} ms ${fmt(service.perSecond, 0)}/s (errors ${service.errors}); direct p50 ${fmt(direct.p50, 2)} p99 ${fmt(direct.p99, 2)} ms ${fmt(direct.perSecond, 0)}/s`,
+      );
+    }
+
+    const { rows } = await pool.query<{ id: string }>(`SELECT id FROM providers WHERE status IN ('idle', 'busy')`);
+    const ids = rows.map((r) => r.id);
+    const pick = (i: number) => ids[(i * 7919) % ids.length]!;
+    const [beat] = await capture(pool, (db) => recordHeartbeat(db, ids[0]!, []));
+    if (!beat) throw new Error('no heartbeat statement captured');
+    const idIndex = beat.parameters.indexOf(ids[0]);
+    const beatService = await runLoad((i) => request('POST', `/providers/${pick(i)}/heartbeat`), {
+      concurrency: HEARTBEAT_CONCURRENCY,
+      seconds: SECONDS,
+    });
+    const beatDirect = await runLoad(
+      async (i) => {
+        const params = [...beat.parameters];
+        params[idIndex] = pick(i);
+        const r = await pool.query(beat.sql, params);
+        return r.rowCount === 1;
+      },
+      { concurrency: HEARTBEAT_CONCURRENCY, seconds: SECONDS },
+    );
+    const ratio = beatService.perSecond / beatDirect.perSecond;
+    log(
+      `heartbeats: service ${fmt(beatService.perSecond, 0)}/s (errors ${beatService.errors}), direct ${fmt(beatDirect.perSecond, 0)}/s, ratio ${fmt(ratio, 2)}`,
+    );
+
+    writeBenchSection(
+      'registry',
+      `## registry
+
+\`pnpm bench registry\` — ${machineLine()}
+
+${PROVIDERS.toLocaleString('en-US')} providers and ${gpus.toLocaleString('en-US')} GPUs (1-8 per provider, 10 models, 60 % idle),
+loaded with set-based SQL in ${fmt(loadSeconds)} s. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
+log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback; "direct" replays through a \`pg\`
+pool of the same size the exact statements the repository sends for the same request (captured from Kysely), in the
+same run. Each row ran ${SECONDS} s after a 1 s warm-up; load generator, service and PostgreSQL share the machine's cores.
+
+Discovery, ${LIST_CONCURRENCY} concurrent clients (p50 / p99 latency · requests per second):
+
+| query | direct (pg) | through the service | p99 target |
+|---|---|---|---|
+${listRows.join('\n')}
+
+Heartbeats (no metrics; random idle/busy providers), ${HEARTBEAT_CONCURRENCY} concurrent clients:
+
+| | direct (pg) | through the service | ratio | target |
+|---|---|---|---|---|
+| heartbeats/s | ${fmt(beatDirect.perSecond, 0)} (p99 ${fmt(beatDirect.p99, 2)} ms) | ${fmt(beatService.perSecond, 0)} (p99 ${fmt(beatService.p99, 2)} ms) | ${fmt(ratio, 2)}x | ≥ 0.5x: ${ratio >= 0.5 ? 'met' : '**missed**'} |
+
+Service errors: ${listResults.reduce((n, r) => n + r.service.errors, 0) + beatService.errors}. Machine load average (1 min) at the
+start of the measurements: ${fmt(loadBefore, 1)}, at the end: ${fmt(os.loadavg()[0]!, 1)} (on ${os.cpus().length} cores; other work on the machine inflates
+both columns alike, the service column more, as it needs CPU for the service, its HTTP client and PostgreSQL at once).`,
+    );
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((r) => child.once('exit', r));
+    await pool.end();
+    const admin = new pg.Client({ connectionString: process.env.TEST_PG_URL });
+    await admin.connect();
+    await admin.query(`DROP DATABASE IF EXISTS "${new URL(databaseUrl).pathname.slice(1)}" WITH (FORCE)`);
+    await admin.end();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(`${(err as Error).stack ?? err}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,202 @@
+/**
+ * The provider registry's configuration: the shared settings plus the
+ * database, heartbeat/offline timing, events and optional JWT enforcement.
+ * The spec's flat parameter names (`consul_address`, `service_name`,
+ * `service_tags`, `health_check_*`, ...) are accepted in the file and map
+ * onto the shared `registry` section.
+ */
+import { readFileSync } from 'node:fs';
+import {
+  baseConfigShape,
+  baseEnvAliases,
+  ConfigError,
+  durationMs,
+  loadConfig,
+  zBool,
+  zDuration,
+  zInt,
+} from '@gpu/common';
+import { z } from 'zod';
+
+/** Spec parameter -> path in the shared `registry` section. */
+const FLAT_REGISTRY_KEYS: Record<string, string[]> = {
+  consul_address: ['address'],
+  service_name: ['registration', 'service_name'],
+  service_id_prefix: ['registration', 'id_prefix'],
+  service_tags: ['registration', 'tags'],
+  health_check_path: ['registration', 'health_check_path'],
+  health_check_interval: ['registration', 'health_check_interval'],
+  health_check_timeout: ['registration', 'health_check_timeout'],
+};
+
+type Tree = Record<string, unknown>;
+const isTree = (v: unknown): v is Tree => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Moves the spec's flat keys into `registry` (registration itself is switched on by `registry.enabled`). */
+function mapFlatKeys(input: unknown): unknown {
+  if (!isTree(input)) return input;
+  const out: Tree = { ...input };
+  const registry: Tree = isTree(out.registry) ? { ...out.registry } : {};
+  for (const [flat, path] of Object.entries(FLAT_REGISTRY_KEYS)) {
+    if (!(flat in out)) continue;
+    const value = out[flat];
+    delete out[flat];
+    if (value === undefined || value === '') continue;
+    if (path.length === 1) registry[path[0]!] = value;
+    else registry.registration = { ...(isTree(registry.registration) ? registry.registration : {}), [path[1]!]: value };
+  }
+  out.registry = registry;
+  if (typeof out.port === 'string' || typeof out.port === 'number') {
+    // The spec writes the port as ":8002".
+    out.server = { ...(isTree(out.server) ? out.server : {}), port: String(out.port).replace(/^.*:/, '') };
+    delete out.port;
+  }
+  return out;
+}
+
+const registryShape = {
+  ...baseConfigShape(8002),
+  /** postgres:// URL; empty means: build one from parts, else use embedded PGlite. */
+  database_url: z.string().default(''),
+  /** Optional JSON file with secrets: `database_url`, or `database: {host, port, user, password, name}`. */
+  secrets_file_path: z.string().default(''),
+  database: z
+    .object({
+      host: z.string().default(''),
+      port: zInt(1, 65535).default(5432),
+      user: z.string().default('postgres'),
+      password: z.string().default(''),
+      name: z.string().default('provider_registry'),
+      sslmode: z.string().default(''),
+      pool_size: zInt(1, 500).default(20),
+      connect_timeout: zDuration().default('5s'),
+      /** Folder of the embedded PGlite database used when no PostgreSQL is configured. */
+      embedded_path: z.string().default('.data/provider-registry/pglite'),
+      /** Attempts of one database operation on transient errors (connection loss, serialization failure). */
+      retry_attempts: zInt(1, 20).default(4),
+    })
+    .prefault({}),
+  /** How often provider daemons are expected to send heartbeats. */
+  heartbeat_interval: zDuration().default('30s'),
+  /** Silence after which a provider is shown and stored as offline; empty = 3 heartbeat intervals. */
+  offline_after: z
+    .string()
+    .default('')
+    .refine((s) => s === '' || zDuration().safeParse(s).success, 'expected a duration such as "90s"'),
+  /** How often each instance sweeps stale providers to `offline` (and publishes the change). */
+  offline_sweep_interval: zDuration().default('5s'),
+  /** NATS server URL; events are not published when empty. */
+  nats_url: z.string().default(''),
+  events: z
+    .object({
+      status_subject: z.string().min(1).default('registry.providers.status'),
+      /** JetStream stream capturing the subject; empty publishes on core NATS without acknowledgement. */
+      stream: z.string().default('REGISTRY'),
+    })
+    .prefault({}),
+  auth: z
+    .object({
+      /** Require a bearer token on the provider endpoints (off by default, as in the spec). */
+      enabled: zBool().default(false),
+      issuer: z.string().default(''),
+      audience: z.string().default(''),
+      /** HS256 shared secret, or empty when a JWKS URL is used. */
+      secret: z.string().default(''),
+      jwks_url: z.string().default(''),
+    })
+    .prefault({}),
+};
+
+export const registryConfigSchema = z.preprocess(mapFlatKeys, z.object(registryShape));
+
+export type RegistryConfig = z.infer<typeof registryConfigSchema>;
+
+/** Milliseconds of silence after which a provider counts as offline. */
+export function offlineAfterMs(config: RegistryConfig): number {
+  return config.offline_after ? durationMs(config.offline_after) : 3 * durationMs(config.heartbeat_interval);
+}
+
+/** Loads the configuration file (if any), then the environment (`REGISTRY__...` and the aliases). */
+export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env): RegistryConfig {
+  return loadConfig({
+    schema: registryConfigSchema,
+    envPrefix: 'REGISTRY',
+    file: env.REGISTRY_CONFIG_FILE,
+    env,
+    aliases: {
+      ...baseEnvAliases,
+      DATABASE_URL: 'database_url',
+      SECRETS_FILE_PATH: 'secrets_file_path',
+      NATS_URL: 'nats_url',
+      HEARTBEAT_INTERVAL: 'heartbeat_interval',
+      OFFLINE_AFTER: 'offline_after',
+      SERVICE_NAME: 'registry.registration.service_name',
+      SERVICE_ID_PREFIX: 'registry.registration.id_prefix',
+      SERVICE_TAGS: 'registry.registration.tags',
+      HEALTH_CHECK_PATH: 'registry.registration.health_check_path',
+      HEALTH_CHECK_INTERVAL: 'registry.registration.health_check_interval',
+      HEALTH_CHECK_TIMEOUT: 'registry.registration.health_check_timeout',
+      DB_HOST: 'database.host',
+      DB_PORT: 'database.port',
+      DB_USER: 'database.user',
+      DB_PASSWORD: 'database.password',
+      DB_NAME: 'database.name',
+    },
+  });
+}
+
+const secretsSchema = z.object({
+  database_url: z.string().optional(),
+  database: z
+    .object({
+      host: z.string().optional(),
+      port: zInt(1, 65535).optional(),
+      user: z.string().optional(),
+      password: z.string().optional(),
+      name: z.string().optional(),
+      sslmode: z.string().optional(),
+    })
+    .optional(),
+});
+
+function buildUrl(parts: {
+  host: string;
+  port: number;
+  user: string;
+  password: string;
+  name: string;
+  sslmode: string;
+}) {
+  const url = new URL('postgres://localhost');
+  url.hostname = parts.host;
+  url.port = String(parts.port);
+  url.username = parts.user;
+  url.password = parts.password;
+  url.pathname = `/${parts.name}`;
+  if (parts.sslmode) url.searchParams.set('sslmode', parts.sslmode);
+  return url.toString();
+}
+
+/**
+ * The PostgreSQL URL to use, or '' for embedded PGlite: `database_url`, else
+ * the secrets file (`database_url` or parts), else `database.host` and its
+ * parts from the configuration or environment.
+ */
+export function resolveDatabaseUrl(config: RegistryConfig): string {
+  if (config.database_url) return config.database_url;
+  let parts = { ...config.database };
+  if (config.secrets_file_path) {
+    let parsed: z.infer<typeof secretsSchema>;
+    try {
+      parsed = secretsSchema.parse(JSON.parse(readFileSync(config.secrets_file_path, 'utf8')));
+    } catch (err) {
+      throw new ConfigError(`cannot read secrets file ${config.secrets_file_path}: ${(err as Error).message}`);
+    }
+    if (parsed.database_url) return parsed.database_url;
+    parts = {
+      ...parts,
+      ...Object.fromEntries(Object.entries(parsed.database ?? {}).filter(([, v]) => v !== undefined)),
+    };
+  }
+  return parts.host ? buildUrl(parts) : '';
+}

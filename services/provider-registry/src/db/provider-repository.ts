@@ -1,0 +1,156 @@
+/**
+ * Provider CRUD. Registration and full update each run in one transaction
+ * (provider row, its GPU summary and its GPU rows); GPUs go with their
+ * provider through ON DELETE CASCADE.
+ */
+import { type Kysely, sql, type Transaction } from 'kysely';
+import { type Provider, type ProviderInput, type ProviderStatus, summarizeGpus } from '../domain/provider.ts';
+import { registryErrors } from '../errors.ts';
+import { type ProviderListRow, toGpuRows, toProvider } from './provider-mapper.ts';
+import type { GpuRow, RegistryDB } from './schema.ts';
+import { effectiveStatusSql } from './sql-rules.ts';
+
+type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
+
+const UNIQUE_VIOLATION = '23505';
+
+function rethrowDuplicate(err: unknown, input: ProviderInput): never {
+  const e = err as { code?: string; constraint?: string; message?: string };
+  if (e.code === UNIQUE_VIOLATION && (e.constraint ?? e.message ?? '').includes('providers_owner_name_key')) {
+    throw registryErrors.providerAlreadyExists(input.owner_id, input.name);
+  }
+  throw err;
+}
+
+/** The provider's columns with the effective status. */
+function selectProviders(db: Db, offlineAfterMs: number) {
+  return db
+    .selectFrom('providers as p')
+    .select([
+      'p.id',
+      'p.owner_id',
+      'p.name',
+      'p.hostname',
+      'p.ip_address',
+      'p.location',
+      'p.metadata',
+      'p.registered_at',
+      'p.last_seen_at',
+      effectiveStatusSql(offlineAfterMs).as('status'),
+    ]);
+}
+
+/** GPU rows of the given providers, grouped by provider ID. */
+export async function loadGpus(db: Db, providerIds: string[]): Promise<Map<string, GpuRow[]>> {
+  const byProvider = new Map<string, GpuRow[]>(providerIds.map((id) => [id, []]));
+  if (providerIds.length === 0) return byProvider;
+  const rows = await db
+    .selectFrom('gpus')
+    .selectAll()
+    .where('provider_id', 'in', providerIds)
+    .orderBy('provider_id')
+    .orderBy('idx')
+    .execute();
+  for (const row of rows) byProvider.get(row.provider_id)?.push(row);
+  return byProvider;
+}
+
+/** Provider rows (as listed) to API objects with their GPUs. */
+export async function withGpus(db: Db, rows: ProviderListRow[]): Promise<Provider[]> {
+  const gpus = await loadGpus(
+    db,
+    rows.map((r) => r.id),
+  );
+  return rows.map((r) => toProvider(r, gpus.get(r.id) ?? []));
+}
+
+export async function findProvider(db: Db, id: string, offlineAfterMs: number): Promise<Provider | undefined> {
+  const row = await selectProviders(db, offlineAfterMs).where('p.id', '=', id).executeTakeFirst();
+  if (!row) return undefined;
+  const [provider] = await withGpus(db, [row as ProviderListRow]);
+  return provider;
+}
+
+/** Inserts a provider and its GPUs in one transaction; a duplicate (owner, name) is a 409. */
+export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: ProviderInput): Promise<void> {
+  const status: ProviderStatus = input.status ?? 'idle';
+  try {
+    await db.transaction().execute(async (tx) => {
+      await tx
+        .insertInto('providers')
+        .values({
+          id,
+          owner_id: input.owner_id,
+          name: input.name,
+          hostname: input.hostname ?? null,
+          ip_address: input.ip_address ?? null,
+          status,
+          location: input.location ?? null,
+          metadata: JSON.stringify(input.metadata ?? {}),
+          ...summarizeGpus(input.gpus),
+        })
+        .execute();
+      if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
+    });
+  } catch (err) {
+    rethrowDuplicate(err, input);
+  }
+}
+
+/**
+ * Replaces every writable field and the GPU list in one transaction.
+ * `last_seen_at` moves only when the status changes (an explicit status
+ * update). Returns the previous and new stored status, or undefined when the
+ * provider does not exist.
+ */
+export async function replaceProvider(
+  db: Kysely<RegistryDB>,
+  id: string,
+  input: ProviderInput,
+): Promise<{ previous: ProviderStatus; owner_id: string } | undefined> {
+  try {
+    return await db.transaction().execute(async (tx) => {
+      const current = await tx
+        .selectFrom('providers')
+        .select(['status', 'owner_id'])
+        .where('id', '=', id)
+        .forUpdate()
+        .executeTakeFirst();
+      if (!current) return undefined;
+      const previous = current.status as ProviderStatus;
+      const status = input.status ?? previous;
+      await tx
+        .updateTable('providers')
+        .set({
+          owner_id: input.owner_id,
+          name: input.name,
+          hostname: input.hostname ?? null,
+          ip_address: input.ip_address ?? null,
+          status,
+          location: input.location ?? null,
+          metadata: JSON.stringify(input.metadata ?? {}),
+          ...summarizeGpus(input.gpus),
+          ...(status !== previous ? { last_seen_at: sql<Date>`now()` } : {}),
+        })
+        .where('id', '=', id)
+        .execute();
+      await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
+      if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
+      return { previous, owner_id: current.owner_id };
+    });
+  } catch (err) {
+    rethrowDuplicate(err, input);
+  }
+}
+
+/** Deletes a provider (its GPUs follow by cascade); false when it did not exist. */
+export async function deleteProvider(db: Kysely<RegistryDB>, id: string): Promise<boolean> {
+  const result = await db.deleteFrom('providers').where('id', '=', id).executeTakeFirst();
+  return Number(result.numDeletedRows) > 0;
+}
+
+/** The owner of a provider, for authorization; undefined when it does not exist. */
+export async function providerOwner(db: Kysely<RegistryDB>, id: string): Promise<string | undefined> {
+  const row = await db.selectFrom('providers').select('owner_id').where('id', '=', id).executeTakeFirst();
+  return row?.owner_id;
+}

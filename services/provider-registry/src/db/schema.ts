@@ -1,0 +1,51 @@
+/** Kysely table types of the provider registry (the current shape; migrations do not use these). */
+import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+type Json = ColumnType<Record<string, unknown>, string, string>;
+
+export interface ProvidersTable {
+  id: string;
+  owner_id: string;
+  name: string;
+  hostname: string | null;
+  ip_address: string | null;
+  status: string;
+  location: string | null;
+  metadata: Json;
+  registered_at: Timestamp;
+  last_seen_at: Timestamp;
+  gpu_count: Generated<number>;
+  max_vram: Generated<number>;
+  all_healthy: Generated<boolean>;
+  gpu_models: Generated<string>;
+  gpu_architectures: Generated<string>;
+}
+
+export interface GpusTable {
+  provider_id: string;
+  idx: number;
+  model_name: string;
+  vram: number;
+  driver_version: string;
+  architecture: string | null;
+  compute_capability: string | null;
+  cuda_cores: number | null;
+  tensor_cores: number | null;
+  memory_bandwidth: number | null;
+  power_consumption: number | null;
+  utilization_gpu: number | null;
+  utilization_mem: number | null;
+  temperature: number | null;
+  power_draw: number | null;
+  is_healthy: Generated<boolean>;
+}
+
+export interface RegistryDB {
+  providers: ProvidersTable;
+  gpus: GpusTable;
+}
+
+export type ProviderRow = Selectable<ProvidersTable>;
+export type GpuRow = Selectable<GpusTable>;
+export type NewGpuRow = Insertable<GpusTable>;

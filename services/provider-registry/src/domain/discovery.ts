@@ -1,0 +1,74 @@
+/**
+ * Discovery: the filters, sorts and keyset cursors of `GET /providers`.
+ *
+ * GPU conditions (`gpu_model`, `min_vram`, `architecture`) apply to single
+ * GPUs, and `min_gpus` counts the GPUs of a provider that meet all of them:
+ * `gpu_model=a100&min_vram=40000&min_gpus=2` finds providers with at least two
+ * A100s of 40 GB or more. Without GPU conditions `min_gpus` counts all GPUs.
+ * `healthy_only` keeps providers whose GPUs are all healthy.
+ */
+import type { ProviderStatus } from './provider.ts';
+
+export const SORT_KEYS = ['registered_at', 'last_seen_at', 'vram', 'gpu_count'] as const;
+export type SortKey = (typeof SORT_KEYS)[number];
+/** `key` ascending or `-key` descending; ties are broken by provider ID in the same direction. */
+export const SORTS = SORT_KEYS.flatMap((k) => [k, `-${k}`] as const);
+export type Sort = (typeof SORTS)[number];
+
+export const DEFAULT_LIMIT = 100;
+export const MAX_LIMIT = 1000;
+
+export interface DiscoveryFilter {
+  status?: ProviderStatus;
+  gpu_model?: string;
+  min_vram?: number;
+  architecture?: string;
+  healthy_only?: boolean;
+  min_gpus?: number;
+  /** Only this owner's providers (set by authorization for the provider role). */
+  owner_id?: string;
+  sort: Sort;
+  limit: number;
+  cursor?: Cursor;
+}
+
+/** Position after the last row of a page: its sort value (exact, as text) and ID. */
+export interface Cursor {
+  sort: Sort;
+  value: string;
+  id: string;
+}
+
+export function parseSort(sort: Sort): { key: SortKey; descending: boolean } {
+  const descending = sort.startsWith('-');
+  return { key: (descending ? sort.slice(1) : sort) as SortKey, descending };
+}
+
+/** Encodes a cursor as opaque URL-safe text. */
+export function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(JSON.stringify([cursor.sort, cursor.value, cursor.id])).toString('base64url');
+}
+
+/** Sort values of timestamp keys: UTC with microseconds, as the database gives them. */
+const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** Decodes a cursor made for `sort`; returns an error message when it is not one. */
+export function decodeCursor(text: string, sort: Sort): Cursor | string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'));
+  } catch {
+    return 'not a cursor returned by this service';
+  }
+  if (!Array.isArray(parsed) || parsed.length !== 3 || !parsed.every((x) => typeof x === 'string')) {
+    return 'not a cursor returned by this service';
+  }
+  const [cursorSort, value, id] = parsed as [string, string, string];
+  if (cursorSort !== sort) return `the cursor was made for sort=${cursorSort}, not sort=${sort}`;
+  if (!UUID.test(id) || value.length > 64) return 'not a cursor returned by this service';
+  const { key } = parseSort(sort);
+  const valid = key === 'vram' || key === 'gpu_count' ? /^\d{1,20}$/.test(value) : TIMESTAMP.test(value);
+  if (!valid) return 'not a cursor returned by this service';
+  return { sort, value, id };
+}

@@ -1,0 +1,56 @@
+/**
+ * POST /providers/{providerID}/heartbeat. The body is optional: an empty
+ * body, with or without a JSON content type, is a heartbeat without metrics.
+ * It lives in its own plugin so its lenient JSON parser touches no other route.
+ */
+import { type App, problemSchema } from '@gpu/common';
+import type { FastifyPluginAsync } from 'fastify';
+import { assertActsFor } from './access.ts';
+import type { ProviderRoutesOptions } from './providers.ts';
+import { heartbeatSchema, providerIdParams, statusResultSchema } from './schemas.ts';
+
+function parseOptionalJson(_request: unknown, body: string, done: (err: Error | null, value?: unknown) => void) {
+  if (body.trim() === '') return done(null, undefined);
+  try {
+    done(null, JSON.parse(body));
+  } catch (err) {
+    done(Object.assign(err as Error, { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }));
+  }
+}
+
+export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, { registry, access }) => {
+  const app = fastify as unknown as App;
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, parseOptionalJson);
+
+  app.post(
+    '/providers/:providerID/heartbeat',
+    {
+      schema: {
+        tags: ['providers'],
+        summary: 'Record a heartbeat from the provider daemon, with optional GPU metrics',
+        description:
+          'offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` ' +
+          "(its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.",
+        ...(access.enabled ? { security: [{ bearerAuth: [] }] } : {}),
+        params: providerIdParams,
+        body: heartbeatSchema,
+        response: {
+          200: statusResultSchema,
+          400: problemSchema,
+          401: problemSchema,
+          403: problemSchema,
+          404: problemSchema,
+          503: problemSchema,
+        },
+      },
+    },
+    async (request) => {
+      const id = request.params.providerID;
+      const claims = await access.caller(request);
+      if (claims) assertActsFor(claims, await registry.ownerOf(id));
+      const result = await registry.heartbeat(id, request.body?.gpu_metrics ?? [], request.correlationId);
+      return { message: 'heartbeat received', ...result };
+    },
+  );
+};

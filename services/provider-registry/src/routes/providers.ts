@@ -1,0 +1,189 @@
+/**
+ * The provider endpoints: register, list (discovery), get, full update,
+ * status update, heartbeat, delete. Handlers parse, authorize, call the
+ * registry service and reply; rules live in `domain/`.
+ */
+import { type App, problemSchema } from '@gpu/common';
+import type { FastifyPluginAsync } from 'fastify';
+import { z } from 'zod';
+import { type Cursor, decodeCursor, encodeCursor } from '../domain/discovery.ts';
+import type { RegistryService } from '../domain/registry-service.ts';
+import { registryErrors } from '../errors.ts';
+import { type Access, assertActsFor, ownerScope } from './access.ts';
+import { heartbeatRoute } from './heartbeat.ts';
+import {
+  listQuerySchema,
+  messageSchema,
+  providerIdParams,
+  providerInputSchema,
+  providerSchema,
+  providerUpdateSchema,
+  statusResultSchema,
+  statusUpdateSchema,
+} from './schemas.ts';
+
+export interface ProviderRoutesOptions {
+  registry: RegistryService;
+  access: Access;
+}
+
+const tags = ['providers'];
+const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
+const security = (access: Access) => (access.enabled ? { security: [{ bearerAuth: [] }] } : {});
+
+export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, opts) => {
+  const app = fastify as unknown as App;
+  const { registry, access } = opts;
+
+  app.post(
+    '/providers',
+    {
+      schema: {
+        tags,
+        summary: 'Register a provider with its GPUs',
+        description:
+          'Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS.',
+        ...security(access),
+        body: providerInputSchema,
+        response: { 201: providerSchema, ...errorsOf(400, 401, 403, 409, 503) },
+      },
+    },
+    async (request, reply) => {
+      const claims = await access.caller(request);
+      assertActsFor(claims, request.body.owner_id);
+      const provider = await registry.register(request.body, request.correlationId);
+      return reply.code(201).header('location', `/providers/${provider.id}`).send(provider);
+    },
+  );
+
+  app.get(
+    '/providers',
+    {
+      schema: {
+        tags,
+        summary: 'Discover providers by status and GPU properties',
+        description:
+          'Filters combine with AND. GPU conditions (gpu_model, min_vram, architecture) hold for single GPUs and min_gpus counts the GPUs meeting all of them. ' +
+          'The status is the effective one: a provider silent past the offline bound is offline. ' +
+          'Pages are ordered by `sort` then id; when more rows exist the response carries `X-Next-Cursor` (and a `Link: rel="next"`).',
+        ...security(access),
+        querystring: listQuerySchema,
+        response: {
+          200: z.array(providerSchema).describe('one page of providers; see X-Next-Cursor'),
+          ...errorsOf(400, 401, 403, 503),
+        },
+      },
+      // Pages are built from typed rows by `toProvider`; re-validating up to 1,000 providers per
+      // response with zod would double the CPU cost of the hottest endpoint, so it is only serialized.
+      serializerCompiler: () => (data) => JSON.stringify(data),
+    },
+    async (request, reply) => {
+      const claims = await access.caller(request);
+      const { cursor: cursorText, ...query } = request.query;
+      let cursor: Cursor | undefined;
+      if (cursorText !== undefined) {
+        const decoded = decodeCursor(cursorText, query.sort);
+        if (typeof decoded === 'string') throw registryErrors.invalidCursor(decoded);
+        cursor = decoded;
+      }
+      const page = await registry.list({ ...query, cursor, owner_id: ownerScope(claims) });
+      if (page.next) {
+        const next = encodeCursor(page.next);
+        const url = new URL(request.url, 'http://registry.invalid');
+        url.searchParams.set('cursor', next);
+        reply.header('x-next-cursor', next).header('link', `<${url.pathname}${url.search}>; rel="next"`);
+      }
+      return page.providers;
+    },
+  );
+
+  app.get(
+    '/providers/:providerID',
+    {
+      schema: {
+        tags,
+        summary: 'Get one provider',
+        ...security(access),
+        params: providerIdParams,
+        response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 503) },
+      },
+    },
+    async (request) => {
+      const claims = await access.caller(request);
+      const provider = await registry.get(request.params.providerID);
+      assertActsFor(claims, provider.owner_id);
+      return provider;
+    },
+  );
+
+  app.put(
+    '/providers/:providerID',
+    {
+      schema: {
+        tags,
+        summary: 'Replace a provider (full update, GPUs included)',
+        description:
+          'Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. ' +
+          'A status change here is published like an explicit status update.',
+        ...security(access),
+        params: providerIdParams,
+        body: providerUpdateSchema,
+        response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },
+      },
+    },
+    async (request) => {
+      const id = request.params.providerID;
+      const { id: bodyId, ...input } = request.body;
+      if (bodyId !== undefined && bodyId !== id) throw registryErrors.idMismatch(id, bodyId);
+      const claims = await access.caller(request);
+      if (claims) {
+        assertActsFor(claims, await registry.ownerOf(id));
+        assertActsFor(claims, input.owner_id);
+      }
+      return registry.update(id, input, request.correlationId);
+    },
+  );
+
+  app.patch(
+    '/providers/:providerID/status',
+    {
+      schema: {
+        tags,
+        summary: 'Set the provider status explicitly (any state to any state)',
+        ...security(access),
+        params: providerIdParams,
+        body: statusUpdateSchema,
+        response: { 200: statusResultSchema, ...errorsOf(400, 401, 403, 404, 503) },
+      },
+    },
+    async (request) => {
+      const id = request.params.providerID;
+      const claims = await access.caller(request);
+      if (claims) assertActsFor(claims, await registry.ownerOf(id));
+      const result = await registry.setStatus(id, request.body.status, request.correlationId);
+      return { message: 'provider status updated', ...result };
+    },
+  );
+
+  await app.register(heartbeatRoute, opts);
+
+  app.delete(
+    '/providers/:providerID',
+    {
+      schema: {
+        tags,
+        summary: 'Delete a provider and its GPUs',
+        ...security(access),
+        params: providerIdParams,
+        response: { 200: messageSchema, ...errorsOf(400, 401, 403, 404, 503) },
+      },
+    },
+    async (request) => {
+      const id = request.params.providerID;
+      const claims = await access.caller(request);
+      if (claims) assertActsFor(claims, await registry.ownerOf(id));
+      await registry.remove(id);
+      return { message: 'provider deleted', id };
+    },
+  );
+};

@@ -1,0 +1,180 @@
+/** Test wiring: a migrated database per file, an app on it, NATS events, request bodies. */
+import { randomBytes } from 'node:crypto';
+import {
+  connectPublisher,
+  createLogger,
+  type Database,
+  type EventPublisher,
+  migrateToLatest,
+  openDatabase,
+  type TokenVerifier,
+} from '@gpu/common';
+import { createTestDatabase, type TestDatabase, testEnv } from '@gpu/common/testing';
+import { connect, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import type { Kysely } from 'kysely';
+import { buildApp, type RegistryApp } from '../src/app.ts';
+import { type RegistryConfig, registryConfigSchema } from '../src/config.ts';
+import { migrations } from '../src/db/migrations/index.ts';
+import type { RegistryDB } from '../src/db/schema.ts';
+
+export interface Harness {
+  app: RegistryApp;
+  database: Database<RegistryDB>;
+  testDb: TestDatabase;
+  config: RegistryConfig;
+  subject: string;
+  close(): Promise<void>;
+}
+
+export async function migratedDatabase(url: string): Promise<Database<RegistryDB>> {
+  const database = await openDatabase<RegistryDB>({ url, poolSize: 10, connectTimeoutMs: 2000 });
+  await migrateToLatest(database.db as Kysely<unknown>, 'provider-registry', migrations);
+  return database;
+}
+
+export interface HarnessOptions {
+  config?: Record<string, unknown>;
+  /** Publish events to the test NATS (default true). */
+  nats?: boolean;
+  verifier?: TokenVerifier;
+  /** Run the periodic offline sweep (default false: tests call `registry.sweepOffline()`). */
+  sweeper?: boolean;
+  /** Reuse this database instead of creating one. */
+  testDb?: TestDatabase;
+}
+
+/** A registry app on a fresh, migrated database, publishing to a subject of its own. */
+export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
+  const testDb = opts.testDb ?? (await createTestDatabase('registry'));
+  const suffix = randomBytes(4).toString('hex');
+  const config = registryConfigSchema.parse({
+    log_level: 'silent',
+    database_url: testDb.url,
+    nats_url: opts.nats === false ? '' : testEnv.natsUrl,
+    events: { status_subject: `test.${suffix}.registry.providers.status`, stream: `TEST_REGISTRY_${suffix}` },
+    ...opts.config,
+  });
+  const subject = config.events.status_subject;
+  const logger = createLogger({ service: 'provider-registry', instanceId: 'test', level: 'silent' });
+  const database = await migratedDatabase(testDb.url);
+  const publisher: EventPublisher = await connectPublisher({
+    url: config.nats_url,
+    stream: { name: config.events.stream, subjects: [subject] },
+  });
+  const app = await buildApp({
+    config,
+    logger,
+    database,
+    publisher,
+    verifier: opts.verifier,
+    sweeper: opts.sweeper ?? false,
+  });
+  await app.ready();
+  return {
+    app,
+    database,
+    testDb,
+    config,
+    subject,
+    close: async () => {
+      await app.close();
+      await publisher.close();
+      await database.close();
+    },
+  };
+}
+
+/** Collects the JSON messages (with headers) published on a subject. */
+export class EventCollector {
+  readonly messages: { data: Record<string, unknown>; msgId?: string; correlationId?: string }[] = [];
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly sub: Subscription,
+  ) {}
+
+  static async start(subject: string): Promise<EventCollector> {
+    const nc = await connect({ servers: testEnv.natsUrl });
+    const sub = nc.subscribe(subject);
+    const collector = new EventCollector(nc, sub);
+    void (async () => {
+      for await (const m of sub) {
+        collector.messages.push({
+          data: m.json(),
+          msgId: m.headers?.get('Nats-Msg-Id'),
+          correlationId: m.headers?.get('X-Correlation-ID'),
+        });
+      }
+    })();
+    await nc.flush();
+    return collector;
+  }
+
+  /** Events about one provider. */
+  about(providerId: string) {
+    return this.messages.filter((m) => m.data.provider_id === providerId);
+  }
+
+  /** Waits until `predicate` holds for the collected messages (at most `ms`). */
+  async waitFor(predicate: () => boolean, ms = 3000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!predicate()) {
+      if (Date.now() > deadline) throw new Error(`events did not arrive: ${JSON.stringify(this.messages)}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async close(): Promise<void> {
+    this.sub.unsubscribe();
+    await this.nc.drain();
+  }
+}
+
+let counter = 0;
+
+/** A GPU of the registration body. */
+export function gpu(over: Record<string, unknown> = {}) {
+  return {
+    model_name: 'NVIDIA A100-SXM4-80GB',
+    vram: 81920,
+    driver_version: '550.54.15',
+    architecture: 'Ampere',
+    compute_capability: '8.0',
+    cuda_cores: 6912,
+    tensor_cores: 432,
+    memory_bandwidth: 2039,
+    power_consumption: 400,
+    is_healthy: true,
+    ...over,
+  };
+}
+
+/** A RegisterProviderRequest with a unique name. */
+export function providerBody(over: Record<string, unknown> = {}) {
+  counter += 1;
+  return {
+    owner_id: 'owner-1',
+    name: `rig-${counter}-${randomBytes(3).toString('hex')}`,
+    hostname: `rig-${counter}.example.net`,
+    ip_address: '203.0.113.10',
+    location: 'eu-west',
+    metadata: { rack: 'r1', tags: ['a', 'b'] },
+    gpus: [gpu()],
+    ...over,
+  };
+}
+
+/** Registers a provider through the API and returns its body. */
+export async function register(app: RegistryApp, over: Record<string, unknown> = {}) {
+  const res = await app.inject({ method: 'POST', url: '/providers', payload: providerBody(over) });
+  if (res.statusCode !== 201) throw new Error(`register failed: ${res.statusCode} ${res.body}`);
+  return res.json() as { id: string; status: string; last_seen_at: string; [k: string]: unknown };
+}
+
+/** Moves a provider's last heartbeat into the past, as if it had been silent for `ms`. */
+export async function ageProvider(database: Database<RegistryDB>, id: string, ms: number) {
+  await database.db
+    .updateTable('providers')
+    .set({ last_seen_at: new Date(Date.now() - ms) })
+    .where('id', '=', id)
+    .execute();
+}
