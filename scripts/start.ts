@@ -13,7 +13,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const data = path.join(root, '.data');
+// PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one).
+const data = path.resolve(process.env.PLATFORM_DATA_DIR ?? path.join(root, '.data'));
 
 interface Proc {
   name: string;
@@ -48,15 +49,15 @@ const dependencies: Proc[] = [
   },
 ];
 
-const solanaEnv = {
-  SOLANA_RPC_URL: 'http://127.0.0.1:8899',
-  TREASURY_KEYPAIR_PATH: path.join(data, 'solana', 'treasury-keypair.json'),
-  SOLANA_MINT_FILE: path.join(data, 'solana', 'mint.json'),
-};
-
 const services: Proc[] = (
   [
-    { name: 'auth', cwd: 'services/auth', args: [], port: 8000, env: { AUTH_DATA_DIR: path.join(data, 'auth') } },
+    {
+      name: 'auth',
+      cwd: 'services/auth',
+      args: [],
+      port: 8000,
+      env: { AUTH__DATABASE__EMBEDDED_PATH: path.join(data, 'auth', 'pglite') },
+    },
     {
       name: 'storage',
       cwd: 'services/storage',
@@ -69,14 +70,19 @@ const services: Proc[] = (
       cwd: 'services/provider-registry',
       args: [],
       port: 8002,
-      env: { REGISTRY_DATA_DIR: path.join(data, 'provider-registry') },
+      env: { REGISTRY__DATABASE__EMBEDDED_PATH: path.join(data, 'provider-registry', 'pglite') },
     },
     {
       name: 'billing',
       cwd: 'services/billing',
       args: [],
       port: 8003,
-      env: { BILLING_DATA_DIR: path.join(data, 'billing'), ...solanaEnv },
+      env: {
+        BILLING__DATABASE__EMBEDDED_PATH: path.join(data, 'billing', 'pglite'),
+        SOLANA_RPC_URL: 'http://127.0.0.1:8899',
+        // Written by the localnet's setup: the mint, its decimals and the treasury keypair file.
+        BILLING__BLOCKCHAIN__LOCALNET_FILE: path.join(data, 'solana', 'mint.json'),
+      },
     },
   ] as Proc[]
 )
