@@ -46,3 +46,11 @@ export function createLogger(s: LoggerSettings): Logger {
   }
   return pino(options);
 }
+
+/** The root logger of a service process, from the shared configuration keys. */
+export function serviceLogger(
+  service: string,
+  config: { instance_id: string; log_level: string; log_pretty: boolean },
+): Logger {
+  return createLogger({ service, instanceId: config.instance_id, level: config.log_level, pretty: config.log_pretty });
+}

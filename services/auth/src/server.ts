@@ -4,7 +4,7 @@
  * load the signing key, create the initial admin, listen, register with
  * Consul, purge expired refresh tokens hourly, shut down gracefully.
  */
-import { createLogger, migrateToLatest, openDatabase, runService, startOrExit } from '@gpu/common';
+import { migrateToLatest, openDatabase, runService, serviceLogger, startOrExit } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { checkAuthConfig, loadAuthConfig } from './config.ts';
@@ -20,12 +20,7 @@ const PURGE_AFTER_MS = 24 * 60 * 60_000;
 
 startOrExit(async () => {
   const config = loadAuthConfig();
-  const logger = createLogger({
-    service: SERVICE_NAME,
-    instanceId: config.instance_id,
-    level: config.log_level,
-    pretty: config.log_pretty,
-  });
+  const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of checkAuthConfig(config)) logger.warn(warning);
   const database = await openDatabase<AuthDatabase>({
     url: config.database.url,

@@ -6,12 +6,12 @@
  */
 import {
   connectPublisher,
-  createLogger,
   createTokenVerifier,
   durationMs,
   migrateToLatest,
   openDatabase,
   runService,
+  serviceLogger,
   startOrExit,
 } from '@gpu/common';
 import type { Kysely } from 'kysely';
@@ -22,12 +22,7 @@ import type { RegistryDB } from './db/schema.ts';
 
 startOrExit(async () => {
   const config = loadRegistryConfig();
-  const logger = createLogger({
-    service: SERVICE_NAME,
-    instanceId: config.instance_id,
-    level: config.log_level,
-    pretty: config.log_pretty,
-  });
+  const logger = serviceLogger(SERVICE_NAME, config);
   const url = resolveDatabaseUrl(config);
   const database = await openDatabase<RegistryDB>({
     url,

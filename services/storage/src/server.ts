@@ -3,19 +3,14 @@
  * when absent), log, connect to the object store and test the connection,
  * ensure the default bucket, listen, register with Consul, shut down gracefully.
  */
-import { createLogger, durationMs, runService, startOrExit } from '@gpu/common';
+import { durationMs, runService, serviceLogger, startOrExit } from '@gpu/common';
 import { S3ObjectStore } from './adapters/object-store.ts';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadStorageConfig } from './config.ts';
 
 startOrExit(async () => {
   const config = loadStorageConfig();
-  const logger = createLogger({
-    service: SERVICE_NAME,
-    instanceId: config.instance_id,
-    level: config.log_level,
-    pretty: config.log_pretty,
-  });
+  const logger = serviceLogger(SERVICE_NAME, config);
   const store = new S3ObjectStore(config.object_store);
   await store.waitUntilReachable(durationMs(config.object_store.connectTimeout), logger);
   const { defaultBucket, autoCreateDefaultBucket } = config.object_store;
