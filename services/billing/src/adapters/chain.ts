@@ -1,0 +1,76 @@
+/**
+ * The billing service's view of the blockchain: deposit verification, signed
+ * transfers out of the treasury, signature states and token balances. The
+ * Solana implementation is `solana-chain.ts`; the rest of the service codes
+ * against this interface only.
+ */
+
+/** Token amounts cross this interface as decimal strings in whole-token units (e.g. "12.5"), never floats. */
+export interface VerifiedDeposit {
+  signature: string;
+  /** post minus pre balance of the treasury's token account for the platform mint, in tokens. */
+  amount: string;
+  /** owner (wallet address) whose token balance decreased by the transfer */
+  sourceOwner: string;
+  slot: number;
+  blockTime: string | null; // RFC 3339
+}
+
+export type DepositRejection =
+  | 'NOT_FOUND'
+  | 'FAILED'
+  | 'NOT_FINAL'
+  | 'WRONG_MINT'
+  | 'WRONG_RECIPIENT'
+  | 'WRONG_SOURCE'
+  | 'AMOUNT_TOO_LOW';
+
+/** A deposit that verification refused, with the reason (a client error: nothing is credited). */
+export class ChainRejection extends Error {
+  constructor(
+    readonly reason: DepositRejection,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ChainRejection';
+  }
+}
+
+/** The RPC could not be reached or answered an error: the caller maps it to 502/503. */
+export class ChainUnavailable extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'ChainUnavailable';
+  }
+}
+
+export interface PreparedTransfer {
+  signature: string; // known before sending: record it first (crash safety)
+  serialized: string; // base64 signed transaction, re-sendable as is
+  lastValidBlockHeight: number;
+}
+
+export type SignatureState = 'finalized' | 'confirmed' | 'processed' | 'failed' | 'unknown';
+
+export interface Chain {
+  /** Verifies a deposit: succeeded, at the configured commitment, moved at least `minAmount` (if given) of the
+   * platform mint into the treasury's token account (post - pre), from `expectedSourceOwner`. Throws ChainRejection. */
+  verifyDeposit(signature: string, expectedSourceOwner: string, minAmount?: string): Promise<VerifiedDeposit>;
+  /** Builds and signs (does not send) a transferChecked of `amount` tokens from the treasury to the destination
+   * owner's associated token account, creating that account in the same transaction when it is missing. */
+  prepareTransfer(destinationOwner: string, amount: string): Promise<PreparedTransfer>;
+  /** Sends a prepared transaction (idempotent: same signature) and waits for the configured commitment;
+   * resolves with the final state ('finalized'/'confirmed' or 'failed'). */
+  sendAndConfirm(prepared: PreparedTransfer): Promise<SignatureState>;
+  /** State of a signature, and whether its blockhash has expired (an unknown, expired tx can never land). */
+  signatureState(
+    signature: string,
+    lastValidBlockHeight?: number,
+  ): Promise<{ state: SignatureState; expired: boolean }>;
+  /** Token balance (tokens, decimal string) of an owner's associated token account; "0" when it has none. */
+  tokenBalance(owner: string): Promise<string>;
+  treasuryAddress(): string;
+  mintAddress(): string;
+  decimals(): number;
+  ping(): Promise<void>;
+}

@@ -1,0 +1,49 @@
+/**
+ * The service's background work: publishing outbox events and reconciling
+ * pending withdrawals and payouts with the chain (once at start-up, then every
+ * `billing.reconcile_interval`).
+ */
+import { durationMs, type EventPublisher } from '@gpu/common';
+import type { BillingConfig } from './config.ts';
+import type { BillingContext } from './domain/context.ts';
+import { OutboxRelay } from './domain/events.ts';
+import { reconcilePending } from './domain/reconcile.ts';
+
+export interface Background {
+  stop(): Promise<void>;
+}
+
+export async function startBackground(
+  ctx: BillingContext,
+  config: BillingConfig,
+  publisher: EventPublisher,
+): Promise<Background> {
+  const relay = publisher.enabled
+    ? new OutboxRelay(ctx.db, publisher, config.messaging.subjects.events, ctx.logger)
+    : null;
+  relay?.start(1000);
+
+  let reconciling: Promise<unknown> | undefined;
+  const reconcile = (minAgeMs: number) => {
+    reconciling ??= reconcilePending(ctx, minAgeMs)
+      .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'reconciliation failed; will retry'))
+      .finally(() => {
+        reconciling = undefined;
+      });
+    return reconciling;
+  };
+  await reconcile(0);
+  const every = durationMs(config.billing.reconcile_interval);
+  // Records younger than the confirm timeout may still be in the hands of the request that created them.
+  const minAge = durationMs(config.blockchain.confirm_timeout) + 5000;
+  const timer = every > 0 ? setInterval(() => void reconcile(minAge), every) : undefined;
+  timer?.unref();
+
+  return {
+    async stop() {
+      clearInterval(timer);
+      await reconciling;
+      await relay?.stop();
+    },
+  };
+}

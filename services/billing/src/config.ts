@@ -1,0 +1,129 @@
+/**
+ * The billing service's configuration: the shared settings plus database,
+ * blockchain, pricing, billing and messaging sections. Defaults follow the
+ * platform contract's "Billing defaults" table.
+ */
+import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
+import { z } from 'zod';
+
+/** A non-negative decimal string (or number from YAML) kept as a string for exact arithmetic. */
+const zDecimal = () =>
+  z.union([z.string(), z.number()]).transform((v, ctx) => {
+    const s = String(v).trim();
+    if (!/^\d+(\.\d+)?$/.test(s)) {
+      ctx.addIssue({ code: 'custom', message: `"${s}" is not a non-negative decimal number` });
+      return z.NEVER;
+    }
+    return s;
+  });
+
+export const defaultBaseRates: Record<string, string> = {
+  'nvidia-geforce-rtx-4090': '0.50',
+  'nvidia-geforce-rtx-4080': '0.40',
+  'nvidia-geforce-rtx-4070': '0.30',
+  'nvidia-geforce-rtx-3090': '0.45',
+  'nvidia-geforce-rtx-3080': '0.35',
+  'nvidia-tesla-a100': '2.00',
+  'nvidia-tesla-v100': '1.50',
+  'nvidia-tesla-h100': '4.00',
+  'nvidia-tesla-l40': '1.80',
+  'amd-radeon-rx-7900-xtx': '0.35',
+  'amd-instinct-mi250x': '1.75',
+  default: '0.25',
+};
+
+export const billingConfigSchema = z.object({
+  ...baseConfigShape(8003),
+  database: z
+    .object({
+      /** postgres:// URL; empty opens an embedded PGlite database at `embedded_path`. */
+      url: z.string().default(''),
+      embedded_path: z.string().default('.data/billing/pglite'),
+      pool_size: zInt(1, 200).default(10),
+      connect_timeout: zDuration().default('5s'),
+    })
+    .prefault({}),
+  blockchain: z
+    .object({
+      rpc_url: z.string().default('http://127.0.0.1:8899'),
+      /** WebSocket URL; derived from rpc_url when empty. */
+      ws_url: z.string().default(''),
+      /** The platform token's mint address (base58). */
+      token_mint: z.string().default(''),
+      /** The platform treasury wallet (owner of the token account deposits go to). */
+      treasury_address: z.string().default(''),
+      /** Path of the treasury's keypair file (a JSON array of 64 bytes, as `solana-keygen` writes). */
+      private_key_path: z.string().default(''),
+      /** Commitment at which deposits are verified and withdrawals count as confirmed. */
+      commitment: z.enum(['processed', 'confirmed', 'finalized']).default('finalized'),
+      /** Decimals of the token mint; the ledger's NUMERIC scale (fixed when the database is created). */
+      token_decimals: zInt(0, 18).default(6),
+      /** How long start-up keeps trying to reach the RPC node and read the mint. */
+      connect_timeout: zDuration().default('30s'),
+      /** How long a withdrawal request waits for confirmation before answering 202 (pending). */
+      confirm_timeout: zDuration().default('20s'),
+      /**
+       * Used only when token_mint is empty: the file the localnet setup writes
+       * (tools/solana-localnet), naming the mint, its decimals and the treasury keypair file.
+       */
+      localnet_file: z.string().default('.data/solana/mint.json'),
+    })
+    .prefault({}),
+  pricing: z
+    .object({
+      base_rates: z.record(z.string(), zDecimal()).default(defaultBaseRates),
+      vram_rate_per_gb_hour: zDecimal().default('0.02'),
+      power_rate_per_watt_hour: zDecimal().default('0.001'),
+      /** Platform fee in percent of a session's cost. */
+      platform_fee_percent: zDecimal().default('5'),
+    })
+    .prefault({}),
+  billing: z
+    .object({
+      billing_interval: zDuration().default('1m'),
+      grace_period: zDuration().default('5m'),
+      minimum_balance: zDecimal().default('1.0'),
+      initial_period: zDuration().default('1h'),
+      minimum_payout: zDecimal().default('10'),
+      /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
+      reconcile_interval: zDuration().default('30s'),
+    })
+    .prefault({}),
+  messaging: z
+    .object({
+      /** NATS server URL; events are not published when empty. */
+      nats_url: z.string().default(''),
+      enabled: zBool().default(true),
+      subjects: z
+        .object({
+          /** Prefix of payment and session events: `<prefix>.<kind>`. */
+          events: z.string().default('billing.events'),
+          /** Prefix of usage updates into billing: `<prefix>.<session_id>`. */
+          usage: z.string().default('billing.usage'),
+        })
+        .prefault({}),
+    })
+    .prefault({}),
+});
+
+export type BillingConfig = z.infer<typeof billingConfigSchema>;
+
+/** Loads the optional configuration file (BILLING_CONFIG_FILE), then the environment. */
+export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env): BillingConfig {
+  return loadConfig({
+    schema: billingConfigSchema,
+    envPrefix: 'BILLING',
+    file: env.BILLING_CONFIG_FILE,
+    env,
+    aliases: {
+      ...baseEnvAliases,
+      DATABASE_URL: 'database.url',
+      NATS_URL: 'messaging.nats_url',
+      SOLANA_RPC_URL: 'blockchain.rpc_url',
+      SOLANA_WS_URL: 'blockchain.ws_url',
+      TOKEN_MINT: 'blockchain.token_mint',
+      TREASURY_ADDRESS: 'blockchain.treasury_address',
+      TREASURY_KEYPAIR_PATH: 'blockchain.private_key_path',
+    },
+  });
+}

@@ -1,0 +1,46 @@
+/**
+ * Opens the billing database (PostgreSQL, or embedded PGlite when no URL is
+ * configured), migrates it and checks that the ledger's scale matches the
+ * configured token decimals.
+ */
+import { type Database, durationMs, type Logger, migrateToLatest, openDatabase } from '@gpu/common';
+import type { Kysely } from 'kysely';
+import type { BillingConfig } from '../config.ts';
+import { billingMigrations } from './migrations/index.ts';
+import type { BillingDB } from './schema.ts';
+
+export const MIGRATION_NAMESPACE = 'billing-service';
+
+/** Opens and migrates; throws when the database was created for a token with other decimals. */
+export async function openBillingDatabase(config: BillingConfig, logger?: Logger): Promise<Database<BillingDB>> {
+  const database = await openDatabase<BillingDB>({
+    url: config.database.url,
+    embeddedPath: config.database.embedded_path,
+    poolSize: config.database.pool_size,
+    connectTimeoutMs: durationMs(config.database.connect_timeout),
+  });
+  try {
+    const scale = config.blockchain.token_decimals;
+    await migrateToLatest(
+      database.db as unknown as Kysely<unknown>,
+      MIGRATION_NAMESPACE,
+      billingMigrations(scale),
+      logger,
+    );
+    const row = await database.db
+      .selectFrom('billing_meta')
+      .select('value')
+      .where('key', '=', 'token_decimals')
+      .executeTakeFirstOrThrow();
+    if (Number(row.value) !== scale) {
+      throw new Error(
+        `the billing database holds amounts with ${row.value} decimals but blockchain.token_decimals is ${scale}: ` +
+          'a ledger cannot change its scale; use the token it was created for or a new database',
+      );
+    }
+  } catch (err) {
+    await database.close();
+    throw err;
+  }
+  return database;
+}

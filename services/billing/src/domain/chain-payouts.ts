@@ -1,0 +1,216 @@
+/**
+ * Withdrawals and provider payouts: tokens leave the treasury for a wallet's
+ * owner. Crash-safe order:
+ *  1. prepare and sign the transfer (its signature is known before sending);
+ *  2. in one database transaction: debit `available` into the wallet's
+ *     `pending_out` account and record the pending transaction WITH the
+ *     signature and the signed bytes (the intent);
+ *  3. send and confirm;
+ *  4. settle: landed -> `pending_out` to `chain_outgoing`, `confirmed`;
+ *     failed -> a reversing transfer back to `available`, `failed`.
+ * A crash after 2 leaves a pending record that `reconcilePending` settles by
+ * its signature (or re-sends, while its blockhash is still valid), so funds
+ * are never lost nor sent twice. Settling is guarded by `status = 'pending'`,
+ * so two instances can never settle one record twice.
+ */
+import { randomUUID } from 'node:crypto';
+import type { PreparedTransfer, SignatureState } from '../adapters/chain.ts';
+import { billingErrors } from '../errors.ts';
+import { chainError } from './chain-errors.ts';
+import type { BillingContext } from './context.ts';
+import { claimKey, type IdempotencyContext, type StoredResponse } from './idempotency.ts';
+import { postTransfers, walletBalances } from './ledger.ts';
+import { Dec } from './money.ts';
+import { getTransaction, type TransactionRow, transactionJson } from './transactions.ts';
+import type { Wallet } from './wallets.ts';
+
+export type ChainPayoutType = 'withdrawal' | 'payout';
+
+export interface ChainPayoutRequest {
+  wallet: Wallet;
+  type: ChainPayoutType;
+  amount: Dec;
+  /** Destination owner address; the wallet's registered address by default. */
+  destination?: string;
+  correlationId?: string;
+}
+
+const LANDED: Record<BillingContext['commitment'], SignatureState[]> = {
+  finalized: ['finalized'],
+  confirmed: ['confirmed', 'finalized'],
+  processed: ['processed', 'confirmed', 'finalized'],
+};
+
+/** Whether a signature state meets the configured commitment. */
+export const hasLanded = (ctx: BillingContext, state: SignatureState) => LANDED[ctx.commitment].includes(state);
+
+/** The answer for a settled or pending chain payout: 200 confirmed, 202 pending, 502 failed. */
+export function payoutResponse(ctx: BillingContext, row: TransactionRow): StoredResponse {
+  const body = transactionJson(row, ctx.scale);
+  if (row.status === 'confirmed') return { status: 200, body };
+  if (row.status === 'pending') return { status: 202, body };
+  const problem = billingErrors.chainTransactionFailed(
+    `the ${row.type} failed on chain and was reversed: ${row.failure_reason ?? 'unknown reason'}`,
+    { transaction_id: row.id, transaction: body },
+  );
+  return { status: problem.status, body: problem.toProblem() };
+}
+
+/** Debits, sends and settles; answers 200 (confirmed), 202 (pending) or throws 502 (failed, reversed). */
+export async function startChainPayout(
+  ctx: BillingContext,
+  req: ChainPayoutRequest,
+  idem: IdempotencyContext | null,
+): Promise<StoredResponse> {
+  if (!ctx.chain) throw billingErrors.chainNotConfigured();
+  const { wallet, amount } = req;
+  const destination = req.destination ?? wallet.solanaAddress;
+  // Cheap early refusal before asking the RPC node to build a transaction; the locked check below decides.
+  const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);
+  if (!balances || new Dec(balances.available).lt(amount)) {
+    throw billingErrors.insufficientFunds(wallet.id, balances?.available ?? '0', amount.toFixed(ctx.scale));
+  }
+  let prepared: PreparedTransfer;
+  try {
+    prepared = await ctx.chain.prepareTransfer(destination, amount.toFixed());
+  } catch (err) {
+    throw chainError(err);
+  }
+  const row = await recordIntent(ctx, { ...req, destination }, prepared, idem);
+  const settled = await sendAndSettle(ctx, row, prepared, req.correlationId);
+  return payoutResponse(ctx, settled);
+}
+
+/**
+ * Step 2: in one database transaction, debits `available` into `pending_out`
+ * and records the pending transaction with its signature and signed bytes
+ * (and claims the idempotency key). 402 when the funds are not available.
+ */
+export async function recordIntent(
+  ctx: BillingContext,
+  req: ChainPayoutRequest & { destination: string },
+  prepared: PreparedTransfer,
+  idem: IdempotencyContext | null,
+): Promise<TransactionRow> {
+  const { wallet, amount, destination } = req;
+  const id = randomUUID();
+  return ctx.db.transaction().execute(async (trx) => {
+    const now = new Date();
+    await postTransfers(trx, [
+      {
+        debit: { wallet: wallet.id, kind: 'available' },
+        credit: { wallet: wallet.id, kind: 'pending_out' },
+        amount,
+        code: req.type,
+        transactionId: id,
+      },
+    ]);
+    await trx
+      .insertInto('transactions')
+      .values({
+        id,
+        wallet_id: wallet.id,
+        type: req.type,
+        status: 'pending',
+        amount: amount.toFixed(),
+        signature: prepared.signature,
+        destination,
+        serialized_tx: prepared.serialized,
+        last_valid_block_height: prepared.lastValidBlockHeight,
+        created_at: now,
+        updated_at: now,
+      })
+      .execute();
+    await claimKey(trx, idem, id);
+    const pending = (await getTransaction(trx, id))!;
+    await ctx.events.record(
+      trx,
+      `${req.type}.pending`,
+      { transaction: transactionJson(pending, ctx.scale) },
+      req.correlationId,
+    );
+    return pending;
+  });
+}
+
+/** Sends (or re-sends) a prepared transfer and settles the record from the outcome. */
+export async function sendAndSettle(
+  ctx: BillingContext,
+  row: TransactionRow,
+  prepared: PreparedTransfer,
+  correlationId?: string,
+): Promise<TransactionRow> {
+  let state: SignatureState;
+  try {
+    state = await ctx.chain!.sendAndConfirm(prepared);
+  } catch (err) {
+    // Unknown whether it reached the chain: leave it pending for reconciliation, which decides by signature.
+    ctx.logger.warn({ err: (err as Error).message, transaction_id: row.id }, 'send failed; left pending');
+    return row;
+  }
+  if (hasLanded(ctx, state)) return settle(ctx, row.id, 'confirmed', null, correlationId);
+  if (state === 'failed') return settle(ctx, row.id, 'failed', 'transaction failed on chain', correlationId);
+  return row;
+}
+
+/**
+ * Settles a pending withdrawal or payout once: `confirmed` moves the funds to
+ * `chain_outgoing`; `failed` reverses the debit with a new transfer. Returns
+ * the record as it stands afterwards (unchanged when already settled).
+ */
+export async function settle(
+  ctx: BillingContext,
+  transactionId: string,
+  outcome: 'confirmed' | 'failed',
+  reason: string | null,
+  correlationId?: string,
+): Promise<TransactionRow> {
+  return ctx.db.transaction().execute(async (trx) => {
+    const now = new Date();
+    const row = await trx
+      .updateTable('transactions')
+      .set({
+        status: outcome,
+        failure_reason: reason,
+        updated_at: now,
+        confirmed_at: outcome === 'confirmed' ? now : null,
+      })
+      .where('id', '=', transactionId)
+      .where('status', '=', 'pending')
+      .returningAll()
+      .executeTakeFirst();
+    if (!row) return (await getTransaction(trx, transactionId))!;
+    const debit = await trx
+      .selectFrom('ledger_transfers')
+      .select(['id'])
+      .where('transaction_id', '=', transactionId)
+      .where('code', '=', row.type)
+      .executeTakeFirstOrThrow();
+    const pendingOut = { wallet: row.wallet_id, kind: 'pending_out' } as const;
+    await postTransfers(trx, [
+      outcome === 'confirmed'
+        ? {
+            debit: pendingOut,
+            credit: { system: 'chain_outgoing' },
+            amount: new Dec(row.amount),
+            code: `${row.type}_settlement`,
+            transactionId,
+          }
+        : {
+            debit: pendingOut,
+            credit: { wallet: row.wallet_id, kind: 'available' },
+            amount: new Dec(row.amount),
+            code: `${row.type}_reversal`,
+            transactionId,
+            reversesTransferId: debit.id,
+          },
+    ]);
+    await ctx.events.record(
+      trx,
+      `${row.type}.${outcome}`,
+      { transaction: transactionJson(row, ctx.scale) },
+      correlationId,
+    );
+    return row;
+  });
+}

@@ -1,0 +1,116 @@
+/**
+ * Deposits: a client sends platform tokens from its wallet's registered
+ * address to the treasury, then claims the transaction's signature. The
+ * signature is verified on chain at the configured commitment and exactly the
+ * verified amount is credited, once: the signature is UNIQUE across all
+ * transaction records, so repeated or concurrent claims (to any wallet)
+ * credit it a single time.
+ */
+import { randomUUID } from 'node:crypto';
+import { billingErrors } from '../errors.ts';
+import { chainError } from './chain-errors.ts';
+import type { BillingContext } from './context.ts';
+import { claimKey, type IdempotencyContext, type StoredResponse } from './idempotency.ts';
+import { postTransfers } from './ledger.ts';
+import { type Dec, parseAmount } from './money.ts';
+import { getTransaction, transactionJson } from './transactions.ts';
+import { getWallet } from './wallets.ts';
+
+const isSignatureTaken = (err: unknown) => {
+  const e = err as { code?: string; constraint?: string; message?: string };
+  return (
+    e?.code === '23505' &&
+    (e.constraint === 'transactions_signature_unique' || /transactions_signature_unique/.test(e.message ?? ''))
+  );
+};
+
+async function alreadyCredited(ctx: BillingContext, signature: string) {
+  const existing = await ctx.db
+    .selectFrom('transactions')
+    .select(['id', 'wallet_id'])
+    .where('signature', '=', signature)
+    .executeTakeFirst();
+  return existing ? billingErrors.depositAlreadyCredited(signature, existing.id, existing.wallet_id) : null;
+}
+
+export interface DepositRequest {
+  walletId: string;
+  signature: string;
+  /** Optional claimed amount: the transaction must have moved at least this much. */
+  amount?: Dec;
+  correlationId?: string;
+}
+
+/** Verifies and credits a deposit; answers 201 with the confirmed deposit transaction. */
+export async function claimDeposit(
+  ctx: BillingContext,
+  req: DepositRequest,
+  idem: IdempotencyContext | null,
+): Promise<StoredResponse> {
+  const wallet = await getWallet(ctx.db, req.walletId);
+  const taken = await alreadyCredited(ctx, req.signature);
+  if (taken) throw taken;
+  if (!ctx.chain) throw billingErrors.chainNotConfigured();
+  const chain = ctx.chain;
+  let verified: Awaited<ReturnType<typeof chain.verifyDeposit>>;
+  try {
+    verified = await chain.verifyDeposit(req.signature, wallet.solanaAddress, req.amount?.toFixed());
+  } catch (err) {
+    const problem = chainError(err, req.signature);
+    if (problem.status < 500) {
+      await ctx.events.record(
+        ctx.db,
+        'deposit.rejected',
+        { wallet_id: wallet.id, signature: req.signature, reason: problem.code },
+        req.correlationId,
+      );
+    }
+    throw problem;
+  }
+  const amount = parseAmount(verified.amount, ctx.scale);
+  if (amount.isZero()) throw chainError(new Error('verified deposit of zero tokens'));
+  const id = randomUUID();
+  try {
+    const row = await ctx.db.transaction().execute(async (trx) => {
+      const now = new Date();
+      await trx
+        .insertInto('transactions')
+        .values({
+          id,
+          wallet_id: wallet.id,
+          type: 'deposit',
+          status: 'confirmed',
+          amount: amount.toFixed(),
+          signature: req.signature,
+          destination: chain.treasuryAddress(),
+          created_at: now,
+          updated_at: now,
+          confirmed_at: now,
+        })
+        .execute();
+      await postTransfers(trx, [
+        {
+          debit: { system: 'chain_incoming' },
+          credit: { wallet: wallet.id, kind: 'available' },
+          amount,
+          code: 'deposit',
+          transactionId: id,
+        },
+      ]);
+      const tx = (await getTransaction(trx, id))!;
+      const body = transactionJson(tx, ctx.scale);
+      await claimKey(trx, idem, id, { status: 201, body });
+      await ctx.events.record(
+        trx,
+        'deposit.confirmed',
+        { transaction: body, source_owner: verified.sourceOwner, slot: verified.slot },
+        req.correlationId,
+      );
+      return body;
+    });
+    return { status: 201, body: row };
+  } catch (err) {
+    if (isSignatureTaken(err)) throw (await alreadyCredited(ctx, req.signature)) ?? err;
+    throw err;
+  }
+}

@@ -1,0 +1,260 @@
+/**
+ * Holds: two-phase transfers on a wallet. A pending hold moves funds from the
+ * wallet's `available` to its `locked` account; it is later posted (in full or
+ * in part, to any accounts, with the rest released back to `available`) or
+ * voided (all released). A pending hold may be extended and may be posted in
+ * several captures before it is closed. Every step is a new immutable
+ * transfer; the hold row only tracks how much is still held.
+ *
+ * Each function runs inside the caller's database transaction so that a
+ * caller (a rental session, a withdrawal) commits its own rows with the money
+ * movement. Lock order: the hold row, then accounts in ID order (ledger.ts).
+ */
+import { randomUUID } from 'node:crypto';
+import { type Kysely, sql, type Transaction } from 'kysely';
+import type { BillingDB, HoldStatus } from '../db/schema.ts';
+import { billingErrors } from '../errors.ts';
+import { type AccountRef, postTransfers } from './ledger.ts';
+import { Dec } from './money.ts';
+
+export interface Hold {
+  id: string;
+  walletId: string;
+  status: HoldStatus;
+  /** Everything ever held (extensions included). */
+  amount: string;
+  posted: string;
+  released: string;
+  /** Still held: amount - posted - released. */
+  remaining: string;
+  reference: string | null;
+}
+
+type Trx = Transaction<BillingDB>;
+
+function toHold(row: {
+  id: string;
+  wallet_id: string;
+  status: HoldStatus;
+  amount: string;
+  posted: string;
+  released: string;
+  reference: string | null;
+}): Hold {
+  const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
+  return {
+    id: row.id,
+    walletId: row.wallet_id,
+    status: row.status,
+    amount: new Dec(row.amount).toFixed(),
+    posted: new Dec(row.posted).toFixed(),
+    released: new Dec(row.released).toFixed(),
+    remaining: remaining.toFixed(),
+    reference: row.reference,
+  };
+}
+
+async function lockPendingHold(trx: Trx, holdId: string) {
+  const row = await trx.selectFrom('holds').selectAll().where('id', '=', holdId).forUpdate().executeTakeFirst();
+  if (!row) throw billingErrors.holdNotFound(holdId);
+  if (row.status !== 'pending') throw billingErrors.holdNotPending(holdId, row.status);
+  return row;
+}
+
+/** The `lock`/`release` record of a hold step (written with the step, in the same statement). */
+function record(
+  walletId: string,
+  type: 'lock' | 'release',
+  amount: Dec,
+  holdId: string,
+  reference: string | null,
+  id: string,
+) {
+  const now = new Date();
+  return {
+    id,
+    wallet_id: walletId,
+    type,
+    status: 'confirmed' as const,
+    amount: amount.toFixed(),
+    hold_id: holdId,
+    reference,
+    confirmed_at: now,
+    created_at: now,
+    updated_at: now,
+  };
+}
+
+type HoldRecord = ReturnType<typeof record>;
+
+/** What a step changes on the hold row: amounts added (decimal strings), the status. */
+interface HoldChange {
+  addAmount?: string;
+  addPosted?: string;
+  addReleased?: string;
+  status?: HoldStatus;
+}
+
+/** Updates the hold row and writes the step's records in one statement. */
+async function updateHold(trx: Trx, holdId: string, change: HoldChange, records: HoldRecord[]) {
+  const values = {
+    amount: sql<string>`amount + ${change.addAmount ?? '0'}::numeric`,
+    posted: sql<string>`posted + ${change.addPosted ?? '0'}::numeric`,
+    released: sql<string>`released + ${change.addReleased ?? '0'}::numeric`,
+    ...(change.status ? { status: change.status } : {}),
+    updated_at: new Date(),
+  };
+  if (records.length === 0) {
+    return trx.updateTable('holds').set(values).where('id', '=', holdId).returningAll().executeTakeFirstOrThrow();
+  }
+  return trx
+    .with('step_records', (db) => db.insertInto('transactions').values(records))
+    .updateTable('holds')
+    .set(values)
+    .where('id', '=', holdId)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/** Places a pending hold of `amount` on a wallet (402 INSUFFICIENT_FUNDS when not available). */
+export async function createHold(
+  trx: Trx,
+  walletId: string,
+  amount: Dec,
+  reference: string | null = null,
+): Promise<Hold> {
+  const id = randomUUID();
+  const txId = randomUUID();
+  // Transfers first: they lock the accounts and refuse an unknown wallet (404) or an overdraft (402)
+  // before anything is written; their references to the hold and the record are checked at commit.
+  await postTransfers(trx, [
+    {
+      debit: { wallet: walletId, kind: 'available' },
+      credit: { wallet: walletId, kind: 'locked' },
+      amount,
+      code: 'hold',
+      holdId: id,
+      transactionId: txId,
+    },
+  ]);
+  await trx
+    .with('lock_record', (db) =>
+      db.insertInto('transactions').values(record(walletId, 'lock', amount, id, reference, txId)),
+    )
+    .insertInto('holds')
+    .values({ id, wallet_id: walletId, status: 'pending', amount: amount.toFixed(), reference })
+    .execute();
+  return toHold({
+    id,
+    wallet_id: walletId,
+    status: 'pending',
+    amount: amount.toFixed(),
+    posted: '0',
+    released: '0',
+    reference,
+  });
+}
+
+/** Adds `amount` to a pending hold from the wallet's available balance. */
+export async function extendHold(trx: Trx, holdId: string, amount: Dec): Promise<Hold> {
+  const row = await lockPendingHold(trx, holdId);
+  const txId = randomUUID();
+  await postTransfers(trx, [
+    {
+      debit: { wallet: row.wallet_id, kind: 'available' },
+      credit: { wallet: row.wallet_id, kind: 'locked' },
+      amount,
+      code: 'hold_extend',
+      holdId,
+      transactionId: txId,
+    },
+  ]);
+  const updated = await updateHold(trx, holdId, { addAmount: amount.toFixed() }, [
+    record(row.wallet_id, 'lock', amount, holdId, row.reference, txId),
+  ]);
+  return toHold(updated);
+}
+
+/** One leg of a posting: part of the held funds moved to an account. */
+export interface PostingLeg {
+  to: AccountRef;
+  amount: Dec;
+  /** Transfer code, e.g. `session_payment`, `platform_fee`. */
+  code: string;
+  transactionId?: string | null;
+}
+
+/**
+ * Posts legs out of a pending hold. With `close`, whatever is left is released
+ * back to `available` (recorded as a `release` transaction) and the hold ends
+ * `posted`; without it the hold stays pending for later captures.
+ * The legs may not exceed what is still held (409 HOLD_AMOUNT_EXCEEDED).
+ */
+export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], close: boolean): Promise<Hold> {
+  const row = await lockPendingHold(trx, holdId);
+  const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
+  const total = legs.reduce((sum, leg) => sum.plus(leg.amount), new Dec(0));
+  if (total.gt(remaining)) throw billingErrors.holdExceeded(holdId, remaining.toFixed(), total.toFixed());
+  const locked: AccountRef = { wallet: row.wallet_id, kind: 'locked' };
+  const specs = legs
+    .filter((leg) => leg.amount.gt(0))
+    .map((leg) => ({
+      debit: locked,
+      credit: leg.to,
+      amount: leg.amount,
+      code: leg.code,
+      holdId,
+      transactionId: leg.transactionId ?? null,
+    }));
+  const rest = remaining.minus(total);
+  const records: HoldRecord[] = [];
+  if (close && rest.gt(0)) {
+    const txId = randomUUID();
+    records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId));
+    specs.push({
+      debit: locked,
+      credit: { wallet: row.wallet_id, kind: 'available' },
+      amount: rest,
+      code: 'hold_release',
+      holdId,
+      transactionId: txId,
+    });
+  }
+  await postTransfers(trx, specs);
+  const updated = await updateHold(
+    trx,
+    holdId,
+    { addPosted: total.toFixed(), addReleased: close ? rest.toFixed() : '0', status: close ? 'posted' : 'pending' },
+    records,
+  );
+  return toHold(updated);
+}
+
+/** Voids a pending hold: everything still held goes back to `available`. */
+export async function voidHold(trx: Trx, holdId: string): Promise<Hold> {
+  const row = await lockPendingHold(trx, holdId);
+  const rest = new Dec(row.amount).minus(row.posted).minus(row.released);
+  const records: HoldRecord[] = [];
+  if (rest.gt(0)) {
+    const txId = randomUUID();
+    records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId));
+    await postTransfers(trx, [
+      {
+        debit: { wallet: row.wallet_id, kind: 'locked' },
+        credit: { wallet: row.wallet_id, kind: 'available' },
+        amount: rest,
+        code: 'hold_void',
+        holdId,
+        transactionId: txId,
+      },
+    ]);
+  }
+  const updated = await updateHold(trx, holdId, { addReleased: rest.toFixed(), status: 'voided' }, records);
+  return toHold(updated);
+}
+
+/** Reads a hold. */
+export async function getHold(trx: Trx | Kysely<BillingDB>, holdId: string): Promise<Hold | null> {
+  const row = await trx.selectFrom('holds').selectAll().where('id', '=', holdId).executeTakeFirst();
+  return row ? toHold(row) : null;
+}

@@ -1,0 +1,197 @@
+/**
+ * The double-entry ledger. Every balance change is an immutable transfer of a
+ * positive amount from a debit account to a credit account; an account's
+ * balance is its credits minus its debits and is updated in the same statement
+ * as the transfer rows (the `ledger_post` database function, migration 0001).
+ * Wallet accounts (available, locked, pending_out) may never go below zero:
+ * `ledger_post` locks every account it touches with SELECT ... FOR UPDATE in
+ * ascending ID order (so concurrent posts never deadlock), refuses an
+ * overdraft (402 INSUFFICIENT_FUNDS), and the table's CHECK constraint refuses
+ * it again should any code path skip the check.
+ */
+import { randomUUID } from 'node:crypto';
+import { type Kysely, sql, type Transaction } from 'kysely';
+import { SYSTEM_ACCOUNT_IDS } from '../db/migrations/0001-ledger.ts';
+import type { BillingDB, SystemAccountKind, WalletAccountKind } from '../db/schema.ts';
+import { billingErrors } from '../errors.ts';
+import { Dec, formatAmount } from './money.ts';
+
+/** A reference to a ledger account: one of a wallet's sub-accounts, or a system account. */
+export type AccountRef = { wallet: string; kind: WalletAccountKind } | { system: SystemAccountKind };
+
+export interface TransferSpec {
+  debit: AccountRef;
+  credit: AccountRef;
+  amount: Dec;
+  /** What the transfer is for: `deposit`, `hold`, `hold_release`, `withdrawal_reversal`, ... */
+  code: string;
+  transactionId?: string | null;
+  holdId?: string | null;
+  reversesTransferId?: string | null;
+}
+
+export interface PostedTransfer {
+  id: string;
+  debitAccountId: string;
+  creditAccountId: string;
+  amount: string;
+  code: string;
+}
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+const WALLET_KINDS: readonly WalletAccountKind[] = ['available', 'locked', 'pending_out'];
+
+const refKey = (ref: AccountRef) => ('system' in ref ? `system:${ref.system}` : `${ref.wallet}:${ref.kind}`);
+
+/** Creates a wallet's sub-accounts (available, locked, pending_out), all starting at zero. */
+export async function createWalletAccounts(trx: Db, walletId: string): Promise<void> {
+  await trx
+    .insertInto('ledger_accounts')
+    .values(WALLET_KINDS.map((kind) => ({ id: randomUUID(), wallet_id: walletId, kind, non_negative: true })))
+    .execute();
+}
+
+/**
+ * Wallet account IDs never change and accounts are never deleted, so the
+ * (wallet, kind) -> ID mapping is cached in memory (bounded), saving a query
+ * per transfer.
+ */
+const accountIdCache = new Map<string, string>();
+const ACCOUNT_CACHE_LIMIT = 200_000;
+
+/** The account IDs of `refs`, by refKey; wallet accounts that do not exist are absent. */
+async function resolveAccounts(trx: Db, refs: AccountRef[]): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const missing = new Set<string>();
+  for (const ref of refs) {
+    const key = refKey(ref);
+    const id = 'system' in ref ? SYSTEM_ACCOUNT_IDS[ref.system] : accountIdCache.get(key);
+    if (id) out.set(key, id);
+    else if ('wallet' in ref) missing.add(ref.wallet);
+  }
+  if (missing.size === 0) return out;
+  const rows = await trx
+    .selectFrom('ledger_accounts')
+    .select(['id', 'wallet_id', 'kind'])
+    .where('wallet_id', 'in', [...missing])
+    .execute();
+  if (accountIdCache.size + rows.length > ACCOUNT_CACHE_LIMIT) accountIdCache.clear();
+  for (const row of rows) {
+    const key = `${row.wallet_id}:${row.kind}`;
+    accountIdCache.set(key, row.id);
+    out.set(key, row.id);
+  }
+  return out;
+}
+
+/** Whether an error is the database refusing an overdraft (the CHECK constraint). */
+export function isOverdraftViolation(err: unknown): boolean {
+  const e = err as { code?: string; constraint?: string; message?: string };
+  return (
+    e?.code === '23514' &&
+    (e.constraint === 'ledger_accounts_non_negative' || /ledger_accounts_non_negative/.test(e.message ?? ''))
+  );
+}
+
+/**
+ * Posts transfers atomically, in one statement (the `ledger_post` database
+ * function): it locks the accounts in ID order, refuses an overdraft of any
+ * non-negative account (net of the whole batch) with 402 INSUFFICIENT_FUNDS
+ * naming the wallet, refuses amounts finer than the ledger's scale (derived
+ * amounts must be rounded first: money.ts), inserts the transfers and updates
+ * the balances. Run it inside the caller's transaction to commit other rows
+ * with it, or on its own: a single statement is atomic by itself.
+ */
+export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<PostedTransfer[]> {
+  if (specs.length === 0) return [];
+  const refs = new Map<string, AccountRef>();
+  for (const s of specs) {
+    if (!s.amount.isPositive() || s.amount.isZero()) throw new Error(`transfer amount must be positive: ${s.amount}`);
+    refs.set(refKey(s.debit), s.debit);
+    refs.set(refKey(s.credit), s.credit);
+  }
+  const ids = await resolveAccounts(trx, [...refs.values()]);
+  const idOf = (ref: AccountRef): string => {
+    const id = ids.get(refKey(ref));
+    if (!id) throw billingErrors.walletNotFound('wallet' in ref ? ref.wallet : ref.system);
+    return id;
+  };
+  const rows = specs.map((s) => ({
+    id: randomUUID(),
+    debit_account_id: idOf(s.debit),
+    credit_account_id: idOf(s.credit),
+    amount: s.amount.toFixed(),
+    code: s.code,
+    transaction_id: s.transactionId ?? null,
+    hold_id: s.holdId ?? null,
+    reverses_transfer_id: s.reversesTransferId ?? null,
+  }));
+  const col = <K extends keyof (typeof rows)[number]>(k: K) => rows.map((r) => r[k]);
+  try {
+    await sql`SELECT ledger_post(${col('id')}::uuid[], ${col('debit_account_id')}::uuid[],
+        ${col('credit_account_id')}::uuid[], ${col('amount')}::numeric[], ${col('code')}::text[],
+        ${col('transaction_id')}::uuid[], ${col('hold_id')}::uuid[], ${col('reverses_transfer_id')}::uuid[])`.execute(
+      trx,
+    );
+  } catch (err) {
+    throw ledgerError(err);
+  }
+  return rows.map((r) => ({
+    id: r.id,
+    debitAccountId: r.debit_account_id,
+    creditAccountId: r.credit_account_id,
+    amount: r.amount,
+    code: r.code,
+  }));
+}
+
+/** Maps the errors `ledger_post` raises to the service's errors. */
+function ledgerError(err: unknown): unknown {
+  const e = err as { code?: string; detail?: string; message?: string };
+  if (e?.code === 'BL402') {
+    const d = JSON.parse(e.detail ?? '{}') as {
+      wallet_id?: string;
+      kind?: string;
+      available?: string;
+      needed?: string;
+    };
+    // NUMERIC(38, scale) text has exactly `scale` decimals: answer at the same scale.
+    const scale = (d.available?.split('.')[1] ?? '').length;
+    return billingErrors.insufficientFunds(
+      d.wallet_id ?? d.kind ?? 'account',
+      d.available ?? '0',
+      new Dec(d.needed ?? 0).toFixed(scale),
+    );
+  }
+  if (e?.code === 'BL400') return new Error(`ledger refused the amounts: ${e.message}`);
+  if (isOverdraftViolation(err)) return billingErrors.overdraftRefused();
+  return err;
+}
+
+/** Balances of one wallet's sub-accounts (decimal strings at the scale). */
+export interface WalletBalances {
+  available: string;
+  locked: string;
+  pending: string;
+  total: string;
+}
+
+/** Reads a wallet's balances; null when the wallet has no accounts (unknown wallet). */
+export async function walletBalances(db: Db, walletId: string, scale: number): Promise<WalletBalances | null> {
+  const rows = await db
+    .selectFrom('ledger_accounts')
+    .select(['kind', 'balance'])
+    .where('wallet_id', '=', walletId)
+    .execute();
+  if (rows.length === 0) return null;
+  const of = (kind: string) => new Dec(rows.find((r) => r.kind === kind)?.balance ?? 0);
+  const available = of('available');
+  const locked = of('locked');
+  return {
+    available: formatAmount(available, scale),
+    locked: formatAmount(locked, scale),
+    pending: formatAmount(of('pending_out'), scale),
+    total: formatAmount(available.plus(locked), scale),
+  };
+}

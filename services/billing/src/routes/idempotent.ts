@@ -1,0 +1,82 @@
+/**
+ * Runs a money-moving handler under the request's Idempotency-Key (when
+ * given): replays a stored answer, refuses a key reused with other
+ * parameters, and stores definitive error answers. The handler claims the
+ * key inside its own money-moving transaction (domain/idempotency.ts).
+ */
+import { type AppError, PROBLEM_CONTENT_TYPE } from '@gpu/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { BillingDB } from '../db/schema.ts';
+import {
+  type IdempotencyContext,
+  IdempotencyKeyTaken,
+  isDefinitiveError,
+  lookupKey,
+  requestHash,
+  type StoredResponse,
+  storeResponse,
+} from '../domain/idempotency.ts';
+import { billingErrors } from '../errors.ts';
+
+export interface IdempotentOptions {
+  db: Kysely<BillingDB>;
+  /** Builds the answer of a claimed key whose request never stored one (a crash); null while still running. */
+  resume?: (transactionId: string) => Promise<StoredResponse | null>;
+}
+
+function send(reply: FastifyReply, response: StoredResponse, replayed: boolean) {
+  if (replayed) reply.header('idempotent-replayed', 'true');
+  reply.code(response.status).serializer(JSON.stringify);
+  if (response.status >= 400) reply.type(PROBLEM_CONTENT_TYPE);
+  else reply.type('application/json; charset=utf-8');
+  return reply.send(response.body);
+}
+
+async function stored(opts: IdempotentOptions, ctx: IdempotencyContext): Promise<StoredResponse | null> {
+  const state = await lookupKey(opts.db, ctx);
+  if (state.kind === 'new') return null;
+  if (state.kind === 'replay') return state.response;
+  const resumed = state.transactionId && opts.resume ? await opts.resume(state.transactionId) : null;
+  if (!resumed) throw billingErrors.idempotencyInProgress(state.transactionId);
+  await storeResponse(opts.db, ctx, resumed);
+  return resumed;
+}
+
+/** Handles the request idempotently; `run` gets the key context (null without a key). */
+export async function runIdempotent(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  opts: IdempotentOptions,
+  run: (idem: IdempotencyContext | null) => Promise<StoredResponse>,
+) {
+  const key = (request.headers['idempotency-key'] as string | undefined) ?? undefined;
+  if (!key) return send(reply, withRequestId(await run(null), request.id), false);
+  const ctx: IdempotencyContext = { key, hash: requestHash(request.method, request.url.split('?')[0]!, request.body) };
+  const previous = await stored(opts, ctx);
+  if (previous) return send(reply, previous, true);
+  try {
+    const response = withRequestId(await run(ctx), request.id);
+    await storeResponse(opts.db, ctx, response);
+    return send(reply, response, false);
+  } catch (err) {
+    if (err instanceof IdempotencyKeyTaken) {
+      const other = await stored(opts, ctx);
+      if (other) return send(reply, other, true);
+      throw billingErrors.idempotencyInProgress(null);
+    }
+    if (isDefinitiveError(err)) {
+      const appError = err as AppError;
+      await storeResponse(opts.db, ctx, {
+        status: appError.status,
+        body: { ...appError.toProblem(), request_id: request.id },
+      });
+    }
+    throw err;
+  }
+}
+
+function withRequestId(response: StoredResponse, requestId: string): StoredResponse {
+  if (response.status < 400 || typeof response.body !== 'object' || response.body === null) return response;
+  return { ...response, body: { ...(response.body as object), request_id: requestId } };
+}

@@ -1,0 +1,105 @@
+/** Money in and out of a wallet: deposits (claimed by signature) and withdrawals. */
+import type { App } from '@gpu/common';
+import { z } from 'zod';
+import { payoutResponse, startChainPayout } from '../domain/chain-payouts.ts';
+import { claimDeposit } from '../domain/deposits.ts';
+import { getTransaction } from '../domain/transactions.ts';
+import { getWallet } from '../domain/wallets.ts';
+import { requestAmount } from './amounts.ts';
+import type { RouteDeps } from './deps.ts';
+import { runIdempotent } from './idempotent.ts';
+import {
+  amountString,
+  idempotencyHeaders,
+  problems,
+  solanaAddress,
+  transactionSchema,
+  walletParams,
+} from './schemas.ts';
+
+const signature = z
+  .string()
+  .regex(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/, 'must be a base58 transaction signature')
+  .describe('signature of the on-chain token transfer to the treasury');
+
+export async function paymentRoutes(app: App, deps: RouteDeps) {
+  const ctx = deps.billing;
+  const resume = async (transactionId: string) => {
+    const row = await getTransaction(ctx.db, transactionId);
+    return row && row.status !== 'pending' ? payoutResponse(ctx, row) : null;
+  };
+
+  app.post(
+    '/api/v1/wallet/:walletID/deposit',
+    {
+      schema: {
+        tags: ['payments'],
+        summary: 'Credit a deposit: verify the token transfer on chain by its signature and credit it once',
+        description:
+          "The transfer must move platform tokens from the wallet's registered address into the treasury and be " +
+          'final at the configured commitment. Exactly the verified amount is credited; a signature is credited ' +
+          'at most once across all wallets (409 DEPOSIT_ALREADY_CREDITED). Rejections: 404 ' +
+          'DEPOSIT_TRANSACTION_NOT_FOUND, 409 DEPOSIT_NOT_FINAL (retry later), 422 DEPOSIT_TRANSACTION_FAILED, ' +
+          'DEPOSIT_WRONG_MINT, DEPOSIT_WRONG_RECIPIENT, DEPOSIT_WRONG_SOURCE, DEPOSIT_AMOUNT_TOO_LOW.',
+        params: walletParams,
+        headers: idempotencyHeaders,
+        body: z.object({
+          signature,
+          amount: amountString.optional().describe('claimed amount: the transfer must have moved at least this'),
+        }),
+        response: { 201: transactionSchema, ...problems(400, 404, 409, 422, 503) },
+      },
+    },
+    async (request, reply) =>
+      runIdempotent(request, reply, { db: ctx.db }, async (idem) => {
+        const amount = request.body.amount ? requestAmount(request.body.amount, ctx.scale) : undefined;
+        return claimDeposit(
+          ctx,
+          {
+            walletId: request.params.walletID,
+            signature: request.body.signature,
+            amount,
+            correlationId: request.correlationId,
+          },
+          idem,
+        );
+      }),
+  );
+
+  app.post(
+    '/api/v1/wallet/:walletID/withdraw',
+    {
+      schema: {
+        tags: ['payments'],
+        summary: "Withdraw tokens to the wallet's address (or another destination) on chain",
+        description:
+          'The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed ' +
+          'at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 ' +
+          'SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed.',
+        params: walletParams,
+        headers: idempotencyHeaders,
+        body: z.object({
+          amount: amountString,
+          destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
+        }),
+        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 404, 409, 502, 503) },
+      },
+    },
+    async (request, reply) =>
+      runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
+        const amount = requestAmount(request.body.amount, ctx.scale);
+        const wallet = await getWallet(ctx.db, request.params.walletID);
+        return startChainPayout(
+          ctx,
+          {
+            wallet,
+            type: 'withdrawal',
+            amount,
+            destination: request.body.destination,
+            correlationId: request.correlationId,
+          },
+          idem,
+        );
+      }),
+  );
+}

@@ -1,0 +1,111 @@
+/** Provider operations: earnings summary and payouts of earnings on chain. */
+import type { App } from '@gpu/common';
+import { z } from 'zod';
+import { payoutResponse, startChainPayout } from '../domain/chain-payouts.ts';
+import { earningsSummary } from '../domain/earnings.ts';
+import { walletBalances } from '../domain/ledger.ts';
+import { Dec } from '../domain/money.ts';
+import { getTransaction } from '../domain/transactions.ts';
+import { findWalletByOwner, type Wallet } from '../domain/wallets.ts';
+import { billingErrors } from '../errors.ts';
+import { requestAmount } from './amounts.ts';
+import type { RouteDeps } from './deps.ts';
+import { runIdempotent } from './idempotent.ts';
+import {
+  amountString,
+  idempotencyHeaders,
+  problems,
+  providerParams,
+  solanaAddress,
+  transactionSchema,
+} from './schemas.ts';
+
+export async function providerRoutes(app: App, deps: RouteDeps) {
+  const ctx = deps.billing;
+  const providerWallet = async (providerId: string): Promise<Wallet> => {
+    const wallet = await findWalletByOwner(ctx.db, 'provider', providerId);
+    if (!wallet) throw billingErrors.providerWalletNotFound(providerId);
+    return wallet;
+  };
+  const resume = async (transactionId: string) => {
+    const row = await getTransaction(ctx.db, transactionId);
+    return row && row.status !== 'pending' ? payoutResponse(ctx, row) : null;
+  };
+
+  app.get(
+    '/api/v1/provider/:providerID/earnings',
+    {
+      schema: {
+        tags: ['providers'],
+        summary: "A provider's earnings: earned, paid out, pending payouts and what can be paid out now",
+        params: providerParams,
+        response: {
+          200: z.object({
+            provider_id: z.uuid(),
+            wallet_id: z.uuid(),
+            total_earned: z.string(),
+            total_paid_out: z.string(),
+            pending_payouts: z.string(),
+            available_for_payout: z.string(),
+            locked: z.string(),
+            minimum_payout: z.string(),
+          }),
+          ...problems(400, 404),
+        },
+      },
+    },
+    async (request) =>
+      earningsSummary(ctx.db, await providerWallet(request.params.providerID), ctx.scale, ctx.minimumPayout),
+  );
+
+  app.post(
+    '/api/v1/provider/:providerID/payout',
+    {
+      schema: {
+        tags: ['providers'],
+        summary: "Pay a provider's earnings out on chain (at least the minimum payout)",
+        description:
+          'Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 ' +
+          'confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the ' +
+          'amount is under `billing.minimum_payout` (default 10 tokens).',
+        params: providerParams,
+        headers: idempotencyHeaders,
+        body: z
+          .object({
+            amount: amountString.optional(),
+            destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
+          })
+          .prefault({}),
+        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 404, 409, 502, 503) },
+      },
+    },
+    async (request, reply) =>
+      runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
+        const wallet = await providerWallet(request.params.providerID);
+        const minimum = new Dec(ctx.minimumPayout);
+        let amount: Dec;
+        if (request.body.amount !== undefined) {
+          amount = requestAmount(request.body.amount, ctx.scale);
+        } else {
+          const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);
+          amount = new Dec(balances?.available ?? 0);
+          if (amount.lt(minimum)) {
+            throw billingErrors.insufficientFunds(wallet.id, amount.toFixed(ctx.scale), minimum.toFixed(ctx.scale));
+          }
+        }
+        if (amount.lt(minimum))
+          throw billingErrors.payoutBelowMinimum(amount.toFixed(ctx.scale), minimum.toFixed(ctx.scale));
+        return startChainPayout(
+          ctx,
+          {
+            wallet,
+            type: 'payout',
+            amount,
+            destination: request.body.destination,
+            correlationId: request.correlationId,
+          },
+          idem,
+        );
+      }),
+  );
+}

@@ -1,0 +1,65 @@
+/** Zod schemas shared by the billing routes (request parts and response bodies). */
+import { problemSchema } from '@gpu/common';
+import { z } from 'zod';
+import { isSolanaAddress } from '../domain/solana-address.ts';
+
+export const amountString = z
+  .string()
+  .regex(/^(0|[1-9]\d{0,29})(\.\d+)?$/, 'must be a decimal string like "12.5"')
+  .describe('token amount as a decimal string');
+
+export const solanaAddress = z
+  .string()
+  .refine(isSolanaAddress, 'must be a base58 Solana address (32 bytes)')
+  .describe('base58 Solana address');
+
+export const walletParams = z.object({ walletID: z.uuid().describe('wallet ID') });
+export const providerParams = z.object({ providerID: z.uuid().describe('provider ID') });
+
+export const idempotencyHeaders = z.object({
+  'idempotency-key': z
+    .string()
+    .min(1)
+    .max(255)
+    .regex(/^[\x21-\x7e]+$/, 'visible ASCII only')
+    .optional()
+    .describe('makes the request safe to retry: the first answer is replayed for the same key and parameters'),
+});
+
+export const transactionSchema = z.object({
+  id: z.uuid(),
+  wallet_id: z.uuid(),
+  type: z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']),
+  status: z.enum(['pending', 'confirmed', 'failed']),
+  amount: z.string(),
+  fee: z.string(),
+  signature: z.string().nullable(),
+  destination: z.string().nullable(),
+  failure_reason: z.string().nullable(),
+  hold_id: z.string().nullable(),
+  reference: z.string().nullable(),
+  created_at: z.string(),
+  updated_at: z.string(),
+  confirmed_at: z.string().nullable(),
+});
+
+export const balanceSchema = z.object({
+  wallet_id: z.uuid(),
+  total: z.string().describe('available + locked'),
+  available: z.string(),
+  locked: z.string().describe('held for running sessions'),
+  pending: z.string().describe('withdrawals and payouts sent but not yet confirmed'),
+  decimals: z.number().int(),
+});
+
+export const walletSchema = z.object({
+  id: z.uuid(),
+  owner_type: z.enum(['user', 'provider']),
+  owner_id: z.uuid(),
+  solana_address: z.string(),
+  created_at: z.string(),
+});
+
+/** Error responses every route may give, for the OpenAPI document. */
+export const problems = (...statuses: number[]) =>
+  Object.fromEntries(statuses.map((s) => [s, problemSchema])) as Record<number, typeof problemSchema>;

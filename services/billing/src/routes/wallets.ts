@@ -1,0 +1,126 @@
+/** Wallet routes: create a wallet, read its balance and its transaction history. */
+import type { App } from '@gpu/common';
+import { z } from 'zod';
+import { listTransactions } from '../domain/history.ts';
+import { walletBalances } from '../domain/ledger.ts';
+import { createWallet, getWallet, type Wallet } from '../domain/wallets.ts';
+import { billingErrors } from '../errors.ts';
+import type { RouteDeps } from './deps.ts';
+import { balanceSchema, problems, solanaAddress, transactionSchema, walletParams, walletSchema } from './schemas.ts';
+
+const walletJson = (w: Wallet) => ({
+  id: w.id,
+  owner_type: w.ownerType,
+  owner_id: w.ownerId,
+  solana_address: w.solanaAddress,
+  created_at: w.createdAt.toISOString(),
+});
+
+const typeList = z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']);
+const statusList = z.enum(['pending', 'confirmed', 'failed']);
+/** Accepts `type=a&type=b` and `type=a,b`. */
+const csv = <T extends z.ZodType<string, string>>(item: T) =>
+  z
+    .union([z.string(), z.array(z.string())])
+    .transform((v) => (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter(Boolean))
+    .pipe(z.array(item))
+    .optional();
+
+export async function walletRoutes(app: App, deps: RouteDeps) {
+  const { db, scale } = deps.billing;
+
+  app.post(
+    '/api/v1/wallet',
+    {
+      schema: {
+        tags: ['wallets'],
+        summary: 'Create a wallet for a user or provider (one per owner and type)',
+        body: z.object({
+          owner_type: z.enum(['user', 'provider']),
+          owner_id: z.uuid(),
+          solana_address: solanaAddress,
+        }),
+        response: { 201: walletSchema, ...problems(400, 409, 503) },
+      },
+    },
+    async (request, reply) => {
+      const wallet = await createWallet(db, {
+        ownerType: request.body.owner_type,
+        ownerId: request.body.owner_id,
+        solanaAddress: request.body.solana_address,
+      });
+      return reply.code(201).send(walletJson(wallet));
+    },
+  );
+
+  app.get(
+    '/api/v1/wallet/:walletID',
+    {
+      schema: {
+        tags: ['wallets'],
+        summary: 'Get a wallet',
+        params: walletParams,
+        response: { 200: walletSchema, ...problems(400, 404) },
+      },
+    },
+    async (request) => walletJson(await getWallet(db, request.params.walletID)),
+  );
+
+  app.get(
+    '/api/v1/wallet/:walletID/balance',
+    {
+      schema: {
+        tags: ['wallets'],
+        summary: 'Get the balance of a wallet: total = available + locked; pending is on its way out',
+        params: walletParams,
+        response: { 200: balanceSchema, ...problems(400, 404) },
+      },
+    },
+    async (request) => {
+      const id = request.params.walletID;
+      const balances = await walletBalances(db, id, scale);
+      if (!balances) throw billingErrors.walletNotFound(id);
+      return { wallet_id: id, ...balances, decimals: scale };
+    },
+  );
+
+  app.get(
+    '/api/v1/wallet/:walletID/transactions',
+    {
+      schema: {
+        tags: ['wallets'],
+        summary: 'Transaction history of a wallet, newest first, with filters and cursor pagination',
+        params: walletParams,
+        querystring: z.object({
+          limit: z.coerce.number().int().min(1).max(200).default(50),
+          cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
+          type: csv(typeList).describe('one or more types (repeat the parameter or separate with commas)'),
+          status: csv(statusList).describe('one or more statuses'),
+          from: z.iso.datetime({ offset: true }).optional().describe('created at or after (RFC 3339)'),
+          to: z.iso.datetime({ offset: true }).optional().describe('created before (RFC 3339)'),
+        }),
+        response: {
+          200: z.object({ transactions: z.array(transactionSchema), next_cursor: z.string().nullable() }),
+          ...problems(400, 404),
+        },
+      },
+    },
+    async (request) => {
+      const wallet = await getWallet(db, request.params.walletID);
+      const q = request.query;
+      return listTransactions(
+        db,
+        wallet.id,
+        {
+          limit: q.limit,
+          cursor: q.cursor,
+          type: q.type,
+          status: q.status,
+          from: q.from ? new Date(q.from) : undefined,
+          to: q.to ? new Date(q.to) : undefined,
+        },
+        scale,
+      );
+    },
+  );
+}

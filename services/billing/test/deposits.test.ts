@@ -1,0 +1,208 @@
+/** Deposits against the real local chain: verification, crediting once, every rejection, idempotency. */
+import { Keypair } from '@solana/web3.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { base58Encode } from '../src/adapters/base58.ts';
+import { createWallet, type Wallet } from '../src/domain/wallets.ts';
+import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+let h: BillingHarness;
+let L: Localnet;
+
+beforeAll(async () => {
+  L = await setupLocalnet();
+  h = await setupBilling({ chain: L.chain });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+async function walletFor(kp: Keypair): Promise<Wallet> {
+  return createWallet(h.db, {
+    ownerType: 'user',
+    ownerId: crypto.randomUUID(),
+    solanaAddress: kp.publicKey.toBase58(),
+  });
+}
+
+const deposit = (walletId: string, payload: object, headers: Record<string, string> = {}) =>
+  h.app.inject({ method: 'POST', url: `/api/v1/wallet/${walletId}/deposit`, payload, headers });
+
+describe('POST /api/v1/wallet/{id}/deposit', () => {
+  it('credits exactly the verified amount, once, and records a confirmed deposit with an event', async () => {
+    const kp = await L.user(100n);
+    const wallet = await walletFor(kp);
+    const signature = await L.transfer(kp, L.treasury.publicKey, 25_500_001n); // 25.500001 tokens
+    const res = await deposit(wallet.id, { signature });
+    expect(res.statusCode).toBe(201);
+    expect(res.json()).toMatchObject({
+      wallet_id: wallet.id,
+      type: 'deposit',
+      status: 'confirmed',
+      amount: '25.500001',
+      fee: '0.000000',
+      signature,
+    });
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '25.500001', total: '25.500001' });
+
+    const again = await deposit(wallet.id, { signature });
+    expect(again.statusCode).toBe(409);
+    expect(again.json()).toMatchObject({ code: 'DEPOSIT_ALREADY_CREDITED', transaction_id: res.json().id });
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '25.500001' });
+
+    const events = await h.db.selectFrom('outbox_events').selectAll().where('kind', '=', 'deposit.confirmed').execute();
+    expect(
+      events.some((e) => (e.payload as { transaction: { signature: string } }).transaction.signature === signature),
+    ).toBe(true);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('credits a signature once when claimed in parallel by two wallets of the same address', async () => {
+    const kp = await L.user(50n);
+    const a = await walletFor(kp);
+    const b = await walletFor(kp);
+    const signature = await L.transfer(kp, L.treasury.publicKey, 7n * L.unit);
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => deposit(i % 2 ? a.id : b.id, { signature })),
+    );
+    const codes = answers.map((r) => r.statusCode).sort();
+    expect(codes.filter((c) => c === 201)).toHaveLength(1);
+    expect(codes.filter((c) => c === 409)).toHaveLength(11);
+    for (const r of answers.filter((x) => x.statusCode === 409)) expect(r.json().code).toBe('DEPOSIT_ALREADY_CREDITED');
+    const [ba, bb] = [await h.balanceOf(a.id), await h.balanceOf(b.id)];
+    expect(Number(ba.available) + Number(bb.available)).toBe(7);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('refuses unknown, failed, wrong-mint, wrong-recipient, wrong-source, too-small and not-final transactions', async () => {
+    const kp = await L.user(100n);
+    const wallet = await walletFor(kp);
+    const expectRejected = async (payload: object, status: number, code: string) => {
+      const res = await deposit(wallet.id, payload);
+      expect(res.statusCode, `${code}: ${res.body}`).toBe(status);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+      expect(res.json().code).toBe(code);
+    };
+
+    await expectRejected(
+      { signature: base58Encode(crypto.getRandomValues(new Uint8Array(64))) },
+      404,
+      'DEPOSIT_TRANSACTION_NOT_FOUND',
+    );
+
+    const failed = await L.transfer(kp, L.treasury.publicKey, 1_000n * L.unit, { skipPreflight: true });
+    await expectRejected({ signature: failed }, 422, 'DEPOSIT_TRANSACTION_FAILED');
+
+    const otherMint = await L.otherMint();
+    const holder = await L.user(10n, otherMint);
+    const holderWallet = await walletFor(holder);
+    const wrongMint = await L.transfer(holder, L.treasury.publicKey, L.unit, { tokenMint: otherMint });
+    const res = await deposit(holderWallet.id, { signature: wrongMint });
+    expect(res.statusCode).toBe(422);
+    expect(res.json().code).toBe('DEPOSIT_WRONG_MINT');
+
+    const friend = await L.user(0n);
+    const wrongRecipient = await L.transfer(kp, friend.publicKey, L.unit);
+    await expectRejected({ signature: wrongRecipient }, 422, 'DEPOSIT_WRONG_RECIPIENT');
+
+    const stranger = await L.user(10n);
+    const wrongSource = await L.transfer(stranger, L.treasury.publicKey, L.unit);
+    await expectRejected({ signature: wrongSource }, 422, 'DEPOSIT_WRONG_SOURCE');
+
+    const small = await L.transfer(kp, L.treasury.publicKey, 2n * L.unit);
+    await expectRejected({ signature: small, amount: '2.000001' }, 422, 'DEPOSIT_AMOUNT_TOO_LOW');
+    await expectRejected({ signature: small, amount: '2.0000001' }, 400, 'VALIDATION_ERROR');
+
+    await localnetRpc('localnet_setFinalityDelay', [{ slots: 1_000_000, address: kp.publicKey.toBase58() }]);
+    const slow = await L.transfer(kp, L.treasury.publicKey, 3n * L.unit, { waitFor: 'confirmed' });
+    const notFinal = await deposit(wallet.id, { signature: slow });
+    expect(notFinal.statusCode).toBe(409);
+    expect(notFinal.json().code).toBe('DEPOSIT_NOT_FINAL');
+    expect(notFinal.headers['retry-after']).toBeDefined();
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '0.000000' });
+
+    // Once final, the same signature is credited (nothing was recorded by the refusals).
+    await localnetRpc('localnet_finalize', [slow]);
+    const later = await deposit(wallet.id, { signature: slow });
+    expect(later.statusCode).toBe(201);
+    expect(later.json().amount).toBe('3.000000');
+    // The small transfer can still be claimed without an amount, or with one it meets.
+    expect((await deposit(wallet.id, { signature: small, amount: '2' })).statusCode).toBe(201);
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '5.000000' });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('replays the first answer for a repeated Idempotency-Key and refuses the key with other parameters', async () => {
+    const kp = await L.user(20n);
+    const wallet = await walletFor(kp);
+    const signature = await L.transfer(kp, L.treasury.publicKey, 4n * L.unit);
+    const key = crypto.randomUUID();
+    const first = await deposit(wallet.id, { signature }, { 'idempotency-key': key });
+    expect(first.statusCode).toBe(201);
+    const replay = await deposit(wallet.id, { signature }, { 'idempotency-key': key });
+    expect(replay.statusCode).toBe(201);
+    expect(replay.json()).toEqual(first.json());
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    const other = await deposit(wallet.id, { signature, amount: '4' }, { 'idempotency-key': key });
+    expect(other.statusCode).toBe(409);
+    expect(other.json().code).toBe('IDEMPOTENCY_KEY_REUSED');
+    // A definitive refusal is replayed too: a key used for an unknown wallet keeps answering 404.
+    const missingKey = crypto.randomUUID();
+    const ghost = crypto.randomUUID();
+    expect((await deposit(ghost, { signature }, { 'idempotency-key': missingKey })).statusCode).toBe(404);
+    const ghostReplay = await deposit(ghost, { signature }, { 'idempotency-key': missingKey });
+    expect(ghostReplay.statusCode).toBe(404);
+    expect(ghostReplay.headers['idempotent-replayed']).toBe('true');
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '4.000000' });
+  });
+
+  it('answers 503 SOLANA_UNAVAILABLE when the chain cannot be reached, crediting nothing', async () => {
+    const { app, close } = await setupBillingWithDeadChain();
+    try {
+      const kp = Keypair.generate();
+      const created = await app.inject({
+        method: 'POST',
+        url: '/api/v1/wallet',
+        payload: { owner_type: 'user', owner_id: crypto.randomUUID(), solana_address: kp.publicKey.toBase58() },
+      });
+      const res = await app.inject({
+        method: 'POST',
+        url: `/api/v1/wallet/${created.json().id}/deposit`,
+        payload: { signature: base58Encode(crypto.getRandomValues(new Uint8Array(64))) },
+      });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toMatchObject({ code: 'SOLANA_UNAVAILABLE', dependency: 'solana' });
+    } finally {
+      await close();
+    }
+  });
+});
+
+/** The billing app over a chain adapter whose RPC node went away (a real TCP proxy, then closed). */
+async function setupBillingWithDeadChain() {
+  const { createServer, connect } = await import('node:net');
+  const target = new URL(L.conn.rpcEndpoint);
+  const sockets = new Set<import('node:net').Socket>();
+  const proxy = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    sockets.add(client).add(upstream);
+    client.pipe(upstream).pipe(client);
+    client.on('error', () => upstream.destroy());
+    upstream.on('error', () => client.destroy());
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  const port = (proxy.address() as { port: number }).port;
+  const { SolanaChain } = await import('../src/adapters/solana-chain.ts');
+  const chain = await SolanaChain.connect({
+    rpcUrl: `http://127.0.0.1:${port}`,
+    mint: L.mint.toBase58(),
+    treasuryKeypair: L.treasury,
+    requestTimeoutMs: 2000,
+  });
+  await new Promise<void>((r) => {
+    proxy.close(() => r());
+    for (const s of sockets) s.destroy();
+  });
+  const harness = await setupBilling({ chain });
+  return harness;
+}

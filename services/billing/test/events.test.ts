@@ -1,0 +1,71 @@
+/** Payment events: written to the outbox with the money movement, published on real NATS by the relay. */
+import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
+import { testEnv } from '@gpu/common/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { recordIntent, settle } from '../src/domain/chain-payouts.ts';
+import { OutboxRelay } from '../src/domain/events.ts';
+import { Dec } from '../src/domain/money.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+let h: BillingHarness;
+beforeAll(async () => {
+  h = await setupBilling();
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+describe('payment events', () => {
+  it('publishes each outbox event once on billing.events.<kind> with its ID as Nats-Msg-Id', async () => {
+    const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
+    const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-test' })) as NatsPublisher;
+    const received: { subject: string; msgId?: string; correlation?: string; data: Record<string, unknown> }[] = [];
+    const sub = publisher.connection.subscribe('billing.events.>', {
+      callback: (_err, msg) => {
+        received.push({
+          subject: msg.subject,
+          msgId: msg.headers?.get('Nats-Msg-Id'),
+          correlation: msg.headers?.get('X-Correlation-ID'),
+          data: msg.json(),
+        });
+      },
+    });
+    try {
+      const w = await h.fundedWallet('10');
+      const row = await recordIntent(
+        h.ctx,
+        { wallet: w, type: 'payout', amount: new Dec('10'), destination: w.solanaAddress, correlationId: 'corr-42' },
+        { signature: 'sig-events-test', serialized: 'AA==', lastValidBlockHeight: 1 },
+        null,
+      );
+      await settle(h.ctx, row.id, 'confirmed', null, 'corr-42');
+
+      const relay = new OutboxRelay(h.db, publisher, 'billing.events', logger);
+      expect(await relay.flush()).toBe(2);
+      expect(await relay.flush()).toBe(0);
+      await publisher.connection.flush();
+      for (let i = 0; i < 50 && received.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
+
+      expect(received.map((m) => m.subject)).toEqual([
+        'billing.events.payout.pending',
+        'billing.events.payout.confirmed',
+      ]);
+      const confirmed = received[1]!;
+      expect(confirmed.correlation).toBe('corr-42');
+      expect(confirmed.msgId).toBe(confirmed.data.event_id);
+      expect(confirmed.data).toMatchObject({
+        kind: 'payout.confirmed',
+        transaction: { id: row.id, type: 'payout', status: 'confirmed', amount: '10.000000' },
+      });
+      const unpublished = await h.db
+        .selectFrom('outbox_events')
+        .select('id')
+        .where('published_at', 'is', null)
+        .execute();
+      expect(unpublished).toHaveLength(0);
+    } finally {
+      sub.unsubscribe();
+      await publisher.close();
+    }
+  });
+});

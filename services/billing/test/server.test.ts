@@ -1,0 +1,124 @@
+/**
+ * The real service process: starts on a database holding a withdrawal that
+ * was debited and recorded but never sent (a crash), reconciles it at
+ * start-up, serves, and shuts down cleanly on SIGTERM.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLogger } from '@gpu/common';
+import { createTestDatabase, testEnv } from '@gpu/common/testing';
+import { Keypair } from '@solana/web3.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { billingContext } from '../src/app.ts';
+import { billingConfigSchema } from '../src/config.ts';
+import { openBillingDatabase } from '../src/db/open.ts';
+import { recordIntent } from '../src/domain/chain-payouts.ts';
+import { postTransfers } from '../src/domain/ledger.ts';
+import { Dec } from '../src/domain/money.ts';
+import { getTransaction } from '../src/domain/transactions.ts';
+import { createWallet } from '../src/domain/wallets.ts';
+import { setupLocalnet } from './support/localnet.ts';
+
+let child: ChildProcess | undefined;
+afterAll(() => {
+  child?.kill('SIGKILL');
+});
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+describe('billing-service process', () => {
+  it('reconciles a crashed withdrawal at start-up, serves, and exits cleanly', async () => {
+    const L = await setupLocalnet();
+    const dir = mkdtempSync(join(tmpdir(), 'billing-server-'));
+    const keyFile = join(dir, 'treasury.json');
+    writeFileSync(keyFile, JSON.stringify(Array.from(L.treasury.secretKey)));
+    const testDb = await createTestDatabase('billing_server');
+
+    // The state a crash between "debit recorded" and "sent" leaves behind.
+    const config = billingConfigSchema.parse({ log_level: 'silent', database: { url: testDb.url } });
+    const database = await openBillingDatabase(config);
+    const logger = createLogger({ service: 't', instanceId: 't', level: 'silent' });
+    const ctx = billingContext({ config, logger, db: database.db, chain: L.chain });
+    const address = Keypair.generate().publicKey.toBase58();
+    const wallet = await createWallet(database.db, {
+      ownerType: 'user',
+      ownerId: crypto.randomUUID(),
+      solanaAddress: address,
+    });
+    await database.db.transaction().execute((trx) =>
+      postTransfers(trx, [
+        {
+          debit: { system: 'chain_incoming' },
+          credit: { wallet: wallet.id, kind: 'available' },
+          amount: new Dec(20),
+          code: 'deposit',
+        },
+      ]),
+    );
+    const prepared = await L.chain.prepareTransfer(address, '7');
+    const row = await recordIntent(
+      ctx,
+      { wallet, type: 'withdrawal', amount: new Dec(7), destination: address },
+      prepared,
+      null,
+    );
+
+    const port = await freePort();
+    child = spawn(process.execPath, ['--import', 'tsx', 'services/billing/src/server.ts'], {
+      cwd: join(import.meta.dirname, '../../..'),
+      env: {
+        ...process.env,
+        DATABASE_URL: testDb.url,
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        SOLANA_RPC_URL: testEnv.solanaRpcUrl,
+        TOKEN_MINT: L.mint.toBase58(),
+        TREASURY_KEYPAIR_PATH: keyFile,
+        NATS_URL: testEnv.natsUrl,
+        LOG_LEVEL: 'info',
+        BILLING__BILLING__RECONCILE_INTERVAL: '0s',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout!.on('data', (d) => {
+      output += d;
+    });
+    child.stderr!.on('data', (d) => {
+      output += d;
+    });
+    let health: Response | undefined;
+    for (let i = 0; i < 150; i++) {
+      health = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
+      if (health || child.exitCode !== null) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(health?.status, output).toBe(200);
+    expect(await health!.json()).toMatchObject({
+      status: 'UP',
+      service: 'billing-service',
+      checks: { database: { status: 'UP' }, solana: { status: 'UP' }, nats: { status: 'UP' } },
+    });
+
+    expect((await getTransaction(database.db, row.id))!.status).toBe('confirmed');
+    expect(await L.chain.tokenBalance(address)).toBe('7');
+    const balance = await fetch(`http://127.0.0.1:${port}/api/v1/wallet/${wallet.id}/balance`);
+    expect(await balance.json()).toMatchObject({ available: '13.000000', pending: '0.000000' });
+
+    const exited = new Promise<number | null>((r) => child!.once('exit', (code) => r(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(output).toContain('reconciled pending withdrawals and payouts');
+    await database.close();
+    await testDb.drop();
+  });
+});

@@ -1,0 +1,125 @@
+/**
+ * A migrated billing database on the real test PostgreSQL, the app built on
+ * it, and helpers to create and fund wallets through the ledger.
+ */
+import { createLogger } from '@gpu/common';
+import { createTestDatabase } from '@gpu/common/testing';
+import { Keypair } from '@solana/web3.js';
+import { sql } from 'kysely';
+import type { Chain } from '../../src/adapters/chain.ts';
+import { billingContext, buildApp } from '../../src/app.ts';
+import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
+import { openBillingDatabase } from '../../src/db/open.ts';
+import { outboxSink } from '../../src/domain/events.ts';
+import { postTransfers } from '../../src/domain/ledger.ts';
+import { Dec } from '../../src/domain/money.ts';
+import { createWallet } from '../../src/domain/wallets.ts';
+
+export interface SetupOptions {
+  chain?: Chain | null;
+  decimals?: number;
+  config?: Record<string, unknown>;
+}
+
+export async function setupBilling(opts: SetupOptions = {}) {
+  const testDb = await createTestDatabase('billing');
+  const config: BillingConfig = billingConfigSchema.parse({
+    log_level: 'silent',
+    database: { url: testDb.url, pool_size: 20 },
+    blockchain: { token_decimals: opts.decimals ?? 6, commitment: 'finalized' },
+    ...opts.config,
+  });
+  const database = await openBillingDatabase(config);
+  const logger = createLogger({ service: 'billing-test', instanceId: 'test', level: 'silent' });
+  const deps = { config, logger, db: database.db, chain: opts.chain ?? null, events: outboxSink };
+  const ctx = billingContext(deps);
+  const app = await buildApp(deps, ctx);
+  await app.ready();
+  const db = database.db;
+
+  /** A new wallet (random owner and address) with `funds` credited from chain_incoming. */
+  async function fundedWallet(funds = '0', ownerType: 'user' | 'provider' = 'user', address?: string) {
+    const wallet = await createWallet(db, {
+      ownerType,
+      ownerId: crypto.randomUUID(),
+      solanaAddress: address ?? Keypair.generate().publicKey.toBase58(),
+    });
+    if (new Dec(funds).gt(0)) await credit(wallet.id, funds);
+    return wallet;
+  }
+
+  async function credit(walletId: string, amount: string, code = 'test_credit') {
+    await db.transaction().execute((trx) =>
+      postTransfers(trx, [
+        {
+          debit: { system: 'chain_incoming' },
+          credit: { wallet: walletId, kind: 'available' },
+          amount: new Dec(amount),
+          code,
+        },
+      ]),
+    );
+  }
+
+  /** Checks every ledger invariant; returns the per-account sums for further assertions. */
+  async function assertLedgerConsistent() {
+    const accounts = await db.selectFrom('ledger_accounts').selectAll().execute();
+    const sums = await sql<{ id: string; credits: string; debits: string }>`
+      SELECT a.id,
+             coalesce((SELECT sum(amount) FROM ledger_transfers WHERE credit_account_id = a.id), 0) AS credits,
+             coalesce((SELECT sum(amount) FROM ledger_transfers WHERE debit_account_id = a.id), 0) AS debits
+        FROM ledger_accounts a`.execute(db);
+    const problems: string[] = [];
+    let total = new Dec(0);
+    for (const a of accounts) {
+      const s = sums.rows.find((r) => r.id === a.id)!;
+      const derived = new Dec(s.credits).minus(s.debits);
+      if (!derived.eq(a.balance))
+        problems.push(`account ${a.id} (${a.kind}) balance ${a.balance} != entries ${derived}`);
+      if (a.non_negative && new Dec(a.balance).isNegative()) problems.push(`account ${a.id} is negative`);
+      total = total.plus(a.balance);
+    }
+    if (!total.isZero()) problems.push(`accounts sum to ${total}, not 0`);
+    const holds = await sql<{ wallet_id: string; locked: string; held: string }>`
+      SELECT a.wallet_id, a.balance AS locked,
+             coalesce((SELECT sum(amount - posted - released) FROM holds h
+                        WHERE h.wallet_id = a.wallet_id AND h.status = 'pending'), 0) AS held
+        FROM ledger_accounts a WHERE a.kind = 'locked'`.execute(db);
+    for (const h of holds.rows) {
+      if (!new Dec(h.locked).eq(h.held)) problems.push(`wallet ${h.wallet_id} locks ${h.locked} but holds ${h.held}`);
+    }
+    const pendingOut = await sql<{ wallet_id: string; balance: string; pending: string }>`
+      SELECT a.wallet_id, a.balance,
+             coalesce((SELECT sum(amount) FROM transactions t WHERE t.wallet_id = a.wallet_id
+                        AND t.status = 'pending' AND t.type IN ('withdrawal', 'payout')), 0) AS pending
+        FROM ledger_accounts a WHERE a.kind = 'pending_out'`.execute(db);
+    for (const p of pendingOut.rows) {
+      if (!new Dec(p.balance).eq(p.pending))
+        problems.push(`wallet ${p.wallet_id} pending_out ${p.balance} != ${p.pending}`);
+    }
+    return { problems, accounts };
+  }
+
+  async function balanceOf(walletId: string) {
+    const res = await app.inject({ method: 'GET', url: `/api/v1/wallet/${walletId}/balance` });
+    return res.json() as { total: string; available: string; locked: string; pending: string };
+  }
+
+  return {
+    app,
+    ctx,
+    db,
+    config,
+    fundedWallet,
+    credit,
+    balanceOf,
+    assertLedgerConsistent,
+    async close() {
+      await app.close();
+      await database.close();
+      await testDb.drop();
+    },
+  };
+}
+
+export type BillingHarness = Awaited<ReturnType<typeof setupBilling>>;

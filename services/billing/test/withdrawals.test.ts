@@ -1,0 +1,271 @@
+/**
+ * Withdrawals and payouts against the real local chain: debit first, ATA
+ * creation, chain failure reversal, idempotency, and reconciliation after a
+ * crash at each point between debit and settlement.
+ */
+import { Keypair } from '@solana/web3.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { recordIntent } from '../src/domain/chain-payouts.ts';
+import { createHold, postHold } from '../src/domain/holds.ts';
+import { Dec } from '../src/domain/money.ts';
+import { reconcilePending } from '../src/domain/reconcile.ts';
+import { getTransaction } from '../src/domain/transactions.ts';
+import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { startPrivateLocalnet } from './support/solana-fixture.ts';
+
+let h: BillingHarness;
+let L: Localnet;
+// A chain of this file's own: the expiry test warps it 400 slots, which would expire
+// transactions that other test files have prepared on the shared chain.
+let net: { rpcUrl: string; stop(): Promise<void> };
+
+beforeAll(async () => {
+  net = await startPrivateLocalnet();
+  L = await setupLocalnet(6, net.rpcUrl);
+  h = await setupBilling({ chain: L.chain });
+});
+afterAll(async () => {
+  await h?.close();
+  await net?.stop();
+});
+
+const post = (url: string, payload: object, headers: Record<string, string> = {}) =>
+  h.app.inject({ method: 'POST', url, payload, headers });
+const fresh = () => Keypair.generate().publicKey.toBase58();
+
+describe('POST /api/v1/wallet/{id}/withdraw', () => {
+  it('sends tokens to the wallet address, creating its token account, and settles the debit', async () => {
+    const address = fresh(); // no token account yet
+    const w = await h.fundedWallet('30', 'user', address);
+    const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '12.345678' });
+    expect(res.statusCode, res.body).toBe(200);
+    const tx = res.json();
+    expect(tx).toMatchObject({ type: 'withdrawal', status: 'confirmed', amount: '12.345678', destination: address });
+    expect(tx.signature).toMatch(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/);
+    expect(await L.chain.tokenBalance(address)).toBe('12.345678');
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '17.654322', pending: '0.000000', total: '17.654322' });
+
+    const other = fresh();
+    const toOther = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination: other });
+    expect(toOther.statusCode).toBe(200);
+    expect(await L.chain.tokenBalance(other)).toBe('1');
+    const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
+    expect(list.json().transactions.map((t: { status: string }) => t.status)).toEqual(['confirmed', 'confirmed']);
+    const events = await h.db
+      .selectFrom('outbox_events')
+      .select('kind')
+      .where('kind', 'like', 'withdrawal.%')
+      .execute();
+    expect(events.map((e) => e.kind).sort()).toEqual([
+      'withdrawal.confirmed',
+      'withdrawal.confirmed',
+      'withdrawal.pending',
+      'withdrawal.pending',
+    ]);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('refuses more than the available balance with 402 and sends nothing', async () => {
+    const address = fresh();
+    const w = await h.fundedWallet('5', 'user', address);
+    await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec('2')));
+    const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '3.000001' });
+    expect(res.statusCode).toBe(402);
+    expect(res.json()).toMatchObject({ code: 'INSUFFICIENT_FUNDS', available: '3.000000', needed: '3.000001' });
+    expect(await L.chain.tokenBalance(address)).toBe('0');
+    const bad = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '0' });
+    expect(bad.statusCode).toBe(400);
+    const missing = await post(`/api/v1/wallet/${crypto.randomUUID()}/withdraw`, { amount: '1' });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.json().code).toBe('WALLET_NOT_FOUND');
+  });
+
+  it('reverses the debit and answers 502 when the transfer fails on chain', async () => {
+    // The ledger owes more than the treasury holds: the transfer is sent and fails on chain.
+    const w = await h.fundedWallet('2000000', 'user', fresh());
+    const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1500000' });
+    expect(res.statusCode, res.body).toBe(502);
+    expect(res.headers['content-type']).toContain('application/problem+json');
+    const problem = res.json();
+    expect(problem).toMatchObject({ code: 'SOLANA_TRANSACTION_FAILED', transaction: { status: 'failed' } });
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '2000000.000000', pending: '0.000000' });
+    const transfers = await h.db
+      .selectFrom('ledger_transfers')
+      .select(['code', 'reverses_transfer_id'])
+      .where('transaction_id', '=', problem.transaction_id)
+      .orderBy('created_at')
+      .execute();
+    expect(transfers.map((t) => t.code)).toEqual(['withdrawal', 'withdrawal_reversal']);
+    expect(transfers[1]!.reverses_transfer_id).not.toBeNull();
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('debits once for parallel retries with one Idempotency-Key and replays the answer', async () => {
+    const address = fresh();
+    const w = await h.fundedWallet('10', 'user', address);
+    const key = crypto.randomUUID();
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () =>
+        post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '4' }, { 'idempotency-key': key }),
+      ),
+    );
+    const ok = answers.filter((r) => r.statusCode === 200);
+    expect(ok.length).toBeGreaterThanOrEqual(1);
+    for (const r of answers) expect([200, 409]).toContain(r.statusCode);
+    for (const r of answers.filter((x) => x.statusCode === 409))
+      expect(r.json().code).toBe('IDEMPOTENCY_KEY_IN_PROGRESS');
+    const replay = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '4' }, { 'idempotency-key': key });
+    expect(replay.statusCode).toBe(200);
+    expect(replay.json().id).toBe(ok[0]!.json().id);
+    const reused = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '5' }, { 'idempotency-key': key });
+    expect(reused.statusCode).toBe(409);
+    expect(reused.json().code).toBe('IDEMPOTENCY_KEY_REUSED');
+    expect(await L.chain.tokenBalance(address)).toBe('4');
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '6.000000' });
+  });
+});
+
+describe('a withdrawal that is not final within the confirm timeout', () => {
+  it('answers 202 pending and is confirmed later by reconciliation', async () => {
+    const { SolanaChain } = await import('../src/adapters/solana-chain.ts');
+    const impatient = await SolanaChain.connect({
+      rpcUrl: L.conn.rpcEndpoint,
+      mint: L.mint.toBase58(),
+      treasuryKeypair: L.treasury,
+      confirmTimeoutMs: 1500,
+      pollIntervalMs: 100,
+    });
+    const harness = await setupBilling({ chain: impatient });
+    try {
+      const address = fresh();
+      const w = await harness.fundedWallet('10', 'user', address);
+      await localnetRpc('localnet_setFinalityDelay', [{ slots: 1_000_000, address }], net.rpcUrl);
+      const res = await harness.app.inject({
+        method: 'POST',
+        url: `/api/v1/wallet/${w.id}/withdraw`,
+        payload: { amount: '6' },
+      });
+      expect(res.statusCode, res.body).toBe(202);
+      expect(res.json()).toMatchObject({ status: 'pending', amount: '6.000000' });
+      expect(await harness.balanceOf(w.id)).toMatchObject({
+        available: '4.000000',
+        pending: '6.000000',
+        total: '4.000000',
+      });
+      expect((await reconcilePending(harness.ctx)).waiting).toBe(1); // landed, not yet final: left alone
+
+      await localnetRpc('localnet_finalize', [res.json().signature], net.rpcUrl);
+      expect((await reconcilePending(harness.ctx)).confirmed).toBe(1);
+      expect(await harness.balanceOf(w.id)).toMatchObject({ available: '4.000000', pending: '0.000000' });
+      expect(await L.chain.tokenBalance(address)).toBe('6');
+      expect((await harness.assertLedgerConsistent()).problems).toEqual([]);
+    } finally {
+      await harness.close();
+    }
+  });
+});
+
+describe('reconciliation of pending withdrawals after a crash', () => {
+  async function intent(amount: string) {
+    const address = fresh();
+    const w = await h.fundedWallet('100', 'user', address);
+    const prepared = await L.chain.prepareTransfer(address, amount);
+    const row = await recordIntent(
+      h.ctx,
+      { wallet: w, type: 'withdrawal', amount: new Dec(amount), destination: address },
+      prepared,
+      null,
+    );
+    expect(await h.balanceOf(w.id)).toMatchObject({ pending: new Dec(amount).toFixed(6) });
+    return { w, address, prepared, row };
+  }
+
+  it('re-sends a recorded transfer that never went out, and confirms it', async () => {
+    const { w, address, row } = await intent('3');
+    const summary = await reconcilePending(h.ctx);
+    expect(summary.resent).toBeGreaterThanOrEqual(1);
+    expect((await getTransaction(h.db, row.id))!.status).toBe('confirmed');
+    expect(await L.chain.tokenBalance(address)).toBe('3');
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '97.000000', pending: '0.000000' });
+  });
+
+  it('confirms a transfer that landed before the crash without sending it again', async () => {
+    const { w, address, prepared, row } = await intent('2.5');
+    expect(await L.chain.sendAndConfirm(prepared)).toBe('finalized');
+    await reconcilePending(h.ctx);
+    expect((await getTransaction(h.db, row.id))!.status).toBe('confirmed');
+    expect(await L.chain.tokenBalance(address)).toBe('2.5');
+    await reconcilePending(h.ctx); // settling twice changes nothing
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '97.500000', pending: '0.000000' });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('reverses a transfer whose blockhash expired without landing', async () => {
+    const { w, address, row } = await intent('4');
+    await localnetRpc('localnet_warp', [400], net.rpcUrl); // past lastValidBlockHeight (150 blocks)
+    await reconcilePending(h.ctx);
+    const after = (await getTransaction(h.db, row.id))!;
+    expect(after.status).toBe('failed');
+    expect(after.failure_reason).toMatch(/expired/);
+    expect(await L.chain.tokenBalance(address)).toBe('0');
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '100.000000', pending: '0.000000' });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+});
+
+describe('provider earnings and payouts', () => {
+  it('pays earnings out on chain above the minimum and summarises them', async () => {
+    const providerId = crypto.randomUUID();
+    const address = fresh();
+    const created = await post('/api/v1/wallet', {
+      owner_type: 'provider',
+      owner_id: providerId,
+      solana_address: address,
+    });
+    const providerWallet = created.json();
+    // A renter's hold posted to the provider (what a finished rental session does).
+    const renter = await h.fundedWallet('100');
+    await h.db.transaction().execute(async (trx) => {
+      const hold = await createHold(trx, renter.id, new Dec('30'));
+      await postHold(
+        trx,
+        hold.id,
+        [
+          { to: { wallet: providerWallet.id, kind: 'available' }, amount: new Dec('23.75'), code: 'provider_earnings' },
+          { to: { system: 'platform_fees' }, amount: new Dec('1.25'), code: 'platform_fee' },
+        ],
+        true,
+      );
+    });
+    const earnings = await h.app.inject({ method: 'GET', url: `/api/v1/provider/${providerId}/earnings` });
+    expect(earnings.json()).toMatchObject({
+      total_earned: '23.750000',
+      available_for_payout: '23.750000',
+      total_paid_out: '0.000000',
+      minimum_payout: '10.000000',
+    });
+
+    const small = await post(`/api/v1/provider/${providerId}/payout`, { amount: '9.999999' });
+    expect(small.statusCode).toBe(400);
+    expect(small.json().code).toBe('PAYOUT_BELOW_MINIMUM');
+
+    const paid = await post(`/api/v1/provider/${providerId}/payout`, { amount: '15' });
+    expect(paid.statusCode, paid.body).toBe(200);
+    expect(paid.json()).toMatchObject({ type: 'payout', status: 'confirmed', amount: '15.000000' });
+    expect(await L.chain.tokenBalance(address)).toBe('15');
+
+    const rest = await post(`/api/v1/provider/${providerId}/payout`, {});
+    expect(rest.statusCode).toBe(402); // 8.75 left: below the minimum
+    const after = await h.app.inject({ method: 'GET', url: `/api/v1/provider/${providerId}/earnings` });
+    expect(after.json()).toMatchObject({
+      total_earned: '23.750000',
+      total_paid_out: '15.000000',
+      available_for_payout: '8.750000',
+    });
+    expect(
+      (await h.app.inject({ method: 'GET', url: `/api/v1/provider/${crypto.randomUUID()}/earnings` })).statusCode,
+    ).toBe(404);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+});
