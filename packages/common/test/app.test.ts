@@ -158,6 +158,7 @@ describe('app factory', () => {
   it('sends CORS headers for allowed origins only', async () => {
     const ok = await app.inject({ method: 'GET', url: '/health', headers: { origin: 'https://app.example' } });
     expect(ok.headers['access-control-allow-origin']).toBe('https://app.example');
+    expect(String(ok.headers['access-control-expose-headers'])).toContain('x-next-cursor');
     const other = await app.inject({ method: 'GET', url: '/health', headers: { origin: 'https://evil.example' } });
     expect(other.headers['access-control-allow-origin']).toBeUndefined();
   });

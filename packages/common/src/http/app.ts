@@ -85,6 +85,10 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
       'content-range',
       'last-modified',
       'retry-after',
+      // Paging headers (registry cursors, storage listings), so browsers can follow them too.
+      'link',
+      'x-next-cursor',
+      'x-next-start-after',
     ],
   });
   await app.register(metricsPlugin, { service: opts.service, expose: config.server.metrics_enabled });
