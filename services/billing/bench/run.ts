@@ -6,7 +6,8 @@
  *    `postTransfers` call (one atomic `ledger_post` statement);
  *  - holds: `createHold` / `voidHold` pairs, each a database transaction that
  *    also writes the hold row and its lock/release transaction record.
- * Writes the `billing` section of docs/benchmarks.md.
+ * Writes the `billing` section of docs/benchmarks.md, then runs the usage
+ * benchmark (bench/usage.ts); `pnpm bench billing usage` runs only that one.
  */
 import { randomUUID } from 'node:crypto';
 import { createTestDatabase } from '@gpu/common/testing';
@@ -18,6 +19,11 @@ import { openBillingDatabase } from '../src/db/open.ts';
 import { createHold, voidHold } from '../src/domain/holds.ts';
 import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
+
+if (process.argv[2] === 'usage') {
+  await import('./usage.ts');
+  process.exit(0);
+}
 
 const WALLETS = 10_000;
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
@@ -247,3 +253,4 @@ await pool.end();
 await database.close();
 await testDb.drop();
 if (!intact) process.exit(1);
+await import('./usage.ts');

@@ -2,15 +2,19 @@
  * buildApp(deps): the billing service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, type Logger } from '@gpu/common';
+import { type App, createApp, durationMs, type Logger } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { Chain } from './adapters/chain.ts';
-import type { BillingConfig } from './config.ts';
+import { type BillingConfig, defaultBaseRates } from './config.ts';
 import type { BillingDB } from './db/schema.ts';
 import type { BillingContext } from './domain/context.ts';
 import { type EventSink, noEvents } from './domain/events.ts';
+import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
 import { paymentRoutes } from './routes/payments.ts';
+import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
+import { sessionRoutes } from './routes/sessions.ts';
+import { usageRoutes } from './routes/usage.ts';
 import { walletRoutes } from './routes/wallets.ts';
 
 export const SERVICE_NAME = 'billing-service';
@@ -25,6 +29,17 @@ export interface BillingDeps {
   events?: EventSink;
   /** Extra health checks (e.g. NATS). */
   healthChecks?: Record<string, () => Promise<unknown>>;
+  /** Demand and supply factors of pricing (both 1.0 when absent). */
+  market?: MarketFactors;
+  /** The clock sessions are billed by (the system clock when absent). */
+  now?: () => Date;
+}
+
+/** Model names normalised; a table without `default` gets the contract's default rate. */
+function normalizeRateTable(table: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = { default: defaultBaseRates.default! };
+  for (const [model, rate] of Object.entries(table)) out[normalizeModel(model)] = rate;
+  return out;
 }
 
 /** The domain context the routes and background jobs share. */
@@ -37,6 +52,23 @@ export function billingContext(deps: BillingDeps): BillingContext {
     scale: deps.config.blockchain.token_decimals,
     commitment: deps.config.blockchain.commitment,
     minimumPayout: deps.config.billing.minimum_payout,
+    pricing: {
+      card: {
+        baseRates: normalizeRateTable(deps.config.pricing.base_rates),
+        vramRatePerGbHour: deps.config.pricing.vram_rate_per_gb_hour,
+        powerRatePerWattHour: deps.config.pricing.power_rate_per_watt_hour,
+      },
+      platformFeePercent: deps.config.pricing.platform_fee_percent,
+      market: deps.market ?? neutralMarket,
+    },
+    sessions: {
+      initialPeriodMs: durationMs(deps.config.billing.initial_period),
+      holdTopUpBelowMs: durationMs(deps.config.billing.hold_top_up_below),
+      minimumBalance: deps.config.billing.minimum_balance,
+      gracePeriodMs: durationMs(deps.config.billing.grace_period),
+      billingIntervalMs: durationMs(deps.config.billing.billing_interval),
+    },
+    now: deps.now ?? (() => new Date()),
   };
 }
 
@@ -45,7 +77,7 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     service: SERVICE_NAME,
     description:
       'Billing service of the GPU rental platform: token wallets on an exact double-entry ledger, Solana ' +
-      'deposits, withdrawals and provider payouts.',
+      'deposits, withdrawals and provider payouts, pricing, and metered GPU rental sessions billed per minute.',
     config: deps.config,
     logger: deps.logger,
     healthChecks: {
@@ -60,5 +92,8 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(walletRoutes, routeDeps);
   await app.register(paymentRoutes, routeDeps);
   await app.register(providerRoutes, routeDeps);
+  await app.register(pricingRoutes, routeDeps);
+  await app.register(sessionRoutes, routeDeps);
+  await app.register(usageRoutes, routeDeps);
   return app;
 }

@@ -1,10 +1,14 @@
 /**
- * The service's background work: publishing outbox events and reconciling
+ * The service's background work: publishing outbox events, reconciling
  * pending withdrawals and payouts with the chain (once at start-up, then every
- * `billing.reconcile_interval`).
+ * `billing.reconcile_interval`), billing running sessions every
+ * `billing.billing_interval` (domain/biller.ts) and consuming usage updates
+ * from NATS when messaging is configured.
  */
-import { durationMs, type EventPublisher } from '@gpu/common';
+import { durationMs, type EventPublisher, NatsPublisher } from '@gpu/common';
+import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
+import { runBillingCycle } from './domain/biller.ts';
 import type { BillingContext } from './domain/context.ts';
 import { OutboxRelay } from './domain/events.ts';
 import { reconcilePending } from './domain/reconcile.ts';
@@ -39,9 +43,35 @@ export async function startBackground(
   const timer = every > 0 ? setInterval(() => void reconcile(minAge), every) : undefined;
   timer?.unref();
 
+  let billing: Promise<unknown> | undefined;
+  const bill = () => {
+    billing ??= runBillingCycle(ctx)
+      .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'billing cycle failed; will retry'))
+      .finally(() => {
+        billing = undefined;
+      });
+    return billing;
+  };
+  const billEvery = ctx.sessions.billingIntervalMs;
+  const billTimer = billEvery > 0 ? setInterval(() => void bill(), billEvery) : undefined;
+  billTimer?.unref();
+
+  const consumer: UsageConsumer | null =
+    publisher instanceof NatsPublisher
+      ? await startUsageConsumer({
+          connection: publisher.connection,
+          ctx,
+          prefix: config.messaging.subjects.usage,
+          logger: ctx.logger,
+        })
+      : null;
+
   return {
     async stop() {
       clearInterval(timer);
+      clearInterval(billTimer);
+      await consumer?.stop();
+      await billing;
       await reconciling;
       await relay?.stop();
     },

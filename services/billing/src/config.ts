@@ -84,6 +84,8 @@ export const billingConfigSchema = z.object({
       grace_period: zDuration().default('5m'),
       minimum_balance: zDecimal().default('1.0'),
       initial_period: zDuration().default('1h'),
+      /** A running session's hold is topped up (by another initial_period) when it covers less than this beyond the billed cost. */
+      hold_top_up_below: zDuration().default('10m'),
       minimum_payout: zDecimal().default('10'),
       /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
       reconcile_interval: zDuration().default('30s'),

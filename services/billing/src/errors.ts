@@ -50,6 +50,20 @@ export const billingErrors = {
     }),
   chainTransactionFailed: (detail: string, extra: Record<string, unknown>) =>
     new AppError(502, 'SOLANA_TRANSACTION_FAILED', detail, { extra }),
+  sessionNotFound: (id: string) => errors.notFound('SESSION_NOT_FOUND', `session ${id} not found`),
+  sessionNotActive: (id: string, status: string) =>
+    new AppError(409, 'SESSION_NOT_ACTIVE', `session ${id} is ${status}, not active`, { extra: { status } }),
+  sessionAlreadyRunning: (jobId: string) =>
+    errors.conflict('SESSION_ALREADY_RUNNING', `job ${jobId} already has a running session`),
+  walletOwnerMismatch: (walletId: string, userId: string) =>
+    errors.conflict('WALLET_OWNER_MISMATCH', `wallet ${walletId} is not a user wallet of ${userId}`),
+  belowMinimumBalance: (walletId: string, available: string, minimum: string) =>
+    new AppError(
+      402,
+      'INSUFFICIENT_FUNDS',
+      `wallet ${walletId} has ${available} available; starting a session needs at least ${minimum}`,
+      { extra: { wallet_id: walletId, available, needed: minimum, minimum_balance: minimum } },
+    ),
   chainNotConfigured: () =>
     new AppError(503, 'SOLANA_NOT_CONFIGURED', 'the blockchain section (mint, treasury, key) is not configured', {
       extra: { dependency: 'solana' },

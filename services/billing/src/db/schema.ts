@@ -97,7 +97,94 @@ export interface BillingMetaTable {
   value: string;
 }
 
+export interface ProviderRatesTable {
+  provider_id: string;
+  /** Normalised model name → hourly rate (decimal string); may hold `default`. */
+  base_rates: ColumnType<Record<string, string>, string, string>;
+  vram_rate_per_gb_hour: string | null;
+  power_rate_per_watt_hour: string | null;
+  updated_at: Timestamp;
+}
+
+export type SessionStatus = 'active' | 'grace_period' | 'completed' | 'terminated';
+
+export interface RentalSessionTable {
+  id: string;
+  user_id: string;
+  wallet_id: string;
+  provider_id: string;
+  provider_wallet_id: string;
+  job_id: string;
+  gpu_model: string;
+  gpu_count: number;
+  requested_vram_mb: number;
+  estimated_power_w: number;
+  actual_power_w: string | null;
+  rate_key: string;
+  rate_source: 'platform' | 'provider';
+  base_rate_per_gpu: string;
+  base_hourly_rate: string;
+  vram_hourly_rate: string;
+  power_hourly_rate: string;
+  demand_multiplier: string;
+  supply_factor: string;
+  total_hourly_rate: string;
+  platform_fee_percent: string;
+  status: SessionStatus;
+  hold_id: string;
+  lock_transaction_id: string | null;
+  billed_minutes: Generated<number>;
+  total_cost: Generated<string>;
+  started_at: Timestamp;
+  last_usage_at: Date | null;
+  grace_until: Date | null;
+  ended_at: Date | null;
+  end_reason: string | null;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+export interface UsageRecordTable {
+  id: string;
+  session_id: string;
+  message_id: string;
+  reported_at: Timestamp;
+  gpu_utilization: string;
+  power_draw_w: string;
+  metrics: unknown;
+  billed_minutes: number;
+  cost: Money;
+  created_at: Timestamp;
+}
+
+export interface BillingRecordTable {
+  id: string;
+  session_id: string;
+  user_id: string;
+  wallet_id: string;
+  provider_id: string;
+  provider_wallet_id: string;
+  job_id: string;
+  gpu_model: string;
+  gpu_count: number;
+  status: 'completed' | 'terminated';
+  end_reason: string | null;
+  total_hourly_rate: string;
+  billed_minutes: number;
+  total_cost: Money;
+  platform_fee: Money;
+  provider_earnings: Money;
+  payment_transaction_id: string | null;
+  started_at: Timestamp;
+  ended_at: Timestamp;
+  created_at: Timestamp;
+}
+
 export interface BillingDB {
+  provider_rates: ProviderRatesTable;
+  rental_sessions: RentalSessionTable;
+  usage_records: UsageRecordTable;
+  billing_records: BillingRecordTable;
   billing_meta: BillingMetaTable;
   wallets: WalletTable;
   ledger_accounts: LedgerAccountTable;

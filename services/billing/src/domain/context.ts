@@ -4,6 +4,23 @@ import type { Kysely } from 'kysely';
 import type { Chain } from '../adapters/chain.ts';
 import type { BillingDB } from '../db/schema.ts';
 import type { EventSink } from './events.ts';
+import type { MarketFactors, RateCard } from './pricing.ts';
+
+/** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
+export interface PricingSettings {
+  card: RateCard;
+  platformFeePercent: string;
+  market: MarketFactors;
+}
+
+/** Rental-session settings (config `billing`), as milliseconds and decimal strings. */
+export interface SessionSettings {
+  initialPeriodMs: number;
+  holdTopUpBelowMs: number;
+  minimumBalance: string;
+  gracePeriodMs: number;
+  billingIntervalMs: number;
+}
 
 export interface BillingContext {
   db: Kysely<BillingDB>;
@@ -16,4 +33,8 @@ export interface BillingContext {
   /** Commitment at which a sent transfer counts as confirmed. */
   commitment: 'processed' | 'confirmed' | 'finalized';
   minimumPayout: string;
+  pricing: PricingSettings;
+  sessions: SessionSettings;
+  /** The clock sessions are billed by (injectable for tests). */
+  now: () => Date;
 }

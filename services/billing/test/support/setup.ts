@@ -13,12 +13,16 @@ import { openBillingDatabase } from '../../src/db/open.ts';
 import { outboxSink } from '../../src/domain/events.ts';
 import { postTransfers } from '../../src/domain/ledger.ts';
 import { Dec } from '../../src/domain/money.ts';
+import type { MarketFactors } from '../../src/domain/pricing.ts';
 import { createWallet } from '../../src/domain/wallets.ts';
 
 export interface SetupOptions {
   chain?: Chain | null;
   decimals?: number;
   config?: Record<string, unknown>;
+  market?: MarketFactors;
+  /** The billing clock (the system clock when absent). */
+  now?: () => Date;
 }
 
 export async function setupBilling(opts: SetupOptions = {}) {
@@ -31,7 +35,15 @@ export async function setupBilling(opts: SetupOptions = {}) {
   });
   const database = await openBillingDatabase(config);
   const logger = createLogger({ service: 'billing-test', instanceId: 'test', level: 'silent' });
-  const deps = { config, logger, db: database.db, chain: opts.chain ?? null, events: outboxSink };
+  const deps = {
+    config,
+    logger,
+    db: database.db,
+    chain: opts.chain ?? null,
+    events: outboxSink,
+    market: opts.market,
+    now: opts.now,
+  };
   const ctx = billingContext(deps);
   const app = await buildApp(deps, ctx);
   await app.ready();

@@ -1,7 +1,8 @@
 /** The billing service's migrations, in order; `scale` is the token's decimals (see 0001). */
 import type { Migration } from 'kysely';
 import { ledgerMigration } from './0001-ledger.ts';
+import { sessionsMigration } from './0002-sessions.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
-  return { '0001-ledger': ledgerMigration(scale) };
+  return { '0001-ledger': ledgerMigration(scale), '0002-sessions': sessionsMigration(scale) };
 }

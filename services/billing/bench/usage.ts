@@ -1,0 +1,218 @@
+/**
+ * `pnpm bench billing` (after the ledger benchmark) or `pnpm bench billing usage`:
+ * usage updates per second with 1,000 active sessions, over HTTP (the real
+ * listening service, keep-alive fetch from concurrent workers) and over NATS
+ * (JetStream publishes consumed by the service's durable consumer). About 5 %
+ * of the messages are sent twice (a daemon's retry); afterwards every unique
+ * message must have exactly one usage record and the ledger must be intact.
+ * Writes the `billing-usage` section of docs/benchmarks.md.
+ */
+import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
+import { createTestDatabase, testEnv } from '@gpu/common/testing';
+import { sql } from 'kysely';
+import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
+import { billingContext, buildApp } from '../src/app.ts';
+import { billingConfigSchema } from '../src/config.ts';
+import { openBillingDatabase } from '../src/db/open.ts';
+import { postTransfers } from '../src/domain/ledger.ts';
+import { Dec } from '../src/domain/money.ts';
+import { startSession } from '../src/domain/session-start.ts';
+import { createWallet } from '../src/domain/wallets.ts';
+
+const SESSIONS = 1000;
+const TARGET = 2000;
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const HTTP_WORKERS = Number(process.env.BENCH_CONCURRENCY ?? 32);
+const NATS_MESSAGES = Number(process.env.BENCH_NATS_MESSAGES ?? 20_000);
+const ADDRESS = '11111111111111111111111111111111';
+
+const testDb = await createTestDatabase('billing_usage_bench');
+const config = billingConfigSchema.parse({
+  log_level: 'silent',
+  database: { url: testDb.url, pool_size: 40 },
+  billing: { billing_interval: '0s' },
+});
+const database = await openBillingDatabase(config);
+const db = database.db;
+const logger = createLogger({ service: 'billing-bench', instanceId: 'bench', level: 'silent' });
+const deps = { config, logger, db, chain: null };
+const ctx = billingContext(deps);
+const app = await buildApp(deps, ctx);
+await app.listen({ port: 0, host: '127.0.0.1' });
+const { port } = app.server.address() as { port: number };
+
+console.log(`starting ${SESSIONS} sessions`);
+const provider = await createWallet(db, {
+  ownerType: 'provider',
+  ownerId: crypto.randomUUID(),
+  solanaAddress: ADDRESS,
+});
+const sessions: string[] = [];
+for (let i = 0; i < SESSIONS; i++) {
+  const ownerId = crypto.randomUUID();
+  const w = await createWallet(db, { ownerType: 'user', ownerId, solanaAddress: ADDRESS });
+  await postTransfers(db, [
+    {
+      debit: { system: 'chain_incoming' },
+      credit: { wallet: w.id, kind: 'available' },
+      amount: new Dec(100),
+      code: 'deposit',
+    },
+  ]);
+  const r = await startSession(
+    ctx,
+    {
+      userId: ownerId,
+      walletId: w.id,
+      providerId: provider.ownerId,
+      jobId: `bench-${i}`,
+      gpuModel: 'nvidia-geforce-rtx-4090',
+      gpuCount: 1,
+      requestedVramMb: 24576,
+      estimatedPowerW: 450,
+    },
+    null,
+  );
+  sessions.push((r.body as { session: { id: string } }).session.id);
+}
+await sql`ANALYZE`.execute(db);
+
+let seq = 0;
+const message = (prefix: string) => {
+  const n = seq++;
+  return {
+    session_id: sessions[n % SESSIONS]!,
+    timestamp: new Date().toISOString(),
+    gpu_utilization: 90,
+    power_draw_w: 400 + (n % 50),
+    message_id: `${prefix}-${n}`,
+  };
+};
+const usageCount = async (prefix: string) =>
+  Number(
+    (
+      await sql<{ n: string }>`SELECT count(*) AS n FROM usage_records WHERE message_id LIKE ${`${prefix}-%`}`.execute(
+        db,
+      )
+    ).rows[0]!.n,
+  );
+
+// HTTP
+console.log(`HTTP: ${HTTP_WORKERS} workers for ${SECONDS} s`);
+let httpUnique = 0;
+let httpSent = 0;
+let httpErrors = 0;
+const post = (body: object) =>
+  fetch(`http://127.0.0.1:${port}/api/v1/billing/usage-update`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+const httpCpu = process.cpuUsage();
+const httpStarted = Date.now();
+const deadline = httpStarted + SECONDS * 1000;
+await Promise.all(
+  Array.from({ length: HTTP_WORKERS }, async () => {
+    while (Date.now() < deadline) {
+      const m = message('http');
+      const res = await post(m);
+      httpSent++;
+      if (res.status !== 201) httpErrors++;
+      else httpUnique++;
+      await res.arrayBuffer();
+      if (Number(m.message_id.split('-')[1]) % 20 === 0) {
+        const again = await post(m); // a retried report
+        httpSent++;
+        if (again.status !== 200) httpErrors++;
+        await again.arrayBuffer();
+      }
+    }
+  }),
+);
+const httpSeconds = (Date.now() - httpStarted) / 1000;
+const httpCpuUsed = process.cpuUsage(httpCpu);
+const httpRecords = await usageCount('http');
+
+// NATS
+console.log(`NATS: ${NATS_MESSAGES} messages`);
+const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-bench' })) as NatsPublisher;
+const prefix = 'bench.usage';
+const stream = `BENCH_USAGE_${Date.now()}`;
+const consumer = await startUsageConsumer({ connection: publisher.connection, ctx, prefix, logger, stream });
+const natsCpu = process.cpuUsage();
+const natsStarted = Date.now();
+let natsSent = 0;
+const publishing = (async () => {
+  const batch: Promise<unknown>[] = [];
+  for (let i = 0; i < NATS_MESSAGES; i++) {
+    const m = message('nats');
+    batch.push(publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: m.message_id }));
+    natsSent++;
+    if (i % 20 === 0) {
+      batch.push(publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: `${m.message_id}-retry` }));
+      natsSent++;
+    }
+    if (batch.length >= 256) await Promise.all(batch.splice(0));
+  }
+  await Promise.all(batch);
+})();
+let natsRecords = 0;
+while (natsRecords < NATS_MESSAGES && Date.now() - natsStarted < 120_000) {
+  await new Promise((r) => setTimeout(r, 100));
+  natsRecords = await usageCount('nats');
+}
+await publishing;
+const natsSeconds = (Date.now() - natsStarted) / 1000;
+const natsCpuUsed = process.cpuUsage(natsCpu);
+await new Promise((r) => setTimeout(r, 1000)); // let the retries drain
+natsRecords = await usageCount('nats');
+await consumer.stop();
+
+const checks = await sql<{ bad: string; negative: string; total: string; locked_mismatch: string }>`
+  SELECT
+    (SELECT count(*) FROM ledger_accounts a WHERE a.balance <>
+       coalesce((SELECT sum(amount) FROM ledger_transfers WHERE credit_account_id = a.id), 0) -
+       coalesce((SELECT sum(amount) FROM ledger_transfers WHERE debit_account_id = a.id), 0)) AS bad,
+    (SELECT count(*) FROM ledger_accounts WHERE non_negative AND balance < 0) AS negative,
+    (SELECT sum(balance) FROM ledger_accounts) AS total,
+    (SELECT count(*) FROM ledger_accounts a WHERE a.kind = 'locked' AND a.balance <>
+       coalesce((SELECT sum(amount - posted - released) FROM holds h
+                  WHERE h.wallet_id = a.wallet_id AND h.status = 'pending'), 0)) AS locked_mismatch`.execute(db);
+const c = checks.rows[0]!;
+const balanced =
+  Number(c.bad) === 0 && Number(c.negative) === 0 && new Dec(c.total).isZero() && Number(c.locked_mismatch) === 0;
+const httpRate = httpUnique / httpSeconds;
+const natsRate = natsRecords / natsSeconds;
+const cpuMs = (u: NodeJS.CpuUsage, n: number) => ((u.user + u.system) / 1000 / Math.max(n, 1)).toFixed(2);
+const met = (r: number) => (r >= TARGET ? 'met' : 'NOT met');
+
+const md = `## billing-usage
+
+${machineLine()}
+
+Usage updates applied per second with ${SESSIONS.toLocaleString('en')} active sessions (each update: lock the session,
+de-duplicate by message ID, bill elapsed full minutes, check the hold, update power, insert the usage record; one
+database transaction). HTTP: ${HTTP_WORKERS} concurrent keep-alive clients against the listening service for
+${SECONDS} s. NATS: ${NATS_MESSAGES.toLocaleString('en')} JetStream publishes consumed by the durable consumer
+(32 applied at once), timed from the first publish to the last record. One message in 20 is sent twice (a retry).
+The HTTP clients and the NATS publisher run in the service's own Node process, so its CPU column includes them.
+
+| path | updates/s (target ≥ ${TARGET}) | unique updates | messages sent | usage records | errors | node CPU ms/update |
+|---|---|---|---|---|---|---|
+| HTTP | ${Math.round(httpRate)} (${met(httpRate)}) | ${httpUnique} | ${httpSent} | ${httpRecords} | ${httpErrors} | ${cpuMs(httpCpuUsed, httpSent)} |
+| NATS | ${Math.round(natsRate)} (${met(natsRate)}) | ${NATS_MESSAGES} | ${natsSent} | ${natsRecords} | — | ${cpuMs(natsCpuUsed, natsSent)} |
+
+Exactly once: ${httpRecords === httpUnique && natsRecords === NATS_MESSAGES ? '**yes**' : '**NO**'} (usage records =
+unique messages). Ledger afterwards: ${balanced ? '**balanced**' : '**BROKEN**'} (${c.bad} balance mismatches,
+${c.negative} negative, accounts sum to ${new Dec(c.total).toFixed()}, ${c.locked_mismatch} hold mismatches).
+`;
+if (!process.env.BENCH_ONLY) writeBenchSection('billing-usage', md);
+console.log(md);
+const jsm = await (await import('@nats-io/jetstream')).jetstreamManager(publisher.connection);
+await jsm.streams.delete(stream).catch(() => {});
+await publisher.close();
+await app.close();
+await database.close();
+await testDb.drop();
+if (!balanced || httpRecords !== httpUnique || natsRecords !== NATS_MESSAGES) process.exit(1);

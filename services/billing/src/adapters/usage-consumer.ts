@@ -1,0 +1,117 @@
+/**
+ * Usage updates over NATS: a durable JetStream pull consumer (`billing-usage`
+ * on stream `BILLING_USAGE`, subjects `<usage prefix>.>`, explicit ack) feeds
+ * each message to the same domain function as HTTP. The message ID is the
+ * payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a
+ * re-publish) is applied once. Malformed messages and updates for unknown or
+ * ended sessions are acknowledged and logged (never redelivered forever);
+ * other failures (the database away) are nak'ed and retried later.
+ */
+
+import type { NatsPublisher } from '@gpu/common';
+import { ensureStream, isAppError, type Logger } from '@gpu/common';
+import {
+  AckPolicy,
+  type ConsumerMessages,
+  DeliverPolicy,
+  type JsMsg,
+  jetstream,
+  jetstreamManager,
+} from '@nats-io/jetstream';
+import type { z } from 'zod';
+import type { BillingContext } from '../domain/context.ts';
+import { applyUsageUpdate } from '../domain/usage-updates.ts';
+import { usageMessageSchema } from '../routes/usage.ts';
+
+export const USAGE_STREAM = 'BILLING_USAGE';
+export const USAGE_CONSUMER = 'billing-usage';
+
+export interface UsageConsumer {
+  stop(): Promise<void>;
+}
+
+export interface UsageConsumerOptions {
+  connection: NatsPublisher['connection'];
+  ctx: BillingContext;
+  /** Subject prefix: messages arrive on `<prefix>.<session_id>`. */
+  prefix: string;
+  logger: Logger;
+  stream?: string;
+  durable?: string;
+  /** How many messages are applied at once (default 32). */
+  concurrency?: number;
+}
+
+/** Starts consuming; resolves once the stream and the durable consumer exist. */
+export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<UsageConsumer> {
+  const stream = opts.stream ?? USAGE_STREAM;
+  const durable = opts.durable ?? USAGE_CONSUMER;
+  const jsm = await jetstreamManager(opts.connection);
+  await ensureStream(jsm, { name: stream, subjects: [`${opts.prefix}.>`] });
+  const existing = await jsm.consumers.info(stream, durable).catch(() => undefined);
+  if (!existing) {
+    await jsm.consumers.add(stream, {
+      durable_name: durable,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      filter_subject: `${opts.prefix}.>`,
+      ack_wait: 30_000_000_000,
+      max_deliver: 20,
+    });
+  }
+  const consumer = await jetstream(opts.connection).consumers.get(stream, durable);
+  const messages: ConsumerMessages = await consumer.consume({ max_messages: 200 });
+  // Messages are applied concurrently (up to `concurrency`); those for one session serialise on its row lock.
+  const limit = opts.concurrency ?? 32;
+  const inFlight = new Set<Promise<void>>();
+  const loop = (async () => {
+    for await (const msg of messages) {
+      const p: Promise<void> = handle(opts, msg)
+        .catch((err) => opts.logger.warn({ err: (err as Error).message }, 'usage message handling failed'))
+        .finally(() => inFlight.delete(p));
+      inFlight.add(p);
+      if (inFlight.size >= limit) await Promise.race(inFlight);
+    }
+    await Promise.all(inFlight);
+  })();
+  return {
+    async stop() {
+      await messages.close();
+      await loop.catch(() => {});
+    },
+  };
+}
+
+async function handle(opts: UsageConsumerOptions, msg: JsMsg): Promise<void> {
+  let body: z.infer<typeof usageMessageSchema>;
+  try {
+    body = usageMessageSchema.parse(msg.json());
+    if (msg.subject !== `${opts.prefix}.${body.session_id}`)
+      throw new Error(`subject ${msg.subject} names another session`);
+  } catch (err) {
+    opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, 'malformed usage message dropped');
+    msg.term();
+    return;
+  }
+  const timestamp = new Date(body.timestamp);
+  try {
+    await applyUsageUpdate(opts.ctx, {
+      sessionId: body.session_id,
+      messageId: body.message_id ?? msg.headers?.get('Nats-Msg-Id') ?? `ts:${timestamp.toISOString()}`,
+      timestamp,
+      gpuUtilization: body.gpu_utilization,
+      powerDrawW: body.power_draw_w,
+      metrics: body.metrics,
+      correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
+    });
+    msg.ack();
+  } catch (err) {
+    if (isAppError(err) && err.status < 500) {
+      opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage message refused');
+      msg.term();
+      return;
+    }
+    opts.logger.warn({ err: (err as Error).message, session_id: body.session_id }, 'usage message failed; will retry');
+    msg.nak(5_000);
+  }
+}

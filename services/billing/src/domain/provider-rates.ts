@@ -1,0 +1,60 @@
+/**
+ * Provider-specific rates: a provider's own base rates per GPU model (and its
+ * own `default`), VRAM and power rates. Parts a provider does not set fall
+ * back to the platform's rates. A session freezes the rates it starts with, so
+ * changing them never re-prices a running session.
+ */
+import type { Kysely, Transaction } from 'kysely';
+import type { BillingDB } from '../db/schema.ts';
+import type { PricingSettings } from './context.ts';
+import { type HourlyRates, hourlyRates, type PricingInput, type ProviderRateOverrides } from './pricing.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+export interface StoredProviderRates extends ProviderRateOverrides {
+  providerId: string;
+  updatedAt: Date | null;
+}
+
+/** The provider's overrides, or null when it has none. */
+export async function findProviderRates(db: Db, providerId: string): Promise<StoredProviderRates | null> {
+  const row = await db
+    .selectFrom('provider_rates')
+    .selectAll()
+    .where('provider_id', '=', providerId)
+    .executeTakeFirst();
+  if (!row) return null;
+  return {
+    providerId,
+    baseRates: row.base_rates,
+    vramRatePerGbHour: row.vram_rate_per_gb_hour,
+    powerRatePerWattHour: row.power_rate_per_watt_hour,
+    updatedAt: new Date(row.updated_at),
+  };
+}
+
+/** Replaces a provider's overrides (base rate keys must already be normalised). */
+export async function putProviderRates(
+  db: Db,
+  providerId: string,
+  rates: ProviderRateOverrides,
+): Promise<StoredProviderRates> {
+  const values = {
+    base_rates: JSON.stringify(rates.baseRates),
+    vram_rate_per_gb_hour: rates.vramRatePerGbHour,
+    power_rate_per_watt_hour: rates.powerRatePerWattHour,
+    updated_at: new Date(),
+  };
+  await db
+    .insertInto('provider_rates')
+    .values({ provider_id: providerId, ...values })
+    .onConflict((oc) => oc.column('provider_id').doUpdateSet(values))
+    .execute();
+  return (await findProviderRates(db, providerId))!;
+}
+
+/** The hourly rates of a rental: the provider's overrides (when `providerId` is given) over the platform's. */
+export async function ratesFor(db: Db, pricing: PricingSettings, input: PricingInput): Promise<HourlyRates> {
+  const overrides = input.providerId ? await findProviderRates(db, input.providerId) : null;
+  return hourlyRates(input, pricing.card, overrides, pricing.platformFeePercent, pricing.market);
+}

@@ -1,0 +1,165 @@
+/**
+ * Ending a rental session: the final cost (whole minutes at the frozen hourly
+ * rate, one rounding), captured from the session's hold in one ledger post:
+ * the platform fee to `platform_fees`, the rest to the provider wallet's
+ * `available` account (transfer code `provider_earnings`), the remainder of the
+ * hold released to the renter. Writes the payment records, the BillingRecord,
+ * the session's final state and the `session.completed` / `session.terminated`
+ * event, all in one transaction under the session's row lock. Ending an ended
+ * session answers its existing record (idempotent, also under concurrency).
+ *
+ * Minutes: a normal end bills every started minute (partial minutes round
+ * up); a termination for insufficient funds bills to the last full minute.
+ * Never fewer minutes than were already billed, unless the renter can't pay
+ * them: the hold is topped up from the available balance first, and what
+ * still can't be paid is cut to the last full minute the hold covers.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../db/schema.ts';
+import type { BillingContext } from './context.ts';
+import { EARNINGS_TRANSFER_CODE } from './earnings.ts';
+import { postHold } from './holds.ts';
+import { Dec, splitFee } from './money.ts';
+import { costOfMinutes } from './pricing.ts';
+import { topUpHold } from './session-hold.ts';
+import { type BillingRecordRow, billingRecordJson, isRunning, loadSession, sessionJson } from './session-json.ts';
+
+export type EndKind = { status: 'completed'; reason?: string } | { status: 'terminated'; reason: string };
+
+const MINUTE_MS = 60_000;
+
+/** Minutes billed for `elapsedMs`: started minutes when completing, full minutes when terminating. */
+export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
+  const ms = Math.max(0, elapsedMs);
+  return roundUp ? Math.ceil(ms / MINUTE_MS) : Math.floor(ms / MINUTE_MS);
+}
+
+/** Ends a session (or answers its existing end); returns the session and its billing record. */
+export async function endSession(ctx: BillingContext, sessionId: string, kind: EndKind, correlationId?: string) {
+  return ctx.db.transaction().execute(async (trx) => {
+    const session = await loadSession(trx, sessionId, true);
+    if (!isRunning(session)) {
+      const record = await trx
+        .selectFrom('billing_records')
+        .selectAll()
+        .where('session_id', '=', sessionId)
+        .executeTakeFirstOrThrow();
+      return {
+        session: sessionJson(session, ctx.scale),
+        billing_record: billingRecordJson(record, ctx.scale),
+        already_ended: true,
+      };
+    }
+    return finishSession(ctx, trx, session, kind, correlationId);
+  });
+}
+
+/** Ends a running session inside the caller's transaction (its row locked). */
+export async function finishSession(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  session: Awaited<ReturnType<typeof loadSession>>,
+  kind: EndKind,
+  correlationId?: string,
+) {
+  const now = ctx.now();
+  const elapsed = now.getTime() - new Date(session.started_at).getTime();
+  let minutes = Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
+  const hourly = new Dec(session.total_hourly_rate);
+  let cost = costOfMinutes(hourly, minutes, ctx.scale);
+  const cover = await topUpHold(trx, session, cost);
+  if (cover.short.gt(0)) {
+    ctx.logger.warn(
+      { session_id: session.id, cost: cost.toFixed(), covered: cover.held.toFixed() },
+      'session cost exceeds what the renter can pay; capped at the hold',
+    );
+    minutes = Math.min(minutes, cover.held.mul(60).div(hourly).floor().toNumber());
+    cost = Dec.min(costOfMinutes(hourly, minutes, ctx.scale), cover.held);
+  }
+  const { fee, rest } = splitFee(cost, new Dec(session.platform_fee_percent), ctx.scale);
+  const paymentId = cost.gt(0) ? randomUUID() : null;
+  const earningsId = rest.gt(0) ? randomUUID() : null;
+  const reference = `session:${session.id}`;
+  const base = { status: 'confirmed' as const, hold_id: session.hold_id, reference, confirmed_at: now };
+  const records = [];
+  if (paymentId) {
+    records.push({
+      ...base,
+      id: paymentId,
+      wallet_id: session.wallet_id,
+      type: 'payment' as const,
+      amount: cost.toFixed(),
+      fee: fee.toFixed(),
+    });
+  }
+  if (earningsId) {
+    records.push({
+      ...base,
+      id: earningsId,
+      wallet_id: session.provider_wallet_id,
+      type: 'payment' as const,
+      amount: rest.toFixed(),
+      fee: '0',
+    });
+  }
+  if (records.length > 0) await trx.insertInto('transactions').values(records).execute();
+  await postHold(
+    trx,
+    session.hold_id,
+    [
+      {
+        to: { wallet: session.provider_wallet_id, kind: 'available' },
+        amount: rest,
+        code: EARNINGS_TRANSFER_CODE,
+        transactionId: earningsId,
+      },
+      { to: { system: 'platform_fees' }, amount: fee, code: 'platform_fee', transactionId: paymentId },
+    ],
+    true,
+  );
+  const reason = kind.reason ?? null;
+  const ended = await trx
+    .updateTable('rental_sessions')
+    .set({
+      status: kind.status,
+      ended_at: now,
+      end_reason: reason,
+      billed_minutes: minutes,
+      total_cost: cost.toFixed(),
+      grace_until: null,
+      updated_at: now,
+    })
+    .where('id', '=', session.id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  const record: BillingRecordRow = await trx
+    .insertInto('billing_records')
+    .values({
+      id: randomUUID(),
+      session_id: session.id,
+      user_id: session.user_id,
+      wallet_id: session.wallet_id,
+      provider_id: session.provider_id,
+      provider_wallet_id: session.provider_wallet_id,
+      job_id: session.job_id,
+      gpu_model: session.gpu_model,
+      gpu_count: session.gpu_count,
+      status: kind.status,
+      end_reason: reason,
+      total_hourly_rate: session.total_hourly_rate,
+      billed_minutes: minutes,
+      total_cost: cost.toFixed(),
+      platform_fee: fee.toFixed(),
+      provider_earnings: rest.toFixed(),
+      payment_transaction_id: paymentId,
+      started_at: session.started_at,
+      ended_at: now,
+      created_at: now,
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  const out = { session: sessionJson(ended, ctx.scale), billing_record: billingRecordJson(record, ctx.scale) };
+  await ctx.events.record(trx, `session.${kind.status}`, out, correlationId);
+  return { ...out, already_ended: false };
+}

@@ -1,0 +1,191 @@
+/** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
+import { type App, errors } from '@gpu/common';
+import { z } from 'zod';
+import { Dec } from '../domain/money.ts';
+import { formatRate, normalizeModel, quote } from '../domain/pricing.ts';
+import { findProviderRates, putProviderRates, ratesFor, type StoredProviderRates } from '../domain/provider-rates.ts';
+import type { RouteDeps } from './deps.ts';
+import { problems, providerParams } from './schemas.ts';
+import { pricingInputShape, ratesJson, ratesSchema } from './session-schemas.ts';
+
+const DECIMAL = /^(0|[1-9]\d{0,9})(\.\d+)?$/;
+
+const durationHours = z
+  .union([z.string().regex(DECIMAL, 'must be a decimal like "1.5"'), z.number().finite()])
+  .transform((v, ctx) => {
+    const d = new Dec(v);
+    if (d.lte(0) || d.gt(87_600)) {
+      ctx.addIssue({ code: 'custom', message: 'must be greater than 0 and at most 87600 (10 years)' });
+      return z.NEVER;
+    }
+    return d;
+  })
+  .prefault(1)
+  .describe('hours to price, decimal string or number (default 1)');
+
+/** A rate in a provider's table: a decimal string with at most 12 decimals. */
+const rateString = z
+  .string()
+  .regex(/^(0|[1-9]\d{0,6})(\.\d{1,12})?$/, 'must be a decimal string like "0.45" (at most 12 decimals)');
+
+const providerRatesBody = z.object({
+  base_rates: z
+    .record(
+      z.string().min(1).max(200),
+      rateString.refine((r) => new Dec(r).gt(0), 'a base rate must be above 0'),
+    )
+    .default({})
+    .describe('GPU model → hourly rate per GPU; `default` prices models not listed'),
+  vram_rate_per_gb_hour: rateString.nullable().default(null).describe('null: the platform rate'),
+  power_rate_per_watt_hour: rateString.nullable().default(null).describe('null: the platform rate'),
+});
+
+const providerRatesSchema = z.object({
+  provider_id: z.uuid(),
+  base_rates: z.record(z.string(), z.string()),
+  vram_rate_per_gb_hour: z.string().nullable(),
+  power_rate_per_watt_hour: z.string().nullable(),
+  updated_at: z.string().nullable().describe('null: the provider has no rates of its own'),
+});
+
+const providerRatesJson = (providerId: string, r: StoredProviderRates | null) => ({
+  provider_id: providerId,
+  base_rates: r?.baseRates ?? {},
+  vram_rate_per_gb_hour: r?.vramRatePerGbHour ?? null,
+  power_rate_per_watt_hour: r?.powerRatePerWattHour ?? null,
+  updated_at: r?.updatedAt?.toISOString() ?? null,
+});
+
+export async function pricingRoutes(app: App, deps: RouteDeps) {
+  const ctx = deps.billing;
+
+  app.post(
+    '/api/v1/pricing/calculate',
+    {
+      schema: {
+        tags: ['pricing'],
+        summary: 'Price a rental: the hourly rate broken down, the total cost and its fee split',
+        description:
+          'total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + ' +
+          'estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × ' +
+          "duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it " +
+          "(rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply. " +
+          'Unknown models are priced at the `default` rate (rate_key "default").',
+        body: z.object({ ...pricingInputShape, duration_hours: durationHours }),
+        response: {
+          200: ratesSchema.extend({
+            duration_hours: z.string(),
+            total_cost: z.string(),
+            platform_fee: z.string(),
+            provider_earnings: z.string(),
+          }),
+          ...problems(400),
+        },
+      },
+    },
+    async (request) => {
+      const b = request.body;
+      const rates = await ratesFor(ctx.db, ctx.pricing, {
+        gpuModel: b.gpu_model,
+        gpuCount: b.gpu_count,
+        requestedVramMb: b.requested_vram_mb,
+        estimatedPowerW: b.estimated_power_w,
+        providerId: b.provider_id,
+      });
+      const q = quote(rates, b.duration_hours, ctx.scale);
+      return {
+        ...ratesJson(rates, ctx.scale),
+        provider_id: b.provider_id ?? null,
+        gpu_count: b.gpu_count,
+        requested_vram_mb: b.requested_vram_mb,
+        estimated_power_w: b.estimated_power_w,
+        duration_hours: b.duration_hours.toFixed(),
+        total_cost: q.totalCost.toFixed(ctx.scale),
+        platform_fee: q.platformFee.toFixed(ctx.scale),
+        provider_earnings: q.providerEarnings.toFixed(ctx.scale),
+      };
+    },
+  );
+
+  app.get(
+    '/api/v1/pricing/rates',
+    {
+      schema: {
+        tags: ['pricing'],
+        summary: "The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee",
+        response: {
+          200: z.object({
+            base_rates: z.record(z.string(), z.string()),
+            default_rate: z.string(),
+            vram_rate_per_gb_hour: z.string(),
+            power_rate_per_watt_hour: z.string(),
+            demand_multiplier: z.string(),
+            supply_factor: z.string(),
+            platform_fee_percent: z.string(),
+          }),
+        },
+      },
+    },
+    async () => {
+      const { card, market, platformFeePercent } = ctx.pricing;
+      const fmt = (v: string) => formatRate(new Dec(v), ctx.scale);
+      return {
+        base_rates: Object.fromEntries(Object.entries(card.baseRates).map(([k, v]) => [k, fmt(v)])),
+        default_rate: fmt(card.baseRates.default ?? '0'),
+        vram_rate_per_gb_hour: fmt(card.vramRatePerGbHour),
+        power_rate_per_watt_hour: fmt(card.powerRatePerWattHour),
+        demand_multiplier: new Dec(await market.demandMultiplier({ gpuModel: 'default' })).toFixed(),
+        supply_factor: new Dec(await market.supplyFactor({ gpuModel: 'default' })).toFixed(),
+        platform_fee_percent: new Dec(platformFeePercent).toFixed(),
+      };
+    },
+  );
+
+  app.get(
+    '/api/v1/provider/:providerID/rates',
+    {
+      schema: {
+        tags: ['providers'],
+        summary: "A provider's own rates (empty base_rates and nulls: the platform's rates apply)",
+        params: providerParams,
+        response: { 200: providerRatesSchema, ...problems(400) },
+      },
+    },
+    async (request) =>
+      providerRatesJson(request.params.providerID, await findProviderRates(ctx.db, request.params.providerID)),
+  );
+
+  app.put(
+    '/api/v1/provider/:providerID/rates',
+    {
+      schema: {
+        tags: ['providers'],
+        summary: "Replace a provider's rates; they price its sessions started from now on",
+        description:
+          'Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base ' +
+          'rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running ' +
+          'sessions keep the rates they started with.',
+        params: providerParams,
+        body: providerRatesBody,
+        response: { 200: providerRatesSchema, ...problems(400) },
+      },
+    },
+    async (request) => {
+      const baseRates: Record<string, string> = {};
+      for (const [model, rate] of Object.entries(request.body.base_rates)) {
+        const key = normalizeModel(model);
+        if (!key || baseRates[key] !== undefined) {
+          const message = key ? `"${model}" names the same model as another entry (${key})` : 'empty model name';
+          throw errors.validation(message, [{ path: `body.base_rates.${model}`, message }]);
+        }
+        baseRates[key] = rate;
+      }
+      const stored = await putProviderRates(ctx.db, request.params.providerID, {
+        baseRates,
+        vramRatePerGbHour: request.body.vram_rate_per_gb_hour,
+        powerRatePerWattHour: request.body.power_rate_per_watt_hour,
+      });
+      return providerRatesJson(request.params.providerID, stored);
+    },
+  );
+}

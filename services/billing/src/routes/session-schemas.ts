@@ -1,0 +1,100 @@
+/** Zod schemas shared by the pricing and session routes. */
+import { z } from 'zod';
+import { formatRate, type HourlyRates } from '../domain/pricing.ts';
+
+/** The resource fields every priced request carries (contract "Billing defaults"). */
+export const pricingInputShape = {
+  gpu_model: z.string().min(1).max(200).describe('e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default`'),
+  gpu_count: z.number().int().min(1).max(64).default(1),
+  requested_vram_mb: z.number().int().min(0).max(10_000_000).default(0).describe('VRAM in MB (1 GB = 1024 MB)'),
+  estimated_power_w: z.number().int().min(0).max(100_000).default(0),
+  provider_id: z.uuid().optional().describe("price with this provider's rates"),
+};
+
+/** The hourly rate broken down (all exact decimal strings). */
+export const ratesSchema = z.object({
+  gpu_model: z.string().describe('normalised model name'),
+  rate_key: z.string().describe('the rate table entry used (`default` for unknown models)'),
+  rate_source: z.enum(['platform', 'provider']),
+  provider_id: z.uuid().nullable(),
+  gpu_count: z.number().int(),
+  requested_vram_mb: z.number().int(),
+  estimated_power_w: z.number().int(),
+  base_rate_per_gpu: z.string(),
+  base_hourly_rate: z.string().describe('base_rate_per_gpu × gpu_count'),
+  vram_hourly_rate: z.string(),
+  power_hourly_rate: z.string(),
+  demand_multiplier: z.string(),
+  supply_factor: z.string(),
+  total_hourly_rate: z.string(),
+  platform_fee_percent: z.string(),
+});
+
+/** The JSON of frozen hourly rates (the parts that do not depend on the request echo). */
+export function ratesJson(r: HourlyRates, scale: number) {
+  return {
+    gpu_model: r.gpuModel,
+    rate_key: r.rateKey,
+    rate_source: r.rateSource,
+    base_rate_per_gpu: formatRate(r.baseRatePerGpu, scale),
+    base_hourly_rate: formatRate(r.baseHourlyRate, scale),
+    vram_hourly_rate: formatRate(r.vramHourlyRate, scale),
+    power_hourly_rate: formatRate(r.powerHourlyRate, scale),
+    demand_multiplier: r.demandMultiplier.toFixed(),
+    supply_factor: r.supplyFactor.toFixed(),
+    total_hourly_rate: formatRate(r.totalHourlyRate, scale),
+    platform_fee_percent: r.platformFeePercent.toFixed(),
+  };
+}
+
+/** A rental session. */
+export const sessionSchema = z.object({
+  id: z.uuid(),
+  user_id: z.uuid(),
+  wallet_id: z.uuid(),
+  provider_id: z.uuid(),
+  provider_wallet_id: z.uuid(),
+  job_id: z.string(),
+  gpu_model: z.string(),
+  gpu_count: z.number().int(),
+  requested_vram_mb: z.number().int(),
+  estimated_power_w: z.number().int(),
+  actual_power_w: z.string().nullable().describe('power draw of the latest usage update (W)'),
+  rates: ratesSchema
+    .omit({ gpu_model: true, provider_id: true, gpu_count: true, requested_vram_mb: true, estimated_power_w: true })
+    .describe('frozen when the session started'),
+  status: z.enum(['active', 'grace_period', 'completed', 'terminated']),
+  hold_id: z.uuid(),
+  lock_transaction_id: z.uuid().nullable(),
+  billed_minutes: z.number().int(),
+  total_cost: z.string(),
+  started_at: z.string(),
+  last_usage_at: z.string().nullable(),
+  grace_until: z.string().nullable(),
+  ended_at: z.string().nullable(),
+  end_reason: z.string().nullable(),
+});
+
+/** A billing record (one per ended session). */
+export const billingRecordSchema = z.object({
+  id: z.uuid(),
+  session_id: z.uuid(),
+  user_id: z.uuid(),
+  wallet_id: z.uuid(),
+  provider_id: z.uuid(),
+  provider_wallet_id: z.uuid(),
+  job_id: z.string(),
+  gpu_model: z.string(),
+  gpu_count: z.number().int(),
+  status: z.enum(['completed', 'terminated']),
+  end_reason: z.string().nullable(),
+  total_hourly_rate: z.string(),
+  billed_minutes: z.number().int(),
+  total_cost: z.string(),
+  platform_fee: z.string(),
+  provider_earnings: z.string(),
+  payment_transaction_id: z.uuid().nullable(),
+  started_at: z.string(),
+  ended_at: z.string(),
+  created_at: z.string(),
+});

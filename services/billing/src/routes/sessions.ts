@@ -1,0 +1,171 @@
+/** Rental session routes: start, end, current usage and billing history. */
+import type { App } from '@gpu/common';
+import { z } from 'zod';
+import { endSession } from '../domain/session-end.ts';
+import { startSession } from '../domain/session-start.ts';
+import { billingHistory, currentUsage } from '../domain/session-usage.ts';
+import type { RouteDeps } from './deps.ts';
+import { runIdempotent } from './idempotent.ts';
+import { idempotencyHeaders, problems } from './schemas.ts';
+import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
+
+const { provider_id: _priced, ...resourceShape } = pricingInputShape;
+
+const csvStatus = z
+  .union([z.string(), z.array(z.string())])
+  .transform((v) => (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter(Boolean))
+  .pipe(z.array(z.enum(['completed', 'terminated'])))
+  .optional();
+
+export async function sessionRoutes(app: App, deps: RouteDeps) {
+  const ctx = deps.billing;
+
+  app.post(
+    '/api/v1/billing/start-session',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'Start a metered GPU rental: check funds, hold the initial period, freeze the rates',
+        description:
+          "The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost " +
+          '(`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider ' +
+          'wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. ' +
+          'estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. ' +
+          '409 SESSION_ALREADY_RUNNING when the job has a running session.',
+        headers: idempotencyHeaders,
+        body: z.object({
+          user_id: z.uuid(),
+          wallet_id: z.uuid(),
+          provider_id: z.uuid(),
+          job_id: z.string().min(1).max(200),
+          ...resourceShape,
+        }),
+        response: {
+          201: z.object({
+            session: sessionSchema,
+            hold_amount: z.string(),
+            available_balance: z.string().describe('available after the hold'),
+            estimated_runtime_minutes: z.number().int(),
+          }),
+          ...problems(400, 402, 404, 409),
+        },
+      },
+    },
+    async (request, reply) =>
+      runIdempotent(request, reply, { db: ctx.db }, (idem) => {
+        const b = request.body;
+        return startSession(
+          ctx,
+          {
+            userId: b.user_id,
+            walletId: b.wallet_id,
+            providerId: b.provider_id,
+            jobId: b.job_id,
+            gpuModel: b.gpu_model,
+            gpuCount: b.gpu_count,
+            requestedVramMb: b.requested_vram_mb,
+            estimatedPowerW: b.estimated_power_w,
+            correlationId: request.correlationId,
+          },
+          idem,
+        );
+      }),
+  );
+
+  app.post(
+    '/api/v1/billing/end-session',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'End a rental: bill it per minute (started minutes count), pay provider and fee, release the rest',
+        description: 'Ending an ended session answers its existing billing record (200, `already_ended: true`).',
+        body: z.object({ session_id: z.uuid(), reason: z.string().max(200).optional() }),
+        response: {
+          200: z.object({ session: sessionSchema, billing_record: billingRecordSchema, already_ended: z.boolean() }),
+          ...problems(400, 404),
+        },
+      },
+    },
+    async (request) =>
+      endSession(
+        ctx,
+        request.body.session_id,
+        { status: 'completed', reason: request.body.reason ?? 'ended' },
+        request.correlationId,
+      ),
+  );
+
+  app.get(
+    '/api/v1/billing/current-usage/:sessionID',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'Usage of a session so far: elapsed minutes, cost so far, hold left, estimated remaining runtime',
+        params: z.object({ sessionID: z.uuid() }),
+        response: {
+          200: z.object({
+            session_id: z.uuid(),
+            status: z.enum(['active', 'grace_period', 'completed', 'terminated']),
+            started_at: z.string(),
+            elapsed_seconds: z.number().int(),
+            elapsed_minutes: z.number().int().describe('started minutes: what ending now bills'),
+            total_hourly_rate: z.string(),
+            cost_so_far: z.string().describe('what ending now would cost (the final cost once ended)'),
+            billed_minutes: z.number().int().describe('minutes billed by usage updates and the biller'),
+            billed_cost: z.string(),
+            hold_amount: z.string(),
+            hold_remaining: z.string().describe('hold_amount - cost_so_far (never below 0)'),
+            available_balance: z.string().nullable(),
+            estimated_remaining_minutes: z.number().int(),
+            actual_power_w: z.string().nullable(),
+            last_usage_at: z.string().nullable(),
+            grace_until: z.string().nullable(),
+          }),
+          ...problems(400, 404),
+        },
+      },
+    },
+    async (request) => currentUsage(ctx, request.params.sessionID),
+  );
+
+  app.get(
+    '/api/v1/billing/history',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'Billing records of ended sessions, newest first, with filters and cursor pagination',
+        querystring: z.object({
+          user_id: z.uuid().optional(),
+          provider_id: z.uuid().optional(),
+          wallet_id: z.uuid().optional(),
+          status: csvStatus.describe('completed and/or terminated (repeat or separate with commas)'),
+          from: z.iso.datetime({ offset: true }).optional().describe('ended at or after (RFC 3339)'),
+          to: z.iso.datetime({ offset: true }).optional().describe('ended before (RFC 3339)'),
+          limit: z.coerce.number().int().min(1).max(200).default(50),
+          cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
+        }),
+        response: {
+          200: z.object({ records: z.array(billingRecordSchema), next_cursor: z.string().nullable() }),
+          ...problems(400),
+        },
+      },
+    },
+    async (request) => {
+      const q = request.query;
+      return billingHistory(
+        ctx.db,
+        {
+          limit: q.limit,
+          cursor: q.cursor,
+          userId: q.user_id,
+          providerId: q.provider_id,
+          walletId: q.wallet_id,
+          status: q.status,
+          from: q.from ? new Date(q.from) : undefined,
+          to: q.to ? new Date(q.to) : undefined,
+        },
+        ctx.scale,
+      );
+    },
+  );
+}

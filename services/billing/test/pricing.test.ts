@@ -1,0 +1,227 @@
+/** Pricing: the contract's rates, the breakdown, exact costs and fee split, provider rates, market factors. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Dec } from '../src/domain/money.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+let h: BillingHarness;
+beforeAll(async () => {
+  h = await setupBilling();
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+const calculate = (body: Record<string, unknown>) =>
+  h.app.inject({ method: 'POST', url: '/api/v1/pricing/calculate', payload: body });
+
+describe('POST /api/v1/pricing/calculate', () => {
+  it('breaks the hourly rate down and splits the cost 5 % / 95 %', async () => {
+    const res = await calculate({
+      gpu_model: 'NVIDIA GeForce RTX 4090',
+      gpu_count: 2,
+      requested_vram_mb: 24576,
+      estimated_power_w: 450,
+      duration_hours: '3',
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({
+      gpu_model: 'nvidia-geforce-rtx-4090',
+      rate_key: 'nvidia-geforce-rtx-4090',
+      rate_source: 'platform',
+      provider_id: null,
+      gpu_count: 2,
+      requested_vram_mb: 24576,
+      estimated_power_w: 450,
+      duration_hours: '3',
+      base_rate_per_gpu: '0.500000',
+      base_hourly_rate: '1.000000',
+      vram_hourly_rate: '0.480000',
+      power_hourly_rate: '0.450000',
+      demand_multiplier: '1',
+      supply_factor: '1',
+      total_hourly_rate: '1.930000',
+      platform_fee_percent: '5',
+      total_cost: '5.790000',
+      platform_fee: '0.289500',
+      provider_earnings: '5.500500',
+    });
+  });
+
+  it('prices unknown models at the default rate and accepts duration as a number', async () => {
+    const res = await calculate({ gpu_model: 'Mystery GPU 9000', duration_hours: 2.5 });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({
+      gpu_model: 'mystery-gpu-9000',
+      rate_key: 'default',
+      base_rate_per_gpu: '0.250000',
+      total_hourly_rate: '0.250000',
+      duration_hours: '2.5',
+      total_cost: '0.625000',
+      platform_fee: '0.031250',
+      provider_earnings: '0.593750',
+    });
+  });
+
+  it('keeps rates exact and rounds only the derived amounts, half-even', async () => {
+    // 1000 MB = 0.9765625 GB → VRAM 0.01953125/h; 0.1 h → 0.036953125 → 0.036953; fee 0.00184765 → 0.001848.
+    const res = await calculate({ gpu_model: 'nvidia geforce rtx 3080', requested_vram_mb: 1000, duration_hours: 0.1 });
+    expect(res.json()).toMatchObject({
+      vram_hourly_rate: '0.01953125',
+      total_hourly_rate: '0.36953125',
+      total_cost: '0.036953',
+      platform_fee: '0.001848',
+      provider_earnings: '0.035105',
+    });
+  });
+
+  it('answers bad input with 400 problem bodies', async () => {
+    for (const body of [
+      { gpu_model: 'x', duration_hours: 0 },
+      { gpu_model: 'x', duration_hours: 'abc' },
+      { gpu_model: 'x', duration_hours: '-1' },
+      { gpu_model: 'x', gpu_count: 0 },
+      { gpu_model: '' },
+      { gpu_model: 'x', requested_vram_mb: -5 },
+      { gpu_model: 'x', provider_id: 'nope' },
+    ]) {
+      const res = await calculate(body);
+      expect(res.statusCode, JSON.stringify(body)).toBe(400);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+      expect(res.json().code).toBe('VALIDATION_ERROR');
+    }
+  });
+});
+
+describe('GET /api/v1/pricing/rates', () => {
+  it("lists the contract's base rates, multipliers and fee", async () => {
+    const res = await h.app.inject({ method: 'GET', url: '/api/v1/pricing/rates' });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(body.base_rates).toMatchObject({
+      'nvidia-geforce-rtx-4090': '0.500000',
+      'nvidia-tesla-h100': '4.000000',
+      'amd-instinct-mi250x': '1.750000',
+      default: '0.250000',
+    });
+    expect(Object.keys(body.base_rates)).toHaveLength(12);
+    expect(body).toMatchObject({
+      default_rate: '0.250000',
+      vram_rate_per_gb_hour: '0.020000',
+      power_rate_per_watt_hour: '0.001000',
+      demand_multiplier: '1',
+      supply_factor: '1',
+      platform_fee_percent: '5',
+    });
+  });
+});
+
+describe('provider rates', () => {
+  it('are validated, stored, and used for that provider only', async () => {
+    const provider = crypto.randomUUID();
+    const url = `/api/v1/provider/${provider}/rates`;
+    const empty = await h.app.inject({ method: 'GET', url });
+    expect(empty.json()).toEqual({
+      provider_id: provider,
+      base_rates: {},
+      vram_rate_per_gb_hour: null,
+      power_rate_per_watt_hour: null,
+      updated_at: null,
+    });
+
+    for (const payload of [
+      { base_rates: { 'RTX 4090': '0.6', 'rtx  4090': '0.7' } },
+      { base_rates: { default: '0' } },
+      { base_rates: { default: '-1' } },
+      { base_rates: { default: 0.3 } },
+      { vram_rate_per_gb_hour: '0.1234567890123' },
+    ]) {
+      const bad = await h.app.inject({ method: 'PUT', url, payload });
+      expect(bad.statusCode, JSON.stringify(payload)).toBe(400);
+    }
+    expect((await h.app.inject({ method: 'GET', url })).json().updated_at).toBeNull();
+
+    const put = await h.app.inject({
+      method: 'PUT',
+      url,
+      payload: { base_rates: { 'NVIDIA GeForce RTX 4090': '0.60', default: '0.30' }, vram_rate_per_gb_hour: '0.01' },
+    });
+    expect(put.statusCode).toBe(200);
+    expect(put.json()).toMatchObject({
+      base_rates: { 'nvidia-geforce-rtx-4090': '0.60', default: '0.30' },
+      vram_rate_per_gb_hour: '0.01',
+      power_rate_per_watt_hour: null,
+    });
+    expect((await h.app.inject({ method: 'GET', url })).json()).toEqual(put.json());
+
+    const input = { gpu_model: 'NVIDIA GeForce RTX 4090', requested_vram_mb: 2048, estimated_power_w: 100 };
+    // Provider: 0.60 + 2 GB × 0.01 + 100 W × 0.001 (platform power rate) = 0.72.
+    const own = await calculate({ ...input, provider_id: provider });
+    expect(own.json()).toMatchObject({
+      rate_source: 'provider',
+      provider_id: provider,
+      total_hourly_rate: '0.720000',
+      total_cost: '0.720000',
+      platform_fee: '0.036000',
+      provider_earnings: '0.684000',
+    });
+    // The platform: 0.50 + 2 × 0.02 + 0.1 = 0.64.
+    expect((await calculate(input)).json().total_hourly_rate).toBe('0.640000');
+    expect((await calculate({ ...input, provider_id: crypto.randomUUID() })).json().total_hourly_rate).toBe('0.640000');
+    // A model the provider did not list: the provider's default.
+    const other = await calculate({ gpu_model: 'NVIDIA Tesla A100', provider_id: provider });
+    expect(other.json()).toMatchObject({ rate_key: 'default', rate_source: 'provider', total_hourly_rate: '0.300000' });
+  });
+});
+
+describe('market factors', () => {
+  it('multiply the hourly rate when plugged in', async () => {
+    const priced = await setupBilling({
+      market: { demandMultiplier: () => new Dec('1.5'), supplyFactor: () => new Dec('0.8') },
+    });
+    try {
+      const res = await priced.app.inject({
+        method: 'POST',
+        url: '/api/v1/pricing/calculate',
+        payload: { gpu_model: 'nvidia-tesla-h100', duration_hours: '2' },
+      });
+      // 4.00 × 1.5 × 0.8 = 4.8/h; 2 h = 9.6; fee 0.48.
+      expect(res.json()).toMatchObject({
+        demand_multiplier: '1.5',
+        supply_factor: '0.8',
+        total_hourly_rate: '4.800000',
+        total_cost: '9.600000',
+        platform_fee: '0.480000',
+        provider_earnings: '9.120000',
+      });
+    } finally {
+      await priced.close();
+    }
+  });
+});
+
+describe('OpenAPI', () => {
+  it('documents the pricing, rates, session and usage operations with their error responses', async () => {
+    const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const ops: Record<string, string[]> = {
+      '/api/v1/pricing/calculate': ['post'],
+      '/api/v1/pricing/rates': ['get'],
+      '/api/v1/provider/{providerID}/rates': ['get', 'put'],
+      '/api/v1/billing/start-session': ['post'],
+      '/api/v1/billing/end-session': ['post'],
+      '/api/v1/billing/usage-update': ['post'],
+      '/api/v1/billing/current-usage/{sessionID}': ['get'],
+      '/api/v1/billing/history': ['get'],
+    };
+    for (const [path, methods] of Object.entries(ops)) {
+      for (const m of methods) {
+        const op = doc.paths[path]?.[m];
+        expect(op, `${m} ${path}`).toBeDefined();
+        expect(op.summary).toBeTruthy();
+        expect(op.tags?.length).toBeGreaterThan(0);
+        if (path !== '/api/v1/pricing/rates') expect(op.responses['400'], `${m} ${path}`).toBeDefined();
+      }
+    }
+    expect(doc.paths['/api/v1/billing/start-session'].post.responses['402']).toBeDefined();
+    expect(doc.paths['/api/v1/billing/usage-update'].post.responses['409']).toBeDefined();
+  });
+});

@@ -1,0 +1,126 @@
+/** Rental sessions over HTTP on the real PostgreSQL: start, per-minute math, end, idempotency, funds. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SYSTEM_ACCOUNT_IDS } from '../src/db/migrations/0001-ledger.ts';
+import { Dec } from '../src/domain/money.ts';
+import { end, H100_X1, manualClock, parties, RTX4090_X2, start, startBody, usage } from './support/sessions.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+const clock = manualClock();
+let h: BillingHarness;
+beforeAll(async () => {
+  h = await setupBilling({ now: clock.now });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+const platformFees = async () =>
+  new Dec(
+    (
+      await h.db
+        .selectFrom('ledger_accounts')
+        .select('balance')
+        .where('id', '=', SYSTEM_ACCOUNT_IDS.platform_fees)
+        .executeTakeFirstOrThrow()
+    ).balance,
+  );
+
+describe('a rental session', () => {
+  it('holds the initial hour, bills started minutes, splits 5 % / 95 % and releases the rest', async () => {
+    const p = await parties(h, '10');
+    const feesBefore = await platformFees();
+    const res = await start(h, startBody(p, H100_X1));
+    expect(res.statusCode).toBe(201);
+    const started = res.json();
+    expect(started).toMatchObject({
+      hold_amount: '5.100000',
+      available_balance: '4.900000',
+      estimated_runtime_minutes: 117, // 10 / 5.10 per hour = 117.6 minutes
+      session: {
+        status: 'active',
+        gpu_model: 'nvidia-tesla-h100',
+        total_cost: '0.000000',
+        rates: { base_hourly_rate: '4.000000', vram_hourly_rate: '0.800000', total_hourly_rate: '5.100000' },
+      },
+    });
+    const id = started.session.id as string;
+    expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '4.900000', locked: '5.100000' });
+    const lock = await h.db
+      .selectFrom('transactions')
+      .selectAll()
+      .where('id', '=', started.session.lock_transaction_id)
+      .executeTakeFirstOrThrow();
+    expect(lock).toMatchObject({ type: 'lock', status: 'confirmed', wallet_id: p.renter.id });
+
+    clock.advance(90_500); // 1 min 30.5 s: two started minutes
+    const now = (await usage(h, id)).json();
+    expect(now).toMatchObject({
+      status: 'active',
+      elapsed_seconds: 90,
+      elapsed_minutes: 2,
+      cost_so_far: '0.170000',
+      hold_amount: '5.100000',
+      hold_remaining: '4.930000',
+      available_balance: '4.900000',
+      estimated_remaining_minutes: 115, // 9.83 / 5.10 per hour
+    });
+
+    const ended = await end(h, id);
+    expect(ended.statusCode).toBe(200);
+    const body = ended.json();
+    expect(body.already_ended).toBe(false);
+    expect(body.session).toMatchObject({ status: 'completed', billed_minutes: 2, total_cost: '0.170000' });
+    expect(body.billing_record).toMatchObject({
+      session_id: id,
+      status: 'completed',
+      billed_minutes: 2,
+      total_cost: '0.170000',
+      platform_fee: '0.008500',
+      provider_earnings: '0.161500',
+    });
+    expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '9.830000', locked: '0.000000' });
+    expect(await h.balanceOf(p.provider.id)).toMatchObject({ available: '0.161500' });
+    expect((await platformFees()).minus(feesBefore).toFixed(6)).toBe('0.008500');
+    const earnings = await h.app.inject({ method: 'GET', url: `/api/v1/provider/${p.provider.ownerId}/earnings` });
+    expect(earnings.json().total_earned).toBe('0.161500');
+
+    // Ending twice answers the same record and moves nothing.
+    const again = await end(h, id);
+    expect(again.statusCode).toBe(200);
+    expect(again.json().already_ended).toBe(true);
+    expect(again.json().billing_record).toEqual(body.billing_record);
+    expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '9.830000', locked: '0.000000' });
+    const usageAfter = (await usage(h, id)).json();
+    expect(usageAfter).toMatchObject({ status: 'completed', cost_so_far: '0.170000', hold_amount: '0.000000' });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('rounds the whole cost once, half-even, and the fee split to the token scale', async () => {
+    const p = await parties(h, '5');
+    const started = (await start(h, startBody(p, RTX4090_X2))).json();
+    expect(started.session.rates.total_hourly_rate).toBe('1.930000');
+    clock.advance(7 * 60_000 + 30_000); // 7.5 min → 8 started minutes: 1.93 × 8 / 60 = 0.2573333…
+    const record = (await end(h, started.session.id)).json().billing_record;
+    expect(record).toMatchObject({
+      billed_minutes: 8,
+      total_cost: '0.257333',
+      platform_fee: '0.012867', // 0.01286665 → 0.012867
+      provider_earnings: '0.244466',
+    });
+    expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '4.742667', locked: '0.000000' });
+    expect(await h.balanceOf(p.provider.id)).toMatchObject({ available: '0.244466' });
+  });
+
+  it('keeps the rates it started with when the provider changes its rates', async () => {
+    const p = await parties(h, '20');
+    const url = `/api/v1/provider/${p.provider.ownerId}/rates`;
+    await h.app.inject({ method: 'PUT', url, payload: { base_rates: { default: '3' } } });
+    const body = startBody(p, { gpu_model: 'some gpu' });
+    const started = (await start(h, body)).json();
+    expect(started.session.rates).toMatchObject({ rate_source: 'provider', total_hourly_rate: '3.000000' });
+    await h.app.inject({ method: 'PUT', url, payload: { base_rates: { default: '6' } } });
+    clock.advance(10 * 60_000);
+    const record = (await end(h, started.session.id)).json().billing_record;
+    expect(record).toMatchObject({ billed_minutes: 10, total_cost: '0.500000', platform_fee: '0.025000' });
+  });
+});
