@@ -1,6 +1,8 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
 import type { App } from '@gpu/common';
 import { z } from 'zod';
+import { ChainUnavailable } from '../adapters/chain.ts';
+import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { createWallet, getWallet, type Wallet } from '../domain/wallets.ts';
@@ -81,6 +83,44 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       const balances = await walletBalances(db, id, scale);
       if (!balances) throw billingErrors.walletNotFound(id);
       return { wallet_id: id, ...balances, decimals: scale };
+    },
+  );
+
+  app.get(
+    '/api/v1/wallet/:walletID/chain-balance',
+    {
+      schema: {
+        tags: ['wallets'],
+        summary:
+          "Read the platform-token balance of the wallet's Solana address on chain (its associated token account)",
+        params: walletParams,
+        response: {
+          200: z.object({
+            wallet_id: z.uuid(),
+            solana_address: z.string(),
+            mint: z.string(),
+            token_balance: z.string().describe('tokens, decimal string; "0" when the address has no token account'),
+            decimals: z.number().int(),
+          }),
+          ...problems(400, 404, 503),
+        },
+      },
+    },
+    async (request) => {
+      const wallet = await getWallet(db, request.params.walletID);
+      const chain = deps.billing.chain;
+      if (!chain) throw billingErrors.chainNotConfigured();
+      try {
+        return {
+          wallet_id: wallet.id,
+          solana_address: wallet.solanaAddress,
+          mint: chain.mintAddress(),
+          token_balance: await chain.tokenBalance(wallet.solanaAddress),
+          decimals: chain.decimals(),
+        };
+      } catch (err) {
+        throw err instanceof ChainUnavailable ? chainError(err) : err;
+      }
     },
   );
 
