@@ -3,10 +3,9 @@
  * cursor encodes the last row's (created_at, id) at full microsecond
  * precision, so pages never skip or repeat rows while new ones arrive.
  */
-
-import { errors } from '@gpu/common';
 import { type Kysely, sql } from 'kysely';
 import type { BillingDB, TransactionStatus, TransactionType } from '../db/schema.ts';
+import { decodeCursor, encodeCursor } from './cursor.ts';
 import { type TransactionJson, type TransactionRow, transactionJson } from './transactions.ts';
 
 export interface HistoryQuery {
@@ -21,16 +20,6 @@ export interface HistoryQuery {
 export interface HistoryPage {
   transactions: TransactionJson[];
   next_cursor: string | null;
-}
-
-function decodeCursor(cursor: string): { at: string; id: string } {
-  try {
-    const [at, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string];
-    if (typeof at !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(Date.parse(at))) throw new Error();
-    return { at, id };
-  } catch {
-    throw errors.validation('invalid cursor', [{ path: 'querystring.cursor', message: 'not a cursor from this API' }]);
-  }
 }
 
 /** One page of a wallet's transactions, filtered by type, status and creation time [from, to). */
@@ -62,9 +51,6 @@ export async function listTransactions(
   const last = page.at(-1);
   return {
     transactions: page.map((r) => transactionJson(r as TransactionRow, scale)),
-    next_cursor:
-      rows.length > q.limit && last
-        ? Buffer.from(JSON.stringify([last.cursor_at, last.id]), 'utf8').toString('base64url')
-        : null,
+    next_cursor: rows.length > q.limit && last ? encodeCursor({ at: last.cursor_at, id: last.id }) : null,
   };
 }

@@ -1,8 +1,8 @@
 /** What a session has used so far (GET current-usage) and the billing history (GET history). */
-import { errors } from '@gpu/common';
 import { type Kysely, sql } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
+import { decodeCursor, encodeCursor } from './cursor.ts';
 import { getHold } from './holds.ts';
 import { walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
@@ -56,16 +56,6 @@ export interface HistoryFilter {
   to?: Date;
 }
 
-function decodeCursor(cursor: string): { at: string; id: string } {
-  try {
-    const [at, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string];
-    if (typeof at !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(Date.parse(at))) throw new Error();
-    return { at, id };
-  } catch {
-    throw errors.validation('invalid cursor', [{ path: 'querystring.cursor', message: 'not a cursor from this API' }]);
-  }
-}
-
 /** Billing records, newest end first, filtered; `[from, to)` on the end time; keyset pagination. */
 export async function billingHistory(
   db: Kysely<BillingDB>,
@@ -95,9 +85,6 @@ export async function billingHistory(
   const last = page.at(-1);
   return {
     records: page.map((r) => billingRecordJson(r, scale)),
-    next_cursor:
-      rows.length > f.limit && last
-        ? Buffer.from(JSON.stringify([last.cursor_at, last.id]), 'utf8').toString('base64url')
-        : null,
+    next_cursor: rows.length > f.limit && last ? encodeCursor({ at: last.cursor_at, id: last.id }) : null,
   };
 }
