@@ -39,7 +39,7 @@ function streamUpload(
   path: string,
   total: number,
   opts: { declare?: number; base?: string } = {},
-): Promise<{ status: number; body: string; sentMd5: string }> {
+): Promise<{ status: number; body: string; sentMd5: string; headers: Record<string, unknown> }> {
   const url = new URL(opts.base ?? svc.url);
   const hash = createHash('md5');
   return new Promise((resolve, reject) => {
@@ -52,7 +52,12 @@ function streamUpload(
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () =>
-        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), sentMd5: hash.digest('hex') }),
+        resolve({
+          status: res.statusCode ?? 0,
+          body: Buffer.concat(chunks).toString(),
+          sentMd5: hash.digest('hex'),
+          headers: res.headers,
+        }),
       );
     });
     req.on('error', (err) => {
@@ -138,6 +143,13 @@ describe('large and over-limit uploads', () => {
     while ((await pendingUploads()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     expect(await pendingUploads()).toBe(0);
     expect(await exists('big/abandoned.bin')).toBe(false);
+  });
+
+  it('refuses an upload into a missing bucket with 404 and closes the connection instead of reading the rest', async () => {
+    const up = await streamUpload(`/objects/${uniqueBucket('absent')}/a.bin`, 11 * MiB, { declare: 11 * MiB });
+    expect(up.status).toBe(404);
+    expect(JSON.parse(up.body).code).toBe('BUCKET_NOT_FOUND');
+    expect(up.headers.connection).toBe('close');
   });
 
   it('answers 413 at once for a declared Content-Length over the limit, storing nothing', async () => {

@@ -48,6 +48,8 @@ export async function uploadObject(deps: StorageDeps, target: Target, request: F
     });
     return reply.code(201).send(info);
   } catch (err) {
+    // Reading a refused body to its end only to discard it would waste the transfer: close the connection instead.
+    if (!request.raw.complete) reply.header('connection', 'close');
     if (tooLarge) throw storageErrors.uploadTooLarge(limit);
     // The client went away mid-body: nothing was stored, and nobody is left to read the answer.
     if (request.raw.destroyed && !request.raw.complete)
