@@ -25,7 +25,7 @@ const MiB = 1024 * 1024;
 const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default: '1024' } } });
 const SIZE = Number(values['size-mib']) * MiB;
 const PART = 8 * MiB;
-const DOWNLOAD_ROUNDS = 3;
+const DOWNLOAD_ROUNDS = 5;
 const BUCKET = `bench-${Date.now()}`;
 const serviceDir = fileURLToPath(new URL('..', import.meta.url));
 
@@ -212,7 +212,7 @@ ${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
 ${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, directDownMedian.ms, serviceDown.ms)}
 
 On these 2 cores a download through the service runs three busy processes (s3rver, the service, the client) where the
-direct one runs two, so it varies most from run to run (0.6x–0.9x seen on a quiet machine).
+direct one runs two, so it varies most from run to run (single downloads from 0.6x to 1.0x on a quiet machine, hence the median of five).
 
 Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
 uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
