@@ -117,6 +117,13 @@ describe('download and HEAD', () => {
       expect(new Date(String(res.headers['last-modified'])).getTime()).not.toBeNaN();
     }
     expect(head.headers.etag).toBe(get.headers.etag);
+    // The download streams past Fastify's reply: the platform headers and metrics must still be there.
+    expect(get.headers['x-request-id']).toBeDefined();
+    expect(get.headers['x-correlation-id']).toBeDefined();
+    const metrics = await svc.app.inject({ method: 'GET', url: '/metrics' });
+    expect(metrics.body).toMatch(
+      /http_requests_total\{[^}]*method="GET"[^}]*route="\/objects\/:bucketName\/\*"[^}]*status_code="200"/,
+    );
   });
 
   it('serves a byte range with 206 and Content-Range', async () => {
