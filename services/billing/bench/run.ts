@@ -19,6 +19,7 @@ import { openBillingDatabase } from '../src/db/open.ts';
 import { createHold, voidHold } from '../src/domain/holds.ts';
 import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
+import { checkLedgerInvariant } from './ledger-invariant.ts';
 
 if (process.argv[2] === 'usage') {
   await import('./usage.ts');
@@ -207,23 +208,9 @@ for (const [name, t] of totals) {
   console.log(rows.at(-1));
 }
 
-const checks = await sql<{ bad_balance: number; negative: number; total: string; locked_mismatch: number }>`
-  SELECT
-    (SELECT count(*) FROM ledger_accounts a WHERE a.balance <>
-       coalesce((SELECT sum(amount) FROM ledger_transfers WHERE credit_account_id = a.id), 0) -
-       coalesce((SELECT sum(amount) FROM ledger_transfers WHERE debit_account_id = a.id), 0)) AS bad_balance,
-    (SELECT count(*) FROM ledger_accounts WHERE non_negative AND balance < 0) AS negative,
-    (SELECT sum(balance) FROM ledger_accounts) AS total,
-    (SELECT count(*) FROM ledger_accounts a WHERE a.kind = 'locked' AND a.balance <>
-       coalesce((SELECT sum(amount - posted - released) FROM holds h
-                  WHERE h.wallet_id = a.wallet_id AND h.status = 'pending'), 0)) AS locked_mismatch`.execute(db);
-const c = checks.rows[0]!;
+const c = await checkLedgerInvariant(db);
 const transfers = await sql<{ n: number }>`SELECT count(*) AS n FROM ledger_transfers`.execute(db);
-const intact =
-  Number(c.bad_balance) === 0 &&
-  Number(c.negative) === 0 &&
-  new Dec(c.total).isZero() &&
-  Number(c.locked_mismatch) === 0;
+const intact = c.intact;
 
 const md = `## billing
 
@@ -243,8 +230,8 @@ ${WALLETS.toLocaleString('en')}. CPU: this Node process's CPU time per transfer 
 ${rows.join('\n')}
 
 Invariant after the run (${transfers.rows[0]!.n} transfers in the ledger): every balance equals its transfers
-(${c.bad_balance} mismatches), no wallet account negative (${c.negative}), all accounts sum to
-${new Dec(c.total).toFixed()}, locked equals what pending holds hold (${c.locked_mismatch} mismatches):
+(${c.badBalance} mismatches), no wallet account negative (${c.negative}), all accounts sum to
+${c.total}, locked equals what pending holds hold (${c.lockedMismatch} mismatches):
 **${intact ? 'intact' : 'BROKEN'}**.
 `;
 if (!process.env.BENCH_ONLY) writeBenchSection('billing', md);

@@ -19,6 +19,7 @@ import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
 import { startSession } from '../src/domain/session-start.ts';
 import { createWallet } from '../src/domain/wallets.ts';
+import { checkLedgerInvariant } from './ledger-invariant.ts';
 
 const SESSIONS = 1000;
 const TARGET = 2000;
@@ -169,19 +170,8 @@ await new Promise((r) => setTimeout(r, 1000)); // let the retries drain
 natsRecords = await usageCount('nats');
 await consumer.stop();
 
-const checks = await sql<{ bad: string; negative: string; total: string; locked_mismatch: string }>`
-  SELECT
-    (SELECT count(*) FROM ledger_accounts a WHERE a.balance <>
-       coalesce((SELECT sum(amount) FROM ledger_transfers WHERE credit_account_id = a.id), 0) -
-       coalesce((SELECT sum(amount) FROM ledger_transfers WHERE debit_account_id = a.id), 0)) AS bad,
-    (SELECT count(*) FROM ledger_accounts WHERE non_negative AND balance < 0) AS negative,
-    (SELECT sum(balance) FROM ledger_accounts) AS total,
-    (SELECT count(*) FROM ledger_accounts a WHERE a.kind = 'locked' AND a.balance <>
-       coalesce((SELECT sum(amount - posted - released) FROM holds h
-                  WHERE h.wallet_id = a.wallet_id AND h.status = 'pending'), 0)) AS locked_mismatch`.execute(db);
-const c = checks.rows[0]!;
-const balanced =
-  Number(c.bad) === 0 && Number(c.negative) === 0 && new Dec(c.total).isZero() && Number(c.locked_mismatch) === 0;
+const c = await checkLedgerInvariant(db);
+const balanced = c.intact;
 const httpRate = httpUnique / httpSeconds;
 const natsRate = natsRecords / natsSeconds;
 const cpuMs = (u: NodeJS.CpuUsage, n: number) => ((u.user + u.system) / 1000 / Math.max(n, 1)).toFixed(2);
@@ -204,8 +194,8 @@ The HTTP clients and the NATS publisher run in the service's own Node process, s
 | NATS | ${Math.round(natsRate)} (${met(natsRate)}) | ${NATS_MESSAGES} | ${natsSent} | ${natsRecords} | — | ${cpuMs(natsCpuUsed, natsSent)} |
 
 Exactly once: ${httpRecords === httpUnique && natsRecords === NATS_MESSAGES ? '**yes**' : '**NO**'} (usage records =
-unique messages). Ledger afterwards: ${balanced ? '**balanced**' : '**BROKEN**'} (${c.bad} balance mismatches,
-${c.negative} negative, accounts sum to ${new Dec(c.total).toFixed()}, ${c.locked_mismatch} hold mismatches).
+unique messages). Ledger afterwards: ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches,
+${c.negative} negative, accounts sum to ${c.total}, ${c.lockedMismatch} hold mismatches).
 `;
 if (!process.env.BENCH_ONLY) writeBenchSection('billing-usage', md);
 console.log(md);

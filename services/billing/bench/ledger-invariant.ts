@@ -1,0 +1,41 @@
+/** The ledger's invariant, checked after a benchmark run: what "intact" and "balanced" mean in its report. */
+import { type Kysely, sql } from 'kysely';
+import type { BillingDB } from '../src/db/schema.ts';
+import { Dec } from '../src/domain/money.ts';
+
+export interface LedgerInvariant {
+  /** accounts whose balance differs from their credits minus debits */
+  badBalance: number;
+  /** non-negative accounts below zero */
+  negative: number;
+  /** the sum of every account (zero in a double-entry ledger) */
+  total: string;
+  /** locked accounts that differ from what their wallet's pending holds hold */
+  lockedMismatch: number;
+  intact: boolean;
+}
+
+export async function checkLedgerInvariant(db: Kysely<BillingDB>): Promise<LedgerInvariant> {
+  const { rows } = await sql<{ bad_balance: number; negative: number; total: string; locked_mismatch: number }>`
+    SELECT
+      (SELECT count(*) FROM ledger_accounts a WHERE a.balance <>
+         coalesce((SELECT sum(amount) FROM ledger_transfers WHERE credit_account_id = a.id), 0) -
+         coalesce((SELECT sum(amount) FROM ledger_transfers WHERE debit_account_id = a.id), 0)) AS bad_balance,
+      (SELECT count(*) FROM ledger_accounts WHERE non_negative AND balance < 0) AS negative,
+      (SELECT sum(balance) FROM ledger_accounts) AS total,
+      (SELECT count(*) FROM ledger_accounts a WHERE a.kind = 'locked' AND a.balance <>
+         coalesce((SELECT sum(amount - posted - released) FROM holds h
+                    WHERE h.wallet_id = a.wallet_id AND h.status = 'pending'), 0)) AS locked_mismatch`.execute(db);
+  const c = rows[0]!;
+  const result = {
+    badBalance: Number(c.bad_balance),
+    negative: Number(c.negative),
+    total: new Dec(c.total ?? 0).toFixed(),
+    lockedMismatch: Number(c.locked_mismatch),
+  };
+  return {
+    ...result,
+    intact:
+      result.badBalance === 0 && result.negative === 0 && new Dec(result.total).isZero() && result.lockedMismatch === 0,
+  };
+}
