@@ -27,6 +27,7 @@ export {
   zList,
 } from './config-schema.ts';
 export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
+export { GroupCommit, type GroupCommitOptions } from './db/group-commit.ts';
 export { migrateToLatest } from './db/migrate.ts';
 export { isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
 export { durationMs, parseDuration, zDuration } from './duration.ts';

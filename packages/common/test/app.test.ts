@@ -205,3 +205,49 @@ describe('health with a failing dependency', () => {
     await down.close();
   });
 });
+
+describe('request logger and abort signal (made on first use)', () => {
+  const warnLogs = captureLogs();
+  let quiet: App;
+  const aborted: string[] = [];
+
+  beforeAll(async () => {
+    const config = baseConfigSchema.parse({ request_timeout: '150ms' });
+    const logger = createLogger({
+      service: 'quiet',
+      instanceId: 'i-2',
+      level: 'warn',
+      destination: warnLogs.destination,
+    });
+    quiet = await createApp({ service: 'quiet', description: 'test', config, logger });
+    quiet.get('/note', async (request) => {
+      request.log.info('not written at warn');
+      request.log.warn({ detail: 1 }, 'written with the request IDs');
+      return { ok: true };
+    });
+    quiet.get('/wait-for-abort', async (request) => {
+      const signal = request.abortSignal;
+      await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+      aborted.push((signal.reason as Error).message);
+      return { late: true };
+    });
+    await quiet.ready();
+  });
+
+  afterAll(async () => {
+    await quiet.close();
+  });
+
+  it('writes only enabled levels, each line with the request and correlation IDs', async () => {
+    await quiet.inject({ method: 'GET', url: '/note', headers: { 'x-request-id': 'q-1', 'x-correlation-id': 'c-1' } });
+    const lines = warnLogs.lines().filter((l) => l.request_id === 'q-1');
+    expect(lines.map((l) => l.msg)).toEqual(['written with the request IDs']);
+    expect(lines[0]).toMatchObject({ correlation_id: 'c-1', detail: 1 });
+  });
+
+  it('aborts the signal a route asked for when the request times out', async () => {
+    const res = await quiet.inject({ method: 'GET', url: '/wait-for-abort' });
+    expect(res.statusCode).toBe(503);
+    expect(aborted).toEqual([expect.stringMatching(/time/i)]);
+  });
+});

@@ -7,6 +7,9 @@
  * message must have exactly one usage record and the ledger must be intact.
  * Writes the `billing-usage` section of docs/benchmarks.md.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
 import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
 import { createTestDatabase, testEnv } from '@gpu/common/testing';
 import { sql } from 'kysely';
@@ -99,39 +102,25 @@ const usageCount = async (prefix: string) =>
     ).rows[0]!.n,
   );
 
-// HTTP
-console.log(`HTTP: ${HTTP_WORKERS} workers for ${SECONDS} s`);
-let httpUnique = 0;
-let httpSent = 0;
-let httpErrors = 0;
-const post = (body: object) =>
-  fetch(`http://127.0.0.1:${port}/api/v1/billing/usage-update`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
+// HTTP: the load generator runs as its own process (bench/usage-http-client.ts).
+console.log(`HTTP: ${HTTP_WORKERS} connections for ${SECONDS} s`);
 const httpCpu = process.cpuUsage();
-const httpStarted = Date.now();
-const deadline = httpStarted + SECONDS * 1000;
-await Promise.all(
-  Array.from({ length: HTTP_WORKERS }, async () => {
-    while (Date.now() < deadline) {
-      const m = message('http');
-      const res = await post(m);
-      httpSent++;
-      if (res.status !== 201) httpErrors++;
-      else httpUnique++;
-      await res.arrayBuffer();
-      if (Number(m.message_id.split('-')[1]) % 20 === 0) {
-        const again = await post(m); // a retried report
-        httpSent++;
-        if (again.status !== 200) httpErrors++;
-        await again.arrayBuffer();
-      }
-    }
-  }),
+const client = spawn(
+  process.execPath,
+  ['--import', 'tsx', fileURLToPath(new URL('./usage-http-client.ts', import.meta.url))],
+  {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  },
 );
-const httpSeconds = (Date.now() - httpStarted) / 1000;
+client.stdin.end(JSON.stringify({ port, sessions, seconds: SECONDS, workers: HTTP_WORKERS }));
+let clientOut = '';
+client.stdout.on('data', (chunk) => {
+  clientOut += chunk;
+});
+const [exitCode] = (await once(client, 'exit')) as [number | null];
+if (exitCode !== 0) throw new Error(`HTTP load generator exited with ${exitCode}`);
+const http = JSON.parse(clientOut) as { unique: number; sent: number; errors: number; seconds: number };
+const { unique: httpUnique, sent: httpSent, errors: httpErrors, seconds: httpSeconds } = http;
 const httpCpuUsed = process.cpuUsage(httpCpu);
 const httpRecords = await usageCount('http');
 
@@ -182,11 +171,13 @@ const md = `## billing-usage
 ${machineLine()}
 
 Usage updates applied per second with ${SESSIONS.toLocaleString('en')} active sessions (each update: lock the session,
-de-duplicate by message ID, bill elapsed full minutes, check the hold, update power, insert the usage record; one
-database transaction). HTTP: ${HTTP_WORKERS} concurrent keep-alive clients against the listening service for
+de-duplicate by message ID, bill elapsed full minutes, check the hold, update power, insert the usage record; updates
+that arrive together share one database transaction: group commit, see the service README). HTTP: ${HTTP_WORKERS} concurrent keep-alive connections (closed loop) against the listening service for
 ${SECONDS} s. NATS: ${NATS_MESSAGES.toLocaleString('en')} JetStream publishes consumed by the durable consumer
-(32 applied at once), timed from the first publish to the last record. One message in 20 is sent twice (a retry).
-The HTTP clients and the NATS publisher run in the service's own Node process, so its CPU column includes them.
+(up to 512 in hand at once), timed from the first publish to the last record. One message in 20 is sent twice (a retry).
+The HTTP load generator is a separate Node process on the same machine (node:http keep-alive agent); the NATS
+publisher runs in the service's own process, so the NATS CPU column includes publishing. Load generator, service,
+PostgreSQL and NATS share the machine's 2 cores.
 
 | path | updates/s (target ≥ ${TARGET}) | unique updates | messages sent | usage records | errors | node CPU ms/update |
 |---|---|---|---|---|---|---|

@@ -15,6 +15,8 @@ import { reconcilePending } from './domain/reconcile.ts';
 
 export interface Background {
   stop(): Promise<void>;
+  /** Health checks of background work that must run (the NATS usage consumer). */
+  healthChecks: Record<string, () => Promise<unknown>>;
 }
 
 export async function startBackground(
@@ -67,6 +69,7 @@ export async function startBackground(
       : null;
 
   return {
+    healthChecks: consumer ? { usage_consumer: () => consumer.check() } : {},
     async stop() {
       clearInterval(timer);
       clearInterval(billTimer);

@@ -33,7 +33,7 @@ startOrExit(async () => {
   };
   const ctx = billingContext(deps);
   const background = await startBackground(ctx, config, publisher);
-  const app = await buildApp(deps, ctx);
+  const app = await buildApp({ ...deps, healthChecks: { ...deps.healthChecks, ...background.healthChecks } }, ctx);
   app.addHook('onClose', async () => {
     await background.stop();
     await publisher.close();

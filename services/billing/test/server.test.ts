@@ -106,7 +106,12 @@ describe('billing-service process', () => {
     expect(await health!.json()).toMatchObject({
       status: 'UP',
       service: 'billing-service',
-      checks: { database: { status: 'UP' }, solana: { status: 'UP' }, nats: { status: 'UP' } },
+      checks: {
+        database: { status: 'UP' },
+        solana: { status: 'UP' },
+        nats: { status: 'UP' },
+        usage_consumer: { status: 'UP' },
+      },
     });
 
     expect((await getTransaction(database.db, row.id))!.status).toBe('confirmed');

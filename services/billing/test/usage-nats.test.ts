@@ -95,6 +95,19 @@ describe('usage over NATS', () => {
       );
       expect(info.num_ack_pending).toBe(0);
       expect(info.num_pending).toBe(0);
+
+      // /health reports a consumer that can no longer receive (here: deleted by an operator).
+      await expect(consumer.check()).resolves.toBeUndefined();
+      await jsm.consumers.delete(`USAGE_${suffix}`, 'billing-usage');
+      const health = await until(
+        () =>
+          consumer.check().then(
+            () => 'up',
+            (err: Error) => err.message,
+          ),
+        (v) => v !== 'up',
+      );
+      expect(health).toMatch(/^usage consumer: consumer (deleted|not found)/);
       await jsm.streams.delete(`USAGE_${suffix}`);
     } finally {
       await consumer.stop();

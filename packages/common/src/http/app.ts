@@ -14,12 +14,13 @@ import Fastify, {
   type RawServerDefault,
 } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { Logger } from 'pino';
+import type { ChildLoggerOptions, Logger } from 'pino';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
 import { docsPlugin } from './docs.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { type HealthCheck, healthPlugin } from './health.ts';
+import { LazyRequestLogger } from './lazy-logger.ts';
 import { metricsPlugin } from './metrics.ts';
 import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
 import { requestTimeout } from './timeout.ts';
@@ -64,7 +65,12 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     forceCloseConnections: 'idle',
     return503OnClosing: true,
     childLoggerFactory(logger, bindings, childOpts, rawReq) {
-      return logger.child({ ...bindings, correlation_id: correlationIdOf(rawReq) }, childOpts);
+      const lazy = new LazyRequestLogger(
+        logger as Logger,
+        { ...bindings, correlation_id: correlationIdOf(rawReq) },
+        childOpts as ChildLoggerOptions,
+      );
+      return lazy as unknown as FastifyBaseLogger;
     },
     ajv: { customOptions: { coerceTypes: true } },
   }).withTypeProvider<ZodTypeProvider>();

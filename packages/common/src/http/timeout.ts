@@ -3,7 +3,7 @@
  * answered 503 REQUEST_TIMEOUT. A route may set `config.timeoutMs` (0 turns the
  * limit off, for long object transfers that bound themselves).
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { errors } from '../errors.ts';
 import { sendProblem } from './error-handler.ts';
@@ -19,34 +19,63 @@ declare module 'fastify' {
   }
 }
 
-const timers = new WeakMap<object, { timer?: NodeJS.Timeout; controller: AbortController }>();
+/** Per request: its reply, its timer, and its abort controller once someone asked for the signal. */
+interface TimeoutState {
+  reply: FastifyReply;
+  timer?: NodeJS.Timeout;
+  controller?: AbortController;
+  /** Why the request was aborted before anyone asked for the signal. */
+  reason?: unknown;
+}
+
+const states = new WeakMap<object, TimeoutState>();
 
 export const requestTimeout = fp(
   async (app: FastifyInstance, opts: { timeoutMs: number }) => {
-    app.decorateRequest('abortSignal', null as unknown as AbortSignal);
+    // The signal is made on first use: most routes never read it, and an AbortController per request costs.
+    app.decorateRequest('abortSignal', {
+      getter(this: FastifyRequest) {
+        const state = states.get(this);
+        if (!state) return AbortSignal.abort(new Error('request has no timeout state'));
+        state.controller ??= signalFor(state);
+        return state.controller.signal;
+      },
+    });
     app.addHook('onRequest', async (request, reply) => {
-      const controller = new AbortController();
-      request.abortSignal = controller.signal;
+      const state: TimeoutState = { reply };
+      states.set(request, state);
       const limit = request.routeOptions.config?.timeoutMs ?? opts.timeoutMs;
-      const entry: { timer?: NodeJS.Timeout; controller: AbortController } = { controller };
-      timers.set(request, entry);
-      reply.raw.on('close', () => {
-        if (!reply.raw.writableFinished) controller.abort(new Error('client closed the connection'));
-      });
-      if (limit > 0) {
-        entry.timer = setTimeout(() => {
-          controller.abort(errors.timeout());
-          if (reply.sent || reply.raw.headersSent) return;
-          request.log.warn({ timeout_ms: limit }, 'request timed out');
-          void sendProblem(request, reply, errors.timeout(`request did not finish within ${limit} ms`));
-        }, limit);
-        entry.timer.unref();
-      }
+      if (limit <= 0) return;
+      state.timer = setTimeout(() => {
+        abort(state, errors.timeout());
+        if (reply.sent || reply.raw.headersSent) return;
+        request.log.warn({ timeout_ms: limit }, 'request timed out');
+        void sendProblem(request, reply, errors.timeout(`request did not finish within ${limit} ms`));
+      }, limit);
+      state.timer.unref();
     });
     app.addHook('onResponse', async (request) => {
-      const entry = timers.get(request);
-      if (entry?.timer) clearTimeout(entry.timer);
+      const state = states.get(request);
+      if (state?.timer) clearTimeout(state.timer);
     });
   },
   { name: 'request-timeout' },
 );
+
+/** The request's controller: aborted by the timeout (also one that already fired) or when the client goes away. */
+function signalFor(state: TimeoutState): AbortController {
+  const controller = new AbortController();
+  const res = state.reply.raw;
+  const clientGone = () => {
+    if (!res.writableFinished) controller.abort(new Error('client closed the connection'));
+  };
+  if (state.reason !== undefined) controller.abort(state.reason);
+  else if (res.destroyed) clientGone();
+  else res.once('close', clientGone);
+  return controller;
+}
+
+function abort(state: TimeoutState, reason: unknown): void {
+  if (state.controller) state.controller.abort(reason);
+  else state.reason ??= reason;
+}

@@ -28,7 +28,18 @@ export const USAGE_CONSUMER = 'billing-usage';
 
 export interface UsageConsumer {
   stop(): Promise<void>;
+  /** For /health: resolves while messages can flow, rejects naming what is wrong (consumer deleted, ...). */
+  check(): Promise<void>;
 }
+
+/** Notifications that mean no message will arrive until something changes. */
+const TROUBLE = new Set([
+  'heartbeats_missed',
+  'consumer_not_found',
+  'stream_not_found',
+  'consumer_deleted',
+  'no_responders',
+]);
 
 export interface UsageConsumerOptions {
   connection: NatsPublisher['connection'];
@@ -38,7 +49,11 @@ export interface UsageConsumerOptions {
   logger: Logger;
   stream?: string;
   durable?: string;
-  /** How many messages are applied at once (default 32). */
+  /**
+   * How many messages may be in hand at once (default 512). They are applied in
+   * batches of concurrent updates (domain/usage-updates.ts: group commit), so
+   * this bounds the batch size rather than the database connections used.
+   */
   concurrency?: number;
 }
 
@@ -60,12 +75,24 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     });
   }
   const consumer = await jetstream(opts.connection).consumers.get(stream, durable);
-  const messages: ConsumerMessages = await consumer.consume({ max_messages: 200 });
-  // Messages are applied concurrently (up to `concurrency`); those for one session serialise on its row lock.
-  const limit = opts.concurrency ?? 32;
+  const limit = opts.concurrency ?? 512;
+  const messages: ConsumerMessages = await consumer.consume({ max_messages: limit });
+  // Messages are applied concurrently (up to `limit`), grouped into few database transactions.
+  let trouble: string | null = null;
+  let stopping = false;
+  let ended = false;
+  void (async () => {
+    for await (const note of messages.status()) {
+      if (TROUBLE.has(note.type)) {
+        trouble = note.type.replaceAll('_', ' ');
+        opts.logger.warn({ notification: note }, 'usage consumer cannot receive messages');
+      } else if (note.type === 'heartbeat') trouble = null;
+    }
+  })().catch(() => {});
   const inFlight = new Set<Promise<void>>();
   const loop = (async () => {
     for await (const msg of messages) {
+      trouble = null;
       const p: Promise<void> = handle(opts, msg)
         .catch((err) => opts.logger.warn({ err: (err as Error).message }, 'usage message handling failed'))
         .finally(() => inFlight.delete(p));
@@ -73,11 +100,19 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
       if (inFlight.size >= limit) await Promise.race(inFlight);
     }
     await Promise.all(inFlight);
-  })();
+  })().finally(() => {
+    ended = true;
+    if (!stopping) opts.logger.error('usage consumer stopped receiving messages');
+  });
   return {
     async stop() {
+      stopping = true;
       await messages.close();
       await loop.catch(() => {});
+    },
+    async check() {
+      if (ended) throw new Error('usage consumer is not running');
+      if (trouble) throw new Error(`usage consumer: ${trouble}`);
     },
   };
 }

@@ -32,7 +32,8 @@ export interface Hold {
 
 type Trx = Transaction<BillingDB>;
 
-function toHold(row: {
+/** A hold from its row (`remaining` derived). */
+export function toHold(row: {
   id: string;
   wallet_id: string;
   status: HoldStatus;
@@ -251,6 +252,13 @@ export async function voidHold(trx: Trx, holdId: string): Promise<Hold> {
   }
   const updated = await updateHold(trx, holdId, { addReleased: rest.toFixed(), status: 'voided' }, records);
   return toHold(updated);
+}
+
+/** Reads several holds, by ID (unknown IDs are absent). */
+export async function getHolds(trx: Trx | Kysely<BillingDB>, holdIds: string[]): Promise<Map<string, Hold>> {
+  if (holdIds.length === 0) return new Map();
+  const rows = await trx.selectFrom('holds').selectAll().where(sql<boolean>`id = ANY(${holdIds}::uuid[])`).execute();
+  return new Map(rows.map((row) => [row.id, toHold(row)]));
 }
 
 /** Reads a hold. */

@@ -14,11 +14,15 @@
  *     `grace_period`), with a `session.grace_period` event; funds arriving in
  *     time return it to `active`. Once `grace_until` has passed, the caller
  *     ends it as `terminated` (reason `insufficient_funds`).
+ *
+ * `billSessions` does this for many sessions in one pass (usage batches): the
+ * holds are read in one query and the sessions written in one statement; only
+ * a hold that needs topping up or a status change costs statements of its own.
  */
-import type { Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
-import { getHold } from './holds.ts';
+import { getHolds, type Hold } from './holds.ts';
 import { Dec } from './money.ts';
 import { costOfHours, costOfMinutes } from './pricing.ts';
 import { billableMinutes } from './session-end.ts';
@@ -33,6 +37,30 @@ export interface BillOutcome {
   expired: boolean;
 }
 
+/** One session to bill (its row locked by the caller) and, optionally, the newest usage report to record on it. */
+export interface BillItem {
+  session: SessionRow;
+  /** The session's hold when the caller has read it already. */
+  hold?: Hold;
+  usage?: { actualPowerW: string; lastUsageAt: Date };
+  correlationId?: string;
+}
+
+type SessionEvent = 'session.grace_period' | 'session.resumed';
+
+/** What billing changes on one session row. */
+interface SessionChange {
+  id: string;
+  minutes: number;
+  cost: Dec;
+  billed: Dec;
+  status: SessionRow['status'];
+  graceUntil: Date | null;
+  usage?: BillItem['usage'];
+  event: SessionEvent | null;
+  correlationId?: string;
+}
+
 /**
  * Bills full elapsed minutes, keeps the hold ahead, and moves the session in and out of grace;
  * `usage` (the newest report's power and time) is written in the same statement.
@@ -42,20 +70,60 @@ export async function billElapsed(
   trx: Transaction<BillingDB>,
   session: SessionRow,
   correlationId?: string,
-  usage?: { actualPowerW: string; lastUsageAt: Date },
+  usage?: BillItem['usage'],
 ): Promise<BillOutcome> {
+  const [outcome] = await billSessions(ctx, trx, [{ session, usage, correlationId }]);
+  return outcome!;
+}
+
+/** `billElapsed` for several distinct sessions at once; outcomes in the items' order. */
+export async function billSessions(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  items: BillItem[],
+): Promise<BillOutcome[]> {
+  if (items.length === 0) return [];
   const now = ctx.now();
+  const unread = items.filter((i) => !i.hold).map((i) => i.session.hold_id);
+  const holds = await getHolds(trx, unread);
+  const changes: SessionChange[] = [];
+  for (const item of items) {
+    const hold = item.hold ?? holds.get(item.session.hold_id);
+    changes.push(await planBilling(ctx, trx, item, new Dec(hold?.remaining ?? 0), now));
+  }
+  const updated = await writeChanges(trx, changes, now);
+  const outcomes: BillOutcome[] = [];
+  for (const change of changes) {
+    const session = updated.get(change.id);
+    if (!session) throw new Error(`session ${change.id} vanished while billed`);
+    if (change.event) {
+      await ctx.events.record(trx, change.event, { session: sessionJson(session, ctx.scale) }, change.correlationId);
+    }
+    const expired =
+      change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
+    outcomes.push({ session, billed: change.billed, expired });
+  }
+  return outcomes;
+}
+
+/** Works out one session's billing; tops its hold up when it runs low (the only step that writes). */
+async function planBilling(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  item: BillItem,
+  heldBefore: Dec,
+  now: Date,
+): Promise<SessionChange> {
+  const { session } = item;
   const hourly = new Dec(session.total_hourly_rate);
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
   const minutes = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
   const cost = costOfMinutes(hourly, minutes, ctx.scale);
-  const billed = cost.minus(session.total_cost);
 
   const periodCost = (ms: number) => costOfHours(hourly, new Dec(ms).div(3_600_000), ctx.scale);
   const lowWater = cost.plus(periodCost(ctx.sessions.holdTopUpBelowMs));
   const nextPeriod = cost.plus(periodCost(ctx.sessions.billingIntervalMs));
-  const hold = await getHold(trx, session.hold_id);
-  let held = new Dec(hold?.remaining ?? 0);
+  let held = heldBefore;
   // Only a hold running low touches the renter's accounts (locks them, tops up from available).
   if (held.lt(lowWater) || held.lt(nextPeriod)) {
     held = (await topUpHold(trx, session, cost.plus(periodCost(ctx.sessions.initialPeriodMs)))).held;
@@ -64,7 +132,7 @@ export async function billElapsed(
 
   let status = session.status;
   let graceUntil = session.grace_until ? new Date(session.grace_until) : null;
-  let event: 'session.grace_period' | 'session.resumed' | null = null;
+  let event: SessionEvent | null = null;
   if (!covered && status === 'active') {
     status = 'grace_period';
     graceUntil = new Date(now.getTime() + ctx.sessions.gracePeriodMs);
@@ -74,20 +142,42 @@ export async function billElapsed(
     graceUntil = null;
     event = 'session.resumed';
   }
-  const updated = await trx
-    .updateTable('rental_sessions')
-    .set({
-      billed_minutes: minutes,
-      total_cost: cost.toFixed(),
-      status,
-      grace_until: graceUntil,
-      updated_at: now,
-      ...(usage ? { actual_power_w: usage.actualPowerW, last_usage_at: usage.lastUsageAt } : {}),
-    })
-    .where('id', '=', session.id)
-    .returningAll()
-    .executeTakeFirstOrThrow();
-  if (event) await ctx.events.record(trx, event, { session: sessionJson(updated, ctx.scale) }, correlationId);
-  const expired = status === 'grace_period' && graceUntil !== null && graceUntil.getTime() <= now.getTime();
-  return { session: updated, billed, expired };
+  return {
+    id: session.id,
+    minutes,
+    cost,
+    billed: cost.minus(session.total_cost),
+    status,
+    graceUntil,
+    usage: item.usage,
+    event,
+    correlationId: item.correlationId,
+  };
+}
+
+/** Writes every session's billing (and usage report) in one statement; the new rows by ID. */
+async function writeChanges(
+  trx: Transaction<BillingDB>,
+  changes: SessionChange[],
+  now: Date,
+): Promise<Map<string, SessionRow>> {
+  const col = <T>(f: (c: SessionChange) => T) => changes.map(f);
+  const { rows } = await sql<SessionRow>`
+    UPDATE rental_sessions AS s SET
+      billed_minutes = v.billed_minutes,
+      total_cost = v.total_cost,
+      status = v.status,
+      grace_until = v.grace_until,
+      updated_at = ${now.toISOString()}::timestamptz,
+      actual_power_w = CASE WHEN v.has_usage THEN v.actual_power_w ELSE s.actual_power_w END,
+      last_usage_at = CASE WHEN v.has_usage THEN v.last_usage_at ELSE s.last_usage_at END
+    FROM unnest(
+      ${col((c) => c.id)}::uuid[], ${col((c) => c.minutes)}::integer[], ${col((c) => c.cost.toFixed())}::numeric[],
+      ${col((c) => c.status)}::text[], ${col((c) => c.graceUntil?.toISOString() ?? null)}::timestamptz[],
+      ${col((c) => c.usage !== undefined)}::boolean[], ${col((c) => c.usage?.actualPowerW ?? null)}::numeric[],
+      ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[]
+    ) AS v(id, billed_minutes, total_cost, status, grace_until, has_usage, actual_power_w, last_usage_at)
+    WHERE s.id = v.id
+    RETURNING s.*`.execute(trx);
+  return new Map(rows.map((r) => [r.id, r]));
 }

@@ -5,16 +5,28 @@
  * from the newest report only, so updates may arrive late, twice or out of
  * order. A session that is not running refuses new updates (409
  * SESSION_NOT_ACTIVE); a session whose grace period is over is terminated.
+ *
+ * Group commit: updates that arrive together (concurrent HTTP requests, a
+ * NATS fetch) are applied in one database transaction: the batch's sessions
+ * are locked in one statement (in ID order, so concurrent batches and
+ * instances never deadlock on them), de-duplicated, billed and written with a
+ * handful of set-based statements, whatever the batch size. An update that is
+ * refused (unknown session, ended session) is answered on its own and leaves
+ * the rest of the batch alone; should the batch's transaction fail, each of
+ * its updates is retried in a transaction of its own, so one bad update never
+ * fails another.
  */
 import { randomUUID } from 'node:crypto';
-import type { Selectable } from 'kysely';
-import type { UsageRecordTable } from '../db/schema.ts';
+import { GroupCommit } from '@gpu/common';
+import { type Insertable, type Selectable, sql, type Transaction } from 'kysely';
+import type { BillingDB, UsageRecordTable } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
+import { type Hold, toHold } from './holds.ts';
 import { Dec, formatAmount } from './money.ts';
-import { billElapsed } from './session-billing.ts';
+import { type BillItem, type BillOutcome, billSessions } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
-import { isRunning, loadSession, sessionJson } from './session-json.ts';
+import { isRunning, type SessionJson, type SessionRow, sessionJson } from './session-json.ts';
 
 export interface UsageUpdate {
   sessionId: string;
@@ -41,55 +53,233 @@ export function usageRecordJson(r: Selectable<UsageRecordTable>, scale: number) 
   };
 }
 
-/** Applies one usage update exactly once; `duplicate` when the message was already applied. */
-export async function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate) {
-  return ctx.db.transaction().execute(async (trx) => {
-    const session = await loadSession(trx, u.sessionId, true);
-    const existing = await trx
-      .selectFrom('usage_records')
-      .selectAll()
-      .where('session_id', '=', u.sessionId)
-      .where('message_id', '=', u.messageId)
-      .executeTakeFirst();
-    if (existing) {
-      return { duplicate: true, usage: usageRecordJson(existing, ctx.scale), session: sessionJson(session, ctx.scale) };
+type UsageRow = Selectable<UsageRecordTable>;
+
+export interface UsageResult {
+  /** Whether the message had been applied before (nothing changed). */
+  duplicate: boolean;
+  usage: ReturnType<typeof usageRecordJson>;
+  /** The session once the update's transaction is done. */
+  session: SessionJson;
+}
+
+/** Most updates applied in one transaction; most batches in flight per service instance. */
+const MAX_BATCH = 256;
+const MAX_IN_FLIGHT = 2;
+
+const batchers = new WeakMap<BillingContext, GroupCommit<UsageUpdate, UsageResult>>();
+
+/** Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. */
+export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
+  let batcher = batchers.get(ctx);
+  if (!batcher) {
+    batcher = new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
+      maxBatch: MAX_BATCH,
+      maxInFlight: MAX_IN_FLIGHT,
+    });
+    batchers.set(ctx, batcher);
+  }
+  return batcher.submit(u);
+}
+
+/** Applies updates in one transaction; one result per update, in order (an Error for a refused one). */
+export async function applyUsageBatch(ctx: BillingContext, updates: UsageUpdate[]): Promise<(UsageResult | Error)[]> {
+  try {
+    return await ctx.db.transaction().execute((trx) => applyInTransaction(ctx, trx, updates));
+  } catch (err) {
+    if (updates.length === 1) return [err as Error];
+    ctx.logger.warn(
+      { err: (err as Error).message, updates: updates.length },
+      'usage batch failed; applying its updates one by one',
+    );
+    const results: (UsageResult | Error)[] = [];
+    for (const u of updates) results.push(...(await applyUsageBatch(ctx, [u])));
+    return results;
+  }
+}
+
+/** What becomes of one update in its batch. */
+type Verdict =
+  | { kind: 'refused'; error: Error }
+  | { kind: 'duplicate'; sessionId: string; record: UsageRow }
+  | { kind: 'repeat'; sessionId: string; of: number }
+  | { kind: 'new'; sessionId: string };
+
+async function applyInTransaction(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  updates: UsageUpdate[],
+): Promise<(UsageResult | Error)[]> {
+  const sessions = await lockSessions(trx, [...new Set(updates.map((u) => u.sessionId))]);
+  const applied = await existingRecords(trx, updates);
+
+  // Classify in arrival order: the first of a repeated message ID is applied, the rest are its duplicates.
+  const inserted = new Map<string, UsageRow>();
+  const firstInBatch = new Map<string, number>();
+  const verdicts: Verdict[] = updates.map((u, i) => {
+    const session = sessions.get(u.sessionId)?.row;
+    if (!session) return { kind: 'refused', error: billingErrors.sessionNotFound(u.sessionId) };
+    const key = recordKey(u.sessionId, u.messageId);
+    const before = applied.get(key);
+    if (before) return { kind: 'duplicate', sessionId: u.sessionId, record: before };
+    if (!isRunning(session))
+      return { kind: 'refused', error: billingErrors.sessionNotActive(session.id, session.status) };
+    const of = firstInBatch.get(key);
+    if (of !== undefined) return { kind: 'repeat', sessionId: u.sessionId, of };
+    firstInBatch.set(key, i);
+    return { kind: 'new', sessionId: u.sessionId };
+  });
+
+  // Bill each session with new updates once, recording the newest report's power and time.
+  const fresh = new Map<string, UsageUpdate[]>();
+  updates.forEach((u, i) => {
+    if (verdicts[i]!.kind === 'new') fresh.set(u.sessionId, [...(fresh.get(u.sessionId) ?? []), u]);
+  });
+  const billItems: BillItem[] = [...fresh].map(([id, list]) => {
+    const { row: session, hold } = sessions.get(id)!;
+    const newest = list.reduce((a, b) => (b.timestamp.getTime() >= a.timestamp.getTime() ? b : a));
+    const isNewest = !session.last_usage_at || newest.timestamp.getTime() >= new Date(session.last_usage_at).getTime();
+    return {
+      session,
+      hold,
+      usage: isNewest ? { actualPowerW: String(newest.powerDrawW), lastUsageAt: newest.timestamp } : undefined,
+      correlationId: list[0]!.correlationId,
+    };
+  });
+  const outcomes = new Map<string, BillOutcome>(
+    (await billSessions(ctx, trx, billItems)).map((o) => [o.session.id, o]),
+  );
+
+  // Usage records: the session's first new update carries what this billing charged. A session whose grace
+  // ran out is terminated by its first new update; its later ones in the batch find it ended.
+  const rows: UsageRow[] = [];
+  const charged = new Set<string>();
+  updates.forEach((u, i) => {
+    if (verdicts[i]!.kind !== 'new') return;
+    const outcome = outcomes.get(u.sessionId)!;
+    const first = !charged.has(u.sessionId);
+    charged.add(u.sessionId);
+    if (!first && outcome.expired) {
+      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, 'terminated') };
+      return;
     }
-    if (!isRunning(session)) throw billingErrors.sessionNotActive(session.id, session.status);
-    const newest = !session.last_usage_at || u.timestamp.getTime() >= new Date(session.last_usage_at).getTime();
-    const outcome = await billElapsed(
+    rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
+  });
+  if (rows.length > 0) {
+    await trx.insertInto('usage_records').values(rows.map(insertable)).execute();
+    for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
+  }
+
+  // Final session state: ended by termination, else as billed, else as locked.
+  const finalJson = new Map<string, SessionJson>();
+  for (const [id, outcome] of outcomes) {
+    if (!outcome.expired) continue;
+    const ended = await finishSession(
       ctx,
       trx,
-      session,
-      u.correlationId,
-      newest ? { actualPowerW: String(u.powerDrawW), lastUsageAt: u.timestamp } : undefined,
+      outcome.session,
+      { status: 'terminated', reason: 'insufficient_funds' },
+      fresh.get(id)![0]!.correlationId,
     );
-    const current = outcome.session;
-    const record = await trx
-      .insertInto('usage_records')
-      .values({
-        id: randomUUID(),
-        session_id: session.id,
-        message_id: u.messageId,
-        reported_at: u.timestamp,
-        gpu_utilization: String(u.gpuUtilization),
-        power_draw_w: String(u.powerDrawW),
-        metrics: u.metrics ? JSON.stringify(u.metrics) : null,
-        billed_minutes: current.billed_minutes,
-        cost: outcome.billed.toFixed(),
-        created_at: ctx.now(),
-      })
-      .returningAll()
-      .executeTakeFirstOrThrow();
-    if (outcome.expired) {
-      const ended = await finishSession(
-        ctx,
-        trx,
-        current,
-        { status: 'terminated', reason: 'insufficient_funds' },
-        u.correlationId,
-      );
-      return { duplicate: false, usage: usageRecordJson(record, ctx.scale), session: ended.session };
+    finalJson.set(id, ended.session);
+  }
+  const sessionOut = (id: string): SessionJson => {
+    let json = finalJson.get(id);
+    if (!json) {
+      json = sessionJson(outcomes.get(id)?.session ?? sessions.get(id)!.row, ctx.scale);
+      finalJson.set(id, json);
     }
-    return { duplicate: false, usage: usageRecordJson(record, ctx.scale), session: sessionJson(current, ctx.scale) };
+    return json;
+  };
+
+  return updates.map((u, i) => {
+    const v = verdicts[i]!;
+    if (v.kind === 'refused') return v.error;
+    // A repeat within the batch answers as its first did: refused alike, else a duplicate of its record.
+    const original = v.kind === 'repeat' ? verdicts[v.of]! : v;
+    if (original.kind === 'refused') return original.error;
+    const record = v.kind === 'duplicate' ? v.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
+    return {
+      duplicate: v.kind !== 'new',
+      usage: usageRecordJson(record, ctx.scale),
+      session: sessionOut(v.sessionId),
+    };
   });
 }
+
+const recordKey = (sessionId: string, messageId: string) => `${sessionId}\n${messageId}`;
+
+/** A running session's row, locked, with its hold (read in the same statement). */
+interface LockedSession {
+  row: SessionRow;
+  hold?: Hold;
+}
+
+/** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock). */
+async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise<Map<string, LockedSession>> {
+  const rows = await trx
+    .selectFrom('rental_sessions as s')
+    .leftJoin('holds as h', 'h.id', 's.hold_id')
+    .selectAll('s')
+    .select([
+      'h.wallet_id as hold_wallet_id',
+      'h.status as hold_status',
+      'h.amount as hold_amount',
+      'h.posted as hold_posted',
+      'h.released as hold_released',
+      'h.reference as hold_reference',
+    ])
+    .where(sql<boolean>`s.id = ANY(${ids}::uuid[])`)
+    .orderBy('s.id')
+    .forUpdate('s')
+    .execute();
+  return new Map(
+    rows.map((r) => {
+      const { hold_wallet_id, hold_status, hold_amount, hold_posted, hold_released, hold_reference, ...row } = r;
+      const hold =
+        hold_wallet_id !== null && hold_status !== null
+          ? toHold({
+              id: row.hold_id,
+              wallet_id: hold_wallet_id,
+              status: hold_status,
+              amount: hold_amount ?? '0',
+              posted: hold_posted ?? '0',
+              released: hold_released ?? '0',
+              reference: hold_reference,
+            })
+          : undefined;
+      return [row.id, { row, hold }];
+    }),
+  );
+}
+
+/** The usage records already written for the updates' (session, message ID) pairs. */
+async function existingRecords(trx: Transaction<BillingDB>, updates: UsageUpdate[]): Promise<Map<string, UsageRow>> {
+  const { rows } = await sql<UsageRow>`
+    SELECT * FROM usage_records
+    WHERE (session_id, message_id) IN (
+      SELECT * FROM unnest(${updates.map((u) => u.sessionId)}::uuid[], ${updates.map((u) => u.messageId)}::text[])
+    )`.execute(trx);
+  return new Map(rows.map((r) => [recordKey(r.session_id, r.message_id), r]));
+}
+
+/** The usage record of an update, as it will read back from the table. */
+function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, billed: Dec): UsageRow {
+  return {
+    id: randomUUID(),
+    session_id: u.sessionId,
+    message_id: u.messageId,
+    reported_at: u.timestamp,
+    gpu_utilization: String(u.gpuUtilization),
+    power_draw_w: String(u.powerDrawW),
+    metrics: u.metrics ?? null,
+    billed_minutes: session.billed_minutes,
+    cost: billed.toFixed(),
+    created_at: ctx.now(),
+  };
+}
+
+const insertable = (r: UsageRow): Insertable<UsageRecordTable> => ({
+  ...r,
+  metrics: r.metrics === null ? null : JSON.stringify(r.metrics),
+});

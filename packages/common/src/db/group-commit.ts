@@ -1,0 +1,98 @@
+/**
+ * Group commit: many small writes that arrive at once are applied in few
+ * database transactions instead of one each. Submitted items queue while
+ * `maxInFlight` batches are running; whenever a batch finishes, everything
+ * queued (up to `maxBatch`) goes out as the next batch. With a free slot, a
+ * batch leaves on the next turn of the event loop (`setImmediate`), taking
+ * whatever the current turn's I/O callbacks submitted, so batching adds next to
+ * no waiting when the load is light and grows the batches as fast as the load.
+ *
+ * The batch function answers one result per item, in order: a value, or an
+ * Error for that item alone. A batch function that throws fails every item of
+ * its batch with that error.
+ */
+
+export interface GroupCommitOptions {
+  /** Most items in one batch (default 256). */
+  maxBatch?: number;
+  /** Most batches running at once (default 2: one being applied while the next one's rows travel). */
+  maxInFlight?: number;
+}
+
+interface Pending<I, O> {
+  item: I;
+  resolve: (value: O) => void;
+  reject: (err: unknown) => void;
+}
+
+export class GroupCommit<I, O> {
+  private readonly queue: Pending<I, O>[] = [];
+  private inFlight = 0;
+  private idleWaiters: (() => void)[] = [];
+  private scheduled = false;
+  private readonly maxBatch: number;
+  private readonly maxInFlight: number;
+
+  constructor(
+    private readonly runBatch: (items: I[]) => Promise<(O | Error)[]>,
+    options: GroupCommitOptions = {},
+  ) {
+    this.maxBatch = Math.max(1, options.maxBatch ?? 256);
+    this.maxInFlight = Math.max(1, options.maxInFlight ?? 2);
+  }
+
+  /** Queues one item; resolves with its result or rejects with its error. */
+  submit(item: I): Promise<O> {
+    return new Promise<O>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /** Resolves once nothing is queued or running (for shutdown). */
+  idle(): Promise<void> {
+    if (this.inFlight === 0 && this.queue.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.maxInFlight) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.maxBatch);
+      this.inFlight++;
+      void this.run(batch).finally(() => {
+        this.inFlight--;
+        this.pump();
+        if (this.inFlight === 0 && this.queue.length === 0) {
+          for (const wake of this.idleWaiters.splice(0)) wake();
+        }
+      });
+    }
+  }
+
+  private async run(batch: Pending<I, O>[]): Promise<void> {
+    let results: (O | Error)[];
+    try {
+      results = await this.runBatch(batch.map((p) => p.item));
+      if (results.length !== batch.length) {
+        throw new Error(`batch answered ${results.length} results for ${batch.length} items`);
+      }
+    } catch (err) {
+      for (const p of batch) p.reject(err);
+      return;
+    }
+    batch.forEach((p, i) => {
+      const r = results[i] as O | Error;
+      if (r instanceof Error) p.reject(r);
+      else p.resolve(r);
+    });
+  }
+}

@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import { GroupCommit } from '../src/index.ts';
+
+/** A batch function that records its batches and answers once released. */
+function recorder(answer: (n: number) => number | Error = (n) => n * 10) {
+  const batches: number[][] = [];
+  const gates: (() => void)[] = [];
+  const run = async (items: number[]) => {
+    batches.push(items);
+    await new Promise<void>((resolve) => gates.push(resolve));
+    return items.map(answer);
+  };
+  const release = async () => {
+    await new Promise((r) => setImmediate(r));
+    for (const open of gates.splice(0)) open();
+    await new Promise((r) => setImmediate(r));
+  };
+  return { batches, run, release };
+}
+
+describe('GroupCommit', () => {
+  it('sends a lone item on the next turn and groups what arrives while a batch runs', async () => {
+    const r = recorder();
+    const gc = new GroupCommit(r.run, { maxInFlight: 1 });
+    const first = gc.submit(1);
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([[1]]);
+    const rest = [2, 3, 4].map((n) => gc.submit(n));
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toHaveLength(1); // queued behind the running batch
+    await r.release();
+    expect(r.batches).toEqual([[1], [2, 3, 4]]);
+    await r.release();
+    expect(await Promise.all([first, ...rest])).toEqual([10, 20, 30, 40]);
+    await gc.idle();
+  });
+
+  it('caps batches at maxBatch and runs up to maxInFlight at once', async () => {
+    const r = recorder();
+    const gc = new GroupCommit(r.run, { maxBatch: 2, maxInFlight: 2 });
+    const all = [1, 2, 3, 4, 5, 6].map((n) => gc.submit(n));
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([
+      [1, 2],
+      [3, 4],
+    ]);
+    await r.release();
+    expect(r.batches).toEqual([
+      [1, 2],
+      [3, 4],
+      [5, 6],
+    ]);
+    await r.release();
+    expect(await Promise.all(all)).toEqual([10, 20, 30, 40, 50, 60]);
+  });
+
+  it('rejects only the items answered with an Error, and every item when the batch throws', async () => {
+    const gc = new GroupCommit(async (items: number[]) => items.map((n) => (n % 2 ? new Error(`odd ${n}`) : n)));
+    const results = await Promise.allSettled([1, 2, 3].map((n) => gc.submit(n)));
+    expect(results.map((s) => s.status)).toEqual(['rejected', 'fulfilled', 'rejected']);
+    expect((results[0] as PromiseRejectedResult).reason.message).toBe('odd 1');
+
+    const failing = new GroupCommit<number, number>(async () => {
+      throw new Error('database away');
+    });
+    const settled = await Promise.allSettled([1, 2].map((n) => failing.submit(n)));
+    expect(settled.every((s) => s.status === 'rejected' && s.reason.message === 'database away')).toBe(true);
+    // It keeps working after a failed batch.
+    const ok = new GroupCommit(async (items: number[]) => items);
+    expect(await ok.submit(7)).toBe(7);
+  });
+
+  it('refuses a batch function that answers the wrong number of results', async () => {
+    const gc = new GroupCommit(async (_items: number[]) => [1, 2, 3]);
+    await expect(gc.submit(1)).rejects.toThrow(/3 results for 1 items/);
+  });
+});

@@ -1,0 +1,136 @@
+/**
+ * Usage updates that arrive together are applied together (group commit): the
+ * answers must be exactly those of applying them one at a time, refused ones
+ * must not disturb the rest, and every answer must match the documented schema.
+ */
+
+import { isAppError } from '@gpu/common';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { applyUsageBatch, type UsageUpdate } from '../src/domain/usage-updates.ts';
+import { sessionSchema } from '../src/routes/session-schemas.ts';
+import { usageRecordSchema } from '../src/routes/usage.ts';
+import { end, H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+const clock = manualClock();
+let h: BillingHarness;
+beforeAll(async () => {
+  h = await setupBilling({ now: clock.now });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+const answerSchema = z.strictObject({
+  duplicate: z.boolean(),
+  usage: usageRecordSchema.strict(),
+  session: sessionSchema.strict(),
+});
+
+async function runningSession() {
+  const p = await parties(h, '20');
+  return (await start(h, startBody(p, H100_X1))).json().session.id as string;
+}
+
+const report = (sessionId: string, messageId: string, offsetMs: number, power: number) => ({
+  session_id: sessionId,
+  message_id: messageId,
+  timestamp: new Date(clock.now().getTime() + offsetMs).toISOString(),
+  gpu_utilization: 90,
+  power_draw_w: power,
+});
+
+const post = (body: object) => h.app.inject({ method: 'POST', url: '/api/v1/billing/usage-update', payload: body });
+
+describe('concurrent usage updates', () => {
+  it('answer as if applied one by one: once per message, one charge, newest power, refusals alone', async () => {
+    const a = await runningSession();
+    const ended = await runningSession();
+    await end(h, ended);
+    clock.advance(150_000); // 2 min 30 s: two full minutes to bill (2 × 0.085)
+
+    const responses = await Promise.all([
+      post(report(a, 'a-1', 0, 200)),
+      post(report(a, 'a-2', 1000, 250)),
+      post(report(a, 'a-1', 0, 999)), // a retry of a-1
+      post(report(a, 'a-3', -10_000, 100)), // measured earlier, arrived later
+      post(report(crypto.randomUUID(), 'x-1', 0, 100)),
+      post(report(ended, 'e-1', 0, 100)),
+    ]);
+    expect(responses.map((r) => r.statusCode)).toEqual([201, 201, 200, 201, 404, 409]);
+    const bodies = responses.slice(0, 4).map((r) => answerSchema.parse(r.json()));
+    expect(responses[4]!.json().code).toBe('SESSION_NOT_FOUND');
+    expect(responses[5]!.json().code).toBe('SESSION_NOT_ACTIVE');
+
+    expect(bodies[2]!.duplicate).toBe(true);
+    expect(bodies[2]!.usage.id).toBe(bodies[0]!.usage.id);
+    expect(bodies[2]!.usage.power_draw_w).toBe(200);
+    const fresh = [bodies[0]!, bodies[1]!, bodies[3]!];
+    expect(fresh.map((b) => b.usage.cost).sort()).toEqual(['0.000000', '0.000000', '0.170000']);
+    expect(fresh.every((b) => b.usage.billed_minutes === 2)).toBe(true);
+
+    const session = await h.db.selectFrom('rental_sessions').selectAll().where('id', '=', a).executeTakeFirstOrThrow();
+    expect(session).toMatchObject({ billed_minutes: 2, total_cost: '0.170000', actual_power_w: '250' });
+    const records = await h.db.selectFrom('usage_records').select('message_id').where('session_id', '=', a).execute();
+    expect(records.map((r) => r.message_id).sort()).toEqual(['a-1', 'a-2', 'a-3']);
+  });
+
+  it('refuses metrics PostgreSQL cannot store (NUL characters) with 400', async () => {
+    const a = await runningSession();
+    const res = await post({ ...report(a, 'nul', 0, 100), metrics: { note: 'a\u0000b' } });
+    expect(res.statusCode).toBe(400);
+  });
+});
+
+describe('applyUsageBatch', () => {
+  const update = (sessionId: string, messageId: string, extra: Partial<UsageUpdate> = {}): UsageUpdate => ({
+    sessionId,
+    messageId,
+    timestamp: clock.now(),
+    gpuUtilization: 50,
+    powerDrawW: 300,
+    ...extra,
+  });
+
+  it('answers each update of one batch on its own, in order', async () => {
+    const a = await runningSession();
+    const b = await runningSession();
+    clock.advance(60_000);
+    const results = await applyUsageBatch(h.ctx, [
+      update(a, 'm-1'),
+      update(b, 'm-1'),
+      update(a, 'm-1'),
+      update(crypto.randomUUID(), 'm-1'),
+    ]);
+    expect(results.map((r) => (r instanceof Error ? (isAppError(r) ? r.code : r.message) : r.duplicate))).toEqual([
+      false,
+      false,
+      true,
+      'SESSION_NOT_FOUND',
+    ]);
+    const [first, , repeat] = results as { usage: { id: string; cost: string } }[];
+    expect(repeat!.usage.id).toBe(first!.usage.id);
+    expect(first!.usage.cost).toBe('0.085000');
+  });
+
+  it('applies the rest of a batch when one update breaks its transaction', async () => {
+    const a = await runningSession();
+    const b = await runningSession();
+    const results = await applyUsageBatch(h.ctx, [
+      update(a, 'ok-1'),
+      update(b, 'poison', { metrics: { note: 'a\u0000b' } }), // jsonb refuses NUL: the whole statement fails
+      update(b, 'ok-2'),
+    ]);
+    expect(results[0]).not.toBeInstanceOf(Error);
+    expect(results[1]).toBeInstanceOf(Error);
+    expect(results[2]).not.toBeInstanceOf(Error);
+    const stored = await h.db
+      .selectFrom('usage_records')
+      .select('message_id')
+      .where('session_id', 'in', [a, b])
+      .orderBy('message_id')
+      .execute();
+    expect(stored.map((r) => r.message_id)).toEqual(['ok-1', 'ok-2']);
+  });
+});
