@@ -46,16 +46,16 @@ export class AppError extends Error {
     this.extra = options.extra;
   }
 
-  /** The problem body for this error, without the request ID. */
+  /** The problem body for this error, without the request ID. Extras never replace the standard members. */
   toProblem(): ProblemBody {
     return {
+      ...(this.extra ?? {}),
       type: 'about:blank',
       title: STATUS_CODES[this.status] ?? 'Error',
       status: this.status,
       detail: this.message,
       code: this.code,
       ...(this.errors ? { errors: this.errors } : {}),
-      ...(this.extra ?? {}),
     };
   }
 }

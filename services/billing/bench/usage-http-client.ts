@@ -1,10 +1,13 @@
 /**
  * The HTTP load generator of the usage benchmark (bench/usage.ts), run as a
  * process of its own so that its CPU is not the service's: `workers`
- * keep-alive connections each POST usage updates for `seconds`, round robin
- * over the sessions; one update in 20 is sent a second time (a daemon's
- * retry), which must answer 200 `duplicate`. Reads its job as JSON on stdin and
- * prints its counts as JSON on stdout.
+ * keep-alive connections each POST usage reports for `seconds`, round robin
+ * over the sessions. With `batch` 1 each request is one report
+ * (POST /usage-update); with more, a request carries `batch` reports for as
+ * many sessions (POST /usage-updates, a daemon with several rented GPUs). One
+ * request in 20 is sent a second time (a daemon's retry), which must answer
+ * every report as a duplicate. Reads its job as JSON on stdin and prints its
+ * counts as JSON on stdout.
  */
 import { Agent, request } from 'node:http';
 
@@ -13,12 +16,16 @@ interface Job {
   sessions: string[];
   seconds: number;
   workers: number;
+  batch: number;
+  prefix: string;
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
 const agent = new Agent({ keepAlive: true, maxSockets: job.workers });
+const path = job.batch > 1 ? '/api/v1/billing/usage-updates' : '/api/v1/billing/usage-update';
 
-function post(body: string): Promise<number> {
+/** POSTs a body; resolves with the status and, for the batch route, each report's status. */
+function post(body: string): Promise<{ status: number; statuses: number[] }> {
   return new Promise((resolve, reject) => {
     const req = request(
       {
@@ -26,12 +33,18 @@ function post(body: string): Promise<number> {
         host: '127.0.0.1',
         port: job.port,
         method: 'POST',
-        path: '/api/v1/billing/usage-update',
+        path,
         headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
       },
       (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const status = res.statusCode ?? 0;
+          if (job.batch === 1 || status !== 200) return resolve({ status, statuses: [status] });
+          const { results } = JSON.parse(Buffer.concat(chunks).toString()) as { results: { status: number }[] };
+          resolve({ status, statuses: results.map((r) => r.status) });
+        });
         res.on('error', reject);
       },
     );
@@ -41,28 +54,38 @@ function post(body: string): Promise<number> {
 }
 
 let seq = 0;
-const counts = { unique: 0, sent: 0, errors: 0, seconds: 0 };
+const report = () => {
+  const n = seq++;
+  return {
+    session_id: job.sessions[n % job.sessions.length],
+    timestamp: new Date().toISOString(),
+    gpu_utilization: 90,
+    power_draw_w: 400 + (n % 50),
+    message_id: `${job.prefix}-${n}`,
+  };
+};
+
+const counts = { unique: 0, sent: 0, requests: 0, errors: 0, seconds: 0 };
+const failed = { status: 0, statuses: [0] };
 const started = Date.now();
 const deadline = started + job.seconds * 1000;
 await Promise.all(
-  Array.from({ length: job.workers }, async () => {
-    while (Date.now() < deadline) {
-      const n = seq++;
-      const body = JSON.stringify({
-        session_id: job.sessions[n % job.sessions.length],
-        timestamp: new Date().toISOString(),
-        gpu_utilization: 90,
-        power_draw_w: 400 + (n % 50),
-        message_id: `http-${n}`,
-      });
-      const status = await post(body).catch(() => 0);
-      counts.sent++;
-      if (status === 201) counts.unique++;
-      else counts.errors++;
-      if (n % 20 === 0) {
-        const again = await post(body).catch(() => 0); // a retried report
-        counts.sent++;
-        if (again !== 200) counts.errors++;
+  Array.from({ length: job.workers }, async (_, worker) => {
+    for (let i = 0; Date.now() < deadline; i++) {
+      const reports = Array.from({ length: job.batch }, report);
+      const body = JSON.stringify(job.batch > 1 ? { reports } : reports[0]);
+      const first = await post(body).catch(() => failed);
+      counts.requests++;
+      counts.sent += job.batch;
+      for (const s of first.statuses) {
+        if (s === 201) counts.unique++;
+        else counts.errors++;
+      }
+      if ((i + worker) % 20 === 0) {
+        const again = await post(body).catch(() => failed); // a retried request
+        counts.requests++;
+        counts.sent += job.batch;
+        counts.errors += again.statuses.filter((s) => s !== 200).length;
       }
     }
   }),

@@ -52,7 +52,9 @@ export const billingErrors = {
     new AppError(502, 'SOLANA_TRANSACTION_FAILED', detail, { extra }),
   sessionNotFound: (id: string) => errors.notFound('SESSION_NOT_FOUND', `session ${id} not found`),
   sessionNotActive: (id: string, status: string) =>
-    new AppError(409, 'SESSION_NOT_ACTIVE', `session ${id} is ${status}, not active`, { extra: { status } }),
+    new AppError(409, 'SESSION_NOT_ACTIVE', `session ${id} is ${status}, not active`, {
+      extra: { session_status: status },
+    }),
   sessionAlreadyRunning: (jobId: string) =>
     errors.conflict('SESSION_ALREADY_RUNNING', `job ${jobId} already has a running session`),
   walletOwnerMismatch: (walletId: string, userId: string) =>

@@ -83,6 +83,54 @@ describe('concurrent usage updates', () => {
   });
 });
 
+describe('POST /api/v1/billing/usage-updates', () => {
+  const postMany = (reports: object[]) =>
+    h.app.inject({ method: 'POST', url: '/api/v1/billing/usage-updates', payload: { reports } });
+
+  it('applies each report as the single route would and answers one result per report, in order', async () => {
+    const a = await runningSession();
+    const ended = await runningSession();
+    await end(h, ended);
+    clock.advance(60_000);
+    const res = await postMany([
+      report(a, 'r-1', 0, 300),
+      report(a, 'r-1', 0, 300),
+      report(crypto.randomUUID(), 'r-1', 0, 300),
+      report(ended, 'r-1', 0, 300),
+      report(a, 'r-2', 500, 310),
+    ]);
+    expect(res.statusCode).toBe(200);
+    type Result = { status: number; usage: { id: string }; session: object; problem: object };
+    const { results } = res.json() as { results: Result[] };
+    expect(results.map((r) => r.status)).toEqual([201, 200, 404, 409, 201]);
+    for (const r of [results[0], results[1], results[4]]) {
+      const { status: _status, ...answer } = r!;
+      answerSchema.parse(answer);
+    }
+    expect(results[1]!.usage.id).toBe(results[0]!.usage.id);
+    expect(results[2]!.problem).toMatchObject({ status: 404, code: 'SESSION_NOT_FOUND' });
+    expect(results[3]!.problem).toMatchObject({ status: 409, code: 'SESSION_NOT_ACTIVE' });
+    expect(results[4]!.session).toMatchObject({ billed_minutes: 1, total_cost: '0.085000', actual_power_w: '310' });
+
+    // The same request again: every report is now a duplicate or refused as before; nothing is billed twice.
+    const again = (await postMany([report(a, 'r-1', 0, 300), report(a, 'r-2', 500, 310)])).json();
+    expect(again.results.map((r: { status: number }) => r.status)).toEqual([200, 200]);
+    const records = await h.db.selectFrom('usage_records').select('id').where('session_id', '=', a).execute();
+    expect(records).toHaveLength(2);
+  });
+
+  it('refuses an empty or oversized list and a bad report with 400, applying nothing', async () => {
+    const a = await runningSession();
+    expect((await postMany([])).statusCode).toBe(400);
+    const tooMany = Array.from({ length: 257 }, (_, i) => report(a, `big-${i}`, 0, 100));
+    expect((await postMany(tooMany)).statusCode).toBe(400);
+    const bad = await postMany([report(a, 'fine', 0, 100), { ...report(a, 'bad', 0, 100), gpu_utilization: 101 }]);
+    expect(bad.statusCode).toBe(400);
+    const records = await h.db.selectFrom('usage_records').select('id').where('session_id', '=', a).execute();
+    expect(records).toHaveLength(0);
+  });
+});
+
 describe('applyUsageBatch', () => {
   const update = (sessionId: string, messageId: string, extra: Partial<UsageUpdate> = {}): UsageUpdate => ({
     sessionId,

@@ -29,14 +29,23 @@ export const metricsPlugin = fp(
       registers: [registry],
     });
     app.decorate('metrics', registry);
+    // The labelled series of each (method, route, status), looked up once: prom-client hashes a label set
+    // on every call otherwise. Bounded: routes are the registered patterns, never raw URLs.
+    const series = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<string> }>();
     app.addHook('onResponse', async (request, reply) => {
-      const labels = {
-        method: request.method,
-        route: request.routeOptions.url ?? 'unmatched',
-        status_code: String(reply.statusCode),
-      };
-      requests.inc(labels);
-      duration.observe(labels, reply.elapsedTime / 1000);
+      const route = request.routeOptions.url ?? 'unmatched';
+      const status = String(reply.statusCode);
+      const key = `${request.method} ${route} ${status}`;
+      let s = series.get(key);
+      if (!s) {
+        s = {
+          count: requests.labels(request.method, route, status),
+          latency: duration.labels(request.method, route, status),
+        };
+        series.set(key, s);
+      }
+      s.count.inc();
+      s.latency.observe(reply.elapsedTime / 1000);
     });
     if (opts.expose) {
       app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {

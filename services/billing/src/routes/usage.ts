@@ -1,7 +1,7 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
-import type { App } from '@gpu/common';
+import { type App, problemSchema, toAppError } from '@gpu/common';
 import { z } from 'zod';
-import { applyUsageUpdate } from '../domain/usage-updates.ts';
+import { applyUsageUpdate, type UsageUpdate } from '../domain/usage-updates.ts';
 import type { RouteDeps } from './deps.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { sessionSchema } from './session-schemas.ts';
@@ -35,6 +35,8 @@ export const usageMessageSchema = z.object({
     .describe('de-duplication key; else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp'),
 });
 
+export type UsageMessage = z.infer<typeof usageMessageSchema>;
+
 export const usageRecordSchema = z.object({
   id: z.uuid(),
   session_id: z.uuid(),
@@ -48,15 +50,36 @@ export const usageRecordSchema = z.object({
   created_at: z.string(),
 });
 
+const usageAnswerSchema = z.object({ duplicate: z.boolean(), usage: usageRecordSchema, session: sessionSchema });
+
+/** Most reports in one POST /usage-updates. */
+export const MAX_REPORTS_PER_REQUEST = 256;
+
+/** The domain's update from a message: the message ID is `message_id`, else `fallbackId`, else the timestamp. */
+function toUpdate(m: UsageMessage, fallbackId: string | undefined, correlationId: string): UsageUpdate {
+  const timestamp = new Date(m.timestamp);
+  return {
+    sessionId: m.session_id,
+    messageId: m.message_id ?? fallbackId ?? `ts:${timestamp.toISOString()}`,
+    timestamp,
+    gpuUtilization: m.gpu_utilization,
+    powerDrawW: m.power_draw_w,
+    metrics: m.metrics,
+    correlationId,
+  };
+}
+
+// The usage routes are the hottest (every daemon, every interval): their answers are built by typed code from
+// validated rows, so they are written with plain JSON.stringify instead of being checked against the response
+// schema again (the schemas still document them in OpenAPI, and the tests check answers against them).
+const plainJson = () => (data: unknown) => JSON.stringify(data);
+
 export async function usageRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
   app.post(
     '/api/v1/billing/usage-update',
     {
-      // The hottest route (every daemon, every interval): the answer is built by typed code from validated rows,
-      // so it is written with plain JSON.stringify instead of being checked against the response schema again
-      // (the schema still documents it in OpenAPI, and the tests check answers against it).
-      serializerCompiler: () => (data) => JSON.stringify(data),
+      serializerCompiler: plainJson,
       schema: {
         tags: ['sessions'],
         summary: "Record a provider daemon's usage report and bill the session's elapsed full minutes",
@@ -68,26 +91,58 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
         headers: idempotencyHeaders,
         body: usageMessageSchema,
         response: {
-          201: z.object({ duplicate: z.boolean(), usage: usageRecordSchema, session: sessionSchema }),
-          200: z.object({ duplicate: z.boolean(), usage: usageRecordSchema, session: sessionSchema }),
+          201: usageAnswerSchema,
+          200: usageAnswerSchema,
           ...problems(400, 404, 409),
         },
       },
     },
     async (request, reply) => {
-      const b = request.body;
       const key = request.headers['idempotency-key'] as string | undefined;
-      const timestamp = new Date(b.timestamp);
-      const result = await applyUsageUpdate(ctx, {
-        sessionId: b.session_id,
-        messageId: b.message_id ?? key ?? `ts:${timestamp.toISOString()}`,
-        timestamp,
-        gpuUtilization: b.gpu_utilization,
-        powerDrawW: b.power_draw_w,
-        metrics: b.metrics,
-        correlationId: request.correlationId,
-      });
+      const result = await applyUsageUpdate(ctx, toUpdate(request.body, key, request.correlationId));
       return reply.code(result.duplicate ? 200 : 201).send(result);
+    },
+  );
+
+  app.post(
+    '/api/v1/billing/usage-updates',
+    {
+      serializerCompiler: plainJson,
+      schema: {
+        tags: ['sessions'],
+        summary: 'Record several usage reports at once (a daemon with several rented GPUs)',
+        description:
+          `Up to ${MAX_REPORTS_PER_REQUEST} reports, each applied exactly as by POST /billing/usage-update ` +
+          '(once per session and message ID; without `message_id` the timestamp names the report). The answer is ' +
+          '200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its ' +
+          'problem (404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or ' +
+          'the problem body. One refused report does not affect the others.',
+        body: z.object({ reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_REQUEST) }),
+        response: {
+          200: z.object({
+            results: z.array(
+              z.union([
+                usageAnswerSchema.extend({ status: z.union([z.literal(200), z.literal(201)]) }),
+                z.object({ status: z.number().int(), problem: problemSchema }),
+              ]),
+            ),
+          }),
+          ...problems(400),
+        },
+      },
+    },
+    async (request) => {
+      const settled = await Promise.allSettled(
+        request.body.reports.map((m) => applyUsageUpdate(ctx, toUpdate(m, undefined, request.correlationId))),
+      );
+      const results = settled.map((s) => {
+        if (s.status === 'fulfilled')
+          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...s.value };
+        const err = toAppError(s.reason);
+        if (err.status >= 500) request.log.error({ err: s.reason }, 'usage report failed');
+        return { status: err.status, problem: { ...err.toProblem(), request_id: request.id } };
+      });
+      return { results };
     },
   );
 }
