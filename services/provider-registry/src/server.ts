@@ -29,6 +29,9 @@ startOrExit(async () => {
     embeddedPath: config.database.embedded_path,
     poolSize: config.database.pool_size,
     connectTimeoutMs: durationMs(config.database.connect_timeout),
+    // PostgreSQL turns JIT compilation on from a plan's estimated cost, which large discovery pages exceed;
+    // compiling then takes 40-700 ms, far more than the statement itself (README "Discovery").
+    sessionSettings: { jit: 'off' },
   });
   logger.info({ kind: database.kind }, 'database opened');
   await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);

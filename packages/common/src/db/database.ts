@@ -22,7 +22,15 @@ export interface OpenDatabaseOptions {
   poolSize?: number;
   /** Milliseconds to wait for a pooled connection before failing (503 upstream). */
   connectTimeoutMs?: number;
+  /** PostgreSQL settings for every connection (e.g. `{ jit: 'off' }`); PGlite ignores them. */
+  sessionSettings?: Record<string, string>;
 }
+
+/** `-c name=value` startup options; spaces and backslashes in values are escaped as libpq expects. */
+const startupOptions = (settings: Record<string, string>) =>
+  Object.entries(settings)
+    .map(([name, value]) => `-c ${name}=${value.replace(/[\\ ]/g, (c) => `\\${c}`)}`)
+    .join(' ');
 
 const INT8_OID = 20;
 
@@ -49,6 +57,7 @@ export async function openDatabase<DB>(opts: OpenDatabaseOptions): Promise<Datab
       connectionString: opts.url,
       max: opts.poolSize ?? 10,
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
+      ...(opts.sessionSettings ? { options: startupOptions(opts.sessionSettings) } : {}),
       types: { getTypeParser: typeParserFor(pg.types) as typeof pg.types.getTypeParser },
     });
     // An idle client losing its server must not crash the process; the next query reconnects.

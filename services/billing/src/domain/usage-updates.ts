@@ -133,7 +133,10 @@ async function applyInTransaction(
   // Bill each session with new updates once, recording the newest report's power and time.
   const fresh = new Map<string, UsageUpdate[]>();
   updates.forEach((u, i) => {
-    if (verdicts[i]!.kind === 'new') fresh.set(u.sessionId, [...(fresh.get(u.sessionId) ?? []), u]);
+    if (verdicts[i]!.kind !== 'new') return;
+    const list = fresh.get(u.sessionId);
+    if (list) list.push(u);
+    else fresh.set(u.sessionId, [u]);
   });
   const billItems: BillItem[] = [...fresh].map(([id, list]) => {
     const { row: session, hold } = sessions.get(id)!;

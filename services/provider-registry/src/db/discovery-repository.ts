@@ -1,41 +1,84 @@
 /**
- * The discovery query. Provider-level conditions (effective status, health,
- * the GPU summary columns) filter the provider row while an index walks it
- * in sort order; a per-provider count over `gpus` confirms conditions that
- * must hold for the same GPUs. A page is `limit + 1` rows, the extra one only
- * telling whether another page exists.
+ * The discovery query. One statement chooses the page (provider IDs in sort
+ * order, `limit + 1` of them, the extra one only telling whether another page
+ * exists) and renders it as the API's JSON (`provider-json-sql.ts`).
+ *
+ * The page is chosen by walking an index in sort order and stopping early:
+ * - **by provider**: a provider index; provider-level conditions (effective
+ *   status, health, the GPU summary columns) filter each row, and a count over
+ *   `gpus` confirms conditions that must hold for the same GPUs;
+ * - **by model**, for a `gpu_model` term with a sort key that never changes
+ *   after registration (everything but `last_seen_at`): a short statement
+ *   first looks up the matching model names, then the page merges those
+ *   models' ranges of `provider_models`, each already in sort order, so only
+ *   providers with a matching GPU are visited, wherever the sort puts them.
+ *   The same provider conditions then apply to each.
  */
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 import { type Cursor, type DiscoveryFilter, parseSort, type SortKey } from '../domain/discovery.ts';
-import type { Provider } from '../domain/provider.ts';
-import type { ProviderListRow } from './provider-mapper.ts';
-import { withGpus } from './provider-repository.ts';
+import { providerJsonSql } from './provider-json-sql.ts';
 import type { RegistryDB } from './schema.ts';
-import { effectiveStatusIs, effectiveStatusSql } from './sql-rules.ts';
+import { effectiveStatusIs } from './sql-rules.ts';
 
-const SORT_COLUMNS: Record<SortKey, RawBuilder<unknown>> = {
-  registered_at: sql`p.registered_at`,
-  last_seen_at: sql`p.last_seen_at`,
-  vram: sql`p.max_vram`,
-  gpu_count: sql`p.gpu_count`,
+/** The sort column; `providers` and `provider_models` name it alike. */
+const SORT_COLUMNS: Record<SortKey, string> = {
+  registered_at: 'registered_at',
+  last_seen_at: 'last_seen_at',
+  vram: 'max_vram',
+  gpu_count: 'gpu_count',
 };
 
-/** Exact text of a sort value, so a cursor resumes after the row and not a rounded copy of it. */
-function sortValueText(key: SortKey): RawBuilder<string> {
-  const column = SORT_COLUMNS[key];
-  return key === 'vram' || key === 'gpu_count'
-    ? sql<string>`${column}::text`
-    : sql<string>`to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+/**
+ * Above this many matching models the model walk merges too many ranges to
+ * pay off: a term that broad matches most providers, which the provider walk
+ * finds quickly anyway.
+ */
+const MAX_MODEL_RANGES = 32;
+
+interface Order {
+  key: SortKey;
+  column: string;
+  direction: RawBuilder<unknown>;
+  /** `<` or `>`: how a row after the cursor compares with it. */
+  after: RawBuilder<unknown>;
 }
 
-function cursorValue(key: SortKey, cursor: Cursor): RawBuilder<unknown> {
-  return key === 'vram' || key === 'gpu_count' ? sql`${cursor.value}::bigint` : sql`${cursor.value}::timestamptz`;
+function orderOf(filter: DiscoveryFilter): Order {
+  const { key, descending } = parseSort(filter.sort);
+  return {
+    key,
+    column: SORT_COLUMNS[key],
+    direction: descending ? sql`DESC` : sql`ASC`,
+    after: descending ? sql`<` : sql`>`,
+  };
 }
+
+const isNumeric = (key: SortKey) => key === 'vram' || key === 'gpu_count';
+
+/** Exact text of a sort value, so a cursor resumes after the row and not a rounded copy of it. */
+function sortValueText(key: SortKey, value: RawBuilder<unknown>): RawBuilder<string> {
+  return isNumeric(key)
+    ? sql<string>`${value}::text`
+    : sql<string>`to_char(${value} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+}
+
+/** `(sort value, id)` strictly after the cursor, in sort direction (an index condition). */
+function afterCursor(order: Order, sortRef: string, idRef: string, cursor: Cursor): RawBuilder<boolean> {
+  const value = isNumeric(order.key) ? sql`${cursor.value}::bigint` : sql`${cursor.value}::timestamptz`;
+  return sql<boolean>`(${sql.ref(sortRef)}, ${sql.ref(idRef)}) ${order.after} (${value}, ${cursor.id}::uuid)`;
+}
+
+const whereAll = (where: RawBuilder<boolean>[]) =>
+  where.length > 0 ? sql`WHERE ${sql.join(where, sql` AND `)}` : sql``;
 
 /** `%term%` for LIKE, with the term's own wildcards escaped. */
 const containsPattern = (term: string) => `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
-function conditions(filter: DiscoveryFilter, offlineAfterMs: number): RawBuilder<boolean>[] {
+/**
+ * Conditions on the provider row `p`. `byModel`: the rows come from matching
+ * `provider_models` keys, which already decide the model term on its own.
+ */
+function conditions(filter: DiscoveryFilter, offlineAfterMs: number, byModel = false): RawBuilder<boolean>[] {
   const where: RawBuilder<boolean>[] = [];
   if (filter.owner_id !== undefined) where.push(sql`p.owner_id = ${filter.owner_id}`);
   if (filter.status) where.push(effectiveStatusIs(filter.status, offlineAfterMs));
@@ -45,7 +88,9 @@ function conditions(filter: DiscoveryFilter, offlineAfterMs: number): RawBuilder
   const model = filter.gpu_model?.toLowerCase();
   const arch = filter.architecture?.toLowerCase();
   if (model !== undefined) {
-    where.push(sql`p.gpu_models LIKE ${containsPattern(model)}`);
+    // Redundant after the model walk, and PostgreSQL would count its selectivity twice (underestimating
+    // the rows a page takes, which drives the plan cost up towards JIT compilation).
+    if (!byModel) where.push(sql`p.gpu_models LIKE ${containsPattern(model)}`);
     gpuConditions.push(sql`lower(g.model_name) LIKE ${containsPattern(model)}`);
   }
   if (filter.min_vram !== undefined) {
@@ -58,9 +103,9 @@ function conditions(filter: DiscoveryFilter, offlineAfterMs: number): RawBuilder
   }
   const minGpus = filter.min_gpus ?? 1;
   if (minGpus > 1) where.push(sql`p.gpu_count >= ${minGpus}`);
-  // The summary columns decide alone when one GPU condition must hold for one GPU
-  // (a model term with `|` could match across names, so it is always confirmed).
-  const summaryIsExact = gpuConditions.length === 1 && minGpus <= 1 && !model?.includes('|');
+  // The summary columns (or the model keys) decide alone when one GPU condition must hold for one GPU
+  // (in the summary, a model term with `|` could match across names, so it is always confirmed).
+  const summaryIsExact = gpuConditions.length === 1 && minGpus <= 1 && (byModel || !model?.includes('|'));
   if (gpuConditions.length > 0 && !summaryIsExact) {
     where.push(
       sql`(SELECT count(*) FROM gpus g WHERE g.provider_id = p.id AND ${sql.join(gpuConditions, sql` AND `)}) >= ${minGpus}`,
@@ -69,8 +114,57 @@ function conditions(filter: DiscoveryFilter, offlineAfterMs: number): RawBuilder
   return where;
 }
 
+/** The page's provider rows with their `sort_key`, walking a provider index in sort order. */
+function providerWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order): RawBuilder<unknown> {
+  const where = conditions(filter, offlineAfterMs);
+  if (filter.cursor) where.push(afterCursor(order, `p.${order.column}`, 'p.id', filter.cursor));
+  const sortKey = sql.ref(`p.${order.column}`);
+  return sql`
+    SELECT p.*, ${sortKey} AS sort_key FROM providers p
+    ${whereAll(where)}
+    ORDER BY ${sortKey} ${order.direction}, p.id ${order.direction}
+    LIMIT ${filter.limit + 1}`;
+}
+
+/**
+ * The page's provider rows with their `sort_key`, merging the matching models' ranges of
+ * `provider_models` in sort order. A provider with two matching models comes
+ * twice with the same (sort key, id), next to each other; DISTINCT ON keeps one.
+ * Each range states its order so PostgreSQL merges index-ordered ranges
+ * (Merge Append) rather than sorting them whole.
+ */
+function modelWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order, models: string[]) {
+  const ranges = models.map((model) => {
+    const where = [sql<boolean>`pm.model = ${model}`];
+    if (filter.cursor) where.push(afterCursor(order, `pm.${order.column}`, 'pm.provider_id', filter.cursor));
+    const sortKey = sql.ref(`pm.${order.column}`);
+    return sql`(SELECT pm.provider_id, ${sortKey} AS sort_key FROM provider_models pm ${whereAll(where)}
+      ORDER BY ${sortKey} ${order.direction}, pm.provider_id ${order.direction})`;
+  });
+  return sql`
+    SELECT DISTINCT ON (c.sort_key, c.provider_id) p.*, c.sort_key
+    FROM (${sql.join(ranges, sql` UNION ALL `)}) c JOIN providers p ON p.id = c.provider_id
+    ${whereAll(conditions(filter, offlineAfterMs, true))}
+    ORDER BY c.sort_key ${order.direction}, c.provider_id ${order.direction}
+    LIMIT ${filter.limit + 1}`;
+}
+
+/** Lowercased model names containing `term`, read by skipping through the model index (one probe per name). */
+async function matchingModels(db: Kysely<RegistryDB>, term: string): Promise<string[]> {
+  const { rows } = await sql<{ model: string }>`
+    WITH RECURSIVE names AS (
+      (SELECT model FROM provider_models ORDER BY model LIMIT 1)
+      UNION ALL
+      SELECT (SELECT pm.model FROM provider_models pm WHERE pm.model > n.model ORDER BY pm.model LIMIT 1)
+      FROM names n WHERE n.model IS NOT NULL
+    )
+    SELECT model FROM names WHERE model LIKE ${containsPattern(term.toLowerCase())}`.execute(db);
+  return rows.map((r) => r.model);
+}
+
 export interface DiscoveryPage {
-  providers: Provider[];
+  /** The page as the API's JSON array of Provider, ready to send. */
+  json: string;
   /** Where the next page starts; undefined on the last page. */
   next?: Cursor;
 }
@@ -80,31 +174,23 @@ export async function listProviders(
   filter: DiscoveryFilter,
   offlineAfterMs: number,
 ): Promise<DiscoveryPage> {
-  const { key, descending } = parseSort(filter.sort);
-  const column = SORT_COLUMNS[key];
-  const where = conditions(filter, offlineAfterMs);
-  if (filter.cursor) {
-    const after = cursorValue(key, filter.cursor);
-    where.push(
-      descending
-        ? sql`(${column}, p.id) < (${after}, ${filter.cursor.id}::uuid)`
-        : sql`(${column}, p.id) > (${after}, ${filter.cursor.id}::uuid)`,
-    );
+  const order = orderOf(filter);
+  let page: RawBuilder<unknown> | undefined;
+  if (filter.gpu_model !== undefined && order.key !== 'last_seen_at') {
+    const models = await matchingModels(db, filter.gpu_model);
+    if (models.length === 0) return { json: '[]' };
+    if (models.length <= MAX_MODEL_RANGES) page = modelWalk(filter, offlineAfterMs, order, models);
   }
-  const direction = descending ? sql`DESC` : sql`ASC`;
-  const { rows } = await sql<ProviderListRow & { sort_value: string }>`
-    SELECT p.id, p.owner_id, p.name, p.hostname, p.ip_address, p.location, p.metadata,
-           p.registered_at, p.last_seen_at, ${effectiveStatusSql(offlineAfterMs)} AS status,
-           ${sortValueText(key)} AS sort_value
-    FROM providers p
-    ${where.length > 0 ? sql`WHERE ${sql.join(where, sql` AND `)}` : sql``}
-    ORDER BY ${column} ${direction}, p.id ${direction}
-    LIMIT ${filter.limit + 1}`.execute(db);
-  const page = rows.slice(0, filter.limit);
-  const last = page.at(-1);
-  const providers = await withGpus(db, page);
+  page ??= providerWalk(filter, offlineAfterMs, order);
+  // The page's rows are rendered as they come out of the walk (named `p`, as the renderer expects).
+  const { rows } = await sql<{ id: string; sort_value: string; json: string }>`
+    SELECT p.id, ${sortValueText(order.key, sql`p.sort_key`)} AS sort_value, ${providerJsonSql(offlineAfterMs)} AS json
+    FROM (${page}) p
+    ORDER BY p.sort_key ${order.direction}, p.id ${order.direction}`.execute(db);
+  const shown = rows.slice(0, filter.limit);
+  const last = shown.at(-1);
   return {
-    providers,
+    json: `[${shown.map((r) => r.json).join(',')}]`,
     next: rows.length > filter.limit && last ? { sort: filter.sort, value: last.sort_value, id: last.id } : undefined,
   };
 }

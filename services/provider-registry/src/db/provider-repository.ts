@@ -1,7 +1,7 @@
 /**
  * Provider CRUD. Registration and full update each run in one transaction
- * (provider row, its GPU summary and its GPU rows); GPUs go with their
- * provider through ON DELETE CASCADE.
+ * (provider row, its GPU summary, its GPU rows and its `provider_models`
+ * keys); GPUs and keys go with their provider through ON DELETE CASCADE.
  */
 import { type Kysely, sql, type Transaction } from 'kysely';
 import { type Provider, type ProviderInput, type ProviderStatus, summarizeGpus } from '../domain/provider.ts';
@@ -71,6 +71,18 @@ export async function findProvider(db: Db, id: string, offlineAfterMs: number): 
   return provider;
 }
 
+/**
+ * Writes the provider's discovery keys (one per distinct GPU model, with its
+ * sort keys) from the GPU rows and summary just written in `tx`.
+ */
+async function insertModelKeys(tx: Transaction<RegistryDB>, id: string): Promise<void> {
+  await sql`
+    INSERT INTO provider_models (provider_id, model, registered_at, max_vram, gpu_count)
+    SELECT DISTINCT p.id, lower(g.model_name), p.registered_at, p.max_vram, p.gpu_count
+    FROM providers p JOIN gpus g ON g.provider_id = p.id
+    WHERE p.id = ${id}`.execute(tx);
+}
+
 /** Inserts a provider and its GPUs in one transaction; a duplicate (owner, name) is a 409. */
 export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: ProviderInput): Promise<void> {
   const status: ProviderStatus = input.status ?? 'idle';
@@ -91,6 +103,7 @@ export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: 
         })
         .execute();
       if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
+      await insertModelKeys(tx, id);
     });
   } catch (err) {
     rethrowDuplicate(err, input);
@@ -135,7 +148,9 @@ export async function replaceProvider(
         .where('id', '=', id)
         .execute();
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
+      await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
       if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
+      await insertModelKeys(tx, id);
       return { previous, owner_id: current.owner_id };
     });
   } catch (err) {

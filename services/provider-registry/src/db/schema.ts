@@ -41,9 +41,19 @@ export interface GpusTable {
   is_healthy: Generated<boolean>;
 }
 
+/** A provider's GPU model (lowercased) with the provider's static sort keys; see the migration. */
+export interface ProviderModelsTable {
+  provider_id: string;
+  model: string;
+  registered_at: Timestamp;
+  max_vram: number;
+  gpu_count: number;
+}
+
 export interface RegistryDB {
   providers: ProvidersTable;
   gpus: GpusTable;
+  provider_models: ProviderModelsTable;
 }
 
 export type ProviderRow = Selectable<ProvidersTable>;

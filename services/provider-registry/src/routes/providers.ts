@@ -4,7 +4,7 @@
  * registry service and reply; rules live in `domain/`.
  */
 import { type App, problemSchema } from '@gpu/common';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { type Cursor, decodeCursor, encodeCursor } from '../domain/discovery.ts';
 import type { RegistryService } from '../domain/registry-service.ts';
@@ -30,6 +30,14 @@ export interface ProviderRoutesOptions {
 const tags = ['providers'];
 const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
 const security = (access: Access) => (access.enabled ? { security: [{ bearerAuth: [] }] } : {});
+
+/**
+ * Sends JSON the database already rendered (discovery pages, `db/provider-json-sql.ts`) as it is: neither
+ * parsed nor validated nor serialized again. As a Buffer, because Node writes a large string body to the
+ * socket with more CPU than the same bytes encoded once (about 20 % less for a 160 KB page).
+ */
+const sendJsonText = (reply: FastifyReply, json: string) =>
+  reply.type('application/json; charset=utf-8').send(Buffer.from(json));
 
 export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, opts) => {
   const app = fastify as unknown as App;
@@ -73,9 +81,6 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
           ...errorsOf(400, 401, 403, 503),
         },
       },
-      // Pages are built from typed rows by `toProvider`; re-validating up to 1,000 providers per
-      // response with zod would double the CPU cost of the hottest endpoint, so it is only serialized.
-      serializerCompiler: () => (data) => JSON.stringify(data),
     },
     async (request, reply) => {
       const claims = await access.caller(request);
@@ -93,7 +98,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         url.searchParams.set('cursor', next);
         reply.header('x-next-cursor', next).header('link', `<${url.pathname}${url.search}>; rel="next"`);
       }
-      return page.providers;
+      return sendJsonText(reply, page.json);
     },
   );
 

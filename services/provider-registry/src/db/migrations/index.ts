@@ -1,7 +1,9 @@
 /** Every migration of the provider registry, by name (applied in name order). */
 import type { Migration } from 'kysely';
 import * as createProviders from './20250101000000_create_providers.ts';
+import * as providerModels from './20250102000000_provider_models.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
+  '20250102000000_provider_models': providerModels,
 };
