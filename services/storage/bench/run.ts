@@ -72,6 +72,14 @@ function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Number(line?.replace(/\D+/g, '') ?? 0);
 }
 
+/** CPU seconds (user + system) a process has used so far; Linux clock ticks are 1/100 s. */
+function cpuSeconds(pid: number): number {
+  if (pid <= 0) return 0;
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
 async function startService(): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
   const dir = await mkdtemp(path.join(tmpdir(), 'storage-bench-'));
@@ -175,13 +183,30 @@ async function main() {
       const out = await s3.send(new GetObjectCommand({ Bucket: BUCKET, Key: 'bench/direct.bin' }));
       return drain(out.Body as AsyncIterable<Uint8Array>);
     });
+  // CPU seconds each process spends per download, by path: where the 2 cores go.
+  const storePid = Number(readFileSync(`${process.env.TEST_ENV_DIR}/s3.pid`, 'utf8').trim() || 0);
+  const cpu = { service: { store: 0, service: 0, client: 0 }, direct: { store: 0, service: 0, client: 0 } };
+  const accounted = async <T>(path: 'service' | 'direct', fn: () => Promise<T>) => {
+    const before = { store: cpuSeconds(storePid), service: cpuSeconds(pid), client: process.cpuUsage() };
+    const result = await fn();
+    const client = process.cpuUsage(before.client);
+    cpu[path].store += cpuSeconds(storePid) - before.store;
+    cpu[path].service += cpuSeconds(pid) - before.service;
+    cpu[path].client += (client.user + client.system) / 1e6;
+    return result;
+  };
   const serviceDowns: Array<{ ms: number; value: number }> = [];
   const directDowns: Array<{ ms: number; value: number }> = [directDown];
   for (let round = 0; round < DOWNLOAD_ROUNDS; round++) {
     console.log(`downloads, round ${round + 1} of ${DOWNLOAD_ROUNDS} ...`);
-    serviceDowns.push(await downloadViaService());
-    if (round < DOWNLOAD_ROUNDS - 1) directDowns.push(await downloadDirect());
+    serviceDowns.push(await accounted('service', downloadViaService));
+    if (round < DOWNLOAD_ROUNDS - 1) directDowns.push(await accounted('direct', downloadDirect));
   }
+  const perDownload = (path: 'service' | 'direct', rounds: number) => {
+    const c = cpu[path];
+    const f = (x: number) => (x / rounds).toFixed(2);
+    return `s3rver ${f(c.store)} s, service ${path === 'service' ? `${f(c.service)} s` : '—'}, client ${f(c.client)} s`;
+  };
   const median = (xs: Array<{ ms: number; value: number }>) => [...xs].sort((a, b) => a.ms - b.ms)[xs.length >> 1]!;
   const serviceDown = median(serviceDowns);
   const directDownMedian = median(directDowns);
@@ -211,8 +236,12 @@ ${row('upload (Content-Length: parts streamed)', directUp.ms, serviceUp.ms)}
 ${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
 ${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, directDownMedian.ms, serviceDown.ms)}
 
-On these 2 cores a download through the service runs three busy processes (s3rver, the service, the client) where the
-direct one runs two, so it varies most from run to run (single downloads from 0.6x to 1.0x on a quiet machine, hence the median of five).
+Where the CPU goes, per 1 GiB download (CPU seconds, mean over the alternating rounds): direct:
+${perDownload('direct', DOWNLOAD_ROUNDS - 1)}; through the service: ${perDownload('service', DOWNLOAD_ROUNDS)}. On these
+2 cores a download through the service runs three busy processes where the direct one runs two, and s3rver, the
+slowest of them, gets what the service and the client leave of the two cores; so the service's own CPU per byte
+(reading the store's socket, writing the client's, 64 KiB at a time) sets the ratio, and single downloads vary
+widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}).
 
 Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
 uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
