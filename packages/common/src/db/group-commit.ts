@@ -28,7 +28,6 @@ interface Pending<I, O> {
 export class GroupCommit<I, O> {
   private readonly queue: Pending<I, O>[] = [];
   private inFlight = 0;
-  private idleWaiters: (() => void)[] = [];
   private scheduled = false;
   private readonly maxBatch: number;
   private readonly maxInFlight: number;
@@ -49,12 +48,6 @@ export class GroupCommit<I, O> {
     });
   }
 
-  /** Resolves once nothing is queued or running (for shutdown). */
-  idle(): Promise<void> {
-    if (this.inFlight === 0 && this.queue.length === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.push(resolve));
-  }
-
   private schedule(): void {
     if (this.scheduled || this.inFlight >= this.maxInFlight) return;
     this.scheduled = true;
@@ -71,9 +64,6 @@ export class GroupCommit<I, O> {
       void this.run(batch).finally(() => {
         this.inFlight--;
         this.pump();
-        if (this.inFlight === 0 && this.queue.length === 0) {
-          for (const wake of this.idleWaiters.splice(0)) wake();
-        }
       });
     }
   }

@@ -93,9 +93,10 @@ export async function billSessions(
   }
   const updated = await writeChanges(trx, changes, now);
   const outcomes: BillOutcome[] = [];
-  for (const change of changes) {
-    const session = updated.get(change.id);
-    if (!session) throw new Error(`session ${change.id} vanished while billed`);
+  for (const [i, change] of changes.entries()) {
+    const written = updated.get(change.id);
+    if (!written) throw new Error(`session ${change.id} vanished while billed`);
+    const session: SessionRow = { ...items[i]!.session, ...written };
     if (change.event) {
       await ctx.events.record(trx, change.event, { session: sessionJson(session, ctx.scale) }, change.correlationId);
     }
@@ -155,14 +156,20 @@ async function planBilling(
   };
 }
 
-/** Writes every session's billing (and usage report) in one statement; the new rows by ID. */
+/** The columns billing writes; the rest of a locked session row cannot change under its lock. */
+type BilledColumns = Pick<
+  SessionRow,
+  'id' | 'billed_minutes' | 'total_cost' | 'status' | 'grace_until' | 'updated_at' | 'actual_power_w' | 'last_usage_at'
+>;
+
+/** Writes every session's billing (and usage report) in one statement; the written columns by session ID. */
 async function writeChanges(
   trx: Transaction<BillingDB>,
   changes: SessionChange[],
   now: Date,
-): Promise<Map<string, SessionRow>> {
+): Promise<Map<string, BilledColumns>> {
   const col = <T>(f: (c: SessionChange) => T) => changes.map(f);
-  const { rows } = await sql<SessionRow>`
+  const { rows } = await sql<BilledColumns>`
     UPDATE rental_sessions AS s SET
       billed_minutes = v.billed_minutes,
       total_cost = v.total_cost,
@@ -178,6 +185,7 @@ async function writeChanges(
       ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[]
     ) AS v(id, billed_minutes, total_cost, status, grace_until, has_usage, actual_power_w, last_usage_at)
     WHERE s.id = v.id
-    RETURNING s.*`.execute(trx);
+    RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.updated_at, s.actual_power_w,
+      s.last_usage_at`.execute(trx);
   return new Map(rows.map((r) => [r.id, r]));
 }

@@ -83,6 +83,26 @@ async function insertModelKeys(tx: Transaction<RegistryDB>, id: string): Promise
     WHERE p.id = ${id}`.execute(tx);
 }
 
+/** The provider row's writable fields from an input (with its GPU summary). */
+function writableFields(input: ProviderInput, status: ProviderStatus) {
+  return {
+    owner_id: input.owner_id,
+    name: input.name,
+    hostname: input.hostname ?? null,
+    ip_address: input.ip_address ?? null,
+    status,
+    location: input.location ?? null,
+    metadata: JSON.stringify(input.metadata ?? {}),
+    ...summarizeGpus(input.gpus),
+  };
+}
+
+/** Writes a provider's GPU rows and its discovery keys (after any old ones were deleted in `tx`). */
+async function writeGpus(tx: Transaction<RegistryDB>, id: string, input: ProviderInput): Promise<void> {
+  if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
+  await insertModelKeys(tx, id);
+}
+
 /** Inserts a provider and its GPUs in one transaction; a duplicate (owner, name) is a 409. */
 export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: ProviderInput): Promise<void> {
   const status: ProviderStatus = input.status ?? 'idle';
@@ -90,20 +110,9 @@ export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: 
     await db.transaction().execute(async (tx) => {
       await tx
         .insertInto('providers')
-        .values({
-          id,
-          owner_id: input.owner_id,
-          name: input.name,
-          hostname: input.hostname ?? null,
-          ip_address: input.ip_address ?? null,
-          status,
-          location: input.location ?? null,
-          metadata: JSON.stringify(input.metadata ?? {}),
-          ...summarizeGpus(input.gpus),
-        })
+        .values({ id, ...writableFields(input, status) })
         .execute();
-      if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
-      await insertModelKeys(tx, id);
+      await writeGpus(tx, id, input);
     });
   } catch (err) {
     rethrowDuplicate(err, input);
@@ -135,22 +144,14 @@ export async function replaceProvider(
       await tx
         .updateTable('providers')
         .set({
-          owner_id: input.owner_id,
-          name: input.name,
-          hostname: input.hostname ?? null,
-          ip_address: input.ip_address ?? null,
-          status,
-          location: input.location ?? null,
-          metadata: JSON.stringify(input.metadata ?? {}),
-          ...summarizeGpus(input.gpus),
+          ...writableFields(input, status),
           ...(status !== previous ? { last_seen_at: sql<Date>`now()` } : {}),
         })
         .where('id', '=', id)
         .execute();
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
       await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
-      if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
-      await insertModelKeys(tx, id);
+      await writeGpus(tx, id, input);
       return { previous, owner_id: current.owner_id };
     });
   } catch (err) {
