@@ -83,6 +83,22 @@ describe('POST /api/v1/billing/usage-update', () => {
     expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '9.660000', locked: '0.000000' });
   });
 
+  it('keeps message IDs and metrics as sent, whatever characters they hold', async () => {
+    const p = await parties(h, '10');
+    const id = (await start(h, startBody(p, H100_X1))).json().session.id;
+    const odd = ['a,"b"\\{c}', 'NULL', ' padded ', 'ünï {x}'];
+    for (const [i, messageId] of odd.entries()) {
+      const metrics = i === 0 ? { quote: '"}\\', nested: { list: [1, null, 'NULL'] } } : undefined;
+      const res = await update(report(id, { message_id: messageId, ...(metrics ? { metrics } : {}) }));
+      expect(res.statusCode).toBe(201);
+      expect(res.json().usage).toMatchObject({ message_id: messageId, metrics: metrics ?? null });
+      expect((await update(report(id, { message_id: messageId }))).json()).toMatchObject({
+        duplicate: true,
+        usage: { id: res.json().usage.id, message_id: messageId, metrics: metrics ?? null },
+      });
+    }
+  });
+
   it('refuses unknown sessions and bad reports', async () => {
     expect((await update(report(crypto.randomUUID()))).statusCode).toBe(404);
     const p = await parties(h, '10');

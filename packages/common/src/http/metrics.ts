@@ -32,7 +32,7 @@ export const metricsPlugin = fp(
     // The labelled series of each (method, route, status), looked up once: prom-client hashes a label set
     // on every call otherwise. Bounded: routes are the registered patterns, never raw URLs.
     const series = new Map<string, { count: Counter.Internal; latency: Histogram.Internal<string> }>();
-    app.addHook('onResponse', async (request, reply) => {
+    app.addHook('onResponse', (request, reply, done) => {
       const route = request.routeOptions.url ?? 'unmatched';
       const status = String(reply.statusCode);
       const key = `${request.method} ${route} ${status}`;
@@ -46,6 +46,7 @@ export const metricsPlugin = fp(
       }
       s.count.inc();
       s.latency.observe(reply.elapsedTime / 1000);
+      done();
     });
     if (opts.expose) {
       app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {

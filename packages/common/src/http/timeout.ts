@@ -41,11 +41,11 @@ export const requestTimeout = fp(
         return state.controller.signal;
       },
     });
-    app.addHook('onRequest', async (request, reply) => {
+    app.addHook('onRequest', (request, reply, done) => {
       const state: TimeoutState = { reply };
       states.set(request, state);
       const limit = request.routeOptions.config?.timeoutMs ?? opts.timeoutMs;
-      if (limit <= 0) return;
+      if (limit <= 0) return done();
       state.timer = setTimeout(() => {
         abort(state, errors.timeout());
         if (reply.sent || reply.raw.headersSent) return;
@@ -53,10 +53,12 @@ export const requestTimeout = fp(
         void sendProblem(request, reply, errors.timeout(`request did not finish within ${limit} ms`));
       }, limit);
       state.timer.unref();
+      done();
     });
-    app.addHook('onResponse', async (request) => {
+    app.addHook('onResponse', (request, _reply, done) => {
       const state = states.get(request);
       if (state?.timer) clearTimeout(state.timer);
+      done();
     });
   },
   { name: 'request-timeout' },

@@ -31,9 +31,58 @@ export function sessionRates(s: SessionRow): HourlyRates {
   };
 }
 
+/** The `rates` member of a session's JSON. */
+function ratesJson(s: SessionRow, scale: number) {
+  const r = sessionRates(s);
+  return {
+    rate_key: r.rateKey,
+    rate_source: r.rateSource,
+    base_rate_per_gpu: formatRate(r.baseRatePerGpu, scale),
+    base_hourly_rate: formatRate(r.baseHourlyRate, scale),
+    vram_hourly_rate: formatRate(r.vramHourlyRate, scale),
+    power_hourly_rate: formatRate(r.powerHourlyRate, scale),
+    demand_multiplier: r.demandMultiplier.toFixed(),
+    supply_factor: r.supplyFactor.toFixed(),
+    total_hourly_rate: formatRate(r.totalHourlyRate, scale),
+    platform_fee_percent: r.platformFeePercent.toFixed(),
+  };
+}
+
+type RatesJson = Readonly<ReturnType<typeof ratesJson>>;
+
+/**
+ * A session's rates never change and most sessions share a handful of rate sets, so their JSON is kept by the
+ * stored values (every usage update answers with its session: nine decimals to format each time otherwise).
+ * Bounded: the cache starts over when full.
+ */
+const ratesCache = new Map<string, RatesJson>();
+const RATES_CACHE_SIZE = 1024;
+
+function cachedRatesJson(s: SessionRow, scale: number): RatesJson {
+  const key = [
+    scale,
+    s.rate_key,
+    s.rate_source,
+    s.base_rate_per_gpu,
+    s.base_hourly_rate,
+    s.vram_hourly_rate,
+    s.power_hourly_rate,
+    s.demand_multiplier,
+    s.supply_factor,
+    s.total_hourly_rate,
+    s.platform_fee_percent,
+  ].join('|');
+  let json = ratesCache.get(key);
+  if (!json) {
+    if (ratesCache.size >= RATES_CACHE_SIZE) ratesCache.clear();
+    json = Object.freeze(ratesJson(s, scale));
+    ratesCache.set(key, json);
+  }
+  return json;
+}
+
 /** The JSON of a session (snake_case, decimal strings, RFC 3339 UTC). */
 export function sessionJson(s: SessionRow, scale: number) {
-  const r = sessionRates(s);
   return {
     id: s.id,
     user_id: s.user_id,
@@ -46,18 +95,7 @@ export function sessionJson(s: SessionRow, scale: number) {
     requested_vram_mb: s.requested_vram_mb,
     estimated_power_w: s.estimated_power_w,
     actual_power_w: s.actual_power_w === null ? null : new Dec(s.actual_power_w).toFixed(),
-    rates: {
-      rate_key: r.rateKey,
-      rate_source: r.rateSource,
-      base_rate_per_gpu: formatRate(r.baseRatePerGpu, scale),
-      base_hourly_rate: formatRate(r.baseHourlyRate, scale),
-      vram_hourly_rate: formatRate(r.vramHourlyRate, scale),
-      power_hourly_rate: formatRate(r.powerHourlyRate, scale),
-      demand_multiplier: r.demandMultiplier.toFixed(),
-      supply_factor: r.supplyFactor.toFixed(),
-      total_hourly_rate: formatRate(r.totalHourlyRate, scale),
-      platform_fee_percent: r.platformFeePercent.toFixed(),
-    },
+    rates: cachedRatesJson(s, scale),
     status: s.status,
     hold_id: s.hold_id,
     lock_transaction_id: s.lock_transaction_id,

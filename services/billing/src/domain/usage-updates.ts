@@ -18,7 +18,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { GroupCommit } from '@gpu/common';
-import { type Insertable, type Selectable, sql, type Transaction } from 'kysely';
+import { type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, UsageRecordTable } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
@@ -44,8 +44,8 @@ export function usageRecordJson(r: Selectable<UsageRecordTable>, scale: number) 
     session_id: r.session_id,
     message_id: r.message_id,
     timestamp: new Date(r.reported_at).toISOString(),
-    gpu_utilization: new Dec(r.gpu_utilization).toNumber(),
-    power_draw_w: new Dec(r.power_draw_w).toNumber(),
+    gpu_utilization: Number(r.gpu_utilization),
+    power_draw_w: Number(r.power_draw_w),
     metrics: (r.metrics ?? null) as Record<string, unknown> | null,
     billed_minutes: r.billed_minutes,
     cost: formatAmount(r.cost, scale),
@@ -169,7 +169,7 @@ async function applyInTransaction(
     rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
   });
   if (rows.length > 0) {
-    await trx.insertInto('usage_records').values(rows.map(insertable)).execute();
+    await insertRecords(trx, rows);
     for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
   }
 
@@ -282,7 +282,22 @@ function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, bill
   };
 }
 
-const insertable = (r: UsageRow): Insertable<UsageRecordTable> => ({
-  ...r,
-  metrics: r.metrics === null ? null : JSON.stringify(r.metrics),
-});
+/** Writes usage records in one statement whatever their number: one array parameter per column. */
+async function insertRecords(trx: Transaction<BillingDB>, rows: UsageRow[]): Promise<void> {
+  const column = <T>(f: (r: UsageRow) => T) => rows.map(f);
+  const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
+  await sql`
+    INSERT INTO usage_records
+      (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost, created_at)
+    SELECT id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics::jsonb, billed_minutes,
+      cost, created_at
+    FROM unnest(
+      ${column((r) => r.id)}::uuid[], ${column((r) => r.session_id)}::uuid[], ${column((r) => r.message_id)}::text[],
+      ${column((r) => iso(r.reported_at))}::timestamptz[], ${column((r) => r.gpu_utilization)}::numeric[],
+      ${column((r) => r.power_draw_w)}::numeric[],
+      ${column((r) => (r.metrics === null ? null : JSON.stringify(r.metrics)))}::text[],
+      ${column((r) => r.billed_minutes)}::int[], ${column((r) => r.cost)}::numeric[],
+      ${column((r) => iso(r.created_at))}::timestamptz[]
+    ) AS r (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost,
+      created_at)`.execute(trx);
+}
