@@ -163,8 +163,8 @@ async function matchingModels(db: Kysely<RegistryDB>, term: string): Promise<str
 }
 
 export interface DiscoveryPage {
-  /** The page as the API's JSON array of Provider, ready to send. */
-  json: string;
+  /** The page's providers, each as the API's JSON of a Provider, ready to send. */
+  items: string[];
   /** Where the next page starts; undefined on the last page. */
   next?: Cursor;
 }
@@ -178,7 +178,7 @@ export async function listProviders(
   let page: RawBuilder<unknown> | undefined;
   if (filter.gpu_model !== undefined && order.key !== 'last_seen_at') {
     const models = await matchingModels(db, filter.gpu_model);
-    if (models.length === 0) return { json: '[]' };
+    if (models.length === 0) return { items: [] };
     if (models.length <= MAX_MODEL_RANGES) page = modelWalk(filter, offlineAfterMs, order, models);
   }
   page ??= providerWalk(filter, offlineAfterMs, order);
@@ -190,7 +190,7 @@ export async function listProviders(
   const shown = rows.slice(0, filter.limit);
   const last = shown.at(-1);
   return {
-    json: `[${shown.map((r) => r.json).join(',')}]`,
+    items: shown.map((r) => r.json),
     next: rows.length > filter.limit && last ? { sort: filter.sort, value: last.sort_value, id: last.id } : undefined,
   };
 }

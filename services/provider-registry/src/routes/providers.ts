@@ -4,13 +4,14 @@
  * registry service and reply; rules live in `domain/`.
  */
 import { type App, problemSchema } from '@gpu/common';
-import type { FastifyPluginAsync, FastifyReply } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import { type Cursor, decodeCursor, encodeCursor } from '../domain/discovery.ts';
 import type { RegistryService } from '../domain/registry-service.ts';
 import { registryErrors } from '../errors.ts';
 import { type Access, assertActsFor, ownerScope } from './access.ts';
 import { heartbeatRoute } from './heartbeat.ts';
+import { sendJsonArray } from './json-array.ts';
 import {
   listQuerySchema,
   messageSchema,
@@ -30,14 +31,6 @@ export interface ProviderRoutesOptions {
 const tags = ['providers'];
 const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
 const security = (access: Access) => (access.enabled ? { security: [{ bearerAuth: [] }] } : {});
-
-/**
- * Sends JSON the database already rendered (discovery pages, `db/provider-json-sql.ts`) as it is: neither
- * parsed nor validated nor serialized again. As a Buffer, because Node writes a large string body to the
- * socket with more CPU than the same bytes encoded once (about 20 % less for a 160 KB page).
- */
-const sendJsonText = (reply: FastifyReply, json: string) =>
-  reply.type('application/json; charset=utf-8').send(Buffer.from(json));
 
 export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, opts) => {
   const app = fastify as unknown as App;
@@ -98,7 +91,9 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         url.searchParams.set('cursor', next);
         reply.header('x-next-cursor', next).header('link', `<${url.pathname}${url.search}>; rel="next"`);
       }
-      return sendJsonText(reply, page.json);
+      // JSON the database already rendered (`db/provider-json-sql.ts`) is sent as it is: neither parsed nor
+      // validated nor serialized again.
+      return sendJsonArray(reply, page.items);
     },
   );
 
