@@ -8,7 +8,6 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import http from 'node:http';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { migrateToLatest } from '@gpu/common';
@@ -21,6 +20,7 @@ import type { RegistryDB } from '../src/db/schema.ts';
 import { recordHeartbeat } from '../src/db/status-repository.ts';
 import { type DiscoveryFilter, decodeCursor } from '../src/domain/discovery.ts';
 import { loadFleet } from './dataset.ts';
+import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
 
 const PROVIDERS = Number(process.env.BENCH_PROVIDERS ?? 100_000);
@@ -61,17 +61,11 @@ async function capture(pool: pg.Pool, fn: (db: Kysely<RegistryDB>) => Promise<un
   return queries;
 }
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+// A lean client (bench/http-client.ts), so that the measured latency is the service's, not node:http's garbage.
+const http = new BenchHttpClient(port);
 
-function request(method: string, path: string): Promise<boolean> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(`${base}${path}`, { method, agent }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode === 200));
-    });
-    req.on('error', reject);
-    req.end();
-  });
+async function request(method: string, path: string): Promise<boolean> {
+  return (await http.request(method, path)) === 200;
 }
 
 async function startService(databaseUrl: string): Promise<ChildProcess> {
@@ -229,7 +223,8 @@ async function main() {
 
 ${PROVIDERS.toLocaleString('en-US')} providers and ${gpus.toLocaleString('en-US')} GPUs (1-8 per provider, 10 models, 60 % idle),
 loaded with set-based SQL in ${fmt(loadSeconds)} s. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
-log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback; "direct" replays through a \`pg\`
+log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback, by a lean client that reads
+every response into one reused buffer per connection (\`bench/http-client.ts\`); "direct" replays through a \`pg\`
 pool of the same size the exact statements the repository sends for the same request (captured from Kysely), in the
 same run. Each row ran ${SECONDS} s after a 1 s warm-up; load generator, service and PostgreSQL share the machine's cores.
 
@@ -253,6 +248,7 @@ both columns alike, the service column more, as it needs CPU for the service, it
     if (process.env.BENCH_ONLY) process.stdout.write(`${markdown}\n`);
     else writeBenchSection('registry', markdown);
   } finally {
+    http.close();
     child.kill('SIGTERM');
     await new Promise((r) => child.once('exit', r));
     await pool.end();

@@ -54,7 +54,9 @@ describe('sendJsonArray', () => {
     slow.write(`GET /page?n=${big} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
     await new Promise((r) => setTimeout(r, 300));
     // Meanwhile other pages of the same size class are answered (and their buffers handed back).
-    for (const n of [big - 1, big - 2]) expect((await (await fetch(`${base}/page?n=${n}`)).json()).length).toBe(n);
+    for (const n of [big - 1, big - 2]) {
+      expect(((await (await fetch(`${base}/page?n=${n}`)).json()) as unknown[]).length).toBe(n);
+    }
     const chunks: Buffer[] = [];
     slow.on('data', (c: Buffer) => chunks.push(c));
     slow.resume();
