@@ -1,18 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase, startAuth, type TestAuth } from './helpers.ts';
+import { describe, expect, it } from 'vitest';
+import { useAuth } from './helpers.ts';
 
-let auth: TestAuth;
-let database: Awaited<ReturnType<typeof freshDatabase>>;
-
-beforeAll(async () => {
-  database = await freshDatabase();
-  auth = await startAuth(database.db);
-});
-
-afterAll(async () => {
-  await auth?.close();
-  await database?.close();
-});
+const auth = useAuth();
 
 describe('documentation and health', () => {
   it('describes every endpoint in the OpenAPI document, with error responses', async () => {

@@ -2,6 +2,7 @@
 import { type App, createLogger, migrateToLatest, openDatabase } from '@gpu/common';
 import { captureLogs, createTestDatabase, type TestDatabase } from '@gpu/common/testing';
 import type { Kysely } from 'kysely';
+import { afterAll, beforeAll } from 'vitest';
 import { buildApp } from '../src/app.ts';
 import { type AuthConfig, authConfigSchema } from '../src/config.ts';
 import { createAuthContext } from '../src/context-factory.ts';
@@ -80,6 +81,27 @@ export async function startAuth(db: Kysely<AuthDatabase>, config: AuthConfig = t
   const app = await buildApp(ctx);
   await app.ready();
   return { app, ctx, config, db, logs, close: () => app.close() };
+}
+
+/**
+ * Opens a fresh database and an auth app over it in `beforeAll` and closes both
+ * in `afterAll`, for the file it is called in; returns the app. The returned
+ * object is filled in when `beforeAll` runs, so use it from tests and hooks only.
+ */
+export function useAuth(config?: AuthConfig): TestAuth {
+  const handle = {} as TestAuth;
+  let database: Awaited<ReturnType<typeof freshDatabase>> | undefined;
+  let auth: TestAuth | undefined;
+  beforeAll(async () => {
+    database = await freshDatabase();
+    auth = await startAuth(database.db, config);
+    Object.assign(handle, auth);
+  });
+  afterAll(async () => {
+    await auth?.close();
+    await database?.close();
+  });
+  return handle;
 }
 
 let counter = 0;

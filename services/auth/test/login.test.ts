@@ -1,30 +1,18 @@
 import { SignJWT } from 'jose';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   bearer,
   decodeJwt,
-  freshDatabase,
   GOOD_PASSWORD,
   registerAndLogin,
   SECRET,
   startAuth,
-  type TestAuth,
   testConfig,
   uniqueEmail,
+  useAuth,
 } from './helpers.ts';
 
-let auth: TestAuth;
-let database: Awaited<ReturnType<typeof freshDatabase>>;
-
-beforeAll(async () => {
-  database = await freshDatabase();
-  auth = await startAuth(database.db);
-});
-
-afterAll(async () => {
-  await auth?.close();
-  await database?.close();
-});
+const auth = useAuth();
 
 const login = (payload: Record<string, unknown>, app = auth.app) =>
   app.inject({ method: 'POST', url: '/api/v1/auth/login', payload });
@@ -62,7 +50,7 @@ describe('POST /api/v1/auth/login', () => {
 
   it('stores refresh tokens only as hashes', async () => {
     const { tokens } = await registerAndLogin(auth.app);
-    const rows = await database.db.selectFrom('refresh_tokens').select('token_hash').execute();
+    const rows = await auth.db.selectFrom('refresh_tokens').select('token_hash').execute();
     expect(rows.some((r) => r.token_hash === tokens.refresh_token)).toBe(false);
     expect(rows.every((r) => /^[0-9a-f]{64}$/.test(r.token_hash))).toBe(true);
   });
@@ -107,10 +95,10 @@ describe('POST /api/v1/auth/login', () => {
 
   it('rehashes a password on login when the argon2id parameters were raised', async () => {
     const { email, user } = await registerAndLogin(auth.app);
-    const stronger = await startAuth(database.db, testConfig({ password: { memory_kib: 24_576, time_cost: 3 } }));
+    const stronger = await startAuth(auth.db, testConfig({ password: { memory_kib: 24_576, time_cost: 3 } }));
     try {
       expect((await login({ email, password: GOOD_PASSWORD }, stronger.app)).statusCode).toBe(200);
-      const row = await database.db
+      const row = await auth.db
         .selectFrom('users')
         .select('password_hash')
         .where('id', '=', user.id)

@@ -1,40 +1,20 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  freshDatabase,
-  GOOD_PASSWORD,
-  registerAndLogin,
-  startAuth,
-  type TestAuth,
-  testConfig,
-  uniqueEmail,
-} from './helpers.ts';
+import { describe, expect, it } from 'vitest';
+import { GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
-let auth: TestAuth;
-let database: Awaited<ReturnType<typeof freshDatabase>>;
-
-beforeAll(async () => {
-  database = await freshDatabase();
-  auth = await startAuth(
-    database.db,
-    testConfig({
-      server: { trusted_proxies: ['127.0.0.1'] },
-      rate_limit: {
-        enabled: true,
-        login_per_ip: '5/1m',
-        login_per_account: '3/15m',
-        register_per_ip: '4/1h',
-        register_per_account: '2/1h',
-        refresh_per_ip: '3/1m',
-        refresh_per_account: '100/1m',
-      },
-    }),
-  );
-});
-
-afterAll(async () => {
-  await auth?.close();
-  await database?.close();
-});
+const auth = useAuth(
+  testConfig({
+    server: { trusted_proxies: ['127.0.0.1'] },
+    rate_limit: {
+      enabled: true,
+      login_per_ip: '5/1m',
+      login_per_account: '3/15m',
+      register_per_ip: '4/1h',
+      register_per_account: '2/1h',
+      refresh_per_ip: '3/1m',
+      refresh_per_account: '100/1m',
+    },
+  }),
+);
 
 /** Requests through the trusted proxy, from the given client address. */
 const from = (ip: string) => ({ remoteAddress: '127.0.0.1', headers: { 'x-forwarded-for': ip } });

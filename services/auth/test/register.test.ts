@@ -1,18 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase, GOOD_PASSWORD, startAuth, type TestAuth, uniqueEmail } from './helpers.ts';
+import { describe, expect, it } from 'vitest';
+import { GOOD_PASSWORD, uniqueEmail, useAuth } from './helpers.ts';
 
-let auth: TestAuth;
-let database: Awaited<ReturnType<typeof freshDatabase>>;
-
-beforeAll(async () => {
-  database = await freshDatabase();
-  auth = await startAuth(database.db);
-});
-
-afterAll(async () => {
-  await auth?.close();
-  await database?.close();
-});
+const auth = useAuth();
 
 const register = (payload: unknown) =>
   auth.app.inject({ method: 'POST', url: '/api/v1/auth/register', payload: payload as Record<string, unknown> });
@@ -34,7 +23,7 @@ describe('POST /api/v1/auth/register', () => {
   it('stores only an argon2id hash with at least the OWASP parameters', async () => {
     const email = uniqueEmail();
     await register({ email, password: GOOD_PASSWORD });
-    const row = await database.db.selectFrom('users').selectAll().where('email', '=', email).executeTakeFirstOrThrow();
+    const row = await auth.db.selectFrom('users').selectAll().where('email', '=', email).executeTakeFirstOrThrow();
     expect(row.password_hash).toMatch(/^\$argon2id\$v=19\$m=19456,p=1,t=2\$/);
     expect(row.password_hash).not.toContain(GOOD_PASSWORD);
   });
@@ -72,7 +61,7 @@ describe('POST /api/v1/auth/register', () => {
       register({ email, password: 'a different passphrase' }),
     ]);
     expect(results.map((r) => r.statusCode).sort()).toEqual([201, 409]);
-    const rows = await database.db.selectFrom('users').select('id').where('email', '=', email).execute();
+    const rows = await auth.db.selectFrom('users').select('id').where('email', '=', email).execute();
     expect(rows).toHaveLength(1);
   });
 

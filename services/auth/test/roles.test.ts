@@ -1,34 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureInitialAdmin } from '../src/domain/accounts.ts';
-import {
-  bearer,
-  freshDatabase,
-  registerAndLogin,
-  startAuth,
-  type TestAuth,
-  testConfig,
-  uniqueEmail,
-} from './helpers.ts';
+import { bearer, freshDatabase, registerAndLogin, startAuth, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'Root@Example.com', password: 'initial admin passphrase' };
 
-let auth: TestAuth;
-let database: Awaited<ReturnType<typeof freshDatabase>>;
+const auth = useAuth(testConfig({ admin: ADMIN }));
 let adminToken: string;
 let adminId: string;
 
 beforeAll(async () => {
-  database = await freshDatabase();
-  auth = await startAuth(database.db, testConfig({ admin: ADMIN }));
   expect(await ensureInitialAdmin(auth.ctx)).toBe('created');
   const res = await auth.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: ADMIN });
   adminToken = res.json().access_token;
   adminId = (await auth.app.inject({ method: 'GET', url: '/api/v1/auth/me', headers: bearer(adminToken) })).json().id;
-});
-
-afterAll(async () => {
-  await auth?.close();
-  await database?.close();
 });
 
 const setRoles = (id: string, roles: unknown, token?: string) =>
@@ -49,7 +33,7 @@ describe('initial admin', () => {
     const outcomes = await Promise.all([ensureInitialAdmin(auth.ctx), ensureInitialAdmin(auth.ctx)]);
     expect(outcomes).toEqual(['exists', 'exists']);
     const other = await startAuth(
-      database.db,
+      auth.db,
       testConfig({ admin: { email: uniqueEmail('admin2'), password: ADMIN.password } }),
     );
     try {

@@ -1,17 +1,11 @@
 /** The background biller: silent daemons still pay, grace to termination, several instances at once. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runBillingCycle } from '../src/domain/biller.ts';
 import { H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling({ now: clock.now });
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness({ now: clock.now });
 
 const session = (id: string) =>
   h.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();

@@ -1,19 +1,14 @@
 /** Reading a wallet's on-chain token balance through the API, against the real local chain. */
 import { Keypair } from '@solana/web3.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createWallet } from '../src/domain/wallets.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { setupBilling, useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
 let L: Localnet;
-
-beforeAll(async () => {
+const h = useBillingHarness(async () => {
   L = await setupLocalnet();
-  h = await setupBilling({ chain: L.chain });
-});
-afterAll(async () => {
-  await h?.close();
+  return { chain: L.chain };
 });
 
 const walletOf = (address: string) =>

@@ -1,20 +1,15 @@
 /** Deposits against the real local chain: verification, crediting once, every rejection, idempotency. */
 import { Keypair } from '@solana/web3.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { base58Encode } from '../src/adapters/base58.ts';
 import { createWallet, type Wallet } from '../src/domain/wallets.ts';
 import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { setupBilling, useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
 let L: Localnet;
-
-beforeAll(async () => {
+const h = useBillingHarness(async () => {
   L = await setupLocalnet();
-  h = await setupBilling({ chain: L.chain });
-});
-afterAll(async () => {
-  await h?.close();
+  return { chain: L.chain };
 });
 
 async function walletFor(kp: Keypair): Promise<Wallet> {

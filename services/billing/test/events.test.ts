@@ -1,19 +1,13 @@
 /** Payment events: written to the outbox with the money movement, published on real NATS by the relay. */
 import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { recordIntent, settle } from '../src/domain/chain-payouts.ts';
 import { OutboxRelay } from '../src/domain/events.ts';
 import { Dec } from '../src/domain/money.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness();
 
 describe('payment events', () => {
   it('publishes each outbox event once on billing.events.<kind> with its ID as Nats-Msg-Id', async () => {

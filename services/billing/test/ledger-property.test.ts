@@ -7,20 +7,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { recordIntent, settle } from '../src/domain/chain-payouts.ts';
 import { createHold, type Hold, postHold, voidHold } from '../src/domain/holds.ts';
 import { Dec } from '../src/domain/money.ts';
 import type { Wallet } from '../src/domain/wallets.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness();
 
 const amount = fc.integer({ min: 1, max: 5_000_000 }).map((micro) => new Dec(micro).div(1_000_000));
 

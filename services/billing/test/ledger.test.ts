@@ -1,19 +1,12 @@
 import { sql, type Transaction } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { BillingDB } from '../src/db/schema.ts';
 import { createHold, extendHold, postHold, voidHold } from '../src/domain/holds.ts';
 import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
-
-beforeAll(async () => {
-  h = await setupBilling();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness();
 
 const tx = <T>(fn: (trx: Transaction<BillingDB>) => Promise<T>) => h.db.transaction().execute(fn);
 

@@ -1,15 +1,9 @@
 /** Pricing: the contract's rates, the breakdown, exact costs and fee split, provider rates, market factors. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Dec } from '../src/domain/money.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { setupBilling, useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness();
 
 const calculate = (body: Record<string, unknown>) =>
   h.app.inject({ method: 'POST', url: '/api/v1/pricing/calculate', payload: body });

@@ -1,22 +1,18 @@
 /** A full rental paid by a real on-chain deposit, with its session events published on real NATS. */
 import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { OutboxRelay } from '../src/domain/events.ts';
 import { createWallet } from '../src/domain/wallets.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { end, H100_X1, manualClock, start, usage } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
 let L: Localnet;
-beforeAll(async () => {
+const h = useBillingHarness(async () => {
   L = await setupLocalnet();
-  h = await setupBilling({ chain: L.chain, now: clock.now });
-});
-afterAll(async () => {
-  await h?.close();
+  return { chain: L.chain, now: clock.now };
 });
 
 describe('a full rental', () => {

@@ -1,16 +1,10 @@
 /** Session starts that must not go through, concurrent starts and ends, idempotency, history. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { end, H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling({ now: clock.now });
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness({ now: clock.now });
 
 const sessionsOf = (walletId: string) =>
   h.db.selectFrom('rental_sessions').selectAll().where('wallet_id', '=', walletId).execute();

@@ -1,18 +1,12 @@
 /** Rental sessions over HTTP on the real PostgreSQL: start, per-minute math, end, idempotency, funds. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SYSTEM_ACCOUNT_IDS } from '../src/db/migrations/0001-ledger.ts';
 import { Dec } from '../src/domain/money.ts';
 import { end, H100_X1, manualClock, parties, RTX4090_X2, start, startBody, usage } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling({ now: clock.now });
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness({ now: clock.now });
 
 const platformFees = async () =>
   new Dec(

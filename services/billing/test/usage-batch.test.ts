@@ -5,22 +5,16 @@
  */
 
 import { isAppError } from '@gpu/common';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { applyUsageBatch, type UsageUpdate } from '../src/domain/usage-updates.ts';
 import { sessionSchema } from '../src/routes/session-schemas.ts';
 import { usageRecordSchema } from '../src/routes/usage.ts';
 import { end, H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling({ now: clock.now });
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness({ now: clock.now });
 
 const answerSchema = z.strictObject({
   duplicate: z.boolean(),

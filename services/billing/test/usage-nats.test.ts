@@ -5,18 +5,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
 import { applyUsageUpdate } from '../src/domain/usage-updates.ts';
 import { H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
+const h = useBillingHarness({ now: clock.now });
 let publisher: NatsPublisher;
 beforeAll(async () => {
-  h = await setupBilling({ now: clock.now });
   publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-usage-test' })) as NatsPublisher;
 });
 afterAll(async () => {
   await publisher?.close();
-  await h?.close();
 });
 
 const records = (sessionId: string) =>

@@ -1,16 +1,10 @@
 /** Usage updates over HTTP: records, per-minute billing, duplicates, out-of-order, hold top-ups, grace, termination. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { end, H100_X1, manualClock, parties, start, startBody, usage } from './support/sessions.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
-let h: BillingHarness;
-beforeAll(async () => {
-  h = await setupBilling({ now: clock.now });
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness({ now: clock.now });
 
 const update = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
   h.app.inject({ method: 'POST', url: '/api/v1/billing/usage-update', payload: body, headers });

@@ -1,17 +1,10 @@
 import { Keypair } from '@solana/web3.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createHold } from '../src/domain/holds.ts';
 import { Dec } from '../src/domain/money.ts';
-import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { useBillingHarness } from './support/setup.ts';
 
-let h: BillingHarness;
-
-beforeAll(async () => {
-  h = await setupBilling();
-});
-afterAll(async () => {
-  await h?.close();
-});
+const h = useBillingHarness();
 
 const address = () => Keypair.generate().publicKey.toBase58();
 

@@ -6,6 +6,7 @@ import { createLogger } from '@gpu/common';
 import { createTestDatabase } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
+import { afterAll, beforeAll } from 'vitest';
 import type { Chain } from '../../src/adapters/chain.ts';
 import { billingContext, buildApp } from '../../src/app.ts';
 import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
@@ -135,3 +136,24 @@ export async function setupBilling(opts: SetupOptions = {}) {
 }
 
 export type BillingHarness = Awaited<ReturnType<typeof setupBilling>>;
+
+/**
+ * Sets up a billing harness in `beforeAll` and closes it in `afterAll`, for the
+ * file or `describe` block it is called in, and returns it. The returned object
+ * is filled in when `beforeAll` runs, so use it from tests and hooks only.
+ * `opts` may be a function, for options made by earlier setup (a local chain).
+ */
+export function useBillingHarness(
+  opts: SetupOptions | (() => SetupOptions | Promise<SetupOptions>) = {},
+): BillingHarness {
+  const handle = {} as BillingHarness;
+  let harness: BillingHarness | undefined;
+  beforeAll(async () => {
+    harness = await setupBilling(typeof opts === 'function' ? await opts() : opts);
+    Object.assign(handle, harness);
+  });
+  afterAll(async () => {
+    await harness?.close();
+  });
+  return handle;
+}
