@@ -2,9 +2,12 @@
  * Discovery pages are rendered as JSON by PostgreSQL (db/provider-json-sql.ts) while
  * GET /providers/{id} serializes in JS: both must show every provider identically.
  */
-import { sql } from 'kysely';
+import { migrateToLatest, openDatabase } from '@gpu/common';
+import { createTestDatabase } from '@gpu/common/testing';
+import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ageProvider, gpu, type Harness, register, startHarness } from './helpers.ts';
+import { migrations } from '../src/db/migrations/index.ts';
+import { ageProvider, gpu, type Harness, providerBody, register, startHarness } from './helpers.ts';
 
 let h: Harness;
 
@@ -92,6 +95,31 @@ describe('GET /providers rendering', () => {
     });
   });
 
+  it('shows GPU specs as a full update left them, and the metrics heartbeats report', async () => {
+    const p = await register(h.app, { gpus: [gpu({ model_name: 'A100 40GB', vram: 40960 })] });
+    const body = providerBody({
+      name: p.name,
+      gpus: [gpu({ model_name: `H200 ${awkward}`, vram: 143771, cuda_cores: null }), gpu({ model_name: 'L4' })],
+    });
+    expect((await h.app.inject({ method: 'PUT', url: `/providers/${p.id}`, payload: body })).statusCode).toBe(200);
+    await h.app.inject({
+      method: 'POST',
+      url: `/providers/${p.id}/heartbeat`,
+      payload: { gpu_metrics: [{ index: 1, utilization_gpu: 42, temperature: 61, power_draw: 70, is_healthy: false }] },
+    });
+    const [listed] = (
+      await h.app.inject({ method: 'GET', url: `/providers?gpu_model=${encodeURIComponent('h200')}` })
+    ).json() as { id: string }[];
+    expect(listed?.id).toBe(p.id);
+    expect(JSON.stringify(listed)).toBe(JSON.stringify(await getJson(p.id)));
+    expect(listed).toMatchObject({
+      gpus: [
+        { model_name: `H200 ${awkward}`, vram: 143771, cuda_cores: null },
+        { model_name: 'L4', utilization_gpu: 42, temperature: 61, power_draw: 70, is_healthy: false },
+      ],
+    });
+  });
+
   it('answers an empty page as an empty JSON array', async () => {
     const res = await h.app.inject({ method: 'GET', url: '/providers?gpu_model=no-such-model' });
     expect(res.statusCode).toBe(200);
@@ -99,5 +127,39 @@ describe('GET /providers rendering', () => {
     expect(res.headers['x-next-cursor']).toBeUndefined();
     const none = await h.app.inject({ method: 'GET', url: '/providers?status=busy' });
     expect(none.body).toBe('[]');
+  });
+});
+
+describe('the gpu_spec_json migration', () => {
+  it('renders the GPUs that existed before it', async () => {
+    const testDb = await createTestDatabase('registry_spec_migration');
+    const database = await openDatabase({ url: testDb.url, poolSize: 2 });
+    try {
+      const db = database.db as Kysely<unknown>;
+      const before = Object.fromEntries(Object.entries(migrations).filter(([name]) => name < '20250103'));
+      await migrateToLatest(db, 'provider-registry', before);
+      const id = '00000000-0000-4000-8000-000000000001';
+      await sql`INSERT INTO providers (id, owner_id, name, status) VALUES (${id}, 'o', 'n', 'idle')`.execute(db);
+      await sql`INSERT INTO gpus (provider_id, idx, model_name, vram, driver_version, architecture, cuda_cores)
+                VALUES (${id}, 0, ${`M "x" ${awkward}`}, 8192, '550.1', NULL, 4096)`.execute(db);
+      await migrateToLatest(db, 'provider-registry', migrations);
+      const { rows } = await sql<{ spec_json: string }>`SELECT spec_json FROM gpus WHERE provider_id = ${id}`.execute(
+        db,
+      );
+      expect(JSON.parse(`${rows[0]?.spec_json}}`)).toEqual({
+        model_name: `M "x" ${awkward}`,
+        vram: 8192,
+        driver_version: '550.1',
+        architecture: null,
+        compute_capability: null,
+        cuda_cores: 4096,
+        tensor_cores: null,
+        memory_bandwidth: null,
+        power_consumption: null,
+      });
+    } finally {
+      await database.close();
+      await testDb.drop();
+    }
   });
 });

@@ -39,26 +39,36 @@ function jsonObject(fields: Record<string, JsonText>): JsonText {
   return sql<string>`concat(${sql.join([...parts, sql.lit('}')])})`;
 }
 
-const GPU_FIELDS = {
-  model_name: jsonString('g.model_name'),
-  vram: jsonLiteral('g.vram'),
-  driver_version: jsonString('g.driver_version'),
-  architecture: jsonString('g.architecture'),
-  compute_capability: jsonString('g.compute_capability'),
-  cuda_cores: jsonLiteral('g.cuda_cores'),
-  tensor_cores: jsonLiteral('g.tensor_cores'),
-  memory_bandwidth: jsonLiteral('g.memory_bandwidth'),
-  power_consumption: jsonLiteral('g.power_consumption'),
+/** The GPU fields that `gpus.spec_json` holds already rendered (a trigger keeps it; see its migration). */
+const GPU_SPEC_FIELDS = [
+  'model_name',
+  'vram',
+  'driver_version',
+  'architecture',
+  'compute_capability',
+  'cuda_cores',
+  'tensor_cores',
+  'memory_bandwidth',
+  'power_consumption',
+] as const satisfies readonly (keyof Gpu)[];
+
+/** The rest: the live metrics heartbeats write, rendered on each read. */
+const GPU_LIVE_FIELDS = {
   utilization_gpu: jsonLiteral('g.utilization_gpu'),
   utilization_mem: jsonLiteral('g.utilization_mem'),
   temperature: jsonLiteral('g.temperature'),
   power_draw: jsonLiteral('g.power_draw'),
   is_healthy: jsonLiteral('g.is_healthy'),
-} satisfies Record<keyof Gpu, JsonText>;
+} satisfies Record<Exclude<keyof Gpu, (typeof GPU_SPEC_FIELDS)[number]>, JsonText>;
+
+/** A GPU `g` as JSON text: its stored static opening, then the live fields and the closing brace. */
+const gpuJson = sql<string>`concat(g.spec_json, ${sql.join(
+  Object.entries(GPU_LIVE_FIELDS).flatMap(([key, value]) => [sql.lit(`,${JSON.stringify(key)}:`), value]),
+)}, '}')`;
 
 /** The JSON array of `p`'s GPUs in index order. */
 const gpusJson = sql<string>`concat('[', (
-  SELECT string_agg(${jsonObject(GPU_FIELDS)}, ',' ORDER BY g.idx) FROM gpus g WHERE g.provider_id = p.id
+  SELECT string_agg(${gpuJson}, ',' ORDER BY g.idx) FROM gpus g WHERE g.provider_id = p.id
 ), ']')`;
 
 /** The API's Provider object for the row `p`, with its effective status, as JSON text. */

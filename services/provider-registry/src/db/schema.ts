@@ -39,6 +39,8 @@ export interface GpusTable {
   temperature: number | null;
   power_draw: number | null;
   is_healthy: Generated<boolean>;
+  /** The static fields as the opening of the GPU's API JSON, kept by a trigger (see its migration). */
+  spec_json: Generated<string>;
 }
 
 /** A provider's GPU model (lowercased) with the provider's static sort keys; see the migration. */
