@@ -12,10 +12,13 @@ import type { FastifyReply } from 'fastify';
 
 /** Smallest pooled buffer; sizes go up in powers of two. */
 const MIN_CLASS = 64 * 1024;
-/** Pages larger than this get a buffer of their own. */
+/** Pages larger than this get a buffer of their own (a full page of 1,000 providers is about 2.5 MB). */
 const MAX_CLASS = 8 * 1024 * 1024;
-/** Free buffers kept per size class (the pool's memory is bounded by this times the classes in use). */
-const FREE_PER_CLASS = 8;
+/**
+ * Free buffers kept per size class. The pool holds at most this many of each class it has seen: with pages of
+ * every size up to the 4 MB class, 4 × (64 KB + … + 4 MB) ≈ 32 MB; with the usual 100-provider pages, 4 × 256 KB.
+ */
+const FREE_PER_CLASS = 4;
 
 const free = new Map<number, Buffer[]>();
 
