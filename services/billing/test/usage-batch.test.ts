@@ -70,10 +70,13 @@ describe('concurrent usage updates', () => {
     expect(records.map((r) => r.message_id).sort()).toEqual(['a-1', 'a-2', 'a-3']);
   });
 
-  it('refuses metrics PostgreSQL cannot store (NUL characters) with 400', async () => {
+  it('refuses metrics and message IDs PostgreSQL cannot store (NUL characters) with 400', async () => {
     const a = await runningSession();
     const res = await post({ ...report(a, 'nul', 0, 100), metrics: { note: 'a\u0000b' } });
     expect(res.statusCode).toBe(400);
+    const id = await post({ ...report(a, 'nul', 0, 100), message_id: 'a\u0000b' });
+    expect(id.statusCode).toBe(400);
+    expect(id.json()).toMatchObject({ status: 400, code: 'VALIDATION_ERROR' });
   });
 });
 

@@ -31,8 +31,12 @@ export const usageMessageSchema = z.object({
     .string()
     .min(1)
     .max(255)
+    .refine((id) => !id.includes('\0'), 'message_id may not contain NUL characters')
     .optional()
-    .describe('de-duplication key; else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp'),
+    .describe(
+      'de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), ' +
+        'else the timestamp',
+    ),
 });
 
 export type UsageMessage = z.infer<typeof usageMessageSchema>;
