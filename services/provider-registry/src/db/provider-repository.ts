@@ -40,13 +40,33 @@ function selectProviders(db: Db, offlineAfterMs: number) {
     ]);
 }
 
+/** The columns of a GpuRow: every one but the rendered `spec_json`. */
+const GPU_COLUMNS = [
+  'provider_id',
+  'idx',
+  'model_name',
+  'vram',
+  'driver_version',
+  'architecture',
+  'compute_capability',
+  'cuda_cores',
+  'tensor_cores',
+  'memory_bandwidth',
+  'power_consumption',
+  'utilization_gpu',
+  'utilization_mem',
+  'temperature',
+  'power_draw',
+  'is_healthy',
+] as const satisfies readonly (keyof GpuRow)[];
+
 /** GPU rows of the given providers, grouped by provider ID. */
 export async function loadGpus(db: Db, providerIds: string[]): Promise<Map<string, GpuRow[]>> {
   const byProvider = new Map<string, GpuRow[]>(providerIds.map((id) => [id, []]));
   if (providerIds.length === 0) return byProvider;
   const rows = await db
     .selectFrom('gpus')
-    .selectAll()
+    .select(GPU_COLUMNS)
     .where('provider_id', 'in', providerIds)
     .orderBy('provider_id')
     .orderBy('idx')

@@ -59,5 +59,6 @@ export interface RegistryDB {
 }
 
 export type ProviderRow = Selectable<ProvidersTable>;
-export type GpuRow = Selectable<GpusTable>;
+/** A GPU as the API reads it (without `spec_json`, which only discovery's rendering uses). */
+export type GpuRow = Omit<Selectable<GpusTable>, 'spec_json'>;
 export type NewGpuRow = Insertable<GpusTable>;
