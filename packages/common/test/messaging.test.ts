@@ -82,6 +82,14 @@ describe('NATS publisher (JetStream)', () => {
     expect(info.config.subjects.sort()).toEqual([`other.${suffix}.>`, `test.${suffix}.>`].sort());
   });
 
+  it('names the stream that already captures a subject another stream asks for', async () => {
+    const jsm = await jetstreamManager(nc);
+    await expect(ensureStream(jsm, { name: `${streamName}_B`, subjects: [`test.${suffix}.status`] })).rejects.toThrow(
+      `JetStream stream ${streamName}_B cannot capture test.${suffix}.status: stream ${streamName} already does`,
+    );
+    await expect(jsm.streams.info(`${streamName}_B`)).rejects.toThrow();
+  });
+
   it('answers ping while connected and refuses to publish after close', async () => {
     const p = await connectPublisher({ url: testEnv.natsUrl, stream: { name: streamName, subjects: [] } });
     await expect(p.ping()).resolves.toBeUndefined();

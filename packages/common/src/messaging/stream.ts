@@ -40,7 +40,23 @@ export async function ensureStream(jsm: JetStreamManager, opts: EnsureStreamOpti
       return;
     } catch (err) {
       // Another instance may have created the stream between our info and add: look again.
-      if (attempt === 2) throw err;
+      if (attempt === 2) throw (await claimedElsewhere(jsm, opts)) ?? err;
     }
   }
+}
+
+/**
+ * NATS refuses two streams capturing one subject, with a bare "subjects overlap with an existing stream". Says
+ * which stream holds which subject, so an operator knows to name that stream in the service's configuration.
+ */
+async function claimedElsewhere(jsm: JetStreamManager, opts: EnsureStreamOptions): Promise<Error | undefined> {
+  for (const subject of opts.subjects) {
+    const owner = await jsm.streams.find(subject).catch(() => undefined);
+    if (owner !== undefined && owner !== opts.name) {
+      return new Error(
+        `JetStream stream ${opts.name} cannot capture ${subject}: stream ${owner} already does (configure the stream name ${owner}, or remove that stream)`,
+      );
+    }
+  }
+  return undefined;
 }
