@@ -30,4 +30,35 @@ describe('openDatabase', () => {
       await database.close();
     }
   });
+
+  it('answers queries, row counts, SQLSTATE errors and transactions through the pool', async () => {
+    const database = await openDatabase<{ t: { id: number; amount: string } }>({ url: testDb.url, poolSize: 2 });
+    const { db } = database;
+    try {
+      await sql`CREATE TABLE t (id int PRIMARY KEY, amount numeric NOT NULL)`.execute(db);
+      await db.insertInto('t').values({ id: 1, amount: '10.000000001' }).execute();
+      const count = await sql<{ n: number }>`SELECT count(*) AS n FROM t`.execute(db);
+      expect(count.rows).toEqual([{ n: 1 }]);
+      expect(await db.selectFrom('t').selectAll().execute()).toEqual([{ id: 1, amount: '10.000000001' }]);
+      const updated = await db.updateTable('t').set({ amount: '11' }).where('id', '=', 1).executeTakeFirst();
+      expect(updated.numUpdatedRows).toBe(1n);
+
+      // A constraint violation rejects with PostgreSQL's error and code, and the connection stays usable.
+      await expect(db.insertInto('t').values({ id: 1, amount: '1' }).execute()).rejects.toMatchObject({
+        code: '23505',
+        message: expect.stringContaining('t_pkey'),
+      });
+      await expect(
+        db.transaction().execute(async (trx) => {
+          await trx.insertInto('t').values({ id: 2, amount: '2' }).execute();
+          throw new Error('roll back');
+        }),
+      ).rejects.toThrow('roll back');
+      await db.transaction().execute((trx) => trx.insertInto('t').values({ id: 3, amount: '3' }).execute());
+      const ids = await db.selectFrom('t').select('id').orderBy('id').execute();
+      expect(ids.map((r) => r.id)).toEqual([1, 3]);
+    } finally {
+      await database.close();
+    }
+  });
 });

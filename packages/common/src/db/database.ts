@@ -6,6 +6,7 @@
 import { mkdirSync } from 'node:fs';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
+import { callbackPool } from './callback-pool.ts';
 
 export interface Database<DB> {
   db: Kysely<DB>;
@@ -65,7 +66,7 @@ export async function openDatabase<DB>(opts: OpenDatabaseOptions): Promise<Datab
     // Nor may a checked-out one (the server stopping mid-query): its query already fails with the
     // error, and the pool discards the broken client when it is released.
     pool.on('connect', (client) => client.on('error', () => {}));
-    const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+    const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool: callbackPool(pool) }) });
     return {
       db,
       kind: 'postgres',
