@@ -165,6 +165,16 @@ async function main() {
       `${deep}&cursor=${await cursorOfPage(deep, 5)}`,
     );
 
+    // The floor under every one-client latency: a round trip that does no work, to PostgreSQL and to the service.
+    const floorPg = await runLoad(async () => (await pool.query('SELECT 1')).rowCount === 1, {
+      concurrency: 1,
+      seconds: SECONDS,
+    });
+    const floorHealth = await runLoad(() => request('GET', '/health'), { concurrency: 1, seconds: SECONDS });
+    log(
+      `floor: SELECT 1 p50 ${fmt(floorPg.p50, 2)} p99 ${fmt(floorPg.p99, 2)} ms; GET /health p50 ${fmt(floorHealth.p50, 2)} p99 ${fmt(floorHealth.p99, 2)} ms`,
+    );
+
     const listRows: string[] = [];
     const listResults: { service: LoadResult; direct: LoadResult }[] = [];
     for (const s of scenarios) {
@@ -234,6 +244,10 @@ latency); with ${LIST_CONCURRENCY} concurrent clients on ${os.cpus().length} cor
 | query | service, 1 client | direct (pg), ${LIST_CONCURRENCY} clients | service, ${LIST_CONCURRENCY} clients | p99 target (1 client) |
 |---|---|---|---|---|
 ${listRows.join('\n')}
+
+The floor under those one-client latencies, measured in the same run: a bare \`SELECT 1\` through \`pg\` takes
+${fmt(floorPg.p50, 2)} / ${fmt(floorPg.p99, 2)} ms (p50 / p99), \`GET /health\` (the service's HTTP stack and one \`SELECT 1\`)
+${fmt(floorHealth.p50, 2)} / ${fmt(floorHealth.p99, 2)} ms: what a request costs here before it does any work.
 
 Heartbeats (no metrics; random idle/busy providers), ${HEARTBEAT_CONCURRENCY} concurrent clients:
 
