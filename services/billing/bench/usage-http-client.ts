@@ -6,8 +6,11 @@
  * (POST /usage-update); with more, a request carries `batch` reports for as
  * many sessions (POST /usage-updates, a daemon with several rented GPUs). One
  * request in 20 is sent a second time (a daemon's retry), which must answer
- * every report as a duplicate. Reads its job as JSON on stdin and prints its
- * counts as JSON on stdout.
+ * every report as a duplicate. The same load runs `warmupSeconds` first,
+ * uncounted, with message IDs of its own (`<prefix>w-<n>`), so the counted run
+ * measures compiled code rather than the first seconds of JIT warm-up. Reads
+ * its job as JSON on stdin and prints its counts as JSON on stdout (after a
+ * `warm` line when the warm-up ends).
  */
 import { Agent, request } from 'node:http';
 
@@ -15,6 +18,7 @@ interface Job {
   port: number;
   sessions: string[];
   seconds: number;
+  warmupSeconds: number;
   workers: number;
   batch: number;
   prefix: string;
@@ -54,42 +58,51 @@ function post(body: string): Promise<{ status: number; statuses: number[] }> {
 }
 
 let seq = 0;
-const report = () => {
+const report = (prefix: string) => {
   const n = seq++;
   return {
     session_id: job.sessions[n % job.sessions.length],
     timestamp: new Date().toISOString(),
     gpu_utilization: 90,
     power_draw_w: 400 + (n % 50),
-    message_id: `${job.prefix}-${n}`,
+    message_id: `${prefix}-${n}`,
   };
 };
 
-const counts = { unique: 0, sent: 0, requests: 0, errors: 0, seconds: 0 };
 const failed = { status: 0, statuses: [0] };
-const started = Date.now();
-const deadline = started + job.seconds * 1000;
-await Promise.all(
-  Array.from({ length: job.workers }, async (_, worker) => {
-    for (let i = 0; Date.now() < deadline; i++) {
-      const reports = Array.from({ length: job.batch }, report);
-      const body = JSON.stringify(job.batch > 1 ? { reports } : reports[0]);
-      const first = await post(body).catch(() => failed);
-      counts.requests++;
-      counts.sent += job.batch;
-      for (const s of first.statuses) {
-        if (s === 201) counts.unique++;
-        else counts.errors++;
-      }
-      if ((i + worker) % 20 === 0) {
-        const again = await post(body).catch(() => failed); // a retried request
+
+/** Runs the load for `seconds` with message IDs `<prefix>-<n>`; returns what it counted. */
+async function run(seconds: number, prefix: string) {
+  const counts = { unique: 0, sent: 0, requests: 0, errors: 0, seconds: 0 };
+  const started = Date.now();
+  const deadline = started + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: job.workers }, async (_, worker) => {
+      for (let i = 0; Date.now() < deadline; i++) {
+        const reports = Array.from({ length: job.batch }, () => report(prefix));
+        const body = JSON.stringify(job.batch > 1 ? { reports } : reports[0]);
+        const first = await post(body).catch(() => failed);
         counts.requests++;
         counts.sent += job.batch;
-        counts.errors += again.statuses.filter((s) => s !== 200).length;
+        for (const s of first.statuses) {
+          if (s === 201) counts.unique++;
+          else counts.errors++;
+        }
+        if ((i + worker) % 20 === 0) {
+          const again = await post(body).catch(() => failed); // a retried request
+          counts.requests++;
+          counts.sent += job.batch;
+          counts.errors += again.statuses.filter((s) => s !== 200).length;
+        }
       }
-    }
-  }),
-);
-counts.seconds = (Date.now() - started) / 1000;
+    }),
+  );
+  counts.seconds = (Date.now() - started) / 1000;
+  return counts;
+}
+
+if (job.warmupSeconds > 0) await run(job.warmupSeconds, `${job.prefix}w`);
+process.stdout.write('warm\n'); // the service's CPU is counted from here
+const counts = await run(job.seconds, job.prefix);
 agent.destroy();
 process.stdout.write(JSON.stringify(counts));

@@ -27,6 +27,8 @@ import { checkLedgerInvariant } from './ledger-invariant.ts';
 const SESSIONS = 1000;
 const TARGET = 2000;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+/** Seconds of the same HTTP load run first, uncounted (JIT warm-up of service and load generator). */
+const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 5);
 const HTTP_WORKERS = Number(process.env.BENCH_CONCURRENCY ?? 64);
 /** Reports per request on POST /usage-updates: a daemon on an 8-GPU machine with 8 rentals. */
 const HTTP_BATCH = Number(process.env.BENCH_HTTP_BATCH ?? 8);
@@ -117,20 +119,32 @@ interface HttpRun {
 /** Runs the HTTP load generator (its own process: bench/usage-http-client.ts) with `batch` reports per request. */
 async function httpLoad(batch: number, prefix: string): Promise<HttpRun> {
   console.log(`HTTP: ${HTTP_WORKERS} connections, ${batch} report(s) per request, for ${SECONDS} s`);
-  const cpu = process.cpuUsage();
   const client = spawn(
     process.execPath,
     ['--import', 'tsx', fileURLToPath(new URL('./usage-http-client.ts', import.meta.url))],
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
-  client.stdin.end(JSON.stringify({ port, sessions, seconds: SECONDS, workers: HTTP_WORKERS, batch, prefix }));
+  client.stdin.end(
+    JSON.stringify({
+      port,
+      sessions,
+      seconds: SECONDS,
+      warmupSeconds: WARMUP_SECONDS,
+      workers: HTTP_WORKERS,
+      batch,
+      prefix,
+    }),
+  );
+  // The service's CPU is counted from the end of the warm-up (the client's `warm` line) to the end of the run.
+  let cpu: NodeJS.CpuUsage | undefined;
   let out = '';
   client.stdout.on('data', (chunk) => {
     out += chunk;
+    if (!cpu && out.includes('warm\n')) cpu = process.cpuUsage();
   });
-  const [exitCode] = (await once(client, 'exit')) as [number | null];
-  if (exitCode !== 0) throw new Error(`HTTP load generator exited with ${exitCode}`);
-  const counts = JSON.parse(out) as Omit<HttpRun, 'records' | 'cpu'>;
+  const [exitCode] = (await once(client, 'close')) as [number | null];
+  if (exitCode !== 0 || !cpu) throw new Error(`HTTP load generator exited with ${exitCode}`);
+  const counts = JSON.parse(out.slice(out.indexOf('warm\n') + 5)) as Omit<HttpRun, 'records' | 'cpu'>;
   return { ...counts, cpu: process.cpuUsage(cpu), records: await usageCount(prefix) };
 }
 
@@ -191,7 +205,8 @@ ${machineLine()}
 Usage updates applied per second with ${SESSIONS.toLocaleString('en')} active sessions (each update: lock the session,
 de-duplicate by message ID, bill elapsed full minutes, check the hold, update power, insert the usage record; updates
 that arrive together share one database transaction: group commit, see the service README).
-HTTP: ${HTTP_WORKERS} keep-alive connections (closed loop) against the listening service for ${SECONDS} s, from a
+HTTP: ${HTTP_WORKERS} keep-alive connections (closed loop) against the listening service for ${SECONDS} s, after
+${WARMUP_SECONDS} s of the same load left uncounted (JIT warm-up; its CPU is not in the CPU column either), from a
 load generator that is a separate Node process on the same machine; first one report per request
 (\`POST /usage-update\`), then ${HTTP_BATCH} reports per request (\`POST /usage-updates\`, a daemon reporting the
 ${HTTP_BATCH} rentals of an ${HTTP_BATCH}-GPU machine). NATS: ${NATS_MESSAGES.toLocaleString('en')} JetStream publishes
