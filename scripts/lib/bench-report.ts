@@ -12,9 +12,31 @@ const HEADER = `# Benchmarks
 
 Each section is written by \`pnpm bench <name>\` on the machine named in it; run it again to refresh.
 Targets come from the issues that asked for each benchmark.
+
+Each header ends with a CPU gauge: the time a fixed single-threaded JavaScript workload took when the benchmark
+started and when it ended (lower is faster). The development VM's host speed drifts: the same gauge has read from
+about 1,050 to 2,150 ms within an hour, and every throughput here moves with it, so compare runs with similar gauges.
 `;
 
-/** A one-line description of the machine, for the section header. */
+/** Milliseconds a fixed single-threaded workload (allocation, string building, JSON) takes: the host's speed now. */
+export function cpuGauge(): number {
+  const started = performance.now();
+  let bytes = 0;
+  let batch: { i: number; s: string }[] = [];
+  for (let i = 0; i < 3_000_000; i++) {
+    const o = { i, s: `k${i}` };
+    batch.push(o);
+    if (batch.length > 1000) batch = [];
+    bytes += JSON.stringify(o).length;
+  }
+  if (bytes === 0) throw new Error('unreachable');
+  return Math.round(performance.now() - started);
+}
+
+/** Gauged when the benchmark loads this module, before it starts measuring. */
+const gaugeAtStart = cpuGauge();
+
+/** A one-line description of the machine, for the section header, with the CPU gauge at start and now. */
 export function machineLine(): string {
   const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
   let commit = 'uncommitted';
@@ -23,7 +45,7 @@ export function machineLine(): string {
       .toString()
       .trim();
   } catch {}
-  return `${new Date().toISOString()} · ${os.cpus().length} × ${cpu} · ${Math.round(os.totalmem() / 1024 ** 3)} GiB · Node ${process.version} · commit ${commit}`;
+  return `${new Date().toISOString()} · ${os.cpus().length} × ${cpu} · ${Math.round(os.totalmem() / 1024 ** 3)} GiB · Node ${process.version} · commit ${commit} · CPU gauge ${gaugeAtStart} → ${cpuGauge()} ms`;
 }
 
 /** Replaces (or appends) the named section with `markdown`. */
