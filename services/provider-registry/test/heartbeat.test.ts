@@ -172,6 +172,50 @@ describe('POST /providers/{providerID}/heartbeat', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(events.about(p.id).filter((e) => e.data.reason === 'heartbeat')).toHaveLength(1);
   });
+
+  it('answers concurrent heartbeats without metrics (written together) each as if alone', async () => {
+    const offline = await register(h.app);
+    const failed = await register(h.app);
+    const busy = await register(h.app);
+    await setStatus(offline.id, 'offline');
+    await setStatus(failed.id, 'error');
+    await setStatus(busy.id, 'busy');
+    await events.waitFor(() => events.about(busy.id).some((e) => e.data.status === 'busy'));
+    // Interleaved, so the service writes several providers (and the same one several times) in one statement.
+    const targets = Array.from({ length: 60 }, (_, i) => [offline.id, failed.id, busy.id, MISSING][i % 4]!);
+    const results = await Promise.all(targets.map((id) => heartbeat(id)));
+
+    results.forEach((r, i) => {
+      if (targets[i] === MISSING) {
+        expect(r.statusCode).toBe(404);
+        expect(r.json().code).toBe('PROVIDER_NOT_FOUND');
+      } else {
+        expect(r.statusCode).toBe(200);
+        expect(r.json().id).toBe(targets[i]);
+      }
+    });
+    const answers = (id: string) => results.filter((_, i) => targets[i] === id).map((r) => r.json());
+    for (const [p, from, to] of [
+      [offline, 'offline', 'idle'],
+      [failed, 'error', 'idle'],
+      [busy, 'busy', 'busy'],
+    ] as const) {
+      const mine = answers(p.id);
+      expect(mine.every((a) => a.status === to)).toBe(true);
+      // Exactly one heartbeat observes the revival; the others find the provider already revived.
+      expect(mine.filter((a) => a.previous_status === from)).toHaveLength(from === to ? mine.length : 1);
+      const stored = (await h.app.inject({ method: 'GET', url: `/providers/${p.id}` })).json();
+      expect(stored.status).toBe(to);
+      expect(mine.map((a) => a.last_seen_at)).toContain(stored.last_seen_at);
+    }
+
+    await h.app.events.flush();
+    await events.waitFor(() => events.about(failed.id).some((e) => e.data.reason === 'heartbeat'));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(events.about(offline.id).filter((e) => e.data.reason === 'heartbeat')).toHaveLength(1);
+    expect(events.about(failed.id).filter((e) => e.data.reason === 'heartbeat')).toHaveLength(1);
+    expect(events.about(busy.id).filter((e) => e.data.reason === 'heartbeat')).toHaveLength(0);
+  });
 });
 
 describe('status events on NATS', () => {

@@ -88,6 +88,22 @@ export async function recordHeartbeat(
 }
 
 /**
+ * Records metric-less heartbeats for several providers in one statement (the
+ * service groups concurrent heartbeats: `RegistryService.heartbeat`). The rows
+ * are locked in ID order, so concurrent batches and instances never deadlock,
+ * and each row's status before and after is reported as by `recordHeartbeat`.
+ * IDs that name no provider are absent from the result.
+ */
+export async function recordHeartbeats(db: Kysely<RegistryDB>, ids: string[]): Promise<Map<string, StatusWrite>> {
+  const { rows } = await sql<StatusWrite>`
+    UPDATE providers p SET status = ${statusAfterHeartbeatSql}, last_seen_at = now()
+    FROM (SELECT id, status FROM providers WHERE id = ANY(${ids}::uuid[]) ORDER BY id FOR UPDATE) cur
+    WHERE p.id = cur.id
+    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`.execute(db);
+  return new Map(rows.map((r) => [r.id, r]));
+}
+
+/**
  * Stores `offline` for up to `batch` providers silent past the bound and
  * returns them. Rows are locked with SKIP LOCKED and re-checked after
  * locking, so with several instances sweeping at once each provider is
