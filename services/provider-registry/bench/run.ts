@@ -249,7 +249,9 @@ The floor under those one-client latencies, measured in the same run: a bare \`S
 ${fmt(floorPg.p50, 2)} / ${fmt(floorPg.p99, 2)} ms (p50 / p99), \`GET /health\` (the service's HTTP stack and one \`SELECT 1\`)
 ${fmt(floorHealth.p50, 2)} / ${fmt(floorHealth.p99, 2)} ms: what a request costs here before it does any work.
 
-Heartbeats (no metrics; random idle/busy providers), ${HEARTBEAT_CONCURRENCY} concurrent clients:
+Heartbeats (no metrics; random idle/busy providers), ${HEARTBEAT_CONCURRENCY} concurrent clients. The service writes heartbeats that
+arrive together in one statement (group commit, see the service README); "direct" sends the single-heartbeat
+statement once per heartbeat, as the service did before grouping:
 
 | | direct (pg) | through the service | ratio | target |
 |---|---|---|---|---|
