@@ -1,6 +1,6 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { request } from 'node:http';
-import { HeadObjectCommand, ListMultipartUploadsCommand, S3Client } from '@aws-sdk/client-s3';
+import { HeadObjectCommand, ListMultipartUploadsCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startService, type TestService, uniqueBucket } from './helpers.ts';
@@ -185,5 +185,48 @@ describe('100 MB streamed upload', () => {
     } finally {
       await big.close();
     }
+  });
+});
+
+describe('downloads larger than one write batch (1 MiB)', () => {
+  const object = randomBytes(3 * MiB + 12_345);
+  const md5 = (b: Buffer) => createHash('md5').update(b).digest('hex');
+
+  beforeAll(async () => {
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'batches/object.bin', Body: object }));
+  });
+
+  it('sends the whole object and a range that spans batches byte for byte', async () => {
+    expect(await downloadMd5(`/objects/${bucket}/batches/object.bin`)).toEqual({
+      status: 200,
+      md5: md5(object),
+      bytes: object.length,
+    });
+    const res = await fetch(`${svc.url}/objects/${bucket}/batches/object.bin`, {
+      headers: { range: `bytes=1000-${2 * MiB + 777}` },
+    });
+    expect(res.status).toBe(206);
+    expect(res.headers.get('content-range')).toBe(`bytes 1000-${2 * MiB + 777}/${object.length}`);
+    expect(md5(Buffer.from(await res.arrayBuffer()))).toBe(md5(object.subarray(1000, 2 * MiB + 778)));
+  });
+
+  it('survives a client that goes away mid-download, and serves the next one whole', async () => {
+    const url = new URL(`${svc.url}/objects/${bucket}/batches/object.bin`);
+    const received = await new Promise<number>((resolve, reject) => {
+      const req = request({ host: url.hostname, port: url.port, path: url.pathname }, (res) => {
+        res.once('data', (chunk: Buffer) => {
+          req.destroy();
+          resolve(chunk.length);
+        });
+      });
+      req.on('error', () => {});
+      req.on('close', () => resolve(0));
+      req.end();
+      setTimeout(() => reject(new Error('no data')), 10_000);
+    });
+    expect(received).toBeGreaterThan(0);
+    expect(received).toBeLessThan(object.length);
+    expect((await fetch(`${svc.url}/health`)).status).toBe(200);
+    expect(await downloadMd5(`/objects/${bucket}/batches/object.bin`)).toMatchObject({ status: 200, md5: md5(object) });
   });
 });

@@ -3,8 +3,8 @@
  * multipart for large bodies, 413 over the limit with nothing left behind),
  * streaming download with Range and conditional requests, HEAD and DELETE.
  */
-import { Transform, type TransformCallback } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { ServerResponse } from 'node:http';
+import { type Readable, Transform, type TransformCallback } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { NotModified, type ObjectHead, type ReadConditions } from '../adapters/object-store.ts';
 import type { StorageDeps } from '../app.ts';
@@ -96,6 +96,53 @@ async function notModified(deps: StorageDeps, target: Target, reply: FastifyRepl
   return reply.code(304).send();
 }
 
+/** Bytes gathered from the store before each write to the client (a download holds at most this much more). */
+const WRITE_BATCH = 1024 * 1024;
+
+/**
+ * Copies the store's response to the client in writes of about `WRITE_BATCH` bytes: the chunks read meanwhile
+ * (64 KiB each) go out corked, as one writev. Why: on the benchmark VM, the kernel work of each write (waking the
+ * reader on the other core) was most of the service's CPU per download; one write per 64 KiB chunk
+ * (`pipeline`) cost 1.06-1.14 CPU seconds per 512 MiB, one per MiB 0.65-0.78, and the download ran about a
+ * fifth faster. Backpressure holds: reading pauses while the client's socket is full. A store error or a client
+ * that goes away rejects, and stops reading from the store.
+ */
+function sendInBatches(body: Readable, res: ServerResponse): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let pending: Buffer[] = [];
+    let size = 0;
+    const flush = (): boolean => {
+      res.cork();
+      let ok = true;
+      for (const chunk of pending) ok = res.write(chunk);
+      res.uncork();
+      pending = [];
+      size = 0;
+      return ok;
+    };
+    const fail = (err: Error) => {
+      body.destroy();
+      reject(err);
+    };
+    body.on('data', (chunk: Buffer) => {
+      pending.push(chunk);
+      size += chunk.length;
+      if (size >= WRITE_BATCH && !flush()) {
+        body.pause();
+        res.once('drain', () => body.resume());
+      }
+    });
+    body.once('end', () => {
+      if (size > 0) flush();
+      res.end(() => resolve());
+    });
+    body.once('error', fail);
+    res.once('close', () => {
+      if (!res.writableFinished) fail(new Error('the client closed the connection mid-download'));
+    });
+  });
+}
+
 export async function downloadObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
   try {
     const obj = await deps.store.get(target.bucket, target.key, readConditions(request), request.abortSignal);
@@ -104,12 +151,13 @@ export async function downloadObject(deps: StorageDeps, target: Target, request:
       reply.header('content-range', obj.contentRange);
       reply.code(206);
     }
-    // The bytes go straight from the store's response to the socket: Fastify's stream sending costs
-    // about a tenth of the throughput on a busy machine (pnpm bench storage). onResponse hooks (metrics,
-    // timeout clean-up) still run when the response finishes; a broken transfer cuts the connection.
+    // The bytes go from the store's response to the socket in large writes (sendInBatches), not through
+    // Fastify's stream sending, which cost about a tenth of the throughput on a busy machine (pnpm bench
+    // storage). onResponse hooks (metrics, timeout clean-up) still run when the response finishes; a broken
+    // transfer cuts the connection.
     reply.hijack();
     reply.raw.writeHead(reply.statusCode, reply.getHeaders() as Record<string, string>);
-    await pipeline(obj.body, reply.raw).catch((err: unknown) => {
+    await sendInBatches(obj.body, reply.raw).catch((err: unknown) => {
       request.log.warn({ err }, 'download interrupted');
       reply.raw.destroy();
     });
