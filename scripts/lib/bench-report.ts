@@ -48,8 +48,15 @@ export function machineLine(): string {
   return `${new Date().toISOString()} · ${os.cpus().length} × ${cpu} · ${Math.round(os.totalmem() / 1024 ** 3)} GiB · Node ${process.version} · commit ${commit} · CPU gauge ${gaugeAtStart} → ${cpuGauge()} ms`;
 }
 
-/** Replaces (or appends) the named section with `markdown`. */
+/**
+ * Replaces (or appends) the named section with `markdown`. With `BENCH_ONLY` set (a trial run), prints the
+ * section instead and leaves docs/benchmarks.md alone.
+ */
 export function writeBenchSection(name: string, markdown: string): void {
+  if (process.env.BENCH_ONLY) {
+    process.stdout.write(`${markdown.trim()}\n`);
+    return;
+  }
   const start = `<!-- bench:${name} -->`;
   const end = `<!-- /bench:${name} -->`;
   const current = existsSync(FILE) ? readFileSync(FILE, 'utf8') : HEADER;

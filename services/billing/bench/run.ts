@@ -234,7 +234,7 @@ Invariant after the run (${transfers.rows[0]!.n} transfers in the ledger): every
 ${c.total}, locked equals what pending holds hold (${c.lockedMismatch} mismatches):
 **${intact ? 'intact' : 'BROKEN'}**.
 `;
-if (!process.env.BENCH_ONLY) writeBenchSection('billing', md);
+writeBenchSection('billing', md);
 console.log(md);
 await pool.end();
 await database.close();

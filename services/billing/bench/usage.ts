@@ -224,7 +224,7 @@ Exactly once: ${exactlyOnce ? '**yes**' : '**NO**'} (usage records = unique upda
 ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches, ${c.negative} negative, accounts sum to
 ${c.total}, ${c.lockedMismatch} hold mismatches).
 `;
-if (!process.env.BENCH_ONLY) writeBenchSection('billing-usage', md);
+writeBenchSection('billing-usage', md);
 console.log(md);
 const jsm = await (await import('@nats-io/jetstream')).jetstreamManager(publisher.connection);
 await jsm.streams.delete(stream).catch(() => {});

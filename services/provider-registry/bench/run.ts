@@ -260,9 +260,7 @@ statement once per heartbeat, as the service did before grouping:
 Service errors: ${listResults.reduce((n, r) => n + r.service.errors, 0) + beatService.errors}. Machine load average (1 min) at the
 start of the measurements: ${fmt(loadBefore, 1)}, at the end: ${fmt(os.loadavg()[0]!, 1)} (on ${os.cpus().length} cores; other work on the machine inflates
 both columns alike, the service column more, as it needs CPU for the service, its HTTP client and PostgreSQL at once).`;
-    // BENCH_ONLY=1: a trial run that prints the section and leaves docs/benchmarks.md alone.
-    if (process.env.BENCH_ONLY) process.stdout.write(`${markdown}\n`);
-    else writeBenchSection('registry', markdown);
+    writeBenchSection('registry', markdown);
   } finally {
     http.close();
     child.kill('SIGTERM');
