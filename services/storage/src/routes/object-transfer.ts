@@ -137,6 +137,8 @@ function sendInBatches(body: Readable, res: ServerResponse): Promise<void> {
       res.end(() => resolve());
     });
     body.once('error', fail);
+    // A write racing the client's disconnect fails on the response: answered here, never an unhandled 'error'.
+    res.on('error', fail);
     res.once('close', () => {
       if (!res.writableFinished) fail(new Error('the client closed the connection mid-download'));
     });
