@@ -241,8 +241,8 @@ ${perDownload('direct', DOWNLOAD_ROUNDS - 1)}; through the service: ${perDownloa
 2 cores a download through the service runs three busy processes where the direct one runs two, and s3rver, the
 slowest of them, gets what the service and the client leave of the two cores; so the service's own CPU per byte
 (reading the store's socket 64 KiB at a time, writing the client's about 1 MiB at a time) sets the ratio, and single
-downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). The ratio also moves with the host's
-speed (the CPU gauge above): when the host is slow, the clients' CPU grows and the ratio rises.
+downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the host's
+speed (the CPU gauge above) and beyond it: compare several runs before reading much into one ratio.
 
 Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
 uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
