@@ -103,9 +103,9 @@ const WRITE_BATCH = 1024 * 1024;
  * Copies the store's response to the client in writes of about `WRITE_BATCH` bytes: the chunks read meanwhile
  * (64 KiB each) go out corked, as one writev. Why: on the benchmark VM, the kernel work of each write (waking the
  * reader on the other core) was most of the service's CPU per download; one write per 64 KiB chunk
- * (`pipeline`) cost 1.06-1.14 CPU seconds per 512 MiB, one per MiB 0.65-0.78, and the download ran about a
- * fifth faster. Backpressure holds: reading pauses while the client's socket is full. A store error or a client
- * that goes away rejects, and stops reading from the store.
+ * (`pipeline`) cost 1.06-1.19 CPU seconds per 512 MiB, one per MiB 0.65-0.83 (interleaved runs; the throughput
+ * gain varied from none to a fifth). Backpressure holds: reading pauses while the client's socket is full. A
+ * store error or a client that goes away rejects, and stops reading from the store.
  */
 function sendInBatches(body: Readable, res: ServerResponse): Promise<void> {
   return new Promise((resolve, reject) => {
