@@ -49,14 +49,12 @@ export function machineLine(): string {
 }
 
 /**
- * Replaces (or appends) the named section with `markdown`. With `BENCH_ONLY` set (a trial run), prints the
- * section instead and leaves docs/benchmarks.md alone.
+ * Prints the named section and replaces (or appends) it in docs/benchmarks.md; with `BENCH_ONLY` set (a trial
+ * run), only prints it.
  */
 export function writeBenchSection(name: string, markdown: string): void {
-  if (process.env.BENCH_ONLY) {
-    process.stdout.write(`${markdown.trim()}\n`);
-    return;
-  }
+  process.stdout.write(`${markdown.trim()}\n`);
+  if (process.env.BENCH_ONLY) return;
   const start = `<!-- bench:${name} -->`;
   const end = `<!-- /bench:${name} -->`;
   const current = existsSync(FILE) ? readFileSync(FILE, 'utf8') : HEADER;

@@ -235,7 +235,6 @@ ${c.total}, locked equals what pending holds hold (${c.lockedMismatch} mismatche
 **${intact ? 'intact' : 'BROKEN'}**.
 `;
 writeBenchSection('billing', md);
-console.log(md);
 await pool.end();
 await database.close();
 await testDb.drop();

@@ -225,7 +225,6 @@ ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches,
 ${c.total}, ${c.lockedMismatch} hold mismatches).
 `;
 writeBenchSection('billing-usage', md);
-console.log(md);
 const jsm = await (await import('@nats-io/jetstream')).jetstreamManager(publisher.connection);
 await jsm.streams.delete(stream).catch(() => {});
 await publisher.close();

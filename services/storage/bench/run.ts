@@ -251,7 +251,6 @@ ${(hwmEnd / 1024).toFixed(0)} MB at the end. Neither depends on the object size:
 every part through unbuffered; a chunked one holds about part size × (queue size + 1) = 8 MiB × 3.
 `;
   writeBenchSection('storage', md);
-  console.log(md);
   console.log(
     `upload ratio ${upRatio.toFixed(2)}, download ratio ${downRatio.toFixed(2)}, peak RSS ${peakMb.toFixed(0)} MB`,
   );
