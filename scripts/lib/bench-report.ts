@@ -15,7 +15,7 @@ Targets come from the issues that asked for each benchmark.
 
 Each header ends with a CPU gauge: the time a fixed single-threaded JavaScript workload took when the benchmark
 started and when it ended (lower is faster). The development VM's host speed drifts: the same gauge has read from
-about 1,050 to 2,150 ms within an hour, and every throughput here moves with it, so compare runs with similar gauges.
+about 830 to 2,160 ms within an hour, and every throughput here moves with it, so compare runs with similar gauges.
 `;
 
 /** Milliseconds a fixed single-threaded workload (allocation, string building, JSON) takes: the host's speed now. */

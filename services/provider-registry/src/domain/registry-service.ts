@@ -74,7 +74,7 @@ export class RegistryService {
   private readonly beats: GroupCommit<string, StatusWrite | undefined>;
 
   constructor(private readonly deps: RegistryServiceDeps) {
-    this.beats = new GroupCommit((ids) => this.recordBeats(ids), { maxBatch: 256, maxInFlight: 2 });
+    this.beats = new GroupCommit((ids) => this.recordBeats(ids));
   }
 
   /** One result per heartbeat, in order; of several for one provider, only the first can observe a change. */
