@@ -11,6 +11,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { STORAGE_NODE_FLAGS } from '../services/storage/src/node-flags.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 // PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one).
@@ -21,6 +22,8 @@ interface Proc {
   cwd: string;
   args: string[];
   env?: Record<string, string>;
+  /** Node/V8 flags before the script (services only). */
+  nodeFlags?: readonly string[];
   port: number;
 }
 
@@ -62,6 +65,7 @@ const services: Proc[] = (
       name: 'storage',
       cwd: 'services/storage',
       args: [],
+      nodeFlags: STORAGE_NODE_FLAGS,
       port: 8001,
       env: { STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'), S3_ENDPOINT: '127.0.0.1:9000' },
     },
@@ -87,7 +91,11 @@ const services: Proc[] = (
   ] as Proc[]
 )
   .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
-  .map((s) => ({ ...s, cwd: path.join(root, s.cwd), args: ['--import', 'tsx', 'src/server.ts'] }));
+  .map((s) => ({
+    ...s,
+    cwd: path.join(root, s.cwd),
+    args: [...(s.nodeFlags ?? []), '--import', 'tsx', 'src/server.ts'],
+  }));
 
 const children: ChildProcess[] = [];
 let stopping = false;

@@ -6,7 +6,7 @@
  * service >= 0.8x the direct rate; peak RSS < 200 MB.
  * Options: --size-mib N (default 1024).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { request } from 'node:http';
@@ -16,10 +16,12 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { CreateBucketCommand, GetObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { testEnv } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+import { STORAGE_NODE_FLAGS } from '../src/node-flags.ts';
+import type { DownloadOrder, DownloadResult } from './download-client.ts';
 
 const MiB = 1024 * 1024;
 const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default: '1024' } } });
@@ -41,12 +43,6 @@ function source(): Readable {
       this.push(n === MiB ? block : block.subarray(0, n));
     },
   });
-}
-
-async function drain(stream: AsyncIterable<Uint8Array>): Promise<number> {
-  let n = 0;
-  for await (const chunk of stream) n += chunk.length;
-  return n;
 }
 
 const mbps = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
@@ -83,7 +79,7 @@ function cpuSeconds(pid: number): number {
 async function startService(): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
   const dir = await mkdtemp(path.join(tmpdir(), 'storage-bench-'));
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, '--import', 'tsx', 'src/server.ts'], {
     cwd: serviceDir,
     env: {
       ...process.env,
@@ -105,6 +101,27 @@ async function startService(): Promise<{ child: ChildProcess; url: string }> {
   }
   child.kill();
   throw new Error('storage service did not start');
+}
+
+/** Starts the download client (download-client.ts) in a fresh process. */
+async function startDownloadClient() {
+  const child = fork(path.join(serviceDir, 'bench/download-client.ts'), [], {
+    cwd: serviceDir,
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', (code) => reject(new Error(`download client exited (${code})`)));
+  });
+  const download = (order: DownloadOrder) =>
+    new Promise<DownloadResult>((resolve, reject) => {
+      child.once('message', (m: DownloadResult | { error: string }) =>
+        'error' in m ? reject(new Error(m.error)) : resolve(m),
+      );
+      child.send(order);
+    });
+  return { download, stop: () => child.disconnect() };
 }
 
 /** Uploads SIZE bytes through the service, declaring the length (as curl or an SDK does for a file) or chunked. */
@@ -142,12 +159,6 @@ async function main() {
       queueSize: 4,
     }).done(),
   );
-  console.log('direct download ...');
-  const directDown = await timed(async () => {
-    const out = await s3.send(new GetObjectCommand({ Bucket: BUCKET, Key: 'bench/direct.bin' }));
-    return drain(out.Body as AsyncIterable<Uint8Array>);
-  });
-
   const { child, url } = await startService();
   const pid = child.pid ?? 0;
   const rssBefore = rssKiB(pid, 'VmRSS');
@@ -167,53 +178,39 @@ async function main() {
   console.log('chunked upload through the service ...');
   const chunkedUp = await sampled(() => httpUpload(url, 'bench/via-service-chunked.bin', false));
   // Downloads are short and sensitive to whatever else the 2 cores do, so direct and service downloads
-  // alternate for a few rounds and the median of each is compared.
-  const downloadViaService = () =>
-    timed(
-      () =>
-        new Promise<number>((resolve, reject) => {
-          // node:http, as the SDK uses for the direct download: the client must not be what differs.
-          request(`${url}/objects/${BUCKET}/bench/via-service.bin`, (res) => drain(res).then(resolve, reject))
-            .on('error', reject)
-            .end();
-        }),
-    );
-  const downloadDirect = () =>
-    timed(async () => {
-      const out = await s3.send(new GetObjectCommand({ Bucket: BUCKET, Key: 'bench/direct.bin' }));
-      return drain(out.Body as AsyncIterable<Uint8Array>);
-    });
+  // alternate for a few rounds and the median of each is compared. One client process, fresh, runs them all.
+  const client = await startDownloadClient();
   // CPU seconds each process spends per download, by path: where the 2 cores go.
   const storePid = Number(readFileSync(`${process.env.TEST_ENV_DIR}/s3.pid`, 'utf8').trim() || 0);
   const cpu = { service: { store: 0, service: 0, client: 0 }, direct: { store: 0, service: 0, client: 0 } };
-  const accounted = async <T>(path: 'service' | 'direct', fn: () => Promise<T>) => {
-    const before = { store: cpuSeconds(storePid), service: cpuSeconds(pid), client: process.cpuUsage() };
-    const result = await fn();
-    const client = process.cpuUsage(before.client);
-    cpu[path].store += cpuSeconds(storePid) - before.store;
-    cpu[path].service += cpuSeconds(pid) - before.service;
-    cpu[path].client += (client.user + client.system) / 1e6;
+  const accounted = async (order: DownloadOrder) => {
+    const before = { store: cpuSeconds(storePid), service: cpuSeconds(pid) };
+    const result = await client.download(order);
+    cpu[order.kind].store += cpuSeconds(storePid) - before.store;
+    cpu[order.kind].service += cpuSeconds(pid) - before.service;
+    cpu[order.kind].client += result.cpuSeconds;
     return result;
   };
-  const serviceDowns: Array<{ ms: number; value: number }> = [];
-  const directDowns: Array<{ ms: number; value: number }> = [directDown];
+  const serviceDowns: DownloadResult[] = [];
+  const directDowns: DownloadResult[] = [];
   for (let round = 0; round < DOWNLOAD_ROUNDS; round++) {
     console.log(`downloads, round ${round + 1} of ${DOWNLOAD_ROUNDS} ...`);
-    serviceDowns.push(await accounted('service', downloadViaService));
-    if (round < DOWNLOAD_ROUNDS - 1) directDowns.push(await accounted('direct', downloadDirect));
+    directDowns.push(await accounted({ kind: 'direct', bucket: BUCKET, key: 'bench/direct.bin' }));
+    serviceDowns.push(await accounted({ kind: 'service', bucket: BUCKET, key: 'bench/via-service.bin', url }));
   }
-  const perDownload = (path: 'service' | 'direct', rounds: number) => {
+  client.stop();
+  const perDownload = (path: 'service' | 'direct') => {
     const c = cpu[path];
-    const f = (x: number) => (x / rounds).toFixed(2);
+    const f = (x: number) => (x / DOWNLOAD_ROUNDS).toFixed(2);
     return `s3rver ${f(c.store)} s, service ${path === 'service' ? `${f(c.service)} s` : '—'}, client ${f(c.client)} s`;
   };
-  const median = (xs: Array<{ ms: number; value: number }>) => [...xs].sort((a, b) => a.ms - b.ms)[xs.length >> 1]!;
+  const median = (xs: DownloadResult[]) => [...xs].sort((a, b) => a.ms - b.ms)[xs.length >> 1]!;
   const serviceDown = median(serviceDowns);
   const directDownMedian = median(directDowns);
   const hwmEnd = rssKiB(pid, 'VmHWM');
   child.kill('SIGTERM');
   s3.destroy();
-  if ([...serviceDowns, ...directDowns].some((d) => d.value !== SIZE)) throw new Error('byte counts differ');
+  if ([...serviceDowns, ...directDowns].some((d) => d.bytes !== SIZE)) throw new Error('byte counts differ');
 
   const upRatio = mbps(SIZE, serviceUp.ms) / mbps(SIZE, directUp.ms);
   const downRatio = mbps(SIZE, serviceDown.ms) / mbps(SIZE, directDownMedian.ms);
@@ -226,9 +223,12 @@ async function main() {
 \`pnpm bench storage\` — ${machineLine()}
 
 A ${SIZE / MiB} MiB object through the storage service (HTTP on loopback; the service's defaults: 8 MiB parts, streamed
-one after another for an upload with a Content-Length, 2 in flight for a chunked one) vs. the same transfer straight to
-the same s3rver with the SDK (\`lib-storage\` Upload, 8 MiB parts, 4 in flight; \`GetObject\` streamed), one after
-the other in one run. s3rver writes to local disk and is the common bottleneck, so the ratio is what this measures.
+one after another for an upload with a Content-Length, copied into reused part buffers with 2 in flight for a chunked
+one) vs. the same transfer straight to the same s3rver with the SDK (\`lib-storage\` Upload, 8 MiB parts, 4 in flight;
+\`GetObject\` streamed), one after the other in one run. s3rver writes to local disk and is the common bottleneck, so
+the ratio is what this measures. Every download, direct or through the service, is made by one fresh client process
+(\`bench/download-client.ts\`): the benchmark's own process has by then uploaded through \`lib-storage\`, after which
+its garbage collector made its downloads slower, and a slow client flatters the service's ratio.
 
 | transfer | direct (SDK → s3rver) | through the service | ratio | target |
 |---|---|---|---|---|
@@ -237,10 +237,10 @@ ${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
 ${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, directDownMedian.ms, serviceDown.ms)}
 
 Where the CPU goes, per 1 GiB download (CPU seconds, mean over the alternating rounds): direct:
-${perDownload('direct', DOWNLOAD_ROUNDS - 1)}; through the service: ${perDownload('service', DOWNLOAD_ROUNDS)}. On these
+${perDownload('direct')}; through the service: ${perDownload('service')}. On these
 2 cores a download through the service runs three busy processes where the direct one runs two, and s3rver, the
 slowest of them, gets what the service and the client leave of the two cores; so the service's own CPU per byte
-(reading the store's socket 64 KiB at a time, writing the client's about 1 MiB at a time) sets the ratio, and single
+(reading the store's socket into one reused 64 KiB buffer, writing the client's about 1 MiB at a time) sets the ratio, and single
 downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the host's
 speed (the CPU gauge above) and beyond it: compare several runs before reading much into one ratio.
 

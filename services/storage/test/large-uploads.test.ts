@@ -117,6 +117,26 @@ describe('large and over-limit uploads', () => {
     expect(await pendingUploads()).toBe(0);
   });
 
+  it('stores a chunked body that ends exactly at a part boundary intact', async () => {
+    const up = await streamUpload(`/objects/${bucket}/ok/two-parts.bin`, 10 * MiB);
+    expect(up.status, up.body).toBe(201);
+    const down = await downloadMd5(`/objects/${bucket}/ok/two-parts.bin`);
+    expect(down).toEqual({ status: 200, md5: up.sentMd5, bytes: 10 * MiB });
+    expect(await pendingUploads()).toBe(0);
+  });
+
+  it('stores a chunked body smaller than one part, or empty, intact', async () => {
+    for (const [key, size] of [
+      ['ok/small.bin', 3 * MiB + 7],
+      ['ok/empty.bin', 0],
+    ] as const) {
+      const up = await streamUpload(`/objects/${bucket}/${key}`, size);
+      expect(up.status, up.body).toBe(201);
+      expect(JSON.parse(up.body).size).toBe(size);
+      expect(await downloadMd5(`/objects/${bucket}/${key}`)).toEqual({ status: 200, md5: up.sentMd5, bytes: size });
+    }
+  });
+
   it('streams a multipart upload of declared length part by part, intact', async () => {
     const up = await streamUpload(`/objects/${bucket}/ok/declared.bin`, 11 * MiB + 123, { declare: 11 * MiB + 123 });
     expect(up.status, up.body).toBe(201);
@@ -143,6 +163,19 @@ describe('large and over-limit uploads', () => {
     while ((await pendingUploads()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     expect(await pendingUploads()).toBe(0);
     expect(await exists('big/abandoned.bin')).toBe(false);
+  });
+
+  it('aborts the multipart upload when a chunked client goes away after some parts went up', async () => {
+    const url = new URL(svc.url);
+    const req = request({ host: url.hostname, port: url.port, method: 'PUT', path: `/objects/${bucket}/big/gone.bin` });
+    req.on('error', () => {});
+    for (let i = 0; i < 11; i++) req.write(chunkAt(i, MiB));
+    await new Promise((r) => setTimeout(r, 500));
+    req.destroy();
+    const deadline = Date.now() + 10_000;
+    while ((await pendingUploads()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(await pendingUploads()).toBe(0);
+    expect(await exists('big/gone.bin')).toBe(false);
   });
 
   it('refuses an upload into a missing bucket with 404 and closes the connection instead of reading the rest', async () => {

@@ -1,7 +1,7 @@
 /** Maps object-store (S3 SDK) failures onto the service's errors. */
 import { AppError, errors, isDependencyDown } from '@gpu/common';
 import { storageErrors } from '../errors.ts';
-import { BodyLengthMismatch } from './streaming-multipart.ts';
+import { BodyLengthMismatch } from './multipart.ts';
 
 /** Thrown for a conditional read whose condition says "not modified" (304). */
 export class NotModified extends Error {

@@ -1,0 +1,75 @@
+/**
+ * The benchmark's download client, in a process of its own: a download's speed depends on the client's
+ * garbage collector, and the benchmark process has by then uploaded 2 GiB through lib-storage, after which
+ * its collector ran several times the work per downloaded GiB. Both kinds of download run here, so the
+ * direct and the service paths get the same, fresh client.
+ * Protocol (IPC): receives { kind: 'direct' | 'service', bucket, key, url? }; answers { ms, bytes, cpuSeconds }.
+ */
+import { request } from 'node:http';
+import { GetObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { testEnv } from '@gpu/common/testing';
+
+export interface DownloadOrder {
+  kind: 'direct' | 'service';
+  bucket: string;
+  key: string;
+  /** The service's base URL, for kind 'service'. */
+  url?: string;
+}
+
+export interface DownloadResult {
+  ms: number;
+  bytes: number;
+  /** CPU seconds (user + system) this process spent on the download. */
+  cpuSeconds: number;
+}
+
+const s3 = new S3Client({
+  endpoint: testEnv.s3Endpoint,
+  region: 'us-east-1',
+  forcePathStyle: true,
+  credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
+  requestChecksumCalculation: 'WHEN_REQUIRED',
+  responseChecksumValidation: 'WHEN_REQUIRED',
+});
+
+async function drain(stream: AsyncIterable<Uint8Array>): Promise<number> {
+  let n = 0;
+  for await (const chunk of stream) n += chunk.length;
+  return n;
+}
+
+function download(order: DownloadOrder): Promise<number> {
+  if (order.kind === 'direct') {
+    return s3
+      .send(new GetObjectCommand({ Bucket: order.bucket, Key: order.key }))
+      .then((out) => drain(out.Body as AsyncIterable<Uint8Array>));
+  }
+  // node:http, as the SDK uses for the direct download: the client must not be what differs.
+  return new Promise((resolve, reject) => {
+    request(`${order.url}/objects/${order.bucket}/${order.key}`, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`download through the service: ${res.statusCode}`));
+      drain(res).then(resolve, reject);
+    })
+      .on('error', reject)
+      .end();
+  });
+}
+
+process.on('message', (order: DownloadOrder) => {
+  const cpu = process.cpuUsage();
+  const t0 = performance.now();
+  download(order).then(
+    (bytes) => {
+      const ms = performance.now() - t0;
+      const used = process.cpuUsage(cpu);
+      process.send?.({ ms, bytes, cpuSeconds: (used.user + used.system) / 1e6 } satisfies DownloadResult);
+    },
+    (err: Error) => process.send?.({ error: err.message }),
+  );
+});
+process.on('disconnect', () => {
+  s3.destroy();
+  process.exit(0);
+});
+process.send?.({ ready: true });
