@@ -199,6 +199,10 @@ async function main() {
     serviceDowns.push(await accounted({ kind: 'service', bucket: BUCKET, key: 'bench/via-service.bin', url }));
   }
   client.stop();
+  const cpuTotal = (path: 'service' | 'direct') => {
+    const c = cpu[path];
+    return (c.store + (path === 'service' ? c.service : 0) + c.client) / DOWNLOAD_ROUNDS;
+  };
   const perDownload = (path: 'service' | 'direct') => {
     const c = cpu[path];
     const f = (x: number) => (x / DOWNLOAD_ROUNDS).toFixed(2);
@@ -237,12 +241,14 @@ ${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
 ${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, directDownMedian.ms, serviceDown.ms)}
 
 Where the CPU goes, per 1 GiB download (CPU seconds, mean over the alternating rounds): direct:
-${perDownload('direct')}; through the service: ${perDownload('service')}. On these
-2 cores a download through the service runs three busy processes where the direct one runs two, and s3rver, the
-slowest of them, gets what the service and the client leave of the two cores; so the service's own CPU per byte
-(reading the store's socket into one reused 64 KiB buffer, writing the client's about 1 MiB at a time) sets the ratio, and single
-downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the host's
-speed (the CPU gauge above) and beyond it: compare several runs before reading much into one ratio.
+${perDownload('direct')}; through the service: ${perDownload('service')}. On these 2 cores a download
+through the service runs three busy processes where the direct one runs two, and s3rver, the slowest of them, gets
+what the service and the client leave of the two cores. So the service's own CPU per byte (reading the store's socket
+into one reused 64 KiB buffer, writing the client's about 1 MiB at a time) bounds the ratio, and so do the hand-offs
+between three processes: the ${cpuTotal('service').toFixed(2)} CPU s of a download through the service would fit in
+${(cpuTotal('service') / 2).toFixed(2)} s on two cores, and the median download took ${(serviceDown.ms / 1000).toFixed(2)} s.
+Single downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the
+host's speed (the CPU gauge above) and beyond it: compare several runs before reading much into one ratio.
 
 Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
 uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
