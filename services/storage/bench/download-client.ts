@@ -6,8 +6,8 @@
  * Protocol (IPC): receives { kind: 'direct' | 'service', bucket, key, url? }; answers { ms, bytes, cpuSeconds }.
  */
 import { request } from 'node:http';
-import { GetObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { testEnv } from '@gpu/common/testing';
+import { GetObjectCommand } from '@aws-sdk/client-s3';
+import { directS3Client } from './s3-client.ts';
 
 export interface DownloadOrder {
   kind: 'direct' | 'service';
@@ -24,14 +24,7 @@ export interface DownloadResult {
   cpuSeconds: number;
 }
 
-const s3 = new S3Client({
-  endpoint: testEnv.s3Endpoint,
-  region: 'us-east-1',
-  forcePathStyle: true,
-  credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
-  requestChecksumCalculation: 'WHEN_REQUIRED',
-  responseChecksumValidation: 'WHEN_REQUIRED',
-});
+const s3 = directS3Client();
 
 async function drain(stream: AsyncIterable<Uint8Array>): Promise<number> {
   let n = 0;

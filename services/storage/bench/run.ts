@@ -16,12 +16,13 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { testEnv } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { STORAGE_NODE_FLAGS } from '../src/node-flags.ts';
 import type { DownloadOrder, DownloadResult } from './download-client.ts';
+import { directS3Client } from './s3-client.ts';
 
 const MiB = 1024 * 1024;
 const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default: '1024' } } });
@@ -140,14 +141,7 @@ function httpUpload(url: string, key: string, declared: boolean): Promise<number
 }
 
 async function main() {
-  const s3 = new S3Client({
-    endpoint: testEnv.s3Endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
-    requestChecksumCalculation: 'WHEN_REQUIRED',
-    responseChecksumValidation: 'WHEN_REQUIRED',
-  });
+  const s3 = directS3Client();
   await s3.send(new CreateBucketCommand({ Bucket: BUCKET }));
 
   console.log(`direct upload of ${SIZE / MiB} MiB ...`);

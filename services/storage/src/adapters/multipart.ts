@@ -56,35 +56,44 @@ async function multipartUpload(
   }
 }
 
-/** Writes exactly `length` bytes from the iterator into `part`; returns any bytes read beyond them. */
-async function feedPart(
-  source: AsyncIterator<Buffer>,
-  part: PassThrough,
-  length: number,
-  carry: Buffer | undefined,
-  sending: Promise<unknown>,
-): Promise<Buffer | undefined> {
+/** Reads a request body in chunks of at most a given size; the rest of a longer chunk waits for the next call. */
+class BodyReader {
+  private readonly source: AsyncIterator<Buffer>;
+  private carry: Buffer | undefined;
+
+  constructor(body: Readable) {
+    this.source = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  }
+
+  /** The body's next bytes, at most `max` of them; undefined at its end. */
+  async next(max: number): Promise<Buffer | undefined> {
+    let chunk = this.carry;
+    this.carry = undefined;
+    if (!chunk) {
+      const next = await this.source.next();
+      if (next.done) return undefined;
+      chunk = next.value;
+    }
+    if (chunk.length > max) {
+      this.carry = chunk.subarray(max);
+      chunk = chunk.subarray(0, max);
+    }
+    return chunk;
+  }
+}
+
+/** Writes exactly `length` bytes of the body into `part`, then ends it. */
+async function feedPart(reader: BodyReader, part: PassThrough, length: number, sending: Promise<unknown>) {
   let need = length;
-  let leftover = carry;
   // A part upload that fails stops the feeding instead of waiting forever for 'drain'.
   const failure = sending.then(() => new Promise<never>(() => {}));
   while (need > 0) {
-    let chunk = leftover;
-    leftover = undefined;
-    if (!chunk) {
-      const next = await source.next();
-      if (next.done) throw new BodyLengthMismatch('request body is shorter than its Content-Length');
-      chunk = next.value;
-    }
-    if (chunk.length > need) {
-      leftover = chunk.subarray(need);
-      chunk = chunk.subarray(0, need);
-    }
+    const chunk = await reader.next(need);
+    if (!chunk) throw new BodyLengthMismatch('request body is shorter than its Content-Length');
     need -= chunk.length;
     if (!part.write(chunk)) await Promise.race([once(part, 'drain'), failure]);
   }
   part.end();
-  return leftover;
 }
 
 /** Uploads a body of known length, every part streamed from the request unbuffered. */
@@ -92,17 +101,16 @@ export async function streamingMultipartUpload(
   s3: S3Client,
   req: MultipartRequest & { contentLength: number },
 ): Promise<void> {
-  const source = req.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  const reader = new BodyReader(req.body);
   await multipartUpload(s3, req, async (sendPart) => {
     const parts: CompletedPart[] = [];
-    let carry: Buffer | undefined;
     let remaining = req.contentLength;
     for (let partNumber = 1; remaining > 0; partNumber++) {
       const length = Math.min(req.partSize, remaining);
       const part = new PassThrough();
       const sending = sendPart(partNumber, part, length);
       try {
-        carry = await feedPart(source, part, length, carry, sending);
+        await feedPart(reader, part, length, sending);
       } catch (err) {
         part.destroy();
         await sending.catch(() => {});
@@ -111,7 +119,7 @@ export async function streamingMultipartUpload(
       parts.push(await sending);
       remaining -= length;
     }
-    if (carry?.length || !(await source.next()).done) {
+    if (await reader.next(1)) {
       throw new BodyLengthMismatch('request body is longer than its Content-Length');
     }
     return parts;
@@ -128,24 +136,15 @@ export async function bufferedMultipartUpload(
   s3: S3Client,
   req: MultipartRequest & { queueSize: number },
 ): Promise<void> {
-  const source = req.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  const reader = new BodyReader(req.body);
   const free: Buffer[] = [];
   const partBuffer = () => free.pop() ?? Buffer.allocUnsafeSlow(req.partSize);
-  let carry: Buffer | undefined;
   /** Fills `buffer` from the body; fewer bytes than its size means the body has ended. */
   const fill = async (buffer: Buffer): Promise<number> => {
     let filled = 0;
-    while (filled < buffer.length) {
-      let chunk = carry;
-      carry = undefined;
-      if (!chunk) {
-        const next = await source.next();
-        if (next.done) break;
-        chunk = next.value;
-      }
-      const taken = chunk.copy(buffer, filled);
-      filled += taken;
-      if (taken < chunk.length) carry = chunk.subarray(taken);
+    for (let chunk = await reader.next(buffer.length); chunk; chunk = await reader.next(buffer.length - filled)) {
+      filled += chunk.copy(buffer, filled);
+      if (filled === buffer.length) break;
     }
     return filled;
   };
