@@ -248,7 +248,7 @@ Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBef
 uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
 ${ok(peakMb < 200)}), peak ${chunkedUp.peakMb.toFixed(0)} MB during the chunked one, high-water mark
 ${(hwmEnd / 1024).toFixed(0)} MB at the end. Neither depends on the object size: an upload with a Content-Length streams
-every part through unbuffered; a chunked one holds about part size × (queue size + 1) = 8 MiB × 3.
+every part through unbuffered; a chunked one holds part size × queue size = 8 MiB × 2 in part buffers.
 `;
   writeBenchSection('storage', md);
   console.log(

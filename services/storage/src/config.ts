@@ -25,7 +25,7 @@ export const storageConfigSchema = z.object({
       partSize: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),
       /**
        * Parts in flight for chunked uploads (no Content-Length), which buffer each part: memory per such
-       * upload is about partSize x (queueSize + 1). Uploads with a Content-Length stream every part unbuffered.
+       * upload is about partSize x queueSize. Uploads with a Content-Length stream every part unbuffered.
        */
       queueSize: zInt(1, 32).default(2),
       /** Time limit of one upload or download (0 = none); request_timeout bounds the rest. */

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { HeadObjectCommand, ListMultipartUploadsCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { testEnv } from '@gpu/common/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startService, type TestService, uniqueBucket } from './helpers.ts';
 
 const MiB = 1024 * 1024;
@@ -193,7 +193,7 @@ describe('large and over-limit uploads', () => {
 
 describe('100 MB streamed upload', () => {
   it('uploads 100 MB (declared length, streamed parts) and downloads it byte for byte', async () => {
-    // The shipped limits (5 GB, 16 MiB parts).
+    // The shipped limits (5 GB, 8 MiB parts).
     const big = await startService({ listen: true });
     try {
       const up = await streamUpload(`/objects/${bucket}/datasets/hundred.bin`, 100 * MiB, {
@@ -207,6 +207,25 @@ describe('100 MB streamed upload', () => {
       expect(await pendingUploads()).toBe(0);
     } finally {
       await big.close();
+    }
+  });
+});
+
+describe('chunked upload memory', () => {
+  it('holds queueSize part buffers, whatever the number of parts', async () => {
+    const partSize = 5 * MiB;
+    const svc2 = await startService({ listen: true, objectStore: { partSize, queueSize: 2 } });
+    const allocations = vi.spyOn(Buffer, 'allocUnsafeSlow');
+    try {
+      const up = await streamUpload(`/objects/${bucket}/datasets/chunked-60.bin`, 60 * MiB, { base: svc2.url });
+      expect(up.status, up.body).toBe(201);
+      // 12 parts went up through the same 2 buffers.
+      expect(allocations.mock.calls.filter(([size]) => size === partSize).length).toBe(2);
+      const down = await downloadMd5(`/objects/${bucket}/datasets/chunked-60.bin`, svc2.url);
+      expect(down).toEqual({ status: 200, md5: up.sentMd5, bytes: 60 * MiB });
+    } finally {
+      allocations.mockRestore();
+      await svc2.close();
     }
   });
 });

@@ -2,8 +2,10 @@
  * Multipart uploads from a request body, in memory that does not grow with the object.
  * - Known length (Content-Length): every part streams straight from the request to the store, one after
  *   another (one request body can only be read in order). Nothing is buffered.
- * - Unknown length (chunked): each part is gathered in one of `queueSize + 1` part buffers, allocated once per
- *   upload and reused, while up to `queueSize` earlier parts upload. A body that fits in one part is a plain PUT.
+ * - Unknown length (chunked): each part is gathered in one of `queueSize` part buffers, allocated once per
+ *   upload and reused, while the parts before it upload (at most `queueSize` at once). A body that fits in one
+ *   part is a plain PUT. (Filling the next part while `queueSize` parts upload was faster, but took one buffer
+ *   more: a chunked 1 GiB upload then peaked at 199-202 MB of RSS instead of 184-187 MB.)
  * On any failure the multipart upload is aborted, so nothing half-finished stays behind.
  */
 import { once } from 'node:events';

@@ -208,7 +208,7 @@ export class S3ObjectStore implements ObjectStore {
         // Known length: every part streams through, nothing is buffered.
         await streamingMultipartUpload(this.s3, { ...req, contentLength, partSize: this.settings.partSize });
       } else {
-        // Chunked body of unknown length: parts gathered in partSize x (queueSize + 1) of reused buffers.
+        // Chunked body of unknown length: parts gathered in queueSize reused buffers of partSize.
         await bufferedMultipartUpload(this.s3, {
           ...req,
           partSize: this.settings.partSize,
