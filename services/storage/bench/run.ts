@@ -197,6 +197,8 @@ async function main() {
     const c = cpu[path];
     return (c.store + (path === 'service' ? c.service : 0) + c.client) / DOWNLOAD_ROUNDS;
   };
+  /** Cores kept busy on average by a download's processes, over the median download's time. */
+  const cores = (ms: number, path: 'service' | 'direct') => (cpuTotal(path) / (ms / 1000)).toFixed(2);
   const perDownload = (path: 'service' | 'direct') => {
     const c = cpu[path];
     const f = (x: number) => (x / DOWNLOAD_ROUNDS).toFixed(2);
@@ -234,15 +236,16 @@ ${row('upload (Content-Length: parts streamed)', directUp.ms, serviceUp.ms)}
 ${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
 ${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, directDownMedian.ms, serviceDown.ms)}
 
-Where the CPU goes, per 1 GiB download (CPU seconds, mean over the alternating rounds): direct:
-${perDownload('direct')}; through the service: ${perDownload('service')}. On these 2 cores a download
-through the service runs three busy processes where the direct one runs two, and s3rver, the slowest of them, gets
-what the service and the client leave of the two cores. So the service's own CPU per byte (reading the store's socket
-into one reused 64 KiB buffer, writing the client's about 1 MiB at a time) bounds the ratio, and so do the hand-offs
-between three processes: the ${cpuTotal('service').toFixed(2)} CPU s of a download through the service would fit in
-${(cpuTotal('service') / 2).toFixed(2)} s on two cores, and the median download took ${(serviceDown.ms / 1000).toFixed(2)} s.
-Single downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the
-host's speed (the CPU gauge above) and beyond it: compare several runs before reading much into one ratio.
+Where the CPU goes, per ${SIZE / MiB} MiB download (CPU seconds, mean over the alternating rounds): direct:
+${perDownload('direct')}; through the service: ${perDownload('service')}. A download through the
+service runs three busy processes where the direct one runs two; on average they kept
+${cores(serviceDown.ms, 'service')} of the 2 cores busy, the direct one's ${cores(directDownMedian.ms, 'direct')} (the VM's host
+decides how much of the second core it gets). When both paths get the same share, the download ratio is the ratio of
+CPU totals, (s3rver + client) / (s3rver + service + client), here ${(cpuTotal('direct') / cpuTotal('service')).toFixed(2)};
+the service's own CPU per byte (reading the store's socket into one reused 64 KiB buffer, writing the client's about
+1 MiB at a time) is the part the service can change. Single downloads vary widely from run to run (hence the median
+of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the host's speed (the CPU gauge above) and beyond it: compare
+several runs before reading much into one ratio.
 
 Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
 uploads; peak ${peakMb.toFixed(0)} MB during the ${SIZE / MiB} MiB upload with a Content-Length (target < 200 MB:
