@@ -4,12 +4,12 @@
  * them in step).
  *
  * `--initial-old-space-size=64`: a download allocates about its own size in short-lived buffers (the HTTP
- * parser's copy of each chunk read from the store). Without the flag, about a third of service processes fell,
- * at some point in a download, into a full GC every ~100 ms that lasted as long as the download, 2-3x the
- * service's CPU per GiB (`--trace-gc`: 60-120 mark-compacts per 2-3 GiB, each started on the old generation's
- * allocation limit while the heap held ~25 MB against a ~49 MB limit). V8 counts external memory allocated
- * since the last full GC against that limit, and the buffers allocated during one marking appeared to survive
- * until it ended, so each marking started the next. With a 64 MB initial old generation none of 7 processes did so (nor 19 at
+ * parser's copy of each chunk read from the store). Without the flag, about a third of service processes fell, at
+ * some point in a download, into a full GC every ~100 ms that lasted as long as the download, 2-3x the service's
+ * CPU per GiB (`--trace-gc`: 60-120 mark-compacts per 2-3 GiB, each started on the old generation's allocation
+ * limit while the heap held ~25 MB against a ~49 MB limit). V8 counts external memory allocated since the last
+ * full GC against that limit, and the buffers allocated during one marking appeared to survive until it ended, so
+ * each marking started the next. With a 64 MB initial old generation none of 7 processes did so (nor 19 at
  * 96 MB); a download then ran 0-12 full GCs. The cost is memory: the service's peak RSS during a 1 GiB upload
  * rose from 165-174 MB to 182-187 MB.
  *

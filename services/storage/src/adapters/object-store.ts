@@ -121,7 +121,8 @@ function endpointUrl(endpoint: string, useSSL: boolean): string {
 function client(settings: StoreSettings, endpoint: string): S3Client {
   const url = endpointUrl(endpoint, settings.useSSL);
   const s3 = new S3Client({
-    // Plain-http stores get sockets that read into one reused buffer (read-buffer-agent.ts); https keeps the SDK's.
+    // Plain-http stores get sockets that read into one reused buffer (read-buffer-agent.ts), pooled as the SDK's
+    // own agent pools them (keep-alive, 50 sockets); https keeps the SDK's agent.
     ...(url.startsWith('http:')
       ? { requestHandler: { httpAgent: new ReadBufferAgent(STORE_READ_SIZE, { keepAlive: true, maxSockets: 50 }) } }
       : {}),
