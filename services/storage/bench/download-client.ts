@@ -1,19 +1,21 @@
 /**
  * The benchmark's download client, in a process of its own: a download's speed depends on the client's
  * garbage collector, and the benchmark process has by then uploaded 2 GiB through lib-storage, after which
- * its collector ran several times the work per downloaded GiB. Both kinds of download run here, so the
- * direct and the service paths get the same, fresh client.
- * Protocol (IPC): receives { kind: 'direct' | 'service', bucket, key, url? }; answers { ms, bytes, cpuSeconds }.
+ * its collector ran several times the work per downloaded GiB. Every kind of download runs here, so all paths
+ * get the same, fresh client.
+ * Protocol (IPC): receives { kind: 'direct' | 'service' | 'relay', bucket, key, url? }; answers
+ * { ms, bytes, cpuSeconds }.
  */
 import { request } from 'node:http';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { directS3Client } from './s3-client.ts';
 
 export interface DownloadOrder {
-  kind: 'direct' | 'service';
+  /** Straight to s3rver with the SDK, through the storage service, or through the reference relay (bare-relay.ts). */
+  kind: 'direct' | 'service' | 'relay';
   bucket: string;
   key: string;
-  /** The service's base URL, for kind 'service'. */
+  /** The service's or the relay's base URL (both serve `GET /objects/{bucket}/{key}`), for kinds other than 'direct'. */
   url?: string;
 }
 
@@ -41,7 +43,7 @@ function download(order: DownloadOrder): Promise<number> {
   // node:http, as the SDK uses for the direct download: the client must not be what differs.
   return new Promise((resolve, reject) => {
     request(`${order.url}/objects/${order.bucket}/${order.key}`, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`download through the service: ${res.statusCode}`));
+      if (res.statusCode !== 200) reject(new Error(`download (${order.kind}): ${res.statusCode}`));
       drain(res).then(resolve, reject);
     })
       .on('error', reject)

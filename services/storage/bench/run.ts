@@ -29,6 +29,8 @@ const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default:
 const SIZE = Number(values['size-mib']) * MiB;
 const PART = 8 * MiB;
 const DOWNLOAD_ROUNDS = 5;
+type DownloadPath = DownloadOrder['kind'];
+const PATHS: DownloadPath[] = ['direct', 'service', 'relay'];
 const BUCKET = `bench-${Date.now()}`;
 const serviceDir = fileURLToPath(new URL('..', import.meta.url));
 
@@ -77,20 +79,15 @@ function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
-async function startService(): Promise<{ child: ChildProcess; url: string }> {
+/** Starts a Node process under the service's V8 flags (as `pnpm start` runs it) and waits for its /health. */
+async function startHttpProcess(
+  script: string,
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
-  const dir = await mkdtemp(path.join(tmpdir(), 'storage-bench-'));
-  const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, '--import', 'tsx', 'src/server.ts'], {
+  const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, '--import', 'tsx', script], {
     cwd: serviceDir,
-    env: {
-      ...process.env,
-      STORAGE_CONFIG_FILE: path.join(dir, 'config.yaml'),
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      S3_ENDPOINT: testEnv.s3Endpoint,
-      S3_DEFAULT_BUCKET: BUCKET,
-    },
+    env: { ...process.env, ...env, PORT: String(port) },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;
@@ -101,7 +98,18 @@ async function startService(): Promise<{ child: ChildProcess; url: string }> {
     await new Promise((r) => setTimeout(r, 200));
   }
   child.kill();
-  throw new Error('storage service did not start');
+  throw new Error(`${script} did not start`);
+}
+
+async function startService() {
+  const dir = await mkdtemp(path.join(tmpdir(), 'storage-bench-'));
+  return startHttpProcess('src/server.ts', {
+    STORAGE_CONFIG_FILE: path.join(dir, 'config.yaml'),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    S3_ENDPOINT: testEnv.s3Endpoint,
+    S3_DEFAULT_BUCKET: BUCKET,
+  });
 }
 
 /** Starts the download client (download-client.ts) in a fresh process. */
@@ -171,53 +179,64 @@ async function main() {
   const hwmAfterUpload = rssKiB(pid, 'VmHWM');
   console.log('chunked upload through the service ...');
   const chunkedUp = await sampled(() => httpUpload(url, 'bench/via-service-chunked.bin', false));
-  // Downloads are short and sensitive to whatever else the 2 cores do, so direct and service downloads
-  // alternate for a few rounds and the median of each is compared. One client process, fresh, runs them all.
+  // Downloads are short and sensitive to whatever else the 2 cores do, so the paths alternate for a few rounds and
+  // the median of each is compared. One client process, fresh, runs them all.
   const client = await startDownloadClient();
-  // CPU seconds each process spends per download, by path: where the 2 cores go.
+  const relay = await startHttpProcess('bench/bare-relay.ts', { S3_ENDPOINT: testEnv.s3Endpoint });
+  // CPU seconds each process spends per download, by path: where the 2 cores go. `middle` is the process between
+  // client and s3rver: the service, the reference relay, or none.
   const storePid = Number(readFileSync(`${process.env.TEST_ENV_DIR}/s3.pid`, 'utf8').trim() || 0);
-  const cpu = { service: { store: 0, service: 0, client: 0 }, direct: { store: 0, service: 0, client: 0 } };
-  const accounted = async (order: DownloadOrder) => {
-    const before = { store: cpuSeconds(storePid), service: cpuSeconds(pid) };
-    const result = await client.download(order);
-    cpu[order.kind].store += cpuSeconds(storePid) - before.store;
-    cpu[order.kind].service += cpuSeconds(pid) - before.service;
-    cpu[order.kind].client += result.cpuSeconds;
-    return result;
-  };
-  const serviceDowns: DownloadResult[] = [];
-  const directDowns: DownloadResult[] = [];
+  const middlePid: Record<DownloadPath, number> = { direct: 0, service: pid, relay: relay.child.pid ?? 0 };
+  const cpu = Object.fromEntries(PATHS.map((p) => [p, { store: 0, middle: 0, client: 0 }])) as Record<
+    DownloadPath,
+    { store: number; middle: number; client: number }
+  >;
+  const downs = Object.fromEntries(PATHS.map((p) => [p, [] as DownloadResult[]])) as Record<
+    DownloadPath,
+    DownloadResult[]
+  >;
+  const orders: DownloadOrder[] = [
+    { kind: 'direct', bucket: BUCKET, key: 'bench/direct.bin' },
+    { kind: 'service', bucket: BUCKET, key: 'bench/via-service.bin', url },
+    { kind: 'relay', bucket: BUCKET, key: 'bench/via-service.bin', url: relay.url },
+  ];
   for (let round = 0; round < DOWNLOAD_ROUNDS; round++) {
     console.log(`downloads, round ${round + 1} of ${DOWNLOAD_ROUNDS} ...`);
-    directDowns.push(await accounted({ kind: 'direct', bucket: BUCKET, key: 'bench/direct.bin' }));
-    serviceDowns.push(await accounted({ kind: 'service', bucket: BUCKET, key: 'bench/via-service.bin', url }));
+    for (const order of orders) {
+      const before = { store: cpuSeconds(storePid), middle: cpuSeconds(middlePid[order.kind]) };
+      const result = await client.download(order);
+      const c = cpu[order.kind];
+      c.store += cpuSeconds(storePid) - before.store;
+      c.middle += cpuSeconds(middlePid[order.kind]) - before.middle;
+      c.client += result.cpuSeconds;
+      downs[order.kind].push(result);
+    }
   }
   client.stop();
-  const cpuTotal = (path: 'service' | 'direct') => {
-    const c = cpu[path];
-    return (c.store + (path === 'service' ? c.service : 0) + c.client) / DOWNLOAD_ROUNDS;
-  };
-  /** Cores kept busy on average by a download's processes, over the median download's time. */
-  const cores = (ms: number, path: 'service' | 'direct') => (cpuTotal(path) / (ms / 1000)).toFixed(2);
-  const perDownload = (path: 'service' | 'direct') => {
-    const c = cpu[path];
-    const f = (x: number) => (x / DOWNLOAD_ROUNDS).toFixed(2);
-    return `s3rver ${f(c.store)} s, service ${path === 'service' ? `${f(c.service)} s` : '—'}, client ${f(c.client)} s`;
-  };
+  relay.child.kill('SIGTERM');
+  const cpuTotal = (p: DownloadPath) => (cpu[p].store + cpu[p].middle + cpu[p].client) / DOWNLOAD_ROUNDS;
   const median = (xs: DownloadResult[]) => [...xs].sort((a, b) => a.ms - b.ms)[xs.length >> 1]!;
-  const serviceDown = median(serviceDowns);
-  const directDownMedian = median(directDowns);
+  const medianMs = Object.fromEntries(PATHS.map((p) => [p, median(downs[p]).ms])) as Record<DownloadPath, number>;
+  /** Cores kept busy on average by a download's processes, over the median download's time. */
+  const cores = (p: DownloadPath) => (cpuTotal(p) / (medianMs[p] / 1000)).toFixed(2);
+  const perDownload = (p: DownloadPath) => {
+    const f = (x: number) => `${(x / DOWNLOAD_ROUNDS).toFixed(2)} s`;
+    const middle = p === 'direct' ? '' : `${p} ${f(cpu[p].middle)}, `;
+    return `s3rver ${f(cpu[p].store)}, ${middle}client ${f(cpu[p].client)}`;
+  };
+  const cpuRatio = (p: DownloadPath) => (cpuTotal('direct') / cpuTotal(p)).toFixed(2);
   const hwmEnd = rssKiB(pid, 'VmHWM');
   child.kill('SIGTERM');
   s3.destroy();
-  if ([...serviceDowns, ...directDowns].some((d) => d.bytes !== SIZE)) throw new Error('byte counts differ');
+  if (PATHS.some((p) => downs[p].some((d) => d.bytes !== SIZE))) throw new Error('byte counts differ');
 
   const upRatio = mbps(SIZE, serviceUp.ms) / mbps(SIZE, directUp.ms);
-  const downRatio = mbps(SIZE, serviceDown.ms) / mbps(SIZE, directDownMedian.ms);
+  const downRatio = medianMs.direct / medianMs.service;
   const peakMb = Math.max(serviceUp.peakMb, hwmAfterUpload / 1024);
   const ok = (b: boolean) => (b ? 'met' : '**missed**');
-  const row = (what: string, direct: number, service: number) =>
-    `| ${what} | ${mbps(SIZE, direct).toFixed(1)} MiB/s (${(direct / 1000).toFixed(1)} s) | ${mbps(SIZE, service).toFixed(1)} MiB/s (${(service / 1000).toFixed(1)} s) | ${(direct / service).toFixed(2)}x | ≥ 0.8x: ${ok(direct / service >= 0.8)} |`;
+  const rate = (ms: number) => `${mbps(SIZE, ms).toFixed(1)} MiB/s (${(ms / 1000).toFixed(1)} s)`;
+  const row = (what: string, direct: number, through: number, target = true) =>
+    `| ${what} | ${rate(direct)} | ${rate(through)} | ${(direct / through).toFixed(2)}x | ${target ? `≥ 0.8x: ${ok(direct / through >= 0.8)}` : 'none (reference)'} |`;
   const md = `## storage
 
 \`pnpm bench storage\` — ${machineLine()}
@@ -226,25 +245,32 @@ A ${SIZE / MiB} MiB object through the storage service (HTTP on loopback; the se
 one after another for an upload with a Content-Length, copied into reused part buffers with 2 in flight for a chunked
 one) vs. the same transfer straight to the same s3rver with the SDK (\`lib-storage\` Upload, 8 MiB parts, 4 in flight;
 \`GetObject\` streamed), one after the other in one run. s3rver writes to local disk and is the common bottleneck, so
-the ratio is what this measures. Every download, direct or through the service, is made by one fresh client process
+the ratio is what this measures. Every download, direct or relayed, is made by one fresh client process
 (\`bench/download-client.ts\`): the benchmark's own process has by then uploaded through \`lib-storage\`, after which
-its garbage collector made its downloads slower, and a slow client flatters the service's ratio.
+its garbage collector made its downloads slower, and a slow client flatters the ratio.
 
 | transfer | direct (SDK → s3rver) | through the service | ratio | target |
 |---|---|---|---|---|
 ${row('upload (Content-Length: parts streamed)', directUp.ms, serviceUp.ms)}
 ${row('upload (chunked: parts buffered)', directUp.ms, chunkedUp.ms)}
-${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, directDownMedian.ms, serviceDown.ms)}
+${row(`download (median of ${DOWNLOAD_ROUNDS}, alternating)`, medianMs.direct, medianMs.service)}
+${row('download through the reference relay instead (same rounds)', medianMs.direct, medianMs.relay, false)}
+
+The reference relay (\`bench/bare-relay.ts\`) is the least a Node process can do to pass a download on: \`node:http\`
+in and out, \`pipe\` between, no framework, SDK or signing, under the service's V8 flags. Its row is what putting any
+Node process between client and s3rver costs on this machine in this run; the gap between its ratio and the
+service's is the service's own doing.
 
 Where the CPU goes, per ${SIZE / MiB} MiB download (CPU seconds, mean over the alternating rounds): direct:
-${perDownload('direct')}; through the service: ${perDownload('service')}. A download through the
-service runs three busy processes where the direct one runs two; on average they kept
-${cores(serviceDown.ms, 'service')} of the 2 cores busy, the direct one's ${cores(directDownMedian.ms, 'direct')} (the VM's host
-decides how much of the second core it gets). When both paths get the same share, the download ratio is the ratio of
-CPU totals, (s3rver + client) / (s3rver + service + client), here ${(cpuTotal('direct') / cpuTotal('service')).toFixed(2)};
-the service's own CPU per byte (reading the store's socket into one reused 64 KiB buffer, writing the client's about
-1 MiB at a time) is the part the service can change. Single downloads vary widely from run to run (hence the median
-of ${DOWNLOAD_ROUNDS}). Whole runs vary too, with the host's speed (the CPU gauge above) and beyond it: compare
+${perDownload('direct')}; through the service: ${perDownload('service')}; through the relay:
+${perDownload('relay')}. A relayed download runs three busy processes where the direct one runs two; on average
+they kept ${cores('service')} (service) and ${cores('relay')} (relay) of the 2 cores busy, the direct one
+${cores('direct')} (the VM's host decides how much of the second core it gets). When the paths get the same share,
+a download ratio is the ratio of CPU totals, (s3rver + client) / (s3rver + relaying process + client), here
+${cpuRatio('service')} for the service and ${cpuRatio('relay')} for the relay. The service's own CPU per byte
+(reading the store's socket into one reused 64 KiB buffer, writing the client's about 1 MiB at a time) is the part
+the service can change. Single downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole
+runs vary too, with the host's speed (the CPU gauge above) and beyond it: compare
 several runs before reading much into one ratio.
 
 Service memory (the process as \`pnpm start\` runs it, under tsx): RSS ${(rssBefore / 1024).toFixed(0)} MB idle before the
