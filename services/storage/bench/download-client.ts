@@ -2,7 +2,7 @@
  * The benchmark's download client, in a process of its own: a download's speed depends on the client's
  * garbage collector, and the benchmark process has by then uploaded 2 GiB through lib-storage, after which
  * its collector ran several times the work per downloaded GiB. Every kind of download runs here, so all paths
- * get the same, fresh client.
+ * get the same, fresh client (run.ts starts it under the service's V8 flags, for the same reason).
  * Protocol (IPC): receives { kind: 'direct' | 'service' | 'relay', bucket, key, url? }; answers
  * { ms, bytes, cpuSeconds }.
  */

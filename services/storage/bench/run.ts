@@ -112,11 +112,15 @@ async function startService() {
   });
 }
 
-/** Starts the download client (download-client.ts) in a fresh process. */
+/**
+ * Starts the download client (download-client.ts) in a fresh process, under the service's V8 flags: without them,
+ * some client processes fell into the full-GC runs the flags prevent (src/node-flags.ts) and spent 3-4 CPU seconds
+ * per GiB instead of 1.2-1.6. On 2 cores that extra CPU slows every path alike, which flatters the ratios.
+ */
 async function startDownloadClient() {
   const child = fork(path.join(serviceDir, 'bench/download-client.ts'), [], {
     cwd: serviceDir,
-    execArgv: ['--import', 'tsx'],
+    execArgv: [...STORAGE_NODE_FLAGS, '--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   await new Promise<void>((resolve, reject) => {
@@ -224,6 +228,8 @@ async function main() {
     const middle = p === 'direct' ? '' : `${p} ${f(cpu[p].middle)}, `;
     return `s3rver ${f(cpu[p].store)}, ${middle}client ${f(cpu[p].client)}`;
   };
+  /** MiB/s the service could relay on one core of its own, at the CPU per byte it used here. */
+  const capacity = (SIZE / MiB / (cpu.service.middle / DOWNLOAD_ROUNDS)).toFixed(0);
   const cpuRatio = (p: DownloadPath) => (cpuTotal('direct') / cpuTotal(p)).toFixed(2);
   const hwmEnd = rssKiB(pid, 'VmHWM');
   child.kill('SIGTERM');
@@ -246,8 +252,9 @@ one after another for an upload with a Content-Length, copied into reused part b
 one) vs. the same transfer straight to the same s3rver with the SDK (\`lib-storage\` Upload, 8 MiB parts, 4 in flight;
 \`GetObject\` streamed), one after the other in one run. s3rver writes to local disk and is the common bottleneck, so
 the ratio is what this measures. Every download, direct or relayed, is made by one fresh client process
-(\`bench/download-client.ts\`): the benchmark's own process has by then uploaded through \`lib-storage\`, after which
-its garbage collector made its downloads slower, and a slow client flatters the ratio.
+(\`bench/download-client.ts\`, under the service's V8 flags): the benchmark's own process has by then uploaded
+through \`lib-storage\`, after which its garbage collector made its downloads slower, and without the flags some
+client processes fell into runs of full garbage collections; a slow client flatters the ratio.
 
 | transfer | direct (SDK → s3rver) | through the service | ratio | target |
 |---|---|---|---|---|
@@ -267,7 +274,9 @@ ${perDownload('relay')}. A relayed download runs three busy processes where the 
 they kept ${cores('service')} (service) and ${cores('relay')} (relay) of the 2 cores busy, the direct one
 ${cores('direct')} (the VM's host decides how much of the second core it gets). When the paths get the same share,
 a download ratio is the ratio of CPU totals, (s3rver + client) / (s3rver + relaying process + client), here
-${cpuRatio('service')} for the service and ${cpuRatio('relay')} for the relay. The service's own CPU per byte
+${cpuRatio('service')} for the service and ${cpuRatio('relay')} for the relay. At the CPU it used per GiB here,
+the service would relay ${capacity} MiB/s on a core of its own, ${(Number(capacity) / mbps(SIZE, medianMs.direct)).toFixed(1)}x the
+direct rate. Its own CPU per byte
 (reading the store's socket into one reused 64 KiB buffer, writing the client's about 1 MiB at a time) is the part
 the service can change. Single downloads vary widely from run to run (hence the median of ${DOWNLOAD_ROUNDS}). Whole
 runs vary too, with the host's speed (the CPU gauge above) and beyond it: compare
