@@ -5,6 +5,8 @@
  * port with an embedded PGlite database under .data/<service>/ (no
  * DATABASE_URL needed). Consul registration is off; NATS is used only when
  * NATS_URL is set. Ctrl-C stops everything gracefully.
+ * PLATFORM_PORT_BASE moves every port (services at base+0..3 in contract order, s3rver at base+4, the Solana RPC at
+ * base+5 and its WebSocket at base+6), so a second copy (a test run) can share the machine.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -16,6 +18,20 @@ import { STORAGE_NODE_FLAGS } from '../services/storage/src/node-flags.ts';
 const root = fileURLToPath(new URL('..', import.meta.url));
 // PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one).
 const data = path.resolve(process.env.PLATFORM_DATA_DIR ?? path.join(root, '.data'));
+const portBase = process.env.PLATFORM_PORT_BASE ? Number(process.env.PLATFORM_PORT_BASE) : undefined;
+if (portBase !== undefined && !(Number.isInteger(portBase) && portBase > 0 && portBase < 65529))
+  throw new Error(`PLATFORM_PORT_BASE must be a port number, got ${process.env.PLATFORM_PORT_BASE}`);
+/** The contract's port, or its place after PLATFORM_PORT_BASE. */
+const port = (contractPort: number, offset: number) => (portBase === undefined ? contractPort : portBase + offset);
+const ports = {
+  auth: port(8000, 0),
+  storage: port(8001, 1),
+  registry: port(8002, 2),
+  billing: port(8003, 3),
+  s3: port(9000, 4),
+  solana: port(8899, 5),
+  solanaWs: port(8900, 6),
+};
 
 interface Proc {
   name: string;
@@ -38,17 +54,28 @@ const dependencies: Proc[] = [
       'tsx',
       'scripts/dev/s3-server.ts',
       '--port',
-      '9000',
+      String(ports.s3),
       '--dir',
       path.join(data, 's3'),
     ],
-    port: 9000,
+    port: ports.s3,
   },
   {
     name: 'solana',
     cwd: root,
-    args: ['--import', 'tsx', 'tools/solana-localnet/src/server.ts', '--setup', '--dir', path.join(data, 'solana')],
-    port: 8899,
+    args: [
+      '--import',
+      'tsx',
+      'tools/solana-localnet/src/server.ts',
+      '--setup',
+      '--dir',
+      path.join(data, 'solana'),
+      '--port',
+      String(ports.solana),
+      '--ws-port',
+      String(ports.solanaWs),
+    ],
+    port: ports.solana,
   },
 ];
 
@@ -58,7 +85,7 @@ const services: Proc[] = (
       name: 'auth',
       cwd: 'services/auth',
       args: [],
-      port: 8000,
+      port: ports.auth,
       env: { AUTH__DATABASE__EMBEDDED_PATH: path.join(data, 'auth', 'pglite') },
     },
     {
@@ -66,24 +93,25 @@ const services: Proc[] = (
       cwd: 'services/storage',
       args: [],
       nodeFlags: STORAGE_NODE_FLAGS,
-      port: 8001,
-      env: { STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'), S3_ENDPOINT: '127.0.0.1:9000' },
+      port: ports.storage,
+      env: { STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'), S3_ENDPOINT: `127.0.0.1:${ports.s3}` },
     },
     {
       name: 'provider-registry',
       cwd: 'services/provider-registry',
       args: [],
-      port: 8002,
+      port: ports.registry,
       env: { REGISTRY__DATABASE__EMBEDDED_PATH: path.join(data, 'provider-registry', 'pglite') },
     },
     {
       name: 'billing',
       cwd: 'services/billing',
       args: [],
-      port: 8003,
+      port: ports.billing,
       env: {
         BILLING__DATABASE__EMBEDDED_PATH: path.join(data, 'billing', 'pglite'),
-        SOLANA_RPC_URL: 'http://127.0.0.1:8899',
+        SOLANA_RPC_URL: `http://127.0.0.1:${ports.solana}`,
+        SOLANA_WS_URL: `ws://127.0.0.1:${ports.solanaWs}`,
         // Written by the localnet's setup: the mint, its decimals and the treasury keypair file.
         BILLING__BLOCKCHAIN__LOCALNET_FILE: path.join(data, 'solana', 'mint.json'),
       },
@@ -93,6 +121,7 @@ const services: Proc[] = (
   .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
   .map((s) => ({
     ...s,
+    env: { ...s.env, PORT: String(s.port) },
     cwd: path.join(root, s.cwd),
     args: [...(s.nodeFlags ?? []), '--import', 'tsx', 'src/server.ts'],
   }));

@@ -11,14 +11,25 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const ports: Record<string, number> = { auth: 8000, storage: 8001, 'provider-registry': 8002, billing: 8003 };
+// With TEST_PORT_BASE (the test servers at base+0..9), the platform goes at base+10 and up (PLATFORM_PORT_BASE), so
+// two test runs can share a machine; otherwise it takes the contract ports, as `pnpm start` does.
+const portBase = process.env.TEST_PORT_BASE ? Number(process.env.TEST_PORT_BASE) + 10 : undefined;
+const contractPorts: Record<string, number> = { auth: 8000, storage: 8001, 'provider-registry': 8002, billing: 8003 };
+const ports = Object.fromEntries(
+  Object.entries(contractPorts).map(([name, port]) => [name, portBase === undefined ? port : portBase + port - 8000]),
+);
 const services = readdirSync(path.join(root, 'services')).filter((d) =>
   existsSync(path.join(root, 'services', d, 'src/server.ts')),
 );
 const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-start-'));
 const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
   cwd: root,
-  env: { ...process.env, PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
+  env: {
+    ...process.env,
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: 'warn',
+    ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
+  },
   stdio: ['ignore', 'pipe', 'pipe'],
 });
 let output = '';
