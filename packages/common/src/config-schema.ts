@@ -32,10 +32,19 @@ export const zList = () =>
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
+/** The Consul agent contacted when registration is switched on without an address. */
+export const DEFAULT_CONSUL_ADDRESS = '127.0.0.1:8500';
+
+/**
+ * Consul registration. Configuring an agent address (file or environment)
+ * switches registration on; an explicit `enabled` decides either way.
+ */
 export const registrySchema = z
   .object({
-    enabled: zBool().default(false),
-    address: z.string().default('127.0.0.1:8500'),
+    /** Unset: on exactly when `address` is configured. */
+    enabled: zBool().optional(),
+    /** host:port or URL of the Consul agent; `DEFAULT_CONSUL_ADDRESS` when unset. */
+    address: z.string().optional(),
     registration: z
       .object({
         service_name: z.string().default(''),
@@ -43,14 +52,20 @@ export const registrySchema = z
         tags: zList().default([]),
         /** Address announced to the registry; the listen host when empty (0.0.0.0 -> 127.0.0.1). */
         address: z.string().default(''),
-        health_check_path: z.string().default('/health'),
+        /** The path Consul's check calls; unset: the app's health route (`server.health_path`). */
+        health_check_path: z.string().optional(),
         health_check_interval: zDuration().default('10s'),
         health_check_timeout: zDuration().default('5s'),
         deregister_critical_after: zDuration().default('1m'),
       })
       .prefault({}),
   })
-  .prefault({});
+  .prefault({})
+  .transform(({ enabled, address, ...rest }) => ({
+    enabled: enabled ?? Boolean(address),
+    address: address || DEFAULT_CONSUL_ADDRESS,
+    ...rest,
+  }));
 
 /**
  * The shape of the settings every service shares. A service spreads it into

@@ -1,7 +1,9 @@
 /**
  * The one configuration loader: schema defaults, then the YAML (or JSON)
- * file, then environment variables. Invalid configuration fails start-up with
- * a message naming every bad key and where its value came from.
+ * file, then environment variables. Invalid configuration, including a key the
+ * schema does not know (a misspelt setting in the file or in a `<PREFIX>__`
+ * variable), fails start-up with a message naming every bad key and where its
+ * value came from.
  */
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -66,28 +68,118 @@ function setPath(target: Tree, shape: unknown, segments: string[], value: unknow
   });
 }
 
-function envOverrides(
-  opts: LoadConfigOptions<z.ZodType>,
-  shape: unknown,
-): { tree: Tree; sources: Map<string, string> } {
+/** A path as the source map keys it, so `useSSL`, `use_ssl` and `USE_SSL` meet. */
+const sourceKey = (segments: readonly PropertyKey[]) => segments.map((s) => norm(String(s))).join('.');
+
+/** One environment variable's contribution: its path and, on its own, the tree it sets. */
+interface EnvEntry {
+  name: string;
+  segments: string[];
+  value: string;
+}
+
+/** The aliases that are set, then the `<PREFIX>__A__B` variables (which win); other variables are ignored. */
+function envEntries(opts: LoadConfigOptions<z.ZodType>): EnvEntry[] {
   const env = opts.env ?? process.env;
-  const tree: Tree = {};
-  const sources = new Map<string, string>();
+  const entries: EnvEntry[] = [];
   for (const [name, path] of Object.entries(opts.aliases ?? {})) {
     const value = env[name];
     if (value === undefined || value === '') continue;
-    setPath(tree, shape, path.split('.'), value);
-    sources.set(path, `environment variable ${name}`);
+    entries.push({ name, segments: path.split('.'), value });
   }
   const prefix = `${opts.envPrefix}__`;
   for (const [name, value] of Object.entries(env)) {
     if (!name.startsWith(prefix) || value === undefined) continue;
     const segments = name.slice(prefix.length).split('__').filter(Boolean);
-    if (segments.length === 0) continue;
-    setPath(tree, shape, segments, value);
-    sources.set(segments.map((s) => s.toLowerCase()).join('.'), `environment variable ${name}`);
+    if (segments.length > 0) entries.push({ name, segments, value });
   }
-  return { tree, sources };
+  return entries;
+}
+
+/** The parts of a zod schema's definition that the key checks read. */
+interface Def {
+  type: string;
+  shape?: Record<string, z.ZodType>;
+  catchall?: z.ZodType;
+  innerType?: z.ZodType;
+  in?: z.ZodType;
+  out?: z.ZodType;
+  options?: z.ZodType[];
+  valueType?: z.ZodType;
+  element?: z.ZodType;
+  getter?: () => z.ZodType;
+}
+
+const defOf = (schema: z.ZodType) => schema._zod.def as unknown as Def;
+const WRAPPERS = new Set(['default', 'prefault', 'optional', 'nullable', 'readonly', 'catch', 'nonoptional']);
+
+/**
+ * Dotted paths of the keys in `value` that `schema` does not know: zod objects
+ * drop unknown keys silently, which would hide a misspelt setting. Keys a
+ * `z.preprocess` step maps onto the schema (the registry's flat spec names)
+ * count as known; records and loose objects take any key.
+ */
+function unknownKeys(schema: z.ZodType, value: unknown, path: string[] = []): string[] {
+  const def = defOf(schema);
+  if (WRAPPERS.has(def.type)) return def.innerType ? unknownKeys(def.innerType, value, path) : [];
+  switch (def.type) {
+    case 'object': {
+      if (!isTree(value)) return [];
+      const rest = def.catchall && defOf(def.catchall).type !== 'never' ? def.catchall : undefined;
+      return Object.entries(value).flatMap(([key, v]) => {
+        const field = def.shape && Object.hasOwn(def.shape, key) ? def.shape[key] : rest;
+        return field ? unknownKeys(field, v, [...path, key]) : [[...path, key].join('.')];
+      });
+    }
+    case 'pipe': {
+      if (!def.in || !def.out) return [];
+      if (defOf(def.in).type !== 'transform') return unknownKeys(def.in, value, path);
+      const pre = def.in.safeParse(value);
+      return pre.success ? unknownKeys(def.out, pre.data, path) : [];
+    }
+    case 'union': {
+      const match = def.options?.find((option) => option.safeParse(value).success);
+      return match ? unknownKeys(match, value, path) : [];
+    }
+    case 'record':
+      return isTree(value) && def.valueType
+        ? Object.entries(value).flatMap(([k, v]) => unknownKeys(def.valueType as z.ZodType, v, [...path, k]))
+        : [];
+    case 'array':
+      return Array.isArray(value) && def.element
+        ? value.flatMap((v, i) => unknownKeys(def.element as z.ZodType, v, [...path, String(i)]))
+        : [];
+    case 'lazy':
+      return def.getter ? unknownKeys(def.getter(), value, path) : [];
+    default:
+      return [];
+  }
+}
+
+/** The object shape `schema` validates a mapping against, through wrappers and pipes. */
+function shapeOf(schema: z.ZodType): Record<string, z.ZodType> | undefined {
+  const def = defOf(schema);
+  if (WRAPPERS.has(def.type)) return def.innerType && shapeOf(def.innerType);
+  if (def.type === 'object') return def.shape;
+  if (def.type === 'pipe' && def.in && def.out) return shapeOf(defOf(def.in).type === 'transform' ? def.out : def.in);
+  return undefined;
+}
+
+/**
+ * The defaults as the loader merges them and writes them to a file: keys that
+ * are optional without a default are left out, so what the schema derives from
+ * their absence (`registry.enabled` follows `registry.address`) stays derived.
+ */
+function fileDefaults(schema: z.ZodType, value: unknown): unknown {
+  const shape = shapeOf(schema);
+  if (!shape || !isTree(value)) return value;
+  const out: Tree = {};
+  for (const [key, v] of Object.entries(value)) {
+    const field = Object.hasOwn(shape, key) ? shape[key] : undefined;
+    if (!field) out[key] = v;
+    else if (defOf(field).type !== 'optional') out[key] = fileDefaults(field, v);
+  }
+  return out;
 }
 
 function readFile(file: string): Tree {
@@ -104,7 +196,7 @@ function readFile(file: string): Tree {
 
 /** Loads, validates and returns the configuration; `instance_id` is generated when empty. */
 export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.output<S> {
-  const defaults = opts.schema.parse({}) as Tree;
+  const defaults = fileDefaults(opts.schema, opts.schema.parse({})) as Tree;
   let fromFile: Tree = {};
   if (opts.file) {
     if (existsSync(opts.file)) {
@@ -114,17 +206,34 @@ export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.o
       writeFileSync(opts.file, `# default configuration, written at first start\n${YAML.stringify(defaults)}`);
     }
   }
-  const { tree: fromEnv, sources } = envOverrides(opts as LoadConfigOptions<z.ZodType>, defaults);
+  const problems: string[] = [];
+  const problem = (key: string, message: string, source: string) =>
+    problems.push(`  ${key || '(root)'}: ${message} (from ${source})`);
+  for (const key of unknownKeys(opts.schema, fromFile)) problem(key, 'unknown key', `file ${opts.file}`);
+
+  const fromEnv: Tree = {};
+  const sources = new Map<string, string>();
+  for (const { name, segments, value } of envEntries(opts as LoadConfigOptions<z.ZodType>)) {
+    const own: Tree = {};
+    setPath(own, defaults, segments, value);
+    for (const key of unknownKeys(opts.schema, own)) problem(key, 'unknown key', `environment variable ${name}`);
+    setPath(fromEnv, defaults, segments, value);
+    sources.set(sourceKey(segments), `environment variable ${name}`);
+  }
+  const sourceOf = (path: readonly PropertyKey[]) => {
+    for (let n = path.length; n > 0; n--) {
+      const source = sources.get(sourceKey(path.slice(0, n)));
+      if (source) return source;
+    }
+    return opts.file ? `file ${opts.file} or default` : 'default';
+  };
+
   const merged = deepMerge(deepMerge(deepMerge(defaults, fromFile), fromEnv), opts.overrides ?? {});
   const result = opts.schema.safeParse(merged);
   if (!result.success) {
-    const lines = result.error.issues.map((issue) => {
-      const key = issue.path.join('.');
-      const source = sources.get(key.toLowerCase()) ?? (opts.file ? `file ${opts.file} or default` : 'default');
-      return `  ${key || '(root)'}: ${issue.message} (from ${source})`;
-    });
-    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+    for (const issue of result.error.issues) problem(issue.path.join('.'), issue.message, sourceOf(issue.path));
   }
+  if (problems.length > 0 || !result.success) throw new ConfigError(`invalid configuration:\n${problems.join('\n')}`);
   const config = result.data as Tree;
   if ('instance_id' in config && !config.instance_id) config.instance_id = randomUUID();
   return config as z.output<S>;

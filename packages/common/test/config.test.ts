@@ -4,7 +4,16 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { z } from 'zod';
-import { baseConfigShape, baseEnvAliases, ConfigError, loadConfig, zBool, zDuration, zList } from '../src/index.ts';
+import {
+  baseConfigShape,
+  baseEnvAliases,
+  ConfigError,
+  loadConfig,
+  zBool,
+  zDuration,
+  zInt,
+  zList,
+} from '../src/index.ts';
 
 const schema = z.object({
   ...baseConfigShape(9999),
@@ -15,11 +24,23 @@ const schema = z.object({
       useSSL: zBool().default(false),
       tags: zList().default([]),
       timeout: zDuration().default('5s'),
+      maxUploadSize: zInt(1).default(1024),
     })
     .prefault({}),
 });
 
 const dir = mkdtempSync(path.join(tmpdir(), 'config-test-'));
+
+/** The ConfigError message `load` throws. */
+function configError(load: () => unknown): string {
+  try {
+    load();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as Error).message;
+  }
+  throw new Error('expected a ConfigError');
+}
 
 describe('loadConfig', () => {
   it('uses the schema defaults and generates an instance ID', () => {
@@ -97,5 +118,97 @@ describe('loadConfig', () => {
     const broken = path.join(dir, 'broken.yaml');
     writeFileSync(broken, 'server: [unclosed\n');
     expect(() => loadConfig({ schema, envPrefix: 'SVC', env: {}, file: broken })).toThrow(/cannot read/);
+  });
+
+  it('names the environment variable for camelCase keys, by alias and by structured name', () => {
+    const message = configError(() =>
+      loadConfig({
+        schema,
+        envPrefix: 'SVC',
+        file: path.join(dir, 'absent.yaml'),
+        aliases: { S3_USE_SSL: 'object_store.useSSL' },
+        env: { S3_USE_SSL: 'maybe', SVC__OBJECT_STORE__MAX_UPLOAD_SIZE: 'abc' },
+      }),
+    );
+    expect(message).toMatch(/object_store\.useSSL: .*\(from environment variable S3_USE_SSL\)/);
+    expect(message).toMatch(
+      /object_store\.maxUploadSize: .*\(from environment variable SVC__OBJECT_STORE__MAX_UPLOAD_SIZE\)/,
+    );
+  });
+
+  it('refuses unknown keys in the file and in prefixed variables, naming each and its source', () => {
+    const file = path.join(dir, 'typos.yaml');
+    writeFileSync(file, 'server:\n  prot: 7000\nobject_stor:\n  endpoint: x\nobject_store:\n  useSSL: true\n');
+    const message = configError(() =>
+      loadConfig({
+        schema,
+        envPrefix: 'SVC',
+        file,
+        aliases: baseEnvAliases,
+        env: {
+          SVC__SEVER__PORT: '2',
+          SVC__OBJECT_STORE__DEFAULT_BUCKETT: 'b',
+          SVC__SERVER__PORT: '7001',
+          // Other services' variables and look-alike names are not ours to judge.
+          STORAGE__SEVER__PORT: '2',
+          SVCX__NOPE: '1',
+          SVC_CONFIG_FILE: 'x',
+          PORT: '7002',
+        },
+      }),
+    );
+    expect(message).toContain(`server.prot: unknown key (from file ${file})`);
+    expect(message).toContain(`object_stor: unknown key (from file ${file})`);
+    expect(message).toContain('sever: unknown key (from environment variable SVC__SEVER__PORT)');
+    expect(message).toContain(
+      'object_store.default_buckett: unknown key (from environment variable SVC__OBJECT_STORE__DEFAULT_BUCKETT)',
+    );
+    expect(message).not.toMatch(/STORAGE__|SVCX__|SVC_CONFIG_FILE|useSSL|server\.port/);
+  });
+
+  it('accepts keys a preprocessing step maps, records of free keys, and its own default file', () => {
+    const flat = z.preprocess(
+      (v) => {
+        if (typeof v !== 'object' || v === null || !('listen_port' in v)) return v;
+        const { listen_port, ...rest } = v as Record<string, unknown>;
+        return { ...rest, server: { port: listen_port } };
+      },
+      z.object({ ...baseConfigShape(9999), rates: z.record(z.string(), z.string()).default({ a: '1' }) }),
+    );
+    const file = path.join(dir, 'flat.yaml');
+    writeFileSync(file, 'listen_port: 7000\nrates:\n  any-name: "2"\n');
+    const config = loadConfig({ schema: flat, envPrefix: 'SVC', file, env: { SVC__LISTEN_PORT: '7100' } });
+    expect(config.server.port).toBe(7100);
+    expect(config.rates).toMatchObject({ 'any-name': '2' });
+    expect(() => loadConfig({ schema: flat, envPrefix: 'SVC', env: { SVC__LISTEN_PORTT: '1' } })).toThrow(
+      /listen_portt: unknown key/,
+    );
+
+    const written = path.join(dir, 'defaults', 'written.yaml');
+    loadConfig({ schema, envPrefix: 'SVC', env: {}, file: written, writeDefaultFile: true });
+    expect(() => loadConfig({ schema, envPrefix: 'SVC', env: {}, file: written })).not.toThrow();
+  });
+
+  it('turns Consul registration on when an agent address is configured, unless disabled explicitly', () => {
+    const load = (env: NodeJS.ProcessEnv, file?: string) =>
+      loadConfig({ schema, envPrefix: 'SVC', aliases: baseEnvAliases, env, file }).registry;
+    expect(load({})).toMatchObject({ enabled: false, address: '127.0.0.1:8500' });
+    expect(load({ CONSUL_ADDRESS: 'consul:8500' })).toMatchObject({ enabled: true, address: 'consul:8500' });
+    expect(load({ SVC__REGISTRY__ADDRESS: 'consul:8500' }).enabled).toBe(true);
+    expect(load({ CONSUL_ADDRESS: 'consul:8500', CONSUL_ENABLED: 'false' }).enabled).toBe(false);
+    expect(load({ CONSUL_ENABLED: 'true' })).toMatchObject({ enabled: true, address: '127.0.0.1:8500' });
+
+    const file = path.join(dir, 'consul.yaml');
+    writeFileSync(file, 'registry:\n  address: consul.internal:8500\n');
+    expect(load({}, file)).toMatchObject({ enabled: true, address: 'consul.internal:8500' });
+    writeFileSync(file, 'registry:\n  address: consul.internal:8500\n  enabled: false\n');
+    expect(load({}, file).enabled).toBe(false);
+
+    // The default file leaves registration to follow the address.
+    const written = path.join(dir, 'consul-defaults', 'written.yaml');
+    loadConfig({ schema, envPrefix: 'SVC', env: {}, file: written, writeDefaultFile: true });
+    expect(YAML.parse(readFileSync(written, 'utf8')).registry).not.toHaveProperty('enabled');
+    expect(load({}, written).enabled).toBe(false);
+    expect(load({ CONSUL_ADDRESS: 'consul:8500' }, written).enabled).toBe(true);
   });
 });

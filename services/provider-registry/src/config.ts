@@ -32,7 +32,7 @@ const FLAT_REGISTRY_KEYS: Record<string, string[]> = {
 type Tree = Record<string, unknown>;
 const isTree = (v: unknown): v is Tree => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Moves the spec's flat keys into `registry` (registration itself is switched on by `registry.enabled`). */
+/** Moves the spec's flat keys into `registry` (a `consul_address` switches registration on unless `registry.enabled` is false). */
 function mapFlatKeys(input: unknown): unknown {
   if (!isTree(input)) return input;
   const out: Tree = { ...input };
