@@ -163,6 +163,51 @@ describe('app factory', () => {
     expect(other.headers['access-control-allow-origin']).toBeUndefined();
   });
 
+  it('allows browsers to PUT and DELETE with the contract headers, and to read the response headers', async () => {
+    for (const method of ['PUT', 'DELETE']) {
+      const res = await app.inject({
+        method: 'OPTIONS',
+        url: '/objects/b/k',
+        headers: {
+          origin: 'https://app.example',
+          'access-control-request-method': method,
+          'access-control-request-headers': 'authorization,content-type,x-request-id,x-correlation-id,if-none-match',
+        },
+      });
+      expect(res.statusCode).toBe(204);
+      expect(res.headers['access-control-allow-origin']).toBe('https://app.example');
+      const methods = String(res.headers['access-control-allow-methods']).split(/,\s*/);
+      expect(methods).toEqual(expect.arrayContaining(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']));
+      const allowed = String(res.headers['access-control-allow-headers']).toLowerCase().split(/,\s*/);
+      expect(allowed).toEqual(
+        expect.arrayContaining([
+          'authorization',
+          'content-type',
+          'x-request-id',
+          'x-correlation-id',
+          'idempotency-key',
+          'range',
+          'if-none-match',
+          'if-modified-since',
+        ]),
+      );
+    }
+    const ok = await app.inject({ method: 'GET', url: '/health', headers: { origin: 'https://app.example' } });
+    const exposed = String(ok.headers['access-control-expose-headers']).split(/,\s*/);
+    expect(exposed).toEqual(
+      expect.arrayContaining([
+        'x-request-id',
+        'x-correlation-id',
+        'etag',
+        'content-range',
+        'content-length',
+        'last-modified',
+        'x-next-start-after',
+        'location',
+      ]),
+    );
+  });
+
   it('serves health, metrics by route and status, OpenAPI, Swagger UI and ReDoc offline', async () => {
     const health = await app.inject({ method: 'GET', url: '/health' });
     expect(health.json()).toMatchObject({ status: 'UP', service: 'test-service', checks: { db: { status: 'UP' } } });

@@ -19,6 +19,15 @@ export interface Registration {
 
 const UNSPECIFIED = new Set(['0.0.0.0', '::', '[::]', '']);
 
+/**
+ * The path Consul's HTTP check calls: `registry.registration.health_check_path` when set (a different check
+ * endpoint on purpose), else the health route the app mounts (`server.health_path`), so moving the route moves the
+ * check.
+ */
+export function checkPath(config: BaseConfig): string {
+  return config.registry.registration.health_check_path || config.server.health_path;
+}
+
 /** The registration this service announces, derived from its configuration. */
 export function buildRegistration(config: BaseConfig, defaultName: string, port: number): Registration {
   const reg = config.registry.registration;
@@ -32,7 +41,7 @@ export function buildRegistration(config: BaseConfig, defaultName: string, port:
     address,
     port,
     tags: reg.tags,
-    checkUrl: `http://${urlHost}:${port}${reg.health_check_path}`,
+    checkUrl: `http://${urlHost}:${port}${checkPath(config)}`,
   };
 }
 

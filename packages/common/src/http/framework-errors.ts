@@ -1,0 +1,68 @@
+/**
+ * Errors Fastify and Node's HTTP parser answer before a route runs. Fastify's
+ * `frameworkErrors` (a URL that does not decode, an over-long path parameter)
+ * gets a request but no hooks: it is given the request's IDs here and the same
+ * problem body as any other error. A `clientError` (malformed request line or
+ * header, headers too large, client too slow) comes before there is a request
+ * at all: it gets a minimal problem body, a fresh request ID to find its log
+ * line by, and `Connection: close`, since the connection cannot be trusted.
+ */
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.ts';
+import { requestLogContext } from '../logger.ts';
+import { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './error-handler.ts';
+import { CORRELATION_ID_HEADER, correlationIdOf, logIdsOf, REQUEST_ID_HEADER } from './request-context.ts';
+
+/** Fastify's `frameworkErrors` option: the problem body, with the request and correlation IDs. */
+export function onFrameworkError(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  // No onRequest hook ran for this request: give it what the request-context plugin would have.
+  request.correlationId = correlationIdOf(request.raw);
+  reply.header(REQUEST_ID_HEADER, request.id);
+  reply.header(CORRELATION_ID_HEADER, request.correlationId);
+  requestLogContext.run(logIdsOf(request), () => {
+    const appError = toAppError(error);
+    if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
+    else request.log.info({ code: appError.code, status: appError.status }, appError.message);
+    void sendProblem(request, reply, appError);
+  });
+}
+
+function clientProblem(err: NodeJS.ErrnoException): AppError {
+  switch (err.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return new AppError(431, 'HEADERS_TOO_LARGE', 'the request headers are too large');
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return new AppError(413, 'PAYLOAD_TOO_LARGE', 'the chunk extensions are too large');
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new AppError(408, 'CLIENT_TIMEOUT', 'the request was not received in time');
+    default:
+      return new AppError(400, 'MALFORMED_REQUEST', 'the request is not valid HTTP');
+  }
+}
+
+/**
+ * Fastify's `clientErrorHandler` server option (Node's `clientError` event):
+ * answers a problem body on the raw socket and closes it.
+ */
+export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
+  // A reset connection has nobody to answer (see Node's 'clientError' documentation).
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const problem = clientProblem(err);
+  const requestId = randomUUID();
+  this.log.info({ request_id: requestId, code: problem.code, status: problem.status, err_code: err.code }, err.message);
+  if (socket.writable) {
+    const body = JSON.stringify({ ...problem.toProblem(), request_id: requestId });
+    socket.write(
+      `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
+        `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        `${REQUEST_ID_HEADER}: ${requestId}\r\n` +
+        'Connection: close\r\n\r\n' +
+        body,
+    );
+  }
+  socket.destroy(err);
+}

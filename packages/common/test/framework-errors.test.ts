@@ -1,0 +1,91 @@
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type App, baseConfigSchema, createApp, createLogger } from '../src/index.ts';
+import { captureLogs } from '../src/testing/index.ts';
+
+const logs = captureLogs();
+let app: App;
+let port: number;
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** Writes `request` as-is on a fresh connection and reads the response until the server closes it. */
+function rawRequest(request: string): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', (err) => (chunks.length > 0 ? undefined : reject(err)));
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const [head = '', ...rest] = text.split('\r\n\r\n');
+      const [statusLine = '', ...headerLines] = head.split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const line of headerLines) {
+        const i = line.indexOf(':');
+        headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+      }
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n') });
+    });
+    socket.write(request);
+  });
+}
+
+beforeAll(async () => {
+  const config = baseConfigSchema.parse({});
+  const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
+  app = await createApp({ service: 'test-service', description: 'test', config, logger });
+  app.get('/x/:name', async (request) => request.params);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const address = app.server.address();
+  port = typeof address === 'object' && address ? address.port : 0;
+});
+
+afterAll(async () => {
+  await app.close();
+});
+
+describe('errors before a route runs', () => {
+  it('answers a URL that does not decode with a problem body and the request IDs', async () => {
+    const res = await rawRequest(
+      'GET /x/%E0%A4%A HTTP/1.1\r\nHost: localhost\r\nX-Correlation-ID: corr-bad-url\r\nConnection: close\r\n\r\n',
+    );
+    expect(res.status).toBe(400);
+    expect(res.headers['content-type']).toContain('application/problem+json');
+    expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(res.headers['x-correlation-id']).toBe('corr-bad-url');
+    const body = JSON.parse(res.body);
+    expect(body).toMatchObject({ type: 'about:blank', title: 'Bad Request', status: 400, code: 'BAD_URL' });
+    expect(body.request_id).toBe(res.headers['x-request-id']);
+    const line = logs.lines().find((l) => l.request_id === body.request_id && l.code === 'BAD_URL');
+    expect(line).toMatchObject({ correlation_id: 'corr-bad-url' });
+  });
+
+  it('answers headers that are too large with a 431 problem body and closes the connection', async () => {
+    const res = await rawRequest(`GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(res.status).toBe(431);
+    expect(res.headers['content-type']).toContain('application/problem+json');
+    expect(res.headers.connection).toBe('close');
+    const body = JSON.parse(res.body);
+    expect(body).toMatchObject({ status: 431, title: 'Request Header Fields Too Large', code: 'HEADERS_TOO_LARGE' });
+    expect(body.request_id).toBe(res.headers['x-request-id']);
+  });
+
+  it('answers a malformed header line with a 400 problem body', async () => {
+    const res = await rawRequest('GET /health HTTP/1.1\r\nHost: localhost\r\nthis is not a header\r\n\r\n');
+    expect(res.status).toBe(400);
+    expect(res.headers['content-type']).toContain('application/problem+json');
+    expect(res.headers.connection).toBe('close');
+    expect(JSON.parse(res.body)).toMatchObject({ status: 400, code: 'MALFORMED_REQUEST' });
+  });
+
+  it('keeps serving afterwards', async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/x/ok`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ name: 'ok' });
+  });
+});

@@ -1,0 +1,57 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { baseConfigSchema, buildRegistration, createApp, createLogger, runService } from '../src/index.ts';
+import { ConsulRecorder } from '../src/testing/index.ts';
+
+const consul = new ConsulRecorder();
+let consulAddress: string;
+
+beforeAll(async () => {
+  consulAddress = await consul.start();
+});
+
+afterAll(async () => {
+  await consul.close();
+});
+
+describe('Consul registration', () => {
+  it('checks the health route where the app mounts it (server.health_path)', async () => {
+    const config = baseConfigSchema.parse({
+      instance_id: 'i-health',
+      server: { host: '127.0.0.1', port: 0, health_path: '/healthz' },
+      registry: { enabled: true, address: consulAddress },
+    });
+    const logger = createLogger({ service: 'test', instanceId: 'i-health', level: 'silent' });
+    const app = await createApp({ service: 'test-service', description: 'test', config, logger });
+    const running = await runService({ name: 'test-service', config, logger, app });
+    try {
+      const service = consul.services.get('test-service-i-health') as { Check?: { HTTP?: string } } | undefined;
+      const checkUrl = service?.Check?.HTTP;
+      expect(checkUrl).toBe(`http://127.0.0.1:${running.port}/healthz`);
+      // What Consul would see when it runs the check.
+      const res = await fetch(checkUrl as string);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toMatchObject({ status: 'UP', service: 'test-service' });
+    } finally {
+      await running.shutdown('test over');
+    }
+    expect(consul.services.has('test-service-i-health')).toBe(false);
+  });
+
+  it('uses registry.registration.health_check_path whenever it is set', () => {
+    const config = baseConfigSchema.parse({
+      instance_id: 'i-2',
+      server: { health_path: '/healthz' },
+      registry: { registration: { health_check_path: '/health/ready' } },
+    });
+    expect(buildRegistration(config, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health/ready');
+    // Set to the route's default path on purpose, while the route moved: the setting still wins.
+    const pinned = baseConfigSchema.parse({
+      instance_id: 'i-4',
+      server: { health_path: '/healthz' },
+      registry: { registration: { health_check_path: '/health' } },
+    });
+    expect(buildRegistration(pinned, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health');
+    const defaults = baseConfigSchema.parse({ instance_id: 'i-3' });
+    expect(buildRegistration(defaults, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health');
+  });
+});

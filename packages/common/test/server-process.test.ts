@@ -1,0 +1,120 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const portBase = Number(process.env.TEST_PORT_BASE ?? 55400) + 40;
+
+interface Service {
+  child: ChildProcess;
+  base: string;
+  output: () => string;
+  exited: Promise<{ code: number | null; at: number }>;
+}
+
+const started: ChildProcess[] = [];
+
+/** Starts test/fixtures/service.ts with `env` and waits until it answers /health. */
+async function startService(port: number, env: Record<string, string>): Promise<Service> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/service.ts'], {
+    cwd: root,
+    env: { PATH: process.env.PATH, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  started.push(child);
+  let output = '';
+  child.stdout?.on('data', (d) => {
+    output += d;
+  });
+  child.stderr?.on('data', (d) => {
+    output += d;
+  });
+  const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
+    child.once('exit', (code) => resolve({ code, at: Date.now() })),
+  );
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const ok = await fetch(`${base}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) break;
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`service did not start:\n${output}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { child, base, output: () => output, exited };
+}
+
+/** Resolves once the service has logged that the slow request is being handled. */
+async function inFlight(service: Service): Promise<void> {
+  while (!service.output().includes('slow request started')) await new Promise((r) => setTimeout(r, 20));
+}
+
+afterEach(() => {
+  for (const child of started.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
+});
+
+describe('graceful shutdown (shutdown_timeout)', () => {
+  it('lets an in-flight request finish, then exits 0 without waiting for the bound', async () => {
+    const service = await startService(portBase, { FIXTURE__SHUTDOWN_TIMEOUT: '10s' });
+    const response = fetch(`${service.base}/slow?ms=800`).then(async (r) => ({
+      status: r.status,
+      body: await r.json(),
+      at: Date.now(),
+    }));
+    await inFlight(service);
+    const signalled = Date.now();
+    service.child.kill('SIGTERM');
+    const [res, exit] = await Promise.all([response, service.exited]);
+    expect(res).toMatchObject({ status: 200, body: { slept_ms: 800 } });
+    expect(exit.code).toBe(0);
+    expect(exit.at).toBeGreaterThanOrEqual(res.at - 50);
+    expect(exit.at - signalled).toBeLessThan(5_000);
+    expect(service.output()).toContain('shutdown complete');
+  });
+
+  it('exits 1 once the bound has passed when a request is still in flight', async () => {
+    const service = await startService(portBase + 1, { FIXTURE__SHUTDOWN_TIMEOUT: '1s' });
+    const response = fetch(`${service.base}/slow?ms=20000`).then(
+      (r) => r.status,
+      () => 'connection closed',
+    );
+    await inFlight(service);
+    const signalled = Date.now();
+    service.child.kill('SIGTERM');
+    const exit = await service.exited;
+    expect(exit.code).toBe(1);
+    expect(exit.at - signalled).toBeGreaterThanOrEqual(900);
+    expect(exit.at - signalled).toBeLessThan(5_000);
+    expect(await response).toBe('connection closed');
+    expect(service.output()).toContain('graceful shutdown timed out');
+  });
+});
+
+describe('LOG_PRETTY', () => {
+  const jsonLines = (text: string) => text.split('\n').filter((l) => l.trim());
+
+  it('writes one JSON object a line unless asked', async () => {
+    const service = await startService(portBase + 2, {});
+    service.child.kill('SIGTERM');
+    await service.exited;
+    const lines = jsonLines(service.output());
+    expect(lines.length).toBeGreaterThan(0);
+    const parsed = lines.map((l) => JSON.parse(l));
+    expect(parsed.find((l) => l.msg === 'fixture-service listening')).toMatchObject({
+      level: 'info',
+      service: 'fixture-service',
+    });
+  });
+
+  it('writes human-readable lines when LOG_PRETTY=true', async () => {
+    const service = await startService(portBase + 3, { LOG_PRETTY: 'true' });
+    service.child.kill('SIGTERM');
+    await service.exited;
+    const listening = jsonLines(service.output()).find((l) => l.includes('fixture-service listening'));
+    expect(listening).toBeDefined();
+    expect(() => JSON.parse(listening as string)).toThrow();
+    expect(listening).toMatch(/INFO/);
+  });
+});
