@@ -7,6 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
 import { addMultipartManagement } from './s3rver-multipart.ts';
+import { addSuffixRanges } from './s3rver-ranges.ts';
 
 const { values } = parseArgs({
   options: {
@@ -24,6 +25,7 @@ const server = new S3rver({
   allowMismatchedSignatures: false,
 });
 addMultipartManagement(server);
+addSuffixRanges(server);
 await server.run();
 process.stdout.write(`s3rver listening on http://${values.host}:${values.port} (data in ${values.dir})\n`);
 const stop = async () => {

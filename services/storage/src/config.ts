@@ -1,6 +1,7 @@
 /** The storage service's configuration: the shared settings plus the object store section. */
 import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
 import { z } from 'zod';
+import { bucketNameProblem } from './domain/names.ts';
 
 export const GB = 1024 ** 3;
 
@@ -14,12 +15,17 @@ export const storageConfigSchema = z.object({
       secretAccessKey: z.string().default('S3RVER'),
       useSSL: zBool().default(false),
       region: z.string().default('us-east-1'),
-      /** Bucket of the default-bucket routes; those routes answer 404 when empty. */
-      defaultBucket: z.string().default('platform-data'),
+      /** Bucket of the default-bucket routes; those routes answer 404 when empty. S3's bucket naming rules. */
+      defaultBucket: z
+        .string()
+        .refine((name) => name === '' || bucketNameProblem(name) === undefined, {
+          error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
+        })
+        .default('platform-data'),
       autoCreateDefaultBucket: zBool().default(true),
       /** Endpoint written into presigned URLs, for clients outside the internal network. */
       publicEndpoint: z.string().default(''),
-      /** Largest accepted upload; the spec's bound is 5 GB. */
+      /** Largest accepted upload: 5 GiB (5,368,709,120 bytes) by default, the spec's 5 GB bound. */
       maxUploadSize: zInt(1).default(5 * GB),
       /** Part size of multipart uploads; bodies of known length up to this size go in one PUT. */
       partSize: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),

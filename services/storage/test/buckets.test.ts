@@ -1,3 +1,4 @@
+import { createServer, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startService, type TestService, uniqueBucket } from './helpers.ts';
 
@@ -61,6 +62,28 @@ describe('GET /health', () => {
       expect(get.json()).toMatchObject({ code: 'DEPENDENCY_UNAVAILABLE', dependency: 'object store' });
     } finally {
       await down.close();
+    }
+  });
+
+  it('answers 503 REQUEST_TIMEOUT when the store does not answer within request_timeout', async () => {
+    // A store that accepts connections and never answers.
+    const sockets = new Set<Socket>();
+    const silent = createServer((socket) => sockets.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as { port: number };
+    const slow = await startService({
+      objectStore: { endpoint: `127.0.0.1:${port}`, defaultBucket: '' },
+      settings: { request_timeout: '300ms' },
+    });
+    try {
+      const res = await slow.app.inject({ method: 'GET', url: `/objects/${uniqueBucket()}/list` });
+      expect(res.statusCode).toBe(503);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+      expect(res.json()).toMatchObject({ code: 'REQUEST_TIMEOUT', status: 503 });
+    } finally {
+      await slow.close();
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
     }
   });
 });

@@ -10,10 +10,17 @@ export function uniqueBucket(prefix = 'test'): string {
   return `${prefix}-${randomBytes(5).toString('hex')}`;
 }
 
-/** Configuration pointing at the test run's s3rver, with per-test overrides of the object store section. */
-export function testConfig(objectStore: Partial<StorageConfig['object_store']> = {}): StorageConfig {
+/**
+ * Configuration pointing at the test run's s3rver, with per-test overrides of the object store section and of
+ * top-level settings (`request_timeout`, ...).
+ */
+export function testConfig(
+  objectStore: Partial<StorageConfig['object_store']> = {},
+  settings: Record<string, unknown> = {},
+): StorageConfig {
   return storageConfigSchema.parse({
     log_level: 'warn',
+    ...settings,
     object_store: {
       endpoint: testEnv.s3Endpoint,
       accessKeyID: testEnv.s3AccessKey,
@@ -35,9 +42,13 @@ export interface TestService {
 
 /** Builds the storage app on the real S3 server; ensures the default bucket like server.ts does. */
 export async function startService(
-  opts: { objectStore?: Partial<StorageConfig['object_store']>; listen?: boolean } = {},
+  opts: {
+    objectStore?: Partial<StorageConfig['object_store']>;
+    settings?: Record<string, unknown>;
+    listen?: boolean;
+  } = {},
 ): Promise<TestService> {
-  const config = testConfig(opts.objectStore);
+  const config = testConfig(opts.objectStore, opts.settings);
   const logger = createLogger({ service: 'storage-test', instanceId: 'test', level: 'warn' });
   const store = new S3ObjectStore(config.object_store);
   if (config.object_store.defaultBucket) await store.ensureBucket(config.object_store.defaultBucket);

@@ -175,6 +175,26 @@ describe('large and over-limit uploads', () => {
     expect(up.headers.connection).toBe('close');
   });
 
+  it.each([
+    { body: 'shorter', size: 6 * MiB - 10 },
+    { body: 'longer', size: 6 * MiB + 10 },
+  ])('answers a body $body than its Content-Length with 400 INCOMPLETE_BODY, storing nothing', async ({ size }) => {
+    // Node's HTTP parser never hands over more than Content-Length bytes, and a client that sends fewer is gone
+    // before any answer: injecting is the way to show the answer itself.
+    const key = `big/mismatch-${size}.bin`;
+    const res = await svc.app.inject({
+      method: 'PUT',
+      url: `/objects/${bucket}/${key}`,
+      headers: { 'content-type': 'application/octet-stream', 'content-length': String(6 * MiB) },
+      payload: Buffer.alloc(size, 1),
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.headers['content-type']).toContain('application/problem+json');
+    expect(res.json()).toMatchObject({ code: 'INCOMPLETE_BODY', status: 400 });
+    expect(await exists(key)).toBe(false);
+    expect(await pendingUploads()).toBe(0);
+  });
+
   it('answers 413 at once for a declared Content-Length over the limit, storing nothing', async () => {
     const up = await streamUpload(`/objects/${bucket}/big/declared.bin`, 13 * MiB, { declare: 13 * MiB });
     expect(up.status).toBe(413);

@@ -54,6 +54,18 @@ describe('GET /objects/{bucket}/list', () => {
     expect(page2.headers['x-next-start-after']).toBeUndefined();
   });
 
+  it('pages a one-level listing past a folder entry (start_after = the folder)', async () => {
+    const page1 = await list('?recursive=false&limit=2');
+    expect(keysOf(page1.json())).toEqual(['a.txt', 'data/']);
+    expect(page1.headers['x-next-start-after']).toBe('data/');
+    const page2 = await list('?recursive=false&limit=2&start_after=data%2F');
+    expect(keysOf(page2.json())).toEqual(['models/']);
+    expect(page2.headers['x-next-start-after']).toBeUndefined();
+    // A key inside a folder lies in that folder's entry: the listing goes on after the whole folder.
+    const inside = await list('?recursive=false&start_after=data%2Fone.csv');
+    expect(keysOf(inside.json())).toEqual(['models/']);
+  });
+
   it('fills content types with metadata=true', async () => {
     const res = (await list('?metadata=true&prefix=data/')).json();
     expect(res.map((o: { content_type: string }) => o.content_type)).toEqual([
@@ -75,5 +87,71 @@ describe('GET /objects/{bucket}/list', () => {
     const res = await svc.app.inject({ method: 'GET', url: `/objects/${uniqueBucket('none')}/list` });
     expect(res.statusCode).toBe(404);
     expect(res.json().code).toBe('BUCKET_NOT_FOUND');
+  });
+});
+
+describe('paging through a level of files and folders', () => {
+  let mixed: string;
+  // Folders next to files that sort right after them ("b0.txt" follows every "b/..." key), at two depths.
+  const mixedKeys = [
+    'a.txt',
+    'b/1.txt',
+    'b/2.txt',
+    'b/deep/3.txt',
+    'b/deep/4.txt',
+    'b0.txt',
+    'c/x.txt',
+    'd.txt',
+    'e/f/g.txt',
+    'e/h.txt',
+    'z.txt',
+  ];
+
+  beforeAll(async () => {
+    mixed = uniqueBucket('paging');
+    await svc.store.ensureBucket(mixed);
+    for (const key of mixedKeys) {
+      await svc.app.inject({ method: 'PUT', url: `/objects/${mixed}/${key}`, payload: key });
+    }
+  });
+
+  /** Follows X-Next-Start-After to the end; stops (and fails) after 50 pages rather than loop for ever. */
+  async function pageThrough(query: string, limit: number): Promise<string[]> {
+    const seen: string[] = [];
+    let startAfter: string | undefined;
+    for (let page = 0; page < 50; page++) {
+      const after = startAfter === undefined ? '' : `&start_after=${encodeURIComponent(startAfter)}`;
+      const res = await svc.app.inject({ method: 'GET', url: `/objects/${mixed}/list?limit=${limit}${query}${after}` });
+      expect(res.statusCode).toBe(200);
+      const entries = keysOf(res.json());
+      expect(entries.length).toBeLessThanOrEqual(limit);
+      seen.push(...entries);
+      const next = res.headers['x-next-start-after'];
+      if (next === undefined) return seen;
+      expect(next).toBe(entries[entries.length - 1]);
+      startAfter = String(next);
+    }
+    throw new Error(`still paging after 50 pages: ${seen.join(', ')}`);
+  }
+
+  it.each([1, 2])('collects every entry of the top level exactly once with limit %i', async (limit) => {
+    expect(await pageThrough('&recursive=false', limit)).toEqual([
+      'a.txt',
+      'b/',
+      'b0.txt',
+      'c/',
+      'd.txt',
+      'e/',
+      'z.txt',
+    ]);
+  });
+
+  it.each([1, 2])('collects every entry of a folder level exactly once with limit %i', async (limit) => {
+    expect(await pageThrough('&recursive=false&prefix=b%2F', limit)).toEqual(['b/1.txt', 'b/2.txt', 'b/deep/']);
+    expect(await pageThrough('&recursive=false&prefix=e%2F', limit)).toEqual(['e/f/', 'e/h.txt']);
+  });
+
+  it.each([1, 2])('collects every key of a recursive listing exactly once with limit %i', async (limit) => {
+    expect(await pageThrough('', limit)).toEqual(mixedKeys);
   });
 });

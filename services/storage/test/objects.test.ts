@@ -41,6 +41,32 @@ describe('upload', () => {
     expect(noExt.json().content_type).toBe('application/octet-stream');
   });
 
+  it.each([
+    ['html', 'application/octet-stream'],
+    ['exe', 'application/octet-stream'],
+    ['json', 'application/octet-stream'],
+    ['dir/json', 'application/octet-stream'],
+    ['dir.html/readme', 'application/octet-stream'],
+    ['archive.tar.gz', 'application/gzip'],
+    // A dotfile has no extension: the name after its leading dot is not a type.
+    ['.bashrc', 'application/octet-stream'],
+    ['.json', 'application/octet-stream'],
+    ['conf/.html', 'application/octet-stream'],
+    ['trailing.', 'application/octet-stream'],
+    ['a.HTML', 'text/html'],
+  ])('guesses from an extension of the last segment only: %j is %s', async (key, type) => {
+    const res = await put(`/objects/${bucket}/${key}`, Buffer.from('x'));
+    expect(res.statusCode).toBe(201);
+    expect(res.json().content_type).toBe(type);
+    const head = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/${key}` });
+    expect(head.headers['content-type']).toBe(type);
+  });
+
+  it('stores a bare key named like an extension with the type of its Content-Type header', async () => {
+    const res = await put(`/objects/${bucket}/yaml`, 'a: 1', { 'content-type': 'application/yaml' });
+    expect(res.json().content_type).toBe('application/yaml');
+  });
+
   it('stores a JSON body as raw bytes, not parsed', async () => {
     const raw = '{ "spaced" :  true }';
     await put(`/objects/${bucket}/raw.json`, raw, { 'content-type': 'application/json' });
@@ -138,6 +164,17 @@ describe('download and HEAD', () => {
     expect(res.headers['content-length']).toBe('4');
   });
 
+  it.each([
+    ['bytes=-4', 'cdef', 'bytes 12-15/16'],
+    ['bytes=-16', '0123456789abcdef', 'bytes 0-15/16'],
+    ['bytes=-100', '0123456789abcdef', 'bytes 0-15/16'],
+  ])('serves the suffix range %j: the last bytes of the object', async (range, body, contentRange) => {
+    const res = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt`, headers: { range } });
+    expect(res.statusCode).toBe(206);
+    expect(res.body).toBe(body);
+    expect(res.headers['content-range']).toBe(contentRange);
+  });
+
   it('answers an unsatisfiable range with 416', async () => {
     const res = await svc.app.inject({
       method: 'GET',
@@ -146,6 +183,26 @@ describe('download and HEAD', () => {
     });
     expect(res.statusCode).toBe(416);
     expect(res.json().code).toBe('RANGE_NOT_SATISFIABLE');
+  });
+
+  it.each(['bytes=3-1', 'bytes=10-9'])(
+    'ignores the invalid range %j (last before first): 200 with the whole object',
+    async (range) => {
+      const res = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt`, headers: { range } });
+      expect(res.statusCode).toBe(200);
+      expect(res.body).toBe('0123456789abcdef');
+      expect(res.headers['content-range']).toBeUndefined();
+    },
+  );
+
+  it('serves a one-byte range whose first and last positions are equal', async () => {
+    const res = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { range: 'bytes=3-3' },
+    });
+    expect(res.statusCode).toBe(206);
+    expect(res.body).toBe('3');
   });
 
   it('ignores a multi-range header and sends the whole object', async () => {
@@ -170,6 +227,31 @@ describe('download and HEAD', () => {
     expect(same.headers.etag).toBe(headers.etag);
     const other = await svc.app.inject({
       method: 'GET',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-none-match': '"0000"' },
+    });
+    expect(other.statusCode).toBe(200);
+  });
+
+  it('answers HEAD with 304 and the validators for a matching If-None-Match or a later If-Modified-Since', async () => {
+    const { headers } = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
+    const same = await svc.app.inject({
+      method: 'HEAD',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-none-match': String(headers.etag) },
+    });
+    expect(same.statusCode).toBe(304);
+    expect(same.body).toBe('');
+    expect(same.headers.etag).toBe(headers.etag);
+    expect(same.headers['last-modified']).toBe(headers['last-modified']);
+    const since = await svc.app.inject({
+      method: 'HEAD',
+      url: `/objects/${bucket}/range.txt`,
+      headers: { 'if-modified-since': new Date(Date.now() + 3600_000).toUTCString() },
+    });
+    expect(since.statusCode).toBe(304);
+    const other = await svc.app.inject({
+      method: 'HEAD',
       url: `/objects/${bucket}/range.txt`,
       headers: { 'if-none-match': '"0000"' },
     });
@@ -224,5 +306,41 @@ describe('delete', () => {
     const again = await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/tmp/delete-me.txt` });
     expect(again.statusCode).toBe(404);
     expect(again.json().code).toBe('OBJECT_NOT_FOUND');
+  });
+
+  it('answers a DELETE in a missing bucket with 404 BUCKET_NOT_FOUND, as GET and PUT do', async () => {
+    const missing = uniqueBucket('gone');
+    const del = await svc.app.inject({ method: 'DELETE', url: `/objects/${missing}/a.txt` });
+    expect(del.statusCode).toBe(404);
+    expect(del.headers['content-type']).toContain('application/problem+json');
+    expect(del.json()).toMatchObject({ code: 'BUCKET_NOT_FOUND', status: 404 });
+  });
+});
+
+describe('an object store that refuses the service (wrong credentials)', () => {
+  it('answers 502 OBJECT_STORE_ERROR on upload, download, delete, list and bucket creation', async () => {
+    const refused = await startService({ objectStore: { accessKeyID: 'NOT-A-KEY', defaultBucket: '' } });
+    try {
+      const calls = [
+        refused.app.inject({ method: 'PUT', url: `/objects/${bucket}/refused.txt`, payload: 'x' }),
+        refused.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt` }),
+        refused.app.inject({ method: 'DELETE', url: `/objects/${bucket}/range.txt` }),
+        refused.app.inject({ method: 'GET', url: `/objects/${bucket}/list` }),
+        refused.app.inject({ method: 'POST', url: `/buckets/${uniqueBucket('refused')}` }),
+      ];
+      for (const res of await Promise.all(calls)) {
+        expect(res.statusCode).toBe(502);
+        expect(res.headers['content-type']).toContain('application/problem+json');
+        expect(res.json()).toMatchObject({ code: 'OBJECT_STORE_ERROR', status: 502 });
+      }
+      const head = await refused.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
+      expect(head.statusCode).toBe(502);
+      expect(head.body).toBe('');
+    } finally {
+      await refused.close();
+    }
+    // The object is still there: nothing was deleted through the refused store.
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt` });
+    expect(get.statusCode).toBe(200);
   });
 });

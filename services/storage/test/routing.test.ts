@@ -30,6 +30,14 @@ describe('default-bucket routes', () => {
     expect((await req('GET', '/objects/notes.txt')).statusCode).toBe(404);
   });
 
+  it('does not take a one-segment key for an extension: /objects/html is application/octet-stream', async () => {
+    const up = await req('PUT', '/objects/html', '<p>not guessed</p>');
+    expect(up.statusCode).toBe(201);
+    expect(up.json()).toMatchObject({ key: 'html', content_type: 'application/octet-stream' });
+    expect((await req('GET', '/objects/html')).headers['content-type']).toBe('application/octet-stream');
+    expect((await req('PUT', '/objects/page.html', '<p>guessed</p>')).json().content_type).toBe('text/html');
+  });
+
   it('GET /objects/list lists the default bucket', async () => {
     await req('PUT', '/objects/one.txt', '1');
     const res = await req('GET', '/objects/list');

@@ -141,6 +141,19 @@ describe('storage server process', () => {
     expect(proc.output()).toContain('object_store.useSSL');
   });
 
+  it('refuses a default bucket that breaks the bucket naming rules, naming the key', async () => {
+    const proc = start({
+      STORAGE_CONFIG_FILE: path.join(dir, 'bad-bucket.yaml'),
+      PORT: String(await freePort()),
+      S3_ENDPOINT: testEnv.s3Endpoint,
+      S3_DEFAULT_BUCKET: 'Bad_Bucket',
+    });
+    expect(await proc.exited).toBe(1);
+    expect(proc.output()).toContain('object_store.defaultBucket');
+    expect(proc.output()).toContain('S3_DEFAULT_BUCKET');
+    expect(proc.output()).toContain('lowercase letters');
+  });
+
   it('exits with a clear error when the object store stays unreachable', async () => {
     const proc = start({
       STORAGE_CONFIG_FILE: path.join(dir, 'unreachable.yaml'),

@@ -31,7 +31,13 @@ export interface MultipartRequest {
 
 export class BodyLengthMismatch extends Error {}
 
-type SendPart = (partNumber: number, body: Readable | Buffer, length: number) => Promise<CompletedPart>;
+/** Sends one part; `stop`, when given, cuts that part's request short as well as the upload's own signal. */
+type SendPart = (
+  partNumber: number,
+  body: Readable | Buffer,
+  length: number,
+  stop?: AbortSignal,
+) => Promise<CompletedPart>;
 
 /** Creates a multipart upload, lets `uploadParts` send its parts, completes it; aborts it on any failure. */
 async function multipartUpload(
@@ -45,9 +51,10 @@ async function multipartUpload(
   });
   const UploadId = created.UploadId;
   try {
-    const parts = await uploadParts(async (PartNumber, Body, ContentLength) => {
+    const parts = await uploadParts(async (PartNumber, Body, ContentLength, stop) => {
+      const signals = [abortSignal, stop].filter((signal) => signal !== undefined);
       const out = await s3.send(new UploadPartCommand({ Bucket, Key, UploadId, PartNumber, Body, ContentLength }), {
-        abortSignal,
+        abortSignal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
       });
       return { PartNumber, ETag: out.ETag };
     });
@@ -110,10 +117,14 @@ export async function streamingMultipartUpload(
     for (let partNumber = 1; remaining > 0; partNumber++) {
       const length = Math.min(req.partSize, remaining);
       const part = new PassThrough();
-      const sending = sendPart(partNumber, part, length);
+      const stop = new AbortController();
+      const sending = sendPart(partNumber, part, length, stop.signal);
       try {
         await feedPart(reader, part, length, sending);
       } catch (err) {
+        // The part's request still waits for the bytes its Content-Length promised (a body that ended early while
+        // its request's signal stays quiet): cut it, or it would wait until the store's timeout.
+        stop.abort(err);
         part.destroy();
         await sending.catch(() => {});
         throw err;

@@ -17,7 +17,7 @@ import {
   S3Client,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import type { Logger } from '@gpu/common';
+import { AppError, type Logger } from '@gpu/common';
 import type { StorageConfig } from '../config.ts';
 import { bufferedMultipartUpload, streamingMultipartUpload } from './multipart.ts';
 import { ReadBufferAgent } from './read-buffer-agent.ts';
@@ -135,6 +135,25 @@ function client(settings: StoreSettings, endpoint: string): S3Client {
   });
   signUploadsUnsigned(s3);
   return s3;
+}
+
+/**
+ * U+10FFFF, the largest code point, whose UTF-8 (F4 8F BF BF) sorts after every other character's: a folder name
+ * followed by it sorts after the folder's keys (all but ones continuing with that very character, which the listing
+ * still leaves out below).
+ */
+const PAST_EVERY_KEY = '\u{10FFFF}';
+
+/**
+ * In a one-level listing, the folder (common prefix) that `startAfter` lies in, or is, when there is one: `data/`
+ * for `data/` or `data/one.csv` under prefix `''`. The folder was one entry of an earlier page, so every key in it
+ * sorts, as an entry, at or before `startAfter`: the next page starts after the whole folder. (Passing `data/` to
+ * the store as StartAfter unchanged would bring the folder back for ever: `data/one.csv` sorts after it.)
+ */
+export function folderOf(prefix: string, startAfter: string | undefined): string | undefined {
+  if (startAfter === undefined || !startAfter.startsWith(prefix)) return undefined;
+  const slash = startAfter.indexOf('/', prefix.length);
+  return slash === -1 ? undefined : startAfter.slice(0, slash + 1);
 }
 
 export class S3ObjectStore implements ObjectStore {
@@ -279,7 +298,14 @@ export class S3ObjectStore implements ObjectStore {
 
   async delete(bucket: string, key: string): Promise<void> {
     // S3 answers 204 for a missing key; the API promises a 404, so look first.
-    await this.head(bucket, key, {});
+    try {
+      await this.head(bucket, key, {});
+    } catch (err) {
+      // A HEAD's 404 has no body to tell a missing key from a missing bucket: ask about the bucket then, so DELETE
+      // answers BUCKET_NOT_FOUND like GET, PUT and list.
+      if (err instanceof AppError && err.code === 'OBJECT_NOT_FOUND') await this.bucketMustExist(bucket);
+      throw err;
+    }
     try {
       await this.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
     } catch (err) {
@@ -287,10 +313,22 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
+  /** Throws BUCKET_NOT_FOUND when the bucket does not exist. */
+  private async bucketMustExist(bucket: string): Promise<void> {
+    try {
+      await this.s3.send(new HeadBucketCommand({ Bucket: bucket }));
+    } catch (err) {
+      throw mapStoreError(err, { bucket });
+    }
+  }
+
   async list(req: ListRequest): Promise<{ entries: ObjectInfo[]; truncated: boolean }> {
     const entries: ObjectInfo[] = [];
     let token: string | undefined;
     const limit = req.limit ?? Number.POSITIVE_INFINITY;
+    const folder = req.recursive ? undefined : folderOf(req.prefix, req.startAfter);
+    const startAfter = folder === undefined ? req.startAfter : `${folder}${PAST_EVERY_KEY}`;
+    const folders = new Set<string>();
     try {
       do {
         const out = await this.s3.send(
@@ -299,12 +337,15 @@ export class S3ObjectStore implements ObjectStore {
             Prefix: req.prefix || undefined,
             Delimiter: req.recursive ? undefined : '/',
             ContinuationToken: token,
-            StartAfter: token ? undefined : req.startAfter,
+            StartAfter: token ? undefined : startAfter,
             MaxKeys: Math.min(1000, limit - entries.length),
           }),
         );
         for (const p of out.CommonPrefixes ?? []) {
-          if (p.Prefix) {
+          // The folder that start_after lies in was listed already (as one entry), whatever keys follow in it; and
+          // a store that repeats a folder on a later page of its own (s3rver) does not list it twice.
+          if (p.Prefix && p.Prefix !== folder && !folders.has(p.Prefix)) {
+            folders.add(p.Prefix);
             entries.push({
               key: p.Prefix,
               size: 0,
@@ -330,7 +371,8 @@ export class S3ObjectStore implements ObjectStore {
     } catch (err) {
       throw mapStoreError(err, { bucket: req.bucket });
     }
-    entries.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    // The store's order (UTF-8 bytes), so that the last entry of a page is where the next one starts.
+    entries.sort((a, b) => Buffer.compare(Buffer.from(a.key), Buffer.from(b.key)));
     const truncated = token !== undefined || entries.length > limit;
     return { entries: entries.slice(0, Number.isFinite(limit) ? limit : undefined), truncated };
   }

@@ -3,7 +3,7 @@ import type { RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import type { StorageDeps } from '../app.ts';
 import { assertBucketName } from '../domain/names.ts';
-import { bucketParams, errorResponses } from './schemas.ts';
+import { bucketParams, storeErrorResponses } from './schemas.ts';
 
 const ensureResponse = z.object({
   message: z.string(),
@@ -19,7 +19,7 @@ export const bucketRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
         tags: ['buckets'],
         summary: 'Ensure a bucket exists (created when missing); 201 either way',
         params: bucketParams,
-        response: { 201: ensureResponse, ...errorResponses },
+        response: { 201: ensureResponse, ...storeErrorResponses },
       },
     },
     async (request, reply) => {

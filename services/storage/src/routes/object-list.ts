@@ -10,7 +10,13 @@ export const listQuery = z.object({
   prefix: z.string().default('').describe('only keys that start with this'),
   recursive: zBool().default(true).describe('false lists one level: common prefixes come back as entries'),
   limit: z.coerce.number().int().min(1).max(100_000).optional().describe('at most this many entries'),
-  start_after: z.string().optional().describe('list keys after this one (paging)'),
+  start_after: z
+    .string()
+    .optional()
+    .describe(
+      'list entries after this key (paging: pass the X-Next-Start-After header of the previous page); ' +
+        'in a one-level listing, a folder or a key inside one continues after the whole folder',
+    ),
   metadata: zBool().default(false).describe('also fetch each object content type (one HEAD per object; slower)'),
 });
 
@@ -43,6 +49,7 @@ export async function listObjects(
     startAfter: query.start_after,
   });
   if (query.metadata) await withContentTypes(deps, bucket, entries);
+  // The last entry's key, a folder's included: the store starts the next page after the whole folder.
   if (truncated && entries.length > 0) reply.header('x-next-start-after', entries[entries.length - 1]!.key);
   return reply.send(entries);
 }

@@ -61,14 +61,27 @@ export async function uploadObject(deps: StorageDeps, target: Target, request: F
   }
 }
 
-const SINGLE_RANGE = /^bytes=(\d+-\d*|-\d+)$/;
+const SINGLE_RANGE = /^bytes=(?:(\d+)-(\d*)|-\d+)$/;
+
+/**
+ * The Range to pass on: one byte range only. Any other Range is ignored and the whole object sent: a multi-range
+ * (RFC 9110 allows answering it whole) and an invalid one such as `bytes=3-1`, whose last position is below its
+ * first (RFC 9110 says an invalid range set is ignored).
+ */
+function singleRange(header: string | undefined): string | undefined {
+  const range = header?.trim();
+  const match = range ? SINGLE_RANGE.exec(range) : null;
+  if (!match) return undefined;
+  const [, first, last] = match;
+  if (first !== undefined && last && BigInt(last) < BigInt(first)) return undefined;
+  return range;
+}
 
 function readConditions(request: FastifyRequest): ReadConditions {
   const h = request.headers;
   const since = h['if-modified-since'] ? new Date(h['if-modified-since']) : undefined;
   return {
-    // Only single byte ranges are served; any other Range is ignored (RFC 9110 allows that) and the whole object sent.
-    range: h.range && SINGLE_RANGE.test(h.range.trim()) ? h.range.trim() : undefined,
+    range: singleRange(h.range),
     ifNoneMatch: h['if-none-match'] || undefined,
     // An invalid date is ignored, as RFC 9110 requires.
     ifModifiedSince: since && !Number.isNaN(since.getTime()) && !h['if-none-match'] ? since : undefined,

@@ -3,53 +3,88 @@
  * a path resolves), plus listings. Bodies of these routes are raw bytes: the
  * JSON parser is removed here so a JSON file uploads like any other.
  */
-import { durationMs, problemSchema, type RoutePlugin } from '@gpu/common';
+import { durationMs, type RoutePlugin } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { StorageDeps } from '../app.ts';
 import { listObjects, listQuery } from './object-list.ts';
 import { defaultBucket, defaultTarget, namedTarget, type Target } from './object-target.ts';
 import { deleteObject, downloadObject, headObject, uploadObject } from './object-transfer.ts';
-import { bucketKeyParams, bucketParams, errorResponses, keyParams, objectInfoSchema } from './schemas.ts';
+import {
+  binarySchema,
+  bucketKeyParams,
+  bucketParams,
+  bytesResponse,
+  keyParams,
+  objectInfoSchema,
+  problemResponse,
+  storeErrorResponses,
+} from './schemas.ts';
 
 type Handler = (deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
 
-const bytes = z.any().describe('raw object bytes');
+/**
+ * An answer with headers only (HEAD, 304, 204). `type: 'null'` in the JSON schema is what tells @fastify/swagger
+ * to describe no content (zod writes a null schema for OpenAPI 3.0 as a nullable string).
+ */
+const noBody = (description: string) => z.null().meta({ type: 'null', description });
 
 const operations: Array<{
   method: 'PUT' | 'GET' | 'HEAD' | 'DELETE';
   summary: string;
   handler: Handler;
   transfer: boolean;
-  response: Record<number, z.ZodType>;
+  /** Extra schema parts: the upload's body, as the OpenAPI document describes it. */
+  schema?: { body: z.ZodType; consumes: string[] };
+  response: Record<number, unknown>;
 }> = [
   {
     method: 'PUT',
     summary: 'Upload an object (streamed; multipart for large bodies; 413 over the size limit)',
     handler: uploadObject,
     transfer: true,
-    response: { 201: objectInfoSchema, 413: problemSchema, ...errorResponses },
+    // Any content type: the bytes are stored as sent, with the Content-Type header (or a guess from the key).
+    schema: { body: binarySchema, consumes: ['*/*'] },
+    response: {
+      201: objectInfoSchema,
+      ...storeErrorResponses,
+      400: problemResponse('VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY'),
+      413: problemResponse('PAYLOAD_TOO_LARGE: the upload is over maxUploadSize'),
+    },
   },
   {
     method: 'GET',
     summary: 'Download an object (supports Range, If-None-Match, If-Modified-Since)',
     handler: downloadObject,
     transfer: true,
-    response: { 200: bytes, 206: bytes, 304: z.null(), 416: problemSchema, ...errorResponses },
+    response: {
+      200: bytesResponse("the object's bytes, with its Content-Type"),
+      206: bytesResponse('the requested byte range, with Content-Range'),
+      304: noBody('not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only'),
+      416: problemResponse('RANGE_NOT_SATISFIABLE: the range lies outside the object'),
+      ...storeErrorResponses,
+    },
   },
   {
     method: 'HEAD',
-    summary: "An object's headers: Content-Type, Content-Length, ETag, Last-Modified",
+    summary: "An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included)",
     handler: headObject,
     transfer: false,
-    response: { 200: z.null(), 304: z.null(), 404: z.null() },
+    response: {
+      200: noBody('the headers of a GET'),
+      304: noBody('not modified, as GET'),
+      400: noBody('bad bucket name or key'),
+      404: noBody('missing bucket or object'),
+      502: noBody('the object store refused the request'),
+      503: noBody('the object store cannot be reached, or the request timed out'),
+    },
   },
   {
     method: 'DELETE',
     summary: 'Delete an object',
     handler: deleteObject,
     transfer: false,
-    response: { 204: z.null(), ...errorResponses },
+    response: { 204: noBody('deleted'), ...storeErrorResponses },
   },
 ];
 
@@ -67,7 +102,7 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
         summary: 'List the objects of a bucket',
         params: bucketParams,
         querystring: listQuery,
-        response: { 200: z.array(objectInfoSchema), ...errorResponses },
+        response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
       },
     },
     async (request, reply) => listObjects(deps, request.params.bucketName, request.query, reply),
@@ -80,20 +115,25 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
         tags: ['objects (default bucket)'],
         summary: 'List the objects of the default bucket',
         querystring: listQuery,
-        response: { 200: z.array(objectInfoSchema), ...errorResponses },
+        response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
       },
     },
     async (request, reply) => listObjects(deps, defaultBucket(deps.config), request.query, reply),
   );
 
   for (const op of operations) {
-    const config: { timeoutMs?: number } = op.transfer ? { timeoutMs: transferTimeoutMs } : {};
+    // HEAD routes are declared here rather than made by Fastify from GET; @fastify/swagger leaves HEAD routes out
+    // of the OpenAPI document unless asked.
+    const config = {
+      ...(op.transfer ? { timeoutMs: transferTimeoutMs } : {}),
+      ...(op.method === 'HEAD' ? { swagger: { exposeHeadRoute: true } } : {}),
+    };
     app.route({
       method: op.method,
       url: '/objects/:bucketName/*',
       exposeHeadRoute: false,
       config,
-      schema: { tags: ['objects'], summary: op.summary, params: bucketKeyParams, response: op.response },
+      schema: { tags: ['objects'], summary: op.summary, params: bucketKeyParams, ...op.schema, response: op.response },
       handler: (request, reply) => op.handler(deps, namedTarget(request.params), request, reply),
     });
     app.route({
@@ -101,7 +141,13 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
       url: '/objects/*',
       exposeHeadRoute: false,
       config,
-      schema: { tags: ['objects (default bucket)'], summary: op.summary, params: keyParams, response: op.response },
+      schema: {
+        tags: ['objects (default bucket)'],
+        summary: op.summary,
+        params: keyParams,
+        ...op.schema,
+        response: op.response,
+      },
       handler: (request, reply) => op.handler(deps, defaultTarget(deps.config, request.params), request, reply),
     });
   }

@@ -20,8 +20,33 @@ export const bucketKeyParams = z.object({
 });
 export const keyParams = z.object({ '*': z.string().describe('object key in the default bucket (one path segment)') });
 
+/**
+ * Raw object bytes, for the OpenAPI document: a binary string. It accepts any value, so that as an upload's body
+ * schema it never refuses a request (the body is not parsed: the upload streams it).
+ */
+export const binarySchema = z.any().meta({ type: 'string', format: 'binary', description: 'raw object bytes' });
+
+/** A response whose body is the object's bytes, with the Content-Type it was stored with. */
+export const bytesResponse = (description: string) => ({ description, content: { '*/*': { schema: binarySchema } } });
+
+/**
+ * An error response as the error handler sends it: `application/problem+json`. (The handler serializes the body
+ * itself, so this schema documents the answer and validates nothing.)
+ */
+export const problemResponse = (description: string) => ({
+  description,
+  content: { 'application/problem+json': { schema: problemSchema } },
+});
+
+/** Errors every route can answer. */
 export const errorResponses = {
-  400: problemSchema,
-  404: problemSchema,
-  503: problemSchema,
+  400: problemResponse('VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field)'),
+  404: problemResponse('not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED)'),
+  503: problemResponse('DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT'),
+};
+
+/** Errors of the routes that call the object store: those plus 502 when the store refuses the request. */
+export const storeErrorResponses = {
+  ...errorResponses,
+  502: problemResponse('OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials)'),
 };
