@@ -20,6 +20,19 @@ describe('POST /api/v1/auth/register', () => {
     expect(body.user.password_hash).toBeUndefined();
   });
 
+  it("logs the registration on the request's log line: with its request and correlation IDs", async () => {
+    const email = uniqueEmail();
+    const res = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/register',
+      payload: { email, password: GOOD_PASSWORD },
+      headers: { 'x-request-id': 'reg-log-1', 'x-correlation-id': 'corr-log-1' },
+    });
+    expect(res.statusCode).toBe(201);
+    const line = auth.logs.lines().find((l) => l.msg === 'user registered' && l.user_id === res.json().user.id);
+    expect(line).toMatchObject({ request_id: 'reg-log-1', correlation_id: 'corr-log-1' });
+  });
+
   it('stores only an argon2id hash with at least the OWASP parameters', async () => {
     const email = uniqueEmail();
     await register({ email, password: GOOD_PASSWORD });
