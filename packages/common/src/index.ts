@@ -37,7 +37,7 @@ export { isDependencyDown, PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from 
 export type { HealthCheck } from './http/health.ts';
 export { problemSchema, validationProblemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
-export { createLogger, type Logger, type LoggerSettings, serviceLogger } from './logger.ts';
+export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {
   type ConnectPublisherOptions,
   connectPublisher,

@@ -7,7 +7,6 @@
  * is actually written (or a child or the bindings are asked for).
  */
 import type { Bindings, ChildLoggerOptions, Level, Logger } from 'pino';
-import { BINDS_REQUEST_IDS } from '../logger.ts';
 
 const LEVELS: readonly Level[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'];
 
@@ -30,12 +29,7 @@ export class LazyRequestLogger {
 
   /** The real child logger (made now if it was not yet). */
   get logger(): Logger {
-    if (this.real === undefined) {
-      const real = this.parent.child(this.childBindings, this.childOptions);
-      // Its bindings hold the request's IDs; the root logger's mixin must not add them again.
-      Object.defineProperty(real, BINDS_REQUEST_IDS, { value: true });
-      this.real = real;
-    }
+    this.real ??= this.parent.child(this.childBindings, this.childOptions);
     return this.real;
   }
 

@@ -7,7 +7,6 @@ import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import proxyaddr from 'proxy-addr';
-import { type RequestLogIds, requestLogContext } from '../logger.ts';
 
 export const REQUEST_ID_HEADER = 'x-request-id';
 export const CORRELATION_ID_HEADER = 'x-correlation-id';
@@ -71,22 +70,11 @@ export const requestContext = fp(
       request.clientIp = realIp ?? request.ip;
       reply.header(REQUEST_ID_HEADER, request.id);
       reply.header(CORRELATION_ID_HEADER, request.correlationId);
-      // The rest of the request runs inside its log context, so lines logged through the
-      // process-wide logger carry its IDs too.
-      requestLogContext.run(logIdsOf(request), done);
-    });
-    // Body parsing resumes on the socket's stream events, outside that context: enter it again.
-    app.addHook('preValidation', (request, _reply, done) => {
-      requestLogContext.run(logIdsOf(request), done);
+      done();
     });
   },
   { name: 'request-context' },
 );
-
-/** The IDs a request's log lines carry. */
-export function logIdsOf(request: FastifyRequest): RequestLogIds {
-  return { request_id: request.id, correlation_id: request.correlationId };
-}
 
 function saneIp(value: string | string[] | undefined): string | undefined {
   const v = Array.isArray(value) ? value[0] : value;

@@ -1,5 +1,5 @@
 /** /api/v1/auth: register, login, refresh, logout, me. */
-import { type App, requireAuth } from '@gpu/common';
+import { type App, requireAuth, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { findUserById } from '../db/user-repository.ts';
 import { register } from '../domain/accounts.ts';
@@ -40,7 +40,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request, reply) => {
-      const user = await register(ctx, request.body, request.clientIp);
+      const user = await register(withRequestLogger(ctx, request), request.body, request.clientIp);
       return reply.code(201).send({ message: 'user registered', user: toUserView(user) });
     },
   );
@@ -56,7 +56,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: tokenPairSchema, ...problems(400, 401, 429, 503) },
       },
     },
-    async (request) => login(ctx, request.body, request.clientIp),
+    async (request) => login(withRequestLogger(ctx, request), request.body, request.clientIp),
   );
 
   app.post(
@@ -72,7 +72,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: tokenPairSchema, ...problems(400, 401, 429, 503) },
       },
     },
-    async (request) => refresh(ctx, request.body.refresh_token, request.clientIp),
+    async (request) => refresh(withRequestLogger(ctx, request), request.body.refresh_token, request.clientIp),
   );
 
   app.post(
@@ -87,7 +87,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request, reply) => {
-      await logout(ctx, request.body.refresh_token);
+      await logout(withRequestLogger(ctx, request), request.body.refresh_token);
       return reply.code(204).send(null);
     },
   );

@@ -1,5 +1,5 @@
 /** /api/v1/auth/users: role management, for admins. */
-import { type App, requireRole } from '@gpu/common';
+import { type App, requireRole, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { setRoles } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
@@ -24,7 +24,12 @@ export async function userRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request) => {
-      const user = await setRoles(ctx, request.auth!.sub, request.params.id, request.body.roles);
+      const user = await setRoles(
+        withRequestLogger(ctx, request),
+        request.auth!.sub,
+        request.params.id,
+        request.body.roles,
+      );
       return toUserView(user);
     },
   );

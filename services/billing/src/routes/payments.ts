@@ -1,5 +1,5 @@
 /** Money in and out of a wallet: deposits (claimed by signature) and withdrawals. */
-import type { App } from '@gpu/common';
+import { type App, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { payoutResponse, startChainPayout } from '../domain/chain-payouts.ts';
 import { claimDeposit } from '../domain/deposits.ts';
@@ -90,7 +90,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
         const amount = requestAmount(request.body.amount, ctx.scale);
         const wallet = await getWallet(ctx.db, request.params.walletID);
         return startChainPayout(
-          ctx,
+          withRequestLogger(ctx, request),
           {
             wallet,
             type: 'withdrawal',

@@ -1,5 +1,5 @@
 /** Provider operations: earnings summary and payouts of earnings on chain. */
-import type { App } from '@gpu/common';
+import { type App, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { payoutResponse, startChainPayout } from '../domain/chain-payouts.ts';
 import { earningsSummary } from '../domain/earnings.ts';
@@ -96,7 +96,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
         if (amount.lt(minimum))
           throw billingErrors.payoutBelowMinimum(amount.toFixed(ctx.scale), minimum.toFixed(ctx.scale));
         return startChainPayout(
-          ctx,
+          withRequestLogger(ctx, request),
           {
             wallet,
             type: 'payout',

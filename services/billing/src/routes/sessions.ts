@@ -1,5 +1,5 @@
 /** Rental session routes: start, end, current usage and billing history. */
-import type { App } from '@gpu/common';
+import { type App, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
 import { startSession } from '../domain/session-start.ts';
@@ -88,7 +88,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
     },
     async (request) =>
       endSession(
-        ctx,
+        withRequestLogger(ctx, request),
         request.body.session_id,
         { status: 'completed', reason: request.body.reason ?? 'ended' },
         request.correlationId,
