@@ -98,21 +98,24 @@ export function sendProblem(request: FastifyRequest, reply: FastifyReply, appErr
     .send({ ...appError.toProblem(), request_id: request.id });
 }
 
+/** Logs an error and answers its problem body (or cuts a response already under way). */
+export function answerError(err: unknown, request: FastifyRequest, reply: FastifyReply) {
+  const appError = toAppError(err);
+  if (appError.status >= 500) {
+    const detail = isResponseSerializationError(err) ? { issues: err.cause.issues } : {};
+    request.log.error({ err, ...detail }, 'request failed');
+  } else {
+    request.log.info({ code: appError.code, status: appError.status }, appError.message);
+  }
+  if (reply.sent || reply.raw.headersSent) {
+    reply.raw.destroy();
+    return;
+  }
+  return sendProblem(request, reply, appError);
+}
+
 export function installErrorHandling(app: FastifyInstance) {
-  app.setErrorHandler((err, request, reply) => {
-    const appError = toAppError(err);
-    if (appError.status >= 500) {
-      const detail = isResponseSerializationError(err) ? { issues: err.cause.issues } : {};
-      request.log.error({ err, ...detail }, 'request failed');
-    } else {
-      request.log.info({ code: appError.code, status: appError.status }, appError.message);
-    }
-    if (reply.sent || reply.raw.headersSent) {
-      reply.raw.destroy();
-      return;
-    }
-    return sendProblem(request, reply, appError);
-  });
+  app.setErrorHandler(answerError);
   app.setNotFoundHandler((request, reply) =>
     sendProblem(
       request,

@@ -12,19 +12,15 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.ts';
-import { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './error-handler.ts';
-import { CORRELATION_ID_HEADER, correlationIdOf, REQUEST_ID_HEADER } from './request-context.ts';
+import { answerError, PROBLEM_CONTENT_TYPE } from './error-handler.ts';
+import { correlationIdOf, echoIds, REQUEST_ID_HEADER } from './request-context.ts';
 
 /** Fastify's `frameworkErrors` option: the problem body, with the request and correlation IDs. */
 export function onFrameworkError(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
   // No onRequest hook ran for this request: give it what the request-context plugin would have.
   request.correlationId = correlationIdOf(request.raw);
-  reply.header(REQUEST_ID_HEADER, request.id);
-  reply.header(CORRELATION_ID_HEADER, request.correlationId);
-  const appError = toAppError(error);
-  if (appError.status >= 500) request.log.error({ err: error }, 'request failed');
-  else request.log.info({ code: appError.code, status: appError.status }, appError.message);
-  void sendProblem(request, reply, appError);
+  echoIds(request, reply);
+  void answerError(error, request, reply);
 }
 
 function clientProblem(err: NodeJS.ErrnoException): AppError {

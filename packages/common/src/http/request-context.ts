@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import proxyaddr from 'proxy-addr';
 
@@ -68,13 +68,18 @@ export const requestContext = fp(
           ? saneIp(request.headers['x-real-ip'])
           : undefined;
       request.clientIp = realIp ?? request.ip;
-      reply.header(REQUEST_ID_HEADER, request.id);
-      reply.header(CORRELATION_ID_HEADER, request.correlationId);
+      echoIds(request, reply);
       done();
     });
   },
   { name: 'request-context' },
 );
+
+/** Echoes the request and correlation IDs on the response. */
+export function echoIds(request: FastifyRequest, reply: FastifyReply): void {
+  reply.header(REQUEST_ID_HEADER, request.id);
+  reply.header(CORRELATION_ID_HEADER, request.correlationId);
+}
 
 function saneIp(value: string | string[] | undefined): string | undefined {
   const v = Array.isArray(value) ? value[0] : value;
