@@ -1,49 +1,27 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type ServerProcess, spawnServer, waitForHttp } from '../src/testing/index.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const portBase = Number(process.env.TEST_PORT_BASE ?? 55400) + 40;
 
-interface Service {
-  child: ChildProcess;
+interface Service extends ServerProcess {
   base: string;
-  output: () => string;
-  exited: Promise<{ code: number | null; at: number }>;
 }
 
 const started: ChildProcess[] = [];
 
 /** Starts test/fixtures/service.ts with `env` and waits until it answers /health. */
 async function startService(port: number, env: Record<string, string>): Promise<Service> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/service.ts'], {
+  const proc = spawnServer('test/fixtures/service.ts', {
     cwd: root,
     env: { PATH: process.env.PATH, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  started.push(child);
-  let output = '';
-  child.stdout?.on('data', (d) => {
-    output += d;
-  });
-  child.stderr?.on('data', (d) => {
-    output += d;
-  });
-  const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
-    child.once('exit', (code) => resolve({ code, at: Date.now() })),
-  );
+  started.push(proc.child);
   const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const ok = await fetch(`${base}/health`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) break;
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`service did not start:\n${output}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { child, base, output: () => output, exited };
+  await waitForHttp(`${base}/health`, proc, { ok: true });
+  return { ...proc, base };
 }
 
 /** Resolves once the service has logged that the slow request is being handled. */

@@ -1,25 +1,15 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createTestDatabase } from '@gpu/common/testing';
+import { createTestDatabase, spawnServer } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { GOOD_PASSWORD } from './helpers.ts';
 
 const SERVER = fileURLToPath(new URL('../src/server.ts', import.meta.url));
 
-function start(env: Record<string, string>): { child: ChildProcess; output: () => string; exited: Promise<number> } {
-  let out = '';
-  const child = spawn(process.execPath, ['--import', 'tsx', SERVER], {
-    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout!.on('data', (d) => (out += d));
-  child.stderr!.on('data', (d) => (out += d));
-  const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
-  return { child, output: () => out, exited };
-}
+const start = (env: Record<string, string>) =>
+  spawnServer(SERVER, { env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env } });
 
 async function waitForPort(output: () => string, timeoutMs = 30_000): Promise<number> {
   const deadline = Date.now() + timeoutMs;
@@ -34,7 +24,7 @@ async function waitForPort(output: () => string, timeoutMs = 30_000): Promise<nu
 describe('server process', () => {
   it('refuses to start in production without a secret', async () => {
     const proc = start({ APP_ENV: 'production' });
-    expect(await proc.exited).toBe(1);
+    expect((await proc.exited).code).toBe(1);
     expect(proc.output()).toMatch(/start-up failed: invalid configuration: SECRET_KEY/);
   });
 
@@ -66,7 +56,7 @@ describe('server process', () => {
       expect(proc.output()).toContain('initial admin created');
       expect(proc.output()).not.toContain(GOOD_PASSWORD);
       proc.child.kill('SIGTERM');
-      expect(await proc.exited).toBe(0);
+      expect((await proc.exited).code).toBe(0);
       expect(proc.output()).toContain('shutdown complete');
     } finally {
       proc.child.kill('SIGKILL');

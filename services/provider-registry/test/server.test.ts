@@ -1,9 +1,8 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConsulRecorder, testEnv } from '@gpu/common/testing';
+import { ConsulRecorder, type ServerProcess, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -11,12 +10,11 @@ const port = Number(process.env.TEST_PORT_BASE ?? 55400) + 8;
 const base = `http://127.0.0.1:${port}`;
 const consul = new ConsulRecorder();
 const dataDir = mkdtempSync(join(tmpdir(), 'registry-pglite-'));
-let child: ChildProcess;
-let output = '';
+let proc: ServerProcess;
 
 beforeAll(async () => {
   const consulAddress = await consul.start();
-  child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  proc = spawnServer('src/server.ts', {
     cwd: root,
     env: {
       PATH: process.env.PATH,
@@ -30,28 +28,12 @@ beforeAll(async () => {
       REGISTRY__DATABASE__EMBEDDED_PATH: dataDir,
       LOG_LEVEL: 'info',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  child.stdout?.on('data', (d) => {
-    output += d;
-  });
-  child.stderr?.on('data', (d) => {
-    output += d;
-  });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const ok = await fetch(`${base}/health`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) break;
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`server did not start:\n${output}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  await waitForHttp(`${base}/health`, proc, { ok: true, timeoutMs: 60_000 });
 });
 
 afterAll(async () => {
-  if (child.exitCode === null) child.kill('SIGKILL');
+  if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
   await consul.close();
   rmSync(dataDir, { recursive: true, force: true });
 });
@@ -81,11 +63,10 @@ describe('server process (embedded PGlite, Consul, NATS)', () => {
   });
 
   it('deregisters and exits 0 on SIGTERM', async () => {
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    child.kill('SIGTERM');
-    expect(await exited).toBe(0);
+    proc.child.kill('SIGTERM');
+    expect((await proc.exited).code).toBe(0);
     expect(consul.calls.some((c) => c.path.startsWith('/v1/agent/service/deregister/'))).toBe(true);
     expect(consul.services.size).toBe(0);
-    expect(output).toContain('shutdown complete');
+    expect(proc.output()).toContain('shutdown complete');
   });
 });

@@ -14,6 +14,10 @@ afterAll(() => svc.close());
 const put = (url: string, payload: string | Buffer, headers: Record<string, string> = {}) =>
   svc.app.inject({ method: 'PUT', url, payload, headers });
 
+/** A GET or HEAD of range.txt (16 bytes, written by the download tests), with the given request headers. */
+const rangeTxt = (method: 'GET' | 'HEAD', headers: Record<string, string> = {}) =>
+  svc.app.inject({ method, url: `/objects/${bucket}/range.txt`, headers });
+
 describe('upload', () => {
   it('stores the bytes and answers 201 with ObjectInfo, using the Content-Type header', async () => {
     const res = await put(`/objects/${bucket}/docs/readme.txt`, 'hello world', { 'content-type': 'text/markdown' });
@@ -130,10 +134,10 @@ describe('download and HEAD', () => {
   });
 
   it('returns Content-Type, Content-Length, ETag and Last-Modified on GET and HEAD', async () => {
-    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt` });
+    const get = await rangeTxt('GET');
     expect(get.statusCode).toBe(200);
     expect(get.body).toBe('0123456789abcdef');
-    const head = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
+    const head = await rangeTxt('HEAD');
     expect(head.statusCode).toBe(200);
     expect(head.body).toBe('');
     for (const res of [get, head]) {
@@ -153,11 +157,7 @@ describe('download and HEAD', () => {
   });
 
   it('serves a byte range with 206 and Content-Range', async () => {
-    const res = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { range: 'bytes=2-5' },
-    });
+    const res = await rangeTxt('GET', { range: 'bytes=2-5' });
     expect(res.statusCode).toBe(206);
     expect(res.body).toBe('2345');
     expect(res.headers['content-range']).toBe('bytes 2-5/16');
@@ -169,18 +169,14 @@ describe('download and HEAD', () => {
     ['bytes=-16', '0123456789abcdef', 'bytes 0-15/16'],
     ['bytes=-100', '0123456789abcdef', 'bytes 0-15/16'],
   ])('serves the suffix range %j: the last bytes of the object', async (range, body, contentRange) => {
-    const res = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt`, headers: { range } });
+    const res = await rangeTxt('GET', { range });
     expect(res.statusCode).toBe(206);
     expect(res.body).toBe(body);
     expect(res.headers['content-range']).toBe(contentRange);
   });
 
   it('answers an unsatisfiable range with 416', async () => {
-    const res = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { range: 'bytes=100-200' },
-    });
+    const res = await rangeTxt('GET', { range: 'bytes=100-200' });
     expect(res.statusCode).toBe(416);
     expect(res.json().code).toBe('RANGE_NOT_SATISFIABLE');
   });
@@ -188,7 +184,7 @@ describe('download and HEAD', () => {
   it.each(['bytes=3-1', 'bytes=10-9'])(
     'ignores the invalid range %j (last before first): 200 with the whole object',
     async (range) => {
-      const res = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt`, headers: { range } });
+      const res = await rangeTxt('GET', { range });
       expect(res.statusCode).toBe(200);
       expect(res.body).toBe('0123456789abcdef');
       expect(res.headers['content-range']).toBeUndefined();
@@ -196,88 +192,48 @@ describe('download and HEAD', () => {
   );
 
   it('serves a one-byte range whose first and last positions are equal', async () => {
-    const res = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { range: 'bytes=3-3' },
-    });
+    const res = await rangeTxt('GET', { range: 'bytes=3-3' });
     expect(res.statusCode).toBe(206);
     expect(res.body).toBe('3');
   });
 
   it('ignores a multi-range header and sends the whole object', async () => {
-    const res = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { range: 'bytes=0-1,4-5' },
-    });
+    const res = await rangeTxt('GET', { range: 'bytes=0-1,4-5' });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe('0123456789abcdef');
   });
 
   it('answers 304 for a matching If-None-Match and 200 for another ETag', async () => {
-    const { headers } = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
-    const same = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-none-match': String(headers.etag) },
-    });
+    const { headers } = await rangeTxt('HEAD');
+    const same = await rangeTxt('GET', { 'if-none-match': String(headers.etag) });
     expect(same.statusCode).toBe(304);
     expect(same.body).toBe('');
     expect(same.headers.etag).toBe(headers.etag);
-    const other = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-none-match': '"0000"' },
-    });
+    const other = await rangeTxt('GET', { 'if-none-match': '"0000"' });
     expect(other.statusCode).toBe(200);
   });
 
   it('answers HEAD with 304 and the validators for a matching If-None-Match or a later If-Modified-Since', async () => {
-    const { headers } = await svc.app.inject({ method: 'HEAD', url: `/objects/${bucket}/range.txt` });
-    const same = await svc.app.inject({
-      method: 'HEAD',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-none-match': String(headers.etag) },
-    });
+    const { headers } = await rangeTxt('HEAD');
+    const same = await rangeTxt('HEAD', { 'if-none-match': String(headers.etag) });
     expect(same.statusCode).toBe(304);
     expect(same.body).toBe('');
     expect(same.headers.etag).toBe(headers.etag);
     expect(same.headers['last-modified']).toBe(headers['last-modified']);
-    const since = await svc.app.inject({
-      method: 'HEAD',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-modified-since': new Date(Date.now() + 3600_000).toUTCString() },
-    });
+    const since = await rangeTxt('HEAD', { 'if-modified-since': new Date(Date.now() + 3600_000).toUTCString() });
     expect(since.statusCode).toBe(304);
-    const other = await svc.app.inject({
-      method: 'HEAD',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-none-match': '"0000"' },
-    });
+    const other = await rangeTxt('HEAD', { 'if-none-match': '"0000"' });
     expect(other.statusCode).toBe(200);
   });
 
   it('answers 304 when not modified since the given date, 200 when modified', async () => {
     const future = new Date(Date.now() + 3600_000).toUTCString();
-    const notModified = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-modified-since': future },
-    });
+    const notModified = await rangeTxt('GET', { 'if-modified-since': future });
     expect(notModified.statusCode).toBe(304);
     const past = new Date(Date.now() - 24 * 3600_000).toUTCString();
-    const modified = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-modified-since': past },
-    });
+    const modified = await rangeTxt('GET', { 'if-modified-since': past });
     expect(modified.statusCode).toBe(200);
-    const garbage = await svc.app.inject({
-      method: 'GET',
-      url: `/objects/${bucket}/range.txt`,
-      headers: { 'if-modified-since': 'not a date' },
-    });
+    const garbage = await rangeTxt('GET', { 'if-modified-since': 'not a date' });
     expect(garbage.statusCode).toBe(200);
   });
 
@@ -340,7 +296,7 @@ describe('an object store that refuses the service (wrong credentials)', () => {
       await refused.close();
     }
     // The object is still there: nothing was deleted through the refused store.
-    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/range.txt` });
+    const get = await rangeTxt('GET');
     expect(get.statusCode).toBe(200);
   });
 });

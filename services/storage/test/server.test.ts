@@ -1,11 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConsulRecorder, testEnv } from '@gpu/common/testing';
+import { ConsulRecorder, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { uniqueBucket } from './helpers.ts';
@@ -20,40 +19,8 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-interface Proc {
-  child: ChildProcess;
-  output: () => string;
-  exited: Promise<number | null>;
-}
-
-function start(env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    cwd: serviceDir,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout?.on('data', (d) => {
-    out += d;
-  });
-  child.stderr?.on('data', (d) => {
-    out += d;
-  });
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-  return { child, output: () => out, exited };
-}
-
-async function waitForHealth(url: string, proc: Proc, timeoutMs = 30_000): Promise<Response> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await fetch(url);
-    } catch {
-      if (Date.now() > deadline) throw new Error(`service did not start:\n${proc.output()}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-}
+const start = (env: Record<string, string>) =>
+  spawnServer('src/server.ts', { cwd: serviceDir, env: { ...process.env, ...env } });
 
 let consul: ConsulRecorder;
 let consulAddress: string;
@@ -80,7 +47,7 @@ describe('storage server process', () => {
       CONSUL_ADDRESS: consulAddress,
       STORAGE__REGISTRY__REGISTRATION__TAGS: 'storage,v1',
     });
-    const health = await waitForHealth(`http://127.0.0.1:${port}/health`, proc);
+    const health = await waitForHttp(`http://127.0.0.1:${port}/health`, proc);
     expect(health.status).toBe(200);
     expect(await health.json()).toMatchObject({ status: 'UP' });
 
@@ -106,7 +73,7 @@ describe('storage server process', () => {
     expect(id).toMatch(/^storage-service-[0-9a-f-]{36}$/);
 
     proc.child.kill('SIGTERM');
-    expect(await proc.exited).toBe(0);
+    expect((await proc.exited).code).toBe(0);
     expect(consul.calls.some((c) => c.path === `/v1/agent/service/deregister/${id}`)).toBe(true);
     expect(consul.services.has(id)).toBe(false);
   });
@@ -120,13 +87,13 @@ describe('storage server process', () => {
       YAML.stringify({ server: { port: 1 }, object_store: { endpoint: testEnv.s3Endpoint, defaultBucket: '' } }),
     );
     const proc = start({ STORAGE_CONFIG_FILE: configFile, STORAGE__SERVER__PORT: String(port) });
-    const health = await waitForHealth(`http://127.0.0.1:${port}/health`, proc);
+    const health = await waitForHttp(`http://127.0.0.1:${port}/health`, proc);
     expect(health.status).toBe(200);
     const noDefault = await fetch(`http://127.0.0.1:${port}/objects/x.txt`);
     expect(noDefault.status).toBe(404);
     expect(((await noDefault.json()) as { code: string }).code).toBe('DEFAULT_BUCKET_NOT_CONFIGURED');
     proc.child.kill('SIGINT');
-    expect(await proc.exited).toBe(0);
+    expect((await proc.exited).code).toBe(0);
   });
 
   it('refuses to start on invalid configuration, naming the key and where it came from', async () => {
@@ -135,7 +102,7 @@ describe('storage server process', () => {
       STORAGE__SERVER__PORT: 'eighty',
       STORAGE__OBJECT_STORE__USE_SSL: 'perhaps',
     });
-    expect(await proc.exited).toBe(1);
+    expect((await proc.exited).code).toBe(1);
     expect(proc.output()).toContain('server.port');
     expect(proc.output()).toContain('STORAGE__SERVER__PORT');
     expect(proc.output()).toContain('object_store.useSSL');
@@ -148,7 +115,7 @@ describe('storage server process', () => {
       S3_ENDPOINT: testEnv.s3Endpoint,
       S3_DEFAULT_BUCKET: 'Bad_Bucket',
     });
-    expect(await proc.exited).toBe(1);
+    expect((await proc.exited).code).toBe(1);
     expect(proc.output()).toContain('object_store.defaultBucket');
     expect(proc.output()).toContain('S3_DEFAULT_BUCKET');
     expect(proc.output()).toContain('lowercase letters');
@@ -161,7 +128,7 @@ describe('storage server process', () => {
       S3_ENDPOINT: '127.0.0.1:1',
       STORAGE__OBJECT_STORE__CONNECT_TIMEOUT: '1s',
     });
-    expect(await proc.exited).toBe(1);
+    expect((await proc.exited).code).toBe(1);
     expect(proc.output()).toContain('object store at 127.0.0.1:1 unreachable');
   });
 });

@@ -1,0 +1,53 @@
+/** A service (or fixture) started as its own Node process, for tests of start-up, signals and shutdown. */
+import { type ChildProcess, spawn } from 'node:child_process';
+
+export interface ServerProcess {
+  child: ChildProcess;
+  /** Everything it has written so far, stdout and stderr together. */
+  output: () => string;
+  /** Resolves with its exit code (null when a signal ended it) and the time it exited. */
+  exited: Promise<{ code: number | null; at: number }>;
+}
+
+/**
+ * Starts `node --import tsx <script>` in `cwd` with exactly `env` (pass `process.env` in it to inherit), collecting
+ * its output.
+ */
+export function spawnServer(script: string, opts: { cwd?: string; env: NodeJS.ProcessEnv }): ServerProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    cwd: opts.cwd,
+    env: opts.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout?.on('data', (d) => {
+    out += d;
+  });
+  child.stderr?.on('data', (d) => {
+    out += d;
+  });
+  const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
+    child.once('exit', (code) => resolve({ code, at: Date.now() })),
+  );
+  return { child, output: () => out, exited };
+}
+
+/**
+ * Polls `url` until it answers at all (`ok` set: until it answers 2xx) and returns that response; throws with the
+ * process's output when the process exits first or `timeoutMs` passes.
+ */
+export async function waitForHttp(
+  url: string,
+  proc: ServerProcess,
+  opts: { ok?: boolean; timeoutMs?: number } = {},
+): Promise<Response> {
+  const deadline = Date.now() + (opts.timeoutMs ?? 30_000);
+  for (;;) {
+    const res = await fetch(url).catch(() => undefined);
+    if (res && (!opts.ok || res.ok)) return res;
+    if (Date.now() > deadline || proc.child.exitCode !== null) {
+      throw new Error(`server did not start:\n${proc.output()}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
