@@ -372,9 +372,13 @@ export class S3ObjectStore implements ObjectStore {
       throw mapStoreError(err, { bucket: req.bucket });
     }
     // The store's order (UTF-8 bytes), so that the last entry of a page is where the next one starts.
-    entries.sort((a, b) => Buffer.compare(Buffer.from(a.key), Buffer.from(b.key)));
-    const truncated = token !== undefined || entries.length > limit;
-    return { entries: entries.slice(0, Number.isFinite(limit) ? limit : undefined), truncated };
+    // Each key is encoded once, not once per comparison (a listing may hold 100,000 entries).
+    const sorted = entries
+      .map((entry) => ({ entry, bytes: Buffer.from(entry.key) }))
+      .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
+      .map(({ entry }) => entry);
+    const truncated = token !== undefined || sorted.length > limit;
+    return { entries: sorted.slice(0, Number.isFinite(limit) ? limit : undefined), truncated };
   }
 
   async presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresIn: number): Promise<string> {
