@@ -1,9 +1,11 @@
 /**
- * Typed application errors. Routes and domain code throw these; the single
- * error handler in `http/error-handler.ts` turns each into the contract's
- * RFC 9457 problem body. No handler picks a status code by hand.
+ * Typed application errors. Domain code and routes throw these; each carries a
+ * *kind* (what went wrong, in the domain's words) and a stable machine `code`,
+ * never an HTTP status. The one mapping in `http/problem.ts` turns a kind into
+ * a status and the contract's RFC 9457 problem body, so no handler picks a
+ * status code by hand and a domain rule reads the same whether it is reached
+ * over HTTP, NATS or a background job.
  */
-import { STATUS_CODES } from 'node:http';
 
 export interface FieldError {
   path: string;
@@ -21,8 +23,38 @@ export interface ProblemBody {
   [extra: string]: unknown;
 }
 
+/**
+ * What went wrong. The first group are refusals: the caller asked for something the rules do not allow, and asking
+ * again unchanged gets the same answer. The rest are failures of the service or of a dependency.
+ */
+export const ERROR_KINDS = [
+  // Refusals.
+  'invalid',
+  'unauthenticated',
+  'forbidden',
+  'not_found',
+  'conflict',
+  'unprocessable',
+  'precondition_failed',
+  'insufficient_funds',
+  'too_large',
+  'unsupported_media_type',
+  'range_not_satisfiable',
+  'rate_limited',
+  'client_timeout',
+  'headers_too_large',
+  // Failures.
+  'dependency_failed',
+  'unavailable',
+  'internal',
+] as const;
+export type ErrorKind = (typeof ERROR_KINDS)[number];
+
+const FAILURES: ReadonlySet<ErrorKind> = new Set(['dependency_failed', 'unavailable', 'internal']);
+
 export interface AppErrorOptions {
   errors?: FieldError[];
+  /** Response headers the error implies (`Retry-After`, ...). */
   headers?: Record<string, string>;
   /** Extra members of the problem body (snake_case keys). */
   extra?: Record<string, unknown>;
@@ -30,33 +62,20 @@ export interface AppErrorOptions {
 }
 
 export class AppError extends Error {
-  readonly status: number;
+  readonly kind: ErrorKind;
   readonly code: string;
   readonly errors?: FieldError[];
   readonly headers: Record<string, string>;
   readonly extra?: Record<string, unknown>;
 
-  constructor(status: number, code: string, detail: string, options: AppErrorOptions = {}) {
+  constructor(kind: ErrorKind, code: string, detail: string, options: AppErrorOptions = {}) {
     super(detail, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'AppError';
-    this.status = status;
+    this.kind = kind;
     this.code = code;
     this.errors = options.errors;
     this.headers = options.headers ?? {};
     this.extra = options.extra;
-  }
-
-  /** The problem body for this error, without the request ID. Extras never replace the standard members. */
-  toProblem(): ProblemBody {
-    return {
-      ...(this.extra ?? {}),
-      type: 'about:blank',
-      title: STATUS_CODES[this.status] ?? 'Error',
-      status: this.status,
-      detail: this.message,
-      code: this.code,
-      ...(this.errors ? { errors: this.errors } : {}),
-    };
   }
 }
 
@@ -64,28 +83,39 @@ export function isAppError(err: unknown): err is AppError {
   return err instanceof AppError;
 }
 
+/**
+ * Whether an error is a refusal by the rules (bad input, unknown resource, wrong state, no funds): retrying the
+ * same request cannot succeed. False for failures (a dependency away, a bug) and for anything not an AppError.
+ */
+export function isRefusal(err: unknown): err is AppError {
+  return err instanceof AppError && !FAILURES.has(err.kind);
+}
+
 /** Factories for the platform-wide error kinds of the contract. */
 export const errors = {
   validation: (detail: string, fieldErrors: FieldError[] = []) =>
-    new AppError(400, 'VALIDATION_ERROR', detail, { errors: fieldErrors }),
-  badRequest: (code: string, detail: string) => new AppError(400, code, detail),
+    new AppError('invalid', 'VALIDATION_ERROR', detail, { errors: fieldErrors }),
+  badRequest: (code: string, detail: string, options?: AppErrorOptions) =>
+    new AppError('invalid', code, detail, options),
   unauthorized: (detail = 'missing or invalid credentials', code = 'UNAUTHORIZED') =>
-    new AppError(401, code, detail, { headers: { 'www-authenticate': 'Bearer' } }),
-  forbidden: (detail = 'role not allowed', code = 'FORBIDDEN') => new AppError(403, code, detail),
-  notFound: (code: string, detail: string) => new AppError(404, code, detail),
-  conflict: (code: string, detail: string) => new AppError(409, code, detail),
-  insufficientFunds: (detail: string) => new AppError(402, 'INSUFFICIENT_FUNDS', detail),
+    new AppError('unauthenticated', code, detail),
+  forbidden: (detail = 'role not allowed', code = 'FORBIDDEN') => new AppError('forbidden', code, detail),
+  notFound: (code: string, detail: string) => new AppError('not_found', code, detail),
+  conflict: (code: string, detail: string, options?: AppErrorOptions) =>
+    new AppError('conflict', code, detail, options),
+  insufficientFunds: (detail: string, options?: AppErrorOptions) =>
+    new AppError('insufficient_funds', 'INSUFFICIENT_FUNDS', detail, options),
   payloadTooLarge: (detail: string) =>
-    new AppError(413, 'PAYLOAD_TOO_LARGE', detail, { headers: { connection: 'close' } }),
+    new AppError('too_large', 'PAYLOAD_TOO_LARGE', detail, { headers: { connection: 'close' } }),
   rateLimited: (retryAfterSeconds: number) =>
-    new AppError(429, 'RATE_LIMITED', `too many requests, retry after ${retryAfterSeconds} s`, {
+    new AppError('rate_limited', 'RATE_LIMITED', `too many requests, retry after ${retryAfterSeconds} s`, {
       headers: { 'retry-after': String(retryAfterSeconds) },
     }),
   dependencyUnavailable: (dependency: string, cause?: unknown) =>
-    new AppError(503, 'DEPENDENCY_UNAVAILABLE', `${dependency} is unavailable`, {
+    new AppError('unavailable', 'DEPENDENCY_UNAVAILABLE', `${dependency} is unavailable`, {
       cause,
       extra: { dependency },
     }),
-  timeout: (detail = 'request timed out') => new AppError(503, 'REQUEST_TIMEOUT', detail),
-  internal: (detail = 'internal server error') => new AppError(500, 'INTERNAL_ERROR', detail),
+  timeout: (detail = 'request timed out') => new AppError('unavailable', 'REQUEST_TIMEOUT', detail),
+  internal: (detail = 'internal server error') => new AppError('internal', 'INTERNAL_ERROR', detail),
 };

@@ -30,11 +30,23 @@ export { type Database, type OpenDatabaseOptions, openDatabase } from './db/data
 export { GroupCommit, type GroupCommitOptions } from './db/group-commit.ts';
 export { migrateToLatest } from './db/migrate.ts';
 export { isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
+export { isDependencyDown } from './dependency-errors.ts';
 export { durationMs, parseDuration, zDuration } from './duration.ts';
-export { AppError, type AppErrorOptions, errors, type FieldError, isAppError, type ProblemBody } from './errors.ts';
+export {
+  AppError,
+  type AppErrorOptions,
+  ERROR_KINDS,
+  type ErrorKind,
+  errors,
+  type FieldError,
+  isAppError,
+  isRefusal,
+  type ProblemBody,
+} from './errors.ts';
 export { type App, type CreateAppOptions, createApp } from './http/app.ts';
-export { isDependencyDown, PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
+export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export type { HealthCheck } from './http/health.ts';
+export { headersOf, problemOf, statusOf } from './http/problem.ts';
 export { problemSchema, validationProblemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';

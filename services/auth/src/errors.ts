@@ -20,5 +20,5 @@ export const authErrors = {
   lastAdmin: () => errors.conflict('LAST_ADMIN', 'the last admin cannot lose the admin role'),
   /** A password policy rule failed; `code` names the rule. */
   weakPassword: (code: string, message: string) =>
-    new AppError(400, code, message, { errors: [{ path: 'body.password', message }] }),
+    new AppError('invalid', code, message, { errors: [{ path: 'body.password', message }] }),
 };

@@ -1,5 +1,5 @@
 import { generateKeyPairSync } from 'node:crypto';
-import { createTokenVerifier } from '@gpu/common';
+import { type AppError, createTokenVerifier, statusOf } from '@gpu/common';
 import { importPKCS8, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, decodeJwt, freshDatabase, registerAndLogin, startAuth, type TestAuth, testConfig } from './helpers.ts';
@@ -127,7 +127,7 @@ describe('JWKS and asymmetric signing', () => {
     const { tokens } = await registerAndLogin(auth.app);
     const err = await remoteVerifier('http://127.0.0.1:9')
       .verify(tokens.access_token)
-      .catch((e: { status: number }) => e.status);
+      .catch((e: AppError) => statusOf(e));
     expect(err).toBe(503);
   });
 

@@ -9,7 +9,7 @@ export const billingErrors = {
   providerWalletNotFound: (providerId: string) =>
     errors.notFound('WALLET_NOT_FOUND', `provider ${providerId} has no wallet`),
   walletExists: (ownerType: string, ownerId: string, walletId: string) =>
-    new AppError(409, 'WALLET_ALREADY_EXISTS', `${ownerType} ${ownerId} already has a wallet`, {
+    new AppError('conflict', 'WALLET_ALREADY_EXISTS', `${ownerType} ${ownerId} already has a wallet`, {
       extra: { wallet_id: walletId },
     }),
   holdNotFound: (id: string) => errors.notFound('HOLD_NOT_FOUND', `hold ${id} not found`),
@@ -18,18 +18,32 @@ export const billingErrors = {
   holdExceeded: (id: string, remaining: string, asked: string) =>
     errors.conflict('HOLD_AMOUNT_EXCEEDED', `hold ${id} has ${remaining} left, ${asked} was asked for`),
   insufficientFunds: (walletId: string, available: string, needed: string) =>
-    new AppError(402, 'INSUFFICIENT_FUNDS', `wallet ${walletId} has ${available} available, ${needed} is needed`, {
-      extra: { wallet_id: walletId, available, needed },
-    }),
+    new AppError(
+      'insufficient_funds',
+      'INSUFFICIENT_FUNDS',
+      `wallet ${walletId} has ${available} available, ${needed} is needed`,
+      {
+        extra: { wallet_id: walletId, available, needed },
+      },
+    ),
   overdraftRefused: () =>
-    new AppError(402, 'INSUFFICIENT_FUNDS', 'the ledger refused a transfer that would overdraw an account'),
+    new AppError(
+      'insufficient_funds',
+      'INSUFFICIENT_FUNDS',
+      'the ledger refused a transfer that would overdraw an account',
+    ),
   invalidAmount: (detail: string, path = 'body.amount') => errors.validation(detail, [{ path, message: detail }]),
   payoutBelowMinimum: (amount: string, minimum: string) =>
-    new AppError(400, 'PAYOUT_BELOW_MINIMUM', `a payout must be at least ${minimum} tokens, ${amount} was asked for`, {
-      extra: { minimum_payout: minimum },
-    }),
+    new AppError(
+      'invalid',
+      'PAYOUT_BELOW_MINIMUM',
+      `a payout must be at least ${minimum} tokens, ${amount} was asked for`,
+      {
+        extra: { minimum_payout: minimum },
+      },
+    ),
   depositAlreadyCredited: (signature: string, transactionId: string, walletId: string) =>
-    new AppError(409, 'DEPOSIT_ALREADY_CREDITED', `transaction ${signature} has already been credited`, {
+    new AppError('conflict', 'DEPOSIT_ALREADY_CREDITED', `transaction ${signature} has already been credited`, {
       extra: { transaction_id: transactionId, wallet_id: walletId },
     }),
   idempotencyKeyReused: () =>
@@ -38,21 +52,26 @@ export const billingErrors = {
       'this Idempotency-Key was used with different parameters; use a new key for a new request',
     ),
   idempotencyInProgress: (transactionId: string | null) =>
-    new AppError(409, 'IDEMPOTENCY_KEY_IN_PROGRESS', 'a request with this Idempotency-Key is still in progress', {
-      headers: { 'retry-after': '1' },
-      extra: transactionId ? { transaction_id: transactionId } : {},
-    }),
+    new AppError(
+      'conflict',
+      'IDEMPOTENCY_KEY_IN_PROGRESS',
+      'a request with this Idempotency-Key is still in progress',
+      {
+        headers: { 'retry-after': '1' },
+        extra: transactionId ? { transaction_id: transactionId } : {},
+      },
+    ),
   chainUnavailable: (cause: unknown, extra: Record<string, unknown> = {}) =>
-    new AppError(503, 'SOLANA_UNAVAILABLE', 'the Solana RPC node is unavailable; try again later', {
+    new AppError('unavailable', 'SOLANA_UNAVAILABLE', 'the Solana RPC node is unavailable; try again later', {
       cause,
       headers: { 'retry-after': '5' },
       extra: { dependency: 'solana', ...extra },
     }),
   chainTransactionFailed: (detail: string, extra: Record<string, unknown>) =>
-    new AppError(502, 'SOLANA_TRANSACTION_FAILED', detail, { extra }),
+    new AppError('dependency_failed', 'SOLANA_TRANSACTION_FAILED', detail, { extra }),
   sessionNotFound: (id: string) => errors.notFound('SESSION_NOT_FOUND', `session ${id} not found`),
   sessionNotActive: (id: string, status: string) =>
-    new AppError(409, 'SESSION_NOT_ACTIVE', `session ${id} is ${status}, not active`, {
+    new AppError('conflict', 'SESSION_NOT_ACTIVE', `session ${id} is ${status}, not active`, {
       extra: { session_status: status },
     }),
   sessionAlreadyRunning: (jobId: string) =>
@@ -61,13 +80,18 @@ export const billingErrors = {
     errors.conflict('WALLET_OWNER_MISMATCH', `wallet ${walletId} is not a user wallet of ${userId}`),
   belowMinimumBalance: (walletId: string, available: string, minimum: string) =>
     new AppError(
-      402,
+      'insufficient_funds',
       'INSUFFICIENT_FUNDS',
       `wallet ${walletId} has ${available} available; starting a session needs at least ${minimum}`,
       { extra: { wallet_id: walletId, available, needed: minimum, minimum_balance: minimum } },
     ),
   chainNotConfigured: () =>
-    new AppError(503, 'SOLANA_NOT_CONFIGURED', 'the blockchain section (mint, treasury, key) is not configured', {
-      extra: { dependency: 'solana' },
-    }),
+    new AppError(
+      'unavailable',
+      'SOLANA_NOT_CONFIGURED',
+      'the blockchain section (mint, treasury, key) is not configured',
+      {
+        extra: { dependency: 'solana' },
+      },
+    ),
 };

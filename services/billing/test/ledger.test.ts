@@ -1,3 +1,4 @@
+import { type AppError, statusOf } from '@gpu/common';
 import { sql, type Transaction } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import type { BillingDB } from '../src/db/schema.ts';
@@ -5,6 +6,12 @@ import { createHold, extendHold, postHold, voidHold } from '../src/domain/holds.
 import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
 import { useBillingHarness } from './support/setup.ts';
+
+/** A domain refusal as the HTTP layer would answer it: its status, code and extra members. */
+const answered = <T>(p: Promise<T>) =>
+  p.catch((e: AppError) => {
+    throw { status: statusOf(e), code: e.code, extra: e.extra };
+  });
 
 const h = useBillingHarness();
 
@@ -36,15 +43,17 @@ describe('double-entry ledger', () => {
       .select(sql<number>`count(*)`.as('n'))
       .executeTakeFirstOrThrow();
     await expect(
-      tx((trx) =>
-        postTransfers(trx, [
-          {
-            debit: { wallet: a.id, kind: 'available' },
-            credit: { system: 'platform_fees' },
-            amount: new Dec('1.000001'),
-            code: 'x',
-          },
-        ]),
+      answered(
+        tx((trx) =>
+          postTransfers(trx, [
+            {
+              debit: { wallet: a.id, kind: 'available' },
+              credit: { system: 'platform_fees' },
+              amount: new Dec('1.000001'),
+              code: 'x',
+            },
+          ]),
+        ),
       ),
     ).rejects.toMatchObject({
       status: 402,
@@ -169,7 +178,10 @@ describe('holds (two-phase transfers)', () => {
       .orderBy('created_at')
       .execute();
     expect(types.map((t) => `${t.type}:${new Dec(t.amount).toFixed()}`)).toEqual(['lock:20', 'lock:5', 'release:12']);
-    await expect(tx((trx) => voidHold(trx, hold.id))).rejects.toMatchObject({ status: 409, code: 'HOLD_NOT_PENDING' });
+    await expect(answered(tx((trx) => voidHold(trx, hold.id)))).rejects.toMatchObject({
+      status: 409,
+      code: 'HOLD_NOT_PENDING',
+    });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
@@ -177,18 +189,20 @@ describe('holds (two-phase transfers)', () => {
     const renter = await h.fundedWallet('10');
     const hold = await tx((trx) => createHold(trx, renter.id, new Dec('4')));
     await expect(
-      tx((trx) =>
-        postHold(trx, hold.id, [{ to: { system: 'platform_fees' }, amount: new Dec('4.000001'), code: 'x' }], true),
+      answered(
+        tx((trx) =>
+          postHold(trx, hold.id, [{ to: { system: 'platform_fees' }, amount: new Dec('4.000001'), code: 'x' }], true),
+        ),
       ),
     ).rejects.toMatchObject({ status: 409, code: 'HOLD_AMOUNT_EXCEEDED' });
     const voided = await tx((trx) => voidHold(trx, hold.id));
     expect(voided).toMatchObject({ status: 'voided', released: '4', remaining: '0' });
     expect(await h.balanceOf(renter.id)).toMatchObject({ available: '10.000000', locked: '0.000000' });
-    await expect(tx((trx) => createHold(trx, renter.id, new Dec('10.000001')))).rejects.toMatchObject({
+    await expect(answered(tx((trx) => createHold(trx, renter.id, new Dec('10.000001'))))).rejects.toMatchObject({
       status: 402,
       code: 'INSUFFICIENT_FUNDS',
     });
-    await expect(tx((trx) => createHold(trx, crypto.randomUUID(), new Dec('1')))).rejects.toMatchObject({
+    await expect(answered(tx((trx) => createHold(trx, crypto.randomUUID(), new Dec('1'))))).rejects.toMatchObject({
       status: 404,
       code: 'WALLET_NOT_FOUND',
     });

@@ -8,15 +8,20 @@ export const registryErrors = {
   providerAlreadyExists: (ownerId: string, name: string) =>
     errors.conflict('PROVIDER_ALREADY_EXISTS', `owner ${ownerId} already has a provider named ${JSON.stringify(name)}`),
   invalidCursor: (detail: string) =>
-    new AppError(400, 'INVALID_CURSOR', `invalid cursor: ${detail}`, {
+    new AppError('invalid', 'INVALID_CURSOR', `invalid cursor: ${detail}`, {
       errors: [{ path: 'querystring.cursor', message: detail }],
     }),
   unknownGpuIndex: (index: number, count: number) =>
-    new AppError(400, 'UNKNOWN_GPU_INDEX', `gpu_metrics names GPU index ${index}, the provider has ${count} GPU(s)`, {
-      errors: [{ path: 'body.gpu_metrics', message: `index ${index} is not in 0..${count - 1}` }],
-    }),
+    new AppError(
+      'invalid',
+      'UNKNOWN_GPU_INDEX',
+      `gpu_metrics names GPU index ${index}, the provider has ${count} GPU(s)`,
+      {
+        errors: [{ path: 'body.gpu_metrics', message: `index ${index} is not in 0..${count - 1}` }],
+      },
+    ),
   idMismatch: (pathId: string, bodyId: string) =>
-    new AppError(400, 'ID_MISMATCH', `body id ${bodyId} differs from path id ${pathId}`, {
+    new AppError('invalid', 'ID_MISMATCH', `body id ${bodyId} differs from path id ${pathId}`, {
       errors: [{ path: 'body.id', message: 'must equal the path parameter providerID' }],
     }),
 };

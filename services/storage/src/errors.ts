@@ -15,7 +15,7 @@ export const storageErrors = {
     errors.notFound('DEFAULT_BUCKET_NOT_CONFIGURED', 'no default bucket is configured (object_store.defaultBucket)'),
   incompleteBody: (detail: string) => errors.badRequest('INCOMPLETE_BODY', detail),
   uploadTooLarge: (limit: number) => errors.payloadTooLarge(`upload exceeds the limit of ${limit} bytes`),
-  rangeNotSatisfiable: (detail: string) => new AppError(416, 'RANGE_NOT_SATISFIABLE', detail),
-  preconditionFailed: (detail: string) => new AppError(412, 'PRECONDITION_FAILED', detail),
+  rangeNotSatisfiable: (detail: string) => new AppError('range_not_satisfiable', 'RANGE_NOT_SATISFIABLE', detail),
+  preconditionFailed: (detail: string) => new AppError('precondition_failed', 'PRECONDITION_FAILED', detail),
   storeUnavailable: (cause: unknown) => errors.dependencyUnavailable('object store', cause),
 };

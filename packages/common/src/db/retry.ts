@@ -1,5 +1,5 @@
 /** The one retry helper: bounded exponential backoff with jitter for transient failures. */
-import { isDependencyDown } from '../http/error-handler.ts';
+import { isDependencyDown } from '../dependency-errors.ts';
 
 export interface RetryOptions {
   attempts?: number;

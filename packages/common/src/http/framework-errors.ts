@@ -11,8 +11,9 @@ import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError } from '../errors.ts';
+import { AppError, errors } from '../errors.ts';
 import { answerError, PROBLEM_CONTENT_TYPE } from './error-handler.ts';
+import { problemOf } from './problem.ts';
 import { correlationIdOf, echoIds, REQUEST_ID_HEADER } from './request-context.ts';
 
 /** Fastify's `frameworkErrors` option: the problem body, with the request and correlation IDs. */
@@ -26,13 +27,13 @@ export function onFrameworkError(error: FastifyError, request: FastifyRequest, r
 function clientProblem(err: NodeJS.ErrnoException): AppError {
   switch (err.code) {
     case 'HPE_HEADER_OVERFLOW':
-      return new AppError(431, 'HEADERS_TOO_LARGE', 'the request headers are too large');
+      return new AppError('headers_too_large', 'HEADERS_TOO_LARGE', 'the request headers are too large');
     case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
-      return new AppError(413, 'PAYLOAD_TOO_LARGE', 'the chunk extensions are too large');
+      return new AppError('too_large', 'PAYLOAD_TOO_LARGE', 'the chunk extensions are too large');
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return new AppError(408, 'CLIENT_TIMEOUT', 'the request was not received in time');
+      return new AppError('client_timeout', 'CLIENT_TIMEOUT', 'the request was not received in time');
     default:
-      return new AppError(400, 'MALFORMED_REQUEST', 'the request is not valid HTTP');
+      return errors.badRequest('MALFORMED_REQUEST', 'the request is not valid HTTP');
   }
 }
 
@@ -43,11 +44,11 @@ function clientProblem(err: NodeJS.ErrnoException): AppError {
 export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
   // A reset connection has nobody to answer (see Node's 'clientError' documentation).
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
-  const problem = clientProblem(err);
+  const problem = problemOf(clientProblem(err));
   const requestId = randomUUID();
   this.log.info({ request_id: requestId, code: problem.code, status: problem.status, err_code: err.code }, err.message);
   if (socket.writable) {
-    const body = JSON.stringify({ ...problem.toProblem(), request_id: requestId });
+    const body = JSON.stringify({ ...problem, request_id: requestId });
     socket.write(
       `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
         `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +

@@ -9,7 +9,7 @@
  */
 
 import type { NatsPublisher } from '@gpu/common';
-import { ensureStream, isAppError, type Logger } from '@gpu/common';
+import { ensureStream, isRefusal, type Logger } from '@gpu/common';
 import {
   AckPolicy,
   type ConsumerMessages,
@@ -141,7 +141,7 @@ async function handle(opts: UsageConsumerOptions, msg: JsMsg): Promise<void> {
     });
     msg.ack();
   } catch (err) {
-    if (isAppError(err) && err.status < 500) {
+    if (isRefusal(err)) {
       opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage message refused');
       msg.term();
       return;

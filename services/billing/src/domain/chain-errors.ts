@@ -2,31 +2,31 @@
  * How chain adapter failures become problem answers: a rejected deposit is a
  * 4xx naming the reason, an unreachable RPC node is 503 SOLANA_UNAVAILABLE.
  */
-import { AppError, errors } from '@gpu/common';
+import { AppError, type ErrorKind, errors } from '@gpu/common';
 import { ChainRejection, ChainUnavailable, type DepositRejection } from '../adapters/chain.ts';
 import { billingErrors } from '../errors.ts';
 
-const REJECTIONS: Record<DepositRejection, { status: number; code: string; what: string }> = {
-  NOT_FOUND: { status: 404, code: 'DEPOSIT_TRANSACTION_NOT_FOUND', what: 'no such transaction on chain' },
-  FAILED: { status: 422, code: 'DEPOSIT_TRANSACTION_FAILED', what: 'the transaction failed on chain' },
+const REJECTIONS: Record<DepositRejection, { kind: ErrorKind; code: string; what: string }> = {
+  NOT_FOUND: { kind: 'not_found', code: 'DEPOSIT_TRANSACTION_NOT_FOUND', what: 'no such transaction on chain' },
+  FAILED: { kind: 'unprocessable', code: 'DEPOSIT_TRANSACTION_FAILED', what: 'the transaction failed on chain' },
   NOT_FINAL: {
-    status: 409,
+    kind: 'conflict',
     code: 'DEPOSIT_NOT_FINAL',
     what: 'the transaction has not reached the required commitment yet',
   },
-  WRONG_MINT: { status: 422, code: 'DEPOSIT_WRONG_MINT', what: 'the transaction moved no platform tokens' },
+  WRONG_MINT: { kind: 'unprocessable', code: 'DEPOSIT_WRONG_MINT', what: 'the transaction moved no platform tokens' },
   WRONG_RECIPIENT: {
-    status: 422,
+    kind: 'unprocessable',
     code: 'DEPOSIT_WRONG_RECIPIENT',
     what: 'the tokens did not go to the platform treasury',
   },
   WRONG_SOURCE: {
-    status: 422,
+    kind: 'unprocessable',
     code: 'DEPOSIT_WRONG_SOURCE',
     what: "the tokens did not come from the wallet's registered address",
   },
   AMOUNT_TOO_LOW: {
-    status: 422,
+    kind: 'unprocessable',
     code: 'DEPOSIT_AMOUNT_TOO_LOW',
     what: 'the transaction moved less than the claimed amount',
   },
@@ -34,8 +34,12 @@ const REJECTIONS: Record<DepositRejection, { status: number; code: string; what:
 
 /** Maps a ChainRejection from deposit verification to its problem. */
 export function depositRejected(err: ChainRejection, signature: string): AppError {
-  const r = REJECTIONS[err.reason] ?? { status: 422, code: 'DEPOSIT_REJECTED', what: 'the deposit was rejected' };
-  return new AppError(r.status, r.code, `${r.what}: ${err.message}`, {
+  const r = REJECTIONS[err.reason] ?? {
+    kind: 'unprocessable',
+    code: 'DEPOSIT_REJECTED',
+    what: 'the deposit was rejected',
+  };
+  return new AppError(r.kind, r.code, `${r.what}: ${err.message}`, {
     extra: { signature, reason: err.reason },
     headers: err.reason === 'NOT_FINAL' ? { 'retry-after': '5' } : {},
   });

@@ -14,6 +14,7 @@
  * so two instances can never settle one record twice.
  */
 import { randomUUID } from 'node:crypto';
+import { problemOf, statusOf } from '@gpu/common';
 import type { PreparedTransfer, SignatureState } from '../adapters/chain.ts';
 import { billingErrors } from '../errors.ts';
 import { chainError } from './chain-errors.ts';
@@ -53,7 +54,7 @@ export function payoutResponse(ctx: BillingContext, row: TransactionRow): Stored
     `the ${row.type} failed on chain and was reversed: ${row.failure_reason ?? 'unknown reason'}`,
     { transaction_id: row.id, transaction: body },
   );
-  return { status: problem.status, body: problem.toProblem() };
+  return { status: statusOf(problem), body: problemOf(problem) };
 }
 
 /** Debits, sends and settles; answers 200 (confirmed), 202 (pending) or throws 502 (failed, reversed). */

@@ -7,6 +7,7 @@
  * credit it a single time.
  */
 import { randomUUID } from 'node:crypto';
+import { isRefusal } from '@gpu/common';
 import { billingErrors } from '../errors.ts';
 import { chainError } from './chain-errors.ts';
 import type { BillingContext } from './context.ts';
@@ -57,7 +58,7 @@ export async function claimDeposit(
     verified = await chain.verifyDeposit(req.signature, wallet.solanaAddress, req.amount?.toFixed());
   } catch (err) {
     const problem = chainError(err, req.signature);
-    if (problem.status < 500) {
+    if (isRefusal(problem)) {
       await ctx.events.record(
         ctx.db,
         'deposit.rejected',

@@ -11,7 +11,7 @@
  *    not yet final, any 5xx but 502) are not stored: a retry runs again.
  */
 import { createHash } from 'node:crypto';
-import { isAppError } from '@gpu/common';
+import { isAppError, isRefusal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
@@ -134,5 +134,5 @@ const NOT_DEFINITIVE = new Set([
 export function isDefinitiveError(err: unknown): boolean {
   if (!isAppError(err)) return false;
   if (NOT_DEFINITIVE.has(err.code)) return false;
-  return (err.status >= 400 && err.status < 500 && err.status !== 400) || err.status === 502;
+  return (isRefusal(err) && err.kind !== 'invalid') || err.kind === 'dependency_failed';
 }

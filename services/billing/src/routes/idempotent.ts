@@ -4,7 +4,7 @@
  * parameters, and stores definitive error answers. The handler claims the
  * key inside its own money-moving transaction (domain/idempotency.ts).
  */
-import { type AppError, PROBLEM_CONTENT_TYPE } from '@gpu/common';
+import { type AppError, PROBLEM_CONTENT_TYPE, problemOf, statusOf } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
@@ -68,8 +68,8 @@ export async function runIdempotent(
     if (isDefinitiveError(err)) {
       const appError = err as AppError;
       await storeResponse(opts.db, ctx, {
-        status: appError.status,
-        body: { ...appError.toProblem(), request_id: request.id },
+        status: statusOf(appError),
+        body: { ...problemOf(appError), request_id: request.id },
       });
     }
     throw err;

@@ -1,5 +1,5 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
-import { type App, problemSchema, toAppError } from '@gpu/common';
+import { type App, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
 import { applyUsageUpdate, type UsageUpdate } from '../domain/usage-updates.ts';
 import type { RouteDeps } from './deps.ts';
@@ -143,8 +143,9 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
         if (s.status === 'fulfilled')
           return { status: s.value.duplicate ? (200 as const) : (201 as const), ...s.value };
         const err = toAppError(s.reason);
-        if (err.status >= 500) request.log.error({ err: s.reason }, 'usage report failed');
-        return { status: err.status, problem: { ...err.toProblem(), request_id: request.id } };
+        const status = statusOf(err);
+        if (status >= 500) request.log.error({ err: s.reason }, 'usage report failed');
+        return { status, problem: { ...problemOf(err), request_id: request.id } };
       });
       return { results };
     },

@@ -43,7 +43,12 @@ export function mapStoreError(err: unknown, where: { bucket?: string; key?: stri
   if (isDependencyDown(err) || name === 'TimeoutError' || (status !== undefined && status >= 500)) {
     return storageErrors.storeUnavailable(err);
   }
-  return new AppError(502, 'OBJECT_STORE_ERROR', `object store refused the request: ${name ?? 'unknown error'}`, {
-    cause: err,
-  });
+  return new AppError(
+    'dependency_failed',
+    'OBJECT_STORE_ERROR',
+    `object store refused the request: ${name ?? 'unknown error'}`,
+    {
+      cause: err,
+    },
+  );
 }
