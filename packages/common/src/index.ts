@@ -46,6 +46,7 @@ export {
 export { type App, type CreateAppOptions, createApp } from './http/app.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export type { HealthCheck } from './http/health.ts';
+export { NEXT_CURSOR_HEADER, setNextPage } from './http/paging.ts';
 export { headersOf, problemOf, statusOf } from './http/problem.ts';
 export { problemSchema, validationProblemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
@@ -56,9 +57,17 @@ export {
   type EnsureStreamOptions,
   type EventPublisher,
   ensureStream,
+  eventBody,
   NatsPublisher,
+  type NewEvent,
   NoopPublisher,
+  Outbox,
+  type OutboxDatabase,
+  type OutboxEventTable,
+  OutboxRelay,
+  type OutboxRelayOptions,
   type PublishOptions,
 } from './messaging/index.ts';
+export { type CursorValue, decodeCursor, encodeCursor, invalidCursor, MAX_CURSOR_LENGTH } from './paging.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';

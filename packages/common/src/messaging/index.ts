@@ -1,4 +1,13 @@
 export {
+  eventBody,
+  type NewEvent,
+  Outbox,
+  type OutboxDatabase,
+  type OutboxEventTable,
+  OutboxRelay,
+  type OutboxRelayOptions,
+} from './outbox.ts';
+export {
   type ConnectPublisherOptions,
   connectPublisher,
   type EventPublisher,

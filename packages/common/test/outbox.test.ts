@@ -1,0 +1,171 @@
+import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import { type Kysely, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  connectPublisher,
+  createLogger,
+  type Database,
+  type EventPublisher,
+  ensureStream,
+  Outbox,
+  type OutboxDatabase,
+  OutboxRelay,
+  openDatabase,
+} from '../src/index.ts';
+import { createTestDatabase, type TestDatabase, testEnv } from '../src/testing/index.ts';
+
+const suffix = randomBytes(4).toString('hex');
+const streamName = `TEST_OUTBOX_${suffix}`;
+const prefix = `outbox.${suffix}`;
+let testDb: TestDatabase;
+let database: Database<OutboxDatabase>;
+let db: Kysely<OutboxDatabase>;
+let nc: NatsConnection;
+let publisher: EventPublisher;
+const quietLogger = () => createLogger({ service: 'outbox-test', instanceId: 'test', level: 'silent' });
+
+beforeAll(async () => {
+  testDb = await createTestDatabase('common_outbox');
+  database = await openDatabase<OutboxDatabase>({ url: testDb.url, poolSize: 4 });
+  db = database.db;
+  await sql`CREATE TABLE outbox_events (
+    id uuid PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, correlation_id text,
+    created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz)`.execute(db);
+  nc = await connect({ servers: testEnv.natsUrl });
+  publisher = await connectPublisher({
+    url: testEnv.natsUrl,
+    name: 'outbox-test',
+    stream: { name: streamName, subjects: [`${prefix}.ok.>`] },
+  });
+});
+
+afterAll(async () => {
+  await publisher?.close();
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.delete(streamName).catch(() => {});
+  await nc?.drain();
+  await database?.close();
+  await testDb?.drop();
+});
+
+/** Every message NATS carries on the subjects, duplicates included (a core subscription sees each publish). */
+function listen(subject: string) {
+  const seen: { subject: string; data: Record<string, unknown>; msgId?: string; correlationId?: string }[] = [];
+  const sub: Subscription = nc.subscribe(subject);
+  void (async () => {
+    for await (const m of sub) {
+      seen.push({
+        subject: m.subject,
+        data: m.json(),
+        msgId: m.headers?.get('Nats-Msg-Id'),
+        correlationId: m.headers?.get('X-Correlation-ID'),
+      });
+    }
+  })();
+  return { seen, stop: () => sub.unsubscribe() };
+}
+
+const unpublished = async () =>
+  Number(
+    (await sql<{ n: string }>`SELECT count(*) AS n FROM outbox_events WHERE published_at IS NULL`.execute(db)).rows[0]!
+      .n,
+  );
+
+describe('transactional outbox', () => {
+  it('publishes an event once its transaction commits, and never one whose transaction rolled back', async () => {
+    const outbox = new Outbox();
+    const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger() });
+    const wire = listen(`${prefix}.ok.>`);
+    await db
+      .transaction()
+      .execute((trx) =>
+        outbox.record(trx, [{ kind: 'thing.done', data: { thing_id: 't-1' }, id: crypto.randomUUID() }], 'corr-1'),
+      );
+    await expect(
+      db.transaction().execute(async (trx) => {
+        await outbox.record(trx, [{ kind: 'thing.done', data: { thing_id: 't-rolled-back' } }]);
+        throw new Error('the change failed');
+      }),
+    ).rejects.toThrow('the change failed');
+
+    expect(await relay.flush()).toBe(1);
+    expect(await relay.flush()).toBe(0);
+    await nc.flush();
+    wire.stop();
+    expect(wire.seen).toHaveLength(1);
+    const [msg] = wire.seen;
+    expect(msg).toMatchObject({
+      subject: `${prefix}.ok.thing.done`,
+      correlationId: 'corr-1',
+      data: { kind: 'thing.done', thing_id: 't-1' },
+    });
+    expect(msg!.msgId).toBe(msg!.data.event_id);
+    expect(Date.parse(msg!.data.occurred_at as string)).not.toBeNaN();
+  });
+
+  it('keeps events while NATS refuses them and sends them, in order, once it accepts again', async () => {
+    const outbox = new Outbox();
+    // No stream captures this subject yet: JetStream answers "no responders" and the publish fails.
+    const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.late`, logger: quietLogger() });
+    await db.transaction().execute((trx) =>
+      outbox.record(trx, [
+        { kind: 'a', data: { n: 1 } },
+        { kind: 'b', data: { n: 2 } },
+      ]),
+    );
+    expect(await relay.flush()).toBe(0);
+    expect(await unpublished()).toBe(2);
+
+    const jsm = await jetstreamManager(nc);
+    await ensureStream(jsm, { name: streamName, subjects: [`${prefix}.late.>`] });
+    const wire = listen(`${prefix}.late.>`);
+    expect(await relay.flush()).toBe(2);
+    await nc.flush();
+    wire.stop();
+    expect(wire.seen.map((m) => m.data.n)).toEqual([1, 2]);
+    expect(await unpublished()).toBe(0);
+  });
+
+  it('publishes each event once when several relays (instances) flush at the same time', async () => {
+    const outbox = new Outbox();
+    const events = Array.from({ length: 250 }, (_, n) => ({ kind: 'many', data: { n } }));
+    await db.transaction().execute((trx) => outbox.record(trx, events));
+    const wire = listen(`${prefix}.ok.many`);
+    const relays = Array.from(
+      { length: 3 },
+      () => new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger(), batch: 40 }),
+    );
+    const sent = await Promise.all(relays.map((r) => r.flush()));
+    await nc.flush();
+    wire.stop();
+    expect(sent.reduce((a, b) => a + b, 0)).toBe(250);
+    expect(wire.seen).toHaveLength(250);
+    expect(new Set(wire.seen.map((m) => m.msgId)).size).toBe(250);
+    expect(await unpublished()).toBe(0);
+  });
+
+  it('publishes soon after a commit when started with its outbox, without waiting for the interval', async () => {
+    const outbox = new Outbox();
+    const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger() });
+    relay.start(60_000, outbox);
+    const wire = listen(`${prefix}.ok.soon`);
+    try {
+      await db.transaction().execute((trx) => outbox.record(trx, [{ kind: 'soon', data: {} }]));
+      const deadline = Date.now() + 5000;
+      while (wire.seen.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(wire.seen).toHaveLength(1);
+    } finally {
+      wire.stop();
+      await relay.stop();
+    }
+  });
+
+  it('records nothing when disabled (no publisher configured)', async () => {
+    const before = Number((await sql<{ n: string }>`SELECT count(*) AS n FROM outbox_events`.execute(db)).rows[0]!.n);
+    await db.transaction().execute((trx) => Outbox.disabled.record(trx, [{ kind: 'x', data: {} }]));
+    const after = Number((await sql<{ n: string }>`SELECT count(*) AS n FROM outbox_events`.execute(db)).rows[0]!.n);
+    expect(after).toBe(before);
+  });
+});
