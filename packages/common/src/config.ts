@@ -35,6 +35,13 @@ export interface LoadConfigOptions<S extends z.ZodType> {
   env?: NodeJS.ProcessEnv;
   /** Values applied last, for tests and embedding. */
   overrides?: Record<string, unknown>;
+  /**
+   * Deprecated key paths and their new places, e.g. `{ database_url: 'database.url' }`: a value found at the old
+   * path (in the file or a `<PREFIX>__` variable) is moved to the new one, with a warning (see `configWarnings`).
+   * A key spelt in camelCase where the schema has it in snake_case (`defaultBucket` for `default_bucket`) is
+   * taken the same way without being listed here.
+   */
+  renamed?: Record<string, string>;
 }
 
 type Tree = Record<string, unknown>;
@@ -194,6 +201,55 @@ function readFile(file: string): Tree {
   return parsed;
 }
 
+const warningsOf = new WeakMap<object, string[]>();
+
+/** What loading the configuration warned about (deprecated key names): a server logs these once it has a logger. */
+export function configWarnings(config: object): readonly string[] {
+  return warningsOf.get(config) ?? [];
+}
+
+/** Moves the value at `from` (dotted) to `to` in `tree`; true when there was one. */
+function moveKey(tree: Tree, from: string, to: string): boolean {
+  const src = from.split('.');
+  let node: unknown = tree;
+  for (const seg of src.slice(0, -1)) {
+    node = isTree(node) ? node[seg] : undefined;
+  }
+  const last = src[src.length - 1]!;
+  if (!isTree(node) || !Object.hasOwn(node, last)) return false;
+  const value = node[last];
+  delete node[last];
+  const dst = to.split('.');
+  let target = tree;
+  for (const seg of dst.slice(0, -1)) {
+    if (!isTree(target[seg])) target[seg] = {};
+    target = target[seg] as Tree;
+  }
+  const end = dst[dst.length - 1]!;
+  // The new name wins where both are given.
+  if (!Object.hasOwn(target, end)) target[end] = value;
+  else if (isTree(target[end]) && isTree(value)) target[end] = deepMerge(value, target[end] as Tree);
+  return true;
+}
+
+/** Renames keys of `tree` that match a snake_case key of the schema only loosely (`useSSL` for `use_ssl`). */
+function looseKeys(schema: z.ZodType, tree: unknown, path: string[], renamed: (from: string, to: string) => void) {
+  const shape = shapeOf(schema);
+  if (!shape || !isTree(tree)) return;
+  for (const key of Object.keys(tree)) {
+    let field = Object.hasOwn(shape, key) ? key : undefined;
+    if (!field) {
+      field = Object.keys(shape).find((k) => norm(k) === norm(key) && !Object.hasOwn(tree, k));
+      if (field) {
+        tree[field] = tree[key];
+        delete tree[key];
+        renamed([...path, key].join('.'), [...path, field].join('.'));
+      }
+    }
+    if (field) looseKeys(shape[field]!, tree[field], [...path, field], renamed);
+  }
+}
+
 /** Loads, validates and returns the configuration; `instance_id` is generated when empty. */
 export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.output<S> {
   const defaults = fileDefaults(opts.schema, opts.schema.parse({})) as Tree;
@@ -209,11 +265,35 @@ export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.o
   const problems: string[] = [];
   const problem = (key: string, message: string, source: string) =>
     problems.push(`  ${key || '(root)'}: ${message} (from ${source})`);
+  const warnings: string[] = [];
+  const deprecated = (from: string, to: string, source: string) =>
+    warnings.push(
+      `configuration key ${from} (${source}) is deprecated: use ${to}; the old name goes in a later release`,
+    );
+  for (const [from, to] of Object.entries(opts.renamed ?? {})) {
+    if (moveKey(fromFile, from, to)) deprecated(from, to, `file ${opts.file}`);
+  }
+  looseKeys(opts.schema, fromFile, [], (from, to) => deprecated(from, to, `file ${opts.file}`));
   for (const key of unknownKeys(opts.schema, fromFile)) problem(key, 'unknown key', `file ${opts.file}`);
 
   const fromEnv: Tree = {};
   const sources = new Map<string, string>();
-  for (const { name, segments, value } of envEntries(opts as LoadConfigOptions<z.ZodType>)) {
+  const renames = Object.entries(opts.renamed ?? {}).map(([from, to]) => ({ from: from.split('.'), to }));
+  for (const entry of envEntries(opts as LoadConfigOptions<z.ZodType>)) {
+    const { name, value } = entry;
+    let { segments } = entry;
+    // A variable naming a deprecated path (or a section of it) is moved to the new path.
+    const old = renames.find(
+      (r) => r.from.length <= segments.length && r.from.every((seg, i) => norm(seg) === norm(segments[i]!)),
+    );
+    if (old) {
+      const moved = [...old.to.split('.'), ...segments.slice(old.from.length)];
+      // Plain aliases (`DATABASE_URL`) are the service's own names for a path: only `<PREFIX>__` names are old.
+      if (name.startsWith(`${opts.envPrefix}__`)) {
+        deprecated(segments.join('.').toLowerCase(), moved.join('.'), `environment variable ${name}`);
+      }
+      segments = moved;
+    }
     const own: Tree = {};
     setPath(own, defaults, segments, value);
     for (const key of unknownKeys(opts.schema, own)) problem(key, 'unknown key', `environment variable ${name}`);
@@ -236,5 +316,6 @@ export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.o
   if (problems.length > 0 || !result.success) throw new ConfigError(`invalid configuration:\n${problems.join('\n')}`);
   const config = result.data as Tree;
   if ('instance_id' in config && !config.instance_id) config.instance_id = randomUUID();
+  warningsOf.set(config, warnings);
   return config as z.output<S>;
 }

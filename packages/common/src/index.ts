@@ -14,7 +14,7 @@ export {
   type TokenVerifier,
   type TokenVerifierOptions,
 } from './auth/token-verifier.ts';
-export { ConfigError, type LoadConfigOptions, loadConfig } from './config.ts';
+export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
   type BaseConfig,
   baseConfigSchema,

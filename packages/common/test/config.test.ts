@@ -8,6 +8,7 @@ import {
   baseConfigShape,
   baseEnvAliases,
   ConfigError,
+  configWarnings,
   loadConfig,
   zBool,
   zDuration,
@@ -210,5 +211,64 @@ describe('loadConfig', () => {
     expect(YAML.parse(readFileSync(written, 'utf8')).registry).not.toHaveProperty('enabled');
     expect(load({}, written).enabled).toBe(false);
     expect(load({ CONSUL_ADDRESS: 'consul:8500' }, written).enabled).toBe(true);
+  });
+
+  describe('deprecated key names', () => {
+    const snake = z.object({
+      ...baseConfigShape(9999),
+      database: z.object({ url: z.string().default(''), pool_size: zInt(1).default(5) }).prefault({}),
+      object_store: z.object({ access_key_id: z.string().default('k'), use_ssl: zBool().default(false) }).prefault({}),
+    });
+    const renamed = { database_url: 'database.url' };
+
+    it('takes an old path from the file or a prefixed variable, with a warning naming the new one', () => {
+      const file = path.join(dir, 'old-names.yaml');
+      writeFileSync(file, YAML.stringify({ database_url: 'postgres://file/db', object_store: { accessKeyID: 'AK' } }));
+      const config = loadConfig({ schema: snake, envPrefix: 'SVC', env: {}, file, renamed });
+      expect(config.database.url).toBe('postgres://file/db');
+      expect(config.object_store.access_key_id).toBe('AK');
+      expect(configWarnings(config)).toEqual([
+        `configuration key database_url (file ${file}) is deprecated: use database.url; the old name goes in a later release`,
+        `configuration key object_store.accessKeyID (file ${file}) is deprecated: use object_store.access_key_id; the old name goes in a later release`,
+      ]);
+
+      const fromEnv = loadConfig({
+        schema: snake,
+        envPrefix: 'SVC',
+        env: { SVC__DATABASE_URL: 'postgres://env/db' },
+        renamed,
+      });
+      expect(fromEnv.database.url).toBe('postgres://env/db');
+      expect(configWarnings(fromEnv)).toEqual([
+        'configuration key database_url (environment variable SVC__DATABASE_URL) is deprecated: use database.url; the old name goes in a later release',
+      ]);
+    });
+
+    it('warns about nothing when the new names are used, and still refuses keys that match nothing', () => {
+      const config = loadConfig({
+        schema: snake,
+        envPrefix: 'SVC',
+        env: { SVC__DATABASE__URL: 'postgres://env/db', SVC__OBJECT_STORE__USE_SSL: 'true' },
+        renamed,
+      });
+      expect(config.database.url).toBe('postgres://env/db');
+      expect(config.object_store.use_ssl).toBe(true);
+      expect(configWarnings(config)).toEqual([]);
+      const file = path.join(dir, 'typo.yaml');
+      writeFileSync(file, YAML.stringify({ object_store: { acces_key_id: 'AK' } }));
+      expect(configError(() => loadConfig({ schema: snake, envPrefix: 'SVC', env: {}, file, renamed }))).toContain(
+        'object_store.acces_key_id: unknown key',
+      );
+    });
+
+    it('lets the new name win when a file has both', () => {
+      const file = path.join(dir, 'both-names.yaml');
+      writeFileSync(
+        file,
+        YAML.stringify({ database_url: 'postgres://old/db', database: { url: 'postgres://new/db' } }),
+      );
+      const config = loadConfig({ schema: snake, envPrefix: 'SVC', env: {}, file, renamed });
+      expect(config.database.url).toBe('postgres://new/db');
+    });
   });
 });
