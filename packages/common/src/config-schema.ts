@@ -111,3 +111,43 @@ export const baseEnvAliases: Record<string, string> = {
   CONSUL_ADDRESS: 'registry.address',
   CONSUL_ENABLED: 'registry.enabled',
 };
+
+/**
+ * The `database` section every service with a database spreads into its own (same key names everywhere): `url`
+ * (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`.
+ * A service adds keys of its own with `.extend()`.
+ */
+export function databaseShape(defaults: { embeddedPath: string; poolSize?: number }) {
+  return {
+    /** postgres:// URL; empty opens an embedded PGlite database at `embedded_path`. */
+    url: z.string().default(''),
+    embedded_path: z.string().default(defaults.embeddedPath),
+    pool_size: zInt(1, 500).default(defaults.poolSize ?? 10),
+    connect_timeout: zDuration().default('5s'),
+  };
+}
+
+/**
+ * The `messaging` section every service that uses NATS spreads into its own: `nats_url` (empty: no messaging),
+ * `stream` (the JetStream stream capturing the service's subjects) and `subjects` (the service's subject names or
+ * prefixes, with their defaults).
+ */
+export function messagingShape<S extends Record<string, string>>(defaults: { stream: string; subjects: S }) {
+  const subjects = Object.fromEntries(
+    Object.entries(defaults.subjects).map(([k, v]) => [k, z.string().min(1).default(v)]),
+  ) as { [K in keyof S]: z.ZodDefault<z.ZodString> };
+  return {
+    /** NATS server URL (comma-separated for a cluster); empty turns messaging off. */
+    nats_url: z.string().default(''),
+    /** JetStream stream capturing the service's subjects. */
+    stream: z.string().default(defaults.stream),
+    subjects: z.object(subjects).prefault({} as never),
+  };
+}
+
+/** Environment names for the shared sections, for services that have them. */
+export const databaseEnvAliases: Record<string, string> = {
+  DATABASE_URL: 'database.url',
+  DATABASE_POOL_SIZE: 'database.pool_size',
+};
+export const messagingEnvAliases: Record<string, string> = { NATS_URL: 'messaging.nats_url' };
