@@ -211,14 +211,22 @@ export function configWarnings(config: object): readonly string[] {
 /** Moves the value at `from` (dotted) to `to` in `tree`; true when there was one. */
 function moveKey(tree: Tree, from: string, to: string): boolean {
   const src = from.split('.');
+  const parents: Tree[] = [];
   let node: unknown = tree;
   for (const seg of src.slice(0, -1)) {
+    if (isTree(node)) parents.push(node);
     node = isTree(node) ? node[seg] : undefined;
   }
   const last = src[src.length - 1]!;
   if (!isTree(node) || !Object.hasOwn(node, last)) return false;
   const value = node[last];
   delete node[last];
+  // A section left empty by the move (`events` after `events.stream` moved) goes too: it is no key of the schema.
+  for (let i = parents.length - 1; i >= 0; i--) {
+    const child = parents[i]![src[i]!];
+    if (!isTree(child) || Object.keys(child).length > 0) break;
+    delete parents[i]![src[i]!];
+  }
   const dst = to.split('.');
   let target = tree;
   for (const seg of dst.slice(0, -1)) {

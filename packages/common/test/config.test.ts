@@ -261,6 +261,20 @@ describe('loadConfig', () => {
       );
     });
 
+    it('moves every key of an old section, leaving no empty section behind', () => {
+      const file = path.join(dir, 'old-section.yaml');
+      writeFileSync(file, YAML.stringify({ events: { url: 'postgres://old/section', pool_size: 7 } }));
+      const config = loadConfig({
+        schema: snake,
+        envPrefix: 'SVC',
+        env: {},
+        file,
+        renamed: { 'events.url': 'database.url', 'events.pool_size': 'database.pool_size' },
+      });
+      expect(config.database).toEqual({ url: 'postgres://old/section', pool_size: 7 });
+      expect(configWarnings(config)).toHaveLength(2);
+    });
+
     it('lets the new name win when a file has both', () => {
       const file = path.join(dir, 'both-names.yaml');
       writeFileSync(
