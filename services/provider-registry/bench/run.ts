@@ -18,7 +18,7 @@ import { listProviders } from '../src/db/discovery-repository.ts';
 import { migrations } from '../src/db/migrations/index.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 import { recordHeartbeat } from '../src/db/status-repository.ts';
-import { type DiscoveryFilter, decodeCursor } from '../src/domain/discovery.ts';
+import { cursorOf, type DiscoveryFilter } from '../src/domain/discovery.ts';
 import { loadFleet } from './dataset.ts';
 import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
@@ -102,7 +102,7 @@ function filterOf(query: string): DiscoveryFilter {
   const q = new URLSearchParams(query);
   const sort = (q.get('sort') ?? 'registered_at') as DiscoveryFilter['sort'];
   const cursor = q.get('cursor');
-  const decoded = cursor ? decodeCursor(cursor, sort) : undefined;
+  const decoded = cursor ? cursorOf(cursor, sort) : undefined;
   if (typeof decoded === 'string') throw new Error(decoded);
   const num = (k: string) => (q.get(k) === null ? undefined : Number(q.get(k)));
   return {
@@ -206,7 +206,9 @@ async function main() {
     const { rows } = await pool.query<{ id: string }>(`SELECT id FROM providers WHERE status IN ('idle', 'busy')`);
     const ids = rows.map((r) => r.id);
     const pick = (i: number) => ids[(i * 7919) % ids.length]!;
-    const [beat] = await capture(pool, (db) => recordHeartbeat(db, ids[0]!, []));
+    // With NATS connected the service records status events in the heartbeat's statement; so does the replay.
+    const recording = process.env.TEST_NATS_URL ? ({ reason: 'heartbeat', correlation: 'bench' } as const) : undefined;
+    const [beat] = await capture(pool, (db) => recordHeartbeat(db, ids[0]!, [], recording));
     if (!beat) throw new Error('no heartbeat statement captured');
     const idIndex = beat.parameters.indexOf(ids[0]);
     const beatService = await runLoad((i) => request('POST', `/providers/${pick(i)}/heartbeat`), {

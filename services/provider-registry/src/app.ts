@@ -10,22 +10,33 @@ import {
   durationMs,
   type EventPublisher,
   type Logger,
+  OutboxRelay,
   type TokenVerifier,
 } from '@gpu/common';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { OfflineSweeper } from './domain/offline-sweeper.ts';
 import { RegistryService } from './domain/registry-service.ts';
-import { StatusEvents } from './domain/status-events.ts';
+import { StatusOutbox } from './domain/status-events.ts';
 import { enforcedAccess, openAccess } from './routes/access.ts';
+import { heartbeatRoute } from './routes/heartbeat.ts';
+import { JsonArraySender } from './routes/json-array.ts';
+import type { ProviderRoutesOptions } from './routes/options.ts';
 import { providerRoutes } from './routes/providers.ts';
 
 export const SERVICE_NAME = 'provider-registry';
+
+/**
+ * How often the outbox relay looks for unpublished events besides being woken by this instance's own changes
+ * (events recorded by other instances, or left by a crash or a NATS outage).
+ */
+const RELAY_INTERVAL_MS = 1000;
 
 export interface RegistryDeps {
   config: RegistryConfig;
   logger: Logger;
   database: Database<RegistryDB>;
+  /** Publishes status events; a disabled (no-op) publisher records none. */
   publisher: EventPublisher;
   /** Required when `config.auth.enabled`. */
   verifier?: TokenVerifier;
@@ -35,13 +46,19 @@ export interface RegistryDeps {
   ownsResources?: boolean;
 }
 
+/** The outbox relay of the app's status events, or nothing to flush when events are off. */
+export interface StatusEventFlush {
+  /** Publishes every status event recorded (and committed) before the call. */
+  flush(): Promise<void>;
+}
+
 export interface RegistryApp extends App {
   registry: RegistryService;
-  events: StatusEvents;
+  events: StatusEventFlush;
 }
 
 export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
-  const { config, logger, database } = deps;
+  const { config, logger, database, publisher } = deps;
   const app = await createApp({
     service: SERVICE_NAME,
     description:
@@ -51,13 +68,24 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     logger,
     healthChecks: { database: () => database.ping() },
   });
-  const events = new StatusEvents(deps.publisher, config.events.status_subject, logger);
+  const outbox = new StatusOutbox(publisher.enabled);
+  const subject = config.messaging.subjects.status;
+  const relay = outbox.enabled
+    ? new OutboxRelay(database.db, publisher, { subject: () => subject, logger })
+    : undefined;
   const registry = new RegistryService({
     db: database.db,
-    events,
+    outbox,
     offlineAfterMs: offlineAfterMs(config),
     retry: { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 },
   });
+  // A run of the relay that was under way when an event committed may have missed it: a second run cannot.
+  const events: StatusEventFlush = {
+    flush: async () => {
+      await relay?.flush();
+      await relay?.flush();
+    },
+  };
 
   let access = openAccess;
   if (config.auth.enabled) {
@@ -65,15 +93,25 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     await app.register(bearerAuth, { verifier: deps.verifier });
     access = enforcedAccess;
   }
-  await app.register(providerRoutes, { registry, access });
+  const routes: ProviderRoutesOptions = { registry, access, pages: new JsonArraySender() };
+  await app.register(providerRoutes, routes);
+  // A plugin of its own, so that its lenient JSON parser touches no other route.
+  await app.register(heartbeatRoute, routes);
 
   const sweeper = new OfflineSweeper(registry, durationMs(config.offline_sweep_interval), logger);
-  if (deps.sweeper !== false) app.addHook('onReady', async () => sweeper.start());
+  app.addHook('onReady', async () => {
+    relay?.start(RELAY_INTERVAL_MS, outbox);
+    if (deps.sweeper !== false) sweeper.start();
+  });
   app.addHook('onClose', async () => {
     await sweeper.stop();
-    await events.flush();
+    await relay?.stop();
+    // What is left is published now, or by the next instance to run a relay.
+    await relay
+      ?.flush()
+      .catch((err) => logger.warn({ err: (err as Error).message }, 'publishing status events failed'));
     if (deps.ownsResources) {
-      await deps.publisher.close().catch((err) => logger.warn({ err }, 'closing NATS failed'));
+      await publisher.close().catch((err) => logger.warn({ err }, 'closing NATS failed'));
       await database.close();
     }
   });

@@ -1,6 +1,6 @@
 /**
  * The provider registry's configuration: the shared settings plus the
- * database, heartbeat/offline timing, events and optional JWT enforcement.
+ * database, heartbeat/offline timing, messaging and optional JWT enforcement.
  * The spec's flat parameter names (`consul_address`, `service_name`,
  * `service_tags`, `health_check_*`, ...) are accepted in the file and map
  * onto the shared `registry` section.
@@ -10,8 +10,12 @@ import {
   baseConfigShape,
   baseEnvAliases,
   ConfigError,
+  databaseEnvAliases,
+  databaseShape,
   durationMs,
   loadConfig,
+  messagingEnvAliases,
+  messagingShape,
   zBool,
   zDuration,
   zInt,
@@ -56,22 +60,18 @@ function mapFlatKeys(input: unknown): unknown {
 
 const registryShape = {
   ...baseConfigShape(8002),
-  /** postgres:// URL; empty means: build one from parts, else use embedded PGlite. */
-  database_url: z.string().default(''),
   /** Optional JSON file with secrets: `database_url`, or `database: {host, port, user, password, name}`. */
   secrets_file_path: z.string().default(''),
   database: z
     .object({
+      /** `url`: postgres:// URL; empty means: build one from the parts below, else use embedded PGlite. */
+      ...databaseShape({ embeddedPath: '.data/provider-registry/pglite', poolSize: 20 }),
       host: z.string().default(''),
       port: zInt(1, 65535).default(5432),
       user: z.string().default('postgres'),
       password: z.string().default(''),
       name: z.string().default('provider_registry'),
       sslmode: z.string().default(''),
-      pool_size: zInt(1, 500).default(20),
-      connect_timeout: zDuration().default('5s'),
-      /** Folder of the embedded PGlite database used when no PostgreSQL is configured. */
-      embedded_path: z.string().default('.data/provider-registry/pglite'),
       /** Attempts of one database operation on transient errors (connection loss, serialization failure). */
       retry_attempts: zInt(1, 20).default(4),
     })
@@ -85,14 +85,12 @@ const registryShape = {
     .refine((s) => s === '' || zDuration().safeParse(s).success, 'expected a duration such as "90s"'),
   /** How often each instance sweeps stale providers to `offline` (and publishes the change). */
   offline_sweep_interval: zDuration().default('5s'),
-  /** NATS server URL; events are not published when empty. */
-  nats_url: z.string().default(''),
-  events: z
-    .object({
-      status_subject: z.string().min(1).default('registry.providers.status'),
-      /** JetStream stream capturing the subject; empty publishes on core NATS without acknowledgement. */
-      stream: z.string().default('REGISTRY'),
-    })
+  /**
+   * NATS (`nats_url`: empty publishes no events), the JetStream stream capturing the status subject (empty
+   * publishes on core NATS without acknowledgement) and the subject of status events.
+   */
+  messaging: z
+    .object(messagingShape({ stream: 'REGISTRY', subjects: { status: 'registry.providers.status' } }))
     .prefault({}),
   auth: z
     .object({
@@ -116,6 +114,14 @@ export function offlineAfterMs(config: RegistryConfig): number {
   return config.offline_after ? durationMs(config.offline_after) : 3 * durationMs(config.heartbeat_interval);
 }
 
+/** Names of earlier releases, still read (with a warning) for one release. */
+const RENAMED = {
+  database_url: 'database.url',
+  nats_url: 'messaging.nats_url',
+  'events.status_subject': 'messaging.subjects.status',
+  'events.stream': 'messaging.stream',
+};
+
 /** Loads the configuration file (if any), then the environment (`REGISTRY__...` and the aliases). */
 export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env): RegistryConfig {
   return loadConfig({
@@ -125,9 +131,9 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env): Regist
     env,
     aliases: {
       ...baseEnvAliases,
-      DATABASE_URL: 'database_url',
+      ...databaseEnvAliases,
+      ...messagingEnvAliases,
       SECRETS_FILE_PATH: 'secrets_file_path',
-      NATS_URL: 'nats_url',
       HEARTBEAT_INTERVAL: 'heartbeat_interval',
       OFFLINE_AFTER: 'offline_after',
       SERVICE_NAME: 'registry.registration.service_name',
@@ -142,6 +148,7 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env): Regist
       DB_PASSWORD: 'database.password',
       DB_NAME: 'database.name',
     },
+    renamed: RENAMED,
   });
 }
 
@@ -178,12 +185,12 @@ function buildUrl(parts: {
 }
 
 /**
- * The PostgreSQL URL to use, or '' for embedded PGlite: `database_url`, else
+ * The PostgreSQL URL to use, or '' for embedded PGlite: `database.url`, else
  * the secrets file (`database_url` or parts), else `database.host` and its
  * parts from the configuration or environment.
  */
 export function resolveDatabaseUrl(config: RegistryConfig): string {
-  if (config.database_url) return config.database_url;
+  if (config.database.url) return config.database.url;
   let parts = { ...config.database };
   if (config.secrets_file_path) {
     let parsed: z.infer<typeof secretsSchema>;

@@ -1,5 +1,28 @@
-/** The provider registry's named errors; the common error handler turns them into problem bodies. */
+/**
+ * The provider registry's named errors. Each carries a kind, never an HTTP
+ * status; the common error handler turns them into problem bodies.
+ */
 import { AppError, errors } from '@gpu/common';
+
+/**
+ * A heartbeat's metrics name a GPU index the provider does not have; nothing is written. The route that read the
+ * metrics names the request field (`at`).
+ */
+export class UnknownGpuIndex extends AppError {
+  constructor(
+    readonly index: number,
+    readonly gpuCount: number,
+  ) {
+    super('invalid', 'UNKNOWN_GPU_INDEX', `gpu_metrics names GPU index ${index}, the provider has ${gpuCount} GPU(s)`);
+  }
+
+  /** The same error, naming the request field the metrics came from. */
+  at(path: string): AppError {
+    return new AppError(this.kind, this.code, this.message, {
+      errors: [{ path, message: `index ${this.index} is not in 0..${this.gpuCount - 1}` }],
+    });
+  }
+}
 
 export const registryErrors = {
   /** `ErrProviderNotFound`. */
@@ -7,19 +30,7 @@ export const registryErrors = {
   /** `ErrProviderAlreadyExists`: the owner already has a provider with this name. */
   providerAlreadyExists: (ownerId: string, name: string) =>
     errors.conflict('PROVIDER_ALREADY_EXISTS', `owner ${ownerId} already has a provider named ${JSON.stringify(name)}`),
-  invalidCursor: (detail: string) =>
-    new AppError('invalid', 'INVALID_CURSOR', `invalid cursor: ${detail}`, {
-      errors: [{ path: 'querystring.cursor', message: detail }],
-    }),
-  unknownGpuIndex: (index: number, count: number) =>
-    new AppError(
-      'invalid',
-      'UNKNOWN_GPU_INDEX',
-      `gpu_metrics names GPU index ${index}, the provider has ${count} GPU(s)`,
-      {
-        errors: [{ path: 'body.gpu_metrics', message: `index ${index} is not in 0..${count - 1}` }],
-      },
-    ),
+  unknownGpuIndex: (index: number, gpuCount: number) => new UnknownGpuIndex(index, gpuCount),
   idMismatch: (pathId: string, bodyId: string) =>
     new AppError('invalid', 'ID_MISMATCH', `body id ${bodyId} differs from path id ${pathId}`, {
       errors: [{ path: 'body.id', message: 'must equal the path parameter providerID' }],

@@ -1,10 +1,12 @@
 /**
- * The provider registry process: load configuration, log, open the database
- * (PostgreSQL, else embedded PGlite) and migrate it, connect to NATS when
- * configured, listen, register with Consul, sweep silent providers to
- * offline, and shut down gracefully on SIGINT/SIGTERM.
+ * The provider registry process: load configuration, log (with any
+ * deprecated setting names), open the database (PostgreSQL, else embedded
+ * PGlite) and migrate it, connect to NATS when configured (the app then
+ * relays its status events), listen, register with Consul, sweep silent
+ * providers to offline, and shut down gracefully on SIGINT/SIGTERM.
  */
 import {
+  configWarnings,
   connectPublisher,
   createTokenVerifier,
   durationMs,
@@ -23,6 +25,7 @@ import type { RegistryDB } from './db/schema.ts';
 startOrExit(async () => {
   const config = loadRegistryConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
+  for (const warning of configWarnings(config)) logger.warn(warning);
   const url = resolveDatabaseUrl(config);
   const database = await openDatabase<RegistryDB>({
     url,
@@ -35,10 +38,11 @@ startOrExit(async () => {
   });
   logger.info({ kind: database.kind }, 'database opened');
   await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
+  const { messaging } = config;
   const publisher = await connectPublisher({
-    url: config.nats_url,
+    url: messaging.nats_url,
     name: SERVICE_NAME,
-    stream: config.events.stream ? { name: config.events.stream, subjects: [config.events.status_subject] } : undefined,
+    stream: messaging.stream ? { name: messaging.stream, subjects: [messaging.subjects.status] } : undefined,
     logger,
   });
   const verifier = config.auth.enabled

@@ -1,6 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { configWarnings } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
 import { loadRegistryConfig, offlineAfterMs, resolveDatabaseUrl } from '../src/config.ts';
 
@@ -10,7 +11,7 @@ describe('configuration', () => {
   it('has the contract defaults', () => {
     const c = loadRegistryConfig({});
     expect(c.server.port).toBe(8002);
-    expect(c.events.status_subject).toBe('registry.providers.status');
+    expect(c.messaging.subjects.status).toBe('registry.providers.status');
     expect(c.heartbeat_interval).toBe('30s');
     expect(offlineAfterMs(c)).toBe(90_000);
     expect(c.auth.enabled).toBe(false);
@@ -27,8 +28,8 @@ describe('configuration', () => {
       REGISTRY__SERVER__PORT: '9002',
       SERVICE_NAME: 'registry-eu',
     });
-    expect(c.database_url).toBe('postgres://u@db/x');
-    expect(c.nats_url).toBe('nats://n:4222');
+    expect(c.database.url).toBe('postgres://u@db/x');
+    expect(c.messaging.nats_url).toBe('nats://n:4222');
     expect(offlineAfterMs(c)).toBe(45_000);
     expect(c.server.port).toBe(9002);
     expect(c.registry.registration.service_name).toBe('registry-eu');
@@ -75,6 +76,29 @@ describe('configuration', () => {
     expect(resolveDatabaseUrl(loadRegistryConfig({ SECRETS_FILE_PATH: secrets, DB_HOST: 'h' }))).toBe(
       'postgres://s@x/y',
     );
+  });
+
+  it('reads the names of the last release (database_url, nats_url, events.*) with a warning each', () => {
+    const file = join(dir, 'old-names.yaml');
+    writeFileSync(
+      file,
+      [
+        'database_url: postgres://old@db/x',
+        'nats_url: nats://old:4222',
+        'events:',
+        '  status_subject: old.status',
+        '  stream: OLD',
+      ].join('\n'),
+    );
+    const c = loadRegistryConfig({ REGISTRY_CONFIG_FILE: file });
+    expect(c.database.url).toBe('postgres://old@db/x');
+    expect(c.messaging).toEqual({ nats_url: 'nats://old:4222', stream: 'OLD', subjects: { status: 'old.status' } });
+    expect(configWarnings(c)).toHaveLength(4);
+    expect(configWarnings(c).join('\n')).toContain('events.status_subject');
+    const env = loadRegistryConfig({ REGISTRY__EVENTS__STREAM: 'ENV', REGISTRY__DATABASE_URL: 'postgres://e@db/y' });
+    expect([env.messaging.stream, env.database.url]).toEqual(['ENV', 'postgres://e@db/y']);
+    expect(configWarnings(env)).toHaveLength(2);
+    expect(configWarnings(loadRegistryConfig({ DATABASE_URL: 'postgres://u@db/x', NATS_URL: 'nats://n' }))).toEqual([]);
   });
 
   it('fails clearly on bad values', () => {

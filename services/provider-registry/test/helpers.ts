@@ -49,17 +49,20 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
   const suffix = randomBytes(4).toString('hex');
   const config = registryConfigSchema.parse({
     log_level: 'silent',
-    database_url: testDb.url,
-    nats_url: opts.nats === false ? '' : testEnv.natsUrl,
-    events: { status_subject: `test.${suffix}.registry.providers.status`, stream: `TEST_REGISTRY_${suffix}` },
+    database: { url: testDb.url },
+    messaging: {
+      nats_url: opts.nats === false ? '' : testEnv.natsUrl,
+      subjects: { status: `test.${suffix}.registry.providers.status` },
+      stream: `TEST_REGISTRY_${suffix}`,
+    },
     ...opts.config,
   });
-  const subject = config.events.status_subject;
+  const subject = config.messaging.subjects.status;
   const logger = createLogger({ service: 'provider-registry', instanceId: 'test', level: 'silent' });
   const database = await migratedDatabase(testDb.url);
   const publisher: EventPublisher = await connectPublisher({
-    url: config.nats_url,
-    stream: { name: config.events.stream, subjects: [subject] },
+    url: config.messaging.nats_url,
+    stream: { name: config.messaging.stream, subjects: [subject] },
   });
   const app = await buildApp({
     config,

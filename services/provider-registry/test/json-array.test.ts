@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { encodeJsonArray, sendJsonArray } from '../src/routes/json-array.ts';
+import { encodeJsonArray, JsonArraySender } from '../src/routes/json-array.ts';
 
 describe('encodeJsonArray', () => {
   it('writes the elements as one JSON array, in UTF-8', () => {
@@ -16,15 +16,16 @@ describe('encodeJsonArray', () => {
   });
 });
 
-describe('sendJsonArray', () => {
+describe('JsonArraySender', () => {
   const app = Fastify();
+  const sender = new JsonArraySender();
   let base = '';
   // Pages of different sizes and contents, so that a reused buffer holding another page's bytes would show.
   const page = (n: number) =>
     Array.from({ length: n }, (_, i) => JSON.stringify({ page: n, i, pad: 'é'.repeat((n * 37 + i) % 500) }));
   beforeAll(async () => {
     app.get<{ Querystring: { n: string } }>('/page', async (request, reply) =>
-      sendJsonArray(reply, page(Number(request.query.n))),
+      sender.send(reply, page(Number(request.query.n))),
     );
     await app.listen({ port: 0, host: '127.0.0.1' });
     base = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;

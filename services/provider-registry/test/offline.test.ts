@@ -11,7 +11,10 @@ let events: EventCollector;
 beforeAll(async () => {
   h = await startHarness({ config: { heartbeat_interval: '1s' } });
   // A second registry instance on the same database and subject.
-  second = await startHarness({ testDb: h.testDb, config: { heartbeat_interval: '1s', events: h.config.events } });
+  second = await startHarness({
+    testDb: h.testDb,
+    config: { heartbeat_interval: '1s', messaging: h.config.messaging },
+  });
   events = await EventCollector.start(h.subject);
 });
 afterAll(async () => {
@@ -96,6 +99,8 @@ describe('automatic offline', () => {
     await ageProvider(h.database, p.id, BOUND_MS * 2);
     await h.app.registry.sweepOffline();
     expect(await storedStatus(p.id)).toBe('offline');
+    // Each instance relays the events in the order they were recorded, but two relays run side by side.
+    await h.app.events.flush();
     const res = await second.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` });
     expect(res.json()).toMatchObject({ previous_status: 'offline', status: 'idle' });
     expect(await shown(p.id)).toBe('idle');
@@ -123,7 +128,7 @@ describe('periodic sweep', () => {
     const timed = await startHarness({
       testDb: h.testDb,
       sweeper: true,
-      config: { offline_after: `${boundMs}ms`, offline_sweep_interval: '100ms', events: h.config.events },
+      config: { offline_after: `${boundMs}ms`, offline_sweep_interval: '100ms', messaging: h.config.messaging },
     });
     try {
       const p = await register(timed.app);

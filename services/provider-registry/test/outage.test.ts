@@ -17,8 +17,7 @@ beforeAll(async () => {
   database = await migratedDatabase(server.url);
   const config = registryConfigSchema.parse({
     log_level: 'silent',
-    database_url: server.url,
-    database: { retry_attempts: 4 },
+    database: { url: server.url, retry_attempts: 4 },
     request_timeout: '10s',
   });
   const logger = createLogger({ service: 'provider-registry', instanceId: 'outage', level: 'silent' });

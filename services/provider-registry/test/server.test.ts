@@ -62,6 +62,10 @@ describe('server process (embedded PGlite, Consul, NATS)', () => {
     expect(JSON.stringify(service)).toContain(`http://127.0.0.1:${port}/health`);
   });
 
+  it('logs a warning for a setting given by its old name (REGISTRY__EVENTS__STREAM)', () => {
+    expect(proc.output()).toContain('configuration key events.stream (environment variable REGISTRY__EVENTS__STREAM)');
+  });
+
   it('deregisters and exits 0 on SIGTERM', async () => {
     proc.child.kill('SIGTERM');
     expect((await proc.exited).code).toBe(0);

@@ -15,7 +15,8 @@
  * test/discovery-rendering.test.ts holds the two serializations together.
  */
 import { type RawBuilder, sql } from 'kysely';
-import type { Gpu, Provider } from '../domain/provider.ts';
+import { GPU_METRIC_FIELDS, type GpuField } from '../domain/gpu-fields.ts';
+import type { Provider } from '../domain/provider.ts';
 import { effectiveStatusSql } from './sql-rules.ts';
 
 type JsonText = RawBuilder<string>;
@@ -39,31 +40,16 @@ function jsonObject(fields: Record<string, JsonText>): JsonText {
   return sql<string>`concat(${sql.join([...parts, sql.lit('}')])})`;
 }
 
-/** The GPU fields that `gpus.spec_json` holds already rendered (a trigger keeps it; see its migration). */
-const GPU_SPEC_FIELDS = [
-  'model_name',
-  'vram',
-  'driver_version',
-  'architecture',
-  'compute_capability',
-  'cuda_cores',
-  'tensor_cores',
-  'memory_bandwidth',
-  'power_consumption',
-] as const satisfies readonly (keyof Gpu)[];
+/** A GPU field of `g` as JSON text: strings escaped, numbers and booleans as their literals. */
+const gpuFieldJson = (field: GpuField): JsonText =>
+  field.type === 'text' ? jsonString(`g.${field.name}`) : jsonLiteral(`g.${field.name}`);
 
-/** The rest: the live metrics heartbeats write, rendered on each read. */
-const GPU_LIVE_FIELDS = {
-  utilization_gpu: jsonLiteral('g.utilization_gpu'),
-  utilization_mem: jsonLiteral('g.utilization_mem'),
-  temperature: jsonLiteral('g.temperature'),
-  power_draw: jsonLiteral('g.power_draw'),
-  is_healthy: jsonLiteral('g.is_healthy'),
-} satisfies Record<Exclude<keyof Gpu, (typeof GPU_SPEC_FIELDS)[number]>, JsonText>;
-
-/** A GPU `g` as JSON text: its stored static opening, then the live fields and the closing brace. */
+/**
+ * A GPU `g` as JSON text: the opening `gpus.spec_json` holds with the static fields already rendered (a trigger
+ * keeps it; see its migration), then the live metrics, which heartbeats write, rendered on each read.
+ */
 const gpuJson = sql<string>`concat(g.spec_json, ${sql.join(
-  Object.entries(GPU_LIVE_FIELDS).flatMap(([key, value]) => [sql.lit(`,${JSON.stringify(key)}:`), value]),
+  GPU_METRIC_FIELDS.flatMap((f) => [sql.lit(`,${JSON.stringify(f.name)}:`), gpuFieldJson(f)]),
 )}, '}')`;
 
 /** The JSON array of `p`'s GPUs in index order. */

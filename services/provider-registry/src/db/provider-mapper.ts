@@ -1,5 +1,6 @@
 /** Rows to API objects: snake_case keys, RFC 3339 UTC timestamps, GPUs in index order. */
-import type { Gpu, GpuInput, Provider, ProviderStatus } from '../domain/provider.ts';
+import { GPU_FIELDS, type Gpu, type GpuInput } from '../domain/gpu-fields.ts';
+import type { Provider, ProviderStatus } from '../domain/provider.ts';
 import type { GpuRow, NewGpuRow } from './schema.ts';
 
 export interface ProviderListRow {
@@ -17,23 +18,19 @@ export interface ProviderListRow {
 
 const iso = (v: Date | string) => (v instanceof Date ? v : new Date(v)).toISOString();
 
+/** The GPU fields whose columns may come back as text (`bigint`) and are turned into numbers. */
+const NUMERIC_FIELDS = new Set<string>(
+  GPU_FIELDS.filter((f) => f.type !== 'text' && f.type !== 'bool').map((f) => f.name),
+);
+
+/** A GPU row as the API's GPU, its fields in the field list's order. */
 export function toGpu(row: GpuRow): Gpu {
-  return {
-    model_name: row.model_name,
-    vram: Number(row.vram),
-    driver_version: row.driver_version,
-    architecture: row.architecture,
-    compute_capability: row.compute_capability,
-    cuda_cores: row.cuda_cores === null ? null : Number(row.cuda_cores),
-    tensor_cores: row.tensor_cores === null ? null : Number(row.tensor_cores),
-    memory_bandwidth: row.memory_bandwidth === null ? null : Number(row.memory_bandwidth),
-    power_consumption: row.power_consumption === null ? null : Number(row.power_consumption),
-    utilization_gpu: row.utilization_gpu,
-    utilization_mem: row.utilization_mem,
-    temperature: row.temperature,
-    power_draw: row.power_draw === null ? null : Number(row.power_draw),
-    is_healthy: row.is_healthy,
-  };
+  const gpu: Record<string, unknown> = {};
+  for (const { name } of GPU_FIELDS) {
+    const value = row[name];
+    gpu[name] = value !== null && NUMERIC_FIELDS.has(name) ? Number(value) : value;
+  }
+  return gpu as Gpu;
 }
 
 export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
@@ -53,24 +50,11 @@ export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
   };
 }
 
-/** The GPU rows to insert for a provider's `gpus` array (index = position). */
+/** The GPU rows to insert for a provider's `gpus` array (index = position); left-out fields are null. */
 export function toGpuRows(providerId: string, gpus: GpuInput[]): NewGpuRow[] {
-  return gpus.map((g, idx) => ({
-    provider_id: providerId,
-    idx,
-    model_name: g.model_name,
-    vram: g.vram,
-    driver_version: g.driver_version,
-    architecture: g.architecture ?? null,
-    compute_capability: g.compute_capability ?? null,
-    cuda_cores: g.cuda_cores ?? null,
-    tensor_cores: g.tensor_cores ?? null,
-    memory_bandwidth: g.memory_bandwidth ?? null,
-    power_consumption: g.power_consumption ?? null,
-    utilization_gpu: g.utilization_gpu ?? null,
-    utilization_mem: g.utilization_mem ?? null,
-    temperature: g.temperature ?? null,
-    power_draw: g.power_draw ?? null,
-    is_healthy: g.is_healthy,
-  }));
+  return gpus.map((g, idx) => {
+    const row: Record<string, unknown> = { provider_id: providerId, idx };
+    for (const { name } of GPU_FIELDS) row[name] = g[name] ?? null;
+    return row as unknown as NewGpuRow;
+  });
 }

@@ -4,11 +4,14 @@
  * keys); GPUs and keys go with their provider through ON DELETE CASCADE.
  */
 import { type Kysely, sql, type Transaction } from 'kysely';
+import { GPU_FIELDS } from '../domain/gpu-fields.ts';
 import { type Provider, type ProviderInput, type ProviderStatus, summarizeGpus } from '../domain/provider.ts';
+import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
 import { type ProviderListRow, toGpuRows, toProvider } from './provider-mapper.ts';
 import type { GpuRow, RegistryDB } from './schema.ts';
 import { effectiveStatusSql } from './sql-rules.ts';
+import { withStatusEvents } from './status-event-sql.ts';
 
 type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
 
@@ -40,24 +43,11 @@ function selectProviders(db: Db, offlineAfterMs: number) {
     ]);
 }
 
-/** The columns of a GpuRow: every one but the rendered `spec_json`. */
+/** The columns of a GpuRow: the provider, the index and every GPU field (not the rendered `spec_json`). */
 const GPU_COLUMNS = [
   'provider_id',
   'idx',
-  'model_name',
-  'vram',
-  'driver_version',
-  'architecture',
-  'compute_capability',
-  'cuda_cores',
-  'tensor_cores',
-  'memory_bandwidth',
-  'power_consumption',
-  'utilization_gpu',
-  'utilization_mem',
-  'temperature',
-  'power_draw',
-  'is_healthy',
+  ...GPU_FIELDS.map((f) => f.name),
 ] as const satisfies readonly (keyof GpuRow)[];
 
 /** GPU rows of the given providers, grouped by provider ID. */
@@ -123,15 +113,24 @@ async function writeGpus(tx: Transaction<RegistryDB>, id: string, input: Provide
   await insertModelKeys(tx, id);
 }
 
-/** Inserts a provider and its GPUs in one transaction; a duplicate (owner, name) is a 409. */
-export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: ProviderInput): Promise<void> {
+/**
+ * Inserts a provider and its GPUs in one transaction, recording the registration's status event (when events are
+ * on) with the provider row; a duplicate (owner, name) is `PROVIDER_ALREADY_EXISTS`.
+ */
+export async function insertProvider(
+  db: Kysely<RegistryDB>,
+  id: string,
+  input: ProviderInput,
+  recording?: EventRecording,
+): Promise<void> {
   const status: ProviderStatus = input.status ?? 'idle';
   try {
     await db.transaction().execute(async (tx) => {
-      await tx
+      const insert = tx
         .insertInto('providers')
         .values({ id, ...writableFields(input, status) })
-        .execute();
+        .returning(['id', 'owner_id', sql<null>`NULL::text`.as('previous_status'), 'status']);
+      await withStatusEvents(insert, recording).execute(tx);
       await writeGpus(tx, id, input);
     });
   } catch (err) {
@@ -142,13 +141,14 @@ export async function insertProvider(db: Kysely<RegistryDB>, id: string, input: 
 /**
  * Replaces every writable field and the GPU list in one transaction.
  * `last_seen_at` moves only when the status changes (an explicit status
- * update). Returns the previous and new stored status, or undefined when the
- * provider does not exist.
+ * update), and so does a status event get recorded. Returns the previous
+ * stored status, or undefined when the provider does not exist.
  */
 export async function replaceProvider(
   db: Kysely<RegistryDB>,
   id: string,
   input: ProviderInput,
+  recording?: EventRecording,
 ): Promise<{ previous: ProviderStatus; owner_id: string } | undefined> {
   try {
     return await db.transaction().execute(async (tx) => {
@@ -161,14 +161,13 @@ export async function replaceProvider(
       if (!current) return undefined;
       const previous = current.status as ProviderStatus;
       const status = input.status ?? previous;
-      await tx
+      const changed = status !== previous;
+      const update = tx
         .updateTable('providers')
-        .set({
-          ...writableFields(input, status),
-          ...(status !== previous ? { last_seen_at: sql<Date>`now()` } : {}),
-        })
+        .set({ ...writableFields(input, status), ...(changed ? { last_seen_at: sql<Date>`now()` } : {}) })
         .where('id', '=', id)
-        .execute();
+        .returning(['id', 'owner_id', sql<string>`${previous}::text`.as('previous_status'), 'status']);
+      await withStatusEvents(update, changed ? recording : undefined).execute(tx);
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
       await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
       await writeGpus(tx, id, input);

@@ -1,5 +1,7 @@
 /** Kysely table types of the provider registry (the current shape; migrations do not use these). */
+import type { OutboxEventTable } from '@gpu/common';
 import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
+import type { Gpu } from '../domain/gpu-fields.ts';
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type Json = ColumnType<Record<string, unknown>, string, string>;
@@ -22,23 +24,13 @@ export interface ProvidersTable {
   gpu_architectures: Generated<string>;
 }
 
-export interface GpusTable {
+/**
+ * A GPU: one column per field of the GPU field list (`domain/gpu-fields.ts`), null where the field is nullable.
+ * The driver reads `bigint` columns (the uint32/uint64 fields) as decimal text; `toGpu` turns them into numbers.
+ */
+export interface GpusTable extends Gpu {
   provider_id: string;
   idx: number;
-  model_name: string;
-  vram: number;
-  driver_version: string;
-  architecture: string | null;
-  compute_capability: string | null;
-  cuda_cores: number | null;
-  tensor_cores: number | null;
-  memory_bandwidth: number | null;
-  power_consumption: number | null;
-  utilization_gpu: number | null;
-  utilization_mem: number | null;
-  temperature: number | null;
-  power_draw: number | null;
-  is_healthy: Generated<boolean>;
   /** The static fields as the opening of the GPU's API JSON, kept by a trigger (see its migration). */
   spec_json: Generated<string>;
 }
@@ -56,6 +48,7 @@ export interface RegistryDB {
   providers: ProvidersTable;
   gpus: GpusTable;
   provider_models: ProviderModelsTable;
+  outbox_events: OutboxEventTable;
 }
 
 export type ProviderRow = Selectable<ProvidersTable>;

@@ -1,10 +1,12 @@
 /**
- * The domain's status rules as SQL fragments, so reads, filters, heartbeats
- * and the offline sweep apply them atomically in the database, with the
- * database's clock (one clock for every registry instance).
+ * The status rules of `domain/provider.ts` (the heartbeat rule, the states
+ * that fall to offline when silent) rendered to SQL from its constants, so
+ * reads, filters, heartbeats and the offline sweep apply them atomically in
+ * the database, with the database's clock (one clock for every registry
+ * instance). The rules are stated there; this file only translates them.
  */
 import { type RawBuilder, sql } from 'kysely';
-import { AUTO_OFFLINE_FROM, type ProviderStatus, REVIVED_BY_HEARTBEAT } from '../domain/provider.ts';
+import { AUTO_OFFLINE_FROM, type ProviderStatus, REVIVED_BY_HEARTBEAT, REVIVED_STATUS } from '../domain/provider.ts';
 
 const list = (xs: readonly string[]) =>
   sql.join(
@@ -31,8 +33,8 @@ export function effectiveStatusIs(status: ProviderStatus, offlineAfterMs: number
   return sql<boolean>`(p.status = ${status})`;
 }
 
-/** The status after a heartbeat, given the locked current row `cur`. */
-export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN 'idle' ELSE cur.status END)`;
+/** The status after a heartbeat (the heartbeat rule), given the locked current row `cur`. */
+export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN ${sql.lit(REVIVED_STATUS)} ELSE cur.status END)`;
 
 /** A WHERE condition on the provider row `p`: stored in an auto-offline state and silent past the bound. */
 export const isStale = (offlineAfterMs: number) =>

@@ -1,14 +1,18 @@
 /**
  * Status writes: explicit status updates, heartbeats and the automatic
  * offline sweep. Each locks the provider row and reports the stored status
- * before and after, so exactly one writer observes (and publishes) each
- * change even with several registry instances.
+ * before and after, so exactly one writer observes each change even with
+ * several registry instances; with events on, the same statement records the
+ * change's event in the outbox (`status-event-sql.ts`).
  */
 import { type Kysely, type RawBuilder, sql } from 'kysely';
-import type { GpuMetrics, ProviderStatus } from '../domain/provider.ts';
+import { GPU_METRIC_FIELDS, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
+import type { ProviderStatus } from '../domain/provider.ts';
+import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
 import type { RegistryDB } from './schema.ts';
 import { isStale, statusAfterHeartbeatSql } from './sql-rules.ts';
+import { withStatusEvents } from './status-event-sql.ts';
 
 export interface StatusWrite {
   id: string;
@@ -23,12 +27,20 @@ interface StatusRow extends StatusWrite {
 }
 
 /** `UPDATE ... FROM (SELECT ... FOR UPDATE) cur` with the new status expression. */
-function updateStatus(db: Kysely<RegistryDB>, id: string, next: RawBuilder<unknown>) {
-  return sql<StatusRow>`
+function updateStatus(
+  db: Kysely<RegistryDB>,
+  id: string,
+  next: RawBuilder<unknown>,
+  recording: EventRecording | undefined,
+) {
+  return withStatusEvents<StatusRow>(
+    sql`
     UPDATE providers p SET status = ${next}, last_seen_at = now()
     FROM (SELECT id, status FROM providers WHERE id = ${id} FOR UPDATE) cur
     WHERE p.id = cur.id
-    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at, p.gpu_count`.execute(db);
+    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at, p.gpu_count`,
+    recording,
+  ).execute(db);
 }
 
 /** Sets the status named by an explicit update and `last_seen_at`; undefined when the provider does not exist. */
@@ -36,47 +48,66 @@ export async function setStatus(
   db: Kysely<RegistryDB>,
   id: string,
   status: ProviderStatus,
+  recording?: EventRecording,
 ): Promise<StatusWrite | undefined> {
-  const { rows } = await updateStatus(db, id, sql`${status}`);
+  const { rows } = await updateStatus(db, id, sql`${status}`, recording);
   return rows[0];
 }
 
+/** The column type of each kind of GPU field (as the migrations created the columns). */
+const COLUMN_TYPE: Record<GpuFieldType, RawBuilder<unknown>> = {
+  text: sql`text`,
+  uint8: sql`smallint`,
+  percent: sql`smallint`,
+  uint32: sql`bigint`,
+  uint64: sql`bigint`,
+  bool: sql`boolean`,
+};
+
+/** Writes the metrics present in `metrics` onto the provider's GPUs at their indexes; absent ones are kept. */
+function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[]) {
+  const values = sql.join(
+    metrics.map(
+      (m) =>
+        sql`(${m.index}::int, ${sql.join(GPU_METRIC_FIELDS.map((f) => sql`${m[f.name] ?? null}::${COLUMN_TYPE[f.type]}`))})`,
+    ),
+  );
+  const columns = sql.join(GPU_METRIC_FIELDS.map((f) => sql.ref(f.name)));
+  const assignments = sql.join(
+    GPU_METRIC_FIELDS.map(
+      (f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`v.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`,
+    ),
+  );
+  return sql`
+    UPDATE gpus g SET ${assignments}
+    FROM (VALUES ${values}) AS v(idx, ${columns})
+    WHERE g.provider_id = ${id} AND g.idx = v.idx`.execute(db);
+}
+
 /**
- * Records a heartbeat: `offline`/`error` -> `idle`, `last_seen_at` = now, and
- * the supplied metrics on the GPUs at the given indexes, in one statement (no
- * metrics) or one transaction (metrics). An index the provider does not have
- * is a 400 and nothing is written.
+ * Records a heartbeat: the heartbeat rule (`statusAfterHeartbeatSql`),
+ * `last_seen_at` = now, and the supplied metrics on the GPUs at the given
+ * indexes, in one statement (no metrics) or one transaction (metrics). An
+ * index the provider does not have throws `UnknownGpuIndex` and nothing is
+ * written.
  */
 export async function recordHeartbeat(
   db: Kysely<RegistryDB>,
   id: string,
   metrics: GpuMetrics[],
+  recording?: EventRecording,
 ): Promise<StatusWrite | undefined> {
   if (metrics.length === 0) {
-    const { rows } = await updateStatus(db, id, statusAfterHeartbeatSql);
+    const { rows } = await updateStatus(db, id, statusAfterHeartbeatSql, recording);
     return rows[0];
   }
   return db.transaction().execute(async (tx) => {
-    const { rows } = await updateStatus(tx, id, statusAfterHeartbeatSql);
+    const { rows } = await updateStatus(tx, id, statusAfterHeartbeatSql, recording);
     const row = rows[0];
     if (!row) return undefined;
     const outOfRange = metrics.find((m) => m.index >= row.gpu_count);
     if (outOfRange) throw registryErrors.unknownGpuIndex(outOfRange.index, row.gpu_count);
-    const values = sql.join(
-      metrics.map(
-        (m) =>
-          sql`(${m.index}::int, ${m.utilization_gpu ?? null}::smallint, ${m.utilization_mem ?? null}::smallint, ${m.temperature ?? null}::smallint, ${m.power_draw ?? null}::bigint, ${m.is_healthy ?? null}::boolean)`,
-      ),
-    );
-    await sql`
-      UPDATE gpus g SET
-        utilization_gpu = COALESCE(v.ug, g.utilization_gpu),
-        utilization_mem = COALESCE(v.um, g.utilization_mem),
-        temperature = COALESCE(v.t, g.temperature),
-        power_draw = COALESCE(v.pd, g.power_draw),
-        is_healthy = COALESCE(v.h, g.is_healthy)
-      FROM (VALUES ${values}) AS v(idx, ug, um, t, pd, h)
-      WHERE g.provider_id = ${id} AND g.idx = v.idx`.execute(tx);
+    await writeMetrics(tx, id, metrics);
     if (metrics.some((m) => m.is_healthy !== undefined)) {
       await sql`
         UPDATE providers SET all_healthy = NOT EXISTS (
@@ -92,14 +123,21 @@ export async function recordHeartbeat(
  * service groups concurrent heartbeats: `RegistryService.heartbeat`). The rows
  * are locked in ID order, so concurrent batches and instances never deadlock,
  * and each row's status before and after is reported as by `recordHeartbeat`.
- * IDs that name no provider are absent from the result.
+ * IDs (distinct) that name no provider are absent from the result.
  */
-export async function recordHeartbeats(db: Kysely<RegistryDB>, ids: string[]): Promise<Map<string, StatusWrite>> {
-  const { rows } = await sql<StatusWrite>`
+export async function recordHeartbeats(
+  db: Kysely<RegistryDB>,
+  ids: string[],
+  recording?: EventRecording,
+): Promise<Map<string, StatusWrite>> {
+  const { rows } = await withStatusEvents<StatusWrite>(
+    sql`
     UPDATE providers p SET status = ${statusAfterHeartbeatSql}, last_seen_at = now()
     FROM (SELECT id, status FROM providers WHERE id = ANY(${ids}::uuid[]) ORDER BY id FOR UPDATE) cur
     WHERE p.id = cur.id
-    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`.execute(db);
+    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`,
+    recording,
+  ).execute(db);
   return new Map(rows.map((r) => [r.id, r]));
 }
 
@@ -107,10 +145,17 @@ export async function recordHeartbeats(db: Kysely<RegistryDB>, ids: string[]): P
  * Stores `offline` for up to `batch` providers silent past the bound and
  * returns them. Rows are locked with SKIP LOCKED and re-checked after
  * locking, so with several instances sweeping at once each provider is
- * returned by exactly one of them, and a heartbeat that lands first wins.
+ * returned (and its event recorded) by exactly one of them, and a heartbeat
+ * that lands first wins.
  */
-export async function sweepOffline(db: Kysely<RegistryDB>, offlineAfterMs: number, batch = 500) {
-  const { rows } = await sql<StatusWrite>`
+export async function sweepOffline(
+  db: Kysely<RegistryDB>,
+  offlineAfterMs: number,
+  batch = 500,
+  recording?: EventRecording,
+) {
+  const { rows } = await withStatusEvents<StatusWrite>(
+    sql`
     WITH stale AS (
       SELECT p.id, p.status FROM providers p
       WHERE ${isStale(offlineAfterMs)}
@@ -120,6 +165,8 @@ export async function sweepOffline(db: Kysely<RegistryDB>, offlineAfterMs: numbe
     )
     UPDATE providers p SET status = 'offline'
     FROM stale WHERE p.id = stale.id
-    RETURNING p.id, p.owner_id, stale.status AS previous_status, p.status, p.last_seen_at`.execute(db);
+    RETURNING p.id, p.owner_id, stale.status AS previous_status, p.status, p.last_seen_at`,
+    recording,
+  ).execute(db);
   return rows;
 }

@@ -7,6 +7,7 @@
  * A100s of 40 GB or more. Without GPU conditions `min_gpus` counts all GPUs.
  * `healthy_only` keeps providers whose GPUs are all healthy.
  */
+import { decodeCursor, encodeCursor } from '@gpu/common';
 import type { ProviderStatus } from './provider.ts';
 
 export const SORT_KEYS = ['registered_at', 'last_seen_at', 'vram', 'gpu_count'] as const;
@@ -44,31 +45,25 @@ export function parseSort(sort: Sort): { key: SortKey; descending: boolean } {
   return { key: (descending ? sort.slice(1) : sort) as SortKey, descending };
 }
 
-/** Encodes a cursor as opaque URL-safe text. */
-export function encodeCursor(cursor: Cursor): string {
-  return Buffer.from(JSON.stringify([cursor.sort, cursor.value, cursor.id])).toString('base64url');
+/** A cursor as opaque URL-safe text (the platform's cursor codec: the position's values, in order). */
+export function cursorText(cursor: Cursor): string {
+  return encodeCursor([cursor.sort, cursor.value, cursor.id]);
 }
 
 /** Sort values of timestamp keys: UTC with microseconds, as the database gives them. */
 const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const NOT_A_CURSOR = 'not a cursor returned by this service';
 
-/** Decodes a cursor made for `sort`; returns an error message when it is not one. */
-export function decodeCursor(text: string, sort: Sort): Cursor | string {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'));
-  } catch {
-    return 'not a cursor returned by this service';
-  }
-  if (!Array.isArray(parsed) || parsed.length !== 3 || !parsed.every((x) => typeof x === 'string')) {
-    return 'not a cursor returned by this service';
-  }
-  const [cursorSort, value, id] = parsed as [string, string, string];
+/** The cursor in `text`, made for `sort`; or why it is not one (the route answers INVALID_CURSOR with it). */
+export function cursorOf(text: string, sort: Sort): Cursor | string {
+  const values = decodeCursor(text, 3);
+  if (!values?.every((v) => typeof v === 'string')) return NOT_A_CURSOR;
+  const [cursorSort, value, id] = values as [string, string, string];
   if (cursorSort !== sort) return `the cursor was made for sort=${cursorSort}, not sort=${sort}`;
-  if (!UUID.test(id) || value.length > 64) return 'not a cursor returned by this service';
+  if (!UUID.test(id) || value.length > 64) return NOT_A_CURSOR;
   const { key } = parseSort(sort);
   const valid = key === 'vram' || key === 'gpu_count' ? /^\d{1,20}$/.test(value) : TIMESTAMP.test(value);
-  if (!valid) return 'not a cursor returned by this service';
+  if (!valid) return NOT_A_CURSOR;
   return { sort, value, id };
 }

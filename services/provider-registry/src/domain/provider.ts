@@ -3,47 +3,32 @@
  * heartbeat does to a state, which states fall to `offline` when a provider
  * goes silent, and the GPU summary kept on each provider row for discovery.
  */
+import type { Gpu, GpuInput } from './gpu-fields.ts';
 
 export const PROVIDER_STATUSES = ['idle', 'busy', 'offline', 'maintenance', 'error'] as const;
 export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
 
-/** A heartbeat brings these states back to `idle`; every other state is kept. */
+/**
+ * The heartbeat rule: a heartbeat brings these states back to `idle`; every other state is kept.
+ *
+ * The rule is applied in the database, in the statement that records the heartbeat (so the state before and after
+ * is exact under the row lock, with several instances): `db/sql-rules.ts` renders it to SQL from this list, and
+ * nothing else spells it out.
+ */
 export const REVIVED_BY_HEARTBEAT: readonly ProviderStatus[] = ['offline', 'error'];
+
+/** The state a heartbeat brings a revived provider to. */
+export const REVIVED_STATUS: ProviderStatus = 'idle';
 
 /**
  * States that fall to `offline` when the provider has been silent longer than
  * the offline bound. `maintenance` is exempt: it is an operator's decision,
  * and a heartbeat after an automatic `offline` would otherwise turn it into
- * `idle` and hand the machine to the scheduler.
+ * `idle` and hand the machine to the scheduler. Readers see the effective
+ * status at once and the offline sweep stores it; both apply this list in SQL
+ * (`db/sql-rules.ts`), with the database's clock.
  */
 export const AUTO_OFFLINE_FROM: readonly ProviderStatus[] = ['idle', 'busy', 'error'];
-
-/** The state after a heartbeat (the repository applies the same rule in SQL, atomically). */
-export function statusAfterHeartbeat(current: ProviderStatus): ProviderStatus {
-  return REVIVED_BY_HEARTBEAT.includes(current) ? 'idle' : current;
-}
-
-/** Static description and current metrics of one GPU, as the API shows it. */
-export interface Gpu {
-  model_name: string;
-  vram: number;
-  driver_version: string;
-  architecture: string | null;
-  compute_capability: string | null;
-  cuda_cores: number | null;
-  tensor_cores: number | null;
-  memory_bandwidth: number | null;
-  power_consumption: number | null;
-  utilization_gpu: number | null;
-  utilization_mem: number | null;
-  temperature: number | null;
-  power_draw: number | null;
-  is_healthy: boolean;
-}
-
-/** A GPU as written by registration or full update: optional fields may be left out. */
-export type GpuInput = Pick<Gpu, 'model_name' | 'vram' | 'driver_version' | 'is_healthy'> &
-  Partial<Omit<Gpu, 'model_name' | 'vram' | 'driver_version' | 'is_healthy'>>;
 
 /** A provider as the API shows it. */
 export interface Provider {
@@ -70,16 +55,6 @@ export interface ProviderInput {
   location?: string | null;
   metadata?: Record<string, unknown>;
   gpus: GpuInput[];
-}
-
-/** Metrics a heartbeat reports for the GPU at `index` (its position in the provider's `gpus`). */
-export interface GpuMetrics {
-  index: number;
-  utilization_gpu?: number;
-  utilization_mem?: number;
-  temperature?: number;
-  power_draw?: number;
-  is_healthy?: boolean;
 }
 
 /**

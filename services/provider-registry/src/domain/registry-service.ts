@@ -1,7 +1,8 @@
 /**
  * The registry's operations: each runs its database work with bounded retries
- * on transient errors (connection loss, serialization failure) and emits the
- * status events its changes cause.
+ * on transient errors (connection loss, serialization failure), and every
+ * status change records its event in the outbox with the change
+ * (`status-events.ts`).
  */
 import { randomUUID } from 'node:crypto';
 import { GroupCommit, isAppError, type RetryOptions, withRetry } from '@gpu/common';
@@ -24,19 +25,14 @@ import {
 } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import type { DiscoveryFilter } from './discovery.ts';
-import type {
-  GpuMetrics,
-  Provider,
-  ProviderInput,
-  ProviderStatus,
-  StatusChange,
-  StatusChangeReason,
-} from './provider.ts';
-import type { StatusEvents } from './status-events.ts';
+import type { GpuMetrics } from './gpu-fields.ts';
+import type { Provider, ProviderInput, ProviderStatus } from './provider.ts';
+import type { StatusOutbox } from './status-events.ts';
 
 export interface RegistryServiceDeps {
   db: Kysely<RegistryDB>;
-  events: StatusEvents;
+  /** Where status events are recorded (a disabled outbox when no NATS is configured). */
+  outbox: StatusOutbox;
   offlineAfterMs: number;
   retry?: RetryOptions;
 }
@@ -49,15 +45,6 @@ export interface StatusResult {
   last_seen_at: string;
 }
 
-const change = (w: StatusWrite, reason: StatusChangeReason): StatusChange => ({
-  provider_id: w.id,
-  owner_id: w.owner_id,
-  previous_status: w.previous_status,
-  status: w.status,
-  reason,
-  occurred_at: new Date().toISOString(),
-});
-
 const result = (w: StatusWrite): StatusResult => ({
   id: w.id,
   previous_status: w.previous_status,
@@ -65,23 +52,36 @@ const result = (w: StatusWrite): StatusResult => ({
   last_seen_at: new Date(w.last_seen_at).toISOString(),
 });
 
+/** A metric-less heartbeat waiting to be written with others. */
+interface Beat {
+  id: string;
+  correlationId?: string;
+}
+
 export class RegistryService {
   /**
    * Heartbeats without metrics (the common kind: every daemon, every interval) that arrive together are written
    * in one statement (group commit). On this kind of machine each statement's socket write, which wakes a
    * database backend, cost the service more CPU than the rest of a heartbeat.
    */
-  private readonly beats: GroupCommit<string, StatusWrite | undefined>;
+  private readonly beats: GroupCommit<Beat, StatusWrite | undefined>;
 
   constructor(private readonly deps: RegistryServiceDeps) {
-    this.beats = new GroupCommit((ids) => this.recordBeats(ids));
+    this.beats = new GroupCommit((beats) => this.recordBeats(beats));
   }
 
-  /** One result per heartbeat, in order; of several for one provider, only the first can observe a change. */
-  private async recordBeats(ids: string[]): Promise<(StatusWrite | undefined)[]> {
-    const written = await this.retry(() => recordHeartbeats(this.deps.db, [...new Set(ids)]));
+  /**
+   * One result per heartbeat, in order; of several for one provider, only the first can observe a change (and its
+   * correlation ID goes on the change's event).
+   */
+  private async recordBeats(beats: Beat[]): Promise<(StatusWrite | undefined)[]> {
+    const correlation = new Map<string, string | undefined>();
+    for (const b of beats) if (!correlation.has(b.id)) correlation.set(b.id, b.correlationId);
+    const recording = this.deps.outbox.recording('heartbeat', correlation);
+    const written = await this.retry(() => recordHeartbeats(this.deps.db, [...correlation.keys()], recording));
+    this.recorded([...written.values()]);
     const answered = new Set<string>();
-    return ids.map((id) => {
+    return beats.map(({ id }) => {
       const row = written.get(id);
       if (!row || !answered.has(id)) {
         answered.add(id);
@@ -95,39 +95,32 @@ export class RegistryService {
     return withRetry(fn, this.deps.retry);
   }
 
+  /** Tells the outbox's relay when a write changed a status (and so recorded an event). */
+  private recorded(writes: readonly Pick<StatusWrite, 'previous_status' | 'status'>[]): void {
+    if (writes.some((w) => w.previous_status !== w.status)) this.deps.outbox.written();
+  }
+
   private async mustFind(id: string): Promise<Provider> {
     const provider = await this.retry(() => findProvider(this.deps.db, id, this.deps.offlineAfterMs));
     if (!provider) throw registryErrors.providerNotFound(id);
     return provider;
   }
 
-  /** Registers a provider under a new UUID; 409 when its owner already has a provider of that name. */
+  /** Registers a provider under a new UUID; `PROVIDER_ALREADY_EXISTS` when its owner has one of that name. */
   async register(input: ProviderInput, correlationId?: string): Promise<Provider> {
     const id = randomUUID();
+    const recording = this.deps.outbox.recording('registered', correlationId);
     await this.retry(async (attempt) => {
       try {
-        await insertProvider(this.deps.db, id, input);
+        await insertProvider(this.deps.db, id, input, recording);
       } catch (err) {
         // A retry after a lost commit acknowledgement meets its own row: that is success.
         const ours = attempt > 1 && isAppError(err) && (await providerOwner(this.deps.db, id)) !== undefined;
         if (!ours) throw err;
       }
     });
-    const provider = await this.mustFind(id);
-    this.deps.events.emit(
-      [
-        {
-          provider_id: id,
-          owner_id: provider.owner_id,
-          previous_status: null,
-          status: input.status ?? 'idle',
-          reason: 'registered',
-          occurred_at: provider.registered_at,
-        },
-      ],
-      correlationId,
-    );
-    return provider;
+    this.deps.outbox.written();
+    return this.mustFind(id);
   }
 
   get(id: string): Promise<Provider> {
@@ -138,42 +131,34 @@ export class RegistryService {
     return this.retry(() => listProviders(this.deps.db, filter, this.deps.offlineAfterMs));
   }
 
-  /** Full update: every writable field and the GPU list; 404 when absent, 409 on a name clash. */
+  /** Full update: every writable field and the GPU list; not found when absent, a conflict on a name clash. */
   async update(id: string, input: ProviderInput, correlationId?: string): Promise<Provider> {
-    const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input));
+    const recording = this.deps.outbox.recording('update', correlationId);
+    const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording));
     if (!outcome) throw registryErrors.providerNotFound(id);
-    const provider = await this.mustFind(id);
-    const status = input.status ?? outcome.previous;
-    this.deps.events.emit(
-      [
-        {
-          provider_id: id,
-          owner_id: provider.owner_id,
-          previous_status: outcome.previous,
-          status,
-          reason: 'update',
-          occurred_at: new Date().toISOString(),
-        },
-      ],
-      correlationId,
-    );
-    return provider;
+    this.recorded([{ previous_status: outcome.previous, status: input.status ?? outcome.previous }]);
+    return this.mustFind(id);
   }
 
   async setStatus(id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
-    const written = await this.retry(() => setStatus(this.deps.db, id, status));
+    const recording = this.deps.outbox.recording('explicit', correlationId);
+    const written = await this.retry(() => setStatus(this.deps.db, id, status, recording));
     if (!written) throw registryErrors.providerNotFound(id);
-    this.deps.events.emit([change(written, 'explicit')], correlationId);
+    this.recorded([written]);
     return result(written);
   }
 
+  /** A heartbeat (the rule: `REVIVED_BY_HEARTBEAT` in `provider.ts`); `UnknownGpuIndex` for a GPU it lacks. */
   async heartbeat(id: string, metrics: GpuMetrics[], correlationId?: string): Promise<StatusResult> {
-    const written =
-      metrics.length === 0
-        ? await this.beats.submit(id)
-        : await this.retry(() => recordHeartbeat(this.deps.db, id, metrics));
+    let written: StatusWrite | undefined;
+    if (metrics.length === 0) {
+      written = await this.beats.submit({ id, correlationId });
+    } else {
+      const recording = this.deps.outbox.recording('heartbeat', correlationId);
+      written = await this.retry(() => recordHeartbeat(this.deps.db, id, metrics, recording));
+      if (written) this.recorded([written]);
+    }
     if (!written) throw registryErrors.providerNotFound(id);
-    this.deps.events.emit([change(written, 'heartbeat')], correlationId);
     return result(written);
   }
 
@@ -182,19 +167,20 @@ export class RegistryService {
     if (!deleted) throw registryErrors.providerNotFound(id);
   }
 
-  /** The owner of a provider; 404 when it does not exist. */
+  /** The owner of a provider; not found when it does not exist. */
   async ownerOf(id: string): Promise<string> {
     const owner = await this.retry(() => providerOwner(this.deps.db, id));
     if (owner === undefined) throw registryErrors.providerNotFound(id);
     return owner;
   }
 
-  /** Stores `offline` for every provider silent past the bound, publishing each change once. */
+  /** Stores `offline` for every provider silent past the bound, recording each change's event once. */
   async sweepOffline(batch = 500): Promise<number> {
+    const recording = this.deps.outbox.recording('offline_timeout');
     let total = 0;
     for (;;) {
-      const rows = await this.retry(() => sweepOffline(this.deps.db, this.deps.offlineAfterMs, batch));
-      this.deps.events.emit(rows.map((r) => change(r, 'offline_timeout')));
+      const rows = await this.retry(() => sweepOffline(this.deps.db, this.deps.offlineAfterMs, batch, recording));
+      this.recorded(rows);
       total += rows.length;
       if (rows.length < batch) return total;
     }

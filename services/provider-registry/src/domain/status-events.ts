@@ -1,52 +1,68 @@
 /**
- * Status change events on NATS (`registry.providers.status` by default).
- * Publishing never fails the request that caused the change (the change is
- * already committed): it runs in the background, failures are logged, and
- * `flush()` waits for what is in flight (graceful shutdown, tests).
+ * Provider status events, through the platform's transactional outbox
+ * (`Outbox` in `@gpu/common`). Every status change (registration, explicit
+ * status, full update, heartbeat revival, offline sweep) records its event in
+ * the statement that makes the change (`db/status-event-sql.ts`), so an event
+ * exists exactly when its change committed; an `OutboxRelay` publishes the
+ * rows on the status subject with `Nats-Msg-Id` = `event_id`. A "change" to
+ * the same state is not an event.
+ *
+ * The published body is the outbox's envelope (`event_id`, `kind`,
+ * `occurred_at`) and the change: `type` (the kind again, the field the
+ * registry's events have always carried), `provider_id`, `owner_id`,
+ * `previous_status` (null at registration), `status`, `reason`.
  */
-import { randomUUID } from 'node:crypto';
-import type { EventPublisher, Logger } from '@gpu/common';
-import type { StatusChange } from './provider.ts';
+import { Outbox } from '@gpu/common';
+import type { ProviderStatus } from './provider.ts';
 
-/** The JSON body of a status event. */
-export interface StatusEvent extends StatusChange {
+/** The kind (and `type`) of every status event. */
+export const STATUS_CHANGED = 'provider.status_changed';
+
+/** Why a provider's status changed; carried on the status event. */
+export type StatusChangeReason = 'registered' | 'explicit' | 'update' | 'heartbeat' | 'offline_timeout';
+
+/** The JSON body of a status event as published. */
+export interface StatusEvent {
   event_id: string;
-  type: 'provider.status_changed';
+  kind: typeof STATUS_CHANGED;
+  type: typeof STATUS_CHANGED;
+  provider_id: string;
+  owner_id: string;
+  previous_status: ProviderStatus | null;
+  status: ProviderStatus;
+  reason: StatusChangeReason;
+  occurred_at: string;
 }
 
-export class StatusEvents {
-  private readonly pending = new Set<Promise<void>>();
+/**
+ * How a status write records its events: the reason, and the correlation ID of the request (or, for heartbeats
+ * written together, of each provider's request). Undefined where events are not recorded (no NATS configured).
+ */
+export interface EventRecording {
+  reason: StatusChangeReason;
+  correlation?: string | ReadonlyMap<string, string | undefined>;
+}
 
-  constructor(
-    private readonly publisher: EventPublisher,
-    private readonly subject: string,
-    private readonly logger: Logger,
-  ) {}
+/**
+ * The registry's outbox. Its events are written by the changing statements themselves rather than by
+ * `Outbox.record`, so `written()` tells the relay in this process that some were (it publishes them shortly, after
+ * their transaction committed, instead of at its next tick).
+ */
+export class StatusOutbox extends Outbox {
+  private wake?: () => void;
 
-  /** Queues one event per change; `previous_status === status` changes are not events and are skipped. */
-  emit(changes: StatusChange[], correlationId?: string): void {
-    if (!this.publisher.enabled) return;
-    for (const change of changes) {
-      if (change.previous_status === change.status) continue;
-      const event: StatusEvent = { event_id: randomUUID(), type: 'provider.status_changed', ...change };
-      const p = this.publisher
-        .publish(this.subject, event, { msgId: event.event_id, correlationId })
-        .then(
-          () => undefined,
-          (err: unknown) => {
-            this.logger.error(
-              { err, provider_id: change.provider_id, status: change.status },
-              'status event could not be published',
-            );
-          },
-        )
-        .finally(() => this.pending.delete(p));
-      this.pending.add(p);
-    }
+  override onRecord(listener: () => void): void {
+    super.onRecord(listener);
+    this.wake = listener;
   }
 
-  /** Resolves when every queued event was published or failed. */
-  async flush(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  /** Call after a write that recorded events. */
+  written(): void {
+    this.wake?.();
+  }
+
+  /** The recording of a write of `reason`, or undefined when this outbox records nothing. */
+  recording(reason: StatusChangeReason, correlation?: EventRecording['correlation']): EventRecording | undefined {
+    return this.enabled ? { reason, correlation } : undefined;
   }
 }

@@ -5,8 +5,9 @@
  */
 import { type App, problemSchema } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
+import { UnknownGpuIndex } from '../errors.ts';
 import { assertActsFor } from './access.ts';
-import type { ProviderRoutesOptions } from './providers.ts';
+import type { ProviderRoutesOptions } from './options.ts';
 import { heartbeatSchema, providerIdParams, statusResultSchema } from './schemas.ts';
 
 function parseOptionalJson(_request: unknown, body: string, done: (err: Error | null, value?: unknown) => void) {
@@ -49,8 +50,12 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
       const id = request.params.providerID;
       const claims = await access.caller(request);
       if (claims) assertActsFor(claims, await registry.ownerOf(id));
-      const result = await registry.heartbeat(id, request.body?.gpu_metrics ?? [], request.correlationId);
-      return { message: 'heartbeat received', ...result };
+      try {
+        const result = await registry.heartbeat(id, request.body?.gpu_metrics ?? [], request.correlationId);
+        return { message: 'heartbeat received', ...result };
+      } catch (err) {
+        throw err instanceof UnknownGpuIndex ? err.at('body.gpu_metrics') : err;
+      }
     },
   );
 };

@@ -20,24 +20,10 @@ const MAX_CLASS = 8 * 1024 * 1024;
  */
 const FREE_PER_CLASS = 4;
 
-const free = new Map<number, Buffer[]>();
-
 function classOf(size: number): number {
   let c = MIN_CLASS;
   while (c < size) c *= 2;
   return c;
-}
-
-function take(size: number): { buffer: Buffer; pooled: boolean } {
-  const c = classOf(size);
-  if (c > MAX_CLASS) return { buffer: Buffer.allocUnsafeSlow(size), pooled: false };
-  return { buffer: free.get(c)?.pop() ?? Buffer.allocUnsafeSlow(c), pooled: true };
-}
-
-function giveBack(buffer: Buffer): void {
-  const list = free.get(buffer.length) ?? [];
-  if (list.length < FREE_PER_CLASS) list.push(buffer);
-  free.set(buffer.length, list);
 }
 
 /** The byte length of `[e1,e2,...]`. */
@@ -57,12 +43,29 @@ export function encodeJsonArray(elements: string[], out: Buffer): number {
   return at + out.write(']', at, 'latin1');
 }
 
-/** Sends `[e1,e2,...]` as `application/json`. */
-export function sendJsonArray(reply: FastifyReply, elements: string[]): FastifyReply {
-  const size = arrayLength(elements);
-  const { buffer, pooled } = take(size);
-  const body = buffer.subarray(0, encodeJsonArray(elements, buffer));
-  // Reused only once every byte went to the socket; a response cut short leaves its buffer to the GC.
-  if (pooled) reply.raw.once('finish', () => giveBack(buffer));
-  return reply.type('application/json; charset=utf-8').send(body);
+/** A pool of reusable response buffers (one per app) and the sender of pre-rendered arrays. */
+export class JsonArraySender {
+  private readonly free = new Map<number, Buffer[]>();
+
+  private take(size: number): { buffer: Buffer; pooled: boolean } {
+    const c = classOf(size);
+    if (c > MAX_CLASS) return { buffer: Buffer.allocUnsafeSlow(size), pooled: false };
+    return { buffer: this.free.get(c)?.pop() ?? Buffer.allocUnsafeSlow(c), pooled: true };
+  }
+
+  private giveBack(buffer: Buffer): void {
+    const list = this.free.get(buffer.length) ?? [];
+    if (list.length < FREE_PER_CLASS) list.push(buffer);
+    this.free.set(buffer.length, list);
+  }
+
+  /** Sends `[e1,e2,...]` as `application/json`. */
+  send(reply: FastifyReply, elements: string[]): FastifyReply {
+    const size = arrayLength(elements);
+    const { buffer, pooled } = this.take(size);
+    const body = buffer.subarray(0, encodeJsonArray(elements, buffer));
+    // Reused only once every byte went to the socket; a response cut short leaves its buffer to the GC.
+    if (pooled) reply.raw.once('finish', () => this.giveBack(buffer));
+    return reply.type('application/json; charset=utf-8').send(body);
+  }
 }

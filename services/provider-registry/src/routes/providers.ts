@@ -1,17 +1,16 @@
 /**
  * The provider endpoints: register, list (discovery), get, full update,
- * status update, heartbeat, delete. Handlers parse, authorize, call the
- * registry service and reply; rules live in `domain/`.
+ * status update, delete (the heartbeat has a plugin of its own,
+ * `heartbeat.ts`). Handlers parse, authorize, call the registry service and
+ * reply; rules live in `domain/`.
  */
-import { type App, problemSchema } from '@gpu/common';
+import { type App, invalidCursor, problemSchema, setNextPage } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
-import { type Cursor, decodeCursor, encodeCursor } from '../domain/discovery.ts';
-import type { RegistryService } from '../domain/registry-service.ts';
+import { type Cursor, cursorOf, cursorText } from '../domain/discovery.ts';
 import { registryErrors } from '../errors.ts';
 import { type Access, assertActsFor, ownerScope } from './access.ts';
-import { heartbeatRoute } from './heartbeat.ts';
-import { sendJsonArray } from './json-array.ts';
+import type { ProviderRoutesOptions } from './options.ts';
 import {
   listQuerySchema,
   messageSchema,
@@ -23,18 +22,13 @@ import {
   statusUpdateSchema,
 } from './schemas.ts';
 
-export interface ProviderRoutesOptions {
-  registry: RegistryService;
-  access: Access;
-}
-
 const tags = ['providers'];
 const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
 const security = (access: Access) => (access.enabled ? { security: [{ bearerAuth: [] }] } : {});
 
 export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, opts) => {
   const app = fastify as unknown as App;
-  const { registry, access } = opts;
+  const { registry, access, pages } = opts;
 
   app.post(
     '/providers',
@@ -77,23 +71,18 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request, reply) => {
       const claims = await access.caller(request);
-      const { cursor: cursorText, ...query } = request.query;
+      const { cursor: text, ...query } = request.query;
       let cursor: Cursor | undefined;
-      if (cursorText !== undefined) {
-        const decoded = decodeCursor(cursorText, query.sort);
-        if (typeof decoded === 'string') throw registryErrors.invalidCursor(decoded);
-        cursor = decoded;
+      if (text !== undefined) {
+        const read = cursorOf(text, query.sort);
+        if (typeof read === 'string') throw invalidCursor(read);
+        cursor = read;
       }
       const page = await registry.list({ ...query, cursor, owner_id: ownerScope(claims) });
-      if (page.next) {
-        const next = encodeCursor(page.next);
-        const url = new URL(request.url, 'http://registry.invalid');
-        url.searchParams.set('cursor', next);
-        reply.header('x-next-cursor', next).header('link', `<${url.pathname}${url.search}>; rel="next"`);
-      }
+      setNextPage(request, reply, page.next && cursorText(page.next));
       // JSON the database already rendered (`db/provider-json-sql.ts`) is sent as it is: neither parsed nor
       // validated nor serialized again.
-      return sendJsonArray(reply, page.items);
+      return pages.send(reply, page.items);
     },
   );
 
@@ -164,8 +153,6 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       return { message: 'provider status updated', ...result };
     },
   );
-
-  await app.register(heartbeatRoute, opts);
 
   app.delete(
     '/providers/:providerID',

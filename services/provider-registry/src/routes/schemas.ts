@@ -4,8 +4,17 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
+import { MAX_CURSOR_LENGTH } from '@gpu/common';
 import { z } from 'zod';
 import { DEFAULT_LIMIT, MAX_LIMIT, SORTS } from '../domain/discovery.ts';
+import {
+  GPU_FIELDS,
+  GPU_METRIC_FIELDS,
+  type Gpu,
+  type GpuField,
+  type GpuInput,
+  type GpuMetrics,
+} from '../domain/gpu-fields.ts';
 import { PROVIDER_STATUSES } from '../domain/provider.ts';
 
 const UINT32_MAX = 4_294_967_295;
@@ -17,24 +26,57 @@ const optionalText = (max: number) => z.string().trim().max(max).nullish();
 
 export const statusSchema = z.enum(PROVIDER_STATUSES).describe('provider status');
 
+/**
+ * The validator of a GPU field's value (bounds and lengths from the GPU field list). Required text must not be
+ * blank; optional text may be empty.
+ */
+function fieldValue(field: GpuField): z.ZodType {
+  switch (field.type) {
+    case 'text':
+      return field.nullable
+        ? z
+            .string()
+            .trim()
+            .max(field.maxLength ?? 256)
+        : text(field.maxLength ?? 256);
+    case 'uint8':
+      return z.number().int().min(0).max(255);
+    case 'percent':
+      return percent();
+    case 'uint32':
+      return uint32();
+    case 'uint64':
+      return uint64();
+    case 'bool':
+      return z.boolean();
+  }
+}
+
+const described = <T extends z.ZodType>(schema: T, field: GpuField): T =>
+  field.doc ? schema.describe(field.doc) : schema;
+
+/** The zod shape of `fields`, each made from its field by `make`. */
+const shapeOf = <F extends GpuField>(fields: readonly F[], make: (field: F) => z.ZodType) =>
+  Object.fromEntries(fields.map((f) => [f.name, described(make(f), f)])) as Record<F['name'], z.ZodType>;
+
+/**
+ * A GPU in a registration or full update: the nullable fields may be null or left out, a field with a default
+ * (`is_healthy`) may be left out, the others are required. (The casts give the derived schemas the field list's
+ * derived types.)
+ */
 export const gpuSchema = z
-  .object({
-    model_name: text(128).describe('GPU model name, e.g. "NVIDIA A100-SXM4-80GB"'),
-    vram: uint64().describe('video memory in MB'),
-    driver_version: text(64),
-    architecture: optionalText(64).describe('architecture name, e.g. "ampere"'),
-    compute_capability: optionalText(16).describe('e.g. "8.0"'),
-    cuda_cores: uint32().nullish(),
-    tensor_cores: uint32().nullish(),
-    memory_bandwidth: uint64().nullish().describe('GB/s'),
-    power_consumption: uint32().nullish().describe('maximum power in watts'),
-    utilization_gpu: percent().nullish().describe('core utilization, 0-100 percent'),
-    utilization_mem: percent().nullish().describe('memory utilization, 0-100 percent'),
-    temperature: z.number().int().min(0).max(255).nullish().describe('Celsius (uint8)'),
-    power_draw: uint32().nullish().describe('current power draw in watts'),
-    is_healthy: z.boolean().default(true),
-  })
-  .describe('one GPU of a provider');
+  .object(
+    shapeOf(GPU_FIELDS, (f) => {
+      if ('default' in f) return fieldValue(f).default(f.default);
+      return f.nullable ? fieldValue(f).nullish() : fieldValue(f);
+    }),
+  )
+  .describe('one GPU of a provider') as unknown as z.ZodType<GpuInput>;
+
+/** A GPU as the API shows it: every field, null where the field is nullable and unknown. */
+const gpuOutputSchema = z.object(
+  shapeOf(GPU_FIELDS, (f) => (f.nullable ? fieldValue(f).nullable() : fieldValue(f))),
+) as unknown as z.ZodType<Gpu>;
 
 const hostnameSchema = z
   .string()
@@ -74,21 +116,7 @@ export const providerSchema = z
     hostname: z.string().nullable(),
     ip_address: z.string().nullable(),
     status: statusSchema,
-    gpus: z.array(
-      gpuSchema.extend({
-        architecture: z.string().nullable(),
-        compute_capability: z.string().nullable(),
-        cuda_cores: z.number().nullable(),
-        tensor_cores: z.number().nullable(),
-        memory_bandwidth: z.number().nullable(),
-        power_consumption: z.number().nullable(),
-        utilization_gpu: z.number().nullable(),
-        utilization_mem: z.number().nullable(),
-        temperature: z.number().nullable(),
-        power_draw: z.number().nullable(),
-        is_healthy: z.boolean(),
-      }),
-    ),
+    gpus: z.array(gpuOutputSchema),
     location: z.string().nullable(),
     registered_at: z.string().describe('RFC 3339 UTC'),
     last_seen_at: z.string().describe('RFC 3339 UTC; last heartbeat or status update'),
@@ -100,14 +128,11 @@ export const providerIdParams = z.object({ providerID: z.uuid().describe('provid
 
 export const statusUpdateSchema = z.object({ status: statusSchema });
 
+/** One GPU's metrics in a heartbeat: its index and any of the metric fields. */
 export const gpuMetricsSchema = z.object({
   index: z.number().int().min(0).max(63).describe("position of the GPU in the provider's `gpus` array"),
-  utilization_gpu: percent().optional(),
-  utilization_mem: percent().optional(),
-  temperature: z.number().int().min(0).max(255).optional(),
-  power_draw: uint32().optional(),
-  is_healthy: z.boolean().optional(),
-});
+  ...shapeOf(GPU_METRIC_FIELDS, (f) => fieldValue(f).optional()),
+}) as unknown as z.ZodType<GpuMetrics>;
 
 export const heartbeatSchema = z
   .object({
@@ -154,5 +179,5 @@ export const listQuerySchema = z.object({
     .describe('at least this many GPUs meeting the GPU conditions'),
   sort: z.enum(SORTS).default('registered_at').describe('sort key, `-` for descending; ties by id'),
   limit: uintParam(MAX_LIMIT).pipe(z.number().min(1)).default(DEFAULT_LIMIT).describe(`page size, 1-${MAX_LIMIT}`),
-  cursor: z.string().max(512).optional().describe('`X-Next-Cursor` of the previous page'),
+  cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('`X-Next-Cursor` of the previous page'),
 });
