@@ -20,7 +20,7 @@ import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { testEnv } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
-import { STORAGE_NODE_FLAGS } from '../src/node-flags.ts';
+import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 import type { DownloadOrder, DownloadResult } from './download-client.ts';
 import { directS3Client } from './s3-client.ts';
 
@@ -114,7 +114,7 @@ async function startService() {
 
 /**
  * Starts the download client (download-client.ts) in a fresh process, under the service's V8 flags: without them,
- * some client processes fell into the full-GC runs the flags prevent (src/node-flags.ts) and spent 3-4 CPU seconds
+ * some client processes fell into the full-GC runs the flags prevent (node-flags.ts) and spent 3-4 CPU seconds
  * per GiB instead of 1.2-1.6. On 2 cores that extra CPU slows every path alike, which flatters the ratios.
  */
 async function startDownloadClient() {

@@ -1,34 +1,30 @@
 /**
- * buildApp(deps): the storage service's HTTP wiring. Never listens; tests
+ * buildApp(ctx): the storage service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, type Logger } from '@gpu/common';
-import type { ObjectStore } from './adapters/object-store.ts';
-import type { StorageConfig } from './config.ts';
+import { type App, createApp } from '@gpu/common';
+import type { StorageContext } from './domain/context.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
 
-export interface StorageDeps {
-  config: StorageConfig;
-  logger: Logger;
-  store: ObjectStore;
-}
+/** What the app is built from (the routes' context). */
+export type StorageDeps = StorageContext;
 
 export const SERVICE_NAME = 'storage-service';
 
-export async function buildApp(deps: StorageDeps): Promise<App> {
+export async function buildApp(ctx: StorageContext): Promise<App> {
   const app = await createApp({
     service: SERVICE_NAME,
     description:
       'Object storage service of the GPU rental platform: upload, download, head, delete and list objects, ' +
       'presigned URLs and bucket creation over an S3-compatible object store.',
-    config: deps.config,
-    logger: deps.logger,
-    healthChecks: { object_store: () => deps.store.ping() },
+    config: ctx.config,
+    logger: ctx.logger,
+    healthChecks: { object_store: () => ctx.store.ping() },
   });
-  await app.register(bucketRoutes, deps);
-  await app.register(presignRoutes, deps);
-  await app.register(objectRoutes, deps);
+  await app.register(bucketRoutes, ctx);
+  await app.register(presignRoutes, ctx);
+  await app.register(objectRoutes, ctx);
   return app;
 }

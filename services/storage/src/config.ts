@@ -1,4 +1,9 @@
-/** The storage service's configuration: the shared settings plus the object store section. */
+/**
+ * The storage service's configuration: the shared settings plus the object store section, in snake_case like
+ * every service's. The spec's camelCase names (`accessKeyID`, `defaultBucket`, `useSSL`, ...) are still read from
+ * the file, with a deprecation warning (the loader takes any camelCase spelling of a snake_case key); environment
+ * names ignore case and underscores anyway (`STORAGE__OBJECT_STORE__DEFAULTBUCKET`).
+ */
 import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
 import { z } from 'zod';
 import { bucketNameProblem } from './domain/names.ts';
@@ -11,40 +16,40 @@ export const storageConfigSchema = z.object({
     .object({
       /** host:port or URL of the S3-compatible server. */
       endpoint: z.string().min(1).default('127.0.0.1:9000'),
-      accessKeyID: z.string().default('S3RVER'),
-      secretAccessKey: z.string().default('S3RVER'),
-      useSSL: zBool().default(false),
+      access_key_id: z.string().default('S3RVER'),
+      secret_access_key: z.string().default('S3RVER'),
+      use_ssl: zBool().default(false),
       region: z.string().default('us-east-1'),
       /** Bucket of the default-bucket routes; those routes answer 404 when empty. S3's bucket naming rules. */
-      defaultBucket: z
+      default_bucket: z
         .string()
         .refine((name) => name === '' || bucketNameProblem(name) === undefined, {
           error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
         })
         .default('platform-data'),
-      autoCreateDefaultBucket: zBool().default(true),
+      auto_create_default_bucket: zBool().default(true),
       /** Endpoint written into presigned URLs, for clients outside the internal network. */
-      publicEndpoint: z.string().default(''),
+      public_endpoint: z.string().default(''),
       /** Largest accepted upload: 5 GiB (5,368,709,120 bytes) by default, the spec's 5 GB bound. */
-      maxUploadSize: zInt(1).default(5 * GB),
+      max_upload_size: zInt(1).default(5 * GB),
       /** Part size of multipart uploads; bodies of known length up to this size go in one PUT. */
-      partSize: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),
+      part_size: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),
       /**
        * Parts in flight for chunked uploads (no Content-Length), which buffer each part: memory per such
-       * upload is about partSize x queueSize. Uploads with a Content-Length stream every part unbuffered.
+       * upload is about part_size x queue_size. Uploads with a Content-Length stream every part unbuffered.
        */
-      queueSize: zInt(1, 32).default(2),
+      queue_size: zInt(1, 32).default(2),
       /** Time limit of one upload or download (0 = none); request_timeout bounds the rest. */
-      transferTimeout: zDuration().default('2h'),
+      transfer_timeout: zDuration().default('2h'),
       /** How long start-up waits for the store to answer its connection test. */
-      connectTimeout: zDuration().default('30s'),
+      connect_timeout: zDuration().default('30s'),
     })
     .prefault({}),
 });
 
 export type StorageConfig = z.infer<typeof storageConfigSchema>;
 
-/** Loads the configuration file (written with defaults when absent), then the environment. */
+/** Loads the configuration file (written with defaults, in the current names, when absent), then the environment. */
 export function loadStorageConfig(env: NodeJS.ProcessEnv = process.env): StorageConfig {
   return loadConfig({
     schema: storageConfigSchema,
@@ -55,12 +60,12 @@ export function loadStorageConfig(env: NodeJS.ProcessEnv = process.env): Storage
     aliases: {
       ...baseEnvAliases,
       S3_ENDPOINT: 'object_store.endpoint',
-      S3_ACCESS_KEY_ID: 'object_store.accessKeyID',
-      S3_SECRET_ACCESS_KEY: 'object_store.secretAccessKey',
-      S3_USE_SSL: 'object_store.useSSL',
+      S3_ACCESS_KEY_ID: 'object_store.access_key_id',
+      S3_SECRET_ACCESS_KEY: 'object_store.secret_access_key',
+      S3_USE_SSL: 'object_store.use_ssl',
       S3_REGION: 'object_store.region',
-      S3_DEFAULT_BUCKET: 'object_store.defaultBucket',
-      S3_PUBLIC_ENDPOINT: 'object_store.publicEndpoint',
+      S3_DEFAULT_BUCKET: 'object_store.default_bucket',
+      S3_PUBLIC_ENDPOINT: 'object_store.public_endpoint',
     },
   });
 }

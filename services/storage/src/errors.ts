@@ -1,4 +1,7 @@
-/** The storage service's named errors. */
+/**
+ * The storage service's named errors: kinds, never HTTP statuses. The ones naming a request field
+ * (`params.bucketName`, `params.objectKey`) are thrown by the routes.
+ */
 import { AppError, errors } from '@gpu/common';
 
 export const storageErrors = {
@@ -12,7 +15,7 @@ export const storageErrors = {
   invalidObjectKey: (why: string) =>
     errors.validation(`invalid object key: ${why}`, [{ path: 'params.objectKey', message: why }]),
   noDefaultBucket: () =>
-    errors.notFound('DEFAULT_BUCKET_NOT_CONFIGURED', 'no default bucket is configured (object_store.defaultBucket)'),
+    errors.notFound('DEFAULT_BUCKET_NOT_CONFIGURED', 'no default bucket is configured (object_store.default_bucket)'),
   incompleteBody: (detail: string) => errors.badRequest('INCOMPLETE_BODY', detail),
   uploadTooLarge: (limit: number) => errors.payloadTooLarge(`upload exceeds the limit of ${limit} bytes`),
   rangeNotSatisfiable: (detail: string) => new AppError('range_not_satisfiable', 'RANGE_NOT_SATISFIABLE', detail),

@@ -1,9 +1,10 @@
 /**
  * The storage service process: load configuration (a default file is written
- * when absent), log, connect to the object store and test the connection,
- * ensure the default bucket, listen, register with Consul, shut down gracefully.
+ * when absent), log (with any deprecated setting names), connect to the
+ * object store and test the connection, ensure the default bucket, listen,
+ * register with Consul, shut down gracefully.
  */
-import { durationMs, runService, serviceLogger, startOrExit } from '@gpu/common';
+import { configWarnings, durationMs, runService, serviceLogger, startOrExit } from '@gpu/common';
 import { S3ObjectStore } from './adapters/object-store.ts';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadStorageConfig } from './config.ts';
@@ -11,12 +12,13 @@ import { loadStorageConfig } from './config.ts';
 startOrExit(async () => {
   const config = loadStorageConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
+  for (const warning of configWarnings(config)) logger.warn(warning);
   const store = new S3ObjectStore(config.object_store);
-  await store.waitUntilReachable(durationMs(config.object_store.connectTimeout), logger);
-  const { defaultBucket, autoCreateDefaultBucket } = config.object_store;
-  if (autoCreateDefaultBucket && defaultBucket) {
-    const outcome = await store.ensureBucket(defaultBucket);
-    logger.info({ bucket: defaultBucket, outcome }, 'default bucket ensured');
+  await store.waitUntilReachable(durationMs(config.object_store.connect_timeout), logger);
+  const { default_bucket: bucket, auto_create_default_bucket: autoCreate } = config.object_store;
+  if (autoCreate && bucket) {
+    const outcome = await store.ensureBucket(bucket);
+    logger.info({ bucket, outcome }, 'default bucket ensured');
   }
   const app = await buildApp({ config, logger, store });
   app.addHook('onClose', async () => store.close());

@@ -52,7 +52,7 @@ describe('GET /health', () => {
   });
 
   it('is 503 DOWN naming the object store when it cannot be reached, and routes answer 503', async () => {
-    const down = await startService({ objectStore: { endpoint: '127.0.0.1:1', defaultBucket: '' } });
+    const down = await startService({ objectStore: { endpoint: '127.0.0.1:1', default_bucket: '' } });
     try {
       const res = await down.app.inject({ method: 'GET', url: '/health' });
       expect(res.statusCode).toBe(503);
@@ -72,7 +72,7 @@ describe('GET /health', () => {
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     const { port } = silent.address() as { port: number };
     const slow = await startService({
-      objectStore: { endpoint: `127.0.0.1:${port}`, defaultBucket: '' },
+      objectStore: { endpoint: `127.0.0.1:${port}`, default_bucket: '' },
       settings: { request_timeout: '300ms' },
     });
     try {

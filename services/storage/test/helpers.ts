@@ -23,9 +23,9 @@ export function testConfig(
     ...settings,
     object_store: {
       endpoint: testEnv.s3Endpoint,
-      accessKeyID: testEnv.s3AccessKey,
-      secretAccessKey: testEnv.s3SecretKey,
-      defaultBucket: uniqueBucket('default'),
+      access_key_id: testEnv.s3AccessKey,
+      secret_access_key: testEnv.s3SecretKey,
+      default_bucket: uniqueBucket('default'),
       ...objectStore,
     },
   });
@@ -51,7 +51,7 @@ export async function startService(
   const config = testConfig(opts.objectStore, opts.settings);
   const logger = createLogger({ service: 'storage-test', instanceId: 'test', level: 'warn' });
   const store = new S3ObjectStore(config.object_store);
-  if (config.object_store.defaultBucket) await store.ensureBucket(config.object_store.defaultBucket);
+  if (config.object_store.default_bucket) await store.ensureBucket(config.object_store.default_bucket);
   const app = await buildApp({ config, logger, store });
   let url = '';
   if (opts.listen) url = await app.listen({ host: '127.0.0.1', port: 0 });

@@ -12,7 +12,7 @@ let s3: S3Client;
 
 beforeAll(async () => {
   // A small limit and part size so the over-limit case really starts a multipart upload first.
-  svc = await startService({ listen: true, objectStore: { maxUploadSize: 12 * MiB, partSize: 5 * MiB } });
+  svc = await startService({ listen: true, objectStore: { max_upload_size: 12 * MiB, part_size: 5 * MiB } });
   bucket = uniqueBucket('large');
   await svc.store.ensureBucket(bucket);
   s3 = new S3Client({
@@ -234,7 +234,7 @@ describe('100 MB streamed upload', () => {
 describe('chunked upload memory', () => {
   it('holds queueSize part buffers, whatever the number of parts', async () => {
     const partSize = 5 * MiB;
-    const svc2 = await startService({ listen: true, objectStore: { partSize, queueSize: 2 } });
+    const svc2 = await startService({ listen: true, objectStore: { part_size: partSize, queue_size: 2 } });
     const allocations = vi.spyOn(Buffer, 'allocUnsafeSlow');
     try {
       const up = await streamUpload(`/objects/${bucket}/datasets/chunked-60.bin`, 60 * MiB, { base: svc2.url });

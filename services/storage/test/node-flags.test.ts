@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { STORAGE_NODE_FLAGS } from '../src/node-flags.ts';
+import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 
 const read = (file: string) => readFileSync(new URL(`../${file}`, import.meta.url), 'utf8');
 

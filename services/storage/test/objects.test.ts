@@ -275,7 +275,7 @@ describe('delete', () => {
 
 describe('an object store that refuses the service (wrong credentials)', () => {
   it('answers 502 OBJECT_STORE_ERROR on upload, download, delete, list and bucket creation', async () => {
-    const refused = await startService({ objectStore: { accessKeyID: 'NOT-A-KEY', defaultBucket: '' } });
+    const refused = await startService({ objectStore: { access_key_id: 'NOT-A-KEY', default_bucket: '' } });
     try {
       const calls = [
         refused.app.inject({ method: 'PUT', url: `/objects/${bucket}/refused.txt`, payload: 'x' }),

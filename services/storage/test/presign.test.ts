@@ -98,7 +98,7 @@ describe('POST /presigned-url/{bucket}/{key}', () => {
   });
 
   it('signs URLs for the public endpoint when one is configured', async () => {
-    const pub = await startService({ objectStore: { publicEndpoint: 'https://files.example.com' } });
+    const pub = await startService({ objectStore: { public_endpoint: 'https://files.example.com' } });
     try {
       const res = await pub.app.inject({
         method: 'POST',

@@ -8,7 +8,7 @@ let defaultBucket: string;
 beforeAll(async () => {
   svc = await startService();
   bucket = uniqueBucket('named');
-  defaultBucket = svc.config.object_store.defaultBucket;
+  defaultBucket = svc.config.object_store.default_bucket;
   await svc.store.ensureBucket(bucket);
 });
 afterAll(() => svc.close());
@@ -52,7 +52,7 @@ describe('default-bucket routes', () => {
   });
 
   it('answers 404 DEFAULT_BUCKET_NOT_CONFIGURED when no default bucket is configured', async () => {
-    const bare = await startService({ objectStore: { defaultBucket: '' } });
+    const bare = await startService({ objectStore: { default_bucket: '' } });
     try {
       const res = await bare.app.inject({ method: 'GET', url: '/objects/x.txt' });
       expect(res.statusCode).toBe(404);

@@ -55,7 +55,7 @@ describe('storage server process', () => {
     expect(existsSync(configFile)).toBe(true);
     const written = YAML.parse(readFileSync(configFile, 'utf8'));
     expect(written.server.port).toBe(8001);
-    expect(written.object_store).toMatchObject({ defaultBucket: 'platform-data', autoCreateDefaultBucket: true });
+    expect(written.object_store).toMatchObject({ default_bucket: 'platform-data', auto_create_default_bucket: true });
 
     // The default bucket was ensured at start-up.
     const put = await fetch(`http://127.0.0.1:${port}/objects/boot.txt`, { method: 'PUT', body: 'booted' });
@@ -105,7 +105,7 @@ describe('storage server process', () => {
     expect((await proc.exited).code).toBe(1);
     expect(proc.output()).toContain('server.port');
     expect(proc.output()).toContain('STORAGE__SERVER__PORT');
-    expect(proc.output()).toContain('object_store.useSSL');
+    expect(proc.output()).toContain('object_store.use_ssl');
   });
 
   it('refuses a default bucket that breaks the bucket naming rules, naming the key', async () => {
@@ -116,7 +116,7 @@ describe('storage server process', () => {
       S3_DEFAULT_BUCKET: 'Bad_Bucket',
     });
     expect((await proc.exited).code).toBe(1);
-    expect(proc.output()).toContain('object_store.defaultBucket');
+    expect(proc.output()).toContain('object_store.default_bucket');
     expect(proc.output()).toContain('S3_DEFAULT_BUCKET');
     expect(proc.output()).toContain('lowercase letters');
   });

@@ -1,7 +1,10 @@
 /**
- * The object store behind a small interface, over @aws-sdk/client-s3.
- * Checksums are computed only when an operation requires them: right for
- * s3rver, older MinIO and most S3-compatible stores (see ENVIRONMENT.md).
+ * The domain's `ObjectStore` over @aws-sdk/client-s3: the client (connections
+ * reading into reused buffers, unsigned upload payloads), the choice of a
+ * plain PUT or a multipart upload (`multipart.ts`), and the store's failures
+ * mapped onto the service's errors (`store-errors.ts`). Checksums are computed
+ * only when an operation requires them: right for s3rver, older MinIO and
+ * most S3-compatible stores (see ENVIRONMENT.md).
  */
 
 import type { Readable } from 'node:stream';
@@ -17,75 +20,20 @@ import {
   S3Client,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import { AppError, type Logger } from '@gpu/common';
+import type { Logger } from '@gpu/common';
 import type { StorageConfig } from '../config.ts';
+import type {
+  ObjectBody,
+  ObjectHead,
+  ObjectStore,
+  ReadConditions,
+  StorePage,
+  StorePageRequest,
+  UploadRequest,
+} from '../domain/store.ts';
 import { bufferedMultipartUpload, streamingMultipartUpload } from './multipart.ts';
 import { ReadBufferAgent } from './read-buffer-agent.ts';
-import { mapStoreError, NotModified } from './store-errors.ts';
-
-export { NotModified };
-
-/** ObjectInfo as the API returns it. */
-export interface ObjectInfo {
-  key: string;
-  size: number;
-  last_modified: string | null;
-  content_type: string | null;
-  etag: string | null;
-  /** True for a common prefix ("folder") in a non-recursive listing. */
-  is_prefix: boolean;
-}
-
-export interface ObjectHead {
-  contentType: string;
-  contentLength: number;
-  etag: string | undefined;
-  lastModified: Date | undefined;
-  contentRange?: string;
-}
-
-export interface ObjectBody extends ObjectHead {
-  body: Readable;
-  partial: boolean;
-}
-
-export interface ReadConditions {
-  range?: string;
-  ifNoneMatch?: string;
-  ifModifiedSince?: Date;
-}
-
-export interface UploadRequest {
-  bucket: string;
-  key: string;
-  body: Readable;
-  contentType: string;
-  /** Known length (Content-Length) or undefined for a chunked body. */
-  contentLength?: number;
-  signal?: AbortSignal;
-}
-
-export interface ListRequest {
-  bucket: string;
-  prefix: string;
-  recursive: boolean;
-  limit?: number;
-  startAfter?: string;
-}
-
-/** The operations the routes need; tests and other stores can implement it. */
-export interface ObjectStore {
-  ping(): Promise<void>;
-  ensureBucket(bucket: string): Promise<'created' | 'exists'>;
-  upload(req: UploadRequest): Promise<ObjectInfo>;
-  get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody>;
-  head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead>;
-  delete(bucket: string, key: string): Promise<void>;
-  list(req: ListRequest): Promise<{ entries: ObjectInfo[]; truncated: boolean }>;
-  presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
-  waitUntilReachable(timeoutMs: number, log: Logger): Promise<void>;
-  close(): void;
-}
+import { mapStoreError } from './store-errors.ts';
 
 type StoreSettings = StorageConfig['object_store'];
 
@@ -114,12 +62,12 @@ function signUploadsUnsigned(s3: S3Client): void {
   );
 }
 
-function endpointUrl(endpoint: string, useSSL: boolean): string {
-  return /^https?:\/\//.test(endpoint) ? endpoint : `${useSSL ? 'https' : 'http'}://${endpoint}`;
+function endpointUrl(endpoint: string, useSsl: boolean): string {
+  return /^https?:\/\//.test(endpoint) ? endpoint : `${useSsl ? 'https' : 'http'}://${endpoint}`;
 }
 
 function client(settings: StoreSettings, endpoint: string): S3Client {
-  const url = endpointUrl(endpoint, settings.useSSL);
+  const url = endpointUrl(endpoint, settings.use_ssl);
   const s3 = new S3Client({
     // Plain-http stores get sockets that read into one reused buffer (read-buffer-agent.ts), pooled as the SDK's
     // own agent pools them (keep-alive, 50 sockets); https keeps the SDK's agent.
@@ -129,7 +77,7 @@ function client(settings: StoreSettings, endpoint: string): S3Client {
     endpoint: url,
     region: settings.region || 'us-east-1',
     forcePathStyle: true,
-    credentials: { accessKeyId: settings.accessKeyID, secretAccessKey: settings.secretAccessKey },
+    credentials: { accessKeyId: settings.access_key_id, secretAccessKey: settings.secret_access_key },
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
   });
@@ -137,32 +85,14 @@ function client(settings: StoreSettings, endpoint: string): S3Client {
   return s3;
 }
 
-/**
- * U+10FFFF, the largest code point, whose UTF-8 (F4 8F BF BF) sorts after every other character's: a folder name
- * followed by it sorts after the folder's keys (all but ones continuing with that very character, which the listing
- * still leaves out below).
- */
-const PAST_EVERY_KEY = '\u{10FFFF}';
-
-/**
- * In a one-level listing, the folder (common prefix) that `startAfter` lies in, or is, when there is one: `data/`
- * for `data/` or `data/one.csv` under prefix `''`. The folder was one entry of an earlier page, so every key in it
- * sorts, as an entry, at or before `startAfter`: the next page starts after the whole folder. (Passing `data/` to
- * the store as StartAfter unchanged would bring the folder back for ever: `data/one.csv` sorts after it.)
- */
-export function folderOf(prefix: string, startAfter: string | undefined): string | undefined {
-  if (startAfter === undefined || !startAfter.startsWith(prefix)) return undefined;
-  const slash = startAfter.indexOf('/', prefix.length);
-  return slash === -1 ? undefined : startAfter.slice(0, slash + 1);
-}
-
+/** The store over S3; `waitUntilReachable` is the server's start-up check. */
 export class S3ObjectStore implements ObjectStore {
   private readonly s3: S3Client;
   private readonly signer: S3Client;
 
   constructor(private readonly settings: StoreSettings) {
     this.s3 = client(settings, settings.endpoint);
-    this.signer = settings.publicEndpoint ? client(settings, settings.publicEndpoint) : this.s3;
+    this.signer = settings.public_endpoint ? client(settings, settings.public_endpoint) : this.s3;
   }
 
   async ping(): Promise<void> {
@@ -208,16 +138,16 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async upload(req: UploadRequest): Promise<ObjectInfo> {
-    const { bucket, key } = req;
+  async upload(req: UploadRequest): Promise<void> {
+    const { part_size: partSize, queue_size: queueSize } = this.settings;
     try {
       const { contentLength } = req;
-      if (contentLength !== undefined && contentLength <= this.settings.partSize) {
+      if (contentLength !== undefined && contentLength <= partSize) {
         // Small bodies of known length stream straight through in one PUT.
         await this.s3.send(
           new PutObjectCommand({
-            Bucket: bucket,
-            Key: key,
+            Bucket: req.bucket,
+            Key: req.key,
             Body: req.body,
             ContentType: req.contentType,
             ContentLength: contentLength,
@@ -226,27 +156,14 @@ export class S3ObjectStore implements ObjectStore {
         );
       } else if (contentLength !== undefined) {
         // Known length: every part streams through, nothing is buffered.
-        await streamingMultipartUpload(this.s3, { ...req, contentLength, partSize: this.settings.partSize });
+        await streamingMultipartUpload(this.s3, { ...req, contentLength, partSize });
       } else {
         // Chunked body of unknown length: parts gathered in queueSize reused buffers of partSize.
-        await bufferedMultipartUpload(this.s3, {
-          ...req,
-          partSize: this.settings.partSize,
-          queueSize: this.settings.queueSize,
-        });
+        await bufferedMultipartUpload(this.s3, { ...req, partSize, queueSize });
       }
     } catch (err) {
-      throw mapStoreError(err, { bucket, key });
+      throw mapStoreError(err, { bucket: req.bucket, key: req.key });
     }
-    const head = await this.head(bucket, key, {});
-    return {
-      key,
-      size: head.contentLength,
-      last_modified: head.lastModified?.toISOString() ?? null,
-      content_type: head.contentType,
-      etag: head.etag ?? null,
-      is_prefix: false,
-    };
   }
 
   async get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody> {
@@ -297,15 +214,6 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   async delete(bucket: string, key: string): Promise<void> {
-    // S3 answers 204 for a missing key; the API promises a 404, so look first.
-    try {
-      await this.head(bucket, key, {});
-    } catch (err) {
-      // A HEAD's 404 has no body to tell a missing key from a missing bucket: ask about the bucket then, so DELETE
-      // answers BUCKET_NOT_FOUND like GET, PUT and list.
-      if (err instanceof AppError && err.code === 'OBJECT_NOT_FOUND') await this.bucketMustExist(bucket);
-      throw err;
-    }
     try {
       await this.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
     } catch (err) {
@@ -313,8 +221,7 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  /** Throws BUCKET_NOT_FOUND when the bucket does not exist. */
-  private async bucketMustExist(bucket: string): Promise<void> {
+  async bucketMustExist(bucket: string): Promise<void> {
     try {
       await this.s3.send(new HeadBucketCommand({ Bucket: bucket }));
     } catch (err) {
@@ -322,63 +229,32 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async list(req: ListRequest): Promise<{ entries: ObjectInfo[]; truncated: boolean }> {
-    const entries: ObjectInfo[] = [];
-    let token: string | undefined;
-    const limit = req.limit ?? Number.POSITIVE_INFINITY;
-    const folder = req.recursive ? undefined : folderOf(req.prefix, req.startAfter);
-    const startAfter = folder === undefined ? req.startAfter : `${folder}${PAST_EVERY_KEY}`;
-    const folders = new Set<string>();
+  async listPage(req: StorePageRequest): Promise<StorePage> {
     try {
-      do {
-        const out = await this.s3.send(
-          new ListObjectsV2Command({
-            Bucket: req.bucket,
-            Prefix: req.prefix || undefined,
-            Delimiter: req.recursive ? undefined : '/',
-            ContinuationToken: token,
-            StartAfter: token ? undefined : startAfter,
-            MaxKeys: Math.min(1000, limit - entries.length),
-          }),
-        );
-        for (const p of out.CommonPrefixes ?? []) {
-          // The folder that start_after lies in was listed already (as one entry), whatever keys follow in it; and
-          // a store that repeats a folder on a later page of its own (s3rver) does not list it twice.
-          if (p.Prefix && p.Prefix !== folder && !folders.has(p.Prefix)) {
-            folders.add(p.Prefix);
-            entries.push({
-              key: p.Prefix,
-              size: 0,
-              last_modified: null,
-              content_type: null,
-              etag: null,
-              is_prefix: true,
-            });
-          }
-        }
-        for (const o of out.Contents ?? []) {
-          entries.push({
-            key: o.Key ?? '',
-            size: o.Size ?? 0,
-            last_modified: o.LastModified?.toISOString() ?? null,
-            content_type: null,
-            etag: o.ETag ?? null,
-            is_prefix: false,
-          });
-        }
-        token = out.IsTruncated ? out.NextContinuationToken : undefined;
-      } while (token && entries.length < limit);
+      const out = await this.s3.send(
+        new ListObjectsV2Command({
+          Bucket: req.bucket,
+          Prefix: req.prefix || undefined,
+          Delimiter: req.oneLevel ? '/' : undefined,
+          ContinuationToken: req.token,
+          StartAfter: req.token ? undefined : req.startAfter,
+          MaxKeys: req.maxKeys,
+        }),
+      );
+      return {
+        folders: (out.CommonPrefixes ?? []).flatMap((p) => (p.Prefix ? [p.Prefix] : [])),
+        objects: (out.Contents ?? []).map((o) => ({
+          key: o.Key ?? '',
+          size: o.Size ?? 0,
+          lastModified: o.LastModified,
+          etag: o.ETag,
+          isPrefix: false,
+        })),
+        nextToken: out.IsTruncated ? out.NextContinuationToken : undefined,
+      };
     } catch (err) {
       throw mapStoreError(err, { bucket: req.bucket });
     }
-    // The store's order (UTF-8 bytes), so that the last entry of a page is where the next one starts.
-    // Each key is encoded once, not once per comparison (a listing may hold 100,000 entries).
-    const sorted = entries
-      .map((entry) => ({ entry, bytes: Buffer.from(entry.key) }))
-      .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
-      .map(({ entry }) => entry);
-    const truncated = token !== undefined || sorted.length > limit;
-    return { entries: sorted.slice(0, Number.isFinite(limit) ? limit : undefined), truncated };
   }
 
   async presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresIn: number): Promise<string> {

@@ -1,17 +1,8 @@
 /** Maps object-store (S3 SDK) failures onto the service's errors. */
 import { AppError, errors, isDependencyDown } from '@gpu/common';
+import { NotModified } from '../domain/store.ts';
 import { storageErrors } from '../errors.ts';
 import { BodyLengthMismatch } from './multipart.ts';
-
-/** Thrown for a conditional read whose condition says "not modified" (304). */
-export class NotModified extends Error {
-  constructor(
-    readonly etag?: string,
-    readonly lastModified?: string,
-  ) {
-    super('not modified');
-  }
-}
 
 interface S3ErrorShape {
   name?: string;

@@ -1,8 +1,8 @@
 /**
  * Bucket names by S3's rules and object keys by its limits. A name or key
- * that breaks them is a 400 before any call to the store.
+ * that breaks them is refused before any call to the store (the routes name
+ * the request field: `routes/object-target.ts`).
  */
-import { storageErrors } from '../errors.ts';
 
 const BUCKET_CHARS = /^[a-z0-9][a-z0-9.-]*[a-z0-9]$/;
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
@@ -22,12 +22,6 @@ export function bucketNameProblem(name: string): string | undefined {
   return undefined;
 }
 
-export function assertBucketName(name: string): string {
-  const problem = bucketNameProblem(name);
-  if (problem) throw storageErrors.invalidBucketName(name, problem);
-  return name;
-}
-
 // C0 and C1 control characters and DEL: matching them is the point here.
 // biome-ignore lint/suspicious/noControlCharactersInRegex: the rule rejects keys containing control characters
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
@@ -44,16 +38,9 @@ export function objectKeyProblem(key: string): string | undefined {
   return undefined;
 }
 
-export function assertObjectKey(key: string): string {
-  const problem = objectKeyProblem(key);
-  if (problem) throw storageErrors.invalidObjectKey(problem);
-  return key;
-}
-
-/** A list prefix may be empty; otherwise it obeys the key limits except that it may end anywhere. */
-export function assertPrefix(prefix: string): string {
-  if (prefix === '') return prefix;
+/** Why a list prefix is refused, or undefined: it may be empty; otherwise it obeys the key limits. */
+export function prefixProblem(prefix: string): string | undefined {
+  if (prefix === '') return undefined;
   const problem = objectKeyProblem(prefix);
-  if (problem) throw storageErrors.invalidObjectKey(`prefix ${problem}`);
-  return prefix;
+  return problem && `prefix ${problem}`;
 }

@@ -1,8 +1,8 @@
 import type { RoutePlugin } from '@gpu/common';
 /** POST /buckets/{bucketName}: ensure a bucket exists, creating it when missing. */
 import { z } from 'zod';
-import type { StorageDeps } from '../app.ts';
-import { assertBucketName } from '../domain/names.ts';
+import type { StorageContext } from '../domain/context.ts';
+import { assertBucketName } from './object-target.ts';
 import { bucketParams, storeErrorResponses } from './schemas.ts';
 
 const ensureResponse = z.object({
@@ -11,7 +11,7 @@ const ensureResponse = z.object({
   created: z.boolean().describe('false when the bucket already existed'),
 });
 
-export const bucketRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
+export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/buckets/:bucketName',
     {
@@ -24,7 +24,7 @@ export const bucketRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
     },
     async (request, reply) => {
       const bucket = assertBucketName(request.params.bucketName);
-      const outcome = await deps.store.ensureBucket(bucket);
+      const outcome = await ctx.store.ensureBucket(bucket);
       request.log.info({ bucket, outcome }, 'bucket ensured');
       return reply.code(201).send({
         message: outcome === 'created' ? 'bucket created' : 'bucket already exists',

@@ -1,55 +1,69 @@
-/** Listing a bucket: prefix, recursive (default true), paging, optional per-object content types. */
-import { zBool } from '@gpu/common';
-import type { FastifyReply } from 'fastify';
+/**
+ * Listing a bucket: prefix, recursive (default true), paging, optional
+ * per-object content types. Paging follows the platform's contract (`limit`,
+ * `cursor`; `X-Next-Cursor` and `Link: rel="next"` while more entries follow),
+ * with the earlier `start_after` / `X-Next-Start-After` kept as deprecated
+ * aliases: the cursor encodes the same start-after key.
+ */
+import { invalidCursor, MAX_CURSOR_LENGTH, setNextPage, zBool } from '@gpu/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { ObjectInfo } from '../adapters/object-store.ts';
-import type { StorageDeps } from '../app.ts';
-import { assertBucketName, assertPrefix } from '../domain/names.ts';
+import type { StorageContext } from '../domain/context.ts';
+import { cursorPosition, listingCursor, listObjects } from '../domain/listing.ts';
+import { assertBucketName, assertPrefix } from './object-target.ts';
+import { objectInfo } from './presenters.ts';
+
+export const NEXT_START_AFTER_HEADER = 'x-next-start-after';
 
 export const listQuery = z.object({
   prefix: z.string().default('').describe('only keys that start with this'),
   recursive: zBool().default(true).describe('false lists one level: common prefixes come back as entries'),
   limit: z.coerce.number().int().min(1).max(100_000).optional().describe('at most this many entries'),
+  cursor: z
+    .string()
+    .max(MAX_CURSOR_LENGTH)
+    .optional()
+    .describe(
+      'where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page ' +
+        'that ended on a folder continues after the whole folder)',
+    ),
   start_after: z
     .string()
     .optional()
     .describe(
-      'list entries after this key (paging: pass the X-Next-Start-After header of the previous page); ' +
-        'in a one-level listing, a folder or a key inside one continues after the whole folder',
+      'deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous ' +
+        'page); in a one-level listing, a folder or a key inside one continues after the whole folder; ' +
+        'ignored when cursor is given',
     ),
   metadata: zBool().default(false).describe('also fetch each object content type (one HEAD per object; slower)'),
 });
 
-const HEAD_CONCURRENCY = 16;
-
-async function withContentTypes(deps: StorageDeps, bucket: string, entries: ObjectInfo[]): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < entries.length) {
-      const entry = entries[next++]!;
-      if (entry.is_prefix) continue;
-      entry.content_type = (await deps.store.head(bucket, entry.key, {})).contentType;
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(HEAD_CONCURRENCY, entries.length) }, worker));
+/** Where the page starts: the cursor's key, else `start_after`. */
+function startOf(query: z.infer<typeof listQuery>): string | undefined {
+  if (query.cursor === undefined) return query.start_after;
+  const key = cursorPosition(query.cursor);
+  if (key === undefined) throw invalidCursor();
+  return key;
 }
 
-export async function listObjects(
-  deps: StorageDeps,
+export async function listBucket(
+  ctx: StorageContext,
   bucketName: string,
   query: z.infer<typeof listQuery>,
+  request: FastifyRequest,
   reply: FastifyReply,
 ) {
-  const bucket = assertBucketName(bucketName);
-  const { entries, truncated } = await deps.store.list({
-    bucket,
+  const listing = await listObjects(ctx.store, {
+    bucket: assertBucketName(bucketName),
     prefix: assertPrefix(query.prefix),
     recursive: query.recursive,
     limit: query.limit,
-    startAfter: query.start_after,
+    startAfter: startOf(query),
+    metadata: query.metadata,
   });
-  if (query.metadata) await withContentTypes(deps, bucket, entries);
-  // The last entry's key, a folder's included: the store starts the next page after the whole folder.
-  if (truncated && entries.length > 0) reply.header('x-next-start-after', entries[entries.length - 1]!.key);
-  return reply.send(entries);
+  if (listing.next !== undefined) {
+    setNextPage(request, reply, listingCursor(listing.next));
+    reply.header(NEXT_START_AFTER_HEADER, listing.next);
+  }
+  return reply.send(listing.entries.map(objectInfo));
 }

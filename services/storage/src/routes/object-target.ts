@@ -8,18 +8,37 @@
  * So a default-bucket key cannot contain "/" through the short route (name the
  * bucket instead), and an object whose key is exactly "list" at a bucket's top
  * level can be written, read by HEAD and deleted, but GET of it lists the bucket.
+ *
+ * Names and keys that break the rules of `domain/names.ts` are refused here,
+ * naming the request field.
  */
 import type { StorageConfig } from '../config.ts';
-import { assertBucketName, assertObjectKey } from '../domain/names.ts';
+import { bucketNameProblem, objectKeyProblem, prefixProblem } from '../domain/names.ts';
+import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
 
-export interface Target {
-  bucket: string;
-  key: string;
+export type { Target };
+
+export function assertBucketName(name: string): string {
+  const problem = bucketNameProblem(name);
+  if (problem) throw storageErrors.invalidBucketName(name, problem);
+  return name;
+}
+
+export function assertObjectKey(key: string): string {
+  const problem = objectKeyProblem(key);
+  if (problem) throw storageErrors.invalidObjectKey(problem);
+  return key;
+}
+
+export function assertPrefix(prefix: string): string {
+  const problem = prefixProblem(prefix);
+  if (problem) throw storageErrors.invalidObjectKey(problem);
+  return prefix;
 }
 
 export function defaultBucket(config: StorageConfig): string {
-  const bucket = config.object_store.defaultBucket;
+  const bucket = config.object_store.default_bucket;
   if (!bucket) throw storageErrors.noDefaultBucket();
   return bucket;
 }

@@ -2,35 +2,33 @@
  * Handlers that move object bytes: streaming upload (never buffered whole,
  * multipart for large bodies, 413 over the limit with nothing left behind),
  * streaming download with Range and conditional requests, HEAD and DELETE.
+ * The rules are the domain's (`upload-policy.ts`, `read-rules.ts`,
+ * `objects.ts`); these handlers read the request, move the bytes and answer.
  */
 import type { ServerResponse } from 'node:http';
-import { type Readable, Transform, type TransformCallback } from 'node:stream';
+import type { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { NotModified, type ObjectHead, type ReadConditions } from '../adapters/object-store.ts';
-import type { StorageDeps } from '../app.ts';
 import { resolveContentType } from '../domain/content-type.ts';
+import type { StorageContext } from '../domain/context.ts';
+import {
+  deleteObject as deleteStored,
+  headObject as headStored,
+  notModifiedValidators,
+  readObject,
+  uploadObject as storeUpload,
+} from '../domain/objects.ts';
+import { type ReadHeaders, readConditions } from '../domain/read-rules.ts';
+import { NotModified, type ObjectHead } from '../domain/store.ts';
+import { byteLimit, checkDeclaredLength, TooLarge } from '../domain/upload-policy.ts';
 import { storageErrors } from '../errors.ts';
 import type { Target } from './object-target.ts';
+import { objectInfo } from './presenters.ts';
 
-class TooLarge extends Error {}
-
-/** Passes bytes through, failing once more than `limit` have gone by. */
-function byteLimit(limit: number): Transform {
-  let seen = 0;
-  return new Transform({
-    transform(chunk: Buffer, _enc, cb: TransformCallback) {
-      seen += chunk.length;
-      if (seen > limit) cb(new TooLarge());
-      else cb(null, chunk);
-    },
-  });
-}
-
-export async function uploadObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
-  const limit = deps.config.object_store.maxUploadSize;
+export async function uploadObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  const limit = ctx.config.object_store.max_upload_size;
   const declared = request.headers['content-length'];
   const contentLength = declared === undefined ? undefined : Number(declared);
-  if (contentLength !== undefined && contentLength > limit) throw storageErrors.uploadTooLarge(limit);
+  checkDeclaredLength(contentLength, limit);
   const counted = byteLimit(limit);
   let tooLarge = false;
   counted.on('error', (err) => {
@@ -39,7 +37,7 @@ export async function uploadObject(deps: StorageDeps, target: Target, request: F
   request.raw.on('error', (err) => counted.destroy(err));
   request.raw.pipe(counted);
   try {
-    const info = await deps.store.upload({
+    const stored = await storeUpload(ctx.store, {
       bucket: target.bucket,
       key: target.key,
       body: counted,
@@ -47,7 +45,7 @@ export async function uploadObject(deps: StorageDeps, target: Target, request: F
       contentLength,
       signal: request.abortSignal,
     });
-    return reply.code(201).send(info);
+    return reply.code(201).send(objectInfo(stored));
   } catch (err) {
     // Reading a refused body to its end only to discard it would waste the transfer: close the connection instead.
     if (!request.raw.complete) reply.header('connection', 'close');
@@ -61,31 +59,9 @@ export async function uploadObject(deps: StorageDeps, target: Target, request: F
   }
 }
 
-const SINGLE_RANGE = /^bytes=(?:(\d+)-(\d*)|-\d+)$/;
-
-/**
- * The Range to pass on: one byte range only. Any other Range is ignored and the whole object sent: a multi-range
- * (RFC 9110 allows answering it whole) and an invalid one such as `bytes=3-1`, whose last position is below its
- * first (RFC 9110 says an invalid range set is ignored).
- */
-function singleRange(header: string | undefined): string | undefined {
-  const range = header?.trim();
-  const match = range ? SINGLE_RANGE.exec(range) : null;
-  if (!match) return undefined;
-  const [, first, last] = match;
-  if (first !== undefined && last && BigInt(last) < BigInt(first)) return undefined;
-  return range;
-}
-
-function readConditions(request: FastifyRequest): ReadConditions {
+function readHeaders(request: FastifyRequest): ReadHeaders {
   const h = request.headers;
-  const since = h['if-modified-since'] ? new Date(h['if-modified-since']) : undefined;
-  return {
-    range: singleRange(h.range),
-    ifNoneMatch: h['if-none-match'] || undefined,
-    // An invalid date is ignored, as RFC 9110 requires.
-    ifModifiedSince: since && !Number.isNaN(since.getTime()) && !h['if-none-match'] ? since : undefined,
-  };
+  return { range: h.range, ifNoneMatch: h['if-none-match'], ifModifiedSince: h['if-modified-since'] };
 }
 
 function setObjectHeaders(reply: FastifyReply, head: ObjectHead) {
@@ -96,14 +72,9 @@ function setObjectHeaders(reply: FastifyReply, head: ObjectHead) {
   if (head.lastModified) reply.header('last-modified', head.lastModified.toUTCString());
 }
 
-/** 304 with the validators RFC 9110 asks for; some stores omit them on 304, so ask for them then. */
-async function notModified(deps: StorageDeps, target: Target, reply: FastifyReply, err: NotModified) {
-  let { etag, lastModified } = err;
-  if (!etag || !lastModified) {
-    const head = await deps.store.head(target.bucket, target.key, {});
-    etag ??= head.etag;
-    lastModified ??= head.lastModified?.toUTCString();
-  }
+/** 304 with the validators RFC 9110 asks for. */
+async function notModified(ctx: StorageContext, target: Target, reply: FastifyReply, err: NotModified) {
+  const { etag, lastModified } = await notModifiedValidators(ctx.store, target, err);
   if (etag) reply.header('etag', etag);
   if (lastModified) reply.header('last-modified', lastModified);
   return reply.code(304).send();
@@ -158,9 +129,14 @@ function sendInBatches(body: Readable, res: ServerResponse): Promise<void> {
   });
 }
 
-export async function downloadObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
+export async function downloadObject(
+  ctx: StorageContext,
+  target: Target,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
   try {
-    const obj = await deps.store.get(target.bucket, target.key, readConditions(request), request.abortSignal);
+    const obj = await readObject(ctx.store, target, readConditions(readHeaders(request)), request.abortSignal);
     setObjectHeaders(reply, obj);
     if (obj.partial && obj.contentRange) {
       reply.header('content-range', obj.contentRange);
@@ -178,24 +154,24 @@ export async function downloadObject(deps: StorageDeps, target: Target, request:
     });
     return reply;
   } catch (err) {
-    if (err instanceof NotModified) return notModified(deps, target, reply, err);
+    if (err instanceof NotModified) return notModified(ctx, target, reply, err);
     throw err;
   }
 }
 
-export async function headObject(deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) {
+export async function headObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
   try {
-    const { range: _ignored, ...cond } = readConditions(request);
-    const head = await deps.store.head(target.bucket, target.key, cond);
+    const { range: _ignored, ...cond } = readConditions(readHeaders(request));
+    const head = await headStored(ctx.store, target, cond);
     setObjectHeaders(reply, head);
     return reply.code(200).send();
   } catch (err) {
-    if (err instanceof NotModified) return notModified(deps, target, reply, err);
+    if (err instanceof NotModified) return notModified(ctx, target, reply, err);
     throw err;
   }
 }
 
-export async function deleteObject(deps: StorageDeps, target: Target, _request: FastifyRequest, reply: FastifyReply) {
-  await deps.store.delete(target.bucket, target.key);
+export async function deleteObject(ctx: StorageContext, target: Target, _request: FastifyRequest, reply: FastifyReply) {
+  await deleteStored(ctx.store, target);
   return reply.code(204).send();
 }

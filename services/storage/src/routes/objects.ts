@@ -6,8 +6,8 @@
 import { durationMs, type RoutePlugin } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { StorageDeps } from '../app.ts';
-import { listObjects, listQuery } from './object-list.ts';
+import type { StorageContext } from '../domain/context.ts';
+import { listBucket, listQuery } from './object-list.ts';
 import { defaultBucket, defaultTarget, namedTarget, type Target } from './object-target.ts';
 import { deleteObject, downloadObject, headObject, uploadObject } from './object-transfer.ts';
 import {
@@ -21,7 +21,12 @@ import {
   storeErrorResponses,
 } from './schemas.ts';
 
-type Handler = (deps: StorageDeps, target: Target, request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+const LIST_PAGING =
+  'Entries are sorted by key (UTF-8 bytes). When more entries follow, the response carries `X-Next-Cursor` (pass it ' +
+  'as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for ' +
+  'the deprecated `start_after`).';
+
+type Handler = (ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
 
 /**
  * An answer with headers only (HEAD, 304, 204). `type: 'null'` in the JSON schema is what tells @fastify/swagger
@@ -49,7 +54,7 @@ const operations: Array<{
       201: objectInfoSchema,
       ...storeErrorResponses,
       400: problemResponse('VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY'),
-      413: problemResponse('PAYLOAD_TOO_LARGE: the upload is over maxUploadSize'),
+      413: problemResponse('PAYLOAD_TOO_LARGE: the upload is over max_upload_size'),
     },
   },
   {
@@ -88,10 +93,10 @@ const operations: Array<{
   },
 ];
 
-export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
+export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
-  const transferTimeoutMs = durationMs(deps.config.object_store.transferTimeout);
+  const transferTimeoutMs = durationMs(ctx.config.object_store.transfer_timeout);
 
   app.get(
     '/objects/:bucketName/list',
@@ -100,12 +105,13 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
       schema: {
         tags: ['objects'],
         summary: 'List the objects of a bucket',
+        description: LIST_PAGING,
         params: bucketParams,
         querystring: listQuery,
         response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
       },
     },
-    async (request, reply) => listObjects(deps, request.params.bucketName, request.query, reply),
+    async (request, reply) => listBucket(ctx, request.params.bucketName, request.query, request, reply),
   );
   app.get(
     '/objects/list',
@@ -114,11 +120,12 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
       schema: {
         tags: ['objects (default bucket)'],
         summary: 'List the objects of the default bucket',
+        description: LIST_PAGING,
         querystring: listQuery,
         response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
       },
     },
-    async (request, reply) => listObjects(deps, defaultBucket(deps.config), request.query, reply),
+    async (request, reply) => listBucket(ctx, defaultBucket(ctx.config), request.query, request, reply),
   );
 
   for (const op of operations) {
@@ -134,7 +141,7 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
       exposeHeadRoute: false,
       config,
       schema: { tags: ['objects'], summary: op.summary, params: bucketKeyParams, ...op.schema, response: op.response },
-      handler: (request, reply) => op.handler(deps, namedTarget(request.params), request, reply),
+      handler: (request, reply) => op.handler(ctx, namedTarget(request.params), request, reply),
     });
     app.route({
       method: op.method,
@@ -148,7 +155,7 @@ export const objectRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
         ...op.schema,
         response: op.response,
       },
-      handler: (request, reply) => op.handler(deps, defaultTarget(deps.config, request.params), request, reply),
+      handler: (request, reply) => op.handler(ctx, defaultTarget(ctx.config, request.params), request, reply),
     });
   }
 };

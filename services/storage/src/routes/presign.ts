@@ -1,7 +1,7 @@
 /** Presigned GET/PUT URLs against the object store, bucket-named and default-bucket. */
 import { errors, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
-import type { StorageDeps } from '../app.ts';
+import type { StorageContext } from '../domain/context.ts';
 import { DEFAULT_EXPIRY, expirySeconds } from '../domain/expiry.ts';
 import { defaultTarget, namedTarget, type Target } from './object-target.ts';
 import { bucketKeyParams, errorResponses, keyParams } from './schemas.ts';
@@ -22,12 +22,12 @@ const presignResponse = z.object({
   expires_at: z.string().describe('RFC 3339 UTC'),
 });
 
-async function presign(deps: StorageDeps, target: Target, body: z.infer<typeof presignBody>) {
+async function presign(ctx: StorageContext, target: Target, body: z.infer<typeof presignBody>) {
   const expiry = expirySeconds(body.expiry);
   if ('problem' in expiry) {
     throw errors.validation(`invalid expiry: ${expiry.problem}`, [{ path: 'body.expiry', message: expiry.problem }]);
   }
-  const url = await deps.store.presign(target.bucket, target.key, body.method, expiry.seconds);
+  const url = await ctx.store.presign(target.bucket, target.key, body.method, expiry.seconds);
   return {
     url,
     method: body.method,
@@ -37,7 +37,7 @@ async function presign(deps: StorageDeps, target: Target, body: z.infer<typeof p
   };
 }
 
-export const presignRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
+export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   const response = { 200: presignResponse, ...errorResponses };
   app.post(
     '/presigned-url/:bucketName/*',
@@ -50,7 +50,7 @@ export const presignRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
         response,
       },
     },
-    async (request) => presign(deps, namedTarget(request.params), request.body),
+    async (request) => presign(ctx, namedTarget(request.params), request.body),
   );
   app.post(
     '/presigned-url/*',
@@ -63,6 +63,6 @@ export const presignRoutes: RoutePlugin<StorageDeps> = async (app, deps) => {
         response,
       },
     },
-    async (request) => presign(deps, defaultTarget(deps.config, request.params), request.body),
+    async (request) => presign(ctx, defaultTarget(ctx.config, request.params), request.body),
   );
 };

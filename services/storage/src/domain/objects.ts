@@ -1,0 +1,79 @@
+/**
+ * Object operations and their rules:
+ * - an upload answers the stored object as the store describes it afterwards (size, ETag, content type);
+ * - DELETE of a missing object is OBJECT_NOT_FOUND (S3 answers 204 either way), and of an object in a missing
+ *   bucket BUCKET_NOT_FOUND, as every other route answers;
+ * - a 304 carries the validators (ETag, Last-Modified) RFC 9110 asks for, fetched when the store left them out.
+ * Reads pass straight through to the store (their conditions: `read-rules.ts`).
+ */
+import { isAppError } from '@gpu/common';
+import type {
+  NotModified,
+  ObjectBody,
+  ObjectEntry,
+  ObjectHead,
+  ObjectStore,
+  ReadConditions,
+  UploadRequest,
+} from './store.ts';
+
+/** Where an object lives. */
+export interface Target {
+  bucket: string;
+  key: string;
+}
+
+/** Stores an upload and describes the object stored. */
+export async function uploadObject(store: ObjectStore, req: UploadRequest): Promise<ObjectEntry> {
+  await store.upload(req);
+  const head = await store.head(req.bucket, req.key, {});
+  return {
+    key: req.key,
+    size: head.contentLength,
+    lastModified: head.lastModified,
+    contentType: head.contentType,
+    etag: head.etag,
+    isPrefix: false,
+  };
+}
+
+/** The object's bytes (or the range asked for), or `NotModified`. */
+export function readObject(
+  store: ObjectStore,
+  target: Target,
+  cond: ReadConditions,
+  signal?: AbortSignal,
+): Promise<ObjectBody> {
+  return store.get(target.bucket, target.key, cond, signal);
+}
+
+/** The object's headers, or `NotModified`. */
+export function headObject(store: ObjectStore, target: Target, cond: ReadConditions): Promise<ObjectHead> {
+  return store.head(target.bucket, target.key, cond);
+}
+
+export async function deleteObject(store: ObjectStore, target: Target): Promise<void> {
+  try {
+    await store.head(target.bucket, target.key, {});
+  } catch (err) {
+    // A HEAD's 404 has no body to tell a missing key from a missing bucket: ask about the bucket then.
+    if (isAppError(err) && err.code === 'OBJECT_NOT_FOUND') await store.bucketMustExist(target.bucket);
+    throw err;
+  }
+  await store.delete(target.bucket, target.key);
+}
+
+/** The validators of a 304: those the store sent, else the object's own. */
+export async function notModifiedValidators(
+  store: ObjectStore,
+  target: Target,
+  err: NotModified,
+): Promise<{ etag?: string; lastModified?: string }> {
+  let { etag, lastModified } = err;
+  if (!etag || !lastModified) {
+    const head = await store.head(target.bucket, target.key, {});
+    etag ??= head.etag;
+    lastModified ??= head.lastModified?.toUTCString();
+  }
+  return { etag, lastModified };
+}

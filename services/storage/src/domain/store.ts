@@ -1,0 +1,95 @@
+/**
+ * The object store as the domain sees it: the narrow interface the rules
+ * call, implemented over S3 by `adapters/object-store.ts`. Failures arrive as
+ * the service's errors (`errors.ts`) or `NotModified`.
+ */
+import type { Readable } from 'node:stream';
+
+/** An object, or a common prefix ("folder") of a one-level listing. */
+export interface ObjectEntry {
+  key: string;
+  size: number;
+  lastModified?: Date;
+  /** Known after an upload or a HEAD; not in a store listing. */
+  contentType?: string;
+  etag?: string;
+  /** A common prefix of a one-level listing (`data/`). */
+  isPrefix: boolean;
+}
+
+export interface ObjectHead {
+  contentType: string;
+  contentLength: number;
+  etag: string | undefined;
+  lastModified: Date | undefined;
+  contentRange?: string;
+}
+
+export interface ObjectBody extends ObjectHead {
+  body: Readable;
+  partial: boolean;
+}
+
+/** A read's conditions, as the store takes them (see `read-rules.ts` for which ones are passed on). */
+export interface ReadConditions {
+  range?: string;
+  ifNoneMatch?: string;
+  ifModifiedSince?: Date;
+}
+
+/** A conditional read whose condition says "not modified", with the validators the store sent (if any). */
+export class NotModified extends Error {
+  constructor(
+    readonly etag?: string,
+    readonly lastModified?: string,
+  ) {
+    super('not modified');
+  }
+}
+
+export interface UploadRequest {
+  bucket: string;
+  key: string;
+  body: Readable;
+  contentType: string;
+  /** Known length (Content-Length) or undefined for a chunked body. */
+  contentLength?: number;
+  signal?: AbortSignal;
+}
+
+/** One request for a page of the store's own listing. */
+export interface StorePageRequest {
+  bucket: string;
+  prefix: string;
+  /** One level: keys below a `/` after the prefix come back as their folder. */
+  oneLevel: boolean;
+  /** Where the listing starts (ignored when `token` continues one). */
+  startAfter?: string;
+  /** The store's continuation token of the previous page. */
+  token?: string;
+  maxKeys: number;
+}
+
+/** One page of the store's listing: folders and objects, and the token of the next page when there is one. */
+export interface StorePage {
+  folders: string[];
+  objects: ObjectEntry[];
+  nextToken?: string;
+}
+
+/** The operations the domain and routes need; tests and other stores can implement it. */
+export interface ObjectStore {
+  ping(): Promise<void>;
+  ensureBucket(bucket: string): Promise<'created' | 'exists'>;
+  /** Throws BUCKET_NOT_FOUND when the bucket does not exist. */
+  bucketMustExist(bucket: string): Promise<void>;
+  /** Stores the body (streamed; multipart where large). */
+  upload(req: UploadRequest): Promise<void>;
+  get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody>;
+  head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead>;
+  /** Deletes the key; the store answers alike whether it existed or not. */
+  delete(bucket: string, key: string): Promise<void>;
+  listPage(req: StorePageRequest): Promise<StorePage>;
+  presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
+  close(): void;
+}
