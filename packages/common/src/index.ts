@@ -33,6 +33,14 @@ export {
 export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
 export { GroupCommit, type GroupCommitOptions } from './db/group-commit.ts';
 export { migrateToLatest } from './db/migrate.ts';
+export {
+  type RateLimitDatabase,
+  type RateLimitExecutor,
+  RateLimiter,
+  type RateLimiterOptions,
+  type RateLimitTable,
+  type RateRule,
+} from './db/rate-limiter.ts';
 export { isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
 export { isDependencyDown } from './dependency-errors.ts';
 export { durationMs, parseDuration, zDuration } from './duration.ts';

@@ -1,5 +1,5 @@
 /** Makes the AuthContext from configuration: hasher, policy, keys and limiter over an open database. */
-import type { Logger } from '@gpu/common';
+import { type Logger, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from './config.ts';
 import type { AuthDatabase } from './db/schema.ts';
@@ -7,7 +7,6 @@ import { loadBlocklist } from './domain/common-passwords.ts';
 import type { AuthContext } from './domain/context.ts';
 import { PasswordHasher } from './domain/password-hasher.ts';
 import { PasswordPolicy } from './domain/password-policy.ts';
-import { RateLimiter } from './domain/rate-limiter.ts';
 import { SigningKeys } from './domain/signing-keys.ts';
 
 /** How long a retired signing key stays published beyond the access-token lifetime (rolling deploys, clock skew). */
@@ -42,6 +41,9 @@ export async function createAuthContext(
       maxLength: password.max_length,
       blocklist: loadBlocklist(password.blocklist_file),
     }),
-    limiter: new RateLimiter(config.rate_limit.enabled),
+    limiter: new RateLimiter(db, {
+      enabled: config.rate_limit.enabled,
+      onPurgeError: (err) => logger.warn({ err }, 'purging ended rate-limit windows failed'),
+    }),
   };
 }

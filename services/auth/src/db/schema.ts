@@ -1,5 +1,5 @@
 /** Kysely table types of the auth service's database. */
-import type { Role } from '@gpu/common';
+import type { RateLimitTable, Role } from '@gpu/common';
 import type { ColumnType, Generated, JSONColumnType } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -47,4 +47,6 @@ export interface AuthDatabase {
   users: UsersTable;
   refresh_tokens: RefreshTokensTable;
   signing_keys: SigningKeysTable;
+  /** Rate-limit windows, written only by the `RateLimiter` of @gpu/common. */
+  rate_limits: RateLimitTable;
 }

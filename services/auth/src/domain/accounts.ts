@@ -27,8 +27,8 @@ export async function register(
 ): Promise<UserRow> {
   const limits = ctx.config.rate_limit;
   const email = normaliseEmail(input.email);
-  ctx.limiter.consume(limits.register_per_ip, 'register-ip', clientIp);
-  ctx.limiter.consume(limits.register_per_account, 'register-account', email);
+  await ctx.limiter.consume(limits.register_per_ip, 'register-ip', clientIp);
+  await ctx.limiter.consume(limits.register_per_account, 'register-account', email);
   const roles = uniqueRoles(input.roles ?? ['renter']);
   const forbidden = roles.find((r) => !SELF_ASSIGNABLE_ROLES.includes(r));
   if (forbidden) throw authErrors.roleNotSelfAssignable(forbidden);

@@ -1,11 +1,10 @@
 /** What the auth flows need: the database and the building blocks made once at start-up. */
-import type { Logger } from '@gpu/common';
+import type { Logger, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from '../config.ts';
 import type { AuthDatabase } from '../db/schema.ts';
 import type { PasswordHasher } from './password-hasher.ts';
 import type { PasswordPolicy } from './password-policy.ts';
-import type { RateLimiter } from './rate-limiter.ts';
 import type { SigningKeys } from './signing-keys.ts';
 
 export interface AuthContext {
@@ -15,5 +14,6 @@ export interface AuthContext {
   hasher: PasswordHasher;
   policy: PasswordPolicy;
   keys: SigningKeys;
+  /** Rate limits counted in the database, so they hold across instances. */
   limiter: RateLimiter;
 }

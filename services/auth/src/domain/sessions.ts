@@ -28,13 +28,13 @@ export async function login(
 ): Promise<TokenPair> {
   const limits = ctx.config.rate_limit;
   const email = normaliseEmail(input.email);
-  ctx.limiter.consume(limits.login_per_ip, 'login-ip', clientIp);
-  ctx.limiter.check(limits.login_per_account, 'login-account', email);
+  await ctx.limiter.consume(limits.login_per_ip, 'login-ip', clientIp);
+  await ctx.limiter.check(limits.login_per_account, 'login-account', email);
   const password = normalisePassword(input.password);
   const user = await findUserByEmail(ctx.db, email);
   const ok = user ? await ctx.hasher.verify(user.password_hash, password) : await ctx.hasher.verifyDummy(password);
   if (!user || !ok) {
-    ctx.limiter.hit(limits.login_per_account, 'login-account', email);
+    await ctx.limiter.hit(limits.login_per_account, 'login-account', email);
     throw authErrors.invalidCredentials();
   }
   if (ctx.hasher.needsRehash(user.password_hash)) {
@@ -51,7 +51,7 @@ type RefreshOutcome =
 /** Exchanges a refresh token for a new access token and a new refresh token. */
 export async function refresh(ctx: AuthContext, refreshToken: string, clientIp: string): Promise<TokenPair> {
   const limits = ctx.config.rate_limit;
-  ctx.limiter.consume(limits.refresh_per_ip, 'refresh-ip', clientIp);
+  await ctx.limiter.consume(limits.refresh_per_ip, 'refresh-ip', clientIp);
   const reuseIntervalMs = durationMs(ctx.config.jwt.refresh_reuse_interval);
   const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
     const row = await findRefreshTokenForUpdate(trx, hashRefreshToken(refreshToken));
@@ -64,7 +64,8 @@ export async function refresh(ctx: AuthContext, refreshToken: string, clientIp: 
       await revokeFamily(trx, row.family_id, 'reuse_detected', now);
       return { failure: 'reused', ...ids };
     }
-    ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id);
+    // Counted on the transaction's connection: no second connection is taken while this one is held.
+    await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id, trx);
     const user = await findUserById(trx, row.user_id);
     if (!user) return { failure: 'gone', ...ids };
     if (!row.used_at) await markUsed(trx, row.id, now);

@@ -1,7 +1,9 @@
 /** The auth service's migrations, in order; run by `migrateToLatest` from @gpu/common. */
 import type { Migration } from 'kysely';
 import * as initial from './20250101000000_initial.ts';
+import * as rateLimits from './20250201000000_rate_limits.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_initial': initial,
+  '20250201000000_rate_limits': rateLimits,
 };

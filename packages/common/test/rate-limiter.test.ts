@@ -1,0 +1,145 @@
+import { randomBytes } from 'node:crypto';
+import { type Kysely, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AppError, type Database, openDatabase, type RateLimitDatabase, RateLimiter } from '../src/index.ts';
+import { createTestDatabase, type TestDatabase } from '../src/testing/index.ts';
+
+let testDb: TestDatabase;
+let database: Database<RateLimitDatabase>;
+let db: Kysely<RateLimitDatabase>;
+
+beforeAll(async () => {
+  testDb = await createTestDatabase('common_rate_limits');
+  database = await openDatabase<RateLimitDatabase>({ url: testDb.url, poolSize: 20 });
+  db = database.db;
+  await sql`CREATE UNLOGGED TABLE rate_limits (
+    name text NOT NULL, key text NOT NULL, count integer NOT NULL, reset_at timestamptz NOT NULL,
+    PRIMARY KEY (name, key))`.execute(db);
+  await sql`CREATE INDEX rate_limits_reset_at ON rate_limits (reset_at)`.execute(db);
+});
+
+afterAll(async () => {
+  await database?.close();
+  await testDb?.drop();
+});
+
+const key = () => randomBytes(6).toString('hex');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The refusal a call ended with, or undefined when it went through. */
+async function refusal(call: Promise<void>): Promise<AppError | undefined> {
+  try {
+    await call;
+    return undefined;
+  } catch (err) {
+    if (err instanceof AppError) return err;
+    throw err;
+  }
+}
+
+describe('RateLimiter (PostgreSQL)', () => {
+  it('lets max events through per window and refuses the next with a Retry-After', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 3, windowMs: 60_000 };
+    const k = key();
+    for (let i = 0; i < 3; i++) await limiter.consume(rule, 'test', k);
+    const err = await refusal(limiter.consume(rule, 'test', k));
+    expect(err?.kind).toBe('rate_limited');
+    expect(err?.code).toBe('RATE_LIMITED');
+    const retryAfter = Number(err?.headers?.['retry-after']);
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    // Another key and another rule name count on their own.
+    await limiter.consume(rule, 'test', key());
+    await limiter.consume(rule, 'other', k);
+  });
+
+  it('check refuses a used-up window without counting; hit counts without refusing', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 2, windowMs: 60_000 };
+    const k = key();
+    await limiter.check(rule, 'failures', k);
+    await limiter.hit(rule, 'failures', k);
+    await limiter.check(rule, 'failures', k);
+    await limiter.hit(rule, 'failures', k);
+    await limiter.hit(rule, 'failures', k);
+    expect((await refusal(limiter.check(rule, 'failures', k)))?.code).toBe('RATE_LIMITED');
+    const row = await db.selectFrom('rate_limits').select('count').where('key', '=', k).executeTakeFirstOrThrow();
+    expect(row.count).toBe(3);
+  });
+
+  it('opens a new window once the old one ended', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 2, windowMs: 300 };
+    const k = key();
+    await limiter.consume(rule, 'expiry', k);
+    await limiter.consume(rule, 'expiry', k);
+    expect(await refusal(limiter.consume(rule, 'expiry', k))).toBeDefined();
+    expect(await refusal(limiter.check(rule, 'expiry', k))).toBeDefined();
+    await sleep(400);
+    await limiter.check(rule, 'expiry', k);
+    await limiter.consume(rule, 'expiry', k);
+    await limiter.consume(rule, 'expiry', k);
+    expect(await refusal(limiter.consume(rule, 'expiry', k))).toBeDefined();
+  });
+
+  it('lets exactly max of N concurrent consumes through, across limiters on separate pools', async () => {
+    const other = await openDatabase<RateLimitDatabase>({ url: testDb.url, poolSize: 20 });
+    try {
+      const limiters = [new RateLimiter(db), new RateLimiter(other.db)];
+      const rule = { max: 7, windowMs: 60_000 };
+      const k = key();
+      const outcomes = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => refusal(limiters[i % 2]!.consume(rule, 'race', k))),
+      );
+      expect(outcomes.filter((o) => o === undefined)).toHaveLength(7);
+      expect(outcomes.filter((o) => o?.code === 'RATE_LIMITED')).toHaveLength(33);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('counts inside a transaction, which keeps or drops the count with it', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 1, windowMs: 60_000 };
+    const k = key();
+    await db
+      .transaction()
+      .execute(async (trx) => {
+        await limiter.consume(rule, 'trx', k, trx);
+        throw new Error('roll back');
+      })
+      .catch(() => {});
+    await limiter.consume(rule, 'trx', k);
+    expect(await refusal(limiter.consume(rule, 'trx', k))).toBeDefined();
+  });
+
+  it('purges ended windows, on demand and every purgeEvery counts', async () => {
+    const rule = { max: 5, windowMs: 50 };
+    const k = key();
+    await new RateLimiter(db).consume(rule, 'purge', k);
+    await sleep(100);
+    expect(await new RateLimiter(db).purgeExpired()).toBeGreaterThanOrEqual(1);
+    const left = await db.selectFrom('rate_limits').select('key').where('name', '=', 'purge').execute();
+    expect(left).toEqual([]);
+
+    const lazy = new RateLimiter(db, { purgeEvery: 3 });
+    await lazy.hit(rule, 'lazy', key());
+    await lazy.hit(rule, 'lazy', key());
+    await sleep(100);
+    await lazy.hit(rule, 'lazy', key()); // the third count starts a purge in the background
+    await expect
+      .poll(async () => (await db.selectFrom('rate_limits').select('key').where('name', '=', 'lazy').execute()).length)
+      .toBe(1);
+  });
+
+  it('does nothing when disabled', async () => {
+    const limiter = new RateLimiter(db, { enabled: false });
+    const rule = { max: 1, windowMs: 60_000 };
+    const k = key();
+    for (let i = 0; i < 5; i++) await limiter.consume(rule, 'off', k);
+    await limiter.check(rule, 'off', k);
+    const rows = await db.selectFrom('rate_limits').select('key').where('name', '=', 'off').execute();
+    expect(rows).toEqual([]);
+  });
+});
