@@ -1,10 +1,9 @@
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type ServerProcess, spawnServer, waitForHttp } from '../src/testing/index.ts';
+import { freePort, type ServerProcess, spawnServer, waitForHttp } from '../src/testing/index.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const portBase = Number(process.env.TEST_PORT_BASE ?? 55400) + 40;
 
 interface Service extends ServerProcess {
   base: string;
@@ -13,7 +12,8 @@ interface Service extends ServerProcess {
 const started: ChildProcess[] = [];
 
 /** Starts test/fixtures/service.ts with `env` and waits until it answers /health. */
-async function startService(port: number, env: Record<string, string>): Promise<Service> {
+async function startService(env: Record<string, string>): Promise<Service> {
+  const port = await freePort();
   const proc = spawnServer('test/fixtures/service.ts', {
     cwd: root,
     env: { PATH: process.env.PATH, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env },
@@ -35,7 +35,7 @@ afterEach(() => {
 
 describe('graceful shutdown (shutdown_timeout)', () => {
   it('lets an in-flight request finish, then exits 0 without waiting for the bound', async () => {
-    const service = await startService(portBase, { FIXTURE__SHUTDOWN_TIMEOUT: '10s' });
+    const service = await startService({ FIXTURE__SHUTDOWN_TIMEOUT: '10s' });
     const response = fetch(`${service.base}/slow?ms=800`).then(async (r) => ({
       status: r.status,
       body: await r.json(),
@@ -53,7 +53,7 @@ describe('graceful shutdown (shutdown_timeout)', () => {
   });
 
   it('exits 1 once the bound has passed when a request is still in flight', async () => {
-    const service = await startService(portBase + 1, { FIXTURE__SHUTDOWN_TIMEOUT: '1s' });
+    const service = await startService({ FIXTURE__SHUTDOWN_TIMEOUT: '1s' });
     const response = fetch(`${service.base}/slow?ms=20000`).then(
       (r) => r.status,
       () => 'connection closed',
@@ -74,7 +74,7 @@ describe('LOG_PRETTY', () => {
   const jsonLines = (text: string) => text.split('\n').filter((l) => l.trim());
 
   it('writes one JSON object a line unless asked', async () => {
-    const service = await startService(portBase + 2, {});
+    const service = await startService({});
     service.child.kill('SIGTERM');
     await service.exited;
     const lines = jsonLines(service.output());
@@ -87,7 +87,7 @@ describe('LOG_PRETTY', () => {
   });
 
   it('writes human-readable lines when LOG_PRETTY=true', async () => {
-    const service = await startService(portBase + 3, { LOG_PRETTY: 'true' });
+    const service = await startService({ LOG_PRETTY: 'true' });
     service.child.kill('SIGTERM');
     await service.exited;
     const listening = jsonLines(service.output()).find((l) => l.includes('fixture-service listening'));

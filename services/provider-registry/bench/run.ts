@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { migrateToLatest } from '@gpu/common';
+import { freePort } from '@gpu/common/testing';
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
@@ -30,7 +31,7 @@ const HEARTBEAT_CONCURRENCY = 16;
 const POOL_SIZE = 20;
 const OFFLINE_AFTER_MS = 3_600_000;
 const root = fileURLToPath(new URL('..', import.meta.url));
-const port = Number(process.env.TEST_PORT_BASE ?? 55400) + 7;
+const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 
 const log = (msg: string) => process.stderr.write(`[bench registry] ${msg}\n`);

@@ -1,4 +1,5 @@
 import { connectPublisher, createLogger, type Database } from '@gpu/common';
+import { freePort } from '@gpu/common/testing';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type RegistryApp } from '../src/app.ts';
@@ -7,12 +8,12 @@ import type { RegistryDB } from '../src/db/schema.ts';
 import { DedicatedPostgres } from './dedicated-postgres.ts';
 import { migratedDatabase, register } from './helpers.ts';
 
-const port = Number(process.env.TEST_PORT_BASE ?? 55400) + 9;
-const server = new DedicatedPostgres(port);
+let server: DedicatedPostgres;
 let database: Database<RegistryDB>;
 let app: RegistryApp;
 
 beforeAll(async () => {
+  server = new DedicatedPostgres(await freePort());
   server.init().start();
   database = await migratedDatabase(server.url);
   const config = registryConfigSchema.parse({

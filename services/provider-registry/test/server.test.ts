@@ -2,17 +2,19 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConsulRecorder, type ServerProcess, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
+import { ConsulRecorder, freePort, type ServerProcess, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const port = Number(process.env.TEST_PORT_BASE ?? 55400) + 8;
-const base = `http://127.0.0.1:${port}`;
+let port: number;
+let base: string;
 const consul = new ConsulRecorder();
 const dataDir = mkdtempSync(join(tmpdir(), 'registry-pglite-'));
 let proc: ServerProcess;
 
 beforeAll(async () => {
+  port = await freePort();
+  base = `http://127.0.0.1:${port}`;
   const consulAddress = await consul.start();
   proc = spawnServer('src/server.ts', {
     cwd: root,

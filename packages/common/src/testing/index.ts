@@ -1,4 +1,4 @@
 export { ConsulRecorder, type RecordedCall } from './consul-recorder.ts';
 export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
 export { captureLogs } from './logs.ts';
-export { type ServerProcess, spawnServer, waitForHttp } from './server-process.ts';
+export { freePort, type ServerProcess, spawnServer, waitForHttp } from './server-process.ts';

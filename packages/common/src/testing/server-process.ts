@@ -51,3 +51,21 @@ export async function waitForHttp(
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/**
+ * A TCP port nobody listens on right now, chosen by the kernel. Tests that start their own server process use it
+ * instead of a fixed number: a fixed port in the ephemeral range (32768-60999 on Linux) can be held at that moment by
+ * any outgoing connection on the machine, and the server then fails with EADDRINUSE.
+ */
+export async function freePort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      probe.close(() => resolve(port));
+    });
+  });
+}
