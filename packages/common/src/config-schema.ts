@@ -68,6 +68,28 @@ export const registrySchema = z
   }));
 
 /**
+ * Access control (`access`): how a service verifies the platform's access tokens. On by default everywhere;
+ * `enabled: false` lets every request act as an admin and is for an isolated development setup only (the
+ * service warns at start-up).
+ */
+export const accessSchema = z
+  .object({
+    enabled: zBool().default(true),
+    /** The auth service's JWKS, for EdDSA (the default), ES256 and RS256 tokens. */
+    jwks_url: z.string().default('http://127.0.0.1:8000/.well-known/jwks.json'),
+    /** An HS256 shared secret instead of the JWKS (a single-process setup); at least 32 characters. */
+    secret: z
+      .string()
+      .default('')
+      .refine((s) => s === '' || s.length >= 32, 'an HS256 secret needs at least 32 characters'),
+    issuer: z.string().min(1).default('gpu-platform-auth'),
+    audience: z.string().min(1).default('gpu-platform'),
+    /** How long a fetched JWKS is used before it is fetched again (an unknown `kid` fetches it sooner). */
+    jwks_cache: zDuration().default('10m'),
+  })
+  .prefault({});
+
+/**
  * The shape of the settings every service shares. A service spreads it into
  * its own schema: `z.object({ ...baseConfigShape(8001), object_store: ... })`.
  */
@@ -92,6 +114,7 @@ export function baseConfigShape(defaultPort: number) {
       })
       .prefault({}),
     registry: registrySchema,
+    access: accessSchema,
   };
 }
 
@@ -110,6 +133,10 @@ export const baseEnvAliases: Record<string, string> = {
   INSTANCE_ID: 'instance_id',
   CONSUL_ADDRESS: 'registry.address',
   CONSUL_ENABLED: 'registry.enabled',
+  ACCESS_CONTROL_ENABLED: 'access.enabled',
+  AUTH_JWKS_URL: 'access.jwks_url',
+  AUTH_ISSUER: 'access.issuer',
+  AUTH_AUDIENCE: 'access.audience',
 };
 
 /**

@@ -1,21 +1,39 @@
 export type { FastifyPluginAsyncZod as RoutePlugin, ZodTypeProvider } from 'fastify-type-provider-zod';
 export {
+  type AccessControlOptions,
+  accessControl,
   authenticate,
-  bearerAuth,
   bearerTokenOf,
-  requireAuth,
-  requireRole,
-} from './auth/bearer-auth.ts';
+  callerOf,
+  isPublicRoute,
+  verifyBearer,
+} from './auth/access-control.ts';
+export {
+  hasRole,
+  isPrivileged,
+  mayActFor,
+  type Principal,
+  principalOf,
+  UNCHECKED_PRINCIPAL,
+} from './auth/principal.ts';
+export {
+  CLIENT_ROLES,
+  type ClientRole,
+  isClientRole,
+  ROLES,
+  type Role,
+  USER_ROLES,
+  type UserRole,
+} from './auth/roles.ts';
 export {
   type AccessTokenClaims,
   createTokenVerifier,
-  ROLES,
-  type Role,
   type TokenVerifier,
   type TokenVerifierOptions,
 } from './auth/token-verifier.ts';
 export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
+  accessSchema,
   type BaseConfig,
   baseConfigSchema,
   baseConfigShape,

@@ -1,13 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { type App, baseConfigSchema, createApp, createLogger, errors } from '../src/index.ts';
-import { captureLogs } from '../src/testing/index.ts';
+import { type Caller, captureLogs, startTestIssuer, type TestIssuer } from '../src/testing/index.ts';
 
 const logs = captureLogs();
 let app: App;
+let issuer: TestIssuer;
+let caller: Caller;
+
+type InjectOptions = import('fastify').InjectOptions;
+
+/** app.inject with a valid access token (every route of these tests needs one). */
+const inject = (opts: InjectOptions) =>
+  app.inject({ ...opts, headers: { ...caller.headers, ...(opts.headers as Record<string, string>) } });
 
 beforeAll(async () => {
+  issuer = await startTestIssuer();
+  caller = await issuer.user(['renter']);
   const config = baseConfigSchema.parse({
+    access: issuer.accessConfig,
     request_timeout: '200ms',
     server: { trusted_proxies: ['127.0.0.1'], cors_origins: ['https://app.example'] },
   });
@@ -46,11 +57,12 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await app.close();
+  await issuer.close();
 });
 
 describe('app factory', () => {
   it('validates bodies and answers a problem body with field errors', async () => {
-    const res = await app.inject({ method: 'POST', url: '/echo', payload: { name: '', count: -1 } });
+    const res = await inject({ method: 'POST', url: '/echo', payload: { name: '', count: -1 } });
     expect(res.statusCode).toBe(400);
     expect(res.headers['content-type']).toContain('application/problem+json');
     const body = res.json();
@@ -60,7 +72,7 @@ describe('app factory', () => {
   });
 
   it('answers malformed JSON with 400 MALFORMED_JSON', async () => {
-    const res = await app.inject({
+    const res = await inject({
       method: 'POST',
       url: '/echo',
       payload: '{"name": ',
@@ -71,32 +83,32 @@ describe('app factory', () => {
   });
 
   it('turns a thrown error into a 500 problem without internals, and keeps serving', async () => {
-    const res = await app.inject({ method: 'GET', url: '/boom' });
+    const res = await inject({ method: 'GET', url: '/boom' });
     expect(res.statusCode).toBe(500);
     expect(res.json()).toMatchObject({ code: 'INTERNAL_ERROR', status: 500 });
     expect(res.body).not.toContain('secret sql');
     expect(res.body).not.toContain('at ');
-    const again = await app.inject({ method: 'GET', url: '/health' });
+    const again = await inject({ method: 'GET', url: '/health' });
     expect(again.statusCode).toBe(200);
   });
 
   it('maps typed errors to their status and code', async () => {
-    const res = await app.inject({ method: 'GET', url: '/missing' });
+    const res = await inject({ method: 'GET', url: '/missing' });
     expect(res.statusCode).toBe(404);
     expect(res.json()).toMatchObject({ code: 'THING_NOT_FOUND', detail: 'thing 42 not found' });
-    const unauth = await app.inject({ method: 'GET', url: '/unauth' });
+    const unauth = await inject({ method: 'GET', url: '/unauth' });
     expect(unauth.statusCode).toBe(401);
     expect(unauth.headers['www-authenticate']).toBe('Bearer');
   });
 
   it('answers unknown routes with a 404 problem', async () => {
-    const res = await app.inject({ method: 'GET', url: '/nope?x=1' });
+    const res = await inject({ method: 'GET', url: '/nope?x=1' });
     expect(res.statusCode).toBe(404);
     expect(res.json()).toMatchObject({ code: 'ROUTE_NOT_FOUND' });
   });
 
   it('accepts sane request and correlation IDs, echoes them and logs them', async () => {
-    const res = await app.inject({
+    const res = await inject({
       method: 'POST',
       url: '/echo',
       payload: { name: 'a', count: 1 },
@@ -111,7 +123,7 @@ describe('app factory', () => {
   });
 
   it('replaces insane IDs with generated UUIDs', async () => {
-    const res = await app.inject({
+    const res = await inject({
       method: 'GET',
       url: '/health',
       headers: { 'x-request-id': 'bad id with spaces', 'x-correlation-id': 'x'.repeat(500) },
@@ -121,7 +133,7 @@ describe('app factory', () => {
   });
 
   it('takes the client IP from X-Forwarded-For only from a trusted proxy', async () => {
-    const trusted = await app.inject({
+    const trusted = await inject({
       method: 'POST',
       url: '/echo',
       payload: { name: 'a', count: 1 },
@@ -129,7 +141,7 @@ describe('app factory', () => {
       headers: { 'x-forwarded-for': '203.0.113.9' },
     });
     expect(trusted.json().ip).toBe('203.0.113.9');
-    const untrusted = await app.inject({
+    const untrusted = await inject({
       method: 'POST',
       url: '/echo',
       payload: { name: 'a', count: 1 },
@@ -137,7 +149,7 @@ describe('app factory', () => {
       headers: { 'x-forwarded-for': '203.0.113.9', 'x-real-ip': '203.0.113.10' },
     });
     expect(untrusted.json().ip).toBe('10.1.2.3');
-    const realIp = await app.inject({
+    const realIp = await inject({
       method: 'POST',
       url: '/echo',
       payload: { name: 'a', count: 1 },
@@ -148,24 +160,24 @@ describe('app factory', () => {
   });
 
   it('times out slow requests with 503 unless the route opts out', async () => {
-    const res = await app.inject({ method: 'GET', url: '/slow' });
+    const res = await inject({ method: 'GET', url: '/slow' });
     expect(res.statusCode).toBe(503);
     expect(res.json().code).toBe('REQUEST_TIMEOUT');
-    const allowed = await app.inject({ method: 'GET', url: '/slow-allowed' });
+    const allowed = await inject({ method: 'GET', url: '/slow-allowed' });
     expect(allowed.statusCode).toBe(200);
   });
 
   it('sends CORS headers for allowed origins only', async () => {
-    const ok = await app.inject({ method: 'GET', url: '/health', headers: { origin: 'https://app.example' } });
+    const ok = await inject({ method: 'GET', url: '/health', headers: { origin: 'https://app.example' } });
     expect(ok.headers['access-control-allow-origin']).toBe('https://app.example');
     expect(String(ok.headers['access-control-expose-headers'])).toContain('x-next-cursor');
-    const other = await app.inject({ method: 'GET', url: '/health', headers: { origin: 'https://evil.example' } });
+    const other = await inject({ method: 'GET', url: '/health', headers: { origin: 'https://evil.example' } });
     expect(other.headers['access-control-allow-origin']).toBeUndefined();
   });
 
   it('allows browsers to PUT and DELETE with the contract headers, and to read the response headers', async () => {
     for (const method of ['PUT', 'DELETE']) {
-      const res = await app.inject({
+      const res = await inject({
         method: 'OPTIONS',
         url: '/objects/b/k',
         headers: {
@@ -192,7 +204,7 @@ describe('app factory', () => {
         ]),
       );
     }
-    const ok = await app.inject({ method: 'GET', url: '/health', headers: { origin: 'https://app.example' } });
+    const ok = await inject({ method: 'GET', url: '/health', headers: { origin: 'https://app.example' } });
     const exposed = String(ok.headers['access-control-expose-headers']).split(/,\s*/);
     expect(exposed).toEqual(
       expect.arrayContaining([
@@ -209,19 +221,19 @@ describe('app factory', () => {
   });
 
   it('serves health, metrics by route and status, OpenAPI, Swagger UI and ReDoc offline', async () => {
-    const health = await app.inject({ method: 'GET', url: '/health' });
+    const health = await inject({ method: 'GET', url: '/health' });
     expect(health.json()).toMatchObject({ status: 'UP', service: 'test-service', checks: { db: { status: 'UP' } } });
-    const metrics = await app.inject({ method: 'GET', url: '/metrics' });
+    const metrics = await inject({ method: 'GET', url: '/metrics' });
     expect(metrics.body).toMatch(/http_requests_total\{[^}]*route="\/missing"[^}]*status_code="404"/);
     expect(metrics.body).toContain('http_request_duration_seconds_bucket');
-    const spec = await app.inject({ method: 'GET', url: '/docs/json' });
+    const spec = await inject({ method: 'GET', url: '/docs/json' });
     expect(spec.json().paths['/echo'].post.requestBody).toBeDefined();
-    const ui = await app.inject({ method: 'GET', url: '/docs/static/swagger-ui.css' });
+    const ui = await inject({ method: 'GET', url: '/docs/static/swagger-ui.css' });
     expect(ui.statusCode).toBe(200);
-    const redoc = await app.inject({ method: 'GET', url: '/redoc' });
+    const redoc = await inject({ method: 'GET', url: '/redoc' });
     expect(redoc.body).toContain('/redoc/redoc.standalone.js');
     expect(redoc.body).not.toMatch(/https?:\/\//);
-    const bundle = await app.inject({ method: 'GET', url: '/redoc/redoc.standalone.js' });
+    const bundle = await inject({ method: 'GET', url: '/redoc/redoc.standalone.js' });
     expect(bundle.statusCode).toBe(200);
     expect(bundle.body.length).toBeGreaterThan(100_000);
   });
@@ -257,7 +269,7 @@ describe('request logger and abort signal (made on first use)', () => {
   const aborted: string[] = [];
 
   beforeAll(async () => {
-    const config = baseConfigSchema.parse({ request_timeout: '150ms' });
+    const config = baseConfigSchema.parse({ request_timeout: '150ms', access: issuer.accessConfig });
     const logger = createLogger({
       service: 'quiet',
       instanceId: 'i-2',
@@ -284,14 +296,18 @@ describe('request logger and abort signal (made on first use)', () => {
   });
 
   it('writes only enabled levels, each line with the request and correlation IDs', async () => {
-    await quiet.inject({ method: 'GET', url: '/note', headers: { 'x-request-id': 'q-1', 'x-correlation-id': 'c-1' } });
+    await quiet.inject({
+      method: 'GET',
+      url: '/note',
+      headers: { ...caller.headers, 'x-request-id': 'q-1', 'x-correlation-id': 'c-1' },
+    });
     const lines = warnLogs.lines().filter((l) => l.request_id === 'q-1');
     expect(lines.map((l) => l.msg)).toEqual(['written with the request IDs']);
     expect(lines[0]).toMatchObject({ correlation_id: 'c-1', detail: 1 });
   });
 
   it('aborts the signal a route asked for when the request times out', async () => {
-    const res = await quiet.inject({ method: 'GET', url: '/wait-for-abort' });
+    const res = await quiet.inject({ method: 'GET', url: '/wait-for-abort', headers: caller.headers });
     expect(res.statusCode).toBe(503);
     expect(aborted).toEqual([expect.stringMatching(/time/i)]);
   });

@@ -1,11 +1,13 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type App, baseConfigSchema, createApp, createLogger } from '../src/index.ts';
-import { captureLogs } from '../src/testing/index.ts';
+import { type Caller, captureLogs, startTestIssuer, type TestIssuer } from '../src/testing/index.ts';
 
 const logs = captureLogs();
 let app: App;
 let port: number;
+let issuer: TestIssuer;
+let caller: Caller;
 
 interface RawResponse {
   status: number;
@@ -36,7 +38,9 @@ function rawRequest(request: string): Promise<RawResponse> {
 }
 
 beforeAll(async () => {
-  const config = baseConfigSchema.parse({});
+  issuer = await startTestIssuer();
+  caller = await issuer.user(['renter']);
+  const config = baseConfigSchema.parse({ access: issuer.accessConfig });
   const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
   app = await createApp({ service: 'test-service', description: 'test', config, logger });
   app.get('/x/:name', async (request) => request.params);
@@ -47,6 +51,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await app.close();
+  await issuer.close();
 });
 
 describe('errors before a route runs', () => {
@@ -84,7 +89,7 @@ describe('errors before a route runs', () => {
   });
 
   it('keeps serving afterwards', async () => {
-    const res = await fetch(`http://127.0.0.1:${port}/x/ok`);
+    const res = await fetch(`http://127.0.0.1:${port}/x/ok`, { headers: caller.headers });
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ name: 'ok' });
   });

@@ -1,7 +1,15 @@
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
-import { freePort, type ServerProcess, spawnServer, waitForHttp } from '../src/testing/index.ts';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type Caller,
+  freePort,
+  type ServerProcess,
+  spawnServer,
+  startTestIssuer,
+  type TestIssuer,
+  waitForHttp,
+} from '../src/testing/index.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -10,13 +18,28 @@ interface Service extends ServerProcess {
 }
 
 const started: ChildProcess[] = [];
+let issuer: TestIssuer;
+let caller: Caller;
+
+beforeAll(async () => {
+  issuer = await startTestIssuer();
+  caller = await issuer.user(['renter']);
+});
+afterAll(() => issuer.close());
 
 /** Starts test/fixtures/service.ts with `env` and waits until it answers /health. */
 async function startService(env: Record<string, string>): Promise<Service> {
   const port = await freePort();
   const proc = spawnServer('test/fixtures/service.ts', {
     cwd: root,
-    env: { PATH: process.env.PATH, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env },
+    env: {
+      PATH: process.env.PATH,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      AUTH_JWKS_URL: issuer.jwksUrl,
+      ...env,
+    },
   });
   started.push(proc.child);
   const base = `http://127.0.0.1:${port}`;
@@ -36,7 +59,7 @@ afterEach(() => {
 describe('graceful shutdown (shutdown_timeout)', () => {
   it('lets an in-flight request finish, then exits 0 without waiting for the bound', async () => {
     const service = await startService({ FIXTURE__SHUTDOWN_TIMEOUT: '10s' });
-    const response = fetch(`${service.base}/slow?ms=800`).then(async (r) => ({
+    const response = fetch(`${service.base}/slow?ms=800`, { headers: caller.headers }).then(async (r) => ({
       status: r.status,
       body: await r.json(),
       at: Date.now(),
@@ -54,7 +77,7 @@ describe('graceful shutdown (shutdown_timeout)', () => {
 
   it('exits 1 once the bound has passed when a request is still in flight', async () => {
     const service = await startService({ FIXTURE__SHUTDOWN_TIMEOUT: '1s' });
-    const response = fetch(`${service.base}/slow?ms=20000`).then(
+    const response = fetch(`${service.base}/slow?ms=20000`, { headers: caller.headers }).then(
       (r) => r.status,
       () => 'connection closed',
     );

@@ -6,12 +6,13 @@
  */
 import { createRemoteJWKSet, type JWTPayload, type JWTVerifyGetKey, errors as joseErrors, jwtVerify } from 'jose';
 import { AppError, errors } from '../errors.ts';
+import { ROLES, type Role } from './roles.ts';
 
-/** The roles a user can hold, as carried in the `roles` claim. */
-export const ROLES = ['provider', 'renter', 'admin'] as const;
-export type Role = (typeof ROLES)[number];
-
-/** The claims of a verified access token (see CONTRACT.md, "Tokens"). */
+/**
+ * The claims of a verified access token (docs/conventions.md, "Tokens"). A machine client's token (client
+ * credentials) also carries `client_id`, equal to its `sub` (RFC 9068 §2.2), and a daemon's carries `owner_id`,
+ * the provider owner (a user ID) it acts for.
+ */
 export interface AccessTokenClaims {
   iss: string;
   sub: string;
@@ -20,6 +21,8 @@ export interface AccessTokenClaims {
   iat: number;
   jti: string;
   roles: Role[];
+  client_id?: string;
+  owner_id?: string;
 }
 
 export interface TokenVerifierOptions {
@@ -52,28 +55,47 @@ export interface TokenVerifierOptions {
 
 /** Verifies access tokens; throws 401 AppErrors (`TOKEN_EXPIRED`, `INVALID_TOKEN`) or 503 when the JWKS is unreachable. */
 export interface TokenVerifier {
-  verify(token: string): Promise<AccessTokenClaims>;
+  /**
+   * The claims of a valid token. `at` checks the token as of another moment than now (its `exp` and `iat`): a
+   * queued message is judged by the token it carried when it was sent.
+   */
+  verify(token: string, at?: Date): Promise<AccessTokenClaims>;
 }
 
 const HMAC_ALGORITHMS = ['HS256'];
 const ASYMMETRIC_ALGORITHMS = ['EdDSA', 'Ed25519', 'ES256', 'RS256'];
 
-function claimsOf(payload: JWTPayload): AccessTokenClaims {
-  const roles = (payload as { roles?: unknown }).roles;
-  if (!Array.isArray(roles) || !roles.every((r) => (ROLES as readonly string[]).includes(r as string))) {
-    throw errors.unauthorized('access token carries no valid roles claim', 'INVALID_TOKEN');
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const invalid = (detail: string) => errors.unauthorized(`invalid access token: ${detail}`, 'INVALID_TOKEN');
+
+/** The claims of a verified payload, or INVALID_TOKEN: the platform's tokens name users and clients by UUID. */
+function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: number): AccessTokenClaims {
+  const { roles, client_id: clientId, owner_id: ownerId } = payload as Record<string, unknown>;
+  if (!Array.isArray(roles) || roles.length === 0 || !roles.every((r) => (ROLES as readonly unknown[]).includes(r))) {
+    throw invalid('no valid roles claim');
   }
-  if (typeof payload.sub !== 'string' || payload.sub === '' || typeof payload.jti !== 'string') {
-    throw errors.unauthorized('access token lacks sub or jti', 'INVALID_TOKEN');
+  if (typeof payload.sub !== 'string' || !UUID.test(payload.sub)) throw invalid('sub is not a user or client ID');
+  if (typeof payload.jti !== 'string' || payload.jti === '') throw invalid('no jti');
+  if (typeof payload.iat !== 'number' || payload.iat > nowSeconds + toleranceSeconds) {
+    throw invalid('issued in the future (iat)');
+  }
+  if (clientId !== undefined && clientId !== payload.sub) throw invalid('client_id differs from sub');
+  if (ownerId !== undefined && (typeof ownerId !== 'string' || !UUID.test(ownerId))) {
+    throw invalid('owner_id is not a user ID');
+  }
+  if (roles.includes('daemon') && (clientId === undefined || ownerId === undefined)) {
+    throw invalid('a daemon token names its client and owner');
   }
   return {
     iss: payload.iss as string,
     sub: payload.sub,
     aud: payload.aud as string | string[],
     exp: payload.exp as number,
-    iat: payload.iat as number,
+    iat: payload.iat,
     jti: payload.jti,
     roles: roles as Role[],
+    ...(clientId !== undefined ? { client_id: clientId as string } : {}),
+    ...(ownerId !== undefined ? { owner_id: ownerId as string } : {}),
   };
 }
 
@@ -103,31 +125,31 @@ export function createTokenVerifier(opts: TokenVerifierOptions): TokenVerifier {
 
   const algorithms = opts.algorithms ?? (opts.secret && !opts.getKey ? HMAC_ALGORITHMS : ASYMMETRIC_ALGORITHMS);
   if (algorithms.some((a) => a.toLowerCase() === 'none')) throw new Error('alg "none" is never accepted');
+  const tolerance = opts.clockToleranceSeconds ?? 5;
   const verifyOptions = {
     issuer: opts.issuer,
     audience: opts.audience,
     algorithms,
-    clockTolerance: opts.clockToleranceSeconds ?? 5,
+    clockTolerance: tolerance,
     requiredClaims: ['iss', 'sub', 'aud', 'exp', 'iat', 'jti'],
   };
   const cacheSize = opts.cacheSize ?? 10_000;
   const cache = new Map<string, AccessTokenClaims>();
 
   return {
-    async verify(token: string): Promise<AccessTokenClaims> {
-      const now = Date.now() / 1000;
+    async verify(token: string, at?: Date): Promise<AccessTokenClaims> {
+      const now = (at?.getTime() ?? Date.now()) / 1000;
       const hit = cache.get(token);
       if (hit) {
-        if (hit.exp > now) return hit;
-        cache.delete(token);
+        if (hit.exp > now && hit.iat <= now + tolerance) return hit;
+        if (!at) cache.delete(token);
       }
       let claims: AccessTokenClaims;
       try {
+        const options = at ? { ...verifyOptions, currentDate: at } : verifyOptions;
         const { payload } =
-          typeof key === 'function'
-            ? await jwtVerify(token, key, verifyOptions)
-            : await jwtVerify(token, key, verifyOptions);
-        claims = claimsOf(payload);
+          typeof key === 'function' ? await jwtVerify(token, key, options) : await jwtVerify(token, key, options);
+        claims = claimsOf(payload, now, tolerance);
       } catch (err) {
         throw toAuthError(err);
       }

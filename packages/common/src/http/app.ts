@@ -15,6 +15,8 @@ import Fastify, {
 } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { ChildLoggerOptions, Logger } from 'pino';
+import { accessControl, isPublicRoute } from '../auth/access-control.ts';
+import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.ts';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
 import { docsPlugin } from './docs.ts';
@@ -23,6 +25,7 @@ import { onClientError, onFrameworkError } from './framework-errors.ts';
 import { type HealthCheck, healthPlugin } from './health.ts';
 import { LazyRequestLogger } from './lazy-logger.ts';
 import { metricsPlugin } from './metrics.ts';
+import { problemSchema } from './problem-schema.ts';
 import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
 import { requestTimeout } from './timeout.ts';
 
@@ -45,6 +48,8 @@ export interface CreateAppOptions {
   healthChecks?: Record<string, HealthCheck>;
   /** Largest body the JSON parser accepts (bytes). */
   bodyLimit?: number;
+  /** The verifier of access tokens; built from `config.access` when absent (the auth service passes its own keys). */
+  verifier?: TokenVerifier;
 }
 
 /** Methods the services answer; @fastify/cors alone would allow only GET, HEAD and POST. */
@@ -80,6 +85,19 @@ const CORS_EXPOSED_HEADERS = [
   'x-next-cursor',
   'x-next-start-after',
 ];
+
+/** The app's token verifier, or null when access control is switched off. */
+function verifierFor(opts: CreateAppOptions): TokenVerifier | null {
+  const { access } = opts.config;
+  if (!access.enabled) return null;
+  if (opts.verifier) return opts.verifier;
+  return createTokenVerifier({
+    issuer: access.issuer,
+    audience: access.audience,
+    ...(access.secret ? { secret: access.secret } : { jwksUrl: access.jwks_url }),
+    jwksCacheMaxAgeMs: durationMs(access.jwks_cache),
+  });
+}
 
 function trustProxySetting(proxies: string[]): boolean | string[] {
   if (proxies.length === 0) return false;
@@ -128,7 +146,27 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     if (closing) reply.header('connection', 'close');
     done(null, payload);
   });
+  const healthPath = config.server.health_path;
+  const publicPaths = (url: string) => url === healthPath || url === '/metrics' || /^\/(docs|redoc)(\/|$)/.test(url);
+  const verifier = verifierFor(opts);
+  if (!verifier) {
+    opts.logger.warn(
+      'access control is OFF (access.enabled: false): every request acts as an admin; use this only in an isolated development setup',
+    );
+  }
+  // Protected routes say so in the OpenAPI document: the bearer scheme, and 401/403 answers.
+  app.addHook('onRoute', (route) => {
+    if (route.schema?.hide || isPublicRoute(route, publicPaths)) return;
+    route.schema ??= {};
+    const response = (route.schema.response ?? {}) as Record<string | number, unknown>;
+    route.schema = {
+      ...route.schema,
+      security: route.schema.security ?? [{ bearerAuth: [] }],
+      response: { 401: problemSchema, 403: problemSchema, ...response },
+    };
+  });
   await app.register(requestContext, { trustedProxies: trustProxy });
+  await app.register(accessControl, { verifier, publicPaths });
   await app.register(requestTimeout, { timeoutMs: durationMs(config.request_timeout) });
   await app.register(cors, {
     origin: config.server.cors_origins.includes('*') ? true : config.server.cors_origins,

@@ -1,0 +1,108 @@
+/**
+ * Access control for every route of every service, on by default. Each
+ * request to a route that is not public is authenticated in `onRequest`,
+ * before its body is read or validated: an anonymous or forged request gets
+ * 401 (`WWW-Authenticate: Bearer`), never a 400 describing the schema. A route
+ * states its rule in its config:
+ *
+ *   app.post('/register', { config: { public: true } }, ...)       // no token needed
+ *   app.get('/providers', { config: { roles: ['scheduler', 'admin'] } }, ...)  // one of these roles
+ *   app.get('/wallet/:id', ...)                                    // any valid token; ownership in the domain
+ *
+ * and domain code decides ownership with the request's `principal`. The
+ * health route, `/metrics`, `/docs*` and `/redoc*` are always public.
+ * Switching access control off (`access.enabled: false`) is for an isolated
+ * development setup only: every request then acts as an unchecked admin.
+ */
+import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
+import fp from 'fastify-plugin';
+import { errors } from '../errors.ts';
+import { hasRole, type Principal, principalOf, UNCHECKED_PRINCIPAL } from './principal.ts';
+import type { Role } from './roles.ts';
+import type { AccessTokenClaims, TokenVerifier } from './token-verifier.ts';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** No token is needed (registration, login, the JWKS, public price lists). */
+    public?: boolean;
+    /** A token holding one of these roles is needed; any valid token when absent. */
+    roles?: readonly Role[];
+  }
+  interface FastifyInstance {
+    /** The verifier of this app's access tokens; null when access control is off. */
+    tokenVerifier: TokenVerifier | null;
+  }
+  interface FastifyRequest {
+    /** The verified caller; set before the body is read. Null on public routes. */
+    principal: Principal | null;
+  }
+}
+
+const BEARER = /^Bearer[ \t]+([A-Za-z0-9\-._~+/]+=*)[ \t]*$/i;
+
+/** The token of an `Authorization: Bearer <token>` header, or undefined. */
+export function bearerTokenOf(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization;
+  if (typeof header !== 'string') return undefined;
+  return BEARER.exec(header)?.[1];
+}
+
+/** Verifies a bearer token as this app's verifier does (for callers outside a route, and tests). */
+export async function verifyBearer(verifier: TokenVerifier, header: string | undefined): Promise<AccessTokenClaims> {
+  const token = header === undefined ? undefined : BEARER.exec(header)?.[1];
+  if (!token) {
+    throw errors.unauthorized(
+      header === undefined ? 'missing bearer token' : 'malformed Authorization header',
+      'MISSING_TOKEN',
+    );
+  }
+  return verifier.verify(token);
+}
+
+/** The request's principal, authenticating it first where no hook did (a route outside the global rule). */
+export async function authenticate(request: FastifyRequest): Promise<Principal> {
+  if (request.principal) return request.principal;
+  const verifier = request.server.tokenVerifier;
+  request.principal = verifier
+    ? principalOf(await verifyBearer(verifier, request.headers.authorization))
+    : UNCHECKED_PRINCIPAL;
+  return request.principal;
+}
+
+/** The caller of a route that requires a token (throws 401 where none was verified, e.g. on a public route). */
+export function callerOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw errors.unauthorized('this action needs a bearer token', 'MISSING_TOKEN');
+  return request.principal;
+}
+
+export interface AccessControlOptions {
+  /** Null switches access control off (an isolated development setup only). */
+  verifier: TokenVerifier | null;
+  /** Paths of routes that are always public (health, metrics, docs). */
+  publicPaths: (url: string) => boolean;
+}
+
+/** Whether a route is reachable without a token. */
+export const isPublicRoute = (route: Pick<RouteOptions, 'url' | 'config'>, publicPaths: (url: string) => boolean) =>
+  (route.config as { public?: boolean } | undefined)?.public === true || publicPaths(route.url);
+
+/** Installs the rule on every route of the app (and of every plugin registered after it). */
+export const accessControl = fp(
+  async (app: FastifyInstance, opts: AccessControlOptions) => {
+    app.decorate('tokenVerifier', opts.verifier);
+    app.decorateRequest('principal', null);
+    app.addHook('onRequest', async (request) => {
+      const url = request.routeOptions.url;
+      // No route matched (the 404 answer reveals nothing a token would protect), or a CORS preflight, which
+      // browsers send without credentials.
+      if (url === undefined || request.method === 'OPTIONS') return;
+      const config = request.routeOptions.config;
+      if (config.public === true || opts.publicPaths(url)) return;
+      const principal = await authenticate(request);
+      if (config.roles && !principal.unchecked && !hasRole(principal, ...config.roles)) {
+        throw errors.forbidden(`this action requires the role ${config.roles.join(' or ')}`, 'ROLE_REQUIRED');
+      }
+    });
+  },
+  { name: 'access-control' },
+);
