@@ -159,9 +159,10 @@ try {
       token: tokens.access_token!,
     },
     {
-      name: 'EdDSA via remote JWKS, cache on (default)',
+      name: 'EdDSA via remote JWKS, cache on (the platform default)',
       options: { ...common, jwksUrl: `${ed.url}/.well-known/jwks.json` },
       token: edTokens.access_token!,
+      target: 0.9,
     },
     {
       name: 'EdDSA via remote JWKS, cache off',
@@ -174,8 +175,9 @@ try {
     process.stdout.write(`verification: ${c.name}...\n`);
     const r = await verification(c.options, c.token);
     const ratio = r.protected / r.bare;
+    const target = c.target ?? 0.7;
     rows.push(
-      `| ${c.name} | ${fmt(r.bare)} | ${fmt(r.protected)} | **${ratio.toFixed(2)}x** | ≥ 0.7x | ${verdict(ratio, 0.7)} |`,
+      `| ${c.name} | ${fmt(r.bare)} | ${fmt(r.protected)} | **${ratio.toFixed(2)}x** | ≥ ${target}x | ${verdict(ratio, target)} |`,
     );
   }
   await ed.app.close();
@@ -194,7 +196,7 @@ Run with \`pnpm bench auth\`: compared measurements alternate ${ROUNDS} times, $
 | raw \`argon2.hash\` | ${fmt(hashes)} | 1.00x | | |
 | \`POST /api/v1/auth/login\` | ${fmt(logins)} | **${loginRatio.toFixed(2)}x** | ≥ 0.9x | ${verdict(loginRatio, 0.9)} |
 
-**Bearer-token verification** (@gpu/common \`bearerAuth\` + \`requireAuth\` vs a bare route of the same app, ${HTTP_CONCURRENCY} keep-alive connections, server in its own process):
+**Bearer-token verification** (the access control of @gpu/common's \`createApp\` on a protected route vs a public route of the same app, ${HTTP_CONCURRENCY} keep-alive connections, server in its own process):
 
 | verifier | bare route req/s | protected route req/s | ratio | target | result |
 |---|---|---|---|---|---|

@@ -1,16 +1,15 @@
 /**
  * The server side of the token-verification benchmark, run as a child process
  * so it has a core to itself: one app with a bare route and a protected route
- * (@gpu/common's bearerAuth + requireAuth). Prints its port on stdout.
+ * (the access control every service gets from @gpu/common's createApp). Prints its port on stdout.
  *   node --import tsx verify-server.ts '{"secret": "...", "cacheSize": 0, ...}'
  */
 import {
   baseConfigSchema,
-  bearerAuth,
+  callerOf,
   createApp,
   createLogger,
   createTokenVerifier,
-  requireAuth,
   type TokenVerifierOptions,
 } from '@gpu/common';
 
@@ -21,10 +20,10 @@ const app = await createApp({
   description: 'verification benchmark',
   config: baseConfigSchema.parse({ server: { metrics_enabled: false } }),
   logger,
+  verifier: createTokenVerifier(options),
 });
-await app.register(bearerAuth, { verifier: createTokenVerifier(options) });
-app.get('/bare', async () => ({ sub: 'anonymous' }));
-app.get('/protected', { onRequest: requireAuth }, async (request) => ({ sub: request.auth!.sub }));
+app.get('/bare', { config: { public: true } }, async () => ({ sub: 'anonymous' }));
+app.get('/protected', async (request) => ({ sub: callerOf(request).subject }));
 await app.listen({ host: '127.0.0.1', port: 0 });
 const address = app.server.address();
 process.stdout.write(`PORT ${typeof address === 'object' && address ? address.port : 0}\n`);

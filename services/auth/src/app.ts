@@ -2,17 +2,20 @@
  * buildApp(ctx): the auth service's HTTP wiring. Never listens; tests inject
  * or listen on port 0 themselves.
  */
-import { type App, bearerAuth, createApp, createTokenVerifier } from '@gpu/common';
+import { type App, createApp, createTokenVerifier } from '@gpu/common';
 import { sql } from 'kysely';
 import type { AuthContext } from './domain/context.ts';
 import { authRoutes } from './routes/auth.ts';
+import { clientRoutes } from './routes/clients.ts';
 import { jwksRoutes } from './routes/jwks.ts';
+import { tokenRoutes } from './routes/token.ts';
 import { userRoutes } from './routes/users.ts';
 
 export const SERVICE_NAME = 'auth-service';
 export const API_PREFIX = '/api/v1/auth';
 
 export async function buildApp(ctx: AuthContext): Promise<App> {
+  const { jwt } = ctx.config;
   const app = await createApp({
     service: SERVICE_NAME,
     description:
@@ -23,9 +26,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     healthChecks: {
       database: () => sql`select 1`.execute(ctx.db),
     },
-  });
-  const { jwt } = ctx.config;
-  await app.register(bearerAuth, {
+    // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself).
     verifier: createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
   });
   await app.register(jwksRoutes, ctx);
@@ -33,6 +34,8 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     async (api) => {
       await authRoutes(api as App, ctx);
       await userRoutes(api as App, ctx);
+      await clientRoutes(api as App, ctx);
+      await tokenRoutes(api as App, ctx);
     },
     { prefix: API_PREFIX },
   );

@@ -14,6 +14,7 @@ import {
   zBool,
   zDuration,
   zInt,
+  zList,
 } from '@gpu/common';
 import { z } from 'zod';
 
@@ -111,6 +112,20 @@ export const authConfigSchema = z.object({
       register_per_account: zRate().prefault('5/1h'),
       refresh_per_ip: zRate().prefault('60/1m'),
       refresh_per_account: zRate().prefault('30/1m'),
+      /** Client-credential token requests per client IP. */
+      token_per_ip: zRate().prefault('120/1m'),
+      /** Failed client-credential attempts per client ID. */
+      token_failures_per_client: zRate().prefault('10/15m'),
+    })
+    .prefault({}),
+  clients: z
+    .object({
+      /** How long a client's previous secret keeps working after a rotation (unless the rotation says otherwise). */
+      rotation_grace: zDuration().default('1h'),
+      /** Clients the platform itself needs, created at start-up: `name:role` (role service, gateway or scheduler). */
+      bootstrap: zList().default([]),
+      /** Where the bootstrap clients' secrets are written, one `<name>.json` each (mode 0600). */
+      secrets_dir: z.string().default(''),
     })
     .prefault({}),
   admin: z

@@ -21,4 +21,32 @@ export const authErrors = {
   /** A password policy rule failed; `code` names the rule. */
   weakPassword: (code: string, message: string) =>
     new AppError('invalid', code, message, { errors: [{ path: 'body.password', message }] }),
+  clientNotFound: (id: string) => errors.notFound('CLIENT_NOT_FOUND', `client ${id} not found`),
+  clientNameTaken: (name: string) => errors.conflict('CLIENT_NAME_TAKEN', `an active client is already named ${name}`),
+  notYourClient: () =>
+    errors.forbidden('providers manage only the daemon clients that act for themselves', 'NOT_CLIENT_OWNER'),
+  ownerNotProvider: (id: string) =>
+    errors.conflict('OWNER_NOT_PROVIDER', `user ${id} does not hold the provider role a daemon acts for`),
+  ownerRequired: () =>
+    errors.validation('a daemon client names the provider owner it acts for', [
+      { path: 'body.owner_id', message: 'required for role daemon' },
+    ]),
+  ownerOnlyForDaemons: () =>
+    errors.validation('only a daemon client acts for an owner', [
+      { path: 'body.owner_id', message: 'only for role daemon' },
+    ]),
+  clientRevoked: (id: string) => errors.conflict('CLIENT_REVOKED', `client ${id} is revoked`),
+  notAUser: () => errors.forbidden('this endpoint is for users; a machine client has no account', 'NOT_A_USER'),
+  /** RFC 6749 §5.2 errors of the token endpoint carry `error` (and a problem body like every error). */
+  invalidClient: () =>
+    new AppError('unauthenticated', 'INVALID_CLIENT', 'client authentication failed', {
+      extra: { error: 'invalid_client' },
+      headers: { 'www-authenticate': 'Basic realm="gpu-platform"' },
+    }),
+  invalidTokenRequest: (detail: string) =>
+    new AppError('invalid', 'INVALID_REQUEST', detail, { extra: { error: 'invalid_request' } }),
+  unsupportedGrant: (grant: string) =>
+    new AppError('invalid', 'UNSUPPORTED_GRANT_TYPE', `grant_type ${grant} is not supported: use client_credentials`, {
+      extra: { error: 'unsupported_grant_type' },
+    }),
 };

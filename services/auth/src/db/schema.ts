@@ -1,5 +1,5 @@
 /** Kysely table types of the auth service's database. */
-import type { RateLimitTable, Role } from '@gpu/common';
+import type { ClientRole, RateLimitTable, Role } from '@gpu/common';
 import type { ColumnType, Generated, JSONColumnType } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -43,8 +43,29 @@ export interface SigningKeysTable {
   retired_at: Timestamp | null;
 }
 
+export interface ClientsTable {
+  id: Generated<string>;
+  /** Unique among active clients (`billing-service`, `gateway`, `daemon-rack-12`). */
+  name: string;
+  role: ClientRole;
+  /** A daemon's provider owner (a user); null for other roles. */
+  owner_id: string | null;
+  /** SHA-256 (hex) of the secret; the secret itself is never stored. */
+  secret_hash: string;
+  /** The secret before the last rotation, still accepted until `previous_secret_expires_at`. */
+  previous_secret_hash: string | null;
+  previous_secret_expires_at: Timestamp | null;
+  /** The admin or provider who created it; null for clients created at start-up. */
+  created_by: string | null;
+  created_at: DefaultTimestamp;
+  rotated_at: Timestamp | null;
+  revoked_at: Timestamp | null;
+  last_used_at: Timestamp | null;
+}
+
 export interface AuthDatabase {
   users: UsersTable;
+  clients: ClientsTable;
   refresh_tokens: RefreshTokensTable;
   signing_keys: SigningKeysTable;
   /** Rate-limit windows, written only by the `RateLimiter` of @gpu/common. */

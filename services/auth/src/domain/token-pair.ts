@@ -5,6 +5,7 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { durationMs } from '@gpu/common';
 import type { Kysely } from 'kysely';
+import type { ClientRow } from '../db/client-repository.ts';
 import { insertRefreshToken } from '../db/refresh-token-repository.ts';
 import type { AuthDatabase } from '../db/schema.ts';
 import type { UserRow } from '../db/user-repository.ts';
@@ -23,24 +24,42 @@ export function hashRefreshToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
 }
 
-/** A signed access token for the user, with the claims of CONTRACT.md. */
-export async function issueAccessToken(
+/** Signs an access token for `sub` with the platform's standard claims and `extra`. */
+async function signAccessToken(
   ctx: AuthContext,
-  user: Pick<UserRow, 'id' | 'roles'>,
+  sub: string,
+  extra: Record<string, unknown>,
 ): Promise<{ token: string; expiresIn: number }> {
   const { jwt } = ctx.config;
   const expiresIn = jwt.access_token_expire_minutes * 60;
   const iat = Math.floor(Date.now() / 1000);
   const token = await ctx.keys.sign({
     iss: jwt.issuer,
-    sub: user.id,
+    sub,
     aud: jwt.audience,
     iat,
     exp: iat + expiresIn,
     jti: randomUUID(),
-    roles: [...user.roles].sort(),
+    ...extra,
   });
   return { token, expiresIn };
+}
+
+/** A signed access token for the user, with the claims of docs/conventions.md. */
+export function issueAccessToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'roles'>) {
+  return signAccessToken(ctx, user.id, { roles: [...user.roles].sort() });
+}
+
+/**
+ * A machine client's access token (RFC 9068 §2.2: `sub` and `client_id` are the client's ID); a daemon's names
+ * the provider owner it acts for in `owner_id`.
+ */
+export function issueClientToken(ctx: AuthContext, client: Pick<ClientRow, 'id' | 'role' | 'owner_id'>) {
+  return signAccessToken(ctx, client.id, {
+    roles: [client.role],
+    client_id: client.id,
+    ...(client.owner_id ? { owner_id: client.owner_id } : {}),
+  });
 }
 
 /**

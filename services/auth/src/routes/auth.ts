@@ -1,5 +1,5 @@
 /** /api/v1/auth: register, login, refresh, logout, me. */
-import { type App, requireAuth, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, USER_ROLES, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { findUserById } from '../db/user-repository.ts';
 import { register } from '../domain/accounts.ts';
@@ -21,6 +21,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/register',
     {
+      config: { public: true },
       schema: {
         tags: ['auth'],
         summary: 'Create an account (roles renter and/or provider; renter by default)',
@@ -48,6 +49,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/login',
     {
+      config: { public: true },
       schema: {
         tags: ['auth'],
         summary: 'Exchange email and password for an access token and a refresh token',
@@ -62,6 +64,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/refresh',
     {
+      config: { public: true },
       schema: {
         tags: ['auth'],
         summary: 'Exchange a refresh token for a new access token and a new refresh token (rotation)',
@@ -78,6 +81,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/logout',
     {
+      config: { public: true },
       schema: {
         tags: ['auth'],
         summary: "Revoke the refresh token's session (its whole token family)",
@@ -95,16 +99,15 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.get(
     '/me',
     {
-      onRequest: requireAuth,
+      config: { roles: USER_ROLES },
       schema: {
         tags: ['auth'],
-        summary: 'The account of the bearer access token',
-        security: [{ bearerAuth: [] }],
-        response: { 200: userSchema, ...problems(401, 503) },
+        summary: "The account of the bearer access token (users' tokens; a machine client has no account: 403)",
+        response: { 200: userSchema, ...problems(401, 403, 503) },
       },
     },
     async (request) => {
-      const user = await findUserById(ctx.db, request.auth!.sub);
+      const user = await findUserById(ctx.db, callerOf(request).subject);
       if (!user) throw authErrors.userGone();
       return toUserView(user);
     },

@@ -13,6 +13,7 @@ export async function jwksRoutes(app: App, ctx: AuthContext): Promise<void> {
     app.get(
       url,
       {
+        config: { public: true },
         schema: {
           tags: ['keys'],
           summary: 'Public keys that verify access tokens (JWKS)',

@@ -1,5 +1,5 @@
 /** /api/v1/auth/users: role management, for admins. */
-import { type App, requireRole, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { setRoles } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
@@ -10,14 +10,13 @@ export async function userRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.put(
     '/users/:id/roles',
     {
-      onRequest: requireRole('admin'),
+      config: { roles: ['admin'] },
       schema: {
         tags: ['users'],
         summary: "Replace a user's roles (admin only)",
         description:
           'Takes effect in tokens issued from now on (login and refresh read the roles); access tokens already ' +
           'issued keep their roles until they expire. The last admin cannot lose the admin role (409 LAST_ADMIN).',
-        security: [{ bearerAuth: [] }],
         params: z.object({ id: z.uuid() }),
         body: z.object({ roles: z.array(roleSchema).min(1).max(3) }),
         response: { 200: userSchema, ...problems(400, 401, 403, 404, 409, 503) },
@@ -26,7 +25,7 @@ export async function userRoutes(app: App, ctx: AuthContext): Promise<void> {
     async (request) => {
       const user = await setRoles(
         withRequestLogger(ctx, request),
-        request.auth!.sub,
+        callerOf(request).subject,
         request.params.id,
         request.body.roles,
       );

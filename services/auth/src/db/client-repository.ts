@@ -1,0 +1,78 @@
+/** Queries on machine clients. Every function takes the database or a transaction. */
+import { type Kysely, type Selectable, sql } from 'kysely';
+import type { AuthDatabase, ClientsTable } from './schema.ts';
+
+export type ClientRow = Selectable<ClientsTable>;
+
+export async function insertClient(
+  db: Kysely<AuthDatabase>,
+  client: Pick<ClientRow, 'name' | 'role' | 'owner_id' | 'secret_hash' | 'created_by'>,
+): Promise<ClientRow> {
+  return db.insertInto('clients').values(client).returningAll().executeTakeFirstOrThrow();
+}
+
+export async function findClient(db: Kysely<AuthDatabase>, id: string): Promise<ClientRow | undefined> {
+  return db.selectFrom('clients').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** The active (not revoked) client of this name. */
+export async function findActiveClientByName(db: Kysely<AuthDatabase>, name: string): Promise<ClientRow | undefined> {
+  return db
+    .selectFrom('clients')
+    .selectAll()
+    .where('name', '=', name)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+}
+
+/** One page of clients, oldest first, after the client `afterId` created at `afterAt` (keyset). */
+export async function listClients(
+  db: Kysely<AuthDatabase>,
+  filter: { ownerId?: string; includeRevoked: boolean; limit: number; after?: { at: string; id: string } },
+): Promise<(ClientRow & { cursor_at: string })[]> {
+  let q = db
+    .selectFrom('clients')
+    .selectAll()
+    .select(sql<string>`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('cursor_at'));
+  if (filter.ownerId !== undefined) q = q.where('owner_id', '=', filter.ownerId);
+  if (!filter.includeRevoked) q = q.where('revoked_at', 'is', null);
+  if (filter.after) {
+    q = q.where(sql<boolean>`(created_at, id) > (${filter.after.at}::timestamptz, ${filter.after.id}::uuid)`);
+  }
+  return q.orderBy('created_at').orderBy('id').limit(filter.limit).execute();
+}
+
+/** Replaces the secret; the old one stays valid until `previousValidUntil` (now or earlier: at once invalid). */
+export async function rotateSecret(
+  db: Kysely<AuthDatabase>,
+  id: string,
+  secretHash: string,
+  previousValidUntil: Date,
+): Promise<ClientRow | undefined> {
+  return db
+    .updateTable('clients')
+    .set((eb) => ({
+      previous_secret_hash: eb.ref('secret_hash'),
+      previous_secret_expires_at: previousValidUntil,
+      secret_hash: secretHash,
+      rotated_at: new Date(),
+    }))
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .returningAll()
+    .executeTakeFirst();
+}
+
+export async function revokeClient(db: Kysely<AuthDatabase>, id: string): Promise<ClientRow | undefined> {
+  return db
+    .updateTable('clients')
+    .set({ revoked_at: new Date() })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .returningAll()
+    .executeTakeFirst();
+}
+
+export async function touchClient(db: Kysely<AuthDatabase>, id: string): Promise<void> {
+  await db.updateTable('clients').set({ last_used_at: new Date() }).where('id', '=', id).execute();
+}

@@ -1,0 +1,269 @@
+/**
+ * Machine clients (OAuth 2.0 client credentials, RFC 6749 §4.4): who may
+ * manage them, how a client proves itself, and the clients the platform
+ * creates for itself at start-up.
+ *
+ * - Admins create, list, rotate and revoke every client.
+ * - A provider manages the `daemon` clients that act for themselves (a daemon
+ *   on each of their machines); another user's clients answer 404.
+ * - A client authenticates with its ID and secret; after a rotation the old
+ *   secret keeps working for the grace period, so running instances can be
+ *   restarted with the new one. A revoked client gets no new token; tokens
+ *   already issued live out their short lifetime (the access-token expiry).
+ * - A daemon's token carries `owner_id`, the provider owner it acts for; it is
+ *   refused once that user no longer holds the provider role.
+ */
+import { randomUUID } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import {
+  type ClientRole,
+  decodeCursor,
+  durationMs,
+  encodeCursor,
+  invalidCursor,
+  isClientRole,
+  isPrivileged,
+  type Principal,
+} from '@gpu/common';
+import { sql } from 'kysely';
+import {
+  type ClientRow,
+  findActiveClientByName,
+  findClient,
+  insertClient,
+  listClients as listClientRows,
+  revokeClient as revokeClientRow,
+  rotateSecret,
+  touchClient,
+} from '../db/client-repository.ts';
+import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
+import { authErrors } from '../errors.ts';
+import { generateSecret, hashSecret, secretMatches } from './client-secret.ts';
+import type { AuthContext } from './context.ts';
+import { issueClientToken } from './token-pair.ts';
+
+export interface NewClient {
+  name: string;
+  role: ClientRole;
+  /** A daemon's provider owner; a provider creating a daemon may leave it out (themselves). */
+  owner_id?: string;
+}
+
+/** A client with the secret it was just given (shown once). */
+export interface ClientWithSecret {
+  client: ClientRow;
+  secret: string;
+}
+
+const isAdmin = (actor: Principal) => isPrivileged(actor);
+
+/** The client if the actor may manage it; 404 otherwise (another provider's client does not exist for them). */
+async function manageable(ctx: AuthContext, actor: Principal, id: string): Promise<ClientRow> {
+  const client = await findClient(ctx.db, id);
+  if (!client || (!isAdmin(actor) && client.owner_id !== actor.subject)) throw authErrors.clientNotFound(id);
+  return client;
+}
+
+function audit(ctx: AuthContext, actor: Principal | null, action: string, client: ClientRow, extra = {}) {
+  ctx.logger.info(
+    {
+      audit: true,
+      action,
+      actor_id: actor?.subject ?? null,
+      client_id: client.id,
+      client_name: client.name,
+      role: client.role,
+      ...extra,
+    },
+    `client ${action}`,
+  );
+}
+
+export async function createClient(ctx: AuthContext, actor: Principal, input: NewClient): Promise<ClientWithSecret> {
+  let ownerId = input.owner_id ?? null;
+  if (!isAdmin(actor)) {
+    // A provider makes daemons for themselves only.
+    if (input.role !== 'daemon' || (ownerId !== null && ownerId !== actor.subject)) throw authErrors.notYourClient();
+    ownerId = actor.subject;
+  }
+  if (input.role === 'daemon') {
+    if (ownerId === null) throw authErrors.ownerRequired();
+    const owner = await findUserById(ctx.db, ownerId);
+    if (!owner) throw authErrors.userNotFound(ownerId);
+    if (!owner.roles.includes('provider')) throw authErrors.ownerNotProvider(ownerId);
+  } else if (ownerId !== null) {
+    throw authErrors.ownerOnlyForDaemons();
+  }
+  const secret = generateSecret();
+  try {
+    const client = await insertClient(ctx.db, {
+      name: input.name,
+      role: input.role,
+      owner_id: ownerId,
+      secret_hash: hashSecret(secret),
+      created_by: actor.unchecked ? null : actor.subject,
+    });
+    audit(ctx, actor, 'created', client, { owner_id: ownerId });
+    return { client, secret };
+  } catch (err) {
+    if (isUniqueViolation(err)) throw authErrors.clientNameTaken(input.name);
+    throw err;
+  }
+}
+
+export interface ClientPage {
+  clients: ClientRow[];
+  nextCursor: string | null;
+}
+
+/** Admins see every client, providers their own daemons; oldest first, keyset-paged. */
+export async function listClients(
+  ctx: AuthContext,
+  actor: Principal,
+  query: { limit: number; cursor?: string; include_revoked: boolean },
+): Promise<ClientPage> {
+  let after: { at: string; id: string } | undefined;
+  if (query.cursor !== undefined) {
+    const [at, id] = decodeCursor(query.cursor, 2) ?? [];
+    if (typeof at !== 'string' || typeof id !== 'string' || Number.isNaN(Date.parse(at))) throw invalidCursor();
+    after = { at, id };
+  }
+  const rows = await listClientRows(ctx.db, {
+    ownerId: isAdmin(actor) ? undefined : actor.subject,
+    includeRevoked: query.include_revoked,
+    limit: query.limit + 1,
+    after,
+  });
+  const page = rows.slice(0, query.limit);
+  const last = page[page.length - 1];
+  return {
+    clients: page,
+    nextCursor: rows.length > query.limit && last ? encodeCursor([last.cursor_at, last.id]) : null,
+  };
+}
+
+export const getClient = manageable;
+
+/** A new secret; the previous one stays valid for `graceMs` (default: the configured rotation grace). */
+export async function rotateClient(
+  ctx: AuthContext,
+  actor: Principal,
+  id: string,
+  graceMs = durationMs(ctx.config.clients.rotation_grace),
+): Promise<ClientWithSecret> {
+  await manageable(ctx, actor, id);
+  const secret = generateSecret();
+  const client = await rotateSecret(ctx.db, id, hashSecret(secret), new Date(Date.now() + graceMs));
+  if (!client) throw authErrors.clientRevoked(id);
+  audit(ctx, actor, 'rotated', client, { previous_secret_valid_ms: graceMs });
+  return { client, secret };
+}
+
+export async function revokeClient(ctx: AuthContext, actor: Principal, id: string): Promise<ClientRow> {
+  const before = await manageable(ctx, actor, id);
+  const client = (await revokeClientRow(ctx.db, id)) ?? before;
+  if (!before.revoked_at) audit(ctx, actor, 'revoked', client);
+  return client;
+}
+
+/** Whether the secret is the client's current one, or its previous one within the grace period. */
+function secretValid(client: ClientRow, secret: string, now: Date): boolean {
+  if (secretMatches(secret, client.secret_hash)) return true;
+  const until = client.previous_secret_expires_at;
+  return until !== null && new Date(until) > now && secretMatches(secret, client.previous_secret_hash);
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * The client-credentials grant: an access token for a client that proves its secret. Failures are one answer
+ * (401 invalid_client) whatever failed, rate-limited per client IP and per client like logins.
+ */
+export async function grantClientToken(
+  ctx: AuthContext,
+  credentials: { clientId: string; secret: string },
+  clientIp: string,
+): Promise<{ token: string; expiresIn: number }> {
+  const limits = ctx.config.rate_limit;
+  const clientKey = credentials.clientId.toLowerCase();
+  await ctx.limiter.consume(limits.token_per_ip, 'token-ip', clientIp);
+  await ctx.limiter.check(limits.token_failures_per_client, 'token-client', clientKey);
+  const client = UUID.test(clientKey) ? await findClient(ctx.db, clientKey) : undefined;
+  const now = new Date();
+  let refusal: string | undefined;
+  if (!client) refusal = 'unknown client';
+  else if (client.revoked_at) refusal = 'revoked';
+  else if (!secretValid(client, credentials.secret, now)) refusal = 'wrong secret';
+  else if (client.role === 'daemon') {
+    const owner = client.owner_id ? await findUserById(ctx.db, client.owner_id) : undefined;
+    if (!owner?.roles.includes('provider')) refusal = 'owner is no longer a provider';
+  }
+  if (!client || refusal) {
+    await ctx.limiter.hit(limits.token_failures_per_client, 'token-client', clientKey);
+    ctx.logger.warn(
+      { audit: true, action: 'token_refused', client_id: credentials.clientId, reason: refusal, ip: clientIp },
+      'client credentials refused',
+    );
+    throw authErrors.invalidClient();
+  }
+  const issued = await issueClientToken(ctx, client);
+  touchClient(ctx.db, client.id).catch((err) => ctx.logger.warn({ err }, 'recording client use failed'));
+  ctx.logger.info(
+    { audit: true, action: 'token_issued', client_id: client.id, role: client.role, ip: clientIp },
+    'client token issued',
+  );
+  return issued;
+}
+
+/** What a bootstrap entry names: `name:role`. */
+function parseBootstrap(entry: string): { name: string; role: ClientRole } {
+  const [name = '', role = ''] = entry.split(':').map((s) => s.trim());
+  if (!name || !isClientRole(role) || role === 'daemon') {
+    throw new Error(`clients.bootstrap entry "${entry}" must be name:role with role service, gateway or scheduler`);
+  }
+  return { name, role };
+}
+
+/**
+ * Creates the clients the platform needs (`clients.bootstrap`) and writes each new secret to
+ * `<clients.secrets_dir>/<name>.json` (mode 0600) for the service that uses it. A client whose secret file is
+ * gone gets a new secret. Instances starting together serialise on an advisory lock.
+ */
+export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]> {
+  const { bootstrap, secrets_dir: dir } = ctx.config.clients;
+  if (bootstrap.length === 0) return [];
+  if (!dir) throw new Error('clients.bootstrap needs clients.secrets_dir: where the secrets are written');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const written: string[] = [];
+  for (const { name, role } of bootstrap.map(parseBootstrap)) {
+    const file = path.join(dir, `${name}.json`);
+    await ctx.db.transaction().execute(async (trx) => {
+      await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-bootstrap-clients'))`.execute(trx);
+      const existing = await findActiveClientByName(trx, name);
+      if (existing && existing.role === role && existsSync(file)) return;
+      const secret = generateSecret();
+      let client: ClientRow;
+      if (existing && existing.role === role) {
+        client = (await rotateSecret(trx, existing.id, hashSecret(secret), new Date()))!;
+      } else {
+        if (existing) await revokeClientRow(trx, existing.id);
+        client = await insertClient(trx, {
+          name,
+          role,
+          owner_id: null,
+          secret_hash: hashSecret(secret),
+          created_by: null,
+        });
+      }
+      const body = { client_id: client.id, client_secret: secret, role, name, created_at: new Date().toISOString() };
+      const tmp = `${file}.${randomUUID()}.tmp`;
+      writeFileSync(tmp, `${JSON.stringify(body, null, 2)}\n`, { mode: 0o600 });
+      chmodSync(tmp, 0o600);
+      renameSync(tmp, file);
+      audit(ctx, null, existing ? 'secret_reissued' : 'bootstrapped', client, { file });
+      written.push(file);
+    });
+  }
+  return written;
+}

@@ -1,0 +1,167 @@
+/** /api/v1/auth/clients: machine clients, for admins (every client) and providers (their own daemons). */
+import {
+  type App,
+  CLIENT_ROLES,
+  callerOf,
+  durationMs,
+  MAX_CURSOR_LENGTH,
+  setNextPage,
+  withRequestLogger,
+  zDuration,
+} from '@gpu/common';
+import { z } from 'zod';
+import type { ClientRow } from '../db/client-repository.ts';
+import { createClient, getClient, listClients, revokeClient, rotateClient } from '../domain/clients.ts';
+import type { AuthContext } from '../domain/context.ts';
+import { problems } from './schemas.ts';
+
+const clientSchema = z.object({
+  id: z.uuid().describe('the client ID (`client_id` at the token endpoint)'),
+  name: z.string(),
+  role: z.enum(CLIENT_ROLES),
+  owner_id: z.uuid().nullable().describe("a daemon's provider owner; null for other roles"),
+  created_by: z.uuid().nullable(),
+  created_at: z.string(),
+  rotated_at: z.string().nullable(),
+  revoked_at: z.string().nullable(),
+  last_used_at: z.string().nullable(),
+  previous_secret_expires_at: z.string().nullable().describe('until when the secret before the last rotation works'),
+});
+
+const withSecretSchema = z.object({
+  client: clientSchema,
+  client_secret: z.string().describe('shown only in this answer; store it now'),
+});
+
+const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
+
+/** The wire view of a client (never its secret hashes). */
+function clientJson(c: ClientRow) {
+  return {
+    id: c.id,
+    name: c.name,
+    role: c.role,
+    owner_id: c.owner_id,
+    created_by: c.created_by,
+    created_at: iso(c.created_at)!,
+    rotated_at: iso(c.rotated_at),
+    revoked_at: iso(c.revoked_at),
+    last_used_at: iso(c.last_used_at),
+    previous_secret_expires_at: iso(c.previous_secret_expires_at),
+  };
+}
+
+/** No NUL or control characters in a name that logs and files carry. */
+const nameSchema = z
+  .string()
+  .min(1)
+  .max(100)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-", starting with a letter or digit');
+
+const idParams = z.object({ id: z.uuid() });
+const tags = ['clients'];
+const access = { roles: ['admin', 'provider'] as const };
+
+export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
+  app.post(
+    '/clients',
+    {
+      config: access,
+      schema: {
+        tags,
+        summary: 'Create a machine client; its secret is in this answer only',
+        description:
+          'Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts ' +
+          'for. A provider creates daemon clients that act for themselves (owner_id may be left out). ' +
+          'The name is unique among active clients (409 CLIENT_NAME_TAKEN).',
+        body: z.object({ name: nameSchema, role: z.enum(CLIENT_ROLES), owner_id: z.uuid().optional() }),
+        response: { 201: withSecretSchema, ...problems(400, 404, 409, 503) },
+      },
+    },
+    async (request, reply) => {
+      const { client, secret } = await createClient(withRequestLogger(ctx, request), callerOf(request), request.body);
+      reply.header('cache-control', 'no-store');
+      return reply.code(201).send({ client: clientJson(client), client_secret: secret });
+    },
+  );
+
+  app.get(
+    '/clients',
+    {
+      config: access,
+      schema: {
+        tags,
+        summary: 'List clients (admins: all; providers: their daemons), oldest first',
+        querystring: z.object({
+          limit: z.coerce.number().int().min(1).max(200).default(50),
+          cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('X-Next-Cursor of the previous page'),
+          include_revoked: z.stringbool().default(false),
+        }),
+        response: { 200: z.array(clientSchema), ...problems(400, 503) },
+      },
+    },
+    async (request, reply) => {
+      const page = await listClients(ctx, callerOf(request), request.query);
+      setNextPage(request, reply, page.nextCursor);
+      return page.clients.map(clientJson);
+    },
+  );
+
+  app.get(
+    '/clients/:id',
+    {
+      config: access,
+      schema: {
+        tags,
+        summary: 'One client',
+        params: idParams,
+        response: { 200: clientSchema, ...problems(400, 404, 503) },
+      },
+    },
+    async (request) => clientJson(await getClient(ctx, callerOf(request), request.params.id)),
+  );
+
+  app.post(
+    '/clients/:id/rotate',
+    {
+      config: access,
+      schema: {
+        tags,
+        summary: 'Give a client a new secret; the old one keeps working for a grace period',
+        description:
+          '`grace_period` (a duration such as "30m"; the configured rotation grace by default) is how long the ' +
+          'previous secret stays valid; "0s" ends it at once (a leaked secret).',
+        params: idParams,
+        body: z.object({ grace_period: zDuration().optional() }).nullish(),
+        response: { 200: withSecretSchema, ...problems(400, 404, 409, 503) },
+      },
+    },
+    async (request, reply) => {
+      const grace = request.body?.grace_period;
+      const graceMs = grace === undefined ? undefined : durationMs(grace);
+      const { client, secret } = await rotateClient(
+        withRequestLogger(ctx, request),
+        callerOf(request),
+        request.params.id,
+        graceMs,
+      );
+      reply.header('cache-control', 'no-store');
+      return { client: clientJson(client), client_secret: secret };
+    },
+  );
+
+  app.delete(
+    '/clients/:id',
+    {
+      config: access,
+      schema: {
+        tags,
+        summary: 'Revoke a client: no new tokens; tokens already issued expire within the access-token lifetime',
+        params: idParams,
+        response: { 200: clientSchema, ...problems(400, 404, 503) },
+      },
+    },
+    async (request) =>
+      clientJson(await revokeClient(withRequestLogger(ctx, request), callerOf(request), request.params.id)),
+  );
+}

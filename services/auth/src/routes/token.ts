@@ -1,0 +1,95 @@
+/**
+ * POST /api/v1/auth/token: the OAuth 2.0 token endpoint, client-credentials
+ * grant (RFC 6749 §4.4). The request is form-encoded as the RFC says (JSON is
+ * accepted too); the client authenticates with HTTP Basic (§2.3.1) or with
+ * `client_id` and `client_secret` in the body, not both. Errors are problem
+ * bodies that also carry the RFC's `error` member (`invalid_client`,
+ * `invalid_request`, `unsupported_grant_type`).
+ */
+import { type App, withRequestLogger } from '@gpu/common';
+import { z } from 'zod';
+import { grantClientToken } from '../domain/clients.ts';
+import type { AuthContext } from '../domain/context.ts';
+import { authErrors } from '../errors.ts';
+import { problems } from './schemas.ts';
+
+const tokenBodySchema = z.object({
+  grant_type: z.string().max(100).describe('client_credentials'),
+  client_id: z.string().max(100).optional(),
+  client_secret: z.string().max(200).optional(),
+  scope: z.string().max(1000).optional().describe('ignored: a client gets its role'),
+});
+
+const tokenResponseSchema = z.object({
+  access_token: z
+    .string()
+    .describe(
+      'JWT with iss, sub and client_id (the client), aud, exp, iat, jti, roles [role], and owner_id for a daemon',
+    ),
+  token_type: z.literal('bearer'),
+  expires_in: z.number().int().describe('seconds until the token expires; ask for a new one before then'),
+});
+
+/** The client's ID and secret from `Authorization: Basic` (RFC 6749 §2.3.1: each form-urlencoded), if present. */
+function basicCredentials(header: string | undefined): { clientId: string; secret: string } | undefined {
+  const match = header === undefined ? null : /^Basic[ \t]+([A-Za-z0-9+/=]+)[ \t]*$/i.exec(header);
+  if (!match) return undefined;
+  const decoded = Buffer.from(match[1]!, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  if (colon < 0) throw authErrors.invalidClient();
+  try {
+    return {
+      clientId: decodeURIComponent(decoded.slice(0, colon).replaceAll('+', ' ')),
+      secret: decodeURIComponent(decoded.slice(colon + 1).replaceAll('+', ' ')),
+    };
+  } catch {
+    throw authErrors.invalidClient();
+  }
+}
+
+export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
+  // RFC 6749 §4.4.2: the request is application/x-www-form-urlencoded.
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) => {
+    done(null, Object.fromEntries(new URLSearchParams(body as string)));
+  });
+
+  app.post(
+    '/token',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['clients'],
+        summary: 'Client-credentials grant: a machine client exchanges its ID and secret for an access token',
+        description:
+          'Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with ' +
+          '`client_id` and `client_secret` in the body. No refresh token: ask again before `expires_in` runs out. ' +
+          'Wrong, unknown or revoked credentials all answer 401 `invalid_client`; repeated failures 429.',
+        consumes: ['application/x-www-form-urlencoded', 'application/json'],
+        body: tokenBodySchema,
+        response: { 200: tokenResponseSchema, ...problems(400, 401, 429, 503) },
+      },
+    },
+    async (request, reply) => {
+      const { body } = request;
+      const basic = basicCredentials(request.headers.authorization);
+      if (basic && (body.client_id !== undefined || body.client_secret !== undefined)) {
+        throw authErrors.invalidTokenRequest('authenticate with HTTP Basic or with client_id/client_secret, not both');
+      }
+      if (body.grant_type !== 'client_credentials') throw authErrors.unsupportedGrant(body.grant_type);
+      const credentials =
+        basic ??
+        (body.client_id !== undefined && body.client_secret !== undefined
+          ? { clientId: body.client_id, secret: body.client_secret }
+          : undefined);
+      if (!credentials) throw authErrors.invalidClient();
+      const { token, expiresIn } = await grantClientToken(
+        withRequestLogger(ctx, request),
+        credentials,
+        request.clientIp,
+      );
+      // RFC 6749 §5.1.
+      reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
+      return { access_token: token, token_type: 'bearer' as const, expires_in: expiresIn };
+    },
+  );
+}
