@@ -4,7 +4,8 @@
  * of the spec (`DATABASE_URL`, `SECRET_KEY`/`JWT_SECRET`, `ALGORITHM`,
  * `ACCESS_TOKEN_EXPIRE_MINUTES`) are aliases of the structured keys.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import {
   baseConfigShape,
   baseEnvAliases,
@@ -17,6 +18,7 @@ import {
   zList,
 } from '@gpu/common';
 import { z } from 'zod';
+import { generatePrivateKeyPem } from './domain/key-material.ts';
 
 /** Signing algorithms: HS256 with the shared secret, or an asymmetric key pair published as a JWKS. */
 export const ALGORITHMS = ['HS256', 'EdDSA', 'ES256', 'RS256'] as const;
@@ -75,7 +77,8 @@ export const authConfigSchema = z.object({
   jwt: z
     .object({
       secret_key: z.string().default(''),
-      algorithm: z.enum(ALGORITHMS).default('HS256'),
+      /** EdDSA by default: other services verify with the published JWKS and hold no signing secret. */
+      algorithm: z.enum(ALGORITHMS).default('EdDSA'),
       /** PKCS#8 PEM private key for EdDSA/ES256/RS256 (or `private_key_file`). */
       private_key: z.string().default(''),
       private_key_file: z.string().default(''),
@@ -197,8 +200,15 @@ export function loadAuthConfig(env: NodeJS.ProcessEnv = process.env): AuthConfig
     overrides: env.NODE_ENV === 'production' && !env.APP_ENV ? { environment: 'production' } : undefined,
   });
   if (config.jwt.private_key_file && !config.jwt.private_key) {
+    const file = config.jwt.private_key_file;
+    if (config.jwt.algorithm !== 'HS256' && config.environment !== 'production' && !existsSync(file)) {
+      // First start of a development setup (`pnpm start`): make the key pair once and keep it, so tokens stay
+      // valid across restarts. Production refuses to start without the key (checkAuthConfig).
+      mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+      writeFileSync(file, generatePrivateKeyPem(config.jwt.algorithm), { mode: 0o600, flag: 'wx' });
+    }
     try {
-      config.jwt.private_key = readFileSync(config.jwt.private_key_file, 'utf8');
+      config.jwt.private_key = readFileSync(file, 'utf8');
     } catch (err) {
       throw new ConfigError(
         `cannot read JWT_PRIVATE_KEY_FILE ${config.jwt.private_key_file}: ${(err as Error).message}`,

@@ -13,6 +13,7 @@ import { migrations } from './db/migrations/index.ts';
 import { deleteExpired } from './db/refresh-token-repository.ts';
 import type { AuthDatabase } from './db/schema.ts';
 import { ensureInitialAdmin } from './domain/accounts.ts';
+import { ensureBootstrapClients } from './domain/clients.ts';
 
 const PURGE_EVERY_MS = 60 * 60_000;
 /** Expired refresh tokens are kept a day, so a late reuse still reads as "expired" rather than "invalid". */
@@ -33,6 +34,7 @@ startOrExit(async () => {
   logger.info({ algorithm: config.jwt.algorithm }, 'signing key loaded');
   const admin = await ensureInitialAdmin(ctx);
   if (admin !== 'not_configured') logger.info({ outcome: admin }, 'initial admin checked');
+  for (const file of await ensureBootstrapClients(ctx)) logger.info({ file }, 'platform client secret written');
 
   const purge = setInterval(() => {
     deleteExpired(database.db, new Date(Date.now() - PURGE_AFTER_MS)).then(

@@ -1,3 +1,7 @@
+import { createPrivateKey } from 'node:crypto';
+import { mkdtempSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkAuthConfig, loadAuthConfig } from '../src/config.ts';
 
@@ -35,7 +39,7 @@ describe('configuration', () => {
     const config = loadAuthConfig({});
     expect(config.server.port).toBe(8000);
     expect(config.jwt).toMatchObject({
-      algorithm: 'HS256',
+      algorithm: 'EdDSA',
       access_token_expire_minutes: 15,
       refresh_token_expire: '30d',
     });
@@ -65,15 +69,15 @@ describe('configuration', () => {
 
   it('refuses to run in production with a missing or short secret, or without a private key', () => {
     const prod = (env: Record<string, string>) => checkAuthConfig(loadAuthConfig({ APP_ENV: 'production', ...env }));
-    expect(() => prod({})).toThrow(/SECRET_KEY.*not set/);
-    expect(() => prod({ SECRET_KEY: 'short' })).toThrow(/shorter than 32/);
-    expect(() => prod({ ALGORITHM: 'EdDSA' })).toThrow(/JWT_PRIVATE_KEY/);
-    expect(prod({ SECRET_KEY: LONG_SECRET })).toEqual([]);
-    expect(() => checkAuthConfig(loadAuthConfig({ NODE_ENV: 'production' }))).toThrow(/SECRET_KEY/);
+    expect(() => prod({ ALGORITHM: 'HS256' })).toThrow(/SECRET_KEY.*not set/);
+    expect(() => prod({ ALGORITHM: 'HS256', SECRET_KEY: 'short' })).toThrow(/shorter than 32/);
+    expect(() => prod({})).toThrow(/JWT_PRIVATE_KEY/);
+    expect(prod({ ALGORITHM: 'HS256', SECRET_KEY: LONG_SECRET })).toEqual([]);
+    expect(() => checkAuthConfig(loadAuthConfig({ NODE_ENV: 'production', ALGORITHM: 'HS256' }))).toThrow(/SECRET_KEY/);
   });
 
   it('only warns outside production', () => {
-    const warnings = checkAuthConfig(loadAuthConfig({ SECRET_KEY: 'short' }));
+    const warnings = checkAuthConfig(loadAuthConfig({ ALGORITHM: 'HS256', SECRET_KEY: 'short' }));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(/refused in production/);
   });
@@ -83,8 +87,18 @@ describe('configuration', () => {
   });
 
   it('reads the private key from JWT_PRIVATE_KEY_FILE and names a missing file', () => {
-    expect(() => loadAuthConfig({ ALGORITHM: 'EdDSA', JWT_PRIVATE_KEY_FILE: '/nonexistent/key.pem' })).toThrow(
-      /JWT_PRIVATE_KEY_FILE/,
-    );
+    expect(() =>
+      loadAuthConfig({ APP_ENV: 'production', ALGORITHM: 'EdDSA', JWT_PRIVATE_KEY_FILE: '/nonexistent/key.pem' }),
+    ).toThrow(/JWT_PRIVATE_KEY_FILE/);
+  });
+
+  it('makes the key file at the first start of a development setup, keeps it private and reuses it', () => {
+    const file = path.join(mkdtempSync(path.join(tmpdir(), 'auth-key-')), 'keys', 'signing-key.pem');
+    const first = loadAuthConfig({ JWT_PRIVATE_KEY_FILE: file });
+    expect(first.jwt.private_key).toContain('BEGIN PRIVATE KEY');
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(createPrivateKey(first.jwt.private_key).asymmetricKeyType).toBe('ed25519');
+    expect(loadAuthConfig({ JWT_PRIVATE_KEY_FILE: file }).jwt.private_key).toBe(first.jwt.private_key);
+    expect(checkAuthConfig(first)).toEqual([]);
   });
 });

@@ -38,12 +38,15 @@ function merge(base: Record<string, unknown>, over: Record<string, unknown>): Re
   return out;
 }
 
-/** The test configuration: HS256 with a fixed secret, rate limits off unless asked for. */
+/**
+ * The test configuration: HS256 with a fixed secret (tests forge and expire tokens with it; jwks.test.ts covers
+ * the asymmetric default), rate limits off unless asked for.
+ */
 export function testConfig(overrides: DeepPartial<Record<string, unknown>> = {}): AuthConfig {
   const base = {
     environment: 'test',
     log_level: 'info',
-    jwt: { secret_key: SECRET },
+    jwt: { algorithm: 'HS256', secret_key: SECRET },
     rate_limit: { enabled: false },
   };
   return authConfigSchema.parse(merge(base, overrides as Record<string, unknown>));

@@ -23,7 +23,7 @@ async function waitForPort(output: () => string, timeoutMs = 30_000): Promise<nu
 
 describe('server process', () => {
   it('refuses to start in production without a secret', async () => {
-    const proc = start({ APP_ENV: 'production' });
+    const proc = start({ APP_ENV: 'production', ALGORITHM: 'HS256' });
     expect((await proc.exited).code).toBe(1);
     expect(proc.output()).toMatch(/start-up failed: invalid configuration: SECRET_KEY/);
   });
@@ -33,6 +33,7 @@ describe('server process', () => {
     const proc = start({
       APP_ENV: 'production',
       DATABASE_URL: db.url,
+      ALGORITHM: 'HS256',
       SECRET_KEY: 'x'.repeat(40),
       ADMIN_EMAIL: 'admin@example.com',
       ADMIN_PASSWORD: GOOD_PASSWORD,

@@ -1,5 +1,5 @@
 /** Kysely table types of the auth service's database. */
-import type { ClientRole, RateLimitTable, Role } from '@gpu/common';
+import type { ClientRole, RateLimitTable, UserRole as Role } from '@gpu/common';
 import type { ColumnType, Generated, JSONColumnType } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;

@@ -1,5 +1,5 @@
 /** Queries on users. Every function takes the database or a transaction. */
-import type { Role } from '@gpu/common';
+import type { UserRole as Role } from '@gpu/common';
 import { type Kysely, type Selectable, sql } from 'kysely';
 import type { AuthDatabase, UsersTable } from './schema.ts';
 

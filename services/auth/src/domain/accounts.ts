@@ -1,5 +1,5 @@
 /** Registration, role management and the initial admin. */
-import type { Role } from '@gpu/common';
+import type { UserRole as Role } from '@gpu/common';
 import { sql } from 'kysely';
 import {
   findUserByEmail,

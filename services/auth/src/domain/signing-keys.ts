@@ -6,7 +6,7 @@
  * tokens may still be valid, so the key can be rotated without breaking
  * tokens already issued, across every instance.
  */
-import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto';
+import { createPrivateKey, createPublicKey, type KeyObject, randomBytes } from 'node:crypto';
 import type { TokenVerifierOptions } from '@gpu/common';
 import {
   calculateJwkThumbprint,
@@ -22,6 +22,7 @@ import type { Kysely } from 'kysely';
 import type { Algorithm } from '../config.ts';
 import type { AuthDatabase } from '../db/schema.ts';
 import { activateKey, publishedKeys } from '../db/signing-key-repository.ts';
+import { generatePrivateKey } from './key-material.ts';
 
 export interface SigningKeysOptions {
   algorithm: Algorithm;
@@ -43,12 +44,6 @@ const KEY_TYPES: Record<Exclude<Algorithm, 'HS256'>, { type: string; check?: (k:
 };
 
 const JWKS_REFRESH_MS = 30_000;
-
-function generatePrivateKey(alg: Exclude<Algorithm, 'HS256'>): KeyObject {
-  if (alg === 'EdDSA') return generateKeyPairSync('ed25519').privateKey;
-  if (alg === 'ES256') return generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
-  return generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
-}
 
 export class SigningKeys {
   private jwksCache?: { at: number; set: JSONWebKeySet; getKey: JWTVerifyGetKey };

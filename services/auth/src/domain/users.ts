@@ -1,5 +1,5 @@
 /** The public view of a user, as every endpoint returns it. */
-import type { Role } from '@gpu/common';
+import type { UserRole as Role } from '@gpu/common';
 import type { UserRow } from '../db/user-repository.ts';
 
 export interface UserView {

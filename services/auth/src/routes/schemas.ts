@@ -1,10 +1,17 @@
 /** Zod schemas shared by the auth routes: request bodies, the user view, the token pair, error responses. */
-import { problemSchema, ROLES } from '@gpu/common';
+import { problemSchema, USER_ROLES } from '@gpu/common';
 import { z } from 'zod';
 
 export const emailSchema = z.email().max(254).describe('email address; compared case-insensitively');
-export const passwordSchema = z.string().min(1).max(1024);
-export const roleSchema = z.enum(ROLES);
+/** Any printable text, spaces included (NIST SP 800-63B); NUL and other control characters are refused. */
+export const passwordSchema = z
+  .string()
+  .min(1)
+  .max(1024)
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
+  .refine((p) => !/[\u0000-\u001f\u007f]/.test(p), 'passwords may not contain control characters');
+/** A user's role (machine-client roles belong to clients, not accounts). */
+export const roleSchema = z.enum(USER_ROLES);
 
 export const userSchema = z.object({
   id: z.uuid(),
