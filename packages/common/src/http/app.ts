@@ -37,6 +37,20 @@ export type App = FastifyInstance<
   ZodTypeProvider
 >;
 
+/** A route of the app, as recorded when it was added. */
+export interface RouteEntry {
+  method: string;
+  url: string;
+  public: boolean;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Every route of the app but the platform's own (health, metrics, docs) and CORS preflights. */
+    routeTable: readonly RouteEntry[];
+  }
+}
+
 export interface CreateAppOptions {
   /** Service name as in the contract's table (`storage-service`, ...). */
   service: string;
@@ -154,8 +168,16 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
       'access control is OFF (access.enabled: false): every request acts as an admin; use this only in an isolated development setup',
     );
   }
-  // Protected routes say so in the OpenAPI document: the bearer scheme, and 401/403 answers.
+  // Every route is recorded (the access-table tests read the list), and protected routes say so in the OpenAPI
+  // document: the bearer scheme, and 401/403 answers.
+  const routeTable: RouteEntry[] = [];
+  app.decorate('routeTable', routeTable);
   app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) {
+      if (method !== 'OPTIONS' && !publicPaths(route.url)) {
+        routeTable.push({ method, url: route.url, public: isPublicRoute(route, publicPaths) });
+      }
+    }
     if (route.schema?.hide || isPublicRoute(route, publicPaths)) return;
     route.schema ??= {};
     const response = (route.schema.response ?? {}) as Record<string | number, unknown>;

@@ -1,3 +1,13 @@
+export {
+  type AccessReport,
+  type AccessRule,
+  accessCallers,
+  CALLERS,
+  type CallerName,
+  checkAccessTable,
+  routeKeys,
+  type TableCaller,
+} from './access-table.ts';
 export { ConsulRecorder, type RecordedCall } from './consul-recorder.ts';
 export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
 export { type Caller, startTestIssuer, type TestIssuer } from './issuer.ts';

@@ -1,0 +1,154 @@
+/**
+ * Who may call which auth route: every route × every kind of caller, with
+ * tokens signed by the auth service's own key for users and clients that
+ * exist in its database.
+ */
+import { randomUUID } from 'node:crypto';
+import { type ClientRole, UNCHECKED_PRINCIPAL, type UserRole } from '@gpu/common';
+import {
+  type AccessRule,
+  accessCallers,
+  type CallerName,
+  checkAccessTable,
+  type TableCaller,
+} from '@gpu/common/testing';
+import { SignJWT } from 'jose';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { insertUser } from '../src/db/user-repository.ts';
+import { createClient } from '../src/domain/clients.ts';
+import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts';
+import { GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
+
+const auth = useAuth(testConfig());
+let callers: Record<CallerName, TableCaller>;
+
+/** Users and clients made in the auth database, with tokens signed by the auth service's key. */
+const authIssuer = {
+  async user(roles: UserRole[], id?: string) {
+    const row = await insertUser(auth.db, { email: uniqueEmail('table'), password_hash: 'x', roles });
+    void id;
+    const { token } = await issueAccessToken(auth.ctx, row);
+    return { id: row.id, token, headers: { authorization: `Bearer ${token}` } };
+  },
+  async client(role: ClientRole, ownerId?: string) {
+    const { client } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
+      name: `table-${randomUUID()}`,
+      role,
+      ...(role === 'daemon' ? { owner_id: ownerId } : {}),
+    });
+    const { token } = await issueClientToken(auth.ctx, client);
+    return { id: client.id, token, headers: { authorization: `Bearer ${token}` } };
+  },
+  async sign(claims: Record<string, unknown> = {}, opts: { forged?: boolean } = {}) {
+    const now = Math.floor(Date.now() / 1000);
+    const key = new TextEncoder().encode(
+      opts.forged ? 'another-secret-of-at-least-thirty-two-chars' : auth.config.jwt.secret_key,
+    );
+    return new SignJWT({
+      iss: auth.config.jwt.issuer,
+      aud: auth.config.jwt.audience,
+      sub: randomUUID(),
+      iat: now,
+      exp: now + 900,
+      jti: randomUUID(),
+      roles: ['renter'],
+      ...claims,
+    })
+      .setProtectedHeader({ alg: 'HS256' })
+      .sign(key);
+  },
+};
+
+beforeAll(async () => {
+  callers = await accessCallers(authIssuer as never);
+});
+
+const API = '/api/v1/auth';
+const clientsOfOwner = async () =>
+  (
+    await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
+      name: `owned-${randomUUID()}`,
+      role: 'daemon',
+      owner_id: callers.owner.id,
+    })
+  ).client.id;
+const CLIENT_ADMINS = { owner: 200, admin: 200, other_user: 404, others: 403 } as const;
+
+function table(): Record<string, AccessRule> {
+  return {
+    [`POST ${API}/register`]: {
+      public: true,
+      request: () => ({ payload: { email: uniqueEmail('reg'), password: GOOD_PASSWORD } }),
+      expect: { others: 201 },
+    },
+    [`POST ${API}/login`]: {
+      public: true,
+      request: async () => {
+        const { email } = await registerAndLogin(auth.app);
+        return { payload: { email, password: GOOD_PASSWORD } };
+      },
+      expect: { others: 200 },
+    },
+    [`POST ${API}/refresh`]: {
+      public: true,
+      request: async () => ({ payload: { refresh_token: (await registerAndLogin(auth.app)).tokens.refresh_token } }),
+      expect: { others: 200 },
+    },
+    [`POST ${API}/logout`]: {
+      public: true,
+      request: async () => ({ payload: { refresh_token: (await registerAndLogin(auth.app)).tokens.refresh_token } }),
+      expect: { others: 204 },
+    },
+    [`GET ${API}/me`]: {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, others: 403 },
+    },
+    [`PUT ${API}/users/:id/roles`]: {
+      request: async () => ({
+        url: `${API}/users/${(await registerAndLogin(auth.app)).user.id}/roles`,
+        payload: { roles: ['renter', 'provider'] },
+      }),
+      expect: { admin: 200, others: 403 },
+    },
+    [`POST ${API}/clients`]: {
+      request: () => ({ payload: { name: `new-${randomUUID()}`, role: 'daemon', owner_id: callers.owner.id } }),
+      expect: { owner: 201, admin: 201, others: 403 },
+    },
+    [`GET ${API}/clients`]: {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, admin: 200, others: 403 },
+    },
+    [`GET ${API}/clients/:id`]: {
+      request: async () => ({ url: `${API}/clients/${await clientsOfOwner()}` }),
+      expect: CLIENT_ADMINS,
+    },
+    [`POST ${API}/clients/:id/rotate`]: {
+      request: async () => ({ url: `${API}/clients/${await clientsOfOwner()}/rotate` }),
+      expect: CLIENT_ADMINS,
+    },
+    [`DELETE ${API}/clients/:id`]: {
+      request: async () => ({ url: `${API}/clients/${await clientsOfOwner()}` }),
+      expect: CLIENT_ADMINS,
+    },
+    [`POST ${API}/token`]: {
+      public: true,
+      request: async () => {
+        const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
+          name: `tok-${randomUUID()}`,
+          role: 'service',
+        });
+        return { payload: { grant_type: 'client_credentials', client_id: client.id, client_secret: secret } };
+      },
+      expect: { others: 200 },
+    },
+    'GET /.well-known/jwks.json': { public: true, request: () => ({}), expect: { others: 200 } },
+    [`GET ${API}/.well-known/jwks.json`]: { public: true, request: () => ({}), expect: { others: 200 } },
+  };
+}
+
+describe('access table of the auth service', () => {
+  it('answers every route as the table says, for every kind of caller, and has a rule for every route', async () => {
+    const report = await checkAccessTable(auth.app, callers, table());
+    expect(report).toEqual({ unlisted: [], unknown: [], mismatches: [] });
+  });
+});
