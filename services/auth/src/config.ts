@@ -109,8 +109,12 @@ export const authConfigSchema = z.object({
       enabled: zBool().default(true),
       /** Login attempts per client IP. */
       login_per_ip: zRate().prefault('20/1m'),
-      /** Failed logins per account (email), known or not. */
+      /** Failed logins per account (email), known or not, from clients without the account's device token. */
       login_per_account: zRate().prefault('10/15m'),
+      /** Failed logins per trusted device (a client presenting the device token an earlier login gave it). */
+      login_per_device: zRate().prefault('10/15m'),
+      /** How long a device token keeps a client trusted. */
+      device_token_lifetime: zDuration().default('90d'),
       register_per_ip: zRate().prefault('10/1h'),
       register_per_account: zRate().prefault('5/1h'),
       refresh_per_ip: zRate().prefault('60/1m'),

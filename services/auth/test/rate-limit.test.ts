@@ -79,6 +79,60 @@ describe('rate limits', () => {
     }
   });
 
+  it('does not lock the owner out: a client that logged in before keeps logging in while the account is locked', async () => {
+    const { email } = await registerAndLogin(auth.app, { ip: '198.51.100.253' });
+    const first = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      payload: { email, password: GOOD_PASSWORD },
+      ...from('198.51.100.254'),
+    });
+    const deviceToken = first.json().device_token as string;
+    expect(deviceToken).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    // Someone else guesses from many addresses until the account is locked for unknown clients.
+    for (let i = 0; i < 4; i++) {
+      await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email, password: 'wrong passphrase' },
+        ...from(`192.0.2.${120 + i}`),
+      });
+    }
+    const stranger = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      payload: { email, password: GOOD_PASSWORD },
+      ...from('192.0.2.130'),
+    });
+    expect429(stranger);
+    const owner = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      payload: { email, password: GOOD_PASSWORD, device_token: deviceToken },
+      ...from('198.51.100.254'),
+    });
+    expect(owner.statusCode).toBe(200);
+    expect(owner.json().device_token).toBe(deviceToken);
+    // A device token is the account's: it does not unlock another account, and it has a limit of its own.
+    const { email: otherEmail } = await registerAndLogin(auth.app, { ip: '198.51.100.249' });
+    for (let i = 0; i < 3; i++) {
+      await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email: otherEmail, password: 'wrong passphrase' },
+        ...from(`192.0.2.${140 + i}`),
+      });
+    }
+    expect429(
+      await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email: otherEmail, password: GOOD_PASSWORD, device_token: deviceToken },
+        ...from('198.51.100.254'),
+      }),
+    );
+  });
+
   it('limits registrations per IP and per email', async () => {
     const email = uniqueEmail();
     const reg = (address: string, mail: string) =>

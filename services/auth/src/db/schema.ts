@@ -63,8 +63,19 @@ export interface ClientsTable {
   last_used_at: Timestamp | null;
 }
 
+export interface TrustedDevicesTable {
+  id: Generated<string>;
+  user_id: string;
+  /** SHA-256 (hex) of the device token the client keeps. */
+  token_hash: string;
+  created_at: DefaultTimestamp;
+  last_used_at: DefaultTimestamp;
+  expires_at: Timestamp;
+}
+
 export interface AuthDatabase {
   users: UsersTable;
+  trusted_devices: TrustedDevicesTable;
   clients: ClientsTable;
   refresh_tokens: RefreshTokensTable;
   signing_keys: SigningKeysTable;

@@ -8,8 +8,10 @@
  * for a concurrent request of the same client and answered with a new token
  * of the family instead.
  */
+import { createHash, randomBytes } from 'node:crypto';
 import { durationMs } from '@gpu/common';
 import { findRefreshToken, findRefreshTokenForUpdate, markUsed, revokeFamily } from '../db/refresh-token-repository.ts';
+import { findTrustedDevice, insertTrustedDevice, touchTrustedDevice } from '../db/trusted-device-repository.ts';
 import { findUserByEmail, findUserById, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
@@ -20,29 +22,56 @@ import { hashRefreshToken, issueTokenPair, type TokenPair } from './token-pair.t
 /**
  * Checks email and password and starts a session. An unknown email and a
  * wrong password give the same error after the same work (a dummy hash is verified).
+ *
+ * Lockout, after OWASP's device cookies: failed logins are counted per
+ * account, and an account past its limit refuses logins (429) from clients it
+ * does not know, which stops guessing from many addresses. A client that has
+ * logged in to the account before presents the `device_token` that login gave
+ * it and is held to a limit of its own instead, so someone else's failed
+ * attempts never lock the real owner out. A successful login from an unknown
+ * client returns a new device token.
  */
 export async function login(
   ctx: AuthContext,
-  input: { email: string; password: string },
+  input: { email: string; password: string; device_token?: string },
   clientIp: string,
-): Promise<TokenPair> {
+): Promise<TokenPair & { device_token: string }> {
   const limits = ctx.config.rate_limit;
   const email = normaliseEmail(input.email);
   await ctx.limiter.consume(limits.login_per_ip, 'login-ip', clientIp);
-  await ctx.limiter.check(limits.login_per_account, 'login-account', email);
-  const password = normalisePassword(input.password);
   const user = await findUserByEmail(ctx.db, email);
+  const device =
+    user && input.device_token
+      ? await findTrustedDevice(ctx.db, user.id, hashDeviceToken(input.device_token))
+      : undefined;
+  const [rule, limitName, limitKey] = device
+    ? [limits.login_per_device, 'login-device', device]
+    : [limits.login_per_account, 'login-account', email];
+  await ctx.limiter.check(rule, limitName, limitKey);
+  const password = normalisePassword(input.password);
   const ok = user ? await ctx.hasher.verify(user.password_hash, password) : await ctx.hasher.verifyDummy(password);
   if (!user || !ok) {
-    await ctx.limiter.hit(limits.login_per_account, 'login-account', email);
+    await ctx.limiter.hit(rule, limitName, limitKey);
     throw authErrors.invalidCredentials();
   }
   if (ctx.hasher.needsRehash(user.password_hash)) {
     await updatePasswordHash(ctx.db, user.id, await ctx.hasher.hash(password));
     ctx.logger.info({ user_id: user.id }, 'password rehashed with the current argon2id parameters');
   }
-  return issueTokenPair(ctx, ctx.db, user);
+  let deviceToken = input.device_token;
+  if (device) await touchTrustedDevice(ctx.db, device);
+  else {
+    deviceToken = randomBytes(32).toString('base64url');
+    await insertTrustedDevice(ctx.db, {
+      user_id: user.id,
+      token_hash: hashDeviceToken(deviceToken),
+      expires_at: new Date(Date.now() + durationMs(limits.device_token_lifetime)),
+    });
+  }
+  return { ...(await issueTokenPair(ctx, ctx.db, user)), device_token: deviceToken! };
 }
+
+const hashDeviceToken = (token: string) => createHash('sha256').update(token).digest('hex');
 
 type RefreshOutcome =
   | { pair: TokenPair }

@@ -53,9 +53,22 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
       schema: {
         tags: ['auth'],
         summary: 'Exchange email and password for an access token and a refresh token',
-        description: 'An unknown email and a wrong password give the same 401 INVALID_CREDENTIALS.',
-        body: z.object({ email: emailSchema, password: passwordSchema }),
-        response: { 200: tokenPairSchema, ...problems(400, 401, 429, 503) },
+        description:
+          'An unknown email and a wrong password give the same 401 INVALID_CREDENTIALS. Failed logins lock an ' +
+          'account (429) for clients it does not know; keep the `device_token` a login returns and send it with ' +
+          'later logins: a client that has logged in before is held to a limit of its own, so failed attempts by ' +
+          'others never lock its owner out.',
+        body: z.object({
+          email: emailSchema,
+          password: passwordSchema,
+          device_token: z.string().max(100).optional().describe('the device_token an earlier login returned'),
+        }),
+        response: {
+          200: tokenPairSchema.extend({
+            device_token: z.string().describe('identifies this client to the account at later logins; keep it'),
+          }),
+          ...problems(400, 401, 429, 503),
+        },
       },
     },
     async (request) => login(withRequestLogger(ctx, request), request.body, request.clientIp),
