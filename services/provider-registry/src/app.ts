@@ -4,7 +4,6 @@
  */
 import {
   type App,
-  bearerAuth,
   createApp,
   type Database,
   durationMs,
@@ -18,7 +17,6 @@ import type { RegistryDB } from './db/schema.ts';
 import { OfflineSweeper } from './domain/offline-sweeper.ts';
 import { RegistryService } from './domain/registry-service.ts';
 import { StatusOutbox } from './domain/status-events.ts';
-import { enforcedAccess, openAccess } from './routes/access.ts';
 import { heartbeatRoute } from './routes/heartbeat.ts';
 import { JsonArraySender } from './routes/json-array.ts';
 import type { ProviderRoutesOptions } from './routes/options.ts';
@@ -38,7 +36,7 @@ export interface RegistryDeps {
   database: Database<RegistryDB>;
   /** Publishes status events; a disabled (no-op) publisher records none. */
   publisher: EventPublisher;
-  /** Required when `config.auth.enabled`. */
+  /** Verifies access tokens; built from `config.access` (the auth service's JWKS) when absent. */
   verifier?: TokenVerifier;
   /** Run the periodic offline sweep (default true; tests drive `registry.sweepOffline()` themselves). */
   sweeper?: boolean;
@@ -67,6 +65,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     config,
     logger,
     healthChecks: { database: () => database.ping() },
+    verifier: deps.verifier,
   });
   const outbox = new StatusOutbox(publisher.enabled);
   const subject = config.messaging.subjects.status;
@@ -87,13 +86,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     },
   };
 
-  let access = openAccess;
-  if (config.auth.enabled) {
-    if (!deps.verifier) throw new Error('auth.enabled needs a token verifier');
-    await app.register(bearerAuth, { verifier: deps.verifier });
-    access = enforcedAccess;
-  }
-  const routes: ProviderRoutesOptions = { registry, access, pages: new JsonArraySender() };
+  const routes: ProviderRoutesOptions = { registry, pages: new JsonArraySender() };
   await app.register(providerRoutes, routes);
   // A plugin of its own, so that its lenient JSON parser touches no other route.
   await app.register(heartbeatRoute, routes);

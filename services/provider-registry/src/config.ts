@@ -16,7 +16,6 @@ import {
   loadConfig,
   messagingEnvAliases,
   messagingShape,
-  zBool,
   zDuration,
   zInt,
 } from '@gpu/common';
@@ -92,17 +91,6 @@ const registryShape = {
   messaging: z
     .object(messagingShape({ stream: 'REGISTRY', subjects: { status: 'registry.providers.status' } }))
     .prefault({}),
-  auth: z
-    .object({
-      /** Require a bearer token on the provider endpoints (off by default, as in the spec). */
-      enabled: zBool().default(false),
-      issuer: z.string().default(''),
-      audience: z.string().default(''),
-      /** HS256 shared secret, or empty when a JWKS URL is used. */
-      secret: z.string().default(''),
-      jwks_url: z.string().default(''),
-    })
-    .prefault({}),
 };
 
 export const registryConfigSchema = z.preprocess(mapFlatKeys, z.object(registryShape));
@@ -120,6 +108,12 @@ const RENAMED = {
   nats_url: 'messaging.nats_url',
   'events.status_subject': 'messaging.subjects.status',
   'events.stream': 'messaging.stream',
+  // The registry's own token section became the platform's access control (on by default).
+  'auth.enabled': 'access.enabled',
+  'auth.issuer': 'access.issuer',
+  'auth.audience': 'access.audience',
+  'auth.secret': 'access.secret',
+  'auth.jwks_url': 'access.jwks_url',
 };
 
 /** Loads the configuration file (if any), then the environment (`REGISTRY__...` and the aliases). */

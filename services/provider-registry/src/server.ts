@@ -8,7 +8,6 @@
 import {
   configWarnings,
   connectPublisher,
-  createTokenVerifier,
   durationMs,
   migrateToLatest,
   openDatabase,
@@ -45,14 +44,6 @@ startOrExit(async () => {
     stream: messaging.stream ? { name: messaging.stream, subjects: [messaging.subjects.status] } : undefined,
     logger,
   });
-  const verifier = config.auth.enabled
-    ? createTokenVerifier({
-        issuer: config.auth.issuer,
-        audience: config.auth.audience,
-        secret: config.auth.secret || undefined,
-        jwksUrl: config.auth.jwks_url || undefined,
-      })
-    : undefined;
-  const app = await buildApp({ config, logger, database, publisher, verifier, ownsResources: true });
+  const app = await buildApp({ config, logger, database, publisher, ownsResources: true });
   await runService({ name: SERVICE_NAME, config, logger, app });
 });

@@ -14,7 +14,7 @@ describe('configuration', () => {
     expect(c.messaging.subjects.status).toBe('registry.providers.status');
     expect(c.heartbeat_interval).toBe('30s');
     expect(offlineAfterMs(c)).toBe(90_000);
-    expect(c.auth.enabled).toBe(false);
+    expect(c.access.enabled).toBe(true);
     expect(c.database.embedded_path).toBe('.data/provider-registry/pglite');
     expect(resolveDatabaseUrl(c)).toBe('');
   });

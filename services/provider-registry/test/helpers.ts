@@ -9,7 +9,15 @@ import {
   openDatabase,
   type TokenVerifier,
 } from '@gpu/common';
-import { createTestDatabase, type TestDatabase, testEnv } from '@gpu/common/testing';
+import {
+  type Caller,
+  createTestDatabase,
+  injectAs,
+  startTestIssuer,
+  type TestDatabase,
+  type TestIssuer,
+  testEnv,
+} from '@gpu/common/testing';
 import { connect, type NatsConnection, type Subscription } from '@nats-io/transport-node';
 import type { Kysely } from 'kysely';
 import { buildApp, type RegistryApp } from '../src/app.ts';
@@ -18,11 +26,16 @@ import { migrations } from '../src/db/migrations/index.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 
 export interface Harness {
+  /** The app; its `inject` sends the admin's token unless the request names its own `authorization`. */
   app: RegistryApp;
   database: Database<RegistryDB>;
   testDb: TestDatabase;
   config: RegistryConfig;
   subject: string;
+  /** The issuer the app trusts (tokens for any caller). */
+  issuer: TestIssuer;
+  /** An admin: the default caller of the tests that are not about access. */
+  admin: Caller;
   close(): Promise<void>;
 }
 
@@ -41,14 +54,19 @@ export interface HarnessOptions {
   sweeper?: boolean;
   /** Reuse this database instead of creating one. */
   testDb?: TestDatabase;
+  /** Trust this issuer (two apps of one test); a new one otherwise. */
+  issuer?: TestIssuer;
 }
 
 /** A registry app on a fresh, migrated database, publishing to a subject of its own. */
 export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
   const testDb = opts.testDb ?? (await createTestDatabase('registry'));
+  const issuer = opts.issuer ?? (await startTestIssuer());
+  const admin = await issuer.user(['admin']);
   const suffix = randomBytes(4).toString('hex');
   const config = registryConfigSchema.parse({
     log_level: 'silent',
+    access: issuer.accessConfig,
     database: { url: testDb.url },
     messaging: {
       nats_url: opts.nats === false ? '' : testEnv.natsUrl,
@@ -58,7 +76,11 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     ...opts.config,
   });
   const subject = config.messaging.subjects.status;
-  const logger = createLogger({ service: 'provider-registry', instanceId: 'test', level: 'silent' });
+  const logger = createLogger({
+    service: 'provider-registry',
+    instanceId: 'test',
+    level: process.env.DEBUG_LOG ? 'error' : 'silent',
+  });
   const database = await migratedDatabase(testDb.url);
   const publisher: EventPublisher = await connectPublisher({
     url: config.messaging.nats_url,
@@ -73,16 +95,21 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     sweeper: opts.sweeper ?? false,
   });
   await app.ready();
+  // Tests that are not about access call as an admin, with a real token the app verifies.
+  injectAs(app, admin);
   return {
     app,
     database,
     testDb,
     config,
     subject,
+    issuer,
+    admin,
     close: async () => {
       await app.close();
       await publisher.close();
       await database.close();
+      if (!opts.issuer) await issuer.close();
     },
   };
 }

@@ -1,5 +1,5 @@
 import { connectPublisher, createLogger, type Database } from '@gpu/common';
-import { freePort } from '@gpu/common/testing';
+import { freePort, injectAs, startTestIssuer, type TestIssuer } from '@gpu/common/testing';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type RegistryApp } from '../src/app.ts';
@@ -11,25 +11,30 @@ import { migratedDatabase, register } from './helpers.ts';
 let server: DedicatedPostgres;
 let database: Database<RegistryDB>;
 let app: RegistryApp;
+let issuer: TestIssuer;
 
 beforeAll(async () => {
   server = new DedicatedPostgres(await freePort());
+  issuer = await startTestIssuer();
   server.init().start();
   database = await migratedDatabase(server.url);
   const config = registryConfigSchema.parse({
     log_level: 'silent',
     database: { url: server.url, retry_attempts: 4 },
     request_timeout: '10s',
+    access: issuer.accessConfig,
   });
   const logger = createLogger({ service: 'provider-registry', instanceId: 'outage', level: 'silent' });
   app = await buildApp({ config, logger, database, publisher: await connectPublisher({}), sweeper: false });
   await app.ready();
+  injectAs(app, await issuer.user(['admin']));
 });
 
 afterAll(async () => {
   await app?.close();
   await database?.close();
   server.destroy();
+  await issuer?.close();
 });
 
 const health = () => app.inject({ method: 'GET', url: '/health' });

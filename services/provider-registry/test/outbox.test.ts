@@ -1,5 +1,6 @@
 /** Status events go through the transactional outbox: recorded with their change, relayed on NATS. */
 import { createLogger, type EventPublisher, eventBody } from '@gpu/common';
+import { injectAs } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.ts';
@@ -67,6 +68,7 @@ describe('status events through the outbox', () => {
     const logger = createLogger({ service: 'provider-registry', instanceId: 'away', level: 'silent' });
     const cut = await buildApp({ config: h.config, logger, database: h.database, publisher: away, sweeper: false });
     await cut.ready();
+    injectAs(cut, h.admin);
     const p = await register(cut);
     await cut.events.flush();
     await cut.close();

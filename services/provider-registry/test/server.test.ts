@@ -2,7 +2,17 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConsulRecorder, freePort, type ServerProcess, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
+import {
+  type Caller,
+  ConsulRecorder,
+  freePort,
+  type ServerProcess,
+  spawnServer,
+  startTestIssuer,
+  type TestIssuer,
+  testEnv,
+  waitForHttp,
+} from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -11,10 +21,14 @@ let base: string;
 const consul = new ConsulRecorder();
 const dataDir = mkdtempSync(join(tmpdir(), 'registry-pglite-'));
 let proc: ServerProcess;
+let issuer: TestIssuer;
+let owner: Caller;
 
 beforeAll(async () => {
   port = await freePort();
   base = `http://127.0.0.1:${port}`;
+  issuer = await startTestIssuer();
+  owner = await issuer.user(['provider']);
   const consulAddress = await consul.start();
   proc = spawnServer('src/server.ts', {
     cwd: root,
@@ -29,6 +43,7 @@ beforeAll(async () => {
       REGISTRY__EVENTS__STREAM: `TEST_SERVER_${port}`,
       REGISTRY__DATABASE__EMBEDDED_PATH: dataDir,
       LOG_LEVEL: 'info',
+      AUTH_JWKS_URL: issuer.jwksUrl,
     },
   });
   await waitForHttp(`${base}/health`, proc, { ok: true, timeoutMs: 60_000 });
@@ -37,6 +52,7 @@ beforeAll(async () => {
 afterAll(async () => {
   if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
   await consul.close();
+  await issuer.close();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -44,15 +60,17 @@ describe('server process (embedded PGlite, Consul, NATS)', () => {
   it('serves the API on an embedded database and registers in Consul with an HTTP check on 127.0.0.1', async () => {
     const res = await fetch(`${base}/providers`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...owner.headers },
       body: JSON.stringify({
-        owner_id: 'o',
+        owner_id: owner.id,
         name: 'pglite-rig',
         gpus: [{ model_name: 'RTX 4090', vram: 24564, driver_version: '550' }],
       }),
     });
     expect(res.status).toBe(201);
-    const listed = (await (await fetch(`${base}/providers?gpu_model=4090&min_gpus=1`)).json()) as { name: string }[];
+    const listed = (await (
+      await fetch(`${base}/providers?gpu_model=4090&min_gpus=1`, { headers: owner.headers })
+    ).json()) as { name: string }[];
     expect(listed.map((p) => p.name)).toEqual(['pglite-rig']);
     const [service] = [...consul.services.values()];
     expect(service).toMatchObject({

@@ -101,3 +101,18 @@ export async function startTestIssuer(
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }
+
+/**
+ * Makes `app.inject` send `caller`'s token unless a request names `authorization` itself (undefined: no header):
+ * for tests that are about something other than access, so they call with a real, verified token.
+ */
+export function injectAs<A extends { inject: (...args: never[]) => unknown }>(app: A, caller: Caller): A {
+  const inject = (app.inject as (req: Record<string, unknown>) => unknown).bind(app);
+  (app as { inject: unknown }).inject = (req: Record<string, unknown>) => {
+    const own = (req.headers ?? {}) as Record<string, string | undefined>;
+    const headers = 'authorization' in own ? { ...own } : { ...caller.headers, ...own };
+    if (headers.authorization === undefined) delete headers.authorization;
+    return inject({ ...req, headers });
+  };
+  return app;
+}

@@ -26,31 +26,42 @@ interface StatusRow extends StatusWrite {
   gpu_count: number;
 }
 
-/** `UPDATE ... FROM (SELECT ... FOR UPDATE) cur` with the new status expression. */
+/** `owner_id = $owner` when the write is limited to an owner's machines, else nothing. */
+const ofOwner = (owner: string | undefined) => (owner === undefined ? sql`` : sql` AND owner_id = ${owner}`);
+
+/**
+ * `UPDATE ... FROM (SELECT ... FOR UPDATE) cur` with the new status expression; with `owner`, only a provider of
+ * that owner is written (another owner's reads as absent).
+ */
 function updateStatus(
   db: Kysely<RegistryDB>,
   id: string,
   next: RawBuilder<unknown>,
   recording: EventRecording | undefined,
+  owner?: string,
 ) {
   return withStatusEvents<StatusRow>(
     sql`
     UPDATE providers p SET status = ${next}, last_seen_at = now()
-    FROM (SELECT id, status FROM providers WHERE id = ${id} FOR UPDATE) cur
+    FROM (SELECT id, status FROM providers WHERE id = ${id}${ofOwner(owner)} FOR UPDATE) cur
     WHERE p.id = cur.id
     RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at, p.gpu_count`,
     recording,
   ).execute(db);
 }
 
-/** Sets the status named by an explicit update and `last_seen_at`; undefined when the provider does not exist. */
+/**
+ * Sets the status named by an explicit update and `last_seen_at`; undefined when the provider does not exist (or
+ * is not `owner`'s).
+ */
 export async function setStatus(
   db: Kysely<RegistryDB>,
   id: string,
   status: ProviderStatus,
   recording?: EventRecording,
+  owner?: string,
 ): Promise<StatusWrite | undefined> {
-  const { rows } = await updateStatus(db, id, sql`${status}`, recording);
+  const { rows } = await updateStatus(db, id, sql`${status}`, recording, owner);
   return rows[0];
 }
 
@@ -96,13 +107,14 @@ export async function recordHeartbeat(
   id: string,
   metrics: GpuMetrics[],
   recording?: EventRecording,
+  owner?: string,
 ): Promise<StatusWrite | undefined> {
   if (metrics.length === 0) {
-    const { rows } = await updateStatus(db, id, statusAfterHeartbeatSql, recording);
+    const { rows } = await updateStatus(db, id, statusAfterHeartbeatSql, recording, owner);
     return rows[0];
   }
   return db.transaction().execute(async (tx) => {
-    const { rows } = await updateStatus(tx, id, statusAfterHeartbeatSql, recording);
+    const { rows } = await updateStatus(tx, id, statusAfterHeartbeatSql, recording, owner);
     const row = rows[0];
     if (!row) return undefined;
     const outOfRange = metrics.find((m) => m.index >= row.gpu_count);
@@ -123,17 +135,26 @@ export async function recordHeartbeat(
  * service groups concurrent heartbeats: `RegistryService.heartbeat`). The rows
  * are locked in ID order, so concurrent batches and instances never deadlock,
  * and each row's status before and after is reported as by `recordHeartbeat`.
- * IDs (distinct) that name no provider are absent from the result.
+ * Each beat names the owner it is limited to (null: any); a provider is written
+ * when at least one of its beats may write it. IDs that name no provider (or
+ * none the beats may write) are absent from the result.
  */
 export async function recordHeartbeats(
   db: Kysely<RegistryDB>,
-  ids: string[],
+  beats: { id: string; owner: string | null }[],
   recording?: EventRecording,
 ): Promise<Map<string, StatusWrite>> {
+  const ids = beats.map((b) => b.id);
+  const owners = beats.map((b) => b.owner);
   const { rows } = await withStatusEvents<StatusWrite>(
     sql`
     UPDATE providers p SET status = ${statusAfterHeartbeatSql}, last_seen_at = now()
-    FROM (SELECT id, status FROM providers WHERE id = ANY(${ids}::uuid[]) ORDER BY id FOR UPDATE) cur
+    FROM (
+      SELECT id, status FROM providers q
+      WHERE id = ANY(${ids}::uuid[]) AND EXISTS (
+        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
+        WHERE b.id = q.id AND (b.owner IS NULL OR b.owner = q.owner_id))
+      ORDER BY id FOR UPDATE) cur
     WHERE p.id = cur.id
     RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`,
     recording,

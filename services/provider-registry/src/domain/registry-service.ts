@@ -5,7 +5,7 @@
  * (`status-events.ts`).
  */
 import { randomUUID } from 'node:crypto';
-import { GroupCommit, isAppError, type RetryOptions, withRetry } from '@gpu/common';
+import { GroupCommit, isAppError, type Principal, type RetryOptions, withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { listProviders } from '../db/discovery-repository.ts';
 import {
@@ -24,6 +24,14 @@ import {
   sweepOffline,
 } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
+import {
+  assertMayChangeOwner,
+  assertMayManage,
+  assertMayRead,
+  assertMayRegisterFor,
+  discoveryScope,
+  writeScope,
+} from './access.ts';
 import type { DiscoveryFilter } from './discovery.ts';
 import type { GpuMetrics } from './gpu-fields.ts';
 import type { Provider, ProviderInput, ProviderStatus } from './provider.ts';
@@ -55,6 +63,8 @@ const result = (w: StatusWrite): StatusResult => ({
 /** A metric-less heartbeat waiting to be written with others. */
 interface Beat {
   id: string;
+  /** The owner the beat may write (undefined: any provider). */
+  owner?: string;
   correlationId?: string;
 }
 
@@ -78,17 +88,26 @@ export class RegistryService {
     const correlation = new Map<string, string | undefined>();
     for (const b of beats) if (!correlation.has(b.id)) correlation.set(b.id, b.correlationId);
     const recording = this.deps.outbox.recording('heartbeat', correlation);
-    const written = await this.retry(() => recordHeartbeats(this.deps.db, [...correlation.keys()], recording));
+    const scoped = beats.map((b) => ({ id: b.id, owner: b.owner ?? null }));
+    const written = await this.retry(() => recordHeartbeats(this.deps.db, scoped, recording));
     this.recorded([...written.values()]);
     const answered = new Set<string>();
-    return beats.map(({ id }) => {
+    return beats.map(({ id, owner }) => {
       const row = written.get(id);
+      // Written because of another beat of the batch: this one may not write that provider.
+      if (row && owner !== undefined && row.owner_id !== owner) return undefined;
       if (!row || !answered.has(id)) {
         answered.add(id);
         return row;
       }
       return { ...row, previous_status: row.status };
     });
+  }
+
+  /** A write that found nothing: the provider is absent (404), or the actor's scope did not reach it (403). */
+  private async missing(actor: Principal, id: string): Promise<never> {
+    assertMayManage(actor, await this.ownerOf(id));
+    throw registryErrors.providerNotFound(id);
   }
 
   private retry<T>(fn: (attempt: number) => Promise<T>): Promise<T> {
@@ -107,7 +126,8 @@ export class RegistryService {
   }
 
   /** Registers a provider under a new UUID; `PROVIDER_ALREADY_EXISTS` when its owner has one of that name. */
-  async register(input: ProviderInput, correlationId?: string): Promise<Provider> {
+  async register(actor: Principal, input: ProviderInput, correlationId?: string): Promise<Provider> {
+    assertMayRegisterFor(actor, input.owner_id);
     const id = randomUUID();
     const recording = this.deps.outbox.recording('registered', correlationId);
     await this.retry(async (attempt) => {
@@ -123,16 +143,23 @@ export class RegistryService {
     return this.mustFind(id);
   }
 
-  get(id: string): Promise<Provider> {
-    return this.mustFind(id);
+  async get(actor: Principal, id: string): Promise<Provider> {
+    const provider = await this.mustFind(id);
+    assertMayRead(actor, provider.owner_id);
+    return provider;
   }
 
-  list(filter: DiscoveryFilter) {
-    return this.retry(() => listProviders(this.deps.db, filter, this.deps.offlineAfterMs));
+  /** Discovery; a provider or daemon sees only its own machines. */
+  list(actor: Principal, filter: Omit<DiscoveryFilter, 'owner_id'>) {
+    const scoped = { ...filter, owner_id: discoveryScope(actor) };
+    return this.retry(() => listProviders(this.deps.db, scoped, this.deps.offlineAfterMs));
   }
 
   /** Full update: every writable field and the GPU list; not found when absent, a conflict on a name clash. */
-  async update(id: string, input: ProviderInput, correlationId?: string): Promise<Provider> {
+  async update(actor: Principal, id: string, input: ProviderInput, correlationId?: string): Promise<Provider> {
+    const owner = await this.ownerOf(id);
+    assertMayManage(actor, owner);
+    assertMayChangeOwner(actor, owner, input.owner_id);
     const recording = this.deps.outbox.recording('update', correlationId);
     const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording));
     if (!outcome) throw registryErrors.providerNotFound(id);
@@ -140,29 +167,32 @@ export class RegistryService {
     return this.mustFind(id);
   }
 
-  async setStatus(id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
+  async setStatus(actor: Principal, id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
+    const owner = writeScope(actor);
     const recording = this.deps.outbox.recording('explicit', correlationId);
-    const written = await this.retry(() => setStatus(this.deps.db, id, status, recording));
-    if (!written) throw registryErrors.providerNotFound(id);
+    const written = await this.retry(() => setStatus(this.deps.db, id, status, recording, owner));
+    if (!written) return this.missing(actor, id);
     this.recorded([written]);
     return result(written);
   }
 
   /** A heartbeat (the rule: `REVIVED_BY_HEARTBEAT` in `provider.ts`); `UnknownGpuIndex` for a GPU it lacks. */
-  async heartbeat(id: string, metrics: GpuMetrics[], correlationId?: string): Promise<StatusResult> {
+  async heartbeat(actor: Principal, id: string, metrics: GpuMetrics[], correlationId?: string): Promise<StatusResult> {
+    const owner = writeScope(actor);
     let written: StatusWrite | undefined;
     if (metrics.length === 0) {
-      written = await this.beats.submit({ id, correlationId });
+      written = await this.beats.submit({ id, owner, correlationId });
     } else {
       const recording = this.deps.outbox.recording('heartbeat', correlationId);
-      written = await this.retry(() => recordHeartbeat(this.deps.db, id, metrics, recording));
+      written = await this.retry(() => recordHeartbeat(this.deps.db, id, metrics, recording, owner));
       if (written) this.recorded([written]);
     }
-    if (!written) throw registryErrors.providerNotFound(id);
+    if (!written) return this.missing(actor, id);
     return result(written);
   }
 
-  async remove(id: string): Promise<void> {
+  async remove(actor: Principal, id: string): Promise<void> {
+    assertMayManage(actor, await this.ownerOf(id));
     const deleted = await this.retry(() => deleteProvider(this.deps.db, id));
     if (!deleted) throw registryErrors.providerNotFound(id);
   }

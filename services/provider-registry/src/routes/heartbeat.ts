@@ -3,10 +3,10 @@
  * body, with or without a JSON content type, is a heartbeat without metrics.
  * It lives in its own plugin so its lenient JSON parser touches no other route.
  */
-import { type App, problemSchema } from '@gpu/common';
+import { type App, callerOf, problemSchema } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
+import { MANAGING_ROLES } from '../domain/access.ts';
 import { UnknownGpuIndex } from '../errors.ts';
-import { assertActsFor } from './access.ts';
 import type { ProviderRoutesOptions } from './options.ts';
 import { heartbeatSchema, providerIdParams, statusResultSchema } from './schemas.ts';
 
@@ -19,7 +19,7 @@ function parseOptionalJson(_request: unknown, body: string, done: (err: Error | 
   }
 }
 
-export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, { registry, access }) => {
+export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, { registry }) => {
   const app = fastify as unknown as App;
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parseOptionalJson);
@@ -27,13 +27,13 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.post(
     '/providers/:providerID/heartbeat',
     {
+      config: { roles: MANAGING_ROLES },
       schema: {
         tags: ['providers'],
         summary: 'Record a heartbeat from the provider daemon, with optional GPU metrics',
         description:
           'offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` ' +
           "(its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.",
-        ...(access.enabled ? { security: [{ bearerAuth: [] }] } : {}),
         params: providerIdParams,
         body: heartbeatSchema,
         response: {
@@ -48,10 +48,9 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request) => {
       const id = request.params.providerID;
-      const claims = await access.caller(request);
-      if (claims) assertActsFor(claims, await registry.ownerOf(id));
       try {
-        const result = await registry.heartbeat(id, request.body?.gpu_metrics ?? [], request.correlationId);
+        const metrics = request.body?.gpu_metrics ?? [];
+        const result = await registry.heartbeat(callerOf(request), id, metrics, request.correlationId);
         return { message: 'heartbeat received', ...result };
       } catch (err) {
         throw err instanceof UnknownGpuIndex ? err.at('body.gpu_metrics') : err;

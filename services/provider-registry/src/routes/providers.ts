@@ -4,12 +4,12 @@
  * `heartbeat.ts`). Handlers parse, authorize, call the registry service and
  * reply; rules live in `domain/`.
  */
-import { type App, invalidCursor, problemSchema, setNextPage } from '@gpu/common';
+import { type App, callerOf, invalidCursor, problemSchema, setNextPage } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
+import { MANAGING_ROLES, READING_ROLES } from '../domain/access.ts';
 import { type Cursor, cursorOf, cursorText } from '../domain/discovery.ts';
 import { registryErrors } from '../errors.ts';
-import { type Access, assertActsFor, ownerScope } from './access.ts';
 import type { ProviderRoutesOptions } from './options.ts';
 import {
   listQuerySchema,
@@ -24,29 +24,28 @@ import {
 
 const tags = ['providers'];
 const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
-const security = (access: Access) => (access.enabled ? { security: [{ bearerAuth: [] }] } : {});
+const manage = { roles: MANAGING_ROLES };
+const read = { roles: READING_ROLES };
 
 export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, opts) => {
   const app = fastify as unknown as App;
-  const { registry, access, pages } = opts;
+  const { registry, pages } = opts;
 
   app.post(
     '/providers',
     {
+      config: manage,
       schema: {
         tags,
         summary: 'Register a provider with its GPUs',
         description:
           'Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS.',
-        ...security(access),
         body: providerInputSchema,
         response: { 201: providerSchema, ...errorsOf(400, 401, 403, 409, 503) },
       },
     },
     async (request, reply) => {
-      const claims = await access.caller(request);
-      assertActsFor(claims, request.body.owner_id);
-      const provider = await registry.register(request.body, request.correlationId);
+      const provider = await registry.register(callerOf(request), request.body, request.correlationId);
       return reply.code(201).header('location', `/providers/${provider.id}`).send(provider);
     },
   );
@@ -54,6 +53,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.get(
     '/providers',
     {
+      config: read,
       schema: {
         tags,
         summary: 'Discover providers by status and GPU properties',
@@ -61,7 +61,6 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
           'Filters combine with AND. GPU conditions (gpu_model, min_vram, architecture) hold for single GPUs and min_gpus counts the GPUs meeting all of them. ' +
           'The status is the effective one: a provider silent past the offline bound is offline. ' +
           'Pages are ordered by `sort` then id; when more rows exist the response carries `X-Next-Cursor` (and a `Link: rel="next"`).',
-        ...security(access),
         querystring: listQuerySchema,
         response: {
           200: z.array(providerSchema).describe('one page of providers; see X-Next-Cursor'),
@@ -70,7 +69,6 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       },
     },
     async (request, reply) => {
-      const claims = await access.caller(request);
       const { cursor: text, ...query } = request.query;
       let cursor: Cursor | undefined;
       if (text !== undefined) {
@@ -78,7 +76,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         if (typeof read === 'string') throw invalidCursor(read);
         cursor = read;
       }
-      const page = await registry.list({ ...query, cursor, owner_id: ownerScope(claims) });
+      const page = await registry.list(callerOf(request), { ...query, cursor });
       setNextPage(request, reply, page.next && cursorText(page.next));
       // JSON the database already rendered (`db/provider-json-sql.ts`) is sent as it is: neither parsed nor
       // validated nor serialized again.
@@ -89,32 +87,29 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.get(
     '/providers/:providerID',
     {
+      config: read,
       schema: {
         tags,
         summary: 'Get one provider',
-        ...security(access),
         params: providerIdParams,
         response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
-      const claims = await access.caller(request);
-      const provider = await registry.get(request.params.providerID);
-      assertActsFor(claims, provider.owner_id);
-      return provider;
+      return registry.get(callerOf(request), request.params.providerID);
     },
   );
 
   app.put(
     '/providers/:providerID',
     {
+      config: manage,
       schema: {
         tags,
         summary: 'Replace a provider (full update, GPUs included)',
         description:
           'Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. ' +
           'A status change here is published like an explicit status update.',
-        ...security(access),
         params: providerIdParams,
         body: providerUpdateSchema,
         response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },
@@ -124,22 +119,17 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       const id = request.params.providerID;
       const { id: bodyId, ...input } = request.body;
       if (bodyId !== undefined && bodyId !== id) throw registryErrors.idMismatch(id, bodyId);
-      const claims = await access.caller(request);
-      if (claims) {
-        assertActsFor(claims, await registry.ownerOf(id));
-        assertActsFor(claims, input.owner_id);
-      }
-      return registry.update(id, input, request.correlationId);
+      return registry.update(callerOf(request), id, input, request.correlationId);
     },
   );
 
   app.patch(
     '/providers/:providerID/status',
     {
+      config: manage,
       schema: {
         tags,
         summary: 'Set the provider status explicitly (any state to any state)',
-        ...security(access),
         params: providerIdParams,
         body: statusUpdateSchema,
         response: { 200: statusResultSchema, ...errorsOf(400, 401, 403, 404, 503) },
@@ -147,9 +137,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request) => {
       const id = request.params.providerID;
-      const claims = await access.caller(request);
-      if (claims) assertActsFor(claims, await registry.ownerOf(id));
-      const result = await registry.setStatus(id, request.body.status, request.correlationId);
+      const result = await registry.setStatus(callerOf(request), id, request.body.status, request.correlationId);
       return { message: 'provider status updated', ...result };
     },
   );
@@ -157,19 +145,17 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.delete(
     '/providers/:providerID',
     {
+      config: manage,
       schema: {
         tags,
         summary: 'Delete a provider and its GPUs',
-        ...security(access),
         params: providerIdParams,
         response: { 200: messageSchema, ...errorsOf(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
       const id = request.params.providerID;
-      const claims = await access.caller(request);
-      if (claims) assertActsFor(claims, await registry.ownerOf(id));
-      await registry.remove(id);
+      await registry.remove(callerOf(request), id);
       return { message: 'provider deleted', id };
     },
   );
