@@ -17,7 +17,7 @@
  */
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import type { RouteEntry } from '../http/app.ts';
-import type { TestIssuer } from './issuer.ts';
+import { type TestIssuer, uninjected } from './issuer.ts';
 
 export const CALLERS = [
   'anonymous',
@@ -127,7 +127,7 @@ export async function checkAccessTable(
         continue;
       }
       const req = await rule.request(caller);
-      const res = await app.inject({
+      const res = await uninjected(app)({
         method: method as InjectOptions['method'],
         url: req.url ?? url,
         ...req,

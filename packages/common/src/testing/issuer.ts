@@ -13,6 +13,7 @@
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
 import { exportJWK, type JWK, SignJWT } from 'jose';
 import type { ClientRole, Role, UserRole } from '../auth/roles.ts';
 
@@ -108,6 +109,7 @@ export async function startTestIssuer(
  */
 export function injectAs<A extends { inject: (...args: never[]) => unknown }>(app: A, caller: Caller): A {
   const inject = (app.inject as (req: Record<string, unknown>) => unknown).bind(app);
+  (app as Record<symbol, unknown>)[PLAIN_INJECT] = inject;
   (app as { inject: unknown }).inject = (req: Record<string, unknown>) => {
     const own = (req.headers ?? {}) as Record<string, string | undefined>;
     const headers = 'authorization' in own ? { ...own } : { ...caller.headers, ...own };
@@ -115,4 +117,13 @@ export function injectAs<A extends { inject: (...args: never[]) => unknown }>(ap
     return inject({ ...req, headers });
   };
   return app;
+}
+
+const PLAIN_INJECT = Symbol('plain inject');
+
+/** The app's own `inject`, without the default caller `injectAs` adds: for tests where the caller is the point. */
+export function uninjected(app: FastifyInstance): FastifyInstance['inject'] {
+  return (
+    ((app as unknown as Record<symbol, unknown>)[PLAIN_INJECT] as FastifyInstance['inject']) ?? app.inject.bind(app)
+  );
 }
