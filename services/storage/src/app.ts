@@ -3,17 +3,17 @@
  * inject or listen on port 0 themselves.
  */
 import { type App, createApp } from '@gpu/common';
-import type { StorageContext } from './domain/context.ts';
+import { type StorageDeps, storageContext } from './domain/context.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
 
-/** What the app is built from (the routes' context). */
-export type StorageDeps = StorageContext;
+export type { StorageDeps };
 
 export const SERVICE_NAME = 'storage-service';
 
-export async function buildApp(ctx: StorageContext): Promise<App> {
+export async function buildApp(deps: StorageDeps): Promise<App> {
+  const ctx = storageContext(deps);
   const app = await createApp({
     service: SERVICE_NAME,
     description:

@@ -28,6 +28,13 @@ export const storageConfigSchema = z.object({
         })
         .default('platform-data'),
       auto_create_default_bucket: zBool().default(true),
+      /** Bucket of the bucket-owner records (one small object per bucket made through the platform). */
+      owners_bucket: z
+        .string()
+        .refine((name) => bucketNameProblem(name) === undefined, {
+          error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
+        })
+        .default('platform-bucket-owners'),
       /** Endpoint written into presigned URLs, for clients outside the internal network. */
       public_endpoint: z.string().default(''),
       /** Largest accepted upload: 5 GiB (5,368,709,120 bytes) by default, the spec's 5 GB bound. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { type App, createLogger } from '@gpu/common';
-import { testEnv } from '@gpu/common/testing';
+import { type Caller, injectAs, startTestIssuer, type TestIssuer, testEnv } from '@gpu/common/testing';
 import { S3ObjectStore } from '../src/adapters/object-store.ts';
 import { buildApp } from '../src/app.ts';
 import { type StorageConfig, storageConfigSchema } from '../src/config.ts';
@@ -17,9 +17,11 @@ export function uniqueBucket(prefix = 'test'): string {
 export function testConfig(
   objectStore: Partial<StorageConfig['object_store']> = {},
   settings: Record<string, unknown> = {},
+  issuer?: TestIssuer,
 ): StorageConfig {
   return storageConfigSchema.parse({
     log_level: 'warn',
+    ...(issuer ? { access: issuer.accessConfig } : {}),
     ...settings,
     object_store: {
       endpoint: testEnv.s3Endpoint,
@@ -31,8 +33,22 @@ export function testConfig(
   });
 }
 
+let identities: Promise<{ issuer: TestIssuer; admin: Caller }> | undefined;
+
+/**
+ * The token issuer every service of a test file trusts, and an admin: the caller of the tests that are not about
+ * access (over `inject` by default, and with `svc.auth` headers over HTTP).
+ */
+export function testIdentities(): Promise<{ issuer: TestIssuer; admin: Caller }> {
+  identities ??= startTestIssuer().then(async (issuer) => ({ issuer, admin: await issuer.user(['admin']) }));
+  return identities;
+}
+
 export interface TestService {
   app: App;
+  issuer: TestIssuer;
+  /** The admin's `authorization` header, for requests over HTTP. */
+  auth: Record<string, string>;
   config: StorageConfig;
   store: S3ObjectStore;
   /** Base URL when started with `listen: true`. */
@@ -48,7 +64,8 @@ export async function startService(
     listen?: boolean;
   } = {},
 ): Promise<TestService> {
-  const config = testConfig(opts.objectStore, opts.settings);
+  const { issuer, admin } = await testIdentities();
+  const config = testConfig(opts.objectStore, opts.settings, issuer);
   const logger = createLogger({ service: 'storage-test', instanceId: 'test', level: 'warn' });
   const store = new S3ObjectStore(config.object_store);
   if (config.object_store.default_bucket) await store.ensureBucket(config.object_store.default_bucket);
@@ -56,8 +73,11 @@ export async function startService(
   let url = '';
   if (opts.listen) url = await app.listen({ host: '127.0.0.1', port: 0 });
   else await app.ready();
+  injectAs(app, admin);
   return {
     app,
+    issuer,
+    auth: admin.headers,
     config,
     store,
     url,
@@ -74,10 +94,11 @@ export function rawRequest(
   method: string,
   path: string,
   body?: string,
+  headers: Record<string, string> = {},
 ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
   const url = new URL(base);
   return new Promise((resolve, reject) => {
-    const req = request({ host: url.hostname, port: url.port, method, path }, (res) => {
+    const req = request({ host: url.hostname, port: url.port, method, path, headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () =>

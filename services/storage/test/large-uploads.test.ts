@@ -43,7 +43,7 @@ function streamUpload(
   const url = new URL(opts.base ?? svc.url);
   const hash = createHash('md5');
   return new Promise((resolve, reject) => {
-    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
+    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream', ...svc.auth };
     if (opts.declare !== undefined) headers['content-length'] = opts.declare;
     const req = request({ host: url.hostname, port: url.port, method: 'PUT', path, headers });
     let answered = false;
@@ -83,7 +83,7 @@ function streamUpload(
 }
 
 async function downloadMd5(path: string, base = svc.url): Promise<{ status: number; md5: string; bytes: number }> {
-  const res = await fetch(`${base}${path}`);
+  const res = await fetch(`${base}${path}`, { headers: svc.auth });
   const hash = createHash('md5');
   let bytes = 0;
   for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
@@ -156,7 +156,7 @@ describe('large and over-limit uploads', () => {
       port: url.port,
       method: 'PUT',
       path: `/objects/${bucket}/${key}`,
-      headers,
+      headers: { ...headers, ...svc.auth },
     });
     req.on('error', () => {});
     for (let i = 0; i < chunks; i++) req.write(chunkAt(i, MiB));
@@ -265,7 +265,7 @@ describe('downloads larger than one write batch (1 MiB)', () => {
       bytes: object.length,
     });
     const res = await fetch(`${svc.url}/objects/${bucket}/batches/object.bin`, {
-      headers: { range: `bytes=1000-${2 * MiB + 777}` },
+      headers: { range: `bytes=1000-${2 * MiB + 777}`, ...svc.auth },
     });
     expect(res.status).toBe(206);
     expect(res.headers.get('content-range')).toBe(`bytes 1000-${2 * MiB + 777}/${object.length}`);
@@ -275,7 +275,7 @@ describe('downloads larger than one write batch (1 MiB)', () => {
   it('survives a client that goes away mid-download, and serves the next one whole', async () => {
     const url = new URL(`${svc.url}/objects/${bucket}/batches/object.bin`);
     const received = await new Promise<number>((resolve, reject) => {
-      const req = request({ host: url.hostname, port: url.port, path: url.pathname }, (res) => {
+      const req = request({ host: url.hostname, port: url.port, path: url.pathname, headers: svc.auth }, (res) => {
         res.once('data', (chunk: Buffer) => {
           req.destroy();
           resolve(chunk.length);

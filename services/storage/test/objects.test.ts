@@ -110,7 +110,7 @@ describe('upload', () => {
     ['a/%2E%2E/b', '".." path segments'],
     ['../escape', '".." path segments'],
   ])('rejects the dot-segment key %j sent verbatim over HTTP with 400', async (key, why) => {
-    const res = await rawRequest(svc.url, 'PUT', `/objects/${bucket}/${key}`, 'x');
+    const res = await rawRequest(svc.url, 'PUT', `/objects/${bucket}/${key}`, 'x', svc.auth);
     expect(res.status).toBe(400);
     expect(JSON.parse(res.body).detail).toContain(why);
   });

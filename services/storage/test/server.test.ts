@@ -1,32 +1,29 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConsulRecorder, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
+import { ConsulRecorder, freePort, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
-import { uniqueBucket } from './helpers.ts';
+import { testIdentities, uniqueBucket } from './helpers.ts';
 
 const serviceDir = fileURLToPath(new URL('..', import.meta.url));
 
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise((r) => srv.close(r));
-  return port;
-}
+let auth: Record<string, string>;
+let jwksUrl: string;
 
 const start = (env: Record<string, string>) =>
-  spawnServer('src/server.ts', { cwd: serviceDir, env: { ...process.env, ...env } });
+  spawnServer('src/server.ts', { cwd: serviceDir, env: { ...process.env, AUTH_JWKS_URL: jwksUrl, ...env } });
 
 let consul: ConsulRecorder;
 let consulAddress: string;
 let dir: string;
 
 beforeAll(async () => {
+  const { issuer, admin } = await testIdentities();
+  jwksUrl = issuer.jwksUrl;
+  auth = admin.headers;
   consul = new ConsulRecorder();
   consulAddress = await consul.start();
   dir = await mkdtemp(path.join(tmpdir(), 'storage-server-'));
@@ -58,7 +55,11 @@ describe('storage server process', () => {
     expect(written.object_store).toMatchObject({ default_bucket: 'platform-data', auto_create_default_bucket: true });
 
     // The default bucket was ensured at start-up.
-    const put = await fetch(`http://127.0.0.1:${port}/objects/boot.txt`, { method: 'PUT', body: 'booted' });
+    const put = await fetch(`http://127.0.0.1:${port}/objects/boot.txt`, {
+      method: 'PUT',
+      body: 'booted',
+      headers: auth,
+    });
     expect(put.status).toBe(201);
 
     const registration = consul.calls.find((c) => c.path === '/v1/agent/service/register');
@@ -89,7 +90,7 @@ describe('storage server process', () => {
     const proc = start({ STORAGE_CONFIG_FILE: configFile, STORAGE__SERVER__PORT: String(port) });
     const health = await waitForHttp(`http://127.0.0.1:${port}/health`, proc);
     expect(health.status).toBe(200);
-    const noDefault = await fetch(`http://127.0.0.1:${port}/objects/x.txt`);
+    const noDefault = await fetch(`http://127.0.0.1:${port}/objects/x.txt`, { headers: auth });
     expect(noDefault.status).toBe(404);
     expect(((await noDefault.json()) as { code: string }).code).toBe('DEFAULT_BUCKET_NOT_CONFIGURED');
     proc.child.kill('SIGINT');

@@ -151,6 +151,7 @@ export class S3ObjectStore implements ObjectStore {
             Body: req.body,
             ContentType: req.contentType,
             ContentLength: contentLength,
+            IfNoneMatch: req.ifNoneMatch,
           }),
           { abortSignal: req.signal },
         );

@@ -1,10 +1,23 @@
-/** What the storage routes and rules work with: the configuration, the logger and the object store. */
+/** What the storage routes and rules work with: the configuration, the logger, the object store and its access rules. */
 import type { Logger } from '@gpu/common';
 import type { StorageConfig } from '../config.ts';
+import { StorageAccess } from './access.ts';
+import { BucketOwners } from './bucket-owners.ts';
 import type { ObjectStore } from './store.ts';
 
-export interface StorageContext {
+/** What the app is built from. */
+export interface StorageDeps {
   config: StorageConfig;
   logger: Logger;
   store: ObjectStore;
+}
+
+export interface StorageContext extends StorageDeps {
+  access: StorageAccess;
+}
+
+export function storageContext(deps: StorageDeps): StorageContext {
+  const { object_store: settings } = deps.config;
+  const owners = new BucketOwners(deps.store, settings.owners_bucket);
+  return { ...deps, access: new StorageAccess(deps.store, owners, settings.default_bucket) };
 }

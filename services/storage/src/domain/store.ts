@@ -54,6 +54,8 @@ export interface UploadRequest {
   contentType: string;
   /** Known length (Content-Length) or undefined for a chunked body. */
   contentLength?: number;
+  /** `*`: write only when no object has the key (a conditional write; bodies up to one part only). */
+  ifNoneMatch?: '*';
   signal?: AbortSignal;
 }
 

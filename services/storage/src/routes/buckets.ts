@@ -1,6 +1,7 @@
-import type { RoutePlugin } from '@gpu/common';
+import { callerOf, type RoutePlugin } from '@gpu/common';
 /** POST /buckets/{bucketName}: ensure a bucket exists, creating it when missing. */
 import { z } from 'zod';
+import { STORAGE_ROLES } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { assertBucketName } from './object-target.ts';
 import { bucketParams, storeErrorResponses } from './schemas.ts';
@@ -15,6 +16,7 @@ export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/buckets/:bucketName',
     {
+      config: { roles: STORAGE_ROLES },
       schema: {
         tags: ['buckets'],
         summary: 'Ensure a bucket exists (created when missing); 201 either way',
@@ -24,7 +26,7 @@ export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     },
     async (request, reply) => {
       const bucket = assertBucketName(request.params.bucketName);
-      const outcome = await ctx.store.ensureBucket(bucket);
+      const outcome = await ctx.access.ensureBucket(callerOf(request), bucket);
       request.log.info({ bucket, outcome }, 'bucket ensured');
       return reply.code(201).send({
         message: outcome === 'created' ? 'bucket created' : 'bucket already exists',

@@ -5,12 +5,12 @@
  * with the earlier `start_after` / `X-Next-Start-After` kept as deprecated
  * aliases: the cursor encodes the same start-after key.
  */
-import { invalidCursor, MAX_CURSOR_LENGTH, setNextPage, zBool } from '@gpu/common';
+import { callerOf, invalidCursor, MAX_CURSOR_LENGTH, setNextPage, zBool } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { StorageContext } from '../domain/context.ts';
 import { cursorPosition, listingCursor, listObjects } from '../domain/listing.ts';
-import { assertBucketName, assertPrefix } from './object-target.ts';
+import { assertBucketName, assertPrefix, defaultBucket } from './object-target.ts';
 import { objectInfo } from './presenters.ts';
 
 export const NEXT_START_AFTER_HEADER = 'x-next-start-after';
@@ -46,24 +46,41 @@ function startOf(query: z.infer<typeof listQuery>): string | undefined {
   return key;
 }
 
+/**
+ * Lists a named bucket (full keys; the caller must own the bucket, or, in the default bucket, list inside its
+ * folder) or the default bucket's route (keys relative to the caller's folder there).
+ */
 export async function listBucket(
   ctx: StorageContext,
-  bucketName: string,
+  which: { bucket: string } | { defaultBucket: true },
   query: z.infer<typeof listQuery>,
   request: FastifyRequest,
   reply: FastifyReply,
 ) {
+  const actor = callerOf(request);
+  const prefix = assertPrefix(query.prefix);
+  let bucket: string;
+  let folder = '';
+  if ('bucket' in which) {
+    bucket = assertBucketName(which.bucket);
+    await ctx.access.assertMayUse(actor, bucket, prefix);
+  } else {
+    ({ bucket, folder } = ctx.access.defaultTarget(actor, defaultBucket(ctx.config), ''));
+  }
+  // A cursor holds a full key; `start_after` is a key as the caller sees them.
+  const start =
+    query.cursor === undefined && query.start_after !== undefined ? folder + query.start_after : startOf(query);
   const listing = await listObjects(ctx.store, {
-    bucket: assertBucketName(bucketName),
-    prefix: assertPrefix(query.prefix),
+    bucket,
+    prefix: folder + prefix,
     recursive: query.recursive,
     limit: query.limit,
-    startAfter: startOf(query),
+    startAfter: start,
     metadata: query.metadata,
   });
   if (listing.next !== undefined) {
     setNextPage(request, reply, listingCursor(listing.next));
-    reply.header(NEXT_START_AFTER_HEADER, listing.next);
+    reply.header(NEXT_START_AFTER_HEADER, listing.next.slice(folder.length));
   }
-  return reply.send(listing.entries.map(objectInfo));
+  return reply.send(listing.entries.map((e) => objectInfo({ ...e, key: e.key.slice(folder.length) })));
 }

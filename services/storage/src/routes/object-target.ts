@@ -12,7 +12,11 @@
  * Names and keys that break the rules of `domain/names.ts` are refused here,
  * naming the request field.
  */
+import { callerOf } from '@gpu/common';
+import type { FastifyRequest } from 'fastify';
 import type { StorageConfig } from '../config.ts';
+import type { ResolvedTarget } from '../domain/access.ts';
+import type { StorageContext } from '../domain/context.ts';
 import { bucketNameProblem, objectKeyProblem, prefixProblem } from '../domain/names.ts';
 import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
@@ -49,4 +53,21 @@ export function namedTarget(params: { bucketName: string; '*': string }): Target
 
 export function defaultTarget(config: StorageConfig, params: { '*': string }): Target {
   return { bucket: defaultBucket(config), key: assertObjectKey(params['*']) };
+}
+
+/** A bucket-named route's target, once the caller may use it. */
+export async function namedTargetOf(
+  ctx: StorageContext,
+  request: FastifyRequest,
+  params: { bucketName: string; '*': string },
+): Promise<ResolvedTarget> {
+  const target = namedTarget(params);
+  await ctx.access.assertMayUse(callerOf(request), target.bucket, target.key);
+  return { ...target, folder: '' };
+}
+
+/** A default-bucket route's target: the key in the caller's folder (as named for admins and services). */
+export function defaultTargetOf(ctx: StorageContext, request: FastifyRequest, params: { '*': string }): ResolvedTarget {
+  const target = defaultTarget(ctx.config, params);
+  return ctx.access.defaultTarget(callerOf(request), target.bucket, target.key);
 }

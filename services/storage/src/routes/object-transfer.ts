@@ -8,6 +8,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ResolvedTarget as Target } from '../domain/access.ts';
 import { resolveContentType } from '../domain/content-type.ts';
 import type { StorageContext } from '../domain/context.ts';
 import {
@@ -21,7 +22,6 @@ import { type ReadHeaders, readConditions } from '../domain/read-rules.ts';
 import { NotModified, type ObjectHead } from '../domain/store.ts';
 import { byteLimit, checkDeclaredLength, TooLarge } from '../domain/upload-policy.ts';
 import { storageErrors } from '../errors.ts';
-import type { Target } from './object-target.ts';
 import { objectInfo } from './presenters.ts';
 
 export async function uploadObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
@@ -45,7 +45,7 @@ export async function uploadObject(ctx: StorageContext, target: Target, request:
       contentLength,
       signal: request.abortSignal,
     });
-    return reply.code(201).send(objectInfo(stored));
+    return reply.code(201).send(objectInfo({ ...stored, key: stored.key.slice(target.folder.length) }));
   } catch (err) {
     // Reading a refused body to its end only to discard it would waste the transfer: close the connection instead.
     if (!request.raw.complete) reply.header('connection', 'close');

@@ -6,9 +6,11 @@
 import { durationMs, type RoutePlugin } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import type { ResolvedTarget as Target } from '../domain/access.ts';
+import { STORAGE_ROLES } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { listBucket, listQuery } from './object-list.ts';
-import { defaultBucket, defaultTarget, namedTarget, type Target } from './object-target.ts';
+import { defaultTargetOf, namedTargetOf } from './object-target.ts';
 import { deleteObject, downloadObject, headObject, uploadObject } from './object-transfer.ts';
 import {
   binarySchema,
@@ -79,6 +81,8 @@ const operations: Array<{
       200: noBody('the headers of a GET'),
       304: noBody('not modified, as GET'),
       400: noBody('bad bucket name or key'),
+      401: noBody('no valid access token'),
+      403: noBody("someone else's bucket or folder"),
       404: noBody('missing bucket or object'),
       502: noBody('the object store refused the request'),
       503: noBody('the object store cannot be reached, or the request timed out'),
@@ -102,6 +106,7 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     '/objects/:bucketName/list',
     {
       exposeHeadRoute: false,
+      config: { roles: STORAGE_ROLES },
       schema: {
         tags: ['objects'],
         summary: 'List the objects of a bucket',
@@ -111,12 +116,13 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
       },
     },
-    async (request, reply) => listBucket(ctx, request.params.bucketName, request.query, request, reply),
+    async (request, reply) => listBucket(ctx, { bucket: request.params.bucketName }, request.query, request, reply),
   );
   app.get(
     '/objects/list',
     {
       exposeHeadRoute: false,
+      config: { roles: STORAGE_ROLES },
       schema: {
         tags: ['objects (default bucket)'],
         summary: 'List the objects of the default bucket',
@@ -125,13 +131,14 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
       },
     },
-    async (request, reply) => listBucket(ctx, defaultBucket(ctx.config), request.query, request, reply),
+    async (request, reply) => listBucket(ctx, { defaultBucket: true }, request.query, request, reply),
   );
 
   for (const op of operations) {
     // HEAD routes are declared here rather than made by Fastify from GET; @fastify/swagger leaves HEAD routes out
     // of the OpenAPI document unless asked.
     const config = {
+      roles: STORAGE_ROLES,
       ...(op.transfer ? { timeoutMs: transferTimeoutMs } : {}),
       ...(op.method === 'HEAD' ? { swagger: { exposeHeadRoute: true } } : {}),
     };
@@ -141,7 +148,8 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
       exposeHeadRoute: false,
       config,
       schema: { tags: ['objects'], summary: op.summary, params: bucketKeyParams, ...op.schema, response: op.response },
-      handler: (request, reply) => op.handler(ctx, namedTarget(request.params), request, reply),
+      handler: async (request, reply) =>
+        op.handler(ctx, await namedTargetOf(ctx, request, request.params), request, reply),
     });
     app.route({
       method: op.method,
@@ -155,7 +163,7 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         ...op.schema,
         response: op.response,
       },
-      handler: (request, reply) => op.handler(ctx, defaultTarget(ctx.config, request.params), request, reply),
+      handler: (request, reply) => op.handler(ctx, defaultTargetOf(ctx, request, request.params), request, reply),
     });
   }
 };

@@ -1,9 +1,10 @@
 /** Presigned GET/PUT URLs against the object store, bucket-named and default-bucket. */
 import { errors, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
+import { STORAGE_ROLES, type ResolvedTarget as Target } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { DEFAULT_EXPIRY, expirySeconds } from '../domain/expiry.ts';
-import { defaultTarget, namedTarget, type Target } from './object-target.ts';
+import { defaultTargetOf, namedTargetOf } from './object-target.ts';
 import { bucketKeyParams, errorResponses, keyParams } from './schemas.ts';
 
 const presignBody = z.object({
@@ -31,7 +32,7 @@ async function presign(ctx: StorageContext, target: Target, body: z.infer<typeof
   return {
     url,
     method: body.method,
-    key: target.key,
+    key: target.key.slice(target.folder.length),
     bucket: target.bucket,
     expires_at: new Date(Date.now() + expiry.seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z'),
   };
@@ -42,6 +43,7 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/presigned-url/:bucketName/*',
     {
+      config: { roles: STORAGE_ROLES },
       schema: {
         tags: ['presigned URLs'],
         summary: 'A time-limited URL for a direct GET or PUT against the object store',
@@ -50,11 +52,12 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         response,
       },
     },
-    async (request) => presign(ctx, namedTarget(request.params), request.body),
+    async (request) => presign(ctx, await namedTargetOf(ctx, request, request.params), request.body),
   );
   app.post(
     '/presigned-url/*',
     {
+      config: { roles: STORAGE_ROLES },
       schema: {
         tags: ['presigned URLs (default bucket)'],
         summary: 'A presigned URL for an object of the default bucket',
@@ -63,6 +66,6 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         response,
       },
     },
-    async (request) => presign(ctx, defaultTarget(ctx.config, request.params), request.body),
+    async (request) => presign(ctx, defaultTargetOf(ctx, request, request.params), request.body),
   );
 };

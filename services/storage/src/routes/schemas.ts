@@ -41,6 +41,11 @@ export const problemResponse = (description: string) => ({
 /** Errors every route can answer. */
 export const errorResponses = {
   400: problemResponse('VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field)'),
+  401: problemResponse('no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer'),
+  403: problemResponse(
+    "BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), " +
+      'ROLE_REQUIRED (a caller with no business with objects)',
+  ),
   404: problemResponse('not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED)'),
   503: problemResponse('DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT'),
 };
