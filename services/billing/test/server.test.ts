@@ -21,6 +21,7 @@ import { Dec } from '../src/domain/money.ts';
 import { getTransaction } from '../src/domain/transactions.ts';
 import { createWallet } from '../src/domain/wallets.ts';
 import { setupLocalnet } from './support/localnet.ts';
+import { testIdentities } from './support/setup.ts';
 
 let child: ChildProcess | undefined;
 afterAll(() => {
@@ -78,6 +79,7 @@ describe('billing-service process', () => {
       env: {
         ...process.env,
         DATABASE_URL: testDb.url,
+        AUTH_JWKS_URL: (await testIdentities()).issuer.jwksUrl,
         PORT: String(port),
         HOST: '127.0.0.1',
         SOLANA_RPC_URL: testEnv.solanaRpcUrl,
@@ -116,7 +118,9 @@ describe('billing-service process', () => {
 
     expect((await getTransaction(database.db, row.id))!.status).toBe('confirmed');
     expect(await L.chain.tokenBalance(address)).toBe('7');
-    const balance = await fetch(`http://127.0.0.1:${port}/api/v1/wallet/${wallet.id}/balance`);
+    const balance = await fetch(`http://127.0.0.1:${port}/api/v1/wallet/${wallet.id}/balance`, {
+      headers: (await testIdentities()).admin.headers,
+    });
     expect(await balance.json()).toMatchObject({ available: '13.000000', pending: '0.000000' });
 
     const exited = new Promise<number | null>((r) => child!.once('exit', (code) => r(code)));

@@ -101,7 +101,8 @@ describe('service surface', () => {
       expect(Object.keys(doc.paths)).toContain(path);
     }
     expect(Object.keys(doc.paths['/api/v1/wallet/{walletID}/withdraw'].post.responses).sort()).toEqual(
-      ['200', '202', '400', '402', '404', '409', '502', '503'].sort(),
+      // 401 and 403: every billing route needs an access token.
+      ['200', '202', '400', '401', '402', '403', '404', '409', '502', '503'].sort(),
     );
   });
 });

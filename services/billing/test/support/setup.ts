@@ -3,7 +3,7 @@
  * it, and helpers to create and fund wallets through the ledger.
  */
 import { createLogger } from '@gpu/common';
-import { createTestDatabase } from '@gpu/common/testing';
+import { type Caller, createTestDatabase, injectAs, startTestIssuer, type TestIssuer } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
 import { afterAll, beforeAll } from 'vitest';
@@ -26,10 +26,23 @@ export interface SetupOptions {
   now?: () => Date;
 }
 
+let identities: Promise<{ issuer: TestIssuer; admin: Caller }> | undefined;
+
+/**
+ * The token issuer the billing apps of a test file trust, and an admin: the caller of the tests that are not about
+ * access (over `inject` by default, and with its headers over HTTP).
+ */
+export function testIdentities(): Promise<{ issuer: TestIssuer; admin: Caller }> {
+  identities ??= startTestIssuer().then(async (issuer) => ({ issuer, admin: await issuer.user(['admin']) }));
+  return identities;
+}
+
 export async function setupBilling(opts: SetupOptions = {}) {
   const testDb = await createTestDatabase('billing');
+  const { issuer, admin } = await testIdentities();
   const config: BillingConfig = billingConfigSchema.parse({
     log_level: 'silent',
+    access: issuer.accessConfig,
     database: { url: testDb.url, pool_size: 20 },
     blockchain: { token_decimals: opts.decimals ?? 6, commitment: 'finalized' },
     ...opts.config,
@@ -48,6 +61,7 @@ export async function setupBilling(opts: SetupOptions = {}) {
   const ctx = billingContext(deps);
   const app = await buildApp(deps, ctx);
   await app.ready();
+  injectAs(app, admin);
   const db = database.db;
 
   /** A new wallet (random owner and address) with `funds` credited from chain_incoming. */
@@ -120,6 +134,8 @@ export async function setupBilling(opts: SetupOptions = {}) {
 
   return {
     app,
+    issuer,
+    admin,
     ctx,
     db,
     config,
