@@ -9,7 +9,8 @@
  * base+5 and its WebSocket at base+6), so a second copy (a test run) can share the machine.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -34,6 +35,24 @@ const ports = {
   solana: port(8899, 5),
   solanaWs: port(8900, 6),
 };
+
+/**
+ * Access control is on in every service: the auth service signs with an Ed25519 key kept in the data folder (made at
+ * first start), the others verify with its JWKS. The platform's own machine clients (`platform` for service-to-service
+ * calls, `gateway`, `scheduler`) are created at start-up with their secrets in `<data>/auth/clients/<name>.json`, and
+ * an initial admin with a password made once and kept in `<data>/auth/admin.json` (both mode 0600).
+ */
+const authDir = path.join(data, 'auth');
+const adminFile = path.join(authDir, 'admin.json');
+function initialAdmin(): { email: string; password: string } {
+  if (existsSync(adminFile)) return JSON.parse(readFileSync(adminFile, 'utf8'));
+  mkdirSync(authDir, { recursive: true, mode: 0o700 });
+  const admin = { email: 'admin@example.com', password: randomBytes(18).toString('base64url') };
+  writeFileSync(adminFile, `${JSON.stringify(admin, null, 2)}\n`, { mode: 0o600 });
+  return admin;
+}
+const admin = initialAdmin();
+const jwksUrl = `http://127.0.0.1:${ports.auth}/.well-known/jwks.json`;
 
 interface Proc {
   name: string;
@@ -88,7 +107,14 @@ const services: Proc[] = (
       cwd: 'services/auth',
       args: [],
       port: ports.auth,
-      env: { AUTH__DATABASE__EMBEDDED_PATH: path.join(data, 'auth', 'pglite') },
+      env: {
+        AUTH__DATABASE__EMBEDDED_PATH: path.join(authDir, 'pglite'),
+        JWT_PRIVATE_KEY_FILE: path.join(authDir, 'jwt-signing-key.pem'),
+        AUTH__CLIENTS__BOOTSTRAP: 'platform:service,gateway:gateway,scheduler:scheduler',
+        AUTH__CLIENTS__SECRETS_DIR: path.join(authDir, 'clients'),
+        ADMIN_EMAIL: admin.email,
+        ADMIN_PASSWORD: admin.password,
+      },
     },
     {
       name: 'storage',
@@ -123,7 +149,7 @@ const services: Proc[] = (
   .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
   .map((s) => ({
     ...s,
-    env: { ...s.env, PORT: String(s.port) },
+    env: { ...s.env, PORT: String(s.port), AUTH_JWKS_URL: jwksUrl },
     cwd: path.join(root, s.cwd),
     args: [...(s.nodeFlags ?? []), '--import', 'tsx', 'src/server.ts'],
   }));
@@ -204,5 +230,7 @@ for (const dep of dependencies) {
 for (const svc of services) start(svc);
 await Promise.all(services.map((s) => waitForPort(s.name, s.port, 120_000)));
 process.stdout.write(
-  `[start] up: ${services.map((s) => `${s.name} http://127.0.0.1:${s.port} (docs /docs)`).join(', ')}\n`,
+  `[start] up: ${services.map((s) => `${s.name} http://127.0.0.1:${s.port} (docs /docs)`).join(', ')}\n` +
+    `[start] every route needs a token: log in as the admin in ${adminFile}, register users at ` +
+    `http://127.0.0.1:${ports.auth}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
 );

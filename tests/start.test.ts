@@ -4,7 +4,7 @@
  * and Ctrl-C (SIGINT) stops everything cleanly.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -68,6 +68,46 @@ describe('pnpm start', () => {
     }
     expect([...pending], `not healthy:\n${output.slice(-4000)}`).toEqual([]);
     expect(existsSync(path.join(dataDir, 'storage', 'config.yaml'))).toBe(true);
+  });
+
+  it('is secure by default: no token 401, the platform client and the initial admin get in', {
+    timeout: 60_000,
+  }, async () => {
+    const url = (name: string, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
+    const anonymous = await fetch(url('storage', '/objects/list'));
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    expect((await fetch(url('provider-registry', '/providers'))).status).toBe(401);
+
+    // The platform's own service client, created at start-up with its secret in the data folder (mode 0600).
+    const secretFile = path.join(dataDir, 'auth', 'clients', 'platform.json');
+    expect(statSync(secretFile).mode & 0o777).toBe(0o600);
+    const { client_id, client_secret } = JSON.parse(readFileSync(secretFile, 'utf8'));
+    const token = await fetch(url('auth', '/api/v1/auth/token'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ grant_type: 'client_credentials', client_id, client_secret }),
+    });
+    expect(token.status).toBe(200);
+    const { access_token: serviceToken } = (await token.json()) as { access_token: string };
+    const listed = await fetch(url('storage', '/objects/list'), {
+      headers: { authorization: `Bearer ${serviceToken}` },
+    });
+    expect(listed.status).toBe(200);
+
+    // The initial admin, with the password made at first start.
+    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
+    const login = await fetch(url('auth', '/api/v1/auth/login'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(admin),
+    });
+    expect(login.status).toBe(200);
+    const { access_token: adminToken } = (await login.json()) as { access_token: string };
+    const providers = await fetch(url('provider-registry', '/providers'), {
+      headers: { authorization: `Bearer ${adminToken}` },
+    });
+    expect(providers.status).toBe(200);
   });
 
   it('stops everything on SIGINT', { timeout: 60_000 }, async () => {
