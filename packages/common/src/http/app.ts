@@ -25,6 +25,7 @@ import { onClientError, onFrameworkError } from './framework-errors.ts';
 import { type HealthCheck, healthPlugin } from './health.ts';
 import { LazyRequestLogger } from './lazy-logger.ts';
 import { metricsPlugin } from './metrics.ts';
+import { refuseNulCharacters } from './nul-characters.ts';
 import { problemSchema } from './problem-schema.ts';
 import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
 import { requestTimeout } from './timeout.ts';
@@ -190,6 +191,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
   await app.register(requestContext, { trustedProxies: trustProxy });
   await app.register(accessControl, { verifier, publicPaths });
   await app.register(requestTimeout, { timeoutMs: durationMs(config.request_timeout) });
+  await app.register(refuseNulCharacters);
   await app.register(cors, {
     origin: config.server.cors_origins.includes('*') ? true : config.server.cors_origins,
     methods: CORS_METHODS,

@@ -1,0 +1,35 @@
+/** Text PostgreSQL cannot store (U+0000) is a 400 naming the field, never a 500, and nothing is written. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Harness, providerBody, register, startHarness } from './helpers.ts';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ nats: false });
+});
+afterAll(() => h?.close());
+
+describe('NUL characters', () => {
+  it('refuses a registration with a NUL in a nested field, and stores nothing', async () => {
+    const name = `nul-${Date.now()}`;
+    const body = providerBody({ name, metadata: { note: 'a\u0000b' } });
+    const res = await h.app.inject({ method: 'POST', url: '/providers', payload: body });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: 'VALIDATION_ERROR', errors: [{ path: 'body.metadata.note' }] });
+    const listed = (await h.app.inject({ url: '/providers?limit=1000' })).json() as { name: string }[];
+    expect(listed.map((p) => p.name)).not.toContain(name);
+  });
+
+  it('refuses a NUL in a heartbeat and in a discovery filter', async () => {
+    const { id } = await register(h.app);
+    const beat = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${id}`,
+      payload: providerBody({ name: 'x\u0000y' }),
+    });
+    expect(beat.statusCode).toBe(400);
+    expect(beat.json().errors[0].path).toBe('body.name');
+    const filter = await h.app.inject({ url: '/providers?gpu_model=%00' });
+    expect(filter.statusCode).toBe(400);
+    expect(filter.json().errors[0].path).toBe('querystring.gpu_model');
+  });
+});
