@@ -1,0 +1,91 @@
+/**
+ * The fetch every service client calls through:
+ * - the bearer token of the client's `TokenSource` (unless the request names its own `authorization`), renewed once
+ *   when a service answers 401 (a token revoked or rotated under it);
+ * - `X-Correlation-ID` when the caller has one, so a call is traced across services;
+ * - a time limit per attempt, until the response's headers arrive (a long download is not cut);
+ * - bounded retries with exponential backoff and jitter, honouring `Retry-After`, only where a retry cannot do harm:
+ *   idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS) or a request carrying an `Idempotency-Key`; on a network
+ *   error, a timeout, 429, 502, 503 or 504. Anything else is answered as it came.
+ */
+import type { TokenSource } from './tokens.ts';
+
+export interface RetryPolicy {
+  token?: TokenSource;
+  correlationId?: () => string | undefined;
+  timeoutMs: number;
+  retries: number;
+  fetch: typeof fetch;
+  /** First backoff (default 100 ms), doubled per attempt, at most `maxBackoffMs` (default 2 s). */
+  baseBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
+const RETRY_STATUS = new Set([429, 502, 503, 504]);
+
+/** Seconds of a `Retry-After` header (delta-seconds form), in ms, or undefined. */
+function retryAfterMs(res: Response): number | undefined {
+  const value = res.headers.get('retry-after');
+  if (!value || !/^\d+$/.test(value)) return undefined;
+  return Number(value) * 1000;
+}
+
+class AttemptTimeout extends Error {
+  constructor(ms: number) {
+    super(`no response within ${ms} ms`);
+    this.name = 'TimeoutError';
+  }
+}
+
+export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise<Response> {
+  const base = policy.baseBackoffMs ?? 100;
+  const cap = policy.maxBackoffMs ?? 2000;
+  const backoff = (attempt: number, floor = 0) => Math.max(floor, Math.random() * Math.min(cap, base * 2 ** attempt));
+
+  async function attempt(request: Request): Promise<Response> {
+    const headers = new Headers(request.headers);
+    if (policy.token && !headers.has('authorization')) {
+      headers.set('authorization', `Bearer ${await policy.token.get()}`);
+    }
+    const correlationId = policy.correlationId?.();
+    if (correlationId && !headers.has('x-correlation-id')) headers.set('x-correlation-id', correlationId);
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new AttemptTimeout(policy.timeoutMs)), policy.timeoutMs);
+    const signal = AbortSignal.any([controller.signal, request.signal]);
+    try {
+      // A streamed body needs `duplex: 'half'` (Node's fetch).
+      const init = { headers, signal, ...(request.body ? { duplex: 'half' } : {}) } as RequestInit;
+      return await policy.fetch(new Request(request, init));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  return async (request: Request) => {
+    const retryable = IDEMPOTENT.has(request.method) || request.headers.has('idempotency-key');
+    let renewed = false;
+    for (let n = 0; ; n++) {
+      const canRetry = retryable && n < policy.retries;
+      let res: Response;
+      try {
+        res = await attempt(request.clone());
+      } catch (err) {
+        // The caller's own abort is final; a timeout or a network error is retried where that is safe.
+        if (request.signal.aborted || !canRetry) throw err;
+        await new Promise((r) => setTimeout(r, backoff(n)));
+        continue;
+      }
+      if (res.status === 401 && policy.token?.invalidate && !renewed && !request.headers.has('authorization')) {
+        renewed = true;
+        policy.token.invalidate();
+        await res.body?.cancel();
+        n--;
+        continue;
+      }
+      if (!RETRY_STATUS.has(res.status) || !canRetry) return res;
+      await res.body?.cancel();
+      await new Promise((r) => setTimeout(r, Math.min(backoff(n, retryAfterMs(res)), 5000)));
+    }
+  };
+}

@@ -1,0 +1,116 @@
+/**
+ * Where a client's bearer token comes from. A source hands out a token that is valid now, renewing it shortly before
+ * it expires; `invalidate()` drops a token a service refused (401), so the next request gets a fresh one.
+ */
+
+export interface TokenSource {
+  get(): Promise<string>;
+  invalidate?(): void;
+}
+
+/** A token the caller already holds (a user's, passed through by the gateway, or one minted in a test). */
+export const staticToken = (token: string): TokenSource => ({ get: async () => token });
+
+interface Issued {
+  token: string;
+  /** When to ask for a new one (ms since the epoch). */
+  renewAt: number;
+}
+
+/**
+ * Renews through `issue` whenever the held token is due; concurrent callers share one request, and a failed request
+ * is not cached (the next call tries again).
+ */
+function renewing(issue: () => Promise<{ token: string; expiresIn: number }>, earlySeconds: number): TokenSource {
+  let held: Issued | undefined;
+  let pending: Promise<Issued> | undefined;
+  return {
+    async get() {
+      if (held && Date.now() < held.renewAt) return held.token;
+      pending ??= issue()
+        .then(({ token, expiresIn }) => {
+          // Renew `earlySeconds` before expiry, or halfway through a very short lifetime.
+          const early = Math.min(earlySeconds, expiresIn / 2);
+          held = { token, renewAt: Date.now() + (expiresIn - early) * 1000 };
+          return held;
+        })
+        .finally(() => {
+          pending = undefined;
+        });
+      return (await pending).token;
+    },
+    invalidate() {
+      held = undefined;
+    },
+  };
+}
+
+async function postJson(fetchFn: typeof fetch, url: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetchFn(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+  if (!res.ok) {
+    throw new Error(`${url} answered ${res.status} ${String(json.code ?? '')}: ${String(json.detail ?? '')}`.trim());
+  }
+  return json;
+}
+
+export interface ClientCredentialsOptions {
+  /** The auth service, e.g. `http://127.0.0.1:8000`. */
+  authUrl: string;
+  clientId: string;
+  clientSecret: string;
+  /** Renew this long before expiry (default 30 s). */
+  renewEarlySeconds?: number;
+  fetch?: typeof fetch;
+}
+
+/** A machine client's token (OAuth 2.0 client credentials at the auth service's `POST /api/v1/auth/token`). */
+export function clientCredentials(opts: ClientCredentialsOptions): TokenSource {
+  const fetchFn = opts.fetch ?? globalThis.fetch;
+  const url = `${opts.authUrl.replace(/\/$/, '')}/api/v1/auth/token`;
+  return renewing(async () => {
+    const body = await postJson(fetchFn, url, {
+      grant_type: 'client_credentials',
+      client_id: opts.clientId,
+      client_secret: opts.clientSecret,
+    });
+    return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
+  }, opts.renewEarlySeconds ?? 30);
+}
+
+export interface UserLoginOptions {
+  authUrl: string;
+  email: string;
+  password: string;
+  renewEarlySeconds?: number;
+  fetch?: typeof fetch;
+}
+
+/**
+ * A user's token: logs in once, then renews with the (single-use, rotating) refresh token; logs in again if the
+ * refresh token was refused.
+ */
+export function userLogin(opts: UserLoginOptions): TokenSource {
+  const fetchFn = opts.fetch ?? globalThis.fetch;
+  const base = `${opts.authUrl.replace(/\/$/, '')}/api/v1/auth`;
+  let refreshToken: string | undefined;
+  const take = (body: Record<string, unknown>) => {
+    refreshToken = String(body.refresh_token);
+    return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
+  };
+  return renewing(async () => {
+    if (refreshToken) {
+      try {
+        return take(await postJson(fetchFn, `${base}/refresh`, { refresh_token: refreshToken }));
+      } catch {
+        refreshToken = undefined;
+      }
+    }
+    return take(await postJson(fetchFn, `${base}/login`, { email: opts.email, password: opts.password }));
+  }, opts.renewEarlySeconds ?? 30);
+}

@@ -1,0 +1,20 @@
+/**
+ * The committed OpenAPI document (`openapi.json`) is the one the service serves: the typed client
+ * (`packages/client`) is generated from it. After an API change: `pnpm test -u` rewrites it, then
+ * `pnpm --filter @gpu/client generate`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startService, type TestService } from './helpers.ts';
+
+let svc: TestService;
+beforeAll(async () => {
+  svc = await startService();
+});
+afterAll(() => svc?.close());
+
+describe('openapi.json', () => {
+  it('is the document the service serves', async () => {
+    const doc = (await svc.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    await expect(`${JSON.stringify(doc, null, 2)}\n`).toMatchFileSnapshot('../openapi.json');
+  });
+});
