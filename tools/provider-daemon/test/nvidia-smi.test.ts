@@ -78,6 +78,13 @@ describe('nvidia-smi --query-gpu output', () => {
       is_healthy: true,
     });
     expect(gpuMetrics({ ...gpu!, eccUncorrected: 3 }, 0).is_healthy).toBe(false);
+    // What a board does not report is left out, not sent as null.
+    expect(gpuMetrics({ ...gpu!, temperature: null, powerDraw: null }, 1)).toEqual({
+      index: 1,
+      utilization_gpu: 0,
+      utilization_mem: 0,
+      is_healthy: true,
+    });
   });
 });
 

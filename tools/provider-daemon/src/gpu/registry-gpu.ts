@@ -14,12 +14,13 @@ export interface RegistryGpuSpec {
   power_consumption: number | null;
 }
 
+/** A heartbeat's metrics of one GPU: a metric the board does not report is left out (the registry keeps the last). */
 export interface RegistryGpuMetrics {
   index: number;
-  utilization_gpu: number | null;
-  utilization_mem: number | null;
-  temperature: number | null;
-  power_draw: number | null;
+  utilization_gpu?: number;
+  utilization_mem?: number;
+  temperature?: number;
+  power_draw?: number;
   is_healthy: boolean;
 }
 
@@ -40,12 +41,13 @@ export function gpuSpec(r: GpuReading): RegistryGpuSpec {
  * since the driver loaded (the board needs attention before it takes work).
  */
 export function gpuMetrics(r: GpuReading, index: number): RegistryGpuMetrics {
-  return {
-    index,
-    utilization_gpu: round(r.utilizationGpu),
-    utilization_mem: round(r.utilizationMemory),
-    temperature: round(r.temperature),
-    power_draw: round(r.powerDraw),
-    is_healthy: r.eccUncorrected === null || r.eccUncorrected === 0,
+  const metrics: RegistryGpuMetrics = { index, is_healthy: r.eccUncorrected === null || r.eccUncorrected === 0 };
+  const put = (key: 'utilization_gpu' | 'utilization_mem' | 'temperature' | 'power_draw', value: number | null) => {
+    if (value !== null) metrics[key] = Math.round(value);
   };
+  put('utilization_gpu', r.utilizationGpu);
+  put('utilization_mem', r.utilizationMemory);
+  put('temperature', r.temperature);
+  put('power_draw', r.powerDraw);
+  return metrics;
 }

@@ -1,0 +1,88 @@
+/**
+ * The daemon's configuration, loaded like every service's (`@gpu/common`'s loader): defaults, then the YAML file
+ * named by `DAEMON_CONFIG_FILE`, then `DAEMON__SECTION__KEY` variables and the plain names below.
+ */
+import os from 'node:os';
+import { loadConfig, zDuration, zInt } from '@gpu/common';
+import { z } from 'zod';
+
+/** A GPU of a simulated machine: what nvidia-smi would report for it. An explicit configuration, never a fallback. */
+const simulatedGpu = z.object({
+  name: z.string().min(1),
+  memory_total_mib: zInt(1),
+  driver_version: z.string().min(1).default('simulated'),
+  compute_capability: z.string().nullable().default(null),
+  power_limit_w: zInt(1).nullable().default(null),
+  /** The metrics its heartbeats report (a simulated machine reports what it is told). */
+  utilization_gpu: zInt(0, 100).default(0),
+  utilization_memory: zInt(0, 100).default(0),
+  temperature: zInt(0, 255).nullable().default(null),
+  power_draw_w: zInt(0).nullable().default(null),
+});
+
+export const daemonConfigSchema = z
+  .object({
+    log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    auth_url: z.string().url().default('http://127.0.0.1:8000'),
+    registry_url: z.string().url().default('http://127.0.0.1:8002'),
+    /** The daemon's machine client (role `daemon`, made by the provider at the auth service). */
+    credentials: z
+      .object({
+        client_id: z.string().default(''),
+        client_secret: z.string().default(''),
+        /** A JSON file `{client_id, client_secret}` instead (the auth service writes its clients' secrets so). */
+        file: z.string().default(''),
+      })
+      .prefault({}),
+    /** Where the daemon keeps what must survive a restart (its provider ID). */
+    state_file: z.string().default('.data/provider-daemon/state.json'),
+    provider: z
+      .object({
+        /** Unique among the owner's machines; the daemon re-attaches by it when its state file is lost. */
+        name: z.string().min(1).default(os.hostname()),
+        hostname: z.string().default(os.hostname()),
+        ip_address: z.string().default(''),
+        location: z.string().default(''),
+        metadata: z.record(z.string(), z.unknown()).default({}),
+      })
+      .prefault({}),
+    gpu: z
+      .object({
+        /** `nvidia-smi` reads the machine's GPUs; `simulated` reports `simulated_gpus` (machines without a GPU). */
+        source: z.enum(['nvidia-smi', 'simulated']).default('nvidia-smi'),
+        nvidia_smi_path: z.string().default('nvidia-smi'),
+        simulated_gpus: z.array(simulatedGpu).default([]),
+      })
+      .prefault({}),
+    /** Set it to the registry's `heartbeat_interval` (30 s by default); the registry marks a machine offline after 3. */
+    heartbeat_interval: zDuration().default('30s'),
+    /** Time limit of one request to a service. */
+    request_timeout: zDuration().default('10s'),
+    /** Longest wait between attempts while a service cannot be reached. */
+    max_backoff: zDuration().default('60s'),
+  })
+  .superRefine((c, ctx) => {
+    if (c.gpu.source === 'simulated' && c.gpu.simulated_gpus.length === 0) {
+      ctx.addIssue({ code: 'custom', path: ['gpu', 'simulated_gpus'], message: 'a simulated machine needs its GPUs' });
+    }
+  });
+
+export type DaemonConfig = z.infer<typeof daemonConfigSchema>;
+
+export function loadDaemonConfig(env: NodeJS.ProcessEnv = process.env): DaemonConfig {
+  return loadConfig({
+    schema: daemonConfigSchema,
+    envPrefix: 'DAEMON',
+    file: env.DAEMON_CONFIG_FILE,
+    env,
+    aliases: {
+      LOG_LEVEL: 'log_level',
+      AUTH_URL: 'auth_url',
+      REGISTRY_URL: 'registry_url',
+      DAEMON_CLIENT_ID: 'credentials.client_id',
+      DAEMON_CLIENT_SECRET: 'credentials.client_secret',
+      DAEMON_CREDENTIALS_FILE: 'credentials.file',
+      DAEMON_STATE_FILE: 'state_file',
+    },
+  });
+}

@@ -1,0 +1,170 @@
+/**
+ * The daemon's work with the registry: attach to this machine's provider record (re-attach after a restart by the ID
+ * in its state file, or by name when the state is lost; register it when there is none; update it when the GPUs
+ * changed), then heartbeat with live metrics every `heartbeat_interval`. A service that cannot be reached is tried
+ * again with exponential backoff up to `max_backoff`; a record deleted under it is registered again.
+ */
+import { hostname as osHostname } from 'node:os';
+import { registryClient, type TokenSource, unwrap } from '@gpu/client';
+import { durationMs, type Logger } from '@gpu/common';
+import { decodeJwt } from 'jose';
+import type { DaemonConfig } from './config.ts';
+import type { GpuReading } from './gpu/nvidia-smi.ts';
+import { gpuMetrics, gpuSpec } from './gpu/registry-gpu.ts';
+import type { GpuSource } from './gpu/source.ts';
+import { readState, writeState } from './state.ts';
+
+export interface DaemonDeps {
+  config: DaemonConfig;
+  logger: Logger;
+  gpus: GpuSource;
+  token: TokenSource;
+  /** The clock's sleep (tests shorten it). */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+export class ProviderDaemon {
+  providerId: string | undefined;
+  private readonly registry;
+  private stopped = false;
+  private wake: (() => void) | undefined;
+
+  constructor(private readonly deps: DaemonDeps) {
+    this.registry = registryClient({
+      baseUrl: deps.config.registry_url,
+      token: deps.token,
+      timeoutMs: durationMs(deps.config.request_timeout),
+    });
+    this.providerId = readState(deps.config.state_file).provider_id;
+  }
+
+  /** The provider owner the daemon's token acts for (its `owner_id` claim). */
+  private async ownerId(): Promise<string> {
+    const claims = decodeJwt(await this.deps.token.get());
+    if (typeof claims.owner_id !== 'string') {
+      throw new Error(
+        'the credentials are not a daemon client: its token has no owner_id (create a client with role daemon)',
+      );
+    }
+    return claims.owner_id;
+  }
+
+  private async body(readings: GpuReading[]) {
+    const p = this.deps.config.provider;
+    return {
+      owner_id: await this.ownerId(),
+      name: p.name,
+      hostname: p.hostname || osHostname(),
+      ...(p.ip_address ? { ip_address: p.ip_address } : {}),
+      ...(p.location ? { location: p.location } : {}),
+      metadata: { ...p.metadata, gpu_source: this.deps.gpus.kind },
+      gpus: readings.map(gpuSpec),
+    };
+  }
+
+  /** Attaches to this machine's record (see the file's comment); returns its ID. */
+  async attach(): Promise<string> {
+    const readings = await this.deps.gpus.read();
+    if (readings.length === 0) throw new Error('no GPU found on this machine');
+    const body = await this.body(readings);
+    let id = this.providerId;
+    if (id) {
+      const current = await this.registry.GET('/providers/{providerID}', { params: { path: { providerID: id } } });
+      if (current.response.status === 404) {
+        this.deps.logger.warn({ provider_id: id }, 'the registry no longer knows this machine: registering it again');
+        id = undefined;
+      } else {
+        const record = unwrap(current);
+        if (gpusChanged(record.gpus, body.gpus) || record.name !== body.name) {
+          unwrap(
+            await this.registry.PUT('/providers/{providerID}', {
+              params: { path: { providerID: id } },
+              body: body as never,
+            }),
+          );
+          this.deps.logger.info({ provider_id: id }, 'provider record updated: the GPUs or name changed');
+        }
+      }
+    }
+    if (!id) id = await this.register(body);
+    this.providerId = id;
+    writeState(this.deps.config.state_file, { ...readState(this.deps.config.state_file), provider_id: id });
+    this.deps.logger.info({ provider_id: id, gpus: readings.map((g) => g.name) }, 'attached to the provider record');
+    return id;
+  }
+
+  private async register(body: Awaited<ReturnType<ProviderDaemon['body']>>): Promise<string> {
+    const created = await this.registry.POST('/providers', { body: body as never });
+    if (created.response.ok) return unwrap(created).id;
+    // The owner already has a machine of this name: this one, whose state file was lost. Adopt it.
+    if ((created.error as { code?: string } | undefined)?.code === 'PROVIDER_ALREADY_EXISTS') {
+      const own = unwrap(await this.registry.GET('/providers', { params: { query: { limit: '1000' } } }));
+      const mine = own.find((p) => p.name === body.name);
+      if (mine) return mine.id;
+    }
+    return unwrap(created).id; // throws the problem as an ApiError
+  }
+
+  /** One heartbeat with the GPUs' live metrics; re-registers a record deleted under it. */
+  async heartbeat(): Promise<void> {
+    const id = this.providerId ?? (await this.attach());
+    const readings = await this.deps.gpus.read();
+    const res = await this.registry.POST('/providers/{providerID}/heartbeat', {
+      params: { path: { providerID: id } },
+      body: { gpu_metrics: readings.map((r, i) => gpuMetrics(r, i)) } as never,
+    });
+    if (res.response.status === 404) {
+      this.providerId = undefined;
+      await this.attach();
+      return;
+    }
+    unwrap(res);
+  }
+
+  /** Attaches, then heartbeats until `stop()`, backing off while a service cannot be reached. */
+  async run(): Promise<void> {
+    const interval = durationMs(this.deps.config.heartbeat_interval);
+    const maxBackoff = durationMs(this.deps.config.max_backoff);
+    let failures = 0;
+    while (!this.stopped) {
+      try {
+        if (!this.providerId) await this.attach();
+        await this.heartbeat();
+        if (failures > 0) this.deps.logger.info({ after_failures: failures }, 'registry reachable again');
+        failures = 0;
+        await this.pause(interval);
+      } catch (err) {
+        failures++;
+        const wait = Math.min(maxBackoff, 1000 * 2 ** Math.min(failures - 1, 16));
+        this.deps.logger.warn({ err, failures, retry_in_ms: wait }, 'registry call failed; trying again');
+        await this.pause(wait);
+      }
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.wake?.();
+  }
+
+  private pause(ms: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.deps.sleep) return this.deps.sleep(ms);
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
+
+type SpecLike = { model_name: string; vram: number; driver_version: string };
+function gpusChanged(registered: readonly SpecLike[], read: readonly SpecLike[]): boolean {
+  if (registered.length !== read.length) return true;
+  return registered.some(
+    (g, i) =>
+      g.model_name !== read[i]!.model_name || g.vram !== read[i]!.vram || g.driver_version !== read[i]!.driver_version,
+  );
+}

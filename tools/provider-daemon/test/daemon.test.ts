@@ -1,0 +1,187 @@
+/**
+ * The daemon against the real auth service (its daemon client's token, EdDSA) and the real provider registry
+ * (verifying through auth's JWKS), on a simulated machine: registration, heartbeats, restarts, lost state, changed
+ * GPUs, a record deleted under it, and a registry it cannot reach.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { clientCredentials, type TokenSource } from '@gpu/client';
+import { createLogger, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { freePort } from '@gpu/common/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { insertUser } from '../../../services/auth/src/db/user-repository.ts';
+import { createClient } from '../../../services/auth/src/domain/clients.ts';
+import { testConfig, uniqueEmail, useAuth } from '../../../services/auth/test/helpers.ts';
+import { type Harness, startHarness } from '../../../services/provider-registry/test/helpers.ts';
+import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
+import { ProviderDaemon } from '../src/daemon.ts';
+import { gpuSource } from '../src/gpu/source.ts';
+
+const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' } }));
+let authUrl: string;
+let registry: Harness;
+let registryUrl: string;
+const dir = mkdtempSync(join(tmpdir(), 'daemon-'));
+const logger = createLogger({ service: 'provider-daemon-test', instanceId: 't', level: 'silent' });
+
+beforeAll(async () => {
+  authUrl = await auth.app.listen({ host: '127.0.0.1', port: 0 });
+  registry = await startHarness({
+    nats: false,
+    config: {
+      access: {
+        jwks_url: `${authUrl}/.well-known/jwks.json`,
+        issuer: auth.config.jwt.issuer,
+        audience: auth.config.jwt.audience,
+      },
+    },
+  });
+  registryUrl = await registry.app.listen({ host: '127.0.0.1', port: 0 });
+  const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, { name: 'platform', role: 'service' });
+  platform = clientCredentials({ authUrl, clientId: client.id, clientSecret: secret });
+});
+afterAll(async () => {
+  await registry?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A provider user and its daemon client's token source, made at the auth service. */
+async function provider(): Promise<{ ownerId: string; token: TokenSource }> {
+  const user = await insertUser(auth.db, { email: uniqueEmail('provider'), password_hash: 'x', roles: ['provider'] });
+  const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
+    name: `daemon-${user.id}`,
+    role: 'daemon',
+    owner_id: user.id,
+  });
+  return { ownerId: user.id, token: clientCredentials({ authUrl, clientId: client.id, clientSecret: secret }) };
+}
+
+function config(over: Record<string, unknown> = {}): DaemonConfig {
+  return daemonConfigSchema.parse({
+    auth_url: authUrl,
+    registry_url: registryUrl,
+    state_file: join(dir, `state-${Math.random()}.json`),
+    provider: { name: 'rig-1', hostname: 'rig-1.example.net' },
+    gpu: {
+      source: 'simulated',
+      simulated_gpus: [
+        { name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559, driver_version: '580.159.04', utilization_gpu: 42 },
+      ],
+    },
+    ...over,
+  });
+}
+
+const daemonWith = (c: DaemonConfig, token: TokenSource) =>
+  new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token });
+
+/** A platform service's token from the auth service (the registry here trusts auth's keys, not a test issuer). */
+let platform: TokenSource;
+const asPlatform = async () => ({ authorization: `Bearer ${await platform.get()}` });
+const record = async (id: string) =>
+  registry.app
+    .inject({ url: `/providers/${id}`, headers: await asPlatform() })
+    .then((r) => ({ status: r.statusCode, body: r.json() }));
+
+describe('provider daemon', () => {
+  it('registers the machine for its owner and heartbeats its metrics', async () => {
+    const { ownerId, token } = await provider();
+    const daemon = daemonWith(config(), token);
+    const id = await daemon.attach();
+    const before = (await record(id)).body;
+    expect(before).toMatchObject({
+      owner_id: ownerId,
+      name: 'rig-1',
+      gpus: [{ model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, driver_version: '580.159.04' }],
+      metadata: { gpu_source: 'simulated' },
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    await daemon.heartbeat();
+    const after = (await record(id)).body;
+    expect(after.gpus[0].utilization_gpu).toBe(42);
+    expect(new Date(after.last_seen_at).getTime()).toBeGreaterThan(new Date(before.last_seen_at).getTime());
+  });
+
+  it('re-attaches after a restart, by its state file or, when that is lost, by name: never a second record', async () => {
+    const { token } = await provider();
+    const c = config();
+    const first = await daemonWith(c, token).attach();
+    expect(await daemonWith(c, token).attach()).toBe(first);
+    rmSync(c.state_file);
+    expect(await daemonWith(c, token).attach()).toBe(first);
+    const own = await registry.app.inject({
+      url: '/providers',
+      headers: { authorization: `Bearer ${await token.get()}` },
+    });
+    expect((own.json() as { id: string }[]).map((p) => p.id)).toEqual([first]);
+  });
+
+  it('updates the record when the machine’s GPUs changed', async () => {
+    const { token } = await provider();
+    const c = config();
+    const id = await daemonWith(c, token).attach();
+    const upgraded = config({
+      state_file: c.state_file,
+      gpu: {
+        source: 'simulated',
+        simulated_gpus: [
+          { name: 'NVIDIA H200', memory_total_mib: 143771, driver_version: '580.159.04' },
+          { name: 'NVIDIA H200', memory_total_mib: 143771, driver_version: '580.159.04' },
+        ],
+      },
+    });
+    expect(await daemonWith(upgraded, token).attach()).toBe(id);
+    expect((await record(id)).body.gpus.map((g: { model_name: string }) => g.model_name)).toEqual([
+      'NVIDIA H200',
+      'NVIDIA H200',
+    ]);
+  });
+
+  it('registers again when its record was deleted under it', async () => {
+    const { token } = await provider();
+    const daemon = daemonWith(config(), token);
+    const id = await daemon.attach();
+    const deleted = await registry.app.inject({
+      method: 'DELETE',
+      url: `/providers/${id}`,
+      headers: await asPlatform(),
+    });
+    expect(deleted.statusCode).toBe(200);
+    await daemon.heartbeat();
+    expect(daemon.providerId).not.toBe(id);
+    expect((await record(daemon.providerId!)).status).toBe(200);
+  });
+
+  it('backs off exponentially while the registry cannot be reached, and stops when told', async () => {
+    const { token } = await provider();
+    const waits: number[] = [];
+    const c = config({
+      registry_url: `http://127.0.0.1:${await freePort()}`,
+      request_timeout: '500ms',
+      max_backoff: '4s',
+    });
+    const daemon = new ProviderDaemon({
+      config: c,
+      logger,
+      gpus: gpuSource(c.gpu),
+      token,
+      sleep: async (ms) => {
+        waits.push(ms);
+        if (waits.length === 5) daemon.stop();
+      },
+    });
+    await daemon.run();
+    expect(waits).toEqual([1000, 2000, 4000, 4000, 4000]);
+  });
+
+  it('refuses a simulated machine without GPUs, and credentials that are not a daemon’s', async () => {
+    expect(() => daemonConfigSchema.parse({ gpu: { source: 'simulated' } })).toThrow(/simulated machine needs/);
+    const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
+      name: `svc-${Math.random()}`,
+      role: 'service',
+    });
+    const service = clientCredentials({ authUrl, clientId: client.id, clientSecret: secret });
+    await expect(daemonWith(config(), service).attach()).rejects.toThrow(/not a daemon client/);
+  });
+});
