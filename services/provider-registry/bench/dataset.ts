@@ -26,8 +26,12 @@ const COUNTS = [1, 2, 4, 8, 4, 2, 4, 7];
 /** A deterministic pseudo-random number in [0, 2^32) for provider `i` and a salt; independent per salt. */
 const hash = (i: string, salt: string) => `('x' || substr(md5('${salt}' || ${i}), 1, 8))::bit(32)::bigint`;
 
-/** A deterministic version-4 UUID for provider number `i`. */
-const uuidOf = (i: string) => `overlay(overlay(md5('p' || ${i}) placing '4' from 13) placing '8' from 17)::uuid`;
+/** A deterministic version-4 UUID for provider number `i` (or, with salt 'o', for owner number `i`). */
+const uuidOf = (i: string, salt = 'p') =>
+  `overlay(overlay(md5('${salt}' || ${i}) placing '4' from 13) placing '8' from 17)::uuid`;
+
+/** Owners of the fleet: provider `i` belongs to owner `i % OWNERS`, named by a user ID (a UUID, as tokens name users). */
+export const OWNERS = 5000;
 
 /** The GPUs of provider `i`: rows (g, model, vram, arch, healthy). */
 const gpusOf = (i: string) => `
@@ -46,7 +50,7 @@ export async function loadFleet(client: pg.ClientBase, providers: number): Promi
     `
     INSERT INTO providers (id, owner_id, name, hostname, ip_address, status, location, metadata, registered_at,
                            last_seen_at, gpu_count, max_vram, all_healthy, gpu_models, gpu_architectures)
-    SELECT ${uuidOf('i')}, 'owner-' || (i % 5000), 'rig-' || i, 'rig-' || i || '.example.net',
+    SELECT ${uuidOf('i')}, ${uuidOf(`(i % ${OWNERS})`, 'o')}::text, 'rig-' || i, 'rig-' || i || '.example.net',
            '10.' || (i / 65536 % 256) || '.' || (i / 256 % 256) || '.' || (i % 256),
            CASE WHEN ${hash('i', 'status')} % 20 < 12 THEN 'idle' WHEN ${hash('i', 'status')} % 20 < 17 THEN 'busy'
                 WHEN ${hash('i', 'status')} % 20 = 17 THEN 'maintenance' WHEN ${hash('i', 'status')} % 20 = 18 THEN 'error'

@@ -5,7 +5,9 @@
  * buffer per read and a stream per response; with 160-280 KB discovery pages
  * that garbage made the client's own collections part of the measured
  * latency tail. One request at a time per connection; the pool opens as many
- * connections as requests run at once.
+ * connections as requests run at once. Every request carries an `authorization`
+ * header (the service's access control is on, as in production): the
+ * client's default token, or the one a request names.
  */
 import { connect, type Socket } from 'node:net';
 
@@ -95,15 +97,21 @@ export class BenchHttpClient {
 
   constructor(
     private readonly port: number,
+    /** The default `authorization` header value (`Bearer <token>`); empty sends none. */
+    private readonly authorization = '',
     private readonly host = '127.0.0.1',
   ) {}
 
-  /** Sends a request without a body (not HEAD); resolves with the status once the whole body has arrived. */
-  async request(method: string, path: string): Promise<number> {
+  /**
+   * Sends a request without a body (not HEAD), with `authorization` (`Bearer <token>`) or else the client's default;
+   * resolves with the status once the whole body has arrived.
+   */
+  async request(method: string, path: string, authorization = this.authorization): Promise<number> {
     const conn = this.idle.pop() ?? this.open();
     const bodyless = method === 'GET' ? '' : 'content-length: 0\r\n';
+    const auth = authorization ? `authorization: ${authorization}\r\n` : '';
     try {
-      return await conn.send(`${method} ${path} HTTP/1.1\r\nhost: ${this.host}:${this.port}\r\n${bodyless}\r\n`);
+      return await conn.send(`${method} ${path} HTTP/1.1\r\nhost: ${this.host}:${this.port}\r\n${auth}${bodyless}\r\n`);
     } finally {
       if (!conn.socket.destroyed) this.idle.push(conn);
     }

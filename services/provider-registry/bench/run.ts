@@ -4,6 +4,9 @@
  * and measures filtered, paginated discovery and heartbeats through the
  * service next to the very same SQL issued directly through `pg` (captured
  * from the repository code, so both sides run identical statements).
+ * Access control is on, as in production: the service trusts a test issuer
+ * started here (its JWKS over HTTP, EdDSA tokens); discovery calls as an admin,
+ * and each heartbeat carries the daemon token of the machine's owner.
  * BENCH_ONLY=1 prints the results instead of writing docs/benchmarks.md.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -11,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { migrateToLatest } from '@gpu/common';
-import { freePort } from '@gpu/common/testing';
+import { freePort, startTestIssuer } from '@gpu/common/testing';
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
@@ -33,6 +36,10 @@ const OFFLINE_AFTER_MS = 3_600_000;
 const root = fileURLToPath(new URL('..', import.meta.url));
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
+// The tokens outlive any run (the default 15 minutes would not outlive a full one on a slow machine).
+const issuer = await startTestIssuer({ expiresInSeconds: 24 * 3600 });
+/** Discovery's caller: an admin (reads every provider, as the scheduler does). */
+const admin = await issuer.user(['admin']);
 
 const log = (msg: string) => process.stderr.write(`[bench registry] ${msg}\n`);
 
@@ -63,10 +70,11 @@ async function capture(pool: pg.Pool, fn: (db: Kysely<RegistryDB>) => Promise<un
 }
 
 // A lean client (bench/http-client.ts), so that the measured latency is the service's, not node:http's garbage.
-const http = new BenchHttpClient(port);
+const http = new BenchHttpClient(port, admin.headers.authorization);
 
-async function request(method: string, path: string): Promise<boolean> {
-  return (await http.request(method, path)) === 200;
+/** Whether the request answered 200; sent with the admin's token unless `authorization` names another. */
+async function request(method: string, path: string, authorization?: string): Promise<boolean> {
+  return (await http.request(method, path, authorization)) === 200;
 }
 
 async function startService(databaseUrl: string): Promise<ChildProcess> {
@@ -79,6 +87,9 @@ async function startService(databaseUrl: string): Promise<ChildProcess> {
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',
+      AUTH_JWKS_URL: issuer.jwksUrl,
+      AUTH_ISSUER: issuer.issuer,
+      AUTH_AUDIENCE: issuer.audience,
       OFFLINE_AFTER: `${OFFLINE_AFTER_MS}ms`,
       REGISTRY__DATABASE__POOL_SIZE: String(POOL_SIZE),
       REGISTRY__SERVER__METRICS_ENABLED: 'true',
@@ -123,8 +134,11 @@ function filterOf(query: string): DiscoveryFilter {
 async function cursorOfPage(query: string, page: number): Promise<string> {
   let cursor = '';
   for (let i = 1; i < page; i++) {
-    const res = await fetch(`${base}/providers?${query}${cursor ? `&cursor=${cursor}` : ''}`);
+    const res = await fetch(`${base}/providers?${query}${cursor ? `&cursor=${cursor}` : ''}`, {
+      headers: admin.headers,
+    });
     await res.arrayBuffer();
+    if (!res.ok) throw new Error(`GET /providers?${query}: ${res.status}`);
     cursor = res.headers.get('x-next-cursor') ?? '';
     if (!cursor) throw new Error(`no page ${page} for ${query}`);
   }
@@ -150,6 +164,12 @@ async function main() {
   const child = await startService(databaseUrl);
   const loadBefore = os.loadavg()[0]!;
   try {
+    // Access control is on: a request without a token is refused, the admin's token is accepted.
+    const anonymous = await http.request('GET', '/providers?limit=1', '');
+    const authorized = await http.request('GET', '/providers?limit=1');
+    if (anonymous !== 401 || authorized !== 200) {
+      throw new Error(`access control: ${anonymous} without a token (401 expected), ${authorized} with one`);
+    }
     const scheduler = 'status=idle&gpu_model=a100&min_vram=40000&min_gpus=2&healthy_only=true&limit=50';
     const scenarios: Scenario[] = [];
     const add = (label: string, query: string) => scenarios.push({ label, query, filter: filterOf(query) });
@@ -204,22 +224,47 @@ async function main() {
       );
     }
 
-    const { rows } = await pool.query<{ id: string }>(`SELECT id FROM providers WHERE status IN ('idle', 'busy')`);
-    const ids = rows.map((r) => r.id);
-    const pick = (i: number) => ids[(i * 7919) % ids.length]!;
+    const { rows } = await pool.query<{ id: string; owner_id: string }>(
+      `SELECT id, owner_id FROM providers WHERE status IN ('idle', 'busy')`,
+    );
+    const pick = (i: number) => rows[(i * 7919) % rows.length]!;
+    // A heartbeat's caller is the daemon of the machine's owner (a client token acting for that owner, as the
+    // provider daemon sends): one token per owner, signed before the measurements.
+    const daemons = new Map<string, string>();
+    for (const owner of new Set(rows.map((r) => r.owner_id))) {
+      daemons.set(owner, (await issuer.client('daemon', owner)).headers.authorization);
+    }
+    log(`heartbeats: one daemon token per owner (${daemons.size} owners)`);
     // With NATS connected the service records status events in the heartbeat's statement; so does the replay.
+    // A daemon's write is limited to its owner's machines; so is the replayed statement.
     const recording = process.env.TEST_NATS_URL ? ({ reason: 'heartbeat', correlation: 'bench' } as const) : undefined;
-    const [beat] = await capture(pool, (db) => recordHeartbeat(db, ids[0]!, [], recording));
+    const first = rows[0]!;
+    const [beat] = await capture(pool, (db) => recordHeartbeat(db, first.id, [], recording, first.owner_id));
     if (!beat) throw new Error('no heartbeat statement captured');
-    const idIndex = beat.parameters.indexOf(ids[0]);
-    const beatService = await runLoad((i) => request('POST', `/providers/${pick(i)}/heartbeat`), {
-      concurrency: HEARTBEAT_CONCURRENCY,
-      seconds: SECONDS,
-    });
+    const idIndex = beat.parameters.indexOf(first.id);
+    const ownerIndex = beat.parameters.indexOf(first.owner_id);
+    if (idIndex < 0 || ownerIndex < 0) throw new Error('heartbeat statement: provider or owner parameter not found');
+    // The owner's daemon may heartbeat its machine; another owner's daemon may not (access control is on).
+    const own = await request('POST', `/providers/${first.id}/heartbeat`, daemons.get(first.owner_id));
+    const other = rows.find((r) => r.owner_id !== first.owner_id);
+    const foreign =
+      other && (await http.request('POST', `/providers/${first.id}/heartbeat`, daemons.get(other.owner_id)));
+    if (!own || (other && foreign !== 403)) {
+      throw new Error(`heartbeat access: owner's daemon ${own ? 'accepted' : 'refused'}, another's got ${foreign}`);
+    }
+    const beatService = await runLoad(
+      (i) => {
+        const p = pick(i);
+        return request('POST', `/providers/${p.id}/heartbeat`, daemons.get(p.owner_id));
+      },
+      { concurrency: HEARTBEAT_CONCURRENCY, seconds: SECONDS },
+    );
     const beatDirect = await runLoad(
       async (i) => {
+        const p = pick(i);
         const params = [...beat.parameters];
-        params[idIndex] = pick(i);
+        params[idIndex] = p.id;
+        params[ownerIndex] = p.owner_id;
         const r = await pool.query(beat.sql, params);
         return r.rowCount === 1;
       },
@@ -237,7 +282,10 @@ async function main() {
 ${PROVIDERS.toLocaleString('en-US')} providers and ${gpus.toLocaleString('en-US')} GPUs (1-8 per provider, 10 models, 60 % idle),
 loaded with set-based SQL in ${fmt(loadSeconds)} s. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
 log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback, by a lean client that reads
-every response into one reused buffer per connection (\`bench/http-client.ts\`); "direct" replays through a \`pg\`
+every response into one reused buffer per connection (\`bench/http-client.ts\`). Access control is on, as in
+production: the service verifies each request's EdDSA access token against a JWKS fetched over HTTP (from a test
+issuer the benchmark starts); discovery calls as an admin, each heartbeat with the daemon token of the machine's owner
+(${daemons.size.toLocaleString('en-US')} owners, one token each). "direct" replays through a \`pg\`
 pool of the same size the exact statements the repository sends for the same request (captured from Kysely), in the
 same run. Each row ran ${SECONDS} s after a 1 s warm-up; load generator, service and PostgreSQL share the machine's cores.
 
@@ -254,7 +302,7 @@ ${fmt(floorHealth.p50, 2)} / ${fmt(floorHealth.p99, 2)} ms: what a request costs
 
 Heartbeats (no metrics; random idle/busy providers), ${HEARTBEAT_CONCURRENCY} concurrent clients. The service writes heartbeats that
 arrive together in one statement (group commit, see the service README); "direct" sends the single-heartbeat
-statement once per heartbeat, as the service did before grouping:
+statement once per heartbeat (limited to the daemon's owner, as the service's is), as the service did before grouping:
 
 | | direct (pg) | through the service | ratio | target |
 |---|---|---|---|---|
@@ -266,6 +314,7 @@ both columns alike, the service column more, as it needs CPU for the service, it
     writeBenchSection('registry', markdown);
   } finally {
     http.close();
+    await issuer.close();
     child.kill('SIGTERM');
     await new Promise((r) => child.once('exit', r));
     await pool.end();

@@ -5,6 +5,8 @@
  * get the same, fresh client (run.ts starts it under the service's V8 flags, for the same reason).
  * Protocol (IPC): receives { kind: 'direct' | 'service' | 'relay', bucket, key, url? }; answers
  * { ms, bytes, cpuSeconds }.
+ * Env: BENCH_AUTHORIZATION, the `authorization` header (`Bearer <token>`) of every request to the service; the relay
+ * gets it too (and ignores it), so that the client does the same on both relayed paths.
  */
 import { request } from 'node:http';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
@@ -27,6 +29,8 @@ export interface DownloadResult {
 }
 
 const s3 = directS3Client();
+const authorization = process.env.BENCH_AUTHORIZATION;
+const headers = authorization ? { authorization } : {};
 
 async function drain(stream: AsyncIterable<Uint8Array>): Promise<number> {
   let n = 0;
@@ -42,7 +46,7 @@ function download(order: DownloadOrder): Promise<number> {
   }
   // node:http, as the SDK uses for the direct download: the client must not be what differs.
   return new Promise((resolve, reject) => {
-    request(`${order.url}/objects/${order.bucket}/${order.key}`, (res) => {
+    request(`${order.url}/objects/${order.bucket}/${order.key}`, { headers }, (res) => {
       if (res.statusCode !== 200) reject(new Error(`download (${order.kind}): ${res.statusCode}`));
       drain(res).then(resolve, reject);
     })

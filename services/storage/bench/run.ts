@@ -4,6 +4,9 @@
  * the SDK, in one run, and the service's peak RSS during the upload.
  * Targets (issue "Platform foundation and the object storage service"):
  * service >= 0.8x the direct rate; peak RSS < 200 MB.
+ * Access control is on, as in production: the service trusts the JWKS of a test issuer started here, and every
+ * request to it carries an admin's EdDSA access token (the bench bucket is made straight in s3rver, so it has no
+ * owner record: an admin's, as for any bucket made outside the platform).
  * Options: --size-mib N (default 1024).
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
@@ -18,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
-import { testEnv } from '@gpu/common/testing';
+import { startTestIssuer, testEnv } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 import type { DownloadOrder, DownloadResult } from './download-client.ts';
@@ -33,6 +36,10 @@ type DownloadPath = DownloadOrder['kind'];
 const PATHS: DownloadPath[] = ['direct', 'service', 'relay'];
 const BUCKET = `bench-${Date.now()}`;
 const serviceDir = fileURLToPath(new URL('..', import.meta.url));
+// The token outlives any run (the default 15 minutes might not outlive a full one on a slow machine).
+const issuer = await startTestIssuer({ expiresInSeconds: 24 * 3600 });
+/** The caller of every request to the service: an admin. */
+const admin = await issuer.user(['admin']);
 
 /** SIZE bytes from one repeated 1 MiB block: generating data must not be what is measured. */
 function source(): Readable {
@@ -109,6 +116,9 @@ async function startService() {
     LOG_LEVEL: 'warn',
     S3_ENDPOINT: testEnv.s3Endpoint,
     S3_DEFAULT_BUCKET: BUCKET,
+    AUTH_JWKS_URL: issuer.jwksUrl,
+    AUTH_ISSUER: issuer.issuer,
+    AUTH_AUDIENCE: issuer.audience,
   });
 }
 
@@ -121,6 +131,8 @@ async function startDownloadClient() {
   const child = fork(path.join(serviceDir, 'bench/download-client.ts'), [], {
     cwd: serviceDir,
     execArgv: [...STORAGE_NODE_FLAGS, '--import', 'tsx'],
+    // The token it sends to the service (and, so that the client does the same on every relayed path, to the relay).
+    env: { ...process.env, BENCH_AUTHORIZATION: admin.headers.authorization },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   await new Promise<void>((resolve, reject) => {
@@ -140,7 +152,10 @@ async function startDownloadClient() {
 /** Uploads SIZE bytes through the service, declaring the length (as curl or an SDK does for a file) or chunked. */
 function httpUpload(url: string, key: string, declared: boolean): Promise<number> {
   return new Promise((resolve, reject) => {
-    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream' };
+    const headers: Record<string, string | number> = {
+      'content-type': 'application/octet-stream',
+      ...admin.headers,
+    };
     if (declared) headers['content-length'] = SIZE;
     const req = request(`${url}/objects/${BUCKET}/${key}`, { method: 'PUT', headers });
     req.on('response', (res) => {
@@ -167,6 +182,12 @@ async function main() {
   );
   const { child, url } = await startService();
   const pid = child.pid ?? 0;
+  // Access control is on: the service refuses a request without a token.
+  const anonymous = await fetch(`${url}/objects/${BUCKET}/bench/direct.bin`, { method: 'HEAD' });
+  if (anonymous.status !== 401) {
+    child.kill('SIGTERM');
+    throw new Error(`access control: ${anonymous.status} without a token (401 expected)`);
+  }
   const rssBefore = rssKiB(pid, 'VmRSS');
   /** Runs fn while sampling the service's RSS; returns the peak in MB. */
   const sampled = async <T>(fn: () => Promise<T>) => {
@@ -234,6 +255,7 @@ async function main() {
   const hwmEnd = rssKiB(pid, 'VmHWM');
   child.kill('SIGTERM');
   s3.destroy();
+  await issuer.close();
   if (PATHS.some((p) => downs[p].some((d) => d.bytes !== SIZE))) throw new Error('byte counts differ');
 
   const upRatio = mbps(SIZE, serviceUp.ms) / mbps(SIZE, directUp.ms);
@@ -251,7 +273,9 @@ A ${SIZE / MiB} MiB object through the storage service (HTTP on loopback; the se
 one after another for an upload with a Content-Length, copied into reused part buffers with 2 in flight for a chunked
 one) vs. the same transfer straight to the same s3rver with the SDK (\`lib-storage\` Upload, 8 MiB parts, 4 in flight;
 \`GetObject\` streamed), one after the other in one run. s3rver writes to local disk and is the common bottleneck, so
-the ratio is what this measures. Every download, direct or relayed, is made by one fresh client process
+the ratio is what this measures. Access control is on, as in production: every request to the service carries an
+admin's EdDSA access token, which the service verifies against a JWKS fetched over HTTP (from a test issuer the
+benchmark starts). Every download, direct or relayed, is made by one fresh client process
 (\`bench/download-client.ts\`, under the service's V8 flags): the benchmark's own process has by then uploaded
 through \`lib-storage\`, after which its garbage collector made its downloads slower, and without the flags some
 client processes fell into runs of full garbage collections; a slow client flatters the ratio.
