@@ -99,5 +99,6 @@ export {
   type PublishOptions,
 } from './messaging/index.ts';
 export { type CursorValue, decodeCursor, encodeCursor, invalidCursor, MAX_CURSOR_LENGTH } from './paging.ts';
+export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
