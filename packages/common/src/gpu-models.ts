@@ -73,7 +73,11 @@ export function spellModelKey(name: string): string {
 
 /** The model key of a GPU name as a driver, a provider or a renter writes it. */
 export function gpuModelKey(name: string): string {
-  const words = name.toLowerCase().replace(/[-_/]+/g, ' ').replace(/\s+/g, ' ').trim();
+  const words = name
+    .toLowerCase()
+    .replace(/[-_/]+/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
   for (const model of GPU_MODELS) if (model.pattern.test(words)) return model.key;
   return spellModelKey(name);
 }

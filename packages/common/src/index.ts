@@ -73,6 +73,7 @@ export {
   isRefusal,
   type ProblemBody,
 } from './errors.ts';
+export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
 export { type App, type CreateAppOptions, createApp } from './http/app.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export type { HealthCheck } from './http/health.ts';
@@ -99,6 +100,5 @@ export {
   type PublishOptions,
 } from './messaging/index.ts';
 export { type CursorValue, decodeCursor, encodeCursor, invalidCursor, MAX_CURSOR_LENGTH } from './paging.ts';
-export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
