@@ -6,61 +6,30 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { clientCredentials, type TokenSource } from '@gpu/client';
-import { createLogger, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import type { TokenSource } from '@gpu/client';
+import { createLogger } from '@gpu/common';
 import { freePort } from '@gpu/common/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { insertUser } from '../../../services/auth/src/db/user-repository.ts';
-import { createClient } from '../../../services/auth/src/domain/clients.ts';
-import { testConfig, uniqueEmail, useAuth } from '../../../services/auth/test/helpers.ts';
-import { type Harness, startHarness } from '../../../services/provider-registry/test/helpers.ts';
+import { afterAll, describe, expect, it } from 'vitest';
+import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
 import { gpuSource } from '../src/gpu/source.ts';
 
-const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' } }));
-let authUrl: string;
-let registry: Harness;
-let registryUrl: string;
+const platform = useAuthAndRegistry();
 const dir = mkdtempSync(join(tmpdir(), 'daemon-'));
 const logger = createLogger({ service: 'provider-daemon-test', instanceId: 't', level: 'silent' });
-
-beforeAll(async () => {
-  authUrl = await auth.app.listen({ host: '127.0.0.1', port: 0 });
-  registry = await startHarness({
-    nats: false,
-    config: {
-      access: {
-        jwks_url: `${authUrl}/.well-known/jwks.json`,
-        issuer: auth.config.jwt.issuer,
-        audience: auth.config.jwt.audience,
-      },
-    },
-  });
-  registryUrl = await registry.app.listen({ host: '127.0.0.1', port: 0 });
-  const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, { name: 'platform', role: 'service' });
-  platform = clientCredentials({ authUrl, clientId: client.id, clientSecret: secret });
-});
-afterAll(async () => {
-  await registry?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** A provider user and its daemon client's token source, made at the auth service. */
 async function provider(): Promise<{ ownerId: string; token: TokenSource }> {
-  const user = await insertUser(auth.db, { email: uniqueEmail('provider'), password_hash: 'x', roles: ['provider'] });
-  const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
-    name: `daemon-${user.id}`,
-    role: 'daemon',
-    owner_id: user.id,
-  });
-  return { ownerId: user.id, token: clientCredentials({ authUrl, clientId: client.id, clientSecret: secret }) };
+  const user = await platform.providerUser();
+  return { ownerId: user.id, token: await platform.machineClient('daemon', user.id) };
 }
 
 function config(over: Record<string, unknown> = {}): DaemonConfig {
   return daemonConfigSchema.parse({
-    auth_url: authUrl,
-    registry_url: registryUrl,
+    auth_url: platform.authUrl,
+    registry_url: platform.registryUrl,
     state_file: join(dir, `state-${Math.random()}.json`),
     provider: { name: 'rig-1', hostname: 'rig-1.example.net' },
     gpu: {
@@ -77,10 +46,13 @@ const daemonWith = (c: DaemonConfig, token: TokenSource) =>
   new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token });
 
 /** A platform service's token from the auth service (the registry here trusts auth's keys, not a test issuer). */
-let platform: TokenSource;
-const asPlatform = async () => ({ authorization: `Bearer ${await platform.get()}` });
+let service: TokenSource | undefined;
+const asPlatform = async () => {
+  service ??= await platform.machineClient('service');
+  return { authorization: `Bearer ${await service.get()}` };
+};
 const record = async (id: string) =>
-  registry.app
+  platform.registry.app
     .inject({ url: `/providers/${id}`, headers: await asPlatform() })
     .then((r) => ({ status: r.statusCode, body: r.json() }));
 
@@ -110,7 +82,7 @@ describe('provider daemon', () => {
     expect(await daemonWith(c, token).attach()).toBe(first);
     rmSync(c.state_file);
     expect(await daemonWith(c, token).attach()).toBe(first);
-    const own = await registry.app.inject({
+    const own = await platform.registry.app.inject({
       url: '/providers',
       headers: { authorization: `Bearer ${await token.get()}` },
     });
@@ -142,7 +114,7 @@ describe('provider daemon', () => {
     const { token } = await provider();
     const daemon = daemonWith(config(), token);
     const id = await daemon.attach();
-    const deleted = await registry.app.inject({
+    const deleted = await platform.registry.app.inject({
       method: 'DELETE',
       url: `/providers/${id}`,
       headers: await asPlatform(),
@@ -177,11 +149,7 @@ describe('provider daemon', () => {
 
   it('refuses a simulated machine without GPUs, and credentials that are not a daemon’s', async () => {
     expect(() => daemonConfigSchema.parse({ gpu: { source: 'simulated' } })).toThrow(/simulated machine needs/);
-    const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
-      name: `svc-${Math.random()}`,
-      role: 'service',
-    });
-    const service = clientCredentials({ authUrl, clientId: client.id, clientSecret: secret });
-    await expect(daemonWith(config(), service).attach()).rejects.toThrow(/not a daemon client/);
+    const notDaemon = await platform.machineClient('service');
+    await expect(daemonWith(config(), notDaemon).attach()).rejects.toThrow(/not a daemon client/);
   });
 });

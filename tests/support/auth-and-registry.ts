@@ -1,0 +1,66 @@
+/**
+ * Two real services working together, for tests of the programs that call them (the typed client, the provider
+ * daemon): the auth service signing EdDSA tokens and listening on a port, and a provider registry that verifies
+ * tokens through auth's JWKS. Machine clients and provider users are made in auth's own database.
+ *
+ *   const platform = useAuthAndRegistry();
+ *   const token = await platform.machineClient('daemon', (await platform.providerUser()).id);
+ */
+import { randomUUID } from 'node:crypto';
+import { type ClientRole, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { afterAll, beforeAll } from 'vitest';
+import { clientCredentials, type TokenSource } from '../../packages/client/src/index.ts';
+import { insertUser } from '../../services/auth/src/db/user-repository.ts';
+import { createClient } from '../../services/auth/src/domain/clients.ts';
+import { type TestAuth, testConfig, uniqueEmail, useAuth } from '../../services/auth/test/helpers.ts';
+import { type Harness, startHarness } from '../../services/provider-registry/test/helpers.ts';
+
+export interface AuthAndRegistry {
+  auth: TestAuth;
+  authUrl: string;
+  registry: Harness;
+  registryUrl: string;
+  /** A machine client made at the auth service, as a token source (client credentials). */
+  machineClient(role: ClientRole, ownerId?: string): Promise<TokenSource>;
+  /** A user with the provider role. */
+  providerUser(): Promise<{ id: string }>;
+}
+
+/** Starts both in `beforeAll` (closed in `afterAll`); the returned object is filled in when `beforeAll` runs. */
+export function useAuthAndRegistry(): AuthAndRegistry {
+  const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' } }));
+  const platform: AuthAndRegistry = {
+    auth,
+    // Filled in by beforeAll.
+    authUrl: '',
+    registryUrl: '',
+    registry: undefined as unknown as Harness,
+    async machineClient(role: ClientRole, ownerId?: string) {
+      const { client, secret } = await createClient(auth.ctx, UNCHECKED_PRINCIPAL, {
+        name: `test-${role}-${randomUUID()}`,
+        role,
+        ...(ownerId ? { owner_id: ownerId } : {}),
+      });
+      return clientCredentials({ authUrl: platform.authUrl, clientId: client.id, clientSecret: secret });
+    },
+    async providerUser() {
+      return insertUser(auth.db, { email: uniqueEmail('provider'), password_hash: 'x', roles: ['provider'] });
+    },
+  };
+  beforeAll(async () => {
+    platform.authUrl = await auth.app.listen({ host: '127.0.0.1', port: 0 });
+    platform.registry = await startHarness({
+      nats: false,
+      config: {
+        access: {
+          jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
+          issuer: auth.config.jwt.issuer,
+          audience: auth.config.jwt.audience,
+        },
+      },
+    });
+    platform.registryUrl = await platform.registry.app.listen({ host: '127.0.0.1', port: 0 });
+  });
+  afterAll(() => platform.registry?.close());
+  return platform;
+}
