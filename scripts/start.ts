@@ -218,17 +218,23 @@ async function stop(code: number) {
 process.once('SIGINT', () => void stop(0));
 process.once('SIGTERM', () => void stop(0));
 
-mkdirSync(data, { recursive: true });
-for (const dep of dependencies) {
-  if (await portOpen(dep.port)) {
-    process.stdout.write(`[start] ${dep.name}: port ${dep.port} already in use, using what listens there\n`);
-    continue;
+// A start-up that fails (a port never opens) stops what it already started: nothing is left running behind it.
+try {
+  mkdirSync(data, { recursive: true });
+  for (const dep of dependencies) {
+    if (await portOpen(dep.port)) {
+      process.stdout.write(`[start] ${dep.name}: port ${dep.port} already in use, using what listens there\n`);
+      continue;
+    }
+    start(dep);
+    await waitForPort(dep.name, dep.port);
   }
-  start(dep);
-  await waitForPort(dep.name, dep.port);
+  for (const svc of services) start(svc);
+  await Promise.all(services.map((s) => waitForPort(s.name, s.port, 120_000)));
+} catch (err) {
+  process.stderr.write(`[start] start-up failed: ${(err as Error).message}\n`);
+  await stop(1);
 }
-for (const svc of services) start(svc);
-await Promise.all(services.map((s) => waitForPort(s.name, s.port, 120_000)));
 process.stdout.write(
   `[start] up: ${services.map((s) => `${s.name} http://127.0.0.1:${s.port} (docs /docs)`).join(', ')}\n` +
     `[start] every route needs a token: log in as the admin in ${adminFile}, register users at ` +

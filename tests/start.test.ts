@@ -41,7 +41,10 @@ child.stderr.on('data', (d) => {
 });
 const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
 
-afterAll(() => {
+afterAll(async () => {
+  // SIGTERM lets `pnpm start` stop its services; SIGKILL would leave them running, holding the ports.
+  if (child.exitCode === null) child.kill('SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
   if (child.exitCode === null) child.kill('SIGKILL');
 });
 
