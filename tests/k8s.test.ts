@@ -1,0 +1,705 @@
+/**
+ * The Kubernetes manifests in deploy/k8s, checked without a cluster: every document is validated against the
+ * Kubernetes JSON schemas (kubernetes-models), every kustomization's paths exist, each overlay is rendered (base,
+ * components, patches, replicas, images, namespace) and validated again, and the Deployments are checked against
+ * the services themselves: the environment variable names each service understands (its zod schema and aliases),
+ * the values (each service's own configuration loader must accept them), its port, health and metrics routes and
+ * its shutdown bound. Where kubectl is installed, its kustomize must render each overlay as this test does.
+ */
+import { execFileSync } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { baseEnvAliases, databaseEnvAliases, durationMs, messagingEnvAliases } from '@gpu/common';
+import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
+import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
+import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import { Service } from 'kubernetes-models/v1/Service';
+import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+import { authConfigSchema, authEnvAliases, checkAuthConfig, loadAuthConfig } from '../services/auth/src/config.ts';
+import { billingConfigSchema, loadBillingConfig } from '../services/billing/src/config.ts';
+import { loadRegistryConfig, registryConfigSchema } from '../services/provider-registry/src/config.ts';
+import { loadStorageConfig, storageConfigSchema } from '../services/storage/src/config.ts';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const k8sDir = path.join(root, 'deploy/k8s');
+const rel = (file: string) => path.relative(root, file);
+
+// Manifests are free-form YAML: the checks below read them as loosely typed trees.
+// biome-ignore lint/suspicious/noExplicitAny: parsed YAML documents, validated against the schemas below
+type Doc = any;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The services, as their code describes them.
+
+/** A zod (4) schema, as far as this test reads it (the root package does not depend on zod). */
+interface Schema {
+  _zod: { def: unknown };
+}
+
+interface ServiceInfo {
+  dir: string;
+  prefix: string;
+  schema: Schema;
+  aliases: Record<string, string>;
+  /** Other variables the service reads itself (its config file's name, NODE_ENV, APP_ENV...). */
+  reads: Set<string>;
+  load: (env: NodeJS.ProcessEnv) => Doc;
+}
+
+/** Exported alias maps of @gpu/common that a service's config.ts spreads into its own. */
+const sharedAliases: Record<string, Record<string, string>> = {
+  baseEnvAliases,
+  databaseEnvAliases,
+  messagingEnvAliases,
+};
+
+/**
+ * The plain environment names a service's config.ts maps onto its keys: the `NAME: 'dotted.path'` entries of its
+ * alias map and the shared maps it spreads (`...baseEnvAliases`). Storage, registry and billing keep the map inside
+ * their loader, so it is read from the source; auth's exported map checks this reading.
+ */
+function aliasesFromSource(file: string): Record<string, string> {
+  const source = readFileSync(file, 'utf8');
+  const aliases: Record<string, string> = {};
+  for (const m of source.matchAll(/\.\.\.(\w+EnvAliases)\b/g)) {
+    const shared = sharedAliases[m[1]!];
+    if (shared) Object.assign(aliases, shared);
+  }
+  for (const m of source.matchAll(/^\s+([A-Z][A-Z0-9_]*): '([a-z_]+(?:\.[a-z_]+)*)',?$/gm)) aliases[m[1]!] = m[2]!;
+  return aliases;
+}
+
+/** `env.NAME` reads in a config.ts (the config file's variable, APP_ENV, NODE_ENV). */
+function envReadsFromSource(file: string): Set<string> {
+  const source = readFileSync(file, 'utf8');
+  return new Set([...source.matchAll(/\benv\.([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!));
+}
+
+function serviceInfo(dir: string, prefix: string, schema: Schema, load: (env: NodeJS.ProcessEnv) => Doc): ServiceInfo {
+  const file = path.join(root, 'services', dir, 'src/config.ts');
+  return { dir, prefix, schema, aliases: aliasesFromSource(file), reads: envReadsFromSource(file), load };
+}
+
+const services: Record<string, ServiceInfo> = {
+  auth: serviceInfo('auth', 'AUTH', authConfigSchema, (env) => {
+    const config = loadAuthConfig(env);
+    checkAuthConfig(config);
+    return config;
+  }),
+  storage: serviceInfo('storage', 'STORAGE', storageConfigSchema, loadStorageConfig),
+  'provider-registry': serviceInfo('provider-registry', 'REGISTRY', registryConfigSchema, loadRegistryConfig),
+  billing: serviceInfo('billing', 'BILLING', billingConfigSchema, loadBillingConfig),
+};
+const contractPorts: Record<string, number> = { auth: 8000, storage: 8001, 'provider-registry': 8002, billing: 8003 };
+/** Variables of the Node runtime itself, not of a service's configuration. */
+const runtimeEnv = new Set(['NODE_ENV', 'NODE_OPTIONS', 'TZ']);
+
+// The parts of a zod definition the path walk reads (zod 4), as packages/common/src/config.ts reads them.
+interface Def {
+  type: string;
+  shape?: Record<string, Schema>;
+  innerType?: Schema;
+  in?: Schema;
+  out?: Schema;
+}
+const defOf = (schema: Schema) => schema._zod.def as unknown as Def;
+const WRAPPERS = new Set(['default', 'prefault', 'optional', 'nullable', 'readonly', 'catch', 'nonoptional']);
+const norm = (s: string) => s.toLowerCase().replaceAll('_', '');
+
+/** The schema under wrappers and pipes (a `z.preprocess` is read at its output, a `.transform` at its input). */
+function unwrap(schema: Schema): Schema {
+  const def = defOf(schema);
+  if (WRAPPERS.has(def.type) && def.innerType) return unwrap(def.innerType);
+  if (def.type === 'pipe' && def.in && def.out) return unwrap(defOf(def.in).type === 'transform' ? def.out : def.in);
+  return schema;
+}
+
+/**
+ * Whether `segments` name a setting of the schema the way the loader resolves `<PREFIX>__A__B` (segments match keys
+ * ignoring case and underscores): a leaf, or a key inside a record (`pricing.base_rates.<model>`). A section alone
+ * (`BILLING__PRICING`) is no setting.
+ */
+function schemaHasPath(schema: Schema, segments: string[]): boolean {
+  const node = unwrap(schema);
+  const def = defOf(node);
+  if (def.type === 'record') return segments.length > 0;
+  if (def.type !== 'object' || !def.shape) return segments.length === 0;
+  if (segments.length === 0) return false;
+  const [head, ...rest] = segments;
+  const key = Object.keys(def.shape).find((k) => norm(k) === norm(head!));
+  return key !== undefined && schemaHasPath(def.shape[key]!, rest);
+}
+
+function knownEnv(info: ServiceInfo, name: string): boolean {
+  if (runtimeEnv.has(name) || info.reads.has(name) || Object.hasOwn(info.aliases, name)) return true;
+  const prefix = `${info.prefix}__`;
+  if (!name.startsWith(prefix)) return false;
+  const segments = name.slice(prefix.length).split('__').filter(Boolean);
+  return segments.length > 0 && schemaHasPath(info.schema, segments);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The files.
+
+function yamlFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((entry) => {
+    const file = path.join(dir, entry);
+    if (statSync(file).isDirectory()) return yamlFiles(file);
+    return /\.ya?ml$/.test(entry) ? [file] : [];
+  });
+}
+
+function parseDocs(file: string): Doc[] {
+  const docs = YAML.parseAllDocuments(readFileSync(file, 'utf8'));
+  for (const d of docs) {
+    if (d.errors.length > 0) throw new Error(`${rel(file)}: ${d.errors.map((e) => e.message).join('; ')}`);
+  }
+  return docs.map((d) => d.toJS()).filter((d) => d !== null && d !== undefined);
+}
+
+const files = yamlFiles(k8sDir);
+const isKustomization = (file: string) => path.basename(file) === 'kustomization.yaml';
+const kustomizationFiles = files.filter(isKustomization);
+/** Helm values files (dependencies/<chart>/values.yaml): chart input, not Kubernetes objects. */
+const valuesFiles = files.filter((f) => path.basename(f) === 'values.yaml');
+const patchFiles = new Set(
+  kustomizationFiles.flatMap((k) =>
+    ((parseDocs(k)[0]?.patches ?? []) as Doc[])
+      .filter((p) => typeof p.path === 'string')
+      .map((p) => path.resolve(path.dirname(k), p.path)),
+  ),
+);
+const resourceFiles = files.filter((f) => !isKustomization(f) && !valuesFiles.includes(f) && !patchFiles.has(f));
+
+// ---------------------------------------------------------------------------------------------------------------
+// Schema validation.
+
+type ModelClass = new (data: Doc) => { validate(): void };
+const models: Record<string, ModelClass> = {
+  'v1/ConfigMap': ConfigMap as unknown as ModelClass,
+  'v1/Service': Service as unknown as ModelClass,
+  'apps/v1/Deployment': Deployment as unknown as ModelClass,
+  'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler as unknown as ModelClass,
+  'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as ModelClass,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy as unknown as ModelClass,
+};
+
+/** Custom resources of the operators the docs name, checked for their structure (their CRDs are not vendored). */
+function checkCustomResource(doc: Doc): void {
+  const where = `${doc.kind} ${doc.metadata?.name}`;
+  expect(doc.apiVersion, where).toBe('postgresql.cnpg.io/v1');
+  expect(doc.metadata?.name, where).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+  if (doc.kind === 'Cluster') {
+    expect(Number.isInteger(doc.spec?.instances) && doc.spec.instances >= 1, where).toBe(true);
+    expect(doc.spec?.storage?.size, where).toMatch(/^\d+(Mi|Gi|Ti)$/);
+    expect(typeof doc.spec?.bootstrap?.initdb?.database, where).toBe('string');
+    expect(typeof doc.spec?.bootstrap?.initdb?.owner, where).toBe('string');
+  } else if (doc.kind === 'Database') {
+    expect(typeof doc.spec?.name, where).toBe('string');
+    expect(typeof doc.spec?.owner, where).toBe('string');
+    expect(typeof doc.spec?.cluster?.name, where).toBe('string');
+  } else {
+    throw new Error(`${where}: no check for this kind`);
+  }
+}
+
+function validate(doc: Doc, where: string): void {
+  if (typeof doc.apiVersion === 'string' && doc.apiVersion.startsWith('postgresql.cnpg.io/')) {
+    checkCustomResource(doc);
+    return;
+  }
+  const Model = models[`${doc.apiVersion}/${doc.kind}`];
+  expect(Model, `${where}: ${doc.apiVersion} ${doc.kind} is not a kind this test validates`).toBeDefined();
+  try {
+    new Model!(doc).validate();
+  } catch (err) {
+    throw new Error(`${where}: ${doc.kind} ${doc.metadata?.name} is invalid: ${(err as Error).message}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Rendering an overlay the way kustomize does, for the features these manifests use.
+
+const isTree = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const clone = <T>(v: T): T => structuredClone(v);
+
+/** A strategic merge patch: maps merge, `null` deletes, lists of named items merge by name, other lists replace. */
+function strategicMerge(target: Doc, patch: Doc): Doc {
+  if (Array.isArray(patch)) {
+    const named = patch.every((p) => isTree(p) && typeof p.name === 'string');
+    if (!named || !Array.isArray(target)) return clone(patch);
+    const out = target.map(clone);
+    for (const item of patch) {
+      const i = out.findIndex((t) => isTree(t) && t.name === item.name);
+      if (i >= 0) out[i] = strategicMerge(out[i], item);
+      else out.push(clone(item));
+    }
+    return out;
+  }
+  if (!isTree(patch) || !isTree(target)) return clone(patch);
+  const out: Doc = { ...clone(target) };
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = k in out ? strategicMerge(out[k], v) : clone(v);
+  }
+  return out;
+}
+
+function render(dir: string): Doc[] {
+  const k = parseDocs(path.join(dir, 'kustomization.yaml'))[0];
+  let docs: Doc[] = [];
+  const load = (p: string) => {
+    const target = path.resolve(dir, p);
+    return statSync(target).isDirectory() ? render(target) : parseDocs(target);
+  };
+  for (const r of (k.resources ?? []) as string[]) docs.push(...load(r));
+  for (const c of (k.components ?? []) as string[]) docs.push(...render(path.resolve(dir, c)));
+  for (const p of (k.patches ?? []) as Doc[]) {
+    const patches = p.path
+      ? parseDocs(path.resolve(dir, p.path))
+      : YAML.parseAllDocuments(p.patch).map((d) => d.toJS());
+    for (const patch of patches) {
+      const i = docs.findIndex((d) => d.kind === patch.kind && d.metadata?.name === patch.metadata?.name);
+      if (i < 0) throw new Error(`${rel(dir)}: patch of ${patch.kind} ${patch.metadata?.name} matches nothing`);
+      docs[i] = strategicMerge(docs[i], patch);
+    }
+  }
+  for (const r of (k.replicas ?? []) as Doc[]) {
+    const d = docs.find((x) => x.kind === 'Deployment' && x.metadata?.name === r.name);
+    if (!d) throw new Error(`${rel(dir)}: replicas of ${r.name} matches no Deployment`);
+    d.spec.replicas = r.count;
+  }
+  for (const img of (k.images ?? []) as Doc[]) {
+    for (const d of docs.filter((x) => x.kind === 'Deployment')) {
+      for (const c of d.spec.template.spec.containers as Doc[]) {
+        const [name] = String(c.image).split(':');
+        if (name === img.name) c.image = `${img.newName ?? name}:${img.newTag}`;
+      }
+    }
+  }
+  if (k.namespace) docs = docs.map((d) => ({ ...d, metadata: { ...d.metadata, namespace: k.namespace } }));
+  return docs;
+}
+
+/** Lists of named items in name order, keys sorted: two renderings compare equal when they mean the same. */
+function canonical(v: unknown): unknown {
+  if (Array.isArray(v)) {
+    const items = v.map(canonical);
+    if (items.every((i) => isTree(i) && typeof i.name === 'string')) {
+      return [...items].sort((a, b) => String((a as Doc).name).localeCompare(String((b as Doc).name)));
+    }
+    return items;
+  }
+  if (!isTree(v)) return v;
+  return Object.fromEntries(
+    Object.keys(v)
+      .sort()
+      .map((k) => [k, canonical(v[k])]),
+  );
+}
+
+const kubectl = (() => {
+  try {
+    execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checks of a rendered set of objects.
+
+const baseDocs = render(path.join(k8sDir, 'base'));
+const overlays = readdirSync(path.join(k8sDir, 'overlays')).map((name) => ({
+  name,
+  dir: path.join(k8sDir, 'overlays', name),
+}));
+const find = (docs: Doc[], kind: string, name: string) =>
+  docs.find((d) => d.kind === kind && d.metadata?.name === name);
+const matches = (selector: Record<string, string> | undefined, labels: Record<string, string>) =>
+  selector !== undefined && Object.entries(selector).every(([k, v]) => labels[k] === v);
+
+/** The environment a container gets, with placeholders for Secret values and the pod's fields. */
+function containerEnv(docs: Doc[], container: Doc, where: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const from of (container.envFrom ?? []) as Doc[]) {
+    expect(from.secretRef, `${where}: envFrom a Secret hides which names the service gets; use secretKeyRef`).toBe(
+      undefined,
+    );
+    const cm = find(docs, 'ConfigMap', from.configMapRef?.name);
+    expect(cm, `${where}: envFrom ConfigMap ${from.configMapRef?.name} is not in deploy/k8s`).toBeDefined();
+    Object.assign(env, cm.data ?? {});
+  }
+  for (const e of (container.env ?? []) as Doc[]) {
+    if (e.value !== undefined) env[e.name] = String(e.value);
+    else if (e.valueFrom?.secretKeyRef) {
+      env[e.name] =
+        e.name === 'DATABASE_URL' ? 'postgres://platform:placeholder@platform-pg-rw:5432/db' : 'placeholder';
+    } else if (e.valueFrom?.fieldRef) env[e.name] = 'pod-0';
+    else if (e.valueFrom?.configMapKeyRef) {
+      const cm = find(docs, 'ConfigMap', e.valueFrom.configMapKeyRef.name);
+      env[e.name] = cm?.data?.[e.valueFrom.configMapKeyRef.key];
+    } else throw new Error(`${where}: env ${e.name} has no value this test understands`);
+  }
+  return env;
+}
+
+/** The volume mounted at the deepest mount point above `file`, with its mount. */
+function volumeFor(pod: Doc, container: Doc, file: string): { mount: Doc; volume: Doc } | undefined {
+  const mounts = ((container.volumeMounts ?? []) as Doc[])
+    .filter((m) => file === m.mountPath || file.startsWith(`${m.mountPath}/`))
+    .sort((a, b) => b.mountPath.length - a.mountPath.length);
+  const mount = mounts[0];
+  if (!mount) return undefined;
+  return { mount, volume: ((pod.volumes ?? []) as Doc[]).find((v) => v.name === mount.name) };
+}
+
+/**
+ * The configuration the service would load from this container's environment: files the environment names are
+ * the mounted ConfigMap's content (written to a temporary folder), a key from a Secret is a fresh key.
+ */
+function loadServiceConfig(docs: Doc[], pod: Doc, container: Doc, info: ServiceInfo, where: string): Doc {
+  const env = containerEnv(docs, container, where);
+  const scratch = mkdtempSync(path.join(tmpdir(), 'k8s-config-'));
+  for (const [name, value] of Object.entries(env)) {
+    if (!value.startsWith('/')) continue;
+    const found = volumeFor(pod, container, value);
+    expect(
+      found,
+      `${where}: ${name}=${value} is in no mounted volume (the root file system is read-only)`,
+    ).toBeDefined();
+    const { volume, mount } = found!;
+    const key = path.relative(mount.mountPath, value);
+    const local = path.join(scratch, name);
+    if (volume.configMap) {
+      const cm = find(docs, 'ConfigMap', volume.configMap.name);
+      expect(cm?.data?.[key], `${where}: ${name} names key ${key} of ConfigMap ${volume.configMap.name}`).toBeDefined();
+      writeFileSync(local, cm.data[key]);
+      env[name] = local;
+    } else if (volume.secret && name === 'JWT_PRIVATE_KEY_FILE') {
+      const { privateKey } = generateKeyPairSync('ed25519');
+      writeFileSync(local, privateKey.export({ type: 'pkcs8', format: 'pem' }));
+      env[name] = local;
+    } else {
+      expect(volume.secret ?? volume.emptyDir, `${where}: ${name} is on a Secret or an emptyDir`).toBeDefined();
+    }
+  }
+  return info.load(env);
+}
+
+function checkDeployments(docs: Doc[], label: string): void {
+  for (const [name, info] of Object.entries(services)) {
+    const where = `${label} Deployment ${name}`;
+    const dep = find(docs, 'Deployment', name);
+    expect(dep, `${where} is missing`).toBeDefined();
+    const pod = dep.spec.template.spec;
+    const labels = dep.spec.template.metadata.labels as Record<string, string>;
+    expect(matches(dep.spec.selector.matchLabels, labels), `${where}: selector matches the pod labels`).toBe(true);
+    expect(labels['app.kubernetes.io/part-of']).toBe('gpu-platform');
+    expect(pod.securityContext.runAsNonRoot).toBe(true);
+    expect(pod.securityContext.runAsUser, `${where}: a numeric user lets the kubelet verify runAsNonRoot`).toBeTypeOf(
+      'number',
+    );
+    expect(pod.containers).toHaveLength(1);
+    const container = pod.containers[0];
+    expect(container.image).toMatch(new RegExp(`^ghcr\\.io/gpu-platform/${name}:[\\w][\\w.-]*$`));
+    expect(container.securityContext.readOnlyRootFilesystem).toBe(true);
+    expect(container.securityContext.allowPrivilegeEscalation).toBe(false);
+    for (const v of (pod.volumes ?? []) as Doc[]) {
+      // 0440 in YAML 1.1 (kubectl) is octal, in YAML 1.2 decimal: the manifests write the number (288).
+      if (v.secret?.defaultMode !== undefined) expect(v.secret.defaultMode, `${where}: ${v.name}`).toBe(0o440);
+    }
+    const tmp = volumeFor(pod, container, '/tmp');
+    expect(tmp?.mount.mountPath, `${where}: /tmp is a volume`).toBe('/tmp');
+    expect(tmp?.volume.emptyDir, `${where}: /tmp is an emptyDir`).toBeDefined();
+    for (const kind of ['requests', 'limits']) {
+      expect(container.resources[kind].cpu, `${where} ${kind}.cpu`).toBeDefined();
+      expect(container.resources[kind].memory, `${where} ${kind}.memory`).toBeDefined();
+    }
+
+    // Every variable is one the service understands, and the service's own loader accepts the values.
+    const env = containerEnv(docs, container, where);
+    const unknown = Object.keys(env).filter((n) => !knownEnv(info, n));
+    expect(unknown, `${where}: variables ${info.dir} does not read`).toEqual([]);
+    const config = loadServiceConfig(docs, pod, container, info, where);
+    expect(config.registry.enabled, `${where}: Consul registration is off`).toBe(false);
+    expect(config.access.enabled).toBe(true);
+    expect(config.access.jwks_url).toBe('http://auth:8000/.well-known/jwks.json');
+    if ('database' in config) expect(config.database.url, `${where}: PostgreSQL, not embedded PGlite`).not.toBe('');
+
+    // Port, routes, probes.
+    const port = (container.ports as Doc[]).find((p) => p.name === 'http');
+    expect(port?.containerPort, `${where}: containerPort`).toBe(config.server.port);
+    expect(config.server.port).toBe(contractPorts[name]);
+    expect(config.server.metrics_enabled).toBe(true);
+    expect(container.readinessProbe.httpGet.path, `${where}: readiness on the health route`).toBe(
+      config.server.health_path,
+    );
+    for (const probe of ['livenessProbe', 'startupProbe']) {
+      expect(container[probe].httpGet.path, `${where}: ${probe} on /metrics (no dependency)`).toBe('/metrics');
+    }
+    for (const probe of ['readinessProbe', 'livenessProbe', 'startupProbe']) {
+      expect(container[probe].httpGet.port, `${where}: ${probe} port`).toBe('http');
+    }
+    const annotations = dep.spec.template.metadata.annotations;
+    expect(annotations['prometheus.io/scrape']).toBe('true');
+    expect(annotations['prometheus.io/port']).toBe(String(config.server.port));
+    expect(annotations['prometheus.io/path']).toBe('/metrics');
+
+    // The pod is given longer than its pre-stop pause and graceful shutdown take.
+    const preStop = container.lifecycle?.preStop?.exec?.command as string[] | undefined;
+    const pauseMs = preStop?.[0] === 'sleep' ? Number(preStop[1]) * 1000 : 0;
+    expect(pod.terminationGracePeriodSeconds * 1000, `${where}: terminationGracePeriodSeconds`).toBeGreaterThan(
+      pauseMs + durationMs(config.shutdown_timeout),
+    );
+
+    // Service, autoscaler, disruption budget.
+    const svc = find(docs, 'Service', name);
+    expect(matches(svc?.spec.selector, labels), `${label} Service ${name} selects the pods`).toBe(true);
+    expect(svc.spec.ports[0].port).toBe(config.server.port);
+    expect(svc.spec.ports[0].targetPort).toBe('http');
+    const hpa = find(docs, 'HorizontalPodAutoscaler', name);
+    expect(hpa?.spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name });
+    expect(hpa.spec.minReplicas).toBeLessThanOrEqual(hpa.spec.maxReplicas);
+    const pdb = find(docs, 'PodDisruptionBudget', name);
+    expect(matches(pdb?.spec.selector.matchLabels, labels), `${label} PDB ${name} selects the pods`).toBe(true);
+    if (pdb.spec.minAvailable !== undefined) {
+      expect(pdb.spec.minAvailable, `${label} PDB ${name} leaves a pod to evict`).toBeLessThan(hpa.spec.minReplicas);
+    }
+    const policy = find(docs, 'NetworkPolicy', name);
+    expect(matches(policy?.spec.podSelector.matchLabels, labels), `${label} NetworkPolicy ${name} selects pods`).toBe(
+      true,
+    );
+  }
+}
+
+/** Whether a pod with `labels` in the policy's own namespace may reach `port` of the pods `policy` selects. */
+function admits(policy: Doc, labels: Record<string, string>, port: number): boolean {
+  return (policy.spec.ingress as Doc[]).some(
+    (rule) =>
+      (rule.ports ?? []).some((p: Doc) => p.port === port) &&
+      (rule.from as Doc[]).some((f) => !f.namespaceSelector && matches(f.podSelector?.matchLabels, labels)),
+  );
+}
+
+/** Whether a pod of namespace `ns` with `labels` may reach `port` (a namespaceSelector by name). */
+function admitsFrom(policy: Doc, ns: string, labels: Record<string, string>, port: number): boolean {
+  return (policy.spec.ingress as Doc[]).some(
+    (rule) =>
+      (rule.ports ?? []).some((p: Doc) => p.port === port) &&
+      (rule.from as Doc[]).some(
+        (f) =>
+          matches(f.namespaceSelector?.matchLabels, { 'kubernetes.io/metadata.name': ns }) &&
+          matches(f.podSelector?.matchLabels ?? {}, labels),
+      ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+describe('deploy/k8s', () => {
+  it('finds the manifests', () => {
+    expect(resourceFiles.length).toBeGreaterThan(20);
+    expect(overlays.map((o) => o.name).sort()).toEqual(['dev', 'production']);
+  });
+
+  it.each(resourceFiles.map(rel))('%s: every document is valid against the Kubernetes schemas', (file) => {
+    const docs = parseDocs(path.join(root, file));
+    expect(docs.length).toBeGreaterThan(0);
+    for (const doc of docs) validate(doc, file);
+  });
+
+  it('holds no Secret: secrets are created in the cluster, named by the manifests', () => {
+    for (const file of resourceFiles) {
+      for (const doc of parseDocs(file)) expect(doc.kind, rel(file)).not.toBe('Secret');
+    }
+  });
+
+  it.each(kustomizationFiles.map(rel))('%s: every path it names exists', (file) => {
+    const dir = path.dirname(path.join(root, file));
+    const k = parseDocs(path.join(root, file))[0];
+    expect(k.apiVersion).toMatch(/^kustomize\.config\.k8s\.io\//);
+    expect(['Kustomization', 'Component']).toContain(k.kind);
+    const paths = [
+      ...((k.resources ?? []) as string[]),
+      ...((k.components ?? []) as string[]),
+      ...((k.patches ?? []) as Doc[]).filter((p) => p.path).map((p) => p.path as string),
+    ];
+    expect(paths.length).toBeGreaterThan(0);
+    for (const p of paths) expect(existsSync(path.resolve(dir, p)), `${file}: ${p}`).toBe(true);
+    for (const p of (k.patches ?? []) as Doc[]) expect(p.path ?? p.patch, `${file}: a patch`).toBeDefined();
+  });
+
+  it('names every image in the base kustomization, so overlays set the tags', () => {
+    const k = parseDocs(path.join(k8sDir, 'base/kustomization.yaml'))[0];
+    const names = (k.images as Doc[]).map((i) => i.name).sort();
+    expect(names).toEqual(
+      Object.keys(services)
+        .map((s) => `ghcr.io/gpu-platform/${s}`)
+        .sort(),
+    );
+    for (const { dir } of overlays) {
+      const o = parseDocs(path.join(dir, 'kustomization.yaml'))[0];
+      expect((o.images as Doc[]).map((i) => i.name).sort(), rel(dir)).toEqual(names);
+      for (const i of o.images as Doc[]) expect(i.newTag, `${rel(dir)} ${i.name}`).toMatch(/^[\w][\w.-]*$/);
+    }
+  });
+
+  it("reads each service's environment names from its code", () => {
+    // The source reading of the alias maps gives auth's exported map.
+    expect(services.auth!.aliases).toEqual(authEnvAliases);
+    expect(services.storage!.aliases).toMatchObject({ S3_ENDPOINT: 'object_store.endpoint', LOG_LEVEL: 'log_level' });
+    expect(services['provider-registry']!.aliases).toMatchObject({
+      DATABASE_URL: 'database.url',
+      NATS_URL: 'messaging.nats_url',
+    });
+    expect(services.billing!.aliases).toMatchObject({ TREASURY_KEYPAIR_PATH: 'blockchain.private_key_path' });
+    expect(services.storage!.reads.has('STORAGE_CONFIG_FILE')).toBe(true);
+    for (const info of Object.values(services)) {
+      for (const [name, dotted] of Object.entries(info.aliases)) {
+        expect(schemaHasPath(info.schema, dotted.split('.')), `${info.dir}: alias ${name} -> ${dotted}`).toBe(true);
+      }
+    }
+    // The walk resolves `<PREFIX>__A__B` as the loader does, and refuses what the loader refuses.
+    const auth = services.auth!;
+    expect(knownEnv(auth, 'AUTH__CLIENTS__SECRETS_DIR')).toBe(true);
+    expect(knownEnv(auth, 'AUTH__RATE_LIMIT__LOGIN_PER_IP')).toBe(true);
+    expect(knownEnv(auth, 'AUTH__SERVER__TRUSTEDPROXIES')).toBe(true);
+    expect(knownEnv(auth, 'AUTH__CLIENTS')).toBe(false);
+    expect(knownEnv(auth, 'AUTH__CLIENTS__SECRET_DIR')).toBe(false);
+    expect(knownEnv(auth, 'S3_ENDPOINT')).toBe(false);
+    expect(knownEnv(services['provider-registry']!, 'REGISTRY__REGISTRY__REGISTRATION__ADDRESS')).toBe(true);
+    expect(knownEnv(services['provider-registry']!, 'REGISTRY__DATABASE__RETRY_ATTEMPTS')).toBe(true);
+    expect(knownEnv(services.billing!, 'BILLING__PRICING__BASE_RATES__NVIDIA_TESLA_H100')).toBe(true);
+    expect(knownEnv(services.billing!, 'BILLING__BLOCKCHAIN__NOPE')).toBe(false);
+    expect(knownEnv(services.storage!, 'STORAGE__OBJECT_STORE__DEFAULTBUCKET')).toBe(true);
+  });
+
+  it('base: the Deployments match the services (env names and values, port, probes, shutdown, security)', () => {
+    checkDeployments(baseDocs, 'base');
+  });
+
+  it.each(overlays.map((o) => o.name))('overlay %s renders to valid objects that match the services', (name) => {
+    const docs = render(path.join(k8sDir, 'overlays', name));
+    for (const doc of docs) validate(doc, `overlays/${name}`);
+    checkDeployments(docs, `overlays/${name}`);
+    for (const doc of docs) expect(doc.metadata.namespace, `${doc.kind} ${doc.metadata.name}`).toBeDefined();
+    const deployments = docs.filter((d) => d.kind === 'Deployment');
+    if (name === 'dev') {
+      for (const d of deployments) expect(d.spec.replicas, d.metadata.name).toBe(1);
+    } else {
+      for (const d of deployments) {
+        const hpa = find(docs, 'HorizontalPodAutoscaler', d.metadata.name);
+        const pdb = find(docs, 'PodDisruptionBudget', d.metadata.name);
+        expect(d.spec.replicas, d.metadata.name).toBeGreaterThanOrEqual(3);
+        expect(hpa.spec.minReplicas).toBe(d.spec.replicas);
+        expect(pdb.spec.minAvailable).toBe(2);
+        expect(pdb.spec.maxUnavailable).toBeUndefined();
+      }
+    }
+  });
+
+  it.skipIf(!kubectl).each(overlays.map((o) => o.name))('overlay %s: kubectl kustomize renders the same', (name) => {
+    const out = execFileSync('kubectl', ['kustomize', path.join(k8sDir, 'overlays', name)], { encoding: 'utf8' });
+    const byKey = (docs: Doc[]) => Object.fromEntries(docs.map((d) => [`${d.kind}/${d.metadata.name}`, canonical(d)]));
+    const theirs = YAML.parseAllDocuments(out).map((d) => d.toJS());
+    expect(byKey(render(path.join(k8sDir, 'overlays', name)))).toEqual(byKey(theirs));
+  });
+
+  it('the dev overlay bootstraps the machine clients into a writable volume', () => {
+    const docs = render(path.join(k8sDir, 'overlays/dev'));
+    const dep = find(docs, 'Deployment', 'auth');
+    const container = dep.spec.template.spec.containers[0];
+    const config = loadServiceConfig(docs, dep.spec.template.spec, container, services.auth!, 'dev auth');
+    expect(config.clients.bootstrap.length).toBeGreaterThan(0);
+    const found = volumeFor(dep.spec.template.spec, container, config.clients.secrets_dir);
+    expect(found?.volume.emptyDir).toBeDefined();
+  });
+
+  it('the NetworkPolicies let each caller in, and only on the service port', () => {
+    const deny = find(baseDocs, 'NetworkPolicy', 'gpu-platform-default-deny-ingress');
+    expect(deny.spec.podSelector.matchLabels).toEqual({ 'app.kubernetes.io/part-of': 'gpu-platform' });
+    const podLabels = (name: string) => find(baseDocs, 'Deployment', name).spec.template.metadata.labels;
+    const policy = (name: string) => find(baseDocs, 'NetworkPolicy', name);
+    const role = (component: string) => ({ 'app.kubernetes.io/component': component });
+    for (const [name, port] of Object.entries(contractPorts)) {
+      // Every service fetches auth's JWKS.
+      expect(admits(policy('auth'), podLabels(name), 8000), `${name} -> auth`).toBe(true);
+      expect(admits(policy(name), role('gateway'), port), `gateway -> ${name}`).toBe(true);
+      expect(admits(policy(name), role('provider-daemon'), port), `provider daemons -> ${name}`).toBe(true);
+      expect(
+        admitsFrom(policy(name), 'ingress-nginx', { 'app.kubernetes.io/name': 'ingress-nginx' }, port),
+        `ingress -> ${name}`,
+      ).toBe(true);
+      expect(
+        admitsFrom(policy(name), 'monitoring', { 'app.kubernetes.io/name': 'prometheus' }, port),
+        `prometheus -> ${name}`,
+      ).toBe(true);
+      expect(admits(policy(name), role('gateway'), port + 100), `${name}: only its port`).toBe(false);
+      expect(admits(policy(name), { 'app.kubernetes.io/name': 'stranger' }, port), `stranger -> ${name}`).toBe(false);
+      for (const rule of policy(name).spec.ingress as Doc[]) {
+        expect(rule.ports, `${name}: every rule names the port`).toEqual([{ port, protocol: 'TCP' }]);
+      }
+    }
+    // Billing calls the registry; the scheduler calls the registry and billing.
+    expect(admits(policy('provider-registry'), podLabels('billing'), 8002)).toBe(true);
+    expect(admits(policy('provider-registry'), role('scheduler'), 8002)).toBe(true);
+    expect(admits(policy('billing'), role('scheduler'), 8003)).toBe(true);
+    // Nothing in the platform calls storage or billing.
+    expect(admits(policy('storage'), podLabels('billing'), 8001)).toBe(false);
+    expect(admits(policy('billing'), podLabels('provider-registry'), 8003)).toBe(false);
+  });
+
+  it('documents every Secret and key the manifests reference', () => {
+    const readme = readFileSync(path.join(k8sDir, 'README.md'), 'utf8');
+    const refs = new Set<string>();
+    for (const dep of baseDocs.filter((d) => d.kind === 'Deployment')) {
+      const pod = dep.spec.template.spec;
+      for (const e of pod.containers.flatMap((c: Doc) => c.env ?? []) as Doc[]) {
+        const ref = e.valueFrom?.secretKeyRef;
+        if (ref) refs.add(`${ref.name} ${ref.key}`);
+      }
+      for (const v of (pod.volumes ?? []) as Doc[]) {
+        if (!v.secret) continue;
+        const dep2 = pod.containers[0];
+        const mount = (dep2.volumeMounts as Doc[]).find((m) => m.name === v.name);
+        const file = (dep2.env as Doc[]).find((e) => String(e.value ?? '').startsWith(`${mount.mountPath}/`));
+        refs.add(`${v.secret.secretName} ${path.basename(file.value)}`);
+      }
+    }
+    expect(refs.size).toBeGreaterThan(5);
+    for (const ref of refs) {
+      const [name, key] = ref.split(' ');
+      expect(readme, `deploy/k8s/README.md names Secret ${name}`).toContain(`\`${name}\``);
+      expect(readme, `deploy/k8s/README.md names key ${key} of ${name}`).toContain(`\`${key}\``);
+    }
+    expect(readme).not.toContain('../shared');
+  });
+
+  it('the dependency examples: CloudNativePG databases, NATS with JetStream, an S3 store', () => {
+    const cnpg = render(path.join(k8sDir, 'dependencies/cnpg'));
+    const cluster = cnpg.find((d) => d.kind === 'Cluster');
+    const databases = [
+      cluster.spec.bootstrap.initdb.database,
+      ...cnpg.filter((d) => d.kind === 'Database').map((d) => d.spec.name),
+    ];
+    for (const d of cnpg.filter((x) => x.kind === 'Database')) expect(d.spec.cluster.name).toBe(cluster.metadata.name);
+    // The databases docker-compose's PostgreSQL creates (deploy/postgres/init.sql) exist here too.
+    const init = readFileSync(path.join(root, 'deploy/postgres/init.sql'), 'utf8');
+    const wanted = [...init.matchAll(/CREATE DATABASE (\w+);/g)].map((m) => m[1]);
+    expect(databases.sort()).toEqual(wanted.sort());
+    const nats = parseDocs(path.join(k8sDir, 'dependencies/nats/values.yaml'))[0];
+    expect(nats.config.jetstream.enabled).toBe(true);
+    expect(nats.config.jetstream.fileStore.pvc.enabled).toBe(true);
+    const minio = parseDocs(path.join(k8sDir, 'dependencies/minio/values.yaml'))[0];
+    const storageConfig = YAML.parse(find(baseDocs, 'ConfigMap', 'storage-config').data['config.yaml']);
+    expect(minio.buckets.map((b: Doc) => b.name)).toContain(storageConfig.object_store.default_bucket);
+  });
+});
