@@ -11,7 +11,7 @@ import { AppError, errors } from '../errors.ts';
 export const ROLES = ['provider', 'renter', 'admin'] as const;
 export type Role = (typeof ROLES)[number];
 
-/** The claims of a verified access token (see CONTRACT.md, "Tokens"). */
+/** The claims of a verified access token (docs/conventions.md, "Tokens and access"). */
 export interface AccessTokenClaims {
   iss: string;
   sub: string;

@@ -23,7 +23,7 @@ export function hashRefreshToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
 }
 
-/** A signed access token for the user, with the claims of CONTRACT.md. */
+/** A signed access token for the user, with the claims of docs/conventions.md ("Tokens and access"). */
 export async function issueAccessToken(
   ctx: AuthContext,
   user: Pick<UserRow, 'id' | 'roles'>,
