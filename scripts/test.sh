@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The project's test command (`pnpm test`): lint, type-check, start the real
+# The project's test command (`pnpm test`): lint, type-check, look for import cycles, start the real
 # servers, run every test, stop the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# SKIP_CHECKS=1 skips lint and typecheck for a quick, focused run: `SKIP_CHECKS=1 pnpm test services/auth`.
+# SKIP_CHECKS=1 skips lint, typecheck and the import-cycle check for a quick, focused run:
+# `SKIP_CHECKS=1 pnpm test services/auth`.
 if [ -z "${SKIP_CHECKS:-}" ]; then
   pnpm -s lint
   pnpm -s typecheck
+  pnpm -s cycles
 fi
 source scripts/test-env.sh
 trap test_env_down EXIT

@@ -10,6 +10,8 @@ import {
   baseConfigShape,
   baseEnvAliases,
   ConfigError,
+  databaseEnvAliases,
+  databaseShape,
   durationMs,
   loadConfig,
   zBool,
@@ -66,14 +68,8 @@ export const authConfigSchema = z.object({
   ...baseConfigShape(8000),
   /** `production` refuses to start with a missing or short secret or a missing private key. */
   environment: z.enum(['development', 'test', 'production']).default('development'),
-  database: z
-    .object({
-      /** postgres:// URL; empty opens an embedded PGlite database at `embedded_path`. */
-      url: z.string().default(''),
-      embedded_path: z.string().default('.data/auth-db'),
-      pool_size: zInt(1, 200).default(10),
-    })
-    .prefault({}),
+  /** `url` (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`. */
+  database: z.object(databaseShape({ embeddedPath: '.data/auth-db' })).prefault({}),
   jwt: z
     .object({
       secret_key: z.string().default(''),
@@ -149,9 +145,8 @@ export type AuthConfig = z.infer<typeof authConfigSchema>;
 /** Environment names of the spec and the issue, mapped to the structured keys. */
 export const authEnvAliases: Record<string, string> = {
   ...baseEnvAliases,
+  ...databaseEnvAliases,
   APP_ENV: 'environment',
-  DATABASE_URL: 'database.url',
-  DATABASE_POOL_SIZE: 'database.pool_size',
   JWT_SECRET: 'jwt.secret_key',
   SECRET_KEY: 'jwt.secret_key',
   ALGORITHM: 'jwt.algorithm',
@@ -167,6 +162,12 @@ export const authEnvAliases: Record<string, string> = {
   ADMIN_PASSWORD: 'admin.password',
   RATE_LIMIT_ENABLED: 'rate_limit.enabled',
 };
+
+/**
+ * Names other services used before the one vocabulary, still read (with a warning) for one release. camelCase
+ * spellings of the snake_case keys (`jwt.secretKey`) are taken with a warning without being listed here.
+ */
+export const authRenamed: Record<string, string> = { database_url: 'database.url' };
 
 /** Rules that span keys; production refuses what development only warns about. Returns the warnings. */
 export function checkAuthConfig(config: AuthConfig): string[] {
@@ -201,6 +202,7 @@ export function loadAuthConfig(env: NodeJS.ProcessEnv = process.env): AuthConfig
     file: env.AUTH_CONFIG_FILE,
     env,
     aliases: authEnvAliases,
+    renamed: authRenamed,
     overrides: env.NODE_ENV === 'production' && !env.APP_ENV ? { environment: 'production' } : undefined,
   });
   if (config.jwt.private_key_file && !config.jwt.private_key) {

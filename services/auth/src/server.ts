@@ -4,7 +4,15 @@
  * load the signing key, create the initial admin, listen, register with
  * Consul, purge expired refresh tokens hourly, shut down gracefully.
  */
-import { migrateToLatest, openDatabase, runService, serviceLogger, startOrExit } from '@gpu/common';
+import {
+  configWarnings,
+  durationMs,
+  migrateToLatest,
+  openDatabase,
+  runService,
+  serviceLogger,
+  startOrExit,
+} from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { checkAuthConfig, loadAuthConfig } from './config.ts';
@@ -22,11 +30,13 @@ const PURGE_AFTER_MS = 24 * 60 * 60_000;
 startOrExit(async () => {
   const config = loadAuthConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
+  for (const warning of configWarnings(config)) logger.warn(warning);
   for (const warning of checkAuthConfig(config)) logger.warn(warning);
   const database = await openDatabase<AuthDatabase>({
     url: config.database.url,
     embeddedPath: config.database.embedded_path,
     poolSize: config.database.pool_size,
+    connectTimeoutMs: durationMs(config.database.connect_timeout),
   });
   logger.info({ kind: database.kind }, 'database opened');
   await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);

@@ -1,7 +1,8 @@
 import { createPrivateKey } from 'node:crypto';
-import { mkdtempSync, statSync } from 'node:fs';
+import { mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { configWarnings } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
 import { checkAuthConfig, loadAuthConfig } from '../src/config.ts';
 
@@ -100,5 +101,27 @@ describe('configuration', () => {
     expect(createPrivateKey(first.jwt.private_key).asymmetricKeyType).toBe('ed25519');
     expect(loadAuthConfig({ JWT_PRIVATE_KEY_FILE: file }).jwt.private_key).toBe(first.jwt.private_key);
     expect(checkAuthConfig(first)).toEqual([]);
+  });
+
+  it('reads old key names with a deprecation warning, and the shared database section', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'auth-config-'));
+    const file = path.join(dir, 'old.yaml');
+    writeFileSync(file, 'database_url: postgres://u@db:5432/auth\njwt:\n  secretKey: from-the-file\n');
+    const config = loadAuthConfig({ AUTH_CONFIG_FILE: file });
+    expect(config.database.url).toBe('postgres://u@db:5432/auth');
+    expect(config.jwt.secret_key).toBe('from-the-file');
+    expect(configWarnings(config)).toEqual([
+      `configuration key database_url (file ${file}) is deprecated: use database.url; the old name goes in a later release`,
+      `configuration key jwt.secretKey (file ${file}) is deprecated: use jwt.secret_key; the old name goes in a later release`,
+    ]);
+
+    const fromEnv = loadAuthConfig({ AUTH__DATABASE_URL: 'postgres://u@env/auth' });
+    expect(fromEnv.database.url).toBe('postgres://u@env/auth');
+    expect(configWarnings(fromEnv)).toHaveLength(1);
+    expect(configWarnings(fromEnv)[0]).toContain('AUTH__DATABASE_URL');
+
+    const current = loadAuthConfig({ DATABASE_URL: 'postgres://u@db/auth', AUTH__DATABASE__CONNECT_TIMEOUT: '2s' });
+    expect(current.database).toMatchObject({ url: 'postgres://u@db/auth', connect_timeout: '2s', pool_size: 10 });
+    expect(configWarnings(current)).toEqual([]);
   });
 });

@@ -9,7 +9,7 @@ import { AppError, errors } from '../errors.ts';
 import { ROLES, type Role } from './roles.ts';
 
 /**
- * The claims of a verified access token (docs/conventions.md, "Tokens"). A machine client's token (client
+ * The claims of a verified access token (docs/conventions.md, "Tokens and access"). A machine client's token (client
  * credentials) also carries `client_id`, equal to its `sub` (RFC 9068 §2.2), and a daemon's carries `owner_id`,
  * the provider owner (a user ID) it acts for.
  */
