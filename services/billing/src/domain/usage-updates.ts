@@ -27,16 +27,9 @@ import { Dec, formatAmount } from './money.ts';
 import { type BillItem, type BillOutcome, billSessions } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
 import { isRunning, type SessionJson, type SessionRow, sessionJson } from './session-json.ts';
+import type { UsageUpdate } from './usage-message.ts';
 
-export interface UsageUpdate {
-  sessionId: string;
-  messageId: string;
-  timestamp: Date;
-  gpuUtilization: number;
-  powerDrawW: number;
-  metrics?: Record<string, unknown>;
-  correlationId?: string;
-}
+export type { UsageUpdate } from './usage-message.ts';
 
 export function usageRecordJson(r: Selectable<UsageRecordTable>, scale: number) {
   return {
