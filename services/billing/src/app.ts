@@ -7,7 +7,7 @@ import type { Kysely } from 'kysely';
 import type { Chain } from './adapters/chain.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
 import type { BillingDB } from './db/schema.ts';
-import type { BillingContext } from './domain/context.ts';
+import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type EventSink, noEvents } from './domain/events.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
 import { paymentRoutes } from './routes/payments.ts';
@@ -69,6 +69,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),
     },
     now: deps.now ?? (() => new Date()),
+    state: newBillingState(),
   };
 }
 

@@ -97,15 +97,19 @@ export async function recordIntent(
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
     const now = new Date();
-    await postTransfers(trx, [
-      {
-        debit: { wallet: wallet.id, kind: 'available' },
-        credit: { wallet: wallet.id, kind: 'pending_out' },
-        amount,
-        code: req.type,
-        transactionId: id,
-      },
-    ]);
+    await postTransfers(
+      trx,
+      [
+        {
+          debit: { wallet: wallet.id, kind: 'available' },
+          credit: { wallet: wallet.id, kind: 'pending_out' },
+          amount,
+          code: req.type,
+          transactionId: id,
+        },
+      ],
+      ctx.state.accountIds,
+    );
     await trx
       .insertInto('transactions')
       .values({
@@ -188,24 +192,28 @@ export async function settle(
       .where('code', '=', row.type)
       .executeTakeFirstOrThrow();
     const pendingOut = { wallet: row.wallet_id, kind: 'pending_out' } as const;
-    await postTransfers(trx, [
-      outcome === 'confirmed'
-        ? {
-            debit: pendingOut,
-            credit: { system: 'chain_outgoing' },
-            amount: new Dec(row.amount),
-            code: `${row.type}_settlement`,
-            transactionId,
-          }
-        : {
-            debit: pendingOut,
-            credit: { wallet: row.wallet_id, kind: 'available' },
-            amount: new Dec(row.amount),
-            code: `${row.type}_reversal`,
-            transactionId,
-            reversesTransferId: debit.id,
-          },
-    ]);
+    await postTransfers(
+      trx,
+      [
+        outcome === 'confirmed'
+          ? {
+              debit: pendingOut,
+              credit: { system: 'chain_outgoing' },
+              amount: new Dec(row.amount),
+              code: `${row.type}_settlement`,
+              transactionId,
+            }
+          : {
+              debit: pendingOut,
+              credit: { wallet: row.wallet_id, kind: 'available' },
+              amount: new Dec(row.amount),
+              code: `${row.type}_reversal`,
+              transactionId,
+              reversesTransferId: debit.id,
+            },
+      ],
+      ctx.state.accountIds,
+    );
     await ctx.events.record(
       trx,
       `${row.type}.${outcome}`,

@@ -89,15 +89,19 @@ export async function claimDeposit(
           confirmed_at: now,
         })
         .execute();
-      await postTransfers(trx, [
-        {
-          debit: { system: 'chain_incoming' },
-          credit: { wallet: wallet.id, kind: 'available' },
-          amount,
-          code: 'deposit',
-          transactionId: id,
-        },
-      ]);
+      await postTransfers(
+        trx,
+        [
+          {
+            debit: { system: 'chain_incoming' },
+            credit: { wallet: wallet.id, kind: 'available' },
+            amount,
+            code: 'deposit',
+            transactionId: id,
+          },
+        ],
+        ctx.state.accountIds,
+      );
       const tx = (await getTransaction(trx, id))!;
       const body = transactionJson(tx, ctx.scale);
       await claimKey(trx, idem, id, { status: 201, body });

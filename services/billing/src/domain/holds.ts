@@ -9,11 +9,13 @@
  * Each function runs inside the caller's database transaction so that a
  * caller (a rental session, a withdrawal) commits its own rows with the money
  * movement. Lock order: the hold row, then accounts in ID order (ledger.ts).
+ * `accountIds` is the context's cache of ledger account IDs (state.accountIds).
  */
 import { randomUUID } from 'node:crypto';
 import { type Kysely, sql, type Transaction } from 'kysely';
 import type { BillingDB, HoldStatus } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
+import type { BoundedCache } from './bounded-cache.ts';
 import { type AccountRef, postTransfers } from './ledger.ts';
 import { Dec } from './money.ts';
 
@@ -123,21 +125,26 @@ export async function createHold(
   walletId: string,
   amount: Dec,
   reference: string | null = null,
+  accountIds?: BoundedCache<string>,
 ): Promise<Hold> {
   const id = randomUUID();
   const txId = randomUUID();
   // Transfers first: they lock the accounts and refuse an unknown wallet (404) or an overdraft (402)
   // before anything is written; their references to the hold and the record are checked at commit.
-  await postTransfers(trx, [
-    {
-      debit: { wallet: walletId, kind: 'available' },
-      credit: { wallet: walletId, kind: 'locked' },
-      amount,
-      code: 'hold',
-      holdId: id,
-      transactionId: txId,
-    },
-  ]);
+  await postTransfers(
+    trx,
+    [
+      {
+        debit: { wallet: walletId, kind: 'available' },
+        credit: { wallet: walletId, kind: 'locked' },
+        amount,
+        code: 'hold',
+        holdId: id,
+        transactionId: txId,
+      },
+    ],
+    accountIds,
+  );
   await trx
     .with('lock_record', (db) =>
       db.insertInto('transactions').values(record(walletId, 'lock', amount, id, reference, txId)),
@@ -157,19 +164,28 @@ export async function createHold(
 }
 
 /** Adds `amount` to a pending hold from the wallet's available balance. */
-export async function extendHold(trx: Trx, holdId: string, amount: Dec): Promise<Hold> {
+export async function extendHold(
+  trx: Trx,
+  holdId: string,
+  amount: Dec,
+  accountIds?: BoundedCache<string>,
+): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const txId = randomUUID();
-  await postTransfers(trx, [
-    {
-      debit: { wallet: row.wallet_id, kind: 'available' },
-      credit: { wallet: row.wallet_id, kind: 'locked' },
-      amount,
-      code: 'hold_extend',
-      holdId,
-      transactionId: txId,
-    },
-  ]);
+  await postTransfers(
+    trx,
+    [
+      {
+        debit: { wallet: row.wallet_id, kind: 'available' },
+        credit: { wallet: row.wallet_id, kind: 'locked' },
+        amount,
+        code: 'hold_extend',
+        holdId,
+        transactionId: txId,
+      },
+    ],
+    accountIds,
+  );
   const updated = await updateHold(trx, holdId, { addAmount: amount.toFixed() }, [
     record(row.wallet_id, 'lock', amount, holdId, row.reference, txId),
   ]);
@@ -191,7 +207,13 @@ export interface PostingLeg {
  * `posted`; without it the hold stays pending for later captures.
  * The legs may not exceed what is still held (409 HOLD_AMOUNT_EXCEEDED).
  */
-export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], close: boolean): Promise<Hold> {
+export async function postHold(
+  trx: Trx,
+  holdId: string,
+  legs: PostingLeg[],
+  close: boolean,
+  accountIds?: BoundedCache<string>,
+): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
   const total = legs.reduce((sum, leg) => sum.plus(leg.amount), new Dec(0));
@@ -221,7 +243,7 @@ export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], clo
       transactionId: txId,
     });
   }
-  await postTransfers(trx, specs);
+  await postTransfers(trx, specs, accountIds);
   const updated = await updateHold(
     trx,
     holdId,
@@ -232,23 +254,27 @@ export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], clo
 }
 
 /** Voids a pending hold: everything still held goes back to `available`. */
-export async function voidHold(trx: Trx, holdId: string): Promise<Hold> {
+export async function voidHold(trx: Trx, holdId: string, accountIds?: BoundedCache<string>): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const rest = new Dec(row.amount).minus(row.posted).minus(row.released);
   const records: HoldRecord[] = [];
   if (rest.gt(0)) {
     const txId = randomUUID();
     records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId));
-    await postTransfers(trx, [
-      {
-        debit: { wallet: row.wallet_id, kind: 'locked' },
-        credit: { wallet: row.wallet_id, kind: 'available' },
-        amount: rest,
-        code: 'hold_void',
-        holdId,
-        transactionId: txId,
-      },
-    ]);
+    await postTransfers(
+      trx,
+      [
+        {
+          debit: { wallet: row.wallet_id, kind: 'locked' },
+          credit: { wallet: row.wallet_id, kind: 'available' },
+          amount: rest,
+          code: 'hold_void',
+          holdId,
+          transactionId: txId,
+        },
+      ],
+      accountIds,
+    );
   }
   const updated = await updateHold(trx, holdId, { addReleased: rest.toFixed(), status: 'voided' }, records);
   return toHold(updated);

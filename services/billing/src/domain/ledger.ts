@@ -14,6 +14,7 @@ import { type Kysely, sql, type Transaction } from 'kysely';
 import { SYSTEM_ACCOUNT_IDS } from '../db/migrations/0001-ledger.ts';
 import type { BillingDB, SystemAccountKind, WalletAccountKind } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
+import type { BoundedCache } from './bounded-cache.ts';
 import { Dec, formatAmount } from './money.ts';
 
 /** A reference to a ledger account: one of a wallet's sub-accounts, or a system account. */
@@ -53,20 +54,20 @@ export async function createWalletAccounts(trx: Db, walletId: string): Promise<v
 }
 
 /**
- * Wallet account IDs never change and accounts are never deleted, so the
- * (wallet, kind) -> ID mapping is cached in memory (bounded), saving a query
- * per transfer.
+ * The account IDs of `refs`, by refKey; wallet accounts that do not exist are absent. Wallet account IDs never
+ * change and accounts are never deleted, so the (wallet, kind) -> ID mapping is kept in the context's cache
+ * (`accountIds`, bounded) when one is given, saving a query per transfer.
  */
-const accountIdCache = new Map<string, string>();
-const ACCOUNT_CACHE_LIMIT = 200_000;
-
-/** The account IDs of `refs`, by refKey; wallet accounts that do not exist are absent. */
-async function resolveAccounts(trx: Db, refs: AccountRef[]): Promise<Map<string, string>> {
+async function resolveAccounts(
+  trx: Db,
+  refs: AccountRef[],
+  accountIds: BoundedCache<string> | undefined,
+): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   const missing = new Set<string>();
   for (const ref of refs) {
     const key = refKey(ref);
-    const id = 'system' in ref ? SYSTEM_ACCOUNT_IDS[ref.system] : accountIdCache.get(key);
+    const id = 'system' in ref ? SYSTEM_ACCOUNT_IDS[ref.system] : accountIds?.get(key);
     if (id) out.set(key, id);
     else if ('wallet' in ref) missing.add(ref.wallet);
   }
@@ -76,10 +77,10 @@ async function resolveAccounts(trx: Db, refs: AccountRef[]): Promise<Map<string,
     .select(['id', 'wallet_id', 'kind'])
     .where('wallet_id', 'in', [...missing])
     .execute();
-  if (accountIdCache.size + rows.length > ACCOUNT_CACHE_LIMIT) accountIdCache.clear();
+  accountIds?.reserve(rows.length);
   for (const row of rows) {
     const key = `${row.wallet_id}:${row.kind}`;
-    accountIdCache.set(key, row.id);
+    accountIds?.set(key, row.id);
     out.set(key, row.id);
   }
   return out;
@@ -103,7 +104,11 @@ export function isOverdraftViolation(err: unknown): boolean {
  * the balances. Run it inside the caller's transaction to commit other rows
  * with it, or on its own: a single statement is atomic by itself.
  */
-export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<PostedTransfer[]> {
+export async function postTransfers(
+  trx: Db,
+  specs: TransferSpec[],
+  accountIds?: BoundedCache<string>,
+): Promise<PostedTransfer[]> {
   if (specs.length === 0) return [];
   const refs = new Map<string, AccountRef>();
   for (const s of specs) {
@@ -111,7 +116,7 @@ export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<Pos
     refs.set(refKey(s.debit), s.debit);
     refs.set(refKey(s.credit), s.credit);
   }
-  const ids = await resolveAccounts(trx, [...refs.values()]);
+  const ids = await resolveAccounts(trx, [...refs.values()], accountIds);
   const idOf = (ref: AccountRef): string => {
     const id = ids.get(refKey(ref));
     if (!id) throw billingErrors.walletNotFound('wallet' in ref ? ref.wallet : ref.system);

@@ -98,7 +98,12 @@ export async function billSessions(
     if (!written) throw new Error(`session ${change.id} vanished while billed`);
     const session: SessionRow = { ...items[i]!.session, ...written };
     if (change.event) {
-      await ctx.events.record(trx, change.event, { session: sessionJson(session, ctx.scale) }, change.correlationId);
+      await ctx.events.record(
+        trx,
+        change.event,
+        { session: sessionJson(session, ctx.scale, ctx.state.ratesJson) },
+        change.correlationId,
+      );
     }
     const expired =
       change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
@@ -127,7 +132,8 @@ async function planBilling(
   let held = heldBefore;
   // Only a hold running low touches the renter's accounts (locks them, tops up from available).
   if (held.lt(lowWater) || held.lt(nextPeriod)) {
-    held = (await topUpHold(trx, session, cost.plus(periodCost(ctx.sessions.initialPeriodMs)))).held;
+    held = (await topUpHold(trx, session, cost.plus(periodCost(ctx.sessions.initialPeriodMs)), ctx.state.accountIds))
+      .held;
   }
   const covered = held.gte(nextPeriod);
 

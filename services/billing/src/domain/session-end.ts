@@ -23,7 +23,14 @@ import { postHold } from './holds.ts';
 import { Dec, splitFee } from './money.ts';
 import { costOfMinutes } from './pricing.ts';
 import { topUpHold } from './session-hold.ts';
-import { type BillingRecordRow, billingRecordJson, isRunning, loadSession, sessionJson } from './session-json.ts';
+import {
+  type BillingRecordRow,
+  billingRecordJson,
+  isRunning,
+  loadSession,
+  type SessionRow,
+  sessionJson,
+} from './session-json.ts';
 
 export type EndKind = { status: 'completed'; reason?: string } | { status: 'terminated'; reason: string };
 
@@ -35,8 +42,20 @@ export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
   return roundUp ? Math.ceil(ms / MINUTE_MS) : Math.floor(ms / MINUTE_MS);
 }
 
+/** How a session ended: its final row and billing record; `alreadyEnded` when it had ended before this call. */
+export interface SessionEnd {
+  session: SessionRow;
+  billingRecord: BillingRecordRow;
+  alreadyEnded: boolean;
+}
+
 /** Ends a session (or answers its existing end); returns the session and its billing record. */
-export async function endSession(ctx: BillingContext, sessionId: string, kind: EndKind, correlationId?: string) {
+export async function endSession(
+  ctx: BillingContext,
+  sessionId: string,
+  kind: EndKind,
+  correlationId?: string,
+): Promise<SessionEnd> {
   return ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
     if (!isRunning(session)) {
@@ -45,11 +64,7 @@ export async function endSession(ctx: BillingContext, sessionId: string, kind: E
         .selectAll()
         .where('session_id', '=', sessionId)
         .executeTakeFirstOrThrow();
-      return {
-        session: sessionJson(session, ctx.scale),
-        billing_record: billingRecordJson(record, ctx.scale),
-        already_ended: true,
-      };
+      return { session, billingRecord: record, alreadyEnded: true };
     }
     return finishSession(ctx, trx, session, kind, correlationId);
   });
@@ -59,16 +74,16 @@ export async function endSession(ctx: BillingContext, sessionId: string, kind: E
 export async function finishSession(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  session: Awaited<ReturnType<typeof loadSession>>,
+  session: SessionRow,
   kind: EndKind,
   correlationId?: string,
-) {
+): Promise<SessionEnd> {
   const now = ctx.now();
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
   let minutes = Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
   const hourly = new Dec(session.total_hourly_rate);
   let cost = costOfMinutes(hourly, minutes, ctx.scale);
-  const cover = await topUpHold(trx, session, cost);
+  const cover = await topUpHold(trx, session, cost, ctx.state.accountIds);
   if (cover.short.gt(0)) {
     ctx.logger.warn(
       { session_id: session.id, cost: cost.toFixed(), covered: cover.held.toFixed() },
@@ -117,6 +132,7 @@ export async function finishSession(
       { to: { system: 'platform_fees' }, amount: fee, code: 'platform_fee', transactionId: paymentId },
     ],
     true,
+    ctx.state.accountIds,
   );
   const reason = kind.reason ?? null;
   const ended = await trx
@@ -159,7 +175,10 @@ export async function finishSession(
     })
     .returningAll()
     .executeTakeFirstOrThrow();
-  const out = { session: sessionJson(ended, ctx.scale), billing_record: billingRecordJson(record, ctx.scale) };
+  const out = {
+    session: sessionJson(ended, ctx.scale, ctx.state.ratesJson),
+    billing_record: billingRecordJson(record, ctx.scale),
+  };
   await ctx.events.record(trx, `session.${kind.status}`, out, correlationId);
-  return { ...out, already_ended: false };
+  return { session: ended, billingRecord: record, alreadyEnded: false };
 }

@@ -2,6 +2,7 @@
 import type { Kysely, Selectable, Transaction } from 'kysely';
 import type { BillingDB, BillingRecordTable, RentalSessionTable } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
+import type { BoundedCache } from './bounded-cache.ts';
 import { Dec, formatAmount } from './money.ts';
 import { formatRate, type HourlyRates } from './pricing.ts';
 
@@ -48,17 +49,15 @@ function ratesJson(s: SessionRow, scale: number) {
   };
 }
 
-type RatesJson = Readonly<ReturnType<typeof ratesJson>>;
+type RatesJson = Readonly<Record<string, string>>;
 
 /**
  * A session's rates never change and most sessions share a handful of rate sets, so their JSON is kept by the
- * stored values (every usage update answers with its session: nine decimals to format each time otherwise).
- * Bounded: the cache starts over when full.
+ * stored values in the context's cache (every usage update answers with its session: nine decimals to format each
+ * time otherwise).
  */
-const ratesCache = new Map<string, RatesJson>();
-const RATES_CACHE_SIZE = 1024;
-
-function cachedRatesJson(s: SessionRow, scale: number): RatesJson {
+function cachedRatesJson(s: SessionRow, scale: number, cache?: BoundedCache<RatesJson>): RatesJson {
+  if (!cache) return ratesJson(s, scale);
   const key = [
     scale,
     s.rate_key,
@@ -72,17 +71,16 @@ function cachedRatesJson(s: SessionRow, scale: number): RatesJson {
     s.total_hourly_rate,
     s.platform_fee_percent,
   ].join('|');
-  let json = ratesCache.get(key);
+  let json = cache.get(key);
   if (!json) {
-    if (ratesCache.size >= RATES_CACHE_SIZE) ratesCache.clear();
     json = Object.freeze(ratesJson(s, scale));
-    ratesCache.set(key, json);
+    cache.set(key, json);
   }
   return json;
 }
 
 /** The JSON of a session (snake_case, decimal strings, RFC 3339 UTC). */
-export function sessionJson(s: SessionRow, scale: number) {
+export function sessionJson(s: SessionRow, scale: number, ratesCache?: BoundedCache<RatesJson>) {
   return {
     id: s.id,
     user_id: s.user_id,
@@ -95,7 +93,7 @@ export function sessionJson(s: SessionRow, scale: number) {
     requested_vram_mb: s.requested_vram_mb,
     estimated_power_w: s.estimated_power_w,
     actual_power_w: s.actual_power_w === null ? null : new Dec(s.actual_power_w).toFixed(),
-    rates: cachedRatesJson(s, scale),
+    rates: cachedRatesJson(s, scale, ratesCache) as ReturnType<typeof ratesJson>,
     status: s.status,
     hold_id: s.hold_id,
     lock_transaction_id: s.lock_transaction_id,

@@ -68,7 +68,7 @@ export async function startSession(
     const fmt = (d: Dec) => d.toFixed(ctx.scale);
     if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
     if (available.lt(initial)) throw billingErrors.insufficientFunds(wallet.id, fmt(available), fmt(initial));
-    const hold = await createHold(trx, wallet.id, initial, `session:${id}`);
+    const hold = await createHold(trx, wallet.id, initial, `session:${id}`, ctx.state.accountIds);
     const lockTx = await trx
       .selectFrom('transactions')
       .select('id')
@@ -112,7 +112,7 @@ export async function startSession(
       })
       .returningAll()
       .executeTakeFirstOrThrow();
-    const session = sessionJson(row, ctx.scale);
+    const session = sessionJson(row, ctx.scale, ctx.state.ratesJson);
     const body = {
       session,
       hold_amount: fmt(initial),

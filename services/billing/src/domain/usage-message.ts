@@ -5,6 +5,7 @@
  * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
  */
 import { z } from 'zod';
+import type { SessionRow } from './session-json.ts';
 
 /** Whether a JSON value has a NUL character in any key or string (PostgreSQL's jsonb can't store one). */
 function hasNul(value: unknown): boolean {
@@ -72,4 +73,30 @@ export function toUsageUpdate(
     metrics: m.metrics,
     correlationId,
   };
+}
+
+/** A usage record: one applied report, with what its billing charged. */
+export interface UsageRecord {
+  id: string;
+  sessionId: string;
+  messageId: string;
+  /** When the daemon measured. */
+  reportedAt: Date;
+  gpuUtilization: number;
+  powerDrawW: number;
+  metrics: Record<string, unknown> | null;
+  /** The session's billed minutes after this update. */
+  billedMinutes: number;
+  /** Cost billed by this update, at the token's scale. */
+  cost: string;
+  createdAt: Date;
+}
+
+/** What applying one usage update comes to. */
+export interface UsageResult {
+  /** Whether the message had been applied before (nothing changed). */
+  duplicate: boolean;
+  usage: UsageRecord;
+  /** The session once the update's transaction is done. */
+  session: SessionRow;
 }

@@ -26,53 +26,40 @@ import { type Hold, toHold } from './holds.ts';
 import { Dec, formatAmount } from './money.ts';
 import { type BillItem, type BillOutcome, billSessions } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
-import { isRunning, type SessionJson, type SessionRow, sessionJson } from './session-json.ts';
-import type { UsageUpdate } from './usage-message.ts';
+import { isRunning, type SessionRow } from './session-json.ts';
+import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
 
-export type { UsageUpdate } from './usage-message.ts';
-
-export function usageRecordJson(r: Selectable<UsageRecordTable>, scale: number) {
-  return {
-    id: r.id,
-    session_id: r.session_id,
-    message_id: r.message_id,
-    timestamp: new Date(r.reported_at).toISOString(),
-    gpu_utilization: Number(r.gpu_utilization),
-    power_draw_w: Number(r.power_draw_w),
-    metrics: (r.metrics ?? null) as Record<string, unknown> | null,
-    billed_minutes: r.billed_minutes,
-    cost: formatAmount(r.cost, scale),
-    created_at: new Date(r.created_at).toISOString(),
-  };
-}
+export type { UsageResult, UsageUpdate } from './usage-message.ts';
 
 type UsageRow = Selectable<UsageRecordTable>;
 
-export interface UsageResult {
-  /** Whether the message had been applied before (nothing changed). */
-  duplicate: boolean;
-  usage: ReturnType<typeof usageRecordJson>;
-  /** The session once the update's transaction is done. */
-  session: SessionJson;
+/** A usage record from its row (the cost at the token's scale). */
+function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
+  return {
+    id: r.id,
+    sessionId: r.session_id,
+    messageId: r.message_id,
+    reportedAt: new Date(r.reported_at),
+    gpuUtilization: Number(r.gpu_utilization),
+    powerDrawW: Number(r.power_draw_w),
+    metrics: (r.metrics ?? null) as Record<string, unknown> | null,
+    billedMinutes: r.billed_minutes,
+    cost: formatAmount(r.cost, scale),
+    createdAt: new Date(r.created_at),
+  };
 }
 
 /** Most updates applied in one transaction; most batches in flight per service instance. */
 const MAX_BATCH = 256;
 const MAX_IN_FLIGHT = 2;
 
-const batchers = new WeakMap<BillingContext, GroupCommit<UsageUpdate, UsageResult>>();
-
 /** Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. */
 export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
-  let batcher = batchers.get(ctx);
-  if (!batcher) {
-    batcher = new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
-      maxBatch: MAX_BATCH,
-      maxInFlight: MAX_IN_FLIGHT,
-    });
-    batchers.set(ctx, batcher);
-  }
-  return batcher.submit(u);
+  ctx.state.usageBatcher ??= new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
+    maxBatch: MAX_BATCH,
+    maxInFlight: MAX_IN_FLIGHT,
+  });
+  return ctx.state.usageBatcher.submit(u);
 }
 
 /** Applies updates in one transaction; one result per update, in order (an Error for a refused one). */
@@ -167,26 +154,19 @@ async function applyInTransaction(
   }
 
   // Final session state: ended by termination, else as billed, else as locked.
-  const finalJson = new Map<string, SessionJson>();
+  const ended = new Map<string, SessionRow>();
   for (const [id, outcome] of outcomes) {
     if (!outcome.expired) continue;
-    const ended = await finishSession(
+    const end = await finishSession(
       ctx,
       trx,
       outcome.session,
       { status: 'terminated', reason: 'insufficient_funds' },
       fresh.get(id)![0]!.correlationId,
     );
-    finalJson.set(id, ended.session);
+    ended.set(id, end.session);
   }
-  const sessionOut = (id: string): SessionJson => {
-    let json = finalJson.get(id);
-    if (!json) {
-      json = sessionJson(outcomes.get(id)?.session ?? sessions.get(id)!.row, ctx.scale);
-      finalJson.set(id, json);
-    }
-    return json;
-  };
+  const sessionOut = (id: string): SessionRow => ended.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
 
   return updates.map((u, i) => {
     const v = verdicts[i]!;
@@ -197,7 +177,7 @@ async function applyInTransaction(
     const record = v.kind === 'duplicate' ? v.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
     return {
       duplicate: v.kind !== 'new',
-      usage: usageRecordJson(record, ctx.scale),
+      usage: toUsageRecord(record, ctx.scale),
       session: sessionOut(v.sessionId),
     };
   });

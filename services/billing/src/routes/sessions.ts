@@ -6,6 +6,7 @@ import { startSession } from '../domain/session-start.ts';
 import { billingHistory, currentUsage } from '../domain/session-usage.ts';
 import type { RouteDeps } from './deps.ts';
 import { runIdempotent } from './idempotent.ts';
+import { presentSessionEnd } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
@@ -87,11 +88,14 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) =>
-      endSession(
-        withRequestLogger(ctx, request),
-        request.body.session_id,
-        { status: 'completed', reason: request.body.reason ?? 'ended' },
-        request.correlationId,
+      presentSessionEnd(
+        ctx,
+        await endSession(
+          withRequestLogger(ctx, request),
+          request.body.session_id,
+          { status: 'completed', reason: request.body.reason ?? 'ended' },
+          request.correlationId,
+        ),
       ),
   );
 

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
 import type { RouteDeps } from './deps.ts';
+import { presentUsageResult } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { sessionSchema } from './session-schemas.ts';
 
@@ -56,7 +57,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
     async (request, reply) => {
       const key = request.headers['idempotency-key'] as string | undefined;
       const result = await applyUsageUpdate(ctx, toUsageUpdate(request.body, key, request.correlationId));
-      return reply.code(result.duplicate ? 200 : 201).send(result);
+      return reply.code(result.duplicate ? 200 : 201).send(presentUsageResult(ctx, result));
     },
   );
 
@@ -93,7 +94,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
       );
       const results = settled.map((s) => {
         if (s.status === 'fulfilled')
-          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...s.value };
+          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...presentUsageResult(ctx, s.value) };
         const err = toAppError(s.reason);
         const status = statusOf(err);
         if (status >= 500) request.log.error({ err: s.reason }, 'usage report failed');
