@@ -13,6 +13,7 @@
 import type { BillingContext } from './context.ts';
 import { billElapsed } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
+import { RUNNING_STATUSES } from './session-json.ts';
 
 export interface CycleResult {
   /** Sessions this instance billed. */
@@ -31,7 +32,7 @@ export async function runBillingCycle(ctx: BillingContext, pageSize = 500): Prom
     const page = await ctx.db
       .selectFrom('rental_sessions')
       .select('id')
-      .where('status', 'in', ['active', 'grace_period'])
+      .where('status', 'in', RUNNING_STATUSES)
       .where('id', '>', after)
       .orderBy('id')
       .limit(pageSize)
@@ -43,7 +44,7 @@ export async function runBillingCycle(ctx: BillingContext, pageSize = 500): Prom
             .selectFrom('rental_sessions')
             .selectAll()
             .where('id', '=', id)
-            .where('status', 'in', ['active', 'grace_period'])
+            .where('status', 'in', RUNNING_STATUSES)
             .forUpdate()
             .skipLocked()
             .executeTakeFirst();

@@ -11,8 +11,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type Kysely, sql, type Transaction } from 'kysely';
-import { SYSTEM_ACCOUNT_IDS } from '../db/migrations/0001-ledger.ts';
 import type { BillingDB, SystemAccountKind, WalletAccountKind } from '../db/schema.ts';
+import { SYSTEM_ACCOUNT_IDS } from '../db/system-accounts.ts';
 import { billingErrors } from '../errors.ts';
 import type { BoundedCache } from './bounded-cache.ts';
 import { Dec, formatAmount } from './money.ts';

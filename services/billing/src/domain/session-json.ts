@@ -1,19 +1,24 @@
 /** Rental sessions and billing records: row types, their JSON and shared reads. */
 import type { Kysely, Selectable, Transaction } from 'kysely';
-import type { BillingDB, BillingRecordTable, RentalSessionTable } from '../db/schema.ts';
+import type { BillingRecordRow } from '../db/billing-record-repository.ts';
+import type { BillingDB, RentalSessionTable } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
 import type { BoundedCache } from './bounded-cache.ts';
 import { Dec, formatAmount } from './money.ts';
 import { formatRate, type HourlyRates } from './pricing.ts';
 
 export type SessionRow = Selectable<RentalSessionTable>;
-export type BillingRecordRow = Selectable<BillingRecordTable>;
+export type { BillingRecordRow };
+
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
 const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
 
+/** The statuses of a running session: billed by the biller, accepting usage updates, endable. */
+export const RUNNING_STATUSES = ['active', 'grace_period'] as const satisfies readonly SessionRow['status'][];
+
 /** Whether a session is still running (billed, usage accepted). */
-export const isRunning = (s: { status: string }) => s.status === 'active' || s.status === 'grace_period';
+export const isRunning = (s: { status: string }) => (RUNNING_STATUSES as readonly string[]).includes(s.status);
 
 /** The frozen rates of a session. */
 export function sessionRates(s: SessionRow): HourlyRates {

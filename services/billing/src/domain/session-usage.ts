@@ -1,14 +1,19 @@
 /** What a session has used so far (GET current-usage) and the billing history (GET history). */
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import {
+  type BillingRecordFilter,
+  type BillingRecordRow,
+  listBillingRecords,
+} from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
-import { decodeCursor, encodeCursor } from './cursor.ts';
 import { getHold } from './holds.ts';
+import { type KeysetPosition, keysetPage, type Page } from './keyset.ts';
 import { walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
 import { costOfMinutes } from './pricing.ts';
 import { billableMinutes } from './session-end.ts';
-import { type BillingRecordJson, billingRecordJson, isRunning, loadSession } from './session-json.ts';
+import { isRunning, loadSession } from './session-json.ts';
 import { runtimeMinutes } from './session-start.ts';
 
 /** Current usage: for a running session, what ending it now would bill. */
@@ -45,46 +50,13 @@ export async function currentUsage(ctx: BillingContext, sessionId: string) {
   };
 }
 
-export interface HistoryFilter {
+export interface HistoryFilter extends BillingRecordFilter {
   limit: number;
-  cursor?: string;
-  userId?: string;
-  providerId?: string;
-  walletId?: string;
-  status?: ('completed' | 'terminated')[];
-  from?: Date;
-  to?: Date;
+  /** Where the previous page ended. */
+  after?: KeysetPosition;
 }
 
 /** Billing records, newest end first, filtered; `[from, to)` on the end time; keyset pagination. */
-export async function billingHistory(
-  db: Kysely<BillingDB>,
-  f: HistoryFilter,
-  scale: number,
-): Promise<{ records: BillingRecordJson[]; next_cursor: string | null }> {
-  let q = db
-    .selectFrom('billing_records')
-    .selectAll()
-    .select(sql<string>`to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('cursor_at'));
-  if (f.userId) q = q.where('user_id', '=', f.userId);
-  if (f.providerId) q = q.where('provider_id', '=', f.providerId);
-  if (f.walletId) q = q.where('wallet_id', '=', f.walletId);
-  if (f.status?.length) q = q.where('status', 'in', f.status);
-  if (f.from) q = q.where('ended_at', '>=', f.from);
-  if (f.to) q = q.where('ended_at', '<', f.to);
-  if (f.cursor) {
-    const c = decodeCursor(f.cursor);
-    q = q.where(sql<boolean>`(ended_at, id) < (${c.at}::timestamptz, ${c.id}::uuid)`);
-  }
-  const rows = await q
-    .orderBy('ended_at', 'desc')
-    .orderBy('id', 'desc')
-    .limit(f.limit + 1)
-    .execute();
-  const page = rows.slice(0, f.limit);
-  const last = page.at(-1);
-  return {
-    records: page.map((r) => billingRecordJson(r, scale)),
-    next_cursor: rows.length > f.limit && last ? encodeCursor({ at: last.cursor_at, id: last.id }) : null,
-  };
+export async function billingHistory(db: Kysely<BillingDB>, f: HistoryFilter): Promise<Page<BillingRecordRow>> {
+  return keysetPage(await listBillingRecords(db, f, f.after, f.limit + 1), f.limit);
 }

@@ -1,9 +1,8 @@
 /** Transaction records (the history users see) and their JSON shape. */
-import type { Kysely, Selectable, Transaction } from 'kysely';
-import type { BillingDB, TransactionTable } from '../db/schema.ts';
+import type { TransactionRow } from '../db/transaction-repository.ts';
 import { formatAmount } from './money.ts';
 
-export type TransactionRow = Selectable<TransactionTable>;
+export { getTransaction, type TransactionRow } from '../db/transaction-repository.ts';
 
 /** The JSON of a transaction record (snake_case, decimal strings, RFC 3339 UTC). */
 export interface TransactionJson {
@@ -42,11 +41,4 @@ export function transactionJson(row: TransactionRow, scale: number): Transaction
     updated_at: iso(row.updated_at),
     confirmed_at: row.confirmed_at ? iso(row.confirmed_at) : null,
   };
-}
-
-export async function getTransaction(
-  db: Kysely<BillingDB> | Transaction<BillingDB>,
-  id: string,
-): Promise<TransactionRow | undefined> {
-  return db.selectFrom('transactions').selectAll().where('id', '=', id).executeTakeFirst();
 }
