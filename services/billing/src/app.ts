@@ -2,13 +2,13 @@
  * buildApp(deps): the billing service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, durationMs, type Logger } from '@gpu/common';
+import { type App, createApp, durationMs, type Logger, Outbox } from '@gpu/common';
 import type { Kysely } from 'kysely';
+import { outboxEvents } from './adapters/billing-events.ts';
 import type { Chain } from './adapters/chain.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
 import type { BillingDB } from './db/schema.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
-import { type EventSink, noEvents } from './domain/events.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
@@ -25,8 +25,8 @@ export interface BillingDeps {
   db: Kysely<BillingDB>;
   /** Null when the blockchain section is not configured (deposits and withdrawals answer 503). */
   chain: Chain | null;
-  /** Where events are recorded (the outbox when NATS is configured). */
-  events?: EventSink;
+  /** Where events are recorded, in the transaction of their change (`Outbox.disabled` without NATS; the default). */
+  outbox?: Outbox;
   /** Extra health checks (e.g. NATS). */
   healthChecks?: Record<string, () => Promise<unknown>>;
   /** Demand and supply factors of pricing (both 1.0 when absent). */
@@ -44,12 +44,14 @@ function normalizeRateTable(table: Record<string, string>): Record<string, strin
 
 /** The domain context the routes and background jobs share. */
 export function billingContext(deps: BillingDeps): BillingContext {
+  const scale = deps.config.blockchain.token_decimals;
+  const state = newBillingState();
   return {
     db: deps.db,
     chain: deps.chain,
-    events: deps.events ?? noEvents,
+    events: outboxEvents(deps.outbox ?? Outbox.disabled, { scale, state }),
     logger: deps.logger,
-    scale: deps.config.blockchain.token_decimals,
+    scale,
     commitment: deps.config.blockchain.commitment,
     minimumPayout: deps.config.billing.minimum_payout,
     pricing: {
@@ -69,7 +71,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),
     },
     now: deps.now ?? (() => new Date()),
-    state: newBillingState(),
+    state,
   };
 }
 

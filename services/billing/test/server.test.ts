@@ -15,10 +15,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { billingContext } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
+import { getTransaction } from '../src/db/transaction-repository.ts';
 import { recordIntent } from '../src/domain/chain-payouts.ts';
 import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
-import { getTransaction } from '../src/domain/transactions.ts';
 import { createWallet } from '../src/domain/wallets.ts';
 import { setupLocalnet } from './support/localnet.ts';
 

@@ -1,5 +1,5 @@
 /** Queries on billing records (one per ended session). Every function takes the database or a transaction. */
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Insertable, Kysely, Selectable, Transaction } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan } from './keyset-sql.ts';
 import type { BillingDB, BillingRecordTable } from './schema.ts';
@@ -34,4 +34,14 @@ export async function listBillingRecords(
   if (f.to) q = q.where('ended_at', '<', f.to);
   if (after) q = q.where(olderThan('ended_at', after));
   return q.orderBy('ended_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
+}
+
+/** The billing record of an ended session. */
+export async function billingRecordOfSession(db: Db, sessionId: string): Promise<BillingRecordRow> {
+  return db.selectFrom('billing_records').selectAll().where('session_id', '=', sessionId).executeTakeFirstOrThrow();
+}
+
+/** Writes a billing record; its row as stored. */
+export async function insertBillingRecord(db: Db, values: Insertable<BillingRecordTable>): Promise<BillingRecordRow> {
+  return db.insertInto('billing_records').values(values).returningAll().executeTakeFirstOrThrow();
 }

@@ -1,5 +1,5 @@
 /** Queries on transaction records (the history users see). Every function takes the database or a transaction. */
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import { type Insertable, type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan } from './keyset-sql.ts';
 import type { BillingDB, TransactionStatus, TransactionTable, TransactionType } from './schema.ts';
@@ -39,4 +39,80 @@ export async function listWalletTransactions(
   if (f.to) query = query.where('created_at', '<', f.to);
   if (after) query = query.where(olderThan('created_at', after));
   return query.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
+}
+
+/** The ID of a hold's `lock` record (written with the hold). */
+export async function lockRecordIdOfHold(db: Db, holdId: string): Promise<string> {
+  const row = await db
+    .selectFrom('transactions')
+    .select('id')
+    .where('hold_id', '=', holdId)
+    .where('type', '=', 'lock')
+    .executeTakeFirstOrThrow();
+  return row.id;
+}
+
+/** Writes transaction records in one statement. */
+export async function insertTransactions(db: Db, records: Insertable<TransactionTable>[]): Promise<void> {
+  await db.insertInto('transactions').values(records).execute();
+}
+
+/** A wallet's payouts: the sum confirmed and the sum still pending (decimal strings). */
+export async function payoutTotals(db: Db, walletId: string): Promise<{ paid: string; pending: string }> {
+  return db
+    .selectFrom('transactions')
+    .select([
+      sql<string>`coalesce(sum(amount) FILTER (WHERE status = 'confirmed'), 0)`.as('paid'),
+      sql<string>`coalesce(sum(amount) FILTER (WHERE status = 'pending'), 0)`.as('pending'),
+    ])
+    .where('wallet_id', '=', walletId)
+    .where('type', '=', 'payout')
+    .executeTakeFirstOrThrow();
+}
+
+/** The record that credited an on-chain signature, if any (signatures are unique across records). */
+export async function findBySignature(db: Db, signature: string) {
+  return db
+    .selectFrom('transactions')
+    .select(['id', 'wallet_id'])
+    .where('signature', '=', signature)
+    .executeTakeFirst();
+}
+
+/**
+ * Settles a pending withdrawal or payout record: its status, failure reason and times. Undefined when it is not
+ * pending (already settled: two instances never settle one record twice).
+ */
+export async function settlePending(
+  trx: Db,
+  id: string,
+  outcome: 'confirmed' | 'failed',
+  reason: string | null,
+  now: Date,
+): Promise<TransactionRow | undefined> {
+  return trx
+    .updateTable('transactions')
+    .set({
+      status: outcome,
+      failure_reason: reason,
+      updated_at: now,
+      confirmed_at: outcome === 'confirmed' ? now : null,
+    })
+    .where('id', '=', id)
+    .where('status', '=', 'pending')
+    .returningAll()
+    .executeTakeFirst();
+}
+
+/** Pending withdrawals and payouts created at or before `before`, oldest first (at most `limit`). */
+export async function pendingChainPayouts(db: Db, before: Date, limit: number): Promise<TransactionRow[]> {
+  return db
+    .selectFrom('transactions')
+    .selectAll()
+    .where('status', '=', 'pending')
+    .where('type', 'in', ['withdrawal', 'payout'])
+    .where('created_at', '<=', before)
+    .orderBy('created_at')
+    .limit(limit)
+    .execute();
 }

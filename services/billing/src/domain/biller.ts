@@ -13,7 +13,7 @@
 import type { BillingContext } from './context.ts';
 import { billElapsed } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
-import { RUNNING_STATUSES } from './session-json.ts';
+import { RUNNING_STATUSES } from './sessions.ts';
 
 export interface CycleResult {
   /** Sessions this instance billed. */

@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely';
 import type { Chain } from '../adapters/chain.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { BoundedCache } from './bounded-cache.ts';
-import type { EventSink } from './events.ts';
+import type { BillingEvents } from './events.ts';
 import type { MarketFactors, RateCard } from './pricing.ts';
 import type { UsageResult, UsageUpdate } from './usage-message.ts';
 
@@ -53,7 +53,8 @@ export interface BillingContext {
   db: Kysely<BillingDB>;
   /** Null when the blockchain section is not configured: chain operations answer 503. */
   chain: Chain | null;
-  events: EventSink;
+  /** Where events are recorded (common's outbox, or nowhere without NATS). */
+  events: BillingEvents;
   logger: Logger;
   /** The token's decimals: the scale of every amount. */
   scale: number;

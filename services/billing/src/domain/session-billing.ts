@@ -27,7 +27,7 @@ import { Dec } from './money.ts';
 import { costOfHours, costOfMinutes } from './pricing.ts';
 import { billableMinutes } from './session-end.ts';
 import { topUpHold } from './session-hold.ts';
-import { type SessionRow, sessionJson } from './session-json.ts';
+import type { SessionRow } from './sessions.ts';
 
 export interface BillOutcome {
   session: SessionRow;
@@ -98,12 +98,7 @@ export async function billSessions(
     if (!written) throw new Error(`session ${change.id} vanished while billed`);
     const session: SessionRow = { ...items[i]!.session, ...written };
     if (change.event) {
-      await ctx.events.record(
-        trx,
-        change.event,
-        { session: sessionJson(session, ctx.scale, ctx.state.ratesJson) },
-        change.correlationId,
-      );
+      await ctx.events.record(trx, { kind: change.event, session }, change.correlationId);
     }
     const expired =
       change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();

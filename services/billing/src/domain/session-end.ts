@@ -16,21 +16,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Transaction } from 'kysely';
+import { billingRecordOfSession, insertBillingRecord } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
+import { updateEndedSession } from '../db/session-repository.ts';
+import { insertTransactions } from '../db/transaction-repository.ts';
 import type { BillingContext } from './context.ts';
 import { EARNINGS_TRANSFER_CODE } from './earnings.ts';
 import { postHold } from './holds.ts';
 import { Dec, splitFee } from './money.ts';
 import { costOfMinutes } from './pricing.ts';
 import { topUpHold } from './session-hold.ts';
-import {
-  type BillingRecordRow,
-  billingRecordJson,
-  isRunning,
-  loadSession,
-  type SessionRow,
-  sessionJson,
-} from './session-json.ts';
+import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './sessions.ts';
 
 export type EndKind = { status: 'completed'; reason?: string } | { status: 'terminated'; reason: string };
 
@@ -59,12 +55,7 @@ export async function endSession(
   return ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
     if (!isRunning(session)) {
-      const record = await trx
-        .selectFrom('billing_records')
-        .selectAll()
-        .where('session_id', '=', sessionId)
-        .executeTakeFirstOrThrow();
-      return { session, billingRecord: record, alreadyEnded: true };
+      return { session, billingRecord: await billingRecordOfSession(trx, sessionId), alreadyEnded: true };
     }
     return finishSession(ctx, trx, session, kind, correlationId);
   });
@@ -118,7 +109,7 @@ export async function finishSession(
       fee: '0',
     });
   }
-  if (records.length > 0) await trx.insertInto('transactions').values(records).execute();
+  if (records.length > 0) await insertTransactions(trx, records);
   await postHold(
     trx,
     session.hold_id,
@@ -135,50 +126,41 @@ export async function finishSession(
     ctx.state.accountIds,
   );
   const reason = kind.reason ?? null;
-  const ended = await trx
-    .updateTable('rental_sessions')
-    .set({
-      status: kind.status,
-      ended_at: now,
-      end_reason: reason,
-      billed_minutes: minutes,
-      total_cost: cost.toFixed(),
-      grace_until: null,
-      updated_at: now,
-    })
-    .where('id', '=', session.id)
-    .returningAll()
-    .executeTakeFirstOrThrow();
-  const record: BillingRecordRow = await trx
-    .insertInto('billing_records')
-    .values({
-      id: randomUUID(),
-      session_id: session.id,
-      user_id: session.user_id,
-      wallet_id: session.wallet_id,
-      provider_id: session.provider_id,
-      provider_wallet_id: session.provider_wallet_id,
-      job_id: session.job_id,
-      gpu_model: session.gpu_model,
-      gpu_count: session.gpu_count,
-      status: kind.status,
-      end_reason: reason,
-      total_hourly_rate: session.total_hourly_rate,
-      billed_minutes: minutes,
-      total_cost: cost.toFixed(),
-      platform_fee: fee.toFixed(),
-      provider_earnings: rest.toFixed(),
-      payment_transaction_id: paymentId,
-      started_at: session.started_at,
-      ended_at: now,
-      created_at: now,
-    })
-    .returningAll()
-    .executeTakeFirstOrThrow();
-  const out = {
-    session: sessionJson(ended, ctx.scale, ctx.state.ratesJson),
-    billing_record: billingRecordJson(record, ctx.scale),
-  };
-  await ctx.events.record(trx, `session.${kind.status}`, out, correlationId);
+  const ended = await updateEndedSession(trx, session.id, {
+    status: kind.status,
+    ended_at: now,
+    end_reason: reason,
+    billed_minutes: minutes,
+    total_cost: cost.toFixed(),
+    grace_until: null,
+    updated_at: now,
+  });
+  const record: BillingRecordRow = await insertBillingRecord(trx, {
+    id: randomUUID(),
+    session_id: session.id,
+    user_id: session.user_id,
+    wallet_id: session.wallet_id,
+    provider_id: session.provider_id,
+    provider_wallet_id: session.provider_wallet_id,
+    job_id: session.job_id,
+    gpu_model: session.gpu_model,
+    gpu_count: session.gpu_count,
+    status: kind.status,
+    end_reason: reason,
+    total_hourly_rate: session.total_hourly_rate,
+    billed_minutes: minutes,
+    total_cost: cost.toFixed(),
+    platform_fee: fee.toFixed(),
+    provider_earnings: rest.toFixed(),
+    payment_transaction_id: paymentId,
+    started_at: session.started_at,
+    ended_at: now,
+    created_at: now,
+  });
+  await ctx.events.record(
+    trx,
+    { kind: `session.${kind.status}`, session: ended, billingRecord: record },
+    correlationId,
+  );
   return { session: ended, billingRecord: record, alreadyEnded: false };
 }

@@ -7,8 +7,9 @@ import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import type { BoundedCache } from './bounded-cache.ts';
 import { extendHold, getHold } from './holds.ts';
+import { lockWalletAvailable } from './ledger.ts';
 import { Dec } from './money.ts';
-import { lockWalletAvailable, type SessionRow } from './session-json.ts';
+import type { SessionRow } from './sessions.ts';
 
 export interface HoldTopUp {
   /** Still held after the top-up. */

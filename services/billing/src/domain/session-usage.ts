@@ -13,13 +13,30 @@ import { walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
 import { costOfMinutes } from './pricing.ts';
 import { billableMinutes } from './session-end.ts';
-import { isRunning, loadSession } from './session-json.ts';
 import { runtimeMinutes } from './session-start.ts';
+import { isRunning, loadSession, type SessionRow } from './sessions.ts';
 
-/** Current usage: for a running session, what ending it now would bill. */
-export async function currentUsage(ctx: BillingContext, sessionId: string) {
+/** What a session has used so far; for a running session, what ending it now would bill. */
+export interface CurrentUsage {
+  session: SessionRow;
+  elapsedMs: number;
+  /** Started minutes: what ending now bills (the billed minutes once ended). */
+  minutes: number;
+  hourlyRate: Dec;
+  /** What ending now would cost (the final cost once ended). */
+  cost: Dec;
+  /** Held for the session (0 once ended). */
+  held: Dec;
+  /** held - cost, never below 0. */
+  holdLeft: Dec;
+  /** The renter's available balance (null once ended). */
+  available: Dec | null;
+  estimatedRemainingMinutes: number;
+}
+
+/** Current usage of a session. */
+export async function currentUsage(ctx: BillingContext, sessionId: string): Promise<CurrentUsage> {
   const s = await loadSession(ctx.db, sessionId);
-  const fmt = (d: Dec) => d.toFixed(ctx.scale);
   const hourly = new Dec(s.total_hourly_rate);
   const running = isRunning(s);
   const until = running ? ctx.now() : new Date(s.ended_at ?? s.started_at);
@@ -31,22 +48,15 @@ export async function currentUsage(ctx: BillingContext, sessionId: string) {
   const holdLeft = Dec.max(held.minus(cost), 0);
   const available = running ? new Dec((await walletBalances(ctx.db, s.wallet_id, ctx.scale))?.available ?? 0) : null;
   return {
-    session_id: s.id,
-    status: s.status,
-    started_at: new Date(s.started_at).toISOString(),
-    elapsed_seconds: Math.floor(elapsedMs / 1000),
-    elapsed_minutes: minutes,
-    total_hourly_rate: hourly.toFixed(Math.max(ctx.scale, hourly.decimalPlaces())),
-    cost_so_far: fmt(cost),
-    billed_minutes: s.billed_minutes,
-    billed_cost: fmt(new Dec(s.total_cost)),
-    hold_amount: fmt(held),
-    hold_remaining: fmt(holdLeft),
-    available_balance: available ? fmt(available) : null,
-    estimated_remaining_minutes: available ? runtimeMinutes(holdLeft.plus(available), hourly) : 0,
-    actual_power_w: s.actual_power_w === null ? null : new Dec(s.actual_power_w).toFixed(),
-    last_usage_at: s.last_usage_at ? new Date(s.last_usage_at).toISOString() : null,
-    grace_until: s.grace_until ? new Date(s.grace_until).toISOString() : null,
+    session: s,
+    elapsedMs,
+    minutes,
+    hourlyRate: hourly,
+    cost,
+    held,
+    holdLeft,
+    available,
+    estimatedRemainingMinutes: available ? runtimeMinutes(holdLeft.plus(available), hourly) : 0,
   };
 }
 

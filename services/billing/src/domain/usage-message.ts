@@ -5,7 +5,7 @@
  * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
  */
 import { z } from 'zod';
-import type { SessionRow } from './session-json.ts';
+import type { SessionRow } from './sessions.ts';
 
 /** Whether a JSON value has a NUL character in any key or string (PostgreSQL's jsonb can't store one). */
 function hasNul(value: unknown): boolean {

@@ -26,7 +26,7 @@ import { type Hold, toHold } from './holds.ts';
 import { Dec, formatAmount } from './money.ts';
 import { type BillItem, type BillOutcome, billSessions } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
-import { isRunning, type SessionRow } from './session-json.ts';
+import { isRunning, type SessionRow } from './sessions.ts';
 import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
 
 export type { UsageResult, UsageUpdate } from './usage-message.ts';

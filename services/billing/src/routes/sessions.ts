@@ -2,13 +2,12 @@
 import { type App, setNextPage, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
-import { billingRecordJson } from '../domain/session-json.ts';
-import { startSession } from '../domain/session-start.ts';
+import { type SessionStart, startSession } from '../domain/session-start.ts';
 import { billingHistory, currentUsage } from '../domain/session-usage.ts';
 import type { RouteDeps } from './deps.ts';
-import { runIdempotent } from './idempotent.ts';
+import { keyClaim, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { presentSessionEnd } from './presenters.ts';
+import { billingRecordJson, currentUsageJson, sessionEndJson, sessionStartJson } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
@@ -55,9 +54,10 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request, reply) =>
-      runIdempotent(request, reply, { db: ctx.db }, (idem) => {
+      runIdempotent(request, reply, { db: ctx.db }, async (idem) => {
         const b = request.body;
-        return startSession(
+        const answer = (s: SessionStart) => ({ status: 201, body: sessionStartJson(ctx, s) });
+        const started = await startSession(
           ctx,
           {
             userId: b.user_id,
@@ -70,8 +70,9 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             estimatedPowerW: b.estimated_power_w,
             correlationId: request.correlationId,
           },
-          idem,
+          keyClaim(idem, answer),
         );
+        return answer(started);
       }),
   );
 
@@ -90,7 +91,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) =>
-      presentSessionEnd(
+      sessionEndJson(
         ctx,
         await endSession(
           withRequestLogger(ctx, request),
@@ -131,7 +132,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         },
       },
     },
-    async (request) => currentUsage(ctx, request.params.sessionID),
+    async (request) => currentUsageJson(ctx, await currentUsage(ctx, request.params.sessionID)),
   );
 
   app.get(

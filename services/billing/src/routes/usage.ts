@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
 import type { RouteDeps } from './deps.ts';
-import { presentUsageResult } from './presenters.ts';
+import { usageResultJson } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { sessionSchema } from './session-schemas.ts';
 
@@ -26,17 +26,11 @@ const usageAnswerSchema = z.object({ duplicate: z.boolean(), usage: usageRecordS
 /** Most reports in one POST /usage-updates. */
 export const MAX_REPORTS_PER_REQUEST = 256;
 
-// The usage routes are the hottest (every daemon, every interval): their answers are built by typed code from
-// validated rows, so they are written with plain JSON.stringify instead of being checked against the response
-// schema again (the schemas still document them in OpenAPI, and the tests check answers against them).
-const plainJson = () => (data: unknown) => JSON.stringify(data);
-
 export async function usageRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
   app.post(
     '/api/v1/billing/usage-update',
     {
-      serializerCompiler: plainJson,
       schema: {
         tags: ['sessions'],
         summary: "Record a provider daemon's usage report and bill the session's elapsed full minutes",
@@ -57,14 +51,13 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
     async (request, reply) => {
       const key = request.headers['idempotency-key'] as string | undefined;
       const result = await applyUsageUpdate(ctx, toUsageUpdate(request.body, key, request.correlationId));
-      return reply.code(result.duplicate ? 200 : 201).send(presentUsageResult(ctx, result));
+      return reply.code(result.duplicate ? 200 : 201).send(usageResultJson(ctx, result));
     },
   );
 
   app.post(
     '/api/v1/billing/usage-updates',
     {
-      serializerCompiler: plainJson,
       schema: {
         tags: ['sessions'],
         summary: 'Record several usage reports at once (a daemon with several rented GPUs)',
@@ -94,7 +87,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
       );
       const results = settled.map((s) => {
         if (s.status === 'fulfilled')
-          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...presentUsageResult(ctx, s.value) };
+          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...usageResultJson(ctx, s.value) };
         const err = toAppError(s.reason);
         const status = statusOf(err);
         if (status >= 500) request.log.error({ err: s.reason }, 'usage report failed');

@@ -5,20 +5,12 @@ import { ChainUnavailable } from '../adapters/chain.ts';
 import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
-import { transactionJson } from '../domain/transactions.ts';
-import { createWallet, getWallet, type Wallet } from '../domain/wallets.ts';
+import { createWallet, getWallet } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
 import type { RouteDeps } from './deps.ts';
 import { afterCursor, pageQuery } from './paging.ts';
+import { transactionJson, walletJson } from './presenters.ts';
 import { balanceSchema, problems, solanaAddress, transactionSchema, walletParams, walletSchema } from './schemas.ts';
-
-const walletJson = (w: Wallet) => ({
-  id: w.id,
-  owner_type: w.ownerType,
-  owner_id: w.ownerId,
-  solana_address: w.solanaAddress,
-  created_at: w.createdAt.toISOString(),
-});
 
 const typeList = z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']);
 const statusList = z.enum(['pending', 'confirmed', 'failed']);
