@@ -7,6 +7,7 @@ import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import type { Chain } from './adapters/chain.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
+import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
@@ -84,9 +85,7 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     config: deps.config,
     logger: deps.logger,
     healthChecks: {
-      database: async () => {
-        await deps.db.selectFrom('billing_meta').select('key').limit(1).execute();
-      },
+      database: () => pingBillingDatabase(deps.db),
       ...(deps.chain ? { solana: () => deps.chain!.ping() } : {}),
       ...deps.healthChecks,
     },

@@ -18,8 +18,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { GroupCommit } from '@gpu/common';
-import { type Selectable, sql, type Transaction } from 'kysely';
-import type { BillingDB, UsageRecordTable } from '../db/schema.ts';
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../db/schema.ts';
+import { lockSessionsWithHolds } from '../db/session-repository.ts';
+import { existingUsageRecords, insertUsageRecords, type UsageRow } from '../db/usage-repository.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
 import { type Hold, toHold } from './holds.ts';
@@ -30,8 +32,6 @@ import { isRunning, type SessionRow } from './sessions.ts';
 import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
 
 export type { UsageResult, UsageUpdate } from './usage-message.ts';
-
-type UsageRow = Selectable<UsageRecordTable>;
 
 /** A usage record from its row (the cost at the token's scale). */
 function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
@@ -149,7 +149,7 @@ async function applyInTransaction(
     rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
   });
   if (rows.length > 0) {
-    await insertRecords(trx, rows);
+    await insertUsageRecords(trx, rows);
     for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
   }
 
@@ -193,22 +193,7 @@ interface LockedSession {
 
 /** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock). */
 async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise<Map<string, LockedSession>> {
-  const rows = await trx
-    .selectFrom('rental_sessions as s')
-    .leftJoin('holds as h', 'h.id', 's.hold_id')
-    .selectAll('s')
-    .select([
-      'h.wallet_id as hold_wallet_id',
-      'h.status as hold_status',
-      'h.amount as hold_amount',
-      'h.posted as hold_posted',
-      'h.released as hold_released',
-      'h.reference as hold_reference',
-    ])
-    .where(sql<boolean>`s.id = ANY(${ids}::uuid[])`)
-    .orderBy('s.id')
-    .forUpdate('s')
-    .execute();
+  const rows = await lockSessionsWithHolds(trx, ids);
   return new Map(
     rows.map((r) => {
       const { hold_wallet_id, hold_status, hold_amount, hold_posted, hold_released, hold_reference, ...row } = r;
@@ -231,11 +216,7 @@ async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise
 
 /** The usage records already written for the updates' (session, message ID) pairs. */
 async function existingRecords(trx: Transaction<BillingDB>, updates: UsageUpdate[]): Promise<Map<string, UsageRow>> {
-  const { rows } = await sql<UsageRow>`
-    SELECT * FROM usage_records
-    WHERE (session_id, message_id) IN (
-      SELECT * FROM unnest(${updates.map((u) => u.sessionId)}::uuid[], ${updates.map((u) => u.messageId)}::text[])
-    )`.execute(trx);
+  const rows = await existingUsageRecords(trx, updates);
   return new Map(rows.map((r) => [recordKey(r.session_id, r.message_id), r]));
 }
 
@@ -253,24 +234,4 @@ function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, bill
     cost: billed.toFixed(),
     created_at: ctx.now(),
   };
-}
-
-/** Writes usage records in one statement whatever their number: one array parameter per column. */
-async function insertRecords(trx: Transaction<BillingDB>, rows: UsageRow[]): Promise<void> {
-  const column = <T>(f: (r: UsageRow) => T) => rows.map(f);
-  const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
-  await sql`
-    INSERT INTO usage_records
-      (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost, created_at)
-    SELECT id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics::jsonb, billed_minutes,
-      cost, created_at
-    FROM unnest(
-      ${column((r) => r.id)}::uuid[], ${column((r) => r.session_id)}::uuid[], ${column((r) => r.message_id)}::text[],
-      ${column((r) => iso(r.reported_at))}::timestamptz[], ${column((r) => r.gpu_utilization)}::numeric[],
-      ${column((r) => r.power_draw_w)}::numeric[],
-      ${column((r) => (r.metrics === null ? null : JSON.stringify(r.metrics)))}::text[],
-      ${column((r) => r.billed_minutes)}::int[], ${column((r) => r.cost)}::numeric[],
-      ${column((r) => iso(r.created_at))}::timestamptz[]
-    ) AS r (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost,
-      created_at)`.execute(trx);
 }
