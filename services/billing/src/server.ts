@@ -21,7 +21,7 @@ startOrExit(async () => {
   const publisher = await connectPublisher({
     url: config.messaging.enabled ? config.messaging.nats_url : '',
     name: SERVICE_NAME,
-    stream: { name: 'BILLING_EVENTS', subjects: [`${config.messaging.subjects.events}.>`] },
+    stream: { name: config.messaging.stream, subjects: [`${config.messaging.subjects.events}.>`] },
     logger,
   });
   const deps: BillingDeps = {

@@ -37,7 +37,7 @@ export interface BillingState {
   usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
 }
 
-/** A wallet's three sub-account IDs per entry: 200,000 entries are some 66,000 wallets. */
+/** One entry per wallet sub-account: 200,000 entries are some 66,000 wallets. */
 const ACCOUNT_CACHE_LIMIT = 200_000;
 const RATES_CACHE_LIMIT = 1024;
 
@@ -51,7 +51,7 @@ export function newBillingState(): BillingState {
 
 export interface BillingContext {
   db: Kysely<BillingDB>;
-  /** Null when the blockchain section is not configured: chain operations answer 503. */
+  /** Null when the blockchain section is not configured: chain operations refuse with SOLANA_NOT_CONFIGURED. */
   chain: Chain | null;
   /** Where events are recorded (common's outbox, or nowhere without NATS). */
   events: BillingEvents;

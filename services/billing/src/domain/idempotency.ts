@@ -6,9 +6,10 @@
  *    neither; a concurrent twin fails on the key's primary key and replays;
  *  - the first definitive answer is stored and replayed to every retry with
  *    the same key and parameters (status and body);
- *  - the same key with other parameters is 409 IDEMPOTENCY_KEY_REUSED;
- *  - answers a retry could change (400 validation, 503 unavailable, a deposit
- *    not yet final, any 5xx but 502) are not stored: a retry runs again.
+ *  - the same key with other parameters is IDEMPOTENCY_KEY_REUSED (conflict);
+ *  - answers a retry could change (validation errors, the chain unavailable,
+ *    a deposit not yet final, any failure but a failed chain transfer) are
+ *    not stored: a retry runs again (`isDefinitiveError`).
  */
 import { createHash } from 'node:crypto';
 import { isAppError, isRefusal } from '@gpu/common';

@@ -3,8 +3,8 @@
  * message ID and session (a duplicate answers the first record and changes
  * nothing), elapsed time billed (session-billing.ts), `actual_power_w` taken
  * from the newest report only, so updates may arrive late, twice or out of
- * order. A session that is not running refuses new updates (409
- * SESSION_NOT_ACTIVE); a session whose grace period is over is terminated.
+ * order. A session that is not running refuses new updates
+ * (SESSION_NOT_ACTIVE); a session whose grace period is over is terminated.
  *
  * Group commit: updates that arrive together (concurrent HTTP requests, a
  * NATS fetch) are applied in one database transaction: the batch's sessions
