@@ -1,10 +1,9 @@
 /**
  * The service's background work: publishing outbox events (common's
- * OutboxRelay), reconciling
- * pending withdrawals and payouts with the chain (once at start-up, then every
- * `billing.reconcile_interval`), billing running sessions every
- * `billing.billing_interval` (domain/biller.ts) and consuming usage updates
- * from NATS when messaging is configured.
+ * OutboxRelay), reconciling pending withdrawals and payouts with the chain
+ * (once at start-up, then every `billing.reconcile_interval`), billing running
+ * sessions every `billing.billing_interval` (domain/biller.ts) and consuming
+ * usage updates from NATS when messaging is configured.
  */
 import { durationMs, type EventPublisher, NatsPublisher, type Outbox, OutboxRelay } from '@gpu/common';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';

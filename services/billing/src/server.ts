@@ -1,9 +1,9 @@
 /**
  * The billing service process: load configuration, log (with any deprecated
- * setting names), open and migrate the
- * database (PGlite under .data/billing/pglite without DATABASE_URL), connect
- * to Solana and NATS, reconcile pending withdrawals and payouts, listen,
- * register with Consul, shut down gracefully.
+ * setting names), open and migrate the database (PGlite under
+ * .data/billing/pglite without DATABASE_URL), connect to Solana and NATS,
+ * reconcile pending withdrawals and payouts, listen, register with Consul,
+ * shut down gracefully.
  */
 import { configWarnings, connectPublisher, Outbox, runService, serviceLogger, startOrExit } from '@gpu/common';
 import { type BillingDeps, billingContext, buildApp, SERVICE_NAME } from './app.ts';
