@@ -16,6 +16,7 @@ import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
+import { newBillingState } from '../src/domain/context.ts';
 import { createHold, voidHold } from '../src/domain/holds.ts';
 import { postTransfers } from '../src/domain/ledger.ts';
 import { Dec } from '../src/domain/money.ts';
@@ -44,6 +45,8 @@ await sql`INSERT INTO wallets (id, owner_type, owner_id, solana_address)
 await sql`INSERT INTO ledger_accounts (id, wallet_id, kind, non_negative)
   SELECT gen_random_uuid(), w.id, k.kind, true
     FROM wallets w CROSS JOIN (VALUES ('available'), ('locked'), ('pending_out')) k(kind)`.execute(db);
+// The service's paths use the (wallet, kind) -> account ID cache a billing context owns (warmed by the funding).
+const { accountIds } = newBillingState();
 const walletIds = (await db.selectFrom('wallets').select('id').execute()).map((w) => w.id);
 for (let i = 0; i < walletIds.length; i += 500) {
   await postTransfers(
@@ -54,6 +57,7 @@ for (let i = 0; i < walletIds.length; i += 500) {
       amount: new Dec('1000'),
       code: 'deposit',
     })),
+    accountIds,
   );
 }
 await sql`ANALYZE`.execute(db); // as autovacuum would have done on a live database
@@ -70,18 +74,22 @@ const half = new Dec('0.5');
 
 const serviceTransfers = (spread: boolean) => async () => {
   const w = pick(spread);
-  await postTransfers(db, [
-    { debit: { wallet: w, kind: 'available' }, credit: { wallet: w, kind: 'locked' }, amount: half, code: 'lock' },
-  ]);
-  await postTransfers(db, [
-    { debit: { wallet: w, kind: 'locked' }, credit: { wallet: w, kind: 'available' }, amount: half, code: 'release' },
-  ]);
+  await postTransfers(
+    db,
+    [{ debit: { wallet: w, kind: 'available' }, credit: { wallet: w, kind: 'locked' }, amount: half, code: 'lock' }],
+    accountIds,
+  );
+  await postTransfers(
+    db,
+    [{ debit: { wallet: w, kind: 'locked' }, credit: { wallet: w, kind: 'available' }, amount: half, code: 'release' }],
+    accountIds,
+  );
 };
 
 const serviceHolds = (spread: boolean) => async () => {
   const w = pick(spread);
-  const hold = await db.transaction().execute((trx) => createHold(trx, w, half, 'bench'));
-  await db.transaction().execute((trx) => voidHold(trx, hold.id));
+  const hold = await db.transaction().execute((trx) => createHold(trx, w, half, 'bench', accountIds));
+  await db.transaction().execute((trx) => voidHold(trx, hold.id, accountIds));
 };
 
 // The same statements, straight through pg.

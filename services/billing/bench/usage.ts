@@ -82,7 +82,7 @@ for (let i = 0; i < SESSIONS; i++) {
     },
     null,
   );
-  sessions.push((r.body as { session: { id: string } }).session.id);
+  sessions.push(r.session.id);
 }
 await sql`ANALYZE`.execute(db);
 

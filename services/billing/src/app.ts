@@ -2,13 +2,14 @@
  * buildApp(deps): the billing service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, durationMs, type Logger } from '@gpu/common';
+import { type App, createApp, durationMs, type Logger, Outbox } from '@gpu/common';
 import type { Kysely } from 'kysely';
+import { outboxEvents } from './adapters/billing-events.ts';
 import type { Chain } from './adapters/chain.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
+import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
-import type { BillingContext } from './domain/context.ts';
-import { type EventSink, noEvents } from './domain/events.ts';
+import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
@@ -25,8 +26,8 @@ export interface BillingDeps {
   db: Kysely<BillingDB>;
   /** Null when the blockchain section is not configured (deposits and withdrawals answer 503). */
   chain: Chain | null;
-  /** Where events are recorded (the outbox when NATS is configured). */
-  events?: EventSink;
+  /** Where events are recorded, in the transaction of their change (`Outbox.disabled` without NATS; the default). */
+  outbox?: Outbox;
   /** Extra health checks (e.g. NATS). */
   healthChecks?: Record<string, () => Promise<unknown>>;
   /** Demand and supply factors of pricing (both 1.0 when absent). */
@@ -44,12 +45,14 @@ function normalizeRateTable(table: Record<string, string>): Record<string, strin
 
 /** The domain context the routes and background jobs share. */
 export function billingContext(deps: BillingDeps): BillingContext {
+  const scale = deps.config.blockchain.token_decimals;
+  const state = newBillingState();
   return {
     db: deps.db,
     chain: deps.chain,
-    events: deps.events ?? noEvents,
+    events: outboxEvents(deps.outbox ?? Outbox.disabled, { scale, state }),
     logger: deps.logger,
-    scale: deps.config.blockchain.token_decimals,
+    scale,
     commitment: deps.config.blockchain.commitment,
     minimumPayout: deps.config.billing.minimum_payout,
     pricing: {
@@ -69,6 +72,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),
     },
     now: deps.now ?? (() => new Date()),
+    state,
   };
 }
 
@@ -81,9 +85,7 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     config: deps.config,
     logger: deps.logger,
     healthChecks: {
-      database: async () => {
-        await deps.db.selectFrom('billing_meta').select('key').limit(1).execute();
-      },
+      database: () => pingBillingDatabase(deps.db),
       ...(deps.chain ? { solana: () => deps.chain!.ping() } : {}),
       ...deps.healthChecks,
     },

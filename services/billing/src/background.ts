@@ -1,16 +1,15 @@
 /**
- * The service's background work: publishing outbox events, reconciling
- * pending withdrawals and payouts with the chain (once at start-up, then every
- * `billing.reconcile_interval`), billing running sessions every
- * `billing.billing_interval` (domain/biller.ts) and consuming usage updates
- * from NATS when messaging is configured.
+ * The service's background work: publishing outbox events (common's
+ * OutboxRelay), reconciling pending withdrawals and payouts with the chain
+ * (once at start-up, then every `billing.reconcile_interval`), billing running
+ * sessions every `billing.billing_interval` (domain/biller.ts) and consuming
+ * usage updates from NATS when messaging is configured.
  */
-import { durationMs, type EventPublisher, NatsPublisher } from '@gpu/common';
+import { durationMs, type EventPublisher, NatsPublisher, type Outbox, OutboxRelay } from '@gpu/common';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import { runBillingCycle } from './domain/biller.ts';
 import type { BillingContext } from './domain/context.ts';
-import { OutboxRelay } from './domain/events.ts';
 import { reconcilePending } from './domain/reconcile.ts';
 
 export interface Background {
@@ -23,11 +22,12 @@ export async function startBackground(
   ctx: BillingContext,
   config: BillingConfig,
   publisher: EventPublisher,
+  outbox?: Outbox,
 ): Promise<Background> {
   const relay = publisher.enabled
-    ? new OutboxRelay(ctx.db, publisher, config.messaging.subjects.events, ctx.logger)
+    ? new OutboxRelay(ctx.db, publisher, { subject: config.messaging.subjects.events, logger: ctx.logger })
     : null;
-  relay?.start(1000);
+  relay?.start(1000, outbox);
 
   let reconciling: Promise<unknown> | undefined;
   const reconcile = (minAgeMs: number) => {

@@ -3,7 +3,18 @@
  * blockchain, pricing, billing and messaging sections. Defaults follow the
  * platform contract's "Billing defaults" table.
  */
-import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
+import {
+  baseConfigShape,
+  baseEnvAliases,
+  databaseEnvAliases,
+  databaseShape,
+  loadConfig,
+  messagingEnvAliases,
+  messagingShape,
+  zBool,
+  zDuration,
+  zInt,
+} from '@gpu/common';
 import { z } from 'zod';
 
 /** A non-negative decimal string (or number from YAML) kept as a string for exact arithmetic. */
@@ -34,15 +45,8 @@ export const defaultBaseRates: Record<string, string> = {
 
 export const billingConfigSchema = z.object({
   ...baseConfigShape(8003),
-  database: z
-    .object({
-      /** postgres:// URL; empty opens an embedded PGlite database at `embedded_path`. */
-      url: z.string().default(''),
-      embedded_path: z.string().default('.data/billing/pglite'),
-      pool_size: zInt(1, 200).default(10),
-      connect_timeout: zDuration().default('5s'),
-    })
-    .prefault({}),
+  /** The shared database section: `url` (empty: embedded PGlite at `embedded_path`), `pool_size`, `connect_timeout`. */
+  database: z.object(databaseShape({ embeddedPath: '.data/billing/pglite', poolSize: 10 })).prefault({}),
   blockchain: z
     .object({
       rpc_url: z.string().default('http://127.0.0.1:8899'),
@@ -91,19 +95,19 @@ export const billingConfigSchema = z.object({
       reconcile_interval: zDuration().default('30s'),
     })
     .prefault({}),
+  /**
+   * The shared messaging section: `nats_url` (empty: no events, no NATS usage consumer), `stream` (the JetStream
+   * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
+   * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`); `enabled: false` turns
+   * messaging off with a URL set.
+   */
   messaging: z
     .object({
-      /** NATS server URL; events are not published when empty. */
-      nats_url: z.string().default(''),
+      ...messagingShape({
+        stream: 'BILLING_EVENTS',
+        subjects: { events: 'billing.events', usage: 'billing.usage' },
+      }),
       enabled: zBool().default(true),
-      subjects: z
-        .object({
-          /** Prefix of payment and session events: `<prefix>.<kind>`. */
-          events: z.string().default('billing.events'),
-          /** Prefix of usage updates into billing: `<prefix>.<session_id>`. */
-          usage: z.string().default('billing.usage'),
-        })
-        .prefault({}),
     })
     .prefault({}),
 });
@@ -119,8 +123,8 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env): Billing
     env,
     aliases: {
       ...baseEnvAliases,
-      DATABASE_URL: 'database.url',
-      NATS_URL: 'messaging.nats_url',
+      ...databaseEnvAliases,
+      ...messagingEnvAliases,
       SOLANA_RPC_URL: 'blockchain.rpc_url',
       SOLANA_WS_URL: 'blockchain.ws_url',
       TOKEN_MINT: 'blockchain.token_mint',

@@ -1,26 +1,27 @@
 /**
- * The billing service process: load configuration, log, open and migrate the
- * database (PGlite under .data/billing/pglite without DATABASE_URL), connect
- * to Solana and NATS, reconcile pending withdrawals and payouts, listen,
- * register with Consul, shut down gracefully.
+ * The billing service process: load configuration, log (with any deprecated
+ * setting names), open and migrate the database (PGlite under
+ * .data/billing/pglite without DATABASE_URL), connect to Solana and NATS,
+ * reconcile pending withdrawals and payouts, listen, register with Consul,
+ * shut down gracefully.
  */
-import { connectPublisher, runService, serviceLogger, startOrExit } from '@gpu/common';
+import { configWarnings, connectPublisher, Outbox, runService, serviceLogger, startOrExit } from '@gpu/common';
 import { type BillingDeps, billingContext, buildApp, SERVICE_NAME } from './app.ts';
 import { startBackground } from './background.ts';
 import { connectChain } from './chain-setup.ts';
 import { loadBillingConfig } from './config.ts';
 import { openBillingDatabase } from './db/open.ts';
-import { noEvents, outboxSink } from './domain/events.ts';
 
 startOrExit(async () => {
   const config = loadBillingConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
+  for (const warning of configWarnings(config)) logger.warn(warning);
   const database = await openBillingDatabase(config, logger);
   const chain = await connectChain(config, logger);
   const publisher = await connectPublisher({
     url: config.messaging.enabled ? config.messaging.nats_url : '',
     name: SERVICE_NAME,
-    stream: { name: 'BILLING_EVENTS', subjects: [`${config.messaging.subjects.events}.>`] },
+    stream: { name: config.messaging.stream, subjects: [`${config.messaging.subjects.events}.>`] },
     logger,
   });
   const deps: BillingDeps = {
@@ -28,11 +29,11 @@ startOrExit(async () => {
     logger,
     db: database.db,
     chain,
-    events: publisher.enabled ? outboxSink : noEvents,
+    outbox: publisher.enabled ? new Outbox() : Outbox.disabled,
     healthChecks: publisher.enabled ? { nats: () => publisher.ping() } : undefined,
   };
   const ctx = billingContext(deps);
-  const background = await startBackground(ctx, config, publisher);
+  const background = await startBackground(ctx, config, publisher, deps.outbox);
   const app = await buildApp({ ...deps, healthChecks: { ...deps.healthChecks, ...background.healthChecks } }, ctx);
   app.addHook('onClose', async () => {
     await background.stop();

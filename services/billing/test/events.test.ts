@@ -1,9 +1,8 @@
 /** Payment events: written to the outbox with the money movement, published on real NATS by the relay. */
-import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
+import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { recordIntent, settle } from '../src/domain/chain-payouts.ts';
-import { OutboxRelay } from '../src/domain/events.ts';
 import { Dec } from '../src/domain/money.ts';
 import { useBillingHarness } from './support/setup.ts';
 
@@ -34,7 +33,7 @@ describe('payment events', () => {
       );
       await settle(h.ctx, row.id, 'confirmed', null, 'corr-42');
 
-      const relay = new OutboxRelay(h.db, publisher, 'billing.events', logger);
+      const relay = new OutboxRelay(h.db, publisher, { subject: 'billing.events', logger });
       expect(await relay.flush()).toBe(2);
       expect(await relay.flush()).toBe(0);
       await publisher.connection.flush();

@@ -1,8 +1,7 @@
 /** A full rental paid by a real on-chain deposit, with its session events published on real NATS. */
-import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
+import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
-import { OutboxRelay } from '../src/domain/events.ts';
 import { createWallet } from '../src/domain/wallets.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { end, H100_X1, manualClock, start, usage } from './support/sessions.ts';
@@ -75,12 +74,10 @@ describe('a full rental', () => {
       },
     });
     try {
-      const relay = new OutboxRelay(
-        h.db,
-        publisher,
-        'billing.events',
-        createLogger({ service: 't', instanceId: 't', level: 'silent' }),
-      );
+      const relay = new OutboxRelay(h.db, publisher, {
+        subject: 'billing.events',
+        logger: createLogger({ service: 't', instanceId: 't', level: 'silent' }),
+      });
       while ((await relay.flush()) > 0) {}
       await publisher.connection.flush();
       for (let i = 0; i < 50 && received.filter((m) => m.data.session?.id === id).length < 2; i++) {

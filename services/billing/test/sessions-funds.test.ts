@@ -138,4 +138,23 @@ describe('GET /api/v1/billing/history', () => {
     expect((await get('status=bogus')).statusCode).toBe(400);
     expect((await get('cursor=xyz')).statusCode).toBe(400);
   });
+
+  it('carries the next page in X-Next-Cursor and a Link as well as next_cursor', async () => {
+    const p = await parties(h, '50');
+    for (let i = 0; i < 2; i++) {
+      const id = (await start(h, startBody(p, H100_X1))).json().session.id;
+      clock.advance(60_000);
+      await end(h, id);
+    }
+    const url = `/api/v1/billing/history?provider_id=${p.provider.ownerId}&limit=1`;
+    const first = await h.app.inject({ method: 'GET', url });
+    const next = first.json().next_cursor as string;
+    expect(first.headers['x-next-cursor']).toBe(next);
+    expect(first.headers.link).toBe(`<${url}&cursor=${next}>; rel="next"`);
+    const last = await h.app.inject({ method: 'GET', url: `${url}&cursor=${next}` });
+    expect(last.json().next_cursor).toBeNull();
+    expect(last.headers['x-next-cursor']).toBeUndefined();
+    const bad = await h.app.inject({ method: 'GET', url: '/api/v1/billing/history?cursor=xyz' });
+    expect(bad.json().code).toBe('INVALID_CURSOR');
+  });
 });

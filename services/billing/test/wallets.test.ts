@@ -155,4 +155,26 @@ describe('GET /api/v1/wallet/{id}/transactions', () => {
     const badCursor = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?cursor=abc` });
     expect(badCursor.statusCode).toBe(400);
   });
+
+  it('follows the one paging contract: X-Next-Cursor, a Link to the next page, next_cursor; INVALID_CURSOR', async () => {
+    const w = await h.fundedWallet('100');
+    for (let i = 1; i <= 3; i++) await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec(i)));
+    const first = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?limit=2&type=lock` });
+    const next = first.json().next_cursor as string;
+    expect(next).toBeTruthy();
+    expect(first.headers['x-next-cursor']).toBe(next);
+    expect(first.headers.link).toBe(
+      `</api/v1/wallet/${w.id}/transactions?limit=2&type=lock&cursor=${next}>; rel="next"`,
+    );
+    const last = await h.app.inject({
+      method: 'GET',
+      url: `/api/v1/wallet/${w.id}/transactions?limit=2&type=lock&cursor=${next}`,
+    });
+    expect(last.json().transactions).toHaveLength(1);
+    expect(last.json().next_cursor).toBeNull();
+    expect(last.headers['x-next-cursor']).toBeUndefined();
+    expect(last.headers.link).toBeUndefined();
+    const bad = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?cursor=abc` });
+    expect(bad.json()).toMatchObject({ code: 'INVALID_CURSOR', errors: [{ path: 'querystring.cursor' }] });
+  });
 });

@@ -36,7 +36,7 @@ export class ChainRejection extends Error {
   }
 }
 
-/** The RPC could not be reached or answered an error: the caller maps it to 502/503. */
+/** The RPC could not be reached or answered an error: the caller maps it to SOLANA_UNAVAILABLE. */
 export class ChainUnavailable extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);

@@ -18,10 +18,9 @@ import {
   jetstream,
   jetstreamManager,
 } from '@nats-io/jetstream';
-import type { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
+import { toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
-import { usageMessageSchema } from '../routes/usage.ts';
 
 export const USAGE_STREAM = 'BILLING_USAGE';
 export const USAGE_CONSUMER = 'billing-usage';
@@ -118,7 +117,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
 }
 
 async function handle(opts: UsageConsumerOptions, msg: JsMsg): Promise<void> {
-  let body: z.infer<typeof usageMessageSchema>;
+  let body: UsageMessage;
   try {
     body = usageMessageSchema.parse(msg.json());
     if (msg.subject !== `${opts.prefix}.${body.session_id}`)
@@ -128,17 +127,11 @@ async function handle(opts: UsageConsumerOptions, msg: JsMsg): Promise<void> {
     msg.term();
     return;
   }
-  const timestamp = new Date(body.timestamp);
   try {
-    await applyUsageUpdate(opts.ctx, {
-      sessionId: body.session_id,
-      messageId: body.message_id ?? msg.headers?.get('Nats-Msg-Id') ?? `ts:${timestamp.toISOString()}`,
-      timestamp,
-      gpuUtilization: body.gpu_utilization,
-      powerDrawW: body.power_draw_w,
-      metrics: body.metrics,
-      correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
-    });
+    await applyUsageUpdate(
+      opts.ctx,
+      toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), msg.headers?.get('X-Correlation-ID') || undefined),
+    );
     msg.ack();
   } catch (err) {
     if (isRefusal(err)) {

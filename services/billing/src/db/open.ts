@@ -44,3 +44,8 @@ export async function openBillingDatabase(config: BillingConfig, logger?: Logger
   }
   return database;
 }
+
+/** A cheap query for the health check: the database answers and holds billing's tables. */
+export async function pingBillingDatabase(db: Kysely<BillingDB>): Promise<void> {
+  await db.selectFrom('billing_meta').select('key').limit(1).execute();
+}

@@ -10,9 +10,11 @@
  * waited for or billed twice; billing is by absolute elapsed minutes, so the
  * next cycle catches up anything skipped.
  */
+import { claimSessionIn, sessionIdsIn } from '../db/session-repository.ts';
 import type { BillingContext } from './context.ts';
 import { billElapsed } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
+import { RUNNING_STATUSES } from './sessions.ts';
 
 export interface CycleResult {
   /** Sessions this instance billed. */
@@ -28,25 +30,11 @@ export async function runBillingCycle(ctx: BillingContext, pageSize = 500): Prom
   const result: CycleResult = { billed: 0, skipped: 0, terminated: 0, failed: 0 };
   let after = '00000000-0000-0000-0000-000000000000';
   for (;;) {
-    const page = await ctx.db
-      .selectFrom('rental_sessions')
-      .select('id')
-      .where('status', 'in', ['active', 'grace_period'])
-      .where('id', '>', after)
-      .orderBy('id')
-      .limit(pageSize)
-      .execute();
+    const page = await sessionIdsIn(ctx.db, RUNNING_STATUSES, after, pageSize);
     for (const { id } of page) {
       try {
         const outcome = await ctx.db.transaction().execute(async (trx) => {
-          const session = await trx
-            .selectFrom('rental_sessions')
-            .selectAll()
-            .where('id', '=', id)
-            .where('status', 'in', ['active', 'grace_period'])
-            .forUpdate()
-            .skipLocked()
-            .executeTakeFirst();
+          const session = await claimSessionIn(trx, id, RUNNING_STATUSES);
           if (!session) return 'skipped' as const;
           const billed = await billElapsed(ctx, trx, session);
           if (!billed.expired) return 'billed' as const;

@@ -1,6 +1,7 @@
 /**
  * How chain adapter failures become problem answers: a rejected deposit is a
- * 4xx naming the reason, an unreachable RPC node is 503 SOLANA_UNAVAILABLE.
+ * refusal naming the reason (a kind and a DEPOSIT_* code), an unreachable RPC
+ * node is SOLANA_UNAVAILABLE (kind `unavailable`).
  */
 import { AppError, type ErrorKind, errors } from '@gpu/common';
 import { ChainRejection, ChainUnavailable, type DepositRejection } from '../adapters/chain.ts';

@@ -14,15 +14,20 @@
  * so two instances can never settle one record twice.
  */
 import { randomUUID } from 'node:crypto';
-import { problemOf, statusOf } from '@gpu/common';
 import type { PreparedTransfer, SignatureState } from '../adapters/chain.ts';
+import { transferIdOf } from '../db/ledger-repository.ts';
+import {
+  getTransaction,
+  insertTransactions,
+  settlePending,
+  type TransactionRow,
+} from '../db/transaction-repository.ts';
 import { billingErrors } from '../errors.ts';
 import { chainError } from './chain-errors.ts';
 import type { BillingContext } from './context.ts';
-import { claimKey, type IdempotencyContext, type StoredResponse } from './idempotency.ts';
+import type { KeyClaim } from './idempotency.ts';
 import { postTransfers, walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
-import { getTransaction, type TransactionRow, transactionJson } from './transactions.ts';
 import type { Wallet } from './wallets.ts';
 
 export type ChainPayoutType = 'withdrawal' | 'payout';
@@ -45,24 +50,15 @@ const LANDED: Record<BillingContext['commitment'], SignatureState[]> = {
 /** Whether a signature state meets the configured commitment. */
 export const hasLanded = (ctx: BillingContext, state: SignatureState) => LANDED[ctx.commitment].includes(state);
 
-/** The answer for a settled or pending chain payout: 200 confirmed, 202 pending, 502 failed. */
-export function payoutResponse(ctx: BillingContext, row: TransactionRow): StoredResponse {
-  const body = transactionJson(row, ctx.scale);
-  if (row.status === 'confirmed') return { status: 200, body };
-  if (row.status === 'pending') return { status: 202, body };
-  const problem = billingErrors.chainTransactionFailed(
-    `the ${row.type} failed on chain and was reversed: ${row.failure_reason ?? 'unknown reason'}`,
-    { transaction_id: row.id, transaction: body },
-  );
-  return { status: statusOf(problem), body: problemOf(problem) };
-}
-
-/** Debits, sends and settles; answers 200 (confirmed), 202 (pending) or throws 502 (failed, reversed). */
+/**
+ * Debits, sends and settles; the record as it stands afterwards: `confirmed`, `pending` (sent, not yet confirmed:
+ * reconciliation settles it) or `failed` (the debit was reversed).
+ */
 export async function startChainPayout(
   ctx: BillingContext,
   req: ChainPayoutRequest,
-  idem: IdempotencyContext | null,
-): Promise<StoredResponse> {
+  idem: KeyClaim<TransactionRow> | null,
+): Promise<TransactionRow> {
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
   const { wallet, amount } = req;
   const destination = req.destination ?? wallet.solanaAddress;
@@ -78,37 +74,39 @@ export async function startChainPayout(
     throw chainError(err);
   }
   const row = await recordIntent(ctx, { ...req, destination }, prepared, idem);
-  const settled = await sendAndSettle(ctx, row, prepared, req.correlationId);
-  return payoutResponse(ctx, settled);
+  return sendAndSettle(ctx, row, prepared, req.correlationId);
 }
 
 /**
  * Step 2: in one database transaction, debits `available` into `pending_out`
  * and records the pending transaction with its signature and signed bytes
- * (and claims the idempotency key). 402 when the funds are not available.
+ * (and claims the idempotency key). INSUFFICIENT_FUNDS when the funds are not available.
  */
 export async function recordIntent(
   ctx: BillingContext,
   req: ChainPayoutRequest & { destination: string },
   prepared: PreparedTransfer,
-  idem: IdempotencyContext | null,
+  idem: KeyClaim<TransactionRow> | null,
 ): Promise<TransactionRow> {
   const { wallet, amount, destination } = req;
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
     const now = new Date();
-    await postTransfers(trx, [
+    await postTransfers(
+      trx,
+      [
+        {
+          debit: { wallet: wallet.id, kind: 'available' },
+          credit: { wallet: wallet.id, kind: 'pending_out' },
+          amount,
+          code: req.type,
+          transactionId: id,
+        },
+      ],
+      ctx.state.accountIds,
+    );
+    await insertTransactions(trx, [
       {
-        debit: { wallet: wallet.id, kind: 'available' },
-        credit: { wallet: wallet.id, kind: 'pending_out' },
-        amount,
-        code: req.type,
-        transactionId: id,
-      },
-    ]);
-    await trx
-      .insertInto('transactions')
-      .values({
         id,
         wallet_id: wallet.id,
         type: req.type,
@@ -120,16 +118,11 @@ export async function recordIntent(
         last_valid_block_height: prepared.lastValidBlockHeight,
         created_at: now,
         updated_at: now,
-      })
-      .execute();
-    await claimKey(trx, idem, id);
+      },
+    ]);
+    await idem?.claim(trx, id);
     const pending = (await getTransaction(trx, id))!;
-    await ctx.events.record(
-      trx,
-      `${req.type}.pending`,
-      { transaction: transactionJson(pending, ctx.scale) },
-      req.correlationId,
-    );
+    await ctx.events.record(trx, { kind: `${req.type}.pending`, transaction: pending }, req.correlationId);
     return pending;
   });
 }
@@ -168,48 +161,35 @@ export async function settle(
 ): Promise<TransactionRow> {
   return ctx.db.transaction().execute(async (trx) => {
     const now = new Date();
-    const row = await trx
-      .updateTable('transactions')
-      .set({
-        status: outcome,
-        failure_reason: reason,
-        updated_at: now,
-        confirmed_at: outcome === 'confirmed' ? now : null,
-      })
-      .where('id', '=', transactionId)
-      .where('status', '=', 'pending')
-      .returningAll()
-      .executeTakeFirst();
+    const row = await settlePending(trx, transactionId, outcome, reason, now);
     if (!row) return (await getTransaction(trx, transactionId))!;
-    const debit = await trx
-      .selectFrom('ledger_transfers')
-      .select(['id'])
-      .where('transaction_id', '=', transactionId)
-      .where('code', '=', row.type)
-      .executeTakeFirstOrThrow();
+    const debitId = await transferIdOf(trx, transactionId, row.type);
     const pendingOut = { wallet: row.wallet_id, kind: 'pending_out' } as const;
-    await postTransfers(trx, [
-      outcome === 'confirmed'
-        ? {
-            debit: pendingOut,
-            credit: { system: 'chain_outgoing' },
-            amount: new Dec(row.amount),
-            code: `${row.type}_settlement`,
-            transactionId,
-          }
-        : {
-            debit: pendingOut,
-            credit: { wallet: row.wallet_id, kind: 'available' },
-            amount: new Dec(row.amount),
-            code: `${row.type}_reversal`,
-            transactionId,
-            reversesTransferId: debit.id,
-          },
-    ]);
+    await postTransfers(
+      trx,
+      [
+        outcome === 'confirmed'
+          ? {
+              debit: pendingOut,
+              credit: { system: 'chain_outgoing' },
+              amount: new Dec(row.amount),
+              code: `${row.type}_settlement`,
+              transactionId,
+            }
+          : {
+              debit: pendingOut,
+              credit: { wallet: row.wallet_id, kind: 'available' },
+              amount: new Dec(row.amount),
+              code: `${row.type}_reversal`,
+              transactionId,
+              reversesTransferId: debitId,
+            },
+      ],
+      ctx.state.accountIds,
+    );
     await ctx.events.record(
       trx,
-      `${row.type}.${outcome}`,
-      { transaction: transactionJson(row, ctx.scale) },
+      { kind: `${row.type as ChainPayoutType}.${outcome}`, transaction: row },
       correlationId,
     );
     return row;

@@ -1,10 +1,12 @@
 /** What the money-moving operations need: the database, the chain, events and settings. */
-import type { Logger } from '@gpu/common';
+import type { GroupCommit, Logger } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { Chain } from '../adapters/chain.ts';
 import type { BillingDB } from '../db/schema.ts';
-import type { EventSink } from './events.ts';
+import { BoundedCache } from './bounded-cache.ts';
+import type { BillingEvents } from './events.ts';
 import type { MarketFactors, RateCard } from './pricing.ts';
+import type { UsageResult, UsageUpdate } from './usage-message.ts';
 
 /** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
 export interface PricingSettings {
@@ -22,11 +24,37 @@ export interface SessionSettings {
   billingIntervalMs: number;
 }
 
+/**
+ * What one app keeps in memory between requests. It belongs to the context (made by `newBillingState`), never to
+ * a module, so two apps in one process share nothing; copies of a context (`withRequestLogger`) share it.
+ */
+export interface BillingState {
+  /** Ledger account IDs of wallets' sub-accounts by `<wallet>:<kind>` (they never change). */
+  accountIds: BoundedCache<string>;
+  /** The wire JSON of a session's frozen rates by their stored values (most sessions share a few rate sets). */
+  ratesJson: BoundedCache<Readonly<Record<string, string>>>;
+  /** Group commit of usage updates, made on first use (usage-updates.ts). */
+  usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
+}
+
+/** One entry per wallet sub-account: 200,000 entries are some 66,000 wallets. */
+const ACCOUNT_CACHE_LIMIT = 200_000;
+const RATES_CACHE_LIMIT = 1024;
+
+/** Empty state for a new context. */
+export function newBillingState(): BillingState {
+  return {
+    accountIds: new BoundedCache(ACCOUNT_CACHE_LIMIT),
+    ratesJson: new BoundedCache(RATES_CACHE_LIMIT),
+  };
+}
+
 export interface BillingContext {
   db: Kysely<BillingDB>;
-  /** Null when the blockchain section is not configured: chain operations answer 503. */
+  /** Null when the blockchain section is not configured: chain operations refuse with SOLANA_NOT_CONFIGURED. */
   chain: Chain | null;
-  events: EventSink;
+  /** Where events are recorded (common's outbox, or nowhere without NATS). */
+  events: BillingEvents;
   logger: Logger;
   /** The token's decimals: the scale of every amount. */
   scale: number;
@@ -37,4 +65,6 @@ export interface BillingContext {
   sessions: SessionSettings;
   /** The clock sessions are billed by (injectable for tests). */
   now: () => Date;
+  /** Caches and batchers of this app. */
+  state: BillingState;
 }

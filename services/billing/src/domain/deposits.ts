@@ -8,13 +8,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { isRefusal } from '@gpu/common';
+import {
+  findBySignature,
+  getTransaction,
+  insertTransactions,
+  type TransactionRow,
+} from '../db/transaction-repository.ts';
 import { billingErrors } from '../errors.ts';
 import { chainError } from './chain-errors.ts';
 import type { BillingContext } from './context.ts';
-import { claimKey, type IdempotencyContext, type StoredResponse } from './idempotency.ts';
+import type { KeyClaim } from './idempotency.ts';
 import { postTransfers } from './ledger.ts';
 import { type Dec, parseAmount } from './money.ts';
-import { getTransaction, transactionJson } from './transactions.ts';
 import { getWallet } from './wallets.ts';
 
 const isSignatureTaken = (err: unknown) => {
@@ -26,11 +31,7 @@ const isSignatureTaken = (err: unknown) => {
 };
 
 async function alreadyCredited(ctx: BillingContext, signature: string) {
-  const existing = await ctx.db
-    .selectFrom('transactions')
-    .select(['id', 'wallet_id'])
-    .where('signature', '=', signature)
-    .executeTakeFirst();
+  const existing = await findBySignature(ctx.db, signature);
   return existing ? billingErrors.depositAlreadyCredited(signature, existing.id, existing.wallet_id) : null;
 }
 
@@ -42,12 +43,12 @@ export interface DepositRequest {
   correlationId?: string;
 }
 
-/** Verifies and credits a deposit; answers 201 with the confirmed deposit transaction. */
+/** Verifies and credits a deposit; the confirmed deposit transaction. */
 export async function claimDeposit(
   ctx: BillingContext,
   req: DepositRequest,
-  idem: IdempotencyContext | null,
-): Promise<StoredResponse> {
+  idem: KeyClaim<TransactionRow> | null,
+): Promise<TransactionRow> {
   const wallet = await getWallet(ctx.db, req.walletId);
   const taken = await alreadyCredited(ctx, req.signature);
   if (taken) throw taken;
@@ -61,8 +62,7 @@ export async function claimDeposit(
     if (isRefusal(problem)) {
       await ctx.events.record(
         ctx.db,
-        'deposit.rejected',
-        { wallet_id: wallet.id, signature: req.signature, reason: problem.code },
+        { kind: 'deposit.rejected', walletId: wallet.id, signature: req.signature, reason: problem.code },
         req.correlationId,
       );
     }
@@ -72,11 +72,10 @@ export async function claimDeposit(
   if (amount.isZero()) throw chainError(new Error('verified deposit of zero tokens'));
   const id = randomUUID();
   try {
-    const row = await ctx.db.transaction().execute(async (trx) => {
+    return await ctx.db.transaction().execute(async (trx) => {
       const now = new Date();
-      await trx
-        .insertInto('transactions')
-        .values({
+      await insertTransactions(trx, [
+        {
           id,
           wallet_id: wallet.id,
           type: 'deposit',
@@ -87,29 +86,30 @@ export async function claimDeposit(
           created_at: now,
           updated_at: now,
           confirmed_at: now,
-        })
-        .execute();
-      await postTransfers(trx, [
-        {
-          debit: { system: 'chain_incoming' },
-          credit: { wallet: wallet.id, kind: 'available' },
-          amount,
-          code: 'deposit',
-          transactionId: id,
         },
       ]);
+      await postTransfers(
+        trx,
+        [
+          {
+            debit: { system: 'chain_incoming' },
+            credit: { wallet: wallet.id, kind: 'available' },
+            amount,
+            code: 'deposit',
+            transactionId: id,
+          },
+        ],
+        ctx.state.accountIds,
+      );
       const tx = (await getTransaction(trx, id))!;
-      const body = transactionJson(tx, ctx.scale);
-      await claimKey(trx, idem, id, { status: 201, body });
+      await idem?.claim(trx, id, tx);
       await ctx.events.record(
         trx,
-        'deposit.confirmed',
-        { transaction: body, source_owner: verified.sourceOwner, slot: verified.slot },
+        { kind: 'deposit.confirmed', transaction: tx, sourceOwner: verified.sourceOwner, slot: verified.slot },
         req.correlationId,
       );
-      return body;
+      return tx;
     });
-    return { status: 201, body: row };
   } catch (err) {
     if (isSignatureTaken(err)) throw (await alreadyCredited(ctx, req.signature)) ?? err;
     throw err;

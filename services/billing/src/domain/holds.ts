@@ -9,11 +9,14 @@
  * Each function runs inside the caller's database transaction so that a
  * caller (a rental session, a withdrawal) commits its own rows with the money
  * movement. Lock order: the hold row, then accounts in ID order (ledger.ts).
+ * `accountIds` is the context's cache of ledger account IDs (state.accountIds).
  */
 import { randomUUID } from 'node:crypto';
-import { type Kysely, sql, type Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
+import { findHold, findHolds, type HoldRecord, insertHold, lockHold, updateHold } from '../db/hold-repository.ts';
 import type { BillingDB, HoldStatus } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
+import type { BoundedCache } from './bounded-cache.ts';
 import { type AccountRef, postTransfers } from './ledger.ts';
 import { Dec } from './money.ts';
 
@@ -56,7 +59,7 @@ export function toHold(row: {
 }
 
 async function lockPendingHold(trx: Trx, holdId: string) {
-  const row = await trx.selectFrom('holds').selectAll().where('id', '=', holdId).forUpdate().executeTakeFirst();
+  const row = await lockHold(trx, holdId);
   if (!row) throw billingErrors.holdNotFound(holdId);
   if (row.status !== 'pending') throw billingErrors.holdNotPending(holdId, row.status);
   return row;
@@ -70,7 +73,7 @@ function record(
   holdId: string,
   reference: string | null,
   id: string,
-) {
+): HoldRecord {
   const now = new Date();
   return {
     id,
@@ -86,65 +89,38 @@ function record(
   };
 }
 
-type HoldRecord = ReturnType<typeof record>;
-
-/** What a step changes on the hold row: amounts added (decimal strings), the status. */
-interface HoldChange {
-  addAmount?: string;
-  addPosted?: string;
-  addReleased?: string;
-  status?: HoldStatus;
-}
-
-/** Updates the hold row and writes the step's records in one statement. */
-async function updateHold(trx: Trx, holdId: string, change: HoldChange, records: HoldRecord[]) {
-  const values = {
-    amount: sql<string>`amount + ${change.addAmount ?? '0'}::numeric`,
-    posted: sql<string>`posted + ${change.addPosted ?? '0'}::numeric`,
-    released: sql<string>`released + ${change.addReleased ?? '0'}::numeric`,
-    ...(change.status ? { status: change.status } : {}),
-    updated_at: new Date(),
-  };
-  if (records.length === 0) {
-    return trx.updateTable('holds').set(values).where('id', '=', holdId).returningAll().executeTakeFirstOrThrow();
-  }
-  return trx
-    .with('step_records', (db) => db.insertInto('transactions').values(records))
-    .updateTable('holds')
-    .set(values)
-    .where('id', '=', holdId)
-    .returningAll()
-    .executeTakeFirstOrThrow();
-}
-
-/** Places a pending hold of `amount` on a wallet (402 INSUFFICIENT_FUNDS when not available). */
+/** Places a pending hold of `amount` on a wallet (INSUFFICIENT_FUNDS when not available). */
 export async function createHold(
   trx: Trx,
   walletId: string,
   amount: Dec,
   reference: string | null = null,
+  accountIds?: BoundedCache<string>,
 ): Promise<Hold> {
   const id = randomUUID();
   const txId = randomUUID();
-  // Transfers first: they lock the accounts and refuse an unknown wallet (404) or an overdraft (402)
-  // before anything is written; their references to the hold and the record are checked at commit.
-  await postTransfers(trx, [
-    {
-      debit: { wallet: walletId, kind: 'available' },
-      credit: { wallet: walletId, kind: 'locked' },
-      amount,
-      code: 'hold',
-      holdId: id,
-      transactionId: txId,
-    },
-  ]);
-  await trx
-    .with('lock_record', (db) =>
-      db.insertInto('transactions').values(record(walletId, 'lock', amount, id, reference, txId)),
-    )
-    .insertInto('holds')
-    .values({ id, wallet_id: walletId, status: 'pending', amount: amount.toFixed(), reference })
-    .execute();
+  // Transfers first: they lock the accounts and refuse an unknown wallet (WALLET_NOT_FOUND) or an overdraft
+  // (INSUFFICIENT_FUNDS) before anything is written; their references to the hold and the record are checked at
+  // commit.
+  await postTransfers(
+    trx,
+    [
+      {
+        debit: { wallet: walletId, kind: 'available' },
+        credit: { wallet: walletId, kind: 'locked' },
+        amount,
+        code: 'hold',
+        holdId: id,
+        transactionId: txId,
+      },
+    ],
+    accountIds,
+  );
+  await insertHold(
+    trx,
+    { id, walletId, amount: amount.toFixed(), reference },
+    record(walletId, 'lock', amount, id, reference, txId),
+  );
   return toHold({
     id,
     wallet_id: walletId,
@@ -157,19 +133,28 @@ export async function createHold(
 }
 
 /** Adds `amount` to a pending hold from the wallet's available balance. */
-export async function extendHold(trx: Trx, holdId: string, amount: Dec): Promise<Hold> {
+export async function extendHold(
+  trx: Trx,
+  holdId: string,
+  amount: Dec,
+  accountIds?: BoundedCache<string>,
+): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const txId = randomUUID();
-  await postTransfers(trx, [
-    {
-      debit: { wallet: row.wallet_id, kind: 'available' },
-      credit: { wallet: row.wallet_id, kind: 'locked' },
-      amount,
-      code: 'hold_extend',
-      holdId,
-      transactionId: txId,
-    },
-  ]);
+  await postTransfers(
+    trx,
+    [
+      {
+        debit: { wallet: row.wallet_id, kind: 'available' },
+        credit: { wallet: row.wallet_id, kind: 'locked' },
+        amount,
+        code: 'hold_extend',
+        holdId,
+        transactionId: txId,
+      },
+    ],
+    accountIds,
+  );
   const updated = await updateHold(trx, holdId, { addAmount: amount.toFixed() }, [
     record(row.wallet_id, 'lock', amount, holdId, row.reference, txId),
   ]);
@@ -189,9 +174,15 @@ export interface PostingLeg {
  * Posts legs out of a pending hold. With `close`, whatever is left is released
  * back to `available` (recorded as a `release` transaction) and the hold ends
  * `posted`; without it the hold stays pending for later captures.
- * The legs may not exceed what is still held (409 HOLD_AMOUNT_EXCEEDED).
+ * The legs may not exceed what is still held (HOLD_AMOUNT_EXCEEDED).
  */
-export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], close: boolean): Promise<Hold> {
+export async function postHold(
+  trx: Trx,
+  holdId: string,
+  legs: PostingLeg[],
+  close: boolean,
+  accountIds?: BoundedCache<string>,
+): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
   const total = legs.reduce((sum, leg) => sum.plus(leg.amount), new Dec(0));
@@ -221,7 +212,7 @@ export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], clo
       transactionId: txId,
     });
   }
-  await postTransfers(trx, specs);
+  await postTransfers(trx, specs, accountIds);
   const updated = await updateHold(
     trx,
     holdId,
@@ -232,23 +223,27 @@ export async function postHold(trx: Trx, holdId: string, legs: PostingLeg[], clo
 }
 
 /** Voids a pending hold: everything still held goes back to `available`. */
-export async function voidHold(trx: Trx, holdId: string): Promise<Hold> {
+export async function voidHold(trx: Trx, holdId: string, accountIds?: BoundedCache<string>): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const rest = new Dec(row.amount).minus(row.posted).minus(row.released);
   const records: HoldRecord[] = [];
   if (rest.gt(0)) {
     const txId = randomUUID();
     records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId));
-    await postTransfers(trx, [
-      {
-        debit: { wallet: row.wallet_id, kind: 'locked' },
-        credit: { wallet: row.wallet_id, kind: 'available' },
-        amount: rest,
-        code: 'hold_void',
-        holdId,
-        transactionId: txId,
-      },
-    ]);
+    await postTransfers(
+      trx,
+      [
+        {
+          debit: { wallet: row.wallet_id, kind: 'locked' },
+          credit: { wallet: row.wallet_id, kind: 'available' },
+          amount: rest,
+          code: 'hold_void',
+          holdId,
+          transactionId: txId,
+        },
+      ],
+      accountIds,
+    );
   }
   const updated = await updateHold(trx, holdId, { addReleased: rest.toFixed(), status: 'voided' }, records);
   return toHold(updated);
@@ -257,12 +252,12 @@ export async function voidHold(trx: Trx, holdId: string): Promise<Hold> {
 /** Reads several holds, by ID (unknown IDs are absent). */
 export async function getHolds(trx: Trx | Kysely<BillingDB>, holdIds: string[]): Promise<Map<string, Hold>> {
   if (holdIds.length === 0) return new Map();
-  const rows = await trx.selectFrom('holds').selectAll().where(sql<boolean>`id = ANY(${holdIds}::uuid[])`).execute();
+  const rows = await findHolds(trx, holdIds);
   return new Map(rows.map((row) => [row.id, toHold(row)]));
 }
 
 /** Reads a hold. */
 export async function getHold(trx: Trx | Kysely<BillingDB>, holdId: string): Promise<Hold | null> {
-  const row = await trx.selectFrom('holds').selectAll().where('id', '=', holdId).executeTakeFirst();
+  const row = await findHold(trx, holdId);
   return row ? toHold(row) : null;
 }

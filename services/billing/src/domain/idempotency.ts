@@ -6,33 +6,31 @@
  *    neither; a concurrent twin fails on the key's primary key and replays;
  *  - the first definitive answer is stored and replayed to every retry with
  *    the same key and parameters (status and body);
- *  - the same key with other parameters is 409 IDEMPOTENCY_KEY_REUSED;
- *  - answers a retry could change (400 validation, 503 unavailable, a deposit
- *    not yet final, any 5xx but 502) are not stored: a retry runs again.
+ *  - the same key with other parameters is IDEMPOTENCY_KEY_REUSED (conflict);
+ *  - answers a retry could change (validation errors, the chain unavailable,
+ *    a deposit not yet final, any failure but a failed chain transfer) are
+ *    not stored: a retry runs again (`isDefinitiveError`).
  */
 import { createHash } from 'node:crypto';
 import { isAppError, isRefusal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
+import { findKey, type IdempotencyContext, type StoredResponse } from '../db/idempotency-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
-
-export interface IdempotencyContext {
-  key: string;
-  hash: string;
-}
-
-export interface StoredResponse {
-  status: number;
-  body: unknown;
-}
 
 export type KeyState =
   | { kind: 'new' }
   | { kind: 'replay'; response: StoredResponse }
   | { kind: 'in_progress'; transactionId: string | null };
 
-/** Thrown when a concurrent request claimed the same key first. */
-export class IdempotencyKeyTaken extends Error {}
+/**
+ * The request's key as a money movement sees it: claimed inside the movement's transaction, with the movement's
+ * result when it is already final (the HTTP side turns the result into the answer stored for retries). Claiming a
+ * key another request holds throws (the transaction rolls back, moving nothing).
+ */
+export interface KeyClaim<T> {
+  claim(trx: Transaction<BillingDB>, transactionId: string | null, result?: T): Promise<void>;
+}
 
 function canonical(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(canonical);
@@ -55,71 +53,11 @@ export function requestHash(method: string, path: string, body: unknown): string
 
 /** Looks a key up; throws IDEMPOTENCY_KEY_REUSED when it belongs to other parameters. */
 export async function lookupKey(db: Kysely<BillingDB>, ctx: IdempotencyContext): Promise<KeyState> {
-  const row = await db.selectFrom('idempotency_keys').selectAll().where('key', '=', ctx.key).executeTakeFirst();
+  const row = await findKey(db, ctx.key);
   if (!row) return { kind: 'new' };
   if (row.request_hash !== ctx.hash) throw billingErrors.idempotencyKeyReused();
   if (row.response_status === null) return { kind: 'in_progress', transactionId: row.transaction_id };
   return { kind: 'replay', response: { status: row.response_status, body: row.response_body } };
-}
-
-const isKeyViolation = (err: unknown) => {
-  const e = err as { code?: string; constraint?: string; message?: string };
-  return (
-    e?.code === '23505' && (e.constraint === 'idempotency_keys_pkey' || /idempotency_keys_pkey/.test(e.message ?? ''))
-  );
-};
-
-/**
- * Claims the key inside the money-moving transaction, with the response when
- * it is already known. Throws IdempotencyKeyTaken when another request holds
- * it (the caller's transaction then rolls back, moving nothing).
- */
-export async function claimKey(
-  trx: Transaction<BillingDB>,
-  ctx: IdempotencyContext | null,
-  transactionId: string | null,
-  response?: StoredResponse,
-): Promise<void> {
-  if (!ctx) return;
-  try {
-    await trx
-      .insertInto('idempotency_keys')
-      .values({
-        key: ctx.key,
-        request_hash: ctx.hash,
-        transaction_id: transactionId,
-        response_status: response?.status ?? null,
-        response_body: response ? JSON.stringify(response.body) : null,
-      })
-      .execute();
-  } catch (err) {
-    if (isKeyViolation(err)) throw new IdempotencyKeyTaken();
-    throw err;
-  }
-}
-
-/** Stores the final response of a claimed key, or claims and stores it (answers before any movement). */
-export async function storeResponse(
-  db: Kysely<BillingDB>,
-  ctx: IdempotencyContext,
-  response: StoredResponse,
-): Promise<void> {
-  await db
-    .insertInto('idempotency_keys')
-    .values({
-      key: ctx.key,
-      request_hash: ctx.hash,
-      response_status: response.status,
-      response_body: JSON.stringify(response.body),
-    })
-    .onConflict((oc) =>
-      oc
-        .column('key')
-        .doUpdateSet({ response_status: response.status, response_body: JSON.stringify(response.body) })
-        .where('idempotency_keys.response_status', 'is', null)
-        .where('idempotency_keys.request_hash', '=', ctx.hash),
-    )
-    .execute();
 }
 
 const NOT_DEFINITIVE = new Set([

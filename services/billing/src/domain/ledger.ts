@@ -6,15 +6,25 @@
  * Wallet accounts (available, locked, pending_out) may never go below zero:
  * `ledger_post` locks every account it touches with SELECT ... FOR UPDATE in
  * ascending ID order (so concurrent posts never deadlock), refuses an
- * overdraft (402 INSUFFICIENT_FUNDS), and the table's CHECK constraint refuses
+ * overdraft (INSUFFICIENT_FUNDS), and the table's CHECK constraint refuses
  * it again should any code path skip the check.
  */
 import { randomUUID } from 'node:crypto';
-import { type Kysely, sql, type Transaction } from 'kysely';
-import { SYSTEM_ACCOUNT_IDS } from '../db/migrations/0001-ledger.ts';
+import type { Kysely, Transaction } from 'kysely';
+import {
+  createWalletAccounts,
+  lockWalletAccounts,
+  postLedgerRows,
+  walletAccountBalances,
+  walletAccountIds,
+} from '../db/ledger-repository.ts';
 import type { BillingDB, SystemAccountKind, WalletAccountKind } from '../db/schema.ts';
+import { SYSTEM_ACCOUNT_IDS } from '../db/system-accounts.ts';
 import { billingErrors } from '../errors.ts';
+import type { BoundedCache } from './bounded-cache.ts';
 import { Dec, formatAmount } from './money.ts';
+
+export { createWalletAccounts };
 
 /** A reference to a ledger account: one of a wallet's sub-accounts, or a system account. */
 export type AccountRef = { wallet: string; kind: WalletAccountKind } | { system: SystemAccountKind };
@@ -40,46 +50,32 @@ export interface PostedTransfer {
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
-const WALLET_KINDS: readonly WalletAccountKind[] = ['available', 'locked', 'pending_out'];
-
 const refKey = (ref: AccountRef) => ('system' in ref ? `system:${ref.system}` : `${ref.wallet}:${ref.kind}`);
 
-/** Creates a wallet's sub-accounts (available, locked, pending_out), all starting at zero. */
-export async function createWalletAccounts(trx: Db, walletId: string): Promise<void> {
-  await trx
-    .insertInto('ledger_accounts')
-    .values(WALLET_KINDS.map((kind) => ({ id: randomUUID(), wallet_id: walletId, kind, non_negative: true })))
-    .execute();
-}
-
 /**
- * Wallet account IDs never change and accounts are never deleted, so the
- * (wallet, kind) -> ID mapping is cached in memory (bounded), saving a query
- * per transfer.
+ * The account IDs of `refs`, by refKey; wallet accounts that do not exist are absent. Wallet account IDs never
+ * change and accounts are never deleted, so the (wallet, kind) -> ID mapping is kept in the context's cache
+ * (`accountIds`, bounded) when one is given, saving a query per transfer.
  */
-const accountIdCache = new Map<string, string>();
-const ACCOUNT_CACHE_LIMIT = 200_000;
-
-/** The account IDs of `refs`, by refKey; wallet accounts that do not exist are absent. */
-async function resolveAccounts(trx: Db, refs: AccountRef[]): Promise<Map<string, string>> {
+async function resolveAccounts(
+  trx: Db,
+  refs: AccountRef[],
+  accountIds: BoundedCache<string> | undefined,
+): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   const missing = new Set<string>();
   for (const ref of refs) {
     const key = refKey(ref);
-    const id = 'system' in ref ? SYSTEM_ACCOUNT_IDS[ref.system] : accountIdCache.get(key);
+    const id = 'system' in ref ? SYSTEM_ACCOUNT_IDS[ref.system] : accountIds?.get(key);
     if (id) out.set(key, id);
     else if ('wallet' in ref) missing.add(ref.wallet);
   }
   if (missing.size === 0) return out;
-  const rows = await trx
-    .selectFrom('ledger_accounts')
-    .select(['id', 'wallet_id', 'kind'])
-    .where('wallet_id', 'in', [...missing])
-    .execute();
-  if (accountIdCache.size + rows.length > ACCOUNT_CACHE_LIMIT) accountIdCache.clear();
+  const rows = await walletAccountIds(trx, [...missing]);
+  accountIds?.reserve(rows.length);
   for (const row of rows) {
     const key = `${row.wallet_id}:${row.kind}`;
-    accountIdCache.set(key, row.id);
+    accountIds?.set(key, row.id);
     out.set(key, row.id);
   }
   return out;
@@ -97,13 +93,18 @@ export function isOverdraftViolation(err: unknown): boolean {
 /**
  * Posts transfers atomically, in one statement (the `ledger_post` database
  * function): it locks the accounts in ID order, refuses an overdraft of any
- * non-negative account (net of the whole batch) with 402 INSUFFICIENT_FUNDS
+ * non-negative account (net of the whole batch) with INSUFFICIENT_FUNDS
  * naming the wallet, refuses amounts finer than the ledger's scale (derived
  * amounts must be rounded first: money.ts), inserts the transfers and updates
  * the balances. Run it inside the caller's transaction to commit other rows
  * with it, or on its own: a single statement is atomic by itself.
+ * `accountIds` is the context's cache of account IDs (state.accountIds).
  */
-export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<PostedTransfer[]> {
+export async function postTransfers(
+  trx: Db,
+  specs: TransferSpec[],
+  accountIds?: BoundedCache<string>,
+): Promise<PostedTransfer[]> {
   if (specs.length === 0) return [];
   const refs = new Map<string, AccountRef>();
   for (const s of specs) {
@@ -111,7 +112,7 @@ export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<Pos
     refs.set(refKey(s.debit), s.debit);
     refs.set(refKey(s.credit), s.credit);
   }
-  const ids = await resolveAccounts(trx, [...refs.values()]);
+  const ids = await resolveAccounts(trx, [...refs.values()], accountIds);
   const idOf = (ref: AccountRef): string => {
     const id = ids.get(refKey(ref));
     if (!id) throw billingErrors.walletNotFound('wallet' in ref ? ref.wallet : ref.system);
@@ -127,13 +128,8 @@ export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<Pos
     hold_id: s.holdId ?? null,
     reverses_transfer_id: s.reversesTransferId ?? null,
   }));
-  const col = <K extends keyof (typeof rows)[number]>(k: K) => rows.map((r) => r[k]);
   try {
-    await sql`SELECT ledger_post(${col('id')}::uuid[], ${col('debit_account_id')}::uuid[],
-        ${col('credit_account_id')}::uuid[], ${col('amount')}::numeric[], ${col('code')}::text[],
-        ${col('transaction_id')}::uuid[], ${col('hold_id')}::uuid[], ${col('reverses_transfer_id')}::uuid[])`.execute(
-      trx,
-    );
+    await postLedgerRows(trx, rows);
   } catch (err) {
     throw ledgerError(err);
   }
@@ -145,7 +141,6 @@ export async function postTransfers(trx: Db, specs: TransferSpec[]): Promise<Pos
     code: r.code,
   }));
 }
-
 /** Maps the errors `ledger_post` raises to the service's errors. */
 function ledgerError(err: unknown): unknown {
   const e = err as { code?: string; detail?: string; message?: string };
@@ -179,11 +174,7 @@ export interface WalletBalances {
 
 /** Reads a wallet's balances; null when the wallet has no accounts (unknown wallet). */
 export async function walletBalances(db: Db, walletId: string, scale: number): Promise<WalletBalances | null> {
-  const rows = await db
-    .selectFrom('ledger_accounts')
-    .select(['kind', 'balance'])
-    .where('wallet_id', '=', walletId)
-    .execute();
+  const rows = await walletAccountBalances(db, walletId);
   if (rows.length === 0) return null;
   const of = (kind: string) => new Dec(rows.find((r) => r.kind === kind)?.balance ?? 0);
   const available = of('available');
@@ -194,4 +185,10 @@ export async function walletBalances(db: Db, walletId: string, scale: number): P
     pending: formatAmount(of('pending_out'), scale),
     total: formatAmount(available.plus(locked), scale),
   };
+}
+
+/** Locks a wallet's ledger accounts (in ID order, like ledger_post) and returns its available balance. */
+export async function lockWalletAvailable(trx: Transaction<BillingDB>, walletId: string): Promise<Dec> {
+  const rows = await lockWalletAccounts(trx, walletId);
+  return new Dec(rows.find((r) => r.kind === 'available')?.balance ?? 0);
 }

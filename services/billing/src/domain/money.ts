@@ -3,7 +3,7 @@
  * with the token's decimals as scale in PostgreSQL and a decimal string in
  * JSON. The rounding rule (README "Rounding"):
  *  - amounts a client sends must already fit the scale: more fractional digits
- *    than the token has is a 400, never silently rounded;
+ *    than the token has is refused (invalid), never silently rounded;
  *  - amounts the service derives (a fee from a percentage, a per-minute cost)
  *    are rounded once, where they are derived, to the scale with
  *    round-half-even (banker's rounding);

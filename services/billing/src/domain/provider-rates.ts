@@ -5,6 +5,7 @@
  * changing them never re-prices a running session.
  */
 import type { Kysely, Transaction } from 'kysely';
+import { findProviderRatesRow, upsertProviderRates } from '../db/rates-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import type { PricingSettings } from './context.ts';
 import { type HourlyRates, hourlyRates, type PricingInput, type ProviderRateOverrides } from './pricing.ts';
@@ -18,11 +19,7 @@ export interface StoredProviderRates extends ProviderRateOverrides {
 
 /** The provider's overrides, or null when it has none. */
 export async function findProviderRates(db: Db, providerId: string): Promise<StoredProviderRates | null> {
-  const row = await db
-    .selectFrom('provider_rates')
-    .selectAll()
-    .where('provider_id', '=', providerId)
-    .executeTakeFirst();
+  const row = await findProviderRatesRow(db, providerId);
   if (!row) return null;
   return {
     providerId,
@@ -45,11 +42,7 @@ export async function putProviderRates(
     power_rate_per_watt_hour: rates.powerRatePerWattHour,
     updated_at: new Date(),
   };
-  await db
-    .insertInto('provider_rates')
-    .values({ provider_id: providerId, ...values })
-    .onConflict((oc) => oc.column('provider_id').doUpdateSet(values))
-    .execute();
+  await upsertProviderRates(db, providerId, values);
   return (await findProviderRates(db, providerId))!;
 }
 

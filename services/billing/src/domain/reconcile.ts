@@ -9,7 +9,7 @@
  *    re-sent (the same signature: it can land at most once);
  *  - seen but below the commitment -> left for the next round.
  */
-
+import { pendingChainPayouts } from '../db/transaction-repository.ts';
 import { hasLanded, sendAndSettle, settle } from './chain-payouts.ts';
 import type { BillingContext } from './context.ts';
 
@@ -26,15 +26,7 @@ export async function reconcilePending(ctx: BillingContext, minAgeMs = 0): Promi
   const summary: ReconcileSummary = { checked: 0, confirmed: 0, failed: 0, resent: 0, waiting: 0 };
   const chain = ctx.chain;
   if (!chain) return summary;
-  const rows = await ctx.db
-    .selectFrom('transactions')
-    .selectAll()
-    .where('status', '=', 'pending')
-    .where('type', 'in', ['withdrawal', 'payout'])
-    .where('created_at', '<=', new Date(Date.now() - minAgeMs))
-    .orderBy('created_at')
-    .limit(500)
-    .execute();
+  const rows = await pendingChainPayouts(ctx.db, new Date(Date.now() - minAgeMs), 500);
   for (const row of rows) {
     summary.checked++;
     if (!row.signature || !row.serialized_tx || row.last_valid_block_height === null) {

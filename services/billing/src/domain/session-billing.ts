@@ -19,15 +19,16 @@
  * holds are read in one query and the sessions written in one statement; only
  * a hold that needs topping up or a status change costs statements of its own.
  */
-import { sql, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
+import { writeBilledSessions } from '../db/session-repository.ts';
 import type { BillingContext } from './context.ts';
 import { getHolds, type Hold } from './holds.ts';
 import { Dec } from './money.ts';
 import { costOfHours, costOfMinutes } from './pricing.ts';
 import { billableMinutes } from './session-end.ts';
 import { topUpHold } from './session-hold.ts';
-import { type SessionRow, sessionJson } from './session-json.ts';
+import type { SessionRow } from './sessions.ts';
 
 export interface BillOutcome {
   session: SessionRow;
@@ -91,14 +92,14 @@ export async function billSessions(
     const hold = item.hold ?? holds.get(item.session.hold_id);
     changes.push(await planBilling(ctx, trx, item, new Dec(hold?.remaining ?? 0), now));
   }
-  const updated = await writeChanges(trx, changes, now);
+  const updated = await writeBilledSessions(trx, changes, now);
   const outcomes: BillOutcome[] = [];
   for (const [i, change] of changes.entries()) {
     const written = updated.get(change.id);
     if (!written) throw new Error(`session ${change.id} vanished while billed`);
     const session: SessionRow = { ...items[i]!.session, ...written };
     if (change.event) {
-      await ctx.events.record(trx, change.event, { session: sessionJson(session, ctx.scale) }, change.correlationId);
+      await ctx.events.record(trx, { kind: change.event, session }, change.correlationId);
     }
     const expired =
       change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
@@ -127,7 +128,8 @@ async function planBilling(
   let held = heldBefore;
   // Only a hold running low touches the renter's accounts (locks them, tops up from available).
   if (held.lt(lowWater) || held.lt(nextPeriod)) {
-    held = (await topUpHold(trx, session, cost.plus(periodCost(ctx.sessions.initialPeriodMs)))).held;
+    held = (await topUpHold(trx, session, cost.plus(periodCost(ctx.sessions.initialPeriodMs)), ctx.state.accountIds))
+      .held;
   }
   const covered = held.gte(nextPeriod);
 
@@ -154,38 +156,4 @@ async function planBilling(
     event,
     correlationId: item.correlationId,
   };
-}
-
-/** The columns billing writes; the rest of a locked session row cannot change under its lock. */
-type BilledColumns = Pick<
-  SessionRow,
-  'id' | 'billed_minutes' | 'total_cost' | 'status' | 'grace_until' | 'updated_at' | 'actual_power_w' | 'last_usage_at'
->;
-
-/** Writes every session's billing (and usage report) in one statement; the written columns by session ID. */
-async function writeChanges(
-  trx: Transaction<BillingDB>,
-  changes: SessionChange[],
-  now: Date,
-): Promise<Map<string, BilledColumns>> {
-  const col = <T>(f: (c: SessionChange) => T) => changes.map(f);
-  const { rows } = await sql<BilledColumns>`
-    UPDATE rental_sessions AS s SET
-      billed_minutes = v.billed_minutes,
-      total_cost = v.total_cost,
-      status = v.status,
-      grace_until = v.grace_until,
-      updated_at = ${now.toISOString()}::timestamptz,
-      actual_power_w = CASE WHEN v.has_usage THEN v.actual_power_w ELSE s.actual_power_w END,
-      last_usage_at = CASE WHEN v.has_usage THEN v.last_usage_at ELSE s.last_usage_at END
-    FROM unnest(
-      ${col((c) => c.id)}::uuid[], ${col((c) => c.minutes)}::integer[], ${col((c) => c.cost.toFixed())}::numeric[],
-      ${col((c) => c.status)}::text[], ${col((c) => c.graceUntil?.toISOString() ?? null)}::timestamptz[],
-      ${col((c) => c.usage !== undefined)}::boolean[], ${col((c) => c.usage?.actualPowerW ?? null)}::numeric[],
-      ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[]
-    ) AS v(id, billed_minutes, total_cost, status, grace_until, has_usage, actual_power_w, last_usage_at)
-    WHERE s.id = v.id
-    RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.updated_at, s.actual_power_w,
-      s.last_usage_at`.execute(trx);
-  return new Map(rows.map((r) => [r.id, r]));
 }

@@ -16,14 +16,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Transaction } from 'kysely';
+import { billingRecordOfSession, insertBillingRecord } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
+import { updateEndedSession } from '../db/session-repository.ts';
+import { insertTransactions } from '../db/transaction-repository.ts';
 import type { BillingContext } from './context.ts';
 import { EARNINGS_TRANSFER_CODE } from './earnings.ts';
 import { postHold } from './holds.ts';
 import { Dec, splitFee } from './money.ts';
 import { costOfMinutes } from './pricing.ts';
 import { topUpHold } from './session-hold.ts';
-import { type BillingRecordRow, billingRecordJson, isRunning, loadSession, sessionJson } from './session-json.ts';
+import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './sessions.ts';
 
 export type EndKind = { status: 'completed'; reason?: string } | { status: 'terminated'; reason: string };
 
@@ -35,21 +38,24 @@ export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
   return roundUp ? Math.ceil(ms / MINUTE_MS) : Math.floor(ms / MINUTE_MS);
 }
 
+/** How a session ended: its final row and billing record; `alreadyEnded` when it had ended before this call. */
+export interface SessionEnd {
+  session: SessionRow;
+  billingRecord: BillingRecordRow;
+  alreadyEnded: boolean;
+}
+
 /** Ends a session (or answers its existing end); returns the session and its billing record. */
-export async function endSession(ctx: BillingContext, sessionId: string, kind: EndKind, correlationId?: string) {
+export async function endSession(
+  ctx: BillingContext,
+  sessionId: string,
+  kind: EndKind,
+  correlationId?: string,
+): Promise<SessionEnd> {
   return ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
     if (!isRunning(session)) {
-      const record = await trx
-        .selectFrom('billing_records')
-        .selectAll()
-        .where('session_id', '=', sessionId)
-        .executeTakeFirstOrThrow();
-      return {
-        session: sessionJson(session, ctx.scale),
-        billing_record: billingRecordJson(record, ctx.scale),
-        already_ended: true,
-      };
+      return { session, billingRecord: await billingRecordOfSession(trx, sessionId), alreadyEnded: true };
     }
     return finishSession(ctx, trx, session, kind, correlationId);
   });
@@ -59,16 +65,16 @@ export async function endSession(ctx: BillingContext, sessionId: string, kind: E
 export async function finishSession(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  session: Awaited<ReturnType<typeof loadSession>>,
+  session: SessionRow,
   kind: EndKind,
   correlationId?: string,
-) {
+): Promise<SessionEnd> {
   const now = ctx.now();
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
   let minutes = Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
   const hourly = new Dec(session.total_hourly_rate);
   let cost = costOfMinutes(hourly, minutes, ctx.scale);
-  const cover = await topUpHold(trx, session, cost);
+  const cover = await topUpHold(trx, session, cost, ctx.state.accountIds);
   if (cover.short.gt(0)) {
     ctx.logger.warn(
       { session_id: session.id, cost: cost.toFixed(), covered: cover.held.toFixed() },
@@ -103,7 +109,7 @@ export async function finishSession(
       fee: '0',
     });
   }
-  if (records.length > 0) await trx.insertInto('transactions').values(records).execute();
+  if (records.length > 0) await insertTransactions(trx, records);
   await postHold(
     trx,
     session.hold_id,
@@ -117,49 +123,44 @@ export async function finishSession(
       { to: { system: 'platform_fees' }, amount: fee, code: 'platform_fee', transactionId: paymentId },
     ],
     true,
+    ctx.state.accountIds,
   );
   const reason = kind.reason ?? null;
-  const ended = await trx
-    .updateTable('rental_sessions')
-    .set({
-      status: kind.status,
-      ended_at: now,
-      end_reason: reason,
-      billed_minutes: minutes,
-      total_cost: cost.toFixed(),
-      grace_until: null,
-      updated_at: now,
-    })
-    .where('id', '=', session.id)
-    .returningAll()
-    .executeTakeFirstOrThrow();
-  const record: BillingRecordRow = await trx
-    .insertInto('billing_records')
-    .values({
-      id: randomUUID(),
-      session_id: session.id,
-      user_id: session.user_id,
-      wallet_id: session.wallet_id,
-      provider_id: session.provider_id,
-      provider_wallet_id: session.provider_wallet_id,
-      job_id: session.job_id,
-      gpu_model: session.gpu_model,
-      gpu_count: session.gpu_count,
-      status: kind.status,
-      end_reason: reason,
-      total_hourly_rate: session.total_hourly_rate,
-      billed_minutes: minutes,
-      total_cost: cost.toFixed(),
-      platform_fee: fee.toFixed(),
-      provider_earnings: rest.toFixed(),
-      payment_transaction_id: paymentId,
-      started_at: session.started_at,
-      ended_at: now,
-      created_at: now,
-    })
-    .returningAll()
-    .executeTakeFirstOrThrow();
-  const out = { session: sessionJson(ended, ctx.scale), billing_record: billingRecordJson(record, ctx.scale) };
-  await ctx.events.record(trx, `session.${kind.status}`, out, correlationId);
-  return { ...out, already_ended: false };
+  const ended = await updateEndedSession(trx, session.id, {
+    status: kind.status,
+    ended_at: now,
+    end_reason: reason,
+    billed_minutes: minutes,
+    total_cost: cost.toFixed(),
+    grace_until: null,
+    updated_at: now,
+  });
+  const record: BillingRecordRow = await insertBillingRecord(trx, {
+    id: randomUUID(),
+    session_id: session.id,
+    user_id: session.user_id,
+    wallet_id: session.wallet_id,
+    provider_id: session.provider_id,
+    provider_wallet_id: session.provider_wallet_id,
+    job_id: session.job_id,
+    gpu_model: session.gpu_model,
+    gpu_count: session.gpu_count,
+    status: kind.status,
+    end_reason: reason,
+    total_hourly_rate: session.total_hourly_rate,
+    billed_minutes: minutes,
+    total_cost: cost.toFixed(),
+    platform_fee: fee.toFixed(),
+    provider_earnings: rest.toFixed(),
+    payment_transaction_id: paymentId,
+    started_at: session.started_at,
+    ended_at: now,
+    created_at: now,
+  });
+  await ctx.events.record(
+    trx,
+    { kind: `session.${kind.status}`, session: ended, billingRecord: record },
+    correlationId,
+  );
+  return { session: ended, billingRecord: record, alreadyEnded: false };
 }

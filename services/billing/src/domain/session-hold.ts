@@ -5,9 +5,11 @@
  */
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
+import type { BoundedCache } from './bounded-cache.ts';
 import { extendHold, getHold } from './holds.ts';
+import { lockWalletAvailable } from './ledger.ts';
 import { Dec } from './money.ts';
-import { lockWalletAvailable, type SessionRow } from './session-json.ts';
+import type { SessionRow } from './sessions.ts';
 
 export interface HoldTopUp {
   /** Still held after the top-up. */
@@ -21,7 +23,12 @@ export interface HoldTopUp {
 }
 
 /** Extends the session's hold from the available balance until it holds `target` (as far as funds go). */
-export async function topUpHold(trx: Transaction<BillingDB>, session: SessionRow, target: Dec): Promise<HoldTopUp> {
+export async function topUpHold(
+  trx: Transaction<BillingDB>,
+  session: SessionRow,
+  target: Dec,
+  accountIds?: BoundedCache<string>,
+): Promise<HoldTopUp> {
   const hold = await getHold(trx, session.hold_id);
   if (!hold) throw new Error(`session ${session.id} has no hold ${session.hold_id}`);
   const held = new Dec(hold.remaining);
@@ -29,6 +36,6 @@ export async function topUpHold(trx: Transaction<BillingDB>, session: SessionRow
   const deficit = target.minus(held);
   if (deficit.lte(0)) return { held, added: new Dec(0), available, short: new Dec(0) };
   const added = Dec.min(deficit, available);
-  if (added.gt(0)) await extendHold(trx, session.hold_id, added);
+  if (added.gt(0)) await extendHold(trx, session.hold_id, added, accountIds);
   return { held: held.plus(added), added, available: available.minus(added), short: deficit.minus(added) };
 }

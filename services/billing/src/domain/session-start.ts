@@ -3,20 +3,23 @@
  * accounts, check `minimum_balance` and that the available balance covers the
  * initial period, place the hold for it (its `lock` transaction is the
  * session's lock transaction), freeze the rates, write the session and the
- * `session.started` event. Refused (402) starts change nothing; concurrent
+ * `session.started` event. Refused starts (INSUFFICIENT_FUNDS) change nothing; concurrent
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
+import { insertSession } from '../db/session-repository.ts';
+import { lockRecordIdOfHold } from '../db/transaction-repository.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
 import { createHold } from './holds.ts';
-import { claimKey, type IdempotencyContext, type StoredResponse } from './idempotency.ts';
+import type { KeyClaim } from './idempotency.ts';
+import { lockWalletAvailable } from './ledger.ts';
 import { Dec } from './money.ts';
 import { costOfHours } from './pricing.ts';
 import { ratesFor } from './provider-rates.ts';
-import { lockWalletAvailable, type SessionRow, sessionJson } from './session-json.ts';
+import type { SessionRow } from './sessions.ts';
 import { findWalletByOwner, getWallet } from './wallets.ts';
 
 export interface StartSessionInput {
@@ -41,12 +44,23 @@ export function runtimeMinutes(funds: Dec, hourlyRate: Dec): number {
   return funds.mul(60).div(hourlyRate).floor().toNumber();
 }
 
-/** Starts a session; answers 201 with the session, its rates and the estimated runtime. */
+/** A started session, what was held for it and what the renter's balance pays for. */
+export interface SessionStart {
+  session: SessionRow;
+  /** The initial period's cost, held. */
+  holdAmount: Dec;
+  /** Available in the wallet after the hold. */
+  availableAfter: Dec;
+  /** Whole minutes the available balance (before the hold) pays for. */
+  estimatedRuntimeMinutes: number;
+}
+
+/** Starts a session: the session with its frozen rates, the hold and the estimated runtime. */
 export async function startSession(
   ctx: BillingContext,
   input: StartSessionInput,
-  idem: IdempotencyContext | null,
-): Promise<StoredResponse> {
+  idem: KeyClaim<SessionStart> | null,
+): Promise<SessionStart> {
   const wallet = await getWallet(ctx.db, input.walletId);
   if (wallet.ownerType !== 'user' || wallet.ownerId !== input.userId) {
     throw billingErrors.walletOwnerMismatch(wallet.id, input.userId);
@@ -63,66 +77,55 @@ export async function startSession(
   const id = randomUUID();
   const now = ctx.now();
 
-  const run = async (trx: Transaction<BillingDB>): Promise<StoredResponse> => {
+  const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
     const available = await lockWalletAvailable(trx, wallet.id);
     const fmt = (d: Dec) => d.toFixed(ctx.scale);
     if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
     if (available.lt(initial)) throw billingErrors.insufficientFunds(wallet.id, fmt(available), fmt(initial));
-    const hold = await createHold(trx, wallet.id, initial, `session:${id}`);
-    const lockTx = await trx
-      .selectFrom('transactions')
-      .select('id')
-      .where('hold_id', '=', hold.id)
-      .where('type', '=', 'lock')
-      .executeTakeFirstOrThrow();
-    const row: SessionRow = await trx
-      .insertInto('rental_sessions')
-      .values({
-        id,
-        user_id: input.userId,
-        wallet_id: wallet.id,
-        provider_id: input.providerId,
-        provider_wallet_id: providerWallet.id,
-        job_id: input.jobId,
-        gpu_model: rates.gpuModel,
-        gpu_count: input.gpuCount,
-        requested_vram_mb: input.requestedVramMb,
-        estimated_power_w: input.estimatedPowerW,
-        actual_power_w: null,
-        rate_key: rates.rateKey,
-        rate_source: rates.rateSource,
-        base_rate_per_gpu: rates.baseRatePerGpu.toFixed(),
-        base_hourly_rate: rates.baseHourlyRate.toFixed(),
-        vram_hourly_rate: rates.vramHourlyRate.toFixed(),
-        power_hourly_rate: rates.powerHourlyRate.toFixed(),
-        demand_multiplier: rates.demandMultiplier.toFixed(),
-        supply_factor: rates.supplyFactor.toFixed(),
-        total_hourly_rate: rates.totalHourlyRate.toFixed(),
-        platform_fee_percent: rates.platformFeePercent.toFixed(),
-        status: 'active',
-        hold_id: hold.id,
-        lock_transaction_id: lockTx.id,
-        started_at: now,
-        last_usage_at: null,
-        grace_until: null,
-        ended_at: null,
-        end_reason: null,
-        created_at: now,
-        updated_at: now,
-      })
-      .returningAll()
-      .executeTakeFirstOrThrow();
-    const session = sessionJson(row, ctx.scale);
-    const body = {
+    const hold = await createHold(trx, wallet.id, initial, `session:${id}`, ctx.state.accountIds);
+    const lockTxId = await lockRecordIdOfHold(trx, hold.id);
+    const session = await insertSession(trx, {
+      id,
+      user_id: input.userId,
+      wallet_id: wallet.id,
+      provider_id: input.providerId,
+      provider_wallet_id: providerWallet.id,
+      job_id: input.jobId,
+      gpu_model: rates.gpuModel,
+      gpu_count: input.gpuCount,
+      requested_vram_mb: input.requestedVramMb,
+      estimated_power_w: input.estimatedPowerW,
+      actual_power_w: null,
+      rate_key: rates.rateKey,
+      rate_source: rates.rateSource,
+      base_rate_per_gpu: rates.baseRatePerGpu.toFixed(),
+      base_hourly_rate: rates.baseHourlyRate.toFixed(),
+      vram_hourly_rate: rates.vramHourlyRate.toFixed(),
+      power_hourly_rate: rates.powerHourlyRate.toFixed(),
+      demand_multiplier: rates.demandMultiplier.toFixed(),
+      supply_factor: rates.supplyFactor.toFixed(),
+      total_hourly_rate: rates.totalHourlyRate.toFixed(),
+      platform_fee_percent: rates.platformFeePercent.toFixed(),
+      status: 'active',
+      hold_id: hold.id,
+      lock_transaction_id: lockTxId,
+      started_at: now,
+      last_usage_at: null,
+      grace_until: null,
+      ended_at: null,
+      end_reason: null,
+      created_at: now,
+      updated_at: now,
+    });
+    const started: SessionStart = {
       session,
-      hold_amount: fmt(initial),
-      available_balance: fmt(available.minus(initial)),
-      estimated_runtime_minutes: runtimeMinutes(available, rates.totalHourlyRate),
+      holdAmount: initial,
+      availableAfter: available.minus(initial),
+      estimatedRuntimeMinutes: runtimeMinutes(available, rates.totalHourlyRate),
     };
-    await ctx.events.record(trx, 'session.started', { session }, input.correlationId);
-    const response = { status: 201, body };
-    await claimKey(trx, idem, lockTx.id, response);
-    return response;
+    await ctx.events.record(trx, { kind: 'session.started', session }, input.correlationId);
+    await idem?.claim(trx, lockTxId, started);
+    return started;
   };
 
   try {

@@ -1,20 +1,42 @@
 /** What a session has used so far (GET current-usage) and the billing history (GET history). */
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import {
+  type BillingRecordFilter,
+  type BillingRecordRow,
+  listBillingRecords,
+} from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
-import { decodeCursor, encodeCursor } from './cursor.ts';
 import { getHold } from './holds.ts';
+import { type KeysetPosition, keysetPage, type Page } from './keyset.ts';
 import { walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
 import { costOfMinutes } from './pricing.ts';
 import { billableMinutes } from './session-end.ts';
-import { type BillingRecordJson, billingRecordJson, isRunning, loadSession } from './session-json.ts';
 import { runtimeMinutes } from './session-start.ts';
+import { isRunning, loadSession, type SessionRow } from './sessions.ts';
 
-/** Current usage: for a running session, what ending it now would bill. */
-export async function currentUsage(ctx: BillingContext, sessionId: string) {
+/** What a session has used so far; for a running session, what ending it now would bill. */
+export interface CurrentUsage {
+  session: SessionRow;
+  elapsedMs: number;
+  /** Started minutes: what ending now bills (the billed minutes once ended). */
+  minutes: number;
+  hourlyRate: Dec;
+  /** What ending now would cost (the final cost once ended). */
+  cost: Dec;
+  /** Held for the session (0 once ended). */
+  held: Dec;
+  /** held - cost, never below 0. */
+  holdLeft: Dec;
+  /** The renter's available balance (null once ended). */
+  available: Dec | null;
+  estimatedRemainingMinutes: number;
+}
+
+/** Current usage of a session. */
+export async function currentUsage(ctx: BillingContext, sessionId: string): Promise<CurrentUsage> {
   const s = await loadSession(ctx.db, sessionId);
-  const fmt = (d: Dec) => d.toFixed(ctx.scale);
   const hourly = new Dec(s.total_hourly_rate);
   const running = isRunning(s);
   const until = running ? ctx.now() : new Date(s.ended_at ?? s.started_at);
@@ -26,65 +48,25 @@ export async function currentUsage(ctx: BillingContext, sessionId: string) {
   const holdLeft = Dec.max(held.minus(cost), 0);
   const available = running ? new Dec((await walletBalances(ctx.db, s.wallet_id, ctx.scale))?.available ?? 0) : null;
   return {
-    session_id: s.id,
-    status: s.status,
-    started_at: new Date(s.started_at).toISOString(),
-    elapsed_seconds: Math.floor(elapsedMs / 1000),
-    elapsed_minutes: minutes,
-    total_hourly_rate: hourly.toFixed(Math.max(ctx.scale, hourly.decimalPlaces())),
-    cost_so_far: fmt(cost),
-    billed_minutes: s.billed_minutes,
-    billed_cost: fmt(new Dec(s.total_cost)),
-    hold_amount: fmt(held),
-    hold_remaining: fmt(holdLeft),
-    available_balance: available ? fmt(available) : null,
-    estimated_remaining_minutes: available ? runtimeMinutes(holdLeft.plus(available), hourly) : 0,
-    actual_power_w: s.actual_power_w === null ? null : new Dec(s.actual_power_w).toFixed(),
-    last_usage_at: s.last_usage_at ? new Date(s.last_usage_at).toISOString() : null,
-    grace_until: s.grace_until ? new Date(s.grace_until).toISOString() : null,
+    session: s,
+    elapsedMs,
+    minutes,
+    hourlyRate: hourly,
+    cost,
+    held,
+    holdLeft,
+    available,
+    estimatedRemainingMinutes: available ? runtimeMinutes(holdLeft.plus(available), hourly) : 0,
   };
 }
 
-export interface HistoryFilter {
+export interface HistoryFilter extends BillingRecordFilter {
   limit: number;
-  cursor?: string;
-  userId?: string;
-  providerId?: string;
-  walletId?: string;
-  status?: ('completed' | 'terminated')[];
-  from?: Date;
-  to?: Date;
+  /** Where the previous page ended. */
+  after?: KeysetPosition;
 }
 
 /** Billing records, newest end first, filtered; `[from, to)` on the end time; keyset pagination. */
-export async function billingHistory(
-  db: Kysely<BillingDB>,
-  f: HistoryFilter,
-  scale: number,
-): Promise<{ records: BillingRecordJson[]; next_cursor: string | null }> {
-  let q = db
-    .selectFrom('billing_records')
-    .selectAll()
-    .select(sql<string>`to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('cursor_at'));
-  if (f.userId) q = q.where('user_id', '=', f.userId);
-  if (f.providerId) q = q.where('provider_id', '=', f.providerId);
-  if (f.walletId) q = q.where('wallet_id', '=', f.walletId);
-  if (f.status?.length) q = q.where('status', 'in', f.status);
-  if (f.from) q = q.where('ended_at', '>=', f.from);
-  if (f.to) q = q.where('ended_at', '<', f.to);
-  if (f.cursor) {
-    const c = decodeCursor(f.cursor);
-    q = q.where(sql<boolean>`(ended_at, id) < (${c.at}::timestamptz, ${c.id}::uuid)`);
-  }
-  const rows = await q
-    .orderBy('ended_at', 'desc')
-    .orderBy('id', 'desc')
-    .limit(f.limit + 1)
-    .execute();
-  const page = rows.slice(0, f.limit);
-  const last = page.at(-1);
-  return {
-    records: page.map((r) => billingRecordJson(r, scale)),
-    next_cursor: rows.length > f.limit && last ? encodeCursor({ at: last.cursor_at, id: last.id }) : null,
-  };
+export async function billingHistory(db: Kysely<BillingDB>, f: HistoryFilter): Promise<Page<BillingRecordRow>> {
+  return keysetPage(await listBillingRecords(db, f, f.after, f.limit + 1), f.limit);
 }

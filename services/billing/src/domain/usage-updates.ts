@@ -3,8 +3,8 @@
  * message ID and session (a duplicate answers the first record and changes
  * nothing), elapsed time billed (session-billing.ts), `actual_power_w` taken
  * from the newest report only, so updates may arrive late, twice or out of
- * order. A session that is not running refuses new updates (409
- * SESSION_NOT_ACTIVE); a session whose grace period is over is terminated.
+ * order. A session that is not running refuses new updates
+ * (SESSION_NOT_ACTIVE); a session whose grace period is over is terminated.
  *
  * Group commit: updates that arrive together (concurrent HTTP requests, a
  * NATS fetch) are applied in one database transaction: the batch's sessions
@@ -18,68 +18,48 @@
  */
 import { randomUUID } from 'node:crypto';
 import { GroupCommit } from '@gpu/common';
-import { type Selectable, sql, type Transaction } from 'kysely';
-import type { BillingDB, UsageRecordTable } from '../db/schema.ts';
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../db/schema.ts';
+import { lockSessionsWithHolds } from '../db/session-repository.ts';
+import { existingUsageRecords, insertUsageRecords, type UsageRow } from '../db/usage-repository.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
 import { type Hold, toHold } from './holds.ts';
 import { Dec, formatAmount } from './money.ts';
 import { type BillItem, type BillOutcome, billSessions } from './session-billing.ts';
 import { finishSession } from './session-end.ts';
-import { isRunning, type SessionJson, type SessionRow, sessionJson } from './session-json.ts';
+import { isRunning, type SessionRow } from './sessions.ts';
+import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
 
-export interface UsageUpdate {
-  sessionId: string;
-  messageId: string;
-  timestamp: Date;
-  gpuUtilization: number;
-  powerDrawW: number;
-  metrics?: Record<string, unknown>;
-  correlationId?: string;
-}
+export type { UsageResult, UsageUpdate } from './usage-message.ts';
 
-export function usageRecordJson(r: Selectable<UsageRecordTable>, scale: number) {
+/** A usage record from its row (the cost at the token's scale). */
+function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
   return {
     id: r.id,
-    session_id: r.session_id,
-    message_id: r.message_id,
-    timestamp: new Date(r.reported_at).toISOString(),
-    gpu_utilization: Number(r.gpu_utilization),
-    power_draw_w: Number(r.power_draw_w),
+    sessionId: r.session_id,
+    messageId: r.message_id,
+    reportedAt: new Date(r.reported_at),
+    gpuUtilization: Number(r.gpu_utilization),
+    powerDrawW: Number(r.power_draw_w),
     metrics: (r.metrics ?? null) as Record<string, unknown> | null,
-    billed_minutes: r.billed_minutes,
+    billedMinutes: r.billed_minutes,
     cost: formatAmount(r.cost, scale),
-    created_at: new Date(r.created_at).toISOString(),
+    createdAt: new Date(r.created_at),
   };
-}
-
-type UsageRow = Selectable<UsageRecordTable>;
-
-export interface UsageResult {
-  /** Whether the message had been applied before (nothing changed). */
-  duplicate: boolean;
-  usage: ReturnType<typeof usageRecordJson>;
-  /** The session once the update's transaction is done. */
-  session: SessionJson;
 }
 
 /** Most updates applied in one transaction; most batches in flight per service instance. */
 const MAX_BATCH = 256;
 const MAX_IN_FLIGHT = 2;
 
-const batchers = new WeakMap<BillingContext, GroupCommit<UsageUpdate, UsageResult>>();
-
 /** Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. */
 export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
-  let batcher = batchers.get(ctx);
-  if (!batcher) {
-    batcher = new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
-      maxBatch: MAX_BATCH,
-      maxInFlight: MAX_IN_FLIGHT,
-    });
-    batchers.set(ctx, batcher);
-  }
-  return batcher.submit(u);
+  ctx.state.usageBatcher ??= new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
+    maxBatch: MAX_BATCH,
+    maxInFlight: MAX_IN_FLIGHT,
+  });
+  return ctx.state.usageBatcher.submit(u);
 }
 
 /** Applies updates in one transaction; one result per update, in order (an Error for a refused one). */
@@ -169,31 +149,24 @@ async function applyInTransaction(
     rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
   });
   if (rows.length > 0) {
-    await insertRecords(trx, rows);
+    await insertUsageRecords(trx, rows);
     for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
   }
 
   // Final session state: ended by termination, else as billed, else as locked.
-  const finalJson = new Map<string, SessionJson>();
+  const ended = new Map<string, SessionRow>();
   for (const [id, outcome] of outcomes) {
     if (!outcome.expired) continue;
-    const ended = await finishSession(
+    const end = await finishSession(
       ctx,
       trx,
       outcome.session,
       { status: 'terminated', reason: 'insufficient_funds' },
       fresh.get(id)![0]!.correlationId,
     );
-    finalJson.set(id, ended.session);
+    ended.set(id, end.session);
   }
-  const sessionOut = (id: string): SessionJson => {
-    let json = finalJson.get(id);
-    if (!json) {
-      json = sessionJson(outcomes.get(id)?.session ?? sessions.get(id)!.row, ctx.scale);
-      finalJson.set(id, json);
-    }
-    return json;
-  };
+  const sessionOut = (id: string): SessionRow => ended.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
 
   return updates.map((u, i) => {
     const v = verdicts[i]!;
@@ -204,7 +177,7 @@ async function applyInTransaction(
     const record = v.kind === 'duplicate' ? v.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
     return {
       duplicate: v.kind !== 'new',
-      usage: usageRecordJson(record, ctx.scale),
+      usage: toUsageRecord(record, ctx.scale),
       session: sessionOut(v.sessionId),
     };
   });
@@ -220,22 +193,7 @@ interface LockedSession {
 
 /** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock). */
 async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise<Map<string, LockedSession>> {
-  const rows = await trx
-    .selectFrom('rental_sessions as s')
-    .leftJoin('holds as h', 'h.id', 's.hold_id')
-    .selectAll('s')
-    .select([
-      'h.wallet_id as hold_wallet_id',
-      'h.status as hold_status',
-      'h.amount as hold_amount',
-      'h.posted as hold_posted',
-      'h.released as hold_released',
-      'h.reference as hold_reference',
-    ])
-    .where(sql<boolean>`s.id = ANY(${ids}::uuid[])`)
-    .orderBy('s.id')
-    .forUpdate('s')
-    .execute();
+  const rows = await lockSessionsWithHolds(trx, ids);
   return new Map(
     rows.map((r) => {
       const { hold_wallet_id, hold_status, hold_amount, hold_posted, hold_released, hold_reference, ...row } = r;
@@ -258,11 +216,7 @@ async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise
 
 /** The usage records already written for the updates' (session, message ID) pairs. */
 async function existingRecords(trx: Transaction<BillingDB>, updates: UsageUpdate[]): Promise<Map<string, UsageRow>> {
-  const { rows } = await sql<UsageRow>`
-    SELECT * FROM usage_records
-    WHERE (session_id, message_id) IN (
-      SELECT * FROM unnest(${updates.map((u) => u.sessionId)}::uuid[], ${updates.map((u) => u.messageId)}::text[])
-    )`.execute(trx);
+  const rows = await existingUsageRecords(trx, updates);
   return new Map(rows.map((r) => [recordKey(r.session_id, r.message_id), r]));
 }
 
@@ -280,24 +234,4 @@ function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, bill
     cost: billed.toFixed(),
     created_at: ctx.now(),
   };
-}
-
-/** Writes usage records in one statement whatever their number: one array parameter per column. */
-async function insertRecords(trx: Transaction<BillingDB>, rows: UsageRow[]): Promise<void> {
-  const column = <T>(f: (r: UsageRow) => T) => rows.map(f);
-  const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
-  await sql`
-    INSERT INTO usage_records
-      (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost, created_at)
-    SELECT id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics::jsonb, billed_minutes,
-      cost, created_at
-    FROM unnest(
-      ${column((r) => r.id)}::uuid[], ${column((r) => r.session_id)}::uuid[], ${column((r) => r.message_id)}::text[],
-      ${column((r) => iso(r.reported_at))}::timestamptz[], ${column((r) => r.gpu_utilization)}::numeric[],
-      ${column((r) => r.power_draw_w)}::numeric[],
-      ${column((r) => (r.metrics === null ? null : JSON.stringify(r.metrics)))}::text[],
-      ${column((r) => r.billed_minutes)}::int[], ${column((r) => r.cost)}::numeric[],
-      ${column((r) => iso(r.created_at))}::timestamptz[]
-    ) AS r (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost,
-      created_at)`.execute(trx);
 }

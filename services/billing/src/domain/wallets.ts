@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { BillingDB, OwnerType } from '../db/schema.ts';
+import { findWallet, findWalletByOwnerRow, insertWallet, type WalletRow } from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
 import { createWalletAccounts } from './ledger.ts';
 
@@ -16,9 +17,7 @@ export interface Wallet {
   createdAt: Date;
 }
 
-type Row = { id: string; owner_type: OwnerType; owner_id: string; solana_address: string; created_at: Date };
-
-const toWallet = (r: Row): Wallet => ({
+const toWallet = (r: WalletRow): Wallet => ({
   id: r.id,
   ownerType: r.owner_type,
   ownerId: r.owner_id,
@@ -31,7 +30,7 @@ const isUniqueViolation = (err: unknown, constraint: string) => {
   return e?.code === '23505' && (e.constraint === constraint || (e.message ?? '').includes(constraint));
 };
 
-/** Creates a wallet; 409 WALLET_ALREADY_EXISTS when the owner already has one of this type. */
+/** Creates a wallet; WALLET_ALREADY_EXISTS when the owner already has one of this type. */
 export async function createWallet(
   db: Kysely<BillingDB>,
   input: { ownerType: OwnerType; ownerId: string; solanaAddress: string },
@@ -39,11 +38,12 @@ export async function createWallet(
   const id = randomUUID();
   try {
     const row = await db.transaction().execute(async (trx) => {
-      const inserted = await trx
-        .insertInto('wallets')
-        .values({ id, owner_type: input.ownerType, owner_id: input.ownerId, solana_address: input.solanaAddress })
-        .returningAll()
-        .executeTakeFirstOrThrow();
+      const inserted = await insertWallet(trx, {
+        id,
+        owner_type: input.ownerType,
+        owner_id: input.ownerId,
+        solana_address: input.solanaAddress,
+      });
       await createWalletAccounts(trx, id);
       return inserted;
     });
@@ -55,9 +55,9 @@ export async function createWallet(
   }
 }
 
-/** The wallet with this ID; 404 WALLET_NOT_FOUND when there is none. */
+/** The wallet with this ID; WALLET_NOT_FOUND when there is none. */
 export async function getWallet(db: Kysely<BillingDB>, id: string): Promise<Wallet> {
-  const row = await db.selectFrom('wallets').selectAll().where('id', '=', id).executeTakeFirst();
+  const row = await findWallet(db, id);
   if (!row) throw billingErrors.walletNotFound(id);
   return toWallet(row);
 }
@@ -68,11 +68,6 @@ export async function findWalletByOwner(
   ownerType: OwnerType,
   ownerId: string,
 ): Promise<Wallet | null> {
-  const row = await db
-    .selectFrom('wallets')
-    .selectAll()
-    .where('owner_type', '=', ownerType)
-    .where('owner_id', '=', ownerId)
-    .executeTakeFirst();
+  const row = await findWalletByOwnerRow(db, ownerType, ownerId);
   return row ? toWallet(row) : null;
 }

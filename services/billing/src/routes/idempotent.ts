@@ -2,21 +2,21 @@
  * Runs a money-moving handler under the request's Idempotency-Key (when
  * given): replays a stored answer, refuses a key reused with other
  * parameters, and stores definitive error answers. The handler claims the
- * key inside its own money-moving transaction (domain/idempotency.ts).
+ * key inside its own money-moving transaction (domain/idempotency.ts), through
+ * the `KeyClaim` made by `keyClaim`.
  */
 import { type AppError, PROBLEM_CONTENT_TYPE, problemOf, statusOf } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
-import type { BillingDB } from '../db/schema.ts';
 import {
   type IdempotencyContext,
   IdempotencyKeyTaken,
-  isDefinitiveError,
-  lookupKey,
-  requestHash,
+  insertKey,
   type StoredResponse,
   storeResponse,
-} from '../domain/idempotency.ts';
+} from '../db/idempotency-repository.ts';
+import type { BillingDB } from '../db/schema.ts';
+import { isDefinitiveError, type KeyClaim, lookupKey, requestHash } from '../domain/idempotency.ts';
 import { billingErrors } from '../errors.ts';
 
 export interface IdempotentOptions {
@@ -79,4 +79,19 @@ export async function runIdempotent(
 function withRequestId(response: StoredResponse, requestId: string): StoredResponse {
   if (response.status < 400 || typeof response.body !== 'object' || response.body === null) return response;
   return { ...response, body: { ...(response.body as object), request_id: requestId } };
+}
+
+/**
+ * The key as the domain claims it: `answer` turns the movement's result into the answer stored for the key (the
+ * same answer the route sends). Null without a key.
+ */
+export function keyClaim<T>(
+  idem: IdempotencyContext | null,
+  answer: (result: T) => StoredResponse,
+): KeyClaim<T> | null {
+  if (!idem) return null;
+  return {
+    claim: (trx, transactionId, result) =>
+      insertKey(trx, idem, transactionId, result === undefined ? undefined : answer(result)),
+  };
 }

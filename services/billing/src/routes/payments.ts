@@ -1,13 +1,14 @@
 /** Money in and out of a wallet: deposits (claimed by signature) and withdrawals. */
 import { type App, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { payoutResponse, startChainPayout } from '../domain/chain-payouts.ts';
+import { getTransaction } from '../db/transaction-repository.ts';
+import { startChainPayout } from '../domain/chain-payouts.ts';
 import { claimDeposit } from '../domain/deposits.ts';
-import { getTransaction } from '../domain/transactions.ts';
 import { getWallet } from '../domain/wallets.ts';
 import { requestAmount } from './amounts.ts';
+import { depositAnswer, payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
-import { runIdempotent } from './idempotent.ts';
+import { keyClaim, runIdempotent } from './idempotent.ts';
 import {
   amountString,
   idempotencyHeaders,
@@ -26,7 +27,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
   const resume = async (transactionId: string) => {
     const row = await getTransaction(ctx.db, transactionId);
-    return row && row.status !== 'pending' ? payoutResponse(ctx, row) : null;
+    return row && row.status !== 'pending' ? payoutAnswer(ctx.scale, row) : null;
   };
 
   app.post(
@@ -53,7 +54,8 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
     async (request, reply) =>
       runIdempotent(request, reply, { db: ctx.db }, async (idem) => {
         const amount = request.body.amount ? requestAmount(request.body.amount, ctx.scale) : undefined;
-        return claimDeposit(
+        const answer = depositAnswer(ctx.scale);
+        const deposit = await claimDeposit(
           ctx,
           {
             walletId: request.params.walletID,
@@ -61,8 +63,9 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
             amount,
             correlationId: request.correlationId,
           },
-          idem,
+          keyClaim(idem, answer),
         );
+        return answer(deposit);
       }),
   );
 
@@ -89,7 +92,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
       runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
         const amount = requestAmount(request.body.amount, ctx.scale);
         const wallet = await getWallet(ctx.db, request.params.walletID);
-        return startChainPayout(
+        const settled = await startChainPayout(
           withRequestLogger(ctx, request),
           {
             wallet,
@@ -98,8 +101,9 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
             destination: request.body.destination,
             correlationId: request.correlationId,
           },
-          idem,
+          keyClaim(idem, (row) => payoutAnswer(ctx.scale, row)),
         );
+        return payoutAnswer(ctx.scale, settled);
       }),
   );
 }

@@ -3,10 +3,11 @@ import { type App, errors } from '@gpu/common';
 import { z } from 'zod';
 import { Dec } from '../domain/money.ts';
 import { formatRate, normalizeModel, quote } from '../domain/pricing.ts';
-import { findProviderRates, putProviderRates, ratesFor, type StoredProviderRates } from '../domain/provider-rates.ts';
+import { findProviderRates, putProviderRates, ratesFor } from '../domain/provider-rates.ts';
 import type { RouteDeps } from './deps.ts';
+import { providerRatesJson, ratesJson } from './presenters.ts';
 import { problems, providerParams } from './schemas.ts';
-import { pricingInputShape, ratesJson, ratesSchema } from './session-schemas.ts';
+import { pricingInputShape, ratesSchema } from './session-schemas.ts';
 
 const DECIMAL = /^(0|[1-9]\d{0,9})(\.\d+)?$/;
 
@@ -46,14 +47,6 @@ const providerRatesSchema = z.object({
   vram_rate_per_gb_hour: z.string().nullable(),
   power_rate_per_watt_hour: z.string().nullable(),
   updated_at: z.string().nullable().describe('null: the provider has no rates of its own'),
-});
-
-const providerRatesJson = (providerId: string, r: StoredProviderRates | null) => ({
-  provider_id: providerId,
-  base_rates: r?.baseRates ?? {},
-  vram_rate_per_gb_hour: r?.vramRatePerGbHour ?? null,
-  power_rate_per_watt_hour: r?.powerRatePerWattHour ?? null,
-  updated_at: r?.updatedAt?.toISOString() ?? null,
 });
 
 export async function pricingRoutes(app: App, deps: RouteDeps) {

@@ -1,16 +1,18 @@
 /** Provider operations: earnings summary and payouts of earnings on chain. */
 import { type App, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { payoutResponse, startChainPayout } from '../domain/chain-payouts.ts';
+import { getTransaction } from '../db/transaction-repository.ts';
+import { startChainPayout } from '../domain/chain-payouts.ts';
 import { earningsSummary } from '../domain/earnings.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { Dec } from '../domain/money.ts';
-import { getTransaction } from '../domain/transactions.ts';
 import { findWalletByOwner, type Wallet } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
 import { requestAmount } from './amounts.ts';
+import { payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
-import { runIdempotent } from './idempotent.ts';
+import { keyClaim, runIdempotent } from './idempotent.ts';
+import { earningsJson } from './presenters.ts';
 import {
   amountString,
   idempotencyHeaders,
@@ -29,7 +31,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   };
   const resume = async (transactionId: string) => {
     const row = await getTransaction(ctx.db, transactionId);
-    return row && row.status !== 'pending' ? payoutResponse(ctx, row) : null;
+    return row && row.status !== 'pending' ? payoutAnswer(ctx.scale, row) : null;
   };
 
   app.get(
@@ -55,7 +57,9 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) =>
-      earningsSummary(ctx.db, await providerWallet(request.params.providerID), ctx.scale, ctx.minimumPayout),
+      earningsJson(
+        await earningsSummary(ctx.db, await providerWallet(request.params.providerID), ctx.scale, ctx.minimumPayout),
+      ),
   );
 
   app.post(
@@ -95,7 +99,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
         }
         if (amount.lt(minimum))
           throw billingErrors.payoutBelowMinimum(amount.toFixed(ctx.scale), minimum.toFixed(ctx.scale));
-        return startChainPayout(
+        const settled = await startChainPayout(
           withRequestLogger(ctx, request),
           {
             wallet,
@@ -104,8 +108,9 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
             destination: request.body.destination,
             correlationId: request.correlationId,
           },
-          idem,
+          keyClaim(idem, (row) => payoutAnswer(ctx.scale, row)),
         );
+        return payoutAnswer(ctx.scale, settled);
       }),
   );
 }

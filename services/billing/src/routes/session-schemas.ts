@@ -1,6 +1,5 @@
 /** Zod schemas shared by the pricing and session routes. */
 import { z } from 'zod';
-import { formatRate, type HourlyRates } from '../domain/pricing.ts';
 
 /** The resource fields every priced request carries (contract "Billing defaults"). */
 export const pricingInputShape = {
@@ -29,23 +28,6 @@ export const ratesSchema = z.object({
   total_hourly_rate: z.string(),
   platform_fee_percent: z.string(),
 });
-
-/** The JSON of frozen hourly rates (the parts that do not depend on the request echo). */
-export function ratesJson(r: HourlyRates, scale: number) {
-  return {
-    gpu_model: r.gpuModel,
-    rate_key: r.rateKey,
-    rate_source: r.rateSource,
-    base_rate_per_gpu: formatRate(r.baseRatePerGpu, scale),
-    base_hourly_rate: formatRate(r.baseHourlyRate, scale),
-    vram_hourly_rate: formatRate(r.vramHourlyRate, scale),
-    power_hourly_rate: formatRate(r.powerHourlyRate, scale),
-    demand_multiplier: r.demandMultiplier.toFixed(),
-    supply_factor: r.supplyFactor.toFixed(),
-    total_hourly_rate: formatRate(r.totalHourlyRate, scale),
-    platform_fee_percent: r.platformFeePercent.toFixed(),
-  };
-}
 
 /** A rental session. */
 export const sessionSchema = z.object({

@@ -1,11 +1,13 @@
 /** Rental session routes: start, end, current usage and billing history. */
-import { type App, withRequestLogger } from '@gpu/common';
+import { type App, setNextPage, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
-import { startSession } from '../domain/session-start.ts';
+import { type SessionStart, startSession } from '../domain/session-start.ts';
 import { billingHistory, currentUsage } from '../domain/session-usage.ts';
 import type { RouteDeps } from './deps.ts';
-import { runIdempotent } from './idempotent.ts';
+import { keyClaim, runIdempotent } from './idempotent.ts';
+import { afterCursor, pageQuery } from './paging.ts';
+import { billingRecordJson, currentUsageJson, sessionEndJson, sessionStartJson } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
@@ -52,9 +54,10 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request, reply) =>
-      runIdempotent(request, reply, { db: ctx.db }, (idem) => {
+      runIdempotent(request, reply, { db: ctx.db }, async (idem) => {
         const b = request.body;
-        return startSession(
+        const answer = (s: SessionStart) => ({ status: 201, body: sessionStartJson(ctx, s) });
+        const started = await startSession(
           ctx,
           {
             userId: b.user_id,
@@ -67,8 +70,9 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             estimatedPowerW: b.estimated_power_w,
             correlationId: request.correlationId,
           },
-          idem,
+          keyClaim(idem, answer),
         );
+        return answer(started);
       }),
   );
 
@@ -87,11 +91,14 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) =>
-      endSession(
-        withRequestLogger(ctx, request),
-        request.body.session_id,
-        { status: 'completed', reason: request.body.reason ?? 'ended' },
-        request.correlationId,
+      sessionEndJson(
+        ctx,
+        await endSession(
+          withRequestLogger(ctx, request),
+          request.body.session_id,
+          { status: 'completed', reason: request.body.reason ?? 'ended' },
+          request.correlationId,
+        ),
       ),
   );
 
@@ -125,7 +132,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         },
       },
     },
-    async (request) => currentUsage(ctx, request.params.sessionID),
+    async (request) => currentUsageJson(ctx, await currentUsage(ctx, request.params.sessionID)),
   );
 
   app.get(
@@ -134,6 +141,9 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       schema: {
         tags: ['sessions'],
         summary: 'Billing records of ended sessions, newest first, with filters and cursor pagination',
+        description:
+          'When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") ' +
+          'and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.',
         querystring: z.object({
           user_id: z.uuid().optional(),
           provider_id: z.uuid().optional(),
@@ -141,31 +151,31 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           status: csvStatus.describe('completed and/or terminated (repeat or separate with commas)'),
           from: z.iso.datetime({ offset: true }).optional().describe('ended at or after (RFC 3339)'),
           to: z.iso.datetime({ offset: true }).optional().describe('ended before (RFC 3339)'),
-          limit: z.coerce.number().int().min(1).max(200).default(50),
-          cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
+          ...pageQuery,
         }),
         response: {
-          200: z.object({ records: z.array(billingRecordSchema), next_cursor: z.string().nullable() }),
+          200: z.object({
+            records: z.array(billingRecordSchema),
+            next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+          }),
           ...problems(400),
         },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const q = request.query;
-      return billingHistory(
-        ctx.db,
-        {
-          limit: q.limit,
-          cursor: q.cursor,
-          userId: q.user_id,
-          providerId: q.provider_id,
-          walletId: q.wallet_id,
-          status: q.status,
-          from: q.from ? new Date(q.from) : undefined,
-          to: q.to ? new Date(q.to) : undefined,
-        },
-        ctx.scale,
-      );
+      const page = await billingHistory(ctx.db, {
+        limit: q.limit,
+        after: afterCursor(q.cursor),
+        userId: q.user_id,
+        providerId: q.provider_id,
+        walletId: q.wallet_id,
+        status: q.status,
+        from: q.from ? new Date(q.from) : undefined,
+        to: q.to ? new Date(q.to) : undefined,
+      });
+      setNextPage(request, reply, page.nextCursor);
+      return { records: page.items.map((r) => billingRecordJson(r, ctx.scale)), next_cursor: page.nextCursor };
     },
   );
 }

@@ -1,45 +1,12 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
 import { type App, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
-import { applyUsageUpdate, type UsageUpdate } from '../domain/usage-updates.ts';
+import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
+import { applyUsageUpdate } from '../domain/usage-updates.ts';
 import type { RouteDeps } from './deps.ts';
+import { usageResultJson } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { sessionSchema } from './session-schemas.ts';
-
-/** Whether a JSON value has a NUL character in any key or string (PostgreSQL's jsonb can't store one). */
-function hasNul(value: unknown): boolean {
-  if (typeof value === 'string') return value.includes('\0');
-  if (Array.isArray(value)) return value.some(hasNul);
-  if (value && typeof value === 'object') {
-    return Object.entries(value).some(([k, v]) => k.includes('\0') || hasNul(v));
-  }
-  return false;
-}
-
-/** The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). */
-export const usageMessageSchema = z.object({
-  session_id: z.uuid(),
-  timestamp: z.iso.datetime({ offset: true }).describe('when the daemon measured (RFC 3339)'),
-  gpu_utilization: z.number().min(0).max(100).describe('percent'),
-  power_draw_w: z.number().min(0).max(100_000),
-  metrics: z
-    .record(z.string(), z.unknown())
-    .refine((m) => !hasNul(m), 'metrics may not contain NUL characters')
-    .optional()
-    .describe('free-form extra metrics, stored as given (no NUL characters: PostgreSQL jsonb refuses them)'),
-  message_id: z
-    .string()
-    .min(1)
-    .max(255)
-    .refine((id) => !id.includes('\0'), 'message_id may not contain NUL characters')
-    .optional()
-    .describe(
-      'de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), ' +
-        'else the timestamp',
-    ),
-});
-
-export type UsageMessage = z.infer<typeof usageMessageSchema>;
 
 export const usageRecordSchema = z.object({
   id: z.uuid(),
@@ -59,31 +26,11 @@ const usageAnswerSchema = z.object({ duplicate: z.boolean(), usage: usageRecordS
 /** Most reports in one POST /usage-updates. */
 export const MAX_REPORTS_PER_REQUEST = 256;
 
-/** The domain's update from a message: the message ID is `message_id`, else `fallbackId`, else the timestamp. */
-function toUpdate(m: UsageMessage, fallbackId: string | undefined, correlationId: string): UsageUpdate {
-  const timestamp = new Date(m.timestamp);
-  return {
-    sessionId: m.session_id,
-    messageId: m.message_id ?? fallbackId ?? `ts:${timestamp.toISOString()}`,
-    timestamp,
-    gpuUtilization: m.gpu_utilization,
-    powerDrawW: m.power_draw_w,
-    metrics: m.metrics,
-    correlationId,
-  };
-}
-
-// The usage routes are the hottest (every daemon, every interval): their answers are built by typed code from
-// validated rows, so they are written with plain JSON.stringify instead of being checked against the response
-// schema again (the schemas still document them in OpenAPI, and the tests check answers against them).
-const plainJson = () => (data: unknown) => JSON.stringify(data);
-
 export async function usageRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
   app.post(
     '/api/v1/billing/usage-update',
     {
-      serializerCompiler: plainJson,
       schema: {
         tags: ['sessions'],
         summary: "Record a provider daemon's usage report and bill the session's elapsed full minutes",
@@ -103,15 +50,14 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
     },
     async (request, reply) => {
       const key = request.headers['idempotency-key'] as string | undefined;
-      const result = await applyUsageUpdate(ctx, toUpdate(request.body, key, request.correlationId));
-      return reply.code(result.duplicate ? 200 : 201).send(result);
+      const result = await applyUsageUpdate(ctx, toUsageUpdate(request.body, key, request.correlationId));
+      return reply.code(result.duplicate ? 200 : 201).send(usageResultJson(ctx, result));
     },
   );
 
   app.post(
     '/api/v1/billing/usage-updates',
     {
-      serializerCompiler: plainJson,
       schema: {
         tags: ['sessions'],
         summary: 'Record several usage reports at once (a daemon with several rented GPUs)',
@@ -137,11 +83,11 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
     },
     async (request) => {
       const settled = await Promise.allSettled(
-        request.body.reports.map((m) => applyUsageUpdate(ctx, toUpdate(m, undefined, request.correlationId))),
+        request.body.reports.map((m) => applyUsageUpdate(ctx, toUsageUpdate(m, undefined, request.correlationId))),
       );
       const results = settled.map((s) => {
         if (s.status === 'fulfilled')
-          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...s.value };
+          return { status: s.value.duplicate ? (200 as const) : (201 as const), ...usageResultJson(ctx, s.value) };
         const err = toAppError(s.reason);
         const status = statusOf(err);
         if (status >= 500) request.log.error({ err: s.reason }, 'usage report failed');

@@ -1,22 +1,16 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
-import type { App } from '@gpu/common';
+import { type App, setNextPage } from '@gpu/common';
 import { z } from 'zod';
 import { ChainUnavailable } from '../adapters/chain.ts';
 import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
-import { createWallet, getWallet, type Wallet } from '../domain/wallets.ts';
+import { createWallet, getWallet } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
 import type { RouteDeps } from './deps.ts';
+import { afterCursor, pageQuery } from './paging.ts';
+import { transactionJson, walletJson } from './presenters.ts';
 import { balanceSchema, problems, solanaAddress, transactionSchema, walletParams, walletSchema } from './schemas.ts';
-
-const walletJson = (w: Wallet) => ({
-  id: w.id,
-  owner_type: w.ownerType,
-  owner_id: w.ownerId,
-  solana_address: w.solanaAddress,
-  created_at: w.createdAt.toISOString(),
-});
 
 const typeList = z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']);
 const statusList = z.enum(['pending', 'confirmed', 'failed']);
@@ -130,37 +124,39 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       schema: {
         tags: ['wallets'],
         summary: 'Transaction history of a wallet, newest first, with filters and cursor pagination',
+        description:
+          'When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page ' +
+          '(rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.',
         params: walletParams,
         querystring: z.object({
-          limit: z.coerce.number().int().min(1).max(200).default(50),
-          cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
+          ...pageQuery,
           type: csv(typeList).describe('one or more types (repeat the parameter or separate with commas)'),
           status: csv(statusList).describe('one or more statuses'),
           from: z.iso.datetime({ offset: true }).optional().describe('created at or after (RFC 3339)'),
           to: z.iso.datetime({ offset: true }).optional().describe('created before (RFC 3339)'),
         }),
         response: {
-          200: z.object({ transactions: z.array(transactionSchema), next_cursor: z.string().nullable() }),
+          200: z.object({
+            transactions: z.array(transactionSchema),
+            next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+          }),
           ...problems(400, 404),
         },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const wallet = await getWallet(db, request.params.walletID);
       const q = request.query;
-      return listTransactions(
-        db,
-        wallet.id,
-        {
-          limit: q.limit,
-          cursor: q.cursor,
-          type: q.type,
-          status: q.status,
-          from: q.from ? new Date(q.from) : undefined,
-          to: q.to ? new Date(q.to) : undefined,
-        },
-        scale,
-      );
+      const page = await listTransactions(db, wallet.id, {
+        limit: q.limit,
+        after: afterCursor(q.cursor),
+        type: q.type,
+        status: q.status,
+        from: q.from ? new Date(q.from) : undefined,
+        to: q.to ? new Date(q.to) : undefined,
+      });
+      setNextPage(request, reply, page.nextCursor);
+      return { transactions: page.items.map((r) => transactionJson(r, scale)), next_cursor: page.nextCursor };
     },
   );
 }

@@ -2,7 +2,7 @@
  * A migrated billing database on the real test PostgreSQL, the app built on
  * it, and helpers to create and fund wallets through the ledger.
  */
-import { createLogger } from '@gpu/common';
+import { createLogger, Outbox } from '@gpu/common';
 import { type Caller, createTestDatabase, injectAs, startTestIssuer, type TestIssuer } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
@@ -11,7 +11,6 @@ import type { Chain } from '../../src/adapters/chain.ts';
 import { billingContext, buildApp } from '../../src/app.ts';
 import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
 import { openBillingDatabase } from '../../src/db/open.ts';
-import { outboxSink } from '../../src/domain/events.ts';
 import { postTransfers } from '../../src/domain/ledger.ts';
 import { Dec } from '../../src/domain/money.ts';
 import type { MarketFactors } from '../../src/domain/pricing.ts';
@@ -54,7 +53,7 @@ export async function setupBilling(opts: SetupOptions = {}) {
     logger,
     db: database.db,
     chain: opts.chain ?? null,
-    events: outboxSink,
+    outbox: new Outbox(),
     market: opts.market,
     now: opts.now,
   };

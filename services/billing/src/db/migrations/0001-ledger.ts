@@ -4,13 +4,9 @@
  * `scale` is the token's decimals, fixed here for the life of the database.
  */
 import { type Kysely, type Migration, sql } from 'kysely';
+import { SYSTEM_ACCOUNT_IDS } from '../system-accounts.ts';
 
-/** Well-known IDs of the system accounts (one each). */
-export const SYSTEM_ACCOUNT_IDS = {
-  chain_incoming: '00000000-0000-4000-8000-000000000001',
-  chain_outgoing: '00000000-0000-4000-8000-000000000002',
-  platform_fees: '00000000-0000-4000-8000-000000000003',
-} as const;
+export { SYSTEM_ACCOUNT_IDS };
 
 export function ledgerMigration(scale: number): Migration {
   const money = sql.raw(`numeric(38, ${scale})`);

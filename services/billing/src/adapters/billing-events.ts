@@ -1,0 +1,39 @@
+/**
+ * Billing's events into common's transactional outbox (`Outbox`): each domain
+ * event becomes one outbox row whose body is the outbox envelope (`event_id`,
+ * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
+ * HTTP answers (routes/presenters.ts): a deposit's or payout's `transaction`,
+ * a session's `session` and, once ended, its `billing_record`.
+ */
+import type { Outbox } from '@gpu/common';
+import type { BillingEvent, BillingEvents } from '../domain/events.ts';
+import { billingRecordJson, type PresentContext, sessionJson, transactionJson } from '../routes/presenters.ts';
+
+/** The data of an event's body. */
+export function eventData(p: PresentContext, e: BillingEvent): object {
+  switch (e.kind) {
+    case 'deposit.rejected':
+      return { wallet_id: e.walletId, signature: e.signature, reason: e.reason };
+    case 'deposit.confirmed':
+      return { transaction: transactionJson(e.transaction, p.scale), source_owner: e.sourceOwner, slot: e.slot };
+    case 'session.started':
+    case 'session.grace_period':
+    case 'session.resumed':
+      return { session: sessionJson(p, e.session) };
+    case 'session.completed':
+    case 'session.terminated':
+      return { session: sessionJson(p, e.session), billing_record: billingRecordJson(e.billingRecord, p.scale) };
+    default:
+      return { transaction: transactionJson(e.transaction, p.scale) };
+  }
+}
+
+/** Billing's events, recorded in `outbox` (nothing is recorded when it is `Outbox.disabled`). */
+export function outboxEvents(outbox: Outbox, p: PresentContext): BillingEvents {
+  return {
+    record: (db, event, correlationId) =>
+      outbox.enabled
+        ? outbox.record(db, [{ kind: event.kind, data: eventData(p, event) }], correlationId)
+        : Promise.resolve(),
+  };
+}

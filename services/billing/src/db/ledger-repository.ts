@@ -1,0 +1,95 @@
+/**
+ * Queries on the double-entry ledger: accounts, their balances and the
+ * `ledger_post` database function (migration 0001) that posts transfers.
+ * Every function takes the database or a transaction; the rules are in
+ * domain/ledger.ts.
+ */
+import { randomUUID } from 'node:crypto';
+import { type Kysely, sql, type Transaction } from 'kysely';
+import type { BillingDB, WalletAccountKind } from './schema.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+const WALLET_KINDS: readonly WalletAccountKind[] = ['available', 'locked', 'pending_out'];
+
+/** Creates a wallet's sub-accounts (available, locked, pending_out), all starting at zero. */
+export async function createWalletAccounts(trx: Db, walletId: string): Promise<void> {
+  await trx
+    .insertInto('ledger_accounts')
+    .values(WALLET_KINDS.map((kind) => ({ id: randomUUID(), wallet_id: walletId, kind, non_negative: true })))
+    .execute();
+}
+
+/** The sub-account IDs of these wallets. */
+export async function walletAccountIds(trx: Db, walletIds: string[]) {
+  return trx
+    .selectFrom('ledger_accounts')
+    .select(['id', 'wallet_id', 'kind'])
+    .where('wallet_id', 'in', walletIds)
+    .execute();
+}
+
+/** One transfer row as `ledger_post` takes it (amount a decimal string at the ledger's scale). */
+export interface TransferRow {
+  id: string;
+  debit_account_id: string;
+  credit_account_id: string;
+  amount: string;
+  code: string;
+  transaction_id: string | null;
+  hold_id: string | null;
+  reverses_transfer_id: string | null;
+}
+
+/**
+ * Posts transfers in one statement (`ledger_post`: locks the accounts in ID order, refuses an overdraft with
+ * SQLSTATE BL402, amounts finer than the scale with BL400, inserts the transfers and updates the balances).
+ */
+export async function postLedgerRows(trx: Db, rows: TransferRow[]): Promise<void> {
+  const col = <K extends keyof TransferRow>(k: K) => rows.map((r) => r[k]);
+  await sql`SELECT ledger_post(${col('id')}::uuid[], ${col('debit_account_id')}::uuid[],
+        ${col('credit_account_id')}::uuid[], ${col('amount')}::numeric[], ${col('code')}::text[],
+        ${col('transaction_id')}::uuid[], ${col('hold_id')}::uuid[], ${col('reverses_transfer_id')}::uuid[])`.execute(
+    trx,
+  );
+}
+
+/** The balances of a wallet's sub-accounts (none for an unknown wallet). */
+export async function walletAccountBalances(db: Db, walletId: string) {
+  return db.selectFrom('ledger_accounts').select(['kind', 'balance']).where('wallet_id', '=', walletId).execute();
+}
+
+/** Locks a wallet's sub-accounts (in ID order, like ledger_post) until the transaction ends; their balances. */
+export async function lockWalletAccounts(trx: Transaction<BillingDB>, walletId: string) {
+  return trx
+    .selectFrom('ledger_accounts')
+    .select(['kind', 'balance'])
+    .where('wallet_id', '=', walletId)
+    .orderBy('id')
+    .forUpdate()
+    .execute();
+}
+
+/** The sum of transfers coded `code` into a wallet's `available` account (a decimal string). */
+export async function creditedToAvailable(db: Db, walletId: string, code: string): Promise<string> {
+  const row = await db
+    .selectFrom('ledger_transfers as t')
+    .innerJoin('ledger_accounts as a', 'a.id', 't.credit_account_id')
+    .select(sql<string>`coalesce(sum(t.amount), 0)`.as('sum'))
+    .where('a.wallet_id', '=', walletId)
+    .where('a.kind', '=', 'available')
+    .where('t.code', '=', code)
+    .executeTakeFirstOrThrow();
+  return row.sum;
+}
+
+/** The ID of the transfer coded `code` that belongs to a transaction record. */
+export async function transferIdOf(trx: Db, transactionId: string, code: string): Promise<string> {
+  const row = await trx
+    .selectFrom('ledger_transfers')
+    .select(['id'])
+    .where('transaction_id', '=', transactionId)
+    .where('code', '=', code)
+    .executeTakeFirstOrThrow();
+  return row.id;
+}

@@ -1,0 +1,129 @@
+/** Queries on rental sessions. Every function takes the database or a transaction. */
+import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
+import type { BillingDB, RentalSessionTable, SessionStatus } from './schema.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+export type SessionRow = Selectable<RentalSessionTable>;
+
+/** A session's row, optionally locked until the transaction ends. */
+export async function findSession(db: Db, id: string, lock = false): Promise<SessionRow | undefined> {
+  let q = db.selectFrom('rental_sessions').selectAll().where('id', '=', id);
+  if (lock) q = q.forUpdate();
+  return q.executeTakeFirst();
+}
+
+/** Writes a new session; its row as stored. */
+export async function insertSession(trx: Db, values: Insertable<RentalSessionTable>): Promise<SessionRow> {
+  return trx.insertInto('rental_sessions').values(values).returningAll().executeTakeFirstOrThrow();
+}
+
+/** What ending a session writes on its row. */
+export type SessionEndChange = Pick<
+  Updateable<RentalSessionTable>,
+  'status' | 'ended_at' | 'end_reason' | 'billed_minutes' | 'total_cost' | 'grace_until' | 'updated_at'
+>;
+
+/** Writes a session's end; its row as stored. */
+export async function updateEndedSession(trx: Db, id: string, change: SessionEndChange): Promise<SessionRow> {
+  return trx.updateTable('rental_sessions').set(change).where('id', '=', id).returningAll().executeTakeFirstOrThrow();
+}
+
+/** Up to `limit` IDs of sessions in `statuses` after `after`, in ID order (the biller's pages). */
+export async function sessionIdsIn(
+  db: Db,
+  statuses: readonly SessionStatus[],
+  after: string,
+  limit: number,
+): Promise<{ id: string }[]> {
+  return db
+    .selectFrom('rental_sessions')
+    .select('id')
+    .where('status', 'in', statuses)
+    .where('id', '>', after)
+    .orderBy('id')
+    .limit(limit)
+    .execute();
+}
+
+/** The session's row locked, if it is in `statuses` and no one else holds its lock (SKIP LOCKED). */
+export async function claimSessionIn(
+  trx: Transaction<BillingDB>,
+  id: string,
+  statuses: readonly SessionStatus[],
+): Promise<SessionRow | undefined> {
+  return trx
+    .selectFrom('rental_sessions')
+    .selectAll()
+    .where('id', '=', id)
+    .where('status', 'in', statuses)
+    .forUpdate()
+    .skipLocked()
+    .executeTakeFirst();
+}
+
+/** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock), each with
+ * its hold's columns (read in the same statement). */
+export async function lockSessionsWithHolds(trx: Transaction<BillingDB>, ids: string[]) {
+  return trx
+    .selectFrom('rental_sessions as s')
+    .leftJoin('holds as h', 'h.id', 's.hold_id')
+    .selectAll('s')
+    .select([
+      'h.wallet_id as hold_wallet_id',
+      'h.status as hold_status',
+      'h.amount as hold_amount',
+      'h.posted as hold_posted',
+      'h.released as hold_released',
+      'h.reference as hold_reference',
+    ])
+    .where(sql<boolean>`s.id = ANY(${ids}::uuid[])`)
+    .orderBy('s.id')
+    .forUpdate('s')
+    .execute();
+}
+
+/** What billing writes on one session: minutes, cost, status, grace, and the newest usage report if any. */
+export interface BilledSession {
+  id: string;
+  minutes: number;
+  /** The session's total cost (a decimal at the scale). */
+  cost: { toFixed(): string };
+  status: SessionStatus;
+  graceUntil: Date | null;
+  usage?: { actualPowerW: string; lastUsageAt: Date };
+}
+
+/** The columns billing writes; the rest of a locked session row cannot change under its lock. */
+export type BilledColumns = Pick<
+  SessionRow,
+  'id' | 'billed_minutes' | 'total_cost' | 'status' | 'grace_until' | 'updated_at' | 'actual_power_w' | 'last_usage_at'
+>;
+
+/** Writes every session's billing (and usage report) in one statement; the written columns by session ID. */
+export async function writeBilledSessions(
+  trx: Transaction<BillingDB>,
+  changes: BilledSession[],
+  now: Date,
+): Promise<Map<string, BilledColumns>> {
+  const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
+  const { rows } = await sql<BilledColumns>`
+    UPDATE rental_sessions AS s SET
+      billed_minutes = v.billed_minutes,
+      total_cost = v.total_cost,
+      status = v.status,
+      grace_until = v.grace_until,
+      updated_at = ${now.toISOString()}::timestamptz,
+      actual_power_w = CASE WHEN v.has_usage THEN v.actual_power_w ELSE s.actual_power_w END,
+      last_usage_at = CASE WHEN v.has_usage THEN v.last_usage_at ELSE s.last_usage_at END
+    FROM unnest(
+      ${col((c) => c.id)}::uuid[], ${col((c) => c.minutes)}::integer[], ${col((c) => c.cost.toFixed())}::numeric[],
+      ${col((c) => c.status)}::text[], ${col((c) => c.graceUntil?.toISOString() ?? null)}::timestamptz[],
+      ${col((c) => c.usage !== undefined)}::boolean[], ${col((c) => c.usage?.actualPowerW ?? null)}::numeric[],
+      ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[]
+    ) AS v(id, billed_minutes, total_cost, status, grace_until, has_usage, actual_power_w, last_usage_at)
+    WHERE s.id = v.id
+    RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.updated_at, s.actual_power_w,
+      s.last_usage_at`.execute(trx);
+  return new Map(rows.map((r) => [r.id, r]));
+}

@@ -1,0 +1,33 @@
+/** Queries on wallets. Every function takes the database or a transaction. */
+import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { BillingDB, OwnerType, WalletTable } from './schema.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+export type WalletRow = Selectable<WalletTable>;
+
+/** Writes a wallet; its row as stored (a unique violation on `wallets_owner_unique` when the owner has one). */
+export async function insertWallet(
+  db: Db,
+  values: { id: string; owner_type: OwnerType; owner_id: string; solana_address: string },
+): Promise<WalletRow> {
+  return db.insertInto('wallets').values(values).returningAll().executeTakeFirstOrThrow();
+}
+
+export async function findWallet(db: Db, id: string): Promise<WalletRow | undefined> {
+  return db.selectFrom('wallets').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** The owner's wallet of the given type. */
+export async function findWalletByOwnerRow(
+  db: Db,
+  ownerType: OwnerType,
+  ownerId: string,
+): Promise<WalletRow | undefined> {
+  return db
+    .selectFrom('wallets')
+    .selectAll()
+    .where('owner_type', '=', ownerType)
+    .where('owner_id', '=', ownerId)
+    .executeTakeFirst();
+}

@@ -1,0 +1,102 @@
+/**
+ * The usage message of a provider daemon, which arrives two ways: as the body of
+ * POST /billing/usage-update(s) and as the payload of a NATS message on
+ * `billing.usage.<session_id>`. One schema validates both, and one mapping
+ * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
+ */
+import { z } from 'zod';
+import type { SessionRow } from './sessions.ts';
+
+/** Whether a JSON value has a NUL character in any key or string (PostgreSQL's jsonb can't store one). */
+function hasNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\0');
+  if (Array.isArray(value)) return value.some(hasNul);
+  if (value && typeof value === 'object') {
+    return Object.entries(value).some(([k, v]) => k.includes('\0') || hasNul(v));
+  }
+  return false;
+}
+
+/** The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). */
+export const usageMessageSchema = z.object({
+  session_id: z.uuid(),
+  timestamp: z.iso.datetime({ offset: true }).describe('when the daemon measured (RFC 3339)'),
+  gpu_utilization: z.number().min(0).max(100).describe('percent'),
+  power_draw_w: z.number().min(0).max(100_000),
+  metrics: z
+    .record(z.string(), z.unknown())
+    .refine((m) => !hasNul(m), 'metrics may not contain NUL characters')
+    .optional()
+    .describe('free-form extra metrics, stored as given (no NUL characters: PostgreSQL jsonb refuses them)'),
+  message_id: z
+    .string()
+    .min(1)
+    .max(255)
+    .refine((id) => !id.includes('\0'), 'message_id may not contain NUL characters')
+    .optional()
+    .describe(
+      'de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), ' +
+        'else the timestamp',
+    ),
+});
+
+export type UsageMessage = z.infer<typeof usageMessageSchema>;
+
+/** One usage report as the domain applies it. */
+export interface UsageUpdate {
+  sessionId: string;
+  /** What makes a report unique within its session: a repeat is applied once. */
+  messageId: string;
+  timestamp: Date;
+  gpuUtilization: number;
+  powerDrawW: number;
+  metrics?: Record<string, unknown>;
+  correlationId?: string;
+}
+
+/**
+ * The domain's update from a message. The message ID is the message's `message_id`, else `fallbackId` (the
+ * Idempotency-Key header over HTTP, the Nats-Msg-Id header over NATS), else the timestamp.
+ */
+export function toUsageUpdate(
+  m: UsageMessage,
+  fallbackId: string | undefined,
+  correlationId: string | undefined,
+): UsageUpdate {
+  const timestamp = new Date(m.timestamp);
+  return {
+    sessionId: m.session_id,
+    messageId: m.message_id ?? fallbackId ?? `ts:${timestamp.toISOString()}`,
+    timestamp,
+    gpuUtilization: m.gpu_utilization,
+    powerDrawW: m.power_draw_w,
+    metrics: m.metrics,
+    correlationId,
+  };
+}
+
+/** A usage record: one applied report, with what its billing charged. */
+export interface UsageRecord {
+  id: string;
+  sessionId: string;
+  messageId: string;
+  /** When the daemon measured. */
+  reportedAt: Date;
+  gpuUtilization: number;
+  powerDrawW: number;
+  metrics: Record<string, unknown> | null;
+  /** The session's billed minutes after this update. */
+  billedMinutes: number;
+  /** Cost billed by this update, at the token's scale. */
+  cost: string;
+  createdAt: Date;
+}
+
+/** What applying one usage update comes to. */
+export interface UsageResult {
+  /** Whether the message had been applied before (nothing changed). */
+  duplicate: boolean;
+  usage: UsageRecord;
+  /** The session once the update's transaction is done. */
+  session: SessionRow;
+}
