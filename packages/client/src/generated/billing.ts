@@ -383,11 +383,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Billing records of ended sessions, newest first, with filters and cursor pagination */
+        /**
+         * Billing records of ended sessions, newest first, with filters and cursor pagination
+         * @description When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         */
         get: {
             parameters: {
                 query?: {
-                    /** @description next_cursor of the previous page */
+                    /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                     cursor?: string;
                     /** @description ended at or after (RFC 3339) */
                     from?: string;
@@ -413,6 +416,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
+                            /** @description the same as `X-Next-Cursor`; null on the last page */
                             next_cursor: string | null;
                             records: {
                                 billed_minutes: number;
@@ -3104,11 +3108,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Transaction history of a wallet, newest first, with filters and cursor pagination */
+        /**
+         * Transaction history of a wallet, newest first, with filters and cursor pagination
+         * @description When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         */
         get: {
             parameters: {
                 query?: {
-                    /** @description next_cursor of the previous page */
+                    /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                     cursor?: string;
                     /** @description created at or after (RFC 3339) */
                     from?: string;
@@ -3136,6 +3143,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
+                            /** @description the same as `X-Next-Cursor`; null on the last page */
                             next_cursor: string | null;
                             transactions: {
                                 amount: string;
