@@ -22,6 +22,8 @@ interface Job {
   workers: number;
   batch: number;
   prefix: string;
+  /** The `authorization` header every request carries (access control is on). */
+  authorization: string;
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
@@ -38,7 +40,11 @@ function post(body: string): Promise<{ status: number; statuses: number[] }> {
         port: job.port,
         method: 'POST',
         path,
-        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        headers: {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+          authorization: job.authorization,
+        },
       },
       (res) => {
         const chunks: Buffer[] = [];

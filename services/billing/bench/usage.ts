@@ -11,7 +11,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
-import { createTestDatabase, testEnv } from '@gpu/common/testing';
+import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
@@ -36,8 +36,13 @@ const NATS_MESSAGES = Number(process.env.BENCH_NATS_MESSAGES ?? 20_000);
 const ADDRESS = '11111111111111111111111111111111';
 
 const testDb = await createTestDatabase('billing_usage_bench');
+// Access control on, as in production: the service trusts a test issuer's keys, and the load generator sends a
+// platform service client's token (a daemon's token acts the same until billing's ownership rules land).
+const issuer = await startTestIssuer({ expiresInSeconds: 24 * 3600 });
+const authorization = (await issuer.client('service')).headers.authorization;
 const config = billingConfigSchema.parse({
   log_level: 'silent',
+  access: issuer.accessConfig,
   database: { url: testDb.url, pool_size: 40 },
   billing: { billing_interval: '0s' },
 });
@@ -49,6 +54,13 @@ const ctx = billingContext(deps);
 const app = await buildApp(deps, ctx);
 await app.listen({ port: 0, host: '127.0.0.1' });
 const { port } = app.server.address() as { port: number };
+// The service really verifies: a report without a token is refused.
+const anonymous = await fetch(`http://127.0.0.1:${port}/api/v1/billing/usage-update`, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: '{}',
+});
+if (anonymous.status !== 401) throw new Error(`expected 401 without a token, got ${anonymous.status}`);
 
 console.log(`starting ${SESSIONS} sessions`);
 const provider = await createWallet(db, {
@@ -133,6 +145,7 @@ async function httpLoad(batch: number, prefix: string): Promise<HttpRun> {
       workers: HTTP_WORKERS,
       batch,
       prefix,
+      authorization,
     }),
   );
   // The service's CPU is counted from the end of the warm-up (the client's `warm` line) to the end of the run.
