@@ -244,4 +244,5 @@ await publisher.close();
 await app.close();
 await database.close();
 await testDb.drop();
+await issuer.close();
 if (!balanced || !exactlyOnce || single.errors + batched.errors > 0) process.exit(1);
