@@ -142,6 +142,10 @@ const services: Proc[] = (
         SOLANA_WS_URL: `ws://127.0.0.1:${ports.solanaWs}`,
         // Written by the localnet's setup: the mint, its decimals and the treasury keypair file.
         BILLING__BLOCKCHAIN__LOCALNET_FILE: path.join(data, 'solana', 'mint.json'),
+        // Who owns a provider machine: asked of the registry with the platform's machine client.
+        PROVIDER_REGISTRY_URL: `http://127.0.0.1:${ports.registry}`,
+        AUTH_URL: `http://127.0.0.1:${ports.auth}`,
+        BILLING_CLIENT_CREDENTIALS_FILE: path.join(authDir, 'clients', 'platform.json'),
       },
     },
   ] as Proc[]

@@ -10,7 +10,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
+import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
@@ -36,10 +36,11 @@ const NATS_MESSAGES = Number(process.env.BENCH_NATS_MESSAGES ?? 20_000);
 const ADDRESS = '11111111111111111111111111111111';
 
 const testDb = await createTestDatabase('billing_usage_bench');
-// Access control on, as in production: the service trusts a test issuer's keys, and the load generator sends a
-// platform service client's token (a daemon's token acts the same until billing's ownership rules land).
+// Access control on, as in production: the service trusts a test issuer's keys, and the load generator sends the
+// token of the daemon acting for the provider machine's owner (checked against each session's provider owner).
 const issuer = await startTestIssuer({ expiresInSeconds: 24 * 3600 });
-const authorization = (await issuer.client('service')).headers.authorization;
+const providerOwner = crypto.randomUUID();
+const authorization = (await issuer.client('daemon', providerOwner)).headers.authorization;
 const config = billingConfigSchema.parse({
   log_level: 'silent',
   access: issuer.accessConfig,
@@ -66,6 +67,7 @@ console.log(`starting ${SESSIONS} sessions`);
 const provider = await createWallet(db, {
   ownerType: 'provider',
   ownerId: crypto.randomUUID(),
+  holderId: providerOwner,
   solanaAddress: ADDRESS,
 });
 const sessions: string[] = [];
@@ -83,6 +85,7 @@ for (let i = 0; i < SESSIONS; i++) {
   const r = await startSession(
     ctx,
     {
+      actor: UNCHECKED_PRINCIPAL,
       userId: ownerId,
       walletId: w.id,
       providerId: provider.ownerId,
@@ -169,7 +172,15 @@ console.log(`NATS: ${NATS_MESSAGES} messages`);
 const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-bench' })) as NatsPublisher;
 const prefix = 'bench.usage';
 const stream = `BENCH_USAGE_${Date.now()}`;
-const consumer = await startUsageConsumer({ connection: publisher.connection, ctx, prefix, logger, stream });
+const consumer = await startUsageConsumer({
+  connection: publisher.connection,
+  ctx,
+  verifier: app.tokenVerifier,
+  prefix,
+  logger,
+  stream,
+});
+const natsHeaders = { Authorization: authorization };
 const natsCpu = process.cpuUsage();
 const natsStarted = Date.now();
 let natsSent = 0;
@@ -177,10 +188,12 @@ const publishing = (async () => {
   const batch: Promise<unknown>[] = [];
   for (let i = 0; i < NATS_MESSAGES; i++) {
     const m = message('nats');
-    batch.push(publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: m.message_id }));
+    batch.push(publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: m.message_id, headers: natsHeaders }));
     natsSent++;
     if (i % 20 === 0) {
-      batch.push(publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: `${m.message_id}-retry` }));
+      batch.push(
+        publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: `${m.message_id}-retry`, headers: natsHeaders }),
+      );
       natsSent++;
     }
     if (batch.length >= 256) await Promise.all(batch.splice(0));

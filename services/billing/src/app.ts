@@ -2,15 +2,17 @@
  * buildApp(deps): the billing service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, durationMs, type Logger, Outbox } from '@gpu/common';
+import { type App, createApp, durationMs, type Logger, Outbox, type TokenVerifier } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import type { Chain } from './adapters/chain.ts';
+import { configuredDirectory } from './adapters/provider-registry.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
+import type { ProviderDirectory } from './domain/provider-directory.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
@@ -34,6 +36,10 @@ export interface BillingDeps {
   market?: MarketFactors;
   /** The clock sessions are billed by (the system clock when absent). */
   now?: () => Date;
+  /** The verifier of access tokens, shared with the NATS usage consumer (built from `access` when absent). */
+  verifier?: TokenVerifier;
+  /** Who owns provider machines; the registry of `provider_registry` when absent (none when its URL is empty). */
+  providers?: ProviderDirectory | null;
 }
 
 /** Model names normalised; a table without `default` gets the contract's default rate. */
@@ -50,6 +56,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
   return {
     db: deps.db,
     chain: deps.chain,
+    providers: deps.providers !== undefined ? deps.providers : configuredDirectory(deps.config.provider_registry),
     events: outboxEvents(deps.outbox ?? Outbox.disabled, { scale, state }),
     logger: deps.logger,
     scale,
@@ -84,6 +91,7 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
       'deposits, withdrawals and provider payouts, pricing, and metered GPU rental sessions billed per minute.',
     config: deps.config,
     logger: deps.logger,
+    verifier: deps.verifier,
     healthChecks: {
       database: () => pingBillingDatabase(deps.db),
       ...(deps.chain ? { solana: () => deps.chain!.ping() } : {}),

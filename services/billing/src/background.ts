@@ -5,7 +5,15 @@
  * sessions every `billing.billing_interval` (domain/biller.ts) and consuming
  * usage updates from NATS when messaging is configured.
  */
-import { durationMs, type EventPublisher, NatsPublisher, type Outbox, OutboxRelay } from '@gpu/common';
+import {
+  durationMs,
+  type EventPublisher,
+  NatsPublisher,
+  type Outbox,
+  OutboxRelay,
+  type TokenVerifier,
+} from '@gpu/common';
+import type { Metric } from 'prom-client';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import { runBillingCycle } from './domain/biller.ts';
@@ -14,6 +22,8 @@ import { reconcilePending } from './domain/reconcile.ts';
 
 export interface Background {
   stop(): Promise<void>;
+  /** Metrics of background work, for the app's registry. */
+  metrics: Metric[];
   /** Health checks of background work that must run (the NATS usage consumer). */
   healthChecks: Record<string, () => Promise<unknown>>;
 }
@@ -22,7 +32,8 @@ export async function startBackground(
   ctx: BillingContext,
   config: BillingConfig,
   publisher: EventPublisher,
-  outbox?: Outbox,
+  outbox: Outbox | undefined,
+  verifier: TokenVerifier | null,
 ): Promise<Background> {
   const relay = publisher.enabled
     ? new OutboxRelay(ctx.db, publisher, { subject: config.messaging.subjects.events, logger: ctx.logger })
@@ -63,6 +74,7 @@ export async function startBackground(
       ? await startUsageConsumer({
           connection: publisher.connection,
           ctx,
+          verifier,
           prefix: config.messaging.subjects.usage,
           logger: ctx.logger,
         })
@@ -70,6 +82,7 @@ export async function startBackground(
 
   return {
     healthChecks: consumer ? { usage_consumer: () => consumer.check() } : {},
+    metrics: consumer?.metrics ?? [],
     async stop() {
       clearInterval(timer);
       clearInterval(billTimer);

@@ -96,6 +96,25 @@ export const billingConfigSchema = z.object({
     })
     .prefault({}),
   /**
+   * Where billing asks who owns a provider machine: the provider registry, called with billing's own machine client
+   * (a `service` client of the auth service: `client_id` and `client_secret`, or `credentials_file`, a JSON file
+   * `{client_id, client_secret}` as auth's bootstrap writes it, read when first needed). An empty `url` leaves the
+   * registry out: provider accounts (provider wallets, rates) are then managed by admins and services only.
+   */
+  provider_registry: z
+    .object({
+      url: z.string().default(''),
+      auth_url: z.string().default('http://127.0.0.1:8000'),
+      client_id: z.string().default(''),
+      client_secret: z.string().default(''),
+      credentials_file: z.string().default(''),
+      /** Time limit of one call (two more attempts follow a failure that may be retried). */
+      timeout: zDuration().default('3s'),
+      /** How long a provider's owner is remembered. */
+      cache_ttl: zDuration().default('60s'),
+    })
+    .prefault({}),
+  /**
    * The shared messaging section: `nats_url` (empty: no events, no NATS usage consumer), `stream` (the JetStream
    * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
    * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`); `enabled: false` turns
@@ -130,6 +149,9 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env): Billing
       TOKEN_MINT: 'blockchain.token_mint',
       TREASURY_ADDRESS: 'blockchain.treasury_address',
       TREASURY_KEYPAIR_PATH: 'blockchain.private_key_path',
+      PROVIDER_REGISTRY_URL: 'provider_registry.url',
+      AUTH_URL: 'provider_registry.auth_url',
+      BILLING_CLIENT_CREDENTIALS_FILE: 'provider_registry.credentials_file',
     },
   });
 }

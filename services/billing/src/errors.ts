@@ -8,6 +8,13 @@ export const billingErrors = {
   walletNotFound: (id: string) => errors.notFound('WALLET_NOT_FOUND', `wallet ${id} not found`),
   providerWalletNotFound: (providerId: string) =>
     errors.notFound('WALLET_NOT_FOUND', `provider ${providerId} has no wallet`),
+  providerNotFound: (providerId: string) =>
+    errors.notFound('PROVIDER_NOT_FOUND', `the provider registry does not know provider ${providerId}`),
+  registryUnavailable: (detail: string, cause?: unknown) =>
+    new AppError('unavailable', 'PROVIDER_REGISTRY_UNAVAILABLE', detail, {
+      cause,
+      headers: { 'retry-after': '5' },
+    }),
   walletExists: (ownerType: string, ownerId: string, walletId: string) =>
     new AppError('conflict', 'WALLET_ALREADY_EXISTS', `${ownerType} ${ownerId} already has a wallet`, {
       extra: { wallet_id: walletId },

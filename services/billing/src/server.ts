@@ -5,7 +5,15 @@
  * reconcile pending withdrawals and payouts, listen, register with Consul,
  * shut down gracefully.
  */
-import { configWarnings, connectPublisher, Outbox, runService, serviceLogger, startOrExit } from '@gpu/common';
+import {
+  accessVerifier,
+  configWarnings,
+  connectPublisher,
+  Outbox,
+  runService,
+  serviceLogger,
+  startOrExit,
+} from '@gpu/common';
 import { type BillingDeps, billingContext, buildApp, SERVICE_NAME } from './app.ts';
 import { startBackground } from './background.ts';
 import { connectChain } from './chain-setup.ts';
@@ -16,6 +24,12 @@ startOrExit(async () => {
   const config = loadBillingConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
+  if (!config.provider_registry.url) {
+    logger.warn(
+      'provider_registry.url is empty: billing cannot tell who owns a provider machine, so provider wallets, ' +
+        'earnings, payouts and rates are for admins and services only',
+    );
+  }
   const database = await openBillingDatabase(config, logger);
   const chain = await connectChain(config, logger);
   const publisher = await connectPublisher({
@@ -24,8 +38,11 @@ startOrExit(async () => {
     stream: { name: config.messaging.stream, subjects: [`${config.messaging.subjects.events}.>`] },
     logger,
   });
+  // One verifier for HTTP requests and NATS usage messages.
+  const verifier = accessVerifier(config);
   const deps: BillingDeps = {
     config,
+    verifier: verifier ?? undefined,
     logger,
     db: database.db,
     chain,
@@ -33,8 +50,9 @@ startOrExit(async () => {
     healthChecks: publisher.enabled ? { nats: () => publisher.ping() } : undefined,
   };
   const ctx = billingContext(deps);
-  const background = await startBackground(ctx, config, publisher, deps.outbox);
+  const background = await startBackground(ctx, config, publisher, deps.outbox, verifier);
   const app = await buildApp({ ...deps, healthChecks: { ...deps.healthChecks, ...background.healthChecks } }, ctx);
+  for (const metric of background.metrics) app.metrics.registerMetric(metric);
   app.addHook('onClose', async () => {
     await background.stop();
     await publisher.close();

@@ -4,7 +4,7 @@
  * must not disturb the rest, and every answer must match the documented schema.
  */
 
-import { isAppError } from '@gpu/common';
+import { isAppError, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { applyUsageBatch, type UsageUpdate } from '../src/domain/usage-updates.ts';
@@ -130,6 +130,7 @@ describe('POST /api/v1/billing/usage-updates', () => {
 
 describe('applyUsageBatch', () => {
   const update = (sessionId: string, messageId: string, extra: Partial<UsageUpdate> = {}): UsageUpdate => ({
+    sender: UNCHECKED_PRINCIPAL,
     sessionId,
     messageId,
     timestamp: clock.now(),

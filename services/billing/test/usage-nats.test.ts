@@ -1,10 +1,10 @@
 /** Usage updates over real NATS JetStream: a durable consumer, duplicates, redelivery, poison messages. */
-import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
+import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
 import { applyUsageUpdate } from '../src/domain/usage-updates.ts';
-import { H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
+import { H100_X1, manualClock, ownedParties, parties, start, startBody } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
@@ -37,6 +37,7 @@ describe('usage over NATS', () => {
     const opts = {
       connection: publisher.connection,
       ctx: h.ctx,
+      verifier: h.app.tokenVerifier,
       prefix,
       logger,
       stream: `USAGE_${suffix}`,
@@ -53,24 +54,27 @@ describe('usage over NATS', () => {
       ...(messageId ? { message_id: messageId } : {}),
     });
 
+    // A platform service's token on every message.
+    const headers = { Authorization: (await h.issuer.client('service')).headers.authorization };
     // Published while no consumer runs: the durable stream keeps them.
     const first = await startUsageConsumer(opts);
     await first.stop();
-    await publisher.publish(`${prefix}.${id}`, msg('u-1', 200), { msgId: 'n-1' });
-    await publisher.publish(`${prefix}.${id}`, msg('u-1', 200), { msgId: 'n-1-resent' }); // the daemon retried
-    await publisher.publish(`${prefix}.${id}`, { nonsense: true }, { msgId: 'n-bad' });
-    await publisher.publish(`${prefix}.${crypto.randomUUID()}`, msg('u-x', 1), { msgId: 'n-other' });
+    await publisher.publish(`${prefix}.${id}`, msg('u-1', 200), { msgId: 'n-1', headers });
+    await publisher.publish(`${prefix}.${id}`, msg('u-1', 200), { msgId: 'n-1-resent', headers }); // a retry
+    await publisher.publish(`${prefix}.${id}`, { nonsense: true }, { msgId: 'n-bad', headers });
+    await publisher.publish(`${prefix}.${crypto.randomUUID()}`, msg('u-x', 1), { msgId: 'n-other', headers });
     // A message whose first delivery was applied but never acknowledged (a crash): redelivered by Nats-Msg-Id.
     clock.advance(60_000);
     await applyUsageUpdate(h.ctx, {
+      sender: UNCHECKED_PRINCIPAL,
       sessionId: id,
       messageId: 'n-2',
       timestamp: clock.now(),
       gpuUtilization: 60,
       powerDrawW: 250,
     });
-    await publisher.publish(`${prefix}.${id}`, msg(undefined, 250), { msgId: 'n-2' });
-    await publisher.publish(`${prefix}.${id}`, msg('u-3', 275), { msgId: 'n-3' });
+    await publisher.publish(`${prefix}.${id}`, msg(undefined, 250), { msgId: 'n-2', headers });
+    await publisher.publish(`${prefix}.${id}`, msg('u-3', 275), { msgId: 'n-3', headers });
 
     const consumer = await startUsageConsumer(opts);
     try {
@@ -110,5 +114,63 @@ describe('usage over NATS', () => {
     } finally {
       await consumer.stop();
     }
+  });
+
+  it("applies only messages signed by the session provider's daemon: others are rejected, counted, never applied", async () => {
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const prefix = `test.usage.${suffix}`;
+    const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
+    const renter = await h.issuer.user(['renter']);
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const otherDaemon = await h.issuer.client('daemon', crypto.randomUUID());
+    const p = await ownedParties(h, '10', renter.id, owner.id);
+    const id = (await start(h, startBody(p, H100_X1))).json().session.id;
+    clock.advance(2 * 60_000);
+    const msg = (messageId: string) => ({
+      session_id: id,
+      timestamp: clock.now().toISOString(),
+      gpu_utilization: 50,
+      power_draw_w: 200,
+      message_id: messageId,
+    });
+    const forged = await h.issuer.sign({ sub: owner.id, roles: ['admin'] }, { forged: true });
+    const send = (messageId: string, authorization?: string) =>
+      publisher.publish(`${prefix}.${id}`, msg(messageId), {
+        msgId: messageId,
+        headers: authorization ? { Authorization: authorization } : {},
+      });
+    const consumer = await startUsageConsumer({
+      connection: publisher.connection,
+      ctx: h.ctx,
+      verifier: h.app.tokenVerifier,
+      prefix,
+      logger,
+      stream: `USAGE_${suffix}`,
+      durable: 'billing-usage',
+    });
+    try {
+      await send('anonymous');
+      await send('forged', `Bearer ${forged}`);
+      await send('garbage', 'Bearer not-a-token');
+      await send('other-daemon', otherDaemon.headers.authorization);
+      await send('renter', renter.headers.authorization);
+      await send('daemon', daemon.headers.authorization);
+      const rejected = consumer.metrics[0]!;
+      const counts = async () =>
+        Object.fromEntries((await rejected.get()).values.map((v) => [String(v.labels.reason), v.value]));
+      const seen = await until(counts, (c) => (c.unauthenticated ?? 0) + (c.forbidden ?? 0) >= 5);
+      await until(
+        () => records(id),
+        (r) => r.length >= 1,
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await records(id)).map((r) => r.message_id)).toEqual(['daemon']);
+      expect(seen).toEqual({ unauthenticated: 3, forbidden: 2 });
+    } finally {
+      await consumer.stop();
+    }
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
   });
 });

@@ -778,6 +778,29 @@ export interface paths {
                         };
                     };
                 };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
             };
         };
         delete?: never;
@@ -797,7 +820,7 @@ export interface paths {
         put?: never;
         /**
          * Record a provider daemon's usage report and bill the session's elapsed full minutes
-         * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 409 SESSION_NOT_ACTIVE for an ended session.
+         * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 409 SESSION_NOT_ACTIVE for an ended session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) reports usage: 403 NOT_SESSION_PROVIDER otherwise.
          */
         post: {
             parameters: {
@@ -1120,7 +1143,7 @@ export interface paths {
         put?: never;
         /**
          * Record several usage reports at once (a daemon with several rented GPUs)
-         * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others.
+         * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others.
          */
         post: {
             parameters: {
@@ -1434,52 +1457,6 @@ export interface paths {
                         };
                     };
                 };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
             };
         };
         delete?: never;
@@ -1521,52 +1498,6 @@ export interface paths {
                             power_rate_per_watt_hour: string;
                             supply_factor: string;
                             vram_rate_per_gb_hour: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
                         };
                     };
                 };
@@ -2069,57 +2000,11 @@ export interface paths {
                         };
                     };
                 };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
             };
         };
         /**
          * Replace a provider's rates; they price its sessions started from now on
-         * @description Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running sessions keep the rates they started with.
+         * @description Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running sessions keep the rates they started with. Only the machine's owner (per the provider registry), an admin or a service sets them: 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND when the registry does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE.
          */
         put: {
             parameters: {
@@ -2243,6 +2128,52 @@ export interface paths {
                         };
                     };
                 };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
             };
         };
         post?: never;
@@ -2261,7 +2192,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a wallet for a user or provider (one per owner and type) */
+        /**
+         * Create a wallet for a user or provider (one per owner and type)
+         * @description A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is (404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2272,6 +2206,11 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description the holding user (admins and services only)
+                         */
+                        holder_id?: string;
                         /** Format: uuid */
                         owner_id: string;
                         /** @enum {string} */
@@ -2290,6 +2229,11 @@ export interface paths {
                     content: {
                         "application/json": {
                             created_at: string;
+                            /**
+                             * Format: uuid
+                             * @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)
+                             */
+                            holder_id: string | null;
                             /** Format: uuid */
                             id: string;
                             /** Format: uuid */
@@ -2348,6 +2292,29 @@ export interface paths {
                 };
                 /** @description RFC 9457 problem details (application/problem+json) */
                 403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                404: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2451,6 +2418,11 @@ export interface paths {
                     content: {
                         "application/json": {
                             created_at: string;
+                            /**
+                             * Format: uuid
+                             * @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)
+                             */
+                            holder_id: string | null;
                             /** Format: uuid */
                             id: string;
                             /** Format: uuid */

@@ -103,9 +103,17 @@ const CORS_EXPOSED_HEADERS = [
 
 /** The app's token verifier, or null when access control is switched off. */
 function verifierFor(opts: CreateAppOptions): TokenVerifier | null {
-  const { access } = opts.config;
+  if (!opts.config.access.enabled) return null;
+  return opts.verifier ?? accessVerifier(opts.config);
+}
+
+/**
+ * The token verifier of a service's `access` section (null when access control is switched off), for work outside
+ * HTTP that authenticates callers the same way (NATS messages); pass it to `createApp` as `verifier` to share it.
+ */
+export function accessVerifier(config: Pick<CreateAppOptions['config'], 'access'>): TokenVerifier | null {
+  const { access } = config;
   if (!access.enabled) return null;
-  if (opts.verifier) return opts.verifier;
   return createTokenVerifier({
     issuer: access.issuer,
     audience: access.audience,

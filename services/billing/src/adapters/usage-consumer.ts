@@ -3,13 +3,20 @@
  * on stream `BILLING_USAGE`, subjects `<usage prefix>.>`, explicit ack) feeds
  * each message to the same domain function as HTTP. The message ID is the
  * payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a
- * re-publish) is applied once. Malformed messages and updates for unknown or
- * ended sessions are acknowledged and logged (never redelivered forever);
- * other failures (the database away) are nak'ed and retried later.
+ * re-publish) is applied once.
+ *
+ * A message carries its sender's access token in an `Authorization: Bearer
+ * <token>` header, verified like an HTTP request's (the same JWKS); the sender
+ * must be allowed to report the session (the provider owner's daemon, an admin
+ * or a service), exactly as over HTTP. A message without a valid token is
+ * rejected and counted (`billing_usage_messages_rejected_total{reason}`),
+ * never applied. Malformed messages, rejected ones and updates for unknown or
+ * ended sessions are terminated and logged (never redelivered forever); other
+ * failures (the database away) are nak'ed and retried later.
  */
 
-import type { NatsPublisher } from '@gpu/common';
-import { ensureStream, isRefusal, type Logger } from '@gpu/common';
+import type { NatsPublisher, Principal, TokenVerifier } from '@gpu/common';
+import { ensureStream, isRefusal, type Logger, principalOf, UNCHECKED_PRINCIPAL, verifyBearer } from '@gpu/common';
 import {
   AckPolicy,
   type ConsumerMessages,
@@ -18,6 +25,7 @@ import {
   jetstream,
   jetstreamManager,
 } from '@nats-io/jetstream';
+import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
@@ -26,6 +34,8 @@ export const USAGE_STREAM = 'BILLING_USAGE';
 export const USAGE_CONSUMER = 'billing-usage';
 
 export interface UsageConsumer {
+  /** Metrics to expose on the app's registry (`app.metrics.registerMetric`). */
+  metrics: Counter[];
   stop(): Promise<void>;
   /** For /health: resolves while messages can flow, rejects naming what is wrong (consumer deleted, ...). */
   check(): Promise<void>;
@@ -43,6 +53,8 @@ const TROUBLE = new Set([
 export interface UsageConsumerOptions {
   connection: NatsPublisher['connection'];
   ctx: BillingContext;
+  /** Verifies each message's token; null only with access control switched off (every message is then trusted). */
+  verifier: TokenVerifier | null;
   /** Subject prefix: messages arrive on `<prefix>.<session_id>`. */
   prefix: string;
   logger: Logger;
@@ -74,6 +86,13 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     });
   }
   const consumer = await jetstream(opts.connection).consumers.get(stream, durable);
+  const rejected = new Counter({
+    name: 'billing_usage_messages_rejected_total',
+    help: 'NATS usage messages rejected and never applied, by reason (malformed, unauthenticated, forbidden, refused)',
+    labelNames: ['reason'] as const,
+    registers: [],
+  });
+  const handling: Handling = { ...opts, rejected };
   const limit = opts.concurrency ?? 512;
   const messages: ConsumerMessages = await consumer.consume({ max_messages: limit });
   // Messages are applied concurrently (up to `limit`), grouped into few database transactions.
@@ -92,7 +111,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
   const loop = (async () => {
     for await (const msg of messages) {
       trouble = null;
-      const p: Promise<void> = handle(opts, msg)
+      const p: Promise<void> = handle(handling, msg)
         .catch((err) => opts.logger.warn({ err: (err as Error).message }, 'usage message handling failed'))
         .finally(() => inFlight.delete(p));
       inFlight.add(p);
@@ -104,6 +123,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     if (!stopping) opts.logger.error('usage consumer stopped receiving messages');
   });
   return {
+    metrics: [rejected],
     async stop() {
       stopping = true;
       await messages.close();
@@ -116,7 +136,15 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
   };
 }
 
-async function handle(opts: UsageConsumerOptions, msg: JsMsg): Promise<void> {
+type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
+
+/** The message's sender, from its `Authorization` header (the unchecked principal with access control off). */
+async function senderOf(opts: Handling, msg: JsMsg): Promise<Principal> {
+  if (!opts.verifier) return UNCHECKED_PRINCIPAL;
+  return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined));
+}
+
+async function handle(opts: Handling, msg: JsMsg): Promise<void> {
   let body: UsageMessage;
   try {
     body = usageMessageSchema.parse(msg.json());
@@ -124,18 +152,35 @@ async function handle(opts: UsageConsumerOptions, msg: JsMsg): Promise<void> {
       throw new Error(`subject ${msg.subject} names another session`);
   } catch (err) {
     opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, 'malformed usage message dropped');
+    opts.rejected.inc({ reason: 'malformed' });
+    msg.term();
+    return;
+  }
+  let sender: Principal;
+  try {
+    sender = await senderOf(opts, msg);
+  } catch (err) {
+    if (!isRefusal(err)) {
+      // The JWKS could not be fetched: not the sender's fault, try again later.
+      opts.logger.warn({ err: (err as Error).message }, 'usage message sender not verified; will retry');
+      msg.nak(5_000);
+      return;
+    }
+    opts.logger.warn({ code: err.code, session_id: body.session_id }, 'unauthenticated usage message rejected');
+    opts.rejected.inc({ reason: 'unauthenticated' });
     msg.term();
     return;
   }
   try {
     await applyUsageUpdate(
       opts.ctx,
-      toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), msg.headers?.get('X-Correlation-ID') || undefined),
+      toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), msg.headers?.get('X-Correlation-ID') || undefined, sender),
     );
     msg.ack();
   } catch (err) {
     if (isRefusal(err)) {
       opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage message refused');
+      opts.rejected.inc({ reason: err.kind === 'forbidden' ? 'forbidden' : 'refused' });
       msg.term();
       return;
     }

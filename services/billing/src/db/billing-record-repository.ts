@@ -16,6 +16,8 @@ export interface BillingRecordFilter {
   status?: ('completed' | 'terminated')[];
   from?: Date;
   to?: Date;
+  /** Only records this user took part in: as the renter or as the provider machine's owner. */
+  partyId?: string;
 }
 
 /** Up to `limit` billing records after `after`, newest end first, each with its cursor time. */
@@ -26,6 +28,10 @@ export async function listBillingRecords(
   limit: number,
 ): Promise<(BillingRecordRow & { cursor_at: string })[]> {
   let q = db.selectFrom('billing_records').selectAll().select(cursorAt('ended_at').as('cursor_at'));
+  if (f.partyId) {
+    const party = f.partyId;
+    q = q.where((eb) => eb.or([eb('user_id', '=', party), eb('provider_owner_id', '=', party)]));
+  }
   if (f.userId) q = q.where('user_id', '=', f.userId);
   if (f.providerId) q = q.where('provider_id', '=', f.providerId);
   if (f.walletId) q = q.where('wallet_id', '=', f.walletId);

@@ -16,6 +16,8 @@ export interface WalletTable {
   id: string;
   owner_type: OwnerType;
   owner_id: string;
+  /** The user who holds the wallet: the owner of a user wallet, the owner of a provider wallet's machine (null: unknown, admins and services only). */
+  holder_id: string | null;
   solana_address: string;
   created_at: Timestamp;
 }
@@ -114,6 +116,8 @@ export interface RentalSessionTable {
   wallet_id: string;
   provider_id: string;
   provider_wallet_id: string;
+  /** The user who owns the provider machine (null: unknown, only admins and services report its usage). */
+  provider_owner_id: string | null;
   job_id: string;
   gpu_model: string;
   gpu_count: number;
@@ -164,6 +168,7 @@ export interface BillingRecordTable {
   wallet_id: string;
   provider_id: string;
   provider_wallet_id: string;
+  provider_owner_id: string | null;
   job_id: string;
   gpu_model: string;
   gpu_count: number;

@@ -6,6 +6,7 @@ import type { BillingDB } from '../db/schema.ts';
 import { BoundedCache } from './bounded-cache.ts';
 import type { BillingEvents } from './events.ts';
 import type { MarketFactors, RateCard } from './pricing.ts';
+import type { ProviderDirectory } from './provider-directory.ts';
 import type { UsageResult, UsageUpdate } from './usage-message.ts';
 
 /** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
@@ -53,6 +54,8 @@ export interface BillingContext {
   db: Kysely<BillingDB>;
   /** Null when the blockchain section is not configured: chain operations refuse with SOLANA_NOT_CONFIGURED. */
   chain: Chain | null;
+  /** Who owns provider machines (the provider registry); null when billing is configured without it. */
+  providers: ProviderDirectory | null;
   /** Where events are recorded (common's outbox, or nowhere without NATS). */
   events: BillingEvents;
   logger: Logger;

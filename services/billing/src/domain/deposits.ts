@@ -7,7 +7,7 @@
  * credit it a single time.
  */
 import { randomUUID } from 'node:crypto';
-import { isRefusal } from '@gpu/common';
+import { isRefusal, type Principal } from '@gpu/common';
 import {
   findBySignature,
   getTransaction,
@@ -20,7 +20,7 @@ import type { BillingContext } from './context.ts';
 import type { KeyClaim } from './idempotency.ts';
 import { postTransfers } from './ledger.ts';
 import { type Dec, parseAmount } from './money.ts';
-import { getWallet } from './wallets.ts';
+import { walletFor } from './wallets.ts';
 
 const isSignatureTaken = (err: unknown) => {
   const e = err as { code?: string; constraint?: string; message?: string };
@@ -41,6 +41,8 @@ export interface DepositRequest {
   /** Optional claimed amount: the transaction must have moved at least this much. */
   amount?: Dec;
   correlationId?: string;
+  /** Who claims it: the wallet's holder (or an admin or service). */
+  actor: Principal;
 }
 
 /** Verifies and credits a deposit; the confirmed deposit transaction. */
@@ -49,7 +51,7 @@ export async function claimDeposit(
   req: DepositRequest,
   idem: KeyClaim<TransactionRow> | null,
 ): Promise<TransactionRow> {
-  const wallet = await getWallet(ctx.db, req.walletId);
+  const wallet = await walletFor(ctx, req.actor, req.walletId);
   const taken = await alreadyCredited(ctx, req.signature);
   if (taken) throw taken;
   if (!ctx.chain) throw billingErrors.chainNotConfigured();

@@ -4,11 +4,14 @@
  * back to the platform's rates. A session freezes the rates it starts with, so
  * changing them never re-prices a running session.
  */
+import type { Principal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import { findProviderRatesRow, upsertProviderRates } from '../db/rates-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
-import type { PricingSettings } from './context.ts';
+import { assertProviderOwner } from './access.ts';
+import type { BillingContext, PricingSettings } from './context.ts';
 import { type HourlyRates, hourlyRates, type PricingInput, type ProviderRateOverrides } from './pricing.ts';
+import { providerOwner } from './provider-owners.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
@@ -50,4 +53,19 @@ export async function putProviderRates(
 export async function ratesFor(db: Db, pricing: PricingSettings, input: PricingInput): Promise<HourlyRates> {
   const overrides = input.providerId ? await findProviderRates(db, input.providerId) : null;
   return hourlyRates(input, pricing.card, overrides, pricing.platformFeePercent, pricing.market);
+}
+
+/**
+ * Sets a provider's rates for its owner (or an admin or service): the owner is its wallet's holder, else the
+ * registry's (PROVIDER_NOT_FOUND when it does not know the machine).
+ */
+export async function setProviderRates(
+  ctx: BillingContext,
+  actor: Principal,
+  providerId: string,
+  rates: ProviderRateOverrides,
+  correlationId?: string,
+): Promise<StoredProviderRates> {
+  assertProviderOwner(actor, providerId, await providerOwner(ctx, providerId, correlationId));
+  return putProviderRates(ctx.db, providerId, rates);
 }

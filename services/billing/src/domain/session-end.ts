@@ -15,11 +15,13 @@
  * still can't be paid is cut to the last full minute the hold covers.
  */
 import { randomUUID } from 'node:crypto';
+import type { Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import { billingRecordOfSession, insertBillingRecord } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { updateEndedSession } from '../db/session-repository.ts';
 import { insertTransactions } from '../db/transaction-repository.ts';
+import { assertSessionParty } from './access.ts';
 import type { BillingContext } from './context.ts';
 import { EARNINGS_TRANSFER_CODE } from './earnings.ts';
 import { postHold } from './holds.ts';
@@ -51,9 +53,12 @@ export async function endSession(
   sessionId: string,
   kind: EndKind,
   correlationId?: string,
+  /** Who ends it: a party of the session (its renter, the provider's owner or daemon) or an admin or service. */
+  actor?: Principal,
 ): Promise<SessionEnd> {
   return ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
+    if (actor) assertSessionParty(actor, session);
     if (!isRunning(session)) {
       return { session, billingRecord: await billingRecordOfSession(trx, sessionId), alreadyEnded: true };
     }
@@ -142,6 +147,7 @@ export async function finishSession(
     wallet_id: session.wallet_id,
     provider_id: session.provider_id,
     provider_wallet_id: session.provider_wallet_id,
+    provider_owner_id: session.provider_owner_id,
     job_id: session.job_id,
     gpu_model: session.gpu_model,
     gpu_count: session.gpu_count,

@@ -7,6 +7,7 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
+import type { Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import { insertSession } from '../db/session-repository.ts';
@@ -18,11 +19,14 @@ import type { KeyClaim } from './idempotency.ts';
 import { lockWalletAvailable } from './ledger.ts';
 import { Dec } from './money.ts';
 import { costOfHours } from './pricing.ts';
+import { registryOwner } from './provider-owners.ts';
 import { ratesFor } from './provider-rates.ts';
 import type { SessionRow } from './sessions.ts';
-import { findWalletByOwner, getWallet } from './wallets.ts';
+import { findWalletByOwner, walletFor } from './wallets.ts';
 
 export interface StartSessionInput {
+  /** Who starts it: the wallet's holder (or an admin or service). */
+  actor: Principal;
   userId: string;
   walletId: string;
   providerId: string;
@@ -61,12 +65,13 @@ export async function startSession(
   input: StartSessionInput,
   idem: KeyClaim<SessionStart> | null,
 ): Promise<SessionStart> {
-  const wallet = await getWallet(ctx.db, input.walletId);
+  const wallet = await walletFor(ctx, input.actor, input.walletId);
   if (wallet.ownerType !== 'user' || wallet.ownerId !== input.userId) {
     throw billingErrors.walletOwnerMismatch(wallet.id, input.userId);
   }
   const providerWallet = await findWalletByOwner(ctx.db, 'provider', input.providerId);
   if (!providerWallet) throw billingErrors.providerWalletNotFound(input.providerId);
+  const providerOwnerId = providerWallet.holderId ?? (await registryOwner(ctx, input.providerId, input.correlationId));
   const rates = await ratesFor(ctx.db, ctx.pricing, input);
   const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
   const initial = Dec.max(
@@ -90,6 +95,7 @@ export async function startSession(
       wallet_id: wallet.id,
       provider_id: input.providerId,
       provider_wallet_id: providerWallet.id,
+      provider_owner_id: providerOwnerId,
       job_id: input.jobId,
       gpu_model: rates.gpuModel,
       gpu_count: input.gpuCount,

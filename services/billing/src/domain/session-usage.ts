@@ -1,4 +1,5 @@
 /** What a session has used so far (GET current-usage) and the billing history (GET history). */
+import type { Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import {
   type BillingRecordFilter,
@@ -6,6 +7,7 @@ import {
   listBillingRecords,
 } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
+import { assertSessionParty, historyScope } from './access.ts';
 import type { BillingContext } from './context.ts';
 import { getHold } from './holds.ts';
 import { type KeysetPosition, keysetPage, type Page } from './keyset.ts';
@@ -34,9 +36,10 @@ export interface CurrentUsage {
   estimatedRemainingMinutes: number;
 }
 
-/** Current usage of a session. */
-export async function currentUsage(ctx: BillingContext, sessionId: string): Promise<CurrentUsage> {
+/** Current usage of a session, for a party of it (its renter, the provider's owner or daemon) or the privileged. */
+export async function currentUsage(ctx: BillingContext, actor: Principal, sessionId: string): Promise<CurrentUsage> {
   const s = await loadSession(ctx.db, sessionId);
+  assertSessionParty(actor, s);
   const hourly = new Dec(s.total_hourly_rate);
   const running = isRunning(s);
   const until = running ? ctx.now() : new Date(s.ended_at ?? s.started_at);
@@ -66,7 +69,15 @@ export interface HistoryFilter extends BillingRecordFilter {
   after?: KeysetPosition;
 }
 
-/** Billing records, newest end first, filtered; `[from, to)` on the end time; keyset pagination. */
-export async function billingHistory(db: Kysely<BillingDB>, f: HistoryFilter): Promise<Page<BillingRecordRow>> {
-  return keysetPage(await listBillingRecords(db, f, f.after, f.limit + 1), f.limit);
+/**
+ * Billing records, newest end first, filtered; `[from, to)` on the end time; keyset pagination. A user (or their
+ * daemon) sees the sessions they rented or provided; admins and services see all.
+ */
+export async function billingHistory(
+  db: Kysely<BillingDB>,
+  actor: Principal,
+  f: HistoryFilter,
+): Promise<Page<BillingRecordRow>> {
+  const scoped = { ...f, partyId: historyScope(actor) };
+  return keysetPage(await listBillingRecords(db, scoped, f.after, f.limit + 1), f.limit);
 }

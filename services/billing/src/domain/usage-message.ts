@@ -4,6 +4,7 @@
  * `billing.usage.<session_id>`. One schema validates both, and one mapping
  * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
  */
+import type { Principal } from '@gpu/common';
 import { z } from 'zod';
 import type { SessionRow } from './sessions.ts';
 
@@ -52,6 +53,8 @@ export interface UsageUpdate {
   powerDrawW: number;
   metrics?: Record<string, unknown>;
   correlationId?: string;
+  /** Who sent it (authenticated over HTTP or by the NATS message's token): must be allowed to report the session. */
+  sender: Principal;
 }
 
 /**
@@ -62,6 +65,7 @@ export function toUsageUpdate(
   m: UsageMessage,
   fallbackId: string | undefined,
   correlationId: string | undefined,
+  sender: Principal,
 ): UsageUpdate {
   const timestamp = new Date(m.timestamp);
   return {
@@ -72,6 +76,7 @@ export function toUsageUpdate(
     powerDrawW: m.power_draw_w,
     metrics: m.metrics,
     correlationId,
+    sender,
   };
 }
 

@@ -23,6 +23,7 @@ import type { BillingDB } from '../db/schema.ts';
 import { lockSessionsWithHolds } from '../db/session-repository.ts';
 import { existingUsageRecords, insertUsageRecords, type UsageRow } from '../db/usage-repository.ts';
 import { billingErrors } from '../errors.ts';
+import { mayReportUsage, notSessionProvider } from './access.ts';
 import type { BillingContext } from './context.ts';
 import { type Hold, toHold } from './holds.ts';
 import { Dec, formatAmount } from './money.ts';
@@ -99,6 +100,7 @@ async function applyInTransaction(
   const verdicts: Verdict[] = updates.map((u, i) => {
     const session = sessions.get(u.sessionId)?.row;
     if (!session) return { kind: 'refused', error: billingErrors.sessionNotFound(u.sessionId) };
+    if (!mayReportUsage(u.sender, session)) return { kind: 'refused', error: notSessionProvider(session.id) };
     const key = recordKey(u.sessionId, u.messageId);
     const before = applied.get(key);
     if (before) return { kind: 'duplicate', sessionId: u.sessionId, record: before };

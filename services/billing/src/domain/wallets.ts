@@ -3,16 +3,22 @@
  * ledger sub-accounts created in the same transaction.
  */
 import { randomUUID } from 'node:crypto';
+import type { Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB, OwnerType } from '../db/schema.ts';
 import { findWallet, findWalletByOwnerRow, insertWallet, type WalletRow } from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
+import { assertMayCreateUserWallet, assertMayNameHolder, assertProviderOwner, assertWalletHolder } from './access.ts';
+import type { BillingContext } from './context.ts';
 import { createWalletAccounts } from './ledger.ts';
+import { registryOwner } from './provider-owners.ts';
 
 export interface Wallet {
   id: string;
   ownerType: OwnerType;
   ownerId: string;
+  /** The user who holds the wallet (null: not known, admins and services only). */
+  holderId: string | null;
   solanaAddress: string;
   createdAt: Date;
 }
@@ -21,6 +27,7 @@ const toWallet = (r: WalletRow): Wallet => ({
   id: r.id,
   ownerType: r.owner_type,
   ownerId: r.owner_id,
+  holderId: r.holder_id,
   solanaAddress: r.solana_address,
   createdAt: new Date(r.created_at),
 });
@@ -33,7 +40,7 @@ const isUniqueViolation = (err: unknown, constraint: string) => {
 /** Creates a wallet; WALLET_ALREADY_EXISTS when the owner already has one of this type. */
 export async function createWallet(
   db: Kysely<BillingDB>,
-  input: { ownerType: OwnerType; ownerId: string; solanaAddress: string },
+  input: { ownerType: OwnerType; ownerId: string; solanaAddress: string; holderId?: string | null },
 ): Promise<Wallet> {
   const id = randomUUID();
   try {
@@ -42,6 +49,7 @@ export async function createWallet(
         id,
         owner_type: input.ownerType,
         owner_id: input.ownerId,
+        holder_id: input.holderId !== undefined ? input.holderId : input.ownerType === 'user' ? input.ownerId : null,
         solana_address: input.solanaAddress,
       });
       await createWalletAccounts(trx, id);
@@ -70,4 +78,41 @@ export async function findWalletByOwner(
 ): Promise<Wallet | null> {
   const row = await findWalletByOwnerRow(db, ownerType, ownerId);
   return row ? toWallet(row) : null;
+}
+
+/** A wallet to open: for a user (`ownerId` the user) or a provider machine (`ownerId` the registry's machine ID). */
+export interface OpenWalletInput {
+  ownerType: OwnerType;
+  ownerId: string;
+  solanaAddress: string;
+  /** The holding user, named by an admin or service only (else: the user, or the machine's owner per the registry). */
+  holderId?: string;
+  correlationId?: string;
+}
+
+/**
+ * Opens a wallet for the actor: a user opens their own user wallet; a provider machine's owner opens its provider
+ * wallet (the owner is asked of the registry: PROVIDER_NOT_FOUND when it does not know the machine). Admins and
+ * services open any, and may name the holder.
+ */
+export async function openWallet(ctx: BillingContext, actor: Principal, input: OpenWalletInput): Promise<Wallet> {
+  let holderId: string | null;
+  if (input.holderId !== undefined) {
+    assertMayNameHolder(actor);
+    holderId = input.holderId;
+  } else if (input.ownerType === 'user') {
+    assertMayCreateUserWallet(actor, input.ownerId);
+    holderId = input.ownerId;
+  } else {
+    holderId = await registryOwner(ctx, input.ownerId, input.correlationId);
+    assertProviderOwner(actor, input.ownerId, holderId);
+  }
+  return createWallet(ctx.db, { ...input, holderId });
+}
+
+/** The wallet, for its holder (or an admin or service): WALLET_NOT_FOUND, or 403 NOT_WALLET_HOLDER for others. */
+export async function walletFor(ctx: BillingContext, actor: Principal, id: string): Promise<Wallet> {
+  const wallet = await getWallet(ctx.db, id);
+  assertWalletHolder(actor, wallet);
+  return wallet;
 }

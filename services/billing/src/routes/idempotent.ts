@@ -52,7 +52,13 @@ export async function runIdempotent(
 ) {
   const key = (request.headers['idempotency-key'] as string | undefined) ?? undefined;
   if (!key) return send(reply, withRequestId(await run(null), request.id), false);
-  const ctx: IdempotencyContext = { key, hash: requestHash(request.method, request.url.split('?')[0]!, request.body) };
+  // A key is the caller's own: scoped to who sends it (and bound to the endpoint by the hash), so one caller's key
+  // never replays another's answer or blocks another's request.
+  const scoped = `${request.principal?.subject ?? 'anonymous'}:${key}`;
+  const ctx: IdempotencyContext = {
+    key: scoped,
+    hash: requestHash(request.method, request.url.split('?')[0]!, request.body),
+  };
   const previous = await stored(opts, ctx);
   if (previous) return send(reply, previous, true);
   try {

@@ -1,10 +1,11 @@
 /** Money in and out of a wallet: deposits (claimed by signature) and withdrawals. */
-import { type App, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { getTransaction } from '../db/transaction-repository.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { claimDeposit } from '../domain/deposits.ts';
-import { getWallet } from '../domain/wallets.ts';
+import { walletFor } from '../domain/wallets.ts';
+import { WALLET_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { depositAnswer, payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
@@ -33,6 +34,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/deposit',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['payments'],
         summary: 'Credit a deposit: verify the token transfer on chain by its signature and credit it once',
@@ -48,7 +50,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           signature,
           amount: amountString.optional().describe('claimed amount: the transfer must have moved at least this'),
         }),
-        response: { 201: transactionSchema, ...problems(400, 404, 409, 422, 503) },
+        response: { 201: transactionSchema, ...problems(400, 403, 404, 409, 422, 503) },
       },
     },
     async (request, reply) =>
@@ -62,6 +64,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
             signature: request.body.signature,
             amount,
             correlationId: request.correlationId,
+            actor: callerOf(request),
           },
           keyClaim(idem, answer),
         );
@@ -72,6 +75,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/withdraw',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['payments'],
         summary: "Withdraw tokens to the wallet's address (or another destination) on chain",
@@ -85,13 +89,13 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           amount: amountString,
           destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
         }),
-        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 404, 409, 502, 503) },
+        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 403, 404, 409, 502, 503) },
       },
     },
     async (request, reply) =>
       runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
         const amount = requestAmount(request.body.amount, ctx.scale);
-        const wallet = await getWallet(ctx.db, request.params.walletID);
+        const wallet = await walletFor(ctx, callerOf(request), request.params.walletID);
         const settled = await startChainPayout(
           withRequestLogger(ctx, request),
           {

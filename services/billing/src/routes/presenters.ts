@@ -220,6 +220,7 @@ export function walletJson(w: Wallet) {
     id: w.id,
     owner_type: w.ownerType,
     owner_id: w.ownerId,
+    holder_id: w.holderId,
     solana_address: w.solanaAddress,
     created_at: w.createdAt.toISOString(),
   };

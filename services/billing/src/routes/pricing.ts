@@ -1,9 +1,10 @@
 /** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
-import { type App, errors } from '@gpu/common';
+import { type App, callerOf, errors } from '@gpu/common';
 import { z } from 'zod';
 import { Dec } from '../domain/money.ts';
 import { formatRate, normalizeModel, quote } from '../domain/pricing.ts';
-import { findProviderRates, putProviderRates, ratesFor } from '../domain/provider-rates.ts';
+import { findProviderRates, ratesFor, setProviderRates } from '../domain/provider-rates.ts';
+import { PROVIDER_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { providerRatesJson, ratesJson } from './presenters.ts';
 import { problems, providerParams } from './schemas.ts';
@@ -55,6 +56,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/pricing/calculate',
     {
+      config: { public: true },
       schema: {
         tags: ['pricing'],
         summary: 'Price a rental: the hourly rate broken down, the total cost and its fee split',
@@ -103,6 +105,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/pricing/rates',
     {
+      config: { public: true },
       schema: {
         tags: ['pricing'],
         summary: "The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee",
@@ -137,6 +140,8 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/provider/:providerID/rates',
     {
+      // What a provider charges is public, like the platform's rates (POST /pricing/calculate applies it anyway).
+      config: { public: true },
       schema: {
         tags: ['providers'],
         summary: "A provider's own rates (empty base_rates and nulls: the platform's rates apply)",
@@ -151,16 +156,19 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.put(
     '/api/v1/provider/:providerID/rates',
     {
+      config: { roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
         summary: "Replace a provider's rates; they price its sessions started from now on",
         description:
           'Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base ' +
           'rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running ' +
-          'sessions keep the rates they started with.',
+          "sessions keep the rates they started with. Only the machine's owner (per the provider registry), an " +
+          'admin or a service sets them: 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND when the registry does not ' +
+          'know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE.',
         params: providerParams,
         body: providerRatesBody,
-        response: { 200: providerRatesSchema, ...problems(400) },
+        response: { 200: providerRatesSchema, ...problems(400, 403, 404, 503) },
       },
     },
     async (request) => {
@@ -173,11 +181,17 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
         }
         baseRates[key] = rate;
       }
-      const stored = await putProviderRates(ctx.db, request.params.providerID, {
-        baseRates,
-        vramRatePerGbHour: request.body.vram_rate_per_gb_hour,
-        powerRatePerWattHour: request.body.power_rate_per_watt_hour,
-      });
+      const stored = await setProviderRates(
+        ctx,
+        callerOf(request),
+        request.params.providerID,
+        {
+          baseRates,
+          vramRatePerGbHour: request.body.vram_rate_per_gb_hour,
+          powerRatePerWattHour: request.body.power_rate_per_watt_hour,
+        },
+        request.correlationId,
+      );
       return providerRatesJson(request.params.providerID, stored);
     },
   );

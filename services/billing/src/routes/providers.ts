@@ -1,13 +1,15 @@
 /** Provider operations: earnings summary and payouts of earnings on chain. */
-import { type App, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { getTransaction } from '../db/transaction-repository.ts';
+import { assertMayReadEarnings, assertWalletHolder } from '../domain/access.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { earningsSummary } from '../domain/earnings.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { Dec } from '../domain/money.ts';
 import { findWalletByOwner, type Wallet } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
+import { EARNINGS_ROLES, PROVIDER_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
@@ -37,6 +39,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/provider/:providerID/earnings',
     {
+      config: { roles: EARNINGS_ROLES },
       schema: {
         tags: ['providers'],
         summary: "A provider's earnings: earned, paid out, pending payouts and what can be paid out now",
@@ -52,19 +55,21 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
             locked: z.string(),
             minimum_payout: z.string(),
           }),
-          ...problems(400, 404),
+          ...problems(400, 403, 404),
         },
       },
     },
-    async (request) =>
-      earningsJson(
-        await earningsSummary(ctx.db, await providerWallet(request.params.providerID), ctx.scale, ctx.minimumPayout),
-      ),
+    async (request) => {
+      const wallet = await providerWallet(request.params.providerID);
+      assertMayReadEarnings(callerOf(request), wallet);
+      return earningsJson(await earningsSummary(ctx.db, wallet, ctx.scale, ctx.minimumPayout));
+    },
   );
 
   app.post(
     '/api/v1/provider/:providerID/payout',
     {
+      config: { roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
         summary: "Pay a provider's earnings out on chain (at least the minimum payout)",
@@ -80,12 +85,13 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
             destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
           })
           .prefault({}),
-        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 404, 409, 502, 503) },
+        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 403, 404, 409, 502, 503) },
       },
     },
     async (request, reply) =>
       runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
         const wallet = await providerWallet(request.params.providerID);
+        assertWalletHolder(callerOf(request), wallet);
         const minimum = new Dec(ctx.minimumPayout);
         let amount: Dec;
         if (request.body.amount !== undefined) {

@@ -56,6 +56,10 @@ export const walletSchema = z.object({
   id: z.uuid(),
   owner_type: z.enum(['user', 'provider']),
   owner_id: z.uuid(),
+  holder_id: z
+    .uuid()
+    .nullable()
+    .describe("the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)"),
   solana_address: z.string(),
   created_at: z.string(),
 });

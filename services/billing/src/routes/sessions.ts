@@ -1,9 +1,10 @@
 /** Rental session routes: start, end, current usage and billing history. */
-import { type App, setNextPage, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, setNextPage, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
 import { type SessionStart, startSession } from '../domain/session-start.ts';
 import { billingHistory, currentUsage } from '../domain/session-usage.ts';
+import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
@@ -25,6 +26,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/start-session',
     {
+      config: { roles: RENTAL_ROLES },
       schema: {
         tags: ['sessions'],
         summary: 'Start a metered GPU rental: check funds, hold the initial period, freeze the rates',
@@ -49,7 +51,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             available_balance: z.string().describe('available after the hold'),
             estimated_runtime_minutes: z.number().int(),
           }),
-          ...problems(400, 402, 404, 409),
+          ...problems(400, 402, 403, 404, 409, 503),
         },
       },
     },
@@ -60,6 +62,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         const started = await startSession(
           ctx,
           {
+            actor: callerOf(request),
             userId: b.user_id,
             walletId: b.wallet_id,
             providerId: b.provider_id,
@@ -79,6 +82,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/end-session',
     {
+      config: { roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
         summary: 'End a rental: bill it per minute (started minutes count), pay provider and fee, release the rest',
@@ -86,7 +90,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         body: z.object({ session_id: z.uuid(), reason: z.string().max(200).optional() }),
         response: {
           200: z.object({ session: sessionSchema, billing_record: billingRecordSchema, already_ended: z.boolean() }),
-          ...problems(400, 404),
+          ...problems(400, 403, 404),
         },
       },
     },
@@ -98,6 +102,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           request.body.session_id,
           { status: 'completed', reason: request.body.reason ?? 'ended' },
           request.correlationId,
+          callerOf(request),
         ),
       ),
   );
@@ -105,6 +110,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/current-usage/:sessionID',
     {
+      config: { roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
         summary: 'Usage of a session so far: elapsed minutes, cost so far, hold left, estimated remaining runtime',
@@ -128,16 +134,17 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             last_usage_at: z.string().nullable(),
             grace_until: z.string().nullable(),
           }),
-          ...problems(400, 404),
+          ...problems(400, 403, 404),
         },
       },
     },
-    async (request) => currentUsageJson(ctx, await currentUsage(ctx, request.params.sessionID)),
+    async (request) => currentUsageJson(ctx, await currentUsage(ctx, callerOf(request), request.params.sessionID)),
   );
 
   app.get(
     '/api/v1/billing/history',
     {
+      config: { roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
         summary: 'Billing records of ended sessions, newest first, with filters and cursor pagination',
@@ -158,13 +165,13 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             records: z.array(billingRecordSchema),
             next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
           }),
-          ...problems(400),
+          ...problems(400, 403),
         },
       },
     },
     async (request, reply) => {
       const q = request.query;
-      const page = await billingHistory(ctx.db, {
+      const page = await billingHistory(ctx.db, callerOf(request), {
         limit: q.limit,
         after: afterCursor(q.cursor),
         userId: q.user_id,

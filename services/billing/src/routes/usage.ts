@@ -1,8 +1,9 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
-import { type App, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
+import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
 import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
+import { USAGE_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { usageResultJson } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
@@ -31,6 +32,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/usage-update',
     {
+      config: { roles: USAGE_ROLES },
       schema: {
         tags: ['sessions'],
         summary: "Record a provider daemon's usage report and bill the session's elapsed full minutes",
@@ -38,19 +40,23 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
           'Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: ' +
           'true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest ' +
           'report by timestamp, so late and out-of-order reports are safe. 409 SESSION_NOT_ACTIVE for an ended ' +
-          'session.',
+          "session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) " +
+          'reports usage: 403 NOT_SESSION_PROVIDER otherwise.',
         headers: idempotencyHeaders,
         body: usageMessageSchema,
         response: {
           201: usageAnswerSchema,
           200: usageAnswerSchema,
-          ...problems(400, 404, 409),
+          ...problems(400, 403, 404, 409),
         },
       },
     },
     async (request, reply) => {
       const key = request.headers['idempotency-key'] as string | undefined;
-      const result = await applyUsageUpdate(ctx, toUsageUpdate(request.body, key, request.correlationId));
+      const result = await applyUsageUpdate(
+        ctx,
+        toUsageUpdate(request.body, key, request.correlationId, callerOf(request)),
+      );
       return reply.code(result.duplicate ? 200 : 201).send(usageResultJson(ctx, result));
     },
   );
@@ -58,6 +64,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/usage-updates',
     {
+      config: { roles: USAGE_ROLES },
       schema: {
         tags: ['sessions'],
         summary: 'Record several usage reports at once (a daemon with several rented GPUs)',
@@ -65,7 +72,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
           `Up to ${MAX_REPORTS_PER_REQUEST} reports, each applied exactly as by POST /billing/usage-update ` +
           '(once per session and message ID; without `message_id` the timestamp names the report). The answer is ' +
           '200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its ' +
-          'problem (404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or ' +
+          'problem (403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or ' +
           'the problem body. One refused report does not affect the others.',
         body: z.object({ reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_REQUEST) }),
         response: {
@@ -82,8 +89,11 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) => {
+      const sender = callerOf(request);
       const settled = await Promise.allSettled(
-        request.body.reports.map((m) => applyUsageUpdate(ctx, toUsageUpdate(m, undefined, request.correlationId))),
+        request.body.reports.map((m) =>
+          applyUsageUpdate(ctx, toUsageUpdate(m, undefined, request.correlationId, sender)),
+        ),
       );
       const results = settled.map((s) => {
         if (s.status === 'fulfilled')

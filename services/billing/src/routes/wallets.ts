@@ -1,12 +1,13 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
-import { type App, setNextPage } from '@gpu/common';
+import { type App, callerOf, setNextPage } from '@gpu/common';
 import { z } from 'zod';
 import { ChainUnavailable } from '../adapters/chain.ts';
 import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
-import { createWallet, getWallet } from '../domain/wallets.ts';
+import { openWallet, walletFor } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
+import { WALLET_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { afterCursor, pageQuery } from './paging.ts';
 import { transactionJson, walletJson } from './presenters.ts';
@@ -23,27 +24,38 @@ const csv = <T extends z.ZodType<string, string>>(item: T) =>
     .optional();
 
 export async function walletRoutes(app: App, deps: RouteDeps) {
-  const { db, scale } = deps.billing;
+  const ctx = deps.billing;
+  const { db, scale } = ctx;
 
   app.post(
     '/api/v1/wallet',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         summary: 'Create a wallet for a user or provider (one per owner and type)',
+        description:
+          'A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the ' +
+          "registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is " +
+          '(404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it ' +
+          'cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. ' +
+          'Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER.',
         body: z.object({
           owner_type: z.enum(['user', 'provider']),
           owner_id: z.uuid(),
           solana_address: solanaAddress,
+          holder_id: z.uuid().optional().describe('the holding user (admins and services only)'),
         }),
-        response: { 201: walletSchema, ...problems(400, 409, 503) },
+        response: { 201: walletSchema, ...problems(400, 403, 404, 409, 503) },
       },
     },
     async (request, reply) => {
-      const wallet = await createWallet(db, {
+      const wallet = await openWallet(ctx, callerOf(request), {
         ownerType: request.body.owner_type,
         ownerId: request.body.owner_id,
         solanaAddress: request.body.solana_address,
+        holderId: request.body.holder_id,
+        correlationId: request.correlationId,
       });
       return reply.code(201).send(walletJson(wallet));
     },
@@ -52,37 +64,39 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         summary: 'Get a wallet',
         params: walletParams,
-        response: { 200: walletSchema, ...problems(400, 404) },
+        response: { 200: walletSchema, ...problems(400, 403, 404) },
       },
     },
-    async (request) => walletJson(await getWallet(db, request.params.walletID)),
+    async (request) => walletJson(await walletFor(ctx, callerOf(request), request.params.walletID)),
   );
 
   app.get(
     '/api/v1/wallet/:walletID/balance',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         summary: 'Get the balance of a wallet: total = available + locked; pending is on its way out',
         params: walletParams,
-        response: { 200: balanceSchema, ...problems(400, 404) },
+        response: { 200: balanceSchema, ...problems(400, 403, 404) },
       },
     },
     async (request) => {
-      const id = request.params.walletID;
-      const balances = await walletBalances(db, id, scale);
-      if (!balances) throw billingErrors.walletNotFound(id);
-      return { wallet_id: id, ...balances, decimals: scale };
+      const wallet = await walletFor(ctx, callerOf(request), request.params.walletID);
+      const balances = await walletBalances(db, wallet.id, scale);
+      return { wallet_id: wallet.id, ...balances!, decimals: scale };
     },
   );
 
   app.get(
     '/api/v1/wallet/:walletID/chain-balance',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         summary:
@@ -96,12 +110,12 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
             token_balance: z.string().describe('tokens, decimal string; "0" when the address has no token account'),
             decimals: z.number().int(),
           }),
-          ...problems(400, 404, 503),
+          ...problems(400, 403, 404, 503),
         },
       },
     },
     async (request) => {
-      const wallet = await getWallet(db, request.params.walletID);
+      const wallet = await walletFor(ctx, callerOf(request), request.params.walletID);
       const chain = deps.billing.chain;
       if (!chain) throw billingErrors.chainNotConfigured();
       try {
@@ -121,6 +135,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID/transactions',
     {
+      config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         summary: 'Transaction history of a wallet, newest first, with filters and cursor pagination',
@@ -140,12 +155,12 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
             transactions: z.array(transactionSchema),
             next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
           }),
-          ...problems(400, 404),
+          ...problems(400, 403, 404),
         },
       },
     },
     async (request, reply) => {
-      const wallet = await getWallet(db, request.params.walletID);
+      const wallet = await walletFor(ctx, callerOf(request), request.params.walletID);
       const q = request.query;
       const page = await listTransactions(db, wallet.id, {
         limit: q.limit,

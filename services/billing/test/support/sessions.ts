@@ -32,6 +32,13 @@ export async function parties(h: BillingHarness, funds: string) {
   return { renter, provider };
 }
 
+/** A renter's wallet held by the user `renterId` and a provider wallet held by the machine's owner `providerOwnerId`. */
+export async function ownedParties(h: BillingHarness, funds: string, renterId: string, providerOwnerId: string) {
+  const renter = await h.fundedWallet(funds, 'user', undefined, { ownerId: renterId });
+  const provider = await h.fundedWallet('0', 'provider', undefined, { holderId: providerOwnerId });
+  return { renter, provider };
+}
+
 export function startBody(
   p: Awaited<ReturnType<typeof parties>>,
   resources: Record<string, unknown> = H100_X1,

@@ -63,12 +63,21 @@ export async function setupBilling(opts: SetupOptions = {}) {
   injectAs(app, admin);
   const db = database.db;
 
-  /** A new wallet (random owner and address) with `funds` credited from chain_incoming. */
-  async function fundedWallet(funds = '0', ownerType: 'user' | 'provider' = 'user', address?: string) {
+  /**
+   * A new wallet (random owner and address unless given) with `funds` credited from chain_incoming; `holderId` is
+   * the holding user of a provider wallet (the machine's owner; none unless given).
+   */
+  async function fundedWallet(
+    funds = '0',
+    ownerType: 'user' | 'provider' = 'user',
+    address?: string,
+    who: { ownerId?: string; holderId?: string } = {},
+  ) {
     const wallet = await createWallet(db, {
       ownerType,
-      ownerId: crypto.randomUUID(),
+      ownerId: who.ownerId ?? crypto.randomUUID(),
       solanaAddress: address ?? Keypair.generate().publicKey.toBase58(),
+      ...(who.holderId ? { holderId: who.holderId } : {}),
     });
     if (new Dec(funds).gt(0)) await credit(wallet.id, funds);
     return wallet;

@@ -2,7 +2,12 @@
 import type { Migration } from 'kysely';
 import { ledgerMigration } from './0001-ledger.ts';
 import { sessionsMigration } from './0002-sessions.ts';
+import { ownershipMigration } from './0003-ownership.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
-  return { '0001-ledger': ledgerMigration(scale), '0002-sessions': sessionsMigration(scale) };
+  return {
+    '0001-ledger': ledgerMigration(scale),
+    '0002-sessions': sessionsMigration(scale),
+    '0003-ownership': ownershipMigration,
+  };
 }

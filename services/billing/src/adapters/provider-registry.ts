@@ -1,0 +1,123 @@
+/**
+ * The provider registry as billing's `ProviderDirectory`: `GET /providers/{id}` with billing's own machine token
+ * (client credentials at the auth service), through the platform's typed client (correlation ID, a time limit per
+ * attempt, bounded retries). Owners are remembered for `cacheTtlMs` (a machine changes owner only by an admin's
+ * hand). An unreachable or failing registry is a 503 PROVIDER_REGISTRY_UNAVAILABLE, never a hang or a 500.
+ */
+import { readFileSync } from 'node:fs';
+import { clientCredentials, registryClient, type TokenSource } from '@gpu/client';
+import { durationMs } from '@gpu/common';
+import type { BillingConfig } from '../config.ts';
+import { BoundedCache } from '../domain/bounded-cache.ts';
+import type { ProviderDirectory } from '../domain/provider-directory.ts';
+import { billingErrors } from '../errors.ts';
+
+export interface RegistryDirectoryOptions {
+  url: string;
+  authUrl: string;
+  /** billing's machine client; `credentialsFile` is read when the first token is needed. */
+  clientId?: string;
+  clientSecret?: string;
+  credentialsFile?: string;
+  timeoutMs: number;
+  cacheTtlMs: number;
+  /** For tests: where tokens come from instead of client credentials. */
+  token?: TokenSource;
+}
+
+/** The machine client's ID and secret, from the options or the credentials file. */
+function credentials(opts: RegistryDirectoryOptions): { clientId: string; clientSecret: string } {
+  if (opts.clientId && opts.clientSecret) return { clientId: opts.clientId, clientSecret: opts.clientSecret };
+  if (!opts.credentialsFile) {
+    throw billingErrors.registryUnavailable(
+      'billing has no machine client for the provider registry (provider_registry.client_id/client_secret or credentials_file)',
+    );
+  }
+  try {
+    const body = JSON.parse(readFileSync(opts.credentialsFile, 'utf8')) as {
+      client_id?: string;
+      client_secret?: string;
+    };
+    if (!body.client_id || !body.client_secret) throw new Error('client_id or client_secret missing');
+    return { clientId: body.client_id, clientSecret: body.client_secret };
+  } catch (err) {
+    throw billingErrors.registryUnavailable(
+      `billing cannot read its machine client from ${opts.credentialsFile}: ${(err as Error).message}`,
+      err,
+    );
+  }
+}
+
+/** A token source made on first use (the credentials file may be written after billing starts). */
+function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
+  let source: TokenSource | undefined;
+  return {
+    async get() {
+      source ??= clientCredentials({ authUrl: opts.authUrl, ...credentials(opts) });
+      try {
+        return await source.get();
+      } catch (err) {
+        throw billingErrors.registryUnavailable(
+          `billing could not get a token for the provider registry: ${(err as Error).message}`,
+          err,
+        );
+      }
+    },
+    invalidate() {
+      source?.invalidate?.();
+    },
+  };
+}
+
+export function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
+  const client = registryClient({
+    baseUrl: opts.url,
+    token: opts.token ?? lazyTokens(opts),
+    timeoutMs: opts.timeoutMs,
+    retries: 2,
+  });
+  const owners = new BoundedCache<{ owner: string; until: number }>(100_000);
+  return {
+    async ownerOf(providerId, correlationId) {
+      const hit = owners.get(providerId);
+      if (hit && hit.until > Date.now()) return hit.owner;
+      const result = await client
+        .GET('/providers/{providerID}', {
+          params: { path: { providerID: providerId } },
+          headers: correlationId ? { 'x-correlation-id': correlationId } : {},
+        })
+        .catch((err: unknown) => {
+          if ((err as { code?: string }).code === 'PROVIDER_REGISTRY_UNAVAILABLE') throw err;
+          throw billingErrors.registryUnavailable(
+            `the provider registry is unreachable: ${(err as Error).message}`,
+            err,
+          );
+        });
+      const status = result.response.status;
+      if (status === 404) return null;
+      if (!result.data) {
+        const problem = (result.error ?? {}) as { code?: string; detail?: string };
+        throw billingErrors.registryUnavailable(
+          `the provider registry answered ${status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
+        );
+      }
+      const owner = result.data.owner_id;
+      owners.set(providerId, { owner, until: Date.now() + opts.cacheTtlMs });
+      return owner;
+    },
+  };
+}
+
+/** The registry configured in `provider_registry`, or null when its URL is empty. */
+export function configuredDirectory(config: BillingConfig['provider_registry']): ProviderDirectory | null {
+  if (!config.url) return null;
+  return registryDirectory({
+    url: config.url,
+    authUrl: config.auth_url,
+    clientId: config.client_id || undefined,
+    clientSecret: config.client_secret || undefined,
+    credentialsFile: config.credentials_file || undefined,
+    timeoutMs: durationMs(config.timeout),
+    cacheTtlMs: durationMs(config.cache_ttl),
+  });
+}

@@ -1,0 +1,84 @@
+/**
+ * Who may do what in billing (the README's access table), as rules the domain applies whichever way an operation
+ * is reached (HTTP, NATS, a background job).
+ *
+ * - A wallet is held by one user: the owner of a user wallet, or the owner of a provider wallet's machine (from
+ *   the provider registry when the wallet is made). Its balance, history, deposits, withdrawals and payouts are for
+ *   that user's own token (never a daemon's: a machine credential on a GPU host moves no money), admins and
+ *   platform services (`isPrivileged`).
+ * - A renter starts sessions on their own user wallet only. A session's renter and the provider machine's owner
+ *   (or the daemon acting for that owner) read and end it; usage is reported only by that owner's daemon (or the
+ *   owner, an admin or a service).
+ * - Billing history shows a user the sessions they rented or provided; admins and services see all.
+ * - Someone else's wallet or session answers 403 (their IDs are random UUIDs: a 404 would hide nothing).
+ */
+import { errors, isPrivileged, mayActFor, type Principal } from '@gpu/common';
+
+const notHolder = (walletId: string) =>
+  errors.forbidden(`wallet ${walletId} belongs to someone else`, 'NOT_WALLET_HOLDER');
+
+/** Whether the actor is the user `userId` itself, with a user's token (not a daemon acting for them). */
+const isUser = (actor: Principal, userId: string | null) =>
+  actor.kind === 'user' && userId !== null && actor.subject === userId;
+
+/** The wallet's holder (or an admin or service) may read it and move its money. */
+export function assertWalletHolder(actor: Principal, wallet: { id: string; holderId: string | null }): void {
+  if (!isPrivileged(actor) && !isUser(actor, wallet.holderId)) throw notHolder(wallet.id);
+}
+
+/** A provider's earnings may also be read by the daemon acting for the machine's owner. */
+export function assertMayReadEarnings(actor: Principal, wallet: { id: string; holderId: string | null }): void {
+  if (wallet.holderId === null ? !isPrivileged(actor) : !mayActFor(actor, wallet.holderId)) throw notHolder(wallet.id);
+}
+
+/** A new wallet for the user `ownerId` is made by that user (or an admin or service). */
+export function assertMayCreateUserWallet(actor: Principal, ownerId: string): void {
+  if (!isPrivileged(actor) && !isUser(actor, ownerId)) {
+    throw errors.forbidden('a user wallet is made by its owner', 'NOT_WALLET_HOLDER');
+  }
+}
+
+/** Only admins and services name a wallet's holder themselves (everyone else's is looked up). */
+export function assertMayNameHolder(actor: Principal): void {
+  if (!isPrivileged(actor)) {
+    throw errors.forbidden("only admins and services name a wallet's holder", 'NOT_WALLET_HOLDER');
+  }
+}
+
+/** A provider account (its wallet, its rates) is managed by the machine's owner (or an admin or service). */
+export function assertProviderOwner(actor: Principal, providerId: string, ownerId: string | null): void {
+  if (!isPrivileged(actor) && !isUser(actor, ownerId)) {
+    throw errors.forbidden(`provider ${providerId} belongs to someone else`, 'NOT_PROVIDER_OWNER');
+  }
+}
+
+/** The parties of a session: its renter and the provider machine's owner. */
+export interface SessionParties {
+  id: string;
+  user_id: string;
+  provider_owner_id: string | null;
+}
+
+const notParty = (sessionId: string) => errors.forbidden(`session ${sessionId} is someone else's`, 'NOT_SESSION_PARTY');
+
+/** The renter, the provider's owner or its daemon (or an admin or service) read and end a session. */
+export function assertSessionParty(actor: Principal, session: SessionParties): void {
+  if (mayActFor(actor, session.user_id)) return;
+  if (session.provider_owner_id !== null && mayActFor(actor, session.provider_owner_id)) return;
+  throw notParty(session.id);
+}
+
+/** Whether the actor may report usage of the session: the provider owner's daemon (or the owner, an admin, a service). */
+export function mayReportUsage(actor: Principal, session: SessionParties): boolean {
+  return isPrivileged(actor) || (session.provider_owner_id !== null && actor.actsFor === session.provider_owner_id);
+}
+
+export const notSessionProvider = (sessionId: string) =>
+  errors.forbidden(`only the daemon of session ${sessionId}'s provider reports its usage`, 'NOT_SESSION_PROVIDER');
+
+/** The user whose records a history list is limited to (undefined: every record, for admins and services). */
+export function historyScope(actor: Principal): string | undefined {
+  if (isPrivileged(actor)) return undefined;
+  if (actor.actsFor === undefined) throw errors.forbidden('billing history is kept per user', 'NOT_SESSION_PARTY');
+  return actor.actsFor;
+}

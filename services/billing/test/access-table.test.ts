@@ -1,0 +1,315 @@
+/**
+ * Who may call which billing route (the README's access table): every route × every kind of caller, with tokens
+ * from the issuer the app trusts, and the rules the table cannot show (a renter against the provider's owner,
+ * history scoped to its parties, money never moved by a daemon, NATS), each as a test of its own.
+ *
+ * In the table the `owner` caller (a user with the provider and renter roles) holds a user wallet, holds the
+ * provider wallet of a machine (`providerId`), and rents that machine; `daemon` acts for `owner`.
+ */
+import {
+  type AccessRule,
+  accessCallers,
+  type CallerName,
+  checkAccessTable,
+  type TableCaller,
+  uninjected,
+} from '@gpu/common/testing';
+import { Keypair } from '@solana/web3.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Wallet } from '../src/domain/wallets.ts';
+import { H100_X1 } from './support/sessions.ts';
+import { useBillingHarness } from './support/setup.ts';
+
+const h = useBillingHarness();
+let callers: Record<CallerName, TableCaller>;
+let ownerWallet: Wallet;
+let providerWallet: Wallet;
+let providerId: string;
+
+beforeAll(async () => {
+  callers = await accessCallers(h.issuer);
+  ownerWallet = await h.fundedWallet('100000', 'user', undefined, { ownerId: callers.owner.id });
+  providerWallet = await h.fundedWallet('1000', 'provider', undefined, { holderId: callers.owner.id });
+  providerId = providerWallet.ownerId;
+});
+
+const address = () => Keypair.generate().publicKey.toBase58();
+
+/** A running session: `owner` rents the machine of `owner`'s provider wallet (started by an admin). */
+async function ownersSession(): Promise<string> {
+  const res = await h.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/start-session',
+    payload: {
+      user_id: callers.owner.id,
+      wallet_id: ownerWallet.id,
+      provider_id: providerId,
+      job_id: crypto.randomUUID(),
+      ...H100_X1,
+    },
+  });
+  expect(res.statusCode).toBe(201);
+  return res.json().session.id;
+}
+
+const report = (sessionId: string) => ({
+  session_id: sessionId,
+  timestamp: new Date().toISOString(),
+  gpu_utilization: 50,
+  power_draw_w: 200,
+  message_id: crypto.randomUUID(),
+});
+
+/** The holder (a user's own token), admins and services; nobody else. */
+const HOLDER = (ok: number) => ({ owner: ok, admin: ok, service: ok, others: 403 }) as const;
+/** A session's parties (renter and provider owner, and that owner's daemon), admins and services. */
+const PARTY = (ok: number) => ({ ...HOLDER(ok), daemon: ok }) as const;
+const EVERYONE = (ok: number) => Object.fromEntries(['others', 'anonymous', 'forged', 'expired'].map((c) => [c, ok]));
+const SIGNATURE = '5'.repeat(88);
+
+function table(): Record<string, AccessRule> {
+  const w = () => `/api/v1/wallet/${ownerWallet.id}`;
+  return {
+    // Opening a wallet for someone else: admins and services only (a user opens their own; see below).
+    'POST /api/v1/wallet': {
+      request: () => ({
+        payload: { owner_type: 'user', owner_id: crypto.randomUUID(), solana_address: address() },
+      }),
+      expect: { admin: 201, service: 201, others: 403 },
+    },
+    'GET /api/v1/wallet/:walletID': { request: () => ({ url: w() }), expect: HOLDER(200) },
+    'GET /api/v1/wallet/:walletID/balance': { request: () => ({ url: `${w()}/balance` }), expect: HOLDER(200) },
+    'GET /api/v1/wallet/:walletID/transactions': {
+      request: () => ({ url: `${w()}/transactions` }),
+      expect: HOLDER(200),
+    },
+    // No chain in this harness: whoever gets past the rule meets 503 SOLANA_NOT_CONFIGURED.
+    'GET /api/v1/wallet/:walletID/chain-balance': {
+      request: () => ({ url: `${w()}/chain-balance` }),
+      expect: HOLDER(503),
+    },
+    'POST /api/v1/wallet/:walletID/deposit': {
+      request: () => ({ url: `${w()}/deposit`, payload: { signature: SIGNATURE } }),
+      expect: HOLDER(503),
+    },
+    'POST /api/v1/wallet/:walletID/withdraw': {
+      request: () => ({ url: `${w()}/withdraw`, payload: { amount: '1' } }),
+      expect: HOLDER(503),
+    },
+    'GET /api/v1/provider/:providerID/earnings': {
+      request: () => ({ url: `/api/v1/provider/${providerId}/earnings` }),
+      expect: PARTY(200),
+    },
+    'POST /api/v1/provider/:providerID/payout': {
+      request: () => ({ url: `/api/v1/provider/${providerId}/payout`, payload: { amount: '10' } }),
+      expect: HOLDER(503),
+    },
+    'GET /api/v1/provider/:providerID/rates': {
+      request: () => ({ url: `/api/v1/provider/${providerId}/rates` }),
+      expect: EVERYONE(200),
+      public: true,
+    },
+    'PUT /api/v1/provider/:providerID/rates': {
+      request: () => ({
+        url: `/api/v1/provider/${providerId}/rates`,
+        payload: { base_rates: {}, vram_rate_per_gb_hour: null, power_rate_per_watt_hour: null },
+      }),
+      expect: HOLDER(200),
+    },
+    'POST /api/v1/pricing/calculate': {
+      request: () => ({ payload: { ...H100_X1 } }),
+      expect: EVERYONE(200),
+      public: true,
+    },
+    'GET /api/v1/pricing/rates': { request: () => ({}), expect: EVERYONE(200), public: true },
+    'POST /api/v1/billing/start-session': {
+      request: () => ({
+        payload: {
+          user_id: callers.owner.id,
+          wallet_id: ownerWallet.id,
+          provider_id: providerId,
+          job_id: crypto.randomUUID(),
+          ...H100_X1,
+        },
+      }),
+      expect: HOLDER(201),
+    },
+    'POST /api/v1/billing/end-session': {
+      request: async () => ({ payload: { session_id: await ownersSession() } }),
+      expect: PARTY(200),
+    },
+    'GET /api/v1/billing/current-usage/:sessionID': {
+      request: async () => ({ url: `/api/v1/billing/current-usage/${await ownersSession()}` }),
+      expect: PARTY(200),
+    },
+    'POST /api/v1/billing/usage-update': {
+      request: async () => ({ payload: report(await ownersSession()) }),
+      expect: PARTY(201),
+    },
+    // Callers with a reporting role get 200 with one result per report (each 403 when not theirs, below).
+    'POST /api/v1/billing/usage-updates': {
+      request: async () => ({ payload: { reports: [report(await ownersSession())] } }),
+      expect: { ...PARTY(200), other_user: 200, other_daemon: 200 },
+    },
+    // Everyone with a user's or daemon's role reads their own history (scoped: below).
+    'GET /api/v1/billing/history': {
+      request: () => ({}),
+      expect: { ...PARTY(200), other_user: 200, renter: 200, other_daemon: 200, others: 403 },
+    },
+  };
+}
+
+const as = (name: CallerName) => callers[name].headers;
+
+describe('access table of billing', () => {
+  it('answers every route as the table says, for every kind of caller, and has a rule for every route', async () => {
+    const report = await checkAccessTable(h.app, callers, table());
+    expect(report).toEqual({ unlisted: [], unknown: [], mismatches: [] });
+  });
+});
+
+describe('billing ownership beyond the table', () => {
+  it('lets a user open their own wallet, never one for someone else, and never name its holder', async () => {
+    const user = await h.issuer.user(['renter']);
+    const open = (headers: Record<string, string>, body: Record<string, unknown>) =>
+      uninjected(h.app)({ method: 'POST', url: '/api/v1/wallet', headers, payload: body });
+    const mine = await open(user.headers, { owner_type: 'user', owner_id: user.id, solana_address: address() });
+    expect(mine.statusCode).toBe(201);
+    expect(mine.json()).toMatchObject({ owner_id: user.id, holder_id: user.id });
+    const named = await open(user.headers, {
+      owner_type: 'provider',
+      owner_id: crypto.randomUUID(),
+      holder_id: user.id,
+      solana_address: address(),
+    });
+    expect(named.statusCode).toBe(403);
+    // Without a provider registry, billing cannot tell who owns a machine: only admins and services open its wallet.
+    const provider = await open(callers.owner.headers, {
+      owner_type: 'provider',
+      owner_id: crypto.randomUUID(),
+      solana_address: address(),
+    });
+    expect(provider.statusCode).toBe(403);
+    expect(provider.json().code).toBe('NOT_PROVIDER_OWNER');
+    // The daemon acting for a user does not open wallets for them.
+    const daemonUser = crypto.randomUUID();
+    const daemon = await h.issuer.client('daemon', daemonUser);
+    expect(
+      (await open(daemon.headers, { owner_type: 'user', owner_id: daemonUser, solana_address: address() })).statusCode,
+    ).toBe(403);
+  });
+
+  it("keeps a renter and the provider's owner apart: the renter never reports usage, the owner's daemon does", async () => {
+    const renter = await h.issuer.user(['renter']);
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const wallet = await h.fundedWallet('100', 'user', undefined, { ownerId: renter.id });
+    const machine = await h.fundedWallet('0', 'provider', undefined, { holderId: owner.id });
+    const call = (headers: Record<string, string>, method: 'GET' | 'POST', url: string, payload?: unknown) =>
+      uninjected(h.app)({ method, url: `/api/v1${url}`, headers, ...(payload ? { payload } : {}) });
+    const body = {
+      user_id: renter.id,
+      wallet_id: wallet.id,
+      provider_id: machine.ownerId,
+      job_id: crypto.randomUUID(),
+      ...H100_X1,
+    };
+    // The provider's owner cannot start a session on the renter's wallet; the renter can.
+    expect((await call(owner.headers, 'POST', '/billing/start-session', body)).statusCode).toBe(403);
+    const started = await call(renter.headers, 'POST', '/billing/start-session', body);
+    expect(started.statusCode).toBe(201);
+    const sessionId = started.json().session.id as string;
+    expect(started.json().session).toMatchObject({ provider_id: machine.ownerId });
+
+    const byRenter = await call(renter.headers, 'POST', '/billing/usage-update', report(sessionId));
+    expect(byRenter.statusCode).toBe(403);
+    expect(byRenter.json().code).toBe('ROLE_REQUIRED');
+    // A renter who is also a provider still reports only for machines they own.
+    const otherProvider = await h.issuer.user(['provider', 'renter']);
+    const byOther = await call(otherProvider.headers, 'POST', '/billing/usage-update', report(sessionId));
+    expect(byOther.statusCode).toBe(403);
+    expect(byOther.json().code).toBe('NOT_SESSION_PROVIDER');
+    const batch = await call(otherProvider.headers, 'POST', '/billing/usage-updates', {
+      reports: [report(sessionId)],
+    });
+    expect(batch.json().results[0]).toMatchObject({ status: 403, problem: { code: 'NOT_SESSION_PROVIDER' } });
+    const records = () => h.db.selectFrom('usage_records').select('id').where('session_id', '=', sessionId).execute();
+    expect(await records()).toHaveLength(0);
+
+    expect((await call(daemon.headers, 'POST', '/billing/usage-update', report(sessionId))).statusCode).toBe(201);
+    expect(await records()).toHaveLength(1);
+    // Both parties read it; the renter ends it.
+    expect((await call(daemon.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(200);
+    expect((await call(renter.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(200);
+    expect((await call(otherProvider.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(403);
+    expect((await call(renter.headers, 'POST', '/billing/end-session', { session_id: sessionId })).statusCode).toBe(
+      200,
+    );
+
+    // History: each party sees the session, nobody else does, whatever filter they send.
+    const ids = async (headers: Record<string, string>, query = '') =>
+      (
+        (await call(headers, 'GET', `/billing/history?limit=200${query}`)).json().records as { session_id: string }[]
+      ).map((r) => r.session_id);
+    expect(await ids(renter.headers)).toEqual([sessionId]);
+    expect(await ids(owner.headers)).toEqual([sessionId]);
+    expect(await ids(daemon.headers)).toEqual([sessionId]);
+    expect(await ids(otherProvider.headers, `&user_id=${renter.id}`)).toEqual([]);
+    expect(await ids(as('admin'), `&user_id=${renter.id}`)).toEqual([sessionId]);
+  });
+
+  it('never lets a daemon move its owner’s money, and keeps a payout to the provider wallet’s holder', async () => {
+    const daemon = callers.daemon.headers;
+    const withdraw = await uninjected(h.app)({
+      method: 'POST',
+      url: `/api/v1/wallet/${ownerWallet.id}/withdraw`,
+      headers: daemon,
+      payload: { amount: '1' },
+    });
+    expect(withdraw.statusCode).toBe(403);
+    const payout = await uninjected(h.app)({
+      method: 'POST',
+      url: `/api/v1/provider/${providerId}/payout`,
+      headers: daemon,
+      payload: { amount: '10' },
+    });
+    expect(payout.statusCode).toBe(403);
+    const stranger = await uninjected(h.app)({
+      method: 'POST',
+      url: `/api/v1/provider/${providerId}/payout`,
+      headers: as('other_user'),
+      payload: { amount: '10' },
+    });
+    expect(stranger.statusCode).toBe(403);
+    expect(stranger.json().code).toBe('NOT_WALLET_HOLDER');
+    expect(await h.balanceOf(providerWallet.id)).toMatchObject({ pending: '0.000000' });
+  });
+
+  it('scopes an Idempotency-Key to its caller: another caller with the same key and body never gets the answer', async () => {
+    const key = `k-${crypto.randomUUID()}`;
+    const body = {
+      user_id: callers.owner.id,
+      wallet_id: ownerWallet.id,
+      provider_id: providerId,
+      job_id: crypto.randomUUID(),
+      ...H100_X1,
+    };
+    const post = (name: CallerName) =>
+      uninjected(h.app)({
+        method: 'POST',
+        url: '/api/v1/billing/start-session',
+        headers: { ...as(name), 'idempotency-key': key },
+        payload: body,
+      });
+    const first = await post('owner');
+    expect(first.statusCode).toBe(201);
+    const replay = await post('owner');
+    expect(replay.statusCode).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.json().session.id).toBe(first.json().session.id);
+    // Someone else replaying the owner's key and body: refused by the rule, not handed the owner's answer.
+    const other = await post('other_user');
+    expect(other.statusCode).toBe(403);
+    expect(other.headers['idempotent-replayed']).toBeUndefined();
+  });
+});
