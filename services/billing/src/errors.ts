@@ -92,6 +92,18 @@ export const billingErrors = {
       `wallet ${walletId} has ${available} available; starting a session needs at least ${minimum}`,
       { extra: { wallet_id: walletId, available, needed: minimum, minimum_balance: minimum } },
     ),
+  unfitDestination: (address: string, problem: 'program' | 'system_address' | 'token_account') => {
+    const why = {
+      program: 'is a program (or a program-owned system account), which cannot hold tokens for anyone',
+      system_address: 'is the system program, which nobody owns',
+      token_account: "is a token account or mint, not an owner: pay the owner's wallet address instead",
+    }[problem];
+    const detail = `destination ${address} ${why}`;
+    return new AppError('invalid', 'INVALID_DESTINATION', detail, {
+      errors: [{ path: 'body.destination', message: detail }],
+      extra: { reason: problem },
+    });
+  },
   chainNotConfigured: () =>
     new AppError(
       'unavailable',

@@ -81,6 +81,30 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
     expect(missing.json().code).toBe('WALLET_NOT_FOUND');
   });
 
+  it('refuses destinations that cannot own tokens (programs, the system address, token accounts) with 400', async () => {
+    const w = await h.fundedWallet('10', 'user', fresh());
+    const { getAssociatedTokenAddressSync, TOKEN_PROGRAM_ID } = await import('@solana/spl-token');
+    const holder = await L.user(1n);
+    const unfit: [string, string][] = [
+      [TOKEN_PROGRAM_ID.toBase58(), 'program'],
+      ['11111111111111111111111111111111', 'system_address'],
+      ['SysvarC1ock11111111111111111111111111111111', 'program'],
+      [L.mint.toBase58(), 'token_account'],
+      [getAssociatedTokenAddressSync(L.mint, holder.publicKey).toBase58(), 'token_account'],
+    ];
+    for (const [destination, reason] of unfit) {
+      const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination });
+      expect(res.statusCode, destination).toBe(400);
+      expect(res.json()).toMatchObject({ code: 'INVALID_DESTINATION', reason });
+      expect(res.json().errors[0].path).toBe('body.destination');
+    }
+    // Nothing left the wallet; the holder of that token account is paid at its owner address.
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '10.000000', pending: '0.000000' });
+    const ok = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination: holder.publicKey.toBase58() });
+    expect(ok.statusCode, ok.body).toBe(200);
+    expect(await L.chain.tokenBalance(holder.publicKey.toBase58())).toBe('2');
+  });
+
   it('reverses the debit and answers 502 when the transfer fails on chain', async () => {
     // The ledger owes more than the treasury holds: the transfer is sent and fails on chain.
     const w = await h.fundedWallet('2000000', 'user', fresh());

@@ -50,6 +50,13 @@ export interface PreparedTransfer {
   lastValidBlockHeight: number;
 }
 
+/**
+ * Why an address cannot receive a payout: a program (or a loader's or sysvar's account), the system address, or
+ * an account of the token program (a token account or a mint) rather than an owner, whose associated token account
+ * would strand the tokens.
+ */
+export type DestinationProblem = 'program' | 'system_address' | 'token_account';
+
 export type SignatureState = 'finalized' | 'confirmed' | 'processed' | 'failed' | 'unknown';
 
 export interface Chain {
@@ -67,6 +74,8 @@ export interface Chain {
     signature: string,
     lastValidBlockHeight?: number,
   ): Promise<{ state: SignatureState; expired: boolean }>;
+  /** Why `address` cannot own the tokens a payout sends, or null when it can (a wallet, a new address). */
+  destinationProblem(address: string): Promise<DestinationProblem | null>;
   /** Token balance (tokens, decimal string) of an owner's associated token account; "0" when it has none. */
   tokenBalance(owner: string): Promise<string>;
   treasuryAddress(): string;

@@ -15,6 +15,8 @@ import {
   createAssociatedTokenAccountIdempotentInstruction,
   createTransferCheckedInstruction,
   getAssociatedTokenAddressSync,
+  TOKEN_2022_PROGRAM_ID,
+  TOKEN_PROGRAM_ID,
   unpackAccount,
   unpackMint,
 } from '@solana/spl-token';
@@ -22,6 +24,7 @@ import {
   Connection,
   Keypair,
   PublicKey,
+  SystemProgram,
   Transaction,
   TransactionInstruction,
   type TransactionSignature,
@@ -31,6 +34,7 @@ import {
   type Chain,
   ChainRejection,
   ChainUnavailable,
+  type DestinationProblem,
   type PreparedTransfer,
   type SignatureState,
   type VerifiedDeposit,
@@ -265,6 +269,16 @@ export class SolanaChain implements Chain {
     return { state: 'unknown', expired: height !== undefined && height > lastValidBlockHeight! };
   }
 
+  async destinationProblem(address: string): Promise<DestinationProblem | null> {
+    const key = new PublicKey(address);
+    if (key.equals(SystemProgram.programId)) return 'system_address';
+    const info = await call('getAccountInfo', () => this.connection.getAccountInfo(key, 'confirmed'));
+    if (!info) return null;
+    if (info.executable || PROGRAM_OWNERS.some((o) => o.equals(info.owner))) return 'program';
+    if (info.owner.equals(TOKEN_PROGRAM_ID) || info.owner.equals(TOKEN_2022_PROGRAM_ID)) return 'token_account';
+    return null;
+  }
+
   async tokenBalance(owner: string): Promise<string> {
     const account = this.ata(new PublicKey(owner));
     const info = await call('getAccountInfo', () => this.connection.getAccountInfo(account, this.commitment));
@@ -283,6 +297,15 @@ export class SolanaChain implements Chain {
     return res.value[0] ?? null;
   }
 }
+
+/** Owners of accounts that are programs' own: the loaders (program data) and the sysvars. */
+const PROGRAM_OWNERS = [
+  'BPFLoaderUpgradeab1e11111111111111111111111',
+  'BPFLoader2111111111111111111111111111111111',
+  'BPFLoader1111111111111111111111111111111111',
+  'NativeLoader1111111111111111111111111111111',
+  'Sysvar1111111111111111111111111111111111111',
+].map((a) => new PublicKey(a));
 
 /** Runs one RPC call; any failure becomes ChainUnavailable. */
 async function call<T>(what: string, fn: () => Promise<T>): Promise<T> {

@@ -69,6 +69,9 @@ export async function startChainPayout(
   }
   let prepared: PreparedTransfer;
   try {
+    // Tokens sent to a program, the system address or a token account (rather than its owner) are stranded.
+    const problem = await ctx.chain.destinationProblem(destination);
+    if (problem) throw billingErrors.unfitDestination(destination, problem);
     prepared = await ctx.chain.prepareTransfer(destination, amount.toFixed());
   } catch (err) {
     throw chainError(err);
