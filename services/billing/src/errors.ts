@@ -104,6 +104,28 @@ export const billingErrors = {
       extra: { reason: problem },
     });
   },
+  addressNotProven: (walletId: string, address: string) =>
+    new AppError(
+      'conflict',
+      'ADDRESS_NOT_PROVEN',
+      `wallet ${walletId} has not proven control of ${address}: sign a challenge first ` +
+        '(POST /wallet/{id}/address-challenge, then POST /wallet/{id}/address-proof)',
+      { extra: { wallet_id: walletId } },
+    ),
+  noAddressChallenge: (walletId: string) =>
+    errors.conflict(
+      'NO_ADDRESS_CHALLENGE',
+      `wallet ${walletId} has no pending address challenge (used or expired): ask for a new one`,
+    ),
+  addressProofInvalid: (address: string) =>
+    new AppError(
+      'unprocessable',
+      'ADDRESS_PROOF_INVALID',
+      `the signature is not ${address}'s signature of the challenge`,
+      {
+        errors: [{ path: 'body.signature', message: 'not a signature of the challenge by the wallet address' }],
+      },
+    ),
   chainNotConfigured: () =>
     new AppError(
       'unavailable',

@@ -78,6 +78,15 @@ function table(): Record<string, AccessRule> {
       expect: { admin: 201, service: 201, others: 403 },
     },
     'GET /api/v1/wallet/:walletID': { request: () => ({ url: w() }), expect: HOLDER(200) },
+    'POST /api/v1/wallet/:walletID/address-challenge': {
+      request: () => ({ url: `${w()}/address-challenge` }),
+      expect: HOLDER(201),
+    },
+    // Whoever gets past the rule finds no pending challenge for this signature (or a proven address: 200).
+    'POST /api/v1/wallet/:walletID/address-proof': {
+      request: () => ({ url: `${w()}/address-proof`, payload: { signature: '1'.repeat(64) } }),
+      expect: HOLDER(422),
+    },
     'GET /api/v1/wallet/:walletID/balance': { request: () => ({ url: `${w()}/balance` }), expect: HOLDER(200) },
     'GET /api/v1/wallet/:walletID/transactions': {
       request: () => ({ url: `${w()}/transactions` }),
@@ -89,8 +98,9 @@ function table(): Record<string, AccessRule> {
       expect: HOLDER(503),
     },
     'POST /api/v1/wallet/:walletID/deposit': {
+      // The owner's address is not proven here: whoever gets past the rule meets 409 ADDRESS_NOT_PROVEN.
       request: () => ({ url: `${w()}/deposit`, payload: { signature: SIGNATURE } }),
-      expect: HOLDER(503),
+      expect: HOLDER(409),
     },
     'POST /api/v1/wallet/:walletID/withdraw': {
       request: () => ({ url: `${w()}/withdraw`, payload: { amount: '1' } }),

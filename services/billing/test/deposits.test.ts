@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { base58Encode } from '../src/adapters/base58.ts';
 import { createWallet, type Wallet } from '../src/domain/wallets.ts';
 import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
-import { setupBilling, useBillingHarness } from './support/setup.ts';
+import { setupBilling, signMessage, useBillingHarness } from './support/setup.ts';
 
 let L: Localnet;
 const h = useBillingHarness(async () => {
@@ -12,16 +12,83 @@ const h = useBillingHarness(async () => {
   return { chain: L.chain };
 });
 
+/** A wallet of the keypair's address, proven by its holder (deposits need a proven address). */
 async function walletFor(kp: Keypair): Promise<Wallet> {
-  return createWallet(h.db, {
+  const wallet = await createWallet(h.db, {
     ownerType: 'user',
     ownerId: crypto.randomUUID(),
     solanaAddress: kp.publicKey.toBase58(),
   });
+  await h.proveAddress(wallet.id, kp);
+  return wallet;
 }
 
 const deposit = (walletId: string, payload: object, headers: Record<string, string> = {}) =>
   h.app.inject({ method: 'POST', url: `/api/v1/wallet/${walletId}/deposit`, payload, headers });
+
+describe('proving a wallet address before deposits', () => {
+  it("credits nothing to a wallet that declared someone else's address: it cannot prove it", async () => {
+    const victim = await L.user(100n);
+    const attacker = Keypair.generate();
+    // The attacker registers the victim's address and tries to claim the victim's deposit first.
+    const stolen = await createWallet(h.db, {
+      ownerType: 'user',
+      ownerId: crypto.randomUUID(),
+      solanaAddress: victim.publicKey.toBase58(),
+    });
+    const signature = await L.transfer(victim, L.treasury.publicKey, 3n * L.unit);
+    const early = await deposit(stolen.id, { signature });
+    expect(early.statusCode).toBe(409);
+    expect(early.json().code).toBe('ADDRESS_NOT_PROVEN');
+    // A signature by any other key does not prove the address.
+    const challenge = await h.app.inject({ method: 'POST', url: `/api/v1/wallet/${stolen.id}/address-challenge` });
+    expect(challenge.statusCode).toBe(201);
+    expect(challenge.json().message).toContain(victim.publicKey.toBase58());
+    const forged = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${stolen.id}/address-proof`,
+      payload: { signature: signMessage(attacker, challenge.json().message) },
+    });
+    expect(forged.statusCode).toBe(422);
+    expect(forged.json().code).toBe('ADDRESS_PROOF_INVALID');
+    expect((await deposit(stolen.id, { signature })).statusCode).toBe(409);
+
+    // The victim proves their own wallet and is credited.
+    const own = await walletFor(victim);
+    expect((await deposit(own.id, { signature })).statusCode).toBe(201);
+    expect(await h.balanceOf(stolen.id)).toMatchObject({ available: '0.000000' });
+  });
+
+  it('uses a challenge once, refuses a signature of another message, and keeps a proof', async () => {
+    const kp = Keypair.generate();
+    const wallet = await createWallet(h.db, {
+      ownerType: 'user',
+      ownerId: crypto.randomUUID(),
+      solanaAddress: kp.publicKey.toBase58(),
+    });
+    const prove = (signature: string) =>
+      h.app.inject({ method: 'POST', url: `/api/v1/wallet/${wallet.id}/address-proof`, payload: { signature } });
+    const none = await prove(signMessage(kp, 'anything'));
+    expect(none.statusCode).toBe(409);
+    expect(none.json().code).toBe('NO_ADDRESS_CHALLENGE');
+    const first = (await h.app.inject({ method: 'POST', url: `/api/v1/wallet/${wallet.id}/address-challenge` })).json();
+    const second = (
+      await h.app.inject({ method: 'POST', url: `/api/v1/wallet/${wallet.id}/address-challenge` })
+    ).json();
+    expect(second.message).not.toBe(first.message);
+    // The older challenge was replaced.
+    expect((await prove(signMessage(kp, first.message))).statusCode).toBe(422);
+    expect((await prove('1'.repeat(64))).statusCode).toBe(422);
+    const ok = await prove(signMessage(kp, second.message));
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json().address_proven_at).toEqual(expect.any(String));
+    const wallet2 = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${wallet.id}` });
+    expect(wallet2.json().address_proven_at).toBe(ok.json().address_proven_at);
+    // Proven stays proven; a malformed signature is a 400.
+    expect((await prove(signMessage(kp, second.message))).statusCode).toBe(200);
+    expect((await prove('not base58 0OIl')).statusCode).toBe(400);
+  });
+});
 
 describe('POST /api/v1/wallet/{id}/deposit', () => {
   it('credits exactly the verified amount, once, and records a confirmed deposit with an event', async () => {
@@ -152,7 +219,7 @@ describe('POST /api/v1/wallet/{id}/deposit', () => {
   });
 
   it('answers 503 SOLANA_UNAVAILABLE when the chain cannot be reached, crediting nothing', async () => {
-    const { app, close } = await setupBillingWithDeadChain();
+    const { app, close, proveAddress } = await setupBillingWithDeadChain();
     try {
       const kp = Keypair.generate();
       const created = await app.inject({
@@ -160,6 +227,7 @@ describe('POST /api/v1/wallet/{id}/deposit', () => {
         url: '/api/v1/wallet',
         payload: { owner_type: 'user', owner_id: crypto.randomUUID(), solana_address: kp.publicKey.toBase58() },
       });
+      await proveAddress(created.json().id, kp);
       const res = await app.inject({
         method: 'POST',
         url: `/api/v1/wallet/${created.json().id}/deposit`,

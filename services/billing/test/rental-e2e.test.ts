@@ -22,6 +22,7 @@ describe('a full rental', () => {
       ownerId: crypto.randomUUID(),
       solanaAddress: kp.publicKey.toBase58(),
     });
+    await h.proveAddress(renter.id, kp);
     const provider = await h.fundedWallet('0', 'provider');
     const signature = await L.transfer(kp, L.treasury.publicKey, 12_500_000n); // 12.5 tokens
     const dep = await h.app.inject({

@@ -2228,6 +2228,8 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
+                            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
+                            address_proven_at: string | null;
                             created_at: string;
                             /**
                              * Format: uuid
@@ -2417,6 +2419,8 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
+                            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
+                            address_proven_at: string | null;
                             created_at: string;
                             /**
                              * Format: uuid
@@ -2529,6 +2533,350 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/wallet/{walletID}/address-challenge": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ask for a one-time message to sign with the wallet address's key (proving the address)
+         * @description Deposits are credited only to a wallet whose holder proved control of its Solana address: sign this `message` (its UTF-8 bytes, ed25519, as a Solana wallet's sign-message does) with the address's key and send the signature to POST /wallet/{id}/address-proof before `expires_at` (10 minutes). A new challenge replaces an older one.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description wallet ID */
+                    walletID: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            expires_at: string;
+                            /** @description the exact text to sign */
+                            message: string;
+                            solana_address: string;
+                            /** Format: uuid */
+                            wallet_id: string;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/wallet/{walletID}/address-proof": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Prove control of the wallet's Solana address with its signature of the challenge
+         * @description 200: the wallet, `address_proven_at` set (again 200 once proven). 409 NO_ADDRESS_CHALLENGE when no challenge is pending (used or expired: ask again); 422 ADDRESS_PROOF_INVALID when the signature is not the address's signature of the pending challenge.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description wallet ID */
+                    walletID: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description base58 of the address key's ed25519 signature of the challenge message */
+                        signature: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
+                            address_proven_at: string | null;
+                            created_at: string;
+                            /**
+                             * Format: uuid
+                             * @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)
+                             */
+                            holder_id: string | null;
+                            /** Format: uuid */
+                            id: string;
+                            /** Format: uuid */
+                            owner_id: string;
+                            /** @enum {string} */
+                            owner_type: "user" | "provider";
+                            solana_address: string;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -2850,7 +3198,7 @@ export interface paths {
         put?: never;
         /**
          * Credit a deposit: verify the token transfer on chain by its signature and credit it once
-         * @description The transfer must move platform tokens from the wallet's registered address into the treasury and be final at the configured commitment. Exactly the verified amount is credited; a signature is credited at most once across all wallets (409 DEPOSIT_ALREADY_CREDITED). Rejections: 404 DEPOSIT_TRANSACTION_NOT_FOUND, 409 DEPOSIT_NOT_FINAL (retry later), 422 DEPOSIT_TRANSACTION_FAILED, DEPOSIT_WRONG_MINT, DEPOSIT_WRONG_RECIPIENT, DEPOSIT_WRONG_SOURCE, DEPOSIT_AMOUNT_TOO_LOW.
+         * @description The transfer must move platform tokens from the wallet's registered address into the treasury and be final at the configured commitment. Exactly the verified amount is credited; a signature is credited at most once across all wallets (409 DEPOSIT_ALREADY_CREDITED). Rejections: 404 DEPOSIT_TRANSACTION_NOT_FOUND, 409 DEPOSIT_NOT_FINAL (retry later), 422 DEPOSIT_TRANSACTION_FAILED, DEPOSIT_WRONG_MINT, DEPOSIT_WRONG_RECIPIENT, DEPOSIT_WRONG_SOURCE, DEPOSIT_AMOUNT_TOO_LOW; 409 ADDRESS_NOT_PROVEN until the holder proved control of the wallet address (address-challenge, then address-proof).
          */
         post: {
             parameters: {

@@ -19,6 +19,10 @@ export interface WalletTable {
   /** The user who holds the wallet: the owner of a user wallet, the owner of a provider wallet's machine (null: unknown, admins and services only). */
   holder_id: string | null;
   solana_address: string;
+  /** When the holder proved control of `solana_address` (signed a challenge); null: not proven, no deposits. */
+  address_proven_at: Date | null;
+  address_challenge: string | null;
+  address_challenge_expires_at: Date | null;
   created_at: Timestamp;
 }
 

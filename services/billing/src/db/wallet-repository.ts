@@ -31,3 +31,31 @@ export async function findWalletByOwnerRow(
     .where('owner_id', '=', ownerId)
     .executeTakeFirst();
 }
+
+/** Stores a wallet's pending address challenge (replacing any earlier one). */
+export async function setAddressChallenge(db: Db, id: string, challenge: string, expiresAt: Date): Promise<void> {
+  await db
+    .updateTable('wallets')
+    .set({ address_challenge: challenge, address_challenge_expires_at: expiresAt })
+    .where('id', '=', id)
+    .execute();
+}
+
+/**
+ * Marks the address proven by the answer to `challenge`, once: only while that challenge is still the wallet's
+ * (a concurrent proof or a newer challenge wins). The row after the change, or undefined when it did not apply.
+ */
+export async function markAddressProven(
+  db: Db,
+  id: string,
+  challenge: string,
+  at: Date,
+): Promise<WalletRow | undefined> {
+  return db
+    .updateTable('wallets')
+    .set({ address_proven_at: at, address_challenge: null, address_challenge_expires_at: null })
+    .where('id', '=', id)
+    .where('address_challenge', '=', challenge)
+    .returningAll()
+    .executeTakeFirst();
+}

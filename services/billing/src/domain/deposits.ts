@@ -52,6 +52,7 @@ export async function claimDeposit(
   idem: KeyClaim<TransactionRow> | null,
 ): Promise<TransactionRow> {
   const wallet = await walletFor(ctx, req.actor, req.walletId);
+  if (!wallet.addressProvenAt) throw billingErrors.addressNotProven(wallet.id, wallet.solanaAddress);
   const taken = await alreadyCredited(ctx, req.signature);
   if (taken) throw taken;
   if (!ctx.chain) throw billingErrors.chainNotConfigured();

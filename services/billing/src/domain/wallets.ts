@@ -20,15 +20,18 @@ export interface Wallet {
   /** The user who holds the wallet (null: not known, admins and services only). */
   holderId: string | null;
   solanaAddress: string;
+  /** When the holder proved control of the address (address-proof.ts); null: not yet, no deposits. */
+  addressProvenAt: Date | null;
   createdAt: Date;
 }
 
-const toWallet = (r: WalletRow): Wallet => ({
+export const toWallet = (r: WalletRow): Wallet => ({
   id: r.id,
   ownerType: r.owner_type,
   ownerId: r.owner_id,
   holderId: r.holder_id,
   solanaAddress: r.solana_address,
+  addressProvenAt: r.address_proven_at ? new Date(r.address_proven_at) : null,
   createdAt: new Date(r.created_at),
 });
 

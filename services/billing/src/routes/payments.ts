@@ -43,7 +43,9 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           'final at the configured commitment. Exactly the verified amount is credited; a signature is credited ' +
           'at most once across all wallets (409 DEPOSIT_ALREADY_CREDITED). Rejections: 404 ' +
           'DEPOSIT_TRANSACTION_NOT_FOUND, 409 DEPOSIT_NOT_FINAL (retry later), 422 DEPOSIT_TRANSACTION_FAILED, ' +
-          'DEPOSIT_WRONG_MINT, DEPOSIT_WRONG_RECIPIENT, DEPOSIT_WRONG_SOURCE, DEPOSIT_AMOUNT_TOO_LOW.',
+          'DEPOSIT_WRONG_MINT, DEPOSIT_WRONG_RECIPIENT, DEPOSIT_WRONG_SOURCE, DEPOSIT_AMOUNT_TOO_LOW; 409 ' +
+          'ADDRESS_NOT_PROVEN until the holder proved control of the wallet address (address-challenge, then ' +
+          'address-proof).',
         params: walletParams,
         headers: idempotencyHeaders,
         body: z.object({

@@ -222,6 +222,7 @@ export function walletJson(w: Wallet) {
     owner_id: w.ownerId,
     holder_id: w.holderId,
     solana_address: w.solanaAddress,
+    address_proven_at: w.addressProvenAt?.toISOString() ?? null,
     created_at: w.createdAt.toISOString(),
   };
 }

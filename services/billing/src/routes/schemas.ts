@@ -61,6 +61,10 @@ export const walletSchema = z.object({
     .nullable()
     .describe("the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)"),
   solana_address: z.string(),
+  address_proven_at: z
+    .string()
+    .nullable()
+    .describe('when the holder proved control of the address (null: not yet; deposits need it)'),
   created_at: z.string(),
 });
 

@@ -2,6 +2,7 @@
 import { type App, callerOf, setNextPage } from '@gpu/common';
 import { z } from 'zod';
 import { ChainUnavailable } from '../adapters/chain.ts';
+import { issueAddressChallenge, proveAddress } from '../domain/address-proof.ts';
 import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
@@ -73,6 +74,66 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) => walletJson(await walletFor(ctx, callerOf(request), request.params.walletID)),
+  );
+
+  app.post(
+    '/api/v1/wallet/:walletID/address-challenge',
+    {
+      config: { roles: WALLET_ROLES },
+      schema: {
+        tags: ['wallets'],
+        summary: "Ask for a one-time message to sign with the wallet address's key (proving the address)",
+        description:
+          'Deposits are credited only to a wallet whose holder proved control of its Solana address: sign this ' +
+          "`message` (its UTF-8 bytes, ed25519, as a Solana wallet's sign-message does) with the address's key and " +
+          'send the signature to POST /wallet/{id}/address-proof before `expires_at` (10 minutes). A new challenge ' +
+          'replaces an older one.',
+        params: walletParams,
+        response: {
+          201: z.object({
+            wallet_id: z.uuid(),
+            solana_address: z.string(),
+            message: z.string().describe('the exact text to sign'),
+            expires_at: z.string(),
+          }),
+          ...problems(400, 403, 404),
+        },
+      },
+    },
+    async (request, reply) => {
+      const c = await issueAddressChallenge(ctx, callerOf(request), request.params.walletID);
+      return reply.code(201).send({
+        wallet_id: c.walletId,
+        solana_address: c.solanaAddress,
+        message: c.message,
+        expires_at: c.expiresAt.toISOString(),
+      });
+    },
+  );
+
+  app.post(
+    '/api/v1/wallet/:walletID/address-proof',
+    {
+      config: { roles: WALLET_ROLES },
+      schema: {
+        tags: ['wallets'],
+        summary: "Prove control of the wallet's Solana address with its signature of the challenge",
+        description:
+          '200: the wallet, `address_proven_at` set (again 200 once proven). 409 NO_ADDRESS_CHALLENGE when no ' +
+          'challenge is pending (used or expired: ask again); 422 ADDRESS_PROOF_INVALID when the signature is not ' +
+          "the address's signature of the pending challenge.",
+        params: walletParams,
+        body: z.object({
+          signature: z
+            .string()
+            .regex(/^[1-9A-HJ-NP-Za-km-z]{64,90}$/, 'must be a base58 ed25519 signature (64 bytes)')
+            .describe("base58 of the address key's ed25519 signature of the challenge message"),
+        }),
+        response: { 200: walletSchema, ...problems(400, 403, 404, 409, 422) },
+      },
+    },
+    async (request) =>
+      walletJson(await proveAddress(ctx, callerOf(request), request.params.walletID, request.body.signature)),
   );
 
   app.get(

@@ -2,11 +2,14 @@
  * A migrated billing database on the real test PostgreSQL, the app built on
  * it, and helpers to create and fund wallets through the ledger.
  */
+
+import { createPrivateKey, sign } from 'node:crypto';
 import { createLogger, Outbox } from '@gpu/common';
 import { type Caller, createTestDatabase, injectAs, startTestIssuer, type TestIssuer } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
 import { afterAll, beforeAll } from 'vitest';
+import { base58Encode } from '../../src/adapters/base58.ts';
 import type { Chain } from '../../src/adapters/chain.ts';
 import { billingContext, buildApp } from '../../src/app.ts';
 import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
@@ -23,6 +26,16 @@ export interface SetupOptions {
   market?: MarketFactors;
   /** The billing clock (the system clock when absent). */
   now?: () => Date;
+}
+
+/** The base58 ed25519 signature of `message` by a Solana keypair, as a wallet's sign-message makes it. */
+export function signMessage(kp: Keypair, message: string): string {
+  const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString('base64url');
+  const key = createPrivateKey({
+    key: { kty: 'OKP', crv: 'Ed25519', d: b64(kp.secretKey.slice(0, 32)), x: b64(kp.secretKey.slice(32)) },
+    format: 'jwk',
+  });
+  return base58Encode(sign(null, Buffer.from(message, 'utf8'), key));
 }
 
 let identities: Promise<{ issuer: TestIssuer; admin: Caller }> | undefined;
@@ -135,6 +148,24 @@ export async function setupBilling(opts: SetupOptions = {}) {
     return { problems, accounts };
   }
 
+  /** Proves the wallet's address with its keypair (challenge, signature, proof), as its holder would. */
+  async function proveAddress(walletId: string, kp: Keypair, headers: Record<string, string> = {}) {
+    const challenge = await app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${walletId}/address-challenge`,
+      headers,
+    });
+    if (challenge.statusCode !== 201) throw new Error(`challenge: ${challenge.statusCode} ${challenge.body}`);
+    const proof = await app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${walletId}/address-proof`,
+      headers,
+      payload: { signature: signMessage(kp, challenge.json().message) },
+    });
+    if (proof.statusCode !== 200) throw new Error(`proof: ${proof.statusCode} ${proof.body}`);
+    return proof.json();
+  }
+
   async function balanceOf(walletId: string) {
     const res = await app.inject({ method: 'GET', url: `/api/v1/wallet/${walletId}/balance` });
     return res.json() as { total: string; available: string; locked: string; pending: string };
@@ -149,6 +180,7 @@ export async function setupBilling(opts: SetupOptions = {}) {
     config,
     fundedWallet,
     credit,
+    proveAddress,
     balanceOf,
     assertLedgerConsistent,
     async close() {

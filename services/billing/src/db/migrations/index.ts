@@ -3,11 +3,13 @@ import type { Migration } from 'kysely';
 import { ledgerMigration } from './0001-ledger.ts';
 import { sessionsMigration } from './0002-sessions.ts';
 import { ownershipMigration } from './0003-ownership.ts';
+import { addressProofMigration } from './0004-address-proof.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
     '0001-ledger': ledgerMigration(scale),
     '0002-sessions': sessionsMigration(scale),
     '0003-ownership': ownershipMigration,
+    '0004-address-proof': addressProofMigration,
   };
 }
