@@ -70,6 +70,11 @@ export function billingContext(deps: BillingDeps): BillingContext {
       },
       platformFeePercent: deps.config.pricing.platform_fee_percent,
       market: deps.market ?? neutralMarket,
+      providerLimits: {
+        baseRate: deps.config.pricing.provider_rate_limits.base_rate,
+        vramRatePerGbHour: deps.config.pricing.provider_rate_limits.vram_rate_per_gb_hour,
+        powerRatePerWattHour: deps.config.pricing.provider_rate_limits.power_rate_per_watt_hour,
+      },
     },
     sessions: {
       initialPeriodMs: durationMs(deps.config.billing.initial_period),

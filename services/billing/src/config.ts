@@ -80,6 +80,14 @@ export const billingConfigSchema = z.object({
       power_rate_per_watt_hour: zDecimal().default('0.001'),
       /** Platform fee in percent of a session's cost. */
       platform_fee_percent: zDecimal().default('5'),
+      /** The highest rates a provider may set (PUT /provider/{id}/rates): per GPU-hour, per GB-hour, per W-hour. */
+      provider_rate_limits: z
+        .object({
+          base_rate: zDecimal().default('1000'),
+          vram_rate_per_gb_hour: zDecimal().default('10'),
+          power_rate_per_watt_hour: zDecimal().default('1'),
+        })
+        .prefault({}),
     })
     .prefault({}),
   billing: z

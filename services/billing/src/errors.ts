@@ -126,6 +126,27 @@ export const billingErrors = {
         errors: [{ path: 'body.signature', message: 'not a signature of the challenge by the wallet address' }],
       },
     ),
+  rateOutOfBounds: (path: string, rate: string, limit: string) => {
+    const detail = `${rate} is above the highest rate a provider may set here (${limit})`;
+    return new AppError('invalid', 'RATE_OUT_OF_BOUNDS', detail, {
+      errors: [{ path, message: detail }],
+      extra: { limit },
+    });
+  },
+  acceptedRateRequired: () => {
+    const detail =
+      'a renter starts a session at a price they accepted: send accepted_hourly_rate (POST /pricing/calculate quotes it)';
+    return new AppError('invalid', 'ACCEPTED_RATE_REQUIRED', detail, {
+      errors: [{ path: 'body.accepted_hourly_rate', message: detail }],
+    });
+  },
+  priceNotAccepted: (rate: string, accepted: string) =>
+    new AppError(
+      'conflict',
+      'PRICE_NOT_ACCEPTED',
+      `the session would cost ${rate} per hour, more than the accepted ${accepted}: accept the current price to start`,
+      { extra: { total_hourly_rate: rate, accepted_hourly_rate: accepted } },
+    ),
   chainNotConfigured: () =>
     new AppError(
       'unavailable',

@@ -140,6 +140,7 @@ function table(): Record<string, AccessRule> {
           provider_id: providerId,
           job_id: crypto.randomUUID(),
           ...H100_X1,
+          accepted_hourly_rate: '5.10',
         },
       }),
       expect: HOLDER(201),
@@ -223,6 +224,7 @@ describe('billing ownership beyond the table', () => {
       provider_id: machine.ownerId,
       job_id: crypto.randomUUID(),
       ...H100_X1,
+      accepted_hourly_rate: '5.10',
     };
     // The provider's owner cannot start a session on the renter's wallet; the renter can.
     expect((await call(owner.headers, 'POST', '/billing/start-session', body)).statusCode).toBe(403);
@@ -303,6 +305,7 @@ describe('billing ownership beyond the table', () => {
       provider_id: providerId,
       job_id: crypto.randomUUID(),
       ...H100_X1,
+      accepted_hourly_rate: '5.10',
     };
     const post = (name: CallerName) =>
       uninjected(h.app)({

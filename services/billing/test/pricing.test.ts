@@ -167,6 +167,33 @@ describe('provider rates', () => {
   });
 });
 
+describe('provider rate input', () => {
+  it('refuses rate strings with spaces, commas, NUL or nothing, and rates above the documented limits', async () => {
+    const url = `/api/v1/provider/${crypto.randomUUID()}/rates`;
+    const put = (payload: Record<string, unknown>) => h.app.inject({ method: 'PUT', url, payload });
+    for (const rate of [' 1', '1 ', '1 .5', '1,5', '1,000', '', ' ', '1\u0000', '\u0000', '0x10', '1e3']) {
+      const res = await put({ base_rates: { default: rate } });
+      expect(res.statusCode, JSON.stringify(rate)).toBe(400);
+      expect(res.json().errors[0].path).toMatch(/^body\.base_rates/);
+    }
+    for (const model of ['', ' ', '\u0000']) {
+      const res = await put({ base_rates: { [model]: '1' } });
+      expect(res.statusCode, JSON.stringify(model)).toBe(400);
+    }
+    const vram = await put({ vram_rate_per_gb_hour: '1,5' });
+    expect(vram.statusCode).toBe(400);
+    // pricing.provider_rate_limits: 1000 per GPU-hour, 10 per GB-hour, 1 per W-hour.
+    const high = await put({ base_rates: { 'NVIDIA H100 80GB HBM3': '1000.000001' } });
+    expect(high.statusCode).toBe(400);
+    expect(high.json()).toMatchObject({ code: 'RATE_OUT_OF_BOUNDS', limit: '1000' });
+    expect(high.json().errors[0].path).toBe('body.base_rates.nvidia-h100-80gb-hbm3');
+    expect((await put({ vram_rate_per_gb_hour: '10.5' })).json().code).toBe('RATE_OUT_OF_BOUNDS');
+    expect((await put({ power_rate_per_watt_hour: '1.01' })).json().code).toBe('RATE_OUT_OF_BOUNDS');
+    expect((await h.app.inject({ method: 'GET', url })).json().updated_at).toBeNull();
+    expect((await put({ base_rates: { default: '1000' }, vram_rate_per_gb_hour: '10' })).statusCode).toBe(200);
+  });
+});
+
 describe('market factors', () => {
   it('multiply the hourly rate when plugged in', async () => {
     const priced = await setupBilling({

@@ -117,4 +117,43 @@ describe('a rental session', () => {
     const record = (await end(h, started.session.id)).json().billing_record;
     expect(record).toMatchObject({ billed_minutes: 10, total_cost: '0.500000', platform_fee: '0.025000' });
   });
+
+  it("starts a renter's session only at a price they accepted, and freezes it", async () => {
+    const renter = await h.issuer.user(['renter']);
+    const wallet = await h.fundedWallet('50', 'user', undefined, { ownerId: renter.id });
+    const provider = await h.fundedWallet('0', 'provider', undefined, { holderId: crypto.randomUUID() });
+    const body = {
+      user_id: renter.id,
+      wallet_id: wallet.id,
+      provider_id: provider.ownerId,
+      job_id: crypto.randomUUID(),
+      ...H100_X1,
+    }; // 5.10/h at the platform's rates
+    const as = (payload: unknown) => start(h, payload as Record<string, unknown>, renter.headers);
+    const missing = await as(body);
+    expect(missing.statusCode).toBe(400);
+    expect(missing.json()).toMatchObject({ code: 'ACCEPTED_RATE_REQUIRED' });
+    expect(missing.json().errors[0].path).toBe('body.accepted_hourly_rate');
+    // The provider raised its price after the renter's quote: refused, with the current price; nothing held.
+    const url = `/api/v1/provider/${provider.ownerId}/rates`;
+    await h.app.inject({ method: 'PUT', url, payload: { base_rates: { default: '9' } } });
+    const quote = await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/pricing/calculate',
+      payload: { ...H100_X1, provider_id: provider.ownerId },
+    });
+    expect(quote.json().total_hourly_rate).toBe('10.100000');
+    const refused = await as({ ...body, accepted_hourly_rate: '5.10' });
+    expect(refused.statusCode).toBe(409);
+    expect(refused.json()).toMatchObject({ code: 'PRICE_NOT_ACCEPTED', total_hourly_rate: '10.100000' });
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '50.000000', locked: '0.000000' });
+    // Accepting the quoted price starts it; a later price change never reaches it.
+    const started = await as({ ...body, accepted_hourly_rate: quote.json().total_hourly_rate });
+    expect(started.statusCode).toBe(201);
+    expect(started.json().session.rates.total_hourly_rate).toBe('10.100000');
+    await h.app.inject({ method: 'PUT', url, payload: { base_rates: { default: '20' } } });
+    clock.advance(6 * 60_000);
+    const record = (await end(h, started.json().session.id)).json().billing_record;
+    expect(record).toMatchObject({ billed_minutes: 6, total_cost: '1.010000' });
+  });
 });

@@ -541,7 +541,7 @@ export interface paths {
         put?: never;
         /**
          * Start a metered GPU rental: check funds, hold the initial period, freeze the rates
-         * @description The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost (`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. 409 SESSION_ALREADY_RUNNING when the job has a running session.
+         * @description The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate); the rates are then frozen. The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost (`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. 409 SESSION_ALREADY_RUNNING when the job has a running session.
          */
         post: {
             parameters: {
@@ -556,6 +556,8 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
+                        /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher */
+                        accepted_hourly_rate?: string;
                         /** @default 0 */
                         estimated_power_w?: number;
                         /** @default 1 */

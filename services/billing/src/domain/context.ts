@@ -14,6 +14,8 @@ export interface PricingSettings {
   card: RateCard;
   platformFeePercent: string;
   market: MarketFactors;
+  /** The highest rates a provider may set (config `pricing.provider_rate_limits`). */
+  providerLimits: { baseRate: string; vramRatePerGbHour: string; powerRatePerWattHour: string };
 }
 
 /** Rental-session settings (config `billing`), as milliseconds and decimal strings. */

@@ -8,8 +8,10 @@ import type { Principal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import { findProviderRatesRow, upsertProviderRates } from '../db/rates-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
+import { billingErrors } from '../errors.ts';
 import { assertProviderOwner } from './access.ts';
 import type { BillingContext, PricingSettings } from './context.ts';
+import { Dec } from './money.ts';
 import { type HourlyRates, hourlyRates, type PricingInput, type ProviderRateOverrides } from './pricing.ts';
 import { providerOwner } from './provider-owners.ts';
 
@@ -55,6 +57,22 @@ export async function ratesFor(db: Db, pricing: PricingSettings, input: PricingI
   return hourlyRates(input, pricing.card, overrides, pricing.platformFeePercent, pricing.market);
 }
 
+/** Refuses a rate above the configured limits (RATE_OUT_OF_BOUNDS, naming the body path). */
+export function assertWithinLimits(rates: ProviderRateOverrides, limits: PricingSettings['providerLimits']): void {
+  for (const [model, rate] of Object.entries(rates.baseRates)) {
+    if (new Dec(rate).gt(limits.baseRate)) {
+      throw billingErrors.rateOutOfBounds(`body.base_rates.${model}`, rate, limits.baseRate);
+    }
+  }
+  const { vramRatePerGbHour: vram, powerRatePerWattHour: power } = rates;
+  if (vram !== null && new Dec(vram).gt(limits.vramRatePerGbHour)) {
+    throw billingErrors.rateOutOfBounds('body.vram_rate_per_gb_hour', vram, limits.vramRatePerGbHour);
+  }
+  if (power !== null && new Dec(power).gt(limits.powerRatePerWattHour)) {
+    throw billingErrors.rateOutOfBounds('body.power_rate_per_watt_hour', power, limits.powerRatePerWattHour);
+  }
+}
+
 /**
  * Sets a provider's rates for its owner (or an admin or service): the owner is its wallet's holder, else the
  * registry's (PROVIDER_NOT_FOUND when it does not know the machine).
@@ -67,5 +85,6 @@ export async function setProviderRates(
   correlationId?: string,
 ): Promise<StoredProviderRates> {
   assertProviderOwner(actor, providerId, await providerOwner(ctx, providerId, correlationId));
+  assertWithinLimits(rates, ctx.pricing.providerLimits);
   return putProviderRates(ctx.db, providerId, rates);
 }

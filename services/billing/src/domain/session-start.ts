@@ -7,7 +7,7 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '@gpu/common';
+import { isPrivileged, type Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import { insertSession } from '../db/session-repository.ts';
@@ -35,6 +35,8 @@ export interface StartSessionInput {
   gpuCount: number;
   requestedVramMb: number;
   estimatedPowerW: number;
+  /** The highest total hourly rate the renter accepted (required of users; admins and services may omit it). */
+  acceptedHourlyRate?: string;
   correlationId?: string;
 }
 
@@ -73,6 +75,12 @@ export async function startSession(
   if (!providerWallet) throw billingErrors.providerWalletNotFound(input.providerId);
   const providerOwnerId = providerWallet.holderId ?? (await registryOwner(ctx, input.providerId, input.correlationId));
   const rates = await ratesFor(ctx.db, ctx.pricing, input);
+  // The renter starts at a price they accepted; the rates are then frozen for the session's life.
+  if (input.acceptedHourlyRate === undefined) {
+    if (!isPrivileged(input.actor)) throw billingErrors.acceptedRateRequired();
+  } else if (rates.totalHourlyRate.gt(input.acceptedHourlyRate)) {
+    throw billingErrors.priceNotAccepted(rates.totalHourlyRate.toFixed(ctx.scale), input.acceptedHourlyRate);
+  }
   const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
   const initial = Dec.max(
     costOfHours(rates.totalHourlyRate, new Dec(ctx.sessions.initialPeriodMs).div(3_600_000), ctx.scale),

@@ -25,16 +25,17 @@ const durationHours = z
   .prefault(1)
   .describe('hours to price, decimal string or number (default 1)');
 
-/** A rate in a provider's table: a decimal string with at most 12 decimals. */
-const rateString = z
-  .string()
-  .regex(/^(0|[1-9]\d{0,6})(\.\d{1,12})?$/, 'must be a decimal string like "0.45" (at most 12 decimals)');
+const RATE = /^(0|[1-9]\d{0,6})(\.\d{1,12})?$/;
+
+/** A rate in a provider's table: a decimal string with at most 12 decimals (no spaces, commas or exponents). */
+const rateString = z.string().regex(RATE, 'must be a decimal string like "0.45" (at most 12 decimals)');
 
 const providerRatesBody = z.object({
   base_rates: z
     .record(
       z.string().min(1).max(200),
-      rateString.refine((r) => new Dec(r).gt(0), 'a base rate must be above 0'),
+      // zod runs a refinement after a failed regex too: parse only what the regex accepted.
+      rateString.refine((r) => !RATE.test(r) || new Dec(r).gt(0), 'a base rate must be above 0'),
     )
     .default({})
     .describe('GPU model → hourly rate per GPU; `default` prices models not listed'),

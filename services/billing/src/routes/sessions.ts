@@ -9,7 +9,7 @@ import type { RouteDeps } from './deps.ts';
 import { keyClaim, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
 import { billingRecordJson, currentUsageJson, sessionEndJson, sessionStartJson } from './presenters.ts';
-import { idempotencyHeaders, problems } from './schemas.ts';
+import { amountString, idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
 const { provider_id: _priced, ...resourceShape } = pricingInputShape;
@@ -31,6 +31,8 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         tags: ['sessions'],
         summary: 'Start a metered GPU rental: check funds, hold the initial period, freeze the rates',
         description:
+          'The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total ' +
+          'hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate); the rates are then frozen. ' +
           "The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost " +
           '(`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider ' +
           'wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. ' +
@@ -43,6 +45,12 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           provider_id: z.uuid(),
           job_id: z.string().min(1).max(200),
           ...resourceShape,
+          accepted_hourly_rate: amountString
+            .optional()
+            .describe(
+              'the highest total hourly rate the renter accepts (required of users: quote it with POST ' +
+                '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher',
+            ),
         }),
         response: {
           201: z.object({
@@ -71,6 +79,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             gpuCount: b.gpu_count,
             requestedVramMb: b.requested_vram_mb,
             estimatedPowerW: b.estimated_power_w,
+            acceptedHourlyRate: b.accepted_hourly_rate,
             correlationId: request.correlationId,
           },
           keyClaim(idem, answer),
