@@ -6,6 +6,7 @@
 import { mkdirSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
+import { addNestedCommonPrefixes } from './s3rver-listing.ts';
 import { addMultipartManagement } from './s3rver-multipart.ts';
 import { addSuffixRanges } from './s3rver-ranges.ts';
 
@@ -26,6 +27,7 @@ const server = new S3rver({
 });
 addMultipartManagement(server);
 addSuffixRanges(server);
+addNestedCommonPrefixes(server);
 await server.run();
 process.stdout.write(`s3rver listening on http://${values.host}:${values.port} (data in ${values.dir})\n`);
 const stop = async () => {

@@ -212,3 +212,59 @@ describe('paging through a level of files and folders', () => {
     expect(await pageThrough('', limit)).toEqual(mixedKeys);
   });
 });
+
+describe('a one-level listing of folders that hold only folders', () => {
+  // Every key two or more folders deep, as in the default bucket (`users/{id}/...`): no object at the top level.
+  const deepKeys = ['users/u1/a.txt', 'users/u2/docs/b.txt', 'x/y/z/c.txt', 'x/y/d.txt'];
+  let deep: string;
+
+  beforeAll(async () => {
+    deep = uniqueBucket('deep');
+    await svc.store.ensureBucket(deep);
+    for (const key of deepKeys) {
+      expect((await svc.app.inject({ method: 'PUT', url: `/objects/${deep}/${key}`, payload: key })).statusCode).toBe(
+        201,
+      );
+    }
+  });
+
+  const level = async (query: string) => {
+    const res = await svc.app.inject({ method: 'GET', url: `/objects/${deep}/list?recursive=false${query}` });
+    expect(res.statusCode).toBe(200);
+    return keysOf(res.json());
+  };
+
+  it('lists the top level of the bucket (no prefix): each folder once', async () => {
+    expect(await level('')).toEqual(['users/', 'x/']);
+  });
+
+  it('lists a level below the top whose folders hold only folders', async () => {
+    expect(await level('&prefix=users%2F')).toEqual(['users/u1/', 'users/u2/']);
+    expect(await level('&prefix=x%2F')).toEqual(['x/y/']);
+    expect(await level('&prefix=x%2Fy%2F')).toEqual(['x/y/d.txt', 'x/y/z/']);
+    expect(await level('&prefix=us')).toEqual(['users/']);
+  });
+
+  it('pages through the top level one entry at a time', async () => {
+    const first = await svc.app.inject({ method: 'GET', url: `/objects/${deep}/list?recursive=false&limit=1` });
+    expect(keysOf(first.json())).toEqual(['users/']);
+    const cursor = String(first.headers['x-next-cursor']);
+    const second = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${deep}/list?recursive=false&limit=1&cursor=${cursor}`,
+    });
+    expect(keysOf(second.json())).toEqual(['x/']);
+    expect(second.headers['x-next-cursor']).toBeUndefined();
+  });
+
+  it("lists the default bucket's top level (users/) for an admin", async () => {
+    await svc.app.inject({
+      method: 'PUT',
+      url: `/objects/${svc.config.object_store.default_bucket}/users/u9/n.txt`,
+      payload: 'n',
+    });
+    const res = await svc.app.inject({ method: 'GET', url: '/objects/list?recursive=false' });
+    expect(res.statusCode).toBe(200);
+    expect(keysOf(res.json())).toEqual(['users/']);
+  });
+});
