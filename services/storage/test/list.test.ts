@@ -24,7 +24,7 @@ describe('GET /objects/{bucket}/list', () => {
     expect(res.statusCode).toBe(200);
     expect(keysOf(res.json())).toEqual([...keys].sort());
     const first = res.json()[0];
-    expect(first).toMatchObject({ key: 'a.txt', size: 5, is_prefix: false, content_type: null });
+    expect(first).toMatchObject({ key: 'a.txt', size: 5, is_prefix: false, content_type: 'text/plain' });
     expect(first.etag).toMatch(/^"[0-9a-f]{32}"$/);
     expect(Date.parse(first.last_modified)).not.toBeNaN();
   });
@@ -92,13 +92,32 @@ describe('GET /objects/{bucket}/list', () => {
     }
   });
 
-  it('fills content types with metadata=true', async () => {
-    const res = (await list('?metadata=true&prefix=data/')).json();
-    expect(res.map((o: { content_type: string }) => o.content_type)).toEqual([
-      'application/json',
-      'text/csv',
-      'text/csv',
+  it("gives each object's stored content type (one-level: folders have none)", async () => {
+    const types = (res: { json(): Array<{ content_type: string | null }> }) => res.json().map((o) => o.content_type);
+    expect(types(await list('?prefix=data/'))).toEqual(['application/json', 'text/csv', 'text/csv']);
+    expect(types(await list('?metadata=true&prefix=data/'))).toEqual(['application/json', 'text/csv', 'text/csv']);
+    expect(types(await list('?recursive=false'))).toEqual(['text/plain', null, null]);
+  });
+
+  it('gives the content type the object was uploaded with, not a guess from its key', async () => {
+    const put = await svc.app.inject({
+      method: 'PUT',
+      url: `/objects/${bucket}/typed/report.txt`,
+      payload: '{}',
+      headers: { 'content-type': 'application/vnd.example+json' },
+    });
+    expect(put.statusCode).toBe(201);
+    const listed = (await list('?prefix=typed/')).json();
+    expect(listed).toEqual([
+      expect.objectContaining({ key: 'typed/report.txt', content_type: 'application/vnd.example+json' }),
     ]);
+    await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/typed/report.txt` });
+  });
+
+  it('leaves content types null with metadata=false', async () => {
+    const res = (await list('?metadata=false&prefix=data/')).json();
+    expect(res.map((o: { content_type: string | null }) => o.content_type)).toEqual([null, null, null]);
+    expect(res.map((o: { key: string }) => o.key)).toEqual(['data/deep/three.json', 'data/one.csv', 'data/two.csv']);
   });
 
   it('answers bad query values with 400', async () => {

@@ -492,7 +492,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
@@ -1142,7 +1142,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
@@ -1577,7 +1577,7 @@ export interface paths {
                     cursor?: string;
                     /** @description at most this many entries */
                     limit?: number;
-                    /** @description also fetch each object content type (one HEAD per object; slower) */
+                    /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
                     metadata?: boolean;
                     /** @description only keys that start with this */
                     prefix?: string;
@@ -1602,7 +1602,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
@@ -1782,7 +1782,7 @@ export interface paths {
                     cursor?: string;
                     /** @description at most this many entries */
                     limit?: number;
-                    /** @description also fetch each object content type (one HEAD per object; slower) */
+                    /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
                     metadata?: boolean;
                     /** @description only keys that start with this */
                     prefix?: string;
@@ -1804,7 +1804,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
