@@ -123,7 +123,7 @@ describe('pnpm start', () => {
     expect(providers.status).toBe(200);
   });
 
-  it('has an embedded store that checks signatures as S3 does, tried with plain curl', {
+  it('has an embedded store that checks signatures as S3 does, and downloads by redirect, tried with plain curl', {
     timeout: 60_000,
   }, async () => {
     const url = (name: string, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
@@ -163,6 +163,11 @@ describe('pnpm start', () => {
     expect((await curl(['-X', 'DELETE', getUrl])).status).toBe(403);
     expect((await curl([getUrl.replace(/X-Amz-Signature=[0-9a-f]{4}/, 'X-Amz-Signature=0000')])).status).toBe(403);
     expect(await curl([getUrl])).toEqual({ status: 200, body: 'hello from curl' });
+
+    // A download by redirect: 307 to the store, which plain curl follows to the bytes.
+    const redirect = url('storage', `/objects/platform-data/${key}?redirect=true`);
+    expect((await curl(['-H', auth, redirect])).status).toBe(307);
+    expect(await curl(['-L', '-H', auth, redirect])).toEqual({ status: 200, body: 'hello from curl' });
 
     // A one-level listing of the default bucket's top level: its keys all lie in users/{id}/.
     const top = await curl(['-H', auth, url('storage', '/objects/platform-data/list?recursive=false')]);

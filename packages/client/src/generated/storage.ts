@@ -266,10 +266,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download an object (supports Range, If-None-Match, If-Modified-Since) */
+        /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
+                    redirect?: boolean;
+                };
                 header?: never;
                 path: {
                     /** @description object key in the default bucket (one path segment) */
@@ -299,6 +302,13 @@ export interface paths {
                 };
                 /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
                 304: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
+                307: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -912,10 +922,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download an object (supports Range, If-None-Match, If-Modified-Since) */
+        /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
+                    redirect?: boolean;
+                };
                 header?: never;
                 path: {
                     /** @description object key; may contain slashes */
@@ -947,6 +960,13 @@ export interface paths {
                 };
                 /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
                 304: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
+                307: {
                     headers: {
                         [name: string]: unknown;
                     };
