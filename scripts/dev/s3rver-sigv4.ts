@@ -73,16 +73,17 @@ class Verifier extends SignatureV4 {
 
   /** The hex signature of a request as signed by `accessKeyId`/`secret` within `scope` at `longDate`. */
   async expected(req: SignedParts, secret: string): Promise<string> {
-    const canonicalHeaders = getCanonicalHeaders(
-      { method: req.method, headers: req.headers, protocol: 'http:', hostname: '', path: req.path, query: req.query },
-      undefined,
-      new Set(Object.keys(req.headers)),
-    );
-    const canonical = this.createCanonicalRequest(
-      { method: req.method, headers: req.headers, protocol: 'http:', hostname: '', path: req.path, query: req.query },
-      canonicalHeaders,
-      req.payloadHash,
-    );
+    const request = {
+      method: req.method,
+      headers: req.headers,
+      protocol: 'http:',
+      hostname: '',
+      path: req.path,
+      query: req.query,
+    };
+    // Every header named in SignedHeaders counts, even those the SDK itself never signs (user-agent, ...).
+    const canonicalHeaders = getCanonicalHeaders(request, undefined, new Set(Object.keys(req.headers)));
+    const canonical = this.createCanonicalRequest(request, canonicalHeaders, req.payloadHash);
     const scope = createScope(req.shortDate, req.region, req.service);
     const toSign = await this.createStringToSign(req.longDate, scope, canonical, ALGORITHM_IDENTIFIER);
     const key = await getSigningKey(
