@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `pnpm bench <name>`: starts the real servers (as for the tests), runs the
 # named benchmark, which writes its section of docs/benchmarks.md.
-#   names: storage, auth, registry, billing
+#   names: storage, storage-listing, auth, registry, billing
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name="${1:?usage: pnpm bench <storage|auth|registry|billing> [args]}"
+name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing> [args]}"
 shift
 case "$name" in
-  storage) file=services/storage/bench/run.ts ;;
+  # The reference relay of the storage benchmark reads from s3rver without signing (bench/bare-relay.ts).
+  storage) file=services/storage/bench/run.ts; export TEST_S3_ALLOW_ANONYMOUS=1 ;;
+  storage-listing) file=services/storage/bench/listing.ts ;;
   auth) file=services/auth/bench/run.ts ;;
   registry) file=services/provider-registry/bench/run.ts ;;
   billing) file=services/billing/bench/run.ts ;;

@@ -96,7 +96,10 @@ test_env_up() {
   start_postgres
   start_nats
   # s3rver encrypts list continuation tokens with DES, which OpenSSL 3 keeps in its legacy provider.
-  start_node_server s3 "$TEST_S3_PORT" --openssl-legacy-provider scripts/dev/s3-server.ts --port "$TEST_S3_PORT" --dir "$TEST_ENV_DIR/s3"
+  # It checks signatures (AWS SigV4) as S3 does; TEST_S3_ALLOW_ANONYMOUS=1 also lets unsigned requests in (a benchmark's
+  # reference relay).
+  start_node_server s3 "$TEST_S3_PORT" --openssl-legacy-provider scripts/dev/s3-server.ts --port "$TEST_S3_PORT" --dir "$TEST_ENV_DIR/s3" \
+    ${TEST_S3_ALLOW_ANONYMOUS:+--allow-anonymous}
   export TEST_S3_ENDPOINT="http://127.0.0.1:$TEST_S3_PORT" TEST_S3_ACCESS_KEY=S3RVER TEST_S3_SECRET_KEY=S3RVER
   log "s3rver on 127.0.0.1:$TEST_S3_PORT"
   start_node_server consul "$TEST_CONSUL_PORT" scripts/dev/consul-stub.ts --port "$TEST_CONSUL_PORT"

@@ -3,13 +3,15 @@
  * embedded defaults (local S3 store, local Solana chain, PGlite databases),
  * and Ctrl-C (SIGINT) stops everything cleanly.
  */
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 
+const run = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
 // With TEST_PORT_BASE (the test servers at base+0..9), the platform goes at base+10 and up (PLATFORM_PORT_BASE), so
 // two test runs can share a machine; otherwise it takes the contract ports, as `pnpm start` does.
@@ -47,6 +49,14 @@ afterAll(async () => {
   await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
   if (child.exitCode === null) child.kill('SIGKILL');
 });
+
+/** curl with the given arguments: the HTTP status and the body. */
+async function curl(args: string[]): Promise<{ status: number; body: string }> {
+  const out = path.join(dataDir, 'curl-body');
+  rmSync(out, { force: true });
+  const { stdout } = await run('curl', ['-s', '-o', out, '-w', '%{http_code}', ...args]);
+  return { status: Number(stdout), body: existsSync(out) ? readFileSync(out, 'utf8') : '' };
+}
 
 async function health(port: number): Promise<{ status: number; body: { status?: string } } | undefined> {
   try {
@@ -111,6 +121,58 @@ describe('pnpm start', () => {
       headers: { authorization: `Bearer ${adminToken}` },
     });
     expect(providers.status).toBe(200);
+  });
+
+  it('has an embedded store that checks signatures as S3 does, and downloads by redirect, tried with plain curl', {
+    timeout: 60_000,
+  }, async () => {
+    const url = (name: string, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
+    const store = `http://127.0.0.1:${portBase === undefined ? 9000 : portBase + 4}`;
+    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
+    const login = await fetch(url('auth', '/api/v1/auth/login'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(admin),
+    });
+    const auth = `Authorization: Bearer ${((await login.json()) as { access_token: string }).access_token}`;
+    const file = path.join(dataDir, 'curl-upload.txt');
+    writeFileSync(file, 'hello from curl');
+    // Through the storage service: an upload into the default bucket, under a folder, and a presigned GET URL.
+    const key = 'users/someone/notes.txt';
+    expect(await curl(['-H', auth, '-T', file, url('storage', `/objects/platform-data/${key}`)])).toMatchObject({
+      status: 201,
+    });
+    const presign = await curl([
+      '-H',
+      auth,
+      '-H',
+      'content-type: application/json',
+      '-d',
+      '{"method":"GET"}',
+      url('storage', `/presigned-url/platform-data/${key}`),
+    ]);
+    expect(presign.status).toBe(200);
+    const getUrl = (JSON.parse(presign.body) as { url: string }).url;
+    expect(getUrl.startsWith(`${store}/platform-data/${key}?`)).toBe(true);
+
+    expect(await curl([getUrl])).toEqual({ status: 200, body: 'hello from curl' });
+    expect((await curl([`${store}/platform-data/${key}`])).status).toBe(403);
+    const other = path.join(dataDir, 'curl-other.txt');
+    writeFileSync(other, 'overwritten');
+    expect((await curl(['-X', 'PUT', '--upload-file', other, getUrl])).status).toBe(403);
+    expect((await curl(['-X', 'DELETE', getUrl])).status).toBe(403);
+    expect((await curl([getUrl.replace(/X-Amz-Signature=[0-9a-f]{4}/, 'X-Amz-Signature=0000')])).status).toBe(403);
+    expect(await curl([getUrl])).toEqual({ status: 200, body: 'hello from curl' });
+
+    // A download by redirect: 307 to the store, which plain curl follows to the bytes.
+    const redirect = url('storage', `/objects/platform-data/${key}?redirect=true`);
+    expect((await curl(['-H', auth, redirect])).status).toBe(307);
+    expect(await curl(['-L', '-H', auth, redirect])).toEqual({ status: 200, body: 'hello from curl' });
+
+    // A one-level listing of the default bucket's top level: its keys all lie in users/{id}/.
+    const top = await curl(['-H', auth, url('storage', '/objects/platform-data/list?recursive=false')]);
+    expect(top.status).toBe(200);
+    expect((JSON.parse(top.body) as Array<{ key: string }>).map((e) => e.key)).toEqual(['users/']);
   });
 
   it('stops everything on SIGINT', { timeout: 60_000 }, async () => {

@@ -1,19 +1,24 @@
 /**
  * An S3-compatible server (s3rver) on a local folder: the embedded object
  * store of `pnpm start` and the real S3 server of the tests.
- * Usage: tsx scripts/dev/s3-server.ts [--port 9000] [--host 127.0.0.1] [--dir .data/s3]
+ * Requests must be signed with AWS Signature Version 4 (headers or a presigned URL), as S3 requires
+ * (s3rver-sigv4.ts); `--allow-anonymous` lets unsigned requests through (the storage benchmark's reference relay).
+ * Usage: tsx scripts/dev/s3-server.ts [--port 9000] [--host 127.0.0.1] [--dir .data/s3] [--allow-anonymous]
  */
 import { mkdirSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
+import { addNestedCommonPrefixes } from './s3rver-listing.ts';
 import { addMultipartManagement } from './s3rver-multipart.ts';
 import { addSuffixRanges } from './s3rver-ranges.ts';
+import { addSignatureV4 } from './s3rver-sigv4.ts';
 
 const { values } = parseArgs({
   options: {
     port: { type: 'string', default: '9000' },
     host: { type: 'string', default: '127.0.0.1' },
     dir: { type: 'string', default: '.data/s3' },
+    'allow-anonymous': { type: 'boolean', default: false },
   },
 });
 mkdirSync(values.dir, { recursive: true });
@@ -26,6 +31,9 @@ const server = new S3rver({
 });
 addMultipartManagement(server);
 addSuffixRanges(server);
+addNestedCommonPrefixes(server);
+// Last, so that it runs first: nothing unsigned reaches the other additions.
+addSignatureV4(server, { allowAnonymous: values['allow-anonymous'] });
 await server.run();
 process.stdout.write(`s3rver listening on http://${values.host}:${values.port} (data in ${values.dir})\n`);
 const stop = async () => {

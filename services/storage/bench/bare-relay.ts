@@ -1,7 +1,7 @@
 /**
  * The benchmark's reference relay: the least a Node process can do to pass a download on. `node:http` in,
- * `node:http` out, `pipe` between them; no framework, no SDK, no validation, no signing (s3rver serves anonymous
- * reads). `GET /objects/{bucket}/{key}` answers `{S3_ENDPOINT}/{bucket}/{key}`.
+ * `node:http` out, `pipe` between them; no framework, no SDK, no validation, no signing (`pnpm bench storage` starts
+ * s3rver with `--allow-anonymous` for it; the service and the SDK still sign every request, and the store checks them). `GET /objects/{bucket}/{key}` answers `{S3_ENDPOINT}/{bucket}/{key}`.
  *
  * Why it exists: on the 2-core benchmark machine a download through any relay is a third busy process beside
  * s3rver and the client. What this relay reaches is what putting a Node process in the path costs there, apart

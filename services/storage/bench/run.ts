@@ -9,15 +9,13 @@
  * owner record: an admin's, as for any bucket made outside the platform).
  * Options: --size-mib N (default 1024).
  */
-import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
@@ -26,6 +24,7 @@ import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-repor
 import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 import type { DownloadOrder, DownloadResult } from './download-client.ts';
 import { directS3Client } from './s3-client.ts';
+import { cpuSeconds, storePid as s3rverPid, serviceDir, startHttpProcess } from './service-process.ts';
 
 const MiB = 1024 * 1024;
 const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default: '1024' } } });
@@ -35,7 +34,6 @@ const DOWNLOAD_ROUNDS = 5;
 type DownloadPath = DownloadOrder['kind'];
 const PATHS: DownloadPath[] = ['direct', 'service', 'relay'];
 const BUCKET = `bench-${Date.now()}`;
-const serviceDir = fileURLToPath(new URL('..', import.meta.url));
 // The token outlives any run (the default 15 minutes might not outlive a full one on a slow machine).
 const issuer = await startTestIssuer({ expiresInSeconds: 24 * 3600 });
 /** The caller of every request to the service: an admin. */
@@ -63,49 +61,11 @@ async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }>
   return { ms: performance.now() - t0, value };
 }
 
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise((r) => srv.close(r));
-  return port;
-}
-
 function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8')
     .split('\n')
     .find((l) => l.startsWith(field));
   return Number(line?.replace(/\D+/g, '') ?? 0);
-}
-
-/** CPU seconds (user + system) a process has used so far; Linux clock ticks are 1/100 s. */
-function cpuSeconds(pid: number): number {
-  if (pid <= 0) return 0;
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-/** Starts a Node process under the service's V8 flags (as `pnpm start` runs it) and waits for its /health. */
-async function startHttpProcess(
-  script: string,
-  env: Record<string, string>,
-): Promise<{ child: ChildProcess; url: string }> {
-  const port = await freePort();
-  const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, '--import', 'tsx', script], {
-    cwd: serviceDir,
-    env: { ...process.env, ...env, PORT: String(port) },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 150; i++) {
-    try {
-      if ((await fetch(`${url}/health`)).ok) return { child, url };
-    } catch {}
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  child.kill();
-  throw new Error(`${script} did not start`);
 }
 
 async function startService() {
@@ -210,7 +170,7 @@ async function main() {
   const relay = await startHttpProcess('bench/bare-relay.ts', { S3_ENDPOINT: testEnv.s3Endpoint });
   // CPU seconds each process spends per download, by path: where the 2 cores go. `middle` is the process between
   // client and s3rver: the service, the reference relay, or none.
-  const storePid = Number(readFileSync(`${process.env.TEST_ENV_DIR}/s3.pid`, 'utf8').trim() || 0);
+  const storePid = s3rverPid();
   const middlePid: Record<DownloadPath, number> = { direct: 0, service: pid, relay: relay.child.pid ?? 0 };
   const cpu = Object.fromEntries(PATHS.map((p) => [p, { store: 0, middle: 0, client: 0 }])) as Record<
     DownloadPath,

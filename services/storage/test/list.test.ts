@@ -24,7 +24,7 @@ describe('GET /objects/{bucket}/list', () => {
     expect(res.statusCode).toBe(200);
     expect(keysOf(res.json())).toEqual([...keys].sort());
     const first = res.json()[0];
-    expect(first).toMatchObject({ key: 'a.txt', size: 5, is_prefix: false, content_type: null });
+    expect(first).toMatchObject({ key: 'a.txt', size: 5, is_prefix: false, content_type: 'text/plain' });
     expect(first.etag).toMatch(/^"[0-9a-f]{32}"$/);
     expect(Date.parse(first.last_modified)).not.toBeNaN();
   });
@@ -92,13 +92,32 @@ describe('GET /objects/{bucket}/list', () => {
     }
   });
 
-  it('fills content types with metadata=true', async () => {
-    const res = (await list('?metadata=true&prefix=data/')).json();
-    expect(res.map((o: { content_type: string }) => o.content_type)).toEqual([
-      'application/json',
-      'text/csv',
-      'text/csv',
+  it("gives each object's stored content type (one-level: folders have none)", async () => {
+    const types = (res: { json(): Array<{ content_type: string | null }> }) => res.json().map((o) => o.content_type);
+    expect(types(await list('?prefix=data/'))).toEqual(['application/json', 'text/csv', 'text/csv']);
+    expect(types(await list('?metadata=true&prefix=data/'))).toEqual(['application/json', 'text/csv', 'text/csv']);
+    expect(types(await list('?recursive=false'))).toEqual(['text/plain', null, null]);
+  });
+
+  it('gives the content type the object was uploaded with, not a guess from its key', async () => {
+    const put = await svc.app.inject({
+      method: 'PUT',
+      url: `/objects/${bucket}/typed/report.txt`,
+      payload: '{}',
+      headers: { 'content-type': 'application/vnd.example+json' },
+    });
+    expect(put.statusCode).toBe(201);
+    const listed = (await list('?prefix=typed/')).json();
+    expect(listed).toEqual([
+      expect.objectContaining({ key: 'typed/report.txt', content_type: 'application/vnd.example+json' }),
     ]);
+    await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/typed/report.txt` });
+  });
+
+  it('leaves content types null with metadata=false', async () => {
+    const res = (await list('?metadata=false&prefix=data/')).json();
+    expect(res.map((o: { content_type: string | null }) => o.content_type)).toEqual([null, null, null]);
+    expect(res.map((o: { key: string }) => o.key)).toEqual(['data/deep/three.json', 'data/one.csv', 'data/two.csv']);
   });
 
   it('answers bad query values with 400', async () => {
@@ -210,5 +229,61 @@ describe('paging through a level of files and folders', () => {
 
   it.each([1, 2])('collects every key of a recursive listing exactly once with limit %i', async (limit) => {
     expect(await pageThrough('', limit)).toEqual(mixedKeys);
+  });
+});
+
+describe('a one-level listing of folders that hold only folders', () => {
+  // Every key two or more folders deep, as in the default bucket (`users/{id}/...`): no object at the top level.
+  const deepKeys = ['users/u1/a.txt', 'users/u2/docs/b.txt', 'x/y/z/c.txt', 'x/y/d.txt'];
+  let deep: string;
+
+  beforeAll(async () => {
+    deep = uniqueBucket('deep');
+    await svc.store.ensureBucket(deep);
+    for (const key of deepKeys) {
+      expect((await svc.app.inject({ method: 'PUT', url: `/objects/${deep}/${key}`, payload: key })).statusCode).toBe(
+        201,
+      );
+    }
+  });
+
+  const level = async (query: string) => {
+    const res = await svc.app.inject({ method: 'GET', url: `/objects/${deep}/list?recursive=false${query}` });
+    expect(res.statusCode).toBe(200);
+    return keysOf(res.json());
+  };
+
+  it('lists the top level of the bucket (no prefix): each folder once', async () => {
+    expect(await level('')).toEqual(['users/', 'x/']);
+  });
+
+  it('lists a level below the top whose folders hold only folders', async () => {
+    expect(await level('&prefix=users%2F')).toEqual(['users/u1/', 'users/u2/']);
+    expect(await level('&prefix=x%2F')).toEqual(['x/y/']);
+    expect(await level('&prefix=x%2Fy%2F')).toEqual(['x/y/d.txt', 'x/y/z/']);
+    expect(await level('&prefix=us')).toEqual(['users/']);
+  });
+
+  it('pages through the top level one entry at a time', async () => {
+    const first = await svc.app.inject({ method: 'GET', url: `/objects/${deep}/list?recursive=false&limit=1` });
+    expect(keysOf(first.json())).toEqual(['users/']);
+    const cursor = String(first.headers['x-next-cursor']);
+    const second = await svc.app.inject({
+      method: 'GET',
+      url: `/objects/${deep}/list?recursive=false&limit=1&cursor=${cursor}`,
+    });
+    expect(keysOf(second.json())).toEqual(['x/']);
+    expect(second.headers['x-next-cursor']).toBeUndefined();
+  });
+
+  it("lists the default bucket's top level (users/) for an admin", async () => {
+    await svc.app.inject({
+      method: 'PUT',
+      url: `/objects/${svc.config.object_store.default_bucket}/users/u9/n.txt`,
+      payload: 'n',
+    });
+    const res = await svc.app.inject({ method: 'GET', url: '/objects/list?recursive=false' });
+    expect(res.statusCode).toBe(200);
+    expect(keysOf(res.json())).toEqual(['users/']);
   });
 });

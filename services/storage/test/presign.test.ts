@@ -51,6 +51,21 @@ describe('POST /presigned-url/{bucket}/{key}', () => {
     expect(await readFile(out, 'utf8')).toBe('download me');
   });
 
+  it('gives a GET URL that neither overwrites nor deletes its object (403 from the store), and a PUT URL that does not read', async () => {
+    await svc.app.inject({ method: 'PUT', url: `/objects/${bucket}/guarded.txt`, payload: Buffer.from('guarded') });
+    const { url } = (await presign('guarded.txt', { method: 'GET' })).json();
+    const file = path.join(dir, 'other.txt');
+    await writeFile(file, 'overwritten');
+    expect(await curl(['-X', 'PUT', '--upload-file', file, url])).toBe(403);
+    expect(await curl(['-X', 'DELETE', url])).toBe(403);
+    const get = await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/guarded.txt` });
+    expect(get.statusCode).toBe(200);
+    expect(get.body).toBe('guarded');
+    const put = (await presign('guarded.txt', { method: 'PUT' })).json();
+    expect(await curl([put.url])).toBe(403);
+    expect(await curl([url.replace(/X-Amz-Signature=[0-9a-f]{4}/, 'X-Amz-Signature=0000')])).toBe(403);
+  });
+
   it('defaults the expiry to 15 minutes', async () => {
     const before = Date.now();
     const body = (await presign('dl.bin', { method: 'GET' })).json();

@@ -266,10 +266,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download an object (supports Range, If-None-Match, If-Modified-Since) */
+        /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
+                    redirect?: boolean;
+                };
                 header?: never;
                 path: {
                     /** @description object key in the default bucket (one path segment) */
@@ -299,6 +302,13 @@ export interface paths {
                 };
                 /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
                 304: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
+                307: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -492,7 +502,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
@@ -912,10 +922,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download an object (supports Range, If-None-Match, If-Modified-Since) */
+        /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
+                    redirect?: boolean;
+                };
                 header?: never;
                 path: {
                     /** @description object key; may contain slashes */
@@ -947,6 +960,13 @@ export interface paths {
                 };
                 /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
                 304: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
+                307: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1142,7 +1162,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
@@ -1577,7 +1597,7 @@ export interface paths {
                     cursor?: string;
                     /** @description at most this many entries */
                     limit?: number;
-                    /** @description also fetch each object content type (one HEAD per object; slower) */
+                    /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
                     metadata?: boolean;
                     /** @description only keys that start with this */
                     prefix?: string;
@@ -1602,7 +1622,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */
@@ -1782,7 +1802,7 @@ export interface paths {
                     cursor?: string;
                     /** @description at most this many entries */
                     limit?: number;
-                    /** @description also fetch each object content type (one HEAD per object; slower) */
+                    /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
                     metadata?: boolean;
                     /** @description only keys that start with this */
                     prefix?: string;
@@ -1804,7 +1824,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** @description null in listings unless `metadata=true` */
+                            /** @description null for a common prefix, and in listings with `metadata=false` */
                             content_type: string | null;
                             etag: string | null;
                             /** @description true for a common prefix of a non-recursive listing */

@@ -8,7 +8,10 @@
  *   page may end on a folder (`data/`), and a start position may lie inside
  *   one (`data/one.csv`): the next page then starts after the whole folder,
  *   which was already listed as one entry, so no folder comes back twice.
- * - With `metadata`, each object's content type is fetched (one HEAD each).
+ * - With `metadata`, each listed object's content type is fetched: S3's
+ *   ListObjectsV2 does not return it, so one HEAD per object of the page (not
+ *   per folder, not per key passed over), 16 at a time. An object deleted
+ *   between the listing and its HEAD keeps its entry, with no content type.
  * - A page's position is its last entry's key, a folder's included; as a
  *   cursor it is that key in the platform's cursor codec.
  */
@@ -103,7 +106,12 @@ async function withContentTypes(store: ObjectStore, bucket: string, entries: Obj
     while (next < entries.length) {
       const entry = entries[next++]!;
       if (entry.isPrefix) continue;
-      entry.contentType = (await store.head(bucket, entry.key, {})).contentType;
+      try {
+        entry.contentType = (await store.head(bucket, entry.key, {})).contentType;
+      } catch (err) {
+        // Deleted since the store listed it: the listing still shows what the store listed.
+        if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
+      }
     }
   };
   await Promise.all(Array.from({ length: Math.min(HEAD_CONCURRENCY, entries.length) }, worker));

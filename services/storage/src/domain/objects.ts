@@ -4,6 +4,8 @@
  * - DELETE of a missing object is OBJECT_NOT_FOUND (S3 answers 204 either way), and of an object in a missing
  *   bucket BUCKET_NOT_FOUND, as every other route answers;
  * - a 304 carries the validators (ETag, Last-Modified) RFC 9110 asks for, fetched when the store left them out.
+ * - a download by redirect hands out a presigned GET URL valid for `REDIRECT_EXPIRY_SECONDS`, once the object is
+ *   known to exist (a missing object or bucket answers as a download would, not with the store's XML error).
  * Reads pass straight through to the store (their conditions: `read-rules.ts`).
  */
 import { isAppError } from '@gpu/common';
@@ -45,6 +47,22 @@ export function readObject(
   signal?: AbortSignal,
 ): Promise<ObjectBody> {
   return store.get(target.bucket, target.key, cond, signal);
+}
+
+/**
+ * How long the URL of a download by redirect is valid: enough for a client to follow it (and to resume with a Range
+ * request soon after), short because whoever holds it may read the object. A transfer that has started goes on
+ * past it.
+ */
+export const REDIRECT_EXPIRY_SECONDS = 300;
+
+/** A presigned GET URL of an object that exists, for a client to download it straight from the store. */
+export async function downloadUrl(store: ObjectStore, target: Target): Promise<string> {
+  await headObject(store, target, {}).catch(async (err: unknown) => {
+    if (isAppError(err) && err.code === 'OBJECT_NOT_FOUND') await store.bucketMustExist(target.bucket);
+    throw err;
+  });
+  return store.presign(target.bucket, target.key, 'GET', REDIRECT_EXPIRY_SECONDS);
 }
 
 /** The object's headers, or `NotModified`. */

@@ -1,6 +1,6 @@
 /**
- * Listing a bucket: prefix, recursive (default true), paging, optional
- * per-object content types. Paging follows the platform's contract (`limit`,
+ * Listing a bucket: prefix, recursive (default true), paging, per-object
+ * content types (unless `metadata=false`). Paging follows the platform's contract (`limit`,
  * `cursor`; `X-Next-Cursor` and `Link: rel="next"` while more entries follow),
  * with the earlier `start_after` / `X-Next-Start-After` kept as deprecated
  * aliases: the cursor encodes the same start-after key.
@@ -35,7 +35,12 @@ export const listQuery = z.object({
         'page); in a one-level listing, a folder or a key inside one continues after the whole folder; ' +
         'ignored when cursor is given',
     ),
-  metadata: zBool().default(false).describe('also fetch each object content type (one HEAD per object; slower)'),
+  metadata: zBool()
+    .default(true)
+    .describe(
+      "fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); " +
+        'false leaves content_type null and answers a large listing sooner',
+    ),
 });
 
 /** Where the page starts: the cursor's key, else `start_after`. */

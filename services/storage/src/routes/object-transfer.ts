@@ -13,6 +13,7 @@ import { resolveContentType } from '../domain/content-type.ts';
 import type { StorageContext } from '../domain/context.ts';
 import {
   deleteObject as deleteStored,
+  downloadUrl,
   headObject as headStored,
   notModifiedValidators,
   readObject,
@@ -135,6 +136,11 @@ export async function downloadObject(
   request: FastifyRequest,
   reply: FastifyReply,
 ) {
+  if ((request.query as { redirect?: boolean }).redirect) {
+    // The bytes skip the service: the client follows the Location to the store, with its own Range or conditions.
+    const url = await downloadUrl(ctx.store, target);
+    return reply.code(307).header('location', url).header('cache-control', 'no-store').send();
+  }
   try {
     const obj = await readObject(ctx.store, target, readConditions(readHeaders(request)), request.abortSignal);
     setObjectHeaders(reply, obj);

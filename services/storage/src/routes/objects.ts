@@ -3,12 +3,13 @@
  * a path resolves), plus listings. Bodies of these routes are raw bytes: the
  * JSON parser is removed here so a JSON file uploads like any other.
  */
-import { durationMs, type RoutePlugin } from '@gpu/common';
+import { durationMs, type RoutePlugin, zBool } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { ResolvedTarget as Target } from '../domain/access.ts';
 import { STORAGE_ROLES } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
+import { REDIRECT_EXPIRY_SECONDS } from '../domain/objects.ts';
 import { listBucket, listQuery } from './object-list.ts';
 import { defaultTargetOf, namedTargetOf } from './object-target.ts';
 import { deleteObject, downloadObject, headObject, uploadObject } from './object-transfer.ts';
@@ -36,13 +37,24 @@ type Handler = (ctx: StorageContext, target: Target, request: FastifyRequest, re
  */
 const noBody = (description: string) => z.null().meta({ type: 'null', description });
 
+const REDIRECT_MINUTES = REDIRECT_EXPIRY_SECONDS / 60;
+
+const downloadQuery = z.object({
+  redirect: zBool()
+    .default(false)
+    .describe(
+      'true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes ' +
+        `(the same access checks; the URL is valid ${REDIRECT_MINUTES} minutes), for clients that can follow a redirect`,
+    ),
+});
+
 const operations: Array<{
   method: 'PUT' | 'GET' | 'HEAD' | 'DELETE';
   summary: string;
   handler: Handler;
   transfer: boolean;
-  /** Extra schema parts: the upload's body, as the OpenAPI document describes it. */
-  schema?: { body: z.ZodType; consumes: string[] };
+  /** Extra schema parts: the upload's body, as the OpenAPI document describes it; the download's query. */
+  schema?: { body: z.ZodType; consumes: string[] } | { querystring: z.ZodType };
   response: Record<number, unknown>;
 }> = [
   {
@@ -61,11 +73,17 @@ const operations: Array<{
   },
   {
     method: 'GET',
-    summary: 'Download an object (supports Range, If-None-Match, If-Modified-Since)',
+    summary:
+      'Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store',
     handler: downloadObject,
     transfer: true,
+    schema: { querystring: downloadQuery },
     response: {
       200: bytesResponse("the object's bytes, with its Content-Type"),
+      307: noBody(
+        `redirect=true: \`Location\` is a presigned GET URL of the object at the object store, valid ${REDIRECT_MINUTES} minutes ` +
+          '(`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here)',
+      ),
       206: bytesResponse('the requested byte range, with Content-Range'),
       304: noBody('not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only'),
       416: problemResponse('RANGE_NOT_SATISFIABLE: the range lies outside the object'),

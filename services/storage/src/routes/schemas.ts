@@ -7,7 +7,7 @@ export const objectInfoSchema = z
     key: z.string().describe('object key (a common prefix ends with "/")'),
     size: z.number().int().describe('bytes'),
     last_modified: z.string().nullable().describe('RFC 3339 UTC; null for a common prefix'),
-    content_type: z.string().nullable().describe('null in listings unless `metadata=true`'),
+    content_type: z.string().nullable().describe('null for a common prefix, and in listings with `metadata=false`'),
     etag: z.string().nullable(),
     is_prefix: z.boolean().describe('true for a common prefix of a non-recursive listing'),
   })
