@@ -10,7 +10,7 @@ import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import { base58Encode } from '../services/billing/src/adapters/base58.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
-import { providerBody } from '../services/provider-registry/test/helpers.ts';
+import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
 
 const platform = useAuthAndRegistry();
@@ -58,11 +58,14 @@ async function providerUser() {
 }
 
 /** A machine registered at the real registry by its owner. */
-async function machineOf(owner: { id: string; headers: Record<string, string> }): Promise<string> {
+async function machineOf(
+  owner: { id: string; headers: Record<string, string> },
+  over: Record<string, unknown> = {},
+): Promise<string> {
   const res = await fetch(`${platform.registryUrl}/providers`, {
     method: 'POST',
     headers: { ...owner.headers, 'content-type': 'application/json' },
-    body: JSON.stringify(providerBody({ owner_id: owner.id })),
+    body: JSON.stringify(providerBody({ owner_id: owner.id, ...over })),
   });
   expect(res.status).toBe(201);
   return ((await res.json()) as { id: string }).id;
@@ -129,5 +132,103 @@ describe('billing and the provider registry', () => {
     expect(Date.now() - started).toBeLessThan(10_000);
     const rows = await deadRegistry.db.selectFrom('wallets').select('id').where('owner_id', '=', machine).execute();
     expect(rows).toEqual([]);
+  });
+
+  it('starts a session only on a known, idle machine, priced from its record, earnings to a wallet opened on first need', async () => {
+    const owner = await providerUser();
+    // Two H100s as nvidia-smi names them (the rate table's key is nvidia-tesla-h100), and a broken third.
+    const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
+    const machine = await machineOf(owner, {
+      gpus: [gpu(h100), gpu(h100), gpu({ ...h100, is_healthy: false })],
+    });
+    const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+    const renter = { authorization: `Bearer ${tokens.access_token}` };
+    const wallet = await call(billing, renter, 'POST', '/wallet', {
+      owner_type: 'user',
+      owner_id: user.id,
+      solana_address: base58Encode(randomBytes(32)),
+    });
+    expect(wallet.statusCode).toBe(201);
+    await billing.credit(wallet.json().id, '100');
+    // What the renter declares does not price the session: the machine's record does.
+    const body = {
+      user_id: user.id,
+      wallet_id: wallet.json().id,
+      provider_id: machine,
+      job_id: randomUUID(),
+      gpu_model: 'H100',
+      gpu_count: 2,
+      requested_vram_mb: 1,
+      estimated_power_w: 1,
+      accepted_hourly_rate: '13',
+    };
+    const started = await call(billing, renter, 'POST', '/billing/start-session', body);
+    expect(started.statusCode, started.body).toBe(201);
+    // 2 × 4.00 + 2 × 81559 MB / 1024 × 0.02 + 1400 W × 0.001 = 8 + 3.1858984375 + 1.4
+    expect(started.json().session).toMatchObject({
+      provider_id: machine,
+      gpu_model: 'nvidia-tesla-h100',
+      gpu_count: 2,
+      requested_vram_mb: 163118,
+      estimated_power_w: 1400,
+    });
+    expect(started.json().session.rates).toMatchObject({
+      rate_key: 'nvidia-tesla-h100',
+      base_rate_per_gpu: '4.000000',
+    });
+    expect(started.json().session.rates.total_hourly_rate).toMatch(/^12\.58589/);
+    const providerWallet = await billing.db
+      .selectFrom('wallets')
+      .selectAll()
+      .where('owner_type', '=', 'provider')
+      .where('owner_id', '=', machine)
+      .executeTakeFirstOrThrow();
+    expect(providerWallet).toMatchObject({ holder_id: owner.id, solana_address: null });
+
+    // The owner's daemon reports its usage; the session's provider owner came from the registry.
+    const daemon = await platform.machineClient('daemon', owner.id);
+    const usage = await call(
+      billing,
+      { authorization: `Bearer ${await daemon.get()}` },
+      'POST',
+      '/billing/usage-update',
+      {
+        session_id: started.json().session.id,
+        timestamp: new Date().toISOString(),
+        gpu_utilization: 90,
+        power_draw_w: 1300,
+      },
+    );
+    expect(usage.statusCode).toBe(201);
+
+    // More GPUs than the machine has healthy, a machine in maintenance, an unknown machine.
+    const more = await call(billing, renter, 'POST', '/billing/start-session', {
+      ...body,
+      job_id: randomUUID(),
+      gpu_count: 3,
+    });
+    expect(more.statusCode).toBe(409);
+    expect(more.json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    const maintenance = await machineOf(owner, { status: 'maintenance', gpus: [gpu(h100)] });
+    const busy = await call(billing, renter, 'POST', '/billing/start-session', {
+      ...body,
+      job_id: randomUUID(),
+      provider_id: maintenance,
+      gpu_count: 1,
+    });
+    expect(busy.statusCode).toBe(409);
+    expect(busy.json()).toMatchObject({ code: 'PROVIDER_NOT_AVAILABLE', provider_status: 'maintenance' });
+    const unknown = await call(billing, renter, 'POST', '/billing/start-session', {
+      ...body,
+      job_id: randomUUID(),
+      provider_id: randomUUID(),
+    });
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.json().code).toBe('PROVIDER_NOT_FOUND');
+
+    // Paying out of the address-less wallet needs a destination.
+    const payout = await call(billing, owner.headers, 'POST', `/provider/${machine}/payout`, { amount: '10' });
+    expect(payout.statusCode).toBe(400);
+    expect(payout.json().code).toBe('DESTINATION_REQUIRED');
   });
 });

@@ -37,6 +37,7 @@ export const defaultBaseRates: Record<string, string> = {
   'nvidia-tesla-a100': '2.00',
   'nvidia-tesla-v100': '1.50',
   'nvidia-tesla-h100': '4.00',
+  'nvidia-h200': '5.00',
   'nvidia-tesla-l40': '1.80',
   'amd-radeon-rx-7900-xtx': '0.35',
   'amd-instinct-mi250x': '1.75',

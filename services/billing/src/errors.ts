@@ -147,6 +147,21 @@ export const billingErrors = {
       `the session would cost ${rate} per hour, more than the accepted ${accepted}: accept the current price to start`,
       { extra: { total_hourly_rate: rate, accepted_hourly_rate: accepted } },
     ),
+  destinationRequired: (walletId: string) => {
+    const detail = `wallet ${walletId} has no address yet: name the destination`;
+    return new AppError('invalid', 'DESTINATION_REQUIRED', detail, {
+      errors: [{ path: 'body.destination', message: detail }],
+    });
+  },
+  noWalletAddress: (walletId: string) =>
+    errors.conflict(
+      'NO_WALLET_ADDRESS',
+      `wallet ${walletId} has no Solana address (a provider wallet opened on first need)`,
+    ),
+  providerNotAvailable: (providerId: string, why: string, status: string) =>
+    new AppError('conflict', 'PROVIDER_NOT_AVAILABLE', `provider ${providerId} ${why}`, {
+      extra: { provider_id: providerId, provider_status: status },
+    }),
   chainNotConfigured: () =>
     new AppError(
       'unavailable',

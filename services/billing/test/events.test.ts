@@ -27,7 +27,7 @@ describe('payment events', () => {
       const w = await h.fundedWallet('10');
       const row = await recordIntent(
         h.ctx,
-        { wallet: w, type: 'payout', amount: new Dec('10'), destination: w.solanaAddress, correlationId: 'corr-42' },
+        { wallet: w, type: 'payout', amount: new Dec('10'), destination: w.solanaAddress!, correlationId: 'corr-42' },
         { signature: 'sig-events-test', serialized: 'AA==', lastValidBlockHeight: 1 },
         null,
       );

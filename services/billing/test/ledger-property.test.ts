@@ -71,7 +71,7 @@ async function run(o: Op, wallets: Wallet[], provider: Wallet): Promise<void> {
       const signature = randomBytes(48).toString('hex');
       const row = await recordIntent(
         h.ctx,
-        { wallet, type: o.payout ? 'payout' : 'withdrawal', amount: o.amount, destination: wallet.solanaAddress },
+        { wallet, type: o.payout ? 'payout' : 'withdrawal', amount: o.amount, destination: wallet.solanaAddress! },
         { signature, serialized: 'AA==', lastValidBlockHeight: 1 },
         null,
       );

@@ -94,10 +94,11 @@ describe('GET /api/v1/pricing/rates', () => {
     expect(body.base_rates).toMatchObject({
       'nvidia-geforce-rtx-4090': '0.500000',
       'nvidia-tesla-h100': '4.000000',
+      'nvidia-h200': '5.000000',
       'amd-instinct-mi250x': '1.750000',
       default: '0.250000',
     });
-    expect(Object.keys(body.base_rates)).toHaveLength(12);
+    expect(Object.keys(body.base_rates)).toHaveLength(13);
     expect(body).toMatchObject({
       default_rate: '0.250000',
       vram_rate_per_gb_hour: '0.020000',
@@ -186,7 +187,7 @@ describe('provider rate input', () => {
     const high = await put({ base_rates: { 'NVIDIA H100 80GB HBM3': '1000.000001' } });
     expect(high.statusCode).toBe(400);
     expect(high.json()).toMatchObject({ code: 'RATE_OUT_OF_BOUNDS', limit: '1000' });
-    expect(high.json().errors[0].path).toBe('body.base_rates.nvidia-h100-80gb-hbm3');
+    expect(high.json().errors[0].path).toBe('body.base_rates.nvidia-tesla-h100');
     expect((await put({ vram_rate_per_gb_hour: '10.5' })).json().code).toBe('RATE_OUT_OF_BOUNDS');
     expect((await put({ power_rate_per_watt_hour: '1.01' })).json().code).toBe('RATE_OUT_OF_BOUNDS');
     expect((await h.app.inject({ method: 'GET', url })).json().updated_at).toBeNull();

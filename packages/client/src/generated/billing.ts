@@ -2244,7 +2244,8 @@ export interface paths {
                             owner_id: string;
                             /** @enum {string} */
                             owner_type: "user" | "provider";
-                            solana_address: string;
+                            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
+                            solana_address: string | null;
                         };
                     };
                 };
@@ -2435,7 +2436,8 @@ export interface paths {
                             owner_id: string;
                             /** @enum {string} */
                             owner_type: "user" | "provider";
-                            solana_address: string;
+                            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
+                            solana_address: string | null;
                         };
                     };
                 };
@@ -2735,7 +2737,8 @@ export interface paths {
                             owner_id: string;
                             /** @enum {string} */
                             owner_type: "user" | "provider";
-                            solana_address: string;
+                            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
+                            solana_address: string | null;
                         };
                     };
                 };
@@ -3135,6 +3138,29 @@ export interface paths {
                 };
                 /** @description RFC 9457 problem details (application/problem+json) */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };

@@ -9,7 +9,7 @@ import { clientCredentials, registryClient, type TokenSource } from '@gpu/client
 import { durationMs } from '@gpu/common';
 import type { BillingConfig } from '../config.ts';
 import { BoundedCache } from '../domain/bounded-cache.ts';
-import type { ProviderDirectory } from '../domain/provider-directory.ts';
+import type { ProviderDirectory, ProviderRecord } from '../domain/provider-directory.ts';
 import { billingErrors } from '../errors.ts';
 
 export interface RegistryDirectoryOptions {
@@ -77,34 +77,45 @@ export function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirec
     retries: 2,
   });
   const owners = new BoundedCache<{ owner: string; until: number }>(100_000);
+  const fetchRecord = async (providerId: string, correlationId?: string): Promise<ProviderRecord | null> => {
+    const result = await client
+      .GET('/providers/{providerID}', {
+        params: { path: { providerID: providerId } },
+        headers: correlationId ? { 'x-correlation-id': correlationId } : {},
+      })
+      .catch((err: unknown) => {
+        if ((err as { code?: string }).code === 'PROVIDER_REGISTRY_UNAVAILABLE') throw err;
+        throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
+      });
+    const status = result.response.status;
+    if (status === 404) return null;
+    if (!result.data) {
+      const problem = (result.error ?? {}) as { code?: string; detail?: string };
+      throw billingErrors.registryUnavailable(
+        `the provider registry answered ${status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
+      );
+    }
+    const p = result.data;
+    owners.set(providerId, { owner: p.owner_id, until: Date.now() + opts.cacheTtlMs });
+    return {
+      id: p.id,
+      ownerId: p.owner_id,
+      status: p.status,
+      gpus: p.gpus.map((g) => ({
+        model: g.model_name,
+        vramMb: Number(g.vram),
+        powerW: g.power_consumption ?? null,
+        healthy: g.is_healthy,
+      })),
+    };
+  };
   return {
     async ownerOf(providerId, correlationId) {
       const hit = owners.get(providerId);
       if (hit && hit.until > Date.now()) return hit.owner;
-      const result = await client
-        .GET('/providers/{providerID}', {
-          params: { path: { providerID: providerId } },
-          headers: correlationId ? { 'x-correlation-id': correlationId } : {},
-        })
-        .catch((err: unknown) => {
-          if ((err as { code?: string }).code === 'PROVIDER_REGISTRY_UNAVAILABLE') throw err;
-          throw billingErrors.registryUnavailable(
-            `the provider registry is unreachable: ${(err as Error).message}`,
-            err,
-          );
-        });
-      const status = result.response.status;
-      if (status === 404) return null;
-      if (!result.data) {
-        const problem = (result.error ?? {}) as { code?: string; detail?: string };
-        throw billingErrors.registryUnavailable(
-          `the provider registry answered ${status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
-        );
-      }
-      const owner = result.data.owner_id;
-      owners.set(providerId, { owner, until: Date.now() + opts.cacheTtlMs });
-      return owner;
+      return (await fetchRecord(providerId, correlationId))?.ownerId ?? null;
     },
+    provider: fetchRecord,
   };
 }
 

@@ -18,7 +18,8 @@ export interface WalletTable {
   owner_id: string;
   /** The user who holds the wallet: the owner of a user wallet, the owner of a provider wallet's machine (null: unknown, admins and services only). */
   holder_id: string | null;
-  solana_address: string;
+  /** Null only for a provider wallet opened on first need, until its owner names an address. */
+  solana_address: string | null;
   /** When the holder proved control of `solana_address` (signed a challenge); null: not proven, no deposits. */
   address_proven_at: Date | null;
   address_challenge: string | null;

@@ -9,7 +9,13 @@ export type WalletRow = Selectable<WalletTable>;
 /** Writes a wallet; its row as stored (a unique violation on `wallets_owner_unique` when the owner has one). */
 export async function insertWallet(
   db: Db,
-  values: { id: string; owner_type: OwnerType; owner_id: string; holder_id: string | null; solana_address: string },
+  values: {
+    id: string;
+    owner_type: OwnerType;
+    owner_id: string;
+    holder_id: string | null;
+    solana_address: string | null;
+  },
 ): Promise<WalletRow> {
   return db.insertInto('wallets').values(values).returningAll().executeTakeFirstOrThrow();
 }

@@ -35,6 +35,7 @@ export async function issueAddressChallenge(
   walletId: string,
 ): Promise<AddressChallenge> {
   const wallet = await walletFor(ctx, actor, walletId);
+  if (!wallet.solanaAddress) throw billingErrors.noWalletAddress(wallet.id);
   const expiresAt = new Date(Date.now() + CHALLENGE_TTL_MS);
   const message =
     `GPU rental platform: I control ${wallet.solanaAddress} and link it to billing wallet ${wallet.id}.\n` +
@@ -63,6 +64,7 @@ export async function proveAddress(
 ): Promise<Wallet> {
   const wallet = await walletFor(ctx, actor, walletId);
   if (wallet.addressProvenAt) return wallet;
+  if (!wallet.solanaAddress) throw billingErrors.noWalletAddress(wallet.id);
   const row = await findWallet(ctx.db, wallet.id);
   const challenge = row?.address_challenge;
   if (!challenge || !row.address_challenge_expires_at || row.address_challenge_expires_at.getTime() <= Date.now()) {

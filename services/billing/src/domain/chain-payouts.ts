@@ -59,9 +59,10 @@ export async function startChainPayout(
   req: ChainPayoutRequest,
   idem: KeyClaim<TransactionRow> | null,
 ): Promise<TransactionRow> {
-  if (!ctx.chain) throw billingErrors.chainNotConfigured();
   const { wallet, amount } = req;
   const destination = req.destination ?? wallet.solanaAddress;
+  if (!destination) throw billingErrors.destinationRequired(wallet.id);
+  if (!ctx.chain) throw billingErrors.chainNotConfigured();
   // Cheap early refusal before asking the RPC node to build a transaction; the locked check below decides.
   const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);
   if (!balances || new Dec(balances.available).lt(amount)) {

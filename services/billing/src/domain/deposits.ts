@@ -52,7 +52,9 @@ export async function claimDeposit(
   idem: KeyClaim<TransactionRow> | null,
 ): Promise<TransactionRow> {
   const wallet = await walletFor(ctx, req.actor, req.walletId);
-  if (!wallet.addressProvenAt) throw billingErrors.addressNotProven(wallet.id, wallet.solanaAddress);
+  if (!wallet.addressProvenAt || !wallet.solanaAddress) {
+    throw billingErrors.addressNotProven(wallet.id, wallet.solanaAddress ?? 'an address');
+  }
   const taken = await alreadyCredited(ctx, req.signature);
   if (taken) throw taken;
   if (!ctx.chain) throw billingErrors.chainNotConfigured();

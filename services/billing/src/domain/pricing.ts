@@ -10,18 +10,17 @@
  *
  * Rates are exact (never rounded); only derived token amounts are rounded, once.
  * The model's rate: the provider's own table (that model, then its `default`),
- * then the platform's (that model, then `default`). Model names are matched
- * case-insensitively after normalising whitespace and underscores to `-`.
+ * then the platform's (that model, then `default`). Model names are matched by
+ * the platform's model key (`gpuModelKey` in @gpu/common): a known model by its
+ * family, whatever the driver prints (`NVIDIA H100 80GB HBM3` → `nvidia-tesla-h100`),
+ * anything else by its spelling (lower case, spaces and underscores as `-`).
  */
+import { gpuModelKey } from '@gpu/common';
 import { Dec, roundAmount, splitFee } from './money.ts';
 
-/** `NVIDIA GeForce RTX 4090` → `nvidia-geforce-rtx-4090`. */
+/** The rate key of a model name: `NVIDIA GeForce RTX 4090` → `nvidia-geforce-rtx-4090`. */
 export function normalizeModel(name: string): string {
-  return name
-    .trim()
-    .toLowerCase()
-    .replace(/[\s_]+/g, '-')
-    .replace(/-+/g, '-');
+  return gpuModelKey(name);
 }
 
 /** A rate table: base hourly rates per normalised model (with `default`), VRAM and power rates. */

@@ -1,8 +1,31 @@
-/** Where billing asks who owns a provider machine (the provider registry: adapters/provider-registry.ts). */
+/** Where billing asks about provider machines: the provider registry (adapters/provider-registry.ts). */
+
+/** One GPU of a machine, as the registry records it. */
+export interface ProviderGpu {
+  /** The name the driver prints (`NVIDIA H100 80GB HBM3`). */
+  model: string;
+  vramMb: number;
+  /** Maximum power in watts, when the machine reported it. */
+  powerW: number | null;
+  healthy: boolean;
+}
+
+/** A provider machine as the registry knows it now. */
+export interface ProviderRecord {
+  id: string;
+  /** The user who owns the machine. */
+  ownerId: string;
+  /** `idle`, `busy`, `offline`, `maintenance` or `error`. */
+  status: string;
+  gpus: ProviderGpu[];
+}
+
 export interface ProviderDirectory {
   /**
-   * The user who owns the provider machine, or null when the registry does not know it. Throws an `unavailable`
-   * error (503) when the registry cannot be asked.
+   * The user who owns the provider machine, or null when the registry does not know it (remembered for a while: a
+   * machine changes owner only by an admin's hand). Throws an `unavailable` error (503) when it cannot be asked.
    */
   ownerOf(providerId: string, correlationId?: string): Promise<string | null>;
+  /** The machine's record as of now (never cached), or null when the registry does not know it; 503 as above. */
+  provider(providerId: string, correlationId?: string): Promise<ProviderRecord | null>;
 }

@@ -19,10 +19,10 @@ import type { KeyClaim } from './idempotency.ts';
 import { lockWalletAvailable } from './ledger.ts';
 import { Dec } from './money.ts';
 import { costOfHours } from './pricing.ts';
-import { registryOwner } from './provider-owners.ts';
 import { ratesFor } from './provider-rates.ts';
+import { providerWalletOf, type RentedResources, rentOn } from './rented-machine.ts';
 import type { SessionRow } from './sessions.ts';
-import { findWalletByOwner, walletFor } from './wallets.ts';
+import { findWalletByOwner, type Wallet, walletFor } from './wallets.ts';
 
 export interface StartSessionInput {
   /** Who starts it: the wallet's holder (or an admin or service). */
@@ -71,10 +71,24 @@ export async function startSession(
   if (wallet.ownerType !== 'user' || wallet.ownerId !== input.userId) {
     throw billingErrors.walletOwnerMismatch(wallet.id, input.userId);
   }
-  const providerWallet = await findWalletByOwner(ctx.db, 'provider', input.providerId);
-  if (!providerWallet) throw billingErrors.providerWalletNotFound(input.providerId);
-  const providerOwnerId = providerWallet.holderId ?? (await registryOwner(ctx, input.providerId, input.correlationId));
-  const rates = await ratesFor(ctx.db, ctx.pricing, input);
+  // With a registry: the machine must be known and available, and its record prices the session; its provider
+  // wallet is opened on first need. Without one: the provider needs a wallet, and the renter's figures are used.
+  let resources: RentedResources = input;
+  let providerWallet: Wallet;
+  let providerOwnerId: string | null;
+  if (ctx.providers) {
+    const machine = await ctx.providers.provider(input.providerId, input.correlationId);
+    if (!machine) throw billingErrors.providerNotFound(input.providerId);
+    resources = rentOn(machine, input);
+    providerWallet = await providerWalletOf(ctx, machine);
+    providerOwnerId = machine.ownerId;
+  } else {
+    const found = await findWalletByOwner(ctx.db, 'provider', input.providerId);
+    if (!found) throw billingErrors.providerWalletNotFound(input.providerId);
+    providerWallet = found;
+    providerOwnerId = found.holderId;
+  }
+  const rates = await ratesFor(ctx.db, ctx.pricing, { ...resources, providerId: input.providerId });
   // The renter starts at a price they accepted; the rates are then frozen for the session's life.
   if (input.acceptedHourlyRate === undefined) {
     if (!isPrivileged(input.actor)) throw billingErrors.acceptedRateRequired();
@@ -106,9 +120,9 @@ export async function startSession(
       provider_owner_id: providerOwnerId,
       job_id: input.jobId,
       gpu_model: rates.gpuModel,
-      gpu_count: input.gpuCount,
-      requested_vram_mb: input.requestedVramMb,
-      estimated_power_w: input.estimatedPowerW,
+      gpu_count: resources.gpuCount,
+      requested_vram_mb: resources.requestedVramMb,
+      estimated_power_w: resources.estimatedPowerW,
       actual_power_w: null,
       rate_key: rates.rateKey,
       rate_source: rates.rateSource,

@@ -19,7 +19,8 @@ export interface Wallet {
   ownerId: string;
   /** The user who holds the wallet (null: not known, admins and services only). */
   holderId: string | null;
-  solanaAddress: string;
+  /** Null only for a provider wallet opened on first need (payouts then name their destination). */
+  solanaAddress: string | null;
   /** When the holder proved control of the address (address-proof.ts); null: not yet, no deposits. */
   addressProvenAt: Date | null;
   createdAt: Date;
@@ -43,7 +44,7 @@ const isUniqueViolation = (err: unknown, constraint: string) => {
 /** Creates a wallet; WALLET_ALREADY_EXISTS when the owner already has one of this type. */
 export async function createWallet(
   db: Kysely<BillingDB>,
-  input: { ownerType: OwnerType; ownerId: string; solanaAddress: string; holderId?: string | null },
+  input: { ownerType: OwnerType; ownerId: string; solanaAddress: string | null; holderId?: string | null },
 ): Promise<Wallet> {
   const id = randomUUID();
   try {

@@ -60,7 +60,10 @@ export const walletSchema = z.object({
     .uuid()
     .nullable()
     .describe("the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)"),
-  solana_address: z.string(),
+  solana_address: z
+    .string()
+    .nullable()
+    .describe('null only for a provider wallet opened on first need (payouts then name a destination)'),
   address_proven_at: z
     .string()
     .nullable()

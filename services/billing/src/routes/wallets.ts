@@ -171,7 +171,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
             token_balance: z.string().describe('tokens, decimal string; "0" when the address has no token account'),
             decimals: z.number().int(),
           }),
-          ...problems(400, 403, 404, 503),
+          ...problems(400, 403, 404, 409, 503),
         },
       },
     },
@@ -179,12 +179,14 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       const wallet = await walletFor(ctx, callerOf(request), request.params.walletID);
       const chain = deps.billing.chain;
       if (!chain) throw billingErrors.chainNotConfigured();
+      const address = wallet.solanaAddress;
+      if (!address) throw billingErrors.noWalletAddress(wallet.id);
       try {
         return {
           wallet_id: wallet.id,
-          solana_address: wallet.solanaAddress,
+          solana_address: address,
           mint: chain.mintAddress(),
-          token_balance: await chain.tokenBalance(wallet.solanaAddress),
+          token_balance: await chain.tokenBalance(address),
           decimals: chain.decimals(),
         };
       } catch (err) {

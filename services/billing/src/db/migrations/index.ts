@@ -4,6 +4,7 @@ import { ledgerMigration } from './0001-ledger.ts';
 import { sessionsMigration } from './0002-sessions.ts';
 import { ownershipMigration } from './0003-ownership.ts';
 import { addressProofMigration } from './0004-address-proof.ts';
+import { providerWalletOnFirstNeedMigration } from './0005-provider-wallet-on-first-need.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -11,5 +12,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0002-sessions': sessionsMigration(scale),
     '0003-ownership': ownershipMigration,
     '0004-address-proof': addressProofMigration,
+    '0005-provider-wallet-on-first-need': providerWalletOnFirstNeedMigration,
   };
 }

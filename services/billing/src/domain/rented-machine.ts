@@ -1,0 +1,73 @@
+/**
+ * What a session rents, from the provider registry's record of the machine (when billing has a registry):
+ * the machine must be known (404 PROVIDER_NOT_FOUND) and available (`idle`, with enough healthy GPUs of the model:
+ * 409 PROVIDER_NOT_AVAILABLE), and the session is priced from the record (the GPUs' model as the driver prints it,
+ * their VRAM and power), never from what the renter declares. Its earnings go to the machine's provider wallet,
+ * opened on first need for the machine's owner.
+ */
+import { gpuModelKey } from '@gpu/common';
+import { billingErrors } from '../errors.ts';
+import type { BillingContext } from './context.ts';
+import type { ProviderGpu, ProviderRecord } from './provider-directory.ts';
+import { createWallet, findWalletByOwner, type Wallet } from './wallets.ts';
+
+/** The resources a session prices. */
+export interface RentedResources {
+  gpuModel: string;
+  gpuCount: number;
+  requestedVramMb: number;
+  estimatedPowerW: number;
+}
+
+/**
+ * The GPUs a rental of `asked.gpuCount` takes on the machine: healthy ones of the asked model (by model key, so
+ * `H100` finds `NVIDIA H100 80GB HBM3`), else of the machine's model when it has only one; priced from the record.
+ */
+export function rentOn(machine: ProviderRecord, asked: RentedResources): RentedResources {
+  if (machine.status !== 'idle') {
+    throw billingErrors.providerNotAvailable(machine.id, `is ${machine.status}, not idle`, machine.status);
+  }
+  const healthy = machine.gpus.filter((g) => g.healthy);
+  const byModel = new Map<string, ProviderGpu[]>();
+  for (const g of healthy) {
+    const key = gpuModelKey(g.model);
+    byModel.set(key, [...(byModel.get(key) ?? []), g]);
+  }
+  const wanted = byModel.get(gpuModelKey(asked.gpuModel)) ?? (byModel.size === 1 ? [...byModel.values()][0]! : []);
+  if (wanted.length < asked.gpuCount) {
+    throw billingErrors.providerNotAvailable(
+      machine.id,
+      `has ${wanted.length} healthy GPU(s) of model ${asked.gpuModel}, ${asked.gpuCount} asked`,
+      machine.status,
+    );
+  }
+  const taken = wanted.slice(0, asked.gpuCount);
+  const power = taken.every((g) => g.powerW !== null)
+    ? taken.reduce((sum, g) => sum + (g.powerW ?? 0), 0)
+    : asked.estimatedPowerW;
+  return {
+    gpuModel: taken[0]!.model,
+    gpuCount: taken.length,
+    requestedVramMb: taken.reduce((sum, g) => sum + g.vramMb, 0),
+    estimatedPowerW: power,
+  };
+}
+
+/** The machine's provider wallet, opened for its owner (without an address yet) when it has none. */
+export async function providerWalletOf(ctx: BillingContext, machine: ProviderRecord): Promise<Wallet> {
+  const existing = await findWalletByOwner(ctx.db, 'provider', machine.id);
+  if (existing) return existing;
+  try {
+    return await createWallet(ctx.db, {
+      ownerType: 'provider',
+      ownerId: machine.id,
+      holderId: machine.ownerId,
+      solanaAddress: null,
+    });
+  } catch (err) {
+    // Opened by a concurrent first session.
+    const now = await findWalletByOwner(ctx.db, 'provider', machine.id);
+    if (now) return now;
+    throw err;
+  }
+}
