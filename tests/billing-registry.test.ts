@@ -4,47 +4,22 @@
  * a machine the registry does not know is 404; a registry that cannot be reached is a 503, not a hang.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import { base58Encode } from '../services/billing/src/adapters/base58.ts';
-import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
+import type { BillingHarness } from '../services/billing/test/support/setup.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
+import { billingWithRegistry } from './support/billing-with-registry.ts';
 
 const platform = useAuthAndRegistry();
 let billing: BillingHarness;
 let deadRegistry: BillingHarness;
 
-/** Billing trusting the real auth's keys and asking the registry at `registryUrl` with a service client of auth. */
-async function billingWith(registryUrl: string, timeout = '3s') {
-  const { client, secret } = await createClient(platform.auth.ctx, UNCHECKED_PRINCIPAL, {
-    name: `billing-${randomUUID()}`,
-    role: 'service',
-  });
-  return setupBilling({
-    config: {
-      access: {
-        jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
-        issuer: platform.auth.config.jwt.issuer,
-        audience: platform.auth.config.jwt.audience,
-      },
-      provider_registry: {
-        url: registryUrl,
-        auth_url: platform.authUrl,
-        client_id: client.id,
-        client_secret: secret,
-        timeout,
-      },
-    },
-  });
-}
-
 beforeAll(async () => {
-  billing = await billingWith(platform.registryUrl);
+  billing = await billingWithRegistry(platform);
   // Nothing listens on port 9 (discard) here: every call fails at once.
-  deadRegistry = await billingWith('http://127.0.0.1:9', '500ms');
+  deadRegistry = await billingWithRegistry(platform, { registryUrl: 'http://127.0.0.1:9', timeout: '500ms' });
 });
 afterAll(async () => {
   await billing?.close();

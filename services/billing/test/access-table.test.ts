@@ -162,6 +162,10 @@ function table(): Record<string, AccessRule> {
       request: async () => ({ payload: { reports: [report(await ownersSession())] } }),
       expect: { ...PARTY(200), other_user: 200, other_daemon: 200 },
     },
+    'GET /api/v1/billing/sessions': {
+      request: () => ({}),
+      expect: { ...PARTY(200), other_user: 200, renter: 200, other_daemon: 200, others: 403 },
+    },
     // Everyone with a user's or daemon's role reads their own history (scoped: below).
     'GET /api/v1/billing/history': {
       request: () => ({}),
@@ -249,6 +253,15 @@ describe('billing ownership beyond the table', () => {
     expect(await records()).toHaveLength(0);
 
     expect((await call(daemon.headers, 'POST', '/billing/usage-update', report(sessionId))).statusCode).toBe(201);
+    // The daemon finds the running sessions on its owner's machine; another provider does not see them.
+    const running = async (headers: Record<string, string>) =>
+      (
+        (await call(headers, 'GET', `/billing/sessions?provider_id=${machine.ownerId}&status=running`)).json()
+          .sessions as { id: string }[]
+      ).map((x) => x.id);
+    expect(await running(daemon.headers)).toEqual([sessionId]);
+    expect(await running(renter.headers)).toEqual([sessionId]);
+    expect(await running(otherProvider.headers)).toEqual([]);
     expect(await records()).toHaveLength(1);
     // Both parties read it; the renter ends it.
     expect((await call(daemon.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(200);

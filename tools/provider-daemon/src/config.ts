@@ -25,6 +25,11 @@ export const daemonConfigSchema = z
     log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     auth_url: z.string().url().default('http://127.0.0.1:8000'),
     registry_url: z.string().url().default('http://127.0.0.1:8002'),
+    billing_url: z.string().url().default('http://127.0.0.1:8003'),
+    /** NATS for usage reports (JetStream, acknowledged); empty: usage goes over HTTP. */
+    nats_url: z.string().default(''),
+    /** Subject prefix of usage reports: `<usage_subject>.<session_id>` (billing's `messaging.subjects.usage`). */
+    usage_subject: z.string().default('billing.usage'),
     /** The daemon's machine client (role `daemon`, made by the provider at the auth service). */
     credentials: z
       .object({
@@ -79,6 +84,8 @@ export function loadDaemonConfig(env: NodeJS.ProcessEnv = process.env): DaemonCo
       LOG_LEVEL: 'log_level',
       AUTH_URL: 'auth_url',
       REGISTRY_URL: 'registry_url',
+      BILLING_URL: 'billing_url',
+      NATS_URL: 'nats_url',
       DAEMON_CLIENT_ID: 'credentials.client_id',
       DAEMON_CLIENT_SECRET: 'credentials.client_secret',
       DAEMON_CREDENTIALS_FILE: 'credentials.file',

@@ -13,12 +13,15 @@ import type { GpuReading } from './gpu/nvidia-smi.ts';
 import { gpuMetrics, gpuSpec } from './gpu/registry-gpu.ts';
 import type { GpuSource } from './gpu/source.ts';
 import { readState, writeState } from './state.ts';
+import type { UsageReporter } from './usage.ts';
 
 export interface DaemonDeps {
   config: DaemonConfig;
   logger: Logger;
   gpus: GpuSource;
   token: TokenSource;
+  /** Reports the running sessions' usage to billing after each heartbeat (none: heartbeats only). */
+  usage?: UsageReporter;
   /** The clock's sleep (tests shorten it). */
   sleep?: (ms: number) => Promise<void>;
 }
@@ -105,7 +108,11 @@ export class ProviderDaemon {
     return unwrap(created).id; // throws the problem as an ApiError
   }
 
-  /** One heartbeat with the GPUs' live metrics; re-registers a record deleted under it. */
+  /**
+   * One heartbeat with the GPUs' live metrics (re-registering a record deleted under it), then the usage of the
+   * running sessions on the machine. A usage report that fails is logged and sent again on the next beat (its
+   * message ID names its minute, so billing applies it once); it never stops the heartbeats.
+   */
   async heartbeat(): Promise<void> {
     const id = this.providerId ?? (await this.attach());
     const readings = await this.deps.gpus.read();
@@ -119,6 +126,11 @@ export class ProviderDaemon {
       return;
     }
     unwrap(res);
+    if (this.deps.usage) {
+      await this.deps.usage
+        .report(id, readings)
+        .catch((err) => this.deps.logger.warn({ err }, 'usage report failed; it is sent again on the next beat'));
+    }
   }
 
   /** Attaches, then heartbeats until `stop()`, backing off while a service cannot be reached. */

@@ -4,10 +4,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { clientCredentials } from '@gpu/client';
-import { createLogger } from '@gpu/common';
+import { connectPublisher, createLogger } from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
+import { UsageReporter } from './usage.ts';
 
 const config = loadDaemonConfig();
 const logger = createLogger({ service: 'provider-daemon', instanceId: config.provider.name, level: config.log_level });
@@ -21,12 +22,17 @@ if (!clientId || !clientSecret) {
 }
 const gpus = gpuSource(config.gpu);
 if (gpus.kind === 'simulated') logger.warn('reporting a SIMULATED machine (gpu.source: simulated), not real GPUs');
-const daemon = new ProviderDaemon({
-  config,
+const token = clientCredentials({ authUrl: config.auth_url, clientId, clientSecret });
+// Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
+const publisher = await connectPublisher({
+  url: config.nats_url,
+  name: `provider-daemon-${config.provider.name}`,
+  stream: { name: 'BILLING_USAGE', subjects: [`${config.usage_subject}.>`] },
   logger,
-  gpus,
-  token: clientCredentials({ authUrl: config.auth_url, clientId, clientSecret }),
 });
+const usage = new UsageReporter({ config, logger, token, publisher });
+const daemon = new ProviderDaemon({ config, logger, gpus, token, usage });
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());
 await daemon.run();
+await publisher.close();
 logger.info('stopped');

@@ -530,6 +530,173 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Rental sessions, newest start first: a daemon finds the running sessions on its machine here
+         * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                    cursor?: string;
+                    limit?: number;
+                    provider_id?: string;
+                    /** @description active, grace_period, completed, terminated, or running */
+                    status?: string | string[];
+                    user_id?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description the same as `X-Next-Cursor`; null on the last page */
+                            next_cursor: string | null;
+                            sessions: {
+                                /** @description power draw of the latest usage update (W) */
+                                actual_power_w: string | null;
+                                billed_minutes: number;
+                                end_reason: string | null;
+                                ended_at: string | null;
+                                estimated_power_w: number;
+                                gpu_count: number;
+                                gpu_model: string;
+                                grace_until: string | null;
+                                /** Format: uuid */
+                                hold_id: string;
+                                /** Format: uuid */
+                                id: string;
+                                job_id: string;
+                                last_usage_at: string | null;
+                                /** Format: uuid */
+                                lock_transaction_id: string | null;
+                                /** Format: uuid */
+                                provider_id: string;
+                                /** Format: uuid */
+                                provider_wallet_id: string;
+                                /** @description frozen when the session started */
+                                rates: {
+                                    /** @description base_rate_per_gpu × gpu_count */
+                                    base_hourly_rate: string;
+                                    base_rate_per_gpu: string;
+                                    demand_multiplier: string;
+                                    platform_fee_percent: string;
+                                    power_hourly_rate: string;
+                                    /** @description the rate table entry used (`default` for unknown models) */
+                                    rate_key: string;
+                                    /** @enum {string} */
+                                    rate_source: "platform" | "provider";
+                                    supply_factor: string;
+                                    total_hourly_rate: string;
+                                    vram_hourly_rate: string;
+                                };
+                                requested_vram_mb: number;
+                                started_at: string;
+                                /** @enum {string} */
+                                status: "active" | "grace_period" | "completed" | "terminated";
+                                total_cost: string;
+                                /** Format: uuid */
+                                user_id: string;
+                                /** Format: uuid */
+                                wallet_id: string;
+                            }[];
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/start-session": {
         parameters: {
             query?: never;

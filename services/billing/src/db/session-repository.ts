@@ -1,5 +1,7 @@
 /** Queries on rental sessions. Every function takes the database or a transaction. */
 import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
+import type { KeysetPosition } from '../domain/keyset.ts';
+import { cursorAt, olderThan } from './keyset-sql.ts';
 import type { BillingDB, RentalSessionTable, SessionStatus } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -126,4 +128,31 @@ export async function writeBilledSessions(
     RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.updated_at, s.actual_power_w,
       s.last_usage_at`.execute(trx);
   return new Map(rows.map((r) => [r.id, r]));
+}
+
+/** Which sessions a list shows: by provider, renter, status, and the user who is a party (renter or provider owner). */
+export interface SessionFilter {
+  providerId?: string;
+  userId?: string;
+  status?: SessionStatus[];
+  partyId?: string;
+}
+
+/** Up to `limit` sessions after `after`, newest start first, each with its cursor time. */
+export async function listSessions(
+  db: Db,
+  f: SessionFilter,
+  after: KeysetPosition | undefined,
+  limit: number,
+): Promise<(SessionRow & { cursor_at: string })[]> {
+  let q = db.selectFrom('rental_sessions').selectAll().select(cursorAt('started_at').as('cursor_at'));
+  if (f.partyId) {
+    const party = f.partyId;
+    q = q.where((eb) => eb.or([eb('user_id', '=', party), eb('provider_owner_id', '=', party)]));
+  }
+  if (f.providerId) q = q.where('provider_id', '=', f.providerId);
+  if (f.userId) q = q.where('user_id', '=', f.userId);
+  if (f.status?.length) q = q.where('status', 'in', f.status);
+  if (after) q = q.where(olderThan('started_at', after));
+  return q.orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
 }

@@ -7,6 +7,7 @@ import {
   listBillingRecords,
 } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
+import { listSessions, type SessionFilter } from '../db/session-repository.ts';
 import { assertSessionParty, historyScope } from './access.ts';
 import type { BillingContext } from './context.ts';
 import { getHold } from './holds.ts';
@@ -80,4 +81,22 @@ export async function billingHistory(
 ): Promise<Page<BillingRecordRow>> {
   const scoped = { ...f, partyId: historyScope(actor) };
   return keysetPage(await listBillingRecords(db, scoped, f.after, f.limit + 1), f.limit);
+}
+
+export interface SessionListFilter extends SessionFilter {
+  limit: number;
+  after?: KeysetPosition;
+}
+
+/**
+ * Sessions, newest start first; keyset pagination. A user (or their daemon) sees the sessions they rent or that run
+ * on their machines (a daemon finds the sessions to report usage for); admins and services see all.
+ */
+export async function sessionList(
+  db: Kysely<BillingDB>,
+  actor: Principal,
+  f: SessionListFilter,
+): Promise<Page<SessionRow>> {
+  const scoped = { ...f, partyId: historyScope(actor) };
+  return keysetPage(await listSessions(db, scoped, f.after, f.limit + 1), f.limit);
 }

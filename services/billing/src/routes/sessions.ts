@@ -3,16 +3,28 @@ import { type App, callerOf, setNextPage, withRequestLogger } from '@gpu/common'
 import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
 import { type SessionStart, startSession } from '../domain/session-start.ts';
-import { billingHistory, currentUsage } from '../domain/session-usage.ts';
+import { billingHistory, currentUsage, sessionList } from '../domain/session-usage.ts';
 import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { billingRecordJson, currentUsageJson, sessionEndJson, sessionStartJson } from './presenters.ts';
+import { billingRecordJson, currentUsageJson, sessionEndJson, sessionJson, sessionStartJson } from './presenters.ts';
 import { amountString, idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
 const { provider_id: _priced, ...resourceShape } = pricingInputShape;
+
+/** Session statuses (`running`: active and grace_period), repeated or comma-separated. */
+const sessionStatusList = z
+  .union([z.string(), z.array(z.string())])
+  .transform((v) =>
+    (Array.isArray(v) ? v : [v])
+      .flatMap((s) => s.split(','))
+      .filter(Boolean)
+      .flatMap((s) => (s === 'running' ? ['active', 'grace_period'] : [s])),
+  )
+  .pipe(z.array(z.enum(['active', 'grace_period', 'completed', 'terminated'])))
+  .optional();
 
 const csvStatus = z
   .union([z.string(), z.array(z.string())])
@@ -148,6 +160,47 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) => currentUsageJson(ctx, await currentUsage(ctx, callerOf(request), request.params.sessionID)),
+  );
+
+  app.get(
+    '/api/v1/billing/sessions',
+    {
+      config: { roles: SESSION_ROLES },
+      schema: {
+        tags: ['sessions'],
+        summary: 'Rental sessions, newest start first: a daemon finds the running sessions on its machine here',
+        description:
+          'A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and ' +
+          'services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or ' +
+          'separate with commas; `running` = active and grace_period). Paging as everywhere: `X-Next-Cursor`, ' +
+          '`Link` rel="next", `next_cursor`.',
+        querystring: z.object({
+          provider_id: z.uuid().optional(),
+          user_id: z.uuid().optional(),
+          status: sessionStatusList.describe('active, grace_period, completed, terminated, or running'),
+          ...pageQuery,
+        }),
+        response: {
+          200: z.object({
+            sessions: z.array(sessionSchema),
+            next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+          }),
+          ...problems(400, 403),
+        },
+      },
+    },
+    async (request, reply) => {
+      const q = request.query;
+      const page = await sessionList(ctx.db, callerOf(request), {
+        limit: q.limit,
+        after: afterCursor(q.cursor),
+        providerId: q.provider_id,
+        userId: q.user_id,
+        status: q.status,
+      });
+      setNextPage(request, reply, page.nextCursor);
+      return { sessions: page.items.map((s) => sessionJson(ctx, s)), next_cursor: page.nextCursor };
+    },
   );
 
   app.get(

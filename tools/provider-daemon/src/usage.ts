@@ -1,0 +1,123 @@
+/**
+ * Usage reports to billing, for every running session on this machine. The daemon asks billing which sessions run
+ * here (`GET /billing/sessions?provider_id=…&status=running`, its token sees only its owner's machines), and reports
+ * each one's usage: the machine's GPU utilization and power draw now.
+ *
+ * One report per session and minute: the message ID is `<session>:<minute since the epoch>`, so a report sent twice
+ * (a retry, a restart within the minute, a heartbeat twice a minute) is applied once; billing bills elapsed time by
+ * its own clock, so a report never adds a minute of its own.
+ *
+ * Over NATS when `nats_url` is set (subject `<usage_subject>.<session>`, the daemon's token in an `Authorization`
+ * header, `Nats-Msg-Id` the message ID, acknowledged by JetStream); over HTTP (`POST /billing/usage-updates`, up to
+ * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
+ */
+import { billingClient, type TokenSource, unwrap } from '@gpu/client';
+import { durationMs, type EventPublisher, type Logger } from '@gpu/common';
+import type { DaemonConfig } from './config.ts';
+import type { GpuReading } from './gpu/nvidia-smi.ts';
+
+const MINUTE_MS = 60_000;
+const MAX_REPORTS_PER_REQUEST = 256;
+
+export interface UsageReport {
+  session_id: string;
+  timestamp: string;
+  gpu_utilization: number;
+  power_draw_w: number;
+  metrics: Record<string, unknown>;
+  message_id: string;
+}
+
+/** The reports of one moment for the given sessions, from the machine's GPU readings. */
+export function usageReports(sessionIds: string[], readings: GpuReading[], now: Date): UsageReport[] {
+  const utilization = readings.length
+    ? readings.reduce((sum, r) => sum + (r.utilizationGpu ?? 0), 0) / readings.length
+    : 0;
+  const power = readings.reduce((sum, r) => sum + (r.powerDraw ?? 0), 0);
+  const minute = Math.floor(now.getTime() / MINUTE_MS);
+  return sessionIds.map((id) => ({
+    session_id: id,
+    timestamp: now.toISOString(),
+    gpu_utilization: Math.min(100, Math.max(0, Math.round(utilization * 100) / 100)),
+    power_draw_w: power,
+    metrics: { gpus: readings.length, minute },
+    message_id: `${id}:${minute}`,
+  }));
+}
+
+export interface UsageReporterDeps {
+  config: DaemonConfig;
+  logger: Logger;
+  token: TokenSource;
+  /** NATS (JetStream) when configured; a disabled publisher sends everything over HTTP. */
+  publisher: EventPublisher;
+}
+
+export class UsageReporter {
+  private readonly billing;
+
+  constructor(private readonly deps: UsageReporterDeps) {
+    this.billing = billingClient({
+      baseUrl: deps.config.billing_url,
+      token: deps.token,
+      timeoutMs: durationMs(deps.config.request_timeout),
+    });
+  }
+
+  /** The running sessions on the machine, every page. */
+  async runningSessions(providerId: string): Promise<string[]> {
+    const ids: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = unwrap(
+        await this.billing.GET('/api/v1/billing/sessions', {
+          params: { query: { provider_id: providerId, status: 'running', limit: 200, ...(cursor ? { cursor } : {}) } },
+        }),
+      );
+      ids.push(...page.sessions.map((s) => s.id));
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor);
+    return ids;
+  }
+
+  /** Reports the usage of every running session on the machine; the number of reports sent. */
+  async report(providerId: string, readings: GpuReading[], now = new Date()): Promise<number> {
+    const reports = usageReports(await this.runningSessions(providerId), readings, now);
+    if (reports.length === 0) return 0;
+    const overHttp: UsageReport[] = [];
+    if (this.deps.publisher.enabled) {
+      const authorization = `Bearer ${await this.deps.token.get()}`;
+      const prefix = this.deps.config.usage_subject;
+      const sent = await Promise.allSettled(
+        reports.map((r) =>
+          this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
+            msgId: r.message_id,
+            headers: { Authorization: authorization },
+          }),
+        ),
+      );
+      sent.forEach((s, i) => {
+        if (s.status === 'rejected') overHttp.push(reports[i]!);
+      });
+      if (overHttp.length) {
+        this.deps.logger.warn(
+          { reports: overHttp.length },
+          'NATS did not take some usage reports: sending them over HTTP',
+        );
+      }
+    } else {
+      overHttp.push(...reports);
+    }
+    for (let i = 0; i < overHttp.length; i += MAX_REPORTS_PER_REQUEST) {
+      const answer = unwrap(
+        await this.billing.POST('/api/v1/billing/usage-updates', {
+          body: { reports: overHttp.slice(i, i + MAX_REPORTS_PER_REQUEST) },
+        }),
+      );
+      for (const r of answer.results) {
+        if (r.status >= 400) this.deps.logger.warn({ result: r }, 'billing refused a usage report');
+      }
+    }
+    return reports.length;
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * The daemon's usage reports against the real auth service, the real provider registry and billing asking that
+ * registry: a renter rents the daemon's machine, the daemon finds the session and reports its usage over HTTP and
+ * over NATS JetStream, once per minute whatever the retries and restarts.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TokenSource } from '@gpu/client';
+import { connectPublisher, createLogger, type EventPublisher, NoopPublisher } from '@gpu/common';
+import { testEnv } from '@gpu/common/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
+import { base58Encode } from '../../../services/billing/src/adapters/base58.ts';
+import { startUsageConsumer } from '../../../services/billing/src/adapters/usage-consumer.ts';
+import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
+import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
+import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
+import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
+import { ProviderDaemon } from '../src/daemon.ts';
+import { gpuSource } from '../src/gpu/source.ts';
+import { UsageReporter } from '../src/usage.ts';
+
+const platform = useAuthAndRegistry();
+const dir = mkdtempSync(join(tmpdir(), 'daemon-usage-'));
+const logger = createLogger({ service: 'provider-daemon-test', instanceId: 't', level: 'silent' });
+let billing: BillingHarness;
+let billingUrl: string;
+
+beforeAll(async () => {
+  billing = await billingWithRegistry(platform);
+  billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
+});
+afterAll(async () => {
+  await billing?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function config(over: Record<string, unknown> = {}): DaemonConfig {
+  return daemonConfigSchema.parse({
+    auth_url: platform.authUrl,
+    registry_url: platform.registryUrl,
+    billing_url: billingUrl,
+    state_file: join(dir, `state-${randomUUID()}.json`),
+    provider: { name: `rig-${randomUUID().slice(0, 8)}` },
+    gpu: {
+      source: 'simulated',
+      simulated_gpus: [
+        {
+          name: 'NVIDIA H100 80GB HBM3',
+          memory_total_mib: 81559,
+          power_limit_w: 700,
+          utilization_gpu: 87,
+          power_draw_w: 610,
+        },
+      ],
+    },
+    ...over,
+  });
+}
+
+/** A provider's daemon on a simulated H100 machine, attached to its registry record. */
+async function daemonOnMachine(publisher: EventPublisher = new NoopPublisher()) {
+  const owner = await platform.providerUser();
+  const token: TokenSource = await platform.machineClient('daemon', owner.id);
+  const c = config();
+  const make = () => {
+    const usage = new UsageReporter({ config: c, logger, token, publisher });
+    return { usage, daemon: new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage }) };
+  };
+  const first = make();
+  const providerId = await first.daemon.attach();
+  return { ...first, providerId, restart: make };
+}
+
+/** A renter of the real auth service renting the machine at billing; the session's ID. */
+async function rent(providerId: string): Promise<string> {
+  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+  const headers = { authorization: `Bearer ${tokens.access_token}` };
+  const wallet = await billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/wallet',
+    headers,
+    payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
+  });
+  await billing.credit(wallet.json().id, '100');
+  const started = await billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/start-session',
+    headers,
+    payload: {
+      user_id: user.id,
+      wallet_id: wallet.json().id,
+      provider_id: providerId,
+      job_id: randomUUID(),
+      gpu_model: 'H100',
+      gpu_count: 1,
+      requested_vram_mb: 0,
+      estimated_power_w: 0,
+      accepted_hourly_rate: '10',
+    },
+  });
+  expect(started.statusCode, started.body).toBe(201);
+  return started.json().session.id;
+}
+
+const records = (sessionId: string) =>
+  billing.db
+    .selectFrom('usage_records')
+    .select(['message_id', 'gpu_utilization', 'power_draw_w'])
+    .where('session_id', '=', sessionId)
+    .orderBy('message_id')
+    .execute();
+
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (done(v) || Date.now() > end) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('provider daemon usage reports', () => {
+  it('reports each running session on its machine over HTTP, once per minute across retries and restarts', async () => {
+    const { usage, daemon, providerId, restart } = await daemonOnMachine();
+    // Nothing rented yet: nothing to report.
+    const readings = await gpuSource(config().gpu).read();
+    expect(await usage.report(providerId, readings)).toBe(0);
+
+    const sessionId = await rent(providerId);
+    const t = new Date('2031-05-01T12:00:10Z');
+    expect(await usage.report(providerId, readings, t)).toBe(1);
+    // The same minute again (a retry, a second heartbeat in the minute, a restarted daemon): applied once.
+    await usage.report(providerId, readings, new Date(t.getTime() + 30_000));
+    await restart().usage.report(providerId, readings, new Date(t.getTime() + 45_000));
+    const minute = Math.floor(t.getTime() / 60_000);
+    expect(await records(sessionId)).toEqual([
+      { message_id: `${sessionId}:${minute}`, gpu_utilization: '87', power_draw_w: '610' },
+    ]);
+    await usage.report(providerId, readings, new Date(t.getTime() + 60_000));
+    expect((await records(sessionId)).map((r) => r.message_id)).toEqual([
+      `${sessionId}:${minute}`,
+      `${sessionId}:${minute + 1}`,
+    ]);
+
+    // A heartbeat reports too; another machine's daemon finds nothing of this session.
+    await daemon.heartbeat();
+    expect((await records(sessionId)).length).toBe(3);
+    const other = await daemonOnMachine();
+    expect(await other.usage.runningSessions(providerId)).toEqual([]);
+  });
+
+  it('reports over NATS JetStream with its token, and falls back to HTTP when NATS does not take a report', async () => {
+    const prefix = `daemon-test-${randomUUID().slice(0, 8)}.usage`;
+    const stream = `USAGE_DAEMON_${randomUUID().slice(0, 8)}`;
+    const publisher = await connectPublisher({
+      url: testEnv.natsUrl,
+      name: 'daemon-usage-test',
+      stream: { name: stream, subjects: [`${prefix}.>`] },
+    });
+    const consumer = await startUsageConsumer({
+      connection: (publisher as unknown as { connection: Parameters<typeof startUsageConsumer>[0]['connection'] })
+        .connection,
+      ctx: billing.ctx,
+      verifier: billing.app.tokenVerifier,
+      prefix,
+      logger,
+      stream,
+      durable: 'billing-usage',
+    });
+    try {
+      const owner = await platform.providerUser();
+      const token = await platform.machineClient('daemon', owner.id);
+      const c = config({ usage_subject: prefix });
+      const usage = new UsageReporter({ config: c, logger, token, publisher });
+      const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
+      const providerId = await daemon.attach();
+      const sessionId = await rent(providerId);
+      const readings = await gpuSource(c.gpu).read();
+      const t = new Date('2031-05-01T13:00:00Z');
+      await usage.report(providerId, readings, t);
+      const got = await until(
+        () => records(sessionId),
+        (r) => r.length >= 1,
+      );
+      expect(got.map((r) => r.message_id)).toEqual([`${sessionId}:${Math.floor(t.getTime() / 60_000)}`]);
+
+      // NATS gone: the next report goes over HTTP.
+      await publisher.close();
+      await usage.report(providerId, readings, new Date(t.getTime() + 60_000));
+      expect((await records(sessionId)).length).toBe(2);
+    } finally {
+      await consumer.stop();
+    }
+  });
+});
