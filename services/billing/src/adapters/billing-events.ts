@@ -2,12 +2,12 @@
  * Billing's events into common's transactional outbox (`Outbox`): each domain
  * event becomes one outbox row whose body is the outbox envelope (`event_id`,
  * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
- * HTTP answers (routes/presenters.ts): a deposit's or payout's `transaction`,
+ * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
  * a session's `session` and, once ended, its `billing_record`.
  */
 import type { Outbox } from '@gpu/common';
 import type { BillingEvent, BillingEvents } from '../domain/events.ts';
-import { billingRecordJson, type PresentContext, sessionJson, transactionJson } from '../routes/presenters.ts';
+import { billingRecordJson, type PresentContext, sessionJson, transactionJson } from '../wire/presenters.ts';
 
 /** The data of an event's body. */
 export function eventData(p: PresentContext, e: BillingEvent): object {

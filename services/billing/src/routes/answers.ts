@@ -3,7 +3,7 @@ import { problemOf, statusOf } from '@gpu/common';
 import type { StoredResponse } from '../db/idempotency-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
 import { billingErrors } from '../errors.ts';
-import { transactionJson } from './presenters.ts';
+import { transactionJson } from '../wire/presenters.ts';
 
 /** A withdrawal or payout: 200 confirmed, 202 pending (sent, not yet confirmed), else 502 (failed, reversed). */
 export function payoutAnswer(scale: number, row: TransactionRow): StoredResponse {

@@ -4,9 +4,9 @@ import { z } from 'zod';
 import { Dec } from '../domain/money.ts';
 import { formatRate, normalizeModel, quote } from '../domain/pricing.ts';
 import { findProviderRates, ratesFor, setProviderRates } from '../domain/provider-rates.ts';
+import { providerRatesJson, ratesJson } from '../wire/presenters.ts';
 import { PROVIDER_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { providerRatesJson, ratesJson } from './presenters.ts';
 import { problems, providerParams } from './schemas.ts';
 import { pricingInputShape, ratesSchema } from './session-schemas.ts';
 

@@ -9,12 +9,12 @@ import { walletBalances } from '../domain/ledger.ts';
 import { Dec } from '../domain/money.ts';
 import { findWalletByOwner, type Wallet } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
+import { earningsJson } from '../wire/presenters.ts';
 import { EARNINGS_ROLES, PROVIDER_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, runIdempotent } from './idempotent.ts';
-import { earningsJson } from './presenters.ts';
 import {
   amountString,
   idempotencyHeaders,

@@ -4,11 +4,17 @@ import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
 import { type SessionStart, startSession } from '../domain/session-start.ts';
 import { billingHistory, currentUsage, sessionList } from '../domain/session-usage.ts';
+import {
+  billingRecordJson,
+  currentUsageJson,
+  sessionEndJson,
+  sessionJson,
+  sessionStartJson,
+} from '../wire/presenters.ts';
 import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { billingRecordJson, currentUsageJson, sessionEndJson, sessionJson, sessionStartJson } from './presenters.ts';
 import { amountString, idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 

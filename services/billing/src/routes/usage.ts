@@ -3,9 +3,9 @@ import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } fr
 import { z } from 'zod';
 import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
+import { usageResultJson } from '../wire/presenters.ts';
 import { USAGE_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { usageResultJson } from './presenters.ts';
 import { idempotencyHeaders, problems } from './schemas.ts';
 import { sessionSchema } from './session-schemas.ts';
 

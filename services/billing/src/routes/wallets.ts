@@ -8,10 +8,10 @@ import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { openWallet, walletFor } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
+import { transactionJson, walletJson } from '../wire/presenters.ts';
 import { WALLET_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { transactionJson, walletJson } from './presenters.ts';
 import { balanceSchema, problems, solanaAddress, transactionSchema, walletParams, walletSchema } from './schemas.ts';
 
 const typeList = z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']);

@@ -2,8 +2,9 @@
  * Presenters: domain values to the wire JSON (snake_case, amounts as decimal
  * strings at the token's scale, rates exact with at least the token's
  * decimals, times in RFC 3339 UTC). The routes answer with these, and the
- * events carry the same shapes (adapters/billing-events.ts); the response
- * schemas beside the routes describe them.
+ * events carry the same shapes (adapters/billing-events.ts), so they live
+ * beside both rather than in routes/: an adapter never imports the HTTP layer.
+ * The response schemas beside the routes describe them.
  */
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
 import type { SessionRow } from '../db/session-repository.ts';
