@@ -1,7 +1,8 @@
 /**
  * The README's start line: `pnpm start` brings every service up healthy on
  * embedded defaults (local S3 store, local Solana chain, PGlite databases),
- * and Ctrl-C (SIGINT) stops everything cleanly.
+ * a service that crashes is started again while the others keep running, and Ctrl-C (SIGINT) stops everything
+ * cleanly.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -111,6 +112,67 @@ describe('pnpm start', () => {
       headers: { authorization: `Bearer ${adminToken}` },
     });
     expect(providers.status).toBe(200);
+  });
+
+  it('restarts a service killed with SIGKILL, with its data, while the others stay up', {
+    timeout: 150_000,
+  }, async () => {
+    const victim = services.includes('provider-registry') ? 'provider-registry' : (services[0] as string);
+    const others = services.filter((s) => s !== victim);
+    // The supervisor logs every start with the child's pid.
+    const pidsOf = (name: string) =>
+      [...output.matchAll(new RegExp(`\\[start\\] ${name} started \\(pid (\\d+)\\)`, 'g'))].map((m) => Number(m[1]));
+    const [pid] = pidsOf(victim);
+    expect(pid, output.slice(-4000)).toBeGreaterThan(0);
+    const othersBefore = others.map(pidsOf);
+
+    // Something written before the crash (a provider in the registry's embedded database) is there after it.
+    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
+    const login = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(admin),
+    });
+    const { access_token: token } = (await login.json()) as { access_token: string };
+    const registryUrl = `http://127.0.0.1:${ports['provider-registry']}`;
+    let providerId: string | undefined;
+    if (victim === 'provider-registry') {
+      const created = await fetch(`${registryUrl}/providers`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: JSON.stringify({
+          owner_id: 'owner-1',
+          name: 'rig-before-the-crash',
+          gpus: [{ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, driver_version: '550.54.15' }],
+        }),
+      });
+      expect(created.status, await created.clone().text()).toBe(201);
+      providerId = ((await created.json()) as { id: string }).id;
+    }
+
+    process.kill(pid as number, 'SIGKILL');
+    const notHealthy: string[] = [];
+    const deadline = Date.now() + 140_000;
+    let back = false;
+    while (!back && Date.now() < deadline && child.exitCode === null) {
+      await new Promise((r) => setTimeout(r, 500));
+      for (const name of others) if ((await health(ports[name] ?? 0))?.status !== 200) notHealthy.push(name);
+      const h = await health(ports[victim] ?? 0);
+      back = h?.status === 200 && h.body.status === 'UP' && pidsOf(victim).length === 2;
+    }
+    expect(back, `not back:\n${output.slice(-4000)}`).toBe(true);
+    expect(child.exitCode).toBeNull();
+    expect(output).toMatch(new RegExp(`\\[start\\] ${victim} \\(pid ${pid}\\) exited \\(signal SIGKILL\\)`));
+    // The others answered at every look and were never restarted.
+    expect(notHealthy).toEqual([]);
+    expect(others.map(pidsOf)).toEqual(othersBefore);
+    if (providerId) {
+      const read = await fetch(`${registryUrl}/providers/${providerId}`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
+      expect(read.status).toBe(200);
+      expect(((await read.json()) as { name: string }).name).toBe('rig-before-the-crash');
+    }
   });
 
   it('stops everything on SIGINT', { timeout: 60_000 }, async () => {
