@@ -1,8 +1,8 @@
 /**
  * The README's start line: `pnpm start` brings every service up healthy on
  * embedded defaults (local S3 store, local Solana chain, PGlite databases),
- * a service that crashes is started again while the others keep running, and Ctrl-C (SIGINT) stops everything
- * cleanly.
+ * a service that crashes is started again while the others keep running, Ctrl-C (SIGINT) stops everything
+ * cleanly, and a start-up that fails stops what it had started.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -179,5 +179,47 @@ describe('pnpm start', () => {
     child.kill('SIGINT');
     expect(await exited).toBe(0);
     for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
+  });
+
+  it('stops what it started when a service exits during start-up (a configuration error)', {
+    timeout: 150_000,
+  }, async () => {
+    const victim = services.includes('provider-registry') ? 'provider-registry' : (services[0] as string);
+    const prefix = { auth: 'AUTH', storage: 'STORAGE', 'provider-registry': 'REGISTRY', billing: 'BILLING' }[victim];
+    const again = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        PLATFORM_DATA_DIR: dataDir,
+        LOG_LEVEL: 'warn',
+        // An unknown key stops that service's start-up.
+        [`${prefix}__NO_SUCH_SETTING`]: '1',
+        ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    again.stdout.on('data', (d) => {
+      out += d;
+    });
+    again.stderr.on('data', (d) => {
+      out += d;
+    });
+    const code = await new Promise<number | null>((r) => again.on('exit', (c) => r(c)));
+    expect(code, out.slice(-4000)).toBe(1);
+    expect(out).toContain(`[start] start-up failed: ${victim} exited during start-up`);
+    for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
+    // Every process it started (the pids it logged) is gone.
+    const pids = [...out.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    expect(pids.length).toBeGreaterThan(services.length);
+    const alive = pids.filter((pid) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    expect(alive).toEqual([]);
   });
 });
