@@ -6,6 +6,8 @@
  * - every heartbeat answered 200 is stored; a heartbeat whose answer was lost in the kill is stored or not, never
  *   half (each heartbeat carries a counter, `power_draw` = 1, 2, 3 ... per provider, sent one after the other);
  * - requests in flight on the surviving instance finish; no provider is swept offline by the failover;
+ * - in a rolling restart (SIGTERM one instance at a time) every heartbeat an instance accepted is answered and
+ *   stored, and one it refused (503 while closing, or no connection) is not applied;
  * - the offline sweep, run by both instances every tick, moves each silent provider to offline exactly once (one
  *   event), and a heartbeat sent to both instances at once revives it once.
  */
@@ -67,18 +69,21 @@ interface Beat {
   k: number;
   instance: string;
   sentAt: number;
+  /** Whether the request has ended (answered or failed). */
+  settled: boolean;
   /** The HTTP status, or undefined when no answer came (the connection failed). */
   status?: number;
 }
 
-/** Heartbeats from each provider, one after the other, over the instances that are up. */
+/**
+ * Heartbeats from each provider, one after the other, over the instances that are up: a test client that spreads
+ * load like a load balancer, taking an instance out when it refuses or does not answer (a restart puts it back).
+ */
 class HeartbeatLoad {
   readonly beats = new Map<string, Beat[]>();
   private stopped = false;
   private paused = false;
   private inFlight = 0;
-  /** Requests sent to each instance and not answered yet. */
-  readonly inFlightTo = new Map<string, number>();
   private readonly workers: Promise<void>[];
   constructor(
     providers: Provider[],
@@ -100,10 +105,9 @@ class HeartbeatLoad {
       const target = live[turn++ % live.length] as Instance;
       const k = (counters.get(p.id) ?? 0) + 1;
       counters.set(p.id, k);
-      const beat: Beat = { k, instance: target.name, sentAt: Date.now() };
+      const beat: Beat = { k, instance: target.name, sentAt: Date.now(), settled: false };
       beats.push(beat);
       this.inFlight += 1;
-      this.inFlightTo.set(target.name, (this.inFlightTo.get(target.name) ?? 0) + 1);
       try {
         const res = await fetch(`${target.url}/providers/${p.id}/heartbeat`, {
           method: 'POST',
@@ -113,14 +117,22 @@ class HeartbeatLoad {
         });
         await res.arrayBuffer();
         beat.status = res.status;
+        // 503: the instance is shutting down and took nothing; the client sends elsewhere from now on.
+        if (res.status === 503) target.up = false;
       } catch {
-        // No answer: the instance died with the request in flight.
+        // No answer (the instance is gone, or died with the request in flight): the client sends elsewhere.
+        target.up = false;
       } finally {
+        beat.settled = true;
         this.inFlight -= 1;
-        this.inFlightTo.set(target.name, (this.inFlightTo.get(target.name) ?? 0) - 1);
       }
       await sleep(25);
     }
+  }
+  /** The requests to `instance` not answered yet, sent at least `ageMs` ago. */
+  inFlightTo(instance: string, ageMs = 0): Beat[] {
+    const before = Date.now() - ageMs;
+    return [...this.beats.values()].flat().filter((x) => x.instance === instance && !x.settled && x.sentAt <= before);
   }
   /** Sends no new heartbeat until resume(); resolves when none is in flight. */
   async pause() {
@@ -236,8 +248,8 @@ describe('two provider-registry instances on one PostgreSQL', () => {
     await sleep(1500);
     // Mid-load: killed while it has heartbeats in flight, after it answered some.
     const deadline = Date.now() + 10_000;
-    while ((load.inFlightTo.get('a') ?? 0) < 3 && Date.now() < deadline) await sleep(1);
-    const inFlightAtKill = load.inFlightTo.get('a') ?? 0;
+    while (load.inFlightTo('a').length < 3 && Date.now() < deadline) await sleep(1);
+    const inFlightAtKill = load.inFlightTo('a').length;
     await a.kill('SIGKILL');
     await load.pause();
     const all = () => [...load.beats.values()].flat();
@@ -260,6 +272,46 @@ describe('two provider-registry instances on one PostgreSQL', () => {
     expect(afterRestart.filter((x) => x.instance === 'b').length).toBeGreaterThan(0);
     await expectEveryAnsweredHeartbeatStored(load, a);
     // Nobody stopped heartbeating, so the sweep (both instances, every 200 ms) found no provider silent.
+    expect(await statusChanges(providers.map((p) => p.id))).toEqual([]);
+  });
+
+  it('loses no accepted heartbeat in a rolling restart under load (SIGTERM one instance at a time)', {
+    timeout: 120_000,
+  }, async () => {
+    const load = new HeartbeatLoad(providers, [a, b], counters);
+    const all = () => [...load.beats.values()].flat();
+    for (const instance of [a, b]) {
+      await sleep(700);
+      const deadline = Date.now() + 10_000;
+      // Signalled while it works on requests: some sent a while before, which it has surely received.
+      while (load.inFlightTo(instance.name, 30).length < 1 && Date.now() < deadline) await sleep(1);
+      const inFlight = load.inFlightTo(instance.name, 30);
+      // The client keeps sending to it until it refuses (as a load balancer that learns late).
+      const signalledAt = Date.now();
+      instance.proc?.child.kill('SIGTERM');
+      const { code } = await (instance.proc as ServerProcess).exited;
+      expect(code).toBe(0);
+      await load.pause();
+      // What it was sent before the signal (with a moment's margin for the request to reach it), it answered;
+      // after it, it refused (503 while closing, or no connection).
+      const sent = all().filter((x) => x.instance === instance.name);
+      expect(sent.filter((x) => x.sentAt < signalledAt - 20 && x.status !== 200).map((x) => x.status)).toEqual([]);
+      expect(inFlight.length).toBeGreaterThan(0);
+      expect(inFlight.map((x) => x.status)).toEqual(inFlight.map(() => 200));
+      for (const x of sent) expect([200, 503, undefined]).toContain(x.status);
+      // And nothing it did not answer was applied: each provider shows its last answered heartbeat.
+      for (const p of providers) {
+        const answered = (load.beats.get(p.id) ?? []).filter((x) => x.status === 200).at(-1)?.k ?? 0;
+        expect((await read(instance === a ? b : a, p.id)).gpus[0]?.power_draw, p.id).toBe(answered);
+      }
+      load.resume();
+      await instance.start();
+    }
+    await sleep(500);
+    await load.stop();
+    // The survivor of each step answered everything.
+    expect(all().filter((x) => x.status !== 200 && x.status !== 503 && x.status !== undefined)).toEqual([]);
+    await expectEveryAnsweredHeartbeatStored(load, a);
     expect(await statusChanges(providers.map((p) => p.id))).toEqual([]);
   });
 
