@@ -4,11 +4,11 @@
  * chain (.data/solana), then every service that exists, each on its contract
  * port with an embedded PGlite database under .data/<service>/ (no
  * DATABASE_URL needed). Consul registration is off; NATS is used only when
- * NATS_URL is set. Ctrl-C stops everything gracefully.
+ * NATS_URL is set. Each runs under a supervisor (scripts/lib/supervisor.ts) that restarts it if it crashes.
+ * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully.
  * PLATFORM_PORT_BASE moves every port (services at base+0..3 in contract order, s3rver at base+4, the Solana RPC at
  * base+5 and its WebSocket at base+6), so a second copy (a test run) can share the machine.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
+import { type Supervised, Supervisor } from './lib/supervisor.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 // PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one).
@@ -158,34 +159,18 @@ const services: Proc[] = (
     args: [...(s.nodeFlags ?? []), '--import', 'tsx', 'src/server.ts'],
   }));
 
-const children: ChildProcess[] = [];
+// Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
+// 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
+// up on. A start-up that fails (a process that exits before its port opens), SIGINT and SIGTERM stop everything.
+const supervisor = new Supervisor();
+const supervised = new Map<string, Supervised>();
 let stopping = false;
 
-function prefixLines(name: string, stream: NodeJS.ReadableStream, out: NodeJS.WritableStream) {
-  let buf = '';
-  stream.on('data', (d: Buffer) => {
-    buf += d.toString();
-    const lines = buf.split('\n');
-    buf = lines.pop() ?? '';
-    for (const line of lines) out.write(`[${name}] ${line}\n`);
-  });
-}
-
-function start(p: Proc): ChildProcess {
-  const child = spawn(process.execPath, p.args, {
-    cwd: p.cwd,
-    env: { ...process.env, ...p.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  prefixLines(p.name, child.stdout!, process.stdout);
-  prefixLines(p.name, child.stderr!, process.stderr);
-  child.on('exit', (code, signal) => {
-    if (stopping) return;
-    process.stderr.write(`[start] ${p.name} exited (${signal ?? code}); stopping everything\n`);
-    void stop(1);
-  });
-  children.push(child);
-  return child;
+function start(p: Proc): void {
+  supervised.set(
+    p.name,
+    supervisor.start({ name: p.name, args: p.args, cwd: p.cwd, env: { ...process.env, ...p.env } }),
+  );
 }
 
 function portOpen(port: number): Promise<boolean> {
@@ -202,6 +187,9 @@ function portOpen(port: number): Promise<boolean> {
 async function waitForPort(name: string, port: number, timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
   while (!(await portOpen(port))) {
+    // A process that dies before it first comes up is most likely misconfigured: that fails the start-up at once.
+    const proc = supervised.get(name);
+    if (proc && (proc.state !== 'running' || proc.restarts > 0)) throw new Error(`${name} exited during start-up`);
     if (Date.now() > deadline) throw new Error(`${name} did not open port ${port}`);
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -211,18 +199,17 @@ async function stop(code: number) {
   if (stopping) return;
   stopping = true;
   process.stderr.write('[start] stopping\n');
-  for (const c of [...children].reverse()) c.kill('SIGTERM');
-  await Promise.race([
-    Promise.all(children.map((c) => (c.exitCode !== null ? null : new Promise((r) => c.once('exit', r))))),
-    new Promise((r) => setTimeout(r, 15_000)),
-  ]);
+  await supervisor.stop(15_000);
   process.exit(code);
 }
 
 process.once('SIGINT', () => void stop(0));
 process.once('SIGTERM', () => void stop(0));
+// Should this script end any other way (an error of its own), its children are not left running behind it.
+process.once('exit', () => supervisor.signalAll('SIGTERM'));
 
-// A start-up that fails (a port never opens) stops what it already started: nothing is left running behind it.
+// A start-up that fails (a port never opens, a process exits first) stops what it already started: nothing is
+// left running behind it.
 try {
   mkdirSync(data, { recursive: true });
   for (const dep of dependencies) {

@@ -1,13 +1,16 @@
 /**
  * No Docker engine runs on these machines, so the compose file and the Dockerfile are checked by reading them: the
+ * compose file is valid against the Compose specification's JSON schema (vendored in deploy/compose-spec), the
  * real dependencies are there, every service that exists is built from the one Dockerfile at the root (the build
  * argument SERVICE naming it) and published on its contract port, and every environment variable the compose file
  * gives a service is one that the service's configuration loader takes.
  */
+import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 
@@ -27,7 +30,51 @@ interface ComposeService {
 }
 const composeServices = compose.services as Record<string, ComposeService>;
 
+// The Compose specification's schema (draft-07), checked as Docker Compose would before it runs anything. It names
+// its meta-schema by the https address, which Ajv knows by the http one: the same draft-07 meta-schema under both.
+// Ajv's strict type checks (union types, `additionalProperties` without `type: object`) are about how a schema is
+// written, not what it accepts; the upstream schema is not written for them.
+const ajv = new Ajv({ allErrors: true, strictTypes: false });
+const draft07 = ajv.getSchema('http://json-schema.org/draft-07/schema')?.schema as Record<string, unknown>;
+ajv.addMetaSchema({ ...draft07, $id: 'https://json-schema.org/draft-07/schema' });
+const validateCompose = ajv.compile(
+  JSON.parse(readFileSync(path.join(root, 'deploy/compose-spec/compose-spec.json'), 'utf8')),
+);
+/** The schema's complaints about a compose document, as `<path> <message>` lines. */
+function composeErrors(doc: unknown): string[] {
+  if (validateCompose(doc)) return [];
+  return (validateCompose.errors ?? []).map(
+    (e) =>
+      `${e.instancePath || '/'} ${e.message}${e.params && 'additionalProperty' in e.params ? ` (${e.params.additionalProperty})` : ''}`,
+  );
+}
+
 describe('docker-compose.yml', () => {
+  it('is valid against the Compose specification', () => {
+    expect(composeErrors(compose)).toEqual([]);
+  });
+
+  it('checks against the upstream schema named in deploy/compose-spec/README.md, unmodified', () => {
+    const readme = readFileSync(path.join(root, 'deploy/compose-spec/README.md'), 'utf8');
+    const sha = /SHA-256: `([0-9a-f]{64})`/.exec(readme)?.[1];
+    const file = readFileSync(path.join(root, 'deploy/compose-spec/compose-spec.json'));
+    expect(createHash('sha256').update(file).digest('hex')).toBe(sha);
+  });
+
+  it('fails that check with an unknown top-level key or a value of the wrong type', () => {
+    const copy = () => structuredClone(compose) as Record<string, Record<string, Record<string, unknown>>>;
+    const unknownKey = { ...copy(), servces: {} };
+    expect(composeErrors(unknownKey)).toContain('/ must NOT have additional properties (servces)');
+    const wrongType = copy();
+    wrongType.services!.auth!.ports = 8000;
+    expect(composeErrors(wrongType)).toContain('/services/auth/ports must be array');
+    const unknownServiceKey = copy();
+    unknownServiceKey.services!.auth!.restart_policy = 'always';
+    expect(composeErrors(unknownServiceKey)).toContain(
+      '/services/auth must NOT have additional properties (restart_policy)',
+    );
+  });
+
   it('runs the real dependencies', () => {
     const images = Object.values(composeServices).map((s) => s.image ?? '');
     for (const dep of ['postgres:', 'minio/minio', 'hashicorp/consul', 'nats:', 'solanalabs/solana']) {

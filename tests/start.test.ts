@@ -1,7 +1,8 @@
 /**
  * The README's start line: `pnpm start` brings every service up healthy on
  * embedded defaults (local S3 store, local Solana chain, PGlite databases),
- * and Ctrl-C (SIGINT) stops everything cleanly.
+ * a service that crashes is started again while the others keep running, Ctrl-C (SIGINT) stops everything
+ * cleanly, and a start-up that fails stops what it had started.
  */
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -175,9 +176,112 @@ describe('pnpm start', () => {
     expect((JSON.parse(top.body) as Array<{ key: string }>).map((e) => e.key)).toEqual(['users/']);
   });
 
+  it('restarts a service killed with SIGKILL, with its data, while the others stay up', {
+    timeout: 150_000,
+  }, async () => {
+    const victim = services.includes('provider-registry') ? 'provider-registry' : (services[0] as string);
+    const others = services.filter((s) => s !== victim);
+    // The supervisor logs every start with the child's pid.
+    const pidsOf = (name: string) =>
+      [...output.matchAll(new RegExp(`\\[start\\] ${name} started \\(pid (\\d+)\\)`, 'g'))].map((m) => Number(m[1]));
+    const [pid] = pidsOf(victim);
+    expect(pid, output.slice(-4000)).toBeGreaterThan(0);
+    const othersBefore = others.map(pidsOf);
+
+    // Something written before the crash (a provider in the registry's embedded database) is there after it.
+    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
+    const login = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(admin),
+    });
+    const { access_token: token } = (await login.json()) as { access_token: string };
+    const registryUrl = `http://127.0.0.1:${ports['provider-registry']}`;
+    let providerId: string | undefined;
+    if (victim === 'provider-registry') {
+      const created = await fetch(`${registryUrl}/providers`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: JSON.stringify({
+          owner_id: 'owner-1',
+          name: 'rig-before-the-crash',
+          gpus: [{ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, driver_version: '550.54.15' }],
+        }),
+      });
+      expect(created.status, await created.clone().text()).toBe(201);
+      providerId = ((await created.json()) as { id: string }).id;
+    }
+
+    process.kill(pid as number, 'SIGKILL');
+    const notHealthy: string[] = [];
+    const deadline = Date.now() + 140_000;
+    let back = false;
+    while (!back && Date.now() < deadline && child.exitCode === null) {
+      await new Promise((r) => setTimeout(r, 500));
+      for (const name of others) if ((await health(ports[name] ?? 0))?.status !== 200) notHealthy.push(name);
+      const h = await health(ports[victim] ?? 0);
+      back = h?.status === 200 && h.body.status === 'UP' && pidsOf(victim).length === 2;
+    }
+    expect(back, `not back:\n${output.slice(-4000)}`).toBe(true);
+    expect(child.exitCode).toBeNull();
+    expect(output).toMatch(new RegExp(`\\[start\\] ${victim} \\(pid ${pid}\\) exited \\(signal SIGKILL\\)`));
+    // The others answered at every look and were never restarted.
+    expect(notHealthy).toEqual([]);
+    expect(others.map(pidsOf)).toEqual(othersBefore);
+    if (providerId) {
+      const read = await fetch(`${registryUrl}/providers/${providerId}`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
+      expect(read.status).toBe(200);
+      expect(((await read.json()) as { name: string }).name).toBe('rig-before-the-crash');
+    }
+  });
+
   it('stops everything on SIGINT', { timeout: 60_000 }, async () => {
     child.kill('SIGINT');
     expect(await exited).toBe(0);
     for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
+  });
+
+  it('stops what it started when a service exits during start-up (a configuration error)', {
+    timeout: 150_000,
+  }, async () => {
+    const victim = services.includes('provider-registry') ? 'provider-registry' : (services[0] as string);
+    const prefix = { auth: 'AUTH', storage: 'STORAGE', 'provider-registry': 'REGISTRY', billing: 'BILLING' }[victim];
+    const again = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        PLATFORM_DATA_DIR: dataDir,
+        LOG_LEVEL: 'warn',
+        // An unknown key stops that service's start-up.
+        [`${prefix}__NO_SUCH_SETTING`]: '1',
+        ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    again.stdout.on('data', (d) => {
+      out += d;
+    });
+    again.stderr.on('data', (d) => {
+      out += d;
+    });
+    const code = await new Promise<number | null>((r) => again.on('exit', (c) => r(c)));
+    expect(code, out.slice(-4000)).toBe(1);
+    expect(out).toContain(`[start] start-up failed: ${victim} exited during start-up`);
+    for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
+    // Every process it started (the pids it logged) is gone.
+    const pids = [...out.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    expect(pids.length).toBeGreaterThan(services.length);
+    const alive = pids.filter((pid) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    expect(alive).toEqual([]);
   });
 });

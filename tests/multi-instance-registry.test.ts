@@ -1,0 +1,361 @@
+/**
+ * Several provider-registry instances, proven with real processes: two instances (the service's own server entry)
+ * on one PostgreSQL and one NATS, the test client spreading heartbeats from many providers over both (round robin
+ * over the instances it can reach). One instance is SIGKILLed mid-load and started again. Checked in the registry's
+ * own data (its API and its outbox of status events):
+ * - every heartbeat answered 200 is stored; a heartbeat whose answer was lost in the kill is stored or not, never
+ *   half (each heartbeat carries a counter, `power_draw` = 1, 2, 3 ... per provider, sent one after the other);
+ * - requests in flight on the surviving instance finish; no provider is swept offline by the failover;
+ * - in a rolling restart (SIGTERM one instance at a time) every heartbeat an instance accepted is answered and
+ *   stored, and one it refused (503 while closing, or no connection) is not applied;
+ * - the offline sweep, run by both instances every tick, moves each silent provider to offline exactly once (one
+ *   event), and a heartbeat sent to both instances at once revives it once.
+ */
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { type Database, openDatabase } from '@gpu/common';
+import {
+  type Caller,
+  createTestDatabase,
+  freePort,
+  type ServerProcess,
+  spawnServer,
+  startTestIssuer,
+  type TestDatabase,
+  type TestIssuer,
+  testEnv,
+  waitForHttp,
+} from '@gpu/common/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RegistryDB } from '../services/provider-registry/src/db/schema.ts';
+
+const registryDir = fileURLToPath(new URL('../services/provider-registry', import.meta.url));
+const OFFLINE_AFTER_MS = 3000;
+const SWEEP_INTERVAL_MS = 200;
+const PROVIDERS = 24;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One registry process on a fixed port, which can be killed and started again there. */
+class Instance {
+  proc?: ServerProcess;
+  /** Whether the test client sends it requests. */
+  up = false;
+  constructor(
+    readonly name: string,
+    readonly port: number,
+    private readonly env: NodeJS.ProcessEnv,
+  ) {}
+  get url() {
+    return `http://127.0.0.1:${this.port}`;
+  }
+  async start() {
+    this.proc = spawnServer('src/server.ts', { cwd: registryDir, env: { ...this.env, PORT: String(this.port) } });
+    await waitForHttp(`${this.url}/health`, this.proc, { ok: true, timeoutMs: 60_000 });
+    this.up = true;
+  }
+  async kill(signal: NodeJS.Signals) {
+    this.up = false;
+    if (!this.proc || this.proc.child.exitCode !== null) return;
+    this.proc.child.kill(signal);
+    await this.proc.exited;
+  }
+}
+
+interface Provider {
+  id: string;
+  daemon: Caller;
+}
+interface Beat {
+  k: number;
+  instance: string;
+  sentAt: number;
+  /** Whether the request has ended (answered or failed). */
+  settled: boolean;
+  /** The HTTP status, or undefined when no answer came (the connection failed). */
+  status?: number;
+}
+
+/**
+ * Heartbeats from each provider, one after the other, over the instances that are up: a test client that spreads
+ * load like a load balancer, taking an instance out when it refuses or does not answer (a restart puts it back).
+ */
+class HeartbeatLoad {
+  readonly beats = new Map<string, Beat[]>();
+  private stopped = false;
+  private paused = false;
+  private inFlight = 0;
+  private readonly workers: Promise<void>[];
+  constructor(
+    providers: Provider[],
+    private readonly instances: Instance[],
+    /** The last counter value each provider sent before (counters continue across loads). */
+    counters: Map<string, number>,
+  ) {
+    this.workers = providers.map((p, i) => this.worker(p, i, counters));
+  }
+  private async worker(p: Provider, turn: number, counters: Map<string, number>) {
+    const beats: Beat[] = [];
+    this.beats.set(p.id, beats);
+    while (!this.stopped) {
+      const live = this.instances.filter((i) => i.up);
+      if (this.paused || live.length === 0) {
+        await sleep(10);
+        continue;
+      }
+      const target = live[turn++ % live.length] as Instance;
+      const k = (counters.get(p.id) ?? 0) + 1;
+      counters.set(p.id, k);
+      const beat: Beat = { k, instance: target.name, sentAt: Date.now(), settled: false };
+      beats.push(beat);
+      this.inFlight += 1;
+      try {
+        const res = await fetch(`${target.url}/providers/${p.id}/heartbeat`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...p.daemon.headers },
+          body: JSON.stringify({ gpu_metrics: [{ index: 0, power_draw: k }] }),
+          signal: AbortSignal.timeout(15_000),
+        });
+        await res.arrayBuffer();
+        beat.status = res.status;
+        // 503: the instance is shutting down and took nothing; the client sends elsewhere from now on.
+        if (res.status === 503) target.up = false;
+      } catch {
+        // No answer (the instance is gone, or died with the request in flight): the client sends elsewhere.
+        target.up = false;
+      } finally {
+        beat.settled = true;
+        this.inFlight -= 1;
+      }
+      await sleep(25);
+    }
+  }
+  /** The requests to `instance` not answered yet, sent at least `ageMs` ago. */
+  inFlightTo(instance: string, ageMs = 0): Beat[] {
+    const before = Date.now() - ageMs;
+    return [...this.beats.values()].flat().filter((x) => x.instance === instance && !x.settled && x.sentAt <= before);
+  }
+  /** Sends no new heartbeat until resume(); resolves when none is in flight. */
+  async pause() {
+    this.paused = true;
+    while (this.inFlight > 0) await sleep(5);
+  }
+  resume() {
+    this.paused = false;
+  }
+  async stop() {
+    this.stopped = true;
+    await Promise.all(this.workers);
+  }
+}
+
+let issuer: TestIssuer;
+let admin: Caller;
+let testDb: TestDatabase;
+let database: Database<RegistryDB>;
+let a: Instance;
+let b: Instance;
+const providers: Provider[] = [];
+const counters = new Map<string, number>();
+
+beforeAll(async () => {
+  issuer = await startTestIssuer();
+  admin = await issuer.user(['admin']);
+  testDb = await createTestDatabase('multi_registry');
+  const suffix = randomBytes(4).toString('hex');
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    DATABASE_URL: testDb.url,
+    NATS_URL: testEnv.natsUrl,
+    REGISTRY__MESSAGING__STREAM: `TEST_MULTI_REGISTRY_${suffix}`,
+    REGISTRY__MESSAGING__SUBJECTS__STATUS: `test.${suffix}.registry.providers.status`,
+    OFFLINE_AFTER: `${OFFLINE_AFTER_MS}ms`,
+    REGISTRY__OFFLINE_SWEEP_INTERVAL: `${SWEEP_INTERVAL_MS}ms`,
+    LOG_LEVEL: 'warn',
+    AUTH_JWKS_URL: issuer.jwksUrl,
+  };
+  a = new Instance('a', await freePort(), { ...env, INSTANCE_ID: 'registry-a' });
+  b = new Instance('b', await freePort(), { ...env, INSTANCE_ID: 'registry-b' });
+  // One after the other: both migrate the same database (the second finds it done under the migration lock).
+  await a.start();
+  await b.start();
+  database = await openDatabase<RegistryDB>({ url: testDb.url, poolSize: 2, connectTimeoutMs: 2000 });
+
+  for (let i = 0; i < PROVIDERS; i++) {
+    const owner = await issuer.user(['provider']);
+    const daemon = await issuer.client('daemon', owner.id);
+    const res = await fetch(`${(i % 2 ? b : a).url}/providers`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...owner.headers },
+      body: JSON.stringify({
+        owner_id: owner.id,
+        name: `rig-${i}`,
+        gpus: [{ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, driver_version: '550.54.15' }],
+      }),
+    });
+    if (res.status !== 201) throw new Error(`register: ${res.status} ${await res.text()}`);
+    providers.push({ id: ((await res.json()) as { id: string }).id, daemon });
+  }
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all([a, b].map((i) => i?.kill('SIGTERM')));
+  await database?.close();
+  await testDb?.drop();
+  await issuer?.close();
+});
+
+/** A provider as the registry shows it (read through `via`). */
+async function read(via: Instance, id: string) {
+  const res = await fetch(`${via.url}/providers/${id}`, { headers: admin.headers });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { status: string; gpus: { power_draw: number | null }[] };
+}
+
+/** The status changes (not registrations) the registry recorded for these providers, oldest first. */
+async function statusChanges(ids: string[]) {
+  const rows = await database.db
+    .selectFrom('outbox_events')
+    .select(['payload', 'created_at'])
+    .orderBy('created_at')
+    .execute();
+  return rows
+    .map((r) => r.payload as { provider_id: string; previous_status: string | null; status: string; reason: string })
+    .filter((e) => e.previous_status !== null && ids.includes(e.provider_id));
+}
+
+/**
+ * The stored counter of each provider is that of its last heartbeat answered 200, or of a later one that got no
+ * answer (it reached the database before the instance died, or it did not).
+ */
+async function expectEveryAnsweredHeartbeatStored(load: HeartbeatLoad, via: Instance) {
+  const wrong: string[] = [];
+  for (const p of providers) {
+    const beats = load.beats.get(p.id) ?? [];
+    const answered = beats.filter((x) => x.status === 200).at(-1)?.k ?? 0;
+    const after = beats.filter((x) => x.k > answered);
+    const stored = (await read(via, p.id)).gpus[0]?.power_draw ?? 0;
+    const allowed = [answered, ...after.filter((x) => x.status === undefined).map((x) => x.k)];
+    if (!allowed.includes(stored)) wrong.push(`${p.id}: stored ${stored}, answered ${answered}, allowed ${allowed}`);
+  }
+  expect(wrong).toEqual([]);
+}
+
+describe('two provider-registry instances on one PostgreSQL', () => {
+  it('loses no answered heartbeat when one is SIGKILLed mid-load and restarted; the other finishes its requests', {
+    timeout: 120_000,
+  }, async () => {
+    const load = new HeartbeatLoad(providers, [a, b], counters);
+    await sleep(1500);
+    // Mid-load: killed while it has heartbeats in flight, after it answered some.
+    const deadline = Date.now() + 10_000;
+    while (load.inFlightTo('a').length < 3 && Date.now() < deadline) await sleep(1);
+    const inFlightAtKill = load.inFlightTo('a').length;
+    await a.kill('SIGKILL');
+    await load.pause();
+    const all = () => [...load.beats.values()].flat();
+    expect(inFlightAtKill).toBeGreaterThanOrEqual(3);
+    expect(all().filter((x) => x.instance === 'a' && x.status === 200).length).toBeGreaterThan(0);
+    // Every request to the survivor was answered (those in flight at the kill included), and answered 200.
+    expect(all().filter((x) => x.instance === 'b' && x.status !== 200)).toEqual([]);
+    expect(all().filter((x) => x.status !== undefined && x.status !== 200)).toEqual([]);
+    await expectEveryAnsweredHeartbeatStored(load, b);
+
+    // The survivor carries the load alone while the killed instance starts again, then both share it.
+    load.resume();
+    await a.start();
+    const restartedAt = Date.now();
+    await sleep(1500);
+    await load.stop();
+    const afterRestart = all().filter((x) => x.sentAt >= restartedAt);
+    expect(afterRestart.filter((x) => x.status !== 200)).toEqual([]);
+    expect(afterRestart.filter((x) => x.instance === 'a').length).toBeGreaterThan(0);
+    expect(afterRestart.filter((x) => x.instance === 'b').length).toBeGreaterThan(0);
+    await expectEveryAnsweredHeartbeatStored(load, a);
+    // Nobody stopped heartbeating, so the sweep (both instances, every 200 ms) found no provider silent.
+    expect(await statusChanges(providers.map((p) => p.id))).toEqual([]);
+  });
+
+  it('loses no accepted heartbeat in a rolling restart under load (SIGTERM one instance at a time)', {
+    timeout: 120_000,
+  }, async () => {
+    const load = new HeartbeatLoad(providers, [a, b], counters);
+    const all = () => [...load.beats.values()].flat();
+    for (const instance of [a, b]) {
+      await sleep(700);
+      const deadline = Date.now() + 10_000;
+      // Signalled while it works on requests: some sent a while before, which it has surely received.
+      while (load.inFlightTo(instance.name, 30).length < 1 && Date.now() < deadline) await sleep(1);
+      const inFlight = load.inFlightTo(instance.name, 30);
+      // The client keeps sending to it until it refuses (as a load balancer that learns late).
+      const signalledAt = Date.now();
+      instance.proc?.child.kill('SIGTERM');
+      const { code } = await (instance.proc as ServerProcess).exited;
+      expect(code).toBe(0);
+      await load.pause();
+      // What it was sent before the signal (with a moment's margin for the request to reach it), it answered;
+      // after it, it refused (503 while closing, or no connection).
+      const sent = all().filter((x) => x.instance === instance.name);
+      expect(sent.filter((x) => x.sentAt < signalledAt - 20 && x.status !== 200).map((x) => x.status)).toEqual([]);
+      expect(inFlight.length).toBeGreaterThan(0);
+      expect(inFlight.map((x) => x.status)).toEqual(inFlight.map(() => 200));
+      for (const x of sent) expect([200, 503, undefined]).toContain(x.status);
+      // And nothing it did not answer was applied: each provider shows its last answered heartbeat.
+      for (const p of providers) {
+        const answered = (load.beats.get(p.id) ?? []).filter((x) => x.status === 200).at(-1)?.k ?? 0;
+        expect((await read(instance === a ? b : a, p.id)).gpus[0]?.power_draw, p.id).toBe(answered);
+      }
+      load.resume();
+      await instance.start();
+    }
+    await sleep(500);
+    await load.stop();
+    // The survivor of each step answered everything.
+    expect(all().filter((x) => x.status !== 200 && x.status !== 503 && x.status !== undefined)).toEqual([]);
+    await expectEveryAnsweredHeartbeatStored(load, a);
+    expect(await statusChanges(providers.map((p) => p.id))).toEqual([]);
+  });
+
+  it('sweeps each silent provider to offline exactly once with both instances sweeping, and revives it once', {
+    timeout: 60_000,
+  }, async () => {
+    const silent = providers.slice(0, PROVIDERS / 2);
+    const active = providers.slice(PROVIDERS / 2);
+    const load = new HeartbeatLoad(active, [a, b], counters);
+    const deadline = Date.now() + OFFLINE_AFTER_MS + 15_000;
+    const offline = async () =>
+      (await Promise.all(silent.map((p, i) => read(i % 2 ? a : b, p.id)))).every((p) => p.status === 'offline');
+    while (!(await offline())) {
+      expect(Date.now()).toBeLessThan(deadline);
+      await sleep(100);
+    }
+    // A few more ticks of both sweepers: nothing more happens to them.
+    await sleep(5 * SWEEP_INTERVAL_MS);
+    await load.stop();
+
+    const silentIds = silent.map((p) => p.id);
+    expect(await statusChanges(active.map((p) => p.id))).toEqual([]);
+    const swept = await statusChanges(silentIds);
+    expect(swept.map((e) => e.provider_id).sort()).toEqual([...silentIds].sort());
+    for (const e of swept)
+      expect(e).toMatchObject({ previous_status: 'idle', status: 'offline', reason: 'offline_timeout' });
+
+    // A heartbeat sent to both instances at once: both answer 200, one of them brings the provider back.
+    for (const p of silent) {
+      const answers = await Promise.all(
+        [a, b].map(async (i) => {
+          const res = await fetch(`${i.url}/providers/${p.id}/heartbeat`, {
+            method: 'POST',
+            headers: p.daemon.headers,
+          });
+          expect(res.status).toBe(200);
+          return ((await res.json()) as { previous_status: string }).previous_status;
+        }),
+      );
+      expect(answers.sort()).toEqual(['idle', 'offline']);
+    }
+    const revived = (await statusChanges(silentIds)).slice(swept.length);
+    expect(revived.map((e) => e.provider_id).sort()).toEqual([...silentIds].sort());
+    for (const e of revived)
+      expect(e).toMatchObject({ previous_status: 'offline', status: 'idle', reason: 'heartbeat' });
+  });
+});

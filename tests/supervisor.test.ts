@@ -1,0 +1,164 @@
+/**
+ * The supervisor behind `pnpm start`, with real child processes: a child that crashes is started again, one that
+ * keeps crashing is given up on after backoff delays that double up to the cap, and stop() ends every child without
+ * restarting any.
+ */
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type RestartPolicy, type Supervised, Supervisor } from '../scripts/lib/supervisor.ts';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'supervisor-test-'));
+let supervisors: Supervisor[] = [];
+afterEach(async () => {
+  await Promise.all(supervisors.map((s) => s.stop(2_000)));
+  supervisors = [];
+});
+
+/** A supervisor whose log lines are kept for the test to read. */
+function supervisor(policy: Partial<RestartPolicy>, onGiveUp?: (s: Supervised) => void) {
+  const lines: string[] = [];
+  const s = new Supervisor({ policy, log: (line) => lines.push(line), output: () => {}, onGiveUp });
+  supervisors.push(s);
+  return { s, lines };
+}
+
+/**
+ * A Node child running `body`; it first appends `<pid> <time>` to `startsFile`, so the test can count its starts.
+ */
+function nodeChild(name: string, startsFile: string, body: string) {
+  const script = `require('fs').appendFileSync(${JSON.stringify(startsFile)}, process.pid + ' ' + Date.now() + '\\n');\n${body}`;
+  return { name, args: ['-e', script], cwd: dir };
+}
+const KEEP_RUNNING = 'setInterval(() => {}, 1000);';
+const starts = (file: string) =>
+  existsSync(file)
+    ? readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' ').map(Number) as [number, number])
+    : [];
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+async function until(what: string, check: () => boolean, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('Supervisor', () => {
+  it('restarts a child that crashes, logging its exit code, and the new child keeps running', async () => {
+    const file = path.join(dir, 'crash-once');
+    const marker = path.join(dir, 'crash-once.marker');
+    const { s, lines } = supervisor({ initialDelayMs: 50 });
+    // Crashes with code 3 on its first run only.
+    const child = s.start(
+      nodeChild(
+        'crash-once',
+        file,
+        `const fs = require('fs'); if (!fs.existsSync(${JSON.stringify(marker)})) { fs.writeFileSync(${JSON.stringify(marker)}, ''); process.exit(3); } ${KEEP_RUNNING}`,
+      ),
+    );
+    await until('the restart', () => starts(file).length === 2 && child.state === 'running' && child.pid !== undefined);
+    const [first, second] = starts(file).map(([pid]) => pid);
+    expect(second).not.toBe(first);
+    expect(child.pid).toBe(second);
+    expect(child.restarts).toBe(1);
+    expect(alive(second as number)).toBe(true);
+    expect(lines.join('\n')).toMatch(
+      new RegExp(`crash-once \\(pid ${first}\\) exited \\(code 3\\).*restart 1 in 50 ms`),
+    );
+
+    // Killed from outside (as `kill -9` would): started again, the exit logged with the signal.
+    process.kill(second as number, 'SIGKILL');
+    await until('the second restart', () => starts(file).length === 3 && child.state === 'running');
+    expect(lines.join('\n')).toMatch(new RegExp(`crash-once \\(pid ${second}\\) exited \\(signal SIGKILL\\)`));
+    expect(child.restarts).toBe(2);
+  });
+
+  it('gives up on a child that keeps crashing, after delays that double up to the cap', async () => {
+    const file = path.join(dir, 'always-crash');
+    const givenUp: string[] = [];
+    const { s, lines } = supervisor(
+      { initialDelayMs: 100, maxDelayMs: 250, maxRapidCrashes: 4, stableAfterMs: 10_000 },
+      (g) => givenUp.push(g.name),
+    );
+    const child = s.start(nodeChild('always-crash', file, 'process.exit(1);'));
+    await until('the give-up', () => child.state === 'given-up');
+    expect(givenUp).toEqual(['always-crash']);
+    const log = lines.join('\n');
+    expect([...log.matchAll(/restart \d+ in (\d+) ms/g)].map((m) => Number(m[1]))).toEqual([100, 200, 250]);
+    expect(log).toMatch(/always-crash .*exited \(code 1\).*crashed 4 times in a row.*giving up/);
+    // Four runs, each at least the logged delay after the one before.
+    const times = starts(file).map(([, t]) => t);
+    expect(times).toHaveLength(4);
+    const gaps = times.slice(1).map((t, i) => t - (times[i] as number));
+    for (const [i, min] of [100, 200, 250].entries()) expect(gaps[i]).toBeGreaterThanOrEqual(min);
+    // And no fifth.
+    await sleep(400);
+    expect(starts(file)).toHaveLength(4);
+    expect(child.pid).toBeUndefined();
+  });
+
+  it('counts only rapid crashes: a child that crashes after a stable run is never given up on', async () => {
+    const file = path.join(dir, 'stable-then-crash');
+    const { s, lines } = supervisor({ initialDelayMs: 20, maxRapidCrashes: 2, stableAfterMs: 150 });
+    const child = s.start(nodeChild('stable-then-crash', file, 'setTimeout(() => process.exit(2), 250);'));
+    await until('four runs', () => starts(file).length >= 4, 15_000);
+    expect(child.state).not.toBe('given-up');
+    // The delay starts anew after every stable run.
+    expect([...lines.join('\n').matchAll(/restart \d+ in (\d+) ms/g)].map((m) => Number(m[1]))).toEqual(
+      Array(starts(file).length - 1).fill(20),
+    );
+  });
+
+  it('stop() ends every child and restarts none', async () => {
+    const a = path.join(dir, 'stop-a');
+    const b = path.join(dir, 'stop-b');
+    const { s, lines } = supervisor({ initialDelayMs: 20 });
+    const first = s.start(nodeChild('a', a, KEEP_RUNNING));
+    const second = s.start(nodeChild('b', b, KEEP_RUNNING));
+    await until('both running', () => starts(a).length === 1 && starts(b).length === 1);
+    const pids = [first.pid, second.pid] as number[];
+    await s.stop();
+    for (const pid of pids) expect(alive(pid)).toBe(false);
+    expect([first.state, second.state]).toEqual(['stopped', 'stopped']);
+    await sleep(200);
+    expect([starts(a).length, starts(b).length]).toEqual([1, 1]);
+    expect(lines.join('\n')).not.toMatch(/restart/);
+  });
+
+  it('stop() kills a child that ignores SIGTERM once the timeout passes', async () => {
+    const file = path.join(dir, 'stubborn');
+    const { s, lines } = supervisor({});
+    const child = s.start(nodeChild('stubborn', file, `process.on('SIGTERM', () => {}); ${KEEP_RUNNING}`));
+    await until('running', () => starts(file).length === 1);
+    const pid = child.pid as number;
+    const t0 = Date.now();
+    await s.stop(300);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(300);
+    expect(alive(pid)).toBe(false);
+    expect(lines.join('\n')).toMatch(/stubborn \(pid \d+\) did not stop within 300 ms; killing it/);
+  });
+
+  it('stop() during a restart delay cancels the restart', async () => {
+    const file = path.join(dir, 'pending');
+    const { s } = supervisor({ initialDelayMs: 300 });
+    const child = s.start(nodeChild('pending', file, 'process.exit(1);'));
+    await until('waiting to restart', () => child.state === 'restarting');
+    await s.stop();
+    await sleep(500);
+    expect(starts(file)).toHaveLength(1);
+    expect(child.state).toBe('stopped');
+  });
+});
