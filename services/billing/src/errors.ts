@@ -53,6 +53,8 @@ export const billingErrors = {
     new AppError('conflict', 'DEPOSIT_ALREADY_CREDITED', `transaction ${signature} has already been credited`, {
       extra: { transaction_id: transactionId, wallet_id: walletId },
     }),
+  depositCreditedElsewhere: (signature: string) =>
+    errors.conflict('DEPOSIT_ALREADY_CREDITED', `transaction ${signature} has already been credited`),
   idempotencyKeyReused: () =>
     errors.conflict(
       'IDEMPOTENCY_KEY_REUSED',
@@ -112,6 +114,8 @@ export const billingErrors = {
         '(POST /wallet/{id}/address-challenge, then POST /wallet/{id}/address-proof)',
       { extra: { wallet_id: walletId } },
     ),
+  addressProvenElsewhere: (address: string) =>
+    errors.conflict('ADDRESS_PROVEN_ELSEWHERE', `${address} is already proven by another user's wallet`),
   noAddressChallenge: (walletId: string) =>
     errors.conflict(
       'NO_ADDRESS_CHALLENGE',
@@ -147,6 +151,17 @@ export const billingErrors = {
       `the session would cost ${rate} per hour, more than the accepted ${accepted}: accept the current price to start`,
       { extra: { total_hourly_rate: rate, accepted_hourly_rate: accepted } },
     ),
+  useProviderPayout: (providerId: string) =>
+    errors.conflict(
+      'USE_PROVIDER_PAYOUT',
+      `a provider wallet pays out its earnings through POST /provider/${providerId}/payout (with the minimum payout)`,
+    ),
+  destinationNotAllowed: (destination: string) => {
+    const detail = `a platform service pays only the wallet's own address, not ${destination}`;
+    return new AppError('forbidden', 'DESTINATION_NOT_ALLOWED', detail, {
+      errors: [{ path: 'body.destination', message: detail }],
+    });
+  },
   destinationRequired: (walletId: string) => {
     const detail = `wallet ${walletId} has no address yet: name the destination`;
     return new AppError('invalid', 'DESTINATION_REQUIRED', detail, {

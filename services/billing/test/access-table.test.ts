@@ -283,6 +283,66 @@ describe('billing ownership beyond the table', () => {
     expect(await ids(as('admin'), `&user_id=${renter.id}`)).toEqual([sessionId]);
   });
 
+  it("never lets a daemon act on its owner's rentals, and shows the renter's balance to the renter only", async () => {
+    const renter = await h.issuer.user(['renter', 'provider']);
+    const rentersDaemon = await h.issuer.client('daemon', renter.id);
+    const owner = await h.issuer.user(['provider']);
+    const wallet = await h.fundedWallet('100', 'user', undefined, { ownerId: renter.id });
+    const machine = await h.fundedWallet('0', 'provider', undefined, { holderId: owner.id });
+    const call = (headers: Record<string, string>, method: 'GET' | 'POST', url: string, payload?: unknown) =>
+      uninjected(h.app)({ method, url: `/api/v1${url}`, headers, ...(payload ? { payload } : {}) });
+    const started = await call(renter.headers, 'POST', '/billing/start-session', {
+      user_id: renter.id,
+      wallet_id: wallet.id,
+      provider_id: machine.ownerId,
+      job_id: crypto.randomUUID(),
+      ...H100_X1,
+      accepted_hourly_rate: '5.10',
+    });
+    const sessionId = started.json().session.id as string;
+    // The renter's own daemon (a machine credential on the renter's GPU host) cannot end or read the rental.
+    expect(
+      (await call(rentersDaemon.headers, 'POST', '/billing/end-session', { session_id: sessionId })).statusCode,
+    ).toBe(403);
+    expect((await call(rentersDaemon.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(403);
+    const listed = await call(rentersDaemon.headers, 'GET', '/billing/sessions');
+    expect(listed.json().sessions.map((s: { id: string }) => s.id)).not.toContain(sessionId);
+    // The renter sees their balance; the provider's owner sees the session without it.
+    const mine = (await call(renter.headers, 'GET', `/billing/current-usage/${sessionId}`)).json();
+    expect(mine.available_balance).toBe('94.900000');
+    const theirs = (await call(owner.headers, 'GET', `/billing/current-usage/${sessionId}`)).json();
+    expect(theirs.available_balance).toBeNull();
+    expect(theirs.hold_amount).toBe(mine.hold_amount);
+  });
+
+  it('sends a service client’s withdrawal only to the wallet’s own address, and a provider wallet only through payouts', async () => {
+    const service = as('service');
+    const elsewhere = await uninjected(h.app)({
+      method: 'POST',
+      url: `/api/v1/wallet/${ownerWallet.id}/withdraw`,
+      headers: service,
+      payload: { amount: '1', destination: address() },
+    });
+    expect(elsewhere.statusCode).toBe(403);
+    expect(elsewhere.json().code).toBe('DESTINATION_NOT_ALLOWED');
+    // To its own address it goes on (to the chain, which this harness has not).
+    const own = await uninjected(h.app)({
+      method: 'POST',
+      url: `/api/v1/wallet/${ownerWallet.id}/withdraw`,
+      headers: service,
+      payload: { amount: '1' },
+    });
+    expect(own.statusCode).toBe(503);
+    const fromProvider = await uninjected(h.app)({
+      method: 'POST',
+      url: `/api/v1/wallet/${providerWallet.id}/withdraw`,
+      headers: as('owner'),
+      payload: { amount: '1' },
+    });
+    expect(fromProvider.statusCode).toBe(409);
+    expect(fromProvider.json().code).toBe('USE_PROVIDER_PAYOUT');
+  });
+
   it('never lets a daemon move its owner’s money, and keeps a payout to the provider wallet’s holder', async () => {
     const daemon = callers.daemon.headers;
     const withdraw = await uninjected(h.app)({

@@ -57,6 +57,22 @@ describe('proving a wallet address before deposits', () => {
     const own = await walletFor(victim);
     expect((await deposit(own.id, { signature })).statusCode).toBe(201);
     expect(await h.balanceOf(stolen.id)).toMatchObject({ available: '0.000000' });
+    // Claimed again from the attacker's wallet: refused, without naming the victim's wallet or record.
+    const again = await deposit(stolen.id, { signature });
+    expect(again.statusCode).toBe(409);
+    // (the attacker's address is not proven: that refusal comes first)
+    expect(again.json().code).toBe('ADDRESS_NOT_PROVEN');
+
+    // Even a victim tricked into signing the attacker's challenge does not prove the address for the attacker: it
+    // is proven by the victim's own wallet already.
+    const lure = await h.app.inject({ method: 'POST', url: `/api/v1/wallet/${stolen.id}/address-challenge` });
+    const tricked = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${stolen.id}/address-proof`,
+      payload: { signature: signMessage(victim, lure.json().message) },
+    });
+    expect(tricked.statusCode).toBe(409);
+    expect(tricked.json().code).toBe('ADDRESS_PROVEN_ELSEWHERE');
   });
 
   it('uses a challenge once, refuses a signature of another message, and keeps a proof', async () => {
@@ -110,6 +126,13 @@ describe('POST /api/v1/wallet/{id}/deposit', () => {
     const again = await deposit(wallet.id, { signature });
     expect(again.statusCode).toBe(409);
     expect(again.json()).toMatchObject({ code: 'DEPOSIT_ALREADY_CREDITED', transaction_id: res.json().id });
+    // Another proven wallet claiming it learns nothing of the wallet it went to.
+    const other = await walletFor(await L.user(0n));
+    const elsewhere = await deposit(other.id, { signature });
+    expect(elsewhere.statusCode).toBe(409);
+    expect(elsewhere.json().code).toBe('DEPOSIT_ALREADY_CREDITED');
+    expect(elsewhere.json().transaction_id).toBeUndefined();
+    expect(elsewhere.json().wallet_id).toBeUndefined();
     expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '25.500001' });
 
     const events = await h.db.selectFrom('outbox_events').selectAll().where('kind', '=', 'deposit.confirmed').execute();
@@ -122,7 +145,14 @@ describe('POST /api/v1/wallet/{id}/deposit', () => {
   it('credits a signature once when claimed in parallel by two wallets of the same address', async () => {
     const kp = await L.user(50n);
     const a = await walletFor(kp);
-    const b = await walletFor(kp);
+    // One user's user wallet and provider wallet may share (and both prove) an address.
+    const b = await createWallet(h.db, {
+      ownerType: 'provider',
+      ownerId: crypto.randomUUID(),
+      holderId: a.ownerId,
+      solanaAddress: kp.publicKey.toBase58(),
+    });
+    await h.proveAddress(b.id, kp);
     const signature = await L.transfer(kp, L.treasury.publicKey, 7n * L.unit);
     const answers = await Promise.all(
       Array.from({ length: 12 }, (_, i) => deposit(i % 2 ? a.id : b.id, { signature })),

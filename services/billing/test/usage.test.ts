@@ -102,11 +102,21 @@ describe('POST /api/v1/billing/usage-update', () => {
       report(id, { power_draw_w: -1 }),
       report(id, { timestamp: 'yesterday' }),
       { session_id: id },
+      report(id, { metrics: { a: { b: { c: { d: { e: { f: { g: { h: { i: 1 } } } } } } } } } }),
     ]) {
       const res = await update(bad);
       expect(res.statusCode, JSON.stringify(bad)).toBe(400);
       expect(res.json().code).toBe('VALIDATION_ERROR');
     }
+    // Nested a hundred thousand deep: a 400 as well, never a stack overflow's 500.
+    const deep = `{"session_id":"${id}","timestamp":"${clock.now().toISOString()}","gpu_utilization":1,"power_draw_w":1,"metrics":{"a":${'['.repeat(100_000)}${']'.repeat(100_000)}}}`;
+    const res = await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/usage-update',
+      payload: deep,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(res.statusCode).toBe(400);
   });
 
   it('tops the hold up from the available balance when the billed cost approaches it', async () => {

@@ -31,6 +31,7 @@ export interface paths {
                     content: {
                         "application/json": {
                             actual_power_w: string | null;
+                            /** @description the renter's available balance: null once ended, and for the provider side */
                             available_balance: string | null;
                             billed_cost: string;
                             /** @description minutes billed by usage updates and the biller */
@@ -40,6 +41,7 @@ export interface paths {
                             /** @description started minutes: what ending now bills */
                             elapsed_minutes: number;
                             elapsed_seconds: number;
+                            /** @description what the hold left and (for the renter) the available balance pay for */
                             estimated_remaining_minutes: number;
                             grace_until: string | null;
                             hold_amount: string;
@@ -1008,7 +1010,7 @@ export interface paths {
                         gpu_utilization: number;
                         /** @description de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp */
                         message_id?: string;
-                        /** @description free-form extra metrics, stored as given (no NUL characters: PostgreSQL jsonb refuses them) */
+                        /** @description free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them) */
                         metrics?: {
                             [key: string]: unknown;
                         };
@@ -1329,7 +1331,7 @@ export interface paths {
                             gpu_utilization: number;
                             /** @description de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp */
                             message_id?: string;
-                            /** @description free-form extra metrics, stored as given (no NUL characters: PostgreSQL jsonb refuses them) */
+                            /** @description free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them) */
                             metrics?: {
                                 [key: string]: unknown;
                             };

@@ -16,8 +16,8 @@ export interface BillingRecordFilter {
   status?: ('completed' | 'terminated')[];
   from?: Date;
   to?: Date;
-  /** Only records this user took part in: as the renter or as the provider machine's owner. */
-  partyId?: string;
+  /** Only records this user took part in: as the renter or the machine's owner (`provider`: as the owner only). */
+  party?: { userId: string; side: 'any' | 'provider' };
 }
 
 /** Up to `limit` billing records after `after`, newest end first, each with its cursor time. */
@@ -28,9 +28,12 @@ export async function listBillingRecords(
   limit: number,
 ): Promise<(BillingRecordRow & { cursor_at: string })[]> {
   let q = db.selectFrom('billing_records').selectAll().select(cursorAt('ended_at').as('cursor_at'));
-  if (f.partyId) {
-    const party = f.partyId;
-    q = q.where((eb) => eb.or([eb('user_id', '=', party), eb('provider_owner_id', '=', party)]));
+  if (f.party) {
+    const { userId, side } = f.party;
+    q =
+      side === 'provider'
+        ? q.where('provider_owner_id', '=', userId)
+        : q.where((eb) => eb.or([eb('user_id', '=', userId), eb('provider_owner_id', '=', userId)]));
   }
   if (f.userId) q = q.where('user_id', '=', f.userId);
   if (f.providerId) q = q.where('provider_id', '=', f.providerId);

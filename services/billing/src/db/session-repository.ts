@@ -135,7 +135,8 @@ export interface SessionFilter {
   providerId?: string;
   userId?: string;
   status?: SessionStatus[];
-  partyId?: string;
+  /** Only sessions this user took part in: as the renter or the machine's owner (`provider`: as the owner only). */
+  party?: { userId: string; side: 'any' | 'provider' };
 }
 
 /** Up to `limit` sessions after `after`, newest start first, each with its cursor time. */
@@ -146,9 +147,12 @@ export async function listSessions(
   limit: number,
 ): Promise<(SessionRow & { cursor_at: string })[]> {
   let q = db.selectFrom('rental_sessions').selectAll().select(cursorAt('started_at').as('cursor_at'));
-  if (f.partyId) {
-    const party = f.partyId;
-    q = q.where((eb) => eb.or([eb('user_id', '=', party), eb('provider_owner_id', '=', party)]));
+  if (f.party) {
+    const { userId, side } = f.party;
+    q =
+      side === 'provider'
+        ? q.where('provider_owner_id', '=', userId)
+        : q.where((eb) => eb.or([eb('user_id', '=', userId), eb('provider_owner_id', '=', userId)]));
   }
   if (f.providerId) q = q.where('provider_id', '=', f.providerId);
   if (f.userId) q = q.where('user_id', '=', f.userId);

@@ -65,3 +65,15 @@ export async function markAddressProven(
     .returningAll()
     .executeTakeFirst();
 }
+
+/** Holders of other wallets that proved `address` (null holder: an admin's or service's wallet). */
+export async function otherProvenHolders(db: Db, address: string, walletId: string): Promise<(string | null)[]> {
+  const rows = await db
+    .selectFrom('wallets')
+    .select('holder_id')
+    .where('solana_address', '=', address)
+    .where('address_proven_at', 'is not', null)
+    .where('id', '<>', walletId)
+    .execute();
+  return rows.map((r) => r.holder_id);
+}

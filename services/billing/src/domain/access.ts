@@ -61,12 +61,19 @@ export interface SessionParties {
 
 const notParty = (sessionId: string) => errors.forbidden(`session ${sessionId} is someone else's`, 'NOT_SESSION_PARTY');
 
+/** Whether the actor is the session's renter (a user's own token: a daemon never acts on its owner's rentals). */
+export const isRenter = (actor: Principal, session: SessionParties) => isUser(actor, session.user_id);
+
 /** The renter, the provider's owner or its daemon (or an admin or service) read and end a session. */
 export function assertSessionParty(actor: Principal, session: SessionParties): void {
-  if (mayActFor(actor, session.user_id)) return;
+  if (isPrivileged(actor) || isRenter(actor, session)) return;
   if (session.provider_owner_id !== null && mayActFor(actor, session.provider_owner_id)) return;
   throw notParty(session.id);
 }
+
+/** Whether the actor may see the renter's wallet figures of a session (its renter, admins and services). */
+export const seesRenterWallet = (actor: Principal, session: SessionParties) =>
+  isPrivileged(actor) || isRenter(actor, session);
 
 /** Whether the actor may report usage of the session: the provider owner's daemon (or the owner, an admin, a service). */
 export function mayReportUsage(actor: Principal, session: SessionParties): boolean {
@@ -76,9 +83,16 @@ export function mayReportUsage(actor: Principal, session: SessionParties): boole
 export const notSessionProvider = (sessionId: string) =>
   errors.forbidden(`only the daemon of session ${sessionId}'s provider reports its usage`, 'NOT_SESSION_PROVIDER');
 
-/** The user whose records a history list is limited to (undefined: every record, for admins and services). */
-export function historyScope(actor: Principal): string | undefined {
+/** Whose records a list shows: a user's as renter or provider owner; a daemon's owner's as provider only. */
+export interface ListScope {
+  userId: string;
+  /** `provider`: only records on the user's machines (a daemon never sees its owner's rentals). */
+  side: 'any' | 'provider';
+}
+
+/** The records a history or session list is limited to (undefined: every record, for admins and services). */
+export function historyScope(actor: Principal): ListScope | undefined {
   if (isPrivileged(actor)) return undefined;
   if (actor.actsFor === undefined) throw errors.forbidden('billing history is kept per user', 'NOT_SESSION_PARTY');
-  return actor.actsFor;
+  return { userId: actor.actsFor, side: actor.kind === 'user' ? 'any' : 'provider' };
 }

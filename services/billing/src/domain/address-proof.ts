@@ -13,7 +13,7 @@ import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import type { Principal } from '@gpu/common';
 import { PublicKey } from '@solana/web3.js';
 import { base58Decode } from '../adapters/base58.ts';
-import { findWallet, markAddressProven, setAddressChallenge } from '../db/wallet-repository.ts';
+import { findWallet, markAddressProven, otherProvenHolders, setAddressChallenge } from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
 import { toWallet, type Wallet, walletFor } from './wallets.ts';
@@ -39,6 +39,7 @@ export async function issueAddressChallenge(
   const expiresAt = new Date(Date.now() + CHALLENGE_TTL_MS);
   const message =
     `GPU rental platform: I control ${wallet.solanaAddress} and link it to billing wallet ${wallet.id}.\n` +
+    'Sign this only in the GPU rental platform, for your own wallet: whoever holds that wallet receives your deposits.\n' +
     `Nonce: ${randomBytes(16).toString('hex')}\nExpires: ${expiresAt.toISOString()}`;
   await setAddressChallenge(ctx.db, wallet.id, message, expiresAt);
   return { walletId: wallet.id, solanaAddress: wallet.solanaAddress, message, expiresAt };
@@ -73,6 +74,11 @@ export async function proveAddress(
   if (!isAddressSignature(wallet.solanaAddress, challenge, signature)) {
     throw billingErrors.addressProofInvalid(wallet.solanaAddress);
   }
+  // An address belongs to one user: once proven by one holder, another holder cannot prove it too (a victim tricked
+  // into signing someone else's challenge would otherwise share their deposits with them).
+  const others = await otherProvenHolders(ctx.db, wallet.solanaAddress, wallet.id);
+  if (others.some((holder) => holder !== wallet.holderId))
+    throw billingErrors.addressProvenElsewhere(wallet.solanaAddress);
   const proven = await markAddressProven(ctx.db, wallet.id, challenge, new Date());
   if (proven) return toWallet(proven);
   // Proven by a concurrent request with the same challenge, or a newer challenge replaced it.

@@ -14,6 +14,7 @@
  * so two instances can never settle one record twice.
  */
 import { randomUUID } from 'node:crypto';
+import type { Principal } from '@gpu/common';
 import type { PreparedTransfer, SignatureState } from '../adapters/chain.ts';
 import { transferIdOf } from '../db/ledger-repository.ts';
 import {
@@ -39,6 +40,8 @@ export interface ChainPayoutRequest {
   /** Destination owner address; the wallet's registered address by default. */
   destination?: string;
   correlationId?: string;
+  /** Who asks (a machine client may pay only the wallet's own address); absent for the service's own work. */
+  actor?: Principal;
 }
 
 const LANDED: Record<BillingContext['commitment'], SignatureState[]> = {
@@ -62,6 +65,11 @@ export async function startChainPayout(
   const { wallet, amount } = req;
   const destination = req.destination ?? wallet.solanaAddress;
   if (!destination) throw billingErrors.destinationRequired(wallet.id);
+  // A machine client (a platform service) sends money only to the wallet's own address: a leaked service token
+  // must not be able to pay anyone else. The holder (and an admin) may name another destination.
+  if (req.actor?.kind === 'client' && destination !== wallet.solanaAddress) {
+    throw billingErrors.destinationNotAllowed(destination);
+  }
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
   // Cheap early refusal before asking the RPC node to build a transaction; the locked check below decides.
   const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);

@@ -30,9 +30,16 @@ const isSignatureTaken = (err: unknown) => {
   );
 };
 
-async function alreadyCredited(ctx: BillingContext, signature: string) {
+/**
+ * DEPOSIT_ALREADY_CREDITED when the signature was credited; it names the record only to the wallet it went to (a
+ * deposit signature is public on chain: it must not tell anyone else which wallet holds it).
+ */
+async function alreadyCredited(ctx: BillingContext, signature: string, walletId: string) {
   const existing = await findBySignature(ctx.db, signature);
-  return existing ? billingErrors.depositAlreadyCredited(signature, existing.id, existing.wallet_id) : null;
+  if (!existing) return null;
+  return existing.wallet_id === walletId
+    ? billingErrors.depositAlreadyCredited(signature, existing.id, existing.wallet_id)
+    : billingErrors.depositCreditedElsewhere(signature);
 }
 
 export interface DepositRequest {
@@ -55,7 +62,7 @@ export async function claimDeposit(
   if (!wallet.addressProvenAt || !wallet.solanaAddress) {
     throw billingErrors.addressNotProven(wallet.id, wallet.solanaAddress ?? 'an address');
   }
-  const taken = await alreadyCredited(ctx, req.signature);
+  const taken = await alreadyCredited(ctx, req.signature, req.walletId);
   if (taken) throw taken;
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
   const chain = ctx.chain;
@@ -116,7 +123,7 @@ export async function claimDeposit(
       return tx;
     });
   } catch (err) {
-    if (isSignatureTaken(err)) throw (await alreadyCredited(ctx, req.signature)) ?? err;
+    if (isSignatureTaken(err)) throw (await alreadyCredited(ctx, req.signature, req.walletId)) ?? err;
     throw err;
   }
 }

@@ -62,6 +62,10 @@ export async function lookupKey(db: Kysely<BillingDB>, ctx: IdempotencyContext):
 
 const NOT_DEFINITIVE = new Set([
   'VALIDATION_ERROR',
+  // The state of another service, which changes by itself: a retry must ask again.
+  'PROVIDER_NOT_AVAILABLE',
+  'PROVIDER_NOT_FOUND',
+  'PROVIDER_REGISTRY_UNAVAILABLE',
   'MALFORMED_JSON',
   'DEPOSIT_NOT_FINAL',
   'IDEMPOTENCY_KEY_REUSED',
@@ -72,5 +76,7 @@ const NOT_DEFINITIVE = new Set([
 export function isDefinitiveError(err: unknown): boolean {
   if (!isAppError(err)) return false;
   if (NOT_DEFINITIVE.has(err.code)) return false;
+  // Who may act changes (a wallet opened, a machine handed over): a refusal of the caller is not stored.
+  if (err.kind === 'forbidden') return false;
   return (isRefusal(err) && err.kind !== 'invalid') || err.kind === 'dependency_failed';
 }

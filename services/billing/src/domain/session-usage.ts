@@ -8,7 +8,7 @@ import {
 } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { listSessions, type SessionFilter } from '../db/session-repository.ts';
-import { assertSessionParty, historyScope } from './access.ts';
+import { assertSessionParty, historyScope, seesRenterWallet } from './access.ts';
 import type { BillingContext } from './context.ts';
 import { getHold } from './holds.ts';
 import { type KeysetPosition, keysetPage, type Page } from './keyset.ts';
@@ -32,7 +32,7 @@ export interface CurrentUsage {
   held: Dec;
   /** held - cost, never below 0. */
   holdLeft: Dec;
-  /** The renter's available balance (null once ended). */
+  /** The renter's available balance (null once ended, and for the provider side: it is the renter's). */
   available: Dec | null;
   estimatedRemainingMinutes: number;
 }
@@ -50,7 +50,10 @@ export async function currentUsage(ctx: BillingContext, actor: Principal, sessio
   const hold = await getHold(ctx.db, s.hold_id);
   const held = running && hold ? new Dec(hold.remaining) : new Dec(0);
   const holdLeft = Dec.max(held.minus(cost), 0);
-  const available = running ? new Dec((await walletBalances(ctx.db, s.wallet_id, ctx.scale))?.available ?? 0) : null;
+  // The renter's wallet is the renter's business: the provider side sees the hold only.
+  const renterView = seesRenterWallet(actor, s);
+  const available =
+    running && renterView ? new Dec((await walletBalances(ctx.db, s.wallet_id, ctx.scale))?.available ?? 0) : null;
   return {
     session: s,
     elapsedMs,
@@ -60,7 +63,7 @@ export async function currentUsage(ctx: BillingContext, actor: Principal, sessio
     held,
     holdLeft,
     available,
-    estimatedRemainingMinutes: available ? runtimeMinutes(holdLeft.plus(available), hourly) : 0,
+    estimatedRemainingMinutes: running ? runtimeMinutes(holdLeft.plus(available ?? 0), hourly) : 0,
   };
 }
 
@@ -79,7 +82,7 @@ export async function billingHistory(
   actor: Principal,
   f: HistoryFilter,
 ): Promise<Page<BillingRecordRow>> {
-  const scoped = { ...f, partyId: historyScope(actor) };
+  const scoped = { ...f, party: historyScope(actor) };
   return keysetPage(await listBillingRecords(db, scoped, f.after, f.limit + 1), f.limit);
 }
 
@@ -97,6 +100,6 @@ export async function sessionList(
   actor: Principal,
   f: SessionListFilter,
 ): Promise<Page<SessionRow>> {
-  const scoped = { ...f, partyId: historyScope(actor) };
+  const scoped = { ...f, party: historyScope(actor) };
   return keysetPage(await listSessions(db, scoped, f.after, f.limit + 1), f.limit);
 }

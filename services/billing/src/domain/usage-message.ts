@@ -8,14 +8,28 @@ import type { Principal } from '@gpu/common';
 import { z } from 'zod';
 import type { SessionRow } from './sessions.ts';
 
-/** Whether a JSON value has a NUL character in any key or string (PostgreSQL's jsonb can't store one). */
-function hasNul(value: unknown): boolean {
-  if (typeof value === 'string') return value.includes('\0');
-  if (Array.isArray(value)) return value.some(hasNul);
-  if (value && typeof value === 'object') {
-    return Object.entries(value).some(([k, v]) => k.includes('\0') || hasNul(v));
+/** How deep `metrics` may nest (a daemon's metrics are flat or nearly so). */
+export const MAX_METRICS_DEPTH = 8;
+
+/**
+ * Whether a JSON value nests no deeper than `MAX_METRICS_DEPTH` and has no NUL character in any key or string
+ * (PostgreSQL's jsonb can't store one). Iterative: a body nested thousands deep is a 400, never a stack overflow.
+ */
+function isStorableMetrics(value: unknown): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v === 'string') {
+      if (v.includes('\0')) return false;
+    } else if (v !== null && typeof v === 'object') {
+      if (depth >= MAX_METRICS_DEPTH) return false;
+      for (const [k, child] of Object.entries(v)) {
+        if (k.includes('\0')) return false;
+        stack.push([child, depth + 1]);
+      }
+    }
   }
-  return false;
+  return true;
 }
 
 /** The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). */
@@ -26,9 +40,11 @@ export const usageMessageSchema = z.object({
   power_draw_w: z.number().min(0).max(100_000),
   metrics: z
     .record(z.string(), z.unknown())
-    .refine((m) => !hasNul(m), 'metrics may not contain NUL characters')
+    .refine(isStorableMetrics, `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`)
     .optional()
-    .describe('free-form extra metrics, stored as given (no NUL characters: PostgreSQL jsonb refuses them)'),
+    .describe(
+      'free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them)',
+    ),
   message_id: z
     .string()
     .min(1)

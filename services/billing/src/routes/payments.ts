@@ -5,6 +5,7 @@ import { getTransaction } from '../db/transaction-repository.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { claimDeposit } from '../domain/deposits.ts';
 import { walletFor } from '../domain/wallets.ts';
+import { billingErrors } from '../errors.ts';
 import { WALLET_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { depositAnswer, payoutAnswer } from './answers.ts';
@@ -98,6 +99,8 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
       runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
         const amount = requestAmount(request.body.amount, ctx.scale);
         const wallet = await walletFor(ctx, callerOf(request), request.params.walletID);
+        // A provider's earnings leave through its payouts, which keep the minimum payout.
+        if (wallet.ownerType === 'provider') throw billingErrors.useProviderPayout(wallet.ownerId);
         const settled = await startChainPayout(
           withRequestLogger(ctx, request),
           {
@@ -106,6 +109,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
             amount,
             destination: request.body.destination,
             correlationId: request.correlationId,
+            actor: callerOf(request),
           },
           keyClaim(idem, (row) => payoutAnswer(ctx.scale, row)),
         );

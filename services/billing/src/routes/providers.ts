@@ -113,6 +113,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
             amount,
             destination: request.body.destination,
             correlationId: request.correlationId,
+            actor: callerOf(request),
           },
           keyClaim(idem, (row) => payoutAnswer(ctx.scale, row)),
         );

@@ -155,8 +155,14 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             billed_cost: z.string(),
             hold_amount: z.string(),
             hold_remaining: z.string().describe('hold_amount - cost_so_far (never below 0)'),
-            available_balance: z.string().nullable(),
-            estimated_remaining_minutes: z.number().int(),
+            available_balance: z
+              .string()
+              .nullable()
+              .describe("the renter's available balance: null once ended, and for the provider side"),
+            estimated_remaining_minutes: z
+              .number()
+              .int()
+              .describe('what the hold left and (for the renter) the available balance pay for'),
             actual_power_w: z.string().nullable(),
             last_usage_at: z.string().nullable(),
             grace_until: z.string().nullable(),
