@@ -45,9 +45,9 @@ export interface RegistryDeps {
   /** Run the periodic offline sweep (default true; tests drive `registry.sweepOffline()` themselves). */
   sweeper?: boolean;
   /**
-   * Consume billing's session events from NATS (`messaging.billing_stream`, `messaging.subjects.billing_events`,
-   * durable `messaging.session_consumer`) to show rented providers busy; needs a NATS publisher. Off by default:
-   * the server turns it on, tests that use it name a stream of their own.
+   * Consume billing's session events from NATS (`messaging.subjects.billing_events`, durable
+   * `messaging.session_consumer`) to show rented providers busy; needs a NATS publisher. Off by default: the server
+   * turns it on, tests that use it name subjects of their own.
    */
   consumeSessionEvents?: boolean;
   /** Close the publisher and the database when the app closes (the server process owns them). */
@@ -111,11 +111,10 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     relay?.start(RELAY_INTERVAL_MS, outbox);
     if (deps.sweeper !== false) sweeper.start();
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
-      consumer = await startSessionConsumer({
+      consumer = startSessionConsumer({
         connection: publisher.connection,
         sessions,
         prefix: config.messaging.subjects.billing_events,
-        stream: config.messaging.billing_stream,
         durable: config.messaging.session_consumer,
         logger,
       });

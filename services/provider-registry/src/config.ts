@@ -94,8 +94,6 @@ const registryShape = {
         stream: 'REGISTRY',
         subjects: { status: 'registry.providers.status', billing_events: 'billing.events' },
       }),
-      /** Billing's JetStream stream of events, whose session events show rented providers busy. */
-      billing_stream: z.string().min(1).default('BILLING_EVENTS'),
       /** The registry's durable consumer on that stream. */
       session_consumer: z.string().min(1).default('provider-registry-sessions'),
     })

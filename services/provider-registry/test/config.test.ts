@@ -96,7 +96,7 @@ describe('configuration', () => {
       nats_url: 'nats://old:4222',
       stream: 'OLD',
       subjects: { status: 'old.status', billing_events: 'billing.events' },
-      billing_stream: 'BILLING_EVENTS',
+      session_consumer: 'provider-registry-sessions',
     });
     expect(configWarnings(c)).toHaveLength(4);
     expect(configWarnings(c).join('\n')).toContain('events.status_subject');

@@ -56,7 +56,7 @@ export interface HarnessOptions {
   testDb?: TestDatabase;
   /** Trust this issuer (two apps of one test); a new one otherwise. */
   issuer?: TestIssuer;
-  /** Consume billing's session events (from a stream and subjects of the harness's own: `billingEvents`). */
+  /** Consume billing's session events (on subjects of the harness's own: `messaging.subjects.billing_events`). */
   consumeSessionEvents?: boolean;
 }
 
@@ -77,7 +77,6 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
         billing_events: `test.${suffix}.billing.events`,
       },
       stream: `TEST_REGISTRY_${suffix}`,
-      billing_stream: `TEST_BILLING_EVENTS_${suffix}`,
     },
     ...opts.config,
   });

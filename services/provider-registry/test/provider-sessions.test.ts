@@ -12,12 +12,13 @@ import { EventCollector, type Harness, register, startHarness } from './helpers.
 let h: Harness;
 let billing: NatsPublisher;
 let events: EventCollector;
+const billingStream = `TEST_BILLING_EVENTS_${randomUUID().slice(0, 8)}`;
 
 beforeAll(async () => {
   h = await startHarness({ consumeSessionEvents: true });
   billing = (await connectPublisher({
     url: h.config.messaging.nats_url,
-    stream: { name: h.config.messaging.billing_stream, subjects: [`${h.config.messaging.subjects.billing_events}.>`] },
+    stream: { name: billingStream, subjects: [`${h.config.messaging.subjects.billing_events}.>`] },
   })) as NatsPublisher;
   events = await EventCollector.start(h.subject);
 });
@@ -25,7 +26,7 @@ afterAll(async () => {
   await events?.close();
   await h?.close();
   const jsm = await jetstreamManager(billing.connection);
-  await jsm.streams.delete(h.config.messaging.billing_stream).catch(() => {});
+  await jsm.streams.delete(billingStream).catch(() => {});
   await billing?.close();
   await h?.testDb.drop();
 });
@@ -155,7 +156,7 @@ describe('billing session events over NATS', () => {
     await billing.publish(`${h.config.messaging.subjects.billing_events}.session.started`, { nonsense: true });
     await drained();
     const jsm = await jetstreamManager(billing.connection);
-    const info = await jsm.consumers.info(h.config.messaging.billing_stream, h.config.messaging.session_consumer);
+    const info = await jsm.consumers.info(billingStream, h.config.messaging.session_consumer);
     expect(info.num_pending).toBe(0);
   });
 });

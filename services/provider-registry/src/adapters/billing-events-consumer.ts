@@ -5,13 +5,14 @@
  *
  * `session.started`, `session.grace_period` and `session.resumed` say the session runs; `session.completed` and
  * `session.terminated` that it ended. Reports are idempotent and order-free, so redeliveries and duplicates are
- * harmless. A malformed event, or one about a provider the registry does not know, is acknowledged and logged
- * (it can never apply); any other failure (the database away) is nak'ed and redelivered later.
+ * harmless. An event that can never apply is settled and logged (malformed, or its provider ID not a UUID:
+ * terminated; about a provider the registry does not know: acknowledged); any other failure (the database away) is
+ * nak'ed and redelivered later.
  *
  * Messages on billing's stream act as the billing service (a `service` principal): only billing publishes there,
  * which the NATS server's permissions enforce in a deployment.
  */
-import { ensureStream, isAppError, type Logger, type NatsPublisher, type Principal } from '@gpu/common';
+import { awaitStream, isAppError, type Logger, type NatsPublisher, type Principal } from '@gpu/common';
 import {
   AckPolicy,
   type ConsumerMessages,
@@ -47,8 +48,6 @@ export interface SessionConsumerOptions {
   sessions: ProviderSessions;
   /** Billing's event subject prefix (`billing.events`): session events arrive on `<prefix>.session.<what>`. */
   prefix: string;
-  /** Billing's event stream (created with billing's subjects when billing has not started yet). */
-  stream: string;
   durable?: string;
   logger: Logger;
 }
@@ -57,38 +56,45 @@ export interface SessionConsumer {
   stop(): Promise<void>;
 }
 
-/** Starts consuming; resolves once the stream and the durable consumer exist. */
-export async function startSessionConsumer(opts: SessionConsumerOptions): Promise<SessionConsumer> {
+/**
+ * Starts consuming in the background: waits for billing's stream (the stream that captures its session subjects,
+ * whatever its name; billing creates it), makes the durable consumer if it is missing, then applies each event.
+ */
+export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsumer {
   const durable = opts.durable ?? SESSION_CONSUMER;
   const filter = `${opts.prefix}.session.>`;
-  const jsm = await jetstreamManager(opts.connection);
-  // The same subjects billing's publisher gives its stream, so whichever service starts first creates it alike.
-  await ensureStream(jsm, { name: opts.stream, subjects: [`${opts.prefix}.>`] });
-  const existing = await jsm.consumers.info(opts.stream, durable).catch(() => undefined);
-  if (!existing) {
-    await jsm.consumers.add(opts.stream, {
-      durable_name: durable,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-      filter_subject: filter,
-      ack_wait: 30_000_000_000,
-      max_deliver: -1,
-    });
-  }
-  const consumer = await jetstream(opts.connection).consumers.get(opts.stream, durable);
-  const messages: ConsumerMessages = await consumer.consume({ max_messages: 64 });
-  let stopping = false;
+  const abort = new AbortController();
+  let messages: ConsumerMessages | undefined;
   const loop = (async () => {
-    for await (const msg of messages) await handle(opts, msg);
-  })()
-    .catch((err) => opts.logger.error({ err: (err as Error).message }, 'session event consumer failed'))
-    .finally(() => {
-      if (!stopping) opts.logger.error('session event consumer stopped receiving messages');
+    const jsm = await jetstreamManager(opts.connection);
+    const stream = await awaitStream(jsm, filter, {
+      signal: abort.signal,
+      onWait: (n) => {
+        if (n === 1) opts.logger.info({ subject: filter }, "waiting for billing's event stream");
+      },
     });
+    const existing = await jsm.consumers.info(stream, durable).catch(() => undefined);
+    if (!existing) {
+      await jsm.consumers.add(stream, {
+        durable_name: durable,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: filter,
+        ack_wait: 30_000_000_000,
+        max_deliver: -1,
+      });
+    }
+    const consumer = await jetstream(opts.connection).consumers.get(stream, durable);
+    messages = await consumer.consume({ max_messages: 64 });
+    if (abort.signal.aborted) await messages.close();
+    for await (const msg of messages) await handle(opts, msg);
+  })().catch((err) => {
+    if (!abort.signal.aborted) opts.logger.error({ err: (err as Error).message }, 'session event consumer failed');
+  });
   return {
     async stop() {
-      stopping = true;
-      await messages.close();
+      abort.abort();
+      await messages?.close();
       await loop;
     },
   };
