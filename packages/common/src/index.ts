@@ -83,6 +83,7 @@ export { problemSchema, validationProblemSchema } from './http/problem-schema.ts
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {
+  awaitStream,
   type ConnectPublisherOptions,
   connectPublisher,
   type EnsureStreamOptions,

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectPublisher, type EventPublisher, ensureStream, NoopPublisher } from '../src/index.ts';
+import { awaitStream, connectPublisher, type EventPublisher, ensureStream, NoopPublisher } from '../src/index.ts';
 import { testEnv } from '../src/testing/index.ts';
 
 const suffix = randomBytes(4).toString('hex');
@@ -88,6 +88,28 @@ describe('NATS publisher (JetStream)', () => {
       `JetStream stream ${streamName}_B cannot capture test.${suffix}.status: stream ${streamName} already does`,
     );
     await expect(jsm.streams.info(`${streamName}_B`)).rejects.toThrow();
+  });
+
+  it("finds another service's stream by subject, whatever its name, waits for it, and never creates it", async () => {
+    const jsm = await jetstreamManager(nc);
+    const signal = new AbortController().signal;
+    expect(await awaitStream(jsm, `test.${suffix}.session.>`, { signal })).toBe(streamName);
+
+    // Not there yet: asked again until its owner makes it.
+    const later = `${streamName}_LATER`;
+    const waits: number[] = [];
+    const found = awaitStream(jsm, `later.${suffix}.x`, { signal, onWait: (n) => waits.push(n) });
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await jsm.streams.info(later).catch(() => null)).toBeNull();
+    await ensureStream(jsm, { name: later, subjects: [`later.${suffix}.>`] });
+    expect(await found).toBe(later);
+    expect(waits.length).toBeGreaterThan(0);
+    await jsm.streams.delete(later);
+
+    const abort = new AbortController();
+    const never = awaitStream(jsm, `never.${suffix}.x`, { signal: abort.signal });
+    abort.abort();
+    await expect(never).rejects.toThrow(/stopped/);
   });
 
   it('answers ping while connected and refuses to publish after close', async () => {

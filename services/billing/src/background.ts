@@ -2,8 +2,9 @@
  * The service's background work: publishing outbox events (common's
  * OutboxRelay), reconciling pending withdrawals and payouts with the chain
  * (once at start-up, then every `billing.reconcile_interval`), billing running
- * sessions every `billing.billing_interval` (domain/biller.ts) and consuming
- * usage updates from NATS when messaging is configured.
+ * sessions every `billing.billing_interval` (domain/biller.ts), consuming
+ * usage updates from NATS when messaging is configured, and the registry's
+ * provider status changes (an offline provider's sessions end).
  */
 import {
   durationMs,
@@ -14,6 +15,7 @@ import {
   type TokenVerifier,
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
+import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import { runBillingCycle } from './domain/biller.ts';
@@ -80,13 +82,29 @@ export async function startBackground(
         })
       : null;
 
+  // A provider that goes offline or into error stops costing (domain/provider-offline.ts).
+  const statuses: RegistryEventsConsumer | null =
+    publisher instanceof NatsPublisher
+      ? startRegistryEventsConsumer({
+          connection: publisher.connection,
+          ctx,
+          subject: config.messaging.subjects.provider_status,
+          durable: config.messaging.provider_status_consumer,
+          logger: ctx.logger,
+        })
+      : null;
+
   return {
-    healthChecks: consumer ? { usage_consumer: () => consumer.check() } : {},
+    healthChecks: {
+      ...(consumer ? { usage_consumer: () => consumer.check() } : {}),
+      ...(statuses ? { provider_status_consumer: () => statuses.check() } : {}),
+    },
     metrics: consumer?.metrics ?? [],
     async stop() {
       clearInterval(timer);
       clearInterval(billTimer);
       await consumer?.stop();
+      await statuses?.stop();
       await billing;
       await reconciling;
       await relay?.stop();

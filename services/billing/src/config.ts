@@ -126,16 +126,19 @@ export const billingConfigSchema = z.object({
   /**
    * The shared messaging section: `nats_url` (empty: no events, no NATS usage consumer), `stream` (the JetStream
    * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
-   * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`); `enabled: false` turns
+   * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`), `subjects.provider_status`
+   * (the registry's provider status changes, read to end an offline provider's sessions); `enabled: false` turns
    * messaging off with a URL set.
    */
   messaging: z
     .object({
       ...messagingShape({
         stream: 'BILLING_EVENTS',
-        subjects: { events: 'billing.events', usage: 'billing.usage' },
+        subjects: { events: 'billing.events', usage: 'billing.usage', provider_status: 'registry.providers.status' },
       }),
       enabled: zBool().default(true),
+      /** Billing's durable consumer on it: ends the sessions of providers that go offline or into error. */
+      provider_status_consumer: z.string().min(1).default('billing-provider-status'),
     })
     .prefault({}),
 });

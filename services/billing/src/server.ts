@@ -14,6 +14,7 @@ import {
   serviceLogger,
   startOrExit,
 } from '@gpu/common';
+import { registrySessionPublisher } from './adapters/registry-sessions.ts';
 import { type BillingDeps, billingContext, buildApp, SERVICE_NAME } from './app.ts';
 import { startBackground } from './background.ts';
 import { connectChain } from './chain-setup.ts';
@@ -32,12 +33,14 @@ startOrExit(async () => {
   }
   const database = await openBillingDatabase(config, logger);
   const chain = await connectChain(config, logger);
-  const publisher = await connectPublisher({
+  const nats = await connectPublisher({
     url: config.messaging.enabled ? config.messaging.nats_url : '',
     name: SERVICE_NAME,
     stream: { name: config.messaging.stream, subjects: [`${config.messaging.subjects.events}.>`] },
     logger,
   });
+  // Without NATS, session events still reach the provider registry (busy/idle), over HTTP through the same outbox.
+  const publisher = nats.enabled ? nats : (registrySessionPublisher(config.provider_registry, logger) ?? nats);
   // One verifier for HTTP requests and NATS usage messages.
   const verifier = accessVerifier(config);
   const deps: BillingDeps = {
@@ -47,7 +50,7 @@ startOrExit(async () => {
     db: database.db,
     chain,
     outbox: publisher.enabled ? new Outbox() : Outbox.disabled,
-    healthChecks: publisher.enabled ? { nats: () => publisher.ping() } : undefined,
+    healthChecks: nats.enabled ? { nats: () => nats.ping() } : undefined,
   };
   const ctx = billingContext(deps);
   const background = await startBackground(ctx, config, publisher, deps.outbox, verifier);

@@ -9,18 +9,22 @@ import {
   durationMs,
   type EventPublisher,
   type Logger,
+  NatsPublisher,
   OutboxRelay,
   type TokenVerifier,
 } from '@gpu/common';
+import { type SessionConsumer, startSessionConsumer } from './adapters/billing-events-consumer.ts';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { OfflineSweeper } from './domain/offline-sweeper.ts';
+import { ProviderSessions } from './domain/provider-sessions.ts';
 import { RegistryService } from './domain/registry-service.ts';
 import { StatusOutbox } from './domain/status-events.ts';
 import { heartbeatRoute } from './routes/heartbeat.ts';
 import { JsonArraySender } from './routes/json-array.ts';
 import type { ProviderRoutesOptions } from './routes/options.ts';
 import { providerRoutes } from './routes/providers.ts';
+import { sessionRoutes } from './routes/sessions.ts';
 
 export const SERVICE_NAME = 'provider-registry';
 
@@ -40,6 +44,12 @@ export interface RegistryDeps {
   verifier?: TokenVerifier;
   /** Run the periodic offline sweep (default true; tests drive `registry.sweepOffline()` themselves). */
   sweeper?: boolean;
+  /**
+   * Consume billing's session events from NATS (`messaging.subjects.billing_events`, durable
+   * `messaging.session_consumer`) to show rented providers busy; needs a NATS publisher. Off by default: the server
+   * turns it on, tests that use it name subjects of their own.
+   */
+  consumeSessionEvents?: boolean;
   /** Close the publisher and the database when the app closes (the server process owns them). */
   ownsResources?: boolean;
 }
@@ -52,6 +62,7 @@ export interface StatusEventFlush {
 
 export interface RegistryApp extends App {
   registry: RegistryService;
+  sessions: ProviderSessions;
   events: StatusEventFlush;
 }
 
@@ -78,6 +89,8 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     offlineAfterMs: offlineAfterMs(config),
     retry: { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 },
   });
+  const retry = { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 };
+  const sessions = new ProviderSessions({ db: database.db, outbox, retry });
   // A run of the relay that was under way when an event committed may have missed it: a second run cannot.
   const events: StatusEventFlush = {
     flush: async () => {
@@ -90,13 +103,25 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   await app.register(providerRoutes, routes);
   // A plugin of its own, so that its lenient JSON parser touches no other route.
   await app.register(heartbeatRoute, routes);
+  await app.register(sessionRoutes, { sessions });
 
   const sweeper = new OfflineSweeper(registry, durationMs(config.offline_sweep_interval), logger);
+  let consumer: SessionConsumer | undefined;
   app.addHook('onReady', async () => {
     relay?.start(RELAY_INTERVAL_MS, outbox);
     if (deps.sweeper !== false) sweeper.start();
+    if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
+      consumer = startSessionConsumer({
+        connection: publisher.connection,
+        sessions,
+        prefix: config.messaging.subjects.billing_events,
+        durable: config.messaging.session_consumer,
+        logger,
+      });
+    }
   });
   app.addHook('onClose', async () => {
+    await consumer?.stop();
     await sweeper.stop();
     await relay?.stop();
     // What is left is published now, or by the next instance to run a relay.
@@ -108,5 +133,5 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
       await database.close();
     }
   });
-  return Object.assign(app, { registry, events });
+  return Object.assign(app, { registry, sessions, events });
 }

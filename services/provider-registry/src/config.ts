@@ -89,7 +89,14 @@ const registryShape = {
    * publishes on core NATS without acknowledgement) and the subject of status events.
    */
   messaging: z
-    .object(messagingShape({ stream: 'REGISTRY', subjects: { status: 'registry.providers.status' } }))
+    .object({
+      ...messagingShape({
+        stream: 'REGISTRY',
+        subjects: { status: 'registry.providers.status', billing_events: 'billing.events' },
+      }),
+      /** The registry's durable consumer on that stream. */
+      session_consumer: z.string().min(1).default('provider-registry-sessions'),
+    })
     .prefault({}),
 };
 

@@ -30,6 +30,9 @@ export const registryErrors = {
   /** `ErrProviderAlreadyExists`: the owner already has a provider with this name. */
   providerAlreadyExists: (ownerId: string, name: string) =>
     errors.conflict('PROVIDER_ALREADY_EXISTS', `owner ${ownerId} already has a provider named ${JSON.stringify(name)}`),
+  /** A session reported as running has ended already (an ended session never runs again). */
+  sessionEnded: (sessionId: string) =>
+    errors.conflict('SESSION_ENDED', `session ${sessionId} has ended; it cannot run again`),
   unknownGpuIndex: (index: number, gpuCount: number) => new UnknownGpuIndex(index, gpuCount),
   idMismatch: (pathId: string, bodyId: string) =>
     new AppError('invalid', 'ID_MISMATCH', `body id ${bodyId} differs from path id ${pathId}`, {

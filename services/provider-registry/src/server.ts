@@ -44,6 +44,13 @@ startOrExit(async () => {
     stream: messaging.stream ? { name: messaging.stream, subjects: [messaging.subjects.status] } : undefined,
     logger,
   });
-  const app = await buildApp({ config, logger, database, publisher, ownsResources: true });
+  const app = await buildApp({
+    config,
+    logger,
+    database,
+    publisher,
+    consumeSessionEvents: true,
+    ownsResources: true,
+  });
   await runService({ name: SERVICE_NAME, config, logger, app });
 });

@@ -26,6 +26,8 @@ const ownersMachine = async () => (await register(h.app, { owner_id: callers.own
 
 /** The owner, its daemon, admins and platform services manage the owner's machine; nobody else does. */
 const MANAGE = (ok: number) => ({ owner: ok, daemon: ok, admin: ok, service: ok, others: 403 }) as const;
+/** Rental sessions are reported by billing (a platform service) and admins only: the machine's owner cannot. */
+const PRIVILEGED = { admin: 200, service: 200, others: 403 } as const;
 /** Discovery and single reads: managers, the scheduler and the gateway; another provider and renters do not. */
 const READ = { ...MANAGE(200), scheduler: 200, gateway: 200 } as const;
 
@@ -58,6 +60,14 @@ function table(): Record<string, AccessRule> {
     'POST /providers/:providerID/heartbeat': {
       request: async () => ({ url: `/providers/${await ownersMachine()}/heartbeat`, payload: {} }),
       expect: MANAGE(200),
+    },
+    'PUT /providers/:providerID/sessions/:sessionID': {
+      request: async () => ({ url: `/providers/${await ownersMachine()}/sessions/${crypto.randomUUID()}` }),
+      expect: PRIVILEGED,
+    },
+    'DELETE /providers/:providerID/sessions/:sessionID': {
+      request: async () => ({ url: `/providers/${await ownersMachine()}/sessions/${crypto.randomUUID()}` }),
+      expect: PRIVILEGED,
     },
     'DELETE /providers/:providerID': {
       request: async () => ({ url: `/providers/${await ownersMachine()}` }),

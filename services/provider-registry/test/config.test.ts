@@ -92,7 +92,12 @@ describe('configuration', () => {
     );
     const c = loadRegistryConfig({ REGISTRY_CONFIG_FILE: file });
     expect(c.database.url).toBe('postgres://old@db/x');
-    expect(c.messaging).toEqual({ nats_url: 'nats://old:4222', stream: 'OLD', subjects: { status: 'old.status' } });
+    expect(c.messaging).toMatchObject({
+      nats_url: 'nats://old:4222',
+      stream: 'OLD',
+      subjects: { status: 'old.status', billing_events: 'billing.events' },
+      session_consumer: 'provider-registry-sessions',
+    });
     expect(configWarnings(c)).toHaveLength(4);
     expect(configWarnings(c).join('\n')).toContain('events.status_subject');
     const env = loadRegistryConfig({ REGISTRY__EVENTS__STREAM: 'ENV', REGISTRY__DATABASE_URL: 'postgres://e@db/y' });

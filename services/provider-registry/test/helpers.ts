@@ -56,6 +56,8 @@ export interface HarnessOptions {
   testDb?: TestDatabase;
   /** Trust this issuer (two apps of one test); a new one otherwise. */
   issuer?: TestIssuer;
+  /** Consume billing's session events (on subjects of the harness's own: `messaging.subjects.billing_events`). */
+  consumeSessionEvents?: boolean;
 }
 
 /** A registry app on a fresh, migrated database, publishing to a subject of its own. */
@@ -70,7 +72,10 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     database: { url: testDb.url },
     messaging: {
       nats_url: opts.nats === false ? '' : testEnv.natsUrl,
-      subjects: { status: `test.${suffix}.registry.providers.status` },
+      subjects: {
+        status: `test.${suffix}.registry.providers.status`,
+        billing_events: `test.${suffix}.billing.events`,
+      },
       stream: `TEST_REGISTRY_${suffix}`,
     },
     ...opts.config,
@@ -93,6 +98,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     publisher,
     verifier: opts.verifier,
     sweeper: opts.sweeper ?? false,
+    consumeSessionEvents: opts.consumeSessionEvents,
   });
   await app.ready();
   // Tests that are not about access call as an admin, with a real token the app verifies.

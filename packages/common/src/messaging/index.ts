@@ -15,4 +15,4 @@ export {
   NoopPublisher,
   type PublishOptions,
 } from './publisher.ts';
-export { type EnsureStreamOptions, ensureStream } from './stream.ts';
+export { awaitStream, type EnsureStreamOptions, ensureStream } from './stream.ts';

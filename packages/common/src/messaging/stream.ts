@@ -60,3 +60,35 @@ async function claimedElsewhere(jsm: JetStreamManager, opts: EnsureStreamOptions
   }
   return undefined;
 }
+
+/**
+ * The name of the stream that captures `subject`, for a consumer of another service's events: whatever the owner
+ * named it, and never created here (the owner creates its stream; a consumer that made one with a name of its own
+ * would stop the owner from starting). Until the owner has made it, asks again with a growing pause (250 ms doubling
+ * to 5 s); rejects when `signal` aborts.
+ */
+export async function awaitStream(
+  jsm: JetStreamManager,
+  subject: string,
+  opts: { signal: AbortSignal; onWait?: (attempt: number) => void },
+): Promise<string> {
+  for (let attempt = 1; ; attempt++) {
+    const found = await jsm.streams.find(subject).catch(() => undefined);
+    if (found) return found;
+    if (opts.signal.aborted) throw new Error('stopped while waiting for a stream');
+    opts.onWait?.(attempt);
+    const pause = Math.min(5000, 250 * 2 ** Math.min(attempt - 1, 5));
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, pause);
+      opts.signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true },
+      );
+    });
+    if (opts.signal.aborted) throw new Error('stopped while waiting for a stream');
+  }
+}

@@ -49,7 +49,7 @@ function credentials(opts: RegistryDirectoryOptions): { clientId: string; client
 }
 
 /** A token source made on first use (the credentials file may be written after billing starts). */
-function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
+export function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
   let source: TokenSource | undefined;
   return {
     async get() {

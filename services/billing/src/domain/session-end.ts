@@ -30,7 +30,17 @@ import { costOfMinutes } from './pricing.ts';
 import { topUpHold } from './session-hold.ts';
 import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './sessions.ts';
 
-export type EndKind = { status: 'completed'; reason?: string } | { status: 'terminated'; reason: string };
+export type EndKind =
+  | { status: 'completed'; reason?: string }
+  | {
+      status: 'terminated';
+      reason: string;
+      /**
+       * The minutes delivered, when the caller knows them (a provider that went offline: provider-offline.ts): billed
+       * exactly, even below the minutes billed so far (those were only held, never captured).
+       */
+      deliveredMinutes?: number;
+    };
 
 const MINUTE_MS = 60_000;
 
@@ -76,7 +86,10 @@ export async function finishSession(
 ): Promise<SessionEnd> {
   const now = ctx.now();
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
-  let minutes = Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
+  let minutes =
+    kind.status === 'terminated' && kind.deliveredMinutes !== undefined
+      ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
+      : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
   const hourly = new Dec(session.total_hourly_rate);
   let cost = costOfMinutes(hourly, minutes, ctx.scale);
   const cover = await topUpHold(trx, session, cost, ctx.state.accountIds);

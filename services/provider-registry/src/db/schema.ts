@@ -44,11 +44,20 @@ export interface ProviderModelsTable {
   gpu_count: number;
 }
 
+/** A rental session on a provider, as billing reported it: active, or ended (kept as a marker). */
+export interface ProviderSessionsTable {
+  session_id: string;
+  provider_id: string;
+  active: boolean;
+  updated_at: Timestamp;
+}
+
 export interface RegistryDB {
   providers: ProvidersTable;
   gpus: GpusTable;
   provider_models: ProviderModelsTable;
   outbox_events: OutboxEventTable;
+  provider_sessions: ProviderSessionsTable;
 }
 
 export type ProviderRow = Selectable<ProvidersTable>;

@@ -54,3 +54,11 @@ export function writeScope(actor: Principal): string | undefined {
   if (actor.actsFor === undefined) throw notOwner();
   return actor.actsFor;
 }
+
+/** Roles that report rental sessions (billing, through its `service` client; admins by hand). */
+export const SESSION_REPORTING_ROLES: readonly Role[] = ['admin', 'service'];
+
+/** Only admins and platform services report which sessions run on a provider. */
+export function assertMayTrackSessions(actor: Principal): void {
+  if (!isPrivileged(actor)) throw errors.forbidden('only platform services report rental sessions', 'ROLE_REQUIRED');
+}

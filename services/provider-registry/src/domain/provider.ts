@@ -82,7 +82,14 @@ export function summarizeGpus(gpus: readonly GpuInput[]) {
 }
 
 /** Why a provider's status changed; carried on the status event. */
-export type StatusChangeReason = 'registered' | 'explicit' | 'update' | 'heartbeat' | 'offline_timeout';
+export type StatusChangeReason =
+  | 'registered'
+  | 'explicit'
+  | 'update'
+  | 'heartbeat'
+  | 'offline_timeout'
+  | 'session_started'
+  | 'session_ended';
 
 export interface StatusChange {
   provider_id: string;

@@ -19,7 +19,14 @@ import type { ProviderStatus } from './provider.ts';
 export const STATUS_CHANGED = 'provider.status_changed';
 
 /** Why a provider's status changed; carried on the status event. */
-export type StatusChangeReason = 'registered' | 'explicit' | 'update' | 'heartbeat' | 'offline_timeout';
+export type StatusChangeReason =
+  | 'registered'
+  | 'explicit'
+  | 'update'
+  | 'heartbeat'
+  | 'offline_timeout'
+  | 'session_started'
+  | 'session_ended';
 
 /** The JSON body of a status event as published. */
 export interface StatusEvent {

@@ -5,6 +5,7 @@ import * as providerModels from './20250102000000_provider_models.ts';
 import * as gpuSpecJson from './20250103000000_gpu_spec_json.ts';
 import * as statusLastSeenIndex from './20250104000000_status_last_seen_index.ts';
 import * as outboxEvents from './20250105000000_outbox_events.ts';
+import * as providerSessions from './20250106000000_provider_sessions.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -12,4 +13,5 @@ export const migrations: Record<string, Migration> = {
   '20250103000000_gpu_spec_json': gpuSpecJson,
   '20250104000000_status_last_seen_index': statusLastSeenIndex,
   '20250105000000_outbox_events': outboxEvents,
+  '20250106000000_provider_sessions': providerSessions,
 };

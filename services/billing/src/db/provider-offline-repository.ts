@@ -1,0 +1,34 @@
+/** What ending an offline provider's sessions reads: its running sessions, and what each was last reported at. */
+import type { Kysely, Transaction } from 'kysely';
+import type { BillingDB, SessionStatus } from './schema.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+/** IDs of the provider's sessions in `statuses`, in ID order. */
+export async function sessionIdsOfProvider(
+  db: Db,
+  providerId: string,
+  statuses: readonly SessionStatus[],
+): Promise<string[]> {
+  const rows = await db
+    .selectFrom('rental_sessions')
+    .select('id')
+    .where('provider_id', '=', providerId)
+    .where('status', 'in', statuses)
+    .orderBy('id')
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+/**
+ * The minutes the session had been billed when its newest usage report arrived (each usage record keeps them; they
+ * never decrease), or 0 when no report arrived.
+ */
+export async function minutesAtLastReport(db: Db, sessionId: string): Promise<number> {
+  const row = await db
+    .selectFrom('usage_records')
+    .select((eb) => eb.fn.max('billed_minutes').as('minutes'))
+    .where('session_id', '=', sessionId)
+    .executeTakeFirst();
+  return Number(row?.minutes ?? 0);
+}

@@ -1,0 +1,202 @@
+/**
+ * Rented providers are busy: billing's session events over real NATS JetStream (a durable consumer) and billing's
+ * HTTP reports move a provider idle -> busy -> idle; duplicates and reordering are harmless; offline, error and
+ * maintenance are never overridden.
+ */
+import { randomUUID } from 'node:crypto';
+import { connectPublisher, type NatsPublisher } from '@gpu/common';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EventCollector, type Harness, register, startHarness } from './helpers.ts';
+
+let h: Harness;
+let billing: NatsPublisher;
+let events: EventCollector;
+const billingStream = `TEST_BILLING_EVENTS_${randomUUID().slice(0, 8)}`;
+
+beforeAll(async () => {
+  h = await startHarness({ consumeSessionEvents: true });
+  billing = (await connectPublisher({
+    url: h.config.messaging.nats_url,
+    stream: { name: billingStream, subjects: [`${h.config.messaging.subjects.billing_events}.>`] },
+  })) as NatsPublisher;
+  events = await EventCollector.start(h.subject);
+});
+afterAll(async () => {
+  await events?.close();
+  await h?.close();
+  const jsm = await jetstreamManager(billing.connection);
+  await jsm.streams.delete(billingStream).catch(() => {});
+  await billing?.close();
+  await h?.testDb.drop();
+});
+
+type Kind = 'started' | 'grace_period' | 'resumed' | 'completed' | 'terminated';
+
+/** Publishes billing's session event (its envelope and the part of the session the registry reads), as billing's relay does. */
+async function sessionEvent(kind: Kind, providerId: string, sessionId: string, eventId = randomUUID()) {
+  const status = { started: 'active', grace_period: 'grace_period', resumed: 'active' }[kind as string] ?? kind;
+  await billing.publish(
+    `${h.config.messaging.subjects.billing_events}.session.${kind}`,
+    {
+      event_id: eventId,
+      kind: `session.${kind}`,
+      occurred_at: new Date().toISOString(),
+      session: { id: sessionId, provider_id: providerId, status, billed_minutes: 0 },
+    },
+    { msgId: eventId },
+  );
+}
+
+const statusOf = async (id: string) => (await h.app.inject({ url: `/providers/${id}` })).json().status as string;
+
+async function until(id: string, status: string, ms = 5000) {
+  const end = Date.now() + ms;
+  let now = await statusOf(id);
+  while (now !== status && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 50));
+    now = await statusOf(id);
+  }
+  return now;
+}
+
+/**
+ * Waits until the consumer has handled everything published so far: it handles messages in order, so once a probe
+ * provider's session (published last) shows it busy, every earlier message was applied.
+ */
+async function drained() {
+  const probe = await register(h.app);
+  await sessionEvent('started', probe.id, randomUUID());
+  expect(await until(probe.id, 'busy')).toBe('busy');
+}
+
+const sessionRows = (providerId: string) =>
+  h.database.db
+    .selectFrom('provider_sessions')
+    .select(['session_id', 'active'])
+    .where('provider_id', '=', providerId)
+    .orderBy('session_id')
+    .execute();
+
+describe('billing session events over NATS', () => {
+  it('shows a provider busy while its session runs and idle after, publishing each change', async () => {
+    const p = await register(h.app);
+    const s = randomUUID();
+    await sessionEvent('started', p.id, s);
+    expect(await until(p.id, 'busy')).toBe('busy');
+    await sessionEvent('grace_period', p.id, s);
+    await sessionEvent('resumed', p.id, s);
+    await sessionEvent('completed', p.id, s);
+    expect(await until(p.id, 'idle')).toBe('idle');
+
+    await h.app.events.flush();
+    await events.waitFor(() => events.about(p.id).length === 3);
+    expect(events.about(p.id).map((e) => [e.data.previous_status, e.data.status, e.data.reason])).toEqual([
+      [null, 'idle', 'registered'],
+      ['idle', 'busy', 'session_started'],
+      ['busy', 'idle', 'session_ended'],
+    ]);
+  });
+
+  it('stays busy until the last of several sessions ends, whatever the order and however often events arrive', async () => {
+    const p = await register(h.app);
+    const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];
+    await sessionEvent('started', p.id, a);
+    await sessionEvent('started', p.id, b);
+    const aStarted = randomUUID();
+    await sessionEvent('started', p.id, a, aStarted);
+    await sessionEvent('terminated', p.id, a);
+    expect(await until(p.id, 'busy')).toBe('busy');
+    // c ends before its start arrives (reordered), then the start comes, twice (a redelivery past JetStream's
+    // duplicate window has a new message ID): an ended session never runs again.
+    await sessionEvent('completed', p.id, c);
+    await sessionEvent('started', p.id, c);
+    await sessionEvent('started', p.id, c);
+    // a's start redelivered after its end.
+    await sessionEvent('started', p.id, a);
+    await drained();
+    expect(await statusOf(p.id)).toBe('busy');
+    await sessionEvent('completed', p.id, b);
+    await sessionEvent('completed', p.id, b);
+    expect(await until(p.id, 'idle')).toBe('idle');
+    await drained();
+    expect(await statusOf(p.id)).toBe('idle');
+    expect(await sessionRows(p.id)).toEqual([a, b, c].sort().map((session_id) => ({ session_id, active: false })));
+  });
+
+  it('never overrides offline, error or maintenance, and a session that ends meanwhile leaves them too', async () => {
+    const held: Record<string, string> = {};
+    for (const status of ['offline', 'error', 'maintenance']) {
+      const p = await register(h.app);
+      await h.app.inject({ method: 'PATCH', url: `/providers/${p.id}/status`, payload: { status } });
+      const s = randomUUID();
+      await sessionEvent('started', p.id, s);
+      held[p.id] = status;
+      await sessionEvent('completed', p.id, s);
+      await sessionEvent('started', p.id, randomUUID());
+    }
+    await drained();
+    for (const [id, status] of Object.entries(held)) expect(await statusOf(id)).toBe(status);
+
+    // A busy provider that goes offline stays offline when its session ends; a heartbeat brings it back to idle.
+    const p = await register(h.app);
+    const s = randomUUID();
+    await sessionEvent('started', p.id, s);
+    expect(await until(p.id, 'busy')).toBe('busy');
+    await h.app.inject({ method: 'PATCH', url: `/providers/${p.id}/status`, payload: { status: 'offline' } });
+    await sessionEvent('terminated', p.id, s);
+    await drained();
+    expect(await statusOf(p.id)).toBe('offline');
+    await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` });
+    expect(await statusOf(p.id)).toBe('idle');
+  });
+
+  it('acknowledges events it can never apply (unknown provider, malformed) and goes on', async () => {
+    await sessionEvent('started', randomUUID(), randomUUID());
+    await billing.publish(`${h.config.messaging.subjects.billing_events}.session.started`, { nonsense: true });
+    await drained();
+    const jsm = await jetstreamManager(billing.connection);
+    const info = await jsm.consumers.info(billingStream, h.config.messaging.session_consumer);
+    expect(info.num_pending).toBe(0);
+  });
+});
+
+describe('billing session reports over HTTP (billing without NATS)', () => {
+  const url = (p: string, s: string) => `/providers/${p}/sessions/${s}`;
+
+  it('PUT marks a session running (busy), DELETE ended (idle); both idempotent; an ended session is 409', async () => {
+    const p = await register(h.app);
+    const s = randomUUID();
+    const put = await h.app.inject({ method: 'PUT', url: url(p.id, s) });
+    expect(put.statusCode).toBe(200);
+    expect(put.json()).toMatchObject({
+      provider_id: p.id,
+      session_id: s,
+      active: true,
+      previous_status: 'idle',
+      status: 'busy',
+    });
+    expect((await h.app.inject({ method: 'PUT', url: url(p.id, s) })).json()).toMatchObject({
+      active: true,
+      previous_status: 'busy',
+      status: 'busy',
+    });
+    const del = await h.app.inject({ method: 'DELETE', url: url(p.id, s) });
+    expect(del.json()).toMatchObject({ active: false, previous_status: 'busy', status: 'idle' });
+    expect((await h.app.inject({ method: 'DELETE', url: url(p.id, s) })).json()).toMatchObject({ status: 'idle' });
+    const again = await h.app.inject({ method: 'PUT', url: url(p.id, s) });
+    expect(again.statusCode).toBe(409);
+    expect(again.json().code).toBe('SESSION_ENDED');
+    expect(await statusOf(p.id)).toBe('idle');
+  });
+
+  it('answers an unknown provider 404 and malformed IDs 400, with problem bodies', async () => {
+    const missing = await h.app.inject({ method: 'PUT', url: url(randomUUID(), randomUUID()) });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.json().code).toBe('PROVIDER_NOT_FOUND');
+    const p = await register(h.app);
+    const bad = await h.app.inject({ method: 'DELETE', url: url(p.id, 'not-a-uuid') });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.headers['content-type']).toMatch(/problem\+json/);
+  });
+});
