@@ -137,7 +137,36 @@ describe('billing and the provider registry', () => {
       estimated_power_w: 1,
       accepted_hourly_rate: '13',
     };
-    const started = await call(billing, renter, 'POST', '/billing/start-session', body);
+    // The quote for the machine prices what the start will: its record, not the declared figures.
+    const quote = await call(billing, renter, 'POST', '/pricing/calculate', {
+      gpu_model: 'H100',
+      gpu_count: 2,
+      provider_id: machine,
+    });
+    expect(quote.statusCode, quote.body).toBe(200);
+    expect(quote.json()).toMatchObject({
+      rate_key: 'nvidia-tesla-h100',
+      requested_vram_mb: 163118,
+      estimated_power_w: 1400,
+    });
+    expect(quote.json().total_hourly_rate).toMatch(/^12\.58589/);
+    // Quoting a machine reads the registry: it takes a token; pricing plain figures does not.
+    const anonymous = await billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/pricing/calculate',
+      headers: { authorization: undefined as unknown as string },
+      payload: { gpu_model: 'H100', provider_id: machine },
+    });
+    expect(anonymous.statusCode).toBe(401);
+    const unknownQuote = await call(billing, renter, 'POST', '/pricing/calculate', {
+      gpu_model: 'H100',
+      provider_id: randomUUID(),
+    });
+    expect(unknownQuote.statusCode).toBe(404);
+    const started = await call(billing, renter, 'POST', '/billing/start-session', {
+      ...body,
+      accepted_hourly_rate: quote.json().total_hourly_rate,
+    });
     expect(started.statusCode, started.body).toBe(201);
     // 2 × 4.00 + 2 × 81559 MB / 1024 × 0.02 + 1400 W × 0.001 = 8 + 3.1858984375 + 1.4
     expect(started.json().session).toMatchObject({

@@ -1534,7 +1534,7 @@ export interface paths {
         put?: never;
         /**
          * Price a rental: the hourly rate broken down, the total cost and its fee split
-         * @description total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it (rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply. Unknown models are priced at the `default` rate (rate_key "default").
+         * @description total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it (rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply, and with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session start would price it (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND). Unknown models are priced at the `default` rate (rate_key "default").
          */
         post: {
             parameters: {
@@ -1607,6 +1607,75 @@ export interface paths {
                 };
                 /** @description RFC 9457 problem details (application/problem+json) */
                 400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
                     headers: {
                         [name: string]: unknown;
                     };

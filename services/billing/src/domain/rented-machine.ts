@@ -27,6 +27,11 @@ export function rentOn(machine: ProviderRecord, asked: RentedResources): RentedR
   if (machine.status !== 'idle') {
     throw billingErrors.providerNotAvailable(machine.id, `is ${machine.status}, not idle`, machine.status);
   }
+  return gpusFor(machine, asked);
+}
+
+/** The resources a rental of the machine would price, whatever its status now (a quote). */
+export function gpusFor(machine: ProviderRecord, asked: RentedResources): RentedResources {
   const healthy = machine.gpus.filter((g) => g.healthy);
   const byModel = new Map<string, ProviderGpu[]>();
   for (const g of healthy) {
@@ -70,4 +75,20 @@ export async function providerWalletOf(ctx: BillingContext, machine: ProviderRec
     if (now) return now;
     throw err;
   }
+}
+
+/**
+ * What a quote for this machine prices: with a registry, the machine's record (as a session start would; 404
+ * PROVIDER_NOT_FOUND for a machine it does not know), else the figures asked.
+ */
+export async function quotedResources(
+  ctx: BillingContext,
+  providerId: string | undefined,
+  asked: RentedResources,
+  correlationId?: string,
+): Promise<RentedResources> {
+  if (!providerId || !ctx.providers) return asked;
+  const machine = await ctx.providers.provider(providerId, correlationId);
+  if (!machine) throw billingErrors.providerNotFound(providerId);
+  return gpusFor(machine, asked);
 }

@@ -1,9 +1,10 @@
 /** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
-import { type App, callerOf, errors } from '@gpu/common';
+import { type App, authenticate, callerOf, errors } from '@gpu/common';
 import { z } from 'zod';
 import { Dec } from '../domain/money.ts';
 import { formatRate, normalizeModel, quote } from '../domain/pricing.ts';
 import { findProviderRates, ratesFor, setProviderRates } from '../domain/provider-rates.ts';
+import { quotedResources } from '../domain/rented-machine.ts';
 import { providerRatesJson, ratesJson } from '../wire/presenters.ts';
 import { PROVIDER_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
@@ -65,7 +66,9 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           'total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + ' +
           'estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × ' +
           "duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it " +
-          "(rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply. " +
+          "(rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply, and " +
+          "with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session " +
+          'start would price it (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND). ' +
           'Unknown models are priced at the `default` rate (rate_key "default").',
         body: z.object({ ...pricingInputShape, duration_hours: durationHours }),
         response: {
@@ -75,26 +78,33 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
             platform_fee: z.string(),
             provider_earnings: z.string(),
           }),
-          ...problems(400),
+          ...problems(400, 401, 404, 503),
         },
       },
     },
     async (request) => {
       const b = request.body;
-      const rates = await ratesFor(ctx.db, ctx.pricing, {
-        gpuModel: b.gpu_model,
-        gpuCount: b.gpu_count,
-        requestedVramMb: b.requested_vram_mb,
-        estimatedPowerW: b.estimated_power_w,
-        providerId: b.provider_id,
-      });
+      // A quote for a machine reads its record at the registry: that needs a caller (anyone may price figures).
+      if (b.provider_id && ctx.providers) await authenticate(request);
+      const resources = await quotedResources(
+        ctx,
+        b.provider_id,
+        {
+          gpuModel: b.gpu_model,
+          gpuCount: b.gpu_count,
+          requestedVramMb: b.requested_vram_mb,
+          estimatedPowerW: b.estimated_power_w,
+        },
+        request.correlationId,
+      );
+      const rates = await ratesFor(ctx.db, ctx.pricing, { ...resources, providerId: b.provider_id });
       const q = quote(rates, b.duration_hours, ctx.scale);
       return {
         ...ratesJson(rates, ctx.scale),
         provider_id: b.provider_id ?? null,
-        gpu_count: b.gpu_count,
-        requested_vram_mb: b.requested_vram_mb,
-        estimated_power_w: b.estimated_power_w,
+        gpu_count: resources.gpuCount,
+        requested_vram_mb: resources.requestedVramMb,
+        estimated_power_w: resources.estimatedPowerW,
         duration_hours: b.duration_hours.toFixed(),
         total_cost: q.totalCost.toFixed(ctx.scale),
         platform_fee: q.platformFee.toFixed(ctx.scale),
