@@ -7,6 +7,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import { base58Encode } from '../services/billing/src/adapters/base58.ts';
+import { checkRunningProviders } from '../services/billing/src/domain/provider-offline.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
@@ -234,5 +235,60 @@ describe('billing and the provider registry', () => {
     const payout = await call(billing, owner.headers, 'POST', `/provider/${machine}/payout`, { amount: '10' });
     expect(payout.statusCode).toBe(400);
     expect(payout.json().code).toBe('DESTINATION_REQUIRED');
+  });
+
+  it('without NATS, asks the registry about machines with running sessions and ends those of a machine gone offline', async () => {
+    const owner = await providerUser();
+    const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
+    const offline = await machineOf(owner, { gpus: [gpu(h100)] });
+    const fine = await machineOf(owner, { gpus: [gpu(h100)] });
+    const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+    const renter = { authorization: `Bearer ${tokens.access_token}` };
+    const wallet = await call(billing, renter, 'POST', '/wallet', {
+      owner_type: 'user',
+      owner_id: user.id,
+      solana_address: base58Encode(randomBytes(32)),
+    });
+    await billing.credit(wallet.json().id, '100');
+    const rent = async (machine: string) => {
+      const res = await call(billing, renter, 'POST', '/billing/start-session', {
+        user_id: user.id,
+        wallet_id: wallet.json().id,
+        provider_id: machine,
+        job_id: randomUUID(),
+        gpu_model: 'H100',
+        gpu_count: 1,
+        requested_vram_mb: 0,
+        estimated_power_w: 0,
+        accepted_hourly_rate: '10',
+      });
+      expect(res.statusCode, res.body).toBe(201);
+      return res.json().session.id as string;
+    };
+    const lost = await rent(offline);
+    const kept = await rent(fine);
+    const patched = await fetch(`${platform.registryUrl}/providers/${offline}/status`, {
+      method: 'PATCH',
+      headers: { ...owner.headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ status: 'offline' }),
+    });
+    expect(patched.status).toBe(200);
+
+    const ended = await checkRunningProviders(billing.ctx);
+    expect(ended.map((e) => e.session.id)).toEqual([lost]);
+    const status = async (id: string) =>
+      (await call(billing, renter, 'GET', `/billing/current-usage/${id}`)).json().status as string;
+    expect(await status(lost)).toBe('terminated');
+    expect(await status(kept)).toBe('active');
+    const record = await billing.db
+      .selectFrom('billing_records')
+      .selectAll()
+      .where('session_id', '=', lost)
+      .executeTakeFirstOrThrow();
+    // No usage report ever arrived: nothing was delivered, nothing is charged.
+    expect(record).toMatchObject({ end_reason: 'provider_offline', billed_minutes: 0 });
+    // A second run ends nothing more.
+    expect(await checkRunningProviders(billing.ctx)).toEqual([]);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 });

@@ -20,6 +20,7 @@ import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consume
 import type { BillingConfig } from './config.ts';
 import { runBillingCycle } from './domain/biller.ts';
 import type { BillingContext } from './domain/context.ts';
+import { checkRunningProviders } from './domain/provider-offline.ts';
 import { reconcilePending } from './domain/reconcile.ts';
 
 export interface Background {
@@ -94,6 +95,21 @@ export async function startBackground(
         })
       : null;
 
+  // Without NATS no status event arrives: ask the registry about the machines with running sessions instead.
+  let checking: Promise<unknown> | undefined;
+  const checkEvery = durationMs(config.billing.provider_check_interval);
+  const checkTimer =
+    !statuses && ctx.providers && checkEvery > 0
+      ? setInterval(() => {
+          checking ??= checkRunningProviders(ctx)
+            .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'provider check failed; will retry'))
+            .finally(() => {
+              checking = undefined;
+            });
+        }, checkEvery)
+      : undefined;
+  checkTimer?.unref();
+
   return {
     healthChecks: {
       ...(consumer ? { usage_consumer: () => consumer.check() } : {}),
@@ -103,6 +119,8 @@ export async function startBackground(
     async stop() {
       clearInterval(timer);
       clearInterval(billTimer);
+      clearInterval(checkTimer);
+      await checking;
       await consumer?.stop();
       await statuses?.stop();
       await billing;

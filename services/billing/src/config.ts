@@ -100,6 +100,12 @@ export const billingConfigSchema = z.object({
       /** A running session's hold is topped up (by another initial_period) when it covers less than this beyond the billed cost. */
       hold_top_up_below: zDuration().default('10m'),
       minimum_payout: zDecimal().default('10'),
+      /**
+       * Without NATS: how often billing asks the provider registry whether the machines with running sessions are
+       * still delivering (offline, error or gone: their sessions end); 0 turns it off. With NATS, the registry's
+       * status events do it.
+       */
+      provider_check_interval: zDuration().default('30s'),
       /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
       reconcile_interval: zDuration().default('30s'),
     })

@@ -32,3 +32,16 @@ export async function minutesAtLastReport(db: Db, sessionId: string): Promise<nu
     .executeTakeFirst();
   return Number(row?.minutes ?? 0);
 }
+
+/** The providers that have sessions in `statuses` (at most `limit`, in ID order after `after`). */
+export async function providersWithSessions(
+  db: Db,
+  statuses: readonly SessionStatus[],
+  limit: number,
+  after?: string,
+): Promise<string[]> {
+  let q = db.selectFrom('rental_sessions').select('provider_id').distinct().where('status', 'in', statuses);
+  if (after) q = q.where('provider_id', '>', after);
+  const rows = await q.orderBy('provider_id').limit(limit).execute();
+  return rows.map((r) => r.provider_id);
+}

@@ -15,7 +15,7 @@
  * change (`occurred_at`) are ended, so a late or redelivered event never ends a session started after the machine
  * came back. Should one session fail (the database away), the caller retries the event and the rest are ended then.
  */
-import { minutesAtLastReport, sessionIdsOfProvider } from '../db/provider-offline-repository.ts';
+import { minutesAtLastReport, providersWithSessions, sessionIdsOfProvider } from '../db/provider-offline-repository.ts';
 import type { BillingContext } from './context.ts';
 import { finishSession, type SessionEnd } from './session-end.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from './sessions.ts';
@@ -63,4 +63,33 @@ export async function endSessionsOfStoppedProvider(
     );
   }
   return ended;
+}
+
+/**
+ * Without NATS (`pnpm start`), billing hears of no status change: it asks instead. Every run looks up, at the
+ * provider registry, each machine that has running sessions, and ends those of a machine that is offline, in error
+ * or gone from the registry (exactly as the event would). One registry call per such machine; a machine the
+ * registry cannot be asked about is left for the next run. The sessions that were ended.
+ */
+export async function checkRunningProviders(ctx: BillingContext, pageSize = 200): Promise<SessionEnd[]> {
+  const directory = ctx.providers;
+  if (!directory) return [];
+  const ended: SessionEnd[] = [];
+  let after: string | undefined;
+  for (;;) {
+    const ids = await providersWithSessions(ctx.db, RUNNING_STATUSES, pageSize, after);
+    for (const providerId of ids) {
+      const now = ctx.now();
+      let status: string;
+      try {
+        status = (await directory.provider(providerId))?.status ?? 'offline';
+      } catch (err) {
+        ctx.logger.warn({ err: (err as Error).message, provider_id: providerId }, 'provider status unknown; next run');
+        continue;
+      }
+      ended.push(...(await endSessionsOfStoppedProvider(ctx, { providerId, status, occurredAt: now })));
+    }
+    if (ids.length < pageSize) return ended;
+    after = ids.at(-1);
+  }
 }
