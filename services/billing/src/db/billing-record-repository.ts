@@ -1,7 +1,7 @@
 /** Queries on billing records (one per ended session). Every function takes the database or a transaction. */
 import type { Insertable, Kysely, Selectable, Transaction } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
-import { cursorAt, olderThan } from './keyset-sql.ts';
+import { cursorAt, olderThan, type Party, partyOf } from './keyset-sql.ts';
 import type { BillingDB, BillingRecordTable } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -17,7 +17,7 @@ export interface BillingRecordFilter {
   from?: Date;
   to?: Date;
   /** Only records this user took part in: as the renter or the machine's owner (`provider`: as the owner only). */
-  party?: { userId: string; side: 'any' | 'provider' };
+  party?: Party;
 }
 
 /** Up to `limit` billing records after `after`, newest end first, each with its cursor time. */
@@ -28,13 +28,7 @@ export async function listBillingRecords(
   limit: number,
 ): Promise<(BillingRecordRow & { cursor_at: string })[]> {
   let q = db.selectFrom('billing_records').selectAll().select(cursorAt('ended_at').as('cursor_at'));
-  if (f.party) {
-    const { userId, side } = f.party;
-    q =
-      side === 'provider'
-        ? q.where('provider_owner_id', '=', userId)
-        : q.where((eb) => eb.or([eb('user_id', '=', userId), eb('provider_owner_id', '=', userId)]));
-  }
+  if (f.party) q = q.where(partyOf(f.party));
   if (f.userId) q = q.where('user_id', '=', f.userId);
   if (f.providerId) q = q.where('provider_id', '=', f.providerId);
   if (f.walletId) q = q.where('wallet_id', '=', f.walletId);

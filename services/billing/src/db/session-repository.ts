@@ -1,7 +1,7 @@
 /** Queries on rental sessions. Every function takes the database or a transaction. */
 import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
-import { cursorAt, olderThan } from './keyset-sql.ts';
+import { cursorAt, olderThan, type Party, partyOf } from './keyset-sql.ts';
 import type { BillingDB, RentalSessionTable, SessionStatus } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -136,7 +136,7 @@ export interface SessionFilter {
   userId?: string;
   status?: SessionStatus[];
   /** Only sessions this user took part in: as the renter or the machine's owner (`provider`: as the owner only). */
-  party?: { userId: string; side: 'any' | 'provider' };
+  party?: Party;
 }
 
 /** Up to `limit` sessions after `after`, newest start first, each with its cursor time. */
@@ -147,13 +147,7 @@ export async function listSessions(
   limit: number,
 ): Promise<(SessionRow & { cursor_at: string })[]> {
   let q = db.selectFrom('rental_sessions').selectAll().select(cursorAt('started_at').as('cursor_at'));
-  if (f.party) {
-    const { userId, side } = f.party;
-    q =
-      side === 'provider'
-        ? q.where('provider_owner_id', '=', userId)
-        : q.where((eb) => eb.or([eb('user_id', '=', userId), eb('provider_owner_id', '=', userId)]));
-  }
+  if (f.party) q = q.where(partyOf(f.party));
   if (f.providerId) q = q.where('provider_id', '=', f.providerId);
   if (f.userId) q = q.where('user_id', '=', f.userId);
   if (f.status?.length) q = q.where('status', 'in', f.status);

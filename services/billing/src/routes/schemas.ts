@@ -13,6 +13,22 @@ export const solanaAddress = z
   .refine(isSolanaAddress, 'must be a base58 Solana address (32 bytes)')
   .describe('base58 Solana address');
 
+/**
+ * A list query parameter: accepts `type=a&type=b` and `type=a,b`; `aliases` name groups of values (`running` for
+ * `active` and `grace_period`).
+ */
+export const csv = <T extends z.ZodType<string, string>>(item: T, aliases: Record<string, readonly string[]> = {}) =>
+  z
+    .union([z.string(), z.array(z.string())])
+    .transform((v) =>
+      (Array.isArray(v) ? v : [v])
+        .flatMap((s) => s.split(','))
+        .filter(Boolean)
+        .flatMap((s) => aliases[s] ?? [s]),
+    )
+    .pipe(z.array(item))
+    .optional();
+
 export const walletParams = z.object({ walletID: z.uuid().describe('wallet ID') });
 export const providerParams = z.object({ providerID: z.uuid().describe('provider ID') });
 

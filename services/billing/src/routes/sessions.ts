@@ -15,28 +15,17 @@ import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { amountString, idempotencyHeaders, problems } from './schemas.ts';
+import { amountString, csv, idempotencyHeaders, problems } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
 const { provider_id: _priced, ...resourceShape } = pricingInputShape;
 
 /** Session statuses (`running`: active and grace_period), repeated or comma-separated. */
-const sessionStatusList = z
-  .union([z.string(), z.array(z.string())])
-  .transform((v) =>
-    (Array.isArray(v) ? v : [v])
-      .flatMap((s) => s.split(','))
-      .filter(Boolean)
-      .flatMap((s) => (s === 'running' ? ['active', 'grace_period'] : [s])),
-  )
-  .pipe(z.array(z.enum(['active', 'grace_period', 'completed', 'terminated'])))
-  .optional();
+const sessionStatusList = csv(z.enum(['active', 'grace_period', 'completed', 'terminated']), {
+  running: ['active', 'grace_period'],
+});
 
-const csvStatus = z
-  .union([z.string(), z.array(z.string())])
-  .transform((v) => (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter(Boolean))
-  .pipe(z.array(z.enum(['completed', 'terminated'])))
-  .optional();
+const csvStatus = csv(z.enum(['completed', 'terminated']));
 
 export async function sessionRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;

@@ -12,17 +12,18 @@ import { transactionJson, walletJson } from '../wire/presenters.ts';
 import { WALLET_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { balanceSchema, problems, solanaAddress, transactionSchema, walletParams, walletSchema } from './schemas.ts';
+import {
+  balanceSchema,
+  csv,
+  problems,
+  solanaAddress,
+  transactionSchema,
+  walletParams,
+  walletSchema,
+} from './schemas.ts';
 
 const typeList = z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']);
 const statusList = z.enum(['pending', 'confirmed', 'failed']);
-/** Accepts `type=a&type=b` and `type=a,b`. */
-const csv = <T extends z.ZodType<string, string>>(item: T) =>
-  z
-    .union([z.string(), z.array(z.string())])
-    .transform((v) => (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter(Boolean))
-    .pipe(z.array(item))
-    .optional();
 
 export async function walletRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
