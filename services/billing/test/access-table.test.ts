@@ -262,6 +262,12 @@ describe('billing ownership beyond the table', () => {
     expect(await running(daemon.headers)).toEqual([sessionId]);
     expect(await running(renter.headers)).toEqual([sessionId]);
     expect(await running(otherProvider.headers)).toEqual([]);
+    // Bad filters are a 400 problem naming the parameter.
+    for (const query of ['status=bogus', 'status=running,done', 'provider_id=not-a-uuid', 'limit=0', 'cursor=x']) {
+      const bad = await call(daemon.headers, 'GET', `/billing/sessions?${query}`);
+      expect(bad.statusCode, query).toBe(400);
+      expect(bad.headers['content-type']).toMatch(/^application\/problem\+json/);
+    }
     expect(await records()).toHaveLength(1);
     // Both parties read it; the renter ends it.
     expect((await call(daemon.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(200);
