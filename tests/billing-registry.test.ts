@@ -237,6 +237,63 @@ describe('billing and the provider registry', () => {
     expect(payout.json().code).toBe('DESTINATION_REQUIRED');
   });
 
+  it('lets one of two renters starting at once on one idle machine have it, and the next once that session ends', async () => {
+    const owner = await providerUser();
+    const machine = await machineOf(owner, {
+      gpus: [gpu({ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 })],
+    });
+    const renters = await Promise.all(
+      [0, 1, 2].map(async () => {
+        const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+        const headers = { authorization: `Bearer ${tokens.access_token}` };
+        const wallet = await call(billing, headers, 'POST', '/wallet', {
+          owner_type: 'user',
+          owner_id: user.id,
+          solana_address: base58Encode(randomBytes(32)),
+        });
+        await billing.credit(wallet.json().id, '100');
+        return { headers, userId: user.id, walletId: wallet.json().id as string };
+      }),
+    );
+    const start = (r: (typeof renters)[number]) =>
+      call(billing, r.headers, 'POST', '/billing/start-session', {
+        user_id: r.userId,
+        wallet_id: r.walletId,
+        provider_id: machine,
+        job_id: randomUUID(),
+        gpu_model: 'A100',
+        gpu_count: 1,
+        requested_vram_mb: 0,
+        estimated_power_w: 0,
+        accepted_hourly_rate: '10',
+      });
+    // The registry still shows the machine idle to both (no session event reaches it in this test): billing's own
+    // reservation decides, across its instances, in one database.
+    const [a, b] = await Promise.all([start(renters[0]!), start(renters[1]!)]);
+    const statuses = [a.statusCode, b.statusCode].sort();
+    expect(statuses, `${a.body} ${b.body}`).toEqual([201, 409]);
+    const [won, lost] = a.statusCode === 201 ? [a, b] : [b, a];
+    expect(lost.json()).toMatchObject({
+      code: 'PROVIDER_NOT_AVAILABLE',
+      provider_id: machine,
+      provider_status: 'busy',
+    });
+    const loser = a.statusCode === 201 ? renters[1]! : renters[0]!;
+    // The refused renter was charged nothing: no hold, the whole balance available.
+    const balance = await call(billing, loser.headers, 'GET', `/wallet/${loser.walletId}/balance`);
+    expect(balance.json()).toMatchObject({ available: '100.000000', locked: '0.000000' });
+    expect((await start(renters[2]!)).statusCode).toBe(409);
+
+    const winner = a.statusCode === 201 ? renters[0]! : renters[1]!;
+    const ended = await call(billing, winner.headers, 'POST', '/billing/end-session', {
+      session_id: won.json().session.id,
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
+    const next = await start(renters[2]!);
+    expect(next.statusCode, next.body).toBe(201);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
   it('without NATS, asks the registry about machines with running sessions and ends those of a machine gone offline', async () => {
     const owner = await providerUser();
     const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };

@@ -123,6 +123,8 @@ export interface RentalSessionTable {
   provider_wallet_id: string;
   /** The user who owns the provider machine (null: unknown, only admins and services report its usage). */
   provider_owner_id: string | null;
+  /** Started from the registry's record: the session rents the whole machine (one running such session each). */
+  reserves_machine: Generated<boolean>;
   job_id: string;
   gpu_model: string;
   gpu_count: number;

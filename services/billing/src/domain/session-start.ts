@@ -40,9 +40,10 @@ export interface StartSessionInput {
   correlationId?: string;
 }
 
-const isRunningJobViolation = (err: unknown) => {
+/** Whether `err` is the unique violation of the named index. */
+const violates = (err: unknown, index: string) => {
   const e = err as { code?: string; constraint?: string; message?: string };
-  return e?.code === '23505' && /rental_sessions_running_job/.test(`${e.constraint} ${e.message}`);
+  return e?.code === '23505' && `${e.constraint} ${e.message}`.includes(index);
 };
 
 /** Whole minutes `funds` pay for at `hourlyRate`. */
@@ -118,6 +119,7 @@ export async function startSession(
       provider_id: input.providerId,
       provider_wallet_id: providerWallet.id,
       provider_owner_id: providerOwnerId,
+      reserves_machine: ctx.providers !== null,
       job_id: input.jobId,
       gpu_model: rates.gpuModel,
       gpu_count: resources.gpuCount,
@@ -159,7 +161,11 @@ export async function startSession(
   try {
     return await ctx.db.transaction().execute(run);
   } catch (err) {
-    if (isRunningJobViolation(err)) throw billingErrors.sessionAlreadyRunning(input.jobId);
+    if (violates(err, 'rental_sessions_running_job')) throw billingErrors.sessionAlreadyRunning(input.jobId);
+    // Another renter's session on the machine started first (its `busy` had not reached the registry yet).
+    if (violates(err, 'rental_sessions_running_machine')) {
+      throw billingErrors.providerNotAvailable(input.providerId, 'is already rented', 'busy');
+    }
     throw err;
   }
 }

@@ -5,6 +5,7 @@ import { sessionsMigration } from './0002-sessions.ts';
 import { ownershipMigration } from './0003-ownership.ts';
 import { addressProofMigration } from './0004-address-proof.ts';
 import { providerWalletOnFirstNeedMigration } from './0005-provider-wallet-on-first-need.ts';
+import { machineReservationMigration } from './0006-machine-reservation.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -13,5 +14,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0003-ownership': ownershipMigration,
     '0004-address-proof': addressProofMigration,
     '0005-provider-wallet-on-first-need': providerWalletOnFirstNeedMigration,
+    '0006-machine-reservation': machineReservationMigration,
   };
 }
