@@ -18,6 +18,7 @@ import type { Metric } from 'prom-client';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
+import { settleAutoPayouts, sweepAutoPayouts } from './domain/auto-payout.ts';
 import { runBillingCycle } from './domain/biller.ts';
 import type { BillingContext } from './domain/context.ts';
 import { checkRunningProviders } from './domain/provider-offline.ts';
@@ -45,7 +46,9 @@ export async function startBackground(
 
   let reconciling: Promise<unknown> | undefined;
   const reconcile = (minAgeMs: number) => {
+    // Pending payouts settled first, then automatic payouts that came due without a nudge (auto-payout.ts).
     reconciling ??= reconcilePending(ctx, minAgeMs)
+      .then(() => sweepAutoPayouts(ctx))
       .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'reconciliation failed; will retry'))
       .finally(() => {
         reconciling = undefined;
@@ -125,6 +128,7 @@ export async function startBackground(
       await statuses?.stop();
       await billing;
       await reconciling;
+      await settleAutoPayouts(ctx);
       await relay?.stop();
     },
   };

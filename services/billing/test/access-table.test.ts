@@ -114,6 +114,15 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: `/api/v1/provider/${providerId}/payout`, payload: { amount: '10' } }),
       expect: HOLDER(503),
     },
+    'GET /api/v1/provider/:providerID/payout-settings': {
+      request: () => ({ url: `/api/v1/provider/${providerId}/payout-settings` }),
+      expect: PARTY(200),
+    },
+    // Turning it off needs no chain; turning it on is tested in auto-payout.test.ts.
+    'PUT /api/v1/provider/:providerID/payout-settings': {
+      request: () => ({ url: `/api/v1/provider/${providerId}/payout-settings`, payload: { auto_payout: false } }),
+      expect: HOLDER(200),
+    },
     'GET /api/v1/provider/:providerID/rates': {
       request: () => ({ url: `/api/v1/provider/${providerId}/rates` }),
       expect: EVERYONE(200),

@@ -24,6 +24,8 @@ export interface WalletTable {
   address_proven_at: Date | null;
   address_challenge: string | null;
   address_challenge_expires_at: Date | null;
+  /** A provider wallet's automatic payout address (earnings paid on chain after a session ends); null: off. */
+  auto_payout_to: Generated<string | null>;
   created_at: Timestamp;
 }
 

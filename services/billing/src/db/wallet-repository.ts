@@ -77,3 +77,28 @@ export async function otherProvenHolders(db: Db, address: string, walletId: stri
     .execute();
   return rows.map((r) => r.holder_id);
 }
+
+/** Sets (an address) or clears (null) a provider wallet's automatic payout; its row after the change. */
+export async function setAutoPayoutTo(db: Db, id: string, address: string | null): Promise<WalletRow> {
+  return db
+    .updateTable('wallets')
+    .set({ auto_payout_to: address })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/** Wallets with automatic payout on whose available balance is at least `minimum`, oldest first. */
+export async function walletsDueForAutoPayout(db: Db, minimum: string, limit: number): Promise<WalletRow[]> {
+  return db
+    .selectFrom('wallets')
+    .innerJoin('ledger_accounts', (j) =>
+      j.onRef('ledger_accounts.wallet_id', '=', 'wallets.id').on('ledger_accounts.kind', '=', 'available'),
+    )
+    .selectAll('wallets')
+    .where('wallets.auto_payout_to', 'is not', null)
+    .where('ledger_accounts.balance', '>=', minimum)
+    .orderBy('wallets.created_at')
+    .limit(limit)
+    .execute();
+}

@@ -38,6 +38,8 @@ export interface BillingState {
   ratesJson: BoundedCache<Readonly<Record<string, string>>>;
   /** Group commit of usage updates, made on first use (usage-updates.ts). */
   usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
+  /** Automatic payouts in flight in this instance, by provider wallet (auto-payout.ts). */
+  autoPayouts: Map<string, Promise<unknown>>;
 }
 
 /** One entry per wallet sub-account: 200,000 entries are some 66,000 wallets. */
@@ -49,6 +51,7 @@ export function newBillingState(): BillingState {
   return {
     accountIds: new BoundedCache(ACCOUNT_CACHE_LIMIT),
     ratesJson: new BoundedCache(RATES_CACHE_LIMIT),
+    autoPayouts: new Map(),
   };
 }
 

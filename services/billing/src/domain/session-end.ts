@@ -22,6 +22,7 @@ import type { BillingDB } from '../db/schema.ts';
 import { updateEndedSession } from '../db/session-repository.ts';
 import { insertTransactions } from '../db/transaction-repository.ts';
 import { assertSessionParty } from './access.ts';
+import { nudgeAutoPayout } from './auto-payout.ts';
 import type { BillingContext } from './context.ts';
 import { EARNINGS_TRANSFER_CODE } from './earnings.ts';
 import { postHold } from './holds.ts';
@@ -66,7 +67,7 @@ export async function endSession(
   /** Who ends it: a party of the session (its renter, the provider's owner or daemon) or an admin or service. */
   actor?: Principal,
 ): Promise<SessionEnd> {
-  return ctx.db.transaction().execute(async (trx) => {
+  const end = await ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
     if (actor) assertSessionParty(actor, session);
     if (!isRunning(session)) {
@@ -74,6 +75,11 @@ export async function endSession(
     }
     return finishSession(ctx, trx, session, kind, correlationId);
   });
+  // The provider's earnings, committed: paid out now when the provider asked for automatic payouts.
+  if (!end.alreadyEnded && new Dec(end.billingRecord.provider_earnings).gt(0)) {
+    void nudgeAutoPayout(ctx, end.session.provider_wallet_id);
+  }
+  return end;
 }
 
 /** Ends a running session inside the caller's transaction (its row locked). */

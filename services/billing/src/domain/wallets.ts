@@ -23,6 +23,8 @@ export interface Wallet {
   solanaAddress: string | null;
   /** When the holder proved control of the address (address-proof.ts); null: not yet, no deposits. */
   addressProvenAt: Date | null;
+  /** A provider wallet's automatic payout address (auto-payout.ts); null: off. */
+  autoPayoutTo: string | null;
   createdAt: Date;
 }
 
@@ -33,6 +35,7 @@ export const toWallet = (r: WalletRow): Wallet => ({
   holderId: r.holder_id,
   solanaAddress: r.solana_address,
   addressProvenAt: r.address_proven_at ? new Date(r.address_proven_at) : null,
+  autoPayoutTo: r.auto_payout_to,
   createdAt: new Date(r.created_at),
 });
 

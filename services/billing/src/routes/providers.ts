@@ -1,15 +1,16 @@
-/** Provider operations: earnings summary and payouts of earnings on chain. */
+/** Provider operations: earnings summary, payouts of earnings on chain and the automatic payout setting. */
 import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { getTransaction } from '../db/transaction-repository.ts';
 import { assertMayReadEarnings, assertWalletHolder } from '../domain/access.ts';
+import { autoPayoutSetting, setAutoPayout } from '../domain/auto-payout.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { earningsSummary } from '../domain/earnings.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { Dec } from '../domain/money.ts';
 import { findWalletByOwner, type Wallet } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
-import { earningsJson } from '../wire/presenters.ts';
+import { autoPayoutJson, earningsJson } from '../wire/presenters.ts';
 import { EARNINGS_ROLES, PROVIDER_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { payoutAnswer } from './answers.ts';
@@ -64,6 +65,61 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
       assertMayReadEarnings(callerOf(request), wallet);
       return earningsJson(await earningsSummary(ctx.db, wallet, ctx.scale, ctx.minimumPayout));
     },
+  );
+
+  const autoPayoutSchema = z.object({
+    provider_id: z.uuid(),
+    wallet_id: z.uuid(),
+    auto_payout: z.boolean(),
+    destination: z.string().nullable().describe('where earnings are paid automatically; null when off'),
+    minimum_payout: z.string(),
+  });
+
+  app.get(
+    '/api/v1/provider/:providerID/payout-settings',
+    {
+      config: { roles: EARNINGS_ROLES },
+      schema: {
+        tags: ['providers'],
+        summary: "A provider's automatic payout setting",
+        params: providerParams,
+        response: { 200: autoPayoutSchema, ...problems(400, 403, 404) },
+      },
+    },
+    async (request) => autoPayoutJson(await autoPayoutSetting(ctx, callerOf(request), request.params.providerID)),
+  );
+
+  app.put(
+    '/api/v1/provider/:providerID/payout-settings',
+    {
+      config: { roles: PROVIDER_ROLES },
+      schema: {
+        tags: ['providers'],
+        summary: 'Turn automatic payouts on or off',
+        description:
+          "With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the " +
+          "wallet's address by default) as soon as a session on the machine ends and they reach " +
+          '`billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the ' +
+          'wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; ' +
+          "403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 " +
+          'SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is ' +
+          'opened for its owner.',
+        params: providerParams,
+        body: z.object({
+          auto_payout: z.boolean(),
+          destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
+        }),
+        response: { 200: autoPayoutSchema, ...problems(400, 403, 404, 502, 503) },
+      },
+    },
+    async (request) =>
+      autoPayoutJson(
+        await setAutoPayout(withRequestLogger(ctx, request), callerOf(request), request.params.providerID, {
+          enabled: request.body.auto_payout,
+          destination: request.body.destination,
+          correlationId: request.correlationId,
+        }),
+      ),
   );
 
   app.post(

@@ -9,6 +9,7 @@
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
 import type { SessionRow } from '../db/session-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
+import type { AutoPayoutSetting } from '../domain/auto-payout.ts';
 import type { BillingState } from '../domain/context.ts';
 import type { EarningsSummary } from '../domain/earnings.ts';
 import { Dec, formatAmount } from '../domain/money.ts';
@@ -239,6 +240,17 @@ export function earningsJson(e: EarningsSummary) {
     available_for_payout: e.availableForPayout,
     locked: e.locked,
     minimum_payout: e.minimumPayout,
+  };
+}
+
+/** A provider's automatic payout setting. */
+export function autoPayoutJson(a: AutoPayoutSetting) {
+  return {
+    provider_id: a.providerId,
+    wallet_id: a.walletId,
+    auto_payout: a.destination !== null,
+    destination: a.destination,
+    minimum_payout: a.minimumPayout,
   };
 }
 

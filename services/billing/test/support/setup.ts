@@ -14,6 +14,7 @@ import type { Chain } from '../../src/adapters/chain.ts';
 import { billingContext, buildApp } from '../../src/app.ts';
 import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
 import { openBillingDatabase } from '../../src/db/open.ts';
+import { settleAutoPayouts } from '../../src/domain/auto-payout.ts';
 import { postTransfers } from '../../src/domain/ledger.ts';
 import { Dec } from '../../src/domain/money.ts';
 import type { MarketFactors } from '../../src/domain/pricing.ts';
@@ -185,6 +186,8 @@ export async function setupBilling(opts: SetupOptions = {}) {
     assertLedgerConsistent,
     async close() {
       await app.close();
+      // Automatic payouts a session end started in the background (the server's background does this on stop).
+      await settleAutoPayouts(ctx);
       await database.close();
       await testDb.drop();
     },

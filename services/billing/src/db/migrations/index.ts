@@ -6,6 +6,7 @@ import { ownershipMigration } from './0003-ownership.ts';
 import { addressProofMigration } from './0004-address-proof.ts';
 import { providerWalletOnFirstNeedMigration } from './0005-provider-wallet-on-first-need.ts';
 import { machineReservationMigration } from './0006-machine-reservation.ts';
+import { autoPayoutMigration } from './0007-auto-payout.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -15,5 +16,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0004-address-proof': addressProofMigration,
     '0005-provider-wallet-on-first-need': providerWalletOnFirstNeedMigration,
     '0006-machine-reservation': machineReservationMigration,
+    '0007-auto-payout': autoPayoutMigration,
   };
 }

@@ -1,0 +1,207 @@
+/**
+ * Automatic payouts, a provider setting, against the real local chain: with it on, a provider's earnings are paid on
+ * chain once a session ends and they reach the minimum payout; never twice (concurrent ends, the sweep beside them,
+ * a second instance); below the minimum they wait; only the wallet's holder (or an admin) turns it on, a service only
+ * to the wallet's own address, never to a program or a token account.
+ */
+import { TOKEN_PROGRAM_ID } from '@solana/spl-token';
+import { Keypair } from '@solana/web3.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { payOutEarnings, settleAutoPayouts, sweepAutoPayouts } from '../src/domain/auto-payout.ts';
+import { type Localnet, setupLocalnet } from './support/localnet.ts';
+import { end, manualClock, start } from './support/sessions.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+let h: BillingHarness;
+let L: Localnet;
+const clock = manualClock();
+
+beforeAll(async () => {
+  L = await setupLocalnet(6);
+  // The providers here charge 200/h per GPU: a minute on 4 GPUs earns 12.666666 after the 5% fee (minimum payout 10).
+  h = await setupBilling({ chain: L.chain, now: clock.now });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+const fresh = () => Keypair.generate().publicKey.toBase58();
+const as = (headers: Record<string, string>) => ({
+  get: (url: string) => h.app.inject({ method: 'GET', url, headers }),
+  put: (url: string, payload: object) => h.app.inject({ method: 'PUT', url, payload, headers }),
+});
+
+/** A provider wallet held by a new user (with its address), its rates set high, and a funded renter. */
+async function provider() {
+  const owner = await h.issuer.user(['provider']);
+  const address = fresh();
+  const wallet = await h.fundedWallet('0', 'provider', address, { holderId: owner.id });
+  const rates = await as(owner.headers).put(`/api/v1/provider/${wallet.ownerId}/rates`, {
+    base_rates: { default: '200' },
+    vram_rate_per_gb_hour: '0',
+    power_rate_per_watt_hour: '0',
+  });
+  expect(rates.statusCode, rates.body).toBe(200);
+  const renter = await h.fundedWallet('10000');
+  return { owner, address, wallet, providerId: wallet.ownerId, renter };
+}
+
+/** A session of `minutes` on `gpus` of the provider's machine, ended: the provider's earnings for it. */
+async function rental(p: Awaited<ReturnType<typeof provider>>, minutes: number, gpus = 4) {
+  const started = await start(h, {
+    user_id: p.renter.ownerId,
+    wallet_id: p.renter.id,
+    provider_id: p.providerId,
+    job_id: crypto.randomUUID(),
+    gpu_model: 'NVIDIA A100-SXM4-80GB',
+    gpu_count: gpus,
+    requested_vram_mb: 0,
+    estimated_power_w: 0,
+  });
+  expect(started.statusCode, started.body).toBe(201);
+  clock.advance(minutes * 60_000);
+  const ended = await end(h, started.json().session.id);
+  expect(ended.statusCode, ended.body).toBe(200);
+  return ended.json().billing_record.provider_earnings as string;
+}
+
+const payouts = (walletId: string) =>
+  h.db
+    .selectFrom('transactions')
+    .select(['amount', 'status', 'destination'])
+    .where('wallet_id', '=', walletId)
+    .where('type', '=', 'payout')
+    .orderBy('amount')
+    .execute();
+
+describe('automatic payouts', () => {
+  it('is off by default; when on, a session end that brings earnings to the minimum pays them all on chain', async () => {
+    const p = await provider();
+    const url = `/api/v1/provider/${p.providerId}/payout-settings`;
+    const initial = await as(p.owner.headers).get(url);
+    expect(initial.json()).toMatchObject({
+      provider_id: p.providerId,
+      wallet_id: p.wallet.id,
+      auto_payout: false,
+      destination: null,
+      minimum_payout: '10',
+    });
+    // Off: earnings stay in the wallet.
+    const first = await rental(p, 1); // 4 × 200/h × 1 min = 13.333333, less the 5% fee
+    expect(first).toBe('12.666666');
+    await settleAutoPayouts(h.ctx);
+    expect(await payouts(p.wallet.id)).toEqual([]);
+
+    // On (to the wallet's own address by default): what is already due is paid at once.
+    const on = await as(p.owner.headers).put(url, { auto_payout: true });
+    expect(on.statusCode, on.body).toBe(200);
+    expect(on.json()).toMatchObject({ auto_payout: true, destination: p.address });
+    await settleAutoPayouts(h.ctx);
+    expect(await L.chain.tokenBalance(p.address)).toBe('12.666666');
+
+    // Below the minimum, nothing is sent; the next end that brings the sum to it pays the sum.
+    expect(await rental(p, 1, 2)).toBe('6.333334'); // 2 × 200/h × 1 min = 6.666667, less the fee
+    await settleAutoPayouts(h.ctx);
+    expect(await sweepAutoPayouts(h.ctx)).toBe(0);
+    expect(await L.chain.tokenBalance(p.address)).toBe('12.666666');
+    await rental(p, 0.5, 2); // one started minute: 6.333334 more
+    await settleAutoPayouts(h.ctx);
+    expect(await L.chain.tokenBalance(p.address)).toBe('25.333334');
+    expect(await payouts(p.wallet.id)).toEqual([
+      { amount: '12.666666', status: 'confirmed', destination: p.address },
+      { amount: '12.666668', status: 'confirmed', destination: p.address },
+    ]);
+    const earnings = await as(p.owner.headers).get(`/api/v1/provider/${p.providerId}/earnings`);
+    expect(earnings.json()).toMatchObject({ total_paid_out: '25.333334', available_for_payout: '0.000000' });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('waits below the minimum and pays to the chosen address; turned off, pays nothing more', async () => {
+    const p = await provider();
+    const url = `/api/v1/provider/${p.providerId}/payout-settings`;
+    const elsewhere = fresh();
+    const on = await as(p.owner.headers).put(url, { auto_payout: true, destination: elsewhere });
+    expect(on.json()).toMatchObject({ auto_payout: true, destination: elsewhere });
+    // 12.666666 is due: paid to the chosen address, not the wallet's.
+    await rental(p, 1);
+    await settleAutoPayouts(h.ctx);
+    expect(await L.chain.tokenBalance(elsewhere)).toBe('12.666666');
+    expect(await L.chain.tokenBalance(p.address)).toBe('0');
+
+    const off = await as(p.owner.headers).put(url, { auto_payout: false });
+    expect(off.json()).toMatchObject({ auto_payout: false, destination: null });
+    await rental(p, 1);
+    await settleAutoPayouts(h.ctx);
+    expect(await sweepAutoPayouts(h.ctx)).toBe(0);
+    expect(await L.chain.tokenBalance(elsewhere)).toBe('12.666666');
+    expect((await as(p.owner.headers).get(`/api/v1/provider/${p.providerId}/earnings`)).json()).toMatchObject({
+      available_for_payout: '12.666666',
+    });
+  });
+
+  it('never pays the same earnings twice: concurrent attempts, the sweep and a second instance', async () => {
+    const p = await provider();
+    await rental(p, 2); // 25.333334 due, auto payout still off
+    await h.db.updateTable('wallets').set({ auto_payout_to: p.address }).where('id', '=', p.wallet.id).execute();
+    // Five attempts at once in this instance, and a second instance's (its own in-flight map) beside them.
+    const second = { ...h.ctx, state: { ...h.ctx.state, autoPayouts: new Map() } };
+    const results = await Promise.all([
+      payOutEarnings(h.ctx, p.wallet.id),
+      payOutEarnings(second, p.wallet.id),
+      payOutEarnings(second, p.wallet.id),
+      sweepAutoPayouts(h.ctx),
+      sweepAutoPayouts(second),
+    ]);
+    // Whichever attempt came first paid (a sweep's answer is a count): the others found nothing left.
+    expect(results.slice(0, 3).filter((r) => r === 'confirmed').length).toBeLessThanOrEqual(1);
+    expect(await L.chain.tokenBalance(p.address)).toBe('25.333334');
+    expect(await payouts(p.wallet.id)).toEqual([{ amount: '25.333334', status: 'confirmed', destination: p.address }]);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('is set by the holder or an admin; a service only to the own address; never to a program or token account', async () => {
+    const p = await provider();
+    const url = `/api/v1/provider/${p.providerId}/payout-settings`;
+    const stranger = await h.issuer.user(['provider']);
+    const service = await h.issuer.client('service');
+    const daemon = await h.issuer.client('daemon', p.owner.id);
+    expect((await as(stranger.headers).put(url, { auto_payout: true })).statusCode).toBe(403);
+    expect((await as(stranger.headers).get(url)).statusCode).toBe(403);
+    // The owner's daemon reads it (as it reads earnings) but never changes where money goes.
+    expect((await as(daemon.headers).get(url)).statusCode).toBe(200);
+    expect((await as(daemon.headers).put(url, { auto_payout: true })).statusCode).toBe(403);
+    const redirected = await as(service.headers).put(url, { auto_payout: true, destination: fresh() });
+    expect(redirected.statusCode).toBe(403);
+    expect(redirected.json().code).toBe('DESTINATION_NOT_ALLOWED');
+    expect((await as(service.headers).put(url, { auto_payout: true })).statusCode).toBe(200);
+
+    // The token program and the mint strand tokens: refused, the setting unchanged.
+    for (const bad of [TOKEN_PROGRAM_ID.toBase58(), L.mint.toBase58()]) {
+      const res = await as(p.owner.headers).put(url, { auto_payout: true, destination: bad });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.json().code).toBe('INVALID_DESTINATION');
+    }
+    expect((await as(p.owner.headers).get(url)).json()).toMatchObject({ destination: p.address });
+    const malformed = await as(p.owner.headers).put(url, { auto_payout: 'yes' });
+    expect(malformed.statusCode).toBe(400);
+    const unknown = await as(p.owner.headers).put(`/api/v1/provider/${crypto.randomUUID()}/payout-settings`, {
+      auto_payout: false,
+    });
+    expect(unknown.statusCode).toBe(404);
+  });
+
+  it('needs a destination for a wallet without an address', async () => {
+    const owner = await h.issuer.user(['provider']);
+    const wallet = await h.fundedWallet('0', 'provider', undefined, { holderId: owner.id });
+    await h.db.updateTable('wallets').set({ solana_address: null }).where('id', '=', wallet.id).execute();
+    const url = `/api/v1/provider/${wallet.ownerId}/payout-settings`;
+    const res = await as(owner.headers).put(url, { auto_payout: true });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().code).toBe('DESTINATION_REQUIRED');
+    const named = fresh();
+    expect((await as(owner.headers).put(url, { auto_payout: true, destination: named })).json()).toMatchObject({
+      auto_payout: true,
+      destination: named,
+    });
+  });
+});
