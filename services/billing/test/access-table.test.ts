@@ -97,6 +97,12 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: `${w()}/chain-balance` }),
       expect: HOLDER(503),
     },
+    // Public, and without a chain in this harness: 503 SOLANA_NOT_CONFIGURED for everyone.
+    'GET /api/v1/deposits/instructions': {
+      request: () => ({ url: '/api/v1/deposits/instructions' }),
+      expect: EVERYONE(503),
+      public: true,
+    },
     'POST /api/v1/wallet/:walletID/deposit': {
       // The owner's address is not proven here: whoever gets past the rule meets 409 ADDRESS_NOT_PROVEN.
       request: () => ({ url: `${w()}/deposit`, payload: { signature: SIGNATURE } }),

@@ -1523,6 +1523,78 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/deposits/instructions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Where and how to send a deposit: the platform mint and the treasury token account
+         * @description A deposit is a `transferChecked` of the platform mint (with its decimals) from the token account of the wallet's proven address to `treasury_token_account`, then `POST /wallet/{id}/deposit` with its signature once final at `commitment`. Public: it names only public addresses. 503 SOLANA_NOT_CONFIGURED without a chain.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @enum {string} */
+                            commitment: "processed" | "confirmed" | "finalized";
+                            decimals: number;
+                            mint: string;
+                            token_program: string;
+                            /** @description the treasury's owner address */
+                            treasury: string;
+                            /** @description where deposits go */
+                            treasury_token_account: string;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/pricing/calculate": {
         parameters: {
             query?: never;

@@ -79,7 +79,11 @@ export interface Chain {
   /** Token balance (tokens, decimal string) of an owner's associated token account; "0" when it has none. */
   tokenBalance(owner: string): Promise<string>;
   treasuryAddress(): string;
+  /** The treasury's associated token account for the mint: where deposits go. */
+  treasuryTokenAccount(): string;
   mintAddress(): string;
+  /** The token program that owns the mint (SPL Token or Token-2022). */
+  tokenProgramAddress(): string;
   decimals(): number;
   ping(): Promise<void>;
 }

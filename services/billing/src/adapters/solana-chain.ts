@@ -124,6 +124,10 @@ export class SolanaChain implements Chain {
     return this.mint.toBase58();
   }
 
+  tokenProgramAddress(): string {
+    return this.tokenProgram.toBase58();
+  }
+
   decimals(): number {
     return this.mintDecimals;
   }

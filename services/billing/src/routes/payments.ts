@@ -32,6 +32,45 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
     return row && row.status !== 'pending' ? payoutAnswer(ctx.scale, row) : null;
   };
 
+  app.get(
+    '/api/v1/deposits/instructions',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['payments'],
+        summary: 'Where and how to send a deposit: the platform mint and the treasury token account',
+        description:
+          'A deposit is a `transferChecked` of the platform mint (with its decimals) from the token account of ' +
+          "the wallet's proven address to `treasury_token_account`, then `POST /wallet/{id}/deposit` with its " +
+          'signature once final at `commitment`. Public: it names only public addresses. 503 ' +
+          'SOLANA_NOT_CONFIGURED without a chain.',
+        response: {
+          200: z.object({
+            mint: z.string(),
+            decimals: z.number().int(),
+            token_program: z.string(),
+            treasury: z.string().describe("the treasury's owner address"),
+            treasury_token_account: z.string().describe('where deposits go'),
+            commitment: z.enum(['processed', 'confirmed', 'finalized']),
+          }),
+          ...problems(503),
+        },
+      },
+    },
+    async () => {
+      const chain = ctx.chain;
+      if (!chain) throw billingErrors.chainNotConfigured();
+      return {
+        mint: chain.mintAddress(),
+        decimals: chain.decimals(),
+        token_program: chain.tokenProgramAddress(),
+        treasury: chain.treasuryAddress(),
+        treasury_token_account: chain.treasuryTokenAccount(),
+        commitment: ctx.commitment,
+      };
+    },
+  );
+
   app.post(
     '/api/v1/wallet/:walletID/deposit',
     {
