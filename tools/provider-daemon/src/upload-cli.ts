@@ -1,7 +1,8 @@
 /**
  * Uploads a job's output through a presigned PUT URL (see `upload.ts`):
  *
- *   pnpm --filter @gpu/provider-daemon upload <file> <presigned-url> [--content-type TYPE] [--attempts N] [--timeout 60s]
+ *   pnpm --filter @gpu/provider-daemon upload <file> <presigned-url>
+ *     [--content-type TYPE] [--attempts N] [--timeout 60s] [--skip-etag-check]
  *
  * Prints what was stored on success; on failure prints the error and exits 1 (2 for a wrong command line).
  */
@@ -10,7 +11,9 @@ import { parseArgs } from 'node:util';
 import { parseDuration } from '@gpu/common';
 import { UploadError, uploadFile } from './upload.ts';
 
-const USAGE = 'usage: upload <file> <presigned-put-url> [--content-type TYPE] [--attempts N] [--timeout 60s]';
+const USAGE =
+  'usage: upload <file> <presigned-put-url> [--content-type TYPE] [--attempts N] [--timeout 60s]\n' +
+  '       [--skip-etag-check]';
 
 function usage(problem: string): never {
   process.stderr.write(`${problem}\n${USAGE}\n`);
@@ -25,6 +28,7 @@ function commandLine() {
         'content-type': { type: 'string' },
         attempts: { type: 'string' },
         timeout: { type: 'string' },
+        'skip-etag-check': { type: 'boolean' },
       },
     });
   } catch (err) {
@@ -47,6 +51,7 @@ try {
     attempts,
     timeoutMs,
     contentType: args.values['content-type'],
+    checkEtag: !args.values['skip-etag-check'],
     onRetry: ({ attempt, error }) => process.stderr.write(`attempt ${attempt} failed: ${error.message}; retrying\n`),
   });
   process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -40,6 +40,8 @@ export interface UploadOptions {
   maxDelayMs?: number;
   /** Inactivity limit of one attempt: no byte sent or received for this long (default 60 s). */
   timeoutMs?: number;
+  /** Compare a plain-MD5 ETag with the bytes sent (default true; off for stores whose ETags are not MD5s: SSE-KMS). */
+  checkEtag?: boolean;
   /** `Content-Type` of the object (default: none, the store's default). */
   contentType?: string;
   /** Told of each failed attempt that will be tried again. */
@@ -174,7 +176,7 @@ function putOnce(file: string, size: number, url: URL, opts: UploadOptions): Pro
           if (sent !== size) {
             return fail(new UploadError(`the store answered ${status} after ${sent} of ${size} bytes`, true, status));
           }
-          const checked = checkEtag(res.headers.etag, md5.digest('hex'));
+          const checked = checkEtag(res.headers.etag, md5.digest('hex'), opts.checkEtag ?? true);
           if (checked instanceof UploadError) return fail(checked);
           settled = true;
           resolve({ bytes: size, ...checked });
@@ -192,11 +194,13 @@ function putOnce(file: string, size: number, url: URL, opts: UploadOptions): Pro
 function checkEtag(
   header: string | undefined,
   md5: string,
+  check: boolean,
 ): Pick<UploadResult, 'md5' | 'etag' | 'etagChecked'> | UploadError {
   const etag = header ? header.replace(/^W\//, '').replace(/^"|"$/g, '') : null;
-  const plainMd5 = etag !== null && /^[0-9a-f]{32}$/i.test(etag);
+  const plainMd5 = check && etag !== null && /^[0-9a-f]{32}$/i.test(etag);
   if (plainMd5 && etag.toLowerCase() !== md5) {
-    // Not retried: a store whose ETags are not MD5s (SSE-KMS) would fail every attempt the same way.
+    // Not retried: a store whose ETags are not MD5s (SSE-KMS) would fail every attempt the same way; such a store
+    // needs `checkEtag: false`.
     return new UploadError(
       `the store's ETag ${etag} is not the MD5 of the bytes sent (${md5}): the object may be corrupt`,
       false,

@@ -221,6 +221,15 @@ describe('uploading a job output through a presigned PUT URL', () => {
     expect(proxy.requests).toHaveLength(1);
   });
 
+  it('leaves the ETag unchecked when told (stores whose ETags are not MD5s)', async () => {
+    const { file, bytes } = outputFile(MiB);
+    const url = await presign('jobs/53/output.bin', 'PUT', '10m', proxied);
+    proxy.faults.push('etag');
+    const result = await uploadFile(file, url, { ...fast, checkEtag: false });
+    expect(result).toMatchObject({ etag: '0'.repeat(32), etagChecked: false, md5: md5(bytes), attempts: 1 });
+    expect((await download('jobs/53/output.bin')).bytes.equals(bytes)).toBe(true);
+  });
+
   it('refuses a file over 5 GiB before sending anything', async () => {
     const file = path.join(dir, 'huge.bin');
     writeFileSync(file, '');
