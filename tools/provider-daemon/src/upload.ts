@@ -116,7 +116,12 @@ export async function uploadFile(file: string, url: string, opts: UploadOptions 
     );
   } catch (err) {
     if (err instanceof UploadError && err.retryable) {
-      throw new UploadError(`${err.message} (gave up after ${attempts} attempts)`, true, err.status, err.code);
+      throw new UploadError(
+        `${err.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`,
+        true,
+        err.status,
+        err.code,
+      );
     }
     throw err;
   }
