@@ -13,29 +13,16 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
+import { platformDataDir, platformPorts, repoRoot } from './lib/platform.ts';
 import { type Supervised, Supervisor } from './lib/supervisor.ts';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
-// PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one).
-const data = path.resolve(process.env.PLATFORM_DATA_DIR ?? path.join(root, '.data'));
-const portBase = process.env.PLATFORM_PORT_BASE ? Number(process.env.PLATFORM_PORT_BASE) : undefined;
-if (portBase !== undefined && !(Number.isInteger(portBase) && portBase > 0 && portBase < 65529))
-  throw new Error(`PLATFORM_PORT_BASE must be a port number, got ${process.env.PLATFORM_PORT_BASE}`);
-/** The contract's port, or its place after PLATFORM_PORT_BASE. */
-const port = (contractPort: number, offset: number) => (portBase === undefined ? contractPort : portBase + offset);
-const ports = {
-  auth: port(8000, 0),
-  storage: port(8001, 1),
-  registry: port(8002, 2),
-  billing: port(8003, 3),
-  s3: port(9000, 4),
-  solana: port(8899, 5),
-  solanaWs: port(8900, 6),
-};
+const root = repoRoot;
+// PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one); PLATFORM_PORT_BASE every port.
+const data = platformDataDir();
+const ports = platformPorts();
 
 /**
  * Access control is on in every service: the auth service signs with an Ed25519 key kept in the data folder (made at

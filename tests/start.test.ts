@@ -176,6 +176,35 @@ describe('pnpm start', () => {
     expect((JSON.parse(top.body) as Array<{ key: string }>).map((e) => e.key)).toEqual(['users/']);
   });
 
+  it('runs pnpm demo on it: sign-up to on-chain payout, with the reference daemon and the typed client', {
+    timeout: 240_000,
+  }, async () => {
+    const demo = await run('pnpm', ['-s', 'demo'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        PLATFORM_DATA_DIR: dataDir,
+        ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
+      },
+      timeout: 230_000,
+    }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
+      throw new Error(`pnpm demo failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
+    });
+    // The running platform is used, not a second one started.
+    expect(demo.stdout).toMatch(/platform: using the one running/);
+    const summary = JSON.parse(/^DEMO OK (.*)$/m.exec(demo.stdout)?.[1] ?? 'null') as Record<string, string | number>;
+    expect(summary, demo.stdout).not.toBeNull();
+    // One minute of 4 H100s at the provider's 200/GPU-hour plus VRAM and power, 5% fee, the rest paid out on chain.
+    expect(summary.billed_minutes).toBe(1);
+    expect(summary.total_cost).toBe('13.486197');
+    expect(summary.provider_earnings).toBe('12.811887');
+    expect(summary.payout_amount).toBe('12.811887');
+    expect(summary.payout_address_balance).toBe('12.811887');
+    expect(summary.payout_signature).toMatch(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/);
+    // 900 deposited, the minute paid, the rest of the hold released.
+    expect(summary.renter_available).toBe('886.513803');
+  });
+
   it('restarts a service killed with SIGKILL, with its data, while the others stay up', {
     timeout: 150_000,
   }, async () => {

@@ -1,0 +1,380 @@
+/**
+ * `pnpm demo`: one GPU rental from sign-up to on-chain payout, on the platform `pnpm start` runs (started here, and
+ * stopped at the end, when it is not running yet; PLATFORM_PORT_BASE and PLATFORM_DATA_DIR as for `pnpm start`).
+ *
+ *  1. A provider signs up, creates a daemon client, and runs the reference provider daemon on a simulated machine
+ *     (4 × H100, an explicit configuration): it registers the machine and heartbeats. The provider sets its rates and
+ *     turns automatic payouts on, to a Solana address of its own.
+ *  2. A renter signs up, gets platform tokens on the local chain (the localnet's test wallet plays the faucet), opens
+ *     a wallet, proves its address and deposits (an SPL transferChecked to the treasury, credited by billing).
+ *  3. The renter quotes the machine, accepts the price and starts a session: billing prices it from the registry's
+ *     record, the registry shows the machine busy, the daemon reports usage, and uploads the job's output through a
+ *     presigned URL the renter made; the renter reads it back.
+ *  4. The renter ends the session: billing charges the minute, credits the provider's earnings and pays them out on
+ *     chain; the registry shows the machine idle again.
+ *
+ * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would. The last
+ * line is `DEMO OK {json}` (what happened, with the payout's signature), or the command fails naming the step.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import {
+  authClient,
+  billingClient,
+  registryClient,
+  type TokenSource,
+  unwrap,
+  userLogin,
+} from '@gpu/client';
+import { deposit, proveAddress } from '@gpu/client/solana';
+import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, transferChecked } from '@solana/spl-token';
+import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
+import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
+import { platformDataDir, platformPorts, repoRoot } from './lib/platform.ts';
+
+const ports = platformPorts();
+const data = platformDataDir();
+const url = (port: number) => `http://127.0.0.1:${port}`;
+const urls = {
+  auth: url(ports.auth),
+  storage: url(ports.storage),
+  registry: url(ports.registry),
+  billing: url(ports.billing),
+  rpc: url(ports.solana),
+};
+const work = mkdtempSync(path.join(tmpdir(), 'gpu-demo-'));
+const children: ChildProcess[] = [];
+const started = Date.now();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function say(step: string, detail = '') {
+  const t = ((Date.now() - started) / 1000).toFixed(1).padStart(6);
+  process.stdout.write(`[demo ${t}s] ${step}${detail ? `: ${detail}` : ''}\n`);
+}
+
+/** Polls `probe` until it returns a value (not undefined), or fails naming `what`. */
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(500);
+  }
+}
+
+const healthy = async (base: string) => (await fetch(`${base}/health`).catch(() => null))?.ok === true;
+
+/** The platform: the one already running, or `pnpm start` started here (and stopped at the end). */
+async function platform(): Promise<ChildProcess | null> {
+  const all = [urls.auth, urls.storage, urls.registry, urls.billing];
+  if ((await Promise.all(all.map(healthy))).every(Boolean)) {
+    say('platform', `using the one running at ${urls.auth} .. ${urls.billing}`);
+    return null;
+  }
+  say('platform', 'not running: starting it (pnpm start)');
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+    cwd: repoRoot,
+    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  await until(
+    'the platform to come up',
+    async () => {
+      if (child.exitCode !== null) throw new Error('pnpm start exited');
+      return (await Promise.all(all.map(healthy))).every(Boolean) ? true : undefined;
+    },
+    300_000,
+  ).catch((err) => {
+    if (child.exitCode !== null) throw new Error('pnpm start failed: see its output above');
+    throw err;
+  });
+  return child;
+}
+
+/** A new user of the auth service with `roles`, logged in. */
+async function signUp(role: 'provider' | 'renter') {
+  const email = `demo-${role}-${randomBytes(4).toString('hex')}@example.com`;
+  const password = `Demo-${randomBytes(12).toString('base64url')}-9!`;
+  const auth = authClient({ baseUrl: urls.auth });
+  const { user } = unwrap(await auth.POST('/api/v1/auth/register', { body: { email, password, roles: [role] } }));
+  const token: TokenSource = userLogin({ authUrl: urls.auth, email, password });
+  await token.get();
+  say(`${role} signed up`, `${email} (user ${user.id})`);
+  return { id: user.id, email, token };
+}
+
+/** Tokens for `to` on the local chain, from the localnet setup's test wallet (the development faucet), and SOL. */
+async function faucet(connection: Connection, to: Keypair, tokens: number) {
+  const mint = JSON.parse(readFileSync(path.join(data, 'solana', 'mint.json'), 'utf8')) as {
+    mint: string;
+    decimals: number;
+  };
+  const wallets = JSON.parse(readFileSync(path.join(data, 'solana', 'wallets.json'), 'utf8')) as {
+    keypair_file: string;
+  }[];
+  const bank = Keypair.fromSecretKey(Uint8Array.from(JSON.parse(readFileSync(wallets[0]!.keypair_file, 'utf8'))));
+  const airdrop = await connection.requestAirdrop(to.publicKey, LAMPORTS_PER_SOL);
+  await connection.confirmTransaction(airdrop, 'finalized');
+  const mintKey = new PublicKey(mint.mint);
+  const from = getAssociatedTokenAddressSync(mintKey, bank.publicKey);
+  const ata = await getOrCreateAssociatedTokenAccount(connection, bank, mintKey, to.publicKey);
+  await transferChecked(
+    connection,
+    bank,
+    from,
+    mintKey,
+    ata.address,
+    bank,
+    BigInt(tokens) * 10n ** BigInt(mint.decimals),
+    mint.decimals,
+  );
+}
+
+/** The platform-token balance of `owner`'s associated token account, read from the chain. */
+async function chainBalance(connection: Connection, owner: PublicKey): Promise<string> {
+  const mint = JSON.parse(readFileSync(path.join(data, 'solana', 'mint.json'), 'utf8')) as { mint: string };
+  const ata = getAssociatedTokenAddressSync(new PublicKey(mint.mint), owner);
+  return (await connection.getTokenAccountBalance(ata, 'finalized')).value.uiAmountString ?? '0';
+}
+
+async function main() {
+  const platformChild = await platform();
+  if (platformChild) children.push(platformChild);
+  const connection = new Connection(urls.rpc, 'finalized');
+
+  // 1. The provider, its daemon and its machine.
+  const provider = await signUp('provider');
+  const providerAuth = authClient({ baseUrl: urls.auth, token: provider.token });
+  const daemonClient = unwrap(
+    await providerAuth.POST('/api/v1/auth/clients', {
+      body: { name: `demo-rig-${randomBytes(3).toString('hex')}`, role: 'daemon' },
+    }),
+  );
+  say('daemon client created', daemonClient.client.id);
+  const stateFile = path.join(work, 'daemon-state.json');
+  const h100 = {
+    name: 'NVIDIA H100 80GB HBM3',
+    memory_total_mib: 81559,
+    power_limit_w: 700,
+    utilization_gpu: 97,
+    utilization_memory: 61,
+    temperature: 64,
+    power_draw_w: 655,
+  };
+  const daemonConfig = {
+    log_level: 'warn',
+    auth_url: urls.auth,
+    registry_url: urls.registry,
+    billing_url: urls.billing,
+    credentials: { client_id: daemonClient.client.id, client_secret: daemonClient.client_secret },
+    state_file: stateFile,
+    provider: { name: 'demo-rig', hostname: 'demo-rig.local', location: 'demo' },
+    heartbeat_interval: '2s',
+    gpu: { source: 'simulated', simulated_gpus: [h100, h100, h100, h100] },
+  };
+  const configFile = path.join(work, 'daemon.yaml');
+  writeFileSync(configFile, JSON.stringify(daemonConfig, null, 2), { mode: 0o600 });
+  const daemon = spawn(process.execPath, ['--import', 'tsx', 'tools/provider-daemon/src/main.ts'], {
+    cwd: repoRoot,
+    env: { ...process.env, DAEMON_CONFIG_FILE: configFile },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  children.push(daemon);
+  const machineId = await until(
+    'the daemon to register the machine',
+    async () => {
+      if (daemon.exitCode !== null) throw new Error('the provider daemon exited');
+      if (!existsSync(stateFile)) return undefined;
+      return (JSON.parse(readFileSync(stateFile, 'utf8')) as { provider_id?: string }).provider_id;
+    },
+    90_000,
+  );
+  const registry = registryClient({ baseUrl: urls.registry, token: provider.token });
+  const machine = unwrap(
+    await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }),
+  );
+  say('machine registered by the daemon', `${machineId}: ${machine.gpus.length} × ${machine.gpus[0]?.model_name}`);
+
+  const providerBilling = billingClient({ baseUrl: urls.billing, token: provider.token });
+  unwrap(
+    await providerBilling.PUT('/api/v1/provider/{providerID}/rates', {
+      params: { path: { providerID: machineId } },
+      body: {
+        base_rates: { 'nvidia-tesla-h100': '200' },
+        vram_rate_per_gb_hour: null,
+        power_rate_per_watt_hour: null,
+      },
+    }),
+  );
+  const payoutKey = Keypair.generate();
+  const payoutSetting = unwrap(
+    await providerBilling.PUT('/api/v1/provider/{providerID}/payout-settings', {
+      params: { path: { providerID: machineId } },
+      body: { auto_payout: true, destination: payoutKey.publicKey.toBase58() },
+    }),
+  );
+  say(
+    'provider rates and automatic payouts set',
+    `200 tokens per GPU-hour; earnings over ${payoutSetting.minimum_payout} paid to ${payoutSetting.destination}`,
+  );
+
+  // 2. The renter, tokens on chain, a wallet and a deposit.
+  const renter = await signUp('renter');
+  const renterKey = Keypair.generate();
+  await faucet(connection, renterKey, 1000);
+  say('renter funded on the local chain', `1000 tokens for ${renterKey.publicKey.toBase58()} (localnet faucet)`);
+  const billing = billingClient({ baseUrl: urls.billing, token: renter.token });
+  const wallet = unwrap(
+    await billing.POST('/api/v1/wallet', {
+      body: { owner_type: 'user', owner_id: renter.id, solana_address: renterKey.publicKey.toBase58() },
+    }),
+  );
+  await proveAddress(billing, wallet.id, renterKey);
+  const deposited = await deposit({
+    billing,
+    rpcUrl: urls.rpc,
+    keypair: renterKey,
+    walletId: wallet.id,
+    amount: '900',
+  });
+  say('deposit credited', `${deposited.transaction.amount} tokens (signature ${deposited.signature})`);
+
+  // 3. Quote, start, busy, usage, the job's output.
+  const quote = unwrap(
+    await billing.POST('/api/v1/pricing/calculate', {
+      body: { gpu_model: 'H100', gpu_count: 4, provider_id: machineId },
+    }),
+  );
+  say('quote for the machine', `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs)`);
+  const jobId = randomUUID();
+  const start = unwrap(
+    await billing.POST('/api/v1/billing/start-session', {
+      params: { header: { 'idempotency-key': `demo-start-${jobId}` } },
+      body: {
+        user_id: renter.id,
+        wallet_id: wallet.id,
+        provider_id: machineId,
+        job_id: jobId,
+        gpu_model: 'H100',
+        gpu_count: 4,
+        requested_vram_mb: 0,
+        estimated_power_w: 0,
+        accepted_hourly_rate: quote.total_hourly_rate,
+      },
+    }),
+  );
+  const sessionId = start.session.id;
+  say('session started', `${sessionId}, ${start.hold_amount} tokens held`);
+  await until('the registry to show the machine busy', async () => {
+    const m = unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
+    return m.status === 'busy' ? true : undefined;
+  });
+  say('registry', 'the machine is busy');
+
+  // A key of the renter's in the default bucket (storage keeps it under users/<renter>/). The presign path's key is
+  // a wildcard segment, which the typed client does not fill in: plain fetch.
+  const outputKey = `job-${jobId}-output.txt`;
+  const renterAuth = { authorization: `Bearer ${await renter.token.get()}`, 'content-type': 'application/json' };
+  const presign = await fetch(`${urls.storage}/presigned-url/${outputKey}`, {
+    method: 'POST',
+    headers: renterAuth,
+    body: JSON.stringify({ method: 'PUT', expiry: '15m' }),
+  });
+  if (presign.status !== 200) throw new Error(`presigning the output URL: ${presign.status} ${await presign.text()}`);
+  const presigned = (await presign.json()) as { url: string };
+  const outputFile = path.join(work, 'output.txt');
+  const output = `job ${jobId} on ${machineId}: loss 0.0123 after 1000 steps\n`;
+  writeFileSync(outputFile, output);
+  const uploaded = await uploadFile(outputFile, presigned.url, { contentType: 'text/plain' });
+  const readBack = await fetch(`${urls.storage}/objects/${outputKey}`, { headers: renterAuth });
+  const readText = await readBack.text();
+  if (readBack.status !== 200 || readText !== output) {
+    throw new Error(`the job's output read back ${readBack.status}: ${readText.slice(0, 200)}`);
+  }
+  say("job's output uploaded through a presigned URL and read back", `${outputKey} (${uploaded.bytes} bytes)`);
+
+  const usage = await until(
+    'a usage report from the daemon',
+    async () => {
+      const u = unwrap(
+        await billing.GET('/api/v1/billing/current-usage/{sessionID}', {
+          params: { path: { sessionID: sessionId } },
+        }),
+      );
+      return u.last_usage_at ? u : undefined;
+    },
+    60_000,
+  );
+  say('usage reported by the daemon', `power ${usage.actual_power_w} W, cost so far ${usage.cost_so_far}`);
+
+  // 4. End, earnings, payout on chain, idle.
+  const ended = unwrap(await billing.POST('/api/v1/billing/end-session', { body: { session_id: sessionId } }));
+  const record = ended.billing_record;
+  say(
+    'session ended',
+    `${record.billed_minutes} minute(s), ${record.total_cost} tokens: ${record.provider_earnings} to the provider, ` +
+      `${record.platform_fee} platform fee`,
+  );
+  const payout = await until(
+    'the automatic payout',
+    async () => {
+      const list = unwrap(
+        await providerBilling.GET('/api/v1/wallet/{walletID}/transactions', {
+          params: { path: { walletID: payoutSetting.wallet_id }, query: { type: 'payout' } },
+        }),
+      );
+      const paid = list.transactions.find((t) => t.status === 'confirmed');
+      return paid ?? undefined;
+    },
+    60_000,
+  );
+  const onChain = await chainBalance(connection, payoutKey.publicKey);
+  say('paid out on chain', `${payout.amount} tokens, signature ${payout.signature}; the address now holds ${onChain}`);
+  await until('the registry to show the machine idle', async () => {
+    const m = unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
+    return m.status === 'idle' ? true : undefined;
+  });
+  say('registry', 'the machine is idle again');
+  const balance = unwrap(
+    await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: wallet.id } } }),
+  );
+  process.stdout.write(
+    `DEMO OK ${JSON.stringify({
+      provider_id: machineId,
+      session_id: sessionId,
+      billed_minutes: record.billed_minutes,
+      total_cost: record.total_cost,
+      provider_earnings: record.provider_earnings,
+      payout_amount: payout.amount,
+      payout_signature: payout.signature,
+      payout_address: payoutKey.publicKey.toBase58(),
+      payout_address_balance: onChain,
+      renter_available: balance.available,
+      output_key: outputKey,
+    })}\n`,
+  );
+}
+
+async function stopChildren() {
+  for (const child of children.reverse()) {
+    if (child.exitCode !== null) continue;
+    child.kill('SIGTERM');
+    await Promise.race([new Promise((r) => child.once('exit', r)), sleep(20_000)]);
+    if (child.exitCode === null) child.kill('SIGKILL');
+  }
+  rmSync(work, { recursive: true, force: true });
+}
+
+let failed = false;
+try {
+  await main();
+} catch (err) {
+  failed = true;
+  process.stderr.write(`[demo] FAILED: ${(err as Error).message}\n`);
+}
+await stopChildren();
+process.exit(failed ? 1 : 0);
