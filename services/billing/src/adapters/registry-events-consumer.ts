@@ -36,11 +36,7 @@ export interface RegistryEventsConsumer {
   check(): Promise<void>;
 }
 
-/**
- * Starts consuming in the background (common's durable consumer, one event after another): waits for the registry's
- * stream (the stream that captures the status subject, whatever its name; the registry creates it), makes the
- * durable consumer if it is missing, then applies each event.
- */
+/** Starts in the background, one event after another, once the registry has made its stream (whatever its name). */
 export function startRegistryEventsConsumer(opts: RegistryEventsConsumerOptions): RegistryEventsConsumer {
   return startDurableConsumer({
     connection: opts.connection,

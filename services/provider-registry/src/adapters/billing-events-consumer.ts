@@ -50,11 +50,7 @@ export interface SessionConsumer {
   stop(): Promise<void>;
 }
 
-/**
- * Starts consuming in the background (common's durable consumer, one event after another): waits for billing's
- * stream (the stream that captures its session subjects, whatever its name; billing creates it), makes the durable
- * consumer if it is missing, then applies each event.
- */
+/** Starts in the background, one event after another, once billing has made its stream (whatever its name). */
 export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsumer {
   return startDurableConsumer({
     connection: opts.connection,
