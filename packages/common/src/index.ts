@@ -86,6 +86,8 @@ export {
   awaitStream,
   type ConnectPublisherOptions,
   connectPublisher,
+  type DurableConsumer,
+  type DurableConsumerOptions,
   type EnsureStreamOptions,
   type EventPublisher,
   ensureStream,
@@ -99,6 +101,8 @@ export {
   OutboxRelay,
   type OutboxRelayOptions,
   type PublishOptions,
+  type Settlement,
+  startDurableConsumer,
 } from './messaging/index.ts';
 export { type CursorValue, decodeCursor, encodeCursor, invalidCursor, MAX_CURSOR_LENGTH } from './paging.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';

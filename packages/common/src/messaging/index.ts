@@ -1,4 +1,10 @@
 export {
+  type DurableConsumer,
+  type DurableConsumerOptions,
+  type Settlement,
+  startDurableConsumer,
+} from './consumer.ts';
+export {
   eventBody,
   type NewEvent,
   Outbox,

@@ -1,9 +1,9 @@
 /**
- * Usage updates over NATS: a durable JetStream pull consumer (`billing-usage`
- * on stream `BILLING_USAGE`, subjects `<usage prefix>.>`, explicit ack) feeds
- * each message to the same domain function as HTTP. The message ID is the
- * payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a
- * re-publish) is applied once.
+ * Usage updates over NATS: a durable JetStream pull consumer (common's
+ * `startDurableConsumer`; `billing-usage` on stream `BILLING_USAGE`, subjects
+ * `<usage prefix>.>`, explicit ack) feeds each message to the same domain
+ * function as HTTP. The message ID is the payload's `message_id`, else its
+ * `Nats-Msg-Id` header, so a redelivery (or a re-publish) is applied once.
  *
  * A message carries its sender's access token in an `Authorization: Bearer
  * <token>` header, verified like an HTTP request's (the same JWKS); the sender
@@ -15,16 +15,16 @@
  * failures (the database away) are nak'ed and retried later.
  */
 
-import type { NatsPublisher, Principal, TokenVerifier } from '@gpu/common';
-import { ensureStream, isRefusal, type Logger, principalOf, UNCHECKED_PRINCIPAL, verifyBearer } from '@gpu/common';
+import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
 import {
-  AckPolicy,
-  type ConsumerMessages,
-  DeliverPolicy,
-  type JsMsg,
-  jetstream,
-  jetstreamManager,
-} from '@nats-io/jetstream';
+  isRefusal,
+  type Logger,
+  principalOf,
+  startDurableConsumer,
+  UNCHECKED_PRINCIPAL,
+  verifyBearer,
+} from '@gpu/common';
+import type { JsMsg } from '@nats-io/jetstream';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/usage-message.ts';
@@ -40,15 +40,6 @@ export interface UsageConsumer {
   /** For /health: resolves while messages can flow, rejects naming what is wrong (consumer deleted, ...). */
   check(): Promise<void>;
 }
-
-/** Notifications that mean no message will arrive until something changes. */
-const TROUBLE = new Set([
-  'heartbeats_missed',
-  'consumer_not_found',
-  'stream_not_found',
-  'consumer_deleted',
-  'no_responders',
-]);
 
 export interface UsageConsumerOptions {
   connection: NatsPublisher['connection'];
@@ -68,24 +59,8 @@ export interface UsageConsumerOptions {
   concurrency?: number;
 }
 
-/** Starts consuming; resolves once the stream and the durable consumer exist. */
+/** Starts consuming (common's durable consumer); resolves once the stream and the durable consumer exist. */
 export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<UsageConsumer> {
-  const stream = opts.stream ?? USAGE_STREAM;
-  const durable = opts.durable ?? USAGE_CONSUMER;
-  const jsm = await jetstreamManager(opts.connection);
-  await ensureStream(jsm, { name: stream, subjects: [`${opts.prefix}.>`] });
-  const existing = await jsm.consumers.info(stream, durable).catch(() => undefined);
-  if (!existing) {
-    await jsm.consumers.add(stream, {
-      durable_name: durable,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-      filter_subject: `${opts.prefix}.>`,
-      ack_wait: 30_000_000_000,
-      max_deliver: 20,
-    });
-  }
-  const consumer = await jetstream(opts.connection).consumers.get(stream, durable);
   const rejected = new Counter({
     name: 'billing_usage_messages_rejected_total',
     help: 'NATS usage messages rejected and never applied, by reason (malformed, unauthenticated, forbidden, refused)',
@@ -94,46 +69,25 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
   });
   const handling: Handling = { ...opts, rejected };
   const limit = opts.concurrency ?? 512;
-  const messages: ConsumerMessages = await consumer.consume({ max_messages: limit });
   // Messages are applied concurrently (up to `limit`), grouped into few database transactions.
-  let trouble: string | null = null;
-  let stopping = false;
-  let ended = false;
-  void (async () => {
-    for await (const note of messages.status()) {
-      if (TROUBLE.has(note.type)) {
-        trouble = note.type.replaceAll('_', ' ');
-        opts.logger.warn({ notification: note }, 'usage consumer cannot receive messages');
-      } else if (note.type === 'heartbeat') trouble = null;
-    }
-  })().catch(() => {});
-  const inFlight = new Set<Promise<void>>();
-  const loop = (async () => {
-    for await (const msg of messages) {
-      trouble = null;
-      const p: Promise<void> = handle(handling, msg)
-        .catch((err) => opts.logger.warn({ err: (err as Error).message }, 'usage message handling failed'))
-        .finally(() => inFlight.delete(p));
-      inFlight.add(p);
-      if (inFlight.size >= limit) await Promise.race(inFlight);
-    }
-    await Promise.all(inFlight);
-  })().finally(() => {
-    ended = true;
-    if (!stopping) opts.logger.error('usage consumer stopped receiving messages');
+  const consumer = startDurableConsumer({
+    connection: opts.connection,
+    name: 'usage consumer',
+    what: 'usage message',
+    durable: opts.durable ?? USAGE_CONSUMER,
+    filter: `${opts.prefix}.>`,
+    stream: { ensure: opts.stream ?? USAGE_STREAM },
+    ackWaitMs: 30_000,
+    maxDeliver: 20,
+    batch: limit,
+    concurrency: limit,
+    schema: usageMessageSchema,
+    handle: (body, msg) => handle(handling, body, msg),
+    onMalformed: () => rejected.inc({ reason: 'malformed' }),
+    logger: opts.logger,
   });
-  return {
-    metrics: [rejected],
-    async stop() {
-      stopping = true;
-      await messages.close();
-      await loop.catch(() => {});
-    },
-    async check() {
-      if (ended) throw new Error('usage consumer is not running');
-      if (trouble) throw new Error(`usage consumer: ${trouble}`);
-    },
-  };
+  await consumer.ready;
+  return { metrics: [rejected], stop: () => consumer.stop(), check: () => consumer.check() };
 }
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
@@ -144,17 +98,11 @@ async function senderOf(opts: Handling, msg: JsMsg): Promise<Principal> {
   return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined));
 }
 
-async function handle(opts: Handling, msg: JsMsg): Promise<void> {
-  let body: UsageMessage;
-  try {
-    body = usageMessageSchema.parse(msg.json());
-    if (msg.subject !== `${opts.prefix}.${body.session_id}`)
-      throw new Error(`subject ${msg.subject} names another session`);
-  } catch (err) {
-    opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, 'malformed usage message dropped');
+async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<Settlement> {
+  if (msg.subject !== `${opts.prefix}.${body.session_id}`) {
+    opts.logger.warn({ err: `subject ${msg.subject} names another session` }, 'malformed usage message dropped');
     opts.rejected.inc({ reason: 'malformed' });
-    msg.term();
-    return;
+    return 'term';
   }
   let sender: Principal;
   try {
@@ -163,28 +111,22 @@ async function handle(opts: Handling, msg: JsMsg): Promise<void> {
     if (!isRefusal(err)) {
       // The JWKS could not be fetched: not the sender's fault, try again later.
       opts.logger.warn({ err: (err as Error).message }, 'usage message sender not verified; will retry');
-      msg.nak(5_000);
-      return;
+      return 'retry';
     }
     opts.logger.warn({ code: err.code, session_id: body.session_id }, 'unauthenticated usage message rejected');
     opts.rejected.inc({ reason: 'unauthenticated' });
-    msg.term();
-    return;
+    return 'term';
   }
   try {
     await applyUsageUpdate(
       opts.ctx,
       toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), msg.headers?.get('X-Correlation-ID') || undefined, sender),
     );
-    msg.ack();
+    return 'ack';
   } catch (err) {
-    if (isRefusal(err)) {
-      opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage message refused');
-      opts.rejected.inc({ reason: err.kind === 'forbidden' ? 'forbidden' : 'refused' });
-      msg.term();
-      return;
-    }
-    opts.logger.warn({ err: (err as Error).message, session_id: body.session_id }, 'usage message failed; will retry');
-    msg.nak(5_000);
+    if (!isRefusal(err)) throw err;
+    opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage message refused');
+    opts.rejected.inc({ reason: err.kind === 'forbidden' ? 'forbidden' : 'refused' });
+    return 'term';
   }
 }

@@ -1,0 +1,203 @@
+/**
+ * The one durable JetStream consumer loop every service uses for events in: it finds or makes the stream, binds
+ * (or creates) the durable pull consumer with explicit ack, hands each decoded message to the service's handler with
+ * a bounded number in hand, settles it by the handler's outcome, follows the consumer's notifications for /health,
+ * and stops cleanly. The handler stays thin: message -> domain call -> outcome.
+ *
+ * Settling: `ack` (applied, or nothing to apply), `term` (can never apply: never delivered again), `retry` (nak'ed,
+ * delivered again after `retryDelayMs`). A message that fails the schema is terminated and logged as malformed; a
+ * handler that throws has its message retried (a transient failure, such as the database away).
+ */
+import {
+  AckPolicy,
+  type ConsumerMessages,
+  DeliverPolicy,
+  type JsMsg,
+  jetstream,
+  jetstreamManager,
+} from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Logger } from 'pino';
+import type { ZodType } from 'zod';
+import { awaitStream, ensureStream } from './stream.ts';
+
+/** What becomes of a handled message. */
+export type Settlement = 'ack' | 'term' | 'retry';
+
+export interface DurableConsumerOptions<T> {
+  connection: NatsConnection;
+  /** Names the consumer in logs and health messages: `usage consumer`. */
+  name: string;
+  /** Names one message in logs: `usage message` (`malformed usage message dropped`, `usage message failed; will retry`). */
+  what: string;
+  /** The durable consumer's name. */
+  durable: string;
+  /** The subjects the consumer takes (its filter subject). */
+  filter: string;
+  /**
+   * The stream: `{ ensure: name }` the service's own, created or widened to capture `filter`; `{ await: words }`
+   * another service's, whatever its name, waited for until its owner made it (`words` name it in the log).
+   */
+  stream: { ensure: string } | { await: string };
+  /** How long a delivered message may stay unsettled before it is delivered again (default 30 s). */
+  ackWaitMs?: number;
+  /** How many times a message is delivered at most (default -1: no limit). */
+  maxDeliver?: number;
+  /** How many messages are pulled at once (default 64, and never fewer than `concurrency`). */
+  batch?: number;
+  /** How many messages are handled at once (default 1: one after another, in the stream's order). */
+  concurrency?: number;
+  /** The pause before a retried message comes again (default 5 s). */
+  retryDelayMs?: number;
+  /** Decodes the JSON payload; a message it refuses is terminated. */
+  schema: ZodType<T>;
+  /** Applies one decoded message and says how to settle it; a throw retries it. */
+  handle(body: T, msg: JsMsg): Promise<Settlement>;
+  /** Called for each malformed message (to count it). */
+  onMalformed?(): void;
+  logger: Logger;
+}
+
+/** Notifications that mean no message will arrive until something changes. */
+const TROUBLE = new Set([
+  'heartbeats_missed',
+  'consumer_not_found',
+  'stream_not_found',
+  'consumer_deleted',
+  'no_responders',
+]);
+
+/** A running durable consumer. Start one with `startDurableConsumer`. */
+export interface DurableConsumer {
+  /**
+   * Resolves once the stream and the durable consumer exist and messages flow; rejects when that failed. Waiting for
+   * another service's stream may take long: a caller that needs its own stream ready awaits this.
+   */
+  readonly ready: Promise<void>;
+  /** For /health: rejects naming what is wrong (failed, stopped receiving, consumer deleted, ...). */
+  check(): Promise<void>;
+  /** Stops pulling, finishes and settles the messages in hand, then resolves. */
+  stop(): Promise<void>;
+}
+
+/** Starts consuming in the background; see `DurableConsumer.ready` for when messages flow. */
+export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): DurableConsumer {
+  const abort = new AbortController();
+  let messages: ConsumerMessages | undefined;
+  let trouble: string | null = null;
+  let failed: string | null = null;
+  let markReady!: () => void;
+  const ready = new Promise<void>((resolve) => {
+    markReady = resolve;
+  });
+
+  const bind = async (): Promise<ConsumerMessages> => {
+    const jsm = await jetstreamManager(opts.connection);
+    let stream: string;
+    if ('ensure' in opts.stream) {
+      stream = opts.stream.ensure;
+      await ensureStream(jsm, { name: stream, subjects: [opts.filter] });
+    } else {
+      const words = opts.stream.await;
+      stream = await awaitStream(jsm, opts.filter, {
+        signal: abort.signal,
+        onWait: (n) => {
+          if (n === 1) opts.logger.info({ subject: opts.filter }, `waiting for ${words}`);
+        },
+      });
+    }
+    const existing = await jsm.consumers.info(stream, opts.durable).catch(() => undefined);
+    if (!existing) {
+      await jsm.consumers.add(stream, {
+        durable_name: opts.durable,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: opts.filter,
+        ack_wait: (opts.ackWaitMs ?? 30_000) * 1_000_000,
+        max_deliver: opts.maxDeliver ?? -1,
+      });
+    }
+    const consumer = await jetstream(opts.connection).consumers.get(stream, opts.durable);
+    const limit = opts.concurrency ?? 1;
+    return consumer.consume({ max_messages: Math.max(limit, opts.batch ?? 64) });
+  };
+
+  const watch = async (from: ConsumerMessages): Promise<void> => {
+    for await (const note of from.status()) {
+      if (TROUBLE.has(note.type)) {
+        trouble = note.type.replaceAll('_', ' ');
+        opts.logger.warn({ notification: note }, `${opts.name} cannot receive messages`);
+      } else if (note.type === 'heartbeat') trouble = null;
+    }
+  };
+
+  const fail = (why: string) => {
+    failed = why;
+    opts.logger.error(failed);
+  };
+  const done = (async () => {
+    messages = await bind();
+    if (abort.signal.aborted) await messages.close();
+    markReady();
+    void watch(messages).catch(() => {});
+    const limit = opts.concurrency ?? 1;
+    const inFlight = new Set<Promise<void>>();
+    for await (const msg of messages) {
+      trouble = null;
+      const p: Promise<void> = settle(opts, msg)
+        .catch((err) => opts.logger.warn({ err: (err as Error).message }, `${opts.what} handling failed`))
+        .finally(() => inFlight.delete(p));
+      inFlight.add(p);
+      if (inFlight.size >= limit) await Promise.race(inFlight);
+    }
+    await Promise.all(inFlight);
+  })().then(
+    () => {
+      if (!abort.signal.aborted) fail(`${opts.name} stopped receiving messages`);
+    },
+    (err) => {
+      if (abort.signal.aborted) return;
+      fail(`${opts.name} failed: ${(err as Error).message}`);
+      throw err;
+    },
+  );
+  // Settles once messages flow, or once the consumer ended without getting there (stopped, or failed: rejects).
+  const started = Promise.race([ready, done]);
+  started.catch(() => {});
+  return {
+    ready: started,
+    async check() {
+      if (failed) throw new Error(failed);
+      if (abort.signal.aborted) throw new Error(`${opts.name} is stopped`);
+      if (trouble) throw new Error(`${opts.name}: ${trouble}`);
+    },
+    async stop() {
+      abort.abort();
+      await messages?.close();
+      await done.catch(() => {});
+    },
+  };
+}
+
+/** Decodes one message, lets the handler apply it, and settles it by the outcome. */
+async function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<void> {
+  let body: T;
+  try {
+    body = opts.schema.parse(msg.json());
+  } catch (err) {
+    opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, `malformed ${opts.what} dropped`);
+    opts.onMalformed?.();
+    msg.term();
+    return;
+  }
+  let outcome: Settlement;
+  try {
+    outcome = await opts.handle(body, msg);
+  } catch (err) {
+    opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, `${opts.what} failed; will retry`);
+    outcome = 'retry';
+  }
+  if (outcome === 'ack') msg.ack();
+  else if (outcome === 'term') msg.term();
+  else msg.nak(opts.retryDelayMs ?? 5_000);
+}

@@ -1,0 +1,210 @@
+/**
+ * The common durable consumer over a real NATS JetStream server: a transient failure is redelivered and applied once,
+ * a bad message is terminated (never delivered again), stop() finishes the message in hand and leaves the rest for
+ * the next consumer, and a consumer of another service's stream waits until that stream exists.
+ */
+import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  connectPublisher,
+  createLogger,
+  type DurableConsumer,
+  type DurableConsumerOptions,
+  type NatsPublisher,
+  type Settlement,
+  startDurableConsumer,
+} from '../src/index.ts';
+import { testEnv } from '../src/testing/index.ts';
+
+const logger = createLogger({ service: 'consumer-test', instanceId: 't', level: 'silent' });
+const schema = z.object({ id: z.string(), fail: z.enum(['once', 'never', 'bad']).optional() });
+type Body = z.infer<typeof schema>;
+let publisher: NatsPublisher;
+const streams: string[] = [];
+
+beforeAll(async () => {
+  publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'durable-consumer-test' })) as NatsPublisher;
+});
+afterAll(async () => {
+  const jsm = await jetstreamManager(publisher.connection);
+  for (const s of streams) await jsm.streams.delete(s).catch(() => {});
+  await publisher?.close();
+});
+
+async function until<T>(read: () => T | Promise<T>, done: (v: T) => boolean, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (done(v) || Date.now() > end) return v;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** A fresh stream and subject, and a recording handler: what it was handed, and what it applied. */
+function scene() {
+  const suffix = randomBytes(4).toString('hex');
+  const stream = `TEST_CONSUMER_${suffix}`;
+  streams.push(stream);
+  const subject = `test.consumer.${suffix}`;
+  const seen: string[] = [];
+  const applied: string[] = [];
+  let malformed = 0;
+  const options = (extra: Partial<DurableConsumerOptions<Body>> = {}): DurableConsumerOptions<Body> => ({
+    connection: publisher.connection,
+    name: 'test consumer',
+    what: 'test message',
+    durable: 'test-durable',
+    filter: `${subject}.>`,
+    stream: { ensure: stream },
+    ackWaitMs: 1000,
+    retryDelayMs: 100,
+    schema,
+    async handle(body): Promise<Settlement> {
+      seen.push(body.id);
+      if (body.fail === 'bad') return 'term';
+      if (body.fail === 'once' && seen.filter((id) => id === body.id).length === 1) throw new Error('database away');
+      applied.push(body.id);
+      return 'ack';
+    },
+    onMalformed: () => {
+      malformed++;
+    },
+    logger,
+    ...extra,
+  });
+  const send = (data: unknown) => publisher.publish(`${subject}.x`, data);
+  const info = async () => (await jetstreamManager(publisher.connection)).consumers.info(stream, 'test-durable');
+  return { stream, subject, seen, applied, malformed: () => malformed, options, send, info };
+}
+
+describe('durable consumer', () => {
+  it('redelivers a message whose handler failed and applies it once; the messages after it go on meanwhile', async () => {
+    const s = scene();
+    const consumer = startDurableConsumer(s.options());
+    try {
+      await consumer.ready;
+      await s.send({ id: 'a', fail: 'once' });
+      await s.send({ id: 'b' });
+      await until(
+        () => s.applied.length,
+        (n) => n >= 2,
+      );
+      await new Promise((r) => setTimeout(r, 1500)); // past the ack wait: anything unsettled would come again
+      // b was not held up by a's retry.
+      expect(s.applied).toEqual(['b', 'a']);
+      expect(s.seen).toEqual(['a', 'b', 'a']);
+      const info = await s.info();
+      expect(info.num_ack_pending).toBe(0);
+      expect(info.num_pending).toBe(0);
+      await expect(consumer.check()).resolves.toBeUndefined();
+    } finally {
+      await consumer.stop();
+    }
+  });
+
+  it('terminates a malformed message and one its handler judges bad: neither is delivered again', async () => {
+    const s = scene();
+    const consumer = startDurableConsumer(s.options());
+    try {
+      await consumer.ready;
+      await s.send({ nonsense: true });
+      await s.send('not even an object');
+      await s.send({ id: 'rejected', fail: 'bad' });
+      await s.send({ id: 'good' });
+      await until(
+        () => s.applied.length,
+        (n) => n >= 1,
+      );
+      await new Promise((r) => setTimeout(r, 1500)); // past the ack wait and the retry delay
+      expect(s.malformed()).toBe(2);
+      expect(s.seen).toEqual(['rejected', 'good']);
+      expect(s.applied).toEqual(['good']);
+      const info = await s.info();
+      expect(info.num_ack_pending).toBe(0);
+      expect(info.num_redelivered).toBe(0);
+    } finally {
+      await consumer.stop();
+    }
+  });
+
+  it('stop() finishes and acknowledges the message in hand; what comes after waits for the next consumer', async () => {
+    const s = scene();
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => {
+      entered = r;
+    });
+    // Several in hand at once (as billing's usage consumer runs): stop() must wait for those still being handled.
+    const slow = s.options({
+      concurrency: 4,
+      async handle(body) {
+        s.seen.push(body.id);
+        entered();
+        await gate;
+        s.applied.push(body.id);
+        return 'ack';
+      },
+    });
+    const first = startDurableConsumer(slow);
+    await first.ready;
+    await s.send({ id: 'in-hand' });
+    await inHandler;
+    // Stopping while the handler still works: stop() waits for it and its acknowledgement.
+    setTimeout(release, 300);
+    await first.stop();
+    expect(s.applied).toEqual(['in-hand']);
+    await expect(first.check()).rejects.toThrow('test consumer is stopped');
+
+    await s.send({ id: 'after-stop' });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(s.seen).toEqual(['in-hand']);
+    const info = await s.info();
+    expect(info.num_ack_pending).toBe(0);
+    expect(info.num_pending).toBe(1);
+
+    const second = startDurableConsumer(s.options());
+    try {
+      await second.ready;
+      await until(
+        () => s.applied.length,
+        (n) => n >= 2,
+      );
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(s.applied).toEqual(['in-hand', 'after-stop']);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it("waits for another service's stream, healthy meanwhile, and consumes once its owner made it", async () => {
+    const s = scene();
+    const consumer: DurableConsumer = startDurableConsumer(s.options({ stream: { await: 'the test stream' } }));
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      await expect(consumer.check()).resolves.toBeUndefined();
+      const owner = await connectPublisher({
+        url: testEnv.natsUrl,
+        stream: { name: s.stream, subjects: [`${s.subject}.>`] },
+      });
+      try {
+        await owner.publish(`${s.subject}.x`, { id: 'from-owner' });
+      } finally {
+        await owner.close();
+      }
+      await consumer.ready;
+      await until(
+        () => s.applied.length,
+        (n) => n >= 1,
+        8000,
+      );
+      expect(s.applied).toEqual(['from-owner']);
+    } finally {
+      await consumer.stop();
+    }
+  });
+});
