@@ -21,14 +21,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import {
-  authClient,
-  billingClient,
-  registryClient,
-  type TokenSource,
-  unwrap,
-  userLogin,
-} from '@gpu/client';
+import { authClient, billingClient, registryClient, type TokenSource, unwrap, userLogin } from '@gpu/client';
 import { deposit, proveAddress } from '@gpu/client/solana';
 import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, transferChecked } from '@solana/spl-token';
 import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
