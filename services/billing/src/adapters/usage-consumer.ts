@@ -1,6 +1,7 @@
 /**
  * Usage updates over NATS: a durable JetStream pull consumer (`billing-usage`
- * on stream `BILLING_USAGE`, subjects `<usage prefix>.>`, explicit ack) feeds
+ * on stream `BILLING_USAGE` by default, subjects `<usage prefix>.>`, explicit
+ * ack), shared by every billing instance (each message goes to one of them), feeds
  * each message to the same domain function as HTTP. The message ID is the
  * payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a
  * re-publish) is applied once.
@@ -60,6 +61,8 @@ export interface UsageConsumerOptions {
   logger: Logger;
   stream?: string;
   durable?: string;
+  /** How long a delivered message waits for its ack before it is delivered again (default 30 s). */
+  ackWaitMs?: number;
   /**
    * How many messages may be in hand at once (default 512). They are applied in
    * batches of concurrent updates (domain/usage-updates.ts: group commit), so
@@ -74,6 +77,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
   const durable = opts.durable ?? USAGE_CONSUMER;
   const jsm = await jetstreamManager(opts.connection);
   await ensureStream(jsm, { name: stream, subjects: [`${opts.prefix}.>`] });
+  const ackWait = (opts.ackWaitMs ?? 30_000) * 1_000_000;
   const existing = await jsm.consumers.info(stream, durable).catch(() => undefined);
   if (!existing) {
     await jsm.consumers.add(stream, {
@@ -81,9 +85,12 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
       ack_policy: AckPolicy.Explicit,
       deliver_policy: DeliverPolicy.All,
       filter_subject: `${opts.prefix}.>`,
-      ack_wait: 30_000_000_000,
+      ack_wait: ackWait,
       max_deliver: 20,
     });
+  } else if (existing.config.ack_wait !== ackWait) {
+    // The consumer outlives instances: a changed setting takes effect on it (instances agreeing on it).
+    await jsm.consumers.update(stream, durable, { ack_wait: ackWait });
   }
   const consumer = await jetstream(opts.connection).consumers.get(stream, durable);
   const rejected = new Counter({
