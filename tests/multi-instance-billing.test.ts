@@ -76,6 +76,7 @@ beforeAll(async () => {
     DATABASE_URL: testDb.url,
     NATS_URL: testEnv.natsUrl,
     AUTH_JWKS_URL: issuer.jwksUrl,
+    HOST: '127.0.0.1',
     LOG_LEVEL: 'warn',
     BILLING__MESSAGING__STREAM: eventsStream,
     BILLING__MESSAGING__SUBJECTS__EVENTS: `test.${suffix}.billing.events`,
@@ -92,9 +93,8 @@ beforeAll(async () => {
   };
   a = new Instance('a', await freePort(), { ...env, INSTANCE_ID: 'billing-a' }, billingDir);
   b = new Instance('b', await freePort(), { ...env, INSTANCE_ID: 'billing-b' }, billingDir);
-  // One after the other: both migrate the same database (the second finds it done under the migration lock).
-  await a.start();
-  await b.start();
+  // Both at once on an empty database: one migrates it under the migration lock, the other waits and finds it done.
+  await Promise.all([a.start(), b.start()]);
   database = await openDatabase<BillingDB>({ url: testDb.url, poolSize: 4, connectTimeoutMs: 2000 });
   nats = (await connectPublisher({
     url: testEnv.natsUrl,
