@@ -133,6 +133,31 @@ export class TimeMachine {
   }
 }
 
+/**
+ * Takes the sessions' row locks (in ID order, as billing takes them) and holds them until the returned function is
+ * called: every usage update and billing of these sessions waits meanwhile, inside the instance that has it.
+ */
+export async function lockSessions(db: Kysely<BillingDB>, ids: string[]): Promise<() => Promise<void>> {
+  let release!: () => void;
+  const released = new Promise<void>((r) => {
+    release = r;
+  });
+  let locked!: () => void;
+  const holding = new Promise<void>((r) => {
+    locked = r;
+  });
+  const done = db.transaction().execute(async (trx) => {
+    await sql`SELECT id FROM rental_sessions WHERE id = ANY(${ids}::uuid[]) ORDER BY id FOR UPDATE`.execute(trx);
+    locked();
+    await released;
+  });
+  await Promise.race([holding, done]);
+  return async () => {
+    release();
+    await done;
+  };
+}
+
 /** Polls `check` until it returns nothing (an empty list of what is still wrong) or `ms` pass; returns the last. */
 export async function eventually<T>(check: () => Promise<T[]>, ms = 30_000): Promise<T[]> {
   const deadline = Date.now() + ms;
