@@ -129,7 +129,7 @@ describe('usage over NATS', () => {
     };
     const { jetstreamManager } = await import('@nats-io/jetstream');
     const jsm = await jetstreamManager(publisher.connection);
-    const ackWait = async () => (await jsm.consumers.info(opts.stream, opts.durable)).config.ack_wait / 1e6;
+    const ackWait = async () => ((await jsm.consumers.info(opts.stream, opts.durable)).config.ack_wait ?? 0) / 1e6;
     await (await startUsageConsumer(opts)).stop();
     expect(await ackWait()).toBe(30_000);
     await (await startUsageConsumer({ ...opts, ackWaitMs: 2_000 })).stop();
