@@ -19,15 +19,14 @@ import {
   createTestDatabase,
   freePort,
   type ServerProcess,
-  spawnServer,
   startTestIssuer,
   type TestDatabase,
   type TestIssuer,
   testEnv,
-  waitForHttp,
 } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RegistryDB } from '../services/provider-registry/src/db/schema.ts';
+import { Instance } from './support/instance.ts';
 
 const registryDir = fileURLToPath(new URL('../services/provider-registry', import.meta.url));
 // Long enough that registering the providers on a loaded 2-core machine (the full suite runs beside) leaves none
@@ -36,32 +35,6 @@ const OFFLINE_AFTER_MS = 6000;
 const SWEEP_INTERVAL_MS = 200;
 const PROVIDERS = 24;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** One registry process on a fixed port, which can be killed and started again there. */
-class Instance {
-  proc?: ServerProcess;
-  /** Whether the test client sends it requests. */
-  up = false;
-  constructor(
-    readonly name: string,
-    readonly port: number,
-    private readonly env: NodeJS.ProcessEnv,
-  ) {}
-  get url() {
-    return `http://127.0.0.1:${this.port}`;
-  }
-  async start() {
-    this.proc = spawnServer('src/server.ts', { cwd: registryDir, env: { ...this.env, PORT: String(this.port) } });
-    await waitForHttp(`${this.url}/health`, this.proc, { ok: true, timeoutMs: 60_000 });
-    this.up = true;
-  }
-  async kill(signal: NodeJS.Signals) {
-    this.up = false;
-    if (!this.proc || this.proc.child.exitCode !== null) return;
-    this.proc.child.kill(signal);
-    await this.proc.exited;
-  }
-}
 
 interface Provider {
   id: string;
@@ -175,8 +148,8 @@ beforeAll(async () => {
     LOG_LEVEL: 'warn',
     AUTH_JWKS_URL: issuer.jwksUrl,
   };
-  a = new Instance('a', await freePort(), { ...env, INSTANCE_ID: 'registry-a' });
-  b = new Instance('b', await freePort(), { ...env, INSTANCE_ID: 'registry-b' });
+  a = new Instance('a', await freePort(), { ...env, INSTANCE_ID: 'registry-a' }, registryDir);
+  b = new Instance('b', await freePort(), { ...env, INSTANCE_ID: 'registry-b' }, registryDir);
   // One after the other: both migrate the same database (the second finds it done under the migration lock).
   await a.start();
   await b.start();

@@ -82,6 +82,9 @@ export async function startBackground(
           ctx,
           verifier,
           prefix: config.messaging.subjects.usage,
+          stream: config.messaging.usage_stream,
+          durable: config.messaging.usage_consumer,
+          ackWaitMs: durationMs(config.messaging.usage_ack_wait),
           logger: ctx.logger,
         })
       : null;

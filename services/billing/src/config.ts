@@ -145,6 +145,15 @@ export const billingConfigSchema = z.object({
       enabled: zBool().default(true),
       /** Billing's durable consumer on it: ends the sessions of providers that go offline or into error. */
       provider_status_consumer: z.string().min(1).default('billing-provider-status'),
+      /** The JetStream stream capturing `<subjects.usage>.>` (daemons publish into it; billing creates it too). */
+      usage_stream: z.string().min(1).default('BILLING_USAGE'),
+      /** Billing's durable consumer of usage updates on it, one consumer shared by every instance. */
+      usage_consumer: z.string().min(1).default('billing-usage'),
+      /**
+       * How long a usage message handed to an instance waits for its acknowledgement before it is delivered again
+       * (to any instance): what an instance that dies holding messages delays them by.
+       */
+      usage_ack_wait: zDuration().default('30s'),
     })
     .prefault({}),
 });

@@ -116,6 +116,27 @@ describe('usage over NATS', () => {
     }
   });
 
+  it('gives an existing durable consumer a changed ack wait (what a dead instance delays its messages by)', async () => {
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const opts = {
+      connection: publisher.connection,
+      ctx: h.ctx,
+      verifier: h.app.tokenVerifier,
+      prefix: `test.usage.${suffix}`,
+      logger: createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' }),
+      stream: `USAGE_${suffix}`,
+      durable: 'billing-usage',
+    };
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    const jsm = await jetstreamManager(publisher.connection);
+    const ackWait = async () => ((await jsm.consumers.info(opts.stream, opts.durable)).config.ack_wait ?? 0) / 1e6;
+    await (await startUsageConsumer(opts)).stop();
+    expect(await ackWait()).toBe(30_000);
+    await (await startUsageConsumer({ ...opts, ackWaitMs: 2_000 })).stop();
+    expect(await ackWait()).toBe(2_000);
+    await jsm.streams.delete(opts.stream);
+  });
+
   it("applies only messages signed by the session provider's daemon: others are rejected, counted, never applied", async () => {
     const suffix = crypto.randomUUID().slice(0, 8);
     const prefix = `test.usage.${suffix}`;

@@ -107,15 +107,19 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
       });
     }
     const existing = await jsm.consumers.info(stream, opts.durable).catch(() => undefined);
+    const ackWait = (opts.ackWaitMs ?? 30_000) * 1_000_000;
     if (!existing) {
       await jsm.consumers.add(stream, {
         durable_name: opts.durable,
         ack_policy: AckPolicy.Explicit,
         deliver_policy: DeliverPolicy.All,
         filter_subject: opts.filter,
-        ack_wait: (opts.ackWaitMs ?? 30_000) * 1_000_000,
+        ack_wait: ackWait,
         max_deliver: opts.maxDeliver ?? -1,
       });
+    } else if (existing.config.ack_wait !== ackWait) {
+      // The consumer outlives instances: a changed ack wait takes effect on it (the instances agreeing on it).
+      await jsm.consumers.update(stream, opts.durable, { ack_wait: ackWait });
     }
     const consumer = await jetstream(opts.connection).consumers.get(stream, opts.durable);
     const limit = opts.concurrency ?? 1;

@@ -1,9 +1,10 @@
 /**
  * Usage updates over NATS: a durable JetStream pull consumer (common's
- * `startDurableConsumer`; `billing-usage` on stream `BILLING_USAGE`, subjects
- * `<usage prefix>.>`, explicit ack) feeds each message to the same domain
- * function as HTTP. The message ID is the payload's `message_id`, else its
- * `Nats-Msg-Id` header, so a redelivery (or a re-publish) is applied once.
+ * `startDurableConsumer`; `billing-usage` on stream `BILLING_USAGE` by default, subjects `<usage prefix>.>`, explicit
+ * ack), shared by every billing instance (each message goes to one of them), feeds
+ * each message to the same domain function as HTTP. The message ID is the
+ * payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a
+ * re-publish) is applied once.
  *
  * A message carries its sender's access token in an `Authorization: Bearer
  * <token>` header, verified like an HTTP request's (the same JWKS); the sender
@@ -51,6 +52,8 @@ export interface UsageConsumerOptions {
   logger: Logger;
   stream?: string;
   durable?: string;
+  /** How long a delivered message waits for its ack before it is delivered again (default 30 s). */
+  ackWaitMs?: number;
   /**
    * How many messages may be in hand at once (default 512). They are applied in
    * batches of concurrent updates (domain/usage-updates.ts: group commit), so
@@ -77,7 +80,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     durable: opts.durable ?? USAGE_CONSUMER,
     filter: `${opts.prefix}.>`,
     stream: { ensure: opts.stream ?? USAGE_STREAM },
-    ackWaitMs: 30_000,
+    ackWaitMs: opts.ackWaitMs ?? 30_000,
     maxDeliver: 20,
     batch: limit,
     concurrency: limit,

@@ -7,7 +7,6 @@ import { createPrivateKey, sign } from 'node:crypto';
 import { createLogger, Outbox } from '@gpu/common';
 import { type Caller, createTestDatabase, injectAs, startTestIssuer, type TestIssuer } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
-import { sql } from 'kysely';
 import { afterAll, beforeAll } from 'vitest';
 import { base58Encode } from '../../src/adapters/base58.ts';
 import type { Chain } from '../../src/adapters/chain.ts';
@@ -19,6 +18,7 @@ import { postTransfers } from '../../src/domain/ledger.ts';
 import { Dec } from '../../src/domain/money.ts';
 import type { MarketFactors } from '../../src/domain/pricing.ts';
 import { createWallet } from '../../src/domain/wallets.ts';
+import { ledgerProblems } from './ledger-check.ts';
 
 export interface SetupOptions {
   chain?: Chain | null;
@@ -110,44 +110,8 @@ export async function setupBilling(opts: SetupOptions = {}) {
     );
   }
 
-  /** Checks every ledger invariant; returns the per-account sums for further assertions. */
-  async function assertLedgerConsistent() {
-    const accounts = await db.selectFrom('ledger_accounts').selectAll().execute();
-    const sums = await sql<{ id: string; credits: string; debits: string }>`
-      SELECT a.id,
-             coalesce((SELECT sum(amount) FROM ledger_transfers WHERE credit_account_id = a.id), 0) AS credits,
-             coalesce((SELECT sum(amount) FROM ledger_transfers WHERE debit_account_id = a.id), 0) AS debits
-        FROM ledger_accounts a`.execute(db);
-    const problems: string[] = [];
-    let total = new Dec(0);
-    for (const a of accounts) {
-      const s = sums.rows.find((r) => r.id === a.id)!;
-      const derived = new Dec(s.credits).minus(s.debits);
-      if (!derived.eq(a.balance))
-        problems.push(`account ${a.id} (${a.kind}) balance ${a.balance} != entries ${derived}`);
-      if (a.non_negative && new Dec(a.balance).isNegative()) problems.push(`account ${a.id} is negative`);
-      total = total.plus(a.balance);
-    }
-    if (!total.isZero()) problems.push(`accounts sum to ${total}, not 0`);
-    const holds = await sql<{ wallet_id: string; locked: string; held: string }>`
-      SELECT a.wallet_id, a.balance AS locked,
-             coalesce((SELECT sum(amount - posted - released) FROM holds h
-                        WHERE h.wallet_id = a.wallet_id AND h.status = 'pending'), 0) AS held
-        FROM ledger_accounts a WHERE a.kind = 'locked'`.execute(db);
-    for (const h of holds.rows) {
-      if (!new Dec(h.locked).eq(h.held)) problems.push(`wallet ${h.wallet_id} locks ${h.locked} but holds ${h.held}`);
-    }
-    const pendingOut = await sql<{ wallet_id: string; balance: string; pending: string }>`
-      SELECT a.wallet_id, a.balance,
-             coalesce((SELECT sum(amount) FROM transactions t WHERE t.wallet_id = a.wallet_id
-                        AND t.status = 'pending' AND t.type IN ('withdrawal', 'payout')), 0) AS pending
-        FROM ledger_accounts a WHERE a.kind = 'pending_out'`.execute(db);
-    for (const p of pendingOut.rows) {
-      if (!new Dec(p.balance).eq(p.pending))
-        problems.push(`wallet ${p.wallet_id} pending_out ${p.balance} != ${p.pending}`);
-    }
-    return { problems, accounts };
-  }
+  /** Checks every ledger invariant (ledger-check.ts); returns the problems and the accounts. */
+  const assertLedgerConsistent = () => ledgerProblems(db);
 
   /** Proves the wallet's address with its keypair (challenge, signature, proof), as its holder would. */
   async function proveAddress(walletId: string, kp: Keypair, headers: Record<string, string> = {}) {
