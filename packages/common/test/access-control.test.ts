@@ -177,14 +177,15 @@ describe('access control (every route needs a token unless public)', () => {
       aud: 'platform',
       sub,
       iat: now,
-      exp: now + 1,
+      // Five seconds: still valid at the first check on a loaded machine (a one-second token was not, once).
+      exp: now + 5,
       jti: 'j',
       roles: ['renter'],
     })
       .setProtectedHeader({ alg: 'HS256' })
       .sign(new TextEncoder().encode(secret));
     await expect(verifier.verify(shortLived)).resolves.toMatchObject({ sub });
-    await new Promise((r) => setTimeout(r, 2100));
+    await new Promise((r) => setTimeout(r, Math.max(0, (now + 5) * 1000 + 200 - Date.now())));
     await expect(verifier.verify(shortLived)).rejects.toMatchObject({ code: 'TOKEN_EXPIRED' });
     // A queued message is judged as of when it was sent.
     await expect(verifier.verify(shortLived, new Date(now * 1000))).resolves.toMatchObject({ sub });
