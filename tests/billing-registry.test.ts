@@ -294,6 +294,54 @@ describe('billing and the provider registry', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it('rents and prices the whole machine: one GPU asked of a four-GPU machine is four GPUs, quoted the same', async () => {
+    const owner = await providerUser();
+    const a100 = { model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 };
+    const machine = await machineOf(owner, { gpus: [gpu(a100), gpu(a100), gpu(a100), gpu(a100)] });
+    const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+    const renter = { authorization: `Bearer ${tokens.access_token}` };
+    const wallet = await call(billing, renter, 'POST', '/wallet', {
+      owner_type: 'user',
+      owner_id: user.id,
+      solana_address: base58Encode(randomBytes(32)),
+    });
+    await billing.credit(wallet.json().id, '100');
+    const quote = await call(billing, renter, 'POST', '/pricing/calculate', {
+      gpu_model: 'A100',
+      gpu_count: 1,
+      provider_id: machine,
+    });
+    // 4 × 2.00 + 4 × 80 GB × 0.02 + 1600 W × 0.001
+    expect(quote.json()).toMatchObject({ gpu_count: 4, total_hourly_rate: '16.000000' });
+    const cheap = await call(billing, renter, 'POST', '/billing/start-session', {
+      user_id: user.id,
+      wallet_id: wallet.json().id,
+      provider_id: machine,
+      job_id: randomUUID(),
+      gpu_model: 'A100',
+      gpu_count: 1,
+      requested_vram_mb: 0,
+      estimated_power_w: 0,
+      accepted_hourly_rate: '5',
+    });
+    // The price of one GPU is not accepted for the whole machine.
+    expect(cheap.statusCode).toBe(409);
+    expect(cheap.json().code).toBe('PRICE_NOT_ACCEPTED');
+    const started = await call(billing, renter, 'POST', '/billing/start-session', {
+      user_id: user.id,
+      wallet_id: wallet.json().id,
+      provider_id: machine,
+      job_id: randomUUID(),
+      gpu_model: 'A100',
+      gpu_count: 1,
+      requested_vram_mb: 0,
+      estimated_power_w: 0,
+      accepted_hourly_rate: quote.json().total_hourly_rate,
+    });
+    expect(started.statusCode, started.body).toBe(201);
+    expect(started.json().session).toMatchObject({ gpu_count: 4, requested_vram_mb: 327680, estimated_power_w: 1600 });
+  });
+
   it('without NATS, asks the registry about machines with running sessions and ends those of a machine gone offline', async () => {
     const owner = await providerUser();
     const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };

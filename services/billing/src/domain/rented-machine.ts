@@ -20,8 +20,11 @@ export interface RentedResources {
 }
 
 /**
- * The GPUs a rental of `asked.gpuCount` takes on the machine: healthy ones of the asked model (by model key, so
- * `H100` finds `NVIDIA H100 80GB HBM3`), else of the machine's model when it has only one; priced from the record.
+ * The GPUs a rental takes on the machine, priced from the record: a session rents the whole machine (it holds the
+ * machine's reservation, and the registry shows the machine busy), so it takes, and pays for, every healthy GPU of
+ * the asked model (by model key, so `H100` finds `NVIDIA H100 80GB HBM3`; else of the machine's model when it has
+ * only one), at least `asked.gpuCount` of them: asking for one GPU of a four-GPU machine rents and prices all four.
+ * Otherwise one renter could keep a whole machine off the market at the price of one GPU.
  */
 export function rentOn(machine: ProviderRecord, asked: RentedResources): RentedResources {
   if (machine.status !== 'idle') {
@@ -46,7 +49,7 @@ export function gpusFor(machine: ProviderRecord, asked: RentedResources): Rented
       machine.status,
     );
   }
-  const taken = wanted.slice(0, asked.gpuCount);
+  const taken = wanted;
   const power = taken.every((g) => g.powerW !== null)
     ? taken.reduce((sum, g) => sum + (g.powerW ?? 0), 0)
     : asked.estimatedPowerW;
