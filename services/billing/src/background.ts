@@ -46,9 +46,7 @@ export async function startBackground(
 
   let reconciling: Promise<unknown> | undefined;
   const reconcile = (minAgeMs: number) => {
-    // Pending payouts settled first, then automatic payouts that came due without a nudge (auto-payout.ts).
     reconciling ??= reconcilePending(ctx, minAgeMs)
-      .then(() => sweepAutoPayouts(ctx))
       .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'reconciliation failed; will retry'))
       .finally(() => {
         reconciling = undefined;
@@ -61,6 +59,21 @@ export async function startBackground(
   const minAge = durationMs(config.blockchain.confirm_timeout) + 5000;
   const timer = every > 0 ? setInterval(() => void reconcile(minAge), every) : undefined;
   timer?.unref();
+
+  // Automatic payouts that came due without a nudge (a session ended by the biller or an offline provider, an
+  // instance stopped in between): a round of their own, so a slow payout never holds up the reconciliation.
+  let sweeping: Promise<unknown> | undefined;
+  const sweepTimer =
+    every > 0
+      ? setInterval(() => {
+          sweeping ??= sweepAutoPayouts(ctx)
+            .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'automatic payouts failed; will retry'))
+            .finally(() => {
+              sweeping = undefined;
+            });
+        }, every)
+      : undefined;
+  sweepTimer?.unref();
 
   let billing: Promise<unknown> | undefined;
   const bill = () => {
@@ -124,6 +137,7 @@ export async function startBackground(
     metrics: consumer?.metrics ?? [],
     async stop() {
       clearInterval(timer);
+      clearInterval(sweepTimer);
       clearInterval(billTimer);
       clearInterval(checkTimer);
       await checking;
@@ -131,6 +145,7 @@ export async function startBackground(
       await statuses?.stop();
       await billing;
       await reconciling;
+      await sweeping;
       await settleAutoPayouts(ctx);
       await relay?.stop();
     },

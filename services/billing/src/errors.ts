@@ -162,6 +162,8 @@ export const billingErrors = {
       errors: [{ path: 'body.destination', message: detail }],
     });
   },
+  autoPayoutChanged: (walletId: string) =>
+    errors.conflict('AUTO_PAYOUT_CHANGED', `wallet ${walletId}'s automatic payout changed while it was being paid`),
   destinationRequired: (walletId: string) => {
     const detail = `wallet ${walletId} has no address yet: name the destination`;
     return new AppError('invalid', 'DESTINATION_REQUIRED', detail, {

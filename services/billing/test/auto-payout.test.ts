@@ -7,7 +7,7 @@
 import { TOKEN_PROGRAM_ID } from '@solana/spl-token';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { payOutEarnings, settleAutoPayouts, sweepAutoPayouts } from '../src/domain/auto-payout.ts';
+import { autoPayoutBackoffMs, payOutEarnings, settleAutoPayouts, sweepAutoPayouts } from '../src/domain/auto-payout.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { end, manualClock, start } from './support/sessions.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
@@ -62,6 +62,8 @@ async function rental(p: Awaited<ReturnType<typeof provider>>, minutes: number, 
   clock.advance(minutes * 60_000);
   const ended = await end(h, started.json().session.id);
   expect(ended.statusCode, ended.body).toBe(200);
+  // The end's prompt to pay out, done before the test looks.
+  await settleAutoPayouts(h.ctx);
   return ended.json().billing_record.provider_earnings as string;
 }
 
@@ -84,7 +86,7 @@ describe('automatic payouts', () => {
       wallet_id: p.wallet.id,
       auto_payout: false,
       destination: null,
-      minimum_payout: '10',
+      minimum_payout: '10.000000',
     });
     // Off: earnings stay in the wallet.
     const first = await rental(p, 1); // 4 × 200/h × 1 min = 13.333333, less the 5% fee
@@ -156,6 +158,81 @@ describe('automatic payouts', () => {
     expect(results.slice(0, 3).filter((r) => r === 'confirmed').length).toBeLessThanOrEqual(1);
     expect(await L.chain.tokenBalance(p.address)).toBe('25.333334');
     expect(await payouts(p.wallet.id)).toEqual([{ amount: '25.333334', status: 'confirmed', destination: p.address }]);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('backs off a payout that fails, so failing wallets never crowd out the others or burn fees every round', async () => {
+    // Three wallets whose address turned into something that cannot hold tokens (the mint), then a good one.
+    const bad = [];
+    for (let i = 0; i < 3; i++) {
+      const p = await provider();
+      await rental(p, 1);
+      await h.db
+        .updateTable('wallets')
+        .set({ auto_payout_to: L.mint.toBase58() })
+        .where('id', '=', p.wallet.id)
+        .execute();
+      bad.push(p);
+    }
+    const good = await provider();
+    await rental(good, 1);
+    await h.db.updateTable('wallets').set({ auto_payout_to: good.address }).where('id', '=', good.wallet.id).execute();
+
+    // A round of three takes the oldest: the failing ones, which then wait; the next round reaches the good one.
+    const before = Date.now();
+    expect(await sweepAutoPayouts(h.ctx, 3)).toBe(3);
+    const failing = await h.db
+      .selectFrom('wallets')
+      .select(['auto_payout_failures', 'auto_payout_retry_at'])
+      .where(
+        'id',
+        'in',
+        bad.map((p) => p.wallet.id),
+      )
+      .execute();
+    for (const w of failing) {
+      expect(w.auto_payout_failures).toBe(1);
+      expect(w.auto_payout_retry_at!.getTime()).toBeGreaterThanOrEqual(before + autoPayoutBackoffMs(1));
+    }
+    expect(await sweepAutoPayouts(h.ctx, 3)).toBe(1);
+    expect(await L.chain.tokenBalance(good.address)).toBe('12.666666');
+    // Waiting out its backoff, a failing wallet is not tried again, even on a session end's prompt.
+    expect(await payOutEarnings(h.ctx, bad[0]!.wallet.id)).toBeNull();
+    for (const p of bad) expect(await payouts(p.wallet.id)).toEqual([]);
+    // Fixing the setting clears the failures: paid at once.
+    const fixed = await as(bad[0]!.owner.headers).put(`/api/v1/provider/${bad[0]!.providerId}/payout-settings`, {
+      auto_payout: true,
+    });
+    expect(fixed.statusCode, fixed.body).toBe(200);
+    await settleAutoPayouts(h.ctx);
+    expect(await L.chain.tokenBalance(bad[0]!.address)).toBe('12.666666');
+    expect(autoPayoutBackoffMs(1)).toBe(60_000);
+    expect(autoPayoutBackoffMs(3)).toBe(240_000);
+    expect(autoPayoutBackoffMs(40)).toBe(86_400_000);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('pays nothing to an address the holder moved away from while the payout was being prepared', async () => {
+    const p = await provider();
+    await rental(p, 1);
+    await h.db.updateTable('wallets').set({ auto_payout_to: p.address }).where('id', '=', p.wallet.id).execute();
+    // The real chain, with the holder's change landing between the payout's first read and its debit.
+    const moved = fresh();
+    const chain = L.chain;
+    const racing = Object.create(chain, {
+      prepareTransfer: {
+        value: async (to: string, amount: string) => {
+          await h.db.updateTable('wallets').set({ auto_payout_to: moved }).where('id', '=', p.wallet.id).execute();
+          return chain.prepareTransfer(to, amount);
+        },
+      },
+    });
+    expect(await payOutEarnings({ ...h.ctx, chain: racing }, p.wallet.id)).toBeNull();
+    expect(await L.chain.tokenBalance(p.address)).toBe('0');
+    expect(await payouts(p.wallet.id)).toEqual([]);
+    // The next attempt pays the new address.
+    expect(await payOutEarnings(h.ctx, p.wallet.id)).toBe('confirmed');
+    expect(await L.chain.tokenBalance(moved)).toBe('12.666666');
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 

@@ -26,6 +26,9 @@ export interface WalletTable {
   address_challenge_expires_at: Date | null;
   /** A provider wallet's automatic payout address (earnings paid on chain after a session ends); null: off. */
   auto_payout_to: Generated<string | null>;
+  /** Automatic payouts that failed in a row, and the earliest next attempt (null: now). */
+  auto_payout_failures: Generated<number>;
+  auto_payout_retry_at: Generated<Date | null>;
   created_at: Timestamp;
 }
 

@@ -1,5 +1,5 @@
 /** Queries on wallets. Every function takes the database or a transaction. */
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, OwnerType, WalletTable } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -78,18 +78,45 @@ export async function otherProvenHolders(db: Db, address: string, walletId: stri
   return rows.map((r) => r.holder_id);
 }
 
-/** Sets (an address) or clears (null) a provider wallet's automatic payout; its row after the change. */
+/** Sets (an address) or clears (null) a provider wallet's automatic payout, with a clean slate of failures. */
 export async function setAutoPayoutTo(db: Db, id: string, address: string | null): Promise<WalletRow> {
   return db
     .updateTable('wallets')
-    .set({ auto_payout_to: address })
+    .set({ auto_payout_to: address, auto_payout_failures: 0, auto_payout_retry_at: null })
     .where('id', '=', id)
     .returningAll()
     .executeTakeFirstOrThrow();
 }
 
-/** Wallets with automatic payout on whose available balance is at least `minimum`, oldest first. */
-export async function walletsDueForAutoPayout(db: Db, minimum: string, limit: number): Promise<WalletRow[]> {
+/** The wallet's automatic payout address, its row locked until the transaction ends. */
+export async function lockAutoPayoutTo(trx: Transaction<BillingDB>, id: string): Promise<string | null> {
+  const row = await trx
+    .selectFrom('wallets')
+    .select('auto_payout_to')
+    .where('id', '=', id)
+    .forUpdate()
+    .executeTakeFirst();
+  return row?.auto_payout_to ?? null;
+}
+
+/** Records the outcome of an automatic payout: a success clears the failures, a failure sets the next attempt. */
+export async function recordAutoPayoutOutcome(db: Db, id: string, retryAt: Date | null): Promise<void> {
+  await db
+    .updateTable('wallets')
+    .set((eb) =>
+      retryAt
+        ? { auto_payout_failures: eb('auto_payout_failures', '+', 1), auto_payout_retry_at: retryAt }
+        : { auto_payout_failures: 0, auto_payout_retry_at: null },
+    )
+    .where('id', '=', id)
+    .execute();
+}
+
+/**
+ * Wallets with automatic payout on, due now (not waiting out a failure), whose available balance is at least
+ * `minimum`: those never tried first, then by their next attempt.
+ */
+export async function walletsDueForAutoPayout(db: Db, minimum: string, now: Date, limit: number): Promise<WalletRow[]> {
   return db
     .selectFrom('wallets')
     .innerJoin('ledger_accounts', (j) =>
@@ -97,7 +124,11 @@ export async function walletsDueForAutoPayout(db: Db, minimum: string, limit: nu
     )
     .selectAll('wallets')
     .where('wallets.auto_payout_to', 'is not', null)
+    .where((eb) =>
+      eb.or([eb('wallets.auto_payout_retry_at', 'is', null), eb('wallets.auto_payout_retry_at', '<=', now)]),
+    )
     .where('ledger_accounts.balance', '>=', minimum)
+    .orderBy(sql`wallets.auto_payout_retry_at NULLS FIRST`)
     .orderBy('wallets.created_at')
     .limit(limit)
     .execute();

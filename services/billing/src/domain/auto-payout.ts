@@ -11,7 +11,13 @@
  * (INSUFFICIENT_FUNDS, not an error); within one instance one attempt per wallet runs at a time.
  */
 import type { Principal } from '@gpu/common';
-import { findWallet, setAutoPayoutTo, walletsDueForAutoPayout } from '../db/wallet-repository.ts';
+import {
+  findWallet,
+  lockAutoPayoutTo,
+  recordAutoPayoutOutcome,
+  setAutoPayoutTo,
+  walletsDueForAutoPayout,
+} from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
 import { assertMayReadEarnings, assertProviderOwner, assertWalletHolder } from './access.ts';
 import { chainError } from './chain-errors.ts';
@@ -35,7 +41,7 @@ const settingOf = (ctx: BillingContext, providerId: string, wallet: Wallet): Aut
   providerId,
   walletId: wallet.id,
   destination: wallet.autoPayoutTo,
-  minimumPayout: ctx.minimumPayout,
+  minimumPayout: new Dec(ctx.minimumPayout).toFixed(ctx.scale),
 });
 
 /** The provider's setting, read by whoever may read its earnings. */
@@ -102,39 +108,78 @@ async function providerWalletToManage(
   return providerWalletOf(ctx, machine);
 }
 
+/** The wait after `failures` automatic payouts failed in a row: a minute, doubling, at most a day. */
+export function autoPayoutBackoffMs(failures: number): number {
+  return Math.min(60_000 * 2 ** Math.max(0, failures - 1), 24 * 3_600_000);
+}
+
 /**
  * Pays the wallet's available earnings to its automatic payout address when they reach the minimum payout; the
- * payout's state (`confirmed`, `pending`, `failed`), or null when nothing was due (or another attempt took it).
+ * payout's state (`confirmed`, `pending`, `failed`), or null when nothing was due, the wallet is waiting out earlier
+ * failures, or another attempt took the earnings. The address is checked again under the wallet's lock just before
+ * the debit, so a setting changed meanwhile (turned off, or moved away from a compromised address) wins. A failed
+ * payout (refused destination, transfer failed on chain) is tried again after a backoff (`autoPayoutBackoffMs`), not
+ * at every round.
  */
-export async function payOutEarnings(ctx: BillingContext, walletId: string): Promise<string | null> {
+export async function payOutEarnings(
+  ctx: BillingContext,
+  walletId: string,
+  correlationId?: string,
+): Promise<string | null> {
   const row = await findWallet(ctx.db, walletId);
-  if (!row?.auto_payout_to) return null;
+  const destination = row?.auto_payout_to;
+  if (!row || !destination) return null;
+  if (row.auto_payout_retry_at && row.auto_payout_retry_at.getTime() > Date.now()) return null;
   const balances = await walletBalances(ctx.db, walletId, ctx.scale);
   const available = new Dec(balances?.available ?? 0);
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
+  const failed = async (why: string) => {
+    const wait = autoPayoutBackoffMs(row.auto_payout_failures + 1);
+    await recordAutoPayoutOutcome(ctx.db, walletId, new Date(Date.now() + wait));
+    ctx.logger.warn(
+      { wallet_id: walletId, err: why, retry_in_ms: wait, failures: row.auto_payout_failures + 1 },
+      'automatic payout failed; will retry after a backoff',
+    );
+  };
+  let paid: Awaited<ReturnType<typeof startChainPayout>>;
   try {
-    const paid = await startChainPayout(
+    paid = await startChainPayout(
       ctx,
-      { wallet: toWallet(row), type: 'payout', amount: available, destination: row.auto_payout_to },
+      {
+        wallet: toWallet(row),
+        type: 'payout',
+        amount: available,
+        destination,
+        correlationId,
+        guard: async (trx) => {
+          if ((await lockAutoPayoutTo(trx, walletId)) !== destination) throw billingErrors.autoPayoutChanged(walletId);
+        },
+      },
       null,
     );
-    ctx.logger.info(
-      { wallet_id: walletId, amount: paid.amount, status: paid.status, signature: paid.signature },
-      'automatic payout',
-    );
-    return paid.status;
   } catch (err) {
-    // Another instance (or the sweep) paid these earnings first.
-    if ((err as { code?: string }).code === 'INSUFFICIENT_FUNDS') return null;
-    throw err;
+    const code = (err as { code?: string }).code;
+    // Another instance (or the sweep) paid these earnings first, or the holder changed the setting meanwhile.
+    if (code === 'INSUFFICIENT_FUNDS' || code === 'AUTO_PAYOUT_CHANGED') return null;
+    // The chain out of reach is not the payout's fault: the next round tries again.
+    if (code === 'SOLANA_UNAVAILABLE') throw err;
+    await failed((err as Error).message);
+    return 'failed';
   }
+  if (paid.status === 'failed') await failed(paid.failure_reason ?? 'the transfer failed on chain');
+  else if (row.auto_payout_failures > 0) await recordAutoPayoutOutcome(ctx.db, walletId, null);
+  ctx.logger.info(
+    { wallet_id: walletId, amount: paid.amount, status: paid.status, signature: paid.signature },
+    'automatic payout',
+  );
+  return paid.status;
 }
 
 /** Starts the wallet's automatic payout in the background (one per wallet at a time in this instance). */
-export function nudgeAutoPayout(ctx: BillingContext, walletId: string): Promise<unknown> {
+export function nudgeAutoPayout(ctx: BillingContext, walletId: string, correlationId?: string): Promise<unknown> {
   const running = ctx.state.autoPayouts.get(walletId);
   if (running) return running;
-  const attempt = payOutEarnings(ctx, walletId)
+  const attempt = payOutEarnings(ctx, walletId, correlationId)
     .catch((err) =>
       ctx.logger.warn({ wallet_id: walletId, err: (err as Error).message }, 'automatic payout failed; will retry'),
     )
@@ -143,11 +188,19 @@ export function nudgeAutoPayout(ctx: BillingContext, walletId: string): Promise<
   return attempt;
 }
 
-/** Pays every wallet whose automatic payout is due (run with the reconciliation); how many were tried. */
-export async function sweepAutoPayouts(ctx: BillingContext, limit = 100): Promise<number> {
+/**
+ * Pays the wallets whose automatic payout is due, up to `limit` of them, `concurrency` at a time (run every
+ * `billing.reconcile_interval`, apart from the reconciliation of pending payouts); how many were tried. Wallets
+ * waiting out failures are not due, so they never crowd out the others.
+ */
+export async function sweepAutoPayouts(ctx: BillingContext, limit = 100, concurrency = 4): Promise<number> {
   if (!ctx.chain) return 0;
-  const due = await walletsDueForAutoPayout(ctx.db, new Dec(ctx.minimumPayout).toFixed(), limit);
-  for (const w of due) await nudgeAutoPayout(ctx, w.id);
+  const due = await walletsDueForAutoPayout(ctx.db, new Dec(ctx.minimumPayout).toFixed(), new Date(), limit);
+  let next = 0;
+  const worker = async () => {
+    while (next < due.length) await nudgeAutoPayout(ctx, due[next++]!.id);
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, due.length) }, worker));
   return due.length;
 }
 

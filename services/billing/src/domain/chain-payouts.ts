@@ -15,8 +15,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Principal } from '@gpu/common';
+import type { Transaction } from 'kysely';
 import type { PreparedTransfer, SignatureState } from '../adapters/chain.ts';
 import { transferIdOf } from '../db/ledger-repository.ts';
+import type { BillingDB } from '../db/schema.ts';
 import {
   getTransaction,
   insertTransactions,
@@ -42,6 +44,11 @@ export interface ChainPayoutRequest {
   correlationId?: string;
   /** Who asks (a machine client may pay only the wallet's own address); absent for the service's own work. */
   actor?: Principal;
+  /**
+   * Checked inside the debit's transaction, before the debit (it may lock rows): throwing stops the payout with
+   * nothing debited or sent. An automatic payout checks there that its address is still the wallet's setting.
+   */
+  guard?: (trx: Transaction<BillingDB>) => Promise<void>;
 }
 
 const LANDED: Record<BillingContext['commitment'], SignatureState[]> = {
@@ -103,6 +110,7 @@ export async function recordIntent(
   const { wallet, amount, destination } = req;
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
+    await req.guard?.(trx);
     const now = new Date();
     await postTransfers(
       trx,

@@ -77,7 +77,7 @@ export async function endSession(
   });
   // The provider's earnings, committed: paid out now when the provider asked for automatic payouts.
   if (!end.alreadyEnded && new Dec(end.billingRecord.provider_earnings).gt(0)) {
-    void nudgeAutoPayout(ctx, end.session.provider_wallet_id);
+    void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
   }
   return end;
 }
