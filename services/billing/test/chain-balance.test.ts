@@ -25,17 +25,17 @@ describe('GET /api/v1/wallet/{id}/chain-balance', () => {
       wallet_id: wallet.id,
       solana_address: kp.publicKey.toBase58(),
       mint: L.mint.toBase58(),
-      token_balance: '40',
+      token_balance: '40.000000',
       decimals: 6,
     });
     await L.transfer(kp, L.treasury.publicKey, 2_500_000n); // 2.5 tokens
-    expect((await read()).json().token_balance).toBe('37.5');
+    expect((await read()).json().token_balance).toBe('37.500000');
   });
 
   it('answers "0" for an address without a token account', async () => {
     const wallet = await walletOf(Keypair.generate().publicKey.toBase58());
     const res = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${wallet.id}/chain-balance` });
-    expect(res.json().token_balance).toBe('0');
+    expect(res.json().token_balance).toBe('0.000000');
   });
 
   it('answers 404 for an unknown wallet and 400 for a malformed ID', async () => {

@@ -1976,7 +1976,7 @@ export interface paths {
         put?: never;
         /**
          * Pay a provider's earnings out on chain (at least the minimum payout)
-         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens).
+         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum.
          */
         post: {
             parameters: {
@@ -3691,7 +3691,7 @@ export interface paths {
                             decimals: number;
                             mint: string;
                             solana_address: string;
-                            /** @description tokens, decimal string; "0" when the address has no token account */
+                            /** @description tokens, decimal string with the token's decimals; "0.000000" when the address has no token account */
                             token_balance: string;
                             /** Format: uuid */
                             wallet_id: string;

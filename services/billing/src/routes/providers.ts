@@ -132,7 +132,8 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
         description:
           'Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 ' +
           'confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the ' +
-          'amount is under `billing.minimum_payout` (default 10 tokens).',
+          'amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more ' +
+          'than the available balance, or, without an amount, when the available balance is under the minimum.',
         params: providerParams,
         headers: idempotencyHeaders,
         body: z

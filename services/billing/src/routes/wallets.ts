@@ -6,6 +6,7 @@ import { issueAddressChallenge, proveAddress } from '../domain/address-proof.ts'
 import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
+import { Dec, formatAmount } from '../domain/money.ts';
 import { openWallet, walletFor } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
 import { transactionJson, walletJson } from '../wire/presenters.ts';
@@ -169,7 +170,9 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
             wallet_id: z.uuid(),
             solana_address: z.string(),
             mint: z.string(),
-            token_balance: z.string().describe('tokens, decimal string; "0" when the address has no token account'),
+            token_balance: z
+              .string()
+              .describe('tokens, decimal string with the token\'s decimals; "0.000000" when the address has no token account'),
             decimals: z.number().int(),
           }),
           ...problems(400, 403, 404, 409, 503),
@@ -187,7 +190,8 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           wallet_id: wallet.id,
           solana_address: address,
           mint: chain.mintAddress(),
-          token_balance: await chain.tokenBalance(address),
+          // Padded to the token's decimals, like every other amount.
+          token_balance: formatAmount(new Dec(await chain.tokenBalance(address)), chain.decimals()),
           decimals: chain.decimals(),
         };
       } catch (err) {
