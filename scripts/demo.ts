@@ -7,25 +7,40 @@
  *     turns automatic payouts on, to a Solana address of its own.
  *  2. A renter signs up, gets platform tokens on the local chain (the localnet's test wallet plays the faucet), opens
  *     a wallet, proves its address and deposits (an SPL transferChecked to the treasury, credited by billing).
- *  3. The renter quotes the machine, accepts the price and starts a session: billing prices it from the registry's
- *     record, the registry shows the machine busy, the daemon reports usage, and uploads the job's output through a
- *     presigned URL the renter made; the renter reads it back.
- *  4. The renter ends the session: billing charges the minute, credits the provider's earnings and pays them out on
- *     chain; the registry shows the machine idle again.
+ *  3. The renter discovers the machine with filters (through the gateway's machine client: renters discover through
+ *     the gateway), uploads a dataset, quotes the machine, accepts the price and starts a session: billing prices it
+ *     from the registry's record, the registry shows the machine busy, the daemon reports usage; the job reads the
+ *     dataset and its output is uploaded with the daemon's uploader through a presigned URL the renter made; the
+ *     renter reads it back.
+ *  4. The renter ends the session: billing charges the started minute (the billing minute is not shortened: the
+ *     session lasts seconds and is billed one minute), credits the provider's earnings and pays them out on chain;
+ *     the registry shows the machine idle again.
+ *  5. Reconciliation, read back from billing and the chain: renter paid = provider earned + platform fee, the fee is
+ *     5% of the cost, the payout is the earnings, and each on-chain balance (the renter's address, the payout
+ *     address, the treasury) matches its wallet. Exit status 0 only when every line holds.
  *
  * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would. The last
  * line is `DEMO OK {json}` (what happened, with the payout's signature), or the command fails naming the step.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { authClient, billingClient, registryClient, type TokenSource, unwrap, userLogin } from '@gpu/client';
+import {
+  authClient,
+  billingClient,
+  clientCredentials,
+  registryClient,
+  type TokenSource,
+  unwrap,
+  userLogin,
+} from '@gpu/client';
 import { deposit, proveAddress } from '@gpu/client/solana';
 import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, transferChecked } from '@solana/spl-token';
 import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
+import { type RentalFigures, reconcile } from './lib/demo-reconcile.ts';
 import { platformDataDir, platformPorts, repoRoot } from './lib/platform.ts';
 
 const ports = platformPorts();
@@ -134,6 +149,48 @@ async function chainBalance(connection: Connection, owner: PublicKey): Promise<s
   return (await connection.getTokenAccountBalance(ata, 'finalized')).value.uiAmountString ?? '0';
 }
 
+/** A token account's balance on chain (tokens, a decimal string). */
+async function tokenAccountBalance(connection: Connection, account: string): Promise<string> {
+  return (await connection.getTokenAccountBalance(new PublicKey(account), 'finalized')).value.uiAmountString ?? '0';
+}
+
+/** The machine as the scheduler or gateway finds it: discovery with filters, newest first, a few pages at most. */
+async function discover(machineId: string): Promise<{ matches: number }> {
+  const gateway = JSON.parse(readFileSync(path.join(data, 'auth', 'clients', 'gateway.json'), 'utf8')) as {
+    client_id: string;
+    client_secret: string;
+  };
+  const token = clientCredentials({
+    authUrl: urls.auth,
+    clientId: gateway.client_id,
+    clientSecret: gateway.client_secret,
+  });
+  const registry = registryClient({ baseUrl: urls.registry, token });
+  let cursor: string | undefined;
+  let matches = 0;
+  for (let page = 0; page < 5; page++) {
+    const res = await registry.GET('/providers', {
+      params: {
+        query: {
+          status: 'idle',
+          gpu_model: 'H100',
+          min_gpus: '4',
+          healthy_only: 'true',
+          sort: '-registered_at',
+          limit: '100',
+          ...(cursor ? { cursor } : {}),
+        },
+      },
+    });
+    const found = unwrap(res);
+    matches += found.length;
+    if (found.some((p) => p.id === machineId)) return { matches };
+    cursor = res.response.headers.get('x-next-cursor') ?? undefined;
+    if (!cursor) break;
+  }
+  throw new Error(`discovery (idle, H100, at least 4 healthy GPUs) did not find machine ${machineId}`);
+}
+
 async function main() {
   const platformChild = await platform();
   if (platformChild) children.push(platformChild);
@@ -218,7 +275,8 @@ async function main() {
   // 2. The renter, tokens on chain, a wallet and a deposit.
   const renter = await signUp('renter');
   const renterKey = Keypair.generate();
-  await faucet(connection, renterKey, 1000);
+  const received = '1000';
+  await faucet(connection, renterKey, Number(received));
   say('renter funded on the local chain', `1000 tokens for ${renterKey.publicKey.toBase58()} (localnet faucet)`);
   const billing = billingClient({ baseUrl: urls.billing, token: renter.token });
   const wallet = unwrap(
@@ -227,6 +285,8 @@ async function main() {
     }),
   );
   await proveAddress(billing, wallet.id, renterKey);
+  const where = unwrap(await billing.GET('/api/v1/deposits/instructions'));
+  const treasuryBefore = await tokenAccountBalance(connection, where.treasury_token_account);
   const deposited = await deposit({
     billing,
     rpcUrl: urls.rpc,
@@ -236,7 +296,24 @@ async function main() {
   });
   say('deposit credited', `${deposited.transaction.amount} tokens (signature ${deposited.signature})`);
 
-  // 3. Quote, start, busy, usage, the job's output.
+  // 3. Discovery, the dataset, quote, start, busy, usage, the job's output.
+  const { matches } = await discover(machineId);
+  say(
+    'renter discovered the machine',
+    `idle, H100, at least 4 healthy GPUs (through the gateway's client; ${matches} match on the pages read)`,
+  );
+  const renterAuth = { authorization: `Bearer ${await renter.token.get()}`, 'content-type': 'application/json' };
+  const storageAt = (key: string) => `${urls.storage}/objects/${key}`;
+  const runId = randomBytes(4).toString('hex');
+  const datasetKey = `dataset-${runId}.csv`;
+  const dataset = `step,loss\n${Array.from({ length: 1000 }, (_, i) => `${i},${(1 / (i + 1)).toFixed(6)}`).join('\n')}\n`;
+  const put = await fetch(storageAt(datasetKey), {
+    method: 'PUT',
+    headers: { ...renterAuth, 'content-type': 'text/csv' },
+    body: dataset,
+  });
+  if (put.status !== 201) throw new Error(`uploading the dataset: ${put.status} ${await put.text()}`);
+  say('renter uploaded a dataset', `${datasetKey} (${dataset.length} bytes)`);
   const quote = unwrap(
     await billing.POST('/api/v1/pricing/calculate', {
       body: { gpu_model: 'H100', gpu_count: 4, provider_id: machineId },
@@ -268,27 +345,37 @@ async function main() {
   });
   say('registry', 'the machine is busy');
 
-  // A key of the renter's in the default bucket (storage keeps it under users/<renter>/). The presign path's key is
-  // a wildcard segment, which the typed client does not fill in: plain fetch.
+  // The renter hands the job presigned URLs: GET for the dataset, PUT for the output (keys of the renter's in the
+  // default bucket, kept under users/<renter>/). The presign path's key is a wildcard segment, which the typed client
+  // does not fill in: plain fetch.
+  const presign = async (key: string, method: 'GET' | 'PUT') => {
+    const res = await fetch(`${urls.storage}/presigned-url/${key}`, {
+      method: 'POST',
+      headers: renterAuth,
+      body: JSON.stringify({ method, expiry: '15m' }),
+    });
+    if (res.status !== 200) throw new Error(`presigning ${method} ${key}: ${res.status} ${await res.text()}`);
+    return ((await res.json()) as { url: string }).url;
+  };
   const outputKey = `job-${jobId}-output.txt`;
-  const renterAuth = { authorization: `Bearer ${await renter.token.get()}`, 'content-type': 'application/json' };
-  const presign = await fetch(`${urls.storage}/presigned-url/${outputKey}`, {
-    method: 'POST',
-    headers: renterAuth,
-    body: JSON.stringify({ method: 'PUT', expiry: '15m' }),
-  });
-  if (presign.status !== 200) throw new Error(`presigning the output URL: ${presign.status} ${await presign.text()}`);
-  const presigned = (await presign.json()) as { url: string };
+  const presigned = { url: await presign(outputKey, 'PUT') };
+  const input = await fetch(await presign(datasetKey, 'GET'));
+  const inputBytes = Buffer.from(await input.arrayBuffer());
+  if (input.status !== 200 || inputBytes.toString() !== dataset) throw new Error(`the job read ${input.status}`);
   const outputFile = path.join(work, 'output.txt');
-  const output = `job ${jobId} on ${machineId}: loss 0.0123 after 1000 steps\n`;
+  const digest = createHash('sha256').update(inputBytes).digest('hex');
+  const output = `job ${jobId} on ${machineId}: read ${inputBytes.length} bytes (sha256 ${digest}), final loss 0.001000\n`;
   writeFileSync(outputFile, output);
   const uploaded = await uploadFile(outputFile, presigned.url, { contentType: 'text/plain' });
-  const readBack = await fetch(`${urls.storage}/objects/${outputKey}`, { headers: renterAuth });
+  const readBack = await fetch(storageAt(outputKey), { headers: renterAuth });
   const readText = await readBack.text();
   if (readBack.status !== 200 || readText !== output) {
     throw new Error(`the job's output read back ${readBack.status}: ${readText.slice(0, 200)}`);
   }
-  say("job's output uploaded through a presigned URL and read back", `${outputKey} (${uploaded.bytes} bytes)`);
+  say(
+    "job read the dataset; its output uploaded with the daemon's uploader through a presigned URL, read back",
+    `${outputKey} (${uploaded.bytes} bytes)`,
+  );
 
   const usage = await until(
     'a usage report from the daemon',
@@ -309,8 +396,8 @@ async function main() {
   const record = ended.billing_record;
   say(
     'session ended',
-    `${record.billed_minutes} minute(s), ${record.total_cost} tokens: ${record.provider_earnings} to the provider, ` +
-      `${record.platform_fee} platform fee`,
+    `${record.billed_minutes} started minute(s) billed (the billing minute is not shortened), ${record.total_cost} ` +
+      `tokens: ${record.provider_earnings} to the provider, ${record.platform_fee} platform fee`,
   );
   const payout = await until(
     'the automatic payout',
@@ -332,9 +419,34 @@ async function main() {
     return m.status === 'idle' ? true : undefined;
   });
   say('registry', 'the machine is idle again');
+  // 5. Reconciliation, read back from billing and the chain.
   const balance = unwrap(
     await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: wallet.id } } }),
   );
+  const perBilling = unwrap(
+    await billing.GET('/api/v1/wallet/{walletID}/chain-balance', { params: { path: { walletID: wallet.id } } }),
+  );
+  const figures: RentalFigures = {
+    decimals: where.decimals,
+    totalCost: record.total_cost,
+    providerEarnings: record.provider_earnings,
+    platformFee: record.platform_fee,
+    platformFeePercent: start.session.rates.platform_fee_percent,
+    payoutAmount: payout.amount,
+    renterTotal: balance.total,
+    renterAvailable: balance.available,
+    deposited: deposited.transaction.amount,
+    renterReceived: received,
+    renterAddressOnChain: await chainBalance(connection, renterKey.publicKey),
+    renterAddressPerBilling: perBilling.token_balance,
+    payoutAddressOnChain: onChain,
+    treasuryBefore,
+    treasuryAfter: await tokenAccountBalance(connection, where.treasury_token_account),
+  };
+  const checks = reconcile(figures);
+  process.stdout.write('[demo] reconciliation, read back from billing and the chain:\n');
+  for (const c of checks) process.stdout.write(`  ${c.ok ? 'ok  ' : 'FAIL'} ${c.line}\n`);
+  if (!checks.every((c) => c.ok)) throw new Error('the rental does not reconcile (FAIL lines above)');
   process.stdout.write(
     `DEMO OK ${JSON.stringify({
       provider_id: machineId,
@@ -342,12 +454,15 @@ async function main() {
       billed_minutes: record.billed_minutes,
       total_cost: record.total_cost,
       provider_earnings: record.provider_earnings,
+      platform_fee: record.platform_fee,
       payout_amount: payout.amount,
       payout_signature: payout.signature,
       payout_address: payoutKey.publicKey.toBase58(),
       payout_address_balance: onChain,
       renter_available: balance.available,
+      dataset_key: datasetKey,
       output_key: outputKey,
+      reconciled: checks.length,
     })}\n`,
   );
 }

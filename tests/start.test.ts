@@ -203,6 +203,11 @@ describe('pnpm start', () => {
     expect(summary.payout_signature).toMatch(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/);
     // 900 deposited, the minute paid, the rest of the hold released.
     expect(summary.renter_available).toBe('886.513803');
+    // The demo's own reconciliation (read back from billing and the chain) held, every line of it.
+    expect(summary.reconciled).toBe(7);
+    expect(demo.stdout).not.toMatch(/FAIL/);
+    expect(demo.stdout).toMatch(/renter discovered the machine/);
+    expect(demo.stdout).toMatch(/renter uploaded a dataset/);
   });
 
   it('restarts a service killed with SIGKILL, with its data, while the others stay up', {
