@@ -172,7 +172,9 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
             mint: z.string(),
             token_balance: z
               .string()
-              .describe('tokens, decimal string with the token\'s decimals; "0.000000" when the address has no token account'),
+              .describe(
+                'tokens, decimal string with the token\'s decimals; "0.000000" when the address has no token account',
+              ),
             decimals: z.number().int(),
           }),
           ...problems(400, 403, 404, 409, 503),
