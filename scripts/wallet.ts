@@ -6,6 +6,10 @@
  *   pnpm wallet open    --keypair ~/.config/solana/id.json            # a wallet for the keypair's address (proven)
  *   pnpm wallet deposit --keypair ~/.config/solana/id.json --amount 100
  *   pnpm wallet balance --keypair ~/.config/solana/id.json            # or --wallet ID
+ *   pnpm wallet claim   --signature SIG [--amount 100] --wallet ID    # credit a transfer already sent
+ *
+ * A deposit whose transfer was sent but not credited (billing unreachable, say) prints its signature and the
+ * `pnpm wallet claim` line that credits it later; claiming is idempotent (`deposit:<signature>`).
  *
  * Who you are: `--email`/`--password` (or GPU_EMAIL/GPU_PASSWORD; logs in at the auth service), or a bearer token in
  * GPU_TOKEN. Where: `--auth`, `--billing`, `--rpc` (or AUTH_URL, BILLING_URL, SOLANA_RPC_URL; defaults: what
@@ -14,10 +18,10 @@
  */
 import { parseArgs } from 'node:util';
 import { ApiError, billingClient, staticToken, type TokenSource, unwrap, userLogin } from '@gpu/client';
-import { deposit, proveAddress, readKeypair } from '@gpu/client/solana';
+import { claimDeposit, DepositClaimError, deposit, proveAddress, readKeypair } from '@gpu/client/solana';
 
-const USAGE = `usage: pnpm wallet <open|deposit|balance> [--keypair FILE] [--amount TOKENS] [--wallet ID]
-                 [--email E --password P | GPU_TOKEN=...] [--auth URL] [--billing URL] [--rpc URL]`;
+const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE] [--amount TOKENS] [--wallet ID]
+                 [--signature SIG] [--email E --password P | GPU_TOKEN=...] [--auth URL] [--billing URL] [--rpc URL]`;
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
@@ -25,6 +29,7 @@ const { positionals, values } = parseArgs({
     keypair: { type: 'string' },
     amount: { type: 'string' },
     wallet: { type: 'string' },
+    signature: { type: 'string' },
     email: { type: 'string', default: process.env.GPU_EMAIL },
     password: { type: 'string', default: process.env.GPU_PASSWORD },
     auth: { type: 'string', default: process.env.AUTH_URL ?? 'http://127.0.0.1:8000' },
@@ -40,7 +45,7 @@ function fail(message: string): never {
 }
 
 const command = positionals[0];
-if (values.help || !command || !['open', 'deposit', 'balance'].includes(command)) fail(USAGE);
+if (values.help || !command || !['open', 'deposit', 'balance', 'claim'].includes(command)) fail(USAGE);
 
 let token: TokenSource;
 if (values.email && values.password) {
@@ -87,11 +92,21 @@ try {
     const id = await walletId(keypair);
     await proveAddress(billing, id, keypair);
     print(await deposit({ billing, rpcUrl: values.rpc, keypair, walletId: id, amount: values.amount }));
+  } else if (command === 'claim') {
+    if (!values.signature) fail('claim needs --signature SIG (and --wallet ID or --keypair FILE)');
+    const id = await walletId(values.keypair ? readKeypair(values.keypair) : undefined);
+    print(await claimDeposit({ billing, walletId: id, signature: values.signature, amount: values.amount }));
   } else {
     const id = await walletId(values.keypair ? readKeypair(values.keypair) : undefined);
     print(unwrap(await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: id } } })));
   }
 } catch (err) {
+  if (err instanceof DepositClaimError) {
+    process.stderr.write(
+      `${err.message}\nsignature: ${err.signature}\nclaim it with: ${err.claimCommand} --billing ${values.billing}\n`,
+    );
+    process.exit(1);
+  }
   process.stderr.write(`${err instanceof ApiError ? err.message : (err as Error).stack}\n`);
   process.exit(1);
 }

@@ -242,13 +242,19 @@ describe('uploading a job output through a presigned PUT URL', () => {
 
 describe('pnpm --filter @gpu/provider-daemon upload', () => {
   const root = path.resolve(import.meta.dirname, '../../..');
-  const run = (args: string[]) =>
-    promisify(execFile)('pnpm', ['--silent', '--filter', '@gpu/provider-daemon', 'upload', ...args], {
+  /** Runs the command with `args`, the environment's UPLOAD_URL set to `env.url` (unset by default), `stdin`. */
+  const run = (args: string[], opts: { uploadUrl?: string; stdin?: string } = {}) => {
+    const { UPLOAD_URL: _unset, ...env } = process.env;
+    const running = promisify(execFile)('pnpm', ['--silent', '--filter', '@gpu/provider-daemon', 'upload', ...args], {
       cwd: root,
-    }).then(
+      env: opts.uploadUrl === undefined ? env : { ...env, UPLOAD_URL: opts.uploadUrl },
+    });
+    running.child.stdin?.end(opts.stdin ?? '');
+    return running.then(
       (r) => ({ code: 0, ...r }),
       (e: { code: number; stdout: string; stderr: string }) => e,
     );
+  };
 
   it('uploads a file named relative to where it is run and prints what was stored', async () => {
     const { file, bytes } = outputFile(MiB);
@@ -257,6 +263,26 @@ describe('pnpm --filter @gpu/provider-daemon upload', () => {
     expect(code).toBe(0);
     expect(JSON.parse(stdout)).toMatchObject({ bytes: bytes.length, md5: md5(bytes), attempts: 1 });
     expect((await download('jobs/51/output.bin')).bytes.equals(bytes)).toBe(true);
+  });
+
+  it('takes the URL from UPLOAD_URL or, for `-`, from stdin, so that it is not on the command line', async () => {
+    const fromEnv = outputFile(1000);
+    const envUrl = await presign('jobs/54/output.bin', 'PUT');
+    const viaEnv = await run([fromEnv.file], { uploadUrl: envUrl });
+    expect(viaEnv).toMatchObject({ code: 0 });
+    expect(JSON.parse(viaEnv.stdout)).toMatchObject({ bytes: 1000, md5: md5(fromEnv.bytes) });
+    expect((await download('jobs/54/output.bin')).bytes.equals(fromEnv.bytes)).toBe(true);
+
+    const fromStdin = outputFile(2000);
+    const stdinUrl = await presign('jobs/55/output.bin', 'PUT');
+    const viaStdin = await run([fromStdin.file, '-'], { stdin: `${stdinUrl}\n` });
+    expect(viaStdin).toMatchObject({ code: 0 });
+    expect(JSON.parse(viaStdin.stdout)).toMatchObject({ bytes: 2000, md5: md5(fromStdin.bytes) });
+    expect((await download('jobs/55/output.bin')).bytes.equals(fromStdin.bytes)).toBe(true);
+
+    const none = await run([fromStdin.file]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/no presigned URL: set UPLOAD_URL/);
   });
 
   it('exits 1 with the error when the store refuses', async () => {
