@@ -17,7 +17,7 @@ import path from 'node:path';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
-import { compiledPath, ensureBuilt } from './lib/build.ts';
+import { compiledPath, ensureBuilt, platformPrograms } from './lib/build.ts';
 import { platformDataDir, platformPorts, repoRoot } from './lib/platform.ts';
 import { type Supervised, Supervisor } from './lib/supervisor.ts';
 
@@ -216,7 +216,7 @@ process.once('exit', () => supervisor.signalAll('SIGTERM'));
 // left running behind it.
 try {
   mkdirSync(data, { recursive: true });
-  const built = await ensureBuilt([...dependencies, ...services].map((p) => p.script));
+  const built = await ensureBuilt(platformPrograms());
   if (built) process.stdout.write(`[start] ${built}\n`);
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),

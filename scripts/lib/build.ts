@@ -11,11 +11,11 @@
  * Only the files the programs import are compiled; their list, with sizes and modification times, is kept in
  * `dist/build-info.json`, and a build is stale (`isBuildCurrent`) when any of them, or any output, changed.
  *
- *   pnpm build                                   compile now
- *   await ensureBuilt(entries)                   compile when sources changed (what `pnpm start` does)
+ *   pnpm build                                   compile platformPrograms() now
+ *   await ensureBuilt(platformPrograms())        compile when sources changed (what `pnpm start` does)
  *   compiledPath('services/auth/src/server.ts')  → <repo>/services/auth/dist/src/server.js
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import path from 'node:path';
 import { repoRoot as root } from './platform.ts';
@@ -35,6 +35,14 @@ interface BuildInfo {
    * package.json of each package compiled from (its `exports` decide what a package import means).
    */
   files: Record<string, string>;
+}
+
+/** The programs `pnpm start` runs (repository-relative sources): the S3 store, the localnet and every service. */
+export function platformPrograms(): string[] {
+  const services = readdirSync(path.join(repoRoot, 'services'))
+    .map((name) => `services/${name}/src/server.ts`)
+    .filter((file) => existsSync(path.join(repoRoot, file)));
+  return ['scripts/dev/s3-server.ts', 'tools/solana-localnet/src/server.ts', ...services];
 }
 
 /** The folder holding a file's package.json: the package it belongs to. */
