@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `pnpm bench <name>`: starts the real servers (as for the tests), runs the
 # named benchmark, which writes its section of docs/benchmarks.md.
-#   names: storage, storage-listing, auth, registry, billing
+#   names: storage, storage-listing, auth, registry, billing, startup
+# `startup` times `pnpm start` itself, which brings its own servers: no test servers for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing> [args]}"
+name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing|startup> [args]}"
 shift
+if [ "$name" = startup ]; then exec node --import tsx scripts/bench-startup.ts "$@"; fi
 case "$name" in
   # The reference relay of the storage benchmark reads from s3rver without signing (bench/bare-relay.ts).
   storage) file=services/storage/bench/run.ts; export TEST_S3_ALLOW_ANONYMOUS=1 ;;

@@ -141,14 +141,19 @@ export const baseEnvAliases: Record<string, string> = {
 
 /**
  * The `database` section every service with a database spreads into its own (same key names everywhere): `url`
- * (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`.
- * A service adds keys of its own with `.extend()`.
+ * (postgres://; empty opens an embedded PGlite database at `embedded_path`), `embedded_template_dir`, `pool_size`,
+ * `connect_timeout`. A service adds keys of its own with `.extend()`.
  */
 export function databaseShape(defaults: { embeddedPath: string; poolSize?: number }) {
   return {
     /** postgres:// URL; empty opens an embedded PGlite database at `embedded_path`. */
     url: z.string().default(''),
     embedded_path: z.string().default(defaults.embeddedPath),
+    /**
+     * A folder where an empty embedded database is made once and copied for each new one (a second instead of
+     * initdb's seconds of CPU; `pnpm start` sets it); empty: each new embedded database is made anew.
+     */
+    embedded_template_dir: z.string().default(''),
     pool_size: zInt(1, 500).default(defaults.poolSize ?? 10),
     connect_timeout: zDuration().default('5s'),
   };

@@ -35,6 +35,7 @@ startOrExit(async () => {
   const database = await openDatabase<AuthDatabase>({
     url: config.database.url,
     embeddedPath: config.database.embedded_path,
+    embeddedTemplateDir: config.database.embedded_template_dir,
     poolSize: config.database.pool_size,
     connectTimeoutMs: durationMs(config.database.connect_timeout),
   });

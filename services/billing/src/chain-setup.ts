@@ -32,8 +32,19 @@ function settings(config: BillingConfig): ChainSettings | null {
   return { mint: local.mint, treasuryAddress: local.treasury, keypairFile: local.treasury_keypair_file };
 }
 
+/** Waits up to `blockchain.localnet_wait` for the localnet file when one is named, no mint is and it is not there yet. */
+async function awaitLocalnetFile(config: BillingConfig, logger: Logger): Promise<void> {
+  const b = config.blockchain;
+  const waitMs = durationMs(b.localnet_wait);
+  if (b.token_mint || !b.localnet_file || waitMs === 0 || existsSync(b.localnet_file)) return;
+  logger.info({ file: b.localnet_file, wait: b.localnet_wait }, 'waiting for the localnet setup to write its file');
+  const deadline = Date.now() + waitMs;
+  while (!existsSync(b.localnet_file) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+}
+
 /** Connects to the configured chain, retrying until `blockchain.connect_timeout`; null when none is configured. */
 export async function connectChain(config: BillingConfig, logger: Logger): Promise<Chain | null> {
+  await awaitLocalnetFile(config, logger);
   const s = settings(config);
   const b = config.blockchain;
   if (!s) {

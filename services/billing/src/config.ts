@@ -72,6 +72,11 @@ export const billingConfigSchema = z.object({
        * (tools/solana-localnet), naming the mint, its decimals and the treasury keypair file.
        */
       localnet_file: z.string().default('.data/solana/mint.json'),
+      /**
+       * How long start-up waits for localnet_file to appear when it is not there yet: `pnpm start` starts billing
+       * alongside the localnet, whose setup writes the file. 0: no wait; without the file billing runs with no chain.
+       */
+      localnet_wait: zDuration().default('0s'),
     })
     .prefault({}),
   pricing: z

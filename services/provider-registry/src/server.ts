@@ -29,6 +29,7 @@ startOrExit(async () => {
   const database = await openDatabase<RegistryDB>({
     url,
     embeddedPath: config.database.embedded_path,
+    embeddedTemplateDir: config.database.embedded_template_dir,
     poolSize: config.database.pool_size,
     connectTimeoutMs: durationMs(config.database.connect_timeout),
     // PostgreSQL turns JIT compilation on from a plan's estimated cost, which large discovery pages exceed;

@@ -7,6 +7,7 @@ import { mkdirSync } from 'node:fs';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { callbackPool } from './callback-pool.ts';
+import { seedFromTemplate } from './pglite-template.ts';
 
 export interface Database<DB> {
   db: Kysely<DB>;
@@ -20,6 +21,11 @@ export interface OpenDatabaseOptions {
   /** postgres:// URL; when empty an embedded PGlite database is opened at `embeddedPath`. */
   url?: string;
   embeddedPath?: string;
+  /**
+   * A folder for an empty embedded database made once and copied for each new one (`seedFromTemplate`), instead of
+   * running initdb for each; empty or absent: every new embedded database is made anew.
+   */
+  embeddedTemplateDir?: string;
   poolSize?: number;
   /** Milliseconds to wait for a pooled connection before failing (503 upstream). */
   connectTimeoutMs?: number;
@@ -78,6 +84,8 @@ export async function openDatabase<DB>(opts: OpenDatabaseOptions): Promise<Datab
   }
   const { PGlite } = await import('@electric-sql/pglite');
   const { PGliteDialect } = await import('kysely-pglite-dialect');
+  if (opts.embeddedPath && opts.embeddedTemplateDir)
+    await seedFromTemplate(opts.embeddedPath, opts.embeddedTemplateDir, PGlite);
   if (opts.embeddedPath) mkdirSync(opts.embeddedPath, { recursive: true });
   const lite = new PGlite(opts.embeddedPath);
   await lite.waitReady;

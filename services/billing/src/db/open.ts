@@ -16,6 +16,7 @@ export async function openBillingDatabase(config: BillingConfig, logger?: Logger
   const database = await openDatabase<BillingDB>({
     url: config.database.url,
     embeddedPath: config.database.embedded_path,
+    embeddedTemplateDir: config.database.embedded_template_dir,
     poolSize: config.database.pool_size,
     connectTimeoutMs: durationMs(config.database.connect_timeout),
   });
