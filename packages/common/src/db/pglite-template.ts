@@ -3,6 +3,7 @@
  * initdb in WebAssembly: about 7 s of CPU, and `pnpm start` makes three on a fresh data folder. The template (an
  * empty database, made once per PGlite version in a folder of its own) is copied in about a second.
  */
+import { randomUUID } from 'node:crypto';
 import { constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync } from 'node:fs';
 import { copyFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
@@ -56,7 +57,7 @@ async function copyTree(from: string, to: string): Promise<void> {
 /**
  * Makes `dataDir` a copy of the empty database kept in `templatesDir` (made there first when absent), unless
  * `dataDir` exists and is not empty (a database already, or something this leaves to PGlite to judge). Several
- * processes may do so at once: each makes its template under a name of its own and renames it into place; the first
+ * processes (or callers in one process) may do so at once: each makes its template under a name of its own and renames it into place; the first
  * rename wins and the others discard theirs. The copy, too, is made beside `dataDir` and renamed into place, so an
  * interrupted one leaves no half database behind. Resolves to what it did.
  */
@@ -70,7 +71,7 @@ export async function seedFromTemplate(
   let made = false;
   if (!isDatabase(template)) {
     mkdirSync(path.dirname(template), { recursive: true });
-    const own = `${template}.${process.pid}-${Date.now()}.tmp`;
+    const own = `${template}.${process.pid}-${randomUUID()}.tmp`;
     const lite = new Lite(own);
     await lite.waitReady;
     await lite.close();
@@ -83,7 +84,7 @@ export async function seedFromTemplate(
       rmSync(own, { recursive: true, force: true });
     }
   }
-  const copy = `${path.resolve(dataDir)}.${process.pid}-${Date.now()}.tmp`;
+  const copy = `${path.resolve(dataDir)}.${process.pid}-${randomUUID()}.tmp`;
   await copyTree(template, copy);
   if (existsSync(dataDir)) rmdirSync(dataDir);
   else mkdirSync(path.dirname(path.resolve(dataDir)), { recursive: true });
