@@ -3,12 +3,11 @@
  * it, and helpers to create and fund wallets through the ledger.
  */
 
-import { createPrivateKey, sign } from 'node:crypto';
+import { signMessage } from '@gpu/client/solana';
 import { createLogger, Outbox } from '@gpu/common';
 import { type Caller, createTestDatabase, injectAs, startTestIssuer, type TestIssuer } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll } from 'vitest';
-import { base58Encode } from '../../src/adapters/base58.ts';
 import type { Chain } from '../../src/adapters/chain.ts';
 import { billingContext, buildApp } from '../../src/app.ts';
 import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
@@ -30,14 +29,7 @@ export interface SetupOptions {
 }
 
 /** The base58 ed25519 signature of `message` by a Solana keypair, as a wallet's sign-message makes it. */
-export function signMessage(kp: Keypair, message: string): string {
-  const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString('base64url');
-  const key = createPrivateKey({
-    key: { kty: 'OKP', crv: 'Ed25519', d: b64(kp.secretKey.slice(0, 32)), x: b64(kp.secretKey.slice(32)) },
-    format: 'jwk',
-  });
-  return base58Encode(sign(null, Buffer.from(message, 'utf8'), key));
-}
+export { signMessage };
 
 let identities: Promise<{ issuer: TestIssuer; admin: Caller }> | undefined;
 
