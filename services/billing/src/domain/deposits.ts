@@ -6,6 +6,7 @@
  * transaction records, so repeated or concurrent claims (to any wallet)
  * credit it a single time.
  */
+
 import { randomUUID } from 'node:crypto';
 import { isRefusal, type Principal } from '@gpu/common';
 import {
@@ -14,6 +15,7 @@ import {
   insertTransactions,
   type TransactionRow,
 } from '../db/transaction-repository.ts';
+import { isUniqueViolation } from '../db/unique-violation.ts';
 import { billingErrors } from '../errors.ts';
 import { chainError } from './chain-errors.ts';
 import type { BillingContext } from './context.ts';
@@ -22,13 +24,7 @@ import { postTransfers } from './ledger.ts';
 import { type Dec, parseAmount } from './money.ts';
 import { walletFor } from './wallets.ts';
 
-const isSignatureTaken = (err: unknown) => {
-  const e = err as { code?: string; constraint?: string; message?: string };
-  return (
-    e?.code === '23505' &&
-    (e.constraint === 'transactions_signature_unique' || /transactions_signature_unique/.test(e.message ?? ''))
-  );
-};
+const isSignatureTaken = (err: unknown) => isUniqueViolation(err, 'transactions_signature_unique');
 
 /**
  * DEPOSIT_ALREADY_CREDITED when the signature was credited; it names the record only to the wallet it went to (a

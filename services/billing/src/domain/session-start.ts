@@ -12,6 +12,7 @@ import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import { insertSession } from '../db/session-repository.ts';
 import { lockRecordIdOfHold } from '../db/transaction-repository.ts';
+import { isUniqueViolation } from '../db/unique-violation.ts';
 import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
 import { createHold } from './holds.ts';
@@ -39,12 +40,6 @@ export interface StartSessionInput {
   acceptedHourlyRate?: string;
   correlationId?: string;
 }
-
-/** Whether `err` is the unique violation of the named index. */
-const violates = (err: unknown, index: string) => {
-  const e = err as { code?: string; constraint?: string; message?: string };
-  return e?.code === '23505' && `${e.constraint} ${e.message}`.includes(index);
-};
 
 /** Whole minutes `funds` pay for at `hourlyRate`. */
 export function runtimeMinutes(funds: Dec, hourlyRate: Dec): number {
@@ -161,9 +156,9 @@ export async function startSession(
   try {
     return await ctx.db.transaction().execute(run);
   } catch (err) {
-    if (violates(err, 'rental_sessions_running_job')) throw billingErrors.sessionAlreadyRunning(input.jobId);
+    if (isUniqueViolation(err, 'rental_sessions_running_job')) throw billingErrors.sessionAlreadyRunning(input.jobId);
     // Another renter's session on the machine started first (its `busy` had not reached the registry yet).
-    if (violates(err, 'rental_sessions_running_machine')) {
+    if (isUniqueViolation(err, 'rental_sessions_running_machine')) {
       throw billingErrors.providerNotAvailable(input.providerId, 'is already rented', 'busy');
     }
     throw err;

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB, OwnerType } from '../db/schema.ts';
+import { isUniqueViolation } from '../db/unique-violation.ts';
 import { findWallet, findWalletByOwnerRow, insertWallet, type WalletRow } from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
 import { assertMayCreateUserWallet, assertMayNameHolder, assertProviderOwner, assertWalletHolder } from './access.ts';
@@ -38,11 +39,6 @@ export const toWallet = (r: WalletRow): Wallet => ({
   autoPayoutTo: r.auto_payout_to,
   createdAt: new Date(r.created_at),
 });
-
-const isUniqueViolation = (err: unknown, constraint: string) => {
-  const e = err as { code?: string; constraint?: string; message?: string };
-  return e?.code === '23505' && (e.constraint === constraint || (e.message ?? '').includes(constraint));
-};
 
 /** Creates a wallet; WALLET_ALREADY_EXISTS when the owner already has one of this type. */
 export async function createWallet(
