@@ -23,6 +23,7 @@ import { repoRoot as root } from './platform.ts';
 /** The repository's folder, without a trailing separator. */
 const repoRoot = path.resolve(root);
 
+/** Where a build records what it compiled (`pnpm start`'s; a test names its own, so as not to touch this one). */
 const INFO_FILE = path.join(repoRoot, 'dist', 'build-info.json');
 /** Files whose change alters every output: the compiler settings and this builder. */
 const BUILD_INPUTS = ['tsconfig.base.json', 'scripts/lib/build.ts'];
@@ -69,10 +70,10 @@ const stamp = (file: string) => {
 };
 
 /** True when `dist/` holds a build of these entries and no source, output or build input changed since. */
-export function isBuildCurrent(entries: readonly string[]): boolean {
+export function isBuildCurrent(entries: readonly string[], infoFile = INFO_FILE): boolean {
   let info: BuildInfo;
   try {
-    info = JSON.parse(readFileSync(INFO_FILE, 'utf8')) as BuildInfo;
+    info = JSON.parse(readFileSync(infoFile, 'utf8')) as BuildInfo;
   } catch {
     return false;
   }
@@ -92,7 +93,10 @@ export function isBuildCurrent(entries: readonly string[]): boolean {
  * `dist/build-info.json` and returns what it did. An output whose content is unchanged is left alone; a changed one
  * is written to a temporary file and renamed over the old, so a process starting meanwhile reads a whole file.
  */
-export async function build(entries: readonly string[]): Promise<{ files: number; written: number; ms: number }> {
+export async function build(
+  entries: readonly string[],
+  infoFile = INFO_FILE,
+): Promise<{ files: number; written: number; ms: number }> {
   const started = performance.now();
   const esbuild = await import('esbuild');
   const sorted = [...entries].sort();
@@ -183,14 +187,14 @@ export async function build(entries: readonly string[]): Promise<{ files: number
   const manifests = new Set(sources.map((f) => path.join(packageRoot(f), 'package.json')));
   for (const f of [...sources, ...manifests, ...BUILD_INPUTS.map((i) => path.join(repoRoot, i))])
     files[path.relative(repoRoot, f)] = stamp(f);
-  mkdirSync(path.dirname(INFO_FILE), { recursive: true });
-  writeFileSync(INFO_FILE, `${JSON.stringify({ entries: sorted, files } satisfies BuildInfo, null, 1)}\n`);
+  mkdirSync(path.dirname(infoFile), { recursive: true });
+  writeFileSync(infoFile, `${JSON.stringify({ entries: sorted, files } satisfies BuildInfo, null, 1)}\n`);
   return { files: sources.length, written, ms: Math.round(performance.now() - started) };
 }
 
 /** Builds the entries when the build is not current; says what it did (undefined when there was nothing to do). */
-export async function ensureBuilt(entries: readonly string[]): Promise<string | undefined> {
-  if (isBuildCurrent(entries)) return undefined;
-  const r = await build(entries);
+export async function ensureBuilt(entries: readonly string[], infoFile = INFO_FILE): Promise<string | undefined> {
+  if (isBuildCurrent(entries, infoFile)) return undefined;
+  const r = await build(entries, infoFile);
   return `compiled ${r.files} files (${r.written} changed) in ${r.ms} ms`;
 }
