@@ -34,6 +34,8 @@ const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
   },
   stdio: ['ignore', 'pipe', 'pipe'],
+  // A process group of its own, as a shell gives a foreground job: Ctrl-C signals the whole group.
+  detached: true,
 });
 let output = '';
 child.stdout.on('data', (d) => {
@@ -42,6 +44,15 @@ child.stdout.on('data', (d) => {
 child.stderr.on('data', (d) => {
   output += d;
 });
+/** Whether a process of this pid still exists. */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
 const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
 
 afterAll(async () => {
@@ -271,10 +282,16 @@ describe('pnpm start', () => {
     }
   });
 
-  it('stops everything on SIGINT', { timeout: 60_000 }, async () => {
-    child.kill('SIGINT');
+  it('stops everything on Ctrl-C (SIGINT to the whole process group, as a terminal sends it)', {
+    timeout: 60_000,
+  }, async () => {
+    process.kill(-(child.pid as number), 'SIGINT');
     expect(await exited).toBe(0);
     for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
+    // Every process it started, the restarted service too, is gone: none left orphaned.
+    const pids = [...output.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    expect(pids.length).toBeGreaterThan(services.length);
+    expect(pids.filter(isAlive)).toEqual([]);
   });
 
   it('stops what it started when a service exits during start-up (a configuration error)', {
@@ -308,14 +325,6 @@ describe('pnpm start', () => {
     // Every process it started (the pids it logged) is gone.
     const pids = [...out.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
     expect(pids.length).toBeGreaterThan(services.length);
-    const alive = pids.filter((pid) => {
-      try {
-        process.kill(pid, 0);
-        return true;
-      } catch {
-        return false;
-      }
-    });
-    expect(alive).toEqual([]);
+    expect(pids.filter(isAlive)).toEqual([]);
   });
 });
