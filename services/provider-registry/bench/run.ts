@@ -29,6 +29,12 @@ import { type LoadResult, runLoad } from './load.ts';
 
 const PROVIDERS = Number(process.env.BENCH_PROVIDERS ?? 100_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+/**
+ * `BENCH_ACCESS=off` runs the service with access control off (`access.enabled: false`): every request is trusted,
+ * no token verified, no owner scoping. Only to split what access control costs from the rest; the recorded
+ * benchmark runs with it on, as in production.
+ */
+const ACCESS = process.env.BENCH_ACCESS !== 'off';
 const LIST_CONCURRENCY = 4;
 const HEARTBEAT_CONCURRENCY = 16;
 const POOL_SIZE = 20;
@@ -93,6 +99,7 @@ async function startService(databaseUrl: string): Promise<ChildProcess> {
       OFFLINE_AFTER: `${OFFLINE_AFTER_MS}ms`,
       REGISTRY__DATABASE__POOL_SIZE: String(POOL_SIZE),
       REGISTRY__SERVER__METRICS_ENABLED: 'true',
+      ...(ACCESS ? {} : { ACCESS_CONTROL_ENABLED: 'false' }),
     },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
@@ -167,7 +174,7 @@ async function main() {
     // Access control is on: a request without a token is refused, the admin's token is accepted.
     const anonymous = await http.request('GET', '/providers?limit=1', '');
     const authorized = await http.request('GET', '/providers?limit=1');
-    if (anonymous !== 401 || authorized !== 200) {
+    if ((ACCESS && anonymous !== 401) || authorized !== 200) {
       throw new Error(`access control: ${anonymous} without a token (401 expected), ${authorized} with one`);
     }
     const scheduler = 'status=idle&gpu_model=a100&min_vram=40000&min_gpus=2&healthy_only=true&limit=50';
@@ -249,7 +256,7 @@ async function main() {
     const other = rows.find((r) => r.owner_id !== first.owner_id);
     const foreign =
       other && (await http.request('POST', `/providers/${first.id}/heartbeat`, daemons.get(other.owner_id)));
-    if (!own || (other && foreign !== 403)) {
+    if (!own || (ACCESS && other && foreign !== 403)) {
       throw new Error(`heartbeat access: owner's daemon ${own ? 'accepted' : 'refused'}, another's got ${foreign}`);
     }
     const beatService = await runLoad(
@@ -282,10 +289,14 @@ async function main() {
 ${PROVIDERS.toLocaleString('en-US')} providers and ${gpus.toLocaleString('en-US')} GPUs (1-8 per provider, 10 models, 60 % idle),
 loaded with set-based SQL in ${fmt(loadSeconds)} s. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
 log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback, by a lean client that reads
-every response into one reused buffer per connection (\`bench/http-client.ts\`). Access control is on, as in
+every response into one reused buffer per connection (\`bench/http-client.ts\`). ${
+      ACCESS
+        ? `Access control is on, as in
 production: the service verifies each request's EdDSA access token against a JWKS fetched over HTTP (from a test
 issuer the benchmark starts); discovery calls as an admin, each heartbeat with the daemon token of the machine's owner
-(${daemons.size.toLocaleString('en-US')} owners, one token each). "direct" replays through a \`pg\`
+(${daemons.size.toLocaleString('en-US')} owners, one token each).`
+        : '**Access control is off** (`BENCH_ACCESS=off`: no token verified, no owner scoping; not as in production).'
+    } "direct" replays through a \`pg\`
 pool of the same size the exact statements the repository sends for the same request (captured from Kysely), in the
 same run. Each row ran ${SECONDS} s after a 1 s warm-up; load generator, service and PostgreSQL share the machine's cores.
 
