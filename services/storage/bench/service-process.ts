@@ -2,10 +2,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { compiledPath, ensureBuilt, platformPrograms } from '../../../scripts/lib/build.ts';
 import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 
 export const serviceDir = fileURLToPath(new URL('..', import.meta.url));
+const repoRoot = fileURLToPath(new URL('../../..', import.meta.url));
 
 export async function freePort(): Promise<number> {
   const srv = createServer();
@@ -28,13 +31,22 @@ export function storePid(): number {
   return Number(readFileSync(`${process.env.TEST_ENV_DIR}/s3.pid`, 'utf8').trim() || 0);
 }
 
-/** Starts a Node process under the service's V8 flags (as `pnpm start` runs it) and waits for its /health. */
+/**
+ * Starts a Node process under the service's V8 flags and waits for its /health. The service (`src/server.ts`) runs
+ * as `pnpm start` runs it: compiled (scripts/lib/build.ts, built first when stale), with source maps; a bench
+ * script runs from source through tsx.
+ */
 export async function startHttpProcess(
   script: string,
   env: Record<string, string>,
 ): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
-  const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, '--import', 'tsx', script], {
+  let program = ['--import', 'tsx', script];
+  if (script === 'src/server.ts') {
+    await ensureBuilt(platformPrograms());
+    program = ['--enable-source-maps', compiledPath(path.relative(repoRoot, path.join(serviceDir, script)))];
+  }
+  const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, ...program], {
     cwd: serviceDir,
     env: { ...process.env, ...env, PORT: String(port) },
     stdio: ['ignore', 'inherit', 'inherit'],
