@@ -13,8 +13,8 @@
  *
  * Nothing is sent that billing could refuse to credit: the amount is checked with billing's own rule, the wallet must
  * have the keypair's address, proven, and the treasury token account must be the treasury's associated token account
- * of the mint. Once tokens are sent, a failed claim throws a `DepositClaimError` carrying the signature:
- * `claimDeposit` (or `pnpm wallet claim`) claims it later.
+ * of the mint. Once tokens are sent, a failed claim, or a confirmation that does not come in time, throws a
+ * `DepositClaimError` carrying the signature: `claimDeposit` (or `pnpm wallet claim`) claims it later.
  */
 import { createPrivateKey, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -25,7 +25,7 @@ import {
   TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
 } from '@solana/spl-token';
-import { Connection, Keypair, PublicKey, sendAndConfirmTransaction, Transaction } from '@solana/web3.js';
+import { Connection, Keypair, PublicKey, Transaction } from '@solana/web3.js';
 import bs58 from 'bs58';
 import type { Client } from 'openapi-fetch';
 import { ApiError, unwrap } from './errors.ts';
@@ -115,7 +115,12 @@ export function fromBaseUnits(units: bigint, decimals: number): string {
   return `${digits.slice(0, -decimals)}.${digits.slice(-decimals)}`;
 }
 
-/** A transfer that was sent but not credited: its signature, and how to claim it later. */
+/**
+ * A transfer that was sent but not credited: its signature, and how to claim it later. `stage` says where it
+ * stopped: `claim` (the chain has the transfer; billing did not credit it) or `confirm` (sent, but not seen at
+ * billing's commitment in time: it may still land, or may have expired; a later claim credits it or answers that
+ * the chain does not have it).
+ */
 export class DepositClaimError extends Error {
   constructor(
     readonly signature: string,
@@ -123,10 +128,15 @@ export class DepositClaimError extends Error {
     /** The amount claimed, billing's form (claim it later with the same). */
     readonly amount: string,
     cause: unknown,
+    readonly stage: 'claim' | 'confirm' = 'claim',
   ) {
+    const why = cause instanceof Error ? cause.message : String(cause);
     super(
-      `sent ${amount} tokens to the treasury (signature ${signature}) but billing did not credit them: ` +
-        `${cause instanceof Error ? cause.message : String(cause)}. The tokens are not lost: claim them later with ` +
+      (stage === 'claim'
+        ? `sent ${amount} tokens to the treasury (signature ${signature}) but billing did not credit them: ${why}. ` +
+          'The tokens are not lost: claim them later with '
+        : `sent ${amount} tokens to the treasury (signature ${signature}) but the chain did not confirm the ` +
+          `transfer in time: ${why}. If it lands, claim it with `) +
         `\`pnpm wallet claim --signature ${signature} --amount ${amount} --wallet ${walletId}\` ` +
         '(or claimDeposit from @gpu/client/solana)',
       { cause },
@@ -270,9 +280,25 @@ export async function deposit(opts: DepositOptions): Promise<Deposited> {
       program,
     ),
   );
-  const signature = await sendAndConfirmTransaction(connection, tx, [opts.keypair], {
-    commitment: where.commitment,
-  });
+  // Signed here, so the signature is known before sending: a send whose confirmation times out can still be claimed.
+  const latest = await connection.getLatestBlockhash(where.commitment);
+  tx.recentBlockhash = latest.blockhash;
+  tx.feePayer = opts.keypair.publicKey;
+  tx.sign(opts.keypair);
+  const signature = bs58.encode(tx.signature as Buffer);
+  // A refusal here (the node's simulation: too few tokens, no token account) sent nothing.
+  await connection.sendRawTransaction(tx.serialize(), { preflightCommitment: where.commitment });
+  let outcome: Awaited<ReturnType<Connection['confirmTransaction']>>;
+  try {
+    outcome = await connection.confirmTransaction({ signature, ...latest }, where.commitment);
+  } catch (err) {
+    throw new DepositClaimError(signature, opts.walletId, amount, err, 'confirm');
+  }
+  if (outcome.value.err) {
+    throw new Error(
+      `the transfer ${signature} failed on chain (${JSON.stringify(outcome.value.err)}): no tokens moved`,
+    );
+  }
   try {
     return await claim(opts.billing, opts.walletId, signature, amount, opts.claimTimeoutMs);
   } catch (err) {

@@ -17,8 +17,9 @@ import { getAssociatedTokenAddressSync, TOKEN_PROGRAM_ID } from '@solana/spl-tok
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type BillingProxy, startBillingProxy } from './support/billing-proxy.ts';
-import { type Localnet, setupLocalnet } from './support/localnet.ts';
+import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
+import { startPrivateLocalnet } from './support/solana-fixture.ts';
 
 let L: Localnet;
 let h: BillingHarness;
@@ -305,5 +306,62 @@ describe('pnpm wallet claim', () => {
     const res = await walletCli(['claim', '--wallet', crypto.randomUUID(), '--billing', baseUrl], user.token);
     expect(res.code).toBe(2);
     expect(res.stderr).toMatch(/claim needs --signature SIG/);
+  });
+});
+
+describe('a deposit the chain does not confirm in time (a private localnet, so its clock can be moved)', () => {
+  let net: Awaited<ReturnType<typeof startPrivateLocalnet>>;
+  let P: Localnet;
+  let ph: BillingHarness;
+  let privateUrl: string;
+  beforeAll(async () => {
+    net = await startPrivateLocalnet();
+    P = await setupLocalnet(6, net.rpcUrl);
+    ph = await setupBilling({ chain: P.chain });
+    privateUrl = await ph.app.listen({ port: 0, host: '127.0.0.1' });
+  });
+  afterAll(async () => {
+    await ph?.close();
+    await net?.stop();
+  });
+
+  it('keeps the signature of a transfer sent but not confirmed in time; claimed once it lands, once', async () => {
+    const keypair = await P.user(100n);
+    const user = await ph.issuer.user(['renter']);
+    const billing = billingClient({ baseUrl: privateUrl, token: staticToken(user.token), retries: 0 });
+    const walletId = unwrap(
+      await billing.POST('/api/v1/wallet', {
+        body: { owner_type: 'user', owner_id: user.id, solana_address: keypair.publicKey.toBase58() },
+      }),
+    ).id;
+    await proveAddress(billing, walletId, keypair);
+    // The chain processes the keypair's transfers but holds back their finality (billing's commitment).
+    await localnetRpc(
+      'localnet_setFinalityDelay',
+      [{ slots: 1_000_000, address: keypair.publicKey.toBase58() }],
+      net.rpcUrl,
+    );
+    const pending = deposit({ billing, rpcUrl: net.rpcUrl, keypair, walletId, amount: '3' }).catch((e: unknown) => e);
+    const ata = getAssociatedTokenAddressSync(P.mint, keypair.publicKey);
+    while ((await P.conn.getTokenAccountBalance(ata, 'confirmed')).value.uiAmountString !== '97') {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // Time passes on the chain until the transfer's blockhash has expired: the wait for finality gives up.
+    await localnetRpc('localnet_warp', [400], net.rpcUrl);
+    const err = await pending;
+    expect(err).toBeInstanceOf(DepositClaimError);
+    const late = err as DepositClaimError;
+    expect(late).toMatchObject({ walletId, amount: '3.000000', stage: 'confirm' });
+    expect(late.message).toContain('the chain did not confirm the transfer in time');
+    expect(late.message).toContain(`pnpm wallet claim --signature ${late.signature} --amount 3.000000`);
+    expect(await ph.balanceOf(walletId)).toMatchObject({ available: '0.000000' });
+
+    // It lands after all: the signature it kept claims it, once.
+    await localnetRpc('localnet_finalize', [late.signature], net.rpcUrl);
+    const claimed = await claimDeposit({ billing, walletId, signature: late.signature, amount: late.amount });
+    expect(claimed.transaction).toMatchObject({ amount: '3.000000', status: 'confirmed' });
+    const again = await claimDeposit({ billing, walletId, signature: late.signature, amount: late.amount });
+    expect(again.transaction.id).toBe(claimed.transaction.id);
+    expect(await ph.balanceOf(walletId)).toMatchObject({ available: '3.000000' });
   });
 });
