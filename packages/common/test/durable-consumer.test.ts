@@ -181,6 +181,30 @@ describe('durable consumer', () => {
     }
   });
 
+  it('takes a changed subject or ack wait onto the existing durable consumer, and reads the new subject', async () => {
+    const s = scene();
+    const before = startDurableConsumer(s.options({ filter: `${s.subject}.old.>` }));
+    await before.ready;
+    await before.stop();
+    expect((await s.info()).config).toMatchObject({ filter_subject: `${s.subject}.old.>`, ack_wait: 1000 * 1e6 });
+
+    const after = startDurableConsumer(s.options({ filter: `${s.subject}.new.>`, ackWaitMs: 2000 }));
+    try {
+      await after.ready;
+      expect((await s.info()).config).toMatchObject({ filter_subject: `${s.subject}.new.>`, ack_wait: 2000 * 1e6 });
+      await publisher.publish(`${s.subject}.old.x`, { id: 'on-the-old-subject' });
+      await publisher.publish(`${s.subject}.new.x`, { id: 'on-the-new-subject' });
+      await until(
+        () => s.applied.length,
+        (n) => n >= 1,
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      expect(s.applied).toEqual(['on-the-new-subject']);
+    } finally {
+      await after.stop();
+    }
+  });
+
   it("waits for another service's stream, healthy meanwhile, and consumes once its owner made it", async () => {
     const s = scene();
     const consumer: DurableConsumer = startDurableConsumer(s.options({ stream: { await: 'the test stream' } }));
