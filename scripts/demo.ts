@@ -115,12 +115,14 @@ async function signUp(role: 'provider' | 'renter') {
   return { id: user.id, email, token };
 }
 
+/** The platform token the localnet's setup made (its mint.json). */
+function localMint(): { mint: string; decimals: number } {
+  return JSON.parse(readFileSync(path.join(data, 'solana', 'mint.json'), 'utf8')) as { mint: string; decimals: number };
+}
+
 /** Tokens for `to` on the local chain, from the localnet setup's test wallet (the development faucet), and SOL. */
 async function faucet(connection: Connection, to: Keypair, tokens: number) {
-  const mint = JSON.parse(readFileSync(path.join(data, 'solana', 'mint.json'), 'utf8')) as {
-    mint: string;
-    decimals: number;
-  };
+  const mint = localMint();
   const wallets = JSON.parse(readFileSync(path.join(data, 'solana', 'wallets.json'), 'utf8')) as {
     keypair_file: string;
   }[];
@@ -144,8 +146,7 @@ async function faucet(connection: Connection, to: Keypair, tokens: number) {
 
 /** The platform-token balance of `owner`'s associated token account, read from the chain. */
 async function chainBalance(connection: Connection, owner: PublicKey): Promise<string> {
-  const mint = JSON.parse(readFileSync(path.join(data, 'solana', 'mint.json'), 'utf8')) as { mint: string };
-  const ata = getAssociatedTokenAddressSync(new PublicKey(mint.mint), owner);
+  const ata = getAssociatedTokenAddressSync(new PublicKey(localMint().mint), owner);
   return (await connection.getTokenAccountBalance(ata, 'finalized')).value.uiAmountString ?? '0';
 }
 
