@@ -61,6 +61,21 @@ const providerWallet = (providerId: string) => ({
   solana_address: base58Encode(randomBytes(32)),
 });
 
+/** The body of a start-session for one GPU of `gpuModel` on a registry machine at `rate` (per hour, accepted). */
+function rentBody(userId: string, walletId: string, machine: string, gpuModel: string, rate: string) {
+  return {
+    user_id: userId,
+    wallet_id: walletId,
+    provider_id: machine,
+    job_id: randomUUID(),
+    gpu_model: gpuModel,
+    gpu_count: 1,
+    requested_vram_mb: 0,
+    estimated_power_w: 0,
+    accepted_hourly_rate: rate,
+  };
+}
+
 describe('billing and the provider registry', () => {
   it("opens a provider wallet for the machine's owner only, held by that owner", async () => {
     const owner = await providerUser();
@@ -256,17 +271,7 @@ describe('billing and the provider registry', () => {
       }),
     );
     const start = (r: (typeof renters)[number]) =>
-      call(billing, r.headers, 'POST', '/billing/start-session', {
-        user_id: r.userId,
-        wallet_id: r.walletId,
-        provider_id: machine,
-        job_id: randomUUID(),
-        gpu_model: 'A100',
-        gpu_count: 1,
-        requested_vram_mb: 0,
-        estimated_power_w: 0,
-        accepted_hourly_rate: '10',
-      });
+      call(billing, r.headers, 'POST', '/billing/start-session', rentBody(r.userId, r.walletId, machine, 'A100', '10'));
     // The registry still shows the machine idle to both (no session event reaches it in this test): billing's own
     // reservation decides, across its instances, in one database.
     const [a, b] = await Promise.all([start(renters[0]!), start(renters[1]!)]);
@@ -313,31 +318,23 @@ describe('billing and the provider registry', () => {
     });
     // 4 × 2.00 + 4 × 80 GB × 0.02 + 1600 W × 0.001
     expect(quote.json()).toMatchObject({ gpu_count: 4, total_hourly_rate: '16.000000' });
-    const cheap = await call(billing, renter, 'POST', '/billing/start-session', {
-      user_id: user.id,
-      wallet_id: wallet.json().id,
-      provider_id: machine,
-      job_id: randomUUID(),
-      gpu_model: 'A100',
-      gpu_count: 1,
-      requested_vram_mb: 0,
-      estimated_power_w: 0,
-      accepted_hourly_rate: '5',
-    });
+    const cheap = await call(
+      billing,
+      renter,
+      'POST',
+      '/billing/start-session',
+      rentBody(user.id, wallet.json().id, machine, 'A100', '5'),
+    );
     // The price of one GPU is not accepted for the whole machine.
     expect(cheap.statusCode).toBe(409);
     expect(cheap.json().code).toBe('PRICE_NOT_ACCEPTED');
-    const started = await call(billing, renter, 'POST', '/billing/start-session', {
-      user_id: user.id,
-      wallet_id: wallet.json().id,
-      provider_id: machine,
-      job_id: randomUUID(),
-      gpu_model: 'A100',
-      gpu_count: 1,
-      requested_vram_mb: 0,
-      estimated_power_w: 0,
-      accepted_hourly_rate: quote.json().total_hourly_rate,
-    });
+    const started = await call(
+      billing,
+      renter,
+      'POST',
+      '/billing/start-session',
+      rentBody(user.id, wallet.json().id, machine, 'A100', quote.json().total_hourly_rate),
+    );
     expect(started.statusCode, started.body).toBe(201);
     expect(started.json().session).toMatchObject({ gpu_count: 4, requested_vram_mb: 327680, estimated_power_w: 1600 });
   });
@@ -356,17 +353,13 @@ describe('billing and the provider registry', () => {
     });
     await billing.credit(wallet.json().id, '100');
     const rent = async (machine: string) => {
-      const res = await call(billing, renter, 'POST', '/billing/start-session', {
-        user_id: user.id,
-        wallet_id: wallet.json().id,
-        provider_id: machine,
-        job_id: randomUUID(),
-        gpu_model: 'H100',
-        gpu_count: 1,
-        requested_vram_mb: 0,
-        estimated_power_w: 0,
-        accepted_hourly_rate: '10',
-      });
+      const res = await call(
+        billing,
+        renter,
+        'POST',
+        '/billing/start-session',
+        rentBody(user.id, wallet.json().id, machine, 'H100', '10'),
+      );
       expect(res.statusCode, res.body).toBe(201);
       return res.json().session.id as string;
     };
