@@ -9,8 +9,8 @@
  * every report as a duplicate. The same load runs `warmupSeconds` first,
  * uncounted, with message IDs of its own (`<prefix>w-<n>`), so the counted run
  * measures compiled code rather than the first seconds of JIT warm-up. Reads
- * its job as JSON on stdin and prints its counts as JSON on stdout (after a
- * `warm` line when the warm-up ends).
+ * its job as JSON on stdin and prints its counts and the CPU it used in the
+ * counted run as JSON on stdout (after a `warm` line when the warm-up ends).
  */
 import { Agent, request } from 'node:http';
 
@@ -109,6 +109,8 @@ async function run(seconds: number, prefix: string) {
 
 if (job.warmupSeconds > 0) await run(job.warmupSeconds, `${job.prefix}w`);
 process.stdout.write('warm\n'); // the service's CPU is counted from here
+const cpuBefore = process.cpuUsage();
 const counts = await run(job.seconds, job.prefix);
+const cpu = process.cpuUsage(cpuBefore);
 agent.destroy();
-process.stdout.write(JSON.stringify(counts));
+process.stdout.write(JSON.stringify({ ...counts, cpuMs: (cpu.user + cpu.system) / 1000 }));

@@ -1,20 +1,25 @@
 /**
- * `pnpm bench billing` (after the ledger benchmark) or `pnpm bench billing usage`:
- * usage updates per second with 1,000 active sessions, over HTTP (the real
- * listening service, keep-alive fetch from concurrent workers) and over NATS
- * (JetStream publishes consumed by the service's durable consumer). About 5 %
- * of the messages are sent twice (a daemon's retry); afterwards every unique
- * message must have exactly one usage record and the ledger must be intact.
- * Writes the `billing-usage` section of docs/benchmarks.md.
+ * `pnpm bench billing` (after the ledger benchmark), or `pnpm bench billing-usage` alone: usage updates per second
+ * with 10,000 active sessions (`BENCH_SESSIONS`), over HTTP (the real listening service, keep-alive connections
+ * from a load generator in a process of its own) and over NATS (JetStream publishes from a publisher in a process
+ * of its own, consumed by the service's durable consumer). About 5 % of the messages are sent twice (a daemon's
+ * retry); afterwards every unique message must have exactly one usage record and the ledger must be intact. The
+ * CPU each process used is read for every row (bench/process-cpu.ts), so a bound can be told from the load
+ * generator's share. Writes the `billing-usage` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import os from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
-import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
+import { startUsageConsumer, USAGE_CONSUMER } from '../src/adapters/usage-consumer.ts';
 import { billingContext, buildApp } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
@@ -23,17 +28,25 @@ import { Dec } from '../src/domain/money.ts';
 import { startSession } from '../src/domain/session-start.ts';
 import { createWallet } from '../src/domain/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
+import { type CpuSnapshot, cpuSince, cpuSnapshot } from './process-cpu.ts';
 
-const SESSIONS = 1000;
-const TARGET = 2000;
+const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 10_000);
+/** Targets of issue #18: one report per request, and batched (NATS, several reports per request). */
+const TARGET_SINGLE = 3_000;
+const TARGET_BATCHED = 10_000;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 /** Seconds of the same HTTP load run first, uncounted (JIT warm-up of service and load generator). */
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 5);
 const HTTP_WORKERS = Number(process.env.BENCH_CONCURRENCY ?? 64);
 /** Reports per request on POST /usage-updates: a daemon on an 8-GPU machine with 8 rentals. */
 const HTTP_BATCH = Number(process.env.BENCH_HTTP_BATCH ?? 8);
-const NATS_MESSAGES = Number(process.env.BENCH_NATS_MESSAGES ?? 20_000);
+/** Unique NATS messages: by default 5 per session (10 s at the target). */
+const NATS_MESSAGES = Number(process.env.BENCH_NATS_MESSAGES ?? 5 * SESSIONS);
 const ADDRESS = '11111111111111111111111111111111';
+const ENV_DIR = process.env.TEST_ENV_DIR;
+/** A folder to write a CPU profile of the service's process per row into (`<row>.cpuprofile`), for where time goes. */
+const PROFILE_DIR = process.env.BENCH_PROFILE;
+const loadAverage = () => (os.loadavg()[0] ?? 0).toFixed(1);
 
 const testDb = await createTestDatabase('billing_usage_bench');
 // Access control on, as in production: the service trusts a test issuer's keys, and the load generator sends the
@@ -63,55 +76,135 @@ const anonymous = await fetch(`http://127.0.0.1:${port}/api/v1/billing/usage-upd
 });
 if (anonymous.status !== 401) throw new Error(`expected 401 without a token, got ${anonymous.status}`);
 
-console.log(`starting ${SESSIONS} sessions`);
+console.log(`starting ${SESSIONS.toLocaleString('en')} sessions`);
+const setupStarted = Date.now();
 const provider = await createWallet(db, {
   ownerType: 'provider',
   ownerId: crypto.randomUUID(),
   holderId: providerOwner,
   solanaAddress: ADDRESS,
 });
-const sessions: string[] = [];
-for (let i = 0; i < SESSIONS; i++) {
-  const ownerId = crypto.randomUUID();
-  const w = await createWallet(db, { ownerType: 'user', ownerId, solanaAddress: ADDRESS });
-  await postTransfers(db, [
-    {
-      debit: { system: 'chain_incoming' },
-      credit: { wallet: w.id, kind: 'available' },
+// The renters' wallets and accounts in two statements, funded through the ledger 500 at a time.
+await sql`INSERT INTO wallets (id, owner_type, owner_id, holder_id, solana_address)
+  SELECT gen_random_uuid(), 'user', o, o, ${ADDRESS} FROM (SELECT gen_random_uuid() AS o FROM generate_series(1, ${SESSIONS})) g`.execute(
+  db,
+);
+await sql`INSERT INTO ledger_accounts (id, wallet_id, kind, non_negative)
+  SELECT gen_random_uuid(), w.id, k.kind, true
+    FROM wallets w CROSS JOIN (VALUES ('available'), ('locked'), ('pending_out')) k(kind)
+    WHERE w.owner_type = 'user'`.execute(db);
+const renters = await db
+  .selectFrom('wallets')
+  .select(['id', 'owner_id'])
+  .where('owner_type', '=', 'user')
+  .orderBy('id')
+  .execute();
+for (let i = 0; i < renters.length; i += 500) {
+  await postTransfers(
+    db,
+    renters.slice(i, i + 500).map((w) => ({
+      debit: { system: 'chain_incoming' as const },
+      credit: { wallet: w.id, kind: 'available' as const },
       amount: new Dec(100),
       code: 'deposit',
-    },
-  ]);
-  const r = await startSession(
-    ctx,
-    {
-      actor: UNCHECKED_PRINCIPAL,
-      userId: ownerId,
-      walletId: w.id,
-      providerId: provider.ownerId,
-      jobId: `bench-${i}`,
-      gpuModel: 'nvidia-geforce-rtx-4090',
-      gpuCount: 1,
-      requestedVramMb: 24576,
-      estimatedPowerW: 450,
-    },
-    null,
+    })),
+    ctx.state.accountIds,
   );
-  sessions.push(r.session.id);
+}
+// The first session is started by the service's own path (walletFor, ratesFor, hold, session row, event); the
+// rest are placed in bulk as it placed that one, 500 per transaction: the ledger's lock transfers in one
+// statement, the holds with their lock records, and the session rows with the first session's frozen rates.
+const first = await startSession(
+  ctx,
+  {
+    actor: UNCHECKED_PRINCIPAL,
+    userId: renters[0]!.owner_id,
+    walletId: renters[0]!.id,
+    providerId: provider.ownerId,
+    jobId: 'bench-0',
+    gpuModel: 'nvidia-geforce-rtx-4090',
+    gpuCount: 1,
+    requestedVramMb: 24576,
+    estimatedPowerW: 450,
+  },
+  null,
+);
+const sessions: string[] = [first.session.id];
+for (let i = 1; i < SESSIONS; i += 500) {
+  const chunk = renters.slice(i, i + 500).map((w, j) => ({
+    wallet: w,
+    n: i + j,
+    session: crypto.randomUUID(),
+    hold: crypto.randomUUID(),
+    lock: crypto.randomUUID(),
+  }));
+  await db.transaction().execute(async (trx) => {
+    await postTransfers(
+      trx,
+      chunk.map((c) => ({
+        debit: { wallet: c.wallet.id, kind: 'available' as const },
+        credit: { wallet: c.wallet.id, kind: 'locked' as const },
+        amount: first.holdAmount,
+        code: 'hold',
+        holdId: c.hold,
+        transactionId: c.lock,
+      })),
+      ctx.state.accountIds,
+    );
+    const now = new Date();
+    await trx
+      .insertInto('transactions')
+      .values(
+        chunk.map((c) => ({
+          id: c.lock,
+          wallet_id: c.wallet.id,
+          type: 'lock' as const,
+          status: 'confirmed' as const,
+          amount: first.holdAmount.toFixed(),
+          hold_id: c.hold,
+          reference: `session:${c.session}`,
+          confirmed_at: now,
+          created_at: now,
+          updated_at: now,
+        })),
+      )
+      .execute();
+    await trx
+      .insertInto('holds')
+      .values(
+        chunk.map((c) => ({
+          id: c.hold,
+          wallet_id: c.wallet.id,
+          status: 'pending' as const,
+          amount: first.holdAmount.toFixed(),
+          reference: `session:${c.session}`,
+        })),
+      )
+      .execute();
+    await trx
+      .insertInto('rental_sessions')
+      .values(
+        chunk.map((c) => ({
+          ...first.session,
+          id: c.session,
+          user_id: c.wallet.owner_id,
+          wallet_id: c.wallet.id,
+          job_id: `bench-${c.n}`,
+          hold_id: c.hold,
+          lock_transaction_id: c.lock,
+          started_at: now,
+          created_at: now,
+          updated_at: now,
+        })),
+      )
+      .execute();
+  });
+  sessions.push(...chunk.map((c) => c.session));
 }
 await sql`ANALYZE`.execute(db);
+const setupSeconds = (Date.now() - setupStarted) / 1000;
+console.log(`set up in ${setupSeconds.toFixed(1)} s`);
 
-let seq = 0;
-const message = (prefix: string) => {
-  const n = seq++;
-  return {
-    session_id: sessions[n % SESSIONS]!,
-    timestamp: new Date().toISOString(),
-    gpu_utilization: 90,
-    power_draw_w: 400 + (n % 50),
-    message_id: `${prefix}-${n}`,
-  };
-};
 const usageCount = async (prefix: string) =>
   Number(
     (
@@ -121,108 +214,181 @@ const usageCount = async (prefix: string) =>
     ).rows[0]!.n,
   );
 
-interface HttpRun {
+/** CPU milliseconds each process used in a counted run. */
+interface CpuUse extends CpuSnapshot {
+  service: number;
+  load: number;
+}
+
+interface Run {
   unique: number;
   sent: number;
   requests: number;
   errors: number;
   seconds: number;
   records: number;
-  cpu: NodeJS.CpuUsage;
+  cpu: CpuUse;
+  /** The 1-minute load average when the counted run started. */
+  load: string;
 }
 
-/** Runs the HTTP load generator (its own process: bench/usage-http-client.ts) with `batch` reports per request. */
-async function httpLoad(batch: number, prefix: string): Promise<HttpRun> {
-  console.log(`HTTP: ${HTTP_WORKERS} connections, ${batch} report(s) per request, for ${SECONDS} s`);
-  const client = spawn(
-    process.execPath,
-    ['--import', 'tsx', fileURLToPath(new URL('./usage-http-client.ts', import.meta.url))],
-    { stdio: ['pipe', 'pipe', 'inherit'] },
-  );
-  client.stdin.end(
-    JSON.stringify({
-      port,
-      sessions,
-      seconds: SECONDS,
-      warmupSeconds: WARMUP_SECONDS,
-      workers: HTTP_WORKERS,
-      batch,
-      prefix,
-      authorization,
-    }),
-  );
-  // The service's CPU is counted from the end of the warm-up (the client's `warm` line) to the end of the run.
-  let cpu: NodeJS.CpuUsage | undefined;
+const serviceMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
+
+/** Runs a load generator in its own process; `onLine` sees each line it prints before its final JSON. */
+async function runClient(file: string, job: unknown, mark: string, onMark: () => void) {
+  const client = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL(file, import.meta.url))], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  client.stdin.end(JSON.stringify(job));
   let out = '';
+  let marked = false;
   client.stdout.on('data', (chunk) => {
     out += chunk;
-    if (!cpu && out.includes('warm\n')) cpu = process.cpuUsage();
+    if (!marked && out.includes(`${mark}\n`)) {
+      marked = true;
+      onMark();
+    }
   });
   const [exitCode] = (await once(client, 'close')) as [number | null];
-  if (exitCode !== 0 || !cpu) throw new Error(`HTTP load generator exited with ${exitCode}`);
-  const counts = JSON.parse(out.slice(out.indexOf('warm\n') + 5)) as Omit<HttpRun, 'records' | 'cpu'>;
-  return { ...counts, cpu: process.cpuUsage(cpu), records: await usageCount(prefix) };
+  if (exitCode !== 0 || !marked) throw new Error(`load generator ${file} exited with ${exitCode}`);
+  return JSON.parse(out.slice(out.indexOf(`${mark}\n`) + mark.length + 1)) as { cpuMs: number } & Record<
+    string,
+    number
+  >;
 }
 
-const single = await httpLoad(1, 'http');
-const batched = await httpLoad(HTTP_BATCH, 'httpb');
+/** Runs the HTTP load generator (bench/usage-http-client.ts) with `batch` reports per request. */
+async function httpLoad(batch: number, prefix: string): Promise<Run> {
+  console.log(`HTTP: ${HTTP_WORKERS} connections, ${batch} report(s) per request, for ${SECONDS} s`);
+  // Every CPU reading starts at the end of the warm-up (the client's `warm` line) and ends with the run.
+  let service: NodeJS.CpuUsage | undefined;
+  let others: CpuSnapshot | undefined;
+  let load = '';
+  const job = { port, sessions, seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, workers: HTTP_WORKERS, batch };
+  const counts = await runClient('./usage-http-client.ts', { ...job, prefix, authorization }, 'warm', () => {
+    service = process.cpuUsage();
+    others = cpuSnapshot(ENV_DIR);
+    load = loadAverage();
+  });
+  const cpu: CpuUse = {
+    ...cpuSince(others!, cpuSnapshot(ENV_DIR)),
+    service: serviceMs(process.cpuUsage(service)),
+    load: counts.cpuMs,
+  };
+  return {
+    unique: counts.unique!,
+    sent: counts.sent!,
+    requests: counts.requests!,
+    errors: counts.errors!,
+    seconds: counts.seconds!,
+    cpu,
+    load,
+    records: await usageCount(prefix),
+  };
+}
 
-// NATS
-console.log(`NATS: ${NATS_MESSAGES} messages`);
-const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-bench' })) as NatsPublisher;
-const prefix = 'bench.usage';
-const stream = `BENCH_USAGE_${Date.now()}`;
-const consumer = await startUsageConsumer({
-  connection: publisher.connection,
-  ctx,
-  verifier: app.tokenVerifier,
-  prefix,
-  logger,
-  stream,
-});
-const natsHeaders = { Authorization: authorization };
-const natsCpu = process.cpuUsage();
-const natsStarted = Date.now();
-let natsSent = 0;
-const publishing = (async () => {
-  const batch: Promise<unknown>[] = [];
-  for (let i = 0; i < NATS_MESSAGES; i++) {
-    const m = message('nats');
-    batch.push(publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: m.message_id, headers: natsHeaders }));
-    natsSent++;
-    if (i % 20 === 0) {
-      batch.push(
-        publisher.publish(`${prefix}.${m.session_id}`, m, { msgId: `${m.message_id}-retry`, headers: natsHeaders }),
-      );
-      natsSent++;
+/** Publishes NATS_MESSAGES from the NATS load generator (bench/usage-nats-client.ts) and waits for their records. */
+async function natsLoad(prefix: string): Promise<Run> {
+  console.log(`NATS: ${NATS_MESSAGES.toLocaleString('en')} messages`);
+  const subjects = 'bench.usage';
+  const stream = `BENCH_USAGE_${Date.now()}`;
+  const consumer = await startUsageConsumer({
+    connection: natsConnection.connection,
+    ctx,
+    verifier: app.tokenVerifier,
+    prefix: subjects,
+    logger,
+    stream,
+  });
+  let service: NodeJS.CpuUsage | undefined;
+  let others: CpuSnapshot | undefined;
+  let started = 0;
+  let load = '';
+  const job = { natsUrl: testEnv.natsUrl, prefix: subjects, sessions, messages: NATS_MESSAGES, idPrefix: prefix };
+  const publishing = runClient('./usage-nats-client.ts', { ...job, authorization }, 'start', () => {
+    service = process.cpuUsage();
+    others = cpuSnapshot(ENV_DIR);
+    started = Date.now();
+    load = loadAverage();
+  });
+  let exited = false;
+  publishing.then(
+    () => (exited = true),
+    () => (exited = true),
+  );
+  // Timed from the first publish until the consumer has acknowledged every message, which it does once the
+  // message's transaction has committed. Progress is read from NATS (the consumer's ack floor), not by counting
+  // records: a count(*) every 100 ms would load the database it measures.
+  const jsm = await jetstreamManager(natsConnection.connection);
+  const expected = NATS_MESSAGES + Math.ceil(NATS_MESSAGES / 20);
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 100));
+    if (started === 0) {
+      if (exited) break;
+      continue;
     }
-    if (batch.length >= 256) await Promise.all(batch.splice(0));
+    const info = await jsm.consumers.info(stream, USAGE_CONSUMER);
+    if (info.ack_floor.stream_seq >= expected && info.num_ack_pending === 0) break;
+    if (Date.now() - started > 300_000) break;
   }
-  await Promise.all(batch);
-})();
-let natsRecords = 0;
-while (natsRecords < NATS_MESSAGES && Date.now() - natsStarted < 120_000) {
-  await new Promise((r) => setTimeout(r, 100));
-  natsRecords = await usageCount('nats');
+  const seconds = (Date.now() - started) / 1000;
+  const serviceCpu = serviceMs(process.cpuUsage(service));
+  const othersCpu = cpuSince(others!, cpuSnapshot(ENV_DIR));
+  const published = await publishing;
+  const records = await usageCount(prefix);
+  await consumer.stop();
+  await jsm.streams.delete(stream).catch(() => {});
+  return {
+    unique: NATS_MESSAGES,
+    sent: published.sent!,
+    requests: published.sent!,
+    errors: 0,
+    seconds,
+    records,
+    cpu: { ...othersCpu, service: serviceCpu, load: published.cpuMs },
+    load,
+  };
 }
-await publishing;
-const natsSeconds = (Date.now() - natsStarted) / 1000;
-const natsCpuUsed = process.cpuUsage(natsCpu);
-await new Promise((r) => setTimeout(r, 1000)); // let the retries drain
-natsRecords = await usageCount('nats');
-await consumer.stop();
+
+/** Runs one row, under the inspector's CPU profiler when BENCH_PROFILE names a folder. */
+async function profiled<T>(name: string, run: () => Promise<T>): Promise<T> {
+  if (!PROFILE_DIR) return run();
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  try {
+    return await run();
+  } finally {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(join(PROFILE_DIR, `${name}.cpuprofile`), JSON.stringify(profile));
+    session.disconnect();
+  }
+}
+
+const natsConnection = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-bench' })) as NatsPublisher;
+const single = await profiled('http-1', () => httpLoad(1, 'http'));
+const batched = await profiled(`http-${HTTP_BATCH}`, () => httpLoad(HTTP_BATCH, 'httpb'));
+const nats = await profiled('nats', () => natsLoad('nats'));
 
 const c = await checkLedgerInvariant(db);
 const balanced = c.intact;
-const natsRate = natsRecords / natsSeconds;
-const cpuMs = (u: NodeJS.CpuUsage, n: number) => ((u.user + u.system) / 1000 / Math.max(n, 1)).toFixed(2);
-const met = (r: number) => (r >= TARGET ? 'met' : 'NOT met');
-const httpRow = (what: string, r: HttpRun) => {
+const perUpdate = (ms: number | null, n: number) => (ms === null ? '?' : (ms / Math.max(n, 1)).toFixed(3));
+const met = (rate: number, target: number) => (rate >= target ? 'met' : 'NOT met');
+const row = (what: string, r: Run, target: number, requests: boolean) => {
   const rate = r.unique / r.seconds;
-  return `| ${what} | ${Math.round(rate)} (${met(rate)}) | ${Math.round(r.requests / r.seconds)} | ${r.unique} | ${r.sent} | ${r.records} | ${r.errors} | ${cpuMs(r.cpu, r.sent)} |`;
+  const u = r.unique;
+  const { cpu } = r;
+  return (
+    `| ${what} | ${Math.round(rate)} (≥ ${target.toLocaleString('en')}: ${met(rate, target)}) | ` +
+    `${requests ? Math.round(r.requests / r.seconds) : '—'} | ${r.unique} | ${r.sent} | ${r.records} | ` +
+    `${requests ? r.errors : '—'} | ${perUpdate(cpu.service, u)} | ${perUpdate(cpu.load, u)} | ` +
+    `${perUpdate(cpu.postgres, u)} | ${perUpdate(cpu.nats, u)} | ${perUpdate(cpu.machine, u)} | ` +
+    `${cpu.machine === null ? '?' : (cpu.machine / 1000 / r.seconds).toFixed(2)} | ${r.load} |`
+  );
 };
 const exactlyOnce =
-  single.records === single.unique && batched.records === batched.unique && natsRecords === NATS_MESSAGES;
+  single.records === single.unique && batched.records === batched.unique && nats.records === NATS_MESSAGES;
 
 const md = `## billing-usage
 
@@ -230,30 +396,31 @@ ${machineLine()}
 
 Usage updates applied per second with ${SESSIONS.toLocaleString('en')} active sessions (each update: lock the session,
 de-duplicate by message ID, bill elapsed full minutes, check the hold, update power, insert the usage record; updates
-that arrive together share one database transaction: group commit, see the service README).
+that arrive together share one database transaction: group commit, see the service README); the sessions were
+set up in ${setupSeconds.toFixed(0)} s (the first started through the service, the rest placed in bulk as it placed that one).
 HTTP: ${HTTP_WORKERS} keep-alive connections (closed loop) against the listening service for ${SECONDS} s, after
-${WARMUP_SECONDS} s of the same load left uncounted (JIT warm-up; its CPU is not in the CPU column either), from a
-load generator that is a separate Node process on the same machine; first one report per request
+${WARMUP_SECONDS} s of the same load left uncounted (JIT warm-up; its CPU is not counted either), from a load
+generator that is a separate Node process on the same machine; first one report per request
 (\`POST /usage-update\`), then ${HTTP_BATCH} reports per request (\`POST /usage-updates\`, a daemon reporting the
 ${HTTP_BATCH} rentals of an ${HTTP_BATCH}-GPU machine). NATS: ${NATS_MESSAGES.toLocaleString('en')} JetStream publishes
-consumed by the durable consumer (up to 512 in hand), timed from the first publish to the last record; the publisher
-runs in the service's process, so its CPU column includes publishing. One request or message in 20 is sent twice (a
-retry). Load generator, service, PostgreSQL and NATS share the machine's 2 cores.
+from a publisher in a separate Node process, consumed by the service's durable consumer (up to 512 in hand), timed
+from the first publish until every message is acknowledged (after its transaction commits). One request or message in 20 is sent twice (a retry). Load generator,
+service, PostgreSQL (fsync off) and NATS share the machine's ${os.cpus().length} cores.
+CPU columns: milliseconds of CPU per unique update in the counted run, by process (load = the load generator;
+machine = every process on the machine, other users included); cores busy = the machine's CPU seconds per second.
 
-| path | updates/s (target ≥ ${TARGET}) | requests/s | unique updates | updates sent | usage records | errors | service CPU ms/update |
-|---|---|---|---|---|---|---|---|
-${httpRow('HTTP, 1 report per request', single)}
-${httpRow(`HTTP, ${HTTP_BATCH} reports per request`, batched)}
-| NATS | ${Math.round(natsRate)} (${met(natsRate)}) | — | ${NATS_MESSAGES} | ${natsSent} | ${natsRecords} | — | ${cpuMs(natsCpuUsed, natsSent)} |
+| path | updates/s (target) | requests/s | unique updates | updates sent | usage records | errors | CPU ms/update: service | load | PostgreSQL | NATS | machine | cores busy | load average at start |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+${row('HTTP, 1 report per request', single, TARGET_SINGLE, true)}
+${row(`HTTP, ${HTTP_BATCH} reports per request`, batched, TARGET_BATCHED, true)}
+${row('NATS', nats, TARGET_BATCHED, false)}
 
 Exactly once: ${exactlyOnce ? '**yes**' : '**NO**'} (usage records = unique updates). Ledger afterwards:
 ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches, ${c.negative} negative, accounts sum to
 ${c.total}, ${c.lockedMismatch} hold mismatches).
 `;
 writeBenchSection('billing-usage', md);
-const jsm = await (await import('@nats-io/jetstream')).jetstreamManager(publisher.connection);
-await jsm.streams.delete(stream).catch(() => {});
-await publisher.close();
+await natsConnection.close();
 await app.close();
 await database.close();
 await testDb.drop();

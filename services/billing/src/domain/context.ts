@@ -5,6 +5,7 @@ import type { Chain } from '../adapters/chain.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { BoundedCache } from './bounded-cache.ts';
 import type { BillingEvents } from './events.ts';
+import type { Dec } from './money.ts';
 import type { MarketFactors, RateCard } from './pricing.ts';
 import type { ProviderDirectory } from './provider-directory.ts';
 import type { UsageResult, UsageUpdate } from './usage-message.ts';
@@ -36,10 +37,24 @@ export interface BillingState {
   accountIds: BoundedCache<string>;
   /** The wire JSON of a session's frozen rates by their stored values (most sessions share a few rate sets). */
   ratesJson: BoundedCache<Readonly<Record<string, string>>>;
+  /**
+   * What an hourly rate costs over the session settings' periods (hold top-up threshold, billing interval,
+   * initial period), by rate and settings: billing works them out for every session it bills, and most sessions
+   * share a few rates (session-billing.ts).
+   */
+  ratePeriods: BoundedCache<RatePeriods>;
   /** Group commit of usage updates, made on first use (usage-updates.ts). */
   usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
   /** Automatic payouts in flight in this instance, by provider wallet (auto-payout.ts). */
   autoPayouts: Map<string, Promise<unknown>>;
+}
+
+/** An hourly rate and its cost over each of the session settings' periods, rounded as billing rounds them. */
+export interface RatePeriods {
+  hourly: Dec;
+  topUpBelow: Dec;
+  billingInterval: Dec;
+  initialPeriod: Dec;
 }
 
 /** One entry per wallet sub-account: 200,000 entries are some 66,000 wallets. */
@@ -51,6 +66,7 @@ export function newBillingState(): BillingState {
   return {
     accountIds: new BoundedCache(ACCOUNT_CACHE_LIMIT),
     ratesJson: new BoundedCache(RATES_CACHE_LIMIT),
+    ratePeriods: new BoundedCache(RATES_CACHE_LIMIT),
     autoPayouts: new Map(),
   };
 }

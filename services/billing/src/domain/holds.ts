@@ -45,15 +45,17 @@ export function toHold(row: {
   released: string;
   reference: string | null;
 }): Hold {
-  const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
+  const amount = new Dec(row.amount);
+  const posted = new Dec(row.posted);
+  const released = new Dec(row.released);
   return {
     id: row.id,
     walletId: row.wallet_id,
     status: row.status,
-    amount: new Dec(row.amount).toFixed(),
-    posted: new Dec(row.posted).toFixed(),
-    released: new Dec(row.released).toFixed(),
-    remaining: remaining.toFixed(),
+    amount: amount.toFixed(),
+    posted: posted.toFixed(),
+    released: released.toFixed(),
+    remaining: amount.minus(posted).minus(released).toFixed(),
     reference: row.reference,
   };
 }

@@ -22,7 +22,7 @@
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import { writeBilledSessions } from '../db/session-repository.ts';
-import type { BillingContext } from './context.ts';
+import type { BillingContext, RatePeriods } from './context.ts';
 import { getHolds, type Hold } from './holds.ts';
 import { Dec } from './money.ts';
 import { costOfHours, costOfMinutes } from './pricing.ts';
@@ -108,6 +108,25 @@ export async function billSessions(
   return outcomes;
 }
 
+/** The rate's cost over each settings period, worked out once per rate and settings (the context's cache). */
+function ratePeriods(ctx: BillingContext, rate: string): RatePeriods {
+  const { scale, sessions: s } = ctx;
+  const key = `${rate}|${scale}|${s.holdTopUpBelowMs}|${s.billingIntervalMs}|${s.initialPeriodMs}`;
+  let periods = ctx.state.ratePeriods.get(key);
+  if (!periods) {
+    const hourly = new Dec(rate);
+    const periodCost = (ms: number) => costOfHours(hourly, new Dec(ms).div(3_600_000), scale);
+    periods = {
+      hourly,
+      topUpBelow: periodCost(s.holdTopUpBelowMs),
+      billingInterval: periodCost(s.billingIntervalMs),
+      initialPeriod: periodCost(s.initialPeriodMs),
+    };
+    ctx.state.ratePeriods.set(key, periods);
+  }
+  return periods;
+}
+
 /** Works out one session's billing; tops its hold up when it runs low (the only step that writes). */
 async function planBilling(
   ctx: BillingContext,
@@ -117,19 +136,17 @@ async function planBilling(
   now: Date,
 ): Promise<SessionChange> {
   const { session } = item;
-  const hourly = new Dec(session.total_hourly_rate);
+  const periods = ratePeriods(ctx, session.total_hourly_rate);
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
   const minutes = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
-  const cost = costOfMinutes(hourly, minutes, ctx.scale);
+  const cost = costOfMinutes(periods.hourly, minutes, ctx.scale);
 
-  const periodCost = (ms: number) => costOfHours(hourly, new Dec(ms).div(3_600_000), ctx.scale);
-  const lowWater = cost.plus(periodCost(ctx.sessions.holdTopUpBelowMs));
-  const nextPeriod = cost.plus(periodCost(ctx.sessions.billingIntervalMs));
+  const lowWater = cost.plus(periods.topUpBelow);
+  const nextPeriod = cost.plus(periods.billingInterval);
   let held = heldBefore;
   // Only a hold running low touches the renter's accounts (locks them, tops up from available).
   if (held.lt(lowWater) || held.lt(nextPeriod)) {
-    held = (await topUpHold(trx, session, cost.plus(periodCost(ctx.sessions.initialPeriodMs)), ctx.state.accountIds))
-      .held;
+    held = (await topUpHold(trx, session, cost.plus(periods.initialPeriod), ctx.state.accountIds)).held;
   }
   const covered = held.gte(nextPeriod);
 
