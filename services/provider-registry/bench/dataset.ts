@@ -1,10 +1,20 @@
 /**
  * Loads the benchmark fleet with set-based SQL: providers with their GPU
- * summary columns, then their GPUs (a repeating pattern of 1-8 per provider,
- * 4 on average, 10 models) and model keys, then VACUUM ANALYZE. Every value derives from the
- * provider number, so the summary and the GPU rows agree without a second pass.
+ * summary columns, their GPUs (a repeating pattern of 1-8 per provider, 4 on
+ * average, 10 models) and model keys, with the tables' indexes and keys built
+ * after the rows (`deferred-indexes.ts`), then VACUUM ANALYZE. Every value
+ * derives from the provider number `i`: a provider's GPUs are models
+ * `(m + g / 4) % 10` for GPU `g` (one model, or two from the fifth GPU on), so
+ * its summary is computed from its one or two models, without aggregating its
+ * GPU rows.
+ *
+ * Sized for a million providers and four million GPUs: each provider's hashes are
+ * computed once (a temporary table), and each GPU's static JSON (`spec_json`, one
+ * text per model here) is rendered once per model by the schema's own trigger
+ * function rather than once per row (the trigger on `gpus` is off for the load).
  */
 import type pg from 'pg';
+import { withDeferredIndexes } from './deferred-indexes.ts';
 
 /** Model, VRAM (MB), architecture. */
 export const MODELS: [string, number, string][] = [
@@ -33,59 +43,121 @@ const uuidOf = (i: string, salt = 'p') =>
 /** Owners of the fleet: provider `i` belongs to owner `i % OWNERS`, named by a user ID (a UUID, as tokens name users). */
 export const OWNERS = 5000;
 
-/** The GPUs of provider `i`: rows (g, model, vram, arch, healthy). */
-const gpusOf = (i: string) => `
-  SELECT g, m.model, m.vram, m.arch, (${hash(i, 'health')} + g) % 50 <> 0 AS healthy
-  FROM generate_series(0, (ARRAY[${COUNTS.join(',')}])[1 + ${hash(i, 'count')} % 8] - 1) AS g
-  JOIN (VALUES ${MODELS.map((m, k) => `(${k}, '${m[0]}', ${m[1]}, '${m[2]}')`).join(', ')}) AS m(k, model, vram, arch)
-    ON m.k = (${hash(i, 'model')} + g / 4) % ${MODELS.length}`;
+const text = (s: string) => `'${s.replace(/'/g, "''")}'`;
 
-export async function loadFleet(client: pg.ClientBase, providers: number): Promise<{ gpus: number }> {
+/**
+ * Temporary tables of the load: `bench_models` (k, model, vram, arch, their lowercase forms, and `spec_json` as the
+ * schema's trigger function renders it for a GPU of the model), and `bench_fleet`, one row per provider number with
+ * its ID and hashes.
+ */
+async function createFleet(client: pg.ClientBase, providers: number): Promise<void> {
+  await client.query(`CREATE TEMP TABLE bench_gpu_specs (LIKE gpus INCLUDING DEFAULTS) ON COMMIT DROP`);
+  await client.query(`CREATE TRIGGER bench_gpu_specs_json BEFORE INSERT ON bench_gpu_specs
+                      FOR EACH ROW EXECUTE FUNCTION gpu_spec_json()`);
+  await client.query(`
+    INSERT INTO bench_gpu_specs (provider_id, idx, model_name, vram, driver_version, architecture, compute_capability,
+                                 cuda_cores, tensor_cores, memory_bandwidth, power_consumption)
+    SELECT gen_random_uuid(), k, model, vram, '550.54.15', arch, '8.0', 10240, 320, 1000, 350
+    FROM (VALUES ${MODELS.map((m, k) => `(${k}, ${text(m[0])}, ${m[1]}, ${text(m[2])})`).join(', ')}) AS m(k, model, vram, arch)`);
+  await client.query(`
+    CREATE TEMP TABLE bench_models ON COMMIT DROP AS
+    SELECT idx AS k, model_name AS model, vram, architecture AS arch, lower(model_name) AS lmodel,
+           lower(architecture) AS larch, spec_json
+    FROM bench_gpu_specs`);
+  await client.query(
+    `
+    CREATE TEMP TABLE bench_fleet ON COMMIT DROP AS
+    SELECT i, ${uuidOf('i')} AS id, ${hash('i', 'status')} % 20 AS slot,
+           (ARRAY[${COUNTS.join(',')}])[1 + ${hash('i', 'count')} % 8] AS n,
+           ${hash('i', 'model')} % ${MODELS.length} AS m, ${hash('i', 'health')} AS health, ${hash('i', 'seen')} AS seen
+    FROM generate_series(1, $1) AS i`,
+    [providers],
+  );
+}
+
+/** The fleet's rows (providers, GPUs, model keys); returns the number of GPUs. */
+async function insertRows(client: pg.ClientBase, providers: number): Promise<number> {
+  await createFleet(client, providers);
+  // A provider has model m for GPUs 0-3 and model m + 1 (another one) for GPUs 4-7; GPU g is unhealthy when
+  // (health + g) % 50 = 0, so all are healthy when the first such g, (50 - health % 50) % 50, is past the last GPU.
+  await client.query(`
+    INSERT INTO providers (id, owner_id, name, hostname, ip_address, status, location, metadata, registered_at,
+                           last_seen_at, gpu_count, max_vram, all_healthy, gpu_models, gpu_architectures)
+    SELECT f.id, ${uuidOf(`(f.i % ${OWNERS})`, 'o')}::text, 'rig-' || f.i, 'rig-' || f.i || '.example.net',
+           '10.' || (f.i / 65536 % 256) || '.' || (f.i / 256 % 256) || '.' || (f.i % 256),
+           CASE WHEN f.slot < 12 THEN 'idle' WHEN f.slot < 17 THEN 'busy' WHEN f.slot = 17 THEN 'maintenance'
+                WHEN f.slot = 18 THEN 'error' ELSE 'offline' END,
+           'region-' || (f.i % 12), jsonb_build_object('rack', 'r' || (f.i % 40)),
+           now() - interval '30 days' + f.i * interval '1 second', now() - (f.seen % 60000) * interval '1 millisecond',
+           f.n, greatest(a.vram, b.vram), (50 - f.health % 50) % 50 >= f.n,
+           CASE WHEN b.k IS NULL THEN '|' || a.lmodel || '|'
+                ELSE '|' || least(a.lmodel, b.lmodel) || '|' || greatest(a.lmodel, b.lmodel) || '|' END,
+           CASE WHEN b.k IS NULL OR a.larch = b.larch THEN '|' || a.larch || '|'
+                ELSE '|' || least(a.larch, b.larch) || '|' || greatest(a.larch, b.larch) || '|' END
+    FROM bench_fleet f
+    JOIN bench_models a ON a.k = f.m
+    LEFT JOIN bench_models b ON f.n > 4 AND b.k = (f.m + 1) % ${MODELS.length}`);
+  await client.query('ALTER TABLE gpus DISABLE TRIGGER gpus_spec_json');
+  const { rowCount } = await client.query(`
+    INSERT INTO gpus (provider_id, idx, model_name, vram, driver_version, architecture, compute_capability,
+                      cuda_cores, tensor_cores, memory_bandwidth, power_consumption, utilization_gpu,
+                      utilization_mem, temperature, power_draw, is_healthy, spec_json)
+    SELECT f.id, g, m.model, m.vram, '550.54.15', m.arch, '8.0', 10240, 320, 1000, 350,
+           (f.i * 7 + g) % 101, (f.i * 3 + g) % 101, 40 + (f.i + g) % 45, 200 + (f.i + g) % 150,
+           (f.health + g) % 50 <> 0, m.spec_json
+    FROM bench_fleet f
+    CROSS JOIN LATERAL generate_series(0, f.n - 1) AS g
+    JOIN bench_models m ON m.k = (f.m + g / 4) % ${MODELS.length}`);
+  await client.query('ALTER TABLE gpus ENABLE TRIGGER gpus_spec_json');
+  // The discovery keys the repository writes with each registration (see the provider_models migration).
+  await client.query(`
+    INSERT INTO provider_models (provider_id, model, registered_at, max_vram, gpu_count)
+    SELECT p.id, m.lmodel, p.registered_at, p.max_vram, p.gpu_count
+    FROM bench_fleet f
+    JOIN providers p ON p.id = f.id
+    CROSS JOIN LATERAL generate_series(0, (f.n - 1) / 4) AS b
+    JOIN bench_models m ON m.k = (f.m + b) % ${MODELS.length}`);
+  return rowCount ?? 0;
+}
+
+/** Seconds each phase of the load took. */
+export interface LoadPhases {
+  rows: number;
+  indexes: number;
+  vacuumAnalyze: number;
+}
+
+export async function loadFleet(
+  client: pg.ClientBase,
+  providers: number,
+): Promise<{ gpus: number; phases: LoadPhases }> {
+  const started = performance.now();
+  let rowsDone = 0;
   await client.query('BEGIN');
   // Flushed at commit, so the VACUUM below can mark every page all-visible, as autovacuum would have by the
   // time a fleet this size is queried (the test server commits asynchronously, and VACUUM leaves a page
   // unmarked while its rows' commit record is not yet flushed).
   await client.query('SET LOCAL synchronous_commit TO on');
-  await client.query(
-    `
-    INSERT INTO providers (id, owner_id, name, hostname, ip_address, status, location, metadata, registered_at,
-                           last_seen_at, gpu_count, max_vram, all_healthy, gpu_models, gpu_architectures)
-    SELECT ${uuidOf('i')}, ${uuidOf(`(i % ${OWNERS})`, 'o')}::text, 'rig-' || i, 'rig-' || i || '.example.net',
-           '10.' || (i / 65536 % 256) || '.' || (i / 256 % 256) || '.' || (i % 256),
-           CASE WHEN ${hash('i', 'status')} % 20 < 12 THEN 'idle' WHEN ${hash('i', 'status')} % 20 < 17 THEN 'busy'
-                WHEN ${hash('i', 'status')} % 20 = 17 THEN 'maintenance' WHEN ${hash('i', 'status')} % 20 = 18 THEN 'error'
-                ELSE 'offline' END,
-           'region-' || (i % 12), jsonb_build_object('rack', 'r' || (i % 40)),
-           now() - interval '30 days' + i * interval '1 second', now() - (${hash('i', 'seen')} % 60000) * interval '1 millisecond',
-           s.n, s.max_vram, s.healthy, s.models, s.archs
-    FROM generate_series(1, $1) AS i
-    CROSS JOIN LATERAL (
-      SELECT count(*) AS n, max(vram) AS max_vram, bool_and(healthy) AS healthy,
-             '|' || string_agg(DISTINCT lower(model), '|') || '|' AS models,
-             '|' || string_agg(DISTINCT lower(arch), '|') || '|' AS archs
-      FROM (${gpusOf('i')}) AS x) AS s`,
-    [providers],
-  );
-  const { rowCount } = await client.query(
-    `
-    INSERT INTO gpus (provider_id, idx, model_name, vram, driver_version, architecture, compute_capability,
-                      cuda_cores, tensor_cores, memory_bandwidth, power_consumption, utilization_gpu,
-                      utilization_mem, temperature, power_draw, is_healthy)
-    SELECT ${uuidOf('i')}, x.g, x.model, x.vram, '550.54.15', x.arch, '8.0', 10240, 320, 1000, 350,
-           (i * 7 + x.g) % 101, (i * 3 + x.g) % 101, 40 + (i + x.g) % 45, 200 + (i + x.g) % 150, x.healthy
-    FROM generate_series(1, $1) AS i
-    CROSS JOIN LATERAL (${gpusOf('i')}) AS x`,
-    [providers],
-  );
-  // The discovery keys the repository writes with each registration (see the provider_models migration).
-  await client.query(`
-    INSERT INTO provider_models (provider_id, model, registered_at, max_vram, gpu_count)
-    SELECT DISTINCT p.id, lower(g.model_name), p.registered_at, p.max_vram, p.gpu_count
-    FROM providers p JOIN gpus g ON g.provider_id = p.id`);
+  // Room for each index build's sort in memory (the largest, the GPUs' key, sorts four million rows at 1M).
+  await client.query(`SET LOCAL maintenance_work_mem TO '512MB'`);
+  const gpus = await withDeferredIndexes(client, ['providers', 'gpus', 'provider_models'], async () => {
+    const n = await insertRows(client, providers);
+    rowsDone = performance.now();
+    return n;
+  });
   await client.query('COMMIT');
+  const committed = performance.now();
   // Every VACUUM before any ANALYZE: an ANALYZE commits (asynchronously) and would hold back the flush
   // position that a following VACUUM checks.
   await client.query('VACUUM providers, gpus, provider_models');
   await client.query('ANALYZE providers, gpus, provider_models');
-  return { gpus: rowCount ?? 0 };
+  const s = (from: number, to: number) => (to - from) / 1000;
+  return {
+    gpus,
+    phases: {
+      rows: s(started, rowsDone),
+      indexes: s(rowsDone, committed),
+      vacuumAnalyze: s(committed, performance.now()),
+    },
+  };
 }

@@ -1,6 +1,6 @@
 /**
- * `pnpm bench registry`: loads 100,000 providers / 400,000 GPUs into a fresh
- * database, starts the registry as its own process (real HTTP on loopback),
+ * `pnpm bench registry`: loads 1,000,000 providers / 4,000,000 GPUs
+ * (`BENCH_PROVIDERS` sets another count) into a fresh database, starts the registry as its own process (real HTTP on loopback),
  * and measures filtered, paginated discovery and heartbeats through the
  * service next to the very same SQL issued directly through `pg` (captured
  * from the repository code, so both sides run identical statements).
@@ -27,7 +27,7 @@ import { loadFleet } from './dataset.ts';
 import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
 
-const PROVIDERS = Number(process.env.BENCH_PROVIDERS ?? 100_000);
+const PROVIDERS = Number(process.env.BENCH_PROVIDERS ?? 1_000_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /**
  * `BENCH_ACCESS=off` runs the service with access control off (`access.enabled: false`): every request is trusted,
@@ -39,6 +39,12 @@ const LIST_CONCURRENCY = 4;
 const HEARTBEAT_CONCURRENCY = 16;
 const POOL_SIZE = 20;
 const OFFLINE_AFTER_MS = 3_600_000;
+/**
+ * Issue #18's heartbeat target: at least the grouped path's rate before the fleet grew to a million (3,113/s
+ * through the service at 100,000 providers, 16 clients: the run of 2026-11-23 on commit 14c23f2, CPU gauge 908 → 951
+ * ms). An absolute rate moves with the host's speed: read it with this run's gauge.
+ */
+const HEARTBEATS_BEFORE = 3113;
 const root = fileURLToPath(new URL('..', import.meta.url));
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
@@ -165,10 +171,17 @@ async function main() {
 
   const client = await pool.connect();
   const loadStart = performance.now();
-  const { gpus } = await loadFleet(client, PROVIDERS);
+  const { gpus, phases } = await loadFleet(client, PROVIDERS);
   const loadSeconds = (performance.now() - loadStart) / 1000;
   client.release();
-  log(`loaded ${PROVIDERS} providers / ${gpus} GPUs in ${fmt(loadSeconds)} s`);
+  const loadPhases = `rows ${fmt(phases.rows)} s, indexes and keys ${fmt(phases.indexes)} s, VACUUM + ANALYZE ${fmt(phases.vacuumAnalyze)} s`;
+  log(`loaded ${PROVIDERS} providers / ${gpus} GPUs in ${fmt(loadSeconds)} s (${loadPhases})`);
+  const { rows: sizes } = await pool.query<{ name: string; heap: string; indexes: string }>(
+    `SELECT relname AS name, pg_size_pretty(pg_table_size(oid)) AS heap, pg_size_pretty(pg_indexes_size(oid)) AS indexes
+     FROM pg_class WHERE relname IN ('providers', 'gpus', 'provider_models') AND relkind = 'r'
+     ORDER BY pg_total_relation_size(oid) DESC`,
+  );
+  const sizeLine = sizes.map((r) => `\`${r.name}\` ${r.heap} + ${r.indexes} of indexes`).join(', ');
 
   const child = await startService(databaseUrl);
   const loadBefore = os.loadavg()[0]!;
@@ -305,7 +318,8 @@ async function main() {
 \`pnpm bench registry\` — ${machineLine()}
 
 ${PROVIDERS.toLocaleString('en-US')} providers and ${gpus.toLocaleString('en-US')} GPUs (1-8 per provider, 10 models, 60 % idle),
-loaded with set-based SQL in ${fmt(loadSeconds)} s. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
+loaded with set-based SQL in ${fmt(loadSeconds)} s (${loadPhases}: the indexes and keys are built after the rows,
+then checked against the migrations'). On disk after the load: ${sizeLine}. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
 log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback, by a lean client that reads
 every response into one reused buffer per connection (\`bench/http-client.ts\`). ${
       ACCESS
@@ -335,9 +349,9 @@ cache for the token's life, as on a live platform where a daemon beats every few
 arrive together in one statement (group commit, see the service README); "direct" sends the single-heartbeat
 statement once per heartbeat (limited to the daemon's owner, as the service's is), as the service did before grouping:
 
-| | direct (pg) | through the service | ratio | target |
+| | direct (pg) | through the service | ratio | target (service) |
 |---|---|---|---|---|
-| heartbeats/s | ${fmt(beatDirect.perSecond, 0)} (p99 ${fmt(beatDirect.p99, 2)} ms) | ${fmt(beatService.perSecond, 0)} (p99 ${fmt(beatService.p99, 2)} ms) | ${fmt(ratio, 2)}x | ≥ 0.5x: ${ratio >= 0.5 ? 'met' : '**missed**'} |
+| heartbeats/s | ${fmt(beatDirect.perSecond, 0)} (p99 ${fmt(beatDirect.p99, 2)} ms) | ${fmt(beatService.perSecond, 0)} (p99 ${fmt(beatService.p99, 2)} ms) | ${fmt(ratio, 2)}x | ≥ 0.5x direct: ${ratio >= 0.5 ? 'met' : '**missed**'}; ≥ ${HEARTBEATS_BEFORE.toLocaleString('en-US')}/s (#18: the grouped path at 100,000 providers, CPU gauge 908 → 951 ms): ${beatService.perSecond >= HEARTBEATS_BEFORE ? 'met' : '**missed**'} |
 
 Service errors: ${listResults.reduce((n, r) => n + r.service.errors, 0) + beatService.errors}. Machine load average (1 min) at the
 start of the measurements: ${fmt(loadBefore, 1)}, at the end: ${fmt(os.loadavg()[0]!, 1)} (on ${os.cpus().length} cores; other work on the machine inflates

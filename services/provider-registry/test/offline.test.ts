@@ -1,5 +1,9 @@
-import { sql } from 'kysely';
+import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RegistryDB } from '../src/db/schema.ts';
+import { sweepOffline } from '../src/db/status-repository.ts';
+import { AUTO_OFFLINE_FROM } from '../src/domain/provider.ts';
 import { ageProvider, EventCollector, type Harness, register, startHarness } from './helpers.ts';
 
 // heartbeat_interval 1s: the default bound is 3 intervals, 3 s.
@@ -23,6 +27,20 @@ afterAll(async () => {
   await h.close();
   await h.testDb.drop();
 });
+
+interface PlanNode {
+  'Node Type': string;
+  'Actual Rows': number;
+  'Actual Loops': number;
+  'Rows Removed by Filter'?: number;
+  Plans?: PlanNode[];
+}
+
+/** Rows the scans of an analyzed plan read: the rows they returned and those their filters removed. */
+const rowsRead = (node: PlanNode): number =>
+  (node['Node Type'].includes('Scan')
+    ? (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0)) * node['Actual Loops']
+    : 0) + (node.Plans ?? []).reduce((n, child) => n + rowsRead(child), 0);
 
 const storedStatus = async (id: string) =>
   (await h.database.db.selectFrom('providers').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
@@ -111,6 +129,46 @@ describe('automatic offline', () => {
       ['error', 'offline', 'offline_timeout'],
       ['offline', 'idle', 'heartbeat'],
     ]);
+  });
+
+  it('reads only the providers it stores, however many were stored offline (or set to maintenance) long ago', async () => {
+    // A fleet in the proportions of a large one: 20,000 live providers and 5,000 gone for up to a month, their
+    // rows mixed as heartbeats leave them (the live ones' last heartbeat is in the future, so that none falls
+    // silent while the test runs).
+    const owner = `fleet-${Date.now()}`;
+    await sql`
+      INSERT INTO providers (id, owner_id, name, status, last_seen_at)
+      SELECT gen_random_uuid(), ${owner}, 'rig-' || i,
+             CASE WHEN i % 5 = 0 THEN (ARRAY['offline', 'maintenance'])[1 + i / 5 % 2] ELSE 'idle' END,
+             CASE WHEN i % 5 = 0 THEN now() - interval '1 day' - random() * interval '30 days'
+                  ELSE now() + interval '1 hour' - random() * interval '1 minute' END
+      FROM generate_series(1, 25000) AS i`.execute(h.database.db);
+    await sql`ANALYZE providers`.execute(h.database.db);
+    const pool = new pg.Pool({ connectionString: h.testDb.url, max: 1 });
+    try {
+      const statements: CompiledQuery[] = [];
+      const logged = new Kysely<RegistryDB>({
+        dialect: new PostgresDialect({ pool }),
+        log: (e) => {
+          if (e.level === 'query') statements.push(e.query);
+        },
+      });
+      for (const status of AUTO_OFFLINE_FROM) await sweepOffline(logged, status, BOUND_MS);
+      expect(statements).toHaveLength(AUTO_OFFLINE_FROM.length);
+      // Each sweep statement again, with nothing left to store: the rows its scans read (kept or filtered out),
+      // where walking every silent provider read the 5,000 gone ones, or every idle one.
+      for (const q of statements) {
+        const { rows } = await pool.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
+          `EXPLAIN (ANALYZE, FORMAT JSON) ${q.sql}`,
+          q.parameters as unknown[],
+        );
+        expect(rowsRead(rows[0]!['QUERY PLAN'][0].Plan)).toBeLessThan(1000);
+      }
+    } finally {
+      await pool.end();
+      await sql`DELETE FROM providers WHERE owner_id = ${owner}`.execute(h.database.db);
+      await sql`ANALYZE providers`.execute(h.database.db);
+    }
   });
 
   it('lets a heartbeat that lands before the sweep win', async () => {

@@ -36,6 +36,11 @@ export function effectiveStatusIs(status: ProviderStatus, offlineAfterMs: number
 /** The status after a heartbeat (the heartbeat rule), given the locked current row `cur`. */
 export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN ${sql.lit(REVIVED_STATUS)} ELSE cur.status END)`;
 
-/** A WHERE condition on the provider row `p`: stored in an auto-offline state and silent past the bound. */
-export const isStale = (offlineAfterMs: number) =>
-  sql<boolean>`(p.status IN (${list(AUTO_OFFLINE_FROM)}) AND p.last_seen_at < ${staleBefore(offlineAfterMs)})`;
+/**
+ * A WHERE condition on the provider row `p`: stored in `status`, an auto-offline state, and silent past the bound.
+ * One state at a time, so that it is one range of the `(status, last_seen_at)` index.
+ */
+export function isStale(status: ProviderStatus, offlineAfterMs: number): RawBuilder<boolean> {
+  if (!AUTO_OFFLINE_FROM.includes(status)) throw new Error(`${status} never falls to offline`);
+  return sql<boolean>`(p.status = ${status} AND p.last_seen_at < ${staleBefore(offlineAfterMs)})`;
+}

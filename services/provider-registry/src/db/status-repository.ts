@@ -163,14 +163,15 @@ export async function recordHeartbeats(
 }
 
 /**
- * Stores `offline` for up to `batch` providers silent past the bound and
- * returns them. Rows are locked with SKIP LOCKED and re-checked after
- * locking, so with several instances sweeping at once each provider is
- * returned (and its event recorded) by exactly one of them, and a heartbeat
- * that lands first wins.
+ * Stores `offline` for up to `batch` providers stored in `status` (a state of
+ * `AUTO_OFFLINE_FROM`) and silent past the bound, oldest first, and returns
+ * them. Rows are locked with SKIP LOCKED and re-checked after locking, so with
+ * several instances sweeping at once each provider is returned (and its event
+ * recorded) by exactly one of them, and a heartbeat that lands first wins.
  */
 export async function sweepOffline(
   db: Kysely<RegistryDB>,
+  status: ProviderStatus,
   offlineAfterMs: number,
   batch = 500,
   recording?: EventRecording,
@@ -179,7 +180,7 @@ export async function sweepOffline(
     sql`
     WITH stale AS (
       SELECT p.id, p.status FROM providers p
-      WHERE ${isStale(offlineAfterMs)}
+      WHERE ${isStale(status, offlineAfterMs)}
       ORDER BY p.last_seen_at
       LIMIT ${batch}
       FOR UPDATE SKIP LOCKED
