@@ -14,7 +14,8 @@ case "$name" in
   storage) file=services/storage/bench/run.ts; export TEST_S3_ALLOW_ANONYMOUS=1 ;;
   storage-listing) file=services/storage/bench/listing.ts ;;
   auth) file=services/auth/bench/run.ts ;;
-  registry) file=services/provider-registry/bench/run.ts ;;
+  # A million providers' indexes outgrow PostgreSQL's default 128 MB of shared buffers: size them for the fleet.
+  registry) file=services/provider-registry/bench/run.ts; export TEST_PG_SHARED_BUFFERS="${TEST_PG_SHARED_BUFFERS:-2GB}" ;;
   billing) file=services/billing/bench/run.ts ;;
   billing-usage) file=services/billing/bench/usage.ts ;;
   *) echo "unknown benchmark: $name" >&2; exit 2 ;;

@@ -57,7 +57,7 @@ start_postgres() {
   if [ "$(id -u)" = 0 ]; then chown -R postgres: "$d"; as=(runuser -u postgres --); fi
   "${as[@]}" "$bin/initdb" -D "$d/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync >/dev/null
   "${as[@]}" "$bin/pg_ctl" -D "$d/data" -l "$d/log" -w -o \
-    "-c listen_addresses=127.0.0.1 -p $TEST_PG_PORT -k $d/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    "-c listen_addresses=127.0.0.1 -p $TEST_PG_PORT -k $d/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c shared_buffers=${TEST_PG_SHARED_BUFFERS:-128MB}" \
     start >/dev/null
   export TEST_PG_URL="postgres://postgres@127.0.0.1:$TEST_PG_PORT/postgres"
   log "postgresql on 127.0.0.1:$TEST_PG_PORT"

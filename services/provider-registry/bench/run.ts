@@ -182,6 +182,7 @@ async function main() {
      ORDER BY pg_total_relation_size(oid) DESC`,
   );
   const sizeLine = sizes.map((r) => `\`${r.name}\` ${r.heap} + ${r.indexes} of indexes`).join(', ');
+  const sharedBuffers = (await pool.query<{ shared_buffers: string }>('SHOW shared_buffers')).rows[0]?.shared_buffers;
 
   const child = await startService(databaseUrl);
   const loadBefore = os.loadavg()[0]!;
@@ -319,7 +320,9 @@ async function main() {
 
 ${PROVIDERS.toLocaleString('en-US')} providers and ${gpus.toLocaleString('en-US')} GPUs (1-8 per provider, 10 models, 60 % idle),
 loaded with set-based SQL in ${fmt(loadSeconds)} s (${loadPhases}: the indexes and keys are built after the rows,
-then checked against the migrations'). On disk after the load: ${sizeLine}. The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
+then checked against the migrations'). On disk after the load: ${sizeLine}; PostgreSQL's \`shared_buffers\`:
+${sharedBuffers} (\`pnpm bench registry\` gives the test server 2 GB, sized for this fleet as for a production registry; the
+tests' server keeps PostgreSQL's 128 MB). The registry runs as its own process (PostgreSQL pool of ${POOL_SIZE},
 log level \`warn\`, NATS connected) and is called over HTTP with keep-alive on loopback, by a lean client that reads
 every response into one reused buffer per connection (\`bench/http-client.ts\`). ${
       ACCESS
