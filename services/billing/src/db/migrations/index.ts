@@ -7,6 +7,7 @@ import { addressProofMigration } from './0004-address-proof.ts';
 import { providerWalletOnFirstNeedMigration } from './0005-provider-wallet-on-first-need.ts';
 import { machineReservationMigration } from './0006-machine-reservation.ts';
 import { autoPayoutMigration } from './0007-auto-payout.ts';
+import { ledgerPostGroupsMigration } from './0008-ledger-post-groups.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -17,5 +18,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0005-provider-wallet-on-first-need': providerWalletOnFirstNeedMigration,
     '0006-machine-reservation': machineReservationMigration,
     '0007-auto-payout': autoPayoutMigration,
+    '0008-ledger-post-groups': ledgerPostGroupsMigration(scale),
   };
 }
