@@ -136,6 +136,20 @@ describe('group commit of ledger transfers', () => {
     expect(await h.balanceOf(payee!)).toMatchObject({ available: '2.000000' });
   });
 
+  it('applies a batch formed while another is in the database after it', async () => {
+    const ctx = freshContext();
+    const [payer, middle, payee] = await wallets(ctx, 3, '0');
+    await postTransferGroup(ctx, [move({ system: 'chain_incoming' }, available(payer!), '10')]);
+    const before = transferGroupStats(ctx).batches;
+    const first = postTransferGroup(ctx, [move(available(payer!), available(middle!), '3')]);
+    while (transferGroupStats(ctx).batches === before) await new Promise((resolve) => setImmediate(resolve));
+    const second = postTransferGroup(ctx, [move(available(middle!), available(payee!), '3')]);
+    expect((await Promise.allSettled([first, second])).map((o) => o.status)).toEqual(['fulfilled', 'fulfilled']);
+    expect(transferGroupStats(ctx).batches - before).toBe(2);
+    expect(await h.balanceOf(middle!)).toMatchObject({ available: '0.000000' });
+    expect(await h.balanceOf(payee!)).toMatchObject({ available: '3.000000' });
+  });
+
   it('refuses a group with amounts finer than the scale on its own', async () => {
     const ctx = freshContext();
     const [a, b] = await wallets(ctx, 2, '1');

@@ -1,9 +1,13 @@
 /**
  * Group commit of ledger transfers. A caller that posts a group of transfers on
  * its own (not with other rows in its own transaction) submits it here; while
- * one batch is in the database, new groups queue, and when it returns everything
- * queued (up to 256 groups) goes out as the next batch: one `ledger_post_groups`
- * statement, one commit, however many groups (migration 0008).
+ * one batch is in the database, new groups queue, and everything queued (up to
+ * 256 groups) goes out as the next batch: one `ledger_post_groups` statement,
+ * one commit, however many groups (migration 0008). The batches of a context
+ * share one connection while any are in flight, so they run one after another
+ * in the order they were formed; the next batch is formed while one runs and
+ * waits at the connection, so the database goes on to it at once instead of
+ * waiting for the callers of the one before to come back.
  *
  * Each group keeps the meaning of one `postTransfers` call: it is all or
  * nothing, refused with INSUFFICIENT_FUNDS naming the wallet when it would
@@ -15,7 +19,9 @@
  * serialization failure, after which nothing was written, is tried again.
  */
 import { GroupCommit, type GroupCommitStats, withRetry } from '@gpu/common';
+import type { Kysely } from 'kysely';
 import { postLedgerGroups, type TransferRow } from '../db/ledger-repository.ts';
+import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
 import {
   insufficientFunds,
@@ -34,13 +40,49 @@ export type LedgerContext = Pick<BillingContext, 'db' | 'state'>;
 
 /** The transfer batcher of a context, made on first use. */
 function batcher(ctx: LedgerContext): GroupCommit<TransferRow[], null> {
-  ctx.state.transferBatcher ??= new GroupCommit((groups) => postBatch(ctx, groups), {
-    maxBatch: MAX_BATCH,
-    // One batch in the database at a time: the next one gathers everything that arrives meanwhile, and groups
-    // are applied in the order they were submitted.
-    maxInFlight: 1,
-  });
+  if (!ctx.state.transferBatcher) {
+    const connection = new BatchConnection(ctx.db);
+    ctx.state.transferBatcher = new GroupCommit((groups) => postBatch(connection, groups), {
+      maxBatch: MAX_BATCH,
+      // One batch in the database and the next one waiting behind it on the same connection: groups are applied
+      // in the order they were submitted, and the database never waits for this process between two batches.
+      maxInFlight: 2,
+    });
+  }
   return ctx.state.transferBatcher;
+}
+
+/**
+ * One connection from the pool, held while any batch is in flight and given back when none is. Statements sent
+ * on one connection run one after another, in the order they were sent.
+ */
+class BatchConnection {
+  private users = 0;
+  private held: Promise<{ db: Kysely<BillingDB>; release: () => void }> | null = null;
+
+  constructor(private readonly db: Kysely<BillingDB>) {}
+
+  async run<T>(fn: (db: Kysely<BillingDB>) => Promise<T>): Promise<T> {
+    this.users++;
+    this.held ??= new Promise((resolve, reject) => {
+      this.db
+        .connection()
+        .execute((db) => new Promise<void>((release) => resolve({ db, release })))
+        .catch(reject);
+    });
+    const held = this.held;
+    try {
+      return await fn((await held).db);
+    } finally {
+      if (--this.users === 0) {
+        this.held = null;
+        await held.then(
+          (h) => h.release(),
+          () => {},
+        );
+      }
+    }
+  }
 }
 
 /**
@@ -67,8 +109,10 @@ export function transferGroupStats(ctx: LedgerContext): GroupCommitStats {
 }
 
 /** Posts a batch of groups in one statement: null for a posted group, the error of a refused one. */
-async function postBatch(ctx: LedgerContext, groups: TransferRow[][]): Promise<(null | Error)[]> {
-  const refused = await withRetry(() => postLedgerGroups(ctx.db, groups), { attempts: 3, retryable: isLockConflict });
+async function postBatch(connection: BatchConnection, groups: TransferRow[][]): Promise<(null | Error)[]> {
+  const refused = await connection.run((db) =>
+    withRetry(() => postLedgerGroups(db, groups), { attempts: 3, retryable: isLockConflict }),
+  );
   const results: (null | Error)[] = groups.map(() => null);
   for (const r of refused) {
     results[r.group_index] = r.refusal === 'BL402' ? insufficientFunds(r) : refusedAmounts(r.message);
