@@ -195,6 +195,35 @@ describe('group commit of ledger transfers', () => {
     expect(await h.balanceOf(a!)).toMatchObject({ available: '4.000000' });
   });
 
+  it('fails every caller of a batch whose connection is lost, writes nothing of it, and goes on', async () => {
+    const ctx = freshContext();
+    const [a, b] = await wallets(ctx, 2, '5');
+    const fees = { system: 'platform_fees' } as const;
+    // The statement's own backend is terminated halfway through it: the connection is gone, as in a network failure.
+    await sql`CREATE FUNCTION test_lose_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$`.execute(h.db);
+    await sql`CREATE TRIGGER test_lose_connection BEFORE INSERT ON ledger_transfers FOR EACH ROW
+      WHEN (NEW.code = 'connection_lost') EXECUTE FUNCTION test_lose_connection()`.execute(h.db);
+    try {
+      const count = await transfersCount();
+      const outcomes = await Promise.allSettled([
+        postTransferGroup(ctx, [move(available(a!), fees, '1')]),
+        postTransferGroup(ctx, [move(available(b!), fees, '1', 'connection_lost')]),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+      for (const o of outcomes) expect(String((o as PromiseRejectedResult).reason)).toMatch(/terminat/i);
+      // The pool drops the dead connection once its socket has closed, a moment after the error arrived.
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      expect(await transfersCount()).toBe(count);
+      for (const w of [a!, b!]) expect(await h.balanceOf(w)).toMatchObject({ available: '5.000000' });
+    } finally {
+      await sql`DROP TRIGGER test_lose_connection ON ledger_transfers`.execute(h.db);
+      await sql`DROP FUNCTION test_lose_connection()`.execute(h.db);
+    }
+    await Promise.all([a!, b!].map((w) => postTransferGroup(ctx, [move(available(w), fees, '1')])));
+    for (const w of [a!, b!]) expect(await h.balanceOf(w)).toMatchObject({ available: '4.000000' });
+  });
+
   it('keeps the ledger exact under many concurrent callers, beside transfers posted one statement each', async () => {
     const ctx = freshContext();
     const ids = await wallets(ctx, 12, '10');

@@ -54,35 +54,49 @@ function batcher(ctx: LedgerContext): GroupCommit<TransferRow[], null> {
 
 /**
  * One connection from the pool, held while any batch is in flight and given back when none is. Statements sent
- * on one connection run one after another, in the order they were sent.
+ * on one connection run one after another, in the order they were sent. After a failed statement the next batches
+ * take a fresh connection (the failure may have been the connection's), while those already waiting on the old one
+ * finish there.
  */
 class BatchConnection {
-  private users = 0;
-  private held: Promise<{ db: Kysely<BillingDB>; release: () => void }> | null = null;
+  private current: { connection: Promise<HeldConnection>; users: number } | null = null;
 
   constructor(private readonly db: Kysely<BillingDB>) {}
 
   async run<T>(fn: (db: Kysely<BillingDB>) => Promise<T>): Promise<T> {
-    this.users++;
-    this.held ??= new Promise((resolve, reject) => {
-      this.db
-        .connection()
-        .execute((db) => new Promise<void>((release) => resolve({ db, release })))
-        .catch(reject);
-    });
-    const held = this.held;
+    this.current ??= { connection: this.hold(), users: 0 };
+    const held = this.current;
+    held.users++;
     try {
-      return await fn((await held).db);
+      return await fn((await held.connection).db);
+    } catch (err) {
+      if (this.current === held) this.current = null;
+      throw err;
     } finally {
-      if (--this.users === 0) {
-        this.held = null;
-        await held.then(
-          (h) => h.release(),
+      if (--held.users === 0) {
+        if (this.current === held) this.current = null;
+        await held.connection.then(
+          (c) => c.release(),
           () => {},
         );
       }
     }
   }
+
+  /** Takes a connection from the pool until `release` is called. */
+  private hold(): Promise<HeldConnection> {
+    return new Promise((resolve, reject) => {
+      this.db
+        .connection()
+        .execute((db) => new Promise<void>((release) => resolve({ db, release })))
+        .catch(reject);
+    });
+  }
+}
+
+interface HeldConnection {
+  db: Kysely<BillingDB>;
+  release: () => void;
 }
 
 /**
