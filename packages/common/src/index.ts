@@ -49,7 +49,7 @@ export {
   zList,
 } from './config-schema.ts';
 export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
-export { GroupCommit, type GroupCommitOptions } from './db/group-commit.ts';
+export { GroupCommit, type GroupCommitOptions, type GroupCommitStats } from './db/group-commit.ts';
 export { migrateToLatest } from './db/migrate.ts';
 export {
   type RateLimitDatabase,

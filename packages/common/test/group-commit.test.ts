@@ -32,6 +32,7 @@ describe('GroupCommit', () => {
     expect(r.batches).toEqual([[1], [2, 3, 4]]);
     await r.release();
     expect(await Promise.all([first, ...rest])).toEqual([10, 20, 30, 40]);
+    expect(gc.stats).toEqual({ batches: 2, items: 4, largestBatch: 3 });
   });
 
   it('caps batches at maxBatch and runs up to maxInFlight at once', async () => {

@@ -9,7 +9,8 @@
  *
  * The batch function answers one result per item, in order: a value, or an
  * Error for that item alone. A batch function that throws fails every item of
- * its batch with that error.
+ * its batch with that error. `stats` counts batches and items, so a caller (a
+ * test, a benchmark) can see how well items are being grouped.
  */
 
 export interface GroupCommitOptions {
@@ -17,6 +18,16 @@ export interface GroupCommitOptions {
   maxBatch?: number;
   /** Most batches running at once (default 2: one being applied while the next one's rows travel). */
   maxInFlight?: number;
+}
+
+/** What a GroupCommit has sent so far. */
+export interface GroupCommitStats {
+  /** Batches handed to the batch function. */
+  batches: number;
+  /** Items in those batches. */
+  items: number;
+  /** The largest batch so far. */
+  largestBatch: number;
 }
 
 interface Pending<I, O> {
@@ -31,6 +42,7 @@ export class GroupCommit<I, O> {
   private scheduled = false;
   private readonly maxBatch: number;
   private readonly maxInFlight: number;
+  private readonly counts: GroupCommitStats = { batches: 0, items: 0, largestBatch: 0 };
 
   constructor(
     private readonly runBatch: (items: I[]) => Promise<(O | Error)[]>,
@@ -38,6 +50,11 @@ export class GroupCommit<I, O> {
   ) {
     this.maxBatch = Math.max(1, options.maxBatch ?? 256);
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 2);
+  }
+
+  /** Batches and items sent so far (a copy). */
+  get stats(): GroupCommitStats {
+    return { ...this.counts };
   }
 
   /** Queues one item; resolves with its result or rejects with its error. */
@@ -61,6 +78,9 @@ export class GroupCommit<I, O> {
     while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatch);
       this.inFlight++;
+      this.counts.batches++;
+      this.counts.items += batch.length;
+      this.counts.largestBatch = Math.max(this.counts.largestBatch, batch.length);
       void this.run(batch).finally(() => {
         this.inFlight--;
         this.pump();

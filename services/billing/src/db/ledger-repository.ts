@@ -1,6 +1,7 @@
 /**
  * Queries on the double-entry ledger: accounts, their balances and the
- * `ledger_post` database function (migration 0001) that posts transfers.
+ * database functions that post transfers: `ledger_post` (migration 0001) and
+ * `ledger_post_groups` (migration 0008, group commit).
  * Every function takes the database or a transaction; the rules are in
  * domain/ledger.ts.
  */
@@ -52,6 +53,36 @@ export async function postLedgerRows(trx: Db, rows: TransferRow[]): Promise<void
         ${col('transaction_id')}::uuid[], ${col('hold_id')}::uuid[], ${col('reverses_transfer_id')}::uuid[])`.execute(
     trx,
   );
+}
+
+/** A group `ledger_post_groups` refused: BL400 (its amounts) or BL402 (an overdraft of `account_id`). */
+export interface GroupRefusal {
+  group_index: number;
+  refusal: 'BL400' | 'BL402';
+  message: string;
+  account_id: string | null;
+  wallet_id: string | null;
+  kind: string | null;
+  /** The account's balance before the group (BL402), at the ledger's scale. */
+  available: string | null;
+  /** The group's net debit of the account (BL402), at the ledger's scale. */
+  needed: string | null;
+}
+
+/**
+ * Posts independent groups of transfers in one statement, so one commit (`ledger_post_groups`): `groups[i]` is all
+ * or nothing and is taken after the groups before it; a refused group leaves the others alone. Answers the refused
+ * groups (by index into `groups`); every other group was posted. An unknown account fails the whole statement
+ * (BL404), as does anything else that stops it: then nothing is written.
+ */
+export async function postLedgerGroups(db: Kysely<BillingDB>, groups: TransferRow[][]): Promise<GroupRefusal[]> {
+  const rows = groups.flatMap((g, i) => g.map((r) => ({ ...r, group: i })));
+  const col = <K extends keyof (typeof rows)[number]>(k: K) => rows.map((r) => r[k]);
+  const { rows: refused } = await sql<GroupRefusal>`SELECT * FROM ledger_post_groups(${col('group')}::int[],
+        ${col('id')}::uuid[], ${col('debit_account_id')}::uuid[], ${col('credit_account_id')}::uuid[],
+        ${col('amount')}::numeric[], ${col('code')}::text[], ${col('transaction_id')}::uuid[], ${col('hold_id')}::uuid[],
+        ${col('reverses_transfer_id')}::uuid[])`.execute(db);
+  return refused;
 }
 
 /** The balances of a wallet's sub-accounts (none for an unknown wallet). */

@@ -2,6 +2,7 @@
 import type { GroupCommit, Logger } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { Chain } from '../adapters/chain.ts';
+import type { TransferRow } from '../db/ledger-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { BoundedCache } from './bounded-cache.ts';
 import type { BillingEvents } from './events.ts';
@@ -45,6 +46,8 @@ export interface BillingState {
   ratePeriods: BoundedCache<RatePeriods>;
   /** Group commit of usage updates, made on first use (usage-updates.ts). */
   usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
+  /** Group commit of transfers posted on their own, made on first use (ledger-group-commit.ts). */
+  transferBatcher?: GroupCommit<TransferRow[], null>;
   /** Automatic payouts in flight in this instance, by provider wallet (auto-payout.ts). */
   autoPayouts: Map<string, Promise<unknown>>;
 }

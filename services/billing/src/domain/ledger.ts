@@ -7,7 +7,9 @@
  * `ledger_post` locks every account it touches with SELECT ... FOR UPDATE in
  * ascending ID order (so concurrent posts never deadlock), refuses an
  * overdraft (INSUFFICIENT_FUNDS), and the table's CHECK constraint refuses
- * it again should any code path skip the check.
+ * it again should any code path skip the check. Transfers posted on their own
+ * (not with other rows in a caller's transaction) can share one statement and
+ * one commit with concurrent ones: ledger-group-commit.ts.
  */
 import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
@@ -15,6 +17,7 @@ import {
   createWalletAccounts,
   lockWalletAccounts,
   postLedgerRows,
+  type TransferRow,
   walletAccountBalances,
   walletAccountIds,
 } from '../db/ledger-repository.ts';
@@ -97,7 +100,9 @@ export function isOverdraftViolation(err: unknown): boolean {
  * naming the wallet, refuses amounts finer than the ledger's scale (derived
  * amounts must be rounded first: money.ts), inserts the transfers and updates
  * the balances. Run it inside the caller's transaction to commit other rows
- * with it, or on its own: a single statement is atomic by itself.
+ * with it, or on its own: a single statement is atomic by itself (though
+ * transfers posted on their own go faster grouped with concurrent ones:
+ * `postTransferGroup`, ledger-group-commit.ts).
  * `accountIds` is the context's cache of account IDs (state.accountIds).
  */
 export async function postTransfers(
@@ -106,19 +111,37 @@ export async function postTransfers(
   accountIds?: BoundedCache<string>,
 ): Promise<PostedTransfer[]> {
   if (specs.length === 0) return [];
+  const rows = await transferRows(trx, specs, accountIds);
+  try {
+    await postLedgerRows(trx, rows);
+  } catch (err) {
+    throw ledgerError(err);
+  }
+  return postedTransfers(rows);
+}
+
+/**
+ * The rows `ledger_post` and `ledger_post_groups` take for `specs`: amounts checked positive, account IDs resolved
+ * (WALLET_NOT_FOUND for a wallet without accounts), a new ID per transfer.
+ */
+export async function transferRows(
+  db: Db,
+  specs: TransferSpec[],
+  accountIds: BoundedCache<string> | undefined,
+): Promise<TransferRow[]> {
   const refs = new Map<string, AccountRef>();
   for (const s of specs) {
     if (!s.amount.isPositive() || s.amount.isZero()) throw new Error(`transfer amount must be positive: ${s.amount}`);
     refs.set(refKey(s.debit), s.debit);
     refs.set(refKey(s.credit), s.credit);
   }
-  const ids = await resolveAccounts(trx, [...refs.values()], accountIds);
+  const ids = await resolveAccounts(db, [...refs.values()], accountIds);
   const idOf = (ref: AccountRef): string => {
     const id = ids.get(refKey(ref));
     if (!id) throw billingErrors.walletNotFound('wallet' in ref ? ref.wallet : ref.system);
     return id;
   };
-  const rows = specs.map((s) => ({
+  return specs.map((s) => ({
     id: randomUUID(),
     debit_account_id: idOf(s.debit),
     credit_account_id: idOf(s.credit),
@@ -128,11 +151,10 @@ export async function postTransfers(
     hold_id: s.holdId ?? null,
     reverses_transfer_id: s.reversesTransferId ?? null,
   }));
-  try {
-    await postLedgerRows(trx, rows);
-  } catch (err) {
-    throw ledgerError(err);
-  }
+}
+
+/** The posted transfers of rows. */
+export function postedTransfers(rows: TransferRow[]): PostedTransfer[] {
   return rows.map((r) => ({
     id: r.id,
     debitAccountId: r.debit_account_id,
@@ -141,25 +163,36 @@ export async function postTransfers(
     code: r.code,
   }));
 }
+
+/** What the database says of a refused overdraft: the account, its balance and the net debit it was asked for. */
+export interface OverdraftDetail {
+  wallet_id?: string | null;
+  kind?: string | null;
+  available?: string | null;
+  needed?: string | null;
+}
+
+/** INSUFFICIENT_FUNDS naming the wallet (or the account kind), what it has and what was needed. */
+export function insufficientFunds(d: OverdraftDetail) {
+  // NUMERIC(38, scale) text has exactly `scale` decimals: answer at the same scale.
+  const scale = (d.available?.split('.')[1] ?? '').length;
+  return billingErrors.insufficientFunds(
+    d.wallet_id ?? d.kind ?? 'account',
+    d.available ?? '0',
+    new Dec(d.needed ?? 0).toFixed(scale),
+  );
+}
+
+/** The error for amounts the ledger refused (not positive, finer than its scale): a bug, not a user's mistake. */
+export function refusedAmounts(message: string): Error {
+  return new Error(`ledger refused the amounts: ${message}`);
+}
+
 /** Maps the errors `ledger_post` raises to the service's errors. */
 function ledgerError(err: unknown): unknown {
   const e = err as { code?: string; detail?: string; message?: string };
-  if (e?.code === 'BL402') {
-    const d = JSON.parse(e.detail ?? '{}') as {
-      wallet_id?: string;
-      kind?: string;
-      available?: string;
-      needed?: string;
-    };
-    // NUMERIC(38, scale) text has exactly `scale` decimals: answer at the same scale.
-    const scale = (d.available?.split('.')[1] ?? '').length;
-    return billingErrors.insufficientFunds(
-      d.wallet_id ?? d.kind ?? 'account',
-      d.available ?? '0',
-      new Dec(d.needed ?? 0).toFixed(scale),
-    );
-  }
-  if (e?.code === 'BL400') return new Error(`ledger refused the amounts: ${e.message}`);
+  if (e?.code === 'BL402') return insufficientFunds(JSON.parse(e.detail ?? '{}') as OverdraftDetail);
+  if (e?.code === 'BL400') return refusedAmounts(e.message ?? '');
   if (isOverdraftViolation(err)) return billingErrors.overdraftRefused();
   return err;
 }

@@ -8,6 +8,7 @@ import { providerWalletOnFirstNeedMigration } from './0005-provider-wallet-on-fi
 import { machineReservationMigration } from './0006-machine-reservation.ts';
 import { autoPayoutMigration } from './0007-auto-payout.ts';
 import { sessionFillfactorMigration } from './0008-session-fillfactor.ts';
+import { ledgerPostGroupsMigration } from './0009-ledger-post-groups.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -19,5 +20,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0006-machine-reservation': machineReservationMigration,
     '0007-auto-payout': autoPayoutMigration,
     '0008-session-fillfactor': sessionFillfactorMigration,
+    '0009-ledger-post-groups': ledgerPostGroupsMigration(scale),
   };
 }
