@@ -27,6 +27,10 @@ export class Instance {
     await waitForHttp(`${this.url}/health`, this.proc, { ok: true, timeoutMs: 60_000 });
     this.up = true;
   }
+  /** Whether its process is running (started, and not exited). */
+  alive(): boolean {
+    return this.proc !== undefined && this.proc.child.exitCode === null && this.proc.child.signalCode === null;
+  }
   /** Sends `signal` and resolves when the process has exited. */
   async kill(signal: NodeJS.Signals) {
     this.up = false;

@@ -101,9 +101,12 @@ export class UsageLoad {
       if (res.ok) a.usageId = (JSON.parse(text) as { usage: { id: string } }).usage.id;
       // 503: the instance is shutting down and took nothing; the client sends elsewhere from now on.
       if (res.status === 503) target.up = false;
-    } catch {
-      // No answer (the instance is gone, or died with the request in flight): the client sends elsewhere.
-      target.up = false;
+    } catch (err) {
+      // Refused (the instance is gone) or cut off with the request in flight while its process exited: the client
+      // sends elsewhere. A connection that broke while the process lives on (a kept-alive socket closed on a busy
+      // machine) is not taken for the instance going away: it would get no more requests for the rest of the test.
+      const cause = (err as { cause?: { code?: string } }).cause;
+      if (cause?.code === 'ECONNREFUSED' || !target.alive()) target.up = false;
     } finally {
       this.settle(a);
     }
