@@ -181,27 +181,33 @@ describe('durable consumer', () => {
     }
   });
 
-  it('takes a changed subject or ack wait onto the existing durable consumer, and reads the new subject', async () => {
+  it('takes a changed ack wait onto the existing durable consumer, and refuses to rewrite its subject', async () => {
     const s = scene();
     const before = startDurableConsumer(s.options({ filter: `${s.subject}.old.>` }));
     await before.ready;
     await before.stop();
     expect((await s.info()).config).toMatchObject({ filter_subject: `${s.subject}.old.>`, ack_wait: 1000 * 1e6 });
 
-    const after = startDurableConsumer(s.options({ filter: `${s.subject}.new.>`, ackWaitMs: 2000 }));
+    const slower = startDurableConsumer(s.options({ filter: `${s.subject}.old.>`, ackWaitMs: 2000 }));
+    await slower.ready;
+    await slower.stop();
+    expect((await s.info()).config).toMatchObject({ filter_subject: `${s.subject}.old.>`, ack_wait: 2000 * 1e6 });
+
+    // Another subject under the same durable name (instances on the old setting may still run): it stays down and
+    // says why, and the consumer keeps its subject; nothing is taken from the stream.
+    await publisher.publish(`${s.subject}.old.x`, { id: 'on-the-old-subject' });
+    const other = startDurableConsumer(s.options({ filter: `${s.subject}.new.>`, ackWaitMs: 2000 }));
     try {
-      await after.ready;
-      expect((await s.info()).config).toMatchObject({ filter_subject: `${s.subject}.new.>`, ack_wait: 2000 * 1e6 });
-      await publisher.publish(`${s.subject}.old.x`, { id: 'on-the-old-subject' });
-      await publisher.publish(`${s.subject}.new.x`, { id: 'on-the-new-subject' });
-      await until(
-        () => s.applied.length,
-        (n) => n >= 1,
+      await expect(other.ready).rejects.toThrow(
+        /reads .*\.old\.>, not the configured .*\.new\.>: give the new subject/,
       );
-      await new Promise((r) => setTimeout(r, 300));
-      expect(s.applied).toEqual(['on-the-new-subject']);
+      await expect(other.check()).rejects.toThrow(/test consumer failed: the durable consumer "test-durable"/);
+      const info = await s.info();
+      expect(info.config.filter_subject).toBe(`${s.subject}.old.>`);
+      expect(info.num_pending).toBe(1);
+      expect(s.seen).toEqual([]);
     } finally {
-      await after.stop();
+      await other.stop();
     }
   });
 

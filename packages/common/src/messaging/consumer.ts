@@ -117,16 +117,18 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
         ack_wait: ackWait,
         max_deliver: opts.maxDeliver ?? -1,
       });
-    } else if (existing.config.ack_wait !== ackWait || existing.config.filter_subject !== opts.filter) {
-      // The consumer outlives instances: a changed ack wait or subject takes effect on it (the instances agreeing on
-      // it). Messages still waiting on the old subject stay in the stream, no longer delivered to this consumer.
-      if (existing.config.filter_subject !== opts.filter) {
-        opts.logger.warn(
-          { durable: opts.durable, from: existing.config.filter_subject, to: opts.filter },
-          `${opts.name}: subject changed; the durable consumer now reads the new one`,
-        );
-      }
-      await jsm.consumers.update(stream, opts.durable, { ack_wait: ackWait, filter_subject: opts.filter });
+    } else if (existing.config.filter_subject !== opts.filter) {
+      // Instances share the durable consumer: one started with another subject must not rewrite it under those
+      // still running with the old one (they would drop the new subject's messages, and the old subject's would no
+      // longer be delivered). It stays down instead, and says what to do; the messages wait in the stream.
+      throw new Error(
+        `the durable consumer "${opts.durable}" on stream ${stream} reads ${existing.config.filter_subject}, ` +
+          `not the configured ${opts.filter}: give the new subject a durable consumer of its own (a new name), and ` +
+          'delete the old one once its messages are consumed',
+      );
+    } else if (existing.config.ack_wait !== ackWait) {
+      // The consumer outlives instances: a changed ack wait takes effect on it (the instances agreeing on it).
+      await jsm.consumers.update(stream, opts.durable, { ack_wait: ackWait });
     }
     const consumer = await jetstream(opts.connection).consumers.get(stream, opts.durable);
     const limit = opts.concurrency ?? 1;
