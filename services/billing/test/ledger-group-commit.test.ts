@@ -164,7 +164,7 @@ describe('group commit of ledger transfers', () => {
     expect(await h.balanceOf(b!)).toMatchObject({ available: '0.500000' });
   });
 
-  it('fails every caller of a batch whose statement fails, and writes nothing of it', async () => {
+  it('fails only the group whose statement error it causes: the batch is posted again group by group', async () => {
     const ctx = freshContext();
     const [a, b, c] = await wallets(ctx, 3, '5');
     const fees = { system: 'platform_fees' } as const;
@@ -175,24 +175,27 @@ describe('group commit of ledger transfers', () => {
       WHEN (NEW.code = 'refused_by_trigger') EXECUTE FUNCTION test_refuse_transfer()`.execute(h.db);
     try {
       const count = await transfersCount();
+      const before = transferGroupStats(ctx).batches;
       const outcomes = await Promise.allSettled([
         postTransferGroup(ctx, [move(available(a!), fees, '1')]),
         postTransferGroup(ctx, [move(available(b!), fees, '1', 'refused_by_trigger')]),
         postTransferGroup(ctx, [move(available(c!), fees, '1')]),
       ]);
-      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected', 'rejected']);
-      for (const o of outcomes) {
-        expect((o as PromiseRejectedResult).reason.message).toMatch(/statement failed for the test/);
-      }
-      expect(await transfersCount()).toBe(count);
-      for (const w of [a!, b!, c!]) expect(await h.balanceOf(w)).toMatchObject({ available: '5.000000' });
+      expect(transferGroupStats(ctx).batches - before).toBe(1); // the three shared one batch
+      expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect((outcomes[1] as PromiseRejectedResult).reason.message).toMatch(/statement failed for the test/);
+      expect(await transfersCount()).toBe(count + 2);
+      expect(await h.balanceOf(a!)).toMatchObject({ available: '4.000000' });
+      expect(await h.balanceOf(b!)).toMatchObject({ available: '5.000000' });
+      expect(await h.balanceOf(c!)).toMatchObject({ available: '4.000000' });
+      expect((await h.assertLedgerConsistent()).problems).toEqual([]);
     } finally {
       await sql`DROP TRIGGER test_refuse_transfer ON ledger_transfers`.execute(h.db);
       await sql`DROP FUNCTION test_refuse_transfer()`.execute(h.db);
     }
     // The batcher goes on after a failed batch.
     await postTransferGroup(ctx, [move(available(a!), fees, '1')]);
-    expect(await h.balanceOf(a!)).toMatchObject({ available: '4.000000' });
+    expect(await h.balanceOf(a!)).toMatchObject({ available: '3.000000' });
   });
 
   it('fails every caller of a batch whose connection is lost, writes nothing of it, and goes on', async () => {

@@ -1,7 +1,7 @@
 /**
  * Queries on the double-entry ledger: accounts, their balances and the
  * database functions that post transfers: `ledger_post` (migration 0001) and
- * `ledger_post_groups` (migration 0008, group commit).
+ * `ledger_post_groups` (migration 0009, group commit).
  * Every function takes the database or a transaction; the rules are in
  * domain/ledger.ts.
  */

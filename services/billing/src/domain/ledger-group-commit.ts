@@ -3,7 +3,7 @@
  * its own (not with other rows in its own transaction) submits it here; while
  * one batch is in the database, new groups queue, and everything queued (up to
  * 256 groups) goes out as the next batch: one `ledger_post_groups` statement,
- * one commit, however many groups (migration 0008). The batches of a context
+ * one commit, however many groups (migration 0009). The batches of a context
  * share one connection while any are in flight, so they run one after another
  * in the order they were formed; the next batch is formed while one runs and
  * waits at the connection, so the database goes on to it at once instead of
@@ -14,9 +14,14 @@
  * overdraw one, and it sees the groups submitted before it (in submission
  * order, also within a batch: a group covered only by an earlier group's
  * credit posts). A refused group leaves the rest of its batch alone. Should the
- * statement itself fail (the connection lost, say), every group of the batch
- * fails with that error and nothing of the batch is written; a deadlock or
- * serialization failure, after which nothing was written, is tried again.
+ * statement itself fail with an error of its own (a constraint, a trigger, an
+ * overflow: perhaps one group's doing), nothing of the batch is written and its
+ * groups are posted again one statement each, in order, so that the error fails
+ * only the group that causes it. Should the connection fail, every group of the
+ * batch fails with that error; nothing was written unless the connection was
+ * lost after the commit, which the callers cannot tell (the error says so). A
+ * deadlock or serialization failure, after which nothing was written, is tried
+ * again.
  */
 import { GroupCommit, type GroupCommitStats, withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
@@ -122,16 +127,47 @@ export function transferGroupStats(ctx: LedgerContext): GroupCommitStats {
   return ctx.state.transferBatcher?.stats ?? { batches: 0, items: 0, largestBatch: 0 };
 }
 
-/** Posts a batch of groups in one statement: null for a posted group, the error of a refused one. */
+/**
+ * Posts a batch of groups in one statement: null for a posted group, the error of a refused one. A statement error
+ * of the statement's own (not the connection's) posts the groups again one by one, in order, so that it fails only
+ * the group that causes it.
+ */
 async function postBatch(connection: BatchConnection, groups: TransferRow[][]): Promise<(null | Error)[]> {
-  const refused = await connection.run((db) =>
-    withRetry(() => postLedgerGroups(db, groups), { attempts: 3, retryable: isLockConflict }),
-  );
+  const post = (batch: TransferRow[][]) =>
+    connection.run((db) => withRetry(() => postLedgerGroups(db, batch), { attempts: 3, retryable: isLockConflict }));
+  try {
+    return outcomes(groups, await post(groups));
+  } catch (err) {
+    if (groups.length === 1 || !isStatementError(err)) throw err;
+    const results: (null | Error)[] = [];
+    for (const group of groups) {
+      try {
+        results.push(outcomes([group], await post([group]))[0] ?? null);
+      } catch (alone) {
+        results.push(alone as Error);
+      }
+    }
+    return results;
+  }
+}
+
+/** Each group's outcome from the refusals `ledger_post_groups` answered. */
+function outcomes(groups: TransferRow[][], refused: Awaited<ReturnType<typeof postLedgerGroups>>): (null | Error)[] {
   const results: (null | Error)[] = groups.map(() => null);
   for (const r of refused) {
     results[r.group_index] = r.refusal === 'BL402' ? insufficientFunds(r) : refusedAmounts(r.message);
   }
   return results;
+}
+
+/**
+ * An error the database raised for the statement itself (a constraint, a trigger, an overflow), after which the
+ * statement was rolled back; not one of the connection (class 08), of the server going away or out of resources
+ * (57, 53, 58, XX), nor a lock conflict already retried (40).
+ */
+function isStatementError(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|40|53|57|58|XX)/.test(code);
 }
 
 /** A deadlock or serialization failure: the statement was rolled back, so trying again cannot post twice. */
