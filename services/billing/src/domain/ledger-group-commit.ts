@@ -19,7 +19,8 @@
  * groups are posted again one statement each, in order, so that the error fails
  * only the group that causes it. Should the connection fail, every group of the
  * batch fails with that error; nothing was written unless the connection was
- * lost after the commit, which the callers cannot tell (the error says so). A
+ * lost after the commit, which the callers cannot tell (a caller that retries
+ * needs an idempotency key of its own). A
  * deadlock or serialization failure, after which nothing was written, is tried
  * again.
  */
