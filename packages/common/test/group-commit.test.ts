@@ -54,6 +54,21 @@ describe('GroupCommit', () => {
     expect(await Promise.all(all)).toEqual([10, 20, 30, 40, 50, 60]);
   });
 
+  it('refuses an item beyond maxQueued at once with 503 OVERLOADED, and takes items again once the queue drains', async () => {
+    const r = recorder();
+    const gc = new GroupCommit(r.run, { maxInFlight: 1, maxQueued: 2 });
+    const first = gc.submit(1);
+    await new Promise((res) => setImmediate(res)); // 1 is in the database; 2 and 3 wait
+    const waiting = [gc.submit(2), gc.submit(3)];
+    await expect(gc.submit(4)).rejects.toMatchObject({ code: 'OVERLOADED', kind: 'unavailable' });
+    await r.release();
+    await r.release();
+    expect(await Promise.all([first, ...waiting])).toEqual([10, 20, 30]);
+    const again = gc.submit(5);
+    await r.release();
+    expect(await again).toBe(50);
+  });
+
   it('rejects only the items answered with an Error, and every item when the batch throws', async () => {
     const gc = new GroupCommit(async (items: number[]) => items.map((n) => (n % 2 ? new Error(`odd ${n}`) : n)));
     const results = await Promise.allSettled([1, 2, 3].map((n) => gc.submit(n)));

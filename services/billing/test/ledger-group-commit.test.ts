@@ -227,6 +227,46 @@ describe('group commit of ledger transfers', () => {
     for (const w of [a!, b!]) expect(await h.balanceOf(w)).toMatchObject({ available: '4.000000' });
   });
 
+  it("gives up on a batch stuck behind another transaction's lock (lock_timeout), writing nothing, and goes on", {
+    timeout: 30_000,
+  }, async () => {
+    const ctx = freshContext();
+    const [a, b] = await wallets(ctx, 2, '5');
+    const fees = { system: 'platform_fees' } as const;
+    const count = await transfersCount();
+    let unlock!: () => void;
+    const unlocked = new Promise<void>((r) => {
+      unlock = r;
+    });
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => {
+      locked = r;
+    });
+    // Another transaction holds a's accounts and does not finish.
+    const holder = h.db.transaction().execute(async (trx) => {
+      await sql`SELECT id FROM ledger_accounts WHERE wallet_id = ${a!} FOR UPDATE`.execute(trx);
+      locked();
+      await unlocked;
+    });
+    await isLocked;
+    const started = Date.now();
+    try {
+      const outcomes = await Promise.allSettled([
+        postTransferGroup(ctx, [move(available(a!), fees, '1')]),
+        postTransferGroup(ctx, [move(available(b!), fees, '1')]),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+      expect((outcomes[0] as PromiseRejectedResult).reason).toMatchObject({ code: '55P03' });
+      expect(Date.now() - started).toBeLessThan(15_000);
+      expect(await transfersCount()).toBe(count);
+    } finally {
+      unlock();
+      await holder;
+    }
+    await postTransferGroup(ctx, [move(available(b!), fees, '1')]);
+    expect(await h.balanceOf(b!)).toMatchObject({ available: '4.000000' });
+  });
+
   it('keeps the ledger exact under many concurrent callers, beside transfers posted one statement each', async () => {
     const ctx = freshContext();
     const ids = await wallets(ctx, 12, '10');

@@ -13,11 +13,18 @@
  * test, a benchmark) can see how well items are being grouped.
  */
 
+import { AppError } from '../errors.ts';
+
 export interface GroupCommitOptions {
   /** Most items in one batch (default 256). */
   maxBatch?: number;
   /** Most batches running at once (default 2: one being applied while the next one's rows travel). */
   maxInFlight?: number;
+  /**
+   * Most items waiting for a batch (default: no limit). One more is refused at once with 503 OVERLOADED rather
+   * than queued behind a database that does not keep up (or does not answer).
+   */
+  maxQueued?: number;
 }
 
 /** What a GroupCommit has sent so far. */
@@ -42,6 +49,7 @@ export class GroupCommit<I, O> {
   private scheduled = false;
   private readonly maxBatch: number;
   private readonly maxInFlight: number;
+  private readonly maxQueued: number;
   private readonly counts: GroupCommitStats = { batches: 0, items: 0, largestBatch: 0 };
 
   constructor(
@@ -50,6 +58,7 @@ export class GroupCommit<I, O> {
   ) {
     this.maxBatch = Math.max(1, options.maxBatch ?? 256);
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 2);
+    this.maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY;
   }
 
   /** Batches and items sent so far (a copy). */
@@ -59,6 +68,18 @@ export class GroupCommit<I, O> {
 
   /** Queues one item; resolves with its result or rejects with its error. */
   submit(item: I): Promise<O> {
+    if (this.queue.length >= this.maxQueued) {
+      return Promise.reject(
+        new AppError(
+          'unavailable',
+          'OVERLOADED',
+          `${this.queue.length} writes are waiting already: try again shortly`,
+          {
+            headers: { 'retry-after': '1' },
+          },
+        ),
+      );
+    }
     return new Promise<O>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
       this.schedule();

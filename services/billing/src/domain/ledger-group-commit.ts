@@ -25,7 +25,7 @@
  * again.
  */
 import { GroupCommit, type GroupCommitStats, withRetry } from '@gpu/common';
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { postLedgerGroups, type TransferRow } from '../db/ledger-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
@@ -40,6 +40,14 @@ import {
 
 /** Most groups in one statement. */
 const MAX_BATCH = 256;
+/** Most groups waiting for a batch: one more is refused with 503 OVERLOADED (the database does not keep up). */
+const MAX_QUEUED = 10_000;
+/**
+ * How long a batch waits for an account's lock, and how long its statement may run, before it fails (with every
+ * group of the batch, nothing written): a batch stuck behind a long transaction would hold up every group after it.
+ */
+const LOCK_TIMEOUT = '5s';
+const STATEMENT_TIMEOUT = '30s';
 
 /** What group commit needs of a billing context: its database and its state (the batcher lives there). */
 export type LedgerContext = Pick<BillingContext, 'db' | 'state'>;
@@ -53,6 +61,7 @@ function batcher(ctx: LedgerContext): GroupCommit<TransferRow[], null> {
       // One batch in the database and the next one waiting behind it on the same connection: groups are applied
       // in the order they were submitted, and the database never waits for this process between two batches.
       maxInFlight: 2,
+      maxQueued: MAX_QUEUED,
     });
   }
   return ctx.state.transferBatcher;
@@ -89,12 +98,23 @@ class BatchConnection {
     }
   }
 
-  /** Takes a connection from the pool until `release` is called. */
+  /**
+   * Takes a connection from the pool until `release` is called, with the batch statement's lock and statement
+   * timeouts set for as long as it is held (reset before it goes back to the pool).
+   */
   private hold(): Promise<HeldConnection> {
     return new Promise((resolve, reject) => {
       this.db
         .connection()
-        .execute((db) => new Promise<void>((release) => resolve({ db, release })))
+        .execute(async (db) => {
+          await sql`SELECT set_config('lock_timeout', ${LOCK_TIMEOUT}, false),
+                           set_config('statement_timeout', ${STATEMENT_TIMEOUT}, false)`.execute(db);
+          await new Promise<void>((release) => resolve({ db, release }));
+          await sql`RESET lock_timeout`
+            .execute(db)
+            .then(() => sql`RESET statement_timeout`.execute(db))
+            .catch(() => {});
+        })
         .catch(reject);
     });
   }
@@ -164,11 +184,11 @@ function outcomes(groups: TransferRow[][], refused: Awaited<ReturnType<typeof po
 /**
  * An error the database raised for the statement itself (a constraint, a trigger, an overflow), after which the
  * statement was rolled back; not one of the connection (class 08), of the server going away or out of resources
- * (57, 53, 58, XX), nor a lock conflict already retried (40).
+ * (57, 53, 58, XX), nor a lock conflict already retried (40) or a lock not had in time (55: lock_timeout).
  */
 function isStatementError(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|40|53|57|58|XX)/.test(code);
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|40|53|55|57|58|XX)/.test(code);
 }
 
 /** A deadlock or serialization failure: the statement was rolled back, so trying again cannot post twice. */
