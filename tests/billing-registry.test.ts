@@ -76,6 +76,20 @@ function rentBody(userId: string, walletId: string, machine: string, gpuModel: s
   };
 }
 
+/** A renter signed up through auth, with a wallet of their own holding 100 tokens. */
+async function fundedRenter() {
+  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+  const headers = { authorization: `Bearer ${tokens.access_token}` };
+  const wallet = await call(billing, headers, 'POST', '/wallet', {
+    owner_type: 'user',
+    owner_id: user.id,
+    solana_address: base58Encode(randomBytes(32)),
+  });
+  expect(wallet.statusCode).toBe(201);
+  await billing.credit(wallet.json().id, '100');
+  return { userId: user.id, headers, walletId: wallet.json().id as string };
+}
+
 describe('billing and the provider registry', () => {
   it("opens a provider wallet for the machine's owner only, held by that owner", async () => {
     const owner = await providerUser();
@@ -132,19 +146,11 @@ describe('billing and the provider registry', () => {
     const machine = await machineOf(owner, {
       gpus: [gpu(h100), gpu(h100), gpu({ ...h100, is_healthy: false })],
     });
-    const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-    const renter = { authorization: `Bearer ${tokens.access_token}` };
-    const wallet = await call(billing, renter, 'POST', '/wallet', {
-      owner_type: 'user',
-      owner_id: user.id,
-      solana_address: base58Encode(randomBytes(32)),
-    });
-    expect(wallet.statusCode).toBe(201);
-    await billing.credit(wallet.json().id, '100');
+    const { userId, headers: renter, walletId } = await fundedRenter();
     // What the renter declares does not price the session: the machine's record does.
     const body = {
-      user_id: user.id,
-      wallet_id: wallet.json().id,
+      user_id: userId,
+      wallet_id: walletId,
       provider_id: machine,
       job_id: randomUUID(),
       gpu_model: 'H100',
@@ -257,19 +263,7 @@ describe('billing and the provider registry', () => {
     const machine = await machineOf(owner, {
       gpus: [gpu({ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 })],
     });
-    const renters = await Promise.all(
-      [0, 1, 2].map(async () => {
-        const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-        const headers = { authorization: `Bearer ${tokens.access_token}` };
-        const wallet = await call(billing, headers, 'POST', '/wallet', {
-          owner_type: 'user',
-          owner_id: user.id,
-          solana_address: base58Encode(randomBytes(32)),
-        });
-        await billing.credit(wallet.json().id, '100');
-        return { headers, userId: user.id, walletId: wallet.json().id as string };
-      }),
-    );
+    const renters = await Promise.all([0, 1, 2].map(() => fundedRenter()));
     const start = (r: (typeof renters)[number]) =>
       call(billing, r.headers, 'POST', '/billing/start-session', rentBody(r.userId, r.walletId, machine, 'A100', '10'));
     // The registry still shows the machine idle to both (no session event reaches it in this test): billing's own
@@ -303,14 +297,7 @@ describe('billing and the provider registry', () => {
     const owner = await providerUser();
     const a100 = { model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 };
     const machine = await machineOf(owner, { gpus: [gpu(a100), gpu(a100), gpu(a100), gpu(a100)] });
-    const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-    const renter = { authorization: `Bearer ${tokens.access_token}` };
-    const wallet = await call(billing, renter, 'POST', '/wallet', {
-      owner_type: 'user',
-      owner_id: user.id,
-      solana_address: base58Encode(randomBytes(32)),
-    });
-    await billing.credit(wallet.json().id, '100');
+    const { userId, headers: renter, walletId } = await fundedRenter();
     const quote = await call(billing, renter, 'POST', '/pricing/calculate', {
       gpu_model: 'A100',
       gpu_count: 1,
@@ -323,7 +310,7 @@ describe('billing and the provider registry', () => {
       renter,
       'POST',
       '/billing/start-session',
-      rentBody(user.id, wallet.json().id, machine, 'A100', '5'),
+      rentBody(userId, walletId, machine, 'A100', '5'),
     );
     // The price of one GPU is not accepted for the whole machine.
     expect(cheap.statusCode).toBe(409);
@@ -333,7 +320,7 @@ describe('billing and the provider registry', () => {
       renter,
       'POST',
       '/billing/start-session',
-      rentBody(user.id, wallet.json().id, machine, 'A100', quote.json().total_hourly_rate),
+      rentBody(userId, walletId, machine, 'A100', quote.json().total_hourly_rate),
     );
     expect(started.statusCode, started.body).toBe(201);
     expect(started.json().session).toMatchObject({ gpu_count: 4, requested_vram_mb: 327680, estimated_power_w: 1600 });
@@ -344,21 +331,14 @@ describe('billing and the provider registry', () => {
     const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
     const offline = await machineOf(owner, { gpus: [gpu(h100)] });
     const fine = await machineOf(owner, { gpus: [gpu(h100)] });
-    const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-    const renter = { authorization: `Bearer ${tokens.access_token}` };
-    const wallet = await call(billing, renter, 'POST', '/wallet', {
-      owner_type: 'user',
-      owner_id: user.id,
-      solana_address: base58Encode(randomBytes(32)),
-    });
-    await billing.credit(wallet.json().id, '100');
+    const { userId, headers: renter, walletId } = await fundedRenter();
     const rent = async (machine: string) => {
       const res = await call(
         billing,
         renter,
         'POST',
         '/billing/start-session',
-        rentBody(user.id, wallet.json().id, machine, 'H100', '10'),
+        rentBody(userId, walletId, machine, 'H100', '10'),
       );
       expect(res.statusCode, res.body).toBe(201);
       return res.json().session.id as string;
