@@ -11,12 +11,11 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { machineLine, writeBenchSection } from './lib/bench-report.ts';
-import { platformPorts, repoRoot } from './lib/platform.ts';
+import { platformPorts, portOpen, repoRoot } from './lib/platform.ts';
 
 const { values } = parseArgs({
   options: { runs: { type: 'string', default: '3' }, cwd: { type: 'string', default: repoRoot } },
@@ -69,17 +68,6 @@ interface Run {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const load1 = () => os.loadavg()[0] as number;
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-}
 
 async function healthy(port: number): Promise<boolean> {
   try {

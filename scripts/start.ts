@@ -12,13 +12,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import path from 'node:path';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
 import { compiledPath, ensureBuilt, platformPrograms } from './lib/build.ts';
-import { platformDataDir, platformPorts, repoRoot } from './lib/platform.ts';
+import { platformDataDir, platformPorts, portOpen, repoRoot } from './lib/platform.ts';
 import { type Supervised, Supervisor } from './lib/supervisor.ts';
 
 const root = repoRoot;
@@ -175,17 +174,6 @@ function start(p: Proc): void {
   // Source maps on, as under tsx: a stack trace names the TypeScript source's lines.
   const args = [...(p.nodeFlags ?? []), '--enable-source-maps', compiledPath(p.script), ...p.args];
   supervised.set(p.name, supervisor.start({ name: p.name, args, cwd: p.cwd, env: { ...process.env, ...p.env } }));
-}
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }
 
 async function waitForPort(name: string, port: number, timeoutMs = 60_000) {

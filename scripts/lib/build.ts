@@ -18,6 +18,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import path from 'node:path';
+import type { OnResolveArgs, PluginBuild } from 'esbuild';
 import { repoRoot as root } from './platform.ts';
 
 /** The repository's folder, without a trailing separator. */
@@ -63,6 +64,12 @@ export function compiledPath(source: string): string {
 
 const isWorkspaceSource = (file: string) =>
   file.startsWith(repoRoot) && !file.includes(`${path.sep}node_modules${path.sep}`) && /\.[cm]?ts$/.test(file);
+
+const isBuiltin = (specifier: string) => builtins.has(specifier) || specifier.startsWith('node:');
+
+/** Resolves an import as esbuild does without the plugin (marked `inner`, which the plugin lets through). */
+const resolveUnhooked = (b: PluginBuild, args: OnResolveArgs) =>
+  b.resolve(args.path, { kind: args.kind, resolveDir: args.resolveDir, importer: args.importer, pluginData: 'inner' });
 
 const stamp = (file: string) => {
   const s = statSync(file);
@@ -117,13 +124,8 @@ export async function build(
         setup(b) {
           b.onResolve({ filter: /^[^./]/ }, async (args) => {
             if (args.pluginData === 'inner') return undefined;
-            if (builtins.has(args.path) || args.path.startsWith('node:')) return { external: true };
-            const r = await b.resolve(args.path, {
-              kind: args.kind,
-              resolveDir: args.resolveDir,
-              importer: args.importer,
-              pluginData: 'inner',
-            });
+            if (isBuiltin(args.path)) return { external: true };
+            const r = await resolveUnhooked(b, args);
             if (r.errors.length > 0) return { errors: r.errors };
             return isWorkspaceSource(r.path) ? { path: r.path } : { external: true };
           });
@@ -152,13 +154,8 @@ export async function build(
         setup(b) {
           b.onResolve({ filter: /.*/ }, async (args) => {
             if (args.kind === 'entry-point' || args.pluginData === 'inner') return undefined;
-            if (builtins.has(args.path) || args.path.startsWith('node:')) return { path: args.path, external: true };
-            const r = await b.resolve(args.path, {
-              kind: args.kind,
-              resolveDir: args.resolveDir,
-              importer: args.importer,
-              pluginData: 'inner',
-            });
+            if (isBuiltin(args.path)) return { path: args.path, external: true };
+            const r = await resolveUnhooked(b, args);
             if (r.errors.length > 0) return { errors: r.errors };
             // A package keeps its name: the compiled file resolves it from the same package folder as the source.
             if (!isWorkspaceSource(r.path)) return { path: args.path, external: true };

@@ -3,6 +3,7 @@
  * (PLATFORM_DATA_DIR, default `<repo>/.data`) and the ports (the contract's, or PLATFORM_PORT_BASE + 0..6: services
  * at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at base+5 and its WebSocket at base+6).
  */
+import { connect } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -27,4 +28,16 @@ export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
     solana: port(8899, 5),
     solanaWs: port(8900, 6),
   };
+}
+
+/** Whether something accepts TCP connections on this port of 127.0.0.1. */
+export function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
 }
