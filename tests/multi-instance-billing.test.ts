@@ -333,6 +333,9 @@ describe('two billing instances on one PostgreSQL and one NATS', () => {
       // Signalled while it works on requests: the sessions' rows are locked, so the reports it has wait inside it
       // (in the database) until after the signal.
       const unlock = await lockSessions(database.db, ids);
+      // The workers' reports go round robin and may all be waiting at the other instance: one more to this one
+      // makes sure it has a report in hand when signalled.
+      const extra = reports.sendTo(instance, { id: sessions[0]!.id, daemon: sessions[0]!.provider.daemon });
       const deadline = Date.now() + 10_000;
       while (reports.inFlightTo(instance.name, 300).length < 1 && Date.now() < deadline) await sleep(5);
       const inFlight = reports.inFlightTo(instance.name, 300);
@@ -343,6 +346,7 @@ describe('two billing instances on one PostgreSQL and one NATS', () => {
       await unlock();
       const { code } = await (instance.proc as ServerProcess).exited;
       expect(code).toBe(0);
+      await extra;
       await reports.pause();
       // What it was sent before the signal (with a margin for the request to reach it), it answered; after it,
       // it refused (503 while closing, or no connection).

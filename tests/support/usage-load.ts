@@ -87,6 +87,21 @@ export class UsageLoad {
     }
   }
 
+  /**
+   * One report of `session` to `target` now, tracked like the workers' (a request the test knows it sent there:
+   * with the sessions locked, it waits inside the instance until they are released).
+   */
+  sendTo(target: Instance, session: ReportedSession): Promise<void> {
+    const messageId = `${this.tag}:x${this.attempts.length}`;
+    return this.http(target, session, messageId, {
+      session_id: session.id,
+      timestamp: new Date().toISOString(),
+      gpu_utilization: 80,
+      power_draw_w: 250,
+      message_id: messageId,
+    });
+  }
+
   private async http(target: Instance, s: ReportedSession, messageId: string, body: object) {
     const a = this.track({ sessionId: s.id, messageId, via: target.name });
     try {
