@@ -6,6 +6,9 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { authConfigSchema } from '../services/auth/src/config.ts';
+import { billingConfigSchema } from '../services/billing/src/config.ts';
+import { registryConfigSchema } from '../services/provider-registry/src/config.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SKIP = new Set(['node_modules', '.git', '.data', '.test-env', 'dist']);
@@ -38,5 +41,26 @@ describe('the documentation', () => {
       expect(resolved.startsWith(root), `${target} leaves the repository`).toBe(true);
       expect(existsSync(resolved), `${target} does not exist`).toBe(true);
     }
+  });
+});
+
+describe('the embedded database folder', () => {
+  // Each of these services keeps its PGlite database in `.data/<service>/pglite` by default, as `pnpm start` does.
+  const defaults = {
+    auth: authConfigSchema.parse({}).database.embedded_path,
+    billing: billingConfigSchema.parse({}).database.embedded_path,
+    'provider-registry': registryConfigSchema.parse({}).database.embedded_path,
+  };
+
+  it.each(Object.entries(defaults))('of %s is .data/<service>/pglite, as its README says', (service, embedded) => {
+    expect(embedded).toBe(`.data/${service}/pglite`);
+    const readme = readFileSync(path.join(root, 'services', service, 'README.md'), 'utf8');
+    // Every data folder the README names for the database (a PGlite folder, or the old `-db` spelling).
+    const mentioned = [...readme.matchAll(/\.data\/[\w./-]*?(?:pglite|-db)\b/g)].map((m) => m[0]);
+    expect(mentioned.length, 'the README names the folder').toBeGreaterThan(0);
+    expect(
+      mentioned.every((m) => m === embedded),
+      `${service} README: ${mentioned.join(', ')}`,
+    ).toBe(true);
   });
 });

@@ -69,7 +69,7 @@ export const authConfigSchema = z.object({
   /** `production` refuses to start with a missing or short secret or a missing private key. */
   environment: z.enum(['development', 'test', 'production']).default('development'),
   /** `url` (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`. */
-  database: z.object(databaseShape({ embeddedPath: '.data/auth-db' })).prefault({}),
+  database: z.object(databaseShape({ embeddedPath: '.data/auth/pglite' })).prefault({}),
   jwt: z
     .object({
       secret_key: z.string().default(''),

@@ -68,6 +68,11 @@ describe('machine clients (admin API)', () => {
     for (const res of [
       await tokenRequest({ grant_type: 'client_credentials' }, basic(client.id, secret)),
       await tokenRequest({ grant_type: 'client_credentials', client_id: client.id, client_secret: secret }),
+      // RFC 6749 §3.2: unrecognized parameters are ignored here, the one body where unknown fields are not refused.
+      await tokenRequest(
+        { grant_type: 'client_credentials', resource: 'https://api.example' },
+        basic(client.id, secret),
+      ),
       await auth.app.inject({
         method: 'POST',
         url: '/api/v1/auth/token',

@@ -24,6 +24,27 @@ function signed(claims: Record<string, unknown>) {
 const me = (token: string) => auth.app.inject({ method: 'GET', url: '/api/v1/auth/me', headers: bearer(token) });
 
 describe('input guards', () => {
+  it('refuses unknown body fields with 400 naming them, and registers nothing', async () => {
+    const email = uniqueEmail();
+    // `role` for `roles`: ignoring it would register a renter where a provider was asked for.
+    const reg = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/register',
+      payload: { email, password: GOOD_PASSWORD, role: 'provider' },
+    });
+    expect(reg.statusCode).toBe(400);
+    expect(reg.json()).toMatchObject({
+      code: 'VALIDATION_ERROR',
+      errors: [{ path: 'body.role', message: 'unknown field' }],
+    });
+    const login = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      payload: { email, password: GOOD_PASSWORD },
+    });
+    expect(login.statusCode).toBe(401);
+  });
+
   it('refuses passwords with NUL or other control characters at registration and login with 400', async () => {
     for (const password of ['\u0000'.repeat(12), `${GOOD_PASSWORD}\u0000`, `tab\tseparated passphrase`]) {
       const reg = await auth.app.inject({

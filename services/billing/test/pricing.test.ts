@@ -134,6 +134,11 @@ describe('provider rates', () => {
       expect(bad.statusCode, JSON.stringify(payload)).toBe(400);
     }
     expect((await h.app.inject({ method: 'GET', url })).json().updated_at).toBeNull();
+    // A body whose fields are all unknown was once a 200 that changed nothing.
+    const unknown = await h.app.inject({ method: 'PUT', url, payload: { rates: { default: '0.3' } } });
+    expect(unknown.statusCode).toBe(400);
+    expect(unknown.json().errors).toEqual([{ path: 'body.rates', message: 'unknown field' }]);
+    expect((await h.app.inject({ method: 'GET', url })).json().updated_at).toBeNull();
 
     const put = await h.app.inject({
       method: 'PUT',

@@ -132,6 +132,31 @@ describe('POST /providers', () => {
   });
 });
 
+describe('unknown body fields', () => {
+  it('are refused with 400 naming them, and nothing is registered or changed', async () => {
+    const body = providerBody({ gpus: [{ ...gpu(), vram_gb: 80 } as ReturnType<typeof gpu>] });
+    const reg = await h.app.inject({ method: 'POST', url: '/providers', payload: body });
+    expect(reg.statusCode).toBe(400);
+    expect(reg.json().errors).toEqual([{ path: 'body.gpus.0.vram_gb', message: 'unknown field' }]);
+    const named = await h.database.db.selectFrom('providers').select('id').where('name', '=', body.name).execute();
+    expect(named).toEqual([]);
+
+    const p = await register(h.app);
+    const put = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}`, payload: { ...p, nmae: 'typo' } });
+    expect(put.statusCode).toBe(400);
+    expect(put.json().errors).toEqual([{ path: 'body.nmae', message: 'unknown field' }]);
+    const patch = await h.app.inject({
+      method: 'PATCH',
+      url: `/providers/${p.id}/status`,
+      payload: { status: 'maintenance', reason: 'disk swap' },
+    });
+    expect(patch.statusCode).toBe(400);
+    expect(patch.json().errors).toEqual([{ path: 'body.reason', message: 'unknown field' }]);
+    const after = (await h.app.inject({ method: 'GET', url: `/providers/${p.id}` })).json();
+    expect(after).toMatchObject({ name: p.name, status: 'idle' });
+  });
+});
+
 describe('GET /providers/{providerID}', () => {
   it('is 404 PROVIDER_NOT_FOUND for an unknown ID and 400 for a non-UUID', async () => {
     const missing = await h.app.inject({ method: 'GET', url: `/providers/${MISSING}` });

@@ -10,63 +10,25 @@ import { EventEmitter } from 'node:events';
 import { address, getBase58Decoder, type Transaction as KitTransaction, lamports } from '@solana/kit';
 import { Keypair, PublicKey, SystemProgram, Transaction, type VersionedTransaction } from '@solana/web3.js';
 import { LiteSVM } from 'litesvm';
-import { parseMint, type RawAccount, type uiTokenAmount } from './accounts.ts';
+import { parseMint, type RawAccount } from './accounts.ts';
+import type { SimulationResult, TxRecord } from './chain-records.ts';
 import { deserializeTransaction, simulateTransaction, submitTransaction } from './execute.ts';
-import type { TxErrorJson } from './tx-errors.ts';
 
 /** Blocks a blockhash stays valid for (Solana's MAX_PROCESSING_AGE). */
 export const MAX_PROCESSING_AGE = 150;
-export const LAMPORTS_PER_SIGNATURE = 5000;
 export const SLOTS_PER_EPOCH = 432_000;
 const FAUCET_LAMPORTS = 1_000_000_000_000_000n; // 1,000,000 SOL
 
 export type Commitment = 'processed' | 'confirmed' | 'finalized';
 
+export {
+  type InnerInstructionJson,
+  LAMPORTS_PER_SIGNATURE,
+  type SimulationResult,
+  type TokenBalance,
+  type TxRecord,
+} from './chain-records.ts';
 export { RpcError } from './rpc-error.ts';
-
-export interface TokenBalance {
-  accountIndex: number;
-  mint: string;
-  owner: string;
-  programId: string;
-  uiTokenAmount: ReturnType<typeof uiTokenAmount>;
-}
-
-export interface InnerInstructionJson {
-  index: number;
-  instructions: { programIdIndex: number; accounts: number[]; data: string; stackHeight: number }[];
-}
-
-/** One landed transaction, successful or failed. */
-export interface TxRecord {
-  signature: string;
-  /** the signed transaction as sent, base64 */
-  wire: string;
-  version: 'legacy' | 0 | 1;
-  slot: number;
-  blockTime: number;
-  /** static keys, then keys loaded from lookup tables (writable, readonly) */
-  keys: string[];
-  loaded: { writable: string[]; readonly: string[] };
-  err: TxErrorJson | null;
-  fee: number;
-  preBalances: number[];
-  postBalances: number[];
-  preTokenBalances: TokenBalance[];
-  postTokenBalances: TokenBalance[];
-  logs: string[];
-  innerInstructions: InnerInstructionJson[];
-  computeUnitsConsumed: number;
-  /** slot from which the transaction counts as finalized */
-  finalizedAt: number;
-}
-
-/** What `simulate` found. */
-export interface SimulationResult {
-  err: TxErrorJson | null;
-  logs: string[];
-  unitsConsumed: number;
-}
 
 const b58 = getBase58Decoder();
 

@@ -5,17 +5,25 @@
  */
 import { getBase58Decoder, getTransactionDecoder, type Transaction as KitTransaction } from '@solana/kit';
 import { AddressLookupTableAccount, VersionedTransaction } from '@solana/web3.js';
+import type { LiteSVM } from 'litesvm';
 import { FailedTransactionMetadata, type TransactionMetadata } from 'litesvm';
-import { parseTokenAccount, uiTokenAmount } from './accounts.ts';
-import {
-  LAMPORTS_PER_SIGNATURE,
-  type LocalChain,
-  type SimulationResult,
-  type TokenBalance,
-  type TxRecord,
-} from './chain.ts';
+import { parseTokenAccount, type RawAccount, uiTokenAmount } from './accounts.ts';
+import { LAMPORTS_PER_SIGNATURE, type SimulationResult, type TokenBalance, type TxRecord } from './chain-records.ts';
 import { RpcError } from './rpc-error.ts';
 import { describeTxError, landsOnChain, type TxErrorJson, txErrorJson } from './tx-errors.ts';
+
+/** What executing needs of the chain (LocalChain in chain.ts is one): its SVM, clock, history and balances. */
+export interface ExecutionChain {
+  readonly svm: LiteSVM;
+  readonly slot: number;
+  readonly history: Map<string, TxRecord>;
+  isBlockhashValid(hash: string): boolean;
+  account(addr: string): RawAccount | null;
+  balance(addr: string): number;
+  decimalsOf(mint: string): number;
+  finalityDelayFor(keys: string[]): number;
+  record(rec: TxRecord): void;
+}
 
 const b58 = getBase58Decoder();
 const kitDecoder = getTransactionDecoder();
@@ -27,7 +35,7 @@ const kitDecoder = getTransactionDecoder();
  * as failed, with their fee charged, when the failure happens during execution).
  */
 export function submitTransaction(
-  chain: LocalChain,
+  chain: ExecutionChain,
   bytes: Uint8Array,
   opts: { skipPreflight?: boolean } = {},
 ): string {
@@ -114,7 +122,7 @@ export function submitTransaction(
 }
 
 /** Runs a transaction without committing it. */
-export function simulateTransaction(chain: LocalChain, ktx: KitTransaction, sigVerify: boolean): SimulationResult {
+export function simulateTransaction(chain: ExecutionChain, ktx: KitTransaction, sigVerify: boolean): SimulationResult {
   if (!sigVerify) chain.svm.withSigverify(false);
   try {
     const r = chain.svm.simulateTransaction(ktx);
@@ -143,7 +151,7 @@ export function deserializeTransaction(bytes: Uint8Array): VersionedTransaction 
 
 /** The transaction's account keys, with keys from address lookup tables resolved when the tables exist. */
 export function resolveKeys(
-  chain: LocalChain,
+  chain: ExecutionChain,
   vtx: VersionedTransaction,
 ): { keys: string[]; loaded: { writable: string[]; readonly: string[] } } {
   const msg = vtx.message;
@@ -164,7 +172,7 @@ export function resolveKeys(
   };
 }
 
-function tokenBalances(chain: LocalChain, keys: string[]): TokenBalance[] {
+function tokenBalances(chain: ExecutionChain, keys: string[]): TokenBalance[] {
   const out: TokenBalance[] = [];
   keys.forEach((k, accountIndex) => {
     const t = parseTokenAccount(chain.account(k));

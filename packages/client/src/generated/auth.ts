@@ -1740,6 +1740,8 @@ export interface paths {
                         grant_type: string;
                         /** @description ignored: a client gets its role */
                         scope?: string;
+                    } & {
+                        [key: string]: unknown;
                     };
                     "application/x-www-form-urlencoded": {
                         client_id?: string;
@@ -1748,6 +1750,8 @@ export interface paths {
                         grant_type: string;
                         /** @description ignored: a client gets its role */
                         scope?: string;
+                    } & {
+                        [key: string]: unknown;
                     };
                 };
             };

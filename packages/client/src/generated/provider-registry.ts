@@ -745,6 +745,8 @@ export interface paths {
                         /** Format: uuid */
                         id?: string;
                         ip_address?: (string) | null;
+                        /** @description read-only: ignored */
+                        last_seen_at?: string;
                         location?: string | null;
                         /** @description extra key-value data */
                         metadata?: {
@@ -754,6 +756,8 @@ export interface paths {
                         name: string;
                         /** @description identifier of the owning user */
                         owner_id: string;
+                        /** @description read-only: ignored */
+                        registered_at?: string;
                         /**
                          * @description new status; unchanged when absent
                          * @enum {string}

@@ -15,6 +15,7 @@ import Fastify, {
 } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { ChildLoggerOptions, Logger } from 'pino';
+import { z } from 'zod';
 import { accessControl, isPublicRoute } from '../auth/access-control.ts';
 import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.ts';
 import type { BaseConfig } from '../config-schema.ts';
@@ -28,6 +29,7 @@ import { metricsPlugin } from './metrics.ts';
 import { refuseNulCharacters } from './nul-characters.ts';
 import { problemSchema } from './problem-schema.ts';
 import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
+import { strictInput } from './strict-input.ts';
 import { requestTimeout } from './timeout.ts';
 
 export type App = FastifyInstance<
@@ -187,6 +189,8 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
         routeTable.push({ method, url: route.url, public: isPublicRoute(route, publicPaths) });
       }
     }
+    // Unknown body fields are refused at every depth (strict-input.ts): in validation and in the document alike.
+    if (route.schema?.body instanceof z.ZodType) route.schema.body = strictInput(route.schema.body);
     if (route.schema?.hide || isPublicRoute(route, publicPaths)) return;
     route.schema ??= {};
     const response = (route.schema.response ?? {}) as Record<string | number, unknown>;

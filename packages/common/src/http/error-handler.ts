@@ -7,6 +7,7 @@ import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } fro
 import { isDependencyDown } from '../dependency-errors.ts';
 import { AppError, errors, type FieldError } from '../errors.ts';
 import { headersOf, kindOfStatus, problemOf, statusOf } from './problem.ts';
+import { unknownKeysAsFields } from './strict-input.ts';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8';
 
@@ -15,7 +16,7 @@ export function toAppError(err: unknown): AppError {
   if (err instanceof AppError) return err;
   if (hasZodFastifySchemaValidationErrors(err)) {
     const context = (err as { validationContext?: string }).validationContext ?? 'body';
-    const fieldErrors: FieldError[] = err.validation.map((v) => ({
+    const fieldErrors: FieldError[] = unknownKeysAsFields(err.validation).map((v) => ({
       path: [context, ...v.instancePath.split('/').filter(Boolean)].join('.'),
       message: v.message ?? 'invalid value',
     }));

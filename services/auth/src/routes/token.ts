@@ -13,7 +13,8 @@ import type { AuthContext } from '../domain/context.ts';
 import { authErrors } from '../errors.ts';
 import { problems } from './schemas.ts';
 
-const tokenBodySchema = z.object({
+// RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters": the one body left open.
+const tokenBodySchema = z.looseObject({
   grant_type: z.string().max(100).describe('client_credentials'),
   client_id: z.string().max(100).optional(),
   client_secret: z.string().max(200).optional(),

@@ -117,7 +117,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request) => {
       const id = request.params.providerID;
-      const { id: bodyId, ...input } = request.body;
+      const { id: bodyId, registered_at: _registered, last_seen_at: _seen, ...input } = request.body;
       if (bodyId !== undefined && bodyId !== id) throw registryErrors.idMismatch(id, bodyId);
       return registry.update(callerOf(request), id, input, request.correlationId);
     },

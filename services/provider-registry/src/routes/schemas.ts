@@ -106,6 +106,9 @@ export const providerInputSchema = z.object({
 export const providerUpdateSchema = providerInputSchema.extend({
   id: z.uuid().optional(),
   status: statusSchema.optional().describe('new status; unchanged when absent'),
+  // A Provider as GET answers it can be sent back changed: its read-only fields are known, and ignored.
+  registered_at: z.string().max(64).optional().describe('read-only: ignored'),
+  last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
 });
 
 export const providerSchema = z
