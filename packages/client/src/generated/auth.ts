@@ -280,7 +280,7 @@ export interface paths {
         put?: never;
         /**
          * Create a machine client; its secret is in this answer only
-         * @description Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts for. A provider creates daemon clients that act for themselves (owner_id may be left out). The name is unique among active clients (409 CLIENT_NAME_TAKEN).
+         * @description Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts for. A provider creates daemon clients that act for themselves (owner_id may be left out). The name is unique among the owner's active clients (a platform client's among the platform's): 409 CLIENT_NAME_TAKEN for the same owner's duplicate only; another provider's names never collide.
          */
         post: {
             parameters: {

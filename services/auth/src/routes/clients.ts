@@ -73,7 +73,8 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
         description:
           'Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts ' +
           'for. A provider creates daemon clients that act for themselves (owner_id may be left out). ' +
-          'The name is unique among active clients (409 CLIENT_NAME_TAKEN).',
+          "The name is unique among the owner's active clients (a platform client's among the platform's): " +
+          "409 CLIENT_NAME_TAKEN for the same owner's duplicate only; another provider's names never collide.",
         body: z.object({ name: nameSchema, role: z.enum(CLIENT_ROLES), owner_id: z.uuid().optional() }),
         response: { 201: withSecretSchema, ...problems(400, 404, 409, 503) },
       },
