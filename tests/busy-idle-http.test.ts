@@ -1,20 +1,25 @@
 /**
  * Billing without NATS tells the real provider registry which sessions run on a machine, over HTTP with its own
  * machine client: the registry shows the machine busy while the session runs and idle after. The calls go through
- * billing's transactional outbox, so a call that fails (registry away) is made again by the next relay run.
+ * billing's transactional outbox, so a call that fails (registry away) is made again by the next relay run. Billing
+ * hears of the registry's state by asking: a rented machine its owner deleted or took into maintenance has its
+ * session ended at the last reported minute when billing next looks.
  */
 import { randomUUID } from 'node:crypto';
+import type { TokenSource } from '@gpu/client';
 import { createLogger, OutboxRelay, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
-import { end, H100_X1, start } from '../services/billing/test/support/sessions.ts';
+import { checkRunningProviders } from '../services/billing/src/domain/provider-offline.ts';
+import { end, H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
 import { providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
 
 const platform = useAuthAndRegistry();
 let billing: BillingHarness;
+const clock = manualClock(Date.now());
 const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
 
 beforeAll(async () => {
@@ -23,6 +28,7 @@ beforeAll(async () => {
     role: 'service',
   });
   billing = await setupBilling({
+    now: clock.now,
     config: {
       provider_registry: {
         url: platform.registryUrl,
@@ -43,22 +49,25 @@ function relayTo(url = platform.registryUrl) {
   return new OutboxRelay(billing.db, publisher!, { subject: 'unused', logger });
 }
 
-/** Calls the real registry as an admin's tooling would (a `service` machine client of the real auth service). */
-async function registry(method: string, path: string, body?: unknown) {
-  const token = await (await platform.machineClient('service')).get();
+/**
+ * Calls the real registry as an admin's tooling would (a `service` machine client of the real auth service), or with
+ * the token of `as`.
+ */
+async function registry(method: string, path: string, body?: unknown, as?: TokenSource) {
+  const token = await (as ?? (await platform.machineClient('service'))).get();
   const res = await fetch(`${platform.registryUrl}${path}`, {
     method,
     headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
     ...(body ? { body: JSON.stringify(body) } : {}),
   });
-  return (await res.json()) as { id: string; status: string };
+  return { ...((await res.json()) as { id: string; status: string; code?: string }), http: res.status };
 }
 
 const statusOf = async (id: string) => (await registry('GET', `/providers/${id}`)).status;
 
-/** A machine at the registry, its provider wallet at billing, and a funded renter. */
-async function rental() {
-  const machine = await registry('POST', '/providers', providerBody({ owner_id: randomUUID() }));
+/** A machine at the registry (of `ownerId`), its provider wallet at billing, and a funded renter. */
+async function rental(ownerId: string = randomUUID()) {
+  const machine = await registry('POST', '/providers', providerBody({ owner_id: ownerId }));
   const provider = await billing.fundedWallet('0', 'provider', undefined, { ownerId: machine.id });
   const renter = await billing.fundedWallet('50', 'user');
   const body = {
@@ -68,7 +77,7 @@ async function rental() {
     job_id: randomUUID(),
     ...H100_X1,
   };
-  return { machine, provider, body };
+  return { machine, provider, renter, body };
 }
 
 describe('busy and idle without NATS', () => {
@@ -99,5 +108,87 @@ describe('busy and idle without NATS', () => {
     expect(pending.map((r) => r.kind)).toContain('session.started');
     await relayTo().flush();
     expect(await statusOf(machine.id)).toBe('busy');
+  });
+});
+
+/** A usage report of the session now (as an admin). */
+const report = (sessionId: string) =>
+  billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/usage-update',
+    payload: { session_id: sessionId, timestamp: clock.now().toISOString(), gpu_utilization: 90, power_draw_w: 300 },
+  });
+
+const sessionOf = (id: string) =>
+  billing.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+
+describe('a rented machine its owner takes away, without NATS', () => {
+  it('deleted: billing finds it gone, ends the session once at the last reported minute, refuses later reports', async () => {
+    const relay = relayTo();
+    const owner = await platform.providerUser();
+    const daemon = await platform.machineClient('daemon', owner.id);
+    const { machine, provider, renter, body } = await rental(owner.id);
+    const started = await start(billing, body);
+    expect(started.statusCode).toBe(201);
+    const sessionId = started.json().session.id as string;
+    await relay.flush();
+    expect(await statusOf(machine.id)).toBe('busy');
+
+    clock.advance(2 * 60_000 + 5_000);
+    expect((await report(sessionId)).statusCode).toBe(201);
+    clock.advance(90_000);
+    expect((await registry('DELETE', `/providers/${machine.id}`, undefined, daemon)).http).toBe(200);
+
+    const ended = await checkRunningProviders(billing.ctx);
+    expect(ended.map((e) => e.session.id)).toEqual([sessionId]);
+    // 2 reported minutes of the registry's A100 80 GB, 400 W (4.00/h) = 0.133333: the fee 0.006667, the provider
+    // 0.126666; the 1.5 minutes after the report are not paid.
+    expect(await sessionOf(sessionId)).toMatchObject({
+      status: 'terminated',
+      end_reason: 'provider_removed',
+      billed_minutes: 2,
+      total_cost: '0.133333',
+    });
+    expect(await checkRunningProviders(billing.ctx)).toEqual([]);
+    expect(await billing.balanceOf(renter.id)).toMatchObject({ total: '49.866667', locked: '0.000000' });
+    expect((await billing.balanceOf(provider.id)).available).toBe('0.126666');
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+    const late = await report(sessionId);
+    expect(late.statusCode).toBe(409);
+    expect(late.json().code).toBe('SESSION_NOT_ACTIVE');
+    // The session's end reaches the registry, which no longer knows the machine: delivered, nothing left to send.
+    await relay.flush();
+    const pending = await billing.db
+      .selectFrom('outbox_events')
+      .select('kind')
+      .where('published_at', 'is', null)
+      .execute();
+    expect(pending).toEqual([]);
+  });
+
+  it('taken into maintenance by its daemon: the session ends at the last reported minute, the machine stays there', async () => {
+    const relay = relayTo();
+    const owner = await platform.providerUser();
+    const daemon = await platform.machineClient('daemon', owner.id);
+    const { machine, body } = await rental(owner.id);
+    const sessionId = (await start(billing, body)).json().session.id as string;
+    await relay.flush();
+    const idle = await registry('PATCH', `/providers/${machine.id}/status`, { status: 'idle' }, daemon);
+    expect([idle.http, idle.code]).toEqual([409, 'STATUS_CONTRADICTS_SESSIONS']);
+
+    clock.advance(60_000 + 5_000);
+    expect((await report(sessionId)).statusCode).toBe(201);
+    expect((await registry('PATCH', `/providers/${machine.id}/status`, { status: 'maintenance' }, daemon)).http).toBe(
+      200,
+    );
+    expect((await checkRunningProviders(billing.ctx)).map((e) => e.session.id)).toEqual([sessionId]);
+    expect(await sessionOf(sessionId)).toMatchObject({
+      status: 'terminated',
+      end_reason: 'provider_maintenance',
+      billed_minutes: 1,
+    });
+    await relay.flush();
+    expect(await statusOf(machine.id)).toBe('maintenance');
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 });

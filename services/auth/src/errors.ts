@@ -22,7 +22,13 @@ export const authErrors = {
   weakPassword: (code: string, message: string) =>
     new AppError('invalid', code, message, { errors: [{ path: 'body.password', message }] }),
   clientNotFound: (id: string) => errors.notFound('CLIENT_NOT_FOUND', `client ${id} not found`),
-  clientNameTaken: (name: string) => errors.conflict('CLIENT_NAME_TAKEN', `an active client is already named ${name}`),
+  clientNameTaken: (name: string, ownerId: string | null) =>
+    errors.conflict(
+      'CLIENT_NAME_TAKEN',
+      ownerId === null
+        ? `an active platform client is already named ${name}`
+        : `user ${ownerId} already has an active client named ${name}`,
+    ),
   notYourClient: () =>
     errors.forbidden('providers manage only the daemon clients that act for themselves', 'NOT_CLIENT_OWNER'),
   ownerNotProvider: (id: string) =>

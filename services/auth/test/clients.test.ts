@@ -152,6 +152,114 @@ describe('machine clients (admin API)', () => {
   });
 });
 
+describe('client names, unique per owner', () => {
+  it("lets two providers name a daemon alike, refuses only the same owner's duplicate, and keeps tokens apart", async () => {
+    const a = await registerAndLogin(auth.app, { roles: ['provider'] });
+    const b = await registerAndLogin(auth.app, { roles: ['provider'] });
+    const shared = name('daemon');
+    const mine = await createClient({ name: shared, role: 'daemon' }, a.tokens.access_token);
+    const theirs = await createClient({ name: shared, role: 'daemon' }, b.tokens.access_token);
+    expect(theirs.client.id).not.toBe(mine.client.id);
+
+    const again = await api('POST', '/clients', a.tokens.access_token, { name: shared, role: 'daemon' });
+    expect(again.statusCode).toBe(409);
+    expect(again.json().code).toBe('CLIENT_NAME_TAKEN');
+    expect(again.body).not.toContain(b.user.id);
+    const byAdmin = await api('POST', '/clients', admin, { name: shared, role: 'daemon', owner_id: b.user.id });
+    expect(byAdmin.json().code).toBe('CLIENT_NAME_TAKEN');
+
+    // Each token names its own client and owner: the name plays no part in the grant.
+    for (const [created, owner] of [
+      [mine, a],
+      [theirs, b],
+    ] as const) {
+      const res = await tokenRequest(
+        { grant_type: 'client_credentials' },
+        basic(created.client.id, created.client_secret),
+      );
+      expect(decodeJwt(res.json().access_token)).toMatchObject({
+        sub: created.client.id,
+        client_id: created.client.id,
+        owner_id: owner.user.id,
+      });
+    }
+    const crossed = await tokenRequest(
+      { grant_type: 'client_credentials' },
+      basic(mine.client.id, theirs.client_secret),
+    );
+    expect(crossed.statusCode).toBe(401);
+
+    // A revoked client's name is free again for its owner.
+    expect((await api('DELETE', `/clients/${mine.client.id}`, a.tokens.access_token)).statusCode).toBe(200);
+    expect((await api('POST', '/clients', a.tokens.access_token, { name: shared, role: 'daemon' })).statusCode).toBe(
+      201,
+    );
+  });
+
+  it('answers two simultaneous creations of one name for one owner with one 201 and one 409', async () => {
+    const provider = await registerAndLogin(auth.app, { roles: ['provider'] });
+    const other = await registerAndLogin(auth.app, { roles: ['provider'] });
+    for (let round = 0; round < 5; round++) {
+      const same = name('race');
+      const answers = await Promise.all([
+        api('POST', '/clients', provider.tokens.access_token, { name: same, role: 'daemon' }),
+        api('POST', '/clients', provider.tokens.access_token, { name: same, role: 'daemon' }),
+        api('POST', '/clients', other.tokens.access_token, { name: same, role: 'daemon' }),
+      ]);
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([201, 201, 409]);
+      expect(answers[2]!.statusCode).toBe(201);
+      const rows = await auth.db
+        .selectFrom('clients')
+        .select('owner_id')
+        .where('name', '=', same)
+        .where('revoked_at', 'is', null)
+        .execute();
+      expect(rows.map((r) => r.owner_id).sort()).toEqual([provider.user.id, other.user.id].sort());
+    }
+  });
+
+  it("never takes a provider's daemon for a platform client of the same name at start-up", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'auth-clients-'));
+    const platformName = `scheduler-${process.pid}-${Date.now()}`;
+    const provider = await registerAndLogin(auth.app, { roles: ['provider'] });
+    // The daemon takes the name before the platform client exists.
+    const daemon = await createClient({ name: platformName, role: 'daemon' }, provider.tokens.access_token);
+    const boot = await startAuth(
+      auth.db,
+      testConfig({ clients: { bootstrap: `${platformName}:scheduler`, secrets_dir: dir } }),
+    );
+    try {
+      expect((await ensureBootstrapClients(boot.ctx)).map((f) => path.basename(f))).toEqual([`${platformName}.json`]);
+      const file = JSON.parse(readFileSync(path.join(dir, `${platformName}.json`), 'utf8'));
+      expect(file.client_id).not.toBe(daemon.client.id);
+      const platformToken = await tokenRequest(
+        { grant_type: 'client_credentials' },
+        basic(file.client_id, file.client_secret),
+      );
+      expect(decodeJwt(platformToken.json().access_token)).toMatchObject({ roles: ['scheduler'] });
+      // The daemon is untouched: active, its secret still good, its token still its owner's daemon.
+      const got = await api('GET', `/clients/${daemon.client.id}`, provider.tokens.access_token);
+      expect(got.json()).toMatchObject({ revoked_at: null, rotated_at: null, role: 'daemon' });
+      const daemonToken = await tokenRequest(
+        { grant_type: 'client_credentials' },
+        basic(daemon.client.id, daemon.client_secret),
+      );
+      expect(decodeJwt(daemonToken.json().access_token)).toMatchObject({
+        roles: ['daemon'],
+        owner_id: provider.user.id,
+      });
+      // A second start finds its own client, not the daemon.
+      expect(await ensureBootstrapClients(boot.ctx)).toEqual([]);
+      // And the platform's own names stay unique among platform clients.
+      const dup = await api('POST', '/clients', admin, { name: platformName, role: 'service' });
+      expect(dup.json().code).toBe('CLIENT_NAME_TAKEN');
+    } finally {
+      await boot.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('daemon clients (providers manage their own)', () => {
   it('lets a provider create a daemon acting for themselves, whose token names them as owner', async () => {
     const provider = await registerAndLogin(auth.app, { roles: ['provider'] });

@@ -172,7 +172,7 @@ describe('a provider that stops delivering', () => {
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
-  it('ends sessions on `error` too, ignores other states, and never ends a session started after the change', async () => {
+  it('ends sessions on `error` too, ignores busy and idle, and never ends a session started after the change', async () => {
     const p = await h.fundedWallet('0', 'provider');
     const renter = await h.fundedWallet('10', 'user');
     const res = await start(h, startBody({ renter, provider: p }, H100_X1));
@@ -180,7 +180,7 @@ describe('a provider that stops delivering', () => {
     const startedAt = new Date((await session(id)).started_at);
     // A change from before the session started (late, or redelivered after the machine came back).
     await statusEvent(p.ownerId, 'offline', new Date(startedAt.getTime() - 1000));
-    for (const status of ['busy', 'idle', 'maintenance']) await statusEvent(p.ownerId, status);
+    for (const status of ['busy', 'idle']) await statusEvent(p.ownerId, status);
     await statusEvent(p.ownerId, 'nonsense-without-fields');
     await registry.publish(subject, { nonsense: true });
     await drained();
@@ -199,6 +199,81 @@ describe('a provider that stops delivering', () => {
       end_reason: 'provider_error',
       billed_minutes: 1,
     });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+  it('ends sessions on `maintenance`, billed to the last report before the change', async () => {
+    const p = await h.fundedWallet('0', 'provider');
+    const renter = await h.fundedWallet('10', 'user');
+    const id = (await start(h, startBody({ renter, provider: p }, H100_X1))).json().session.id as string;
+    clock.advance(3 * 60_000 + 1_000);
+    await report(id);
+    await statusEvent(p.ownerId, 'maintenance');
+    expect(
+      await until(
+        () => session(id),
+        (s) => s.status !== 'active',
+      ),
+    ).toMatchObject({ status: 'terminated', end_reason: 'provider_maintenance', billed_minutes: 3 });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('ends every session of a removed machine once (however late it started), at the last report before the removal', async () => {
+    const p = await h.fundedWallet('0', 'provider');
+    const renter = await h.fundedWallet('10', 'user');
+    const late = await h.fundedWallet('10', 'user');
+    const id = (await start(h, startBody({ renter, provider: p }, H100_X1))).json().session.id as string;
+    clock.advance(2 * 60_000 + 1_000);
+    await report(id);
+    const removedAt = clock.now();
+    clock.advance(60_000);
+    // A report that arrives after the removal (before billing heard of it) pays nothing more.
+    await report(id);
+    // A session that started after the removal's time (billing asked the registry just before the delete).
+    const lateId = (await start(h, startBody({ renter: late, provider: p }, H100_X1))).json().session.id as string;
+    const removal = (eventId: string) =>
+      registry.publish(
+        subject,
+        {
+          event_id: eventId,
+          kind: 'provider.removed',
+          type: 'provider.removed',
+          occurred_at: removedAt.toISOString(),
+          provider_id: p.ownerId,
+          owner_id: randomUUID(),
+          previous_status: 'busy',
+          status: null,
+          reason: 'removed',
+        },
+        { msgId: eventId },
+      );
+    // Delivered, then redelivered (a new message ID: past JetStream's duplicate window).
+    await removal(randomUUID());
+    await removal(randomUUID());
+    await drained();
+    // 2 minutes at 5.10/h = 0.17: the fee 0.0085, the provider 0.1615.
+    expect(await session(id)).toMatchObject({
+      status: 'terminated',
+      end_reason: 'provider_removed',
+      billed_minutes: 2,
+      total_cost: '0.170000',
+    });
+    expect(await session(lateId)).toMatchObject({
+      status: 'terminated',
+      end_reason: 'provider_removed',
+      billed_minutes: 0,
+    });
+    const records = await h.db
+      .selectFrom('billing_records')
+      .select(['session_id', 'total_cost'])
+      .where('session_id', 'in', [id, lateId])
+      .execute();
+    expect(records).toHaveLength(2);
+    expect((await h.balanceOf(renter.id)).total).toBe('9.830000');
+    expect((await h.balanceOf(renter.id)).available).toBe('9.830000');
+    expect((await h.balanceOf(late.id)).total).toBe('10.000000');
+    expect((await h.balanceOf(p.id)).available).toBe('0.161500');
+    // Usage reports for the ended session are refused from now on.
+    await expect(report(id)).rejects.toMatchObject({ code: 'SESSION_NOT_ACTIVE' });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 });

@@ -33,6 +33,20 @@ export const registryErrors = {
   /** A session reported as running has ended already (an ended session never runs again). */
   sessionEnded: (sessionId: string) =>
     errors.conflict('SESSION_ENDED', `session ${sessionId} has ended; it cannot run again`),
+  /**
+   * An explicit status change that contradicts the provider's rental sessions (`domain/provider-sessions.ts`):
+   * `idle` while a session runs, or `busy` without one. `providerId` is null for a registration.
+   */
+  statusContradictsSessions: (providerId: string | null, status: string, conflict: 'rented' | 'not_rented') =>
+    errors.conflict(
+      'STATUS_CONTRADICTS_SESSIONS',
+      conflict === 'rented'
+        ? `provider ${providerId} is rented (a billing session runs on it): it cannot be set ${status}; only billing ` +
+            'moves a rented machine back to idle, when its last session ends (offline, maintenance or error take it ' +
+            'off the market and end its sessions)'
+        : `${providerId === null ? 'a new provider' : `provider ${providerId}`} has no running billing session: it ` +
+            `cannot be set ${status}; billing marks a machine busy when a session starts on it`,
+    ),
   unknownGpuIndex: (index: number, gpuCount: number) => new UnknownGpuIndex(index, gpuCount),
   idMismatch: (pathId: string, bodyId: string) =>
     new AppError('invalid', 'ID_MISMATCH', `body id ${bodyId} differs from path id ${pathId}`, {

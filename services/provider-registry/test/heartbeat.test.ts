@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EventCollector, gpu, type Harness, register, startHarness } from './helpers.ts';
+import { EventCollector, endRental, gpu, type Harness, register, rent, startHarness } from './helpers.ts';
 
 let h: Harness;
 let events: EventCollector;
@@ -23,8 +23,11 @@ const heartbeat = (id: string, payload?: unknown, headers: Record<string, string
     headers,
   });
 
-const setStatus = (id: string, status: string) =>
-  h.app.inject({ method: 'PATCH', url: `/providers/${id}/status`, payload: { status } });
+/** Moves the provider to `status`: explicitly, or for `busy` by renting it (only a running session makes it busy). */
+const setStatus = async (id: string, status: string) => {
+  if (status === 'busy') await rent(h.app, id);
+  return h.app.inject({ method: 'PATCH', url: `/providers/${id}/status`, payload: { status } });
+};
 
 describe('POST /providers/{providerID}/heartbeat', () => {
   it.each([
@@ -45,6 +48,24 @@ describe('POST /providers/{providerID}/heartbeat', () => {
     expect(after.status).toBe(to);
     expect(Date.parse(after.last_seen_at)).toBeGreaterThan(Date.parse(before));
     expect(after.last_seen_at).toBe(res.json().last_seen_at);
+  });
+
+  it('brings a rented machine that went offline or into error back busy, never idle, until its session ends', async () => {
+    for (const from of ['offline', 'error']) {
+      for (const payload of [undefined, { gpu_metrics: [{ index: 0, temperature: 50 }] }]) {
+        const p = await register(h.app);
+        const session = await rent(h.app, p.id);
+        expect((await setStatus(p.id, from)).statusCode).toBe(200);
+        const res = await heartbeat(p.id, payload);
+        expect(res.statusCode).toBe(200);
+        expect(res.json()).toMatchObject({ previous_status: from, status: 'busy' });
+        expect((await h.app.inject({ method: 'GET', url: `/providers/${p.id}` })).json().status).toBe('busy');
+        // The session's end (billing ends the sessions of a machine that went offline or into error) frees it.
+        await endRental(h.app, p.id, session);
+        expect((await h.app.inject({ method: 'GET', url: `/providers/${p.id}` })).json().status).toBe('idle');
+        expect((await heartbeat(p.id, payload)).json()).toMatchObject({ previous_status: 'idle', status: 'idle' });
+      }
+    }
   });
 
   it('accepts an empty body with a JSON content type, and an empty object', async () => {
@@ -177,12 +198,18 @@ describe('POST /providers/{providerID}/heartbeat', () => {
     const offline = await register(h.app);
     const failed = await register(h.app);
     const busy = await register(h.app);
+    const rentedOffline = await register(h.app);
     await setStatus(offline.id, 'offline');
     await setStatus(failed.id, 'error');
     await setStatus(busy.id, 'busy');
+    await rent(h.app, rentedOffline.id);
+    await setStatus(rentedOffline.id, 'offline');
     await events.waitFor(() => events.about(busy.id).some((e) => e.data.status === 'busy'));
     // Interleaved, so the service writes several providers (and the same one several times) in one statement.
-    const targets = Array.from({ length: 60 }, (_, i) => [offline.id, failed.id, busy.id, MISSING][i % 4]!);
+    const targets = Array.from(
+      { length: 60 },
+      (_, i) => [offline.id, failed.id, busy.id, rentedOffline.id, MISSING][i % 5]!,
+    );
     const results = await Promise.all(targets.map((id) => heartbeat(id)));
 
     results.forEach((r, i) => {
@@ -199,6 +226,7 @@ describe('POST /providers/{providerID}/heartbeat', () => {
       [offline, 'offline', 'idle'],
       [failed, 'error', 'idle'],
       [busy, 'busy', 'busy'],
+      [rentedOffline, 'offline', 'busy'],
     ] as const) {
       const mine = answers(p.id);
       expect(mine.every((a) => a.status === to)).toBe(true);

@@ -1,5 +1,5 @@
 /** Test wiring: a migrated database per file, an app on it, NATS events, request bodies. */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import {
   connectPublisher,
   createLogger,
@@ -199,11 +199,35 @@ export function providerBody(over: Record<string, unknown> = {}) {
   };
 }
 
-/** Registers a provider through the API and returns its body. */
+/**
+ * Registers a provider through the API and returns its body. `status: 'busy'` registers it idle and rents it (a
+ * session reported as billing does: only a running session makes a machine busy).
+ */
 export async function register(app: RegistryApp, over: Record<string, unknown> = {}) {
-  const res = await app.inject({ method: 'POST', url: '/providers', payload: providerBody(over) });
+  const { status, ...rest } = over;
+  const body = providerBody(status === 'busy' ? rest : over);
+  const res = await app.inject({ method: 'POST', url: '/providers', payload: body });
   if (res.statusCode !== 201) throw new Error(`register failed: ${res.statusCode} ${res.body}`);
-  return res.json() as { id: string; status: string; last_seen_at: string; [k: string]: unknown };
+  const provider = res.json() as { id: string; status: string; last_seen_at: string; [k: string]: unknown };
+  if (status !== 'busy') return provider;
+  await rent(app, provider.id);
+  return { ...provider, status: 'busy' };
+}
+
+/**
+ * Reports a rental session running on the provider, as billing does without NATS (`PUT
+ * /providers/{id}/sessions/{sessionId}`, as the harness's admin); the provider goes idle -> busy. The session's ID.
+ */
+export async function rent(app: RegistryApp, providerId: string, sessionId: string = randomUUID()) {
+  const res = await app.inject({ method: 'PUT', url: `/providers/${providerId}/sessions/${sessionId}` });
+  if (res.statusCode !== 200) throw new Error(`session report failed: ${res.statusCode} ${res.body}`);
+  return sessionId;
+}
+
+/** Reports the session ended (`DELETE /providers/{id}/sessions/{sessionId}`), as billing does. */
+export async function endRental(app: RegistryApp, providerId: string, sessionId: string) {
+  const res = await app.inject({ method: 'DELETE', url: `/providers/${providerId}/sessions/${sessionId}` });
+  if (res.statusCode !== 200) throw new Error(`session report failed: ${res.statusCode} ${res.body}`);
 }
 
 /** Moves a provider's last heartbeat into the past, as if it had been silent for `ms`. */

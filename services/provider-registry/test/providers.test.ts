@@ -235,10 +235,10 @@ describe('PUT /providers/{providerID}', () => {
 });
 
 describe('PATCH /providers/{providerID}/status', () => {
-  it('sets any state explicitly and moves last_seen_at', async () => {
+  it('sets any state but busy (a rental) explicitly and moves last_seen_at', async () => {
     const p = await register(h.app);
     await new Promise((r) => setTimeout(r, 10));
-    for (const status of ['busy', 'maintenance', 'error', 'offline', 'idle']) {
+    for (const status of ['maintenance', 'error', 'offline', 'idle']) {
       const res = await h.app.inject({ method: 'PATCH', url: `/providers/${p.id}/status`, payload: { status } });
       expect(res.statusCode).toBe(200);
       expect(res.json()).toMatchObject({ message: 'provider status updated', id: p.id, status });

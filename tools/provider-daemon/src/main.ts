@@ -2,27 +2,26 @@
  * The provider daemon process: `DAEMON_CONFIG_FILE=daemon.yaml node --import tsx src/main.ts`.
  * Stops cleanly on SIGINT/SIGTERM.
  */
-import { readFileSync } from 'node:fs';
 import { clientCredentials } from '@gpu/client';
 import { connectPublisher, createLogger } from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
+import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
 import { UsageReporter } from './usage.ts';
 
 const config = loadDaemonConfig();
 const logger = createLogger({ service: 'provider-daemon', instanceId: config.provider.name, level: config.log_level });
-let { client_id: clientId, client_secret: clientSecret } = config.credentials;
-if (config.credentials.file) {
-  ({ client_id: clientId, client_secret: clientSecret } = JSON.parse(readFileSync(config.credentials.file, 'utf8')));
-}
-if (!clientId || !clientSecret) {
-  logger.fatal('no credentials: set credentials.client_id and client_secret, or credentials.file');
+let credentials: DaemonCredentials;
+try {
+  credentials = loadCredentials(config);
+} catch (err) {
+  logger.fatal((err as Error).message);
   process.exit(1);
 }
 const gpus = gpuSource(config.gpu);
 if (gpus.kind === 'simulated') logger.warn('reporting a SIMULATED machine (gpu.source: simulated), not real GPUs');
-const token = clientCredentials({ authUrl: config.auth_url, clientId, clientSecret });
+const token = clientCredentials({ authUrl: config.auth_url, ...credentials });
 // Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
 const publisher = await connectPublisher({
   url: config.nats_url,

@@ -280,7 +280,7 @@ export interface paths {
         put?: never;
         /**
          * Create a machine client; its secret is in this answer only
-         * @description Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts for. A provider creates daemon clients that act for themselves (owner_id may be left out). The name is unique among active clients (409 CLIENT_NAME_TAKEN).
+         * @description Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts for. A provider creates daemon clients that act for themselves (owner_id may be left out). The name is unique among the owner's active clients (a platform client's among the platform's): 409 CLIENT_NAME_TAKEN for the same owner's duplicate only; another provider's names never collide. The answer carries `client_id` and `client_secret` at the top level: saved as it is (`curl ... > credentials.json`) it is the provider daemon's credentials file.
          */
         post: {
             parameters: {
@@ -301,7 +301,7 @@ export interface paths {
                 };
             };
             responses: {
-                /** @description Default Response */
+                /** @description a client and its secret: saved as it is, the provider daemon's credentials file */
                 201: {
                     headers: {
                         [name: string]: unknown;
@@ -331,6 +331,11 @@ export interface paths {
                                 role: "service" | "gateway" | "scheduler" | "daemon";
                                 rotated_at: string | null;
                             };
+                            /**
+                             * Format: uuid
+                             * @description the client ID (`client_id` at the token endpoint); the same as `client.id`
+                             */
+                            client_id: string;
                             /** @description shown only in this answer; store it now */
                             client_secret: string;
                         };
@@ -846,7 +851,7 @@ export interface paths {
                 };
             };
             responses: {
-                /** @description Default Response */
+                /** @description a client and its secret: saved as it is, the provider daemon's credentials file */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -876,6 +881,11 @@ export interface paths {
                                 role: "service" | "gateway" | "scheduler" | "daemon";
                                 rotated_at: string | null;
                             };
+                            /**
+                             * Format: uuid
+                             * @description the client ID (`client_id` at the token endpoint); the same as `client.id`
+                             */
+                            client_id: string;
                             /** @description shown only in this answer; store it now */
                             client_secret: string;
                         };

@@ -268,7 +268,7 @@ export interface paths {
         put?: never;
         /**
          * Register a provider with its GPUs
-         * @description Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS.
+         * @description Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. A new machine has no rental session: `status: busy` is 409 STATUS_CONTRADICTS_SESSIONS.
          */
         post: {
             parameters: {
@@ -699,7 +699,7 @@ export interface paths {
         };
         /**
          * Replace a provider (full update, GPUs included)
-         * @description Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. A status change here is published like an explicit status update.
+         * @description Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. A status change here is published like an explicit status update, and refused like one when it contradicts the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while rented, `busy` while not).
          */
         put: {
             parameters: {
@@ -963,7 +963,10 @@ export interface paths {
             };
         };
         post?: never;
-        /** Delete a provider and its GPUs */
+        /**
+         * Delete a provider and its GPUs
+         * @description Also a rented machine: the removal is published (`provider.removed`), and billing ends every session still running on it, billed to the last minute its daemon reported; later usage reports for those sessions are refused.
+         */
         delete: {
             parameters: {
                 query?: never;
@@ -1677,7 +1680,10 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Set the provider status explicitly (any state to any state) */
+        /**
+         * Set the provider status explicitly
+         * @description Any state, except what contradicts the rental sessions billing reported: `idle` while a session runs, and `busy` without one, are 409 STATUS_CONTRADICTS_SESSIONS (only billing moves a machine between busy and idle). `offline`, `maintenance` and `error` are allowed on a rented machine; billing then ends its running sessions, billed to the last minute its daemon reported.
+         */
         patch: {
             parameters: {
                 query?: never;
@@ -1795,6 +1801,29 @@ export interface paths {
                 };
                 /** @description RFC 9457 problem details (application/problem+json) */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };

@@ -15,12 +15,16 @@ export async function findClient(db: Kysely<AuthDatabase>, id: string): Promise<
   return db.selectFrom('clients').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
-/** The active (not revoked) client of this name. */
-export async function findActiveClientByName(db: Kysely<AuthDatabase>, name: string): Promise<ClientRow | undefined> {
+/**
+ * The active (not revoked) platform client of this name: one without an owner (names are unique per owner, so a
+ * provider's daemon may carry a platform client's name and is never found here).
+ */
+export async function findActivePlatformClient(db: Kysely<AuthDatabase>, name: string): Promise<ClientRow | undefined> {
   return db
     .selectFrom('clients')
     .selectAll()
     .where('name', '=', name)
+    .where('owner_id', 'is', null)
     .where('revoked_at', 'is', null)
     .executeTakeFirst();
 }

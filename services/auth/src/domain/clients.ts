@@ -6,6 +6,10 @@
  * - Admins create, list, rotate and revoke every client.
  * - A provider manages the `daemon` clients that act for themselves (a daemon
  *   on each of their machines); another user's clients answer 404.
+ * - A name is unique among its owner's active clients (a platform client's,
+ *   which has no owner, among the platform's): two providers may name a
+ *   daemon alike, and nothing tells one provider another's names. Tokens and
+ *   the grant name a client by its ID, never by its name.
  * - A client authenticates with its ID and secret; after a rotation the old
  *   secret keeps working for the grace period, so running instances can be
  *   restarted with the new one. A revoked client gets no new token; tokens
@@ -29,7 +33,7 @@ import {
 import { sql } from 'kysely';
 import {
   type ClientRow,
-  findActiveClientByName,
+  findActivePlatformClient,
   findClient,
   insertClient,
   listClients as listClientRows,
@@ -107,7 +111,8 @@ export async function createClient(ctx: AuthContext, actor: Principal, input: Ne
     audit(ctx, actor, 'created', client, { owner_id: ownerId });
     return { client, secret };
   } catch (err) {
-    if (isUniqueViolation(err)) throw authErrors.clientNameTaken(input.name);
+    // Names are unique among the owner's active clients (a platform client's among the platform's).
+    if (isUniqueViolation(err)) throw authErrors.clientNameTaken(input.name, ownerId);
     throw err;
   }
 }
@@ -240,7 +245,7 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
     const file = path.join(dir, `${name}.json`);
     await ctx.db.transaction().execute(async (trx) => {
       await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-bootstrap-clients'))`.execute(trx);
-      const existing = await findActiveClientByName(trx, name);
+      const existing = await findActivePlatformClient(trx, name);
       if (existing && existing.role === role && existsSync(file)) return;
       const secret = generateSecret();
       let client: ClientRow;

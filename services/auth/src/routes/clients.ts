@@ -28,9 +28,23 @@ const clientSchema = z.object({
   previous_secret_expires_at: z.string().nullable().describe('until when the secret before the last rotation works'),
 });
 
-const withSecretSchema = z.object({
-  client: clientSchema,
-  client_secret: z.string().describe('shown only in this answer; store it now'),
+/**
+ * A client with its new secret. `client_id` and `client_secret` at the top level make the answer, saved as it is, the
+ * provider daemon's credentials file (`credentials.file`), as are the files start-up writes for platform clients.
+ */
+const withSecretSchema = z
+  .object({
+    client_id: z.uuid().describe('the client ID (`client_id` at the token endpoint); the same as `client.id`'),
+    client_secret: z.string().describe('shown only in this answer; store it now'),
+    client: clientSchema,
+  })
+  .describe("a client and its secret: saved as it is, the provider daemon's credentials file");
+
+/** The answer of a creation or rotation: the client and its secret, usable as a credentials file. */
+const withSecret = (client: ClientRow, secret: string) => ({
+  client_id: client.id,
+  client_secret: secret,
+  client: clientJson(client),
 });
 
 const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
@@ -73,7 +87,10 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
         description:
           'Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts ' +
           'for. A provider creates daemon clients that act for themselves (owner_id may be left out). ' +
-          'The name is unique among active clients (409 CLIENT_NAME_TAKEN).',
+          "The name is unique among the owner's active clients (a platform client's among the platform's): " +
+          "409 CLIENT_NAME_TAKEN for the same owner's duplicate only; another provider's names never collide. " +
+          'The answer carries `client_id` and `client_secret` at the top level: saved as it is ' +
+          "(`curl ... > credentials.json`) it is the provider daemon's credentials file.",
         body: z.object({ name: nameSchema, role: z.enum(CLIENT_ROLES), owner_id: z.uuid().optional() }),
         response: { 201: withSecretSchema, ...problems(400, 404, 409, 503) },
       },
@@ -81,7 +98,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
     async (request, reply) => {
       const { client, secret } = await createClient(withRequestLogger(ctx, request), callerOf(request), request.body);
       reply.header('cache-control', 'no-store');
-      return reply.code(201).send({ client: clientJson(client), client_secret: secret });
+      return reply.code(201).send(withSecret(client, secret));
     },
   );
 
@@ -146,7 +163,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
         graceMs,
       );
       reply.header('cache-control', 'no-store');
-      return { client: clientJson(client), client_secret: secret };
+      return withSecret(client, secret);
     },
   );
 

@@ -1,25 +1,37 @@
 /**
  * The provider registry's status events into billing: a durable JetStream pull consumer (common's
  * `startDurableConsumer`; `billing-provider-status` on the registry's stream `REGISTRY`, subject
- * `registry.providers.status`, explicit ack) that ends the running sessions of a provider that went `offline` or
- * `error` (domain/provider-offline.ts). Other changes are acknowledged and ignored. A malformed event is terminated
- * and logged (it can never apply); a failure (the database away) is nak'ed and redelivered, and ending is
- * idempotent, so a redelivery ends nothing twice.
+ * `registry.providers.status`, explicit ack) that ends the running sessions of a provider that went `offline`,
+ * into `maintenance` or `error`, or was removed (`provider.removed`) (domain/provider-offline.ts). Other changes are
+ * acknowledged and ignored. A malformed event is terminated and logged (it can never apply); a failure (the
+ * database away) is nak'ed and redelivered, and ending is idempotent, so a redelivery, or the same event handled by
+ * another billing instance, ends nothing twice.
  */
 import { type Logger, type NatsPublisher, startDurableConsumer } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
-import { endSessionsOfStoppedProvider } from '../domain/provider-offline.ts';
+import { endSessionsOfStoppedProvider, REMOVED } from '../domain/provider-offline.ts';
 
 export const PROVIDER_STATUS_CONSUMER = 'billing-provider-status';
 
-/** The part of the registry's `provider.status_changed` event billing reads. */
-const statusEventSchema = z.object({
-  provider_id: z.string().min(1),
-  status: z.string().min(1),
-  occurred_at: z.iso.datetime({ offset: true }),
-});
+/** The kind of the registry's event of a provider's removal (its `status` is null). */
+export const PROVIDER_REMOVED = 'provider.removed';
+
+/** The part of the registry's `provider.status_changed` and `provider.removed` events billing reads. */
+const statusEventSchema = z.union([
+  z.object({
+    kind: z.literal(PROVIDER_REMOVED),
+    provider_id: z.string().min(1),
+    occurred_at: z.iso.datetime({ offset: true }),
+  }),
+  z.object({
+    kind: z.string().optional(),
+    provider_id: z.string().min(1),
+    status: z.string().min(1),
+    occurred_at: z.iso.datetime({ offset: true }),
+  }),
+]);
 
 export interface RegistryEventsConsumerOptions {
   connection: NatsPublisher['connection'];
@@ -50,7 +62,7 @@ export function startRegistryEventsConsumer(opts: RegistryEventsConsumerOptions)
     handle: async (event, msg: JsMsg) => {
       await endSessionsOfStoppedProvider(opts.ctx, {
         providerId: event.provider_id,
-        status: event.status,
+        status: 'status' in event ? event.status : REMOVED,
         occurredAt: new Date(event.occurred_at),
         correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
       });

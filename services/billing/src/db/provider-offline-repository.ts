@@ -21,14 +21,15 @@ export async function sessionIdsOfProvider(
 }
 
 /**
- * The minutes the session had been billed when its newest usage report arrived (each usage record keeps them; they
- * never decrease), or 0 when no report arrived.
+ * The minutes the session had been billed when its newest usage report arrived no later than `upTo` (each usage
+ * record keeps them, with its arrival time on billing's clock; they never decrease), or 0 when none arrived.
  */
-export async function minutesAtLastReport(db: Db, sessionId: string): Promise<number> {
+export async function minutesAtLastReport(db: Db, sessionId: string, upTo: Date): Promise<number> {
   const row = await db
     .selectFrom('usage_records')
     .select((eb) => eb.fn.max('billed_minutes').as('minutes'))
     .where('session_id', '=', sessionId)
+    .where('created_at', '<=', upTo)
     .executeTakeFirst();
   return Number(row?.minutes ?? 0);
 }

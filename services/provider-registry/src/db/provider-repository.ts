@@ -10,6 +10,7 @@ import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
 import { type ProviderListRow, toGpuRows, toProvider } from './provider-mapper.ts';
 import type { GpuRow, RegistryDB } from './schema.ts';
+import { hasActiveSession } from './session-repository.ts';
 import { effectiveStatusSql } from './sql-rules.ts';
 import { withStatusEvents } from './status-event-sql.ts';
 
@@ -142,13 +143,16 @@ export async function insertProvider(
  * Replaces every writable field and the GPU list in one transaction.
  * `last_seen_at` moves only when the status changes (an explicit status
  * update), and so does a status event get recorded. Returns the previous
- * stored status, or undefined when the provider does not exist.
+ * stored status, or undefined when the provider does not exist. `guard` is
+ * called under the row lock with whether the provider has a running rental
+ * session; what it throws rolls the update back.
  */
 export async function replaceProvider(
   db: Kysely<RegistryDB>,
   id: string,
   input: ProviderInput,
   recording?: EventRecording,
+  guard?: (rented: boolean) => void,
 ): Promise<{ previous: ProviderStatus; owner_id: string } | undefined> {
   try {
     return await db.transaction().execute(async (tx) => {
@@ -159,6 +163,7 @@ export async function replaceProvider(
         .forUpdate()
         .executeTakeFirst();
       if (!current) return undefined;
+      guard?.(await hasActiveSession(tx, id));
       const previous = current.status as ProviderStatus;
       const status = input.status ?? previous;
       const changed = status !== previous;
@@ -178,10 +183,25 @@ export async function replaceProvider(
   }
 }
 
-/** Deletes a provider (its GPUs follow by cascade); false when it did not exist. */
-export async function deleteProvider(db: Kysely<RegistryDB>, id: string): Promise<boolean> {
-  const result = await db.deleteFrom('providers').where('id', '=', id).executeTakeFirst();
-  return Number(result.numDeletedRows) > 0;
+/**
+ * Deletes a provider (its GPUs, discovery keys and rental sessions follow by cascade) and records its removal event
+ * in the same statement (`recording` of reason `removed`; none when events are off); false when it did not exist
+ * (or, with `owner`, is not that owner's).
+ */
+export async function deleteProvider(
+  db: Kysely<RegistryDB>,
+  id: string,
+  owner?: string,
+  recording?: EventRecording,
+): Promise<boolean> {
+  const scope = owner === undefined ? sql`` : sql` AND owner_id = ${owner}`;
+  const { rows } = await withStatusEvents<{ id: string }>(
+    sql`
+    DELETE FROM providers WHERE id = ${id}${scope}
+    RETURNING id, owner_id, status AS previous_status, NULL::text AS status`,
+    recording,
+  ).execute(db);
+  return rows.length > 0;
 }
 
 /** The owner of a provider, for authorization; undefined when it does not exist. */

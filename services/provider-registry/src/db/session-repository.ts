@@ -12,14 +12,18 @@ import type { StatusWrite } from './status-repository.ts';
 
 type Trx = Transaction<RegistryDB>;
 
-/** Locks the provider's row; its stored status, or undefined when there is no such provider. */
-export async function lockProviderStatus(trx: Trx, providerId: string): Promise<ProviderStatus | undefined> {
-  const row = await trx
-    .selectFrom('providers')
-    .select('status')
-    .where('id', '=', providerId)
-    .forUpdate()
-    .executeTakeFirst();
+/**
+ * Locks the provider's row; its stored status, or undefined when there is no such provider (or, with `owner`, none
+ * of that owner's).
+ */
+export async function lockProviderStatus(
+  trx: Trx,
+  providerId: string,
+  owner?: string,
+): Promise<ProviderStatus | undefined> {
+  let q = trx.selectFrom('providers').select('status').where('id', '=', providerId);
+  if (owner !== undefined) q = q.where('owner_id', '=', owner);
+  const row = await q.forUpdate().executeTakeFirst();
   return row?.status as ProviderStatus | undefined;
 }
 

@@ -6,7 +6,13 @@
  * instance). The rules are stated there; this file only translates them.
  */
 import { type RawBuilder, sql } from 'kysely';
-import { AUTO_OFFLINE_FROM, type ProviderStatus, REVIVED_BY_HEARTBEAT, REVIVED_STATUS } from '../domain/provider.ts';
+import {
+  AUTO_OFFLINE_FROM,
+  type ProviderStatus,
+  REVIVED_BY_HEARTBEAT,
+  REVIVED_RENTED_STATUS,
+  REVIVED_STATUS,
+} from '../domain/provider.ts';
 
 const list = (xs: readonly string[]) =>
   sql.join(
@@ -33,8 +39,11 @@ export function effectiveStatusIs(status: ProviderStatus, offlineAfterMs: number
   return sql<boolean>`(p.status = ${status})`;
 }
 
-/** The status after a heartbeat (the heartbeat rule), given the locked current row `cur`. */
-export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN ${sql.lit(REVIVED_STATUS)} ELSE cur.status END)`;
+/**
+ * The status after a heartbeat (the heartbeat rule), given the locked current row `cur`: a revived provider with an
+ * active rental session comes back `busy`. The session lookup runs only for a revival (CASE evaluates lazily).
+ */
+export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN (CASE WHEN EXISTS (SELECT 1 FROM provider_sessions s WHERE s.provider_id = cur.id AND s.active) THEN ${sql.lit(REVIVED_RENTED_STATUS)} ELSE ${sql.lit(REVIVED_STATUS)} END) ELSE cur.status END)`;
 
 /**
  * A WHERE condition on the provider row `p`: stored in `status`, an auto-offline state, and silent past the bound.

@@ -13,7 +13,7 @@
  * `last_seen_at` are.
  */
 import { type OperationNodeSource, type RawBuilder, sql } from 'kysely';
-import { type EventRecording, STATUS_CHANGED } from '../domain/status-events.ts';
+import { type EventRecording, eventKindOf } from '../domain/status-events.ts';
 
 /** The correlation ID of the changed row `c`. */
 function correlationOf(correlation: EventRecording['correlation']): RawBuilder<string | null> {
@@ -26,7 +26,8 @@ function correlationOf(correlation: EventRecording['correlation']): RawBuilder<s
 
 /**
  * `statement` with the status events of the rows it changed recorded in the outbox. The statement returns (at
- * least) `id`, `owner_id`, `previous_status` (null for a new provider) and `status`; the result is its rows.
+ * least) `id`, `owner_id`, `previous_status` (null for a new provider) and `status` (null for a removed one: the
+ * `removed` recording makes `provider.removed` events); the result is its rows.
  * Without a recording (events off) the statement is sent as it is.
  */
 export function withStatusEvents<R>(
@@ -34,7 +35,7 @@ export function withStatusEvents<R>(
   recording: EventRecording | undefined,
 ): RawBuilder<R> {
   if (!recording) return sql<R>`${statement}`;
-  const kind = sql.lit(STATUS_CHANGED);
+  const kind = sql.lit(eventKindOf(recording.reason));
   // The subquery that draws the event ID is not flattened (PostgreSQL keeps a subquery with a volatile target
   // list), so `event_id` in the body and the row's ID are one value.
   return sql<R>`

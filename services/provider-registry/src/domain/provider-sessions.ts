@@ -36,6 +36,31 @@ export function rentalMove(
   return null;
 }
 
+/**
+ * Whether an explicit status change (PATCH status, a full update, a registration) contradicts the provider's rental
+ * sessions. Only billing's session reports move a machine between `busy` and `idle`, so:
+ *
+ * - `busy` is refused without a running session (`not_rented`): nobody else may take a machine off the market as if
+ *   it were rented;
+ * - `idle` is refused while a session runs (`rented`): the machine is the renter's until billing ends the session;
+ * - `offline`, `maintenance` and `error` are always allowed, rented or not: the owner takes the machine away, and
+ *   billing ends its running sessions billed to the last minute the daemon reported, as for a machine that goes
+ *   offline by itself.
+ *
+ * Null when the change is allowed.
+ */
+export function explicitStatusConflict(target: ProviderStatus, rented: boolean): 'rented' | 'not_rented' | null {
+  if (target === 'busy' && !rented) return 'not_rented';
+  if (target === BUSY_FROM && rented) return 'rented';
+  return null;
+}
+
+/** Throws STATUS_CONTRADICTS_SESSIONS when `explicitStatusConflict` refuses the change. */
+export function assertExplicitStatus(providerId: string | null, target: ProviderStatus, rented: boolean): void {
+  const conflict = explicitStatusConflict(target, rented);
+  if (conflict) throw registryErrors.statusContradictsSessions(providerId, target, conflict);
+}
+
 /** What a session report did. */
 export interface SessionReport {
   provider_id: string;

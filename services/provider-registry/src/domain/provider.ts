@@ -9,7 +9,8 @@ export const PROVIDER_STATUSES = ['idle', 'busy', 'offline', 'maintenance', 'err
 export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
 
 /**
- * The heartbeat rule: a heartbeat brings these states back to `idle`; every other state is kept.
+ * The heartbeat rule: a heartbeat brings these states back to `idle` (`busy` while rented: `REVIVED_RENTED_STATUS`);
+ * every other state is kept.
  *
  * The rule is applied in the database, in the statement that records the heartbeat (so the state before and after
  * is exact under the row lock, with several instances): `db/sql-rules.ts` renders it to SQL from this list, and
@@ -17,8 +18,13 @@ export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
  */
 export const REVIVED_BY_HEARTBEAT: readonly ProviderStatus[] = ['offline', 'error'];
 
-/** The state a heartbeat brings a revived provider to. */
+/**
+ * The state a heartbeat brings a revived provider to: `idle`, or `busy` when a rental session still runs on it (its
+ * end has not reached the registry yet: billing ends the sessions of a machine that went offline or into error, and
+ * the session's end then brings it to `idle`). A heartbeat never makes a rented machine look free.
+ */
 export const REVIVED_STATUS: ProviderStatus = 'idle';
+export const REVIVED_RENTED_STATUS: ProviderStatus = 'busy';
 
 /**
  * States that fall to `offline` when the provider has been silent longer than
@@ -79,23 +85,4 @@ export function summarizeGpus(gpus: readonly GpuInput[]) {
     gpu_models: frame(gpus.map((g) => g.model_name)),
     gpu_architectures: frame(gpus.flatMap((g) => (g.architecture ? [g.architecture] : []))),
   } satisfies GpuSummary;
-}
-
-/** Why a provider's status changed; carried on the status event. */
-export type StatusChangeReason =
-  | 'registered'
-  | 'explicit'
-  | 'update'
-  | 'heartbeat'
-  | 'offline_timeout'
-  | 'session_started'
-  | 'session_ended';
-
-export interface StatusChange {
-  provider_id: string;
-  owner_id: string;
-  previous_status: ProviderStatus | null;
-  status: ProviderStatus;
-  reason: StatusChangeReason;
-  occurred_at: string;
 }

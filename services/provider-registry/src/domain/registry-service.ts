@@ -16,6 +16,7 @@ import {
   replaceProvider,
 } from '../db/provider-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
+import { hasActiveSession, lockProviderStatus } from '../db/session-repository.ts';
 import {
   recordHeartbeat,
   recordHeartbeats,
@@ -35,6 +36,7 @@ import {
 import type { DiscoveryFilter } from './discovery.ts';
 import type { GpuMetrics } from './gpu-fields.ts';
 import { AUTO_OFFLINE_FROM, type Provider, type ProviderInput, type ProviderStatus } from './provider.ts';
+import { assertExplicitStatus } from './provider-sessions.ts';
 import type { StatusOutbox } from './status-events.ts';
 
 export interface RegistryServiceDeps {
@@ -128,6 +130,8 @@ export class RegistryService {
   /** Registers a provider under a new UUID; `PROVIDER_ALREADY_EXISTS` when its owner has one of that name. */
   async register(actor: Principal, input: ProviderInput, correlationId?: string): Promise<Provider> {
     assertMayRegisterFor(actor, input.owner_id);
+    // A new machine has no rental session: it cannot start out busy.
+    if (input.status !== undefined) assertExplicitStatus(null, input.status, false);
     const id = randomUUID();
     const recording = this.deps.outbox.recording('registered', correlationId);
     await this.retry(async (attempt) => {
@@ -155,22 +159,37 @@ export class RegistryService {
     return this.retry(() => listProviders(this.deps.db, scoped, this.deps.offlineAfterMs));
   }
 
-  /** Full update: every writable field and the GPU list; not found when absent, a conflict on a name clash. */
+  /**
+   * Full update: every writable field and the GPU list; not found when absent, a conflict on a name clash or on a
+   * status that contradicts the rental sessions (`explicitStatusConflict`).
+   */
   async update(actor: Principal, id: string, input: ProviderInput, correlationId?: string): Promise<Provider> {
     const owner = await this.ownerOf(id);
     assertMayManage(actor, owner);
     assertMayChangeOwner(actor, owner, input.owner_id);
     const recording = this.deps.outbox.recording('update', correlationId);
-    const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording));
+    const { status } = input;
+    const guard = status === undefined ? undefined : (rented: boolean) => assertExplicitStatus(id, status, rented);
+    const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording, guard));
     if (!outcome) throw registryErrors.providerNotFound(id);
     this.recorded([{ previous_status: outcome.previous, status: input.status ?? outcome.previous }]);
     return this.mustFind(id);
   }
 
+  /**
+   * An explicit status change, under the provider's row lock; STATUS_CONTRADICTS_SESSIONS when it contradicts the
+   * provider's rental sessions (`explicitStatusConflict`: `idle` while rented, `busy` while not).
+   */
   async setStatus(actor: Principal, id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
     const owner = writeScope(actor);
     const recording = this.deps.outbox.recording('explicit', correlationId);
-    const written = await this.retry(() => setStatus(this.deps.db, id, status, recording, owner));
+    const written = await this.retry(() =>
+      this.deps.db.transaction().execute(async (trx) => {
+        if ((await lockProviderStatus(trx, id, owner)) === undefined) return undefined;
+        assertExplicitStatus(id, status, await hasActiveSession(trx, id));
+        return setStatus(trx, id, status, recording, owner);
+      }),
+    );
     if (!written) return this.missing(actor, id);
     this.recorded([written]);
     return result(written);
@@ -191,10 +210,17 @@ export class RegistryService {
     return result(written);
   }
 
-  async remove(actor: Principal, id: string): Promise<void> {
-    assertMayManage(actor, await this.ownerOf(id));
-    const deleted = await this.retry(() => deleteProvider(this.deps.db, id));
-    if (!deleted) throw registryErrors.providerNotFound(id);
+  /**
+   * Deletes a provider, rented or not, recording its `provider.removed` event with the delete: billing ends the
+   * sessions still running on it, billed to the last minute its daemon reported (without NATS billing finds the
+   * machine gone when it next looks: `billing.provider_check_interval`).
+   */
+  async remove(actor: Principal, id: string, correlationId?: string): Promise<void> {
+    const owner = writeScope(actor);
+    const recording = this.deps.outbox.recording('removed', correlationId);
+    const deleted = await this.retry(() => deleteProvider(this.deps.db, id, owner, recording));
+    if (!deleted) return this.missing(actor, id);
+    this.deps.outbox.written();
   }
 
   /** The owner of a provider; not found when it does not exist. */

@@ -5,7 +5,8 @@
  * the statement that makes the change (`db/status-event-sql.ts`), so an event
  * exists exactly when its change committed; an `OutboxRelay` publishes the
  * rows on the status subject with `Nats-Msg-Id` = `event_id`. A "change" to
- * the same state is not an event.
+ * the same state is not an event. A provider's removal records a `provider.removed` event with its delete
+ * (`status` null), so billing learns that the machine's sessions must end.
  *
  * The published body is the outbox's envelope (`event_id`, `kind`,
  * `occurred_at`) and the change: `type` (the kind again, the field the
@@ -18,7 +19,14 @@ import type { ProviderStatus } from './provider.ts';
 /** The kind (and `type`) of every status event. */
 export const STATUS_CHANGED = 'provider.status_changed';
 
-/** Why a provider's status changed; carried on the status event. */
+/**
+ * The kind (and `type`) of the event of a provider's removal (`DELETE /providers/{id}`), on the same subject: its
+ * `status` is null, `previous_status` the status it had, `reason` `removed`. A removed machine never comes back (a
+ * registration makes a new ID): billing ends every session still running on it.
+ */
+export const PROVIDER_REMOVED = 'provider.removed';
+
+/** Why a provider's status changed; carried on the status event (`removed`: the removal event). */
 export type StatusChangeReason =
   | 'registered'
   | 'explicit'
@@ -26,17 +34,21 @@ export type StatusChangeReason =
   | 'heartbeat'
   | 'offline_timeout'
   | 'session_started'
-  | 'session_ended';
+  | 'session_ended'
+  | 'removed';
 
-/** The JSON body of a status event as published. */
+/** The kind of the events recorded for `reason`. */
+export const eventKindOf = (reason: StatusChangeReason) => (reason === 'removed' ? PROVIDER_REMOVED : STATUS_CHANGED);
+
+/** The JSON body of a status event (or of a removal: `status` null) as published. */
 export interface StatusEvent {
   event_id: string;
-  kind: typeof STATUS_CHANGED;
-  type: typeof STATUS_CHANGED;
+  kind: typeof STATUS_CHANGED | typeof PROVIDER_REMOVED;
+  type: typeof STATUS_CHANGED | typeof PROVIDER_REMOVED;
   provider_id: string;
   owner_id: string;
   previous_status: ProviderStatus | null;
-  status: ProviderStatus;
+  status: ProviderStatus | null;
   reason: StatusChangeReason;
   occurred_at: string;
 }

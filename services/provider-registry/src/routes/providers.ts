@@ -39,7 +39,8 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         tags,
         summary: 'Register a provider with its GPUs',
         description:
-          'Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS.',
+          'Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. ' +
+          'A new machine has no rental session: `status: busy` is 409 STATUS_CONTRADICTS_SESSIONS.',
         body: providerInputSchema,
         response: { 201: providerSchema, ...errorsOf(400, 401, 403, 409, 503) },
       },
@@ -109,7 +110,8 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         summary: 'Replace a provider (full update, GPUs included)',
         description:
           'Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. ' +
-          'A status change here is published like an explicit status update.',
+          'A status change here is published like an explicit status update, and refused like one when it contradicts ' +
+          'the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while rented, `busy` while not).',
         params: providerIdParams,
         body: providerUpdateSchema,
         response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },
@@ -129,10 +131,15 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       config: manage,
       schema: {
         tags,
-        summary: 'Set the provider status explicitly (any state to any state)',
+        summary: 'Set the provider status explicitly',
+        description:
+          'Any state, except what contradicts the rental sessions billing reported: `idle` while a session runs, ' +
+          'and `busy` without one, are 409 STATUS_CONTRADICTS_SESSIONS (only billing moves a machine between busy ' +
+          'and idle). `offline`, `maintenance` and `error` are allowed on a rented machine; billing then ends its ' +
+          'running sessions, billed to the last minute its daemon reported.',
         params: providerIdParams,
         body: statusUpdateSchema,
-        response: { 200: statusResultSchema, ...errorsOf(400, 401, 403, 404, 503) },
+        response: { 200: statusResultSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },
       },
     },
     async (request) => {
@@ -149,13 +156,17 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       schema: {
         tags,
         summary: 'Delete a provider and its GPUs',
+        description:
+          'Also a rented machine: the removal is published (`provider.removed`), and billing ends every session still ' +
+          'running on it, billed to the last minute its daemon reported; later usage reports for those sessions are ' +
+          'refused.',
         params: providerIdParams,
         response: { 200: messageSchema, ...errorsOf(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
       const id = request.params.providerID;
-      await registry.remove(callerOf(request), id);
+      await registry.remove(callerOf(request), id, request.correlationId);
       return { message: 'provider deleted', id };
     },
   );
