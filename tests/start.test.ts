@@ -6,7 +6,16 @@
  * cleanly, and a start-up that fails stops what it had started.
  */
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { connect } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -229,6 +238,75 @@ describe('pnpm start', () => {
     expect(demo.stdout).not.toMatch(/FAIL/);
     expect(demo.stdout).toMatch(/renter discovered the machine/);
     expect(demo.stdout).toMatch(/renter uploaded a dataset/);
+  });
+
+  it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {
+    timeout: 120_000,
+  }, async () => {
+    const demo = (folder: string) =>
+      run('pnpm', ['-s', 'demo'], {
+        cwd: root,
+        env: { ...process.env, ...platformEnv(folder) },
+        timeout: 110_000,
+      }).then(
+        (r) => ({ code: 0, output: `${r.stdout}${r.stderr}` }),
+        (err: { code: number; stdout: string; stderr: string }) => ({
+          code: err.code,
+          output: `${err.stdout}${err.stderr}`,
+        }),
+      );
+    // An empty folder: the platform answers, but its files are not there.
+    const empty = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
+    const none = await demo(empty);
+    expect(none.code, none.output).toBe(1);
+    expect(none.output).toContain(`[demo] FAILED: no solana/mint.json, solana/wallets.json, auth/clients/gateway.json`);
+    expect(none.output).toContain(`PLATFORM_DATA_DIR (${empty}) must be the data folder of the pnpm start running`);
+    // Another platform's folder: its files are there, with another token.
+    const other = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
+    for (const file of ['solana/wallets.json', 'auth/clients/gateway.json']) {
+      mkdirSync(path.dirname(path.join(other, file)), { recursive: true });
+      copyFileSync(path.join(dataDir, file), path.join(other, file));
+    }
+    const mint = JSON.parse(readFileSync(path.join(dataDir, 'solana', 'mint.json'), 'utf8'));
+    const otherMint = 'So11111111111111111111111111111111111111112';
+    writeFileSync(path.join(other, 'solana', 'mint.json'), JSON.stringify({ ...mint, mint: otherMint }));
+    const foreign = await demo(other);
+    expect(foreign.code, foreign.output).toBe(1);
+    expect(foreign.output).toContain(
+      `[demo] FAILED: billing takes deposits of the token ${mint.mint}, the data folder's chain made ${otherMint}`,
+    );
+    // Nothing was created: no user signed up.
+    for (const attempt of [none, foreign]) expect(attempt.output).not.toMatch(/signed up/);
+  });
+
+  it('runs pnpm wallet on it, found by PLATFORM_PORT_BASE and PLATFORM_DATA_DIR: a wrong password is one line, a test wallet deposits', {
+    timeout: 180_000,
+  }, async () => {
+    const email = `wallet-${Date.now()}@example.com`;
+    const password = 'a long wallet passphrase';
+    const registered = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email, password }),
+    });
+    expect(registered.status).toBe(201);
+    const wallet = (args: string[], pass: string) =>
+      run('pnpm', ['-s', 'wallet', ...args, '--email', email, '--password', pass], {
+        cwd: root,
+        env: { ...process.env, ...platformEnv(dataDir) },
+        timeout: 120_000,
+      }).then(
+        (r) => ({ code: 0, ...r }),
+        (err: { code: number; stdout: string; stderr: string }) => err,
+      );
+    const wrong = await wallet(['open', '--test-wallet', 'wallet-3'], 'not the passphrase');
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/^pnpm wallet: [^\n]*answered 401 INVALID_CREDENTIALS[^\n]*\n$/);
+    // The local chain's third test wallet (the demo's faucet is the first), its keypair from the data folder.
+    const sent = await wallet(['deposit', '--test-wallet', 'wallet-3', '--amount', '5'], password);
+    expect(sent.code, sent.stderr).toBe(0);
+    const { transaction } = JSON.parse(sent.stdout) as { transaction: { amount: string; status: string } };
+    expect(transaction).toMatchObject({ amount: '5.000000', status: 'confirmed' });
   });
 
   it('restarts a service killed with SIGKILL, with its data, while the others stay up', {
