@@ -26,6 +26,7 @@ import { authMode } from './lib/auth-mode.ts';
 import { compiledPath, ensureBuilt, platformPrograms } from './lib/build.ts';
 import { lockDataDir } from './lib/instance-lock.ts';
 import {
+  pgliteTemplateDir,
   platformDataDir,
   platformHost,
   platformPorts,
@@ -45,9 +46,9 @@ function refuse(message: string): never {
 }
 
 /** A SettingError becomes a refusal; anything else is a fault of this script, thrown on. */
-function settled<T>(read: () => T): T {
+async function settled<T>(read: () => T | Promise<T>): Promise<T> {
   try {
-    return read();
+    return await read();
   } catch (err) {
     if (err instanceof SettingError) refuse(err.message);
     throw err;
@@ -57,8 +58,8 @@ function settled<T>(read: () => T): T {
 // PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one); PLATFORM_PORT_BASE every port;
 // PLATFORM_HOST the address everything listens on.
 const data = platformDataDir();
-const ports = settled(() => platformPorts());
-const host = settled(() => platformHost());
+const ports = await settled(() => platformPorts());
+const host = await settled(() => platformHost());
 
 /**
  * Access control is on in every service. By default the auth service signs with an Ed25519 key kept in the data
@@ -96,14 +97,14 @@ function configFiles(): Record<string, string> {
   return files;
 }
 const userConfigFiles = configFiles();
-const auth = settled(() => authMode(process.env, authDir, path.join(root, 'services/auth')));
+const auth = await settled(() => authMode(process.env, authDir, path.join(root, 'services/auth')));
 const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 
 // One pnpm start per data folder (its embedded databases are not to be opened twice), and every port free: checked
 // before anything starts, so that a second pnpm start on the same folder or ports says so and stops, rather than
 // starting services that crash on the first one's ports and databases.
 mkdirSync(data, { recursive: true });
-const releaseLock = settled(() => lockDataDir(data));
+const releaseLock = await settled(() => lockDataDir(data));
 process.once('exit', releaseLock);
 const portsNeeded: [string, number][] = [
   ['auth', ports.auth],
@@ -123,11 +124,8 @@ if (taken.length > 0) {
   );
 }
 const admin = initialAdmin();
-/**
- * A new embedded database is a copy of an empty one made once in this folder (see @gpu/common's seedFromTemplate):
- * outside the data folder, so a fresh data folder gets one too. Like the compiled programs, a cache of the checkout.
- */
-const pgliteTemplates = path.join(root, 'node_modules', '.cache', 'gpu-platform');
+/** A new embedded database is a copy of an empty one made once in this folder. */
+const pgliteTemplates = pgliteTemplateDir();
 
 interface Proc {
   name: string;

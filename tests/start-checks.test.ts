@@ -25,6 +25,9 @@ import {
 const run = promisify(execFile);
 const place = platformPlace(2);
 const secret = 'k'.repeat(48);
+// The auth service's own configuration file, asking for HS256 without a secret.
+const authConfig = path.join(mkdtempSync(path.join(tmpdir(), 'auth-config-')), 'auth.yaml');
+writeFileSync(authConfig, 'jwt:\n  algorithm: HS256\n');
 
 /** `pnpm start` with `env` on a new data folder: its exit code, its output and what it left in the folder. */
 async function start(env: Record<string, string>) {
@@ -68,6 +71,11 @@ const refusals: [string, Record<string, string>, string][] = [
     'JWT_PRIVATE_KEY_FILE no-such-key.pem does not exist',
   ],
   ['an unknown algorithm', { ALGORITHM: 'none' }, 'ALGORITHM none is not one of HS256, EdDSA, ES256, RS256'],
+  [
+    "HS256 without a secret in auth's configuration file",
+    { AUTH_CONFIG_FILE: authConfig },
+    'jwt.algorithm=HS256 signs with a shared secret: set SECRET_KEY',
+  ],
   [
     'a configuration file that does not exist',
     { REGISTRY_CONFIG_FILE: 'no-such-registry.yaml' },

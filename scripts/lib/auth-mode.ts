@@ -17,7 +17,6 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import YAML from 'yaml';
 import { ALGORITHMS, type Algorithm, MIN_SECRET_LENGTH } from '../../services/auth/src/jwt-settings.ts';
 import { SettingError } from './platform.ts';
 
@@ -51,10 +50,12 @@ interface Setting {
 }
 
 /** The auth service's `jwt` settings as it would read them: the file, then the plain names, then `AUTH__JWT__*`. */
-function jwtSettings(env: NodeJS.ProcessEnv): Partial<Record<JwtKey, Setting>> {
+async function jwtSettings(env: NodeJS.ProcessEnv): Promise<Partial<Record<JwtKey, Setting>>> {
   const found: Partial<Record<JwtKey, Setting>> = {};
   const file = env.AUTH_CONFIG_FILE;
   if (file) {
+    // Loaded only for a file: a YAML parser is a noticeable part of this script's start.
+    const { default: YAML } = await import('yaml');
     let jwt: unknown;
     try {
       const parsed = YAML.parse(readFileSync(file, 'utf8')) as Record<string, unknown> | null;
@@ -88,8 +89,8 @@ export function generatedKeyFile(authDir: string, algorithm: Exclude<Algorithm, 
  * `auth/`; `authCwd` the folder the auth service runs in (a relative path in its configuration file is taken from
  * there; one in a variable from this process's folder, and handed on whole).
  */
-export function authMode(env: NodeJS.ProcessEnv, authDir: string, authCwd: string): AuthMode {
-  const s = jwtSettings(env);
+export async function authMode(env: NodeJS.ProcessEnv, authDir: string, authCwd: string): Promise<AuthMode> {
+  const s = await jwtSettings(env);
   const algorithm = (s.algorithm?.value ?? 'EdDSA') as Algorithm;
   if (!ALGORITHMS.includes(algorithm)) {
     throw new SettingError(`${s.algorithm?.from} ${algorithm} is not one of ${ALGORITHMS.join(', ')}`);

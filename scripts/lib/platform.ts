@@ -53,6 +53,14 @@ export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
   };
 }
 
+/**
+ * Where a checkout keeps the empty embedded database that each new one is copied from (made at the first start; see
+ * @gpu/common's seedFromTemplate): outside the data folder, so a fresh data folder gets one too. Like the compiled
+ * programs, a cache of the checkout.
+ */
+export const pgliteTemplateDir = (checkout: string = repoRoot) =>
+  path.join(checkout, 'node_modules', '.cache', 'gpu-platform');
+
 /** Whether something accepts TCP connections on this port of `host` (127.0.0.1 by default). */
 export function portOpen(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
