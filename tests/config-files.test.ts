@@ -4,9 +4,11 @@
  * (`<SERVICE>_CONFIG_FILE`) and the provider daemon (`DAEMON_CONFIG_FILE`). The storage service is the spec's
  * exception ("when the file is absent, a default one is created"): it writes the file with the defaults and starts.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { loadAuthConfig } from '../services/auth/src/config.ts';
@@ -29,6 +31,28 @@ describe('a configuration file that does not exist', () => {
     const file = path.join(dir, `mistyped-${variable.toLowerCase()}.yaml`);
     expect(() => load({ [variable]: file })).toThrow(`configuration file ${file} does not exist`);
     expect(existsSync(file)).toBe(false);
+  });
+
+  it('stops the provider daemon process with one line and exit status 1, as it does a service', async () => {
+    const file = path.join(dir, 'daemon.yaml');
+    const daemon = await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', 'tools/provider-daemon/src/main.ts'],
+      {
+        cwd: path.resolve(import.meta.dirname, '..'),
+        env: { ...process.env, DAEMON_CONFIG_FILE: file },
+        timeout: 60_000,
+      },
+    ).then(
+      () => ({ code: 0, stderr: '' }),
+      (err: { code: number; stderr: string }) => err,
+    );
+    expect(daemon.code).toBe(1);
+    expect(daemon.stderr).toMatch(/^[^\n]+\n$/);
+    expect(JSON.parse(daemon.stderr)).toMatchObject({
+      level: 'fatal',
+      msg: `start-up failed: configuration file ${file} does not exist`,
+    });
   });
 
   it('is written with the defaults by the storage service (STORAGE_CONFIG_FILE), as its spec asks', () => {
