@@ -2,12 +2,13 @@
  * `pnpm start` in each auth mode the auth service documents, beside the default (EdDSA with a key made in the data
  * folder, which tests/start.test.ts runs): HS256 with the spec's settings (`SECRET_KEY`, `ALGORITHM=HS256`,
  * `ACCESS_TOKEN_EXPIRE_MINUTES`), and EdDSA with a key file the user gives. In each, the initial admin logs in and
- * calls all four services with the token, billing reads the registry with the platform's machine client, and a token
+ * calls all four services with the token, billing reads the registry with the platform's machine client, the
+ * gateway's machine client lists the machines, and a token
  * signed with another key of the same algorithm is refused by every service. One platform at a time (CI has 2 cores).
  * The second one also listens on every address (PLATFORM_HOST=0.0.0.0), and answers on a non-loopback one.
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -35,6 +36,25 @@ const headerOf = (token: string) =>
 
 /** Every service answers the token's calls, and refuses the forged one with 401. */
 async function everyServiceTakes(token: string) {
+  // The platform's machine clients made at start-up get tokens too: the gateway's lists the machines.
+  const gateway = JSON.parse(
+    readFileSync(path.join(platform?.dataDir ?? '', 'auth', 'clients', 'gateway.json'), 'utf8'),
+  );
+  const issued = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      grant_type: 'client_credentials',
+      client_id: gateway.client_id,
+      client_secret: gateway.client_secret,
+    }),
+  });
+  expect(issued.status).toBe(200);
+  const { access_token: gatewayToken } = (await issued.json()) as { access_token: string };
+  const listed = await fetch(`http://127.0.0.1:${ports['provider-registry']}/providers`, {
+    headers: { authorization: `Bearer ${gatewayToken}` },
+  });
+  expect(listed.status).toBe(200);
   const { statuses, quote, providerId } = await callEveryService(ports, token);
   expect(statuses, JSON.stringify(quote)).toEqual({ auth: 200, storage: 200, registry: 201, billing: 200 });
   // The quote priced the machine's record at the registry (its 80 GB), which billing read with its machine client.
