@@ -106,17 +106,11 @@ const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 mkdirSync(data, { recursive: true });
 const releaseLock = await settled(() => lockDataDir(data));
 process.once('exit', releaseLock);
-const portsNeeded: [string, number][] = [
-  ['auth', ports.auth],
-  ['storage', ports.storage],
-  ['provider-registry', ports.registry],
-  ['billing', ports.billing],
-  ['s3', ports.s3],
-  ['solana RPC', ports.solana],
-  ['solana WebSocket', ports.solanaWs],
-];
-const free = await Promise.all(portsNeeded.map(([, port]) => portFree(port, host.bind)));
-const taken = portsNeeded.filter((_, i) => !free[i]).map(([name, port]) => `${port} (${name})`);
+const taken = (
+  await Promise.all(
+    Object.entries(ports).map(async ([name, port]) => ((await portFree(port, host.bind)) ? [] : [`${port} (${name})`])),
+  )
+).flat();
 if (taken.length > 0) {
   refuse(
     `${taken.length === 1 ? 'port' : 'ports'} ${taken.join(', ')} of ${host.bind} in use (another pnpm start?): ` +

@@ -5,24 +5,21 @@
  * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
  * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way.
  */
-import { execFile } from 'node:child_process';
 import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import {
   health,
   isAlive,
   platformPlace,
-  root,
+  runStart,
   services,
   startedPids,
   startPlatform,
 } from './support/platform-start.ts';
 
-const run = promisify(execFile);
 const place = platformPlace(2);
 const secret = 'k'.repeat(48);
 // The auth service's own configuration file, asking for HS256 without a secret.
@@ -32,15 +29,7 @@ writeFileSync(authConfig, 'jwt:\n  algorithm: HS256\n');
 /** `pnpm start` with `env` on a new data folder: its exit code, its output and what it left in the folder. */
 async function start(env: Record<string, string>) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-checks-'));
-  const { code, stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
-    cwd: root,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...place.env(dataDir), ...env },
-    timeout: 60_000,
-  }).then(
-    (r) => ({ code: 0, ...r }),
-    (err: { code: number; stdout: string; stderr: string }) => err,
-  );
-  return { code, output: `${stdout}${stderr}`, left: readdirSync(dataDir) };
+  return { ...(await runStart({ ...place.env(dataDir), ...env })), left: readdirSync(dataDir) };
 }
 
 const refusals: [string, Record<string, string>, string][] = [

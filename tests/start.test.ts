@@ -28,6 +28,7 @@ import {
   isAlive,
   platformPlace,
   root,
+  runStart,
   services,
   startedPids,
   startPlatform,
@@ -103,25 +104,14 @@ describe('pnpm start', () => {
   it('refuses a second pnpm start on its data folder, or on its ports, in one line, starting nothing', {
     timeout: 60_000,
   }, async () => {
-    const again = async (env: Record<string, string>) => {
-      const { code, stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
-        cwd: root,
-        env: { ...process.env, LOG_LEVEL: 'warn', ...env },
-        timeout: 30_000,
-      }).then(
-        (r) => ({ code: 0, ...r }),
-        (err: { code: number; stdout: string; stderr: string }) => err,
-      );
-      return { code, output: `${stdout}${stderr}` };
-    };
-    const sameFolder = await again(platformEnv(dataDir));
+    const sameFolder = await runStart(platformEnv(dataDir));
     expect(sameFolder.code, sameFolder.output).toBe(1);
     expect(sameFolder.output).toMatch(
       new RegExp(
         `^\\[start\\] refused: the data folder ${dataDir} is in use by another pnpm start \\(pid ${child.pid}\\)[^\\n]*\\n$`,
       ),
     );
-    const otherFolder = await again(platformEnv(mkdtempSync(path.join(tmpdir(), 'platform-second-'))));
+    const otherFolder = await runStart(platformEnv(mkdtempSync(path.join(tmpdir(), 'platform-second-'))));
     expect(otherFolder.code, otherFolder.output).toBe(1);
     expect(otherFolder.output).toMatch(/^\[start\] refused: ports [^\n]*in use \(another pnpm start\?\)[^\n]*\n$/);
     expect(otherFolder.output).toContain(`${ports.auth} (auth)`);

@@ -8,12 +8,13 @@
  *   const token = await platform.adminToken();
  *   await platform.stop();
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createHmac, generateKeyPairSync, randomBytes, randomUUID, sign } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 /** Each port's contract number and its place after PLATFORM_PORT_BASE (scripts/lib/platform.ts). */
@@ -57,6 +58,24 @@ export type PlatformPlace = ReturnType<typeof platformPlace>;
 export const services = readdirSync(path.join(root, 'services')).filter((d) =>
   existsSync(path.join(root, 'services', d, 'src/server.ts')),
 ) as ('auth' | 'storage' | 'provider-registry' | 'billing')[];
+
+/**
+ * `pnpm start` (the script) with `env` added to this process's environment, run to its end: for a start that is to be
+ * refused. Its exit code and its output, stdout and stderr together.
+ */
+export async function runStart(env: Record<string, string>): Promise<{ code: number; output: string }> {
+  return promisify(execFile)(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+    cwd: root,
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+    timeout: 60_000,
+  }).then(
+    (r) => ({ code: 0, output: `${r.stdout}${r.stderr}` }),
+    (err: { code: number; stdout: string; stderr: string }) => ({
+      code: err.code,
+      output: `${err.stdout}${err.stderr}`,
+    }),
+  );
+}
 
 /** Whether a process of this pid still exists. */
 export function isAlive(pid: number): boolean {
