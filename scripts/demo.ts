@@ -41,11 +41,11 @@ import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, trans
 import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
 import { type RentalFigures, reconcile } from './lib/demo-reconcile.ts';
-import { platformDataDir, platformPorts, repoRoot } from './lib/platform.ts';
+import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
 
 const ports = platformPorts();
 const data = platformDataDir();
-const url = (port: number) => `http://127.0.0.1:${port}`;
+const { url } = platformHost();
 const urls = {
   auth: url(ports.auth),
   storage: url(ports.storage),
@@ -101,6 +101,27 @@ async function platform(): Promise<ChildProcess | null> {
     throw err;
   });
   return child;
+}
+
+/**
+ * What the demo reads from the data folder, checked before it creates anything: the local chain's mint and test
+ * wallets (the faucet) and the gateway's machine client, all of the platform that answers. A data folder of another
+ * platform (PLATFORM_DATA_DIR not the running `pnpm start`'s) fails here, naming the folder, rather than midway.
+ */
+async function checkDataFolder() {
+  const whose = `PLATFORM_DATA_DIR (${data}) must be the data folder of the pnpm start running at ${urls.auth}`;
+  const needed = ['solana/mint.json', 'solana/wallets.json', 'auth/clients/gateway.json'];
+  const missing = needed.filter((file) => !existsSync(path.join(data, file)));
+  if (missing.length > 0) throw new Error(`no ${missing.join(', ')} in the data folder: ${whose}`);
+  const res = await fetch(`${urls.billing}/api/v1/deposits/instructions`);
+  if (!res.ok) throw new Error(`billing's deposit instructions: ${res.status} ${await res.text()}`);
+  const { mint } = (await res.json()) as { mint: string };
+  if (mint !== localMint().mint) {
+    throw new Error(
+      `billing takes deposits of the token ${mint}, the data folder's chain made ${localMint().mint}: ${whose}`,
+    );
+  }
+  say('data folder', `${data} is the running platform's (token ${mint})`);
 }
 
 /** A new user of the auth service with `roles`, logged in. */
@@ -195,6 +216,7 @@ async function discover(machineId: string): Promise<{ matches: number }> {
 async function main() {
   const platformChild = await platform();
   if (platformChild) children.push(platformChild);
+  await checkDataFolder();
   const connection = new Connection(urls.rpc, 'finalized');
 
   // 1. The provider, its daemon and its machine.

@@ -6,30 +6,68 @@
  * DATABASE_URL needed). Consul registration is off; NATS is used only when
  * NATS_URL is set. Each runs under a supervisor (scripts/lib/supervisor.ts) that restarts it if it crashes.
  * The programs run as JavaScript compiled ahead (scripts/lib/build.ts), again whenever a source changed.
- * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully.
+ * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully, during start-up too.
  * PLATFORM_PORT_BASE moves every port (services at base+0..3 in contract order, s3rver at base+4, the Solana RPC at
- * base+5 and its WebSocket at base+6), so a second copy (a test run) can share the machine.
+ * base+5 and its WebSocket at base+6), so a second copy (a test run) can share the machine; everything listens on
+ * 127.0.0.1 unless PLATFORM_HOST names another address (0.0.0.0: every one).
+ *
+ * Before it starts anything it checks what it was given and refuses, in one line and with exit status 1, what could
+ * not work: auth settings that do not fit together (scripts/lib/auth-mode.ts), a configuration file named that does
+ * not exist, a data folder another `pnpm start` uses (a lock file in it, scripts/lib/instance-lock.ts), a port that
+ * something else holds (another platform, a test server, anything).
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
+import { authMode } from './lib/auth-mode.ts';
 import { compiledPath, ensureBuilt, platformPrograms } from './lib/build.ts';
-import { platformDataDir, platformPorts, portOpen, repoRoot } from './lib/platform.ts';
+import { lockDataDir } from './lib/instance-lock.ts';
+import {
+  pgliteTemplateDir,
+  platformDataDir,
+  platformHost,
+  platformPorts,
+  portFree,
+  portOpen,
+  repoRoot,
+  SettingError,
+} from './lib/platform.ts';
 import { type Supervised, Supervisor } from './lib/supervisor.ts';
 
 const root = repoRoot;
-// PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one); PLATFORM_PORT_BASE every port.
+
+/** Refuses to start: one line, exit status 1, nothing started. */
+function refuse(message: string): never {
+  process.stderr.write(`[start] refused: ${message}\n`);
+  process.exit(1);
+}
+
+/** A SettingError becomes a refusal; anything else is a fault of this script, thrown on. */
+async function settled<T>(read: () => T | Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    if (err instanceof SettingError) refuse(err.message);
+    throw err;
+  }
+}
+
+// PLATFORM_DATA_DIR moves every local data folder (tests use a temporary one); PLATFORM_PORT_BASE every port;
+// PLATFORM_HOST the address everything listens on.
 const data = platformDataDir();
-const ports = platformPorts();
+const ports = await settled(() => platformPorts());
+const host = await settled(() => platformHost());
 
 /**
- * Access control is on in every service: the auth service signs with an Ed25519 key kept in the data folder (made at
- * first start), the others verify with its JWKS. The platform's own machine clients (`platform` for service-to-service
- * calls, `gateway`, `scheduler`) are created at start-up with their secrets in `<data>/auth/clients/<name>.json`, and
- * an initial admin with a password made once and kept in `<data>/auth/admin.json` (both mode 0600).
+ * Access control is on in every service. By default the auth service signs with an Ed25519 key kept in the data
+ * folder (made at first start) and the others verify with its JWKS; `ALGORITHM=HS256 SECRET_KEY=...` signs with the
+ * secret, which the others are given to verify with; `JWT_PRIVATE_KEY_FILE` names a key of the user's (see
+ * scripts/lib/auth-mode.ts). The platform's own machine clients (`platform` for service-to-service calls, `gateway`,
+ * `scheduler`) are created at start-up with their secrets in `<data>/auth/clients/<name>.json`, and an initial admin
+ * with a password made once and kept in `<data>/auth/admin.json` (both mode 0600).
  */
 const authDir = path.join(data, 'auth');
 const adminFile = path.join(authDir, 'admin.json');
@@ -40,13 +78,48 @@ function initialAdmin(): { email: string; password: string } {
   writeFileSync(adminFile, `${JSON.stringify(admin, null, 2)}\n`, { mode: 0o600 });
   return admin;
 }
-const admin = initialAdmin();
-const jwksUrl = `http://127.0.0.1:${ports.auth}/.well-known/jwks.json`;
+
 /**
- * A new embedded database is a copy of an empty one made once in this folder (see @gpu/common's seedFromTemplate):
- * outside the data folder, so a fresh data folder gets one too. Like the compiled programs, a cache of the checkout.
+ * The configuration files the user named (`<SERVICE>_CONFIG_FILE`), made absolute (each service runs in its own
+ * folder) after checking they exist: a missing one would stop that service's start-up, so it stops this one first.
+ * Storage's is the exception its spec makes: written with the defaults when absent (in the data folder by default).
  */
-const pgliteTemplates = path.join(root, 'node_modules', '.cache', 'gpu-platform');
+function configFiles(): Record<string, string> {
+  const files: Record<string, string> = {};
+  for (const name of ['AUTH_CONFIG_FILE', 'STORAGE_CONFIG_FILE', 'REGISTRY_CONFIG_FILE', 'BILLING_CONFIG_FILE']) {
+    const value = process.env[name];
+    if (!value) continue;
+    const file = path.resolve(value);
+    const absentOk = name === 'STORAGE_CONFIG_FILE' && !existsSync(file);
+    if (!absentOk && !(existsSync(file) && statSync(file).isFile())) refuse(`${name} ${value} does not exist`);
+    files[name] = file;
+  }
+  return files;
+}
+const userConfigFiles = configFiles();
+const auth = await settled(() => authMode(process.env, authDir, path.join(root, 'services/auth')));
+const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
+
+// One pnpm start per data folder (its embedded databases are not to be opened twice), and every port free: checked
+// before anything starts, so that a second pnpm start on the same folder or ports says so and stops, rather than
+// starting services that crash on the first one's ports and databases.
+mkdirSync(data, { recursive: true });
+const releaseLock = await settled(() => lockDataDir(data));
+process.once('exit', releaseLock);
+const taken = (
+  await Promise.all(
+    Object.entries(ports).map(async ([name, port]) => ((await portFree(port, host.bind)) ? [] : [`${port} (${name})`])),
+  )
+).flat();
+if (taken.length > 0) {
+  refuse(
+    `${taken.length === 1 ? 'port' : 'ports'} ${taken.join(', ')} of ${host.bind} in use (another pnpm start?): ` +
+      'stop what holds them, or set PLATFORM_PORT_BASE',
+  );
+}
+const admin = initialAdmin();
+/** A new embedded database is a copy of an empty one made once in this folder. */
+const pgliteTemplates = pgliteTemplateDir();
 
 interface Proc {
   name: string;
@@ -78,7 +151,7 @@ const dependencies: Proc[] = [
     script: 'scripts/dev/s3-server.ts',
     // s3rver encrypts list continuation tokens with DES, kept in OpenSSL 3's legacy provider.
     nodeFlags: ['--openssl-legacy-provider'],
-    args: ['--port', String(ports.s3), '--dir', path.join(data, 's3')],
+    args: ['--port', String(ports.s3), '--host', host.bind, '--dir', path.join(data, 's3')],
     port: ports.s3,
   },
   {
@@ -91,6 +164,8 @@ const dependencies: Proc[] = [
       path.join(data, 'solana'),
       '--port',
       String(ports.solana),
+      '--host',
+      host.bind,
       '--ws-port',
       String(ports.solanaWs),
     ],
@@ -108,7 +183,7 @@ const services: Proc[] = (
       env: {
         AUTH__DATABASE__EMBEDDED_PATH: path.join(authDir, 'pglite'),
         AUTH__DATABASE__EMBEDDED_TEMPLATE_DIR: pgliteTemplates,
-        JWT_PRIVATE_KEY_FILE: path.join(authDir, 'jwt-signing-key.pem'),
+        ...auth.authEnv,
         AUTH__CLIENTS__BOOTSTRAP: 'platform:service,gateway:gateway,scheduler:scheduler',
         AUTH__CLIENTS__SECRETS_DIR: path.join(authDir, 'clients'),
         ADMIN_EMAIL: admin.email,
@@ -120,7 +195,11 @@ const services: Proc[] = (
       cwd: 'services/storage',
       nodeFlags: STORAGE_NODE_FLAGS,
       port: ports.storage,
-      env: { STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'), S3_ENDPOINT: `127.0.0.1:${ports.s3}` },
+      env: {
+        STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'),
+        S3_ENDPOINT: host.address(ports.s3),
+        ...auth.verifierEnv('STORAGE'),
+      },
     },
     {
       name: 'provider-registry',
@@ -130,6 +209,7 @@ const services: Proc[] = (
       env: {
         REGISTRY__DATABASE__EMBEDDED_PATH: path.join(data, 'provider-registry', 'pglite'),
         REGISTRY__DATABASE__EMBEDDED_TEMPLATE_DIR: pgliteTemplates,
+        ...auth.verifierEnv('REGISTRY'),
       },
     },
     {
@@ -140,16 +220,17 @@ const services: Proc[] = (
       env: {
         BILLING__DATABASE__EMBEDDED_PATH: path.join(data, 'billing', 'pglite'),
         BILLING__DATABASE__EMBEDDED_TEMPLATE_DIR: pgliteTemplates,
-        SOLANA_RPC_URL: `http://127.0.0.1:${ports.solana}`,
-        SOLANA_WS_URL: `ws://127.0.0.1:${ports.solanaWs}`,
+        SOLANA_RPC_URL: host.url(ports.solana),
+        SOLANA_WS_URL: host.url(ports.solanaWs, 'ws'),
         // Written by the localnet's setup (the mint, its decimals and the treasury keypair file), which runs while
         // billing starts: billing waits for it.
         BILLING__BLOCKCHAIN__LOCALNET_FILE: path.join(data, 'solana', 'mint.json'),
         BILLING__BLOCKCHAIN__LOCALNET_WAIT: '60s',
         // Who owns a provider machine: asked of the registry with the platform's machine client.
-        PROVIDER_REGISTRY_URL: `http://127.0.0.1:${ports.registry}`,
-        AUTH_URL: `http://127.0.0.1:${ports.auth}`,
+        PROVIDER_REGISTRY_URL: host.url(ports.registry),
+        AUTH_URL: host.url(ports.auth),
         BILLING_CLIENT_CREDENTIALS_FILE: path.join(authDir, 'clients', 'platform.json'),
+        ...auth.verifierEnv('BILLING'),
       },
     },
   ] as Omit<Proc, 'script' | 'args'>[]
@@ -157,7 +238,7 @@ const services: Proc[] = (
   .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
   .map((s) => ({
     ...s,
-    env: { ...s.env, PORT: String(s.port), AUTH_JWKS_URL: jwksUrl },
+    env: { ...s.env, PORT: String(s.port), HOST: host.bind, AUTH_JWKS_URL: jwksUrl, ...userConfigFiles },
     cwd: path.join(root, s.cwd),
     script: `${s.cwd}/src/server.ts`,
     args: [],
@@ -168,7 +249,6 @@ const services: Proc[] = (
 // up on. A start-up that fails (a process that exits before its port opens), SIGINT and SIGTERM stop everything.
 const supervisor = new Supervisor();
 const supervised = new Map<string, Supervised>();
-let stopping = false;
 
 function start(p: Proc): void {
   // Source maps on, as under tsx: a stack trace names the TypeScript source's lines.
@@ -178,7 +258,7 @@ function start(p: Proc): void {
 
 async function waitForPort(name: string, port: number, timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
-  while (!(await portOpen(port))) {
+  while (!(await portOpen(port, host.connect))) {
     // A process that dies before it first comes up is most likely misconfigured: that fails the start-up at once.
     const proc = supervised.get(name);
     if (proc && (proc.state !== 'running' || proc.restarts > 0)) throw new Error(`${name} exited during start-up`);
@@ -187,12 +267,18 @@ async function waitForPort(name: string, port: number, timeoutMs = 60_000) {
   }
 }
 
-async function stop(code: number) {
-  if (stopping) return;
-  stopping = true;
-  process.stderr.write('[start] stopping\n');
-  await supervisor.stop(15_000);
-  process.exit(code);
+/**
+ * Stops everything and exits with `code`. Called again (Ctrl-C while a failed start-up stops, or the reverse), it
+ * waits for the first call's exit: its caller goes no further, so nothing prints "up" after a stop.
+ */
+let stopped: Promise<never> | undefined;
+function stop(code: number): Promise<never> {
+  stopped ??= (async () => {
+    process.stderr.write('[start] stopping\n');
+    await supervisor.stop(15_000);
+    process.exit(code);
+  })();
+  return stopped;
 }
 
 process.once('SIGINT', () => void stop(0));
@@ -201,31 +287,25 @@ process.once('SIGTERM', () => void stop(0));
 process.once('exit', () => supervisor.signalAll('SIGTERM'));
 
 // A start-up that fails (a port never opens, a process exits first) stops what it already started: nothing is
-// left running behind it.
+// left running behind it. One stopped by Ctrl-C or SIGTERM is no failure: it only stops.
 try {
-  mkdirSync(data, { recursive: true });
   const built = await ensureBuilt(platformPrograms());
   if (built) process.stdout.write(`[start] ${built}\n`);
+  process.stdout.write(`[start] tokens: ${auth.description}\n`);
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),
   // then retries the chain until blockchain.connect_timeout.
-  const started: Proc[] = [];
-  for (const dep of dependencies) {
-    if (await portOpen(dep.port)) {
-      process.stdout.write(`[start] ${dep.name}: port ${dep.port} already in use, using what listens there\n`);
-      continue;
-    }
-    started.push(dep);
-  }
-  started.push(...services);
+  const started = [...dependencies, ...services];
   for (const p of started) start(p);
   await Promise.all(started.map((p) => waitForPort(p.name, p.port, 120_000)));
 } catch (err) {
-  process.stderr.write(`[start] start-up failed: ${(err as Error).message}\n`);
+  if (!stopped) process.stderr.write(`[start] start-up failed: ${(err as Error).message}\n`);
   await stop(1);
 }
+if (stopped) await stopped;
+const where = host.connect === host.bind ? '' : ` (listening on every address: PLATFORM_HOST=${host.bind})`;
 process.stdout.write(
-  `[start] up: ${services.map((s) => `${s.name} http://127.0.0.1:${s.port} (docs /docs)`).join(', ')}\n` +
+  `[start] up${where}: ${services.map((s) => `${s.name} ${host.url(s.port)} (docs /docs)`).join(', ')}\n` +
     `[start] every route needs a token: log in as the admin in ${adminFile}, register users at ` +
-    `http://127.0.0.1:${ports.auth}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
+    `${host.url(ports.auth)}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
 );

@@ -12,40 +12,118 @@
  * `pnpm wallet claim` line that credits it later; claiming is idempotent (`deposit:<signature>`).
  *
  * Who you are: `--email`/`--password` (or GPU_EMAIL/GPU_PASSWORD; logs in at the auth service), or a bearer token in
- * GPU_TOKEN. Where: `--auth`, `--billing`, `--rpc` (or AUTH_URL, BILLING_URL, SOLANA_RPC_URL; defaults: what
- * `pnpm start` runs). The wallet is the caller's user wallet of the keypair's address, opened (and its address
- * proven) on first use; `--wallet ID` names one instead.
+ * GPU_TOKEN. Where: `--auth`, `--billing`, `--rpc` (or AUTH_URL, BILLING_URL, SOLANA_RPC_URL; defaults: where
+ * `pnpm start` runs them, after PLATFORM_PORT_BASE and PLATFORM_HOST as it reads them). The wallet is the caller's
+ * user wallet of the keypair's address, opened (and its address proven) on first use; `--wallet ID` names one instead.
+ * `--test-wallet NAME` takes the keypair of one of the local chain's funded test wallets (`wallet-1` ...), from the
+ * data folder of that `pnpm start` (PLATFORM_DATA_DIR).
+ *
+ * A user's mistake (a bad flag, a wrong password, a service that does not answer, a keypair file that is not there)
+ * is one line on standard error and exit status 1 (2 for a bad command line); WALLET_DEBUG=1 adds the stack trace.
  */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ApiError, billingClient, staticToken, type TokenSource, unwrap, userLogin } from '@gpu/client';
+import { billingClient, staticToken, type TokenSource, unwrap, userLogin } from '@gpu/client';
 import { claimDeposit, DepositClaimError, deposit, proveAddress, readKeypair } from '@gpu/client/solana';
+import { platformDataDir, platformHost, platformPorts, SettingError } from './lib/platform.ts';
 
-const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE] [--amount TOKENS] [--wallet ID]
-                 [--signature SIG] [--email E --password P | GPU_TOKEN=...] [--auth URL] [--billing URL] [--rpc URL]`;
+const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE | --test-wallet NAME] [--amount TOKENS]
+                 [--wallet ID] [--signature SIG] [--email E --password P | GPU_TOKEN=...]
+                 [--auth URL] [--billing URL] [--rpc URL]
 
-const { positionals, values } = parseArgs({
-  allowPositionals: true,
-  options: {
-    keypair: { type: 'string' },
-    amount: { type: 'string' },
-    wallet: { type: 'string' },
-    signature: { type: 'string' },
-    email: { type: 'string', default: process.env.GPU_EMAIL },
-    password: { type: 'string', default: process.env.GPU_PASSWORD },
-    auth: { type: 'string', default: process.env.AUTH_URL ?? 'http://127.0.0.1:8000' },
-    billing: { type: 'string', default: process.env.BILLING_URL ?? 'http://127.0.0.1:8003' },
-    rpc: { type: 'string', default: process.env.SOLANA_RPC_URL ?? 'http://127.0.0.1:8899' },
-    help: { type: 'boolean', short: 'h' },
-  },
-});
+  open     a wallet for the keypair's address, its address proven
+  deposit  send --amount tokens from the keypair to the treasury, credited to the wallet
+  balance  the wallet's balance
+  claim    credit a transfer already sent (--signature), once
 
-function fail(message: string): never {
-  process.stderr.write(`${message}\n`);
+Defaults: the platform \`pnpm start\` runs (PLATFORM_PORT_BASE, PLATFORM_HOST, PLATFORM_DATA_DIR as it reads them).`;
+
+/** A mistake on the command line: one line, exit status 2. */
+function usageError(message: string): never {
+  process.stderr.write(`pnpm wallet: ${message} (pnpm wallet --help shows how)\n`);
   process.exit(2);
 }
 
+/** One line for an error a user can act on: the message and, for a network failure, what lay under it. */
+function oneLine(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = err.cause instanceof Error ? err.cause : undefined;
+  if (err.message === 'fetch failed' && cause) {
+    return `a service did not answer (${cause.message}): is the platform running (pnpm start) where PLATFORM_PORT_BASE, PLATFORM_HOST or the flags say?`;
+  }
+  return err.message.split('\n')[0] as string;
+}
+
+let parsed: ReturnType<typeof parseCommandLine>;
+function parseCommandLine() {
+  const ports = platformPorts();
+  const host = platformHost();
+  return parseArgs({
+    allowPositionals: true,
+    options: {
+      keypair: { type: 'string' },
+      'test-wallet': { type: 'string' },
+      amount: { type: 'string' },
+      wallet: { type: 'string' },
+      signature: { type: 'string' },
+      email: { type: 'string', default: process.env.GPU_EMAIL },
+      password: { type: 'string', default: process.env.GPU_PASSWORD },
+      auth: { type: 'string', default: process.env.AUTH_URL ?? host.url(ports.auth) },
+      billing: { type: 'string', default: process.env.BILLING_URL ?? host.url(ports.billing) },
+      rpc: { type: 'string', default: process.env.SOLANA_RPC_URL ?? host.url(ports.solana) },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+try {
+  parsed = parseCommandLine();
+} catch (err) {
+  if (err instanceof SettingError) fail(err.message);
+  usageError((err as Error).message);
+}
+const { positionals, values } = parsed;
+
+/** Fails with one line, exit status 1. */
+function fail(message: string): never {
+  process.stderr.write(`pnpm wallet: ${message}\n`);
+  process.exit(1);
+}
+
+if (values.help) {
+  process.stdout.write(`${USAGE}\n`);
+  process.exit(0);
+}
 const command = positionals[0];
-if (values.help || !command || !['open', 'deposit', 'balance', 'claim'].includes(command)) fail(USAGE);
+if (!command) usageError('which command? open, deposit, balance or claim');
+if (!['open', 'deposit', 'balance', 'claim'].includes(command)) usageError(`no command ${command}`);
+if (positionals.length > 1) usageError(`unexpected ${positionals.slice(1).join(' ')}`);
+if (values.keypair && values['test-wallet']) usageError('--keypair or --test-wallet, not both');
+
+/** The keypair file: --keypair, or the file of the local chain's test wallet --test-wallet names. */
+function keypairFile(): string | undefined {
+  const name = values['test-wallet'];
+  if (!name) return values.keypair;
+  const list = path.join(platformDataDir(), 'solana', 'wallets.json');
+  let wallets: { name: string; keypair_file: string }[];
+  try {
+    wallets = JSON.parse(readFileSync(list, 'utf8'));
+  } catch (err) {
+    fail(`no test wallets in ${list} (${(err as Error).message}): is PLATFORM_DATA_DIR the folder of pnpm start?`);
+  }
+  const wallet = wallets.find((w) => w.name === name);
+  if (!wallet) fail(`no test wallet ${name} in ${list}: there are ${wallets.map((w) => w.name).join(', ')}`);
+  return wallet.keypair_file;
+}
+
+/** The keypair, or one line saying why it cannot be read. */
+function keypairOf(file: string): ReturnType<typeof readKeypair> {
+  try {
+    return readKeypair(file);
+  } catch (err) {
+    fail(`cannot read the keypair ${file}: ${(err as Error).message}`);
+  }
+}
 
 let token: TokenSource;
 if (values.email && values.password) {
@@ -53,7 +131,7 @@ if (values.email && values.password) {
 } else if (process.env.GPU_TOKEN) {
   token = staticToken(process.env.GPU_TOKEN);
 } else {
-  fail('who are you? pass --email and --password (or GPU_EMAIL, GPU_PASSWORD), or set GPU_TOKEN');
+  usageError('who are you? pass --email and --password (or GPU_EMAIL, GPU_PASSWORD), or set GPU_TOKEN');
 }
 const billing = billingClient({ baseUrl: values.billing, token });
 const print = (value: unknown) => process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
@@ -79,25 +157,26 @@ async function walletId(keypair?: ReturnType<typeof readKeypair>): Promise<strin
   return unwrap(opened).id;
 }
 
+const file = keypairFile();
 try {
   if (command === 'open') {
-    if (!values.keypair) fail('open needs --keypair FILE');
-    const keypair = readKeypair(values.keypair);
+    if (!file) usageError('open needs --keypair FILE (or --test-wallet NAME)');
+    const keypair = keypairOf(file);
     const id = await walletId(keypair);
     await proveAddress(billing, id, keypair);
     print(unwrap(await billing.GET('/api/v1/wallet/{walletID}', { params: { path: { walletID: id } } })));
   } else if (command === 'deposit') {
-    if (!values.keypair || !values.amount) fail('deposit needs --keypair FILE and --amount TOKENS');
-    const keypair = readKeypair(values.keypair);
+    if (!file || !values.amount) usageError('deposit needs --keypair FILE (or --test-wallet NAME) and --amount TOKENS');
+    const keypair = keypairOf(file);
     const id = await walletId(keypair);
     await proveAddress(billing, id, keypair);
     print(await deposit({ billing, rpcUrl: values.rpc, keypair, walletId: id, amount: values.amount }));
   } else if (command === 'claim') {
-    if (!values.signature) fail('claim needs --signature SIG (and --wallet ID or --keypair FILE)');
-    const id = await walletId(values.keypair ? readKeypair(values.keypair) : undefined);
+    if (!values.signature) usageError('claim needs --signature SIG (and --wallet ID or --keypair FILE)');
+    const id = await walletId(file ? keypairOf(file) : undefined);
     print(await claimDeposit({ billing, walletId: id, signature: values.signature, amount: values.amount }));
   } else {
-    const id = await walletId(values.keypair ? readKeypair(values.keypair) : undefined);
+    const id = await walletId(file ? keypairOf(file) : undefined);
     print(unwrap(await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: id } } })));
   }
 } catch (err) {
@@ -107,6 +186,6 @@ try {
     );
     process.exit(1);
   }
-  process.stderr.write(`${err instanceof ApiError ? err.message : (err as Error).stack}\n`);
-  process.exit(1);
+  if (process.env.WALLET_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
+  fail(oneLine(err));
 }

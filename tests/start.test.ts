@@ -1,59 +1,44 @@
 /**
  * The README's start line: `pnpm start` brings every service up healthy on
- * embedded defaults (local S3 store, local Solana chain, PGlite databases),
- * a service that crashes is started again while the others keep running, Ctrl-C (SIGINT) stops everything
+ * embedded defaults (local S3 store, local Solana chain, PGlite databases, tokens signed with a key made in the data
+ * folder), listening on loopback only, a second `pnpm start` on the same data folder or ports is refused while it
+ * runs, a service that crashes is started again while the others keep running, Ctrl-C (SIGINT) stops everything
  * cleanly, and a start-up that fails stops what it had started.
  */
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { connect } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import {
+  callEveryService,
+  forgedToken,
+  health,
+  isAlive,
+  platformPlace,
+  root,
+  runStart,
+  services,
+  startedPids,
+  startPlatform,
+} from './support/platform-start.ts';
 
 const run = promisify(execFile);
-const root = fileURLToPath(new URL('..', import.meta.url));
-// With TEST_PORT_BASE (the test servers at base+0..9), the platform goes at base+10 and up (PLATFORM_PORT_BASE), so
-// two test runs can share a machine; otherwise it takes the contract ports, as `pnpm start` does.
-const portBase = process.env.TEST_PORT_BASE ? Number(process.env.TEST_PORT_BASE) + 10 : undefined;
-const contractPorts: Record<string, number> = { auth: 8000, storage: 8001, 'provider-registry': 8002, billing: 8003 };
-const ports = Object.fromEntries(
-  Object.entries(contractPorts).map(([name, port]) => [name, portBase === undefined ? port : portBase + port - 8000]),
-);
-const services = readdirSync(path.join(root, 'services')).filter((d) =>
-  existsSync(path.join(root, 'services', d, 'src/server.ts')),
-);
-const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-start-'));
-const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
-  cwd: root,
-  env: {
-    ...process.env,
-    PLATFORM_DATA_DIR: dataDir,
-    LOG_LEVEL: 'warn',
-    ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
-  },
-  stdio: ['ignore', 'pipe', 'pipe'],
-  // A process group of its own, as a shell gives a foreground job: Ctrl-C signals the whole group.
-  detached: true,
-});
-let output = '';
-child.stdout.on('data', (d) => {
-  output += d;
-});
-child.stderr.on('data', (d) => {
-  output += d;
-});
-/** Whether a process of this pid still exists. */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+const place = platformPlace(0);
+const { ports, env: platformEnv } = place;
+const platform = startPlatform(place);
+const { child, dataDir, exited } = platform;
 
 afterAll(async () => {
   // SIGTERM lets `pnpm start` stop its services; SIGKILL would leave them running, holding the ports.
@@ -70,35 +55,76 @@ async function curl(args: string[]): Promise<{ status: number; body: string }> {
   return { status: Number(stdout), body: existsSync(out) ? readFileSync(out, 'utf8') : '' };
 }
 
-async function health(port: number): Promise<{ status: number; body: { status?: string } } | undefined> {
-  try {
-    const res = await fetch(`http://127.0.0.1:${port}/health`);
-    return { status: res.status, body: (await res.json()) as { status?: string } };
-  } catch {
-    return undefined;
-  }
-}
-
 describe('pnpm start', () => {
   it('brings every service up healthy on embedded defaults', { timeout: 180_000 }, async () => {
     expect(services.length).toBeGreaterThan(0);
-    const deadline = Date.now() + 170_000;
-    const pending = new Set(services);
-    while (pending.size > 0 && Date.now() < deadline && child.exitCode === null) {
-      for (const name of [...pending]) {
-        const h = await health(ports[name] ?? 0);
-        if (h?.status === 200 && h.body.status === 'UP') pending.delete(name);
-      }
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    expect([...pending], `not healthy:\n${output.slice(-4000)}`).toEqual([]);
+    expect(await platform.untilHealthy(), `not healthy:\n${platform.output().slice(-4000)}`).toEqual([]);
     expect(existsSync(path.join(dataDir, 'storage', 'config.yaml'))).toBe(true);
+  });
+
+  it('signs tokens with an EdDSA key made in the data folder: the admin calls all four services, a forged token is 401', {
+    timeout: 60_000,
+  }, async () => {
+    expect(statSync(path.join(dataDir, 'auth', 'jwt-signing-key.pem')).mode & 0o777).toBe(0o600);
+    const token = await platform.adminToken();
+    const { statuses, quote, providerId } = await callEveryService(ports, token);
+    expect(statuses, JSON.stringify(quote)).toEqual({ auth: 200, storage: 200, registry: 201, billing: 200 });
+    // Billing priced the machine from its record at the registry, read with the platform's machine client.
+    expect(quote).toMatchObject({ provider_id: providerId, requested_vram_mb: 81920 });
+    expect((await callEveryService(ports, forgedToken(token))).statuses).toEqual({
+      auth: 401,
+      storage: 401,
+      registry: 401,
+      billing: 401,
+    });
+  });
+
+  it('listens on loopback only: no port of it answers on another address of the machine', async (ctx) => {
+    const outside = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    if (!outside) ctx.skip();
+    const answers = (port: number, host: string) =>
+      new Promise<boolean>((resolve) => {
+        const socket = connect(port, host);
+        socket.setTimeout(3000, () => socket.destroy(new Error('timeout')));
+        socket.once('connect', () => {
+          socket.destroy();
+          resolve(true);
+        });
+        socket.once('error', () => resolve(false));
+      });
+    // Every port it opened: the services, the S3 store, the chain's RPC and WebSocket.
+    const opened = Object.values(ports);
+    for (const port of opened) expect(await answers(port, '127.0.0.1'), `${port} on 127.0.0.1`).toBe(true);
+    for (const port of opened) expect(await answers(port, outside as string), `${port} on ${outside}`).toBe(false);
+    expect(platform.output()).toContain(`[start] up: auth http://127.0.0.1:${ports.auth} (docs /docs)`);
+  });
+
+  it('refuses a second pnpm start on its data folder, or on its ports, in one line, starting nothing', {
+    timeout: 60_000,
+  }, async () => {
+    const sameFolder = await runStart(platformEnv(dataDir));
+    expect(sameFolder.code, sameFolder.output).toBe(1);
+    expect(sameFolder.output).toMatch(
+      new RegExp(
+        `^\\[start\\] refused: the data folder ${dataDir} is in use by another pnpm start \\(pid ${child.pid}\\)[^\\n]*\\n$`,
+      ),
+    );
+    const otherFolder = await runStart(platformEnv(mkdtempSync(path.join(tmpdir(), 'platform-second-'))));
+    expect(otherFolder.code, otherFolder.output).toBe(1);
+    expect(otherFolder.output).toMatch(/^\[start\] refused: ports [^\n]*in use \(another pnpm start\?\)[^\n]*\n$/);
+    expect(otherFolder.output).toContain(`${ports.auth} (auth)`);
+    expect(otherFolder.output).toContain(`${ports.s3} (s3)`);
+    // The first platform is untouched: the same processes, all healthy.
+    for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
+    expect(startedPids(platform.output())).toHaveLength(services.length + 2);
   });
 
   it('is secure by default: no token 401, the platform client and the initial admin get in', {
     timeout: 60_000,
   }, async () => {
-    const url = (name: string, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
+    const url = (name: keyof typeof ports, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
     const anonymous = await fetch(url('storage', '/objects/list'));
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer/);
@@ -121,14 +147,7 @@ describe('pnpm start', () => {
     expect(listed.status).toBe(200);
 
     // The initial admin, with the password made at first start.
-    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
-    const login = await fetch(url('auth', '/api/v1/auth/login'), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(admin),
-    });
-    expect(login.status).toBe(200);
-    const { access_token: adminToken } = (await login.json()) as { access_token: string };
+    const adminToken = await platform.adminToken();
     const providers = await fetch(url('provider-registry', '/providers'), {
       headers: { authorization: `Bearer ${adminToken}` },
     });
@@ -138,15 +157,9 @@ describe('pnpm start', () => {
   it('has an embedded store that checks signatures as S3 does, and downloads by redirect, tried with plain curl', {
     timeout: 60_000,
   }, async () => {
-    const url = (name: string, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
-    const store = `http://127.0.0.1:${portBase === undefined ? 9000 : portBase + 4}`;
-    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
-    const login = await fetch(url('auth', '/api/v1/auth/login'), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(admin),
-    });
-    const auth = `Authorization: Bearer ${((await login.json()) as { access_token: string }).access_token}`;
+    const url = (name: keyof typeof ports, p: string) => `http://127.0.0.1:${ports[name]}${p}`;
+    const store = `http://127.0.0.1:${ports.s3}`;
+    const auth = `Authorization: Bearer ${await platform.adminToken()}`;
     const file = path.join(dataDir, 'curl-upload.txt');
     writeFileSync(file, 'hello from curl');
     // Through the storage service: an upload into the default bucket, under a folder, and a presigned GET URL.
@@ -192,11 +205,7 @@ describe('pnpm start', () => {
   }, async () => {
     const demo = await run('pnpm', ['-s', 'demo'], {
       cwd: root,
-      env: {
-        ...process.env,
-        PLATFORM_DATA_DIR: dataDir,
-        ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
-      },
+      env: { ...process.env, ...platformEnv(dataDir) },
       timeout: 230_000,
     }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
       throw new Error(`pnpm demo failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
@@ -221,26 +230,88 @@ describe('pnpm start', () => {
     expect(demo.stdout).toMatch(/renter uploaded a dataset/);
   });
 
+  it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {
+    timeout: 120_000,
+  }, async () => {
+    const demo = (folder: string) =>
+      run('pnpm', ['-s', 'demo'], {
+        cwd: root,
+        env: { ...process.env, ...platformEnv(folder) },
+        timeout: 110_000,
+      }).then(
+        (r) => ({ code: 0, output: `${r.stdout}${r.stderr}` }),
+        (err: { code: number; stdout: string; stderr: string }) => ({
+          code: err.code,
+          output: `${err.stdout}${err.stderr}`,
+        }),
+      );
+    // An empty folder: the platform answers, but its files are not there.
+    const empty = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
+    const none = await demo(empty);
+    expect(none.code, none.output).toBe(1);
+    expect(none.output).toContain(`[demo] FAILED: no solana/mint.json, solana/wallets.json, auth/clients/gateway.json`);
+    expect(none.output).toContain(`PLATFORM_DATA_DIR (${empty}) must be the data folder of the pnpm start running`);
+    // Another platform's folder: its files are there, with another token.
+    const other = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
+    for (const file of ['solana/wallets.json', 'auth/clients/gateway.json']) {
+      mkdirSync(path.dirname(path.join(other, file)), { recursive: true });
+      copyFileSync(path.join(dataDir, file), path.join(other, file));
+    }
+    const mint = JSON.parse(readFileSync(path.join(dataDir, 'solana', 'mint.json'), 'utf8'));
+    const otherMint = 'So11111111111111111111111111111111111111112';
+    writeFileSync(path.join(other, 'solana', 'mint.json'), JSON.stringify({ ...mint, mint: otherMint }));
+    const foreign = await demo(other);
+    expect(foreign.code, foreign.output).toBe(1);
+    expect(foreign.output).toContain(
+      `[demo] FAILED: billing takes deposits of the token ${mint.mint}, the data folder's chain made ${otherMint}`,
+    );
+    // Nothing was created: no user signed up.
+    for (const attempt of [none, foreign]) expect(attempt.output).not.toMatch(/signed up/);
+  });
+
+  it('runs pnpm wallet on it, found by PLATFORM_PORT_BASE and PLATFORM_DATA_DIR: a wrong password is one line, a test wallet deposits', {
+    timeout: 180_000,
+  }, async () => {
+    const email = `wallet-${Date.now()}@example.com`;
+    const password = 'a long wallet passphrase';
+    const registered = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email, password }),
+    });
+    expect(registered.status).toBe(201);
+    const wallet = (args: string[], pass: string) =>
+      run('pnpm', ['-s', 'wallet', ...args, '--email', email, '--password', pass], {
+        cwd: root,
+        env: { ...process.env, ...platformEnv(dataDir) },
+        timeout: 120_000,
+      }).then(
+        (r) => ({ code: 0, ...r }),
+        (err: { code: number; stdout: string; stderr: string }) => err,
+      );
+    const wrong = await wallet(['open', '--test-wallet', 'wallet-3'], 'not the passphrase');
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/^pnpm wallet: [^\n]*answered 401 INVALID_CREDENTIALS[^\n]*\n$/);
+    // The local chain's third test wallet (the demo's faucet is the first), its keypair from the data folder.
+    const sent = await wallet(['deposit', '--test-wallet', 'wallet-3', '--amount', '5'], password);
+    expect(sent.code, sent.stderr).toBe(0);
+    const { transaction } = JSON.parse(sent.stdout) as { transaction: { amount: string; status: string } };
+    expect(transaction).toMatchObject({ amount: '5.000000', status: 'confirmed' });
+  });
+
   it('restarts a service killed with SIGKILL, with its data, while the others stay up', {
     timeout: 150_000,
   }, async () => {
-    const victim = services.includes('provider-registry') ? 'provider-registry' : (services[0] as string);
+    const victim = services.includes('provider-registry') ? 'provider-registry' : services[0]!;
     const others = services.filter((s) => s !== victim);
     // The supervisor logs every start with the child's pid.
-    const pidsOf = (name: string) =>
-      [...output.matchAll(new RegExp(`\\[start\\] ${name} started \\(pid (\\d+)\\)`, 'g'))].map((m) => Number(m[1]));
+    const pidsOf = (name: string) => startedPids(platform.output(), name);
     const [pid] = pidsOf(victim);
-    expect(pid, output.slice(-4000)).toBeGreaterThan(0);
+    expect(pid, platform.output().slice(-4000)).toBeGreaterThan(0);
     const othersBefore = others.map(pidsOf);
 
     // Something written before the crash (a provider in the registry's embedded database) is there after it.
-    const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
-    const login = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/login`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(admin),
-    });
-    const { access_token: token } = (await login.json()) as { access_token: string };
+    const token = await platform.adminToken();
     const registryUrl = `http://127.0.0.1:${ports['provider-registry']}`;
     let providerId: string | undefined;
     if (victim === 'provider-registry') {
@@ -263,13 +334,13 @@ describe('pnpm start', () => {
     let back = false;
     while (!back && Date.now() < deadline && child.exitCode === null) {
       await new Promise((r) => setTimeout(r, 500));
-      for (const name of others) if ((await health(ports[name] ?? 0))?.status !== 200) notHealthy.push(name);
-      const h = await health(ports[victim] ?? 0);
+      for (const name of others) if ((await health(ports[name]))?.status !== 200) notHealthy.push(name);
+      const h = await health(ports[victim]);
       back = h?.status === 200 && h.body.status === 'UP' && pidsOf(victim).length === 2;
     }
-    expect(back, `not back:\n${output.slice(-4000)}`).toBe(true);
+    expect(back, `not back:\n${platform.output().slice(-4000)}`).toBe(true);
     expect(child.exitCode).toBeNull();
-    expect(output).toMatch(new RegExp(`\\[start\\] ${victim} \\(pid ${pid}\\) exited \\(signal SIGKILL\\)`));
+    expect(platform.output()).toMatch(new RegExp(`\\[start\\] ${victim} \\(pid ${pid}\\) exited \\(signal SIGKILL\\)`));
     // The others answered at every look and were never restarted.
     expect(notHealthy).toEqual([]);
     expect(others.map(pidsOf)).toEqual(othersBefore);
@@ -287,9 +358,10 @@ describe('pnpm start', () => {
   }, async () => {
     process.kill(-(child.pid as number), 'SIGINT');
     expect(await exited).toBe(0);
-    for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
-    // Every process it started, the restarted service too, is gone: none left orphaned.
-    const pids = [...output.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    for (const name of services) expect(await health(ports[name]), name).toBeUndefined();
+    // Every process it started, the restarted service too, is gone: none left orphaned, and the lock is given back.
+    const pids = startedPids(platform.output());
+    expect(existsSync(path.join(dataDir, 'platform.lock'))).toBe(false);
     expect(pids.length).toBeGreaterThan(services.length);
     expect(pids.filter(isAlive)).toEqual([]);
   });
@@ -297,17 +369,16 @@ describe('pnpm start', () => {
   it('stops what it started when a service exits during start-up (a configuration error)', {
     timeout: 150_000,
   }, async () => {
-    const victim = services.includes('provider-registry') ? 'provider-registry' : (services[0] as string);
+    const victim = services.includes('provider-registry') ? 'provider-registry' : services[0]!;
     const prefix = { auth: 'AUTH', storage: 'STORAGE', 'provider-registry': 'REGISTRY', billing: 'BILLING' }[victim];
     const again = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
       cwd: root,
       env: {
         ...process.env,
-        PLATFORM_DATA_DIR: dataDir,
+        ...platformEnv(dataDir),
         LOG_LEVEL: 'warn',
         // An unknown key stops that service's start-up.
         [`${prefix}__NO_SUCH_SETTING`]: '1',
-        ...(portBase === undefined ? {} : { PLATFORM_PORT_BASE: String(portBase) }),
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -321,9 +392,10 @@ describe('pnpm start', () => {
     const code = await new Promise<number | null>((r) => again.on('exit', (c) => r(c)));
     expect(code, out.slice(-4000)).toBe(1);
     expect(out).toContain(`[start] start-up failed: ${victim} exited during start-up`);
-    for (const name of services) expect(await health(ports[name] ?? 0), name).toBeUndefined();
+    expect(out).not.toContain('[start] up');
+    for (const name of services) expect(await health(ports[name]), name).toBeUndefined();
     // Every process it started (the pids it logged) is gone.
-    const pids = [...out.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    const pids = startedPids(out);
     expect(pids.length).toBeGreaterThan(services.length);
     expect(pids.filter(isAlive)).toEqual([]);
   });

@@ -24,8 +24,10 @@ import { repoRoot as root } from './platform.ts';
 /** The repository's folder, without a trailing separator. */
 const repoRoot = path.resolve(root);
 
-/** Where a build records what it compiled (`pnpm start`'s; a test names its own, so as not to touch this one). */
-const INFO_FILE = path.join(repoRoot, 'dist', 'build-info.json');
+/** Where a checkout's build records what it compiled: without it, everything is compiled again (as after a clone). */
+export const buildInfoFile = (checkout: string = repoRoot) => path.join(checkout, 'dist', 'build-info.json');
+/** `pnpm start`'s build record (a test names its own, so as not to touch this one). */
+const INFO_FILE = buildInfoFile();
 /** Files whose change alters every output: the compiler settings and this builder. */
 const BUILD_INPUTS = ['tsconfig.base.json', 'scripts/lib/build.ts'];
 const builtins = new Set(builtinModules);

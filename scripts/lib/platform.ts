@@ -1,9 +1,10 @@
 /**
- * Where `pnpm start` puts the platform, for it and for the commands that talk to it (`pnpm demo`): the data folder
- * (PLATFORM_DATA_DIR, default `<repo>/.data`) and the ports (the contract's, or PLATFORM_PORT_BASE + 0..6: services
- * at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at base+5 and its WebSocket at base+6).
+ * Where `pnpm start` puts the platform, for it and for the commands that talk to it (`pnpm demo`, `pnpm wallet`): the
+ * data folder (PLATFORM_DATA_DIR, default `<repo>/.data`), the ports (the contract's, or PLATFORM_PORT_BASE + 0..6:
+ * services at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at base+5 and its WebSocket at
+ * base+6) and the address every process listens on (PLATFORM_HOST, default 127.0.0.1: this machine only).
  */
-import { connect } from 'node:net';
+import { connect, createServer, isIP } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -13,10 +14,32 @@ export function platformDataDir(env: NodeJS.ProcessEnv = process.env): string {
   return path.resolve(env.PLATFORM_DATA_DIR ?? path.join(repoRoot, '.data'));
 }
 
+/** A setting the platform cannot run with, said in one line (the commands print it without a stack trace). */
+export class SettingError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SettingError';
+  }
+}
+
+/**
+ * The address the platform listens on (`bind`: PLATFORM_HOST, an IP address, default 127.0.0.1) and the one its
+ * parts and commands reach it at (`connect`: the same, or 127.0.0.1 when it listens on every address), with
+ * `address` (`host:port`) and `url` for a port of it.
+ */
+export function platformHost(env: NodeJS.ProcessEnv = process.env) {
+  const bind = env.PLATFORM_HOST || '127.0.0.1';
+  if (isIP(bind) === 0)
+    throw new SettingError(`PLATFORM_HOST must be an IP address (0.0.0.0 for every one), got ${bind}`);
+  const connect = bind === '0.0.0.0' || bind === '::' ? '127.0.0.1' : bind;
+  const address = (port: number) => `${isIP(connect) === 6 ? `[${connect}]` : connect}:${port}`;
+  return { bind, connect, address, url: (port: number, scheme = 'http') => `${scheme}://${address(port)}` };
+}
+
 export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
   const base = env.PLATFORM_PORT_BASE ? Number(env.PLATFORM_PORT_BASE) : undefined;
   if (base !== undefined && !(Number.isInteger(base) && base > 0 && base < 65529))
-    throw new Error(`PLATFORM_PORT_BASE must be a port number, got ${env.PLATFORM_PORT_BASE}`);
+    throw new SettingError(`PLATFORM_PORT_BASE must be a port number, got ${env.PLATFORM_PORT_BASE}`);
   /** The contract's port, or its place after PLATFORM_PORT_BASE. */
   const port = (contractPort: number, offset: number) => (base === undefined ? contractPort : base + offset);
   return {
@@ -30,14 +53,34 @@ export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
   };
 }
 
-/** Whether something accepts TCP connections on this port of 127.0.0.1. */
-export function portOpen(port: number): Promise<boolean> {
+/**
+ * Where a checkout keeps the empty embedded database that each new one is copied from (made at the first start; see
+ * @gpu/common's seedFromTemplate): outside the data folder, so a fresh data folder gets one too. Like the compiled
+ * programs, a cache of the checkout.
+ */
+export const pgliteTemplateDir = (checkout: string = repoRoot) =>
+  path.join(checkout, 'node_modules', '.cache', 'gpu-platform');
+
+/** Whether something accepts TCP connections on this port of `host` (127.0.0.1 by default). */
+export function portOpen(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
+    const socket = connect(port, host);
     socket.once('connect', () => {
       socket.destroy();
       resolve(true);
     });
     socket.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * Whether this port of `host` is free to listen on: tried by listening on it for a moment, so a port held on every
+ * address (0.0.0.0) by another program counts as taken too, whether or not it answers.
+ */
+export function portFree(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen({ port, host, exclusive: true }, () => server.close(() => resolve(true)));
   });
 }

@@ -28,9 +28,13 @@ export interface LoadConfigOptions<S extends z.ZodType> {
   envPrefix: string;
   /** Plain environment names mapped to dotted config paths, e.g. `{ PORT: 'server.port' }`. */
   aliases?: Record<string, string>;
-  /** Path of the config file; none is read when undefined. */
+  /**
+   * Path of the config file; none is read when undefined (or empty). A file named here that does not exist stops
+   * start-up (a mistyped path would otherwise leave every setting in it silently at its default), unless
+   * `writeDefaultFile` asks for it to be made.
+   */
   file?: string;
-  /** Write a default file when `file` is absent (the storage service asks for this). */
+  /** Write a default file when `file` is absent (the storage service asks for this: its spec says so). */
   writeDefaultFile?: boolean;
   env?: NodeJS.ProcessEnv;
   /** Values applied last, for tests and embedding. */
@@ -268,6 +272,8 @@ export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.o
     } else if (opts.writeDefaultFile) {
       mkdirSync(dirname(opts.file), { recursive: true });
       writeFileSync(opts.file, `# default configuration, written at first start\n${YAML.stringify(defaults)}`);
+    } else {
+      throw new ConfigError(`configuration file ${opts.file} does not exist`);
     }
   }
   const problems: string[] = [];

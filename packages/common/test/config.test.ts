@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -60,6 +60,16 @@ describe('loadConfig', () => {
     expect(written.instance_id).toBe('');
     writeFileSync(file, YAML.stringify({ ...written, server: { ...written.server, port: 7000 } }));
     expect(loadConfig({ schema, envPrefix: 'SVC', env: {}, file }).server.port).toBe(7000);
+  });
+
+  it('refuses a named file that does not exist, rather than running on defaults, and writes none', () => {
+    const file = path.join(dir, 'no-such-dir', 'mistyped.yaml');
+    expect(configError(() => loadConfig({ schema, envPrefix: 'SVC', env: {}, file }))).toBe(
+      `configuration file ${file} does not exist`,
+    );
+    expect(existsSync(file)).toBe(false);
+    // No file named is no file read.
+    expect(loadConfig({ schema, envPrefix: 'SVC', env: {}, file: '' }).server.port).toBe(9999);
   });
 
   it('lets the environment override the file, by structured names and by aliases', () => {
@@ -126,7 +136,6 @@ describe('loadConfig', () => {
       loadConfig({
         schema,
         envPrefix: 'SVC',
-        file: path.join(dir, 'absent.yaml'),
         aliases: { S3_USE_SSL: 'object_store.useSSL' },
         env: { S3_USE_SSL: 'maybe', SVC__OBJECT_STORE__MAX_UPLOAD_SIZE: 'abc' },
       }),

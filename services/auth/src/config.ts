@@ -21,13 +21,9 @@ import {
 } from '@gpu/common';
 import { z } from 'zod';
 import { generatePrivateKeyPem } from './domain/key-material.ts';
+import { ALGORITHMS, MIN_SECRET_LENGTH } from './jwt-settings.ts';
 
-/** Signing algorithms: HS256 with the shared secret, or an asymmetric key pair published as a JWKS. */
-export const ALGORITHMS = ['HS256', 'EdDSA', 'ES256', 'RS256'] as const;
-export type Algorithm = (typeof ALGORITHMS)[number];
-
-/** Shortest HS256 secret accepted in production: 256 bits, as RFC 7518 asks for HS256 keys. */
-export const MIN_SECRET_LENGTH = 32;
+export { ALGORITHMS, type Algorithm, MIN_SECRET_LENGTH } from './jwt-settings.ts';
 
 const RATE = /^\s*(\d+)\s*\/\s*(.+)$/;
 

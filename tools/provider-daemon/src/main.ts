@@ -1,37 +1,44 @@
 /**
  * The provider daemon process: `DAEMON_CONFIG_FILE=daemon.yaml node --import tsx src/main.ts`.
- * Stops cleanly on SIGINT/SIGTERM.
+ * Stops cleanly on SIGINT/SIGTERM. A start-up that cannot go on (a configuration file that does not exist, an
+ * unreadable credentials file, invalid settings) is one line on standard error and exit status 1, as for the services.
  */
 import { clientCredentials } from '@gpu/client';
-import { connectPublisher, createLogger } from '@gpu/common';
+import { connectPublisher, createLogger, startOrExit } from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
 import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
 import { UsageReporter } from './usage.ts';
 
-const config = loadDaemonConfig();
-const logger = createLogger({ service: 'provider-daemon', instanceId: config.provider.name, level: config.log_level });
-let credentials: DaemonCredentials;
-try {
-  credentials = loadCredentials(config);
-} catch (err) {
-  logger.fatal((err as Error).message);
-  process.exit(1);
-}
-const gpus = gpuSource(config.gpu);
-if (gpus.kind === 'simulated') logger.warn('reporting a SIMULATED machine (gpu.source: simulated), not real GPUs');
-const token = clientCredentials({ authUrl: config.auth_url, ...credentials });
-// Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
-const publisher = await connectPublisher({
-  url: config.nats_url,
-  name: `provider-daemon-${config.provider.name}`,
-  stream: { name: 'BILLING_USAGE', subjects: [`${config.usage_subject}.>`] },
-  logger,
+startOrExit(async () => {
+  const config = loadDaemonConfig();
+  const logger = createLogger({
+    service: 'provider-daemon',
+    instanceId: config.provider.name,
+    level: config.log_level,
+  });
+  let credentials: DaemonCredentials;
+  try {
+    credentials = loadCredentials(config);
+  } catch (err) {
+    logger.fatal((err as Error).message);
+    process.exit(1);
+  }
+  const gpus = gpuSource(config.gpu);
+  if (gpus.kind === 'simulated') logger.warn('reporting a SIMULATED machine (gpu.source: simulated), not real GPUs');
+  const token = clientCredentials({ authUrl: config.auth_url, ...credentials });
+  // Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
+  const publisher = await connectPublisher({
+    url: config.nats_url,
+    name: `provider-daemon-${config.provider.name}`,
+    stream: { name: 'BILLING_USAGE', subjects: [`${config.usage_subject}.>`] },
+    logger,
+  });
+  const usage = new UsageReporter({ config, logger, token, publisher });
+  const daemon = new ProviderDaemon({ config, logger, gpus, token, usage });
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());
+  await daemon.run();
+  await publisher.close();
+  logger.info('stopped');
 });
-const usage = new UsageReporter({ config, logger, token, publisher });
-const daemon = new ProviderDaemon({ config, logger, gpus, token, usage });
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());
-await daemon.run();
-await publisher.close();
-logger.info('stopped');

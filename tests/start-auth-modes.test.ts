@@ -1,0 +1,114 @@
+/**
+ * `pnpm start` in each auth mode the auth service documents, beside the default (EdDSA with a key made in the data
+ * folder, which tests/start.test.ts runs): HS256 with the spec's settings (`SECRET_KEY`, `ALGORITHM=HS256`,
+ * `ACCESS_TOKEN_EXPIRE_MINUTES`), and EdDSA with a key file the user gives. In each, the initial admin logs in and
+ * calls all four services with the token, billing reads the registry with the platform's machine client, the
+ * gateway's machine client lists the machines, and a token
+ * signed with another key of the same algorithm is refused by every service. One platform at a time (CI has 2 cores).
+ * The second one also listens on every address (PLATFORM_HOST=0.0.0.0), and answers on a non-loopback one.
+ */
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { networkInterfaces, tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  callEveryService,
+  forgedToken,
+  platformPlace,
+  type StartedPlatform,
+  services,
+  startPlatform,
+} from './support/platform-start.ts';
+
+const place = platformPlace(1);
+const { ports } = place;
+
+let platform: StartedPlatform | undefined;
+afterEach(async () => {
+  await platform?.stop();
+  platform = undefined;
+});
+
+/** The header of a JWT. */
+const headerOf = (token: string) =>
+  JSON.parse(Buffer.from(token.split('.')[0] as string, 'base64url').toString('utf8')) as { alg: string; kid?: string };
+
+/** Every service answers the token's calls, and refuses the forged one with 401. */
+async function everyServiceTakes(token: string) {
+  // The platform's machine clients made at start-up get tokens too: the gateway's lists the machines.
+  const gateway = JSON.parse(
+    readFileSync(path.join(platform?.dataDir ?? '', 'auth', 'clients', 'gateway.json'), 'utf8'),
+  );
+  const issued = await fetch(`http://127.0.0.1:${ports.auth}/api/v1/auth/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      grant_type: 'client_credentials',
+      client_id: gateway.client_id,
+      client_secret: gateway.client_secret,
+    }),
+  });
+  expect(issued.status).toBe(200);
+  const { access_token: gatewayToken } = (await issued.json()) as { access_token: string };
+  const listed = await fetch(`http://127.0.0.1:${ports['provider-registry']}/providers`, {
+    headers: { authorization: `Bearer ${gatewayToken}` },
+  });
+  expect(listed.status).toBe(200);
+  const { statuses, quote, providerId } = await callEveryService(ports, token);
+  expect(statuses, JSON.stringify(quote)).toEqual({ auth: 200, storage: 200, registry: 201, billing: 200 });
+  // The quote priced the machine's record at the registry (its 80 GB), which billing read with its machine client.
+  expect(quote).toMatchObject({ provider_id: providerId, requested_vram_mb: 81920 });
+  const forged = await callEveryService(ports, forgedToken(token));
+  expect(forged.statuses).toEqual({ auth: 401, storage: 401, registry: 401, billing: 401 });
+}
+
+/** An IPv4 address of this machine other than loopback, if it has one. */
+const outsideAddress = Object.values(networkInterfaces())
+  .flat()
+  .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+
+describe('pnpm start, auth modes', () => {
+  it('HS256 with SECRET_KEY: auth signs with the secret, publishes no key, and every service verifies with it', {
+    timeout: 240_000,
+  }, async () => {
+    const secret = randomBytes(36).toString('base64'); // 48 characters
+    platform = startPlatform(place, { SECRET_KEY: secret, ALGORITHM: 'HS256', ACCESS_TOKEN_EXPIRE_MINUTES: '15' });
+    expect(await platform.untilHealthy(), platform.output().slice(-4000)).toEqual([]);
+    expect(platform.output()).toContain('[start] tokens: HS256 with the secret in SECRET_KEY');
+    const token = await platform.adminToken();
+    expect(headerOf(token).alg).toBe('HS256');
+    const jwks = await fetch(`http://127.0.0.1:${ports.auth}/.well-known/jwks.json`);
+    expect(await jwks.json()).toEqual({ keys: [] });
+    await everyServiceTakes(token);
+    // No key file was made or looked for.
+    expect(readdirSync(path.join(platform.dataDir, 'auth')).filter((f) => f.endsWith('.pem'))).toEqual([]);
+  });
+
+  it('EdDSA with the key file the user gives (JWT_PRIVATE_KEY_FILE), listening on every address with PLATFORM_HOST', {
+    timeout: 240_000,
+  }, async () => {
+    const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+    const keyFile = path.join(mkdtempSync(path.join(tmpdir(), 'auth-key-')), 'ed25519.pem');
+    writeFileSync(keyFile, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+    platform = startPlatform(place, { JWT_PRIVATE_KEY_FILE: keyFile, PLATFORM_HOST: '0.0.0.0' });
+    expect(await platform.untilHealthy(), platform.output().slice(-4000)).toEqual([]);
+    expect(platform.output()).toContain(`[start] tokens: EdDSA with the private key in ${keyFile}`);
+    expect(platform.output()).toContain('[start] up (listening on every address: PLATFORM_HOST=0.0.0.0)');
+    const token = await platform.adminToken();
+    expect(headerOf(token).alg).toBe('EdDSA');
+    // The JWKS publishes the public half of the user's key, and no key was made in the data folder.
+    const { keys } = (await (await fetch(`http://127.0.0.1:${ports.auth}/.well-known/jwks.json`)).json()) as {
+      keys: { x: string }[];
+    };
+    expect(keys.map((k) => k.x)).toEqual([publicKey.export({ format: 'jwk' }).x]);
+    expect(readdirSync(path.join(platform.dataDir, 'auth')).filter((f) => f.endsWith('.pem'))).toEqual([]);
+    await everyServiceTakes(token);
+    if (outsideAddress) {
+      for (const name of services) {
+        const res = await fetch(`http://${outsideAddress}:${ports[name]}/health`);
+        expect(res.status, `${name} on ${outsideAddress}`).toBe(200);
+      }
+    }
+  });
+});

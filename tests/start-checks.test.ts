@@ -1,0 +1,135 @@
+/**
+ * What `pnpm start` checks before it starts anything, and how it stops when interrupted during start-up. Settings
+ * that cannot work (auth settings that do not fit together, a configuration file that does not exist, a port that is
+ * held, a bad PLATFORM_HOST or PLATFORM_PORT_BASE) are refused in one line with exit status 1, nothing started and
+ * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
+ * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way.
+ */
+import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import {
+  health,
+  isAlive,
+  platformPlace,
+  runStart,
+  services,
+  startedPids,
+  startPlatform,
+} from './support/platform-start.ts';
+
+const place = platformPlace(2);
+const secret = 'k'.repeat(48);
+// The auth service's own configuration file, asking for HS256 without a secret.
+const authConfig = path.join(mkdtempSync(path.join(tmpdir(), 'auth-config-')), 'auth.yaml');
+writeFileSync(authConfig, 'jwt:\n  algorithm: HS256\n');
+
+/** `pnpm start` with `env` on a new data folder: its exit code, its output and what it left in the folder. */
+async function start(env: Record<string, string>) {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-checks-'));
+  return { ...(await runStart({ ...place.env(dataDir), ...env })), left: readdirSync(dataDir) };
+}
+
+const refusals: [string, Record<string, string>, string][] = [
+  ['HS256 without a secret', { ALGORITHM: 'HS256' }, 'ALGORITHM=HS256 signs with a shared secret: set SECRET_KEY'],
+  [
+    'HS256 with a secret under 32 characters',
+    { ALGORITHM: 'HS256', JWT_SECRET: 'k'.repeat(31) },
+    'JWT_SECRET is 31 characters long; HS256 needs at least 32',
+  ],
+  [
+    'two different secrets',
+    { ALGORITHM: 'HS256', JWT_SECRET: secret, SECRET_KEY: `${secret}x` },
+    'JWT_SECRET and SECRET_KEY are both set, to different values: set one',
+  ],
+  [
+    'a secret with EdDSA, the default (it would be ignored)',
+    { SECRET_KEY: secret },
+    'SECRET_KEY is set, but the algorithm is EdDSA (the default), which signs with a key pair',
+  ],
+  [
+    'a private key file beside HS256',
+    { ALGORITHM: 'HS256', SECRET_KEY: secret, JWT_PRIVATE_KEY_FILE: '/etc/hostname' },
+    'JWT_PRIVATE_KEY_FILE is for EdDSA, ES256 and RS256, but ALGORITHM is HS256',
+  ],
+  [
+    'a private key file that does not exist',
+    { JWT_PRIVATE_KEY_FILE: 'no-such-key.pem' },
+    'JWT_PRIVATE_KEY_FILE no-such-key.pem does not exist',
+  ],
+  ['an unknown algorithm', { ALGORITHM: 'none' }, 'ALGORITHM none is not one of HS256, EdDSA, ES256, RS256'],
+  [
+    "HS256 without a secret in auth's configuration file",
+    { AUTH_CONFIG_FILE: authConfig },
+    'jwt.algorithm=HS256 signs with a shared secret: set SECRET_KEY',
+  ],
+  [
+    'a configuration file that does not exist',
+    { REGISTRY_CONFIG_FILE: 'no-such-registry.yaml' },
+    'REGISTRY_CONFIG_FILE no-such-registry.yaml does not exist',
+  ],
+  ['a PLATFORM_HOST that is no address', { PLATFORM_HOST: 'example.com' }, 'PLATFORM_HOST must be an IP address'],
+  ['a PLATFORM_PORT_BASE that is no port', { PLATFORM_PORT_BASE: '65530' }, 'PLATFORM_PORT_BASE must be a port'],
+];
+
+describe('pnpm start, before it starts anything', () => {
+  it.each(refusals)('refuses %s, in one line', { timeout: 60_000 }, async (_what, env, message) => {
+    const { code, output, left } = await start(env);
+    expect(code, output).toBe(1);
+    expect(output).toMatch(/^\[start\] refused: [^\n]+\n$/);
+    expect(output).toContain(message);
+    expect(left).toEqual([]);
+  });
+
+  it('refuses a port something else holds, naming it, and leaves the data folder as it was', {
+    timeout: 60_000,
+  }, async () => {
+    const holder = createServer();
+    await new Promise<void>((r) => holder.listen(place.ports.billing, '127.0.0.1', r));
+    try {
+      const { code, output, left } = await start({});
+      expect(code, output).toBe(1);
+      expect(output).toBe(
+        `[start] refused: port ${place.ports.billing} (billing) of 127.0.0.1 in use (another pnpm start?): ` +
+          'stop what holds them, or set PLATFORM_PORT_BASE\n',
+      );
+      expect(left).toEqual([]);
+    } finally {
+      holder.close();
+    }
+  });
+});
+
+describe('pnpm start, interrupted', () => {
+  it('stops on Ctrl-C during start-up without a word of failure or of being up; a stale lock does not stop it', {
+    timeout: 120_000,
+  }, async () => {
+    // A data folder whose lock names a pid that runs no pnpm start (a crashed one's): taken over.
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-checks-'));
+    writeFileSync(path.join(dataDir, 'platform.lock'), '999999999\n');
+    const platform = startPlatform(place, {}, dataDir);
+    try {
+      // Interrupted once one service answers while others are still starting: the one that answers stops gracefully,
+      // taking its time, while the others are gone at once.
+      const listening = async () =>
+        (await Promise.all(services.map((name) => health(place.ports[name])))).filter(Boolean).length;
+      const deadline = Date.now() + 90_000;
+      while ((await listening()) === 0 && Date.now() < deadline && platform.child.exitCode === null) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(startedPids(platform.output()), platform.output()).toHaveLength(6);
+      expect(platform.output()).not.toContain('[start] up');
+      process.kill(-(platform.child.pid as number), 'SIGINT');
+      expect(await platform.exited, platform.output()).toBe(0);
+      expect(platform.output()).toContain('[start] stopping');
+      expect(platform.output()).not.toContain('start-up failed');
+      expect(platform.output()).not.toContain('[start] up');
+      expect(startedPids(platform.output()).filter(isAlive)).toEqual([]);
+      expect(readdirSync(dataDir)).not.toContain('platform.lock');
+    } finally {
+      await platform.stop();
+    }
+  });
+});

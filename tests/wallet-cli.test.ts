@@ -1,0 +1,81 @@
+/**
+ * `pnpm wallet` as a user meets it before anything reaches the chain: `--help` is usage and success; a bad flag, a
+ * keypair file that is not there, a platform that does not answer and a data folder without test wallets are each one
+ * line on standard error, without a stack trace, and a non-zero exit; it looks for the platform where PLATFORM_PORT_BASE
+ * and PLATFORM_DATA_DIR put it, as `pnpm start` and `pnpm demo` do. (A wrong password and a deposit from a test wallet
+ * against a running platform are in tests/start.test.ts.)
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { root } from './support/platform-start.ts';
+
+// Ports where nothing listens: past the test servers (TEST_PORT_BASE+0..9) and the test platforms (+10..46).
+const nowhere = String((process.env.TEST_PORT_BASE ? Number(process.env.TEST_PORT_BASE) : 28000) + 50);
+
+/** `pnpm wallet ...` with `env` (and none of the caller's GPU_ or platform settings): exit code, stdout, stderr. */
+async function wallet(args: string[], env: Record<string, string> = {}) {
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^(GPU_|PLATFORM_|AUTH_URL|BILLING_URL|SOLANA_RPC_URL)/.test(k)),
+  );
+  return promisify(execFile)('pnpm', ['--silent', 'wallet', ...args], {
+    cwd: root,
+    env: { ...clean, ...env },
+    timeout: 60_000,
+  }).then(
+    (r) => ({ code: 0, ...r }),
+    (e: { code: number; stdout: string; stderr: string }) => e,
+  );
+}
+
+/** One line on standard error, no stack trace. */
+const oneLine = (stderr: string) => {
+  expect(stderr).toMatch(/^pnpm wallet: [^\n]+\n$/);
+  expect(stderr).not.toMatch(/\n\s+at /);
+};
+
+describe('pnpm wallet', () => {
+  it('prints its usage for --help and exits 0', async () => {
+    const res = await wallet(['--help']);
+    expect(res.code).toBe(0);
+    expect(res.stdout).toMatch(/^usage: pnpm wallet <open\|deposit\|balance\|claim>/);
+    expect(res.stdout).toContain('--test-wallet NAME');
+    expect(res.stderr).toBe('');
+  });
+
+  it('refuses a flag it does not know in one line, exit 2', async () => {
+    const res = await wallet(['balance', '--walet', 'x'], { GPU_TOKEN: 'x' });
+    expect(res.code).toBe(2);
+    oneLine(res.stderr);
+    expect(res.stderr).toContain("Unknown option '--walet'");
+  });
+
+  it('says in one line that the keypair file is not there, exit 1', async () => {
+    const file = path.join(tmpdir(), 'no-such-keypair.json');
+    const res = await wallet(['open', '--keypair', file], { GPU_TOKEN: 'x' });
+    expect(res.code).toBe(1);
+    oneLine(res.stderr);
+    expect(res.stderr).toContain(`cannot read the keypair ${file}: ENOENT`);
+  });
+
+  it('looks for billing at PLATFORM_PORT_BASE+3, and says in one line that nothing answers there', async () => {
+    const res = await wallet(['balance', '--wallet', '6f1c0b5e-1f0a-4c4e-9a55-0d6f3c1a2b3c'], {
+      GPU_TOKEN: 'x',
+      PLATFORM_PORT_BASE: nowhere,
+    });
+    expect(res.code).toBe(1);
+    oneLine(res.stderr);
+    expect(res.stderr).toContain(`a service did not answer (connect ECONNREFUSED 127.0.0.1:${Number(nowhere) + 3})`);
+  });
+
+  it("takes a test wallet from PLATFORM_DATA_DIR's local chain, and says in one line when there is none", async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'wallet-data-'));
+    const res = await wallet(['open', '--test-wallet', 'wallet-1'], { GPU_TOKEN: 'x', PLATFORM_DATA_DIR: dataDir });
+    expect(res.code).toBe(1);
+    oneLine(res.stderr);
+    expect(res.stderr).toContain(`no test wallets in ${path.join(dataDir, 'solana', 'wallets.json')}`);
+  });
+});
