@@ -1830,7 +1830,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A provider's earnings: earned, paid out, pending payouts and what can be paid out now */
+        /**
+         * A provider's earnings: earned, paid out, pending payouts and what can be paid out now
+         * @description Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1955,6 +1958,29 @@ export interface paths {
                         };
                     };
                 };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
             };
         };
         put?: never;
@@ -1976,7 +2002,7 @@ export interface paths {
         put?: never;
         /**
          * Pay a provider's earnings out on chain (at least the minimum payout)
-         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum.
+         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         post: {
             parameters: {
@@ -2257,7 +2283,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A provider's automatic payout setting */
+        /**
+         * A provider's automatic payout setting
+         * @description Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2380,11 +2409,34 @@ export interface paths {
                         };
                     };
                 };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
             };
         };
         /**
          * Turn automatic payouts on or off
-         * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner.
+         * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         put: {
             parameters: {
