@@ -3,6 +3,7 @@
  * common error handler turns each into the contract's problem body.
  */
 import { AppError, errors } from '@gpu/common';
+import type { DestinationProblem } from './adapters/chain.ts';
 
 export const billingErrors = {
   walletNotFound: (id: string) => errors.notFound('WALLET_NOT_FOUND', `wallet ${id} not found`),
@@ -94,15 +95,19 @@ export const billingErrors = {
       `wallet ${walletId} has ${available} available; starting a session needs at least ${minimum}`,
       { extra: { wallet_id: walletId, available, needed: minimum, minimum_balance: minimum } },
     ),
-  unfitDestination: (address: string, problem: 'program' | 'system_address' | 'token_account') => {
+  unfitDestination: (address: string, problem: DestinationProblem, path = 'body.destination') => {
     const why = {
       program: 'is a program (or a program-owned system account), which cannot hold tokens for anyone',
       system_address: 'is the system program, which nobody owns',
       token_account: "is a token account or mint, not an owner: pay the owner's wallet address instead",
+      platform_address:
+        "is one of the platform's own addresses (its treasury, the treasury's token account, the token's mint or " +
+        'its authority): the tokens would never leave the platform',
+      burn_address: 'is a burn address: tokens sent there can never be spent by anyone',
     }[problem];
     const detail = `destination ${address} ${why}`;
     return new AppError('invalid', 'INVALID_DESTINATION', detail, {
-      errors: [{ path: 'body.destination', message: detail }],
+      errors: [{ path, message: detail }],
       extra: { reason: problem },
     });
   },

@@ -2002,7 +2002,7 @@ export interface paths {
         put?: never;
         /**
          * Pay a provider's earnings out on chain (at least the minimum payout)
-         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. 400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's own. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         post: {
             parameters: {
@@ -2309,7 +2309,11 @@ export interface paths {
                             auto_payout: boolean;
                             /** @description where earnings are paid automatically; null when off */
                             destination: string | null;
+                            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
+                            last_failure: string | null;
                             minimum_payout: string;
+                            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
+                            next_attempt_at: string | null;
                             /** Format: uuid */
                             provider_id: string;
                             /** Format: uuid */
@@ -2436,7 +2440,7 @@ export interface paths {
         };
         /**
          * Turn automatic payouts on or off
-         * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar, token account, burn address or one of the platform's own addresses (treasury, its token account, the mint, its authorities); 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         put: {
             parameters: {
@@ -2468,7 +2472,11 @@ export interface paths {
                             auto_payout: boolean;
                             /** @description where earnings are paid automatically; null when off */
                             destination: string | null;
+                            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
+                            last_failure: string | null;
                             minimum_payout: string;
+                            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
+                            next_attempt_at: string | null;
                             /** Format: uuid */
                             provider_id: string;
                             /** Format: uuid */
@@ -2879,7 +2887,7 @@ export interface paths {
         put?: never;
         /**
          * Create a wallet for a user or provider (one per owner and type)
-         * @description A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is (404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER.
+         * @description A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is (404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER. The address is where withdrawals and payouts go by default: 400 INVALID_DESTINATION for one of the platform's own addresses, a well-known program or a burn address.
          */
         post: {
             parameters: {
@@ -4312,7 +4320,7 @@ export interface paths {
         put?: never;
         /**
          * Withdraw tokens to the wallet's address (or another destination) on chain
-         * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed.
+         * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's token account, the mint, the mint's authorities): `reason` says which.
          */
         post: {
             parameters: {

@@ -36,6 +36,10 @@ export interface AutoPayoutSetting {
   /** Where earnings are paid automatically; null: automatic payouts are off. */
   destination: string | null;
   minimumPayout: string;
+  /** Why the last automatic payout failed (null: it did not, or the setting was saved since). */
+  lastFailure: string | null;
+  /** When a failed automatic payout is tried again (null: whenever earnings are due). */
+  nextAttemptAt: Date | null;
 }
 
 const settingOf = (ctx: BillingContext, providerId: string, wallet: Wallet): AutoPayoutSetting => ({
@@ -43,6 +47,8 @@ const settingOf = (ctx: BillingContext, providerId: string, wallet: Wallet): Aut
   walletId: wallet.id,
   destination: wallet.autoPayoutTo,
   minimumPayout: new Dec(ctx.minimumPayout).toFixed(ctx.scale),
+  lastFailure: wallet.autoPayoutFailure?.reason ?? null,
+  nextAttemptAt: wallet.autoPayoutFailure?.retryAt ?? null,
 });
 
 /** The provider's setting, read by whoever may read its earnings. */
@@ -135,7 +141,7 @@ export async function payOutEarnings(
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
   const failed = async (why: string) => {
     const wait = autoPayoutBackoffMs(row.auto_payout_failures + 1);
-    await recordAutoPayoutOutcome(ctx.db, walletId, new Date(Date.now() + wait));
+    await recordAutoPayoutOutcome(ctx.db, walletId, { retryAt: new Date(Date.now() + wait), reason: why });
     ctx.logger.warn(
       { wallet_id: walletId, err: why, retry_in_ms: wait, failures: row.auto_payout_failures + 1 },
       'automatic payout failed; will retry after a backoff',

@@ -79,6 +79,16 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
     auto_payout: z.boolean(),
     destination: z.string().nullable().describe('where earnings are paid automatically; null when off'),
     minimum_payout: z.string(),
+    last_failure: z
+      .string()
+      .nullable()
+      .describe(
+        'why the last automatic payout failed (say, a refused destination); null after a success or a new setting',
+      ),
+    next_attempt_at: z
+      .string()
+      .nullable()
+      .describe('when a failed automatic payout is tried again (the backoff doubles from a minute to a day)'),
   });
 
   app.get(
@@ -108,7 +118,8 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           "With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the " +
           "wallet's address by default) as soon as a session on the machine ends and they reach " +
           '`billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the ' +
-          'wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; ' +
+          'wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar, token account, burn ' +
+          "address or one of the platform's own addresses (treasury, its token account, the mint, its authorities); " +
           "403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 " +
           'SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is ' +
           'opened for its owner. ' +
@@ -143,6 +154,8 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           'confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the ' +
           'amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more ' +
           'than the available balance, or, without an amount, when the available balance is under the minimum. ' +
+          "400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's " +
+          'own. ' +
           OWNER_FIRST,
         params: providerParams,
         headers: idempotencyHeaders,

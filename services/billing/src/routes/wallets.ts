@@ -42,7 +42,9 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           "registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is " +
           '(404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it ' +
           'cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. ' +
-          'Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER.',
+          'Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER. The address is where withdrawals and payouts ' +
+          "go by default: 400 INVALID_DESTINATION for one of the platform's own addresses, a well-known program or " +
+          'a burn address.',
         body: z.object({
           owner_type: z.enum(['user', 'provider']),
           owner_id: z.uuid(),
