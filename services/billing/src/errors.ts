@@ -111,6 +111,23 @@ export const billingErrors = {
       extra: { reason: problem },
     });
   },
+  usageTimestampOutOfRange: (
+    sessionId: string,
+    timestamp: Date,
+    reason: 'future' | 'before_start',
+    window: { earliest: Date; latest: Date },
+  ) => {
+    const detail =
+      reason === 'future'
+        ? `a usage report of session ${sessionId} is dated ${timestamp.toISOString()}, after ${window.latest.toISOString()} ` +
+          "(billing's clock plus the allowed clock skew): check the daemon's clock"
+        : `a usage report of session ${sessionId} is dated ${timestamp.toISOString()}, before the session started ` +
+          `(${window.earliest.toISOString()} with the allowed clock skew)`;
+    return new AppError('invalid', 'USAGE_TIMESTAMP_OUT_OF_RANGE', detail, {
+      errors: [{ path: 'body.timestamp', message: detail }],
+      extra: { reason, earliest: window.earliest.toISOString(), latest: window.latest.toISOString() },
+    });
+  },
   addressNotProven: (walletId: string, address: string) =>
     new AppError(
       'conflict',

@@ -394,13 +394,13 @@ export interface paths {
                 query?: {
                     /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                     cursor?: string;
-                    /** @description ended at or after (RFC 3339) */
+                    /** @description ended at or after (RFC 3339, 1970 to 2100) */
                     from?: string;
                     limit?: number;
                     provider_id?: string;
                     /** @description completed and/or terminated (repeat or separate with commas) */
                     status?: string | string[];
-                    /** @description ended before (RFC 3339) */
+                    /** @description ended before (RFC 3339, 1970 to 2100) */
                     to?: string;
                     user_id?: string;
                     wallet_id?: string;
@@ -991,7 +991,7 @@ export interface paths {
         put?: never;
         /**
          * Record a provider daemon's usage report and bill the session's elapsed full minutes
-         * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 409 SESSION_NOT_ACTIVE for an ended session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) reports usage: 403 NOT_SESSION_PROVIDER otherwise.
+         * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 400 USAGE_TIMESTAMP_OUT_OF_RANGE for a report dated more than `billing.max_clock_skew` (5 min) ahead of the service clock or before the session started (nothing is written). 409 SESSION_NOT_ACTIVE for an ended session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) reports usage: 403 NOT_SESSION_PROVIDER otherwise.
          */
         post: {
             parameters: {
@@ -1019,7 +1019,7 @@ export interface paths {
                         session_id: string;
                         /**
                          * Format: date-time
-                         * @description when the daemon measured (RFC 3339)
+                         * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
                          */
                         timestamp: string;
                     };
@@ -1314,7 +1314,7 @@ export interface paths {
         put?: never;
         /**
          * Record several usage reports at once (a daemon with several rented GPUs)
-         * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others.
+         * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (400 USAGE_TIMESTAMP_OUT_OF_RANGE, 403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others; a malformed one (a timestamp outside 1970 to 2100 too) makes the whole request a 400 and none is applied.
          */
         post: {
             parameters: {
@@ -1340,7 +1340,7 @@ export interface paths {
                             session_id: string;
                             /**
                              * Format: date-time
-                             * @description when the daemon measured (RFC 3339)
+                             * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
                              */
                             timestamp: string;
                         }[];
@@ -4156,12 +4156,12 @@ export interface paths {
                 query?: {
                     /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                     cursor?: string;
-                    /** @description created at or after (RFC 3339) */
+                    /** @description created at or after (RFC 3339, 1970 to 2100) */
                     from?: string;
                     limit?: number;
                     /** @description one or more statuses */
                     status?: string | string[];
-                    /** @description created before (RFC 3339) */
+                    /** @description created before (RFC 3339, 1970 to 2100) */
                     to?: string;
                     /** @description one or more types (repeat the parameter or separate with commas) */
                     type?: string | string[];

@@ -1,5 +1,5 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
-import { type App, callerOf, setNextPage } from '@gpu/common';
+import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import { ChainUnavailable } from '../adapters/chain.ts';
 import { issueAddressChallenge, proveAddress } from '../domain/address-proof.ts';
@@ -219,8 +219,8 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           ...pageQuery,
           type: csv(typeList).describe('one or more types (repeat the parameter or separate with commas)'),
           status: csv(statusList).describe('one or more statuses'),
-          from: z.iso.datetime({ offset: true }).optional().describe('created at or after (RFC 3339)'),
-          to: z.iso.datetime({ offset: true }).optional().describe('created before (RFC 3339)'),
+          from: zTimestamp().optional().describe('created at or after (RFC 3339, 1970 to 2100)'),
+          to: zTimestamp().optional().describe('created before (RFC 3339, 1970 to 2100)'),
         }),
         response: {
           200: z.object({
