@@ -81,6 +81,8 @@ export function readKeypairFile(path: string): Keypair {
 }
 
 export class SolanaChain implements Chain {
+  private platform: ReadonlySet<string> | undefined;
+
   private constructor(
     readonly connection: Connection,
     private readonly treasury: Keypair,
@@ -303,11 +305,12 @@ export class SolanaChain implements Chain {
 
   /** The addresses the platform controls: the treasury and its token account, the mint and its authorities. */
   private platformAddresses(): ReadonlySet<string> {
-    return new Set(
+    this.platform ??= new Set(
       [this.treasury.publicKey, this.ata(this.treasury.publicKey), this.mint, ...this.authorities].map((k) =>
         k.toBase58(),
       ),
     );
+    return this.platform;
   }
 
   async tokenBalance(owner: string): Promise<string> {
