@@ -126,6 +126,40 @@ describe('billing and the provider registry', () => {
     expect(put.statusCode).toBe(404);
   });
 
+  it("answers 403 on another provider's machine whether or not it has a wallet; only its owner learns it has none", async () => {
+    const owner = await providerUser();
+    const other = await providerUser();
+    const withWallet = await machineOf(owner);
+    const bare = await machineOf(owner);
+    const opened = await call(billing, owner.headers, 'POST', '/wallet', providerWallet(withWallet));
+    expect(opened.statusCode).toBe(201);
+    await billing.credit(opened.json().id, '50');
+    const routes: ['GET' | 'POST' | 'PUT', string, object?][] = [
+      ['POST', 'payout', { amount: '10', destination: base58Encode(randomBytes(32)) }],
+      ['GET', 'earnings'],
+      ['GET', 'payout-settings'],
+      ['PUT', 'payout-settings', { auto_payout: false }],
+      ['PUT', 'rates', { base_rates: { default: '1.25' } }],
+    ];
+    for (const [method, path, payload] of routes) {
+      for (const machine of [withWallet, bare]) {
+        const res = await call(billing, other.headers, method, `/provider/${machine}/${path}`, payload);
+        expect(res.statusCode, `${method} ${path} ${machine}`).toBe(403);
+        expect(res.json()).toMatchObject({ code: 'NOT_PROVIDER_OWNER' });
+        expect(res.json().detail).not.toContain(opened.json().id);
+      }
+    }
+    // The owner is told the bare machine has no wallet yet; a machine the registry does not know is 404 for anyone.
+    const own = await call(billing, owner.headers, 'POST', `/provider/${bare}/payout`, { amount: '10' });
+    expect(own.statusCode).toBe(404);
+    expect(own.json().code).toBe('WALLET_NOT_FOUND');
+    const unknown = await call(billing, other.headers, 'GET', `/provider/${randomUUID()}/earnings`);
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.json().code).toBe('PROVIDER_NOT_FOUND');
+    const balance = await call(billing, owner.headers, 'GET', `/wallet/${opened.json().id}/balance`);
+    expect(balance.json()).toMatchObject({ available: '50.000000', pending: '0.000000' });
+  });
+
   it('answers 503 PROVIDER_REGISTRY_UNAVAILABLE when the registry cannot be reached, and writes nothing', async () => {
     const owner = await providerUser();
     const machine = randomUUID();

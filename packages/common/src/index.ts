@@ -108,3 +108,4 @@ export {
 export { type CursorValue, decodeCursor, encodeCursor, invalidCursor, MAX_CURSOR_LENGTH } from './paging.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
+export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';

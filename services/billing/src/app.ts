@@ -82,6 +82,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       minimumBalance: deps.config.billing.minimum_balance,
       gracePeriodMs: durationMs(deps.config.billing.grace_period),
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),
+      maxClockSkewMs: durationMs(deps.config.billing.max_clock_skew),
     },
     now: deps.now ?? (() => new Date()),
     state,

@@ -106,6 +106,12 @@ export const billingConfigSchema = z.object({
       hold_top_up_below: zDuration().default('10m'),
       minimum_payout: zDecimal().default('10'),
       /**
+       * How far a usage report may be dated ahead of billing's clock, or before its session started, and still be
+       * applied: a provider daemon's clock is never quite billing's. Beyond it the report is refused (400, or a NATS
+       * message terminated), so a wrong clock never sets the session's last usage time.
+       */
+      max_clock_skew: zDuration().default('5m'),
+      /**
        * Without NATS: how often billing asks the provider registry whether the machines with running sessions are
        * still delivering (offline, error or gone: their sessions end); 0 turns it off. With NATS, the registry's
        * status events do it.

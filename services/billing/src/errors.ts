@@ -3,6 +3,7 @@
  * common error handler turns each into the contract's problem body.
  */
 import { AppError, errors } from '@gpu/common';
+import type { DestinationProblem } from './adapters/chain.ts';
 
 export const billingErrors = {
   walletNotFound: (id: string) => errors.notFound('WALLET_NOT_FOUND', `wallet ${id} not found`),
@@ -94,16 +95,37 @@ export const billingErrors = {
       `wallet ${walletId} has ${available} available; starting a session needs at least ${minimum}`,
       { extra: { wallet_id: walletId, available, needed: minimum, minimum_balance: minimum } },
     ),
-  unfitDestination: (address: string, problem: 'program' | 'system_address' | 'token_account') => {
+  unfitDestination: (address: string, problem: DestinationProblem, path = 'body.destination') => {
     const why = {
       program: 'is a program (or a program-owned system account), which cannot hold tokens for anyone',
       system_address: 'is the system program, which nobody owns',
       token_account: "is a token account or mint, not an owner: pay the owner's wallet address instead",
+      platform_address:
+        "is one of the platform's own addresses (its treasury, the treasury's token account, the token's mint or " +
+        'its authority): the tokens would never leave the platform',
+      burn_address: 'is a burn address: tokens sent there can never be spent by anyone',
     }[problem];
     const detail = `destination ${address} ${why}`;
     return new AppError('invalid', 'INVALID_DESTINATION', detail, {
-      errors: [{ path: 'body.destination', message: detail }],
+      errors: [{ path, message: detail }],
       extra: { reason: problem },
+    });
+  },
+  usageTimestampOutOfRange: (
+    sessionId: string,
+    timestamp: Date,
+    reason: 'future' | 'before_start',
+    window: { earliest: Date; latest: Date },
+  ) => {
+    const detail =
+      reason === 'future'
+        ? `a usage report of session ${sessionId} is dated ${timestamp.toISOString()}, after ${window.latest.toISOString()} ` +
+          "(billing's clock plus the allowed clock skew): check the daemon's clock"
+        : `a usage report of session ${sessionId} is dated ${timestamp.toISOString()}, before the session started ` +
+          `(${window.earliest.toISOString()} with the allowed clock skew)`;
+    return new AppError('invalid', 'USAGE_TIMESTAMP_OUT_OF_RANGE', detail, {
+      errors: [{ path: 'body.timestamp', message: detail }],
+      extra: { reason, earliest: window.earliest.toISOString(), latest: window.latest.toISOString() },
     });
   },
   addressNotProven: (walletId: string, address: string) =>

@@ -387,7 +387,42 @@ describe('billing ownership beyond the table', () => {
       payload: { amount: '10' },
     });
     expect(stranger.statusCode).toBe(403);
-    expect(stranger.json().code).toBe('NOT_WALLET_HOLDER');
+    expect(stranger.json().code).toBe('NOT_PROVIDER_OWNER');
+    expect(await h.balanceOf(providerWallet.id)).toMatchObject({ pending: '0.000000' });
+  });
+
+  it("answers 403 on someone else's machine before anything tells whether it has a provider wallet", async () => {
+    // One machine with a wallet (the owner's), one without: an outsider must not tell them apart.
+    const bare = crypto.randomUUID();
+    const routes: [method: 'GET' | 'POST' | 'PUT', path: string, payload?: object][] = [
+      ['POST', 'payout', { amount: '10' }],
+      ['POST', 'payout', {}],
+      ['GET', 'earnings'],
+      ['GET', 'payout-settings'],
+      ['PUT', 'payout-settings', { auto_payout: false }],
+      ['PUT', 'rates', { base_rates: {} }],
+    ];
+    for (const [method, path, payload] of routes) {
+      for (const name of ['other_user', 'other_daemon', 'renter'] as const) {
+        const answers = [];
+        for (const machine of [providerId, bare]) {
+          const res = await uninjected(h.app)({
+            method,
+            url: `/api/v1/provider/${machine}/${path}`,
+            headers: as(name),
+            ...(payload ? { payload } : {}),
+          });
+          answers.push({ status: res.statusCode, code: res.json().code });
+        }
+        const label = `${name} ${method} ${path}`;
+        expect(answers[0]!.status, label).toBe(403);
+        expect(answers[1], label).toEqual(answers[0]);
+      }
+    }
+    // The privileged learn that it has no wallet (they may act on any machine).
+    const missing = await h.app.inject({ method: 'GET', url: `/api/v1/provider/${bare}/earnings` });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.json().code).toBe('WALLET_NOT_FOUND');
     expect(await h.balanceOf(providerWallet.id)).toMatchObject({ pending: '0.000000' });
   });
 

@@ -261,10 +261,15 @@ describe('automatic payouts', () => {
     expect((await as(p.owner.headers).get(url)).json()).toMatchObject({ destination: p.address });
     const malformed = await as(p.owner.headers).put(url, { auto_payout: 'yes' });
     expect(malformed.statusCode).toBe(400);
-    const unknown = await as(p.owner.headers).put(`/api/v1/provider/${crypto.randomUUID()}/payout-settings`, {
-      auto_payout: false,
-    });
-    expect(unknown.statusCode).toBe(404);
+    // A machine that is not theirs (without a registry: any machine without their wallet) is 403, as for a stranger;
+    // only an admin learns that it has no wallet.
+    const unknownUrl = `/api/v1/provider/${crypto.randomUUID()}/payout-settings`;
+    const unknown = await as(p.owner.headers).put(unknownUrl, { auto_payout: false });
+    expect(unknown.statusCode).toBe(403);
+    expect(unknown.json().code).toBe('NOT_PROVIDER_OWNER');
+    const byAdmin = await as(h.admin.headers).put(unknownUrl, { auto_payout: false });
+    expect(byAdmin.statusCode).toBe(404);
+    expect(byAdmin.json().code).toBe('WALLET_NOT_FOUND');
   });
 
   it('needs a destination for a wallet without an address', async () => {

@@ -122,6 +122,12 @@ async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 50
   }
 }
 
+/**
+ * A moment to report at: two minutes ahead of now, on a minute of its own (not the one a heartbeat reports now), yet
+ * within the clock skew billing allows a daemon (5 minutes), a minute later too.
+ */
+const aheadOfNow = () => new Date(Math.floor(Date.now() / 60_000) * 60_000 + 2 * 60_000 + 10_000);
+
 describe('provider daemon usage reports', () => {
   it('reports each running session on its machine over HTTP, once per minute across retries and restarts', async () => {
     const { usage, daemon, providerId, restart } = await daemonOnMachine();
@@ -130,7 +136,7 @@ describe('provider daemon usage reports', () => {
     expect(await usage.report(providerId, readings)).toBe(0);
 
     const sessionId = await rent(providerId);
-    const t = new Date('2031-05-01T12:00:10Z');
+    const t = aheadOfNow();
     expect(await usage.report(providerId, readings, t)).toBe(1);
     // The same minute again (a retry, a second heartbeat in the minute, a restarted daemon): applied once.
     await usage.report(providerId, readings, new Date(t.getTime() + 30_000));
@@ -179,7 +185,7 @@ describe('provider daemon usage reports', () => {
       const providerId = await daemon.attach();
       const sessionId = await rent(providerId);
       const readings = await gpuSource(c.gpu).read();
-      const t = new Date('2031-05-01T13:00:00Z');
+      const t = aheadOfNow();
       await usage.report(providerId, readings, t);
       const got = await until(
         () => records(sessionId),

@@ -394,13 +394,13 @@ export interface paths {
                 query?: {
                     /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                     cursor?: string;
-                    /** @description ended at or after (RFC 3339) */
+                    /** @description ended at or after (RFC 3339, 1970 to 2100) */
                     from?: string;
                     limit?: number;
                     provider_id?: string;
                     /** @description completed and/or terminated (repeat or separate with commas) */
                     status?: string | string[];
-                    /** @description ended before (RFC 3339) */
+                    /** @description ended before (RFC 3339, 1970 to 2100) */
                     to?: string;
                     user_id?: string;
                     wallet_id?: string;
@@ -991,7 +991,7 @@ export interface paths {
         put?: never;
         /**
          * Record a provider daemon's usage report and bill the session's elapsed full minutes
-         * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 409 SESSION_NOT_ACTIVE for an ended session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) reports usage: 403 NOT_SESSION_PROVIDER otherwise.
+         * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 400 USAGE_TIMESTAMP_OUT_OF_RANGE for a report dated more than `billing.max_clock_skew` (5 min) ahead of the service clock or before the session started (nothing is written). 409 SESSION_NOT_ACTIVE for an ended session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) reports usage: 403 NOT_SESSION_PROVIDER otherwise.
          */
         post: {
             parameters: {
@@ -1019,7 +1019,7 @@ export interface paths {
                         session_id: string;
                         /**
                          * Format: date-time
-                         * @description when the daemon measured (RFC 3339)
+                         * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
                          */
                         timestamp: string;
                     };
@@ -1314,7 +1314,7 @@ export interface paths {
         put?: never;
         /**
          * Record several usage reports at once (a daemon with several rented GPUs)
-         * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others.
+         * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (400 USAGE_TIMESTAMP_OUT_OF_RANGE, 403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others; a malformed one (a timestamp outside 1970 to 2100 too) makes the whole request a 400 and none is applied.
          */
         post: {
             parameters: {
@@ -1340,7 +1340,7 @@ export interface paths {
                             session_id: string;
                             /**
                              * Format: date-time
-                             * @description when the daemon measured (RFC 3339)
+                             * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
                              */
                             timestamp: string;
                         }[];
@@ -1830,7 +1830,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A provider's earnings: earned, paid out, pending payouts and what can be paid out now */
+        /**
+         * A provider's earnings: earned, paid out, pending payouts and what can be paid out now
+         * @description Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1955,6 +1958,29 @@ export interface paths {
                         };
                     };
                 };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
             };
         };
         put?: never;
@@ -1976,7 +2002,7 @@ export interface paths {
         put?: never;
         /**
          * Pay a provider's earnings out on chain (at least the minimum payout)
-         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum.
+         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. 400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's own. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         post: {
             parameters: {
@@ -2257,7 +2283,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A provider's automatic payout setting */
+        /**
+         * A provider's automatic payout setting
+         * @description Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2280,7 +2309,11 @@ export interface paths {
                             auto_payout: boolean;
                             /** @description where earnings are paid automatically; null when off */
                             destination: string | null;
+                            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
+                            last_failure: string | null;
                             minimum_payout: string;
+                            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
+                            next_attempt_at: string | null;
                             /** Format: uuid */
                             provider_id: string;
                             /** Format: uuid */
@@ -2380,11 +2413,34 @@ export interface paths {
                         };
                     };
                 };
+                /** @description RFC 9457 problem details (application/problem+json) */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
             };
         };
         /**
          * Turn automatic payouts on or off
-         * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner.
+         * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar, token account, burn address or one of the platform's own addresses (treasury, its token account, the mint, its authorities); 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         put: {
             parameters: {
@@ -2416,7 +2472,11 @@ export interface paths {
                             auto_payout: boolean;
                             /** @description where earnings are paid automatically; null when off */
                             destination: string | null;
+                            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
+                            last_failure: string | null;
                             minimum_payout: string;
+                            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
+                            next_attempt_at: string | null;
                             /** Format: uuid */
                             provider_id: string;
                             /** Format: uuid */
@@ -2827,7 +2887,7 @@ export interface paths {
         put?: never;
         /**
          * Create a wallet for a user or provider (one per owner and type)
-         * @description A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is (404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER.
+         * @description A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is (404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER. The address is where withdrawals and payouts go by default: 400 INVALID_DESTINATION for one of the platform's own addresses, a well-known program or a burn address.
          */
         post: {
             parameters: {
@@ -4096,12 +4156,12 @@ export interface paths {
                 query?: {
                     /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                     cursor?: string;
-                    /** @description created at or after (RFC 3339) */
+                    /** @description created at or after (RFC 3339, 1970 to 2100) */
                     from?: string;
                     limit?: number;
                     /** @description one or more statuses */
                     status?: string | string[];
-                    /** @description created before (RFC 3339) */
+                    /** @description created before (RFC 3339, 1970 to 2100) */
                     to?: string;
                     /** @description one or more types (repeat the parameter or separate with commas) */
                     type?: string | string[];
@@ -4260,7 +4320,7 @@ export interface paths {
         put?: never;
         /**
          * Withdraw tokens to the wallet's address (or another destination) on chain
-         * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed.
+         * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's token account, the mint, the mint's authorities): `reason` says which.
          */
         post: {
             parameters: {

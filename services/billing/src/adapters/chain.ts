@@ -51,11 +51,13 @@ export interface PreparedTransfer {
 }
 
 /**
- * Why an address cannot receive a payout: a program (or a loader's or sysvar's account), the system address, or
- * an account of the token program (a token account or a mint) rather than an owner, whose associated token account
- * would strand the tokens.
+ * Why an address cannot receive a payout: a program (or a loader's or sysvar's account), the system address, an
+ * account of the token program (a token account or a mint) rather than an owner, whose associated token account
+ * would strand the tokens, an address the platform itself controls (the treasury, its token account, the mint, the
+ * mint's mint or freeze authority: the tokens would never leave the platform while billing counted them as paid out),
+ * or a burn address (the incinerator).
  */
-export type DestinationProblem = 'program' | 'system_address' | 'token_account';
+export type DestinationProblem = 'program' | 'system_address' | 'token_account' | 'platform_address' | 'burn_address';
 
 export type SignatureState = 'finalized' | 'confirmed' | 'processed' | 'failed' | 'unknown';
 
@@ -74,8 +76,17 @@ export interface Chain {
     signature: string,
     lastValidBlockHeight?: number,
   ): Promise<{ state: SignatureState; expired: boolean }>;
-  /** Why `address` cannot own the tokens a payout sends, or null when it can (a wallet, a new address). */
+  /**
+   * Why `address` cannot own the tokens a payout sends, or null when it can (a wallet, a new address, an address
+   * off the curve such as a program-derived vault, which can own a token account). Asks the chain (the account at the
+   * address, the mint's current authorities).
+   */
   destinationProblem(address: string): Promise<DestinationProblem | null>;
+  /**
+   * What `destinationProblem` can tell without the chain: the system program, well-known programs, burn addresses,
+   * the platform's own addresses (the mint's authorities as read at start-up); null when only the chain can tell.
+   */
+  knownDestinationProblem(address: string): DestinationProblem | null;
   /** Token balance (tokens, decimal string) of an owner's associated token account; "0" when it has none. */
   tokenBalance(owner: string): Promise<string>;
   treasuryAddress(): string;

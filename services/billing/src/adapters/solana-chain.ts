@@ -15,8 +15,6 @@ import {
   createAssociatedTokenAccountIdempotentInstruction,
   createTransferCheckedInstruction,
   getAssociatedTokenAddressSync,
-  TOKEN_2022_PROGRAM_ID,
-  TOKEN_PROGRAM_ID,
   unpackAccount,
   unpackMint,
 } from '@solana/spl-token';
@@ -24,7 +22,6 @@ import {
   Connection,
   Keypair,
   PublicKey,
-  SystemProgram,
   Transaction,
   TransactionInstruction,
   type TransactionSignature,
@@ -41,6 +38,7 @@ import {
 } from './chain.ts';
 import { checkDeposit } from './deposit-check.ts';
 import { fromBaseUnits, toBaseUnits } from './token-units.ts';
+import { accountDestinationProblem, knownDestinationProblem } from './unfit-destinations.ts';
 
 const MEMO_PROGRAM = new PublicKey('MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr');
 
@@ -83,6 +81,8 @@ export function readKeypairFile(path: string): Keypair {
 }
 
 export class SolanaChain implements Chain {
+  private platform: ReadonlySet<string> | undefined;
+
   private constructor(
     readonly connection: Connection,
     private readonly treasury: Keypair,
@@ -91,6 +91,8 @@ export class SolanaChain implements Chain {
     private readonly mintDecimals: number,
     private readonly commitment: 'processed' | 'confirmed' | 'finalized',
     private readonly opts: SolanaChainOptions,
+    /** The mint's mint and freeze authorities as read at start-up (destinationProblem reads them afresh). */
+    private readonly authorities: readonly PublicKey[],
   ) {}
 
   /** Connects: reads the treasury key and the mint (decimals, token program). ChainUnavailable when the RPC fails. */
@@ -109,11 +111,21 @@ export class SolanaChain implements Chain {
     const mint = new PublicKey(opts.mint);
     const info = await call('getAccountInfo', () => connection.getAccountInfo(mint, 'confirmed'));
     if (!info) throw new Error(`mint ${opts.mint} does not exist on ${opts.rpcUrl}`);
-    const decimals = unpackMint(mint, info, info.owner).decimals;
+    const unpacked = unpackMint(mint, info, info.owner);
+    const decimals = unpacked.decimals;
     if (opts.decimals !== undefined && opts.decimals !== decimals) {
       throw new Error(`mint ${opts.mint} has ${decimals} decimals, configured ${opts.decimals}`);
     }
-    return new SolanaChain(connection, treasury, mint, info.owner, decimals, opts.commitment ?? 'finalized', opts);
+    return new SolanaChain(
+      connection,
+      treasury,
+      mint,
+      info.owner,
+      decimals,
+      opts.commitment ?? 'finalized',
+      opts,
+      authoritiesOf(unpacked),
+    );
   }
 
   treasuryAddress(): string {
@@ -275,12 +287,30 @@ export class SolanaChain implements Chain {
 
   async destinationProblem(address: string): Promise<DestinationProblem | null> {
     const key = new PublicKey(address);
-    if (key.equals(SystemProgram.programId)) return 'system_address';
-    const info = await call('getAccountInfo', () => this.connection.getAccountInfo(key, 'confirmed'));
-    if (!info) return null;
-    if (info.executable || PROGRAM_OWNERS.some((o) => o.equals(info.owner))) return 'program';
-    if (info.owner.equals(TOKEN_PROGRAM_ID) || info.owner.equals(TOKEN_2022_PROGRAM_ID)) return 'token_account';
-    return null;
+    const known = this.knownDestinationProblem(address);
+    if (known) return known;
+    const [info, mintInfo] = await call('getMultipleAccountsInfo', () =>
+      this.connection.getMultipleAccountsInfo([key, this.mint], 'confirmed'),
+    );
+    // The mint's authorities now, should they have changed since start-up.
+    if (mintInfo && authoritiesOf(unpackMint(this.mint, mintInfo, this.tokenProgram)).some((a) => a.equals(key))) {
+      return 'platform_address';
+    }
+    return accountDestinationProblem(info ?? null);
+  }
+
+  knownDestinationProblem(address: string): DestinationProblem | null {
+    return knownDestinationProblem(address, this.platformAddresses());
+  }
+
+  /** The addresses the platform controls: the treasury and its token account, the mint and its authorities. */
+  private platformAddresses(): ReadonlySet<string> {
+    this.platform ??= new Set(
+      [this.treasury.publicKey, this.ata(this.treasury.publicKey), this.mint, ...this.authorities].map((k) =>
+        k.toBase58(),
+      ),
+    );
+    return this.platform;
   }
 
   async tokenBalance(owner: string): Promise<string> {
@@ -302,14 +332,10 @@ export class SolanaChain implements Chain {
   }
 }
 
-/** Owners of accounts that are programs' own: the loaders (program data) and the sysvars. */
-const PROGRAM_OWNERS = [
-  'BPFLoaderUpgradeab1e11111111111111111111111',
-  'BPFLoader2111111111111111111111111111111111',
-  'BPFLoader1111111111111111111111111111111111',
-  'NativeLoader1111111111111111111111111111111',
-  'Sysvar1111111111111111111111111111111111111',
-].map((a) => new PublicKey(a));
+/** A mint's mint and freeze authorities (none, one or two). */
+function authoritiesOf(mint: { mintAuthority: PublicKey | null; freezeAuthority: PublicKey | null }): PublicKey[] {
+  return [mint.mintAuthority, mint.freezeAuthority].filter((k): k is PublicKey => k !== null);
+}
 
 /** Runs one RPC call; any failure becomes ChainUnavailable. */
 async function call<T>(what: string, fn: () => Promise<T>): Promise<T> {

@@ -29,6 +29,8 @@ export interface WalletTable {
   /** Automatic payouts that failed in a row, and the earliest next attempt (null: now). */
   auto_payout_failures: Generated<number>;
   auto_payout_retry_at: Generated<Date | null>;
+  /** Why the last automatic payout failed (null: it did not, or the setting was saved since). */
+  auto_payout_last_failure: Generated<string | null>;
   created_at: Timestamp;
 }
 

@@ -82,7 +82,12 @@ export async function otherProvenHolders(db: Db, address: string, walletId: stri
 export async function setAutoPayoutTo(db: Db, id: string, address: string | null): Promise<WalletRow> {
   return db
     .updateTable('wallets')
-    .set({ auto_payout_to: address, auto_payout_failures: 0, auto_payout_retry_at: null })
+    .set({
+      auto_payout_to: address,
+      auto_payout_failures: 0,
+      auto_payout_retry_at: null,
+      auto_payout_last_failure: null,
+    })
     .where('id', '=', id)
     .returningAll()
     .executeTakeFirstOrThrow();
@@ -99,14 +104,25 @@ export async function lockAutoPayoutTo(trx: Transaction<BillingDB>, id: string):
   return row?.auto_payout_to ?? null;
 }
 
-/** Records the outcome of an automatic payout: a success clears the failures, a failure sets the next attempt. */
-export async function recordAutoPayoutOutcome(db: Db, id: string, retryAt: Date | null): Promise<void> {
+/**
+ * Records the outcome of an automatic payout: a success (null) clears the failures, a failure counts one more, sets
+ * the next attempt and keeps why.
+ */
+export async function recordAutoPayoutOutcome(
+  db: Db,
+  id: string,
+  failure: { retryAt: Date; reason: string } | null,
+): Promise<void> {
   await db
     .updateTable('wallets')
     .set((eb) =>
-      retryAt
-        ? { auto_payout_failures: eb('auto_payout_failures', '+', 1), auto_payout_retry_at: retryAt }
-        : { auto_payout_failures: 0, auto_payout_retry_at: null },
+      failure
+        ? {
+            auto_payout_failures: eb('auto_payout_failures', '+', 1),
+            auto_payout_retry_at: failure.retryAt,
+            auto_payout_last_failure: failure.reason,
+          }
+        : { auto_payout_failures: 0, auto_payout_retry_at: null, auto_payout_last_failure: null },
     )
     .where('id', '=', id)
     .execute();

@@ -26,11 +26,6 @@ export function assertWalletHolder(actor: Principal, wallet: { id: string; holde
   if (!isPrivileged(actor) && !isUser(actor, wallet.holderId)) throw notHolder(wallet.id);
 }
 
-/** A provider's earnings may also be read by the daemon acting for the machine's owner. */
-export function assertMayReadEarnings(actor: Principal, wallet: { id: string; holderId: string | null }): void {
-  if (wallet.holderId === null ? !isPrivileged(actor) : !mayActFor(actor, wallet.holderId)) throw notHolder(wallet.id);
-}
-
 /** A new wallet for the user `ownerId` is made by that user (or an admin or service). */
 export function assertMayCreateUserWallet(actor: Principal, ownerId: string): void {
   if (!isPrivileged(actor) && !isUser(actor, ownerId)) {
@@ -45,11 +40,26 @@ export function assertMayNameHolder(actor: Principal): void {
   }
 }
 
+/**
+ * How an actor uses a provider machine's account: `read` its earnings and payout setting (the owner's daemon too), or
+ * `manage` it (payouts, payout setting, rates: the owner's own token only).
+ */
+export type ProviderAccess = 'read' | 'manage';
+
+/** Whether the actor may use, as `access` says, the account of a provider machine owned by `ownerId`. */
+export function mayUseProviderAccount(actor: Principal, ownerId: string | null, access: ProviderAccess): boolean {
+  if (isPrivileged(actor)) return true;
+  if (ownerId === null) return false;
+  return access === 'read' ? mayActFor(actor, ownerId) : isUser(actor, ownerId);
+}
+
+/** 403 NOT_PROVIDER_OWNER: names only the machine (never its wallet), whatever the caller does not hold. */
+export const notProviderOwner = (providerId: string) =>
+  errors.forbidden(`provider ${providerId} belongs to someone else`, 'NOT_PROVIDER_OWNER');
+
 /** A provider account (its wallet, its rates) is managed by the machine's owner (or an admin or service). */
 export function assertProviderOwner(actor: Principal, providerId: string, ownerId: string | null): void {
-  if (!isPrivileged(actor) && !isUser(actor, ownerId)) {
-    throw errors.forbidden(`provider ${providerId} belongs to someone else`, 'NOT_PROVIDER_OWNER');
-  }
+  if (!mayUseProviderAccount(actor, ownerId, 'manage')) throw notProviderOwner(providerId);
 }
 
 /** The parties of a session: its renter and the provider machine's owner. */

@@ -19,14 +19,15 @@ import {
   walletsDueForAutoPayout,
 } from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
-import { assertMayReadEarnings, assertProviderOwner, assertWalletHolder } from './access.ts';
+import { assertProviderOwner } from './access.ts';
 import { chainError } from './chain-errors.ts';
 import { startChainPayout } from './chain-payouts.ts';
 import type { BillingContext } from './context.ts';
 import { walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
+import { findProviderAccount, providerAccount } from './provider-accounts.ts';
 import { providerWalletOf } from './rented-machine.ts';
-import { findWalletByOwner, toWallet, type Wallet } from './wallets.ts';
+import { toWallet, type Wallet } from './wallets.ts';
 
 /** A provider's automatic payout setting. */
 export interface AutoPayoutSetting {
@@ -35,6 +36,10 @@ export interface AutoPayoutSetting {
   /** Where earnings are paid automatically; null: automatic payouts are off. */
   destination: string | null;
   minimumPayout: string;
+  /** Why the last automatic payout failed (null: it did not, or the setting was saved since). */
+  lastFailure: string | null;
+  /** When a failed automatic payout is tried again (null: whenever earnings are due). */
+  nextAttemptAt: Date | null;
 }
 
 const settingOf = (ctx: BillingContext, providerId: string, wallet: Wallet): AutoPayoutSetting => ({
@@ -42,6 +47,8 @@ const settingOf = (ctx: BillingContext, providerId: string, wallet: Wallet): Aut
   walletId: wallet.id,
   destination: wallet.autoPayoutTo,
   minimumPayout: new Dec(ctx.minimumPayout).toFixed(ctx.scale),
+  lastFailure: wallet.autoPayoutFailure?.reason ?? null,
+  nextAttemptAt: wallet.autoPayoutFailure?.retryAt ?? null,
 });
 
 /** The provider's setting, read by whoever may read its earnings. */
@@ -49,11 +56,9 @@ export async function autoPayoutSetting(
   ctx: BillingContext,
   actor: Principal,
   providerId: string,
+  correlationId?: string,
 ): Promise<AutoPayoutSetting> {
-  const wallet = await findWalletByOwner(ctx.db, 'provider', providerId);
-  if (!wallet) throw billingErrors.providerWalletNotFound(providerId);
-  assertMayReadEarnings(actor, wallet);
-  return settingOf(ctx, providerId, wallet);
+  return settingOf(ctx, providerId, await providerAccount(ctx, actor, providerId, 'read', correlationId));
 }
 
 /**
@@ -89,21 +94,22 @@ export async function setAutoPayout(
   return settingOf(ctx, providerId, updated);
 }
 
-/** The provider wallet the actor manages: its holder's (checked), opened on first need when billing has a registry. */
+/**
+ * The provider wallet the actor manages: its holder's (checked before anything else), opened on first need for the
+ * machine's owner when billing has a registry.
+ */
 async function providerWalletToManage(
   ctx: BillingContext,
   actor: Principal,
   providerId: string,
   correlationId?: string,
 ): Promise<Wallet> {
-  const existing = await findWalletByOwner(ctx.db, 'provider', providerId);
-  if (existing) {
-    assertWalletHolder(actor, existing);
-    return existing;
-  }
+  const existing = await findProviderAccount(ctx, actor, providerId, 'manage', correlationId);
+  if (existing) return existing;
   if (!ctx.providers) throw billingErrors.providerWalletNotFound(providerId);
   const machine = await ctx.providers.provider(providerId, correlationId);
   if (!machine) throw billingErrors.providerNotFound(providerId);
+  // The wallet is opened for the owner the registry names now (the check above may have used a remembered owner).
   assertProviderOwner(actor, providerId, machine.ownerId);
   return providerWalletOf(ctx, machine);
 }
@@ -135,7 +141,7 @@ export async function payOutEarnings(
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
   const failed = async (why: string) => {
     const wait = autoPayoutBackoffMs(row.auto_payout_failures + 1);
-    await recordAutoPayoutOutcome(ctx.db, walletId, new Date(Date.now() + wait));
+    await recordAutoPayoutOutcome(ctx.db, walletId, { retryAt: new Date(Date.now() + wait), reason: why });
     ctx.logger.warn(
       { wallet_id: walletId, err: why, retry_in_ms: wait, failures: row.auto_payout_failures + 1 },
       'automatic payout failed; will retry after a backoff',

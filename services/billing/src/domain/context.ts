@@ -27,6 +27,11 @@ export interface SessionSettings {
   minimumBalance: string;
   gracePeriodMs: number;
   billingIntervalMs: number;
+  /**
+   * How far a usage report's timestamp may be ahead of billing's clock, or before its session's start, and still be
+   * applied (config `billing.max_clock_skew`): the daemon's clock and billing's differ a little.
+   */
+  maxClockSkewMs: number;
 }
 
 /**

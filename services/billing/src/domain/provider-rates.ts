@@ -4,16 +4,16 @@
  * back to the platform's rates. A session freezes the rates it starts with, so
  * changing them never re-prices a running session.
  */
-import type { Principal } from '@gpu/common';
+import { isPrivileged, type Principal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import { findProviderRatesRow, upsertProviderRates } from '../db/rates-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
-import { assertProviderOwner } from './access.ts';
 import type { BillingContext, PricingSettings } from './context.ts';
 import { Dec } from './money.ts';
 import { type HourlyRates, hourlyRates, type PricingInput, type ProviderRateOverrides } from './pricing.ts';
-import { providerOwner } from './provider-owners.ts';
+import { findProviderAccount } from './provider-accounts.ts';
+import { registryOwner } from './provider-owners.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
@@ -75,7 +75,8 @@ export function assertWithinLimits(rates: ProviderRateOverrides, limits: Pricing
 
 /**
  * Sets a provider's rates for its owner (or an admin or service): the owner is its wallet's holder, else the
- * registry's (PROVIDER_NOT_FOUND when it does not know the machine).
+ * registry's (PROVIDER_NOT_FOUND when it does not know the machine). Anyone else: 403 NOT_PROVIDER_OWNER, the same
+ * whether or not the machine has a wallet.
  */
 export async function setProviderRates(
   ctx: BillingContext,
@@ -84,7 +85,9 @@ export async function setProviderRates(
   rates: ProviderRateOverrides,
   correlationId?: string,
 ): Promise<StoredProviderRates> {
-  assertProviderOwner(actor, providerId, await providerOwner(ctx, providerId, correlationId));
+  const wallet = await findProviderAccount(ctx, actor, providerId, 'manage', correlationId);
+  // Rates for a machine the registry does not know would never apply: 404 for the privileged too.
+  if (!wallet && isPrivileged(actor)) await registryOwner(ctx, providerId, correlationId);
   assertWithinLimits(rates, ctx.pricing.providerLimits);
   return putProviderRates(ctx.db, providerId, rates);
 }

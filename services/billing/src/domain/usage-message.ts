@@ -4,7 +4,7 @@
  * `billing.usage.<session_id>`. One schema validates both, and one mapping
  * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
  */
-import type { Principal } from '@gpu/common';
+import { type Principal, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import type { SessionRow } from './sessions.ts';
 
@@ -35,7 +35,10 @@ function isStorableMetrics(value: unknown): boolean {
 /** The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). */
 export const usageMessageSchema = z.object({
   session_id: z.uuid(),
-  timestamp: z.iso.datetime({ offset: true }).describe('when the daemon measured (RFC 3339)'),
+  timestamp: zTimestamp().describe(
+    'when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the ' +
+      "service's clock and not before the session started, less that skew)",
+  ),
   gpu_utilization: z.number().min(0).max(100).describe('percent'),
   power_draw_w: z.number().min(0).max(100_000),
   metrics: z

@@ -4,7 +4,10 @@
  * nothing), elapsed time billed (session-billing.ts), `actual_power_w` taken
  * from the newest report only, so updates may arrive late, twice or out of
  * order. A session that is not running refuses new updates
- * (SESSION_NOT_ACTIVE); a session whose grace period is over is terminated.
+ * (SESSION_NOT_ACTIVE), a report dated beyond the allowed clock skew in the
+ * future or before its session started is refused
+ * (USAGE_TIMESTAMP_OUT_OF_RANGE); a session whose grace period is over is
+ * terminated.
  *
  * Group commit: updates that arrive together (concurrent HTTP requests, a
  * NATS fetch) are applied in one database transaction: the batch's sessions
@@ -106,6 +109,8 @@ async function applyInTransaction(
     if (before) return { kind: 'duplicate', sessionId: u.sessionId, record: before };
     if (!isRunning(session))
       return { kind: 'refused', error: billingErrors.sessionNotActive(session.id, session.status) };
+    const misdated = timestampProblem(ctx, u, session);
+    if (misdated) return { kind: 'refused', error: misdated };
     const of = firstInBatch.get(key);
     if (of !== undefined) return { kind: 'repeat', sessionId: u.sessionId, of };
     firstInBatch.set(key, i);
@@ -183,6 +188,27 @@ async function applyInTransaction(
       session: sessionOut(v.sessionId),
     };
   });
+}
+
+/**
+ * Why a report's timestamp cannot be applied to its session, or null: dated later than billing's clock plus
+ * `billing.max_clock_skew` (it would stand as the session's last usage time, ahead of every true report after it), or
+ * earlier than the session's start less that skew (it measured something else).
+ */
+function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: SessionRow): Error | null {
+  const skew = ctx.sessions.maxClockSkewMs;
+  const window = {
+    earliest: new Date(new Date(session.started_at).getTime() - skew),
+    latest: new Date(ctx.now().getTime() + skew),
+  };
+  const at = u.timestamp.getTime();
+  if (at > window.latest.getTime()) {
+    return billingErrors.usageTimestampOutOfRange(session.id, u.timestamp, 'future', window);
+  }
+  if (at < window.earliest.getTime()) {
+    return billingErrors.usageTimestampOutOfRange(session.id, u.timestamp, 'before_start', window);
+  }
+  return null;
 }
 
 const recordKey = (sessionId: string, messageId: string) => `${sessionId}\n${messageId}`;

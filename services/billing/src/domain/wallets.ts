@@ -26,6 +26,8 @@ export interface Wallet {
   addressProvenAt: Date | null;
   /** A provider wallet's automatic payout address (auto-payout.ts); null: off. */
   autoPayoutTo: string | null;
+  /** Why its last automatic payout failed, and when it is tried again (null: it did not fail). */
+  autoPayoutFailure: { reason: string | null; retryAt: Date } | null;
   createdAt: Date;
 }
 
@@ -37,6 +39,9 @@ export const toWallet = (r: WalletRow): Wallet => ({
   solanaAddress: r.solana_address,
   addressProvenAt: r.address_proven_at ? new Date(r.address_proven_at) : null,
   autoPayoutTo: r.auto_payout_to,
+  autoPayoutFailure: r.auto_payout_retry_at
+    ? { reason: r.auto_payout_last_failure, retryAt: new Date(r.auto_payout_retry_at) }
+    : null,
   createdAt: new Date(r.created_at),
 });
 
@@ -96,7 +101,8 @@ export interface OpenWalletInput {
 /**
  * Opens a wallet for the actor: a user opens their own user wallet; a provider machine's owner opens its provider
  * wallet (the owner is asked of the registry: PROVIDER_NOT_FOUND when it does not know the machine). Admins and
- * services open any, and may name the holder.
+ * services open any, and may name the holder. An address a payout could never go to (the platform's own, a program,
+ * a burn address: as far as known without asking the chain) is INVALID_DESTINATION.
  */
 export async function openWallet(ctx: BillingContext, actor: Principal, input: OpenWalletInput): Promise<Wallet> {
   let holderId: string | null;
@@ -110,6 +116,9 @@ export async function openWallet(ctx: BillingContext, actor: Principal, input: O
     holderId = await registryOwner(ctx, input.ownerId, input.correlationId);
     assertProviderOwner(actor, input.ownerId, holderId);
   }
+  // The address is where withdrawals and payouts go by default: never one of the platform's own (or a program's).
+  const problem = ctx.chain?.knownDestinationProblem(input.solanaAddress);
+  if (problem) throw billingErrors.unfitDestination(input.solanaAddress, problem, 'body.solana_address');
   return createWallet(ctx.db, { ...input, holderId });
 }
 

@@ -124,7 +124,10 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
         description:
           'The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed ' +
           'at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 ' +
-          'SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed.',
+          'SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, ' +
+          'nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, ' +
+          "sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's " +
+          "token account, the mint, the mint's authorities): `reason` says which.",
         params: walletParams,
         headers: idempotencyHeaders,
         body: z.object({

@@ -2,13 +2,12 @@
 import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { getTransaction } from '../db/transaction-repository.ts';
-import { assertMayReadEarnings, assertWalletHolder } from '../domain/access.ts';
 import { autoPayoutSetting, setAutoPayout } from '../domain/auto-payout.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { earningsSummary } from '../domain/earnings.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { Dec } from '../domain/money.ts';
-import { findWalletByOwner, type Wallet } from '../domain/wallets.ts';
+import { providerAccount } from '../domain/provider-accounts.ts';
 import { billingErrors } from '../errors.ts';
 import { autoPayoutJson, earningsJson } from '../wire/presenters.ts';
 import { EARNINGS_ROLES, PROVIDER_ROLES } from './access.ts';
@@ -25,13 +24,14 @@ import {
   transactionSchema,
 } from './schemas.ts';
 
+/** How every route keyed by a provider ID answers those who may not use its account. */
+const OWNER_FIRST =
+  "Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 " +
+  'NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only ' +
+  'tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.';
+
 export async function providerRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
-  const providerWallet = async (providerId: string): Promise<Wallet> => {
-    const wallet = await findWalletByOwner(ctx.db, 'provider', providerId);
-    if (!wallet) throw billingErrors.providerWalletNotFound(providerId);
-    return wallet;
-  };
   const resume = async (transactionId: string) => {
     const row = await getTransaction(ctx.db, transactionId);
     return row && row.status !== 'pending' ? payoutAnswer(ctx.scale, row) : null;
@@ -44,6 +44,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
       schema: {
         tags: ['providers'],
         summary: "A provider's earnings: earned, paid out, pending payouts and what can be paid out now",
+        description: OWNER_FIRST,
         params: providerParams,
         response: {
           200: z.object({
@@ -56,13 +57,18 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
             locked: z.string(),
             minimum_payout: z.string(),
           }),
-          ...problems(400, 403, 404),
+          ...problems(400, 403, 404, 503),
         },
       },
     },
     async (request) => {
-      const wallet = await providerWallet(request.params.providerID);
-      assertMayReadEarnings(callerOf(request), wallet);
+      const wallet = await providerAccount(
+        ctx,
+        callerOf(request),
+        request.params.providerID,
+        'read',
+        request.correlationId,
+      );
       return earningsJson(await earningsSummary(ctx.db, wallet, ctx.scale, ctx.minimumPayout));
     },
   );
@@ -73,6 +79,16 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
     auto_payout: z.boolean(),
     destination: z.string().nullable().describe('where earnings are paid automatically; null when off'),
     minimum_payout: z.string(),
+    last_failure: z
+      .string()
+      .nullable()
+      .describe(
+        'why the last automatic payout failed (say, a refused destination); null after a success or a new setting',
+      ),
+    next_attempt_at: z
+      .string()
+      .nullable()
+      .describe('when a failed automatic payout is tried again (the backoff doubles from a minute to a day)'),
   });
 
   app.get(
@@ -82,11 +98,13 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
       schema: {
         tags: ['providers'],
         summary: "A provider's automatic payout setting",
+        description: OWNER_FIRST,
         params: providerParams,
-        response: { 200: autoPayoutSchema, ...problems(400, 403, 404) },
+        response: { 200: autoPayoutSchema, ...problems(400, 403, 404, 503) },
       },
     },
-    async (request) => autoPayoutJson(await autoPayoutSetting(ctx, callerOf(request), request.params.providerID)),
+    async (request) =>
+      autoPayoutJson(await autoPayoutSetting(ctx, callerOf(request), request.params.providerID, request.correlationId)),
   );
 
   app.put(
@@ -100,10 +118,12 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           "With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the " +
           "wallet's address by default) as soon as a session on the machine ends and they reach " +
           '`billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the ' +
-          'wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar or token account; ' +
+          'wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar, token account, burn ' +
+          "address or one of the platform's own addresses (treasury, its token account, the mint, its authorities); " +
           "403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 " +
           'SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is ' +
-          'opened for its owner.',
+          'opened for its owner. ' +
+          OWNER_FIRST,
         params: providerParams,
         body: z.object({
           auto_payout: z.boolean(),
@@ -133,7 +153,10 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           'Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 ' +
           'confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the ' +
           'amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more ' +
-          'than the available balance, or, without an amount, when the available balance is under the minimum.',
+          'than the available balance, or, without an amount, when the available balance is under the minimum. ' +
+          "400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's " +
+          'own. ' +
+          OWNER_FIRST,
         params: providerParams,
         headers: idempotencyHeaders,
         body: z
@@ -147,8 +170,13 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
     },
     async (request, reply) =>
       runIdempotent(request, reply, { db: ctx.db, resume }, async (idem) => {
-        const wallet = await providerWallet(request.params.providerID);
-        assertWalletHolder(callerOf(request), wallet);
+        const wallet = await providerAccount(
+          ctx,
+          callerOf(request),
+          request.params.providerID,
+          'manage',
+          request.correlationId,
+        );
         const minimum = new Dec(ctx.minimumPayout);
         let amount: Dec;
         if (request.body.amount !== undefined) {

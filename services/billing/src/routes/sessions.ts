@@ -1,5 +1,5 @@
 /** Rental session routes: start, end, current usage and billing history. */
-import { type App, callerOf, setNextPage, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, setNextPage, withRequestLogger, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import { endSession } from '../domain/session-end.ts';
 import { type SessionStart, startSession } from '../domain/session-start.ts';
@@ -219,8 +219,8 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           provider_id: z.uuid().optional(),
           wallet_id: z.uuid().optional(),
           status: csvStatus.describe('completed and/or terminated (repeat or separate with commas)'),
-          from: z.iso.datetime({ offset: true }).optional().describe('ended at or after (RFC 3339)'),
-          to: z.iso.datetime({ offset: true }).optional().describe('ended before (RFC 3339)'),
+          from: zTimestamp().optional().describe('ended at or after (RFC 3339, 1970 to 2100)'),
+          to: zTimestamp().optional().describe('ended before (RFC 3339, 1970 to 2100)'),
           ...pageQuery,
         }),
         response: {

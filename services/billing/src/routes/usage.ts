@@ -39,7 +39,9 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
         description:
           'Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: ' +
           'true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest ' +
-          'report by timestamp, so late and out-of-order reports are safe. 409 SESSION_NOT_ACTIVE for an ended ' +
+          'report by timestamp, so late and out-of-order reports are safe. 400 USAGE_TIMESTAMP_OUT_OF_RANGE for a ' +
+          'report dated more than `billing.max_clock_skew` (5 min) ahead of the service clock or before the session ' +
+          'started (nothing is written). 409 SESSION_NOT_ACTIVE for an ended ' +
           "session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) " +
           'reports usage: 403 NOT_SESSION_PROVIDER otherwise.',
         headers: idempotencyHeaders,
@@ -72,8 +74,10 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
           `Up to ${MAX_REPORTS_PER_REQUEST} reports, each applied exactly as by POST /billing/usage-update ` +
           '(once per session and message ID; without `message_id` the timestamp names the report). The answer is ' +
           '200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its ' +
-          'problem (403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or ' +
-          'the problem body. One refused report does not affect the others.',
+          'problem (400 USAGE_TIMESTAMP_OUT_OF_RANGE, 403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 ' +
+          'SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does ' +
+          'not affect the others; a malformed one (a timestamp outside 1970 to 2100 too) makes the whole request a ' +
+          '400 and none is applied.',
         body: z.object({ reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_REQUEST) }),
         response: {
           200: z.object({

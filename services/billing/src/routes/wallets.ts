@@ -1,5 +1,5 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
-import { type App, callerOf, setNextPage } from '@gpu/common';
+import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import { ChainUnavailable } from '../adapters/chain.ts';
 import { issueAddressChallenge, proveAddress } from '../domain/address-proof.ts';
@@ -42,7 +42,9 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           "registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is " +
           '(404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it ' +
           'cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. ' +
-          'Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER.',
+          'Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER. The address is where withdrawals and payouts ' +
+          "go by default: 400 INVALID_DESTINATION for one of the platform's own addresses, a well-known program or " +
+          'a burn address.',
         body: z.object({
           owner_type: z.enum(['user', 'provider']),
           owner_id: z.uuid(),
@@ -217,8 +219,8 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           ...pageQuery,
           type: csv(typeList).describe('one or more types (repeat the parameter or separate with commas)'),
           status: csv(statusList).describe('one or more statuses'),
-          from: z.iso.datetime({ offset: true }).optional().describe('created at or after (RFC 3339)'),
-          to: z.iso.datetime({ offset: true }).optional().describe('created before (RFC 3339)'),
+          from: zTimestamp().optional().describe('created at or after (RFC 3339, 1970 to 2100)'),
+          to: zTimestamp().optional().describe('created before (RFC 3339, 1970 to 2100)'),
         }),
         response: {
           200: z.object({

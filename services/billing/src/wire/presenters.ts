@@ -251,6 +251,8 @@ export function autoPayoutJson(a: AutoPayoutSetting) {
     auto_payout: a.destination !== null,
     destination: a.destination,
     minimum_payout: a.minimumPayout,
+    last_failure: a.lastFailure,
+    next_attempt_at: a.nextAttemptAt?.toISOString() ?? null,
   };
 }
 

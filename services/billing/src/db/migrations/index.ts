@@ -9,6 +9,7 @@ import { machineReservationMigration } from './0006-machine-reservation.ts';
 import { autoPayoutMigration } from './0007-auto-payout.ts';
 import { sessionFillfactorMigration } from './0008-session-fillfactor.ts';
 import { ledgerPostGroupsMigration } from './0009-ledger-post-groups.ts';
+import { autoPayoutFailureMigration } from './0010-auto-payout-failure.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -21,5 +22,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0007-auto-payout': autoPayoutMigration,
     '0008-session-fillfactor': sessionFillfactorMigration,
     '0009-ledger-post-groups': ledgerPostGroupsMigration(scale),
+    '0010-auto-payout-failure': autoPayoutFailureMigration,
   };
 }
