@@ -1,10 +1,14 @@
 # One image recipe for every service; the build argument names the directory under services/:
-#   docker build --build-arg SERVICE=auth --build-arg PORT=8000 -t gpu-platform/auth .
-# docker-compose.yml builds the four services this way (tests/deploy.test.ts checks it).
+#   docker build --build-arg SERVICE=auth --build-arg PORT=8000 -t ghcr.io/gpu-platform/auth .
+# `pnpm images` (scripts/build-images.sh) builds every image docker-compose.yml and deploy/k8s use this way
+# (tests/deploy.test.ts checks the lists agree).
 #
-# Stage "build" installs the service's production dependencies and those of the workspace packages it uses (the
-# lockfile as committed, nothing resolved anew), with the compilers that native build scripts need; the runtime stage
-# copies only the result, runs as the unprivileged `node` user and has no package manager or compiler in it.
+# Stage "build" runs scripts/prepare-image.sh: the workspace's dependencies from the lockfile as committed (nothing
+# resolved anew), the service compiled to JavaScript in each package's dist/ with source maps (the builder
+# `pnpm start` uses, scripts/lib/build.ts), the command line to run it, then only the production dependencies. The
+# runtime stage copies the result, runs the compiled program with plain node as the unprivileged `node` user, and has
+# no package manager, compiler or TypeScript loader in it. tests/deploy.test.ts runs the build stage's script in a
+# copy of the tree and starts the service from what the runtime stage copies.
 ARG NODE_IMAGE=node:20-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
@@ -17,16 +21,10 @@ RUN apt-get update \
 WORKDIR /app
 # Dependencies first, from the lockfile alone, so a change to the code reuses this layer.
 COPY pnpm-lock.yaml pnpm-workspace.yaml package.json ./
-RUN pnpm fetch --prod
+RUN pnpm fetch
 COPY . .
 ARG SERVICE
-RUN test -n "${SERVICE}" && test -f "services/${SERVICE}/src/server.ts" \
-  || { echo "build with --build-arg SERVICE=<a directory under services/>, got '${SERVICE}'" >&2; exit 1; }
-RUN pnpm install --offline --frozen-lockfile --prod --filter "{./services/${SERVICE}}..."
-# The command line is the package's `start` script (storage's carries its V8 flags), run by node itself.
-RUN node -p "require('./services/${SERVICE}/package.json').scripts.start" > start-command \
-  && grep -q '^node .*src/server.ts$' start-command \
-  || { echo "services/${SERVICE}: the start script must be 'node ... src/server.ts'" >&2; exit 1; }
+RUN sh scripts/prepare-image.sh "${SERVICE}"
 
 FROM ${NODE_IMAGE}
 ARG SERVICE
@@ -36,7 +34,7 @@ ENV NODE_ENV=production \
   PORT=${PORT} \
   STORAGE_CONFIG_FILE=/data/config.yaml
 WORKDIR /app
-COPY --from=build /app/package.json /app/tsconfig.base.json /app/start-command ./
+COPY --from=build /app/package.json /app/start-command ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/packages ./packages
 COPY --from=build /app/services/${SERVICE} ./services/${SERVICE}
@@ -48,4 +46,5 @@ USER node
 EXPOSE ${PORT}
 HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+process.env.PORT+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# start-command: `node <the package's V8 flags> --enable-source-maps dist/src/server.js` (scripts/lib/image.ts).
 CMD ["/bin/sh", "-c", "exec $(cat /app/start-command)"]

@@ -1,18 +1,37 @@
 /**
- * No Docker engine runs on these machines, so the compose file and the Dockerfile are checked by reading them: the
- * compose file is valid against the Compose specification's JSON schema (vendored in deploy/compose-spec), the
- * real dependencies are there, every service that exists is built from the one Dockerfile at the root (the build
- * argument SERVICE naming it) and published on its contract port, and every environment variable the compose file
- * gives a service is one that the service's configuration loader takes.
+ * No Docker engine runs on these machines, so the compose file and the Dockerfile are checked by reading them, and the
+ * Dockerfile's build steps by running them outside Docker: the compose file is valid against the Compose
+ * specification's JSON schema (vendored in deploy/compose-spec), the real dependencies are there, every service that
+ * exists is built from the one Dockerfile at the root (the build argument SERVICE naming it), only what a user calls
+ * is published (on 127.0.0.1 by default), every long-running container restarts, Consul runs with ACLs, every
+ * environment variable the compose file gives a service is one that the service's configuration loader takes, and
+ * `pnpm images` builds exactly the images compose and the Kubernetes manifests name. The image runs the compiled
+ * program with production dependencies only: the build stage's script, run in a copy of the tree, makes a runtime
+ * from which the storage service starts and answers its health check.
  */
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { freePort, testEnv } from '@gpu/common/testing';
 import { Ajv } from 'ajv';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
+import { compiledPath } from '../scripts/lib/build.ts';
+import { imageCommand, imageServices } from '../scripts/lib/image.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const compose = YAML.parse(readFileSync(path.join(root, 'docker-compose.yml'), 'utf8'), { merge: true });
@@ -27,8 +46,37 @@ interface ComposeService {
   build?: { context?: string; dockerfile?: string; args?: Record<string, string> };
   environment?: Record<string, string>;
   ports?: string[];
+  restart?: string;
+  depends_on?: string[] | Record<string, { condition?: string }>;
 }
 const composeServices = compose.services as Record<string, ComposeService>;
+
+/** A compose value as Docker Compose reads it with none of its variables set: `${NAME:-default}` is the default. */
+const interpolated = (value: string) => value.replace(/\$\{\w+:-([^}]*)\}/g, '$1');
+
+/** What `pnpm images` prints with --list or --dry-run (IMAGE_REPO and IMAGE_TAG unset: their defaults). */
+function buildImages(...args: string[]): string[] {
+  const env = { ...process.env };
+  delete env.IMAGE_REPO;
+  delete env.IMAGE_TAG;
+  return execFileSync('bash', [path.join(root, 'scripts/build-images.sh'), ...args], { env, encoding: 'utf8' })
+    .trim()
+    .split('\n');
+}
+
+/** The images the Kubernetes manifests name: the base kustomization's, and each Deployment's containers'. */
+function k8sImages(): string[] {
+  const base = path.join(root, 'deploy/k8s/base');
+  const kustomization = YAML.parse(readFileSync(path.join(base, 'kustomization.yaml'), 'utf8'));
+  const names = new Set<string>((kustomization.images as Array<{ name: string }>).map((i) => i.name));
+  for (const dir of readdirSync(base)) {
+    const file = path.join(base, dir, 'deployment.yaml');
+    if (!existsSync(file)) continue;
+    for (const c of YAML.parse(readFileSync(file, 'utf8')).spec.template.spec.containers as Array<{ image: string }>)
+      names.add(c.image.split(':')[0]!);
+  }
+  return [...names].sort();
+}
 
 // The Compose specification's schema (draft-07), checked as Docker Compose would before it runs anything. It names
 // its meta-schema by the https address, which Ajv knows by the http one: the same draft-07 meta-schema under both.
@@ -87,15 +135,87 @@ describe('docker-compose.yml', () => {
     expect(compose.services.consul.command).toContain('agent');
   });
 
-  it.each(builtServices)('builds %s from the one Dockerfile and publishes its contract port', (name) => {
+  it.each(builtServices)('builds %s from the one Dockerfile and publishes its contract port on 127.0.0.1', (name) => {
     const svc = composeServices[name];
     expect(svc, `${name} is missing from docker-compose.yml`).toBeDefined();
     expect(svc!.build?.context).toBe('.');
     expect(svc!.build?.dockerfile ?? 'Dockerfile').toBe('Dockerfile');
     expect(svc!.build?.args?.SERVICE).toBe(name);
     expect(svc!.build?.args?.PORT).toBe(String(contractPorts[name]));
-    expect(svc!.ports).toContain(`${contractPorts[name]}:${contractPorts[name]}`);
+    expect(svc!.ports?.map(interpolated)).toEqual([`127.0.0.1:${contractPorts[name]}:${contractPorts[name]}`]);
+    expect(interpolated(svc!.image ?? '')).toBe(`ghcr.io/gpu-platform/${name}:latest`);
     expect(svc!.environment?.CONSUL_ENABLED).toBe('true');
+  });
+
+  it('publishes on the host only what a user calls, on 127.0.0.1 unless PLATFORM_BIND_ADDRESS says otherwise', () => {
+    const published: Record<string, string[]> = {};
+    for (const [name, svc] of Object.entries(composeServices)) {
+      for (const port of svc.ports ?? []) {
+        // host address:host port:container port, the address from the one variable.
+        expect(port, `${name}: ${port}`).toMatch(/^\$\{PLATFORM_BIND_ADDRESS:-127\.0\.0\.1\}:\d+:\d+$/);
+        published[name] = [...(published[name] ?? []), interpolated(port).split(':')[1]!];
+      }
+    }
+    expect(published).toEqual({
+      ...Object.fromEntries(builtServices.map((name) => [name, [String(contractPorts[name])]])),
+      // presigned URLs and downloads by redirect (S3_PUBLIC_ENDPOINT); the console (9001) is not published
+      minio: ['9000'],
+      // pnpm wallet's deposits: JSON-RPC and its WebSocket
+      solana: ['8899', '8900'],
+    });
+    expect(composeServices.storage?.environment?.S3_PUBLIC_ENDPOINT).toBe('http://localhost:9000');
+  });
+
+  it('restarts every long-running container unless stopped; a one-off set-up only on failure', () => {
+    const oneOff = new Set(
+      Object.values(composeServices).flatMap((svc) =>
+        Object.entries(Array.isArray(svc.depends_on) ? {} : (svc.depends_on ?? {}))
+          .filter(([, d]) => d.condition === 'service_completed_successfully')
+          .map(([name]) => name),
+      ),
+    );
+    expect([...oneOff]).toEqual(['solana-setup']);
+    for (const [name, svc] of Object.entries(composeServices)) {
+      expect(svc.restart, name).toBe(oneOff.has(name) ? 'on-failure' : 'unless-stopped');
+    }
+  });
+
+  it('runs Consul with ACLs on, deny by default, unpublished, and gives every service its token', () => {
+    const consul = composeServices.consul!;
+    expect(consul.ports).toBeUndefined();
+    const acl = JSON.parse(interpolated(consul.environment?.CONSUL_LOCAL_CONFIG ?? '{}')).acl;
+    expect(acl).toMatchObject({ enabled: true, default_policy: 'deny' });
+    expect(acl.tokens.agent).toBe(acl.tokens.initial_management);
+    for (const name of builtServices) {
+      expect(interpolated(composeServices[name]?.environment?.CONSUL_HTTP_TOKEN ?? ''), name).toBe(
+        acl.tokens.initial_management,
+      );
+    }
+  });
+
+  it('names the images pnpm images builds, and pnpm images builds exactly those the manifests name too', () => {
+    const built = buildImages('--list');
+    const composeImages = Object.values(composeServices)
+      .filter((svc) => svc.build)
+      .map((svc) => interpolated(svc.image ?? '(no image name)'));
+    expect([...built].sort()).toEqual([...composeImages].sort());
+    // The manifests name every image but the development chain's set-up; their tags come from the overlays.
+    const names = built.map((image) => image.split(':')[0]!);
+    expect(k8sImages()).toEqual(names.filter((n) => !n.endsWith('/solana-setup')).sort());
+  });
+
+  it('builds each image as docker-compose.yml would: the same Dockerfile and build arguments', () => {
+    const commands = buildImages('--dry-run');
+    for (const svc of Object.values(composeServices)) {
+      if (!svc.build) continue;
+      const image = interpolated(svc.image ?? '');
+      const command = commands.find((c) => c.endsWith(` -t ${image} .`));
+      expect(command, image).toBeDefined();
+      const args = Object.entries(svc.build.args ?? {}).map(([k, v]) => `--build-arg ${k}=${v}`);
+      expect(command).toBe(
+        ['docker build', `-f ${svc.build.dockerfile ?? 'Dockerfile'}`, ...args, `-t ${image} .`].join(' '),
+      );
+    }
   });
 
   it('builds every image of a service from the one Dockerfile, with a SERVICE that exists under services/', () => {
@@ -163,8 +283,10 @@ describe('Dockerfile', () => {
     expect(dockerfile).toMatch(/^ARG SERVICE$/m);
     expect(dockerfile).toMatch(/^FROM \S+ AS build$/m);
     expect(dockerfile.match(/^FROM /gm)).toHaveLength(2);
-    expect(dockerfile).toContain('--frozen-lockfile');
-    expect(dockerfile).toMatch(/--filter "\{\.\/services\/\$\{SERVICE\}\}\.\.\."/);
+    expect(dockerfile).toMatch(/^RUN sh scripts\/prepare-image\.sh "\$\{SERVICE\}"$/m);
+    const prepare = readFileSync(path.join(root, 'scripts/prepare-image.sh'), 'utf8');
+    expect(prepare).toContain('pnpm install --offline --frozen-lockfile\n');
+    expect(prepare).toContain('pnpm install --offline --frozen-lockfile --prod --filter "{./services/$SERVICE}..."');
     expect(dockerfile).toMatch(/^USER node$/m);
     expect(dockerfile).toMatch(/^EXPOSE \$\{PORT\}$/m);
     expect(dockerfile).toMatch(/^HEALTHCHECK /m);
@@ -176,10 +298,189 @@ describe('Dockerfile', () => {
     expect(packageManager).toBe(`pnpm@${version}`);
   });
 
-  it.each(builtServices)("can run %s: its package's start script is the node command line the image runs", (name) => {
+  it.each(builtServices)('runs %s compiled, with plain node and source maps, as pnpm start does', (name) => {
+    expect(imageServices()).toContain(name);
     const pkg = JSON.parse(readFileSync(path.join(root, 'services', name, 'package.json'), 'utf8'));
     expect(pkg.name).toBe(`@gpu/${name}`);
-    expect(pkg.scripts.start).toMatch(/^node (\S+ )*--import tsx src\/server\.ts$/);
-    expect(pkg.dependencies.tsx, 'tsx runs the service, so it is a production dependency').toBeDefined();
+    // The package's start script runs the source (development); the image its compiled program, with the same flags.
+    const flags = /^node((?: \S+)*) --import tsx src\/server\.ts$/.exec(pkg.scripts.start)?.[1]?.trim();
+    expect(flags, 'start script').toBeDefined();
+    const program = path.relative(path.join(root, 'services', name), compiledPath(`services/${name}/src/server.ts`));
+    expect(program).toBe('dist/src/server.js');
+    expect(imageCommand(name)).toBe(['node', flags, '--enable-source-maps', program].filter(Boolean).join(' '));
+    expect(pkg.dependencies.tsx, 'nothing in the image runs TypeScript').toBeUndefined();
   });
+
+  it('runs the chain set-up image compiled too', () => {
+    const tool = readFileSync(path.join(root, 'tools/solana-localnet/Dockerfile'), 'utf8');
+    expect(tool).toContain('node --import tsx scripts/build-program.ts tools/solana-localnet/src/setup.ts');
+    const entry = /^ENTRYPOINT (.+)$/m.exec(tool)?.[1];
+    const program = path.relative(
+      path.join(root, 'tools/solana-localnet'),
+      compiledPath('tools/solana-localnet/src/setup.ts'),
+    );
+    expect(JSON.parse(entry ?? '[]')).toEqual(['node', '--enable-source-maps', program]);
+    expect(tool).toMatch(/^USER node$/m);
+  });
+
+  it.each(builtServices)('gives %s every package its program imports as a production dependency', async (name) => {
+    // The image holds production dependencies only: a package imported at run time (type imports vanish in the
+    // compiled code) but declared for development only would be missing there.
+    const esbuild = await import('esbuild');
+    const result = await esbuild.build({
+      entryPoints: [path.join(root, 'services', name, 'src/server.ts')],
+      absWorkingDir: root,
+      bundle: true,
+      write: false,
+      metafile: true,
+      platform: 'node',
+      format: 'esm',
+      logLevel: 'silent',
+      plugins: [
+        {
+          name: 'workspace-only',
+          setup(b) {
+            // Workspace sources are followed, as the builder follows them (scripts/lib/build.ts); packages and
+            // Node's modules stay imports.
+            b.onResolve({ filter: /^[^./]/ }, async (args) => {
+              if (args.pluginData === 'inner') return undefined;
+              if (args.path.startsWith('node:') || builtinModules.includes(args.path)) return { external: true };
+              const r = await b.resolve(args.path, {
+                kind: args.kind,
+                resolveDir: args.resolveDir,
+                importer: args.importer,
+                pluginData: 'inner',
+              });
+              if (r.errors.length > 0) return { errors: r.errors };
+              const inWorkspace = r.path.startsWith(root) && !r.path.includes(`${path.sep}node_modules${path.sep}`);
+              return inWorkspace ? { path: r.path } : { external: true };
+            });
+          },
+        },
+      ],
+    });
+    const builtins = new Set(builtinModules);
+    const missing: string[] = [];
+    for (const [input, { imports }] of Object.entries(result.metafile.inputs)) {
+      let dir = path.dirname(path.resolve(root, input));
+      while (!existsSync(path.join(dir, 'package.json'))) dir = path.dirname(dir);
+      const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
+      for (const imp of imports) {
+        if (!imp.external || imp.path.startsWith('node:') || builtins.has(imp.path)) continue;
+        const pkgName = imp.path.startsWith('@') ? imp.path.split('/').slice(0, 2).join('/') : imp.path.split('/')[0]!;
+        if (!pkg.dependencies?.[pkgName]) missing.push(`${path.relative(root, dir)}: ${pkgName}`);
+      }
+    }
+    expect([...new Set(missing)]).toEqual([]);
+  });
+});
+
+describe('the image build, outside Docker', () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'image-build-'));
+  afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+  /** The stage's lines, from `FROM ... AS <name>` (or the unnamed last stage) to the next FROM. */
+  function stage(name: string | undefined): string[] {
+    const stages = dockerfile.split(/^(?=FROM )/m).filter((s) => s.startsWith('FROM '));
+    const found = stages.find((s) =>
+      name ? s.split('\n')[0]!.endsWith(` AS ${name}`) : !/ AS \w+$/.test(s.split('\n')[0]!),
+    );
+    return found!.replace(/\\\n\s*/g, ' ').split('\n');
+  }
+
+  it('makes, from the build stage run in a copy of the tree, a runtime from which the storage service starts', async () => {
+    const service = 'storage';
+    const substitute = (line: string) => line.replaceAll(/\$\{SERVICE\}/g, service);
+    // The build context: the tree as the repository has it (.dockerignore leaves out what .gitignore does).
+    const context = path.join(work, 'build');
+    const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '-z'], {
+      cwd: root,
+      encoding: 'utf8',
+    })
+      .split('\0')
+      .filter((f) => f && existsSync(path.join(root, f)) && statSync(path.join(root, f)).isFile());
+    for (const f of files) {
+      mkdirSync(path.dirname(path.join(context, f)), { recursive: true });
+      cpSync(path.join(root, f), path.join(context, f));
+    }
+    // The build stage's commands after the tree is copied in (before it: pnpm and `pnpm fetch`, which fill the
+    // package store this machine already has), run as the Dockerfile runs them.
+    const build = stage('build');
+    const runs = build
+      .slice(build.indexOf('COPY . .'))
+      .filter((l) => l.startsWith('RUN '))
+      .map((l) => substitute(l.slice(4)));
+    expect(runs).toEqual([`sh scripts/prepare-image.sh "${service}"`]);
+    for (const command of runs) execFileSync('sh', ['-c', command], { cwd: context, stdio: 'pipe' });
+
+    // The runtime stage: what it copies from the build stage, where it runs, what it runs.
+    const runtime = path.join(work, 'app');
+    mkdirSync(runtime);
+    for (const line of stage(undefined).filter((l) => l.startsWith('COPY --from=build '))) {
+      const [from, ...rest] = substitute(line).split(' ').slice(2);
+      const dest = rest.pop()!;
+      for (const source of [from!, ...rest]) {
+        const target = dest.endsWith('/') ? path.join(runtime, dest, path.basename(source)) : path.join(runtime, dest);
+        cpSync(path.join(context, path.relative('/app', source)), target, { recursive: true, verbatimSymlinks: true });
+      }
+    }
+    const workdir = stage(undefined)
+      .filter((l) => l.startsWith('WORKDIR '))
+      .pop()!;
+    const cwd = path.join(runtime, path.relative('/app', substitute(workdir.slice(8))));
+    const command = readFileSync(path.join(runtime, 'start-command'), 'utf8').trim();
+    expect(command).toBe(imageCommand(service));
+    expect(command).not.toContain('tsx');
+    // Production dependencies only: no TypeScript loader, compiler or test runner in the image.
+    const store = readdirSync(path.join(runtime, 'node_modules/.pnpm'));
+    for (const tool of ['tsx@', 'esbuild@', 'typescript@', 'vitest@'])
+      expect(
+        store.filter((p) => p.startsWith(tool)),
+        tool,
+      ).toEqual([]);
+    expect(existsSync(path.join(cwd, 'dist/src/server.js.map'))).toBe(true);
+
+    const port = await freePort();
+    const [node, ...args] = command.split(' ');
+    expect(node).toBe('node');
+    const child = spawn(process.execPath, args, {
+      cwd,
+      // The image's environment: nothing from this machine's (no NODE_OPTIONS, no loaders).
+      env: {
+        PATH: process.env.PATH,
+        NODE_ENV: 'production',
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        STORAGE_CONFIG_FILE: path.join(work, 'data/config.yaml'),
+        S3_ENDPOINT: testEnv.s3Endpoint,
+        S3_ACCESS_KEY_ID: testEnv.s3AccessKey,
+        S3_SECRET_ACCESS_KEY: testEnv.s3SecretKey,
+        S3_DEFAULT_BUCKET: `image-${port}`,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d) => {
+      output += d;
+    });
+    child.stderr.on('data', (d) => {
+      output += d;
+    });
+    try {
+      const deadline = Date.now() + 30_000;
+      let health: Response | undefined;
+      while (!health?.ok) {
+        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`storage did not start:\n${output}`);
+        await new Promise((r) => setTimeout(r, 200));
+        health = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
+      }
+      expect(await health.json()).toMatchObject({ status: 'UP', checks: { object_store: { status: 'UP' } } });
+      // Access control is on in the image as everywhere: an anonymous upload is refused.
+      const anonymous = await fetch(`http://127.0.0.1:${port}/objects/a.txt`, { method: 'PUT', body: 'x' });
+      expect(anonymous.status).toBe(401);
+    } finally {
+      child.kill('SIGTERM');
+      if (child.exitCode === null) await new Promise((r) => child.once('exit', r));
+    }
+  }, 600_000);
 });

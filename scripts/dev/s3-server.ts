@@ -3,11 +3,13 @@
  * store of `pnpm start` and the real S3 server of the tests.
  * Requests must be signed with AWS Signature Version 4 (headers or a presigned URL), as S3 requires
  * (s3rver-sigv4.ts); `--allow-anonymous` lets unsigned requests through (the storage benchmark's reference relay).
+ * An object or part is stored only once its whole body arrived, as S3 does (s3rver-atomic-writes.ts).
  * Usage: tsx scripts/dev/s3-server.ts [--port 9000] [--host 127.0.0.1] [--dir .data/s3] [--allow-anonymous]
  */
 import { mkdirSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
+import { addAtomicWrites } from './s3rver-atomic-writes.ts';
 import { addNestedCommonPrefixes } from './s3rver-listing.ts';
 import { addMultipartManagement } from './s3rver-multipart.ts';
 import { addSuffixRanges } from './s3rver-ranges.ts';
@@ -29,6 +31,7 @@ const server = new S3rver({
   silent: true,
   allowMismatchedSignatures: false,
 });
+addAtomicWrites(server);
 addMultipartManagement(server);
 addSuffixRanges(server);
 addNestedCommonPrefixes(server);

@@ -1,8 +1,9 @@
 /**
  * V8 flags the storage service runs with: `pnpm start` (scripts/start.ts) and the benchmark take them from
  * here; the package's `start` script spells them out (test/node-flags.test.ts keeps it in step), and the image
- * (the repository's Dockerfile) runs that script. The file sits at the package root, outside `src/`, because the flags belong to how the process
- * is started, not to the service's code, and the repository's start script reads them.
+ * (the repository's Dockerfile) runs the compiled program with that script's flags (scripts/lib/image.ts). The file
+ * sits at the package root, outside `src/`, because the flags belong to how the process is started, not to the
+ * service's code, and the repository's start script reads them.
  *
  * `--initial-old-space-size=64`: a download allocates about its own size in short-lived buffers (the HTTP
  * parser's copy of each chunk read from the store). Without the flag, about a third of service processes fell, at

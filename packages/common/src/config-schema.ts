@@ -45,6 +45,11 @@ export const registrySchema = z
     enabled: zBool().optional(),
     /** host:port or URL of the Consul agent; `DEFAULT_CONSUL_ADDRESS` when unset. */
     address: z.string().optional(),
+    /**
+     * ACL token the service registers and deregisters with (sent as `X-Consul-Token`), for an agent with ACLs on;
+     * empty: none (an agent without ACLs). Its policy needs `service:write` on the service's name.
+     */
+    token: z.string().default(''),
     registration: z
       .object({
         service_name: z.string().default(''),
@@ -133,6 +138,8 @@ export const baseEnvAliases: Record<string, string> = {
   INSTANCE_ID: 'instance_id',
   CONSUL_ADDRESS: 'registry.address',
   CONSUL_ENABLED: 'registry.enabled',
+  // Consul's own name for the token its tools send.
+  CONSUL_HTTP_TOKEN: 'registry.token',
   ACCESS_CONTROL_ENABLED: 'access.enabled',
   AUTH_JWKS_URL: 'access.jwks_url',
   AUTH_ISSUER: 'access.issuer',

@@ -75,6 +75,7 @@ export {
 } from './errors.ts';
 export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
+export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export type { HealthCheck } from './http/health.ts';
 export { NEXT_CURSOR_HEADER, setNextPage } from './http/paging.ts';

@@ -1,5 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { baseConfigSchema, buildRegistration, createApp, createLogger, runService } from '../src/index.ts';
+import {
+  baseConfigSchema,
+  baseEnvAliases,
+  buildRegistration,
+  createApp,
+  createLogger,
+  loadConfig,
+  runService,
+} from '../src/index.ts';
 import { ConsulRecorder } from '../src/testing/index.ts';
 
 const consul = new ConsulRecorder();
@@ -35,6 +43,48 @@ describe('Consul registration', () => {
       await running.shutdown('test over');
     }
     expect(consul.services.has('test-service-i-health')).toBe(false);
+  });
+
+  it('registers and deregisters with the ACL token (registry.token, CONSUL_HTTP_TOKEN) an agent with ACLs asks for', async () => {
+    const secured = new ConsulRecorder({ aclToken: 'consul-acl-token' });
+    const address = await secured.start();
+    try {
+      const config = loadConfig({
+        schema: baseConfigSchema,
+        envPrefix: 'TEST',
+        env: { CONSUL_ADDRESS: address, CONSUL_HTTP_TOKEN: 'consul-acl-token', HOST: '127.0.0.1', PORT: '0' },
+        aliases: baseEnvAliases,
+      });
+      const logger = createLogger({ service: 'test', instanceId: 'acl', level: 'silent' });
+      const app = await createApp({ service: 'acl-service', description: 'test', config, logger });
+      const running = await runService({ name: 'acl-service', config, logger, app });
+      expect(secured.services.has(`acl-service-${config.instance_id}`)).toBe(true);
+      await running.shutdown('test over');
+      expect(secured.services.size).toBe(0);
+      expect(secured.calls.map((c) => c.token)).toEqual(['consul-acl-token', 'consul-acl-token']);
+    } finally {
+      await secured.close();
+    }
+  });
+
+  it("stops start-up when an agent with ACLs refuses the service's token", async () => {
+    const secured = new ConsulRecorder({ aclToken: 'consul-acl-token' });
+    const address = await secured.start();
+    try {
+      const config = baseConfigSchema.parse({
+        server: { host: '127.0.0.1', port: 0 },
+        registry: { address, token: 'not-the-token' },
+      });
+      const logger = createLogger({ service: 'test', instanceId: 'acl', level: 'silent' });
+      const app = await createApp({ service: 'acl-service', description: 'test', config, logger });
+      await expect(runService({ name: 'acl-service', config, logger, app })).rejects.toThrow(
+        /consul registration failed/,
+      );
+      await app.close();
+      expect(secured.services.size).toBe(0);
+    } finally {
+      await secured.close();
+    }
   });
 
   it('uses registry.registration.health_check_path whenever it is set', () => {

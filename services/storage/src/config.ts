@@ -48,6 +48,12 @@ export const storageConfigSchema = z.object({
       queue_size: zInt(1, 32).default(2),
       /** Time limit of one upload or download (0 = none); request_timeout bounds the rest. */
       transfer_timeout: zDuration().default('2h'),
+      /**
+       * How long an upload may wait for the next byte of its body before it is given up (408 CLIENT_TIMEOUT, nothing
+       * stored; 0 = no limit but transfer_timeout). Time the service itself holds the body back (the store slower
+       * than the client) does not count.
+       */
+      upload_idle_timeout: zDuration().default('60s'),
       /** How long start-up waits for the store to answer its connection test. */
       connect_timeout: zDuration().default('30s'),
     })

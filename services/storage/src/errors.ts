@@ -16,7 +16,16 @@ export const storageErrors = {
     errors.validation(`invalid object key: ${why}`, [{ path: 'params.objectKey', message: why }]),
   noDefaultBucket: () =>
     errors.notFound('DEFAULT_BUCKET_NOT_CONFIGURED', 'no default bucket is configured (object_store.default_bucket)'),
-  incompleteBody: (detail: string) => errors.badRequest('INCOMPLETE_BODY', detail),
+  // The rest of such a body is not read: the connection is closed after the answer.
+  incompleteBody: (detail: string) =>
+    errors.badRequest('INCOMPLETE_BODY', detail, { headers: { connection: 'close' } }),
+  uploadStalled: (idleMs: number) =>
+    new AppError(
+      'client_timeout',
+      'CLIENT_TIMEOUT',
+      `no byte of the upload body arrived for ${idleMs} ms (object_store.upload_idle_timeout); nothing was stored`,
+      { headers: { connection: 'close' } },
+    ),
   uploadTooLarge: (limit: number) => errors.payloadTooLarge(`upload exceeds the limit of ${limit} bytes`),
   rangeNotSatisfiable: (detail: string) => new AppError('range_not_satisfiable', 'RANGE_NOT_SATISFIABLE', detail),
   preconditionFailed: (detail: string) => new AppError('precondition_failed', 'PRECONDITION_FAILED', detail),

@@ -477,7 +477,7 @@ export interface paths {
                 };
             };
         };
-        /** Upload an object (streamed; multipart for large bodies; 413 over the size limit) */
+        /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
         put: {
             parameters: {
                 query?: never;
@@ -516,7 +516,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY */
+                /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -587,6 +587,29 @@ export interface paths {
                 };
                 /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored */
+                408: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1135,7 +1158,7 @@ export interface paths {
                 };
             };
         };
-        /** Upload an object (streamed; multipart for large bodies; 413 over the size limit) */
+        /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
         put: {
             parameters: {
                 query?: never;
@@ -1176,7 +1199,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY */
+                /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored */
                 400: {
                     headers: {
                         [name: string]: unknown;
@@ -1247,6 +1270,29 @@ export interface paths {
                 };
                 /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": {
+                            /** @description stable UPPER_SNAKE machine code */
+                            code: string;
+                            detail: string;
+                            errors?: {
+                                message: string;
+                                path: string;
+                            }[];
+                            request_id?: string;
+                            status: number;
+                            title: string;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    };
+                };
+                /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored */
+                408: {
                     headers: {
                         [name: string]: unknown;
                     };

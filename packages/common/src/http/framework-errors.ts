@@ -5,13 +5,15 @@
  * problem body as any other error. A `clientError` (malformed request line or
  * header, headers too large, client too slow) comes before there is a request
  * at all: it gets a minimal problem body, a fresh request ID to find its log
- * line by, and `Connection: close`, since the connection cannot be trusted.
+ * line by, and `Connection: close`, since the connection cannot be trusted. (Except a body cut short by a
+ * half-close, which a request streaming its body may answer itself: body-cut.ts.)
  */
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, errors } from '../errors.ts';
+import { handOverBodyCut } from './body-cut.ts';
 import { answerError, PROBLEM_CONTENT_TYPE } from './error-handler.ts';
 import { problemOf } from './problem.ts';
 import { correlationIdOf, echoIds, REQUEST_ID_HEADER } from './request-context.ts';
@@ -44,6 +46,8 @@ function clientProblem(err: NodeJS.ErrnoException): AppError {
 export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
   // A reset connection has nobody to answer (see Node's 'clientError' documentation).
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  // A body cut by the client's half-close, on a request whose handler answers that itself (body-cut.ts).
+  if (handOverBodyCut(err, socket)) return;
   const problem = problemOf(clientProblem(err));
   const requestId = randomUUID();
   this.log.info({ request_id: requestId, code: problem.code, status: problem.status, err_code: err.code }, err.message);

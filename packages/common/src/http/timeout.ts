@@ -50,6 +50,8 @@ export const requestTimeout = fp(
         abort(state, errors.timeout());
         if (reply.sent || reply.raw.headersSent) return;
         request.log.warn({ timeout_ms: limit }, 'request timed out');
+        // The rest of a body still on its way would be read only to be thrown away: close the connection instead.
+        if (!request.raw.complete) reply.header('connection', 'close');
         void sendProblem(request, reply, errors.timeout(`request did not finish within ${limit} ms`));
       }, limit);
       state.timer.unref();

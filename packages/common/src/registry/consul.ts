@@ -1,7 +1,7 @@
 /**
  * Service registration in Consul with an HTTP health check, through the
- * `consul` client. An unspecified listen address (0.0.0.0, ::) is announced
- * and checked as 127.0.0.1.
+ * `consul` client, with the ACL token `registry.token` when one is set. An
+ * unspecified listen address (0.0.0.0, ::) is announced and checked as 127.0.0.1.
  */
 import Consul from 'consul';
 import type { Logger } from 'pino';
@@ -45,19 +45,22 @@ export function buildRegistration(config: BaseConfig, defaultName: string, port:
   };
 }
 
-function client(address: string): Consul {
+function client(registry: BaseConfig['registry']): Consul {
+  const { address, token } = registry;
   const url = new URL(address.includes('://') ? address : `http://${address}`);
   return new Consul({
     host: url.hostname,
     port: Number(url.port || (url.protocol === 'https:' ? 443 : 8500)),
     secure: url.protocol === 'https:',
+    // An agent with ACLs on refuses registrations without a token allowed to write the service.
+    ...(token ? { defaults: { token } } : {}),
   });
 }
 
 /** Registers the service; retried a few times so a slow agent does not stop start-up. */
 export async function registerService(config: BaseConfig, registration: Registration, log: Logger): Promise<void> {
   const reg = config.registry.registration;
-  const consul = client(config.registry.address);
+  const consul = client(config.registry);
   const body = {
     id: registration.id,
     name: registration.name,
@@ -89,7 +92,7 @@ export async function registerService(config: BaseConfig, registration: Registra
 
 export async function deregisterService(config: BaseConfig, id: string, log: Logger): Promise<void> {
   try {
-    await client(config.registry.address).agent.service.deregister(id);
+    await client(config.registry).agent.service.deregister(id);
     log.info({ registry_id: id }, 'deregistered from consul');
   } catch (err) {
     log.warn({ err, registry_id: id }, 'consul deregistration failed');

@@ -3,7 +3,9 @@
  * agent cannot be installed on these machines). It answers
  * PUT /v1/agent/service/register and PUT /v1/agent/service/deregister/:id
  * like the agent, keeps the registered services, and records every call.
- * GET /_recorded returns what it saw.
+ * GET /_recorded returns what it saw. Given an ACL token, it refuses every
+ * call without that `X-Consul-Token` with 403 "Permission denied", as an agent
+ * with ACLs on and a deny-by-default policy does.
  */
 import { createServer, type Server } from 'node:http';
 
@@ -12,12 +14,17 @@ export interface RecordedCall {
   path: string;
   body: unknown;
   at: string;
+  /** The `X-Consul-Token` the call carried, if any. */
+  token?: string;
 }
 
 export class ConsulRecorder {
   readonly calls: RecordedCall[] = [];
   readonly services = new Map<string, Record<string, unknown>>();
   private server?: Server;
+
+  /** `aclToken`: the one token it accepts (ACLs on, deny by default); none: every call is accepted. */
+  constructor(private readonly opts: { aclToken?: string } = {}) {}
 
   async start(port = 0, host = '127.0.0.1'): Promise<string> {
     this.server = createServer((req, res) => {
@@ -35,7 +42,19 @@ export class ConsulRecorder {
           res.end(JSON.stringify({ calls: this.calls, services: Object.fromEntries(this.services) }));
           return;
         }
-        this.calls.push({ method: req.method ?? '', path, body, at: new Date().toISOString() });
+        const token = req.headers['x-consul-token'];
+        this.calls.push({
+          method: req.method ?? '',
+          path,
+          body,
+          at: new Date().toISOString(),
+          ...(typeof token === 'string' ? { token } : {}),
+        });
+        if (this.opts.aclToken !== undefined && token !== this.opts.aclToken) {
+          res.statusCode = 403;
+          res.end(token === undefined ? 'Permission denied: anonymous token lacks permission' : 'ACL not found');
+          return;
+        }
         if (req.method === 'PUT' && path === '/v1/agent/service/register') {
           const svc = body as Record<string, unknown>;
           this.services.set(String(svc.ID ?? svc.Name), svc);

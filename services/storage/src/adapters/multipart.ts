@@ -46,11 +46,12 @@ async function multipartUpload(
   uploadParts: (sendPart: SendPart) => Promise<CompletedPart[]>,
 ): Promise<void> {
   const { bucket: Bucket, key: Key, signal: abortSignal } = req;
-  const created = await s3.send(new CreateMultipartUploadCommand({ Bucket, Key, ContentType: req.contentType }), {
-    abortSignal,
-  });
+  // Not cut by the signal: a creation aborted in flight can still be made by the store, whose upload ID would then
+  // never come back to abort it with. A signal that fired meanwhile aborts the upload just made.
+  const created = await s3.send(new CreateMultipartUploadCommand({ Bucket, Key, ContentType: req.contentType }));
   const UploadId = created.UploadId;
   try {
+    abortSignal?.throwIfAborted();
     const parts = await uploadParts(async (PartNumber, Body, ContentLength, stop) => {
       const signals = [abortSignal, stop].filter((signal) => signal !== undefined);
       const out = await s3.send(new UploadPartCommand({ Bucket, Key, UploadId, PartNumber, Body, ContentLength }), {

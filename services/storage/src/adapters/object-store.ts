@@ -62,6 +62,20 @@ function signUploadsUnsigned(s3: S3Client): void {
   );
 }
 
+/**
+ * The upload's signal, aborted also when its body fails or closes before its end. The SDK pipes a stream body into
+ * its request and, when the body fails, would go on waiting for the bytes the request's Content-Length promised;
+ * aborting cuts the request off short, and the store keeps nothing of it (S3 and MinIO store a PUT only whole; so
+ * does the dev server, scripts/dev/s3rver-atomic-writes.ts). A multipart upload sees the failure itself (multipart.ts).
+ */
+function untilBodyFails(body: Readable, signal: AbortSignal | undefined): AbortSignal {
+  const failed = new AbortController();
+  body.once('close', () => {
+    if (!body.readableEnded) failed.abort(body.errored ?? new Error('the upload body closed before its end'));
+  });
+  return signal ? AbortSignal.any([signal, failed.signal]) : failed.signal;
+}
+
 function endpointUrl(endpoint: string, useSsl: boolean): string {
   return /^https?:\/\//.test(endpoint) ? endpoint : `${useSsl ? 'https' : 'http'}://${endpoint}`;
 }
@@ -138,8 +152,9 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async upload(req: UploadRequest): Promise<void> {
+  async upload(upload: UploadRequest): Promise<void> {
     const { part_size: partSize, queue_size: queueSize } = this.settings;
+    const req = { ...upload, signal: untilBodyFails(upload.body, upload.signal) };
     try {
       const { contentLength } = req;
       if (contentLength !== undefined && contentLength <= partSize) {

@@ -1,6 +1,7 @@
 /**
  * Handlers that move object bytes: streaming upload (never buffered whole,
- * multipart for large bodies, 413 over the limit with nothing left behind),
+ * multipart for large bodies, 413 over the limit and nothing stored from a
+ * body cut short: `upload-body.ts`),
  * streaming download with Range and conditional requests, HEAD and DELETE.
  * The rules are the domain's (`upload-policy.ts`, `read-rules.ts`,
  * `objects.ts`); these handlers read the request, move the bytes and answer.
@@ -21,42 +22,30 @@ import {
 } from '../domain/objects.ts';
 import { type ReadHeaders, readConditions } from '../domain/read-rules.ts';
 import { NotModified, type ObjectHead } from '../domain/store.ts';
-import { byteLimit, checkDeclaredLength, TooLarge } from '../domain/upload-policy.ts';
-import { storageErrors } from '../errors.ts';
 import { objectInfo } from './presenters.ts';
+import { readUploadBody } from './upload-body.ts';
 
 export async function uploadObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
-  const limit = ctx.config.object_store.max_upload_size;
-  const declared = request.headers['content-length'];
-  const contentLength = declared === undefined ? undefined : Number(declared);
-  checkDeclaredLength(contentLength, limit);
-  const counted = byteLimit(limit);
-  let tooLarge = false;
-  counted.on('error', (err) => {
-    if (err instanceof TooLarge) tooLarge = true;
-  });
-  request.raw.on('error', (err) => counted.destroy(err));
-  request.raw.pipe(counted);
+  const { body, failure, release } = readUploadBody(ctx, request);
   try {
     const stored = await storeUpload(ctx.store, {
       bucket: target.bucket,
       key: target.key,
-      body: counted,
+      body,
       contentType: resolveContentType(request.headers['content-type'], target.key),
-      contentLength,
+      contentLength: body.declared,
       signal: request.abortSignal,
     });
     return reply.code(201).send(objectInfo({ ...stored, key: stored.key.slice(target.folder.length) }));
   } catch (err) {
+    // Out of time: the request timeout answered already (503 REQUEST_TIMEOUT).
+    if (reply.sent) return reply;
     // Reading a refused body to its end only to discard it would waste the transfer: close the connection instead.
     if (!request.raw.complete) reply.header('connection', 'close');
-    if (tooLarge) throw storageErrors.uploadTooLarge(limit);
-    // The client went away mid-body: nothing was stored, and nobody is left to read the answer.
-    if (request.raw.destroyed && !request.raw.complete)
-      throw storageErrors.incompleteBody('the request body ended early');
-    throw err;
+    // A body that failed (too large, cut short, stalled, out of time) is the answer, not what the store made of it.
+    throw failure() ?? err;
   } finally {
-    request.raw.unpipe(counted);
+    release();
   }
 }
 

@@ -59,7 +59,8 @@ const operations: Array<{
 }> = [
   {
     method: 'PUT',
-    summary: 'Upload an object (streamed; multipart for large bodies; 413 over the size limit)',
+    summary:
+      'Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived)',
     handler: uploadObject,
     transfer: true,
     // Any content type: the bytes are stored as sent, with the Content-Type header (or a guess from the key).
@@ -67,7 +68,13 @@ const operations: Array<{
     response: {
       201: objectInfoSchema,
       ...storeErrorResponses,
-      400: problemResponse('VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY'),
+      400: problemResponse(
+        'VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before ' +
+          'its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored',
+      ),
+      408: problemResponse(
+        'CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored',
+      ),
       413: problemResponse('PAYLOAD_TOO_LARGE: the upload is over max_upload_size'),
     },
   },
