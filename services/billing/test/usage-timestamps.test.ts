@@ -22,7 +22,7 @@ const MINUTE = 60_000;
 /** Dated this far from the billing clock: the default skew allowed is 5 minutes. */
 const at = (offsetMs: number) => new Date(clock.now().getTime() + offsetMs).toISOString();
 
-const report = (sessionId: string, timestamp: string, messageId = crypto.randomUUID(), power = 200) => ({
+const report = (sessionId: string, timestamp: string, messageId: string = crypto.randomUUID(), power = 200) => ({
   session_id: sessionId,
   message_id: messageId,
   timestamp,

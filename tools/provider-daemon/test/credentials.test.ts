@@ -36,7 +36,7 @@ async function providerToken(): Promise<{ id: string; token: string }> {
   expect(login.status).toBe(200);
   return {
     id: ((await registered.json()) as { user: { id: string } }).user.id,
-    token: (await login.json()).access_token,
+    token: ((await login.json()) as { access_token: string }).access_token,
   };
 }
 
