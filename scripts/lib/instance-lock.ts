@@ -1,12 +1,14 @@
 /**
  * One `pnpm start` per data folder: a lock file in it (`<data>/platform.lock`, holding the pid of the `pnpm start`
  * that uses it), so that a second one never opens the first one's embedded databases. A lock whose pid no longer
- * runs `pnpm start` (a crash, a reboot) is stale and taken over.
+ * runs `pnpm start` (a crash, a reboot) is stale and taken over, by one start at a time: a takeover first makes the
+ * folder `<data>/platform.lock.takeover` (mkdir either makes it or fails, atomically), so two starts finding the same
+ * stale lock cannot both remove it and each take it.
  *
  *   const release = lockDataDir(data);   // SettingError when another pnpm start holds it
  *   process.once('exit', release);
  */
-import { readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmdirSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { SettingError } from './platform.ts';
 
@@ -48,23 +50,57 @@ export function lockDataDir(dataDir: string): () => void {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    let holder = Number.NaN;
-    try {
-      holder = Number(readFileSync(file, 'utf8').trim());
-    } catch {
-      // Removed between our attempt and this read: try again.
-    }
+    const seen = readLock(file);
+    if (seen === undefined) continue; // Removed between our attempt and this read: try again.
+    const holder = Number(seen.trim());
     if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isPlatformStart(holder)) {
       throw new SettingError(
         `the data folder ${dataDir} is in use by another pnpm start (pid ${holder}): stop it, or give this one another PLATFORM_DATA_DIR`,
       );
     }
-    // Stale (its pnpm start is gone): removed, and taken on the next attempt unless another start takes it first.
-    try {
-      unlinkSync(file);
-    } catch {
-      // Someone else removed it.
-    }
+    // Stale (its pnpm start is gone, or the file holds no pid): removed by whichever start holds the takeover, and
+    // only if it is still the lock judged stale (another start may have taken it over in the meantime); then taken on
+    // the next attempt.
+    withTakeover(file, () => {
+      if (readLock(file) === seen) unlinkSync(file);
+    });
   }
   throw new SettingError(`could not take the lock ${file}: another pnpm start is starting on the same data folder`);
+}
+
+/** The lock file's text, or undefined when there is none. */
+function readLock(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+/** How long a takeover may take before its folder is judged left behind by a start that died inside it. */
+const TAKEOVER_STALE_MS = 10_000;
+
+/** Runs `fn` while holding `<lock>.takeover`, waiting up to a second for another start's takeover to finish. */
+function withTakeover(lockFile: string, fn: () => void): void {
+  const dir = `${lockFile}.takeover`;
+  for (let waited = 0; waited <= 1000; waited += 50) {
+    try {
+      mkdirSync(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      try {
+        if (Date.now() - statSync(dir).mtimeMs > TAKEOVER_STALE_MS) rmdirSync(dir);
+      } catch {
+        // Finished meanwhile.
+      }
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+      continue;
+    }
+    try {
+      fn();
+    } finally {
+      rmdirSync(dir);
+    }
+    return;
+  }
 }
