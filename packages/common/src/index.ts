@@ -82,7 +82,7 @@ export { NEXT_CURSOR_HEADER, setNextPage } from './http/paging.ts';
 export { headersOf, problemOf, statusOf } from './http/problem.ts';
 export { problemSchema, validationProblemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
-export { strictInput } from './http/strict-input.ts';
+export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {
   awaitStream,

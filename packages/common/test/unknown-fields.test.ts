@@ -4,7 +4,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type App, baseConfigSchema, createApp, createLogger, strictInput } from '../src/index.ts';
+import {
+  type App,
+  baseConfigSchema,
+  createApp,
+  createLogger,
+  ignoringUnknownFields,
+  strictInput,
+} from '../src/index.ts';
 import { captureLogs } from '../src/testing/index.ts';
 
 const logs = captureLogs();
@@ -30,6 +37,11 @@ beforeAll(async () => {
   const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
   app = await createApp({ service: 'strict-test', description: 'test', config, logger });
   app.post('/things', { schema: { body } }, async (request) => request.body);
+  // What a daemon sends every minute: unknown fields dropped, at any depth, instead of refused.
+  const telemetry = ignoringUnknownFields(
+    z.object({ load: z.number(), gpus: z.array(z.object({ index: z.number() })) }),
+  );
+  app.post('/telemetry', { schema: { body: z.object({ report: telemetry }) } }, async (request) => request.body);
   await app.ready();
 });
 
@@ -91,6 +103,29 @@ describe('unknown body fields', () => {
     expect(schema.additionalProperties).toBe(false);
     const itemSchema = schema.properties.items.items;
     expect(itemSchema).toMatchObject({ additionalProperties: false, description: 'an item' });
+  });
+
+  it('are dropped, not refused, below a schema marked ignoringUnknownFields, which the document says', async () => {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/telemetry',
+      payload: { report: { load: 1, fan: 'fast', gpus: [{ index: 0, temp_c: 80 }] } },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toEqual({ report: { load: 1, gpus: [{ index: 0 }] } });
+    // Above the mark, the body is as strict as any other.
+    const outer = await app.inject({
+      method: 'POST',
+      url: '/telemetry',
+      payload: { report: { load: 1, gpus: [] }, x: 1 },
+    });
+    expect(outer.statusCode).toBe(400);
+    expect(paths(outer)).toEqual(['body.x']);
+    const doc = (await app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const schema = doc.paths['/telemetry'].post.requestBody.content['application/json'].schema;
+    expect(schema.additionalProperties).toBe(false);
+    expect(schema.properties.report['x-unknown-fields']).toBe('ignored');
+    expect(schema.properties.report.additionalProperties).toBeUndefined();
   });
 
   it('makes the same schema once (a cache), leaving the original open', () => {

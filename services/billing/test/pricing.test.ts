@@ -152,6 +152,23 @@ describe('provider rates', () => {
       power_rate_per_watt_hour: null,
     });
     expect((await h.app.inject({ method: 'GET', url })).json()).toEqual(put.json());
+    // What GET answered can be sent back changed; its provider_id must be the path's.
+    const answered = put.json() as Record<string, unknown>;
+    const roundTrip = await h.app.inject({
+      method: 'PUT',
+      url,
+      payload: { ...answered, power_rate_per_watt_hour: '0.002' },
+    });
+    expect(roundTrip.statusCode, roundTrip.body).toBe(200);
+    expect(roundTrip.json()).toMatchObject({ power_rate_per_watt_hour: '0.002', vram_rate_per_gb_hour: '0.01' });
+    const elsewhere = await h.app.inject({
+      method: 'PUT',
+      url,
+      payload: { ...answered, provider_id: crypto.randomUUID() },
+    });
+    expect(elsewhere.statusCode).toBe(400);
+    expect(elsewhere.json().errors[0].path).toBe('body.provider_id');
+    await h.app.inject({ method: 'PUT', url, payload: answered });
 
     const input = { gpu_model: 'NVIDIA GeForce RTX 4090', requested_vram_mb: 2048, estimated_power_w: 100 };
     // Provider: 0.60 + 2 GB × 0.01 + 100 W × 0.001 (platform power rate) = 0.72.

@@ -93,6 +93,21 @@ describe('POST /api/v1/billing/usage-update', () => {
     }
   });
 
+  it("bills a newer daemon's report, dropping the fields billing does not know, alone or in a batch", async () => {
+    const p = await parties(h, '10');
+    const id = (await start(h, startBody(p, H100_X1))).json().session.id;
+    const res = await update({ ...report(id, { message_id: 'newer-1' }), fan_rpm: 3000 });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(res.json().usage).not.toHaveProperty('fan_rpm');
+    const batch = await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/usage-updates',
+      payload: { reports: [{ ...report(id, { message_id: 'newer-2' }), fan_rpm: 1 }], sent_at: 'now' },
+    });
+    expect(batch.statusCode, batch.body).toBe(200);
+    expect(batch.json().results[0]).toMatchObject({ status: 201 });
+  });
+
   it('refuses unknown sessions and bad reports', async () => {
     expect((await update(report(crypto.randomUUID()))).statusCode).toBe(404);
     const p = await parties(h, '10');

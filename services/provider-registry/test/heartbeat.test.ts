@@ -89,7 +89,9 @@ describe('POST /providers/{providerID}/heartbeat', () => {
       ],
     });
     expect(first.statusCode).toBe(200);
-    await heartbeat(p.id, { gpu_metrics: [{ index: 0, temperature: 65 }] });
+    // A newer daemon's extra fields (here a fan speed and an uptime) are dropped: the heartbeat still counts.
+    const newer = await heartbeat(p.id, { gpu_metrics: [{ index: 0, temperature: 65, fan_rpm: 3000 }], uptime_s: 9 });
+    expect(newer.statusCode, newer.body).toBe(200);
     const got = (await h.app.inject({ method: 'GET', url: `/providers/${p.id}` })).json();
     expect(got.gpus[0]).toMatchObject({
       utilization_gpu: 97,

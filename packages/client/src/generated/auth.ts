@@ -1750,8 +1750,6 @@ export interface paths {
                         grant_type: string;
                         /** @description ignored: a client gets its role */
                         scope?: string;
-                    } & {
-                        [key: string]: unknown;
                     };
                     "application/x-www-form-urlencoded": {
                         client_id?: string;
@@ -1760,8 +1758,6 @@ export interface paths {
                         grant_type: string;
                         /** @description ignored: a client gets its role */
                         scope?: string;
-                    } & {
-                        [key: string]: unknown;
                     };
                 };
             };

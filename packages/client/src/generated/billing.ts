@@ -2725,6 +2725,13 @@ export interface paths {
                          */
                         power_rate_per_watt_hour?: string | null;
                         /**
+                         * Format: uuid
+                         * @description read-only: must be the provider of the path
+                         */
+                        provider_id?: string;
+                        /** @description read-only: ignored */
+                        updated_at?: string | null;
+                        /**
                          * @description null: the platform rate
                          * @default null
                          */

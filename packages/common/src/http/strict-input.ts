@@ -5,8 +5,12 @@
  * new route cannot forget it, and the OpenAPI document shows the same schema (`additionalProperties: false`).
  *
  * What stays open, on purpose:
- * - an object written with an explicit catch-all (`z.looseObject`, `.catchall(...)`): a route that must ignore
- *   unknown parameters says so in its schema (the OAuth token endpoint: RFC 6749 §3.2);
+ * - a schema marked with `ignoringUnknownFields` (unknown fields dropped, at any depth below it): a body that must
+ *   ignore unknown parameters (the OAuth token endpoint: RFC 6749 §3.2), and what a provider daemon sends again and
+ *   again (heartbeats, usage reports), so that a daemon newer than the platform keeps its machine online and billed
+ *   instead of failing every minute, over HTTP as over NATS;
+ * - an object written with an explicit catch-all (`z.looseObject`, `.catchall(...)`), whose unknown fields reach
+ *   the handler;
  * - the keys of a record (`metadata`), which are the caller's own; its values are made strict like any other.
  *
  * Zod 4 checks intersections of strict objects side by side (a key either side knows is known), so intersections are
@@ -16,6 +20,14 @@
 import { z } from 'zod';
 
 const cache = new WeakMap<z.ZodType, z.ZodType>();
+
+/** The metadata key marking a schema whose unknown fields are dropped (it shows as such in the OpenAPI document). */
+const IGNORED = 'x-unknown-fields';
+
+/** The schema, marked to drop unknown fields at any depth instead of refusing them (see above for when). */
+export function ignoringUnknownFields<T extends z.ZodType>(schema: T): T {
+  return schema.meta({ [IGNORED]: 'ignored' }) as T;
+}
 
 /** The schema with every plain object in it strict (unknown keys refused), at any depth. */
 export function strictInput<T extends z.ZodType>(schema: T): T {
@@ -49,6 +61,7 @@ function sameSchemas(a: unknown, b: unknown): boolean {
 
 function makeStrict(schema: z.ZodType): z.ZodType {
   // Zod's definitions are a closed union of kinds: each kind that holds input schemas is walked, the rest are leaves.
+  if (z.globalRegistry.get(schema)?.[IGNORED] === 'ignored') return schema;
   const def = schema._zod.def as unknown as Record<string, unknown> & { type: string };
   const inner = (s: unknown) => strictInput(s as z.ZodType);
   switch (def.type) {

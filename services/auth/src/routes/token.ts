@@ -6,20 +6,22 @@
  * bodies that also carry the RFC's `error` member (`invalid_client`,
  * `invalid_request`, `unsupported_grant_type`).
  */
-import { type App, withRequestLogger } from '@gpu/common';
+import { type App, ignoringUnknownFields, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { grantClientToken } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { authErrors } from '../errors.ts';
 import { problems } from './schemas.ts';
 
-// RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters": the one body left open.
-const tokenBodySchema = z.looseObject({
-  grant_type: z.string().max(100).describe('client_credentials'),
-  client_id: z.string().max(100).optional(),
-  client_secret: z.string().max(200).optional(),
-  scope: z.string().max(1000).optional().describe('ignored: a client gets its role'),
-});
+// RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters".
+const tokenBodySchema = ignoringUnknownFields(
+  z.object({
+    grant_type: z.string().max(100).describe('client_credentials'),
+    client_id: z.string().max(100).optional(),
+    client_secret: z.string().max(200).optional(),
+    scope: z.string().max(1000).optional().describe('ignored: a client gets its role'),
+  }),
+);
 
 const tokenResponseSchema = z.object({
   access_token: z

@@ -42,6 +42,9 @@ const providerRatesBody = z.object({
     .describe('GPU model → hourly rate per GPU; `default` prices models not listed'),
   vram_rate_per_gb_hour: rateString.nullable().default(null).describe('null: the platform rate'),
   power_rate_per_watt_hour: rateString.nullable().default(null).describe('null: the platform rate'),
+  // The rates as GET answers them can be sent back changed: their read-only fields are known.
+  provider_id: z.uuid().optional().describe('read-only: must be the provider of the path'),
+  updated_at: z.string().max(64).nullable().optional().describe('read-only: ignored'),
 });
 
 const providerRatesSchema = z.object({
@@ -183,6 +186,11 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request) => {
+      const bodyProvider = request.body.provider_id;
+      if (bodyProvider !== undefined && bodyProvider !== request.params.providerID) {
+        const message = `provider_id ${bodyProvider} is not the provider of the path`;
+        throw errors.validation(message, [{ path: 'body.provider_id', message }]);
+      }
       const baseRates: Record<string, string> = {};
       for (const [model, rate] of Object.entries(request.body.base_rates)) {
         const key = normalizeModel(model);

@@ -1,5 +1,5 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
-import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
+import { type App, callerOf, ignoringUnknownFields, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
 import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
@@ -78,7 +78,9 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
           'SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does ' +
           'not affect the others; a malformed one (a timestamp outside 1970 to 2100 too) makes the whole request a ' +
           '400 and none is applied.',
-        body: z.object({ reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_REQUEST) }),
+        body: ignoringUnknownFields(
+          z.object({ reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_REQUEST) }),
+        ),
         response: {
           200: z.object({
             results: z.array(

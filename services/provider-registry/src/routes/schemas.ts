@@ -4,7 +4,7 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
-import { MAX_CURSOR_LENGTH } from '@gpu/common';
+import { ignoringUnknownFields, MAX_CURSOR_LENGTH } from '@gpu/common';
 import { z } from 'zod';
 import { DEFAULT_LIMIT, MAX_LIMIT, SORTS } from '../domain/discovery.ts';
 import {
@@ -137,14 +137,19 @@ export const gpuMetricsSchema = z.object({
   ...shapeOf(GPU_METRIC_FIELDS, (f) => fieldValue(f).optional()),
 }) as unknown as z.ZodType<GpuMetrics>;
 
-export const heartbeatSchema = z
-  .object({
+/**
+ * A heartbeat's body. Unknown fields (a metric a newer daemon reads) are dropped, not refused: a heartbeat refused
+ * every interval would take the machine offline (docs/conventions.md).
+ */
+export const heartbeatSchema = ignoringUnknownFields(
+  z.object({
     gpu_metrics: z
       .array(gpuMetricsSchema)
       .max(64)
       .refine((ms) => new Set(ms.map((m) => m.index)).size === ms.length, 'each GPU index at most once')
       .default([]),
-  })
+  }),
+)
   .nullish()
   .describe('HeartbeatRequest (optional body)');
 
