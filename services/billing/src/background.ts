@@ -32,6 +32,15 @@ export interface Background {
   healthChecks: Record<string, () => Promise<unknown>>;
 }
 
+/**
+ * How often billing looks up the machines with running sessions at the registry: `provider_check_interval` without
+ * NATS, where it is how billing learns that one stopped; `provider_recheck_interval` with NATS, as a backstop to the
+ * registry's events (one handled while a session on that machine was still being started ends nothing).
+ */
+export function providerCheckEveryMs(config: BillingConfig, statusEvents: boolean): number {
+  return durationMs(statusEvents ? config.billing.provider_recheck_interval : config.billing.provider_check_interval);
+}
+
 export async function startBackground(
   ctx: BillingContext,
   config: BillingConfig,
@@ -114,11 +123,12 @@ export async function startBackground(
         })
       : null;
 
-  // Without NATS no status event arrives: ask the registry about the machines with running sessions instead.
+  // Without NATS no status event arrives: ask the registry about the machines with running sessions instead. With
+  // NATS, ask now and then all the same (providerCheckEveryMs).
   let checking: Promise<unknown> | undefined;
-  const checkEvery = durationMs(config.billing.provider_check_interval);
+  const checkEvery = providerCheckEveryMs(config, statuses !== null);
   const checkTimer =
-    !statuses && ctx.providers && checkEvery > 0
+    ctx.providers && checkEvery > 0
       ? setInterval(() => {
           checking ??= checkRunningProviders(ctx)
             .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'provider check failed; will retry'))

@@ -117,6 +117,12 @@ export const billingConfigSchema = z.object({
        * status events do it.
        */
       provider_check_interval: zDuration().default('30s'),
+      /**
+       * With NATS: how often billing asks the same as a backstop to the registry's events (0 turns it off). An event
+       * handled before a session that was starting at that moment committed ends nothing, and would leave that
+       * session running on a machine gone into maintenance, or gone.
+       */
+      provider_recheck_interval: zDuration().default('5m'),
       /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
       reconcile_interval: zDuration().default('30s'),
     })

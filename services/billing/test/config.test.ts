@@ -1,5 +1,6 @@
 import { ConfigError } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
+import { providerCheckEveryMs } from '../src/background.ts';
 import { loadBillingConfig } from '../src/config.ts';
 
 describe('billing configuration', () => {
@@ -24,6 +25,15 @@ describe('billing configuration', () => {
     expect(c.pricing.base_rates.default).toBe('0.25');
     expect(c.pricing).toMatchObject({ vram_rate_per_gb_hour: '0.02', power_rate_per_watt_hour: '0.001' });
     expect(c.messaging).toMatchObject({ nats_url: '', subjects: { events: 'billing.events', usage: 'billing.usage' } });
+  });
+
+  it('looks running machines up at the registry: the way it learns without NATS, a backstop with NATS', () => {
+    const defaults = loadBillingConfig({});
+    expect(providerCheckEveryMs(defaults, false)).toBe(30_000);
+    expect(providerCheckEveryMs(defaults, true)).toBe(300_000);
+    const set = loadBillingConfig({ BILLING__BILLING__PROVIDER_RECHECK_INTERVAL: '0s' });
+    expect(providerCheckEveryMs(set, true)).toBe(0);
+    expect(providerCheckEveryMs(set, false)).toBe(30_000);
   });
 
   it('reads the plain aliases and BILLING__SECTION__KEY overrides', () => {
