@@ -201,6 +201,23 @@ describe('a provider that stops delivering', () => {
     });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
+  it('drops an event dated out of the timestamps range (a registry clock in 2500) and ends nothing', async () => {
+    const p = await h.fundedWallet('0', 'provider');
+    const renter = await h.fundedWallet('10', 'user');
+    const id = (await start(h, startBody({ renter, provider: p }, H100_X1))).json().session.id as string;
+    await statusEvent(p.ownerId, 'offline', new Date('2500-01-01T00:00:00Z'));
+    const jsm = await jetstreamManager(registry.connection);
+    const last = (await jsm.streams.info(stream)).state.last_seq;
+    // Settled: acknowledged (terminated), not waiting for an acknowledgement or another delivery.
+    const info = await until(
+      () => jsm.consumers.info(stream, 'billing-provider-status'),
+      (i) => i.ack_floor.stream_seq >= last,
+    );
+    expect(info.ack_floor.stream_seq).toBeGreaterThanOrEqual(last);
+    expect(info.num_ack_pending).toBe(0);
+    expect((await session(id)).status).toBe('active');
+  });
+
   it('ends sessions on `maintenance`, billed to the last report before the change', async () => {
     const p = await h.fundedWallet('0', 'provider');
     const renter = await h.fundedWallet('10', 'user');

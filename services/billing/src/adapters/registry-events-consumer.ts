@@ -7,7 +7,7 @@
  * database away) is nak'ed and redelivered, and ending is idempotent, so a redelivery, or the same event handled by
  * another billing instance, ends nothing twice.
  */
-import { type Logger, type NatsPublisher, startDurableConsumer } from '@gpu/common';
+import { type Logger, type NatsPublisher, startDurableConsumer, zTimestamp } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
@@ -23,13 +23,13 @@ const statusEventSchema = z.union([
   z.object({
     kind: z.literal(PROVIDER_REMOVED),
     provider_id: z.string().min(1),
-    occurred_at: z.iso.datetime({ offset: true }),
+    occurred_at: zTimestamp(),
   }),
   z.object({
     kind: z.string().optional(),
     provider_id: z.string().min(1),
     status: z.string().min(1),
-    occurred_at: z.iso.datetime({ offset: true }),
+    occurred_at: zTimestamp(),
   }),
 ]);
 
