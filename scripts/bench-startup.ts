@@ -259,7 +259,7 @@ function report(all: Run[]): string {
   const built = results.find((r) => r.built)?.built;
   return `## startup
 
-\`pnpm bench startup\` — ${machineLine()}
+\`pnpm bench startup\` — ${machineLine(cwd)}
 
 \`pnpm start\` on a fresh data folder (a new PLATFORM_DATA_DIR each run), timed from the spawn of \`pnpm start\` until
 every service's \`/health\` has answered 200, ${all.length} runs${cwd === path.resolve(repoRoot) ? '' : ` of the checkout in \`${cwd}\``}.

@@ -36,12 +36,15 @@ export function cpuGauge(): number {
 /** Gauged when the benchmark loads this module, before it starts measuring. */
 const gaugeAtStart = cpuGauge();
 
-/** A one-line description of the machine, for the section header, with the CPU gauge at start and now. */
-export function machineLine(): string {
+/**
+ * A one-line description of the machine, for the section header, with the CPU gauge at start and now, and the commit
+ * measured (that of `cwd`, the checkout a benchmark ran: this one unless it was told another).
+ */
+export function machineLine(cwd = process.cwd()): string {
   const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
   let commit = 'uncommitted';
   try {
-    commit = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] })
+    commit = execSync('git rev-parse --short HEAD', { cwd, stdio: ['ignore', 'pipe', 'ignore'] })
       .toString()
       .trim();
   } catch {}

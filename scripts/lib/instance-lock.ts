@@ -3,12 +3,14 @@
  * that uses it), so that a second one never opens the first one's embedded databases. A lock whose pid no longer
  * runs `pnpm start` (a crash, a reboot) is stale and taken over, by one start at a time: a takeover first makes the
  * folder `<data>/platform.lock.takeover` (mkdir either makes it or fails, atomically), so two starts finding the same
- * stale lock cannot both remove it and each take it.
+ * stale lock cannot both remove it and each take it. The lock appears with its pid already in it (written to a file of
+ * this start's own, then linked into place: link either makes the name or fails, atomically), so no start ever reads
+ * an empty lock and judges it stale while its holder is still writing it.
  *
  *   const release = lockDataDir(data);   // SettingError when another pnpm start holds it
  *   process.once('exit', release);
  */
-import { mkdirSync, readFileSync, rmdirSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, rmdirSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { SettingError } from './platform.ts';
 
@@ -38,8 +40,7 @@ export function lockDataDir(dataDir: string): () => void {
   const file = path.join(dataDir, LOCK_FILE);
   const mine = String(process.pid);
   for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      writeFileSync(file, `${mine}\n`, { flag: 'wx', mode: 0o644 });
+    if (createWithContent(file, `${mine}\n`)) {
       return () => {
         try {
           if (readFileSync(file, 'utf8').trim() === mine) unlinkSync(file);
@@ -47,8 +48,6 @@ export function lockDataDir(dataDir: string): () => void {
           // Already gone.
         }
       };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const seen = readLock(file);
     if (seen === undefined) continue; // Removed between our attempt and this read: try again.
@@ -66,6 +65,21 @@ export function lockDataDir(dataDir: string): () => void {
     });
   }
   throw new SettingError(`could not take the lock ${file}: another pnpm start is starting on the same data folder`);
+}
+
+/** Makes `file` holding `text` in one step; false when it already exists. */
+function createWithContent(file: string, text: string): boolean {
+  const own = `${file}.${process.pid}`;
+  writeFileSync(own, text, { mode: 0o644 });
+  try {
+    linkSync(own, file);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    return false;
+  } finally {
+    unlinkSync(own);
+  }
 }
 
 /** The lock file's text, or undefined when there is none. */
