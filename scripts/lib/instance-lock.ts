@@ -3,15 +3,16 @@
  * that uses it), so that a second one never opens the first one's embedded databases. A lock whose pid no longer
  * runs `pnpm start` (a crash, a reboot) is stale and taken over, by one start at a time: a takeover first makes the
  * folder `<data>/platform.lock.takeover` (mkdir either makes it or fails, atomically), so two starts finding the same
- * stale lock cannot both remove it and each take it. The lock appears with its pid already in it (written to a file of
- * this start's own, then linked into place: link either makes the name or fails, atomically), so no start ever reads
- * an empty lock and judges it stale while its holder is still writing it.
+ * stale lock cannot both remove it and each take it. The lock appears with its pid already in it (`createFileOnce`), so
+ * no start ever reads an empty lock and judges it stale while its holder is still writing it.
  *
  *   const release = lockDataDir(data);   // SettingError when another pnpm start holds it
  *   process.once('exit', release);
  */
-import { linkSync, mkdirSync, readFileSync, rmdirSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
+// Its own entry: the whole of @gpu/common (fastify and the rest) would slow every pnpm start.
+import { createFileOnce } from '@gpu/common/files';
 import { SettingError } from './platform.ts';
 
 export const LOCK_FILE = 'platform.lock';
@@ -40,7 +41,7 @@ export function lockDataDir(dataDir: string): () => void {
   const file = path.join(dataDir, LOCK_FILE);
   const mine = String(process.pid);
   for (let attempt = 0; attempt < 3; attempt++) {
-    if (createWithContent(file, `${mine}\n`)) {
+    if (createFileOnce(file, `${mine}\n`)) {
       return () => {
         try {
           if (readFileSync(file, 'utf8').trim() === mine) unlinkSync(file);
@@ -65,21 +66,6 @@ export function lockDataDir(dataDir: string): () => void {
     });
   }
   throw new SettingError(`could not take the lock ${file}: another pnpm start is starting on the same data folder`);
-}
-
-/** Makes `file` holding `text` in one step; false when it already exists. */
-function createWithContent(file: string, text: string): boolean {
-  const own = `${file}.${process.pid}`;
-  writeFileSync(own, text, { mode: 0o644 });
-  try {
-    linkSync(own, file);
-    return true;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    return false;
-  } finally {
-    unlinkSync(own);
-  }
 }
 
 /** The lock file's text, or undefined when there is none. */

@@ -73,6 +73,7 @@ export {
   isRefusal,
   type ProblemBody,
 } from './errors.ts';
+export { createFileOnce } from './files.ts';
 export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
 export { onBodyCut } from './http/body-cut.ts';

@@ -4,12 +4,13 @@
  * of the spec (`DATABASE_URL`, `SECRET_KEY`/`JWT_SECRET`, `ALGORITHM`,
  * `ACCESS_TOKEN_EXPIRE_MINUTES`) are aliases of the structured keys.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   baseConfigShape,
   baseEnvAliases,
   ConfigError,
+  createFileOnce,
   databaseEnvAliases,
   databaseShape,
   durationMs,
@@ -207,7 +208,8 @@ export function loadAuthConfig(env: NodeJS.ProcessEnv = process.env): AuthConfig
       // First start of a development setup (`pnpm start`): make the key pair once and keep it, so tokens stay
       // valid across restarts. Production refuses to start without the key (checkAuthConfig).
       mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-      writeFileSync(file, generatePrivateKeyPem(config.jwt.algorithm), { mode: 0o600, flag: 'wx' });
+      // Made whole or not at all: an instance starting beside this one reads this key or its own, never half of one.
+      createFileOnce(file, generatePrivateKeyPem(config.jwt.algorithm), 0o600);
     }
     try {
       config.jwt.private_key = readFileSync(file, 'utf8');
