@@ -1,12 +1,12 @@
-/** Registration, role management and the initial admin. */
+/** Registration, the caller's account, role management and the initial admin. */
 import type { UserRole as Role } from '@gpu/common';
-import { sql } from 'kysely';
 import {
   findUserByEmail,
   findUserById,
   insertUser,
   isUniqueViolation,
   lockAdmins,
+  lockInitialAdminCreation,
   type UserRow,
   updateRoles,
 } from '../db/user-repository.ts';
@@ -44,6 +44,13 @@ export async function register(
   }
 }
 
+/** The account of a token's subject; USER_GONE when it no longer exists. */
+export async function currentUser(ctx: Pick<AuthContext, 'db'>, userId: string): Promise<UserRow> {
+  const user = await findUserById(ctx.db, userId);
+  if (!user) throw authErrors.userGone();
+  return user;
+}
+
 /** Replaces a user's roles (admin only, checked by the route). The last admin keeps the admin role. */
 export async function setRoles(ctx: AuthContext, actorId: string, userId: string, roles: Role[]): Promise<UserRow> {
   const next = uniqueRoles(roles);
@@ -75,7 +82,7 @@ export async function ensureInitialAdmin(ctx: AuthContext): Promise<'created' | 
   ctx.policy.check(admin.password, email);
   const passwordHash = await ctx.hasher.hash(normalisePassword(admin.password));
   const outcome = await ctx.db.transaction().execute(async (trx) => {
-    await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-initial-admin'))`.execute(trx);
+    await lockInitialAdminCreation(trx);
     if ((await lockAdmins(trx)).length > 0) return 'exists' as const;
     if (await findUserByEmail(trx, email)) {
       throw new Error(
