@@ -3,8 +3,9 @@
  * it: the domain types below, the request and response schemas
  * (`routes/schemas.ts`), the table type and column lists (`db/schema.ts`,
  * `db/provider-repository.ts`), the row mapping (`db/provider-mapper.ts`), the
- * heartbeat's metric write (`db/status-repository.ts`) and discovery's JSON
- * rendering (`db/provider-json-sql.ts`).
+ * heartbeat's metric write (`db/status-repository.ts`), the presenter
+ * (`wire/provider-json.ts`) and discovery's JSON rendering
+ * (`db/provider-json-sql.ts`).
  *
  * A field is either part of the GPU's static description (`spec`: written by
  * registration and full update) or a live metric (`metric`: also written by

@@ -16,6 +16,12 @@ import {
   type GpuMetrics,
 } from '../domain/gpu-fields.ts';
 import { PROVIDER_STATUSES } from '../domain/provider.ts';
+import {
+  PROVIDER_FIELDS,
+  type ProviderField,
+  type ProviderFieldType,
+  type ProviderJson,
+} from '../wire/provider-json.ts';
 
 const UINT32_MAX = 4_294_967_295;
 const uint32 = () => z.number().int().min(0).max(UINT32_MAX);
@@ -111,21 +117,29 @@ export const providerUpdateSchema = providerInputSchema.extend({
   last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
 });
 
+/** The schema of a field of the wire shape's list. */
+function providerFieldSchema(field: ProviderField): z.ZodType {
+  const schemas: Record<ProviderFieldType, () => z.ZodType> = {
+    uuid: () => z.uuid(),
+    text: () => z.string(),
+    status: () => statusSchema,
+    gpus: () => z.array(gpuOutputSchema),
+    timestamp: () => z.string(),
+    object: () => z.record(z.string(), z.unknown()),
+  };
+  const schema = field.nullable ? schemas[field.type]().nullable() : schemas[field.type]();
+  return field.doc ? schema.describe(field.doc) : schema;
+}
+
+/** A Provider as the API shows it, from the wire shape's one field list (`wire/provider-json.ts`). */
 export const providerSchema = z
-  .object({
-    id: z.uuid(),
-    owner_id: z.string(),
-    name: z.string(),
-    hostname: z.string().nullable(),
-    ip_address: z.string().nullable(),
-    status: statusSchema,
-    gpus: z.array(gpuOutputSchema),
-    location: z.string().nullable(),
-    registered_at: z.string().describe('RFC 3339 UTC'),
-    last_seen_at: z.string().describe('RFC 3339 UTC; last heartbeat or status update'),
-    metadata: z.record(z.string(), z.unknown()),
-  })
-  .describe('Provider');
+  .object(
+    Object.fromEntries(PROVIDER_FIELDS.map((f) => [f.name, providerFieldSchema(f)])) as Record<
+      keyof ProviderJson,
+      z.ZodType
+    >,
+  )
+  .describe('Provider') as unknown as z.ZodType<ProviderJson>;
 
 export const providerIdParams = z.object({ providerID: z.uuid().describe('provider UUID') });
 
