@@ -17,7 +17,7 @@ import { normalisePassword } from './password-policy.ts';
 import { uniqueRoles } from './users.ts';
 
 /** Roles a user may pick at registration; `admin` is only ever granted by an admin. */
-export const SELF_ASSIGNABLE_ROLES: readonly Role[] = ['renter', 'provider'];
+const SELF_ASSIGNABLE_ROLES: readonly Role[] = ['renter', 'provider'];
 
 /** Creates an account: rate-limited, policy-checked, argon2id-hashed; a duplicate email is a 409. */
 export async function register(

@@ -68,7 +68,7 @@ export interface ProviderInput {
  * without touching the GPU table for most rows. Model and architecture lists
  * are lowercased and framed by `|` (`|nvidia a100|nvidia h100|`).
  */
-export interface GpuSummary {
+interface GpuSummary {
   gpu_count: number;
   max_vram: number;
   all_healthy: boolean;

@@ -70,7 +70,7 @@ const shapeOf = <F extends GpuField>(fields: readonly F[], make: (field: F) => z
  * (`is_healthy`) may be left out, the others are required. (The casts give the derived schemas the field list's
  * derived types.)
  */
-export const gpuSchema = z
+const gpuSchema = z
   .object(
     shapeOf(GPU_FIELDS, (f) => {
       if ('default' in f) return fieldValue(f).default(f.default);
@@ -146,7 +146,7 @@ export const providerIdParams = z.object({ providerID: z.uuid().describe('provid
 export const statusUpdateSchema = z.object({ status: statusSchema });
 
 /** One GPU's metrics in a heartbeat: its index and any of the metric fields. */
-export const gpuMetricsSchema = z.object({
+const gpuMetricsSchema = z.object({
   index: z.number().int().min(0).max(63).describe("position of the GPU in the provider's `gpus` array"),
   ...shapeOf(GPU_METRIC_FIELDS, (f) => fieldValue(f).optional()),
 }) as unknown as z.ZodType<GpuMetrics>;
