@@ -8,7 +8,7 @@ export type ServiceName = (typeof SERVICES)[number];
 
 const repo = new URL('../../../', import.meta.url);
 
-export const documentPath = (service: ServiceName) => fileURLToPath(new URL(`services/${service}/openapi.json`, repo));
+const documentPath = (service: ServiceName) => fileURLToPath(new URL(`services/${service}/openapi.json`, repo));
 export const generatedPath = (service: ServiceName) =>
   fileURLToPath(new URL(`packages/client/src/generated/${service}.ts`, repo));
 

@@ -33,7 +33,7 @@ export const zList = () =>
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 /** The Consul agent contacted when registration is switched on without an address. */
-export const DEFAULT_CONSUL_ADDRESS = '127.0.0.1:8500';
+const DEFAULT_CONSUL_ADDRESS = '127.0.0.1:8500';
 
 /**
  * Consul registration. Configuring an agent address (file or environment)

@@ -50,6 +50,7 @@ export {
 } from './config-schema.ts';
 export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
 export { GroupCommit, type GroupCommitOptions, type GroupCommitStats } from './db/group-commit.ts';
+export { cursorAt, newerThan, olderThan } from './db/keyset.ts';
 export { migrateToLatest } from './db/migrate.ts';
 export {
   type RateLimitDatabase,
@@ -89,8 +90,10 @@ export {
   awaitStream,
   type ConnectPublisherOptions,
   connectPublisher,
+  createOutboxTable,
   type DurableConsumer,
   type DurableConsumerOptions,
+  dropOutboxTable,
   type EnsureStreamOptions,
   type EventPublisher,
   ensureStream,
@@ -107,7 +110,19 @@ export {
   type Settlement,
   startDurableConsumer,
 } from './messaging/index.ts';
-export { type CursorValue, decodeCursor, encodeCursor, invalidCursor, MAX_CURSOR_LENGTH } from './paging.ts';
+export {
+  afterCursor,
+  type CursorValue,
+  cursorPosition,
+  decodeCursor,
+  encodeCursor,
+  invalidCursor,
+  type KeysetPosition,
+  keysetPage,
+  MAX_CURSOR_LENGTH,
+  type Page,
+  positionCursor,
+} from './paging.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';

@@ -13,7 +13,7 @@ export interface LoggerSettings {
 }
 
 /** Options shared by every service's root logger. */
-export function loggerOptions(s: LoggerSettings): LoggerOptions {
+function loggerOptions(s: LoggerSettings): LoggerOptions {
   return {
     level: s.level,
     base: { service: s.service, instance_id: s.instanceId },

@@ -45,3 +45,55 @@ export function invalidCursor(detail = 'not a cursor returned by this service'):
     errors: [{ path: 'querystring.cursor', message: detail }],
   });
 }
+
+/**
+ * A keyset position on a timestamp column and a UUID: the row's time exactly as PostgreSQL printed it (microseconds,
+ * UTC: `db/keyset.ts`'s `cursorAt`) and the row's ID, so the next page starts strictly after that row and pages never
+ * skip or repeat rows while new ones arrive. Its cursor is `[at, id]`.
+ */
+export interface KeysetPosition {
+  at: string;
+  id: string;
+}
+
+/** The cursor text of a position. */
+export function positionCursor(p: KeysetPosition): string {
+  return encodeCursor([p.at, p.id]);
+}
+
+/** The position of cursor text; undefined when the text is not a cursor of a position (`[at, id]`). */
+export function cursorPosition(text: string): KeysetPosition | undefined {
+  const values = decodeCursor(text, 2);
+  if (!values) return undefined;
+  const [at, id] = values;
+  if (typeof at !== 'string' || typeof id !== 'string') return undefined;
+  if (!/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(Date.parse(at))) return undefined;
+  return { at, id };
+}
+
+/** Where the page asked for starts (none without a cursor); 400 INVALID_CURSOR when the text is not a position's. */
+export function afterCursor(text: string | undefined): KeysetPosition | undefined {
+  if (text === undefined) return undefined;
+  const position = cursorPosition(text);
+  if (!position) throw invalidCursor();
+  return position;
+}
+
+/** One page of a list and the cursor of the next (null on the last page). */
+export interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+/**
+ * The page of `limit` items out of `rows`, which holds up to `limit + 1` rows (one more than a page, read to know
+ * whether another page follows), each with its `cursor_at`.
+ */
+export function keysetPage<T extends { id: string; cursor_at: string }>(rows: T[], limit: number): Page<T> {
+  const items = rows.slice(0, limit);
+  const last = items.at(-1);
+  return {
+    items,
+    nextCursor: rows.length > limit && last ? positionCursor({ at: last.cursor_at, id: last.id }) : null,
+  };
+}

@@ -12,7 +12,7 @@ import { tokenRoutes } from './routes/token.ts';
 import { userRoutes } from './routes/users.ts';
 
 export const SERVICE_NAME = 'auth-service';
-export const API_PREFIX = '/api/v1/auth';
+const API_PREFIX = '/api/v1/auth';
 
 export async function buildApp(ctx: AuthContext): Promise<App> {
   const { jwt } = ctx.config;

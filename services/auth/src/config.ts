@@ -24,7 +24,7 @@ import { z } from 'zod';
 import { generatePrivateKeyPem } from './domain/key-material.ts';
 import { ALGORITHMS, MIN_SECRET_LENGTH } from './jwt-settings.ts';
 
-export { ALGORITHMS, type Algorithm, MIN_SECRET_LENGTH } from './jwt-settings.ts';
+export type { Algorithm } from './jwt-settings.ts';
 
 const RATE = /^\s*(\d+)\s*\/\s*(.+)$/;
 
@@ -164,7 +164,7 @@ export const authEnvAliases: Record<string, string> = {
  * Names other services used before the one vocabulary, still read (with a warning) for one release. camelCase
  * spellings of the snake_case keys (`jwt.secretKey`) are taken with a warning without being listed here.
  */
-export const authRenamed: Record<string, string> = { database_url: 'database.url' };
+const authRenamed: Record<string, string> = { database_url: 'database.url' };
 
 /** Rules that span keys; production refuses what development only warns about. Returns the warnings. */
 export function checkAuthConfig(config: AuthConfig): string[] {

@@ -8,7 +8,7 @@ import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } f
 import { z } from 'zod';
 import { bucketNameProblem } from './domain/names.ts';
 
-export const GB = 1024 ** 3;
+const GB = 1024 ** 3;
 
 export const storageConfigSchema = z.object({
   ...baseConfigShape(8001),

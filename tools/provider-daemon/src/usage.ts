@@ -19,7 +19,7 @@ import type { GpuReading } from './gpu/nvidia-smi.ts';
 const MINUTE_MS = 60_000;
 const MAX_REPORTS_PER_REQUEST = 256;
 
-export interface UsageReport {
+interface UsageReport {
   session_id: string;
   timestamp: string;
   gpu_utilization: number;
@@ -29,7 +29,7 @@ export interface UsageReport {
 }
 
 /** The reports of one moment for the given sessions, from the machine's GPU readings. */
-export function usageReports(sessionIds: string[], readings: GpuReading[], now: Date): UsageReport[] {
+function usageReports(sessionIds: string[], readings: GpuReading[], now: Date): UsageReport[] {
   const utilization = readings.length
     ? readings.reduce((sum, r) => sum + (r.utilizationGpu ?? 0), 0) / readings.length
     : 0;

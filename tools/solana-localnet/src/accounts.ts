@@ -5,7 +5,7 @@
 import { getBase58Decoder, getBase64Decoder } from '@solana/kit';
 
 export const TOKEN_PROGRAM = 'TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA';
-export const TOKEN_2022_PROGRAM = 'TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb';
+const TOKEN_2022_PROGRAM = 'TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb';
 const TOKEN_ACCOUNT_LEN = 165;
 const MINT_LEN = 82;
 
@@ -86,7 +86,7 @@ export function parseMint(acc: RawAccount | null): MintInfo | null {
 }
 
 /** `amount` base units with `decimals` as Solana's `uiAmountString` ("12.5", "0", "100"). */
-export function uiAmountString(amount: bigint, decimals: number): string {
+function uiAmountString(amount: bigint, decimals: number): string {
   if (decimals === 0) return amount.toString();
   const s = amount.toString().padStart(decimals + 1, '0');
   const whole = s.slice(0, -decimals);

@@ -15,7 +15,7 @@ export interface TokenBalance {
   uiTokenAmount: ReturnType<typeof uiTokenAmount>;
 }
 
-export interface InnerInstructionJson {
+interface InnerInstructionJson {
   index: number;
   instructions: { programIdIndex: number; accounts: number[]; data: string; stackHeight: number }[];
 }

@@ -15,17 +15,15 @@ import type { SimulationResult, TxRecord } from './chain-records.ts';
 import { deserializeTransaction, simulateTransaction, submitTransaction } from './execute.ts';
 
 /** Blocks a blockhash stays valid for (Solana's MAX_PROCESSING_AGE). */
-export const MAX_PROCESSING_AGE = 150;
+const MAX_PROCESSING_AGE = 150;
 export const SLOTS_PER_EPOCH = 432_000;
 const FAUCET_LAMPORTS = 1_000_000_000_000_000n; // 1,000,000 SOL
 
 export type Commitment = 'processed' | 'confirmed' | 'finalized';
 
 export {
-  type InnerInstructionJson,
   LAMPORTS_PER_SIGNATURE,
   type SimulationResult,
-  type TokenBalance,
   type TxRecord,
 } from './chain-records.ts';
 export { RpcError } from './rpc-error.ts';

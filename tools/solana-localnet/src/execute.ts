@@ -150,7 +150,7 @@ export function deserializeTransaction(bytes: Uint8Array): VersionedTransaction 
 }
 
 /** The transaction's account keys, with keys from address lookup tables resolved when the tables exist. */
-export function resolveKeys(
+function resolveKeys(
   chain: ExecutionChain,
   vtx: VersionedTransaction,
 ): { keys: string[]; loaded: { writable: string[]; readonly: string[] } } {

@@ -16,7 +16,7 @@ function errorReply(id: unknown, code: number, message: string, data?: unknown) 
 }
 
 /** Answers one request object; `onError` sees unexpected (internal) failures. */
-export function answerOne(handlers: Record<string, Handler>, req: unknown, onError: (e: unknown) => void) {
+function answerOne(handlers: Record<string, Handler>, req: unknown, onError: (e: unknown) => void) {
   if (!req || typeof req !== 'object' || Array.isArray(req)) return errorReply(null, -32600, 'Invalid request');
   const { id, method, params } = req as Request;
   if (typeof method !== 'string') return errorReply(id, -32600, 'Invalid request');

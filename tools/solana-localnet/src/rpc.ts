@@ -23,7 +23,7 @@ import {
 } from './chain.ts';
 import { renderTransaction, type TxEncoding } from './render-tx.ts';
 
-export const SOLANA_CORE_VERSION = '2.2.0';
+const SOLANA_CORE_VERSION = '2.2.0';
 
 type Params = unknown[];
 type Config = Record<string, unknown>;
@@ -76,7 +76,7 @@ function decodeWire(data: string, encoding: unknown): Uint8Array {
 }
 
 /** A signature status as `getSignatureStatuses` reports it. */
-export function signatureStatus(chain: LocalChain, rec: TxRecord) {
+function signatureStatus(chain: LocalChain, rec: TxRecord) {
   const final = chain.isFinal(rec);
   return {
     slot: rec.slot,

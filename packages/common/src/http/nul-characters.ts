@@ -10,7 +10,7 @@ import fp from 'fastify-plugin';
 import { errors } from '../errors.ts';
 
 /** The path (`body.gpus.0.name`) of the first string holding U+0000, or undefined. */
-export function nulPath(value: unknown, path: string, depth = 0): string | undefined {
+function nulPath(value: unknown, path: string, depth = 0): string | undefined {
   if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
   // Deeper than any schema the platform accepts: schema validation refuses such a body anyway.
   if (value === null || typeof value !== 'object' || depth > 32) return undefined;

@@ -13,6 +13,7 @@ export {
   OutboxRelay,
   type OutboxRelayOptions,
 } from './outbox.ts';
+export { createOutboxTable, dropOutboxTable } from './outbox-table.ts';
 export {
   type ConnectPublisherOptions,
   connectPublisher,

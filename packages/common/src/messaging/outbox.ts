@@ -9,7 +9,7 @@
  * loses it. JetStream drops a re-sent ID inside its duplicate window, and
  * consumers de-duplicate by `event_id` beyond it.
  *
- * The table (each service creates it in a migration of its own):
+ * The table (each service creates it in a migration of its own, with `createOutboxTable`):
  *
  *   CREATE TABLE outbox_events (
  *     id uuid PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, correlation_id text,

@@ -24,7 +24,7 @@ const UNSPECIFIED = new Set(['0.0.0.0', '::', '[::]', '']);
  * endpoint on purpose), else the health route the app mounts (`server.health_path`), so moving the route moves the
  * check.
  */
-export function checkPath(config: BaseConfig): string {
+function checkPath(config: BaseConfig): string {
   return config.registry.registration.health_check_path || config.server.health_path;
 }
 

@@ -1,4 +1,5 @@
 /** Queries on machine clients. Every function takes the database or a transaction. */
+import { cursorAt, type KeysetPosition, newerThan } from '@gpu/common';
 import { type Kysely, type Selectable, sql } from 'kysely';
 import type { AuthDatabase, ClientsTable } from './schema.ts';
 
@@ -29,20 +30,15 @@ export async function findActivePlatformClient(db: Kysely<AuthDatabase>, name: s
     .executeTakeFirst();
 }
 
-/** One page of clients, oldest first, after the client `afterId` created at `afterAt` (keyset). */
+/** One page of clients, oldest first, after the position `after` (keyset on `created_at`, `id`). */
 export async function listClients(
   db: Kysely<AuthDatabase>,
-  filter: { ownerId?: string; includeRevoked: boolean; limit: number; after?: { at: string; id: string } },
+  filter: { ownerId?: string; includeRevoked: boolean; limit: number; after?: KeysetPosition },
 ): Promise<(ClientRow & { cursor_at: string })[]> {
-  let q = db
-    .selectFrom('clients')
-    .selectAll()
-    .select(sql<string>`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('cursor_at'));
+  let q = db.selectFrom('clients').selectAll().select(cursorAt('created_at').as('cursor_at'));
   if (filter.ownerId !== undefined) q = q.where('owner_id', '=', filter.ownerId);
   if (!filter.includeRevoked) q = q.where('revoked_at', 'is', null);
-  if (filter.after) {
-    q = q.where(sql<boolean>`(created_at, id) > (${filter.after.at}::timestamptz, ${filter.after.id}::uuid)`);
-  }
+  if (filter.after) q = q.where(newerThan('created_at', filter.after));
   return q.orderBy('created_at').orderBy('id').limit(filter.limit).execute();
 }
 
@@ -75,6 +71,11 @@ export async function revokeClient(db: Kysely<AuthDatabase>, id: string): Promis
     .where('revoked_at', 'is', null)
     .returningAll()
     .executeTakeFirst();
+}
+
+/** Serialises the start-up creation of platform clients until the transaction ends (instances starting together). */
+export async function lockBootstrapClients(db: Kysely<AuthDatabase>): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-bootstrap-clients'))`.execute(db);
 }
 
 export async function touchClient(db: Kysely<AuthDatabase>, id: string): Promise<void> {

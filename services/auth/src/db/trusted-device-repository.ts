@@ -28,7 +28,3 @@ export async function insertTrustedDevice(
 export async function touchTrustedDevice(db: Kysely<AuthDatabase>, id: string): Promise<void> {
   await db.updateTable('trusted_devices').set({ last_used_at: new Date() }).where('id', '=', id).execute();
 }
-
-export async function deleteTrustedDevice(db: Kysely<AuthDatabase>, id: string): Promise<void> {
-  await db.deleteFrom('trusted_devices').where('id', '=', id).execute();
-}

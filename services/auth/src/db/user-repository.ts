@@ -55,11 +55,10 @@ export async function lockAdmins(db: Kysely<AuthDatabase>): Promise<string[]> {
   return rows.map((r) => r.id);
 }
 
-export async function countAdmins(db: Kysely<AuthDatabase>): Promise<number> {
-  const row = await db
-    .selectFrom('users')
-    .select((eb) => eb.fn.countAll<number>().as('n'))
-    .where(sql<boolean>`'admin' = ANY (roles)`)
-    .executeTakeFirstOrThrow();
-  return Number(row.n);
+/**
+ * Serialises the creation of the initial admin until the transaction ends (instances starting together), even
+ * while no admin row exists to lock.
+ */
+export async function lockInitialAdminCreation(db: Kysely<AuthDatabase>): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-initial-admin'))`.execute(db);
 }

@@ -1,12 +1,12 @@
-/** Registration, role management and the initial admin. */
+/** Registration, the caller's account, role management and the initial admin. */
 import type { UserRole as Role } from '@gpu/common';
-import { sql } from 'kysely';
 import {
   findUserByEmail,
   findUserById,
   insertUser,
   isUniqueViolation,
   lockAdmins,
+  lockInitialAdminCreation,
   type UserRow,
   updateRoles,
 } from '../db/user-repository.ts';
@@ -17,7 +17,7 @@ import { normalisePassword } from './password-policy.ts';
 import { uniqueRoles } from './users.ts';
 
 /** Roles a user may pick at registration; `admin` is only ever granted by an admin. */
-export const SELF_ASSIGNABLE_ROLES: readonly Role[] = ['renter', 'provider'];
+const SELF_ASSIGNABLE_ROLES: readonly Role[] = ['renter', 'provider'];
 
 /** Creates an account: rate-limited, policy-checked, argon2id-hashed; a duplicate email is a 409. */
 export async function register(
@@ -42,6 +42,13 @@ export async function register(
     if (isUniqueViolation(err)) throw authErrors.emailTaken(email);
     throw err;
   }
+}
+
+/** The account of a token's subject; USER_GONE when it no longer exists. */
+export async function currentUser(ctx: Pick<AuthContext, 'db'>, userId: string): Promise<UserRow> {
+  const user = await findUserById(ctx.db, userId);
+  if (!user) throw authErrors.userGone();
+  return user;
 }
 
 /** Replaces a user's roles (admin only, checked by the route). The last admin keeps the admin role. */
@@ -75,7 +82,7 @@ export async function ensureInitialAdmin(ctx: AuthContext): Promise<'created' | 
   ctx.policy.check(admin.password, email);
   const passwordHash = await ctx.hasher.hash(normalisePassword(admin.password));
   const outcome = await ctx.db.transaction().execute(async (trx) => {
-    await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-initial-admin'))`.execute(trx);
+    await lockInitialAdminCreation(trx);
     if ((await lockAdmins(trx)).length > 0) return 'exists' as const;
     if (await findUserByEmail(trx, email)) {
       throw new Error(

@@ -6,7 +6,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /** Secrets start with this, so secret scanners and people can tell one at a glance. */
-export const SECRET_PREFIX = 'gpcs_';
+const SECRET_PREFIX = 'gpcs_';
 
 export function generateSecret(): string {
   return `${SECRET_PREFIX}${randomBytes(32).toString('base64url')}`;

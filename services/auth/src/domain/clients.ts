@@ -21,22 +21,21 @@ import { randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
+  afterCursor,
   type ClientRole,
-  decodeCursor,
   durationMs,
-  encodeCursor,
-  invalidCursor,
   isClientRole,
   isPrivileged,
+  keysetPage,
   type Principal,
 } from '@gpu/common';
-import { sql } from 'kysely';
 import {
   type ClientRow,
   findActivePlatformClient,
   findClient,
   insertClient,
   listClients as listClientRows,
+  lockBootstrapClients,
   revokeClient as revokeClientRow,
   rotateSecret,
   touchClient,
@@ -47,6 +46,9 @@ import { generateSecret, hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
 import { issueClientToken } from './token-pair.ts';
 
+/** A machine client as stored (its secret hashes included: never shown). */
+export type Client = ClientRow;
+
 export interface NewClient {
   name: string;
   role: ClientRole;
@@ -56,7 +58,7 @@ export interface NewClient {
 
 /** A client with the secret it was just given (shown once). */
 export interface ClientWithSecret {
-  client: ClientRow;
+  client: Client;
   secret: string;
 }
 
@@ -118,34 +120,24 @@ export async function createClient(ctx: AuthContext, actor: Principal, input: Ne
 }
 
 export interface ClientPage {
-  clients: ClientRow[];
+  clients: Client[];
   nextCursor: string | null;
 }
 
-/** Admins see every client, providers their own daemons; oldest first, keyset-paged. */
+/** Admins see every client, providers their own daemons; oldest first, keyset-paged (common's keyset position). */
 export async function listClients(
   ctx: AuthContext,
   actor: Principal,
   query: { limit: number; cursor?: string; include_revoked: boolean },
 ): Promise<ClientPage> {
-  let after: { at: string; id: string } | undefined;
-  if (query.cursor !== undefined) {
-    const [at, id] = decodeCursor(query.cursor, 2) ?? [];
-    if (typeof at !== 'string' || typeof id !== 'string' || Number.isNaN(Date.parse(at))) throw invalidCursor();
-    after = { at, id };
-  }
   const rows = await listClientRows(ctx.db, {
     ownerId: isAdmin(actor) ? undefined : actor.subject,
     includeRevoked: query.include_revoked,
     limit: query.limit + 1,
-    after,
+    after: afterCursor(query.cursor),
   });
-  const page = rows.slice(0, query.limit);
-  const last = page[page.length - 1];
-  return {
-    clients: page,
-    nextCursor: rows.length > query.limit && last ? encodeCursor([last.cursor_at, last.id]) : null,
-  };
+  const page = keysetPage(rows, query.limit);
+  return { clients: page.items, nextCursor: page.nextCursor };
 }
 
 export const getClient = manageable;
@@ -244,7 +236,7 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
   for (const { name, role } of bootstrap.map(parseBootstrap)) {
     const file = path.join(dir, `${name}.json`);
     await ctx.db.transaction().execute(async (trx) => {
-      await sql`SELECT pg_advisory_xact_lock(hashtext('auth-service-bootstrap-clients'))`.execute(trx);
+      await lockBootstrapClients(trx);
       const existing = await findActivePlatformClient(trx, name);
       if (existing && existing.role === role && existsSync(file)) return;
       const secret = generateSecret();

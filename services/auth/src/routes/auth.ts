@@ -1,12 +1,10 @@
 /** /api/v1/auth: register, login, refresh, logout, me. */
 import { type App, callerOf, USER_ROLES, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { findUserById } from '../db/user-repository.ts';
-import { register } from '../domain/accounts.ts';
+import { currentUser, register } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { login, logout, refresh } from '../domain/sessions.ts';
 import { toUserView } from '../domain/users.ts';
-import { authErrors } from '../errors.ts';
 import {
   emailSchema,
   passwordSchema,
@@ -119,10 +117,6 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: userSchema, ...problems(401, 403, 503) },
       },
     },
-    async (request) => {
-      const user = await findUserById(ctx.db, callerOf(request).subject);
-      if (!user) throw authErrors.userGone();
-      return toUserView(user);
-    },
+    async (request) => toUserView(await currentUser(ctx, callerOf(request).subject)),
   );
 }

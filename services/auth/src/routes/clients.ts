@@ -10,8 +10,7 @@ import {
   zDuration,
 } from '@gpu/common';
 import { z } from 'zod';
-import type { ClientRow } from '../db/client-repository.ts';
-import { createClient, getClient, listClients, revokeClient, rotateClient } from '../domain/clients.ts';
+import { type Client, createClient, getClient, listClients, revokeClient, rotateClient } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { problems } from './schemas.ts';
 
@@ -41,7 +40,7 @@ const withSecretSchema = z
   .describe("a client and its secret: saved as it is, the provider daemon's credentials file");
 
 /** The answer of a creation or rotation: the client and its secret, usable as a credentials file. */
-const withSecret = (client: ClientRow, secret: string) => ({
+const withSecret = (client: Client, secret: string) => ({
   client_id: client.id,
   client_secret: secret,
   client: clientJson(client),
@@ -50,7 +49,7 @@ const withSecret = (client: ClientRow, secret: string) => ({
 const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
 
 /** The wire view of a client (never its secret hashes). */
-function clientJson(c: ClientRow) {
+function clientJson(c: Client) {
   return {
     id: c.id,
     name: c.name,

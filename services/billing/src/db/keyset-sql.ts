@@ -1,14 +1,8 @@
 /** The SQL of the lists: keyset paging, newest first, on a timestamp column and `id` (domain/keyset.ts), and who may see a row. */
 import { sql } from 'kysely';
-import type { KeysetPosition } from '../domain/keyset.ts';
 
-/** The column's value as the cursor keeps it: exact to the microsecond, UTC. */
-export const cursorAt = (column: string) =>
-  sql<string>`to_char(${sql.ref(column)} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-
-/** Rows strictly after `p` in newest-first order of (column, id). */
-export const olderThan = (column: string, p: KeysetPosition) =>
-  sql<boolean>`(${sql.ref(column)}, id) < (${p.at}::timestamptz, ${p.id}::uuid)`;
+/** The keyset conditions are common's (`cursorAt`: the position of a row; `olderThan`: rows after a position). */
+export { cursorAt, olderThan } from '@gpu/common';
 
 /** Rows the user took part in: as the renter (`user_id`) or the machine's owner (`provider_owner_id`); `provider`: as the owner only. */
 export interface Party {

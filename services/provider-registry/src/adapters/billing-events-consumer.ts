@@ -18,7 +18,7 @@ import type { JsMsg } from '@nats-io/jetstream';
 import { z } from 'zod';
 import type { ProviderSessions } from '../domain/provider-sessions.ts';
 
-export const SESSION_CONSUMER = 'provider-registry-sessions';
+const SESSION_CONSUMER = 'provider-registry-sessions';
 
 const RUNNING_KINDS = ['session.started', 'session.grace_period', 'session.resumed'] as const;
 const ENDED_KINDS = ['session.completed', 'session.terminated'] as const;

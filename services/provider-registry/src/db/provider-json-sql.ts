@@ -8,15 +8,19 @@
  * the service is one thread while the database spreads requests over cores.
  * Rendered here, the service only joins ready-made objects into an array.
  *
- * The text is byte for byte what `toProvider` + `JSON.stringify` produce for
- * the same row (key order, `null`s, millisecond UTC timestamps), except that
- * `metadata` is jsonb's own text (same JSON value, spaces after `:` and `,`).
- * `concat()` builds each object in one call; `to_json` escapes every string.
- * test/discovery-rendering.test.ts holds the two serializations together.
+ * The fields, their order and how each is written come from the wire shape's
+ * one list (`wire/provider-json.ts` `PROVIDER_FIELDS`, and the GPU field list
+ * for each GPU), so the text is byte for byte what the presenter
+ * (`providerJson`) + `JSON.stringify` produce for the same row (key order,
+ * `null`s, millisecond UTC timestamps), except that `metadata` is jsonb's own
+ * text (same JSON value, spaces after `:` and `,`). `concat()` builds each
+ * object in one call; `to_json` escapes every string.
+ * test/provider-json.test.ts and test/discovery-rendering.test.ts hold the two
+ * serializations together.
  */
 import { type RawBuilder, sql } from 'kysely';
 import { GPU_METRIC_FIELDS, type GpuField } from '../domain/gpu-fields.ts';
-import type { Provider } from '../domain/provider.ts';
+import { PROVIDER_FIELDS, type ProviderField } from '../wire/provider-json.ts';
 import { effectiveStatusSql } from './sql-rules.ts';
 
 type JsonText = RawBuilder<string>;
@@ -57,20 +61,28 @@ const gpusJson = sql<string>`concat('[', (
   SELECT string_agg(${gpuJson}, ',' ORDER BY g.idx) FROM gpus g WHERE g.provider_id = p.id
 ), ']')`;
 
+/** A provider field of the row `p` as JSON text (its column is the field's name). */
+function providerFieldJson(field: ProviderField, offlineAfterMs: number): JsonText {
+  const column = `p.${field.name}`;
+  switch (field.type) {
+    case 'uuid':
+      return sql<string>`concat('"', ${sql.ref(column)}, '"')`;
+    case 'text':
+      return jsonString(column);
+    case 'status':
+      return sql<string>`to_json(${effectiveStatusSql(offlineAfterMs)})::text`;
+    case 'gpus':
+      return gpusJson;
+    case 'timestamp':
+      return jsonTimestamp(column);
+    case 'object':
+      return sql<string>`${sql.ref(column)}::text`;
+  }
+}
+
 /** The API's Provider object for the row `p`, with its effective status, as JSON text. */
 export function providerJsonSql(offlineAfterMs: number): JsonText {
-  const fields = {
-    id: sql<string>`concat('"', p.id, '"')`,
-    owner_id: jsonString('p.owner_id'),
-    name: jsonString('p.name'),
-    hostname: jsonString('p.hostname'),
-    ip_address: jsonString('p.ip_address'),
-    status: sql<string>`to_json(${effectiveStatusSql(offlineAfterMs)})::text`,
-    gpus: gpusJson,
-    location: jsonString('p.location'),
-    registered_at: jsonTimestamp('p.registered_at'),
-    last_seen_at: jsonTimestamp('p.last_seen_at'),
-    metadata: sql<string>`p.metadata::text`,
-  } satisfies Record<keyof Provider, JsonText>;
-  return jsonObject(fields);
+  return jsonObject(
+    Object.fromEntries(PROVIDER_FIELDS.map((field) => [field.name, providerFieldJson(field, offlineAfterMs)])),
+  );
 }

@@ -1,4 +1,4 @@
-/** Rows to API objects: snake_case keys, RFC 3339 UTC timestamps, GPUs in index order. */
+/** Rows to domain values (GPUs in index order, numbers and JSON parsed) and GPU inputs to rows. */
 import { GPU_FIELDS, type Gpu, type GpuInput } from '../domain/gpu-fields.ts';
 import type { Provider, ProviderStatus } from '../domain/provider.ts';
 import type { GpuRow, NewGpuRow } from './schema.ts';
@@ -16,15 +16,15 @@ export interface ProviderListRow {
   last_seen_at: Date | string;
 }
 
-const iso = (v: Date | string) => (v instanceof Date ? v : new Date(v)).toISOString();
+const asDate = (v: Date | string) => (v instanceof Date ? v : new Date(v));
 
 /** The GPU fields whose columns may come back as text (`bigint`) and are turned into numbers. */
 const NUMERIC_FIELDS = new Set<string>(
   GPU_FIELDS.filter((f) => f.type !== 'text' && f.type !== 'bool').map((f) => f.name),
 );
 
-/** A GPU row as the API's GPU, its fields in the field list's order. */
-export function toGpu(row: GpuRow): Gpu {
+/** A GPU row as the domain's GPU, its fields in the field list's order. */
+function toGpu(row: GpuRow): Gpu {
   const gpu: Record<string, unknown> = {};
   for (const { name } of GPU_FIELDS) {
     const value = row[name];
@@ -44,8 +44,8 @@ export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
     status: row.status,
     gpus: [...gpus].sort((a, b) => a.idx - b.idx).map(toGpu),
     location: row.location,
-    registered_at: iso(row.registered_at),
-    last_seen_at: iso(row.last_seen_at),
+    registered_at: asDate(row.registered_at),
+    last_seen_at: asDate(row.last_seen_at),
     metadata,
   };
 }

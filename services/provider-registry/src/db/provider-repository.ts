@@ -52,7 +52,7 @@ const GPU_COLUMNS = [
 ] as const satisfies readonly (keyof GpuRow)[];
 
 /** GPU rows of the given providers, grouped by provider ID. */
-export async function loadGpus(db: Db, providerIds: string[]): Promise<Map<string, GpuRow[]>> {
+async function loadGpus(db: Db, providerIds: string[]): Promise<Map<string, GpuRow[]>> {
   const byProvider = new Map<string, GpuRow[]>(providerIds.map((id) => [id, []]));
   if (providerIds.length === 0) return byProvider;
   const rows = await db
@@ -67,7 +67,7 @@ export async function loadGpus(db: Db, providerIds: string[]): Promise<Map<strin
 }
 
 /** Provider rows (as listed) to API objects with their GPUs. */
-export async function withGpus(db: Db, rows: ProviderListRow[]): Promise<Provider[]> {
+async function withGpus(db: Db, rows: ProviderListRow[]): Promise<Provider[]> {
   const gpus = await loadGpus(
     db,
     rows.map((r) => r.id),

@@ -21,7 +21,7 @@ const list = (xs: readonly string[]) =>
   );
 
 /** `now() - offline bound`. */
-export const staleBefore = (offlineAfterMs: number) => sql`(now() - ${offlineAfterMs} * interval '1 millisecond')`;
+const staleBefore = (offlineAfterMs: number) => sql`(now() - ${offlineAfterMs} * interval '1 millisecond')`;
 
 /** The status shown to readers: `offline` once a provider in an auto-offline state is silent past the bound. */
 export function effectiveStatusSql(offlineAfterMs: number): RawBuilder<ProviderStatus> {

@@ -22,7 +22,7 @@ export const READING_ROLES: readonly Role[] = [...MANAGING_ROLES, 'scheduler', '
 const notOwner = () => errors.forbidden('providers may only manage their own machines', 'NOT_PROVIDER_OWNER');
 
 /** Whether the actor reads every provider (discovery), rather than only its own. */
-export const readsAll = (actor: Principal) => isPrivileged(actor) || hasRole(actor, 'scheduler', 'gateway');
+const readsAll = (actor: Principal) => isPrivileged(actor) || hasRole(actor, 'scheduler', 'gateway');
 
 /** The owner discovery is limited to for this actor, or undefined for all providers. */
 export function discoveryScope(actor: Principal): string | undefined {

@@ -10,7 +10,7 @@
 import { decodeCursor, encodeCursor } from '@gpu/common';
 import type { ProviderStatus } from './provider.ts';
 
-export const SORT_KEYS = ['registered_at', 'last_seen_at', 'vram', 'gpu_count'] as const;
+const SORT_KEYS = ['registered_at', 'last_seen_at', 'vram', 'gpu_count'] as const;
 export type SortKey = (typeof SORT_KEYS)[number];
 /** `key` ascending or `-key` descending; ties are broken by provider ID in the same direction. */
 export const SORTS = SORT_KEYS.flatMap((k) => [k, `-${k}`] as const);

@@ -3,8 +3,9 @@
  * it: the domain types below, the request and response schemas
  * (`routes/schemas.ts`), the table type and column lists (`db/schema.ts`,
  * `db/provider-repository.ts`), the row mapping (`db/provider-mapper.ts`), the
- * heartbeat's metric write (`db/status-repository.ts`) and discovery's JSON
- * rendering (`db/provider-json-sql.ts`).
+ * heartbeat's metric write (`db/status-repository.ts`), the presenter
+ * (`wire/provider-json.ts`) and discovery's JSON rendering
+ * (`db/provider-json-sql.ts`).
  *
  * A field is either part of the GPU's static description (`spec`: written by
  * registration and full update) or a live metric (`metric`: also written by
@@ -75,10 +76,9 @@ export const GPU_FIELDS = [
 ] as const satisfies readonly GpuField[];
 
 type Fields = (typeof GPU_FIELDS)[number];
-export type GpuFieldName = Fields['name'];
 
 /** The JavaScript value of a field type. */
-export type GpuFieldValue<T extends GpuFieldType> = T extends 'text' ? string : T extends 'bool' ? boolean : number;
+type GpuFieldValue<T extends GpuFieldType> = T extends 'text' ? string : T extends 'bool' ? boolean : number;
 
 type ValueOf<F extends GpuField> = GpuFieldValue<F['type']> | (F['nullable'] extends true ? null : never);
 
@@ -90,7 +90,7 @@ type RequiredName = Extract<Fields, { nullable: false }>['name'];
 /** A GPU as written by registration or full update (defaults applied): the nullable fields may be left out. */
 export type GpuInput = Pick<Gpu, RequiredName> & Partial<Omit<Gpu, RequiredName>>;
 
-export type GpuMetricName = Extract<Fields, { group: 'metric' }>['name'];
+type GpuMetricName = Extract<Fields, { group: 'metric' }>['name'];
 
 /** Metrics a heartbeat reports for the GPU at `index` (its position in the provider's `gpus`); omitted ones are kept. */
 export type GpuMetrics = { index: number } & { [K in GpuMetricName]?: Exclude<Gpu[K], null> };

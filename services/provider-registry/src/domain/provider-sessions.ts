@@ -24,13 +24,10 @@ import type { ProviderStatus } from './provider.ts';
 import type { StatusOutbox } from './status-events.ts';
 
 /** The state a provider in `BUSY_FROM` takes while rented, and returns to from `busy` when no session is left. */
-export const BUSY_FROM: ProviderStatus = 'idle';
+const BUSY_FROM: ProviderStatus = 'idle';
 
 /** The move the rule makes for a provider in `current` with or without an active session; null: none. */
-export function rentalMove(
-  current: ProviderStatus,
-  rented: boolean,
-): { from: ProviderStatus; to: ProviderStatus } | null {
+function rentalMove(current: ProviderStatus, rented: boolean): { from: ProviderStatus; to: ProviderStatus } | null {
   if (rented && current === BUSY_FROM) return { from: BUSY_FROM, to: 'busy' };
   if (!rented && current === 'busy') return { from: 'busy', to: BUSY_FROM };
   return null;
@@ -49,7 +46,7 @@ export function rentalMove(
  *
  * Null when the change is allowed.
  */
-export function explicitStatusConflict(target: ProviderStatus, rented: boolean): 'rented' | 'not_rented' | null {
+function explicitStatusConflict(target: ProviderStatus, rented: boolean): 'rented' | 'not_rented' | null {
   if (target === 'busy' && !rented) return 'not_rented';
   if (target === BUSY_FROM && rented) return 'rented';
   return null;

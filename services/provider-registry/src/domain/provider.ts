@@ -36,7 +36,7 @@ export const REVIVED_RENTED_STATUS: ProviderStatus = 'busy';
  */
 export const AUTO_OFFLINE_FROM: readonly ProviderStatus[] = ['idle', 'busy', 'error'];
 
-/** A provider as the API shows it. */
+/** A provider with its GPUs (in index order) and its effective status; the API's JSON is `wire/provider-json.ts`. */
 export interface Provider {
   id: string;
   owner_id: string;
@@ -46,8 +46,8 @@ export interface Provider {
   status: ProviderStatus;
   gpus: Gpu[];
   location: string | null;
-  registered_at: string;
-  last_seen_at: string;
+  registered_at: Date;
+  last_seen_at: Date;
   metadata: Record<string, unknown>;
 }
 
@@ -68,7 +68,7 @@ export interface ProviderInput {
  * without touching the GPU table for most rows. Model and architecture lists
  * are lowercased and framed by `|` (`|nvidia a100|nvidia h100|`).
  */
-export interface GpuSummary {
+interface GpuSummary {
   gpu_count: number;
   max_vram: number;
   all_healthy: boolean;

@@ -24,10 +24,10 @@ export const STATUS_CHANGED = 'provider.status_changed';
  * `status` is null, `previous_status` the status it had, `reason` `removed`. A removed machine never comes back (a
  * registration makes a new ID): billing ends every session still running on it.
  */
-export const PROVIDER_REMOVED = 'provider.removed';
+const PROVIDER_REMOVED = 'provider.removed';
 
 /** Why a provider's status changed; carried on the status event (`removed`: the removal event). */
-export type StatusChangeReason =
+type StatusChangeReason =
   | 'registered'
   | 'explicit'
   | 'update'

@@ -2,7 +2,7 @@
  * The provider endpoints: register, list (discovery), get, full update,
  * status update, delete (the heartbeat has a plugin of its own,
  * `heartbeat.ts`). Handlers parse, authorize, call the registry service and
- * reply; rules live in `domain/`.
+ * reply with the presenter (`wire/provider-json.ts`); rules live in `domain/`.
  */
 import { type App, callerOf, invalidCursor, problemSchema, setNextPage } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { MANAGING_ROLES, READING_ROLES } from '../domain/access.ts';
 import { type Cursor, cursorOf, cursorText } from '../domain/discovery.ts';
 import { registryErrors } from '../errors.ts';
+import { providerJson } from '../wire/provider-json.ts';
 import type { ProviderRoutesOptions } from './options.ts';
 import {
   listQuerySchema,
@@ -47,7 +48,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request, reply) => {
       const provider = await registry.register(callerOf(request), request.body, request.correlationId);
-      return reply.code(201).header('location', `/providers/${provider.id}`).send(provider);
+      return reply.code(201).header('location', `/providers/${provider.id}`).send(providerJson(provider));
     },
   );
 
@@ -96,9 +97,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 503) },
       },
     },
-    async (request) => {
-      return registry.get(callerOf(request), request.params.providerID);
-    },
+    async (request) => providerJson(await registry.get(callerOf(request), request.params.providerID)),
   );
 
   app.put(
@@ -121,7 +120,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       const id = request.params.providerID;
       const { id: bodyId, registered_at: _registered, last_seen_at: _seen, ...input } = request.body;
       if (bodyId !== undefined && bodyId !== id) throw registryErrors.idMismatch(id, bodyId);
-      return registry.update(callerOf(request), id, input, request.correlationId);
+      return providerJson(await registry.update(callerOf(request), id, input, request.correlationId));
     },
   );
 

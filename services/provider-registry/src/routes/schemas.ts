@@ -16,6 +16,12 @@ import {
   type GpuMetrics,
 } from '../domain/gpu-fields.ts';
 import { PROVIDER_STATUSES } from '../domain/provider.ts';
+import {
+  PROVIDER_FIELDS,
+  type ProviderField,
+  type ProviderFieldType,
+  type ProviderJson,
+} from '../wire/provider-json.ts';
 
 const UINT32_MAX = 4_294_967_295;
 const uint32 = () => z.number().int().min(0).max(UINT32_MAX);
@@ -64,7 +70,7 @@ const shapeOf = <F extends GpuField>(fields: readonly F[], make: (field: F) => z
  * (`is_healthy`) may be left out, the others are required. (The casts give the derived schemas the field list's
  * derived types.)
  */
-export const gpuSchema = z
+const gpuSchema = z
   .object(
     shapeOf(GPU_FIELDS, (f) => {
       if ('default' in f) return fieldValue(f).default(f.default);
@@ -111,28 +117,36 @@ export const providerUpdateSchema = providerInputSchema.extend({
   last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
 });
 
+/** The schema of a field of the wire shape's list. */
+function providerFieldSchema(field: ProviderField): z.ZodType {
+  const schemas: Record<ProviderFieldType, () => z.ZodType> = {
+    uuid: () => z.uuid(),
+    text: () => z.string(),
+    status: () => statusSchema,
+    gpus: () => z.array(gpuOutputSchema),
+    timestamp: () => z.string(),
+    object: () => z.record(z.string(), z.unknown()),
+  };
+  const schema = field.nullable ? schemas[field.type]().nullable() : schemas[field.type]();
+  return field.doc ? schema.describe(field.doc) : schema;
+}
+
+/** A Provider as the API shows it, from the wire shape's one field list (`wire/provider-json.ts`). */
 export const providerSchema = z
-  .object({
-    id: z.uuid(),
-    owner_id: z.string(),
-    name: z.string(),
-    hostname: z.string().nullable(),
-    ip_address: z.string().nullable(),
-    status: statusSchema,
-    gpus: z.array(gpuOutputSchema),
-    location: z.string().nullable(),
-    registered_at: z.string().describe('RFC 3339 UTC'),
-    last_seen_at: z.string().describe('RFC 3339 UTC; last heartbeat or status update'),
-    metadata: z.record(z.string(), z.unknown()),
-  })
-  .describe('Provider');
+  .object(
+    Object.fromEntries(PROVIDER_FIELDS.map((f) => [f.name, providerFieldSchema(f)])) as Record<
+      keyof ProviderJson,
+      z.ZodType
+    >,
+  )
+  .describe('Provider') as unknown as z.ZodType<ProviderJson>;
 
 export const providerIdParams = z.object({ providerID: z.uuid().describe('provider UUID') });
 
 export const statusUpdateSchema = z.object({ status: statusSchema });
 
 /** One GPU's metrics in a heartbeat: its index and any of the metric fields. */
-export const gpuMetricsSchema = z.object({
+const gpuMetricsSchema = z.object({
   index: z.number().int().min(0).max(63).describe("position of the GPU in the provider's `gpus` array"),
   ...shapeOf(GPU_METRIC_FIELDS, (f) => fieldValue(f).optional()),
 }) as unknown as z.ZodType<GpuMetrics>;

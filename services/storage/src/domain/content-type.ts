@@ -9,10 +9,10 @@
  */
 import mime from 'mime-types';
 
-export const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
+const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
 
 /** The key's extension without its dot (`gz` for `archive.tar.gz`), or undefined when it has none. */
-export function keyExtension(key: string): string | undefined {
+function keyExtension(key: string): string | undefined {
   const name = key.slice(key.lastIndexOf('/') + 1);
   const dot = name.lastIndexOf('.');
   if (dot <= 0 || dot === name.length - 1) return undefined;

@@ -2,7 +2,7 @@
 import { parseDuration } from '@gpu/common';
 
 export const DEFAULT_EXPIRY = '15m';
-export const MAX_EXPIRY_SECONDS = 7 * 24 * 3600;
+const MAX_EXPIRY_SECONDS = 7 * 24 * 3600;
 
 /** Seconds for an expiry string, or a reason it is not acceptable. */
 export function expirySeconds(expiry: string | undefined): { seconds: number } | { problem: string } {

@@ -54,7 +54,7 @@ const PAST_EVERY_KEY = '\u{10FFFF}';
  * sorts, as an entry, at or before `startAfter`: the next page starts after the whole folder. (Passing `data/` to
  * the store as StartAfter unchanged would bring the folder back for ever: `data/one.csv` sorts after it.)
  */
-export function folderOf(prefix: string, startAfter: string | undefined): string | undefined {
+function folderOf(prefix: string, startAfter: string | undefined): string | undefined {
   if (startAfter === undefined || !startAfter.startsWith(prefix)) return undefined;
   const slash = startAfter.indexOf('/', prefix.length);
   return slash === -1 ? undefined : startAfter.slice(0, slash + 1);

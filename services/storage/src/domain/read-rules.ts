@@ -17,7 +17,7 @@ export interface ReadHeaders {
 const SINGLE_RANGE = /^bytes=(?:(\d+)-(\d*)|-\d+)$/;
 
 /** The Range to pass on: one byte range only. */
-export function singleRange(header: string | undefined): string | undefined {
+function singleRange(header: string | undefined): string | undefined {
   const range = header?.trim();
   const match = range ? SINGLE_RANGE.exec(range) : null;
   if (!match) return undefined;

@@ -13,7 +13,7 @@ import { cursorPosition, listingCursor, listObjects } from '../domain/listing.ts
 import { assertBucketName, assertPrefix, defaultBucket } from './object-target.ts';
 import { objectInfo } from './presenters.ts';
 
-export const NEXT_START_AFTER_HEADER = 'x-next-start-after';
+const NEXT_START_AFTER_HEADER = 'x-next-start-after';
 
 export const listQuery = z.object({
   prefix: z.string().default('').describe('only keys that start with this'),

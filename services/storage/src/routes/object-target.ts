@@ -29,7 +29,7 @@ export function assertBucketName(name: string): string {
   return name;
 }
 
-export function assertObjectKey(key: string): string {
+function assertObjectKey(key: string): string {
   const problem = objectKeyProblem(key);
   if (problem) throw storageErrors.invalidObjectKey(problem);
   return key;
@@ -47,11 +47,11 @@ export function defaultBucket(config: StorageConfig): string {
   return bucket;
 }
 
-export function namedTarget(params: { bucketName: string; '*': string }): Target {
+function namedTarget(params: { bucketName: string; '*': string }): Target {
   return { bucket: assertBucketName(params.bucketName), key: assertObjectKey(params['*']) };
 }
 
-export function defaultTarget(config: StorageConfig, params: { '*': string }): Target {
+function defaultTarget(config: StorageConfig, params: { '*': string }): Target {
   return { bucket: defaultBucket(config), key: assertObjectKey(params['*']) };
 }
 

@@ -3,6 +3,7 @@
  * Frozen: written against Kysely<any>; later changes are new migrations.
  * `scale` is the token's decimals, fixed here for the life of the database.
  */
+import { createOutboxTable, dropOutboxTable } from '@gpu/common';
 import { type Kysely, type Migration, sql } from 'kysely';
 import { SYSTEM_ACCOUNT_IDS } from '../system-accounts.ts';
 
@@ -165,22 +166,12 @@ export function ledgerMigration(scale: number): Migration {
       )`.execute(db);
 
       // Transactional outbox of events: written with the change they describe, published after commit.
-      await sql`CREATE TABLE outbox_events (
-        id uuid PRIMARY KEY,
-        kind text NOT NULL,
-        payload jsonb NOT NULL,
-        correlation_id text,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        published_at timestamptz
-      )`.execute(db);
-      await sql`CREATE INDEX outbox_events_unpublished ON outbox_events (created_at) WHERE published_at IS NULL`.execute(
-        db,
-      );
+      await createOutboxTable(db);
     },
     // biome-ignore lint/suspicious/noExplicitAny: frozen migrations never use the app's current table types
     async down(db: Kysely<any>) {
+      await dropOutboxTable(db);
       for (const t of [
-        'outbox_events',
         'idempotency_keys',
         'ledger_transfers',
         'transactions',

@@ -4,27 +4,18 @@
  * here in the statement or transaction of the change, and a relay publishes
  * the rows on NATS afterwards, so an event goes out exactly when its change
  * committed and survives a crash in between. The partial index serves the
- * relay's "oldest unpublished first". Frozen: Kysely<any> and raw SQL.
+ * relay's "oldest unpublished first". Frozen: Kysely<any>; the table is
+ * common's `createOutboxTable`, the same DDL billing's ledger migration runs.
  */
-import { type Kysely, sql } from 'kysely';
+import { createOutboxTable, dropOutboxTable } from '@gpu/common';
+import type { Kysely } from 'kysely';
 
 // biome-ignore lint/suspicious/noExplicitAny: frozen migrations are written against Kysely<any>
 export async function up(db: Kysely<any>): Promise<void> {
-  await sql`
-    CREATE TABLE outbox_events (
-      id uuid PRIMARY KEY,
-      kind text NOT NULL,
-      payload jsonb NOT NULL,
-      correlation_id text,
-      created_at timestamptz NOT NULL DEFAULT now(),
-      published_at timestamptz
-    )`.execute(db);
-  await sql`CREATE INDEX outbox_events_unpublished ON outbox_events (created_at) WHERE published_at IS NULL`.execute(
-    db,
-  );
+  await createOutboxTable(db);
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: frozen migrations are written against Kysely<any>
 export async function down(db: Kysely<any>): Promise<void> {
-  await sql`DROP TABLE outbox_events`.execute(db);
+  await dropOutboxTable(db);
 }
