@@ -80,7 +80,7 @@ async function jwtSettings(env: NodeJS.ProcessEnv): Promise<Partial<Record<JwtKe
 }
 
 /** The key file a development setup's auth service makes at first start, one per algorithm. */
-export function generatedKeyFile(authDir: string, algorithm: Exclude<Algorithm, 'HS256'>): string {
+function generatedKeyFile(authDir: string, algorithm: Exclude<Algorithm, 'HS256'>): string {
   return path.join(authDir, algorithm === 'EdDSA' ? 'jwt-signing-key.pem' : `jwt-signing-key-${algorithm}.pem`);
 }
 

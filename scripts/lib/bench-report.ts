@@ -19,7 +19,7 @@ about 830 to 2,160 ms within an hour, and every throughput here moves with it, s
 `;
 
 /** Milliseconds a fixed single-threaded workload (allocation, string building, JSON) takes: the host's speed now. */
-export function cpuGauge(): number {
+function cpuGauge(): number {
   const started = performance.now();
   let bytes = 0;
   let batch: { i: number; s: string }[] = [];

@@ -23,7 +23,7 @@ export function imageServices(): string[] {
 }
 
 /** The service's program, repository-relative. */
-export function serviceEntry(service: string): string {
+function serviceEntry(service: string): string {
   if (!imageServices().includes(service)) {
     throw new Error(`no service ${JSON.stringify(service)}: one of ${imageServices().join(', ')}`);
   }
@@ -31,7 +31,7 @@ export function serviceEntry(service: string): string {
 }
 
 /** The V8 flags of the package's `start` script (`--initial-old-space-size=64 ...`), or none. */
-export function serviceNodeFlags(service: string): string[] {
+function serviceNodeFlags(service: string): string[] {
   const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'services', service, 'package.json'), 'utf8'));
   const start = pkg.scripts?.start as string | undefined;
   const m = start === undefined ? null : START_SCRIPT.exec(start);

@@ -34,14 +34,14 @@ export interface RestartPolicy {
 }
 
 /** Restart after 0.5 s, 1 s, 2 s ... at most 30 s apart; give up after 8 crashes in a row within a minute of start. */
-export const DEFAULT_RESTART_POLICY: RestartPolicy = {
+const DEFAULT_RESTART_POLICY: RestartPolicy = {
   initialDelayMs: 500,
   maxDelayMs: 30_000,
   stableAfterMs: 60_000,
   maxRapidCrashes: 8,
 };
 
-export type SupervisedState = 'running' | 'restarting' | 'given-up' | 'stopped';
+type SupervisedState = 'running' | 'restarting' | 'given-up' | 'stopped';
 
 /** A supervised program, as seen from outside. */
 export interface Supervised {

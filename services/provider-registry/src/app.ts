@@ -55,7 +55,7 @@ export interface RegistryDeps {
 }
 
 /** The outbox relay of the app's status events, or nothing to flush when events are off. */
-export interface StatusEventFlush {
+interface StatusEventFlush {
   /** Publishes every status event recorded (and committed) before the call. */
   flush(): Promise<void>;
 }

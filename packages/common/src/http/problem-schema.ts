@@ -13,5 +13,3 @@ export const problemSchema = z
   })
   .loose()
   .describe('RFC 9457 problem details (application/problem+json)');
-
-export const validationProblemSchema = problemSchema;

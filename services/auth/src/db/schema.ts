@@ -33,7 +33,7 @@ export interface RefreshTokensTable {
   revoked_reason: string | null;
 }
 
-export interface SigningKeysTable {
+interface SigningKeysTable {
   kid: string;
   alg: string;
   /** The public JWK (never the private key). */
@@ -63,7 +63,7 @@ export interface ClientsTable {
   last_used_at: Timestamp | null;
 }
 
-export interface TrustedDevicesTable {
+interface TrustedDevicesTable {
   id: Generated<string>;
   user_id: string;
   /** SHA-256 (hex) of the device token the client keeps. */

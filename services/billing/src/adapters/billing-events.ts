@@ -10,7 +10,7 @@ import type { BillingEvent, BillingEvents } from '../domain/events.ts';
 import { billingRecordJson, type PresentContext, sessionJson, transactionJson } from '../wire/presenters.ts';
 
 /** The data of an event's body. */
-export function eventData(p: PresentContext, e: BillingEvent): object {
+function eventData(p: PresentContext, e: BillingEvent): object {
   switch (e.kind) {
     case 'deposit.rejected':
       return { wallet_id: e.walletId, signature: e.signature, reason: e.reason };

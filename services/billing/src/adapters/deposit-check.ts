@@ -27,7 +27,7 @@ interface Delta {
 }
 
 /** Token balance changes per account of `tx` (post minus pre; an account missing on one side counts as 0). */
-export function tokenDeltas(tx: VersionedTransactionResponse): Delta[] {
+function tokenDeltas(tx: VersionedTransactionResponse): Delta[] {
   const meta = tx.meta!;
   const keys = tx.transaction.message.getAccountKeys({ accountKeysFromLookups: meta.loadedAddresses });
   const rows = new Map<number, Delta>();

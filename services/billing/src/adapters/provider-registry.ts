@@ -69,7 +69,7 @@ export function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
   };
 }
 
-export function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
+function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
   const client = registryClient({
     baseUrl: opts.url,
     token: opts.token ?? lazyTokens(opts),

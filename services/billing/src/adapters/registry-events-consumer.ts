@@ -16,7 +16,7 @@ import { endSessionsOfStoppedProvider, REMOVED } from '../domain/provider-offlin
 export const PROVIDER_STATUS_CONSUMER = 'billing-provider-status';
 
 /** The kind of the registry's event of a provider's removal (its `status` is null). */
-export const PROVIDER_REMOVED = 'provider.removed';
+const PROVIDER_REMOVED = 'provider.removed';
 
 /** The part of the registry's `provider.status_changed` and `provider.removed` events billing reads. */
 const statusEventSchema = z.union([

@@ -74,7 +74,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 /** Reads a Solana CLI keypair file. */
-export function readKeypairFile(path: string): Keypair {
+function readKeypairFile(path: string): Keypair {
   const bytes = JSON.parse(readFileSync(path, 'utf8')) as unknown;
   if (!Array.isArray(bytes) || bytes.length !== 64) throw new Error(`${path}: not a keypair file (64-byte JSON array)`);
   return Keypair.fromSecretKey(Uint8Array.from(bytes as number[]));

@@ -17,10 +17,10 @@ const SYSTEM_PROGRAM = '11111111111111111111111111111111';
  * Addresses that destroy what is sent to them. Solana has one by convention, the incinerator (the runtime burns the
  * lamports it holds at the end of each transaction; tokens sent to its token account can never be moved).
  */
-export const BURN_ADDRESSES: readonly string[] = ['1nc1nerator11111111111111111111111111111111'];
+const BURN_ADDRESSES: readonly string[] = ['1nc1nerator11111111111111111111111111111111'];
 
 /** Programs, loaders and sysvars of every Solana cluster: none is an owner who could spend tokens. */
-export const WELL_KNOWN_PROGRAMS: readonly string[] = [
+const WELL_KNOWN_PROGRAMS: readonly string[] = [
   'TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA', // SPL Token
   'TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb', // SPL Token-2022
   'ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL', // associated token accounts

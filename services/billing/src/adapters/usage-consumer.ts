@@ -31,7 +31,7 @@ import type { BillingContext } from '../domain/context.ts';
 import { toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/usage-message.ts';
 import { applyUsageUpdate } from '../domain/usage-updates.ts';
 
-export const USAGE_STREAM = 'BILLING_USAGE';
+const USAGE_STREAM = 'BILLING_USAGE';
 export const USAGE_CONSUMER = 'billing-usage';
 
 export interface UsageConsumer {

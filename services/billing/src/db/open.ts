@@ -9,7 +9,7 @@ import type { BillingConfig } from '../config.ts';
 import { billingMigrations } from './migrations/index.ts';
 import type { BillingDB } from './schema.ts';
 
-export const MIGRATION_NAMESPACE = 'billing-service';
+const MIGRATION_NAMESPACE = 'billing-service';
 
 /** Opens and migrates; throws when the database was created for a token with other decimals. */
 export async function openBillingDatabase(config: BillingConfig, logger?: Logger): Promise<Database<BillingDB>> {

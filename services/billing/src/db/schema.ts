@@ -7,7 +7,7 @@ type Money = ColumnType<string, string, string>;
 export type OwnerType = 'user' | 'provider';
 export type WalletAccountKind = 'available' | 'locked' | 'pending_out';
 export type SystemAccountKind = 'chain_incoming' | 'chain_outgoing' | 'platform_fees';
-export type AccountKind = WalletAccountKind | SystemAccountKind;
+type AccountKind = WalletAccountKind | SystemAccountKind;
 export type TransactionType = 'deposit' | 'withdrawal' | 'payment' | 'payout' | 'fee' | 'lock' | 'release';
 export type TransactionStatus = 'pending' | 'confirmed' | 'failed';
 export type HoldStatus = 'pending' | 'posted' | 'voided';
@@ -34,7 +34,7 @@ export interface WalletTable {
   created_at: Timestamp;
 }
 
-export interface LedgerAccountTable {
+interface LedgerAccountTable {
   id: string;
   wallet_id: string | null;
   kind: AccountKind;
@@ -76,7 +76,7 @@ export interface TransactionTable {
   confirmed_at: Date | null;
 }
 
-export interface LedgerTransferTable {
+interface LedgerTransferTable {
   id: string;
   debit_account_id: string;
   credit_account_id: string;
@@ -88,7 +88,7 @@ export interface LedgerTransferTable {
   created_at: Timestamp;
 }
 
-export interface IdempotencyKeyTable {
+interface IdempotencyKeyTable {
   key: string;
   request_hash: string;
   transaction_id: string | null;
@@ -97,7 +97,7 @@ export interface IdempotencyKeyTable {
   created_at: Timestamp;
 }
 
-export interface OutboxEventTable {
+interface OutboxEventTable {
   id: string;
   kind: string;
   payload: unknown;
@@ -106,7 +106,7 @@ export interface OutboxEventTable {
   published_at: Date | null;
 }
 
-export interface BillingMetaTable {
+interface BillingMetaTable {
   key: string;
   value: string;
 }

@@ -72,7 +72,7 @@ export interface SessionParties {
 const notParty = (sessionId: string) => errors.forbidden(`session ${sessionId} is someone else's`, 'NOT_SESSION_PARTY');
 
 /** Whether the actor is the session's renter (a user's own token: a daemon never acts on its owner's rentals). */
-export const isRenter = (actor: Principal, session: SessionParties) => isUser(actor, session.user_id);
+const isRenter = (actor: Principal, session: SessionParties) => isUser(actor, session.user_id);
 
 /** The renter, the provider's owner or its daemon (or an admin or service) read and end a session. */
 export function assertSessionParty(actor: Principal, session: SessionParties): void {

@@ -18,7 +18,7 @@ import { billingErrors } from '../errors.ts';
 import type { BillingContext } from './context.ts';
 import { toWallet, type Wallet, walletFor } from './wallets.ts';
 
-export const CHALLENGE_TTL_MS = 10 * 60_000;
+const CHALLENGE_TTL_MS = 10 * 60_000;
 
 export interface AddressChallenge {
   walletId: string;
@@ -46,7 +46,7 @@ export async function issueAddressChallenge(
 }
 
 /** Whether `signature` (base58) is the address's ed25519 signature of `message`. */
-export function isAddressSignature(address: string, message: string, signature: string): boolean {
+function isAddressSignature(address: string, message: string, signature: string): boolean {
   const sig = base58Decode(signature);
   if (sig?.length !== 64) return false;
   const key = createPublicKey({

@@ -34,7 +34,7 @@ const REJECTIONS: Record<DepositRejection, { kind: ErrorKind; code: string; what
 };
 
 /** Maps a ChainRejection from deposit verification to its problem. */
-export function depositRejected(err: ChainRejection, signature: string): AppError {
+function depositRejected(err: ChainRejection, signature: string): AppError {
   const r = REJECTIONS[err.reason] ?? {
     kind: 'unprocessable',
     code: 'DEPOSIT_REJECTED',

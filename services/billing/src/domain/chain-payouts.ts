@@ -33,7 +33,7 @@ import { postTransfers, walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
 import type { Wallet } from './wallets.ts';
 
-export type ChainPayoutType = 'withdrawal' | 'payout';
+type ChainPayoutType = 'withdrawal' | 'payout';
 
 export interface ChainPayoutRequest {
   wallet: Wallet;

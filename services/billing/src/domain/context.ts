@@ -21,7 +21,7 @@ export interface PricingSettings {
 }
 
 /** Rental-session settings (config `billing`), as milliseconds and decimal strings. */
-export interface SessionSettings {
+interface SessionSettings {
   initialPeriodMs: number;
   holdTopUpBelowMs: number;
   minimumBalance: string;

@@ -12,7 +12,7 @@ import type { SessionRow } from '../db/session-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
 
 /** Kinds of withdrawal and payout events. */
-export type PayoutEventKind = `${'withdrawal' | 'payout'}.${'pending' | 'confirmed' | 'failed'}`;
+type PayoutEventKind = `${'withdrawal' | 'payout'}.${'pending' | 'confirmed' | 'failed'}`;
 
 /** Every event billing publishes, with what it is about. */
 export type BillingEvent =
@@ -26,6 +26,3 @@ export type BillingEvent =
 export interface BillingEvents {
   record(db: Transaction<BillingDB> | Kysely<BillingDB>, event: BillingEvent, correlationId?: string): Promise<void>;
 }
-
-/** Records nothing (no NATS configured). */
-export const noEvents: BillingEvents = { record: async () => {} };

@@ -85,7 +85,7 @@ async function resolveAccounts(
 }
 
 /** Whether an error is the database refusing an overdraft (the CHECK constraint). */
-export function isOverdraftViolation(err: unknown): boolean {
+function isOverdraftViolation(err: unknown): boolean {
   const e = err as { code?: string; constraint?: string; message?: string };
   return (
     e?.code === '23514' &&

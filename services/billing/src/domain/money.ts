@@ -16,8 +16,6 @@ import { Decimal } from 'decimal.js';
 export const Dec = Decimal.clone({ precision: 60, rounding: Decimal.ROUND_HALF_EVEN, toExpNeg: -60, toExpPos: 60 });
 export type Dec = InstanceType<typeof Dec>;
 
-export const ZERO = new Dec(0);
-
 const DECIMAL_RE = /^(0|[1-9]\d{0,29})(\.\d+)?$/;
 
 export class AmountFormatError extends Error {}

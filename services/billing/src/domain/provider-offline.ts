@@ -26,7 +26,7 @@ import { finishSession, type SessionEnd } from './session-end.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from './sessions.ts';
 
 /** Registry statuses in which a machine delivers nothing: its sessions end. */
-export const UNDELIVERING_STATUSES = ['offline', 'maintenance', 'error'] as const;
+const UNDELIVERING_STATUSES = ['offline', 'maintenance', 'error'] as const;
 
 /** The status a change names when the registry removed the machine (its `provider.removed` event, or a 404). */
 export const REMOVED = 'removed';
@@ -42,7 +42,7 @@ export interface ProviderStatusChange {
 }
 
 /** Whether a provider in `status` delivers nothing (`REMOVED` included). */
-export const isUndelivering = (status: string) =>
+const isUndelivering = (status: string) =>
   status === REMOVED || (UNDELIVERING_STATUSES as readonly string[]).includes(status);
 
 /**

@@ -36,7 +36,7 @@ export async function findProviderRates(db: Db, providerId: string): Promise<Sto
 }
 
 /** Replaces a provider's overrides (base rate keys must already be normalised). */
-export async function putProviderRates(
+async function putProviderRates(
   db: Db,
   providerId: string,
   rates: ProviderRateOverrides,
@@ -58,7 +58,7 @@ export async function ratesFor(db: Db, pricing: PricingSettings, input: PricingI
 }
 
 /** Refuses a rate above the configured limits (RATE_OUT_OF_BOUNDS, naming the body path). */
-export function assertWithinLimits(rates: ProviderRateOverrides, limits: PricingSettings['providerLimits']): void {
+function assertWithinLimits(rates: ProviderRateOverrides, limits: PricingSettings['providerLimits']): void {
   for (const [model, rate] of Object.entries(rates.baseRates)) {
     if (new Dec(rate).gt(limits.baseRate)) {
       throw billingErrors.rateOutOfBounds(`body.base_rates.${model}`, rate, limits.baseRate);

@@ -34,7 +34,7 @@ export function rentOn(machine: ProviderRecord, asked: RentedResources): RentedR
 }
 
 /** The resources a rental of the machine would price, whatever its status now (a quote). */
-export function gpusFor(machine: ProviderRecord, asked: RentedResources): RentedResources {
+function gpusFor(machine: ProviderRecord, asked: RentedResources): RentedResources {
   const healthy = machine.gpus.filter((g) => g.healthy);
   const byModel = new Map<string, ProviderGpu[]>();
   for (const g of healthy) {

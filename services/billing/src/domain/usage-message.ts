@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { SessionRow } from './sessions.ts';
 
 /** How deep `metrics` may nest (a daemon's metrics are flat or nearly so). */
-export const MAX_METRICS_DEPTH = 8;
+const MAX_METRICS_DEPTH = 8;
 
 /**
  * Whether a JSON value nests no deeper than `MAX_METRICS_DEPTH` and has no NUL character in any key or string

@@ -72,7 +72,7 @@ export async function createWallet(
 }
 
 /** The wallet with this ID; WALLET_NOT_FOUND when there is none. */
-export async function getWallet(db: Kysely<BillingDB>, id: string): Promise<Wallet> {
+async function getWallet(db: Kysely<BillingDB>, id: string): Promise<Wallet> {
   const row = await findWallet(db, id);
   if (!row) throw billingErrors.walletNotFound(id);
   return toWallet(row);

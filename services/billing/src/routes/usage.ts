@@ -25,7 +25,7 @@ export const usageRecordSchema = z.object({
 const usageAnswerSchema = z.object({ duplicate: z.boolean(), usage: usageRecordSchema, session: sessionSchema });
 
 /** Most reports in one POST /usage-updates. */
-export const MAX_REPORTS_PER_REQUEST = 256;
+const MAX_REPORTS_PER_REQUEST = 256;
 
 export async function usageRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;

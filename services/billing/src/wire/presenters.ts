@@ -176,7 +176,7 @@ export function currentUsageJson(p: PresentContext, u: CurrentUsage) {
 }
 
 /** A usage record. */
-export function usageRecordJson(r: UsageRecord) {
+function usageRecordJson(r: UsageRecord) {
   return {
     id: r.id,
     session_id: r.sessionId,

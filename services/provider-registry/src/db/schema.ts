@@ -6,7 +6,7 @@ import type { Gpu } from '../domain/gpu-fields.ts';
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type Json = ColumnType<Record<string, unknown>, string, string>;
 
-export interface ProvidersTable {
+interface ProvidersTable {
   id: string;
   owner_id: string;
   name: string;
@@ -28,7 +28,7 @@ export interface ProvidersTable {
  * A GPU: one column per field of the GPU field list (`domain/gpu-fields.ts`), null where the field is nullable.
  * The driver reads `bigint` columns (the uint32/uint64 fields) as decimal text; `toGpu` turns them into numbers.
  */
-export interface GpusTable extends Gpu {
+interface GpusTable extends Gpu {
   provider_id: string;
   idx: number;
   /** The static fields as the opening of the GPU's API JSON, kept by a trigger (see its migration). */
@@ -36,7 +36,7 @@ export interface GpusTable extends Gpu {
 }
 
 /** A provider's GPU model (lowercased) with the provider's static sort keys; see the migration. */
-export interface ProviderModelsTable {
+interface ProviderModelsTable {
   provider_id: string;
   model: string;
   registered_at: Timestamp;
@@ -45,7 +45,7 @@ export interface ProviderModelsTable {
 }
 
 /** A rental session on a provider, as billing reported it: active, or ended (kept as a marker). */
-export interface ProviderSessionsTable {
+interface ProviderSessionsTable {
   session_id: string;
   provider_id: string;
   active: boolean;
@@ -60,7 +60,6 @@ export interface RegistryDB {
   provider_sessions: ProviderSessionsTable;
 }
 
-export type ProviderRow = Selectable<ProvidersTable>;
 /** A GPU as the API reads it (without `spec_json`, which only discovery's rendering uses). */
 export type GpuRow = Omit<Selectable<GpusTable>, 'spec_json'>;
 export type NewGpuRow = Insertable<GpusTable>;

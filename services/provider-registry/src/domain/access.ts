@@ -38,7 +38,9 @@ export function assertMayManage(actor: Principal, ownerId: string): void {
 }
 
 /** A new machine's owner must be the actor itself (or the user its daemon acts for), unless it is privileged. */
-export const assertMayRegisterFor = assertMayManage;
+export function assertMayRegisterFor(actor: Principal, ownerId: string): void {
+  assertMayManage(actor, ownerId);
+}
 
 /** Only admins and services move a machine to another owner. */
 export function assertMayChangeOwner(actor: Principal, from: string, to: string): void {

@@ -40,7 +40,11 @@ type StatusChangeReason =
 /** The kind of the events recorded for `reason`. */
 export const eventKindOf = (reason: StatusChangeReason) => (reason === 'removed' ? PROVIDER_REMOVED : STATUS_CHANGED);
 
-/** The JSON body of a status event (or of a removal: `status` null) as published. */
+/**
+ * The JSON body of a status event (or of a removal: `status` null) as published: the contract consumers read, kept
+ * as a type though nothing here builds one through it.
+ * @public
+ */
 export interface StatusEvent {
   event_id: string;
   kind: typeof STATUS_CHANGED | typeof PROVIDER_REMOVED;

@@ -72,7 +72,7 @@ export interface ProviderJson {
 }
 
 /** A GPU as the API shows it: its fields in the GPU field list's order. */
-export function gpuJson(gpu: Gpu): Gpu {
+function gpuJson(gpu: Gpu): Gpu {
   const json: Record<string, unknown> = {};
   for (const { name } of GPU_FIELDS) json[name] = gpu[name];
   return json as Gpu;

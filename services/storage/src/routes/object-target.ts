@@ -21,8 +21,6 @@ import { bucketNameProblem, objectKeyProblem, prefixProblem } from '../domain/na
 import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
 
-export type { Target };
-
 export function assertBucketName(name: string): string {
   const problem = bucketNameProblem(name);
   if (problem) throw storageErrors.invalidBucketName(name, problem);
