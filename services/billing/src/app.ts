@@ -5,11 +5,11 @@
 import { type App, createApp, durationMs, type Logger, Outbox, type TokenVerifier } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
-import type { Chain } from './adapters/chain.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
+import type { Chain } from './domain/chain.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';

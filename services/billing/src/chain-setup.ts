@@ -6,9 +6,9 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { durationMs, type Logger } from '@gpu/common';
-import type { Chain } from './adapters/chain.ts';
 import { SolanaChain } from './adapters/solana-chain.ts';
 import type { BillingConfig } from './config.ts';
+import type { Chain } from './domain/chain.ts';
 
 interface ChainSettings {
   mint: string;

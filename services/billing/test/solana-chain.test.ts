@@ -7,9 +7,9 @@
 import { createTransferCheckedInstruction, getAccount, getAssociatedTokenAddressSync } from '@solana/spl-token';
 import { Keypair, PublicKey } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { base58Encode } from '../src/adapters/base58.ts';
-import { ChainRejection, ChainUnavailable, type DepositRejection } from '../src/adapters/chain.ts';
 import { SolanaChain } from '../src/adapters/solana-chain.ts';
+import { base58Encode } from '../src/domain/base58.ts';
+import { ChainRejection, ChainUnavailable, type DepositRejection } from '../src/domain/chain.ts';
 import {
   createSolanaFixture,
   localnetRpc,

@@ -26,7 +26,7 @@ import {
   TransactionInstruction,
   type TransactionSignature,
 } from '@solana/web3.js';
-import { base58Decode, base58Encode } from './base58.ts';
+import { base58Decode, base58Encode } from '../domain/base58.ts';
 import {
   type Chain,
   ChainRejection,
@@ -35,7 +35,7 @@ import {
   type PreparedTransfer,
   type SignatureState,
   type VerifiedDeposit,
-} from './chain.ts';
+} from '../domain/chain.ts';
 import { checkDeposit } from './deposit-check.ts';
 import { fromBaseUnits, toBaseUnits } from './token-units.ts';
 import { accountDestinationProblem, knownDestinationProblem } from './unfit-destinations.ts';

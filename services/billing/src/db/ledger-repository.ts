@@ -124,3 +124,15 @@ export async function transferIdOf(trx: Db, transactionId: string, code: string)
     .executeTakeFirstOrThrow();
   return row.id;
 }
+
+/** Sets the connection's lock and statement timeouts (PostgreSQL intervals such as '5s') until reset. */
+export async function setSessionTimeouts(db: Kysely<BillingDB>, lock: string, statement: string): Promise<void> {
+  await sql`SELECT set_config('lock_timeout', ${lock}, false),
+                   set_config('statement_timeout', ${statement}, false)`.execute(db);
+}
+
+/** Gives the connection back its default lock and statement timeouts. */
+export async function resetSessionTimeouts(db: Kysely<BillingDB>): Promise<void> {
+  await sql`RESET lock_timeout`.execute(db);
+  await sql`RESET statement_timeout`.execute(db);
+}

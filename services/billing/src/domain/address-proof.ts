@@ -12,9 +12,9 @@
 import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import type { Principal } from '@gpu/common';
 import { PublicKey } from '@solana/web3.js';
-import { base58Decode } from '../adapters/base58.ts';
 import { findWallet, markAddressProven, otherProvenHolders, setAddressChallenge } from '../db/wallet-repository.ts';
 import { billingErrors } from '../errors.ts';
+import { base58Decode } from './base58.ts';
 import type { BillingContext } from './context.ts';
 import { toWallet, type Wallet, walletFor } from './wallets.ts';
 

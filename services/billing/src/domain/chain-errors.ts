@@ -4,8 +4,8 @@
  * node is SOLANA_UNAVAILABLE (kind `unavailable`).
  */
 import { AppError, type ErrorKind, errors } from '@gpu/common';
-import { ChainRejection, ChainUnavailable, type DepositRejection } from '../adapters/chain.ts';
 import { billingErrors } from '../errors.ts';
+import { ChainRejection, ChainUnavailable, type DepositRejection } from './chain.ts';
 
 const REJECTIONS: Record<DepositRejection, { kind: ErrorKind; code: string; what: string }> = {
   NOT_FOUND: { kind: 'not_found', code: 'DEPOSIT_TRANSACTION_NOT_FOUND', what: 'no such transaction on chain' },

@@ -16,7 +16,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
-import type { PreparedTransfer, SignatureState } from '../adapters/chain.ts';
 import { transferIdOf } from '../db/ledger-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import {
@@ -26,6 +25,7 @@ import {
   type TransactionRow,
 } from '../db/transaction-repository.ts';
 import { billingErrors } from '../errors.ts';
+import type { PreparedTransfer, SignatureState } from './chain.ts';
 import { chainError } from './chain-errors.ts';
 import type { BillingContext } from './context.ts';
 import type { KeyClaim } from './idempotency.ts';

@@ -1,10 +1,10 @@
 /** What the money-moving operations need: the database, the chain, events and settings. */
 import type { GroupCommit, Logger } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import type { Chain } from '../adapters/chain.ts';
 import type { TransferRow } from '../db/ledger-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { BoundedCache } from './bounded-cache.ts';
+import type { Chain } from './chain.ts';
 import type { BillingEvents } from './events.ts';
 import type { Dec } from './money.ts';
 import type { MarketFactors, RateCard } from './pricing.ts';

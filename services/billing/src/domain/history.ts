@@ -4,8 +4,15 @@
  */
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
-import { listWalletTransactions, type TransactionFilter, type TransactionRow } from '../db/transaction-repository.ts';
+import {
+  getTransaction,
+  listWalletTransactions,
+  type TransactionFilter,
+  type TransactionRow,
+} from '../db/transaction-repository.ts';
 import { type KeysetPosition, keysetPage, type Page } from './keyset.ts';
+
+export type { TransactionRow };
 
 export interface HistoryQuery extends TransactionFilter {
   limit: number;
@@ -20,4 +27,9 @@ export async function listTransactions(
   q: HistoryQuery,
 ): Promise<Page<TransactionRow>> {
   return keysetPage(await listWalletTransactions(db, walletId, q, q.after, q.limit + 1), q.limit);
+}
+
+/** One transaction by its ID (any wallet's: the caller has already decided it may see it), or undefined. */
+export async function findTransaction(db: Kysely<BillingDB>, id: string): Promise<TransactionRow | undefined> {
+  return getTransaction(db, id);
 }

@@ -14,9 +14,27 @@
 import { createHash } from 'node:crypto';
 import { isAppError, isRefusal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
-import { findKey, type IdempotencyContext, type StoredResponse } from '../db/idempotency-repository.ts';
+import {
+  findKey,
+  type IdempotencyContext,
+  IdempotencyKeyTaken,
+  insertKey,
+  type StoredResponse,
+  storeResponse,
+} from '../db/idempotency-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
+
+export { type IdempotencyContext, IdempotencyKeyTaken, type StoredResponse };
+
+/**
+ * Claims the key in the money movement's own transaction, with the answer when it is already known; throws
+ * IdempotencyKeyTaken when another request holds it.
+ */
+export const claimKey = insertKey;
+
+/** Stores the first definitive answer of a key, replayed to every retry. */
+export const storeAnswer = storeResponse;
 
 export type KeyState =
   | { kind: 'new' }

@@ -25,8 +25,13 @@
  * again.
  */
 import { GroupCommit, type GroupCommitStats, withRetry } from '@gpu/common';
-import { type Kysely, sql } from 'kysely';
-import { postLedgerGroups, type TransferRow } from '../db/ledger-repository.ts';
+import type { Kysely } from 'kysely';
+import {
+  postLedgerGroups,
+  resetSessionTimeouts,
+  setSessionTimeouts,
+  type TransferRow,
+} from '../db/ledger-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import type { BillingContext } from './context.ts';
 import {
@@ -107,13 +112,9 @@ class BatchConnection {
       this.db
         .connection()
         .execute(async (db) => {
-          await sql`SELECT set_config('lock_timeout', ${LOCK_TIMEOUT}, false),
-                           set_config('statement_timeout', ${STATEMENT_TIMEOUT}, false)`.execute(db);
+          await setSessionTimeouts(db, LOCK_TIMEOUT, STATEMENT_TIMEOUT);
           await new Promise<void>((release) => resolve({ db, release }));
-          await sql`RESET lock_timeout`
-            .execute(db)
-            .then(() => sql`RESET statement_timeout`.execute(db))
-            .catch(() => {});
+          await resetSessionTimeouts(db).catch(() => {});
         })
         .catch(reject);
     });

@@ -1,7 +1,7 @@
 /** Answers of the money-moving routes that depend on how the movement ended (stored for idempotent retries). */
 import { problemOf, statusOf } from '@gpu/common';
-import type { StoredResponse } from '../db/idempotency-repository.ts';
-import type { TransactionRow } from '../db/transaction-repository.ts';
+import type { TransactionRow } from '../domain/history.ts';
+import type { StoredResponse } from '../domain/idempotency.ts';
 import { billingErrors } from '../errors.ts';
 import { transactionJson } from '../wire/presenters.ts';
 

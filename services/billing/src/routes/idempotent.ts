@@ -7,20 +7,22 @@
  */
 import { type AppError, PROBLEM_CONTENT_TYPE, problemOf, statusOf } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Kysely } from 'kysely';
+import type { BillingContext } from '../domain/context.ts';
 import {
+  claimKey,
   type IdempotencyContext,
   IdempotencyKeyTaken,
-  insertKey,
+  isDefinitiveError,
+  type KeyClaim,
+  lookupKey,
+  requestHash,
   type StoredResponse,
-  storeResponse,
-} from '../db/idempotency-repository.ts';
-import type { BillingDB } from '../db/schema.ts';
-import { isDefinitiveError, type KeyClaim, lookupKey, requestHash } from '../domain/idempotency.ts';
+  storeAnswer,
+} from '../domain/idempotency.ts';
 import { billingErrors } from '../errors.ts';
 
 export interface IdempotentOptions {
-  db: Kysely<BillingDB>;
+  db: BillingContext['db'];
   /** Builds the answer of a claimed key whose request never stored one (a crash); null while still running. */
   resume?: (transactionId: string) => Promise<StoredResponse | null>;
 }
@@ -39,7 +41,7 @@ async function stored(opts: IdempotentOptions, ctx: IdempotencyContext): Promise
   if (state.kind === 'replay') return state.response;
   const resumed = state.transactionId && opts.resume ? await opts.resume(state.transactionId) : null;
   if (!resumed) throw billingErrors.idempotencyInProgress(state.transactionId);
-  await storeResponse(opts.db, ctx, resumed);
+  await storeAnswer(opts.db, ctx, resumed);
   return resumed;
 }
 
@@ -63,7 +65,7 @@ export async function runIdempotent(
   if (previous) return send(reply, previous, true);
   try {
     const response = withRequestId(await run(ctx), request.id);
-    await storeResponse(opts.db, ctx, response);
+    await storeAnswer(opts.db, ctx, response);
     return send(reply, response, false);
   } catch (err) {
     if (err instanceof IdempotencyKeyTaken) {
@@ -73,7 +75,7 @@ export async function runIdempotent(
     }
     if (isDefinitiveError(err)) {
       const appError = err as AppError;
-      await storeResponse(opts.db, ctx, {
+      await storeAnswer(opts.db, ctx, {
         status: statusOf(appError),
         body: { ...problemOf(appError), request_id: request.id },
       });
@@ -98,6 +100,6 @@ export function keyClaim<T>(
   if (!idem) return null;
   return {
     claim: (trx, transactionId, result) =>
-      insertKey(trx, idem, transactionId, result === undefined ? undefined : answer(result)),
+      claimKey(trx, idem, transactionId, result === undefined ? undefined : answer(result)),
   };
 }

@@ -1,9 +1,9 @@
 /** Money in and out of a wallet: deposits (claimed by signature) and withdrawals. */
 import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { getTransaction } from '../db/transaction-repository.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { claimDeposit } from '../domain/deposits.ts';
+import { findTransaction } from '../domain/history.ts';
 import { walletFor } from '../domain/wallets.ts';
 import { billingErrors } from '../errors.ts';
 import { WALLET_ROLES } from './access.ts';
@@ -28,7 +28,7 @@ const signature = z
 export async function paymentRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
   const resume = async (transactionId: string) => {
-    const row = await getTransaction(ctx.db, transactionId);
+    const row = await findTransaction(ctx.db, transactionId);
     return row && row.status !== 'pending' ? payoutAnswer(ctx.scale, row) : null;
   };
 

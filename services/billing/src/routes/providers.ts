@@ -1,10 +1,10 @@
 /** Provider operations: earnings summary, payouts of earnings on chain and the automatic payout setting. */
 import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { getTransaction } from '../db/transaction-repository.ts';
 import { autoPayoutSetting, setAutoPayout } from '../domain/auto-payout.ts';
 import { startChainPayout } from '../domain/chain-payouts.ts';
 import { earningsSummary } from '../domain/earnings.ts';
+import { findTransaction } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';
 import { Dec } from '../domain/money.ts';
 import { providerAccount } from '../domain/provider-accounts.ts';
@@ -33,7 +33,7 @@ const OWNER_FIRST =
 export async function providerRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
   const resume = async (transactionId: string) => {
-    const row = await getTransaction(ctx.db, transactionId);
+    const row = await findTransaction(ctx.db, transactionId);
     return row && row.status !== 'pending' ? payoutAnswer(ctx.scale, row) : null;
   };
 

@@ -1,8 +1,8 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
 import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
-import { ChainUnavailable } from '../adapters/chain.ts';
 import { issueAddressChallenge, proveAddress } from '../domain/address-proof.ts';
+import { ChainUnavailable } from '../domain/chain.ts';
 import { chainError } from '../domain/chain-errors.ts';
 import { listTransactions } from '../domain/history.ts';
 import { walletBalances } from '../domain/ledger.ts';

@@ -1,8 +1,7 @@
 /**
- * The billing service's view of the blockchain: deposit verification, signed
- * transfers out of the treasury, signature states and token balances. The
- * Solana implementation is `solana-chain.ts`; the rest of the service codes
- * against this interface only.
+ * The billing service's view of the blockchain, a port the domain owns: deposit verification, signed transfers out of
+ * the treasury, signature states and token balances, and the errors they raise. The Solana implementation is
+ * `adapters/solana-chain.ts`; the rest of the service codes against this interface only.
  */
 
 /** Token amounts cross this interface as decimal strings in whole-token units (e.g. "12.5"), never floats. */
