@@ -10,6 +10,7 @@
  * The HTTP side (headers, the `Link` to the next page) is `http/paging.ts`.
  */
 import { AppError } from './errors.ts';
+import { zTimestamp } from './timestamp.ts';
 
 /** A value in a cursor's position. */
 export type CursorValue = string | number;
@@ -56,6 +57,12 @@ export interface KeysetPosition {
   id: string;
 }
 
+/** A position's time: RFC 3339 within the platform's range (a year-0 or free-form date would reach SQL as a 500). */
+const positionTime = zTimestamp();
+
+/** A position's row ID: a UUID as PostgreSQL reads one (36 dashes would reach SQL as a 500). */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 /** The cursor text of a position. */
 export function positionCursor(p: KeysetPosition): string {
   return encodeCursor([p.at, p.id]);
@@ -67,7 +74,7 @@ export function cursorPosition(text: string): KeysetPosition | undefined {
   if (!values) return undefined;
   const [at, id] = values;
   if (typeof at !== 'string' || typeof id !== 'string') return undefined;
-  if (!/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(Date.parse(at))) return undefined;
+  if (!UUID.test(id) || !positionTime.safeParse(at).success) return undefined;
   return { at, id };
 }
 

@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { encodeCursor } from '@gpu/common';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureInitialAdmin } from '../src/domain/accounts.ts';
 import { ensureBootstrapClients } from '../src/domain/clients.ts';
@@ -327,6 +328,15 @@ describe('daemon clients (providers manage their own)', () => {
     const second = await api('GET', `/clients?limit=2&cursor=${cursor}`, admin);
     expect(second.json()[0].id).not.toBe(first.json()[1].id);
     expect((await api('GET', '/clients?cursor=garbage', admin)).json().code).toBe('INVALID_CURSOR');
+    // Forged in the cursor's own format: a year-0 time and a UUID-shaped ID of dashes would have reached SQL (500).
+    for (const forged of [
+      ['0000-01-01T00:00:00.000000Z', '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9f'],
+      ['2026-01-01T00:00:00.000000Z', '-'.repeat(36)],
+    ]) {
+      const res = await api('GET', `/clients?cursor=${encodeCursor(forged)}`, admin);
+      expect(res.statusCode).toBe(400);
+      expect(res.json().code).toBe('INVALID_CURSOR');
+    }
   });
 });
 

@@ -1,0 +1,23 @@
+import { describe, expect, it } from 'vitest';
+import { afterCursor, cursorPosition, encodeCursor, positionCursor } from '../src/paging.ts';
+
+const id = '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9f';
+
+describe('keyset positions in cursors', () => {
+  it('reads back the position a service wrote (microseconds, UTC)', () => {
+    const position = { at: '2026-11-23T10:00:00.123456Z', id };
+    expect(cursorPosition(positionCursor(position))).toEqual(position);
+  });
+
+  it.each([
+    ['a year-0 time', ['0000-01-01T00:00:00.000000Z', id]],
+    ['a time past 2099', ['9999-12-31T00:00:00Z', id]],
+    ['a free-form date', ['Tue 2020', id]],
+    ['an ID of 36 dashes', ['2026-11-23T10:00:00Z', '-'.repeat(36)]],
+    ['an ID that is not a UUID', ['2026-11-23T10:00:00Z', 'not-a-uuid']],
+  ])('refuses a forged cursor with %s (400 INVALID_CURSOR, never SQL)', (_, values) => {
+    const text = encodeCursor(values);
+    expect(cursorPosition(text)).toBeUndefined();
+    expect(() => afterCursor(text)).toThrow(expect.objectContaining({ code: 'INVALID_CURSOR' }));
+  });
+});
