@@ -13,6 +13,7 @@ describe('keyset positions in cursors', () => {
     ['a year-0 time', ['0000-01-01T00:00:00.000000Z', id]],
     ['a time past 2099', ['9999-12-31T00:00:00Z', id]],
     ['a free-form date', ['Tue 2020', id]],
+    ['February 30', ['2026-02-30T00:00:00.000000Z', id]],
     ['an ID of 36 dashes', ['2026-11-23T10:00:00Z', '-'.repeat(36)]],
     ['an ID that is not a UUID', ['2026-11-23T10:00:00Z', 'not-a-uuid']],
   ])('refuses a forged cursor with %s (400 INVALID_CURSOR, never SQL)', (_, values) => {

@@ -175,6 +175,19 @@ describe('GET /providers bad parameters', () => {
     expect(other.statusCode).toBe(400);
     expect(other.json().detail).toContain('sort=vram');
   });
+
+  it.each([
+    ['registered_at', '0000-01-01T00:00:00.000000Z'],
+    ['last_seen_at', '2026-13-45T99:00:00.000000Z'],
+    ['-last_seen_at', '2026-02-30T00:00:00.000000Z'],
+    ['-registered_at', '9999-12-31T00:00:00.000000Z'],
+    ['vram', '99999999999999999999'],
+  ])('answers a forged cursor for sort=%s at %s with 400 INVALID_CURSOR, not a database error', async (sort, value) => {
+    const forged = Buffer.from(JSON.stringify([sort, value, ids.p1])).toString('base64url');
+    const res = await h.app.inject({ method: 'GET', url: `/providers?sort=${sort}&cursor=${forged}` });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().code).toBe('INVALID_CURSOR');
+  });
 });
 
 describe('GET /providers page size', () => {

@@ -7,7 +7,7 @@
  * A100s of 40 GB or more. Without GPU conditions `min_gpus` counts all GPUs.
  * `healthy_only` keeps providers whose GPUs are all healthy.
  */
-import { decodeCursor, encodeCursor } from '@gpu/common';
+import { decodeCursor, encodeCursor, zTimestamp } from '@gpu/common';
 import type { ProviderStatus } from './provider.ts';
 
 const SORT_KEYS = ['registered_at', 'last_seen_at', 'vram', 'gpu_count'] as const;
@@ -52,6 +52,8 @@ export function cursorText(cursor: Cursor): string {
 
 /** Sort values of timestamp keys: UTC with microseconds, as the database gives them. */
 const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+/** A real instant in the platform's range (JavaScript's Date.parse takes February 30; PostgreSQL does not). */
+const INSTANT = zTimestamp();
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const NOT_A_CURSOR = 'not a cursor returned by this service';
 
@@ -63,7 +65,12 @@ export function cursorOf(text: string, sort: Sort): Cursor | string {
   if (cursorSort !== sort) return `the cursor was made for sort=${cursorSort}, not sort=${sort}`;
   if (!UUID.test(id) || value.length > 64) return NOT_A_CURSOR;
   const { key } = parseSort(sort);
-  const valid = key === 'vram' || key === 'gpu_count' ? /^\d{1,20}$/.test(value) : TIMESTAMP.test(value);
+  // A value the service could have written: a bigint's digits (at most 18, below 2^63), or a real instant in the
+  // platform's range (a year-0, month-13 or February-30 date reached PostgreSQL as a 500).
+  const valid =
+    key === 'vram' || key === 'gpu_count'
+      ? /^\d{1,18}$/.test(value)
+      : TIMESTAMP.test(value) && INSTANT.safeParse(value).success;
   if (!valid) return NOT_A_CURSOR;
   return { sort, value, id };
 }
