@@ -17,7 +17,7 @@ import { findHold, findHolds, type HoldRecord, insertHold, lockHold, updateHold 
 import type { BillingDB, HoldStatus } from '../db/schema.ts';
 import { billingErrors } from '../errors.ts';
 import type { BoundedCache } from './bounded-cache.ts';
-import { type AccountRef, postTransfers } from './ledger.ts';
+import { type AccountRef, lockWalletAvailable, postTransfers } from './ledger.ts';
 import { Dec } from './money.ts';
 
 export interface Hold {
@@ -262,4 +262,37 @@ export async function getHolds(trx: Trx | Kysely<BillingDB>, holdIds: string[]):
 export async function getHold(trx: Trx | Kysely<BillingDB>, holdId: string): Promise<Hold | null> {
   const row = await findHold(trx, holdId);
   return row ? toHold(row) : null;
+}
+
+export interface HoldTopUp {
+  /** Still held after the top-up. */
+  held: Dec;
+  /** Added from the available balance now. */
+  added: Dec;
+  /** What is left available in the wallet afterwards. */
+  available: Dec;
+  /** How much of `target` the hold and the wallet could not cover. */
+  short: Dec;
+}
+
+/**
+ * Extends a session's hold from the available balance until it holds `target` (as far as funds go). A session's hold
+ * is captured once, when the session ends, so while the session runs it must hold at least what has been billed.
+ * Callers hold the session's row lock; this locks the renter's accounts, then the hold.
+ */
+export async function topUpHold(
+  trx: Transaction<BillingDB>,
+  session: { id: string; hold_id: string; wallet_id: string },
+  target: Dec,
+  accountIds?: BoundedCache<string>,
+): Promise<HoldTopUp> {
+  const hold = await getHold(trx, session.hold_id);
+  if (!hold) throw new Error(`session ${session.id} has no hold ${session.hold_id}`);
+  const held = new Dec(hold.remaining);
+  const available = await lockWalletAvailable(trx, session.wallet_id);
+  const deficit = target.minus(held);
+  if (deficit.lte(0)) return { held, added: new Dec(0), available, short: new Dec(0) };
+  const added = Dec.min(deficit, available);
+  if (added.gt(0)) await extendHold(trx, session.hold_id, added, accountIds);
+  return { held: held.plus(added), added, available: available.minus(added), short: deficit.minus(added) };
 }

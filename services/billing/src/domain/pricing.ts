@@ -141,3 +141,11 @@ export function quote(rates: HourlyRates, hours: Dec, scale: number) {
 export function formatRate(value: Dec, scale: number): string {
   return value.toFixed(Math.max(scale, value.decimalPlaces()));
 }
+
+const MINUTE_MS = 60_000;
+
+/** Minutes billed for `elapsedMs`: started minutes when completing, full minutes when terminating. */
+export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
+  const ms = Math.max(0, elapsedMs);
+  return roundUp ? Math.ceil(ms / MINUTE_MS) : Math.floor(ms / MINUTE_MS);
+}

@@ -23,11 +23,9 @@ import type { Transaction } from 'kysely';
 import type { BillingDB } from '../db/schema.ts';
 import { writeBilledSessions } from '../db/session-repository.ts';
 import type { BillingContext, RatePeriods } from './context.ts';
-import { getHolds, type Hold } from './holds.ts';
+import { getHolds, type Hold, topUpHold } from './holds.ts';
 import { Dec } from './money.ts';
-import { costOfHours, costOfMinutes } from './pricing.ts';
-import { billableMinutes } from './session-end.ts';
-import { topUpHold } from './session-hold.ts';
+import { billableMinutes, costOfHours, costOfMinutes } from './pricing.ts';
 import type { SessionRow } from './sessions.ts';
 
 export interface BillOutcome {

@@ -25,10 +25,9 @@ import { assertSessionParty } from './access.ts';
 import { nudgeAutoPayout } from './auto-payout.ts';
 import type { BillingContext } from './context.ts';
 import { EARNINGS_TRANSFER_CODE } from './earnings.ts';
-import { postHold } from './holds.ts';
+import { postHold, topUpHold } from './holds.ts';
 import { Dec, splitFee } from './money.ts';
-import { costOfMinutes } from './pricing.ts';
-import { topUpHold } from './session-hold.ts';
+import { billableMinutes, costOfMinutes } from './pricing.ts';
 import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './sessions.ts';
 
 export type EndKind =
@@ -42,14 +41,6 @@ export type EndKind =
        */
       deliveredMinutes?: number;
     };
-
-const MINUTE_MS = 60_000;
-
-/** Minutes billed for `elapsedMs`: started minutes when completing, full minutes when terminating. */
-export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
-  const ms = Math.max(0, elapsedMs);
-  return roundUp ? Math.ceil(ms / MINUTE_MS) : Math.floor(ms / MINUTE_MS);
-}
 
 /** How a session ended: its final row and billing record; `alreadyEnded` when it had ended before this call. */
 export interface SessionEnd {

@@ -14,8 +14,7 @@ import { getHold } from './holds.ts';
 import { type KeysetPosition, keysetPage, type Page } from './keyset.ts';
 import { walletBalances } from './ledger.ts';
 import { Dec } from './money.ts';
-import { costOfMinutes } from './pricing.ts';
-import { billableMinutes } from './session-end.ts';
+import { billableMinutes, costOfMinutes } from './pricing.ts';
 import { runtimeMinutes } from './session-start.ts';
 import { isRunning, loadSession, type SessionRow } from './sessions.ts';
 
