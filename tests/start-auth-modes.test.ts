@@ -94,7 +94,8 @@ describe('pnpm start, auth modes', () => {
     platform = startPlatform(place, { JWT_PRIVATE_KEY_FILE: keyFile, PLATFORM_HOST: '0.0.0.0' });
     expect(await platform.untilHealthy(), platform.output().slice(-4000)).toEqual([]);
     expect(platform.output()).toContain(`[start] tokens: EdDSA with the private key in ${keyFile}`);
-    expect(platform.output()).toContain('[start] up (listening on every address: PLATFORM_HOST=0.0.0.0)');
+    const up = '[start] up (listening on every address: PLATFORM_HOST=0.0.0.0)';
+    expect(await platform.untilPrinted(up)).toContain(up);
     const token = await platform.adminToken();
     expect(headerOf(token).alg).toBe('EdDSA');
     // The JWKS publishes the public half of the user's key, and no key was made in the data folder.

@@ -98,7 +98,8 @@ describe('pnpm start', () => {
     const opened = Object.values(ports);
     for (const port of opened) expect(await answers(port, '127.0.0.1'), `${port} on 127.0.0.1`).toBe(true);
     for (const port of opened) expect(await answers(port, outside as string), `${port} on ${outside}`).toBe(false);
-    expect(platform.output()).toContain(`[start] up: auth http://127.0.0.1:${ports.auth} (docs /docs)`);
+    const up = `[start] up: auth http://127.0.0.1:${ports.auth} (docs /docs)`;
+    expect(await platform.untilPrinted(up)).toContain(up);
   });
 
   it('refuses a second pnpm start on its data folder, or on its ports, in one line, starting nothing', {

@@ -112,6 +112,11 @@ export interface StartedPlatform {
   exited: Promise<number | null>;
   /** Waits until every service answers /health 200 UP, or the time is up or it exited; returns those still not up. */
   untilHealthy(timeoutMs?: number): Promise<string[]>;
+  /**
+   * Waits until its output contains `text` (or the time is up or it exited); returns the output. `pnpm start` prints
+   * `[start] up` after its own health checks, which may finish after a test's.
+   */
+  untilPrinted(text: string, timeoutMs?: number): Promise<string>;
   /** The initial admin's access token (the password pnpm start made in the data folder). */
   adminToken(): Promise<string>;
   /** Stops it as Ctrl-C at a terminal would (SIGINT to its process group); SIGKILL past 20 s. */
@@ -160,6 +165,12 @@ export function startPlatform(
         if (pending.size > 0) await new Promise((r) => setTimeout(r, 500));
       }
       return [...pending];
+    },
+    async untilPrinted(text: string, timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!output.includes(text) && Date.now() < deadline && child.exitCode === null)
+        await new Promise((r) => setTimeout(r, 100));
+      return output;
     },
     async adminToken() {
       const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));
