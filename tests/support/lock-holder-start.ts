@@ -12,11 +12,13 @@ while (Date.now() < Number(startAt)) {
 }
 try {
   const release = lockDataDir(dir!);
-  process.stdout.write('got\n');
+  // Ready for SIGTERM before saying so: the test sends it on reading "got", and a SIGTERM with no handler yet would
+  // end this process without giving the lock back.
   process.once('SIGTERM', () => {
     release();
     process.exit(0);
   });
+  process.stdout.write('got\n');
   setInterval(() => {}, 60_000);
 } catch (err) {
   process.stdout.write(`refused: ${(err as Error).message}\n`);
