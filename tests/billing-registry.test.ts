@@ -6,8 +6,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
-import { base58Encode } from '../services/billing/src/domain/base58.ts';
-import { checkRunningProviders } from '../services/billing/src/domain/provider-offline.ts';
+import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
+import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';

@@ -11,7 +11,7 @@ import { createLogger, OutboxRelay, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
-import { checkRunningProviders } from '../services/billing/src/domain/provider-offline.ts';
+import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { end, H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
 import { providerBody } from '../services/provider-registry/test/helpers.ts';

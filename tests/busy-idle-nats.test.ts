@@ -19,7 +19,7 @@ import {
 import { billingContext } from '../services/billing/src/app.ts';
 import { openBillingDatabase } from '../services/billing/src/db/open.ts';
 import type { BillingContext } from '../services/billing/src/domain/context.ts';
-import { endSessionsOfStoppedProvider, REMOVED } from '../services/billing/src/domain/provider-offline.ts';
+import { endSessionsOfStoppedProvider, REMOVED } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
 import { type Harness, register, startHarness } from '../services/provider-registry/test/helpers.ts';

@@ -32,8 +32,8 @@ import {
 import { jetstreamManager } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingDB } from '../services/billing/src/db/schema.ts';
-import { Dec } from '../services/billing/src/domain/money.ts';
-import { costOfMinutes } from '../services/billing/src/domain/pricing.ts';
+import { Dec } from '../services/billing/src/domain/ledger/money.ts';
+import { costOfMinutes } from '../services/billing/src/domain/pricing/pricing.ts';
 import {
   createProvider,
   createRenter,

@@ -13,11 +13,11 @@ import { type Kysely, sql } from 'kysely';
 import { expect } from 'vitest';
 import type { BillingDB } from '../../services/billing/src/db/schema.ts';
 import { SYSTEM_ACCOUNT_IDS } from '../../services/billing/src/db/system-accounts.ts';
-import { base58Encode } from '../../services/billing/src/domain/base58.ts';
-import { postTransfers } from '../../services/billing/src/domain/ledger.ts';
-import { Dec, splitFee } from '../../services/billing/src/domain/money.ts';
-import { costOfMinutes } from '../../services/billing/src/domain/pricing.ts';
-import { createWallet } from '../../services/billing/src/domain/wallets.ts';
+import { base58Encode } from '../../services/billing/src/domain/chain/base58.ts';
+import { postTransfers } from '../../services/billing/src/domain/ledger/ledger.ts';
+import { Dec, splitFee } from '../../services/billing/src/domain/ledger/money.ts';
+import { costOfMinutes } from '../../services/billing/src/domain/pricing/pricing.ts';
+import { createWallet } from '../../services/billing/src/domain/wallets/wallets.ts';
 import { ledgerProblems } from '../../services/billing/test/support/ledger-check.ts';
 import type { Instance } from './instance.ts';
 

@@ -57,7 +57,7 @@ export function signMessage(keypair: Keypair, message: string): string {
 }
 
 /**
- * The first line of billing's address challenge (services/billing/src/domain/address-proof.ts): what the signature
+ * The first line of billing's address challenge (services/billing/src/domain/wallets/address-proof.ts): what the signature
  * claims. A message that does not start with it for this wallet and address is not signed, so a billing that is not
  * what it should be cannot have the keypair prove its address for another wallet.
  */

@@ -1,7 +1,7 @@
 /** The ledger's invariant, checked after a benchmark run: what "intact" and "balanced" mean in its report. */
 import { type Kysely, sql } from 'kysely';
 import type { BillingDB } from '../src/db/schema.ts';
-import { Dec } from '../src/domain/money.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 
 export interface LedgerInvariant {
   /** accounts whose balance differs from their credits minus debits */

@@ -23,10 +23,10 @@ import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-repor
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
 import { newBillingState } from '../src/domain/context.ts';
-import { createHold, voidHold } from '../src/domain/holds.ts';
-import { postTransfers, type TransferSpec } from '../src/domain/ledger.ts';
-import { postTransferGroup, transferGroupStats } from '../src/domain/ledger-group-commit.ts';
-import { Dec } from '../src/domain/money.ts';
+import { postTransferGroup, transferGroupStats } from '../src/domain/ledger/group-commit.ts';
+import { createHold, voidHold } from '../src/domain/ledger/holds.ts';
+import { postTransfers, type TransferSpec } from '../src/domain/ledger/ledger.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
 
 if (process.argv[2] === 'usage') {

@@ -23,10 +23,10 @@ import { startUsageConsumer, USAGE_CONSUMER } from '../src/adapters/usage-consum
 import { billingContext, buildApp } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
-import { postTransfers } from '../src/domain/ledger.ts';
-import { Dec } from '../src/domain/money.ts';
-import { startSession } from '../src/domain/session-start.ts';
-import { createWallet } from '../src/domain/wallets.ts';
+import { postTransfers } from '../src/domain/ledger/ledger.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
+import { startSession } from '../src/domain/sessions/start.ts';
+import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
 import { type CpuSnapshot, cpuSince, cpuSnapshot } from './process-cpu.ts';
 

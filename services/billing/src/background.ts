@@ -2,7 +2,7 @@
  * The service's background work: publishing outbox events (common's
  * OutboxRelay), reconciling pending withdrawals and payouts with the chain
  * (once at start-up, then every `billing.reconcile_interval`), billing running
- * sessions every `billing.billing_interval` (domain/biller.ts), consuming
+ * sessions every `billing.billing_interval` (domain/sessions/biller.ts), consuming
  * usage updates from NATS when messaging is configured, and the registry's
  * provider status changes (an offline provider's sessions end).
  */
@@ -18,11 +18,9 @@ import type { Metric } from 'prom-client';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
-import { settleAutoPayouts, sweepAutoPayouts } from './domain/auto-payout.ts';
-import { runBillingCycle } from './domain/biller.ts';
 import type { BillingContext } from './domain/context.ts';
-import { checkRunningProviders } from './domain/provider-offline.ts';
-import { reconcilePending } from './domain/reconcile.ts';
+import { checkRunningProviders, runBillingCycle } from './domain/sessions/index.ts';
+import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 
 export interface Background {
   stop(): Promise<void>;
@@ -111,7 +109,7 @@ export async function startBackground(
         })
       : null;
 
-  // A provider that goes offline or into error stops costing (domain/provider-offline.ts).
+  // A provider that goes offline or into error stops costing (domain/sessions/provider-offline.ts).
   const statuses: RegistryEventsConsumer | null =
     publisher instanceof NatsPublisher
       ? startRegistryEventsConsumer({

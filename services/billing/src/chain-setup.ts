@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { durationMs, type Logger } from '@gpu/common';
 import { SolanaChain } from './adapters/solana-chain.ts';
 import type { BillingConfig } from './config.ts';
-import type { Chain } from './domain/chain.ts';
+import type { Chain } from './domain/chain/index.ts';
 
 interface ChainSettings {
   mint: string;

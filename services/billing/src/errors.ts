@@ -3,7 +3,7 @@
  * common error handler turns each into the contract's problem body.
  */
 import { AppError, errors } from '@gpu/common';
-import type { DestinationProblem } from './domain/chain.ts';
+import type { DestinationProblem } from './domain/chain/chain.ts';
 
 export const billingErrors = {
   walletNotFound: (id: string) => errors.notFound('WALLET_NOT_FOUND', `wallet ${id} not found`),

@@ -16,7 +16,7 @@ import {
 } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Wallet } from '../src/domain/wallets.ts';
+import type { Wallet } from '../src/domain/wallets/wallets.ts';
 import { H100_X1 } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 

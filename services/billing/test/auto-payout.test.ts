@@ -7,7 +7,12 @@
 import { TOKEN_PROGRAM_ID } from '@solana/spl-token';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { autoPayoutBackoffMs, payOutEarnings, settleAutoPayouts, sweepAutoPayouts } from '../src/domain/auto-payout.ts';
+import {
+  autoPayoutBackoffMs,
+  payOutEarnings,
+  settleAutoPayouts,
+  sweepAutoPayouts,
+} from '../src/domain/wallets/auto-payout.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { end, manualClock, start } from './support/sessions.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';

@@ -1,6 +1,6 @@
 /** The background biller: silent daemons still pay, grace to termination, several instances at once. */
 import { describe, expect, it } from 'vitest';
-import { runBillingCycle } from '../src/domain/biller.ts';
+import { runBillingCycle } from '../src/domain/sessions/biller.ts';
 import { H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 

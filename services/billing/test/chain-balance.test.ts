@@ -1,7 +1,7 @@
 /** Reading a wallet's on-chain token balance through the API, against the real local chain. */
 import { Keypair } from '@solana/web3.js';
 import { describe, expect, it } from 'vitest';
-import { createWallet } from '../src/domain/wallets.ts';
+import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { setupBilling, useBillingHarness } from './support/setup.ts';
 

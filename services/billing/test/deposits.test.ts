@@ -1,8 +1,8 @@
 /** Deposits against the real local chain: verification, crediting once, every rejection, idempotency. */
 import { Keypair } from '@solana/web3.js';
 import { describe, expect, it } from 'vitest';
-import { base58Encode } from '../src/domain/base58.ts';
-import { createWallet, type Wallet } from '../src/domain/wallets.ts';
+import { base58Encode } from '../src/domain/chain/base58.ts';
+import { createWallet, type Wallet } from '../src/domain/wallets/wallets.ts';
 import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
 import { setupBilling, signMessage, useBillingHarness } from './support/setup.ts';
 

@@ -2,8 +2,8 @@
 import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
-import { recordIntent, settle } from '../src/domain/chain-payouts.ts';
-import { Dec } from '../src/domain/money.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
+import { recordIntent, settle } from '../src/domain/wallets/payouts.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();

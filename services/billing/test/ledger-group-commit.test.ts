@@ -3,9 +3,9 @@ import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { ledgerPostGroupsMigration } from '../src/db/migrations/0009-ledger-post-groups.ts';
 import { newBillingState } from '../src/domain/context.ts';
-import { type AccountRef, postTransfers, type TransferSpec, transferRows } from '../src/domain/ledger.ts';
-import { type LedgerContext, postTransferGroup, transferGroupStats } from '../src/domain/ledger-group-commit.ts';
-import { Dec } from '../src/domain/money.ts';
+import { type LedgerContext, postTransferGroup, transferGroupStats } from '../src/domain/ledger/group-commit.ts';
+import { type AccountRef, postTransfers, type TransferSpec, transferRows } from '../src/domain/ledger/ledger.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();

@@ -8,10 +8,10 @@
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { recordIntent, settle } from '../src/domain/chain-payouts.ts';
-import { createHold, type Hold, postHold, voidHold } from '../src/domain/holds.ts';
-import { Dec } from '../src/domain/money.ts';
-import type { Wallet } from '../src/domain/wallets.ts';
+import { createHold, type Hold, postHold, voidHold } from '../src/domain/ledger/holds.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
+import { recordIntent, settle } from '../src/domain/wallets/payouts.ts';
+import type { Wallet } from '../src/domain/wallets/wallets.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();

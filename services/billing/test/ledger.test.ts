@@ -2,9 +2,9 @@ import { type AppError, statusOf } from '@gpu/common';
 import { sql, type Transaction } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import type { BillingDB } from '../src/db/schema.ts';
-import { createHold, extendHold, postHold, voidHold } from '../src/domain/holds.ts';
-import { postTransfers } from '../src/domain/ledger.ts';
-import { Dec } from '../src/domain/money.ts';
+import { createHold, extendHold, postHold, voidHold } from '../src/domain/ledger/holds.ts';
+import { postTransfers } from '../src/domain/ledger/ledger.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 /** A domain refusal as the HTTP layer would answer it: its status, code and extra members. */

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { AmountFormatError, Dec, formatAmount, parseAmount, roundAmount, splitFee } from '../src/domain/money.ts';
+import {
+  AmountFormatError,
+  Dec,
+  formatAmount,
+  parseAmount,
+  roundAmount,
+  splitFee,
+} from '../src/domain/ledger/money.ts';
 
 describe('money: the rounding rule', () => {
   it('accepts client amounts that fit the scale and refuses more precision instead of rounding', () => {

@@ -16,7 +16,7 @@ import {
 import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey, SystemProgram } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SolanaChain } from '../src/adapters/solana-chain.ts';
-import { payOutEarnings, settleAutoPayouts, sweepAutoPayouts } from '../src/domain/auto-payout.ts';
+import { payOutEarnings, settleAutoPayouts, sweepAutoPayouts } from '../src/domain/wallets/auto-payout.ts';
 import { rpcUrl } from './support/localnet.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
 

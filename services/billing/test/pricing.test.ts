@@ -1,6 +1,6 @@
 /** Pricing: the contract's rates, the breakdown, exact costs and fee split, provider rates, market factors. */
 import { describe, expect, it } from 'vitest';
-import { Dec } from '../src/domain/money.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 import { setupBilling, useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();

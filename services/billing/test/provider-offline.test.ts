@@ -9,8 +9,8 @@ import { testEnv } from '@gpu/common/testing';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from '../src/adapters/registry-events-consumer.ts';
-import { runBillingCycle } from '../src/domain/biller.ts';
-import { applyUsageUpdate } from '../src/domain/usage-updates.ts';
+import { runBillingCycle } from '../src/domain/sessions/biller.ts';
+import { applyUsageUpdate } from '../src/domain/sessions/usage-updates.ts';
 import { H100_X1, manualClock, start, startBody } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 

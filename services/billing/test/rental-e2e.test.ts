@@ -2,7 +2,7 @@
 import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
-import { createWallet } from '../src/domain/wallets.ts';
+import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { end, H100_X1, manualClock, start, usage } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';

@@ -16,10 +16,10 @@ import { billingContext } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
 import { getTransaction } from '../src/db/transaction-repository.ts';
-import { recordIntent } from '../src/domain/chain-payouts.ts';
-import { postTransfers } from '../src/domain/ledger.ts';
-import { Dec } from '../src/domain/money.ts';
-import { createWallet } from '../src/domain/wallets.ts';
+import { postTransfers } from '../src/domain/ledger/ledger.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
+import { recordIntent } from '../src/domain/wallets/payouts.ts';
+import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { setupLocalnet } from './support/localnet.ts';
 import { testIdentities } from './support/setup.ts';
 

@@ -1,7 +1,7 @@
 /** Rental sessions over HTTP on the real PostgreSQL: start, per-minute math, end, idempotency, funds. */
 import { describe, expect, it } from 'vitest';
 import { SYSTEM_ACCOUNT_IDS } from '../src/db/migrations/0001-ledger.ts';
-import { Dec } from '../src/domain/money.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 import { end, H100_X1, manualClock, parties, RTX4090_X2, start, startBody, usage } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 

@@ -8,8 +8,8 @@ import { createTransferCheckedInstruction, getAccount, getAssociatedTokenAddress
 import { Keypair, PublicKey } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SolanaChain } from '../src/adapters/solana-chain.ts';
-import { base58Encode } from '../src/domain/base58.ts';
-import { ChainRejection, ChainUnavailable, type DepositRejection } from '../src/domain/chain.ts';
+import { base58Encode } from '../src/domain/chain/base58.ts';
+import { ChainRejection, ChainUnavailable, type DepositRejection } from '../src/domain/chain/chain.ts';
 import {
   createSolanaFixture,
   localnetRpc,

@@ -1,7 +1,7 @@
 /** Exact token amount conversion and base58, the adapter's pure helpers. */
 import { describe, expect, it } from 'vitest';
 import { fromBaseUnits, toBaseUnits } from '../src/adapters/token-units.ts';
-import { base58Decode, base58Encode } from '../src/domain/base58.ts';
+import { base58Decode, base58Encode } from '../src/domain/chain/base58.ts';
 
 describe('token units', () => {
   it('converts decimal strings to base units exactly, and back', () => {

@@ -7,7 +7,7 @@
 import { isAppError, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { applyUsageBatch, type UsageUpdate } from '../src/domain/usage-updates.ts';
+import { applyUsageBatch, type UsageUpdate } from '../src/domain/sessions/usage-updates.ts';
 import { sessionSchema } from '../src/routes/session-schemas.ts';
 import { usageRecordSchema } from '../src/routes/usage.ts';
 import { end, H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';

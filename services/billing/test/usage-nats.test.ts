@@ -3,7 +3,7 @@ import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL
 import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
-import { applyUsageUpdate } from '../src/domain/usage-updates.ts';
+import { applyUsageUpdate } from '../src/domain/sessions/usage-updates.ts';
 import { H100_X1, manualClock, ownedParties, parties, start, startBody } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 

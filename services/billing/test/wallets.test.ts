@@ -1,7 +1,7 @@
 import { Keypair } from '@solana/web3.js';
 import { describe, expect, it } from 'vitest';
-import { createHold } from '../src/domain/holds.ts';
-import { Dec } from '../src/domain/money.ts';
+import { createHold } from '../src/domain/ledger/holds.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();

@@ -6,10 +6,10 @@
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getTransaction } from '../src/db/transaction-repository.ts';
-import { recordIntent } from '../src/domain/chain-payouts.ts';
-import { createHold, postHold } from '../src/domain/holds.ts';
-import { Dec } from '../src/domain/money.ts';
-import { reconcilePending } from '../src/domain/reconcile.ts';
+import { createHold, postHold } from '../src/domain/ledger/holds.ts';
+import { Dec } from '../src/domain/ledger/money.ts';
+import { recordIntent } from '../src/domain/wallets/payouts.ts';
+import { reconcilePending } from '../src/domain/wallets/reconcile.ts';
 import { type Localnet, localnetRpc, setupLocalnet } from './support/localnet.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
 import { startPrivateLocalnet } from './support/solana-fixture.ts';

@@ -13,7 +13,7 @@ import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startUsageConsumer } from '../../../services/billing/src/adapters/usage-consumer.ts';
-import { base58Encode } from '../../../services/billing/src/domain/base58.ts';
+import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';

@@ -4,7 +4,7 @@
  * gained (post minus pre), and that the claimed wallet paid all of it.
  */
 import type { VersionedTransactionResponse } from '@solana/web3.js';
-import { ChainRejection } from '../domain/chain.ts';
+import { ChainRejection } from '../domain/chain/index.ts';
 import { fromBaseUnits } from './token-units.ts';
 
 export interface DepositRules {

@@ -2,7 +2,7 @@
  * The provider registry's status events into billing: a durable JetStream pull consumer (common's
  * `startDurableConsumer`; `billing-provider-status` on the registry's stream `REGISTRY`, subject
  * `registry.providers.status`, explicit ack) that ends the running sessions of a provider that went `offline`,
- * into `maintenance` or `error`, or was removed (`provider.removed`) (domain/provider-offline.ts). Other changes are
+ * into `maintenance` or `error`, or was removed (`provider.removed`) (domain/sessions/provider-offline.ts). Other changes are
  * acknowledged and ignored. A malformed event is terminated and logged (it can never apply); a failure (the
  * database away) is nak'ed and redelivered, and ending is idempotent, so a redelivery, or the same event handled by
  * another billing instance, ends nothing twice.
@@ -11,7 +11,7 @@ import { type Logger, type NatsPublisher, startDurableConsumer, zTimestamp } fro
 import type { JsMsg } from '@nats-io/jetstream';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
-import { endSessionsOfStoppedProvider, REMOVED } from '../domain/provider-offline.ts';
+import { endSessionsOfStoppedProvider, REMOVED } from '../domain/sessions/index.ts';
 
 export const PROVIDER_STATUS_CONSUMER = 'billing-provider-status';
 

@@ -26,8 +26,9 @@ import {
   TransactionInstruction,
   type TransactionSignature,
 } from '@solana/web3.js';
-import { base58Decode, base58Encode } from '../domain/base58.ts';
 import {
+  base58Decode,
+  base58Encode,
   type Chain,
   ChainRejection,
   ChainUnavailable,
@@ -35,7 +36,7 @@ import {
   type PreparedTransfer,
   type SignatureState,
   type VerifiedDeposit,
-} from '../domain/chain.ts';
+} from '../domain/chain/index.ts';
 import { checkDeposit } from './deposit-check.ts';
 import { fromBaseUnits, toBaseUnits } from './token-units.ts';
 import { accountDestinationProblem, knownDestinationProblem } from './unfit-destinations.ts';

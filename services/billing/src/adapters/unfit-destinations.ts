@@ -9,7 +9,7 @@
  */
 import { TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID } from '@solana/spl-token';
 import type { AccountInfo, PublicKey } from '@solana/web3.js';
-import type { DestinationProblem } from '../domain/chain.ts';
+import type { DestinationProblem } from '../domain/chain/index.ts';
 
 const SYSTEM_PROGRAM = '11111111111111111111111111111111';
 

@@ -28,8 +28,7 @@ import {
 import type { JsMsg } from '@nats-io/jetstream';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
-import { toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/usage-message.ts';
-import { applyUsageUpdate } from '../domain/usage-updates.ts';
+import { applyUsageUpdate, toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/sessions/index.ts';
 
 const USAGE_STREAM = 'BILLING_USAGE';
 export const USAGE_CONSUMER = 'billing-usage';
@@ -56,7 +55,7 @@ export interface UsageConsumerOptions {
   ackWaitMs?: number;
   /**
    * How many messages may be in hand at once (default 512). They are applied in
-   * batches of concurrent updates (domain/usage-updates.ts: group commit), so
+   * batches of concurrent updates (domain/sessions/usage-updates.ts: group commit), so
    * this bounds the batch size rather than the database connections used.
    */
   concurrency?: number;

@@ -1,5 +1,5 @@
 /**
- * Queries on holds (domain/holds.ts has the rules). A hold step writes its
+ * Queries on holds (domain/ledger/holds.ts has the rules). A hold step writes its
  * `lock`/`release` transaction records in the same statement as the hold row.
  * Every function takes a transaction (or the database, for reads).
  */

@@ -3,7 +3,7 @@
  * database functions that post transfers: `ledger_post` (migration 0001) and
  * `ledger_post_groups` (migration 0009, group commit).
  * Every function takes the database or a transaction; the rules are in
- * domain/ledger.ts.
+ * domain/ledger/ledger.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { type Kysely, sql, type Transaction } from 'kysely';

@@ -64,21 +64,17 @@ export async function claimSessionIn(
     .executeTakeFirst();
 }
 
-/** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock), each with
- * its hold's columns (read in the same statement). */
+/**
+ * Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock), each with what
+ * its hold still holds (`held`: amount - posted - released, exact in NUMERIC; read in the same statement, '0' for a
+ * session without a hold row).
+ */
 export async function lockSessionsWithHolds(trx: Transaction<BillingDB>, ids: string[]) {
   return trx
     .selectFrom('rental_sessions as s')
     .leftJoin('holds as h', 'h.id', 's.hold_id')
     .selectAll('s')
-    .select([
-      'h.wallet_id as hold_wallet_id',
-      'h.status as hold_status',
-      'h.amount as hold_amount',
-      'h.posted as hold_posted',
-      'h.released as hold_released',
-      'h.reference as hold_reference',
-    ])
+    .select(sql<string>`coalesce(h.amount - h.posted - h.released, 0)::text`.as('held'))
     .where(sql<boolean>`s.id = ANY(${ids}::uuid[])`)
     .orderBy('s.id')
     .forUpdate('s')

@@ -4,12 +4,12 @@ import type { Kysely } from 'kysely';
 import type { TransferRow } from '../db/ledger-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
 import { BoundedCache } from './bounded-cache.ts';
-import type { Chain } from './chain.ts';
+import type { Chain } from './chain/chain.ts';
 import type { BillingEvents } from './events.ts';
-import type { Dec } from './money.ts';
-import type { MarketFactors, RateCard } from './pricing.ts';
+import type { Dec } from './ledger/money.ts';
+import type { MarketFactors, RateCard } from './pricing/pricing.ts';
 import type { ProviderDirectory } from './provider-directory.ts';
-import type { UsageResult, UsageUpdate } from './usage-message.ts';
+import type { UsageResult, UsageUpdate } from './sessions/usage-message.ts';
 
 /** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
 export interface PricingSettings {
@@ -46,14 +46,14 @@ export interface BillingState {
   /**
    * What an hourly rate costs over the session settings' periods (hold top-up threshold, billing interval,
    * initial period), by rate and settings: billing works them out for every session it bills, and most sessions
-   * share a few rates (session-billing.ts).
+   * share a few rates (sessions/billing.ts).
    */
   ratePeriods: BoundedCache<RatePeriods>;
-  /** Group commit of usage updates, made on first use (usage-updates.ts). */
+  /** Group commit of usage updates, made on first use (sessions/usage-updates.ts). */
   usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
-  /** Group commit of transfers posted on their own, made on first use (ledger-group-commit.ts). */
+  /** Group commit of transfers posted on their own, made on first use (ledger/group-commit.ts). */
   transferBatcher?: GroupCommit<TransferRow[], null>;
-  /** Automatic payouts in flight in this instance, by provider wallet (auto-payout.ts). */
+  /** Automatic payouts in flight in this instance, by provider wallet (wallets/auto-payout.ts). */
   autoPayouts: Map<string, Promise<unknown>>;
 }
 

@@ -1,5 +1,5 @@
 /** Turning a request's amount string into an exact amount at the token's scale. */
-import { AmountFormatError, type Dec, parseAmount } from '../domain/money.ts';
+import { AmountFormatError, type Dec, parseAmount } from '../domain/ledger/index.ts';
 import { billingErrors } from '../errors.ts';
 
 /** Parses a positive amount; 400 with the field path when it is malformed, zero or too precise. */

@@ -1,7 +1,7 @@
 /** Answers of the money-moving routes that depend on how the movement ended (stored for idempotent retries). */
 import { problemOf, statusOf } from '@gpu/common';
-import type { TransactionRow } from '../domain/history.ts';
 import type { StoredResponse } from '../domain/idempotency.ts';
+import type { TransactionRow } from '../domain/wallets/index.ts';
 import { billingErrors } from '../errors.ts';
 import { transactionJson } from '../wire/presenters.ts';
 

@@ -1,10 +1,7 @@
 /** Money in and out of a wallet: deposits (claimed by signature) and withdrawals. */
 import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { startChainPayout } from '../domain/chain-payouts.ts';
-import { claimDeposit } from '../domain/deposits.ts';
-import { findTransaction } from '../domain/history.ts';
-import { walletFor } from '../domain/wallets.ts';
+import { claimDeposit, findTransaction, startChainPayout, walletFor } from '../domain/wallets/index.ts';
 import { billingErrors } from '../errors.ts';
 import { WALLET_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';

@@ -1,10 +1,16 @@
 /** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
 import { type App, authenticate, callerOf, errors } from '@gpu/common';
 import { z } from 'zod';
-import { Dec } from '../domain/money.ts';
-import { formatRate, normalizeModel, quote } from '../domain/pricing.ts';
-import { findProviderRates, ratesFor, setProviderRates } from '../domain/provider-rates.ts';
-import { quotedResources } from '../domain/rented-machine.ts';
+import { Dec } from '../domain/ledger/index.ts';
+import {
+  findProviderRates,
+  formatRate,
+  normalizeModel,
+  quote,
+  ratesFor,
+  setProviderRates,
+} from '../domain/pricing/index.ts';
+import { quotedResources } from '../domain/sessions/index.ts';
 import { providerRatesJson, ratesJson } from '../wire/presenters.ts';
 import { PROVIDER_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';

@@ -1,13 +1,15 @@
 /** Provider operations: earnings summary, payouts of earnings on chain and the automatic payout setting. */
 import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
-import { autoPayoutSetting, setAutoPayout } from '../domain/auto-payout.ts';
-import { startChainPayout } from '../domain/chain-payouts.ts';
-import { earningsSummary } from '../domain/earnings.ts';
-import { findTransaction } from '../domain/history.ts';
-import { walletBalances } from '../domain/ledger.ts';
-import { Dec } from '../domain/money.ts';
-import { providerAccount } from '../domain/provider-accounts.ts';
+import { Dec, walletBalances } from '../domain/ledger/index.ts';
+import {
+  autoPayoutSetting,
+  earningsSummary,
+  findTransaction,
+  providerAccount,
+  setAutoPayout,
+  startChainPayout,
+} from '../domain/wallets/index.ts';
 import { billingErrors } from '../errors.ts';
 import { autoPayoutJson, earningsJson } from '../wire/presenters.ts';
 import { EARNINGS_ROLES, PROVIDER_ROLES } from './access.ts';

@@ -1,7 +1,7 @@
 /** Zod schemas shared by the billing routes (request parts and response bodies). */
 import { problemSchema } from '@gpu/common';
 import { z } from 'zod';
-import { isSolanaAddress } from '../domain/solana-address.ts';
+import { isSolanaAddress } from '../domain/chain/index.ts';
 
 export const amountString = z
   .string()

@@ -1,9 +1,14 @@
 /** Rental session routes: start, end, current usage and billing history. */
 import { type App, callerOf, setNextPage, withRequestLogger, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
-import { endSession } from '../domain/session-end.ts';
-import { type SessionStart, startSession } from '../domain/session-start.ts';
-import { billingHistory, currentUsage, sessionList } from '../domain/session-usage.ts';
+import {
+  billingHistory,
+  currentUsage,
+  endSession,
+  type SessionStart,
+  sessionList,
+  startSession,
+} from '../domain/sessions/index.ts';
 import {
   billingRecordJson,
   currentUsageJson,

@@ -1,8 +1,7 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
 import { type App, callerOf, ignoringUnknownFields, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
-import { toUsageUpdate, usageMessageSchema } from '../domain/usage-message.ts';
-import { applyUsageUpdate } from '../domain/usage-updates.ts';
+import { applyUsageUpdate, toUsageUpdate, usageMessageSchema } from '../domain/sessions/index.ts';
 import { usageResultJson } from '../wire/presenters.ts';
 import { USAGE_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';

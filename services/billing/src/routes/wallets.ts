@@ -1,13 +1,15 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
 import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
-import { issueAddressChallenge, proveAddress } from '../domain/address-proof.ts';
-import { ChainUnavailable } from '../domain/chain.ts';
-import { chainError } from '../domain/chain-errors.ts';
-import { listTransactions } from '../domain/history.ts';
-import { walletBalances } from '../domain/ledger.ts';
-import { Dec, formatAmount } from '../domain/money.ts';
-import { openWallet, walletFor } from '../domain/wallets.ts';
+import { ChainUnavailable, chainError } from '../domain/chain/index.ts';
+import { Dec, formatAmount, walletBalances } from '../domain/ledger/index.ts';
+import {
+  issueAddressChallenge,
+  listTransactions,
+  openWallet,
+  proveAddress,
+  walletFor,
+} from '../domain/wallets/index.ts';
 import { billingErrors } from '../errors.ts';
 import { transactionJson, walletJson } from '../wire/presenters.ts';
 import { WALLET_ROLES } from './access.ts';

@@ -9,18 +9,13 @@
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
 import type { SessionRow } from '../db/session-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
-import type { AutoPayoutSetting } from '../domain/auto-payout.ts';
 import type { BillingState } from '../domain/context.ts';
-import type { EarningsSummary } from '../domain/earnings.ts';
-import { Dec, formatAmount } from '../domain/money.ts';
-import { formatRate, type HourlyRates } from '../domain/pricing.ts';
-import type { StoredProviderRates } from '../domain/provider-rates.ts';
-import type { SessionEnd } from '../domain/session-end.ts';
-import type { SessionStart } from '../domain/session-start.ts';
-import type { CurrentUsage } from '../domain/session-usage.ts';
-import { sessionRates } from '../domain/sessions.ts';
-import type { UsageRecord, UsageResult } from '../domain/usage-message.ts';
-import type { Wallet } from '../domain/wallets.ts';
+import { Dec, formatAmount } from '../domain/ledger/index.ts';
+import type { StoredProviderRates } from '../domain/pricing/index.ts';
+import { formatRate, type HourlyRates } from '../domain/pricing/index.ts';
+import type { CurrentUsage, SessionEnd, SessionStart, UsageRecord, UsageResult } from '../domain/sessions/index.ts';
+import { sessionRates } from '../domain/sessions/index.ts';
+import type { AutoPayoutSetting, EarningsSummary, Wallet } from '../domain/wallets/index.ts';
 
 /** What presenting needs: the token's scale and the app's cache of rate JSON. */
 export interface PresentContext {

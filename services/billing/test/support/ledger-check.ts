@@ -6,7 +6,7 @@
  */
 import { type Kysely, sql } from 'kysely';
 import type { BillingDB } from '../../src/db/schema.ts';
-import { Dec } from '../../src/domain/money.ts';
+import { Dec } from '../../src/domain/ledger/money.ts';
 
 /** What is wrong with the ledger (empty: consistent), and the accounts, for further assertions. */
 export async function ledgerProblems(db: Kysely<BillingDB>) {

@@ -11,12 +11,12 @@ import { afterAll, beforeAll } from 'vitest';
 import { billingContext, buildApp } from '../../src/app.ts';
 import { type BillingConfig, billingConfigSchema } from '../../src/config.ts';
 import { openBillingDatabase } from '../../src/db/open.ts';
-import { settleAutoPayouts } from '../../src/domain/auto-payout.ts';
-import type { Chain } from '../../src/domain/chain.ts';
-import { postTransfers } from '../../src/domain/ledger.ts';
-import { Dec } from '../../src/domain/money.ts';
-import type { MarketFactors } from '../../src/domain/pricing.ts';
-import { createWallet } from '../../src/domain/wallets.ts';
+import type { Chain } from '../../src/domain/chain/chain.ts';
+import { postTransfers } from '../../src/domain/ledger/ledger.ts';
+import { Dec } from '../../src/domain/ledger/money.ts';
+import type { MarketFactors } from '../../src/domain/pricing/pricing.ts';
+import { settleAutoPayouts } from '../../src/domain/wallets/auto-payout.ts';
+import { createWallet } from '../../src/domain/wallets/wallets.ts';
 import { ledgerProblems } from './ledger-check.ts';
 
 export interface SetupOptions {

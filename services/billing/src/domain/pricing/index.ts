@@ -1,0 +1,12 @@
+export {
+  billableMinutes,
+  costOfHours,
+  costOfMinutes,
+  formatRate,
+  type HourlyRates,
+  type MarketFactors,
+  neutralMarket,
+  normalizeModel,
+  quote,
+} from './pricing.ts';
+export { findProviderRates, ratesFor, type StoredProviderRates, setProviderRates } from './provider-rates.ts';

@@ -1,0 +1,151 @@
+/**
+ * Pricing: the hourly rate of a GPU rental and the cost of a duration.
+ *
+ *   base_hourly_rate  = rate of the GPU model × gpu_count
+ *   vram_hourly_rate  = requested_vram_mb / 1024 (GB) × vram_rate_per_gb_hour
+ *   power_hourly_rate = estimated_power_w × power_rate_per_watt_hour
+ *   total_hourly_rate = (base + vram + power) × demand_multiplier × supply_factor
+ *   total_cost        = total_hourly_rate × duration_hours, rounded half-even to the token's scale
+ *   platform_fee      = platform_fee_percent % of total_cost, rounded half-even; provider_earnings = the rest
+ *
+ * Rates are exact (never rounded); only derived token amounts are rounded, once.
+ * The model's rate: the provider's own table (that model, then its `default`),
+ * then the platform's (that model, then `default`). Model names are matched by
+ * the platform's model key (`gpuModelKey` in @gpu/common): a known model by its
+ * family, whatever the driver prints (`NVIDIA H100 80GB HBM3` → `nvidia-tesla-h100`),
+ * anything else by its spelling (lower case, spaces and underscores as `-`).
+ */
+import { gpuModelKey } from '@gpu/common';
+import { Dec, roundAmount, splitFee } from '../ledger/index.ts';
+
+/** The rate key of a model name: `NVIDIA GeForce RTX 4090` → `nvidia-geforce-rtx-4090`. */
+export function normalizeModel(name: string): string {
+  return gpuModelKey(name);
+}
+
+/** A rate table: base hourly rates per normalised model (with `default`), VRAM and power rates. */
+export interface RateCard {
+  baseRates: Record<string, string>;
+  vramRatePerGbHour: string;
+  powerRatePerWattHour: string;
+}
+
+/** A provider's overrides; absent parts fall back to the platform's card. */
+export interface ProviderRateOverrides {
+  baseRates: Record<string, string>;
+  vramRatePerGbHour: string | null;
+  powerRatePerWattHour: string | null;
+}
+
+/** Demand and supply factors: placeholders in the spec, pluggable here, 1.0 by default. */
+export interface MarketFactors {
+  demandMultiplier(input: { gpuModel: string; providerId?: string }): Promise<Dec> | Dec;
+  supplyFactor(input: { gpuModel: string; providerId?: string }): Promise<Dec> | Dec;
+}
+
+/** Both factors 1.0. */
+export const neutralMarket: MarketFactors = {
+  demandMultiplier: () => new Dec(1),
+  supplyFactor: () => new Dec(1),
+};
+
+export interface PricingInput {
+  gpuModel: string;
+  gpuCount: number;
+  requestedVramMb: number;
+  estimatedPowerW: number;
+  providerId?: string;
+}
+
+/** The frozen rates of a rental: what a session keeps for its whole life. */
+export interface HourlyRates {
+  gpuModel: string;
+  /** Which table entry priced the model (`default` for unknown models). */
+  rateKey: string;
+  rateSource: 'platform' | 'provider';
+  baseRatePerGpu: Dec;
+  baseHourlyRate: Dec;
+  vramHourlyRate: Dec;
+  powerHourlyRate: Dec;
+  demandMultiplier: Dec;
+  supplyFactor: Dec;
+  totalHourlyRate: Dec;
+  platformFeePercent: Dec;
+}
+
+function pickRate(
+  model: string,
+  platform: RateCard,
+  provider: ProviderRateOverrides | null,
+): { key: string; rate: string; source: 'platform' | 'provider' } {
+  const own = provider?.baseRates ?? {};
+  if (own[model] !== undefined) return { key: model, rate: own[model], source: 'provider' };
+  if (own.default !== undefined) return { key: 'default', rate: own.default, source: 'provider' };
+  const table = platform.baseRates;
+  if (table[model] !== undefined) return { key: model, rate: table[model], source: 'platform' };
+  return { key: 'default', rate: table.default ?? '0', source: 'platform' };
+}
+
+/** The hourly rates of a rental on a provider (its overrides, when it has any). */
+export async function hourlyRates(
+  input: PricingInput,
+  platform: RateCard,
+  provider: ProviderRateOverrides | null,
+  platformFeePercent: string,
+  market: MarketFactors = neutralMarket,
+): Promise<HourlyRates> {
+  const gpuModel = normalizeModel(input.gpuModel);
+  const picked = pickRate(gpuModel, platform, provider);
+  const vramRate = new Dec(provider?.vramRatePerGbHour ?? platform.vramRatePerGbHour);
+  const powerRate = new Dec(provider?.powerRatePerWattHour ?? platform.powerRatePerWattHour);
+  const baseRatePerGpu = new Dec(picked.rate);
+  const baseHourlyRate = baseRatePerGpu.mul(input.gpuCount);
+  const vramHourlyRate = new Dec(input.requestedVramMb).div(1024).mul(vramRate);
+  const powerHourlyRate = new Dec(input.estimatedPowerW).mul(powerRate);
+  const factorInput = { gpuModel, providerId: input.providerId };
+  const demandMultiplier = new Dec(await market.demandMultiplier(factorInput));
+  const supplyFactor = new Dec(await market.supplyFactor(factorInput));
+  return {
+    gpuModel,
+    rateKey: picked.key,
+    rateSource: picked.source,
+    baseRatePerGpu,
+    baseHourlyRate,
+    vramHourlyRate,
+    powerHourlyRate,
+    demandMultiplier,
+    supplyFactor,
+    totalHourlyRate: baseHourlyRate.plus(vramHourlyRate).plus(powerHourlyRate).mul(demandMultiplier).mul(supplyFactor),
+    platformFeePercent: new Dec(platformFeePercent),
+  };
+}
+
+/** Cost of `hours` at `hourlyRate`, rounded half-even to the scale. */
+export function costOfHours(hourlyRate: Dec, hours: Dec, scale: number): Dec {
+  return roundAmount(hourlyRate.mul(hours), scale);
+}
+
+/** Cost of whole `minutes` at `hourlyRate` (one rounding of the whole amount, never per minute). */
+export function costOfMinutes(hourlyRate: Dec, minutes: number, scale: number): Dec {
+  return roundAmount(hourlyRate.mul(minutes).div(60), scale);
+}
+
+/** The cost of a duration, its platform fee and the provider's share. */
+export function quote(rates: HourlyRates, hours: Dec, scale: number) {
+  const totalCost = costOfHours(rates.totalHourlyRate, hours, scale);
+  const { fee, rest } = splitFee(totalCost, rates.platformFeePercent, scale);
+  return { totalCost, platformFee: fee, providerEarnings: rest };
+}
+
+/** A rate as a string: exact, with at least the token's decimals (`0.5` → `0.500000`). */
+export function formatRate(value: Dec, scale: number): string {
+  return value.toFixed(Math.max(scale, value.decimalPlaces()));
+}
+
+const MINUTE_MS = 60_000;
+
+/** Minutes billed for `elapsedMs`: started minutes when completing, full minutes when terminating. */
+export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
+  const ms = Math.max(0, elapsedMs);
+  return roundUp ? Math.ceil(ms / MINUTE_MS) : Math.floor(ms / MINUTE_MS);
+}

@@ -1,0 +1,92 @@
+/**
+ * Provider-specific rates: a provider's own base rates per GPU model (and its
+ * own `default`), VRAM and power rates. Parts a provider does not set fall
+ * back to the platform's rates. A session freezes the rates it starts with, so
+ * changing them never re-prices a running session.
+ */
+import { isPrivileged, type Principal } from '@gpu/common';
+import type { Kysely, Transaction } from 'kysely';
+import { findProviderRatesRow, upsertProviderRates } from '../../db/rates-repository.ts';
+import type { BillingDB } from '../../db/schema.ts';
+import { billingErrors } from '../../errors.ts';
+import type { BillingContext, PricingSettings } from '../context.ts';
+import { Dec } from '../ledger/index.ts';
+import { findProviderAccount, registryOwner } from '../wallets/index.ts';
+import { type HourlyRates, hourlyRates, type PricingInput, type ProviderRateOverrides } from './pricing.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+export interface StoredProviderRates extends ProviderRateOverrides {
+  providerId: string;
+  updatedAt: Date | null;
+}
+
+/** The provider's overrides, or null when it has none. */
+export async function findProviderRates(db: Db, providerId: string): Promise<StoredProviderRates | null> {
+  const row = await findProviderRatesRow(db, providerId);
+  if (!row) return null;
+  return {
+    providerId,
+    baseRates: row.base_rates,
+    vramRatePerGbHour: row.vram_rate_per_gb_hour,
+    powerRatePerWattHour: row.power_rate_per_watt_hour,
+    updatedAt: new Date(row.updated_at),
+  };
+}
+
+/** Replaces a provider's overrides (base rate keys must already be normalised). */
+async function putProviderRates(
+  db: Db,
+  providerId: string,
+  rates: ProviderRateOverrides,
+): Promise<StoredProviderRates> {
+  const values = {
+    base_rates: JSON.stringify(rates.baseRates),
+    vram_rate_per_gb_hour: rates.vramRatePerGbHour,
+    power_rate_per_watt_hour: rates.powerRatePerWattHour,
+    updated_at: new Date(),
+  };
+  await upsertProviderRates(db, providerId, values);
+  return (await findProviderRates(db, providerId))!;
+}
+
+/** The hourly rates of a rental: the provider's overrides (when `providerId` is given) over the platform's. */
+export async function ratesFor(db: Db, pricing: PricingSettings, input: PricingInput): Promise<HourlyRates> {
+  const overrides = input.providerId ? await findProviderRates(db, input.providerId) : null;
+  return hourlyRates(input, pricing.card, overrides, pricing.platformFeePercent, pricing.market);
+}
+
+/** Refuses a rate above the configured limits (RATE_OUT_OF_BOUNDS, naming the body path). */
+function assertWithinLimits(rates: ProviderRateOverrides, limits: PricingSettings['providerLimits']): void {
+  for (const [model, rate] of Object.entries(rates.baseRates)) {
+    if (new Dec(rate).gt(limits.baseRate)) {
+      throw billingErrors.rateOutOfBounds(`body.base_rates.${model}`, rate, limits.baseRate);
+    }
+  }
+  const { vramRatePerGbHour: vram, powerRatePerWattHour: power } = rates;
+  if (vram !== null && new Dec(vram).gt(limits.vramRatePerGbHour)) {
+    throw billingErrors.rateOutOfBounds('body.vram_rate_per_gb_hour', vram, limits.vramRatePerGbHour);
+  }
+  if (power !== null && new Dec(power).gt(limits.powerRatePerWattHour)) {
+    throw billingErrors.rateOutOfBounds('body.power_rate_per_watt_hour', power, limits.powerRatePerWattHour);
+  }
+}
+
+/**
+ * Sets a provider's rates for its owner (or an admin or service): the owner is its wallet's holder, else the
+ * registry's (PROVIDER_NOT_FOUND when it does not know the machine). Anyone else: 403 NOT_PROVIDER_OWNER, the same
+ * whether or not the machine has a wallet.
+ */
+export async function setProviderRates(
+  ctx: BillingContext,
+  actor: Principal,
+  providerId: string,
+  rates: ProviderRateOverrides,
+  correlationId?: string,
+): Promise<StoredProviderRates> {
+  const wallet = await findProviderAccount(ctx, actor, providerId, 'manage', correlationId);
+  // Rates for a machine the registry does not know would never apply: 404 for the privileged too.
+  if (!wallet && isPrivileged(actor)) await registryOwner(ctx, providerId, correlationId);
+  assertWithinLimits(rates, ctx.pricing.providerLimits);
+  return putProviderRates(ctx.db, providerId, rates);
+}

@@ -1,0 +1,173 @@
+/**
+ * Billing a running session as time passes (usage updates and the background
+ * biller both call `billElapsed` under the session's row lock):
+ *
+ *  1. Full elapsed minutes are billed (partial minutes are billed at the end,
+ *     or never when terminated): `total_cost` = hourly × minutes / 60, rounded
+ *     once. Billing is by the service's clock, never the daemon's, and never
+ *     goes backwards, so late, duplicate and out-of-order updates are harmless.
+ *  2. The hold must stay ahead of the billed cost: when it covers less than
+ *     `hold_top_up_below` (default 10 min) beyond it, it is topped up from the
+ *     available balance to cover another `initial_period`, as far as funds go.
+ *  3. When hold and wallet together can't cover the next `billing_interval`,
+ *     the session enters `grace_period` until `grace_until` (now +
+ *     `grace_period`), with a `session.grace_period` event; funds arriving in
+ *     time return it to `active`. Once `grace_until` has passed, the caller
+ *     ends it as `terminated` (reason `insufficient_funds`).
+ *
+ * `billSessions` does this for many sessions in one pass (usage batches): the
+ * holds are read in one query and the sessions written in one statement; only
+ * a hold that needs topping up or a status change costs statements of its own.
+ */
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../../db/schema.ts';
+import { writeBilledSessions } from '../../db/session-repository.ts';
+import type { BillingContext, RatePeriods } from '../context.ts';
+import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
+import { billableMinutes, costOfHours, costOfMinutes } from '../pricing/index.ts';
+import type { SessionRow } from './session.ts';
+
+export interface BillOutcome {
+  session: SessionRow;
+  /** Cost billed by this call (0 when no new full minute passed). */
+  billed: Dec;
+  /** Whether the grace period is over: the caller must terminate the session. */
+  expired: boolean;
+}
+
+/** One session to bill (its row locked by the caller) and, optionally, the newest usage report to record on it. */
+export interface BillItem {
+  session: SessionRow;
+  /** What the session's hold still holds, when the caller has read it already (else it is read here). */
+  held?: Dec;
+  usage?: { actualPowerW: string; lastUsageAt: Date };
+  correlationId?: string;
+}
+
+type SessionEvent = 'session.grace_period' | 'session.resumed';
+
+/** What billing changes on one session row. */
+interface SessionChange {
+  id: string;
+  minutes: number;
+  cost: Dec;
+  billed: Dec;
+  status: SessionRow['status'];
+  graceUntil: Date | null;
+  usage?: BillItem['usage'];
+  event: SessionEvent | null;
+  correlationId?: string;
+}
+
+/**
+ * Bills full elapsed minutes, keeps the hold ahead, and moves the session in and out of grace;
+ * `usage` (the newest report's power and time) is written in the same statement.
+ */
+export async function billElapsed(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  session: SessionRow,
+  correlationId?: string,
+  usage?: BillItem['usage'],
+): Promise<BillOutcome> {
+  const [outcome] = await billSessions(ctx, trx, [{ session, usage, correlationId }]);
+  return outcome!;
+}
+
+/** `billElapsed` for several distinct sessions at once; outcomes in the items' order. */
+export async function billSessions(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  items: BillItem[],
+): Promise<BillOutcome[]> {
+  if (items.length === 0) return [];
+  const now = ctx.now();
+  const unread = items.filter((i) => i.held === undefined).map((i) => i.session.hold_id);
+  const holds = unread.length > 0 ? await getHolds(trx, unread) : new Map<string, Hold>();
+  const changes: SessionChange[] = [];
+  for (const item of items) {
+    const held = item.held ?? new Dec(holds.get(item.session.hold_id)?.remaining ?? 0);
+    changes.push(await planBilling(ctx, trx, item, held, now));
+  }
+  const updated = await writeBilledSessions(trx, changes, now);
+  const outcomes: BillOutcome[] = [];
+  for (const [i, change] of changes.entries()) {
+    const written = updated.get(change.id);
+    if (!written) throw new Error(`session ${change.id} vanished while billed`);
+    const session: SessionRow = { ...items[i]!.session, ...written };
+    if (change.event) {
+      await ctx.events.record(trx, { kind: change.event, session }, change.correlationId);
+    }
+    const expired =
+      change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
+    outcomes.push({ session, billed: change.billed, expired });
+  }
+  return outcomes;
+}
+
+/** The rate's cost over each settings period, worked out once per rate and settings (the context's cache). */
+function ratePeriods(ctx: BillingContext, rate: string): RatePeriods {
+  const { scale, sessions: s } = ctx;
+  const key = `${rate}|${scale}|${s.holdTopUpBelowMs}|${s.billingIntervalMs}|${s.initialPeriodMs}`;
+  let periods = ctx.state.ratePeriods.get(key);
+  if (!periods) {
+    const hourly = new Dec(rate);
+    const periodCost = (ms: number) => costOfHours(hourly, new Dec(ms).div(3_600_000), scale);
+    periods = {
+      hourly,
+      topUpBelow: periodCost(s.holdTopUpBelowMs),
+      billingInterval: periodCost(s.billingIntervalMs),
+      initialPeriod: periodCost(s.initialPeriodMs),
+    };
+    ctx.state.ratePeriods.set(key, periods);
+  }
+  return periods;
+}
+
+/** Works out one session's billing; tops its hold up when it runs low (the only step that writes). */
+async function planBilling(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  item: BillItem,
+  heldBefore: Dec,
+  now: Date,
+): Promise<SessionChange> {
+  const { session } = item;
+  const periods = ratePeriods(ctx, session.total_hourly_rate);
+  const elapsed = now.getTime() - new Date(session.started_at).getTime();
+  const minutes = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
+  const cost = costOfMinutes(periods.hourly, minutes, ctx.scale);
+
+  const lowWater = cost.plus(periods.topUpBelow);
+  const nextPeriod = cost.plus(periods.billingInterval);
+  let held = heldBefore;
+  // Only a hold running low touches the renter's accounts (locks them, tops up from available).
+  if (held.lt(lowWater) || held.lt(nextPeriod)) {
+    held = (await topUpHold(trx, session, cost.plus(periods.initialPeriod), ctx.state.accountIds)).held;
+  }
+  const covered = held.gte(nextPeriod);
+
+  let status = session.status;
+  let graceUntil = session.grace_until ? new Date(session.grace_until) : null;
+  let event: SessionEvent | null = null;
+  if (!covered && status === 'active') {
+    status = 'grace_period';
+    graceUntil = new Date(now.getTime() + ctx.sessions.gracePeriodMs);
+    event = 'session.grace_period';
+  } else if (covered && status === 'grace_period') {
+    status = 'active';
+    graceUntil = null;
+    event = 'session.resumed';
+  }
+  return {
+    id: session.id,
+    minutes,
+    cost,
+    billed: cost.minus(session.total_cost),
+    status,
+    graceUntil,
+    usage: item.usage,
+    event,
+    correlationId: item.correlationId,
+  };
+}

@@ -1,0 +1,102 @@
+/** What a session has used so far (GET current-usage) and the billing history (GET history). */
+import type { Principal } from '@gpu/common';
+import type { Kysely } from 'kysely';
+import {
+  type BillingRecordFilter,
+  type BillingRecordRow,
+  listBillingRecords,
+} from '../../db/billing-record-repository.ts';
+import type { BillingDB } from '../../db/schema.ts';
+import { listSessions, type SessionFilter } from '../../db/session-repository.ts';
+import { assertSessionParty, historyScope, seesRenterWallet } from '../access.ts';
+import type { BillingContext } from '../context.ts';
+import { type KeysetPosition, keysetPage, type Page } from '../keyset.ts';
+import { Dec, getHold, walletBalances } from '../ledger/index.ts';
+import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
+import { isRunning, loadSession, type SessionRow } from './session.ts';
+import { runtimeMinutes } from './start.ts';
+
+/** What a session has used so far; for a running session, what ending it now would bill. */
+export interface CurrentUsage {
+  session: SessionRow;
+  elapsedMs: number;
+  /** Started minutes: what ending now bills (the billed minutes once ended). */
+  minutes: number;
+  hourlyRate: Dec;
+  /** What ending now would cost (the final cost once ended). */
+  cost: Dec;
+  /** Held for the session (0 once ended). */
+  held: Dec;
+  /** held - cost, never below 0. */
+  holdLeft: Dec;
+  /** The renter's available balance (null once ended, and for the provider side: it is the renter's). */
+  available: Dec | null;
+  estimatedRemainingMinutes: number;
+}
+
+/** Current usage of a session, for a party of it (its renter, the provider's owner or daemon) or the privileged. */
+export async function currentUsage(ctx: BillingContext, actor: Principal, sessionId: string): Promise<CurrentUsage> {
+  const s = await loadSession(ctx.db, sessionId);
+  assertSessionParty(actor, s);
+  const hourly = new Dec(s.total_hourly_rate);
+  const running = isRunning(s);
+  const until = running ? ctx.now() : new Date(s.ended_at ?? s.started_at);
+  const elapsedMs = Math.max(0, until.getTime() - new Date(s.started_at).getTime());
+  const minutes = running ? Math.max(billableMinutes(elapsedMs, true), s.billed_minutes) : s.billed_minutes;
+  const cost = running ? costOfMinutes(hourly, minutes, ctx.scale) : new Dec(s.total_cost);
+  const hold = await getHold(ctx.db, s.hold_id);
+  const held = running && hold ? new Dec(hold.remaining) : new Dec(0);
+  const holdLeft = Dec.max(held.minus(cost), 0);
+  // The renter's wallet is the renter's business: the provider side sees the hold only.
+  const renterView = seesRenterWallet(actor, s);
+  const available =
+    running && renterView ? new Dec((await walletBalances(ctx.db, s.wallet_id, ctx.scale))?.available ?? 0) : null;
+  return {
+    session: s,
+    elapsedMs,
+    minutes,
+    hourlyRate: hourly,
+    cost,
+    held,
+    holdLeft,
+    available,
+    estimatedRemainingMinutes: running ? runtimeMinutes(holdLeft.plus(available ?? 0), hourly) : 0,
+  };
+}
+
+export interface HistoryFilter extends BillingRecordFilter {
+  limit: number;
+  /** Where the previous page ended. */
+  after?: KeysetPosition;
+}
+
+/**
+ * Billing records, newest end first, filtered; `[from, to)` on the end time; keyset pagination. A user (or their
+ * daemon) sees the sessions they rented or provided; admins and services see all.
+ */
+export async function billingHistory(
+  db: Kysely<BillingDB>,
+  actor: Principal,
+  f: HistoryFilter,
+): Promise<Page<BillingRecordRow>> {
+  const scoped = { ...f, party: historyScope(actor) };
+  return keysetPage(await listBillingRecords(db, scoped, f.after, f.limit + 1), f.limit);
+}
+
+export interface SessionListFilter extends SessionFilter {
+  limit: number;
+  after?: KeysetPosition;
+}
+
+/**
+ * Sessions, newest start first; keyset pagination. A user (or their daemon) sees the sessions they rent or that run
+ * on their machines (a daemon finds the sessions to report usage for); admins and services see all.
+ */
+export async function sessionList(
+  db: Kysely<BillingDB>,
+  actor: Principal,
+  f: SessionListFilter,
+): Promise<Page<SessionRow>> {
+  const scoped = { ...f, party: historyScope(actor) };
+  return keysetPage(await listSessions(db, scoped, f.after, f.limit + 1), f.limit);
+}

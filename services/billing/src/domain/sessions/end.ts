@@ -1,0 +1,180 @@
+/**
+ * Ending a rental session: the final cost (whole minutes at the frozen hourly
+ * rate, one rounding), captured from the session's hold in one ledger post:
+ * the platform fee to `platform_fees`, the rest to the provider wallet's
+ * `available` account (transfer code `provider_earnings`), the remainder of the
+ * hold released to the renter. Writes the payment records, the BillingRecord,
+ * the session's final state and the `session.completed` / `session.terminated`
+ * event, all in one transaction under the session's row lock. Ending an ended
+ * session answers its existing record (idempotent, also under concurrency).
+ *
+ * Minutes: a normal end bills every started minute (partial minutes round
+ * up); a termination for insufficient funds bills to the last full minute.
+ * Never fewer minutes than were already billed, unless the renter can't pay
+ * them: the hold is topped up from the available balance first, and what
+ * still can't be paid is cut to the last full minute the hold covers.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Principal } from '@gpu/common';
+import type { Transaction } from 'kysely';
+import { billingRecordOfSession, insertBillingRecord } from '../../db/billing-record-repository.ts';
+import type { BillingDB } from '../../db/schema.ts';
+import { updateEndedSession } from '../../db/session-repository.ts';
+import { insertTransactions } from '../../db/transaction-repository.ts';
+import { assertSessionParty } from '../access.ts';
+import type { BillingContext } from '../context.ts';
+import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
+import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
+import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
+import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './session.ts';
+
+export type EndKind =
+  | { status: 'completed'; reason?: string }
+  | {
+      status: 'terminated';
+      reason: string;
+      /**
+       * The minutes delivered, when the caller knows them (a provider that went offline: provider-offline.ts): billed
+       * exactly, even below the minutes billed so far (those were only held, never captured).
+       */
+      deliveredMinutes?: number;
+    };
+
+/** How a session ended: its final row and billing record; `alreadyEnded` when it had ended before this call. */
+export interface SessionEnd {
+  session: SessionRow;
+  billingRecord: BillingRecordRow;
+  alreadyEnded: boolean;
+}
+
+/** Ends a session (or answers its existing end); returns the session and its billing record. */
+export async function endSession(
+  ctx: BillingContext,
+  sessionId: string,
+  kind: EndKind,
+  correlationId?: string,
+  /** Who ends it: a party of the session (its renter, the provider's owner or daemon) or an admin or service. */
+  actor?: Principal,
+): Promise<SessionEnd> {
+  const end = await ctx.db.transaction().execute(async (trx) => {
+    const session = await loadSession(trx, sessionId, true);
+    if (actor) assertSessionParty(actor, session);
+    if (!isRunning(session)) {
+      return { session, billingRecord: await billingRecordOfSession(trx, sessionId), alreadyEnded: true };
+    }
+    return finishSession(ctx, trx, session, kind, correlationId);
+  });
+  // The provider's earnings, committed: paid out now when the provider asked for automatic payouts.
+  if (!end.alreadyEnded && new Dec(end.billingRecord.provider_earnings).gt(0)) {
+    void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
+  }
+  return end;
+}
+
+/** Ends a running session inside the caller's transaction (its row locked). */
+export async function finishSession(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  session: SessionRow,
+  kind: EndKind,
+  correlationId?: string,
+): Promise<SessionEnd> {
+  const now = ctx.now();
+  const elapsed = now.getTime() - new Date(session.started_at).getTime();
+  let minutes =
+    kind.status === 'terminated' && kind.deliveredMinutes !== undefined
+      ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
+      : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
+  const hourly = new Dec(session.total_hourly_rate);
+  let cost = costOfMinutes(hourly, minutes, ctx.scale);
+  const cover = await topUpHold(trx, session, cost, ctx.state.accountIds);
+  if (cover.short.gt(0)) {
+    ctx.logger.warn(
+      { session_id: session.id, cost: cost.toFixed(), covered: cover.held.toFixed() },
+      'session cost exceeds what the renter can pay; capped at the hold',
+    );
+    minutes = Math.min(minutes, cover.held.mul(60).div(hourly).floor().toNumber());
+    cost = Dec.min(costOfMinutes(hourly, minutes, ctx.scale), cover.held);
+  }
+  const { fee, rest } = splitFee(cost, new Dec(session.platform_fee_percent), ctx.scale);
+  const paymentId = cost.gt(0) ? randomUUID() : null;
+  const earningsId = rest.gt(0) ? randomUUID() : null;
+  const reference = `session:${session.id}`;
+  const base = { status: 'confirmed' as const, hold_id: session.hold_id, reference, confirmed_at: now };
+  const records = [];
+  if (paymentId) {
+    records.push({
+      ...base,
+      id: paymentId,
+      wallet_id: session.wallet_id,
+      type: 'payment' as const,
+      amount: cost.toFixed(),
+      fee: fee.toFixed(),
+    });
+  }
+  if (earningsId) {
+    records.push({
+      ...base,
+      id: earningsId,
+      wallet_id: session.provider_wallet_id,
+      type: 'payment' as const,
+      amount: rest.toFixed(),
+      fee: '0',
+    });
+  }
+  if (records.length > 0) await insertTransactions(trx, records);
+  await postHold(
+    trx,
+    session.hold_id,
+    [
+      {
+        to: { wallet: session.provider_wallet_id, kind: 'available' },
+        amount: rest,
+        code: EARNINGS_TRANSFER_CODE,
+        transactionId: earningsId,
+      },
+      { to: { system: 'platform_fees' }, amount: fee, code: 'platform_fee', transactionId: paymentId },
+    ],
+    true,
+    ctx.state.accountIds,
+  );
+  const reason = kind.reason ?? null;
+  const ended = await updateEndedSession(trx, session.id, {
+    status: kind.status,
+    ended_at: now,
+    end_reason: reason,
+    billed_minutes: minutes,
+    total_cost: cost.toFixed(),
+    grace_until: null,
+    updated_at: now,
+  });
+  const record: BillingRecordRow = await insertBillingRecord(trx, {
+    id: randomUUID(),
+    session_id: session.id,
+    user_id: session.user_id,
+    wallet_id: session.wallet_id,
+    provider_id: session.provider_id,
+    provider_wallet_id: session.provider_wallet_id,
+    provider_owner_id: session.provider_owner_id,
+    job_id: session.job_id,
+    gpu_model: session.gpu_model,
+    gpu_count: session.gpu_count,
+    status: kind.status,
+    end_reason: reason,
+    total_hourly_rate: session.total_hourly_rate,
+    billed_minutes: minutes,
+    total_cost: cost.toFixed(),
+    platform_fee: fee.toFixed(),
+    provider_earnings: rest.toFixed(),
+    payment_transaction_id: paymentId,
+    started_at: session.started_at,
+    ended_at: now,
+    created_at: now,
+  });
+  await ctx.events.record(
+    trx,
+    { kind: `session.${kind.status}`, session: ended, billingRecord: record },
+    correlationId,
+  );
+  return { session: ended, billingRecord: record, alreadyEnded: false };
+}

@@ -1,0 +1,15 @@
+export { runBillingCycle } from './biller.ts';
+export { billingHistory, type CurrentUsage, currentUsage, sessionList } from './current-usage.ts';
+export { endSession, type SessionEnd } from './end.ts';
+export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
+export { quotedResources } from './rented-machine.ts';
+export { sessionRates } from './session.ts';
+export { type SessionStart, startSession } from './start.ts';
+export {
+  toUsageUpdate,
+  type UsageMessage,
+  type UsageRecord,
+  type UsageResult,
+  usageMessageSchema,
+} from './usage-message.ts';
+export { applyUsageUpdate } from './usage-updates.ts';

@@ -1,0 +1,163 @@
+/**
+ * Starting a rental session. One database transaction: lock the renter's
+ * accounts, check `minimum_balance` and that the available balance covers the
+ * initial period, place the hold for it (its `lock` transaction is the
+ * session's lock transaction), freeze the rates, write the session and the
+ * `session.started` event. Refused starts (INSUFFICIENT_FUNDS) change nothing; concurrent
+ * starts on one wallet serialise on the account locks and never overdraw.
+ */
+import { randomUUID } from 'node:crypto';
+import { isPrivileged, type Principal } from '@gpu/common';
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../../db/schema.ts';
+import { insertSession } from '../../db/session-repository.ts';
+import { lockRecordIdOfHold } from '../../db/transaction-repository.ts';
+import { isUniqueViolation } from '../../db/unique-violation.ts';
+import { billingErrors } from '../../errors.ts';
+import type { BillingContext } from '../context.ts';
+import type { KeyClaim } from '../idempotency.ts';
+import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
+import { costOfHours, ratesFor } from '../pricing/index.ts';
+import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
+import { type RentedResources, rentOn } from './rented-machine.ts';
+import type { SessionRow } from './session.ts';
+
+export interface StartSessionInput {
+  /** Who starts it: the wallet's holder (or an admin or service). */
+  actor: Principal;
+  userId: string;
+  walletId: string;
+  providerId: string;
+  jobId: string;
+  gpuModel: string;
+  gpuCount: number;
+  requestedVramMb: number;
+  estimatedPowerW: number;
+  /** The highest total hourly rate the renter accepted (required of users; admins and services may omit it). */
+  acceptedHourlyRate?: string;
+  correlationId?: string;
+}
+
+/** Whole minutes `funds` pay for at `hourlyRate`. */
+export function runtimeMinutes(funds: Dec, hourlyRate: Dec): number {
+  return funds.mul(60).div(hourlyRate).floor().toNumber();
+}
+
+/** A started session, what was held for it and what the renter's balance pays for. */
+export interface SessionStart {
+  session: SessionRow;
+  /** The initial period's cost, held. */
+  holdAmount: Dec;
+  /** Available in the wallet after the hold. */
+  availableAfter: Dec;
+  /** Whole minutes the available balance (before the hold) pays for. */
+  estimatedRuntimeMinutes: number;
+}
+
+/** Starts a session: the session with its frozen rates, the hold and the estimated runtime. */
+export async function startSession(
+  ctx: BillingContext,
+  input: StartSessionInput,
+  idem: KeyClaim<SessionStart> | null,
+): Promise<SessionStart> {
+  const wallet = await walletFor(ctx, input.actor, input.walletId);
+  if (wallet.ownerType !== 'user' || wallet.ownerId !== input.userId) {
+    throw billingErrors.walletOwnerMismatch(wallet.id, input.userId);
+  }
+  // With a registry: the machine must be known and available, and its record prices the session; its provider
+  // wallet is opened on first need. Without one: the provider needs a wallet, and the renter's figures are used.
+  let resources: RentedResources = input;
+  let providerWallet: Wallet;
+  let providerOwnerId: string | null;
+  if (ctx.providers) {
+    const machine = await ctx.providers.provider(input.providerId, input.correlationId);
+    if (!machine) throw billingErrors.providerNotFound(input.providerId);
+    resources = rentOn(machine, input);
+    providerWallet = await providerWalletOf(ctx, machine);
+    providerOwnerId = machine.ownerId;
+  } else {
+    const found = await findWalletByOwner(ctx.db, 'provider', input.providerId);
+    if (!found) throw billingErrors.providerWalletNotFound(input.providerId);
+    providerWallet = found;
+    providerOwnerId = found.holderId;
+  }
+  const rates = await ratesFor(ctx.db, ctx.pricing, { ...resources, providerId: input.providerId });
+  // The renter starts at a price they accepted; the rates are then frozen for the session's life.
+  if (input.acceptedHourlyRate === undefined) {
+    if (!isPrivileged(input.actor)) throw billingErrors.acceptedRateRequired();
+  } else if (rates.totalHourlyRate.gt(input.acceptedHourlyRate)) {
+    throw billingErrors.priceNotAccepted(rates.totalHourlyRate.toFixed(ctx.scale), input.acceptedHourlyRate);
+  }
+  const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
+  const initial = Dec.max(
+    costOfHours(rates.totalHourlyRate, new Dec(ctx.sessions.initialPeriodMs).div(3_600_000), ctx.scale),
+    unit,
+  );
+  const minimum = new Dec(ctx.sessions.minimumBalance);
+  const id = randomUUID();
+  const now = ctx.now();
+
+  const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
+    const available = await lockWalletAvailable(trx, wallet.id);
+    const fmt = (d: Dec) => d.toFixed(ctx.scale);
+    if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
+    if (available.lt(initial)) throw billingErrors.insufficientFunds(wallet.id, fmt(available), fmt(initial));
+    const hold = await createHold(trx, wallet.id, initial, `session:${id}`, ctx.state.accountIds);
+    const lockTxId = await lockRecordIdOfHold(trx, hold.id);
+    const session = await insertSession(trx, {
+      id,
+      user_id: input.userId,
+      wallet_id: wallet.id,
+      provider_id: input.providerId,
+      provider_wallet_id: providerWallet.id,
+      provider_owner_id: providerOwnerId,
+      reserves_machine: ctx.providers !== null,
+      job_id: input.jobId,
+      gpu_model: rates.gpuModel,
+      gpu_count: resources.gpuCount,
+      requested_vram_mb: resources.requestedVramMb,
+      estimated_power_w: resources.estimatedPowerW,
+      actual_power_w: null,
+      rate_key: rates.rateKey,
+      rate_source: rates.rateSource,
+      base_rate_per_gpu: rates.baseRatePerGpu.toFixed(),
+      base_hourly_rate: rates.baseHourlyRate.toFixed(),
+      vram_hourly_rate: rates.vramHourlyRate.toFixed(),
+      power_hourly_rate: rates.powerHourlyRate.toFixed(),
+      demand_multiplier: rates.demandMultiplier.toFixed(),
+      supply_factor: rates.supplyFactor.toFixed(),
+      total_hourly_rate: rates.totalHourlyRate.toFixed(),
+      platform_fee_percent: rates.platformFeePercent.toFixed(),
+      status: 'active',
+      hold_id: hold.id,
+      lock_transaction_id: lockTxId,
+      started_at: now,
+      last_usage_at: null,
+      grace_until: null,
+      ended_at: null,
+      end_reason: null,
+      created_at: now,
+      updated_at: now,
+    });
+    const started: SessionStart = {
+      session,
+      holdAmount: initial,
+      availableAfter: available.minus(initial),
+      estimatedRuntimeMinutes: runtimeMinutes(available, rates.totalHourlyRate),
+    };
+    await ctx.events.record(trx, { kind: 'session.started', session }, input.correlationId);
+    await idem?.claim(trx, lockTxId, started);
+    return started;
+  };
+
+  try {
+    return await ctx.db.transaction().execute(run);
+  } catch (err) {
+    if (isUniqueViolation(err, 'rental_sessions_running_job')) throw billingErrors.sessionAlreadyRunning(input.jobId);
+    // Another renter's session on the machine started first (its `busy` had not reached the registry yet).
+    if (isUniqueViolation(err, 'rental_sessions_running_machine')) {
+      throw billingErrors.providerNotAvailable(input.providerId, 'is already rented', 'busy');
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * The usage message of a provider daemon, which arrives two ways: as the body of
+ * POST /billing/usage-update(s) and as the payload of a NATS message on
+ * `billing.usage.<session_id>`. One schema validates both, and one mapping
+ * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
+ */
+import { ignoringUnknownFields, type Principal, zTimestamp } from '@gpu/common';
+import { z } from 'zod';
+import type { SessionRow } from '../../db/session-repository.ts';
+
+/** How deep `metrics` may nest (a daemon's metrics are flat or nearly so). */
+const MAX_METRICS_DEPTH = 8;
+
+/**
+ * Whether a JSON value nests no deeper than `MAX_METRICS_DEPTH` and has no NUL character in any key or string
+ * (PostgreSQL's jsonb can't store one). Iterative: a body nested thousands deep is a 400, never a stack overflow.
+ */
+function isStorableMetrics(value: unknown): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v === 'string') {
+      if (v.includes('\0')) return false;
+    } else if (v !== null && typeof v === 'object') {
+      if (depth >= MAX_METRICS_DEPTH) return false;
+      for (const [k, child] of Object.entries(v)) {
+        if (k.includes('\0')) return false;
+        stack.push([child, depth + 1]);
+      }
+    }
+  }
+  return true;
+}
+
+/**
+ * The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). Unknown fields are dropped, not
+ * refused, on both ways in: a daemon newer than billing keeps its rentals billed (docs/conventions.md).
+ */
+export const usageMessageSchema = ignoringUnknownFields(
+  z.object({
+    session_id: z.uuid(),
+    timestamp: zTimestamp().describe(
+      'when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the ' +
+        "service's clock and not before the session started, less that skew)",
+    ),
+    gpu_utilization: z.number().min(0).max(100).describe('percent'),
+    power_draw_w: z.number().min(0).max(100_000),
+    metrics: z
+      .record(z.string(), z.unknown())
+      .refine(isStorableMetrics, `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`)
+      .optional()
+      .describe(
+        'free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them)',
+      ),
+    message_id: z
+      .string()
+      .min(1)
+      .max(255)
+      .refine((id) => !id.includes('\0'), 'message_id may not contain NUL characters')
+      .optional()
+      .describe(
+        'de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), ' +
+          'else the timestamp',
+      ),
+  }),
+);
+
+export type UsageMessage = z.infer<typeof usageMessageSchema>;
+
+/** One usage report as the domain applies it. */
+export interface UsageUpdate {
+  sessionId: string;
+  /** What makes a report unique within its session: a repeat is applied once. */
+  messageId: string;
+  timestamp: Date;
+  gpuUtilization: number;
+  powerDrawW: number;
+  metrics?: Record<string, unknown>;
+  correlationId?: string;
+  /** Who sent it (authenticated over HTTP or by the NATS message's token): must be allowed to report the session. */
+  sender: Principal;
+}
+
+/**
+ * The domain's update from a message. The message ID is the message's `message_id`, else `fallbackId` (the
+ * Idempotency-Key header over HTTP, the Nats-Msg-Id header over NATS), else the timestamp.
+ */
+export function toUsageUpdate(
+  m: UsageMessage,
+  fallbackId: string | undefined,
+  correlationId: string | undefined,
+  sender: Principal,
+): UsageUpdate {
+  const timestamp = new Date(m.timestamp);
+  return {
+    sessionId: m.session_id,
+    messageId: m.message_id ?? fallbackId ?? `ts:${timestamp.toISOString()}`,
+    timestamp,
+    gpuUtilization: m.gpu_utilization,
+    powerDrawW: m.power_draw_w,
+    metrics: m.metrics,
+    correlationId,
+    sender,
+  };
+}
+
+/** A usage record: one applied report, with what its billing charged. */
+export interface UsageRecord {
+  id: string;
+  sessionId: string;
+  messageId: string;
+  /** When the daemon measured. */
+  reportedAt: Date;
+  gpuUtilization: number;
+  powerDrawW: number;
+  metrics: Record<string, unknown> | null;
+  /** The session's billed minutes after this update. */
+  billedMinutes: number;
+  /** Cost billed by this update, at the token's scale. */
+  cost: string;
+  createdAt: Date;
+}
+
+/** What applying one usage update comes to. */
+export interface UsageResult {
+  /** Whether the message had been applied before (nothing changed). */
+  duplicate: boolean;
+  usage: UsageRecord;
+  /** The session once the update's transaction is done. */
+  session: SessionRow;
+}

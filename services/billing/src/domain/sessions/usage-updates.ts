@@ -1,0 +1,247 @@
+/**
+ * Usage updates from provider daemons (HTTP or NATS): one usage record per
+ * message ID and session (a duplicate answers the first record and changes
+ * nothing), elapsed time billed (billing.ts), `actual_power_w` taken
+ * from the newest report only, so updates may arrive late, twice or out of
+ * order. A session that is not running refuses new updates
+ * (SESSION_NOT_ACTIVE), a report dated beyond the allowed clock skew in the
+ * future or before its session started is refused
+ * (USAGE_TIMESTAMP_OUT_OF_RANGE); a session whose grace period is over is
+ * terminated.
+ *
+ * Group commit: updates that arrive together (concurrent HTTP requests, a
+ * NATS fetch) are applied in one database transaction: the batch's sessions
+ * are locked in one statement (in ID order, so concurrent batches and
+ * instances never deadlock on them), de-duplicated, billed and written with a
+ * handful of set-based statements, whatever the batch size. An update that is
+ * refused (unknown session, ended session) is answered on its own and leaves
+ * the rest of the batch alone; should the batch's transaction fail, each of
+ * its updates is retried in a transaction of its own, so one bad update never
+ * fails another.
+ */
+import { randomUUID } from 'node:crypto';
+import { GroupCommit } from '@gpu/common';
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../../db/schema.ts';
+import { lockSessionsWithHolds } from '../../db/session-repository.ts';
+import { existingUsageRecords, insertUsageRecords, type UsageRow } from '../../db/usage-repository.ts';
+import { billingErrors } from '../../errors.ts';
+import { mayReportUsage, notSessionProvider } from '../access.ts';
+import type { BillingContext } from '../context.ts';
+import { Dec, formatAmount } from '../ledger/index.ts';
+import { type BillItem, type BillOutcome, billSessions } from './billing.ts';
+import { finishSession } from './end.ts';
+import { isRunning, type SessionRow } from './session.ts';
+import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
+
+export type { UsageResult, UsageUpdate } from './usage-message.ts';
+
+/** A usage record from its row (the cost at the token's scale). */
+function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
+  return {
+    id: r.id,
+    sessionId: r.session_id,
+    messageId: r.message_id,
+    reportedAt: new Date(r.reported_at),
+    gpuUtilization: Number(r.gpu_utilization),
+    powerDrawW: Number(r.power_draw_w),
+    metrics: (r.metrics ?? null) as Record<string, unknown> | null,
+    billedMinutes: r.billed_minutes,
+    cost: formatAmount(r.cost, scale),
+    createdAt: new Date(r.created_at),
+  };
+}
+
+/** Most updates applied in one transaction; most batches in flight per service instance. */
+const MAX_BATCH = 256;
+const MAX_IN_FLIGHT = 2;
+
+/** Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. */
+export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
+  ctx.state.usageBatcher ??= new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
+    maxBatch: MAX_BATCH,
+    maxInFlight: MAX_IN_FLIGHT,
+  });
+  return ctx.state.usageBatcher.submit(u);
+}
+
+/** Applies updates in one transaction; one result per update, in order (an Error for a refused one). */
+export async function applyUsageBatch(ctx: BillingContext, updates: UsageUpdate[]): Promise<(UsageResult | Error)[]> {
+  try {
+    return await ctx.db.transaction().execute((trx) => applyInTransaction(ctx, trx, updates));
+  } catch (err) {
+    if (updates.length === 1) return [err as Error];
+    ctx.logger.warn(
+      { err: (err as Error).message, updates: updates.length },
+      'usage batch failed; applying its updates one by one',
+    );
+    const results: (UsageResult | Error)[] = [];
+    for (const u of updates) results.push(...(await applyUsageBatch(ctx, [u])));
+    return results;
+  }
+}
+
+/** What becomes of one update in its batch. */
+type Verdict =
+  | { kind: 'refused'; error: Error }
+  | { kind: 'duplicate'; sessionId: string; record: UsageRow }
+  | { kind: 'repeat'; sessionId: string; of: number }
+  | { kind: 'new'; sessionId: string };
+
+async function applyInTransaction(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  updates: UsageUpdate[],
+): Promise<(UsageResult | Error)[]> {
+  const sessions = await lockSessions(trx, [...new Set(updates.map((u) => u.sessionId))]);
+  const applied = await existingRecords(trx, updates);
+
+  // Classify in arrival order: the first of a repeated message ID is applied, the rest are its duplicates.
+  const inserted = new Map<string, UsageRow>();
+  const firstInBatch = new Map<string, number>();
+  const verdicts: Verdict[] = updates.map((u, i) => {
+    const session = sessions.get(u.sessionId)?.row;
+    if (!session) return { kind: 'refused', error: billingErrors.sessionNotFound(u.sessionId) };
+    if (!mayReportUsage(u.sender, session)) return { kind: 'refused', error: notSessionProvider(session.id) };
+    const key = recordKey(u.sessionId, u.messageId);
+    const before = applied.get(key);
+    if (before) return { kind: 'duplicate', sessionId: u.sessionId, record: before };
+    if (!isRunning(session))
+      return { kind: 'refused', error: billingErrors.sessionNotActive(session.id, session.status) };
+    const misdated = timestampProblem(ctx, u, session);
+    if (misdated) return { kind: 'refused', error: misdated };
+    const of = firstInBatch.get(key);
+    if (of !== undefined) return { kind: 'repeat', sessionId: u.sessionId, of };
+    firstInBatch.set(key, i);
+    return { kind: 'new', sessionId: u.sessionId };
+  });
+
+  // Bill each session with new updates once, recording the newest report's power and time.
+  const fresh = new Map<string, UsageUpdate[]>();
+  updates.forEach((u, i) => {
+    if (verdicts[i]!.kind !== 'new') return;
+    const list = fresh.get(u.sessionId);
+    if (list) list.push(u);
+    else fresh.set(u.sessionId, [u]);
+  });
+  const billItems: BillItem[] = [...fresh].map(([id, list]) => {
+    const { row: session, held } = sessions.get(id)!;
+    const newest = list.reduce((a, b) => (b.timestamp.getTime() >= a.timestamp.getTime() ? b : a));
+    const isNewest = !session.last_usage_at || newest.timestamp.getTime() >= new Date(session.last_usage_at).getTime();
+    return {
+      session,
+      held,
+      usage: isNewest ? { actualPowerW: String(newest.powerDrawW), lastUsageAt: newest.timestamp } : undefined,
+      correlationId: list[0]!.correlationId,
+    };
+  });
+  const outcomes = new Map<string, BillOutcome>(
+    (await billSessions(ctx, trx, billItems)).map((o) => [o.session.id, o]),
+  );
+
+  // Usage records: the session's first new update carries what this billing charged. A session whose grace
+  // ran out is terminated by its first new update; its later ones in the batch find it ended.
+  const rows: UsageRow[] = [];
+  const charged = new Set<string>();
+  updates.forEach((u, i) => {
+    if (verdicts[i]!.kind !== 'new') return;
+    const outcome = outcomes.get(u.sessionId)!;
+    const first = !charged.has(u.sessionId);
+    charged.add(u.sessionId);
+    if (!first && outcome.expired) {
+      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, 'terminated') };
+      return;
+    }
+    rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
+  });
+  if (rows.length > 0) {
+    await insertUsageRecords(trx, rows);
+    for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
+  }
+
+  // Final session state: ended by termination, else as billed, else as locked.
+  const ended = new Map<string, SessionRow>();
+  for (const [id, outcome] of outcomes) {
+    if (!outcome.expired) continue;
+    const end = await finishSession(
+      ctx,
+      trx,
+      outcome.session,
+      { status: 'terminated', reason: 'insufficient_funds' },
+      fresh.get(id)![0]!.correlationId,
+    );
+    ended.set(id, end.session);
+  }
+  const sessionOut = (id: string): SessionRow => ended.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
+
+  return updates.map((u, i) => {
+    const v = verdicts[i]!;
+    if (v.kind === 'refused') return v.error;
+    // A repeat within the batch answers as its first did: refused alike, else a duplicate of its record.
+    const original = v.kind === 'repeat' ? verdicts[v.of]! : v;
+    if (original.kind === 'refused') return original.error;
+    const record = v.kind === 'duplicate' ? v.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
+    return {
+      duplicate: v.kind !== 'new',
+      usage: toUsageRecord(record, ctx.scale),
+      session: sessionOut(v.sessionId),
+    };
+  });
+}
+
+/**
+ * Why a report's timestamp cannot be applied to its session, or null: dated later than billing's clock plus
+ * `billing.max_clock_skew` (it would stand as the session's last usage time, ahead of every true report after it), or
+ * earlier than the session's start less that skew (it measured something else).
+ */
+function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: SessionRow): Error | null {
+  const skew = ctx.sessions.maxClockSkewMs;
+  const window = {
+    earliest: new Date(new Date(session.started_at).getTime() - skew),
+    latest: new Date(ctx.now().getTime() + skew),
+  };
+  const at = u.timestamp.getTime();
+  if (at > window.latest.getTime()) {
+    return billingErrors.usageTimestampOutOfRange(session.id, u.timestamp, 'future', window);
+  }
+  if (at < window.earliest.getTime()) {
+    return billingErrors.usageTimestampOutOfRange(session.id, u.timestamp, 'before_start', window);
+  }
+  return null;
+}
+
+const recordKey = (sessionId: string, messageId: string) => `${sessionId}\n${messageId}`;
+
+/** A running session's row, locked, with what its hold still holds (read in the same statement). */
+interface LockedSession {
+  row: SessionRow;
+  held: Dec;
+}
+
+/** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock). */
+async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise<Map<string, LockedSession>> {
+  const rows = await lockSessionsWithHolds(trx, ids);
+  return new Map(rows.map(({ held, ...row }) => [row.id, { row, held: new Dec(held) }]));
+}
+
+/** The usage records already written for the updates' (session, message ID) pairs. */
+async function existingRecords(trx: Transaction<BillingDB>, updates: UsageUpdate[]): Promise<Map<string, UsageRow>> {
+  const rows = await existingUsageRecords(trx, updates);
+  return new Map(rows.map((r) => [recordKey(r.session_id, r.message_id), r]));
+}
+
+/** The usage record of an update, as it will read back from the table. */
+function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, billed: Dec): UsageRow {
+  return {
+    id: randomUUID(),
+    session_id: u.sessionId,
+    message_id: u.messageId,
+    reported_at: u.timestamp,
+    gpu_utilization: String(u.gpuUtilization),
+    power_draw_w: String(u.powerDrawW),
+    metrics: u.metrics ?? null,
+    billed_minutes: session.billed_minutes,
+    cost: billed.toFixed(),
+    created_at: ctx.now(),
+  };
+}

@@ -1,0 +1,216 @@
+/**
+ * Withdrawals and provider payouts: tokens leave the treasury for a wallet's
+ * owner. Crash-safe order:
+ *  1. prepare and sign the transfer (its signature is known before sending);
+ *  2. in one database transaction: debit `available` into the wallet's
+ *     `pending_out` account and record the pending transaction WITH the
+ *     signature and the signed bytes (the intent);
+ *  3. send and confirm;
+ *  4. settle: landed -> `pending_out` to `chain_outgoing`, `confirmed`;
+ *     failed -> a reversing transfer back to `available`, `failed`.
+ * A crash after 2 leaves a pending record that `reconcilePending` settles by
+ * its signature (or re-sends, while its blockhash is still valid), so funds
+ * are never lost nor sent twice. Settling is guarded by `status = 'pending'`,
+ * so two instances can never settle one record twice.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Principal } from '@gpu/common';
+import type { Transaction } from 'kysely';
+import { transferIdOf } from '../../db/ledger-repository.ts';
+import type { BillingDB } from '../../db/schema.ts';
+import {
+  getTransaction,
+  insertTransactions,
+  settlePending,
+  type TransactionRow,
+} from '../../db/transaction-repository.ts';
+import { billingErrors } from '../../errors.ts';
+import type { PreparedTransfer, SignatureState } from '../chain/index.ts';
+import { chainError } from '../chain/index.ts';
+import type { BillingContext } from '../context.ts';
+import type { KeyClaim } from '../idempotency.ts';
+import { Dec, postTransfers, walletBalances } from '../ledger/index.ts';
+import type { Wallet } from './wallets.ts';
+
+type ChainPayoutType = 'withdrawal' | 'payout';
+
+export interface ChainPayoutRequest {
+  wallet: Wallet;
+  type: ChainPayoutType;
+  amount: Dec;
+  /** Destination owner address; the wallet's registered address by default. */
+  destination?: string;
+  correlationId?: string;
+  /** Who asks (a machine client may pay only the wallet's own address); absent for the service's own work. */
+  actor?: Principal;
+  /**
+   * Checked inside the debit's transaction, before the debit (it may lock rows): throwing stops the payout with
+   * nothing debited or sent. An automatic payout checks there that its address is still the wallet's setting.
+   */
+  guard?: (trx: Transaction<BillingDB>) => Promise<void>;
+}
+
+const LANDED: Record<BillingContext['commitment'], SignatureState[]> = {
+  finalized: ['finalized'],
+  confirmed: ['confirmed', 'finalized'],
+  processed: ['processed', 'confirmed', 'finalized'],
+};
+
+/** Whether a signature state meets the configured commitment. */
+export const hasLanded = (ctx: BillingContext, state: SignatureState) => LANDED[ctx.commitment].includes(state);
+
+/**
+ * Debits, sends and settles; the record as it stands afterwards: `confirmed`, `pending` (sent, not yet confirmed:
+ * reconciliation settles it) or `failed` (the debit was reversed).
+ */
+export async function startChainPayout(
+  ctx: BillingContext,
+  req: ChainPayoutRequest,
+  idem: KeyClaim<TransactionRow> | null,
+): Promise<TransactionRow> {
+  const { wallet, amount } = req;
+  const destination = req.destination ?? wallet.solanaAddress;
+  if (!destination) throw billingErrors.destinationRequired(wallet.id);
+  // A machine client (a platform service) sends money only to the wallet's own address: a leaked service token
+  // must not be able to pay anyone else. The holder (and an admin) may name another destination.
+  if (req.actor?.kind === 'client' && destination !== wallet.solanaAddress) {
+    throw billingErrors.destinationNotAllowed(destination);
+  }
+  if (!ctx.chain) throw billingErrors.chainNotConfigured();
+  // Cheap early refusal before asking the RPC node to build a transaction; the locked check below decides.
+  const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);
+  if (!balances || new Dec(balances.available).lt(amount)) {
+    throw billingErrors.insufficientFunds(wallet.id, balances?.available ?? '0', amount.toFixed(ctx.scale));
+  }
+  let prepared: PreparedTransfer;
+  try {
+    // Tokens sent to a program, the system address or a token account (rather than its owner) are stranded.
+    const problem = await ctx.chain.destinationProblem(destination);
+    if (problem) throw billingErrors.unfitDestination(destination, problem);
+    prepared = await ctx.chain.prepareTransfer(destination, amount.toFixed());
+  } catch (err) {
+    throw chainError(err);
+  }
+  const row = await recordIntent(ctx, { ...req, destination }, prepared, idem);
+  return sendAndSettle(ctx, row, prepared, req.correlationId);
+}
+
+/**
+ * Step 2: in one database transaction, debits `available` into `pending_out`
+ * and records the pending transaction with its signature and signed bytes
+ * (and claims the idempotency key). INSUFFICIENT_FUNDS when the funds are not available.
+ */
+export async function recordIntent(
+  ctx: BillingContext,
+  req: ChainPayoutRequest & { destination: string },
+  prepared: PreparedTransfer,
+  idem: KeyClaim<TransactionRow> | null,
+): Promise<TransactionRow> {
+  const { wallet, amount, destination } = req;
+  const id = randomUUID();
+  return ctx.db.transaction().execute(async (trx) => {
+    await req.guard?.(trx);
+    const now = new Date();
+    await postTransfers(
+      trx,
+      [
+        {
+          debit: { wallet: wallet.id, kind: 'available' },
+          credit: { wallet: wallet.id, kind: 'pending_out' },
+          amount,
+          code: req.type,
+          transactionId: id,
+        },
+      ],
+      ctx.state.accountIds,
+    );
+    await insertTransactions(trx, [
+      {
+        id,
+        wallet_id: wallet.id,
+        type: req.type,
+        status: 'pending',
+        amount: amount.toFixed(),
+        signature: prepared.signature,
+        destination,
+        serialized_tx: prepared.serialized,
+        last_valid_block_height: prepared.lastValidBlockHeight,
+        created_at: now,
+        updated_at: now,
+      },
+    ]);
+    await idem?.claim(trx, id);
+    const pending = (await getTransaction(trx, id))!;
+    await ctx.events.record(trx, { kind: `${req.type}.pending`, transaction: pending }, req.correlationId);
+    return pending;
+  });
+}
+
+/** Sends (or re-sends) a prepared transfer and settles the record from the outcome. */
+export async function sendAndSettle(
+  ctx: BillingContext,
+  row: TransactionRow,
+  prepared: PreparedTransfer,
+  correlationId?: string,
+): Promise<TransactionRow> {
+  let state: SignatureState;
+  try {
+    state = await ctx.chain!.sendAndConfirm(prepared);
+  } catch (err) {
+    // Unknown whether it reached the chain: leave it pending for reconciliation, which decides by signature.
+    ctx.logger.warn({ err: (err as Error).message, transaction_id: row.id }, 'send failed; left pending');
+    return row;
+  }
+  if (hasLanded(ctx, state)) return settle(ctx, row.id, 'confirmed', null, correlationId);
+  if (state === 'failed') return settle(ctx, row.id, 'failed', 'transaction failed on chain', correlationId);
+  return row;
+}
+
+/**
+ * Settles a pending withdrawal or payout once: `confirmed` moves the funds to
+ * `chain_outgoing`; `failed` reverses the debit with a new transfer. Returns
+ * the record as it stands afterwards (unchanged when already settled).
+ */
+export async function settle(
+  ctx: BillingContext,
+  transactionId: string,
+  outcome: 'confirmed' | 'failed',
+  reason: string | null,
+  correlationId?: string,
+): Promise<TransactionRow> {
+  return ctx.db.transaction().execute(async (trx) => {
+    const now = new Date();
+    const row = await settlePending(trx, transactionId, outcome, reason, now);
+    if (!row) return (await getTransaction(trx, transactionId))!;
+    const debitId = await transferIdOf(trx, transactionId, row.type);
+    const pendingOut = { wallet: row.wallet_id, kind: 'pending_out' } as const;
+    await postTransfers(
+      trx,
+      [
+        outcome === 'confirmed'
+          ? {
+              debit: pendingOut,
+              credit: { system: 'chain_outgoing' },
+              amount: new Dec(row.amount),
+              code: `${row.type}_settlement`,
+              transactionId,
+            }
+          : {
+              debit: pendingOut,
+              credit: { wallet: row.wallet_id, kind: 'available' },
+              amount: new Dec(row.amount),
+              code: `${row.type}_reversal`,
+              transactionId,
+              reversesTransferId: debitId,
+            },
+      ],
+      ctx.state.accountIds,
+    );
+    await ctx.events.record(
+      trx,
+      { kind: `${row.type as ChainPayoutType}.${outcome}`, transaction: row },
+      correlationId,
+    );
+    return row;
+  });
+}

@@ -1,0 +1,87 @@
+/**
+ * Billing's domain is grouped by concept (docs/architecture.md, "Each service's rooms"): no folder of any service's
+ * domain holds more than 12 files, and code outside a concept reaches it only through the concept's `index.ts`
+ * (the kernel, `domain/context.ts` and `errors.ts`, imports the types it names from their own files: concept files
+ * depend on it). Read from the sources' import declarations.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import ts from 'typescript';
+import { describe, expect, it } from 'vitest';
+
+const SERVICES = join(import.meta.dirname, '../..');
+const SRC = join(import.meta.dirname, '../src');
+const DOMAIN = join(SRC, 'domain');
+const KERNEL = new Set([join(DOMAIN, 'context.ts'), join(SRC, 'errors.ts')]);
+
+const tsFiles = (dir: string) =>
+  readdirSync(dir, { withFileTypes: true, recursive: true })
+    .filter((e) => e.isFile() && e.name.endsWith('.ts'))
+    .map((e) => join(e.parentPath, e.name));
+
+/** The concept folder a file is in (`sessions`), or null for the domain's top level and everything else. */
+function conceptOf(file: string): string | null {
+  const rel = relative(DOMAIN, file);
+  const parts = rel.split('/');
+  return !rel.startsWith('..') && parts.length === 2 ? parts[0]! : null;
+}
+
+/** Each relative import or re-export of the file: the resolved target and whether it names types only. */
+function importsOf(file: string): { target: string; typeOnly: boolean }[] {
+  const sf = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest);
+  const out: { target: string; typeOnly: boolean }[] = [];
+  for (const node of sf.statements) {
+    if (!(ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) || !node.moduleSpecifier) continue;
+    const spec = (node.moduleSpecifier as ts.StringLiteral).text;
+    if (!spec.startsWith('.')) continue;
+    let typeOnly: boolean;
+    if (ts.isImportDeclaration(node)) {
+      const clause = node.importClause;
+      const named = clause?.namedBindings && ts.isNamedImports(clause.namedBindings) ? clause.namedBindings : null;
+      typeOnly =
+        !!clause && (clause.isTypeOnly || (!clause.name && !!named && named.elements.every((e) => e.isTypeOnly)));
+    } else {
+      typeOnly = node.isTypeOnly;
+    }
+    out.push({ target: resolve(dirname(file), spec), typeOnly });
+  }
+  return out;
+}
+
+describe("billing's domain rooms", () => {
+  it('no domain folder of any service holds more than 12 files', () => {
+    const counts = new Map<string, number>();
+    for (const service of readdirSync(SERVICES)) {
+      const domain = join(SERVICES, service, 'src/domain');
+      let files: string[];
+      try {
+        files = tsFiles(domain);
+      } catch {
+        continue;
+      }
+      for (const f of files) counts.set(dirname(f), (counts.get(dirname(f)) ?? 0) + 1);
+    }
+    expect(counts.size).toBeGreaterThan(4);
+    const crowded = [...counts].filter(([, n]) => n > 12).map(([dir, n]) => `${relative(SERVICES, dir)}: ${n}`);
+    expect(crowded).toEqual([]);
+  });
+
+  it('outside callers reach a concept through its index.ts; the kernel imports types only', () => {
+    const concepts = new Set(
+      tsFiles(DOMAIN)
+        .map(conceptOf)
+        .filter((c): c is string => c !== null),
+    );
+    expect([...concepts].sort()).toEqual(['chain', 'ledger', 'pricing', 'sessions', 'wallets']);
+    const bypasses: string[] = [];
+    for (const file of tsFiles(SRC)) {
+      for (const { target, typeOnly } of importsOf(file)) {
+        const concept = conceptOf(target);
+        if (!concept || conceptOf(file) === concept || target.endsWith('/index.ts')) continue;
+        if (KERNEL.has(file) && typeOnly) continue;
+        bypasses.push(`${relative(SRC, file)} -> ${relative(SRC, target)}`);
+      }
+    }
+    expect(bypasses).toEqual([]);
+  });
+});
