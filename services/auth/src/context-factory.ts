@@ -3,10 +3,8 @@ import { type Logger, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from './config.ts';
 import type { AuthDatabase } from './db/schema.ts';
-import { loadBlocklist } from './domain/common-passwords.ts';
 import type { AuthContext } from './domain/context.ts';
-import { PasswordHasher } from './domain/password-hasher.ts';
-import { PasswordPolicy } from './domain/password-policy.ts';
+import { loadBlocklist, PasswordHasher, PasswordPolicy } from './domain/passwords/index.ts';
 import { SigningKeys } from './domain/signing-keys.ts';
 
 /** How long a retired signing key stays published beyond the access-token lifetime (rolling deploys, clock skew). */

@@ -13,8 +13,12 @@ import {
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
-import { normalisePassword } from './password-policy.ts';
-import { uniqueRoles } from './users.ts';
+import { normalisePassword } from './passwords/index.ts';
+
+/** Roles without duplicates, in a stable order. */
+function uniqueRoles(roles: Role[]): Role[] {
+  return [...new Set(roles)].sort();
+}
 
 /** Roles a user may pick at registration; `admin` is only ever granted by an admin. */
 const SELF_ASSIGNABLE_ROLES: readonly Role[] = ['renter', 'provider'];

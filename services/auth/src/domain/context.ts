@@ -3,8 +3,8 @@ import type { Logger, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from '../config.ts';
 import type { AuthDatabase } from '../db/schema.ts';
-import type { PasswordHasher } from './password-hasher.ts';
-import type { PasswordPolicy } from './password-policy.ts';
+import type { PasswordHasher } from './passwords/hasher.ts';
+import type { PasswordPolicy } from './passwords/policy.ts';
 import type { SigningKeys } from './signing-keys.ts';
 
 export interface AuthContext {

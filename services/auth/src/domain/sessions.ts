@@ -16,7 +16,7 @@ import { findUserByEmail, findUserById, updatePasswordHash } from '../db/user-re
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
-import { normalisePassword } from './password-policy.ts';
+import { normalisePassword } from './passwords/index.ts';
 import { hashRefreshToken, issueTokenPair, type TokenPair } from './token-pair.ts';
 
 /**

@@ -4,7 +4,6 @@ import { z } from 'zod';
 import { currentUser, register } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { login, logout, refresh } from '../domain/sessions.ts';
-import { toUserView } from '../domain/users.ts';
 import {
   emailSchema,
   passwordSchema,
@@ -12,6 +11,7 @@ import {
   refreshBodySchema,
   roleSchema,
   tokenPairSchema,
+  userJson,
   userSchema,
 } from './schemas.ts';
 
@@ -40,7 +40,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
     },
     async (request, reply) => {
       const user = await register(withRequestLogger(ctx, request), request.body, request.clientIp);
-      return reply.code(201).send({ message: 'user registered', user: toUserView(user) });
+      return reply.code(201).send({ message: 'user registered', user: userJson(user) });
     },
   );
 
@@ -117,6 +117,6 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: userSchema, ...problems(401, 403, 503) },
       },
     },
-    async (request) => toUserView(await currentUser(ctx, callerOf(request).subject)),
+    async (request) => userJson(await currentUser(ctx, callerOf(request).subject)),
   );
 }

@@ -1,5 +1,5 @@
 /** Zod schemas shared by the auth routes: request bodies, the user view, the token pair, error responses. */
-import { problemSchema, USER_ROLES } from '@gpu/common';
+import { problemSchema, USER_ROLES, type UserRole } from '@gpu/common';
 import { z } from 'zod';
 
 export const emailSchema = z.email().max(254).describe('email address; compared case-insensitively');
@@ -20,6 +20,26 @@ export const userSchema = z.object({
   created_at: z.string().describe('RFC 3339, UTC'),
   updated_at: z.string().describe('RFC 3339, UTC'),
 });
+
+/** An account as the domain holds it, as far as the public view shows it. */
+interface Account {
+  id: string;
+  email: string;
+  roles: readonly UserRole[];
+  created_at: Date | string;
+  updated_at: Date | string;
+}
+
+/** The public view of a user, as every endpoint returns it: roles in a stable order, times in RFC 3339 UTC. */
+export function userJson(account: Account): z.infer<typeof userSchema> {
+  return {
+    id: account.id,
+    email: account.email,
+    roles: [...account.roles].sort(),
+    created_at: new Date(account.created_at).toISOString(),
+    updated_at: new Date(account.updated_at).toISOString(),
+  };
+}
 
 export const tokenPairSchema = z.object({
   access_token: z.string().describe('JWT with iss, sub, aud, exp, iat, jti, roles'),

@@ -3,8 +3,7 @@ import { type App, callerOf, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { setRoles } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
-import { toUserView } from '../domain/users.ts';
-import { problems, roleSchema, userSchema } from './schemas.ts';
+import { problems, roleSchema, userJson, userSchema } from './schemas.ts';
 
 export async function userRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.put(
@@ -29,7 +28,7 @@ export async function userRoutes(app: App, ctx: AuthContext): Promise<void> {
         request.params.id,
         request.body.roles,
       );
-      return toUserView(user);
+      return userJson(user);
     },
   );
 }

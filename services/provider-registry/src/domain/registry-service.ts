@@ -47,19 +47,19 @@ export interface RegistryServiceDeps {
   retry?: RetryOptions;
 }
 
-/** Result of a status write as the API reports it. */
+/** What a status write (an explicit change or a heartbeat) comes to; routes present it (`statusResultJson`). */
 export interface StatusResult {
   id: string;
-  previous_status: ProviderStatus;
+  previousStatus: ProviderStatus;
   status: ProviderStatus;
-  last_seen_at: string;
+  lastSeenAt: Date;
 }
 
 const result = (w: StatusWrite): StatusResult => ({
   id: w.id,
-  previous_status: w.previous_status,
+  previousStatus: w.previous_status,
   status: w.status,
-  last_seen_at: new Date(w.last_seen_at).toISOString(),
+  lastSeenAt: new Date(w.last_seen_at),
 });
 
 /** A metric-less heartbeat waiting to be written with others. */

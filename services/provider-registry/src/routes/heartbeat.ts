@@ -8,7 +8,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { MANAGING_ROLES } from '../domain/access.ts';
 import { UnknownGpuIndex } from '../errors.ts';
 import type { ProviderRoutesOptions } from './options.ts';
-import { heartbeatSchema, providerIdParams, statusResultSchema } from './schemas.ts';
+import { heartbeatSchema, providerIdParams, statusResultJson, statusResultSchema } from './schemas.ts';
 
 function parseOptionalJson(_request: unknown, body: string, done: (err: Error | null, value?: unknown) => void) {
   if (body.trim() === '') return done(null, undefined);
@@ -51,7 +51,7 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
       try {
         const metrics = request.body?.gpu_metrics ?? [];
         const result = await registry.heartbeat(callerOf(request), id, metrics, request.correlationId);
-        return { message: 'heartbeat received', ...result };
+        return statusResultJson('heartbeat received', result);
       } catch (err) {
         throw err instanceof UnknownGpuIndex ? err.at('body.gpu_metrics') : err;
       }

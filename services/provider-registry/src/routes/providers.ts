@@ -19,6 +19,7 @@ import {
   providerInputSchema,
   providerSchema,
   providerUpdateSchema,
+  statusResultJson,
   statusResultSchema,
   statusUpdateSchema,
 } from './schemas.ts';
@@ -144,7 +145,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     async (request) => {
       const id = request.params.providerID;
       const result = await registry.setStatus(callerOf(request), id, request.body.status, request.correlationId);
-      return { message: 'provider status updated', ...result };
+      return statusResultJson('provider status updated', result);
     },
   );
 

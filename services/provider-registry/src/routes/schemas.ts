@@ -16,6 +16,7 @@ import {
   type GpuMetrics,
 } from '../domain/gpu-fields.ts';
 import { PROVIDER_STATUSES } from '../domain/provider.ts';
+import type { StatusResult } from '../domain/registry-service.ts';
 import {
   PROVIDER_FIELDS,
   type ProviderField,
@@ -175,6 +176,17 @@ export const statusResultSchema = z.object({
   status: statusSchema,
   last_seen_at: z.string(),
 });
+
+/** The answer of a status write: the domain's result as the wire's snake_case JSON. */
+export function statusResultJson(message: string, r: StatusResult): z.input<typeof statusResultSchema> {
+  return {
+    message,
+    id: r.id,
+    previous_status: r.previousStatus,
+    status: r.status,
+    last_seen_at: r.lastSeenAt.toISOString(),
+  };
+}
 
 export const messageSchema = z.object({ message: z.string(), id: z.uuid() });
 

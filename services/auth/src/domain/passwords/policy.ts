@@ -4,7 +4,7 @@
  * blocklist of common and breached passwords or made of the account's email.
  * Length counts Unicode code points after NFKC normalisation.
  */
-import { authErrors } from '../errors.ts';
+import { authErrors } from '../../errors.ts';
 
 export interface PasswordPolicyOptions {
   minLength: number;
