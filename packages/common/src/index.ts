@@ -110,6 +110,8 @@ export {
   type Settlement,
   startDurableConsumer,
 } from './messaging/index.ts';
+export type { HeaderName } from './openapi/components.ts';
+export { PAGE_HEADERS, type RouteDocs, type SchemaRegistry, schemaRegistry } from './openapi/route-docs.ts';
 export {
   afterCursor,
   type CursorValue,

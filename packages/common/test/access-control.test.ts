@@ -119,9 +119,11 @@ describe('access control (every route needs a token unless public)', () => {
 
   it('declares the bearer scheme and 401/403 on protected routes of the OpenAPI document, not on public ones', async () => {
     const spec = (await get('/docs/json')).json();
-    expect(spec.paths['/mine'].get.security).toEqual([{ bearerAuth: [] }]);
+    // The root requires the bearer scheme; a public operation says it needs nothing.
+    expect(spec.security).toEqual([{ bearerAuth: [] }]);
+    expect(spec.paths['/mine'].get.security).toBeUndefined();
     expect(Object.keys(spec.paths['/things'].post.responses)).toEqual(expect.arrayContaining(['401', '403']));
-    expect(spec.paths['/open'].get.security).toBeUndefined();
+    expect(spec.paths['/open'].get.security).toEqual([]);
     expect(spec.paths['/open'].get.responses['401']).toBeUndefined();
   });
 

@@ -3,10 +3,12 @@
  * inject or listen on port 0 themselves.
  */
 import { type App, createApp } from '@gpu/common';
+import { DEFAULT_PORT } from './config.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
+import { schemas } from './routes/schemas.ts';
 
 export type { StorageDeps };
 
@@ -22,6 +24,8 @@ export async function buildApp(deps: StorageDeps): Promise<App> {
     config: ctx.config,
     logger: ctx.logger,
     healthChecks: { object_store: () => ctx.store.ping() },
+    schemas,
+    defaultPort: DEFAULT_PORT,
   });
   await app.register(bucketRoutes, ctx);
   await app.register(presignRoutes, ctx);

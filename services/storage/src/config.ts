@@ -5,13 +5,17 @@
  * names ignore case and underscores anyway (`STORAGE__OBJECT_STORE__DEFAULTBUCKET`).
  */
 import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
+
+/** The service's port in the platform's table. */
+export const DEFAULT_PORT = 8001;
+
 import { z } from 'zod';
 import { bucketNameProblem } from './domain/names.ts';
 
 const GB = 1024 ** 3;
 
 export const storageConfigSchema = z.object({
-  ...baseConfigShape(8001),
+  ...baseConfigShape(DEFAULT_PORT),
   object_store: z
     .object({
       /** host:port or URL of the S3-compatible server. */

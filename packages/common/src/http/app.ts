@@ -20,14 +20,14 @@ import { accessControl, isPublicRoute } from '../auth/access-control.ts';
 import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.ts';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
-import { docsPlugin } from './docs.ts';
+import { docsPlugin } from '../openapi/plugin.ts';
+import { type SchemaRegistry, schemaRegistry } from '../openapi/route-docs.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { onClientError, onFrameworkError } from './framework-errors.ts';
 import { type HealthCheck, healthPlugin } from './health.ts';
 import { LazyRequestLogger } from './lazy-logger.ts';
 import { metricsPlugin } from './metrics.ts';
 import { refuseNulCharacters } from './nul-characters.ts';
-import { problemSchema } from './problem-schema.ts';
 import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
 import { strictInput } from './strict-input.ts';
 import { requestTimeout } from './timeout.ts';
@@ -67,6 +67,11 @@ export interface CreateAppOptions {
   bodyLimit?: number;
   /** The verifier of access tokens; built from `config.access` when absent (the auth service passes its own keys). */
   verifier?: TokenVerifier;
+  /** The service's named schemas: the components of its OpenAPI document, used by `$ref` (none when absent). */
+  schemas?: SchemaRegistry;
+  /** The service's port in the contract's table: the document's server is `http://127.0.0.1:<port>` (default: the
+   * configured port). */
+  defaultPort?: number;
 }
 
 /** Methods the services answer; @fastify/cors alone would allow only GET, HEAD and POST. */
@@ -124,6 +129,15 @@ export function accessVerifier(config: Pick<CreateAppOptions['config'], 'access'
   });
 }
 
+/** Moves a schema's name in the registry to its replacement (a body's strict copy), so the document names the latter. */
+function transferName(registry: SchemaRegistry, from: z.ZodType, to: z.ZodType): void {
+  if (from === to) return;
+  const meta = registry.get(from);
+  if (!meta?.id || registry.has(to)) return;
+  registry.remove(from);
+  registry.add(to, meta);
+}
+
 function trustProxySetting(proxies: string[]): boolean | string[] {
   if (proxies.length === 0) return false;
   if (proxies.includes('*') || proxies.includes('true')) return true;
@@ -179,8 +193,8 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
       'access control is OFF (access.enabled: false): every request acts as an admin; use this only in an isolated development setup',
     );
   }
-  // Every route is recorded (the access-table tests read the list), and protected routes say so in the OpenAPI
-  // document: the bearer scheme, and 401/403 answers.
+  // Every route is recorded (the access-table tests and the document's check read the list).
+  const schemas = opts.schemas ?? schemaRegistry();
   const routeTable: RouteEntry[] = [];
   app.decorate('routeTable', routeTable);
   app.addHook('onRoute', (route) => {
@@ -189,16 +203,13 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
         routeTable.push({ method, url: route.url, public: isPublicRoute(route, publicPaths) });
       }
     }
-    // Unknown body fields are refused at every depth (strict-input.ts): in validation and in the document alike.
-    if (route.schema?.body instanceof z.ZodType) route.schema.body = strictInput(route.schema.body);
-    if (route.schema?.hide || isPublicRoute(route, publicPaths)) return;
-    route.schema ??= {};
-    const response = (route.schema.response ?? {}) as Record<string | number, unknown>;
-    route.schema = {
-      ...route.schema,
-      security: route.schema.security ?? [{ bearerAuth: [] }],
-      response: { 401: problemSchema, 403: problemSchema, ...response },
-    };
+    // Unknown body fields are refused at every depth (strict-input.ts): in validation and in the document alike. The
+    // strict copy takes over the body's name in the document.
+    if (route.schema?.body instanceof z.ZodType) {
+      const body = route.schema.body;
+      route.schema.body = strictInput(body);
+      transferName(schemas, body, route.schema.body as z.ZodType);
+    }
   });
   await app.register(requestContext, { trustedProxies: trustProxy });
   await app.register(accessControl, { verifier, publicPaths });
@@ -218,6 +229,14 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     description: opts.description,
     version: opts.version ?? '0.1.0',
     serveUi: config.server.docs_enabled,
+    schemas,
+    isPublic: (route) => isPublicRoute(route, publicPaths),
+    servers: [
+      {
+        url: `http://127.0.0.1:${opts.defaultPort ?? config.server.port}`,
+        description: 'the service on its default port (pnpm start)',
+      },
+    ],
   });
   await app.register(healthPlugin, {
     path: config.server.health_path,

@@ -11,7 +11,8 @@ export type HealthCheck = () => Promise<unknown>;
 
 const CHECK_TIMEOUT_MS = 3000;
 
-const healthResponse = z.object({
+/** The health answer (`components.schemas.Health` of every document). */
+export const healthSchema = z.object({
   status: z.enum(['UP', 'DOWN']),
   service: z.string(),
   instance_id: z.string(),
@@ -49,7 +50,8 @@ export const healthPlugin = fp(
         schema: {
           tags: ['health'],
           summary: 'Service health with the state of each required dependency',
-          response: { 200: healthResponse, 503: healthResponse },
+          operationId: 'getHealth',
+          response: { 200: healthSchema, 503: healthSchema },
         },
         logLevel: 'warn',
       },

@@ -12,4 +12,5 @@ export { ConsulRecorder, type RecordedCall } from './consul-recorder.ts';
 export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
 export { type Caller, injectAs, startTestIssuer, type TestIssuer, uninjected } from './issuer.ts';
 export { captureLogs } from './logs.ts';
+export { contractProblems } from './openapi-contract.ts';
 export { freePort, type ServerProcess, spawnServer, waitForHttp } from './server-process.ts';

@@ -4,13 +4,15 @@ import { z } from 'zod';
 import { STORAGE_ROLES } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { assertBucketName } from './object-target.ts';
-import { bucketParams, storeErrorResponses } from './schemas.ts';
+import { bucketParams, schemas, storeErrorResponses } from './schemas.ts';
 
-const ensureResponse = z.object({
-  message: z.string(),
-  bucket: z.string(),
-  created: z.boolean().describe('false when the bucket already existed'),
-});
+const ensureResponse = z
+  .object({
+    message: z.string(),
+    bucket: z.string(),
+    created: z.boolean().describe('false when the bucket already existed'),
+  })
+  .register(schemas, { id: 'BucketEnsured' });
 
 export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
@@ -19,6 +21,7 @@ export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
       config: { roles: STORAGE_ROLES },
       schema: {
         tags: ['buckets'],
+        operationId: 'ensureBucket',
         summary: 'Ensure a bucket exists (created when missing); 201 either way',
         params: bucketParams,
         response: { 201: ensureResponse, ...storeErrorResponses },

@@ -3,7 +3,7 @@
  * a path resolves), plus listings. Bodies of these routes are raw bytes: the
  * JSON parser is removed here so a JSON file uploads like any other.
  */
-import { durationMs, type RoutePlugin, zBool } from '@gpu/common';
+import { durationMs, type HeaderName, PAGE_HEADERS, type RouteDocs, type RoutePlugin, zBool } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { ResolvedTarget as Target } from '../domain/access.ts';
@@ -19,7 +19,10 @@ import {
   bucketParams,
   bytesResponse,
   keyParams,
+  OBJECT_HEADERS,
+  OBJECT_KEY,
   objectInfoSchema,
+  objectListSchema,
   problemResponse,
   storeErrorResponses,
 } from './schemas.ts';
@@ -48,9 +51,20 @@ const downloadQuery = z.object({
     ),
 });
 
+/** A listing's page headers: the platform's, and the deprecated `X-Next-Start-After`. */
+const LIST_DOCS: RouteDocs = { headers: { 200: [...PAGE_HEADERS, 'X-Next-Start-After'] } };
+
+/** The headers of an object's bytes or headers (GET 200/206, HEAD 200) and of a 304. */
+const BYTES_HEADERS: readonly HeaderName[] = ['Content-Type', ...OBJECT_HEADERS];
+const NOT_MODIFIED_HEADERS: readonly HeaderName[] = ['ETag', 'Last-Modified'];
+
 const operations: Array<{
   method: 'PUT' | 'GET' | 'HEAD' | 'DELETE';
+  /** The operationId's verb and noun; the default-bucket twin inserts `DefaultBucket` before the noun. */
+  id: [verb: string, noun: string];
   summary: string;
+  /** Response headers by status (docs only: the handlers set them). */
+  headers?: RouteDocs['headers'];
   handler: Handler;
   transfer: boolean;
   /** Extra schema parts: the upload's body, as the OpenAPI document describes it; the download's query. */
@@ -59,6 +73,7 @@ const operations: Array<{
 }> = [
   {
     method: 'PUT',
+    id: ['upload', 'Object'],
     summary:
       'Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived)',
     handler: uploadObject,
@@ -80,6 +95,13 @@ const operations: Array<{
   },
   {
     method: 'GET',
+    id: ['download', 'Object'],
+    headers: {
+      200: BYTES_HEADERS,
+      206: [...BYTES_HEADERS, 'Content-Range'],
+      304: NOT_MODIFIED_HEADERS,
+      307: ['Location', 'Cache-Control'],
+    },
     summary:
       'Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store',
     handler: downloadObject,
@@ -99,6 +121,8 @@ const operations: Array<{
   },
   {
     method: 'HEAD',
+    id: ['head', 'Object'],
+    headers: { 200: BYTES_HEADERS, 304: NOT_MODIFIED_HEADERS },
     summary: "An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included)",
     handler: headObject,
     transfer: false,
@@ -115,6 +139,7 @@ const operations: Array<{
   },
   {
     method: 'DELETE',
+    id: ['delete', 'Object'],
     summary: 'Delete an object',
     handler: deleteObject,
     transfer: false,
@@ -131,14 +156,15 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     '/objects/:bucketName/list',
     {
       exposeHeadRoute: false,
-      config: { roles: STORAGE_ROLES },
+      config: { roles: STORAGE_ROLES, openapi: LIST_DOCS },
       schema: {
         tags: ['objects'],
+        operationId: 'listObjects',
         summary: 'List the objects of a bucket',
         description: LIST_PAGING,
         params: bucketParams,
         querystring: listQuery,
-        response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
+        response: { 200: objectListSchema, ...storeErrorResponses },
       },
     },
     async (request, reply) => listBucket(ctx, { bucket: request.params.bucketName }, request.query, request, reply),
@@ -147,13 +173,14 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     '/objects/list',
     {
       exposeHeadRoute: false,
-      config: { roles: STORAGE_ROLES },
+      config: { roles: STORAGE_ROLES, openapi: LIST_DOCS },
       schema: {
         tags: ['objects (default bucket)'],
+        operationId: 'listDefaultBucketObjects',
         summary: 'List the objects of the default bucket',
         description: LIST_PAGING,
         querystring: listQuery,
-        response: { 200: z.array(objectInfoSchema), ...storeErrorResponses },
+        response: { 200: objectListSchema, ...storeErrorResponses },
       },
     },
     async (request, reply) => listBucket(ctx, { defaultBucket: true }, request.query, request, reply),
@@ -164,6 +191,7 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     // of the OpenAPI document unless asked.
     const config = {
       roles: STORAGE_ROLES,
+      openapi: { wildcard: OBJECT_KEY, headers: op.headers },
       ...(op.transfer ? { timeoutMs: transferTimeoutMs } : {}),
       ...(op.method === 'HEAD' ? { swagger: { exposeHeadRoute: true } } : {}),
     };
@@ -172,7 +200,14 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
       url: '/objects/:bucketName/*',
       exposeHeadRoute: false,
       config,
-      schema: { tags: ['objects'], summary: op.summary, params: bucketKeyParams, ...op.schema, response: op.response },
+      schema: {
+        tags: ['objects'],
+        operationId: `${op.id[0]}${op.id[1]}`,
+        summary: op.summary,
+        params: bucketKeyParams,
+        ...op.schema,
+        response: op.response,
+      },
       handler: async (request, reply) =>
         op.handler(ctx, await namedTargetOf(ctx, request, request.params), request, reply),
     });
@@ -183,6 +218,7 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
       config,
       schema: {
         tags: ['objects (default bucket)'],
+        operationId: `${op.id[0]}DefaultBucket${op.id[1]}`,
         summary: op.summary,
         params: keyParams,
         ...op.schema,

@@ -5,23 +5,27 @@ import { STORAGE_ROLES, type ResolvedTarget as Target } from '../domain/access.t
 import type { StorageContext } from '../domain/context.ts';
 import { DEFAULT_EXPIRY, expirySeconds } from '../domain/expiry.ts';
 import { defaultTargetOf, namedTargetOf } from './object-target.ts';
-import { bucketKeyParams, errorResponses, keyParams } from './schemas.ts';
+import { bucketKeyParams, errorResponses, keyParams, OBJECT_KEY, schemas } from './schemas.ts';
 
-const presignBody = z.object({
-  method: z.enum(['GET', 'PUT']).describe('GET to download, PUT to upload'),
-  expiry: z
-    .string()
-    .optional()
-    .describe(`how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${DEFAULT_EXPIRY}, at most 7 days`),
-});
+const presignBody = z
+  .object({
+    method: z.enum(['GET', 'PUT']).describe('GET to download, PUT to upload'),
+    expiry: z
+      .string()
+      .optional()
+      .describe(`how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${DEFAULT_EXPIRY}, at most 7 days`),
+  })
+  .register(schemas, { id: 'PresignRequest' });
 
-const presignResponse = z.object({
-  url: z.string(),
-  method: z.enum(['GET', 'PUT']),
-  key: z.string(),
-  bucket: z.string(),
-  expires_at: z.string().describe('RFC 3339 UTC'),
-});
+const presignResponse = z
+  .object({
+    url: z.string(),
+    method: z.enum(['GET', 'PUT']),
+    key: z.string(),
+    bucket: z.string(),
+    expires_at: z.string().describe('RFC 3339 UTC'),
+  })
+  .register(schemas, { id: 'PresignedUrl' });
 
 async function presign(ctx: StorageContext, target: Target, body: z.infer<typeof presignBody>) {
   const expiry = expirySeconds(body.expiry);
@@ -43,9 +47,10 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/presigned-url/:bucketName/*',
     {
-      config: { roles: STORAGE_ROLES },
+      config: { roles: STORAGE_ROLES, openapi: { wildcard: OBJECT_KEY } },
       schema: {
         tags: ['presigned URLs'],
+        operationId: 'presignObjectUrl',
         summary: 'A time-limited URL for a direct GET or PUT against the object store',
         params: bucketKeyParams,
         body: presignBody,
@@ -57,9 +62,10 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/presigned-url/*',
     {
-      config: { roles: STORAGE_ROLES },
+      config: { roles: STORAGE_ROLES, openapi: { wildcard: OBJECT_KEY } },
       schema: {
         tags: ['presigned URLs (default bucket)'],
+        operationId: 'presignDefaultBucketObjectUrl',
         summary: 'A presigned URL for an object of the default bucket',
         params: keyParams,
         body: presignBody,

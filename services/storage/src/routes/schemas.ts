@@ -1,6 +1,9 @@
 /** Zod schemas shared by the storage routes (and so by the OpenAPI document). */
-import { problemSchema } from '@gpu/common';
+import { type HeaderName, problemSchema, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
+
+/** The storage document's named schemas (`components.schemas`). */
+export const schemas = schemaRegistry();
 
 export const objectInfoSchema = z
   .object({
@@ -11,14 +14,32 @@ export const objectInfoSchema = z
     etag: z.string().nullable(),
     is_prefix: z.boolean().describe('true for a common prefix of a non-recursive listing'),
   })
-  .describe('ObjectInfo');
+  .describe('An object, or a common prefix ("folder") of a one-level listing')
+  .register(schemas, { id: 'ObjectInfo' });
+
+/** A page of a listing. */
+export const objectListSchema = z
+  .array(objectInfoSchema)
+  .describe('Objects and common prefixes, sorted by key')
+  .register(schemas, { id: 'ObjectList' });
+
+/** The name of an object key in the document's paths: `/objects/{bucketName}/{objectKey}`. */
+export const OBJECT_KEY = 'objectKey';
 
 export const bucketParams = z.object({ bucketName: z.string().describe('bucket name (S3 naming rules)') });
 export const bucketKeyParams = z.object({
   bucketName: z.string().describe('bucket name (S3 naming rules)'),
-  '*': z.string().describe('object key; may contain slashes'),
+  '*': z
+    .string()
+    .describe('object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them'),
 });
-export const keyParams = z.object({ '*': z.string().describe('object key in the default bucket (one path segment)') });
+export const keyParams = z.object({
+  '*': z
+    .string()
+    .describe(
+      'object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`)',
+    ),
+});
 
 /**
  * Raw object bytes, for the OpenAPI document: a binary string. It accepts any value, so that as an upload's body
@@ -37,6 +58,9 @@ export const problemResponse = (description: string) => ({
   description,
   content: { 'application/problem+json': { schema: problemSchema } },
 });
+
+/** Headers of an object's answers (GET, HEAD): what the store holds of it. */
+export const OBJECT_HEADERS: readonly HeaderName[] = ['Content-Length', 'ETag', 'Last-Modified', 'Accept-Ranges'];
 
 /** Errors every route can answer. */
 export const errorResponses = {

@@ -1,0 +1,188 @@
+/**
+ * The last pass over a service's OpenAPI document, so that every document declares the platform's contract the same
+ * way, from one place rather than route by route:
+ *
+ * - **Security** at the root (`bearerAuth`); a public operation says `security: []`.
+ * - **Problems**: every error answer is a `$ref` to `components.responses.<Status>` (an `application/problem+json`
+ *   body of the `Problem` schema, with its headers), keeping a route's own description of it. Each operation also
+ *   declares the problems the platform itself can answer: 500 and 503 (a dependency down, overload, the request
+ *   timeout) always, 400 when it takes parameters or a body, 413 with a body, 415 with a JSON body, 401 and 403 when
+ *   it needs a token. A HEAD answer has no body, its problems included.
+ * - **Headers**: every answer declares `X-Request-ID` and `X-Correlation-ID`; a route adds its own per status
+ *   (`config.openapi.headers`: paging, `ETag`, `Location`, ...), each a `$ref` to `components.headers`.
+ * - **Components**: only what the document uses (the service's registry may name more), an input-only schema under its
+ *   plain name (`Wallet`, not `WalletInput`), sorted; `tags` at the root list every tag used.
+ */
+import { STATUS_CODES } from 'node:http';
+import {
+  COMMON_HEADERS,
+  HEADERS,
+  type HeaderName,
+  headerRef,
+  problemDescription,
+  problemHeaders,
+  problemResponse,
+  problemResponseName,
+} from './components.ts';
+import { ROUTE_NOTE, type RouteNote } from './route-docs.ts';
+
+type Json = Record<string, unknown>;
+interface Operation extends Json {
+  parameters?: unknown[];
+  requestBody?: { content?: Record<string, unknown> };
+  responses: Record<string, Json>;
+  tags?: string[];
+  security?: unknown[];
+}
+
+const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'];
+const PROBLEM_REF = '#/components/schemas/Problem';
+/** Descriptions that say nothing of their own: the generator's default and the Problem schema's. */
+const GENERIC = new Set(['Default Response', 'RFC 9457 problem details (application/problem+json)']);
+
+export interface DocumentOptions {
+  /** The servers the document names (`pnpm start`'s address of the service). */
+  servers: { url: string; description: string }[];
+}
+
+/** Whether a response is a problem: a body of the Problem schema, in any media type. */
+function isProblem(response: Json): boolean {
+  const content = response.content as Record<string, { schema?: Json }> | undefined;
+  return Object.values(content ?? {}).some(
+    (m) => m.schema?.$ref === PROBLEM_REF || m.schema?.$ref === `${PROBLEM_REF}Input`,
+  );
+}
+
+/** Every `$ref` in a value. */
+function refsIn(value: unknown, into: Set<string>): Set<string> {
+  if (Array.isArray(value)) for (const v of value) refsIn(v, into);
+  else if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      if (k === '$ref' && typeof v === 'string') into.add(v);
+      else refsIn(v, into);
+    }
+  }
+  return into;
+}
+
+/** Replaces `$ref` strings throughout a value. */
+function renameRefs(value: unknown, renames: Map<string, string>): unknown {
+  if (Array.isArray(value)) return value.map((v) => renameRefs(v, renames));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [
+        k,
+        k === '$ref' && typeof v === 'string' ? (renames.get(v) ?? v) : renameRefs(v, renames),
+      ]),
+    );
+  }
+  return value;
+}
+
+const sorted = <T>(o: Record<string, T>) =>
+  Object.fromEntries(Object.entries(o).sort(([a], [b]) => a.localeCompare(b)));
+
+/** Finishes a document as described above; `doc` is @fastify/swagger's, after the schema transforms. */
+export function finishDocument(doc: Json, opts: DocumentOptions): Json {
+  const problems = new Set<number>();
+  const headers = new Set<HeaderName>(COMMON_HEADERS);
+  const tags = new Set<string>();
+  const paths = doc.paths as Record<string, Record<string, Operation>>;
+
+  for (const item of Object.values(paths)) {
+    for (const [method, op] of Object.entries(item)) {
+      if (!METHODS.includes(method)) continue;
+      const note = (op[ROUTE_NOTE] as RouteNote | undefined) ?? { public: false, headers: {} };
+      delete op[ROUTE_NOTE];
+      for (const t of op.tags ?? []) tags.add(t);
+      if (note.public) op.security = [];
+      else delete op.security;
+
+      const head = method === 'head';
+      const withBody = !!op.requestBody;
+      const jsonBody = Object.keys(op.requestBody?.content ?? {}).some((t) => t === 'application/json');
+      const auto = [500, 503];
+      if ((op.parameters?.length ?? 0) > 0 || withBody) auto.push(400);
+      if (withBody) auto.push(413);
+      if (jsonBody) auto.push(415);
+      if (!note.public) auto.push(401, 403);
+      for (const status of auto) op.responses[status] ??= { description: problemDescription(status), content: {} };
+
+      for (const [code, response] of Object.entries(op.responses)) {
+        const status = Number(code);
+        const own =
+          typeof response.description === 'string' && !GENERIC.has(response.description)
+            ? response.description
+            : undefined;
+        const problem =
+          status >= 400 && (isProblem(response) || !response.content || Object.keys(response.content).length === 0);
+        if (problem && !head) {
+          problems.add(status);
+          const description = own && own !== problemDescription(status) ? own : undefined;
+          op.responses[code] = {
+            $ref: `#/components/responses/${problemResponseName(status)}`,
+            ...(description ? { description } : {}),
+          };
+          continue;
+        }
+        if (response.description === 'Default Response') response.description = STATUS_CODES[status] ?? code;
+        const extra = [
+          ...(problem ? Object.keys(problemHeaders(status)) : COMMON_HEADERS),
+          ...(note.headers[status] ?? []),
+        ] as HeaderName[];
+        for (const h of extra) headers.add(h);
+        const declared = (response.headers as Json | undefined) ?? {};
+        op.responses[code] = {
+          ...response,
+          ...(problem ? { description: own ?? problemDescription(status) } : {}),
+          headers: { ...declared, ...Object.fromEntries(extra.map((h) => [h, headerRef(h)])) },
+        };
+        if (problem) delete op.responses[code]!.content;
+      }
+      op.responses = Object.fromEntries(Object.entries(op.responses).sort(([a], [b]) => a.localeCompare(b)));
+    }
+  }
+  for (const status of problems) for (const h of Object.keys(problemHeaders(status))) headers.add(h as HeaderName);
+
+  const components = (doc.components ?? {}) as Json;
+  const responses = Object.fromEntries([...problems].sort().map((s) => [problemResponseName(s), problemResponse(s)]));
+  const allSchemas = (components.schemas ?? {}) as Record<string, Json>;
+
+  // Only the schemas reachable from the paths and the responses, then input-only ones under their plain name.
+  const reachable = new Set<string>();
+  const queue = [...refsIn([paths, responses], new Set())];
+  while (queue.length > 0) {
+    const ref = queue.pop()!;
+    const name = ref.replace('#/components/schemas/', '');
+    if (reachable.has(name) || !allSchemas[name]) continue;
+    reachable.add(name);
+    queue.push(...refsIn(allSchemas[name], new Set()));
+  }
+  const renames = new Map<string, string>();
+  for (const name of reachable) {
+    const plain = name.replace(/Input$/, '');
+    if (plain !== name && !reachable.has(plain))
+      renames.set(`#/components/schemas/${name}`, `#/components/schemas/${plain}`);
+  }
+  const schemas = Object.fromEntries(
+    [...reachable].map((name) => [
+      renames.get(`#/components/schemas/${name}`)?.split('/').pop() ?? name,
+      allSchemas[name],
+    ]),
+  );
+
+  const finished: Json = {
+    ...doc,
+    servers: opts.servers,
+    security: [{ bearerAuth: [] }],
+    tags: [...tags].sort().map((name) => ({ name })),
+    paths,
+    components: {
+      ...components,
+      schemas: sorted(schemas),
+      responses: sorted(responses),
+      headers: Object.fromEntries([...headers].sort().map((h) => [h, HEADERS[h]])),
+    },
+  };
+  return renameRefs(finished, renames) as Json;
+}

@@ -1,0 +1,122 @@
+/**
+ * Every service's document declares the platform's contract the same way (src/openapi/document.ts): security at the
+ * root and `security: []` on public operations, the problems the platform itself can answer, named components
+ * reached by `$ref`, headers from one table, and a path wildcard as a named parameter.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  type App,
+  baseConfigSchema,
+  createApp,
+  createLogger,
+  PAGE_HEADERS,
+  problemSchema,
+  schemaRegistry,
+} from '../src/index.ts';
+import { contractProblems } from '../src/testing/index.ts';
+
+// biome-ignore lint/suspicious/noExplicitAny: a parsed JSON document, read by path
+type Json = Record<string, any>;
+let app: App;
+let doc: Json;
+
+beforeAll(async () => {
+  const schemas = schemaRegistry();
+  const thing = z.object({ id: z.string().describe('its ID'), size: z.number() }).register(schemas, { id: 'Thing' });
+  const thingList = z.array(thing).register(schemas, { id: 'ThingList' });
+  const newThing = z.object({ size: z.number().describe('how big') }).register(schemas, { id: 'NewThing' });
+  // Registered in no registry: must come out inline, and so fail the contract check.
+  const unnamed = z.object({ ok: z.boolean() });
+  const config = baseConfigSchema.parse({ access: { enabled: false } });
+  const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'silent' });
+  app = await createApp({ service: 'test-service', description: 'test', config, logger, schemas, defaultPort: 8099 });
+  app.post(
+    '/things',
+    { schema: { operationId: 'createThing', summary: 'Make one', body: newThing, response: { 201: thing } } },
+    async (_request, reply) => reply.code(201).send({ id: 'a', size: 1 }),
+  );
+  app.get(
+    '/things',
+    {
+      config: { public: true, openapi: { headers: { 200: PAGE_HEADERS } } },
+      schema: { operationId: 'listThings', summary: 'List them', response: { 200: thingList } },
+    },
+    async () => [],
+  );
+  app.get(
+    '/things/:id/*',
+    {
+      config: { openapi: { wildcard: 'part' } },
+      schema: {
+        operationId: 'getThingPart',
+        summary: 'A part',
+        params: z.object({ id: z.string(), '*': z.string().describe('slashes allowed') }),
+        response: { 200: unnamed, 404: problemSchema.describe('THING_NOT_FOUND: no such thing') },
+      },
+    },
+    async () => ({ ok: true }),
+  );
+  await app.ready();
+  doc = (await app.inject({ method: 'GET', url: '/docs/json' })).json();
+});
+
+afterAll(() => app.close());
+
+describe('a service document', () => {
+  it('is OpenAPI 3.1 with the bearer scheme at the root and the service on its default port', () => {
+    expect(doc.openapi).toBe('3.1.0');
+    expect(doc.security).toEqual([{ bearerAuth: [] }]);
+    expect(doc.servers).toEqual([expect.objectContaining({ url: 'http://127.0.0.1:8099' })]);
+  });
+
+  it('marks public operations with security: [] and leaves the rest to the root', () => {
+    expect(doc.paths['/things'].get.security).toEqual([]);
+    expect(doc.paths['/things'].post.security).toBeUndefined();
+    expect(doc.paths['/health'].get.security).toEqual([]);
+  });
+
+  it('declares the problems the platform can answer, by $ref to one response per status', () => {
+    const post = doc.paths['/things'].post.responses;
+    expect(Object.keys(post).sort()).toEqual(['201', '400', '401', '403', '413', '415', '500', '503']);
+    expect(post['415']).toEqual({ $ref: '#/components/responses/UnsupportedMediaType' });
+    // Public, no input: only what any request can meet.
+    expect(Object.keys(doc.paths['/things'].get.responses).sort()).toEqual(['200', '500', '503']);
+    // A route's own description of a problem stays beside the reference.
+    expect(doc.paths['/things/{id}/{part}'].get.responses['404']).toEqual({
+      $ref: '#/components/responses/NotFound',
+      description: 'THING_NOT_FOUND: no such thing',
+    });
+    const unauthorized = doc.components.responses.Unauthorized;
+    expect(unauthorized.content).toEqual({
+      'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } },
+    });
+    expect(Object.keys(unauthorized.headers)).toEqual(['X-Request-ID', 'X-Correlation-ID', 'WWW-Authenticate']);
+  });
+
+  it('declares every answer header from the one table, a route adding its own', () => {
+    const ok = doc.paths['/things'].get.responses['200'];
+    expect(Object.keys(ok.headers)).toEqual(['X-Request-ID', 'X-Correlation-ID', 'X-Next-Cursor', 'Link']);
+    expect(ok.headers.Link).toEqual({ $ref: '#/components/headers/Link' });
+    expect(doc.components.headers.Link.description).toMatch(/rel="next"/);
+  });
+
+  it('names bodies by $ref, keeps their descriptions, and names an input-only schema plainly', () => {
+    expect(doc.paths['/things'].post.requestBody.content['application/json'].schema).toEqual({
+      $ref: '#/components/schemas/NewThing',
+    });
+    expect(Object.keys(doc.components.schemas).sort()).toEqual(['Health', 'NewThing', 'Problem', 'Thing', 'ThingList']);
+    expect(doc.components.schemas.NewThing.properties.size.description).toBe('how big');
+    expect(doc.components.schemas.NewThing.additionalProperties).toBe(false);
+  });
+
+  it('names a path wildcard, and the contract check finds what is missing', () => {
+    const params = doc.paths['/things/{id}/{part}'].get.parameters.map((p: Json) => p.name);
+    expect(params.sort()).toEqual(['id', 'part']);
+    const problems = contractProblems(doc, [...app.routeTable, { method: 'GET', url: '/health' }]);
+    expect(problems).toEqual(['GET /things/{id}/{part}: 200 (application/json) is not a named schema']);
+    expect(contractProblems(doc, [{ method: 'DELETE', url: '/things/:id' }])).toContain(
+      'DELETE /things/{}: served but not documented',
+    );
+  });
+});
