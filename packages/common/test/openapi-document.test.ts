@@ -33,7 +33,15 @@ beforeAll(async () => {
   app = await createApp({ service: 'test-service', description: 'test', config, logger, schemas, defaultPort: 8099 });
   app.post(
     '/things',
-    { schema: { operationId: 'createThing', summary: 'Make one', body: newThing, response: { 201: thing } } },
+    {
+      config: { openapi: { headers: { 201: ['Location'], 409: ['Retry-After'] } } },
+      schema: {
+        operationId: 'createThing',
+        summary: 'Make one',
+        body: newThing,
+        response: { 201: thing, 409: problemSchema.describe('THING_BUSY: try again') },
+      },
+    },
     async (_request, reply) => reply.code(201).send({ id: 'a', size: 1 }),
   );
   app.get(
@@ -78,7 +86,7 @@ describe('a service document', () => {
 
   it('declares the problems the platform can answer, by $ref to one response per status', () => {
     const post = doc.paths['/things'].post.responses;
-    expect(Object.keys(post).sort()).toEqual(['201', '400', '401', '403', '413', '415', '500', '503']);
+    expect(Object.keys(post).sort()).toEqual(['201', '400', '401', '403', '409', '413', '415', '500', '503']);
     expect(post['415']).toEqual({ $ref: '#/components/responses/UnsupportedMediaType' });
     // Public, no input: only what any request can meet.
     expect(Object.keys(doc.paths['/things'].get.responses).sort()).toEqual(['200', '500', '503']);
@@ -87,6 +95,13 @@ describe('a service document', () => {
       $ref: '#/components/responses/NotFound',
       description: 'THING_NOT_FOUND: no such thing',
     });
+    // A header of the route's own on a problem: the shared response spelled out, with it.
+    expect(post['409']).toMatchObject({
+      description: 'THING_BUSY: try again',
+      content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+      headers: { 'Retry-After': { $ref: '#/components/headers/Retry-After' } },
+    });
+    expect(post['201'].headers.Location).toEqual({ $ref: '#/components/headers/Location' });
     const unauthorized = doc.components.responses.Unauthorized;
     expect(unauthorized.content).toEqual({
       'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } },

@@ -116,19 +116,35 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
             : undefined;
         const problem =
           status >= 400 && (isProblem(response) || !response.content || Object.keys(response.content).length === 0);
+        const routeHeaders = note.headers[status] ?? [];
         if (problem && !head) {
           problems.add(status);
           const description = own && own !== problemDescription(status) ? own : undefined;
+          const shared = Object.keys(problemHeaders(status));
+          if (routeHeaders.every((h) => shared.includes(h))) {
+            op.responses[code] = {
+              $ref: `#/components/responses/${problemResponseName(status)}`,
+              ...(description ? { description } : {}),
+            };
+            continue;
+          }
+          // A header of the route's own on a problem (`Retry-After` on a 409): the shared response, spelled out.
+          const spelled = problemResponse(status);
+          for (const h of routeHeaders) headers.add(h);
           op.responses[code] = {
-            $ref: `#/components/responses/${problemResponseName(status)}`,
+            ...spelled,
             ...(description ? { description } : {}),
+            headers: {
+              ...(spelled.headers as Json),
+              ...Object.fromEntries(routeHeaders.map((h) => [h, headerRef(h)])),
+            },
           };
           continue;
         }
         if (response.description === 'Default Response') response.description = STATUS_CODES[status] ?? code;
         const extra = [
           ...(problem ? Object.keys(problemHeaders(status)) : COMMON_HEADERS),
-          ...(note.headers[status] ?? []),
+          ...routeHeaders,
         ] as HeaderName[];
         for (const h of extra) headers.add(h);
         const declared = (response.headers as Json | undefined) ?? {};

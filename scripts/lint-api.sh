@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `pnpm lint:api`: the four services' committed OpenAPI documents (each equal to what its service serves: the services'
+# openapi-document tests) under two linters nobody here wrote: Redocly's recommended rules (redocly.yaml) and
+# Spectral's `spectral:oas` (.spectral.yaml). Any error fails; warnings are counted by rule and printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# No telemetry or update check (the machines are offline); its Node 20 notice is left out of what is printed.
+export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
+docs=(services/auth/openapi.json services/storage/openapi.json services/provider-registry/openapi.json services/billing/openapi.json)
+status=0
+for doc in "${docs[@]}"; do
+  if ! out=$(pnpm -s exec redocly lint --config redocly.yaml --format=summary "$doc" 2>&1); then
+    grep -v '[╔║╚]' <<<"$out"
+    status=1
+  fi
+  redocly=$(grep -E '^(error|warning) ' <<<"$out" | sed -E 's/ +/ /g' | paste -sd ',' - | sed 's/,/, /g')
+  if ! sout=$(pnpm -s exec spectral lint "$doc" -r .spectral.yaml -f json --quiet 2>/dev/null); then
+    pnpm -s exec spectral lint "$doc" -r .spectral.yaml -D || true
+    status=1
+  fi
+  spectral=$(node -e '
+    const r = JSON.parse(process.argv[1] || "[]"), by = {};
+    const sev = ["error", "warning", "info", "hint"];
+    for (const p of r) by[`${sev[p.severity]} ${p.code}`] = (by[`${sev[p.severity]} ${p.code}`] ?? 0) + 1;
+    console.log(Object.entries(by).map(([k, n]) => `${k}: ${n}`).join(", "));' "$sout")
+  echo "[lint:api] $doc: redocly ${redocly:-clean}; spectral ${spectral:-clean}"
+done
+exit $status
