@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import openapiTS, { astToString } from 'openapi-typescript';
+import ts from 'typescript';
 
 export const SERVICES = ['auth', 'storage', 'provider-registry', 'billing'] as const;
 export type ServiceName = (typeof SERVICES)[number];
@@ -18,6 +19,10 @@ const HEADER = (service: ServiceName) =>
 
 export async function generateTypes(service: ServiceName): Promise<string> {
   const document = JSON.parse(readFileSync(documentPath(service), 'utf8'));
-  const ast = await openapiTS(document, { alphabetize: true });
+  const ast = await openapiTS(document, {
+    alphabetize: true,
+    // Raw bytes (uploads, downloads) are a Blob to the caller, as openapi-typescript's docs advise, not a string.
+    transform: (schema) => (schema.format === 'binary' ? ts.factory.createTypeReferenceNode('Blob') : undefined),
+  });
   return HEADER(service) + astToString(ast);
 }

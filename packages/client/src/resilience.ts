@@ -6,7 +6,8 @@
  * - a time limit per attempt, until the response's headers arrive (a long download is not cut);
  * - bounded retries with exponential backoff and jitter, honouring `Retry-After`, only where a retry cannot do harm:
  *   idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS) or a request carrying an `Idempotency-Key`; on a network
- *   error, a timeout, 429, 502, 503 or 504. Anything else is answered as it came.
+ *   error, a timeout, 429, 502, 503 or 504. Anything else is answered as it came. A request whose body is read once
+ *   (`replay: false`: a streamed upload) is sent once.
  */
 import type { TokenSource } from './tokens.ts';
 
@@ -19,6 +20,12 @@ export interface RetryPolicy {
   /** First backoff (default 100 ms), doubled per attempt, at most `maxBackoffMs` (default 2 s). */
   baseBackoffMs?: number;
   maxBackoffMs?: number;
+  /**
+   * Whether a request may be sent again (default true). False for a body read once from a stream (an upload): the
+   * request goes out once as it is, never copied (a copy would keep the whole body in memory for a second try), so
+   * no retry and no renewal of a refused token.
+   */
+  replay?: boolean;
 }
 
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
@@ -63,6 +70,7 @@ export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise
   }
 
   return async (request: Request) => {
+    if (policy.replay === false) return attempt(request);
     const retryable = IDEMPOTENT.has(request.method) || request.headers.has('idempotency-key');
     let renewed = false;
     for (let n = 0; ; n++) {

@@ -2,7 +2,7 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { registryClient, staticToken, type TokenSource } from '../src/index.ts';
+import { registryClient, resilientFetch, staticToken, type TokenSource } from '../src/index.ts';
 
 interface Seen {
   method: string;
@@ -121,5 +121,30 @@ describe('service clients', () => {
     const { response } = await registryClient({ baseUrl: s.url, token, ...fast }).GET('/providers');
     expect(response.status).toBe(401);
     expect(s.seen).toHaveLength(2);
+  });
+});
+
+describe('a request whose body is read once (replay: false)', () => {
+  it('is sent once as it is: never copied for a retry, so a 503 comes back as answered', async () => {
+    const { url, seen } = await scripted([{ status: 503 }, { status: 200 }]);
+    const sent: Request[] = [];
+    const send = resilientFetch({
+      timeoutMs: 2000,
+      retries: 2,
+      replay: false,
+      baseBackoffMs: 1,
+      fetch: (async (request: Request) => {
+        sent.push(request);
+        return fetch(request);
+      }) as typeof fetch,
+    });
+    const body = new Blob(['streamed']).stream();
+    const request = new Request(`${url}/objects/b/k`, { method: 'PUT', body, duplex: 'half' } as RequestInit);
+    const res = await send(request);
+    expect(res.status).toBe(503);
+    expect(seen).toHaveLength(1);
+    // The body stream itself went out (a copy would tee it and hold what it read for a second try).
+    expect(sent).toHaveLength(1);
+    expect(request.bodyUsed).toBe(true);
   });
 });

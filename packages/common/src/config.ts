@@ -333,3 +333,12 @@ export function loadConfig<S extends z.ZodType>(opts: LoadConfigOptions<S>): z.o
   warningsOf.set(config, warnings);
   return config as z.output<S>;
 }
+
+/**
+ * Where a contract check writes what it finds (`OPENAPI_CHECK_FILE`): when set, every app checks each answer of a
+ * documented operation against its own OpenAPI document and appends each mismatch to this file, one JSON line each.
+ * The test command sets it and fails on any line (docs/conventions.md, "API documents"); unset, nothing is checked.
+ */
+export function contractCheckFile(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return env.OPENAPI_CHECK_FILE || undefined;
+}

@@ -3,6 +3,9 @@
  * root and `security: []` on public operations, the problems the platform itself can answer, named components
  * reached by `$ref`, headers from one table, and a path wildcard as a named parameter.
  */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -133,5 +136,66 @@ describe('a service document', () => {
     expect(contractProblems(doc, [{ method: 'DELETE', url: '/things/:id' }])).toContain(
       'DELETE /things/{}: served but not documented',
     );
+  });
+});
+
+describe('the contract check (OPENAPI_CHECK_FILE)', () => {
+  it('appends every answer that differs from the document, and leaves the answers as they were', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'contract-'));
+    const file = join(dir, 'violations.jsonl');
+    const previous = process.env.OPENAPI_CHECK_FILE;
+    process.env.OPENAPI_CHECK_FILE = file;
+    const schemas = schemaRegistry();
+    const item = z.object({ id: z.string(), n: z.number() }).register(schemas, { id: 'Item' });
+    const config = baseConfigSchema.parse({ access: { enabled: false } });
+    const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'silent' });
+    const checked = await createApp({ service: 'checked', description: 'test', config, logger, schemas });
+    if (previous === undefined) delete process.env.OPENAPI_CHECK_FILE;
+    else process.env.OPENAPI_CHECK_FILE = previous;
+    let answer: { status: number; body: unknown } = { status: 200, body: { id: 'a', n: 1 } };
+    checked.get(
+      '/items/:id',
+      {
+        schema: {
+          operationId: 'getItem',
+          summary: 'One item',
+          params: z.object({ id: z.string() }),
+          response: { 200: item, 404: problemSchema },
+        },
+      },
+      // Sent as text, so a wrong body passes the serializer and reaches the check.
+      async (_request, reply) => reply.code(answer.status).type('application/json').send(JSON.stringify(answer.body)),
+    );
+    checked.get('/untracked', async (_request, reply) => reply.code(418).send({ tea: true }));
+    await checked.ready();
+    try {
+      expect((await checked.inject({ method: 'GET', url: '/items/a' })).statusCode).toBe(200);
+      answer = { status: 200, body: { id: 'a', n: 'one' } };
+      expect((await checked.inject({ method: 'GET', url: '/items/b' })).json()).toEqual({ id: 'a', n: 'one' });
+      answer = { status: 409, body: { id: 'a', n: 1 } };
+      expect((await checked.inject({ method: 'GET', url: '/items/c' })).statusCode).toBe(409);
+      // A route without an operationId (a test's own) and the docs are not checked.
+      expect((await checked.inject({ method: 'GET', url: '/untracked' })).statusCode).toBe(418);
+      const lines = readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      expect(lines).toEqual([
+        expect.objectContaining({
+          operation: 'GET /items/:id',
+          url: '/items/b',
+          status: 200,
+          problems: [expect.stringMatching(/body\/n must be number/)],
+        }),
+        expect.objectContaining({
+          url: '/items/c',
+          status: 409,
+          problems: [expect.stringMatching(/status 409 is not declared/)],
+        }),
+      ]);
+    } finally {
+      await checked.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -14,172 +14,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Ensure a bucket exists (created when missing); 201 either way */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            bucket: string;
-                            /** @description false when the bucket already existed */
-                            created: boolean;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["ensureBucket"];
         delete?: never;
         options?: never;
         head?: never;
@@ -194,63 +29,7 @@ export interface paths {
             cookie?: never;
         };
         /** Service health with the state of each required dependency */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -259,7 +38,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/objects/{*}": {
+    "/objects/{bucketName}/{objectKey}": {
         parameters: {
             query?: never;
             header?: never;
@@ -267,1361 +46,15 @@ export interface paths {
             cookie?: never;
         };
         /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
-                    redirect?: boolean;
-                };
-                header?: never;
-                path: {
-                    /** @description object key in the default bucket (one path segment) */
-                    "*": string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description the object's bytes, with its Content-Type */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "*/*": string;
-                    };
-                };
-                /** @description the requested byte range, with Content-Range */
-                206: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "*/*": string;
-                    };
-                };
-                /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
-                304: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
-                307: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RANGE_NOT_SATISFIABLE: the range lies outside the object */
-                416: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["downloadObject"];
         /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key in the default bucket (one path segment) */
-                    "*": string;
-                };
-                cookie?: never;
-            };
-            /** @description raw object bytes */
-            requestBody: {
-                content: {
-                    "*/*": string;
-                };
-            };
-            responses: {
-                /** @description ObjectInfo */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description null for a common prefix, and in listings with `metadata=false` */
-                            content_type: string | null;
-                            etag: string | null;
-                            /** @description true for a common prefix of a non-recursive listing */
-                            is_prefix: boolean;
-                            /** @description object key (a common prefix ends with "/") */
-                            key: string;
-                            /** @description RFC 3339 UTC; null for a common prefix */
-                            last_modified: string | null;
-                            /** @description bytes */
-                            size: number;
-                        };
-                    };
-                };
-                /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored */
-                408: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description PAYLOAD_TOO_LARGE: the upload is over max_upload_size */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["uploadObject"];
         post?: never;
         /** Delete an object */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key in the default bucket (one path segment) */
-                    "*": string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description deleted */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        delete: operations["deleteObject"];
         options?: never;
         /** An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included) */
-        head: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key in the default bucket (one path segment) */
-                    "*": string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description the headers of a GET */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description not modified, as GET */
-                304: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description bad bucket name or key */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description no valid access token */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description someone else's bucket or folder */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description missing bucket or object */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description the object store refused the request */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description the object store cannot be reached, or the request timed out */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-            };
-        };
-        patch?: never;
-        trace?: never;
-    };
-    "/objects/{bucketName}/{*}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
-                    redirect?: boolean;
-                };
-                header?: never;
-                path: {
-                    /** @description object key; may contain slashes */
-                    "*": string;
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description the object's bytes, with its Content-Type */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "*/*": string;
-                    };
-                };
-                /** @description the requested byte range, with Content-Range */
-                206: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "*/*": string;
-                    };
-                };
-                /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
-                304: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
-                307: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RANGE_NOT_SATISFIABLE: the range lies outside the object */
-                416: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
-        /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key; may contain slashes */
-                    "*": string;
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            /** @description raw object bytes */
-            requestBody: {
-                content: {
-                    "*/*": string;
-                };
-            };
-            responses: {
-                /** @description ObjectInfo */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description null for a common prefix, and in listings with `metadata=false` */
-                            content_type: string | null;
-                            etag: string | null;
-                            /** @description true for a common prefix of a non-recursive listing */
-                            is_prefix: boolean;
-                            /** @description object key (a common prefix ends with "/") */
-                            key: string;
-                            /** @description RFC 3339 UTC; null for a common prefix */
-                            last_modified: string | null;
-                            /** @description bytes */
-                            size: number;
-                        };
-                    };
-                };
-                /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored */
-                408: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description PAYLOAD_TOO_LARGE: the upload is over max_upload_size */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
-        post?: never;
-        /** Delete an object */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key; may contain slashes */
-                    "*": string;
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description deleted */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
-        options?: never;
-        /** An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included) */
-        head: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key; may contain slashes */
-                    "*": string;
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description the headers of a GET */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description not modified, as GET */
-                304: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description bad bucket name or key */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description no valid access token */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description someone else's bucket or folder */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description missing bucket or object */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description the object store refused the request */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description the object store cannot be reached, or the request timed out */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-            };
-        };
+        head: operations["headObject"];
         patch?: never;
         trace?: never;
     };
@@ -1636,197 +69,32 @@ export interface paths {
          * List the objects of a bucket
          * @description Entries are sorted by key (UTF-8 bytes). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page that ended on a folder continues after the whole folder) */
-                    cursor?: string;
-                    /** @description at most this many entries */
-                    limit?: number;
-                    /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
-                    metadata?: boolean;
-                    /** @description only keys that start with this */
-                    prefix?: string;
-                    /** @description false lists one level: common prefixes come back as entries */
-                    recursive?: boolean;
-                    /** @description deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous page); in a one-level listing, a folder or a key inside one continues after the whole folder; ignored when cursor is given */
-                    start_after?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description null for a common prefix, and in listings with `metadata=false` */
-                            content_type: string | null;
-                            etag: string | null;
-                            /** @description true for a common prefix of a non-recursive listing */
-                            is_prefix: boolean;
-                            /** @description object key (a common prefix ends with "/") */
-                            key: string;
-                            /** @description RFC 3339 UTC; null for a common prefix */
-                            last_modified: string | null;
-                            /** @description bytes */
-                            size: number;
-                        }[];
-                    };
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listObjects"];
         put?: never;
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/objects/{objectKey}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Download an object (supports Range, If-None-Match, If-Modified-Since), or with redirect=true be sent to the store */
+        get: operations["downloadDefaultBucketObject"];
+        /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
+        put: operations["uploadDefaultBucketObject"];
+        post?: never;
+        /** Delete an object */
+        delete: operations["deleteDefaultBucketObject"];
+        options?: never;
+        /** An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included) */
+        head: operations["headDefaultBucketObject"];
         patch?: never;
         trace?: never;
     };
@@ -1841,189 +109,7 @@ export interface paths {
          * List the objects of the default bucket
          * @description Entries are sorted by key (UTF-8 bytes). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page that ended on a folder continues after the whole folder) */
-                    cursor?: string;
-                    /** @description at most this many entries */
-                    limit?: number;
-                    /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
-                    metadata?: boolean;
-                    /** @description only keys that start with this */
-                    prefix?: string;
-                    /** @description false lists one level: common prefixes come back as entries */
-                    recursive?: boolean;
-                    /** @description deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous page); in a one-level listing, a folder or a key inside one continues after the whole folder; ignored when cursor is given */
-                    start_after?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description null for a common prefix, and in listings with `metadata=false` */
-                            content_type: string | null;
-                            etag: string | null;
-                            /** @description true for a common prefix of a non-recursive listing */
-                            is_prefix: boolean;
-                            /** @description object key (a common prefix ends with "/") */
-                            key: string;
-                            /** @description RFC 3339 UTC; null for a common prefix */
-                            last_modified: string | null;
-                            /** @description bytes */
-                            size: number;
-                        }[];
-                    };
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listDefaultBucketObjects"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2032,181 +118,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/presigned-url/{*}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** A presigned URL for an object of the default bucket */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key in the default bucket (one path segment) */
-                    "*": string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description how long the URL is valid, e.g. "30s", "15m", "1h30m"; default 15m, at most 7 days */
-                        expiry?: string;
-                        /**
-                         * @description GET to download, PUT to upload
-                         * @enum {string}
-                         */
-                        method: "GET" | "PUT";
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            bucket: string;
-                            /** @description RFC 3339 UTC */
-                            expires_at: string;
-                            key: string;
-                            /** @enum {string} */
-                            method: "GET" | "PUT";
-                            url: string;
-                        };
-                    };
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/presigned-url/{bucketName}/{*}": {
+    "/presigned-url/{bucketName}/{objectKey}": {
         parameters: {
             query?: never;
             header?: never;
@@ -2216,166 +128,24 @@ export interface paths {
         get?: never;
         put?: never;
         /** A time-limited URL for a direct GET or PUT against the object store */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description object key; may contain slashes */
-                    "*": string;
-                    /** @description bucket name (S3 naming rules) */
-                    bucketName: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description how long the URL is valid, e.g. "30s", "15m", "1h30m"; default 15m, at most 7 days */
-                        expiry?: string;
-                        /**
-                         * @description GET to download, PUT to upload
-                         * @enum {string}
-                         */
-                        method: "GET" | "PUT";
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            bucket: string;
-                            /** @description RFC 3339 UTC */
-                            expires_at: string;
-                            key: string;
-                            /** @enum {string} */
-                            method: "GET" | "PUT";
-                            url: string;
-                        };
-                    };
-                };
-                /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
+        post: operations["presignObjectUrl"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/presigned-url/{objectKey}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
         };
+        get?: never;
+        put?: never;
+        /** A presigned URL for an object of the default bucket */
+        post: operations["presignDefaultBucketObjectUrl"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2385,12 +155,1059 @@ export interface paths {
 }
 export type webhooks = Record<string, never>;
 export interface components {
-    schemas: never;
-    responses: never;
+    schemas: {
+        BucketEnsured: {
+            bucket: string;
+            /** @description false when the bucket already existed */
+            created: boolean;
+            message: string;
+        };
+        Health: {
+            checks: {
+                [key: string]: {
+                    error?: string;
+                    /** @enum {string} */
+                    status: "UP" | "DOWN";
+                };
+            };
+            instance_id: string;
+            service: string;
+            /** @enum {string} */
+            status: "UP" | "DOWN";
+            uptime_seconds: number;
+            version: string;
+        };
+        /** @description An object, or a common prefix ("folder") of a one-level listing */
+        ObjectInfo: {
+            /** @description null for a common prefix, and in listings with `metadata=false` */
+            content_type: string | null;
+            etag: string | null;
+            /** @description true for a common prefix of a non-recursive listing */
+            is_prefix: boolean;
+            /** @description object key (a common prefix ends with "/") */
+            key: string;
+            /** @description RFC 3339 UTC; null for a common prefix */
+            last_modified: string | null;
+            /** @description bytes */
+            size: number;
+        };
+        /** @description Objects and common prefixes, sorted by key */
+        ObjectList: components["schemas"]["ObjectInfo"][];
+        PresignedUrl: {
+            bucket: string;
+            /** @description RFC 3339 UTC */
+            expires_at: string;
+            key: string;
+            /** @enum {string} */
+            method: "GET" | "PUT";
+            url: string;
+        };
+        PresignRequest: {
+            /** @description how long the URL is valid, e.g. "30s", "15m", "1h30m"; default 15m, at most 7 days */
+            expiry?: string;
+            /**
+             * @description GET to download, PUT to upload
+             * @enum {string}
+             */
+            method: "GET" | "PUT";
+        };
+        /** @description RFC 9457 problem details (application/problem+json) */
+        Problem: {
+            /** @description stable UPPER_SNAKE machine code */
+            code: string;
+            detail: string;
+            errors?: {
+                message: string;
+                path: string;
+            }[];
+            request_id?: string;
+            status: number;
+            title: string;
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+    };
+    responses: {
+        /** @description A dependency refused the request (the `code` names it) */
+        BadGateway: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
+        BadRequest: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
+        Forbidden: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
+        InternalServerError: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Not found (the `code` names what) */
+        NotFound: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
+        PayloadTooLarge: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The asked range lies outside the object (`RANGE_NOT_SATISFIABLE`) */
+        RangeNotSatisfiable: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The client sent nothing for too long (`CLIENT_TIMEOUT`) */
+        RequestTimeout: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
+        ServiceUnavailable: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
+        Unauthorized: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
+        UnsupportedMediaType: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description `bytes`: ranges may be asked for */
+        "Accept-Ranges": string;
+        /** @description Caching directive (`no-store` on a redirect to a presigned URL) */
+        "Cache-Control": string;
+        /** @description Bytes in the body */
+        "Content-Length": number;
+        /** @description The byte range sent, `bytes <first>-<last>/<size>` */
+        "Content-Range": string;
+        /** @description The object's content type, as stored */
+        "Content-Type": string;
+        /** @description The object's entity tag (quoted) */
+        ETag: string;
+        /** @description When the object was last written (HTTP date) */
+        "Last-Modified": string;
+        /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
+        Link: string;
+        /** @description Where the answer points (the presigned URL of a redirect) */
+        Location: string;
+        /** @description Seconds to wait before trying again */
+        "Retry-After": number;
+        /** @description `Bearer`, with the reason a token was refused */
+        "WWW-Authenticate": string;
+        /** @description The caller's `X-Correlation-ID` or a generated one; forwarded on every call and event it causes */
+        "X-Correlation-ID": string;
+        /** @description The next page's cursor (pass it as `cursor`); absent on the last page */
+        "X-Next-Cursor": string;
+        /** @description Deprecated: the page's last key, for the deprecated `start_after` (use `X-Next-Cursor`) */
+        "X-Next-Start-After": string;
+        /** @description The request's ID: the caller's `X-Request-ID` when sane, else a generated one; on every log line */
+        "X-Request-ID": string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    ensureBucket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BucketEnsured"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    downloadObject: {
+        parameters: {
+            query?: {
+                /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
+                redirect?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the object's bytes, with its Content-Type */
+            200: {
+                headers: {
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Content-Length": components["headers"]["Content-Length"];
+                    "Content-Type": components["headers"]["Content-Type"];
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": Blob;
+                };
+            };
+            /** @description the requested byte range, with Content-Range */
+            206: {
+                headers: {
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Content-Length": components["headers"]["Content-Length"];
+                    "Content-Range": components["headers"]["Content-Range"];
+                    "Content-Type": components["headers"]["Content-Type"];
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": Blob;
+                };
+            };
+            /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
+            307: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    Location: components["headers"]["Location"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            /** @description RANGE_NOT_SATISFIABLE: the range lies outside the object */
+            416: components["responses"]["RangeNotSatisfiable"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    uploadObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        /** @description raw object bytes */
+        requestBody: {
+            content: {
+                "*/*": Blob;
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ObjectInfo"];
+                };
+            };
+            /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored */
+            408: components["responses"]["RequestTimeout"];
+            /** @description PAYLOAD_TOO_LARGE: the upload is over max_upload_size */
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description deleted */
+            204: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    headObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the headers of a GET */
+            200: {
+                headers: {
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Content-Length": components["headers"]["Content-Length"];
+                    "Content-Type": components["headers"]["Content-Type"];
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not modified, as GET */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description bad bucket name or key */
+            400: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no valid access token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description someone else's bucket or folder */
+            403: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description missing bucket or object */
+            404: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
+            500: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the object store refused the request */
+            502: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the object store cannot be reached, or the request timed out */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    listObjects: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page that ended on a folder continues after the whole folder) */
+                cursor?: string;
+                /** @description at most this many entries */
+                limit?: number;
+                /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
+                metadata?: boolean;
+                /** @description only keys that start with this */
+                prefix?: string;
+                /** @description false lists one level: common prefixes come back as entries */
+                recursive?: boolean;
+                /** @description deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous page); in a one-level listing, a folder or a key inside one continues after the whole folder; ignored when cursor is given */
+                start_after?: string;
+            };
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Next-Start-After": components["headers"]["X-Next-Start-After"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ObjectList"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    downloadDefaultBucketObject: {
+        parameters: {
+            query?: {
+                /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
+                redirect?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the object's bytes, with its Content-Type */
+            200: {
+                headers: {
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Content-Length": components["headers"]["Content-Length"];
+                    "Content-Type": components["headers"]["Content-Type"];
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": Blob;
+                };
+            };
+            /** @description the requested byte range, with Content-Range */
+            206: {
+                headers: {
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Content-Length": components["headers"]["Content-Length"];
+                    "Content-Range": components["headers"]["Content-Range"];
+                    "Content-Type": components["headers"]["Content-Type"];
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": Blob;
+                };
+            };
+            /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
+            307: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    Location: components["headers"]["Location"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            /** @description RANGE_NOT_SATISFIABLE: the range lies outside the object */
+            416: components["responses"]["RangeNotSatisfiable"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    uploadDefaultBucketObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        /** @description raw object bytes */
+        requestBody: {
+            content: {
+                "*/*": Blob;
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ObjectInfo"];
+                };
+            };
+            /** @description VALIDATION_ERROR (bad bucket name or key) or INCOMPLETE_BODY: the body ended (the client half-closed) before its Content-Length or its last chunk, or ran past its Content-Length; nothing was stored */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout; nothing was stored */
+            408: components["responses"]["RequestTimeout"];
+            /** @description PAYLOAD_TOO_LARGE: the upload is over max_upload_size */
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteDefaultBucketObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description deleted */
+            204: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    headDefaultBucketObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the headers of a GET */
+            200: {
+                headers: {
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Content-Length": components["headers"]["Content-Length"];
+                    "Content-Type": components["headers"]["Content-Type"];
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not modified, as GET */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Last-Modified": components["headers"]["Last-Modified"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description bad bucket name or key */
+            400: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no valid access token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description someone else's bucket or folder */
+            403: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description missing bucket or object */
+            404: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
+            500: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the object store refused the request */
+            502: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the object store cannot be reached, or the request timed out */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    listDefaultBucketObjects: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page that ended on a folder continues after the whole folder) */
+                cursor?: string;
+                /** @description at most this many entries */
+                limit?: number;
+                /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
+                metadata?: boolean;
+                /** @description only keys that start with this */
+                prefix?: string;
+                /** @description false lists one level: common prefixes come back as entries */
+                recursive?: boolean;
+                /** @description deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous page); in a one-level listing, a folder or a key inside one continues after the whole folder; ignored when cursor is given */
+                start_after?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Next-Start-After": components["headers"]["X-Next-Start-After"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ObjectList"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    presignObjectUrl: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description bucket name (S3 naming rules) */
+                bucketName: string;
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PresignRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PresignedUrl"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    presignDefaultBucketObjectUrl: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                objectKey: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PresignRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PresignedUrl"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+}

@@ -18,9 +18,11 @@ import type { ChildLoggerOptions, Logger } from 'pino';
 import { z } from 'zod';
 import { accessControl, isPublicRoute } from '../auth/access-control.ts';
 import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.ts';
+import { contractCheckFile } from '../config.ts';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
 import { docsPlugin } from '../openapi/plugin.ts';
+import { checkAnswers } from '../openapi/response-check.ts';
 import { type SchemaRegistry, schemaRegistry } from '../openapi/route-docs.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { onClientError, onFrameworkError } from './framework-errors.ts';
@@ -238,6 +240,8 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
       },
     ],
   });
+  const checkFile = contractCheckFile();
+  if (checkFile) checkAnswers(app as unknown as FastifyInstance, checkFile, opts.service);
   await app.register(healthPlugin, {
     path: config.server.health_path,
     service: opts.service,

@@ -5,8 +5,8 @@
  *   /objects/list                  GET lists the default bucket
  *   /objects/{bucket}/{key...}     two or more segments: the first is the bucket
  *   /objects/{key}                 exactly one segment: a key in the default bucket
- * So a default-bucket key cannot contain "/" through the short route (name the
- * bucket instead), and an object whose key is exactly "list" at a bucket's top
+ * So a default-bucket key reaches "/" through the short route only encoded
+ * (`a%2Fb.bin`: one segment; the router decodes it), and an object whose key is exactly "list" at a bucket's top
  * level can be written, read by HEAD and deleted, but GET of it lists the bucket.
  *
  * Names and keys that break the rules of `domain/names.ts` are refused here,

@@ -1,0 +1,245 @@
+/**
+ * Objects through the storage service, typed from its document: uploads from a `Blob`, bytes, text or a stream
+ * (streamed: sent once, never held whole), downloads as a stream (with `Range`, `If-None-Match`, or by redirect to the
+ * store), listings page by page or all at once, presigned URLs. Every call is an operation of the storage document
+ * (`/objects/{bucketName}/{objectKey}` and its default-bucket twin `/objects/{objectKey}`), sent by the typed client:
+ * an object key's slashes go encoded (`a%2Fb.bin`), which the service reads as the same key.
+ *
+ *   const objects = objectStore({ baseUrl: 'http://127.0.0.1:8001', token });
+ *   await objects.upload({ bucket: 'datasets', key: 'train/part-0.parquet' }, createReadStream(file));
+ *   const { body } = await objects.download({ bucket: 'datasets', key: 'train/part-0.parquet' });
+ */
+import { Readable } from 'node:stream';
+import createClient, { type Client } from 'openapi-fetch';
+import { type ClientOptions, clientFetch } from './client-options.ts';
+import { ApiError, type Problem, unwrap } from './errors.ts';
+import type { components, paths as StoragePaths } from './generated/storage.ts';
+
+type Schemas = components['schemas'];
+export type ObjectInfo = Schemas['ObjectInfo'];
+export type PresignedUrl = Schemas['PresignedUrl'];
+export type BucketEnsured = Schemas['BucketEnsured'];
+
+/** An object: its key in `bucket`, or in the service's default bucket (in the caller's folder) without one. */
+export interface ObjectRef {
+  bucket?: string;
+  key: string;
+}
+
+/** What an upload may send: bytes in memory, text, a `Blob`, or a stream (web or Node) read once. */
+export type ObjectBody = Blob | Uint8Array | ArrayBuffer | string | ReadableStream<Uint8Array> | Readable;
+
+export interface UploadOptions {
+  /** The object's content type (else the service guesses it from the key's extension). */
+  contentType?: string;
+  /** The body's length in bytes, when a stream's is known (sent as `Content-Length`; else the body goes chunked). */
+  contentLength?: number;
+}
+
+export interface DownloadOptions {
+  /** A byte range: `{ start, end }` (inclusive, end optional) or an HTTP `Range` value (`bytes=0-99`). */
+  range?: { start: number; end?: number } | string;
+  /** Answer 304 (`notModified`) when the object still has this ETag. */
+  ifNoneMatch?: string;
+  /** Have the service answer with a presigned URL of the object at the store and fetch the bytes from there. */
+  redirect?: boolean;
+  signal?: AbortSignal;
+}
+
+/** An object's headers. */
+export interface ObjectHead {
+  contentType: string | null;
+  contentLength: number | null;
+  etag: string | null;
+  lastModified: Date | null;
+}
+
+export interface Download extends ObjectHead {
+  /** 200 (all), 206 (the range) or 304 (not modified: no body). */
+  status: number;
+  notModified: boolean;
+  /** The bytes (empty when not modified); read it, or cancel it, to free the connection. */
+  body: ReadableStream<Uint8Array>;
+  contentRange: string | null;
+  /** The whole body in memory, for a small object. */
+  bytes(): Promise<Uint8Array>;
+  text(): Promise<string>;
+}
+
+export interface ListOptions {
+  prefix?: string;
+  /** false: one level, folders as entries with `is_prefix` (default true). */
+  recursive?: boolean;
+  /** Entries per page (the service's bounds apply). */
+  limit?: number;
+  cursor?: string;
+  /** false: skip each object's content type (faster, `content_type: null`). */
+  metadata?: boolean;
+}
+
+export interface ListPage {
+  objects: ObjectInfo[];
+  /** The next page's cursor; null on the last page. */
+  nextCursor: string | null;
+}
+
+export interface ObjectStore {
+  /** The typed client itself, for any operation of the storage document. */
+  api: Client<StoragePaths>;
+  ensureBucket(bucket: string): Promise<BucketEnsured>;
+  upload(ref: ObjectRef, body: ObjectBody, opts?: UploadOptions): Promise<ObjectInfo>;
+  download(ref: ObjectRef, opts?: DownloadOptions): Promise<Download>;
+  head(ref: ObjectRef): Promise<ObjectHead>;
+  remove(ref: ObjectRef): Promise<void>;
+  list(bucket: string | undefined, opts?: ListOptions): Promise<ListPage>;
+  /** Every entry of a listing, page after page. */
+  listAll(bucket: string | undefined, opts?: Omit<ListOptions, 'cursor'>): AsyncIterable<ObjectInfo>;
+  presign(ref: ObjectRef, opts: { method: 'GET' | 'PUT'; expiry?: string }): Promise<PresignedUrl>;
+}
+
+/** A stream read once, as the web stream fetch sends, or the body as it is. */
+type SendBody = NonNullable<RequestInit['body']>;
+
+function sendable(body: ObjectBody): { body: SendBody; once: boolean } {
+  if (body instanceof Readable) return { body: Readable.toWeb(body) as ReadableStream<Uint8Array>, once: true };
+  if (body instanceof ReadableStream) return { body, once: true };
+  if (body instanceof ArrayBuffer) return { body: new Uint8Array(body), once: false };
+  if (typeof body === 'string') return { body: new TextEncoder().encode(body), once: false };
+  return { body: body as SendBody, once: false };
+}
+
+/** A problem answer (HEAD and 304 have no body: the status alone). */
+function refused(response: Response, error: unknown): ApiError {
+  const problem = (
+    error && typeof error === 'object' ? error : { detail: String(error ?? response.statusText) }
+  ) as Problem;
+  return new ApiError(response.status, problem);
+}
+
+function headOf(headers: Headers): ObjectHead {
+  const length = headers.get('content-length');
+  const modified = headers.get('last-modified');
+  return {
+    contentType: headers.get('content-type'),
+    contentLength: length === null ? null : Number(length),
+    etag: headers.get('etag'),
+    lastModified: modified ? new Date(modified) : null,
+  };
+}
+
+const rangeHeader = (range: DownloadOptions['range']) =>
+  typeof range === 'string' ? range : range ? `bytes=${range.start}-${range.end ?? ''}` : undefined;
+
+/** The storage service's objects, for a caller with these options (`baseUrl` is the storage service's). */
+export function objectStore(opts: ClientOptions): ObjectStore {
+  const baseUrl = opts.baseUrl.replace(/\/$/, '');
+  const api = createClient<StoragePaths>({ baseUrl, fetch: clientFetch(opts) });
+  const once = clientFetch(opts, false);
+
+  return {
+    api,
+
+    async ensureBucket(bucket) {
+      return unwrap(await api.POST('/buckets/{bucketName}', { params: { path: { bucketName: bucket } } }));
+    },
+
+    async upload(ref, body, uploadOpts = {}) {
+      const sent = sendable(body);
+      // Without a content type the service guesses one from the key (fetch would otherwise send its own: JSON from
+      // the typed client, text/plain for a string, which `sendable` sends as bytes for that reason).
+      const headers: Record<string, string | null> = {
+        'content-type': uploadOpts.contentType ?? null,
+        ...(uploadOpts.contentLength !== undefined ? { 'content-length': String(uploadOpts.contentLength) } : {}),
+      };
+      const init = {
+        body: sent.body as unknown as Blob,
+        bodySerializer: (b: unknown) => b as SendBody,
+        headers,
+        // A stream goes out once (never copied for a retry); fetch needs `duplex: 'half'` to send one.
+        ...(sent.once ? { fetch: once, duplex: 'half' as const } : {}),
+      };
+      const result = ref.bucket
+        ? await api.PUT('/objects/{bucketName}/{objectKey}', {
+            ...init,
+            params: { path: { bucketName: ref.bucket, objectKey: ref.key } },
+          })
+        : await api.PUT('/objects/{objectKey}', { ...init, params: { path: { objectKey: ref.key } } });
+      return unwrap(result);
+    },
+
+    async download(ref, downloadOpts = {}) {
+      const headers: Record<string, string> = {};
+      const range = rangeHeader(downloadOpts.range);
+      if (range) headers.range = range;
+      if (downloadOpts.ifNoneMatch) headers['if-none-match'] = downloadOpts.ifNoneMatch;
+      const query = downloadOpts.redirect ? { redirect: true } : {};
+      const init = { headers, parseAs: 'stream' as const, signal: downloadOpts.signal };
+      const result = ref.bucket
+        ? await api.GET('/objects/{bucketName}/{objectKey}', {
+            ...init,
+            params: { path: { bucketName: ref.bucket, objectKey: ref.key }, query },
+          })
+        : await api.GET('/objects/{objectKey}', { ...init, params: { path: { objectKey: ref.key }, query } });
+      const { response } = result;
+      if (!response.ok && response.status !== 304) throw refused(response, result.error);
+      const body = (result.data as ReadableStream<Uint8Array> | undefined) ?? new Blob([]).stream();
+      const read = async () => new Uint8Array(await new Response(body).arrayBuffer());
+      return {
+        ...headOf(response.headers),
+        status: response.status,
+        notModified: response.status === 304,
+        body,
+        contentRange: response.headers.get('content-range'),
+        bytes: read,
+        text: async () => new TextDecoder().decode(await read()),
+      };
+    },
+
+    async head(ref) {
+      const result = ref.bucket
+        ? await api.HEAD('/objects/{bucketName}/{objectKey}', {
+            params: { path: { bucketName: ref.bucket, objectKey: ref.key } },
+          })
+        : await api.HEAD('/objects/{objectKey}', { params: { path: { objectKey: ref.key } } });
+      if (!result.response.ok) throw refused(result.response, { status: result.response.status });
+      return headOf(result.response.headers);
+    },
+
+    async remove(ref) {
+      const result = ref.bucket
+        ? await api.DELETE('/objects/{bucketName}/{objectKey}', {
+            params: { path: { bucketName: ref.bucket, objectKey: ref.key } },
+          })
+        : await api.DELETE('/objects/{objectKey}', { params: { path: { objectKey: ref.key } } });
+      if (!result.response.ok) throw refused(result.response, result.error);
+    },
+
+    async list(bucket, listOpts = {}) {
+      const query = { ...listOpts };
+      const result = bucket
+        ? await api.GET('/objects/{bucketName}/list', { params: { path: { bucketName: bucket }, query } })
+        : await api.GET('/objects/list', { params: { query } });
+      return { objects: unwrap(result), nextCursor: result.response.headers.get('x-next-cursor') };
+    },
+
+    async *listAll(bucket, listOpts = {}) {
+      let cursor: string | undefined;
+      do {
+        const page = await this.list(bucket, { ...listOpts, ...(cursor ? { cursor } : {}) });
+        yield* page.objects;
+        cursor = page.nextCursor ?? undefined;
+      } while (cursor);
+    },
+
+    async presign(ref, presignOpts) {
+      const body = { method: presignOpts.method, ...(presignOpts.expiry ? { expiry: presignOpts.expiry } : {}) };
+      const result = ref.bucket
+        ? await api.POST('/presigned-url/{bucketName}/{objectKey}', {
+            params: { path: { bucketName: ref.bucket, objectKey: ref.key } },
+            body,
+          })
+        : await api.POST('/presigned-url/{objectKey}', { params: { path: { objectKey: ref.key } }, body });
+      return unwrap(result);
+    },
+  };
+}
