@@ -6,7 +6,7 @@ import { type App, createApp, durationMs, type Logger, Outbox, type TokenVerifie
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
-import { type BillingConfig, defaultBaseRates } from './config.ts';
+import { type BillingConfig, DEFAULT_PORT, defaultBaseRates } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
 import type { Chain } from './domain/chain/index.ts';
@@ -16,6 +16,7 @@ import type { ProviderDirectory } from './domain/provider-directory.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
+import { schemas } from './routes/schemas.ts';
 import { sessionRoutes } from './routes/sessions.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { walletRoutes } from './routes/wallets.ts';
@@ -103,6 +104,8 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
       ...(deps.chain ? { solana: () => deps.chain!.ping() } : {}),
       ...deps.healthChecks,
     },
+    schemas,
+    defaultPort: DEFAULT_PORT,
   });
   const routeDeps = { config: deps.config, logger: deps.logger, billing: context };
   await app.register(walletRoutes, routeDeps);

@@ -17,6 +17,9 @@ import {
 } from '@gpu/common';
 import { z } from 'zod';
 
+/** The service's port in the platform's table. */
+export const DEFAULT_PORT = 8003;
+
 /** A non-negative decimal string (or number from YAML) kept as a string for exact arithmetic. */
 const zDecimal = () =>
   z.union([z.string(), z.number()]).transform((v, ctx) => {
@@ -45,7 +48,7 @@ export const defaultBaseRates: Record<string, string> = {
 };
 
 export const billingConfigSchema = z.object({
-  ...baseConfigShape(8003),
+  ...baseConfigShape(DEFAULT_PORT),
   /** The shared database section: `url` (empty: embedded PGlite at `embedded_path`), `pool_size`, `connect_timeout`. */
   database: z.object(databaseShape({ embeddedPath: '.data/billing/pglite', poolSize: 10 })).prefault({}),
   blockchain: z

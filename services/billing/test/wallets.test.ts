@@ -101,8 +101,9 @@ describe('service surface', () => {
       expect(Object.keys(doc.paths)).toContain(path);
     }
     expect(Object.keys(doc.paths['/api/v1/wallet/{walletID}/withdraw'].post.responses).sort()).toEqual(
-      // 401 and 403: every billing route needs an access token.
-      ['200', '202', '400', '401', '402', '403', '404', '409', '502', '503'].sort(),
+      // 401 and 403: every billing route needs an access token; 413, 415 and 500: the platform's own answers to
+      // any JSON body.
+      ['200', '202', '400', '401', '402', '403', '404', '409', '413', '415', '500', '502', '503'].sort(),
     );
   });
 });

@@ -5,7 +5,7 @@
  * key inside its own money-moving transaction (domain/idempotency.ts), through
  * the `KeyClaim` made by `keyClaim`.
  */
-import { type AppError, PROBLEM_CONTENT_TYPE, problemOf, statusOf } from '@gpu/common';
+import { type AppError, PROBLEM_CONTENT_TYPE, problemOf, type RouteDocs, statusOf } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { BillingContext } from '../domain/context.ts';
 import {
@@ -26,6 +26,14 @@ export interface IdempotentOptions {
   /** Builds the answer of a claimed key whose request never stored one (a crash); null while still running. */
   resume?: (transactionId: string) => Promise<StoredResponse | null>;
 }
+
+/**
+ * How an idempotent route reads in the document: its answers of these statuses may be the stored answer of an
+ * earlier request with the same key (`Idempotent-Replayed: true`).
+ */
+export const replayable = (...statuses: number[]): RouteDocs => ({
+  headers: Object.fromEntries(statuses.map((status) => [status, ['Idempotent-Replayed'] as const])),
+});
 
 function send(reply: FastifyReply, response: StoredResponse, replayed: boolean) {
   if (replayed) reply.header('idempotent-replayed', 'true');

@@ -7,11 +7,12 @@ import { WALLET_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { depositAnswer, payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
-import { keyClaim, runIdempotent } from './idempotent.ts';
+import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import {
   amountString,
   idempotencyHeaders,
   problems,
+  schemas,
   solanaAddress,
   transactionSchema,
   walletParams,
@@ -21,6 +22,31 @@ const signature = z
   .string()
   .regex(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/, 'must be a base58 transaction signature')
   .describe('signature of the on-chain token transfer to the treasury');
+
+const depositInstructionsSchema = z
+  .object({
+    mint: z.string(),
+    decimals: z.number().int(),
+    token_program: z.string(),
+    treasury: z.string().describe("the treasury's owner address"),
+    treasury_token_account: z.string().describe('where deposits go'),
+    commitment: z.enum(['processed', 'confirmed', 'finalized']),
+  })
+  .register(schemas, { id: 'DepositInstructions' });
+
+const depositBody = z
+  .object({
+    signature,
+    amount: amountString.optional().describe('claimed amount: the transfer must have moved at least this'),
+  })
+  .register(schemas, { id: 'DepositClaim' });
+
+const withdrawalBody = z
+  .object({
+    amount: amountString,
+    destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
+  })
+  .register(schemas, { id: 'WithdrawalRequest' });
 
 export async function paymentRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -35,6 +61,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
       config: { public: true },
       schema: {
         tags: ['payments'],
+        operationId: 'getDepositInstructions',
         summary: 'Where and how to send a deposit: the platform mint and the treasury token account',
         description:
           'A deposit is a `transferChecked` of the platform mint (with its decimals) from the token account of ' +
@@ -42,14 +69,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           'signature once final at `commitment`. Public: it names only public addresses. 503 ' +
           'SOLANA_NOT_CONFIGURED without a chain.',
         response: {
-          200: z.object({
-            mint: z.string(),
-            decimals: z.number().int(),
-            token_program: z.string(),
-            treasury: z.string().describe("the treasury's owner address"),
-            treasury_token_account: z.string().describe('where deposits go'),
-            commitment: z.enum(['processed', 'confirmed', 'finalized']),
-          }),
+          200: depositInstructionsSchema,
           ...problems(503),
         },
       },
@@ -71,9 +91,10 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/deposit',
     {
-      config: { roles: WALLET_ROLES },
+      config: { roles: WALLET_ROLES, openapi: replayable(201) },
       schema: {
         tags: ['payments'],
+        operationId: 'claimDeposit',
         summary: 'Credit a deposit: verify the token transfer on chain by its signature and credit it once',
         description:
           "The transfer must move platform tokens from the wallet's registered address into the treasury and be " +
@@ -85,10 +106,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           'address-proof).',
         params: walletParams,
         headers: idempotencyHeaders,
-        body: z.object({
-          signature,
-          amount: amountString.optional().describe('claimed amount: the transfer must have moved at least this'),
-        }),
+        body: depositBody,
         response: { 201: transactionSchema, ...problems(400, 403, 404, 409, 422, 503) },
       },
     },
@@ -114,9 +132,10 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/withdraw',
     {
-      config: { roles: WALLET_ROLES },
+      config: { roles: WALLET_ROLES, openapi: replayable(200, 202) },
       schema: {
         tags: ['payments'],
+        operationId: 'withdrawFromWallet',
         summary: "Withdraw tokens to the wallet's address (or another destination) on chain",
         description:
           'The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed ' +
@@ -127,10 +146,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           "token account, the mint, the mint's authorities): `reason` says which.",
         params: walletParams,
         headers: idempotencyHeaders,
-        body: z.object({
-          amount: amountString,
-          destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
-        }),
+        body: withdrawalBody,
         response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 403, 404, 409, 502, 503) },
       },
     },

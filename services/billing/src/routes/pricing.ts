@@ -14,7 +14,7 @@ import { quotedResources } from '../domain/sessions/index.ts';
 import { providerRatesJson, ratesJson } from '../wire/presenters.ts';
 import { PROVIDER_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { problems, providerParams } from './schemas.ts';
+import { problems, providerParams, schemas } from './schemas.ts';
 import { pricingInputShape, ratesSchema } from './session-schemas.ts';
 
 const DECIMAL = /^(0|[1-9]\d{0,9})(\.\d+)?$/;
@@ -37,29 +37,58 @@ const RATE = /^(0|[1-9]\d{0,6})(\.\d{1,12})?$/;
 /** A rate in a provider's table: a decimal string with at most 12 decimals (no spaces, commas or exponents). */
 const rateString = z.string().regex(RATE, 'must be a decimal string like "0.45" (at most 12 decimals)');
 
-const providerRatesBody = z.object({
-  base_rates: z
-    .record(
-      z.string().min(1).max(200),
-      // zod runs a refinement after a failed regex too: parse only what the regex accepted.
-      rateString.refine((r) => !RATE.test(r) || new Dec(r).gt(0), 'a base rate must be above 0'),
-    )
-    .default({})
-    .describe('GPU model → hourly rate per GPU; `default` prices models not listed'),
-  vram_rate_per_gb_hour: rateString.nullable().default(null).describe('null: the platform rate'),
-  power_rate_per_watt_hour: rateString.nullable().default(null).describe('null: the platform rate'),
-  // The rates as GET answers them can be sent back changed: their read-only fields are known.
-  provider_id: z.uuid().optional().describe('read-only: must be the provider of the path'),
-  updated_at: z.string().max(64).nullable().optional().describe('read-only: ignored'),
-});
+const providerRatesBody = z
+  .object({
+    base_rates: z
+      .record(
+        z.string().min(1).max(200),
+        // zod runs a refinement after a failed regex too: parse only what the regex accepted.
+        rateString.refine((r) => !RATE.test(r) || new Dec(r).gt(0), 'a base rate must be above 0'),
+      )
+      .default({})
+      .describe('GPU model → hourly rate per GPU; `default` prices models not listed'),
+    vram_rate_per_gb_hour: rateString.nullable().default(null).describe('null: the platform rate'),
+    power_rate_per_watt_hour: rateString.nullable().default(null).describe('null: the platform rate'),
+    // The rates as GET answers them can be sent back changed: their read-only fields are known.
+    provider_id: z.uuid().optional().describe('read-only: must be the provider of the path'),
+    updated_at: z.string().max(64).nullable().optional().describe('read-only: ignored'),
+  })
+  .register(schemas, { id: 'ProviderRatesUpdate' });
 
-const providerRatesSchema = z.object({
-  provider_id: z.uuid(),
-  base_rates: z.record(z.string(), z.string()),
-  vram_rate_per_gb_hour: z.string().nullable(),
-  power_rate_per_watt_hour: z.string().nullable(),
-  updated_at: z.string().nullable().describe('null: the provider has no rates of its own'),
-});
+const providerRatesSchema = z
+  .object({
+    provider_id: z.uuid(),
+    base_rates: z.record(z.string(), z.string()),
+    vram_rate_per_gb_hour: z.string().nullable(),
+    power_rate_per_watt_hour: z.string().nullable(),
+    updated_at: z.string().nullable().describe('null: the provider has no rates of its own'),
+  })
+  .register(schemas, { id: 'ProviderRates' });
+
+const priceRequestBody = z
+  .object({ ...pricingInputShape, duration_hours: durationHours })
+  .register(schemas, { id: 'PriceRequest' });
+
+const priceQuoteSchema = ratesSchema
+  .extend({
+    duration_hours: z.string(),
+    total_cost: z.string(),
+    platform_fee: z.string(),
+    provider_earnings: z.string(),
+  })
+  .register(schemas, { id: 'PriceQuote' });
+
+const platformRatesSchema = z
+  .object({
+    base_rates: z.record(z.string(), z.string()),
+    default_rate: z.string(),
+    vram_rate_per_gb_hour: z.string(),
+    power_rate_per_watt_hour: z.string(),
+    demand_multiplier: z.string(),
+    supply_factor: z.string(),
+    platform_fee_percent: z.string(),
+  })
+  .register(schemas, { id: 'PlatformRates' });
 
 export async function pricingRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -70,6 +99,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       config: { public: true },
       schema: {
         tags: ['pricing'],
+        operationId: 'calculatePrice',
         summary: 'Price a rental: the hourly rate broken down, the total cost and its fee split',
         description:
           'total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + ' +
@@ -79,14 +109,9 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           "with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session " +
           'start would price it (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND). ' +
           'Unknown models are priced at the `default` rate (rate_key "default").',
-        body: z.object({ ...pricingInputShape, duration_hours: durationHours }),
+        body: priceRequestBody,
         response: {
-          200: ratesSchema.extend({
-            duration_hours: z.string(),
-            total_cost: z.string(),
-            platform_fee: z.string(),
-            provider_earnings: z.string(),
-          }),
+          200: priceQuoteSchema,
           ...problems(400, 401, 404, 503),
         },
       },
@@ -128,17 +153,10 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       config: { public: true },
       schema: {
         tags: ['pricing'],
+        operationId: 'getPlatformRates',
         summary: "The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee",
         response: {
-          200: z.object({
-            base_rates: z.record(z.string(), z.string()),
-            default_rate: z.string(),
-            vram_rate_per_gb_hour: z.string(),
-            power_rate_per_watt_hour: z.string(),
-            demand_multiplier: z.string(),
-            supply_factor: z.string(),
-            platform_fee_percent: z.string(),
-          }),
+          200: platformRatesSchema,
         },
       },
     },
@@ -164,6 +182,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       config: { public: true },
       schema: {
         tags: ['providers'],
+        operationId: 'getProviderRates',
         summary: "A provider's own rates (empty base_rates and nulls: the platform's rates apply)",
         params: providerParams,
         response: { 200: providerRatesSchema, ...problems(400) },
@@ -179,6 +198,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       config: { roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
+        operationId: 'setProviderRates',
         summary: "Replace a provider's rates; they price its sessions started from now on",
         description:
           'Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base ' +

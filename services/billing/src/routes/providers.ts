@@ -16,12 +16,13 @@ import { EARNINGS_ROLES, PROVIDER_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import { payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
-import { keyClaim, runIdempotent } from './idempotent.ts';
+import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import {
   amountString,
   idempotencyHeaders,
   problems,
   providerParams,
+  schemas,
   solanaAddress,
   transactionSchema,
 } from './schemas.ts';
@@ -31,6 +32,54 @@ const OWNER_FIRST =
   "Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 " +
   'NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only ' +
   'tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.';
+
+const earningsSchema = z
+  .object({
+    provider_id: z.uuid(),
+    wallet_id: z.uuid(),
+    total_earned: z.string(),
+    total_paid_out: z.string(),
+    pending_payouts: z.string(),
+    available_for_payout: z.string(),
+    locked: z.string(),
+    minimum_payout: z.string(),
+  })
+  .register(schemas, { id: 'ProviderEarnings' });
+
+const autoPayoutSchema = z
+  .object({
+    provider_id: z.uuid(),
+    wallet_id: z.uuid(),
+    auto_payout: z.boolean(),
+    destination: z.string().nullable().describe('where earnings are paid automatically; null when off'),
+    minimum_payout: z.string(),
+    last_failure: z
+      .string()
+      .nullable()
+      .describe(
+        'why the last automatic payout failed (say, a refused destination); null after a success or a new setting',
+      ),
+    next_attempt_at: z
+      .string()
+      .nullable()
+      .describe('when a failed automatic payout is tried again (the backoff doubles from a minute to a day)'),
+  })
+  .register(schemas, { id: 'PayoutSettings' });
+
+const payoutSettingsBody = z
+  .object({
+    auto_payout: z.boolean(),
+    destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
+  })
+  .register(schemas, { id: 'PayoutSettingsUpdate' });
+
+const payoutBody = z
+  .object({
+    amount: amountString.optional(),
+    destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
+  })
+  .prefault({})
+  .register(schemas, { id: 'PayoutRequest' });
 
 export async function providerRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -45,20 +94,12 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
       config: { roles: EARNINGS_ROLES },
       schema: {
         tags: ['providers'],
+        operationId: 'getProviderEarnings',
         summary: "A provider's earnings: earned, paid out, pending payouts and what can be paid out now",
         description: OWNER_FIRST,
         params: providerParams,
         response: {
-          200: z.object({
-            provider_id: z.uuid(),
-            wallet_id: z.uuid(),
-            total_earned: z.string(),
-            total_paid_out: z.string(),
-            pending_payouts: z.string(),
-            available_for_payout: z.string(),
-            locked: z.string(),
-            minimum_payout: z.string(),
-          }),
+          200: earningsSchema,
           ...problems(400, 403, 404, 503),
         },
       },
@@ -75,30 +116,13 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
     },
   );
 
-  const autoPayoutSchema = z.object({
-    provider_id: z.uuid(),
-    wallet_id: z.uuid(),
-    auto_payout: z.boolean(),
-    destination: z.string().nullable().describe('where earnings are paid automatically; null when off'),
-    minimum_payout: z.string(),
-    last_failure: z
-      .string()
-      .nullable()
-      .describe(
-        'why the last automatic payout failed (say, a refused destination); null after a success or a new setting',
-      ),
-    next_attempt_at: z
-      .string()
-      .nullable()
-      .describe('when a failed automatic payout is tried again (the backoff doubles from a minute to a day)'),
-  });
-
   app.get(
     '/api/v1/provider/:providerID/payout-settings',
     {
       config: { roles: EARNINGS_ROLES },
       schema: {
         tags: ['providers'],
+        operationId: 'getPayoutSettings',
         summary: "A provider's automatic payout setting",
         description: OWNER_FIRST,
         params: providerParams,
@@ -115,6 +139,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
       config: { roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
+        operationId: 'setPayoutSettings',
         summary: 'Turn automatic payouts on or off',
         description:
           "With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the " +
@@ -127,10 +152,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           'opened for its owner. ' +
           OWNER_FIRST,
         params: providerParams,
-        body: z.object({
-          auto_payout: z.boolean(),
-          destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
-        }),
+        body: payoutSettingsBody,
         response: { 200: autoPayoutSchema, ...problems(400, 403, 404, 502, 503) },
       },
     },
@@ -147,9 +169,10 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/provider/:providerID/payout',
     {
-      config: { roles: PROVIDER_ROLES },
+      config: { roles: PROVIDER_ROLES, openapi: replayable(200, 202) },
       schema: {
         tags: ['providers'],
+        operationId: 'createProviderPayout',
         summary: "Pay a provider's earnings out on chain (at least the minimum payout)",
         description:
           'Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 ' +
@@ -161,12 +184,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           OWNER_FIRST,
         params: providerParams,
         headers: idempotencyHeaders,
-        body: z
-          .object({
-            amount: amountString.optional(),
-            destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
-          })
-          .prefault({}),
+        body: payoutBody,
         response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 403, 404, 409, 502, 503) },
       },
     },

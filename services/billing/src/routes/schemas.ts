@@ -1,7 +1,16 @@
 /** Zod schemas shared by the billing routes (request parts and response bodies). */
-import { problemSchema } from '@gpu/common';
+import { PAGE_HEADERS, problemSchema, type RouteDocs, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
 import { isSolanaAddress } from '../domain/chain/index.ts';
+
+/**
+ * The billing document's named schemas (`components.schemas`): every request and response body is one, registered
+ * with `.register(schemas, { id })` beside its definition.
+ */
+export const schemas = schemaRegistry();
+
+/** How a page of a list reads in the document: its paging headers (README "Paging"). */
+export const PAGE_DOCS: RouteDocs = { headers: { 200: PAGE_HEADERS } };
 
 export const amountString = z
   .string()
@@ -42,50 +51,56 @@ export const idempotencyHeaders = z.object({
     .describe('makes the request safe to retry: the first answer is replayed for the same key and parameters'),
 });
 
-export const transactionSchema = z.object({
-  id: z.uuid(),
-  wallet_id: z.uuid(),
-  type: z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']),
-  status: z.enum(['pending', 'confirmed', 'failed']),
-  amount: z.string(),
-  fee: z.string(),
-  signature: z.string().nullable(),
-  destination: z.string().nullable(),
-  failure_reason: z.string().nullable(),
-  hold_id: z.string().nullable(),
-  reference: z.string().nullable(),
-  created_at: z.string(),
-  updated_at: z.string(),
-  confirmed_at: z.string().nullable(),
-});
+export const transactionSchema = z
+  .object({
+    id: z.uuid(),
+    wallet_id: z.uuid(),
+    type: z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']),
+    status: z.enum(['pending', 'confirmed', 'failed']),
+    amount: z.string(),
+    fee: z.string(),
+    signature: z.string().nullable(),
+    destination: z.string().nullable(),
+    failure_reason: z.string().nullable(),
+    hold_id: z.string().nullable(),
+    reference: z.string().nullable(),
+    created_at: z.string(),
+    updated_at: z.string(),
+    confirmed_at: z.string().nullable(),
+  })
+  .register(schemas, { id: 'Transaction' });
 
-export const balanceSchema = z.object({
-  wallet_id: z.uuid(),
-  total: z.string().describe('available + locked'),
-  available: z.string(),
-  locked: z.string().describe('held for running sessions'),
-  pending: z.string().describe('withdrawals and payouts sent but not yet confirmed'),
-  decimals: z.number().int(),
-});
+export const balanceSchema = z
+  .object({
+    wallet_id: z.uuid(),
+    total: z.string().describe('available + locked'),
+    available: z.string(),
+    locked: z.string().describe('held for running sessions'),
+    pending: z.string().describe('withdrawals and payouts sent but not yet confirmed'),
+    decimals: z.number().int(),
+  })
+  .register(schemas, { id: 'WalletBalance' });
 
-export const walletSchema = z.object({
-  id: z.uuid(),
-  owner_type: z.enum(['user', 'provider']),
-  owner_id: z.uuid(),
-  holder_id: z
-    .uuid()
-    .nullable()
-    .describe("the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)"),
-  solana_address: z
-    .string()
-    .nullable()
-    .describe('null only for a provider wallet opened on first need (payouts then name a destination)'),
-  address_proven_at: z
-    .string()
-    .nullable()
-    .describe('when the holder proved control of the address (null: not yet; deposits need it)'),
-  created_at: z.string(),
-});
+export const walletSchema = z
+  .object({
+    id: z.uuid(),
+    owner_type: z.enum(['user', 'provider']),
+    owner_id: z.uuid(),
+    holder_id: z
+      .uuid()
+      .nullable()
+      .describe("the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)"),
+    solana_address: z
+      .string()
+      .nullable()
+      .describe('null only for a provider wallet opened on first need (payouts then name a destination)'),
+    address_proven_at: z
+      .string()
+      .nullable()
+      .describe('when the holder proved control of the address (null: not yet; deposits need it)'),
+    created_at: z.string(),
+  })
+  .register(schemas, { id: 'Wallet' });
 
 /** Error responses every route may give, for the OpenAPI document. */
 export const problems = (...statuses: number[]) =>

@@ -1,5 +1,6 @@
 /** Zod schemas shared by the pricing and session routes. */
 import { z } from 'zod';
+import { schemas } from './schemas.ts';
 
 /** The resource fields every priced request carries (contract "Billing defaults"). */
 export const pricingInputShape = {
@@ -30,53 +31,57 @@ export const ratesSchema = z.object({
 });
 
 /** A rental session. */
-export const sessionSchema = z.object({
-  id: z.uuid(),
-  user_id: z.uuid(),
-  wallet_id: z.uuid(),
-  provider_id: z.uuid(),
-  provider_wallet_id: z.uuid(),
-  job_id: z.string(),
-  gpu_model: z.string(),
-  gpu_count: z.number().int(),
-  requested_vram_mb: z.number().int(),
-  estimated_power_w: z.number().int(),
-  actual_power_w: z.string().nullable().describe('power draw of the latest usage update (W)'),
-  rates: ratesSchema
-    .omit({ gpu_model: true, provider_id: true, gpu_count: true, requested_vram_mb: true, estimated_power_w: true })
-    .describe('frozen when the session started'),
-  status: z.enum(['active', 'grace_period', 'completed', 'terminated']),
-  hold_id: z.uuid(),
-  lock_transaction_id: z.uuid().nullable(),
-  billed_minutes: z.number().int(),
-  total_cost: z.string(),
-  started_at: z.string(),
-  last_usage_at: z.string().nullable(),
-  grace_until: z.string().nullable(),
-  ended_at: z.string().nullable(),
-  end_reason: z.string().nullable(),
-});
+export const sessionSchema = z
+  .object({
+    id: z.uuid(),
+    user_id: z.uuid(),
+    wallet_id: z.uuid(),
+    provider_id: z.uuid(),
+    provider_wallet_id: z.uuid(),
+    job_id: z.string(),
+    gpu_model: z.string(),
+    gpu_count: z.number().int(),
+    requested_vram_mb: z.number().int(),
+    estimated_power_w: z.number().int(),
+    actual_power_w: z.string().nullable().describe('power draw of the latest usage update (W)'),
+    rates: ratesSchema
+      .omit({ gpu_model: true, provider_id: true, gpu_count: true, requested_vram_mb: true, estimated_power_w: true })
+      .describe('frozen when the session started'),
+    status: z.enum(['active', 'grace_period', 'completed', 'terminated']),
+    hold_id: z.uuid(),
+    lock_transaction_id: z.uuid().nullable(),
+    billed_minutes: z.number().int(),
+    total_cost: z.string(),
+    started_at: z.string(),
+    last_usage_at: z.string().nullable(),
+    grace_until: z.string().nullable(),
+    ended_at: z.string().nullable(),
+    end_reason: z.string().nullable(),
+  })
+  .register(schemas, { id: 'Session' });
 
 /** A billing record (one per ended session). */
-export const billingRecordSchema = z.object({
-  id: z.uuid(),
-  session_id: z.uuid(),
-  user_id: z.uuid(),
-  wallet_id: z.uuid(),
-  provider_id: z.uuid(),
-  provider_wallet_id: z.uuid(),
-  job_id: z.string(),
-  gpu_model: z.string(),
-  gpu_count: z.number().int(),
-  status: z.enum(['completed', 'terminated']),
-  end_reason: z.string().nullable(),
-  total_hourly_rate: z.string(),
-  billed_minutes: z.number().int(),
-  total_cost: z.string(),
-  platform_fee: z.string(),
-  provider_earnings: z.string(),
-  payment_transaction_id: z.uuid().nullable(),
-  started_at: z.string(),
-  ended_at: z.string(),
-  created_at: z.string(),
-});
+export const billingRecordSchema = z
+  .object({
+    id: z.uuid(),
+    session_id: z.uuid(),
+    user_id: z.uuid(),
+    wallet_id: z.uuid(),
+    provider_id: z.uuid(),
+    provider_wallet_id: z.uuid(),
+    job_id: z.string(),
+    gpu_model: z.string(),
+    gpu_count: z.number().int(),
+    status: z.enum(['completed', 'terminated']),
+    end_reason: z.string().nullable(),
+    total_hourly_rate: z.string(),
+    billed_minutes: z.number().int(),
+    total_cost: z.string(),
+    platform_fee: z.string(),
+    provider_earnings: z.string(),
+    payment_transaction_id: z.uuid().nullable(),
+    started_at: z.string(),
+    ended_at: z.string(),
+    created_at: z.string(),
+  })
+  .register(schemas, { id: 'BillingRecord' });

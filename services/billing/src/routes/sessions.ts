@@ -18,9 +18,9 @@ import {
 } from '../wire/presenters.ts';
 import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { keyClaim, runIdempotent } from './idempotent.ts';
+import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
-import { amountString, csv, idempotencyHeaders, problems } from './schemas.ts';
+import { amountString, csv, idempotencyHeaders, PAGE_DOCS, problems, schemas } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
 const { provider_id: _priced, ...resourceShape } = pricingInputShape;
@@ -32,15 +32,90 @@ const sessionStatusList = csv(z.enum(['active', 'grace_period', 'completed', 'te
 
 const csvStatus = csv(z.enum(['completed', 'terminated']));
 
+const startSessionBody = z
+  .object({
+    user_id: z.uuid(),
+    wallet_id: z.uuid(),
+    provider_id: z.uuid(),
+    job_id: z.string().min(1).max(200),
+    ...resourceShape,
+    accepted_hourly_rate: amountString
+      .optional()
+      .describe(
+        'the highest total hourly rate the renter accepts (required of users: quote it with POST ' +
+          '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher',
+      ),
+  })
+  .register(schemas, { id: 'SessionStartRequest' });
+
+const sessionStartSchema = z
+  .object({
+    session: sessionSchema,
+    hold_amount: z.string(),
+    available_balance: z.string().describe('available after the hold'),
+    estimated_runtime_minutes: z.number().int(),
+  })
+  .register(schemas, { id: 'SessionStart' });
+
+const endSessionBody = z
+  .object({ session_id: z.uuid(), reason: z.string().max(200).optional() })
+  .register(schemas, { id: 'SessionEndRequest' });
+
+const sessionEndSchema = z
+  .object({ session: sessionSchema, billing_record: billingRecordSchema, already_ended: z.boolean() })
+  .register(schemas, { id: 'SessionEnd' });
+
+const currentUsageSchema = z
+  .object({
+    session_id: z.uuid(),
+    status: z.enum(['active', 'grace_period', 'completed', 'terminated']),
+    started_at: z.string(),
+    elapsed_seconds: z.number().int(),
+    elapsed_minutes: z.number().int().describe('started minutes: what ending now bills'),
+    total_hourly_rate: z.string(),
+    cost_so_far: z.string().describe('what ending now would cost (the final cost once ended)'),
+    billed_minutes: z.number().int().describe('minutes billed by usage updates and the biller'),
+    billed_cost: z.string(),
+    hold_amount: z.string(),
+    hold_remaining: z.string().describe('hold_amount - cost_so_far (never below 0)'),
+    available_balance: z
+      .string()
+      .nullable()
+      .describe("the renter's available balance: null once ended, and for the provider side"),
+    estimated_remaining_minutes: z
+      .number()
+      .int()
+      .describe('what the hold left and (for the renter) the available balance pay for'),
+    actual_power_w: z.string().nullable(),
+    last_usage_at: z.string().nullable(),
+    grace_until: z.string().nullable(),
+  })
+  .register(schemas, { id: 'CurrentUsage' });
+
+const sessionPageSchema = z
+  .object({
+    sessions: z.array(sessionSchema),
+    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+  })
+  .register(schemas, { id: 'SessionPage' });
+
+const billingRecordPageSchema = z
+  .object({
+    records: z.array(billingRecordSchema),
+    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+  })
+  .register(schemas, { id: 'BillingRecordPage' });
+
 export async function sessionRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
 
   app.post(
     '/api/v1/billing/start-session',
     {
-      config: { roles: RENTAL_ROLES },
+      config: { roles: RENTAL_ROLES, openapi: replayable(201) },
       schema: {
         tags: ['sessions'],
+        operationId: 'startSession',
         summary: 'Start a metered GPU rental: check funds, hold the initial period, freeze the rates',
         description:
           'The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total ' +
@@ -51,26 +126,9 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           'estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. ' +
           '409 SESSION_ALREADY_RUNNING when the job has a running session.',
         headers: idempotencyHeaders,
-        body: z.object({
-          user_id: z.uuid(),
-          wallet_id: z.uuid(),
-          provider_id: z.uuid(),
-          job_id: z.string().min(1).max(200),
-          ...resourceShape,
-          accepted_hourly_rate: amountString
-            .optional()
-            .describe(
-              'the highest total hourly rate the renter accepts (required of users: quote it with POST ' +
-                '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher',
-            ),
-        }),
+        body: startSessionBody,
         response: {
-          201: z.object({
-            session: sessionSchema,
-            hold_amount: z.string(),
-            available_balance: z.string().describe('available after the hold'),
-            estimated_runtime_minutes: z.number().int(),
-          }),
+          201: sessionStartSchema,
           ...problems(400, 402, 403, 404, 409, 503),
         },
       },
@@ -106,11 +164,12 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       config: { roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
+        operationId: 'endSession',
         summary: 'End a rental: bill it per minute (started minutes count), pay provider and fee, release the rest',
         description: 'Ending an ended session answers its existing billing record (200, `already_ended: true`).',
-        body: z.object({ session_id: z.uuid(), reason: z.string().max(200).optional() }),
+        body: endSessionBody,
         response: {
-          200: z.object({ session: sessionSchema, billing_record: billingRecordSchema, already_ended: z.boolean() }),
+          200: sessionEndSchema,
           ...problems(400, 403, 404),
         },
       },
@@ -134,33 +193,11 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       config: { roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
+        operationId: 'getCurrentUsage',
         summary: 'Usage of a session so far: elapsed minutes, cost so far, hold left, estimated remaining runtime',
         params: z.object({ sessionID: z.uuid() }),
         response: {
-          200: z.object({
-            session_id: z.uuid(),
-            status: z.enum(['active', 'grace_period', 'completed', 'terminated']),
-            started_at: z.string(),
-            elapsed_seconds: z.number().int(),
-            elapsed_minutes: z.number().int().describe('started minutes: what ending now bills'),
-            total_hourly_rate: z.string(),
-            cost_so_far: z.string().describe('what ending now would cost (the final cost once ended)'),
-            billed_minutes: z.number().int().describe('minutes billed by usage updates and the biller'),
-            billed_cost: z.string(),
-            hold_amount: z.string(),
-            hold_remaining: z.string().describe('hold_amount - cost_so_far (never below 0)'),
-            available_balance: z
-              .string()
-              .nullable()
-              .describe("the renter's available balance: null once ended, and for the provider side"),
-            estimated_remaining_minutes: z
-              .number()
-              .int()
-              .describe('what the hold left and (for the renter) the available balance pay for'),
-            actual_power_w: z.string().nullable(),
-            last_usage_at: z.string().nullable(),
-            grace_until: z.string().nullable(),
-          }),
+          200: currentUsageSchema,
           ...problems(400, 403, 404),
         },
       },
@@ -171,9 +208,10 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/sessions',
     {
-      config: { roles: SESSION_ROLES },
+      config: { roles: SESSION_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['sessions'],
+        operationId: 'listSessions',
         summary: 'Rental sessions, newest start first: a daemon finds the running sessions on its machine here',
         description:
           'A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and ' +
@@ -187,10 +225,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           ...pageQuery,
         }),
         response: {
-          200: z.object({
-            sessions: z.array(sessionSchema),
-            next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-          }),
+          200: sessionPageSchema,
           ...problems(400, 403),
         },
       },
@@ -212,9 +247,10 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/history',
     {
-      config: { roles: SESSION_ROLES },
+      config: { roles: SESSION_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['sessions'],
+        operationId: 'listBillingHistory',
         summary: 'Billing records of ended sessions, newest first, with filters and cursor pagination',
         description:
           'When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") ' +
@@ -229,10 +265,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           ...pageQuery,
         }),
         response: {
-          200: z.object({
-            records: z.array(billingRecordSchema),
-            next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-          }),
+          200: billingRecordPageSchema,
           ...problems(400, 403),
         },
       },

@@ -5,26 +5,48 @@ import { applyUsageUpdate, toUsageUpdate, usageMessageSchema } from '../domain/s
 import { usageResultJson } from '../wire/presenters.ts';
 import { USAGE_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { idempotencyHeaders, problems } from './schemas.ts';
+import { idempotencyHeaders, problems, schemas } from './schemas.ts';
 import { sessionSchema } from './session-schemas.ts';
 
-export const usageRecordSchema = z.object({
-  id: z.uuid(),
-  session_id: z.uuid(),
-  message_id: z.string(),
-  timestamp: z.string(),
-  gpu_utilization: z.number(),
-  power_draw_w: z.number(),
-  metrics: z.record(z.string(), z.unknown()).nullable(),
-  billed_minutes: z.number().int().describe("the session's billed minutes after this update"),
-  cost: z.string().describe('cost billed by this update (full minutes since the previous billing)'),
-  created_at: z.string(),
-});
+export const usageRecordSchema = z
+  .object({
+    id: z.uuid(),
+    session_id: z.uuid(),
+    message_id: z.string(),
+    timestamp: z.string(),
+    gpu_utilization: z.number(),
+    power_draw_w: z.number(),
+    metrics: z.record(z.string(), z.unknown()).nullable(),
+    billed_minutes: z.number().int().describe("the session's billed minutes after this update"),
+    cost: z.string().describe('cost billed by this update (full minutes since the previous billing)'),
+    created_at: z.string(),
+  })
+  .register(schemas, { id: 'UsageRecord' });
 
-const usageAnswerSchema = z.object({ duplicate: z.boolean(), usage: usageRecordSchema, session: sessionSchema });
+const usageAnswerSchema = z
+  .object({ duplicate: z.boolean(), usage: usageRecordSchema, session: sessionSchema })
+  .register(schemas, { id: 'UsageUpdateResult' });
+
+/** A daemon's usage report, as NATS carries it too. */
+const usageReportBody = usageMessageSchema.register(schemas, { id: 'UsageReport' });
 
 /** Most reports in one POST /usage-updates. */
 const MAX_REPORTS_PER_REQUEST = 256;
+
+const usageBatchBody = ignoringUnknownFields(
+  z.object({ reports: z.array(usageReportBody).min(1).max(MAX_REPORTS_PER_REQUEST) }),
+).register(schemas, { id: 'UsageReportBatch' });
+
+const usageBatchResultSchema = z
+  .object({
+    results: z.array(
+      z.union([
+        usageAnswerSchema.extend({ status: z.union([z.literal(200), z.literal(201)]) }),
+        z.object({ status: z.number().int(), problem: problemSchema }),
+      ]),
+    ),
+  })
+  .register(schemas, { id: 'UsageBatchResult' });
 
 export async function usageRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -34,6 +56,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
       config: { roles: USAGE_ROLES },
       schema: {
         tags: ['sessions'],
+        operationId: 'reportUsage',
         summary: "Record a provider daemon's usage report and bill the session's elapsed full minutes",
         description:
           'Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: ' +
@@ -44,7 +67,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
           "session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) " +
           'reports usage: 403 NOT_SESSION_PROVIDER otherwise.',
         headers: idempotencyHeaders,
-        body: usageMessageSchema,
+        body: usageReportBody,
         response: {
           201: usageAnswerSchema,
           200: usageAnswerSchema,
@@ -68,6 +91,7 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
       config: { roles: USAGE_ROLES },
       schema: {
         tags: ['sessions'],
+        operationId: 'reportUsageBatch',
         summary: 'Record several usage reports at once (a daemon with several rented GPUs)',
         description:
           `Up to ${MAX_REPORTS_PER_REQUEST} reports, each applied exactly as by POST /billing/usage-update ` +
@@ -77,18 +101,9 @@ export async function usageRoutes(app: App, deps: RouteDeps) {
           'SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does ' +
           'not affect the others; a malformed one (a timestamp outside 1970 to 2100 too) makes the whole request a ' +
           '400 and none is applied.',
-        body: ignoringUnknownFields(
-          z.object({ reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_REQUEST) }),
-        ),
+        body: usageBatchBody,
         response: {
-          200: z.object({
-            results: z.array(
-              z.union([
-                usageAnswerSchema.extend({ status: z.union([z.literal(200), z.literal(201)]) }),
-                z.object({ status: z.number().int(), problem: problemSchema }),
-              ]),
-            ),
-          }),
+          200: usageBatchResultSchema,
           ...problems(400),
         },
       },

@@ -18,7 +18,9 @@ import { afterCursor, pageQuery } from './paging.ts';
 import {
   balanceSchema,
   csv,
+  PAGE_DOCS,
   problems,
+  schemas,
   solanaAddress,
   transactionSchema,
   walletParams,
@@ -27,6 +29,52 @@ import {
 
 const typeList = z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']);
 const statusList = z.enum(['pending', 'confirmed', 'failed']);
+
+const newWalletBody = z
+  .object({
+    owner_type: z.enum(['user', 'provider']),
+    owner_id: z.uuid(),
+    solana_address: solanaAddress,
+    holder_id: z.uuid().optional().describe('the holding user (admins and services only)'),
+  })
+  .register(schemas, { id: 'NewWallet' });
+
+const addressChallengeSchema = z
+  .object({
+    wallet_id: z.uuid(),
+    solana_address: z.string(),
+    message: z.string().describe('the exact text to sign'),
+    expires_at: z.string(),
+  })
+  .register(schemas, { id: 'AddressChallenge' });
+
+const addressProofBody = z
+  .object({
+    signature: z
+      .string()
+      .regex(/^[1-9A-HJ-NP-Za-km-z]{64,90}$/, 'must be a base58 ed25519 signature (64 bytes)')
+      .describe("base58 of the address key's ed25519 signature of the challenge message"),
+  })
+  .register(schemas, { id: 'AddressProof' });
+
+const chainBalanceSchema = z
+  .object({
+    wallet_id: z.uuid(),
+    solana_address: z.string(),
+    mint: z.string(),
+    token_balance: z
+      .string()
+      .describe('tokens, decimal string with the token\'s decimals; "0.000000" when the address has no token account'),
+    decimals: z.number().int(),
+  })
+  .register(schemas, { id: 'ChainBalance' });
+
+const transactionPageSchema = z
+  .object({
+    transactions: z.array(transactionSchema),
+    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+  })
+  .register(schemas, { id: 'TransactionPage' });
 
 export async function walletRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -38,6 +86,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
+        operationId: 'createWallet',
         summary: 'Create a wallet for a user or provider (one per owner and type)',
         description:
           'A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the ' +
@@ -47,12 +96,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           'Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER. The address is where withdrawals and payouts ' +
           "go by default: 400 INVALID_DESTINATION for one of the platform's own addresses, a well-known program or " +
           'a burn address.',
-        body: z.object({
-          owner_type: z.enum(['user', 'provider']),
-          owner_id: z.uuid(),
-          solana_address: solanaAddress,
-          holder_id: z.uuid().optional().describe('the holding user (admins and services only)'),
-        }),
+        body: newWalletBody,
         response: { 201: walletSchema, ...problems(400, 403, 404, 409, 503) },
       },
     },
@@ -74,6 +118,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
+        operationId: 'getWallet',
         summary: 'Get a wallet',
         params: walletParams,
         response: { 200: walletSchema, ...problems(400, 403, 404) },
@@ -88,6 +133,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
+        operationId: 'createAddressChallenge',
         summary: "Ask for a one-time message to sign with the wallet address's key (proving the address)",
         description:
           'Deposits are credited only to a wallet whose holder proved control of its Solana address: sign this ' +
@@ -96,12 +142,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           'replaces an older one.',
         params: walletParams,
         response: {
-          201: z.object({
-            wallet_id: z.uuid(),
-            solana_address: z.string(),
-            message: z.string().describe('the exact text to sign'),
-            expires_at: z.string(),
-          }),
+          201: addressChallengeSchema,
           ...problems(400, 403, 404),
         },
       },
@@ -123,18 +164,14 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
+        operationId: 'proveWalletAddress',
         summary: "Prove control of the wallet's Solana address with its signature of the challenge",
         description:
           '200: the wallet, `address_proven_at` set (again 200 once proven). 409 NO_ADDRESS_CHALLENGE when no ' +
           'challenge is pending (used or expired: ask again); 422 ADDRESS_PROOF_INVALID when the signature is not ' +
           "the address's signature of the pending challenge.",
         params: walletParams,
-        body: z.object({
-          signature: z
-            .string()
-            .regex(/^[1-9A-HJ-NP-Za-km-z]{64,90}$/, 'must be a base58 ed25519 signature (64 bytes)')
-            .describe("base58 of the address key's ed25519 signature of the challenge message"),
-        }),
+        body: addressProofBody,
         response: { 200: walletSchema, ...problems(400, 403, 404, 409, 422) },
       },
     },
@@ -148,6 +185,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
+        operationId: 'getWalletBalance',
         summary: 'Get the balance of a wallet: total = available + locked; pending is on its way out',
         params: walletParams,
         response: { 200: balanceSchema, ...problems(400, 403, 404) },
@@ -166,21 +204,12 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
       config: { roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
+        operationId: 'getWalletChainBalance',
         summary:
           "Read the platform-token balance of the wallet's Solana address on chain (its associated token account)",
         params: walletParams,
         response: {
-          200: z.object({
-            wallet_id: z.uuid(),
-            solana_address: z.string(),
-            mint: z.string(),
-            token_balance: z
-              .string()
-              .describe(
-                'tokens, decimal string with the token\'s decimals; "0.000000" when the address has no token account',
-              ),
-            decimals: z.number().int(),
-          }),
+          200: chainBalanceSchema,
           ...problems(400, 403, 404, 409, 503),
         },
       },
@@ -209,9 +238,10 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID/transactions',
     {
-      config: { roles: WALLET_ROLES },
+      config: { roles: WALLET_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['wallets'],
+        operationId: 'listWalletTransactions',
         summary: 'Transaction history of a wallet, newest first, with filters and cursor pagination',
         description:
           'When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page ' +
@@ -225,10 +255,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           to: zTimestamp().optional().describe('created before (RFC 3339, 1970 to 2100)'),
         }),
         response: {
-          200: z.object({
-            transactions: z.array(transactionSchema),
-            next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-          }),
+          200: transactionPageSchema,
           ...problems(400, 403, 404),
         },
       },
