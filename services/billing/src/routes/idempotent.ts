@@ -29,10 +29,14 @@ export interface IdempotentOptions {
 
 /**
  * How an idempotent route reads in the document: its answers of these statuses may be the stored answer of an
- * earlier request with the same key (`Idempotent-Replayed: true`).
+ * earlier request with the same key (`Idempotent-Replayed: true`), and its 409 `IDEMPOTENCY_KEY_IN_PROGRESS` (the
+ * same key still being handled) says when to ask again (`Retry-After`).
  */
 export const replayable = (...statuses: number[]): RouteDocs => ({
-  headers: Object.fromEntries(statuses.map((status) => [status, ['Idempotent-Replayed'] as const])),
+  headers: {
+    ...Object.fromEntries(statuses.map((status) => [status, ['Idempotent-Replayed'] as const])),
+    409: ['Retry-After'],
+  },
 });
 
 function send(reply: FastifyReply, response: StoredResponse, replayed: boolean) {
