@@ -26,6 +26,9 @@ import { ALGORITHMS, MIN_SECRET_LENGTH } from './jwt-settings.ts';
 
 export type { Algorithm } from './jwt-settings.ts';
 
+/** The service's port in the platform's table. */
+export const DEFAULT_PORT = 8000;
+
 const RATE = /^\s*(\d+)\s*\/\s*(.+)$/;
 
 /** A rate limit: at most `max` events per `windowMs`. */
@@ -62,7 +65,7 @@ function durationOk(s: string): boolean {
 }
 
 export const authConfigSchema = z.object({
-  ...baseConfigShape(8000),
+  ...baseConfigShape(DEFAULT_PORT),
   /** `production` refuses to start with a missing or short secret or a missing private key. */
   environment: z.enum(['development', 'test', 'production']).default('development'),
   /** `url` (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`. */

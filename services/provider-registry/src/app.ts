@@ -14,7 +14,7 @@ import {
   type TokenVerifier,
 } from '@gpu/common';
 import { type SessionConsumer, startSessionConsumer } from './adapters/billing-events-consumer.ts';
-import { offlineAfterMs, type RegistryConfig } from './config.ts';
+import { DEFAULT_PORT, offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { OfflineSweeper } from './domain/offline-sweeper.ts';
 import { ProviderSessions } from './domain/provider-sessions.ts';
@@ -24,6 +24,7 @@ import { heartbeatRoute } from './routes/heartbeat.ts';
 import { JsonArraySender } from './routes/json-array.ts';
 import type { ProviderRoutesOptions } from './routes/options.ts';
 import { providerRoutes } from './routes/providers.ts';
+import { schemas } from './routes/schemas.ts';
 import { sessionRoutes } from './routes/sessions.ts';
 
 export const SERVICE_NAME = 'provider-registry';
@@ -77,6 +78,8 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     logger,
     healthChecks: { database: () => database.ping() },
     verifier: deps.verifier,
+    schemas,
+    defaultPort: DEFAULT_PORT,
   });
   const outbox = new StatusOutbox(publisher.enabled);
   const subject = config.messaging.subjects.status;

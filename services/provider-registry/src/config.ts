@@ -21,6 +21,9 @@ import {
 } from '@gpu/common';
 import { z } from 'zod';
 
+/** The service's port in the platform's table. */
+export const DEFAULT_PORT = 8002;
+
 /** Spec parameter -> path in the shared `registry` section. */
 const FLAT_REGISTRY_KEYS: Record<string, string[]> = {
   consul_address: ['address'],
@@ -58,7 +61,7 @@ function mapFlatKeys(input: unknown): unknown {
 }
 
 const registryShape = {
-  ...baseConfigShape(8002),
+  ...baseConfigShape(DEFAULT_PORT),
   /** Optional JSON file with secrets: `database_url`, or `database: {host, port, user, password, name}`. */
   secrets_file_path: z.string().default(''),
   database: z

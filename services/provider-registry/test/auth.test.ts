@@ -135,6 +135,8 @@ describe('access control (on by default)', () => {
 
   it('documents the bearer requirement in OpenAPI', async () => {
     const spec = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
-    expect(spec.paths['/providers'].get.security).toEqual([{ bearerAuth: [] }]);
+    // Declared once at the root; only a public operation says otherwise (`security: []`).
+    expect(spec.security).toEqual([{ bearerAuth: [] }]);
+    expect(spec.paths['/providers'].get).not.toHaveProperty('security');
   });
 });

@@ -1,8 +1,10 @@
 /**
  * The committed OpenAPI document (`openapi.json`) is the one the service serves: the typed client
  * (`packages/client`) is generated from it. After an API change: `pnpm test -u` rewrites it, then
- * `pnpm --filter @gpu/client generate`.
+ * `pnpm --filter @gpu/client generate`. It holds what a client author needs (common's `contractProblems`): every
+ * operation named, every body a named schema, and exactly the routes the service serves.
  */
+import { contractProblems } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, startHarness } from './helpers.ts';
 
@@ -16,5 +18,18 @@ describe('openapi.json', () => {
   it('is the document the service serves', async () => {
     const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
     await expect(`${JSON.stringify(doc, null, 2)}\n`).toMatchFileSnapshot('../openapi.json');
+  });
+
+  it('names every operation and body, and documents exactly the routes served', async () => {
+    const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const served = [...h.app.routeTable, { method: 'GET', url: '/health' }];
+    expect(contractProblems(doc, served)).toEqual([]);
+  });
+
+  it("declares discovery's paging headers and a registration's Location", async () => {
+    const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const list = doc.paths['/providers'].get.responses['200'];
+    expect(Object.keys(list.headers)).toEqual(expect.arrayContaining(['X-Next-Cursor', 'Link']));
+    expect(doc.paths['/providers'].post.responses['201'].headers).toHaveProperty('Location');
   });
 });

@@ -44,6 +44,7 @@ export const HEADERS = {
   'Content-Range': { description: 'The byte range sent, `bytes <first>-<last>/<size>`', schema: text },
   'Accept-Ranges': { description: '`bytes`: ranges may be asked for', schema: text },
   'Cache-Control': { description: 'Caching directive (`no-store` on a redirect to a presigned URL)', schema: text },
+  Pragma: { description: '`no-cache`, for HTTP/1.0 caches (with `Cache-Control: no-store` on a token)', schema: text },
   Location: { description: 'Where the answer points (the presigned URL of a redirect)', schema: text },
   'Idempotent-Replayed': {
     description: '`true` when this is the stored answer of an earlier request with the same `Idempotency-Key`',

@@ -5,6 +5,8 @@ import {
   callerOf,
   durationMs,
   MAX_CURSOR_LENGTH,
+  PAGE_HEADERS,
+  type RouteDocs,
   setNextPage,
   withRequestLogger,
   zDuration,
@@ -12,20 +14,29 @@ import {
 import { z } from 'zod';
 import { type Client, createClient, getClient, listClients, revokeClient, rotateClient } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
-import { problems } from './schemas.ts';
+import { problems, schemas } from './schemas.ts';
 
-const clientSchema = z.object({
-  id: z.uuid().describe('the client ID (`client_id` at the token endpoint)'),
-  name: z.string(),
-  role: z.enum(CLIENT_ROLES),
-  owner_id: z.uuid().nullable().describe("a daemon's provider owner; null for other roles"),
-  created_by: z.uuid().nullable(),
-  created_at: z.string(),
-  rotated_at: z.string().nullable(),
-  revoked_at: z.string().nullable(),
-  last_used_at: z.string().nullable(),
-  previous_secret_expires_at: z.string().nullable().describe('until when the secret before the last rotation works'),
-});
+const clientSchema = z
+  .object({
+    id: z.uuid().describe('the client ID (`client_id` at the token endpoint)'),
+    name: z.string(),
+    role: z.enum(CLIENT_ROLES),
+    owner_id: z.uuid().nullable().describe("a daemon's provider owner; null for other roles"),
+    created_by: z.uuid().nullable(),
+    created_at: z.string(),
+    rotated_at: z.string().nullable(),
+    revoked_at: z.string().nullable(),
+    last_used_at: z.string().nullable(),
+    previous_secret_expires_at: z.string().nullable().describe('until when the secret before the last rotation works'),
+  })
+  .describe('A machine client (never its secret)')
+  .register(schemas, { id: 'Client' });
+
+/** A page of clients, oldest first. */
+const clientListSchema = z
+  .array(clientSchema)
+  .describe('Clients, oldest first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'ClientList' });
 
 /**
  * A client with its new secret. `client_id` and `client_secret` at the top level make the answer, saved as it is, the
@@ -37,7 +48,8 @@ const withSecretSchema = z
     client_secret: z.string().describe('shown only in this answer; store it now'),
     client: clientSchema,
   })
-  .describe("a client and its secret: saved as it is, the provider daemon's credentials file");
+  .describe("a client and its secret: saved as it is, the provider daemon's credentials file")
+  .register(schemas, { id: 'ClientWithSecret' });
 
 /** The answer of a creation or rotation: the client and its secret, usable as a credentials file. */
 const withSecret = (client: Client, secret: string) => ({
@@ -71,6 +83,19 @@ const nameSchema = z
   .max(100)
   .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-", starting with a letter or digit');
 
+const createBodySchema = z
+  .object({ name: nameSchema, role: z.enum(CLIENT_ROLES), owner_id: z.uuid().optional() })
+  .register(schemas, { id: 'CreateClientRequest' });
+
+const rotateBodySchema = z
+  .object({ grace_period: zDuration().optional() })
+  .nullish()
+  .describe('optional: without a body the configured rotation grace applies')
+  .register(schemas, { id: 'RotateClientSecretRequest' });
+
+/** The answers with a secret, which no cache may keep. */
+const SECRET_DOCS = { headers: { 200: ['Cache-Control'], 201: ['Cache-Control'] } } satisfies RouteDocs;
+
 const idParams = z.object({ id: z.uuid() });
 const tags = ['clients'];
 const access = { roles: ['admin', 'provider'] as const };
@@ -79,9 +104,10 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/clients',
     {
-      config: access,
+      config: { ...access, openapi: SECRET_DOCS },
       schema: {
         tags,
+        operationId: 'createClient',
         summary: 'Create a machine client; its secret is in this answer only',
         description:
           'Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts ' +
@@ -90,7 +116,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
           "409 CLIENT_NAME_TAKEN for the same owner's duplicate only; another provider's names never collide. " +
           'The answer carries `client_id` and `client_secret` at the top level: saved as it is ' +
           "(`curl ... > credentials.json`) it is the provider daemon's credentials file.",
-        body: z.object({ name: nameSchema, role: z.enum(CLIENT_ROLES), owner_id: z.uuid().optional() }),
+        body: createBodySchema,
         response: { 201: withSecretSchema, ...problems(400, 404, 409, 503) },
       },
     },
@@ -104,16 +130,17 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.get(
     '/clients',
     {
-      config: access,
+      config: { ...access, openapi: { headers: { 200: PAGE_HEADERS } } },
       schema: {
         tags,
+        operationId: 'listClients',
         summary: 'List clients (admins: all; providers: their daemons), oldest first',
         querystring: z.object({
           limit: z.coerce.number().int().min(1).max(200).default(50),
           cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('X-Next-Cursor of the previous page'),
           include_revoked: z.stringbool().default(false),
         }),
-        response: { 200: z.array(clientSchema), ...problems(400, 503) },
+        response: { 200: clientListSchema, ...problems(400, 503) },
       },
     },
     async (request, reply) => {
@@ -129,6 +156,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
       config: access,
       schema: {
         tags,
+        operationId: 'getClient',
         summary: 'One client',
         params: idParams,
         response: { 200: clientSchema, ...problems(400, 404, 503) },
@@ -140,15 +168,16 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/clients/:id/rotate',
     {
-      config: access,
+      config: { ...access, openapi: SECRET_DOCS },
       schema: {
         tags,
+        operationId: 'rotateClientSecret',
         summary: 'Give a client a new secret; the old one keeps working for a grace period',
         description:
           '`grace_period` (a duration such as "30m"; the configured rotation grace by default) is how long the ' +
           'previous secret stays valid; "0s" ends it at once (a leaked secret).',
         params: idParams,
-        body: z.object({ grace_period: zDuration().optional() }).nullish(),
+        body: rotateBodySchema,
         response: { 200: withSecretSchema, ...problems(400, 404, 409, 503) },
       },
     },
@@ -172,6 +201,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
       config: access,
       schema: {
         tags,
+        operationId: 'revokeClient',
         summary: 'Revoke a client: no new tokens; tokens already issued expire within the access-token lifetime',
         params: idParams,
         response: { 200: clientSchema, ...problems(400, 404, 503) },

@@ -1,6 +1,9 @@
 /** Zod schemas shared by the auth routes: request bodies, the user view, the token pair, error responses. */
-import { problemSchema, USER_ROLES, type UserRole } from '@gpu/common';
+import { problemSchema, schemaRegistry, USER_ROLES, type UserRole } from '@gpu/common';
 import { z } from 'zod';
+
+/** The auth document's named schemas (`components.schemas`). */
+export const schemas = schemaRegistry();
 
 export const emailSchema = z.email().max(254).describe('email address; compared case-insensitively');
 /** Any printable text, spaces included (NIST SP 800-63B); NUL and other control characters are refused. */
@@ -13,13 +16,16 @@ export const passwordSchema = z
 /** A user's role (machine-client roles belong to clients, not accounts). */
 export const roleSchema = z.enum(USER_ROLES);
 
-export const userSchema = z.object({
-  id: z.uuid(),
-  email: z.string(),
-  roles: z.array(roleSchema),
-  created_at: z.string().describe('RFC 3339, UTC'),
-  updated_at: z.string().describe('RFC 3339, UTC'),
-});
+export const userSchema = z
+  .object({
+    id: z.uuid(),
+    email: z.string(),
+    roles: z.array(roleSchema),
+    created_at: z.string().describe('RFC 3339, UTC'),
+    updated_at: z.string().describe('RFC 3339, UTC'),
+  })
+  .describe('An account (never its password)')
+  .register(schemas, { id: 'User' });
 
 /** An account as the domain holds it, as far as the public view shows it. */
 interface Account {
@@ -41,14 +47,32 @@ export function userJson(account: Account): z.infer<typeof userSchema> {
   };
 }
 
-export const tokenPairSchema = z.object({
+const tokenPairShape = {
   access_token: z.string().describe('JWT with iss, sub, aud, exp, iat, jti, roles'),
   refresh_token: z.string().describe('opaque; single use: each refresh returns a new one'),
   token_type: z.literal('bearer'),
   expires_in: z.number().int().describe('seconds until the access token expires'),
-});
+};
 
-export const refreshBodySchema = z.object({ refresh_token: z.string().min(1).max(512) });
+/** The answer of a refresh: a new access token and a new refresh token. */
+export const tokenPairSchema = z
+  .object(tokenPairShape)
+  .describe('An access token and a refresh token')
+  .register(schemas, { id: 'TokenPair' });
+
+/** The answer of a login: a token pair and the device token. */
+export const loginResponseSchema = z
+  .object({
+    ...tokenPairShape,
+    device_token: z.string().describe('identifies this client to the account at later logins; keep it'),
+  })
+  .describe('A token pair, and the device token to send with later logins')
+  .register(schemas, { id: 'LoginResponse' });
+
+/** The body of a refresh and of a logout. */
+export const refreshBodySchema = z
+  .object({ refresh_token: z.string().min(1).max(512) })
+  .register(schemas, { id: 'RefreshRequest' });
 
 /** Problem responses, keyed by status, for a route's `response` map. */
 export function problems(...statuses: number[]): Record<number, typeof problemSchema> {

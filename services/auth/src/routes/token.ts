@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { grantClientToken } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { authErrors } from '../errors.ts';
-import { problems } from './schemas.ts';
+import { problems, schemas } from './schemas.ts';
 
 // RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters".
 const tokenBodySchema = ignoringUnknownFields(
@@ -21,17 +21,19 @@ const tokenBodySchema = ignoringUnknownFields(
     client_secret: z.string().max(200).optional(),
     scope: z.string().max(1000).optional().describe('ignored: a client gets its role'),
   }),
-);
+).register(schemas, { id: 'TokenRequest' });
 
-const tokenResponseSchema = z.object({
-  access_token: z
-    .string()
-    .describe(
-      'JWT with iss, sub and client_id (the client), aud, exp, iat, jti, roles [role], and owner_id for a daemon',
-    ),
-  token_type: z.literal('bearer'),
-  expires_in: z.number().int().describe('seconds until the token expires; ask for a new one before then'),
-});
+const tokenResponseSchema = z
+  .object({
+    access_token: z
+      .string()
+      .describe(
+        'JWT with iss, sub and client_id (the client), aud, exp, iat, jti, roles [role], and owner_id for a daemon',
+      ),
+    token_type: z.literal('bearer'),
+    expires_in: z.number().int().describe('seconds until the token expires; ask for a new one before then'),
+  })
+  .register(schemas, { id: 'TokenResponse' });
 
 /** The client's ID and secret from `Authorization: Basic` (RFC 6749 §2.3.1: each form-urlencoded), if present. */
 function basicCredentials(header: string | undefined): { clientId: string; secret: string } | undefined {
@@ -59,9 +61,11 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/token',
     {
-      config: { public: true },
+      // RFC 6749 §5.1: the token is not to be cached.
+      config: { public: true, openapi: { headers: { 200: ['Cache-Control', 'Pragma'] } } },
       schema: {
         tags: ['clients'],
+        operationId: 'issueToken',
         summary: 'Client-credentials grant: a machine client exchanges its ID and secret for an access token',
         description:
           'Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with ' +

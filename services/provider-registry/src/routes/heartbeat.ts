@@ -30,6 +30,7 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
       config: { roles: MANAGING_ROLES },
       schema: {
         tags: ['providers'],
+        operationId: 'sendHeartbeat',
         summary: 'Record a heartbeat from the provider daemon, with optional GPU metrics',
         description:
           'offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` ' +

@@ -4,9 +4,8 @@
  * `heartbeat.ts`). Handlers parse, authorize, call the registry service and
  * reply with the presenter (`wire/provider-json.ts`); rules live in `domain/`.
  */
-import { type App, callerOf, invalidCursor, problemSchema, setNextPage } from '@gpu/common';
+import { type App, callerOf, invalidCursor, PAGE_HEADERS, problemSchema, setNextPage } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
-import { z } from 'zod';
 import { MANAGING_ROLES, READING_ROLES } from '../domain/access.ts';
 import { type Cursor, cursorOf, cursorText } from '../domain/discovery.ts';
 import { registryErrors } from '../errors.ts';
@@ -17,6 +16,7 @@ import {
   messageSchema,
   providerIdParams,
   providerInputSchema,
+  providerListSchema,
   providerSchema,
   providerUpdateSchema,
   statusResultJson,
@@ -36,9 +36,10 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.post(
     '/providers',
     {
-      config: manage,
+      config: { ...manage, openapi: { headers: { 201: ['Location'] } } },
       schema: {
         tags,
+        operationId: 'registerProvider',
         summary: 'Register a provider with its GPUs',
         description:
           'Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. ' +
@@ -56,9 +57,10 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.get(
     '/providers',
     {
-      config: read,
+      config: { ...read, openapi: { headers: { 200: PAGE_HEADERS } } },
       schema: {
         tags,
+        operationId: 'listProviders',
         summary: 'Discover providers by status and GPU properties',
         description:
           'Filters combine with AND. GPU conditions (gpu_model, min_vram, architecture) hold for single GPUs and min_gpus counts the GPUs meeting all of them. ' +
@@ -66,7 +68,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
           'Pages are ordered by `sort` then id; when more rows exist the response carries `X-Next-Cursor` (and a `Link: rel="next"`).',
         querystring: listQuerySchema,
         response: {
-          200: z.array(providerSchema).describe('one page of providers; see X-Next-Cursor'),
+          200: providerListSchema,
           ...errorsOf(400, 401, 403, 503),
         },
       },
@@ -93,6 +95,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       config: read,
       schema: {
         tags,
+        operationId: 'getProvider',
         summary: 'Get one provider',
         params: providerIdParams,
         response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 503) },
@@ -107,6 +110,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       config: manage,
       schema: {
         tags,
+        operationId: 'updateProvider',
         summary: 'Replace a provider (full update, GPUs included)',
         description:
           'Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. ' +
@@ -131,6 +135,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       config: manage,
       schema: {
         tags,
+        operationId: 'setProviderStatus',
         summary: 'Set the provider status explicitly',
         description:
           'Any state, except what contradicts the rental sessions billing reported: `idle` while a session runs, ' +
@@ -155,6 +160,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       config: manage,
       schema: {
         tags,
+        operationId: 'deleteProvider',
         summary: 'Delete a provider and its GPUs',
         description:
           'Also a rented machine: the removal is published (`provider.removed`), and billing ends every session still ' +

@@ -4,7 +4,7 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
-import { ignoringUnknownFields, MAX_CURSOR_LENGTH } from '@gpu/common';
+import { ignoringUnknownFields, MAX_CURSOR_LENGTH, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
 import { DEFAULT_LIMIT, MAX_LIMIT, SORTS } from '../domain/discovery.ts';
 import {
@@ -23,6 +23,9 @@ import {
   type ProviderFieldType,
   type ProviderJson,
 } from '../wire/provider-json.ts';
+
+/** The registry document's named schemas (`components.schemas`). */
+export const schemas = schemaRegistry();
 
 const UINT32_MAX = 4_294_967_295;
 const uint32 = () => z.number().int().min(0).max(UINT32_MAX);
@@ -81,9 +84,10 @@ const gpuSchema = z
   .describe('one GPU of a provider') as unknown as z.ZodType<GpuInput>;
 
 /** A GPU as the API shows it: every field, null where the field is nullable and unknown. */
-const gpuOutputSchema = z.object(
-  shapeOf(GPU_FIELDS, (f) => (f.nullable ? fieldValue(f).nullable() : fieldValue(f))),
-) as unknown as z.ZodType<Gpu>;
+const gpuOutputSchema = z
+  .object(shapeOf(GPU_FIELDS, (f) => (f.nullable ? fieldValue(f).nullable() : fieldValue(f))))
+  .describe('One GPU of a provider')
+  .register(schemas, { id: 'Gpu' }) as unknown as z.ZodType<Gpu>;
 
 const hostnameSchema = z
   .string()
@@ -97,26 +101,40 @@ const metadataSchema = z
   .refine((m) => Object.keys(m).length <= 64, 'at most 64 keys')
   .describe('extra key-value data');
 
-/** RegisterProviderRequest, and the writable fields of a full update. */
-export const providerInputSchema = z.object({
+/** The writable fields of a provider: a registration's, and a full update's. */
+const providerInputShape = {
   owner_id: text(128).describe('identifier of the owning user'),
   name: text(128).describe('friendly name; unique per owner'),
   hostname: hostnameSchema,
-  ip_address: z.union([z.ipv4(), z.ipv6()]).nullish(),
+  // `type` for the document: a union of formats says only `anyOf`, which leaves the field untyped for generators.
+  ip_address: z
+    .union([z.ipv4(), z.ipv6()])
+    .nullish()
+    .meta({ type: ['string', 'null'], description: 'IPv4 or IPv6 address' }),
   location: optionalText(256),
   metadata: metadataSchema.optional(),
   status: statusSchema.optional().describe('initial status (default idle)'),
   gpus: z.array(gpuSchema).min(1).max(64),
-});
+};
+
+/** POST body: RegisterProviderRequest. */
+export const providerInputSchema = z
+  .object(providerInputShape)
+  .describe('A new provider with its GPUs')
+  .register(schemas, { id: 'RegisterProviderRequest' });
 
 /** PUT body: a Provider; read-only fields (`registered_at`, `last_seen_at`) are ignored, `id` must match. */
-export const providerUpdateSchema = providerInputSchema.extend({
-  id: z.uuid().optional(),
-  status: statusSchema.optional().describe('new status; unchanged when absent'),
-  // A Provider as GET answers it can be sent back changed: its read-only fields are known, and ignored.
-  registered_at: z.string().max(64).optional().describe('read-only: ignored'),
-  last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
-});
+export const providerUpdateSchema = z
+  .object({
+    ...providerInputShape,
+    id: z.uuid().optional(),
+    status: statusSchema.optional().describe('new status; unchanged when absent'),
+    // A Provider as GET answers it can be sent back changed: its read-only fields are known, and ignored.
+    registered_at: z.string().max(64).optional().describe('read-only: ignored'),
+    last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
+  })
+  .describe('Every writable field of a provider, its GPUs included (a Provider as GET answers it may be sent back)')
+  .register(schemas, { id: 'UpdateProviderRequest' });
 
 /** The schema of a field of the wire shape's list. */
 function providerFieldSchema(field: ProviderField): z.ZodType {
@@ -140,11 +158,18 @@ export const providerSchema = z
       z.ZodType
     >,
   )
-  .describe('Provider') as unknown as z.ZodType<ProviderJson>;
+  .describe('A provider machine with its GPUs')
+  .register(schemas, { id: 'Provider' }) as unknown as z.ZodType<ProviderJson>;
+
+/** A page of discovery. */
+export const providerListSchema = z
+  .array(providerSchema)
+  .describe('One page of providers; `X-Next-Cursor` names the next')
+  .register(schemas, { id: 'ProviderList' });
 
 export const providerIdParams = z.object({ providerID: z.uuid().describe('provider UUID') });
 
-export const statusUpdateSchema = z.object({ status: statusSchema });
+export const statusUpdateSchema = z.object({ status: statusSchema }).register(schemas, { id: 'UpdateStatusRequest' });
 
 /** One GPU's metrics in a heartbeat: its index and any of the metric fields. */
 const gpuMetricsSchema = z.object({
@@ -166,16 +191,20 @@ export const heartbeatSchema = ignoringUnknownFields(
   }),
 )
   .nullish()
-  .describe('HeartbeatRequest (optional body)');
+  .describe('A heartbeat, with the metrics of some GPUs; the body is optional (none: a heartbeat without metrics)')
+  .register(schemas, { id: 'HeartbeatRequest' });
 
 /** Success message of PATCH status and heartbeat. */
-export const statusResultSchema = z.object({
-  message: z.string(),
-  id: z.uuid(),
-  previous_status: statusSchema,
-  status: statusSchema,
-  last_seen_at: z.string(),
-});
+export const statusResultSchema = z
+  .object({
+    message: z.string(),
+    id: z.uuid(),
+    previous_status: statusSchema,
+    status: statusSchema,
+    last_seen_at: z.string(),
+  })
+  .describe("A provider's status before and after a status update or a heartbeat")
+  .register(schemas, { id: 'StatusResult' });
 
 /** The answer of a status write: the domain's result as the wire's snake_case JSON. */
 export function statusResultJson(message: string, r: StatusResult): z.input<typeof statusResultSchema> {
@@ -188,7 +217,10 @@ export function statusResultJson(message: string, r: StatusResult): z.input<type
   };
 }
 
-export const messageSchema = z.object({ message: z.string(), id: z.uuid() });
+export const messageSchema = z
+  .object({ message: z.string(), id: z.uuid() })
+  .describe('The deleted provider')
+  .register(schemas, { id: 'ProviderDeleted' });
 
 const uintParam = (max: number) =>
   z

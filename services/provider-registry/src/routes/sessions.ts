@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { SESSION_REPORTING_ROLES } from '../domain/access.ts';
 import type { ProviderSessions, SessionReport } from '../domain/provider-sessions.ts';
 import { registryErrors } from '../errors.ts';
-import { statusSchema } from './schemas.ts';
+import { schemas, statusSchema } from './schemas.ts';
 
 export interface SessionRoutesOptions {
   sessions: ProviderSessions;
@@ -23,14 +23,17 @@ const sessionParams = z.object({
   sessionID: z.uuid().describe("billing's session UUID"),
 });
 
-const sessionReportSchema = z.object({
-  message: z.string(),
-  provider_id: z.uuid(),
-  session_id: z.uuid(),
-  active: z.boolean().describe('whether the session counts as running on the provider'),
-  previous_status: statusSchema,
-  status: statusSchema,
-});
+const sessionReportSchema = z
+  .object({
+    message: z.string(),
+    provider_id: z.uuid(),
+    session_id: z.uuid(),
+    active: z.boolean().describe('whether the session counts as running on the provider'),
+    previous_status: statusSchema,
+    status: statusSchema,
+  })
+  .describe("A rental session as the registry holds it, and the provider's status before and after the report")
+  .register(schemas, { id: 'SessionReport' });
 
 const answer = (message: string, r: SessionReport) => ({ message, ...r });
 
@@ -45,6 +48,7 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
       config,
       schema: {
         tags,
+        operationId: 'reportSessionRunning',
         summary: 'Report a rental session running on the provider (billing, without NATS)',
         description:
           'Idempotent. The provider goes idle -> busy; offline, error and maintenance are kept. ' +
@@ -68,6 +72,7 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
       config,
       schema: {
         tags,
+        operationId: 'reportSessionEnded',
         summary: 'Report a rental session ended (billing, without NATS)',
         description:
           'Idempotent; also for a session never reported running (it is kept as ended). The provider goes ' +
