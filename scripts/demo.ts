@@ -31,6 +31,7 @@ import {
   authClient,
   billingClient,
   clientCredentials,
+  objectStore,
   registryClient,
   type TokenSource,
   unwrap,
@@ -74,7 +75,13 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
   }
 }
 
-const healthy = async (base: string) => (await fetch(`${base}/health`).catch(() => null))?.ok === true;
+/** Whether a service answers its health route UP (every service's document has `GET /health`: `getHealth`). */
+const healthy = async (base: string) =>
+  (
+    await authClient({ baseUrl: base, retries: 0 })
+      .GET('/health')
+      .catch(() => null)
+  )?.response.ok === true;
 
 /** The platform: the one already running, or `pnpm start` started here (and stopped at the end). */
 async function platform(): Promise<ChildProcess | null> {
@@ -113,9 +120,7 @@ async function checkDataFolder() {
   const needed = ['solana/mint.json', 'solana/wallets.json', 'auth/clients/gateway.json'];
   const missing = needed.filter((file) => !existsSync(path.join(data, file)));
   if (missing.length > 0) throw new Error(`no ${missing.join(', ')} in the data folder: ${whose}`);
-  const res = await fetch(`${urls.billing}/api/v1/deposits/instructions`);
-  if (!res.ok) throw new Error(`billing's deposit instructions: ${res.status} ${await res.text()}`);
-  const { mint } = (await res.json()) as { mint: string };
+  const { mint } = unwrap(await billingClient({ baseUrl: urls.billing }).GET('/api/v1/deposits/instructions'));
   if (mint !== localMint().mint) {
     throw new Error(
       `billing takes deposits of the token ${mint}, the data folder's chain made ${localMint().mint}: ${whose}`,
@@ -325,17 +330,12 @@ async function main() {
     'renter discovered the machine',
     `idle, H100, at least 4 healthy GPUs (through the gateway's client; ${matches} match on the pages read)`,
   );
-  const renterAuth = { authorization: `Bearer ${await renter.token.get()}`, 'content-type': 'application/json' };
-  const storageAt = (key: string) => `${urls.storage}/objects/${key}`;
+  const objects = objectStore({ baseUrl: urls.storage, token: renter.token });
   const runId = randomBytes(4).toString('hex');
-  const datasetKey = `dataset-${runId}.csv`;
+  // A key with a folder in the renter's part of the default bucket (kept under users/<renter>/ there).
+  const datasetKey = `datasets/run-${runId}.csv`;
   const dataset = `step,loss\n${Array.from({ length: 1000 }, (_, i) => `${i},${(1 / (i + 1)).toFixed(6)}`).join('\n')}\n`;
-  const put = await fetch(storageAt(datasetKey), {
-    method: 'PUT',
-    headers: { ...renterAuth, 'content-type': 'text/csv' },
-    body: dataset,
-  });
-  if (put.status !== 201) throw new Error(`uploading the dataset: ${put.status} ${await put.text()}`);
+  await objects.upload({ key: datasetKey }, dataset, { contentType: 'text/csv' });
   say('renter uploaded a dataset', `${datasetKey} (${dataset.length} bytes)`);
   const quote = unwrap(
     await billing.POST('/api/v1/pricing/calculate', {
@@ -369,18 +369,10 @@ async function main() {
   say('registry', 'the machine is busy');
 
   // The renter hands the job presigned URLs: GET for the dataset, PUT for the output (keys of the renter's in the
-  // default bucket, kept under users/<renter>/). The presign path's key is a wildcard segment, which the typed client
-  // does not fill in: plain fetch.
-  const presign = async (key: string, method: 'GET' | 'PUT') => {
-    const res = await fetch(`${urls.storage}/presigned-url/${key}`, {
-      method: 'POST',
-      headers: renterAuth,
-      body: JSON.stringify({ method, expiry: '15m' }),
-    });
-    if (res.status !== 200) throw new Error(`presigning ${method} ${key}: ${res.status} ${await res.text()}`);
-    return ((await res.json()) as { url: string }).url;
-  };
-  const outputKey = `job-${jobId}-output.txt`;
+  // default bucket, kept under users/<renter>/).
+  const presign = async (key: string, method: 'GET' | 'PUT') =>
+    (await objects.presign({ key }, { method, expiry: '15m' })).url;
+  const outputKey = `jobs/${jobId}/output.txt`;
   const presigned = { url: await presign(outputKey, 'PUT') };
   const input = await fetch(await presign(datasetKey, 'GET'));
   const inputBytes = Buffer.from(await input.arrayBuffer());
@@ -390,11 +382,8 @@ async function main() {
   const output = `job ${jobId} on ${machineId}: read ${inputBytes.length} bytes (sha256 ${digest}), final loss 0.001000\n`;
   writeFileSync(outputFile, output);
   const uploaded = await uploadFile(outputFile, presigned.url, { contentType: 'text/plain' });
-  const readBack = await fetch(storageAt(outputKey), { headers: renterAuth });
-  const readText = await readBack.text();
-  if (readBack.status !== 200 || readText !== output) {
-    throw new Error(`the job's output read back ${readBack.status}: ${readText.slice(0, 200)}`);
-  }
+  const readText = await (await objects.download({ key: outputKey })).text();
+  if (readText !== output) throw new Error(`the job's output read back: ${readText.slice(0, 200)}`);
   say(
     "job read the dataset; its output uploaded with the daemon's uploader through a presigned URL, read back",
     `${outputKey} (${uploaded.bytes} bytes)`,

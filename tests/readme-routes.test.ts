@@ -15,7 +15,7 @@ const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD'];
 /** Served by every service outside its OpenAPI document (docs/conventions.md). */
 const INFRA = new Set(['/docs', '/docs/json', '/redoc', '/metrics']);
 
-/** `GET /a/{}/b`: parameter names dropped, since a README may spell `{objectKey...}` where the document has `{*}`. */
+/** `GET /a/{}/b`: parameter names dropped, since a README may spell `{objectKey...}` where the document has `{objectKey}`. */
 const operation = (method: string, route: string) => `${method.toUpperCase()} ${route.replace(/\{[^}]*\}/g, '{}')}`;
 
 function documented(service: string): Set<string> {

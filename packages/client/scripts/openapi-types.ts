@@ -21,6 +21,8 @@ export async function generateTypes(service: ServiceName): Promise<string> {
   const document = JSON.parse(readFileSync(documentPath(service), 'utf8'));
   const ast = await openapiTS(document, {
     alphabetize: true,
+    // A request field with a default is optional to the caller (openapi-typescript 7 would make it required).
+    defaultNonNullable: false,
     // Raw bytes (uploads, downloads) are a Blob to the caller, as openapi-typescript's docs advise, not a string.
     transform: (schema) => (schema.format === 'binary' ? ts.factory.createTypeReferenceNode('Blob') : undefined),
   });

@@ -10,10 +10,10 @@
  */
 import createClient, { type Client } from 'openapi-fetch';
 import { type ClientOptions, clientFetch } from './client-options.ts';
-import type { paths as AuthPaths } from './generated/auth.ts';
-import type { paths as BillingPaths } from './generated/billing.ts';
-import type { paths as RegistryPaths } from './generated/provider-registry.ts';
-import type { paths as StoragePaths } from './generated/storage.ts';
+import type { components as AuthComponents, paths as AuthPaths } from './generated/auth.ts';
+import type { components as BillingComponents, paths as BillingPaths } from './generated/billing.ts';
+import type { components as RegistryComponents, paths as RegistryPaths } from './generated/provider-registry.ts';
+import type { components as StorageComponents, paths as StoragePaths } from './generated/storage.ts';
 
 export { type ClientOptions, clientFetch } from './client-options.ts';
 export { ApiError, unwrap } from './errors.ts';
@@ -35,6 +35,11 @@ export {
 } from './storage.ts';
 export { clientCredentials, staticToken, type TokenSource, userLogin } from './tokens.ts';
 export type { AuthPaths, BillingPaths, RegistryPaths, StoragePaths };
+/** Each service's named schemas: `BillingSchemas['Wallet']`, `RegistrySchemas['Provider']`, `AuthSchemas['User']`. */
+export type AuthSchemas = AuthComponents['schemas'];
+export type BillingSchemas = BillingComponents['schemas'];
+export type RegistrySchemas = RegistryComponents['schemas'];
+export type StorageSchemas = StorageComponents['schemas'];
 
 function serviceClient<Paths extends {}>(opts: ClientOptions): Client<Paths> {
   return createClient<Paths>({ baseUrl: opts.baseUrl.replace(/\/$/, ''), fetch: clientFetch(opts) });

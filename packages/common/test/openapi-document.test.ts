@@ -55,6 +55,19 @@ beforeAll(async () => {
     },
     async () => [],
   );
+  app.post(
+    '/quote',
+    {
+      config: { public: true },
+      schema: {
+        operationId: 'quoteThing',
+        summary: 'A price; with a provider, for its owner only',
+        body: newThing,
+        response: { 200: thing, 401: problemSchema },
+      },
+    },
+    async () => ({ id: 'q', size: 1 }),
+  );
   app.get(
     '/things/:id/*',
     {
@@ -85,6 +98,8 @@ describe('a service document', () => {
     expect(doc.paths['/things'].get.security).toEqual([]);
     expect(doc.paths['/things'].post.security).toBeUndefined();
     expect(doc.paths['/health'].get.security).toEqual([]);
+    // Public, but 401 for some requests: a token is optional.
+    expect(doc.paths['/quote'].post.security).toEqual([{}, { bearerAuth: [] }]);
   });
 
   it('declares the problems the platform can answer, by $ref to one response per status', () => {
@@ -164,7 +179,11 @@ describe('the contract check (OPENAPI_CHECK_FILE)', () => {
         },
       },
       // Sent as text, so a wrong body passes the serializer and reaches the check.
-      async (_request, reply) => reply.code(answer.status).type('application/json').send(JSON.stringify(answer.body)),
+      async (_request, reply) =>
+        reply
+          .code(answer.status as 200)
+          .type('application/json')
+          .send(JSON.stringify(answer.body) as never),
     );
     checked.get('/untracked', async (_request, reply) => reply.code(418).send({ tea: true }));
     await checked.ready();

@@ -12,53 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Public keys that verify access tokens (JWKS) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description RFC 7517 JWK set: the active key and retired keys whose tokens may still be valid; empty with HS256 */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            keys: {
-                                [key: string]: unknown;
-                            }[];
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getJwks"];
         put?: never;
         post?: never;
         delete?: never;
@@ -75,53 +29,7 @@ export interface paths {
             cookie?: never;
         };
         /** Public keys that verify access tokens (JWKS) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description RFC 7517 JWK set: the active key and retired keys whose tokens may still be valid; empty with HS256 */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            keys: {
-                                [key: string]: unknown;
-                            }[];
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getJwksUnderPrefix"];
         put?: never;
         post?: never;
         delete?: never;
@@ -138,349 +46,13 @@ export interface paths {
             cookie?: never;
         };
         /** List clients (admins: all; providers: their daemons), oldest first */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description X-Next-Cursor of the previous page */
-                    cursor?: string;
-                    include_revoked?: string;
-                    limit?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            created_at: string;
-                            /** Format: uuid */
-                            created_by: string | null;
-                            /**
-                             * Format: uuid
-                             * @description the client ID (`client_id` at the token endpoint)
-                             */
-                            id: string;
-                            last_used_at: string | null;
-                            name: string;
-                            /**
-                             * Format: uuid
-                             * @description a daemon's provider owner; null for other roles
-                             */
-                            owner_id: string | null;
-                            /** @description until when the secret before the last rotation works */
-                            previous_secret_expires_at: string | null;
-                            revoked_at: string | null;
-                            /** @enum {string} */
-                            role: "service" | "gateway" | "scheduler" | "daemon";
-                            rotated_at: string | null;
-                        }[];
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listClients"];
         put?: never;
         /**
          * Create a machine client; its secret is in this answer only
          * @description Admins create any client: `service`, `gateway`, `scheduler`, or `daemon` with the provider owner it acts for. A provider creates daemon clients that act for themselves (owner_id may be left out). The name is unique among the owner's active clients (a platform client's among the platform's): 409 CLIENT_NAME_TAKEN for the same owner's duplicate only; another provider's names never collide. The answer carries `client_id` and `client_secret` at the top level: saved as it is (`curl ... > credentials.json`) it is the provider daemon's credentials file.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        name: string;
-                        /** Format: uuid */
-                        owner_id?: string;
-                        /** @enum {string} */
-                        role: "service" | "gateway" | "scheduler" | "daemon";
-                    };
-                };
-            };
-            responses: {
-                /** @description a client and its secret: saved as it is, the provider daemon's credentials file */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            client: {
-                                created_at: string;
-                                /** Format: uuid */
-                                created_by: string | null;
-                                /**
-                                 * Format: uuid
-                                 * @description the client ID (`client_id` at the token endpoint)
-                                 */
-                                id: string;
-                                last_used_at: string | null;
-                                name: string;
-                                /**
-                                 * Format: uuid
-                                 * @description a daemon's provider owner; null for other roles
-                                 */
-                                owner_id: string | null;
-                                /** @description until when the secret before the last rotation works */
-                                previous_secret_expires_at: string | null;
-                                revoked_at: string | null;
-                                /** @enum {string} */
-                                role: "service" | "gateway" | "scheduler" | "daemon";
-                                rotated_at: string | null;
-                            };
-                            /**
-                             * Format: uuid
-                             * @description the client ID (`client_id` at the token endpoint); the same as `client.id`
-                             */
-                            client_id: string;
-                            /** @description shown only in this answer; store it now */
-                            client_secret: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["createClient"];
         delete?: never;
         options?: never;
         head?: never;
@@ -495,327 +67,11 @@ export interface paths {
             cookie?: never;
         };
         /** One client */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            created_at: string;
-                            /** Format: uuid */
-                            created_by: string | null;
-                            /**
-                             * Format: uuid
-                             * @description the client ID (`client_id` at the token endpoint)
-                             */
-                            id: string;
-                            last_used_at: string | null;
-                            name: string;
-                            /**
-                             * Format: uuid
-                             * @description a daemon's provider owner; null for other roles
-                             */
-                            owner_id: string | null;
-                            /** @description until when the secret before the last rotation works */
-                            previous_secret_expires_at: string | null;
-                            revoked_at: string | null;
-                            /** @enum {string} */
-                            role: "service" | "gateway" | "scheduler" | "daemon";
-                            rotated_at: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getClient"];
         put?: never;
         post?: never;
         /** Revoke a client: no new tokens; tokens already issued expire within the access-token lifetime */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            created_at: string;
-                            /** Format: uuid */
-                            created_by: string | null;
-                            /**
-                             * Format: uuid
-                             * @description the client ID (`client_id` at the token endpoint)
-                             */
-                            id: string;
-                            last_used_at: string | null;
-                            name: string;
-                            /**
-                             * Format: uuid
-                             * @description a daemon's provider owner; null for other roles
-                             */
-                            owner_id: string | null;
-                            /** @description until when the secret before the last rotation works */
-                            previous_secret_expires_at: string | null;
-                            revoked_at: string | null;
-                            /** @enum {string} */
-                            role: "service" | "gateway" | "scheduler" | "daemon";
-                            rotated_at: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        delete: operations["revokeClient"];
         options?: never;
         head?: never;
         patch?: never;
@@ -834,203 +90,7 @@ export interface paths {
          * Give a client a new secret; the old one keeps working for a grace period
          * @description `grace_period` (a duration such as "30m"; the configured rotation grace by default) is how long the previous secret stays valid; "0s" ends it at once (a leaked secret).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        grace_period?: string;
-                    } | null;
-                };
-            };
-            responses: {
-                /** @description a client and its secret: saved as it is, the provider daemon's credentials file */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            client: {
-                                created_at: string;
-                                /** Format: uuid */
-                                created_by: string | null;
-                                /**
-                                 * Format: uuid
-                                 * @description the client ID (`client_id` at the token endpoint)
-                                 */
-                                id: string;
-                                last_used_at: string | null;
-                                name: string;
-                                /**
-                                 * Format: uuid
-                                 * @description a daemon's provider owner; null for other roles
-                                 */
-                                owner_id: string | null;
-                                /** @description until when the secret before the last rotation works */
-                                previous_secret_expires_at: string | null;
-                                revoked_at: string | null;
-                                /** @enum {string} */
-                                role: "service" | "gateway" | "scheduler" | "daemon";
-                                rotated_at: string | null;
-                            };
-                            /**
-                             * Format: uuid
-                             * @description the client ID (`client_id` at the token endpoint); the same as `client.id`
-                             */
-                            client_id: string;
-                            /** @description shown only in this answer; store it now */
-                            client_secret: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["rotateClientSecret"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1050,142 +110,7 @@ export interface paths {
          * Exchange email and password for an access token and a refresh token
          * @description An unknown email and a wrong password give the same 401 INVALID_CREDENTIALS. Failed logins lock an account (429) for clients it does not know; keep the `device_token` a login returns and send it with later logins: a client that has logged in before is held to a limit of its own, so failed attempts by others never lock its owner out.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description the device_token an earlier login returned */
-                        device_token?: string;
-                        /**
-                         * Format: email
-                         * @description email address; compared case-insensitively
-                         */
-                        email: string;
-                        password: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
-                            access_token: string;
-                            /** @description identifies this client to the account at later logins; keep it */
-                            device_token: string;
-                            /** @description seconds until the access token expires */
-                            expires_in: number;
-                            /** @description opaque; single use: each refresh returns a new one */
-                            refresh_token: string;
-                            /** @enum {string} */
-                            token_type: "bearer";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["loginUser"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1205,78 +130,7 @@ export interface paths {
          * Revoke the refresh token's session (its whole token family)
          * @description Answers 204 whether or not the token was known, so it reveals nothing.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        refresh_token: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description session revoked */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": null;
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["logoutUser"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1291,104 +145,7 @@ export interface paths {
             cookie?: never;
         };
         /** The account of the bearer access token (users' tokens; a machine client has no account: 403) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description RFC 3339, UTC */
-                            created_at: string;
-                            email: string;
-                            /** Format: uuid */
-                            id: string;
-                            roles: ("provider" | "renter" | "admin")[];
-                            /** @description RFC 3339, UTC */
-                            updated_at: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getCurrentUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1410,133 +167,7 @@ export interface paths {
          * Exchange a refresh token for a new access token and a new refresh token (rotation)
          * @description The presented refresh token is used up. Presenting it again later (REFRESH_TOKEN_REUSED) revokes every token of its session; a repeat within the configured reuse interval is answered normally.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        refresh_token: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
-                            access_token: string;
-                            /** @description seconds until the access token expires */
-                            expires_in: number;
-                            /** @description opaque; single use: each refresh returns a new one */
-                            refresh_token: string;
-                            /** @enum {string} */
-                            token_type: "bearer";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["refreshTokens"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1556,165 +187,7 @@ export interface paths {
          * Create an account (roles renter and/or provider; renter by default)
          * @description The password needs at least 8 characters (at most 128 by default), no composition rules, and must not be a common or breached password nor the email: a 400 names the rule that failed (PASSWORD_TOO_SHORT, PASSWORD_TOO_LONG, PASSWORD_COMMON, PASSWORD_CONTAINS_EMAIL). admin cannot be chosen (403).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * Format: email
-                         * @description email address; compared case-insensitively
-                         */
-                        email: string;
-                        password: string;
-                        roles?: ("provider" | "renter" | "admin")[];
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            message: string;
-                            user: {
-                                /** @description RFC 3339, UTC */
-                                created_at: string;
-                                email: string;
-                                /** Format: uuid */
-                                id: string;
-                                roles: ("provider" | "renter" | "admin")[];
-                                /** @description RFC 3339, UTC */
-                                updated_at: string;
-                            };
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["registerUser"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1734,144 +207,7 @@ export interface paths {
          * Client-credentials grant: a machine client exchanges its ID and secret for an access token
          * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. No refresh token: ask again before `expires_in` runs out. Wrong, unknown or revoked credentials all answer 401 `invalid_client`; repeated failures 429.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        client_id?: string;
-                        client_secret?: string;
-                        /** @description client_credentials */
-                        grant_type: string;
-                        /** @description ignored: a client gets its role */
-                        scope?: string;
-                    };
-                    "application/x-www-form-urlencoded": {
-                        client_id?: string;
-                        client_secret?: string;
-                        /** @description client_credentials */
-                        grant_type: string;
-                        /** @description ignored: a client gets its role */
-                        scope?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description JWT with iss, sub and client_id (the client), aud, exp, iat, jti, roles [role], and owner_id for a daemon */
-                            access_token: string;
-                            /** @description seconds until the token expires; ask for a new one before then */
-                            expires_in: number;
-                            /** @enum {string} */
-                            token_type: "bearer";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["issueToken"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1890,181 +226,7 @@ export interface paths {
          * Replace a user's roles (admin only)
          * @description Takes effect in tokens issued from now on (login and refresh read the roles); access tokens already issued keep their roles until they expire. The last admin cannot lose the admin role (409 LAST_ADMIN).
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        roles: ("provider" | "renter" | "admin")[];
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description RFC 3339, UTC */
-                            created_at: string;
-                            email: string;
-                            /** Format: uuid */
-                            id: string;
-                            roles: ("provider" | "renter" | "admin")[];
-                            /** @description RFC 3339, UTC */
-                            updated_at: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["setUserRoles"];
         post?: never;
         delete?: never;
         options?: never;
@@ -2080,63 +242,7 @@ export interface paths {
             cookie?: never;
         };
         /** Service health with the state of each required dependency */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2148,12 +254,788 @@ export interface paths {
 }
 export type webhooks = Record<string, never>;
 export interface components {
-    schemas: never;
-    responses: never;
+    schemas: {
+        /** @description A machine client (never its secret) */
+        Client: {
+            created_at: string;
+            created_by: string | null;
+            /**
+             * Format: uuid
+             * @description the client ID (`client_id` at the token endpoint)
+             */
+            id: string;
+            last_used_at: string | null;
+            name: string;
+            /** @description a daemon's provider owner; null for other roles */
+            owner_id: string | null;
+            /** @description until when the secret before the last rotation works */
+            previous_secret_expires_at: string | null;
+            revoked_at: string | null;
+            /** @enum {string} */
+            role: "service" | "gateway" | "scheduler" | "daemon";
+            rotated_at: string | null;
+        };
+        /** @description Clients, oldest first; `X-Next-Cursor` names the next page */
+        ClientList: components["schemas"]["Client"][];
+        /** @description a client and its secret: saved as it is, the provider daemon's credentials file */
+        ClientWithSecret: {
+            client: components["schemas"]["Client"];
+            /**
+             * Format: uuid
+             * @description the client ID (`client_id` at the token endpoint); the same as `client.id`
+             */
+            client_id: string;
+            /** @description shown only in this answer; store it now */
+            client_secret: string;
+        };
+        CreateClientRequest: {
+            name: string;
+            /** Format: uuid */
+            owner_id?: string;
+            /** @enum {string} */
+            role: "service" | "gateway" | "scheduler" | "daemon";
+        };
+        Health: {
+            checks: {
+                [key: string]: {
+                    error?: string;
+                    /** @enum {string} */
+                    status: "UP" | "DOWN";
+                };
+            };
+            instance_id: string;
+            service: string;
+            /** @enum {string} */
+            status: "UP" | "DOWN";
+            uptime_seconds: number;
+            version: string;
+        };
+        /** @description RFC 7517 JWK set: the active key and retired keys whose tokens may still be valid; empty with HS256 */
+        Jwks: {
+            keys: {
+                [key: string]: unknown;
+            }[];
+        };
+        LoginRequest: {
+            /** @description the device_token an earlier login returned */
+            device_token?: string;
+            /**
+             * Format: email
+             * @description email address; compared case-insensitively
+             */
+            email: string;
+            password: string;
+        };
+        /** @description A token pair, and the device token to send with later logins */
+        LoginResponse: {
+            /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
+            access_token: string;
+            /** @description identifies this client to the account at later logins; keep it */
+            device_token: string;
+            /** @description seconds until the access token expires */
+            expires_in: number;
+            /** @description opaque; single use: each refresh returns a new one */
+            refresh_token: string;
+            /** @constant */
+            token_type: "bearer";
+        };
+        /** @description RFC 9457 problem details (application/problem+json) */
+        Problem: {
+            /** @description stable UPPER_SNAKE machine code */
+            code: string;
+            detail: string;
+            errors?: {
+                message: string;
+                path: string;
+            }[];
+            request_id?: string;
+            status: number;
+            title: string;
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+        RefreshRequest: {
+            refresh_token: string;
+        };
+        RegisterRequest: {
+            /**
+             * Format: email
+             * @description email address; compared case-insensitively
+             */
+            email: string;
+            password: string;
+            roles?: ("provider" | "renter" | "admin")[];
+        };
+        /** @description The new account (no token: log in next) */
+        RegisterResponse: {
+            message: string;
+            user: components["schemas"]["User"];
+        };
+        /** @description optional: without a body the configured rotation grace applies */
+        RotateClientSecretRequest: {
+            grace_period?: string;
+        } | null;
+        /** @description The user's new roles: they replace the old ones */
+        SetRolesRequest: {
+            roles: ("provider" | "renter" | "admin")[];
+        };
+        /** @description An access token and a refresh token */
+        TokenPair: {
+            /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
+            access_token: string;
+            /** @description seconds until the access token expires */
+            expires_in: number;
+            /** @description opaque; single use: each refresh returns a new one */
+            refresh_token: string;
+            /** @constant */
+            token_type: "bearer";
+        };
+        TokenRequest: {
+            client_id?: string;
+            client_secret?: string;
+            /** @description client_credentials */
+            grant_type: string;
+            /** @description ignored: a client gets its role */
+            scope?: string;
+        };
+        TokenResponse: {
+            /** @description JWT with iss, sub and client_id (the client), aud, exp, iat, jti, roles [role], and owner_id for a daemon */
+            access_token: string;
+            /** @description seconds until the token expires; ask for a new one before then */
+            expires_in: number;
+            /** @constant */
+            token_type: "bearer";
+        };
+        /** @description An account (never its password) */
+        User: {
+            /** @description RFC 3339, UTC */
+            created_at: string;
+            email: string;
+            /** Format: uuid */
+            id: string;
+            roles: ("provider" | "renter" | "admin")[];
+            /** @description RFC 3339, UTC */
+            updated_at: string;
+        };
+    };
+    responses: {
+        /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
+        BadRequest: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Already exists, or the state does not allow the action (the `code` says which) */
+        Conflict: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
+        Forbidden: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
+        InternalServerError: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Not found (the `code` names what) */
+        NotFound: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
+        PayloadTooLarge: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
+        ServiceUnavailable: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Too many attempts (`RATE_LIMITED`); `Retry-After` says when to try again */
+        TooManyRequests: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
+        Unauthorized: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
+        UnsupportedMediaType: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description How the answer may be cached (`no-store`: not at all, for secrets, tokens and presigned URLs) */
+        "Cache-Control": string;
+        /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
+        Link: string;
+        /** @description `no-cache`, for HTTP/1.0 caches (with `Cache-Control: no-store` on a token) */
+        Pragma: string;
+        /** @description Seconds to wait before trying again */
+        "Retry-After": number;
+        /** @description `Bearer`, with the reason a token was refused */
+        "WWW-Authenticate": string;
+        /** @description The caller's `X-Correlation-ID` or a generated one; forwarded on every call and event it causes */
+        "X-Correlation-ID": string;
+        /** @description The next page's cursor (pass it as `cursor`); absent on the last page */
+        "X-Next-Cursor": string;
+        /** @description The request's ID: the caller's `X-Request-ID` when sane, else a generated one; on every log line */
+        "X-Request-ID": string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getJwks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Jwks"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getJwksUnderPrefix: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Jwks"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listClients: {
+        parameters: {
+            query?: {
+                /** @description X-Next-Cursor of the previous page */
+                cursor?: string;
+                include_revoked?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateClientRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Client"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    revokeClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Client"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotateClientSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RotateClientSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    loginUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LoginRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoginResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    logoutUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RefreshRequest"];
+            };
+        };
+        responses: {
+            /** @description session revoked */
+            204: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getCurrentUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    refreshTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RefreshRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenPair"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    registerUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegisterRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegisterResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    issueToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["TokenRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    Pragma: components["headers"]["Pragma"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setUserRoles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetRolesRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+}

@@ -12,145 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Usage of a session so far: elapsed minutes, cost so far, hold left, estimated remaining runtime */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    sessionID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            actual_power_w: string | null;
-                            /** @description the renter's available balance: null once ended, and for the provider side */
-                            available_balance: string | null;
-                            billed_cost: string;
-                            /** @description minutes billed by usage updates and the biller */
-                            billed_minutes: number;
-                            /** @description what ending now would cost (the final cost once ended) */
-                            cost_so_far: string;
-                            /** @description started minutes: what ending now bills */
-                            elapsed_minutes: number;
-                            elapsed_seconds: number;
-                            /** @description what the hold left and (for the renter) the available balance pay for */
-                            estimated_remaining_minutes: number;
-                            grace_until: string | null;
-                            hold_amount: string;
-                            /** @description hold_amount - cost_so_far (never below 0) */
-                            hold_remaining: string;
-                            last_usage_at: string | null;
-                            /** Format: uuid */
-                            session_id: string;
-                            started_at: string;
-                            /** @enum {string} */
-                            status: "active" | "grace_period" | "completed" | "terminated";
-                            total_hourly_rate: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getCurrentUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -172,206 +34,7 @@ export interface paths {
          * End a rental: bill it per minute (started minutes count), pay provider and fee, release the rest
          * @description Ending an ended session answers its existing billing record (200, `already_ended: true`).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        reason?: string;
-                        /** Format: uuid */
-                        session_id: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            already_ended: boolean;
-                            billing_record: {
-                                billed_minutes: number;
-                                created_at: string;
-                                end_reason: string | null;
-                                ended_at: string;
-                                gpu_count: number;
-                                gpu_model: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                /** Format: uuid */
-                                payment_transaction_id: string | null;
-                                platform_fee: string;
-                                provider_earnings: string;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** Format: uuid */
-                                session_id: string;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "completed" | "terminated";
-                                total_cost: string;
-                                total_hourly_rate: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            };
-                            session: {
-                                /** @description power draw of the latest usage update (W) */
-                                actual_power_w: string | null;
-                                billed_minutes: number;
-                                end_reason: string | null;
-                                ended_at: string | null;
-                                estimated_power_w: number;
-                                gpu_count: number;
-                                gpu_model: string;
-                                grace_until: string | null;
-                                /** Format: uuid */
-                                hold_id: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                last_usage_at: string | null;
-                                /** Format: uuid */
-                                lock_transaction_id: string | null;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** @description frozen when the session started */
-                                rates: {
-                                    /** @description base_rate_per_gpu × gpu_count */
-                                    base_hourly_rate: string;
-                                    base_rate_per_gpu: string;
-                                    demand_multiplier: string;
-                                    platform_fee_percent: string;
-                                    power_hourly_rate: string;
-                                    /** @description the rate table entry used (`default` for unknown models) */
-                                    rate_key: string;
-                                    /** @enum {string} */
-                                    rate_source: "platform" | "provider";
-                                    supply_factor: string;
-                                    total_hourly_rate: string;
-                                    vram_hourly_rate: string;
-                                };
-                                requested_vram_mb: number;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "active" | "grace_period" | "completed" | "terminated";
-                                total_cost: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            };
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["endSession"];
         delete?: never;
         options?: never;
         head?: never;
@@ -389,141 +52,7 @@ export interface paths {
          * Billing records of ended sessions, newest first, with filters and cursor pagination
          * @description When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
-                    cursor?: string;
-                    /** @description ended at or after (RFC 3339, 1970 to 2100) */
-                    from?: string;
-                    limit?: number;
-                    provider_id?: string;
-                    /** @description completed and/or terminated (repeat or separate with commas) */
-                    status?: string | string[];
-                    /** @description ended before (RFC 3339, 1970 to 2100) */
-                    to?: string;
-                    user_id?: string;
-                    wallet_id?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description the same as `X-Next-Cursor`; null on the last page */
-                            next_cursor: string | null;
-                            records: {
-                                billed_minutes: number;
-                                created_at: string;
-                                end_reason: string | null;
-                                ended_at: string;
-                                gpu_count: number;
-                                gpu_model: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                /** Format: uuid */
-                                payment_transaction_id: string | null;
-                                platform_fee: string;
-                                provider_earnings: string;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** Format: uuid */
-                                session_id: string;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "completed" | "terminated";
-                                total_cost: string;
-                                total_hourly_rate: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listBillingHistory"];
         put?: never;
         post?: never;
         delete?: never;
@@ -543,154 +72,7 @@ export interface paths {
          * Rental sessions, newest start first: a daemon finds the running sessions on its machine here
          * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
-                    cursor?: string;
-                    limit?: number;
-                    provider_id?: string;
-                    /** @description active, grace_period, completed, terminated, or running */
-                    status?: string | string[];
-                    user_id?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description the same as `X-Next-Cursor`; null on the last page */
-                            next_cursor: string | null;
-                            sessions: {
-                                /** @description power draw of the latest usage update (W) */
-                                actual_power_w: string | null;
-                                billed_minutes: number;
-                                end_reason: string | null;
-                                ended_at: string | null;
-                                estimated_power_w: number;
-                                gpu_count: number;
-                                gpu_model: string;
-                                grace_until: string | null;
-                                /** Format: uuid */
-                                hold_id: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                last_usage_at: string | null;
-                                /** Format: uuid */
-                                lock_transaction_id: string | null;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** @description frozen when the session started */
-                                rates: {
-                                    /** @description base_rate_per_gpu × gpu_count */
-                                    base_hourly_rate: string;
-                                    base_rate_per_gpu: string;
-                                    demand_multiplier: string;
-                                    platform_fee_percent: string;
-                                    power_hourly_rate: string;
-                                    /** @description the rate table entry used (`default` for unknown models) */
-                                    rate_key: string;
-                                    /** @enum {string} */
-                                    rate_source: "platform" | "provider";
-                                    supply_factor: string;
-                                    total_hourly_rate: string;
-                                    vram_hourly_rate: string;
-                                };
-                                requested_vram_mb: number;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "active" | "grace_period" | "completed" | "terminated";
-                                total_cost: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listSessions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -712,268 +94,7 @@ export interface paths {
          * Start a metered GPU rental: check funds, hold the initial period, freeze the rates
          * @description The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate); the rates are then frozen. The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost (`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. 409 SESSION_ALREADY_RUNNING when the job has a running session.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
-                    "idempotency-key"?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher */
-                        accepted_hourly_rate?: string;
-                        /** @default 0 */
-                        estimated_power_w?: number;
-                        /** @default 1 */
-                        gpu_count?: number;
-                        /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
-                        gpu_model: string;
-                        job_id: string;
-                        /** Format: uuid */
-                        provider_id: string;
-                        /**
-                         * @description VRAM in MB (1 GB = 1024 MB)
-                         * @default 0
-                         */
-                        requested_vram_mb?: number;
-                        /** Format: uuid */
-                        user_id: string;
-                        /** Format: uuid */
-                        wallet_id: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description available after the hold */
-                            available_balance: string;
-                            estimated_runtime_minutes: number;
-                            hold_amount: string;
-                            session: {
-                                /** @description power draw of the latest usage update (W) */
-                                actual_power_w: string | null;
-                                billed_minutes: number;
-                                end_reason: string | null;
-                                ended_at: string | null;
-                                estimated_power_w: number;
-                                gpu_count: number;
-                                gpu_model: string;
-                                grace_until: string | null;
-                                /** Format: uuid */
-                                hold_id: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                last_usage_at: string | null;
-                                /** Format: uuid */
-                                lock_transaction_id: string | null;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** @description frozen when the session started */
-                                rates: {
-                                    /** @description base_rate_per_gpu × gpu_count */
-                                    base_hourly_rate: string;
-                                    base_rate_per_gpu: string;
-                                    demand_multiplier: string;
-                                    platform_fee_percent: string;
-                                    power_hourly_rate: string;
-                                    /** @description the rate table entry used (`default` for unknown models) */
-                                    rate_key: string;
-                                    /** @enum {string} */
-                                    rate_source: "platform" | "provider";
-                                    supply_factor: string;
-                                    total_hourly_rate: string;
-                                    vram_hourly_rate: string;
-                                };
-                                requested_vram_mb: number;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "active" | "grace_period" | "completed" | "terminated";
-                                total_cost: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            };
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                402: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["startSession"];
         delete?: never;
         options?: never;
         head?: never;
@@ -993,310 +114,7 @@ export interface paths {
          * Record a provider daemon's usage report and bill the session's elapsed full minutes
          * @description Applied once per (session, message ID): a repeat answers 200 with the first record and `duplicate: true`. Elapsed time is billed by the service clock in full minutes; `actual_power_w` follows the newest report by timestamp, so late and out-of-order reports are safe. 400 USAGE_TIMESTAMP_OUT_OF_RANGE for a report dated more than `billing.max_clock_skew` (5 min) ahead of the service clock or before the session started (nothing is written). 409 SESSION_NOT_ACTIVE for an ended session. Only the daemon acting for the session provider's owner (or that owner, an admin or a service) reports usage: 403 NOT_SESSION_PROVIDER otherwise.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
-                    "idempotency-key"?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description percent */
-                        gpu_utilization: number;
-                        /** @description de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp */
-                        message_id?: string;
-                        /** @description free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them) */
-                        metrics?: {
-                            [key: string]: unknown;
-                        };
-                        power_draw_w: number;
-                        /** Format: uuid */
-                        session_id: string;
-                        /**
-                         * Format: date-time
-                         * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
-                         */
-                        timestamp: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            duplicate: boolean;
-                            session: {
-                                /** @description power draw of the latest usage update (W) */
-                                actual_power_w: string | null;
-                                billed_minutes: number;
-                                end_reason: string | null;
-                                ended_at: string | null;
-                                estimated_power_w: number;
-                                gpu_count: number;
-                                gpu_model: string;
-                                grace_until: string | null;
-                                /** Format: uuid */
-                                hold_id: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                last_usage_at: string | null;
-                                /** Format: uuid */
-                                lock_transaction_id: string | null;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** @description frozen when the session started */
-                                rates: {
-                                    /** @description base_rate_per_gpu × gpu_count */
-                                    base_hourly_rate: string;
-                                    base_rate_per_gpu: string;
-                                    demand_multiplier: string;
-                                    platform_fee_percent: string;
-                                    power_hourly_rate: string;
-                                    /** @description the rate table entry used (`default` for unknown models) */
-                                    rate_key: string;
-                                    /** @enum {string} */
-                                    rate_source: "platform" | "provider";
-                                    supply_factor: string;
-                                    total_hourly_rate: string;
-                                    vram_hourly_rate: string;
-                                };
-                                requested_vram_mb: number;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "active" | "grace_period" | "completed" | "terminated";
-                                total_cost: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            };
-                            usage: {
-                                /** @description the session's billed minutes after this update */
-                                billed_minutes: number;
-                                /** @description cost billed by this update (full minutes since the previous billing) */
-                                cost: string;
-                                created_at: string;
-                                gpu_utilization: number;
-                                /** Format: uuid */
-                                id: string;
-                                message_id: string;
-                                metrics: {
-                                    [key: string]: unknown;
-                                } | null;
-                                power_draw_w: number;
-                                /** Format: uuid */
-                                session_id: string;
-                                timestamp: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            duplicate: boolean;
-                            session: {
-                                /** @description power draw of the latest usage update (W) */
-                                actual_power_w: string | null;
-                                billed_minutes: number;
-                                end_reason: string | null;
-                                ended_at: string | null;
-                                estimated_power_w: number;
-                                gpu_count: number;
-                                gpu_model: string;
-                                grace_until: string | null;
-                                /** Format: uuid */
-                                hold_id: string;
-                                /** Format: uuid */
-                                id: string;
-                                job_id: string;
-                                last_usage_at: string | null;
-                                /** Format: uuid */
-                                lock_transaction_id: string | null;
-                                /** Format: uuid */
-                                provider_id: string;
-                                /** Format: uuid */
-                                provider_wallet_id: string;
-                                /** @description frozen when the session started */
-                                rates: {
-                                    /** @description base_rate_per_gpu × gpu_count */
-                                    base_hourly_rate: string;
-                                    base_rate_per_gpu: string;
-                                    demand_multiplier: string;
-                                    platform_fee_percent: string;
-                                    power_hourly_rate: string;
-                                    /** @description the rate table entry used (`default` for unknown models) */
-                                    rate_key: string;
-                                    /** @enum {string} */
-                                    rate_source: "platform" | "provider";
-                                    supply_factor: string;
-                                    total_hourly_rate: string;
-                                    vram_hourly_rate: string;
-                                };
-                                requested_vram_mb: number;
-                                started_at: string;
-                                /** @enum {string} */
-                                status: "active" | "grace_period" | "completed" | "terminated";
-                                total_cost: string;
-                                /** Format: uuid */
-                                user_id: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            };
-                            usage: {
-                                /** @description the session's billed minutes after this update */
-                                billed_minutes: number;
-                                /** @description cost billed by this update (full minutes since the previous billing) */
-                                cost: string;
-                                created_at: string;
-                                gpu_utilization: number;
-                                /** Format: uuid */
-                                id: string;
-                                message_id: string;
-                                metrics: {
-                                    [key: string]: unknown;
-                                } | null;
-                                power_draw_w: number;
-                                /** Format: uuid */
-                                session_id: string;
-                                timestamp: string;
-                            };
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["reportUsage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1316,207 +134,7 @@ export interface paths {
          * Record several usage reports at once (a daemon with several rented GPUs)
          * @description Up to 256 reports, each applied exactly as by POST /billing/usage-update (once per session and message ID; without `message_id` the timestamp names the report). The answer is 200 with one result per report, in order: `status` 201 (applied), 200 (duplicate) or the status of its problem (400 USAGE_TIMESTAMP_OUT_OF_RANGE, 403 NOT_SESSION_PROVIDER, 404 SESSION_NOT_FOUND, 409 SESSION_NOT_ACTIVE, 500), with the usage record and session or the problem body. One refused report does not affect the others; a malformed one (a timestamp outside 1970 to 2100 too) makes the whole request a 400 and none is applied.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        reports: {
-                            /** @description percent */
-                            gpu_utilization: number;
-                            /** @description de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp */
-                            message_id?: string;
-                            /** @description free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them) */
-                            metrics?: {
-                                [key: string]: unknown;
-                            };
-                            power_draw_w: number;
-                            /** Format: uuid */
-                            session_id: string;
-                            /**
-                             * Format: date-time
-                             * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
-                             */
-                            timestamp: string;
-                        }[];
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            results: ({
-                                duplicate: boolean;
-                                session: {
-                                    /** @description power draw of the latest usage update (W) */
-                                    actual_power_w: string | null;
-                                    billed_minutes: number;
-                                    end_reason: string | null;
-                                    ended_at: string | null;
-                                    estimated_power_w: number;
-                                    gpu_count: number;
-                                    gpu_model: string;
-                                    grace_until: string | null;
-                                    /** Format: uuid */
-                                    hold_id: string;
-                                    /** Format: uuid */
-                                    id: string;
-                                    job_id: string;
-                                    last_usage_at: string | null;
-                                    /** Format: uuid */
-                                    lock_transaction_id: string | null;
-                                    /** Format: uuid */
-                                    provider_id: string;
-                                    /** Format: uuid */
-                                    provider_wallet_id: string;
-                                    /** @description frozen when the session started */
-                                    rates: {
-                                        /** @description base_rate_per_gpu × gpu_count */
-                                        base_hourly_rate: string;
-                                        base_rate_per_gpu: string;
-                                        demand_multiplier: string;
-                                        platform_fee_percent: string;
-                                        power_hourly_rate: string;
-                                        /** @description the rate table entry used (`default` for unknown models) */
-                                        rate_key: string;
-                                        /** @enum {string} */
-                                        rate_source: "platform" | "provider";
-                                        supply_factor: string;
-                                        total_hourly_rate: string;
-                                        vram_hourly_rate: string;
-                                    };
-                                    requested_vram_mb: number;
-                                    started_at: string;
-                                    /** @enum {string} */
-                                    status: "active" | "grace_period" | "completed" | "terminated";
-                                    total_cost: string;
-                                    /** Format: uuid */
-                                    user_id: string;
-                                    /** Format: uuid */
-                                    wallet_id: string;
-                                };
-                                status: 200 | 201;
-                                usage: {
-                                    /** @description the session's billed minutes after this update */
-                                    billed_minutes: number;
-                                    /** @description cost billed by this update (full minutes since the previous billing) */
-                                    cost: string;
-                                    created_at: string;
-                                    gpu_utilization: number;
-                                    /** Format: uuid */
-                                    id: string;
-                                    message_id: string;
-                                    metrics: {
-                                        [key: string]: unknown;
-                                    } | null;
-                                    power_draw_w: number;
-                                    /** Format: uuid */
-                                    session_id: string;
-                                    timestamp: string;
-                                };
-                            } | {
-                                /** @description RFC 9457 problem details (application/problem+json) */
-                                problem: {
-                                    /** @description stable UPPER_SNAKE machine code */
-                                    code: string;
-                                    detail: string;
-                                    errors?: {
-                                        message: string;
-                                        path: string;
-                                    }[];
-                                    request_id?: string;
-                                    status: number;
-                                    title: string;
-                                    type: string;
-                                } & {
-                                    [key: string]: unknown;
-                                };
-                                status: number;
-                            })[];
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["reportUsageBatch"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1534,59 +152,7 @@ export interface paths {
          * Where and how to send a deposit: the platform mint and the treasury token account
          * @description A deposit is a `transferChecked` of the platform mint (with its decimals) from the token account of the wallet's proven address to `treasury_token_account`, then `POST /wallet/{id}/deposit` with its signature once final at `commitment`. Public: it names only public addresses. 503 SOLANA_NOT_CONFIGURED without a chain.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            commitment: "processed" | "confirmed" | "finalized";
-                            decimals: number;
-                            mint: string;
-                            token_program: string;
-                            /** @description the treasury's owner address */
-                            treasury: string;
-                            /** @description where deposits go */
-                            treasury_token_account: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getDepositInstructions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1608,169 +174,7 @@ export interface paths {
          * Price a rental: the hourly rate broken down, the total cost and its fee split
          * @description total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it (rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply, and with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session start would price it (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND). Unknown models are priced at the `default` rate (rate_key "default").
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description hours to price, decimal string or number (default 1)
-                         * @default 1
-                         */
-                        duration_hours?: string | number;
-                        /** @default 0 */
-                        estimated_power_w?: number;
-                        /** @default 1 */
-                        gpu_count?: number;
-                        /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
-                        gpu_model: string;
-                        /**
-                         * Format: uuid
-                         * @description price with this provider's rates
-                         */
-                        provider_id?: string;
-                        /**
-                         * @description VRAM in MB (1 GB = 1024 MB)
-                         * @default 0
-                         */
-                        requested_vram_mb?: number;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description base_rate_per_gpu × gpu_count */
-                            base_hourly_rate: string;
-                            base_rate_per_gpu: string;
-                            demand_multiplier: string;
-                            duration_hours: string;
-                            estimated_power_w: number;
-                            gpu_count: number;
-                            /** @description normalised model name */
-                            gpu_model: string;
-                            platform_fee: string;
-                            platform_fee_percent: string;
-                            power_hourly_rate: string;
-                            provider_earnings: string;
-                            /** Format: uuid */
-                            provider_id: string | null;
-                            /** @description the rate table entry used (`default` for unknown models) */
-                            rate_key: string;
-                            /** @enum {string} */
-                            rate_source: "platform" | "provider";
-                            requested_vram_mb: number;
-                            supply_factor: string;
-                            total_cost: string;
-                            total_hourly_rate: string;
-                            vram_hourly_rate: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["calculatePrice"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1785,36 +189,7 @@ export interface paths {
             cookie?: never;
         };
         /** The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            base_rates: {
-                                [key: string]: string;
-                            };
-                            default_rate: string;
-                            demand_multiplier: string;
-                            platform_fee_percent: string;
-                            power_rate_per_watt_hour: string;
-                            supply_factor: string;
-                            vram_rate_per_gb_hour: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getPlatformRates"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1834,155 +209,7 @@ export interface paths {
          * A provider's earnings: earned, paid out, pending payouts and what can be paid out now
          * @description Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider ID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            available_for_payout: string;
-                            locked: string;
-                            minimum_payout: string;
-                            pending_payouts: string;
-                            /** Format: uuid */
-                            provider_id: string;
-                            total_earned: string;
-                            total_paid_out: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getProviderEarnings"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2004,272 +231,7 @@ export interface paths {
          * Pay a provider's earnings out on chain (at least the minimum payout)
          * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. 400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's own. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
-                    "idempotency-key"?: string;
-                };
-                path: {
-                    /** @description provider ID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description token amount as a decimal string */
-                        amount?: string;
-                        /** @description owner address to pay; the wallet's address by default */
-                        destination?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            amount: string;
-                            confirmed_at: string | null;
-                            created_at: string;
-                            destination: string | null;
-                            failure_reason: string | null;
-                            fee: string;
-                            hold_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            reference: string | null;
-                            signature: string | null;
-                            /** @enum {string} */
-                            status: "pending" | "confirmed" | "failed";
-                            /** @enum {string} */
-                            type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
-                            updated_at: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            amount: string;
-                            confirmed_at: string | null;
-                            created_at: string;
-                            destination: string | null;
-                            failure_reason: string | null;
-                            fee: string;
-                            hold_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            reference: string | null;
-                            signature: string | null;
-                            /** @enum {string} */
-                            status: "pending" | "confirmed" | "failed";
-                            /** @enum {string} */
-                            type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
-                            updated_at: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                402: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["createProviderPayout"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2287,343 +249,12 @@ export interface paths {
          * A provider's automatic payout setting
          * @description Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider ID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            auto_payout: boolean;
-                            /** @description where earnings are paid automatically; null when off */
-                            destination: string | null;
-                            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
-                            last_failure: string | null;
-                            minimum_payout: string;
-                            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
-                            next_attempt_at: string | null;
-                            /** Format: uuid */
-                            provider_id: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getPayoutSettings"];
         /**
          * Turn automatic payouts on or off
          * @description With `auto_payout: true`, the provider's available earnings are paid on chain to `destination` (the wallet's address by default) as soon as a session on the machine ends and they reach `billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar, token account, burn address or one of the platform's own addresses (treasury, its token account, the mint, its authorities); 403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is opened for its owner. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider ID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        auto_payout: boolean;
-                        /** @description owner address to pay; the wallet's address by default */
-                        destination?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            auto_payout: boolean;
-                            /** @description where earnings are paid automatically; null when off */
-                            destination: string | null;
-                            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
-                            last_failure: string | null;
-                            minimum_payout: string;
-                            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
-                            next_attempt_at: string | null;
-                            /** Format: uuid */
-                            provider_id: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["setPayoutSettings"];
         post?: never;
         delete?: never;
         options?: never;
@@ -2639,243 +270,12 @@ export interface paths {
             cookie?: never;
         };
         /** A provider's own rates (empty base_rates and nulls: the platform's rates apply) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider ID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            base_rates: {
-                                [key: string]: string;
-                            };
-                            power_rate_per_watt_hour: string | null;
-                            /** Format: uuid */
-                            provider_id: string;
-                            /** @description null: the provider has no rates of its own */
-                            updated_at: string | null;
-                            vram_rate_per_gb_hour: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getProviderRates"];
         /**
          * Replace a provider's rates; they price its sessions started from now on
          * @description Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running sessions keep the rates they started with. Only the machine's owner (per the provider registry), an admin or a service sets them: 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND when the registry does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider ID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description GPU model → hourly rate per GPU; `default` prices models not listed
-                         * @default {}
-                         */
-                        base_rates?: {
-                            [key: string]: string;
-                        };
-                        /**
-                         * @description null: the platform rate
-                         * @default null
-                         */
-                        power_rate_per_watt_hour?: string | null;
-                        /**
-                         * Format: uuid
-                         * @description read-only: must be the provider of the path
-                         */
-                        provider_id?: string;
-                        /** @description read-only: ignored */
-                        updated_at?: string | null;
-                        /**
-                         * @description null: the platform rate
-                         * @default null
-                         */
-                        vram_rate_per_gb_hour?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            base_rates: {
-                                [key: string]: string;
-                            };
-                            power_rate_per_watt_hour: string | null;
-                            /** Format: uuid */
-                            provider_id: string;
-                            /** @description null: the provider has no rates of its own */
-                            updated_at: string | null;
-                            vram_rate_per_gb_hour: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["setProviderRates"];
         post?: never;
         delete?: never;
         options?: never;
@@ -2896,197 +296,7 @@ export interface paths {
          * Create a wallet for a user or provider (one per owner and type)
          * @description A user opens their own user wallet (`owner_id` = their user ID). A provider wallet (`owner_id` = the registry's machine ID) is opened by the machine's owner: billing asks the provider registry who that is (404 PROVIDER_NOT_FOUND when it does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE when it cannot be asked). Admins and services open any wallet and may name its `holder_id` themselves. Someone else: 403 NOT_WALLET_HOLDER / NOT_PROVIDER_OWNER. The address is where withdrawals and payouts go by default: 400 INVALID_DESTINATION for one of the platform's own addresses, a well-known program or a burn address.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * Format: uuid
-                         * @description the holding user (admins and services only)
-                         */
-                        holder_id?: string;
-                        /** Format: uuid */
-                        owner_id: string;
-                        /** @enum {string} */
-                        owner_type: "user" | "provider";
-                        /** @description base58 Solana address */
-                        solana_address: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
-                            address_proven_at: string | null;
-                            created_at: string;
-                            /**
-                             * Format: uuid
-                             * @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)
-                             */
-                            holder_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            owner_id: string;
-                            /** @enum {string} */
-                            owner_type: "user" | "provider";
-                            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
-                            solana_address: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["createWallet"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3101,138 +311,7 @@ export interface paths {
             cookie?: never;
         };
         /** Get a wallet */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
-                            address_proven_at: string | null;
-                            created_at: string;
-                            /**
-                             * Format: uuid
-                             * @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)
-                             */
-                            holder_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            owner_id: string;
-                            /** @enum {string} */
-                            owner_type: "user" | "provider";
-                            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
-                            solana_address: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getWallet"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3254,128 +333,7 @@ export interface paths {
          * Ask for a one-time message to sign with the wallet address's key (proving the address)
          * @description Deposits are credited only to a wallet whose holder proved control of its Solana address: sign this `message` (its UTF-8 bytes, ed25519, as a Solana wallet's sign-message does) with the address's key and send the signature to POST /wallet/{id}/address-proof before `expires_at` (10 minutes). A new challenge replaces an older one.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            expires_at: string;
-                            /** @description the exact text to sign */
-                            message: string;
-                            solana_address: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["createAddressChallenge"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3395,191 +353,7 @@ export interface paths {
          * Prove control of the wallet's Solana address with its signature of the challenge
          * @description 200: the wallet, `address_proven_at` set (again 200 once proven). 409 NO_ADDRESS_CHALLENGE when no challenge is pending (used or expired: ask again); 422 ADDRESS_PROOF_INVALID when the signature is not the address's signature of the pending challenge.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description base58 of the address key's ed25519 signature of the challenge message */
-                        signature: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
-                            address_proven_at: string | null;
-                            created_at: string;
-                            /**
-                             * Format: uuid
-                             * @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known)
-                             */
-                            holder_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            owner_id: string;
-                            /** @enum {string} */
-                            owner_type: "user" | "provider";
-                            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
-                            solana_address: string | null;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["proveWalletAddress"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3594,132 +368,7 @@ export interface paths {
             cookie?: never;
         };
         /** Get the balance of a wallet: total = available + locked; pending is on its way out */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            available: string;
-                            decimals: number;
-                            /** @description held for running sessions */
-                            locked: string;
-                            /** @description withdrawals and payouts sent but not yet confirmed */
-                            pending: string;
-                            /** @description available + locked */
-                            total: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getWalletBalance"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3736,175 +385,7 @@ export interface paths {
             cookie?: never;
         };
         /** Read the platform-token balance of the wallet's Solana address on chain (its associated token account) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            decimals: number;
-                            mint: string;
-                            solana_address: string;
-                            /** @description tokens, decimal string with the token's decimals; "0.000000" when the address has no token account */
-                            token_balance: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getWalletChainBalance"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3926,221 +407,7 @@ export interface paths {
          * Credit a deposit: verify the token transfer on chain by its signature and credit it once
          * @description The transfer must move platform tokens from the wallet's registered address into the treasury and be final at the configured commitment. Exactly the verified amount is credited; a signature is credited at most once across all wallets (409 DEPOSIT_ALREADY_CREDITED). Rejections: 404 DEPOSIT_TRANSACTION_NOT_FOUND, 409 DEPOSIT_NOT_FINAL (retry later), 422 DEPOSIT_TRANSACTION_FAILED, DEPOSIT_WRONG_MINT, DEPOSIT_WRONG_RECIPIENT, DEPOSIT_WRONG_SOURCE, DEPOSIT_AMOUNT_TOO_LOW; 409 ADDRESS_NOT_PROVEN until the holder proved control of the wallet address (address-challenge, then address-proof).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
-                    "idempotency-key"?: string;
-                };
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description claimed amount: the transfer must have moved at least this */
-                        amount?: string;
-                        /** @description signature of the on-chain token transfer to the treasury */
-                        signature: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            amount: string;
-                            confirmed_at: string | null;
-                            created_at: string;
-                            destination: string | null;
-                            failure_reason: string | null;
-                            fee: string;
-                            hold_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            reference: string | null;
-                            signature: string | null;
-                            /** @enum {string} */
-                            status: "pending" | "confirmed" | "failed";
-                            /** @enum {string} */
-                            type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
-                            updated_at: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["claimDeposit"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4158,156 +425,7 @@ export interface paths {
          * Transaction history of a wallet, newest first, with filters and cursor pagination
          * @description When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
-                    cursor?: string;
-                    /** @description created at or after (RFC 3339, 1970 to 2100) */
-                    from?: string;
-                    limit?: number;
-                    /** @description one or more statuses */
-                    status?: string | string[];
-                    /** @description created before (RFC 3339, 1970 to 2100) */
-                    to?: string;
-                    /** @description one or more types (repeat the parameter or separate with commas) */
-                    type?: string | string[];
-                };
-                header?: never;
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description the same as `X-Next-Cursor`; null on the last page */
-                            next_cursor: string | null;
-                            transactions: {
-                                amount: string;
-                                confirmed_at: string | null;
-                                created_at: string;
-                                destination: string | null;
-                                failure_reason: string | null;
-                                fee: string;
-                                hold_id: string | null;
-                                /** Format: uuid */
-                                id: string;
-                                reference: string | null;
-                                signature: string | null;
-                                /** @enum {string} */
-                                status: "pending" | "confirmed" | "failed";
-                                /** @enum {string} */
-                                type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
-                                updated_at: string;
-                                /** Format: uuid */
-                                wallet_id: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listWalletTransactions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4329,272 +447,7 @@ export interface paths {
          * Withdraw tokens to the wallet's address (or another destination) on chain
          * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's token account, the mint, the mint's authorities): `reason` says which.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
-                    "idempotency-key"?: string;
-                };
-                path: {
-                    /** @description wallet ID */
-                    walletID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description token amount as a decimal string */
-                        amount: string;
-                        /** @description owner address to pay; the wallet's address by default */
-                        destination?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            amount: string;
-                            confirmed_at: string | null;
-                            created_at: string;
-                            destination: string | null;
-                            failure_reason: string | null;
-                            fee: string;
-                            hold_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            reference: string | null;
-                            signature: string | null;
-                            /** @enum {string} */
-                            status: "pending" | "confirmed" | "failed";
-                            /** @enum {string} */
-                            type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
-                            updated_at: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            amount: string;
-                            confirmed_at: string | null;
-                            created_at: string;
-                            destination: string | null;
-                            failure_reason: string | null;
-                            fee: string;
-                            hold_id: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            reference: string | null;
-                            signature: string | null;
-                            /** @enum {string} */
-                            status: "pending" | "confirmed" | "failed";
-                            /** @enum {string} */
-                            type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
-                            updated_at: string;
-                            /** Format: uuid */
-                            wallet_id: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                402: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["withdrawFromWallet"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4609,63 +462,7 @@ export interface paths {
             cookie?: never;
         };
         /** Service health with the state of each required dependency */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4677,12 +474,1632 @@ export interface paths {
 }
 export type webhooks = Record<string, never>;
 export interface components {
-    schemas: never;
-    responses: never;
+    schemas: {
+        AddressChallenge: {
+            expires_at: string;
+            /** @description the exact text to sign */
+            message: string;
+            solana_address: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        AddressProof: {
+            /** @description base58 of the address key's ed25519 signature of the challenge message */
+            signature: string;
+        };
+        BillingRecord: {
+            billed_minutes: number;
+            created_at: string;
+            end_reason: string | null;
+            ended_at: string;
+            gpu_count: number;
+            gpu_model: string;
+            /** Format: uuid */
+            id: string;
+            job_id: string;
+            payment_transaction_id: string | null;
+            platform_fee: string;
+            provider_earnings: string;
+            /** Format: uuid */
+            provider_id: string;
+            /** Format: uuid */
+            provider_wallet_id: string;
+            /** Format: uuid */
+            session_id: string;
+            started_at: string;
+            /** @enum {string} */
+            status: "completed" | "terminated";
+            total_cost: string;
+            total_hourly_rate: string;
+            /** Format: uuid */
+            user_id: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        BillingRecordPage: {
+            /** @description the same as `X-Next-Cursor`; null on the last page */
+            next_cursor: string | null;
+            records: components["schemas"]["BillingRecord"][];
+        };
+        ChainBalance: {
+            decimals: number;
+            mint: string;
+            solana_address: string;
+            /** @description tokens, decimal string with the token's decimals; "0.000000" when the address has no token account */
+            token_balance: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        CurrentUsage: {
+            actual_power_w: string | null;
+            /** @description the renter's available balance: null once ended, and for the provider side */
+            available_balance: string | null;
+            billed_cost: string;
+            /** @description minutes billed by usage updates and the biller */
+            billed_minutes: number;
+            /** @description what ending now would cost (the final cost once ended) */
+            cost_so_far: string;
+            /** @description started minutes: what ending now bills */
+            elapsed_minutes: number;
+            elapsed_seconds: number;
+            /** @description what the hold left and (for the renter) the available balance pay for */
+            estimated_remaining_minutes: number;
+            grace_until: string | null;
+            hold_amount: string;
+            /** @description hold_amount - cost_so_far (never below 0) */
+            hold_remaining: string;
+            last_usage_at: string | null;
+            /** Format: uuid */
+            session_id: string;
+            started_at: string;
+            /** @enum {string} */
+            status: "active" | "grace_period" | "completed" | "terminated";
+            total_hourly_rate: string;
+        };
+        DepositClaim: {
+            /** @description claimed amount: the transfer must have moved at least this */
+            amount?: string;
+            /** @description signature of the on-chain token transfer to the treasury */
+            signature: string;
+        };
+        DepositInstructions: {
+            /** @enum {string} */
+            commitment: "processed" | "confirmed" | "finalized";
+            decimals: number;
+            mint: string;
+            token_program: string;
+            /** @description the treasury's owner address */
+            treasury: string;
+            /** @description where deposits go */
+            treasury_token_account: string;
+        };
+        Health: {
+            checks: {
+                [key: string]: {
+                    error?: string;
+                    /** @enum {string} */
+                    status: "UP" | "DOWN";
+                };
+            };
+            instance_id: string;
+            service: string;
+            /** @enum {string} */
+            status: "UP" | "DOWN";
+            uptime_seconds: number;
+            version: string;
+        };
+        NewWallet: {
+            /**
+             * Format: uuid
+             * @description the holding user (admins and services only)
+             */
+            holder_id?: string;
+            /** Format: uuid */
+            owner_id: string;
+            /** @enum {string} */
+            owner_type: "user" | "provider";
+            /** @description base58 Solana address */
+            solana_address: string;
+        };
+        /** @default {} */
+        PayoutRequest: {
+            /** @description token amount as a decimal string */
+            amount?: string;
+            /** @description owner address to pay; the wallet's address by default */
+            destination?: string;
+        };
+        PayoutSettings: {
+            auto_payout: boolean;
+            /** @description where earnings are paid automatically; null when off */
+            destination: string | null;
+            /** @description why the last automatic payout failed (say, a refused destination); null after a success or a new setting */
+            last_failure: string | null;
+            minimum_payout: string;
+            /** @description when a failed automatic payout is tried again (the backoff doubles from a minute to a day) */
+            next_attempt_at: string | null;
+            /** Format: uuid */
+            provider_id: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        PayoutSettingsUpdate: {
+            auto_payout: boolean;
+            /** @description owner address to pay; the wallet's address by default */
+            destination?: string;
+        };
+        PlatformRates: {
+            base_rates: {
+                [key: string]: string;
+            };
+            default_rate: string;
+            demand_multiplier: string;
+            platform_fee_percent: string;
+            power_rate_per_watt_hour: string;
+            supply_factor: string;
+            vram_rate_per_gb_hour: string;
+        };
+        PriceQuote: {
+            /** @description base_rate_per_gpu × gpu_count */
+            base_hourly_rate: string;
+            base_rate_per_gpu: string;
+            demand_multiplier: string;
+            duration_hours: string;
+            estimated_power_w: number;
+            gpu_count: number;
+            /** @description normalised model name */
+            gpu_model: string;
+            platform_fee: string;
+            platform_fee_percent: string;
+            power_hourly_rate: string;
+            provider_earnings: string;
+            provider_id: string | null;
+            /** @description the rate table entry used (`default` for unknown models) */
+            rate_key: string;
+            /** @enum {string} */
+            rate_source: "platform" | "provider";
+            requested_vram_mb: number;
+            supply_factor: string;
+            total_cost: string;
+            total_hourly_rate: string;
+            vram_hourly_rate: string;
+        };
+        PriceRequest: {
+            /**
+             * @description hours to price, decimal string or number (default 1)
+             * @default 1
+             */
+            duration_hours?: string | number;
+            /** @default 0 */
+            estimated_power_w?: number;
+            /** @default 1 */
+            gpu_count?: number;
+            /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
+            gpu_model: string;
+            /**
+             * Format: uuid
+             * @description price with this provider's rates
+             */
+            provider_id?: string;
+            /**
+             * @description VRAM in MB (1 GB = 1024 MB)
+             * @default 0
+             */
+            requested_vram_mb?: number;
+        };
+        /** @description RFC 9457 problem details (application/problem+json) */
+        Problem: {
+            /** @description stable UPPER_SNAKE machine code */
+            code: string;
+            detail: string;
+            errors?: {
+                message: string;
+                path: string;
+            }[];
+            request_id?: string;
+            status: number;
+            title: string;
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+        ProviderEarnings: {
+            available_for_payout: string;
+            locked: string;
+            minimum_payout: string;
+            pending_payouts: string;
+            /** Format: uuid */
+            provider_id: string;
+            total_earned: string;
+            total_paid_out: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        ProviderRates: {
+            base_rates: {
+                [key: string]: string;
+            };
+            power_rate_per_watt_hour: string | null;
+            /** Format: uuid */
+            provider_id: string;
+            /** @description null: the provider has no rates of its own */
+            updated_at: string | null;
+            vram_rate_per_gb_hour: string | null;
+        };
+        ProviderRatesUpdate: {
+            /**
+             * @description GPU model → hourly rate per GPU; `default` prices models not listed
+             * @default {}
+             */
+            base_rates?: {
+                [key: string]: string;
+            };
+            /**
+             * @description null: the platform rate
+             * @default null
+             */
+            power_rate_per_watt_hour?: string | null;
+            /**
+             * Format: uuid
+             * @description read-only: must be the provider of the path
+             */
+            provider_id?: string;
+            /** @description read-only: ignored */
+            updated_at?: string | null;
+            /**
+             * @description null: the platform rate
+             * @default null
+             */
+            vram_rate_per_gb_hour?: string | null;
+        };
+        Session: {
+            /** @description power draw of the latest usage update (W) */
+            actual_power_w: string | null;
+            billed_minutes: number;
+            end_reason: string | null;
+            ended_at: string | null;
+            estimated_power_w: number;
+            gpu_count: number;
+            gpu_model: string;
+            grace_until: string | null;
+            /** Format: uuid */
+            hold_id: string;
+            /** Format: uuid */
+            id: string;
+            job_id: string;
+            last_usage_at: string | null;
+            lock_transaction_id: string | null;
+            /** Format: uuid */
+            provider_id: string;
+            /** Format: uuid */
+            provider_wallet_id: string;
+            /** @description frozen when the session started */
+            rates: {
+                /** @description base_rate_per_gpu × gpu_count */
+                base_hourly_rate: string;
+                base_rate_per_gpu: string;
+                demand_multiplier: string;
+                platform_fee_percent: string;
+                power_hourly_rate: string;
+                /** @description the rate table entry used (`default` for unknown models) */
+                rate_key: string;
+                /** @enum {string} */
+                rate_source: "platform" | "provider";
+                supply_factor: string;
+                total_hourly_rate: string;
+                vram_hourly_rate: string;
+            };
+            requested_vram_mb: number;
+            started_at: string;
+            /** @enum {string} */
+            status: "active" | "grace_period" | "completed" | "terminated";
+            total_cost: string;
+            /** Format: uuid */
+            user_id: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        SessionEnd: {
+            already_ended: boolean;
+            billing_record: components["schemas"]["BillingRecord"];
+            session: components["schemas"]["Session"];
+        };
+        SessionEndRequest: {
+            reason?: string;
+            /** Format: uuid */
+            session_id: string;
+        };
+        SessionPage: {
+            /** @description the same as `X-Next-Cursor`; null on the last page */
+            next_cursor: string | null;
+            sessions: components["schemas"]["Session"][];
+        };
+        SessionStart: {
+            /** @description available after the hold */
+            available_balance: string;
+            estimated_runtime_minutes: number;
+            hold_amount: string;
+            session: components["schemas"]["Session"];
+        };
+        SessionStartRequest: {
+            /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher */
+            accepted_hourly_rate?: string;
+            /** @default 0 */
+            estimated_power_w?: number;
+            /** @default 1 */
+            gpu_count?: number;
+            /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
+            gpu_model: string;
+            job_id: string;
+            /** Format: uuid */
+            provider_id: string;
+            /**
+             * @description VRAM in MB (1 GB = 1024 MB)
+             * @default 0
+             */
+            requested_vram_mb?: number;
+            /** Format: uuid */
+            user_id: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        Transaction: {
+            amount: string;
+            confirmed_at: string | null;
+            created_at: string;
+            destination: string | null;
+            failure_reason: string | null;
+            fee: string;
+            hold_id: string | null;
+            /** Format: uuid */
+            id: string;
+            reference: string | null;
+            signature: string | null;
+            /** @enum {string} */
+            status: "pending" | "confirmed" | "failed";
+            /** @enum {string} */
+            type: "deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release";
+            updated_at: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        TransactionPage: {
+            /** @description the same as `X-Next-Cursor`; null on the last page */
+            next_cursor: string | null;
+            transactions: components["schemas"]["Transaction"][];
+        };
+        UsageBatchResult: {
+            results: ({
+                duplicate: boolean;
+                session: components["schemas"]["Session"];
+                status: 200 | 201;
+                usage: components["schemas"]["UsageRecord"];
+            } | {
+                problem: components["schemas"]["Problem"];
+                status: number;
+            })[];
+        };
+        UsageRecord: {
+            /** @description the session's billed minutes after this update */
+            billed_minutes: number;
+            /** @description cost billed by this update (full minutes since the previous billing) */
+            cost: string;
+            created_at: string;
+            gpu_utilization: number;
+            /** Format: uuid */
+            id: string;
+            message_id: string;
+            metrics: {
+                [key: string]: unknown;
+            } | null;
+            power_draw_w: number;
+            /** Format: uuid */
+            session_id: string;
+            timestamp: string;
+        };
+        UsageReport: {
+            /** @description percent */
+            gpu_utilization: number;
+            /** @description de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), else the timestamp */
+            message_id?: string;
+            /** @description free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them) */
+            metrics?: {
+                [key: string]: unknown;
+            };
+            power_draw_w: number;
+            /** Format: uuid */
+            session_id: string;
+            /**
+             * Format: date-time
+             * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
+             */
+            timestamp: string;
+        };
+        UsageReportBatch: {
+            reports: components["schemas"]["UsageReport"][];
+        };
+        UsageUpdateResult: {
+            duplicate: boolean;
+            session: components["schemas"]["Session"];
+            usage: components["schemas"]["UsageRecord"];
+        };
+        Wallet: {
+            /** @description when the holder proved control of the address (null: not yet; deposits need it) */
+            address_proven_at: string | null;
+            created_at: string;
+            /** @description the user who holds the wallet: a user wallet's owner, a provider machine's owner (null: not known) */
+            holder_id: string | null;
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            owner_id: string;
+            /** @enum {string} */
+            owner_type: "user" | "provider";
+            /** @description null only for a provider wallet opened on first need (payouts then name a destination) */
+            solana_address: string | null;
+        };
+        WalletBalance: {
+            available: string;
+            decimals: number;
+            /** @description held for running sessions */
+            locked: string;
+            /** @description withdrawals and payouts sent but not yet confirmed */
+            pending: string;
+            /** @description available + locked */
+            total: string;
+            /** Format: uuid */
+            wallet_id: string;
+        };
+        WithdrawalRequest: {
+            /** @description token amount as a decimal string */
+            amount: string;
+            /** @description owner address to pay; the wallet's address by default */
+            destination?: string;
+        };
+    };
+    responses: {
+        /** @description A dependency refused the request (the `code` names it) */
+        BadGateway: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
+        BadRequest: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Already exists, or the state does not allow the action (the `code` says which) */
+        Conflict: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
+        Forbidden: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
+        InternalServerError: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Not found (the `code` names what) */
+        NotFound: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
+        PayloadTooLarge: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Not enough funds (`INSUFFICIENT_FUNDS`) */
+        PaymentRequired: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
+        ServiceUnavailable: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
+        Unauthorized: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request is well formed but cannot be processed (the `code` says why) */
+        UnprocessableEntity: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
+        UnsupportedMediaType: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description `true` when this is the stored answer of an earlier request with the same `Idempotency-Key` */
+        "Idempotent-Replayed": string;
+        /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
+        Link: string;
+        /** @description Seconds to wait before trying again */
+        "Retry-After": number;
+        /** @description `Bearer`, with the reason a token was refused */
+        "WWW-Authenticate": string;
+        /** @description The caller's `X-Correlation-ID` or a generated one; forwarded on every call and event it causes */
+        "X-Correlation-ID": string;
+        /** @description The next page's cursor (pass it as `cursor`); absent on the last page */
+        "X-Next-Cursor": string;
+        /** @description The request's ID: the caller's `X-Request-ID` when sane, else a generated one; on every log line */
+        "X-Request-ID": string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getCurrentUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CurrentUsage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    endSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionEndRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionEnd"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listBillingHistory: {
+        parameters: {
+            query?: {
+                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                cursor?: string;
+                /** @description ended at or after (RFC 3339, 1970 to 2100) */
+                from?: string;
+                limit?: number;
+                provider_id?: string;
+                /** @description completed and/or terminated (repeat or separate with commas) */
+                status?: string | string[];
+                /** @description ended before (RFC 3339, 1970 to 2100) */
+                to?: string;
+                user_id?: string;
+                wallet_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BillingRecordPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: {
+                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                cursor?: string;
+                limit?: number;
+                provider_id?: string;
+                /** @description active, grace_period, completed, terminated, or running */
+                status?: string | string[];
+                user_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    startSession: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionStartRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionStart"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description Already exists, or the state does not allow the action (the `code` says which) */
+            409: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportUsage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UsageReport"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageUpdateResult"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageUpdateResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportUsageBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UsageReportBatch"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageBatchResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getDepositInstructions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DepositInstructions"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    calculatePrice: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PriceRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PriceQuote"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getPlatformRates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlatformRates"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getProviderEarnings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider ID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderEarnings"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createProviderPayout: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description provider ID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PayoutRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Transaction"];
+                };
+            };
+            /** @description Accepted */
+            202: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Transaction"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description Already exists, or the state does not allow the action (the `code` says which) */
+            409: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getPayoutSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider ID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PayoutSettings"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setPayoutSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider ID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PayoutSettingsUpdate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PayoutSettings"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getProviderRates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider ID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderRates"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setProviderRates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider ID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProviderRatesUpdate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderRates"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createWallet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewWallet"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Wallet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWallet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Wallet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createAddressChallenge: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AddressChallenge"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    proveWalletAddress: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddressProof"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Wallet"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWalletBalance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WalletBalance"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWalletChainBalance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChainBalance"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    claimDeposit: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DepositClaim"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Transaction"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description Already exists, or the state does not allow the action (the `code` says which) */
+            409: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWalletTransactions: {
+        parameters: {
+            query?: {
+                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                cursor?: string;
+                /** @description created at or after (RFC 3339, 1970 to 2100) */
+                from?: string;
+                limit?: number;
+                /** @description one or more statuses */
+                status?: string | string[];
+                /** @description created before (RFC 3339, 1970 to 2100) */
+                to?: string;
+                /** @description one or more types (repeat the parameter or separate with commas) */
+                type?: string | string[];
+            };
+            header?: never;
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TransactionPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    withdrawFromWallet: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description wallet ID */
+                walletID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WithdrawalRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Transaction"];
+                };
+            };
+            /** @description Accepted */
+            202: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Transaction"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description Already exists, or the state does not allow the action (the `code` says which) */
+            409: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+}

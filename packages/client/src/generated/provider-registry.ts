@@ -12,63 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Service health with the state of each required dependency */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            checks: {
-                                [key: string]: {
-                                    error?: string;
-                                    /** @enum {string} */
-                                    status: "UP" | "DOWN";
-                                };
-                            };
-                            instance_id: string;
-                            service: string;
-                            /** @enum {string} */
-                            status: "UP" | "DOWN";
-                            uptime_seconds: number;
-                            version: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -88,417 +32,13 @@ export interface paths {
          * Discover providers by status and GPU properties
          * @description Filters combine with AND. GPU conditions (gpu_model, min_vram, architecture) hold for single GPUs and min_gpus counts the GPUs meeting all of them. The status is the effective one: a provider silent past the offline bound is offline. Pages are ordered by `sort` then id; when more rows exist the response carries `X-Next-Cursor` (and a `Link: rel="next"`).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description GPU architecture, case-insensitive */
-                    architecture?: string;
-                    /** @description `X-Next-Cursor` of the previous page */
-                    cursor?: string;
-                    /** @description partial, case-insensitive GPU model match */
-                    gpu_model?: string;
-                    /** @description only providers whose GPUs are all healthy */
-                    healthy_only?: "0" | "1" | "true" | "false";
-                    /** @description page size, 1-1000 */
-                    limit?: string;
-                    /** @description at least this many GPUs meeting the GPU conditions */
-                    min_gpus?: string;
-                    /** @description minimum VRAM of a GPU in MB */
-                    min_vram?: string;
-                    /** @description sort key, `-` for descending; ties by id */
-                    sort?: "registered_at" | "-registered_at" | "last_seen_at" | "-last_seen_at" | "vram" | "-vram" | "gpu_count" | "-gpu_count";
-                    /** @description provider status */
-                    status?: "idle" | "busy" | "offline" | "maintenance" | "error";
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description one page of providers; see X-Next-Cursor */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            gpus: {
-                                /** @description architecture name, e.g. "ampere" */
-                                architecture: string | null;
-                                /** @description e.g. "8.0" */
-                                compute_capability: string | null;
-                                cuda_cores: number | null;
-                                driver_version: string;
-                                is_healthy: boolean;
-                                /** @description GB/s */
-                                memory_bandwidth: number | null;
-                                /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                                model_name: string;
-                                /** @description maximum power in watts */
-                                power_consumption: number | null;
-                                /** @description current power draw in watts */
-                                power_draw: number | null;
-                                /** @description Celsius (uint8) */
-                                temperature: number | null;
-                                tensor_cores: number | null;
-                                /** @description core utilization, 0-100 percent */
-                                utilization_gpu: number | null;
-                                /** @description memory utilization, 0-100 percent */
-                                utilization_mem: number | null;
-                                /** @description video memory in MB */
-                                vram: number;
-                            }[];
-                            hostname: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            ip_address: string | null;
-                            /** @description RFC 3339 UTC; last heartbeat or status update */
-                            last_seen_at: string;
-                            location: string | null;
-                            metadata: {
-                                [key: string]: unknown;
-                            };
-                            name: string;
-                            owner_id: string;
-                            /** @description RFC 3339 UTC */
-                            registered_at: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        }[];
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listProviders"];
         put?: never;
         /**
          * Register a provider with its GPUs
          * @description Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. A new machine has no rental session: `status: busy` is 409 STATUS_CONTRADICTS_SESSIONS.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        gpus: {
-                            /** @description architecture name, e.g. "ampere" */
-                            architecture?: string | null;
-                            /** @description e.g. "8.0" */
-                            compute_capability?: string | null;
-                            cuda_cores?: number | null;
-                            driver_version: string;
-                            /** @default true */
-                            is_healthy?: boolean;
-                            /** @description GB/s */
-                            memory_bandwidth?: number | null;
-                            /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                            model_name: string;
-                            /** @description maximum power in watts */
-                            power_consumption?: number | null;
-                            /** @description current power draw in watts */
-                            power_draw?: number | null;
-                            /** @description Celsius (uint8) */
-                            temperature?: number | null;
-                            tensor_cores?: number | null;
-                            /** @description core utilization, 0-100 percent */
-                            utilization_gpu?: number | null;
-                            /** @description memory utilization, 0-100 percent */
-                            utilization_mem?: number | null;
-                            /** @description video memory in MB */
-                            vram: number;
-                        }[];
-                        hostname?: string | null;
-                        ip_address?: (string) | null;
-                        location?: string | null;
-                        /** @description extra key-value data */
-                        metadata?: {
-                            [key: string]: unknown;
-                        };
-                        /** @description friendly name; unique per owner */
-                        name: string;
-                        /** @description identifier of the owning user */
-                        owner_id: string;
-                        /**
-                         * @description initial status (default idle)
-                         * @enum {string}
-                         */
-                        status?: "idle" | "busy" | "offline" | "maintenance" | "error";
-                    };
-                };
-            };
-            responses: {
-                /** @description Provider */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            gpus: {
-                                /** @description architecture name, e.g. "ampere" */
-                                architecture: string | null;
-                                /** @description e.g. "8.0" */
-                                compute_capability: string | null;
-                                cuda_cores: number | null;
-                                driver_version: string;
-                                is_healthy: boolean;
-                                /** @description GB/s */
-                                memory_bandwidth: number | null;
-                                /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                                model_name: string;
-                                /** @description maximum power in watts */
-                                power_consumption: number | null;
-                                /** @description current power draw in watts */
-                                power_draw: number | null;
-                                /** @description Celsius (uint8) */
-                                temperature: number | null;
-                                tensor_cores: number | null;
-                                /** @description core utilization, 0-100 percent */
-                                utilization_gpu: number | null;
-                                /** @description memory utilization, 0-100 percent */
-                                utilization_mem: number | null;
-                                /** @description video memory in MB */
-                                vram: number;
-                            }[];
-                            hostname: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            ip_address: string | null;
-                            /** @description RFC 3339 UTC; last heartbeat or status update */
-                            last_seen_at: string;
-                            location: string | null;
-                            metadata: {
-                                [key: string]: unknown;
-                            };
-                            name: string;
-                            owner_id: string;
-                            /** @description RFC 3339 UTC */
-                            registered_at: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["registerProvider"];
         delete?: never;
         options?: never;
         head?: never;
@@ -513,602 +53,18 @@ export interface paths {
             cookie?: never;
         };
         /** Get one provider */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            gpus: {
-                                /** @description architecture name, e.g. "ampere" */
-                                architecture: string | null;
-                                /** @description e.g. "8.0" */
-                                compute_capability: string | null;
-                                cuda_cores: number | null;
-                                driver_version: string;
-                                is_healthy: boolean;
-                                /** @description GB/s */
-                                memory_bandwidth: number | null;
-                                /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                                model_name: string;
-                                /** @description maximum power in watts */
-                                power_consumption: number | null;
-                                /** @description current power draw in watts */
-                                power_draw: number | null;
-                                /** @description Celsius (uint8) */
-                                temperature: number | null;
-                                tensor_cores: number | null;
-                                /** @description core utilization, 0-100 percent */
-                                utilization_gpu: number | null;
-                                /** @description memory utilization, 0-100 percent */
-                                utilization_mem: number | null;
-                                /** @description video memory in MB */
-                                vram: number;
-                            }[];
-                            hostname: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            ip_address: string | null;
-                            /** @description RFC 3339 UTC; last heartbeat or status update */
-                            last_seen_at: string;
-                            location: string | null;
-                            metadata: {
-                                [key: string]: unknown;
-                            };
-                            name: string;
-                            owner_id: string;
-                            /** @description RFC 3339 UTC */
-                            registered_at: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getProvider"];
         /**
          * Replace a provider (full update, GPUs included)
          * @description Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. A status change here is published like an explicit status update, and refused like one when it contradicts the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while rented, `busy` while not).
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        gpus: {
-                            /** @description architecture name, e.g. "ampere" */
-                            architecture?: string | null;
-                            /** @description e.g. "8.0" */
-                            compute_capability?: string | null;
-                            cuda_cores?: number | null;
-                            driver_version: string;
-                            /** @default true */
-                            is_healthy?: boolean;
-                            /** @description GB/s */
-                            memory_bandwidth?: number | null;
-                            /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                            model_name: string;
-                            /** @description maximum power in watts */
-                            power_consumption?: number | null;
-                            /** @description current power draw in watts */
-                            power_draw?: number | null;
-                            /** @description Celsius (uint8) */
-                            temperature?: number | null;
-                            tensor_cores?: number | null;
-                            /** @description core utilization, 0-100 percent */
-                            utilization_gpu?: number | null;
-                            /** @description memory utilization, 0-100 percent */
-                            utilization_mem?: number | null;
-                            /** @description video memory in MB */
-                            vram: number;
-                        }[];
-                        hostname?: string | null;
-                        /** Format: uuid */
-                        id?: string;
-                        ip_address?: (string) | null;
-                        /** @description read-only: ignored */
-                        last_seen_at?: string;
-                        location?: string | null;
-                        /** @description extra key-value data */
-                        metadata?: {
-                            [key: string]: unknown;
-                        };
-                        /** @description friendly name; unique per owner */
-                        name: string;
-                        /** @description identifier of the owning user */
-                        owner_id: string;
-                        /** @description read-only: ignored */
-                        registered_at?: string;
-                        /**
-                         * @description new status; unchanged when absent
-                         * @enum {string}
-                         */
-                        status?: "idle" | "busy" | "offline" | "maintenance" | "error";
-                    };
-                };
-            };
-            responses: {
-                /** @description Provider */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            gpus: {
-                                /** @description architecture name, e.g. "ampere" */
-                                architecture: string | null;
-                                /** @description e.g. "8.0" */
-                                compute_capability: string | null;
-                                cuda_cores: number | null;
-                                driver_version: string;
-                                is_healthy: boolean;
-                                /** @description GB/s */
-                                memory_bandwidth: number | null;
-                                /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                                model_name: string;
-                                /** @description maximum power in watts */
-                                power_consumption: number | null;
-                                /** @description current power draw in watts */
-                                power_draw: number | null;
-                                /** @description Celsius (uint8) */
-                                temperature: number | null;
-                                tensor_cores: number | null;
-                                /** @description core utilization, 0-100 percent */
-                                utilization_gpu: number | null;
-                                /** @description memory utilization, 0-100 percent */
-                                utilization_mem: number | null;
-                                /** @description video memory in MB */
-                                vram: number;
-                            }[];
-                            hostname: string | null;
-                            /** Format: uuid */
-                            id: string;
-                            ip_address: string | null;
-                            /** @description RFC 3339 UTC; last heartbeat or status update */
-                            last_seen_at: string;
-                            location: string | null;
-                            metadata: {
-                                [key: string]: unknown;
-                            };
-                            name: string;
-                            owner_id: string;
-                            /** @description RFC 3339 UTC */
-                            registered_at: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["updateProvider"];
         post?: never;
         /**
          * Delete a provider and its GPUs
          * @description Also a rented machine: the removal is published (`provider.removed`), and billing ends every session still running on it, billed to the last minute its daemon reported; later usage reports for those sessions are refused.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        delete: operations["deleteProvider"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1127,179 +83,7 @@ export interface paths {
          * Record a heartbeat from the provider daemon, with optional GPU metrics
          * @description offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` (its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            /** @description HeartbeatRequest (optional body) */
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @default [] */
-                        gpu_metrics?: {
-                            /** @description position of the GPU in the provider's `gpus` array */
-                            index: number;
-                            is_healthy?: boolean;
-                            /** @description current power draw in watts */
-                            power_draw?: number;
-                            /** @description Celsius (uint8) */
-                            temperature?: number;
-                            /** @description core utilization, 0-100 percent */
-                            utilization_gpu?: number;
-                            /** @description memory utilization, 0-100 percent */
-                            utilization_mem?: number;
-                        }[];
-                    } | null;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            last_seen_at: string;
-                            message: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["sendHeartbeat"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1318,350 +102,13 @@ export interface paths {
          * Report a rental session running on the provider (billing, without NATS)
          * @description Idempotent. The provider goes idle -> busy; offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                    /** @description billing's session UUID */
-                    sessionID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description whether the session counts as running on the provider */
-                            active: boolean;
-                            message: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                            /** Format: uuid */
-                            provider_id: string;
-                            /** Format: uuid */
-                            session_id: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["reportSessionRunning"];
         post?: never;
         /**
          * Report a rental session ended (billing, without NATS)
          * @description Idempotent; also for a session never reported running (it is kept as ended). The provider goes busy -> idle when no session is left; other states are kept. Only admins and platform services.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                    /** @description billing's session UUID */
-                    sessionID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description whether the session counts as running on the provider */
-                            active: boolean;
-                            message: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                            /** Format: uuid */
-                            provider_id: string;
-                            /** Format: uuid */
-                            session_id: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        delete: operations["reportSessionEnded"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1684,203 +131,746 @@ export interface paths {
          * Set the provider status explicitly
          * @description Any state, except what contradicts the rental sessions billing reported: `idle` while a session runs, and `busy` without one, are 409 STATUS_CONTRADICTS_SESSIONS (only billing moves a machine between busy and idle). `offline`, `maintenance` and `error` are allowed on a rented machine; billing then ends its running sessions, billed to the last minute its daemon reported.
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description provider UUID */
-                    providerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description provider status
-                         * @enum {string}
-                         */
-                        status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            last_seen_at: string;
-                            message: string;
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                            /**
-                             * @description provider status
-                             * @enum {string}
-                             */
-                            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description RFC 9457 problem details (application/problem+json) */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description stable UPPER_SNAKE machine code */
-                            code: string;
-                            detail: string;
-                            errors?: {
-                                message: string;
-                                path: string;
-                            }[];
-                            request_id?: string;
-                            status: number;
-                            title: string;
-                            type: string;
-                        } & {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-            };
-        };
+        patch: operations["setProviderStatus"];
         trace?: never;
     };
 }
 export type webhooks = Record<string, never>;
 export interface components {
-    schemas: never;
-    responses: never;
+    schemas: {
+        /** @description One GPU of a provider */
+        Gpu: {
+            /** @description architecture name, e.g. "ampere" */
+            architecture: string | null;
+            /** @description e.g. "8.0" */
+            compute_capability: string | null;
+            cuda_cores: number | null;
+            driver_version: string;
+            is_healthy: boolean;
+            /** @description GB/s */
+            memory_bandwidth: number | null;
+            /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
+            model_name: string;
+            /** @description maximum power in watts */
+            power_consumption: number | null;
+            /** @description current power draw in watts */
+            power_draw: number | null;
+            /** @description Celsius (uint8) */
+            temperature: number | null;
+            tensor_cores: number | null;
+            /** @description core utilization, 0-100 percent */
+            utilization_gpu: number | null;
+            /** @description memory utilization, 0-100 percent */
+            utilization_mem: number | null;
+            /** @description video memory in MB */
+            vram: number;
+        };
+        Health: {
+            checks: {
+                [key: string]: {
+                    error?: string;
+                    /** @enum {string} */
+                    status: "UP" | "DOWN";
+                };
+            };
+            instance_id: string;
+            service: string;
+            /** @enum {string} */
+            status: "UP" | "DOWN";
+            uptime_seconds: number;
+            version: string;
+        };
+        /** @description A heartbeat, with the metrics of some GPUs; the body is optional (none: a heartbeat without metrics) */
+        HeartbeatRequest: {
+            /** @default [] */
+            gpu_metrics?: {
+                /** @description position of the GPU in the provider's `gpus` array */
+                index: number;
+                is_healthy?: boolean;
+                /** @description current power draw in watts */
+                power_draw?: number;
+                /** @description Celsius (uint8) */
+                temperature?: number;
+                /** @description core utilization, 0-100 percent */
+                utilization_gpu?: number;
+                /** @description memory utilization, 0-100 percent */
+                utilization_mem?: number;
+            }[];
+        } | null;
+        /** @description RFC 9457 problem details (application/problem+json) */
+        Problem: {
+            /** @description stable UPPER_SNAKE machine code */
+            code: string;
+            detail: string;
+            errors?: {
+                message: string;
+                path: string;
+            }[];
+            request_id?: string;
+            status: number;
+            title: string;
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A provider machine with its GPUs */
+        Provider: {
+            gpus: components["schemas"]["Gpu"][];
+            hostname: string | null;
+            /** Format: uuid */
+            id: string;
+            ip_address: string | null;
+            /** @description RFC 3339 UTC; last heartbeat or status update */
+            last_seen_at: string;
+            location: string | null;
+            metadata: {
+                [key: string]: unknown;
+            };
+            name: string;
+            owner_id: string;
+            /** @description RFC 3339 UTC */
+            registered_at: string;
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            status: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+        /** @description The deleted provider */
+        ProviderDeleted: {
+            /** Format: uuid */
+            id: string;
+            message: string;
+        };
+        /** @description One page of providers; `X-Next-Cursor` names the next */
+        ProviderList: components["schemas"]["Provider"][];
+        /** @description A new provider with its GPUs */
+        RegisterProviderRequest: {
+            gpus: {
+                /** @description architecture name, e.g. "ampere" */
+                architecture?: string | null;
+                /** @description e.g. "8.0" */
+                compute_capability?: string | null;
+                cuda_cores?: number | null;
+                driver_version: string;
+                /** @default true */
+                is_healthy?: boolean;
+                /** @description GB/s */
+                memory_bandwidth?: number | null;
+                /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
+                model_name: string;
+                /** @description maximum power in watts */
+                power_consumption?: number | null;
+                /** @description current power draw in watts */
+                power_draw?: number | null;
+                /** @description Celsius (uint8) */
+                temperature?: number | null;
+                tensor_cores?: number | null;
+                /** @description core utilization, 0-100 percent */
+                utilization_gpu?: number | null;
+                /** @description memory utilization, 0-100 percent */
+                utilization_mem?: number | null;
+                /** @description video memory in MB */
+                vram: number;
+            }[];
+            hostname?: string | null;
+            /** @description IPv4 or IPv6 address */
+            ip_address?: ((string | (string) | null) | null) | (string) | null;
+            location?: string | null;
+            /** @description extra key-value data */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** @description friendly name; unique per owner */
+            name: string;
+            /** @description identifier of the owning user */
+            owner_id: string;
+            /**
+             * @description initial status (default idle)
+             * @enum {string}
+             */
+            status?: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+        /** @description A rental session as the registry holds it, and the provider's status before and after the report */
+        SessionReport: {
+            /** @description whether the session counts as running on the provider */
+            active: boolean;
+            message: string;
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
+            /** Format: uuid */
+            provider_id: string;
+            /** Format: uuid */
+            session_id: string;
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            status: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+        /** @description A provider's status before and after a status update or a heartbeat */
+        StatusResult: {
+            /** Format: uuid */
+            id: string;
+            last_seen_at: string;
+            message: string;
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            status: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+        /** @description Every writable field of a provider, its GPUs included (a Provider as GET answers it may be sent back) */
+        UpdateProviderRequest: {
+            gpus: {
+                /** @description architecture name, e.g. "ampere" */
+                architecture?: string | null;
+                /** @description e.g. "8.0" */
+                compute_capability?: string | null;
+                cuda_cores?: number | null;
+                driver_version: string;
+                /** @default true */
+                is_healthy?: boolean;
+                /** @description GB/s */
+                memory_bandwidth?: number | null;
+                /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
+                model_name: string;
+                /** @description maximum power in watts */
+                power_consumption?: number | null;
+                /** @description current power draw in watts */
+                power_draw?: number | null;
+                /** @description Celsius (uint8) */
+                temperature?: number | null;
+                tensor_cores?: number | null;
+                /** @description core utilization, 0-100 percent */
+                utilization_gpu?: number | null;
+                /** @description memory utilization, 0-100 percent */
+                utilization_mem?: number | null;
+                /** @description video memory in MB */
+                vram: number;
+            }[];
+            hostname?: string | null;
+            /** Format: uuid */
+            id?: string;
+            /** @description IPv4 or IPv6 address */
+            ip_address?: ((string | (string) | null) | null) | (string) | null;
+            /** @description read-only: ignored */
+            last_seen_at?: string;
+            location?: string | null;
+            /** @description extra key-value data */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** @description friendly name; unique per owner */
+            name: string;
+            /** @description identifier of the owning user */
+            owner_id: string;
+            /** @description read-only: ignored */
+            registered_at?: string;
+            /**
+             * @description new status; unchanged when absent
+             * @enum {string}
+             */
+            status?: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+        UpdateStatusRequest: {
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            status: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+    };
+    responses: {
+        /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
+        BadRequest: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Already exists, or the state does not allow the action (the `code` says which) */
+        Conflict: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
+        Forbidden: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
+        InternalServerError: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Not found (the `code` names what) */
+        NotFound: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
+        PayloadTooLarge: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
+        ServiceUnavailable: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
+        Unauthorized: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
+        UnsupportedMediaType: {
+            headers: {
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
+        Link: string;
+        /** @description The URL the answer points to: the resource created, or the target of a redirect */
+        Location: string;
+        /** @description Seconds to wait before trying again */
+        "Retry-After": number;
+        /** @description `Bearer`, with the reason a token was refused */
+        "WWW-Authenticate": string;
+        /** @description The caller's `X-Correlation-ID` or a generated one; forwarded on every call and event it causes */
+        "X-Correlation-ID": string;
+        /** @description The next page's cursor (pass it as `cursor`); absent on the last page */
+        "X-Next-Cursor": string;
+        /** @description The request's ID: the caller's `X-Request-ID` when sane, else a generated one; on every log line */
+        "X-Request-ID": string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    listProviders: {
+        parameters: {
+            query?: {
+                /** @description GPU architecture, case-insensitive */
+                architecture?: string;
+                /** @description `X-Next-Cursor` of the previous page */
+                cursor?: string;
+                /** @description partial, case-insensitive GPU model match */
+                gpu_model?: string;
+                /** @description only providers whose GPUs are all healthy */
+                healthy_only?: "0" | "1" | "true" | "false";
+                /** @description page size, 1-1000 */
+                limit?: string;
+                /** @description at least this many GPUs meeting the GPU conditions */
+                min_gpus?: string;
+                /** @description minimum VRAM of a GPU in MB */
+                min_vram?: string;
+                /** @description sort key, `-` for descending; ties by id */
+                sort?: "registered_at" | "-registered_at" | "last_seen_at" | "-last_seen_at" | "vram" | "-vram" | "gpu_count" | "-gpu_count";
+                /** @description provider status */
+                status?: "idle" | "busy" | "offline" | "maintenance" | "error";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    registerProvider: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegisterProviderRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Provider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getProvider: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Provider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    updateProvider: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateProviderRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Provider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteProvider: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderDeleted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    sendHeartbeat: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HeartbeatRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportSessionRunning: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+                /** @description billing's session UUID */
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionReport"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportSessionEnded: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+                /** @description billing's session UUID */
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionReport"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setProviderStatus: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateStatusRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+}

@@ -358,7 +358,7 @@ export interface components {
     headers: {
         /** @description `bytes`: ranges may be asked for */
         "Accept-Ranges": string;
-        /** @description Caching directive (`no-store` on a redirect to a presigned URL) */
+        /** @description How the answer may be cached (`no-store`: not at all, for secrets, tokens and presigned URLs) */
         "Cache-Control": string;
         /** @description Bytes in the body */
         "Content-Length": number;
@@ -372,7 +372,7 @@ export interface components {
         "Last-Modified": string;
         /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
         Link: string;
-        /** @description Where the answer points (the presigned URL of a redirect) */
+        /** @description The URL the answer points to: the resource created, or the target of a redirect */
         Location: string;
         /** @description Seconds to wait before trying again */
         "Retry-After": number;

@@ -43,9 +43,15 @@ export const HEADERS = {
   'Content-Type': { description: "The object's content type, as stored", schema: text },
   'Content-Range': { description: 'The byte range sent, `bytes <first>-<last>/<size>`', schema: text },
   'Accept-Ranges': { description: '`bytes`: ranges may be asked for', schema: text },
-  'Cache-Control': { description: 'Caching directive (`no-store` on a redirect to a presigned URL)', schema: text },
+  'Cache-Control': {
+    description: 'How the answer may be cached (`no-store`: not at all, for secrets, tokens and presigned URLs)',
+    schema: text,
+  },
   Pragma: { description: '`no-cache`, for HTTP/1.0 caches (with `Cache-Control: no-store` on a token)', schema: text },
-  Location: { description: 'Where the answer points (the presigned URL of a redirect)', schema: text },
+  Location: {
+    description: 'The URL the answer points to: the resource created, or the target of a redirect',
+    schema: text,
+  },
   'Idempotent-Replayed': {
     description: '`true` when this is the stored answer of an earlier request with the same `Idempotency-Key`',
     schema: text,

@@ -2,7 +2,8 @@
  * The last pass over a service's OpenAPI document, so that every document declares the platform's contract the same
  * way, from one place rather than route by route:
  *
- * - **Security** at the root (`bearerAuth`); a public operation says `security: []`.
+ * - **Security** at the root (`bearerAuth`); a public operation says `security: []`, or `[{}, {bearerAuth: []}]`
+ *   (a token optional) when it declares a 401 for the requests that need one.
  * - **Problems**: every error answer is a `$ref` to `components.responses.<Status>` (an `application/problem+json`
  *   body of the `Problem` schema, with its headers), keeping a route's own description of it. Each operation also
  *   declares the problems the platform itself can answer: 500 and 503 (a dependency down, overload, the request
@@ -95,7 +96,9 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       const note = (op[ROUTE_NOTE] as RouteNote | undefined) ?? { public: false, headers: {} };
       delete op[ROUTE_NOTE];
       for (const t of op.tags ?? []) tags.add(t);
-      if (note.public) op.security = [];
+      // Public: no token needed; a public operation that declares 401 takes one for some requests (a quote with a
+      // provider's rates), so a token is optional there.
+      if (note.public) op.security = op.responses['401'] ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
 
       const head = method === 'head';
