@@ -3,7 +3,7 @@
  * way, from one place rather than route by route:
  *
  * - **Security** at the root (`bearerAuth`); a public operation says `security: []`, or `[{}, {bearerAuth: []}]`
- *   (a token optional) when it declares a 401 for the requests that need one.
+ *   where a token is optional (`config.openapi.tokenOptional`: some of its requests need one).
  * - **Problems**: every error answer is a `$ref` to `components.responses.<Status>` (an `application/problem+json`
  *   body of the `Problem` schema, with its headers), keeping a route's own description of it. Each operation also
  *   declares the problems the platform itself can answer: 500 and 503 (a dependency down, overload, the request
@@ -93,12 +93,10 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
   for (const item of Object.values(paths)) {
     for (const [method, op] of Object.entries(item)) {
       if (!METHODS.includes(method)) continue;
-      const note = (op[ROUTE_NOTE] as RouteNote | undefined) ?? { public: false, headers: {} };
+      const note = (op[ROUTE_NOTE] as RouteNote | undefined) ?? { public: false, tokenOptional: false, headers: {} };
       delete op[ROUTE_NOTE];
       for (const t of op.tags ?? []) tags.add(t);
-      // Public: no token needed; a public operation that declares 401 takes one for some requests (a quote with a
-      // provider's rates), so a token is optional there.
-      if (note.public) op.security = op.responses['401'] ? [{}, { bearerAuth: [] }] : [];
+      if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
 
       const head = method === 'head';

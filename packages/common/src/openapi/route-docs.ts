@@ -18,6 +18,8 @@ export interface RouteDocs {
   wildcard?: string;
   /** Response headers beyond the ones every answer carries, by status. */
   headers?: Partial<Record<number, readonly HeaderName[]>>;
+  /** A public route that takes a token for some requests (`security: [{}, {bearerAuth: []}]`). */
+  tokenOptional?: boolean;
 }
 
 declare module 'fastify' {
@@ -36,6 +38,7 @@ export const ROUTE_NOTE = 'x-gpu-route';
 /** The note `finishDocument` reads, then removes. */
 export interface RouteNote {
   public: boolean;
+  tokenOptional: boolean;
   headers: Partial<Record<number, readonly HeaderName[]>>;
 }
 
@@ -74,7 +77,11 @@ export function routeTransform(opts: {
     // @fastify/swagger suffixes a HEAD route's operationId with `-head`, for a HEAD that copies its GET's schema; a
     // HEAD route of its own (storage's) names its own operation.
     if (typeof schema.operationId === 'string') schema.operationId = schema.operationId.replace(/-head$/, '');
-    const note: RouteNote = { public: opts.isPublic(route), headers: docs.headers ?? {} };
+    const note: RouteNote = {
+      public: opts.isPublic(route),
+      tokenOptional: docs.tokenOptional === true,
+      headers: docs.headers ?? {},
+    };
     schema[ROUTE_NOTE] = note;
     return { schema, url } as never;
   };

@@ -96,7 +96,8 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/pricing/calculate',
     {
-      config: { public: true },
+      // Public, but a quote with a provider's own rates needs a token (401 without).
+      config: { public: true, openapi: { tokenOptional: true } },
       schema: {
         tags: ['pricing'],
         operationId: 'calculatePrice',
