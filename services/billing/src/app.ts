@@ -80,6 +80,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
     sessions: {
       initialPeriodMs: durationMs(deps.config.billing.initial_period),
       holdTopUpBelowMs: durationMs(deps.config.billing.hold_top_up_below),
+      lowBalanceWarningMs: durationMs(deps.config.billing.low_balance_warning),
       minimumBalance: deps.config.billing.minimum_balance,
       gracePeriodMs: durationMs(deps.config.billing.grace_period),
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),

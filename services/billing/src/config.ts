@@ -107,6 +107,12 @@ export const billingConfigSchema = z.object({
       initial_period: zDuration().default('1h'),
       /** A running session's hold is topped up (by another initial_period) when it covers less than this beyond the billed cost. */
       hold_top_up_below: zDuration().default('10m'),
+      /**
+       * A running session whose funds left (its hold and the renter's available balance) pay for less than this much
+       * running warns its renter once (the `session.low_balance` event, `low_balance_since` on the session), before
+       * the grace period starts; 0 turns the warning off.
+       */
+      low_balance_warning: zDuration().default('15m'),
       minimum_payout: zDecimal().default('10'),
       /**
        * How far a usage report may be dated ahead of billing's clock, or before its session started, and still be

@@ -176,7 +176,13 @@ describe('running out of funds', () => {
     });
     expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '0.015000', locked: '0.000000' });
     expect(await h.balanceOf(p.provider.id)).toMatchObject({ available: '4.925750' });
-    expect(await outboxKinds(id)).toEqual(['session.started', 'session.grace_period', 'session.terminated']);
+    // The renter was warned of the low balance before the grace period started (the same billing pass here).
+    expect(await outboxKinds(id)).toEqual([
+      'session.started',
+      'session.low_balance',
+      'session.grace_period',
+      'session.terminated',
+    ]);
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
@@ -191,6 +197,11 @@ describe('running out of funds', () => {
     expect(back).toMatchObject({ status: 'active', grace_until: null, total_cost: '5.270000' });
     // Held: 5.27 + 5.10 = 10.37; available 15.2 - 10.37 = 4.83.
     expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '4.830000', locked: '10.370000' });
-    expect(await outboxKinds(id)).toEqual(['session.started', 'session.grace_period', 'session.resumed']);
+    expect(await outboxKinds(id)).toEqual([
+      'session.started',
+      'session.low_balance',
+      'session.grace_period',
+      'session.resumed',
+    ]);
   });
 });

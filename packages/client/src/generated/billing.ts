@@ -506,6 +506,8 @@ export interface components {
             provider_wallet_id: string;
             /** Format: uuid */
             session_id: string;
+            /** @description the session's spend cap; null: none */
+            spend_cap: string | null;
             started_at: string;
             /** @enum {string} */
             status: "completed" | "terminated";
@@ -542,15 +544,21 @@ export interface components {
             /** @description started minutes: what ending now bills */
             elapsed_minutes: number;
             elapsed_seconds: number;
-            /** @description what the hold left and (for the renter) the available balance pay for */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
+            end_reason: string | null;
+            /** @description what the hold left and (for the renter) the available balance pay for, up to the spend cap */
             estimated_remaining_minutes: number;
             grace_until: string | null;
             hold_amount: string;
             /** @description hold_amount - cost_so_far (never below 0) */
             hold_remaining: string;
             last_usage_at: string | null;
+            /** @description when the renter's funds left (the hold and the wallet's available balance) came to pay for less than `billing.low_balance_warning` of running (the `session.low_balance` event); null: enough */
+            low_balance_since: string | null;
             /** Format: uuid */
             session_id: string;
+            /** @description the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap */
+            spend_cap: string | null;
             started_at: string;
             /** @enum {string} */
             status: "active" | "grace_period" | "completed" | "terminated";
@@ -755,6 +763,7 @@ export interface components {
             /** @description power draw of the latest usage update (W) */
             actual_power_w: string | null;
             billed_minutes: number;
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
             end_reason: string | null;
             ended_at: string | null;
             estimated_power_w: number;
@@ -768,6 +777,8 @@ export interface components {
             job_id: string;
             last_usage_at: string | null;
             lock_transaction_id: string | null;
+            /** @description when the renter's funds left (the hold and the wallet's available balance) came to pay for less than `billing.low_balance_warning` of running (the `session.low_balance` event); null: enough */
+            low_balance_since: string | null;
             /** Format: uuid */
             provider_id: string;
             /** Format: uuid */
@@ -789,6 +800,8 @@ export interface components {
                 vram_hourly_rate: string;
             };
             requested_vram_mb: number;
+            /** @description the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap */
+            spend_cap: string | null;
             started_at: string;
             /** @enum {string} */
             status: "active" | "grace_period" | "completed" | "terminated";
@@ -804,6 +817,7 @@ export interface components {
             session: components["schemas"]["Session"];
         };
         SessionEndRequest: {
+            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed) */
             reason?: string;
             /** Format: uuid */
             session_id: string;
@@ -821,7 +835,7 @@ export interface components {
             session: components["schemas"]["Session"];
         };
         SessionStartRequest: {
-            /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher */
+            /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the spend per hour: the rate is frozen for the session */
             accepted_hourly_rate?: string;
             /** @default 0 */
             estimated_power_w?: number;
@@ -830,6 +844,8 @@ export interface components {
             /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
             gpu_model: string;
             job_id: string;
+            /** @description the most the session may cost in all (above zero, at most the token decimals): billing ends it once its cost reaches this, billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more for it */
+            max_total_spend?: string;
             /** Format: uuid */
             provider_id: string;
             /**

@@ -19,6 +19,7 @@ function eventData(p: PresentContext, e: BillingEvent): object {
     case 'session.started':
     case 'session.grace_period':
     case 'session.resumed':
+    case 'session.low_balance':
       return { session: sessionJson(p, e.session) };
     case 'session.completed':
     case 'session.terminated':

@@ -158,6 +158,10 @@ export interface RentalSessionTable {
   grace_until: Date | null;
   ended_at: Date | null;
   end_reason: string | null;
+  /** The most the session may cost in all (null: no cap); it ends once its cost reaches it. */
+  spend_cap: Money | null;
+  /** When the renter was last warned that the funds left pay for little running time (null: not low). */
+  low_balance_at: Date | null;
   created_at: Timestamp;
   updated_at: Timestamp;
 }
@@ -194,6 +198,8 @@ export interface BillingRecordTable {
   platform_fee: Money;
   provider_earnings: Money;
   payment_transaction_id: string | null;
+  /** The session's spend cap (null: none). */
+  spend_cap: Money | null;
   started_at: Timestamp;
   ended_at: Timestamp;
   created_at: Timestamp;

@@ -89,13 +89,22 @@ export interface BilledSession {
   cost: { toFixed(): string };
   status: SessionStatus;
   graceUntil: Date | null;
+  lowBalanceAt: Date | null;
   usage?: { actualPowerW: string; lastUsageAt: Date };
 }
 
 /** The columns billing writes; the rest of a locked session row cannot change under its lock. */
 export type BilledColumns = Pick<
   SessionRow,
-  'id' | 'billed_minutes' | 'total_cost' | 'status' | 'grace_until' | 'updated_at' | 'actual_power_w' | 'last_usage_at'
+  | 'id'
+  | 'billed_minutes'
+  | 'total_cost'
+  | 'status'
+  | 'grace_until'
+  | 'low_balance_at'
+  | 'updated_at'
+  | 'actual_power_w'
+  | 'last_usage_at'
 >;
 
 /** Writes every session's billing (and usage report) in one statement; the written columns by session ID. */
@@ -111,18 +120,20 @@ export async function writeBilledSessions(
       total_cost = v.total_cost,
       status = v.status,
       grace_until = v.grace_until,
+      low_balance_at = v.low_balance_at,
       updated_at = ${now.toISOString()}::timestamptz,
       actual_power_w = CASE WHEN v.has_usage THEN v.actual_power_w ELSE s.actual_power_w END,
       last_usage_at = CASE WHEN v.has_usage THEN v.last_usage_at ELSE s.last_usage_at END
     FROM unnest(
       ${col((c) => c.id)}::uuid[], ${col((c) => c.minutes)}::integer[], ${col((c) => c.cost.toFixed())}::numeric[],
       ${col((c) => c.status)}::text[], ${col((c) => c.graceUntil?.toISOString() ?? null)}::timestamptz[],
+      ${col((c) => c.lowBalanceAt?.toISOString() ?? null)}::timestamptz[],
       ${col((c) => c.usage !== undefined)}::boolean[], ${col((c) => c.usage?.actualPowerW ?? null)}::numeric[],
       ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[]
-    ) AS v(id, billed_minutes, total_cost, status, grace_until, has_usage, actual_power_w, last_usage_at)
+    ) AS v(id, billed_minutes, total_cost, status, grace_until, low_balance_at, has_usage, actual_power_w, last_usage_at)
     WHERE s.id = v.id
-    RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.updated_at, s.actual_power_w,
-      s.last_usage_at`.execute(trx);
+    RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.low_balance_at, s.updated_at,
+      s.actual_power_w, s.last_usage_at`.execute(trx);
   return new Map(rows.map((r) => [r.id, r]));
 }
 

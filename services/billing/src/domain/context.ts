@@ -24,6 +24,8 @@ export interface PricingSettings {
 interface SessionSettings {
   initialPeriodMs: number;
   holdTopUpBelowMs: number;
+  /** Funds for less running than this warn the renter (config `billing.low_balance_warning`; 0: never). */
+  lowBalanceWarningMs: number;
   minimumBalance: string;
   gracePeriodMs: number;
   billingIntervalMs: number;
@@ -61,6 +63,7 @@ export interface BillingState {
 export interface RatePeriods {
   hourly: Dec;
   topUpBelow: Dec;
+  lowBalance: Dec;
   billingInterval: Dec;
   initialPeriod: Dec;
 }

@@ -19,7 +19,10 @@ export type BillingEvent =
   | { kind: 'deposit.rejected'; walletId: string; signature: string; reason: string }
   | { kind: 'deposit.confirmed'; transaction: TransactionRow; sourceOwner: string; slot: number }
   | { kind: PayoutEventKind; transaction: TransactionRow }
-  | { kind: 'session.started' | 'session.grace_period' | 'session.resumed'; session: SessionRow }
+  | {
+      kind: 'session.started' | 'session.grace_period' | 'session.resumed' | 'session.low_balance';
+      session: SessionRow;
+    }
   | { kind: 'session.completed' | 'session.terminated'; session: SessionRow; billingRecord: BillingRecordRow };
 
 /** Where domain code records events: inside the transaction of the change (or on the database, for a refusal). */

@@ -55,8 +55,26 @@ export const sessionSchema = z
     started_at: z.string(),
     last_usage_at: z.string().nullable(),
     grace_until: z.string().nullable(),
+    spend_cap: z
+      .string()
+      .nullable()
+      .describe('the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap'),
+    low_balance_since: z
+      .string()
+      .nullable()
+      .describe(
+        "when the renter's funds left (the hold and the wallet's available balance) came to pay for less than " +
+          '`billing.low_balance_warning` of running (the `session.low_balance` event); null: enough',
+      ),
     ended_at: z.string().nullable(),
-    end_reason: z.string().nullable(),
+    end_reason: z
+      .string()
+      .nullable()
+      .describe(
+        'why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), ' +
+          '`provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: ' +
+          '`ended` or the reason it gave; null while it runs',
+      ),
   })
   .register(schemas, { id: 'Session' });
 
@@ -80,6 +98,7 @@ export const billingRecordSchema = z
     platform_fee: z.string(),
     provider_earnings: z.string(),
     payment_transaction_id: z.uuid().nullable(),
+    spend_cap: z.string().nullable().describe("the session's spend cap; null: none"),
     started_at: z.string(),
     ended_at: z.string(),
     created_at: z.string(),

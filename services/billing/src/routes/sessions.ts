@@ -2,6 +2,7 @@
 import { type App, callerOf, setNextPage, withRequestLogger, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import {
+  BILLING_END_REASONS,
   billingHistory,
   currentUsage,
   endSession,
@@ -17,6 +18,7 @@ import {
   sessionStartJson,
 } from '../wire/presenters.ts';
 import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
+import { requestAmount } from './amounts.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import { afterCursor, pageQuery } from './paging.ts';
@@ -43,7 +45,15 @@ const startSessionBody = z
       .optional()
       .describe(
         'the highest total hourly rate the renter accepts (required of users: quote it with POST ' +
-          '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher',
+          '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the ' +
+          'spend per hour: the rate is frozen for the session',
+      ),
+    max_total_spend: amountString
+      .optional()
+      .describe(
+        'the most the session may cost in all (above zero, at most the token decimals): billing ends it once its ' +
+          'cost reaches this, billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more ' +
+          'for it',
       ),
   })
   .register(schemas, { id: 'SessionStartRequest' });
@@ -58,7 +68,19 @@ const sessionStartSchema = z
   .register(schemas, { id: 'SessionStart' });
 
 const endSessionBody = z
-  .object({ session_id: z.uuid(), reason: z.string().max(200).optional() })
+  .object({
+    session_id: z.uuid(),
+    reason: z
+      .string()
+      .max(200)
+      .refine((r) => !(BILLING_END_REASONS as readonly string[]).includes(r), {
+        message: `reserved: billing gives ${BILLING_END_REASONS.join(', ')} itself`,
+      })
+      .optional()
+      .describe(
+        `why the party ends it (default \`ended\`); not one billing gives itself (${BILLING_END_REASONS.join(', ')})`,
+      ),
+  })
   .register(schemas, { id: 'SessionEndRequest' });
 
 const sessionEndSchema = z
@@ -85,10 +107,13 @@ const currentUsageSchema = z
     estimated_remaining_minutes: z
       .number()
       .int()
-      .describe('what the hold left and (for the renter) the available balance pay for'),
+      .describe('what the hold left and (for the renter) the available balance pay for, up to the spend cap'),
     actual_power_w: z.string().nullable(),
     last_usage_at: z.string().nullable(),
     grace_until: z.string().nullable(),
+    spend_cap: sessionSchema.shape.spend_cap,
+    low_balance_since: sessionSchema.shape.low_balance_since,
+    end_reason: sessionSchema.shape.end_reason,
   })
   .register(schemas, { id: 'CurrentUsage' });
 
@@ -150,6 +175,10 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             requestedVramMb: b.requested_vram_mb,
             estimatedPowerW: b.estimated_power_w,
             acceptedHourlyRate: b.accepted_hourly_rate,
+            spendCap:
+              b.max_total_spend === undefined
+                ? undefined
+                : requestAmount(b.max_total_spend, ctx.scale, 'body.max_total_spend'),
             correlationId: request.correlationId,
           },
           keyClaim(idem, answer),

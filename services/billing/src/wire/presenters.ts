@@ -96,6 +96,8 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     started_at: iso(s.started_at),
     last_usage_at: isoOrNull(s.last_usage_at),
     grace_until: isoOrNull(s.grace_until),
+    spend_cap: s.spend_cap === null ? null : formatAmount(s.spend_cap, p.scale),
+    low_balance_since: isoOrNull(s.low_balance_at),
     ended_at: isoOrNull(s.ended_at),
     end_reason: s.end_reason,
   };
@@ -121,6 +123,7 @@ export function billingRecordJson(b: BillingRecordRow, scale: number) {
     platform_fee: formatAmount(b.platform_fee, scale),
     provider_earnings: formatAmount(b.provider_earnings, scale),
     payment_transaction_id: b.payment_transaction_id,
+    spend_cap: b.spend_cap === null ? null : formatAmount(b.spend_cap, scale),
     started_at: iso(b.started_at),
     ended_at: iso(b.ended_at),
     created_at: iso(b.created_at),
@@ -167,6 +170,9 @@ export function currentUsageJson(p: PresentContext, u: CurrentUsage) {
     actual_power_w: s.actual_power_w === null ? null : new Dec(s.actual_power_w).toFixed(),
     last_usage_at: isoOrNull(s.last_usage_at),
     grace_until: isoOrNull(s.grace_until),
+    spend_cap: s.spend_cap === null ? null : formatAmount(s.spend_cap, p.scale),
+    low_balance_since: isoOrNull(s.low_balance_at),
+    end_reason: s.end_reason,
   };
 }
 

@@ -4,8 +4,8 @@
  * explicit ack) that reports each session's start or end to `ProviderSessions`, which keeps rented providers `busy`
  * (domain/provider-sessions.ts).
  *
- * `session.started`, `session.grace_period` and `session.resumed` say the session runs; `session.completed` and
- * `session.terminated` that it ended. Reports are idempotent and order-free, so redeliveries and duplicates are
+ * `session.started`, `session.grace_period`, `session.resumed` and `session.low_balance` say the session runs;
+ * `session.completed` and `session.terminated` that it ended. Reports are idempotent and order-free, so redeliveries and duplicates are
  * harmless. An event that can never apply is settled and logged (malformed, or its provider ID not a UUID:
  * terminated; about a provider the registry does not know: acknowledged); any other failure (the database away) is
  * nak'ed and redelivered later.
@@ -20,7 +20,7 @@ import type { ProviderSessions } from '../domain/provider-sessions.ts';
 
 const SESSION_CONSUMER = 'provider-registry-sessions';
 
-const RUNNING_KINDS = ['session.started', 'session.grace_period', 'session.resumed'] as const;
+const RUNNING_KINDS = ['session.started', 'session.grace_period', 'session.resumed', 'session.low_balance'] as const;
 const ENDED_KINDS = ['session.completed', 'session.terminated'] as const;
 
 /** The part of billing's session event the registry reads (the rest of its body is billing's session JSON). */

@@ -10,6 +10,7 @@ import { autoPayoutMigration } from './0007-auto-payout.ts';
 import { sessionFillfactorMigration } from './0008-session-fillfactor.ts';
 import { ledgerPostGroupsMigration } from './0009-ledger-post-groups.ts';
 import { autoPayoutFailureMigration } from './0010-auto-payout-failure.ts';
+import { spendCapsMigration } from './0011-spend-caps.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -23,5 +24,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0008-session-fillfactor': sessionFillfactorMigration,
     '0009-ledger-post-groups': ledgerPostGroupsMigration(scale),
     '0010-auto-payout-failure': autoPayoutFailureMigration,
+    '0011-spend-caps': spendCapsMigration(scale),
   };
 }

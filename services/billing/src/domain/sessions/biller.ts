@@ -1,8 +1,9 @@
 /**
  * The background biller: every `billing_interval` it bills each running
  * session's elapsed full minutes, keeps holds ahead, moves sessions into and
- * out of grace and terminates those whose grace is over, also when no usage
- * update arrives (a silent daemon must not mean free GPU time).
+ * out of grace, terminates those whose grace is over and ends those whose
+ * cost reached their spend cap, also when no usage update arrives (a silent
+ * daemon must not mean free GPU time, nor run past its renter's cap).
  *
  * Several billing instances may run it at once: each session is billed in its
  * own transaction, claimed with SELECT … FOR UPDATE SKIP LOCKED, so a session
@@ -21,13 +22,16 @@ export interface CycleResult {
   billed: number;
   /** Sessions skipped because someone else held them. */
   skipped: number;
+  /** Sessions ended for want of funds (grace over). */
   terminated: number;
+  /** Sessions ended at their spend cap. */
+  capped: number;
   failed: number;
 }
 
 /** Runs one billing cycle over every running session (in pages of `pageSize`). */
 export async function runBillingCycle(ctx: BillingContext, pageSize = 500): Promise<CycleResult> {
-  const result: CycleResult = { billed: 0, skipped: 0, terminated: 0, failed: 0 };
+  const result: CycleResult = { billed: 0, skipped: 0, terminated: 0, capped: 0, failed: 0 };
   let after = '00000000-0000-0000-0000-000000000000';
   for (;;) {
     const page = await sessionIdsIn(ctx.db, RUNNING_STATUSES, after, pageSize);
@@ -37,13 +41,14 @@ export async function runBillingCycle(ctx: BillingContext, pageSize = 500): Prom
           const session = await claimSessionIn(trx, id, RUNNING_STATUSES);
           if (!session) return 'skipped' as const;
           const billed = await billElapsed(ctx, trx, session);
-          if (!billed.expired) return 'billed' as const;
-          await finishSession(ctx, trx, billed.session, { status: 'terminated', reason: 'insufficient_funds' });
-          return 'terminated' as const;
+          if (!billed.end) return 'billed' as const;
+          await finishSession(ctx, trx, billed.session, billed.end);
+          return billed.end.status === 'terminated' ? ('terminated' as const) : ('capped' as const);
         });
         if (outcome === 'skipped') result.skipped++;
         else result.billed++;
         if (outcome === 'terminated') result.terminated++;
+        if (outcome === 'capped') result.capped++;
       } catch (err) {
         result.failed++;
         ctx.logger.warn(

@@ -6,10 +6,18 @@
  *     or never when terminated): `total_cost` = hourly × minutes / 60, rounded
  *     once. Billing is by the service's clock, never the daemon's, and never
  *     goes backwards, so late, duplicate and out-of-order updates are harmless.
- *  2. The hold must stay ahead of the billed cost: when it covers less than
- *     `hold_top_up_below` (default 10 min) beyond it, it is topped up from the
- *     available balance to cover another `initial_period`, as far as funds go.
- *  3. When hold and wallet together can't cover the next `billing_interval`,
+ *  2. A session with a spend cap costs at most the cap: once the billed cost
+ *     reaches it, the cost is the cap exactly and the caller ends the session
+ *     (`completed`, reason `spend_cap`). The hold never holds more than the cap.
+ *  3. The hold must stay ahead of the billed cost: when it covers less than
+ *     `hold_top_up_below` (default 10 min) or `low_balance_warning` (default
+ *     15 min) beyond it, it is topped up from the available balance to cover
+ *     another `initial_period`, as far as funds go (and the cap allows).
+ *  4. Low balance: when the top-up came up short (the wallet is empty) and the
+ *     hold pays for less than `low_balance_warning` more, the renter is warned
+ *     once (`session.low_balance`, `low_balance_at`); funds that arrive clear
+ *     the warning, so a later shortfall warns again.
+ *  5. When hold and wallet together can't cover the next `billing_interval`,
  *     the session enters `grace_period` until `grace_until` (now +
  *     `grace_period`), with a `session.grace_period` event; funds arriving in
  *     time return it to `active`. Once `grace_until` has passed, the caller
@@ -25,14 +33,19 @@ import { writeBilledSessions } from '../../db/session-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
 import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfHours, costOfMinutes } from '../pricing/index.ts';
+import type { EndKind } from './end.ts';
 import type { SessionRow } from './session.ts';
+
+/** How a session that billing finds over must end: its grace period ran out, or its cost reached its cap. */
+const GRACE_OVER: EndKind = { status: 'terminated', reason: 'insufficient_funds' };
+const CAP_REACHED: EndKind = { status: 'completed', reason: 'spend_cap' };
 
 export interface BillOutcome {
   session: SessionRow;
   /** Cost billed by this call (0 when no new full minute passed). */
   billed: Dec;
-  /** Whether the grace period is over: the caller must terminate the session. */
-  expired: boolean;
+  /** How the caller must end the session now (`finishSession`), or null while it runs on. */
+  end: EndKind | null;
 }
 
 /** One session to bill (its row locked by the caller) and, optionally, the newest usage report to record on it. */
@@ -44,7 +57,7 @@ export interface BillItem {
   correlationId?: string;
 }
 
-type SessionEvent = 'session.grace_period' | 'session.resumed';
+type SessionEvent = 'session.grace_period' | 'session.resumed' | 'session.low_balance';
 
 /** What billing changes on one session row. */
 interface SessionChange {
@@ -54,8 +67,10 @@ interface SessionChange {
   billed: Dec;
   status: SessionRow['status'];
   graceUntil: Date | null;
+  lowBalanceAt: Date | null;
   usage?: BillItem['usage'];
-  event: SessionEvent | null;
+  events: SessionEvent[];
+  capReached: boolean;
   correlationId?: string;
 }
 
@@ -95,12 +110,14 @@ export async function billSessions(
     const written = updated.get(change.id);
     if (!written) throw new Error(`session ${change.id} vanished while billed`);
     const session: SessionRow = { ...items[i]!.session, ...written };
-    if (change.event) {
-      await ctx.events.record(trx, { kind: change.event, session }, change.correlationId);
-    }
+    for (const kind of change.events) await ctx.events.record(trx, { kind, session }, change.correlationId);
     const expired =
       change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
-    outcomes.push({ session, billed: change.billed, expired });
+    outcomes.push({
+      session,
+      billed: change.billed,
+      end: change.capReached ? CAP_REACHED : expired ? GRACE_OVER : null,
+    });
   }
   return outcomes;
 }
@@ -108,7 +125,7 @@ export async function billSessions(
 /** The rate's cost over each settings period, worked out once per rate and settings (the context's cache). */
 function ratePeriods(ctx: BillingContext, rate: string): RatePeriods {
   const { scale, sessions: s } = ctx;
-  const key = `${rate}|${scale}|${s.holdTopUpBelowMs}|${s.billingIntervalMs}|${s.initialPeriodMs}`;
+  const key = `${rate}|${scale}|${s.holdTopUpBelowMs}|${s.lowBalanceWarningMs}|${s.billingIntervalMs}|${s.initialPeriodMs}`;
   let periods = ctx.state.ratePeriods.get(key);
   if (!periods) {
     const hourly = new Dec(rate);
@@ -116,6 +133,7 @@ function ratePeriods(ctx: BillingContext, rate: string): RatePeriods {
     periods = {
       hourly,
       topUpBelow: periodCost(s.holdTopUpBelowMs),
+      lowBalance: periodCost(s.lowBalanceWarningMs),
       billingInterval: periodCost(s.billingIntervalMs),
       initialPeriod: periodCost(s.initialPeriodMs),
     };
@@ -136,28 +154,46 @@ async function planBilling(
   const periods = ratePeriods(ctx, session.total_hourly_rate);
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
   const minutes = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
-  const cost = costOfMinutes(periods.hourly, minutes, ctx.scale);
+  const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
+  const uncapped = costOfMinutes(periods.hourly, minutes, ctx.scale);
+  const capReached = cap !== null && uncapped.gte(cap);
+  const cost = capReached ? cap : uncapped;
+  /** Never more than the cap: what is held, topped up to, or needed next. */
+  const upToCap = (d: Dec) => (cap === null ? d : Dec.min(d, cap));
 
-  const lowWater = cost.plus(periods.topUpBelow);
-  const nextPeriod = cost.plus(periods.billingInterval);
+  const nextPeriod = upToCap(cost.plus(periods.billingInterval));
+  const lowWater = upToCap(cost.plus(Dec.max(periods.topUpBelow, periods.lowBalance)));
   let held = heldBefore;
+  let short = false;
   // Only a hold running low touches the renter's accounts (locks them, tops up from available).
-  if (held.lt(lowWater) || held.lt(nextPeriod)) {
-    held = (await topUpHold(trx, session, cost.plus(periods.initialPeriod), ctx.state.accountIds)).held;
+  if (!capReached && (held.lt(lowWater) || held.lt(nextPeriod))) {
+    const topUp = await topUpHold(trx, session, upToCap(cost.plus(periods.initialPeriod)), ctx.state.accountIds);
+    held = topUp.held;
+    short = topUp.short.gt(0);
   }
-  const covered = held.gte(nextPeriod);
+  const covered = capReached || held.gte(nextPeriod);
 
+  const events: SessionEvent[] = [];
+  // Low: the wallet could not refill the hold, and the hold pays for less than the warning period more.
+  const low = !capReached && periods.lowBalance.gt(0) && short && held.lt(upToCap(cost.plus(periods.lowBalance)));
+  let lowBalanceAt = session.low_balance_at ? new Date(session.low_balance_at) : null;
+  if (low && lowBalanceAt === null) {
+    lowBalanceAt = now;
+    events.push('session.low_balance');
+  } else if (!low) {
+    // Funds came (or the warning is off): a later shortfall warns again.
+    lowBalanceAt = null;
+  }
   let status = session.status;
   let graceUntil = session.grace_until ? new Date(session.grace_until) : null;
-  let event: SessionEvent | null = null;
   if (!covered && status === 'active') {
     status = 'grace_period';
     graceUntil = new Date(now.getTime() + ctx.sessions.gracePeriodMs);
-    event = 'session.grace_period';
+    events.push('session.grace_period');
   } else if (covered && status === 'grace_period') {
     status = 'active';
     graceUntil = null;
-    event = 'session.resumed';
+    events.push('session.resumed');
   }
   return {
     id: session.id,
@@ -166,8 +202,10 @@ async function planBilling(
     billed: cost.minus(session.total_cost),
     status,
     graceUntil,
+    lowBalanceAt,
     usage: item.usage,
-    event,
+    events,
+    capReached,
     correlationId: item.correlationId,
   };
 }

@@ -43,7 +43,9 @@ export async function currentUsage(ctx: BillingContext, actor: Principal, sessio
   const until = running ? ctx.now() : new Date(s.ended_at ?? s.started_at);
   const elapsedMs = Math.max(0, until.getTime() - new Date(s.started_at).getTime());
   const minutes = running ? Math.max(billableMinutes(elapsedMs, true), s.billed_minutes) : s.billed_minutes;
-  const cost = running ? costOfMinutes(hourly, minutes, ctx.scale) : new Dec(s.total_cost);
+  const cap = s.spend_cap === null ? null : new Dec(s.spend_cap);
+  const uncapped = costOfMinutes(hourly, minutes, ctx.scale);
+  const cost = running ? (cap ? Dec.min(uncapped, cap) : uncapped) : new Dec(s.total_cost);
   const hold = await getHold(ctx.db, s.hold_id);
   const held = running && hold ? new Dec(hold.remaining) : new Dec(0);
   const holdLeft = Dec.max(held.minus(cost), 0);
@@ -60,7 +62,13 @@ export async function currentUsage(ctx: BillingContext, actor: Principal, sessio
     held,
     holdLeft,
     available,
-    estimatedRemainingMinutes: running ? runtimeMinutes(holdLeft.plus(available ?? 0), hourly) : 0,
+    // What the funds pay for, and no further than the spend cap.
+    estimatedRemainingMinutes: running
+      ? Math.min(
+          runtimeMinutes(holdLeft.plus(available ?? 0), hourly),
+          cap ? runtimeMinutes(cap.minus(cost), hourly) : Number.MAX_SAFE_INTEGER,
+        )
+      : 0,
   };
 }
 

@@ -9,7 +9,8 @@
  * session answers its existing record (idempotent, also under concurrency).
  *
  * Minutes: a normal end bills every started minute (partial minutes round
- * up); a termination for insufficient funds bills to the last full minute.
+ * up); a termination for insufficient funds bills to the last full minute. A
+ * session with a spend cap costs at most its cap.
  * Never fewer minutes than were already billed, unless the renter can't pay
  * them: the hold is topped up from the available balance first, and what
  * still can't be paid is cut to the last full minute the hold covers.
@@ -27,6 +28,20 @@ import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
 import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
 import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './session.ts';
+
+/**
+ * The end reasons billing gives itself: its renter's spend cap reached, funds run out, the provider's machine gone
+ * offline, into maintenance or error, or removed. A party ending a session may not claim one (400): they say why
+ * the platform ended it, and what counts against a provider's reliability.
+ */
+export const BILLING_END_REASONS = [
+  'spend_cap',
+  'insufficient_funds',
+  'provider_offline',
+  'provider_maintenance',
+  'provider_error',
+  'provider_removed',
+] as const;
 
 export type EndKind =
   | { status: 'completed'; reason?: string }
@@ -86,7 +101,9 @@ export async function finishSession(
       ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
       : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
   const hourly = new Dec(session.total_hourly_rate);
-  let cost = costOfMinutes(hourly, minutes, ctx.scale);
+  // A session with a spend cap costs at most the cap, billed exactly to it.
+  const capped = (d: Dec) => (session.spend_cap === null ? d : Dec.min(d, new Dec(session.spend_cap)));
+  let cost = capped(costOfMinutes(hourly, minutes, ctx.scale));
   const cover = await topUpHold(trx, session, cost, ctx.state.accountIds);
   if (cover.short.gt(0)) {
     ctx.logger.warn(
@@ -94,7 +111,7 @@ export async function finishSession(
       'session cost exceeds what the renter can pay; capped at the hold',
     );
     minutes = Math.min(minutes, cover.held.mul(60).div(hourly).floor().toNumber());
-    cost = Dec.min(costOfMinutes(hourly, minutes, ctx.scale), cover.held);
+    cost = Dec.min(capped(costOfMinutes(hourly, minutes, ctx.scale)), cover.held);
   }
   const { fee, rest } = splitFee(cost, new Dec(session.platform_fee_percent), ctx.scale);
   const paymentId = cost.gt(0) ? randomUUID() : null;
@@ -167,6 +184,7 @@ export async function finishSession(
     platform_fee: fee.toFixed(),
     provider_earnings: rest.toFixed(),
     payment_transaction_id: paymentId,
+    spend_cap: session.spend_cap,
     started_at: session.started_at,
     ended_at: now,
     created_at: now,

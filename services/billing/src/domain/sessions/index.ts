@@ -1,6 +1,6 @@
 export { runBillingCycle } from './biller.ts';
 export { billingHistory, type CurrentUsage, currentUsage, sessionList } from './current-usage.ts';
-export { endSession, type SessionEnd } from './end.ts';
+export { BILLING_END_REASONS, endSession, type SessionEnd } from './end.ts';
 export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
 export { quotedResources } from './rented-machine.ts';
 export { sessionRates } from './session.ts';

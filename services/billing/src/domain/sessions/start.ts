@@ -35,6 +35,8 @@ export interface StartSessionInput {
   estimatedPowerW: number;
   /** The highest total hourly rate the renter accepted (required of users; admins and services may omit it). */
   acceptedHourlyRate?: string;
+  /** The most the session may cost in all: it ends there (sessions/billing.ts), and no more is ever held for it. */
+  spendCap?: Dec;
   correlationId?: string;
 }
 
@@ -89,10 +91,12 @@ export async function startSession(
     throw billingErrors.priceNotAccepted(rates.totalHourlyRate.toFixed(ctx.scale), input.acceptedHourlyRate);
   }
   const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
-  const initial = Dec.max(
+  const period = Dec.max(
     costOfHours(rates.totalHourlyRate, new Dec(ctx.sessions.initialPeriodMs).div(3_600_000), ctx.scale),
     unit,
   );
+  // A session that may cost no more than its cap never holds more than it.
+  const initial = input.spendCap ? Dec.min(period, input.spendCap) : period;
   const minimum = new Dec(ctx.sessions.minimumBalance);
   const id = randomUUID();
   const now = ctx.now();
@@ -136,6 +140,8 @@ export async function startSession(
       grace_until: null,
       ended_at: null,
       end_reason: null,
+      spend_cap: input.spendCap?.toFixed() ?? null,
+      low_balance_at: null,
       created_at: now,
       updated_at: now,
     });

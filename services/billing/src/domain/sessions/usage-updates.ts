@@ -139,8 +139,9 @@ async function applyInTransaction(
     (await billSessions(ctx, trx, billItems)).map((o) => [o.session.id, o]),
   );
 
-  // Usage records: the session's first new update carries what this billing charged. A session whose grace
-  // ran out is terminated by its first new update; its later ones in the batch find it ended.
+  // Usage records: the session's first new update carries what this billing charged. A session that billing found
+  // over (its grace ran out, its cost reached its cap) is ended by its first new update; its later ones in the batch
+  // find it ended.
   const rows: UsageRow[] = [];
   const charged = new Set<string>();
   updates.forEach((u, i) => {
@@ -148,8 +149,8 @@ async function applyInTransaction(
     const outcome = outcomes.get(u.sessionId)!;
     const first = !charged.has(u.sessionId);
     charged.add(u.sessionId);
-    if (!first && outcome.expired) {
-      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, 'terminated') };
+    if (!first && outcome.end) {
+      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, outcome.end.status) };
       return;
     }
     rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
@@ -159,17 +160,11 @@ async function applyInTransaction(
     for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
   }
 
-  // Final session state: ended by termination, else as billed, else as locked.
+  // Final session state: ended as billing found it over, else as billed, else as locked.
   const ended = new Map<string, SessionRow>();
   for (const [id, outcome] of outcomes) {
-    if (!outcome.expired) continue;
-    const end = await finishSession(
-      ctx,
-      trx,
-      outcome.session,
-      { status: 'terminated', reason: 'insufficient_funds' },
-      fresh.get(id)![0]!.correlationId,
-    );
+    if (!outcome.end) continue;
+    const end = await finishSession(ctx, trx, outcome.session, outcome.end, fresh.get(id)![0]!.correlationId);
     ended.set(id, end.session);
   }
   const sessionOut = (id: string): SessionRow => ended.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;

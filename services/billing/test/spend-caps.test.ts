@@ -1,0 +1,217 @@
+/**
+ * Spend caps and low-balance warnings (issue #28): a session with `max_total_spend` holds no more than its cap and
+ * ends at it (`completed`, `end_reason: spend_cap`), billed exactly to it, whether the biller or a usage report finds
+ * it there, once under concurrency; a renter whose funds come to pay for less than `billing.low_balance_warning` is
+ * warned once (`session.low_balance`, `low_balance_since`) before the grace period starts, and again only after funds
+ * came and ran low anew. Against real PostgreSQL, the ledger checked after each.
+ */
+import { describe, expect, it } from 'vitest';
+import { Dec } from '../src/domain/ledger/money.ts';
+import { runBillingCycle } from '../src/domain/sessions/biller.ts';
+import { end, H100_X1, manualClock, parties, RTX4090_X2, start, startBody } from './support/sessions.ts';
+import { setupBilling, useBillingHarness } from './support/setup.ts';
+
+const clock = manualClock();
+const h = useBillingHarness({ now: clock.now });
+
+const minutes = (n: number) => clock.advance(n * 60_000);
+
+/** The session as its renter reads it, with what it has used so far (GET current-usage). */
+async function session(id: string) {
+  const res = await h.app.inject({ method: 'GET', url: `/api/v1/billing/current-usage/${id}` });
+  expect(res.statusCode).toBe(200);
+  const usage = res.json();
+  return { ...usage, total_cost: usage.billed_cost };
+}
+
+const report = (sessionId: string, messageId: string) =>
+  h.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/usage-update',
+    payload: {
+      session_id: sessionId,
+      message_id: messageId,
+      timestamp: clock.now().toISOString(),
+      gpu_utilization: 80,
+      power_draw_w: 300,
+    },
+  });
+
+async function eventsOf(sessionId: string, kind: string) {
+  const rows = await h.db.selectFrom('outbox_events').select(['kind', 'payload']).where('kind', '=', kind).execute();
+  return rows.filter((r) => (r.payload as { session?: { id: string } }).session?.id === sessionId);
+}
+
+describe('a spend cap', () => {
+  it('holds no more than the cap and ends the session at it, billed exactly to it (the biller)', async () => {
+    const p = await parties(h, '20');
+    // H100 × 1: 5.10 tokens/hour, 0.085 a minute; a cap of 0.5 is reached in the 6th minute (0.51).
+    const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.5' });
+    expect(res.statusCode).toBe(201);
+    const started = res.json();
+    expect(started.hold_amount).toBe('0.500000');
+    expect(started.session.spend_cap).toBe('0.500000');
+    const id = started.session.id as string;
+
+    minutes(5);
+    await runBillingCycle(h.ctx);
+    expect(await session(id)).toMatchObject({ status: 'active', billed_minutes: 5, total_cost: '0.425000' });
+
+    minutes(1);
+    const cycle = await runBillingCycle(h.ctx);
+    expect(cycle.capped).toBe(1);
+    const ended = await session(id);
+    expect(ended).toMatchObject({ status: 'completed', end_reason: 'spend_cap', total_cost: '0.500000' });
+    const record = await h.db
+      .selectFrom('billing_records')
+      .selectAll()
+      .where('session_id', '=', id)
+      .executeTakeFirstOrThrow();
+    expect(record).toMatchObject({ total_cost: '0.500000', platform_fee: '0.025000', provider_earnings: '0.475000' });
+    expect(record.spend_cap).toBe('0.500000');
+    // The renter paid exactly the cap; the rest of what was held came back.
+    expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '19.500000', locked: '0.000000' });
+    expect((await eventsOf(id, 'session.completed')).length).toBe(1);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('is reached through usage reports too, once when reports and the biller race', async () => {
+    const p = await parties(h, '20');
+    const id = (await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.3' })).json().session.id as string;
+    minutes(4); // 0.34 > 0.3
+    const answers = await Promise.all([
+      report(id, 'r-1'),
+      report(id, 'r-2'),
+      runBillingCycle(h.ctx),
+      report(id, 'r-3'),
+    ]);
+    const statuses = [answers[0], answers[1], answers[3]].map((r) => (r as { statusCode: number }).statusCode);
+    expect(statuses.every((s) => s === 201 || s === 409)).toBe(true);
+    expect(await session(id)).toMatchObject({ status: 'completed', end_reason: 'spend_cap', total_cost: '0.300000' });
+    expect((await eventsOf(id, 'session.completed')).length).toBe(1);
+    const records = await h.db
+      .selectFrom('billing_records')
+      .select('total_cost')
+      .where('session_id', '=', id)
+      .execute();
+    expect(records).toEqual([{ total_cost: '0.300000' }]);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('bills an end before the cap as any end, and never more than the cap', async () => {
+    const p = await parties(h, '20');
+    const id = (await start(h, { ...startBody(p, H100_X1), max_total_spend: '1' })).json().session.id as string;
+    minutes(2.5); // three started minutes: 0.255
+    const ended = (await end(h, id)).json();
+    expect(ended.billing_record).toMatchObject({ total_cost: '0.255000', end_reason: 'ended', spend_cap: '1.000000' });
+
+    const q = await parties(h, '20');
+    const capped = (await start(h, { ...startBody(q, H100_X1), max_total_spend: '0.2' })).json().session.id as string;
+    minutes(2.5); // 0.255 over a cap of 0.2: the end costs the cap
+    expect((await end(h, capped)).json().billing_record.total_cost).toBe('0.200000');
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it("lets no party claim a reason billing gives itself (a cap reached, a provider's fault)", async () => {
+    const p = await parties(h, '20');
+    const id = (await start(h, startBody(p, H100_X1))).json().session.id as string;
+    for (const reason of ['spend_cap', 'provider_offline', 'provider_removed', 'insufficient_funds']) {
+      const res = await h.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        payload: { session_id: id, reason },
+      });
+      expect(res.statusCode, reason).toBe(400);
+      expect(res.json().errors[0].path).toBe('body.reason');
+    }
+    expect((await session(id)).status).toBe('active');
+    const own = await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      payload: { session_id: id, reason: 'job finished' },
+    });
+    expect(own.json().billing_record.end_reason).toBe('job finished');
+  });
+
+  it('refuses a cap that is not a positive amount at the token scale, with the field named', async () => {
+    const p = await parties(h, '20');
+    for (const cap of ['0', '-1', '0.0000001', '1e3', 'ten', ' 1']) {
+      const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: cap });
+      expect(res.statusCode, cap).toBe(400);
+      expect(JSON.stringify(res.json()), cap).toMatch(/max_total_spend/);
+    }
+    const running = await h.db
+      .selectFrom('rental_sessions')
+      .select('id')
+      .where('wallet_id', '=', p.renter.id)
+      .execute();
+    expect(running).toEqual([]);
+  });
+});
+
+describe('a low balance', () => {
+  it('warns once before the grace period, clears when funds come, and warns again when they run low anew', async () => {
+    // RTX 4090 × 2: 1.93 tokens/hour (0.032166… a minute). 2.5 tokens: 1.93 held at the start, 0.57 left available.
+    const p = await parties(h, '2.5');
+    const id = (await start(h, startBody(p, RTX4090_X2))).json().session.id as string;
+
+    minutes(50); // the hold is topped up with the last 0.57: 2.5 held, enough for 77 minutes
+    await runBillingCycle(h.ctx);
+    expect(await session(id)).toMatchObject({ status: 'active', low_balance_since: null });
+
+    minutes(13); // minute 63: 2.5 held pays for less than 15 minutes more
+    await runBillingCycle(h.ctx);
+    const low = await session(id);
+    expect(low.status).toBe('active');
+    expect(low.low_balance_since).toBe(clock.now().toISOString());
+    minutes(1);
+    await runBillingCycle(h.ctx);
+    expect((await session(id)).low_balance_since).toBe(low.low_balance_since);
+    expect(await eventsOf(id, 'session.low_balance')).toHaveLength(1);
+    expect(await eventsOf(id, 'session.grace_period')).toHaveLength(0);
+
+    // Funds arrive: the hold is refilled, the warning cleared.
+    await h.credit(p.renter.id, '3');
+    minutes(1);
+    await runBillingCycle(h.ctx);
+    expect(await session(id)).toMatchObject({ status: 'active', low_balance_since: null });
+
+    // They run low again (5.5 tokens in all pay for 171 minutes): a second warning at minute 160, grace at 170.
+    minutes(95);
+    await runBillingCycle(h.ctx);
+    expect((await session(id)).low_balance_since).not.toBeNull();
+    expect(await eventsOf(id, 'session.low_balance')).toHaveLength(2);
+    minutes(10);
+    await runBillingCycle(h.ctx);
+    expect((await session(id)).status).toBe('grace_period');
+    const order = (await h.db.selectFrom('outbox_events').select(['kind', 'payload']).orderBy('created_at').execute())
+      .filter((r) => (r.payload as { session?: { id: string } }).session?.id === id)
+      .map((r) => r.kind)
+      .filter((k) => k !== 'session.started');
+    expect(order).toEqual(['session.low_balance', 'session.low_balance', 'session.grace_period']);
+    expect(new Dec((await session(id)).total_cost).lte('5.5')).toBe(true);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('is off with billing.low_balance_warning: 0', async () => {
+    const quiet = await setupBilling({ now: clock.now, config: { billing: { low_balance_warning: '0s' } } });
+    try {
+      const p = await parties(quiet, '2.5');
+      const id = (await start(quiet, startBody(p, RTX4090_X2))).json().session.id as string;
+      for (const step of [50, 13, 10]) {
+        minutes(step);
+        await runBillingCycle(quiet.ctx);
+      }
+      const s = (await quiet.app.inject({ method: 'GET', url: `/api/v1/billing/current-usage/${id}` })).json();
+      expect(s.low_balance_since).toBeNull();
+      const events = await quiet.db
+        .selectFrom('outbox_events')
+        .select('kind')
+        .where('kind', '=', 'session.low_balance')
+        .execute();
+      expect(events).toEqual([]);
+    } finally {
+      await quiet.close();
+    }
+  });
+});
