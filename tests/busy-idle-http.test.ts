@@ -189,6 +189,11 @@ describe('a rented machine its owner takes away, without NATS', () => {
     });
     await relay.flush();
     expect(await statusOf(machine.id)).toBe('maintenance');
+    // The end reached the registry with its reason (DELETE ...?end_reason=): a fault of the machine's.
+    expect(await registry('GET', `/providers/${machine.id}/reliability`)).toMatchObject({
+      sessions_ended: 1,
+      sessions_failed: 1,
+    });
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 });

@@ -46,6 +46,11 @@ function table(): Record<string, AccessRule> {
       request: async () => ({ url: `/providers/${await ownersMachine()}` }),
       expect: READ,
     },
+    'GET /providers/:providerID/reliability': {
+      request: async () => ({ url: `/providers/${await ownersMachine()}/reliability` }),
+      // Anyone with a token, renters and other providers included: it names nothing of the owner.
+      expect: { ...READ, other_user: 200, other_daemon: 200, renter: 200 },
+    },
     'PUT /providers/:providerID': {
       request: async () => ({
         url: `/providers/${await ownersMachine()}`,

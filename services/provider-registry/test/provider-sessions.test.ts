@@ -31,18 +31,26 @@ afterAll(async () => {
   await h?.testDb.drop();
 });
 
-type Kind = 'started' | 'grace_period' | 'resumed' | 'completed' | 'terminated';
+type Kind = 'started' | 'grace_period' | 'resumed' | 'low_balance' | 'completed' | 'terminated';
 
 /** Publishes billing's session event (its envelope and the part of the session the registry reads), as billing's relay does. */
-async function sessionEvent(kind: Kind, providerId: string, sessionId: string, eventId = randomUUID()) {
-  const status = { started: 'active', grace_period: 'grace_period', resumed: 'active' }[kind as string] ?? kind;
+async function sessionEvent(
+  kind: Kind,
+  providerId: string,
+  sessionId: string,
+  eventId = randomUUID(),
+  endReason: string | null = null,
+) {
+  const status =
+    { started: 'active', grace_period: 'grace_period', resumed: 'active', low_balance: 'active' }[kind as string] ??
+    kind;
   await billing.publish(
     `${h.config.messaging.subjects.billing_events}.session.${kind}`,
     {
       event_id: eventId,
       kind: `session.${kind}`,
       occurred_at: new Date().toISOString(),
-      session: { id: sessionId, provider_id: providerId, status, billed_minutes: 0 },
+      session: { id: sessionId, provider_id: providerId, status, billed_minutes: 0, end_reason: endReason },
     },
     { msgId: eventId },
   );
@@ -96,6 +104,25 @@ describe('billing session events over NATS', () => {
       ['idle', 'busy', 'session_started'],
       ['busy', 'idle', 'session_ended'],
     ]);
+  });
+
+  it("counts ended sessions in the machine's reliability once each, the machine's faults against it", async () => {
+    const p = await register(h.app);
+    const [a, b] = [randomUUID(), randomUUID()];
+    await sessionEvent('started', p.id, a);
+    await sessionEvent('low_balance', p.id, a);
+    expect(await until(p.id, 'busy')).toBe('busy');
+    const ended = randomUUID();
+    await sessionEvent('terminated', p.id, a, ended, 'provider_offline');
+    await sessionEvent('terminated', p.id, a, randomUUID(), 'provider_offline'); // billing published it twice
+    await sessionEvent('started', p.id, b);
+    await sessionEvent('completed', p.id, b, randomUUID(), 'ended');
+    const reliability = async () => (await h.app.inject({ url: `/providers/${p.id}/reliability` })).json();
+    const deadline = Date.now() + 5000;
+    while ((await reliability()).sessions_ended < 2 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await until(p.id, 'idle')).toBe('idle');
+    expect(await reliability()).toMatchObject({ sessions_ended: 2, sessions_failed: 1, session_success: 0.5 });
   });
 
   it('stays busy until the last of several sessions ends, whatever the order and however often events arrive', async () => {

@@ -90,6 +90,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/providers/{providerID}/reliability": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A machine's reliability: uptime over 30 days and sessions ended by its fault
+         * @description Anyone with a token, renters included: it names nothing of the owner or the address. Kept as statuses change and sessions end, never by reading history per request.
+         */
+        get: operations["getProviderReliability"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/providers/{providerID}/sessions/{sessionID}": {
         parameters: {
             query?: never;
@@ -106,7 +126,7 @@ export interface paths {
         post?: never;
         /**
          * Report a rental session ended (billing, without NATS)
-         * @description Idempotent; also for a session never reported running (it is kept as ended). The provider goes busy -> idle when no session is left; other states are kept. Only admins and platform services.
+         * @description Idempotent; also for a session never reported running (it is kept as ended). The provider goes busy -> idle when no session is left; other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`). Only admins and platform services.
          */
         delete: operations["reportSessionEnded"];
         options?: never;
@@ -290,6 +310,23 @@ export interface components {
              * @enum {string}
              */
             status?: "idle" | "busy" | "offline" | "maintenance" | "error";
+        };
+        /** @description A machine's reliability, from its status history and its rentals' ends */
+        Reliability: {
+            /** @description hours up or down in the last 30 days: what backs uptime_30d */
+            observed_hours_30d: number;
+            /** Format: uuid */
+            provider_id: string;
+            /** @description uptime × session success, each 1 while unobserved: what offers sort and filter by */
+            score: number;
+            /** @description (sessions_ended - sessions_failed) / sessions_ended; null without an ended session */
+            session_success: number | null;
+            /** @description rental sessions that ended on the machine */
+            sessions_ended: number;
+            /** @description those that ended by its fault: it went offline, into error or maintenance, or was removed */
+            sessions_failed: number;
+            /** @description time up (idle, busy) over time up and down (offline, error) in the last 30 days; maintenance is neither */
+            uptime_30d: number | null;
         };
         /** @description A rental session as the registry holds it, and the provider's status before and after the report */
         SessionReport: {
@@ -768,6 +805,37 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    getProviderReliability: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reliability"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     reportSessionRunning: {
         parameters: {
             query?: never;
@@ -804,7 +872,10 @@ export interface operations {
     };
     reportSessionEnded: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`) counts against its reliability, once per session */
+                end_reason?: string;
+            };
             header?: never;
             path: {
                 /** @description provider UUID */

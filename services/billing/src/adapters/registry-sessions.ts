@@ -2,8 +2,8 @@
  * Billing's session events to the provider registry over HTTP, for a billing that runs without NATS (`pnpm start`):
  * an `EventPublisher` for billing's transactional outbox whose "publish" of a session event is the registry's
  * `PUT /providers/{id}/sessions/{sessionId}` (the session runs: `session.started`, `session.grace_period`,
- * `session.resumed`) or `DELETE` (it ended: `session.completed`, `session.terminated`), with billing's machine
- * client and the event's correlation ID. Other events have no HTTP reader and count as sent.
+ * `session.resumed`) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), with
+ * billing's machine client and the event's correlation ID. Other events have no HTTP reader and count as sent.
  *
  * Because the events go through the outbox, a call that fails is not lost: the row stays unpublished and the relay
  * tries it again on its next run (every second, oldest first, stopping at the first failure so the order holds),
@@ -23,7 +23,7 @@ const FINAL = new Set([400, 404, 409]);
 
 interface SessionEventBody {
   kind?: string;
-  session?: { id?: string; provider_id?: string };
+  session?: { id?: string; provider_id?: string; end_reason?: string | null };
 }
 
 /** The publisher of session events to the registry configured in `provider_registry`; null without its URL. */
@@ -67,7 +67,14 @@ export function registrySessionPublisher(
         headers: opts.correlationId ? { 'x-correlation-id': opts.correlationId } : {},
       };
       const path = '/providers/{providerID}/sessions/{sessionID}';
-      const result = RUNNING.has(kind) ? await client.PUT(path, request) : await client.DELETE(path, request);
+      // An end carries its reason: the registry counts the machine's faults in its reliability.
+      const endReason = body.session?.end_reason;
+      const result = RUNNING.has(kind)
+        ? await client.PUT(path, request)
+        : await client.DELETE(path, {
+            ...request,
+            params: { ...request.params, query: endReason ? { end_reason: endReason } : {} },
+          });
       const status = result.response.status;
       if (result.response.ok) return msgId;
       const problem = (result.error ?? {}) as { code?: string; detail?: string };

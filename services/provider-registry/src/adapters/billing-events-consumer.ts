@@ -26,7 +26,7 @@ const ENDED_KINDS = ['session.completed', 'session.terminated'] as const;
 /** The part of billing's session event the registry reads (the rest of its body is billing's session JSON). */
 const sessionEventSchema = z.object({
   kind: z.enum([...RUNNING_KINDS, ...ENDED_KINDS]),
-  session: z.object({ id: z.uuid(), provider_id: z.uuid() }),
+  session: z.object({ id: z.uuid(), provider_id: z.uuid(), end_reason: z.string().nullish() }),
 });
 
 /** Who a message of billing's stream acts as. */
@@ -71,6 +71,7 @@ export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsu
           id,
           running,
           msg.headers?.get('X-Correlation-ID') || undefined,
+          event.session.end_reason,
         );
       } catch (err) {
         if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;

@@ -22,6 +22,8 @@ interface ProvidersTable {
   all_healthy: Generated<boolean>;
   gpu_models: Generated<string>;
   gpu_architectures: Generated<string>;
+  /** When the machine entered its current class of status (up, down, neither): the reliability migration. */
+  status_since: Generated<Date>;
 }
 
 /**
@@ -52,12 +54,29 @@ interface ProviderSessionsTable {
   updated_at: Timestamp;
 }
 
+/** Seconds a machine spent up and down per UTC day (kept by a trigger on status changes). */
+interface ProviderUptimeTable {
+  provider_id: string;
+  day: ColumnType<Date, string, string>;
+  up_seconds: number;
+  down_seconds: number;
+}
+
+/** A machine's ended rental sessions, and those ended by its fault. */
+interface ProviderReliabilityTable {
+  provider_id: string;
+  sessions_ended: Generated<number>;
+  sessions_failed: Generated<number>;
+}
+
 export interface RegistryDB {
   providers: ProvidersTable;
   gpus: GpusTable;
   provider_models: ProviderModelsTable;
   outbox_events: OutboxEventTable;
   provider_sessions: ProviderSessionsTable;
+  provider_uptime: ProviderUptimeTable;
+  provider_reliability: ProviderReliabilityTable;
 }
 
 /** A GPU as the API reads it (without `spec_json`, which only discovery's rendering uses). */

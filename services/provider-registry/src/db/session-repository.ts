@@ -29,15 +29,18 @@ export async function lockProviderStatus(
 
 /**
  * Records the session as active (`active` true) or ended. An ended session stays ended: a later "active" for it
- * (a redelivered or late start) changes nothing. Returns whether the session is active now.
+ * (a redelivered or late start) changes nothing. Returns whether the session is active now, and whether this call
+ * is the one that ended it (the first report of its end: a redelivered end is not).
  */
 export async function upsertSession(trx: Trx, providerId: string, sessionId: string, active: boolean) {
-  const { rows } = await sql<{ active: boolean }>`
+  const { rows } = await sql<{ active: boolean; was_active: boolean | null }>`
+    WITH before AS (SELECT active FROM provider_sessions WHERE session_id = ${sessionId})
     INSERT INTO provider_sessions (session_id, provider_id, active) VALUES (${sessionId}, ${providerId}, ${active})
     ON CONFLICT (session_id) DO UPDATE
       SET active = provider_sessions.active AND EXCLUDED.active, updated_at = now()
-    RETURNING active`.execute(trx);
-  return rows[0]!.active;
+    RETURNING active, (SELECT active FROM before) AS was_active`.execute(trx);
+  const row = rows[0]!;
+  return { active: row.active, endedNow: !row.active && row.was_active !== false };
 }
 
 /** Whether the provider has at least one active session. */

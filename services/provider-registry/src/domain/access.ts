@@ -7,7 +7,8 @@
  * - Admins and platform services (`service` clients) do all of it for any owner, and may move a machine to
  *   another owner.
  * - Discovery: the scheduler, the API gateway, admins and services read every provider; a provider or daemon
- *   lists and reads only its own machines. Renters do not call the registry: they discover through the gateway.
+ *   lists and reads only its own machines. Renters do not read providers (owner, host name, address): they read a
+ *   machine's reliability, which anyone with a token may.
  * - Someone else's machine answers 403 NOT_PROVIDER_OWNER: provider IDs are random UUIDs known to the
  *   scheduler and renters anyway, so a 404 would hide nothing.
  */
@@ -18,6 +19,12 @@ export const MANAGING_ROLES: readonly Role[] = ['provider', 'daemon', 'admin', '
 
 /** Roles that may read providers (discovery and single reads). */
 export const READING_ROLES: readonly Role[] = [...MANAGING_ROLES, 'scheduler', 'gateway'];
+
+/**
+ * Roles that may read a machine's reliability: everyone with a token, renters included. It tells nothing of the
+ * owner or the machine's address, and renters choose machines by it.
+ */
+export const RELIABILITY_ROLES: readonly Role[] = [...READING_ROLES, 'renter'];
 
 const notOwner = () => errors.forbidden('providers may only manage their own machines', 'NOT_PROVIDER_OWNER');
 

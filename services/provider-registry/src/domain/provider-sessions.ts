@@ -16,11 +16,13 @@
 import type { Principal, RetryOptions } from '@gpu/common';
 import { withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
+import { countSessionEnd } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
 import { hasActiveSession, lockProviderStatus, moveStatus, upsertSession } from '../db/session-repository.ts';
 import { registryErrors } from '../errors.ts';
 import { assertMayTrackSessions } from './access.ts';
 import type { ProviderStatus } from './provider.ts';
+import { isProviderFault } from './reliability.ts';
 import type { StatusOutbox } from './status-events.ts';
 
 /** The state a provider in `BUSY_FROM` takes while rented, and returns to from `busy` when no session is left. */
@@ -79,7 +81,8 @@ export class ProviderSessions {
 
   /**
    * Records that `sessionId` runs (`active`) or ended on the provider and applies the rule; PROVIDER_NOT_FOUND when
-   * the provider does not exist. Only admins and platform services report sessions.
+   * the provider does not exist. Only admins and platform services report sessions. The first report of an end
+   * counts it in the machine's reliability, against the machine when `endReason` is its fault (reliability.ts).
    */
   async report(
     actor: Principal,
@@ -87,6 +90,7 @@ export class ProviderSessions {
     sessionId: string,
     active: boolean,
     correlationId?: string,
+    endReason?: string | null,
   ): Promise<SessionReport> {
     assertMayTrackSessions(actor);
     const recording = this.deps.outbox.recording(active ? 'session_started' : 'session_ended', correlationId);
@@ -95,7 +99,9 @@ export class ProviderSessions {
         this.deps.db.transaction().execute(async (trx) => {
           const current = await lockProviderStatus(trx, providerId);
           if (current === undefined) return undefined;
-          const now = await upsertSession(trx, providerId, sessionId, active);
+          const session = await upsertSession(trx, providerId, sessionId, active);
+          if (session.endedNow) await countSessionEnd(trx, providerId, isProviderFault(endReason));
+          const now = session.active;
           const move = rentalMove(current, await hasActiveSession(trx, providerId));
           const written = move && (await moveStatus(trx, providerId, move.from, move.to, recording));
           return {

@@ -15,6 +15,7 @@ import {
   providerOwner,
   replaceProvider,
 } from '../db/provider-repository.ts';
+import { reliabilityBooks } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
 import { hasActiveSession, lockProviderStatus } from '../db/session-repository.ts';
 import {
@@ -37,6 +38,7 @@ import type { DiscoveryFilter } from './discovery.ts';
 import type { GpuMetrics } from './gpu-fields.ts';
 import { AUTO_OFFLINE_FROM, type Provider, type ProviderInput, type ProviderStatus } from './provider.ts';
 import { assertExplicitStatus } from './provider-sessions.ts';
+import { type Reliability, reliabilityOf } from './reliability.ts';
 import type { StatusOutbox } from './status-events.ts';
 
 export interface RegistryServiceDeps {
@@ -151,6 +153,13 @@ export class RegistryService {
     const provider = await this.mustFind(id);
     assertMayRead(actor, provider.owner_id);
     return provider;
+  }
+
+  /** A machine's reliability (reliability.ts); anyone with a token may read it. PROVIDER_NOT_FOUND for none. */
+  async reliability(id: string): Promise<Reliability> {
+    const books = await this.retry(() => reliabilityBooks(this.deps.db, id));
+    if (!books) throw registryErrors.providerNotFound(id);
+    return reliabilityOf(books);
   }
 
   /** Discovery; a provider or daemon sees only its own machines. */

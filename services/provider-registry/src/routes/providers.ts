@@ -6,7 +6,7 @@
  */
 import { type App, callerOf, invalidCursor, PAGE_HEADERS, problemSchema, setNextPage } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
-import { MANAGING_ROLES, READING_ROLES } from '../domain/access.ts';
+import { MANAGING_ROLES, READING_ROLES, RELIABILITY_ROLES } from '../domain/access.ts';
 import { type Cursor, cursorOf, cursorText } from '../domain/discovery.ts';
 import { registryErrors } from '../errors.ts';
 import { providerJson } from '../wire/provider-json.ts';
@@ -19,6 +19,8 @@ import {
   providerListSchema,
   providerSchema,
   providerUpdateSchema,
+  reliabilityJson,
+  reliabilitySchema,
   statusResultJson,
   statusResultSchema,
   statusUpdateSchema,
@@ -102,6 +104,25 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
       },
     },
     async (request) => providerJson(await registry.get(callerOf(request), request.params.providerID)),
+  );
+
+  app.get(
+    '/providers/:providerID/reliability',
+    {
+      config: { roles: RELIABILITY_ROLES },
+      schema: {
+        tags,
+        operationId: 'getProviderReliability',
+        summary: "A machine's reliability: uptime over 30 days and sessions ended by its fault",
+        description:
+          'Anyone with a token, renters included: it names nothing of the owner or the address. Kept as statuses ' +
+          'change and sessions end, never by reading history per request.',
+        params: providerIdParams,
+        response: { 200: reliabilitySchema, ...errorsOf(400, 401, 403, 404, 503) },
+      },
+    },
+    async (request) =>
+      reliabilityJson(request.params.providerID, await registry.reliability(request.params.providerID)),
   );
 
   app.put(

@@ -17,6 +17,7 @@ import {
 } from '../domain/gpu-fields.ts';
 import { PROVIDER_STATUSES } from '../domain/provider.ts';
 import type { StatusResult } from '../domain/registry-service.ts';
+import type { Reliability } from '../domain/reliability.ts';
 import {
   PROVIDER_FIELDS,
   type ProviderField,
@@ -214,6 +215,53 @@ export function statusResultJson(message: string, r: StatusResult): z.input<type
     previous_status: r.previousStatus,
     status: r.status,
     last_seen_at: r.lastSeenAt.toISOString(),
+  };
+}
+
+/** A machine's reliability (domain/reliability.ts). */
+export const reliabilitySchema = z
+  .object({
+    provider_id: z.uuid(),
+    score: z
+      .number()
+      .min(0)
+      .max(1)
+      .describe('uptime × session success, each 1 while unobserved: what offers sort and filter by'),
+    uptime_30d: z
+      .number()
+      .min(0)
+      .max(1)
+      .nullable()
+      .describe(
+        'time up (idle, busy) over time up and down (offline, error) in the last 30 days; maintenance is neither',
+      ),
+    observed_hours_30d: z.number().min(0).describe('hours up or down in the last 30 days: what backs uptime_30d'),
+    sessions_ended: z.number().int().min(0).describe('rental sessions that ended on the machine'),
+    sessions_failed: z
+      .number()
+      .int()
+      .min(0)
+      .describe('those that ended by its fault: it went offline, into error or maintenance, or was removed'),
+    session_success: z
+      .number()
+      .min(0)
+      .max(1)
+      .nullable()
+      .describe('(sessions_ended - sessions_failed) / sessions_ended; null without an ended session'),
+  })
+  .describe("A machine's reliability, from its status history and its rentals' ends")
+  .register(schemas, { id: 'Reliability' });
+
+/** The answer of GET /providers/{id}/reliability. */
+export function reliabilityJson(providerId: string, r: Reliability): z.input<typeof reliabilitySchema> {
+  return {
+    provider_id: providerId,
+    score: r.score,
+    uptime_30d: r.uptime,
+    observed_hours_30d: (r.upSeconds + r.downSeconds) / 3600,
+    sessions_ended: r.sessionsEnded,
+    sessions_failed: r.sessionsFailed,
+    session_success: r.sessionSuccess,
   };
 }
 

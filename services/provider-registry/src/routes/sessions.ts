@@ -35,6 +35,18 @@ const sessionReportSchema = z
   .describe("A rental session as the registry holds it, and the provider's status before and after the report")
   .register(schemas, { id: 'SessionReport' });
 
+const endQuery = z.object({
+  end_reason: z
+    .string()
+    .min(1)
+    .max(200)
+    .optional()
+    .describe(
+      "billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, " +
+        '`provider_removed`) counts against its reliability, once per session',
+    ),
+});
+
 const answer = (message: string, r: SessionReport) => ({ message, ...r });
 
 export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fastify, opts) => {
@@ -76,14 +88,23 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         summary: 'Report a rental session ended (billing, without NATS)',
         description:
           'Idempotent; also for a session never reported running (it is kept as ended). The provider goes ' +
-          'busy -> idle when no session is left; other states are kept. Only admins and platform services.',
+          'busy -> idle when no session is left; other states are kept. The first report of an end counts in the ' +
+          "machine's reliability (with `end_reason`). Only admins and platform services.",
         params: sessionParams,
+        querystring: endQuery,
         response: { 200: sessionReportSchema, ...errorsOf(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
       const { providerID, sessionID } = request.params;
-      const report = await sessions.report(callerOf(request), providerID, sessionID, false, request.correlationId);
+      const report = await sessions.report(
+        callerOf(request),
+        providerID,
+        sessionID,
+        false,
+        request.correlationId,
+        request.query.end_reason,
+      );
       return answer('session recorded as ended', report);
     },
   );

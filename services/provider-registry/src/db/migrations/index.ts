@@ -6,6 +6,7 @@ import * as gpuSpecJson from './20250103000000_gpu_spec_json.ts';
 import * as statusLastSeenIndex from './20250104000000_status_last_seen_index.ts';
 import * as outboxEvents from './20250105000000_outbox_events.ts';
 import * as providerSessions from './20250106000000_provider_sessions.ts';
+import * as reliability from './20250107000000_reliability.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -14,4 +15,5 @@ export const migrations: Record<string, Migration> = {
   '20250104000000_status_last_seen_index': statusLastSeenIndex,
   '20250105000000_outbox_events': outboxEvents,
   '20250106000000_provider_sessions': providerSessions,
+  '20250107000000_reliability': reliability,
 };

@@ -1,0 +1,90 @@
+/**
+ * What a machine's reliability is made of, kept as it happens (never by reading history per question):
+ *
+ * - `providers.status_since`: when the machine entered its current class of status: up (`idle`, `busy`), down
+ *   (`offline`, `error`) or neither (`maintenance`, the owner's own time).
+ * - `provider_uptime`: per machine and UTC day, the seconds it spent up and down. A trigger on every status change
+ *   that crosses classes (idle↔busy stays up and writes nothing) adds the interval it closes, split by day, and
+ *   starts the next one. A machine marked offline by the sweep was last heard from at `last_seen_at`: its up time
+ *   ends there and its down time starts there, not at the sweep. Whatever path changes the status (heartbeat, sweep,
+ *   explicit update, a rental), the database keeps the books.
+ * - `provider_reliability`: per machine, the rental sessions that ended on it and those that ended by the
+ *   machine's fault (it went offline, into error or maintenance, or was removed), counted once per session as
+ *   billing reports the end.
+ *
+ * Frozen: Kysely<any> and raw SQL.
+ */
+import { type Kysely, sql } from 'kysely';
+
+// biome-ignore lint/suspicious/noExplicitAny: frozen migrations are written against Kysely<any>
+export async function up(db: Kysely<any>): Promise<void> {
+  // A constant default: existing machines are observed from now on (no rewrite of the table).
+  await sql`ALTER TABLE providers ADD COLUMN status_since timestamptz NOT NULL DEFAULT now()`.execute(db);
+  await sql`
+    CREATE TABLE provider_uptime (
+      provider_id uuid NOT NULL REFERENCES providers (id) ON DELETE CASCADE,
+      day date NOT NULL,
+      up_seconds double precision NOT NULL DEFAULT 0 CHECK (up_seconds >= 0),
+      down_seconds double precision NOT NULL DEFAULT 0 CHECK (down_seconds >= 0),
+      PRIMARY KEY (provider_id, day)
+    )`.execute(db);
+  await sql`
+    CREATE TABLE provider_reliability (
+      provider_id uuid PRIMARY KEY REFERENCES providers (id) ON DELETE CASCADE,
+      sessions_ended integer NOT NULL DEFAULT 0 CHECK (sessions_ended >= 0),
+      sessions_failed integer NOT NULL DEFAULT 0 CHECK (sessions_failed BETWEEN 0 AND sessions_ended)
+    )`.execute(db);
+  await sql`
+    CREATE FUNCTION provider_status_class(status text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+      SELECT CASE WHEN status IN ('idle', 'busy') THEN 'up' WHEN status IN ('offline', 'error') THEN 'down' END
+    $$`.execute(db);
+  await sql`
+    CREATE FUNCTION providers_track_uptime() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+      old_class text := provider_status_class(OLD.status);
+      boundary timestamptz := now();
+      since timestamptz;
+    BEGIN
+      IF old_class IS NOT DISTINCT FROM provider_status_class(NEW.status) THEN
+        RETURN NEW;
+      END IF;
+      -- Swept offline: the machine was last heard from at last_seen_at.
+      IF old_class = 'up' AND NEW.status = 'offline' THEN
+        boundary := LEAST(GREATEST(OLD.last_seen_at, OLD.status_since), now());
+      END IF;
+      -- Only the last 31 days are ever read.
+      since := GREATEST(OLD.status_since, now() - interval '31 days');
+      IF old_class IS NOT NULL AND boundary > since THEN
+        INSERT INTO provider_uptime (provider_id, day, up_seconds, down_seconds)
+        SELECT NEW.id, d.day::date,
+          CASE WHEN old_class = 'up' THEN d.seconds ELSE 0 END,
+          CASE WHEN old_class = 'down' THEN d.seconds ELSE 0 END
+        FROM (
+          SELECT g AS day,
+            extract(epoch FROM LEAST(boundary, g + interval '1 day') - GREATEST(since, g)) AS seconds
+          FROM generate_series(date_trunc('day', since, 'UTC'), boundary, interval '1 day') AS g
+        ) d
+        WHERE d.seconds > 0
+        ON CONFLICT (provider_id, day) DO UPDATE SET
+          up_seconds = provider_uptime.up_seconds + EXCLUDED.up_seconds,
+          down_seconds = provider_uptime.down_seconds + EXCLUDED.down_seconds;
+      END IF;
+      NEW.status_since := boundary;
+      RETURN NEW;
+    END
+    $$`.execute(db);
+  await sql`
+    CREATE TRIGGER providers_uptime BEFORE UPDATE OF status ON providers
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION providers_track_uptime()`.execute(db);
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: frozen migrations are written against Kysely<any>
+export async function down(db: Kysely<any>): Promise<void> {
+  await sql`DROP TRIGGER providers_uptime ON providers`.execute(db);
+  await sql`DROP FUNCTION providers_track_uptime()`.execute(db);
+  await sql`DROP FUNCTION provider_status_class(text)`.execute(db);
+  await sql`DROP TABLE provider_reliability`.execute(db);
+  await sql`DROP TABLE provider_uptime`.execute(db);
+  await sql`ALTER TABLE providers DROP COLUMN status_since`.execute(db);
+}
