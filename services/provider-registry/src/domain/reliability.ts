@@ -13,20 +13,24 @@ const PROVIDER_FAULT_REASONS: readonly string[] = [
   'provider_removed',
 ];
 
-/** The rolling window of the uptime. */
-export const UPTIME_WINDOW_DAYS = 30;
-
 /** Whether a session's end counts against its machine. */
 export const isProviderFault = (endReason: string | null | undefined) =>
   endReason !== null && endReason !== undefined && PROVIDER_FAULT_REASONS.includes(endReason);
 
-/** What the books hold for one machine. */
+/** What the books hold for one machine, as the database reads them. */
 export interface ReliabilityBooks {
   /** Seconds up and down in the window, the open interval of the current status included. */
   upSeconds: number;
   downSeconds: number;
   sessionsEnded: number;
   sessionsFailed: number;
+  /**
+   * One number to sort and filter by, from 0 to 1: uptime × session success, each counted as 1 while it has no
+   * observation (a new machine starts at 1 and is judged by what it does; the counts tell how much backs it).
+   * The database works it out (`provider_reliability_of`), so a machine's reliability and the offers sorted by it
+   * say the same number.
+   */
+  score: number;
 }
 
 export interface Reliability extends ReliabilityBooks {
@@ -34,18 +38,13 @@ export interface Reliability extends ReliabilityBooks {
   uptime: number | null;
   /** Sessions that ended without the machine's fault, out of all that ended; null without one. */
   sessionSuccess: number | null;
-  /**
-   * One number to sort and filter by, from 0 to 1: uptime × session success, each counted as 1 while it has no
-   * observation (a new machine starts at 1 and is judged by what it does; the counts tell how much backs it).
-   */
-  score: number;
 }
 
-/** The reliability the books say. */
+/** The parts of the reliability the books say. */
 export function reliabilityOf(books: ReliabilityBooks): Reliability {
   const observed = books.upSeconds + books.downSeconds;
   const uptime = observed > 0 ? books.upSeconds / observed : null;
   const sessionSuccess =
     books.sessionsEnded > 0 ? (books.sessionsEnded - books.sessionsFailed) / books.sessionsEnded : null;
-  return { ...books, uptime, sessionSuccess, score: (uptime ?? 1) * (sessionSuccess ?? 1) };
+  return { ...books, uptime, sessionSuccess };
 }

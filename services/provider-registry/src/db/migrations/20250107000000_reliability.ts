@@ -11,6 +11,9 @@
  * - `provider_reliability`: per machine, the rental sessions that ended on it and those that ended by the
  *   machine's fault (it went offline, into error or maintenance, or was removed), counted once per session as
  *   billing reports the end.
+ * - `provider_reliability_of(id)`: the machine's books over the last 30 days (the day rows and the open interval of
+ *   its current status) and its score, uptime × session success, each 1 while unobserved: one function, so a
+ *   machine's reliability and the offers sorted by it say the same number.
  *
  * Frozen: Kysely<any> and raw SQL.
  */
@@ -74,6 +77,33 @@ export async function up(db: Kysely<any>): Promise<void> {
     END
     $$`.execute(db);
   await sql`
+    CREATE FUNCTION provider_reliability_of(p_id uuid)
+    RETURNS TABLE (up_seconds float8, down_seconds float8, sessions_ended integer, sessions_failed integer, score float8)
+    LANGUAGE sql STABLE AS $$
+      WITH books AS (
+        SELECT
+          coalesce(u.up, 0) + CASE WHEN provider_status_class(p.status) = 'up' THEN w.open ELSE 0 END AS up,
+          coalesce(u.down, 0) + CASE WHEN provider_status_class(p.status) = 'down' THEN w.open ELSE 0 END AS down,
+          coalesce(r.sessions_ended, 0) AS ended,
+          coalesce(r.sessions_failed, 0) AS failed
+        FROM providers p
+        CROSS JOIN LATERAL (
+          SELECT greatest(0, extract(epoch FROM now() - greatest(p.status_since, now() - interval '30 days')))::float8
+            AS open
+        ) w
+        LEFT JOIN LATERAL (
+          SELECT sum(pu.up_seconds)::float8 AS up, sum(pu.down_seconds)::float8 AS down FROM provider_uptime pu
+          WHERE pu.provider_id = p.id AND pu.day > (now() AT TIME ZONE 'UTC')::date - 30
+        ) u ON true
+        LEFT JOIN provider_reliability r ON r.provider_id = p.id
+        WHERE p.id = p_id
+      )
+      SELECT up, down, ended, failed,
+        (CASE WHEN up + down > 0 THEN up / (up + down) ELSE 1 END)
+          * (CASE WHEN ended > 0 THEN (ended - failed)::float8 / ended ELSE 1 END)
+      FROM books
+    $$`.execute(db);
+  await sql`
     CREATE TRIGGER providers_uptime BEFORE UPDATE OF status ON providers
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION providers_track_uptime()`.execute(db);
@@ -82,6 +112,7 @@ export async function up(db: Kysely<any>): Promise<void> {
 // biome-ignore lint/suspicious/noExplicitAny: frozen migrations are written against Kysely<any>
 export async function down(db: Kysely<any>): Promise<void> {
   await sql`DROP TRIGGER providers_uptime ON providers`.execute(db);
+  await sql`DROP FUNCTION provider_reliability_of(uuid)`.execute(db);
   await sql`DROP FUNCTION providers_track_uptime()`.execute(db);
   await sql`DROP FUNCTION provider_status_class(text)`.execute(db);
   await sql`DROP TABLE provider_reliability`.execute(db);
