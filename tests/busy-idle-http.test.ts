@@ -11,6 +11,8 @@ import { createLogger, OutboxRelay, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
+import { Dec } from '../services/billing/src/domain/ledger/money.ts';
+import { announcePriceCard } from '../services/billing/src/domain/pricing/provider-rates.ts';
 import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { end, H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
@@ -79,6 +81,56 @@ async function rental(ownerId: string = randomUUID()) {
   };
   return { machine, provider, renter, body };
 }
+
+/** The registry's offers in a region (what a renter's search answers). */
+async function offersIn(region: string) {
+  const token = await (await platform.machineClient('service')).get();
+  const res = await fetch(`${platform.registryUrl}/offers?region=${region}`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { provider_id: string; gpu_count: number; price_per_gpu_hour: string }[];
+}
+
+describe('the market without NATS', () => {
+  it("prices offers as billing quotes them: the platform's card at start-up, then the machine's own rates", async () => {
+    const relay = relayTo();
+    const owner = await platform.providerUser();
+    const where = `r-${randomUUID().slice(0, 8)}`;
+    const machine = await registry('POST', '/providers', providerBody({ owner_id: owner.id, location: where }));
+    await announcePriceCard(billing.ctx);
+    await relay.flush();
+    const quote = async () => {
+      const res = await billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/pricing/calculate',
+        payload: { gpu_model: 'A100', provider_id: machine.id, duration_hours: '1' },
+      });
+      expect(res.statusCode, res.body).toBe(200);
+      return res.json() as { total_hourly_rate: string; gpu_count: number };
+    };
+    const agree = async () => {
+      const [offer] = await offersIn(where);
+      const q = await quote();
+      expect(offer!.provider_id).toBe(machine.id);
+      // A quote for the machine's GPUs costs what the offer says per GPU-hour, to the last digit.
+      expect(Number(q.gpu_count)).toBe(offer!.gpu_count);
+      expect(new Dec(offer!.price_per_gpu_hour).mul(offer!.gpu_count).eq(q.total_hourly_rate)).toBe(true);
+      return offer!.price_per_gpu_hour;
+    };
+    const platformPrice = await agree();
+
+    const set = await billing.app.inject({
+      method: 'PUT',
+      url: `/api/v1/provider/${machine.id}/rates`,
+      payload: { base_rates: { 'nvidia-tesla-a100': '3.25' }, vram_rate_per_gb_hour: '0.05' },
+    });
+    expect(set.statusCode, set.body).toBe(200);
+    await relay.flush();
+    const ownPrice = await agree();
+    expect(ownPrice).not.toBe(platformPrice);
+  });
+});
 
 describe('busy and idle without NATS', () => {
   it('shows the machine busy while its session runs and idle once it ended', async () => {

@@ -4,7 +4,8 @@
  * (once at start-up, then every `billing.reconcile_interval`), billing running
  * sessions every `billing.billing_interval` (domain/sessions/biller.ts), consuming
  * usage updates from NATS when messaging is configured, and the registry's
- * provider status changes (an offline provider's sessions end).
+ * provider status changes (an offline provider's sessions end); and, at start-up, announcing the platform's price
+ * card to the market.
  */
 import {
   durationMs,
@@ -19,6 +20,7 @@ import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adap
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
+import { announcePriceCard } from './domain/pricing/index.ts';
 import { checkRunningProviders, runBillingCycle } from './domain/sessions/index.ts';
 import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 
@@ -50,6 +52,10 @@ export async function startBackground(
     ? new OutboxRelay(ctx.db, publisher, { subject: config.messaging.subjects.events, logger: ctx.logger })
     : null;
   relay?.start(1000, outbox);
+  // The market learns the platform's prices from billing: announced at every start (the registry keeps the newest).
+  await announcePriceCard(ctx).catch((err) =>
+    ctx.logger.warn({ err: (err as Error).message }, 'announcing the price card failed'),
+  );
 
   let reconciling: Promise<unknown> | undefined;
   const reconcile = (minAgeMs: number) => {

@@ -13,15 +13,17 @@ import {
   OutboxRelay,
   type TokenVerifier,
 } from '@gpu/common';
-import { type SessionConsumer, startSessionConsumer } from './adapters/billing-events-consumer.ts';
+import { type SessionConsumer, startPriceConsumer, startSessionConsumer } from './adapters/billing-events-consumer.ts';
 import { DEFAULT_PORT, offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
-import { OfflineSweeper } from './domain/offline-sweeper.ts';
+import { Market } from './domain/market.ts';
+import { PeriodicTask } from './domain/periodic-task.ts';
 import { ProviderSessions } from './domain/provider-sessions.ts';
 import { RegistryService } from './domain/registry-service.ts';
 import { StatusOutbox } from './domain/status-events.ts';
 import { heartbeatRoute } from './routes/heartbeat.ts';
 import { JsonArraySender } from './routes/json-array.ts';
+import { offerRoutes } from './routes/offers.ts';
 import type { ProviderRoutesOptions } from './routes/options.ts';
 import { providerRoutes } from './routes/providers.ts';
 import { schemas } from './routes/schemas.ts';
@@ -64,6 +66,7 @@ interface StatusEventFlush {
 export interface RegistryApp extends App {
   registry: RegistryService;
   sessions: ProviderSessions;
+  market: Market;
   events: StatusEventFlush;
 }
 
@@ -94,6 +97,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   });
   const retry = { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 };
   const sessions = new ProviderSessions({ db: database.db, outbox, retry });
+  const market = new Market({ db: database.db, logger, retry });
   // A run of the relay that was under way when an event committed may have missed it: a second run cannot.
   const events: StatusEventFlush = {
     flush: async () => {
@@ -107,25 +111,42 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   // A plugin of its own, so that its lenient JSON parser touches no other route.
   await app.register(heartbeatRoute, routes);
   await app.register(sessionRoutes, { sessions });
+  await app.register(offerRoutes, { market });
 
-  const sweeper = new OfflineSweeper(registry, durationMs(config.offline_sweep_interval), logger);
-  let consumer: SessionConsumer | undefined;
+  const sweeper = new PeriodicTask(
+    'offline sweep',
+    durationMs(config.offline_sweep_interval),
+    async () => {
+      const providers = await registry.sweepOffline();
+      return providers > 0 ? { providers } : null;
+    },
+    logger,
+  );
+  const refresher = new PeriodicTask(
+    "offers' reliability refresh",
+    durationMs(config.offers.reliability_refresh),
+    async () => ({ machines: await market.refreshReliability() }),
+    logger,
+  );
+  const consumers: SessionConsumer[] = [];
   app.addHook('onReady', async () => {
     relay?.start(RELAY_INTERVAL_MS, outbox);
-    if (deps.sweeper !== false) sweeper.start();
+    if (deps.sweeper !== false) {
+      sweeper.start();
+      refresher.start();
+    }
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
-      consumer = startSessionConsumer({
-        connection: publisher.connection,
-        sessions,
-        prefix: config.messaging.subjects.billing_events,
-        durable: config.messaging.session_consumer,
-        logger,
-      });
+      const billing = { connection: publisher.connection, prefix: config.messaging.subjects.billing_events, logger };
+      consumers.push(
+        startSessionConsumer({ ...billing, sessions, durable: config.messaging.session_consumer }),
+        startPriceConsumer({ ...billing, market, durable: config.messaging.price_consumer }),
+      );
     }
   });
   app.addHook('onClose', async () => {
-    await consumer?.stop();
+    await Promise.all(consumers.map((c) => c.stop()));
     await sweeper.stop();
+    await refresher.stop();
     await relay?.stop();
     // What is left is published now, or by the next instance to run a relay.
     await relay
@@ -136,5 +157,5 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
       await database.close();
     }
   });
-  return Object.assign(app, { registry, sessions, events });
+  return Object.assign(app, { registry, sessions, market, events });
 }

@@ -87,6 +87,15 @@ const registryShape = {
     .refine((s) => s === '' || zDuration().safeParse(s).success, 'expected a duration such as "90s"'),
   /** How often each instance sweeps stale providers to `offline` (and publishes the change). */
   offline_sweep_interval: zDuration().default('5s'),
+  offers: z
+    .object({
+      /**
+       * How often each instance walks every machine with offers to refresh their reliability (the 30-day window rolls
+       * on); a status change or a session's end refreshes a machine at once. 0 turns the walk off.
+       */
+      reliability_refresh: zDuration().default('1h'),
+    })
+    .prefault({}),
   /**
    * NATS (`nats_url`: empty publishes no events), the JetStream stream capturing the status subject (empty
    * publishes on core NATS without acknowledgement) and the subject of status events.
@@ -99,6 +108,8 @@ const registryShape = {
       }),
       /** The registry's durable consumer on that stream. */
       session_consumer: z.string().min(1).default('provider-registry-sessions'),
+      /** The registry's durable consumer of billing's price events (`<billing_events>.pricing.>`) on billing's stream. */
+      price_consumer: z.string().min(1).default('provider-registry-prices'),
     })
     .prefault({}),
 };

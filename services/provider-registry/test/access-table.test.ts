@@ -51,6 +51,35 @@ function table(): Record<string, AccessRule> {
       // Anyone with a token, renters and other providers included: it names nothing of the owner.
       expect: { ...READ, other_user: 200, other_daemon: 200, renter: 200 },
     },
+    'GET /offers': {
+      request: () => ({}),
+      // The market: anyone with a token.
+      expect: { ...READ, other_user: 200, other_daemon: 200, renter: 200 },
+    },
+    'PUT /prices': {
+      request: () => ({
+        payload: {
+          occurred_at: new Date(0).toISOString(),
+          base_rates: { default: '0.25' },
+          vram_rate_per_gb_hour: '0.02',
+          power_rate_per_watt_hour: '0.001',
+        },
+      }),
+      expect: PRIVILEGED,
+    },
+    'PUT /providers/:providerID/prices': {
+      request: async () => ({
+        url: `/providers/${await ownersMachine()}/prices`,
+        payload: {
+          occurred_at: new Date(0).toISOString(),
+          base_rates: {},
+          vram_rate_per_gb_hour: null,
+          power_rate_per_watt_hour: null,
+        },
+      }),
+      // Prices are billing's: the machine's owner sets them at billing, never here.
+      expect: PRIVILEGED,
+    },
     'PUT /providers/:providerID': {
       request: async () => ({
         url: `/providers/${await ownersMachine()}`,

@@ -125,6 +125,50 @@ describe('billing session events over NATS', () => {
     expect(await reliability()).toMatchObject({ sessions_ended: 2, sessions_failed: 1, session_success: 0.5 });
   });
 
+  it("prices the market from billing's price events: the platform's card, then a machine's own rates", async () => {
+    const where = `r-${randomUUID().slice(0, 8)}`;
+    const p = await register(h.app, { location: where });
+    const prefix = h.config.messaging.subjects.billing_events;
+    const publish = async (kind: string, body: object) => {
+      const id = randomUUID();
+      await billing.publish(
+        `${prefix}.${kind}`,
+        { event_id: id, kind, occurred_at: new Date().toISOString(), ...body },
+        { msgId: id },
+      );
+    };
+    const at = new Date().toISOString();
+    await publish('pricing.platform_rates', {
+      card: {
+        occurred_at: at,
+        base_rates: { default: '1.5' },
+        vram_rate_per_gb_hour: '0',
+        power_rate_per_watt_hour: '0',
+        factors: { default: { demand: '2', supply: '1' } },
+      },
+    });
+    const price = async () =>
+      ((await h.app.inject({ url: `/offers?region=${where}` })).json() as { price_per_gpu_hour: string }[])[0]
+        ?.price_per_gpu_hour;
+    const settle = async (want: string) => {
+      const deadline = Date.now() + 5000;
+      while (Number(await price()) !== Number(want) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 50));
+      return Number(await price());
+    };
+    expect(await settle('3')).toBe(3); // 1.5 × demand 2
+    await publish('pricing.provider_rates', {
+      provider_id: p.id,
+      rates: {
+        occurred_at: at,
+        base_rates: { default: '4' },
+        vram_rate_per_gb_hour: null,
+        power_rate_per_watt_hour: null,
+      },
+    });
+    expect(await settle('8')).toBe(8);
+  });
+
   it('stays busy until the last of several sessions ends, whatever the order and however often events arrive', async () => {
     const p = await register(h.app);
     const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];

@@ -21,6 +21,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/offers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Search the market: free GPUs of idle machines, priced and scored
+         * @description Anyone with a token, renters included: an offer names the machine, its GPUs, region, price and reliability, never the owner or the address. Prices are billing's (from its price events: a quote for the machine and these GPUs costs the same); offers without a price yet are not listed. Keyset paging: `X-Next-Cursor` and `Link` while more follow; 400 INVALID_CURSOR for a cursor not from this search.
+         */
+        get: operations["searchOffers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/prices": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * The platform's price card (billing, without NATS)
+         * @description Idempotent; an older card than the one held (`occurred_at`) changes nothing. Every offer is priced again. Only admins and platform services.
+         */
+        put: operations["setPriceCard"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/providers": {
         parameters: {
             query?: never;
@@ -84,6 +124,26 @@ export interface paths {
          * @description offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` (its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.
          */
         post: operations["sendHeartbeat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/providers/{providerID}/prices": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * A machine's own rates (billing, without NATS)
+         * @description Idempotent; older rates than those held change nothing, and a machine the registry does not know has none (`applied: false`). The machine's offers are priced again. Only admins and platform services.
+         */
+        put: operations["setProviderPrices"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -217,6 +277,73 @@ export interface components {
                 utilization_mem?: number;
             }[];
         } | null;
+        /** @description A group of GPUs on the market: what a renter may rent, and its price */
+        Offer: {
+            architecture: string | null;
+            /** @description CUDA compute capability */
+            compute_capability: string | null;
+            driver_version: string;
+            /** @description healthy and not rented */
+            free_gpus: number;
+            /** @description the machine's GPUs of this model */
+            gpu_count: number;
+            /** @description as the driver names it */
+            gpu_model: string;
+            /** @description billing's model key (what prices it) */
+            model_key: string;
+            /** @description tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's) */
+            price_per_gpu_hour: string;
+            /**
+             * Format: uuid
+             * @description the machine (its reliability: GET /providers/{id}/reliability)
+             */
+            provider_id: string;
+            /** @description the machine's location */
+            region: string | null;
+            reliability: {
+                observed_hours_30d: number;
+                /** @description uptime × session success, 1 while unobserved */
+                score: number;
+                sessions_ended: number;
+                sessions_failed: number;
+                uptime_30d: number | null;
+            };
+            /** @description the smallest VRAM of these GPUs */
+            vram_mb: number;
+        };
+        OfferList: components["schemas"]["Offer"][];
+        /** @description The platform's price card, as billing charges it */
+        PriceCard: {
+            /** @description base rate per GPU-hour by model key (and `default`) */
+            base_rates: {
+                [key: string]: string;
+            };
+            /**
+             * @description demand and supply factors by model key (and `default`); 1 where absent
+             * @default {}
+             */
+            factors?: {
+                [key: string]: {
+                    /** @description tokens, an exact decimal string */
+                    demand: string;
+                    /** @description tokens, an exact decimal string */
+                    supply: string;
+                };
+            };
+            /**
+             * Format: date-time
+             * @description when billing made this card: an older card than the one held is ignored
+             */
+            occurred_at: string;
+            /** @description tokens, an exact decimal string */
+            power_rate_per_watt_hour: string;
+            /** @description tokens, an exact decimal string */
+            vram_rate_per_gb_hour: string;
+        };
+        PricesApplied: {
+            /** @description false when the registry held newer prices (or, for a machine, none) */
+            applied: boolean;
+        };
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description stable UPPER_SNAKE machine code */
@@ -264,6 +391,20 @@ export interface components {
         };
         /** @description One page of providers; `X-Next-Cursor` names the next */
         ProviderList: components["schemas"]["Provider"][];
+        /** @description A machine's own rates (null, or a model absent: the platform's apply) */
+        ProviderPrices: {
+            /** @description base rate per GPU-hour by model key (and `default`) */
+            base_rates: {
+                [key: string]: string;
+            };
+            /**
+             * Format: date-time
+             * @description when billing stored these rates: older ones than held are ignored
+             */
+            occurred_at: string;
+            power_rate_per_watt_hour: string | null;
+            vram_rate_per_gb_hour: string | null;
+        };
         /** @description A new provider with its GPUs */
         RegisterProviderRequest: {
             gpus: {
@@ -585,6 +726,93 @@ export interface operations {
             };
         };
     };
+    searchOffers: {
+        parameters: {
+            query?: {
+                /** @description GPU architecture, case-insensitive */
+                architecture?: string;
+                /** @description `X-Next-Cursor` of the previous page */
+                cursor?: string;
+                /** @description a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key) */
+                gpu_model?: string;
+                /** @description page size, 1-500 */
+                limit?: string;
+                /** @description at most this price per GPU-hour (tokens) */
+                max_price?: string;
+                /** @description at least this CUDA compute capability, compared part by part */
+                min_compute_capability?: string;
+                /** @description at least this driver version, compared part by part */
+                min_driver_version?: string;
+                /** @description at least this many free GPUs */
+                min_free_gpus?: string;
+                /** @description at least this reliability score (0-1) */
+                min_reliability?: number;
+                /** @description every GPU of the offer has at least this VRAM (MB) */
+                min_vram?: string;
+                /** @description the machine's location, case-insensitive */
+                region?: string;
+                /** @description `price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability` */
+                sort?: "price" | "-price" | "reliability" | "-reliability";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OfferList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setPriceCard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PriceCard"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PricesApplied"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     listProviders: {
         parameters: {
             query?: {
@@ -799,6 +1027,42 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setProviderPrices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProviderPrices"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PricesApplied"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

@@ -3,7 +3,7 @@
  * event becomes one outbox row whose body is the outbox envelope (`event_id`,
  * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
  * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
- * a session's `session` and, once ended, its `billing_record`.
+ * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`.
  */
 import type { Outbox } from '@gpu/common';
 import type { BillingEvent, BillingEvents } from '../domain/events.ts';
@@ -24,6 +24,26 @@ function eventData(p: PresentContext, e: BillingEvent): object {
     case 'session.completed':
     case 'session.terminated':
       return { session: sessionJson(p, e.session), billing_record: billingRecordJson(e.billingRecord, p.scale) };
+    case 'pricing.platform_rates':
+      return {
+        card: {
+          occurred_at: e.card.at.toISOString(),
+          base_rates: e.card.baseRates,
+          vram_rate_per_gb_hour: e.card.vramRatePerGbHour,
+          power_rate_per_watt_hour: e.card.powerRatePerWattHour,
+          factors: e.card.factors,
+        },
+      };
+    case 'pricing.provider_rates':
+      return {
+        provider_id: e.rates.providerId,
+        rates: {
+          occurred_at: e.rates.at.toISOString(),
+          base_rates: e.rates.baseRates,
+          vram_rate_per_gb_hour: e.rates.vramRatePerGbHour,
+          power_rate_per_watt_hour: e.rates.powerRatePerWattHour,
+        },
+      };
     default:
       return { transaction: transactionJson(e.transaction, p.scale) };
   }

@@ -2,8 +2,10 @@
  * Billing's session events to the provider registry over HTTP, for a billing that runs without NATS (`pnpm start`):
  * an `EventPublisher` for billing's transactional outbox whose "publish" of a session event is the registry's
  * `PUT /providers/{id}/sessions/{sessionId}` (the session runs: `session.started`, `session.grace_period`,
- * `session.resumed`) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), with
- * billing's machine client and the event's correlation ID. Other events have no HTTP reader and count as sent.
+ * `session.resumed`) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), and
+ * of a price event the market's (`pricing.platform_rates`: `PUT /prices`; `pricing.provider_rates`:
+ * `PUT /providers/{id}/prices`), with billing's machine client and the event's correlation ID. Other events have no
+ * HTTP reader and count as sent.
  *
  * Because the events go through the outbox, a call that fails is not lost: the row stays unpublished and the relay
  * tries it again on its next run (every second, oldest first, stopping at the first failure so the order holds),
@@ -21,9 +23,13 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Answers that a retry cannot change. */
 const FINAL = new Set([400, 404, 409]);
 
-interface SessionEventBody {
+/** The parts of billing's events the registry is called with. */
+interface EventBody {
   kind?: string;
   session?: { id?: string; provider_id?: string; end_reason?: string | null };
+  card?: unknown;
+  provider_id?: string;
+  rates?: unknown;
 }
 
 /** The publisher of session events to the registry configured in `provider_registry`; null without its URL. */
@@ -46,12 +52,37 @@ export function registrySessionPublisher(
     timeoutMs: durationMs(config.timeout),
     retries: 2,
   });
+  /** A call's outcome: delivered (or never to be), or an error for the relay to try it again. */
+  const settled = (response: Response, error: unknown, what: string, ids: Record<string, string>, msgId: string) => {
+    const status = response.status;
+    if (response.ok) return msgId;
+    const problem = (error ?? {}) as { code?: string; detail?: string };
+    if (FINAL.has(status)) {
+      logger.info({ ...ids, status, code: problem.code }, `registry declined a ${what}`);
+      return msgId;
+    }
+    throw new Error(`the provider registry answered ${status} ${problem.code ?? ''} to a ${what}`);
+  };
+
   return {
     enabled: true,
     async publish(_subject: string, data: unknown, opts: PublishOptions = {}): Promise<string> {
       const msgId = opts.msgId ?? '';
-      const body = (typeof data === 'string' ? JSON.parse(data) : data) as SessionEventBody;
+      const body = (typeof data === 'string' ? JSON.parse(data) : data) as EventBody;
       const kind = body.kind ?? '';
+      const headers = opts.correlationId ? { 'x-correlation-id': opts.correlationId } : {};
+      if (kind === 'pricing.platform_rates' && body.card) {
+        const result = await client.PUT('/prices', { body: body.card as never, headers });
+        return settled(result.response, result.error, 'price card', {}, msgId);
+      }
+      if (kind === 'pricing.provider_rates' && body.rates && UUID.test(body.provider_id ?? '')) {
+        const result = await client.PUT('/providers/{providerID}/prices', {
+          params: { path: { providerID: body.provider_id! } },
+          body: body.rates as never,
+          headers,
+        });
+        return settled(result.response, result.error, "machine's rates", { provider_id: body.provider_id! }, msgId);
+      }
       if (!RUNNING.has(kind) && !ENDED.has(kind)) return msgId;
       const sessionId = body.session?.id ?? '';
       const providerId = body.session?.provider_id ?? '';
@@ -62,10 +93,7 @@ export function registrySessionPublisher(
         );
         return msgId;
       }
-      const request = {
-        params: { path: { providerID: providerId, sessionID: sessionId } },
-        headers: opts.correlationId ? { 'x-correlation-id': opts.correlationId } : {},
-      };
+      const request = { params: { path: { providerID: providerId, sessionID: sessionId } }, headers };
       const path = '/providers/{providerID}/sessions/{sessionID}';
       // An end carries its reason: the registry counts the machine's faults in its reliability.
       const endReason = body.session?.end_reason;
@@ -75,17 +103,13 @@ export function registrySessionPublisher(
             ...request,
             params: { ...request.params, query: endReason ? { end_reason: endReason } : {} },
           });
-      const status = result.response.status;
-      if (result.response.ok) return msgId;
-      const problem = (result.error ?? {}) as { code?: string; detail?: string };
-      if (FINAL.has(status)) {
-        logger.info(
-          { session_id: sessionId, provider_id: providerId, status, code: problem.code },
-          'registry declined a session report',
-        );
-        return msgId;
-      }
-      throw new Error(`the provider registry answered ${status} ${problem.code ?? ''} to a session report`);
+      return settled(
+        result.response,
+        result.error,
+        'session report',
+        { session_id: sessionId, provider_id: providerId },
+        msgId,
+      );
     },
     async ping() {},
     async close() {},

@@ -11,6 +11,25 @@ import type { BillingDB } from '../db/schema.ts';
 import type { SessionRow } from '../db/session-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
 
+/** The platform's price card as billing announces it (to the registry's market: its offers' prices). */
+interface AnnouncedCard {
+  baseRates: Record<string, string>;
+  vramRatePerGbHour: string;
+  powerRatePerWattHour: string;
+  /** Each model key's (and `default`'s) demand and supply factors, as billing applies them now. */
+  factors: Record<string, { demand: string; supply: string }>;
+  at: Date;
+}
+
+/** A machine's own rates as billing stored them. */
+interface AnnouncedProviderRates {
+  providerId: string;
+  baseRates: Record<string, string>;
+  vramRatePerGbHour: string | null;
+  powerRatePerWattHour: string | null;
+  at: Date;
+}
+
 /** Kinds of withdrawal and payout events. */
 type PayoutEventKind = `${'withdrawal' | 'payout'}.${'pending' | 'confirmed' | 'failed'}`;
 
@@ -23,7 +42,9 @@ export type BillingEvent =
       kind: 'session.started' | 'session.grace_period' | 'session.resumed' | 'session.low_balance';
       session: SessionRow;
     }
-  | { kind: 'session.completed' | 'session.terminated'; session: SessionRow; billingRecord: BillingRecordRow };
+  | { kind: 'session.completed' | 'session.terminated'; session: SessionRow; billingRecord: BillingRecordRow }
+  | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
+  | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates };
 
 /** Where domain code records events: inside the transaction of the change (or on the database, for a refusal). */
 export interface BillingEvents {

@@ -16,7 +16,9 @@
 import { isAppError, type Logger, type NatsPublisher, type Principal, startDurableConsumer } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { z } from 'zod';
+import type { Market } from '../domain/market.ts';
 import type { ProviderSessions } from '../domain/provider-sessions.ts';
+import { priceEventSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
 
 const SESSION_CONSUMER = 'provider-registry-sessions';
 
@@ -29,7 +31,7 @@ const sessionEventSchema = z.object({
   session: z.object({ id: z.uuid(), provider_id: z.uuid(), end_reason: z.string().nullish() }),
 });
 
-/** Who a message of billing's stream acts as. */
+/** Who a message of billing's stream acts as (billing: a platform service). */
 const BILLING_EVENTS_PRINCIPAL: Principal = Object.freeze({
   subject: 'billing-events',
   kind: 'client' as const,
@@ -76,6 +78,53 @@ export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsu
       } catch (err) {
         if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;
         opts.logger.info({ session_id: id, provider_id }, 'session event about an unknown provider ignored');
+      }
+      return 'ack';
+    },
+    logger: opts.logger,
+  });
+}
+
+export interface PriceConsumerOptions {
+  connection: NatsPublisher['connection'];
+  market: Market;
+  /** Billing's event subject prefix: price events arrive on `<prefix>.pricing.<what>`. */
+  prefix: string;
+  durable?: string;
+  logger: Logger;
+}
+
+/**
+ * Billing's price events into the market (`provider-registry-prices` on billing's stream, subjects
+ * `<prefix>.pricing.>`): the platform's card and machines' own rates, the newest of each kept and the offers they touch
+ * priced again. A machine the registry does not know has nothing to price: acknowledged.
+ */
+export function startPriceConsumer(opts: PriceConsumerOptions): SessionConsumer {
+  return startDurableConsumer({
+    connection: opts.connection,
+    name: 'price event consumer',
+    what: 'price event',
+    durable: opts.durable ?? 'provider-registry-prices',
+    filter: `${opts.prefix}.pricing.>`,
+    stream: { await: "billing's event stream" },
+    ackWaitMs: 60_000,
+    schema: priceEventSchema,
+    handle: async (event) => {
+      if (event.kind === 'pricing.platform_rates') {
+        await opts.market.setPriceCard(
+          BILLING_EVENTS_PRINCIPAL,
+          toPriceCard(event.card),
+          new Date(event.card.occurred_at),
+        );
+      } else {
+        const stored = await opts.market.setProviderPrices(
+          BILLING_EVENTS_PRINCIPAL,
+          event.provider_id,
+          toProviderPrices(event.rates),
+          new Date(event.rates.occurred_at),
+        );
+        if (!stored)
+          opts.logger.debug({ provider_id: event.provider_id }, 'rates of an unknown machine, or older, ignored');
       }
       return 'ack';
     },

@@ -5,9 +5,11 @@
  */
 import { type Kysely, sql, type Transaction } from 'kysely';
 import { GPU_FIELDS } from '../domain/gpu-fields.ts';
+import { offerGroups } from '../domain/offers.ts';
 import { type Provider, type ProviderInput, type ProviderStatus, summarizeGpus } from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
+import { writeOffers } from './offer-repository.ts';
 import { type ProviderListRow, toGpuRows, toProvider } from './provider-mapper.ts';
 import type { GpuRow, RegistryDB } from './schema.ts';
 import { hasActiveSession } from './session-repository.ts';
@@ -108,10 +110,19 @@ function writableFields(input: ProviderInput, status: ProviderStatus) {
   };
 }
 
-/** Writes a provider's GPU rows and its discovery keys (after any old ones were deleted in `tx`). */
-async function writeGpus(tx: Transaction<RegistryDB>, id: string, input: ProviderInput): Promise<void> {
+/**
+ * Writes a provider's GPU rows, its discovery keys (after any old ones were deleted in `tx`) and its offers (one per
+ * GPU model: the market).
+ */
+async function writeGpus(
+  tx: Transaction<RegistryDB>,
+  id: string,
+  input: ProviderInput,
+  status: ProviderStatus,
+): Promise<void> {
   if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
   await insertModelKeys(tx, id);
+  await writeOffers(tx, id, offerGroups(input.gpus), status, input.location ?? null);
 }
 
 /**
@@ -132,7 +143,7 @@ export async function insertProvider(
         .values({ id, ...writableFields(input, status) })
         .returning(['id', 'owner_id', sql<null>`NULL::text`.as('previous_status'), 'status']);
       await withStatusEvents(insert, recording).execute(tx);
-      await writeGpus(tx, id, input);
+      await writeGpus(tx, id, input, status);
     });
   } catch (err) {
     rethrowDuplicate(err, input);
@@ -175,7 +186,7 @@ export async function replaceProvider(
       await withStatusEvents(update, changed ? recording : undefined).execute(tx);
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
       await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
-      await writeGpus(tx, id, input);
+      await writeGpus(tx, id, input, status);
       return { previous, owner_id: current.owner_id };
     });
   } catch (err) {

@@ -69,6 +69,32 @@ interface ProviderReliabilityTable {
   sessions_failed: Generated<number>;
 }
 
+/** A machine's GPU group on the market (see the offers migration). */
+interface OffersTable {
+  provider_id: string;
+  gpu_model: string;
+  model_key: string;
+  gpu_count: number;
+  healthy_gpus: number;
+  free_gpus: number;
+  vram_mb: string;
+  avg_vram_mb: string;
+  avg_power_w: string;
+  architecture: string | null;
+  driver_version: string;
+  driver_version_parts: number[] | null;
+  compute_capability: string | null;
+  compute_capability_parts: number[] | null;
+  region: string | null;
+  status: string;
+  price_per_gpu_hour: string | null;
+  reliability: number;
+  uptime_30d: number | null;
+  observed_seconds_30d: number;
+  sessions_ended: number;
+  sessions_failed: number;
+}
+
 export interface RegistryDB {
   providers: ProvidersTable;
   gpus: GpusTable;
@@ -77,6 +103,7 @@ export interface RegistryDB {
   provider_sessions: ProviderSessionsTable;
   provider_uptime: ProviderUptimeTable;
   provider_reliability: ProviderReliabilityTable;
+  offers: OffersTable;
 }
 
 /** A GPU as the API reads it (without `spec_json`, which only discovery's rendering uses). */

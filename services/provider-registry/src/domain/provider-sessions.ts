@@ -16,6 +16,7 @@
 import type { Principal, RetryOptions } from '@gpu/common';
 import { withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
+import { refreshReliability } from '../db/offer-repository.ts';
 import { countSessionEnd } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
 import { hasActiveSession, lockProviderStatus, moveStatus, upsertSession } from '../db/session-repository.ts';
@@ -100,7 +101,10 @@ export class ProviderSessions {
           const current = await lockProviderStatus(trx, providerId);
           if (current === undefined) return undefined;
           const session = await upsertSession(trx, providerId, sessionId, active);
-          if (session.endedNow) await countSessionEnd(trx, providerId, isProviderFault(endReason));
+          if (session.endedNow) {
+            await countSessionEnd(trx, providerId, isProviderFault(endReason));
+            await refreshReliability(trx, providerId);
+          }
           const now = session.active;
           const move = rentalMove(current, await hasActiveSession(trx, providerId));
           const written = move && (await moveStatus(trx, providerId, move.from, move.to, recording));

@@ -9,4 +9,10 @@ export {
   normalizeModel,
   quote,
 } from './pricing.ts';
-export { findProviderRates, ratesFor, type StoredProviderRates, setProviderRates } from './provider-rates.ts';
+export {
+  announcePriceCard,
+  findProviderRates,
+  ratesFor,
+  type StoredProviderRates,
+  setProviderRates,
+} from './provider-rates.ts';

@@ -88,5 +88,49 @@ export async function setProviderRates(
   // Rates for a machine the registry does not know would never apply: 404 for the privileged too.
   if (!wallet && isPrivileged(actor)) await registryOwner(ctx, providerId, correlationId);
   assertWithinLimits(rates, ctx.pricing.providerLimits);
-  return putProviderRates(ctx.db, providerId, rates);
+  // The rates and their announcement to the market (the registry's offers) commit together.
+  return ctx.db.transaction().execute(async (trx) => {
+    const stored = await putProviderRates(trx, providerId, rates);
+    await ctx.events.record(trx, {
+      kind: 'pricing.provider_rates',
+      rates: {
+        providerId,
+        baseRates: stored.baseRates,
+        vramRatePerGbHour: stored.vramRatePerGbHour,
+        powerRatePerWattHour: stored.powerRatePerWattHour,
+        at: stored.updatedAt ?? ctx.now(),
+      },
+    });
+    return stored;
+  });
+}
+
+/**
+ * Announces the platform's price card to the market (the registry's offers): its base rates, VRAM and power rates,
+ * and the demand and supply factors billing applies now to each model of the card (and `default`). Each instance
+ * does it at start-up; the registry keeps the newest.
+ */
+export async function announcePriceCard(ctx: BillingContext, correlationId?: string): Promise<void> {
+  const { card, market } = ctx.pricing;
+  const factors: Record<string, { demand: string; supply: string }> = {};
+  for (const gpuModel of new Set([...Object.keys(card.baseRates), 'default'])) {
+    factors[gpuModel] = {
+      demand: new Dec(await market.demandMultiplier({ gpuModel })).toFixed(),
+      supply: new Dec(await market.supplyFactor({ gpuModel })).toFixed(),
+    };
+  }
+  await ctx.events.record(
+    ctx.db,
+    {
+      kind: 'pricing.platform_rates',
+      card: {
+        baseRates: card.baseRates,
+        vramRatePerGbHour: card.vramRatePerGbHour,
+        powerRatePerWattHour: card.powerRatePerWattHour,
+        factors,
+        at: ctx.now(),
+      },
+    },
+    correlationId,
+  );
 }

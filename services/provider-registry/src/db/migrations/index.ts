@@ -7,6 +7,7 @@ import * as statusLastSeenIndex from './20250104000000_status_last_seen_index.ts
 import * as outboxEvents from './20250105000000_outbox_events.ts';
 import * as providerSessions from './20250106000000_provider_sessions.ts';
 import * as reliability from './20250107000000_reliability.ts';
+import * as offers from './20250108000000_offers.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -16,4 +17,5 @@ export const migrations: Record<string, Migration> = {
   '20250105000000_outbox_events': outboxEvents,
   '20250106000000_provider_sessions': providerSessions,
   '20250107000000_reliability': reliability,
+  '20250108000000_offers': offers,
 };

@@ -1,0 +1,213 @@
+/**
+ * Offers in SQL (see the offers migration for how the table keeps itself in step with statuses, GPU health and
+ * reliability): writing a machine's offers with its GPUs, billing's prices and the repricing they cause, the
+ * periodic reliability refresh, and the search.
+ */
+import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
+import type { OfferCursor, OfferFilter, OfferGroup } from '../domain/offers.ts';
+import { offerSortOf, versionParts } from '../domain/offers.ts';
+import type { ProviderStatus } from '../domain/provider.ts';
+import type { RegistryDB } from './schema.ts';
+
+type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
+
+/** An offer as the search reads it. */
+export interface OfferRow {
+  provider_id: string;
+  gpu_model: string;
+  model_key: string;
+  gpu_count: number;
+  free_gpus: number;
+  vram_mb: string;
+  architecture: string | null;
+  driver_version: string;
+  compute_capability: string | null;
+  region: string | null;
+  price_per_gpu_hour: string | null;
+  reliability: number;
+  uptime_30d: number | null;
+  observed_seconds_30d: number;
+  sessions_ended: number;
+  sessions_failed: number;
+  /** The sort value as text, for the next page's cursor. */
+  sort_value: string;
+}
+
+/**
+ * Replaces a machine's offers with those of its GPU groups (in the transaction that writes its GPUs), priced and
+ * scored as they stand.
+ */
+export async function writeOffers(
+  tx: Transaction<RegistryDB>,
+  providerId: string,
+  groups: readonly OfferGroup[],
+  status: ProviderStatus,
+  region: string | null,
+): Promise<void> {
+  await tx.deleteFrom('offers').where('provider_id', '=', providerId).execute();
+  if (groups.length === 0) return;
+  const col = <T>(f: (g: OfferGroup) => T) => groups.map(f);
+  const parts = (v: string | null) => {
+    const p = versionParts(v);
+    return p ? `{${p.join(',')}}` : null;
+  };
+  await sql`
+    INSERT INTO offers (provider_id, gpu_model, model_key, gpu_count, healthy_gpus, free_gpus, vram_mb, avg_vram_mb,
+      avg_power_w, architecture, driver_version, driver_version_parts, compute_capability, compute_capability_parts,
+      region, status, price_per_gpu_hour)
+    SELECT ${providerId}::uuid, g.gpu_model, g.model_key, g.gpu_count, g.healthy,
+      CASE WHEN ${status}::text = 'idle' THEN g.healthy ELSE 0 END, g.vram_mb,
+      g.vram_sum::numeric / g.gpu_count, g.power_sum::numeric / g.gpu_count,
+      g.architecture, g.driver_version, g.driver_parts::integer[], g.compute_capability, g.cc_parts::integer[],
+      ${region}::text, ${status}::text,
+      offer_price(${providerId}::uuid, g.model_key, g.vram_sum::numeric / g.gpu_count, g.power_sum::numeric / g.gpu_count)
+    FROM unnest(
+      ${col((g) => g.gpuModel)}::text[], ${col((g) => g.modelKey)}::text[], ${col((g) => g.gpuCount)}::integer[],
+      ${col((g) => g.healthyGpus)}::integer[], ${col((g) => g.vramMb)}::bigint[], ${col((g) => g.vramSumMb)}::bigint[],
+      ${col((g) => g.powerSumW)}::bigint[], ${col((g) => g.architecture)}::text[], ${col((g) => g.driverVersion)}::text[],
+      ${col((g) => parts(g.driverVersion))}::text[], ${col((g) => g.computeCapability)}::text[],
+      ${col((g) => parts(g.computeCapability))}::text[]
+    ) AS g(gpu_model, model_key, gpu_count, healthy, vram_mb, vram_sum, power_sum, architecture, driver_version,
+      driver_parts, compute_capability, cc_parts)`.execute(tx);
+  await refreshReliability(tx, providerId);
+}
+
+/** The machine's reliability on its offers, from its books (after a session of it ended). */
+export async function refreshReliability(db: Db, providerId: string): Promise<void> {
+  await sql`SELECT offers_refresh_reliability(${providerId}::uuid)`.execute(db);
+}
+
+/**
+ * Refreshes the reliability of the offers of up to `limit` machines after `after` (in ID order), for the periodic
+ * walk that rolls the 30-day window on; the last machine refreshed, or null when the walk is over.
+ */
+export async function refreshReliabilityPage(db: Db, after: string | null, limit: number): Promise<string | null> {
+  const ids = await offerMachines(db, after, limit);
+  if (ids.length > 0) {
+    await sql`SELECT offers_refresh_reliability(id) FROM unnest(${ids}::uuid[]) AS id`.execute(db);
+  }
+  return ids.length < limit ? null : ids.at(-1)!;
+}
+
+/** What billing's price card says (the newest wins); whether it was newer than the one held. */
+export async function storePriceCard(
+  db: Db,
+  card: { baseRates: Record<string, string>; vramRate: string; powerRate: string; factors: Record<string, unknown> },
+  occurredAt: Date,
+): Promise<boolean> {
+  const { rows } = await sql<{ id: number }>`
+    INSERT INTO price_card (id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, factors, occurred_at)
+    VALUES (1, ${JSON.stringify(card.baseRates)}::jsonb, ${card.vramRate}::numeric, ${card.powerRate}::numeric,
+      ${JSON.stringify(card.factors)}::jsonb, ${occurredAt.toISOString()}::timestamptz)
+    ON CONFLICT (id) DO UPDATE SET base_rates = EXCLUDED.base_rates,
+      vram_rate_per_gb_hour = EXCLUDED.vram_rate_per_gb_hour, power_rate_per_watt_hour = EXCLUDED.power_rate_per_watt_hour,
+      factors = EXCLUDED.factors, occurred_at = EXCLUDED.occurred_at
+    WHERE price_card.occurred_at <= EXCLUDED.occurred_at
+    RETURNING id`.execute(db);
+  return rows.length > 0;
+}
+
+/**
+ * A machine's own rates (the newest wins; none for a machine the registry does not know); whether they were stored.
+ */
+export async function storeProviderPrices(
+  db: Db,
+  providerId: string,
+  rates: { baseRates: Record<string, string>; vramRate: string | null; powerRate: string | null },
+  occurredAt: Date,
+): Promise<boolean> {
+  const { rows } = await sql<{ provider_id: string }>`
+    INSERT INTO provider_prices (provider_id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, occurred_at)
+    SELECT id, ${JSON.stringify(rates.baseRates)}::jsonb, ${rates.vramRate}::numeric, ${rates.powerRate}::numeric,
+      ${occurredAt.toISOString()}::timestamptz
+    FROM providers WHERE id = ${providerId}::uuid
+    ON CONFLICT (provider_id) DO UPDATE SET base_rates = EXCLUDED.base_rates,
+      vram_rate_per_gb_hour = EXCLUDED.vram_rate_per_gb_hour, power_rate_per_watt_hour = EXCLUDED.power_rate_per_watt_hour,
+      occurred_at = EXCLUDED.occurred_at
+    WHERE provider_prices.occurred_at <= EXCLUDED.occurred_at
+    RETURNING provider_id`.execute(db);
+  return rows.length > 0;
+}
+
+/** Prices a machine's offers again (its own rates changed). */
+export async function repriceProvider(db: Db, providerId: string): Promise<void> {
+  await sql`
+    UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
+    WHERE provider_id = ${providerId}::uuid`.execute(db);
+}
+
+/** Up to `limit` machines with offers after `after`, in ID order (a page of a walk over the market). */
+async function offerMachines(db: Db, after: string | null, limit: number): Promise<string[]> {
+  const { rows } = await sql<{ provider_id: string }>`
+    SELECT DISTINCT provider_id FROM offers
+    WHERE provider_id > coalesce(${after}::uuid, '00000000-0000-0000-0000-000000000000'::uuid)
+    ORDER BY provider_id LIMIT ${limit}`.execute(db);
+  return rows.map((r) => r.provider_id);
+}
+
+/**
+ * Prices again the offers of up to `limit` machines after `after` (the platform's card changed: every machine, a page
+ * at a time so no statement holds a million rows); the last machine repriced, or null when done.
+ */
+export async function repricePage(db: Db, after: string | null, limit: number): Promise<string | null> {
+  const ids = await offerMachines(db, after, limit);
+  if (ids.length > 0) {
+    await sql`
+      UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
+      WHERE provider_id = ANY(${ids}::uuid[])`.execute(db);
+  }
+  return ids.length < limit ? null : ids.at(-1)!;
+}
+
+/** The condition that a row comes after the cursor in the sort's order. */
+function afterCursor(cursor: OfferCursor): RawBuilder<boolean> {
+  const { key, descending } = offerSortOf(cursor.sort);
+  const row =
+    key === 'price'
+      ? sql`(o.price_per_gpu_hour, o.provider_id, o.gpu_model)`
+      : sql`(o.reliability, o.provider_id, o.gpu_model)`;
+  const value = key === 'price' ? sql`${cursor.value}::numeric` : sql`${cursor.value}::float8`;
+  const at = sql`(${value}, ${cursor.providerId}::uuid, ${cursor.gpuModel}::text)`;
+  return descending ? sql<boolean>`${row} < ${at}` : sql<boolean>`${row} > ${at}`;
+}
+
+/** A page of the market (`limit + 1` rows: the caller learns whether more follow). */
+export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> {
+  const { key, descending } = offerSortOf(f.sort);
+  // On the market: free GPUs, and a price (billing's card has arrived).
+  const where: RawBuilder<boolean>[] = [sql<boolean>`o.free_gpus > 0`, sql<boolean>`o.price_per_gpu_hour IS NOT NULL`];
+  if (f.max_price !== undefined) where.push(sql<boolean>`o.price_per_gpu_hour <= ${f.max_price}::numeric`);
+  if (f.min_free_gpus !== undefined) where.push(sql<boolean>`o.free_gpus >= ${f.min_free_gpus}`);
+  if (f.gpu_model !== undefined) where.push(sql<boolean>`o.model_key = ${f.gpu_model}`);
+  if (f.min_vram !== undefined) where.push(sql<boolean>`o.vram_mb >= ${f.min_vram}`);
+  if (f.architecture !== undefined) where.push(sql<boolean>`lower(o.architecture) = lower(${f.architecture})`);
+  if (f.min_reliability !== undefined) where.push(sql<boolean>`o.reliability >= ${f.min_reliability}::float8`);
+  if (f.min_driver_version !== undefined) {
+    where.push(
+      sql<boolean>`o.driver_version_parts >= ${`{${versionParts(f.min_driver_version)!.join(',')}}`}::integer[]`,
+    );
+  }
+  if (f.min_compute_capability !== undefined) {
+    where.push(
+      sql<boolean>`o.compute_capability_parts >= ${`{${versionParts(f.min_compute_capability)!.join(',')}}`}::integer[]`,
+    );
+  }
+  if (f.region !== undefined) where.push(sql<boolean>`lower(o.region) = lower(${f.region})`);
+  if (f.after) where.push(afterCursor(f.after));
+  const dir = sql.raw(descending ? 'DESC' : 'ASC');
+  const order =
+    key === 'price'
+      ? sql`o.price_per_gpu_hour ${dir}, o.provider_id ${dir}, o.gpu_model ${dir}`
+      : sql`o.reliability ${dir}, o.provider_id ${dir}, o.gpu_model ${dir}`;
+  const sortValue = key === 'price' ? sql`o.price_per_gpu_hour::text` : sql`o.reliability::text`;
+  const { rows } = await sql<OfferRow>`
+    SELECT o.provider_id, o.gpu_model, o.model_key, o.gpu_count, o.free_gpus, o.vram_mb, o.architecture,
+      o.driver_version, o.compute_capability, o.region, o.price_per_gpu_hour::text AS price_per_gpu_hour,
+      o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
+      ${sortValue} AS sort_value
+    FROM offers o
+    WHERE ${sql.join(where, sql` AND `)}
+    ORDER BY ${order}
+    LIMIT ${f.limit + 1}`.execute(db);
+  return rows;
+}

@@ -1,0 +1,127 @@
+/**
+ * Offers: the market renters search. A machine offers each group of its GPUs of one model (what a rental takes) while
+ * it is `idle` and the group has healthy GPUs: its free GPUs, what they are (model, VRAM, architecture, driver,
+ * compute capability), where (the machine's `location`, its region), its price per GPU-hour as billing charges it
+ * today (learnt from billing's price events: the machine's own rates or the platform's), and its reliability. Never
+ * the owner, host name or address.
+ *
+ * Search: filters on price, free GPUs, model, VRAM, architecture, reliability, driver and compute capability
+ * (versions compared part by part: `550.54` < `550.100`), region; sorted by price (cheapest first, or dearest) or by
+ * reliability (most reliable first, or least); keyset paging (the sort value, then the machine and model).
+ */
+import { decodeCursor, encodeCursor, gpuModelKey } from '@gpu/common';
+import type { GpuInput } from './gpu-fields.ts';
+
+export const OFFER_SORTS = ['price', '-price', 'reliability', '-reliability'] as const;
+export type OfferSort = (typeof OFFER_SORTS)[number];
+
+export const OFFER_DEFAULT_LIMIT = 50;
+export const OFFER_MAX_LIMIT = 500;
+
+export interface OfferFilter {
+  max_price?: string;
+  min_free_gpus?: number;
+  gpu_model?: string;
+  min_vram?: number;
+  architecture?: string;
+  min_reliability?: number;
+  min_driver_version?: string;
+  min_compute_capability?: string;
+  region?: string;
+  sort: OfferSort;
+  limit: number;
+  after?: OfferCursor;
+}
+
+/** Where a page ended: the sort value of its last offer (exact, as text). */
+export interface OfferCursor {
+  sort: OfferSort;
+  value: string;
+  providerId: string;
+  gpuModel: string;
+}
+
+/** A group of a machine's GPUs of one model, as an offer lists it. */
+export interface OfferGroup {
+  gpuModel: string;
+  modelKey: string;
+  gpuCount: number;
+  healthyGpus: number;
+  /** The group's smallest VRAM (what a filter on VRAM must hold for every GPU). */
+  vramMb: number;
+  /**
+   * What billing prices: the group's VRAM and power in all (power 0 when a GPU does not report it: billing then
+   * prices the power a renter declares, 0 by default), per GPU in the offer.
+   */
+  vramSumMb: number;
+  powerSumW: number;
+  architecture: string | null;
+  driverVersion: string;
+  computeCapability: string | null;
+}
+
+/** Dotted version numbers as parts (`550.54.14` → [550, 54, 14]); null when a part is not a number. */
+export function versionParts(version: string | null | undefined): number[] | null {
+  if (!version) return null;
+  const parts = version.split('.');
+  if (!parts.every((p) => /^\d{1,9}$/.test(p))) return null;
+  return parts.map(Number);
+}
+
+/** A machine's GPUs grouped by model, as offers: in the order of their first GPU. */
+export function offerGroups(gpus: readonly GpuInput[]): OfferGroup[] {
+  const groups = new Map<string, GpuInput[]>();
+  for (const g of gpus) {
+    const list = groups.get(g.model_name);
+    if (list) list.push(g);
+    else groups.set(g.model_name, [g]);
+  }
+  return [...groups].map(([model, list]) => {
+    const count = list.length;
+    const sum = (f: (g: GpuInput) => number) => list.reduce((s, g) => s + f(g), 0);
+    const allPower = list.every((g) => g.power_consumption !== null && g.power_consumption !== undefined);
+    return {
+      gpuModel: model,
+      modelKey: gpuModelKey(model),
+      gpuCount: count,
+      healthyGpus: list.filter((g) => g.is_healthy !== false).length,
+      vramMb: Math.min(...list.map((g) => g.vram)),
+      vramSumMb: sum((g) => g.vram),
+      powerSumW: allPower ? sum((g) => g.power_consumption ?? 0) : 0,
+      architecture: list.find((g) => g.architecture)?.architecture ?? null,
+      driverVersion: list[0]!.driver_version,
+      computeCapability: list.find((g) => g.compute_capability)?.compute_capability ?? null,
+    };
+  });
+}
+
+/** A sort key and direction. */
+export function offerSortOf(sort: OfferSort): { key: 'price' | 'reliability'; descending: boolean } {
+  const descending = sort.startsWith('-');
+  return { key: (descending ? sort.slice(1) : sort) as 'price' | 'reliability', descending };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const DECIMAL = /^\d{1,30}(\.\d{1,40})?$/;
+/** A reliability as PostgreSQL prints a float8 between 0 and 1 (`0.8`, `1`, `3.2e-05`). */
+const isScore = (v: string) =>
+  /^[0-9.e+-]{1,32}$/.test(v) && Number.isFinite(Number(v)) && Number(v) >= 0 && Number(v) <= 1;
+
+export function offerCursorText(c: OfferCursor): string {
+  return encodeCursor([c.sort, c.value, c.providerId, c.gpuModel]);
+}
+
+/** The cursor in `text`, made for `sort`; or why it is not one (400 INVALID_CURSOR). */
+export function offerCursorOf(text: string, sort: OfferSort): OfferCursor | string {
+  const values = decodeCursor(text, 4);
+  const bad = 'not a cursor returned by this service';
+  if (!values) return bad;
+  const [cursorSort, value, providerId, gpuModel] = values as [unknown, unknown, unknown, unknown];
+  if (cursorSort !== sort) return `the cursor was made for sort=${String(cursorSort)}, not sort=${sort}`;
+  if (typeof providerId !== 'string' || !UUID.test(providerId)) return bad;
+  if (typeof gpuModel !== 'string' || gpuModel.length > 256) return bad;
+  if (typeof value !== 'string') return bad;
+  const { key } = offerSortOf(sort);
+  if (!(key === 'price' ? DECIMAL.test(value) : isScore(value))) return bad;
+  return { sort, value, providerId, gpuModel };
+}

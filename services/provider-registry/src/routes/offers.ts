@@ -1,0 +1,232 @@
+/**
+ * The market's endpoints: `GET /offers` (renters search with their own token; the public fields only), and billing's
+ * prices without NATS (`PUT /prices`, `PUT /providers/{id}/prices`; with NATS the same arrive as billing's events:
+ * adapters/billing-events-consumer.ts). Rules live in `domain/market.ts` and `domain/offers.ts`.
+ */
+import {
+  type App,
+  callerOf,
+  gpuModelKey,
+  invalidCursor,
+  MAX_CURSOR_LENGTH,
+  PAGE_HEADERS,
+  problemSchema,
+  setNextPage,
+} from '@gpu/common';
+import type { FastifyPluginAsync } from 'fastify';
+import { z } from 'zod';
+import type { OfferRow } from '../db/offer-repository.ts';
+import { RELIABILITY_ROLES, SESSION_REPORTING_ROLES } from '../domain/access.ts';
+import type { Market } from '../domain/market.ts';
+import {
+  OFFER_DEFAULT_LIMIT,
+  OFFER_MAX_LIMIT,
+  OFFER_SORTS,
+  type OfferCursor,
+  offerCursorOf,
+  offerCursorText,
+  versionParts,
+} from '../domain/offers.ts';
+import { priceCardSchema, providerPricesSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
+import { providerIdParams, schemas } from './schemas.ts';
+
+export interface OfferRoutesOptions {
+  market: Market;
+}
+
+const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
+
+const uint = (max: number) =>
+  z
+    .string()
+    .regex(/^\d{1,16}$/, 'expected an unsigned integer')
+    .transform(Number)
+    .pipe(z.number().int().min(0).max(max));
+const version = (what: string) =>
+  z
+    .string()
+    .max(32)
+    .refine((v) => versionParts(v) !== null, 'expected dotted numbers, e.g. 535.104 or 8.0')
+    .optional()
+    .describe(`at least this ${what}, compared part by part`);
+
+const offerQuerySchema = z.object({
+  max_price: z
+    .string()
+    .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal')
+    .optional()
+    .describe('at most this price per GPU-hour (tokens)'),
+  min_free_gpus: uint(1024).pipe(z.number().min(1)).optional().describe('at least this many free GPUs'),
+  gpu_model: z
+    .string()
+    .trim()
+    .min(1)
+    .max(128)
+    .optional()
+    .describe("a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key)"),
+  min_vram: uint(Number.MAX_SAFE_INTEGER).optional().describe('every GPU of the offer has at least this VRAM (MB)'),
+  architecture: z.string().trim().min(1).max(64).optional().describe('GPU architecture, case-insensitive'),
+  min_reliability: z.coerce.number().min(0).max(1).optional().describe('at least this reliability score (0-1)'),
+  min_driver_version: version('driver version'),
+  min_compute_capability: version('CUDA compute capability'),
+  region: z.string().trim().min(1).max(256).optional().describe("the machine's location, case-insensitive"),
+  sort: z
+    .enum(OFFER_SORTS)
+    .default('price')
+    .describe('`price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability`'),
+  limit: uint(OFFER_MAX_LIMIT)
+    .pipe(z.number().min(1))
+    .default(OFFER_DEFAULT_LIMIT)
+    .describe(`page size, 1-${OFFER_MAX_LIMIT}`),
+  cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('`X-Next-Cursor` of the previous page'),
+});
+
+const offerSchema = z
+  .object({
+    provider_id: z.uuid().describe('the machine (its reliability: GET /providers/{id}/reliability)'),
+    gpu_model: z.string().describe('as the driver names it'),
+    model_key: z.string().describe("billing's model key (what prices it)"),
+    gpu_count: z.number().int().describe("the machine's GPUs of this model"),
+    free_gpus: z.number().int().describe('healthy and not rented'),
+    vram_mb: z.number().int().describe('the smallest VRAM of these GPUs'),
+    architecture: z.string().nullable(),
+    driver_version: z.string(),
+    compute_capability: z.string().nullable().describe('CUDA compute capability'),
+    region: z.string().nullable().describe("the machine's location"),
+    price_per_gpu_hour: z
+      .string()
+      .describe("tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's)"),
+    reliability: z.object({
+      score: z.number().min(0).max(1).describe('uptime × session success, 1 while unobserved'),
+      uptime_30d: z.number().min(0).max(1).nullable(),
+      observed_hours_30d: z.number().min(0),
+      sessions_ended: z.number().int(),
+      sessions_failed: z.number().int(),
+    }),
+  })
+  .describe('A group of GPUs on the market: what a renter may rent, and its price')
+  .register(schemas, { id: 'Offer' });
+
+const offerListSchema = z.array(offerSchema).register(schemas, { id: 'OfferList' });
+
+// Billing's price bodies (wire/prices.ts), named in this service's document.
+priceCardSchema.register(schemas, { id: 'PriceCard' });
+providerPricesSchema.register(schemas, { id: 'ProviderPrices' });
+
+const pricesAppliedSchema = z
+  .object({ applied: z.boolean().describe('false when the registry held newer prices (or, for a machine, none)') })
+  .register(schemas, { id: 'PricesApplied' });
+
+function offerJson(o: OfferRow): z.input<typeof offerSchema> {
+  return {
+    provider_id: o.provider_id,
+    gpu_model: o.gpu_model,
+    model_key: o.model_key,
+    gpu_count: o.gpu_count,
+    free_gpus: o.free_gpus,
+    vram_mb: Number(o.vram_mb),
+    architecture: o.architecture,
+    driver_version: o.driver_version,
+    compute_capability: o.compute_capability,
+    region: o.region,
+    price_per_gpu_hour: o.price_per_gpu_hour ?? '0',
+    reliability: {
+      score: Number(o.reliability),
+      uptime_30d: o.uptime_30d === null ? null : Number(o.uptime_30d),
+      observed_hours_30d: Number(o.observed_seconds_30d) / 3600,
+      sessions_ended: o.sessions_ended,
+      sessions_failed: o.sessions_failed,
+    },
+  };
+}
+
+export const offerRoutes: FastifyPluginAsync<OfferRoutesOptions> = async (fastify, opts) => {
+  const app = fastify as unknown as App;
+  const { market } = opts;
+
+  app.get(
+    '/offers',
+    {
+      config: { roles: RELIABILITY_ROLES, openapi: { headers: { 200: PAGE_HEADERS } } },
+      schema: {
+        tags: ['offers'],
+        operationId: 'searchOffers',
+        summary: 'Search the market: free GPUs of idle machines, priced and scored',
+        description:
+          'Anyone with a token, renters included: an offer names the machine, its GPUs, region, price and reliability, ' +
+          "never the owner or the address. Prices are billing's (from its price events: a quote for the machine " +
+          'and these GPUs costs the same); offers without a price yet are not listed. Keyset paging: ' +
+          '`X-Next-Cursor` and `Link` while more follow; 400 INVALID_CURSOR for a cursor not from this search.',
+        querystring: offerQuerySchema,
+        response: { 200: offerListSchema, ...errorsOf(400, 401, 403, 503) },
+      },
+    },
+    async (request, reply) => {
+      const { cursor, gpu_model, ...query } = request.query;
+      let after: OfferCursor | undefined;
+      if (cursor !== undefined) {
+        const parsed = offerCursorOf(cursor, query.sort);
+        if (typeof parsed === 'string') throw invalidCursor(parsed);
+        after = parsed;
+      }
+      const page = await market.search({
+        ...query,
+        ...(gpu_model !== undefined ? { gpu_model: gpuModelKey(gpu_model) } : {}),
+        after,
+      });
+      setNextPage(request, reply, page.next && offerCursorText(page.next));
+      return page.items.map(offerJson);
+    },
+  );
+
+  const billingOnly = { roles: SESSION_REPORTING_ROLES };
+  app.put(
+    '/prices',
+    {
+      config: billingOnly,
+      schema: {
+        tags: ['offers'],
+        operationId: 'setPriceCard',
+        summary: "The platform's price card (billing, without NATS)",
+        description:
+          'Idempotent; an older card than the one held (`occurred_at`) changes nothing. Every offer is priced again. ' +
+          'Only admins and platform services.',
+        body: priceCardSchema,
+        response: { 200: pricesAppliedSchema, ...errorsOf(400, 401, 403, 503) },
+      },
+    },
+    async (request) => ({
+      applied: await market.setPriceCard(
+        callerOf(request),
+        toPriceCard(request.body),
+        new Date(request.body.occurred_at),
+      ),
+    }),
+  );
+
+  app.put(
+    '/providers/:providerID/prices',
+    {
+      config: billingOnly,
+      schema: {
+        tags: ['offers'],
+        operationId: 'setProviderPrices',
+        summary: "A machine's own rates (billing, without NATS)",
+        description:
+          'Idempotent; older rates than those held change nothing, and a machine the registry does not know has ' +
+          "none (`applied: false`). The machine's offers are priced again. Only admins and platform services.",
+        params: providerIdParams,
+        body: providerPricesSchema,
+        response: { 200: pricesAppliedSchema, ...errorsOf(400, 401, 403, 503) },
+      },
+    },
+    async (request) => ({
+      applied: await market.setProviderPrices(
+        callerOf(request),
+        request.params.providerID,
+        toProviderPrices(request.body),
+        new Date(request.body.occurred_at),
+      ),
+    }),
+  );
+};

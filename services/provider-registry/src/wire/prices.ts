@@ -1,0 +1,60 @@
+/**
+ * Billing's prices as they reach the registry, two ways: billing's events over NATS (`billing.events.pricing.*`) and,
+ * without NATS, billing's calls (`PUT /prices`, `PUT /providers/{id}/prices`). One schema for each and one mapping to
+ * the domain's values, here. Unknown fields are dropped: a billing newer than the registry keeps its prices flowing.
+ */
+import { ignoringUnknownFields, zTimestamp } from '@gpu/common';
+import { z } from 'zod';
+import type { PriceCard, ProviderPrices } from '../domain/market.ts';
+
+/** A non-negative exact decimal, as billing writes rates. */
+const rate = z
+  .string()
+  .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal string')
+  .describe('tokens, an exact decimal string');
+const modelKey = z.string().min(1).max(128);
+const baseRates = z.record(modelKey, rate).describe('base rate per GPU-hour by model key (and `default`)');
+
+export const priceCardSchema = ignoringUnknownFields(
+  z.object({
+    occurred_at: zTimestamp().describe('when billing made this card: an older card than the one held is ignored'),
+    base_rates: baseRates,
+    vram_rate_per_gb_hour: rate,
+    power_rate_per_watt_hour: rate,
+    factors: z
+      .record(modelKey, z.object({ demand: rate, supply: rate }))
+      .default({})
+      .describe('demand and supply factors by model key (and `default`); 1 where absent'),
+  }),
+).describe("The platform's price card, as billing charges it");
+
+export const providerPricesSchema = ignoringUnknownFields(
+  z.object({
+    occurred_at: zTimestamp().describe('when billing stored these rates: older ones than held are ignored'),
+    base_rates: baseRates,
+    vram_rate_per_gb_hour: rate.nullable(),
+    power_rate_per_watt_hour: rate.nullable(),
+  }),
+).describe("A machine's own rates (null, or a model absent: the platform's apply)");
+
+export type PriceCardBody = z.infer<typeof priceCardSchema>;
+export type ProviderPricesBody = z.infer<typeof providerPricesSchema>;
+
+export function toPriceCard(b: PriceCardBody): PriceCard {
+  return {
+    baseRates: b.base_rates,
+    vramRate: b.vram_rate_per_gb_hour,
+    powerRate: b.power_rate_per_watt_hour,
+    factors: b.factors,
+  };
+}
+
+export function toProviderPrices(b: ProviderPricesBody): ProviderPrices {
+  return { baseRates: b.base_rates, vramRate: b.vram_rate_per_gb_hour, powerRate: b.power_rate_per_watt_hour };
+}
+
+/** Billing's price events: the envelope and one of the two bodies above. */
+export const priceEventSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('pricing.platform_rates'), card: priceCardSchema }),
+  z.object({ kind: z.literal('pricing.provider_rates'), provider_id: z.uuid(), rates: providerPricesSchema }),
+]);

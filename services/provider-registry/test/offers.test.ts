@@ -1,0 +1,271 @@
+/**
+ * The market (issue #28): offers of idle machines' healthy GPUs, priced from billing's price card and a machine's own
+ * rates (newest kept), kept in step with statuses, GPU health and reliability by the database, searched by renters
+ * with filters, sorts and keyset pages, and showing nothing of owners or addresses. Against real PostgreSQL.
+ */
+import { randomUUID } from 'node:crypto';
+import { Decimal } from 'decimal.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { endRental, gpu, type Harness, register, rent, startHarness } from './helpers.ts';
+
+let h: Harness;
+// Each test's machines carry a region of their own, so a search sees only them.
+const region = () => `r-${randomUUID().slice(0, 8)}`;
+
+beforeAll(async () => {
+  h = await startHarness({ nats: false });
+});
+afterAll(() => h?.close());
+
+const CARD = {
+  base_rates: { 'nvidia-tesla-h100': '4.00', 'nvidia-tesla-a100': '2.00', default: '0.25' },
+  vram_rate_per_gb_hour: '0.02',
+  power_rate_per_watt_hour: '0.001',
+  factors: { default: { demand: '1', supply: '1' } },
+};
+
+async function putCard(card: object, at = new Date()) {
+  const res = await h.app.inject({
+    method: 'PUT',
+    url: '/prices',
+    payload: { ...card, occurred_at: at.toISOString() },
+  });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json().applied as boolean;
+}
+
+/** An offer as the search answers it (the fields these tests read). */
+interface OfferJson {
+  provider_id: string;
+  price_per_gpu_hour: string;
+  free_gpus: number;
+  reliability: { score: number; uptime_30d: number | null };
+  [field: string]: unknown;
+}
+
+async function offers(query: string, headers?: Record<string, string>) {
+  const res = await h.app.inject({ method: 'GET', url: `/offers?${query}`, headers });
+  expect(res.statusCode, res.body).toBe(200);
+  return { items: res.json() as OfferJson[], next: res.headers['x-next-cursor'] as string | undefined };
+}
+
+const H100 = {
+  model_name: 'NVIDIA H100 80GB HBM3',
+  vram: 81559,
+  power_consumption: 700,
+  architecture: 'Hopper',
+  compute_capability: '9.0',
+};
+/** A GPU-hour of an H100 on the platform's card: 4.00 + 81559/1024 GB × 0.02 + 700 W × 0.001. */
+const H100_HOUR = new Decimal('4.00').plus(new Decimal(81559).div(1024).mul('0.02')).plus('0.7');
+
+describe('offers', () => {
+  it('are listed once billing has said its prices, priced per GPU-hour as billing charges', async () => {
+    const where = region();
+    const machine = await register(h.app, { location: where, gpus: [gpu(H100), gpu(H100), gpu(H100), gpu(H100)] });
+    await putCard(CARD);
+    const { items } = await offers(`region=${where}`);
+    expect(items).toHaveLength(1);
+    expect(items[0]).toMatchObject({
+      provider_id: machine.id,
+      gpu_model: 'NVIDIA H100 80GB HBM3',
+      model_key: 'nvidia-tesla-h100',
+      gpu_count: 4,
+      free_gpus: 4,
+      vram_mb: 81559,
+      architecture: 'Hopper',
+      compute_capability: '9.0',
+      region: where,
+      reliability: { score: 1, sessions_ended: 0, sessions_failed: 0 },
+    });
+    expect(new Decimal(items[0]!.price_per_gpu_hour).eq(H100_HOUR)).toBe(true);
+  });
+
+  it("take a machine's own rates over the platform's, the newest rates only", async () => {
+    const where = region();
+    const machine = await register(h.app, { location: where, gpus: [gpu(H100)] });
+    await putCard(CARD);
+    const set = (rates: object, at: Date) =>
+      h.app.inject({
+        method: 'PUT',
+        url: `/providers/${machine.id}/prices`,
+        payload: {
+          vram_rate_per_gb_hour: null,
+          power_rate_per_watt_hour: null,
+          ...rates,
+          occurred_at: at.toISOString(),
+        },
+      });
+    const now = Date.now();
+    expect((await set({ base_rates: { default: '10' } }, new Date(now))).json()).toEqual({ applied: true });
+    const own = new Decimal('10').plus(new Decimal(81559).div(1024).mul('0.02')).plus('0.7');
+    expect(new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour).eq(own)).toBe(true);
+    // Older rates, arriving late: ignored.
+    expect((await set({ base_rates: { default: '1' } }, new Date(now - 60_000))).json()).toEqual({ applied: false });
+    expect(new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour).eq(own)).toBe(true);
+    // Rates for a machine the registry does not know: nothing to price.
+    const unknown = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${randomUUID()}/prices`,
+      payload: {
+        base_rates: {},
+        vram_rate_per_gb_hour: null,
+        power_rate_per_watt_hour: null,
+        occurred_at: new Date().toISOString(),
+      },
+    });
+    expect(unknown.json()).toEqual({ applied: false });
+  });
+
+  it('leave the market while the machine is rented, offline or without healthy GPUs, and come back', async () => {
+    const where = region();
+    await putCard(CARD);
+    const machine = await register(h.app, { location: where, gpus: [gpu(H100), gpu(H100)] });
+    const listed = async () => (await offers(`region=${where}`)).items.map((o) => o.free_gpus);
+    expect(await listed()).toEqual([2]);
+    const session = await rent(h.app, machine.id);
+    expect(await listed()).toEqual([]);
+    await endRental(h.app, machine.id, session);
+    expect(await listed()).toEqual([2]);
+
+    // One GPU turns unhealthy (a heartbeat's metrics): one free.
+    const beat = (healthy: boolean) =>
+      h.app.inject({
+        method: 'POST',
+        url: `/providers/${machine.id}/heartbeat`,
+        payload: { gpu_metrics: [{ index: 1, is_healthy: healthy }] },
+      });
+    expect((await beat(false)).statusCode).toBe(200);
+    expect(await listed()).toEqual([1]);
+    expect((await offers(`region=${where}&min_free_gpus=2`)).items).toEqual([]);
+    expect((await beat(true)).statusCode).toBe(200);
+    expect(await listed()).toEqual([2]);
+
+    const set = (status: string) =>
+      h.app.inject({ method: 'PATCH', url: `/providers/${machine.id}/status`, payload: { status } });
+    await set('maintenance');
+    expect(await listed()).toEqual([]);
+    await set('idle');
+    expect(await listed()).toEqual([2]);
+  });
+
+  it('filter by price, model, VRAM, architecture, versions and reliability', async () => {
+    const where = region();
+    await putCard(CARD);
+    const a100 = await register(h.app, { location: where, gpus: [gpu({ driver_version: '535.104.05' })] });
+    const h100 = await register(h.app, { location: where, gpus: [gpu({ ...H100, driver_version: '550.54.15' })] });
+    const ids = async (q: string) => (await offers(`region=${where}&${q}`)).items.map((o) => o.provider_id);
+    expect(await ids('sort=price')).toEqual([a100.id, h100.id]);
+    expect(await ids('max_price=5')).toEqual([a100.id]);
+    expect(await ids('gpu_model=H100')).toEqual([h100.id]);
+    expect(await ids('gpu_model=NVIDIA%20A100-SXM4-80GB')).toEqual([a100.id]);
+    expect(await ids('min_vram=81900')).toEqual([a100.id]);
+    expect(await ids('architecture=hopper')).toEqual([h100.id]);
+    expect(await ids('min_driver_version=550')).toEqual([h100.id]);
+    expect(await ids('min_driver_version=535.104.5')).toEqual([a100.id, h100.id]);
+    expect(await ids('min_driver_version=535.104.6')).toEqual([h100.id]);
+    expect(await ids('min_compute_capability=8.6')).toEqual([h100.id]);
+
+    // The H100 goes offline for a while: its reliability falls below the A100's.
+    await h.app.inject({ method: 'PATCH', url: `/providers/${h100.id}/status`, payload: { status: 'offline' } });
+    const { sql } = await import('kysely');
+    await sql`UPDATE providers SET status_since = now() - interval '1 hour' WHERE id = ${h100.id}`.execute(
+      h.database.db,
+    );
+    await h.app.inject({ method: 'PATCH', url: `/providers/${h100.id}/status`, payload: { status: 'idle' } });
+    expect(await ids('min_reliability=0.99')).toEqual([a100.id]);
+    expect(await ids('sort=-reliability')).toEqual([a100.id, h100.id]);
+    const scored = (await offers(`region=${where}&sort=reliability`)).items;
+    expect(scored[0]!.reliability.score).toBeLessThan(1);
+    expect(scored[0]!.reliability.uptime_30d).toBeLessThan(1);
+  });
+
+  it('page through the market by keyset in each order, every offer once', async () => {
+    const where = region();
+    await putCard(CARD);
+    const made: string[] = [];
+    for (let i = 0; i < 7; i++) {
+      made.push((await register(h.app, { location: where, gpus: [gpu({ vram: 40000 + i * 1024 })] })).id);
+    }
+    for (const sort of ['price', '-price', 'reliability', '-reliability']) {
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await offers(`region=${where}&sort=${sort}&limit=3${cursor ? `&cursor=${cursor}` : ''}`);
+        seen.push(...page.items.map((o) => o.provider_id));
+        cursor = page.next;
+      } while (cursor);
+      expect(seen.sort(), sort).toEqual([...made].sort());
+    }
+    const cheapest = (await offers(`region=${where}&sort=price`)).items.map((o) => o.price_per_gpu_hour);
+    expect(cheapest).toEqual([...cheapest].sort((x, y) => new Decimal(x).cmp(y)));
+  });
+
+  it('are searched by renters with their own token, and show nothing of owners or addresses', async () => {
+    const where = region();
+    await putCard(CARD);
+    await register(h.app, {
+      location: where,
+      owner_id: 'someone',
+      hostname: 'secret.example',
+      ip_address: '198.51.100.7',
+    });
+    const renter = await h.issuer.user(['renter']);
+    const { items } = await offers(`region=${where}`, renter.headers);
+    expect(items).toHaveLength(1);
+    const text = JSON.stringify(items);
+    for (const secret of ['someone', 'secret.example', '198.51.100.7']) expect(text).not.toContain(secret);
+    expect((await h.app.inject({ method: 'GET', url: '/offers', headers: { authorization: '' } })).statusCode).toBe(
+      401,
+    );
+    // Only billing (a service) and admins set prices.
+    const refused = await h.app.inject({
+      method: 'PUT',
+      url: '/prices',
+      headers: renter.headers,
+      payload: { ...CARD, occurred_at: new Date().toISOString() },
+    });
+    expect(refused.statusCode).toBe(403);
+  });
+
+  it('refuse malformed searches and forged cursors with 400', async () => {
+    for (const q of [
+      'max_price=-1',
+      'max_price=1e3',
+      'min_free_gpus=0',
+      'min_reliability=2',
+      'min_driver_version=abc',
+      'sort=cheap',
+      'limit=0',
+    ]) {
+      const res = await h.app.inject({ method: 'GET', url: `/offers?${q}` });
+      expect(res.statusCode, q).toBe(400);
+    }
+    for (const cursor of ['garbage', Buffer.from('["price","1","not-a-uuid","x"]').toString('base64url')]) {
+      const res = await h.app.inject({ method: 'GET', url: `/offers?cursor=${cursor}` });
+      expect(res.statusCode, cursor).toBe(400);
+      expect(res.json().code).toBe('INVALID_CURSOR');
+    }
+    // A cursor of another sort.
+    const where = region();
+    await putCard(CARD);
+    for (let i = 0; i < 2; i++) await register(h.app, { location: where });
+    const page = await offers(`region=${where}&limit=1`);
+    const other = await h.app.inject({ method: 'GET', url: `/offers?sort=-reliability&cursor=${page.next}` });
+    expect(other.statusCode).toBe(400);
+  });
+
+  it('keep the newest price card only', async () => {
+    const where = region();
+    await register(h.app, { location: where, gpus: [gpu(H100)] });
+    const now = Date.now();
+    expect(
+      await putCard({ ...CARD, base_rates: { ...CARD.base_rates, 'nvidia-tesla-h100': '5' } }, new Date(now + 1000)),
+    ).toBe(true);
+    expect(await putCard(CARD, new Date(now))).toBe(false);
+    const price = new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour);
+    expect(price.eq(H100_HOUR.plus(1))).toBe(true);
+    // Back to the test card for the others (newest).
+    expect(await putCard(CARD, new Date(now + 2000))).toBe(true);
+  });
+});
