@@ -7,8 +7,9 @@
  *     turns automatic payouts on, to a Solana address of its own.
  *  2. A renter signs up, gets platform tokens on the local chain (the localnet's test wallet plays the faucet), opens
  *     a wallet, proves its address and deposits (an SPL transferChecked to the treasury, credited by billing).
- *  3. The renter discovers the machine with filters (through the gateway's machine client: renters discover through
- *     the gateway), uploads a dataset, quotes the machine, accepts the price and starts a session: billing prices it
+ *  3. The renter finds the machine on the market with its own token (offers of 4 free H100s, 90 % reliable,
+ *     cheapest first: the offer's price per GPU-hour is the quote's, to the last digit), uploads a dataset, quotes
+ *     the machine, accepts the price and starts a session: billing prices it
  *     from the registry's record, the registry shows the machine busy, the daemon reports usage; the job reads the
  *     dataset and its output is uploaded with the daemon's uploader through a presigned URL the renter made; the
  *     renter reads it back.
@@ -30,7 +31,6 @@ import path from 'node:path';
 import {
   authClient,
   billingClient,
-  clientCredentials,
   objectStore,
   registryClient,
   type TokenSource,
@@ -40,6 +40,7 @@ import {
 import { deposit, proveAddress } from '@gpu/client/solana';
 import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, transferChecked } from '@solana/spl-token';
 import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
+import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
 import { type RentalFigures, reconcile } from './lib/demo-reconcile.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
@@ -117,7 +118,7 @@ async function platform(): Promise<ChildProcess | null> {
  */
 async function checkDataFolder() {
   const whose = `PLATFORM_DATA_DIR (${data}) must be the data folder of the pnpm start running at ${urls.auth}`;
-  const needed = ['solana/mint.json', 'solana/wallets.json', 'auth/clients/gateway.json'];
+  const needed = ['solana/mint.json', 'solana/wallets.json'];
   const missing = needed.filter((file) => !existsSync(path.join(data, file)));
   if (missing.length > 0) throw new Error(`no ${missing.join(', ')} in the data folder: ${whose}`);
   const { mint } = unwrap(await billingClient({ baseUrl: urls.billing }).GET('/api/v1/deposits/instructions'));
@@ -181,41 +182,35 @@ async function tokenAccountBalance(connection: Connection, account: string): Pro
   return (await connection.getTokenAccountBalance(new PublicKey(account), 'finalized')).value.uiAmountString ?? '0';
 }
 
-/** The machine as the scheduler or gateway finds it: discovery with filters, newest first, a few pages at most. */
-async function discover(machineId: string): Promise<{ matches: number }> {
-  const gateway = JSON.parse(readFileSync(path.join(data, 'auth', 'clients', 'gateway.json'), 'utf8')) as {
-    client_id: string;
-    client_secret: string;
-  };
-  const token = clientCredentials({
-    authUrl: urls.auth,
-    clientId: gateway.client_id,
-    clientSecret: gateway.client_secret,
-  });
+/**
+ * The machine as a renter finds it on the market, with the renter's own token: offers of at least 4 free H100s from a
+ * machine at least 90 % reliable, cheapest first, a few pages at most. Its offer, once billing's prices for it reached
+ * the registry (billing's relay publishes them within a second or two).
+ */
+async function findOffer(token: TokenSource, machineId: string, priced: (pricePerGpuHour: string) => boolean) {
   const registry = registryClient({ baseUrl: urls.registry, token });
-  let cursor: string | undefined;
-  let matches = 0;
-  for (let page = 0; page < 5; page++) {
-    const res = await registry.GET('/providers', {
-      params: {
-        query: {
-          status: 'idle',
-          gpu_model: 'H100',
-          min_gpus: '4',
-          healthy_only: 'true',
-          sort: '-registered_at',
-          limit: '100',
-          ...(cursor ? { cursor } : {}),
+  return until('the machine on the market at its own price', async () => {
+    let cursor: string | undefined;
+    for (let page = 0; page < 5; page++) {
+      const res = await registry.GET('/offers', {
+        params: {
+          query: {
+            gpu_model: 'H100',
+            min_free_gpus: '4',
+            min_reliability: 0.9,
+            sort: 'price',
+            limit: '100',
+            ...(cursor ? { cursor } : {}),
+          },
         },
-      },
-    });
-    const found = unwrap(res);
-    matches += found.length;
-    if (found.some((p) => p.id === machineId)) return { matches };
-    cursor = res.response.headers.get('x-next-cursor') ?? undefined;
-    if (!cursor) break;
-  }
-  throw new Error(`discovery (idle, H100, at least 4 healthy GPUs) did not find machine ${machineId}`);
+      });
+      const offer = unwrap(res).find((o) => o.provider_id === machineId);
+      if (offer) return priced(offer.price_per_gpu_hour) ? offer : undefined;
+      cursor = res.response.headers.get('x-next-cursor') ?? undefined;
+      if (!cursor) break;
+    }
+    return undefined;
+  });
 }
 
 async function main() {
@@ -325,10 +320,18 @@ async function main() {
   say('deposit credited', `${deposited.transaction.amount} tokens (signature ${deposited.signature})`);
 
   // 3. Discovery, the dataset, quote, start, busy, usage, the job's output.
-  const { matches } = await discover(machineId);
+  const quote = unwrap(
+    await billing.POST('/api/v1/pricing/calculate', {
+      body: { gpu_model: 'H100', gpu_count: 4, provider_id: machineId },
+    }),
+  );
+  // The market's price is billing's: the offer says per GPU-hour what the quote says for the machine's GPUs.
+  const offer = await findOffer(renter.token, machineId, (price) =>
+    new Decimal(price).mul(quote.gpu_count).eq(quote.total_hourly_rate),
+  );
   say(
-    'renter discovered the machine',
-    `idle, H100, at least 4 healthy GPUs (through the gateway's client; ${matches} match on the pages read)`,
+    'renter found the machine on the market with its own token',
+    `${offer.free_gpus} free ${offer.gpu_model} at ${offer.price_per_gpu_hour} tokens per GPU-hour, reliability ${offer.reliability.score}`,
   );
   const objects = objectStore({ baseUrl: urls.storage, token: renter.token });
   const runId = randomBytes(4).toString('hex');
@@ -337,12 +340,10 @@ async function main() {
   const dataset = `step,loss\n${Array.from({ length: 1000 }, (_, i) => `${i},${(1 / (i + 1)).toFixed(6)}`).join('\n')}\n`;
   await objects.upload({ key: datasetKey }, dataset, { contentType: 'text/csv' });
   say('renter uploaded a dataset', `${datasetKey} (${dataset.length} bytes)`);
-  const quote = unwrap(
-    await billing.POST('/api/v1/pricing/calculate', {
-      body: { gpu_model: 'H100', gpu_count: 4, provider_id: machineId },
-    }),
+  say(
+    'quote for the machine',
+    `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs): ${quote.gpu_count} × the offer's price`,
   );
-  say('quote for the machine', `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs)`);
   const jobId = randomUUID();
   const start = unwrap(
     await billing.POST('/api/v1/billing/start-session', {

@@ -202,7 +202,7 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
   const sortValue = key === 'price' ? sql`o.price_per_gpu_hour::text` : sql`o.reliability::text`;
   const { rows } = await sql<OfferRow>`
     SELECT o.provider_id, o.gpu_model, o.model_key, o.gpu_count, o.free_gpus, o.vram_mb, o.architecture,
-      o.driver_version, o.compute_capability, o.region, o.price_per_gpu_hour::text AS price_per_gpu_hour,
+      o.driver_version, o.compute_capability, o.region, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
       ${sortValue} AS sort_value
     FROM offers o
