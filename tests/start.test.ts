@@ -227,7 +227,7 @@ describe('pnpm start', () => {
     // The demo's own reconciliation (read back from billing and the chain) held, every line of it.
     expect(summary.reconciled).toBe(7);
     expect(demo.stdout).not.toMatch(/FAIL/);
-    expect(demo.stdout).toMatch(/renter discovered the machine/);
+    expect(demo.stdout).toMatch(/renter found the machine on the market with its own token/);
     expect(demo.stdout).toMatch(/renter uploaded a dataset/);
   });
 
@@ -250,11 +250,11 @@ describe('pnpm start', () => {
     const empty = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
     const none = await demo(empty);
     expect(none.code, none.output).toBe(1);
-    expect(none.output).toContain(`[demo] FAILED: no solana/mint.json, solana/wallets.json, auth/clients/gateway.json`);
+    expect(none.output).toContain(`[demo] FAILED: no solana/mint.json, solana/wallets.json in the data folder`);
     expect(none.output).toContain(`PLATFORM_DATA_DIR (${empty}) must be the data folder of the pnpm start running`);
     // Another platform's folder: its files are there, with another token.
     const other = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
-    for (const file of ['solana/wallets.json', 'auth/clients/gateway.json']) {
+    for (const file of ['solana/wallets.json']) {
       mkdirSync(path.dirname(path.join(other, file)), { recursive: true });
       copyFileSync(path.join(dataDir, file), path.join(other, file));
     }

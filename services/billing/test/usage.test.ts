@@ -176,11 +176,12 @@ describe('running out of funds', () => {
     });
     expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '0.015000', locked: '0.000000' });
     expect(await h.balanceOf(p.provider.id)).toMatchObject({ available: '4.925750' });
-    // The renter was warned of the low balance before the grace period started (the same billing pass here).
-    expect(await outboxKinds(id)).toEqual([
+    // The renter was warned of the low balance as the grace period started (the same billing pass here: events of
+    // one transaction share their time, so the two come in either order).
+    const kinds = await outboxKinds(id);
+    expect([kinds[0], kinds.slice(1, 3).sort(), kinds[3]]).toEqual([
       'session.started',
-      'session.low_balance',
-      'session.grace_period',
+      ['session.grace_period', 'session.low_balance'],
       'session.terminated',
     ]);
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
@@ -197,10 +198,10 @@ describe('running out of funds', () => {
     expect(back).toMatchObject({ status: 'active', grace_until: null, total_cost: '5.270000' });
     // Held: 5.27 + 5.10 = 10.37; available 15.2 - 10.37 = 4.83.
     expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '4.830000', locked: '10.370000' });
-    expect(await outboxKinds(id)).toEqual([
+    const kinds = await outboxKinds(id);
+    expect([kinds[0], kinds.slice(1, 3).sort(), kinds[3]]).toEqual([
       'session.started',
-      'session.low_balance',
-      'session.grace_period',
+      ['session.grace_period', 'session.low_balance'],
       'session.resumed',
     ]);
   });
