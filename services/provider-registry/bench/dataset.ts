@@ -8,11 +8,16 @@
  * its summary is computed from its one or two models, without aggregating its
  * GPU rows.
  *
+ * The market too: billing's price card (the platform's table of the contract) and one offer per provider and GPU model,
+ * priced as `offer_price` prices them (no provider has rates of its own here), with free GPUs by the provider's status
+ * and its GPUs' health, and a reliability from 0.8 to 1 (a hash) so that sorting and filtering by it choose.
+ *
  * Sized for a million providers and four million GPUs: each provider's hashes are
  * computed once (a temporary table), and each GPU's static JSON (`spec_json`, one
  * text per model here) is rendered once per model by the schema's own trigger
  * function rather than once per row (the trigger on `gpus` is off for the load).
  */
+import { gpuModelKey } from '@gpu/common';
 import type pg from 'pg';
 import { withDeferredIndexes } from './deferred-indexes.ts';
 
@@ -29,6 +34,22 @@ export const MODELS: [string, number, string][] = [
   ['AMD Instinct MI250X', 131072, 'CDNA2'],
   ['AMD Radeon RX 7900 XTX', 24560, 'RDNA3'],
 ];
+
+/** The platform's base rates per GPU-hour (the contract's table), by billing's model key. */
+const BASE_RATES: Record<string, string> = {
+  'nvidia-geforce-rtx-4090': '0.50',
+  'nvidia-geforce-rtx-4080': '0.40',
+  'nvidia-geforce-rtx-4070': '0.30',
+  'nvidia-geforce-rtx-3090': '0.45',
+  'nvidia-geforce-rtx-3080': '0.35',
+  'nvidia-tesla-a100': '2.00',
+  'nvidia-tesla-v100': '1.50',
+  'nvidia-tesla-h100': '4.00',
+  'nvidia-tesla-l40': '1.80',
+  'amd-radeon-rx-7900-xtx': '0.35',
+  'amd-instinct-mi250x': '1.75',
+  default: '0.25',
+};
 
 /** GPUs per provider, cycling: 32 GPUs per 8 providers. */
 const COUNTS = [1, 2, 4, 8, 4, 2, 4, 7];
@@ -62,8 +83,9 @@ async function createFleet(client: pg.ClientBase, providers: number): Promise<vo
   await client.query(`
     CREATE TEMP TABLE bench_models ON COMMIT DROP AS
     SELECT idx AS k, model_name AS model, vram, architecture AS arch, lower(model_name) AS lmodel,
-           lower(architecture) AS larch, spec_json
-    FROM bench_gpu_specs`);
+           lower(architecture) AS larch, spec_json, m.mkey
+    FROM bench_gpu_specs
+    JOIN (VALUES ${MODELS.map((m, k) => `(${k}, ${text(gpuModelKey(m[0]))})`).join(', ')}) AS m(k, mkey) ON m.k = idx`);
   await client.query(
     `
     CREATE TEMP TABLE bench_fleet ON COMMIT DROP AS
@@ -117,6 +139,37 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     JOIN providers p ON p.id = f.id
     CROSS JOIN LATERAL generate_series(0, (f.n - 1) / 4) AS b
     JOIN bench_models m ON m.k = (f.m + b) % ${MODELS.length}`);
+  // The market: billing's card, then each provider's GPU groups priced by it (offer_price's formula, the platform's
+  // rates: no provider here has rates of its own).
+  await client.query(
+    `INSERT INTO price_card (id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, occurred_at)
+     VALUES (1, $1::jsonb, 0.02, 0.001, now())`,
+    [JSON.stringify(BASE_RATES)],
+  );
+  await client.query(`
+    INSERT INTO offers (provider_id, gpu_model, model_key, gpu_count, healthy_gpus, free_gpus, vram_mb, avg_vram_mb,
+                        avg_power_w, architecture, driver_version, driver_version_parts, compute_capability,
+                        compute_capability_parts, region, status, price_per_gpu_hour, reliability, uptime_30d,
+                        observed_seconds_30d, sessions_ended, sessions_failed)
+    SELECT o.provider_id, o.model, o.mkey, o.n, o.healthy, CASE WHEN o.status = 'idle' THEN o.healthy ELSE 0 END,
+           o.vram, o.vram_sum::numeric / o.n, o.power_sum::numeric / o.n, o.arch, '550.54.15', '{550,54,15}', '8.0',
+           '{8,0}', o.location, o.status,
+           (coalesce(c.base_rates ->> o.mkey, c.base_rates ->> 'default')::numeric
+             + o.vram_sum::numeric / o.n / 1024 * c.vram_rate_per_gb_hour
+             + o.power_sum::numeric / o.n * c.power_rate_per_watt_hour),
+           0.8 + (${hash('o.i', 'reliability')} % 2001) / 10000.0, 0.8 + (${hash('o.i', 'reliability')} % 2001) / 10000.0,
+           2592000, 40, 0
+    FROM (
+      SELECT f.i, g.provider_id, g.model_name AS model, m.mkey, m.arch, p.status, p.location, count(*)::int AS n,
+             (count(*) FILTER (WHERE g.is_healthy))::int AS healthy, min(g.vram) AS vram, sum(g.vram) AS vram_sum,
+             sum(g.power_consumption) AS power_sum
+      FROM bench_fleet f
+      JOIN providers p ON p.id = f.id
+      JOIN gpus g ON g.provider_id = f.id
+      JOIN bench_models m ON m.model = g.model_name
+      GROUP BY f.i, g.provider_id, g.model_name, m.mkey, m.arch, p.status, p.location
+    ) o
+    CROSS JOIN price_card c`);
   return rowCount ?? 0;
 }
 
@@ -140,7 +193,7 @@ export async function loadFleet(
   await client.query('SET LOCAL synchronous_commit TO on');
   // Room for each index build's sort in memory (the largest, the GPUs' key, sorts four million rows at 1M).
   await client.query(`SET LOCAL maintenance_work_mem TO '512MB'`);
-  const gpus = await withDeferredIndexes(client, ['providers', 'gpus', 'provider_models'], async () => {
+  const gpus = await withDeferredIndexes(client, ['providers', 'gpus', 'provider_models', 'offers'], async () => {
     const n = await insertRows(client, providers);
     rowsDone = performance.now();
     return n;
@@ -149,8 +202,8 @@ export async function loadFleet(
   const committed = performance.now();
   // Every VACUUM before any ANALYZE: an ANALYZE commits (asynchronously) and would hold back the flush
   // position that a following VACUUM checks.
-  await client.query('VACUUM providers, gpus, provider_models');
-  await client.query('ANALYZE providers, gpus, provider_models');
+  await client.query('VACUUM providers, gpus, provider_models, offers');
+  await client.query('ANALYZE providers, gpus, provider_models, offers');
   const s = (from: number, to: number) => (to - from) / 1000;
   return {
     gpus,

@@ -13,16 +13,18 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { migrateToLatest } from '@gpu/common';
+import { gpuModelKey, migrateToLatest } from '@gpu/common';
 import { freePort, startTestIssuer } from '@gpu/common/testing';
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { listProviders } from '../src/db/discovery-repository.ts';
 import { migrations } from '../src/db/migrations/index.ts';
+import { searchOffers } from '../src/db/offer-repository.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 import { recordHeartbeat } from '../src/db/status-repository.ts';
 import { cursorOf, type DiscoveryFilter } from '../src/domain/discovery.ts';
+import { type OfferFilter, offerCursorOf } from '../src/domain/offers.ts';
 import { loadFleet } from './dataset.ts';
 import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
@@ -145,15 +147,41 @@ function filterOf(query: string): DiscoveryFilter {
   };
 }
 
-/** The cursor of page `page` (1-based) of a query, following X-Next-Cursor. */
-async function cursorOfPage(query: string, page: number): Promise<string> {
+/** An offer search's filter, as the route parses its query (bench/run.ts's offers scenarios). */
+function offerFilterOf(query: string): OfferFilter {
+  const q = new URLSearchParams(query);
+  const sort = (q.get('sort') ?? 'price') as OfferFilter['sort'];
+  const cursor = q.get('cursor');
+  const after = cursor ? offerCursorOf(cursor, sort) : undefined;
+  if (typeof after === 'string') throw new Error(after);
+  const num = (k: string) => (q.get(k) === null ? undefined : Number(q.get(k)));
+  const str = (k: string) => q.get(k) ?? undefined;
+  const model = str('gpu_model');
+  return {
+    max_price: str('max_price'),
+    min_free_gpus: num('min_free_gpus'),
+    gpu_model: model === undefined ? undefined : gpuModelKey(model),
+    min_vram: num('min_vram'),
+    architecture: str('architecture'),
+    min_reliability: num('min_reliability'),
+    min_driver_version: str('min_driver_version'),
+    min_compute_capability: str('min_compute_capability'),
+    region: str('region'),
+    sort,
+    limit: num('limit') ?? 50,
+    after,
+  };
+}
+
+/** The cursor of page `page` (1-based) of a query of `path` (`/providers`, `/offers`), following X-Next-Cursor. */
+async function cursorOfPage(query: string, page: number, path = '/providers'): Promise<string> {
   let cursor = '';
   for (let i = 1; i < page; i++) {
-    const res = await fetch(`${base}/providers?${query}${cursor ? `&cursor=${cursor}` : ''}`, {
+    const res = await fetch(`${base}${path}?${query}${cursor ? `&cursor=${cursor}` : ''}`, {
       headers: admin.headers,
     });
     await res.arrayBuffer();
-    if (!res.ok) throw new Error(`GET /providers?${query}: ${res.status}`);
+    if (!res.ok) throw new Error(`GET ${path}?${query}: ${res.status}`);
     cursor = res.headers.get('x-next-cursor') ?? '';
     if (!cursor) throw new Error(`no page ${page} for ${query}`);
   }
@@ -178,7 +206,7 @@ async function main() {
   log(`loaded ${PROVIDERS} providers / ${gpus} GPUs in ${fmt(loadSeconds)} s (${loadPhases})`);
   const { rows: sizes } = await pool.query<{ name: string; heap: string; indexes: string }>(
     `SELECT relname AS name, pg_size_pretty(pg_table_size(oid)) AS heap, pg_size_pretty(pg_indexes_size(oid)) AS indexes
-     FROM pg_class WHERE relname IN ('providers', 'gpus', 'provider_models') AND relkind = 'r'
+     FROM pg_class WHERE relname IN ('providers', 'gpus', 'provider_models', 'offers') AND relkind = 'r'
      ORDER BY pg_total_relation_size(oid) DESC`,
   );
   const sizeLine = sizes.map((r) => `\`${r.name}\` ${r.heap} + ${r.indexes} of indexes`).join(', ');
@@ -221,14 +249,10 @@ async function main() {
 
     const listRows: string[] = [];
     const listResults: { service: LoadResult; direct: LoadResult }[] = [];
-    for (const s of scenarios) {
-      const statements = await capture(pool, (db) => listProviders(db, s.filter, OFFLINE_AFTER_MS));
-      // Latency of one request at a time (the target), then throughput and latency under concurrent load.
-      const alone = await runLoad(() => request('GET', `/providers?${s.query}`), { concurrency: 1, seconds: SECONDS });
-      const service = await runLoad(() => request('GET', `/providers?${s.query}`), {
-        concurrency: LIST_CONCURRENCY,
-        seconds: SECONDS,
-      });
+    /** One scenario: one client (the target), then 4 clients through the service and the same SQL through `pg`. */
+    async function measureList(label: string, path: string, statements: CompiledQuery[]): Promise<string> {
+      const alone = await runLoad(() => request('GET', path), { concurrency: 1, seconds: SECONDS });
+      const service = await runLoad(() => request('GET', path), { concurrency: LIST_CONCURRENCY, seconds: SECONDS });
       const direct = await runLoad(
         async () => {
           for (const q of statements) await pool.query(q.sql, q.parameters as unknown[]);
@@ -239,13 +263,42 @@ async function main() {
       listResults.push({ service, direct });
       listResults.push({ service: alone, direct });
       const met = alone.p99 < 20 && alone.errors === 0 ? 'met' : '**missed**';
-      listRows.push(
-        `| ${s.label} | ${fmt(alone.p50, 2)} / ${fmt(alone.p99, 2)} ms · ${fmt(alone.perSecond, 0)}/s | ${fmt(direct.p50, 2)} / ${fmt(direct.p99, 2)} ms · ${fmt(direct.perSecond, 0)}/s | ${fmt(service.p50, 2)} / ${fmt(service.p99, 2)} ms · ${fmt(service.perSecond, 0)}/s | < 20 ms: ${met} |`,
-      );
       log(
-        `${s.query}: service p50 ${fmt(service.p50, 2)} p99 ${fmt(service.p99, 2)} ms ${fmt(service.perSecond, 0)}/s (errors ${service.errors}); direct p50 ${fmt(direct.p50, 2)} p99 ${fmt(direct.p99, 2)} ms ${fmt(direct.perSecond, 0)}/s`,
+        `${path}: 1 client p99 ${fmt(alone.p99, 2)} ms; service p50 ${fmt(service.p50, 2)} p99 ${fmt(service.p99, 2)} ms ${fmt(service.perSecond, 0)}/s (errors ${service.errors}); direct p50 ${fmt(direct.p50, 2)} p99 ${fmt(direct.p99, 2)} ms ${fmt(direct.perSecond, 0)}/s`,
       );
+      return `| ${label} | ${fmt(alone.p50, 2)} / ${fmt(alone.p99, 2)} ms · ${fmt(alone.perSecond, 0)}/s | ${fmt(direct.p50, 2)} / ${fmt(direct.p99, 2)} ms · ${fmt(direct.perSecond, 0)}/s | ${fmt(service.p50, 2)} / ${fmt(service.p99, 2)} ms · ${fmt(service.perSecond, 0)}/s | < 20 ms: ${met} |`;
     }
+    for (const s of scenarios) {
+      const statements = await capture(pool, (db) => listProviders(db, s.filter, OFFLINE_AFTER_MS));
+      listRows.push(await measureList(s.label, `/providers?${s.query}`, statements));
+    }
+
+    // The market (issue #28): renters' offer searches, with the same measurements.
+    const offerRows: string[] = [];
+    const deepOffers = 'min_free_gpus=2&sort=price&limit=50';
+    const offerScenarios: [string, string][] = [
+      ['cheapest first (`sort=price`, 50 per page)', 'sort=price&limit=50'],
+      [
+        'most reliable first, ≥ 4 free GPUs (`sort=-reliability&min_free_gpus=4`)',
+        'sort=-reliability&min_free_gpus=4&limit=50',
+      ],
+      [
+        'H100s at most 5.5 per GPU-hour, reliability ≥ 0.95, cheapest first',
+        'gpu_model=H100&max_price=5.5&min_reliability=0.95&sort=price&limit=50',
+      ],
+      ['one region, driver ≥ 550, cheapest first', 'region=region-3&min_driver_version=550&sort=price&limit=50'],
+      [
+        'page 5 (cursor) of `min_free_gpus=2&sort=price`',
+        `${deepOffers}&cursor=${await cursorOfPage(deepOffers, 5, '/offers')}`,
+      ],
+    ];
+    for (const [label, query] of offerScenarios) {
+      const statements = await capture(pool, (db) => searchOffers(db, offerFilterOf(query)));
+      offerRows.push(await measureList(label, `/offers?${query}`, statements));
+    }
+    const { rows: market } = await pool.query<{ offers: string; listed: string }>(
+      'SELECT count(*) AS offers, count(*) FILTER (WHERE free_gpus > 0) AS listed FROM offers',
+    );
 
     const { rows } = await pool.query<{ id: string; owner_id: string }>(
       `SELECT id, owner_id FROM providers WHERE status IN ('idle', 'busy')`,
@@ -341,6 +394,14 @@ latency); with ${LIST_CONCURRENCY} concurrent clients on ${os.cpus().length} cor
 | query | service, 1 client | direct (pg), ${LIST_CONCURRENCY} clients | service, ${LIST_CONCURRENCY} clients | p99 target (1 client) |
 |---|---|---|---|---|
 ${listRows.join('\n')}
+
+The market (issue #28): renters' searches of offers (\`GET /offers\`, a renter's question in each row; 50 per page),
+${Number(market[0]?.offers ?? 0).toLocaleString('en-US')} offers (one per provider and GPU model), ${Number(market[0]?.listed ?? 0).toLocaleString('en-US')} of them on the market (free GPUs:
+an idle machine's healthy ones), priced from billing's card and scored 0.8-1, measured as discovery above in the same run:
+
+| search | service, 1 client | direct (pg), ${LIST_CONCURRENCY} clients | service, ${LIST_CONCURRENCY} clients | p99 target (1 client) |
+|---|---|---|---|---|
+${offerRows.join('\n')}
 
 The floor under those one-client latencies, measured in the same run: a bare \`SELECT 1\` through \`pg\` takes
 ${fmt(floorPg.p50, 2)} / ${fmt(floorPg.p99, 2)} ms (p50 / p99), \`GET /health\` (the service's HTTP stack and one \`SELECT 1\`)

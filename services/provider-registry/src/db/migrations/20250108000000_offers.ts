@@ -9,6 +9,7 @@
  * - `offer_price(...)`: a GPU-hour of a group, as billing prices it: (base rate + VRAM GB × VRAM rate + power W ×
  *   power rate) × demand × supply, the machine's own rates before the platform's, the model's before `default`; null
  *   until a card arrived.
+ * - The indexes: the market (rows with free GPUs) in each sort order, per model key and per region.
  * - `offers.free_gpus`: the group's healthy GPUs while the machine is `idle`, else none; kept by triggers on the
  *   machine's status and its GPUs' health. A row with free GPUs is on the market (the partial indexes).
  * - `offers.reliability` and its parts: `provider_reliability_of` (the reliability migration), refreshed when the
@@ -76,6 +77,10 @@ export async function up(db: Kysely<any>): Promise<void> {
     WHERE free_gpus > 0`.execute(db);
   await sql`
     CREATE INDEX offers_model_reliability_idx ON offers (model_key, reliability, provider_id, gpu_model)
+    WHERE free_gpus > 0`.execute(db);
+  // A search in one region walks that region's offers in price order.
+  await sql`
+    CREATE INDEX offers_region_price_idx ON offers (lower(region), price_per_gpu_hour, provider_id, gpu_model)
     WHERE free_gpus > 0`.execute(db);
 
   await sql`
