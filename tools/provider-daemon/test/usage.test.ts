@@ -1,16 +1,19 @@
 /**
  * The daemon's usage reports against the real auth service, the real provider registry and billing asking that
  * registry: a renter rents the daemon's machine, the daemon finds the session and reports its usage over HTTP and
- * over NATS JetStream, once per minute whatever the retries and restarts.
+ * over NATS JetStream, once per minute whatever the retries and restarts; a daemon process killed with SIGKILL and
+ * started again finds its machine and the running session, and reports on.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TokenSource } from '@gpu/client';
-import { connectPublisher, createLogger, type EventPublisher, NoopPublisher } from '@gpu/common';
+import { connectPublisher, createLogger, type EventPublisher, NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient } from '../../../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startUsageConsumer } from '../../../services/billing/src/adapters/usage-consumer.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
@@ -199,6 +202,99 @@ describe('provider daemon usage reports', () => {
       expect((await records(sessionId)).length).toBe(2);
     } finally {
       await consumer.stop();
+    }
+  });
+});
+
+describe('a daemon killed with SIGKILL', () => {
+  it('comes back to its machine and its running session, and reports on: no minute counted twice, none left out', {
+    timeout: 150_000,
+  }, async () => {
+    const owner = await platform.providerUser();
+    const { client, secret } = await createClient(platform.auth.ctx, UNCHECKED_PRINCIPAL, {
+      name: `rig-daemon-${randomUUID().slice(0, 8)}`,
+      role: 'daemon',
+      owner_id: owner.id,
+    });
+    const stateFile = join(dir, `state-${randomUUID()}.json`);
+    const configFile = join(dir, `daemon-${randomUUID()}.json`);
+    writeFileSync(
+      configFile,
+      JSON.stringify({
+        log_level: 'warn',
+        auth_url: platform.authUrl,
+        registry_url: platform.registryUrl,
+        billing_url: billingUrl,
+        credentials: { client_id: client.id, client_secret: secret },
+        state_file: stateFile,
+        provider: { name: `rig-${randomUUID().slice(0, 8)}` },
+        heartbeat_interval: '1s',
+        gpu: {
+          source: 'simulated',
+          simulated_gpus: [
+            { name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559, power_limit_w: 700, power_draw_w: 610 },
+          ],
+        },
+      }),
+      { mode: 0o600 },
+    );
+    const start = () =>
+      spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+        cwd: join(import.meta.dirname, '..'),
+        env: { ...process.env, DAEMON_CONFIG_FILE: configFile },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      });
+    const machineOf = () =>
+      until(
+        async () => {
+          try {
+            return (JSON.parse(readFileSync(stateFile, 'utf8')) as { provider_id?: string }).provider_id;
+          } catch {
+            return undefined;
+          }
+        },
+        (id) => id !== undefined,
+        20_000,
+      );
+    let daemon = start();
+    try {
+      const providerId = (await machineOf())!;
+      const sessionId = await rent(providerId);
+      const minuteOf = (id: string) => Number(id.split(':')[1]);
+      const before = await until(
+        () => records(sessionId),
+        (r) => r.length >= 1,
+        20_000,
+      );
+      expect(before.length).toBeGreaterThan(0);
+
+      // kill -9: no goodbye, no state written on the way out.
+      daemon.kill('SIGKILL');
+      await new Promise((r) => daemon.once('exit', r));
+      daemon = start();
+      expect(await machineOf()).toBe(providerId);
+
+      // It finds the session at billing again and reports the next minute (within a minute and a bit).
+      const last = Math.max(...before.map((r) => minuteOf(r.message_id)));
+      const after = await until(
+        () => records(sessionId),
+        (r) => r.some((x) => minuteOf(x.message_id) > last),
+        75_000,
+      );
+      const minutes = after.map((r) => minuteOf(r.message_id));
+      expect(Math.max(...minutes)).toBeGreaterThan(last);
+      // One record per minute, each minute from the first report to the last: none twice, none left out.
+      const first = Math.min(...minutes);
+      expect([...minutes].sort((a, b) => a - b)).toEqual(
+        Array.from({ length: Math.max(...minutes) - first + 1 }, (_, i) => first + i),
+      );
+      // Still the one machine of that name: the daemon re-attached, it did not register again.
+      const list = await fetch(`${platform.registryUrl}/providers?limit=1000`, {
+        headers: { authorization: `Bearer ${await (await platform.machineClient('daemon', owner.id)).get()}` },
+      });
+      expect(((await list.json()) as { id: string }[]).map((p) => p.id)).toEqual([providerId]);
+    } finally {
+      daemon.kill('SIGKILL');
     }
   });
 });
