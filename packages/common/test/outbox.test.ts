@@ -51,7 +51,8 @@ afterAll(async () => {
 });
 
 /** Every message NATS carries on the subjects, duplicates included (a core subscription sees each publish). */
-function listen(subject: string) {
+/** Listens on `subject`; resolves once the server has the subscription (a publish before that would be missed). */
+async function listen(subject: string) {
   const seen: { subject: string; data: Record<string, unknown>; msgId?: string; correlationId?: string }[] = [];
   const sub: Subscription = nc.subscribe(subject);
   void (async () => {
@@ -64,6 +65,7 @@ function listen(subject: string) {
       });
     }
   })();
+  await nc.flush();
   return { seen, stop: () => sub.unsubscribe() };
 }
 
@@ -77,7 +79,7 @@ describe('transactional outbox', () => {
   it('publishes an event once its transaction commits, and never one whose transaction rolled back', async () => {
     const outbox = new Outbox();
     const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger() });
-    const wire = listen(`${prefix}.ok.>`);
+    const wire = await listen(`${prefix}.ok.>`);
     await db
       .transaction()
       .execute((trx) =>
@@ -105,6 +107,21 @@ describe('transactional outbox', () => {
     expect(Date.parse(msg!.data.occurred_at as string)).not.toBeNaN();
   });
 
+  it('sends the events of one transaction in the order they were recorded, over several calls', async () => {
+    const outbox = new Outbox();
+    const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.ok.ordered`, logger: quietLogger() });
+    const wire = await listen(`${prefix}.ok.ordered.>`);
+    await db.transaction().execute(async (trx) => {
+      await outbox.record(trx, [1, 2, 3, 4, 5].map((n) => ({ kind: 'step', data: { n } })));
+      await outbox.record(trx, [{ kind: 'step', data: { n: 6 } }]);
+      await outbox.record(trx, [7, 8].map((n) => ({ kind: 'step', data: { n } })));
+    });
+    expect(await relay.flush()).toBe(8);
+    await nc.flush();
+    wire.stop();
+    expect(wire.seen.map((m) => m.data.n)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+
   it('keeps events while NATS refuses them and sends them, in order, once it accepts again', async () => {
     const outbox = new Outbox();
     // No stream captures this subject yet: JetStream answers "no responders" and the publish fails.
@@ -120,7 +137,7 @@ describe('transactional outbox', () => {
 
     const jsm = await jetstreamManager(nc);
     await ensureStream(jsm, { name: streamName, subjects: [`${prefix}.late.>`] });
-    const wire = listen(`${prefix}.late.>`);
+    const wire = await listen(`${prefix}.late.>`);
     expect(await relay.flush()).toBe(2);
     await nc.flush();
     wire.stop();
@@ -132,7 +149,7 @@ describe('transactional outbox', () => {
     const outbox = new Outbox();
     const events = Array.from({ length: 250 }, (_, n) => ({ kind: 'many', data: { n } }));
     await db.transaction().execute((trx) => outbox.record(trx, events));
-    const wire = listen(`${prefix}.ok.many`);
+    const wire = await listen(`${prefix}.ok.many`);
     const relays = Array.from(
       { length: 3 },
       () => new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger(), batch: 40 }),
@@ -150,7 +167,7 @@ describe('transactional outbox', () => {
     const outbox = new Outbox();
     const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger() });
     relay.start(60_000, outbox);
-    const wire = listen(`${prefix}.ok.soon`);
+    const wire = await listen(`${prefix}.ok.soon`);
     try {
       await db.transaction().execute((trx) => outbox.record(trx, [{ kind: 'soon', data: {} }]));
       const deadline = Date.now() + 5000;

@@ -17,7 +17,7 @@
  *   CREATE INDEX outbox_events_unpublished ON outbox_events (created_at) WHERE published_at IS NULL;
  */
 import { randomUUID } from 'node:crypto';
-import type { ColumnType, Kysely, Transaction } from 'kysely';
+import { type ColumnType, type Kysely, sql, type Transaction } from 'kysely';
 import type { Logger } from 'pino';
 import type { EventPublisher } from './publisher.ts';
 
@@ -73,13 +73,16 @@ export class Outbox {
   /** Writes the events in one statement, in the caller's transaction. */
   async record(trx: Db, events: NewEvent[], correlationId?: string): Promise<void> {
     if (!this.enabled || events.length === 0) return;
-    const rows = events.map((e) => {
+    // Each event's time is when it was recorded, a microsecond apart within one call, so the relay sends the events
+    // of one transaction in the order they were recorded (a transaction's now() would give them all one time).
+    const rows = events.map((e, i) => {
       const id = e.id ?? randomUUID();
       return {
         id,
         kind: e.kind,
         payload: JSON.stringify(eventBody({ ...e, id })),
         correlation_id: correlationId ?? null,
+        created_at: sql<Date>`clock_timestamp() + ${i} * interval '1 microsecond'`,
       };
     });
     await asOutbox(trx).insertInto('outbox_events').values(rows).execute();
@@ -146,6 +149,7 @@ export class OutboxRelay {
         .select(['id', 'kind', 'payload', 'correlation_id'])
         .where('published_at', 'is', null)
         .orderBy('created_at')
+        .orderBy('id')
         .limit(this.opts.batch ?? 100)
         .forUpdate()
         .skipLocked()
