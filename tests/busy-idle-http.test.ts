@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
 import { Dec } from '../services/billing/src/domain/ledger/money.ts';
-import { announcePriceCard } from '../services/billing/src/domain/pricing/provider-rates.ts';
+import { announcePrices } from '../services/billing/src/domain/pricing/provider-rates.ts';
 import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { end, H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
@@ -98,7 +98,7 @@ describe('the market without NATS', () => {
     const owner = await platform.providerUser();
     const where = `r-${randomUUID().slice(0, 8)}`;
     const machine = await registry('POST', '/providers', providerBody({ owner_id: owner.id, location: where }));
-    await announcePriceCard(billing.ctx);
+    await announcePrices(billing.ctx);
     await relay.flush();
     const quote = async () => {
       const res = await billing.app.inject({

@@ -3,7 +3,8 @@
  * - the bearer token of the client's `TokenSource` (unless the request names its own `authorization`), renewed once
  *   when a service answers 401 (a token revoked or rotated under it);
  * - `X-Correlation-ID` when the caller has one, so a call is traced across services;
- * - a time limit per attempt, until the response's headers arrive (a long download is not cut);
+ * - a time limit per attempt, until the response's headers arrive (a long download is not cut; 0: none, for an
+ *   upload, whose answer comes only once all of its body is sent);
  * - bounded retries with exponential backoff and jitter, honouring `Retry-After`, only where a retry cannot do harm:
  *   idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS) or a request carrying an `Idempotency-Key`; on a network
  *   error, a timeout, 429, 502, 503 or 504. Anything else is answered as it came. A request whose body is read once
@@ -14,6 +15,7 @@ import type { TokenSource } from './tokens.ts';
 export interface RetryPolicy {
   token?: TokenSource;
   correlationId?: () => string | undefined;
+  /** Time limit of one attempt until the response's headers arrive; 0 for none. */
   timeoutMs: number;
   retries: number;
   fetch: typeof fetch;
@@ -58,7 +60,10 @@ export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise
     const correlationId = policy.correlationId?.();
     if (correlationId && !headers.has('x-correlation-id')) headers.set('x-correlation-id', correlationId);
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new AttemptTimeout(policy.timeoutMs)), policy.timeoutMs);
+    const timer =
+      policy.timeoutMs > 0
+        ? setTimeout(() => controller.abort(new AttemptTimeout(policy.timeoutMs)), policy.timeoutMs)
+        : undefined;
     const signal = AbortSignal.any([controller.signal, request.signal]);
     try {
       // A streamed body needs `duplex: 'half'` (Node's fetch).

@@ -34,6 +34,12 @@ export interface UploadOptions {
   contentType?: string;
   /** The body's length in bytes, when a stream's is known (sent as `Content-Length`; else the body goes chunked). */
   contentLength?: number;
+  /**
+   * Aborts the upload. An upload has no time limit of its own (the client's `timeoutMs` would cut a large body off
+   * mid-way: the service answers only once all of it is stored), so a caller who needs one passes
+   * `AbortSignal.timeout(ms)`.
+   */
+  signal?: AbortSignal;
 }
 
 export interface DownloadOptions {
@@ -134,9 +140,12 @@ const rangeHeader = (range: DownloadOptions['range']) =>
 export function objectStore(opts: ClientOptions): ObjectStore {
   const baseUrl = opts.baseUrl.replace(/\/$/, '');
   const api = createClient<StoragePaths>({ baseUrl, fetch: clientFetch(opts) });
-  const once = clientFetch(opts, false);
+  // Uploads: no limit per attempt (the answer comes after the whole body); a stream goes out once.
+  const untimed = { ...opts, timeoutMs: 0 };
+  const upload = clientFetch(untimed);
+  const once = clientFetch(untimed, false);
 
-  return {
+  const store: ObjectStore = {
     api,
 
     async ensureBucket(bucket) {
@@ -155,8 +164,9 @@ export function objectStore(opts: ClientOptions): ObjectStore {
         body: sent.body as unknown as Blob,
         bodySerializer: (b: unknown) => b as SendBody,
         headers,
+        signal: uploadOpts.signal,
         // A stream goes out once (never copied for a retry); fetch needs `duplex: 'half'` to send one.
-        ...(sent.once ? { fetch: once, duplex: 'half' as const } : {}),
+        ...(sent.once ? { fetch: once, duplex: 'half' as const } : { fetch: upload }),
       };
       const result = ref.bucket
         ? await api.PUT('/objects/{bucketName}/{objectKey}', {
@@ -225,7 +235,7 @@ export function objectStore(opts: ClientOptions): ObjectStore {
     async *listAll(bucket, listOpts = {}) {
       let cursor: string | undefined;
       do {
-        const page = await this.list(bucket, { ...listOpts, ...(cursor ? { cursor } : {}) });
+        const page = await store.list(bucket, { ...listOpts, ...(cursor ? { cursor } : {}) });
         yield* page.objects;
         cursor = page.nextCursor ?? undefined;
       } while (cursor);
@@ -242,4 +252,5 @@ export function objectStore(opts: ClientOptions): ObjectStore {
       return unwrap(result);
     },
   };
+  return store;
 }

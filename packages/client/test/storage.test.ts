@@ -70,6 +70,25 @@ describe('objectStore', () => {
     expect(hash.digest('hex')).toBe(digest);
   });
 
+  it('lets an upload take longer than the time limit of one attempt (which cuts only a silent server off)', async () => {
+    const token = staticToken(svc.auth.authorization!.replace(/^Bearer /, ''));
+    const strict = objectStore({ baseUrl: svc.url, token, timeoutMs: 300 });
+    /** Eight chunks, 150 ms apart: the service answers after 1.2 s, four times the limit. */
+    async function* slow() {
+      for (let i = 0; i < 8; i++) {
+        await new Promise((r) => setTimeout(r, 150));
+        yield Buffer.alloc(1024, i);
+      }
+    }
+    const streamed = await strict.upload({ bucket, key: 'slow/stream.bin' }, Readable.from(slow()));
+    expect(streamed.size).toBe(8 * 1024);
+    // The caller bounds it with a signal of its own.
+    await expect(
+      strict.upload({ bucket, key: 'slow/aborted.bin' }, Readable.from(slow()), { signal: AbortSignal.timeout(200) }),
+    ).rejects.toThrow();
+    await expect(strict.head({ bucket, key: 'slow/aborted.bin' })).rejects.toMatchObject({ status: 404 });
+  });
+
   it('keeps slashes in keys, in a named bucket and (encoded) in the default one', async () => {
     await admin.upload({ bucket, key: 'a/b/c.json' }, '{"deep":true}', { contentType: 'application/json' });
     expect(await (await admin.download({ bucket, key: 'a/b/c.json' })).text()).toBe('{"deep":true}');
@@ -122,7 +141,8 @@ describe('objectStore', () => {
     const second = await admin.list(bucket, { prefix: `${folder}/`, limit: 2, cursor: first.nextCursor! });
     expect(second.objects.map((o) => o.key)).toEqual([`${folder}/3.txt`, `${folder}/4.txt`]);
     const all: string[] = [];
-    for await (const o of admin.listAll(bucket, { prefix: `${folder}/`, limit: 2 })) all.push(o.key);
+    const { listAll } = admin; // a method taken off the store works as well
+    for await (const o of listAll(bucket, { prefix: `${folder}/`, limit: 2 })) all.push(o.key);
     expect(all).toEqual([1, 2, 3, 4, 5].map((n) => `${folder}/${n}.txt`));
   });
 

@@ -112,9 +112,15 @@ describe('transactional outbox', () => {
     const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.ok.ordered`, logger: quietLogger() });
     const wire = await listen(`${prefix}.ok.ordered.>`);
     await db.transaction().execute(async (trx) => {
-      await outbox.record(trx, [1, 2, 3, 4, 5].map((n) => ({ kind: 'step', data: { n } })));
+      await outbox.record(
+        trx,
+        [1, 2, 3, 4, 5].map((n) => ({ kind: 'step', data: { n } })),
+      );
       await outbox.record(trx, [{ kind: 'step', data: { n: 6 } }]);
-      await outbox.record(trx, [7, 8].map((n) => ({ kind: 'step', data: { n } })));
+      await outbox.record(
+        trx,
+        [7, 8].map((n) => ({ kind: 'step', data: { n } })),
+      );
     });
     expect(await relay.flush()).toBe(8);
     await nc.flush();

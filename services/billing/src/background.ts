@@ -5,7 +5,7 @@
  * sessions every `billing.billing_interval` (domain/sessions/biller.ts), consuming
  * usage updates from NATS when messaging is configured, and the registry's
  * provider status changes (an offline provider's sessions end); and, at start-up, announcing the platform's price
- * card to the market.
+ * card and machines' own rates to the market.
  */
 import {
   durationMs,
@@ -20,7 +20,7 @@ import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adap
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
-import { announcePriceCard } from './domain/pricing/index.ts';
+import { announcePrices } from './domain/pricing/index.ts';
 import { checkRunningProviders, runBillingCycle } from './domain/sessions/index.ts';
 import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 
@@ -52,9 +52,9 @@ export async function startBackground(
     ? new OutboxRelay(ctx.db, publisher, { subject: config.messaging.subjects.events, logger: ctx.logger })
     : null;
   relay?.start(1000, outbox);
-  // The market learns the platform's prices from billing: announced at every start (the registry keeps the newest).
-  await announcePriceCard(ctx).catch((err) =>
-    ctx.logger.warn({ err: (err as Error).message }, 'announcing the price card failed'),
+  // The market learns billing's prices from billing: announced at every start (the registry keeps the newest).
+  await announcePrices(ctx).catch((err) =>
+    ctx.logger.warn({ err: (err as Error).message }, 'announcing the prices failed'),
   );
 
   let reconciling: Promise<unknown> | undefined;

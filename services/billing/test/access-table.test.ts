@@ -336,6 +336,51 @@ describe('billing ownership beyond the table', () => {
     expect(theirs.hold_amount).toBe(mine.hold_amount);
   });
 
+  it("records the machine's side ending a rental as provider_ended, a reason nobody may claim", async () => {
+    const renter = await h.issuer.user(['renter']);
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const call = (headers: Record<string, string>, method: 'GET' | 'POST', url: string, payload?: unknown) =>
+      uninjected(h.app)({ method, url: `/api/v1${url}`, headers, ...(payload ? { payload } : {}) });
+    const machine = await h.fundedWallet('0', 'provider', undefined, { holderId: owner.id });
+    const wallets = new Map<string, string>();
+    const rent = async (user: { id: string; headers: Record<string, string> }) => {
+      if (!wallets.has(user.id)) {
+        wallets.set(user.id, (await h.fundedWallet('100', 'user', undefined, { ownerId: user.id })).id);
+      }
+      const wallet = { id: wallets.get(user.id)! };
+      const started = await call(user.headers, 'POST', '/billing/start-session', {
+        user_id: user.id,
+        wallet_id: wallet.id,
+        provider_id: machine.ownerId,
+        job_id: crypto.randomUUID(),
+        ...H100_X1,
+        accepted_hourly_rate: '5.10',
+      });
+      expect(started.statusCode, started.body).toBe(201);
+      return started.json().session.id as string;
+    };
+    const endAs = (headers: Record<string, string>, sessionId: string, reason?: string) =>
+      call(headers, 'POST', '/billing/end-session', { session_id: sessionId, ...(reason ? { reason } : {}) });
+
+    // The renter may not write it against the machine, however it is spelled.
+    const first = await rent(renter);
+    for (const reason of ['provider_ended', 'Provider_Ended', ' PROVIDER_ENDED ']) {
+      const res = await endAs(renter.headers, first, reason);
+      expect(res.statusCode, reason).toBe(400);
+      expect(res.json().errors[0].path).toBe('body.reason');
+    }
+    // The machine's owner (or its daemon) ends it: provider_ended, whatever reason it gave.
+    const byOwner = await endAs(owner.headers, first, 'renter asked');
+    expect(byOwner.statusCode).toBe(200);
+    expect(byOwner.json().billing_record.end_reason).toBe('provider_ended');
+    const second = await rent(renter);
+    expect((await endAs(daemon.headers, second)).json().billing_record.end_reason).toBe('provider_ended');
+    // An owner renting their own machine ends it as its renter.
+    const own = await rent(owner);
+    expect((await endAs(owner.headers, own, 'done')).json().billing_record.end_reason).toBe('done');
+  });
+
   it('sends a service client’s withdrawal only to the wallet’s own address, and a provider wallet only through payouts', async () => {
     const service = as('service');
     const elsewhere = await uninjected(h.app)({

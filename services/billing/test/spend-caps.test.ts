@@ -112,6 +112,47 @@ describe('a spend cap', () => {
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it('met in the grace period ends at the cap only once the renter pays all of it, unpaid when grace runs out', async () => {
+    // RTX 4090 × 2: 1.93 tokens/hour. 2.5 tokens pay for 77 minutes; a cap of 2.6 is reached in minute 81, inside the
+    // grace period (5 minutes) that starts at 77 when the hold cannot pay the next minute.
+    const kinds = async (id: string) =>
+      (await h.db.selectFrom('outbox_events').select(['kind', 'payload']).orderBy('created_at').execute())
+        .filter((r) => (r.payload as { session?: { id: string } }).session?.id === id)
+        .map((r) => r.kind)
+        .filter((k) => k !== 'session.started' && k !== 'session.low_balance');
+    const payer = await parties(h, '2.5');
+    const paid = (await start(h, { ...startBody(payer, RTX4090_X2), max_total_spend: '2.6' })).json().session.id;
+    const debtor = await parties(h, '2.5');
+    const unpaid = (await start(h, { ...startBody(debtor, RTX4090_X2), max_total_spend: '2.6' })).json().session.id;
+    minutes(50);
+    await runBillingCycle(h.ctx);
+    minutes(27);
+    await runBillingCycle(h.ctx);
+    for (const id of [paid, unpaid]) expect((await session(id)).status).toBe('grace_period');
+
+    minutes(4); // minute 81: the cap is reached, and neither hold pays it
+    await runBillingCycle(h.ctx);
+    for (const id of [paid, unpaid]) {
+      expect(await session(id)).toMatchObject({ status: 'grace_period', total_cost: '2.600000' });
+    }
+    // One renter pays: the hold is topped up to the cap (no further), and the session ends at it.
+    await h.credit(payer.renter.id, '1');
+    minutes(0.5);
+    await runBillingCycle(h.ctx);
+    expect(await session(paid)).toMatchObject({ status: 'completed', end_reason: 'spend_cap', total_cost: '2.600000' });
+    expect(await h.balanceOf(payer.renter.id)).toMatchObject({ available: '0.900000', locked: '0.000000' });
+    expect(await kinds(paid)).toEqual(['session.grace_period', 'session.completed']);
+
+    // The other does not: grace runs out, the session ends unpaid beyond what was held.
+    minutes(1);
+    await runBillingCycle(h.ctx);
+    expect(await session(unpaid)).toMatchObject({ status: 'terminated', end_reason: 'insufficient_funds' });
+    expect(new Dec((await session(unpaid)).total_cost).lte('2.5')).toBe(true);
+    expect(await h.balanceOf(debtor.renter.id)).toMatchObject({ locked: '0.000000' });
+    expect(await kinds(unpaid)).toEqual(['session.grace_period', 'session.terminated']);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
   it("lets no party claim a reason billing gives itself (a cap reached, a provider's fault)", async () => {
     const p = await parties(h, '20');
     const id = (await start(h, startBody(p, H100_X1))).json().session.id as string;

@@ -147,27 +147,32 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     [JSON.stringify(BASE_RATES)],
   );
   await client.query(`
-    INSERT INTO offers (provider_id, gpu_model, model_key, gpu_count, healthy_gpus, free_gpus, vram_mb, avg_vram_mb,
-                        avg_power_w, architecture, driver_version, driver_version_parts, compute_capability,
-                        compute_capability_parts, region, status, price_per_gpu_hour, reliability, uptime_30d,
-                        observed_seconds_30d, sessions_ended, sessions_failed)
-    SELECT o.provider_id, o.model, o.mkey, o.n, o.healthy, CASE WHEN o.status = 'idle' THEN o.healthy ELSE 0 END,
-           o.vram, o.vram_sum::numeric / o.n, o.power_sum::numeric / o.n, o.arch, '550.54.15', '{550,54,15}', '8.0',
-           '{8,0}', o.location, o.status,
+    INSERT INTO offers (provider_id, gpu_model, model_names, model_key, gpu_count, healthy_gpus, free_gpus, vram_mb,
+                        avg_vram_mb, avg_power_w, architecture, driver_version, driver_version_parts,
+                        compute_capability, compute_capability_parts, region, status, price_per_gpu_hour, reliability,
+                        uptime_30d, observed_seconds_30d, sessions_ended, sessions_failed)
+    SELECT o.provider_id, o.names[1], o.names, o.mkey, o.n, o.healthy,
+           CASE WHEN o.status = 'idle' THEN o.healthy ELSE 0 END, o.vram, o.avg_vram, o.avg_power, o.arch,
+           '550.54.15', '{550,54,15}', '8.0', '{8,0}', o.location, o.status,
            (coalesce(c.base_rates ->> o.mkey, c.base_rates ->> 'default')::numeric
-             + o.vram_sum::numeric / o.n / 1024 * c.vram_rate_per_gb_hour
-             + o.power_sum::numeric / o.n * c.power_rate_per_watt_hour),
+             + o.avg_vram / 1024 * c.vram_rate_per_gb_hour + o.avg_power * c.power_rate_per_watt_hour),
            0.8 + (${hash('o.i', 'reliability')} % 2001) / 10000.0, 0.8 + (${hash('o.i', 'reliability')} % 2001) / 10000.0,
            2592000, 40, 0
     FROM (
-      SELECT f.i, g.provider_id, g.model_name AS model, m.mkey, m.arch, p.status, p.location, count(*)::int AS n,
-             (count(*) FILTER (WHERE g.is_healthy))::int AS healthy, min(g.vram) AS vram, sum(g.vram) AS vram_sum,
-             sum(g.power_consumption) AS power_sum
+      -- As offers_refresh_gpus aggregates: by model key, VRAM and power over the healthy GPUs.
+      SELECT f.i, g.provider_id, m.mkey, min(m.arch) AS arch, p.status, p.location,
+             array_agg(DISTINCT g.model_name ORDER BY g.model_name) AS names, count(*)::int AS n,
+             (count(*) FILTER (WHERE g.is_healthy))::int AS healthy,
+             coalesce(min(g.vram) FILTER (WHERE g.is_healthy), min(g.vram)) AS vram,
+             coalesce(sum(g.vram) FILTER (WHERE g.is_healthy)::numeric / nullif(count(*) FILTER (WHERE g.is_healthy), 0), 0)
+               AS avg_vram,
+             coalesce(sum(g.power_consumption) FILTER (WHERE g.is_healthy)::numeric
+               / nullif(count(*) FILTER (WHERE g.is_healthy), 0), 0) AS avg_power
       FROM bench_fleet f
       JOIN providers p ON p.id = f.id
       JOIN gpus g ON g.provider_id = f.id
       JOIN bench_models m ON m.model = g.model_name
-      GROUP BY f.i, g.provider_id, g.model_name, m.mkey, m.arch, p.status, p.location
+      GROUP BY f.i, g.provider_id, m.mkey, p.status, p.location
     ) o
     CROSS JOIN price_card c`);
   return rowCount ?? 0;

@@ -125,7 +125,10 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   const refresher = new PeriodicTask(
     "offers' reliability refresh",
     durationMs(config.offers.reliability_refresh),
-    async () => ({ machines: await market.refreshReliability() }),
+    async () => {
+      await market.refreshReliability();
+      return null;
+    },
     logger,
   );
   const consumers: SessionConsumer[] = [];
@@ -134,6 +137,13 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     if (deps.sweeper !== false) {
       sweeper.start();
       refresher.start();
+      // A repricing an instance left unfinished, and the machines registered before the market existed: their
+      // offers, in the background.
+      void market.resumeRepricing().catch((err) => logger.warn({ err: (err as Error).message }, 'repricing failed'));
+      void market
+        .backfill()
+        .then((machines) => machines > 0 && logger.info({ machines }, 'machines put on the market'))
+        .catch((err) => logger.warn({ err: (err as Error).message }, 'putting machines on the market failed'));
     }
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
       const billing = { connection: publisher.connection, prefix: config.messaging.subjects.billing_events, logger };
@@ -147,6 +157,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     await Promise.all(consumers.map((c) => c.stop()));
     await sweeper.stop();
     await refresher.stop();
+    await market.settled();
     await relay?.stop();
     // What is left is published now, or by the next instance to run a relay.
     await relay

@@ -31,6 +31,8 @@ async function putCard(card: object, at = new Date()) {
     payload: { ...card, occurred_at: at.toISOString() },
   });
   expect(res.statusCode, res.body).toBe(200);
+  // The offers are priced again in the background: a search after this one sees the card.
+  await h.app.market.settled();
   return res.json().applied as boolean;
 }
 
@@ -115,6 +117,38 @@ describe('offers', () => {
       },
     });
     expect(unknown.json()).toEqual({ applied: false });
+  });
+
+  it("group a machine's GPUs by billing's model key, priced on the healthy ones' average as billing charges", async () => {
+    const where = region();
+    await putCard(CARD);
+    // Two H100 variants are one model to billing (one base rate): one offer, its VRAM the smallest, its price on the
+    // healthy GPUs' average VRAM and power.
+    const PCIE = { ...H100, model_name: 'NVIDIA H100 PCIe', vram: 40960, power_consumption: 350 };
+    const machine = await register(h.app, { location: where, gpus: [gpu(H100), gpu(PCIE)] });
+    const hourOf = (vram: number, watts: number) =>
+      new Decimal('4.00').plus(new Decimal(vram).div(1024).mul('0.02')).plus(new Decimal(watts).mul('0.001'));
+    const [both] = (await offers(`region=${where}`)).items;
+    expect(both).toMatchObject({
+      model_key: 'nvidia-tesla-h100',
+      model_names: ['NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe'],
+      gpu_count: 2,
+      free_gpus: 2,
+      vram_mb: 40960,
+    });
+    expect(new Decimal(both!.price_per_gpu_hour).eq(hourOf((81559 + 40960) / 2, (700 + 350) / 2))).toBe(true);
+    // The PCIe card turns unhealthy: the offer is the 80 GB card alone, at its price.
+    const beat = await h.app.inject({
+      method: 'POST',
+      url: `/providers/${machine.id}/heartbeat`,
+      payload: { gpu_metrics: [{ index: 1, is_healthy: false }] },
+    });
+    expect(beat.statusCode).toBe(200);
+    const [one] = (await offers(`region=${where}`)).items;
+    expect(one).toMatchObject({ free_gpus: 1, vram_mb: 81559 });
+    expect(new Decimal(one!.price_per_gpu_hour).eq(H100_HOUR)).toBe(true);
+    // A search by the model's key finds it.
+    expect((await offers(`region=${where}&gpu_model=nvidia-tesla-h100`)).items).toHaveLength(1);
   });
 
   it('leave the market while the machine is rented, offline or without healthy GPUs, and come back', async () => {

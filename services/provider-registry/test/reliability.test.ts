@@ -117,6 +117,28 @@ describe("a machine's reliability", () => {
     expect((await reliability(p.id)).score).toBeCloseTo(0.5, 5);
   });
 
+  it("counts an owner's end of a rental against the machine, and nothing of rentals of one's own machine", async () => {
+    const owner = randomUUID();
+    const p = await register(h.app, { owner_id: owner });
+    const end = (sessionId: string, query: string) =>
+      h.app.inject({ method: 'DELETE', url: `/providers/${p.id}/sessions/${sessionId}?${query}` });
+    // The owner ends a stranger's rental: billing records provider_ended, a fault of the machine's.
+    const stranger = randomUUID();
+    expect((await end(await rent(h.app, p.id), `end_reason=provider_ended&renter_id=${stranger}`)).statusCode).toBe(
+      200,
+    );
+    // The owner rents the machine and ends well, again and again: no success bought.
+    for (let i = 0; i < 3; i++) {
+      expect((await end(await rent(h.app, p.id), `end_reason=ended&renter_id=${owner}`)).statusCode).toBe(200);
+    }
+    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 1, sessions_failed: 1, session_success: 0 });
+    // A renter ID that is not a UUID is refused, and changes nothing.
+    const bad = await end(await rent(h.app, p.id), 'end_reason=ended&renter_id=owner');
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().code).toBe('VALIDATION_ERROR');
+    expect((await reliability(p.id)).sessions_ended).toBe(1);
+  });
+
   it('is readable by a renter, with nothing of the owner or the address; 404 for an unknown machine', async () => {
     const p = await register(h.app);
     const renter = await h.issuer.user(['renter']);

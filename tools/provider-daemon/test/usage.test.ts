@@ -268,11 +268,25 @@ describe('a daemon killed with SIGKILL', () => {
       );
       expect(before.length).toBeGreaterThan(0);
 
+      const machineToken = await platform.machineClient('daemon', owner.id);
+      const readMachine = async () => {
+        const res = await fetch(`${platform.registryUrl}/providers/${providerId}`, {
+          headers: { authorization: `Bearer ${await machineToken.get()}` },
+        });
+        return (await res.json()) as { status: string; last_seen_at: string };
+      };
+      const statusBefore = (await readMachine()).status;
+
       // kill -9: no goodbye, no state written on the way out.
       daemon.kill('SIGKILL');
       await new Promise((r) => daemon.once('exit', r));
+      const killedAt = Date.now();
       daemon = start();
       expect(await machineOf()).toBe(providerId);
+      // Its heartbeats come again, and leave the machine's status as it was (the daemon states nothing anew).
+      const machine = await until(readMachine, (p) => Date.parse(p.last_seen_at) > killedAt, 20_000);
+      expect(Date.parse(machine.last_seen_at)).toBeGreaterThan(killedAt);
+      expect(machine.status).toBe(statusBefore);
 
       // It finds the session at billing again and reports the next minute (within a minute and a bit).
       const last = Math.max(...before.map((r) => minuteOf(r.message_id)));
@@ -290,7 +304,7 @@ describe('a daemon killed with SIGKILL', () => {
       );
       // Still the one machine of that name: the daemon re-attached, it did not register again.
       const list = await fetch(`${platform.registryUrl}/providers?limit=1000`, {
-        headers: { authorization: `Bearer ${await (await platform.machineClient('daemon', owner.id)).get()}` },
+        headers: { authorization: `Bearer ${await machineToken.get()}` },
       });
       expect(((await list.json()) as { id: string }[]).map((p) => p.id)).toEqual([providerId]);
     } finally {

@@ -817,7 +817,7 @@ export interface components {
             session: components["schemas"]["Session"];
         };
         SessionEndRequest: {
-            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed) */
+            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed) */
             reason?: string;
             /** Format: uuid */
             session_id: string;

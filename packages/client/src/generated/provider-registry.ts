@@ -285,13 +285,15 @@ export interface components {
             driver_version: string;
             /** @description healthy and not rented */
             free_gpus: number;
-            /** @description the machine's GPUs of this model */
+            /** @description the machine's GPUs of this model key */
             gpu_count: number;
-            /** @description as the driver names it */
+            /** @description as the driver names the group's first GPU */
             gpu_model: string;
-            /** @description billing's model key (what prices it) */
+            /** @description billing's model key: what prices the group, and what a rental of it takes */
             model_key: string;
-            /** @description tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's) */
+            /** @description every name of the group's GPUs (`H100 80GB HBM3`, `H100 PCIe`) */
+            model_names: string[];
+            /** @description tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's; power only when every GPU reports it, else a renter pays the power it declares on top) */
             price_per_gpu_hour: string;
             /**
              * Format: uuid
@@ -308,7 +310,7 @@ export interface components {
                 sessions_failed: number;
                 uptime_30d: number | null;
             };
-            /** @description the smallest VRAM of these GPUs */
+            /** @description the smallest VRAM of its healthy GPUs */
             vram_mb: number;
         };
         OfferList: components["schemas"]["Offer"][];
@@ -1137,8 +1139,10 @@ export interface operations {
     reportSessionEnded: {
         parameters: {
             query?: {
-                /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`) counts against its reliability, once per session */
+                /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`) counts against its reliability, once per session */
                 end_reason?: string;
+                /** @description the session's renter: a rental by the machine's own owner is not counted in its reliability */
+                renter_id?: string;
             };
             header?: never;
             path: {

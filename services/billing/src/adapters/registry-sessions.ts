@@ -26,7 +26,7 @@ const FINAL = new Set([400, 404, 409]);
 /** The parts of billing's events the registry is called with. */
 interface EventBody {
   kind?: string;
-  session?: { id?: string; provider_id?: string; end_reason?: string | null };
+  session?: { id?: string; provider_id?: string; user_id?: string; end_reason?: string | null };
   card?: unknown;
   provider_id?: string;
   rates?: unknown;
@@ -95,14 +95,17 @@ export function registrySessionPublisher(
       }
       const request = { params: { path: { providerID: providerId, sessionID: sessionId } }, headers };
       const path = '/providers/{providerID}/sessions/{sessionID}';
-      // An end carries its reason: the registry counts the machine's faults in its reliability.
+      // An end carries its reason and renter: the registry counts the machine's faults in its reliability, and not
+      // the rentals of its own owner.
       const endReason = body.session?.end_reason;
+      const renterId = body.session?.user_id;
+      const query = {
+        ...(endReason ? { end_reason: endReason } : {}),
+        ...(renterId && UUID.test(renterId) ? { renter_id: renterId } : {}),
+      };
       const result = RUNNING.has(kind)
         ? await client.PUT(path, request)
-        : await client.DELETE(path, {
-            ...request,
-            params: { ...request.params, query: endReason ? { end_reason: endReason } : {} },
-          });
+        : await client.DELETE(path, { ...request, params: { ...request.params, query } });
       return settled(
         result.response,
         result.error,

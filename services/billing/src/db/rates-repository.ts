@@ -1,5 +1,5 @@
 /** Queries on providers' own rates. Every function takes the database or a transaction. */
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, ProviderRatesTable } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -10,20 +10,29 @@ export async function findProviderRatesRow(db: Db, providerId: string): Promise<
   return db.selectFrom('provider_rates').selectAll().where('provider_id', '=', providerId).executeTakeFirst();
 }
 
-/** Writes a provider's rates, replacing any it had. */
+/** Every provider's own rates (few: the machines whose owners set rates). */
+export async function allProviderRates(db: Db): Promise<ProviderRatesRow[]> {
+  return db.selectFrom('provider_rates').selectAll().orderBy('provider_id').execute();
+}
+
+/**
+ * Writes a provider's rates, replacing any it had. `updated_at` is the database's clock, and later than the rates it
+ * replaces whatever the order concurrent writes take the row lock in: the newest rates are the last written, so the
+ * market (which keeps the newest it is told) ends where billing does.
+ */
 export async function upsertProviderRates(
   db: Db,
   providerId: string,
-  values: {
-    base_rates: string;
-    vram_rate_per_gb_hour: string | null;
-    power_rate_per_watt_hour: string | null;
-    updated_at: Date;
-  },
+  values: { base_rates: string; vram_rate_per_gb_hour: string | null; power_rate_per_watt_hour: string | null },
 ): Promise<void> {
   await db
     .insertInto('provider_rates')
-    .values({ provider_id: providerId, ...values })
-    .onConflict((oc) => oc.column('provider_id').doUpdateSet(values))
+    .values({ provider_id: providerId, ...values, updated_at: sql<Date>`clock_timestamp()` })
+    .onConflict((oc) =>
+      oc.column('provider_id').doUpdateSet({
+        ...values,
+        updated_at: sql<Date>`greatest(clock_timestamp(), provider_rates.updated_at + interval '1 microsecond')`,
+      }),
+    )
     .execute();
 }

@@ -81,6 +81,13 @@ export function assertSessionParty(actor: Principal, session: SessionParties): v
   throw notParty(session.id);
 }
 
+/**
+ * Whether the actor ends the session as its provider side (the machine's owner or its daemon, not the renter, not an
+ * admin or service): the machine was taken back from its renter, which counts against the machine's reliability.
+ */
+export const endsAsProvider = (actor: Principal, session: SessionParties) =>
+  !isPrivileged(actor) && !isRenter(actor, session);
+
 /** Whether the actor may see the renter's wallet figures of a session (its renter, admins and services). */
 export const seesRenterWallet = (actor: Principal, session: SessionParties) =>
   isPrivileged(actor) || isRenter(actor, session);

@@ -73,7 +73,7 @@ const endSessionBody = z
     reason: z
       .string()
       .max(200)
-      .refine((r) => !(BILLING_END_REASONS as readonly string[]).includes(r), {
+      .refine((r) => !(BILLING_END_REASONS as readonly string[]).includes(r.trim().toLowerCase()), {
         message: `reserved: billing gives ${BILLING_END_REASONS.join(', ')} itself`,
       })
       .optional()

@@ -28,7 +28,12 @@ const ENDED_KINDS = ['session.completed', 'session.terminated'] as const;
 /** The part of billing's session event the registry reads (the rest of its body is billing's session JSON). */
 const sessionEventSchema = z.object({
   kind: z.enum([...RUNNING_KINDS, ...ENDED_KINDS]),
-  session: z.object({ id: z.uuid(), provider_id: z.uuid(), end_reason: z.string().nullish() }),
+  session: z.object({
+    id: z.uuid(),
+    provider_id: z.uuid(),
+    user_id: z.uuid().optional(),
+    end_reason: z.string().nullish(),
+  }),
 });
 
 /** Who a message of billing's stream acts as (billing: a platform service). */
@@ -74,6 +79,7 @@ export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsu
           running,
           msg.headers?.get('X-Correlation-ID') || undefined,
           event.session.end_reason,
+          event.session.user_id,
         );
       } catch (err) {
         if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;

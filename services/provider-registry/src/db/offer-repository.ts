@@ -4,6 +4,7 @@
  * periodic reliability refresh, and the search.
  */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
+import type { GpuInput } from '../domain/gpu-fields.ts';
 import type { OfferCursor, OfferFilter, OfferGroup } from '../domain/offers.ts';
 import { offerSortOf, versionParts } from '../domain/offers.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
@@ -14,8 +15,9 @@ type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
 /** An offer as the search reads it. */
 export interface OfferRow {
   provider_id: string;
-  gpu_model: string;
   model_key: string;
+  gpu_model: string;
+  model_names: string[];
   gpu_count: number;
   free_gpus: number;
   vram_mb: string;
@@ -34,8 +36,9 @@ export interface OfferRow {
 }
 
 /**
- * Replaces a machine's offers with those of its GPU groups (in the transaction that writes its GPUs), priced and
- * scored as they stand.
+ * Replaces a machine's offers with those of its GPU groups (in the transaction that writes its GPUs): the groups'
+ * rows, then what the database works out from the GPUs themselves (health, VRAM, power, price: `offers_refresh_gpus`)
+ * and the machine's reliability.
  */
 export async function writeOffers(
   tx: Transaction<RegistryDB>,
@@ -46,30 +49,70 @@ export async function writeOffers(
 ): Promise<void> {
   await tx.deleteFrom('offers').where('provider_id', '=', providerId).execute();
   if (groups.length === 0) return;
-  const col = <T>(f: (g: OfferGroup) => T) => groups.map(f);
   const parts = (v: string | null) => {
     const p = versionParts(v);
     return p ? `{${p.join(',')}}` : null;
   };
-  await sql`
-    INSERT INTO offers (provider_id, gpu_model, model_key, gpu_count, healthy_gpus, free_gpus, vram_mb, avg_vram_mb,
-      avg_power_w, architecture, driver_version, driver_version_parts, compute_capability, compute_capability_parts,
-      region, status, price_per_gpu_hour)
-    SELECT ${providerId}::uuid, g.gpu_model, g.model_key, g.gpu_count, g.healthy,
-      CASE WHEN ${status}::text = 'idle' THEN g.healthy ELSE 0 END, g.vram_mb,
-      g.vram_sum::numeric / g.gpu_count, g.power_sum::numeric / g.gpu_count,
-      g.architecture, g.driver_version, g.driver_parts::integer[], g.compute_capability, g.cc_parts::integer[],
-      ${region}::text, ${status}::text,
-      offer_price(${providerId}::uuid, g.model_key, g.vram_sum::numeric / g.gpu_count, g.power_sum::numeric / g.gpu_count)
-    FROM unnest(
-      ${col((g) => g.gpuModel)}::text[], ${col((g) => g.modelKey)}::text[], ${col((g) => g.gpuCount)}::integer[],
-      ${col((g) => g.healthyGpus)}::integer[], ${col((g) => g.vramMb)}::bigint[], ${col((g) => g.vramSumMb)}::bigint[],
-      ${col((g) => g.powerSumW)}::bigint[], ${col((g) => g.architecture)}::text[], ${col((g) => g.driverVersion)}::text[],
-      ${col((g) => parts(g.driverVersion))}::text[], ${col((g) => g.computeCapability)}::text[],
-      ${col((g) => parts(g.computeCapability))}::text[]
-    ) AS g(gpu_model, model_key, gpu_count, healthy, vram_mb, vram_sum, power_sum, architecture, driver_version,
-      driver_parts, compute_capability, cc_parts)`.execute(tx);
+  await tx
+    .insertInto('offers')
+    .values(
+      groups.map((g) => ({
+        provider_id: providerId,
+        model_key: g.modelKey,
+        gpu_model: g.gpuModel,
+        model_names: g.modelNames,
+        gpu_count: g.gpuCount,
+        architecture: g.architecture,
+        driver_version: g.driverVersion,
+        driver_version_parts: sql<number[]>`${parts(g.driverVersion)}::integer[]`,
+        compute_capability: g.computeCapability,
+        compute_capability_parts: sql<number[]>`${parts(g.computeCapability)}::integer[]`,
+        region,
+        status,
+      })),
+    )
+    .execute();
+  await sql`SELECT offers_refresh_gpus(${providerId}::uuid)`.execute(tx);
   await refreshReliability(tx, providerId);
+}
+
+/**
+ * Gives up to `limit` machines that have GPUs but no offers theirs (registered before the market existed): one
+ * transaction each, under the machine's row lock, so a registration or update running at once writes them once.
+ * How many machines it gave offers to.
+ */
+export async function backfillOffers(
+  db: Kysely<RegistryDB>,
+  limit: number,
+  groupsOf: (gpus: readonly GpuInput[]) => readonly OfferGroup[],
+): Promise<number> {
+  const { rows } = await sql<{ id: string }>`
+    SELECT p.id FROM providers p
+    WHERE EXISTS (SELECT 1 FROM gpus g WHERE g.provider_id = p.id)
+      AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.provider_id = p.id)
+    LIMIT ${limit}`.execute(db);
+  let done = 0;
+  for (const { id } of rows) {
+    done += await db.transaction().execute(async (tx) => {
+      const p = await tx
+        .selectFrom('providers')
+        .select(['status', 'location'])
+        .where('id', '=', id)
+        .forUpdate()
+        .executeTakeFirst();
+      const has = await tx.selectFrom('offers').select('provider_id').where('provider_id', '=', id).executeTakeFirst();
+      if (!p || has) return 0;
+      const gpus = await tx
+        .selectFrom('gpus')
+        .select(['model_name', 'driver_version', 'architecture', 'compute_capability'])
+        .where('provider_id', '=', id)
+        .orderBy('idx')
+        .execute();
+      await writeOffers(tx, id, groupsOf(gpus as unknown as GpuInput[]), p.status as ProviderStatus, p.location);
+      return 1;
+    });
+  }
+  return done;
 }
 
 /** The machine's reliability on its offers, from its books (after a session of it ended). */
@@ -129,11 +172,38 @@ export async function storeProviderPrices(
   return rows.length > 0;
 }
 
+/** The held card's time, and whether every offer was priced by it; undefined without a card. */
+export async function cardState(db: Db): Promise<{ occurredAt: Date; repriced: boolean } | undefined> {
+  const row = await db.selectFrom('price_card').select(['occurred_at', 'repriced_at']).executeTakeFirst();
+  if (!row) return undefined;
+  const at = new Date(row.occurred_at);
+  return { occurredAt: at, repriced: row.repriced_at !== null && new Date(row.repriced_at).getTime() === at.getTime() };
+}
+
+/** Marks the card of `occurredAt` as applied to every offer (unless a newer one came meanwhile). */
+export async function markRepriced(db: Db, occurredAt: Date): Promise<void> {
+  await sql`UPDATE price_card SET repriced_at = occurred_at WHERE occurred_at = ${occurredAt.toISOString()}::timestamptz`.execute(
+    db,
+  );
+}
+
 /** Prices a machine's offers again (its own rates changed). */
-export async function repriceProvider(db: Db, providerId: string): Promise<void> {
+export async function repriceProvider(trx: Transaction<RegistryDB>, providerId: string): Promise<void> {
+  await lockOffers(trx, [providerId]);
   await sql`
     UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
-    WHERE provider_id = ${providerId}::uuid`.execute(db);
+    WHERE provider_id = ${providerId}::uuid`.execute(trx);
+}
+
+/**
+ * Locks the machines' offers, in one order, before a statement prices them: the price is read in a statement that
+ * starts after the lock is held, so it sees the rates a concurrent writer committed (an UPDATE that waited on a row
+ * would otherwise write the price it worked out from the rates of its start, over a newer one).
+ */
+async function lockOffers(trx: Transaction<RegistryDB>, ids: string[]): Promise<void> {
+  await sql`
+    SELECT 1 FROM offers WHERE provider_id = ANY(${ids}::uuid[])
+    ORDER BY provider_id, model_key FOR UPDATE`.execute(trx);
 }
 
 /** Up to `limit` machines with offers after `after`, in ID order (a page of a walk over the market). */
@@ -149,12 +219,15 @@ async function offerMachines(db: Db, after: string | null, limit: number): Promi
  * Prices again the offers of up to `limit` machines after `after` (the platform's card changed: every machine, a page
  * at a time so no statement holds a million rows); the last machine repriced, or null when done.
  */
-export async function repricePage(db: Db, after: string | null, limit: number): Promise<string | null> {
+export async function repricePage(db: Kysely<RegistryDB>, after: string | null, limit: number): Promise<string | null> {
   const ids = await offerMachines(db, after, limit);
   if (ids.length > 0) {
-    await sql`
-      UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
-      WHERE provider_id = ANY(${ids}::uuid[])`.execute(db);
+    await db.transaction().execute(async (trx) => {
+      await lockOffers(trx, ids);
+      await sql`
+        UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
+        WHERE provider_id = ANY(${ids}::uuid[])`.execute(trx);
+    });
   }
   return ids.length < limit ? null : ids.at(-1)!;
 }
@@ -164,10 +237,10 @@ function afterCursor(cursor: OfferCursor): RawBuilder<boolean> {
   const { key, descending } = offerSortOf(cursor.sort);
   const row =
     key === 'price'
-      ? sql`(o.price_per_gpu_hour, o.provider_id, o.gpu_model)`
-      : sql`(o.reliability, o.provider_id, o.gpu_model)`;
+      ? sql`(o.price_per_gpu_hour, o.provider_id, o.model_key)`
+      : sql`(o.reliability, o.provider_id, o.model_key)`;
   const value = key === 'price' ? sql`${cursor.value}::numeric` : sql`${cursor.value}::float8`;
-  const at = sql`(${value}, ${cursor.providerId}::uuid, ${cursor.gpuModel}::text)`;
+  const at = sql`(${value}, ${cursor.providerId}::uuid, ${cursor.modelKey}::text)`;
   return descending ? sql<boolean>`${row} < ${at}` : sql<boolean>`${row} > ${at}`;
 }
 
@@ -197,11 +270,11 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
   const dir = sql.raw(descending ? 'DESC' : 'ASC');
   const order =
     key === 'price'
-      ? sql`o.price_per_gpu_hour ${dir}, o.provider_id ${dir}, o.gpu_model ${dir}`
-      : sql`o.reliability ${dir}, o.provider_id ${dir}, o.gpu_model ${dir}`;
-  const sortValue = key === 'price' ? sql`o.price_per_gpu_hour::text` : sql`o.reliability::text`;
+      ? sql`o.price_per_gpu_hour ${dir}, o.provider_id ${dir}, o.model_key ${dir}`
+      : sql`o.reliability ${dir}, o.provider_id ${dir}, o.model_key ${dir}`;
+  const sortValue = key === 'price' ? sql`trim_scale(o.price_per_gpu_hour)::text` : sql`o.reliability::text`;
   const { rows } = await sql<OfferRow>`
-    SELECT o.provider_id, o.gpu_model, o.model_key, o.gpu_count, o.free_gpus, o.vram_mb, o.architecture,
+    SELECT o.provider_id, o.model_key, o.gpu_model, o.model_names, o.gpu_count, o.free_gpus, o.vram_mb, o.architecture,
       o.driver_version, o.compute_capability, o.region, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
       ${sortValue} AS sort_value

@@ -69,17 +69,29 @@ interface ProviderReliabilityTable {
   sessions_failed: Generated<number>;
 }
 
+/** Billing's platform card as the registry holds it (see the offers migration). */
+interface PriceCardTable {
+  id: number;
+  base_rates: unknown;
+  vram_rate_per_gb_hour: string;
+  power_rate_per_watt_hour: string;
+  factors: unknown;
+  occurred_at: Timestamp;
+  repriced_at: Date | null;
+}
+
 /** A machine's GPU group on the market (see the offers migration). */
 interface OffersTable {
   provider_id: string;
-  gpu_model: string;
   model_key: string;
+  gpu_model: string;
+  model_names: string[];
   gpu_count: number;
-  healthy_gpus: number;
-  free_gpus: number;
-  vram_mb: string;
-  avg_vram_mb: string;
-  avg_power_w: string;
+  healthy_gpus: Generated<number>;
+  free_gpus: Generated<number>;
+  vram_mb: Generated<string>;
+  avg_vram_mb: Generated<string>;
+  avg_power_w: Generated<string>;
   architecture: string | null;
   driver_version: string;
   driver_version_parts: number[] | null;
@@ -87,12 +99,12 @@ interface OffersTable {
   compute_capability_parts: number[] | null;
   region: string | null;
   status: string;
-  price_per_gpu_hour: string | null;
-  reliability: number;
-  uptime_30d: number | null;
-  observed_seconds_30d: number;
-  sessions_ended: number;
-  sessions_failed: number;
+  price_per_gpu_hour: Generated<string | null>;
+  reliability: Generated<number>;
+  uptime_30d: Generated<number | null>;
+  observed_seconds_30d: Generated<number>;
+  sessions_ended: Generated<number>;
+  sessions_failed: Generated<number>;
 }
 
 export interface RegistryDB {
@@ -104,6 +116,7 @@ export interface RegistryDB {
   provider_uptime: ProviderUptimeTable;
   provider_reliability: ProviderReliabilityTable;
   offers: OffersTable;
+  price_card: PriceCardTable;
 }
 
 /** A GPU as the API reads it (without `spec_json`, which only discovery's rendering uses). */

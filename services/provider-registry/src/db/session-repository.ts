@@ -13,18 +13,18 @@ import type { StatusWrite } from './status-repository.ts';
 type Trx = Transaction<RegistryDB>;
 
 /**
- * Locks the provider's row; its stored status, or undefined when there is no such provider (or, with `owner`, none
- * of that owner's).
+ * Locks the provider's row; its stored status and owner, or undefined when there is no such provider (or, with
+ * `owner`, none of that owner's).
  */
 export async function lockProviderStatus(
   trx: Trx,
   providerId: string,
   owner?: string,
-): Promise<ProviderStatus | undefined> {
-  let q = trx.selectFrom('providers').select('status').where('id', '=', providerId);
+): Promise<{ status: ProviderStatus; owner: string } | undefined> {
+  let q = trx.selectFrom('providers').select(['status', 'owner_id']).where('id', '=', providerId);
   if (owner !== undefined) q = q.where('owner_id', '=', owner);
   const row = await q.forUpdate().executeTakeFirst();
-  return row?.status as ProviderStatus | undefined;
+  return row && { status: row.status as ProviderStatus, owner: row.owner_id };
 }
 
 /**

@@ -9,6 +9,9 @@ import type { Principal, RetryOptions } from '@gpu/common';
 import { errors, isPrivileged, type Logger, withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import {
+  backfillOffers,
+  cardState,
+  markRepriced,
   type OfferRow,
   refreshReliabilityPage,
   repricePage,
@@ -18,7 +21,7 @@ import {
   storeProviderPrices,
 } from '../db/offer-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import type { OfferCursor, OfferFilter } from './offers.ts';
+import { type OfferCursor, type OfferFilter, offerGroups } from './offers.ts';
 
 /** Billing's platform card: base rates by model key (with `default`), VRAM and power rates, each model's factors. */
 export interface PriceCard {
@@ -66,28 +69,65 @@ export class Market {
       items,
       next:
         rows.length > filter.limit && last
-          ? { sort: filter.sort, value: last.sort_value, providerId: last.provider_id, gpuModel: last.gpu_model }
+          ? { sort: filter.sort, value: last.sort_value, providerId: last.provider_id, modelKey: last.model_key }
           : null,
     };
   }
 
   /**
-   * The platform's card as of `occurredAt` (an older one than held changes nothing); every offer priced again, a page
-   * of machines at a time. Whether it was newer.
+   * The platform's card as of `occurredAt` (an older one than held changes nothing); whether it was newer. Every offer
+   * is priced again in the background (`repricing`), a page of machines at a time, so the caller (billing's call or
+   * event) is answered at once, however large the market.
    */
   async setPriceCard(actor: Principal, card: PriceCard, occurredAt: Date): Promise<boolean> {
     assertMaySetPrices(actor);
     const stored = await this.retry(() => storePriceCard(this.deps.db, card, occurredAt));
-    if (!stored) return false;
+    if (stored) this.reprice();
+    return stored;
+  }
+
+  /** The walk repricing the market, while one runs. */
+  private repricing?: Promise<void>;
+  private again = false;
+
+  /** Starts a walk repricing every offer (one at a time: a card arriving meanwhile walks again after). */
+  reprice(): void {
+    if (this.repricing) {
+      this.again = true;
+      return;
+    }
+    this.repricing = this.repriceAll()
+      .catch((err) => this.deps.logger.warn({ err: (err as Error).message }, 'repricing the market failed'))
+      .finally(() => {
+        this.repricing = undefined;
+        if (this.again) {
+          this.again = false;
+          this.reprice();
+        }
+      });
+  }
+
+  /** Resolves once no repricing walk runs (tests; shutdown). */
+  async settled(): Promise<void> {
+    while (this.repricing) await this.repricing;
+  }
+
+  private async repriceAll(): Promise<void> {
+    const card = await this.retry(() => cardState(this.deps.db));
+    if (!card) return;
     let after: string | null = null;
-    let machines = 0;
     do {
       const from: string | null = after;
       after = await this.retry(() => repricePage(this.deps.db, from, WALK_PAGE));
-      machines += WALK_PAGE;
     } while (after !== null);
-    this.deps.logger.info({ occurred_at: occurredAt.toISOString(), machines }, 'price card applied to offers');
-    return true;
+    await this.retry(() => markRepriced(this.deps.db, card.occurredAt));
+    this.deps.logger.info({ occurred_at: card.occurredAt.toISOString() }, 'price card applied to offers');
+  }
+
+  /** At start-up: finishes a repricing walk an instance left unfinished (it stopped, or crashed, midway). */
+  async resumeRepricing(): Promise<void> {
+    const card = await this.retry(() => cardState(this.deps.db));
+    if (card && !card.repriced) this.reprice();
   }
 
   /** A machine's own rates as of `occurredAt`; its offers priced again. Whether they were stored (newer, known). */
@@ -107,15 +147,25 @@ export class Market {
     );
   }
 
-  /** One walk over every machine with offers, their reliability refreshed; how many machines it walked. */
-  async refreshReliability(): Promise<number> {
+  /** One walk over every machine with offers, their reliability refreshed. */
+  async refreshReliability(): Promise<void> {
     let after: string | null = null;
-    let pages = 0;
     do {
       const from: string | null = after;
       after = await this.retry(() => refreshReliabilityPage(this.deps.db, from, WALK_PAGE));
-      pages++;
     } while (after !== null);
-    return pages * WALK_PAGE;
+  }
+
+  /**
+   * Puts the machines registered before the market existed on it (their offers from their GPUs), a page at a time;
+   * how many. Each instance runs it at start-up; a machine is given its offers once.
+   */
+  async backfill(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const done = await this.retry(() => backfillOffers(this.deps.db, WALK_PAGE, offerGroups));
+      total += done;
+      if (done === 0) return total;
+    }
   }
 }

@@ -38,23 +38,21 @@ export interface OfferCursor {
   sort: OfferSort;
   value: string;
   providerId: string;
-  gpuModel: string;
+  modelKey: string;
 }
 
-/** A group of a machine's GPUs of one model, as an offer lists it. */
+/**
+ * A group of a machine's GPUs of one model key, as an offer lists it: what a rental takes and billing prices. The
+ * database works out the rest from the GPUs themselves (their health, VRAM and power: `offers_refresh_gpus`).
+ */
 export interface OfferGroup {
-  gpuModel: string;
+  /** Billing's model key (`nvidia-tesla-h100`). */
   modelKey: string;
+  /** The name of the group's first GPU, as its driver prints it (what the offer shows). */
+  gpuModel: string;
+  /** Every name of the group's GPUs (`NVIDIA H100 80GB HBM3`, `NVIDIA H100 PCIe`). */
+  modelNames: string[];
   gpuCount: number;
-  healthyGpus: number;
-  /** The group's smallest VRAM (what a filter on VRAM must hold for every GPU). */
-  vramMb: number;
-  /**
-   * What billing prices: the group's VRAM and power in all (power 0 when a GPU does not report it: billing then
-   * prices the power a renter declares, 0 by default), per GPU in the offer.
-   */
-  vramSumMb: number;
-  powerSumW: number;
   architecture: string | null;
   driverVersion: string;
   computeCapability: string | null;
@@ -68,31 +66,24 @@ export function versionParts(version: string | null | undefined): number[] | nul
   return parts.map(Number);
 }
 
-/** A machine's GPUs grouped by model, as offers: in the order of their first GPU. */
+/** A machine's GPUs grouped by model key, as offers: in the order of their first GPU. */
 export function offerGroups(gpus: readonly GpuInput[]): OfferGroup[] {
   const groups = new Map<string, GpuInput[]>();
   for (const g of gpus) {
-    const list = groups.get(g.model_name);
+    const key = gpuModelKey(g.model_name);
+    const list = groups.get(key);
     if (list) list.push(g);
-    else groups.set(g.model_name, [g]);
+    else groups.set(key, [g]);
   }
-  return [...groups].map(([model, list]) => {
-    const count = list.length;
-    const sum = (f: (g: GpuInput) => number) => list.reduce((s, g) => s + f(g), 0);
-    const allPower = list.every((g) => g.power_consumption !== null && g.power_consumption !== undefined);
-    return {
-      gpuModel: model,
-      modelKey: gpuModelKey(model),
-      gpuCount: count,
-      healthyGpus: list.filter((g) => g.is_healthy !== false).length,
-      vramMb: Math.min(...list.map((g) => g.vram)),
-      vramSumMb: sum((g) => g.vram),
-      powerSumW: allPower ? sum((g) => g.power_consumption ?? 0) : 0,
-      architecture: list.find((g) => g.architecture)?.architecture ?? null,
-      driverVersion: list[0]!.driver_version,
-      computeCapability: list.find((g) => g.compute_capability)?.compute_capability ?? null,
-    };
-  });
+  return [...groups].map(([modelKey, list]) => ({
+    modelKey,
+    gpuModel: list[0]!.model_name,
+    modelNames: [...new Set(list.map((g) => g.model_name))],
+    gpuCount: list.length,
+    architecture: list.find((g) => g.architecture)?.architecture ?? null,
+    driverVersion: list[0]!.driver_version,
+    computeCapability: list.find((g) => g.compute_capability)?.compute_capability ?? null,
+  }));
 }
 
 /** A sort key and direction. */
@@ -102,13 +93,17 @@ export function offerSortOf(sort: OfferSort): { key: 'price' | 'reliability'; de
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-const DECIMAL = /^\d{1,30}(\.\d{1,40})?$/;
+const DECIMAL = /^\d{1,30}(\.\d{1,100})?$/;
 /** A reliability as PostgreSQL prints a float8 between 0 and 1 (`0.8`, `1`, `3.2e-05`). */
-const isScore = (v: string) =>
-  /^[0-9.e+-]{1,32}$/.test(v) && Number.isFinite(Number(v)) && Number(v) >= 0 && Number(v) <= 1;
+const isScore = (v: string) => {
+  if (!/^[0-9.e+-]{1,32}$/.test(v)) return false;
+  const n = Number(v);
+  // Zero written as zero, or a float8 PostgreSQL reads (`1e-400` is below its range: a 500 otherwise).
+  return Number.isFinite(n) && n <= 1 && (n >= 1e-300 || /^0(\.0+)?$/.test(v));
+};
 
 export function offerCursorText(c: OfferCursor): string {
-  return encodeCursor([c.sort, c.value, c.providerId, c.gpuModel]);
+  return encodeCursor([c.sort, c.value, c.providerId, c.modelKey]);
 }
 
 /** The cursor in `text`, made for `sort`; or why it is not one (400 INVALID_CURSOR). */
@@ -116,12 +111,12 @@ export function offerCursorOf(text: string, sort: OfferSort): OfferCursor | stri
   const values = decodeCursor(text, 4);
   const bad = 'not a cursor returned by this service';
   if (!values) return bad;
-  const [cursorSort, value, providerId, gpuModel] = values as [unknown, unknown, unknown, unknown];
+  const [cursorSort, value, providerId, modelKey] = values as [unknown, unknown, unknown, unknown];
   if (cursorSort !== sort) return `the cursor was made for sort=${String(cursorSort)}, not sort=${sort}`;
   if (typeof providerId !== 'string' || !UUID.test(providerId)) return bad;
-  if (typeof gpuModel !== 'string' || gpuModel.length > 256) return bad;
+  if (typeof modelKey !== 'string' || modelKey.length > 256) return bad;
   if (typeof value !== 'string') return bad;
   const { key } = offerSortOf(sort);
   if (!(key === 'price' ? DECIMAL.test(value) : isScore(value))) return bad;
-  return { sort, value, providerId, gpuModel };
+  return { sort, value, providerId, modelKey };
 }

@@ -83,7 +83,9 @@ export class ProviderSessions {
   /**
    * Records that `sessionId` runs (`active`) or ended on the provider and applies the rule; PROVIDER_NOT_FOUND when
    * the provider does not exist. Only admins and platform services report sessions. The first report of an end
-   * counts it in the machine's reliability, against the machine when `endReason` is its fault (reliability.ts).
+   * counts it in the machine's reliability, against the machine when `endReason` is its fault (reliability.ts),
+   * unless `renterId` is the machine's owner: a rental of one's own machine says nothing about it to others (and
+   * would let an owner buy a success record).
    */
   async report(
     actor: Principal,
@@ -92,16 +94,18 @@ export class ProviderSessions {
     active: boolean,
     correlationId?: string,
     endReason?: string | null,
+    renterId?: string,
   ): Promise<SessionReport> {
     assertMayTrackSessions(actor);
     const recording = this.deps.outbox.recording(active ? 'session_started' : 'session_ended', correlationId);
     const report = await withRetry(
       () =>
         this.deps.db.transaction().execute(async (trx) => {
-          const current = await lockProviderStatus(trx, providerId);
-          if (current === undefined) return undefined;
+          const locked = await lockProviderStatus(trx, providerId);
+          if (locked === undefined) return undefined;
+          const { status: current, owner } = locked;
           const session = await upsertSession(trx, providerId, sessionId, active);
-          if (session.endedNow) {
+          if (session.endedNow && renterId !== owner) {
             await countSessionEnd(trx, providerId, isProviderFault(endReason));
             await refreshReliability(trx, providerId);
           }

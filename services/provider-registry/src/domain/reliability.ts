@@ -5,8 +5,12 @@
  * (see the reliability migration); this module says what the numbers mean.
  */
 
-/** The end reasons (billing's) that are the machine's fault: it went away under a running rental. */
+/**
+ * The end reasons (billing's) that are the machine's fault: it went away under a running rental, or its owner ended
+ * the rental (`provider_ended`: billing records that reason whatever the owner's request said).
+ */
 const PROVIDER_FAULT_REASONS: readonly string[] = [
+  'provider_ended',
   'provider_offline',
   'provider_error',
   'provider_maintenance',

@@ -84,18 +84,22 @@ const offerQuerySchema = z.object({
 const offerSchema = z
   .object({
     provider_id: z.uuid().describe('the machine (its reliability: GET /providers/{id}/reliability)'),
-    gpu_model: z.string().describe('as the driver names it'),
-    model_key: z.string().describe("billing's model key (what prices it)"),
-    gpu_count: z.number().int().describe("the machine's GPUs of this model"),
+    model_key: z.string().describe("billing's model key: what prices the group, and what a rental of it takes"),
+    gpu_model: z.string().describe("as the driver names the group's first GPU"),
+    model_names: z.array(z.string()).describe("every name of the group's GPUs (`H100 80GB HBM3`, `H100 PCIe`)"),
+    gpu_count: z.number().int().describe("the machine's GPUs of this model key"),
     free_gpus: z.number().int().describe('healthy and not rented'),
-    vram_mb: z.number().int().describe('the smallest VRAM of these GPUs'),
+    vram_mb: z.number().int().describe('the smallest VRAM of its healthy GPUs'),
     architecture: z.string().nullable(),
     driver_version: z.string(),
     compute_capability: z.string().nullable().describe('CUDA compute capability'),
     region: z.string().nullable().describe("the machine's location"),
     price_per_gpu_hour: z
       .string()
-      .describe("tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's)"),
+      .describe(
+        "tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's; power only " +
+          'when every GPU reports it, else a renter pays the power it declares on top)',
+      ),
     reliability: z.object({
       score: z.number().min(0).max(1).describe('uptime × session success, 1 while unobserved'),
       uptime_30d: z.number().min(0).max(1).nullable(),
@@ -120,8 +124,9 @@ const pricesAppliedSchema = z
 function offerJson(o: OfferRow): z.input<typeof offerSchema> {
   return {
     provider_id: o.provider_id,
-    gpu_model: o.gpu_model,
     model_key: o.model_key,
+    gpu_model: o.gpu_model,
+    model_names: o.model_names,
     gpu_count: o.gpu_count,
     free_gpus: o.free_gpus,
     vram_mb: Number(o.vram_mb),

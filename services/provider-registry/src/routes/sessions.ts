@@ -43,8 +43,12 @@ const endQuery = z.object({
     .optional()
     .describe(
       "billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, " +
-        '`provider_removed`) counts against its reliability, once per session',
+        '`provider_removed`, `provider_ended`) counts against its reliability, once per session',
     ),
+  renter_id: z
+    .uuid()
+    .optional()
+    .describe("the session's renter: a rental by the machine's own owner is not counted in its reliability"),
 });
 
 const answer = (message: string, r: SessionReport) => ({ message, ...r });
@@ -104,6 +108,7 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         false,
         request.correlationId,
         request.query.end_reason,
+        request.query.renter_id,
       );
       return answer('session recorded as ended', report);
     },

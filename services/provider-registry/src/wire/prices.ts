@@ -8,11 +8,13 @@ import { z } from 'zod';
 import type { PriceCard, ProviderPrices } from '../domain/market.ts';
 
 /** A non-negative exact decimal, as billing writes rates. */
+// Wider than what billing accepts (rates of at most 7 + 12 digits, model keys of at most 200 characters, its card's
+// rates from its configuration): a price billing charges is never one the market drops.
 const rate = z
   .string()
-  .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal string')
+  .regex(/^\d{1,30}(\.\d{1,60})?$/, 'expected a non-negative decimal string')
   .describe('tokens, an exact decimal string');
-const modelKey = z.string().min(1).max(128);
+const modelKey = z.string().min(1).max(256);
 const baseRates = z.record(modelKey, rate).describe('base rate per GPU-hour by model key (and `default`)');
 
 export const priceCardSchema = ignoringUnknownFields(

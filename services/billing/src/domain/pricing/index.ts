@@ -10,7 +10,7 @@ export {
   quote,
 } from './pricing.ts';
 export {
-  announcePriceCard,
+  announcePrices,
   findProviderRates,
   ratesFor,
   type StoredProviderRates,

@@ -6,7 +6,7 @@
  */
 import { isPrivileged, type Principal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
-import { findProviderRatesRow, upsertProviderRates } from '../../db/rates-repository.ts';
+import { allProviderRates, findProviderRatesRow, upsertProviderRates } from '../../db/rates-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext, PricingSettings } from '../context.ts';
@@ -44,7 +44,6 @@ async function putProviderRates(
     base_rates: JSON.stringify(rates.baseRates),
     vram_rate_per_gb_hour: rates.vramRatePerGbHour,
     power_rate_per_watt_hour: rates.powerRatePerWattHour,
-    updated_at: new Date(),
   };
   await upsertProviderRates(db, providerId, values);
   return (await findProviderRates(db, providerId))!;
@@ -106,11 +105,12 @@ export async function setProviderRates(
 }
 
 /**
- * Announces the platform's price card to the market (the registry's offers): its base rates, VRAM and power rates,
- * and the demand and supply factors billing applies now to each model of the card (and `default`). Each instance
- * does it at start-up; the registry keeps the newest.
+ * Announces billing's prices to the market (the registry's offers): the platform's card (its base rates, VRAM and
+ * power rates, and the demand and supply factors billing applies now to each model of the card and `default`) and every
+ * machine's own rates as stored, so that rates set before the market existed, or whose announcement was lost, reach
+ * it too. Each instance does it at start-up; the registry keeps the newest of each.
  */
-export async function announcePriceCard(ctx: BillingContext, correlationId?: string): Promise<void> {
+export async function announcePrices(ctx: BillingContext, correlationId?: string): Promise<void> {
   const { card, market } = ctx.pricing;
   const factors: Record<string, { demand: string; supply: string }> = {};
   for (const gpuModel of new Set([...Object.keys(card.baseRates), 'default'])) {
@@ -133,4 +133,20 @@ export async function announcePriceCard(ctx: BillingContext, correlationId?: str
     },
     correlationId,
   );
+  for (const row of await allProviderRates(ctx.db)) {
+    await ctx.events.record(
+      ctx.db,
+      {
+        kind: 'pricing.provider_rates',
+        rates: {
+          providerId: row.provider_id,
+          baseRates: row.base_rates,
+          vramRatePerGbHour: row.vram_rate_per_gb_hour,
+          powerRatePerWattHour: row.power_rate_per_watt_hour,
+          at: new Date(row.updated_at),
+        },
+      },
+      correlationId,
+    );
+  }
 }

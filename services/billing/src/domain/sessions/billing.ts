@@ -165,17 +165,21 @@ async function planBilling(
   const lowWater = upToCap(cost.plus(Dec.max(periods.topUpBelow, periods.lowBalance)));
   let held = heldBefore;
   let short = false;
-  // Only a hold running low touches the renter's accounts (locks them, tops up from available).
-  if (!capReached && (held.lt(lowWater) || held.lt(nextPeriod))) {
+  // Only a hold running low touches the renter's accounts (locks them, tops up from available). At the cap the
+  // hold is topped up to the cap, no further.
+  if (held.lt(lowWater) || held.lt(nextPeriod)) {
     const topUp = await topUpHold(trx, session, upToCap(cost.plus(periods.initialPeriod)), ctx.state.accountIds);
     held = topUp.held;
     short = topUp.short.gt(0);
   }
-  const covered = capReached || held.gte(nextPeriod);
+  // The cap ends the session once the hold pays all of it; a renter who cannot pay the last of it is in grace like
+  // any other (no more is charged past the cap), and ends at the cap when funds come or unpaid when grace runs out.
+  const capEnd = capReached && held.gte(cost);
+  const covered = capEnd || held.gte(nextPeriod);
 
   const events: SessionEvent[] = [];
   // Low: the wallet could not refill the hold, and the hold pays for less than the warning period more.
-  const low = !capReached && periods.lowBalance.gt(0) && short && held.lt(upToCap(cost.plus(periods.lowBalance)));
+  const low = !capEnd && periods.lowBalance.gt(0) && short && held.lt(upToCap(cost.plus(periods.lowBalance)));
   let lowBalanceAt = session.low_balance_at ? new Date(session.low_balance_at) : null;
   if (low && lowBalanceAt === null) {
     lowBalanceAt = now;
@@ -186,7 +190,9 @@ async function planBilling(
   }
   let status = session.status;
   let graceUntil = session.grace_until ? new Date(session.grace_until) : null;
-  if (!covered && status === 'active') {
+  if (capEnd) {
+    // Ends now (completed at the cap): no move in or out of grace first.
+  } else if (!covered && status === 'active') {
     status = 'grace_period';
     graceUntil = new Date(now.getTime() + ctx.sessions.gracePeriodMs);
     events.push('session.grace_period');
@@ -205,7 +211,7 @@ async function planBilling(
     lowBalanceAt,
     usage: item.usage,
     events,
-    capReached,
+    capReached: capEnd,
     correlationId: item.correlationId,
   };
 }

@@ -22,7 +22,7 @@ import { billingRecordOfSession, insertBillingRecord } from '../../db/billing-re
 import type { BillingDB } from '../../db/schema.ts';
 import { updateEndedSession } from '../../db/session-repository.ts';
 import { insertTransactions } from '../../db/transaction-repository.ts';
-import { assertSessionParty } from '../access.ts';
+import { assertSessionParty, endsAsProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
@@ -30,12 +30,14 @@ import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
 import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './session.ts';
 
 /**
- * The end reasons billing gives itself: its renter's spend cap reached, funds run out, the provider's machine gone
- * offline, into maintenance or error, or removed. A party ending a session may not claim one (400): they say why
- * the platform ended it, and what counts against a provider's reliability.
+ * The end reasons billing gives itself: its renter's spend cap reached, funds run out, the provider side ending its
+ * renter's session (`provider_ended`, whatever reason it gave), the provider's machine gone offline, into maintenance
+ * or error, or removed. A party ending a session may not claim one (400, in any case or spacing): they say why the
+ * platform ended it, and what counts against a provider's reliability.
  */
 export const BILLING_END_REASONS = [
   'spend_cap',
+  'provider_ended',
   'insufficient_funds',
   'provider_offline',
   'provider_maintenance',
@@ -74,6 +76,8 @@ export async function endSession(
   const end = await ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
     if (actor) assertSessionParty(actor, session);
+    // The provider side taking the machine back from its renter: that is why the session ended, whatever it says.
+    if (actor && endsAsProvider(actor, session)) kind = { status: 'completed', reason: 'provider_ended' };
     if (!isRunning(session)) {
       return { session, billingRecord: await billingRecordOfSession(trx, sessionId), alreadyEnded: true };
     }

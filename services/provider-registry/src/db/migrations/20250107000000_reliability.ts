@@ -3,7 +3,7 @@
  *
  * - `providers.status_since`: when the machine entered its current class of status: up (`idle`, `busy`), down
  *   (`offline`, `error`) or neither (`maintenance`, the owner's own time).
- * - `provider_uptime`: per machine and UTC day, the seconds it spent up and down. A trigger on every status change
+ * - `provider_uptime`: per machine and UTC day (the functions run in UTC, whatever the session's time zone), the seconds it spent up and down. A trigger on every status change
  *   that crosses classes (idle↔busy stays up and writes nothing) adds the interval it closes, split by day, and
  *   starts the next one. A machine marked offline by the sweep was last heard from at `last_seen_at`: its up time
  *   ends there and its down time starts there, not at the sweep. Whatever path changes the status (heartbeat, sweep,
@@ -42,7 +42,7 @@ export async function up(db: Kysely<any>): Promise<void> {
       SELECT CASE WHEN status IN ('idle', 'busy') THEN 'up' WHEN status IN ('offline', 'error') THEN 'down' END
     $$`.execute(db);
   await sql`
-    CREATE FUNCTION providers_track_uptime() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE FUNCTION providers_track_uptime() RETURNS trigger LANGUAGE plpgsql SET timezone TO 'UTC' AS $$
     DECLARE
       old_class text := provider_status_class(OLD.status);
       boundary timestamptz := now();
@@ -65,7 +65,7 @@ export async function up(db: Kysely<any>): Promise<void> {
         FROM (
           SELECT g AS day,
             extract(epoch FROM LEAST(boundary, g + interval '1 day') - GREATEST(since, g)) AS seconds
-          FROM generate_series(date_trunc('day', since, 'UTC'), boundary, interval '1 day') AS g
+          FROM generate_series(date_trunc('day', since), boundary, interval '1 day') AS g
         ) d
         WHERE d.seconds > 0
         ON CONFLICT (provider_id, day) DO UPDATE SET
@@ -79,7 +79,7 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`
     CREATE FUNCTION provider_reliability_of(p_id uuid)
     RETURNS TABLE (up_seconds float8, down_seconds float8, sessions_ended integer, sessions_failed integer, score float8)
-    LANGUAGE sql STABLE AS $$
+    LANGUAGE sql STABLE SET timezone TO 'UTC' AS $$
       WITH books AS (
         SELECT
           coalesce(u.up, 0) + CASE WHEN provider_status_class(p.status) = 'up' THEN w.open ELSE 0 END AS up,
@@ -93,7 +93,7 @@ export async function up(db: Kysely<any>): Promise<void> {
         ) w
         LEFT JOIN LATERAL (
           SELECT sum(pu.up_seconds)::float8 AS up, sum(pu.down_seconds)::float8 AS down FROM provider_uptime pu
-          WHERE pu.provider_id = p.id AND pu.day > (now() AT TIME ZONE 'UTC')::date - 30
+          WHERE pu.provider_id = p.id AND pu.day > current_date - 30
         ) u ON true
         LEFT JOIN provider_reliability r ON r.provider_id = p.id
         WHERE p.id = p_id

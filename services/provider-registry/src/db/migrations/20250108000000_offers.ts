@@ -1,17 +1,20 @@
 /**
- * Offers: what renters search. One row per machine and GPU model (the group of its GPUs that a rental takes), kept
+ * Offers: what renters search. One row per machine and GPU model key (billing's: the group of its GPUs that a rental
+ * takes and billing prices, `H100 80GB HBM3` and `H100 PCIe` alike), kept
  * as the machine, its status, its GPUs' health, its prices and its reliability change, so a search reads one table in
  * index order and never works anything out per row it reads:
  *
  * - `price_card`, `provider_prices`: billing's prices as its events say them (billing owns prices; the registry
  *   keeps the newest it was told, by `occurred_at`): the platform's card (base rates by model key, VRAM and power
- *   rates, each model's demand and supply factors) and a machine's own rates.
+ *   rates, each model's demand and supply factors) and a machine's own rates. `repriced_at`: the card every offer was
+ *   priced by (its `occurred_at`), once a walk over the market finished.
  * - `offer_price(...)`: a GPU-hour of a group, as billing prices it: (base rate + VRAM GB × VRAM rate + power W ×
  *   power rate) × demand × supply, the machine's own rates before the platform's, the model's before `default`; null
  *   until a card arrived.
  * - The indexes: the market (rows with free GPUs) in each sort order, per model key and per region.
  * - `offers.free_gpus`: the group's healthy GPUs while the machine is `idle`, else none; kept by triggers on the
- *   machine's status and its GPUs' health. A row with free GPUs is on the market (the partial indexes).
+ *   machine's status and its GPUs' health (`offers_refresh_gpus`: what billing rents and prices, its healthy GPUs). A
+ *   row with free GPUs is on the market (the partial indexes).
  * - `offers.reliability` and its parts: `provider_reliability_of` (the reliability migration), refreshed when the
  *   machine's status class changes (the uptime trigger's statement), when one of its sessions ends, and by the
  *   registry's periodic refresh (the 30-day window rolls on).
@@ -29,7 +32,8 @@ export async function up(db: Kysely<any>): Promise<void> {
       vram_rate_per_gb_hour numeric NOT NULL,
       power_rate_per_watt_hour numeric NOT NULL,
       factors jsonb NOT NULL DEFAULT '{}'::jsonb,
-      occurred_at timestamptz NOT NULL
+      occurred_at timestamptz NOT NULL,
+      repriced_at timestamptz
     )`.execute(db);
   await sql`
     CREATE TABLE provider_prices (
@@ -42,14 +46,15 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`
     CREATE TABLE offers (
       provider_id uuid NOT NULL REFERENCES providers (id) ON DELETE CASCADE,
-      gpu_model text NOT NULL,
       model_key text NOT NULL,
+      gpu_model text NOT NULL,
+      model_names text[] NOT NULL,
       gpu_count integer NOT NULL CHECK (gpu_count > 0),
-      healthy_gpus integer NOT NULL CHECK (healthy_gpus BETWEEN 0 AND gpu_count),
-      free_gpus integer NOT NULL CHECK (free_gpus BETWEEN 0 AND healthy_gpus),
-      vram_mb bigint NOT NULL,
-      avg_vram_mb numeric NOT NULL,
-      avg_power_w numeric NOT NULL,
+      healthy_gpus integer NOT NULL DEFAULT 0 CHECK (healthy_gpus BETWEEN 0 AND gpu_count),
+      free_gpus integer NOT NULL DEFAULT 0 CHECK (free_gpus BETWEEN 0 AND healthy_gpus),
+      vram_mb bigint NOT NULL DEFAULT 0,
+      avg_vram_mb numeric NOT NULL DEFAULT 0,
+      avg_power_w numeric NOT NULL DEFAULT 0,
       architecture text,
       driver_version text NOT NULL,
       driver_version_parts integer[],
@@ -63,24 +68,24 @@ export async function up(db: Kysely<any>): Promise<void> {
       observed_seconds_30d float8 NOT NULL DEFAULT 0,
       sessions_ended integer NOT NULL DEFAULT 0,
       sessions_failed integer NOT NULL DEFAULT 0,
-      PRIMARY KEY (provider_id, gpu_model)
+      PRIMARY KEY (provider_id, model_key)
     )`.execute(db);
   // The market: rows with free GPUs, in each sort order, and per model key for a search naming a model.
-  await sql`CREATE INDEX offers_price_idx ON offers (price_per_gpu_hour, provider_id, gpu_model) WHERE free_gpus > 0`.execute(
+  await sql`CREATE INDEX offers_price_idx ON offers (price_per_gpu_hour, provider_id, model_key) WHERE free_gpus > 0`.execute(
     db,
   );
-  await sql`CREATE INDEX offers_reliability_idx ON offers (reliability, provider_id, gpu_model) WHERE free_gpus > 0`.execute(
+  await sql`CREATE INDEX offers_reliability_idx ON offers (reliability, provider_id, model_key) WHERE free_gpus > 0`.execute(
     db,
   );
   await sql`
-    CREATE INDEX offers_model_price_idx ON offers (model_key, price_per_gpu_hour, provider_id, gpu_model)
+    CREATE INDEX offers_model_price_idx ON offers (model_key, price_per_gpu_hour, provider_id)
     WHERE free_gpus > 0`.execute(db);
   await sql`
-    CREATE INDEX offers_model_reliability_idx ON offers (model_key, reliability, provider_id, gpu_model)
+    CREATE INDEX offers_model_reliability_idx ON offers (model_key, reliability, provider_id)
     WHERE free_gpus > 0`.execute(db);
   // A search in one region walks that region's offers in price order.
   await sql`
-    CREATE INDEX offers_region_price_idx ON offers (lower(region), price_per_gpu_hour, provider_id, gpu_model)
+    CREATE INDEX offers_region_price_idx ON offers (lower(region), price_per_gpu_hour, provider_id, model_key)
     WHERE free_gpus > 0`.execute(db);
 
   await sql`
@@ -129,15 +134,42 @@ export async function up(db: Kysely<any>): Promise<void> {
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION providers_offer_status()`.execute(db);
 
-  // A GPU's health decides whether it can be rented.
+  // A group's GPUs as billing rents and prices them: its healthy ones (those of the group's model key), their VRAM and
+  // power per GPU (power only when every one reports it: billing then prices the power a renter declares, 0 in an
+  // offer), the smallest VRAM of them; and the price that follows. One function for every writer of the group.
+  await sql`
+    CREATE FUNCTION offers_refresh_gpus(p_id uuid) RETURNS void LANGUAGE sql AS $$
+      UPDATE offers o SET
+        gpu_count = a.n,
+        healthy_gpus = a.healthy,
+        free_gpus = CASE WHEN o.status = 'idle' THEN a.healthy ELSE 0 END,
+        vram_mb = a.min_vram,
+        avg_vram_mb = a.avg_vram,
+        avg_power_w = a.avg_power,
+        price_per_gpu_hour = offer_price(o.provider_id, o.model_key, a.avg_vram, a.avg_power)
+      FROM (
+        SELECT g.model_key, g.n, g.healthy, g.min_vram,
+          CASE WHEN g.healthy > 0 THEN g.vram_sum::numeric / g.healthy ELSE 0 END AS avg_vram,
+          CASE WHEN g.healthy > 0 AND g.power_known THEN g.power_sum::numeric / g.healthy ELSE 0 END AS avg_power
+        FROM (
+          SELECT o2.model_key, count(*)::int AS n, (count(*) FILTER (WHERE gp.is_healthy))::int AS healthy,
+            coalesce(min(gp.vram) FILTER (WHERE gp.is_healthy), min(gp.vram)) AS min_vram,
+            coalesce(sum(gp.vram) FILTER (WHERE gp.is_healthy), 0) AS vram_sum,
+            coalesce(bool_and(gp.power_consumption IS NOT NULL) FILTER (WHERE gp.is_healthy), false) AS power_known,
+            coalesce(sum(gp.power_consumption) FILTER (WHERE gp.is_healthy), 0) AS power_sum
+          FROM offers o2 JOIN gpus gp ON gp.provider_id = o2.provider_id AND gp.model_name = ANY (o2.model_names)
+          WHERE o2.provider_id = p_id
+          GROUP BY o2.model_key
+        ) g
+      ) a
+      WHERE o.provider_id = p_id AND o.model_key = a.model_key
+    $$`.execute(db);
+
+  // A GPU's health decides whether it can be rented, and what the group costs.
   await sql`
     CREATE FUNCTION gpus_offer_health() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-      UPDATE offers o SET
-        healthy_gpus = o.healthy_gpus + CASE WHEN NEW.is_healthy THEN 1 ELSE -1 END,
-        free_gpus = CASE WHEN o.status = 'idle' THEN o.healthy_gpus + CASE WHEN NEW.is_healthy THEN 1 ELSE -1 END
-                    ELSE 0 END
-      WHERE o.provider_id = NEW.provider_id AND o.gpu_model = NEW.model_name;
+      PERFORM offers_refresh_gpus(NEW.provider_id);
       RETURN NULL;
     END
     $$`.execute(db);
@@ -151,6 +183,7 @@ export async function up(db: Kysely<any>): Promise<void> {
 export async function down(db: Kysely<any>): Promise<void> {
   await sql`DROP TRIGGER gpus_offer_health ON gpus`.execute(db);
   await sql`DROP FUNCTION gpus_offer_health()`.execute(db);
+  await sql`DROP FUNCTION offers_refresh_gpus(uuid)`.execute(db);
   await sql`DROP TRIGGER providers_zz_offer_status ON providers`.execute(db);
   await sql`DROP FUNCTION providers_offer_status()`.execute(db);
   await sql`DROP FUNCTION offers_refresh_reliability(uuid)`.execute(db);
