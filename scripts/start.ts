@@ -198,6 +198,10 @@ const services: Proc[] = (
       env: {
         STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'),
         S3_ENDPOINT: host.address(ports.s3),
+        // Stored bytes, billed: reported to billing each hour with the platform's machine client.
+        BILLING_URL: host.url(ports.billing),
+        AUTH_URL: host.url(ports.auth),
+        STORAGE_CLIENT_CREDENTIALS_FILE: path.join(authDir, 'clients', 'platform.json'),
         ...auth.verifierEnv('STORAGE'),
       },
     },

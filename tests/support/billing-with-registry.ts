@@ -13,16 +13,20 @@ import type { AuthAndRegistry } from './auth-and-registry.ts';
 
 export async function billingWithRegistry(
   platform: AuthAndRegistry,
-  opts: { registryUrl?: string; timeout?: string } & Omit<SetupOptions, 'config'> = {},
+  opts: { registryUrl?: string; timeout?: string; config?: Record<string, unknown> } & Omit<
+    SetupOptions,
+    'config'
+  > = {},
 ): Promise<BillingHarness> {
   const { client, secret } = await createClient(platform.auth.ctx, UNCHECKED_PRINCIPAL, {
     name: `billing-${randomUUID()}`,
     role: 'service',
   });
-  const { registryUrl, timeout, ...setup } = opts;
+  const { registryUrl, timeout, config, ...setup } = opts;
   return setupBilling({
     ...setup,
     config: {
+      ...config,
       access: {
         jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
         issuer: platform.auth.config.jwt.issuer,

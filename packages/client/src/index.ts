@@ -33,7 +33,15 @@ export {
   type PresignedUrl,
   type UploadOptions,
 } from './storage.ts';
-export { clientCredentials, staticToken, type TokenSource, userLogin } from './tokens.ts';
+export {
+  clientCredentials,
+  lazyClientCredentials,
+  type MachineClientOptions,
+  machineCredentials,
+  staticToken,
+  type TokenSource,
+  userLogin,
+} from './tokens.ts';
 export type { AuthPaths, BillingPaths, RegistryPaths, StoragePaths };
 /** Each service's named schemas: `BillingSchemas['Wallet']`, `RegistrySchemas['Provider']`, `AuthSchemas['User']`. */
 export type AuthSchemas = AuthComponents['schemas'];

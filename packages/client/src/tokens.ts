@@ -2,6 +2,7 @@
  * Where a client's bearer token comes from. A source hands out a token that is valid now, renewing it shortly before
  * it expires; `invalidate()` drops a token a service refused (401), so the next request gets a fresh one.
  */
+import { readFileSync } from 'node:fs';
 
 export interface TokenSource {
   get(): Promise<string>;
@@ -81,6 +82,50 @@ export function clientCredentials(opts: ClientCredentialsOptions): TokenSource {
     });
     return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
   }, opts.renewEarlySeconds ?? 30);
+}
+
+export interface MachineClientOptions {
+  authUrl: string;
+  /** The client's ID and secret, or `credentialsFile` (`{"client_id", "client_secret"}`, as auth writes them). */
+  clientId?: string;
+  clientSecret?: string;
+  credentialsFile?: string;
+}
+
+/** A machine client's ID and secret, as given or read from its credentials file; throws saying what is missing. */
+export function machineCredentials(opts: Omit<MachineClientOptions, 'authUrl'>): {
+  clientId: string;
+  clientSecret: string;
+} {
+  if (opts.clientId && opts.clientSecret) return { clientId: opts.clientId, clientSecret: opts.clientSecret };
+  if (!opts.credentialsFile) throw new Error('no machine client: client_id and client_secret, or a credentials file');
+  let body: { client_id?: string; client_secret?: string };
+  try {
+    body = JSON.parse(readFileSync(opts.credentialsFile, 'utf8'));
+  } catch (err) {
+    throw new Error(`cannot read the machine client from ${opts.credentialsFile}: ${(err as Error).message}`);
+  }
+  if (!body.client_id || !body.client_secret) {
+    throw new Error(`${opts.credentialsFile} has no client_id or client_secret`);
+  }
+  return { clientId: body.client_id, clientSecret: body.client_secret };
+}
+
+/**
+ * `clientCredentials` made on first use: the credentials file may be written after the caller starts (the auth
+ * service writes it when it starts). A failure to read it or get a token is thrown, and tried again next time.
+ */
+export function lazyClientCredentials(opts: MachineClientOptions): TokenSource {
+  let source: TokenSource | undefined;
+  return {
+    async get() {
+      source ??= clientCredentials({ authUrl: opts.authUrl, ...machineCredentials(opts) });
+      return source.get();
+    },
+    invalidate() {
+      source?.invalidate?.();
+    },
+  };
 }
 
 export interface UserLoginOptions {

@@ -18,6 +18,7 @@ import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
 import { schemas } from './routes/schemas.ts';
 import { sessionRoutes } from './routes/sessions.ts';
+import { storageRoutes } from './routes/storage.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { walletRoutes } from './routes/wallets.ts';
 
@@ -70,6 +71,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
         powerRatePerWattHour: deps.config.pricing.power_rate_per_watt_hour,
       },
       platformFeePercent: deps.config.pricing.platform_fee_percent,
+      storageRatePerGbHour: deps.config.pricing.storage_rate_per_gb_hour,
       market: deps.market ?? neutralMarket,
       providerLimits: {
         baseRate: deps.config.pricing.provider_rate_limits.base_rate,
@@ -115,5 +117,6 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(pricingRoutes, routeDeps);
   await app.register(sessionRoutes, routeDeps);
   await app.register(usageRoutes, routeDeps);
+  await app.register(storageRoutes, routeDeps);
   return app;
 }

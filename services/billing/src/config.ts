@@ -89,6 +89,11 @@ export const billingConfigSchema = z.object({
       power_rate_per_watt_hour: zDecimal().default('0.001'),
       /** Platform fee in percent of a session's cost. */
       platform_fee_percent: zDecimal().default('5'),
+      /**
+       * Tokens per GB-hour (2^30 bytes for an hour) of stored objects, charged to the owner of the bucket (or of the
+       * folder in the shared bucket) as the storage service measures them: 0.0001 is about 0.073 a GB-month.
+       */
+      storage_rate_per_gb_hour: zDecimal().default('0.0001'),
       /** The highest rates a provider may set (PUT /provider/{id}/rates): per GPU-hour, per GB-hour, per W-hour. */
       provider_rate_limits: z
         .object({

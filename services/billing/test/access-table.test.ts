@@ -34,6 +34,7 @@ beforeAll(async () => {
 });
 
 const address = () => Keypair.generate().publicKey.toBase58();
+let storagePeriods = 0;
 
 /** A running session: `owner` rents the machine of `owner`'s provider wallet (started by an admin). */
 async function ownersSession(): Promise<string> {
@@ -185,6 +186,22 @@ function table(): Record<string, AccessRule> {
     'GET /api/v1/billing/history': {
       request: () => ({}),
       expect: { ...PARTY(200), other_user: 200, renter: 200, other_daemon: 200, others: 403 },
+    },
+    // The storage service (a platform service) and admins report stored bytes; each call a period of its own.
+    'POST /api/v1/billing/storage-usage': {
+      request: () => {
+        const end = Date.UTC(2026, 0, 1) + ++storagePeriods * 3_600_000;
+        const period_start = new Date(end - 3_600_000).toISOString();
+        return {
+          payload: { user_id: callers.owner.id, period_start, period_end: new Date(end).toISOString(), bytes: 1 },
+        };
+      },
+      expect: { admin: 201, service: 201, others: 403 },
+    },
+    // Users read their own storage charges (scoped), with their own token; the privileged anyone's.
+    'GET /api/v1/billing/storage-usage': {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, service: 200, others: 403 },
     },
   };
 }

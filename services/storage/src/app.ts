@@ -2,19 +2,26 @@
  * buildApp(ctx): the storage service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp } from '@gpu/common';
+import { type App, createApp, durationMs } from '@gpu/common';
+import { billingUsageSink } from './adapters/billing-usage.ts';
 import { DEFAULT_PORT } from './config.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
+import { StorageMeter, type UsageSink } from './domain/metering.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
 import { schemas } from './routes/schemas.ts';
 
-export type { StorageDeps };
-
 export const SERVICE_NAME = 'storage-service';
 
-export async function buildApp(deps: StorageDeps): Promise<App> {
+export interface StorageAppDeps extends StorageDeps {
+  /** Where the meter reports stored bytes (tests); by default billing, as `metering` configures it. */
+  usageSink?: UsageSink | null;
+}
+
+export type StorageApp = App & { meter: StorageMeter | null };
+
+export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   const ctx = storageContext(deps);
   const app = await createApp({
     service: SERVICE_NAME,
@@ -30,5 +37,24 @@ export async function buildApp(deps: StorageDeps): Promise<App> {
   await app.register(bucketRoutes, ctx);
   await app.register(presignRoutes, ctx);
   await app.register(objectRoutes, ctx);
-  return app;
+
+  // Stored bytes, billed: measured once per period and reported to billing (domain/metering.ts).
+  const sink = deps.usageSink !== undefined ? deps.usageSink : billingUsageSink(ctx.config.metering, ctx.logger);
+  const meter = sink
+    ? new StorageMeter({
+        store: ctx.store,
+        owners: ctx.owners,
+        defaultBucket: ctx.config.object_store.default_bucket,
+        sink,
+        intervalMs: durationMs(ctx.config.metering.interval),
+        logger: ctx.logger,
+      })
+    : null;
+  if (meter) {
+    app.addHook('onReady', async () => meter.start());
+    app.addHook('onClose', async () => meter.stop());
+  } else {
+    ctx.logger.info('storage metering is off (metering.billing_url unset or metering.interval 0s)');
+  }
+  return Object.assign(app, { meter });
 }

@@ -62,6 +62,25 @@ export const storageConfigSchema = z.object({
       connect_timeout: zDuration().default('30s'),
     })
     .prefault({}),
+  /**
+   * Stored bytes, billed: once per `interval`, the service measures what each owner stores (their buckets, and their
+   * folder in the default bucket) and reports the period to billing (`POST /api/v1/billing/storage-usage`) with its
+   * machine client. Off without `billing_url`, or with `interval: 0s`.
+   */
+  metering: z
+    .object({
+      billing_url: z.string().default(''),
+      auth_url: z.string().default('http://127.0.0.1:8000'),
+      client_id: z.string().default(''),
+      client_secret: z.string().default(''),
+      /** `{"client_id", "client_secret"}`, read when the first report is sent (auth writes it when it starts). */
+      credentials_file: z.string().default(''),
+      /** The period measured and billed; periods start at multiples of it (UTC), so every instance's agree. */
+      interval: zDuration().default('1h'),
+      /** Time limit of one call to billing (two more attempts follow a failure that may be retried). */
+      timeout: zDuration().default('10s'),
+    })
+    .prefault({}),
 });
 
 export type StorageConfig = z.infer<typeof storageConfigSchema>;
@@ -83,6 +102,9 @@ export function loadStorageConfig(env: NodeJS.ProcessEnv = process.env): Storage
       S3_REGION: 'object_store.region',
       S3_DEFAULT_BUCKET: 'object_store.default_bucket',
       S3_PUBLIC_ENDPOINT: 'object_store.public_endpoint',
+      BILLING_URL: 'metering.billing_url',
+      AUTH_URL: 'metering.auth_url',
+      STORAGE_CLIENT_CREDENTIALS_FILE: 'metering.credentials_file',
     },
   });
 }

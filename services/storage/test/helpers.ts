@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
-import { type App, createLogger } from '@gpu/common';
+import { createLogger } from '@gpu/common';
 import { type Caller, injectAs, startTestIssuer, type TestIssuer, testEnv } from '@gpu/common/testing';
 import { S3ObjectStore } from '../src/adapters/object-store.ts';
-import { buildApp } from '../src/app.ts';
+import { buildApp, type StorageApp } from '../src/app.ts';
 import { type StorageConfig, storageConfigSchema } from '../src/config.ts';
+import type { UsageSink } from '../src/domain/metering.ts';
 
 export function uniqueBucket(prefix = 'test'): string {
   return `${prefix}-${randomBytes(5).toString('hex')}`;
@@ -45,7 +46,7 @@ export function testIdentities(): Promise<{ issuer: TestIssuer; admin: Caller }>
 }
 
 export interface TestService {
-  app: App;
+  app: StorageApp;
   issuer: TestIssuer;
   /** The admin's `authorization` header, for requests over HTTP. */
   auth: Record<string, string>;
@@ -62,6 +63,8 @@ export async function startService(
     objectStore?: Partial<StorageConfig['object_store']>;
     settings?: Record<string, unknown>;
     listen?: boolean;
+    /** Where the meter reports (by default billing as `metering` says: off in the test config). */
+    usageSink?: UsageSink;
   } = {},
 ): Promise<TestService> {
   const { issuer, admin } = await testIdentities();
@@ -69,7 +72,7 @@ export async function startService(
   const logger = createLogger({ service: 'storage-test', instanceId: 'test', level: 'warn' });
   const store = new S3ObjectStore(config.object_store);
   if (config.object_store.default_bucket) await store.ensureBucket(config.object_store.default_bucket);
-  const app = await buildApp({ config, logger, store });
+  const app = await buildApp({ config, logger, store, ...(opts.usageSink ? { usageSink: opts.usageSink } : {}) });
   let url = '';
   if (opts.listen) url = await app.listen({ host: '127.0.0.1', port: 0 });
   else await app.ready();

@@ -101,6 +101,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/storage-usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Storage charges, newest period first: what was stored, what it cost, what was paid
+         * @description A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read anyone's, everyone's without `user_id`. Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
+         */
+        get: operations["listStorageCharges"];
+        put?: never;
+        /**
+         * Charge a user's stored bytes over one period (the storage service)
+         * @description GB-hours (bytes / 2^30 × hours) at `pricing.storage_rate_per_gb_hour`, rounded once to the token scale, taken from the user's available balance (never more than it holds: the rest is `unpaid`) to the platform's revenue, in one transaction. 201 with the charge; a period charged before (the same start and end: a retry, another storage instance) answers 200 with the first charge, whatever bytes this report says; 409 STORAGE_PERIOD_OVERLAPS for a period overlapping another charged one. Only platform services and admins.
+         */
+        post: operations["reportStorageUsage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/usage-update": {
         parameters: {
             query?: never;
@@ -858,6 +882,54 @@ export interface components {
             /** Format: uuid */
             wallet_id: string;
         };
+        StorageCharge: {
+            /** @description bytes the user stored, as the storage service measured them in the period */
+            bytes: number;
+            /** @description what was taken from the wallet's available balance (at most all of it) */
+            charged: string;
+            /** @description GB-hours × rate, rounded once (half-even) to the token scale */
+            cost: string;
+            created_at: string;
+            /** @description bytes / 2^30 × the period in hours (shown to 12 decimals) */
+            gb_hours: string;
+            /** Format: uuid */
+            id: string;
+            period_end: string;
+            period_start: string;
+            /** @description `pricing.storage_rate_per_gb_hour` when the period was charged */
+            rate_per_gb_hour: string;
+            /** @description the payment in the wallet history; null when nothing was charged */
+            transaction_id: string | null;
+            /** @description cost - charged: what the balance could not pay */
+            unpaid: string;
+            /** Format: uuid */
+            user_id: string;
+            /** @description the user's wallet charged; null when the user has none */
+            wallet_id: string | null;
+        };
+        StorageChargePage: {
+            charges: components["schemas"]["StorageCharge"][];
+            /** @description the same as `X-Next-Cursor`; null on the last page */
+            next_cursor: string | null;
+        };
+        StorageUsageReport: {
+            bytes: number;
+            /**
+             * Format: date-time
+             * @description RFC 3339 date-time, 1970 to 2100 (exclusive)
+             */
+            period_end: string;
+            /**
+             * Format: date-time
+             * @description RFC 3339 date-time, 1970 to 2100 (exclusive)
+             */
+            period_start: string;
+            /**
+             * Format: uuid
+             * @description the owner of the bucket (or of the folder in the shared bucket)
+             */
+            user_id: string;
+        };
         Transaction: {
             amount: string;
             confirmed_at: string | null;
@@ -1318,6 +1390,89 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listStorageCharges: {
+        parameters: {
+            query?: {
+                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                cursor?: string;
+                /** @description periods starting at or after (RFC 3339, 1970 to 2100) */
+                from?: string;
+                limit?: number;
+                /** @description periods starting before (RFC 3339, 1970 to 2100) */
+                to?: string;
+                user_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageChargePage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportStorageUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StorageUsageReport"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageCharge"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageCharge"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

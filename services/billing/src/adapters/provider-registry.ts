@@ -4,8 +4,7 @@
  * attempt, bounded retries). Owners are remembered for `cacheTtlMs` (a machine changes owner only by an admin's
  * hand). An unreachable or failing registry is a 503 PROVIDER_REGISTRY_UNAVAILABLE, never a hang or a 500.
  */
-import { readFileSync } from 'node:fs';
-import { clientCredentials, registryClient, type TokenSource } from '@gpu/client';
+import { lazyClientCredentials, registryClient, type TokenSource } from '@gpu/client';
 import { durationMs } from '@gpu/common';
 import type { BillingConfig } from '../config.ts';
 import { BoundedCache } from '../domain/bounded-cache.ts';
@@ -25,35 +24,11 @@ export interface RegistryDirectoryOptions {
   token?: TokenSource;
 }
 
-/** The machine client's ID and secret, from the options or the credentials file. */
-function credentials(opts: RegistryDirectoryOptions): { clientId: string; clientSecret: string } {
-  if (opts.clientId && opts.clientSecret) return { clientId: opts.clientId, clientSecret: opts.clientSecret };
-  if (!opts.credentialsFile) {
-    throw billingErrors.registryUnavailable(
-      'billing has no machine client for the provider registry (provider_registry.client_id/client_secret or credentials_file)',
-    );
-  }
-  try {
-    const body = JSON.parse(readFileSync(opts.credentialsFile, 'utf8')) as {
-      client_id?: string;
-      client_secret?: string;
-    };
-    if (!body.client_id || !body.client_secret) throw new Error('client_id or client_secret missing');
-    return { clientId: body.client_id, clientSecret: body.client_secret };
-  } catch (err) {
-    throw billingErrors.registryUnavailable(
-      `billing cannot read its machine client from ${opts.credentialsFile}: ${(err as Error).message}`,
-      err,
-    );
-  }
-}
-
-/** A token source made on first use (the credentials file may be written after billing starts). */
+/** billing's machine token for the registry, made on first use; a failure to get one is a 503 (retry later). */
 export function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
-  let source: TokenSource | undefined;
+  const source = lazyClientCredentials(opts);
   return {
     async get() {
-      source ??= clientCredentials({ authUrl: opts.authUrl, ...credentials(opts) });
       try {
         return await source.get();
       } catch (err) {
@@ -63,9 +38,7 @@ export function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
         );
       }
     },
-    invalidate() {
-      source?.invalidate?.();
-    },
+    invalidate: () => source.invalidate?.(),
   };
 }
 

@@ -205,6 +205,25 @@ export interface BillingRecordTable {
   created_at: Timestamp;
 }
 
+/** A period of a user's stored bytes, billed (migration 0012). */
+export interface StorageChargeTable {
+  id: string;
+  user_id: string;
+  /** The user's wallet charged; null when the user had none (all of the cost unpaid). */
+  wallet_id: string | null;
+  period_start: Timestamp;
+  period_end: Timestamp;
+  /** bigint, read as a number (the database's int8 parser; at most 2^53 - 1, as reports are). */
+  bytes: number;
+  gb_hours: string;
+  rate_per_gb_hour: string;
+  cost: Money;
+  charged: Money;
+  unpaid: Money;
+  transaction_id: string | null;
+  created_at: Generated<Date>;
+}
+
 export interface BillingDB {
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
@@ -218,4 +237,5 @@ export interface BillingDB {
   ledger_transfers: LedgerTransferTable;
   idempotency_keys: IdempotencyKeyTable;
   outbox_events: OutboxEventTable;
+  storage_charges: StorageChargeTable;
 }

@@ -16,6 +16,8 @@ export interface PricingSettings {
   card: RateCard;
   platformFeePercent: string;
   market: MarketFactors;
+  /** Tokens per GB-hour of stored bytes (config `pricing.storage_rate_per_gb_hour`). */
+  storageRatePerGbHour: string;
   /** The highest rates a provider may set (config `pricing.provider_rate_limits`). */
   providerLimits: { baseRate: string; vramRatePerGbHour: string; powerRatePerWattHour: string };
 }

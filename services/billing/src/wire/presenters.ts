@@ -8,6 +8,7 @@
  */
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
 import type { SessionRow } from '../db/session-repository.ts';
+import type { StorageChargeRow } from '../db/storage-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
 import type { BillingState } from '../domain/context.ts';
 import { Dec, formatAmount } from '../domain/ledger/index.ts';
@@ -265,5 +266,24 @@ export function providerRatesJson(providerId: string, r: StoredProviderRates | n
     vram_rate_per_gb_hour: r?.vramRatePerGbHour ?? null,
     power_rate_per_watt_hour: r?.powerRatePerWattHour ?? null,
     updated_at: r?.updatedAt?.toISOString() ?? null,
+  };
+}
+
+/** A period of a user's stored bytes, billed. */
+export function storageChargeJson(c: StorageChargeRow, scale: number) {
+  return {
+    id: c.id,
+    user_id: c.user_id,
+    wallet_id: c.wallet_id,
+    period_start: iso(c.period_start),
+    period_end: iso(c.period_end),
+    bytes: Number(c.bytes),
+    gb_hours: new Dec(c.gb_hours).toFixed(),
+    rate_per_gb_hour: formatRate(new Dec(c.rate_per_gb_hour), scale),
+    cost: formatAmount(c.cost, scale),
+    charged: formatAmount(c.charged, scale),
+    unpaid: formatAmount(c.unpaid, scale),
+    transaction_id: c.transaction_id,
+    created_at: iso(c.created_at),
   };
 }

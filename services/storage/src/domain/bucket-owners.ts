@@ -41,6 +41,28 @@ export class BucketOwners {
     return record?.owner_id;
   }
 
+  /** Every bucket with an owner record (the keys of the records' bucket); none before the first claim. */
+  async ownedBuckets(): Promise<string[]> {
+    const names: string[] = [];
+    let token: string | undefined;
+    try {
+      do {
+        const page = await this.store.listPage({
+          bucket: this.recordsBucket,
+          prefix: '',
+          oneLevel: false,
+          token,
+          maxKeys: 1000,
+        });
+        names.push(...page.objects.map((o) => o.key));
+        token = page.nextToken;
+      } while (token);
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
+    }
+    return names;
+  }
+
   /** Records `ownerId` as the owner unless the bucket has one already; answers the owner that holds. */
   claim(bucket: string, ownerId: string): Promise<string> {
     const pending = this.claiming.get(bucket);

@@ -14,10 +14,11 @@ export interface StorageDeps {
 
 export interface StorageContext extends StorageDeps {
   access: StorageAccess;
+  owners: BucketOwners;
 }
 
 export function storageContext(deps: StorageDeps): StorageContext {
   const { object_store: settings } = deps.config;
   const owners = new BucketOwners(deps.store, settings.owners_bucket);
-  return { ...deps, access: new StorageAccess(deps.store, owners, settings.default_bucket) };
+  return { ...deps, owners, access: new StorageAccess(deps.store, owners, settings.default_bucket) };
 }

@@ -11,6 +11,7 @@ import { sessionFillfactorMigration } from './0008-session-fillfactor.ts';
 import { ledgerPostGroupsMigration } from './0009-ledger-post-groups.ts';
 import { autoPayoutFailureMigration } from './0010-auto-payout-failure.ts';
 import { spendCapsMigration } from './0011-spend-caps.ts';
+import { storageChargesMigration } from './0012-storage-charges.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -25,5 +26,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0009-ledger-post-groups': ledgerPostGroupsMigration(scale),
     '0010-auto-payout-failure': autoPayoutFailureMigration,
     '0011-spend-caps': spendCapsMigration(scale),
+    '0012-storage-charges': storageChargesMigration(scale),
   };
 }

@@ -1,0 +1,121 @@
+/** Stored bytes, billed: the storage service's usage reports, and each user's storage charges. */
+import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
+import { z } from 'zod';
+import { chargeStorage, MAX_STORAGE_PERIOD_MS, storageCharges } from '../domain/storage/index.ts';
+import { storageChargeJson } from '../wire/presenters.ts';
+import { STORAGE_READ_ROLES, STORAGE_REPORT_ROLES } from './access.ts';
+import type { RouteDeps } from './deps.ts';
+import { afterCursor, pageQuery } from './paging.ts';
+import { PAGE_DOCS, problems, schemas } from './schemas.ts';
+
+const storageChargeSchema = z
+  .object({
+    id: z.uuid(),
+    user_id: z.uuid(),
+    wallet_id: z.uuid().nullable().describe("the user's wallet charged; null when the user has none"),
+    period_start: z.string(),
+    period_end: z.string(),
+    bytes: z.number().int().describe('bytes the user stored, as the storage service measured them in the period'),
+    gb_hours: z.string().describe('bytes / 2^30 × the period in hours (shown to 12 decimals)'),
+    rate_per_gb_hour: z.string().describe('`pricing.storage_rate_per_gb_hour` when the period was charged'),
+    cost: z.string().describe('GB-hours × rate, rounded once (half-even) to the token scale'),
+    charged: z.string().describe("what was taken from the wallet's available balance (at most all of it)"),
+    unpaid: z.string().describe('cost - charged: what the balance could not pay'),
+    transaction_id: z.uuid().nullable().describe('the payment in the wallet history; null when nothing was charged'),
+    created_at: z.string(),
+  })
+  .register(schemas, { id: 'StorageCharge' });
+
+const storageUsageBody = z
+  .object({
+    user_id: z.uuid().describe('the owner of the bucket (or of the folder in the shared bucket)'),
+    period_start: zTimestamp(),
+    period_end: zTimestamp(),
+    bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
+  })
+  .refine((b) => Date.parse(b.period_end) > Date.parse(b.period_start), {
+    path: ['period_end'],
+    message: 'period_end must be after period_start',
+  })
+  .refine((b) => Date.parse(b.period_end) - Date.parse(b.period_start) <= MAX_STORAGE_PERIOD_MS, {
+    path: ['period_end'],
+    message: 'a period is at most 24 hours',
+  })
+  .register(schemas, { id: 'StorageUsageReport' });
+
+const storageChargePageSchema = z
+  .object({
+    charges: z.array(storageChargeSchema),
+    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
+  })
+  .register(schemas, { id: 'StorageChargePage' });
+
+export async function storageRoutes(app: App, deps: RouteDeps) {
+  const ctx = deps.billing;
+
+  app.post(
+    '/api/v1/billing/storage-usage',
+    {
+      config: { roles: STORAGE_REPORT_ROLES },
+      schema: {
+        tags: ['storage'],
+        operationId: 'reportStorageUsage',
+        summary: "Charge a user's stored bytes over one period (the storage service)",
+        description:
+          'GB-hours (bytes / 2^30 × hours) at `pricing.storage_rate_per_gb_hour`, rounded once to the token scale, ' +
+          "taken from the user's available balance (never more than it holds: the rest is `unpaid`) to the " +
+          "platform's revenue, in one transaction. 201 with the charge; a period charged before (the same start " +
+          'and end: a retry, another storage instance) answers 200 with the first charge, whatever bytes this ' +
+          'report says; 409 STORAGE_PERIOD_OVERLAPS for a period overlapping another charged one. Only platform ' +
+          'services and admins.',
+        body: storageUsageBody,
+        response: { 201: storageChargeSchema, 200: storageChargeSchema, ...problems(400, 403, 409) },
+      },
+    },
+    async (request, reply) => {
+      const b = request.body;
+      const { charge, created } = await chargeStorage(ctx, callerOf(request), {
+        userId: b.user_id,
+        periodStart: new Date(b.period_start),
+        periodEnd: new Date(b.period_end),
+        bytes: b.bytes,
+      });
+      return reply.code(created ? 201 : 200).send(storageChargeJson(charge, ctx.scale));
+    },
+  );
+
+  app.get(
+    '/api/v1/billing/storage-usage',
+    {
+      config: { roles: STORAGE_READ_ROLES, openapi: PAGE_DOCS },
+      schema: {
+        tags: ['storage'],
+        operationId: 'listStorageCharges',
+        summary: 'Storage charges, newest period first: what was stored, what it cost, what was paid',
+        description:
+          "A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read " +
+          'anyone\'s, everyone\'s without `user_id`. Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", ' +
+          '`next_cursor`.',
+        querystring: z.object({
+          user_id: z.uuid().optional(),
+          from: zTimestamp().optional().describe('periods starting at or after (RFC 3339, 1970 to 2100)'),
+          to: zTimestamp().optional().describe('periods starting before (RFC 3339, 1970 to 2100)'),
+          ...pageQuery,
+        }),
+        response: { 200: storageChargePageSchema, ...problems(400, 403) },
+      },
+    },
+    async (request, reply) => {
+      const q = request.query;
+      const page = await storageCharges(ctx.db, callerOf(request), {
+        userId: q.user_id,
+        from: q.from ? new Date(q.from) : undefined,
+        to: q.to ? new Date(q.to) : undefined,
+        limit: q.limit,
+        after: afterCursor(q.cursor),
+      });
+      setNextPage(request, reply, page.nextCursor);
+      return { charges: page.items.map((c) => storageChargeJson(c, ctx.scale)), next_cursor: page.nextCursor };
+    },
+  );
+}

@@ -1,0 +1,91 @@
+/**
+ * Stored bytes, measured for billing (issue #28): once per period the storage service adds up what each owner stores
+ * (the buckets they made through the platform, their folder of the shared bucket), against the real S3 server, and
+ * reports the period that just ended; buckets made outside the platform are billed to nobody, a report billing could
+ * not take is sent again at the next period, and every instance agrees which period that is.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { periodEndedBy, type StorageUsage } from '../src/domain/metering.ts';
+import { startService, type TestService, uniqueBucket } from './helpers.ts';
+
+const reports: StorageUsage[] = [];
+let failing = false;
+let svc: TestService;
+
+beforeAll(async () => {
+  svc = await startService({
+    // Owner records of this file's own, so no other test's buckets are measured.
+    objectStore: { owners_bucket: uniqueBucket('owners') },
+    settings: { metering: { interval: '1h' } },
+    usageSink: {
+      async report(usage) {
+        if (failing) throw new Error('billing is down');
+        reports.push(usage);
+      },
+    },
+  });
+});
+afterAll(() => svc?.close());
+
+async function put(headers: Record<string, string>, url: string, bytes: number) {
+  const res = await svc.app.inject({ method: 'PUT', url, headers, payload: Buffer.alloc(bytes, 7) });
+  expect(res.statusCode, res.body).toBe(201);
+}
+
+describe('storage metering', () => {
+  it("measures each owner's buckets and shared-bucket folder, and reports the period that just ended", async () => {
+    const alice = await svc.issuer.user(['renter']);
+    const bob = await svc.issuer.user(['provider']);
+    const bobsDaemon = await svc.issuer.client('daemon', bob.id);
+    const mine = uniqueBucket('alice');
+    const theirs = uniqueBucket('bob');
+    expect((await svc.app.inject({ method: 'POST', url: `/buckets/${mine}`, headers: alice.headers })).statusCode).toBe(
+      201,
+    );
+    // A daemon's bucket is its owner's.
+    const made = await svc.app.inject({ method: 'POST', url: `/buckets/${theirs}`, headers: bobsDaemon.headers });
+    expect(made.statusCode).toBe(201);
+    await put(alice.headers, `/objects/${mine}/data/a.bin`, 1000);
+    await put(alice.headers, `/objects/${mine}/data/deep/b.bin`, 2500);
+    await put(alice.headers, '/objects/notes.txt', 300); // her folder of the shared bucket
+    await put(bobsDaemon.headers, `/objects/${theirs}/model.bin`, 4096);
+    // A bucket made at the store itself has no owner: nobody pays for it.
+    const loose = uniqueBucket('loose');
+    await svc.store.ensureBucket(loose);
+    await put(svc.auth, `/objects/${loose}/x.bin`, 9999);
+
+    const meter = svc.app.meter!;
+    const before = Date.now();
+    const result = await meter.meter();
+    const { start, end } = periodEndedBy(before, 3_600_000);
+    expect(result).toEqual({ reported: 2, failed: 0 });
+    const byUser = Object.fromEntries(reports.map((r) => [r.userId, r]));
+    expect(byUser[alice.id]).toEqual({ userId: alice.id, periodStart: start, periodEnd: end, bytes: 3800 });
+    expect(byUser[bob.id]).toMatchObject({ bytes: 4096, periodStart: start });
+    expect(end.getTime() % 3_600_000).toBe(0);
+    expect(end.getTime()).toBeLessThanOrEqual(before);
+  });
+
+  it('keeps a report billing could not take, and sends it again at the next period', async () => {
+    const carol = await svc.issuer.user(['renter']);
+    await put(carol.headers, '/objects/carol.bin', 512);
+    reports.length = 0;
+    failing = true;
+    const failed = await svc.app.meter!.meter();
+    expect(failed.failed).toBeGreaterThan(0);
+    expect(reports).toEqual([]);
+    failing = false;
+    await svc.app.meter!.meter();
+    // Carol's period twice: the kept report and this tick's (billing charges a period once).
+    expect(reports.filter((r) => r.userId === carol.id).map((r) => r.bytes)).toEqual([512, 512]);
+  });
+
+  it('agrees on periods from the epoch, whatever the moment', () => {
+    const at = Date.UTC(2026, 10, 24, 13, 37, 12);
+    expect(periodEndedBy(at, 3_600_000)).toEqual({
+      start: new Date(Date.UTC(2026, 10, 24, 12)),
+      end: new Date(Date.UTC(2026, 10, 24, 13)),
+    });
+    expect(periodEndedBy(at, 15 * 60_000).end).toEqual(new Date(Date.UTC(2026, 10, 24, 13, 30)));
+  });
+});
