@@ -1,24 +1,28 @@
 /**
- * `pnpm demo`: one GPU rental from sign-up to on-chain payout, on the platform `pnpm start` runs (started here, and
- * stopped at the end, when it is not running yet; PLATFORM_PORT_BASE and PLATFORM_DATA_DIR as for `pnpm start`).
+ * `pnpm demo`: a small GPU market from sign-up to on-chain payout, on the platform `pnpm start` runs (started here,
+ * and stopped at the end, when it is not running yet; PLATFORM_PORT_BASE and PLATFORM_DATA_DIR as for `pnpm start`).
  *
  *  1. A provider signs up, creates a daemon client, and runs the reference provider daemon on a simulated machine
- *     (4 × H100, an explicit configuration): it registers the machine and heartbeats. The provider sets its rates and
+ *     (8 × H100, an explicit configuration): it registers the machine and heartbeats. The provider sets its rates and
  *     turns automatic payouts on, to a Solana address of its own.
  *  2. A renter signs up, gets platform tokens on the local chain (the localnet's test wallet plays the faucet), opens
  *     a wallet, proves its address and deposits (an SPL transferChecked to the treasury, credited by billing).
- *  3. The renter finds the machine on the market with its own token (offers of 4 free H100s, 90 % reliable,
- *     cheapest first: the offer's price per GPU-hour is the quote's, to the last digit), uploads a dataset, quotes
- *     the machine, accepts the price and starts a session: billing prices it
- *     from the registry's record, the registry shows the machine busy, the daemon reports usage; the job reads the
- *     dataset and its output is uploaded with the daemon's uploader through a presigned URL the renter made; the
- *     renter reads it back.
- *  4. The renter ends the session: billing charges the started minute (the billing minute is not shortened: the
- *     session lasts seconds and is billed one minute), credits the provider's earnings and pays them out on chain;
- *     the registry shows the machine idle again.
- *  5. Reconciliation, read back from billing and the chain: renter paid = provider earned + platform fee, the fee is
- *     5% of the cost, the payout is the earnings, and each on-chain balance (the renter's address, the payout
- *     address, the treasury) matches its wallet. Exit status 0 only when every line holds.
+ *  3. The renter finds the machine on the market with its own token (offers of at least 4 free H100s, 90 % reliable,
+ *     cheapest first: the offer's price per GPU-hour is the quote's, to the last digit), uploads a dataset, quotes 4
+ *     of the machine's 8 GPUs, accepts the price and starts a session: billing prices those 4 from the registry's
+ *     record, the machine stays on the market with 4 GPUs free. A second renter, funded the same way, finds those 4
+ *     with its own token and rents them with a spend cap; the machine is busy, and a third renter is refused. The
+ *     job reads the dataset and its output is uploaded with the daemon's uploader through a presigned URL the renter
+ *     made; the renter reads it back. The daemon reports each session's usage from its own GPUs.
+ *  4. The daemon is killed (SIGKILL) mid-session and started again: it finds its machine and the running session, and
+ *     its usage reports resume. The second session ends at its cap once its first minute is billed, billed exactly to
+ *     the cap, and its 4 GPUs are back on the market.
+ *  5. The renter ends the session: billing charges the started minutes (the billing minute is not shortened),
+ *     credits the provider's earnings and pays them out on chain; the registry shows the machine idle again.
+ *  6. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
+ *     platform fee (5 %), the payouts are the earnings, each renter's wallet is what they deposited less their
+ *     rentals and storage charges, and each on-chain balance (the renters' addresses, the payout address, the
+ *     treasury) matches. Exit status 0 only when every line holds.
  *
  * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would. The last
  * line is `DEMO OK {json}` (what happened, with the payout's signature), or the command fails naming the step.
@@ -42,7 +46,7 @@ import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, trans
 import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
-import { type RentalFigures, reconcile } from './lib/demo-reconcile.ts';
+import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
 
 const ports = platformPorts();
@@ -131,14 +135,14 @@ async function checkDataFolder() {
 }
 
 /** A new user of the auth service with `roles`, logged in. */
-async function signUp(role: 'provider' | 'renter') {
+async function signUp(role: 'provider' | 'renter', as: string = role) {
   const email = `demo-${role}-${randomBytes(4).toString('hex')}@example.com`;
   const password = `Demo-${randomBytes(12).toString('base64url')}-9!`;
   const auth = authClient({ baseUrl: urls.auth });
   const { user } = unwrap(await auth.POST('/api/v1/auth/register', { body: { email, password, roles: [role] } }));
   const token: TokenSource = userLogin({ authUrl: urls.auth, email, password });
   await token.get();
-  say(`${role} signed up`, `${email} (user ${user.id})`);
+  say(`${as} signed up`, `${email} (user ${user.id})`);
   return { id: user.id, email, token };
 }
 
@@ -213,6 +217,77 @@ async function findOffer(token: TokenSource, machineId: string, priced: (pricePe
   });
 }
 
+/** A renter signed up, funded on the local chain with `received` tokens, with a wallet credited `deposit` of them. */
+async function fundedRenter(connection: Connection, as: string, received: number, depositAmount: string) {
+  const renter = await signUp('renter', as);
+  const key = Keypair.generate();
+  await faucet(connection, key, received);
+  say(`${as} funded on the local chain`, `${received} tokens for ${key.publicKey.toBase58()} (localnet faucet)`);
+  const billing = billingClient({ baseUrl: urls.billing, token: renter.token });
+  const wallet = unwrap(
+    await billing.POST('/api/v1/wallet', {
+      body: { owner_type: 'user', owner_id: renter.id, solana_address: key.publicKey.toBase58() },
+    }),
+  );
+  await proveAddress(billing, wallet.id, key);
+  const deposited = await deposit({
+    billing,
+    rpcUrl: urls.rpc,
+    keypair: key,
+    walletId: wallet.id,
+    amount: depositAmount,
+  });
+  say(`${as}'s deposit credited`, `${deposited.transaction.amount} tokens (signature ${deposited.signature})`);
+  return { ...renter, key, billing, wallet, received: String(received), deposited: deposited.transaction.amount };
+}
+type Renter = Awaited<ReturnType<typeof fundedRenter>>;
+
+/** Spawns the reference provider daemon with its configuration file. */
+function spawnDaemon(configFile: string): ChildProcess {
+  const daemon = spawn(process.execPath, ['--import', 'tsx', 'tools/provider-daemon/src/main.ts'], {
+    cwd: repoRoot,
+    env: { ...process.env, DAEMON_CONFIG_FILE: configFile },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  children.push(daemon);
+  return daemon;
+}
+
+/** The session as billing shows it to `renter` now. */
+async function sessionOf(renter: Renter, sessionId: string) {
+  return unwrap(
+    await renter.billing.GET('/api/v1/billing/current-usage/{sessionID}', {
+      params: { path: { sessionID: sessionId } },
+    }),
+  );
+}
+
+/** What a renter's wallet and address say once the market closed, with what storage charged them. */
+async function renterFigures(connection: Connection, renter: Renter, sessionCosts: string[]): Promise<RenterFigures> {
+  const balance = unwrap(
+    await renter.billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: renter.wallet.id } } }),
+  );
+  const perBilling = unwrap(
+    await renter.billing.GET('/api/v1/wallet/{walletID}/chain-balance', {
+      params: { path: { walletID: renter.wallet.id } },
+    }),
+  );
+  const storage = unwrap(
+    await renter.billing.GET('/api/v1/billing/storage-usage', { params: { query: { user_id: renter.id } } }),
+  );
+  return {
+    name: renter.email.split('@')[0]!,
+    total: balance.total,
+    available: balance.available,
+    deposited: renter.deposited,
+    sessionCosts,
+    storageCharged: storage.charges.map((c) => c.charged),
+    received: renter.received,
+    addressOnChain: await chainBalance(connection, renter.key.publicKey),
+    addressPerBilling: perBilling.token_balance,
+  };
+}
+
 async function main() {
   const platformChild = await platform();
   if (platformChild) children.push(platformChild);
@@ -247,16 +322,11 @@ async function main() {
     state_file: stateFile,
     provider: { name: 'demo-rig', hostname: 'demo-rig.local', location: 'demo' },
     heartbeat_interval: '2s',
-    gpu: { source: 'simulated', simulated_gpus: [h100, h100, h100, h100] },
+    gpu: { source: 'simulated', simulated_gpus: Array.from({ length: 8 }, () => h100) },
   };
   const configFile = path.join(work, 'daemon.yaml');
   writeFileSync(configFile, JSON.stringify(daemonConfig, null, 2), { mode: 0o600 });
-  const daemon = spawn(process.execPath, ['--import', 'tsx', 'tools/provider-daemon/src/main.ts'], {
-    cwd: repoRoot,
-    env: { ...process.env, DAEMON_CONFIG_FILE: configFile },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  children.push(daemon);
+  let daemon = spawnDaemon(configFile);
   const machineId = await until(
     'the daemon to register the machine',
     async () => {
@@ -267,9 +337,9 @@ async function main() {
     90_000,
   );
   const registry = registryClient({ baseUrl: urls.registry, token: provider.token });
-  const machine = unwrap(
-    await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }),
-  );
+  const machineNow = async () =>
+    unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
+  const machine = await machineNow();
   say('machine registered by the daemon', `${machineId}: ${machine.gpus.length} × ${machine.gpus[0]?.model_name}`);
 
   const providerBilling = billingClient({ baseUrl: urls.billing, token: provider.token });
@@ -296,36 +366,20 @@ async function main() {
   );
 
   // 2. The renter, tokens on chain, a wallet and a deposit.
-  const renter = await signUp('renter');
-  const renterKey = Keypair.generate();
-  const received = '1000';
-  await faucet(connection, renterKey, Number(received));
-  say('renter funded on the local chain', `1000 tokens for ${renterKey.publicKey.toBase58()} (localnet faucet)`);
-  const billing = billingClient({ baseUrl: urls.billing, token: renter.token });
-  const wallet = unwrap(
-    await billing.POST('/api/v1/wallet', {
-      body: { owner_type: 'user', owner_id: renter.id, solana_address: renterKey.publicKey.toBase58() },
-    }),
+  const { treasury_token_account: treasury, decimals } = unwrap(
+    await billingClient({ baseUrl: urls.billing }).GET('/api/v1/deposits/instructions'),
   );
-  await proveAddress(billing, wallet.id, renterKey);
-  const where = unwrap(await billing.GET('/api/v1/deposits/instructions'));
-  const treasuryBefore = await tokenAccountBalance(connection, where.treasury_token_account);
-  const deposited = await deposit({
-    billing,
-    rpcUrl: urls.rpc,
-    keypair: renterKey,
-    walletId: wallet.id,
-    amount: '900',
-  });
-  say('deposit credited', `${deposited.transaction.amount} tokens (signature ${deposited.signature})`);
+  const treasuryBefore = await tokenAccountBalance(connection, treasury);
+  const renter = await fundedRenter(connection, 'renter', 1000, '900');
+  const billing = renter.billing;
 
-  // 3. Discovery, the dataset, quote, start, busy, usage, the job's output.
+  // 3. The market: discovery, the dataset, quote, start; a second renter, a third refused; usage, a cap, the output.
   const quote = unwrap(
     await billing.POST('/api/v1/pricing/calculate', {
       body: { gpu_model: 'H100', gpu_count: 4, provider_id: machineId },
     }),
   );
-  // The market's price is billing's: the offer says per GPU-hour what the quote says for the machine's GPUs.
+  // The market's price is billing's: the offer says per GPU-hour what the quote says for 4 of the machine's GPUs.
   const offer = await findOffer(renter.token, machineId, (price) =>
     new Decimal(price).mul(quote.gpu_count).eq(quote.total_hourly_rate),
   );
@@ -341,16 +395,15 @@ async function main() {
   await objects.upload({ key: datasetKey }, dataset, { contentType: 'text/csv' });
   say('renter uploaded a dataset', `${datasetKey} (${dataset.length} bytes)`);
   say(
-    'quote for the machine',
+    "quote for 4 of the machine's GPUs",
     `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs): ${quote.gpu_count} × the offer's price`,
   );
-  const jobId = randomUUID();
-  const start = unwrap(
-    await billing.POST('/api/v1/billing/start-session', {
+  const startOn = (who: Renter, jobId: string, extra: { max_total_spend?: string } = {}) =>
+    who.billing.POST('/api/v1/billing/start-session', {
       params: { header: { 'idempotency-key': `demo-start-${jobId}` } },
       body: {
-        user_id: renter.id,
-        wallet_id: wallet.id,
+        user_id: who.id,
+        wallet_id: who.wallet.id,
         provider_id: machineId,
         job_id: jobId,
         gpu_model: 'H100',
@@ -358,16 +411,61 @@ async function main() {
         requested_vram_mb: 0,
         estimated_power_w: 0,
         accepted_hourly_rate: quote.total_hourly_rate,
+        ...extra,
       },
+    });
+  const jobId = randomUUID();
+  const start = unwrap(await startOn(renter, jobId));
+  const sessionId = start.session.id;
+  say(
+    'session started',
+    `${sessionId}: GPUs ${start.session.gpu_indices?.join(', ')} of the machine, ${start.hold_amount} tokens held`,
+  );
+  await until('the market to show the other 4 GPUs free', async () => {
+    const m = await machineNow();
+    const free = await findOffer(renter.token, machineId, () => true);
+    return m.status === 'idle' && free.free_gpus === 4 ? true : undefined;
+  });
+  say('registry', 'the machine stays idle, on the market with its 4 other GPUs');
+
+  // A second renter rents those 4 with a spend cap of its own; nothing is left for a third.
+  const second = await fundedRenter(connection, 'second renter', 60, '50');
+  const secondOffer = await findOffer(second.token, machineId, () => true);
+  const cap = '1.500000';
+  const capped = unwrap(await startOn(second, randomUUID(), { max_total_spend: cap }));
+  say(
+    'second renter found the other 4 GPUs with its own token and rented them, capped',
+    `${secondOffer.free_gpus} free; session ${capped.session.id} on GPUs ${capped.session.gpu_indices?.join(', ')}, at most ${cap} tokens`,
+  );
+  await until('the registry to show the machine busy', async () =>
+    (await machineNow()).status === 'busy' ? true : undefined,
+  );
+  say('registry', 'every GPU rented: the machine is busy');
+  const third = await signUp('renter', 'third renter');
+  const thirdBilling = billingClient({ baseUrl: urls.billing, token: third.token });
+  const thirdWallet = unwrap(
+    await thirdBilling.POST('/api/v1/wallet', {
+      body: { owner_type: 'user', owner_id: third.id, solana_address: Keypair.generate().publicKey.toBase58() },
     }),
   );
-  const sessionId = start.session.id;
-  say('session started', `${sessionId}, ${start.hold_amount} tokens held`);
-  await until('the registry to show the machine busy', async () => {
-    const m = unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
-    return m.status === 'busy' ? true : undefined;
+  const refused = await thirdBilling.POST('/api/v1/billing/start-session', {
+    body: {
+      user_id: third.id,
+      wallet_id: thirdWallet.id,
+      provider_id: machineId,
+      job_id: randomUUID(),
+      gpu_model: 'H100',
+      gpu_count: 4,
+      requested_vram_mb: 0,
+      estimated_power_w: 0,
+      accepted_hourly_rate: quote.total_hourly_rate,
+    },
   });
-  say('registry', 'the machine is busy');
+  const problem = refused.error as { code?: string } | undefined;
+  if (refused.response.status !== 409 || problem?.code !== 'PROVIDER_NOT_AVAILABLE') {
+    throw new Error(`a third renter of the full machine got ${refused.response.status} ${problem?.code}`);
+  }
+  say('third renter refused', `409 ${problem.code}: no 4 GPUs free on the machine`);
 
   // The renter hands the job presigned URLs: GET for the dataset, PUT for the output (keys of the renter's in the
   // default bucket, kept under users/<renter>/).
@@ -389,22 +487,63 @@ async function main() {
     "job read the dataset; its output uploaded with the daemon's uploader through a presigned URL, read back",
     `${outputKey} (${uploaded.bytes} bytes)`,
   );
-
   const usage = await until(
     'a usage report from the daemon',
     async () => {
-      const u = unwrap(
-        await billing.GET('/api/v1/billing/current-usage/{sessionID}', {
-          params: { path: { sessionID: sessionId } },
-        }),
-      );
+      const u = await sessionOf(renter, sessionId);
       return u.last_usage_at ? u : undefined;
     },
     60_000,
   );
-  say('usage reported by the daemon', `power ${usage.actual_power_w} W, cost so far ${usage.cost_so_far}`);
+  say(
+    'usage reported by the daemon',
+    `power ${usage.actual_power_w} W of its 4 GPUs, cost so far ${usage.cost_so_far}`,
+  );
 
-  // 4. End, earnings, payout on chain, idle.
+  // 4. The daemon killed mid-session and started again: it finds its machine and the session, and reports on.
+  daemon.kill('SIGKILL');
+  await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
+  const killedAt = Date.now();
+  say('daemon killed (SIGKILL) mid-session', `last usage at ${usage.last_usage_at}`);
+  await sleep(3000);
+  daemon = spawnDaemon(configFile);
+  const resumed = await until(
+    'usage reports from the restarted daemon',
+    async () => {
+      if (daemon.exitCode !== null) throw new Error('the restarted provider daemon exited');
+      const u = await sessionOf(renter, sessionId);
+      return u.last_usage_at && Date.parse(u.last_usage_at) > killedAt ? u : undefined;
+    },
+    60_000,
+  );
+  say('daemon restarted: same machine, the running session found, usage resumed', `usage at ${resumed.last_usage_at}`);
+
+  // The capped session ends at its cap once its first minute is billed, its GPUs back on the market.
+  const cappedEnd = await until(
+    'the capped session to end at its cap',
+    async () => {
+      const s = await sessionOf(second, capped.session.id);
+      return s.status === 'completed' ? s : undefined;
+    },
+    120_000,
+  );
+  if (cappedEnd.end_reason !== 'spend_cap' || cappedEnd.cost_so_far !== cap) {
+    throw new Error(`the capped session ended ${cappedEnd.end_reason} at ${cappedEnd.cost_so_far}`);
+  }
+  const secondRecord = unwrap(
+    await second.billing.GET('/api/v1/billing/history', { params: { query: { user_id: second.id } } }),
+  ).records.find((r) => r.session_id === capped.session.id);
+  if (!secondRecord) throw new Error("the capped session's billing record is missing");
+  say(
+    'second session ended at its spend cap',
+    `${secondRecord.total_cost} tokens for ${secondRecord.billed_minutes} started minute(s) (power ${cappedEnd.actual_power_w} W of its 4 GPUs)`,
+  );
+  await until('the registry to show the machine idle', async () =>
+    (await machineNow()).status === 'idle' ? true : undefined,
+  );
+  say('registry', "the capped session's 4 GPUs are back on the market");
+
+  // 5. End, earnings, payouts on chain, idle.
   const ended = unwrap(await billing.POST('/api/v1/billing/end-session', { body: { session_id: sessionId } }));
   const record = ended.billing_record;
   say(
@@ -412,64 +551,68 @@ async function main() {
     `${record.billed_minutes} started minute(s) billed (the billing minute is not shortened), ${record.total_cost} ` +
       `tokens: ${record.provider_earnings} to the provider, ${record.platform_fee} platform fee`,
   );
-  const payout = await until(
-    'the automatic payout',
+  const records = [record, secondRecord];
+  const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
+  const payouts = await until(
+    "the automatic payouts of every session's earnings",
     async () => {
       const list = unwrap(
         await providerBilling.GET('/api/v1/wallet/{walletID}/transactions', {
           params: { path: { walletID: payoutSetting.wallet_id }, query: { type: 'payout' } },
         }),
       );
-      const paid = list.transactions.find((t) => t.status === 'confirmed');
-      return paid ?? undefined;
+      const paid = list.transactions.filter((t) => t.status === 'confirmed');
+      const total = paid.reduce((sum, t) => sum.add(t.amount), new Decimal(0));
+      return total.eq(earned) ? paid : undefined;
     },
     60_000,
   );
   const onChain = await chainBalance(connection, payoutKey.publicKey);
-  say('paid out on chain', `${payout.amount} tokens, signature ${payout.signature}; the address now holds ${onChain}`);
-  await until('the registry to show the machine idle', async () => {
-    const m = unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
-    return m.status === 'idle' ? true : undefined;
-  });
+  say(
+    'paid out on chain',
+    `${payouts.map((p) => `${p.amount} (signature ${p.signature})`).join(', ')}; the address now holds ${onChain}`,
+  );
+  await until('the registry to show the machine idle', async () =>
+    (await machineNow()).status === 'idle' ? true : undefined,
+  );
   say('registry', 'the machine is idle again');
-  // 5. Reconciliation, read back from billing and the chain.
-  const balance = unwrap(
-    await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: wallet.id } } }),
-  );
-  const perBilling = unwrap(
-    await billing.GET('/api/v1/wallet/{walletID}/chain-balance', { params: { path: { walletID: wallet.id } } }),
-  );
-  const figures: RentalFigures = {
-    decimals: where.decimals,
-    totalCost: record.total_cost,
-    providerEarnings: record.provider_earnings,
-    platformFee: record.platform_fee,
-    platformFeePercent: start.session.rates.platform_fee_percent,
-    payoutAmount: payout.amount,
-    renterTotal: balance.total,
-    renterAvailable: balance.available,
-    deposited: deposited.transaction.amount,
-    renterReceived: received,
-    renterAddressOnChain: await chainBalance(connection, renterKey.publicKey),
-    renterAddressPerBilling: perBilling.token_balance,
+
+  // 6. Reconciliation, read back from billing and the chain.
+  const checks = reconcile({
+    decimals,
+    sessions: records.map((r, i) => ({
+      totalCost: r.total_cost,
+      providerEarnings: r.provider_earnings,
+      platformFee: r.platform_fee,
+      platformFeePercent: (i === 0 ? start : capped).session.rates.platform_fee_percent,
+    })),
+    renters: [
+      await renterFigures(connection, renter, [record.total_cost]),
+      await renterFigures(connection, second, [secondRecord.total_cost]),
+    ],
+    payouts: payouts.map((p) => p.amount),
     payoutAddressOnChain: onChain,
     treasuryBefore,
-    treasuryAfter: await tokenAccountBalance(connection, where.treasury_token_account),
-  };
-  const checks = reconcile(figures);
+    treasuryAfter: await tokenAccountBalance(connection, treasury),
+  });
   process.stdout.write('[demo] reconciliation, read back from billing and the chain:\n');
   for (const c of checks) process.stdout.write(`  ${c.ok ? 'ok  ' : 'FAIL'} ${c.line}\n`);
-  if (!checks.every((c) => c.ok)) throw new Error('the rental does not reconcile (FAIL lines above)');
+  if (!checks.every((c) => c.ok)) throw new Error('the market does not reconcile (FAIL lines above)');
+  const balance = unwrap(
+    await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: renter.wallet.id } } }),
+  );
   process.stdout.write(
     `DEMO OK ${JSON.stringify({
       provider_id: machineId,
       session_id: sessionId,
+      capped_session_id: capped.session.id,
       billed_minutes: record.billed_minutes,
       total_cost: record.total_cost,
       provider_earnings: record.provider_earnings,
       platform_fee: record.platform_fee,
-      payout_amount: payout.amount,
-      payout_signature: payout.signature,
+      capped_total_cost: secondRecord.total_cost,
+      payout_amounts: payouts.map((p) => p.amount),
+      payout_signatures: payouts.map((p) => p.signature),
       payout_address: payoutKey.publicKey.toBase58(),
       payout_address_balance: onChain,
       renter_available: balance.available,

@@ -50,7 +50,7 @@ async function machineOf(
 const call = (
   h: BillingHarness,
   headers: Record<string, string>,
-  method: 'POST' | 'PUT' | 'GET',
+  method: 'POST' | 'PUT' | 'GET' | 'DELETE',
   url: string,
   payload?: unknown,
 ) => h.app.inject({ method, url: `/api/v1${url}`, headers, ...(payload ? { payload } : {}) });
@@ -327,37 +327,155 @@ describe('billing and the provider registry', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
-  it('rents and prices the whole machine: one GPU asked of a four-GPU machine is four GPUs, quoted the same', async () => {
+  it('rents N of M GPUs, priced and quoted for those N: two renters share a machine, a third waits for one to end', async () => {
     const owner = await providerUser();
     const a100 = { model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 };
     const machine = await machineOf(owner, { gpus: [gpu(a100), gpu(a100), gpu(a100), gpu(a100)] });
-    const { userId, headers: renter, walletId } = await fundedRenter();
-    const quote = await call(billing, renter, 'POST', '/pricing/calculate', {
+    const renters = await Promise.all([0, 1, 2].map(() => fundedRenter()));
+    const quote = await call(billing, renters[0]!.headers, 'POST', '/pricing/calculate', {
       gpu_model: 'A100',
-      gpu_count: 1,
+      gpu_count: 2,
       provider_id: machine,
     });
-    // 4 × 2.00 + 4 × 80 GB × 0.02 + 1600 W × 0.001
-    expect(quote.json()).toMatchObject({ gpu_count: 4, total_hourly_rate: '16.000000' });
-    const cheap = await call(
+    // 2 × 2.00 + 2 × 80 GB × 0.02 + 800 W × 0.001
+    expect(quote.json()).toMatchObject({ gpu_count: 2, total_hourly_rate: '8.000000' });
+    const start = (r: (typeof renters)[number], count: number, rate = '8') =>
+      call(billing, r.headers, 'POST', '/billing/start-session', {
+        ...rentBody(r.userId, r.walletId, machine, 'A100', rate),
+        gpu_count: count,
+      });
+    const first = await start(renters[0]!, 2);
+    expect(first.statusCode, first.body).toBe(201);
+    expect(first.json().session).toMatchObject({
+      gpu_count: 2,
+      gpu_indices: [0, 1],
+      requested_vram_mb: 163840,
+      estimated_power_w: 800,
+      rates: { total_hourly_rate: quote.json().total_hourly_rate },
+    });
+    const second = await start(renters[1]!, 2);
+    expect(second.json().session).toMatchObject({ gpu_count: 2, gpu_indices: [2, 3] });
+    // Nothing left: the third renter is refused and charged nothing.
+    const third = await start(renters[2]!, 1, '10');
+    expect(third.statusCode).toBe(409);
+    expect(third.json()).toMatchObject({ code: 'PROVIDER_NOT_AVAILABLE', provider_status: 'busy' });
+    const balance = await call(billing, renters[2]!.headers, 'GET', `/wallet/${renters[2]!.walletId}/balance`);
+    expect(balance.json()).toMatchObject({ available: '100.000000', locked: '0.000000' });
+
+    // Ending the first frees its two GPUs only: the third gets exactly those, the second runs on.
+    const ended = await call(billing, renters[0]!.headers, 'POST', '/billing/end-session', {
+      session_id: first.json().session.id,
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
+    expect((await start(renters[2]!, 3, '20')).json()).toMatchObject({ code: 'PROVIDER_NOT_AVAILABLE' });
+    const next = await start(renters[2]!, 2);
+    expect(next.statusCode, next.body).toBe(201);
+    expect(next.json().session.gpu_indices).toEqual([0, 1]);
+    const running = await call(
       billing,
-      renter,
-      'POST',
-      '/billing/start-session',
-      rentBody(userId, walletId, machine, 'A100', '5'),
+      renters[1]!.headers,
+      'GET',
+      `/billing/current-usage/${second.json().session.id}`,
     );
-    // The price of one GPU is not accepted for the whole machine.
-    expect(cheap.statusCode).toBe(409);
-    expect(cheap.json().code).toBe('PRICE_NOT_ACCEPTED');
-    const started = await call(
-      billing,
-      renter,
-      'POST',
-      '/billing/start-session',
-      rentBody(userId, walletId, machine, 'A100', quote.json().total_hourly_rate),
+    expect(running.json().status).toBe('active');
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('never gives one GPU to two sessions, however many renters start at once on one machine', async () => {
+    const owner = await providerUser();
+    const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
+    const machine = await machineOf(owner, { gpus: Array.from({ length: 8 }, () => gpu(h100)) });
+    const renters = await Promise.all(Array.from({ length: 12 }, () => fundedRenter()));
+    // Twelve renters ask for 2 or 3 GPUs each of eight, all at once.
+    const answers = await Promise.all(
+      renters.map((r, i) =>
+        call(billing, r.headers, 'POST', '/billing/start-session', {
+          ...rentBody(r.userId, r.walletId, machine, 'H100', '50'),
+          gpu_count: 2 + (i % 2),
+        }),
+      ),
     );
+    const started = answers.filter((a) => a.statusCode === 201).map((a) => a.json().session);
+    for (const a of answers.filter((x) => x.statusCode !== 201)) {
+      expect(a.statusCode, a.body).toBe(409);
+      expect(a.json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    }
+    const held = started.flatMap((s) => s.gpu_indices as number[]);
+    expect(new Set(held).size).toBe(held.length);
+    expect(held.every((i) => i >= 0 && i < 8)).toBe(true);
+    // As many as fit: fewer than two GPUs are left free.
+    expect(8 - held.length).toBeLessThan(2);
+    const leases = await billing.db
+      .selectFrom('gpu_leases')
+      .select(['gpu_index', 'session_id'])
+      .where('provider_id', '=', machine)
+      .execute();
+    expect(leases.map((l) => l.gpu_index).sort((a, b) => a - b)).toEqual([...held].sort((a, b) => a - b));
+    // Each session was priced for its own GPUs only.
+    for (const s of started) expect(s.gpu_count).toBe(s.gpu_indices.length);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it("holds GPUs for the scheduler's renter until the reservation is used, cancelled or expires", async () => {
+    const owner = await providerUser();
+    const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
+    const machine = await machineOf(owner, { gpus: Array.from({ length: 4 }, () => gpu(h100)) });
+    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
+    const [renter, other] = await Promise.all([fundedRenter(), fundedRenter()]);
+    const reserve = (userId: string, count: number, ttl?: number) =>
+      call(billing, scheduler, 'POST', '/billing/reservations', {
+        user_id: userId,
+        provider_id: machine,
+        gpu_model: 'H100',
+        gpu_count: count,
+        ...(ttl ? { ttl_seconds: ttl } : {}),
+      });
+    // Renters cannot hold GPUs for nothing.
+    const self = await call(billing, renter.headers, 'POST', '/billing/reservations', {
+      user_id: renter.userId,
+      provider_id: machine,
+      gpu_model: 'H100',
+      gpu_count: 1,
+    });
+    expect(self.statusCode).toBe(403);
+
+    const reserved = await reserve(renter.userId, 3);
+    expect(reserved.statusCode, reserved.body).toBe(201);
+    expect(reserved.json()).toMatchObject({ user_id: renter.userId, provider_id: machine, gpu_indices: [0, 1, 2] });
+    const expiresIn = Date.parse(reserved.json().expires_at) - Date.now();
+    expect(expiresIn).toBeGreaterThan(50_000);
+    expect(expiresIn).toBeLessThanOrEqual(60_000);
+    const startAs = (r: typeof renter, body: Record<string, unknown>) =>
+      call(billing, r.headers, 'POST', '/billing/start-session', {
+        ...rentBody(r.userId, r.walletId, machine, 'H100', '50'),
+        ...body,
+      });
+    // Held for the renter: another renter gets the one GPU left, not the reserved ones, nor the reservation.
+    expect((await startAs(other, { gpu_count: 2 })).json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    const stolen = await startAs(other, { reservation_id: reserved.json().id });
+    expect(stolen.statusCode).toBe(409);
+    expect(stolen.json().code).toBe('RESERVATION_MISMATCH');
+    const started = await startAs(renter, { reservation_id: reserved.json().id, gpu_count: 3 });
     expect(started.statusCode, started.body).toBe(201);
-    expect(started.json().session).toMatchObject({ gpu_count: 4, requested_vram_mb: 327680, estimated_power_w: 1600 });
+    expect(started.json().session).toMatchObject({ gpu_count: 3, gpu_indices: [0, 1, 2] });
+    // Used once: the reservation is gone.
+    const again = await startAs(renter, { reservation_id: reserved.json().id });
+    expect(again.statusCode).toBe(404);
+    expect(again.json().code).toBe('RESERVATION_NOT_FOUND');
+
+    // The last GPU, reserved for a second, is free again once the reservation expires; a cancelled one at once.
+    expect((await reserve(other.userId, 1, 1)).statusCode).toBe(201);
+    expect((await reserve(renter.userId, 1)).json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    await new Promise((r) => setTimeout(r, 1100));
+    const late = await reserve(renter.userId, 1);
+    expect(late.statusCode, late.body).toBe(201);
+    const cancelled = await call(billing, scheduler, 'DELETE', `/billing/reservations/${late.json().id}`);
+    expect(cancelled.statusCode).toBe(204);
+    expect((await call(billing, scheduler, 'DELETE', `/billing/reservations/${late.json().id}`)).statusCode).toBe(404);
+    const last = await startAs(other, { gpu_count: 1 });
+    expect(last.statusCode, last.body).toBe(201);
+    expect(last.json().session.gpu_indices).toEqual([3]);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
   it('without NATS, asks the registry about machines with running sessions and ends those of a machine gone offline', async () => {

@@ -1,58 +1,85 @@
 /** The demo's reconciliation: exact, in base units; every mismatch a user would care about is a FAIL line. */
 import { describe, expect, it } from 'vitest';
-import { baseUnits, type RentalFigures, reconcile } from '../scripts/lib/demo-reconcile.ts';
+import { baseUnits, type MarketFigures, reconcile } from '../scripts/lib/demo-reconcile.ts';
 
-// What a real demo run read back (one minute of 4 H100s at 200/GPU-hour plus VRAM and power, 5% fee).
-const run: RentalFigures = {
+// What a real demo run read back: one renter's minute of 4 H100s, another's session ended at its cap of 1.5, 5% fee,
+// a storage charge, two payouts.
+const run: MarketFigures = {
   decimals: 6,
-  totalCost: '13.486197',
-  providerEarnings: '12.811887',
-  platformFee: '0.674310',
-  platformFeePercent: '5',
-  payoutAmount: '12.811887',
-  renterTotal: '886.513803',
-  renterAvailable: '886.513803',
-  deposited: '900.000000',
-  renterReceived: '1000',
-  renterAddressOnChain: '100',
-  renterAddressPerBilling: '100.000000',
-  payoutAddressOnChain: '12.811887',
+  sessions: [
+    { totalCost: '13.486197', providerEarnings: '12.811887', platformFee: '0.674310', platformFeePercent: '5' },
+    { totalCost: '1.500000', providerEarnings: '1.425000', platformFee: '0.075000', platformFeePercent: '5' },
+  ],
+  renters: [
+    {
+      name: 'renter',
+      total: '886.513801',
+      available: '886.513801',
+      deposited: '900.000000',
+      sessionCosts: ['13.486197'],
+      storageCharged: ['0.000001', '0.000001'],
+      received: '1000',
+      addressOnChain: '100',
+      addressPerBilling: '100.000000',
+    },
+    {
+      name: 'second renter',
+      total: '48.500000',
+      available: '48.500000',
+      deposited: '50',
+      sessionCosts: ['1.500000'],
+      storageCharged: [],
+      received: '60',
+      addressOnChain: '10',
+      addressPerBilling: '10',
+    },
+  ],
+  payouts: ['1.425000', '12.811887'],
+  payoutAddressOnChain: '14.236887',
   treasuryBefore: '1000000',
-  treasuryAfter: '1000887.188113',
+  treasuryAfter: '1000935.763113',
 };
-const failing = (f: RentalFigures) =>
+const failing = (f: MarketFigures) =>
   reconcile(f)
     .filter((c) => !c.ok)
     .map((c) => c.line);
+const renter = (i: number, over: Partial<MarketFigures['renters'][number]>) =>
+  run.renters.map((r, j) => (j === i ? { ...r, ...over } : r));
 
 describe('demo reconciliation', () => {
-  it('holds for a rental whose figures add up', () => {
+  it('holds for a market whose figures add up', () => {
     const checks = reconcile(run);
-    expect(checks).toHaveLength(7);
+    // Two lines per session, one for the payouts, two per renter, the payout address and the treasury.
+    expect(checks).toHaveLength(2 * 2 + 1 + 2 * 2 + 2);
     expect(failing(run)).toEqual([]);
   });
 
   it('fails on one base unit too many or too few anywhere', () => {
-    expect(failing({ ...run, providerEarnings: '12.811888', payoutAmount: '12.811888' })[0]).toMatch(
-      /^renter paid 13.486197 = provider earned 12.811888/,
-    );
-    expect(failing({ ...run, payoutAmount: '12.811886', payoutAddressOnChain: '12.811886' })).toEqual([
-      'paid out on chain 12.811886 = provider earned 12.811887',
-      'treasury on chain 887.188113 since the deposit = deposited 900.000000 - paid out 12.811886',
+    const [first, second] = run.sessions;
+    expect(failing({ ...run, sessions: [{ ...first!, providerEarnings: '12.811888' }, second!] })).toEqual([
+      'session 1: renter paid 13.486197 = provider earned 12.811888 + platform fee 0.674310',
+      'paid out on chain 14.236887 = provider earned 14.236888',
     ]);
-    expect(failing({ ...run, renterTotal: '886.513804', renterAvailable: '886.513804' })).toHaveLength(1);
-    expect(failing({ ...run, renterAvailable: '886.000000' })).toHaveLength(1); // something still locked
-    expect(failing({ ...run, renterAddressPerBilling: '99.999999' })).toHaveLength(1);
+    expect(failing({ ...run, payouts: ['1.425000', '12.811886'], payoutAddressOnChain: '14.236886' })).toEqual([
+      'paid out on chain 14.236886 = provider earned 14.236887',
+      'treasury on chain 935.763113 since the first deposit = deposited 950.000000 - paid out 14.236886',
+    ]);
+    // A storage charge the wallet does not show, or one base unit still locked.
+    expect(failing({ ...run, renters: renter(0, { storageCharged: ['0.000001'] }) })).toHaveLength(1);
+    expect(failing({ ...run, renters: renter(1, { available: '48.499999' }) })).toHaveLength(1);
+    expect(failing({ ...run, renters: renter(0, { addressPerBilling: '99.999999' }) })).toHaveLength(1);
     expect(failing({ ...run, payoutAddressOnChain: '0' })).toHaveLength(1);
-    expect(failing({ ...run, treasuryAfter: '1000887.188114' })).toHaveLength(1);
+    expect(failing({ ...run, treasuryAfter: '1000935.763114' })).toHaveLength(1);
   });
 
   it('checks the fee is the percentage of the cost to the token unit', () => {
     // 5% of 13.486197 is 0.67430985: 0.674310 is right, 0.674309 is off by more than half a unit.
-    expect(
-      failing({ ...run, platformFee: '0.674309', providerEarnings: '12.811888', payoutAmount: '12.811888' }),
-    ).toContain("platform fee 0.674309 = 5% of 13.486197, to the token's unit");
-    expect(failing({ ...run, platformFeePercent: '2.5' })).toHaveLength(1);
+    const [first, second] = run.sessions;
+    const skewed = { ...first!, platformFee: '0.674309', providerEarnings: '12.811888' };
+    expect(failing({ ...run, sessions: [skewed, second!], payouts: ['1.425000', '12.811888'] })).toContain(
+      "session 1: platform fee 0.674309 = 5% of 13.486197, to the token's unit",
+    );
+    expect(failing({ ...run, sessions: [{ ...first!, platformFeePercent: '2.5' }, second!] })).toHaveLength(1);
   });
 
   it('reads amounts exactly', () => {

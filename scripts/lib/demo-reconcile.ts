@@ -1,6 +1,7 @@
 /**
- * The demo's last word: what the services and the chain say after a rental, reconciled exactly (amounts as base
- * units of the token, integers). Each check is a line; the demo exits 0 only when every line holds.
+ * The demo's last word: what the services and the chain say once the market's rentals ended, reconciled exactly
+ * (amounts as base units of the token, integers): each session's split, the provider's payouts, each renter's wallet
+ * (deposits less rentals and storage) and address, the treasury. Each check is a line; the demo exits 0 only when every line holds.
  */
 
 /** Decimal token amount → base units (the token's `decimals`), exactly. */
@@ -15,28 +16,42 @@ export function baseUnits(amount: string, decimals: number): bigint {
   return m[1] ? -units : units;
 }
 
-/** What the demo read back from billing and the chain. */
-export interface RentalFigures {
-  decimals: number;
-  /** The session's billing record. */
+/** One rental's billing record. */
+interface SessionFigures {
   totalCost: string;
   providerEarnings: string;
   platformFee: string;
   platformFeePercent: string;
-  /** The automatic payout of the provider's earnings. */
-  payoutAmount: string;
-  /** The renter's wallet after the session: its total and available balance; what was deposited. */
-  renterTotal: string;
-  renterAvailable: string;
+}
+
+/** One renter: their wallet after the market closed, what they deposited and stored, their address on chain. */
+export interface RenterFigures {
+  name: string;
+  /** The wallet's total and available balance now. */
+  total: string;
+  available: string;
   deposited: string;
+  /** Every session the renter ran (their billing records' costs). */
+  sessionCosts: string[];
+  /** What storage charges took from the wallet (`charged` of each of the renter's storage charges). */
+  storageCharged: string[];
   /** Tokens the renter's address received before depositing, and its balance on chain now (read from the chain). */
-  renterReceived: string;
-  renterAddressOnChain: string;
+  received: string;
+  addressOnChain: string;
   /** Billing's own read of the renter's address (`GET /wallet/{id}/chain-balance`). */
-  renterAddressPerBilling: string;
+  addressPerBilling: string;
+}
+
+/** What the demo read back from billing and the chain once every session ended. */
+export interface MarketFigures {
+  decimals: number;
+  sessions: SessionFigures[];
+  renters: RenterFigures[];
+  /** The automatic payouts of the provider's earnings (confirmed on chain). */
+  payouts: string[];
   /** The payout address's balance on chain (it held nothing before). */
   payoutAddressOnChain: string;
-  /** The treasury token account before the deposit and after the payout. */
+  /** The treasury token account before the first deposit and after the last payout. */
   treasuryBefore: string;
   treasuryAfter: string;
 }
@@ -46,9 +61,10 @@ export interface Check {
   line: string;
 }
 
-/** Every check of the rental's money, as lines; the rental reconciles when every one is `ok`. */
-export function reconcile(f: RentalFigures): Check[] {
+/** Every check of the market's money, as lines; it reconciles when every one is `ok`. */
+export function reconcile(f: MarketFigures): Check[] {
   const u = (s: string) => baseUnits(s, f.decimals);
+  const sum = (xs: string[]) => xs.reduce((acc, x) => acc + u(x), 0n);
   const fmt = (units: bigint) => {
     const negative = units < 0n;
     const abs = negative ? -units : units;
@@ -57,43 +73,59 @@ export function reconcile(f: RentalFigures): Check[] {
     return `${negative ? '-' : ''}${abs / scale}.${frac}`;
   };
   const check = (ok: boolean, line: string): Check => ({ ok, line });
-  const cost = u(f.totalCost);
-  const earned = u(f.providerEarnings);
-  const fee = u(f.platformFee);
-  // The fee is the percentage of the cost, rounded to the token's unit: within half a unit of the exact share.
-  const [whole, part = ''] = f.platformFeePercent.split('.');
-  const pctScale = 10n ** BigInt(part.length);
-  const pct = BigInt(whole ?? '0') * pctScale + BigInt(part || '0');
-  const exactFeeTimes200 = cost * pct * 2n; // (cost × pct / 100) × 200 / pctScale, compared as integers
-  const feeTimes200 = fee * 100n * pctScale * 2n;
-  const feeOk = feeTimes200 - exactFeeTimes200 <= 100n * pctScale && exactFeeTimes200 - feeTimes200 <= 100n * pctScale;
-  const deposited = u(f.deposited);
-  const payout = u(f.payoutAmount);
-  return [
+  const checks: Check[] = [];
+  f.sessions.forEach((s, i) => {
+    const cost = u(s.totalCost);
+    const earned = u(s.providerEarnings);
+    const fee = u(s.platformFee);
+    const label = f.sessions.length > 1 ? `session ${i + 1}: ` : '';
+    // The fee is the percentage of the cost, rounded to the token's unit: within half a unit of the exact share.
+    const [whole, part = ''] = s.platformFeePercent.split('.');
+    const pctScale = 10n ** BigInt(part.length);
+    const pct = BigInt(whole ?? '0') * pctScale + BigInt(part || '0');
+    const exactFeeTimes200 = cost * pct * 2n; // (cost × pct / 100) × 200 / pctScale, compared as integers
+    const feeTimes200 = fee * 100n * pctScale * 2n;
+    const feeOk =
+      feeTimes200 - exactFeeTimes200 <= 100n * pctScale && exactFeeTimes200 - feeTimes200 <= 100n * pctScale;
+    checks.push(
+      check(
+        cost === earned + fee,
+        `${label}renter paid ${fmt(cost)} = provider earned ${fmt(earned)} + platform fee ${fmt(fee)}`,
+      ),
+      check(feeOk, `${label}platform fee ${fmt(fee)} = ${s.platformFeePercent}% of ${fmt(cost)}, to the token's unit`),
+    );
+  });
+  const earned = sum(f.sessions.map((s) => s.providerEarnings));
+  const paidOut = sum(f.payouts);
+  checks.push(check(paidOut === earned, `paid out on chain ${fmt(paidOut)} = provider earned ${fmt(earned)}`));
+  for (const r of f.renters) {
+    const deposited = u(r.deposited);
+    const paid = sum(r.sessionCosts);
+    const stored = sum(r.storageCharged);
+    checks.push(
+      check(
+        u(r.total) === deposited - paid - stored && u(r.available) === u(r.total),
+        `${r.name}'s wallet ${fmt(u(r.total))} (all available) = deposited ${fmt(deposited)} - rentals ` +
+          `${fmt(paid)} - storage ${fmt(stored)}`,
+      ),
+      check(
+        u(r.addressOnChain) === u(r.received) - deposited && u(r.addressPerBilling) === u(r.addressOnChain),
+        `${r.name}'s address on chain ${fmt(u(r.addressOnChain))} = received ${fmt(u(r.received))} - ` +
+          `deposited ${fmt(deposited)} (billing reads ${fmt(u(r.addressPerBilling))})`,
+      ),
+    );
+  }
+  const deposited = sum(f.renters.map((r) => r.deposited));
+  checks.push(
     check(
-      cost === earned + fee,
-      `renter paid ${fmt(cost)} = provider earned ${fmt(earned)} + platform fee ${fmt(fee)}`,
-    ),
-    check(feeOk, `platform fee ${fmt(fee)} = ${f.platformFeePercent}% of ${fmt(cost)}, to the token's unit`),
-    check(payout === earned, `paid out on chain ${fmt(payout)} = provider earned ${fmt(earned)}`),
-    check(
-      u(f.renterTotal) === deposited - cost && u(f.renterAvailable) === u(f.renterTotal),
-      `renter's wallet ${fmt(u(f.renterTotal))} (all available) = deposited ${fmt(deposited)} - paid ${fmt(cost)}`,
+      u(f.payoutAddressOnChain) === paidOut,
+      `provider's payout address on chain ${fmt(u(f.payoutAddressOnChain))} = paid out ${fmt(paidOut)}`,
     ),
     check(
-      u(f.renterAddressOnChain) === u(f.renterReceived) - deposited &&
-        u(f.renterAddressPerBilling) === u(f.renterAddressOnChain),
-      `renter's address on chain ${fmt(u(f.renterAddressOnChain))} = received ${fmt(u(f.renterReceived))} - ` +
-        `deposited ${fmt(deposited)} (billing reads ${fmt(u(f.renterAddressPerBilling))})`,
+      u(f.treasuryAfter) - u(f.treasuryBefore) === deposited - paidOut,
+      `treasury on chain ${fmt(u(f.treasuryAfter) - u(f.treasuryBefore))} since the first deposit = deposited ` +
+        `${fmt(deposited)} - paid out ${fmt(paidOut)}`,
     ),
-    check(
-      u(f.payoutAddressOnChain) === payout,
-      `provider's payout address on chain ${fmt(u(f.payoutAddressOnChain))} = paid out ${fmt(payout)}`,
-    ),
-    check(
-      u(f.treasuryAfter) - u(f.treasuryBefore) === deposited - payout,
-      `treasury on chain ${fmt(u(f.treasuryAfter) - u(f.treasuryBefore))} since the deposit = deposited ` +
-        `${fmt(deposited)} - paid out ${fmt(payout)}`,
-    ),
-  ];
+  );
+  return checks;
 }

@@ -82,7 +82,7 @@ export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-hand
 export type { HealthCheck } from './http/health.ts';
 export { NEXT_CURSOR_HEADER, setNextPage } from './http/paging.ts';
 export { headersOf, problemOf, statusOf } from './http/problem.ts';
-export { problemSchema } from './http/problem-schema.ts';
+export { noBody, problemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';

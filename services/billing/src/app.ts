@@ -16,6 +16,7 @@ import type { ProviderDirectory } from './domain/provider-directory.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
+import { reservationRoutes } from './routes/reservations.ts';
 import { schemas } from './routes/schemas.ts';
 import { sessionRoutes } from './routes/sessions.ts';
 import { storageRoutes } from './routes/storage.ts';
@@ -118,5 +119,6 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(sessionRoutes, routeDeps);
   await app.register(usageRoutes, routeDeps);
   await app.register(storageRoutes, routeDeps);
+  await app.register(reservationRoutes, routeDeps);
   return app;
 }

@@ -201,6 +201,17 @@ export const billingErrors = {
     new AppError('conflict', 'PROVIDER_NOT_AVAILABLE', `provider ${providerId} ${why}`, {
       extra: { provider_id: providerId, provider_status: status },
     }),
+  gpuGroupTooSmall: (providerId: string, asked: number, minimum: number) =>
+    new AppError(
+      'conflict',
+      'GPU_GROUP_TOO_SMALL',
+      `provider ${providerId} rents its GPUs in groups of at least ${minimum}, ${asked} asked`,
+      { extra: { provider_id: providerId, min_gpus_per_rental: minimum } },
+    ),
+  reservationNotFound: (reservationId: string) =>
+    errors.notFound('RESERVATION_NOT_FOUND', `reservation ${reservationId} does not exist or has expired`),
+  reservationMismatch: (reservationId: string, why: string) =>
+    errors.conflict('RESERVATION_MISMATCH', `reservation ${reservationId} ${why}`),
   chainNotConfigured: () =>
     new AppError(
       'unavailable',

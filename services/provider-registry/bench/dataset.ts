@@ -147,11 +147,12 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     [JSON.stringify(BASE_RATES)],
   );
   await client.query(`
-    INSERT INTO offers (provider_id, gpu_model, model_names, model_key, gpu_count, healthy_gpus, free_gpus, vram_mb,
-                        avg_vram_mb, avg_power_w, architecture, driver_version, driver_version_parts,
-                        compute_capability, compute_capability_parts, region, status, price_per_gpu_hour, reliability,
-                        uptime_30d, observed_seconds_30d, sessions_ended, sessions_failed)
-    SELECT o.provider_id, o.names[1], o.names, o.mkey, o.n, o.healthy,
+    INSERT INTO offers (provider_id, gpu_model, model_names, model_key, gpu_count, healthy_gpus, unrented_gpus,
+                        free_gpus, vram_mb, avg_vram_mb, avg_power_w, architecture, driver_version,
+                        driver_version_parts, compute_capability, compute_capability_parts, region, status,
+                        price_per_gpu_hour, reliability, uptime_30d, observed_seconds_30d, sessions_ended,
+                        sessions_failed)
+    SELECT o.provider_id, o.names[1], o.names, o.mkey, o.n, o.healthy, o.healthy,
            CASE WHEN o.status = 'idle' THEN o.healthy ELSE 0 END, o.vram, o.avg_vram, o.avg_power, o.arch,
            '550.54.15', '{550,54,15}', '8.0', '{8,0}', o.location, o.status,
            (coalesce(c.base_rates ->> o.mkey, c.base_rates ->> 'default')::numeric
@@ -159,7 +160,8 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
            0.8 + (${hash('o.i', 'reliability')} % 2001) / 10000.0, 0.8 + (${hash('o.i', 'reliability')} % 2001) / 10000.0,
            2592000, 40, 0
     FROM (
-      -- As offers_refresh_gpus aggregates: by model key, VRAM and power over the healthy GPUs.
+      -- As offers_refresh_gpus aggregates: by model key, VRAM and power over the healthy GPUs (no session holds any:
+      -- every healthy GPU is unrented).
       SELECT f.i, g.provider_id, m.mkey, min(m.arch) AS arch, p.status, p.location,
              array_agg(DISTINCT g.model_name ORDER BY g.model_name) AS names, count(*)::int AS n,
              (count(*) FILTER (WHERE g.is_healthy))::int AS healthy,

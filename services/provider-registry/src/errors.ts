@@ -35,17 +35,18 @@ export const registryErrors = {
     errors.conflict('SESSION_ENDED', `session ${sessionId} has ended; it cannot run again`),
   /**
    * An explicit status change that contradicts the provider's rental sessions (`domain/provider-sessions.ts`):
-   * `idle` while a session runs, or `busy` without one. `providerId` is null for a registration.
+   * `idle` while it is fully rented, or `busy` while it is not. `providerId` is null for a registration.
    */
   statusContradictsSessions: (providerId: string | null, status: string, conflict: 'rented' | 'not_rented') =>
     errors.conflict(
       'STATUS_CONTRADICTS_SESSIONS',
       conflict === 'rented'
-        ? `provider ${providerId} is rented (a billing session runs on it): it cannot be set ${status}; only billing ` +
-            'moves a rented machine back to idle, when its last session ends (offline, maintenance or error take it ' +
-            'off the market and end its sessions)'
-        : `${providerId === null ? 'a new provider' : `provider ${providerId}`} has no running billing session: it ` +
-            `cannot be set ${status}; billing marks a machine busy when a session starts on it`,
+        ? `provider ${providerId} is fully rented (billing sessions hold every GPU group it could rent): it cannot ` +
+            `be set ${status}; only billing's session reports move a rented machine back to idle, when a session ` +
+            'ends (offline, maintenance or error take it off the market and end its sessions)'
+        : `${providerId === null ? 'a new provider' : `provider ${providerId}`} is not fully rented (no billing ` +
+            `session runs on it, or it has GPUs left to rent): it cannot be set ${status}; billing's session reports ` +
+            'mark a machine busy once nothing is left to rent',
     ),
   unknownGpuIndex: (index: number, gpuCount: number) => new UnknownGpuIndex(index, gpuCount),
   idMismatch: (pathId: string, bodyId: string) =>

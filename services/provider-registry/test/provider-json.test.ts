@@ -48,6 +48,7 @@ describe('the provider presenter and the SQL renderer', () => {
       ip_address: '2001:db8::1',
       location: `location ${awkward}`,
       status: 'maintenance',
+      min_gpus_per_rental: 2,
       metadata: { [`key ${awkward}`]: awkward, nested: { list: [1, 1.5, -0.25, true, null], empty: {} } },
       gpus: [
         gpu({ model_name: `model ${awkward}`, memory_bandwidth: Number.MAX_SAFE_INTEGER }),
@@ -111,8 +112,10 @@ describe('the provider presenter and the SQL renderer', () => {
       registered_at: '2025-03-04T05:06:07.999Z',
       gpus: [{ architecture: null, cuda_cores: null, utilization_gpu: null, is_healthy: true }],
     });
+    expect(shown(withoutGpus).min_gpus_per_rental).toBe(1);
     expect(shown(withGpus)).toMatchObject({
       status: 'maintenance',
+      min_gpus_per_rental: 2,
       gpus: [
         { utilization_gpu: 0, temperature: 255, memory_bandwidth: Number.MAX_SAFE_INTEGER },
         { architecture: null, tensor_cores: 0, is_healthy: false },

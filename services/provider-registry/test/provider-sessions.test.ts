@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { connectPublisher, type NatsPublisher } from '@gpu/common';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EventCollector, type Harness, register, startHarness } from './helpers.ts';
+import { EventCollector, gpu, type Harness, register, startHarness } from './helpers.ts';
 
 let h: Harness;
 let billing: NatsPublisher;
@@ -33,13 +33,17 @@ afterAll(async () => {
 
 type Kind = 'started' | 'grace_period' | 'resumed' | 'low_balance' | 'completed' | 'terminated';
 
-/** Publishes billing's session event (its envelope and the part of the session the registry reads), as billing's relay does. */
+/**
+ * Publishes billing's session event (its envelope and the part of the session the registry reads), as billing's relay
+ * does; `session` adds to the session's JSON (`gpu_indices`).
+ */
 async function sessionEvent(
   kind: Kind,
   providerId: string,
   sessionId: string,
   eventId = randomUUID(),
   endReason: string | null = null,
+  session: Record<string, unknown> = {},
 ) {
   const status =
     { started: 'active', grace_period: 'grace_period', resumed: 'active', low_balance: 'active' }[kind as string] ??
@@ -50,7 +54,7 @@ async function sessionEvent(
       event_id: eventId,
       kind: `session.${kind}`,
       occurred_at: new Date().toISOString(),
-      session: { id: sessionId, provider_id: providerId, status, billed_minutes: 0, end_reason: endReason },
+      session: { id: sessionId, provider_id: providerId, status, billed_minutes: 0, end_reason: endReason, ...session },
     },
     { msgId: eventId },
   );
@@ -193,6 +197,49 @@ describe('billing session events over NATS', () => {
     await drained();
     expect(await statusOf(p.id)).toBe('idle');
     expect(await sessionRows(p.id)).toEqual([a, b, c].sort().map((session_id) => ({ session_id, active: false })));
+  });
+
+  it('holds the GPUs a session names (none: every GPU): busy only once no GPU group is left to rent', async () => {
+    const p = await register(h.app, { gpus: Array.from({ length: 8 }, () => gpu()) });
+    const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];
+    await sessionEvent('started', p.id, a, undefined, null, { gpu_indices: [0, 1, 2, 3] });
+    await drained();
+    expect(await statusOf(p.id)).toBe('idle');
+    // A grace period's event names none: the session keeps its GPUs.
+    await sessionEvent('grace_period', p.id, a, undefined, null, { gpu_indices: null });
+    await sessionEvent('started', p.id, b, undefined, null, { gpu_indices: [7, 6, 5, 4] });
+    expect(await until(p.id, 'busy')).toBe('busy');
+    await sessionEvent('completed', p.id, a);
+    expect(await until(p.id, 'idle')).toBe('idle');
+    const held = await h.database.db
+      .selectFrom('provider_sessions')
+      .select(['session_id', 'active', 'gpu_indices'])
+      .where('provider_id', '=', p.id)
+      .execute();
+    expect(held.sort((x, y) => Number(x.active) - Number(y.active))).toEqual([
+      { session_id: a, active: false, gpu_indices: [0, 1, 2, 3] },
+      { session_id: b, active: true, gpu_indices: [4, 5, 6, 7] },
+    ]);
+    // A session of the whole machine (billing's sessions before per-GPU leases name none).
+    await sessionEvent('started', p.id, c);
+    expect(await until(p.id, 'busy')).toBe('busy');
+    // A start with a malformed list can never apply: acknowledged, and nothing changes. An end does not depend on it.
+    const d = randomUUID();
+    await sessionEvent('started', p.id, d, undefined, null, { gpu_indices: [1, 1] });
+    await drained();
+    expect((await sessionRows(p.id)).map((r) => r.session_id)).not.toContain(d);
+    await sessionEvent('completed', p.id, c, undefined, null, { gpu_indices: 'all' });
+    expect(await until(p.id, 'idle')).toBe('idle');
+
+    await h.app.events.flush();
+    await events.waitFor(() => events.about(p.id).length === 5);
+    expect(events.about(p.id).map((e) => [e.data.previous_status, e.data.status, e.data.reason])).toEqual([
+      [null, 'idle', 'registered'],
+      ['idle', 'busy', 'session_started'],
+      ['busy', 'idle', 'session_ended'],
+      ['idle', 'busy', 'session_started'],
+      ['busy', 'idle', 'session_ended'],
+    ]);
   });
 
   it('never overrides offline, error or maintenance, and a session that ends meanwhile leaves them too', async () => {

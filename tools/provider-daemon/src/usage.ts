@@ -1,7 +1,9 @@
 /**
  * Usage reports to billing, for every running session on this machine. The daemon asks billing which sessions run
- * here (`GET /billing/sessions?provider_id=…&status=running`, its token sees only its owner's machines), and reports
- * each one's usage: the machine's GPU utilization and power draw now.
+ * here (`GET /billing/sessions?provider_id=…&status=running`, its token sees only its owner's machines) and which of
+ * the machine's GPUs each one rents (`gpu_indices`: positions in the machine's GPU list as the daemon registered it,
+ * the driver's order), and reports each one's usage: the utilization and power draw of its own GPUs now (of every GPU
+ * for a session that names none: a whole-machine rental).
  *
  * One report per session and minute: the message ID is `<session>:<minute since the epoch>`, so a report sent twice
  * (a retry, a restart within the minute, a heartbeat twice a minute) is applied once; billing bills elapsed time by
@@ -28,21 +30,34 @@ interface UsageReport {
   message_id: string;
 }
 
-/** The reports of one moment for the given sessions, from the machine's GPU readings. */
-function usageReports(sessionIds: string[], readings: GpuReading[], now: Date): UsageReport[] {
-  const utilization = readings.length
-    ? readings.reduce((sum, r) => sum + (r.utilizationGpu ?? 0), 0) / readings.length
-    : 0;
-  const power = readings.reduce((sum, r) => sum + (r.powerDraw ?? 0), 0);
+/** A session running on the machine and the GPUs it rents (null: every GPU). */
+export interface RunningSession {
+  id: string;
+  gpuIndices: number[] | null;
+}
+
+/** The readings of the session's GPUs: those at its indices in the machine's GPU list. */
+function readingsOf(session: RunningSession, readings: GpuReading[]): GpuReading[] {
+  if (!session.gpuIndices) return readings;
+  const mine = new Set(session.gpuIndices);
+  return readings.filter((_, index) => mine.has(index));
+}
+
+/** The reports of one moment for the given sessions, each from the readings of its own GPUs. */
+function usageReports(sessions: RunningSession[], readings: GpuReading[], now: Date): UsageReport[] {
   const minute = Math.floor(now.getTime() / MINUTE_MS);
-  return sessionIds.map((id) => ({
-    session_id: id,
-    timestamp: now.toISOString(),
-    gpu_utilization: Math.min(100, Math.max(0, Math.round(utilization * 100) / 100)),
-    power_draw_w: power,
-    metrics: { gpus: readings.length, minute },
-    message_id: `${id}:${minute}`,
-  }));
+  return sessions.map((session) => {
+    const own = readingsOf(session, readings);
+    const utilization = own.length ? own.reduce((sum, r) => sum + (r.utilizationGpu ?? 0), 0) / own.length : 0;
+    return {
+      session_id: session.id,
+      timestamp: now.toISOString(),
+      gpu_utilization: Math.min(100, Math.max(0, Math.round(utilization * 100) / 100)),
+      power_draw_w: own.reduce((sum, r) => sum + (r.powerDraw ?? 0), 0),
+      metrics: { gpus: own.length, minute },
+      message_id: `${session.id}:${minute}`,
+    };
+  });
 }
 
 export interface UsageReporterDeps {
@@ -65,8 +80,8 @@ export class UsageReporter {
   }
 
   /** The running sessions on the machine, every page. */
-  async runningSessions(providerId: string): Promise<string[]> {
-    const ids: string[] = [];
+  async runningSessions(providerId: string): Promise<RunningSession[]> {
+    const sessions: RunningSession[] = [];
     let cursor: string | undefined;
     do {
       const page = unwrap(
@@ -74,10 +89,10 @@ export class UsageReporter {
           params: { query: { provider_id: providerId, status: 'running', limit: 200, ...(cursor ? { cursor } : {}) } },
         }),
       );
-      ids.push(...page.sessions.map((s) => s.id));
+      sessions.push(...page.sessions.map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null })));
       cursor = page.next_cursor ?? undefined;
     } while (cursor);
-    return ids;
+    return sessions;
   }
 
   /** Reports the usage of every running session on the machine; the number of reports sent. */

@@ -64,10 +64,10 @@ function config(over: Record<string, unknown> = {}): DaemonConfig {
 }
 
 /** A provider's daemon on a simulated H100 machine, attached to its registry record. */
-async function daemonOnMachine(publisher: EventPublisher = new NoopPublisher()) {
+async function daemonOnMachine(publisher: EventPublisher = new NoopPublisher(), over: Record<string, unknown> = {}) {
   const owner = await platform.providerUser();
   const token: TokenSource = await platform.machineClient('daemon', owner.id);
-  const c = config();
+  const c = config(over);
   const make = () => {
     const usage = new UsageReporter({ config: c, logger, token, publisher });
     return { usage, daemon: new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage }) };
@@ -78,7 +78,7 @@ async function daemonOnMachine(publisher: EventPublisher = new NoopPublisher()) 
 }
 
 /** A renter of the real auth service renting the machine at billing; the session's ID. */
-async function rent(providerId: string): Promise<string> {
+async function rent(providerId: string, gpuCount = 1): Promise<string> {
   const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
   const headers = { authorization: `Bearer ${tokens.access_token}` };
   const wallet = await billing.app.inject({
@@ -98,10 +98,10 @@ async function rent(providerId: string): Promise<string> {
       provider_id: providerId,
       job_id: randomUUID(),
       gpu_model: 'H100',
-      gpu_count: 1,
+      gpu_count: gpuCount,
       requested_vram_mb: 0,
       estimated_power_w: 0,
-      accepted_hourly_rate: '10',
+      accepted_hourly_rate: '100',
     },
   });
   expect(started.statusCode, started.body).toBe(201);
@@ -159,6 +159,34 @@ describe('provider daemon usage reports', () => {
     expect((await records(sessionId)).length).toBe(3);
     const other = await daemonOnMachine();
     expect(await other.usage.runningSessions(providerId)).toEqual([]);
+  });
+
+  it('reports each session of a shared machine from its own GPUs only', async () => {
+    // Eight H100s drawing 100, 110, ... 170 W: two renters take four each.
+    const simulated_gpus = Array.from({ length: 8 }, (_, i) => ({
+      name: 'NVIDIA H100 80GB HBM3',
+      memory_total_mib: 81559,
+      power_limit_w: 700,
+      utilization_gpu: i < 4 ? 20 : 80,
+      power_draw_w: 100 + 10 * i,
+    }));
+    const { usage, providerId } = await daemonOnMachine(new NoopPublisher(), {
+      gpu: { source: 'simulated', simulated_gpus },
+    });
+    const first = await rent(providerId, 4);
+    const second = await rent(providerId, 4);
+    expect(await usage.runningSessions(providerId)).toEqual(
+      expect.arrayContaining([
+        { id: first, gpuIndices: [0, 1, 2, 3] },
+        { id: second, gpuIndices: [4, 5, 6, 7] },
+      ]),
+    );
+    const readings = await gpuSource(config({ gpu: { source: 'simulated', simulated_gpus } }).gpu).read();
+    expect(await usage.report(providerId, readings, aheadOfNow())).toBe(2);
+    const [a] = await records(first);
+    const [b] = await records(second);
+    expect(a).toMatchObject({ gpu_utilization: '20', power_draw_w: String(100 + 110 + 120 + 130) });
+    expect(b).toMatchObject({ gpu_utilization: '80', power_draw_w: String(140 + 150 + 160 + 170) });
   });
 
   it('reports over NATS JetStream with its token, and falls back to HTTP when NATS does not take a report', async () => {

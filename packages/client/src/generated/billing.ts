@@ -61,6 +61,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/reservations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hold N of a machine's GPUs for a renter for a short time (the scheduler)
+         * @description The GPUs are chosen as a start would choose them (the lowest-indexed free healthy GPUs of the model; 409 GPU_GROUP_TOO_SMALL below the machine's `min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when not enough are free) and held until `expires_at`: no other start or reservation gets them. The renter's `POST /billing/start-session` with `reservation_id` rents exactly these GPUs; unused, they are free again at `expires_at`. Reserving costs nothing. Only platform services and admins.
+         */
+        post: operations["reserveGpus"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/reservations/{reservationID}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Free a reservation's GPUs before it expires
+         * @description 204; 404 RESERVATION_NOT_FOUND when it holds no GPUs (unknown, expired, or already used by a start). Only platform services and admins.
+         */
+        delete: operations["cancelReservation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/sessions": {
         parameters: {
             query?: never;
@@ -783,6 +823,40 @@ export interface components {
              */
             vram_rate_per_gb_hour?: string | null;
         };
+        Reservation: {
+            expires_at: string;
+            /** @description the GPUs held, by their index in the registry's record */
+            gpu_indices: number[];
+            /** @description the model as the machine reports it */
+            gpu_model: string;
+            /**
+             * Format: uuid
+             * @description name it as `reservation_id` in POST /billing/start-session
+             */
+            id: string;
+            /** Format: uuid */
+            provider_id: string;
+            /** Format: uuid */
+            user_id: string;
+        };
+        ReservationRequest: {
+            /** @default 1 */
+            gpu_count?: number;
+            /** @description matched by model key (`H100` finds `NVIDIA H100 80GB HBM3`) */
+            gpu_model: string;
+            /** Format: uuid */
+            provider_id: string;
+            /**
+             * @description how long the GPUs are held unless a start takes them
+             * @default 60
+             */
+            ttl_seconds?: number;
+            /**
+             * Format: uuid
+             * @description the renter the GPUs are held for: only a start for this user may use them
+             */
+            user_id: string;
+        };
         Session: {
             /** @description power draw of the latest usage update (W) */
             actual_power_w: string | null;
@@ -792,6 +866,8 @@ export interface components {
             ended_at: string | null;
             estimated_power_w: number;
             gpu_count: number;
+            /** @description the machine's GPUs the session rents, by their index in the registry's record of the machine (what its daemon reports usage for); null: a session without a registry, or one that rented the whole machine */
+            gpu_indices: number[] | null;
             gpu_model: string;
             grace_until: string | null;
             /** Format: uuid */
@@ -877,6 +953,11 @@ export interface components {
              * @default 0
              */
             requested_vram_mb?: number;
+            /**
+             * Format: uuid
+             * @description a reservation of the machine's GPUs held for this user (POST /billing/reservations): the session rents exactly those GPUs; 404 RESERVATION_NOT_FOUND when it has expired or names another machine
+             */
+            reservation_id?: string;
             /** Format: uuid */
             user_id: string;
             /** Format: uuid */
@@ -1304,6 +1385,69 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reserveGpus: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReservationRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    cancelReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                reservationID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description freed */
+            204: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

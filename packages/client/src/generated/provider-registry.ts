@@ -180,13 +180,13 @@ export interface paths {
         get?: never;
         /**
          * Report a rental session running on the provider (billing, without NATS)
-         * @description Idempotent. The provider goes idle -> busy; offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
+         * @description Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again; offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
          */
         put: operations["reportSessionRunning"];
         post?: never;
         /**
          * Report a rental session ended (billing, without NATS)
-         * @description Idempotent; also for a session never reported running (it is kept as ended). The provider goes busy -> idle when no session is left; other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`). Only admins and platform services.
+         * @description Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs; other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`). Only admins and platform services.
          */
         delete: operations["reportSessionEnded"];
         options?: never;
@@ -283,12 +283,14 @@ export interface components {
             /** @description CUDA compute capability */
             compute_capability: string | null;
             driver_version: string;
-            /** @description healthy and not rented */
+            /** @description healthy GPUs of the group that no running session holds (listed only while the machine is idle and they are at least `min_gpus_per_rental`) */
             free_gpus: number;
             /** @description the machine's GPUs of this model key */
             gpu_count: number;
             /** @description as the driver names the group's first GPU */
             gpu_model: string;
+            /** @description the smallest group of GPUs a rental may take on the machine (its owner's setting) */
+            min_gpus_per_rental: number;
             /** @description billing's model key: what prices the group, and what a rental of it takes */
             model_key: string;
             /** @description every name of the group's GPUs (`H100 80GB HBM3`, `H100 PCIe`) */
@@ -375,6 +377,8 @@ export interface components {
             metadata: {
                 [key: string]: unknown;
             };
+            /** @description the smallest group of GPUs a rental may take on the machine (1-64) */
+            min_gpus_per_rental: number;
             name: string;
             owner_id: string;
             /** @description RFC 3339 UTC */
@@ -444,6 +448,11 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * @description the smallest group of GPUs a rental may take on the machine (default 1); a machine whose GPU groups all have fewer free GPUs is off the market
+             * @default 1
+             */
+            min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
             name: string;
             /** @description identifier of the owning user */
@@ -475,6 +484,8 @@ export interface components {
         SessionReport: {
             /** @description whether the session counts as running on the provider */
             active: boolean;
+            /** @description the GPUs the session holds, by index in index order; null: every GPU of the machine */
+            gpu_indices: number[] | null;
             message: string;
             /**
              * @description provider status
@@ -491,6 +502,11 @@ export interface components {
              */
             status: "idle" | "busy" | "offline" | "maintenance" | "error";
         };
+        /** @description What a running session holds; the body is optional (none, or `{}`: every GPU of the machine) */
+        SessionRunningRequest: {
+            /** @description the GPUs the session holds, by index; absent or null: every GPU of the machine */
+            gpu_indices?: number[] | null;
+        } | null;
         /** @description A provider's status before and after a status update or a heartbeat */
         StatusResult: {
             /** Format: uuid */
@@ -549,6 +565,11 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * @description the smallest group of GPUs a rental may take on the machine (default 1); a machine whose GPU groups all have fewer free GPUs is off the market
+             * @default 1
+             */
+            min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
             name: string;
             /** @description identifier of the owning user */
@@ -1114,7 +1135,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionRunningRequest"];
+            };
+        };
         responses: {
             /** @description OK */
             200: {
@@ -1132,6 +1157,8 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

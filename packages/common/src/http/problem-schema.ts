@@ -13,3 +13,6 @@ export const problemSchema = z
   })
   .loose()
   .describe('RFC 9457 problem details (application/problem+json)');
+
+/** A response without a body (204 and the like), documented as such: `null` in the OpenAPI document. */
+export const noBody = (description: string) => z.null().meta({ type: 'null', description });

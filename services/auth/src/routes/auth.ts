@@ -1,5 +1,5 @@
 /** /api/v1/auth: register, login, refresh, logout, me. */
-import { type App, callerOf, USER_ROLES, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, noBody, USER_ROLES, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
 import { currentUser, register } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
@@ -42,7 +42,6 @@ const loginBodySchema = z
  * An answer with no body (204). `type: 'null'` in the JSON schema is what tells @fastify/swagger to describe no
  * content (a plain `z.null()` reads as a JSON body of `null`).
  */
-const noBody = (description: string) => z.null().meta({ type: 'null', description });
 
 export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(

@@ -80,6 +80,8 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         powerW: g.power_consumption ?? null,
         healthy: g.is_healthy,
       })),
+      // A registry from before per-GPU leases does not say: any group may be rented.
+      minGpusPerRental: (p as { min_gpus_per_rental?: number }).min_gpus_per_rental ?? 1,
     };
   };
   return {

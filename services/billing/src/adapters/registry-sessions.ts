@@ -2,7 +2,7 @@
  * Billing's session events to the provider registry over HTTP, for a billing that runs without NATS (`pnpm start`):
  * an `EventPublisher` for billing's transactional outbox whose "publish" of a session event is the registry's
  * `PUT /providers/{id}/sessions/{sessionId}` (the session runs: `session.started`, `session.grace_period`,
- * `session.resumed`) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), and
+ * `session.resumed`; its body names the GPUs the session holds) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), and
  * of a price event the market's (`pricing.platform_rates`: `PUT /prices`; `pricing.provider_rates`:
  * `PUT /providers/{id}/prices`), with billing's machine client and the event's correlation ID. Other events have no
  * HTTP reader and count as sent.
@@ -26,7 +26,13 @@ const FINAL = new Set([400, 404, 409]);
 /** The parts of billing's events the registry is called with. */
 interface EventBody {
   kind?: string;
-  session?: { id?: string; provider_id?: string; user_id?: string; end_reason?: string | null };
+  session?: {
+    id?: string;
+    provider_id?: string;
+    user_id?: string;
+    end_reason?: string | null;
+    gpu_indices?: number[] | null;
+  };
   card?: unknown;
   provider_id?: string;
   rates?: unknown;
@@ -103,8 +109,10 @@ export function registrySessionPublisher(
         ...(endReason ? { end_reason: endReason } : {}),
         ...(renterId && UUID.test(renterId) ? { renter_id: renterId } : {}),
       };
+      // A running session names the GPUs it holds (none named: the whole machine, as before per-GPU leases).
+      const gpuIndices = body.session?.gpu_indices;
       const result = RUNNING.has(kind)
-        ? await client.PUT(path, request)
+        ? await client.PUT(path, { ...request, body: gpuIndices ? { gpu_indices: gpuIndices } : {} })
         : await client.DELETE(path, { ...request, params: { ...request.params, query } });
       return settled(
         result.response,

@@ -130,8 +130,10 @@ export interface RentalSessionTable {
   provider_wallet_id: string;
   /** The user who owns the provider machine (null: unknown, only admins and services report its usage). */
   provider_owner_id: string | null;
-  /** Started from the registry's record: the session rents the whole machine (one running such session each). */
+  /** Started from the registry's record: the session holds GPUs of the machine (`gpu_leases`). */
   reserves_machine: Generated<boolean>;
+  /** The machine's GPUs the session rents, by their index in the registry's record (null: none named). */
+  gpu_indices: number[] | null;
   job_id: string;
   gpu_model: string;
   gpu_count: number;
@@ -224,6 +226,17 @@ export interface StorageChargeTable {
   created_at: Generated<Date>;
 }
 
+/** A GPU of a machine held by a running session or by a reservation until it expires (migration XIII). */
+interface GpuLeaseTable {
+  provider_id: string;
+  gpu_index: number;
+  session_id: string | null;
+  reservation_id: string | null;
+  user_id: string | null;
+  expires_at: Date | null;
+  created_at: Generated<Date>;
+}
+
 export interface BillingDB {
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
@@ -238,4 +251,5 @@ export interface BillingDB {
   idempotency_keys: IdempotencyKeyTable;
   outbox_events: OutboxEventTable;
   storage_charges: StorageChargeTable;
+  gpu_leases: GpuLeaseTable;
 }

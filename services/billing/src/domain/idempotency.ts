@@ -83,6 +83,8 @@ const NOT_DEFINITIVE = new Set([
   // The state of another service, which changes by itself: a retry must ask again.
   'PROVIDER_NOT_AVAILABLE',
   'PROVIDER_NOT_FOUND',
+  'GPU_GROUP_TOO_SMALL',
+  'RESERVATION_NOT_FOUND',
   'PROVIDER_REGISTRY_UNAVAILABLE',
   'MALFORMED_JSON',
   'DEPOSIT_NOT_FINAL',

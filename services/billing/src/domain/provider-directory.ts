@@ -17,7 +17,10 @@ export interface ProviderRecord {
   ownerId: string;
   /** `idle`, `busy`, `offline`, `maintenance` or `error`. */
   status: string;
+  /** The machine's GPUs; a GPU's index in this list is how leases name it. */
   gpus: ProviderGpu[];
+  /** The smallest group of GPUs a rental may take on the machine (the owner's setting; 1 by default). */
+  minGpusPerRental: number;
 }
 
 export interface ProviderDirectory {

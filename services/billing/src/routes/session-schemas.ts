@@ -41,6 +41,13 @@ export const sessionSchema = z
     job_id: z.string(),
     gpu_model: z.string(),
     gpu_count: z.number().int(),
+    gpu_indices: z
+      .array(z.number().int())
+      .nullable()
+      .describe(
+        "the machine's GPUs the session rents, by their index in the registry's record of the machine (what its " +
+          'daemon reports usage for); null: a session without a registry, or one that rented the whole machine',
+      ),
     requested_vram_mb: z.number().int(),
     estimated_power_w: z.number().int(),
     actual_power_w: z.string().nullable().describe('power draw of the latest usage update (W)'),

@@ -41,6 +41,13 @@ const startSessionBody = z
     provider_id: z.uuid(),
     job_id: z.string().min(1).max(200),
     ...resourceShape,
+    reservation_id: z
+      .uuid()
+      .optional()
+      .describe(
+        "a reservation of the machine's GPUs held for this user (POST /billing/reservations): the session rents " +
+          'exactly those GPUs; 404 RESERVATION_NOT_FOUND when it has expired or names another machine',
+      ),
     accepted_hourly_rate: amountString
       .optional()
       .describe(
@@ -170,6 +177,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             walletId: b.wallet_id,
             providerId: b.provider_id,
             jobId: b.job_id,
+            reservationId: b.reservation_id,
             gpuModel: b.gpu_model,
             gpuCount: b.gpu_count,
             requestedVramMb: b.requested_vram_mb,

@@ -14,7 +14,14 @@ import type { BillingState } from '../domain/context.ts';
 import { Dec, formatAmount } from '../domain/ledger/index.ts';
 import type { StoredProviderRates } from '../domain/pricing/index.ts';
 import { formatRate, type HourlyRates } from '../domain/pricing/index.ts';
-import type { CurrentUsage, SessionEnd, SessionStart, UsageRecord, UsageResult } from '../domain/sessions/index.ts';
+import type {
+  CurrentUsage,
+  Reservation,
+  SessionEnd,
+  SessionStart,
+  UsageRecord,
+  UsageResult,
+} from '../domain/sessions/index.ts';
 import { sessionRates } from '../domain/sessions/index.ts';
 import type { AutoPayoutSetting, EarningsSummary, Wallet } from '../domain/wallets/index.ts';
 
@@ -85,6 +92,7 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     job_id: s.job_id,
     gpu_model: s.gpu_model,
     gpu_count: s.gpu_count,
+    gpu_indices: s.gpu_indices,
     requested_vram_mb: s.requested_vram_mb,
     estimated_power_w: s.estimated_power_w,
     actual_power_w: s.actual_power_w === null ? null : new Dec(s.actual_power_w).toFixed(),
@@ -285,5 +293,17 @@ export function storageChargeJson(c: StorageChargeRow, scale: number) {
     unpaid: formatAmount(c.unpaid, scale),
     transaction_id: c.transaction_id,
     created_at: iso(c.created_at),
+  };
+}
+
+/** A reservation of a machine's GPUs. */
+export function reservationJson(r: Reservation) {
+  return {
+    id: r.id,
+    user_id: r.userId,
+    provider_id: r.providerId,
+    gpu_model: r.gpuModel,
+    gpu_indices: r.gpuIndices,
+    expires_at: r.expiresAt.toISOString(),
   };
 }

@@ -4,8 +4,9 @@
  * explicit ack) that reports each session's start or end to `ProviderSessions`, which keeps rented providers `busy`
  * (domain/provider-sessions.ts).
  *
- * `session.started`, `session.grace_period`, `session.resumed` and `session.low_balance` say the session runs;
- * `session.completed` and `session.terminated` that it ended. Reports are idempotent and order-free, so redeliveries and duplicates are
+ * `session.started`, `session.grace_period`, `session.resumed` and `session.low_balance` say the session runs, holding
+ * the GPUs its `session.gpu_indices` names (null or absent: every GPU of the machine; one schema with billing's HTTP
+ * reports: wire/sessions.ts); `session.completed` and `session.terminated` that it ended. Reports are idempotent and order-free, so redeliveries and duplicates are
  * harmless. An event that can never apply is settled and logged (malformed, or its provider ID not a UUID:
  * terminated; about a provider the registry does not know: acknowledged); any other failure (the database away) is
  * nak'ed and redelivered later.
@@ -15,26 +16,12 @@
  */
 import { isAppError, type Logger, type NatsPublisher, type Principal, startDurableConsumer } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
-import { z } from 'zod';
 import type { Market } from '../domain/market.ts';
 import type { ProviderSessions } from '../domain/provider-sessions.ts';
 import { priceEventSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
+import { sessionEventSchema, toSessionReport } from '../wire/sessions.ts';
 
 const SESSION_CONSUMER = 'provider-registry-sessions';
-
-const RUNNING_KINDS = ['session.started', 'session.grace_period', 'session.resumed', 'session.low_balance'] as const;
-const ENDED_KINDS = ['session.completed', 'session.terminated'] as const;
-
-/** The part of billing's session event the registry reads (the rest of its body is billing's session JSON). */
-const sessionEventSchema = z.object({
-  kind: z.enum([...RUNNING_KINDS, ...ENDED_KINDS]),
-  session: z.object({
-    id: z.uuid(),
-    provider_id: z.uuid(),
-    user_id: z.uuid().optional(),
-    end_reason: z.string().nullish(),
-  }),
-});
 
 /** Who a message of billing's stream acts as (billing: a platform service). */
 const BILLING_EVENTS_PRINCIPAL: Principal = Object.freeze({
@@ -69,21 +56,18 @@ export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsu
     ackWaitMs: 30_000,
     schema: sessionEventSchema,
     handle: async (event, msg: JsMsg) => {
-      const { id, provider_id } = event.session;
-      const running = (RUNNING_KINDS as readonly string[]).includes(event.kind);
+      const report = toSessionReport(event);
       try {
-        await opts.sessions.report(
-          BILLING_EVENTS_PRINCIPAL,
-          provider_id,
-          id,
-          running,
-          msg.headers?.get('X-Correlation-ID') || undefined,
-          event.session.end_reason,
-          event.session.user_id,
-        );
+        await opts.sessions.report(BILLING_EVENTS_PRINCIPAL, {
+          ...report,
+          correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
+        });
       } catch (err) {
         if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;
-        opts.logger.info({ session_id: id, provider_id }, 'session event about an unknown provider ignored');
+        opts.logger.info(
+          { session_id: report.sessionId, provider_id: report.providerId },
+          'session event about an unknown provider ignored',
+        );
       }
       return 'ack';
     },

@@ -20,6 +20,7 @@ export interface OfferRow {
   model_names: string[];
   gpu_count: number;
   free_gpus: number;
+  min_gpus_per_rental: number;
   vram_mb: string;
   architecture: string | null;
   driver_version: string;
@@ -274,7 +275,8 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
       : sql`o.reliability ${dir}, o.provider_id ${dir}, o.model_key ${dir}`;
   const sortValue = key === 'price' ? sql`trim_scale(o.price_per_gpu_hour)::text` : sql`o.reliability::text`;
   const { rows } = await sql<OfferRow>`
-    SELECT o.provider_id, o.model_key, o.gpu_model, o.model_names, o.gpu_count, o.free_gpus, o.vram_mb, o.architecture,
+    SELECT o.provider_id, o.model_key, o.gpu_model, o.model_names, o.gpu_count, o.free_gpus, o.min_gpus_per_rental,
+      o.vram_mb, o.architecture,
       o.driver_version, o.compute_capability, o.region, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
       ${sortValue} AS sort_value

@@ -73,6 +73,8 @@ function providerFieldJson(field: ProviderField, offlineAfterMs: number): JsonTe
       return sql<string>`to_json(${effectiveStatusSql(offlineAfterMs)})::text`;
     case 'gpus':
       return gpusJson;
+    case 'integer':
+      return jsonLiteral(column);
     case 'timestamp':
       return jsonTimestamp(column);
     case 'object':

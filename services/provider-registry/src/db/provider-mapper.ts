@@ -10,6 +10,7 @@ export interface ProviderListRow {
   hostname: string | null;
   ip_address: string | null;
   status: ProviderStatus;
+  min_gpus_per_rental: number;
   location: string | null;
   metadata: Record<string, unknown> | string | null;
   registered_at: Date | string;
@@ -43,6 +44,7 @@ export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
     ip_address: row.ip_address,
     status: row.status,
     gpus: [...gpus].sort((a, b) => a.idx - b.idx).map(toGpu),
+    min_gpus_per_rental: row.min_gpus_per_rental,
     location: row.location,
     registered_at: asDate(row.registered_at),
     last_seen_at: asDate(row.last_seen_at),

@@ -6,15 +6,21 @@
 import { type Kysely, sql, type Transaction } from 'kysely';
 import { GPU_FIELDS } from '../domain/gpu-fields.ts';
 import { offerGroups } from '../domain/offers.ts';
-import { type Provider, type ProviderInput, type ProviderStatus, summarizeGpus } from '../domain/provider.ts';
+import {
+  MIN_GPUS_PER_RENTAL,
+  type Provider,
+  type ProviderInput,
+  type ProviderStatus,
+  summarizeGpus,
+} from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
 import { writeOffers } from './offer-repository.ts';
 import { type ProviderListRow, toGpuRows, toProvider } from './provider-mapper.ts';
 import type { GpuRow, RegistryDB } from './schema.ts';
-import { hasActiveSession } from './session-repository.ts';
 import { effectiveStatusSql } from './sql-rules.ts';
 import { withStatusEvents } from './status-event-sql.ts';
+import { applyRentalRule, isFullyRented } from './status-repository.ts';
 
 type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
 
@@ -38,6 +44,7 @@ function selectProviders(db: Db, offlineAfterMs: number) {
       'p.name',
       'p.hostname',
       'p.ip_address',
+      'p.min_gpus_per_rental',
       'p.location',
       'p.metadata',
       'p.registered_at',
@@ -106,6 +113,7 @@ function writableFields(input: ProviderInput, status: ProviderStatus) {
     status,
     location: input.location ?? null,
     metadata: JSON.stringify(input.metadata ?? {}),
+    min_gpus_per_rental: input.min_gpus_per_rental ?? MIN_GPUS_PER_RENTAL.default,
     ...summarizeGpus(input.gpus),
   };
 }
@@ -154,17 +162,20 @@ export async function insertProvider(
  * Replaces every writable field and the GPU list in one transaction.
  * `last_seen_at` moves only when the status changes (an explicit status
  * update), and so does a status event get recorded. Returns the previous
- * stored status, or undefined when the provider does not exist. `guard` is
- * called under the row lock with whether the provider has a running rental
- * session; what it throws rolls the update back.
+ * stored status and the one it has now, or undefined when the provider does
+ * not exist. With a status, `guard` is called under the row lock, once the
+ * new GPUs and minimum are written, with whether the provider is fully rented
+ * (the rental rule's condition); what it throws rolls the update back.
+ * Without one, the rental rule is applied to the new GPUs and minimum (a
+ * machine can become fully rented, or rentable again).
  */
 export async function replaceProvider(
   db: Kysely<RegistryDB>,
   id: string,
   input: ProviderInput,
   recording?: EventRecording,
-  guard?: (rented: boolean) => void,
-): Promise<{ previous: ProviderStatus; owner_id: string } | undefined> {
+  guard?: (fullyRented: boolean) => void,
+): Promise<{ previous: ProviderStatus; status: ProviderStatus; owner_id: string } | undefined> {
   try {
     return await db.transaction().execute(async (tx) => {
       const current = await tx
@@ -174,7 +185,6 @@ export async function replaceProvider(
         .forUpdate()
         .executeTakeFirst();
       if (!current) return undefined;
-      guard?.(await hasActiveSession(tx, id));
       const previous = current.status as ProviderStatus;
       const status = input.status ?? previous;
       const changed = status !== previous;
@@ -187,7 +197,12 @@ export async function replaceProvider(
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
       await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
       await writeGpus(tx, id, input, status);
-      return { previous, owner_id: current.owner_id };
+      if (input.status !== undefined) {
+        guard?.(await isFullyRented(tx, id));
+        return { previous, status, owner_id: current.owner_id };
+      }
+      const rented = await applyRentalRule(tx, id, recording);
+      return { previous, status: rented?.status ?? status, owner_id: current.owner_id };
     });
   } catch (err) {
     rethrowDuplicate(err, input);

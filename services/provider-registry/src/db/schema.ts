@@ -24,6 +24,8 @@ interface ProvidersTable {
   gpu_architectures: Generated<string>;
   /** When the machine entered its current class of status (up, down, neither): the reliability migration. */
   status_since: Generated<Date>;
+  /** The smallest group of GPUs a rental may take on the machine (1-64): the GPU leases migration. */
+  min_gpus_per_rental: Generated<number>;
 }
 
 /**
@@ -51,6 +53,8 @@ interface ProviderSessionsTable {
   session_id: string;
   provider_id: string;
   active: boolean;
+  /** The GPUs the session holds, by index; null: every GPU of the machine. */
+  gpu_indices: number[] | null;
   updated_at: Timestamp;
 }
 
@@ -89,6 +93,10 @@ interface OffersTable {
   gpu_count: number;
   healthy_gpus: Generated<number>;
   free_gpus: Generated<number>;
+  /** Healthy GPUs of the group no active session holds (see the GPU leases migration). */
+  unrented_gpus: Generated<number>;
+  /** The machine's `min_gpus_per_rental`. */
+  min_gpus_per_rental: Generated<number>;
   vram_mb: Generated<string>;
   avg_vram_mb: Generated<string>;
   avg_power_w: Generated<string>;

@@ -9,9 +9,9 @@ import { type RawBuilder, sql } from 'kysely';
 import {
   AUTO_OFFLINE_FROM,
   type ProviderStatus,
+  RENTABLE_STATUS,
+  RENTED_STATUS,
   REVIVED_BY_HEARTBEAT,
-  REVIVED_RENTED_STATUS,
-  REVIVED_STATUS,
 } from '../domain/provider.ts';
 
 const list = (xs: readonly string[]) =>
@@ -40,10 +40,27 @@ export function effectiveStatusIs(status: ProviderStatus, offlineAfterMs: number
 }
 
 /**
- * The status after a heartbeat (the heartbeat rule), given the locked current row `cur`: a revived provider with an
- * active rental session comes back `busy`. The session lookup runs only for a revival (CASE evaluates lazily).
+ * Whether the locked current row `cur` is fully rented, the rental rule's condition (`domain/provider-sessions.ts`):
+ * an active session runs on it, and none of its GPU groups (offers) has `min_gpus_per_rental` GPUs that are healthy
+ * and held by no active session (`offers.unrented_gpus`, which the database keeps: the GPU leases migration).
  */
-export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN (CASE WHEN EXISTS (SELECT 1 FROM provider_sessions s WHERE s.provider_id = cur.id AND s.active) THEN ${sql.lit(REVIVED_RENTED_STATUS)} ELSE ${sql.lit(REVIVED_STATUS)} END) ELSE cur.status END)`;
+const fullyRentedSql = sql<boolean>`(EXISTS (SELECT 1 FROM provider_sessions s WHERE s.provider_id = cur.id AND s.active) AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.provider_id = cur.id AND o.unrented_gpus >= o.min_gpus_per_rental))`;
+
+/** `fullyRentedSql` for one provider, read on its own (under the caller's row lock). */
+export const isFullyRentedSql = (id: string) =>
+  sql<{ fully_rented: boolean }>`SELECT ${fullyRentedSql} AS fully_rented FROM providers cur WHERE cur.id = ${id}`;
+
+/**
+ * The status after a heartbeat (the heartbeat rule), given the locked current row `cur`: a revived provider that is
+ * fully rented comes back `busy`. The session lookup runs only for a revival (CASE evaluates lazily).
+ */
+export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN (CASE WHEN ${fullyRentedSql} THEN ${sql.lit(RENTED_STATUS)} ELSE ${sql.lit(RENTABLE_STATUS)} END) ELSE cur.status END)`;
+
+/**
+ * The status after the rental rule, given the locked current row `cur`: `busy` when fully rented and `idle` when not,
+ * for a provider in either; every other state kept.
+ */
+export const statusAfterRentalSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list([RENTABLE_STATUS, RENTED_STATUS])}) THEN (CASE WHEN ${fullyRentedSql} THEN ${sql.lit(RENTED_STATUS)} ELSE ${sql.lit(RENTABLE_STATUS)} END) ELSE cur.status END)`;
 
 /**
  * A WHERE condition on the provider row `p`: stored in `status`, an auto-offline state, and silent past the bound.

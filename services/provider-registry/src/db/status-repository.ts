@@ -11,7 +11,7 @@ import type { ProviderStatus } from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
 import type { RegistryDB } from './schema.ts';
-import { isStale, statusAfterHeartbeatSql } from './sql-rules.ts';
+import { isFullyRentedSql, isStale, statusAfterHeartbeatSql, statusAfterRentalSql } from './sql-rules.ts';
 import { withStatusEvents } from './status-event-sql.ts';
 
 export interface StatusWrite {
@@ -65,6 +65,37 @@ export async function setStatus(
   return rows[0];
 }
 
+/**
+ * Whether the provider is fully rented (the rental rule's condition, `domain/provider-sessions.ts`); false for a
+ * provider that does not exist. Call it under the provider's row lock.
+ */
+export async function isFullyRented(db: Kysely<RegistryDB>, id: string): Promise<boolean> {
+  const { rows } = await isFullyRentedSql(id).execute(db);
+  return rows[0]?.fully_rented ?? false;
+}
+
+/**
+ * Applies the rental rule to the provider (`statusAfterRentalSql`: `idle` -> `busy` once fully rented, `busy` ->
+ * `idle` once not), recording the status event with the change; the write, or undefined when the status stays.
+ * `last_seen_at` is left alone: a rental says nothing about whether the machine is alive.
+ */
+export async function applyRentalRule(
+  db: Kysely<RegistryDB>,
+  id: string,
+  recording: EventRecording | undefined,
+): Promise<StatusWrite | undefined> {
+  const { rows } = await withStatusEvents<StatusWrite>(
+    sql`
+    UPDATE providers p SET status = cur.next
+    FROM (SELECT cur.id, cur.status, ${statusAfterRentalSql} AS next FROM providers cur WHERE cur.id = ${id}
+          FOR UPDATE OF cur) cur
+    WHERE p.id = cur.id AND cur.next <> cur.status
+    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`,
+    recording,
+  ).execute(db);
+  return rows[0];
+}
+
 /** The column type of each kind of GPU field (as the migrations created the columns). */
 const COLUMN_TYPE: Record<GpuFieldType, RawBuilder<unknown>> = {
   text: sql`text`,
@@ -100,7 +131,8 @@ function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[])
  * `last_seen_at` = now, and the supplied metrics on the GPUs at the given
  * indexes, in one statement (no metrics) or one transaction (metrics). An
  * index the provider does not have throws `UnknownGpuIndex` and nothing is
- * written.
+ * written. A GPU's health decides whether it can be rented, so metrics that
+ * report health apply the rental rule after them (`applyRentalRule`).
  */
 export async function recordHeartbeat(
   db: Kysely<RegistryDB>,
@@ -125,6 +157,8 @@ export async function recordHeartbeat(
         UPDATE providers SET all_healthy = NOT EXISTS (
           SELECT 1 FROM gpus WHERE provider_id = ${id} AND NOT is_healthy)
         WHERE id = ${id}`.execute(tx);
+      const rented = await applyRentalRule(tx, id, recording);
+      if (rented) return { ...row, status: rented.status };
     }
     return row;
   });

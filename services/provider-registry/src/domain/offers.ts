@@ -1,6 +1,7 @@
 /**
  * Offers: the market renters search. A machine offers each group of its GPUs of one model (what a rental takes) while
- * it is `idle` and the group has healthy GPUs: its free GPUs, what they are (model, VRAM, architecture, driver,
+ * it is `idle` and the group has at least the machine's `min_gpus_per_rental` free GPUs (healthy, and held by no
+ * running session): its free GPUs, what they are (model, VRAM, architecture, driver,
  * compute capability), where (the machine's `location`, its region), its price per GPU-hour as billing charges it
  * today (learnt from billing's price events: the machine's own rates or the platform's), and its reliability. Never
  * the owner, host name or address.

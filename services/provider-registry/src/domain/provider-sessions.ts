@@ -1,17 +1,30 @@
 /**
- * Rented providers are `busy`: the registry keeps the rental sessions billing reports for each provider (billing's
- * session events over NATS JetStream, or billing's calls to `PUT`/`DELETE /providers/{id}/sessions/{sessionId}`
- * when it runs without NATS) and applies one rule, under the provider's row lock:
+ * Rented providers are `busy`, partly rented ones stay `idle`. A rental takes some of a machine's GPUs (billing's
+ * per-GPU leases): the registry keeps the rental sessions billing reports for each provider (billing's session events
+ * over NATS JetStream, or billing's calls to `PUT`/`DELETE /providers/{id}/sessions/{sessionId}` when it runs without
+ * NATS), each with the GPUs it holds, by index (none named: every GPU of the machine).
  *
- * - a provider with at least one active session goes `idle` -> `busy`;
- * - a provider with none goes `busy` -> `idle`;
+ * A GPU is **free** when it is healthy and no active session holds it. A provider is **fully rented** when at least
+ * one session of it is active and none of its GPU groups (its offers: the GPUs of one billing model key) has at least
+ * the machine's `min_gpus_per_rental` free GPUs: nothing is left that a rental could take. The rule, applied under the
+ * provider's row lock on every session report (start and end), and when a heartbeat changes a GPU's health or a full
+ * update the GPUs or the minimum:
+ *
+ * - a fully rented provider goes `idle` -> `busy`;
+ * - a `busy` provider that is no longer fully rented goes `busy` -> `idle` (an `idle` provider with sessions is partly
+ *   rented: the rest of its GPUs are on the market);
  * - every other state is kept: `offline`, `error` and `maintenance` are the machine's or the operator's word, never
- *   overridden by a rental (a heartbeat that revives an offline machine brings it to `idle`, as always; the next
- *   session event applies the rule again).
+ *   overridden by a rental (a heartbeat that revives an offline machine brings it to `idle`, or `busy` when fully
+ *   rented).
+ *
+ * The states are `RENTABLE_STATUS` and `RENTED_STATUS` of `provider.ts`; the condition is worked out by the database
+ * (`db/sql-rules.ts`), from the groups' unrented GPUs it keeps on the offers as sessions, GPU health and the minimum
+ * change (the GPU leases migration), so the market and the status never disagree.
  *
  * Applying a report twice, or reports out of order, is harmless: a session's row is a set membership, and an ended
- * session is kept as an ended marker, so a late "started" never brings it back. A status change goes through the
- * registry's status events (reasons `session_started`, `session_ended`), recorded with the change.
+ * session is kept as an ended marker, so a late "started" never brings it back. A running session's report that names
+ * GPUs restates them (the latest named set is kept). A status change goes through the registry's status events
+ * (reasons `session_started`, `session_ended`), recorded with the change.
  */
 import type { Principal, RetryOptions } from '@gpu/common';
 import { withRetry } from '@gpu/common';
@@ -19,46 +32,54 @@ import type { Kysely } from 'kysely';
 import { refreshReliability } from '../db/offer-repository.ts';
 import { countSessionEnd } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import { hasActiveSession, lockProviderStatus, moveStatus, upsertSession } from '../db/session-repository.ts';
+import { lockProviderStatus, upsertSession } from '../db/session-repository.ts';
+import { applyRentalRule } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import { assertMayTrackSessions } from './access.ts';
-import type { ProviderStatus } from './provider.ts';
+import { type ProviderStatus, RENTABLE_STATUS, RENTED_STATUS } from './provider.ts';
 import { isProviderFault } from './reliability.ts';
 import type { StatusOutbox } from './status-events.ts';
 
-/** The state a provider in `BUSY_FROM` takes while rented, and returns to from `busy` when no session is left. */
-const BUSY_FROM: ProviderStatus = 'idle';
-
-/** The move the rule makes for a provider in `current` with or without an active session; null: none. */
-function rentalMove(current: ProviderStatus, rented: boolean): { from: ProviderStatus; to: ProviderStatus } | null {
-  if (rented && current === BUSY_FROM) return { from: BUSY_FROM, to: 'busy' };
-  if (!rented && current === 'busy') return { from: 'busy', to: BUSY_FROM };
-  return null;
-}
+/** The GPUs a session holds, by index in index order; null: every GPU of the machine. */
+export type GpuSet = readonly number[] | null;
 
 /**
  * Whether an explicit status change (PATCH status, a full update, a registration) contradicts the provider's rental
- * sessions. Only billing's session reports move a machine between `busy` and `idle`, so:
+ * sessions. Only the rental rule moves a machine between `busy` and `idle`, so:
  *
- * - `busy` is refused without a running session (`not_rented`): nobody else may take a machine off the market as if
- *   it were rented;
- * - `idle` is refused while a session runs (`rented`): the machine is the renter's until billing ends the session;
+ * - `busy` is refused unless the machine is fully rented (`not_rented`): nobody else may take a machine, or the GPUs
+ *   it has left, off the market as if they were rented;
+ * - `idle` is refused while it is fully rented (`rented`): the machine is its renters' until billing ends a session;
  * - `offline`, `maintenance` and `error` are always allowed, rented or not: the owner takes the machine away, and
  *   billing ends its running sessions billed to the last minute the daemon reported, as for a machine that goes
  *   offline by itself.
  *
  * Null when the change is allowed.
  */
-function explicitStatusConflict(target: ProviderStatus, rented: boolean): 'rented' | 'not_rented' | null {
-  if (target === 'busy' && !rented) return 'not_rented';
-  if (target === BUSY_FROM && rented) return 'rented';
+function explicitStatusConflict(target: ProviderStatus, fullyRented: boolean): 'rented' | 'not_rented' | null {
+  if (target === RENTED_STATUS && !fullyRented) return 'not_rented';
+  if (target === RENTABLE_STATUS && fullyRented) return 'rented';
   return null;
 }
 
 /** Throws STATUS_CONTRADICTS_SESSIONS when `explicitStatusConflict` refuses the change. */
-export function assertExplicitStatus(providerId: string | null, target: ProviderStatus, rented: boolean): void {
-  const conflict = explicitStatusConflict(target, rented);
+export function assertExplicitStatus(providerId: string | null, target: ProviderStatus, fullyRented: boolean): void {
+  const conflict = explicitStatusConflict(target, fullyRented);
   if (conflict) throw registryErrors.statusContradictsSessions(providerId, target, conflict);
+}
+
+/** A session report: billing says the session runs (holding `gpuIndices`) or ended. */
+export interface SessionReportInput {
+  providerId: string;
+  sessionId: string;
+  active: boolean;
+  /** The GPUs the session holds (a running session's report); null or absent: every GPU, or those held already. */
+  gpuIndices?: GpuSet;
+  correlationId?: string;
+  /** Billing's end reason (an end): the machine's faults count against its reliability. */
+  endReason?: string | null;
+  /** The session's renter (an end): a rental by the machine's owner is not counted in its reliability. */
+  renterId?: string;
 }
 
 /** What a session report did. */
@@ -67,6 +88,8 @@ export interface SessionReport {
   session_id: string;
   /** Whether the session is active now (false once it ended, whatever was reported after). */
   active: boolean;
+  /** The GPUs it holds, as the registry keeps them; null: every GPU of the machine. */
+  gpu_indices: GpuSet;
   previous_status: ProviderStatus;
   status: ProviderStatus;
 }
@@ -81,41 +104,33 @@ export class ProviderSessions {
   constructor(private readonly deps: ProviderSessionsDeps) {}
 
   /**
-   * Records that `sessionId` runs (`active`) or ended on the provider and applies the rule; PROVIDER_NOT_FOUND when
-   * the provider does not exist. Only admins and platform services report sessions. The first report of an end
+   * Records that the session runs (holding its GPUs) or ended on the provider and applies the rule; PROVIDER_NOT_FOUND
+   * when the provider does not exist. Only admins and platform services report sessions. The first report of an end
    * counts it in the machine's reliability, against the machine when `endReason` is its fault (reliability.ts),
    * unless `renterId` is the machine's owner: a rental of one's own machine says nothing about it to others (and
    * would let an owner buy a success record).
    */
-  async report(
-    actor: Principal,
-    providerId: string,
-    sessionId: string,
-    active: boolean,
-    correlationId?: string,
-    endReason?: string | null,
-    renterId?: string,
-  ): Promise<SessionReport> {
+  async report(actor: Principal, input: SessionReportInput): Promise<SessionReport> {
     assertMayTrackSessions(actor);
-    const recording = this.deps.outbox.recording(active ? 'session_started' : 'session_ended', correlationId);
+    const { providerId, sessionId, active } = input;
+    const recording = this.deps.outbox.recording(active ? 'session_started' : 'session_ended', input.correlationId);
     const report = await withRetry(
       () =>
         this.deps.db.transaction().execute(async (trx) => {
           const locked = await lockProviderStatus(trx, providerId);
           if (locked === undefined) return undefined;
           const { status: current, owner } = locked;
-          const session = await upsertSession(trx, providerId, sessionId, active);
-          if (session.endedNow && renterId !== owner) {
-            await countSessionEnd(trx, providerId, isProviderFault(endReason));
+          const session = await upsertSession(trx, providerId, sessionId, active, input.gpuIndices ?? null);
+          if (session.endedNow && input.renterId !== owner) {
+            await countSessionEnd(trx, providerId, isProviderFault(input.endReason));
             await refreshReliability(trx, providerId);
           }
-          const now = session.active;
-          const move = rentalMove(current, await hasActiveSession(trx, providerId));
-          const written = move && (await moveStatus(trx, providerId, move.from, move.to, recording));
+          const written = await applyRentalRule(trx, providerId, recording);
           return {
             provider_id: providerId,
             session_id: sessionId,
-            active: now,
+            active: session.active,
+            gpu_indices: session.gpuIndices,
             previous_status: current,
             status: written ? written.status : current,
           } satisfies SessionReport;

@@ -9,8 +9,10 @@ export const PROVIDER_STATUSES = ['idle', 'busy', 'offline', 'maintenance', 'err
 export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
 
 /**
- * The heartbeat rule: a heartbeat brings these states back to `idle` (`busy` while rented: `REVIVED_RENTED_STATUS`);
- * every other state is kept.
+ * The heartbeat rule: a heartbeat brings these states back to `RENTABLE_STATUS` (`idle`), or to `RENTED_STATUS`
+ * (`busy`) when the provider is fully rented (its sessions' ends have not reached the registry yet: billing ends the
+ * sessions of a machine that went offline or into error, and the sessions' ends then bring it to `idle`), so a
+ * heartbeat never makes a fully rented machine look free; every other state is kept.
  *
  * The rule is applied in the database, in the statement that records the heartbeat (so the state before and after
  * is exact under the row lock, with several instances): `db/sql-rules.ts` renders it to SQL from this list, and
@@ -19,12 +21,15 @@ export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
 export const REVIVED_BY_HEARTBEAT: readonly ProviderStatus[] = ['offline', 'error'];
 
 /**
- * The state a heartbeat brings a revived provider to: `idle`, or `busy` when a rental session still runs on it (its
- * end has not reached the registry yet: billing ends the sessions of a machine that went offline or into error, and
- * the session's end then brings it to `idle`). A heartbeat never makes a rented machine look free.
+ * The rental rule (stated in `domain/provider-sessions.ts`): a provider in `RENTABLE_STATUS` goes to `RENTED_STATUS`
+ * once it is fully rented (an active session, and no GPU group with `min_gpus_per_rental` free GPUs left), and back
+ * when it is no longer; every other state is kept. `db/sql-rules.ts` renders it to SQL.
  */
-export const REVIVED_STATUS: ProviderStatus = 'idle';
-export const REVIVED_RENTED_STATUS: ProviderStatus = 'busy';
+export const RENTABLE_STATUS: ProviderStatus = 'idle';
+export const RENTED_STATUS: ProviderStatus = 'busy';
+
+/** The bounds and default of a machine's `min_gpus_per_rental` (a provider has at most 64 GPUs). */
+export const MIN_GPUS_PER_RENTAL = { min: 1, max: 64, default: 1 } as const;
 
 /**
  * States that fall to `offline` when the provider has been silent longer than
@@ -45,6 +50,8 @@ export interface Provider {
   ip_address: string | null;
   status: ProviderStatus;
   gpus: Gpu[];
+  /** The smallest group of GPUs a rental may take on the machine. */
+  min_gpus_per_rental: number;
   location: string | null;
   registered_at: Date;
   last_seen_at: Date;
@@ -60,6 +67,8 @@ export interface ProviderInput {
   status?: ProviderStatus;
   location?: string | null;
   metadata?: Record<string, unknown>;
+  /** Default `MIN_GPUS_PER_RENTAL.default`. */
+  min_gpus_per_rental?: number;
   gpus: GpuInput[];
 }
 

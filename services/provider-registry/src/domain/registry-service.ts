@@ -17,8 +17,9 @@ import {
 } from '../db/provider-repository.ts';
 import { reliabilityBooks } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import { hasActiveSession, lockProviderStatus } from '../db/session-repository.ts';
+import { lockProviderStatus } from '../db/session-repository.ts';
 import {
+  isFullyRented,
   recordHeartbeat,
   recordHeartbeats,
   type StatusWrite,
@@ -178,16 +179,17 @@ export class RegistryService {
     assertMayChangeOwner(actor, owner, input.owner_id);
     const recording = this.deps.outbox.recording('update', correlationId);
     const { status } = input;
-    const guard = status === undefined ? undefined : (rented: boolean) => assertExplicitStatus(id, status, rented);
+    const guard =
+      status === undefined ? undefined : (fullyRented: boolean) => assertExplicitStatus(id, status, fullyRented);
     const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording, guard));
     if (!outcome) throw registryErrors.providerNotFound(id);
-    this.recorded([{ previous_status: outcome.previous, status: input.status ?? outcome.previous }]);
+    this.recorded([{ previous_status: outcome.previous, status: outcome.status }]);
     return this.mustFind(id);
   }
 
   /**
    * An explicit status change, under the provider's row lock; STATUS_CONTRADICTS_SESSIONS when it contradicts the
-   * provider's rental sessions (`explicitStatusConflict`: `idle` while rented, `busy` while not).
+   * provider's rental sessions (`explicitStatusConflict`: `idle` while fully rented, `busy` while not).
    */
   async setStatus(actor: Principal, id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
     const owner = writeScope(actor);
@@ -195,7 +197,7 @@ export class RegistryService {
     const written = await this.retry(() =>
       this.deps.db.transaction().execute(async (trx) => {
         if ((await lockProviderStatus(trx, id, owner)) === undefined) return undefined;
-        assertExplicitStatus(id, status, await hasActiveSession(trx, id));
+        assertExplicitStatus(id, status, await isFullyRented(trx, id));
         return setStatus(trx, id, status, recording, owner);
       }),
     );

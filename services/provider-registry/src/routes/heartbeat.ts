@@ -7,17 +7,9 @@ import { type App, callerOf, problemSchema } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
 import { MANAGING_ROLES } from '../domain/access.ts';
 import { UnknownGpuIndex } from '../errors.ts';
+import { parseOptionalJson } from './optional-json.ts';
 import type { ProviderRoutesOptions } from './options.ts';
 import { heartbeatSchema, providerIdParams, statusResultJson, statusResultSchema } from './schemas.ts';
-
-function parseOptionalJson(_request: unknown, body: string, done: (err: Error | null, value?: unknown) => void) {
-  if (body.trim() === '') return done(null, undefined);
-  try {
-    done(null, JSON.parse(body));
-  } catch (err) {
-    done(Object.assign(err as Error, { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }));
-  }
-}
 
 export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, { registry }) => {
   const app = fastify as unknown as App;

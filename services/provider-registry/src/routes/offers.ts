@@ -88,7 +88,17 @@ const offerSchema = z
     gpu_model: z.string().describe("as the driver names the group's first GPU"),
     model_names: z.array(z.string()).describe("every name of the group's GPUs (`H100 80GB HBM3`, `H100 PCIe`)"),
     gpu_count: z.number().int().describe("the machine's GPUs of this model key"),
-    free_gpus: z.number().int().describe('healthy and not rented'),
+    free_gpus: z
+      .number()
+      .int()
+      .describe(
+        'healthy GPUs of the group that no running session holds (listed only while the machine is idle and they ' +
+          'are at least `min_gpus_per_rental`)',
+      ),
+    min_gpus_per_rental: z
+      .number()
+      .int()
+      .describe("the smallest group of GPUs a rental may take on the machine (its owner's setting)"),
     vram_mb: z.number().int().describe('the smallest VRAM of its healthy GPUs'),
     architecture: z.string().nullable(),
     driver_version: z.string(),
@@ -129,6 +139,7 @@ function offerJson(o: OfferRow): z.input<typeof offerSchema> {
     model_names: o.model_names,
     gpu_count: o.gpu_count,
     free_gpus: o.free_gpus,
+    min_gpus_per_rental: o.min_gpus_per_rental,
     vram_mb: Number(o.vram_mb),
     architecture: o.architecture,
     driver_version: o.driver_version,

@@ -15,7 +15,7 @@ import {
   type GpuInput,
   type GpuMetrics,
 } from '../domain/gpu-fields.ts';
-import { PROVIDER_STATUSES } from '../domain/provider.ts';
+import { MIN_GPUS_PER_RENTAL, PROVIDER_STATUSES } from '../domain/provider.ts';
 import type { StatusResult } from '../domain/registry-service.ts';
 import type { Reliability } from '../domain/reliability.ts';
 import {
@@ -116,6 +116,16 @@ const providerInputShape = {
   metadata: metadataSchema.optional(),
   status: statusSchema.optional().describe('initial status (default idle)'),
   gpus: z.array(gpuSchema).min(1).max(64),
+  min_gpus_per_rental: z
+    .number()
+    .int()
+    .min(MIN_GPUS_PER_RENTAL.min)
+    .max(MIN_GPUS_PER_RENTAL.max)
+    .default(MIN_GPUS_PER_RENTAL.default)
+    .describe(
+      'the smallest group of GPUs a rental may take on the machine (default 1); a machine whose GPU groups all have ' +
+        'fewer free GPUs is off the market',
+    ),
 };
 
 /** POST body: RegisterProviderRequest. */
@@ -144,6 +154,7 @@ function providerFieldSchema(field: ProviderField): z.ZodType {
     text: () => z.string(),
     status: () => statusSchema,
     gpus: () => z.array(gpuOutputSchema),
+    integer: () => z.number().int(),
     timestamp: () => z.string(),
     object: () => z.record(z.string(), z.unknown()),
   };

@@ -1,7 +1,9 @@
 /**
  * Rental sessions on a provider, reported by billing when it runs without NATS (with NATS the same reports arrive as
- * billing's session events: adapters/billing-events-consumer.ts). `PUT` says a session runs on the provider,
- * `DELETE` that it ended; both are idempotent and apply the busy/idle rule of `domain/provider-sessions.ts`.
+ * billing's session events: adapters/billing-events-consumer.ts). `PUT` says a session runs on the provider, holding
+ * the GPUs its optional body names (none: every GPU), `DELETE` that it ended; both are idempotent and apply the
+ * busy/idle rule of `domain/provider-sessions.ts`. The routes live in a plugin of their own, so that their lenient
+ * JSON parser (an empty body is no body) touches no other route.
  */
 import { type App, callerOf, problemSchema } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
@@ -9,6 +11,8 @@ import { z } from 'zod';
 import { SESSION_REPORTING_ROLES } from '../domain/access.ts';
 import type { ProviderSessions, SessionReport } from '../domain/provider-sessions.ts';
 import { registryErrors } from '../errors.ts';
+import { sessionRunningSchema, toGpuSet } from '../wire/sessions.ts';
+import { parseOptionalJson } from './optional-json.ts';
 import { schemas, statusSchema } from './schemas.ts';
 
 export interface SessionRoutesOptions {
@@ -29,6 +33,10 @@ const sessionReportSchema = z
     provider_id: z.uuid(),
     session_id: z.uuid(),
     active: z.boolean().describe('whether the session counts as running on the provider'),
+    gpu_indices: z
+      .array(z.number().int())
+      .nullable()
+      .describe('the GPUs the session holds, by index in index order; null: every GPU of the machine'),
     previous_status: statusSchema,
     status: statusSchema,
   })
@@ -51,12 +59,21 @@ const endQuery = z.object({
     .describe("the session's renter: a rental by the machine's own owner is not counted in its reliability"),
 });
 
-const answer = (message: string, r: SessionReport) => ({ message, ...r });
+const answer = (message: string, r: SessionReport) => ({
+  message,
+  ...r,
+  gpu_indices: r.gpu_indices && [...r.gpu_indices],
+});
+
+/** A running session's body, named in the document. */
+const sessionRunningBody = sessionRunningSchema.register(schemas, { id: 'SessionRunningRequest' });
 
 export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fastify, opts) => {
   const app = fastify as unknown as App;
   const { sessions } = opts;
   const config = { roles: SESSION_REPORTING_ROLES };
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, parseOptionalJson);
 
   app.put(
     '/providers/:providerID/sessions/:sessionID',
@@ -67,16 +84,26 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         operationId: 'reportSessionRunning',
         summary: 'Report a rental session running on the provider (billing, without NATS)',
         description:
-          'Idempotent. The provider goes idle -> busy; offline, error and maintenance are kept. ' +
-          'A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). ' +
-          'Only admins and platform services.',
+          "Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` " +
+          'array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names ' +
+          'GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with ' +
+          '`min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again; offline, error and ' +
+          'maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs ' +
+          'again). Only admins and platform services.',
         params: sessionParams,
+        body: sessionRunningBody,
         response: { 200: sessionReportSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },
       },
     },
     async (request) => {
       const { providerID, sessionID } = request.params;
-      const report = await sessions.report(callerOf(request), providerID, sessionID, true, request.correlationId);
+      const report = await sessions.report(callerOf(request), {
+        providerId: providerID,
+        sessionId: sessionID,
+        active: true,
+        gpuIndices: toGpuSet(request.body?.gpu_indices),
+        correlationId: request.correlationId,
+      });
       if (!report.active) throw registryErrors.sessionEnded(sessionID);
       return answer('session recorded as running', report);
     },
@@ -91,8 +118,8 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         operationId: 'reportSessionEnded',
         summary: 'Report a rental session ended (billing, without NATS)',
         description:
-          'Idempotent; also for a session never reported running (it is kept as ended). The provider goes ' +
-          'busy -> idle when no session is left; other states are kept. The first report of an end counts in the ' +
+          'Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: ' +
+          'the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs; other states are kept. The first report of an end counts in the ' +
           "machine's reliability (with `end_reason`). Only admins and platform services.",
         params: sessionParams,
         querystring: endQuery,
@@ -101,15 +128,14 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
     },
     async (request) => {
       const { providerID, sessionID } = request.params;
-      const report = await sessions.report(
-        callerOf(request),
-        providerID,
-        sessionID,
-        false,
-        request.correlationId,
-        request.query.end_reason,
-        request.query.renter_id,
-      );
+      const report = await sessions.report(callerOf(request), {
+        providerId: providerID,
+        sessionId: sessionID,
+        active: false,
+        correlationId: request.correlationId,
+        endReason: request.query.end_reason,
+        renterId: request.query.renter_id,
+      });
       return answer('session recorded as ended', report);
     },
   );

@@ -19,9 +19,10 @@ import type { Provider, ProviderStatus } from '../domain/provider.ts';
 
 /**
  * How a field is written: `uuid` and `text` as JSON strings (`text` may be null), `status` the effective status,
- * `gpus` the array of GPUs in index order, `timestamp` RFC 3339 UTC with milliseconds, `object` a JSON object.
+ * `gpus` the array of GPUs in index order, `integer` a JSON number, `timestamp` RFC 3339 UTC with milliseconds,
+ * `object` a JSON object.
  */
-export type ProviderFieldType = 'uuid' | 'text' | 'status' | 'gpus' | 'timestamp' | 'object';
+export type ProviderFieldType = 'uuid' | 'text' | 'status' | 'gpus' | 'integer' | 'timestamp' | 'object';
 
 export interface ProviderField {
   readonly name: keyof Provider;
@@ -40,6 +41,12 @@ export const PROVIDER_FIELDS = [
   { name: 'ip_address', type: 'text', nullable: true },
   { name: 'status', type: 'status', nullable: false },
   { name: 'gpus', type: 'gpus', nullable: false },
+  {
+    name: 'min_gpus_per_rental',
+    type: 'integer',
+    nullable: false,
+    doc: 'the smallest group of GPUs a rental may take on the machine (1-64)',
+  },
   { name: 'location', type: 'text', nullable: true },
   { name: 'registered_at', type: 'timestamp', nullable: false, doc: 'RFC 3339 UTC' },
   {
@@ -65,6 +72,7 @@ export interface ProviderJson {
   ip_address: string | null;
   status: ProviderStatus;
   gpus: Gpu[];
+  min_gpus_per_rental: number;
   location: string | null;
   registered_at: string;
   last_seen_at: string;

@@ -3,7 +3,15 @@
  * a path resolves), plus listings. Bodies of these routes are raw bytes: the
  * JSON parser is removed here so a JSON file uploads like any other.
  */
-import { durationMs, type HeaderName, PAGE_HEADERS, type RouteDocs, type RoutePlugin, zBool } from '@gpu/common';
+import {
+  durationMs,
+  type HeaderName,
+  noBody,
+  PAGE_HEADERS,
+  type RouteDocs,
+  type RoutePlugin,
+  zBool,
+} from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { ResolvedTarget as Target } from '../domain/access.ts';
@@ -38,7 +46,6 @@ type Handler = (ctx: StorageContext, target: Target, request: FastifyRequest, re
  * An answer with headers only (HEAD, 304, 204). `type: 'null'` in the JSON schema is what tells @fastify/swagger
  * to describe no content (zod writes a null schema for OpenAPI 3.0 as a nullable string).
  */
-const noBody = (description: string) => z.null().meta({ type: 'null', description });
 
 const REDIRECT_MINUTES = REDIRECT_EXPIRY_SECONDS / 60;
 

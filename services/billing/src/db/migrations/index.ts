@@ -12,6 +12,7 @@ import { ledgerPostGroupsMigration } from './0009-ledger-post-groups.ts';
 import { autoPayoutFailureMigration } from './0010-auto-payout-failure.ts';
 import { spendCapsMigration } from './0011-spend-caps.ts';
 import { storageChargesMigration } from './0012-storage-charges.ts';
+import { gpuLeasesMigration } from './0013-gpu-leases.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -27,5 +28,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0010-auto-payout-failure': autoPayoutFailureMigration,
     '0011-spend-caps': spendCapsMigration(scale),
     '0012-storage-charges': storageChargesMigration(scale),
+    '0013-gpu-leases': gpuLeasesMigration,
   };
 }

@@ -15,10 +15,12 @@
  * them: the hold is topped up from the available balance first, and what
  * still can't be paid is cut to the last full minute the hold covers.
  */
+
 import { randomUUID } from 'node:crypto';
 import type { Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import { billingRecordOfSession, insertBillingRecord } from '../../db/billing-record-repository.ts';
+import { releaseSessionGpus } from '../../db/gpu-lease-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { updateEndedSession } from '../../db/session-repository.ts';
 import { insertTransactions } from '../../db/transaction-repository.ts';
@@ -160,6 +162,8 @@ export async function finishSession(
     ctx.state.accountIds,
   );
   const reason = kind.reason ?? null;
+  // The session's GPUs are free again for the next renter, in the transaction that ends it.
+  await releaseSessionGpus(trx, session.id);
   const ended = await updateEndedSession(trx, session.id, {
     status: kind.status,
     ended_at: now,

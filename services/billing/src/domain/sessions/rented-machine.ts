@@ -1,9 +1,12 @@
 /**
- * What a session rents, from the provider registry's record of the machine (when billing has a registry):
- * the machine must be known (404 PROVIDER_NOT_FOUND) and available (`idle`, with enough healthy GPUs of the model:
- * 409 PROVIDER_NOT_AVAILABLE), and the session is priced from the record (the GPUs' model as the driver prints it,
- * their VRAM and power), never from what the renter declares. Its earnings go to the machine's provider wallet
- * (provider-accounts.ts: `providerWalletOf`).
+ * What a session rents, from the provider registry's record of the machine (when billing has a registry): N of the
+ * machine's GPUs, each addressed by its index in the record's `gpus` list. The machine must be known (404
+ * PROVIDER_NOT_FOUND) and up (`idle`, or `busy` as the registry may still show a machine whose session just ended;
+ * billing's own leases decide what is free), the group asked for at least the machine's `min_gpus_per_rental`
+ * (409 GPU_GROUP_TOO_SMALL), and enough of the model's healthy GPUs free (409 PROVIDER_NOT_AVAILABLE). The session is
+ * priced from the record (the GPUs' model as the driver prints it, their VRAM and power), never from what the renter
+ * declares. The choice is made under the machine's lease lock (db/gpu-lease-repository.ts), so two sessions never
+ * hold one GPU.
  */
 import { gpuModelKey } from '@gpu/common';
 import { billingErrors } from '../../errors.ts';
@@ -18,50 +21,81 @@ export interface RentedResources {
   estimatedPowerW: number;
 }
 
-/**
- * The GPUs a rental takes on the machine, priced from the record: a session rents the whole machine (it holds the
- * machine's reservation, and the registry shows the machine busy), so it takes, and pays for, every healthy GPU of
- * the asked model (by model key, so `H100` finds `NVIDIA H100 80GB HBM3`; else of the machine's model when it has
- * only one), at least `asked.gpuCount` of them: asking for one GPU of a four-GPU machine rents and prices all four.
- * Otherwise one renter could keep a whole machine off the market at the price of one GPU.
- */
-export function rentOn(machine: ProviderRecord, asked: RentedResources): RentedResources {
-  if (machine.status !== 'idle') {
-    throw billingErrors.providerNotAvailable(machine.id, `is ${machine.status}, not idle`, machine.status);
-  }
-  return gpusFor(machine, asked);
+/** The GPUs a rental takes: what it prices, and their indices on the machine. */
+export interface GpuChoice {
+  resources: RentedResources;
+  indices: number[];
 }
 
-/** The resources a rental of the machine would price, whatever its status now (a quote). */
-function gpusFor(machine: ProviderRecord, asked: RentedResources): RentedResources {
-  const healthy = machine.gpus.filter((g) => g.healthy);
-  const byModel = new Map<string, ProviderGpu[]>();
-  for (const g of healthy) {
-    const key = gpuModelKey(g.model);
-    byModel.set(key, [...(byModel.get(key) ?? []), g]);
+/** The statuses in which a machine can take a rental (the leases decide how much of it is free). */
+const RENTABLE = new Set(['idle', 'busy']);
+
+/** Refuses a machine that cannot be rented now (offline, in maintenance, in error). */
+export function assertRentable(machine: ProviderRecord): void {
+  if (!RENTABLE.has(machine.status)) {
+    throw billingErrors.providerNotAvailable(machine.id, `is ${machine.status}, not idle`, machine.status);
   }
-  const wanted = byModel.get(gpuModelKey(asked.gpuModel)) ?? (byModel.size === 1 ? [...byModel.values()][0]! : []);
-  if (wanted.length < asked.gpuCount) {
+}
+
+/**
+ * The GPUs of the machine a rental of `asked.gpuCount` GPUs of `asked.gpuModel` takes: the lowest-indexed healthy GPUs
+ * of the model (by model key, so `H100` finds `NVIDIA H100 80GB HBM3`; else of the machine's model when it has only
+ * one) that `held` does not name. A quote passes no holdings.
+ */
+export function chooseGpus(machine: ProviderRecord, asked: RentedResources, held: ReadonlySet<number>): GpuChoice {
+  if (asked.gpuCount < machine.minGpusPerRental) {
+    throw billingErrors.gpuGroupTooSmall(machine.id, asked.gpuCount, machine.minGpusPerRental);
+  }
+  const byModel = new Map<string, { index: number; gpu: ProviderGpu }[]>();
+  machine.gpus.forEach((gpu, index) => {
+    if (!gpu.healthy) return;
+    const key = gpuModelKey(gpu.model);
+    byModel.set(key, [...(byModel.get(key) ?? []), { index, gpu }]);
+  });
+  const group = byModel.get(gpuModelKey(asked.gpuModel)) ?? (byModel.size === 1 ? [...byModel.values()][0]! : []);
+  const free = group.filter((g) => !held.has(g.index));
+  if (free.length < asked.gpuCount) {
     throw billingErrors.providerNotAvailable(
       machine.id,
-      `has ${wanted.length} healthy GPU(s) of model ${asked.gpuModel}, ${asked.gpuCount} asked`,
+      `has ${free.length} free healthy GPU(s) of model ${asked.gpuModel}, ${asked.gpuCount} asked`,
+      // Rented out (in part): busy to this renter, whatever the registry has heard yet.
+      free.length < group.length ? 'busy' : machine.status,
+    );
+  }
+  const taken = free.slice(0, asked.gpuCount);
+  return { resources: resourcesOf(taken, asked.estimatedPowerW), indices: taken.map((g) => g.index) };
+}
+
+/** The GPUs of a reservation, priced as a start would (every one must still be on the machine and healthy). */
+export function reservedGpus(machine: ProviderRecord, indices: number[], asked: RentedResources): GpuChoice {
+  const taken = indices.map((index) => ({ index, gpu: machine.gpus[index] }));
+  const lost = taken.filter((g) => !g.gpu?.healthy).map((g) => g.index);
+  if (lost.length > 0) {
+    throw billingErrors.providerNotAvailable(
+      machine.id,
+      `no longer has healthy GPU(s) ${lost.join(', ')}`,
       machine.status,
     );
   }
-  const taken = wanted;
-  const power = taken.every((g) => g.powerW !== null)
-    ? taken.reduce((sum, g) => sum + (g.powerW ?? 0), 0)
-    : asked.estimatedPowerW;
+  const present = taken as { index: number; gpu: ProviderGpu }[];
+  return { resources: resourcesOf(present, asked.estimatedPowerW), indices };
+}
+
+/** What the GPUs price: their model, count, VRAM and power (the renter's estimate when one does not report it). */
+function resourcesOf(taken: { gpu: ProviderGpu }[], estimatedPowerW: number): RentedResources {
+  const power = taken.every((g) => g.gpu.powerW !== null)
+    ? taken.reduce((sum, g) => sum + (g.gpu.powerW ?? 0), 0)
+    : estimatedPowerW;
   return {
-    gpuModel: taken[0]!.model,
+    gpuModel: taken[0]!.gpu.model,
     gpuCount: taken.length,
-    requestedVramMb: taken.reduce((sum, g) => sum + g.vramMb, 0),
+    requestedVramMb: taken.reduce((sum, g) => sum + g.gpu.vramMb, 0),
     estimatedPowerW: power,
   };
 }
 
 /**
- * What a quote for this machine prices: with a registry, the machine's record (as a session start would; 404
+ * What a quote for this machine prices: with a registry, the GPUs a start would take on it when none is rented (404
  * PROVIDER_NOT_FOUND for a machine it does not know), else the figures asked.
  */
 export async function quotedResources(
@@ -73,5 +107,5 @@ export async function quotedResources(
   if (!providerId || !ctx.providers) return asked;
   const machine = await ctx.providers.provider(providerId, correlationId);
   if (!machine) throw billingErrors.providerNotFound(providerId);
-  return gpusFor(machine, asked);
+  return chooseGpus(machine, asked, new Set()).resources;
 }

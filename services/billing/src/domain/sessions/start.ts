@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { isPrivileged, type Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
+import { insertLeases, leaseReservationTo, lockMachineGpus } from '../../db/gpu-lease-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { insertSession } from '../../db/session-repository.ts';
 import { lockRecordIdOfHold } from '../../db/transaction-repository.ts';
@@ -18,8 +19,9 @@ import type { BillingContext } from '../context.ts';
 import type { KeyClaim } from '../idempotency.ts';
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
 import { costOfHours, ratesFor } from '../pricing/index.ts';
+import type { ProviderRecord } from '../provider-directory.ts';
 import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
-import { type RentedResources, rentOn } from './rented-machine.ts';
+import { assertRentable, chooseGpus, type GpuChoice, type RentedResources, reservedGpus } from './rented-machine.ts';
 import type { SessionRow } from './session.ts';
 
 export interface StartSessionInput {
@@ -35,6 +37,8 @@ export interface StartSessionInput {
   estimatedPowerW: number;
   /** The highest total hourly rate the renter accepted (required of users; admins and services may omit it). */
   acceptedHourlyRate?: string;
+  /** A scheduler's reservation of GPUs on the machine for this renter: the session rents exactly those GPUs. */
+  reservationId?: string;
   /** The most the session may cost in all: it ends there (sessions/billing.ts), and no more is ever held for it. */
   spendCap?: Dec;
   correlationId?: string;
@@ -66,42 +70,49 @@ export async function startSession(
   if (wallet.ownerType !== 'user' || wallet.ownerId !== input.userId) {
     throw billingErrors.walletOwnerMismatch(wallet.id, input.userId);
   }
-  // With a registry: the machine must be known and available, and its record prices the session; its provider
-  // wallet is opened on first need. Without one: the provider needs a wallet, and the renter's figures are used.
-  let resources: RentedResources = input;
+  // With a registry: the machine must be known and up, and its record prices the GPUs the session leases; its
+  // provider wallet is opened on first need. Without one: the provider needs a wallet, and the renter's figures are
+  // used.
+  let machine: ProviderRecord | null = null;
   let providerWallet: Wallet;
   let providerOwnerId: string | null;
   if (ctx.providers) {
-    const machine = await ctx.providers.provider(input.providerId, input.correlationId);
+    machine = await ctx.providers.provider(input.providerId, input.correlationId);
     if (!machine) throw billingErrors.providerNotFound(input.providerId);
-    resources = rentOn(machine, input);
+    assertRentable(machine);
+    // Refused before any lock when the machine could never give the group asked (too small, too few GPUs).
+    if (!input.reservationId) chooseGpus(machine, input, new Set());
     providerWallet = await providerWalletOf(ctx, machine);
     providerOwnerId = machine.ownerId;
   } else {
+    if (input.reservationId) throw billingErrors.reservationNotFound(input.reservationId);
     const found = await findWalletByOwner(ctx.db, 'provider', input.providerId);
     if (!found) throw billingErrors.providerWalletNotFound(input.providerId);
     providerWallet = found;
     providerOwnerId = found.holderId;
   }
-  const rates = await ratesFor(ctx.db, ctx.pricing, { ...resources, providerId: input.providerId });
-  // The renter starts at a price they accepted; the rates are then frozen for the session's life.
-  if (input.acceptedHourlyRate === undefined) {
-    if (!isPrivileged(input.actor)) throw billingErrors.acceptedRateRequired();
-  } else if (rates.totalHourlyRate.gt(input.acceptedHourlyRate)) {
-    throw billingErrors.priceNotAccepted(rates.totalHourlyRate.toFixed(ctx.scale), input.acceptedHourlyRate);
-  }
-  const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
-  const period = Dec.max(
-    costOfHours(rates.totalHourlyRate, new Dec(ctx.sessions.initialPeriodMs).div(3_600_000), ctx.scale),
-    unit,
-  );
-  // A session that may cost no more than its cap never holds more than it.
-  const initial = input.spendCap ? Dec.min(period, input.spendCap) : period;
   const minimum = new Dec(ctx.sessions.minimumBalance);
   const id = randomUUID();
   const now = ctx.now();
 
   const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
+    // The GPUs first, under the machine's lease lock: the price is the price of the GPUs the session gets.
+    const lease = machine ? await leaseGpus(trx, machine, input, now) : null;
+    const resources: RentedResources = lease?.resources ?? input;
+    const rates = await ratesFor(trx, ctx.pricing, { ...resources, providerId: input.providerId });
+    // The renter starts at a price they accepted; the rates are then frozen for the session's life.
+    if (input.acceptedHourlyRate === undefined) {
+      if (!isPrivileged(input.actor)) throw billingErrors.acceptedRateRequired();
+    } else if (rates.totalHourlyRate.gt(input.acceptedHourlyRate)) {
+      throw billingErrors.priceNotAccepted(rates.totalHourlyRate.toFixed(ctx.scale), input.acceptedHourlyRate);
+    }
+    const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
+    const period = Dec.max(
+      costOfHours(rates.totalHourlyRate, new Dec(ctx.sessions.initialPeriodMs).div(3_600_000), ctx.scale),
+      unit,
+    );
+    // A session that may cost no more than its cap never holds more than it.
+    const initial = input.spendCap ? Dec.min(period, input.spendCap) : period;
     const available = await lockWalletAvailable(trx, wallet.id);
     const fmt = (d: Dec) => d.toFixed(ctx.scale);
     if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
@@ -119,6 +130,7 @@ export async function startSession(
       job_id: input.jobId,
       gpu_model: rates.gpuModel,
       gpu_count: resources.gpuCount,
+      gpu_indices: lease?.indices ?? null,
       requested_vram_mb: resources.requestedVramMb,
       estimated_power_w: resources.estimatedPowerW,
       actual_power_w: null,
@@ -145,6 +157,8 @@ export async function startSession(
       created_at: now,
       updated_at: now,
     });
+    if (lease?.reservationId) await leaseReservationTo(trx, lease.reservationId, id);
+    else if (lease) await insertLeases(trx, input.providerId, lease.indices, { sessionId: id });
     const started: SessionStart = {
       session,
       holdAmount: initial,
@@ -160,10 +174,33 @@ export async function startSession(
     return await ctx.db.transaction().execute(run);
   } catch (err) {
     if (isUniqueViolation(err, 'rental_sessions_running_job')) throw billingErrors.sessionAlreadyRunning(input.jobId);
-    // Another renter's session on the machine started first (its `busy` had not reached the registry yet).
-    if (isUniqueViolation(err, 'rental_sessions_running_machine')) {
-      throw billingErrors.providerNotAvailable(input.providerId, 'is already rented', 'busy');
+    // The lease lock makes this the backstop only: another holder of one of the GPUs.
+    if (isUniqueViolation(err, 'gpu_leases_pkey')) {
+      throw billingErrors.providerNotAvailable(input.providerId, 'has its GPUs rented', 'busy');
     }
     throw err;
   }
+}
+
+/**
+ * The GPUs the session leases on the machine, chosen under the machine's lease lock: the reservation's (held for
+ * this renter, on this machine, not expired), else the lowest-indexed free ones of the model.
+ */
+async function leaseGpus(
+  trx: Transaction<BillingDB>,
+  machine: ProviderRecord,
+  input: StartSessionInput,
+  now: Date,
+): Promise<GpuChoice & { reservationId?: string }> {
+  const held = await lockMachineGpus(trx, machine.id, now);
+  if (input.reservationId) {
+    const reserved = held.filter((h) => h.reservation_id === input.reservationId);
+    if (reserved.length === 0) throw billingErrors.reservationNotFound(input.reservationId);
+    if (reserved[0]!.user_id !== input.userId) {
+      throw billingErrors.reservationMismatch(input.reservationId, 'is held for another renter');
+    }
+    const indices = reserved.map((h) => h.gpu_index);
+    return { ...reservedGpus(machine, indices, input), reservationId: input.reservationId };
+  }
+  return chooseGpus(machine, input, new Set(held.map((h) => h.gpu_index)));
 }

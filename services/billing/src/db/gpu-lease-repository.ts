@@ -1,0 +1,101 @@
+/**
+ * The GPUs held on machines (`gpu_leases`, migration XIII): by running sessions and by reservations until they
+ * expire. Every writer of one machine's rows first takes `lockMachineGpus` in its transaction, so the choice of free
+ * GPUs and the rows that claim them are one step per machine; the table's key is the backstop (never two holders of
+ * one GPU).
+ */
+import { sql, type Transaction } from 'kysely';
+import type { BillingDB } from './schema.ts';
+
+type Trx = Transaction<BillingDB>;
+
+/** A GPU held on the machine. */
+export interface HeldGpu {
+  gpu_index: number;
+  session_id: string | null;
+  reservation_id: string | null;
+  user_id: string | null;
+  expires_at: Date | null;
+}
+
+/**
+ * Serialises the machine's GPU holders until the transaction ends, drops its reservations expired by `now`, and
+ * returns the GPUs held on it.
+ */
+export async function lockMachineGpus(trx: Trx, providerId: string, now: Date): Promise<HeldGpu[]> {
+  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`gpus:${providerId}`}, 0))`.execute(trx);
+  await trx
+    .deleteFrom('gpu_leases')
+    .where('provider_id', '=', providerId)
+    .where('session_id', 'is', null)
+    .where('expires_at', '<=', now)
+    .execute();
+  return trx
+    .selectFrom('gpu_leases')
+    .select(['gpu_index', 'session_id', 'reservation_id', 'user_id', 'expires_at'])
+    .where('provider_id', '=', providerId)
+    .orderBy('gpu_index')
+    .execute();
+}
+
+/** Who holds a lease: a session, or a renter's reservation until it expires. */
+export type LeaseHolder = { sessionId: string } | { reservationId: string; userId: string; expiresAt: Date };
+
+/** Writes the leases of `indices` on the machine for `holder` (under `lockMachineGpus`). */
+export async function insertLeases(trx: Trx, providerId: string, indices: number[], holder: LeaseHolder) {
+  if (indices.length === 0) return;
+  const who =
+    'sessionId' in holder
+      ? { session_id: holder.sessionId, reservation_id: null, user_id: null, expires_at: null }
+      : {
+          session_id: null,
+          reservation_id: holder.reservationId,
+          user_id: holder.userId,
+          expires_at: holder.expiresAt,
+        };
+  await trx
+    .insertInto('gpu_leases')
+    .values(indices.map((gpu_index) => ({ provider_id: providerId, gpu_index, ...who })))
+    .execute();
+}
+
+/** Hands the reservation's GPUs to the session (under `lockMachineGpus`). */
+export async function leaseReservationTo(trx: Trx, reservationId: string, sessionId: string): Promise<void> {
+  await trx
+    .updateTable('gpu_leases')
+    .set({ session_id: sessionId, reservation_id: null, user_id: null, expires_at: null })
+    .where('reservation_id', '=', reservationId)
+    .execute();
+}
+
+/** Frees the GPUs the session holds (in the transaction that ends it). */
+export async function releaseSessionGpus(trx: Trx, sessionId: string): Promise<void> {
+  await trx.deleteFrom('gpu_leases').where('session_id', '=', sessionId).execute();
+}
+
+/** The machine and GPUs of a reservation (any state), or undefined when none holds GPUs now. */
+export async function findReservation(
+  trx: Trx | import('kysely').Kysely<BillingDB>,
+  reservationId: string,
+): Promise<{ provider_id: string; user_id: string; expires_at: Date; gpu_indices: number[] } | undefined> {
+  const rows = await trx
+    .selectFrom('gpu_leases')
+    .select(['provider_id', 'user_id', 'expires_at', 'gpu_index'])
+    .where('reservation_id', '=', reservationId)
+    .orderBy('gpu_index')
+    .execute();
+  const first = rows[0];
+  if (!first) return undefined;
+  return {
+    provider_id: first.provider_id,
+    user_id: first.user_id!,
+    expires_at: first.expires_at!,
+    gpu_indices: rows.map((r) => r.gpu_index),
+  };
+}
+
+/** Frees the reservation's GPUs; whether it held any. */
+export async function releaseReservation(trx: Trx, reservationId: string): Promise<boolean> {
+  const result = await trx.deleteFrom('gpu_leases').where('reservation_id', '=', reservationId).executeTakeFirst();
+  return Number(result.numDeletedRows) > 0;
+}

@@ -1,0 +1,85 @@
+/**
+ * Reservations for the scheduler: a platform service (or an admin) holds N GPUs of a machine for one renter for a
+ * short time (60 s by default, at most 5 minutes) while it places the job; the renter's start that names the
+ * reservation rents exactly those GPUs (start.ts), and a reservation not used by then expires by itself (the next
+ * writer of the machine's leases drops it) or is cancelled. The GPUs are chosen as a start chooses them, under the
+ * same lock (db/gpu-lease-repository.ts), so a reservation and a session never hold one GPU. Reserving costs
+ * nothing; the start checks the renter's funds and price as always.
+ */
+import { randomUUID } from 'node:crypto';
+import { errors, isPrivileged, type Principal } from '@gpu/common';
+import { findReservation, insertLeases, lockMachineGpus, releaseReservation } from '../../db/gpu-lease-repository.ts';
+import { billingErrors } from '../../errors.ts';
+import type { BillingContext } from '../context.ts';
+import { assertRentable, chooseGpus, type RentedResources } from './rented-machine.ts';
+
+/** How long a reservation holds its GPUs unless the request says otherwise. */
+export const DEFAULT_RESERVATION_MS = 60_000;
+/** The longest a reservation may hold GPUs. */
+export const MAX_RESERVATION_MS = 300_000;
+
+export interface ReservationInput {
+  actor: Principal;
+  /** The renter the GPUs are held for: only their start may use them. */
+  userId: string;
+  providerId: string;
+  gpuModel: string;
+  gpuCount: number;
+  ttlMs: number;
+  correlationId?: string;
+}
+
+export interface Reservation {
+  id: string;
+  userId: string;
+  providerId: string;
+  gpuModel: string;
+  gpuIndices: number[];
+  expiresAt: Date;
+}
+
+const mayNotReserve = () => errors.forbidden('only platform services reserve GPUs for a renter', 'ROLE_REQUIRED');
+
+/** Holds the GPUs for the renter until `ttlMs` from now; 409 as a start when the machine cannot give them. */
+export async function reserveGpus(ctx: BillingContext, input: ReservationInput): Promise<Reservation> {
+  if (!isPrivileged(input.actor)) throw mayNotReserve();
+  if (!ctx.providers) {
+    throw billingErrors.providerNotAvailable(
+      input.providerId,
+      'cannot be reserved: billing has no registry',
+      'unknown',
+    );
+  }
+  const machine = await ctx.providers.provider(input.providerId, input.correlationId);
+  if (!machine) throw billingErrors.providerNotFound(input.providerId);
+  assertRentable(machine);
+  const asked: RentedResources = { ...input, requestedVramMb: 0, estimatedPowerW: 0 };
+  const id = randomUUID();
+  const now = ctx.now();
+  const expiresAt = new Date(now.getTime() + input.ttlMs);
+  return ctx.db.transaction().execute(async (trx) => {
+    const held = await lockMachineGpus(trx, machine.id, now);
+    const choice = chooseGpus(machine, asked, new Set(held.map((h) => h.gpu_index)));
+    await insertLeases(trx, machine.id, choice.indices, { reservationId: id, userId: input.userId, expiresAt });
+    return {
+      id,
+      userId: input.userId,
+      providerId: machine.id,
+      gpuModel: choice.resources.gpuModel,
+      gpuIndices: choice.indices,
+      expiresAt,
+    };
+  });
+}
+
+/** Frees a reservation's GPUs before it expires; RESERVATION_NOT_FOUND when it holds none (used, expired, unknown). */
+export async function cancelReservation(ctx: BillingContext, actor: Principal, reservationId: string): Promise<void> {
+  if (!isPrivileged(actor)) throw mayNotReserve();
+  await ctx.db.transaction().execute(async (trx) => {
+    const found = await findReservation(trx, reservationId);
+    if (found) await lockMachineGpus(trx, found.provider_id, ctx.now());
+    if (!found || !(await releaseReservation(trx, reservationId))) {
+      throw billingErrors.reservationNotFound(reservationId);
+    }
+  });
+}

@@ -1,0 +1,282 @@
+/**
+ * Per-GPU leases (issue #28), the registry's half: a session holds some of a machine's GPUs (`gpu_indices`, none named:
+ * every GPU); a machine is busy exactly when a session runs on it and no GPU group has `min_gpus_per_rental` free GPUs
+ * (healthy, held by no running session), and its offers list those free GPUs while it is idle. Against real
+ * PostgreSQL, through HTTP (billing's reports without NATS; the NATS path: provider-sessions.test.ts).
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { gpu, type Harness, providerBody, register, startHarness } from './helpers.ts';
+
+let h: Harness;
+
+beforeAll(async () => {
+  h = await startHarness({ nats: false });
+  const card = await h.app.inject({
+    method: 'PUT',
+    url: '/prices',
+    payload: {
+      base_rates: { default: '1' },
+      vram_rate_per_gb_hour: '0',
+      power_rate_per_watt_hour: '0',
+      occurred_at: new Date().toISOString(),
+    },
+  });
+  expect(card.statusCode, card.body).toBe(200);
+  await h.app.market.settled();
+});
+afterAll(() => h?.close());
+
+const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
+const LOW = [0, 1, 2, 3];
+const HIGH = [4, 5, 6, 7];
+
+/** An 8-GPU machine in a region of its own (so an offer search sees only it). */
+async function machine(over: Record<string, unknown> = {}) {
+  const location = `r-${randomUUID().slice(0, 8)}`;
+  const p = await register(h.app, { location, gpus: ALL.map(() => gpu()), ...over });
+  return p as typeof p & { name: string; min_gpus_per_rental: number; location: string };
+}
+
+const put = (providerId: string, sessionId: string, payload?: unknown) =>
+  h.app.inject({
+    method: 'PUT',
+    url: `/providers/${providerId}/sessions/${sessionId}`,
+    ...(payload === undefined ? {} : { payload: payload as object }),
+  });
+
+/** Reports the session running, holding `gpuIndices`; the report's body. */
+async function hold(providerId: string, gpuIndices: number[] | null | undefined, sessionId = randomUUID()) {
+  const res = await put(providerId, sessionId, gpuIndices === undefined ? undefined : { gpu_indices: gpuIndices });
+  expect(res.statusCode, res.body).toBe(200);
+  return { sessionId, ...(res.json() as { status: string; previous_status: string; gpu_indices: number[] | null }) };
+}
+
+async function end(providerId: string, sessionId: string) {
+  const res = await h.app.inject({ method: 'DELETE', url: `/providers/${providerId}/sessions/${sessionId}` });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json() as { status: string; previous_status: string };
+}
+
+const statusOf = async (id: string) => (await h.app.inject({ url: `/providers/${id}` })).json().status as string;
+
+/** The free GPUs of the machine's offers (its region's), as renters see them. */
+async function freeGpus(location: string) {
+  const res = await h.app.inject({ url: `/offers?region=${location}` });
+  expect(res.statusCode, res.body).toBe(200);
+  return (res.json() as { free_gpus: number }[]).map((o) => o.free_gpus);
+}
+
+const setHealth = (id: string, index: number, healthy: boolean) =>
+  h.app.inject({
+    method: 'POST',
+    url: `/providers/${id}/heartbeat`,
+    payload: { gpu_metrics: [{ index, is_healthy: healthy }] },
+  });
+
+describe('sessions holding some GPUs', () => {
+  it('keep a machine idle while a group is rentable, busy once none is, idle again when a session ends', async () => {
+    const p = await machine();
+    expect(await freeGpus(p.location)).toEqual([8]);
+
+    const first = await hold(p.id, LOW);
+    expect(first).toMatchObject({ previous_status: 'idle', status: 'idle', gpu_indices: LOW });
+    expect(await freeGpus(p.location)).toEqual([4]);
+
+    const second = await hold(p.id, [7, 6, 5, 4]);
+    expect(second).toMatchObject({ previous_status: 'idle', status: 'busy', gpu_indices: HIGH });
+    expect(await freeGpus(p.location)).toEqual([]);
+
+    expect(await end(p.id, first.sessionId)).toMatchObject({ previous_status: 'busy', status: 'idle' });
+    expect(await statusOf(p.id)).toBe('idle');
+    expect(await freeGpus(p.location)).toEqual([4]);
+    expect(await end(p.id, second.sessionId)).toMatchObject({ previous_status: 'idle', status: 'idle' });
+    expect(await freeGpus(p.location)).toEqual([8]);
+  });
+
+  it('take the whole machine when they name no GPUs: no body, {} or gpu_indices null', async () => {
+    for (const body of [undefined, {}, { gpu_indices: null }]) {
+      const p = await machine();
+      const s = randomUUID();
+      const res = await put(p.id, s, body);
+      expect(res.statusCode, res.body).toBe(200);
+      expect(res.json()).toMatchObject({ status: 'busy', gpu_indices: null });
+      expect(await freeGpus(p.location)).toEqual([]);
+      expect(await end(p.id, s)).toMatchObject({ status: 'idle' });
+      expect(await freeGpus(p.location)).toEqual([8]);
+    }
+    // An empty body sent with a JSON content type (as HTTP clients may) is no body too.
+    const p = await machine();
+    const res = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}/sessions/${randomUUID()}`,
+      headers: { 'content-type': 'application/json' },
+      payload: '',
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json().status).toBe('busy');
+  });
+
+  it('restate their GPUs on a later report; a report naming none keeps them', async () => {
+    const p = await machine();
+    const { sessionId } = await hold(p.id, LOW);
+    expect(await hold(p.id, undefined, sessionId)).toMatchObject({ status: 'idle', gpu_indices: LOW });
+    expect(await hold(p.id, ALL, sessionId)).toMatchObject({ previous_status: 'idle', status: 'busy' });
+    expect(await freeGpus(p.location)).toEqual([]);
+    expect(await hold(p.id, [0], sessionId)).toMatchObject({ previous_status: 'busy', status: 'idle' });
+    expect(await freeGpus(p.location)).toEqual([7]);
+    // An ended session's GPUs are free, and a late report changes nothing.
+    await end(p.id, sessionId);
+    expect((await put(p.id, sessionId, { gpu_indices: ALL })).statusCode).toBe(409);
+    expect(await freeGpus(p.location)).toEqual([8]);
+  });
+
+  it("count what is rentable per GPU group (billing's model key)", async () => {
+    const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559 };
+    const p = await machine({ gpus: [gpu(), gpu(), gpu(h100), gpu(h100)] });
+    // Both A100s rented: the H100s are still rentable.
+    expect(await hold(p.id, [0, 1])).toMatchObject({ status: 'idle' });
+    expect((await freeGpus(p.location)).sort()).toEqual([2]);
+    expect(await hold(p.id, [2, 3])).toMatchObject({ status: 'busy' });
+  });
+});
+
+describe('min_gpus_per_rental', () => {
+  it('defaults to 1, is shown on the provider, in discovery and on offers, and is set by registration and update', async () => {
+    const plain = await machine();
+    expect(plain.min_gpus_per_rental).toBe(1);
+    const p = await machine({ min_gpus_per_rental: 4 });
+    expect(p.min_gpus_per_rental).toBe(4);
+    expect((await h.app.inject({ url: `/providers/${p.id}` })).json().min_gpus_per_rental).toBe(4);
+    const listed = (await h.app.inject({ url: '/providers?limit=1000' })).json() as { id: string }[];
+    expect(listed.find((x) => x.id === p.id)).toMatchObject({ min_gpus_per_rental: 4 });
+    const offer = (await h.app.inject({ url: `/offers?region=${p.location}` })).json()[0];
+    expect(offer).toMatchObject({ free_gpus: 8, min_gpus_per_rental: 4 });
+
+    // A full update sets it; one that leaves it out puts back the default, as for every writable field.
+    const body = { ...providerBody({ name: p.name, location: p.location }), gpus: ALL.map(() => gpu()) };
+    const updated = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}`,
+      payload: { ...body, min_gpus_per_rental: 2 },
+    });
+    expect(updated.statusCode, updated.body).toBe(200);
+    expect(updated.json().min_gpus_per_rental).toBe(2);
+    expect((await h.app.inject({ url: `/offers?region=${p.location}` })).json()[0].min_gpus_per_rental).toBe(2);
+    const reset = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}`, payload: body });
+    expect(reset.json().min_gpus_per_rental).toBe(1);
+  });
+
+  it('is 1-64: 0, 65 and a fraction are 400 problems naming the field', async () => {
+    for (const value of [0, 65, 1.5, '4']) {
+      const res = await h.app.inject({
+        method: 'POST',
+        url: '/providers',
+        payload: providerBody({ min_gpus_per_rental: value }),
+      });
+      expect(res.statusCode, String(value)).toBe(400);
+      expect(res.headers['content-type']).toMatch(/application\/problem\+json/);
+      expect(res.json().errors).toEqual(
+        expect.arrayContaining([expect.objectContaining({ path: 'body.min_gpus_per_rental' })]),
+      );
+    }
+    const p = await machine();
+    const res = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}`,
+      payload: providerBody({ name: p.name, min_gpus_per_rental: 65 }),
+    });
+    expect(res.statusCode).toBe(400);
+  });
+
+  it('makes a machine busy, off the market, when its free GPUs are fewer (one GPU unhealthy)', async () => {
+    const p = await machine({ min_gpus_per_rental: 4 });
+    expect((await setHealth(p.id, 7, false)).statusCode).toBe(200);
+    expect(await freeGpus(p.location)).toEqual([7]);
+    const { sessionId } = await hold(p.id, LOW);
+    expect(await statusOf(p.id)).toBe('busy');
+    expect(await freeGpus(p.location)).toEqual([]);
+    // The GPU recovers: four are free again, and the machine is back on the market.
+    const healed = await setHealth(p.id, 7, true);
+    expect(healed.json()).toMatchObject({ previous_status: 'busy', status: 'idle' });
+    expect(await freeGpus(p.location)).toEqual([4]);
+    // And the other way round: rented first, then a GPU fails.
+    const failed = await setHealth(p.id, 5, false);
+    expect(failed.json()).toMatchObject({ previous_status: 'idle', status: 'busy' });
+    expect(await freeGpus(p.location)).toEqual([]);
+    await end(p.id, sessionId);
+    expect(await statusOf(p.id)).toBe('idle');
+    expect(await freeGpus(p.location)).toEqual([7]);
+  });
+
+  it('changed by a full update applies the rule to the machine and its offers at once', async () => {
+    const p = await machine();
+    await hold(p.id, LOW);
+    expect(await freeGpus(p.location)).toEqual([4]);
+    const body = { ...providerBody({ name: p.name, location: p.location }), gpus: ALL.map(() => gpu()) };
+    const up = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}`,
+      payload: { ...body, min_gpus_per_rental: 5 },
+    });
+    expect(up.json()).toMatchObject({ status: 'busy', min_gpus_per_rental: 5 });
+    expect(await freeGpus(p.location)).toEqual([]);
+    const down = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}`,
+      payload: { ...body, min_gpus_per_rental: 4 },
+    });
+    expect(down.json()).toMatchObject({ status: 'idle', min_gpus_per_rental: 4 });
+    expect(await freeGpus(p.location)).toEqual([4]);
+  });
+});
+
+describe('explicit statuses of a partly rented machine', () => {
+  const patch = (id: string, status: string) =>
+    h.app.inject({ method: 'PATCH', url: `/providers/${id}/status`, payload: { status } });
+
+  it('refuse busy while GPUs are left to rent and idle once none is; a heartbeat revives it to what it is', async () => {
+    const p = await machine();
+    const { sessionId } = await hold(p.id, LOW);
+    const busy = await patch(p.id, 'busy');
+    expect(busy.statusCode).toBe(409);
+    expect(busy.json().code).toBe('STATUS_CONTRADICTS_SESSIONS');
+    expect((await patch(p.id, 'idle')).statusCode).toBe(200);
+
+    // Offline, then a heartbeat: partly rented comes back idle, fully rented busy.
+    expect((await patch(p.id, 'offline')).statusCode).toBe(200);
+    expect((await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` })).json().status).toBe('idle');
+    await hold(p.id, HIGH);
+    expect(await statusOf(p.id)).toBe('busy');
+    expect((await patch(p.id, 'idle')).statusCode).toBe(409);
+    expect((await patch(p.id, 'maintenance')).statusCode).toBe(200);
+    expect((await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` })).json().status).toBe(
+      'maintenance',
+    );
+    expect((await patch(p.id, 'error')).statusCode).toBe(200);
+    expect((await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` })).json().status).toBe('busy');
+    await end(p.id, sessionId);
+    expect(await statusOf(p.id)).toBe('idle');
+  });
+});
+
+describe('validation of a session report', () => {
+  it('refuses duplicate, out-of-range, negative and empty GPU lists with 400 problems, writing nothing', async () => {
+    const p = await machine();
+    for (const gpu_indices of [[0, 0], [64], [-1], [], [1.5], 'all', Array.from({ length: 65 }, (_, i) => i)]) {
+      const s = randomUUID();
+      const res = await put(p.id, s, { gpu_indices });
+      expect(res.statusCode, JSON.stringify(gpu_indices)).toBe(400);
+      expect(res.headers['content-type']).toMatch(/application\/problem\+json/);
+      expect(res.json()).toMatchObject({ status: 400, code: 'VALIDATION_ERROR' });
+      expect(res.json().errors[0].path).toMatch(/^body\.gpu_indices/);
+    }
+    const rows = await h.database.db
+      .selectFrom('provider_sessions')
+      .select('session_id')
+      .where('provider_id', '=', p.id)
+      .execute();
+    expect(rows).toEqual([]);
+    expect(await statusOf(p.id)).toBe('idle');
+  });
+});
