@@ -455,7 +455,12 @@ describe('billing and the provider registry', () => {
     const stolen = await startAs(other, { reservation_id: reserved.json().id });
     expect(stolen.statusCode).toBe(409);
     expect(stolen.json().code).toBe('RESERVATION_MISMATCH');
-    const started = await startAs(renter, { reservation_id: reserved.json().id, gpu_count: 3 });
+    // The reservation's GPUs, not others: a start asking for another count is refused, nothing held.
+    const wrongCount = await startAs(renter, { reservation_id: reserved.json().id, gpu_count: 2 });
+    expect(wrongCount.statusCode).toBe(409);
+    expect(wrongCount.json().code).toBe('RESERVATION_MISMATCH');
+    // A UUID is a UUID in capitals too.
+    const started = await startAs(renter, { reservation_id: reserved.json().id.toUpperCase(), gpu_count: 3 });
     expect(started.statusCode, started.body).toBe(201);
     expect(started.json().session).toMatchObject({ gpu_count: 3, gpu_indices: [0, 1, 2] });
     // Used once: the reservation is gone.

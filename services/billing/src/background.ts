@@ -3,7 +3,7 @@
  * OutboxRelay), reconciling pending withdrawals and payouts with the chain
  * (once at start-up, then every `billing.reconcile_interval`), billing running
  * sessions every `billing.billing_interval` (domain/sessions/biller.ts), consuming
- * usage updates from NATS when messaging is configured, and the registry's
+ * usage updates and the storage service's usage reports from NATS when messaging is configured, and the registry's
  * provider status changes (an offline provider's sessions end); and, at start-up, announcing the platform's price
  * card and machines' own rates to the market.
  */
@@ -17,6 +17,7 @@ import {
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
+import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters/storage-usage-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
@@ -115,6 +116,20 @@ export async function startBackground(
         })
       : null;
 
+  // Stored bytes, billed: the storage service's reports (domain/storage/charges.ts), as over HTTP.
+  const storageUsage: StorageUsageConsumer | null =
+    publisher instanceof NatsPublisher
+      ? await startStorageUsageConsumer({
+          connection: publisher.connection,
+          ctx,
+          verifier,
+          prefix: config.messaging.subjects.storage_usage,
+          stream: config.messaging.storage_usage_stream,
+          durable: config.messaging.storage_usage_consumer,
+          logger: ctx.logger,
+        })
+      : null;
+
   // A provider that goes offline or into error stops costing (domain/sessions/provider-offline.ts).
   const statuses: RegistryEventsConsumer | null =
     publisher instanceof NatsPublisher
@@ -146,9 +161,10 @@ export async function startBackground(
   return {
     healthChecks: {
       ...(consumer ? { usage_consumer: () => consumer.check() } : {}),
+      ...(storageUsage ? { storage_usage_consumer: () => storageUsage.check() } : {}),
       ...(statuses ? { provider_status_consumer: () => statuses.check() } : {}),
     },
-    metrics: consumer?.metrics ?? [],
+    metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? [])],
     async stop() {
       clearInterval(timer);
       clearInterval(sweepTimer);
@@ -156,6 +172,7 @@ export async function startBackground(
       clearInterval(checkTimer);
       await checking;
       await consumer?.stop();
+      await storageUsage?.stop();
       await statuses?.stop();
       await billing;
       await reconciling;

@@ -164,14 +164,20 @@ export const billingConfigSchema = z.object({
    * The shared messaging section: `nats_url` (empty: no events, no NATS usage consumer), `stream` (the JetStream
    * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
    * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`), `subjects.provider_status`
-   * (the registry's provider status changes, read to end an offline provider's sessions); `enabled: false` turns
+   * (the registry's provider status changes, read to end an offline provider's sessions), `subjects.storage_usage`
+   * (prefix of the storage service's usage reports: `<prefix>.<user_id>`); `enabled: false` turns
    * messaging off with a URL set.
    */
   messaging: z
     .object({
       ...messagingShape({
         stream: 'BILLING_EVENTS',
-        subjects: { events: 'billing.events', usage: 'billing.usage', provider_status: 'registry.providers.status' },
+        subjects: {
+          events: 'billing.events',
+          usage: 'billing.usage',
+          provider_status: 'registry.providers.status',
+          storage_usage: 'storage.usage',
+        },
       }),
       enabled: zBool().default(true),
       /** Billing's durable consumer on it: ends the sessions of providers that go offline or into error. */
@@ -185,6 +191,10 @@ export const billingConfigSchema = z.object({
        * (to any instance): what an instance that dies holding messages delays them by.
        */
       usage_ack_wait: zDuration().default('30s'),
+      /** The JetStream stream capturing `<subjects.storage_usage>.>` (the storage service publishes into it). */
+      storage_usage_stream: z.string().min(1).default('STORAGE_USAGE'),
+      /** Billing's durable consumer of the storage service's usage reports on it. */
+      storage_usage_consumer: z.string().min(1).default('billing-storage-usage'),
     })
     .prefault({}),
 });

@@ -37,6 +37,12 @@ export const registryErrors = {
    * An explicit status change that contradicts the provider's rental sessions (`domain/provider-sessions.ts`):
    * `idle` while it is fully rented, or `busy` while it is not. `providerId` is null for a registration.
    */
+  gpusRented: (providerId: string) =>
+    errors.conflict(
+      'GPUS_RENTED',
+      `provider ${providerId} has rental sessions holding its GPUs by their place in its GPU list: the list's GPUs ` +
+        'cannot be added, removed or reordered until they end (other fields, and VRAM, power or health, can change)',
+    ),
   statusContradictsSessions: (providerId: string | null, status: string, conflict: 'rented' | 'not_rented') =>
     errors.conflict(
       'STATUS_CONTRADICTS_SESSIONS',

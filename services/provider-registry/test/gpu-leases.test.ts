@@ -153,7 +153,7 @@ describe('min_gpus_per_rental', () => {
     const offer = (await h.app.inject({ url: `/offers?region=${p.location}` })).json()[0];
     expect(offer).toMatchObject({ free_gpus: 8, min_gpus_per_rental: 4 });
 
-    // A full update sets it; one that leaves it out puts back the default, as for every writable field.
+    // A full update sets it; one that leaves it out (a daemon updating its GPUs) keeps it.
     const body = { ...providerBody({ name: p.name, location: p.location }), gpus: ALL.map(() => gpu()) };
     const updated = await h.app.inject({
       method: 'PUT',
@@ -163,8 +163,29 @@ describe('min_gpus_per_rental', () => {
     expect(updated.statusCode, updated.body).toBe(200);
     expect(updated.json().min_gpus_per_rental).toBe(2);
     expect((await h.app.inject({ url: `/offers?region=${p.location}` })).json()[0].min_gpus_per_rental).toBe(2);
-    const reset = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}`, payload: body });
-    expect(reset.json().min_gpus_per_rental).toBe(1);
+    const kept = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}`, payload: body });
+    expect(kept.statusCode, kept.body).toBe(200);
+    expect(kept.json().min_gpus_per_rental).toBe(2);
+  });
+
+  it('refuses a GPU list that shifts GPUs under running sessions, and takes one that only changes their figures', async () => {
+    const p = await machine();
+    const session = await hold(p.id, LOW);
+    const body = { ...providerBody({ name: p.name, location: p.location }) };
+    const update = (gpus: unknown[]) =>
+      h.app.inject({ method: 'PUT', url: `/providers/${p.id}`, payload: { ...body, gpus } });
+    // One GPU fewer, or another model at a place: the sessions' indices would name other GPUs.
+    const fewer = await update(ALL.slice(1).map(() => gpu()));
+    expect(fewer.statusCode).toBe(409);
+    expect(fewer.json().code).toBe('GPUS_RENTED');
+    const swapped = await update(ALL.map((i) => (i === 2 ? gpu({ model_name: 'NVIDIA H100 80GB HBM3' }) : gpu())));
+    expect(swapped.json().code).toBe('GPUS_RENTED');
+    // The same GPUs with another VRAM figure (a driver update): taken.
+    const same = await update(ALL.map(() => gpu({ vram: 81000 })));
+    expect(same.statusCode, same.body).toBe(200);
+    // Once the session ended, the list may change.
+    await end(p.id, session.sessionId);
+    expect((await update(ALL.slice(1).map(() => gpu()))).statusCode).toBe(200);
   });
 
   it('is 1-64: 0, 65 and a fraction are 400 problems naming the field', async () => {

@@ -2,8 +2,8 @@
  * buildApp(ctx): the storage service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, durationMs } from '@gpu/common';
-import { billingUsageSink } from './adapters/billing-usage.ts';
+import { type App, createApp, durationMs, type EventPublisher } from '@gpu/common';
+import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import { DEFAULT_PORT } from './config.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { StorageMeter, type UsageSink } from './domain/metering.ts';
@@ -15,8 +15,10 @@ import { schemas } from './routes/schemas.ts';
 export const SERVICE_NAME = 'storage-service';
 
 export interface StorageAppDeps extends StorageDeps {
-  /** Where the meter reports stored bytes (tests); by default billing, as `metering` configures it. */
+  /** Where the meter reports stored bytes (tests); by default billing, as `metering` and `messaging` configure it. */
   usageSink?: UsageSink | null;
+  /** NATS (JetStream) when `messaging.nats_url` is set: the usage reports go there, and /health checks it. */
+  nats?: EventPublisher;
 }
 
 export type StorageApp = App & { meter: StorageMeter | null };
@@ -30,7 +32,10 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
       'presigned URLs and bucket creation over an S3-compatible object store.',
     config: ctx.config,
     logger: ctx.logger,
-    healthChecks: { object_store: () => ctx.store.ping() },
+    healthChecks: {
+      object_store: () => ctx.store.ping(),
+      ...(deps.nats?.enabled ? { nats: () => deps.nats!.ping() } : {}),
+    },
     schemas,
     defaultPort: DEFAULT_PORT,
   });
@@ -39,14 +44,20 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   await app.register(objectRoutes, ctx);
 
   // Stored bytes, billed: measured once per period and reported to billing (domain/metering.ts).
-  const sink = deps.usageSink !== undefined ? deps.usageSink : billingUsageSink(ctx.config.metering, ctx.logger);
+  const { metering, messaging } = ctx.config;
+  const sink =
+    deps.usageSink !== undefined
+      ? deps.usageSink
+      : deps.nats?.enabled
+        ? natsUsageSink(metering, messaging.subjects.usage, deps.nats)
+        : billingUsageSink(metering, ctx.logger);
   const meter = sink
     ? new StorageMeter({
         store: ctx.store,
         owners: ctx.owners,
         defaultBucket: ctx.config.object_store.default_bucket,
         sink,
-        intervalMs: durationMs(ctx.config.metering.interval),
+        intervalMs: durationMs(metering.interval),
         logger: ctx.logger,
       })
     : null;
@@ -54,7 +65,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
     app.addHook('onReady', async () => meter.start());
     app.addHook('onClose', async () => meter.stop());
   } else {
-    ctx.logger.info('storage metering is off (metering.billing_url unset or metering.interval 0s)');
+    ctx.logger.info('storage metering is off (neither metering.billing_url nor NATS, or metering.interval 0s)');
   }
   return Object.assign(app, { meter });
 }

@@ -4,7 +4,16 @@
  * the file, with a deprecation warning (the loader takes any camelCase spelling of a snake_case key); environment
  * names ignore case and underscores anyway (`STORAGE__OBJECT_STORE__DEFAULTBUCKET`).
  */
-import { baseConfigShape, baseEnvAliases, loadConfig, zBool, zDuration, zInt } from '@gpu/common';
+import {
+  baseConfigShape,
+  baseEnvAliases,
+  loadConfig,
+  messagingEnvAliases,
+  messagingShape,
+  zBool,
+  zDuration,
+  zInt,
+} from '@gpu/common';
 
 /** The service's port in the platform's table. */
 export const DEFAULT_PORT = 8001;
@@ -64,8 +73,9 @@ export const storageConfigSchema = z.object({
     .prefault({}),
   /**
    * Stored bytes, billed: once per `interval`, the service measures what each owner stores (their buckets, and their
-   * folder in the default bucket) and reports the period to billing (`POST /api/v1/billing/storage-usage`) with its
-   * machine client. Off without `billing_url`, or with `interval: 0s`.
+   * folder in the default bucket) and reports the period to billing with its machine client: over NATS when
+   * `messaging.nats_url` is set (JetStream, `<messaging.subjects.usage>.<user_id>`), else over HTTP
+   * (`POST /api/v1/billing/storage-usage` at `billing_url`). Off with neither, or with `interval: 0s`.
    */
   metering: z
     .object({
@@ -81,6 +91,11 @@ export const storageConfigSchema = z.object({
       timeout: zDuration().default('10s'),
     })
     .prefault({}),
+  /**
+   * NATS, for the usage reports (`metering`): `nats_url` (empty: reports go over HTTP), `stream` (the JetStream stream
+   * capturing them, which billing reads too), `subjects.usage` (their prefix: `<prefix>.<user_id>`).
+   */
+  messaging: z.object(messagingShape({ stream: 'STORAGE_USAGE', subjects: { usage: 'storage.usage' } })).prefault({}),
 });
 
 export type StorageConfig = z.infer<typeof storageConfigSchema>;
@@ -95,6 +110,7 @@ export function loadStorageConfig(env: NodeJS.ProcessEnv = process.env): Storage
     env,
     aliases: {
       ...baseEnvAliases,
+      ...messagingEnvAliases,
       S3_ENDPOINT: 'object_store.endpoint',
       S3_ACCESS_KEY_ID: 'object_store.access_key_id',
       S3_SECRET_ACCESS_KEY: 'object_store.secret_access_key',

@@ -1,10 +1,11 @@
 /**
  * The storage service process: load configuration (a default file is written
  * when absent), log (with any deprecated setting names), connect to the
- * object store and test the connection, ensure the default bucket, listen,
+ * object store and test the connection, ensure the default bucket, connect
+ * to NATS when the usage reports go there, listen,
  * register with Consul, shut down gracefully.
  */
-import { configWarnings, durationMs, runService, serviceLogger, startOrExit } from '@gpu/common';
+import { configWarnings, connectPublisher, durationMs, runService, serviceLogger, startOrExit } from '@gpu/common';
 import { S3ObjectStore } from './adapters/object-store.ts';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadStorageConfig } from './config.ts';
@@ -20,7 +21,18 @@ startOrExit(async () => {
     const outcome = await store.ensureBucket(bucket);
     logger.info({ bucket, outcome }, 'default bucket ensured');
   }
-  const app = await buildApp({ config, logger, store });
-  app.addHook('onClose', async () => store.close());
+  // NATS carries the usage reports when configured (and metering is on); else they go to billing over HTTP.
+  const { messaging, metering } = config;
+  const nats = await connectPublisher({
+    url: durationMs(metering.interval) > 0 ? messaging.nats_url : '',
+    name: SERVICE_NAME,
+    stream: { name: messaging.stream, subjects: [`${messaging.subjects.usage}.>`] },
+    logger,
+  });
+  const app = await buildApp({ config, logger, store, nats });
+  app.addHook('onClose', async () => {
+    await nats.close();
+    store.close();
+  });
   await runService({ name: SERVICE_NAME, config, logger, app });
 });

@@ -79,13 +79,21 @@ export class ProviderDaemon {
       } else {
         const record = unwrap(current);
         if (gpusChanged(record.gpus, body.gpus) || record.name !== body.name) {
-          unwrap(
-            await this.registry.PUT('/providers/{providerID}', {
-              params: { path: { providerID: id } },
-              body: body as never,
-            }),
-          );
-          this.deps.logger.info({ provider_id: id }, 'provider record updated: the GPUs or name changed');
+          const updated = await this.registry.PUT('/providers/{providerID}', {
+            params: { path: { providerID: id } },
+            body: body as never,
+          });
+          // Sessions hold GPUs by their place in the list: the registry keeps the old list until they end, and the
+          // daemon reports on under it (the next start updates it).
+          if ((updated.error as { code?: string } | undefined)?.code === 'GPUS_RENTED') {
+            this.deps.logger.warn(
+              { provider_id: id },
+              'the GPU list changed while rental sessions hold its GPUs: the registry keeps the old one until they end',
+            );
+          } else {
+            unwrap(updated);
+            this.deps.logger.info({ provider_id: id }, 'provider record updated: the GPUs or name changed');
+          }
         }
       }
     }

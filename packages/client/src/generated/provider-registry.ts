@@ -448,10 +448,7 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
-            /**
-             * @description the smallest group of GPUs a rental may take on the machine (default 1); a machine whose GPU groups all have fewer free GPUs is off the market
-             * @default 1
-             */
+            /** @description the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market */
             min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
             name: string;
@@ -565,10 +562,7 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
-            /**
-             * @description the smallest group of GPUs a rental may take on the machine (default 1); a machine whose GPU groups all have fewer free GPUs is off the market
-             * @default 1
-             */
+            /** @description the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market */
             min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
             name: string;

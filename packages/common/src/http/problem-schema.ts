@@ -14,5 +14,8 @@ export const problemSchema = z
   .loose()
   .describe('RFC 9457 problem details (application/problem+json)');
 
-/** A response without a body (204 and the like), documented as such: `null` in the OpenAPI document. */
+/**
+ * A response without a body (204, a redirect). `type: 'null'` in the JSON schema is what tells @fastify/swagger to
+ * describe no content (a plain `z.null()` reads as a JSON body of `null`).
+ */
 export const noBody = (description: string) => z.null().meta({ type: 'null', description });

@@ -38,11 +38,6 @@ const loginBodySchema = z
   })
   .register(schemas, { id: 'LoginRequest' });
 
-/**
- * An answer with no body (204). `type: 'null'` in the JSON schema is what tells @fastify/swagger to describe no
- * content (a plain `z.null()` reads as a JSON body of `null`).
- */
-
 export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/register',

@@ -94,8 +94,11 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
 
-/** The message's sender, from its `Authorization` header (the unchecked principal with access control off). */
-async function senderOf(opts: Handling, msg: JsMsg): Promise<Principal> {
+/**
+ * The message's sender, from its `Authorization` header (the unchecked principal with access control off). Throws a
+ * refusal for a missing or bad token, another error when the keys could not be fetched (retry later).
+ */
+export async function senderOf(opts: { verifier: TokenVerifier | null }, msg: JsMsg): Promise<Principal> {
   if (!opts.verifier) return UNCHECKED_PRINCIPAL;
   return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined));
 }

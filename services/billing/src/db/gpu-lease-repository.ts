@@ -1,10 +1,11 @@
 /**
  * The GPUs held on machines (`gpu_leases`, migration XIII): by running sessions and by reservations until they
- * expire. Every writer of one machine's rows first takes `lockMachineGpus` in its transaction, so the choice of free
- * GPUs and the rows that claim them are one step per machine; the table's key is the backstop (never two holders of
- * one GPU).
+ * expire. Every writer that claims a machine's GPUs (a start, a reservation) or frees a reservation first takes
+ * `lockMachineGpus` in its transaction, so the choice of free GPUs and the rows that claim them are one step per
+ * machine; the table's key is the backstop (never two holders of one GPU). A session's end deletes its own rows
+ * without the lock: freeing a GPU cannot give it to two holders.
  */
-import { sql, type Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import type { BillingDB } from './schema.ts';
 
 type Trx = Transaction<BillingDB>;
@@ -36,6 +37,17 @@ export async function lockMachineGpus(trx: Trx, providerId: string, now: Date): 
     .where('provider_id', '=', providerId)
     .orderBy('gpu_index')
     .execute();
+}
+
+/** The indices of the GPUs held on the machine now (a plain read, for a quote: no lock, expired reservations left out). */
+export async function heldGpus(db: Kysely<BillingDB>, providerId: string, now: Date): Promise<number[]> {
+  const rows = await db
+    .selectFrom('gpu_leases')
+    .select('gpu_index')
+    .where('provider_id', '=', providerId)
+    .where((eb) => eb.or([eb('session_id', 'is not', null), eb('expires_at', '>', now)]))
+    .execute();
+  return rows.map((r) => r.gpu_index);
 }
 
 /** Who holds a lease: a session, or a renter's reservation until it expires. */
@@ -75,7 +87,7 @@ export async function releaseSessionGpus(trx: Trx, sessionId: string): Promise<v
 
 /** The machine and GPUs of a reservation (any state), or undefined when none holds GPUs now. */
 export async function findReservation(
-  trx: Trx | import('kysely').Kysely<BillingDB>,
+  trx: Trx | Kysely<BillingDB>,
   reservationId: string,
 ): Promise<{ provider_id: string; user_id: string; expires_at: Date; gpu_indices: number[] } | undefined> {
   const rows = await trx

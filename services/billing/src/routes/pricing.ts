@@ -108,12 +108,14 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           "duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it " +
           "(rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply, and " +
           "with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session " +
-          'start would price it (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND). ' +
+          'start would price it: the GPUs a start would lease now, `gpu_count` of the free ones (a token is then ' +
+          "needed: 401 without; 404 PROVIDER_NOT_FOUND; 409 GPU_GROUP_TOO_SMALL below the machine's " +
+          '`min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when it has fewer healthy GPUs of the model). ' +
           'Unknown models are priced at the `default` rate (rate_key "default").',
         body: priceRequestBody,
         response: {
           200: priceQuoteSchema,
-          ...problems(400, 401, 404, 503),
+          ...problems(400, 401, 404, 409, 503),
         },
       },
     },

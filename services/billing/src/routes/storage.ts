@@ -1,7 +1,7 @@
 /** Stored bytes, billed: the storage service's usage reports, and each user's storage charges. */
 import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
-import { chargeStorage, MAX_STORAGE_PERIOD_MS, storageCharges } from '../domain/storage/index.ts';
+import { chargeStorage, storageCharges, storageUsageSchema, toStorageUsageReport } from '../domain/storage/index.ts';
 import { storageChargeJson } from '../wire/presenters.ts';
 import { STORAGE_READ_ROLES, STORAGE_REPORT_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
@@ -26,22 +26,7 @@ const storageChargeSchema = z
   })
   .register(schemas, { id: 'StorageCharge' });
 
-const storageUsageBody = z
-  .object({
-    user_id: z.uuid().describe('the owner of the bucket (or of the folder in the shared bucket)'),
-    period_start: zTimestamp(),
-    period_end: zTimestamp(),
-    bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
-  })
-  .refine((b) => Date.parse(b.period_end) > Date.parse(b.period_start), {
-    path: ['period_end'],
-    message: 'period_end must be after period_start',
-  })
-  .refine((b) => Date.parse(b.period_end) - Date.parse(b.period_start) <= MAX_STORAGE_PERIOD_MS, {
-    path: ['period_end'],
-    message: 'a period is at most 24 hours',
-  })
-  .register(schemas, { id: 'StorageUsageReport' });
+const storageUsageBody = storageUsageSchema.register(schemas, { id: 'StorageUsageReport' });
 
 const storageChargePageSchema = z
   .object({
@@ -73,13 +58,7 @@ export async function storageRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request, reply) => {
-      const b = request.body;
-      const { charge, created } = await chargeStorage(ctx, callerOf(request), {
-        userId: b.user_id,
-        periodStart: new Date(b.period_start),
-        periodEnd: new Date(b.period_end),
-        bytes: b.bytes,
-      });
+      const { charge, created } = await chargeStorage(ctx, callerOf(request), toStorageUsageReport(request.body));
       return reply.code(created ? 201 : 200).send(storageChargeJson(charge, ctx.scale));
     },
   );

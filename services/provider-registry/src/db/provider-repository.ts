@@ -103,8 +103,8 @@ async function insertModelKeys(tx: Transaction<RegistryDB>, id: string): Promise
     WHERE p.id = ${id}`.execute(tx);
 }
 
-/** The provider row's writable fields from an input (with its GPU summary). */
-function writableFields(input: ProviderInput, status: ProviderStatus) {
+/** The provider row's writable fields from an input (with its GPU summary); `minGpus` when the input has none. */
+function writableFields(input: ProviderInput, status: ProviderStatus, minGpus: number = MIN_GPUS_PER_RENTAL.default) {
   return {
     owner_id: input.owner_id,
     name: input.name,
@@ -113,7 +113,7 @@ function writableFields(input: ProviderInput, status: ProviderStatus) {
     status,
     location: input.location ?? null,
     metadata: JSON.stringify(input.metadata ?? {}),
-    min_gpus_per_rental: input.min_gpus_per_rental ?? MIN_GPUS_PER_RENTAL.default,
+    min_gpus_per_rental: input.min_gpus_per_rental ?? minGpus,
     ...summarizeGpus(input.gpus),
   };
 }
@@ -180,17 +180,39 @@ export async function replaceProvider(
     return await db.transaction().execute(async (tx) => {
       const current = await tx
         .selectFrom('providers')
-        .select(['status', 'owner_id'])
+        .select(['status', 'owner_id', 'min_gpus_per_rental'])
         .where('id', '=', id)
         .forUpdate()
         .executeTakeFirst();
       if (!current) return undefined;
+      // Sessions hold GPUs by their place in the list: it may not shift under them.
+      const holding = await tx
+        .selectFrom('provider_sessions')
+        .select('session_id')
+        .where('provider_id', '=', id)
+        .where('active', '=', true)
+        .limit(1)
+        .executeTakeFirst();
+      if (holding) {
+        const before = await tx
+          .selectFrom('gpus')
+          .select('model_name')
+          .where('provider_id', '=', id)
+          .orderBy('idx')
+          .execute();
+        const shifted =
+          before.length !== input.gpus.length || before.some((g, i) => g.model_name !== input.gpus[i]!.model_name);
+        if (shifted) throw registryErrors.gpusRented(id);
+      }
       const previous = current.status as ProviderStatus;
       const status = input.status ?? previous;
       const changed = status !== previous;
       const update = tx
         .updateTable('providers')
-        .set({ ...writableFields(input, status), ...(changed ? { last_seen_at: sql<Date>`now()` } : {}) })
+        .set({
+          ...writableFields(input, status, current.min_gpus_per_rental),
+          ...(changed ? { last_seen_at: sql<Date>`now()` } : {}),
+        })
         .where('id', '=', id)
         .returning(['id', 'owner_id', sql<string>`${previous}::text`.as('previous_status'), 'status']);
       await withStatusEvents(update, changed ? recording : undefined).execute(tx);

@@ -67,7 +67,7 @@ export interface ProviderInput {
   status?: ProviderStatus;
   location?: string | null;
   metadata?: Record<string, unknown>;
-  /** Default `MIN_GPUS_PER_RENTAL.default`. */
+  /** Absent: `MIN_GPUS_PER_RENTAL.default` on registration, the stored value on a full update. */
   min_gpus_per_rental?: number;
   gpus: GpuInput[];
 }

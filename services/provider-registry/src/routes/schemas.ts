@@ -121,10 +121,10 @@ const providerInputShape = {
     .int()
     .min(MIN_GPUS_PER_RENTAL.min)
     .max(MIN_GPUS_PER_RENTAL.max)
-    .default(MIN_GPUS_PER_RENTAL.default)
+    .optional()
     .describe(
-      'the smallest group of GPUs a rental may take on the machine (default 1); a machine whose GPU groups all have ' +
-        'fewer free GPUs is off the market',
+      'the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update ' +
+        'without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market',
     ),
 };
 

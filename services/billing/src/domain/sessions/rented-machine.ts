@@ -9,6 +9,7 @@
  * hold one GPU.
  */
 import { gpuModelKey } from '@gpu/common';
+import { heldGpus } from '../../db/gpu-lease-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import type { ProviderGpu, ProviderRecord } from '../provider-directory.ts';
@@ -95,8 +96,9 @@ function resourcesOf(taken: { gpu: ProviderGpu }[], estimatedPowerW: number): Re
 }
 
 /**
- * What a quote for this machine prices: with a registry, the GPUs a start would take on it when none is rented (404
- * PROVIDER_NOT_FOUND for a machine it does not know), else the figures asked.
+ * What a quote for this machine prices: with a registry, the GPUs a start would lease on it now (the free ones, read
+ * without the lease lock; when too few are free, the machine's first GPUs of the model, as if none were rented), 404
+ * PROVIDER_NOT_FOUND for a machine the registry does not know; without one, the figures asked.
  */
 export async function quotedResources(
   ctx: BillingContext,
@@ -107,5 +109,11 @@ export async function quotedResources(
   if (!providerId || !ctx.providers) return asked;
   const machine = await ctx.providers.provider(providerId, correlationId);
   if (!machine) throw billingErrors.providerNotFound(providerId);
-  return chooseGpus(machine, asked, new Set()).resources;
+  const held = new Set(await heldGpus(ctx.db, machine.id, ctx.now()));
+  try {
+    return chooseGpus(machine, asked, held).resources;
+  } catch (err) {
+    if (held.size === 0 || (err as { code?: string }).code !== 'PROVIDER_NOT_AVAILABLE') throw err;
+    return chooseGpus(machine, asked, new Set()).resources;
+  }
 }

@@ -75,11 +75,10 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
 /** Frees a reservation's GPUs before it expires; RESERVATION_NOT_FOUND when it holds none (used, expired, unknown). */
 export async function cancelReservation(ctx: BillingContext, actor: Principal, reservationId: string): Promise<void> {
   if (!isPrivileged(actor)) throw mayNotReserve();
+  const id = reservationId.toLowerCase();
   await ctx.db.transaction().execute(async (trx) => {
-    const found = await findReservation(trx, reservationId);
+    const found = await findReservation(trx, id);
     if (found) await lockMachineGpus(trx, found.provider_id, ctx.now());
-    if (!found || !(await releaseReservation(trx, reservationId))) {
-      throw billingErrors.reservationNotFound(reservationId);
-    }
+    if (!found || !(await releaseReservation(trx, id))) throw billingErrors.reservationNotFound(id);
   });
 }

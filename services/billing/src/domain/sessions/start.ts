@@ -7,7 +7,7 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import { isPrivileged, type Principal } from '@gpu/common';
+import { gpuModelKey, isPrivileged, type Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import { insertLeases, leaseReservationTo, lockMachineGpus } from '../../db/gpu-lease-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
@@ -193,14 +193,28 @@ async function leaseGpus(
   now: Date,
 ): Promise<GpuChoice & { reservationId?: string }> {
   const held = await lockMachineGpus(trx, machine.id, now);
-  if (input.reservationId) {
-    const reserved = held.filter((h) => h.reservation_id === input.reservationId);
-    if (reserved.length === 0) throw billingErrors.reservationNotFound(input.reservationId);
-    if (reserved[0]!.user_id !== input.userId) {
-      throw billingErrors.reservationMismatch(input.reservationId, 'is held for another renter');
+  const reservationId = input.reservationId?.toLowerCase();
+  if (reservationId) {
+    const reserved = held.filter((h) => h.reservation_id === reservationId);
+    if (reserved.length === 0) throw billingErrors.reservationNotFound(reservationId);
+    if (reserved[0]!.user_id !== input.userId.toLowerCase()) {
+      throw billingErrors.reservationMismatch(reservationId, 'is held for another renter');
     }
-    const indices = reserved.map((h) => h.gpu_index);
-    return { ...reservedGpus(machine, indices, input), reservationId: input.reservationId };
+    const choice = reservedGpus(
+      machine,
+      reserved.map((h) => h.gpu_index),
+      input,
+    );
+    if (
+      choice.indices.length !== input.gpuCount ||
+      gpuModelKey(choice.resources.gpuModel) !== gpuModelKey(input.gpuModel)
+    ) {
+      throw billingErrors.reservationMismatch(
+        reservationId,
+        `holds ${choice.indices.length} GPU(s) of model ${choice.resources.gpuModel}, not ${input.gpuCount} of ${input.gpuModel}`,
+      );
+    }
+    return { ...choice, reservationId };
   }
   return chooseGpus(machine, input, new Set(held.map((h) => h.gpu_index)));
 }
