@@ -24,7 +24,9 @@
  *     rentals and storage charges, and each on-chain balance (the renters' addresses, the payout address, the
  *     treasury) matches. Exit status 0 only when every line holds.
  *
- * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would. The last
+ * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would, through
+ * the platform's one origin, the gateway (`pnpm start`'s at PLATFORM_PORT_BASE+10, or GATEWAY_URL); so does the
+ * daemon. Only presigned URLs go to the object store itself, and the chain is the chain. The last
  * line is `DEMO OK {json}` (what happened, with the payout's signature), or the command fails naming the step.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -52,11 +54,14 @@ import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/pl
 const ports = platformPorts();
 const data = platformDataDir();
 const { url } = platformHost();
+/** Every call goes through the platform's one origin, the gateway (GATEWAY_URL, or `pnpm start`'s). */
+const gatewayUrl = process.env.GATEWAY_URL || url(ports.gateway);
 const urls = {
-  auth: url(ports.auth),
-  storage: url(ports.storage),
-  registry: url(ports.registry),
-  billing: url(ports.billing),
+  gateway: gatewayUrl,
+  auth: gatewayUrl,
+  storage: gatewayUrl,
+  registry: gatewayUrl,
+  billing: gatewayUrl,
   rpc: url(ports.solana),
 };
 const work = mkdtempSync(path.join(tmpdir(), 'gpu-demo-'));
@@ -80,19 +85,17 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
   }
 }
 
-/** Whether a service answers its health route UP (every service's document has `GET /health`: `getHealth`). */
-const healthy = async (base: string) =>
-  (
-    await authClient({ baseUrl: base, retries: 0 })
-      .GET('/health')
-      .catch(() => null)
-  )?.response.ok === true;
+/** Whether the gateway and every service behind it answer their health routes UP (`/health/<service>`). */
+const healthy = async () => {
+  const up = async (path: string) => (await fetch(`${urls.gateway}${path}`).catch(() => null))?.ok === true;
+  const paths = ['/health', ...['auth', 'storage', 'provider-registry', 'billing'].map((s) => `/health/${s}`)];
+  return (await Promise.all(paths.map(up))).every(Boolean);
+};
 
 /** The platform: the one already running, or `pnpm start` started here (and stopped at the end). */
 async function platform(): Promise<ChildProcess | null> {
-  const all = [urls.auth, urls.storage, urls.registry, urls.billing];
-  if ((await Promise.all(all.map(healthy))).every(Boolean)) {
-    say('platform', `using the one running at ${urls.auth} .. ${urls.billing}`);
+  if (await healthy()) {
+    say('platform', `using the one running behind the gateway at ${urls.gateway}`);
     return null;
   }
   say('platform', 'not running: starting it (pnpm start)');
@@ -105,7 +108,7 @@ async function platform(): Promise<ChildProcess | null> {
     'the platform to come up',
     async () => {
       if (child.exitCode !== null) throw new Error('pnpm start exited');
-      return (await Promise.all(all.map(healthy))).every(Boolean) ? true : undefined;
+      return (await healthy()) ? true : undefined;
     },
     300_000,
   ).catch((err) => {

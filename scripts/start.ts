@@ -7,8 +7,9 @@
  * NATS_URL is set. Each runs under a supervisor (scripts/lib/supervisor.ts) that restarts it if it crashes.
  * The programs run as JavaScript compiled ahead (scripts/lib/build.ts), again whenever a source changed.
  * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully, during start-up too.
+ * In front of the services, the gateway (tools/gateway, port 8080) is the platform's one origin.
  * PLATFORM_PORT_BASE moves every port (services at base+0..3 in contract order, s3rver at base+4, the Solana RPC at
- * base+5 and its WebSocket at base+6), so a second copy (a test run) can share the machine; everything listens on
+ * base+5 and its WebSocket at base+6, the gateway at base+10), so a second copy (a test run) can share the machine; everything listens on
  * 127.0.0.1 unless PLATFORM_HOST names another address (0.0.0.0: every one).
  *
  * Before it starts anything it checks what it was given and refuses, in one line and with exit status 1, what could
@@ -248,6 +249,24 @@ const services: Proc[] = (
     args: [],
   }));
 
+// The one origin in front of the services (tools/gateway): every public path, streamed through @fastify/http-proxy.
+const gateway: Proc = {
+  name: 'gateway',
+  cwd: path.join(root, 'tools/gateway'),
+  script: 'tools/gateway/src/server.ts',
+  args: [],
+  port: ports.gateway,
+  env: {
+    PORT: String(ports.gateway),
+    HOST: host.bind,
+    LOG_LEVEL: 'warn',
+    GATEWAY_AUTH_URL: host.url(ports.auth),
+    GATEWAY_STORAGE_URL: host.url(ports.storage),
+    GATEWAY_REGISTRY_URL: host.url(ports.registry),
+    GATEWAY_BILLING_URL: host.url(ports.billing),
+  },
+};
+
 // Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
 // 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
 // up on. A start-up that fails (a process that exits before its port opens), SIGINT and SIGTERM stop everything.
@@ -299,7 +318,7 @@ try {
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),
   // then retries the chain until blockchain.connect_timeout.
-  const started = [...dependencies, ...services];
+  const started = [...dependencies, ...services, gateway];
   for (const p of started) start(p);
   await Promise.all(started.map((p) => waitForPort(p.name, p.port, 120_000)));
 } catch (err) {
@@ -309,7 +328,8 @@ try {
 if (stopped) await stopped;
 const where = host.connect === host.bind ? '' : ` (listening on every address: PLATFORM_HOST=${host.bind})`;
 process.stdout.write(
-  `[start] up${where}: ${services.map((s) => `${s.name} ${host.url(s.port)} (docs /docs)`).join(', ')}\n` +
+  `[start] up${where}: gateway ${host.url(ports.gateway)} (every public path, one origin); ` +
+    `${services.map((s) => `${s.name} ${host.url(s.port)} (docs /docs)`).join(', ')}\n` +
     `[start] every route needs a token: log in as the admin in ${adminFile}, register users at ` +
-    `${host.url(ports.auth)}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
+    `${host.url(ports.gateway)}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
 );

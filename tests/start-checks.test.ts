@@ -119,7 +119,8 @@ describe('pnpm start, interrupted', () => {
       while ((await listening()) === 0 && Date.now() < deadline && platform.child.exitCode === null) {
         await new Promise((r) => setTimeout(r, 50));
       }
-      expect(startedPids(platform.output()), platform.output()).toHaveLength(6);
+      // Four services, the S3 store, the chain and the gateway.
+      expect(startedPids(platform.output()), platform.output()).toHaveLength(7);
       expect(platform.output()).not.toContain('[start] up');
       process.kill(-(platform.child.pid as number), 'SIGINT');
       expect(await platform.exited, platform.output()).toBe(0);

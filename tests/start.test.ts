@@ -95,11 +95,11 @@ describe('pnpm start', () => {
         });
         socket.once('error', () => resolve(false));
       });
-    // Every port it opened: the services, the S3 store, the chain's RPC and WebSocket.
+    // Every port it opened: the services, the S3 store, the chain's RPC and WebSocket, the gateway.
     const opened = Object.values(ports);
     for (const port of opened) expect(await answers(port, '127.0.0.1'), `${port} on 127.0.0.1`).toBe(true);
     for (const port of opened) expect(await answers(port, outside as string), `${port} on ${outside}`).toBe(false);
-    const up = `[start] up: auth http://127.0.0.1:${ports.auth} (docs /docs)`;
+    const up = `[start] up: gateway http://127.0.0.1:${ports.gateway} (every public path, one origin); auth http://127.0.0.1:${ports.auth} (docs /docs)`;
     expect(await platform.untilPrinted(up)).toContain(up);
   });
 
@@ -120,7 +120,8 @@ describe('pnpm start', () => {
     expect(otherFolder.output).toContain(`${ports.s3} (s3)`);
     // The first platform is untouched: the same processes, all healthy.
     for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
-    expect(startedPids(platform.output())).toHaveLength(services.length + 2);
+    // The services, the S3 store, the chain and the gateway.
+    expect(startedPids(platform.output())).toHaveLength(services.length + 3);
   });
 
   it('is secure by default: no token 401, the platform client and the initial admin get in', {

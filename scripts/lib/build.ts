@@ -41,12 +41,17 @@ interface BuildInfo {
   files: Record<string, string>;
 }
 
-/** The programs `pnpm start` runs (repository-relative sources): the S3 store, the localnet and every service. */
+/** The programs `pnpm start` runs (repository-relative sources): the S3 store, the localnet, every service, the gateway. */
 export function platformPrograms(): string[] {
   const services = readdirSync(path.join(repoRoot, 'services'))
     .map((name) => `services/${name}/src/server.ts`)
     .filter((file) => existsSync(path.join(repoRoot, file)));
-  return ['scripts/dev/s3-server.ts', 'tools/solana-localnet/src/server.ts', ...services];
+  return [
+    'scripts/dev/s3-server.ts',
+    'tools/solana-localnet/src/server.ts',
+    ...services,
+    'tools/gateway/src/server.ts',
+  ];
 }
 
 /** The folder holding a file's package.json: the package it belongs to. */

@@ -1,8 +1,8 @@
 /**
  * Where `pnpm start` puts the platform, for it and for the commands that talk to it (`pnpm demo`, `pnpm wallet`): the
- * data folder (PLATFORM_DATA_DIR, default `<repo>/.data`), the ports (the contract's, or PLATFORM_PORT_BASE + 0..6:
- * services at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at base+5 and its WebSocket at
- * base+6) and the address every process listens on (PLATFORM_HOST, default 127.0.0.1: this machine only).
+ * data folder (PLATFORM_DATA_DIR, default `<repo>/.data`), the ports (the contract's and the gateway's 8080, or
+ * PLATFORM_PORT_BASE + 0..6 and 10: services at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at
+ * base+5 and its WebSocket at base+6, the gateway at base+10) and the address every process listens on (PLATFORM_HOST, default 127.0.0.1: this machine only).
  */
 import { connect, createServer, isIP } from 'node:net';
 import path from 'node:path';
@@ -50,6 +50,7 @@ export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
     s3: port(9000, 4),
     solana: port(8899, 5),
     solanaWs: port(8900, 6),
+    gateway: port(8080, 10),
   };
 }
 

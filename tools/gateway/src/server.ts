@@ -1,0 +1,24 @@
+/**
+ * The gateway process: GATEWAY_AUTH_URL, GATEWAY_STORAGE_URL, GATEWAY_REGISTRY_URL and GATEWAY_BILLING_URL name the
+ * services (default: the contract's ports on 127.0.0.1), PORT and HOST where it listens (8080, 127.0.0.1),
+ * LOG_LEVEL its log. SIGTERM and SIGINT close it gracefully (requests in flight finish).
+ */
+import { buildGateway } from './gateway.ts';
+
+const env = process.env;
+const local = (port: number) => `http://127.0.0.1:${port}`;
+const app = await buildGateway({
+  upstreams: {
+    auth: env.GATEWAY_AUTH_URL || local(8000),
+    storage: env.GATEWAY_STORAGE_URL || local(8001),
+    'provider-registry': env.GATEWAY_REGISTRY_URL || local(8002),
+    billing: env.GATEWAY_BILLING_URL || local(8003),
+  },
+  logLevel: env.LOG_LEVEL || 'info',
+});
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.once(signal, () => {
+    void app.close().then(() => process.exit(0));
+  });
+}
+await app.listen({ port: Number(env.PORT || 8080), host: env.HOST || '127.0.0.1' });
