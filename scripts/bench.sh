@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `pnpm bench <name>`: starts the real servers (as for the tests), runs the
 # named benchmark, which writes its section of docs/benchmarks.md.
-#   names: storage, storage-listing, auth, registry, billing, billing-usage, startup
+#   names: storage, storage-listing, auth, registry, billing, billing-usage, gateway, startup
 # `billing` runs the ledger benchmark, then the usage one; `billing-usage` the usage one alone.
 # `startup` times `pnpm start` itself, which brings its own servers: no test servers for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|startup> [args]}"
+name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|gateway|startup> [args]}"
 shift
 if [ "$name" = startup ]; then exec node --import tsx scripts/bench-startup.ts "$@"; fi
 case "$name" in
@@ -18,6 +18,7 @@ case "$name" in
   registry) file=services/provider-registry/bench/run.ts; export TEST_PG_SHARED_BUFFERS="${TEST_PG_SHARED_BUFFERS:-2GB}" ;;
   billing) file=services/billing/bench/run.ts ;;
   billing-usage) file=services/billing/bench/usage.ts ;;
+  gateway) file=tools/gateway/bench/run.ts ;;
   *) echo "unknown benchmark: $name" >&2; exit 2 ;;
 esac
 export TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env/bench}"

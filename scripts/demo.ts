@@ -87,7 +87,8 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
 
 /** Whether the gateway and every service behind it answer their health routes UP (`/health/<service>`). */
 const healthy = async () => {
-  const up = async (path: string) => (await fetch(`${urls.gateway}${path}`).catch(() => null))?.ok === true;
+  const up = async (path: string) =>
+    (await fetch(`${urls.gateway}${path}`, { signal: AbortSignal.timeout(5000) }).catch(() => null))?.ok === true;
   const paths = ['/health', ...['auth', 'storage', 'provider-registry', 'billing'].map((s) => `/health/${s}`)];
   return (await Promise.all(paths.map(up))).every(Boolean);
 };

@@ -174,6 +174,14 @@ const dependencies: Proc[] = [
   },
 ];
 
+/** Each service's configuration environment prefix. */
+const ENV_PREFIX: Record<string, string> = {
+  auth: 'AUTH',
+  storage: 'STORAGE',
+  'provider-registry': 'REGISTRY',
+  billing: 'BILLING',
+};
+
 const services: Proc[] = (
   [
     {
@@ -243,7 +251,15 @@ const services: Proc[] = (
   .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
   .map((s) => ({
     ...s,
-    env: { ...s.env, PORT: String(s.port), HOST: host.bind, AUTH_JWKS_URL: jwksUrl, ...userConfigFiles },
+    env: {
+      ...s.env,
+      PORT: String(s.port),
+      HOST: host.bind,
+      AUTH_JWKS_URL: jwksUrl,
+      // The gateway's address: its X-Forwarded-For names the caller (auth's limits per address count callers, not it).
+      [`${ENV_PREFIX[s.name]}__SERVER__TRUSTED_PROXIES`]: host.connect,
+      ...userConfigFiles,
+    },
     cwd: path.join(root, s.cwd),
     script: `${s.cwd}/src/server.ts`,
     args: [],

@@ -151,6 +151,18 @@ describe('storage billed over NATS', () => {
         msgId: `forged-${suffix}-2`,
         headers: { Authorization: `Bearer ${tokens.access_token}` },
       });
+      // The storage service's own token, for a period not over when it was sent (a leaked token charging ahead).
+      const ahead = Date.now() + 2 * 3_600_000;
+      await publisher.publish(
+        `${prefix}.${user.id}`,
+        {
+          user_id: user.id,
+          period_start: new Date(ahead - 3_600_000).toISOString(),
+          period_end: new Date(ahead).toISOString(),
+          bytes: 1 << 30,
+        },
+        { msgId: `ahead-${suffix}`, headers: { Authorization: `Bearer ${await token.get()}` } },
+      );
       // A real report after them is charged: the forged ones were settled (rejected), not left in the way.
       await publisher.publish(
         `${prefix}.${user.id}`,
@@ -161,7 +173,8 @@ describe('storage billed over NATS', () => {
       const rejected = await consumer.metrics[0]!.get();
       const count = (reason: string) => rejected.values.find((v) => v.labels.reason === reason)?.value ?? 0;
       expect(count('unauthenticated')).toBe(1);
-      expect(count('refused')).toBe(1);
+      // The renter's token (not a platform service) and the period ahead.
+      expect(count('refused')).toBe(2);
       expect((await charges()).map((c) => new Date(c.period_start).toISOString())).not.toContain(period.period_start);
       expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
     } finally {

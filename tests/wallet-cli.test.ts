@@ -13,7 +13,8 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { root } from './support/platform-start.ts';
 
-// Ports where nothing listens: past the test servers (TEST_PORT_BASE+0..9) and the test platforms (+10..46).
+// Ports where nothing listens: past the test servers (TEST_PORT_BASE+0..9) and between the test platforms (+10..20,
+// +30..40, +60..70).
 const nowhere = String((process.env.TEST_PORT_BASE ? Number(process.env.TEST_PORT_BASE) : 28000) + 50);
 
 /** `pnpm wallet ...` with `env` (and none of the caller's GPU_ or platform settings): exit code, stdout, stderr. */

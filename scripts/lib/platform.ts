@@ -38,7 +38,8 @@ export function platformHost(env: NodeJS.ProcessEnv = process.env) {
 
 export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
   const base = env.PLATFORM_PORT_BASE ? Number(env.PLATFORM_PORT_BASE) : undefined;
-  if (base !== undefined && !(Number.isInteger(base) && base > 0 && base < 65529))
+  // The highest port is the gateway's, base+10.
+  if (base !== undefined && !(Number.isInteger(base) && base > 0 && base <= 65525))
     throw new SettingError(`PLATFORM_PORT_BASE must be a port number, got ${env.PLATFORM_PORT_BASE}`);
   /** The contract's port, or its place after PLATFORM_PORT_BASE. */
   const port = (contractPort: number, offset: number) => (base === undefined ? contractPort : base + offset);

@@ -33,12 +33,13 @@ export type PortName = keyof typeof contractPorts;
 /**
  * Where a test file's platforms go, so that the files that start one can run side by side (each takes 11 ports, the
  * gateway's at +10): place 0 (tests/start.test.ts) at TEST_PORT_BASE+10 and up, or on the contract ports without
- * TEST_PORT_BASE, as `pnpm start` runs; place 1 at +30, place 2 at +50, or at 28200 and 28300 without TEST_PORT_BASE.
+ * TEST_PORT_BASE, as `pnpm start` runs; place 1 at +30, place 2 at +60 (+50 stays free: wallet-cli.test.ts's
+ * "nowhere"), or at 28200 and 28300 without TEST_PORT_BASE.
  */
 export function platformPlace(place: 0 | 1 | 2) {
   const testBase = process.env.TEST_PORT_BASE ? Number(process.env.TEST_PORT_BASE) : undefined;
   /** The platform's PLATFORM_PORT_BASE, or none (the contract ports). */
-  const portBase = testBase === undefined ? [undefined, 28200, 28300][place] : testBase + [10, 30, 50][place]!;
+  const portBase = testBase === undefined ? [undefined, 28200, 28300][place] : testBase + [10, 30, 60][place]!;
   /** Every port of the platform by name: the services, the S3 store, the chain's RPC and WebSocket. */
   const ports = Object.fromEntries(
     Object.entries(contractPorts).map(([name, [port, offset]]) => [

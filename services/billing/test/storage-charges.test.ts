@@ -139,6 +139,17 @@ describe('storage charges', () => {
         { user_id: user, period_start: '0000-01-01T00:00:00Z', period_end: hour(1).period_end, bytes: 1 },
       ],
     ];
+    // A period that has not ended yet cannot have been measured: refused, whoever reports it.
+    const later = Date.now() + 3_600_000;
+    bad.push([
+      'period_end',
+      {
+        user_id: user,
+        period_start: new Date(later - 3_600_000).toISOString(),
+        period_end: new Date(later).toISOString(),
+        bytes: 1,
+      },
+    ]);
     for (const [field, payload] of bad) {
       const res = await report(payload);
       expect(res.statusCode, JSON.stringify(payload)).toBe(400);

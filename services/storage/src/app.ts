@@ -17,7 +17,7 @@ export const SERVICE_NAME = 'storage-service';
 export interface StorageAppDeps extends StorageDeps {
   /** Where the meter reports stored bytes (tests); by default billing, as `metering` and `messaging` configure it. */
   usageSink?: UsageSink | null;
-  /** NATS (JetStream) when `messaging.nats_url` is set: the usage reports go there, and /health checks it. */
+  /** NATS (JetStream) when `messaging.nats_url` is set and it could be reached at start: the usage reports go there. */
   nats?: EventPublisher;
 }
 
@@ -32,10 +32,9 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
       'presigned URLs and bucket creation over an S3-compatible object store.',
     config: ctx.config,
     logger: ctx.logger,
-    healthChecks: {
-      object_store: () => ctx.store.ping(),
-      ...(deps.nats?.enabled ? { nats: () => deps.nats!.ping() } : {}),
-    },
+    // NATS carries only the hourly usage reports (kept and sent again when they fail): it is no part of serving
+    // objects, so it is not part of /health (a readiness probe).
+    healthChecks: { object_store: () => ctx.store.ping() },
     schemas,
     defaultPort: DEFAULT_PORT,
   });

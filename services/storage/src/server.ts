@@ -5,7 +5,16 @@
  * to NATS when the usage reports go there, listen,
  * register with Consul, shut down gracefully.
  */
-import { configWarnings, connectPublisher, durationMs, runService, serviceLogger, startOrExit } from '@gpu/common';
+import {
+  configWarnings,
+  connectPublisher,
+  durationMs,
+  type EventPublisher,
+  NoopPublisher,
+  runService,
+  serviceLogger,
+  startOrExit,
+} from '@gpu/common';
 import { S3ObjectStore } from './adapters/object-store.ts';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadStorageConfig } from './config.ts';
@@ -23,11 +32,15 @@ startOrExit(async () => {
   }
   // NATS carries the usage reports when configured (and metering is on); else they go to billing over HTTP.
   const { messaging, metering } = config;
-  const nats = await connectPublisher({
+  // NATS away at start does not stop the service: the reports go over HTTP (metering.billing_url) until a restart.
+  const nats: EventPublisher = await connectPublisher({
     url: durationMs(metering.interval) > 0 ? messaging.nats_url : '',
     name: SERVICE_NAME,
     stream: { name: messaging.stream, subjects: [`${messaging.subjects.usage}.>`] },
     logger,
+  }).catch((err: Error) => {
+    logger.warn({ err: err.message }, 'NATS not reached: storage usage reports go over HTTP to metering.billing_url');
+    return new NoopPublisher();
   });
   const app = await buildApp({ config, logger, store, nats });
   app.addHook('onClose', async () => {

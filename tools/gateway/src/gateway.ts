@@ -8,12 +8,16 @@
  *   as it is, `Authorization`, `Range`, `ETag` and `If-None-Match` and a 307's `Location` included; the services
  *   answer for themselves (auth, validation, problems).
  * - `X-Request-ID`: the caller's when it is sane (1-128 of `A-Za-z0-9._:-`), else a new UUID, sent on to the service
- *   and back to the caller, and in the gateway's log line. `X-Forwarded-For`/`-Proto`/`-Host` are set.
+ *   and back to the caller, and in the gateway's log line. `X-Forwarded-For` gets the caller's address appended,
+ *   `X-Forwarded-Proto` and `-Host` are set (`pnpm start` has the services trust the gateway's address for them).
+ *   `Expect: 100-continue` is answered by the gateway itself, not sent on.
+ * - Nothing is retried (a service's 503 reaches the caller, whose client decides); a service that cannot be reached
+ *   or does not answer in time is a 502/503/504 problem naming the service, never its address.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import proxy from '@fastify/http-proxy';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 
 /** The services behind the gateway. */
 type Service = 'auth' | 'storage' | 'provider-registry' | 'billing';
@@ -41,6 +45,52 @@ function requestId(req: IncomingMessage): string {
   return typeof given === 'string' && SANE_ID.test(given) ? given : randomUUID();
 }
 
+/** A problem body (the platform's error shape) from the gateway itself. */
+function problem(
+  reply: FastifyReply,
+  request: FastifyRequest,
+  status: number,
+  code: string,
+  title: string,
+  detail: string,
+) {
+  return reply
+    .code(status)
+    .type('application/problem+json')
+    .send({
+      type: 'about:blank',
+      title,
+      status,
+      code,
+      detail,
+      instance: request.url.split('?')[0],
+      request_id: request.id,
+    });
+}
+
+/** What a failure to reach a service answers: 504 for a timeout, 502 otherwise (503 when it refused the connection). */
+function upstreamFailure(error: { statusCode?: number; code?: string }): {
+  status: number;
+  code: string;
+  title: string;
+} {
+  if (error.statusCode === 504) return { status: 504, code: 'UPSTREAM_TIMEOUT', title: 'Gateway Timeout' };
+  if (error.statusCode === 503) return { status: 503, code: 'SERVICE_UNAVAILABLE', title: 'Service Unavailable' };
+  return { status: 502, code: 'BAD_GATEWAY', title: 'Bad Gateway' };
+}
+
+/** The headers sent on: hop-by-hop `Expect` dropped, the forwarding headers set. */
+function forwardedHeaders(request: FastifyRequest, headers: Record<string, unknown>) {
+  const { expect: _expect, ...rest } = headers;
+  const prior = typeof rest['x-forwarded-for'] === 'string' ? `${rest['x-forwarded-for']}, ` : '';
+  return {
+    ...rest,
+    'x-forwarded-for': `${prior}${request.socket.remoteAddress ?? ''}`,
+    'x-forwarded-proto': request.protocol,
+    'x-forwarded-host': request.headers.host ?? '',
+  };
+}
+
 /** The gateway's Fastify app (not listening). */
 export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstance> {
   const app = Fastify({
@@ -57,6 +107,19 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   app.get('/health', async () => ({ status: 'UP', service: 'gateway' }));
   for (const [service, prefixes] of Object.entries(ROUTES) as [Service, readonly string[]][]) {
     const upstream = opts.upstreams[service];
+    const replyOptions = {
+      rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) => forwardedHeaders(req, headers),
+      // No retries of the gateway's own: the caller's client retries what is safe to.
+      retryDelay: () => null,
+      onError: (
+        reply: FastifyReply,
+        { error }: { error: { statusCode?: number; code?: string; message?: string } },
+      ) => {
+        const failure = upstreamFailure(error);
+        reply.request.log.warn({ service, err: error.message }, 'service not reached');
+        return problem(reply, reply.request, failure.status, failure.code, failure.title, `${service} did not answer`);
+      },
+    };
     for (const prefix of prefixes) {
       await app.register(proxy, {
         upstream,
@@ -64,23 +127,39 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
         rewritePrefix: prefix,
         // Undici's idle limits between chunks, not on a whole transfer: a long download runs as long as bytes flow.
         undici: { headersTimeout: 300_000, bodyTimeout: 300_000 },
+        replyOptions: replyOptions as never,
       });
     }
-    await app.register(proxy, { upstream, prefix: `/health/${service}`, rewritePrefix: '/health' });
+    await app.register(proxy, {
+      upstream,
+      prefix: `/health/${service}`,
+      rewritePrefix: '/health',
+      replyOptions: replyOptions as never,
+    });
   }
-  app.setNotFoundHandler((request, reply) => {
-    void reply
-      .code(404)
-      .type('application/problem+json')
-      .send({
-        type: 'about:blank',
-        title: 'Not Found',
-        status: 404,
-        code: 'ROUTE_NOT_FOUND',
-        detail: `no service answers ${request.method} ${request.url.split('?')[0]} behind the gateway`,
-        instance: request.url.split('?')[0],
-        request_id: request.id,
-      });
+  // Requests the gateway itself refuses (a path it will not forward, such as one with `..` segments): the platform's
+  // problem shape too.
+  app.setErrorHandler((error: { statusCode?: number; message: string }, request, reply) => {
+    const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
+    if (status >= 500) request.log.error({ err: error.message }, 'gateway error');
+    return problem(
+      reply,
+      request,
+      status,
+      status === 400 ? 'BAD_REQUEST' : 'GATEWAY_ERROR',
+      status === 400 ? 'Bad Request' : 'Gateway Error',
+      status < 500 ? error.message : 'the gateway failed to forward the request',
+    );
   });
+  app.setNotFoundHandler((request, reply) =>
+    problem(
+      reply,
+      request,
+      404,
+      'ROUTE_NOT_FOUND',
+      'Not Found',
+      `no service answers ${request.method} ${request.url.split('?')[0]} behind the gateway`,
+    ),
+  );
   return app;
 }

@@ -6,6 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -149,6 +150,59 @@ describe('the gateway', () => {
     expect(Buffer.from(await range.arrayBuffer())).toEqual(chunk.subarray(1000, 1100));
     const unchanged = await fetch(`${base}/objects/${key}`, { headers: { ...user.headers, 'if-none-match': etag! } });
     expect(unchanged.status).toBe(304);
+  });
+
+  it('takes an upload sent with Expect: 100-continue (curl -T) and answers a service it cannot reach with a 502 problem', async () => {
+    const user = await storage.issuer.user(['renter']);
+    const key = `gateway-${randomUUID()}.bin`;
+    const body = Buffer.alloc(2 * 1024 * 1024, 3);
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(`${base}/objects/${key}`, {
+        method: 'PUT',
+        headers: {
+          ...user.headers,
+          'content-type': 'application/octet-stream',
+          'content-length': String(body.length),
+          expect: '100-continue',
+        },
+      });
+      req.on('continue', () => req.end(body));
+      req.on('response', (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+    });
+    expect(status).toBe(201);
+
+    // A second gateway whose billing is nowhere (port 9 discards): billing's paths are a 502 problem, the others work.
+    const port = await freePort();
+    const lonely = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      env: { ...process.env, PORT: String(port), LOG_LEVEL: 'silent', GATEWAY_BILLING_URL: 'http://127.0.0.1:9' },
+      stdio: 'ignore',
+    });
+    try {
+      const other = `http://127.0.0.1:${port}`;
+      const deadline = Date.now() + 30_000;
+      while (
+        !(await fetch(`${other}/health`).then(
+          (r) => r.ok,
+          () => false,
+        ))
+      ) {
+        if (Date.now() > deadline) throw new Error('the second gateway did not start');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const down = await fetch(`${other}/api/v1/pricing/rates`);
+      expect(down.status).toBe(502);
+      expect(down.headers.get('content-type')).toContain('application/problem+json');
+      const problem = (await down.json()) as { code: string; detail: string };
+      expect(problem).toMatchObject({ code: 'BAD_GATEWAY', detail: 'billing did not answer' });
+      expect(JSON.stringify(problem)).not.toContain('127.0.0.1');
+    } finally {
+      lonely.kill('SIGTERM');
+    }
   });
 
   it("passes a presigned redirect's Location as it is, and adds or keeps the request ID", async () => {

@@ -48,7 +48,11 @@ export function bearerTokenOf(request: FastifyRequest): string | undefined {
 }
 
 /** Verifies a bearer token as this app's verifier does (for callers outside a route, and tests). */
-export async function verifyBearer(verifier: TokenVerifier, header: string | undefined): Promise<AccessTokenClaims> {
+export async function verifyBearer(
+  verifier: TokenVerifier,
+  header: string | undefined,
+  at?: Date,
+): Promise<AccessTokenClaims> {
   const token = header === undefined ? undefined : BEARER.exec(header)?.[1];
   if (!token) {
     throw errors.unauthorized(
@@ -56,7 +60,7 @@ export async function verifyBearer(verifier: TokenVerifier, header: string | und
       'MISSING_TOKEN',
     );
   }
-  return verifier.verify(token);
+  return verifier.verify(token, at);
 }
 
 /** The request's principal, authenticating it first where no hook did (a route outside the global rule). */

@@ -6,7 +6,9 @@
  * redeliveries).
  *
  * A message carries its sender's access token in an `Authorization: Bearer <token>` header, verified like an HTTP
- * request's; only platform services (the storage service's client) and admins may report, as over HTTP. Malformed,
+ * request's as of when the stream took the message (a report that waited out a billing outage keeps its sender); only
+ * platform services (the storage service's client) and admins may report, as over HTTP, and no period that had not
+ * ended when the message was sent (a token replayed to charge the future). Malformed,
  * unauthenticated and refused messages (another user's subject, a period overlapping a charged one) are terminated,
  * counted (`billing_storage_usage_messages_rejected_total{reason}`) and logged, never applied; other failures (the
  * database away, the keys not fetched) are retried later.
@@ -15,7 +17,7 @@ import { isRefusal, type Logger, type NatsPublisher, startDurableConsumer, type 
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { chargeStorage, storageUsageSchema, toStorageUsageReport } from '../domain/storage/index.ts';
-import { senderOf } from './usage-consumer.ts';
+import { senderOf, sentAt } from './usage-consumer.ts';
 
 export interface StorageUsageConsumer {
   metrics: Counter[];
@@ -50,7 +52,9 @@ export async function startStorageUsageConsumer(opts: StorageUsageConsumerOption
     filter: `${opts.prefix}.>`,
     stream: { ensure: opts.stream },
     ackWaitMs: 30_000,
-    maxDeliver: 20,
+    // Retried until it applies: a report that waits out a database outage is charged once the database is back (the
+    // storage service has let go of it once the stream took it).
+    maxDeliver: -1,
     concurrency: 8,
     schema: storageUsageSchema,
     onMalformed: () => rejected.inc({ reason: 'malformed' }),
@@ -63,7 +67,7 @@ export async function startStorageUsageConsumer(opts: StorageUsageConsumerOption
       }
       try {
         const sender = await senderOf(opts, msg);
-        await chargeStorage(opts.ctx, sender, toStorageUsageReport(body));
+        await chargeStorage(opts.ctx, sender, toStorageUsageReport(body), sentAt(msg));
         return 'ack';
       } catch (err) {
         if (!isRefusal(err)) throw err;

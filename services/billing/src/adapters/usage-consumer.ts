@@ -95,12 +95,19 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
 
 /**
- * The message's sender, from its `Authorization` header (the unchecked principal with access control off). Throws a
- * refusal for a missing or bad token, another error when the keys could not be fetched (retry later).
+ * The message's sender, from its `Authorization` header (the unchecked principal with access control off), judged as
+ * of when the stream took the message: one that waited in the stream (billing down, a backlog) past its token's
+ * expiry is still its sender's. Throws a refusal for a missing or bad token, another error when the keys could not
+ * be fetched (retry later).
  */
 export async function senderOf(opts: { verifier: TokenVerifier | null }, msg: JsMsg): Promise<Principal> {
   if (!opts.verifier) return UNCHECKED_PRINCIPAL;
-  return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined));
+  return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined, sentAt(msg)));
+}
+
+/** When the stream took the message (its JetStream timestamp). */
+export function sentAt(msg: JsMsg): Date {
+  return new Date(Math.floor(Number(msg.info.timestampNanos) / 1_000_000));
 }
 
 async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<Settlement> {

@@ -14,7 +14,7 @@
  * - Only platform services (the storage service's client) and admins report usage; a user reads their own charges.
  */
 import { randomUUID } from 'node:crypto';
-import { errors, isPrivileged, type Principal } from '@gpu/common';
+import { AppError, errors, isPrivileged, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import {
@@ -38,6 +38,8 @@ export interface StorageUsageReport {
   bytes: number;
 }
 
+/** How far a period's end may lie ahead of billing's clock when reported (the storage service's clock may run ahead). */
+const CLOCK_SKEW_MS = 5 * 60_000;
 /** The longest period one report may cover (a day): the meter reports far shorter ones. */
 export const MAX_STORAGE_PERIOD_MS = 24 * 3_600_000;
 const GIB = new Dec(2).pow(30);
@@ -51,6 +53,13 @@ const storageErrors = {
         `${new Date(other.period_end).toISOString()} is charged already, and overlaps this period`,
     ),
   mayNotReport: () => errors.forbidden('only platform services report storage usage', 'ROLE_REQUIRED'),
+  periodNotOver: (periodEnd: Date, sentAt: Date) =>
+    new AppError(
+      'invalid',
+      'STORAGE_PERIOD_NOT_OVER',
+      `the period ends at ${periodEnd.toISOString()}, after the report was sent (${sentAt.toISOString()})`,
+      { errors: [{ path: 'body.period_end', message: 'must not be later than the report' }] },
+    ),
 };
 
 /** GB-hours of `bytes` over `ms` (exact), and their cost at `rate` (rounded once to the scale). */
@@ -64,9 +73,13 @@ export async function chargeStorage(
   ctx: BillingContext,
   actor: Principal,
   report: StorageUsageReport,
+  sentAt: Date = ctx.now(),
 ): Promise<{ charge: StorageChargeRow; created: boolean }> {
   if (!isPrivileged(actor)) throw storageErrors.mayNotReport();
   const { userId, periodStart, periodEnd, bytes } = report;
+  // Only a period that is over can be measured: one that ends later than the report was sent is refused (a leaked
+  // token must not charge periods ahead, nor make the true report of one conflict).
+  if (periodEnd.getTime() > sentAt.getTime() + CLOCK_SKEW_MS) throw storageErrors.periodNotOver(periodEnd, sentAt);
   const rate = ctx.pricing.storageRatePerGbHour;
   const { gbHours, cost } = storageCost(bytes, periodEnd.getTime() - periodStart.getTime(), rate, ctx.scale);
   return ctx.db.transaction().execute(async (trx) => {

@@ -1,0 +1,123 @@
+/**
+ * `pnpm bench gateway`: what the gateway costs a small request. The storage service (on the benchmark's real S3
+ * server) answers GET of a 1 KiB object; the same closed-loop load (keep-alive, 16 in flight) runs straight at it and
+ * through the gateway process (`tools/gateway`, compiled as `pnpm start` runs it), alternating rounds so a change in
+ * machine load hits both alike. Reports requests/s each way, their ratio (target: at least 0.8) and the gateway's
+ * CPU per request. Writes the `gateway` section of docs/benchmarks.md (BENCH_ONLY=1 only prints it); BENCH_SECONDS
+ * and BENCH_ROUNDS shorten a trial run.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '@gpu/common/testing';
+import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
+import { runLoad } from '../../../services/auth/bench/load.ts';
+import { cpuSeconds } from '../../../services/storage/bench/service-process.ts';
+import { startService } from '../../../services/storage/test/helpers.ts';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const CONCURRENCY = 16;
+const SCRIPT = 'tools/gateway/src/server.ts';
+
+async function startGateway(storageUrl: string): Promise<{ child: ChildProcess; url: string }> {
+  await ensureBuilt([SCRIPT]);
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--enable-source-maps', compiledPath(SCRIPT)], {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', GATEWAY_STORAGE_URL: storageUrl },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  while (
+    !(await fetch(`${url}/health`).then(
+      (r) => r.ok,
+      () => false,
+    ))
+  ) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error('the gateway did not start');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { child, url };
+}
+
+const storage = await startService({ listen: true });
+const user = await storage.issuer.user(['renter']);
+const key = `bench-${Date.now()}.bin`;
+const put = await fetch(`${storage.url}/objects/${key}`, {
+  method: 'PUT',
+  headers: { ...user.headers, 'content-type': 'application/octet-stream' },
+  body: Buffer.alloc(1024, 7),
+});
+if (put.status !== 201) throw new Error(`the object was not stored: ${put.status}`);
+const gateway = await startGateway(storage.url);
+const pid = gateway.child.pid ?? 0;
+
+const load = (base: string) =>
+  runLoad({
+    url: `${base}/objects/${key}`,
+    headers: user.headers,
+    concurrency: CONCURRENCY,
+    durationMs: SECONDS * 1000,
+  });
+// Warm both paths (JIT, connections) before measuring.
+await load(storage.url);
+await load(gateway.url);
+let direct = 0;
+let through = 0;
+let directRequests = 0;
+let throughRequests = 0;
+let gatewayCpu = 0;
+/** CPU of this process (the load generator and the service), direct and through the gateway (µs). */
+let ownDirect = 0;
+let ownThrough = 0;
+const rounds: string[] = [];
+for (let round = 0; round < ROUNDS; round++) {
+  const own = process.cpuUsage();
+  const d = await load(storage.url);
+  const ownMid = process.cpuUsage();
+  const cpuBefore = cpuSeconds(pid);
+  const g = await load(gateway.url);
+  gatewayCpu += cpuSeconds(pid) - cpuBefore;
+  const ownEnd = process.cpuUsage();
+  ownDirect += ownMid.user + ownMid.system - own.user - own.system;
+  ownThrough += ownEnd.user + ownEnd.system - ownMid.user - ownMid.system;
+  directRequests += d.requests;
+  if (d.ok !== d.requests || g.ok !== g.requests) throw new Error('a request failed');
+  direct += d.perSecond;
+  through += g.perSecond;
+  throughRequests += g.requests;
+  rounds.push(`${Math.round(d.perSecond)} / ${Math.round(g.perSecond)}`);
+}
+gateway.child.kill('SIGTERM');
+await storage.close();
+direct /= ROUNDS;
+through /= ROUNDS;
+const ratio = through / direct;
+const cpuPerRequestUs = (gatewayCpu / throughRequests) * 1e6;
+const ownDirectUs = ownDirect / directRequests;
+const ownThroughUs = ownThrough / throughRequests;
+const cores = (await import('node:os')).cpus().length;
+
+writeBenchSection(
+  'gateway',
+  `
+## Gateway
+
+${machineLine()}
+
+GET of a 1 KiB object from the storage service (token checked, object read from the S3 server), ${CONCURRENCY} in
+flight on keep-alive connections, ${SECONDS} s per measurement, direct and through the gateway alternating over
+${ROUNDS} rounds (direct / gateway requests/s per round: ${rounds.join(', ')}).
+
+| path | requests/s | vs direct | gateway CPU per request | load generator + service CPU per request |
+| --- | ---: | ---: | ---: | ---: |
+| direct to storage | ${Math.round(direct)} | 1.00x | – | ${Math.round(ownDirectUs)} µs |
+| through the gateway | ${Math.round(through)} | ${ratio.toFixed(2)}x (target ≥ 0.80x: ${ratio >= 0.8 ? 'met' : 'missed'}) | ${Math.round(cpuPerRequestUs)} µs | ${Math.round(ownThroughUs)} µs |
+
+The machine has ${cores} cores for the three processes (load generator and service in one, the S3 server, the
+gateway); the CPU columns say what one request costs each of them.
+`,
+);
+process.exit(0);
