@@ -1,6 +1,6 @@
 /**
  * `pnpm bench gateway`: what the gateway costs a small request. The storage service (on the benchmark's real S3
- * server) answers GET of a 1 KiB object; the same closed-loop load (keep-alive, 16 in flight) runs straight at it and
+ * server) answers GET of a 1 KiB object; the same closed-loop load (keep-alive, 16 and 64 in flight) runs straight at it and
  * through the gateway process (`tools/gateway`, compiled as `pnpm start` runs it), alternating rounds so a change in
  * machine load hits both alike. Reports requests/s each way, their ratio (target: at least 0.8) and the gateway's
  * CPU per request. Writes the `gateway` section of docs/benchmarks.md (BENCH_ONLY=1 only prints it); BENCH_SECONDS
@@ -17,7 +17,8 @@ import { startService } from '../../../services/storage/test/helpers.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
-const CONCURRENCY = 16;
+/** Requests in flight: a few callers, and enough to keep every core busy. */
+const CONCURRENCIES = [16, 64];
 const SCRIPT = 'tools/gateway/src/server.ts';
 
 async function startGateway(storageUrl: string): Promise<{ child: ChildProcess; url: string }> {
@@ -54,51 +55,84 @@ if (put.status !== 201) throw new Error(`the object was not stored: ${put.status
 const gateway = await startGateway(storage.url);
 const pid = gateway.child.pid ?? 0;
 
-const load = (base: string) =>
+const load = (base: string, concurrency: number) =>
   runLoad({
     url: `${base}/objects/${key}`,
     headers: user.headers,
-    concurrency: CONCURRENCY,
+    concurrency,
     durationMs: SECONDS * 1000,
   });
-// Warm both paths (JIT, connections) before measuring.
-await load(storage.url);
-await load(gateway.url);
-let direct = 0;
-let through = 0;
-let directRequests = 0;
-let throughRequests = 0;
-let gatewayCpu = 0;
-/** CPU of this process (the load generator and the service), direct and through the gateway (µs). */
-let ownDirect = 0;
-let ownThrough = 0;
-const rounds: string[] = [];
-for (let round = 0; round < ROUNDS; round++) {
-  const own = process.cpuUsage();
-  const d = await load(storage.url);
-  const ownMid = process.cpuUsage();
-  const cpuBefore = cpuSeconds(pid);
-  const g = await load(gateway.url);
-  gatewayCpu += cpuSeconds(pid) - cpuBefore;
-  const ownEnd = process.cpuUsage();
-  ownDirect += ownMid.user + ownMid.system - own.user - own.system;
-  ownThrough += ownEnd.user + ownEnd.system - ownMid.user - ownMid.system;
-  directRequests += d.requests;
-  if (d.ok !== d.requests || g.ok !== g.requests) throw new Error('a request failed');
-  direct += d.perSecond;
-  through += g.perSecond;
-  throughRequests += g.requests;
-  rounds.push(`${Math.round(d.perSecond)} / ${Math.round(g.perSecond)}`);
+
+interface Measured {
+  concurrency: number;
+  direct: number;
+  through: number;
+  gatewayUs: number;
+  ownDirectUs: number;
+  ownThroughUs: number;
+  rounds: string[];
 }
+
+/** Direct and through the gateway, alternating over ROUNDS rounds, at `concurrency` requests in flight. */
+async function measure(concurrency: number): Promise<Measured> {
+  // Warm both paths (JIT, connections) before measuring.
+  await load(storage.url, concurrency);
+  await load(gateway.url, concurrency);
+  let direct = 0;
+  let through = 0;
+  let directRequests = 0;
+  let throughRequests = 0;
+  let gatewayCpu = 0;
+  /** CPU of this process (the load generator and the service), direct and through the gateway (µs). */
+  let ownDirect = 0;
+  let ownThrough = 0;
+  const rounds: string[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const own = process.cpuUsage();
+    const d = await load(storage.url, concurrency);
+    const ownMid = process.cpuUsage();
+    const cpuBefore = cpuSeconds(pid);
+    const g = await load(gateway.url, concurrency);
+    gatewayCpu += cpuSeconds(pid) - cpuBefore;
+    const ownEnd = process.cpuUsage();
+    ownDirect += ownMid.user + ownMid.system - own.user - own.system;
+    ownThrough += ownEnd.user + ownEnd.system - ownMid.user - ownMid.system;
+    if (d.ok !== d.requests || g.ok !== g.requests) throw new Error('a request failed');
+    direct += d.perSecond;
+    through += g.perSecond;
+    directRequests += d.requests;
+    throughRequests += g.requests;
+    rounds.push(`${Math.round(d.perSecond)} / ${Math.round(g.perSecond)}`);
+  }
+  return {
+    concurrency,
+    direct: direct / ROUNDS,
+    through: through / ROUNDS,
+    gatewayUs: (gatewayCpu / throughRequests) * 1e6,
+    ownDirectUs: ownDirect / directRequests,
+    ownThroughUs: ownThrough / throughRequests,
+    rounds,
+  };
+}
+
+const results: Measured[] = [];
+for (const concurrency of CONCURRENCIES) results.push(await measure(concurrency));
 gateway.child.kill('SIGTERM');
 await storage.close();
-direct /= ROUNDS;
-through /= ROUNDS;
-const ratio = through / direct;
-const cpuPerRequestUs = (gatewayCpu / throughRequests) * 1e6;
-const ownDirectUs = ownDirect / directRequests;
-const ownThroughUs = ownThrough / throughRequests;
 const cores = (await import('node:os')).cpus().length;
+const rows = results.flatMap((r) => {
+  const ratio = r.through / r.direct;
+  return [
+    `| ${r.concurrency} | direct to storage | ${Math.round(r.direct)} | 1.00x | – | ${Math.round(r.ownDirectUs)} µs | ${(
+      (r.ownDirectUs * r.direct) / 1e6
+    ).toFixed(2)} |`,
+    `| ${r.concurrency} | through the gateway | ${Math.round(r.through)} | ${ratio.toFixed(2)}x (target ≥ 0.80x: ${
+      ratio >= 0.8 ? 'met' : 'missed'
+    }) | ${Math.round(r.gatewayUs)} µs | ${Math.round(r.ownThroughUs)} µs | ${(
+      ((r.ownThroughUs + r.gatewayUs) * r.through) / 1e6
+    ).toFixed(2)} |`,
+  ];
+});
 
 writeBenchSection(
   'gateway',
@@ -107,17 +141,18 @@ writeBenchSection(
 
 ${machineLine()}
 
-GET of a 1 KiB object from the storage service (token checked, object read from the S3 server), ${CONCURRENCY} in
-flight on keep-alive connections, ${SECONDS} s per measurement, direct and through the gateway alternating over
-${ROUNDS} rounds (direct / gateway requests/s per round: ${rounds.join(', ')}).
+GET of a 1 KiB object from the storage service (token checked, object read from the S3 server) on keep-alive
+connections, ${SECONDS} s per measurement, direct and through the gateway alternating over ${ROUNDS} rounds (direct /
+gateway requests/s per round: ${results.map((r) => `${r.concurrency} in flight ${r.rounds.join(', ')}`).join('; ')}).
 
-| path | requests/s | vs direct | gateway CPU per request | load generator + service CPU per request |
-| --- | ---: | ---: | ---: | ---: |
-| direct to storage | ${Math.round(direct)} | 1.00x | – | ${Math.round(ownDirectUs)} µs |
-| through the gateway | ${Math.round(through)} | ${ratio.toFixed(2)}x (target ≥ 0.80x: ${ratio >= 0.8 ? 'met' : 'missed'}) | ${Math.round(cpuPerRequestUs)} µs | ${Math.round(ownThroughUs)} µs |
+| in flight | path | requests/s | vs direct | gateway CPU per request | load generator + service CPU per request | cores busy (without the S3 server) |
+| ---: | --- | ---: | ---: | ---: | ---: | ---: |
+${rows.join('\n')}
 
 The machine has ${cores} cores for the three processes (load generator and service in one, the S3 server, the
-gateway); the CPU columns say what one request costs each of them.
+gateway); the CPU columns say what one request costs each of them, and the last how many cores the load generator,
+the service and the gateway kept busy together. A request through the gateway waits for two more hops, so a closed
+loop with few in flight is bound by latency as much as by CPU; with more in flight the cores fill up.
 `,
 );
 process.exit(0);
