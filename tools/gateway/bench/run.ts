@@ -151,8 +151,9 @@ ${rows.join('\n')}
 
 The machine has ${cores} cores for the three processes (load generator and service in one, the S3 server, the
 gateway); the CPU columns say what one request costs each of them, and the last how many cores the load generator,
-the service and the gateway kept busy together. A request through the gateway waits for two more hops, so a closed
-loop with few in flight is bound by latency as much as by CPU; with more in flight the cores fill up.
+the service and the gateway kept busy together. The load generator and the service share one JavaScript thread, which
+bounds both paths here (about one core busy either way); through the gateway each request costs that thread a little
+more and waits for two more hops, which few requests in flight do not hide and more do.
 `,
 );
 process.exit(0);
