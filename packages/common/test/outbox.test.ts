@@ -50,8 +50,10 @@ afterAll(async () => {
   await testDb?.drop();
 });
 
-/** Every message NATS carries on the subjects, duplicates included (a core subscription sees each publish). */
-/** Listens on `subject`; resolves once the server has the subscription (a publish before that would be missed). */
+/**
+ * Listens on `subject` for every message NATS carries there, duplicates included (a core subscription sees each
+ * publish); resolves once the server has the subscription (a publish before that would be missed).
+ */
 async function listen(subject: string) {
   const seen: { subject: string; data: Record<string, unknown>; msgId?: string; correlationId?: string }[] = [];
   const sub: Subscription = nc.subscribe(subject);
@@ -66,7 +68,22 @@ async function listen(subject: string) {
     }
   })();
   await nc.flush();
-  return { seen, stop: () => sub.unsubscribe() };
+  return {
+    seen,
+    /**
+     * Waits until `expected` messages arrived (NATS hands them to the subscription's iterator asynchronously: a flush
+     * of this connection does not mean the loop above has taken them), then a moment more for any duplicate, and
+     * stops listening.
+     */
+    async drained(expected: number) {
+      const deadline = Date.now() + 5000;
+      while (seen.length < expected && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      await nc.flush();
+      await new Promise((r) => setTimeout(r, 100));
+      sub.unsubscribe();
+    },
+    stop: () => sub.unsubscribe(),
+  };
 }
 
 const unpublished = async () =>
@@ -94,8 +111,7 @@ describe('transactional outbox', () => {
 
     expect(await relay.flush()).toBe(1);
     expect(await relay.flush()).toBe(0);
-    await nc.flush();
-    wire.stop();
+    await wire.drained(1);
     expect(wire.seen).toHaveLength(1);
     const [msg] = wire.seen;
     expect(msg).toMatchObject({
@@ -123,8 +139,7 @@ describe('transactional outbox', () => {
       );
     });
     expect(await relay.flush()).toBe(8);
-    await nc.flush();
-    wire.stop();
+    await wire.drained(8);
     expect(wire.seen.map((m) => m.data.n)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
   });
 
@@ -145,8 +160,7 @@ describe('transactional outbox', () => {
     await ensureStream(jsm, { name: streamName, subjects: [`${prefix}.late.>`] });
     const wire = await listen(`${prefix}.late.>`);
     expect(await relay.flush()).toBe(2);
-    await nc.flush();
-    wire.stop();
+    await wire.drained(2);
     expect(wire.seen.map((m) => m.data.n)).toEqual([1, 2]);
     expect(await unpublished()).toBe(0);
   });
@@ -161,8 +175,7 @@ describe('transactional outbox', () => {
       () => new OutboxRelay(db, publisher, { subject: `${prefix}.ok`, logger: quietLogger(), batch: 40 }),
     );
     const sent = await Promise.all(relays.map((r) => r.flush()));
-    await nc.flush();
-    wire.stop();
+    await wire.drained(250);
     expect(sent.reduce((a, b) => a + b, 0)).toBe(250);
     expect(wire.seen).toHaveLength(250);
     expect(new Set(wire.seen.map((m) => m.msgId)).size).toBe(250);
