@@ -184,6 +184,20 @@ export function messagingShape<S extends Record<string, string>>(defaults: { str
   };
 }
 
+/**
+ * A service's own machine client at the auth service, for the calls it makes to another service: where to get its
+ * token (`auth_url`), and its credentials (`client_id` and `client_secret`, or `credentials_file`, a JSON file
+ * `{client_id, client_secret}` as auth's bootstrap writes it, read when first needed).
+ */
+export function machineClientShape() {
+  return {
+    auth_url: z.string().default('http://127.0.0.1:8000'),
+    client_id: z.string().default(''),
+    client_secret: z.string().default(''),
+    credentials_file: z.string().default(''),
+  };
+}
+
 /** Environment names for the shared sections, for services that have them. */
 export const databaseEnvAliases: Record<string, string> = {
   DATABASE_URL: 'database.url',

@@ -41,6 +41,7 @@ export {
   databaseEnvAliases,
   databaseShape,
   logLevels,
+  machineClientShape,
   messagingEnvAliases,
   messagingShape,
   registrySchema,

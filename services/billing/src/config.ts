@@ -9,6 +9,7 @@ import {
   databaseEnvAliases,
   databaseShape,
   loadConfig,
+  machineClientShape,
   messagingEnvAliases,
   messagingShape,
   zBool,
@@ -150,10 +151,7 @@ export const billingConfigSchema = z.object({
   provider_registry: z
     .object({
       url: z.string().default(''),
-      auth_url: z.string().default('http://127.0.0.1:8000'),
-      client_id: z.string().default(''),
-      client_secret: z.string().default(''),
-      credentials_file: z.string().default(''),
+      ...machineClientShape(),
       /** Time limit of one call (two more attempts follow a failure that may be retried). */
       timeout: zDuration().default('3s'),
       /** How long a provider's owner is remembered. */

@@ -8,6 +8,7 @@ import {
   baseConfigShape,
   baseEnvAliases,
   loadConfig,
+  machineClientShape,
   messagingEnvAliases,
   messagingShape,
   zBool,
@@ -80,11 +81,8 @@ export const storageConfigSchema = z.object({
   metering: z
     .object({
       billing_url: z.string().default(''),
-      auth_url: z.string().default('http://127.0.0.1:8000'),
-      client_id: z.string().default(''),
-      client_secret: z.string().default(''),
-      /** `{"client_id", "client_secret"}`, read when the first report is sent (auth writes it when it starts). */
-      credentials_file: z.string().default(''),
+      // storage's machine client: `credentials_file` is read when the first report is sent (auth writes it at start).
+      ...machineClientShape(),
       /** The period measured and billed; periods start at multiples of it (UTC), so every instance's agree. */
       interval: zDuration().default('1h'),
       /** Time limit of one call to billing (two more attempts follow a failure that may be retried). */
