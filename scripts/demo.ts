@@ -402,7 +402,11 @@ async function main() {
     "quote for 4 of the machine's GPUs",
     `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs): ${quote.gpu_count} × the offer's price`,
   );
-  const startOn = (who: Renter, jobId: string, extra: { max_total_spend?: string } = {}) =>
+  const startOn = (
+    who: Pick<Renter, 'id' | 'billing' | 'wallet'>,
+    jobId: string,
+    extra: { max_total_spend?: string } = {},
+  ) =>
     who.billing.POST('/api/v1/billing/start-session', {
       params: { header: { 'idempotency-key': `demo-start-${jobId}` } },
       body: {
@@ -452,19 +456,7 @@ async function main() {
       body: { owner_type: 'user', owner_id: third.id, solana_address: Keypair.generate().publicKey.toBase58() },
     }),
   );
-  const refused = await thirdBilling.POST('/api/v1/billing/start-session', {
-    body: {
-      user_id: third.id,
-      wallet_id: thirdWallet.id,
-      provider_id: machineId,
-      job_id: randomUUID(),
-      gpu_model: 'H100',
-      gpu_count: 4,
-      requested_vram_mb: 0,
-      estimated_power_w: 0,
-      accepted_hourly_rate: quote.total_hourly_rate,
-    },
-  });
+  const refused = await startOn({ id: third.id, billing: thirdBilling, wallet: thirdWallet }, randomUUID());
   const problem = refused.error as { code?: string } | undefined;
   if (refused.response.status !== 409 || problem?.code !== 'PROVIDER_NOT_AVAILABLE') {
     throw new Error(`a third renter of the full machine got ${refused.response.status} ${problem?.code}`);

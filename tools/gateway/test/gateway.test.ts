@@ -3,12 +3,11 @@
  * its own process as `pnpm start` runs it: every service's paths through one origin, bodies streamed both ways at
  * constant memory, `Range`, `ETag`/`If-None-Match` and a presigned 307 passed intact, the request ID added.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '@gpu/common/testing';
+import { freePort, type ServerProcess, spawnServer, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { startService, type TestService } from '../../../services/storage/test/helpers.ts';
@@ -18,49 +17,41 @@ import { billingWithRegistry } from '../../../tests/support/billing-with-registr
 const platform = useAuthAndRegistry();
 let storage: TestService;
 let billing: BillingHarness;
-let gateway: ChildProcess;
+let gateway: ServerProcess;
 let base: string;
 
 beforeAll(async () => {
   storage = await startService({ listen: true });
   billing = await billingWithRegistry(platform);
   const billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
-  const port = await freePort();
-  gateway = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    env: {
-      ...process.env,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-      GATEWAY_AUTH_URL: platform.authUrl,
-      GATEWAY_STORAGE_URL: storage.url,
-      GATEWAY_REGISTRY_URL: platform.registryUrl,
-      GATEWAY_BILLING_URL: billingUrl,
-    },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const up = await fetch(`${base}/health`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (up) break;
-    if (Date.now() > deadline || gateway.exitCode !== null) throw new Error('the gateway did not start');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  ({ gateway, base } = await startGateway({
+    GATEWAY_AUTH_URL: platform.authUrl,
+    GATEWAY_STORAGE_URL: storage.url,
+    GATEWAY_REGISTRY_URL: platform.registryUrl,
+    GATEWAY_BILLING_URL: billingUrl,
+  }));
 }, 60_000);
 afterAll(async () => {
-  gateway?.kill('SIGTERM');
+  gateway?.child.kill('SIGTERM');
   await storage?.close();
   await billing?.close();
 });
 
+/** A gateway process (as `pnpm start` runs it, from source here) with `env`, once its own /health answers. */
+async function startGateway(env: Record<string, string>): Promise<{ gateway: ServerProcess; base: string }> {
+  const port = await freePort();
+  const gateway = spawnServer('src/server.ts', {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+  });
+  const base = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${base}/health`, gateway, { ok: true });
+  return { gateway, base };
+}
+
 /** The gateway process's resident memory now and at its peak (kB), from /proc. */
 function memoryKb(): { rss: number; peak: number } {
-  const status = readFileSync(`/proc/${gateway.pid}/status`, 'utf8');
+  const status = readFileSync(`/proc/${gateway.child.pid}/status`, 'utf8');
   const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1]);
   return { rss: field('VmRSS'), peak: field('VmHWM') };
 }
@@ -176,24 +167,8 @@ describe('the gateway', () => {
     expect(status).toBe(201);
 
     // A second gateway whose billing is nowhere (port 9 discards): billing's paths are a 502 problem, the others work.
-    const port = await freePort();
-    const lonely = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
-      env: { ...process.env, PORT: String(port), LOG_LEVEL: 'silent', GATEWAY_BILLING_URL: 'http://127.0.0.1:9' },
-      stdio: 'ignore',
-    });
+    const { gateway: lonely, base: other } = await startGateway({ GATEWAY_BILLING_URL: 'http://127.0.0.1:9' });
     try {
-      const other = `http://127.0.0.1:${port}`;
-      const deadline = Date.now() + 30_000;
-      while (
-        !(await fetch(`${other}/health`).then(
-          (r) => r.ok,
-          () => false,
-        ))
-      ) {
-        if (Date.now() > deadline) throw new Error('the second gateway did not start');
-        await new Promise((r) => setTimeout(r, 100));
-      }
       const down = await fetch(`${other}/api/v1/pricing/rates`);
       expect(down.status).toBe(502);
       expect(down.headers.get('content-type')).toContain('application/problem+json');
@@ -201,7 +176,7 @@ describe('the gateway', () => {
       expect(problem).toMatchObject({ code: 'BAD_GATEWAY', detail: 'billing did not answer' });
       expect(JSON.stringify(problem)).not.toContain('127.0.0.1');
     } finally {
-      lonely.kill('SIGTERM');
+      lonely.child.kill('SIGTERM');
     }
   });
 
