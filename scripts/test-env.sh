@@ -2,7 +2,7 @@
 # Starts the real servers the tests use, as processes on loopback, and stops
 # them again: PostgreSQL (Debian's), NATS with JetStream (Debian's
 # nats-server), an S3-compatible server (s3rver) and a recording stand-in for
-# the Consul agent. Installs what is missing (apt-get, as root).
+# the Consul agent; nginx for the gateway's tests. Installs what is missing (apt-get, as root).
 #   source scripts/test-env.sh && test_env_up   # exports TEST_* variables
 #   test_env_down
 set -euo pipefail
@@ -89,7 +89,22 @@ start_node_server() { # name port [node flags] script args...
   wait_port "$port" "$name" 60
 }
 
+# docker-compose's gateway engine: the tests run deploy/gateway's files with Debian's nginx (tools/gateway/test).
+# Installed without starting Debian's own nginx service (a policy-rc.d refusal while the package installs).
+ensure_nginx() {
+  command -v nginx >/dev/null && return 0
+  [ -x /usr/sbin/nginx ] && return 0
+  local policy=/usr/sbin/policy-rc.d made=""
+  if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; made=1; fi
+  local rc=0
+  apt_install nginx-light || rc=$?
+  if [ -n "$made" ]; then rm -f "$policy"; fi
+  if [ "$rc" != 0 ]; then return "$rc"; fi
+  log "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's/.*\///')"
+}
+
 test_env_up() {
+  ensure_nginx
   test_env_down
   rm -rf "$TEST_ENV_DIR"
   mkdir -p "$TEST_ENV_DIR"

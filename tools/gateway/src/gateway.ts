@@ -18,17 +18,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import proxy from '@fastify/http-proxy';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-
-/** The services behind the gateway. */
-type Service = 'auth' | 'storage' | 'provider-registry' | 'billing';
-
-/** Which service answers which path prefixes (each prefix and everything under it). */
-const ROUTES: Record<Service, readonly string[]> = {
-  auth: ['/api/v1/auth', '/.well-known/jwks.json'],
-  storage: ['/objects', '/buckets', '/presigned-url'],
-  'provider-registry': ['/providers', '/offers', '/prices'],
-  billing: ['/api/v1/billing', '/api/v1/wallet', '/api/v1/pricing', '/api/v1/provider', '/api/v1/deposits'],
-};
+import { ROUTES, type Service } from './routes.ts';
 
 export interface GatewayOptions {
   /** Each service's base URL (`http://127.0.0.1:8000`). */
@@ -104,6 +94,20 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     request.headers['x-request-id'] = request.id;
     reply.header('x-request-id', request.id);
   });
+  // Requests the gateway itself refuses (a path it will not forward, such as one with `..` segments): the platform's
+  // problem shape too. Set before the proxies are registered, which take the error handler in place then.
+  app.setErrorHandler((error: { statusCode?: number; message: string }, request, reply) => {
+    const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
+    if (status >= 500) request.log.error({ err: error.message }, 'gateway error');
+    return problem(
+      reply,
+      request,
+      status,
+      status === 400 ? 'BAD_REQUEST' : 'GATEWAY_ERROR',
+      status === 400 ? 'Bad Request' : 'Gateway Error',
+      status < 500 ? error.message : 'the gateway failed to forward the request',
+    );
+  });
   app.get('/health', async () => ({ status: 'UP', service: 'gateway' }));
   for (const [service, prefixes] of Object.entries(ROUTES) as [Service, readonly string[]][]) {
     const upstream = opts.upstreams[service];
@@ -137,20 +141,6 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       replyOptions: replyOptions as never,
     });
   }
-  // Requests the gateway itself refuses (a path it will not forward, such as one with `..` segments): the platform's
-  // problem shape too.
-  app.setErrorHandler((error: { statusCode?: number; message: string }, request, reply) => {
-    const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
-    if (status >= 500) request.log.error({ err: error.message }, 'gateway error');
-    return problem(
-      reply,
-      request,
-      status,
-      status === 400 ? 'BAD_REQUEST' : 'GATEWAY_ERROR',
-      status === 400 ? 'Bad Request' : 'Gateway Error',
-      status < 500 ? error.message : 'the gateway failed to forward the request',
-    );
-  });
   app.setNotFoundHandler((request, reply) =>
     problem(
       reply,

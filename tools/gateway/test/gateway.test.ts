@@ -1,7 +1,9 @@
 /**
- * The gateway in front of the real services (auth, storage on the real S3 server, the registry, billing), run as
- * its own process as `pnpm start` runs it: every service's paths through one origin, bodies streamed both ways at
- * constant memory, `Range`, `ETag`/`If-None-Match` and a presigned 307 passed intact, the request ID added.
+ * The platform's one origin in front of the real services (auth, storage on the real S3 server, the registry,
+ * billing), for each engine that provides it: `pnpm start`'s gateway (tools/gateway, its own process as `pnpm start`
+ * runs it) and docker-compose's nginx (deploy/gateway's files, run by Debian's nginx). Every service's paths through
+ * one origin and nothing else, bodies streamed both ways at constant memory, `Range`, `ETag`/`If-None-Match` and a
+ * presigned 307 passed intact, the request ID added, problems in the platform's shape.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -10,53 +12,109 @@ import { fileURLToPath } from 'node:url';
 import { freePort, type ServerProcess, spawnServer, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
-import { startService, type TestService } from '../../../services/storage/test/helpers.ts';
+import { rawRequest, startService, type TestService } from '../../../services/storage/test/helpers.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
+import { startNginx } from './nginx.ts';
 
 const platform = useAuthAndRegistry();
 let storage: TestService;
 let billing: BillingHarness;
-let gateway: ServerProcess;
-let base: string;
+let billingUrl: string;
 
 beforeAll(async () => {
   storage = await startService({ listen: true });
   billing = await billingWithRegistry(platform);
-  const billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
-  ({ gateway, base } = await startGateway({
-    GATEWAY_AUTH_URL: platform.authUrl,
-    GATEWAY_STORAGE_URL: storage.url,
-    GATEWAY_REGISTRY_URL: platform.registryUrl,
-    GATEWAY_BILLING_URL: billingUrl,
-  }));
+  billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
 }, 60_000);
 afterAll(async () => {
-  gateway?.child.kill('SIGTERM');
   await storage?.close();
   await billing?.close();
 });
 
-/** A gateway process (as `pnpm start` runs it, from source here) with `env`, once its own /health answers. */
-async function startGateway(env: Record<string, string>): Promise<{ gateway: ServerProcess; base: string }> {
-  const port = await freePort();
-  const gateway = spawnServer('src/server.ts', {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
-  });
-  const base = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${base}/health`, gateway, { ok: true });
-  return { gateway, base };
+/** The four services' base URLs, some of them replaced. */
+type Upstreams = Record<'auth' | 'storage' | 'provider-registry' | 'billing', string>;
+const upstreams = (replace: Partial<Upstreams> = {}): Upstreams => ({
+  auth: platform.authUrl,
+  storage: storage.url,
+  'provider-registry': platform.registryUrl,
+  billing: billingUrl,
+  ...replace,
+});
+
+interface RunningGateway {
+  base: string;
+  /** The processes that carry the traffic. */
+  pids: () => number[];
+  stop: () => Promise<void>;
 }
 
-/** The gateway process's resident memory now and at its peak (kB), from /proc. */
-function memoryKb(): { rss: number; peak: number } {
-  const status = readFileSync(`/proc/${gateway.child.pid}/status`, 'utf8');
+interface Engine {
+  name: string;
+  start: (upstreams: Upstreams) => Promise<RunningGateway>;
+  /** Whether `/health/<service>` answers only operators (compose: operators.conf; `pnpm start` is local). */
+  operatorsOnly: boolean;
+}
+
+const engines: Engine[] = [
+  {
+    name: "pnpm start's gateway (@fastify/http-proxy)",
+    operatorsOnly: false,
+    async start(to) {
+      const port = await freePort();
+      const gateway: ServerProcess = spawnServer('src/server.ts', {
+        cwd: fileURLToPath(new URL('..', import.meta.url)),
+        env: {
+          ...process.env,
+          PORT: String(port),
+          HOST: '127.0.0.1',
+          LOG_LEVEL: 'warn',
+          GATEWAY_AUTH_URL: to.auth,
+          GATEWAY_STORAGE_URL: to.storage,
+          GATEWAY_REGISTRY_URL: to['provider-registry'],
+          GATEWAY_BILLING_URL: to.billing,
+        },
+      });
+      const base = `http://127.0.0.1:${port}`;
+      await waitForHttp(`${base}/health`, gateway, { ok: true });
+      return {
+        base,
+        pids: () => [gateway.child.pid!],
+        stop: async () => {
+          gateway.child.kill('SIGTERM');
+          await gateway.exited;
+        },
+      };
+    },
+  },
+  {
+    name: "docker-compose's nginx (deploy/gateway)",
+    operatorsOnly: true,
+    async start(to) {
+      const nginx = await startNginx({ upstreams: to });
+      return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
+    },
+  },
+];
+
+/** A process's resident memory now and at its peak (kB), from /proc. */
+function memoryKb(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1]);
   return { rss: field('VmRSS'), peak: field('VmHWM') };
 }
 
-describe('the gateway', () => {
+describe.each(engines)('the gateway: $name', (engine) => {
+  let gateway: RunningGateway;
+  let base: string;
+  beforeAll(async () => {
+    gateway = await engine.start(upstreams());
+    base = gateway.base;
+  }, 30_000);
+  afterAll(async () => {
+    await gateway?.stop();
+  });
+
   it("routes every service's paths, its own health and each service's, and answers other paths with a problem", async () => {
     expect(await (await fetch(`${base}/health`)).json()).toMatchObject({ status: 'UP' });
     for (const service of ['auth', 'storage', 'provider-registry', 'billing']) {
@@ -108,7 +166,7 @@ describe('the gateway', () => {
         controller.enqueue(new Uint8Array(chunk));
       },
     });
-    const before = memoryKb();
+    const before = gateway.pids().map((pid) => ({ pid, ...memoryKb(pid) }));
     const key = `gateway-${randomUUID()}.bin`;
     const upload = await fetch(`${base}/objects/${key}`, {
       method: 'PUT',
@@ -131,9 +189,8 @@ describe('the gateway', () => {
     }
     expect(received).toBe(size);
     expect(got.digest('hex')).toBe(expected);
-    // 128 MiB up and down: the gateway's memory grew by far less than one copy.
-    const after = memoryKb();
-    expect(after.peak - before.rss).toBeLessThan(48 * 1024);
+    // 128 MiB up and down: no process of the gateway's grew by more than a small part of one copy.
+    for (const { pid, rss } of before) expect(memoryKb(pid).peak - rss, `process ${pid}`).toBeLessThan(48 * 1024);
 
     const range = await fetch(`${base}/objects/${key}`, { headers: { ...user.headers, range: 'bytes=1000-1099' } });
     expect(range.status).toBe(206);
@@ -167,16 +224,16 @@ describe('the gateway', () => {
     expect(status).toBe(201);
 
     // A second gateway whose billing is nowhere (port 9 discards): billing's paths are a 502 problem, the others work.
-    const { gateway: lonely, base: other } = await startGateway({ GATEWAY_BILLING_URL: 'http://127.0.0.1:9' });
+    const lonely = await engine.start(upstreams({ billing: 'http://127.0.0.1:9' }));
     try {
-      const down = await fetch(`${other}/api/v1/pricing/rates`);
+      const down = await fetch(`${lonely.base}/api/v1/pricing/rates`);
       expect(down.status).toBe(502);
       expect(down.headers.get('content-type')).toContain('application/problem+json');
       const problem = (await down.json()) as { code: string; detail: string };
       expect(problem).toMatchObject({ code: 'BAD_GATEWAY', detail: 'billing did not answer' });
       expect(JSON.stringify(problem)).not.toContain('127.0.0.1');
     } finally {
-      lonely.child.kill('SIGTERM');
+      await lonely.stop();
     }
   });
 
@@ -203,4 +260,86 @@ describe('the gateway', () => {
     const fresh = await fetch(`${base}/health/auth`);
     expect(fresh.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
   });
+  it('forwards nothing outside the route table: no /metrics, no docs, no way around by dot segments', async () => {
+    for (const path of [
+      '/metrics',
+      '/docs',
+      '/objectsx',
+      '/objects/../metrics',
+      '/objects/%2e%2e/metrics',
+      '/api/v1/billing/../../../metrics',
+      '/providers/..%2f..%2fmetrics',
+    ]) {
+      const res = await rawRequest(base, 'GET', path);
+      expect([400, 404], `${path}: ${res.status}`).toContain(res.status);
+      expect(res.headers['content-type'], path).toContain('application/problem+json');
+      expect(res.body, path).not.toContain('# HELP');
+    }
+  });
+
+  it.runIf(engine.operatorsOnly)("answers a service's health to operators only, in the problem shape", async () => {
+    // Here 127.0.0.2 is the operators' network and 127.0.0.1 is not.
+    const guarded = await startNginx({ upstreams: upstreams(), operators: 'allow 127.0.0.2;\ndeny all;\n' });
+    try {
+      for (const service of ['auth', 'storage', 'provider-registry', 'billing']) {
+        const denied = await fetch(`${guarded.base}/health/${service}`);
+        expect(denied.status, service).toBe(403);
+        expect(await denied.json()).toMatchObject({ status: 403, code: 'OPERATORS_ONLY' });
+        const allowed = await new Promise<number>((resolve, reject) => {
+          request(`${guarded.base}/health/${service}`, { localAddress: '127.0.0.2' }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          })
+            .on('error', reject)
+            .end();
+        });
+        expect(allowed, service).toBe(200);
+      }
+      // The API and the gateway's own health are for everyone.
+      expect((await fetch(`${guarded.base}/api/v1/pricing/rates`)).status).toBe(200);
+      expect((await fetch(`${guarded.base}/health`)).status).toBe(200);
+    } finally {
+      await guarded.stop();
+    }
+  });
+
+  it.runIf(engine.operatorsOnly)(
+    'serves the object store where presigned URLs point, their signature intact, and logs each request ID',
+    async () => {
+      const port = await freePort();
+      const s3 = new URL(`http://${storage.config.object_store.endpoint.replace(/^https?:\/\//, '')}`);
+      const behind = await startService({ listen: true, objectStore: { public_endpoint: `http://127.0.0.1:${port}` } });
+      const nginx = await startNginx({
+        upstreams: { ...upstreams({ storage: behind.url }), minio: s3.origin },
+        objectStorePort: port,
+      });
+      try {
+        const user = await behind.issuer.user(['renter']);
+        const key = `gateway-${randomUUID()}.txt`;
+        const put = await fetch(`${nginx.base}/objects/${key}`, {
+          method: 'PUT',
+          headers: { ...user.headers, 'content-type': 'text/plain', 'x-request-id': `upload-${key}` },
+          body: 'through the gateway, twice',
+        });
+        expect(put.status).toBe(201);
+        const redirect = await fetch(`${nginx.base}/objects/${key}?redirect=true`, {
+          headers: user.headers,
+          redirect: 'manual',
+        });
+        expect(redirect.status).toBe(307);
+        const location = redirect.headers.get('location')!;
+        expect(location.startsWith(`http://127.0.0.1:${port}/`)).toBe(true);
+        expect(await (await fetch(location)).text()).toBe('through the gateway, twice');
+        // A changed URL is refused by the store: the signature covers what the gateway passed on.
+        const forged = new URL(location);
+        forged.pathname = `${forged.pathname}x`;
+        expect((await fetch(forged)).status).toBe(403);
+        const logged = nginx.accessLog().map((line) => JSON.parse(line) as { request_id: string; status: number });
+        expect(logged).toContainEqual(expect.objectContaining({ request_id: `upload-${key}`, status: 201 }));
+      } finally {
+        await nginx.stop();
+        await behind.close();
+      }
+    },
+  );
 });

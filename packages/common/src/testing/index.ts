@@ -13,4 +13,4 @@ export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
 export { type Caller, injectAs, startTestIssuer, type TestIssuer, uninjected } from './issuer.ts';
 export { captureLogs } from './logs.ts';
 export { contractProblems } from './openapi-contract.ts';
-export { freePort, type ServerProcess, spawnServer, waitForHttp } from './server-process.ts';
+export { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from './server-process.ts';

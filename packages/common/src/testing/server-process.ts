@@ -14,7 +14,16 @@ export interface ServerProcess {
  * its output.
  */
 export function spawnServer(script: string, opts: { cwd?: string; env: NodeJS.ProcessEnv }): ServerProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  return spawnProcess(process.execPath, ['--import', 'tsx', script], opts);
+}
+
+/** Starts any program (a server of another kind: nginx) the way `spawnServer` starts a Node one. */
+export function spawnProcess(
+  command: string,
+  args: string[],
+  opts: { cwd?: string; env: NodeJS.ProcessEnv },
+): ServerProcess {
+  const child = spawn(command, args, {
     cwd: opts.cwd,
     env: opts.env,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,0 +1,125 @@
+/**
+ * One route table for the three ways the platform runs: every path of each service's OpenAPI document lies under
+ * one of that service's prefixes (tools/gateway/src/routes.ts) and no other's, and docker-compose's nginx routes
+ * exactly that table (deploy/gateway), read here as nginx chooses a location. The Kubernetes HTTPRoutes are checked
+ * against the same table in tests/k8s.test.ts.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
+import { gatewayDir } from './nginx.ts';
+
+const root = fileURLToPath(new URL('../../..', import.meta.url));
+const services = Object.keys(ROUTES) as Service[];
+/** Each service's own paths, not for the public: probes, metrics, its documentation. */
+const internal = /^\/(health|metrics|docs|openapi)(\/|\.|$)/;
+
+const under = (p: string, prefix: string) => p === prefix || p.startsWith(`${prefix}/`);
+
+interface Location {
+  kind: '=' | '~' | 'prefix';
+  pattern: string;
+  body: string;
+}
+
+/** The `location` blocks of an nginx file (none nested), in order. */
+function locations(conf: string): Location[] {
+  return [...conf.matchAll(/^location (?:(=|~) )?(\S+) \{\n([\s\S]*?)^\}/gm)].map((m) => ({
+    kind: (m[1] as '=' | '~' | undefined) ?? 'prefix',
+    pattern: m[2]!,
+    body: m[3]!,
+  }));
+}
+
+/** The location nginx chooses for `uri`: an exact match, else the first matching regex, else the longest prefix. */
+function choose(all: Location[], uri: string): Location | undefined {
+  const exact = all.find((l) => l.kind === '=' && l.pattern === uri);
+  if (exact) return exact;
+  const regex = all.find((l) => l.kind === '~' && new RegExp(l.pattern).test(uri));
+  if (regex) return regex;
+  return all
+    .filter((l) => l.kind === 'prefix' && uri.startsWith(l.pattern))
+    .sort((a, b) => b.pattern.length - a.pattern.length)[0];
+}
+
+const upstreamOf = (l: Location | undefined) => /proxy_pass http:\/\/([\w-]+)(\/\S*)?;/.exec(l?.body ?? '');
+
+describe('the route table', () => {
+  it.each(services)("holds every public path of %s's OpenAPI document, under its prefixes only", (service) => {
+    const doc = JSON.parse(readFileSync(path.join(root, 'services', service, 'openapi.json'), 'utf8')) as {
+      paths: Record<string, unknown>;
+    };
+    const paths = Object.keys(doc.paths).filter((p) => !internal.test(p));
+    expect(paths.length).toBeGreaterThan(0);
+    for (const p of paths) {
+      expect(
+        ROUTES[service].some((prefix) => under(p, prefix)),
+        `${service} ${p}`,
+      ).toBe(true);
+      for (const other of services.filter((s) => s !== service)) {
+        expect(
+          ROUTES[other].some((prefix) => under(p, prefix)),
+          `${p} is ${service}'s, not ${other}'s`,
+        ).toBe(false);
+      }
+    }
+    // And every prefix serves some path (none is left over from a route that is gone).
+    for (const prefix of ROUTES[service]) {
+      expect(
+        paths.some((p) => under(p, prefix)),
+        `${service} ${prefix}`,
+      ).toBe(true);
+    }
+  });
+});
+
+describe("docker-compose's nginx", () => {
+  const api = readFileSync(path.join(gatewayDir, 'platform-api.conf'), 'utf8');
+  const all = locations(api);
+
+  it('routes each prefix, and everything under it, to its service, and nothing beside it', () => {
+    expect(all.length).toBeGreaterThan(5);
+    for (const service of services) {
+      for (const prefix of ROUTES[service]) {
+        for (const uri of [prefix, `${prefix}/x`, `${prefix}/x/y`]) {
+          const chosen = choose(all, uri);
+          if (prefix.endsWith('.json') && uri !== prefix) continue;
+          expect(upstreamOf(chosen)?.[1], `${uri} goes to ${service}`).toBe(service);
+          expect(upstreamOf(chosen)?.[2], `${uri} keeps its path`).toBeUndefined();
+        }
+        // A name that only starts like the prefix is no route.
+        expect(upstreamOf(choose(all, `${prefix}x`)), `${prefix}x`).toBeNull();
+      }
+    }
+    // What is not in the table goes nowhere.
+    for (const uri of ['/', '/metrics', '/docs', '/api/v1', '/api/v1/providers', '/health/nobody']) {
+      expect(upstreamOf(choose(all, uri)), uri).toBeNull();
+    }
+  });
+
+  it("answers each service's health under its own prefix, for operators only", () => {
+    for (const service of services) {
+      const chosen = choose(all, `/health/${service}`);
+      expect(chosen?.kind).toBe('=');
+      expect(upstreamOf(chosen)?.slice(1)).toEqual([service, '/health']);
+      expect(chosen?.body).toContain('include gpu-platform/operators.conf;');
+    }
+    const operators = readFileSync(path.join(gatewayDir, 'operators.conf'), 'utf8');
+    const rules = operators.split('\n').filter((l) => /^(allow|deny) /.test(l));
+    expect(rules.at(-1)).toBe('deny all;');
+    expect(rules).not.toContain('allow all;');
+  });
+
+  it('names each service by its compose name and contract port, kept alive and re-resolved', () => {
+    const main = readFileSync(path.join(gatewayDir, 'nginx.conf'), 'utf8');
+    for (const service of services) {
+      const block = new RegExp(`upstream ${service} \\{([^}]*)\\}`).exec(main)?.[1] ?? '';
+      expect(block, service).toContain(`server ${service}:${SERVICE_PORTS[service]} resolve;`);
+      expect(block, service).toMatch(/keepalive \d+;/);
+    }
+    expect(main).toMatch(/listen 8080;\s*include gpu-platform\/platform-api\.conf;/);
+    expect(main).toMatch(/listen 9000;\s*include gpu-platform\/object-store\.conf;/);
+  });
+});
