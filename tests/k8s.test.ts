@@ -4,7 +4,10 @@
  * components, patches, replicas, images, namespace) and validated again, and the Deployments are checked against
  * the services themselves: the environment variable names each service understands (its zod schema and aliases),
  * the values (each service's own configuration loader must accept them), its port, health and metrics routes and
- * its shutdown bound. Where kubectl is installed, its kustomize must render each overlay as this test does.
+ * its shutdown bound. The gateway (deploy/k8s/gateway: Gateway API and Envoy Gateway resources, validated against
+ * their schemas too) routes exactly the platform's route table (tools/gateway/src/routes.ts) with TLS, timeouts that
+ * let long transfers run, no body buffering, operators-only health and a problem for any other path. Where kubectl is
+ * installed, its kustomize must render each overlay as this test does.
  */
 import { execFileSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
@@ -13,6 +16,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { baseEnvAliases, databaseEnvAliases, durationMs, messagingEnvAliases } from '@gpu/common';
+import {
+  BackendTrafficPolicy,
+  ClientTrafficPolicy,
+  HTTPRouteFilter,
+  SecurityPolicy,
+} from '@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1';
+import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
@@ -25,6 +35,7 @@ import { authConfigSchema, authEnvAliases, checkAuthConfig, loadAuthConfig } fro
 import { billingConfigSchema, loadBillingConfig } from '../services/billing/src/config.ts';
 import { loadRegistryConfig, registryConfigSchema } from '../services/provider-registry/src/config.ts';
 import { loadStorageConfig, storageConfigSchema } from '../services/storage/src/config.ts';
+import { type Service as PlatformService, ROUTES, SERVICE_PORTS } from '../tools/gateway/src/routes.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const k8sDir = path.join(root, 'deploy/k8s');
@@ -96,7 +107,7 @@ const services: Record<string, ServiceInfo> = {
   'provider-registry': serviceInfo('provider-registry', 'REGISTRY', registryConfigSchema, loadRegistryConfig),
   billing: serviceInfo('billing', 'BILLING', billingConfigSchema, loadBillingConfig),
 };
-const contractPorts: Record<string, number> = { auth: 8000, storage: 8001, 'provider-registry': 8002, billing: 8003 };
+const contractPorts: Record<string, number> = SERVICE_PORTS;
 /** Variables of the Node runtime itself, not of a service's configuration. */
 const runtimeEnv = new Set(['NODE_ENV', 'NODE_OPTIONS', 'TZ']);
 
@@ -188,6 +199,13 @@ const models: Record<string, ModelClass> = {
   'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler as unknown as ModelClass,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as ModelClass,
   'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy as unknown as ModelClass,
+  'gateway.networking.k8s.io/v1/Gateway': Gateway as unknown as ModelClass,
+  'gateway.networking.k8s.io/v1/GatewayClass': GatewayClass as unknown as ModelClass,
+  'gateway.networking.k8s.io/v1/HTTPRoute': HTTPRoute as unknown as ModelClass,
+  'gateway.envoyproxy.io/v1alpha1/ClientTrafficPolicy': ClientTrafficPolicy as unknown as ModelClass,
+  'gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy': BackendTrafficPolicy as unknown as ModelClass,
+  'gateway.envoyproxy.io/v1alpha1/SecurityPolicy': SecurityPolicy as unknown as ModelClass,
+  'gateway.envoyproxy.io/v1alpha1/HTTPRouteFilter': HTTPRouteFilter as unknown as ModelClass,
 };
 
 /** Custom resources of the operators the docs name, checked for their structure (their CRDs are not vendored). */
@@ -635,8 +653,13 @@ describe('deploy/k8s', () => {
       expect(admits(policy(name), role('gateway'), port), `gateway -> ${name}`).toBe(true);
       expect(admits(policy(name), role('provider-daemon'), port), `provider daemons -> ${name}`).toBe(true);
       expect(
-        admitsFrom(policy(name), 'ingress-nginx', { 'app.kubernetes.io/name': 'ingress-nginx' }, port),
-        `ingress -> ${name}`,
+        admitsFrom(
+          policy(name),
+          'envoy-gateway-system',
+          { 'app.kubernetes.io/name': 'envoy', 'app.kubernetes.io/component': 'proxy' },
+          port,
+        ),
+        `the Gateway's proxies -> ${name}`,
       ).toBe(true);
       expect(
         admitsFrom(policy(name), 'monitoring', { 'app.kubernetes.io/name': 'prometheus' }, port),
@@ -701,5 +724,149 @@ describe('deploy/k8s', () => {
     const minio = parseDocs(path.join(k8sDir, 'dependencies/minio/values.yaml'))[0];
     const storageConfig = YAML.parse(find(baseDocs, 'ConfigMap', 'storage-config').data['config.yaml']);
     expect(minio.buckets.map((b: Doc) => b.name)).toContain(storageConfig.object_store.default_bucket);
+  });
+});
+
+describe('deploy/k8s/gateway', () => {
+  /** A Gateway API duration (`60s`, `5m`, `0s`) in milliseconds. */
+  const ms = (d: string) => {
+    const units: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1 };
+    return [...d.matchAll(/(\d+)(h|ms|m|s)/g)].reduce((sum, m) => sum + Number(m[1]) * units[m[2]!]!, 0);
+  };
+  const attachedTo = (route: Doc, listener: string) =>
+    (route.spec.parentRefs as Doc[]).some((p) => p.name === 'platform' && p.sectionName === listener);
+
+  it.each(overlays.map((o) => o.name))(
+    "overlay %s: one Gateway, TLS on 443, plain HTTP only redirecting, in the services' namespace",
+    (name) => {
+      const docs = render(path.join(k8sDir, 'overlays', name));
+      const gateways = docs.filter((d) => d.kind === 'Gateway');
+      expect(gateways.map((g) => g.metadata.name)).toEqual(['platform']);
+      const gateway = gateways[0];
+      expect(gateway.metadata.namespace).toBe(find(docs, 'Deployment', 'auth').metadata.namespace);
+      const https = (gateway.spec.listeners as Doc[]).find((l) => l.name === 'https');
+      expect(https).toMatchObject({ protocol: 'HTTPS', port: 443, tls: { mode: 'Terminate' } });
+      expect(https.tls.certificateRefs).toEqual([{ kind: 'Secret', name: 'platform-tls' }]);
+      const http = (gateway.spec.listeners as Doc[]).find((l) => l.name === 'http');
+      expect(http).toMatchObject({ protocol: 'HTTP', port: 80 });
+      for (const l of gateway.spec.listeners as Doc[]) expect(l.allowedRoutes.namespaces.from).toBe('Same');
+      const plain = docs.filter((d) => d.kind === 'HTTPRoute' && attachedTo(d, 'http'));
+      expect(plain.map((r) => r.metadata.name)).toEqual(['https-redirect']);
+      for (const rule of plain[0].spec.rules as Doc[]) {
+        expect(rule.backendRefs).toBeUndefined();
+        expect(rule.filters).toEqual([
+          { type: 'RequestRedirect', requestRedirect: { scheme: 'https', statusCode: 301 } },
+        ]);
+      }
+      // Every route hangs on a listener of this Gateway; every policy names objects that are here.
+      for (const route of docs.filter((d) => d.kind === 'HTTPRoute')) {
+        expect(attachedTo(route, 'https') || attachedTo(route, 'http'), route.metadata.name).toBe(true);
+      }
+      for (const policy of docs.filter((d) => String(d.apiVersion).startsWith('gateway.envoyproxy.io/'))) {
+        for (const ref of (policy.spec.targetRefs ?? []) as Doc[]) {
+          expect(find(docs, ref.kind, ref.name), `${policy.kind} ${policy.metadata.name} -> ${ref.name}`).toBeDefined();
+        }
+      }
+      const gatewayClass = parseDocs(path.join(k8sDir, 'dependencies/envoy-gateway/gatewayclass.yaml'))[0];
+      expect(gateway.spec.gatewayClassName).toBe(gatewayClass.metadata.name);
+      expect(gatewayClass.spec.controllerName).toBe('gateway.envoyproxy.io/gatewayclass-controller');
+    },
+  );
+
+  const docs = render(path.join(k8sDir, 'overlays/production'));
+  const route = (name: string) => find(docs, 'HTTPRoute', name);
+
+  it("routes exactly the platform's route table, each prefix to its service's Service and port", () => {
+    const routed: Record<string, { name: string; port: number }> = {};
+    for (const service of Object.keys(ROUTES) as PlatformService[]) {
+      const r = route(service);
+      expect(r, service).toBeDefined();
+      expect(attachedTo(r, 'https')).toBe(true);
+      for (const rule of r.spec.rules as Doc[]) {
+        expect(rule.backendRefs).toEqual([{ name: service, port: SERVICE_PORTS[service] }]);
+        expect(rule.filters, `${service}: paths pass unchanged`).toBeUndefined();
+        for (const m of rule.matches as Doc[]) {
+          expect(m.path.type).toBe('PathPrefix');
+          routed[m.path.value] = rule.backendRefs[0];
+        }
+      }
+      // The Service exists and serves that port.
+      const svc = find(docs, 'Service', service);
+      expect((svc.spec.ports as Doc[]).map((p) => p.port)).toContain(SERVICE_PORTS[service]);
+    }
+    const expected = Object.fromEntries(
+      (Object.entries(ROUTES) as [PlatformService, readonly string[]][]).flatMap(([service, prefixes]) =>
+        prefixes.map((prefix) => [prefix, { name: service, port: SERVICE_PORTS[service] }]),
+      ),
+    );
+    expect(routed).toEqual(expected);
+    // No other route reaches a service but the operators' health.
+    const reaching = docs
+      .filter((d) => d.kind === 'HTTPRoute' && (d.spec.rules as Doc[]).some((r) => r.backendRefs))
+      .map((d) => d.metadata.name)
+      .sort();
+    expect(reaching).toEqual([...Object.keys(ROUTES), 'operators-health'].sort());
+  });
+
+  it('lets long transfers run while bytes flow and bounds API calls, with no buffering of bodies', () => {
+    for (const service of Object.keys(ROUTES)) {
+      for (const rule of route(service).spec.rules as Doc[]) {
+        const limit = ms(rule.timeouts.request);
+        if (service === 'storage') expect(limit, 'no limit on a whole object transfer').toBe(0);
+        else expect(limit > 0 && limit <= 120_000, `${service}: ${rule.timeouts.request}`).toBe(true);
+      }
+    }
+    const client = docs.filter((d) => d.kind === 'ClientTrafficPolicy');
+    expect(client).toHaveLength(1);
+    expect(client[0].spec.targetRefs).toEqual([
+      { group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'platform' },
+    ]);
+    const http = client[0].spec.timeout.http;
+    expect(http.requestReceivedTimeout, 'a 5 GB upload may take its time').toBeUndefined();
+    expect(ms(http.streamIdleTimeout)).toBeGreaterThanOrEqual(60_000);
+    expect(client[0].spec.headers.requestID).toBe('PreserveOrGenerate');
+    // Envoy holds a connection's buffer, never a body: no policy buffers requests, and the buffer is small.
+    expect(client[0].spec.connection.bufferLimit).toMatch(/^\d+(Ki|Mi)$/);
+    for (const policy of docs.filter((d) => d.kind === 'BackendTrafficPolicy')) {
+      expect(policy.spec.requestBuffer, policy.metadata.name).toBeUndefined();
+      expect(policy.spec.retry, `${policy.metadata.name}: no retries of the gateway's own`).toBeUndefined();
+    }
+  });
+
+  it("answers each service's health under its own prefix, to operators' addresses only", () => {
+    const health = route('operators-health');
+    const rules = health.spec.rules as Doc[];
+    expect(rules.map((r) => r.matches[0].path)).toEqual(
+      Object.keys(ROUTES).map((service) => ({ type: 'Exact', value: `/health/${service}` })),
+    );
+    for (const [i, service] of (Object.keys(ROUTES) as PlatformService[]).entries()) {
+      expect(rules[i]!.filters).toEqual([
+        { type: 'URLRewrite', urlRewrite: { path: { type: 'ReplaceFullPath', replaceFullPath: '/health' } } },
+      ]);
+      expect(rules[i]!.backendRefs).toEqual([{ name: service, port: SERVICE_PORTS[service] }]);
+    }
+    const guards = docs.filter(
+      (d) =>
+        d.kind === 'SecurityPolicy' &&
+        (d.spec.targetRefs as Doc[]).some((t) => t.kind === 'HTTPRoute' && t.name === 'operators-health'),
+    );
+    expect(guards).toHaveLength(1);
+    const authorization = guards[0].spec.authorization;
+    expect(authorization.defaultAction).toBe('Deny');
+    for (const rule of authorization.rules as Doc[]) {
+      expect(rule.action).toBe('Allow');
+      expect(rule.principal.clientCIDRs.length).toBeGreaterThan(0);
+      for (const cidr of rule.principal.clientCIDRs) expect(cidr).not.toMatch(/^0\.0\.0\.0\/0$|^::\/0$/);
+    }
+  });
+
+  it('answers any other path with a problem in the platform shape', () => {
+    const rule = route('not-found').spec.rules[0];
+    expect(rule.matches).toEqual([{ path: { type: 'PathPrefix', value: '/' } }]);
+    expect(rule.backendRefs).toBeUndefined();
+    const ref = rule.filters[0].extensionRef;
+    const filter = find(docs, ref.kind, ref.name);
+    expect(filter.spec.directResponse).toMatchObject({ statusCode: 404, contentType: 'application/problem+json' });
+    expect(JSON.parse(filter.spec.directResponse.body.inline)).toMatchObject({ status: 404, code: 'ROUTE_NOT_FOUND' });
   });
 });
