@@ -319,9 +319,7 @@ async function main() {
   };
   const daemonConfig = {
     log_level: 'warn',
-    auth_url: urls.auth,
-    registry_url: urls.registry,
-    billing_url: urls.billing,
+    platform_url: urls.gateway,
     credentials: { client_id: daemonClient.client.id, client_secret: daemonClient.client_secret },
     state_file: stateFile,
     provider: { name: 'demo-rig', hostname: 'demo-rig.local', location: 'demo' },

@@ -1,19 +1,21 @@
 /**
  * `pnpm bench gateway`: what the gateway costs a small request. The storage service (on the benchmark's real S3
- * server) answers GET of a 1 KiB object; the same closed-loop load (keep-alive, 16 and 64 in flight) runs straight at it and
- * through the gateway process (`tools/gateway`, compiled as `pnpm start` runs it), alternating rounds so a change in
- * machine load hits both alike. Reports requests/s each way, their ratio (target: at least 0.8) and the gateway's
- * CPU per request. Writes the `gateway` section of docs/benchmarks.md (BENCH_ONLY=1 only prints it); BENCH_SECONDS
- * and BENCH_ROUNDS shorten a trial run.
+ * server) answers GET of a 1 KiB object; the same closed-loop load (keep-alive, 16 and 64 in flight) runs straight at
+ * it and through each gateway: `pnpm start`'s (`tools/gateway`, compiled as `pnpm start` runs it) and docker-compose's
+ * nginx on its own files (deploy/gateway, Debian's nginx, when installed), alternating rounds so a change in machine
+ * load hits every path alike. Reports requests/s each way, their ratio to direct (target: at least 0.8) and each
+ * gateway's CPU per request. Writes the `gateway` section of docs/benchmarks.md (BENCH_ONLY=1 only prints it);
+ * BENCH_SECONDS and BENCH_ROUNDS shorten a trial run.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '@gpu/common/testing';
+import { freePort, spawnProcess, waitForHttp } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
 import { runLoad } from '../../../services/auth/bench/load.ts';
 import { cpuSeconds } from '../../../services/storage/bench/service-process.ts';
 import { startService } from '../../../services/storage/test/helpers.ts';
+import { startNginx } from '../test/nginx.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
@@ -21,26 +23,40 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 const CONCURRENCIES = [16, 64];
 const SCRIPT = 'tools/gateway/src/server.ts';
 
-async function startGateway(storageUrl: string): Promise<{ child: ChildProcess; url: string }> {
+interface Gateway {
+  name: string;
+  url: string;
+  /** The processes that carry its traffic. */
+  pids: () => number[];
+  stop: () => Promise<void>;
+}
+
+/** `pnpm start`'s gateway, the compiled program run as `pnpm start` runs it. */
+async function fastifyGateway(storageUrl: string): Promise<Gateway> {
   await ensureBuilt([SCRIPT]);
   const port = await freePort();
-  const child = spawn(process.execPath, ['--enable-source-maps', compiledPath(SCRIPT)], {
+  const gateway = spawnProcess(process.execPath, ['--enable-source-maps', compiledPath(SCRIPT)], {
     cwd: fileURLToPath(new URL('..', import.meta.url)),
     env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', GATEWAY_STORAGE_URL: storageUrl },
-    stdio: ['ignore', 'inherit', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  while (
-    !(await fetch(`${url}/health`).then(
-      (r) => r.ok,
-      () => false,
-    ))
-  ) {
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error('the gateway did not start');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { child, url };
+  await waitForHttp(`${url}/health`, gateway, { ok: true });
+  return {
+    name: "pnpm start's gateway",
+    url,
+    pids: () => [gateway.child.pid!],
+    stop: async () => {
+      gateway.child.kill('SIGTERM');
+      await gateway.exited;
+    },
+  };
+}
+
+/** docker-compose's nginx on its own files, when nginx is installed (scripts/test-env.sh installs it). */
+async function nginxGateway(storageUrl: string): Promise<Gateway | undefined> {
+  if (!existsSync('/usr/sbin/nginx')) return undefined;
+  const nginx = await startNginx({ upstreams: { storage: storageUrl } });
+  return { name: "compose's nginx", url: nginx.base, pids: nginx.workers, stop: nginx.stop };
 }
 
 const storage = await startService({ listen: true });
@@ -52,8 +68,9 @@ const put = await fetch(`${storage.url}/objects/${key}`, {
   body: Buffer.alloc(1024, 7),
 });
 if (put.status !== 201) throw new Error(`the object was not stored: ${put.status}`);
-const gateway = await startGateway(storage.url);
-const pid = gateway.child.pid ?? 0;
+const gateways = [await fastifyGateway(storage.url), await nginxGateway(storage.url)].filter(
+  (g): g is Gateway => g !== undefined,
+);
 
 const load = (base: string, concurrency: number) =>
   runLoad({
@@ -63,75 +80,70 @@ const load = (base: string, concurrency: number) =>
     durationMs: SECONDS * 1000,
   });
 
+interface Path {
+  name: string;
+  perSecond: number;
+  requests: number;
+  /** The gateway's own CPU (s); 0 direct. */
+  gatewayCpu: number;
+  /** This process's CPU, the load generator's and the service's (µs). */
+  ownCpu: number;
+}
+
 interface Measured {
   concurrency: number;
-  direct: number;
-  through: number;
-  gatewayUs: number;
-  ownDirectUs: number;
-  ownThroughUs: number;
+  paths: Path[];
   rounds: string[];
 }
 
-/** Direct and through the gateway, alternating over ROUNDS rounds, at `concurrency` requests in flight. */
+const cpuOf = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+
+/** Direct and through each gateway, alternating over ROUNDS rounds, at `concurrency` requests in flight. */
 async function measure(concurrency: number): Promise<Measured> {
-  // Warm both paths (JIT, connections) before measuring.
-  await load(storage.url, concurrency);
-  await load(gateway.url, concurrency);
-  let direct = 0;
-  let through = 0;
-  let directRequests = 0;
-  let throughRequests = 0;
-  let gatewayCpu = 0;
-  /** CPU of this process (the load generator and the service), direct and through the gateway (µs). */
-  let ownDirect = 0;
-  let ownThrough = 0;
+  const targets = [
+    { name: 'direct to storage', url: storage.url, pids: () => [] as number[] },
+    ...gateways.map((g) => ({ name: `through ${g.name}`, url: g.url, pids: g.pids })),
+  ];
+  // Warm every path (JIT, connections) before measuring.
+  for (const t of targets) await load(t.url, concurrency);
+  const paths: Path[] = targets.map((t) => ({ name: t.name, perSecond: 0, requests: 0, gatewayCpu: 0, ownCpu: 0 }));
   const rounds: string[] = [];
   for (let round = 0; round < ROUNDS; round++) {
-    const own = process.cpuUsage();
-    const d = await load(storage.url, concurrency);
-    const ownMid = process.cpuUsage();
-    const cpuBefore = cpuSeconds(pid);
-    const g = await load(gateway.url, concurrency);
-    gatewayCpu += cpuSeconds(pid) - cpuBefore;
-    const ownEnd = process.cpuUsage();
-    ownDirect += ownMid.user + ownMid.system - own.user - own.system;
-    ownThrough += ownEnd.user + ownEnd.system - ownMid.user - ownMid.system;
-    if (d.ok !== d.requests || g.ok !== g.requests) throw new Error('a request failed');
-    direct += d.perSecond;
-    through += g.perSecond;
-    directRequests += d.requests;
-    throughRequests += g.requests;
-    rounds.push(`${Math.round(d.perSecond)} / ${Math.round(g.perSecond)}`);
+    const perRound: number[] = [];
+    for (const [i, t] of targets.entries()) {
+      const own = process.cpuUsage();
+      const cpuBefore = cpuOf(t.pids());
+      const r = await load(t.url, concurrency);
+      const path = paths[i]!;
+      path.gatewayCpu += cpuOf(t.pids()) - cpuBefore;
+      const ownEnd = process.cpuUsage(own);
+      path.ownCpu += ownEnd.user + ownEnd.system;
+      if (r.ok !== r.requests) throw new Error(`a request failed ${t.name}`);
+      path.perSecond += r.perSecond / ROUNDS;
+      path.requests += r.requests;
+      perRound.push(Math.round(r.perSecond));
+    }
+    rounds.push(perRound.join(' / '));
   }
-  return {
-    concurrency,
-    direct: direct / ROUNDS,
-    through: through / ROUNDS,
-    gatewayUs: (gatewayCpu / throughRequests) * 1e6,
-    ownDirectUs: ownDirect / directRequests,
-    ownThroughUs: ownThrough / throughRequests,
-    rounds,
-  };
+  return { concurrency, paths, rounds };
 }
 
 const results: Measured[] = [];
 for (const concurrency of CONCURRENCIES) results.push(await measure(concurrency));
-gateway.child.kill('SIGTERM');
+for (const g of gateways) await g.stop();
 await storage.close();
 const cores = (await import('node:os')).cpus().length;
 const rows = results.flatMap((r) => {
-  const ratio = r.through / r.direct;
-  return [
-    `| ${r.concurrency} | direct to storage | ${Math.round(r.direct)} | 1.00x | – | ${Math.round(r.ownDirectUs)} µs | ${(
-      (r.ownDirectUs * r.direct) / 1e6
-    ).toFixed(2)} |`,
-    `| ${r.concurrency} | through the gateway | ${Math.round(r.through)} | ${ratio.toFixed(2)}x (target ≥ 0.80x: ${
-      ratio >= 0.8 ? 'met' : 'missed'
-    }) | ${Math.round(r.gatewayUs)} µs | ${Math.round(r.ownThroughUs)} µs | ${(
-      ((r.ownThroughUs + r.gatewayUs) * r.through) / 1e6
-    ).toFixed(2)} |`,
-  ];
+  const direct = r.paths[0]!.perSecond;
+  return r.paths.map((p, i) => {
+    const ratio = p.perSecond / direct;
+    const gatewayUs = (p.gatewayCpu / p.requests) * 1e6;
+    const ownUs = p.ownCpu / p.requests;
+    const vs = i === 0 ? '1.00x' : `${ratio.toFixed(2)}x (target ≥ 0.80x: ${ratio >= 0.8 ? 'met' : 'missed'})`;
+    return `| ${r.concurrency} | ${p.name} | ${Math.round(p.perSecond)} | ${vs} | ${
+      i === 0 ? '–' : `${Math.round(gatewayUs)} µs`
+    } | ${Math.round(ownUs)} µs | ${(((ownUs + gatewayUs) * p.perSecond) / 1e6).toFixed(2)} |`;
+  });
 });
 
 writeBenchSection(
@@ -142,18 +154,20 @@ writeBenchSection(
 ${machineLine()}
 
 GET of a 1 KiB object from the storage service (token checked, object read from the S3 server) on keep-alive
-connections, ${SECONDS} s per measurement, direct and through the gateway alternating over ${ROUNDS} rounds (direct /
-gateway requests/s per round: ${results.map((r) => `${r.concurrency} in flight ${r.rounds.join(', ')}`).join('; ')}).
+connections, ${SECONDS} s per measurement, direct and through each gateway alternating over ${ROUNDS} rounds
+(${results[0]!.paths.map((p) => p.name).join(' / ')} requests/s per round: ${results
+    .map((r) => `${r.concurrency} in flight ${r.rounds.join(', ')}`)
+    .join('; ')}).
 
 | in flight | path | requests/s | vs direct | gateway CPU per request | load generator + service CPU per request | cores busy (without the S3 server) |
 | ---: | --- | ---: | ---: | ---: | ---: | ---: |
 ${rows.join('\n')}
 
-The machine has ${cores} cores for the three processes (load generator and service in one, the S3 server, the
-gateway); the CPU columns say what one request costs each of them, and the last how many cores the load generator,
-the service and the gateway kept busy together. The load generator and the service share one JavaScript thread, which
-bounds both paths here (about one core busy either way); through the gateway each request costs that thread a little
-more and waits for two more hops, which few requests in flight do not hide and more do.
+The machine has ${cores} cores for the processes (load generator and service in one, the S3 server, the gateway:
+one Node process, or nginx's workers); the CPU columns say what one request costs the gateway and the load generator
+with the service, and the last how many cores they kept busy together. The load generator and the service share one
+JavaScript thread, which bounds every path here (about one core busy either way); through a gateway each request
+costs that thread a little more and waits for two more hops, which few requests in flight do not hide and more do.
 `,
 );
 process.exit(0);

@@ -23,9 +23,12 @@ const simulatedGpu = z.object({
 export const daemonConfigSchema = z
   .object({
     log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-    auth_url: z.string().url().default('http://127.0.0.1:8000'),
-    registry_url: z.string().url().default('http://127.0.0.1:8002'),
-    billing_url: z.string().url().default('http://127.0.0.1:8003'),
+    /** The platform's one origin, the gateway (`pnpm start`'s by default): every service's paths behind it. */
+    platform_url: z.string().url().default('http://127.0.0.1:8080'),
+    /** A service's own address instead of the gateway's (empty: `platform_url`). */
+    auth_url: z.union([z.literal(''), z.string().url()]).default(''),
+    registry_url: z.union([z.literal(''), z.string().url()]).default(''),
+    billing_url: z.union([z.literal(''), z.string().url()]).default(''),
     /** NATS for usage reports (JetStream, acknowledged); empty: usage goes over HTTP. */
     nats_url: z.string().default(''),
     /** Subject prefix of usage reports: `<usage_subject>.<session_id>` (billing's `messaging.subjects.usage`). */
@@ -74,14 +77,25 @@ export const daemonConfigSchema = z
 
 export type DaemonConfig = z.infer<typeof daemonConfigSchema>;
 
+/** A service's address: its own when given, else the platform's one origin. */
+function withOrigin(c: DaemonConfig): DaemonConfig {
+  return {
+    ...c,
+    auth_url: c.auth_url || c.platform_url,
+    registry_url: c.registry_url || c.platform_url,
+    billing_url: c.billing_url || c.platform_url,
+  };
+}
+
 export function loadDaemonConfig(env: NodeJS.ProcessEnv = process.env): DaemonConfig {
-  return loadConfig({
+  const config = loadConfig({
     schema: daemonConfigSchema,
     envPrefix: 'DAEMON',
     file: env.DAEMON_CONFIG_FILE,
     env,
     aliases: {
       LOG_LEVEL: 'log_level',
+      PLATFORM_URL: 'platform_url',
       AUTH_URL: 'auth_url',
       REGISTRY_URL: 'registry_url',
       BILLING_URL: 'billing_url',
@@ -92,4 +106,5 @@ export function loadDaemonConfig(env: NodeJS.ProcessEnv = process.env): DaemonCo
       DAEMON_STATE_FILE: 'state_file',
     },
   });
+  return withOrigin(config);
 }

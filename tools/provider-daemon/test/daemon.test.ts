@@ -11,7 +11,7 @@ import { createLogger } from '@gpu/common';
 import { freePort } from '@gpu/common/testing';
 import { afterAll, describe, expect, it } from 'vitest';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
-import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
+import { type DaemonConfig, daemonConfigSchema, loadDaemonConfig } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
 import { gpuSource } from '../src/gpu/source.ts';
 
@@ -145,6 +145,19 @@ describe('provider daemon', () => {
     });
     await daemon.run();
     expect(waits).toEqual([1000, 2000, 4000, 4000, 4000]);
+  });
+
+  it("reaches every service through the platform's one origin unless a service's own address is given", () => {
+    const env = { PLATFORM_URL: 'https://api.gpu-platform.example', BILLING_URL: 'http://billing.internal:8003' };
+    const loaded = loadDaemonConfig(env);
+    expect([loaded.auth_url, loaded.registry_url, loaded.billing_url]).toEqual([
+      'https://api.gpu-platform.example',
+      'https://api.gpu-platform.example',
+      'http://billing.internal:8003',
+    ]);
+    // By default: `pnpm start`'s gateway.
+    expect(loadDaemonConfig({}).registry_url).toBe('http://127.0.0.1:8080');
+    expect(() => loadDaemonConfig({ PLATFORM_URL: 'not a url' })).toThrow(/platform_url/);
   });
 
   it('refuses a simulated machine without GPUs, and credentials that are not a daemon’s', async () => {
