@@ -9,7 +9,7 @@
 # runtime stage copies the result, runs the compiled program with plain node as the unprivileged `node` user, and has
 # no package manager, compiler or TypeScript loader in it. tests/deploy.test.ts runs the build stage's script in a
 # copy of the tree and starts the service from what the runtime stage copies.
-ARG NODE_IMAGE=node:20-bookworm-slim
+ARG NODE_IMAGE=node:24-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
 # The pnpm of package.json's `packageManager` (tests/deploy.test.ts keeps the two in step).

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|gateway|startup> [args]}"
 shift
-if [ "$name" = startup ]; then exec node --import tsx scripts/bench-startup.ts "$@"; fi
+if [ "$name" = startup ]; then exec "${BENCH_NODE:-node}" --import tsx scripts/bench-startup.ts "$@"; fi
 case "$name" in
   # The reference relay of the storage benchmark reads from s3rver without signing (bench/bare-relay.ts).
   storage) file=services/storage/bench/run.ts; export TEST_S3_ALLOW_ANONYMOUS=1 ;;
@@ -25,4 +25,6 @@ export TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env/bench}"
 source scripts/test-env.sh
 trap test_env_down EXIT
 test_env_up
-node --import tsx "$file" "$@"
+# BENCH_NODE runs the benchmark (and the processes it starts with its own Node) on another Node binary, e.g. the
+# machine's /usr/bin/node beside the project's pinned one, for a side-by-side comparison.
+"${BENCH_NODE:-node}" --import tsx "$file" "$@"
