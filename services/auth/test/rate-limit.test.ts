@@ -113,6 +113,25 @@ describe('rate limits', () => {
     });
     expect(owner.statusCode).toBe(200);
     expect(owner.json().device_token).toBe(deviceToken);
+    // The login wrote the device's use with its refresh token: a device row per login without a device token (the
+    // registration's and the first), the first one's used again just now, and a refresh token per successful login.
+    const devices = await auth.ctx.db
+      .selectFrom('trusted_devices')
+      .innerJoin('users', 'users.id', 'trusted_devices.user_id')
+      .select(['trusted_devices.created_at', 'trusted_devices.last_used_at'])
+      .where('users.email', '=', email)
+      .orderBy('trusted_devices.created_at')
+      .execute();
+    expect(devices).toHaveLength(2);
+    expect(new Date(devices[0]!.last_used_at).getTime()).toBe(new Date(devices[0]!.created_at).getTime());
+    expect(new Date(devices[1]!.last_used_at).getTime()).toBeGreaterThan(new Date(devices[1]!.created_at).getTime());
+    const tokens = await auth.ctx.db
+      .selectFrom('refresh_tokens')
+      .innerJoin('users', 'users.id', 'refresh_tokens.user_id')
+      .select('refresh_tokens.id')
+      .where('users.email', '=', email)
+      .execute();
+    expect(tokens).toHaveLength(3);
     // A device token is the account's: it does not unlock another account, and it has a limit of its own.
     const { email: otherEmail } = await registerAndLogin(auth.app, { ip: '198.51.100.249' });
     for (let i = 0; i < 3; i++) {

@@ -1,14 +1,17 @@
 /** Queries on refresh tokens and their families. Every function takes the database or a transaction. */
 import type { Kysely, Selectable } from 'kysely';
 import type { AuthDatabase, RefreshTokensTable } from './schema.ts';
+import { type DeviceWrite, withDeviceWrite } from './trusted-device-repository.ts';
 
 export type RefreshTokenRow = Selectable<RefreshTokensTable>;
 
+/** Stores a refresh token and, for a login, what it writes about the caller's device, in one statement. */
 export async function insertRefreshToken(
   db: Kysely<AuthDatabase>,
   token: { family_id: string; user_id: string; parent_id: string | null; token_hash: string; expires_at: Date },
+  device?: DeviceWrite,
 ): Promise<void> {
-  await db.insertInto('refresh_tokens').values(token).execute();
+  await (device ? withDeviceWrite(db, device) : db).insertInto('refresh_tokens').values(token).execute();
 }
 
 /** The token with this hash, locked until the transaction ends so two refreshes of it run one after the other. */

@@ -27,6 +27,35 @@ export async function findUserByEmail(db: Kysely<AuthDatabase>, email: string): 
   return db.selectFrom('users').selectAll().where('email', '=', email).executeTakeFirst();
 }
 
+/**
+ * A login's one read: the user with this email and, when a device token's hash is given, the ID of that user's
+ * unexpired trusted device with it (null when there is none).
+ */
+export async function findUserForLogin(
+  db: Kysely<AuthDatabase>,
+  email: string,
+  deviceTokenHash: string | undefined,
+): Promise<(UserRow & { device_id: string | null }) | undefined> {
+  return db
+    .selectFrom('users')
+    .selectAll('users')
+    .select((eb) =>
+      deviceTokenHash === undefined
+        ? sql<string | null>`null::uuid`.as('device_id')
+        : eb
+            .selectFrom('trusted_devices')
+            .select('trusted_devices.id')
+            .whereRef('trusted_devices.user_id', '=', 'users.id')
+            .where('trusted_devices.token_hash', '=', deviceTokenHash)
+            .where('trusted_devices.expires_at', '>', new Date())
+            .limit(1)
+            .$asScalar()
+            .as('device_id'),
+    )
+    .where('email', '=', email)
+    .executeTakeFirst();
+}
+
 export async function findUserById(db: Kysely<AuthDatabase>, id: string): Promise<UserRow | undefined> {
   return db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst();
 }

@@ -11,8 +11,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { durationMs } from '@gpu/common';
 import { findRefreshToken, findRefreshTokenForUpdate, markUsed, revokeFamily } from '../db/refresh-token-repository.ts';
-import { findTrustedDevice, insertTrustedDevice, touchTrustedDevice } from '../db/trusted-device-repository.ts';
-import { findUserByEmail, findUserById, updatePasswordHash } from '../db/user-repository.ts';
+import type { DeviceWrite } from '../db/trusted-device-repository.ts';
+import { findUserById, findUserForLogin, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
@@ -39,11 +39,13 @@ export async function login(
   const limits = ctx.config.rate_limit;
   const email = normaliseEmail(input.email);
   await ctx.limiter.consume(limits.login_per_ip, 'login-ip', clientIp);
-  const user = await findUserByEmail(ctx.db, email);
-  const device =
-    user && input.device_token
-      ? await findTrustedDevice(ctx.db, user.id, hashDeviceToken(input.device_token))
-      : undefined;
+  // One read: the user and, with a device token, that user's trusted device.
+  const user = await findUserForLogin(
+    ctx.db,
+    email,
+    input.device_token ? hashDeviceToken(input.device_token) : undefined,
+  );
+  const device = user?.device_id ?? undefined;
   const [rule, limitName, limitKey] = device
     ? [limits.login_per_device, 'login-device', device]
     : [limits.login_per_account, 'login-account', email];
@@ -58,17 +60,18 @@ export async function login(
     await updatePasswordHash(ctx.db, user.id, await ctx.hasher.hash(password));
     ctx.logger.info({ user_id: user.id }, 'password rehashed with the current argon2id parameters');
   }
-  let deviceToken = input.device_token;
-  if (device) await touchTrustedDevice(ctx.db, device);
-  else {
-    deviceToken = randomBytes(32).toString('base64url');
-    await insertTrustedDevice(ctx.db, {
-      user_id: user.id,
-      token_hash: hashDeviceToken(deviceToken),
-      expires_at: new Date(Date.now() + durationMs(limits.device_token_lifetime)),
-    });
-  }
-  return { ...(await issueTokenPair(ctx, ctx.db, user)), device_token: deviceToken! };
+  // One write: the device row (new, or its use) and the refresh token, in one statement.
+  const deviceToken = device ? input.device_token! : randomBytes(32).toString('base64url');
+  const deviceWrite: DeviceWrite = device
+    ? { touch: device }
+    : {
+        insert: {
+          user_id: user.id,
+          token_hash: hashDeviceToken(deviceToken),
+          expires_at: new Date(Date.now() + durationMs(limits.device_token_lifetime)),
+        },
+      };
+  return { ...(await issueTokenPair(ctx, ctx.db, user, undefined, deviceWrite)), device_token: deviceToken };
 }
 
 const hashDeviceToken = (token: string) => createHash('sha256').update(token).digest('hex');

@@ -8,6 +8,7 @@ import type { Kysely } from 'kysely';
 import type { ClientRow } from '../db/client-repository.ts';
 import { insertRefreshToken } from '../db/refresh-token-repository.ts';
 import type { AuthDatabase } from '../db/schema.ts';
+import type { DeviceWrite } from '../db/trusted-device-repository.ts';
 import type { UserRow } from '../db/user-repository.ts';
 import type { AuthContext } from './context.ts';
 
@@ -64,22 +65,28 @@ export function issueClientToken(ctx: AuthContext, client: Pick<ClientRow, 'id' 
 
 /**
  * Issues an access token and a new refresh token. Without `family` the
- * refresh token starts a new family (a login); with it, it continues one (a rotation).
+ * refresh token starts a new family (a login); with it, it continues one (a rotation). A login's `device` write
+ * goes in the same statement as the refresh token.
  */
 export async function issueTokenPair(
   ctx: AuthContext,
   db: Kysely<AuthDatabase>,
   user: Pick<UserRow, 'id' | 'roles'>,
   family?: { familyId: string; parentId: string },
+  device?: DeviceWrite,
 ): Promise<TokenPair> {
   const refreshToken = randomBytes(32).toString('base64url');
-  await insertRefreshToken(db, {
-    family_id: family?.familyId ?? randomUUID(),
-    parent_id: family?.parentId ?? null,
-    user_id: user.id,
-    token_hash: hashRefreshToken(refreshToken),
-    expires_at: new Date(Date.now() + durationMs(ctx.config.jwt.refresh_token_expire)),
-  });
+  await insertRefreshToken(
+    db,
+    {
+      family_id: family?.familyId ?? randomUUID(),
+      parent_id: family?.parentId ?? null,
+      user_id: user.id,
+      token_hash: hashRefreshToken(refreshToken),
+      expires_at: new Date(Date.now() + durationMs(ctx.config.jwt.refresh_token_expire)),
+    },
+    device,
+  );
   const access = await issueAccessToken(ctx, user);
   return {
     access_token: access.token,
