@@ -9,7 +9,8 @@
  * fall under BENCH_MAX_LOAD (default 1.5) and records the load it started under.
  *
  * The platform runs at PLATFORM_PORT_BASE (default 28100); `--cwd` starts the platform of another checkout (a
- * before/after comparison), timed the same way. With BENCH_ONLY set the section is printed, not written.
+ * before/after comparison), timed the same way; BENCH_NODE runs the start script, and so the platform, on that Node
+ * (a comparison of Node versions). With BENCH_ONLY set the section is printed, not written.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -135,7 +136,12 @@ async function oneRun(index: number): Promise<Run> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'bench-startup-'));
   const lines: Line[] = [];
   const t0 = performance.now();
-  const child = spawn('pnpm', ['-s', 'start'], {
+  // BENCH_NODE: the start script on that Node (which then runs every process it starts), not `pnpm start` (whose
+  // scripts find the project's own Node first).
+  const [command, args] = process.env.BENCH_NODE
+    ? [process.env.BENCH_NODE, ['--import', 'tsx', 'scripts/start.ts']]
+    : ['pnpm', ['-s', 'start']];
+  const child = spawn(command, args, {
     cwd,
     env: { ...process.env, PLATFORM_DATA_DIR: dataDir, PLATFORM_PORT_BASE: portBase, LOG_LEVEL: 'info' },
     stdio: ['ignore', 'pipe', 'pipe'],
