@@ -191,22 +191,27 @@ const resourceFiles = files.filter((f) => !isKustomization(f) && !valuesFiles.in
 // ---------------------------------------------------------------------------------------------------------------
 // Schema validation.
 
-type ModelClass = new (data: Doc) => { validate(): void };
-const models: Record<string, ModelClass> = {
-  'v1/ConfigMap': ConfigMap as unknown as ModelClass,
-  'v1/Service': Service as unknown as ModelClass,
-  'apps/v1/Deployment': Deployment as unknown as ModelClass,
-  'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler as unknown as ModelClass,
-  'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as ModelClass,
-  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy as unknown as ModelClass,
-  'gateway.networking.k8s.io/v1/Gateway': Gateway as unknown as ModelClass,
-  'gateway.networking.k8s.io/v1/GatewayClass': GatewayClass as unknown as ModelClass,
-  'gateway.networking.k8s.io/v1/HTTPRoute': HTTPRoute as unknown as ModelClass,
-  'gateway.envoyproxy.io/v1alpha1/ClientTrafficPolicy': ClientTrafficPolicy as unknown as ModelClass,
-  'gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy': BackendTrafficPolicy as unknown as ModelClass,
-  'gateway.envoyproxy.io/v1alpha1/SecurityPolicy': SecurityPolicy as unknown as ModelClass,
-  'gateway.envoyproxy.io/v1alpha1/HTTPRouteFilter': HTTPRouteFilter as unknown as ModelClass,
-};
+type ModelClass = (new (data: Doc) => { validate(): void }) & { apiVersion: string; kind: string };
+/** Each kind this test validates, by its model's own `apiVersion/kind`. */
+const models: Record<string, ModelClass> = Object.fromEntries(
+  (
+    [
+      ConfigMap,
+      Service,
+      Deployment,
+      HorizontalPodAutoscaler,
+      PodDisruptionBudget,
+      NetworkPolicy,
+      Gateway,
+      GatewayClass,
+      HTTPRoute,
+      ClientTrafficPolicy,
+      BackendTrafficPolicy,
+      SecurityPolicy,
+      HTTPRouteFilter,
+    ] as unknown as ModelClass[]
+  ).map((M) => [`${M.apiVersion}/${M.kind}`, M]),
+);
 
 /** Custom resources of the operators the docs name, checked for their structure (their CRDs are not vendored). */
 function checkCustomResource(doc: Doc): void {

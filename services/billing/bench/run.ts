@@ -13,7 +13,7 @@
  * benchmark (bench/usage.ts); `pnpm bench billing usage` runs only that one.
  * BENCH_ONLY=1 prints the section instead of writing it (as every benchmark);
  * BENCH_PATHS=grouped runs only the lines whose name contains that text (and
- * not the usage benchmark).
+ * not the usage benchmark); BENCH_WALLETS sets how many wallets the ledger holds (10,000).
  */
 import { randomUUID } from 'node:crypto';
 import { createTestDatabase } from '@gpu/common/testing';
@@ -34,7 +34,8 @@ if (process.argv[2] === 'usage') {
   process.exit(0);
 }
 
-const WALLETS = 10_000;
+/** Wallets the spread lines pick from (three ledger accounts each); BENCH_WALLETS sizes the ledger for a cost curve. */
+const WALLETS = Number(process.env.BENCH_WALLETS ?? 10_000);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const ROUNDS = 4;
