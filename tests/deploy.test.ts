@@ -171,6 +171,14 @@ describe('docker-compose.yml', () => {
       './deploy/gateway/nginx.conf:/etc/nginx/nginx.conf:ro',
       './deploy/gateway:/etc/nginx/gpu-platform:ro',
     ]);
+    // Auth takes a client's address from X-Forwarded-For only when the gateway sent it: it trusts exactly the
+    // gateway's fixed address on the platform's subnet (a wider range would trust whatever a caller inside it wrote).
+    const address = (gateway as { networks?: { default?: { ipv4_address?: string } } }).networks?.default?.ipv4_address;
+    const subnet = compose.networks?.default?.ipam?.config?.[0]?.subnet as string;
+    expect(address).toBeDefined();
+    expect(subnet).toMatch(/^(\d+\.\d+\.\d+)\.0\/24$/);
+    expect(address!.startsWith(`${subnet.split('.').slice(0, 3).join('.')}.`)).toBe(true);
+    expect(composeServices.auth?.environment?.AUTH__SERVER__TRUSTED_PROXIES).toBe(address);
     expect(Object.keys(gateway.depends_on ?? {}).sort()).toEqual([...builtServices, 'minio', 'solana'].sort());
     expect(composeServices.storage?.environment?.S3_PUBLIC_ENDPOINT).toBe('http://localhost:9000');
   });
