@@ -86,8 +86,9 @@ start_node_server() { # name port [node flags] script args...
   local name="$1" port="$2"; shift 2
   # The Node binary itself, not the shell wrapper pnpm puts on PATH for the project's node package: the PID written
   # below must be the server's, or stopping it would leave the server running.
-  local node_bin; node_bin=$(node -p 'process.execPath')
-  "$node_bin" --import tsx "$@" >"$TEST_ENV_DIR/$name.log" 2>&1 &
+  # Asked once per shell.
+  : "${_TEST_NODE_BIN:=$(node -p 'process.execPath')}"
+  "$_TEST_NODE_BIN" --import tsx "$@" >"$TEST_ENV_DIR/$name.log" 2>&1 &
   echo $! >"$TEST_ENV_DIR/$name.pid"
   wait_port "$port" "$name" 60
 }

@@ -12,7 +12,6 @@
  * Options: --size-mib N (default 1024).
  */
 import { fork } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -26,7 +25,7 @@ import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-repor
 import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 import type { DownloadOrder, DownloadResult } from './download-client.ts';
 import { directS3Client } from './s3-client.ts';
-import { cpuSeconds, storePid as s3rverPid, serviceDir, startHttpProcess } from './service-process.ts';
+import { cpuSeconds, memoryKiB, storePid as s3rverPid, serviceDir, startHttpProcess } from './service-process.ts';
 
 const MiB = 1024 * 1024;
 const { values } = parseArgs({ options: { 'size-mib': { type: 'string', default: '1024' } } });
@@ -61,13 +60,6 @@ async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }>
   const t0 = performance.now();
   const value = await fn();
   return { ms: performance.now() - t0, value };
-}
-
-function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
-    .split('\n')
-    .find((l) => l.startsWith(field));
-  return Number(line?.replace(/\D+/g, '') ?? 0);
 }
 
 async function startService() {
@@ -150,12 +142,12 @@ async function main() {
     child.kill('SIGTERM');
     throw new Error(`access control: ${anonymous.status} without a token (401 expected)`);
   }
-  const rssBefore = rssKiB(pid, 'VmRSS');
+  const rssBefore = memoryKiB(pid).rss;
   /** Runs fn while sampling the service's RSS; returns the peak in MB. */
   const sampled = async <T>(fn: () => Promise<T>) => {
-    let peak = rssKiB(pid, 'VmRSS');
+    let peak = memoryKiB(pid).rss;
     const sampler = setInterval(() => {
-      peak = Math.max(peak, rssKiB(pid, 'VmRSS'));
+      peak = Math.max(peak, memoryKiB(pid).rss);
     }, 50);
     const result = await timed(fn);
     clearInterval(sampler);
@@ -163,7 +155,7 @@ async function main() {
   };
   console.log('upload through the service (Content-Length) ...');
   const serviceUp = await sampled(() => httpUpload(url, 'bench/via-service.bin', true));
-  const hwmAfterUpload = rssKiB(pid, 'VmHWM');
+  const hwmAfterUpload = memoryKiB(pid).peak;
   console.log('chunked upload through the service ...');
   const chunkedUp = await sampled(() => httpUpload(url, 'bench/via-service-chunked.bin', false));
   // Downloads are short and sensitive to whatever else the 2 cores do, so the paths alternate for a few rounds and
@@ -221,7 +213,7 @@ async function main() {
   /** MiB/s the service could relay on one core of its own, at the CPU per byte it used here. */
   const capacity = (SIZE / MiB / (cpu.service.middle / DOWNLOAD_ROUNDS)).toFixed(0);
   const cpuRatio = (p: DownloadPath) => (cpuTotal('direct') / cpuTotal(p)).toFixed(2);
-  const hwmEnd = rssKiB(pid, 'VmHWM');
+  const hwmEnd = memoryKiB(pid).peak;
   child.kill('SIGTERM');
   s3.destroy();
   await issuer.close();

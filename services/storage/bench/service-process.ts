@@ -26,6 +26,13 @@ export function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
+/** A process's resident memory now (`rss`) and at its peak so far (`peak`), in KiB, from /proc. */
+export function memoryKiB(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1]);
+  return { rss: field('VmRSS'), peak: field('VmHWM') };
+}
+
 /** The test environment's s3rver process (scripts/test-env.sh writes its pid). */
 export function storePid(): number {
   return Number(readFileSync(`${process.env.TEST_ENV_DIR}/s3.pid`, 'utf8').trim() || 0);

@@ -8,55 +8,19 @@
  * BENCH_SECONDS and BENCH_ROUNDS shorten a trial run.
  */
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { freePort, spawnProcess, waitForHttp } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
-import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
 import { runLoad } from '../../../services/auth/bench/load.ts';
 import { cpuSeconds } from '../../../services/storage/bench/service-process.ts';
 import { startService } from '../../../services/storage/test/helpers.ts';
-import { startNginx } from '../test/nginx.ts';
+import { type RunningGateway, startComposeNginx, startNodeGateway } from '../test/gateways.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 /** Requests in flight: a few callers, and enough to keep every core busy. */
 const CONCURRENCIES = [16, 64];
-const SCRIPT = 'tools/gateway/src/server.ts';
 
-interface Gateway {
+interface Gateway extends RunningGateway {
   name: string;
-  url: string;
-  /** The processes that carry its traffic. */
-  pids: () => number[];
-  stop: () => Promise<void>;
-}
-
-/** `pnpm start`'s gateway, the compiled program run as `pnpm start` runs it. */
-async function fastifyGateway(storageUrl: string): Promise<Gateway> {
-  await ensureBuilt([SCRIPT]);
-  const port = await freePort();
-  const gateway = spawnProcess(process.execPath, ['--enable-source-maps', compiledPath(SCRIPT)], {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', GATEWAY_STORAGE_URL: storageUrl },
-  });
-  const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${url}/health`, gateway, { ok: true });
-  return {
-    name: "pnpm start's gateway",
-    url,
-    pids: () => [gateway.child.pid!],
-    stop: async () => {
-      gateway.child.kill('SIGTERM');
-      await gateway.exited;
-    },
-  };
-}
-
-/** docker-compose's nginx on its own files, when nginx is installed (scripts/test-env.sh installs it). */
-async function nginxGateway(storageUrl: string): Promise<Gateway | undefined> {
-  if (!existsSync('/usr/sbin/nginx')) return undefined;
-  const nginx = await startNginx({ upstreams: { storage: storageUrl } });
-  return { name: "compose's nginx", url: nginx.base, pids: nginx.workers, stop: nginx.stop };
 }
 
 const storage = await startService({ listen: true });
@@ -68,9 +32,13 @@ const put = await fetch(`${storage.url}/objects/${key}`, {
   body: Buffer.alloc(1024, 7),
 });
 if (put.status !== 201) throw new Error(`the object was not stored: ${put.status}`);
-const gateways = [await fastifyGateway(storage.url), await nginxGateway(storage.url)].filter(
-  (g): g is Gateway => g !== undefined,
-);
+const gateways: Gateway[] = [
+  { name: "pnpm start's gateway", ...(await startNodeGateway({ storage: storage.url }, { compiled: true })) },
+];
+// docker-compose's nginx, when nginx is installed (scripts/test-env.sh installs it).
+if (existsSync('/usr/sbin/nginx')) {
+  gateways.push({ name: "compose's nginx", ...(await startComposeNginx({ storage: storage.url })) });
+}
 
 const load = (base: string, concurrency: number) =>
   runLoad({
@@ -102,7 +70,7 @@ const cpuOf = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuSeconds(pid
 async function measure(concurrency: number): Promise<Measured> {
   const targets = [
     { name: 'direct to storage', url: storage.url, pids: () => [] as number[] },
-    ...gateways.map((g) => ({ name: `through ${g.name}`, url: g.url, pids: g.pids })),
+    ...gateways.map((g) => ({ name: `through ${g.name}`, url: g.base, pids: g.pids })),
   ];
   // Warm every path (JIT, connections) before measuring.
   for (const t of targets) await load(t.url, concurrency);

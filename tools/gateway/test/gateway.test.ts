@@ -6,15 +6,15 @@
  * presigned 307 passed intact, the request ID added, problems in the platform's shape.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { fileURLToPath } from 'node:url';
-import { freePort, type ServerProcess, spawnServer, waitForHttp } from '@gpu/common/testing';
+import { freePort } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
+import { memoryKiB } from '../../../services/storage/bench/service-process.ts';
 import { rawRequest, startService, type TestService } from '../../../services/storage/test/helpers.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
+import { type RunningGateway, startComposeNginx, startNodeGateway, type Upstreams } from './gateways.ts';
 import { startNginx } from './nginx.ts';
 
 const platform = useAuthAndRegistry();
@@ -33,21 +33,13 @@ afterAll(async () => {
 });
 
 /** The four services' base URLs, some of them replaced. */
-type Upstreams = Record<'auth' | 'storage' | 'provider-registry' | 'billing', string>;
-const upstreams = (replace: Partial<Upstreams> = {}): Upstreams => ({
+const upstreams = (replace: Upstreams = {}): Required<Upstreams> => ({
   auth: platform.authUrl,
   storage: storage.url,
   'provider-registry': platform.registryUrl,
   billing: billingUrl,
   ...replace,
 });
-
-interface RunningGateway {
-  base: string;
-  /** The processes that carry the traffic. */
-  pids: () => number[];
-  stop: () => Promise<void>;
-}
 
 interface Engine {
   name: string;
@@ -57,52 +49,9 @@ interface Engine {
 }
 
 const engines: Engine[] = [
-  {
-    name: "pnpm start's gateway (@fastify/http-proxy)",
-    operatorsOnly: false,
-    async start(to) {
-      const port = await freePort();
-      const gateway: ServerProcess = spawnServer('src/server.ts', {
-        cwd: fileURLToPath(new URL('..', import.meta.url)),
-        env: {
-          ...process.env,
-          PORT: String(port),
-          HOST: '127.0.0.1',
-          LOG_LEVEL: 'warn',
-          GATEWAY_AUTH_URL: to.auth,
-          GATEWAY_STORAGE_URL: to.storage,
-          GATEWAY_REGISTRY_URL: to['provider-registry'],
-          GATEWAY_BILLING_URL: to.billing,
-        },
-      });
-      const base = `http://127.0.0.1:${port}`;
-      await waitForHttp(`${base}/health`, gateway, { ok: true });
-      return {
-        base,
-        pids: () => [gateway.child.pid!],
-        stop: async () => {
-          gateway.child.kill('SIGTERM');
-          await gateway.exited;
-        },
-      };
-    },
-  },
-  {
-    name: "docker-compose's nginx (deploy/gateway)",
-    operatorsOnly: true,
-    async start(to) {
-      const nginx = await startNginx({ upstreams: to });
-      return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
-    },
-  },
+  { name: "pnpm start's gateway (@fastify/http-proxy)", operatorsOnly: false, start: (to) => startNodeGateway(to) },
+  { name: "docker-compose's nginx (deploy/gateway)", operatorsOnly: true, start: startComposeNginx },
 ];
-
-/** A process's resident memory now and at its peak (kB), from /proc. */
-function memoryKb(pid: number): { rss: number; peak: number } {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1]);
-  return { rss: field('VmRSS'), peak: field('VmHWM') };
-}
 
 describe.each(engines)('the gateway: $name', (engine) => {
   let gateway: RunningGateway;
@@ -166,7 +115,7 @@ describe.each(engines)('the gateway: $name', (engine) => {
         controller.enqueue(new Uint8Array(chunk));
       },
     });
-    const before = gateway.pids().map((pid) => ({ pid, ...memoryKb(pid) }));
+    const before = gateway.pids().map((pid) => ({ pid, ...memoryKiB(pid) }));
     const key = `gateway-${randomUUID()}.bin`;
     const upload = await fetch(`${base}/objects/${key}`, {
       method: 'PUT',
@@ -191,7 +140,8 @@ describe.each(engines)('the gateway: $name', (engine) => {
     expect(got.digest('hex')).toBe(expected);
     // 256 MiB up and down: no process of the gateway's grew by half of one copy. (What a Node gateway grows by is its
     // heap's slack, the same whatever the size: 60-90 MB on Node 24 for 64 MiB and for 256 MiB alike.)
-    for (const { pid, rss } of before) expect(memoryKb(pid).peak - rss, `process ${pid}`).toBeLessThan(size / 2 / 1024);
+    for (const { pid, rss } of before)
+      expect(memoryKiB(pid).peak - rss, `process ${pid}`).toBeLessThan(size / 2 / 1024);
 
     const range = await fetch(`${base}/objects/${key}`, { headers: { ...user.headers, range: 'bytes=1000-1099' } });
     expect(range.status).toBe(206);

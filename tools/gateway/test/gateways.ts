@@ -1,0 +1,60 @@
+/**
+ * The platform's gateways as running processes, for the tests and the benchmark alike: `pnpm start`'s (this package,
+ * from source or compiled as `pnpm start` runs it) and docker-compose's nginx on its own files (./nginx.ts).
+ */
+import { fileURLToPath } from 'node:url';
+import { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from '@gpu/common/testing';
+import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
+import type { Service } from '../src/routes.ts';
+import { startNginx } from './nginx.ts';
+
+/** Services' base URLs; one left out is nowhere the gateway can reach (or `pnpm start`'s default). */
+export type Upstreams = Partial<Record<Service, string>>;
+
+export interface RunningGateway {
+  base: string;
+  /** The processes that carry the traffic. */
+  pids: () => number[];
+  stop: () => Promise<void>;
+}
+
+const SCRIPT = 'tools/gateway/src/server.ts';
+
+/** `pnpm start`'s gateway in its own process, once its /health answers: from source, or `compiled` as `pnpm start` runs it. */
+export async function startNodeGateway(to: Upstreams, opts: { compiled?: boolean } = {}): Promise<RunningGateway> {
+  const port = await freePort();
+  const env = {
+    ...process.env,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    ...(to.auth ? { GATEWAY_AUTH_URL: to.auth } : {}),
+    ...(to.storage ? { GATEWAY_STORAGE_URL: to.storage } : {}),
+    ...(to['provider-registry'] ? { GATEWAY_REGISTRY_URL: to['provider-registry'] } : {}),
+    ...(to.billing ? { GATEWAY_BILLING_URL: to.billing } : {}),
+  };
+  const cwd = fileURLToPath(new URL('..', import.meta.url));
+  let gateway: ServerProcess;
+  if (opts.compiled) {
+    await ensureBuilt([SCRIPT]);
+    gateway = spawnProcess(process.execPath, ['--enable-source-maps', compiledPath(SCRIPT)], { cwd, env });
+  } else {
+    gateway = spawnServer('src/server.ts', { cwd, env });
+  }
+  const base = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${base}/health`, gateway, { ok: true });
+  return {
+    base,
+    pids: () => [gateway.child.pid!],
+    stop: async () => {
+      gateway.child.kill('SIGTERM');
+      await gateway.exited;
+    },
+  };
+}
+
+/** docker-compose's nginx on deploy/gateway's files, its workers carrying the traffic. */
+export async function startComposeNginx(to: Upstreams): Promise<RunningGateway> {
+  const nginx = await startNginx({ upstreams: to as Record<string, string> });
+  return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
+}
