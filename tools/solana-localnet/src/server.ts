@@ -21,7 +21,10 @@ const MAX_BODY = 1 << 20;
 export interface LocalnetOptions {
   port: number;
   host?: string;
-  /** separate WebSocket port (web3.js uses the RPC port + 1); 0: only on the RPC port */
+  /**
+   * separate WebSocket port (web3.js uses the RPC port + 1, the default); 0: only on the RPC port.
+   * An ephemeral RPC port (0) defaults to 0 here: the port after a kernel-chosen one may be anyone's.
+   */
   wsPort?: number;
   /** milliseconds per slot; 0: slots advance only through localnet_warp */
   slotMs?: number;
@@ -93,7 +96,7 @@ export async function startLocalnet(opts: LocalnetOptions): Promise<Localnet> {
   attach(main);
   await listen(main, opts.port, host);
   const actualPort = (main.address() as { port: number }).port;
-  const wsPort = opts.wsPort ?? actualPort + 1;
+  const wsPort = opts.wsPort ?? (opts.port === 0 ? 0 : actualPort + 1);
   let wsUrl = `ws://${host}:${actualPort}`;
   if (wsPort !== 0) {
     const side = createServer(onRequest);
