@@ -8,6 +8,7 @@
  * generator's share. Writes the `billing-usage` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -17,15 +18,18 @@ import { fileURLToPath } from 'node:url';
 import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { sql } from 'kysely';
+import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { startUsageConsumer, USAGE_CONSUMER } from '../src/adapters/usage-consumer.ts';
 import { billingContext, buildApp } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
+import type { BillingDB } from '../src/db/schema.ts';
 import { postTransfers } from '../src/domain/ledger/ledger.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
 import { startSession } from '../src/domain/sessions/start.ts';
+import { applyUsageBatch } from '../src/domain/sessions/usage-updates.ts';
 import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
 import { type CpuSnapshot, cpuSince, cpuSnapshot } from './process-cpu.ts';
@@ -46,6 +50,8 @@ const ADDRESS = '11111111111111111111111111111111';
 const ENV_DIR = process.env.TEST_ENV_DIR;
 /** A folder to write a CPU profile of the service's process per row into (`<row>.cpuprofile`), for where time goes. */
 const PROFILE_DIR = process.env.BENCH_PROFILE;
+/** Workers of the direct replay: the usage batches one service instance runs at once. */
+const DIRECT_WORKERS = 2;
 const loadAverage = () => (os.loadavg()[0] ?? 0).toFixed(1);
 
 const testDb = await createTestDatabase('billing_usage_bench');
@@ -61,6 +67,8 @@ const config = billingConfigSchema.parse({
   billing: { billing_interval: '0s' },
 });
 const database = await openBillingDatabase(config);
+/** The pool the direct replay's capture runs on (a Kysely of its own that logs the statements it sends). */
+const capturePool = new pg.Pool({ connectionString: testDb.url, max: 2 });
 const db = database.db;
 const logger = createLogger({ service: 'billing-bench', instanceId: 'bench', level: 'silent' });
 const deps = { config, logger, db, chain: null };
@@ -230,7 +238,19 @@ interface Run {
   cpu: CpuUse;
   /** The 1-minute load average when the counted run started. */
   load: string;
+  /** Batches (transactions) the service applied in the counted run, and the updates in them. */
+  batches: { batches: number; items: number };
 }
+
+/** The usage group commit's counts so far (none before the first update). */
+const batchCounts = () => {
+  const { batches, items } = ctx.state.usageBatcher?.stats ?? { batches: 0, items: 0 };
+  return { batches, items };
+};
+const batchesSince = (before: { batches: number; items: number }) => {
+  const now = batchCounts();
+  return { batches: now.batches - before.batches, items: now.items - before.items };
+};
 
 const serviceMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
 
@@ -264,11 +284,13 @@ async function httpLoad(batch: number, prefix: string): Promise<Run> {
   let service: NodeJS.CpuUsage | undefined;
   let others: CpuSnapshot | undefined;
   let load = '';
+  let batches = batchCounts();
   const job = { port, sessions, seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, workers: HTTP_WORKERS, batch };
   const counts = await runClient('./usage-http-client.ts', { ...job, prefix, authorization }, 'warm', () => {
     service = process.cpuUsage();
     others = cpuSnapshot(ENV_DIR);
     load = loadAverage();
+    batches = batchCounts();
   });
   const cpu: CpuUse = {
     ...cpuSince(others!, cpuSnapshot(ENV_DIR)),
@@ -283,6 +305,7 @@ async function httpLoad(batch: number, prefix: string): Promise<Run> {
     seconds: counts.seconds!,
     cpu,
     load,
+    batches: batchesSince(batches),
     records: await usageCount(prefix),
   };
 }
@@ -304,12 +327,14 @@ async function natsLoad(prefix: string): Promise<Run> {
   let others: CpuSnapshot | undefined;
   let started = 0;
   let load = '';
+  let batches = batchCounts();
   const job = { natsUrl: testEnv.natsUrl, prefix: subjects, sessions, messages: NATS_MESSAGES, idPrefix: prefix };
   const publishing = runClient('./usage-nats-client.ts', { ...job, authorization }, 'start', () => {
     service = process.cpuUsage();
     others = cpuSnapshot(ENV_DIR);
     started = Date.now();
     load = loadAverage();
+    batches = batchCounts();
   });
   let exited = false;
   publishing.then(
@@ -334,6 +359,7 @@ async function natsLoad(prefix: string): Promise<Run> {
   const seconds = (Date.now() - started) / 1000;
   const serviceCpu = serviceMs(process.cpuUsage(service));
   const othersCpu = cpuSince(others!, cpuSnapshot(ENV_DIR));
+  const natsBatches = batchesSince(batches);
   const published = await publishing;
   const records = await usageCount(prefix);
   await consumer.stop();
@@ -347,7 +373,102 @@ async function natsLoad(prefix: string): Promise<Run> {
     records,
     cpu: { ...othersCpu, service: serviceCpu, load: published.cpuMs },
     load,
+    batches: natsBatches,
   };
+}
+
+/**
+ * The direct replay: the statements the service sends for one batch of `size` updates (captured from a real batch
+ * through Kysely's query log), sent through a bare \`pg\` pool by as many workers as the service runs batches at
+ * once, each in its own transaction (BEGIN, the statements, COMMIT), for SECONDS, on other sessions and new message
+ * IDs each time. What it costs is PostgreSQL's share of a batch of that size, and what the service's row costs beyond
+ * it is the service's own (HTTP or NATS, validation, access, billing's plan, the driver).
+ */
+async function directReplay(size: number, prefix: string): Promise<DirectRun> {
+  const n = Math.max(1, Math.round(size));
+  const pick = (k: number) => {
+    const chosen = new Set<string>();
+    while (chosen.size < k) chosen.add(sessions[Math.floor(Math.random() * sessions.length)]!);
+    return [...chosen];
+  };
+  // Capture one real batch (applied and committed as the service would, through a Kysely that logs its queries).
+  const queries: CompiledQuery[] = [];
+  const capturing = new Kysely<BillingDB>({
+    dialect: new PostgresDialect({ pool: capturePool }),
+    log: (event) => {
+      // The replay sends its own BEGIN and COMMIT.
+      if (event.level === 'query' && !/^(begin|commit)\b/i.test(event.query.sql)) queries.push(event.query);
+    },
+  });
+  const captured = pick(n);
+  const now = new Date();
+  const results = await applyUsageBatch(
+    { ...ctx, db: capturing },
+    captured.map((sessionId, i) => ({
+      sender: UNCHECKED_PRINCIPAL,
+      sessionId,
+      messageId: `${prefix}-capture-${i}`,
+      timestamp: now,
+      gpuUtilization: 80,
+      powerDrawW: 300,
+    })),
+  );
+  const failed = results.find((r) => r instanceof Error);
+  if (failed) throw failed;
+  if (queries.length !== 2) throw new Error(`expected a batch of 2 statements, captured ${queries.length}`);
+  const recordIds = new Set(
+    (
+      await sql<{ id: string }>`SELECT id FROM usage_records WHERE message_id LIKE ${`${prefix}-capture-%`}`.execute(db)
+    ).rows.map((r) => r.id),
+  );
+  let seq = 0;
+  /** The captured statements with this batch's sessions, message IDs and record IDs in place of the captured ones. */
+  const batchOf = () => {
+    const map = new Map<string, string>();
+    const chosen = pick(n);
+    for (let i = 0; i < n; i++) map.set(captured[i]!, chosen[i]!);
+    for (let i = 0; i < n; i++) map.set(`${prefix}-capture-${i}`, `${prefix}-${seq++}`);
+    const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? randomUUID() : v)) : v);
+    return queries.map((q) => ({
+      sql: q.sql,
+      params: q.parameters.map((p) => (Array.isArray(p) ? p.map(swap) : swap(p))),
+    }));
+  };
+  const pool = new pg.Pool({ connectionString: testDb.url, max: DIRECT_WORKERS });
+  let applied = 0;
+  const before = cpuSnapshot(ENV_DIR);
+  const client = process.cpuUsage();
+  const load = loadAverage();
+  const started = Date.now();
+  await Promise.all(
+    Array.from({ length: DIRECT_WORKERS }, async () => {
+      const conn = await pool.connect();
+      try {
+        while (Date.now() - started < SECONDS * 1000) {
+          await conn.query('BEGIN');
+          for (const q of batchOf()) await conn.query(q.sql, q.params);
+          await conn.query('COMMIT');
+          applied += n;
+        }
+      } finally {
+        conn.release();
+      }
+    }),
+  );
+  const seconds = (Date.now() - started) / 1000;
+  const cpu = { ...cpuSince(before, cpuSnapshot(ENV_DIR)), client: serviceMs(process.cpuUsage(client)) };
+  await pool.end();
+  const records = await usageCount(prefix);
+  return { size: n, applied, seconds, records: records - n, cpu, load };
+}
+
+interface DirectRun {
+  size: number;
+  applied: number;
+  seconds: number;
+  records: number;
+  cpu: CpuSnapshot & { client: number };
+  load: string;
 }
 
 /** Runs one row, under the inspector's CPU profiler when BENCH_PROFILE names a folder. */
@@ -373,6 +494,12 @@ const nats = await profiled('nats', () => natsLoad('nats'));
 
 const c = await checkLedgerInvariant(db);
 const balanced = c.intact;
+const meanBatch = (r: Run) => r.batches.items / Math.max(r.batches.batches, 1);
+// Last: the replay writes billing onto sessions as its captured batch had it.
+const directSingle = await directReplay(meanBatch(single), 'direct1');
+const directBatched = await directReplay(meanBatch(batched), 'directb');
+const directNats = await directReplay(meanBatch(nats), 'directn');
+await capturePool.end();
 const perUpdate = (ms: number | null, n: number) => (ms === null ? '?' : (ms / Math.max(n, 1)).toFixed(3));
 const met = (rate: number, target: number) => (rate >= target ? 'met' : 'NOT met');
 const row = (what: string, r: Run, target: number, requests: boolean) => {
@@ -387,6 +514,23 @@ const row = (what: string, r: Run, target: number, requests: boolean) => {
     `${cpu.machine === null ? '?' : (cpu.machine / 1000 / r.seconds).toFixed(2)} | ${r.load} |`
   );
 };
+const directRow = (what: string, r: Run, d: DirectRun) => {
+  const rate = d.applied / d.seconds;
+  const service = r.unique / r.seconds;
+  const perU = (ms: number | null) => perUpdate(ms, d.applied);
+  const machineService = r.cpu.machine === null ? null : r.cpu.machine / Math.max(r.unique, 1);
+  const machineDirect = d.cpu.machine === null ? null : d.cpu.machine / Math.max(d.applied, 1);
+  const share =
+    machineService === null || machineDirect === null
+      ? '?'
+      : `${(100 * (1 - machineDirect / machineService)).toFixed(0)} %`;
+  return (
+    `| ${what} | ${fmtBatch(meanBatch(r))} (${d.size} replayed) | ${Math.round(rate)} | ${Math.round(service)} | ` +
+    `${(service / rate).toFixed(2)}x | ${perU(d.cpu.client)} | ${perU(d.cpu.postgres)} | ${perU(d.cpu.machine)} | ` +
+    `${perUpdate(r.cpu.machine, r.unique)} | ${share} | ${d.records === d.applied ? 'yes' : '**NO**'} | ${d.load} |`
+  );
+};
+const fmtBatch = (x: number) => x.toFixed(1);
 const exactlyOnce =
   single.records === single.unique && batched.records === batched.unique && nats.records === NATS_MESSAGES;
 
@@ -415,6 +559,19 @@ ${row('HTTP, 1 report per request', single, TARGET_SINGLE, true)}
 ${row(`HTTP, ${HTTP_BATCH} reports per request`, batched, TARGET_BATCHED, true)}
 ${row('NATS', nats, TARGET_BATCHED, false)}
 
+Direct replay, same run: the statements the service sends for a batch of the row's mean size (its updates over its
+transactions in the counted run), captured from a real batch and sent through a bare \`pg\` pool by
+${DIRECT_WORKERS} workers (the batches the service runs at once) for ${SECONDS} s, BEGIN and COMMIT included, on other
+sessions and new message IDs each time, from the benchmark's process. Machine CPU per update: the replay's against the
+service row's; the service's share is the part of the row's machine CPU the replay does not spend (HTTP or NATS,
+validation, access, billing's plan, the driver, the load generator).
+
+| path | mean batch (replayed) | direct updates/s | service updates/s | service / direct | CPU ms/update: pg client | PostgreSQL | machine | service row's machine | service's share | one record each | load average at start |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+${directRow('HTTP, 1 report per request', single, directSingle)}
+${directRow(`HTTP, ${HTTP_BATCH} reports per request`, batched, directBatched)}
+${directRow('NATS', nats, directNats)}
+
 Exactly once: ${exactlyOnce ? '**yes**' : '**NO**'} (usage records = unique updates). Ledger afterwards:
 ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches, ${c.negative} negative, accounts sum to
 ${c.total}, ${c.lockedMismatch} hold mismatches).
@@ -425,4 +582,5 @@ await app.close();
 await database.close();
 await testDb.drop();
 await issuer.close();
-if (!balanced || !exactlyOnce || single.errors + batched.errors > 0) process.exit(1);
+const directOnce = [directSingle, directBatched, directNats].every((d) => d.records === d.applied);
+if (!balanced || !exactlyOnce || !directOnce || single.errors + batched.errors > 0) process.exit(1);

@@ -5,6 +5,7 @@
  */
 
 import { isAppError, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { applyUsageBatch, type UsageUpdate } from '../src/domain/sessions/usage-updates.ts';
@@ -178,5 +179,44 @@ describe('applyUsageBatch', () => {
       .orderBy('message_id')
       .execute();
     expect(stored.map((r) => r.message_id)).toEqual(['ok-1', 'ok-2']);
+  });
+});
+
+describe('a retry racing its original in another batch', () => {
+  it('is answered as a duplicate of the record written while it waited for the session', async () => {
+    const a = await runningSession();
+    clock.advance(60_000);
+    const u: UsageUpdate = {
+      sender: UNCHECKED_PRINCIPAL,
+      sessionId: a,
+      messageId: 'raced',
+      timestamp: clock.now(),
+      gpuUtilization: 50,
+      powerDrawW: 300,
+    };
+    const original = crypto.randomUUID();
+    let retry: ReturnType<typeof applyUsageBatch> | undefined;
+    // Another batch holds the session and writes the original's record; the retry's batch opens meanwhile (its
+    // snapshot taken before that record commits) and waits for the session's lock.
+    await h.db.transaction().execute(async (trx) => {
+      await sql`SELECT 1 FROM rental_sessions WHERE id = ${a} FOR UPDATE`.execute(trx);
+      retry = applyUsageBatch(h.ctx, [u]);
+      for (let i = 0; ; i++) {
+        const { rows } = await sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF s%'`.execute(h.db);
+        if (rows[0]!.n > 0) break;
+        if (i > 200) throw new Error('the retry never waited for the session');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await sql`INSERT INTO usage_records
+        (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, billed_minutes, cost)
+        VALUES (${original}, ${a}, 'raced', ${clock.now().toISOString()}, 50, 300, 1, 0)`.execute(trx);
+    });
+    const [result] = await retry!;
+    expect(result).not.toBeInstanceOf(Error);
+    expect(result).toMatchObject({ duplicate: true, usage: { id: original, billedMinutes: 1 } });
+    const records = await h.db.selectFrom('usage_records').select('id').where('session_id', '=', a).execute();
+    expect(records.map((r) => r.id)).toEqual([original]);
   });
 });

@@ -1,5 +1,13 @@
 /** Queries on rental sessions. Every function takes the database or a transaction. */
-import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
+import {
+  type Insertable,
+  type Kysely,
+  type RawBuilder,
+  type Selectable,
+  sql,
+  type Transaction,
+  type Updateable,
+} from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan, type Party, partyOf } from './keyset-sql.ts';
 import type { BillingDB, RentalSessionTable, SessionStatus } from './schema.ts';
@@ -64,23 +72,6 @@ export async function claimSessionIn(
     .executeTakeFirst();
 }
 
-/**
- * Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock), each with what
- * its hold still holds (`held`: amount - posted - released, exact in NUMERIC; read in the same statement, '0' for a
- * session without a hold row).
- */
-export async function lockSessionsWithHolds(trx: Transaction<BillingDB>, ids: string[]) {
-  return trx
-    .selectFrom('rental_sessions as s')
-    .leftJoin('holds as h', 'h.id', 's.hold_id')
-    .selectAll('s')
-    .select(sql<string>`coalesce(h.amount - h.posted - h.released, 0)::text`.as('held'))
-    .where(sql<boolean>`s.id = ANY(${ids}::uuid[])`)
-    .orderBy('s.id')
-    .forUpdate('s')
-    .execute();
-}
-
 /** What billing writes on one session: minutes, cost, status, grace, and the newest usage report if any. */
 export interface BilledSession {
   id: string;
@@ -107,14 +98,19 @@ export type BilledColumns = Pick<
   | 'last_usage_at'
 >;
 
-/** Writes every session's billing (and usage report) in one statement; the written columns by session ID. */
+/**
+ * Writes every session's billing (and usage report) in one statement; the written columns by session ID. `also`, a
+ * data-modifying statement (the batch's usage records), runs in the same statement, as a WITH query.
+ */
 export async function writeBilledSessions(
   trx: Transaction<BillingDB>,
   changes: BilledSession[],
   now: Date,
+  also?: RawBuilder<unknown>,
 ): Promise<Map<string, BilledColumns>> {
   const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
   const { rows } = await sql<BilledColumns>`
+    ${also ? sql`WITH also AS (${also})` : sql``}
     UPDATE rental_sessions AS s SET
       billed_minutes = v.billed_minutes,
       total_cost = v.total_cost,

@@ -1,31 +1,74 @@
-/** Queries on usage records (one per applied report). Statements are set-based: one per batch, whatever its size. */
-import { type Selectable, sql, type Transaction } from 'kysely';
+/**
+ * Queries on usage records (one per applied report) for usage batches. Statements are set-based, whatever the
+ * batch's size: a batch opens with one statement (`openUsageBatch`) and writes with one (`writeBilledSessions` with
+ * `usageRecordsInsert`), so it costs four round trips with its BEGIN and COMMIT.
+ */
+import { type RawBuilder, type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, UsageRecordTable } from './schema.ts';
+import type { SessionRow } from './session-repository.ts';
 
 export type UsageRow = Selectable<UsageRecordTable>;
 
+/** A session of a usage batch, locked: what its hold still holds and the batch's reports it already recorded. */
+export type OpenedSession = SessionRow & { held: string; applied: UsageRow[] };
+
 /**
- * The usage records already written for these (session, message ID) pairs (a pair asked twice may come back
- * twice). Written as a join from the keys, which PostgreSQL runs as one probe of the (session_id, message_id)
- * index per key; the `IN (SELECT ... unnest)` form it replaces was planned as a hash semi-join over a sequential
- * scan of the whole table, whose cost grows with every record ever written (60 ms a batch at 30,000 records).
+ * Opens a usage batch in one statement: locks the sessions' rows in ID order (concurrent batches take them in the
+ * same order: no deadlock), each with what its hold still holds (`held`: amount - posted - released, exact in NUMERIC,
+ * '0' for a session without a hold row) and the usage records already written for the batch's (session, message ID)
+ * pairs (`applied`; a pair asked twice may come back twice).
+ *
+ * The records are looked up by a join from the keys, one probe of the (session_id, message_id) index per key (the
+ * `IN (SELECT ... unnest)` form was planned as a hash semi-join over a sequential scan of the whole table). They are
+ * read with the statement's snapshot: a record committed while this statement waited for its session's lock (a
+ * retry that raced its original in another batch) is not among them, and the batch's insert then fails on the
+ * (session_id, message_id) key; the caller runs the batch again (`applyUsageBatch`). Only a batch holding the
+ * session's lock writes its records, so a batch that did not wait sees every one.
  */
-export async function existingUsageRecords(
+export async function openUsageBatch(
   trx: Transaction<BillingDB>,
+  sessionIds: string[],
   keys: { sessionId: string; messageId: string }[],
-): Promise<UsageRow[]> {
-  const { rows } = await sql<UsageRow>`
-    SELECT u.* FROM unnest(${keys.map((u) => u.sessionId)}::uuid[], ${keys.map((u) => u.messageId)}::text[])
-      AS k (session_id, message_id)
-    JOIN usage_records u ON u.session_id = k.session_id AND u.message_id = k.message_id`.execute(trx);
-  return rows;
+): Promise<OpenedSession[]> {
+  const { rows } = await sql<SessionRow & { held: string; applied: RecordJson[] | null }>`
+    SELECT s.*, coalesce(h.amount - h.posted - h.released, 0)::text AS held, a.applied
+    FROM rental_sessions s
+    LEFT JOIN holds h ON h.id = s.hold_id
+    LEFT JOIN LATERAL (
+      SELECT json_agg(json_build_object(
+        'id', u.id, 'message_id', u.message_id, 'reported_at', u.reported_at,
+        'gpu_utilization', u.gpu_utilization::text, 'power_draw_w', u.power_draw_w::text, 'metrics', u.metrics,
+        'billed_minutes', u.billed_minutes, 'cost', u.cost::text, 'created_at', u.created_at)) AS applied
+      FROM unnest(${keys.map((k) => k.sessionId)}::uuid[], ${keys.map((k) => k.messageId)}::text[])
+        AS k (session_id, message_id)
+      JOIN usage_records u ON u.session_id = k.session_id AND u.message_id = k.message_id
+      WHERE k.session_id = s.id
+    ) a ON true
+    WHERE s.id = ANY(${sessionIds}::uuid[])
+    ORDER BY s.id
+    FOR UPDATE OF s`.execute(trx);
+  return rows.map(({ applied, ...row }) => ({
+    ...row,
+    applied: (applied ?? []).map((r) => ({
+      ...r,
+      session_id: row.id,
+      reported_at: new Date(r.reported_at),
+      created_at: new Date(r.created_at),
+    })),
+  }));
 }
 
-/** Writes usage records in one statement whatever their number: one array parameter per column. */
-export async function insertUsageRecords(trx: Transaction<BillingDB>, rows: UsageRow[]): Promise<void> {
+/** A usage record as `openUsageBatch` reads it (JSON: times as text, numbers exact as text). */
+type RecordJson = Omit<UsageRow, 'session_id' | 'reported_at' | 'created_at'> & {
+  reported_at: string;
+  created_at: string;
+};
+
+/** The statement that writes usage records, one array parameter per column (run by `writeBilledSessions`). */
+export function usageRecordsInsert(rows: UsageRow[]): RawBuilder<unknown> {
   const column = <T>(f: (r: UsageRow) => T) => rows.map(f);
   const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
-  await sql`
+  return sql`
     INSERT INTO usage_records
       (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost, created_at)
     SELECT id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics::jsonb, billed_minutes,
@@ -38,5 +81,5 @@ export async function insertUsageRecords(trx: Transaction<BillingDB>, rows: Usag
       ${column((r) => r.billed_minutes)}::int[], ${column((r) => r.cost)}::numeric[],
       ${column((r) => iso(r.created_at))}::timestamptz[]
     ) AS r (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost,
-      created_at)`.execute(trx);
+      created_at)`;
 }

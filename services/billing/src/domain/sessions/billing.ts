@@ -23,11 +23,13 @@
  *     time return it to `active`. Once `grace_until` has passed, the caller
  *     ends it as `terminated` (reason `insufficient_funds`).
  *
- * `billSessions` does this for many sessions in one pass (usage batches): the
- * holds are read in one query and the sessions written in one statement; only
- * a hold that needs topping up or a status change costs statements of its own.
+ * `billSessions` does this for many sessions in one pass: the holds are read in
+ * one query and the sessions written in one statement; only a hold that needs
+ * topping up or a status change costs statements of its own. Usage batches plan
+ * first (`planBillings`) and write the sessions together with their usage
+ * records (`writeBillings`).
  */
-import type { Transaction } from 'kysely';
+import type { RawBuilder, Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { writeBilledSessions } from '../../db/session-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
@@ -95,29 +97,72 @@ export async function billSessions(
   trx: Transaction<BillingDB>,
   items: BillItem[],
 ): Promise<BillOutcome[]> {
+  return writeBillings(ctx, trx, await planBillings(ctx, trx, items));
+}
+
+/** What billing will write on one session, worked out (and its hold topped up) before anything else is written. */
+export interface BillPlan {
+  item: BillItem;
+  /** The billed minutes and cost the session row will hold. */
+  minutes: number;
+  /** Cost billed by this pass (0 when no new full minute passed). */
+  billed: Dec;
+  /** How the caller must end the session once written, or null while it runs on. */
+  end: EndKind | null;
+  change: SessionChange;
+  now: Date;
+}
+
+/**
+ * Works out the billing of several distinct sessions (holds read in one query when the caller has not read them;
+ * a hold running low is topped up here, the only write), so that the caller can write what follows from it (usage
+ * records) in the same statement as the sessions (`writeBillings`).
+ */
+export async function planBillings(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  items: BillItem[],
+): Promise<BillPlan[]> {
   if (items.length === 0) return [];
   const now = ctx.now();
   const unread = items.filter((i) => i.held === undefined).map((i) => i.session.hold_id);
   const holds = unread.length > 0 ? await getHolds(trx, unread) : new Map<string, Hold>();
-  const changes: SessionChange[] = [];
+  const plans: BillPlan[] = [];
   for (const item of items) {
     const held = item.held ?? new Dec(holds.get(item.session.hold_id)?.remaining ?? 0);
-    changes.push(await planBilling(ctx, trx, item, held, now));
-  }
-  const updated = await writeBilledSessions(trx, changes, now);
-  const outcomes: BillOutcome[] = [];
-  for (const [i, change] of changes.entries()) {
-    const written = updated.get(change.id);
-    if (!written) throw new Error(`session ${change.id} vanished while billed`);
-    const session: SessionRow = { ...items[i]!.session, ...written };
-    for (const kind of change.events) await ctx.events.record(trx, { kind, session }, change.correlationId);
+    const change = await planBilling(ctx, trx, item, held, now);
     const expired =
       change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
-    outcomes.push({
-      session,
-      billed: change.billed,
-      end: change.capReached ? CAP_REACHED : expired ? GRACE_OVER : null,
-    });
+    const end = change.capReached ? CAP_REACHED : expired ? GRACE_OVER : null;
+    plans.push({ item, minutes: change.minutes, billed: change.billed, end, change, now });
+  }
+  return plans;
+}
+
+/**
+ * Writes planned billings in one statement (with `also`, a statement of the caller's run in the same one: the
+ * batch's usage records) and records their events; outcomes in the plans' order.
+ */
+export async function writeBillings(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  plans: BillPlan[],
+  also?: RawBuilder<unknown>,
+): Promise<BillOutcome[]> {
+  if (plans.length === 0) return [];
+  const updated = await writeBilledSessions(
+    trx,
+    plans.map((p) => p.change),
+    plans[0]!.now,
+    also,
+  );
+  const outcomes: BillOutcome[] = [];
+  for (const { item, change, billed, end } of plans) {
+    const written = updated.get(change.id);
+    if (!written) throw new Error(`session ${change.id} vanished while billed`);
+    const session: SessionRow = { ...item.session, ...written };
+    for (const kind of change.events) await ctx.events.record(trx, { kind, session }, change.correlationId);
+    outcomes.push({ session, billed, end });
   }
   return outcomes;
 }

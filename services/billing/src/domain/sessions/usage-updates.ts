@@ -23,13 +23,13 @@ import { randomUUID } from 'node:crypto';
 import { GroupCommit } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
-import { lockSessionsWithHolds } from '../../db/session-repository.ts';
-import { existingUsageRecords, insertUsageRecords, type UsageRow } from '../../db/usage-repository.ts';
+import { isUniqueViolation } from '../../db/unique-violation.ts';
+import { openUsageBatch, type UsageRow, usageRecordsInsert } from '../../db/usage-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec, formatAmount } from '../ledger/index.ts';
-import { type BillItem, type BillOutcome, billSessions } from './billing.ts';
+import { type BillItem, type BillOutcome, type BillPlan, planBillings, writeBillings } from './billing.ts';
 import { finishSession } from './end.ts';
 import { isRunning, type SessionRow } from './session.ts';
 import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
@@ -67,8 +67,16 @@ export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<U
 
 /** Applies updates in one transaction; one result per update, in order (an Error for a refused one). */
 export async function applyUsageBatch(ctx: BillingContext, updates: UsageUpdate[]): Promise<(UsageResult | Error)[]> {
+  const apply = () => ctx.db.transaction().execute((trx) => applyInTransaction(ctx, trx, updates));
   try {
-    return await ctx.db.transaction().execute((trx) => applyInTransaction(ctx, trx, updates));
+    try {
+      return await apply();
+    } catch (err) {
+      // A retry that raced its original in another batch: its record came while this batch waited for the
+      // session's lock (`openUsageBatch`). Run again, the batch finds it and answers a duplicate.
+      if (!isUniqueViolation(err, 'usage_records_message_unique')) throw err;
+      return await apply();
+    }
   } catch (err) {
     if (updates.length === 1) return [err as Error];
     ctx.logger.warn(
@@ -93,11 +101,15 @@ async function applyInTransaction(
   trx: Transaction<BillingDB>,
   updates: UsageUpdate[],
 ): Promise<(UsageResult | Error)[]> {
-  const sessions = await lockSessions(trx, [...new Set(updates.map((u) => u.sessionId))]);
-  const applied = await existingRecords(trx, updates);
+  const opened = await openUsageBatch(trx, [...new Set(updates.map((u) => u.sessionId))], updates);
+  const sessions = new Map<string, LockedSession>();
+  const applied = new Map<string, UsageRow>();
+  for (const { held, applied: records, ...row } of opened) {
+    sessions.set(row.id, { row, held: new Dec(held) });
+    for (const r of records) applied.set(recordKey(r.session_id, r.message_id), r);
+  }
 
   // Classify in arrival order: the first of a repeated message ID is applied, the rest are its duplicates.
-  const inserted = new Map<string, UsageRow>();
   const firstInBatch = new Map<string, number>();
   const verdicts: Verdict[] = updates.map((u, i) => {
     const session = sessions.get(u.sessionId)?.row;
@@ -135,30 +147,35 @@ async function applyInTransaction(
       correlationId: list[0]!.correlationId,
     };
   });
-  const outcomes = new Map<string, BillOutcome>(
-    (await billSessions(ctx, trx, billItems)).map((o) => [o.session.id, o]),
-  );
+  const plans = new Map<string, BillPlan>((await planBillings(ctx, trx, billItems)).map((p) => [p.item.session.id, p]));
 
   // Usage records: the session's first new update carries what this billing charged. A session that billing found
   // over (its grace ran out, its cost reached its cap) is ended by its first new update; its later ones in the batch
-  // find it ended.
-  const rows: UsageRow[] = [];
+  // find it ended. The records are written in the sessions' statement.
+  const inserted = new Map<string, UsageRow>();
   const charged = new Set<string>();
   updates.forEach((u, i) => {
     if (verdicts[i]!.kind !== 'new') return;
-    const outcome = outcomes.get(u.sessionId)!;
+    const plan = plans.get(u.sessionId)!;
     const first = !charged.has(u.sessionId);
     charged.add(u.sessionId);
-    if (!first && outcome.end) {
-      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, outcome.end.status) };
+    if (!first && plan.end) {
+      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, plan.end.status) };
       return;
     }
-    rows.push(usageRow(ctx, u, outcome.session, first ? outcome.billed : new Dec(0)));
+    const row = usageRow(ctx, u, plan.minutes, first ? plan.billed : ZERO);
+    inserted.set(recordKey(u.sessionId, u.messageId), row);
   });
-  if (rows.length > 0) {
-    await insertUsageRecords(trx, rows);
-    for (const r of rows) inserted.set(recordKey(r.session_id, r.message_id), r);
-  }
+  const outcomes = new Map<string, BillOutcome>(
+    (
+      await writeBillings(
+        ctx,
+        trx,
+        [...plans.values()],
+        inserted.size > 0 ? usageRecordsInsert([...inserted.values()]) : undefined,
+      )
+    ).map((o) => [o.session.id, o]),
+  );
 
   // Final session state: ended as billing found it over, else as billed, else as locked.
   const ended = new Map<string, SessionRow>();
@@ -206,6 +223,7 @@ function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: SessionR
 }
 
 const recordKey = (sessionId: string, messageId: string) => `${sessionId}\n${messageId}`;
+const ZERO = new Dec(0);
 
 /** A running session's row, locked, with what its hold still holds (read in the same statement). */
 interface LockedSession {
@@ -213,20 +231,8 @@ interface LockedSession {
   held: Dec;
 }
 
-/** Locks the sessions' rows in ID order (concurrent batches take them in the same order: no deadlock). */
-async function lockSessions(trx: Transaction<BillingDB>, ids: string[]): Promise<Map<string, LockedSession>> {
-  const rows = await lockSessionsWithHolds(trx, ids);
-  return new Map(rows.map(({ held, ...row }) => [row.id, { row, held: new Dec(held) }]));
-}
-
-/** The usage records already written for the updates' (session, message ID) pairs. */
-async function existingRecords(trx: Transaction<BillingDB>, updates: UsageUpdate[]): Promise<Map<string, UsageRow>> {
-  const rows = await existingUsageRecords(trx, updates);
-  return new Map(rows.map((r) => [recordKey(r.session_id, r.message_id), r]));
-}
-
 /** The usage record of an update, as it will read back from the table. */
-function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, billed: Dec): UsageRow {
+function usageRow(ctx: BillingContext, u: UsageUpdate, billedMinutes: number, billed: Dec): UsageRow {
   return {
     id: randomUUID(),
     session_id: u.sessionId,
@@ -235,7 +241,7 @@ function usageRow(ctx: BillingContext, u: UsageUpdate, session: SessionRow, bill
     gpu_utilization: String(u.gpuUtilization),
     power_draw_w: String(u.powerDrawW),
     metrics: u.metrics ?? null,
-    billed_minutes: session.billed_minutes,
+    billed_minutes: billedMinutes,
     cost: billed.toFixed(),
     created_at: ctx.now(),
   };
