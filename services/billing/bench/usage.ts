@@ -430,8 +430,8 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
     for (let i = 0; i < n; i++) map.set(`${prefix}-capture-${i}`, `${prefix}-${seq++}`);
     const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? randomUUID() : v)) : v);
     return queries.map((q) => ({
-      sql: q.sql,
-      params: q.parameters.map((p) => (Array.isArray(p) ? p.map(swap) : swap(p))),
+      text: q.sql,
+      values: q.parameters.map((p) => (Array.isArray(p) ? p.map(swap) : swap(p))),
     }));
   };
   const pool = new pg.Pool({ connectionString: testDb.url, max: DIRECT_WORKERS });
@@ -446,7 +446,7 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
       try {
         while (Date.now() - started < SECONDS * 1000) {
           await conn.query('BEGIN');
-          for (const q of batchOf()) await conn.query(q.sql, q.params);
+          for (const q of batchOf()) await conn.query(q);
           await conn.query('COMMIT');
           applied += n;
         }
@@ -514,6 +514,7 @@ const row = (what: string, r: Run, target: number, requests: boolean) => {
     `${cpu.machine === null ? '?' : (cpu.machine / 1000 / r.seconds).toFixed(2)} | ${r.load} |`
   );
 };
+/** A path's service row `r` beside its direct replay `d`. */
 const directRow = (what: string, r: Run, d: DirectRun) => {
   const rate = d.applied / d.seconds;
   const service = r.unique / r.seconds;
@@ -525,9 +526,10 @@ const directRow = (what: string, r: Run, d: DirectRun) => {
       ? '?'
       : `${(100 * (1 - machineDirect / machineService)).toFixed(0)} %`;
   return (
-    `| ${what} | ${fmtBatch(meanBatch(r))} (${d.size} replayed) | ${Math.round(rate)} | ${Math.round(service)} | ` +
-    `${(service / rate).toFixed(2)}x | ${perU(d.cpu.client)} | ${perU(d.cpu.postgres)} | ${perU(d.cpu.machine)} | ` +
-    `${perUpdate(r.cpu.machine, r.unique)} | ${share} | ${d.records === d.applied ? 'yes' : '**NO**'} | ${d.load} |`
+    `| ${what} | ${fmtBatch(meanBatch(r))} (${d.size}) | ${Math.round(rate)} | ${perU(d.cpu.client)} | ` +
+    `${perU(d.cpu.postgres)} | ${perU(d.cpu.machine)} | ${Math.round(service)} | ${(service / rate).toFixed(2)}x | ` +
+    `${perUpdate(r.cpu.postgres, r.unique)} | ${perUpdate(r.cpu.machine, r.unique)} | ${share} | ` +
+    `${d.records === d.applied ? 'yes' : '**NO**'} | ${d.load} |`
   );
 };
 const fmtBatch = (x: number) => x.toFixed(1);
@@ -562,12 +564,12 @@ ${row('NATS', nats, TARGET_BATCHED, false)}
 Direct replay, same run: the statements the service sends for a batch of the row's mean size (its updates over its
 transactions in the counted run), captured from a real batch and sent through a bare \`pg\` pool by
 ${DIRECT_WORKERS} workers (the batches the service runs at once) for ${SECONDS} s, BEGIN and COMMIT included, on other
-sessions and new message IDs each time, from the benchmark's process. Machine CPU per update: the replay's against the
-service row's; the service's share is the part of the row's machine CPU the replay does not spend (HTTP or NATS,
+sessions and new message IDs each time, from the benchmark's process. Machine CPU per update: the replay's against
+the service row's; the service's share is the part of the row's machine CPU the replay does not spend (HTTP or NATS,
 validation, access, billing's plan, the driver, the load generator).
 
-| path | mean batch (replayed) | direct updates/s | service updates/s | service / direct | CPU ms/update: pg client | PostgreSQL | machine | service row's machine | service's share | one record each | load average at start |
-|---|---|---|---|---|---|---|---|---|---|---|---|
+| path | mean batch (replayed) | direct updates/s | CPU ms/update: pg client | PostgreSQL | machine | service updates/s | service / direct | service row's CPU ms/update: PostgreSQL | machine | service's share | one record each | load average at start |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 ${directRow('HTTP, 1 report per request', single, directSingle)}
 ${directRow(`HTTP, ${HTTP_BATCH} reports per request`, batched, directBatched)}
 ${directRow('NATS', nats, directNats)}

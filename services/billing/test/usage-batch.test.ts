@@ -204,7 +204,7 @@ describe('a retry racing its original in another batch', () => {
       for (let i = 0; ; i++) {
         const { rows } = await sql<{ n: number }>`
           SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF s%'`.execute(h.db);
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(h.db);
         if (rows[0]!.n > 0) break;
         if (i > 200) throw new Error('the retry never waited for the session');
         await new Promise((r) => setTimeout(r, 10));
