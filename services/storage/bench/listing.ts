@@ -5,7 +5,7 @@
  * alternating for a few rounds, next to the store's own listing with the SDK, and writes the medians and the CPU
  * each process spent into the `storage-listing` section of docs/benchmarks.md. Access control is on, as in
  * production (an admin's token on every request).
- * Options: --objects N (default 10000).
+ * Options: --objects N (default 10000), --rounds N (default 3).
  */
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,9 +17,11 @@ import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-repor
 import { directS3Client } from './s3-client.ts';
 import { cpuSeconds, startHttpProcess, storePid } from './service-process.ts';
 
-const { values } = parseArgs({ options: { objects: { type: 'string', default: '10000' } } });
+const { values } = parseArgs({
+  options: { objects: { type: 'string', default: '10000' }, rounds: { type: 'string', default: '3' } },
+});
 const OBJECTS = Number(values.objects);
-const ROUNDS = 3;
+const ROUNDS = Number(values.rounds);
 const BUCKET = `bench-list-${Date.now()}`;
 const TYPES = ['text/plain', 'application/json', 'text/csv', 'application/octet-stream'];
 
