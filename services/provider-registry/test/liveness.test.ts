@@ -5,8 +5,11 @@
  * row); and a sweep racing heartbeats still has exactly one winner per provider. Against real PostgreSQL.
  */
 import { randomUUID } from 'node:crypto';
-import { sql } from 'kysely';
+import { migrateToLatest, openDatabase } from '@gpu/common';
+import { createTestDatabase } from '@gpu/common/testing';
+import { type Kysely, Migrator, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrations } from '../src/db/migrations/index.ts';
 import { ageProvider, endRental, gpu, type Harness, register, rent, startHarness } from './helpers.ts';
 
 // heartbeat_interval 1s: the default bound is 3 intervals, 3 s.
@@ -196,6 +199,57 @@ describe('the sweep racing heartbeats', () => {
     for (const e of events) {
       expect(e.offline).toBeLessThanOrEqual(1);
       expect(e.revived).toBe(e.offline);
+    }
+  });
+});
+
+describe('the liveness migration', () => {
+  it('moves each clock into the narrow row and, down, back into the provider row as it was', async () => {
+    const testDb = await createTestDatabase('registry_liveness_migration');
+    const database = await openDatabase({ url: testDb.url, poolSize: 2 });
+    try {
+      // biome-ignore lint/suspicious/noExplicitAny: migrations run on Kysely<any>, as the migrator does
+      const db = database.db as Kysely<any>;
+      const before = Object.fromEntries(Object.entries(migrations).filter(([name]) => name < '20250110'));
+      await migrateToLatest(db, 'provider-registry', before);
+      await sql`
+        INSERT INTO providers (id, owner_id, name, status, last_seen_at) VALUES
+          ('00000000-0000-4000-8000-000000000001', 'o', 'a', 'idle', '2026-01-02 03:04:05.678901+00'),
+          ('00000000-0000-4000-8000-000000000002', 'o', 'b', 'offline', '2025-12-31 23:59:59+00')`.execute(db);
+      const schema = async () => {
+        const { rows } = await sql<{ def: string }>`
+          SELECT pg_get_indexdef(indexrelid) AS def FROM pg_index WHERE indrelid = 'providers'::regclass
+          UNION ALL SELECT md5(pg_get_functiondef('providers_track_uptime'::regproc))
+          ORDER BY 1`.execute(db);
+        return rows.map((r) => r.def);
+      };
+      const stored = async () =>
+        (await sql`SELECT id, status, last_seen_at FROM providers ORDER BY id`.execute(db)).rows;
+      const [schemaBefore, rowsBefore] = [await schema(), await stored()];
+
+      await migrateToLatest(db, 'provider-registry', migrations);
+      const { rows: moved } = await sql`
+        SELECT provider_id AS id, status, last_seen_at FROM provider_liveness ORDER BY provider_id`.execute(db);
+      expect(moved).toEqual(rowsBefore);
+
+      const migrator = new Migrator({
+        db,
+        provider: { getMigrations: async () => migrations },
+        migrationTableName: 'provider_registry_migrations',
+        migrationLockTableName: 'provider_registry_migrations_lock',
+      });
+      const { error, results } = await migrator.migrateDown();
+      expect(error).toBeUndefined();
+      expect(results?.map((r) => [r.migrationName, r.status])).toEqual([
+        ['20250110000000_provider_liveness', 'Success'],
+      ]);
+      expect(await stored()).toEqual(rowsBefore);
+      expect(await schema()).toEqual(schemaBefore);
+      const { rows: tables } = await sql`SELECT 1 FROM pg_class WHERE relname = 'provider_liveness'`.execute(db);
+      expect(tables).toEqual([]);
+    } finally {
+      await database.close();
+      await testDb.drop();
     }
   });
 });
