@@ -28,6 +28,7 @@ import { type OfferFilter, offerCursorOf } from '../src/domain/offers.ts';
 import { loadFleet } from './dataset.ts';
 import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
+import { describeWrites, perHeartbeat, settle, writeCounts } from './write-stats.ts';
 
 const PROVIDERS = Number(process.env.BENCH_PROVIDERS ?? 1_000_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -206,7 +207,8 @@ async function main() {
   log(`loaded ${PROVIDERS} providers / ${gpus} GPUs in ${fmt(loadSeconds)} s (${loadPhases})`);
   const { rows: sizes } = await pool.query<{ name: string; heap: string; indexes: string }>(
     `SELECT relname AS name, pg_size_pretty(pg_table_size(oid)) AS heap, pg_size_pretty(pg_indexes_size(oid)) AS indexes
-     FROM pg_class WHERE relname IN ('providers', 'gpus', 'provider_models', 'offers') AND relkind = 'r'
+     FROM pg_class WHERE relname IN ('providers', 'provider_liveness', 'gpus', 'provider_models', 'offers')
+       AND relkind = 'r'
      ORDER BY pg_total_relation_size(oid) DESC`,
   );
   const sizeLine = sizes.map((r) => `\`${r.name}\` ${r.heap} + ${r.indexes} of indexes`).join(', ');
@@ -344,24 +346,39 @@ async function main() {
         }
       }),
     );
+    // What each heartbeat wrote (rows updated, HOT share, index entries), from the table statistics: every call,
+    // the warm-up's too, is counted; the statistics are read once every backend has flushed them.
+    let sent = 0;
+    await settle();
+    const beforeService = await writeCounts(pool);
     const beatService = await runLoad(
       (i) => {
         const p = pick(i);
+        sent += 1;
         return request('POST', `/providers/${p.id}/heartbeat`, daemons.get(p.owner_id));
       },
       { concurrency: HEARTBEAT_CONCURRENCY, seconds: SECONDS },
     );
+    const serviceSent = sent;
+    await settle();
+    const beforeDirect = await writeCounts(pool);
     const beatDirect = await runLoad(
       async (i) => {
         const p = pick(i);
         const params = [...beat.parameters];
         params[idIndex] = p.id;
         params[ownerIndex] = p.owner_id;
+        sent += 1;
         const r = await pool.query(beat.sql, params);
         return r.rowCount === 1;
       },
       { concurrency: HEARTBEAT_CONCURRENCY, seconds: SECONDS },
     );
+    await settle();
+    const afterDirect = await writeCounts(pool);
+    const serviceWrites = perHeartbeat(beforeService, beforeDirect, serviceSent);
+    const directWrites = perHeartbeat(beforeDirect, afterDirect, sent - serviceSent);
+    log(`heartbeat writes: service ${describeWrites(serviceWrites)}; direct ${describeWrites(directWrites)}`);
     const ratio = beatService.perSecond / beatDirect.perSecond;
     log(
       `heartbeats: service ${fmt(beatService.perSecond, 0)}/s (errors ${beatService.errors}), direct ${fmt(beatDirect.perSecond, 0)}/s, ratio ${fmt(ratio, 2)}`,
@@ -416,6 +433,15 @@ statement once per heartbeat (limited to the daemon's owner, as the service's is
 | | direct (pg) | through the service | ratio | target (service) |
 |---|---|---|---|---|
 | heartbeats/s | ${fmt(beatDirect.perSecond, 0)} (p99 ${fmt(beatDirect.p99, 2)} ms) | ${fmt(beatService.perSecond, 0)} (p99 ${fmt(beatService.p99, 2)} ms) | ${fmt(ratio, 2)}x | ≥ 0.5x direct: ${ratio >= 0.5 ? 'met' : '**missed**'}; ≥ ${HEARTBEATS_BEFORE.toLocaleString('en-US')}/s (#18: the grouped path at 100,000 providers, CPU gauge 908 → 951 ms): ${beatService.perSecond >= HEARTBEATS_BEFORE ? 'met' : '**missed**'} |
+| writes per heartbeat | ${describeWrites(directWrites)} | ${describeWrites(serviceWrites)} | | |
+
+"Writes per heartbeat": the row updates each heartbeat made (\`pg_stat_user_tables\`: \`n_tup_upd\`, \`n_tup_hot_upd\`, over
+every heartbeat of the run, its warm-up's too), the share of them that were HOT (heap-only: no index entry), and the index
+entries the others wrote (one in each index of their table). Issue #29 moved the heartbeat's clock out of the provider
+row into the narrow \`provider_liveness\` row: a heartbeat that changes no status updates that row only (its indexed
+clock keeps the update from being HOT: two index entries, its key and \`(status, last_seen_at, provider_id)\`) and
+leaves \`providers\` and its nine indexes untouched, where it had written a new provider row version and an entry in
+each of the nine.
 
 Service errors: ${listResults.reduce((n, r) => n + r.service.errors, 0) + beatService.errors}. Machine load average (1 min) at the
 start of the measurements: ${fmt(loadBefore, 1)}, at the end: ${fmt(os.loadavg()[0]!, 1)} (on ${os.cpus().length} cores; other work on the machine inflates

@@ -74,8 +74,11 @@ describe('GET /providers rendering', () => {
     });
     await ageProvider(h.database, silent.id, 60_000);
     // Microsecond timestamps whose milliseconds must be truncated, as JS Dates are, not rounded.
-    await sql`UPDATE providers SET registered_at = '2025-03-04 05:06:07.999999+00', last_seen_at = now() - interval '0.0005 s'
-              WHERE id = ${minimal.id}`.execute(h.database.db);
+    await sql`UPDATE providers SET registered_at = '2025-03-04 05:06:07.999999+00' WHERE id = ${minimal.id}`.execute(
+      h.database.db,
+    );
+    await sql`UPDATE provider_liveness SET last_seen_at = now() - interval '0.0005 s'
+              WHERE provider_id = ${minimal.id}`.execute(h.database.db);
 
     const res = await h.app.inject({ method: 'GET', url: '/providers?limit=1000' });
     expect(res.statusCode).toBe(200);

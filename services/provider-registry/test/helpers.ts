@@ -233,8 +233,8 @@ export async function endRental(app: RegistryApp, providerId: string, sessionId:
 /** Moves a provider's last heartbeat into the past, as if it had been silent for `ms`. */
 export async function ageProvider(database: Database<RegistryDB>, id: string, ms: number) {
   await database.db
-    .updateTable('providers')
+    .updateTable('provider_liveness')
     .set({ last_seen_at: new Date(Date.now() - ms) })
-    .where('id', '=', id)
+    .where('provider_id', '=', id)
     .execute();
 }

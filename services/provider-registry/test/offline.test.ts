@@ -80,9 +80,8 @@ describe('automatic offline', () => {
       Array.from({ length: 120 }, (_, i) => register(h.app, { owner_id: owner, name: `s-${i}` })),
     );
     const fresh = await register(h.app, { owner_id: owner, name: 'fresh' });
-    await sql`UPDATE providers SET last_seen_at = now() - interval '1 hour' WHERE owner_id = ${owner} AND name <> 'fresh'`.execute(
-      h.database.db,
-    );
+    await sql`UPDATE provider_liveness l SET last_seen_at = now() - interval '1 hour' FROM providers p
+              WHERE p.id = l.provider_id AND p.owner_id = ${owner} AND p.name <> 'fresh'`.execute(h.database.db);
     const [a, b] = await Promise.all([h.app.registry.sweepOffline(10), second.app.registry.sweepOffline(10)]);
     expect(a + b).toBeGreaterThanOrEqual(120);
     await Promise.all([h.app.events.flush(), second.app.events.flush()]);
@@ -137,13 +136,17 @@ describe('automatic offline', () => {
     // silent while the test runs).
     const owner = `fleet-${Date.now()}`;
     await sql`
-      INSERT INTO providers (id, owner_id, name, status, last_seen_at)
+      INSERT INTO providers (id, owner_id, name, status)
       SELECT gen_random_uuid(), ${owner}, 'rig-' || i,
-             CASE WHEN i % 5 = 0 THEN (ARRAY['offline', 'maintenance'])[1 + i / 5 % 2] ELSE 'idle' END,
-             CASE WHEN i % 5 = 0 THEN now() - interval '1 day' - random() * interval '30 days'
-                  ELSE now() + interval '1 hour' - random() * interval '1 minute' END
+             CASE WHEN i % 5 = 0 THEN (ARRAY['offline', 'maintenance'])[1 + i / 5 % 2] ELSE 'idle' END
       FROM generate_series(1, 25000) AS i`.execute(h.database.db);
-    await sql`ANALYZE providers`.execute(h.database.db);
+    await sql`
+      UPDATE provider_liveness l
+      SET last_seen_at = CASE WHEN l.status IN ('offline', 'maintenance')
+                              THEN now() - interval '1 day' - random() * interval '30 days'
+                              ELSE now() + interval '1 hour' - random() * interval '1 minute' END
+      FROM providers p WHERE p.id = l.provider_id AND p.owner_id = ${owner}`.execute(h.database.db);
+    await sql`ANALYZE providers, provider_liveness`.execute(h.database.db);
     const pool = new pg.Pool({ connectionString: h.testDb.url, max: 1 });
     try {
       const statements: CompiledQuery[] = [];
@@ -167,7 +170,7 @@ describe('automatic offline', () => {
     } finally {
       await pool.end();
       await sql`DELETE FROM providers WHERE owner_id = ${owner}`.execute(h.database.db);
-      await sql`ANALYZE providers`.execute(h.database.db);
+      await sql`ANALYZE providers, provider_liveness`.execute(h.database.db);
     }
   });
 

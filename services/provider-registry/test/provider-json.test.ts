@@ -87,7 +87,9 @@ describe('the provider presenter and the SQL renderer', () => {
               WHERE provider_id = ${withGpus} AND idx = 0`.execute(db);
     await sql`UPDATE providers SET registered_at = '2025-03-04 05:06:07.999999+00' WHERE id = ${withNulls}`.execute(db);
     // Silent past the bound: both show the effective status, offline.
-    await sql`UPDATE providers SET last_seen_at = now() - interval '2 minutes' WHERE id = ${withoutGpus}`.execute(db);
+    await sql`UPDATE provider_liveness SET last_seen_at = now() - interval '2 minutes' WHERE provider_id = ${withoutGpus}`.execute(
+      db,
+    );
 
     const page = await listProviders(db, { owner_id: owner, sort: 'registered_at', limit: 10 }, OFFLINE_AFTER_MS);
     expect(page.items).toHaveLength(3);

@@ -28,7 +28,13 @@ afterAll(async () => {
 });
 
 const stored = async (id: string) =>
-  (await h.database.db.selectFrom('providers').selectAll().where('id', '=', id).executeTakeFirstOrThrow()) as {
+  (await h.database.db
+    .selectFrom('providers as p')
+    .innerJoin('provider_liveness as l', 'l.provider_id', 'p.id')
+    .selectAll('p')
+    .select('l.last_seen_at')
+    .where('p.id', '=', id)
+    .executeTakeFirstOrThrow()) as {
     status: string;
     name: string;
     last_seen_at: Date;

@@ -7,6 +7,11 @@
  * - **by provider**: a provider index; provider-level conditions (effective
  *   status, health, the GPU summary columns) filter each row, and a count over
  *   `gpus` confirms conditions that must hold for the same GPUs;
+ * - **by clock**, for the `last_seen_at` sorts: the clock lives in the narrow
+ *   `provider_liveness` row (heartbeats write nothing else), whose
+ *   `(status, last_seen_at)` index holds one range per stored status; the
+ *   ranges the effective status asks for (all five without a status) are
+ *   merged in order, and the provider conditions apply to each row;
  * - **by model**, for a `gpu_model` term with a sort key that never changes
  *   after registration (everything but `last_seen_at`): a short statement
  *   first looks up the matching model names, then the page merges those
@@ -18,9 +23,9 @@ import { type Kysely, type RawBuilder, sql } from 'kysely';
 import { type Cursor, type DiscoveryFilter, parseSort, type SortKey } from '../domain/discovery.ts';
 import { providerJsonSql } from './provider-json-sql.ts';
 import type { RegistryDB } from './schema.ts';
-import { effectiveStatusIs } from './sql-rules.ts';
+import { effectiveStatusIs, effectiveStatusRanges, type LivenessRefs } from './sql-rules.ts';
 
-/** The sort column; `providers` and `provider_models` name it alike. */
+/** The sort column; `providers`, `provider_models` and (for `last_seen_at`) `provider_liveness` name it alike. */
 const SORT_COLUMNS: Record<SortKey, string> = {
   registered_at: 'registered_at',
   last_seen_at: 'last_seen_at',
@@ -75,13 +80,30 @@ const whereAll = (where: RawBuilder<boolean>[]) =>
 const containsPattern = (term: string) => `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
 /**
- * Conditions on the provider row `p`. `byModel`: the rows come from matching
- * `provider_models` keys, which already decide the model term on its own.
+ * The clock of the provider row `p`: its narrow row `l`, probed by key for each provider the walk visits. The fence
+ * (OFFSET 0) keeps it a probe: joined plainly, PostgreSQL may hash a whole table and sort, instead of walking an index
+ * in sort order and stopping after a page.
  */
-function conditions(filter: DiscoveryFilter, offlineAfterMs: number, byModel = false): RawBuilder<boolean>[] {
+const CLOCK = sql`CROSS JOIN LATERAL (
+      SELECT l.last_seen_at FROM provider_liveness l WHERE l.provider_id = p.id OFFSET 0) l`;
+
+/** The stored status from the provider row `p` (its index walks), the clock from its narrow row `l`. */
+const PROVIDER_WALK: LivenessRefs = { status: 'p.status', lastSeenAt: 'l.last_seen_at' };
+
+/**
+ * Conditions on the provider row `p` (and its narrow row `l`). `byModel`: the rows come from matching
+ * `provider_models` keys, which already decide the model term on its own. `byClock`: the rows come from the
+ * narrow rows' ranges, which already decide the status.
+ */
+function conditions(
+  filter: DiscoveryFilter,
+  offlineAfterMs: number,
+  walk: 'provider' | 'model' | 'clock' = 'provider',
+): RawBuilder<boolean>[] {
+  const byModel = walk === 'model';
   const where: RawBuilder<boolean>[] = [];
   if (filter.owner_id !== undefined) where.push(sql`p.owner_id = ${filter.owner_id}`);
-  if (filter.status) where.push(effectiveStatusIs(filter.status, offlineAfterMs));
+  if (filter.status && walk !== 'clock') where.push(effectiveStatusIs(filter.status, offlineAfterMs, PROVIDER_WALK));
   if (filter.healthy_only) where.push(sql`p.all_healthy`);
 
   const gpuConditions: RawBuilder<boolean>[] = [];
@@ -120,7 +142,8 @@ function providerWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Or
   if (filter.cursor) where.push(afterCursor(order, `p.${order.column}`, 'p.id', filter.cursor));
   const sortKey = sql.ref(`p.${order.column}`);
   return sql`
-    SELECT p.*, ${sortKey} AS sort_key FROM providers p
+    SELECT p.*, l.last_seen_at, ${sortKey} AS sort_key
+    FROM providers p ${CLOCK}
     ${whereAll(where)}
     ORDER BY ${sortKey} ${order.direction}, p.id ${order.direction}
     LIMIT ${filter.limit + 1}`;
@@ -142,10 +165,34 @@ function modelWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order
       ORDER BY ${sortKey} ${order.direction}, pm.provider_id ${order.direction})`;
   });
   return sql`
-    SELECT DISTINCT ON (c.sort_key, c.provider_id) p.*, c.sort_key
-    FROM (${sql.join(ranges, sql` UNION ALL `)}) c JOIN providers p ON p.id = c.provider_id
-    ${whereAll(conditions(filter, offlineAfterMs, true))}
+    SELECT DISTINCT ON (c.sort_key, c.provider_id) p.*, l.last_seen_at, c.sort_key
+    FROM (${sql.join(ranges, sql` UNION ALL `)}) c JOIN providers p ON p.id = c.provider_id ${CLOCK}
+    ${whereAll(conditions(filter, offlineAfterMs, 'model'))}
     ORDER BY c.sort_key ${order.direction}, c.provider_id ${order.direction}
+    LIMIT ${filter.limit + 1}`;
+}
+
+/**
+ * The page's provider rows with their `sort_key` (`last_seen_at`), merging in sort order the ranges of the narrow
+ * rows' `(status, last_seen_at)` index that the effective status asks for (`effectiveStatusRanges`; one for most
+ * statuses, five without one). Each provider is in one range (its stored status), so nothing repeats; each range states
+ * its order so PostgreSQL merges them (Merge Append) and stops after a page.
+ */
+function clockWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order) {
+  const ranges = effectiveStatusRanges(filter.status, offlineAfterMs).map(({ stored, seen }) => {
+    const where = [sql<boolean>`l.status = ${stored}`];
+    if (seen) where.push(seen);
+    if (filter.cursor) where.push(afterCursor(order, 'l.last_seen_at', 'l.provider_id', filter.cursor));
+    return sql`(SELECT l.provider_id, l.last_seen_at FROM provider_liveness l ${whereAll(where)}
+      ORDER BY l.last_seen_at ${order.direction}, l.provider_id ${order.direction})`;
+  });
+  // The provider row is probed by key for each narrow row, in the ranges' order (the fence, OFFSET 0, as in `CLOCK`).
+  return sql`
+    SELECT p.*, c.last_seen_at, c.last_seen_at AS sort_key
+    FROM (${sql.join(ranges, sql` UNION ALL `)}) c CROSS JOIN LATERAL (
+      SELECT p.* FROM providers p
+      ${whereAll([sql<boolean>`p.id = c.provider_id`, ...conditions(filter, offlineAfterMs, 'clock')])} OFFSET 0) p
+    ORDER BY c.last_seen_at ${order.direction}, c.provider_id ${order.direction}
     LIMIT ${filter.limit + 1}`;
 }
 
@@ -181,6 +228,7 @@ export async function listProviders(
     if (models.length === 0) return { items: [] };
     if (models.length <= MAX_MODEL_RANGES) page = modelWalk(filter, offlineAfterMs, order, models);
   }
+  if (order.key === 'last_seen_at') page = clockWalk(filter, offlineAfterMs, order);
   page ??= providerWalk(filter, offlineAfterMs, order);
   // The page's rows are rendered as they come out of the walk (named `p`, as the renderer expects).
   const { rows } = await sql<{ id: string; sort_value: string; json: string }>`

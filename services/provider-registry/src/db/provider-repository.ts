@@ -34,10 +34,11 @@ function rethrowDuplicate(err: unknown, input: ProviderInput): never {
   throw err;
 }
 
-/** The provider's columns with the effective status. */
+/** The provider's columns with its clock (its narrow row's) and the effective status. */
 function selectProviders(db: Db, offlineAfterMs: number) {
   return db
     .selectFrom('providers as p')
+    .innerJoin('provider_liveness as l', 'l.provider_id', 'p.id')
     .select([
       'p.id',
       'p.owner_id',
@@ -48,8 +49,8 @@ function selectProviders(db: Db, offlineAfterMs: number) {
       'p.location',
       'p.metadata',
       'p.registered_at',
-      'p.last_seen_at',
-      effectiveStatusSql(offlineAfterMs).as('status'),
+      'l.last_seen_at',
+      effectiveStatusSql(offlineAfterMs, { status: 'p.status', lastSeenAt: 'l.last_seen_at' }).as('status'),
     ]);
 }
 
@@ -160,7 +161,7 @@ export async function insertProvider(
 
 /**
  * Replaces every writable field and the GPU list in one transaction.
- * `last_seen_at` moves only when the status changes (an explicit status
+ * `last_seen_at` (the narrow liveness row's) moves only when the status changes (an explicit status
  * update), and so does a status event get recorded. Returns the previous
  * stored status and the one it has now, or undefined when the provider does
  * not exist. With a status, `guard` is called under the row lock, once the
@@ -209,13 +210,18 @@ export async function replaceProvider(
       const changed = status !== previous;
       const update = tx
         .updateTable('providers')
-        .set({
-          ...writableFields(input, status, current.min_gpus_per_rental),
-          ...(changed ? { last_seen_at: sql<Date>`now()` } : {}),
-        })
+        .set(writableFields(input, status, current.min_gpus_per_rental))
         .where('id', '=', id)
         .returning(['id', 'owner_id', sql<string>`${previous}::text`.as('previous_status'), 'status']);
       await withStatusEvents(update, changed ? recording : undefined).execute(tx);
+      // After the status (whose uptime trigger reads the clock as it was); the copy of the status came with it.
+      if (changed) {
+        await tx
+          .updateTable('provider_liveness')
+          .set({ last_seen_at: sql<Date>`now()` })
+          .where('provider_id', '=', id)
+          .execute();
+      }
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
       await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
       await writeGpus(tx, id, input, status);

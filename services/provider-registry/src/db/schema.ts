@@ -16,7 +16,6 @@ interface ProvidersTable {
   location: string | null;
   metadata: Json;
   registered_at: Timestamp;
-  last_seen_at: Timestamp;
   gpu_count: Generated<number>;
   max_vram: Generated<number>;
   all_healthy: Generated<boolean>;
@@ -26,6 +25,16 @@ interface ProvidersTable {
   status_since: Generated<Date>;
   /** The smallest group of GPUs a rental may take on the machine (1-64): the GPU leases migration. */
   min_gpus_per_rental: Generated<number>;
+}
+
+/**
+ * A provider's clock and a copy of its status (see the liveness migration): heartbeats write this narrow row, and the
+ * provider row only when the status changes. A trigger creates it with the provider and copies every status change.
+ */
+interface ProviderLivenessTable {
+  provider_id: string;
+  status: string;
+  last_seen_at: Timestamp;
 }
 
 /**
@@ -117,6 +126,7 @@ interface OffersTable {
 
 export interface RegistryDB {
   providers: ProvidersTable;
+  provider_liveness: ProviderLivenessTable;
   gpus: GpusTable;
   provider_models: ProviderModelsTable;
   outbox_events: OutboxEventTable;

@@ -8,6 +8,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import {
   AUTO_OFFLINE_FROM,
+  PROVIDER_STATUSES,
   type ProviderStatus,
   RENTABLE_STATUS,
   RENTED_STATUS,
@@ -23,20 +24,65 @@ const list = (xs: readonly string[]) =>
 /** `now() - offline bound`. */
 const staleBefore = (offlineAfterMs: number) => sql`(now() - ${offlineAfterMs} * interval '1 millisecond')`;
 
+/**
+ * Where a rule reads a provider's status and clock: the clock is the narrow row's (`provider_liveness.last_seen_at`),
+ * the status either the provider row's or the narrow row's copy, which the database keeps equal (the liveness
+ * migration), so a statement names the one its index walks.
+ */
+export interface LivenessRefs {
+  status: string;
+  lastSeenAt: string;
+}
+
+/** A rendered row `p` carrying both (a page of discovery, a provider read with its clock). */
+const ROW: LivenessRefs = { status: 'p.status', lastSeenAt: 'p.last_seen_at' };
+
 /** The status shown to readers: `offline` once a provider in an auto-offline state is silent past the bound. */
-export function effectiveStatusSql(offlineAfterMs: number): RawBuilder<ProviderStatus> {
-  return sql<ProviderStatus>`(CASE WHEN p.status IN (${list(AUTO_OFFLINE_FROM)}) AND p.last_seen_at < ${staleBefore(offlineAfterMs)} THEN 'offline' ELSE p.status END)`;
+export function effectiveStatusSql(offlineAfterMs: number, refs: LivenessRefs = ROW): RawBuilder<ProviderStatus> {
+  const status = sql.ref(refs.status);
+  return sql<ProviderStatus>`(CASE WHEN ${status} IN (${list(AUTO_OFFLINE_FROM)}) AND ${sql.ref(refs.lastSeenAt)} < ${staleBefore(offlineAfterMs)} THEN 'offline' ELSE ${status} END)`;
 }
 
 /** A WHERE condition: the provider's effective status is `status`. */
-export function effectiveStatusIs(status: ProviderStatus, offlineAfterMs: number): RawBuilder<boolean> {
+export function effectiveStatusIs(
+  status: ProviderStatus,
+  offlineAfterMs: number,
+  refs: LivenessRefs,
+): RawBuilder<boolean> {
+  const stored = sql.ref(refs.status);
+  const seen = sql.ref(refs.lastSeenAt);
   if (status === 'offline') {
-    return sql<boolean>`(p.status = 'offline' OR (p.status IN (${list(AUTO_OFFLINE_FROM)}) AND p.last_seen_at < ${staleBefore(offlineAfterMs)}))`;
+    return sql<boolean>`(${stored} = 'offline' OR (${stored} IN (${list(AUTO_OFFLINE_FROM)}) AND ${seen} < ${staleBefore(offlineAfterMs)}))`;
   }
   if (AUTO_OFFLINE_FROM.includes(status)) {
-    return sql<boolean>`(p.status = ${status} AND p.last_seen_at >= ${staleBefore(offlineAfterMs)})`;
+    return sql<boolean>`(${stored} = ${status} AND ${seen} >= ${staleBefore(offlineAfterMs)})`;
   }
-  return sql<boolean>`(p.status = ${status})`;
+  return sql<boolean>`(${stored} = ${status})`;
+}
+
+/**
+ * The same condition as ranges of the narrow table's `(status, last_seen_at)` index, one per stored status whose
+ * providers can have that effective status (every status when `status` is undefined): each a stored status and,
+ * where the bound splits it, a condition on `l.last_seen_at`. Discovery merges them in `last_seen_at` order.
+ */
+export function effectiveStatusRanges(
+  status: ProviderStatus | undefined,
+  offlineAfterMs: number,
+): { stored: ProviderStatus; seen?: RawBuilder<boolean> }[] {
+  if (status === undefined) return PROVIDER_STATUSES.map((stored) => ({ stored }));
+  if (status === 'offline') {
+    return [
+      { stored: 'offline' },
+      ...AUTO_OFFLINE_FROM.map((stored) => ({
+        stored,
+        seen: sql<boolean>`l.last_seen_at < ${staleBefore(offlineAfterMs)}`,
+      })),
+    ];
+  }
+  if (AUTO_OFFLINE_FROM.includes(status)) {
+    return [{ stored: status, seen: sql<boolean>`l.last_seen_at >= ${staleBefore(offlineAfterMs)}` }];
+  }
+  return [{ stored: status }];
 }
 
 /**
@@ -63,10 +109,16 @@ export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status
 export const statusAfterRentalSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list([RENTABLE_STATUS, RENTED_STATUS])}) THEN (CASE WHEN ${fullyRentedSql} THEN ${sql.lit(RENTED_STATUS)} ELSE ${sql.lit(RENTABLE_STATUS)} END) ELSE cur.status END)`;
 
 /**
- * A WHERE condition on the provider row `p`: stored in `status`, an auto-offline state, and silent past the bound.
+ * A WHERE condition on the narrow row `l` (`provider_liveness`): a heartbeat leaves its status as it is (the heartbeat
+ * rule changes nothing), so it only moves the clock.
+ */
+export const keptByHeartbeatSql = sql<boolean>`(l.status NOT IN (${list(REVIVED_BY_HEARTBEAT)}))`;
+
+/**
+ * A WHERE condition on the narrow row `l`: stored in `status`, an auto-offline state, and silent past the bound.
  * One state at a time, so that it is one range of the `(status, last_seen_at)` index.
  */
 export function isStale(status: ProviderStatus, offlineAfterMs: number): RawBuilder<boolean> {
   if (!AUTO_OFFLINE_FROM.includes(status)) throw new Error(`${status} never falls to offline`);
-  return sql<boolean>`(p.status = ${status} AND p.last_seen_at < ${staleBefore(offlineAfterMs)})`;
+  return sql<boolean>`(l.status = ${status} AND l.last_seen_at < ${staleBefore(offlineAfterMs)})`;
 }

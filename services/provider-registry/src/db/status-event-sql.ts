@@ -27,19 +27,21 @@ function correlationOf(correlation: EventRecording['correlation']): RawBuilder<s
 /**
  * `statement` with the status events of the rows it changed recorded in the outbox. The statement returns (at
  * least) `id`, `owner_id`, `previous_status` (null for a new provider) and `status` (null for a removed one: the
- * `removed` recording makes `provider.removed` events); the result is its rows.
- * Without a recording (events off) the statement is sent as it is.
+ * `removed` recording makes `provider.removed` events); the result is its rows. `ctes`: common table expressions
+ * (`name AS (...), ...`) the statement reads, written before it (a data-modifying one must be at the top level).
+ * Without a recording (events off) the statement is sent as it is, after its `ctes`.
  */
 export function withStatusEvents<R>(
   statement: OperationNodeSource,
   recording: EventRecording | undefined,
+  ctes?: RawBuilder<unknown>,
 ): RawBuilder<R> {
-  if (!recording) return sql<R>`${statement}`;
+  if (!recording) return ctes ? sql<R>`WITH ${ctes} ${statement}` : sql<R>`${statement}`;
   const kind = sql.lit(eventKindOf(recording.reason));
   // The subquery that draws the event ID is not flattened (PostgreSQL keeps a subquery with a volatile target
   // list), so `event_id` in the body and the row's ID are one value.
   return sql<R>`
-    WITH changed AS (${statement}),
+    WITH ${ctes ? sql`${ctes},` : sql``} changed AS (${statement}),
     recorded AS (
       INSERT INTO outbox_events (id, kind, payload, correlation_id)
       SELECT e.event_id, ${kind}, jsonb_build_object(

@@ -1,9 +1,19 @@
 /**
  * Status writes: explicit status updates, heartbeats and the automatic
- * offline sweep. Each locks the provider row and reports the stored status
- * before and after, so exactly one writer observes each change even with
- * several registry instances; with events on, the same statement records the
- * change's event in the outbox (`status-event-sql.ts`).
+ * offline sweep. Each reports the stored status before and after, under the
+ * row locks that make exactly one writer observe each change even with several
+ * registry instances; with events on, the same statement records the change's
+ * event in the outbox (`status-event-sql.ts`).
+ *
+ * The clock is the narrow `provider_liveness` row's, which carries a copy of
+ * the status (the liveness migration): a heartbeat that changes no status
+ * writes that row only, under its lock, and never touches `providers`. A
+ * writer that changes a status locks the provider row, then the narrow one
+ * (providers in ID order), as the triggers that copy the status do; the sweep
+ * locks both with SKIP LOCKED and never waits. So the narrow row is where a
+ * heartbeat and a status change meet: a heartbeat that finds it locked waits,
+ * then sees the status as committed (READ COMMITTED re-checks the row) and,
+ * when it now revives the provider, takes the provider-first path.
  */
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 import { GPU_METRIC_FIELDS, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
@@ -11,7 +21,13 @@ import type { ProviderStatus } from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors } from '../errors.ts';
 import type { RegistryDB } from './schema.ts';
-import { isFullyRentedSql, isStale, statusAfterHeartbeatSql, statusAfterRentalSql } from './sql-rules.ts';
+import {
+  isFullyRentedSql,
+  isStale,
+  keptByHeartbeatSql,
+  statusAfterHeartbeatSql,
+  statusAfterRentalSql,
+} from './sql-rules.ts';
 import { withStatusEvents } from './status-event-sql.ts';
 
 export interface StatusWrite {
@@ -26,28 +42,46 @@ interface StatusRow extends StatusWrite {
   gpu_count: number;
 }
 
-/** `owner_id = $owner` when the write is limited to an owner's machines, else nothing. */
-const ofOwner = (owner: string | undefined) => (owner === undefined ? sql`` : sql` AND owner_id = ${owner}`);
+/** `cur.owner_id = $owner` when the write is limited to an owner's machines, else nothing. */
+const ofOwner = (owner: string | undefined) => (owner === undefined ? sql`` : sql` AND cur.owner_id = ${owner}`);
 
 /**
- * `UPDATE ... FROM (SELECT ... FOR UPDATE) cur` with the new status expression; with `owner`, only a provider of
- * that owner is written (another owner's reads as absent).
+ * The common table expressions of a status write with the clock: `cur` locks the provider rows `where` selects (a
+ * condition on `cur`), each followed by its narrow row, in ID order, and computes `next`, the status after (an
+ * expression of the locked row `cur`); `moved` writes `providers.status` where it changes; `seen` writes the narrow
+ * row (the status copy and the clock, now), after its provider row (it reads `moved`), whose uptime trigger reads the
+ * clock as it was. `STATUS_WRITE` is the statement over them.
  */
-function updateStatus(
+function statusWriteCtes(where: RawBuilder<boolean>, next: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`
+    cur AS (
+      SELECT cur.id, cur.owner_id, cur.status, cur.gpu_count, ${next} AS next
+      FROM providers cur JOIN provider_liveness l ON l.provider_id = cur.id
+      WHERE ${where}
+      ORDER BY cur.id FOR UPDATE OF cur, l),
+    moved AS (
+      UPDATE providers p SET status = cur.next FROM cur
+      WHERE p.id = cur.id AND cur.next IS DISTINCT FROM cur.status
+      RETURNING p.id),
+    seen AS (
+      UPDATE provider_liveness l SET status = cur.next, last_seen_at = now()
+      FROM cur LEFT JOIN moved ON moved.id = cur.id
+      WHERE l.provider_id = cur.id
+      RETURNING l.provider_id, l.last_seen_at)`;
+}
+
+const STATUS_WRITE = sql`
+    SELECT cur.id, cur.owner_id, cur.status AS previous_status, cur.next AS status, seen.last_seen_at, cur.gpu_count
+    FROM cur JOIN seen ON seen.provider_id = cur.id`;
+
+/** The write of `statusWriteCtes` for the providers `where` selects, with its status events. */
+function writeStatus(
   db: Kysely<RegistryDB>,
-  id: string,
+  where: RawBuilder<boolean>,
   next: RawBuilder<unknown>,
   recording: EventRecording | undefined,
-  owner?: string,
 ) {
-  return withStatusEvents<StatusRow>(
-    sql`
-    UPDATE providers p SET status = ${next}, last_seen_at = now()
-    FROM (SELECT id, status FROM providers WHERE id = ${id}${ofOwner(owner)} FOR UPDATE) cur
-    WHERE p.id = cur.id
-    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at, p.gpu_count`,
-    recording,
-  ).execute(db);
+  return withStatusEvents<StatusRow>(STATUS_WRITE, recording, statusWriteCtes(where, next)).execute(db);
 }
 
 /**
@@ -61,7 +95,7 @@ export async function setStatus(
   recording?: EventRecording,
   owner?: string,
 ): Promise<StatusWrite | undefined> {
-  const { rows } = await updateStatus(db, id, sql`${status}`, recording, owner);
+  const { rows } = await writeStatus(db, sql`cur.id = ${id}${ofOwner(owner)}`, sql`${status}::text`, recording);
   return rows[0];
 }
 
@@ -90,7 +124,8 @@ export async function applyRentalRule(
     FROM (SELECT cur.id, cur.status, ${statusAfterRentalSql} AS next FROM providers cur WHERE cur.id = ${id}
           FOR UPDATE OF cur) cur
     WHERE p.id = cur.id AND cur.next <> cur.status
-    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`,
+    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status,
+      (SELECT l.last_seen_at FROM provider_liveness l WHERE l.provider_id = p.id)`,
     recording,
   ).execute(db);
   return rows[0];
@@ -127,12 +162,68 @@ function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[])
 }
 
 /**
+ * The heartbeats of `beats` (each limited to an owner; null: any) whose provider's status the heartbeat rule keeps:
+ * their narrow rows' clocks moved to now, locked in ID order, and nothing else written (not even a lock on
+ * `providers`). A narrow row found locked is re-checked once its writer commits: a status that a heartbeat now revives
+ * leaves the beat to `reviveBeats`. No status changes here, so no event either.
+ */
+async function moveClocks(db: Kysely<RegistryDB>, beats: { id: string; owner: string | null }[]) {
+  const ids = beats.map((b) => b.id);
+  const owners = beats.map((b) => b.owner);
+  const { rows } = await sql<StatusWrite>`
+    UPDATE provider_liveness l SET last_seen_at = now()
+    FROM (
+      SELECT l.provider_id, p.owner_id FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
+      WHERE l.provider_id = ANY(${ids}::uuid[]) AND ${keptByHeartbeatSql} AND EXISTS (
+        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
+        WHERE b.id = p.id AND (b.owner IS NULL OR b.owner = p.owner_id))
+      ORDER BY l.provider_id FOR UPDATE OF l) cur
+    WHERE l.provider_id = cur.provider_id
+    RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
+  return rows;
+}
+
+/** `moveClocks` for one provider (limited to `owner`'s): its write, or undefined when the beat is left to revive. */
+async function moveClock(db: Kysely<RegistryDB>, id: string, owner: string | undefined) {
+  const { rows } = await sql<StatusWrite>`
+    UPDATE provider_liveness l SET last_seen_at = now()
+    FROM providers p
+    WHERE l.provider_id = ${id} AND p.id = l.provider_id AND ${keptByHeartbeatSql}${owner === undefined ? sql`` : sql` AND p.owner_id = ${owner}`}
+    RETURNING l.provider_id AS id, p.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
+  return rows[0];
+}
+
+/**
+ * The heartbeat rule for the providers of `beats` (with their owner limits), provider rows first: the status after
+ * (`statusAfterHeartbeatSql`), stored where it changes with its event, and the clock.
+ */
+function reviveBeats(
+  db: Kysely<RegistryDB>,
+  beats: { id: string; owner: string | null }[],
+  recording: EventRecording | undefined,
+) {
+  const ids = beats.map((b) => b.id);
+  const owners = beats.map((b) => b.owner);
+  return writeStatus(
+    db,
+    sql`cur.id = ANY(${ids}::uuid[]) AND EXISTS (
+        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
+        WHERE b.id = cur.id AND (b.owner IS NULL OR b.owner = cur.owner_id))`,
+    statusAfterHeartbeatSql,
+    recording,
+  );
+}
+
+/**
  * Records a heartbeat: the heartbeat rule (`statusAfterHeartbeatSql`),
  * `last_seen_at` = now, and the supplied metrics on the GPUs at the given
- * indexes, in one statement (no metrics) or one transaction (metrics). An
- * index the provider does not have throws `UnknownGpuIndex` and nothing is
- * written. A GPU's health decides whether it can be rented, so metrics that
- * report health apply the rental rule after them (`applyRentalRule`).
+ * indexes. Without metrics, one statement moves the clock alone when the rule
+ * keeps the status (`moveClocks`); otherwise (a revival, or no such provider)
+ * a second applies the rule under the provider's lock. With metrics, one
+ * transaction under the provider's lock. An index the provider does not have
+ * throws `UnknownGpuIndex` and nothing is written. A GPU's health decides
+ * whether it can be rented, so metrics that report health apply the rental
+ * rule after them (`applyRentalRule`).
  */
 export async function recordHeartbeat(
   db: Kysely<RegistryDB>,
@@ -141,12 +232,15 @@ export async function recordHeartbeat(
   recording?: EventRecording,
   owner?: string,
 ): Promise<StatusWrite | undefined> {
+  const beat = [{ id, owner: owner ?? null }];
   if (metrics.length === 0) {
-    const { rows } = await updateStatus(db, id, statusAfterHeartbeatSql, recording, owner);
+    const moved = await moveClock(db, id, owner);
+    if (moved) return moved;
+    const { rows } = await reviveBeats(db, beat, recording);
     return rows[0];
   }
   return db.transaction().execute(async (tx) => {
-    const { rows } = await updateStatus(tx, id, statusAfterHeartbeatSql, recording, owner);
+    const { rows } = await reviveBeats(tx, beat, recording);
     const row = rows[0];
     if (!row) return undefined;
     const outOfRange = metrics.find((m) => m.index >= row.gpu_count);
@@ -165,43 +259,39 @@ export async function recordHeartbeat(
 }
 
 /**
- * Records metric-less heartbeats for several providers in one statement (the
- * service groups concurrent heartbeats: `RegistryService.heartbeat`). The rows
- * are locked in ID order, so concurrent batches and instances never deadlock,
- * and each row's status before and after is reported as by `recordHeartbeat`.
- * Each beat names the owner it is limited to (null: any); a provider is written
- * when at least one of its beats may write it. IDs that name no provider (or
- * none the beats may write) are absent from the result.
+ * Records metric-less heartbeats for several providers (the service groups
+ * concurrent heartbeats: `RegistryService.heartbeat`): one statement moves the
+ * clocks of those whose status the rule keeps (`moveClocks`), and only when
+ * some are left (revivals), a second applies the rule to them under their
+ * provider rows' locks (`reviveBeats`). Each statement locks its rows in ID
+ * order, so concurrent batches and instances never deadlock, and each row's
+ * status before and after is reported as by `recordHeartbeat`. Each beat names
+ * the owner it is limited to (null: any); a provider is written when at least
+ * one of its beats may write it. IDs that name no provider (or none the beats
+ * may write) are absent from the result.
  */
 export async function recordHeartbeats(
   db: Kysely<RegistryDB>,
   beats: { id: string; owner: string | null }[],
   recording?: EventRecording,
 ): Promise<Map<string, StatusWrite>> {
-  const ids = beats.map((b) => b.id);
-  const owners = beats.map((b) => b.owner);
-  const { rows } = await withStatusEvents<StatusWrite>(
-    sql`
-    UPDATE providers p SET status = ${statusAfterHeartbeatSql}, last_seen_at = now()
-    FROM (
-      SELECT id, status FROM providers q
-      WHERE id = ANY(${ids}::uuid[]) AND EXISTS (
-        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
-        WHERE b.id = q.id AND (b.owner IS NULL OR b.owner = q.owner_id))
-      ORDER BY id FOR UPDATE) cur
-    WHERE p.id = cur.id
-    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status, p.last_seen_at`,
-    recording,
-  ).execute(db);
-  return new Map(rows.map((r) => [r.id, r]));
+  const written = new Map((await moveClocks(db, beats)).map((r) => [r.id, r]));
+  const left = beats.filter((b) => !written.has(b.id));
+  if (left.length > 0) {
+    const { rows } = await reviveBeats(db, left, recording);
+    for (const r of rows) written.set(r.id, r);
+  }
+  return written;
 }
 
 /**
  * Stores `offline` for up to `batch` providers stored in `status` (a state of
- * `AUTO_OFFLINE_FROM`) and silent past the bound, oldest first, and returns
- * them. Rows are locked with SKIP LOCKED and re-checked after locking, so with
- * several instances sweeping at once each provider is returned (and its event
- * recorded) by exactly one of them, and a heartbeat that lands first wins.
+ * `AUTO_OFFLINE_FROM`) and silent past the bound, oldest first (one range of the
+ * narrow rows' `(status, last_seen_at)` index), and returns them. The narrow row
+ * and the provider row are locked with SKIP LOCKED (the sweep never waits, so
+ * its lock order cannot deadlock) and re-checked after locking, so with several
+ * instances sweeping at once each provider is returned (and its event recorded)
+ * by exactly one of them, and a heartbeat that lands first wins.
  */
 export async function sweepOffline(
   db: Kysely<RegistryDB>,
@@ -213,15 +303,16 @@ export async function sweepOffline(
   const { rows } = await withStatusEvents<StatusWrite>(
     sql`
     WITH stale AS (
-      SELECT p.id, p.status FROM providers p
+      SELECT l.provider_id AS id, l.status, l.last_seen_at
+      FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
       WHERE ${isStale(status, offlineAfterMs)}
-      ORDER BY p.last_seen_at
+      ORDER BY l.last_seen_at
       LIMIT ${batch}
-      FOR UPDATE SKIP LOCKED
+      FOR UPDATE OF l, p SKIP LOCKED
     )
     UPDATE providers p SET status = 'offline'
     FROM stale WHERE p.id = stale.id
-    RETURNING p.id, p.owner_id, stale.status AS previous_status, p.status, p.last_seen_at`,
+    RETURNING p.id, p.owner_id, stale.status AS previous_status, p.status, stale.last_seen_at`,
     recording,
   ).execute(db);
   return rows;

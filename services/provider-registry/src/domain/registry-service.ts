@@ -243,9 +243,10 @@ export class RegistryService {
 
   /**
    * Stores `offline` for every provider silent past the bound, recording each change's event once. One state of
-   * `AUTO_OFFLINE_FROM` at a time: each is one range of the `(status, last_seen_at)` index that holds only that
-   * state's silent providers, where all states at once had walked `last_seen_at` through every stored `offline`
-   * and `maintenance` provider silent for longer (at a million providers, 100,000 rows and 140 ms per sweep).
+   * `AUTO_OFFLINE_FROM` at a time: each is one range of the `(status, last_seen_at)` index (of the narrow
+   * `provider_liveness` rows) that holds only that state's silent providers, where all states at once had walked
+   * `last_seen_at` through every stored `offline` and `maintenance` provider silent for longer (at a million
+   * providers, 100,000 rows and 140 ms per sweep).
    */
   async sweepOffline(batch = 500): Promise<number> {
     const recording = this.deps.outbox.recording('offline_timeout');
