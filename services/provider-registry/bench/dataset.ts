@@ -123,8 +123,8 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     LEFT JOIN bench_models b ON f.n > 4 AND b.k = (f.m + 1) % ${MODELS.length}`);
   await client.query('ALTER TABLE providers ENABLE TRIGGER providers_liveness_insert');
   await client.query(`
-    INSERT INTO provider_liveness (provider_id, status, last_seen_at)
-    SELECT p.id, p.status, now() - (f.seen % 60000) * interval '1 millisecond'
+    INSERT INTO provider_liveness (provider_id, status, last_seen_at, gpu_models)
+    SELECT p.id, p.status, now() - (f.seen % 60000) * interval '1 millisecond', p.gpu_models
     FROM bench_fleet f JOIN providers p ON p.id = f.id`);
   await client.query('ALTER TABLE gpus DISABLE TRIGGER gpus_spec_json');
   const { rowCount } = await client.query(`

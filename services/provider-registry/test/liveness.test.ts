@@ -39,13 +39,16 @@ async function rows(id: string) {
   return rows[0]!;
 }
 
-/** Checks the copy of `id` (and of every provider) equals the stored status; returns the stored status. */
+/**
+ * Checks the copies of `id` (and of every provider) equal the stored status and GPU model summary; returns the stored
+ * status.
+ */
 async function inStep(id: string): Promise<string | null> {
   const r = await rows(id);
   expect(r.copy).toBe(r.status);
   const { rows: drift } = await sql<{ n: number }>`
     SELECT count(*)::int AS n FROM providers p FULL JOIN provider_liveness l ON l.provider_id = p.id
-    WHERE p.status IS DISTINCT FROM l.status`.execute(h.database.db);
+    WHERE p.status IS DISTINCT FROM l.status OR p.gpu_models IS DISTINCT FROM l.gpu_models`.execute(h.database.db);
   expect(drift[0]!.n).toBe(0);
   return r.status;
 }
@@ -94,6 +97,21 @@ describe('the status copy in provider_liveness', () => {
     });
     expect(put.statusCode, put.body).toBe(200);
     expect(await inStep(p.id)).toBe('maintenance');
+    // A full update that changes the GPUs' models (and not the status): the model summary's copy follows.
+    const models = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}`,
+      payload: {
+        ...body,
+        status: 'maintenance',
+        gpus: body.gpus.map((g: object) => ({ ...g, model_name: 'NVIDIA L4' })),
+      },
+    });
+    expect(models.statusCode, models.body).toBe(200);
+    expect(await inStep(p.id)).toBe('maintenance');
+    const copied = await sql<{ gpu_models: string }>`
+      SELECT gpu_models FROM provider_liveness WHERE provider_id = ${p.id}`.execute(h.database.db);
+    expect(copied.rows[0]!.gpu_models).toBe('|nvidia l4|');
     expect((await patch('idle')).statusCode).toBe(200);
     expect(await inStep(p.id)).toBe('idle');
 

@@ -179,9 +179,12 @@ function modelWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order
  * its order so PostgreSQL merges them (Merge Append) and stops after a page.
  */
 function clockWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order) {
+  const model = filter.gpu_model?.toLowerCase();
   const ranges = effectiveStatusRanges(filter.status, offlineAfterMs).map(({ stored, seen }) => {
     const where = [sql<boolean>`l.status = ${stored}`];
     if (seen) where.push(seen);
+    // The model summary's copy passes over the other providers' rows without probing them.
+    if (model !== undefined) where.push(sql<boolean>`l.gpu_models LIKE ${containsPattern(model)}`);
     if (filter.cursor) where.push(afterCursor(order, 'l.last_seen_at', 'l.provider_id', filter.cursor));
     return sql`(SELECT l.provider_id, l.last_seen_at FROM provider_liveness l ${whereAll(where)}
       ORDER BY l.last_seen_at ${order.direction}, l.provider_id ${order.direction})`;

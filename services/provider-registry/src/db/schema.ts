@@ -35,6 +35,8 @@ interface ProviderLivenessTable {
   provider_id: string;
   status: string;
   last_seen_at: Timestamp;
+  /** A copy of `providers.gpu_models`, kept by a trigger. */
+  gpu_models: Generated<string>;
 }
 
 /**
