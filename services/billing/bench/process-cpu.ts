@@ -41,6 +41,11 @@ function procTimes(pid: number): ProcTimes | null {
   }
 }
 
+/** A live process's own CPU milliseconds so far (null where /proc cannot tell). */
+export function processMs(pid: number): number | null {
+  return procTimes(pid)?.own ?? null;
+}
+
 function pidFrom(file: string): number | null {
   try {
     const pid = Number.parseInt(readFileSync(file, 'utf8').split('\n')[0]!, 10);

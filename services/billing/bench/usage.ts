@@ -32,7 +32,7 @@ import { startSession } from '../src/domain/sessions/start.ts';
 import { applyUsageBatch } from '../src/domain/sessions/usage-updates.ts';
 import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
-import { type CpuSnapshot, cpuSince, cpuSnapshot } from './process-cpu.ts';
+import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from './process-cpu.ts';
 
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 10_000);
 /** Targets of issue #18: one report per request, and batched (NATS, several reports per request). */
@@ -439,28 +439,40 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
   const before = cpuSnapshot(ENV_DIR);
   const client = process.cpuUsage();
   const load = loadAverage();
+  // PostgreSQL's CPU is read from the replay's own backends (their /proc times before and after): the server-wide
+  // reading also moves when other connections (the service's pool) close during the replay.
+  const conns = await Promise.all(Array.from({ length: DIRECT_WORKERS }, () => pool.connect()));
+  const pids = await Promise.all(
+    conns.map(async (c) => (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid),
+  );
+  const backendsMs = () =>
+    pids.reduce<number | null>((sum, pid) => (sum === null ? null : add(sum, processMs(pid))), 0);
+  const backendsBefore = backendsMs();
   const started = Date.now();
   await Promise.all(
-    Array.from({ length: DIRECT_WORKERS }, async () => {
-      const conn = await pool.connect();
-      try {
-        while (Date.now() - started < SECONDS * 1000) {
-          await conn.query('BEGIN');
-          for (const q of batchOf()) await conn.query(q);
-          await conn.query('COMMIT');
-          applied += n;
-        }
-      } finally {
-        conn.release();
+    conns.map(async (conn) => {
+      while (Date.now() - started < SECONDS * 1000) {
+        await conn.query('BEGIN');
+        for (const q of batchOf()) await conn.query(q);
+        await conn.query('COMMIT');
+        applied += n;
       }
     }),
   );
   const seconds = (Date.now() - started) / 1000;
-  const cpu = { ...cpuSince(before, cpuSnapshot(ENV_DIR)), client: serviceMs(process.cpuUsage(client)) };
+  const backendsAfter = backendsMs();
+  for (const c of conns) c.release();
+  const cpu = {
+    ...cpuSince(before, cpuSnapshot(ENV_DIR)),
+    postgres: backendsBefore === null || backendsAfter === null ? null : backendsAfter - backendsBefore,
+    client: serviceMs(process.cpuUsage(client)),
+  };
   await pool.end();
   const records = await usageCount(prefix);
   return { size: n, applied, seconds, records: records - n, cpu, load };
 }
+
+const add = (a: number, b: number | null) => (b === null ? null : a + b);
 
 interface DirectRun {
   size: number;
@@ -565,7 +577,8 @@ Direct replay, same run: the statements the service sends for a batch of the row
 transactions in the counted run), captured from a real batch and sent through a bare \`pg\` pool by
 ${DIRECT_WORKERS} workers (the batches the service runs at once) for ${SECONDS} s, BEGIN and COMMIT included, on other
 sessions and new message IDs each time, from the benchmark's process. Machine CPU per update: the replay's against
-the service row's; the service's share is the part of the row's machine CPU the replay does not spend (HTTP or NATS,
+the service row's (the replay's PostgreSQL CPU is its own backends'); the service's share is the part of the row's
+machine CPU the replay does not spend (HTTP or NATS,
 validation, access, billing's plan, the driver, the load generator).
 
 | path | mean batch (replayed) | direct updates/s | CPU ms/update: pg client | PostgreSQL | machine | service updates/s | service / direct | service row's CPU ms/update: PostgreSQL | machine | service's share | one record each | load average at start |
