@@ -23,11 +23,10 @@
  *     time return it to `active`. Once `grace_until` has passed, the caller
  *     ends it as `terminated` (reason `insufficient_funds`).
  *
- * `billSessions` does this for many sessions in one pass: the holds are read in
- * one query and the sessions written in one statement; only a hold that needs
- * topping up or a status change costs statements of its own. Usage batches plan
- * first (`planBillings`) and write the sessions together with their usage
- * records (`writeBillings`).
+ * `planBillings` and `writeBillings` do this for many sessions in one pass: the
+ * holds are read in one query and the sessions written in one statement; only a
+ * hold that needs topping up or a status change costs statements of its own.
+ * Usage batches write the sessions together with their usage records.
  */
 import type { RawBuilder, Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
@@ -87,17 +86,8 @@ export async function billElapsed(
   correlationId?: string,
   usage?: BillItem['usage'],
 ): Promise<BillOutcome> {
-  const [outcome] = await billSessions(ctx, trx, [{ session, usage, correlationId }]);
+  const [outcome] = await writeBillings(ctx, trx, await planBillings(ctx, trx, [{ session, usage, correlationId }]));
   return outcome!;
-}
-
-/** `billElapsed` for several distinct sessions at once; outcomes in the items' order. */
-export async function billSessions(
-  ctx: BillingContext,
-  trx: Transaction<BillingDB>,
-  items: BillItem[],
-): Promise<BillOutcome[]> {
-  return writeBillings(ctx, trx, await planBillings(ctx, trx, items));
 }
 
 /** What billing will write on one session, worked out (and its hold topped up) before anything else is written. */
