@@ -183,7 +183,11 @@ describe('applyUsageBatch', () => {
 });
 
 describe('a retry racing its original in another batch', () => {
-  it('is answered as a duplicate of the record written while it waited for the session', async () => {
+  /**
+   * Another batch holds the session and writes the original's record (and, with `end`, ends the session); the
+   * retry's batch opens meanwhile (its snapshot taken before that record commits) and waits for the session's lock.
+   */
+  async function race(end: boolean) {
     const a = await runningSession();
     clock.advance(60_000);
     const u: UsageUpdate = {
@@ -196,8 +200,6 @@ describe('a retry racing its original in another batch', () => {
     };
     const original = crypto.randomUUID();
     let retry: ReturnType<typeof applyUsageBatch> | undefined;
-    // Another batch holds the session and writes the original's record; the retry's batch opens meanwhile (its
-    // snapshot taken before that record commits) and waits for the session's lock.
     await h.db.transaction().execute(async (trx) => {
       await sql`SELECT 1 FROM rental_sessions WHERE id = ${a} FOR UPDATE`.execute(trx);
       retry = applyUsageBatch(h.ctx, [u]);
@@ -212,11 +214,27 @@ describe('a retry racing its original in another batch', () => {
       await sql`INSERT INTO usage_records
         (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, billed_minutes, cost)
         VALUES (${original}, ${a}, 'raced', ${clock.now().toISOString()}, 50, 300, 1, 0)`.execute(trx);
+      if (end) {
+        await sql`UPDATE rental_sessions SET status = 'completed', ended_at = now(), end_reason = 'user_request'
+          WHERE id = ${a}`.execute(trx);
+      }
     });
     const [result] = await retry!;
+    const records = await h.db.selectFrom('usage_records').select('id').where('session_id', '=', a).execute();
+    return { result, original, records: records.map((r) => r.id) };
+  }
+
+  it('is answered as a duplicate of the record written while it waited for the session', async () => {
+    const { result, original, records } = await race(false);
     expect(result).not.toBeInstanceOf(Error);
     expect(result).toMatchObject({ duplicate: true, usage: { id: original, billedMinutes: 1 } });
-    const records = await h.db.selectFrom('usage_records').select('id').where('session_id', '=', a).execute();
-    expect(records.map((r) => r.id)).toEqual([original]);
+    expect(records).toEqual([original]);
+  });
+
+  it('is answered as a duplicate, not refused, when that batch also ended the session', async () => {
+    const { result, original, records } = await race(true);
+    expect(result).not.toBeInstanceOf(Error);
+    expect(result).toMatchObject({ duplicate: true, usage: { id: original }, session: { status: 'completed' } });
+    expect(records).toEqual([original]);
   });
 });

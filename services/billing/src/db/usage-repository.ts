@@ -22,10 +22,11 @@ export type OpenedSession = SessionRow & { held: string; applied: UsageRow[] };
  * message_id) index per key (the `IN (SELECT ... unnest)` form was planned as a hash semi-join over a sequential scan
  * of the whole table; a lookup per session, as a LATERAL subquery, read all the batch's keys for each session:
  * quadratic in the batch, a fifth of PostgreSQL's CPU per update at 150 updates a batch). They are
- * read with the statement's snapshot: a record committed while this statement waited for its session's lock (a
- * retry that raced its original in another batch) is not among them, and the batch's insert then fails on the
- * (session_id, message_id) key; the caller runs the batch again (`applyUsageBatch`). Only a batch holding the
- * session's lock writes its records, so a batch that did not wait sees every one.
+ * read with the statement's snapshot: a record committed by another batch after it (while this statement waited for
+ * its session's lock, or in the moment between the snapshot and the lock) is not among them. Such a record is a
+ * retry's original that raced it in another batch; the caller catches it: a retry it goes on to insert fails on the
+ * (session_id, message_id) key and the batch runs again (`applyUsageBatch`), and a retry it refuses because the
+ * session has ended is looked up again (`appliedUsageRecords`, after the lock).
  */
 export async function openUsageBatch(
   trx: Transaction<BillingDB>,
@@ -59,6 +60,22 @@ export async function openUsageBatch(
       created_at: new Date(r.created_at),
     })),
   }));
+}
+
+/**
+ * The usage records already written for these (session, message ID) pairs, read by a statement of their own (so,
+ * under the sessions' locks, every committed record). A join from the keys: one probe of the (session_id,
+ * message_id) index per key.
+ */
+export async function appliedUsageRecords(
+  trx: Transaction<BillingDB>,
+  keys: { sessionId: string; messageId: string }[],
+): Promise<UsageRow[]> {
+  const { rows } = await sql<UsageRow>`
+    SELECT u.* FROM unnest(${keys.map((k) => k.sessionId)}::uuid[], ${keys.map((k) => k.messageId)}::text[])
+      AS k (session_id, message_id)
+    JOIN usage_records u ON u.session_id = k.session_id AND u.message_id = k.message_id`.execute(trx);
+  return rows;
 }
 
 /** A usage record as `openUsageBatch` reads it (JSON: times as text, numbers exact as text). */

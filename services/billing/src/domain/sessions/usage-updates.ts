@@ -24,7 +24,7 @@ import { GroupCommit } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
-import { openUsageBatch, type UsageRow, usageRecordsInsert } from '../../db/usage-repository.ts';
+import { appliedUsageRecords, openUsageBatch, type UsageRow, usageRecordsInsert } from '../../db/usage-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
@@ -91,7 +91,7 @@ export async function applyUsageBatch(ctx: BillingContext, updates: UsageUpdate[
 
 /** What becomes of one update in its batch. */
 type Verdict =
-  | { kind: 'refused'; error: Error }
+  | { kind: 'refused'; error: Error; ended?: boolean }
   | { kind: 'duplicate'; sessionId: string; record: UsageRow }
   | { kind: 'repeat'; sessionId: string; of: number }
   | { kind: 'new'; sessionId: string };
@@ -119,7 +119,7 @@ async function applyInTransaction(
     const before = applied.get(key);
     if (before) return { kind: 'duplicate', sessionId: u.sessionId, record: before };
     if (!isRunning(session))
-      return { kind: 'refused', error: billingErrors.sessionNotActive(session.id, session.status) };
+      return { kind: 'refused', error: billingErrors.sessionNotActive(session.id, session.status), ended: true };
     const misdated = timestampProblem(ctx, u, session);
     if (misdated) return { kind: 'refused', error: misdated };
     const of = firstInBatch.get(key);
@@ -160,7 +160,11 @@ async function applyInTransaction(
     const first = !charged.has(u.sessionId);
     charged.add(u.sessionId);
     if (!first && plan.end) {
-      verdicts[i] = { kind: 'refused', error: billingErrors.sessionNotActive(u.sessionId, plan.end.status) };
+      verdicts[i] = {
+        kind: 'refused',
+        error: billingErrors.sessionNotActive(u.sessionId, plan.end.status),
+        ended: true,
+      };
       return;
     }
     const row = usageRow(ctx, u, plan.minutes, first ? plan.billed : ZERO);
@@ -177,14 +181,34 @@ async function applyInTransaction(
     ).map((o) => [o.session.id, o]),
   );
 
+  // A report refused because its session has ended may be a retry whose original another batch applied after this
+  // batch's first statement took its snapshot (openUsageBatch): read again now, under the lock, it answers as the
+  // duplicate it is, as it would have in arrival order.
+  const ended = verdicts.flatMap((v, i) => (v.kind === 'refused' && v.ended ? [i] : []));
+  if (ended.length > 0) {
+    const found = new Map(
+      (
+        await appliedUsageRecords(
+          trx,
+          ended.map((i) => updates[i]!),
+        )
+      ).map((r) => [recordKey(r.session_id, r.message_id), r]),
+    );
+    for (const i of ended) {
+      const u = updates[i]!;
+      const record = found.get(recordKey(u.sessionId, u.messageId));
+      if (record) verdicts[i] = { kind: 'duplicate', sessionId: u.sessionId, record };
+    }
+  }
+
   // Final session state: ended as billing found it over, else as billed, else as locked.
-  const ended = new Map<string, SessionRow>();
+  const finished = new Map<string, SessionRow>();
   for (const [id, outcome] of outcomes) {
     if (!outcome.end) continue;
     const end = await finishSession(ctx, trx, outcome.session, outcome.end, fresh.get(id)![0]!.correlationId);
-    ended.set(id, end.session);
+    finished.set(id, end.session);
   }
-  const sessionOut = (id: string): SessionRow => ended.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
+  const sessionOut = (id: string): SessionRow => finished.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
 
   return updates.map((u, i) => {
     const v = verdicts[i]!;
@@ -192,7 +216,7 @@ async function applyInTransaction(
     // A repeat within the batch answers as its first did: refused alike, else a duplicate of its record.
     const original = v.kind === 'repeat' ? verdicts[v.of]! : v;
     if (original.kind === 'refused') return original.error;
-    const record = v.kind === 'duplicate' ? v.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
+    const record = original.kind === 'duplicate' ? original.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
     return {
       duplicate: v.kind !== 'new',
       usage: toUsageRecord(record, ctx.scale),

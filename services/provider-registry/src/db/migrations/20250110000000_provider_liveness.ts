@@ -62,6 +62,10 @@ const trackUptime = (lastSeen: string) => `
 
 // biome-ignore lint/suspicious/noExplicitAny: frozen migrations are written against Kysely<any>
 export async function up(db: Kysely<any>): Promise<void> {
+  // Nothing may write providers between the backfill's snapshot and the triggers (a provider registered, or a status
+  // changed, by an instance still running would miss its narrow row or its copy for good): the lock holds until the
+  // migration commits, as DROP COLUMN's would anyway.
+  await sql`LOCK TABLE providers IN SHARE ROW EXCLUSIVE MODE`.execute(db);
   await sql`
     CREATE TABLE provider_liveness (
       provider_id uuid PRIMARY KEY REFERENCES providers (id) ON DELETE CASCADE,
