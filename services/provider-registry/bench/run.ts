@@ -257,7 +257,13 @@ async function main() {
       const service = await runLoad(() => request('GET', path), { concurrency: LIST_CONCURRENCY, seconds: SECONDS });
       const direct = await runLoad(
         async () => {
-          for (const q of statements) await pool.query(q.sql, q.parameters as unknown[]);
+          // On one connection: a page may be a transaction of several statements (a clock walk's SET LOCAL).
+          const client = await pool.connect();
+          try {
+            for (const q of statements) await client.query(q.sql, q.parameters as unknown[]);
+          } finally {
+            client.release();
+          }
           return true;
         },
         { concurrency: LIST_CONCURRENCY, seconds: SECONDS },
