@@ -161,22 +161,33 @@ function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[])
     WHERE g.provider_id = ${id} AND g.idx = v.idx`.execute(db);
 }
 
+/** A heartbeat of a provider, limited to the machines of `owner` (null: any). */
+type Beat = { id: string; owner: string | null };
+
+/**
+ * The condition on the provider row `row` that one of `beats` names it and may write it (its owner limit allows).
+ */
+function beatsMayWrite(beats: Beat[], row: 'p' | 'cur'): RawBuilder<boolean> {
+  const ids = beats.map((b) => b.id);
+  const owners = beats.map((b) => b.owner);
+  const id = sql.ref(`${row}.id`);
+  return sql<boolean>`${id} = ANY(${ids}::uuid[]) AND EXISTS (
+        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
+        WHERE b.id = ${id} AND (b.owner IS NULL OR b.owner = ${sql.ref(`${row}.owner_id`)}))`;
+}
+
 /**
  * The heartbeats of `beats` (each limited to an owner; null: any) whose provider's status the heartbeat rule keeps:
  * their narrow rows' clocks moved to now, locked in ID order, and nothing else written (not even a lock on
  * `providers`). A narrow row found locked is re-checked once its writer commits: a status that a heartbeat now revives
  * leaves the beat to `reviveBeats`. No status changes here, so no event either.
  */
-async function moveClocks(db: Kysely<RegistryDB>, beats: { id: string; owner: string | null }[]) {
-  const ids = beats.map((b) => b.id);
-  const owners = beats.map((b) => b.owner);
+async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
   const { rows } = await sql<StatusWrite>`
     UPDATE provider_liveness l SET last_seen_at = now()
     FROM (
       SELECT l.provider_id, p.owner_id FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
-      WHERE l.provider_id = ANY(${ids}::uuid[]) AND ${keptByHeartbeatSql} AND EXISTS (
-        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
-        WHERE b.id = p.id AND (b.owner IS NULL OR b.owner = p.owner_id))
+      WHERE ${beatsMayWrite(beats, 'p')} AND ${keptByHeartbeatSql}
       ORDER BY l.provider_id FOR UPDATE OF l) cur
     WHERE l.provider_id = cur.provider_id
     RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
@@ -197,21 +208,8 @@ async function moveClock(db: Kysely<RegistryDB>, id: string, owner: string | und
  * The heartbeat rule for the providers of `beats` (with their owner limits), provider rows first: the status after
  * (`statusAfterHeartbeatSql`), stored where it changes with its event, and the clock.
  */
-function reviveBeats(
-  db: Kysely<RegistryDB>,
-  beats: { id: string; owner: string | null }[],
-  recording: EventRecording | undefined,
-) {
-  const ids = beats.map((b) => b.id);
-  const owners = beats.map((b) => b.owner);
-  return writeStatus(
-    db,
-    sql`cur.id = ANY(${ids}::uuid[]) AND EXISTS (
-        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
-        WHERE b.id = cur.id AND (b.owner IS NULL OR b.owner = cur.owner_id))`,
-    statusAfterHeartbeatSql,
-    recording,
-  );
+function reviveBeats(db: Kysely<RegistryDB>, beats: Beat[], recording: EventRecording | undefined) {
+  return writeStatus(db, beatsMayWrite(beats, 'cur'), statusAfterHeartbeatSql, recording);
 }
 
 /**
@@ -272,7 +270,7 @@ export async function recordHeartbeat(
  */
 export async function recordHeartbeats(
   db: Kysely<RegistryDB>,
-  beats: { id: string; owner: string | null }[],
+  beats: Beat[],
   recording?: EventRecording,
 ): Promise<Map<string, StatusWrite>> {
   const written = new Map((await moveClocks(db, beats)).map((r) => [r.id, r]));
