@@ -15,8 +15,8 @@
  *     job reads the dataset and its output is uploaded with the daemon's uploader through a presigned URL the renter
  *     made; the renter reads it back. The daemon reports each session's usage from its own GPUs.
  *  4. The daemon is killed (SIGKILL) mid-session and started again: it finds its machine and the running session, and
- *     its usage reports resume. The second session ends at its cap once its first minute is billed, billed exactly to
- *     the cap, and its 4 GPUs are back on the market.
+ *     its usage reports resume. The second session ends at its cap once the time the cap pays for is over (a little
+ *     over a minute), billed exactly to the cap, and its 4 GPUs are back on the market.
  *  5. The renter ends the session: billing charges the started minutes (the billing minute is not shortened),
  *     credits the provider's earnings and pays them out on chain; the registry shows the machine idle again.
  *  6. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
@@ -437,7 +437,8 @@ async function main() {
   // A second renter rents those 4 with a spend cap of its own; nothing is left for a third.
   const second = await fundedRenter(connection, 'second renter', 60, '50');
   const secondOffer = await findOffer(second.token, machineId, () => true);
-  const cap = '1.500000';
+  // A cap pays for at least the first minute (13.4 tokens at the 4 GPUs' 803.7/h): 15 buys 67 s.
+  const cap = '15.000000';
   const capped = unwrap(await startOn(second, randomUUID(), { max_total_spend: cap }));
   say(
     'second renter found the other 4 GPUs with its own token and rented them, capped',
@@ -512,7 +513,7 @@ async function main() {
   );
   say('daemon restarted: same machine, the running session found, usage resumed', `usage at ${resumed.last_usage_at}`);
 
-  // The capped session ends at its cap once its first minute is billed, its GPUs back on the market.
+  // The capped session ends at its cap once the time it pays for is over, its GPUs back on the market.
   const cappedEnd = await until(
     'the capped session to end at its cap',
     async () => {

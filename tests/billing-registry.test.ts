@@ -4,6 +4,7 @@
  * a machine the registry does not know is 404; a registry that cannot be reached is a 503, not a hang.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
@@ -325,6 +326,59 @@ describe('billing and the provider registry', () => {
     const next = await start(renters[2]!);
     expect(next.statusCode, next.body).toBe(201);
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('starts a session when it gets its GPUs, never before the end of the session that held them', async () => {
+    const owner = await providerUser();
+    const machine = await machineOf(owner, {
+      gpus: [gpu({ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 })],
+    });
+    const [a, b] = [await fundedRenter(), await fundedRenter()];
+    const start = (r: typeof a) =>
+      call(billing, r.headers, 'POST', '/billing/start-session', rentBody(r.userId, r.walletId, machine, 'A100', '10'));
+    const first = await start(a);
+    expect(first.statusCode, first.body).toBe(201);
+    // B's start waits for the machine's lease lock (held here, as a start on another instance would hold it) while
+    // A's session ends; the lock let go, B gets the GPU A held.
+    let second: ReturnType<typeof start> | undefined;
+    let ended: Awaited<ReturnType<typeof start>> | undefined;
+    await billing.db.transaction().execute(async (trx) => {
+      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`gpus:${machine}`}, 0))`.execute(trx);
+      second = start(b);
+      for (let i = 0; ; i++) {
+        const { rows } = await sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(billing.db);
+        if (rows[0]!.n > 0) break;
+        if (i > 500) throw new Error("the second start never waited for the machine's lease lock");
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      ended = await call(billing, a.headers, 'POST', '/billing/end-session', { session_id: first.json().session.id });
+      expect(ended.statusCode, ended.body).toBe(200);
+    });
+    const next = await second!;
+    expect(next.statusCode, next.body).toBe(201);
+    expect(next.json().session.gpu_indices).toEqual([0]);
+    // The records can be audited: no moment has two sessions on one GPU.
+    const endedAt = Date.parse(ended!.json().session.ended_at);
+    expect(Date.parse(next.json().session.started_at)).toBeGreaterThanOrEqual(endedAt);
+  });
+
+  it('derives the GPU model of a machine with one model, and asks for it on a machine with several', async () => {
+    const owner = await providerUser();
+    const a100 = gpu({ model_name: 'NVIDIA A100-SXM4-80GB', vram: 81920, power_consumption: 400 });
+    const h100 = gpu({ model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 });
+    const single = await machineOf(owner, { gpus: [a100, a100] });
+    const mixed = await machineOf(owner, { gpus: [a100, h100] });
+    const r = await fundedRenter();
+    const { user_id: _u, job_id: _j, gpu_model: _m, ...body } = rentBody(r.userId, r.walletId, single, 'A100', '10');
+    const started = await call(billing, r.headers, 'POST', '/billing/start-session', body);
+    expect(started.statusCode, started.body).toBe(201);
+    expect(started.json().session).toMatchObject({ gpu_model: 'nvidia-tesla-a100', gpu_indices: [0] });
+    const refused = await call(billing, r.headers, 'POST', '/billing/start-session', { ...body, provider_id: mixed });
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json()).toMatchObject({ code: 'GPU_MODEL_REQUIRED', errors: [{ path: 'body.gpu_model' }] });
+    expect(refused.json().detail).toMatch(/A100.*H100/);
   });
 
   it('rents N of M GPUs, priced and quoted for those N: two renters share a machine, a third waits for one to end', async () => {

@@ -13,6 +13,7 @@ import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
+import { eventRoutes } from './routes/events.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
@@ -117,6 +118,7 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(providerRoutes, routeDeps);
   await app.register(pricingRoutes, routeDeps);
   await app.register(sessionRoutes, routeDeps);
+  await app.register(eventRoutes, routeDeps);
   await app.register(usageRoutes, routeDeps);
   await app.register(storageRoutes, routeDeps);
   await app.register(reservationRoutes, routeDeps);

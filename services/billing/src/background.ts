@@ -22,7 +22,12 @@ import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consume
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
 import { announcePrices } from './domain/pricing/index.ts';
-import { checkRunningProviders, runBillingCycle } from './domain/sessions/index.ts';
+import {
+  checkRunningProviders,
+  endSessionsAtCap,
+  purgeOldSessionEvents,
+  runBillingCycle,
+} from './domain/sessions/index.ts';
 import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 
 export interface Background {
@@ -58,49 +63,35 @@ export async function startBackground(
     ctx.logger.warn({ err: (err as Error).message }, 'announcing the prices failed'),
   );
 
-  let reconciling: Promise<unknown> | undefined;
-  const reconcile = (minAgeMs: number) => {
-    reconciling ??= reconcilePending(ctx, minAgeMs)
-      .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'reconciliation failed; will retry'))
-      .finally(() => {
-        reconciling = undefined;
-      });
-    return reconciling;
+  const rounds: Round[] = [];
+  /** A round of work every `ms` (none when 0), one run at a time; a failure is logged and the next run retries. */
+  const every = (ms: number, failed: string, work: () => Promise<unknown>) => {
+    rounds.push(new Round(work, (err) => ctx.logger.warn({ err: (err as Error).message }, failed), ms));
   };
-  await reconcile(0);
-  const every = durationMs(config.billing.reconcile_interval);
-  // Records younger than the confirm timeout may still be in the hands of the request that created them.
-  const minAge = durationMs(config.blockchain.confirm_timeout) + 5000;
-  const timer = every > 0 ? setInterval(() => void reconcile(minAge), every) : undefined;
-  timer?.unref();
 
+  // Withdrawals and payouts left pending: at start-up, then every reconcile_interval. Records younger than the
+  // confirm timeout may still be in the hands of the request that created them.
+  const reconcileEvery = durationMs(config.billing.reconcile_interval);
+  const minAge = durationMs(config.blockchain.confirm_timeout) + 5000;
+  await reconcilePending(ctx, 0).catch((err) =>
+    ctx.logger.warn({ err: (err as Error).message }, 'reconciliation failed; will retry'),
+  );
+  every(reconcileEvery, 'reconciliation failed; will retry', () => reconcilePending(ctx, minAge));
   // Automatic payouts that came due without a nudge (a session ended by the biller or an offline provider, an
   // instance stopped in between): a round of their own, so a slow payout never holds up the reconciliation.
-  let sweeping: Promise<unknown> | undefined;
-  const sweepTimer =
-    every > 0
-      ? setInterval(() => {
-          sweeping ??= sweepAutoPayouts(ctx)
-            .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'automatic payouts failed; will retry'))
-            .finally(() => {
-              sweeping = undefined;
-            });
-        }, every)
-      : undefined;
-  sweepTimer?.unref();
-
-  let billing: Promise<unknown> | undefined;
-  const bill = () => {
-    billing ??= runBillingCycle(ctx)
-      .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'billing cycle failed; will retry'))
-      .finally(() => {
-        billing = undefined;
-      });
-    return billing;
-  };
-  const billEvery = ctx.sessions.billingIntervalMs;
-  const billTimer = billEvery > 0 ? setInterval(() => void bill(), billEvery) : undefined;
-  billTimer?.unref();
+  every(reconcileEvery, 'automatic payouts failed; will retry', () => sweepAutoPayouts(ctx));
+  every(ctx.sessions.billingIntervalMs, 'billing cycle failed; will retry', () => runBillingCycle(ctx));
+  // Capped sessions end when the time their cap paid for is over, not at the next cycle.
+  every(durationMs(config.billing.spend_cap_check_interval), 'the cap sweep failed; will retry', () =>
+    endSessionsAtCap(ctx),
+  );
+  // Session events are kept for their parties to read for `event_retention`.
+  const retentionMs = durationMs(config.billing.event_retention);
+  if (retentionMs > 0) {
+    every(reconcileEvery, 'purging old session events failed; will retry', () =>
+      purgeOldSessionEvents(ctx, retentionMs),
+    );
+  }
 
   const consumer: UsageConsumer | null =
     publisher instanceof NatsPublisher
@@ -144,19 +135,11 @@ export async function startBackground(
 
   // Without NATS no status event arrives: ask the registry about the machines with running sessions instead. With
   // NATS, ask now and then all the same (providerCheckEveryMs).
-  let checking: Promise<unknown> | undefined;
-  const checkEvery = providerCheckEveryMs(config, statuses !== null);
-  const checkTimer =
-    ctx.providers && checkEvery > 0
-      ? setInterval(() => {
-          checking ??= checkRunningProviders(ctx)
-            .catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'provider check failed; will retry'))
-            .finally(() => {
-              checking = undefined;
-            });
-        }, checkEvery)
-      : undefined;
-  checkTimer?.unref();
+  if (ctx.providers) {
+    every(providerCheckEveryMs(config, statuses !== null), 'provider check failed; will retry', () =>
+      checkRunningProviders(ctx),
+    );
+  }
 
   return {
     healthChecks: {
@@ -166,19 +149,38 @@ export async function startBackground(
     },
     metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? [])],
     async stop() {
-      clearInterval(timer);
-      clearInterval(sweepTimer);
-      clearInterval(billTimer);
-      clearInterval(checkTimer);
-      await checking;
+      for (const round of rounds) round.stop();
       await consumer?.stop();
       await storageUsage?.stop();
       await statuses?.stop();
-      await billing;
-      await reconciling;
-      await sweeping;
+      await Promise.all(rounds.map((r) => r.running));
       await settleAutoPayouts(ctx);
       await relay?.stop();
     },
   };
+}
+
+/** Work run every `ms` (never when 0), one run at a time: a tick while a run goes on is skipped. */
+class Round {
+  private readonly timer: NodeJS.Timeout | undefined;
+  /** The run going on, if any. */
+  running: Promise<unknown> | undefined;
+
+  constructor(work: () => Promise<unknown>, failed: (err: unknown) => void, ms: number) {
+    this.timer =
+      ms > 0
+        ? setInterval(() => {
+            this.running ??= work()
+              .catch(failed)
+              .finally(() => {
+                this.running = undefined;
+              });
+          }, ms)
+        : undefined;
+    this.timer?.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
 }

@@ -108,7 +108,15 @@ export const billingConfigSchema = z.object({
   billing: z
     .object({
       billing_interval: zDuration().default('1m'),
+      /**
+       * How often billing looks for capped sessions whose cap's time is over (`cap_ends_at`) and ends them: the most a
+       * capped session holds its GPUs past the time its cap paid for (plus the time to end it). 0 leaves it to the
+       * billing cycle (`billing_interval`).
+       */
+      spend_cap_check_interval: zDuration().default('5s'),
       grace_period: zDuration().default('5m'),
+      /** How long session events are kept for the sessions' parties to read (GET /billing/events); 0 keeps them. */
+      event_retention: zDuration().default('30d'),
       minimum_balance: zDecimal().default('1.0'),
       initial_period: zDuration().default('1h'),
       /** A running session's hold is topped up (by another initial_period) when it covers less than this beyond the billed cost. */

@@ -166,6 +166,30 @@ export const billingErrors = {
       errors: [{ path: 'body.accepted_hourly_rate', message: detail }],
     });
   },
+  gpuModelRequired: (models: string[]) => {
+    const detail =
+      models.length > 1
+        ? `the machine has GPUs of ${models.length} models (${models.join(', ')}): name one in gpu_model`
+        : 'name the GPU model to rent in gpu_model (billing prices it without a registry record of the machine)';
+    return new AppError('invalid', 'GPU_MODEL_REQUIRED', detail, {
+      errors: [{ path: 'body.gpu_model', message: detail }],
+    });
+  },
+  userIdRequired: () => {
+    const detail = 'a platform service or admin starts a session for a user: name the user in user_id';
+    return new AppError('invalid', 'USER_ID_REQUIRED', detail, {
+      errors: [{ path: 'body.user_id', message: detail }],
+    });
+  },
+  spendCapTooLow: (cap: string, minimum: string) => {
+    const detail =
+      `a spend cap of ${cap} pays for less than the first billed minute, which costs ${minimum} at the session's ` +
+      'rate: cap at least that (or send no cap)';
+    return new AppError('invalid', 'SPEND_CAP_TOO_LOW', detail, {
+      errors: [{ path: 'body.max_total_spend', message: detail }],
+      extra: { minimum_spend_cap: minimum },
+    });
+  },
   priceNotAccepted: (rate: string, accepted: string) =>
     new AppError(
       'conflict',

@@ -182,6 +182,11 @@ function table(): Record<string, AccessRule> {
       request: () => ({}),
       expect: { ...PARTY(200), other_user: 200, renter: 200, other_daemon: 200, others: 403 },
     },
+    // Session events, scoped to the caller's sessions as the list above.
+    'GET /api/v1/billing/events': {
+      request: () => ({}),
+      expect: { ...PARTY(200), other_user: 200, renter: 200, other_daemon: 200, others: 403 },
+    },
     // Everyone with a user's or daemon's role reads their own history (scoped: below).
     'GET /api/v1/billing/history': {
       request: () => ({}),

@@ -156,4 +156,53 @@ describe('a rental session', () => {
     const record = (await end(h, started.json().session.id)).json().billing_record;
     expect(record).toMatchObject({ billed_minutes: 6, total_cost: '1.010000' });
   });
+
+  it('names the price exactly when it refuses one, so the figure it names is accepted', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const wallet = await h.fundedWallet('50', 'user', undefined, { ownerId: renter.id });
+    const provider = await h.fundedWallet('0', 'provider', undefined, { holderId: crypto.randomUUID() });
+    // 1 MB of VRAM at 0.02 per GB-hour: a rate with more decimals than the token has (5.1000195312...).
+    const body = { ...startBody({ renter: wallet, provider }, { ...H100_X1, requested_vram_mb: 40961 }) };
+    const as = (payload: unknown) => start(h, payload as Record<string, unknown>, renter.headers);
+    const refused = await as({ ...body, user_id: renter.id, accepted_hourly_rate: '5.1' });
+    expect(refused.statusCode).toBe(409);
+    const named = refused.json().total_hourly_rate as string;
+    expect(new Dec(named).gt('5.100000')).toBe(true);
+    expect(refused.json().detail).toContain(named);
+    // The figure cut to the token's decimals (what the refusal used to name) is refused again; the named one starts it.
+    const cut = new Dec(named).toDecimalPlaces(6, Dec.ROUND_DOWN).toFixed(6);
+    expect((await as({ ...body, user_id: renter.id, accepted_hourly_rate: cut })).statusCode).toBe(409);
+    const started = await as({ ...body, user_id: renter.id, accepted_hourly_rate: named });
+    expect(started.statusCode, started.body).toBe(201);
+    expect(started.json().session.rates.total_hourly_rate).toBe(named);
+  });
+
+  it('derives what a user leaves out: the renter from the token, the job from the session', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const wallet = await h.fundedWallet('50', 'user', undefined, { ownerId: renter.id });
+    const provider = await h.fundedWallet('0', 'provider', undefined, { holderId: crypto.randomUUID() });
+    const {
+      user_id: _u,
+      job_id: _j,
+      ...body
+    } = startBody({ renter: wallet, provider }, H100_X1) as Record<string, unknown>;
+    const res = await start(h, { ...body, accepted_hourly_rate: '5.1' }, renter.headers);
+    expect(res.statusCode, res.body).toBe(201);
+    const session = res.json().session;
+    expect(session.user_id).toBe(renter.id);
+    expect(session.job_id).toBe(session.id);
+    // Another's wallet is still another's.
+    const other = await h.issuer.user(['renter']);
+    const foreign = await start(h, { ...body, accepted_hourly_rate: '5.1' }, other.headers);
+    expect(foreign.statusCode).toBe(403);
+    // A machine client names the renter it starts for; without a registry, the model must be named.
+    const service = await h.issuer.client('service');
+    const { gpu_model: _m, ...unnamed } = body;
+    const noUser = await start(h, unnamed, service.headers);
+    expect(noUser.statusCode).toBe(400);
+    expect(noUser.json()).toMatchObject({ code: 'USER_ID_REQUIRED', errors: [{ path: 'body.user_id' }] });
+    const noModel = await start(h, { ...unnamed, user_id: renter.id }, service.headers);
+    expect(noModel.statusCode).toBe(400);
+    expect(noModel.json()).toMatchObject({ code: 'GPU_MODEL_REQUIRED', errors: [{ path: 'body.gpu_model' }] });
+  });
 });

@@ -5,10 +5,12 @@
  * warned once (`session.low_balance`, `low_balance_since`) before the grace period starts, and again only after funds
  * came and ran low anew. Against real PostgreSQL, the ledger checked after each.
  */
+import { NoopPublisher } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
+import { startBackground } from '../src/background.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
-import { runBillingCycle } from '../src/domain/sessions/biller.ts';
-import { end, H100_X1, manualClock, parties, RTX4090_X2, start, startBody } from './support/sessions.ts';
+import { endSessionsAtCap, runBillingCycle } from '../src/domain/sessions/biller.ts';
+import { end, H100_X1, manualClock, ownedParties, parties, RTX4090_X2, start, startBody } from './support/sessions.ts';
 import { setupBilling, useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
@@ -190,6 +192,105 @@ describe('a spend cap', () => {
   });
 });
 
+describe('a spend cap buys no GPU time it does not pay for', () => {
+  it('is at least the first billed minute at the rate: a smaller one is refused, naming the minimum, with nothing held', async () => {
+    const p = await parties(h, '20');
+    // H100 × 1 at 5.10/h: the first minute costs 0.085.
+    for (const cap of ['0.000001', '0.084999']) {
+      const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: cap });
+      expect(res.statusCode, cap).toBe(400);
+      expect(res.json()).toMatchObject({
+        code: 'SPEND_CAP_TOO_LOW',
+        minimum_spend_cap: '0.085000',
+        errors: [{ path: 'body.max_total_spend' }],
+      });
+    }
+    expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '20.000000', locked: '0.000000' });
+    const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.085' });
+    expect(res.statusCode, res.body).toBe(201);
+    // One minute paid: the cap's time is over a minute after the start.
+    const s = res.json().session;
+    expect(Date.parse(s.spend_cap_ends_at) - Date.parse(s.started_at)).toBe(60_000);
+  });
+
+  it('ends each capped session within the check interval past the time its cap paid for, billed exactly the cap', async () => {
+    const step = 5_000; // billing.spend_cap_check_interval, the default: how often the cap sweep runs
+    // From one minute's worth (0.085 at 5.10/h) to several, ending inside a minute and on no minute's edge.
+    for (const cap of ['0.085', '0.1', '0.123457', '0.5', '1.000001']) {
+      const p = await parties(h, '20');
+      const session = (await start(h, { ...startBody(p, H100_X1), max_total_spend: cap })).json().session;
+      const paidMs = new Dec(cap).mul(3_600_000).div('5.1').toNumber();
+      const startedAt = Date.parse(session.started_at);
+      // Only the sweep runs (no billing cycle, no usage report): a silent daemon's session ends all the same.
+      let ended: { status: string } | undefined;
+      for (let sweeps = 0; sweeps < 1_000 && !ended; sweeps++) {
+        clock.advance(step);
+        await endSessionsAtCap(h.ctx);
+        const now = await session_(session.id);
+        if (now.status !== 'active') ended = now;
+      }
+      const { billing_record: record } = (
+        await h.app.inject({ method: 'POST', url: '/api/v1/billing/end-session', payload: { session_id: session.id } })
+      ).json();
+      const heldMs = Date.parse(record.ended_at) - startedAt;
+      expect(ended?.status, cap).toBe('completed');
+      expect(record.end_reason, cap).toBe('spend_cap');
+      // Not before the time paid for, and no longer past it than the sweep's interval.
+      expect(heldMs, cap).toBeGreaterThanOrEqual(paidMs);
+      expect(heldMs - paidMs, cap).toBeLessThanOrEqual(step);
+      expect(record.total_cost, cap).toBe(new Dec(cap).toFixed(6));
+      // The crossing minute is billed (up to the cap): the provider is paid for every minute the GPUs were held.
+      expect(record.billed_minutes, cap).toBe(Math.ceil(heldMs / 60_000));
+      expect(new Dec(record.provider_earnings).plus(record.platform_fee).toFixed(6), cap).toBe(record.total_cost);
+      expect(await h.balanceOf(p.renter.id)).toMatchObject({
+        available: new Dec(20).minus(cap).toFixed(6),
+        locked: '0.000000',
+      });
+    }
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('is ended by the running service, with no usage report and no billing cycle', async () => {
+    const own = await setupBilling({
+      now: clock.now,
+      config: { billing: { spend_cap_check_interval: '100ms', billing_interval: '1h' } },
+    });
+    const background = await startBackground(own.ctx, own.config, new NoopPublisher(), undefined, null);
+    try {
+      const p = await parties(own, '20');
+      const res = await own.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/start-session',
+        payload: { ...startBody(p, H100_X1), max_total_spend: '0.1' },
+      });
+      const id = res.json().session.id as string;
+      clock.advance(71_000); // 0.1 at 5.10/h pays for 70.6 s
+      const deadline = Date.now() + 3_000;
+      let status = 'active';
+      while (status === 'active' && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        status = (
+          await own.db.selectFrom('rental_sessions').select('status').where('id', '=', id).executeTakeFirstOrThrow()
+        ).status;
+      }
+      expect(status).toBe('completed');
+      const row = await own.db
+        .selectFrom('rental_sessions')
+        .select(['end_reason', 'total_cost'])
+        .where('id', '=', id)
+        .executeTakeFirstOrThrow();
+      expect(row).toEqual({ end_reason: 'spend_cap', total_cost: '0.100000' });
+    } finally {
+      await background.stop();
+      await own.close();
+    }
+  });
+});
+
+/** The session row as billing keeps it. */
+const session_ = (id: string) =>
+  h.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+
 describe('a low balance', () => {
   it('warns once before the grace period, clears when funds come, and warns again when they run low anew', async () => {
     // RTX 4090 × 2: 1.93 tokens/hour (0.032166… a minute). 2.5 tokens: 1.93 held at the start, 0.57 left available.
@@ -232,6 +333,43 @@ describe('a low balance', () => {
     expect(order).toEqual(['session.low_balance', 'session.low_balance', 'session.grace_period']);
     expect(new Dec((await session(id)).total_cost).lte('5.5')).toBe(true);
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it("reaches the renter and the machine's owner over HTTP (GET /billing/events), the event NATS carries", async () => {
+    const renter = await h.issuer.user(['renter']);
+    const owner = await h.issuer.user(['provider']);
+    const stranger = await h.issuer.user(['renter']);
+    const p = await ownedParties(h, '2.5', renter.id, owner.id);
+    const id = (await start(h, startBody(p, RTX4090_X2))).json().session.id as string;
+    minutes(63); // the hold pays for less than 15 minutes more, and the wallet is empty
+    await runBillingCycle(h.ctx);
+    const read = (who: { headers: Record<string, string> }, query: string) =>
+      h.app.inject({ method: 'GET', url: `/api/v1/billing/events?${query}`, headers: who.headers });
+
+    const low = await read(renter, `session_id=${id}&kind=session.low_balance`);
+    expect(low.statusCode, low.body).toBe(200);
+    const [event] = low.json().events;
+    expect(event).toMatchObject({ kind: 'session.low_balance', session: { id, status: 'active' } });
+    expect(event.session.low_balance_since).toBe(clock.now().toISOString());
+    // The same event as the message: its ID, kind and data.
+    const [message] = await eventsOf(id, 'session.low_balance');
+    expect(message!.payload).toMatchObject({ event_id: event.event_id, session: event.session });
+    // Newest first; the machine's owner reads them too, and nobody else.
+    const kinds = async (who: typeof renter) =>
+      (await read(who, `session_id=${id}`)).json().events.map((e: { kind: string }) => e.kind);
+    expect(await kinds(renter)).toEqual(['session.low_balance', 'session.started']);
+    expect(await kinds(owner)).toEqual(['session.low_balance', 'session.started']);
+    expect((await read(stranger, `session_id=${id}`)).statusCode).toBe(403);
+    expect((await read(stranger, '')).json().events).toEqual([]);
+    expect((await read(renter, `session_id=${crypto.randomUUID()}`)).statusCode).toBe(404);
+    const badKind = await read(renter, 'kind=session.cost');
+    expect(badKind.statusCode).toBe(400);
+    // Paged as every list: one at a time, then the next.
+    const first = await read(renter, 'limit=1');
+    expect(first.json().events.map((e: { kind: string }) => e.kind)).toEqual(['session.low_balance']);
+    const next = await read(renter, `limit=1&cursor=${first.json().next_cursor}`);
+    expect(next.json().events.map((e: { kind: string }) => e.kind)).toEqual(['session.started']);
+    expect(next.json().next_cursor).toBeNull();
   });
 
   it('is off with billing.low_balance_warning: 0', async () => {

@@ -93,19 +93,28 @@ describe('POST /api/v1/billing/usage-update', () => {
     }
   });
 
-  it("bills a newer daemon's report, dropping the fields billing does not know, alone or in a batch", async () => {
+  it('refuses fields billing does not know (a sender never sets the cost), alone or in a batch; metrics stay free', async () => {
     const p = await parties(h, '10');
     const id = (await start(h, startBody(p, H100_X1))).json().session.id;
-    const res = await update({ ...report(id, { message_id: 'newer-1' }), fan_rpm: 3000 });
-    expect(res.statusCode, res.body).toBe(201);
-    expect(res.json().usage).not.toHaveProperty('fan_rpm');
+    for (const extra of [{ cost: '0' }, { billed_minutes: 0 }, { fan_rpm: 3000 }]) {
+      const res = await update({ ...report(id, { message_id: `extra-${Object.keys(extra)[0]}` }), ...extra });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.json().errors).toEqual([{ path: `body.${Object.keys(extra)[0]}`, message: 'unknown field' }]);
+    }
     const batch = await h.app.inject({
       method: 'POST',
       url: '/api/v1/billing/usage-updates',
-      payload: { reports: [{ ...report(id, { message_id: 'newer-2' }), fan_rpm: 1 }], sent_at: 'now' },
+      payload: { reports: [{ ...report(id, { message_id: 'batch-cost' }), cost: '0' }] },
     });
-    expect(batch.statusCode, batch.body).toBe(200);
-    expect(batch.json().results[0]).toMatchObject({ status: 201 });
+    expect(batch.statusCode, batch.body).toBe(400);
+    expect(batch.json().errors[0].path).toBe('body.reports.0.cost');
+    // Nothing of the refused reports was recorded.
+    const stored = await h.db.selectFrom('usage_records').select('message_id').where('session_id', '=', id).execute();
+    expect(stored).toEqual([]);
+    // What a newer daemon measures goes in metrics, which stays free-form.
+    const newer = await update(report(id, { message_id: 'newer-1', metrics: { fan_rpm: 3000 } }));
+    expect(newer.statusCode, newer.body).toBe(201);
+    expect(newer.json().usage.metrics).toEqual({ fan_rpm: 3000 });
   });
 
   it('refuses unknown sessions and bad reports', async () => {

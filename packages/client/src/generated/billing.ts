@@ -41,6 +41,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Session events, newest first: a renter's low-balance warning, grace period, end, over HTTP
+         * @description The events billing publishes on NATS (`billing.events.session.*`), the same bodies, kept for `billing.event_retention` (30 days) for callers without NATS: `session.started`, `session.low_balance` (the funds left pay for less than `billing.low_balance_warning` of running), `session.grace_period`, `session.resumed`, `session.completed`, `session.terminated`. A user (or their daemon) reads the events of the sessions they rent or that run on machines they own; admins and services read all. Filters: `session_id` (404 for an unknown session, 403 when the caller is no party of it), `kind` (repeat or separate with commas). Poll it: new events come first. Paging as everywhere.
+         */
+        get: operations["listSessionEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/history": {
         parameters: {
             query?: never;
@@ -132,7 +152,7 @@ export interface paths {
         put?: never;
         /**
          * Start a metered GPU rental: check funds, hold the initial period, freeze the rates
-         * @description The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate); the rates are then frozen. The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost (`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. 409 SESSION_ALREADY_RUNNING when the job has a running session.
+         * @description The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate exactly as it must be accepted); the rates are then frozen, and the session starts when its GPUs are leased (`started_at`). The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost (`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. estimated_runtime_minutes: whole minutes the available balance (before the hold) pays for. 409 SESSION_ALREADY_RUNNING when the job has a running session.
          */
         post: operations["startSession"];
         delete?: never;
@@ -623,6 +643,8 @@ export interface components {
             session_id: string;
             /** @description the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap */
             spend_cap: string | null;
+            /** @description when the time the spend cap pays for is over (the cap at the frozen rate, from `started_at`): billing ends the session then, billed exactly the cap, within `billing.spend_cap_check_interval` (5 s); null: no cap */
+            spend_cap_ends_at: string | null;
             started_at: string;
             /** @enum {string} */
             status: "active" | "grace_period" | "completed" | "terminated";
@@ -902,6 +924,8 @@ export interface components {
             requested_vram_mb: number;
             /** @description the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap */
             spend_cap: string | null;
+            /** @description when the time the spend cap pays for is over (the cap at the frozen rate, from `started_at`): billing ends the session then, billed exactly the cap, within `billing.spend_cap_check_interval` (5 s); null: no cap */
+            spend_cap_ends_at: string | null;
             started_at: string;
             /** @enum {string} */
             status: "active" | "grace_period" | "completed" | "terminated";
@@ -922,6 +946,25 @@ export interface components {
             /** Format: uuid */
             session_id: string;
         };
+        SessionEvent: {
+            /** @description an ended session’s billing record */
+            billing_record?: components["schemas"]["BillingRecord"];
+            /**
+             * Format: uuid
+             * @description the event's ID: the NATS message's `event_id` and `Nats-Msg-Id`
+             */
+            event_id: string;
+            /** @enum {string} */
+            kind: "session.started" | "session.low_balance" | "session.grace_period" | "session.resumed" | "session.completed" | "session.terminated";
+            occurred_at: string;
+            /** @description the session as the change left it */
+            session: components["schemas"]["Session"];
+        };
+        SessionEventPage: {
+            events: components["schemas"]["SessionEvent"][];
+            /** @description the same as `X-Next-Cursor`; null on the last page */
+            next_cursor: string | null;
+        };
         SessionPage: {
             /** @description the same as `X-Next-Cursor`; null on the last page */
             next_cursor: string | null;
@@ -941,10 +984,11 @@ export interface components {
             estimated_power_w?: number;
             /** @default 1 */
             gpu_count?: number;
-            /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
-            gpu_model: string;
-            job_id: string;
-            /** @description the most the session may cost in all (above zero, at most the token decimals): billing ends it once its cost reaches this, billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more for it */
+            /** @description the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine's GPUs are all of one model (400 GPU_MODEL_REQUIRED otherwise) */
+            gpu_model?: string;
+            /** @description the renter's or scheduler's job (one running session per job); default: the session's own ID */
+            job_id?: string;
+            /** @description the most the session may cost in all (at most the token decimals; at least its first minute at the session's rate, else 400 SPEND_CAP_TOO_LOW with `minimum_spend_cap`): billing ends it when the time the cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more for it */
             max_total_spend?: string;
             /** Format: uuid */
             provider_id: string;
@@ -958,8 +1002,11 @@ export interface components {
              * @description a reservation of the machine's GPUs held for this user (POST /billing/reservations): the session rents exactly those GPUs; 404 RESERVATION_NOT_FOUND when it has expired or names another machine
              */
             reservation_id?: string;
-            /** Format: uuid */
-            user_id: string;
+            /**
+             * Format: uuid
+             * @description the renter: the wallet's holder (default: the calling user; a machine client must name one)
+             */
+            user_id?: string;
             /** Format: uuid */
             wallet_id: string;
         };
@@ -1343,6 +1390,43 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSessionEvents: {
+        parameters: {
+            query?: {
+                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                cursor?: string;
+                /** @description session.started, session.low_balance, session.grace_period, session.resumed, session.completed, session.terminated */
+                kind?: string | string[];
+                limit?: number;
+                session_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionEventPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

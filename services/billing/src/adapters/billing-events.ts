@@ -5,7 +5,9 @@
  * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
  * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`.
  */
+import { randomUUID } from 'node:crypto';
 import type { Outbox } from '@gpu/common';
+import { insertSessionEvent } from '../db/session-event-repository.ts';
 import type { BillingEvent, BillingEvents } from '../domain/events.ts';
 import { billingRecordJson, type PresentContext, sessionJson, transactionJson } from '../wire/presenters.ts';
 
@@ -49,12 +51,28 @@ function eventData(p: PresentContext, e: BillingEvent): object {
   }
 }
 
-/** Billing's events, recorded in `outbox` (nothing is recorded when it is `Outbox.disabled`). */
+/**
+ * Billing's events, recorded in `outbox` (nothing is recorded there when it is `Outbox.disabled`); a session's events
+ * are also kept in `session_events` for its parties to read over HTTP (GET /billing/events), NATS or not, with the
+ * same `event_id`, time and data as the message.
+ */
 export function outboxEvents(outbox: Outbox, p: PresentContext): BillingEvents {
   return {
-    record: (db, event, correlationId) =>
-      outbox.enabled
-        ? outbox.record(db, [{ kind: event.kind, data: eventData(p, event) }], correlationId)
-        : Promise.resolve(),
+    async record(db, event, correlationId) {
+      const data = eventData(p, event);
+      const id = randomUUID();
+      const occurredAt =
+        'session' in event
+          ? await insertSessionEvent(db, {
+              id,
+              sessionId: event.session.id,
+              userId: event.session.user_id,
+              providerOwnerId: event.session.provider_owner_id,
+              kind: event.kind,
+              data,
+            })
+          : undefined;
+      if (outbox.enabled) await outbox.record(db, [{ id, kind: event.kind, data, occurredAt }], correlationId);
+    },
   };
 }

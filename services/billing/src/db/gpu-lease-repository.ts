@@ -20,23 +20,33 @@ export interface HeldGpu {
 }
 
 /**
- * Serialises the machine's GPU holders until the transaction ends, drops its reservations expired by `now`, and
- * returns the GPUs held on it.
+ * Serialises the machine's GPU holders until the transaction ends, reads the GPUs held on it, then the time (`at`:
+ * read after the holders, so a lease never starts before the end of a holder it saw gone, which committed its end
+ * time before this read), and drops the machine's reservations expired by then; the GPUs still held.
  */
-export async function lockMachineGpus(trx: Trx, providerId: string, now: Date): Promise<HeldGpu[]> {
+export async function lockMachineGpus(
+  trx: Trx,
+  providerId: string,
+  clock: () => Date,
+): Promise<{ at: Date; held: HeldGpu[] }> {
   await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`gpus:${providerId}`}, 0))`.execute(trx);
-  await trx
-    .deleteFrom('gpu_leases')
-    .where('provider_id', '=', providerId)
-    .where('session_id', 'is', null)
-    .where('expires_at', '<=', now)
-    .execute();
-  return trx
+  const rows = await trx
     .selectFrom('gpu_leases')
     .select(['gpu_index', 'session_id', 'reservation_id', 'user_id', 'expires_at'])
     .where('provider_id', '=', providerId)
     .orderBy('gpu_index')
     .execute();
+  const at = clock();
+  const expired = (h: HeldGpu) => h.session_id === null && h.expires_at !== null && h.expires_at <= at;
+  if (rows.some(expired)) {
+    await trx
+      .deleteFrom('gpu_leases')
+      .where('provider_id', '=', providerId)
+      .where('session_id', 'is', null)
+      .where('expires_at', '<=', at)
+      .execute();
+  }
+  return { at, held: rows.filter((h) => !expired(h)) };
 }
 
 /** The indices of the GPUs held on the machine now (a plain read, for a quote: no lock, expired reservations left out). */

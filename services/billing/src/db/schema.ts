@@ -164,6 +164,8 @@ export interface RentalSessionTable {
   spend_cap: Money | null;
   /** When the renter was last warned that the funds left pay for little running time (null: not low). */
   low_balance_at: Date | null;
+  /** When a capped session's cap is spent at its frozen rate: it ends then (null: no cap). */
+  cap_ends_at: Date | null;
   created_at: Timestamp;
   updated_at: Timestamp;
 }
@@ -237,6 +239,20 @@ interface GpuLeaseTable {
   created_at: Generated<Date>;
 }
 
+/** A session event as billing recorded it, for the session's parties to read (GET /billing/events). */
+export interface SessionEventTable {
+  /** The event's `event_id`. */
+  id: string;
+  session_id: string;
+  /** The renter. */
+  user_id: string;
+  provider_owner_id: string | null;
+  kind: string;
+  occurred_at: Generated<Date>;
+  /** The event's data in the wire shape (`session`, and `billing_record` once ended), written as JSON text. */
+  data: ColumnType<unknown, string, never>;
+}
+
 export interface BillingDB {
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
@@ -252,4 +268,5 @@ export interface BillingDB {
   outbox_events: OutboxEventTable;
   storage_charges: StorageChargeTable;
   gpu_leases: GpuLeaseTable;
+  session_events: SessionEventTable;
 }

@@ -56,6 +56,28 @@ export async function sessionIdsIn(
     .execute();
 }
 
+/**
+ * Up to `limit` running sessions whose cap's time is over by `now`, in order of that time (the cap sweep's pages:
+ * `after` the previous page's last).
+ */
+export async function sessionIdsPastCap(
+  db: Db,
+  now: Date,
+  after: { capEndsAt: Date; id: string } | undefined,
+  limit: number,
+): Promise<{ id: string; cap_ends_at: Date }[]> {
+  let q = db
+    .selectFrom('rental_sessions')
+    .select(['id', 'cap_ends_at'])
+    .where('cap_ends_at', 'is not', null)
+    .where('status', 'in', ['active', 'grace_period'])
+    .where('cap_ends_at', '<=', now);
+  if (after)
+    q = q.where(sql<boolean>`(cap_ends_at, id) > (${after.capEndsAt.toISOString()}::timestamptz, ${after.id}::uuid)`);
+  const rows = await q.orderBy('cap_ends_at').orderBy('id').limit(limit).execute();
+  return rows as { id: string; cap_ends_at: Date }[];
+}
+
 /** The session's row locked, if it is in `statuses` and no one else holds its lock (SKIP LOCKED). */
 export async function claimSessionIn(
   trx: Transaction<BillingDB>,

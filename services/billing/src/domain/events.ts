@@ -46,6 +46,9 @@ export type BillingEvent =
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
   | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates };
 
+/** The kinds of a session's events (its parties read them over HTTP too: GET /billing/events). */
+export type SessionEventKind = Extract<BillingEvent, { session: SessionRow }>['kind'];
+
 /** Where domain code records events: inside the transaction of the change (or on the database, for a refusal). */
 export interface BillingEvents {
   record(db: Transaction<BillingDB> | Kysely<BillingDB>, event: BillingEvent, correlationId?: string): Promise<void>;

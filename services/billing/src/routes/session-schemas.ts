@@ -66,6 +66,13 @@ export const sessionSchema = z
       .string()
       .nullable()
       .describe('the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap'),
+    spend_cap_ends_at: z
+      .string()
+      .nullable()
+      .describe(
+        'when the time the spend cap pays for is over (the cap at the frozen rate, from `started_at`): billing ends ' +
+          'the session then, billed exactly the cap, within `billing.spend_cap_check_interval` (5 s); null: no cap',
+      ),
     low_balance_since: z
       .string()
       .nullable()

@@ -36,11 +36,25 @@ const csvStatus = csv(z.enum(['completed', 'terminated']));
 
 const startSessionBody = z
   .object({
-    user_id: z.uuid(),
+    user_id: z
+      .uuid()
+      .optional()
+      .describe("the renter: the wallet's holder (default: the calling user; a machine client must name one)"),
     wallet_id: z.uuid(),
     provider_id: z.uuid(),
-    job_id: z.string().min(1).max(200),
+    job_id: z
+      .string()
+      .min(1)
+      .max(200)
+      .optional()
+      .describe("the renter's or scheduler's job (one running session per job); default: the session's own ID"),
     ...resourceShape,
+    gpu_model: resourceShape.gpu_model
+      .optional()
+      .describe(
+        'the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine\'s GPUs are all ' +
+          'of one model (400 GPU_MODEL_REQUIRED otherwise)',
+      ),
     reservation_id: z
       .uuid()
       .optional()
@@ -58,9 +72,10 @@ const startSessionBody = z
     max_total_spend: amountString
       .optional()
       .describe(
-        'the most the session may cost in all (above zero, at most the token decimals): billing ends it once its ' +
-          'cost reaches this, billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more ' +
-          'for it',
+        'the most the session may cost in all (at most the token decimals; at least its first minute at the ' +
+          "session's rate, else 400 SPEND_CAP_TOO_LOW with `minimum_spend_cap`): billing ends it when the time the " +
+          'cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: ' +
+          'spend_cap`), and never holds more for it',
       ),
   })
   .register(schemas, { id: 'SessionStartRequest' });
@@ -119,6 +134,7 @@ const currentUsageSchema = z
     last_usage_at: z.string().nullable(),
     grace_until: z.string().nullable(),
     spend_cap: sessionSchema.shape.spend_cap,
+    spend_cap_ends_at: sessionSchema.shape.spend_cap_ends_at,
     low_balance_since: sessionSchema.shape.low_balance_since,
     end_reason: sessionSchema.shape.end_reason,
   })
@@ -151,7 +167,8 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         summary: 'Start a metered GPU rental: check funds, hold the initial period, freeze the rates',
         description:
           'The renter accepts the price: `accepted_hourly_rate` (required of users) must be at least the total ' +
-          'hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate); the rates are then frozen. ' +
+          'hourly rate (409 PRICE_NOT_ACCEPTED otherwise, with the current rate exactly as it must be accepted); ' +
+          'the rates are then frozen, and the session starts when its GPUs are leased (`started_at`). ' +
           "The wallet must be the user's and hold at least `billing.minimum_balance` and the initial period's cost " +
           '(`billing.initial_period`, default 1 h) available; that cost is held. The provider needs a provider ' +
           'wallet (404 WALLET_NOT_FOUND otherwise) to be paid. 402 INSUFFICIENT_FUNDS changes nothing. ' +

@@ -1,5 +1,5 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
-import { type App, callerOf, ignoringUnknownFields, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
+import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
 import { applyUsageUpdate, toUsageUpdate, usageMessageSchema } from '../domain/sessions/index.ts';
 import { usageResultJson } from '../wire/presenters.ts';
@@ -33,9 +33,9 @@ const usageReportBody = usageMessageSchema.register(schemas, { id: 'UsageReport'
 /** Most reports in one POST /usage-updates. */
 const MAX_REPORTS_PER_REQUEST = 256;
 
-const usageBatchBody = ignoringUnknownFields(
-  z.object({ reports: z.array(usageReportBody).min(1).max(MAX_REPORTS_PER_REQUEST) }),
-).register(schemas, { id: 'UsageReportBatch' });
+const usageBatchBody = z
+  .object({ reports: z.array(usageReportBody).min(1).max(MAX_REPORTS_PER_REQUEST) })
+  .register(schemas, { id: 'UsageReportBatch' });
 
 const usageBatchResultSchema = z
   .object({

@@ -7,10 +7,12 @@
  * The response schemas beside the routes describe them.
  */
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
+import type { SessionEventRow } from '../db/session-event-repository.ts';
 import type { SessionRow } from '../db/session-repository.ts';
 import type { StorageChargeRow } from '../db/storage-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
 import type { BillingState } from '../domain/context.ts';
+import type { SessionEventKind } from '../domain/events.ts';
 import { Dec, formatAmount } from '../domain/ledger/index.ts';
 import type { StoredProviderRates } from '../domain/pricing/index.ts';
 import { formatRate, type HourlyRates } from '../domain/pricing/index.ts';
@@ -106,10 +108,21 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     last_usage_at: isoOrNull(s.last_usage_at),
     grace_until: isoOrNull(s.grace_until),
     spend_cap: s.spend_cap === null ? null : formatAmount(s.spend_cap, p.scale),
+    spend_cap_ends_at: isoOrNull(s.cap_ends_at),
     low_balance_since: isoOrNull(s.low_balance_at),
     ended_at: isoOrNull(s.ended_at),
     end_reason: s.end_reason,
   };
+}
+
+/** A session event as NATS carries it: its ID, kind and time, then its data (`session`, `billing_record`). */
+export function sessionEventJson(e: SessionEventRow) {
+  // Written by adapters/billing-events.ts with these presenters.
+  const data = e.data as {
+    session: ReturnType<typeof sessionJson>;
+    billing_record?: ReturnType<typeof billingRecordJson>;
+  };
+  return { event_id: e.id, kind: e.kind as SessionEventKind, occurred_at: iso(e.occurred_at), ...data };
 }
 
 /** A billing record (one per ended session). */
@@ -180,6 +193,7 @@ export function currentUsageJson(p: PresentContext, u: CurrentUsage) {
     last_usage_at: isoOrNull(s.last_usage_at),
     grace_until: isoOrNull(s.grace_until),
     spend_cap: s.spend_cap === null ? null : formatAmount(s.spend_cap, p.scale),
+    spend_cap_ends_at: isoOrNull(s.cap_ends_at),
     low_balance_since: isoOrNull(s.low_balance_at),
     end_reason: s.end_reason,
   };

@@ -13,6 +13,7 @@ import { autoPayoutFailureMigration } from './0010-auto-payout-failure.ts';
 import { spendCapsMigration } from './0011-spend-caps.ts';
 import { storageChargesMigration } from './0012-storage-charges.ts';
 import { gpuLeasesMigration } from './0013-gpu-leases.ts';
+import { capDeadlineSessionEventsMigration } from './0014-cap-deadline-session-events.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -29,5 +30,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0011-spend-caps': spendCapsMigration(scale),
     '0012-storage-charges': storageChargesMigration(scale),
     '0013-gpu-leases': gpuLeasesMigration,
+    '0014-cap-deadline-session-events': capDeadlineSessionEventsMigration,
   };
 }

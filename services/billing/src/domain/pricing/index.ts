@@ -5,6 +5,7 @@ export {
   formatRate,
   type HourlyRates,
   type MarketFactors,
+  msPaidFor,
   neutralMarket,
   normalizeModel,
   quote,

@@ -144,6 +144,14 @@ export function formatRate(value: Dec, scale: number): string {
 
 const MINUTE_MS = 60_000;
 
+/**
+ * How long `funds` pay for at `hourlyRate`, in milliseconds rounded up: the moment they are spent (a spend cap's end,
+ * counted from the session's start).
+ */
+export function msPaidFor(funds: Dec, hourlyRate: Dec): number {
+  return funds.mul(3_600_000).div(hourlyRate).ceil().toNumber();
+}
+
 /** Minutes billed for `elapsedMs`: started minutes when completing, full minutes when terminating. */
 export function billableMinutes(elapsedMs: number, roundUp: boolean): number {
   const ms = Math.max(0, elapsedMs);

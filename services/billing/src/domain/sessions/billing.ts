@@ -6,9 +6,12 @@
  *     or never when terminated): `total_cost` = hourly × minutes / 60, rounded
  *     once. Billing is by the service's clock, never the daemon's, and never
  *     goes backwards, so late, duplicate and out-of-order updates are harmless.
- *  2. A session with a spend cap costs at most the cap: once the billed cost
- *     reaches it, the cost is the cap exactly and the caller ends the session
- *     (`completed`, reason `spend_cap`). The hold never holds more than the cap.
+ *  2. A session with a spend cap costs at most the cap, and runs no longer than
+ *     the cap pays for: once the time it paid for is over (`cap_ends_at`, the
+ *     cap at the frozen rate) or its full minutes' cost reaches the cap, the
+ *     cost is the cap exactly (the crossing minute billed up to it) and the
+ *     caller ends the session (`completed`, reason `spend_cap`). The hold never
+ *     holds more than the cap.
  *  3. The hold must stay ahead of the billed cost: when it covers less than
  *     `hold_top_up_below` (default 10 min) or `low_balance_warning` (default
  *     15 min) beyond it, it is topped up from the available balance to cover
@@ -188,11 +191,14 @@ async function planBilling(
   const { session } = item;
   const periods = ratePeriods(ctx, session.total_hourly_rate);
   const elapsed = now.getTime() - new Date(session.started_at).getTime();
-  const minutes = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
+  const full = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
   const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
-  const uncapped = costOfMinutes(periods.hourly, minutes, ctx.scale);
-  const capReached = cap !== null && uncapped.gte(cap);
+  const uncapped = costOfMinutes(periods.hourly, full, ctx.scale);
+  const paidOut = session.cap_ends_at !== null && now.getTime() >= new Date(session.cap_ends_at).getTime();
+  const capReached = cap !== null && (paidOut || uncapped.gte(cap));
   const cost = capReached ? cap : uncapped;
+  // At the cap, the minute it was crossed in is billed too (up to the cap): the minutes the session ran.
+  const minutes = capReached ? Math.max(full, billableMinutes(elapsed, true)) : full;
   /** Never more than the cap: what is held, topped up to, or needed next. */
   const upToCap = (d: Dec) => (cap === null ? d : Dec.min(d, cap));
 

@@ -1,4 +1,4 @@
-/** What a session has used so far (GET current-usage) and the billing history (GET history). */
+/** What a session has used so far (GET current-usage), the billing history (GET history) and session events (GET events). */
 import type { Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import {
@@ -7,6 +7,7 @@ import {
   listBillingRecords,
 } from '../../db/billing-record-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
+import { listSessionEvents, purgeSessionEvents, type SessionEventRow } from '../../db/session-event-repository.ts';
 import { listSessions, type SessionFilter } from '../../db/session-repository.ts';
 import { assertSessionParty, historyScope, seesRenterWallet } from '../access.ts';
 import type { BillingContext } from '../context.ts';
@@ -107,4 +108,36 @@ export async function sessionList(
 ): Promise<Page<SessionRow>> {
   const scoped = { ...f, party: historyScope(actor) };
   return keysetPage(await listSessions(db, scoped, f.after, f.limit + 1), f.limit);
+}
+
+export interface SessionEventListFilter {
+  sessionId?: string;
+  kinds?: string[];
+  limit: number;
+  after?: KeysetPosition;
+}
+
+/**
+ * Session events (started, low balance, grace period, resumed, completed, terminated), newest first; keyset
+ * pagination. A user (or their daemon) reads the events of the sessions they rent or that run on their machines, as
+ * NATS carries them; naming a session is 404 when it does not exist and 403 when the caller is no party of it.
+ */
+export async function sessionEventList(
+  ctx: BillingContext,
+  actor: Principal,
+  f: SessionEventListFilter,
+): Promise<Page<SessionEventRow>> {
+  if (f.sessionId) assertSessionParty(actor, await loadSession(ctx.db, f.sessionId));
+  const filter = { party: historyScope(actor), sessionId: f.sessionId, kinds: f.kinds };
+  return keysetPage(await listSessionEvents(ctx.db, filter, f.after, f.limit + 1), f.limit);
+}
+
+/** Deletes session events older than `retentionMs`, in batches; how many went. */
+export async function purgeOldSessionEvents(ctx: BillingContext, retentionMs: number): Promise<number> {
+  let purged = 0;
+  for (;;) {
+    const n = await purgeSessionEvents(ctx.db, retentionMs, 5_000);
+    purged += n;
+    if (n < 5_000) return purged;
+  }
 }

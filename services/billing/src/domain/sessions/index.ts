@@ -1,5 +1,12 @@
-export { runBillingCycle } from './biller.ts';
-export { billingHistory, type CurrentUsage, currentUsage, sessionList } from './current-usage.ts';
+export { endSessionsAtCap, runBillingCycle } from './biller.ts';
+export {
+  billingHistory,
+  type CurrentUsage,
+  currentUsage,
+  purgeOldSessionEvents,
+  sessionEventList,
+  sessionList,
+} from './current-usage.ts';
 export { BILLING_END_REASONS, endSession, type SessionEnd } from './end.ts';
 export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
 export { quotedResources } from './rented-machine.ts';

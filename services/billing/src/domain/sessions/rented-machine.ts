@@ -39,6 +39,20 @@ export function assertRentable(machine: ProviderRecord): void {
 }
 
 /**
+ * The GPU model a rental that names none asks for: the model of the machine's healthy GPUs when they are all of one
+ * (400 GPU_MODEL_REQUIRED naming the models when there are several; without a registry's record, always).
+ */
+export function onlyModel(machine: ProviderRecord | null): string {
+  const models = new Map<string, string>();
+  for (const gpu of machine?.gpus ?? []) if (gpu.healthy) models.set(gpuModelKey(gpu.model), gpu.model);
+  if (machine && models.size === 1) return [...models.values()][0]!;
+  if (machine && models.size === 0) {
+    throw billingErrors.providerNotAvailable(machine.id, 'has no healthy GPU', machine.status);
+  }
+  throw billingErrors.gpuModelRequired([...models.values()]);
+}
+
+/**
  * The GPUs of the machine a rental of `asked.gpuCount` GPUs of `asked.gpuModel` takes: the lowest-indexed healthy GPUs
  * of the model (by model key, so `H100` finds `NVIDIA H100 80GB HBM3`; else of the machine's model when it has only
  * one) that `held` does not name. A quote passes no holdings.

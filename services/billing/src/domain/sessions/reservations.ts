@@ -55,10 +55,9 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
   assertRentable(machine);
   const asked: RentedResources = { ...input, requestedVramMb: 0, estimatedPowerW: 0 };
   const id = randomUUID();
-  const now = ctx.now();
-  const expiresAt = new Date(now.getTime() + input.ttlMs);
   return ctx.db.transaction().execute(async (trx) => {
-    const held = await lockMachineGpus(trx, machine.id, now);
+    const { at, held } = await lockMachineGpus(trx, machine.id, ctx.now);
+    const expiresAt = new Date(at.getTime() + input.ttlMs);
     const choice = chooseGpus(machine, asked, new Set(held.map((h) => h.gpu_index)));
     await insertLeases(trx, machine.id, choice.indices, { reservationId: id, userId: input.userId, expiresAt });
     return {
@@ -78,7 +77,7 @@ export async function cancelReservation(ctx: BillingContext, actor: Principal, r
   const id = reservationId.toLowerCase();
   await ctx.db.transaction().execute(async (trx) => {
     const found = await findReservation(trx, id);
-    if (found) await lockMachineGpus(trx, found.provider_id, ctx.now());
+    if (found) await lockMachineGpus(trx, found.provider_id, ctx.now);
     if (!found || !(await releaseReservation(trx, id))) throw billingErrors.reservationNotFound(id);
   });
 }

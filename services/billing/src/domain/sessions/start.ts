@@ -18,20 +18,30 @@ import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import type { KeyClaim } from '../idempotency.ts';
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
-import { costOfHours, ratesFor } from '../pricing/index.ts';
+import { costOfHours, costOfMinutes, formatRate, msPaidFor, ratesFor } from '../pricing/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
 import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
-import { assertRentable, chooseGpus, type GpuChoice, type RentedResources, reservedGpus } from './rented-machine.ts';
+import {
+  assertRentable,
+  chooseGpus,
+  type GpuChoice,
+  onlyModel,
+  type RentedResources,
+  reservedGpus,
+} from './rented-machine.ts';
 import type { SessionRow } from './session.ts';
 
 export interface StartSessionInput {
   /** Who starts it: the wallet's holder (or an admin or service). */
   actor: Principal;
-  userId: string;
+  /** The renter (default: the calling user; a machine client must name one). */
+  userId?: string;
   walletId: string;
   providerId: string;
-  jobId: string;
-  gpuModel: string;
+  /** The job the session runs (default: the session's own ID). */
+  jobId?: string;
+  /** The GPU model to rent (default: the machine's, when its GPUs are all of one model). */
+  gpuModel?: string;
   gpuCount: number;
   requestedVramMb: number;
   estimatedPowerW: number;
@@ -43,6 +53,9 @@ export interface StartSessionInput {
   spendCap?: Dec;
   correlationId?: string;
 }
+
+/** The token's smallest unit at `scale` decimals. */
+const unitOf = (scale: number) => new Dec(1).div(new Dec(10).pow(scale));
 
 /** Whole minutes `funds` pay for at `hourlyRate`. */
 export function runtimeMinutes(funds: Dec, hourlyRate: Dec): number {
@@ -60,16 +73,22 @@ export interface SessionStart {
   estimatedRuntimeMinutes: number;
 }
 
+/** What a start asked for, with what it left out derived (the renter, the job, the model). */
+type StartRequest = StartSessionInput & { userId: string; jobId: string; gpuModel: string };
+
 /** Starts a session: the session with its frozen rates, the hold and the estimated runtime. */
 export async function startSession(
   ctx: BillingContext,
-  input: StartSessionInput,
+  asked: StartSessionInput,
   idem: KeyClaim<SessionStart> | null,
 ): Promise<SessionStart> {
-  const wallet = await walletFor(ctx, input.actor, input.walletId);
-  if (wallet.ownerType !== 'user' || wallet.ownerId !== input.userId) {
-    throw billingErrors.walletOwnerMismatch(wallet.id, input.userId);
+  const userId = asked.userId ?? (asked.actor.kind === 'user' ? asked.actor.subject : undefined);
+  if (userId === undefined) throw billingErrors.userIdRequired();
+  const wallet = await walletFor(ctx, asked.actor, asked.walletId);
+  if (wallet.ownerType !== 'user' || wallet.ownerId !== userId) {
+    throw billingErrors.walletOwnerMismatch(wallet.id, userId);
   }
+  const id = randomUUID();
   // With a registry: the machine must be known and up, and its record prices the GPUs the session leases; its
   // provider wallet is opened on first need. Without one: the provider needs a wallet, and the renter's figures are
   // used.
@@ -77,44 +96,53 @@ export async function startSession(
   let providerWallet: Wallet;
   let providerOwnerId: string | null;
   if (ctx.providers) {
-    machine = await ctx.providers.provider(input.providerId, input.correlationId);
-    if (!machine) throw billingErrors.providerNotFound(input.providerId);
+    machine = await ctx.providers.provider(asked.providerId, asked.correlationId);
+    if (!machine) throw billingErrors.providerNotFound(asked.providerId);
     assertRentable(machine);
-    // Refused before any lock when the machine could never give the group asked (too small, too few GPUs).
-    if (!input.reservationId) chooseGpus(machine, input, new Set());
     providerWallet = await providerWalletOf(ctx, machine);
     providerOwnerId = machine.ownerId;
   } else {
-    if (input.reservationId) throw billingErrors.reservationNotFound(input.reservationId);
-    const found = await findWalletByOwner(ctx.db, 'provider', input.providerId);
-    if (!found) throw billingErrors.providerWalletNotFound(input.providerId);
+    if (asked.reservationId) throw billingErrors.reservationNotFound(asked.reservationId);
+    const found = await findWalletByOwner(ctx.db, 'provider', asked.providerId);
+    if (!found) throw billingErrors.providerWalletNotFound(asked.providerId);
     providerWallet = found;
     providerOwnerId = found.holderId;
   }
+  const input: StartRequest = {
+    ...asked,
+    userId,
+    jobId: asked.jobId ?? id,
+    gpuModel: asked.gpuModel ?? onlyModel(machine),
+  };
+  // Refused before any lock when the machine could never give the group asked (too small, too few GPUs).
+  if (machine && !input.reservationId) chooseGpus(machine, input, new Set());
   const minimum = new Dec(ctx.sessions.minimumBalance);
-  const id = randomUUID();
-  const now = ctx.now();
 
   const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
-    // The GPUs first, under the machine's lease lock: the price is the price of the GPUs the session gets.
-    const lease = machine ? await leaseGpus(trx, machine, input, now) : null;
+    // The GPUs first, under the machine's lease lock: the price is the price of the GPUs the session gets, and the
+    // session starts when its lease does (the time read under the lock, after the previous holder's end committed).
+    const lease = machine ? await leaseGpus(trx, machine, input, ctx.now) : null;
+    const now = lease?.at ?? ctx.now();
     const resources: RentedResources = lease?.resources ?? input;
     const rates = await ratesFor(trx, ctx.pricing, { ...resources, providerId: input.providerId });
-    // The renter starts at a price they accepted; the rates are then frozen for the session's life.
+    // The renter starts at a price they accepted; the rates are then frozen for the session's life. A refusal names
+    // the rate exactly, so that accepting the figure it names starts the session.
     if (input.acceptedHourlyRate === undefined) {
       if (!isPrivileged(input.actor)) throw billingErrors.acceptedRateRequired();
     } else if (rates.totalHourlyRate.gt(input.acceptedHourlyRate)) {
-      throw billingErrors.priceNotAccepted(rates.totalHourlyRate.toFixed(ctx.scale), input.acceptedHourlyRate);
+      throw billingErrors.priceNotAccepted(formatRate(rates.totalHourlyRate, ctx.scale), input.acceptedHourlyRate);
     }
-    const unit = new Dec(1).div(new Dec(10).pow(ctx.scale));
+    const fmt = (d: Dec) => d.toFixed(ctx.scale);
+    // A cap pays for at least the first billed minute: a session never runs on GPU time nobody pays.
+    const firstMinute = Dec.max(costOfMinutes(rates.totalHourlyRate, 1, ctx.scale), unitOf(ctx.scale));
+    if (input.spendCap?.lt(firstMinute)) throw billingErrors.spendCapTooLow(fmt(input.spendCap), fmt(firstMinute));
     const period = Dec.max(
       costOfHours(rates.totalHourlyRate, new Dec(ctx.sessions.initialPeriodMs).div(3_600_000), ctx.scale),
-      unit,
+      unitOf(ctx.scale),
     );
     // A session that may cost no more than its cap never holds more than it.
     const initial = input.spendCap ? Dec.min(period, input.spendCap) : period;
     const available = await lockWalletAvailable(trx, wallet.id);
-    const fmt = (d: Dec) => d.toFixed(ctx.scale);
     if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
     if (available.lt(initial)) throw billingErrors.insufficientFunds(wallet.id, fmt(available), fmt(initial));
     const hold = await createHold(trx, wallet.id, initial, `session:${id}`, ctx.state.accountIds);
@@ -153,6 +181,7 @@ export async function startSession(
       ended_at: null,
       end_reason: null,
       spend_cap: input.spendCap?.toFixed() ?? null,
+      cap_ends_at: input.spendCap ? new Date(now.getTime() + msPaidFor(input.spendCap, rates.totalHourlyRate)) : null,
       low_balance_at: null,
       created_at: now,
       updated_at: now,
@@ -189,10 +218,10 @@ export async function startSession(
 async function leaseGpus(
   trx: Transaction<BillingDB>,
   machine: ProviderRecord,
-  input: StartSessionInput,
-  now: Date,
-): Promise<GpuChoice & { reservationId?: string }> {
-  const held = await lockMachineGpus(trx, machine.id, now);
+  input: StartRequest,
+  clock: () => Date,
+): Promise<GpuChoice & { reservationId?: string; at: Date }> {
+  const { at, held } = await lockMachineGpus(trx, machine.id, clock);
   const reservationId = input.reservationId?.toLowerCase();
   if (reservationId) {
     const reserved = held.filter((h) => h.reservation_id === reservationId);
@@ -214,7 +243,7 @@ async function leaseGpus(
         `holds ${choice.indices.length} GPU(s) of model ${choice.resources.gpuModel}, not ${input.gpuCount} of ${input.gpuModel}`,
       );
     }
-    return { ...choice, reservationId };
+    return { ...choice, reservationId, at };
   }
-  return chooseGpus(machine, input, new Set(held.map((h) => h.gpu_index)));
+  return { ...chooseGpus(machine, input, new Set(held.map((h) => h.gpu_index))), at };
 }

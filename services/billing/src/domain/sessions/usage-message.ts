@@ -4,7 +4,7 @@
  * `billing.usage.<session_id>`. One schema validates both, and one mapping
  * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
  */
-import { ignoringUnknownFields, type Principal, zTimestamp } from '@gpu/common';
+import { type Principal, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import type { SessionRow } from '../../db/session-repository.ts';
 
@@ -33,37 +33,37 @@ function isStorableMetrics(value: unknown): boolean {
 }
 
 /**
- * The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). Unknown fields are dropped, not
- * refused, on both ways in: a daemon newer than billing keeps its rentals billed (docs/conventions.md).
+ * The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). Unknown fields are refused on both
+ * ways in, as on every route (docs/conventions.md): a report is a record of the money path, and a sender must never
+ * believe it set what billing alone decides (`cost`, `billed_minutes`). What a daemon newer than billing measures goes
+ * in `metrics`, which stays free-form; the session is billed by billing's clock whatever its reports say.
  */
-export const usageMessageSchema = ignoringUnknownFields(
-  z.object({
-    session_id: z.uuid(),
-    timestamp: zTimestamp().describe(
-      'when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the ' +
-        "service's clock and not before the session started, less that skew)",
+export const usageMessageSchema = z.object({
+  session_id: z.uuid(),
+  timestamp: zTimestamp().describe(
+    'when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the ' +
+      "service's clock and not before the session started, less that skew)",
+  ),
+  gpu_utilization: z.number().min(0).max(100).describe('percent'),
+  power_draw_w: z.number().min(0).max(100_000),
+  metrics: z
+    .record(z.string(), z.unknown())
+    .refine(isStorableMetrics, `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`)
+    .optional()
+    .describe(
+      'free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them)',
     ),
-    gpu_utilization: z.number().min(0).max(100).describe('percent'),
-    power_draw_w: z.number().min(0).max(100_000),
-    metrics: z
-      .record(z.string(), z.unknown())
-      .refine(isStorableMetrics, `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`)
-      .optional()
-      .describe(
-        'free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them)',
-      ),
-    message_id: z
-      .string()
-      .min(1)
-      .max(255)
-      .refine((id) => !id.includes('\0'), 'message_id may not contain NUL characters')
-      .optional()
-      .describe(
-        'de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), ' +
-          'else the timestamp',
-      ),
-  }),
-);
+  message_id: z
+    .string()
+    .min(1)
+    .max(255)
+    .refine((id) => !id.includes('\0'), 'message_id may not contain NUL characters')
+    .optional()
+    .describe(
+      'de-duplication key (no NUL characters); else the Idempotency-Key header (HTTP) or Nats-Msg-Id (NATS), ' +
+        'else the timestamp',
+    ),
+});
 
 export type UsageMessage = z.infer<typeof usageMessageSchema>;
 
