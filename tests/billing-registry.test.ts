@@ -379,6 +379,22 @@ describe('billing and the provider registry', () => {
     expect(refused.statusCode).toBe(400);
     expect(refused.json()).toMatchObject({ code: 'GPU_MODEL_REQUIRED', errors: [{ path: 'body.gpu_model' }] });
     expect(refused.json().detail).toMatch(/A100.*H100/);
+    // A reservation's GPUs are of the model they are: a start that uses one names none.
+    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
+    const reserved = await call(billing, scheduler, 'POST', '/billing/reservations', {
+      user_id: r.userId,
+      provider_id: mixed,
+      gpu_model: 'H100',
+      gpu_count: 1,
+    });
+    expect(reserved.statusCode, reserved.body).toBe(201);
+    const onReservation = await call(billing, r.headers, 'POST', '/billing/start-session', {
+      ...body,
+      provider_id: mixed,
+      reservation_id: reserved.json().id,
+    });
+    expect(onReservation.statusCode, onReservation.body).toBe(201);
+    expect(onReservation.json().session).toMatchObject({ gpu_model: 'nvidia-tesla-h100', gpu_indices: [1] });
   });
 
   it('rents N of M GPUs, priced and quoted for those N: two renters share a machine, a third waits for one to end', async () => {

@@ -984,7 +984,7 @@ export interface components {
             estimated_power_w?: number;
             /** @default 1 */
             gpu_count?: number;
-            /** @description the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine's GPUs are all of one model (400 GPU_MODEL_REQUIRED otherwise) */
+            /** @description the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine's GPUs are all of one model or a reservation names the GPUs (400 GPU_MODEL_REQUIRED otherwise) */
             gpu_model?: string;
             /** @description the renter's or scheduler's job (one running session per job); default: the session's own ID */
             job_id?: string;

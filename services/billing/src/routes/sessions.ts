@@ -53,7 +53,7 @@ const startSessionBody = z
       .optional()
       .describe(
         'the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine\'s GPUs are all ' +
-          'of one model (400 GPU_MODEL_REQUIRED otherwise)',
+          'of one model or a reservation names the GPUs (400 GPU_MODEL_REQUIRED otherwise)',
       ),
     reservation_id: z
       .uuid()

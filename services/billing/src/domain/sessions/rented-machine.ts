@@ -82,7 +82,7 @@ export function chooseGpus(machine: ProviderRecord, asked: RentedResources, held
 }
 
 /** The GPUs of a reservation, priced as a start would (every one must still be on the machine and healthy). */
-export function reservedGpus(machine: ProviderRecord, indices: number[], asked: RentedResources): GpuChoice {
+export function reservedGpus(machine: ProviderRecord, indices: number[], estimatedPowerW: number): GpuChoice {
   const taken = indices.map((index) => ({ index, gpu: machine.gpus[index] }));
   const lost = taken.filter((g) => !g.gpu?.healthy).map((g) => g.index);
   if (lost.length > 0) {
@@ -93,7 +93,7 @@ export function reservedGpus(machine: ProviderRecord, indices: number[], asked: 
     );
   }
   const present = taken as { index: number; gpu: ProviderGpu }[];
-  return { resources: resourcesOf(present, asked.estimatedPowerW), indices };
+  return { resources: resourcesOf(present, estimatedPowerW), indices };
 }
 
 /** What the GPUs price: their model, count, VRAM and power (the renter's estimate when one does not report it). */

@@ -73,8 +73,17 @@ export interface SessionStart {
   estimatedRuntimeMinutes: number;
 }
 
-/** What a start asked for, with what it left out derived (the renter, the job, the model). */
-type StartRequest = StartSessionInput & { userId: string; jobId: string; gpuModel: string };
+/** What a start asked for, with the renter and the job derived when left out. */
+type StartRequest = StartSessionInput & { userId: string; jobId: string };
+
+/**
+ * The GPUs a start without a reservation asks for: of the model named, by default the machine's only one (400
+ * GPU_MODEL_REQUIRED when it has several, and always without a registry's record).
+ */
+const askedResources = (input: StartRequest, machine: ProviderRecord | null): RentedResources => ({
+  ...input,
+  gpuModel: input.gpuModel ?? onlyModel(machine),
+});
 
 /** Starts a session: the session with its frozen rates, the hold and the estimated runtime. */
 export async function startSession(
@@ -108,14 +117,11 @@ export async function startSession(
     providerWallet = found;
     providerOwnerId = found.holderId;
   }
-  const input: StartRequest = {
-    ...asked,
-    userId,
-    jobId: asked.jobId ?? id,
-    gpuModel: asked.gpuModel ?? onlyModel(machine),
-  };
-  // Refused before any lock when the machine could never give the group asked (too small, too few GPUs).
-  if (machine && !input.reservationId) chooseGpus(machine, input, new Set());
+  const input: StartRequest = { ...asked, userId, jobId: asked.jobId ?? id };
+  // Refused before any lock when the machine could never give the group asked (too small, too few GPUs, no model
+  // named where one must be). A reservation's GPUs are of the model they are.
+  const resourcesAsked = machine && input.reservationId ? null : askedResources(input, machine);
+  if (machine && resourcesAsked) chooseGpus(machine, resourcesAsked, new Set());
   const minimum = new Dec(ctx.sessions.minimumBalance);
 
   const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
@@ -123,7 +129,7 @@ export async function startSession(
     // session starts when its lease does (the time read under the lock, after the previous holder's end committed).
     const lease = machine ? await leaseGpus(trx, machine, input, ctx.now) : null;
     const now = lease?.at ?? ctx.now();
-    const resources: RentedResources = lease?.resources ?? input;
+    const resources: RentedResources = lease?.resources ?? askedResources(input, machine);
     const rates = await ratesFor(trx, ctx.pricing, { ...resources, providerId: input.providerId });
     // The renter starts at a price they accepted; the rates are then frozen for the session's life. A refusal names
     // the rate exactly, so that accepting the figure it names starts the session.
@@ -232,18 +238,16 @@ async function leaseGpus(
     const choice = reservedGpus(
       machine,
       reserved.map((h) => h.gpu_index),
-      input,
+      input.estimatedPowerW,
     );
-    if (
-      choice.indices.length !== input.gpuCount ||
-      gpuModelKey(choice.resources.gpuModel) !== gpuModelKey(input.gpuModel)
-    ) {
+    const model = input.gpuModel ?? choice.resources.gpuModel;
+    if (choice.indices.length !== input.gpuCount || gpuModelKey(choice.resources.gpuModel) !== gpuModelKey(model)) {
       throw billingErrors.reservationMismatch(
         reservationId,
-        `holds ${choice.indices.length} GPU(s) of model ${choice.resources.gpuModel}, not ${input.gpuCount} of ${input.gpuModel}`,
+        `holds ${choice.indices.length} GPU(s) of model ${choice.resources.gpuModel}, not ${input.gpuCount} of ${model}`,
       );
     }
     return { ...choice, reservationId, at };
   }
-  return { ...chooseGpus(machine, input, new Set(held.map((h) => h.gpu_index))), at };
+  return { ...chooseGpus(machine, askedResources(input, machine), new Set(held.map((h) => h.gpu_index))), at };
 }
