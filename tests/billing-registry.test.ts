@@ -553,6 +553,40 @@ describe('billing and the provider registry', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it('lets a renter take GPUs reserved for them without naming the reservation, after the free ones', async () => {
+    const owner = await providerUser();
+    const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
+    const machine = await machineOf(owner, { gpus: Array.from({ length: 4 }, () => gpu(h100)) });
+    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
+    const [renter, other] = await Promise.all([fundedRenter(), fundedRenter()]);
+    const reserved = await call(billing, scheduler, 'POST', '/billing/reservations', {
+      user_id: renter.userId,
+      provider_id: machine,
+      gpu_model: 'H100',
+      gpu_count: 2,
+    });
+    expect(reserved.json().gpu_indices).toEqual([0, 1]);
+    const startAs = (r: typeof renter, count: number) =>
+      call(billing, r.headers, 'POST', '/billing/start-session', {
+        ...rentBody(r.userId, r.walletId, machine, 'H100', '50'),
+        gpu_count: count,
+      });
+    // Another renter finds only the two free GPUs; the renter the two are held for finds all four.
+    expect((await startAs(other, 3)).json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    const started = await startAs(renter, 3);
+    expect(started.statusCode, started.body).toBe(201);
+    expect(started.json().session.gpu_indices).toEqual([0, 2, 3]);
+    // The reserved GPU left is still held for the renter until the reservation is cancelled.
+    expect((await startAs(other, 1)).json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    expect((await call(billing, scheduler, 'DELETE', `/billing/reservations/${reserved.json().id}`)).statusCode).toBe(
+      204,
+    );
+    const last = await startAs(other, 1);
+    expect(last.statusCode, last.body).toBe(201);
+    expect(last.json().session.gpu_indices).toEqual([1]);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
   it('without NATS, asks the registry about machines with running sessions and ends those of a machine gone offline', async () => {
     const owner = await providerUser();
     const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };

@@ -72,7 +72,7 @@ describe("billing's domain rooms", () => {
         .map(conceptOf)
         .filter((c): c is string => c !== null),
     );
-    expect([...concepts].sort()).toEqual(['chain', 'ledger', 'pricing', 'sessions', 'storage', 'wallets']);
+    expect([...concepts].sort()).toEqual(['chain', 'leases', 'ledger', 'pricing', 'sessions', 'storage', 'wallets']);
     const bypasses: string[] = [];
     for (const file of tsFiles(SRC)) {
       for (const { target, typeOnly } of importsOf(file)) {

@@ -49,15 +49,15 @@ export async function lockMachineGpus(
   return { at, held: rows.filter((h) => !expired(h)) };
 }
 
-/** The indices of the GPUs held on the machine now (a plain read, for a quote: no lock, expired reservations left out). */
-export async function heldGpus(db: Kysely<BillingDB>, providerId: string, now: Date): Promise<number[]> {
-  const rows = await db
+/** The GPUs held on the machine now (a plain read, for a quote: no lock, expired reservations left out). */
+export async function heldGpus(db: Kysely<BillingDB>, providerId: string, now: Date): Promise<HeldGpu[]> {
+  return db
     .selectFrom('gpu_leases')
-    .select('gpu_index')
+    .select(['gpu_index', 'session_id', 'reservation_id', 'user_id', 'expires_at'])
     .where('provider_id', '=', providerId)
     .where((eb) => eb.or([eb('session_id', 'is not', null), eb('expires_at', '>', now)]))
+    .orderBy('gpu_index')
     .execute();
-  return rows.map((r) => r.gpu_index);
 }
 
 /** Who holds a lease: a session, or a renter's reservation until it expires. */
@@ -81,12 +81,14 @@ export async function insertLeases(trx: Trx, providerId: string, indices: number
     .execute();
 }
 
-/** Hands the reservation's GPUs to the session (under `lockMachineGpus`). */
-export async function leaseReservationTo(trx: Trx, reservationId: string, sessionId: string): Promise<void> {
+/** Frees the reserved GPUs among `indices` on the machine (a session takes them over, under `lockMachineGpus`). */
+export async function releaseReservedGpus(trx: Trx, providerId: string, indices: number[]): Promise<void> {
+  if (indices.length === 0) return;
   await trx
-    .updateTable('gpu_leases')
-    .set({ session_id: sessionId, reservation_id: null, user_id: null, expires_at: null })
-    .where('reservation_id', '=', reservationId)
+    .deleteFrom('gpu_leases')
+    .where('provider_id', '=', providerId)
+    .where('gpu_index', 'in', indices)
+    .where('reservation_id', 'is not', null)
     .execute();
 }
 

@@ -1,6 +1,7 @@
 /** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
 import { type App, authenticate, callerOf, errors } from '@gpu/common';
 import { z } from 'zod';
+import { quotedResources } from '../domain/leases/index.ts';
 import { Dec } from '../domain/ledger/index.ts';
 import {
   findProviderRates,
@@ -10,7 +11,6 @@ import {
   ratesFor,
   setProviderRates,
 } from '../domain/pricing/index.ts';
-import { quotedResources } from '../domain/sessions/index.ts';
 import { providerRatesJson, ratesJson } from '../wire/presenters.ts';
 import { PROVIDER_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';

@@ -1,12 +1,7 @@
-/** Reservations of a machine's GPUs for a renter, by the scheduler (domain/sessions/reservations.ts). */
+/** Reservations of a machine's GPUs for a renter, by the scheduler (domain/leases/reservations.ts). */
 import { type App, callerOf, noBody } from '@gpu/common';
 import { z } from 'zod';
-import {
-  cancelReservation,
-  DEFAULT_RESERVATION_MS,
-  MAX_RESERVATION_MS,
-  reserveGpus,
-} from '../domain/sessions/index.ts';
+import { cancelReservation, DEFAULT_RESERVATION_MS, MAX_RESERVATION_MS, reserveGpus } from '../domain/leases/index.ts';
 import { reservationJson } from '../wire/presenters.ts';
 import { RESERVATION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';

@@ -13,17 +13,11 @@ import type { StorageChargeRow } from '../db/storage-repository.ts';
 import type { TransactionRow } from '../db/transaction-repository.ts';
 import type { BillingState } from '../domain/context.ts';
 import type { SessionEventKind } from '../domain/events.ts';
+import type { Reservation } from '../domain/leases/index.ts';
 import { Dec, formatAmount } from '../domain/ledger/index.ts';
 import type { StoredProviderRates } from '../domain/pricing/index.ts';
 import { formatRate, type HourlyRates } from '../domain/pricing/index.ts';
-import type {
-  CurrentUsage,
-  Reservation,
-  SessionEnd,
-  SessionStart,
-  UsageRecord,
-  UsageResult,
-} from '../domain/sessions/index.ts';
+import type { CurrentUsage, SessionEnd, SessionStart, UsageRecord, UsageResult } from '../domain/sessions/index.ts';
 import { sessionRates } from '../domain/sessions/index.ts';
 import type { AutoPayoutSetting, EarningsSummary, Wallet } from '../domain/wallets/index.ts';
 

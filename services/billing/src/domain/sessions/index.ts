@@ -9,14 +9,6 @@ export {
 } from './current-usage.ts';
 export { BILLING_END_REASONS, endSession, type SessionEnd } from './end.ts';
 export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
-export { quotedResources } from './rented-machine.ts';
-export {
-  cancelReservation,
-  DEFAULT_RESERVATION_MS,
-  MAX_RESERVATION_MS,
-  type Reservation,
-  reserveGpus,
-} from './reservations.ts';
 export { sessionRates } from './session.ts';
 export { type SessionStart, startSession } from './start.ts';
 export {

@@ -7,9 +7,8 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import { gpuModelKey, isPrivileged, type Principal } from '@gpu/common';
+import { isPrivileged, type Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
-import { insertLeases, leaseReservationTo, lockMachineGpus } from '../../db/gpu-lease-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { insertSession } from '../../db/session-repository.ts';
 import { lockRecordIdOfHold } from '../../db/transaction-repository.ts';
@@ -17,18 +16,18 @@ import { isUniqueViolation } from '../../db/unique-violation.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import type { KeyClaim } from '../idempotency.ts';
+import {
+  assertRentable,
+  couldLease,
+  type LeaseRequest,
+  leaseToSession,
+  type RentedResources,
+  takeGpus,
+} from '../leases/index.ts';
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
 import { costOfHours, costOfMinutes, formatRate, msPaidFor, ratesFor } from '../pricing/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
 import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
-import {
-  assertRentable,
-  chooseGpus,
-  type GpuChoice,
-  onlyModel,
-  type RentedResources,
-  reservedGpus,
-} from './rented-machine.ts';
 import type { SessionRow } from './session.ts';
 
 export interface StartSessionInput {
@@ -76,14 +75,14 @@ export interface SessionStart {
 /** What a start asked for, with the renter and the job derived when left out. */
 type StartRequest = StartSessionInput & { userId: string; jobId: string };
 
-/**
- * The GPUs a start without a reservation asks for: of the model named, by default the machine's only one (400
- * GPU_MODEL_REQUIRED when it has several, and always without a registry's record).
- */
-const askedResources = (input: StartRequest, machine: ProviderRecord | null): RentedResources => ({
-  ...input,
-  gpuModel: input.gpuModel ?? onlyModel(machine),
-});
+/** What the start asks of the machine's leases. */
+const leaseRequest = (input: StartRequest): LeaseRequest => ({ ...input, renterId: input.userId });
+
+/** Without a registry's record of the machine, what the renter declares is priced: the model must be named. */
+function declaredResources(input: StartRequest): RentedResources {
+  if (input.gpuModel === undefined) throw billingErrors.gpuModelRequired([]);
+  return { ...input, gpuModel: input.gpuModel };
+}
 
 /** Starts a session: the session with its frozen rates, the hold and the estimated runtime. */
 export async function startSession(
@@ -118,18 +117,18 @@ export async function startSession(
     providerOwnerId = found.holderId;
   }
   const input: StartRequest = { ...asked, userId, jobId: asked.jobId ?? id };
-  // Refused before any lock when the machine could never give the group asked (too small, too few GPUs, no model
-  // named where one must be). A reservation's GPUs are of the model they are.
-  const resourcesAsked = machine && input.reservationId ? null : askedResources(input, machine);
-  if (machine && resourcesAsked) chooseGpus(machine, resourcesAsked, new Set());
+  // Refused before any lock when the machine could never give what is asked (too small a group, too few GPUs, no
+  // model named where one must be); without a registry's record, the renter's figures are priced.
+  if (machine) couldLease(machine, leaseRequest(input));
+  else declaredResources(input);
   const minimum = new Dec(ctx.sessions.minimumBalance);
 
   const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
     // The GPUs first, under the machine's lease lock: the price is the price of the GPUs the session gets, and the
     // session starts when its lease does (the time read under the lock, after the previous holder's end committed).
-    const lease = machine ? await leaseGpus(trx, machine, input, ctx.now) : null;
+    const lease = machine ? await takeGpus(trx, machine, leaseRequest(input), ctx.now) : null;
     const now = lease?.at ?? ctx.now();
-    const resources: RentedResources = lease?.resources ?? askedResources(input, machine);
+    const resources = lease ? lease.resources : declaredResources(input);
     const rates = await ratesFor(trx, ctx.pricing, { ...resources, providerId: input.providerId });
     // The renter starts at a price they accepted; the rates are then frozen for the session's life. A refusal names
     // the rate exactly, so that accepting the figure it names starts the session.
@@ -192,8 +191,7 @@ export async function startSession(
       created_at: now,
       updated_at: now,
     });
-    if (lease?.reservationId) await leaseReservationTo(trx, lease.reservationId, id);
-    else if (lease) await insertLeases(trx, input.providerId, lease.indices, { sessionId: id });
+    if (lease) await leaseToSession(trx, input.providerId, id, lease.indices);
     const started: SessionStart = {
       session,
       holdAmount: initial,
@@ -215,39 +213,4 @@ export async function startSession(
     }
     throw err;
   }
-}
-
-/**
- * The GPUs the session leases on the machine, chosen under the machine's lease lock: the reservation's (held for
- * this renter, on this machine, not expired), else the lowest-indexed free ones of the model.
- */
-async function leaseGpus(
-  trx: Transaction<BillingDB>,
-  machine: ProviderRecord,
-  input: StartRequest,
-  clock: () => Date,
-): Promise<GpuChoice & { reservationId?: string; at: Date }> {
-  const { at, held } = await lockMachineGpus(trx, machine.id, clock);
-  const reservationId = input.reservationId?.toLowerCase();
-  if (reservationId) {
-    const reserved = held.filter((h) => h.reservation_id === reservationId);
-    if (reserved.length === 0) throw billingErrors.reservationNotFound(reservationId);
-    if (reserved[0]!.user_id !== input.userId.toLowerCase()) {
-      throw billingErrors.reservationMismatch(reservationId, 'is held for another renter');
-    }
-    const choice = reservedGpus(
-      machine,
-      reserved.map((h) => h.gpu_index),
-      input.estimatedPowerW,
-    );
-    const model = input.gpuModel ?? choice.resources.gpuModel;
-    if (choice.indices.length !== input.gpuCount || gpuModelKey(choice.resources.gpuModel) !== gpuModelKey(model)) {
-      throw billingErrors.reservationMismatch(
-        reservationId,
-        `holds ${choice.indices.length} GPU(s) of model ${choice.resources.gpuModel}, not ${input.gpuCount} of ${model}`,
-      );
-    }
-    return { ...choice, reservationId, at };
-  }
-  return { ...chooseGpus(machine, askedResources(input, machine), new Set(held.map((h) => h.gpu_index))), at };
 }

@@ -1,17 +1,18 @@
 /**
- * Reservations for the scheduler: a platform service (or an admin) holds N GPUs of a machine for one renter for a
- * short time (60 s by default, at most 5 minutes) while it places the job; the renter's start that names the
- * reservation rents exactly those GPUs (start.ts), and a reservation not used by then expires by itself (the next
- * writer of the machine's leases drops it) or is cancelled. The GPUs are chosen as a start chooses them, under the
- * same lock (db/gpu-lease-repository.ts), so a reservation and a session never hold one GPU. Reserving costs
- * nothing; the start checks the renter's funds and price as always.
+ * Reservations, a kind of lease for the scheduler: a platform service (or an admin) holds N GPUs of a machine for one
+ * renter for a short time (60 s by default, at most 5 minutes) while it places the job; the renter's start that names
+ * the reservation leases exactly those GPUs, a start that does not may take them after the free ones (policy.ts), and
+ * a reservation not used by then expires by itself (the next writer of the machine's leases drops it) or is
+ * cancelled. The GPUs are chosen by the same rule as a start's, under the same lock (lease.ts), so a reservation and a
+ * session never hold one GPU. Reserving costs nothing; the start checks the renter's funds and price as always.
  */
 import { randomUUID } from 'node:crypto';
 import { errors, isPrivileged, type Principal } from '@gpu/common';
 import { findReservation, insertLeases, lockMachineGpus, releaseReservation } from '../../db/gpu-lease-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
-import { assertRentable, chooseGpus, type RentedResources } from './rented-machine.ts';
+import { takeGpus } from './lease.ts';
+import { assertRentable } from './machine.ts';
 
 /** How long a reservation holds its GPUs unless the request says otherwise. */
 export const DEFAULT_RESERVATION_MS = 60_000;
@@ -53,12 +54,16 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
   const machine = await ctx.providers.provider(input.providerId, input.correlationId);
   if (!machine) throw billingErrors.providerNotFound(input.providerId);
   assertRentable(machine);
-  const asked: RentedResources = { ...input, requestedVramMb: 0, estimatedPowerW: 0 };
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
-    const { at, held } = await lockMachineGpus(trx, machine.id, ctx.now);
+    // Free GPUs only: a reservation never takes over another one, even one held for the same renter.
+    const { at, ...choice } = await takeGpus(
+      trx,
+      machine,
+      { ...input, renterId: undefined, estimatedPowerW: 0 },
+      ctx.now,
+    );
     const expiresAt = new Date(at.getTime() + input.ttlMs);
-    const choice = chooseGpus(machine, asked, new Set(held.map((h) => h.gpu_index)));
     await insertLeases(trx, machine.id, choice.indices, { reservationId: id, userId: input.userId, expiresAt });
     return {
       id,
