@@ -227,8 +227,8 @@ describe('pnpm start', () => {
     const fee = cost.mul('0.05').toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
     expect(summary.provider_earnings).toBe(cost.minus(fee).toFixed(6));
     // The capped session cost its cap exactly; both sessions' earnings were paid out on chain.
-    expect(summary.capped_total_cost).toBe('1.500000');
-    const earned = cost.minus(fee).add('1.425000');
+    expect(summary.capped_total_cost).toBe('15.000000');
+    const earned = cost.minus(fee).add('14.250000');
     const payouts = summary.payout_amounts as unknown as string[];
     expect(payouts.reduce((sum, p) => sum.add(p), new Decimal(0)).toFixed(6)).toBe(earned.toFixed(6));
     expect(summary.payout_address_balance).toBe(earned.toFixed(6));

@@ -1,6 +1,7 @@
 /**
  * The common durable consumer over a real NATS JetStream server: a transient failure is redelivered and applied once,
- * a bad message is terminated (never delivered again), stop() finishes the message in hand and leaves the rest for
+ * a bad message is terminated (never delivered again), one that fails every delivery is given up on at its bound and
+ * kept in the stream, stop() finishes the message in hand and leaves the rest for
  * the next consumer, and a consumer of another service's stream waits until that stream exists.
  */
 import { randomBytes } from 'node:crypto';
@@ -124,6 +125,47 @@ describe('durable consumer', () => {
       const info = await s.info();
       expect(info.num_ack_pending).toBe(0);
       expect(info.num_redelivered).toBe(0);
+    } finally {
+      await consumer.stop();
+    }
+  });
+
+  it('gives up on a message that fails every delivery up to its bound, counting it; the stream keeps it', async () => {
+    const s = scene();
+    let gaveUp = 0;
+    const consumer = startDurableConsumer(
+      s.options({
+        maxDeliver: 3,
+        onGaveUp: () => {
+          gaveUp++;
+        },
+        async handle(body) {
+          s.seen.push(body.id);
+          if (body.fail === 'never') throw new Error('database away');
+          s.applied.push(body.id);
+          return 'ack';
+        },
+      }),
+    );
+    try {
+      await consumer.ready;
+      await s.send({ id: 'doomed', fail: 'never' });
+      await s.send({ id: 'fine' });
+      await until(
+        () => gaveUp,
+        (n) => n >= 1,
+      );
+      await new Promise((r) => setTimeout(r, 1500)); // past the ack wait and the retry delay: nothing comes again
+      expect(s.seen.filter((id) => id === 'doomed')).toHaveLength(3);
+      expect(s.applied).toEqual(['fine']);
+      expect(gaveUp).toBe(1);
+      const info = await s.info();
+      expect(info.config.max_deliver).toBe(3);
+      expect(info.num_ack_pending).toBe(0);
+      // The message is still in the stream, for an operator to read and publish again.
+      const jsm = await jetstreamManager(publisher.connection);
+      const kept = await jsm.streams.getMessage(s.stream, { seq: 1 });
+      expect(kept?.json()).toEqual({ id: 'doomed', fail: 'never' });
     } finally {
       await consumer.stop();
     }

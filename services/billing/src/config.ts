@@ -131,7 +131,8 @@ export const billingConfigSchema = z.object({
       /**
        * How far a usage report may be dated ahead of billing's clock, or before its session started, and still be
        * applied: a provider daemon's clock is never quite billing's. Beyond it the report is refused (400, or a NATS
-       * message terminated), so a wrong clock never sets the session's last usage time.
+       * message terminated), so a wrong clock never sets the session's last usage time. A storage report's period
+       * may end this far ahead of when it was sent, too.
        */
       max_clock_skew: zDuration().default('5m'),
       /**

@@ -6,7 +6,10 @@
  *
  * Settling: `ack` (applied, or nothing to apply), `term` (can never apply: never delivered again), `retry` (nak'ed,
  * delivered again after `retryDelayMs`). A message that fails the schema is terminated and logged as malformed; a
- * handler that throws has its message retried (a transient failure, such as the database away).
+ * handler that throws has its message retried (a transient failure, such as the database away), at most `maxDeliver`
+ * deliveries in all: then the consumer gives up on it, logs an error naming its stream and sequence (it stays in the
+ * stream until the stream's age limit, for an operator to read and publish again) and terminates it, so one
+ * message that can never apply does not come back for ever.
  */
 import {
   AckPolicy,
@@ -41,7 +44,10 @@ export interface DurableConsumerOptions<T> {
   stream: { ensure: string } | { await: string };
   /** How long a delivered message may stay unsettled before it is delivered again (default 30 s). */
   ackWaitMs?: number;
-  /** How many times a message is delivered at most (default -1: no limit). */
+  /**
+   * How many times a message is delivered at most before the consumer gives up on it (see above); default
+   * `DEFAULT_MAX_DELIVER`, an hour of retries at the default delay.
+   */
   maxDeliver?: number;
   /** How many messages are pulled at once (default 64, and never fewer than `concurrency`). */
   batch?: number;
@@ -55,8 +61,13 @@ export interface DurableConsumerOptions<T> {
   handle(body: T, msg: JsMsg): Promise<Settlement>;
   /** Called for each malformed message (to count it). */
   onMalformed?(): void;
+  /** Called for each message given up on after `maxDeliver` failed deliveries (to count it). */
+  onGaveUp?(): void;
   logger: Logger;
 }
+
+/** The default bound of deliveries: 720, an hour of retries 5 s apart, long enough to wait out a database restart. */
+export const DEFAULT_MAX_DELIVER = 720;
 
 /** Notifications that mean no message will arrive until something changes. */
 const TROUBLE = new Set([
@@ -91,6 +102,7 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
     markReady = resolve;
   });
 
+  const maxDeliver = opts.maxDeliver ?? DEFAULT_MAX_DELIVER;
   const bind = async (): Promise<ConsumerMessages> => {
     const jsm = await jetstreamManager(opts.connection);
     let stream: string;
@@ -115,7 +127,7 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
         deliver_policy: DeliverPolicy.All,
         filter_subject: opts.filter,
         ack_wait: ackWait,
-        max_deliver: opts.maxDeliver ?? -1,
+        max_deliver: maxDeliver,
       });
     } else if (existing.config.filter_subject !== opts.filter) {
       // Instances share the durable consumer: one started with another subject must not rewrite it under those
@@ -126,9 +138,10 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
           `not the configured ${opts.filter}: give the new subject a durable consumer of its own (a new name), and ` +
           'delete the old one once its messages are consumed',
       );
-    } else if (existing.config.ack_wait !== ackWait) {
-      // The consumer outlives instances: a changed ack wait takes effect on it (the instances agreeing on it).
-      await jsm.consumers.update(stream, opts.durable, { ack_wait: ackWait });
+    } else if (existing.config.ack_wait !== ackWait || existing.config.max_deliver !== maxDeliver) {
+      // The consumer outlives instances: a changed ack wait or delivery bound takes effect on it (the instances
+      // agreeing on it).
+      await jsm.consumers.update(stream, opts.durable, { ack_wait: ackWait, max_deliver: maxDeliver });
     }
     const consumer = await jetstream(opts.connection).consumers.get(stream, opts.durable);
     const limit = opts.concurrency ?? 1;
@@ -210,7 +223,20 @@ async function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<v
     opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, `${opts.what} failed; will retry`);
     outcome = 'retry';
   }
-  if (outcome === 'ack') msg.ack();
+  if (outcome === 'retry' && msg.info.deliveryCount >= (opts.maxDeliver ?? DEFAULT_MAX_DELIVER)) {
+    opts.logger.error(
+      {
+        subject: msg.subject,
+        stream: msg.info.stream,
+        stream_seq: msg.seq,
+        deliveries: msg.info.deliveryCount,
+      },
+      `${opts.what} given up after ${msg.info.deliveryCount} deliveries; it stays in stream ${msg.info.stream} at ` +
+        `sequence ${msg.seq} to be read and published again`,
+    );
+    opts.onGaveUp?.();
+    msg.term(`given up after ${msg.info.deliveryCount} deliveries`);
+  } else if (outcome === 'ack') msg.ack();
   else if (outcome === 'term') msg.term();
   else msg.nak(opts.retryDelayMs ?? 5_000);
 }

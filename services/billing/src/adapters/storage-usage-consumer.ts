@@ -40,7 +40,7 @@ export interface StorageUsageConsumerOptions {
 export async function startStorageUsageConsumer(opts: StorageUsageConsumerOptions): Promise<StorageUsageConsumer> {
   const rejected = new Counter({
     name: 'billing_storage_usage_messages_rejected_total',
-    help: 'NATS storage usage messages rejected and never applied, by reason (malformed, unauthenticated, refused)',
+    help: 'NATS storage usage messages rejected and never applied, by reason (malformed, unauthenticated, refused, gave_up)',
     labelNames: ['reason'] as const,
     registers: [],
   });
@@ -52,12 +52,13 @@ export async function startStorageUsageConsumer(opts: StorageUsageConsumerOption
     filter: `${opts.prefix}.>`,
     stream: { ensure: opts.stream },
     ackWaitMs: 30_000,
-    // Retried until it applies: a report that waits out a database outage is charged once the database is back (the
-    // storage service has let go of it once the stream took it).
-    maxDeliver: -1,
+    // Retried for an hour (common's bound): a report that waits out a database outage is charged once the database
+    // is back (the storage service has let go of it once the stream took it). One that still fails is given up on,
+    // counted and logged with its stream sequence, and stays in the stream for an operator to publish again.
     concurrency: 8,
     schema: storageUsageSchema,
     onMalformed: () => rejected.inc({ reason: 'malformed' }),
+    onGaveUp: () => rejected.inc({ reason: 'gave_up' }),
     logger: opts.logger,
     async handle(body, msg) {
       if (msg.subject !== `${opts.prefix}.${body.user_id}`) {

@@ -65,7 +65,7 @@ export interface UsageConsumerOptions {
 export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<UsageConsumer> {
   const rejected = new Counter({
     name: 'billing_usage_messages_rejected_total',
-    help: 'NATS usage messages rejected and never applied, by reason (malformed, unauthenticated, forbidden, refused)',
+    help: 'NATS usage messages rejected and never applied, by reason (malformed, unauthenticated, forbidden, refused, gave_up)',
     labelNames: ['reason'] as const,
     registers: [],
   });
@@ -86,6 +86,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     schema: usageMessageSchema,
     handle: (body, msg) => handle(handling, body, msg),
     onMalformed: () => rejected.inc({ reason: 'malformed' }),
+    onGaveUp: () => rejected.inc({ reason: 'gave_up' }),
     logger: opts.logger,
   });
   await consumer.ready;

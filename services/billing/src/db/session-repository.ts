@@ -1,16 +1,9 @@
 /** Queries on rental sessions. Every function takes the database or a transaction. */
-import {
-  type Insertable,
-  type Kysely,
-  type RawBuilder,
-  type Selectable,
-  sql,
-  type Transaction,
-  type Updateable,
-} from 'kysely';
+import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan, type Party, partyOf } from './keyset-sql.ts';
 import type { BillingDB, RentalSessionTable, SessionStatus } from './schema.ts';
+import { type UsageRow, usageRecordsInsert } from './usage-repository.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
@@ -121,18 +114,18 @@ export type BilledColumns = Pick<
 >;
 
 /**
- * Writes every session's billing (and usage report) in one statement; the written columns by session ID. `also`, a
- * data-modifying statement (the batch's usage records), runs in the same statement, as a WITH query.
+ * Writes every session's billing (and usage report) in one statement; the written columns by session ID. The usage
+ * records of a batch (`usageRecords`) are written in the same statement, as a WITH query.
  */
 export async function writeBilledSessions(
   trx: Transaction<BillingDB>,
   changes: BilledSession[],
   now: Date,
-  also?: RawBuilder<unknown>,
+  usageRecords: UsageRow[] = [],
 ): Promise<Map<string, BilledColumns>> {
   const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
   const { rows } = await sql<BilledColumns>`
-    ${also ? sql`WITH also AS (${also})` : sql``}
+    ${usageRecords.length > 0 ? sql`WITH also AS (${usageRecordsInsert(usageRecords)})` : sql``}
     UPDATE rental_sessions AS s SET
       billed_minutes = v.billed_minutes,
       total_cost = v.total_cost,

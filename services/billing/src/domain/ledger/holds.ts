@@ -9,7 +9,8 @@
  * Each function runs inside the caller's database transaction so that a
  * caller (a rental session, a withdrawal) commits its own rows with the money
  * movement. Lock order: the hold row, then accounts in ID order (ledger.ts).
- * `accountIds` is the context's cache of ledger account IDs (state.accountIds).
+ * A step (`HoldStep`) carries the domain's time of the step (ctx.now(): the
+ * records' times) and the context's cache of ledger account IDs.
  */
 import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
@@ -34,6 +35,13 @@ export interface Hold {
 }
 
 type Trx = Transaction<BillingDB>;
+
+/** What a hold step takes from its caller: when it happens (the domain's clock) and the cache of account IDs. */
+export interface HoldStep {
+  /** The time of the step's records (default: the process clock, for callers outside the domain such as tests). */
+  now?: Date;
+  accountIds?: BoundedCache<string>;
+}
 
 /** A hold from its row (`remaining` derived). */
 function toHold(row: {
@@ -75,8 +83,9 @@ function record(
   holdId: string,
   reference: string | null,
   id: string,
+  at: Date | undefined,
 ): HoldRecord {
-  const now = new Date();
+  const now = at ?? new Date();
   return {
     id,
     wallet_id: walletId,
@@ -97,7 +106,7 @@ export async function createHold(
   walletId: string,
   amount: Dec,
   reference: string | null = null,
-  accountIds?: BoundedCache<string>,
+  step: HoldStep = {},
 ): Promise<Hold> {
   const id = randomUUID();
   const txId = randomUUID();
@@ -116,12 +125,12 @@ export async function createHold(
         transactionId: txId,
       },
     ],
-    accountIds,
+    step.accountIds,
   );
   await insertHold(
     trx,
     { id, walletId, amount: amount.toFixed(), reference },
-    record(walletId, 'lock', amount, id, reference, txId),
+    record(walletId, 'lock', amount, id, reference, txId, step.now),
   );
   return toHold({
     id,
@@ -135,12 +144,7 @@ export async function createHold(
 }
 
 /** Adds `amount` to a pending hold from the wallet's available balance. */
-export async function extendHold(
-  trx: Trx,
-  holdId: string,
-  amount: Dec,
-  accountIds?: BoundedCache<string>,
-): Promise<Hold> {
+export async function extendHold(trx: Trx, holdId: string, amount: Dec, step: HoldStep = {}): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const txId = randomUUID();
   await postTransfers(
@@ -155,10 +159,10 @@ export async function extendHold(
         transactionId: txId,
       },
     ],
-    accountIds,
+    step.accountIds,
   );
   const updated = await updateHold(trx, holdId, { addAmount: amount.toFixed() }, [
-    record(row.wallet_id, 'lock', amount, holdId, row.reference, txId),
+    record(row.wallet_id, 'lock', amount, holdId, row.reference, txId, step.now),
   ]);
   return toHold(updated);
 }
@@ -183,7 +187,7 @@ export async function postHold(
   holdId: string,
   legs: PostingLeg[],
   close: boolean,
-  accountIds?: BoundedCache<string>,
+  step: HoldStep = {},
 ): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
@@ -204,7 +208,7 @@ export async function postHold(
   const records: HoldRecord[] = [];
   if (close && rest.gt(0)) {
     const txId = randomUUID();
-    records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId));
+    records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId, step.now));
     specs.push({
       debit: locked,
       credit: { wallet: row.wallet_id, kind: 'available' },
@@ -214,7 +218,7 @@ export async function postHold(
       transactionId: txId,
     });
   }
-  await postTransfers(trx, specs, accountIds);
+  await postTransfers(trx, specs, step.accountIds);
   const updated = await updateHold(
     trx,
     holdId,
@@ -225,13 +229,13 @@ export async function postHold(
 }
 
 /** Voids a pending hold: everything still held goes back to `available`. */
-export async function voidHold(trx: Trx, holdId: string, accountIds?: BoundedCache<string>): Promise<Hold> {
+export async function voidHold(trx: Trx, holdId: string, step: HoldStep = {}): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const rest = new Dec(row.amount).minus(row.posted).minus(row.released);
   const records: HoldRecord[] = [];
   if (rest.gt(0)) {
     const txId = randomUUID();
-    records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId));
+    records.push(record(row.wallet_id, 'release', rest, holdId, row.reference, txId, step.now));
     await postTransfers(
       trx,
       [
@@ -244,7 +248,7 @@ export async function voidHold(trx: Trx, holdId: string, accountIds?: BoundedCac
           transactionId: txId,
         },
       ],
-      accountIds,
+      step.accountIds,
     );
   }
   const updated = await updateHold(trx, holdId, { addReleased: rest.toFixed(), status: 'voided' }, records);
@@ -284,15 +288,14 @@ export async function topUpHold(
   trx: Transaction<BillingDB>,
   session: { id: string; hold_id: string; wallet_id: string },
   target: Dec,
-  accountIds?: BoundedCache<string>,
+  step: HoldStep = {},
 ): Promise<HoldTopUp> {
-  const hold = await getHold(trx, session.hold_id);
-  if (!hold) throw new Error(`session ${session.id} has no hold ${session.hold_id}`);
-  const held = new Dec(hold.remaining);
+  // The lock order of every hold step: the hold row, then the wallet's accounts.
+  const held = new Dec(toHold(await lockPendingHold(trx, session.hold_id)).remaining);
   const available = await lockWalletAvailable(trx, session.wallet_id);
   const deficit = target.minus(held);
   if (deficit.lte(0)) return { held, added: new Dec(0), available, short: new Dec(0) };
   const added = Dec.min(deficit, available);
-  if (added.gt(0)) await extendHold(trx, session.hold_id, added, accountIds);
+  if (added.gt(0)) await extendHold(trx, session.hold_id, added, step);
   return { held: held.plus(added), added, available: available.minus(added), short: deficit.minus(added) };
 }

@@ -31,9 +31,10 @@
  * hold that needs topping up or a status change costs statements of its own.
  * Usage batches write the sessions together with their usage records.
  */
-import type { RawBuilder, Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { writeBilledSessions } from '../../db/session-repository.ts';
+import type { UsageRow } from '../../db/usage-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
 import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfHours, costOfMinutes } from '../pricing/index.ts';
@@ -133,21 +134,21 @@ export async function planBillings(
 }
 
 /**
- * Writes planned billings in one statement (with `also`, a statement of the caller's run in the same one: the
- * batch's usage records) and records their events; outcomes in the plans' order.
+ * Writes planned billings in one statement (with `usageRecords`, the usage records of the caller's batch, written in
+ * the same one) and records their events; outcomes in the plans' order.
  */
 export async function writeBillings(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
   plans: BillPlan[],
-  also?: RawBuilder<unknown>,
+  usageRecords: UsageRow[] = [],
 ): Promise<BillOutcome[]> {
   if (plans.length === 0) return [];
   const updated = await writeBilledSessions(
     trx,
     plans.map((p) => p.change),
     plans[0]!.now,
-    also,
+    usageRecords,
   );
   const outcomes: BillOutcome[] = [];
   for (const { item, change, billed, end } of plans) {
@@ -209,7 +210,10 @@ async function planBilling(
   // Only a hold running low touches the renter's accounts (locks them, tops up from available). At the cap the
   // hold is topped up to the cap, no further.
   if (held.lt(lowWater) || held.lt(nextPeriod)) {
-    const topUp = await topUpHold(trx, session, upToCap(cost.plus(periods.initialPeriod)), ctx.state.accountIds);
+    const topUp = await topUpHold(trx, session, upToCap(cost.plus(periods.initialPeriod)), {
+      now,
+      accountIds: ctx.state.accountIds,
+    });
     held = topUp.held;
     short = topUp.short.gt(0);
   }

@@ -110,7 +110,7 @@ export async function finishSession(
   // A session with a spend cap costs at most the cap, billed exactly to it.
   const capped = (d: Dec) => (session.spend_cap === null ? d : Dec.min(d, new Dec(session.spend_cap)));
   let cost = capped(costOfMinutes(hourly, minutes, ctx.scale));
-  const cover = await topUpHold(trx, session, cost, ctx.state.accountIds);
+  const cover = await topUpHold(trx, session, cost, { now, accountIds: ctx.state.accountIds });
   if (cover.short.gt(0)) {
     ctx.logger.warn(
       { session_id: session.id, cost: cost.toFixed(), covered: cover.held.toFixed() },
@@ -159,7 +159,7 @@ export async function finishSession(
       { to: { system: 'platform_fees' }, amount: fee, code: 'platform_fee', transactionId: paymentId },
     ],
     true,
-    ctx.state.accountIds,
+    { now, accountIds: ctx.state.accountIds },
   );
   const reason = kind.reason ?? null;
   // The session's GPUs are free again for the next renter, in the transaction that ends it.

@@ -150,7 +150,7 @@ export async function startSession(
     const available = await lockWalletAvailable(trx, wallet.id);
     if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
     if (available.lt(initial)) throw billingErrors.insufficientFunds(wallet.id, fmt(available), fmt(initial));
-    const hold = await createHold(trx, wallet.id, initial, `session:${id}`, ctx.state.accountIds);
+    const hold = await createHold(trx, wallet.id, initial, `session:${id}`, { now, accountIds: ctx.state.accountIds });
     const lockTxId = await lockRecordIdOfHold(trx, hold.id);
     const session = await insertSession(trx, {
       id,

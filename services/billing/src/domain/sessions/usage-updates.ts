@@ -24,7 +24,7 @@ import { GroupCommit } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
-import { appliedUsageRecords, openUsageBatch, type UsageRow, usageRecordsInsert } from '../../db/usage-repository.ts';
+import { appliedUsageRecords, openUsageBatch, type UsageRow } from '../../db/usage-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
@@ -171,14 +171,7 @@ async function applyInTransaction(
     inserted.set(recordKey(u.sessionId, u.messageId), row);
   });
   const outcomes = new Map<string, BillOutcome>(
-    (
-      await writeBillings(
-        ctx,
-        trx,
-        [...plans.values()],
-        inserted.size > 0 ? usageRecordsInsert([...inserted.values()]) : undefined,
-      )
-    ).map((o) => [o.session.id, o]),
+    (await writeBillings(ctx, trx, [...plans.values()], [...inserted.values()])).map((o) => [o.session.id, o]),
   );
 
   // A report refused because its session has ended may be a retry whose original another batch applied after this

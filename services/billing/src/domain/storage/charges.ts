@@ -38,8 +38,6 @@ export interface StorageUsageReport {
   bytes: number;
 }
 
-/** How far a period's end may lie ahead of billing's clock when reported (the storage service's clock may run ahead). */
-const CLOCK_SKEW_MS = 5 * 60_000;
 /** The longest period one report may cover (a day): the meter reports far shorter ones. */
 export const MAX_STORAGE_PERIOD_MS = 24 * 3_600_000;
 const GIB = new Dec(2).pow(30);
@@ -79,7 +77,10 @@ export async function chargeStorage(
   const { userId, periodStart, periodEnd, bytes } = report;
   // Only a period that is over can be measured: one that ends later than the report was sent is refused (a leaked
   // token must not charge periods ahead, nor make the true report of one conflict).
-  if (periodEnd.getTime() > sentAt.getTime() + CLOCK_SKEW_MS) throw storageErrors.periodNotOver(periodEnd, sentAt);
+  // The storage service's clock may run ahead of billing's as a daemon's may: the same allowance (max_clock_skew).
+  if (periodEnd.getTime() > sentAt.getTime() + ctx.sessions.maxClockSkewMs) {
+    throw storageErrors.periodNotOver(periodEnd, sentAt);
+  }
   const rate = ctx.pricing.storageRatePerGbHour;
   const { gbHours, cost } = storageCost(bytes, periodEnd.getTime() - periodStart.getTime(), rate, ctx.scale);
   return ctx.db.transaction().execute(async (trx) => {

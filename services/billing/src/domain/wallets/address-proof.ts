@@ -36,7 +36,7 @@ export async function issueAddressChallenge(
 ): Promise<AddressChallenge> {
   const wallet = await walletFor(ctx, actor, walletId);
   if (!wallet.solanaAddress) throw billingErrors.noWalletAddress(wallet.id);
-  const expiresAt = new Date(Date.now() + CHALLENGE_TTL_MS);
+  const expiresAt = new Date(ctx.now().getTime() + CHALLENGE_TTL_MS);
   const message =
     `GPU rental platform: I control ${wallet.solanaAddress} and link it to billing wallet ${wallet.id}.\n` +
     'Sign this only in the GPU rental platform, for your own wallet: whoever holds that wallet receives your deposits.\n' +
@@ -68,7 +68,11 @@ export async function proveAddress(
   if (!wallet.solanaAddress) throw billingErrors.noWalletAddress(wallet.id);
   const row = await findWallet(ctx.db, wallet.id);
   const challenge = row?.address_challenge;
-  if (!challenge || !row.address_challenge_expires_at || row.address_challenge_expires_at.getTime() <= Date.now()) {
+  if (
+    !challenge ||
+    !row.address_challenge_expires_at ||
+    row.address_challenge_expires_at.getTime() <= ctx.now().getTime()
+  ) {
     throw billingErrors.noAddressChallenge(wallet.id);
   }
   if (!isAddressSignature(wallet.solanaAddress, challenge, signature)) {
@@ -79,7 +83,7 @@ export async function proveAddress(
   const others = await otherProvenHolders(ctx.db, wallet.solanaAddress, wallet.id);
   if (others.some((holder) => holder !== wallet.holderId))
     throw billingErrors.addressProvenElsewhere(wallet.solanaAddress);
-  const proven = await markAddressProven(ctx.db, wallet.id, challenge, new Date());
+  const proven = await markAddressProven(ctx.db, wallet.id, challenge, ctx.now());
   if (proven) return toWallet(proven);
   // Proven by a concurrent request with the same challenge, or a newer challenge replaced it.
   const now = await walletFor(ctx, actor, walletId);

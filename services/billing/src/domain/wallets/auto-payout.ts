@@ -133,13 +133,13 @@ export async function payOutEarnings(
   const row = await findWallet(ctx.db, walletId);
   const destination = row?.auto_payout_to;
   if (!row || !destination) return null;
-  if (row.auto_payout_retry_at && row.auto_payout_retry_at.getTime() > Date.now()) return null;
+  if (row.auto_payout_retry_at && row.auto_payout_retry_at.getTime() > ctx.now().getTime()) return null;
   const balances = await walletBalances(ctx.db, walletId, ctx.scale);
   const available = new Dec(balances?.available ?? 0);
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
   const failed = async (why: string) => {
     const wait = autoPayoutBackoffMs(row.auto_payout_failures + 1);
-    await recordAutoPayoutOutcome(ctx.db, walletId, { retryAt: new Date(Date.now() + wait), reason: why });
+    await recordAutoPayoutOutcome(ctx.db, walletId, { retryAt: new Date(ctx.now().getTime() + wait), reason: why });
     ctx.logger.warn(
       { wallet_id: walletId, err: why, retry_in_ms: wait, failures: row.auto_payout_failures + 1 },
       'automatic payout failed; will retry after a backoff',
@@ -199,7 +199,7 @@ export function nudgeAutoPayout(ctx: BillingContext, walletId: string, correlati
  */
 export async function sweepAutoPayouts(ctx: BillingContext, limit = 100, concurrency = 4): Promise<number> {
   if (!ctx.chain) return 0;
-  const due = await walletsDueForAutoPayout(ctx.db, new Dec(ctx.minimumPayout).toFixed(), new Date(), limit);
+  const due = await walletsDueForAutoPayout(ctx.db, new Dec(ctx.minimumPayout).toFixed(), ctx.now(), limit);
   let next = 0;
   const worker = async () => {
     while (next < due.length) await nudgeAutoPayout(ctx, due[next++]!.id);

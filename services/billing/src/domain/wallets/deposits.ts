@@ -80,7 +80,7 @@ export async function claimDeposit(
   const id = randomUUID();
   try {
     return await ctx.db.transaction().execute(async (trx) => {
-      const now = new Date();
+      const now = ctx.now();
       await insertTransactions(trx, [
         {
           id,

@@ -110,7 +110,7 @@ export async function recordIntent(
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
     await req.guard?.(trx);
-    const now = new Date();
+    const now = ctx.now();
     await postTransfers(
       trx,
       [
@@ -179,7 +179,7 @@ export async function settle(
   correlationId?: string,
 ): Promise<TransactionRow> {
   return ctx.db.transaction().execute(async (trx) => {
-    const now = new Date();
+    const now = ctx.now();
     const row = await settlePending(trx, transactionId, outcome, reason, now);
     if (!row) return (await getTransaction(trx, transactionId))!;
     const debitId = await transferIdOf(trx, transactionId, row.type);

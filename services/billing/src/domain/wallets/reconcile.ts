@@ -26,7 +26,7 @@ export async function reconcilePending(ctx: BillingContext, minAgeMs = 0): Promi
   const summary: ReconcileSummary = { checked: 0, confirmed: 0, failed: 0, resent: 0, waiting: 0 };
   const chain = ctx.chain;
   if (!chain) return summary;
-  const rows = await pendingChainPayouts(ctx.db, new Date(Date.now() - minAgeMs), 500);
+  const rows = await pendingChainPayouts(ctx.db, new Date(ctx.now().getTime() - minAgeMs), 500);
   for (const row of rows) {
     summary.checked++;
     if (!row.signature || !row.serialized_tx || row.last_valid_block_height === null) {
