@@ -67,7 +67,7 @@ export interface DurableConsumerOptions<T> {
 }
 
 /** The default bound of deliveries: 720, an hour of retries 5 s apart, long enough to wait out a database restart. */
-export const DEFAULT_MAX_DELIVER = 720;
+const DEFAULT_MAX_DELIVER = 720;
 
 /** Notifications that mean no message will arrive until something changes. */
 const TROUBLE = new Set([

@@ -4,8 +4,9 @@
  * `usageRecordsInsert`), so it costs four round trips with its BEGIN and COMMIT.
  */
 import { type RawBuilder, type Selectable, sql, type Transaction } from 'kysely';
-import type { BillingDB, UsageRecordTable } from './schema.ts';
-import type { SessionRow } from './session-repository.ts';
+import type { BillingDB, RentalSessionTable, UsageRecordTable } from './schema.ts';
+
+type SessionRow = Selectable<RentalSessionTable>;
 
 export type UsageRow = Selectable<UsageRecordTable>;
 
