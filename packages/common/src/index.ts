@@ -126,6 +126,16 @@ export {
   type Page,
   positionCursor,
 } from './paging.ts';
+export {
+  type HourlyPrice,
+  hourlyPrice,
+  NEUTRAL_FACTOR,
+  type PriceArithmetic,
+  type PriceTerms,
+  RATE_LOOKUP,
+  sqlPriceArithmetic,
+  UNPRICED_RATE,
+} from './price-formula.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';

@@ -13,13 +13,13 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { gpuModelKey, migrateToLatest } from '@gpu/common';
+import { gpuModelKey } from '@gpu/common';
 import { freePort, startTestIssuer } from '@gpu/common/testing';
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { listProviders } from '../src/db/discovery-repository.ts';
-import { migrations } from '../src/db/migrations/index.ts';
+import { migrateRegistry } from '../src/db/migrate.ts';
 import { searchOffers } from '../src/db/offer-repository.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 import { recordHeartbeat } from '../src/db/status-repository.ts';
@@ -196,7 +196,7 @@ async function main() {
   // The same session settings as the service's pool (src/server.ts).
   const pool = new pg.Pool({ connectionString: databaseUrl, max: POOL_SIZE, options: '-c jit=off' });
   const setupDb = new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool }) });
-  await migrateToLatest(setupDb as Kysely<unknown>, 'provider-registry', migrations);
+  await migrateRegistry(setupDb as Kysely<unknown>);
 
   const client = await pool.connect();
   const loadStart = performance.now();

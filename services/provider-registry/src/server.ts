@@ -9,7 +9,6 @@ import {
   configWarnings,
   connectPublisher,
   durationMs,
-  migrateToLatest,
   openDatabase,
   runService,
   serviceLogger,
@@ -18,7 +17,7 @@ import {
 import type { Kysely } from 'kysely';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadRegistryConfig, resolveDatabaseUrl } from './config.ts';
-import { migrations } from './db/migrations/index.ts';
+import { migrateRegistry } from './db/migrate.ts';
 import type { RegistryDB } from './db/schema.ts';
 
 startOrExit(async () => {
@@ -37,7 +36,7 @@ startOrExit(async () => {
     sessionSettings: { jit: 'off' },
   });
   logger.info({ kind: database.kind }, 'database opened');
-  await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
+  await migrateRegistry(database.db as Kysely<unknown>, logger);
   const { messaging } = config;
   const publisher = await connectPublisher({
     url: messaging.nats_url,

@@ -5,7 +5,6 @@ import {
   createLogger,
   type Database,
   type EventPublisher,
-  migrateToLatest,
   openDatabase,
   type TokenVerifier,
 } from '@gpu/common';
@@ -22,7 +21,7 @@ import { connect, type NatsConnection, type Subscription } from '@nats-io/transp
 import type { Kysely } from 'kysely';
 import { buildApp, type RegistryApp } from '../src/app.ts';
 import { type RegistryConfig, registryConfigSchema } from '../src/config.ts';
-import { migrations } from '../src/db/migrations/index.ts';
+import { migrateRegistry } from '../src/db/migrate.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 
 export interface Harness {
@@ -41,7 +40,7 @@ export interface Harness {
 
 export async function migratedDatabase(url: string): Promise<Database<RegistryDB>> {
   const database = await openDatabase<RegistryDB>({ url, poolSize: 10, connectTimeoutMs: 2000 });
-  await migrateToLatest(database.db as Kysely<unknown>, 'provider-registry', migrations);
+  await migrateRegistry(database.db as Kysely<unknown>);
   return database;
 }
 

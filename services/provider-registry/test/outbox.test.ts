@@ -72,7 +72,9 @@ describe('status events through the outbox', () => {
     const p = await register(cut);
     await cut.events.flush();
     await cut.close();
-    expect(await outboxRows(h.database.db, p.id)).toEqual([{ reason: 'registered', published: false }]);
+    // Kept: the instance that recorded it could not publish it (the other instance's relay, which runs every second,
+    // may already have: only it can have).
+    expect((await outboxRows(h.database.db, p.id)).map((r) => r.reason)).toEqual(['registered']);
 
     await h.app.events.flush();
     await events.waitFor(() => events.about(p.id).length === 1);

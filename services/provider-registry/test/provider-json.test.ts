@@ -4,12 +4,12 @@
  * pages). From the same rows both must write the same JSON: a provider with GPUs, one without, one with nulls.
  */
 import { randomUUID } from 'node:crypto';
-import { type Database, migrateToLatest, openDatabase } from '@gpu/common';
+import { type Database, openDatabase } from '@gpu/common';
 import { createTestDatabase, type TestDatabase } from '@gpu/common/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listProviders } from '../src/db/discovery-repository.ts';
-import { migrations } from '../src/db/migrations/index.ts';
+import { migrateRegistry } from '../src/db/migrate.ts';
 import { findProvider, insertProvider } from '../src/db/provider-repository.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 import type { ProviderInput } from '../src/domain/provider.ts';
@@ -25,7 +25,7 @@ beforeAll(async () => {
   testDb = await createTestDatabase('registry_provider_json');
   database = await openDatabase<RegistryDB>({ url: testDb.url, poolSize: 2 });
   db = database.db;
-  await migrateToLatest(db as Kysely<unknown>, 'provider-registry', migrations);
+  await migrateRegistry(db as Kysely<unknown>);
 });
 afterAll(async () => {
   await database?.close();

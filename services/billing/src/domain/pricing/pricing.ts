@@ -1,5 +1,6 @@
 /**
- * Pricing: the hourly rate of a GPU rental and the cost of a duration.
+ * Pricing: the hourly rate of a GPU rental and the cost of a duration. The hourly rate is the platform's one price
+ * formula (`hourlyPrice` in @gpu/common, which the registry renders into its offers' SQL):
  *
  *   base_hourly_rate  = rate of the GPU model × gpu_count
  *   vram_hourly_rate  = requested_vram_mb / 1024 (GB) × vram_rate_per_gb_hour
@@ -15,7 +16,7 @@
  * family, whatever the driver prints (`NVIDIA H100 80GB HBM3` → `nvidia-tesla-h100`),
  * anything else by its spelling (lower case, spaces and underscores as `-`).
  */
-import { gpuModelKey } from '@gpu/common';
+import { gpuModelKey, hourlyPrice, type PriceArithmetic, RATE_LOOKUP, UNPRICED_RATE } from '@gpu/common';
 import { Dec, roundAmount, splitFee } from '../ledger/index.ts';
 
 /** The rate key of a model name: `NVIDIA GeForce RTX 4090` → `nvidia-geforce-rtx-4090`. */
@@ -78,13 +79,22 @@ function pickRate(
   platform: RateCard,
   provider: ProviderRateOverrides | null,
 ): { key: string; rate: string; source: 'platform' | 'provider' } {
-  const own = provider?.baseRates ?? {};
-  if (own[model] !== undefined) return { key: model, rate: own[model], source: 'provider' };
-  if (own.default !== undefined) return { key: 'default', rate: own.default, source: 'provider' };
-  const table = platform.baseRates;
-  if (table[model] !== undefined) return { key: model, rate: table[model], source: 'platform' };
-  return { key: 'default', rate: table.default ?? '0', source: 'platform' };
+  for (const step of RATE_LOOKUP) {
+    const table = step.table === 'provider' ? provider?.baseRates : platform.baseRates;
+    const key = step.key === 'model' ? model : 'default';
+    const rate = table?.[key];
+    if (rate !== undefined) return { key, rate, source: step.table };
+  }
+  return { key: 'default', rate: UNPRICED_RATE, source: 'platform' };
 }
+
+/** decimal.js, exact, for the price formula. */
+const decimals: PriceArithmetic<Dec> = {
+  add: (a, b) => a.plus(b),
+  mul: (a, b) => a.mul(b),
+  div: (a, b) => a.div(b),
+  constant: (value) => new Dec(value),
+};
 
 /** The hourly rates of a rental on a provider (its overrides, when it has any). */
 export async function hourlyRates(
@@ -98,24 +108,31 @@ export async function hourlyRates(
   const picked = pickRate(gpuModel, platform, provider);
   const vramRate = new Dec(provider?.vramRatePerGbHour ?? platform.vramRatePerGbHour);
   const powerRate = new Dec(provider?.powerRatePerWattHour ?? platform.powerRatePerWattHour);
-  const baseRatePerGpu = new Dec(picked.rate);
-  const baseHourlyRate = baseRatePerGpu.mul(input.gpuCount);
-  const vramHourlyRate = new Dec(input.requestedVramMb).div(1024).mul(vramRate);
-  const powerHourlyRate = new Dec(input.estimatedPowerW).mul(powerRate);
   const factorInput = { gpuModel, providerId: input.providerId };
   const demandMultiplier = new Dec(await market.demandMultiplier(factorInput));
   const supplyFactor = new Dec(await market.supplyFactor(factorInput));
+  const baseRatePerGpu = new Dec(picked.rate);
+  const price = hourlyPrice(decimals, {
+    baseRatePerGpu,
+    gpus: new Dec(input.gpuCount),
+    vramMb: new Dec(input.requestedVramMb),
+    vramRatePerGbHour: vramRate,
+    powerW: new Dec(input.estimatedPowerW),
+    powerRatePerWattHour: powerRate,
+    demand: demandMultiplier,
+    supply: supplyFactor,
+  });
   return {
     gpuModel,
     rateKey: picked.key,
     rateSource: picked.source,
     baseRatePerGpu,
-    baseHourlyRate,
-    vramHourlyRate,
-    powerHourlyRate,
+    baseHourlyRate: price.base,
+    vramHourlyRate: price.vram,
+    powerHourlyRate: price.power,
     demandMultiplier,
     supplyFactor,
-    totalHourlyRate: baseHourlyRate.plus(vramHourlyRate).plus(powerHourlyRate).mul(demandMultiplier).mul(supplyFactor),
+    totalHourlyRate: price.total,
     platformFeePercent: new Dec(platformFeePercent),
   };
 }
