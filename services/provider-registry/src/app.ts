@@ -37,6 +37,9 @@ export const SERVICE_NAME = 'provider-registry';
  */
 const RELAY_INTERVAL_MS = 1000;
 
+/** How often each instance deletes the ended sessions past `sessions.retention`. */
+const SESSION_PURGE_INTERVAL_MS = 3_600_000;
+
 export interface RegistryDeps {
   config: RegistryConfig;
   logger: Logger;
@@ -131,12 +134,23 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     },
     logger,
   );
+  const retentionMs = durationMs(config.sessions.retention);
+  const purger = new PeriodicTask(
+    'ended sessions purge',
+    retentionMs > 0 ? SESSION_PURGE_INTERVAL_MS : 0,
+    async () => {
+      const sessions_deleted = await sessions.purgeEnded(retentionMs);
+      return sessions_deleted > 0 ? { sessions_deleted } : null;
+    },
+    logger,
+  );
   const consumers: SessionConsumer[] = [];
   app.addHook('onReady', async () => {
     relay?.start(RELAY_INTERVAL_MS, outbox);
     if (deps.sweeper !== false) {
       sweeper.start();
       refresher.start();
+      purger.start();
       // A repricing an instance left unfinished, and the machines registered before the market existed: their
       // offers, in the background.
       void market.resumeRepricing().catch((err) => logger.warn({ err: (err as Error).message }, 'repricing failed'));
@@ -157,6 +171,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     await Promise.all(consumers.map((c) => c.stop()));
     await sweeper.stop();
     await refresher.stop();
+    await purger.stop();
     await market.settled();
     await relay?.stop();
     // What is left is published now, or by the next instance to run a relay.

@@ -87,6 +87,17 @@ const registryShape = {
     .refine((s) => s === '' || zDuration().safeParse(s).success, 'expected a duration such as "90s"'),
   /** How often each instance sweeps stale providers to `offline` (and publishes the change). */
   offline_sweep_interval: zDuration().default('5s'),
+  sessions: z
+    .object({
+      /**
+       * How long an ended rental session is kept (it guards against a late "started" for it, which billing's
+       * redeliveries bound to an hour); at least a day. `0s`: for ever.
+       */
+      retention: zDuration()
+        .default('7d')
+        .refine((d) => durationMs(d) === 0 || durationMs(d) >= 86_400_000, 'at least 1d, or 0s to keep every session'),
+    })
+    .prefault({}),
   offers: z
     .object({
       /**

@@ -308,6 +308,32 @@ describe('billing session reports over HTTP (billing without NATS)', () => {
     expect(await statusOf(p.id)).toBe('idle');
   });
 
+  it('keeps an ended session for sessions.retention, then deletes it; a running one is never deleted', async () => {
+    const p = await register(h.app);
+    const [old, recent, running] = [randomUUID(), randomUUID(), randomUUID()];
+    for (const s of [old, recent, running]) await h.app.inject({ method: 'PUT', url: url(p.id, s) });
+    for (const s of [old, recent]) await h.app.inject({ method: 'DELETE', url: url(p.id, s) });
+    const db = h.database.db;
+    await db
+      .updateTable('provider_sessions')
+      .set({ updated_at: new Date(Date.now() - 8 * 86_400_000) })
+      .where('session_id', 'in', [old, running])
+      .execute();
+    expect(await h.app.sessions.purgeEnded(7 * 86_400_000)).toBeGreaterThanOrEqual(1);
+    const kept = await db
+      .selectFrom('provider_sessions')
+      .select(['session_id', 'active'])
+      .where('provider_id', '=', p.id)
+      .orderBy('active')
+      .execute();
+    expect(kept).toEqual([
+      { session_id: recent, active: false },
+      { session_id: running, active: true },
+    ]);
+    // The running one still holds the machine.
+    expect(await statusOf(p.id)).toBe('busy');
+  });
+
   it('answers an unknown provider 404 and malformed IDs 400, with problem bodies', async () => {
     const missing = await h.app.inject({ method: 'PUT', url: url(randomUUID(), randomUUID()) });
     expect(missing.statusCode).toBe(404);

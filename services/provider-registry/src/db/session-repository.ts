@@ -3,7 +3,7 @@
  * locked the provider row first (`lockProviderStatus`), so the sessions of one provider change one writer at a time
  * and the status follows them exactly (the rental rule: `applyRentalRule` in `status-repository.ts`).
  */
-import { sql, type Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { RegistryDB } from './schema.ts';
 
@@ -51,4 +51,16 @@ export async function upsertSession(
     RETURNING active, gpu_indices, (SELECT active FROM before) AS was_active`.execute(trx);
   const row = rows[0]!;
   return { active: row.active, gpuIndices: row.gpu_indices, endedNow: !row.active && row.was_active !== false };
+}
+
+/**
+ * Deletes up to `limit` sessions that ended before `before` (their last report): an ended row only guards against a
+ * late "started" for it, which cannot come once billing's redeliveries are over. Returns how many it deleted.
+ */
+export async function deleteEndedSessions(db: Kysely<RegistryDB>, before: Date, limit: number): Promise<number> {
+  const result = await sql`
+    DELETE FROM provider_sessions WHERE session_id IN (
+      SELECT session_id FROM provider_sessions WHERE NOT active AND updated_at < ${before} LIMIT ${limit})
+  `.execute(db);
+  return Number(result.numAffectedRows ?? 0);
 }

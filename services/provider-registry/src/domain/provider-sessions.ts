@@ -32,7 +32,7 @@ import type { Kysely } from 'kysely';
 import { refreshReliability } from '../db/offer-repository.ts';
 import { countSessionEnd } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import { lockProviderStatus, upsertSession } from '../db/session-repository.ts';
+import { deleteEndedSessions, lockProviderStatus, upsertSession } from '../db/session-repository.ts';
 import { applyRentalRule } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import { assertMayTrackSessions } from './access.ts';
@@ -100,8 +100,22 @@ export interface ProviderSessionsDeps {
   retry?: RetryOptions;
 }
 
+/** Ended sessions deleted per statement of a purge. */
+const PURGE_BATCH = 10_000;
+
 export class ProviderSessions {
   constructor(private readonly deps: ProviderSessionsDeps) {}
+
+  /** Deletes the sessions that ended more than `retentionMs` ago, a batch at a time; how many it deleted. */
+  async purgeEnded(retentionMs: number, now = new Date()): Promise<number> {
+    const before = new Date(now.getTime() - retentionMs);
+    let total = 0;
+    for (;;) {
+      const n = await withRetry(() => deleteEndedSessions(this.deps.db, before, PURGE_BATCH), this.deps.retry);
+      total += n;
+      if (n < PURGE_BATCH) return total;
+    }
+  }
 
   /**
    * Records that the session runs (holding its GPUs) or ended on the provider and applies the rule; PROVIDER_NOT_FOUND
