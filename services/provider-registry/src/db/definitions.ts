@@ -410,7 +410,7 @@ export const TRIGGERS: readonly TriggerDefinition[] = [
   },
 ];
 
-export function functionSql(f: FunctionDefinition): string {
+function functionSql(f: FunctionDefinition): string {
   return `CREATE OR REPLACE FUNCTION ${f.name}(${f.args}) RETURNS ${f.returns} ${f.attributes} AS $fn$${f.body}$fn$`;
 }
 
