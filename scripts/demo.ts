@@ -400,11 +400,7 @@ async function main() {
     "quote for 4 of the machine's GPUs",
     `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs): ${quote.gpu_count} × the offer's price`,
   );
-  const startOn = (
-    who: Pick<Renter, 'id' | 'billing' | 'wallet'>,
-    jobId: string,
-    extra: { max_total_spend?: string } = {},
-  ) =>
+  const startOn = (who: Pick<Renter, 'id' | 'billing' | 'wallet'>, jobId: string, extra: { spend_cap?: string } = {}) =>
     who.billing.POST('/api/v1/billing/start-session', {
       params: { header: { 'idempotency-key': `demo-start-${jobId}` } },
       body: {
@@ -439,7 +435,7 @@ async function main() {
   const secondOffer = await findOffer(second.token, machineId, () => true);
   // A cap pays for at least the first minute (13.4 tokens at the 4 GPUs' 803.7/h): 15 buys 67 s.
   const cap = '15.000000';
-  const capped = unwrap(await startOn(second, randomUUID(), { max_total_spend: cap }));
+  const capped = unwrap(await startOn(second, randomUUID(), { spend_cap: cap }));
   say(
     'second renter found the other 4 GPUs with its own token and rented them, capped',
     `${secondOffer.free_gpus} free; session ${capped.session.id} on GPUs ${capped.session.gpu_indices?.join(', ')}, at most ${cap} tokens`,

@@ -186,7 +186,7 @@ export const billingErrors = {
       `a spend cap of ${cap} pays for less than the first billed minute, which costs ${minimum} at the session's ` +
       'rate: cap at least that (or send no cap)';
     return new AppError('invalid', 'SPEND_CAP_TOO_LOW', detail, {
-      errors: [{ path: 'body.max_total_spend', message: detail }],
+      errors: [{ path: 'body.spend_cap', message: detail }],
       extra: { minimum_spend_cap: minimum },
     });
   },

@@ -1,5 +1,5 @@
 /**
- * Spend caps and low-balance warnings (issue #28): a session with `max_total_spend` holds no more than its cap and
+ * Spend caps and low-balance warnings (issue #28): a session with `spend_cap` holds no more than its cap and
  * ends at it (`completed`, `end_reason: spend_cap`), billed exactly to it, whether the biller or a usage report finds
  * it there, once under concurrency; a renter whose funds come to pay for less than `billing.low_balance_warning` is
  * warned once (`session.low_balance`, `low_balance_since`) before the grace period starts, and again only after funds
@@ -48,7 +48,7 @@ describe('a spend cap', () => {
   it('holds no more than the cap and ends the session at it, billed exactly to it (the biller)', async () => {
     const p = await parties(h, '20');
     // H100 × 1: 5.10 tokens/hour, 0.085 a minute; a cap of 0.5 is reached in the 6th minute (0.51).
-    const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.5' });
+    const res = await start(h, { ...startBody(p, H100_X1), spend_cap: '0.5' });
     expect(res.statusCode).toBe(201);
     const started = res.json();
     expect(started.hold_amount).toBe('0.500000');
@@ -79,7 +79,7 @@ describe('a spend cap', () => {
 
   it('is reached through usage reports too, once when reports and the biller race', async () => {
     const p = await parties(h, '20');
-    const id = (await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.3' })).json().session.id as string;
+    const id = (await start(h, { ...startBody(p, H100_X1), spend_cap: '0.3' })).json().session.id as string;
     minutes(4); // 0.34 > 0.3
     const answers = await Promise.all([
       report(id, 'r-1'),
@@ -102,13 +102,13 @@ describe('a spend cap', () => {
 
   it('bills an end before the cap as any end, and never more than the cap', async () => {
     const p = await parties(h, '20');
-    const id = (await start(h, { ...startBody(p, H100_X1), max_total_spend: '1' })).json().session.id as string;
+    const id = (await start(h, { ...startBody(p, H100_X1), spend_cap: '1' })).json().session.id as string;
     minutes(2.5); // three started minutes: 0.255
     const ended = (await end(h, id)).json();
     expect(ended.billing_record).toMatchObject({ total_cost: '0.255000', end_reason: 'ended', spend_cap: '1.000000' });
 
     const q = await parties(h, '20');
-    const capped = (await start(h, { ...startBody(q, H100_X1), max_total_spend: '0.2' })).json().session.id as string;
+    const capped = (await start(h, { ...startBody(q, H100_X1), spend_cap: '0.2' })).json().session.id as string;
     minutes(2.5); // 0.255 over a cap of 0.2: the end costs the cap
     expect((await end(h, capped)).json().billing_record.total_cost).toBe('0.200000');
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
@@ -123,9 +123,9 @@ describe('a spend cap', () => {
         .map((r) => r.kind)
         .filter((k) => k !== 'session.started' && k !== 'session.low_balance');
     const payer = await parties(h, '2.5');
-    const paid = (await start(h, { ...startBody(payer, RTX4090_X2), max_total_spend: '2.6' })).json().session.id;
+    const paid = (await start(h, { ...startBody(payer, RTX4090_X2), spend_cap: '2.6' })).json().session.id;
     const debtor = await parties(h, '2.5');
-    const unpaid = (await start(h, { ...startBody(debtor, RTX4090_X2), max_total_spend: '2.6' })).json().session.id;
+    const unpaid = (await start(h, { ...startBody(debtor, RTX4090_X2), spend_cap: '2.6' })).json().session.id;
     minutes(50);
     await runBillingCycle(h.ctx);
     minutes(27);
@@ -176,12 +176,25 @@ describe('a spend cap', () => {
     expect(own.json().billing_record.end_reason).toBe('job finished');
   });
 
+  it('takes the cap by its former name, max_total_spend, too; both names at once are refused', async () => {
+    const p = await parties(h, '20');
+    const both = await start(h, { ...startBody(p, H100_X1), spend_cap: '1', max_total_spend: '1' });
+    expect(both.statusCode).toBe(400);
+    expect(both.json().errors).toEqual([expect.objectContaining({ path: 'body.max_total_spend' })]);
+    const bad = await start(h, { ...startBody(p, H100_X1), max_total_spend: 'ten' });
+    expect(bad.statusCode).toBe(400);
+    expect(JSON.stringify(bad.json())).toMatch(/max_total_spend/);
+    const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.5' });
+    expect(res.statusCode, res.body).toBe(201);
+    expect(res.json().session.spend_cap).toBe('0.500000');
+  });
+
   it('refuses a cap that is not a positive amount at the token scale, with the field named', async () => {
     const p = await parties(h, '20');
     for (const cap of ['0', '-1', '0.0000001', '1e3', 'ten', ' 1']) {
-      const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: cap });
+      const res = await start(h, { ...startBody(p, H100_X1), spend_cap: cap });
       expect(res.statusCode, cap).toBe(400);
-      expect(JSON.stringify(res.json()), cap).toMatch(/max_total_spend/);
+      expect(JSON.stringify(res.json()), cap).toMatch(/spend_cap/);
     }
     const running = await h.db
       .selectFrom('rental_sessions')
@@ -197,16 +210,16 @@ describe('a spend cap buys no GPU time it does not pay for', () => {
     const p = await parties(h, '20');
     // H100 × 1 at 5.10/h: the first minute costs 0.085.
     for (const cap of ['0.000001', '0.084999']) {
-      const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: cap });
+      const res = await start(h, { ...startBody(p, H100_X1), spend_cap: cap });
       expect(res.statusCode, cap).toBe(400);
       expect(res.json()).toMatchObject({
         code: 'SPEND_CAP_TOO_LOW',
         minimum_spend_cap: '0.085000',
-        errors: [{ path: 'body.max_total_spend' }],
+        errors: [{ path: 'body.spend_cap' }],
       });
     }
     expect(await h.balanceOf(p.renter.id)).toMatchObject({ available: '20.000000', locked: '0.000000' });
-    const res = await start(h, { ...startBody(p, H100_X1), max_total_spend: '0.085' });
+    const res = await start(h, { ...startBody(p, H100_X1), spend_cap: '0.085' });
     expect(res.statusCode, res.body).toBe(201);
     // One minute paid: the cap's time is over a minute after the start.
     const s = res.json().session;
@@ -218,7 +231,7 @@ describe('a spend cap buys no GPU time it does not pay for', () => {
     // From one minute's worth (0.085 at 5.10/h) to several, ending inside a minute and on no minute's edge.
     for (const cap of ['0.085', '0.1', '0.123457', '0.5', '1.000001']) {
       const p = await parties(h, '20');
-      const session = (await start(h, { ...startBody(p, H100_X1), max_total_spend: cap })).json().session;
+      const session = (await start(h, { ...startBody(p, H100_X1), spend_cap: cap })).json().session;
       const paidMs = new Dec(cap).mul(3_600_000).div('5.1').toNumber();
       const startedAt = Date.parse(session.started_at);
       // Only the sweep runs (no billing cycle, no usage report): a silent daemon's session ends all the same.
@@ -261,7 +274,7 @@ describe('a spend cap buys no GPU time it does not pay for', () => {
       const res = await own.app.inject({
         method: 'POST',
         url: '/api/v1/billing/start-session',
-        payload: { ...startBody(p, H100_X1), max_total_spend: '0.1' },
+        payload: { ...startBody(p, H100_X1), spend_cap: '0.1' },
       });
       const id = res.json().session.id as string;
       clock.advance(71_000); // 0.1 at 5.10/h pays for 70.6 s

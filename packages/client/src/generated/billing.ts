@@ -988,7 +988,7 @@ export interface components {
             gpu_model?: string;
             /** @description the renter's or scheduler's job (one running session per job); default: the session's own ID */
             job_id?: string;
-            /** @description the most the session may cost in all (at most the token decimals; at least its first minute at the session's rate, else 400 SPEND_CAP_TOO_LOW with `minimum_spend_cap`): billing ends it when the time the cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more for it */
+            /** @description the former name of `spend_cap`, still accepted (400 when both are sent) */
             max_total_spend?: string;
             /** Format: uuid */
             provider_id: string;
@@ -1002,6 +1002,8 @@ export interface components {
              * @description a reservation of the machine's GPUs held for this user (POST /billing/reservations): the session rents exactly those GPUs; 404 RESERVATION_NOT_FOUND when it has expired or names another machine
              */
             reservation_id?: string;
+            /** @description the most the session may cost in all (at most the token decimals; at least its first minute at the session's rate, else 400 SPEND_CAP_TOO_LOW with `minimum_spend_cap`): billing ends it when the time the cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more for it */
+            spend_cap?: string;
             /**
              * Format: uuid
              * @description the renter: the wallet's holder (default: the calling user; a machine client must name one)

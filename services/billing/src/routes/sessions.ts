@@ -69,7 +69,7 @@ const startSessionBody = z
           '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the ' +
           'spend per hour: the rate is frozen for the session',
       ),
-    max_total_spend: amountString
+    spend_cap: amountString
       .optional()
       .describe(
         'the most the session may cost in all (at most the token decimals; at least its first minute at the ' +
@@ -77,6 +77,13 @@ const startSessionBody = z
           'cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: ' +
           'spend_cap`), and never holds more for it',
       ),
+    max_total_spend: amountString
+      .optional()
+      .describe('the former name of `spend_cap`, still accepted (400 when both are sent)'),
+  })
+  .refine((b) => b.spend_cap === undefined || b.max_total_spend === undefined, {
+    path: ['max_total_spend'],
+    message: 'the former name of spend_cap: send one of them',
   })
   .register(schemas, { id: 'SessionStartRequest' });
 
@@ -154,6 +161,13 @@ const billingRecordPageSchema = z
   })
   .register(schemas, { id: 'BillingRecordPage' });
 
+/** The session's spend cap, by its name or its former one (`max_total_spend`). */
+function spendCapOf(b: { spend_cap?: string; max_total_spend?: string }, scale: number) {
+  if (b.spend_cap !== undefined) return requestAmount(b.spend_cap, scale, 'body.spend_cap');
+  if (b.max_total_spend !== undefined) return requestAmount(b.max_total_spend, scale, 'body.max_total_spend');
+  return undefined;
+}
+
 export async function sessionRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
 
@@ -200,10 +214,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             requestedVramMb: b.requested_vram_mb,
             estimatedPowerW: b.estimated_power_w,
             acceptedHourlyRate: b.accepted_hourly_rate,
-            spendCap:
-              b.max_total_spend === undefined
-                ? undefined
-                : requestAmount(b.max_total_spend, ctx.scale, 'body.max_total_spend'),
+            spendCap: spendCapOf(b, ctx.scale),
             correlationId: request.correlationId,
           },
           keyClaim(idem, answer),
