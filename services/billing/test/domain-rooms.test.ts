@@ -2,7 +2,8 @@
  * Billing's domain is grouped by concept (docs/architecture.md, "Each service's rooms"): no folder of any service's
  * domain holds more than 12 files, and code outside a concept reaches it only through the concept's `index.ts`
  * (the kernel, `domain/context.ts` and `errors.ts`, imports the types it names from their own files: concept files
- * depend on it). Read from the sources' import declarations.
+ * depend on it), and concepts depend downward only, in the order docs/architecture.md draws them. Read from the
+ * sources' import declarations.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -83,5 +84,24 @@ describe("billing's domain rooms", () => {
       }
     }
     expect(bypasses).toEqual([]);
+  });
+
+  it('concepts depend downward only: each imports only concepts drawn below it', () => {
+    // Top to bottom, as docs/architecture.md draws them; concepts on one rank do not import each other.
+    const ranks = [['sessions'], ['leases'], ['pricing'], ['storage'], ['wallets'], ['ledger', 'chain']];
+    const rank = new Map(ranks.flatMap((names, i) => names.map((n) => [n, i] as const)));
+    const upward: string[] = [];
+    for (const file of tsFiles(DOMAIN)) {
+      const from = conceptOf(file);
+      if (!from) continue;
+      expect(rank.has(from), from).toBe(true);
+      for (const { target } of importsOf(file)) {
+        const to = conceptOf(target);
+        if (!to || to === from) continue;
+        if ((rank.get(to) ?? -1) <= (rank.get(from) ?? -1))
+          upward.push(`${relative(SRC, file)} -> ${relative(SRC, target)}`);
+      }
+    }
+    expect(upward).toEqual([]);
   });
 });
