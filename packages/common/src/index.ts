@@ -88,6 +88,16 @@ export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from
 export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {
+  PLATFORM_END_REASONS,
+  type PlatformEndReason,
+  PROVIDER_FAULT_END_REASONS,
+  PROVIDER_STATUSES,
+  type ProviderStatus,
+  SESSION_ENDED_EVENT_KINDS,
+  SESSION_RUNNING_EVENT_KINDS,
+  UNDELIVERING_STATUSES,
+} from './market-terms.ts';
+export {
   awaitStream,
   type ConnectPublisherOptions,
   connectPublisher,

@@ -955,7 +955,7 @@ export interface components {
              */
             event_id: string;
             /** @enum {string} */
-            kind: "session.started" | "session.low_balance" | "session.grace_period" | "session.resumed" | "session.completed" | "session.terminated";
+            kind: "session.started" | "session.grace_period" | "session.resumed" | "session.low_balance" | "session.completed" | "session.terminated";
             occurred_at: string;
             /** @description the session as the change left it */
             session: components["schemas"]["Session"];
@@ -1401,7 +1401,7 @@ export interface operations {
             query?: {
                 /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
                 cursor?: string;
-                /** @description session.started, session.low_balance, session.grace_period, session.resumed, session.completed, session.terminated */
+                /** @description session.started, session.grace_period, session.resumed, session.low_balance, session.completed, session.terminated */
                 kind?: string | string[];
                 limit?: number;
                 session_id?: string;

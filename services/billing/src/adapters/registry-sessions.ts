@@ -13,12 +13,19 @@
  * session has ended there already; 400: the provider ID is not a registry ID) count as delivered and are logged.
  */
 import { registryClient } from '@gpu/client';
-import { durationMs, type EventPublisher, type Logger, type PublishOptions } from '@gpu/common';
+import {
+  durationMs,
+  type EventPublisher,
+  type Logger,
+  type PublishOptions,
+  SESSION_ENDED_EVENT_KINDS,
+  SESSION_RUNNING_EVENT_KINDS,
+} from '@gpu/common';
 import type { BillingConfig } from '../config.ts';
 import { lazyTokens } from './provider-registry.ts';
 
-const RUNNING = new Set(['session.started', 'session.grace_period', 'session.resumed']);
-const ENDED = new Set(['session.completed', 'session.terminated']);
+const RUNNING = new Set<string>(SESSION_RUNNING_EVENT_KINDS.filter((k) => k !== 'session.low_balance'));
+const ENDED = new Set<string>(SESSION_ENDED_EVENT_KINDS);
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Answers that a retry cannot change. */
 const FINAL = new Set([400, 404, 409]);

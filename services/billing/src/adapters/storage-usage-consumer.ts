@@ -17,7 +17,7 @@ import { isRefusal, type Logger, type NatsPublisher, startDurableConsumer, type 
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { chargeStorage, storageUsageSchema, toStorageUsageReport } from '../domain/storage/index.ts';
-import { senderOf, sentAt } from './usage-consumer.ts';
+import { senderOf, sentAt } from './message-sender.ts';
 
 export interface StorageUsageConsumer {
   metrics: Counter[];

@@ -17,18 +17,12 @@
  */
 
 import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
-import {
-  isRefusal,
-  type Logger,
-  principalOf,
-  startDurableConsumer,
-  UNCHECKED_PRINCIPAL,
-  verifyBearer,
-} from '@gpu/common';
+import { isRefusal, type Logger, startDurableConsumer } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { applyUsageUpdate, toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/sessions/index.ts';
+import { senderOf } from './message-sender.ts';
 
 const USAGE_STREAM = 'BILLING_USAGE';
 export const USAGE_CONSUMER = 'billing-usage';
@@ -94,22 +88,6 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
 }
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
-
-/**
- * The message's sender, from its `Authorization` header (the unchecked principal with access control off), judged as
- * of when the stream took the message: one that waited in the stream (billing down, a backlog) past its token's
- * expiry is still its sender's. Throws a refusal for a missing or bad token, another error when the keys could not
- * be fetched (retry later).
- */
-export async function senderOf(opts: { verifier: TokenVerifier | null }, msg: JsMsg): Promise<Principal> {
-  if (!opts.verifier) return UNCHECKED_PRINCIPAL;
-  return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined, sentAt(msg)));
-}
-
-/** When the stream took the message (its JetStream timestamp). */
-export function sentAt(msg: JsMsg): Date {
-  return new Date(Math.floor(Number(msg.info.timestampNanos) / 1_000_000));
-}
 
 async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<Settlement> {
   if (msg.subject !== `${opts.prefix}.${body.session_id}`) {

@@ -5,6 +5,7 @@
  * transactional outbox with its wire body, and an `OutboxRelay` publishes it
  * on `<prefix>.<kind>` (NATS `billing.events.*`) once the change committed.
  */
+import type { SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
@@ -39,10 +40,10 @@ export type BillingEvent =
   | { kind: 'deposit.confirmed'; transaction: TransactionRow; sourceOwner: string; slot: number }
   | { kind: PayoutEventKind; transaction: TransactionRow }
   | {
-      kind: 'session.started' | 'session.grace_period' | 'session.resumed' | 'session.low_balance';
+      kind: (typeof SESSION_RUNNING_EVENT_KINDS)[number];
       session: SessionRow;
     }
-  | { kind: 'session.completed' | 'session.terminated'; session: SessionRow; billingRecord: BillingRecordRow }
+  | { kind: (typeof SESSION_ENDED_EVENT_KINDS)[number]; session: SessionRow; billingRecord: BillingRecordRow }
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
   | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates };
 

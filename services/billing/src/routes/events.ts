@@ -1,5 +1,5 @@
 /** Session events over HTTP (domain/sessions/current-usage.ts): what NATS carries, for callers without NATS. */
-import { type App, callerOf, setNextPage } from '@gpu/common';
+import { type App, callerOf, SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS, setNextPage } from '@gpu/common';
 import { z } from 'zod';
 import type { SessionEventKind } from '../domain/events.ts';
 import { sessionEventList } from '../domain/sessions/index.ts';
@@ -12,12 +12,8 @@ import { billingRecordSchema, sessionSchema } from './session-schemas.ts';
 
 /** The kinds of session events. */
 const SESSION_EVENT_KINDS = [
-  'session.started',
-  'session.low_balance',
-  'session.grace_period',
-  'session.resumed',
-  'session.completed',
-  'session.terminated',
+  ...SESSION_RUNNING_EVENT_KINDS,
+  ...SESSION_ENDED_EVENT_KINDS,
 ] as const satisfies readonly SessionEventKind[];
 
 const sessionEventSchema = z

@@ -3,10 +3,11 @@
  * heartbeat does to a state, which states fall to `offline` when a provider
  * goes silent, and the GPU summary kept on each provider row for discovery.
  */
+import { PROVIDER_STATUSES, type ProviderStatus } from '@gpu/common';
 import type { Gpu, GpuInput } from './gpu-fields.ts';
 
-export const PROVIDER_STATUSES = ['idle', 'busy', 'offline', 'maintenance', 'error'] as const;
-export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
+/** The statuses (shared with billing: `market-terms.ts` in @gpu/common). */
+export { PROVIDER_STATUSES, type ProviderStatus };
 
 /**
  * The heartbeat rule: a heartbeat brings these states back to `RENTABLE_STATUS` (`idle`), or to `RENTED_STATUS`

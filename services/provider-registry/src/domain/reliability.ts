@@ -5,21 +5,16 @@
  * (see the reliability migration); this module says what the numbers mean.
  */
 
-/**
- * The end reasons (billing's) that are the machine's fault: it went away under a running rental, or its owner ended
- * the rental (`provider_ended`: billing records that reason whatever the owner's request said).
- */
-const PROVIDER_FAULT_REASONS: readonly string[] = [
-  'provider_ended',
-  'provider_offline',
-  'provider_error',
-  'provider_maintenance',
-  'provider_removed',
-];
+import { PROVIDER_FAULT_END_REASONS } from '@gpu/common';
 
-/** Whether a session's end counts against its machine. */
+/**
+ * Whether a session's end counts against its machine: billing's reasons for a machine that went away under a running
+ * rental, or whose owner ended it (`provider_ended`: billing records that reason whatever the owner's request said).
+ */
 export const isProviderFault = (endReason: string | null | undefined) =>
-  endReason !== null && endReason !== undefined && PROVIDER_FAULT_REASONS.includes(endReason);
+  endReason !== null &&
+  endReason !== undefined &&
+  (PROVIDER_FAULT_END_REASONS as readonly string[]).includes(endReason);
 
 /** What the books hold for one machine, as the database reads them. */
 export interface ReliabilityBooks {

@@ -4,6 +4,7 @@
  * /providers/{id}/sessions/{sessionId}`). The GPUs a session holds have one schema and one mapping to the domain's
  * value, here, for both.
  */
+import { SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS } from '@gpu/common';
 import { z } from 'zod';
 import type { GpuSet, SessionReportInput } from '../domain/provider-sessions.ts';
 
@@ -22,8 +23,8 @@ export const sessionRunningSchema = z
   .nullish()
   .describe('What a running session holds; the body is optional (none, or `{}`: every GPU of the machine)');
 
-const RUNNING_KINDS = ['session.started', 'session.grace_period', 'session.resumed', 'session.low_balance'] as const;
-const ENDED_KINDS = ['session.completed', 'session.terminated'] as const;
+const RUNNING_KINDS = SESSION_RUNNING_EVENT_KINDS;
+const ENDED_KINDS = SESSION_ENDED_EVENT_KINDS;
 
 /** What names a session in billing's session JSON, and what its end says. */
 const sessionRef = {

@@ -17,7 +17,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '@gpu/common';
+import { PLATFORM_END_REASONS, type Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import { billingRecordOfSession, insertBillingRecord } from '../../db/billing-record-repository.ts';
 import { releaseSessionGpus } from '../../db/gpu-lease-repository.ts';
@@ -37,15 +37,7 @@ import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from '
  * or error, or removed. A party ending a session may not claim one (400, in any case or spacing): they say why the
  * platform ended it, and what counts against a provider's reliability.
  */
-export const BILLING_END_REASONS = [
-  'spend_cap',
-  'provider_ended',
-  'insufficient_funds',
-  'provider_offline',
-  'provider_maintenance',
-  'provider_error',
-  'provider_removed',
-] as const;
+export const BILLING_END_REASONS = PLATFORM_END_REASONS;
 
 export type EndKind =
   | { status: 'completed'; reason?: string }

@@ -20,6 +20,7 @@
  * ID), so its removal ends every session still running on it. Should one session fail (the database away), the
  * caller retries the event and the rest are ended then.
  */
+import { UNDELIVERING_STATUSES } from '@gpu/common';
 import {
   minutesAtLastReport,
   providersWithSessions,
@@ -28,9 +29,6 @@ import {
 import type { BillingContext } from '../context.ts';
 import { finishSession, type SessionEnd } from './end.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from './session.ts';
-
-/** Registry statuses in which a machine delivers nothing: its sessions end. */
-const UNDELIVERING_STATUSES = ['offline', 'maintenance', 'error'] as const;
 
 /** The status a change names when the registry removed the machine (its `provider.removed` event, or a 404). */
 export const REMOVED = 'removed';
