@@ -20,11 +20,12 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
 import { authMode } from './lib/auth-mode.ts';
-import { compiledPath, ensureBuilt, platformPrograms } from './lib/build.ts';
+import { compiledPath, ensureBuilt, LIFELINE, platformPrograms } from './lib/build.ts';
 import { lockDataDir } from './lib/instance-lock.ts';
 import {
   pgliteTemplateDir,
@@ -36,7 +37,7 @@ import {
   repoRoot,
   SettingError,
 } from './lib/platform.ts';
-import { type Supervised, Supervisor } from './lib/supervisor.ts';
+import { STOP_TIMEOUT_MS, type Supervised, Supervisor } from './lib/supervisor.ts';
 
 const root = repoRoot;
 
@@ -285,13 +286,26 @@ const gateway: Proc = {
 
 // Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
 // 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
-// up on. A start-up that fails (a process that exits before its port opens), SIGINT and SIGTERM stop everything.
+// up on. A start-up that fails (a process that exits before its port opens), SIGINT, SIGTERM and SIGHUP stop
+// everything.
 const supervisor = new Supervisor();
 const supervised = new Map<string, Supervised>();
+/**
+ * Preloaded into every process: its end of the supervisor's lifeline, on which it stops (as on SIGTERM, killed with
+ * what it started STOP_TIMEOUT_MS later) when this process is gone, however it went (scripts/lib/lifeline.ts).
+ */
+const lifeline = pathToFileURL(compiledPath(LIFELINE)).href;
 
 function start(p: Proc): void {
   // Source maps on, as under tsx: a stack trace names the TypeScript source's lines.
-  const args = [...(p.nodeFlags ?? []), '--enable-source-maps', compiledPath(p.script), ...p.args];
+  const args = [
+    ...(p.nodeFlags ?? []),
+    '--enable-source-maps',
+    '--import',
+    lifeline,
+    compiledPath(p.script),
+    ...p.args,
+  ];
   supervised.set(p.name, supervisor.start({ name: p.name, args, cwd: p.cwd, env: { ...process.env, ...p.env } }));
 }
 
@@ -314,7 +328,7 @@ let stopped: Promise<never> | undefined;
 function stop(code: number): Promise<never> {
   stopped ??= (async () => {
     process.stderr.write('[start] stopping\n');
-    await supervisor.stop(15_000);
+    await supervisor.stop(STOP_TIMEOUT_MS);
     process.exit(code);
   })();
   return stopped;
@@ -322,6 +336,11 @@ function stop(code: number): Promise<never> {
 
 process.once('SIGINT', () => void stop(0));
 process.once('SIGTERM', () => void stop(0));
+// A closed terminal (or an ssh session that ends) sends SIGHUP: the same graceful stop.
+process.once('SIGHUP', () => void stop(0));
+// Once the terminal is closed, or whatever read this output is gone, a write fails (EIO, EPIPE): the stop goes on
+// without output, rather than this process dying of the error halfway through it.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
 // Should this script end any other way (an error of its own), its children are not left running behind it.
 process.once('exit', () => supervisor.signalAll('SIGTERM'));
 

@@ -3,9 +3,11 @@
  * that cannot work (auth settings that do not fit together, a configuration file that does not exist, a port that is
  * held, a bad PLATFORM_HOST or PLATFORM_PORT_BASE) are refused in one line with exit status 1, nothing started and
  * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
- * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way.
+ * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way. Nothing it
+ * started outlives it, not when its terminal is closed.
  */
-import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -14,6 +16,7 @@ import {
   health,
   isAlive,
   platformPlace,
+  root,
   runStart,
   services,
   startedPids,
@@ -131,6 +134,82 @@ describe('pnpm start, interrupted', () => {
       expect(readdirSync(dataDir)).not.toContain('platform.lock');
     } finally {
       await platform.stop();
+    }
+  });
+});
+
+/** Waits until `check` holds; false when `timeoutMs` passed first. */
+async function until(check: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return true;
+}
+
+/**
+ * The programs a `pnpm start` on `dataDir` runs, found without asking it: every process whose environment names the
+ * data folder (they inherit it) and runs a compiled program (`dist/`), read from /proc.
+ */
+function platformProcesses(dataDir: string): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const env = readFileSync(`/proc/${pid}/environ`, 'utf8');
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        return env.split('\0').includes(`PLATFORM_DATA_DIR=${dataDir}`) && cmdline.includes('/dist/');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+const killAll = (pids: number[]) => {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone.
+    }
+  }
+};
+
+describe('pnpm start, gone', () => {
+  it('stops everything gracefully and exits 0 when its terminal is closed (SIGHUP)', { timeout: 120_000 }, async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-hangup-'));
+    const work = mkdtempSync(path.join(tmpdir(), 'platform-terminal-'));
+    const status = path.join(work, 'status');
+    // The terminal's shell (its session leader, which a hangup ends) runs pnpm start in the foreground, under a shell
+    // that outlives the hangup to write down how pnpm start ended.
+    writeFileSync(path.join(work, 'terminal.sh'), `sh '${path.join(work, 'job.sh')}'\necho\n`);
+    writeFileSync(
+      path.join(work, 'job.sh'),
+      `trap true HUP\n'${process.execPath}' --import tsx scripts/start.ts\necho $? > '${status}'\n`,
+    );
+    // A terminal of its own (util-linux's script, on a pseudo-terminal): pnpm start's output goes there.
+    const terminal = spawn('script', ['-qfec', `sh '${path.join(work, 'terminal.sh')}'`, '/dev/null'], {
+      cwd: root,
+      env: { ...process.env, LOG_LEVEL: 'warn', ...place.env(dataDir) },
+      stdio: 'ignore',
+    });
+    let started: number[] = [];
+    try {
+      expect(await until(() => platformProcesses(dataDir).length === 7, 90_000), 'seven processes started').toBe(true);
+      started = platformProcesses(dataDir);
+      // The terminal window is closed.
+      terminal.kill('SIGKILL');
+      expect(await until(() => existsSync(status), 30_000), 'pnpm start still running 30 s after the hangup').toBe(
+        true,
+      );
+      expect(readFileSync(status, 'utf8').trim()).toBe('0');
+      expect(started.filter(isAlive)).toEqual([]);
+      expect(readdirSync(dataDir)).not.toContain('platform.lock');
+    } finally {
+      terminal.kill('SIGKILL');
+      killAll(platformProcesses(dataDir));
     }
   });
 });
