@@ -37,6 +37,7 @@ import {
   repoRoot,
   SettingError,
 } from './lib/platform.ts';
+import { describeHolders, portHolders } from './lib/port-holders.ts';
 import { STOP_TIMEOUT_MS, type Supervised, Supervisor } from './lib/supervisor.ts';
 
 const root = repoRoot;
@@ -106,17 +107,20 @@ const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 // before anything starts, so that a second pnpm start on the same folder or ports says so and stops, rather than
 // starting services that crash on the first one's ports and databases.
 mkdirSync(data, { recursive: true });
-const releaseLock = await settled(() => lockDataDir(data));
-process.once('exit', releaseLock);
+const lock = await settled(() => lockDataDir(data));
+process.once('exit', () => lock.release());
 const taken = (
   await Promise.all(
-    Object.entries(ports).map(async ([name, port]) => ((await portFree(port, host.bind)) ? [] : [`${port} (${name})`])),
+    Object.entries(ports).map(async ([name, port]) =>
+      (await portFree(port, host.bind)) ? [] : [`${port} (${name}) by ${describeHolders(portHolders(port))}`],
+    ),
   )
 ).flat();
 if (taken.length > 0) {
+  const one = taken.length === 1;
   refuse(
-    `${taken.length === 1 ? 'port' : 'ports'} ${taken.join(', ')} of ${host.bind} in use (another pnpm start?): ` +
-      'stop what holds them, or set PLATFORM_PORT_BASE',
+    `${one ? 'port' : 'ports'} in use on ${host.bind}: ${taken.join(', ')}: ` +
+      `stop what holds ${one ? 'it' : 'them'}, or set PLATFORM_PORT_BASE`,
   );
 }
 const admin = initialAdmin();
@@ -287,8 +291,8 @@ const gateway: Proc = {
 // Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
 // 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
 // up on. A start-up that fails (a process that exits before its port opens), SIGINT, SIGTERM and SIGHUP stop
-// everything.
-const supervisor = new Supervisor();
+// everything. The lock records every process running, so that none is ever left holding the data folder unnoticed.
+const supervisor = new Supervisor({ onChildren: (running) => lock.recordChildren(running) });
 const supervised = new Map<string, Supervised>();
 /**
  * Preloaded into every process: its end of the supervisor's lifeline, on which it stops (as on SIGTERM, killed with

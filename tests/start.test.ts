@@ -115,9 +115,16 @@ describe('pnpm start', () => {
     );
     const otherFolder = await runStart(platformEnv(mkdtempSync(path.join(tmpdir(), 'platform-second-'))));
     expect(otherFolder.code, otherFolder.output).toBe(1);
-    expect(otherFolder.output).toMatch(/^\[start\] refused: ports [^\n]*in use \(another pnpm start\?\)[^\n]*\n$/);
-    expect(otherFolder.output).toContain(`${ports.auth} (auth)`);
-    expect(otherFolder.output).toContain(`${ports.s3} (s3)`);
+    expect(otherFolder.output).toMatch(
+      /^\[start\] refused: ports in use on 127\.0\.0\.1: [^\n]*: stop what holds them, or set PLATFORM_PORT_BASE\n$/,
+    );
+    // Each port with the process that holds it: the first platform's.
+    const [authPid] = startedPids(platform.output(), 'auth');
+    const [s3Pid] = startedPids(platform.output(), 's3');
+    expect(otherFolder.output).toMatch(
+      new RegExp(`${ports.auth} \\(auth\\) by pid ${authPid} \\(node [^)]* services/auth/dist/src/server\\.js\\)`),
+    );
+    expect(otherFolder.output).toMatch(new RegExp(`${ports.s3} \\(s3\\) by pid ${s3Pid} \\(node [^)]*s3-server`));
     // The first platform is untouched: the same processes, all healthy.
     for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
     // The services, the S3 store, the chain and the gateway.
