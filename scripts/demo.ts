@@ -50,6 +50,20 @@ import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
 import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
+import { answerHelp, refuseArguments } from './lib/usage.ts';
+
+answerHelp(`usage: pnpm demo
+
+Plays a small GPU market from sign-up to on-chain payout (about a minute and a half), every step over HTTP through
+the gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure holds.
+Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
+environment variables:
+
+  PLATFORM_DATA_DIR, PLATFORM_PORT_BASE, PLATFORM_HOST   where the platform is, as for pnpm start
+  GATEWAY_URL                                           the gateway (default: pnpm start's, PLATFORM_PORT_BASE+10)
+
+See README.md, "A market, step by step".`);
+refuseArguments('pnpm demo');
 
 const ports = platformPorts();
 const data = platformDataDir();

@@ -39,6 +39,26 @@ import {
 } from './lib/platform.ts';
 import { describeHolders, portHolders } from './lib/port-holders.ts';
 import { STOP_TIMEOUT_MS, type Supervised, Supervisor } from './lib/supervisor.ts';
+import { answerHelp, refuseArguments } from './lib/usage.ts';
+
+const USAGE = `usage: pnpm start
+
+Runs the whole platform on embedded defaults, until Ctrl-C (SIGINT), SIGTERM or SIGHUP: an S3-compatible store, a
+local Solana chain, the four services (each with an embedded database when no DATABASE_URL is given) and the
+gateway, the platform's one origin. Takes no arguments; its settings are environment variables:
+
+  PLATFORM_DATA_DIR   the data folder (default .data in the checkout); one pnpm start per folder
+  PLATFORM_PORT_BASE  every port at once: services at base+0..3, S3 +4, chain RPC +5 and WebSocket +6, gateway +10
+                      (default: the contract's ports 8000-8003, 9000, 8899, 8900 and the gateway's 8080)
+  PLATFORM_HOST       the address everything listens on (default 127.0.0.1; 0.0.0.0: every address)
+  ALGORITHM, SECRET_KEY (or JWT_SECRET), JWT_PRIVATE_KEY_FILE (or JWT_PRIVATE_KEY): how tokens are signed
+                      (default: EdDSA with a key made in the data folder)
+  AUTH_CONFIG_FILE, STORAGE_CONFIG_FILE, REGISTRY_CONFIG_FILE, BILLING_CONFIG_FILE: each service's settings
+  NATS_URL            use NATS for events (off by default); LOG_LEVEL: the services' log level
+
+See README.md, "Quick start".`;
+answerHelp(USAGE);
+refuseArguments('pnpm start');
 
 const root = repoRoot;
 

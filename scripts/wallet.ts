@@ -27,6 +27,7 @@ import { parseArgs } from 'node:util';
 import { billingClient, staticToken, type TokenSource, unwrap, userLogin } from '@gpu/client';
 import { claimDeposit, DepositClaimError, deposit, proveAddress, readKeypair } from '@gpu/client/solana';
 import { platformDataDir, platformHost, platformPorts, SettingError } from './lib/platform.ts';
+import { answerHelp } from './lib/usage.ts';
 
 const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE | --test-wallet NAME] [--amount TOKENS]
                  [--wallet ID] [--signature SIG] [--email E --password P | GPU_TOKEN=...]
@@ -38,6 +39,8 @@ const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE |
   claim    credit a transfer already sent (--signature), once
 
 Defaults: the platform \`pnpm start\` runs (PLATFORM_PORT_BASE, PLATFORM_HOST, PLATFORM_DATA_DIR as it reads them).`;
+
+answerHelp(USAGE);
 
 /** A mistake on the command line: one line, exit status 2. */
 function usageError(message: string): never {
@@ -72,7 +75,6 @@ function parseCommandLine() {
       auth: { type: 'string', default: process.env.AUTH_URL ?? host.url(ports.auth) },
       billing: { type: 'string', default: process.env.BILLING_URL ?? host.url(ports.billing) },
       rpc: { type: 'string', default: process.env.SOLANA_RPC_URL ?? host.url(ports.solana) },
-      help: { type: 'boolean', short: 'h' },
     },
   });
 }
@@ -90,10 +92,6 @@ function fail(message: string): never {
   process.exit(1);
 }
 
-if (values.help) {
-  process.stdout.write(`${USAGE}\n`);
-  process.exit(0);
-}
 const command = positionals[0];
 if (!command) usageError('which command? open, deposit, balance or claim');
 if (!['open', 'deposit', 'balance', 'claim'].includes(command)) usageError(`no command ${command}`);
