@@ -20,6 +20,17 @@ import { parseArgs } from 'node:util';
 import { machineLine, writeBenchSection } from './lib/bench-report.ts';
 import { buildInfoFile } from './lib/build.ts';
 import { pgliteTemplateDir, platformPorts, portOpen, repoRoot } from './lib/platform.ts';
+import { answerHelp } from './lib/usage.ts';
+
+answerHelp(`usage: pnpm bench startup [--runs 3] [--cwd DIR] [--first-start]
+
+Times pnpm start on a fresh data folder, from the spawn until every service answers /health, and writes the
+startup section of docs/benchmarks.md (BENCH_ONLY=1: prints it).
+  --runs N         how many starts (default 3)
+  --cwd DIR        start the platform of another checkout (a before/after comparison)
+  --first-start    the first run starts as the first pnpm start after a clone (compiles, makes the template)
+Environment: PLATFORM_PORT_BASE (default 28100), BENCH_NODE (another Node), BENCH_MAX_LOAD (default 1.5) and
+BENCH_LOAD_WAIT_S (default 120): how idle the machine must be before each run.`);
 
 const { values } = parseArgs({
   options: {

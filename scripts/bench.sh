@@ -6,20 +6,56 @@
 # `startup` times `pnpm start` itself, which brings its own servers: no test servers for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name="${1:?usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|gateway|startup> [args]}"
+usage() {
+  cat <<'USAGE'
+usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|gateway|startup> [args]
+
+Starts the real test servers (as for the tests; not for startup), runs the named benchmark and writes its section
+of docs/benchmarks.md (BENCH_ONLY=1: prints it). `pnpm bench <name> --help` says what one measures and takes.
+USAGE
+}
+# The file of each benchmark: its opening comment is its --help.
+bench_file() {
+  case "$1" in
+    storage) echo services/storage/bench/run.ts ;;
+    storage-listing) echo services/storage/bench/listing.ts ;;
+    auth) echo services/auth/bench/run.ts ;;
+    registry) echo services/provider-registry/bench/run.ts ;;
+    billing) echo services/billing/bench/run.ts ;;
+    billing-usage) echo services/billing/bench/usage.ts ;;
+    gateway) echo tools/gateway/bench/run.ts ;;
+    startup) echo scripts/bench-startup.ts ;;
+    *) return 1 ;;
+  esac
+}
+name="${1:-}"
+case "$name" in
+  "" ) usage >&2; exit 2 ;;
+  -h | --help) usage; exit 0 ;;
+esac
 shift
+for arg in "$@"; do
+  case "$arg" in
+    --) break ;;
+    -h | --help)
+      if ! file=$(bench_file "$name"); then echo "unknown benchmark: $name" >&2; exit 2; fi
+      # startup answers for itself; the others' usage is their opening comment.
+      if [ "$name" = startup ]; then exec "${BENCH_NODE:-node}" --import tsx scripts/bench-startup.ts --help; fi
+      echo "usage: pnpm bench $name"
+      echo
+      # The file's opening comment, without its /** and */.
+      awk '/^\/\*\*/ { inside = 1; next } inside && /^ \*\// { exit } inside { sub(/^ \* ?/, ""); print }' "$file"
+      exit 0
+      ;;
+  esac
+done
 if [ "$name" = startup ]; then exec "${BENCH_NODE:-node}" --import tsx scripts/bench-startup.ts "$@"; fi
+if ! file=$(bench_file "$name"); then echo "unknown benchmark: $name" >&2; exit 2; fi
 case "$name" in
   # The reference relay of the storage benchmark reads from s3rver without signing (bench/bare-relay.ts).
-  storage) file=services/storage/bench/run.ts; export TEST_S3_ALLOW_ANONYMOUS=1 ;;
-  storage-listing) file=services/storage/bench/listing.ts ;;
-  auth) file=services/auth/bench/run.ts ;;
+  storage) export TEST_S3_ALLOW_ANONYMOUS=1 ;;
   # A million providers' indexes outgrow PostgreSQL's default 128 MB of shared buffers: size them for the fleet.
-  registry) file=services/provider-registry/bench/run.ts; export TEST_PG_SHARED_BUFFERS="${TEST_PG_SHARED_BUFFERS:-2GB}" ;;
-  billing) file=services/billing/bench/run.ts ;;
-  billing-usage) file=services/billing/bench/usage.ts ;;
-  gateway) file=tools/gateway/bench/run.ts ;;
-  *) echo "unknown benchmark: $name" >&2; exit 2 ;;
+  registry) export TEST_PG_SHARED_BUFFERS="${TEST_PG_SHARED_BUFFERS:-2GB}" ;;
 esac
 export TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env/bench}"
 source scripts/test-env.sh

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# usage: pnpm images [--list | --dry-run] [--push]
 # Builds every image docker-compose.yml and the Kubernetes manifests (deploy/k8s) name (`pnpm images`):
 #   $IMAGE_REPO/<service>:$IMAGE_TAG   each service under services/, from the root Dockerfile (SERVICE, PORT)
 #   $IMAGE_REPO/solana-setup:$IMAGE_TAG   compose's chain set-up, from tools/solana-localnet/Dockerfile
@@ -18,10 +19,15 @@ MODE=build
 PUSH=0
 for arg in "$@"; do
   case "$arg" in
+    -h | --help)
+      # The opening comment.
+      awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+      exit 0
+      ;;
     --list) MODE=list ;;
     --dry-run) MODE=dry-run ;;
     --push) PUSH=1 ;;
-    *) echo "build-images: unknown argument $arg (--list, --dry-run, --push)" >&2; exit 2 ;;
+    *) echo "build-images: unknown argument $arg (--list, --dry-run, --push, --help)" >&2; exit 2 ;;
   esac
 done
 

@@ -7,6 +7,12 @@
 import path from 'node:path';
 import { build, compiledPath } from './lib/build.ts';
 import { repoRoot } from './lib/platform.ts';
+import { answerHelp } from './lib/usage.ts';
+
+answerHelp(`usage: node --import tsx scripts/build-program.ts <program.ts>...
+
+Compiles the named programs (repository-relative .ts files) and what they import to JavaScript in their packages'
+dist/, as pnpm start compiles its own, with a build record of their own (dist/program-build-info.json).`);
 
 const entries = process.argv.slice(2);
 if (entries.length === 0) {

@@ -8,6 +8,12 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { buildServiceImage, imageCommand } from './lib/image.ts';
 import { repoRoot } from './lib/platform.ts';
+import { answerHelp } from './lib/usage.ts';
+
+answerHelp(`usage: node --import tsx scripts/build-service.ts <service>
+
+Compiles one service (a folder under services/) as its image runs it, and writes the command line the image starts
+it with to start-command at the repository's root (the Dockerfile's build stage, through scripts/prepare-image.sh).`);
 
 const service = process.argv[2] ?? '';
 try {

@@ -5,8 +5,8 @@
  *  1. A provider signs up, creates a daemon client, and runs the reference provider daemon on a simulated machine
  *     (8 × H100, an explicit configuration): it registers the machine and heartbeats. The provider sets its rates and
  *     turns automatic payouts on, to a Solana address of its own.
- *  2. A renter signs up, gets platform tokens on the local chain (the localnet's test wallet plays the faucet), opens
- *     a wallet, proves its address and deposits (an SPL transferChecked to the treasury, credited by billing).
+ *  2. A renter signs up, gets platform tokens on the local chain (minted by the local chain's faucet, lib/faucet.ts,
+ *     as `pnpm wallet fund` does), opens a wallet, proves its address and deposits (an SPL transferChecked to the treasury, credited by billing).
  *  3. The renter finds the machine on the market with its own token (offers of at least 4 free H100s, 90 % reliable,
  *     cheapest first: the offer's price per GPU-hour is the quote's, to the last digit), uploads a dataset, quotes 4
  *     of the machine's 8 GPUs, accepts the price and starts a session: billing prices those 4 from the registry's
@@ -44,12 +44,27 @@ import {
   userLogin,
 } from '@gpu/client';
 import { deposit, proveAddress } from '@gpu/client/solana';
-import { getAssociatedTokenAddressSync, getOrCreateAssociatedTokenAccount, transferChecked } from '@solana/spl-token';
-import { Connection, Keypair, LAMPORTS_PER_SOL, PublicKey } from '@solana/web3.js';
+import { getAssociatedTokenAddressSync } from '@solana/spl-token';
+import { Connection, Keypair, PublicKey } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
 import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
+import { localMint as dataFolderMint, fund } from './lib/faucet.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
+import { answerHelp, refuseArguments } from './lib/usage.ts';
+
+answerHelp(`usage: pnpm demo
+
+Plays a small GPU market from sign-up to on-chain payout (about a minute and a half), every step over HTTP through
+the gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure holds.
+Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
+environment variables:
+
+  PLATFORM_DATA_DIR, PLATFORM_PORT_BASE, PLATFORM_HOST   where the platform is, as for pnpm start
+  GATEWAY_URL                                           the gateway (default: pnpm start's, PLATFORM_PORT_BASE+10)
+
+See README.md, "A market, step by step".`);
+refuseArguments('pnpm demo');
 
 const ports = platformPorts();
 const data = platformDataDir();
@@ -120,13 +135,13 @@ async function platform(): Promise<ChildProcess | null> {
 }
 
 /**
- * What the demo reads from the data folder, checked before it creates anything: the local chain's mint and test
- * wallets (the faucet) and the gateway's machine client, all of the platform that answers. A data folder of another
+ * What the demo reads from the data folder, checked before it creates anything: the local chain's mint and its
+ * authority's keypair (the faucet) and the gateway's machine client, all of the platform that answers. A data folder of another
  * platform (PLATFORM_DATA_DIR not the running `pnpm start`'s) fails here, naming the folder, rather than midway.
  */
 async function checkDataFolder() {
   const whose = `PLATFORM_DATA_DIR (${data}) must be the data folder of the pnpm start running at ${urls.auth}`;
-  const needed = ['solana/mint.json', 'solana/wallets.json'];
+  const needed = ['solana/mint.json', 'solana/treasury-keypair.json'];
   const missing = needed.filter((file) => !existsSync(path.join(data, file)));
   if (missing.length > 0) throw new Error(`no ${missing.join(', ')} in the data folder: ${whose}`);
   const { mint } = unwrap(await billingClient({ baseUrl: urls.billing }).GET('/api/v1/deposits/instructions'));
@@ -151,33 +166,7 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
 }
 
 /** The platform token the localnet's setup made (its mint.json). */
-function localMint(): { mint: string; decimals: number } {
-  return JSON.parse(readFileSync(path.join(data, 'solana', 'mint.json'), 'utf8')) as { mint: string; decimals: number };
-}
-
-/** Tokens for `to` on the local chain, from the localnet setup's test wallet (the development faucet), and SOL. */
-async function faucet(connection: Connection, to: Keypair, tokens: number) {
-  const mint = localMint();
-  const wallets = JSON.parse(readFileSync(path.join(data, 'solana', 'wallets.json'), 'utf8')) as {
-    keypair_file: string;
-  }[];
-  const bank = Keypair.fromSecretKey(Uint8Array.from(JSON.parse(readFileSync(wallets[0]!.keypair_file, 'utf8'))));
-  const airdrop = await connection.requestAirdrop(to.publicKey, LAMPORTS_PER_SOL);
-  await connection.confirmTransaction(airdrop, 'finalized');
-  const mintKey = new PublicKey(mint.mint);
-  const from = getAssociatedTokenAddressSync(mintKey, bank.publicKey);
-  const ata = await getOrCreateAssociatedTokenAccount(connection, bank, mintKey, to.publicKey);
-  await transferChecked(
-    connection,
-    bank,
-    from,
-    mintKey,
-    ata.address,
-    bank,
-    BigInt(tokens) * 10n ** BigInt(mint.decimals),
-    mint.decimals,
-  );
-}
+const localMint = () => dataFolderMint(data);
 
 /** The platform-token balance of `owner`'s associated token account, read from the chain. */
 async function chainBalance(connection: Connection, owner: PublicKey): Promise<string> {
@@ -225,7 +214,7 @@ async function findOffer(token: TokenSource, machineId: string, priced: (pricePe
 async function fundedRenter(connection: Connection, as: string, received: number, depositAmount: string) {
   const renter = await signUp('renter', as);
   const key = Keypair.generate();
-  await faucet(connection, key, received);
+  await fund(connection, localMint(), key.publicKey, received);
   say(`${as} funded on the local chain`, `${received} tokens for ${key.publicKey.toBase58()} (localnet faucet)`);
   const billing = billingClient({ baseUrl: urls.billing, token: renter.token });
   const wallet = unwrap(

@@ -4,6 +4,17 @@
 # Spectral's `spectral:oas` (.spectral.yaml). Any error fails; warnings are counted by rule and printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "") ;;
+  -h | --help)
+    echo "usage: pnpm lint:api"
+    echo
+    echo "Lints the four services' OpenAPI documents with Redocly's recommended rules (redocly.yaml) and Spectral's"
+    echo "spectral:oas (.spectral.yaml). Any error fails; warnings are counted by rule. Takes no arguments."
+    exit 0
+    ;;
+  *) echo "pnpm lint:api: takes no arguments, got $* (pnpm lint:api --help shows how)" >&2; exit 2 ;;
+esac
 # No telemetry or update check (the machines are offline); its Node 20 notice is left out of what is printed.
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
 docs=(services/auth/openapi.json services/storage/openapi.json services/provider-registry/openapi.json services/billing/openapi.json)

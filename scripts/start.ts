@@ -20,11 +20,12 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
 import { authMode } from './lib/auth-mode.ts';
-import { compiledPath, ensureBuilt, platformPrograms } from './lib/build.ts';
+import { compiledPath, ensureBuilt, LIFELINE, platformPrograms } from './lib/build.ts';
 import { lockDataDir } from './lib/instance-lock.ts';
 import {
   pgliteTemplateDir,
@@ -36,7 +37,28 @@ import {
   repoRoot,
   SettingError,
 } from './lib/platform.ts';
-import { type Supervised, Supervisor } from './lib/supervisor.ts';
+import { describeHolders, portHolders } from './lib/port-holders.ts';
+import { STOP_TIMEOUT_MS, type Supervised, Supervisor } from './lib/supervisor.ts';
+import { answerHelp, refuseArguments } from './lib/usage.ts';
+
+const USAGE = `usage: pnpm start
+
+Runs the whole platform on embedded defaults, until Ctrl-C (SIGINT), SIGTERM or SIGHUP: an S3-compatible store, a
+local Solana chain, the four services (each with an embedded database when no DATABASE_URL is given) and the
+gateway, the platform's one origin. Takes no arguments; its settings are environment variables:
+
+  PLATFORM_DATA_DIR   the data folder (default .data in the checkout); one pnpm start per folder
+  PLATFORM_PORT_BASE  every port at once: services at base+0..3, S3 +4, chain RPC +5 and WebSocket +6, gateway +10
+                      (default: the contract's ports 8000-8003, 9000, 8899, 8900 and the gateway's 8080)
+  PLATFORM_HOST       the address everything listens on (default 127.0.0.1; 0.0.0.0: every address)
+  ALGORITHM, SECRET_KEY (or JWT_SECRET), JWT_PRIVATE_KEY_FILE (or JWT_PRIVATE_KEY): how tokens are signed
+                      (default: EdDSA with a key made in the data folder)
+  AUTH_CONFIG_FILE, STORAGE_CONFIG_FILE, REGISTRY_CONFIG_FILE, BILLING_CONFIG_FILE: each service's settings
+  NATS_URL            use NATS for events (off by default); LOG_LEVEL: the services' log level
+
+See README.md, "Quick start".`;
+answerHelp(USAGE);
+refuseArguments('pnpm start');
 
 const root = repoRoot;
 
@@ -105,17 +127,20 @@ const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 // before anything starts, so that a second pnpm start on the same folder or ports says so and stops, rather than
 // starting services that crash on the first one's ports and databases.
 mkdirSync(data, { recursive: true });
-const releaseLock = await settled(() => lockDataDir(data));
-process.once('exit', releaseLock);
+const lock = await settled(() => lockDataDir(data));
+process.once('exit', () => lock.release());
 const taken = (
   await Promise.all(
-    Object.entries(ports).map(async ([name, port]) => ((await portFree(port, host.bind)) ? [] : [`${port} (${name})`])),
+    Object.entries(ports).map(async ([name, port]) =>
+      (await portFree(port, host.bind)) ? [] : [`${port} (${name}) by ${describeHolders(portHolders(port))}`],
+    ),
   )
 ).flat();
 if (taken.length > 0) {
+  const one = taken.length === 1;
   refuse(
-    `${taken.length === 1 ? 'port' : 'ports'} ${taken.join(', ')} of ${host.bind} in use (another pnpm start?): ` +
-      'stop what holds them, or set PLATFORM_PORT_BASE',
+    `${one ? 'port' : 'ports'} in use on ${host.bind}: ${taken.join(', ')}: ` +
+      `stop what holds ${one ? 'it' : 'them'}, or set PLATFORM_PORT_BASE`,
   );
 }
 const admin = initialAdmin();
@@ -285,13 +310,26 @@ const gateway: Proc = {
 
 // Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
 // 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
-// up on. A start-up that fails (a process that exits before its port opens), SIGINT and SIGTERM stop everything.
-const supervisor = new Supervisor();
+// up on. A start-up that fails (a process that exits before its port opens), SIGINT, SIGTERM and SIGHUP stop
+// everything. The lock records every process running, so that none is ever left holding the data folder unnoticed.
+const supervisor = new Supervisor({ onChildren: (running) => lock.recordChildren(running) });
 const supervised = new Map<string, Supervised>();
+/**
+ * Preloaded into every process: its end of the supervisor's lifeline, on which it stops (as on SIGTERM, killed with
+ * what it started STOP_TIMEOUT_MS later) when this process is gone, however it went (scripts/lib/lifeline.ts).
+ */
+const lifeline = pathToFileURL(compiledPath(LIFELINE)).href;
 
 function start(p: Proc): void {
   // Source maps on, as under tsx: a stack trace names the TypeScript source's lines.
-  const args = [...(p.nodeFlags ?? []), '--enable-source-maps', compiledPath(p.script), ...p.args];
+  const args = [
+    ...(p.nodeFlags ?? []),
+    '--enable-source-maps',
+    '--import',
+    lifeline,
+    compiledPath(p.script),
+    ...p.args,
+  ];
   supervised.set(p.name, supervisor.start({ name: p.name, args, cwd: p.cwd, env: { ...process.env, ...p.env } }));
 }
 
@@ -314,7 +352,7 @@ let stopped: Promise<never> | undefined;
 function stop(code: number): Promise<never> {
   stopped ??= (async () => {
     process.stderr.write('[start] stopping\n');
-    await supervisor.stop(15_000);
+    await supervisor.stop(STOP_TIMEOUT_MS);
     process.exit(code);
   })();
   return stopped;
@@ -322,6 +360,11 @@ function stop(code: number): Promise<never> {
 
 process.once('SIGINT', () => void stop(0));
 process.once('SIGTERM', () => void stop(0));
+// A closed terminal (or an ssh session that ends) sends SIGHUP: the same graceful stop.
+process.once('SIGHUP', () => void stop(0));
+// Once the terminal is closed, or whatever read this output is gone, a write fails (EIO, EPIPE): the stop goes on
+// without output, rather than this process dying of the error halfway through it.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
 // Should this script end any other way (an error of its own), its children are not left running behind it.
 process.once('exit', () => supervisor.signalAll('SIGTERM'));
 

@@ -4,6 +4,25 @@
 # document, stop the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for arg in "$@"; do
+  case "$arg" in
+    --) break ;;
+    -h | --help)
+      cat <<'USAGE'
+usage: pnpm test [vitest arguments: files, folders, -t NAME ...]
+
+Lints (code and the OpenAPI documents), type-checks, looks for import cycles and dead exports, starts the real test
+servers (PostgreSQL, NATS, S3, a Consul stand-in, the Solana localnet; installed with apt when missing, as root), runs
+the tests with every answer checked against its service's OpenAPI document, and stops the servers.
+  SKIP_CHECKS=1      skip lint, type-check, cycles and dead code (a quick, focused run)
+  TEST_PORT_BASE=N   the test servers at N+0..9 and the platforms the tests start above them (two runs side by side)
+  TEST_ENV_DIR=DIR   where the test servers keep their data (default .test-env)
+vitest's own options: pnpm exec vitest --help
+USAGE
+      exit 0
+      ;;
+  esac
+done
 # SKIP_CHECKS=1 skips lint, typecheck, the import-cycle and the dead-code checks for a quick, focused run:
 # `SKIP_CHECKS=1 pnpm test services/auth`.
 if [ -z "${SKIP_CHECKS:-}" ]; then

@@ -7,37 +7,58 @@
  *   pnpm wallet deposit --keypair ~/.config/solana/id.json --amount 100
  *   pnpm wallet balance --keypair ~/.config/solana/id.json            # or --wallet ID
  *   pnpm wallet claim   --signature SIG [--amount 100] --wallet ID    # credit a transfer already sent
+ *   pnpm wallet new     --keypair me.json                             # a new keypair (a new address), mode 0600
+ *   pnpm wallet fund    --keypair me.json --amount 1000               # tokens and SOL on the local chain, any address
  *
  * A deposit whose transfer was sent but not credited (billing unreachable, say) prints its signature and the
  * `pnpm wallet claim` line that credits it later; claiming is idempotent (`deposit:<signature>`).
  *
- * Who you are: `--email`/`--password` (or GPU_EMAIL/GPU_PASSWORD; logs in at the auth service), or a bearer token in
- * GPU_TOKEN. Where: `--auth`, `--billing`, `--rpc` (or AUTH_URL, BILLING_URL, SOLANA_RPC_URL; defaults: where
- * `pnpm start` runs them, after PLATFORM_PORT_BASE and PLATFORM_HOST as it reads them). The wallet is the caller's
- * user wallet of the keypair's address, opened (and its address proven) on first use; `--wallet ID` names one instead.
- * `--test-wallet NAME` takes the keypair of one of the local chain's funded test wallets (`wallet-1` ...), from the
- * data folder of that `pnpm start` (PLATFORM_DATA_DIR).
+ * Who you are: `--email`/`--password` (or GPU_EMAIL/GPU_PASSWORD; logs in at auth), or a bearer token in GPU_TOKEN.
+ * Where: the platform's one origin, its gateway, for every call to auth and billing (`--url` or GATEWAY_URL: as
+ * `pnpm demo`, default `pnpm start`'s at PLATFORM_PORT_BASE+10; docker-compose's is the same, 127.0.0.1:8080), and
+ * the chain's JSON-RPC for the transfer (`--rpc` or SOLANA_RPC_URL, default `pnpm start`'s at PLATFORM_PORT_BASE+5;
+ * docker-compose publishes its validator's there too). The wallet is the caller's user wallet of the keypair's
+ * address, opened (and its address proven) on first use; `--wallet ID` names one instead.
+ *
+ * An address belongs to one user (billing answers ADDRESS_PROVEN_ELSEWHERE to a second one), so each user needs an
+ * address of their own: `new` makes a keypair, and `fund` mints platform tokens to any address on the local chain of
+ * that `pnpm start` and gives it SOL for fees (scripts/lib/faucet.ts; the mint authority's keypair is in its data
+ * folder, PLATFORM_DATA_DIR). `--test-wallet NAME` takes the keypair of one of the local chain's three funded test
+ * wallets (`wallet-1` ...) from that data folder instead.
  *
  * A user's mistake (a bad flag, a wrong password, a service that does not answer, a keypair file that is not there)
  * is one line on standard error and exit status 1 (2 for a bad command line); WALLET_DEBUG=1 adds the stack trace.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { billingClient, staticToken, type TokenSource, unwrap, userLogin } from '@gpu/client';
 import { claimDeposit, DepositClaimError, deposit, proveAddress, readKeypair } from '@gpu/client/solana';
+import { Connection, Keypair, PublicKey } from '@solana/web3.js';
+import { FaucetError, fund, localMint } from './lib/faucet.ts';
 import { platformDataDir, platformHost, platformPorts, SettingError } from './lib/platform.ts';
+import { answerHelp } from './lib/usage.ts';
 
 const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE | --test-wallet NAME] [--amount TOKENS]
-                 [--wallet ID] [--signature SIG] [--email E --password P | GPU_TOKEN=...]
-                 [--auth URL] [--billing URL] [--rpc URL]
+                 [--wallet ID] [--signature SIG] [--email E --password P | GPU_TOKEN=...] [--url URL] [--rpc URL]
+       pnpm wallet new --keypair FILE
+       pnpm wallet fund (--keypair FILE | --address ADDRESS) [--amount TOKENS] [--rpc URL]
 
   open     a wallet for the keypair's address, its address proven
   deposit  send --amount tokens from the keypair to the treasury, credited to the wallet
   balance  the wallet's balance
   claim    credit a transfer already sent (--signature), once
+  new      write a new keypair (a new address) to FILE, which must not exist (mode 0600)
+  fund     mint --amount tokens (default 1000) to an address on the local chain of pnpm start, with SOL for fees
 
-Defaults: the platform \`pnpm start\` runs (PLATFORM_PORT_BASE, PLATFORM_HOST, PLATFORM_DATA_DIR as it reads them).`;
+  --url URL   the platform's gateway, for every call to auth and billing (GATEWAY_URL; default pnpm start's,
+              PLATFORM_PORT_BASE+10 = 127.0.0.1:8080, docker-compose's too)
+  --rpc URL   the chain's JSON-RPC (SOLANA_RPC_URL; default pnpm start's, PLATFORM_PORT_BASE+5 = 127.0.0.1:8899)
+
+An address belongs to one user: give each user one of their own (new, then fund). --test-wallet wallet-1 (to
+wallet-3) takes a funded test wallet of the local chain; it and fund read pnpm start's data folder (PLATFORM_DATA_DIR).`;
+
+answerHelp(USAGE);
 
 /** A mistake on the command line: one line, exit status 2. */
 function usageError(message: string): never {
@@ -67,12 +88,11 @@ function parseCommandLine() {
       amount: { type: 'string' },
       wallet: { type: 'string' },
       signature: { type: 'string' },
+      address: { type: 'string' },
       email: { type: 'string', default: process.env.GPU_EMAIL },
       password: { type: 'string', default: process.env.GPU_PASSWORD },
-      auth: { type: 'string', default: process.env.AUTH_URL ?? host.url(ports.auth) },
-      billing: { type: 'string', default: process.env.BILLING_URL ?? host.url(ports.billing) },
+      url: { type: 'string', default: process.env.GATEWAY_URL || host.url(ports.gateway) },
       rpc: { type: 'string', default: process.env.SOLANA_RPC_URL ?? host.url(ports.solana) },
-      help: { type: 'boolean', short: 'h' },
     },
   });
 }
@@ -90,13 +110,9 @@ function fail(message: string): never {
   process.exit(1);
 }
 
-if (values.help) {
-  process.stdout.write(`${USAGE}\n`);
-  process.exit(0);
-}
 const command = positionals[0];
-if (!command) usageError('which command? open, deposit, balance or claim');
-if (!['open', 'deposit', 'balance', 'claim'].includes(command)) usageError(`no command ${command}`);
+if (!command) usageError('which command? open, deposit, balance, claim, new or fund');
+if (!['open', 'deposit', 'balance', 'claim', 'new', 'fund'].includes(command)) usageError(`no command ${command}`);
 if (positionals.length > 1) usageError(`unexpected ${positionals.slice(1).join(' ')}`);
 if (values.keypair && values['test-wallet']) usageError('--keypair or --test-wallet, not both');
 
@@ -125,16 +141,60 @@ function keypairOf(file: string): ReturnType<typeof readKeypair> {
   }
 }
 
+const print = (value: unknown) => process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+
+/** `new`: a keypair never seen before, in the Solana CLI's format, written to a file that did not exist (0600). */
+function newKeypair(file: string | undefined): never {
+  if (!file) usageError('new needs --keypair FILE (where to write the new keypair)');
+  const keypair = Keypair.generate();
+  try {
+    writeFileSync(file, JSON.stringify([...keypair.secretKey]), { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    const exists = (err as NodeJS.ErrnoException).code === 'EEXIST';
+    fail(`cannot write ${file}: ${exists ? 'it exists (a new keypair never replaces one)' : oneLine(err)}`);
+  }
+  print({ address: keypair.publicKey.toBase58(), keypair_file: path.resolve(file) });
+  process.exit(0);
+}
+
+/** `fund`: tokens and SOL for an address (--address, or the keypair's) on the local chain of `pnpm start`. */
+async function fundAddress(): Promise<never> {
+  const file = keypairFile();
+  if (Boolean(values.address) === Boolean(file)) usageError('fund needs --keypair FILE or --address ADDRESS (one)');
+  let to: PublicKey;
+  try {
+    to = new PublicKey(values.address ?? keypairOf(file as string).publicKey.toBase58());
+  } catch {
+    fail(`not a Solana address: ${values.address}`);
+  }
+  let mint: ReturnType<typeof localMint>;
+  try {
+    mint = localMint(platformDataDir());
+  } catch (err) {
+    fail(`${oneLine(err)}: is PLATFORM_DATA_DIR the data folder of pnpm start?`);
+  }
+  try {
+    print(await fund(new Connection(values.rpc, 'confirmed'), mint, to, values.amount ?? '1000'));
+  } catch (err) {
+    if (err instanceof FaucetError) fail(err.message);
+    if (process.env.WALLET_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
+    fail(`the local chain at ${values.rpc} did not fund ${to.toBase58()}: ${oneLine(err)}`);
+  }
+  process.exit(0);
+}
+
+if (command === 'new') newKeypair(values.keypair);
+if (command === 'fund') await fundAddress();
+
 let token: TokenSource;
 if (values.email && values.password) {
-  token = userLogin({ authUrl: values.auth, email: values.email, password: values.password });
+  token = userLogin({ authUrl: values.url, email: values.email, password: values.password });
 } else if (process.env.GPU_TOKEN) {
   token = staticToken(process.env.GPU_TOKEN);
 } else {
   usageError('who are you? pass --email and --password (or GPU_EMAIL, GPU_PASSWORD), or set GPU_TOKEN');
 }
-const billing = billingClient({ baseUrl: values.billing, token });
-const print = (value: unknown) => process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+const billing = billingClient({ baseUrl: values.url, token });
 
 /** The caller's user ID, from the token's subject. */
 async function userId(): Promise<string> {
@@ -182,7 +242,7 @@ try {
 } catch (err) {
   if (err instanceof DepositClaimError) {
     process.stderr.write(
-      `${err.message}\nsignature: ${err.signature}\nclaim it with: ${err.claimCommand} --billing ${values.billing}\n`,
+      `${err.message}\nsignature: ${err.signature}\nclaim it with: ${err.claimCommand} --url ${values.url}\n`,
     );
     process.exit(1);
   }

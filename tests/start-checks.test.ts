@@ -3,17 +3,22 @@
  * that cannot work (auth settings that do not fit together, a configuration file that does not exist, a port that is
  * held, a bad PLATFORM_HOST or PLATFORM_PORT_BASE) are refused in one line with exit status 1, nothing started and
  * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
- * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way.
+ * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way. Nothing it
+ * started outlives it: not when its terminal is closed, not when it is killed with SIGKILL; and until what it ran is
+ * gone, its data folder is not taken over, and a start on its ports names the process that holds them.
  */
-import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { lockDataDir } from '../scripts/lib/instance-lock.ts';
 import {
   health,
   isAlive,
   platformPlace,
+  root,
   runStart,
   services,
   startedPids,
@@ -91,9 +96,12 @@ describe('pnpm start, before it starts anything', () => {
     try {
       const { code, output, left } = await start({});
       expect(code, output).toBe(1);
-      expect(output).toBe(
-        `[start] refused: port ${place.ports.billing} (billing) of 127.0.0.1 in use (another pnpm start?): ` +
-          'stop what holds them, or set PLATFORM_PORT_BASE\n',
+      // This test's own process holds it.
+      expect(output).toMatch(
+        new RegExp(
+          `^\\[start\\] refused: port in use on 127\\.0\\.0\\.1: ${place.ports.billing} \\(billing\\) by pid ${process.pid} ` +
+            '\\(node [^\\n]+\\): stop what holds it, or set PLATFORM_PORT_BASE\\n$',
+        ),
       );
       expect(left).toEqual([]);
     } finally {
@@ -131,6 +139,140 @@ describe('pnpm start, interrupted', () => {
       expect(readdirSync(dataDir)).not.toContain('platform.lock');
     } finally {
       await platform.stop();
+    }
+  });
+});
+
+/** Waits until `check` holds; false when `timeoutMs` passed first. */
+async function until(check: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return true;
+}
+
+/** The processes a `pnpm start` output says it started, by name. */
+const startedProcesses = (output: string) =>
+  [...output.matchAll(/\[start\] (\S+) started \(pid (\d+)\)/g)].map((m) => ({
+    name: m[1] as string,
+    pid: Number(m[2]),
+  }));
+
+/**
+ * The programs a `pnpm start` on `dataDir` runs, found without asking it: every process whose environment names the
+ * data folder (they inherit it) and runs a compiled program (`dist/`), read from /proc.
+ */
+function platformProcesses(dataDir: string): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const env = readFileSync(`/proc/${pid}/environ`, 'utf8');
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        return env.split('\0').includes(`PLATFORM_DATA_DIR=${dataDir}`) && cmdline.includes('/dist/');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+const killAll = (pids: number[]) => {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone.
+    }
+  }
+};
+
+describe('pnpm start, gone', () => {
+  it('takes its seven processes with it when killed with SIGKILL; until they are gone its folder and ports name them', {
+    timeout: 300_000,
+  }, async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-killed-'));
+    const platform = startPlatform(place, {}, dataDir);
+    let started: { name: string; pid: number }[] = [];
+    try {
+      expect(await platform.untilPrinted('[start] up', 200_000), platform.output().slice(-4000)).toContain(
+        '[start] up',
+      );
+      started = startedProcesses(platform.output());
+      expect(started.map((p) => p.name).sort()).toEqual([...services, 's3', 'solana', 'gateway'].sort());
+      // One of them too busy to notice at once (stopped here), so that it still runs after the others are gone.
+      const billing = started.find((p) => p.name === 'billing')?.pid as number;
+      process.kill(billing, 'SIGSTOP');
+      platform.child.kill('SIGKILL');
+      const killed = Date.now();
+      // Each stops as on SIGTERM (the services gracefully, within their 10 s shutdown_timeout), its output gone.
+      const others = started.filter((p) => p.pid !== billing);
+      expect(await until(() => others.every((p) => !isAlive(p.pid)), 11_000), 'still running after 11 s').toBe(true);
+      expect(Date.now() - killed).toBeLessThan(11_000);
+
+      // While billing runs, its data folder is not taken over, whatever the ports...
+      const sameFolder = await runStart({
+        ...place.env(dataDir),
+        PLATFORM_PORT_BASE: String(Number(place.portBase) + 20),
+      });
+      expect(sameFolder.code, sameFolder.output).toBe(1);
+      expect(sameFolder.output).toBe(
+        `[start] refused: the data folder ${dataDir} is still in use by what the pnpm start of pid ${platform.child.pid} ` +
+          `ran, though it is gone: billing (pid ${billing}); they stop on their own within 15 s (or stop them: kill ${billing})\n`,
+      );
+      // ...and a start on its ports says who holds them.
+      const samePorts = await runStart(place.env(mkdtempSync(path.join(tmpdir(), 'platform-killed-other-'))));
+      expect(samePorts.code, samePorts.output).toBe(1);
+      expect(samePorts.output).toMatch(
+        new RegExp(
+          `^\\[start\\] refused: port in use on 127\\.0\\.0\\.1: ${place.ports.billing} \\(billing\\) by pid ${billing} ` +
+            `\\(node [^\\n]*services/billing/dist/src/server\\.js\\): stop what holds it, or set PLATFORM_PORT_BASE\\n$`,
+        ),
+      );
+      // Going on, it notices and stops too; then the folder is free.
+      process.kill(billing, 'SIGCONT');
+      expect(await until(() => !isAlive(billing), 11_000), 'billing still running 11 s after SIGCONT').toBe(true);
+      lockDataDir(dataDir).release();
+    } finally {
+      killAll(started.map((p) => p.pid));
+      await platform.stop();
+    }
+  });
+
+  it('stops everything gracefully and exits 0 when its terminal is closed (SIGHUP)', { timeout: 120_000 }, async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-hangup-'));
+    const work = mkdtempSync(path.join(tmpdir(), 'platform-terminal-'));
+    const status = path.join(work, 'status');
+    // The terminal's shell (its session leader, which a hangup ends) runs pnpm start in the foreground, under a shell
+    // that outlives the hangup to write down how pnpm start ended.
+    writeFileSync(path.join(work, 'terminal.sh'), `sh '${path.join(work, 'job.sh')}'\necho\n`);
+    writeFileSync(
+      path.join(work, 'job.sh'),
+      `trap true HUP\n'${process.execPath}' --import tsx scripts/start.ts\necho $? > '${status}'\n`,
+    );
+    // A terminal of its own (util-linux's script, on a pseudo-terminal): pnpm start's output goes there.
+    const terminal = spawn('script', ['-qfec', `sh '${path.join(work, 'terminal.sh')}'`, '/dev/null'], {
+      cwd: root,
+      env: { ...process.env, LOG_LEVEL: 'warn', ...place.env(dataDir) },
+      stdio: 'ignore',
+    });
+    let started: number[] = [];
+    try {
+      expect(await until(() => platformProcesses(dataDir).length === 7, 90_000), 'seven processes started').toBe(true);
+      started = platformProcesses(dataDir);
+      // The terminal window is closed.
+      terminal.kill('SIGKILL');
+      expect(await until(() => existsSync(status), 30_000), 'pnpm start still running 30 s after the hangup').toBe(
+        true,
+      );
+      expect(readFileSync(status, 'utf8').trim()).toBe('0');
+      expect(started.filter(isAlive)).toEqual([]);
+      expect(readdirSync(dataDir)).not.toContain('platform.lock');
+    } finally {
+      terminal.kill('SIGKILL');
+      killAll(platformProcesses(dataDir));
     }
   });
 });

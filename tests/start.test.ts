@@ -115,9 +115,16 @@ describe('pnpm start', () => {
     );
     const otherFolder = await runStart(platformEnv(mkdtempSync(path.join(tmpdir(), 'platform-second-'))));
     expect(otherFolder.code, otherFolder.output).toBe(1);
-    expect(otherFolder.output).toMatch(/^\[start\] refused: ports [^\n]*in use \(another pnpm start\?\)[^\n]*\n$/);
-    expect(otherFolder.output).toContain(`${ports.auth} (auth)`);
-    expect(otherFolder.output).toContain(`${ports.s3} (s3)`);
+    expect(otherFolder.output).toMatch(
+      /^\[start\] refused: ports in use on 127\.0\.0\.1: [^\n]*: stop what holds them, or set PLATFORM_PORT_BASE\n$/,
+    );
+    // Each port with the process that holds it: the first platform's.
+    const [authPid] = startedPids(platform.output(), 'auth');
+    const [s3Pid] = startedPids(platform.output(), 's3');
+    expect(otherFolder.output).toMatch(
+      new RegExp(`${ports.auth} \\(auth\\) by pid ${authPid} \\(node [^)]* services/auth/dist/src/server\\.js\\)`),
+    );
+    expect(otherFolder.output).toMatch(new RegExp(`${ports.s3} \\(s3\\) by pid ${s3Pid} \\(node [^)]*s3-server`));
     // The first platform is untouched: the same processes, all healthy.
     for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
     // The services, the S3 store, the chain and the gateway.
@@ -272,11 +279,13 @@ describe('pnpm start', () => {
     const empty = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
     const none = await demo(empty);
     expect(none.code, none.output).toBe(1);
-    expect(none.output).toContain(`[demo] FAILED: no solana/mint.json, solana/wallets.json in the data folder`);
+    expect(none.output).toContain(
+      `[demo] FAILED: no solana/mint.json, solana/treasury-keypair.json in the data folder`,
+    );
     expect(none.output).toContain(`PLATFORM_DATA_DIR (${empty}) must be the data folder of the pnpm start running`);
     // Another platform's folder: its files are there, with another token.
     const other = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
-    for (const file of ['solana/wallets.json']) {
+    for (const file of ['solana/treasury-keypair.json']) {
       mkdirSync(path.dirname(path.join(other, file)), { recursive: true });
       copyFileSync(path.join(dataDir, file), path.join(other, file));
     }
@@ -320,6 +329,59 @@ describe('pnpm start', () => {
     expect(sent.code, sent.stderr).toBe(0);
     const { transaction } = JSON.parse(sent.stdout) as { transaction: { amount: string; status: string } };
     expect(transaction).toMatchObject({ amount: '5.000000', status: 'confirmed' });
+  });
+
+  it('gives any number of users an address of their own with pnpm wallet new and fund, deposited through the gateway alone', {
+    timeout: 240_000,
+  }, async () => {
+    // As against docker-compose: the gateway and the chain answer, auth and billing are not reachable at their own
+    // ports (PLATFORM_PORT_BASE points where nothing listens), so every call must go through the one origin.
+    const nowhere = String((process.env.TEST_PORT_BASE ? Number(process.env.TEST_PORT_BASE) : 28000) + 50);
+    const env = {
+      ...process.env,
+      PLATFORM_DATA_DIR: dataDir,
+      PLATFORM_PORT_BASE: nowhere,
+      GATEWAY_URL: `http://127.0.0.1:${ports.gateway}`,
+      SOLANA_RPC_URL: `http://127.0.0.1:${ports.solana}`,
+    };
+    const wallet = (args: string[]) =>
+      run('pnpm', ['-s', 'wallet', ...args], { cwd: root, env, timeout: 120_000 }).then(
+        (r) => ({ code: 0, ...r }),
+        (err: { code: number; stdout: string; stderr: string }) => err,
+      );
+    const keys = mkdtempSync(path.join(tmpdir(), 'wallet-keys-'));
+    // More users than the local chain has test wallets (three), each with a new address.
+    for (let n = 1; n <= 4; n++) {
+      const email = `wallet-new-${n}-${Date.now()}@example.com`;
+      const password = 'a long wallet passphrase';
+      const registered = await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/auth/register`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ email, password }),
+      });
+      expect(registered.status).toBe(201);
+      const keypair = path.join(keys, `user-${n}.json`);
+      const made = await wallet(['new', '--keypair', keypair]);
+      expect(made.code, made.stderr).toBe(0);
+      const { address } = JSON.parse(made.stdout) as { address: string };
+      expect(statSync(keypair).mode & 0o777).toBe(0o600);
+      const funded = await wallet(['fund', '--keypair', keypair, '--amount', '25']);
+      expect(funded.code, funded.stderr).toBe(0);
+      expect(JSON.parse(funded.stdout)).toMatchObject({ address, tokens: '25.000000' });
+      const sent = await wallet([
+        'deposit',
+        '--keypair',
+        keypair,
+        '--amount',
+        '20',
+        '--email',
+        email,
+        '--password',
+        password,
+      ]);
+      expect(sent.code, sent.stderr).toBe(0);
+      expect(JSON.parse(sent.stdout)).toMatchObject({ transaction: { amount: '20.000000', status: 'confirmed' } });
+    }
   });
 
   it('restarts a service killed with SIGKILL, with its data, while the others stay up', {

@@ -1,8 +1,9 @@
 /**
  * The supervisor behind `pnpm start`, with real child processes: a child that crashes is started again, one that
- * keeps crashing is given up on after backoff delays that double up to the cap, and stop() ends every child without
- * restarting any.
+ * keeps crashing is given up on after backoff delays that double up to the cap, and stop() ends every child, and
+ * whatever they started, without restarting any. No child outlives the supervisor, not even one killed with SIGKILL.
  */
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -55,6 +56,10 @@ async function until(what: string, check: () => boolean, timeoutMs = 10_000) {
   }
 }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Code for a child that starts a Node grandchild running `body` (detached from nothing: in the child's group). */
+const spawnGrandchild = (pidFile: string, body: string) =>
+  `const g = require('child_process').spawn(process.execPath, ['-e', ${JSON.stringify(body)}], { stdio: 'ignore' }); ` +
+  `require('fs').writeFileSync(${JSON.stringify(pidFile)}, String(g.pid));`;
 
 describe('Supervisor', () => {
   it('restarts a child that crashes, logging its exit code, and the new child keeps running', async () => {
@@ -151,6 +156,18 @@ describe('Supervisor', () => {
     expect(lines.join('\n')).toMatch(/stubborn \(pid \d+\) did not stop within 300 ms; killing it/);
   });
 
+  it('stop() stops what a child started too', async () => {
+    const file = path.join(dir, 'parent');
+    const grandchildFile = path.join(dir, 'parent.grandchild');
+    const { s } = supervisor({});
+    s.start(nodeChild('parent', file, `${spawnGrandchild(grandchildFile, KEEP_RUNNING)} ${KEEP_RUNNING}`));
+    await until('the grandchild', () => existsSync(grandchildFile));
+    const grandchild = Number(readFileSync(grandchildFile, 'utf8'));
+    expect(alive(grandchild)).toBe(true);
+    await s.stop(2_000);
+    await until('the grandchild to stop', () => !alive(grandchild), 3_000);
+  });
+
   it('stop() during a restart delay cancels the restart', async () => {
     const file = path.join(dir, 'pending');
     const { s } = supervisor({ initialDelayMs: 300 });
@@ -160,5 +177,43 @@ describe('Supervisor', () => {
     await sleep(500);
     expect(starts(file)).toHaveLength(1);
     expect(child.state).toBe('stopped');
+  });
+});
+
+describe('Supervisor, killed', () => {
+  it('takes its children and what they started with it, even killed with SIGKILL', { timeout: 30_000 }, async () => {
+    const graceful = path.join(dir, 'lifeline-graceful');
+    const grandchildFile = path.join(dir, 'lifeline-grandchild');
+    const children = {
+      // Stops gracefully on SIGTERM, taking a moment, and says so.
+      graceful: `process.on('SIGTERM', () => setTimeout(() => { require('fs').writeFileSync(${JSON.stringify(graceful)}, 'stopped'); process.exit(0); }, 200)); ${KEEP_RUNNING}`,
+      // Has no SIGTERM handler, and started a grandchild that ignores SIGTERM.
+      parent: `${spawnGrandchild(grandchildFile, `process.on('SIGTERM', () => {}); ${KEEP_RUNNING}`)} ${KEEP_RUNNING}`,
+      // Ignores SIGTERM: killed once the grace period (here 1 s) has passed.
+      stubborn: `process.on('SIGTERM', () => {}); ${KEEP_RUNNING}`,
+    };
+    const host = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'tests/support/supervisor-host.ts', JSON.stringify(children), '1000'],
+      { cwd: path.join(import.meta.dirname, '..'), stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    host.stdout.on('data', (d) => {
+      out += d;
+    });
+    try {
+      await until('every child', () => out.match(/started \(pid \d+\)/g)?.length === 3 && existsSync(grandchildFile));
+      const pids = [...out.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+      pids.push(Number(readFileSync(grandchildFile, 'utf8')));
+      // Every child has its lifeline preloaded before its own code runs, which has run by now.
+      await sleep(300);
+      host.kill('SIGKILL');
+      const t0 = Date.now();
+      await until('every child and the grandchild to stop', () => pids.every((pid) => !alive(pid)), 5_000);
+      expect(Date.now() - t0).toBeLessThan(3_000);
+      expect(readFileSync(graceful, 'utf8')).toBe('stopped');
+    } finally {
+      host.kill('SIGKILL');
+    }
   });
 });

@@ -1,12 +1,14 @@
 /**
  * `pnpm wallet` as a user meets it before anything reaches the chain: `--help` is usage and success; a bad flag, a
  * keypair file that is not there, a platform that does not answer and a data folder without test wallets are each one
- * line on standard error, without a stack trace, and a non-zero exit; it looks for the platform where PLATFORM_PORT_BASE
- * and PLATFORM_DATA_DIR put it, as `pnpm start` and `pnpm demo` do. (A wrong password and a deposit from a test wallet
- * against a running platform are in tests/start.test.ts.)
+ * line on standard error, without a stack trace, and a non-zero exit; it looks for the platform's gateway where
+ * PLATFORM_PORT_BASE or GATEWAY_URL put it, and for the local chain's files where PLATFORM_DATA_DIR does, as
+ * `pnpm start` and `pnpm demo` do; `new` writes a new keypair and never replaces one. (A wrong password, a deposit from
+ * a test wallet, and four users funded with new addresses and depositing through the gateway alone, against a running
+ * platform, are in tests/start.test.ts.)
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -20,7 +22,7 @@ const nowhere = String((process.env.TEST_PORT_BASE ? Number(process.env.TEST_POR
 /** `pnpm wallet ...` with `env` (and none of the caller's GPU_ or platform settings): exit code, stdout, stderr. */
 async function wallet(args: string[], env: Record<string, string> = {}) {
   const clean = Object.fromEntries(
-    Object.entries(process.env).filter(([k]) => !/^(GPU_|PLATFORM_|AUTH_URL|BILLING_URL|SOLANA_RPC_URL)/.test(k)),
+    Object.entries(process.env).filter(([k]) => !/^(GPU_|PLATFORM_|GATEWAY_URL|SOLANA_RPC_URL)/.test(k)),
   );
   return promisify(execFile)('pnpm', ['--silent', 'wallet', ...args], {
     cwd: root,
@@ -62,14 +64,58 @@ describe('pnpm wallet', () => {
     expect(res.stderr).toContain(`cannot read the keypair ${file}: ENOENT`);
   });
 
-  it('looks for billing at PLATFORM_PORT_BASE+3, and says in one line that nothing answers there', async () => {
+  it('looks for the gateway at PLATFORM_PORT_BASE+10, not for billing, and says in one line that nothing answers', async () => {
     const res = await wallet(['balance', '--wallet', '6f1c0b5e-1f0a-4c4e-9a55-0d6f3c1a2b3c'], {
       GPU_TOKEN: 'x',
       PLATFORM_PORT_BASE: nowhere,
     });
     expect(res.code).toBe(1);
     oneLine(res.stderr);
-    expect(res.stderr).toContain(`a service did not answer (connect ECONNREFUSED 127.0.0.1:${Number(nowhere) + 3})`);
+    expect(res.stderr).toContain(`a service did not answer (connect ECONNREFUSED 127.0.0.1:${Number(nowhere) + 10})`);
+  });
+
+  it('goes to GATEWAY_URL (or --url) for auth and billing alike', async () => {
+    const gateway = `http://127.0.0.1:${Number(nowhere) + 7}`;
+    const login = await wallet(['balance', '--wallet', 'w', '--email', 'a@example.com', '--password', 'p'], {
+      GATEWAY_URL: gateway,
+    });
+    expect(login.code).toBe(1);
+    oneLine(login.stderr);
+    expect(login.stderr).toContain(`ECONNREFUSED 127.0.0.1:${Number(nowhere) + 7}`);
+    const flag = await wallet(['balance', '--wallet', 'w', '--url', gateway], { GPU_TOKEN: 'x' });
+    expect(flag.stderr).toContain(`ECONNREFUSED 127.0.0.1:${Number(nowhere) + 7}`);
+  });
+
+  it('writes a new keypair (mode 0600) with new, and never replaces one', async () => {
+    const file = path.join(mkdtempSync(path.join(tmpdir(), 'wallet-new-')), 'me.json');
+    const made = await wallet(['new', '--keypair', file]);
+    expect(made.code, made.stderr).toBe(0);
+    const { address, keypair_file } = JSON.parse(made.stdout) as { address: string; keypair_file: string };
+    expect(keypair_file).toBe(file);
+    expect(address).toMatch(/^[1-9A-HJ-NP-Za-km-z]{32,44}$/);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const secret = readFileSync(file, 'utf8');
+    expect(JSON.parse(secret)).toHaveLength(64);
+    const again = await wallet(['new', '--keypair', file]);
+    expect(again.code).toBe(1);
+    oneLine(again.stderr);
+    expect(again.stderr).toContain(`cannot write ${file}: it exists`);
+    expect(readFileSync(file, 'utf8')).toBe(secret);
+  });
+
+  it('funds an address only from a data folder with a local chain, and says in one line when there is none', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'wallet-data-'));
+    const address = ['fund', '--address', 'XtUxfzXMF9MZ6YroLEHTEMSqXHHqNWcD1aABWf8Q7ih'];
+    const none = await wallet(address, { PLATFORM_DATA_DIR: dataDir });
+    expect(none.code).toBe(1);
+    oneLine(none.stderr);
+    expect(none.stderr).toContain(`no local chain in ${path.join(dataDir, 'solana', 'mint.json')}`);
+    const neither = await wallet(['fund']);
+    expect(neither.code).toBe(2);
+    oneLine(neither.stderr);
+    const bad = await wallet(['fund', '--address', 'not-an-address']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toBe('pnpm wallet: not a Solana address: not-an-address\n');
   });
 
   it("takes a test wallet from PLATFORM_DATA_DIR's local chain, and says in one line when there is none", async () => {

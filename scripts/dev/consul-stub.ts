@@ -5,6 +5,11 @@
  */
 import { parseArgs } from 'node:util';
 import { ConsulRecorder } from '@gpu/common/testing';
+import { answerHelp } from '../lib/usage.ts';
+
+answerHelp(`usage: node --import tsx scripts/dev/consul-stub.ts [--port 8500]
+
+A stand-in for the Consul agent's service API that records registrations, for tests on machines without the agent.`);
 
 const { values } = parseArgs({ options: { port: { type: 'string', default: '8500' } } });
 const recorder = new ConsulRecorder();

@@ -9,11 +9,18 @@
 import { mkdirSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
+import { answerHelp } from '../lib/usage.ts';
 import { addAtomicWrites } from './s3rver-atomic-writes.ts';
 import { addNestedCommonPrefixes } from './s3rver-listing.ts';
 import { addMultipartManagement } from './s3rver-multipart.ts';
 import { addSuffixRanges } from './s3rver-ranges.ts';
 import { addSignatureV4 } from './s3rver-sigv4.ts';
+
+answerHelp(`usage: node --import tsx scripts/dev/s3-server.ts [--port 9000] [--host 127.0.0.1] [--dir .data/s3]
+                                                     [--allow-anonymous]
+
+An S3-compatible server (s3rver) on a local folder, checking AWS Signature Version 4 as S3 does (--allow-anonymous
+lets unsigned requests through); access key and secret S3RVER. pnpm start's store and the tests' S3 server.`);
 
 const { values } = parseArgs({
   options: {

@@ -41,12 +41,19 @@ interface BuildInfo {
   files: Record<string, string>;
 }
 
-/** The programs `pnpm start` runs (repository-relative sources): the S3 store, the localnet, every service, the gateway. */
+/** The module `pnpm start` preloads into every program it runs: its end of the supervisor's lifeline. */
+export const LIFELINE = 'scripts/lib/lifeline.ts';
+
+/**
+ * The programs `pnpm start` runs (repository-relative sources): the S3 store, the localnet, every service, the
+ * gateway; and the lifeline it preloads into each.
+ */
 export function platformPrograms(): string[] {
   const services = readdirSync(path.join(repoRoot, 'services'))
     .map((name) => `services/${name}/src/server.ts`)
     .filter((file) => existsSync(path.join(repoRoot, file)));
   return [
+    LIFELINE,
     'scripts/dev/s3-server.ts',
     'tools/solana-localnet/src/server.ts',
     ...services,

@@ -4,11 +4,33 @@
  * after it starts, and stops them all on request without restarting any. Every start, exit, restart and give-up is
  * logged with the child's pid, exit code or signal.
  *
+ * Children do not outlive the supervisor. Each runs in a process group of its own, which is what is signalled (stop:
+ * SIGTERM, then SIGKILL after the timeout), so whatever a child started goes with it; a child's group is killed when
+ * the child exits. And each child is handed a lifeline, a pipe on descriptor 3 of which the supervisor holds the other
+ * end (named in the child's SUPERVISOR_LIFELINE, with the grace period): when the supervisor exits in any way, `kill -9`
+ * included, the kernel closes it and a child that watches it (scripts/lib/lifeline.ts, preloaded) stops as on SIGTERM.
+ *
  *   const supervisor = new Supervisor({ log: (line) => process.stderr.write(`${line}\n`) });
  *   supervisor.start({ name: 'auth', args: ['--import', 'tsx', 'src/server.ts'], cwd: 'services/auth' });
  *   process.once('SIGTERM', () => void supervisor.stop());
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+
+/** How long stop() waits, by default, before it kills a child, and how long a child whose supervisor is gone has. */
+export const STOP_TIMEOUT_MS = 15_000;
+
+/** The environment variable that tells a child where its lifeline is and how long it has to stop: `<fd>:<grace ms>`. */
+export const LIFELINE_ENV = 'SUPERVISOR_LIFELINE';
+/** The lifeline's descriptor in the child: the first after stdin, stdout and stderr. */
+const LIFELINE_FD = 3;
+
+/** The lifeline a child was given (SUPERVISOR_LIFELINE's value), or undefined when none (or not one of ours). */
+export function parseLifeline(value: string | undefined): { fd: number; graceMs: number } | undefined {
+  const m = /^(\d+):(\d+)$/.exec(value ?? '');
+  if (!m) return undefined;
+  const fd = Number(m[1]);
+  return fd > 2 ? { fd, graceMs: Number(m[2]) } : undefined;
+}
 
 /** One program to run. */
 export interface ProcessSpec {
@@ -61,6 +83,13 @@ export interface SupervisorOptions {
   output?: (name: string, stream: 'stdout' | 'stderr', line: string) => void;
   /** Called once when a child is given up on. */
   onGiveUp?: (supervised: Supervised) => void;
+  /** Called whenever a child starts or exits, with every child running then (what a lock file records). */
+  onChildren?: (running: readonly { name: string; pid: number }[]) => void;
+  /**
+   * How long a child whose supervisor is gone has to stop after its SIGTERM before it is killed with its group
+   * (scripts/lib/lifeline.ts); STOP_TIMEOUT_MS by default.
+   */
+  lifelineGraceMs?: number;
 }
 
 interface Entry {
@@ -85,6 +114,8 @@ export class Supervisor {
   private readonly log: (line: string) => void;
   private readonly output: (name: string, stream: 'stdout' | 'stderr', line: string) => void;
   private readonly onGiveUp: (supervised: Supervised) => void;
+  private readonly onChildren: (running: readonly { name: string; pid: number }[]) => void;
+  private readonly lifelineGraceMs: number;
   private readonly entries: Entry[] = [];
   private stopping = false;
 
@@ -95,6 +126,8 @@ export class Supervisor {
       opts.output ??
       ((name, stream, line) => (stream === 'stdout' ? process.stdout : process.stderr).write(`[${name}] ${line}\n`));
     this.onGiveUp = opts.onGiveUp ?? (() => {});
+    this.onChildren = opts.onChildren ?? (() => {});
+    this.lifelineGraceMs = opts.lifelineGraceMs ?? STOP_TIMEOUT_MS;
   }
 
   /** Starts a program under supervision. */
@@ -123,17 +156,17 @@ export class Supervisor {
   }
 
   /**
-   * Stops every child (SIGTERM, the last started first, all at once) and restarts none; a child still running after
-   * `timeoutMs` is killed (SIGKILL). Resolves when every child has exited.
+   * Stops every child (SIGTERM to its process group, the last started first, all at once) and restarts none; a child
+   * still running after `timeoutMs` is killed with its group (SIGKILL). Resolves when every child has exited.
    */
-  async stop(timeoutMs = 15_000): Promise<void> {
+  async stop(timeoutMs = STOP_TIMEOUT_MS): Promise<void> {
     this.stopping = true;
     for (const entry of this.entries) {
       clearTimeout(entry.timer);
       if (entry.state === 'restarting') entry.state = 'stopped';
     }
     const running = [...this.entries].reverse().filter((e) => e.child && e.state === 'running');
-    for (const entry of running) entry.child?.kill('SIGTERM');
+    for (const entry of running) signalGroup(entry.child, 'SIGTERM');
     const all = Promise.all(running.map((e) => e.exited));
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
@@ -146,27 +179,36 @@ export class Supervisor {
     if (timedOut) {
       for (const entry of running.filter((e) => e.state === 'running')) {
         this.log(`[start] ${entry.name} (pid ${entry.pid}) did not stop within ${timeoutMs} ms; killing it`);
-        entry.child?.kill('SIGKILL');
+        signalGroup(entry.child, 'SIGKILL');
       }
       await all;
     }
   }
 
-  /** Sends a signal to every running child at once, synchronously (for a last-moment `process.on('exit')`). */
+  /** Sends a signal to every running child's group at once, synchronously (for a last-moment `process.on('exit')`). */
   signalAll(signal: NodeJS.Signals): void {
-    for (const entry of this.entries) if (entry.state === 'running') entry.child?.kill(signal);
+    for (const entry of this.entries) if (entry.state === 'running') signalGroup(entry.child, signal);
+  }
+
+  private childrenChanged(): void {
+    this.onChildren(
+      this.entries.flatMap((e) => (e.pid !== undefined && e.state === 'running' ? [{ name: e.name, pid: e.pid }] : [])),
+    );
   }
 
   private spawn(entry: Entry): void {
     const { spec } = entry;
     // Its own process group: a Ctrl-C at the terminal reaches this process only, which then stops the children in
-    // order, rather than every child at once behind the supervisor's back.
+    // order, rather than every child at once behind the supervisor's back; and signalling the group reaches whatever
+    // the child started. Descriptor 3 is its lifeline (the file comment).
     const child = spawn(spec.command ?? process.execPath, spec.args, {
       cwd: spec.cwd,
-      env: spec.env ?? process.env,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...(spec.env ?? process.env), [LIFELINE_ENV]: `${LIFELINE_FD}:${this.lifelineGraceMs}` },
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       detached: true,
     });
+    // Held, never written: it closes when this process exits. A child that exits closes its end; nothing to report.
+    child.stdio[LIFELINE_FD]?.on('error', () => {});
     entry.child = child;
     entry.pid = child.pid;
     entry.state = 'running';
@@ -187,7 +229,10 @@ export class Supervisor {
         if (child.pid === undefined) onEnd(null, null, err);
       });
     });
-    if (child.pid !== undefined) this.log(`[start] ${entry.name} started (pid ${child.pid})`);
+    if (child.pid !== undefined) {
+      this.log(`[start] ${entry.name} started (pid ${child.pid})`);
+      this.childrenChanged();
+    }
   }
 
   private exited(
@@ -198,8 +243,11 @@ export class Supervisor {
     error?: Error,
   ): void {
     if (entry.child !== child) return;
+    // Whatever it started and left behind goes with it (a group outlives its leader while a member lives).
+    signalGroup(child, 'SIGKILL', false);
     entry.child = undefined;
     entry.pid = undefined;
+    this.childrenChanged();
     const how = error ? `failed to start: ${error.message}` : `exited (${describeExit(code, signal)})`;
     if (this.stopping) {
       entry.state = 'stopped';
@@ -242,5 +290,18 @@ export class Supervisor {
       if (buf) this.output(name, stream, buf);
       buf = '';
     });
+  }
+}
+
+/**
+ * Sends `signal` to a child's process group (the child leads it: spawned detached), or, when there is no such group,
+ * to the child itself (`alsoChild`: a child that exited is not signalled again).
+ */
+function signalGroup(child: ChildProcess | undefined, signal: NodeJS.Signals, alsoChild = true): void {
+  if (child?.pid === undefined) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    if (alsoChild) child.kill(signal);
   }
 }

@@ -11,11 +11,11 @@ while (Date.now() < Number(startAt)) {
   // Spin: a timer would wake each holder up to a millisecond late.
 }
 try {
-  const release = lockDataDir(dir!);
+  const lock = lockDataDir(dir!);
   // Ready for SIGTERM before saying so: the test sends it on reading "got", and a SIGTERM with no handler yet would
   // end this process without giving the lock back.
   process.once('SIGTERM', () => {
-    release();
+    lock.release();
     process.exit(0);
   });
   process.stdout.write('got\n');

@@ -44,7 +44,11 @@ export function createLogger(s: LoggerSettings): Logger {
       transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:standard' } },
     });
   }
-  return pino(options);
+  // Written synchronously, one write per line. pino's default stdout stream buffers and, at exit, flushes what it
+  // holds in a loop that retries every error but EAGAIN: once nothing reads the output any more (the supervisor that
+  // started the service was killed), a write fails with EPIPE for ever and the process never exits, SIGTERM or not.
+  // A synchronous write meets EPIPE at once, and pino then drops the lines that follow.
+  return pino(options, pino.destination({ dest: 1, sync: true }));
 }
 
 /** The root logger of a service process, from the shared configuration keys. */

@@ -91,6 +91,22 @@ describe('graceful shutdown (shutdown_timeout)', () => {
     expect(await response).toBe('connection closed');
     expect(service.output()).toContain('graceful shutdown timed out');
   });
+  it('exits on SIGTERM within the bound when nothing reads its output any more (its supervisor was killed)', async () => {
+    const service = await startService({ FIXTURE__SHUTDOWN_TIMEOUT: '10s' });
+    // The reading ends of its stdout and stderr close, as when the process that started it dies: every line it
+    // logs from now on meets a broken pipe (EPIPE), its last ones at exit too.
+    service.child.stdout?.destroy();
+    service.child.stderr?.destroy();
+    const signalled = Date.now();
+    service.child.kill('SIGTERM');
+    const exit = await Promise.race([
+      service.exited,
+      new Promise<undefined>((r) => setTimeout(() => r(undefined), 12_000)),
+    ]);
+    expect(exit, 'still running 12 s after SIGTERM').toBeDefined();
+    expect(exit?.code).toBe(0);
+    expect((exit?.at ?? 0) - signalled).toBeLessThan(5_000);
+  });
 });
 
 describe('LOG_PRETTY', () => {

@@ -267,7 +267,7 @@ describe('pnpm wallet claim', () => {
         '3',
         '--wallet',
         walletId,
-        '--billing',
+        '--url',
         middle.url,
         '--rpc',
         L.conn.rpcEndpoint,
@@ -279,7 +279,7 @@ describe('pnpm wallet claim', () => {
     expect(signature).toBeDefined();
     const line = /^claim it with: pnpm (wallet claim .*)$/m.exec(sent.stderr)?.[1];
     expect(line).toBe(
-      `wallet claim --signature ${signature} --amount 3.000000 --wallet ${walletId} --billing ${middle.url}`,
+      `wallet claim --signature ${signature} --amount 3.000000 --wallet ${walletId} --url ${middle.url}`,
     );
     expect(await tokens(keypair)).toBe('97');
     expect(await h.balanceOf(walletId)).toMatchObject({ available: '0.000000' });
@@ -293,7 +293,7 @@ describe('pnpm wallet claim', () => {
 
     // Again, with the keypair naming the wallet and the amount as typed: the same deposit, nothing more.
     const again = await walletCli(
-      ['claim', '--signature', signature!, '--amount', '3', '--keypair', keypairFile(keypair), '--billing', baseUrl],
+      ['claim', '--signature', signature!, '--amount', '3', '--keypair', keypairFile(keypair), '--url', baseUrl],
       user.token,
     );
     expect(again).toMatchObject({ code: 0 });
@@ -303,7 +303,7 @@ describe('pnpm wallet claim', () => {
 
   it('says what it needs', async () => {
     const user = await h.issuer.user(['renter']);
-    const res = await walletCli(['claim', '--wallet', crypto.randomUUID(), '--billing', baseUrl], user.token);
+    const res = await walletCli(['claim', '--wallet', crypto.randomUUID(), '--url', baseUrl], user.token);
     expect(res.code).toBe(2);
     expect(res.stderr).toMatch(/claim needs --signature SIG/);
   });

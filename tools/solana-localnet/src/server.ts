@@ -134,8 +134,18 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       state: { type: 'string' },
       setup: { type: 'boolean', default: false },
       dir: { type: 'string', default: '.data/solana' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
+  if (values.help) {
+    process.stdout.write(
+      'usage: tsx tools/solana-localnet/src/server.ts [--port 8899] [--host 127.0.0.1] [--ws-port <port+1>|0]\n' +
+        '         [--slot-ms 400] [--finality-delay-slots 0] [--state FILE] [--setup] [--dir .data/solana]\n\n' +
+        'A development Solana chain: JSON-RPC and PubSub, transactions run in litesvm. --setup creates the platform\n' +
+        'mint, the treasury and funded test wallets (files in --dir). See tools/solana-localnet/README.md.\n',
+    );
+    process.exit(0);
+  }
   const log = (line: string) => process.stdout.write(`[solana-localnet] ${line}\n`);
   const net = await startLocalnet({
     port: Number(values.port),

@@ -162,8 +162,18 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       wallets: { type: 'string', default: '3' },
       decimals: { type: 'string', default: '6' },
       'random-keys': { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h' },
     },
   });
+  if (values.help) {
+    process.stdout.write(
+      'usage: tsx tools/solana-localnet/src/setup.ts [--rpc http://127.0.0.1:8899] [--ws URL] [--dir .data/solana]\n' +
+        '         [--wallets 3] [--decimals 6] [--random-keys]\n\n' +
+        'Creates the platform mint, the treasury and funded test wallets on a development chain (keypairs and\n' +
+        'addresses in --dir). Idempotent. See tools/solana-localnet/README.md.\n',
+    );
+    process.exit(0);
+  }
   const r = await runSetup({
     rpcUrl: values.rpc,
     wsUrl: values.ws,
