@@ -128,7 +128,7 @@ describe('pnpm start', () => {
     // The first platform is untouched: the same processes, all healthy.
     for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
     // The services, the S3 store, the chain and the gateway.
-    expect(startedPids(platform.output())).toHaveLength(services.length + 3);
+    expect(startedPids(platform.output()), platform.output()).toHaveLength(services.length + 3);
   });
 
   it('is secure by default: no token 401, the platform client and the initial admin get in', {
@@ -257,7 +257,7 @@ describe('pnpm start', () => {
     );
     expect(demo.stdout).toMatch(/third renter refused: 409 PROVIDER_NOT_AVAILABLE/);
     expect(demo.stdout).toMatch(/daemon restarted: same machine, the running session found, usage resumed/);
-    expect(demo.stdout).toMatch(/second session ended at its spend cap: 1.500000 tokens/);
+    expect(demo.stdout).toMatch(/second session ended at its spend cap: 15.000000 tokens/);
   });
 
   it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {

@@ -1,6 +1,7 @@
 /** Pricing: the contract's rates, the breakdown, exact costs and fee split, provider rates, market factors. */
 import { describe, expect, it } from 'vitest';
 import { Dec } from '../src/domain/ledger/money.ts';
+import { announcePrices } from '../src/domain/pricing/provider-rates.ts';
 import { setupBilling, useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();
@@ -187,6 +188,38 @@ describe('provider rates', () => {
     // A model the provider did not list: the provider's default.
     const other = await calculate({ gpu_model: 'NVIDIA Tesla A100', provider_id: provider });
     expect(other.json()).toMatchObject({ rate_key: 'default', rate_source: 'provider', total_hourly_rate: '0.300000' });
+  });
+});
+
+describe("announcing providers' rates to the market", () => {
+  it('records a change with its announcement; a start announces only rates never announced as they are, once', async () => {
+    const announced = async (provider: string) =>
+      (
+        await h.db.selectFrom('outbox_events').select('payload').where('kind', '=', 'pricing.provider_rates').execute()
+      ).filter((r) => JSON.stringify(r.payload).includes(provider)).length;
+    const [set, older] = [crypto.randomUUID(), crypto.randomUUID()];
+    const put = await h.app.inject({
+      method: 'PUT',
+      url: `/api/v1/provider/${set}/rates`,
+      payload: { base_rates: { default: '0.30' } },
+    });
+    expect(put.statusCode).toBe(200);
+    expect(await announced(set)).toBe(1);
+    // Rates stored before the market existed were never announced.
+    await h.db
+      .insertInto('provider_rates')
+      .values({
+        provider_id: older,
+        base_rates: '{"default":"0.4"}',
+        vram_rate_per_gb_hour: null,
+        power_rate_per_watt_hour: null,
+      })
+      .execute();
+    // Two instances starting at once, then a restart: the older rates once, the set ones not again.
+    await Promise.all([announcePrices(h.ctx), announcePrices(h.ctx)]);
+    await announcePrices(h.ctx);
+    expect(await announced(older)).toBe(1);
+    expect(await announced(set)).toBe(1);
   });
 });
 

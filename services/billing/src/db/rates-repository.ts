@@ -10,9 +10,28 @@ export async function findProviderRatesRow(db: Db, providerId: string): Promise<
   return db.selectFrom('provider_rates').selectAll().where('provider_id', '=', providerId).executeTakeFirst();
 }
 
-/** Every provider's own rates (few: the machines whose owners set rates). */
-export async function allProviderRates(db: Db): Promise<ProviderRatesRow[]> {
-  return db.selectFrom('provider_rates').selectAll().orderBy('provider_id').execute();
+/**
+ * The providers' rates never recorded for the market as they are now, locked (skipping those another instance is
+ * announcing): in the caller's transaction, which marks them announced (`markRatesAnnounced`) with their events.
+ */
+export async function lockUnannouncedProviderRates(trx: Transaction<BillingDB>): Promise<ProviderRatesRow[]> {
+  return trx
+    .selectFrom('provider_rates')
+    .selectAll()
+    .where((eb) => eb.or([eb('announced_at', 'is', null), eb('announced_at', '<', eb.ref('updated_at'))]))
+    .orderBy('provider_id')
+    .forUpdate()
+    .skipLocked()
+    .execute();
+}
+
+/** Marks the provider's rates, as they are now, recorded for the market. */
+export async function markRatesAnnounced(db: Db, providerId: string): Promise<void> {
+  await db
+    .updateTable('provider_rates')
+    .set({ announced_at: sql<Date>`updated_at` })
+    .where('provider_id', '=', providerId)
+    .execute();
 }
 
 /**

@@ -118,6 +118,8 @@ export interface ProviderRatesTable {
   vram_rate_per_gb_hour: string | null;
   power_rate_per_watt_hour: string | null;
   updated_at: Timestamp;
+  /** The `updated_at` of the rates last recorded for the market; null: never (0015). */
+  announced_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
 }
 
 export type SessionStatus = 'active' | 'grace_period' | 'completed' | 'terminated';

@@ -14,6 +14,7 @@ import { spendCapsMigration } from './0011-spend-caps.ts';
 import { storageChargesMigration } from './0012-storage-charges.ts';
 import { gpuLeasesMigration } from './0013-gpu-leases.ts';
 import { capDeadlineSessionEventsMigration } from './0014-cap-deadline-session-events.ts';
+import { ratesAnnouncedMigration } from './0015-rates-announced.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -31,5 +32,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0012-storage-charges': storageChargesMigration(scale),
     '0013-gpu-leases': gpuLeasesMigration,
     '0014-cap-deadline-session-events': capDeadlineSessionEventsMigration,
+    '0015-rates-announced': ratesAnnouncedMigration,
   };
 }

@@ -6,7 +6,13 @@
  */
 import { isPrivileged, type Principal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
-import { allProviderRates, findProviderRatesRow, upsertProviderRates } from '../../db/rates-repository.ts';
+import {
+  findProviderRatesRow,
+  lockUnannouncedProviderRates,
+  markRatesAnnounced,
+  type ProviderRatesRow,
+  upsertProviderRates,
+} from '../../db/rates-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext, PricingSettings } from '../context.ts';
@@ -100,15 +106,18 @@ export async function setProviderRates(
         at: stored.updatedAt ?? ctx.now(),
       },
     });
+    await markRatesAnnounced(trx, providerId);
     return stored;
   });
 }
 
 /**
  * Announces billing's prices to the market (the registry's offers): the platform's card (its base rates, VRAM and
- * power rates, and the demand and supply factors billing applies now to each model of the card and `default`) and every
- * machine's own rates as stored, so that rates set before the market existed, or whose announcement was lost, reach
- * it too. Each instance does it at start-up; the registry keeps the newest of each.
+ * power rates, and the demand and supply factors billing applies now to each model of the card and `default`: the
+ * card is each instance's configuration, so each announces it at start-up), and the machines' own rates that were
+ * never announced as they are (set before the market existed): once, by whichever instance locks them first. Rates set
+ * since are announced with their change, in its transaction; the outbox delivers what is recorded. The registry
+ * keeps the newest of each.
  */
 export async function announcePrices(ctx: BillingContext, correlationId?: string): Promise<void> {
   const { card, market } = ctx.pricing;
@@ -133,20 +142,32 @@ export async function announcePrices(ctx: BillingContext, correlationId?: string
     },
     correlationId,
   );
-  for (const row of await allProviderRates(ctx.db)) {
-    await ctx.events.record(
-      ctx.db,
-      {
-        kind: 'pricing.provider_rates',
-        rates: {
-          providerId: row.provider_id,
-          baseRates: row.base_rates,
-          vramRatePerGbHour: row.vram_rate_per_gb_hour,
-          powerRatePerWattHour: row.power_rate_per_watt_hour,
-          at: new Date(row.updated_at),
-        },
+  await ctx.db.transaction().execute(async (trx) => {
+    for (const row of await lockUnannouncedProviderRates(trx)) {
+      await announceProviderRates(ctx, trx, row, correlationId);
+    }
+  });
+}
+
+async function announceProviderRates(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  row: ProviderRatesRow,
+  correlationId?: string,
+): Promise<void> {
+  await ctx.events.record(
+    trx,
+    {
+      kind: 'pricing.provider_rates',
+      rates: {
+        providerId: row.provider_id,
+        baseRates: row.base_rates,
+        vramRatePerGbHour: row.vram_rate_per_gb_hour,
+        powerRatePerWattHour: row.power_rate_per_watt_hour,
+        at: new Date(row.updated_at),
       },
-      correlationId,
-    );
-  }
+    },
+    correlationId,
+  );
+  await markRatesAnnounced(trx, row.provider_id);
 }
