@@ -6,7 +6,7 @@ import { type App, createApp, durationMs, type EventPublisher } from '@gpu/commo
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import { DEFAULT_PORT } from './config.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
-import { StorageMeter, type UsageSink } from './domain/metering.ts';
+import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
@@ -58,6 +58,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
         sink,
         intervalMs: durationMs(metering.interval),
         logger: ctx.logger,
+        claims: new PeriodClaims(ctx.store, ctx.owners.recordsBucket, ctx.config.instance_id || undefined),
       })
     : null;
   if (meter) {

@@ -4,18 +4,27 @@
  * reports the period that just ended; buckets made outside the platform are billed to nobody, a report billing could
  * not take is sent again at the next period, and every instance agrees which period that is.
  */
+import { createLogger } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { periodEndedBy, type StorageUsage } from '../src/domain/metering.ts';
+import { BucketOwners } from '../src/domain/bucket-owners.ts';
+import {
+  METERING_MARKERS,
+  PeriodClaims,
+  periodEndedBy,
+  StorageMeter,
+  type StorageUsage,
+} from '../src/domain/metering.ts';
 import { startService, type TestService, uniqueBucket } from './helpers.ts';
 
 const reports: StorageUsage[] = [];
 let failing = false;
 let svc: TestService;
+// Owner records of this file's own, so no other test's buckets are measured.
+const ownersBucket = uniqueBucket('owners');
 
 beforeAll(async () => {
   svc = await startService({
-    // Owner records of this file's own, so no other test's buckets are measured.
-    objectStore: { owners_bucket: uniqueBucket('owners') },
+    objectStore: { owners_bucket: ownersBucket },
     settings: { metering: { interval: '1h' } },
     usageSink: {
       async report(usage) {
@@ -78,6 +87,57 @@ describe('storage metering', () => {
     await svc.app.meter!.meter();
     // Carol's period twice: the kept report and this tick's (billing charges a period once).
     expect(reports.filter((r) => r.userId === carol.id).map((r) => r.bytes)).toEqual([512, 512]);
+  });
+
+  it('is measured by one instance a period: the others list nothing, and the markers stay few', async () => {
+    const dave = await svc.issuer.user(['renter']);
+    await put(dave.headers, '/objects/dave.bin', 2048);
+    const owners = new BucketOwners(svc.store, ownersBucket);
+    let clock = Date.UTC(2031, 0, 1, 10, 0, 5);
+    const instance = (name: string) => {
+      const sent: StorageUsage[] = [];
+      let listed = 0;
+      const store = Object.create(svc.store) as typeof svc.store;
+      store.listPage = (req) => {
+        if (req.bucket !== ownersBucket) listed++;
+        return svc.store.listPage(req);
+      };
+      const meter = new StorageMeter({
+        store,
+        owners,
+        defaultBucket: svc.config.object_store.default_bucket,
+        sink: { report: async (u) => void sent.push(u) },
+        intervalMs: 3_600_000,
+        logger: createLogger({ service: 'storage', instanceId: 'test', level: 'silent' }),
+        claims: new PeriodClaims(svc.store, ownersBucket, name),
+        now: () => clock,
+      });
+      return { meter, sent, listed: () => listed };
+    };
+    const [a, b] = [instance('a'), instance('b')];
+    for (let hour = 0; hour < 4; hour++) {
+      const first = hour % 2 === 0 ? a : b;
+      const second = first === a ? b : a;
+      const before = [a.sent.length, b.sent.length, second.listed()];
+      await first.meter.meter();
+      await second.meter.meter();
+      // The first to come measures and reports; the second lists no object and reports nothing.
+      expect(first.sent.length - (first === a ? before[0]! : before[1]!)).toBeGreaterThan(0);
+      expect(second.sent.length).toBe(second === a ? before[0] : before[1]);
+      expect(second.listed()).toBe(before[2]);
+      clock += 3_600_000;
+    }
+    expect([...a.sent, ...b.sent].filter((r) => r.userId === dave.id)).toHaveLength(4);
+    const markers = await svc.store.listPage({
+      bucket: ownersBucket,
+      prefix: METERING_MARKERS,
+      oneLevel: false,
+      maxKeys: 100,
+    });
+    // (This test's periods: the service's own meter marked today's in the tests above.)
+    expect(markers.objects.filter((o) => o.key.startsWith(`${METERING_MARKERS}2031`)).length).toBe(2);
+    // The markers are no buckets of anyone's.
+    expect((await owners.ownedBuckets()).some((k) => k.startsWith('.metering'))).toBe(false);
   });
 
   it('agrees on periods from the epoch, whatever the moment', () => {

@@ -54,7 +54,8 @@ export class BucketOwners {
           token,
           maxKeys: 1000,
         });
-        names.push(...page.objects.map((o) => o.key));
+        // Bucket names have no `/`: other keys are not owner records (the meter's period markers).
+        names.push(...page.objects.map((o) => o.key).filter((k) => !k.includes('/')));
         token = page.nextToken;
       } while (token);
     } catch (err) {

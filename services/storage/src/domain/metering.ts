@@ -6,11 +6,17 @@
  * reported to billing for the period just ended: bytes × the period's length is what billing charges, so an object
  * is billed for the periods it was there when they ended.
  *
- * Billing charges a user's period exactly once (a report of a period charged already answers that charge), so
- * several instances metering the same store, and retries, charge nothing twice. A report that fails for a while
+ * One instance measures each period: before listing anything, an instance claims the period with a marker object in
+ * the owner records' bucket (`.metering/<period end>`, holding its instance ID), written only when none exists
+ * (`If-None-Match: *`) and read back; the others see another instance's marker and only send what they kept. The two
+ * markers before it are deleted as a claim is made, so the markers stay few. On a store without conditional writes
+ * (s3rver) two instances racing for one period may both measure it: billing charges a user's period exactly once (a
+ * report of a period charged already answers that charge), so that, and retries, charge nothing twice. A report that fails for a while
  * (billing down) is kept and sent again at the next tick, up to `MAX_PENDING`; a period no instance measured (all
  * of them down across its end) is not billed.
  */
+import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
 import type { Logger } from '@gpu/common';
 import type { BucketOwners } from './bucket-owners.ts';
 import type { ObjectStore } from './store.ts';
@@ -82,6 +88,65 @@ export function periodEndedBy(now: number, intervalMs: number): { start: Date; e
   return { start: new Date(end - intervalMs), end: new Date(end) };
 }
 
+/** Where the period markers live, under the owner records' bucket (no bucket name has a `/`). */
+export const METERING_MARKERS = '.metering/';
+
+/** Which instance measures a period: the one whose marker object is there. */
+export class PeriodClaims {
+  constructor(
+    private readonly store: ObjectStore,
+    private readonly bucket: string,
+    /** This instance's ID (a random one when the configuration names none). */
+    readonly instanceId: string = randomUUID(),
+  ) {}
+
+  /** Whether this instance measures the period ending at `end` (it claimed it, now or before). */
+  async claim(end: Date, intervalMs: number): Promise<boolean> {
+    const key = `${METERING_MARKERS}${end.toISOString()}`;
+    const holder = await this.holder(key);
+    if (holder !== undefined) return holder === this.instanceId;
+    const body = Buffer.from(JSON.stringify({ instance_id: this.instanceId }));
+    const write = () =>
+      this.store.upload({
+        bucket: this.bucket,
+        key,
+        body: Readable.from([body]),
+        contentType: 'application/json',
+        contentLength: body.length,
+        ifNoneMatch: '*',
+      });
+    try {
+      await write().catch(async (err) => {
+        if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
+        await this.store.ensureBucket(this.bucket);
+        await write();
+      });
+    } catch (err) {
+      // Another instance's marker was there first (412): it measures.
+      if ((err as { code?: string }).code !== 'PRECONDITION_FAILED') throw err;
+    }
+    for (const back of [2, 3]) {
+      const old = `${METERING_MARKERS}${new Date(end.getTime() - back * intervalMs).toISOString()}`;
+      await this.store.delete(this.bucket, old).catch(() => {});
+    }
+    return (await this.holder(key)) === this.instanceId;
+  }
+
+  private async holder(key: string): Promise<string | undefined> {
+    try {
+      const object = await this.store.get(this.bucket, key, {});
+      const chunks: Buffer[] = [];
+      for await (const chunk of object.body) chunks.push(chunk as Buffer);
+      const marker = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { instance_id?: unknown };
+      return typeof marker.instance_id === 'string' ? marker.instance_id : '';
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === 'OBJECT_NOT_FOUND' || code === 'BUCKET_NOT_FOUND') return undefined;
+      throw err;
+    }
+  }
+}
+
 export interface MeterOptions {
   store: ObjectStore;
   owners: BucketOwners;
@@ -89,6 +154,8 @@ export interface MeterOptions {
   sink: UsageSink;
   intervalMs: number;
   logger: Logger;
+  /** Which instance measures a period; without, this one measures every period. */
+  claims?: PeriodClaims;
   now?: () => number;
 }
 
@@ -123,9 +190,11 @@ export class StorageMeter {
    */
   async meter(): Promise<{ reported: number; failed: number }> {
     const { start, end } = periodEndedBy(this.now(), this.opts.intervalMs);
-    let measured: Map<string, number>;
+    let measured = new Map<string, number>();
     try {
-      measured = await measureStorage(this.opts.store, this.opts.owners, this.opts.defaultBucket);
+      if (!this.opts.claims || (await this.opts.claims.claim(end, this.opts.intervalMs))) {
+        measured = await measureStorage(this.opts.store, this.opts.owners, this.opts.defaultBucket);
+      }
     } catch (err) {
       this.opts.logger.warn({ err: (err as Error).message }, 'measuring storage failed; trying at the next period');
       measured = new Map();
