@@ -11,8 +11,7 @@
  * Records never change once written (no route transfers or deletes a bucket), so an owner read once is cached
  * (bounded); a missing record is not cached.
  */
-import { Readable } from 'node:stream';
-import type { ObjectStore } from './store.ts';
+import { type ObjectStore, readJson, writeJsonOnce } from './store.ts';
 
 export interface BucketOwnerRecord {
   owner_id: string;
@@ -77,47 +76,16 @@ export class BucketOwners {
     const existing = await this.ownerOf(bucket);
     if (existing !== undefined) return existing;
     const record: BucketOwnerRecord = { owner_id: ownerId, created_at: new Date().toISOString() };
-    const body = Buffer.from(JSON.stringify(record));
-    const write = () =>
-      this.store.upload({
-        bucket: this.recordsBucket,
-        key: bucket,
-        body: Readable.from([body]),
-        contentType: 'application/json',
-        contentLength: body.length,
-        ifNoneMatch: '*',
-      });
-    try {
-      await write().catch(async (err) => {
-        // The first claim of a fresh store makes the records' bucket.
-        if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
-        await this.store.ensureBucket(this.recordsBucket);
-        await write();
-      });
-    } catch (err) {
-      // Another claim's record was there first (412): it decides, read below.
-      if ((err as { code?: string }).code !== 'PRECONDITION_FAILED') throw err;
-    }
+    // The first claim of a fresh store makes the records' bucket; another claim's record there first decides.
+    await writeJsonOnce(this.store, this.recordsBucket, bucket, record);
     const held = (await this.read(bucket))?.owner_id ?? ownerId;
     this.remember(bucket, held);
     return held;
   }
 
   private async read(bucket: string): Promise<BucketOwnerRecord | undefined> {
-    let text: string;
-    try {
-      const object = await this.store.get(this.recordsBucket, bucket, {});
-      const chunks: Buffer[] = [];
-      for await (const chunk of object.body) chunks.push(chunk as Buffer);
-      text = Buffer.concat(chunks).toString('utf8');
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      // No record, or no records at all yet (the records' bucket is made by the first claim).
-      if (code === 'OBJECT_NOT_FOUND' || code === 'BUCKET_NOT_FOUND') return undefined;
-      throw err;
-    }
-    const record = JSON.parse(text) as Partial<BucketOwnerRecord>;
-    return typeof record.owner_id === 'string' ? (record as BucketOwnerRecord) : undefined;
+    const record = (await readJson(this.store, this.recordsBucket, bucket)) as Partial<BucketOwnerRecord> | undefined;
+    return typeof record?.owner_id === 'string' ? (record as BucketOwnerRecord) : undefined;
   }
 
   private remember(bucket: string, owner: string) {

@@ -16,10 +16,9 @@
  * of them down across its end) is not billed.
  */
 import { randomUUID } from 'node:crypto';
-import { Readable } from 'node:stream';
 import type { Logger } from '@gpu/common';
 import type { BucketOwners } from './bucket-owners.ts';
-import type { ObjectStore } from './store.ts';
+import { type ObjectStore, readJson, writeJsonOnce } from './store.ts';
 
 /** One owner's bytes over one period, as billing charges it. */
 export interface StorageUsage {
@@ -105,26 +104,7 @@ export class PeriodClaims {
     const key = `${METERING_MARKERS}${end.toISOString()}`;
     const holder = await this.holder(key);
     if (holder !== undefined) return holder === this.instanceId;
-    const body = Buffer.from(JSON.stringify({ instance_id: this.instanceId }));
-    const write = () =>
-      this.store.upload({
-        bucket: this.bucket,
-        key,
-        body: Readable.from([body]),
-        contentType: 'application/json',
-        contentLength: body.length,
-        ifNoneMatch: '*',
-      });
-    try {
-      await write().catch(async (err) => {
-        if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
-        await this.store.ensureBucket(this.bucket);
-        await write();
-      });
-    } catch (err) {
-      // Another instance's marker was there first (412): it measures.
-      if ((err as { code?: string }).code !== 'PRECONDITION_FAILED') throw err;
-    }
+    await writeJsonOnce(this.store, this.bucket, key, { instance_id: this.instanceId });
     for (const back of [2, 3]) {
       const old = `${METERING_MARKERS}${new Date(end.getTime() - back * intervalMs).toISOString()}`;
       await this.store.delete(this.bucket, old).catch(() => {});
@@ -133,17 +113,9 @@ export class PeriodClaims {
   }
 
   private async holder(key: string): Promise<string | undefined> {
-    try {
-      const object = await this.store.get(this.bucket, key, {});
-      const chunks: Buffer[] = [];
-      for await (const chunk of object.body) chunks.push(chunk as Buffer);
-      const marker = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { instance_id?: unknown };
-      return typeof marker.instance_id === 'string' ? marker.instance_id : '';
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      if (code === 'OBJECT_NOT_FOUND' || code === 'BUCKET_NOT_FOUND') return undefined;
-      throw err;
-    }
+    const marker = (await readJson(this.store, this.bucket, key)) as { instance_id?: unknown } | undefined;
+    if (marker === undefined) return undefined;
+    return typeof marker.instance_id === 'string' ? marker.instance_id : '';
   }
 }
 

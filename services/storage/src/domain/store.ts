@@ -3,7 +3,7 @@
  * call, implemented over S3 by `adapters/object-store.ts`. Failures arrive as
  * the service's errors (`errors.ts`) or `NotModified`.
  */
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 
 /** An object, or a common prefix ("folder") of a one-level listing. */
 export interface ObjectEntry {
@@ -94,4 +94,45 @@ export interface ObjectStore {
   listPage(req: StorePageRequest): Promise<StorePage>;
   presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
   close(): void;
+}
+
+/**
+ * Writes `value` as a small JSON object at `key` only when no object has the key (`If-None-Match: *`: atomic on S3,
+ * MinIO and other stores with conditional writes), making the bucket on first use; a write that finds one there
+ * (412) leaves it. Read the key back to know which write holds.
+ */
+export async function writeJsonOnce(store: ObjectStore, bucket: string, key: string, value: unknown): Promise<void> {
+  const body = Buffer.from(JSON.stringify(value));
+  const write = () =>
+    store.upload({
+      bucket,
+      key,
+      body: Readable.from([body]),
+      contentType: 'application/json',
+      contentLength: body.length,
+      ifNoneMatch: '*',
+    });
+  try {
+    await write().catch(async (err) => {
+      if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
+      await store.ensureBucket(bucket);
+      await write();
+    });
+  } catch (err) {
+    if ((err as { code?: string }).code !== 'PRECONDITION_FAILED') throw err;
+  }
+}
+
+/** The JSON object at `key`, or undefined when there is none (nor its bucket). */
+export async function readJson(store: ObjectStore, bucket: string, key: string): Promise<unknown> {
+  try {
+    const object = await store.get(bucket, key, {});
+    const chunks: Buffer[] = [];
+    for await (const chunk of object.body) chunks.push(chunk as Buffer);
+    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'OBJECT_NOT_FOUND' || code === 'BUCKET_NOT_FOUND') return undefined;
+    throw err;
+  }
 }
