@@ -8,6 +8,7 @@
 import { uninjected } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { SYSTEM_ACCOUNT_IDS } from '../src/db/system-accounts.ts';
+import { Dec as Decimal } from '../src/domain/ledger/money.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();
@@ -122,6 +123,50 @@ describe('storage charges', () => {
 
     const nobody = (await report({ user_id: crypto.randomUUID(), ...hour(1), bytes: GIB })).json();
     expect(nobody).toMatchObject({ wallet_id: null, cost: '0.000100', charged: '0.000000', unpaid: '0.000100' });
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('collect what earlier periods left unpaid, oldest first, before the new cost, in one payment', async () => {
+    const user = crypto.randomUUID();
+    const wallet = await h.fundedWallet('0', 'user', undefined, { ownerId: user });
+    const first = (await report({ user_id: user, ...hour(3), bytes: 5 * GIB })).json();
+    const second = (await report({ user_id: user, ...hour(2), bytes: 3 * GIB })).json();
+    expect([first.unpaid, second.unpaid]).toEqual(['0.000500', '0.000300']);
+    const revenue = await platformRevenue();
+
+    // Enough for the oldest debt and part of the next: nothing of the new period's cost.
+    await h.credit(wallet.id, '0.0006');
+    const third = (await report({ user_id: user, ...hour(1), bytes: GIB })).json();
+    expect(third).toMatchObject({ cost: '0.000100', charged: '0.000000', unpaid: '0.000100' });
+    const payment = (await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${wallet.id}/transactions` }))
+      .json()
+      .transactions.find((t: { id: string }) => t.id === third.transaction_id);
+    expect(payment).toMatchObject({ type: 'payment', amount: '0.000600' });
+    const charges = async () =>
+      Object.fromEntries(
+        (
+          await h.db
+            .selectFrom('storage_charges')
+            .select(['id', 'charged', 'unpaid'])
+            .where('user_id', '=', user)
+            .execute()
+        ).map((c) => [c.id, [new Decimal(c.charged).toFixed(6), new Decimal(c.unpaid).toFixed(6)]]),
+      );
+    expect(await charges()).toEqual({
+      [first.id]: ['0.000500', '0.000000'],
+      [second.id]: ['0.000100', '0.000200'],
+      [third.id]: ['0.000000', '0.000100'],
+    });
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '0.000000' });
+    expect(new Decimal(await platformRevenue()).minus(revenue).toFixed(6)).toBe('0.000600');
+
+    // Funds for everything: the rest of the debt and the new period, and a repeat of a period collects nothing more.
+    await h.credit(wallet.id, '1');
+    const fourth = (await report({ user_id: user, ...hour(0), bytes: GIB })).json();
+    expect(fourth).toMatchObject({ charged: '0.000100', unpaid: '0.000000' });
+    expect((await report({ user_id: user, ...hour(0), bytes: GIB })).statusCode).toBe(200);
+    expect(Object.values(await charges()).map(([, unpaid]) => unpaid)).toEqual(Array(4).fill('0.000000'));
+    expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '0.999600' });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 

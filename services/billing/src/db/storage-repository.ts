@@ -53,3 +53,25 @@ export async function listStorageCharges(
   if (after) q = q.where(olderThan('period_start', after));
   return q.orderBy('period_start', 'desc').orderBy('id', 'desc').limit(limit).execute();
 }
+
+/** The user's charges with something unpaid, oldest period first (under the user's lock: `lockUserStorage`). */
+export async function unpaidStorageCharges(trx: Transaction<BillingDB>, userId: string): Promise<StorageChargeRow[]> {
+  return trx
+    .selectFrom('storage_charges')
+    .selectAll()
+    .where('user_id', '=', userId)
+    .where('unpaid', '>', '0')
+    .orderBy('period_start')
+    .execute();
+}
+
+/** Moves `amount` of a charge from unpaid to charged (collected later). */
+export async function collectStorageCharge(trx: Transaction<BillingDB>, id: string, amount: string): Promise<void> {
+  const result = await trx
+    .updateTable('storage_charges')
+    .set((eb) => ({ charged: eb('charged', '+', amount), unpaid: eb('unpaid', '-', amount) }))
+    .where('id', '=', id)
+    .where('unpaid', '>=', amount)
+    .executeTakeFirst();
+  if (Number(result.numUpdatedRows) !== 1) throw new Error(`storage charge ${id} has less than ${amount} unpaid`);
+}

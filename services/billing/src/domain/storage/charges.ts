@@ -11,6 +11,9 @@
  *   user, so concurrent reports charge once.
  * - Balance-checked like sessions: no more than the wallet's available balance is taken; the rest of the cost is
  *   recorded as `unpaid` (all of it for a user without a wallet), never an overdraft.
+ * - Debt is collected: each charge first pays what the user's earlier periods left unpaid, oldest first, from the
+ *   same available balance, then its own cost; the one payment moves all of it (its amount is the sum), and the
+ *   earlier charges show it (`charged` up, `unpaid` down).
  * - Only platform services (the storage service's client) and admins report usage; a user reads their own charges.
  */
 import { randomUUID } from 'node:crypto';
@@ -18,11 +21,13 @@ import { AppError, errors, isPrivileged, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import {
+  collectStorageCharge,
   insertStorageCharge,
   listStorageCharges,
   lockUserStorage,
   overlappingCharges,
   type StorageChargeRow,
+  unpaidStorageCharges,
 } from '../../db/storage-repository.ts';
 import { insertTransactions } from '../../db/transaction-repository.ts';
 import { findWalletByOwnerRow } from '../../db/wallet-repository.ts';
@@ -97,11 +102,22 @@ export async function chargeStorage(
     const wallet = await findWalletByOwnerRow(trx, 'user', userId);
     let charged = new Dec(0);
     let transactionId: string | null = null;
-    if (wallet && cost.gt(0)) {
-      const available = await lockWalletAvailable(trx, wallet.id);
-      charged = Dec.min(cost, available);
+    const collected: { id: string; amount: Dec }[] = [];
+    if (wallet) {
+      const debts = await unpaidStorageCharges(trx, userId);
+      if (cost.gt(0) || debts.length > 0) {
+        let left = await lockWalletAvailable(trx, wallet.id);
+        for (const debt of debts) {
+          const amount = Dec.min(new Dec(debt.unpaid), left);
+          if (amount.lte(0)) break;
+          collected.push({ id: debt.id, amount });
+          left = left.minus(amount);
+        }
+        charged = Dec.min(cost, left);
+      }
     }
-    if (wallet && charged.gt(0)) {
+    const paid = collected.reduce((sum, c) => sum.plus(c.amount), charged);
+    if (wallet && paid.gt(0)) {
       transactionId = randomUUID();
       const id = transactionId;
       await insertTransactions(trx, [
@@ -110,9 +126,9 @@ export async function chargeStorage(
           wallet_id: wallet.id,
           type: 'payment',
           status: 'confirmed',
-          amount: charged.toFixed(),
+          amount: paid.toFixed(),
           // All of it is the platform's: storage has no provider share.
-          fee: charged.toFixed(),
+          fee: paid.toFixed(),
           reference: `storage:${userId}:${periodStart.toISOString()}`,
           confirmed_at: ctx.now(),
         },
@@ -123,7 +139,7 @@ export async function chargeStorage(
           {
             debit: { wallet: wallet.id, kind: 'available' },
             credit: { system: 'platform_fees' },
-            amount: charged,
+            amount: paid,
             code: 'storage',
             transactionId: id,
           },
@@ -131,6 +147,7 @@ export async function chargeStorage(
         ctx.state.accountIds,
       );
     }
+    for (const c of collected) await collectStorageCharge(trx, c.id, c.amount.toFixed());
     const charge = await insertStorageCharge(trx, {
       id: randomUUID(),
       user_id: userId,
