@@ -35,7 +35,13 @@ import { authConfigSchema, authEnvAliases, checkAuthConfig, loadAuthConfig } fro
 import { billingConfigSchema, loadBillingConfig } from '../services/billing/src/config.ts';
 import { loadRegistryConfig, registryConfigSchema } from '../services/provider-registry/src/config.ts';
 import { loadStorageConfig, storageConfigSchema } from '../services/storage/src/config.ts';
-import { type Service as PlatformService, ROUTES, SERVICE_PORTS } from '../tools/gateway/src/routes.ts';
+import {
+  bodyLimitOf,
+  type Service as PlatformService,
+  ROUTES,
+  SERVICE_PORTS,
+  UPLOAD_PREFIX,
+} from '../tools/gateway/src/routes.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const k8sDir = path.join(root, 'deploy/k8s');
@@ -830,11 +836,38 @@ describe('deploy/k8s/gateway', () => {
     expect(http.requestReceivedTimeout, 'a 5 GB upload may take its time').toBeUndefined();
     expect(ms(http.streamIdleTimeout)).toBeGreaterThanOrEqual(60_000);
     expect(client[0].spec.headers.requestID).toBe('PreserveOrGenerate');
-    // Envoy holds a connection's buffer, never a body: no policy buffers requests, and the buffer is small.
+    // Envoy holds a connection's buffer, never a streamed body, and the buffer is small.
     expect(client[0].spec.connection.bufferLimit).toMatch(/^\d+(Ki|Mi)$/);
     for (const policy of docs.filter((d) => d.kind === 'BackendTrafficPolicy')) {
-      expect(policy.spec.requestBuffer, policy.metadata.name).toBeUndefined();
       expect(policy.spec.retry, `${policy.metadata.name}: no retries of the gateway's own`).toBeUndefined();
+    }
+  });
+
+  it("refuses a JSON API's body above the route table's limit itself, in the problem shape, and streams storage's", () => {
+    const quantity = (q: string) =>
+      Number(q.replace(/(Ki|Mi|Gi)$/, '')) * ({ Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3 }[q.slice(-2)] ?? 1);
+    const policies = docs.filter((d) => d.kind === 'BackendTrafficPolicy');
+    for (const service of Object.keys(ROUTES) as PlatformService[]) {
+      // Envoy Gateway applies one BackendTrafficPolicy to a route: exactly one names each.
+      const applied = policies.filter((p) => (p.spec.targetRefs as Doc[]).some((t) => t.name === service));
+      expect(
+        applied.map((p) => p.metadata.name),
+        service,
+      ).toHaveLength(1);
+      const policy = applied[0];
+      expect(policy.spec.timeout.tcp.connectTimeout, service).toBe('5s');
+      if (ROUTES[service].includes(UPLOAD_PREFIX)) {
+        expect(policy.spec.requestBuffer, `${service}: bodies stream`).toBeUndefined();
+        continue;
+      }
+      for (const prefix of ROUTES[service]) {
+        expect(quantity(policy.spec.requestBuffer.limit), `${service} ${prefix}`).toBe(bodyLimitOf(`${prefix}/x`));
+      }
+      const tooLarge = (policy.spec.responseOverride as Doc[]).find((o) =>
+        (o.match.statusCodes as Doc[]).some((c) => c.type === 'Value' && c.value === 413),
+      );
+      expect(tooLarge?.response.contentType, service).toBe('application/problem+json');
+      expect(JSON.parse(tooLarge.response.body.inline)).toMatchObject({ status: 413, code: 'PAYLOAD_TOO_LARGE' });
     }
   });
 

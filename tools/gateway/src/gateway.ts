@@ -11,14 +11,17 @@
  *   and back to the caller, and in the gateway's log line. `X-Forwarded-For` gets the caller's address appended,
  *   `X-Forwarded-Proto` and `-Host` are set (`pnpm start` has the services trust the gateway's address for them).
  *   `Expect: 100-continue` is answered by the gateway itself, not sent on.
+ * - A declared body larger than the path's service takes (`BODY_LIMITS`) is a 413 problem of the gateway's, sent
+ *   before a byte goes on; a service's own 413 passes on as it is. Either closes the connection gracefully.
  * - Nothing is retried (a service's 503 reaches the caller, whose client decides); a service that cannot be reached
  *   or does not answer in time is a 502/503/504 problem naming the service, never its address.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import proxy from '@fastify/http-proxy';
+import { lingerBeforeClose } from '@gpu/common/oversized-body';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { ROUTES, type Service } from './routes.ts';
+import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
 
 export interface GatewayOptions {
   /** Each service's base URL (`http://127.0.0.1:8000`). */
@@ -93,6 +96,23 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   app.addHook('onRequest', async (request, reply) => {
     request.headers['x-request-id'] = request.id;
     reply.header('x-request-id', request.id);
+    // A declared body larger than the path's service takes is refused here, before a byte of it is sent on; the
+    // connection then closes gracefully (the caller finishes sending and reads the 413). A chunked body is counted by
+    // the service, whose 413 passes on as it is.
+    const declared = Number(request.headers['content-length'] ?? 0);
+    const limit = bodyLimitOf(request.url.split('?')[0] ?? '');
+    if (declared > limit) {
+      reply.header('connection', 'close');
+      lingerBeforeClose(request.raw.socket);
+      return problem(
+        reply,
+        request,
+        413,
+        'PAYLOAD_TOO_LARGE',
+        'Payload Too Large',
+        'the body is larger than the service behind this path takes',
+      );
+    }
   });
   // Requests the gateway itself refuses (a path it will not forward, such as one with `..` segments): the platform's
   // problem shape too. Set before the proxies are registered, which take the error handler in place then.

@@ -17,6 +17,9 @@ import { billingWithRegistry } from '../../../tests/support/billing-with-registr
 import { type RunningGateway, startComposeNginx, startNodeGateway, type Upstreams } from './gateways.ts';
 import { startNginx } from './nginx.ts';
 
+/** A gateway's own answer to a body larger than the path's service takes (the same from every engine). */
+const GATEWAY_TOO_LARGE = 'the body is larger than the service behind this path takes';
+
 const platform = useAuthAndRegistry();
 let storage: TestService;
 let billing: BillingHarness;
@@ -186,6 +189,59 @@ describe.each(engines)('the gateway: $name', (engine) => {
     } finally {
       await lonely.stop();
     }
+  });
+
+  it("answers a body too large with a 413 problem every time, never a 502: its own limit first, else the service's", async () => {
+    // A storage that takes objects of at most 1 MiB, behind a second gateway of the same engine.
+    const small = await startService({ listen: true, objectStore: { max_upload_size: 1024 * 1024 } });
+    const front = await engine.start(upstreams({ storage: small.url }));
+    const user = await small.issuer.user(['renter']);
+    const targets = [
+      { path: '/api/v1/pricing/calculate', headers: {} },
+      { path: '/api/v1/auth/register', headers: {} },
+      { path: '/objects/too-large.bin', headers: user.headers, method: 'PUT' },
+    ];
+    const wrong: string[] = [];
+    try {
+      // 48 bodies of 1-3 MiB: to two JSON routes (billing's quote, auth's sign-up; 1 MiB at most) and to an object
+      // upload past storage's max_upload_size, half with a Content-Length and half streamed (chunked).
+      for (let i = 0; i < 48; i++) {
+        const target = targets[i % 3]!;
+        const chunked = Math.floor(i / 3) % 2 === 1;
+        const size = 1024 * 1024 + 1 + Math.floor((i / 47) * 2 * 1024 * 1024);
+        const bytes = Buffer.alloc(size, 0x20);
+        const body = chunked
+          ? new ReadableStream<Uint8Array>({
+              start(controller) {
+                for (let at = 0; at < size; at += 64 * 1024) controller.enqueue(bytes.subarray(at, at + 64 * 1024));
+                controller.close();
+              },
+            })
+          : bytes;
+        const what = `${target.path}, ${size} bytes${chunked ? ' chunked' : ''}`;
+        try {
+          const res = await fetch(`${front.base}${target.path}`, {
+            method: target.method ?? 'POST',
+            headers: { ...target.headers, 'content-type': 'application/json' },
+            body,
+            duplex: 'half',
+          } as RequestInit);
+          const problem = (await res.json()) as { code?: string; detail?: string };
+          const type = res.headers.get('content-type') ?? '';
+          if (res.status !== 413 || problem.code !== 'PAYLOAD_TOO_LARGE' || !type.includes('application/problem+json'))
+            wrong.push(`${what}: ${res.status} ${problem.code} ${problem.detail}`);
+          // A JSON route's declared body is the gateway's to refuse, before the service sees it.
+          else if (!chunked && !target.method && problem.detail !== GATEWAY_TOO_LARGE)
+            wrong.push(`${what}: refused by the service, not the gateway (${problem.detail})`);
+        } catch (err) {
+          wrong.push(`${what}: ${(err as Error).message} ${String((err as Error).cause)}`);
+        }
+      }
+    } finally {
+      await front.stop();
+      await small.close();
+    }
+    expect(wrong).toEqual([]);
   });
 
   it("passes a presigned redirect's Location as it is, and adds or keeps the request ID", async () => {

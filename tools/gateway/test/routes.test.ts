@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
+import { bodyLimitOf, ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
 import { gatewayDir } from './nginx.ts';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
@@ -96,6 +96,24 @@ describe("docker-compose's nginx", () => {
     // What is not in the table goes nowhere.
     for (const uri of ['/', '/metrics', '/docs', '/api/v1', '/api/v1/providers', '/health/nobody']) {
       expect(upstreamOf(choose(all, uri)), uri).toBeNull();
+    }
+  });
+
+  it("refuses a body larger than the path's service takes, by the route table's limits", () => {
+    const bytes = (size: string) => {
+      const unit = { k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[size.slice(-1)];
+      return unit ? Number(size.slice(0, -1)) * unit : Number(size);
+    };
+    // The server's limit (a line outside any location), unless the chosen location sets its own.
+    const serverLimit = /^client_max_body_size (\S+);/m.exec(api)?.[1];
+    expect(serverLimit).toBeDefined();
+    for (const service of services) {
+      for (const prefix of ROUTES[service]) {
+        for (const uri of [prefix, `${prefix}/x`]) {
+          const own = /client_max_body_size (\S+);/.exec(choose(all, uri)?.body ?? '')?.[1];
+          expect(bytes(own ?? serverLimit!), uri).toBe(bodyLimitOf(uri));
+        }
+      }
     }
   });
 
