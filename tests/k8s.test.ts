@@ -836,6 +836,10 @@ describe('deploy/k8s/gateway', () => {
     expect(http.requestReceivedTimeout, 'a 5 GB upload may take its time').toBeUndefined();
     expect(ms(http.streamIdleTimeout)).toBeGreaterThanOrEqual(60_000);
     expect(client[0].spec.headers.requestID).toBe('PreserveOrGenerate');
+    // Envoy is the first hop: a client's own X-Forwarded-For is dropped before Envoy reads it, and the address Envoy
+    // saw is the client (no hop trusted), the only address the services get.
+    expect(client[0].spec.headers.earlyRequestHeaders.remove).toEqual(['X-Forwarded-For', 'X-Real-IP', 'Forwarded']);
+    expect(client[0].spec.clientIPDetection).toEqual({ xForwardedFor: { numTrustedHops: 0 } });
     // Envoy holds a connection's buffer, never a streamed body, and the buffer is small.
     expect(client[0].spec.connection.bufferLimit).toMatch(/^\d+(Ki|Mi)$/);
     for (const policy of docs.filter((d) => d.kind === 'BackendTrafficPolicy')) {

@@ -20,8 +20,14 @@ export interface RunningGateway {
 
 const SCRIPT = 'tools/gateway/src/server.ts';
 
-/** `pnpm start`'s gateway in its own process, once its /health answers: from source, or `compiled` as `pnpm start` runs it. */
-export async function startNodeGateway(to: Upstreams, opts: { compiled?: boolean } = {}): Promise<RunningGateway> {
+/**
+ * `pnpm start`'s gateway in its own process, once its /health answers: from source, or `compiled` as `pnpm start` runs
+ * it; with `socketDir`, reaching the services at their gateway sockets there (`<dir>/<service>.sock`).
+ */
+export async function startNodeGateway(
+  to: Upstreams,
+  opts: { compiled?: boolean; socketDir?: string } = {},
+): Promise<RunningGateway> {
   const port = await freePort();
   const env = {
     ...process.env,
@@ -32,6 +38,7 @@ export async function startNodeGateway(to: Upstreams, opts: { compiled?: boolean
     ...(to.storage ? { GATEWAY_STORAGE_URL: to.storage } : {}),
     ...(to['provider-registry'] ? { GATEWAY_REGISTRY_URL: to['provider-registry'] } : {}),
     ...(to.billing ? { GATEWAY_BILLING_URL: to.billing } : {}),
+    ...(opts.socketDir ? { GATEWAY_SOCKET_DIR: opts.socketDir } : {}),
   };
   const cwd = fileURLToPath(new URL('..', import.meta.url));
   let gateway: ServerProcess;
