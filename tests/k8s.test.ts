@@ -900,6 +900,24 @@ describe('deploy/k8s/gateway', () => {
       expect(rule.principal.clientCIDRs.length).toBeGreaterThan(0);
       for (const cidr of rule.principal.clientCIDRs) expect(cidr).not.toMatch(/^0\.0\.0\.0\/0$|^::\/0$/);
     }
+    // Anyone else is refused in the platform's problem shape, as by pnpm start's gateway and compose's nginx.
+    const policies = docs.filter(
+      (d) =>
+        d.kind === 'BackendTrafficPolicy' && (d.spec.targetRefs as Doc[]).some((t) => t.name === 'operators-health'),
+    );
+    expect(policies).toHaveLength(1);
+    expect(policies[0].spec.timeout.tcp.connectTimeout).toBe('5s');
+    const refused = (policies[0].spec.responseOverride as Doc[]).find((o) =>
+      (o.match.statusCodes as Doc[]).some((c) => c.type === 'Value' && c.value === 403),
+    );
+    expect(refused?.response.contentType).toBe('application/problem+json');
+    expect(JSON.parse(refused.response.body.inline)).toEqual({
+      type: 'about:blank',
+      title: 'Forbidden',
+      status: 403,
+      code: 'OPERATORS_ONLY',
+      detail: "a service's health is for operators only",
+    });
   });
 
   it('answers any other path with a problem in the platform shape', () => {

@@ -3,7 +3,8 @@
  * no code of its own between caller and service but the route table and the request ID.
  *
  * - Every public path goes to its service unchanged (`ROUTES`); any other path is a 404 problem. `/health` is the
- *   gateway's own; `/health/<service>` is that service's `/health` (for operators).
+ *   gateway's own; `/health/<service>` is that service's `/health`, for operators only (`operators`, by the
+ *   caller's address: loopback and the private networks unless told), a 403 problem for anyone else.
  * - Bodies stream both ways (an upload of any size is never read into memory, nor a download); every header passes
  *   as it is, `Authorization`, `Range`, `ETag` and `If-None-Match` and a 307's `Location` included; the services
  *   answer for themselves (auth, validation, problems).
@@ -23,6 +24,7 @@ import path from 'node:path';
 import proxy from '@fastify/http-proxy';
 import { lingerBeforeClose } from '@gpu/common/oversized-body';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
 
 export interface GatewayOptions {
@@ -33,6 +35,11 @@ export interface GatewayOptions {
    * as `pnpm start` sets them): the services are reached there instead of at their URLs.
    */
   socketDir?: string;
+  /**
+   * Who may read `/health/<service>`: addresses or CIDRs, matched against the address the gateway sees (default
+   * `OPERATOR_NETWORKS`: loopback and the private networks, as compose's nginx); anyone else gets 403 OPERATORS_ONLY.
+   */
+  operators?: readonly string[];
   /** Pino level for the gateway's own log lines (one per request at `info`). */
   logLevel?: string;
 }
@@ -140,6 +147,12 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     );
   });
   app.get('/health', async () => ({ status: 'UP', service: 'gateway' }));
+  const isOperator = operatorsAt(opts.operators ?? OPERATOR_NETWORKS);
+  // A service's health names its dependencies and their state: for operators only, known by their address.
+  const operatorsOnly = async (request: FastifyRequest, reply: FastifyReply) => {
+    if (isOperator(request.socket.remoteAddress)) return;
+    return problem(reply, request, 403, 'OPERATORS_ONLY', 'Forbidden', "a service's health is for operators only");
+  };
   for (const [service, prefixes] of Object.entries(ROUTES) as [Service, readonly string[]][]) {
     // A service's socket is named in the URL as @fastify/reply-from takes it; its Host is then a plain name.
     const socket = opts.socketDir ? path.join(opts.socketDir, `${service}.sock`) : undefined;
@@ -173,6 +186,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       upstream,
       prefix: `/health/${service}`,
       rewritePrefix: '/health',
+      preHandler: operatorsOnly,
       replyOptions: replyOptions as never,
     });
   }

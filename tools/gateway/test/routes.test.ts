@@ -1,13 +1,15 @@
 /**
  * One route table for the three ways the platform runs: every path of each service's OpenAPI document lies under
  * one of that service's prefixes (tools/gateway/src/routes.ts) and no other's, and docker-compose's nginx routes
- * exactly that table (deploy/gateway), read here as nginx chooses a location. The Kubernetes HTTPRoutes are checked
+ * exactly that table (deploy/gateway), read here as nginx chooses a location, with the same operators for each
+ * service's health as `pnpm start`'s gateway. The Kubernetes HTTPRoutes are checked
  * against the same table in tests/k8s.test.ts.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { OPERATOR_NETWORKS } from '../src/operators.ts';
 import { bodyLimitOf, ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
 import { gatewayDir } from './nginx.ts';
 
@@ -128,6 +130,8 @@ describe("docker-compose's nginx", () => {
     const rules = operators.split('\n').filter((l) => /^(allow|deny) /.test(l));
     expect(rules.at(-1)).toBe('deny all;');
     expect(rules).not.toContain('allow all;');
+    // The same operators as `pnpm start`'s gateway lets in unless told otherwise.
+    expect(rules.slice(0, -1)).toEqual(OPERATOR_NETWORKS.map((network) => `allow ${network};`));
   });
 
   it('names each service by its compose name and contract port, kept alive and re-resolved', () => {
