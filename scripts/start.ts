@@ -21,6 +21,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { MAX_SOCKET_PATH_BYTES } from '../packages/common/src/http/gateway-socket.ts';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
@@ -199,6 +200,20 @@ const dependencies: Proc[] = [
   },
 ];
 
+/**
+ * The services' gateway sockets (`server.gateway_socket`, `<data>/run/<service>.sock`): the gateway reaches each
+ * service there, and only there does a service take the client's address from X-Forwarded-For. The folder is this
+ * user's alone (0700; a service refuses to start on one that is not), beside the platform's secrets.
+ */
+const gatewaySockets = path.join(data, 'run');
+// A Unix socket's path has a bound (sockaddr_un): said here, before anything starts, rather than by four services.
+if (Buffer.byteLength(path.join(gatewaySockets, 'provider-registry.sock')) > MAX_SOCKET_PATH_BYTES) {
+  refuse(
+    `the data folder ${data} is too long a path for the gateway's Unix sockets in it (at most ` +
+      `${MAX_SOCKET_PATH_BYTES} bytes with run/provider-registry.sock): set PLATFORM_DATA_DIR to a shorter one`,
+  );
+}
+
 /** Each service's configuration environment prefix. */
 const ENV_PREFIX: Record<string, string> = {
   auth: 'AUTH',
@@ -281,8 +296,9 @@ const services: Proc[] = (
       PORT: String(s.port),
       HOST: host.bind,
       AUTH_JWKS_URL: jwksUrl,
-      // The gateway's address: its X-Forwarded-For names the caller (auth's limits per address count callers, not it).
-      [`${ENV_PREFIX[s.name]}__SERVER__TRUSTED_PROXIES`]: host.connect,
+      // The gateway's own way in, where alone its X-Forwarded-For names the caller (auth's limits per address count
+      // callers, not the gateway): every caller comes from 127.0.0.1 as the gateway does, so no address is trusted.
+      [`${ENV_PREFIX[s.name]}__SERVER__GATEWAY_SOCKET`]: path.join(gatewaySockets, `${s.name}.sock`),
       ...userConfigFiles,
     },
     cwd: path.join(root, s.cwd),
@@ -305,6 +321,7 @@ const gateway: Proc = {
     GATEWAY_STORAGE_URL: host.url(ports.storage),
     GATEWAY_REGISTRY_URL: host.url(ports.registry),
     GATEWAY_BILLING_URL: host.url(ports.billing),
+    GATEWAY_SOCKET_DIR: gatewaySockets,
   },
 };
 

@@ -35,7 +35,13 @@ import { authConfigSchema, authEnvAliases, checkAuthConfig, loadAuthConfig } fro
 import { billingConfigSchema, loadBillingConfig } from '../services/billing/src/config.ts';
 import { loadRegistryConfig, registryConfigSchema } from '../services/provider-registry/src/config.ts';
 import { loadStorageConfig, storageConfigSchema } from '../services/storage/src/config.ts';
-import { type Service as PlatformService, ROUTES, SERVICE_PORTS } from '../tools/gateway/src/routes.ts';
+import {
+  bodyLimitOf,
+  type Service as PlatformService,
+  ROUTES,
+  SERVICE_PORTS,
+  UPLOAD_PREFIX,
+} from '../tools/gateway/src/routes.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const k8sDir = path.join(root, 'deploy/k8s');
@@ -830,11 +836,42 @@ describe('deploy/k8s/gateway', () => {
     expect(http.requestReceivedTimeout, 'a 5 GB upload may take its time').toBeUndefined();
     expect(ms(http.streamIdleTimeout)).toBeGreaterThanOrEqual(60_000);
     expect(client[0].spec.headers.requestID).toBe('PreserveOrGenerate');
-    // Envoy holds a connection's buffer, never a body: no policy buffers requests, and the buffer is small.
+    // Envoy is the first hop: a client's own X-Forwarded-For is dropped before Envoy reads it, and the address Envoy
+    // saw is the client (no hop trusted), the only address the services get.
+    expect(client[0].spec.headers.earlyRequestHeaders.remove).toEqual(['X-Forwarded-For', 'X-Real-IP', 'Forwarded']);
+    expect(client[0].spec.clientIPDetection).toEqual({ xForwardedFor: { numTrustedHops: 0 } });
+    // Envoy holds a connection's buffer, never a streamed body, and the buffer is small.
     expect(client[0].spec.connection.bufferLimit).toMatch(/^\d+(Ki|Mi)$/);
     for (const policy of docs.filter((d) => d.kind === 'BackendTrafficPolicy')) {
-      expect(policy.spec.requestBuffer, policy.metadata.name).toBeUndefined();
       expect(policy.spec.retry, `${policy.metadata.name}: no retries of the gateway's own`).toBeUndefined();
+    }
+  });
+
+  it("refuses a JSON API's body above the route table's limit itself, in the problem shape, and streams storage's", () => {
+    const quantity = (q: string) =>
+      Number(q.replace(/(Ki|Mi|Gi)$/, '')) * ({ Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3 }[q.slice(-2)] ?? 1);
+    const policies = docs.filter((d) => d.kind === 'BackendTrafficPolicy');
+    for (const service of Object.keys(ROUTES) as PlatformService[]) {
+      // Envoy Gateway applies one BackendTrafficPolicy to a route: exactly one names each.
+      const applied = policies.filter((p) => (p.spec.targetRefs as Doc[]).some((t) => t.name === service));
+      expect(
+        applied.map((p) => p.metadata.name),
+        service,
+      ).toHaveLength(1);
+      const policy = applied[0];
+      expect(policy.spec.timeout.tcp.connectTimeout, service).toBe('5s');
+      if (ROUTES[service].includes(UPLOAD_PREFIX)) {
+        expect(policy.spec.requestBuffer, `${service}: bodies stream`).toBeUndefined();
+        continue;
+      }
+      for (const prefix of ROUTES[service]) {
+        expect(quantity(policy.spec.requestBuffer.limit), `${service} ${prefix}`).toBe(bodyLimitOf(`${prefix}/x`));
+      }
+      const tooLarge = (policy.spec.responseOverride as Doc[]).find((o) =>
+        (o.match.statusCodes as Doc[]).some((c) => c.type === 'Value' && c.value === 413),
+      );
+      expect(tooLarge?.response.contentType, service).toBe('application/problem+json');
+      expect(JSON.parse(tooLarge.response.body.inline)).toMatchObject({ status: 413, code: 'PAYLOAD_TOO_LARGE' });
     }
   });
 
@@ -863,6 +900,24 @@ describe('deploy/k8s/gateway', () => {
       expect(rule.principal.clientCIDRs.length).toBeGreaterThan(0);
       for (const cidr of rule.principal.clientCIDRs) expect(cidr).not.toMatch(/^0\.0\.0\.0\/0$|^::\/0$/);
     }
+    // Anyone else is refused in the platform's problem shape, as by pnpm start's gateway and compose's nginx.
+    const policies = docs.filter(
+      (d) =>
+        d.kind === 'BackendTrafficPolicy' && (d.spec.targetRefs as Doc[]).some((t) => t.name === 'operators-health'),
+    );
+    expect(policies).toHaveLength(1);
+    expect(policies[0].spec.timeout.tcp.connectTimeout).toBe('5s');
+    const refused = (policies[0].spec.responseOverride as Doc[]).find((o) =>
+      (o.match.statusCodes as Doc[]).some((c) => c.type === 'Value' && c.value === 403),
+    );
+    expect(refused?.response.contentType).toBe('application/problem+json');
+    expect(JSON.parse(refused.response.body.inline)).toEqual({
+      type: 'about:blank',
+      title: 'Forbidden',
+      status: 403,
+      code: 'OPERATORS_ONLY',
+      detail: "a service's health is for operators only",
+    });
   });
 
   it('answers any other path with a problem in the platform shape', () => {

@@ -438,6 +438,33 @@ describe('pnpm start', () => {
     }
   });
 
+  // Last before the platform stops: it spends 127.0.0.1's sign-ups for the hour and its failed logins for the minute.
+  it('counts every caller by its own address: a forged X-Forwarded-For is believed neither by a service nor through the gateway', {
+    timeout: 90_000,
+  }, async () => {
+    expect(await platform.untilHealthy()).toEqual([]);
+    expect(await platform.untilPrinted('[start] up')).toContain('[start] up');
+    const attempt = async (port: number, route: string, body: object, i: number) =>
+      (
+        await fetch(`http://127.0.0.1:${port}/api/v1/auth/${route}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-forwarded-for': `203.0.113.${i}` },
+          body: JSON.stringify(body),
+        })
+      ).status;
+    const unique = (i: number) => `forged-${i}-${Date.now()}@example.com`;
+    // Through the gateway: 21 failed logins, each naming a new address (auth allows 20 a minute per address).
+    const logins: number[] = [];
+    for (let i = 1; i <= 21; i++)
+      logins.push(await attempt(ports.gateway, 'login', { email: unique(i), password: 'not the password' }, i));
+    expect(logins).toContain(429);
+    // Straight to auth: 11 sign-ups, each naming a new address (10 an hour per address; earlier ones count too).
+    const signUps: number[] = [];
+    for (let i = 1; i <= 11; i++)
+      signUps.push(await attempt(ports.auth, 'register', { email: unique(i), password: 'a long passphrase' }, i));
+    expect(signUps).toContain(429);
+  });
+
   it('stops everything on Ctrl-C (SIGINT to the whole process group, as a terminal sends it)', {
     timeout: 60_000,
   }, async () => {

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { zDuration } from './duration.ts';
+import { MAX_SOCKET_PATH_BYTES } from './http/gateway-socket.ts';
 
 /** A boolean that also accepts "true"/"false"/"1"/"0"/"yes"/"no" from the environment. */
 export const zBool = () =>
@@ -111,6 +112,16 @@ export function baseConfigShape(defaultPort: number) {
         port: zInt(0, 65535).default(defaultPort),
         /** Trust X-Forwarded-For / X-Real-IP from these proxies (CIDRs or addresses); empty trusts none. */
         trusted_proxies: zList().default([]),
+        /**
+         * A Unix socket (in a folder of this user's alone) the service also answers on, for its gateway: on that
+         * socket only, X-Forwarded-For names the client (http/gateway-socket.ts). Empty: none.
+         */
+        gateway_socket: z
+          .string()
+          .refine((p) => Buffer.byteLength(p) <= MAX_SOCKET_PATH_BYTES, {
+            error: `a Unix socket path must be at most ${MAX_SOCKET_PATH_BYTES} bytes long`,
+          })
+          .default(''),
         /** Allowed CORS origins; "*" allows any. */
         cors_origins: zList().default(['*']),
         docs_enabled: zBool().default(true),

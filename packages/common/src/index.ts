@@ -80,6 +80,7 @@ export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-mod
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
 export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
+export { listenForGateway } from './http/gateway-socket.ts';
 export type { HealthCheck } from './http/health.ts';
 export { NEXT_CURSOR_HEADER, setNextPage } from './http/paging.ts';
 export { headersOf, problemOf, statusOf } from './http/problem.ts';

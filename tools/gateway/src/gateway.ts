@@ -3,26 +3,43 @@
  * no code of its own between caller and service but the route table and the request ID.
  *
  * - Every public path goes to its service unchanged (`ROUTES`); any other path is a 404 problem. `/health` is the
- *   gateway's own; `/health/<service>` is that service's `/health` (for operators).
+ *   gateway's own; `/health/<service>` is that service's `/health`, for operators only (`operators`, by the
+ *   caller's address: loopback and the private networks unless told), a 403 problem for anyone else.
  * - Bodies stream both ways (an upload of any size is never read into memory, nor a download); every header passes
  *   as it is, `Authorization`, `Range`, `ETag` and `If-None-Match` and a 307's `Location` included; the services
  *   answer for themselves (auth, validation, problems).
  * - `X-Request-ID`: the caller's when it is sane (1-128 of `A-Za-z0-9._:-`), else a new UUID, sent on to the service
- *   and back to the caller, and in the gateway's log line. `X-Forwarded-For` gets the caller's address appended,
- *   `X-Forwarded-Proto` and `-Host` are set (`pnpm start` has the services trust the gateway's address for them).
+ *   and back to the caller, and in the gateway's log line. `X-Forwarded-For` is set to the caller's address (what
+ *   the caller sent there is replaced), `X-Forwarded-Proto` and `-Host` are set; under `pnpm start` the services
+ *   believe it only on the gateway's own Unix sockets (`socketDir`), never from a TCP caller.
  *   `Expect: 100-continue` is answered by the gateway itself, not sent on.
+ * - A declared body larger than the path's service takes (`BODY_LIMITS`) is a 413 problem of the gateway's, sent
+ *   before a byte goes on; a service's own 413 passes on as it is. Either closes the connection gracefully.
  * - Nothing is retried (a service's 503 reaches the caller, whose client decides); a service that cannot be reached
  *   or does not answer in time is a 502/503/504 problem naming the service, never its address.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import path from 'node:path';
 import proxy from '@fastify/http-proxy';
+import { lingerBeforeClose } from '@gpu/common/oversized-body';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { ROUTES, type Service } from './routes.ts';
+import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
+import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
 
 export interface GatewayOptions {
   /** Each service's base URL (`http://127.0.0.1:8000`). */
   upstreams: Record<Service, string>;
+  /**
+   * A folder holding each service's gateway socket, `<folder>/<service>.sock` (the services' `server.gateway_socket`,
+   * as `pnpm start` sets them): the services are reached there instead of at their URLs.
+   */
+  socketDir?: string;
+  /**
+   * Who may read `/health/<service>`: addresses or CIDRs, matched against the address the gateway sees (default
+   * `OPERATOR_NETWORKS`: loopback and the private networks, as compose's nginx); anyone else gets 403 OPERATORS_ONLY.
+   */
+  operators?: readonly string[];
   /** Pino level for the gateway's own log lines (one per request at `info`). */
   logLevel?: string;
 }
@@ -69,13 +86,17 @@ function upstreamFailure(error: { statusCode?: number; code?: string }): {
   return { status: 502, code: 'BAD_GATEWAY', title: 'Bad Gateway' };
 }
 
-/** The headers sent on: hop-by-hop `Expect` dropped, the forwarding headers set. */
-function forwardedHeaders(request: FastifyRequest, headers: Record<string, unknown>) {
-  const { expect: _expect, ...rest } = headers;
-  const prior = typeof rest['x-forwarded-for'] === 'string' ? `${rest['x-forwarded-for']}, ` : '';
+/**
+ * The headers sent on: hop-by-hop `Expect` dropped, the forwarding headers set. The gateway is the platform's first
+ * hop, so `X-Forwarded-For` is the caller's own address, whatever the caller wrote there (an address it names is
+ * not passed on: the services count by the one the gateway saw), and `X-Real-IP` and `Forwarded` are dropped.
+ */
+function forwardedHeaders(request: FastifyRequest, headers: Record<string, unknown>, host: string | undefined) {
+  const { expect: _expect, 'x-real-ip': _realIp, forwarded: _forwarded, ...rest } = headers;
   return {
     ...rest,
-    'x-forwarded-for': `${prior}${request.socket.remoteAddress ?? ''}`,
+    ...(host ? { host } : {}),
+    'x-forwarded-for': request.socket.remoteAddress ?? '',
     'x-forwarded-proto': request.protocol,
     'x-forwarded-host': request.headers.host ?? '',
   };
@@ -93,6 +114,23 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   app.addHook('onRequest', async (request, reply) => {
     request.headers['x-request-id'] = request.id;
     reply.header('x-request-id', request.id);
+    // A declared body larger than the path's service takes is refused here, before a byte of it is sent on; the
+    // connection then closes gracefully (the caller finishes sending and reads the 413). A chunked body is counted by
+    // the service, whose 413 passes on as it is.
+    const declared = Number(request.headers['content-length'] ?? 0);
+    const limit = bodyLimitOf(request.url.split('?')[0] ?? '');
+    if (declared > limit) {
+      reply.header('connection', 'close');
+      lingerBeforeClose(request.raw.socket);
+      return problem(
+        reply,
+        request,
+        413,
+        'PAYLOAD_TOO_LARGE',
+        'Payload Too Large',
+        'the body is larger than the service behind this path takes',
+      );
+    }
   });
   // Requests the gateway itself refuses (a path it will not forward, such as one with `..` segments): the platform's
   // problem shape too. Set before the proxies are registered, which take the error handler in place then.
@@ -109,10 +147,20 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     );
   });
   app.get('/health', async () => ({ status: 'UP', service: 'gateway' }));
+  const isOperator = operatorsAt(opts.operators ?? OPERATOR_NETWORKS);
+  // A service's health names its dependencies and their state: for operators only, known by their address.
+  const operatorsOnly = async (request: FastifyRequest, reply: FastifyReply) => {
+    if (isOperator(request.socket.remoteAddress)) return;
+    return problem(reply, request, 403, 'OPERATORS_ONLY', 'Forbidden', "a service's health is for operators only");
+  };
   for (const [service, prefixes] of Object.entries(ROUTES) as [Service, readonly string[]][]) {
-    const upstream = opts.upstreams[service];
+    // A service's socket is named in the URL as @fastify/reply-from takes it; its Host is then a plain name.
+    const socket = opts.socketDir ? path.join(opts.socketDir, `${service}.sock`) : undefined;
+    const upstream = socket ? `unix+http://${encodeURIComponent(socket)}` : opts.upstreams[service];
+    const host = socket ? 'localhost' : undefined;
     const replyOptions = {
-      rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) => forwardedHeaders(req, headers),
+      rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) =>
+        forwardedHeaders(req, headers, host),
       // No retries of the gateway's own: the caller's client retries what is safe to.
       retryDelay: () => null,
       onError: (
@@ -138,6 +186,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       upstream,
       prefix: `/health/${service}`,
       rewritePrefix: '/health',
+      preHandler: operatorsOnly,
       replyOptions: replyOptions as never,
     });
   }

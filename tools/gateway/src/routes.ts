@@ -3,6 +3,7 @@
  * routes by it; docker-compose's nginx (deploy/gateway/platform-api.conf) and the Kubernetes HTTPRoutes
  * (deploy/k8s/gateway/routes.yaml) are checked against it by their tests, and each service's OpenAPI paths against it.
  */
+import { JSON_BODY_LIMIT } from '@gpu/common/oversized-body';
 
 /** The services behind the gateway. */
 export type Service = 'auth' | 'storage' | 'provider-registry' | 'billing';
@@ -22,3 +23,18 @@ export const SERVICE_PORTS: Record<Service, number> = {
   'provider-registry': 8002,
   billing: 8003,
 };
+
+/** The prefix whose bodies are object uploads, streamed to the store; every other prefix takes JSON bodies. */
+export const UPLOAD_PREFIX = '/objects';
+
+/**
+ * The largest request body a gateway passes on: 6 GiB to storage's objects (storage refuses above its own
+ * `max_upload_size`, 5 GiB by default, with its 413), a service's JSON limit (1 MiB, `JSON_BODY_LIMIT`) everywhere
+ * else. A larger body is refused by the gateway itself with a 413 problem, before the service sees a byte of it.
+ */
+const BODY_LIMITS = { upload: 6 * 1024 ** 3, json: JSON_BODY_LIMIT } as const;
+
+/** The body limit of the prefix a path lies under (`BODY_LIMITS`). */
+export function bodyLimitOf(path: string): number {
+  return path === UPLOAD_PREFIX || path.startsWith(`${UPLOAD_PREFIX}/`) ? BODY_LIMITS.upload : BODY_LIMITS.json;
+}

@@ -1,7 +1,9 @@
 /**
  * The gateway process: GATEWAY_AUTH_URL, GATEWAY_STORAGE_URL, GATEWAY_REGISTRY_URL and GATEWAY_BILLING_URL name the
- * services (default: the contract's ports on 127.0.0.1), PORT and HOST where it listens (8080, 127.0.0.1),
- * LOG_LEVEL its log. SIGTERM and SIGINT close it gracefully (requests in flight finish).
+ * services (default: the contract's ports on 127.0.0.1), or GATEWAY_SOCKET_DIR the folder of their gateway sockets
+ * (`<folder>/<service>.sock`, as `pnpm start` runs them), PORT and HOST where it listens (8080, 127.0.0.1),
+ * GATEWAY_OPERATORS the addresses or CIDRs (comma-separated) that may read `/health/<service>` (default: loopback and
+ * the private networks), LOG_LEVEL its log. SIGTERM and SIGINT close it gracefully (requests in flight finish).
  */
 import { buildGateway } from './gateway.ts';
 
@@ -14,6 +16,8 @@ const app = await buildGateway({
     'provider-registry': env.GATEWAY_REGISTRY_URL || local(8002),
     billing: env.GATEWAY_BILLING_URL || local(8003),
   },
+  ...(env.GATEWAY_SOCKET_DIR ? { socketDir: env.GATEWAY_SOCKET_DIR } : {}),
+  ...(env.GATEWAY_OPERATORS ? { operators: env.GATEWAY_OPERATORS.split(',') } : {}),
   logLevel: env.LOG_LEVEL || 'info',
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {

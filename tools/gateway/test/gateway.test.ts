@@ -17,6 +17,9 @@ import { billingWithRegistry } from '../../../tests/support/billing-with-registr
 import { type RunningGateway, startComposeNginx, startNodeGateway, type Upstreams } from './gateways.ts';
 import { startNginx } from './nginx.ts';
 
+/** A gateway's own answer to a body larger than the path's service takes (the same from every engine). */
+const GATEWAY_TOO_LARGE = 'the body is larger than the service behind this path takes';
+
 const platform = useAuthAndRegistry();
 let storage: TestService;
 let billing: BillingHarness;
@@ -43,14 +46,19 @@ const upstreams = (replace: Upstreams = {}): Required<Upstreams> => ({
 
 interface Engine {
   name: string;
-  start: (upstreams: Upstreams) => Promise<RunningGateway>;
-  /** Whether `/health/<service>` answers only operators (compose: operators.conf; `pnpm start` is local). */
-  operatorsOnly: boolean;
+  /** Started in front of `upstreams`; with `operators`, those addresses alone may read `/health/<service>`. */
+  start: (upstreams: Upstreams, opts?: { operators?: readonly string[] }) => Promise<RunningGateway>;
+  /** Whether it also serves the object store where presigned URLs point (compose's nginx, port 9000). */
+  servesObjectStore: boolean;
 }
 
 const engines: Engine[] = [
-  { name: "pnpm start's gateway (@fastify/http-proxy)", operatorsOnly: false, start: (to) => startNodeGateway(to) },
-  { name: "docker-compose's nginx (deploy/gateway)", operatorsOnly: true, start: startComposeNginx },
+  {
+    name: "pnpm start's gateway (@fastify/http-proxy)",
+    servesObjectStore: false,
+    start: (to, opts) => startNodeGateway(to, opts),
+  },
+  { name: "docker-compose's nginx (deploy/gateway)", servesObjectStore: true, start: startComposeNginx },
 ];
 
 describe.each(engines)('the gateway: $name', (engine) => {
@@ -188,6 +196,59 @@ describe.each(engines)('the gateway: $name', (engine) => {
     }
   });
 
+  it("answers a body too large with a 413 problem every time, never a 502: its own limit first, else the service's", async () => {
+    // A storage that takes objects of at most 1 MiB, behind a second gateway of the same engine.
+    const small = await startService({ listen: true, objectStore: { max_upload_size: 1024 * 1024 } });
+    const front = await engine.start(upstreams({ storage: small.url }));
+    const user = await small.issuer.user(['renter']);
+    const targets = [
+      { path: '/api/v1/pricing/calculate', headers: {} },
+      { path: '/api/v1/auth/register', headers: {} },
+      { path: '/objects/too-large.bin', headers: user.headers, method: 'PUT' },
+    ];
+    const wrong: string[] = [];
+    try {
+      // 48 bodies of 1-3 MiB: to two JSON routes (billing's quote, auth's sign-up; 1 MiB at most) and to an object
+      // upload past storage's max_upload_size, half with a Content-Length and half streamed (chunked).
+      for (let i = 0; i < 48; i++) {
+        const target = targets[i % 3]!;
+        const chunked = Math.floor(i / 3) % 2 === 1;
+        const size = 1024 * 1024 + 1 + Math.floor((i / 47) * 2 * 1024 * 1024);
+        const bytes = Buffer.alloc(size, 0x20);
+        const body = chunked
+          ? new ReadableStream<Uint8Array>({
+              start(controller) {
+                for (let at = 0; at < size; at += 64 * 1024) controller.enqueue(bytes.subarray(at, at + 64 * 1024));
+                controller.close();
+              },
+            })
+          : bytes;
+        const what = `${target.path}, ${size} bytes${chunked ? ' chunked' : ''}`;
+        try {
+          const res = await fetch(`${front.base}${target.path}`, {
+            method: target.method ?? 'POST',
+            headers: { ...target.headers, 'content-type': 'application/json' },
+            body,
+            duplex: 'half',
+          } as RequestInit);
+          const problem = (await res.json()) as { code?: string; detail?: string };
+          const type = res.headers.get('content-type') ?? '';
+          if (res.status !== 413 || problem.code !== 'PAYLOAD_TOO_LARGE' || !type.includes('application/problem+json'))
+            wrong.push(`${what}: ${res.status} ${problem.code} ${problem.detail}`);
+          // A JSON route's declared body is the gateway's to refuse, before the service sees it.
+          else if (!chunked && !target.method && problem.detail !== GATEWAY_TOO_LARGE)
+            wrong.push(`${what}: refused by the service, not the gateway (${problem.detail})`);
+        } catch (err) {
+          wrong.push(`${what}: ${(err as Error).message} ${String((err as Error).cause)}`);
+        }
+      }
+    } finally {
+      await front.stop();
+      await small.close();
+    }
+    expect(wrong).toEqual([]);
+  });
+
   it("passes a presigned redirect's Location as it is, and adds or keeps the request ID", async () => {
     const user = await storage.issuer.user(['renter']);
     const key = `gateway-${randomUUID()}.txt`;
@@ -228,14 +289,24 @@ describe.each(engines)('the gateway: $name', (engine) => {
     }
   });
 
-  it.runIf(engine.operatorsOnly)("answers a service's health to operators only, in the problem shape", async () => {
+  it("answers a service's health to operators only, in the problem shape", async () => {
     // Here 127.0.0.2 is the operators' network and 127.0.0.1 is not.
-    const guarded = await startNginx({ upstreams: upstreams(), operators: 'allow 127.0.0.2;\ndeny all;\n' });
+    const guarded = await engine.start(upstreams(), { operators: ['127.0.0.2'] });
     try {
       for (const service of ['auth', 'storage', 'provider-registry', 'billing']) {
-        const denied = await fetch(`${guarded.base}/health/${service}`);
+        // An operator's address written into X-Forwarded-For by anyone else does not make it one.
+        const denied = await fetch(`${guarded.base}/health/${service}`, {
+          headers: { 'x-forwarded-for': '127.0.0.2' },
+        });
         expect(denied.status, service).toBe(403);
-        expect(await denied.json()).toMatchObject({ status: 403, code: 'OPERATORS_ONLY' });
+        expect(denied.headers.get('content-type')).toContain('application/problem+json');
+        expect(await denied.json()).toMatchObject({
+          title: 'Forbidden',
+          status: 403,
+          code: 'OPERATORS_ONLY',
+          detail: "a service's health is for operators only",
+          instance: `/health/${service}`,
+        });
         const allowed = await new Promise<number>((resolve, reject) => {
           request(`${guarded.base}/health/${service}`, { localAddress: '127.0.0.2' }, (res) => {
             res.resume();
@@ -254,7 +325,7 @@ describe.each(engines)('the gateway: $name', (engine) => {
     }
   });
 
-  it.runIf(engine.operatorsOnly)(
+  it.runIf(engine.servesObjectStore)(
     'serves the object store where presigned URLs point, their signature intact, and logs each request ID',
     async () => {
       const port = await freePort();

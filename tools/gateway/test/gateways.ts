@@ -20,8 +20,15 @@ export interface RunningGateway {
 
 const SCRIPT = 'tools/gateway/src/server.ts';
 
-/** `pnpm start`'s gateway in its own process, once its /health answers: from source, or `compiled` as `pnpm start` runs it. */
-export async function startNodeGateway(to: Upstreams, opts: { compiled?: boolean } = {}): Promise<RunningGateway> {
+/**
+ * `pnpm start`'s gateway in its own process, once its /health answers: from source, or `compiled` as `pnpm start` runs
+ * it; with `socketDir`, reaching the services at their gateway sockets there (`<dir>/<service>.sock`); with
+ * `operators`, those addresses alone may read `/health/<service>`.
+ */
+export async function startNodeGateway(
+  to: Upstreams,
+  opts: { compiled?: boolean; socketDir?: string; operators?: readonly string[] } = {},
+): Promise<RunningGateway> {
   const port = await freePort();
   const env = {
     ...process.env,
@@ -32,6 +39,8 @@ export async function startNodeGateway(to: Upstreams, opts: { compiled?: boolean
     ...(to.storage ? { GATEWAY_STORAGE_URL: to.storage } : {}),
     ...(to['provider-registry'] ? { GATEWAY_REGISTRY_URL: to['provider-registry'] } : {}),
     ...(to.billing ? { GATEWAY_BILLING_URL: to.billing } : {}),
+    ...(opts.socketDir ? { GATEWAY_SOCKET_DIR: opts.socketDir } : {}),
+    ...(opts.operators ? { GATEWAY_OPERATORS: opts.operators.join(',') } : {}),
   };
   const cwd = fileURLToPath(new URL('..', import.meta.url));
   let gateway: ServerProcess;
@@ -53,8 +62,15 @@ export async function startNodeGateway(to: Upstreams, opts: { compiled?: boolean
   };
 }
 
-/** docker-compose's nginx on deploy/gateway's files, its workers carrying the traffic. */
-export async function startComposeNginx(to: Upstreams): Promise<RunningGateway> {
-  const nginx = await startNginx({ upstreams: to as Record<string, string> });
+/**
+ * docker-compose's nginx on deploy/gateway's files, its workers carrying the traffic; with `operators`, those
+ * addresses alone may read `/health/<service>` (operators.conf replaced).
+ */
+export async function startComposeNginx(
+  to: Upstreams,
+  opts: { operators?: readonly string[] } = {},
+): Promise<RunningGateway> {
+  const operators = opts.operators && `${opts.operators.map((a) => `allow ${a};\n`).join('')}deny all;\n`;
+  const nginx = await startNginx({ upstreams: to as Record<string, string>, ...(operators ? { operators } : {}) });
   return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
 }

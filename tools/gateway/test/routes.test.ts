@@ -1,14 +1,16 @@
 /**
  * One route table for the three ways the platform runs: every path of each service's OpenAPI document lies under
  * one of that service's prefixes (tools/gateway/src/routes.ts) and no other's, and docker-compose's nginx routes
- * exactly that table (deploy/gateway), read here as nginx chooses a location. The Kubernetes HTTPRoutes are checked
+ * exactly that table (deploy/gateway), read here as nginx chooses a location, with the same operators for each
+ * service's health as `pnpm start`'s gateway. The Kubernetes HTTPRoutes are checked
  * against the same table in tests/k8s.test.ts.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
+import { OPERATOR_NETWORKS } from '../src/operators.ts';
+import { bodyLimitOf, ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
 import { gatewayDir } from './nginx.ts';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
@@ -99,6 +101,24 @@ describe("docker-compose's nginx", () => {
     }
   });
 
+  it("refuses a body larger than the path's service takes, by the route table's limits", () => {
+    const bytes = (size: string) => {
+      const unit = { k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[size.slice(-1)];
+      return unit ? Number(size.slice(0, -1)) * unit : Number(size);
+    };
+    // The server's limit (a line outside any location), unless the chosen location sets its own.
+    const serverLimit = /^client_max_body_size (\S+);/m.exec(api)?.[1];
+    expect(serverLimit).toBeDefined();
+    for (const service of services) {
+      for (const prefix of ROUTES[service]) {
+        for (const uri of [prefix, `${prefix}/x`]) {
+          const own = /client_max_body_size (\S+);/.exec(choose(all, uri)?.body ?? '')?.[1];
+          expect(bytes(own ?? serverLimit!), uri).toBe(bodyLimitOf(uri));
+        }
+      }
+    }
+  });
+
   it("answers each service's health under its own prefix, for operators only", () => {
     for (const service of services) {
       const chosen = choose(all, `/health/${service}`);
@@ -110,6 +130,8 @@ describe("docker-compose's nginx", () => {
     const rules = operators.split('\n').filter((l) => /^(allow|deny) /.test(l));
     expect(rules.at(-1)).toBe('deny all;');
     expect(rules).not.toContain('allow all;');
+    // The same operators as `pnpm start`'s gateway lets in unless told otherwise.
+    expect(rules.slice(0, -1)).toEqual(OPERATOR_NETWORKS.map((network) => `allow ${network};`));
   });
 
   it('names each service by its compose name and contract port, kept alive and re-resolved', () => {

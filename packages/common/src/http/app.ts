@@ -30,6 +30,7 @@ import { type HealthCheck, healthPlugin } from './health.ts';
 import { LazyRequestLogger } from './lazy-logger.ts';
 import { metricsPlugin } from './metrics.ts';
 import { refuseNulCharacters } from './nul-characters.ts';
+import { JSON_BODY_LIMIT, lingerBeforeClose } from './oversized-body.ts';
 import { correlationIdOf, genReqId, requestContext } from './request-context.ts';
 import { strictInput } from './strict-input.ts';
 import { requestTimeout } from './timeout.ts';
@@ -155,7 +156,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     requestIdHeader: false,
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
     trustProxy,
-    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
+    bodyLimit: opts.bodyLimit ?? JSON_BODY_LIMIT,
     forceCloseConnections: 'idle',
     return503OnClosing: true,
     // Errors before any route runs get the same problem bodies as the rest.
@@ -183,8 +184,11 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     closing = true;
     done();
   });
-  app.addHook('onSend', (_request, reply, payload, done) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
+    // A response that closes its connection before the request's body was read (a 413, a timeout) lets the caller
+    // finish sending and read it, rather than resetting the connection under it (oversized-body.ts).
+    if (!request.raw.complete && reply.getHeader('connection') === 'close') lingerBeforeClose(request.raw.socket);
     done(null, payload);
   });
   const healthPath = config.server.health_path;

@@ -7,6 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import proxyaddr from 'proxy-addr';
+import { viaGatewaySocket } from './gateway-socket.ts';
 
 export const REQUEST_ID_HEADER = 'x-request-id';
 export const CORRELATION_ID_HEADER = 'x-correlation-id';
@@ -60,14 +61,19 @@ export const requestContext = fp(
     // Hooks on every request are callback-style: an async hook costs a promise and a microtask turn each.
     app.addHook('onRequest', (request, reply, done) => {
       request.correlationId = correlationIdOf(request.raw);
-      // request.ip already honours X-Forwarded-For from trusted proxies (Fastify trustProxy);
-      // X-Real-IP is taken only from a trusted peer that sent no X-Forwarded-For.
-      const peer = request.socket.remoteAddress ?? '';
-      const realIp =
-        request.headers['x-forwarded-for'] === undefined && trusted(peer, 0)
-          ? saneIp(request.headers['x-real-ip'])
-          : undefined;
-      request.clientIp = realIp ?? request.ip;
+      if (viaGatewaySocket(request.socket)) {
+        // The gateway's own connection: the address it wrote (it replaces the caller's header with one address).
+        request.clientIp = lastForwardedFor(request.headers['x-forwarded-for']) ?? LOCAL_ADDRESS;
+      } else {
+        // request.ip already honours X-Forwarded-For from trusted proxies (Fastify trustProxy);
+        // X-Real-IP is taken only from a trusted peer that sent no X-Forwarded-For.
+        const peer = request.socket.remoteAddress ?? '';
+        const realIp =
+          request.headers['x-forwarded-for'] === undefined && trusted(peer, 0)
+            ? saneIp(request.headers['x-real-ip'])
+            : undefined;
+        request.clientIp = realIp ?? request.ip;
+      }
       echoIds(request, reply);
       done();
     });
@@ -79,6 +85,15 @@ export const requestContext = fp(
 export function echoIds(request: FastifyRequest, reply: FastifyReply): void {
   reply.header(REQUEST_ID_HEADER, request.id);
   reply.header(CORRELATION_ID_HEADER, request.correlationId);
+}
+
+/** A Unix socket's peer is on this machine: the address of a gateway-socket request that names none. */
+const LOCAL_ADDRESS = '127.0.0.1';
+
+/** The last address of X-Forwarded-For (the one the nearest proxy wrote), when sane. */
+function lastForwardedFor(value: string | string[] | undefined): string | undefined {
+  const joined = Array.isArray(value) ? value.join(',') : value;
+  return saneIp(joined?.split(',').at(-1));
 }
 
 function saneIp(value: string | string[] | undefined): string | undefined {

@@ -1,5 +1,6 @@
 /**
- * The server side of a service: listen, register, and shut down gracefully on
+ * The server side of a service: listen (on its port, and on its gateway's socket when `server.gateway_socket` names
+ * one), register, and shut down gracefully on
  * SIGINT/SIGTERM (deregister, stop accepting, drain in-flight requests, close
  * pools through the app's onClose hooks), bounded by `shutdown_timeout`.
  */
@@ -7,6 +8,7 @@ import type { Logger } from 'pino';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
 import type { App } from '../http/app.ts';
+import { listenForGateway } from '../http/gateway-socket.ts';
 import { buildRegistration, deregisterService, registerService } from '../registry/consul.ts';
 
 export interface RunServiceOptions {
@@ -29,6 +31,10 @@ export async function runService(opts: RunServiceOptions): Promise<RunningServic
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.server.port;
   logger.info({ port, host: config.server.host }, `${opts.name} listening`);
+  const gatewaySocket = config.server.gateway_socket
+    ? await listenForGateway(app, config.server.gateway_socket)
+    : undefined;
+  if (gatewaySocket) logger.info({ socket: config.server.gateway_socket }, 'answering the gateway on its socket');
 
   const registration = config.registry.enabled ? buildRegistration(config, opts.name, port) : undefined;
   if (registration) await registerService(config, registration, logger);
@@ -44,6 +50,8 @@ export async function runService(opts: RunServiceOptions): Promise<RunningServic
       }, limit);
       timer.unref();
       if (registration) await deregisterService(config, registration.id, logger);
+      // No new connection from the gateway; those open end as the app closes them.
+      gatewaySocket?.close();
       await app.close();
       clearTimeout(timer);
       logger.info('shutdown complete');
