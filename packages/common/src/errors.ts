@@ -45,12 +45,18 @@ export const ERROR_KINDS = [
   'headers_too_large',
   // Failures.
   'dependency_failed',
+  'dependency_timeout',
   'unavailable',
   'internal',
 ] as const;
 export type ErrorKind = (typeof ERROR_KINDS)[number];
 
-const FAILURES: ReadonlySet<ErrorKind> = new Set(['dependency_failed', 'unavailable', 'internal']);
+const FAILURES: ReadonlySet<ErrorKind> = new Set([
+  'dependency_failed',
+  'dependency_timeout',
+  'unavailable',
+  'internal',
+]);
 
 export interface AppErrorOptions {
   errors?: FieldError[];

@@ -83,7 +83,7 @@ export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-hand
 export { listenForGateway } from './http/gateway-socket.ts';
 export type { HealthCheck } from './http/health.ts';
 export { NEXT_CURSOR_HEADER, setNextPage } from './http/paging.ts';
-export { headersOf, problemOf, statusOf } from './http/problem.ts';
+export { headersOf, kindOfStatus, problemOf, statusOf } from './http/problem.ts';
 export { noBody, problemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';

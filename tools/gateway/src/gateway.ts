@@ -19,10 +19,13 @@
  *   or does not answer in time is a 502/503/504 problem naming the service, never its address.
  */
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import { type IncomingMessage, STATUS_CODES } from 'node:http';
 import path from 'node:path';
 import proxy from '@fastify/http-proxy';
+import { AppError } from '@gpu/common/errors';
 import { lingerBeforeClose } from '@gpu/common/oversized-body';
+import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
+import { saneId } from '@gpu/common/request-context';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
@@ -44,46 +47,30 @@ export interface GatewayOptions {
   logLevel?: string;
 }
 
-const SANE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/** The request's ID: the caller's when sane, else a new one. */
+/** The request's ID: the caller's when sane (common's rule, as every service's), else a new one. */
 function requestId(req: IncomingMessage): string {
-  const given = req.headers['x-request-id'];
-  return typeof given === 'string' && SANE_ID.test(given) ? given : randomUUID();
+  return saneId(req.headers['x-request-id']) ?? randomUUID();
 }
 
-/** A problem body (the platform's error shape) from the gateway itself. */
-function problem(
-  reply: FastifyReply,
-  request: FastifyRequest,
-  status: number,
-  code: string,
-  title: string,
-  detail: string,
-) {
+/**
+ * A problem body (the platform's error shape: common's `problemOf`, as every service writes it) from the gateway
+ * itself, with the status the gateway answers (a framework error's own, such as a 405, where no error kind names it).
+ */
+function problem(reply: FastifyReply, request: FastifyRequest, status: number, code: string, detail: string) {
+  const err = new AppError(kindOfStatus(status), code, detail);
+  const body = { ...problemOf(err), status, title: STATUS_CODES[status] ?? 'Error' };
   return reply
     .code(status)
+    .headers(headersOf(err))
     .type('application/problem+json')
-    .send({
-      type: 'about:blank',
-      title,
-      status,
-      code,
-      detail,
-      instance: request.url.split('?')[0],
-      request_id: request.id,
-    });
+    .send({ ...body, instance: request.url.split('?')[0], request_id: request.id });
 }
 
 /** What a failure to reach a service answers: 504 for a timeout, 502 otherwise (503 when it refused the connection). */
-function upstreamFailure(error: { statusCode?: number; code?: string }): {
-  status: number;
-  code: string;
-  title: string;
-} {
-  if (error.statusCode === 504) return { status: 504, code: 'UPSTREAM_TIMEOUT', title: 'Gateway Timeout' };
-  if (error.statusCode === 503) return { status: 503, code: 'SERVICE_UNAVAILABLE', title: 'Service Unavailable' };
-  return { status: 502, code: 'BAD_GATEWAY', title: 'Bad Gateway' };
+function upstreamFailure(error: { statusCode?: number; code?: string }): { status: number; code: string } {
+  if (error.statusCode === 504) return { status: 504, code: 'UPSTREAM_TIMEOUT' };
+  if (error.statusCode === 503) return { status: 503, code: 'SERVICE_UNAVAILABLE' };
+  return { status: 502, code: 'BAD_GATEWAY' };
 }
 
 /**
@@ -127,7 +114,6 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
         request,
         413,
         'PAYLOAD_TOO_LARGE',
-        'Payload Too Large',
         'the body is larger than the service behind this path takes',
       );
     }
@@ -142,7 +128,6 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       request,
       status,
       status === 400 ? 'BAD_REQUEST' : 'GATEWAY_ERROR',
-      status === 400 ? 'Bad Request' : 'Gateway Error',
       status < 500 ? error.message : 'the gateway failed to forward the request',
     );
   });
@@ -151,7 +136,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   // A service's health names its dependencies and their state: for operators only, known by their address.
   const operatorsOnly = async (request: FastifyRequest, reply: FastifyReply) => {
     if (isOperator(request.socket.remoteAddress)) return;
-    return problem(reply, request, 403, 'OPERATORS_ONLY', 'Forbidden', "a service's health is for operators only");
+    return problem(reply, request, 403, 'OPERATORS_ONLY', "a service's health is for operators only");
   };
   for (const [service, prefixes] of Object.entries(ROUTES) as [Service, readonly string[]][]) {
     // A service's socket is named in the URL as @fastify/reply-from takes it; its Host is then a plain name.
@@ -169,7 +154,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       ) => {
         const failure = upstreamFailure(error);
         reply.request.log.warn({ service, err: error.message }, 'service not reached');
-        return problem(reply, reply.request, failure.status, failure.code, failure.title, `${service} did not answer`);
+        return problem(reply, reply.request, failure.status, failure.code, `${service} did not answer`);
       },
     };
     for (const prefix of prefixes) {
@@ -196,7 +181,6 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       request,
       404,
       'ROUTE_NOT_FOUND',
-      'Not Found',
       `no service answers ${request.method} ${request.url.split('?')[0]} behind the gateway`,
     ),
   );

@@ -25,6 +25,7 @@ const STATUS_OF_KIND: Record<ErrorKind, number> = {
   internal: 500,
   dependency_failed: 502,
   unavailable: 503,
+  dependency_timeout: 504,
 };
 
 /** Headers every error of a kind carries (RFC 6750 §3: a 401 names the scheme). */
