@@ -39,7 +39,8 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await authRoutes(api as App, ctx);
       await userRoutes(api as App, ctx);
       await clientRoutes(api as App, ctx);
-      await tokenRoutes(api as App, ctx);
+      // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).
+      await api.register(async (token) => tokenRoutes(token as App, ctx));
     },
     { prefix: API_PREFIX },
   );
