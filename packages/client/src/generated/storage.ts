@@ -565,7 +565,7 @@ export interface operations {
             cookie?: never;
         };
         /** @description raw object bytes */
-        requestBody: {
+        requestBody?: {
             content: {
                 "*/*": Blob;
             };
@@ -897,7 +897,7 @@ export interface operations {
             cookie?: never;
         };
         /** @description raw object bytes */
-        requestBody: {
+        requestBody?: {
             content: {
                 "*/*": Blob;
             };

@@ -9,6 +9,7 @@
  *   declares the problems the platform itself can answer: 500 and 503 (a dependency down, overload, the request
  *   timeout) always, 400 when it takes parameters or a body, 413 with a body, 415 with a JSON body, 401 and 403 when
  *   it needs a token. A HEAD answer has no body, its problems included.
+ * - **Bodies**: a request body is required unless the route's schema takes none (`requestBody.required: false`).
  * - **Headers**: every answer declares `X-Request-ID` and `X-Correlation-ID`; a route adds its own per status
  *   (`config.openapi.headers`: paging, `ETag`, `Location`, ...), each a `$ref` to `components.headers`.
  * - **Components**: only what the document uses (the service's registry may name more), an input-only schema under its
@@ -30,7 +31,7 @@ import { ROUTE_NOTE, type RouteNote } from './route-docs.ts';
 type Json = Record<string, unknown>;
 interface Operation extends Json {
   parameters?: unknown[];
-  requestBody?: { content?: Record<string, unknown> };
+  requestBody?: { content?: Record<string, unknown>; required?: boolean };
   responses: Record<string, Json>;
   tags?: string[];
   security?: unknown[];
@@ -99,6 +100,8 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
 
+      // @fastify/swagger marks every body required; one whose schema takes no body is optional.
+      if (note.bodyOptional && op.requestBody) op.requestBody.required = false;
       const head = method === 'head';
       const withBody = !!op.requestBody;
       const jsonBody = Object.keys(op.requestBody?.content ?? {}).some((t) => t === 'application/json');
