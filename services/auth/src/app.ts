@@ -4,7 +4,6 @@
  */
 import { type App, createApp, createTokenVerifier } from '@gpu/common';
 import { sql } from 'kysely';
-import { DEFAULT_PORT } from './config.ts';
 import type { AuthContext } from './domain/context.ts';
 import { authRoutes } from './routes/auth.ts';
 import { clientRoutes } from './routes/clients.ts';
@@ -31,7 +30,6 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself).
     verifier: createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
     schemas,
-    defaultPort: DEFAULT_PORT,
   });
   await app.register(jwksRoutes, ctx);
   await app.register(

@@ -42,8 +42,20 @@ const PROBLEM_REF = '#/components/schemas/Problem';
 /** Descriptions that say nothing of their own: the generator's default and the Problem schema's. */
 const GENERIC = new Set(['Default Response', 'RFC 9457 problem details (application/problem+json)']);
 
+/**
+ * The one server every document names: the gateway, the platform's one origin, where callers reach every public path
+ * of the four services (`pnpm start` and docker compose publish it on 127.0.0.1:8080; a Kubernetes cluster at its own
+ * host name). A service's own port is inside the platform, not for callers.
+ */
+export const GATEWAY_SERVER = {
+  url: 'http://127.0.0.1:8080',
+  description:
+    "the platform's gateway, the one origin of every public path (pnpm start and docker compose; in Kubernetes, " +
+    'your host name on port 443)',
+} as const;
+
 export interface DocumentOptions {
-  /** The servers the document names (`pnpm start`'s address of the service). */
+  /** The servers the document names (`GATEWAY_SERVER`). */
   servers: { url: string; description: string }[];
 }
 
