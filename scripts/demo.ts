@@ -552,7 +552,7 @@ async function main() {
     async () => {
       const list = unwrap(
         await providerBilling.GET('/api/v1/wallet/{walletID}/transactions', {
-          params: { path: { walletID: payoutSetting.wallet_id }, query: { type: 'payout' } },
+          params: { path: { walletID: payoutSetting.wallet_id }, query: { type: ['payout'] } },
         }),
       );
       const paid = list.transactions.filter((t) => t.status === 'confirmed');

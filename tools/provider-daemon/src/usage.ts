@@ -86,7 +86,9 @@ export class UsageReporter {
     do {
       const page = unwrap(
         await this.billing.GET('/api/v1/billing/sessions', {
-          params: { query: { provider_id: providerId, status: 'running', limit: 200, ...(cursor ? { cursor } : {}) } },
+          params: {
+            query: { provider_id: providerId, status: ['running'], limit: 200, ...(cursor ? { cursor } : {}) },
+          },
         }),
       );
       sessions.push(...page.sessions.map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null })));

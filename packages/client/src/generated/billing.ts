@@ -1357,7 +1357,7 @@ export interface operations {
                 limit?: number;
                 provider_id?: string;
                 /** @description completed and/or terminated (repeat or separate with commas) */
-                status?: string | string[];
+                status?: ("completed" | "terminated")[];
                 /** @description ended before (RFC 3339, 1970 to 2100) */
                 to?: string;
                 user_id?: string;
@@ -1460,7 +1460,7 @@ export interface operations {
                 limit?: number;
                 provider_id?: string;
                 /** @description active, grace_period, completed, terminated, or running */
-                status?: string | string[];
+                status?: ("active" | "grace_period" | "completed" | "terminated" | "running")[];
                 user_id?: string;
             };
             header?: never;
@@ -2281,11 +2281,11 @@ export interface operations {
                 from?: string;
                 limit?: number;
                 /** @description one or more statuses */
-                status?: string | string[];
+                status?: ("pending" | "confirmed" | "failed")[];
                 /** @description created before (RFC 3339, 1970 to 2100) */
                 to?: string;
                 /** @description one or more types (repeat the parameter or separate with commas) */
-                type?: string | string[];
+                type?: ("deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release")[];
             };
             header?: never;
             path: {
