@@ -114,7 +114,7 @@ const providerInputShape = {
     .meta({ type: ['string', 'null'], description: 'IPv4 or IPv6 address' }),
   location: optionalText(256),
   metadata: metadataSchema.optional(),
-  status: statusSchema.optional().describe('initial status (default idle)'),
+  status: statusSchema.optional().describe('initial status (default idle; busy: held off the market by its owner)'),
   gpus: z.array(gpuSchema).min(1).max(64),
   min_gpus_per_rental: z
     .number()
@@ -143,6 +143,7 @@ export const providerUpdateSchema = z
     // A Provider as GET answers it can be sent back changed: its read-only fields are known, and ignored.
     registered_at: z.string().max(64).optional().describe('read-only: ignored'),
     last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
+    held: z.boolean().optional().describe('read-only: ignored (`status` busy holds the machine, idle releases it)'),
   })
   .describe('Every writable field of a provider, its GPUs included (a Provider as GET answers it may be sent back)')
   .register(schemas, { id: 'UpdateProviderRequest' });
@@ -155,6 +156,7 @@ function providerFieldSchema(field: ProviderField): z.ZodType {
     status: () => statusSchema,
     gpus: () => z.array(gpuOutputSchema),
     integer: () => z.number().int(),
+    boolean: () => z.boolean(),
     timestamp: () => z.string(),
     object: () => z.record(z.string(), z.unknown()),
   };

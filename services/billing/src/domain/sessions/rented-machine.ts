@@ -2,8 +2,8 @@
  * What a session rents, from the provider registry's record of the machine (when billing has a registry): N of the
  * machine's GPUs, each addressed by its index in the record's `gpus` list. The machine must be known (404
  * PROVIDER_NOT_FOUND) and up (`idle`, or `busy` as the registry may still show a machine whose session just ended;
- * billing's own leases decide what is free), the group asked for at least the machine's `min_gpus_per_rental`
- * (409 GPU_GROUP_TOO_SMALL), and enough of the model's healthy GPUs free (409 PROVIDER_NOT_AVAILABLE). The session is
+ * billing's own leases decide what is free) and not held off the market by its owner (`held`), the group asked for
+ * at least the machine's `min_gpus_per_rental` (409 GPU_GROUP_TOO_SMALL), and enough of the model's healthy GPUs free (409 PROVIDER_NOT_AVAILABLE). The session is
  * priced from the record (the GPUs' model as the driver prints it, their VRAM and power), never from what the renter
  * declares. The choice is made under the machine's lease lock (db/gpu-lease-repository.ts), so two sessions never
  * hold one GPU.
@@ -31,10 +31,13 @@ export interface GpuChoice {
 /** The statuses in which a machine can take a rental (the leases decide how much of it is free). */
 const RENTABLE = new Set(['idle', 'busy']);
 
-/** Refuses a machine that cannot be rented now (offline, in maintenance, in error). */
+/** Refuses a machine that cannot be rented now (offline, in maintenance, in error, or held off the market). */
 export function assertRentable(machine: ProviderRecord): void {
   if (!RENTABLE.has(machine.status)) {
     throw billingErrors.providerNotAvailable(machine.id, `is ${machine.status}, not idle`, machine.status);
+  }
+  if (machine.held) {
+    throw billingErrors.providerNotAvailable(machine.id, 'is held off the market by its owner', machine.status);
   }
 }
 
