@@ -50,7 +50,7 @@ export interface paths {
         };
         /**
          * Billing records of ended sessions, newest first, with filters and cursor pagination
-         * @description When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         * @description When more records follow, the answer carries `X-Next-Cursor` and a `Link` to the next page (rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
          */
         get: operations["listBillingHistory"];
         put?: never;
@@ -110,7 +110,7 @@ export interface paths {
         };
         /**
          * Rental sessions, newest start first: a daemon finds the running sessions on its machine here
-         * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
+         * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: a JSON array, the next page in `X-Next-Cursor` and `Link` rel="next".
          */
         get: operations["listSessions"];
         put?: never;
@@ -150,7 +150,7 @@ export interface paths {
         };
         /**
          * Storage charges, newest period first: what was stored, what it cost, what was paid
-         * @description A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read anyone's, everyone's without `user_id`. Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
+         * @description A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read anyone's, everyone's without `user_id`. Paging as everywhere: a JSON array, the next page in `X-Next-Cursor` and `Link` rel="next".
          */
         get: operations["listStorageCharges"];
         put?: never;
@@ -487,7 +487,7 @@ export interface paths {
         };
         /**
          * Transaction history of a wallet, newest first, with filters and cursor pagination
-         * @description When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         * @description When more transactions follow, the answer carries `X-Next-Cursor` and a `Link` to the next page (rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
          */
         get: operations["listWalletTransactions"];
         put?: never;
@@ -582,11 +582,8 @@ export interface components {
             /** Format: uuid */
             wallet_id: string;
         };
-        BillingRecordPage: {
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-            records: components["schemas"]["BillingRecord"][];
-        };
+        /** @description Billing records, newest end first; `X-Next-Cursor` names the next page */
+        BillingRecordList: components["schemas"]["BillingRecord"][];
         ChainBalance: {
             decimals: number;
             mint: string;
@@ -922,11 +919,8 @@ export interface components {
             /** Format: uuid */
             session_id: string;
         };
-        SessionPage: {
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-            sessions: components["schemas"]["Session"][];
-        };
+        /** @description Sessions, newest start first; `X-Next-Cursor` names the next page */
+        SessionList: components["schemas"]["Session"][];
         SessionStart: {
             /** @description available after the hold */
             available_balance: string;
@@ -988,11 +982,8 @@ export interface components {
             /** @description the user's wallet charged; null when the user has none */
             wallet_id: string | null;
         };
-        StorageChargePage: {
-            charges: components["schemas"]["StorageCharge"][];
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-        };
+        /** @description Storage charges, newest period first; `X-Next-Cursor` names the next page */
+        StorageChargeList: components["schemas"]["StorageCharge"][];
         StorageUsageReport: {
             bytes: number;
             /**
@@ -1031,11 +1022,8 @@ export interface components {
             /** Format: uuid */
             wallet_id: string;
         };
-        TransactionPage: {
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-            transactions: components["schemas"]["Transaction"][];
-        };
+        /** @description Transactions, newest first; `X-Next-Cursor` names the next page */
+        TransactionList: components["schemas"]["Transaction"][];
         UsageBatchResult: {
             results: ({
                 duplicate: boolean;
@@ -1350,10 +1338,11 @@ export interface operations {
     listBillingHistory: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description ended at or after (RFC 3339, 1970 to 2100) */
                 from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 provider_id?: string;
                 /** @description completed and/or terminated (repeat or separate with commas) */
@@ -1379,7 +1368,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["BillingRecordPage"];
+                    "application/json": components["schemas"]["BillingRecordList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1455,8 +1444,9 @@ export interface operations {
     listSessions: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 provider_id?: string;
                 /** @description active, grace_period, completed, terminated, or running */
@@ -1479,7 +1469,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SessionPage"];
+                    "application/json": components["schemas"]["SessionList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1543,10 +1533,11 @@ export interface operations {
     listStorageCharges: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description periods starting at or after (RFC 3339, 1970 to 2100) */
                 from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description periods starting before (RFC 3339, 1970 to 2100) */
                 to?: string;
@@ -1568,7 +1559,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["StorageChargePage"];
+                    "application/json": components["schemas"]["StorageChargeList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -2275,10 +2266,11 @@ export interface operations {
     listWalletTransactions: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description created at or after (RFC 3339, 1970 to 2100) */
                 from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description one or more statuses */
                 status?: ("pending" | "confirmed" | "failed")[];
@@ -2306,7 +2298,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TransactionPage"];
+                    "application/json": components["schemas"]["TransactionList"];
                 };
             };
             400: components["responses"]["BadRequest"];

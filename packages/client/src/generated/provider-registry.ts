@@ -752,12 +752,12 @@ export interface operations {
             query?: {
                 /** @description GPU architecture, case-insensitive */
                 architecture?: string;
-                /** @description `X-Next-Cursor` of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key) */
                 gpu_model?: string;
-                /** @description page size, 1-500 */
-                limit?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
                 /** @description at most this price per GPU-hour (tokens) */
                 max_price?: string;
                 /** @description at least this CUDA compute capability, compared part by part */
@@ -839,14 +839,14 @@ export interface operations {
             query?: {
                 /** @description GPU architecture, case-insensitive */
                 architecture?: string;
-                /** @description `X-Next-Cursor` of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description partial, case-insensitive GPU model match */
                 gpu_model?: string;
                 /** @description only providers whose GPUs are all healthy */
                 healthy_only?: "0" | "1" | "true" | "false";
-                /** @description page size, 1-1000 */
-                limit?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
                 /** @description at least this many GPUs meeting the GPU conditions */
                 min_gpus?: string;
                 /** @description minimum VRAM of a GPU in MB */

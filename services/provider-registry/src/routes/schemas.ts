@@ -4,9 +4,9 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
-import { ignoringUnknownFields, MAX_CURSOR_LENGTH, schemaRegistry } from '@gpu/common';
+import { ignoringUnknownFields, pageQuery, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
-import { DEFAULT_LIMIT, MAX_LIMIT, SORTS } from '../domain/discovery.ts';
+import { SORTS } from '../domain/discovery.ts';
 import {
   GPU_FIELDS,
   GPU_METRIC_FIELDS,
@@ -305,6 +305,5 @@ export const listQuerySchema = z.object({
     .optional()
     .describe('at least this many GPUs meeting the GPU conditions'),
   sort: z.enum(SORTS).default('registered_at').describe('sort key, `-` for descending; ties by id'),
-  limit: uintParam(MAX_LIMIT).pipe(z.number().min(1)).default(DEFAULT_LIMIT).describe(`page size, 1-${MAX_LIMIT}`),
-  cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('`X-Next-Cursor` of the previous page'),
+  ...pageQuery,
 });
