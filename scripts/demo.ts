@@ -196,7 +196,7 @@ async function findOffer(token: TokenSource, machineId: string, priced: (pricePe
             min_free_gpus: '4',
             min_reliability: 0.9,
             sort: 'price',
-            limit: '100',
+            limit: 100,
             ...(cursor ? { cursor } : {}),
           },
         },
@@ -274,7 +274,7 @@ async function renterFigures(connection: Connection, renter: Renter, sessionCost
     available: balance.available,
     deposited: renter.deposited,
     sessionCosts,
-    storageCharged: storage.charges.map((c) => c.charged),
+    storageCharged: storage.map((c) => c.charged),
     received: renter.received,
     addressOnChain: await chainBalance(connection, renter.key.publicKey),
     addressPerBilling: perBilling.token_balance,
@@ -512,7 +512,7 @@ async function main() {
   }
   const secondRecord = unwrap(
     await second.billing.GET('/api/v1/billing/history', { params: { query: { user_id: second.id } } }),
-  ).records.find((r) => r.session_id === capped.session.id);
+  ).find((r) => r.session_id === capped.session.id);
   if (!secondRecord) throw new Error("the capped session's billing record is missing");
   say(
     'second session ended at its spend cap',
@@ -538,10 +538,10 @@ async function main() {
     async () => {
       const list = unwrap(
         await providerBilling.GET('/api/v1/wallet/{walletID}/transactions', {
-          params: { path: { walletID: payoutSetting.wallet_id }, query: { type: 'payout' } },
+          params: { path: { walletID: payoutSetting.wallet_id }, query: { type: ['payout'] } },
         }),
       );
-      const paid = list.transactions.filter((t) => t.status === 'confirmed');
+      const paid = list.filter((t) => t.status === 'confirmed');
       const total = paid.reduce((sum, t) => sum.add(t.amount), new Decimal(0));
       return total.eq(earned) ? paid : undefined;
     },

@@ -279,6 +279,17 @@ describe('billing and the provider registry', () => {
     });
     expect(busy.statusCode).toBe(409);
     expect(busy.json()).toMatchObject({ code: 'PROVIDER_NOT_AVAILABLE', provider_status: 'maintenance' });
+    // A machine its owner holds off the market (an explicit busy, no session on it) takes no rental either.
+    const held = await machineOf(owner, { status: 'busy', gpus: [gpu(h100)] });
+    const onHeld = await call(billing, renter, 'POST', '/billing/start-session', {
+      ...body,
+      job_id: randomUUID(),
+      provider_id: held,
+      gpu_count: 1,
+    });
+    expect(onHeld.statusCode, onHeld.body).toBe(409);
+    expect(onHeld.json()).toMatchObject({ code: 'PROVIDER_NOT_AVAILABLE', provider_status: 'busy' });
+    expect(onHeld.json().detail).toMatch(/held/);
     const unknown = await call(billing, renter, 'POST', '/billing/start-session', {
       ...body,
       job_id: randomUUID(),

@@ -33,7 +33,7 @@ beforeAll(async () => {
   const unnamed = z.object({ ok: z.boolean() });
   const config = baseConfigSchema.parse({ access: { enabled: false } });
   const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'silent' });
-  app = await createApp({ service: 'test-service', description: 'test', config, logger, schemas, defaultPort: 8099 });
+  app = await createApp({ service: 'test-service', description: 'test', config, logger, schemas });
   app.post(
     '/things',
     {
@@ -88,10 +88,10 @@ beforeAll(async () => {
 afterAll(() => app.close());
 
 describe('a service document', () => {
-  it('is OpenAPI 3.1 with the bearer scheme at the root and the service on its default port', () => {
+  it('is OpenAPI 3.1 with the bearer scheme at the root and the gateway as its server', () => {
     expect(doc.openapi).toBe('3.1.0');
     expect(doc.security).toEqual([{ bearerAuth: [] }]);
-    expect(doc.servers).toEqual([expect.objectContaining({ url: 'http://127.0.0.1:8099' })]);
+    expect(doc.servers).toEqual([expect.objectContaining({ url: 'http://127.0.0.1:8080' })]);
   });
 
   it('marks public operations with security: [] and leaves the rest to the root', () => {

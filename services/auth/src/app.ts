@@ -4,7 +4,6 @@
  */
 import { type App, createApp, createTokenVerifier } from '@gpu/common';
 import { sql } from 'kysely';
-import { DEFAULT_PORT } from './config.ts';
 import type { AuthContext } from './domain/context.ts';
 import { authRoutes } from './routes/auth.ts';
 import { clientRoutes } from './routes/clients.ts';
@@ -31,7 +30,6 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself).
     verifier: createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
     schemas,
-    defaultPort: DEFAULT_PORT,
   });
   await app.register(jwksRoutes, ctx);
   await app.register(
@@ -39,7 +37,8 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await authRoutes(api as App, ctx);
       await userRoutes(api as App, ctx);
       await clientRoutes(api as App, ctx);
-      await tokenRoutes(api as App, ctx);
+      // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).
+      await api.register(async (token) => tokenRoutes(token as App, ctx));
     },
     { prefix: API_PREFIX },
   );

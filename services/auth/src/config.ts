@@ -27,7 +27,7 @@ import { ALGORITHMS, MIN_SECRET_LENGTH } from './jwt-settings.ts';
 export type { Algorithm } from './jwt-settings.ts';
 
 /** The service's port in the platform's table. */
-export const DEFAULT_PORT = 8000;
+const DEFAULT_PORT = 8000;
 
 const RATE = /^\s*(\d+)\s*\/\s*(.+)$/;
 

@@ -6,7 +6,7 @@ import { type App, createApp, durationMs, type Logger, Outbox, type TokenVerifie
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
-import { type BillingConfig, DEFAULT_PORT, defaultBaseRates } from './config.ts';
+import { type BillingConfig, defaultBaseRates } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
 import type { Chain } from './domain/chain/index.ts';
@@ -110,7 +110,6 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
       ...deps.healthChecks,
     },
     schemas,
-    defaultPort: DEFAULT_PORT,
   });
   const routeDeps = { config: deps.config, logger: deps.logger, billing: context };
   await app.register(walletRoutes, routeDeps);

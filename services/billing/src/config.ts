@@ -19,7 +19,7 @@ import {
 import { z } from 'zod';
 
 /** The service's port in the platform's table. */
-export const DEFAULT_PORT = 8003;
+const DEFAULT_PORT = 8003;
 
 /** A non-negative decimal string (or number from YAML) kept as a string for exact arithmetic. */
 const zDecimal = () =>

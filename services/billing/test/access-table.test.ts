@@ -305,8 +305,9 @@ describe('billing ownership beyond the table', () => {
     // The daemon finds the running sessions on its owner's machine; another provider does not see them.
     const running = async (headers: Record<string, string>) =>
       (
-        (await call(headers, 'GET', `/billing/sessions?provider_id=${machine.ownerId}&status=running`)).json()
-          .sessions as { id: string }[]
+        (await call(headers, 'GET', `/billing/sessions?provider_id=${machine.ownerId}&status=running`)).json() as {
+          id: string;
+        }[]
       ).map((x) => x.id);
     expect(await running(daemon.headers)).toEqual([sessionId]);
     expect(await running(renter.headers)).toEqual([sessionId]);
@@ -328,9 +329,9 @@ describe('billing ownership beyond the table', () => {
 
     // History: each party sees the session, nobody else does, whatever filter they send.
     const ids = async (headers: Record<string, string>, query = '') =>
-      (
-        (await call(headers, 'GET', `/billing/history?limit=200${query}`)).json().records as { session_id: string }[]
-      ).map((r) => r.session_id);
+      ((await call(headers, 'GET', `/billing/history?limit=200${query}`)).json() as { session_id: string }[]).map(
+        (r) => r.session_id,
+      );
     expect(await ids(renter.headers)).toEqual([sessionId]);
     expect(await ids(owner.headers)).toEqual([sessionId]);
     expect(await ids(daemon.headers)).toEqual([sessionId]);
@@ -361,7 +362,7 @@ describe('billing ownership beyond the table', () => {
     ).toBe(403);
     expect((await call(rentersDaemon.headers, 'GET', `/billing/current-usage/${sessionId}`)).statusCode).toBe(403);
     const listed = await call(rentersDaemon.headers, 'GET', '/billing/sessions');
-    expect(listed.json().sessions.map((s: { id: string }) => s.id)).not.toContain(sessionId);
+    expect(listed.json().map((s: { id: string }) => s.id)).not.toContain(sessionId);
     // The renter sees their balance; the provider's owner sees the session without it.
     const mine = (await call(renter.headers, 'GET', `/billing/current-usage/${sessionId}`)).json();
     expect(mine.available_balance).toBe('94.900000');

@@ -8,6 +8,9 @@ import { contractProblems } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { useBillingHarness } from './support/setup.ts';
 
+// biome-ignore lint/suspicious/noExplicitAny: a parsed JSON document, read by path
+type Json = Record<string, any>;
+
 const h = useBillingHarness();
 
 describe('openapi.json', () => {
@@ -36,5 +39,40 @@ describe('openapi.json', () => {
     expect(Object.keys(doc.paths['/api/v1/wallet/{walletID}/withdraw'].post.responses['202'].headers)).toContain(
       'Idempotent-Replayed',
     );
+  });
+
+  it('lists the allowed values of every status and type filter, and takes exactly those', async () => {
+    const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const wallet = await h.fundedWallet('10');
+    const filters = Object.entries(doc.paths as Record<string, { get?: { parameters?: Json[] } }>).flatMap(
+      ([path, item]) =>
+        (item.get?.parameters ?? [])
+          .filter((p) => p.in === 'query' && ['status', 'type'].includes(p.name))
+          .map((p) => ({ path, name: p.name as string, schema: p.schema as Json })),
+    );
+    expect(filters.map((f) => `${f.path} ${f.name}`)).toEqual(
+      expect.arrayContaining([
+        '/api/v1/wallet/{walletID}/transactions type',
+        '/api/v1/wallet/{walletID}/transactions status',
+        '/api/v1/billing/sessions status',
+        '/api/v1/billing/history status',
+      ]),
+    );
+    for (const { path, name, schema } of filters) {
+      const values = schema.items?.enum as string[] | undefined;
+      expect(schema.type, `${path} ${name}`).toBe('array');
+      expect(values?.length, `${path} ${name}`).toBeGreaterThan(1);
+      const url = path.replace('{walletID}', wallet.id);
+      for (const value of values ?? []) {
+        const res = await h.app.inject({ method: 'GET', url: `${url}?${name}=${value}` });
+        expect(res.statusCode, `${url}?${name}=${value}`).toBe(200);
+      }
+      const both = await h.app.inject({ method: 'GET', url: `${url}?${name}=${values?.[0]},${values?.[1]}` });
+      expect(both.statusCode).toBe(200);
+      const bad = await h.app.inject({ method: 'GET', url: `${url}?${name}=${values?.[0]}&${name}=bogus` });
+      expect(bad.statusCode, `${url}?${name}=bogus`).toBe(400);
+      expect(bad.json()).toMatchObject({ code: 'VALIDATION_ERROR' });
+      expect(bad.json().errors[0].path.startsWith(`querystring.${name}`)).toBe(true);
+    }
   });
 });

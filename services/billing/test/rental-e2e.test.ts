@@ -60,7 +60,7 @@ describe('a full rental', () => {
     });
     expect(await h.balanceOf(renter.id)).toMatchObject({ available: '11.565000', locked: '0.000000' });
     const history = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${renter.id}/transactions` });
-    expect(history.json().transactions.map((t: { type: string }) => t.type)).toEqual(
+    expect(history.json().map((t: { type: string }) => t.type)).toEqual(
       expect.arrayContaining(['deposit', 'lock', 'payment', 'release']),
     );
     const earnings = await h.app.inject({ method: 'GET', url: `/api/v1/provider/${provider.ownerId}/earnings` });

@@ -54,7 +54,7 @@ describe('storage charges', () => {
     expect(Number(await platformRevenue()) - Number(before)).toBeCloseTo(0.0005, 9);
     // The payment is in the wallet's history.
     const history = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${wallet.id}/transactions` });
-    const payment = history.json().transactions.find((t: { id: string }) => t.id === res.json().transaction_id);
+    const payment = history.json().find((t: { id: string }) => t.id === res.json().transaction_id);
     expect(payment).toMatchObject({ type: 'payment', status: 'confirmed', amount: '0.000500' });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
@@ -140,7 +140,7 @@ describe('storage charges', () => {
     expect(third).toMatchObject({ cost: '0.000100', charged: '0.000000', unpaid: '0.000100' });
     const payment = (await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${wallet.id}/transactions` }))
       .json()
-      .transactions.find((t: { id: string }) => t.id === third.transaction_id);
+      .find((t: { id: string }) => t.id === third.transaction_id);
     expect(payment).toMatchObject({ type: 'payment', amount: '0.000600' });
     const charges = async () =>
       Object.fromEntries(
@@ -235,18 +235,20 @@ describe('storage charges', () => {
       call({ method: 'GET', url: `/api/v1/billing/storage-usage?${query}`, headers });
     const first = await list(renter.headers, 'limit=2');
     expect(first.statusCode).toBe(200);
-    expect(first.json().charges.map((c: { period_start: string }) => c.period_start)).toEqual([
+    expect(first.json().map((c: { period_start: string }) => c.period_start)).toEqual([
       hour(3).period_start,
       hour(4).period_start,
     ]);
-    expect(first.headers['x-next-cursor']).toBe(first.json().next_cursor);
-    const second = await list(renter.headers, `limit=2&cursor=${encodeURIComponent(first.json().next_cursor)}`);
-    expect(second.json()).toMatchObject({ charges: [{ period_start: hour(5).period_start }], next_cursor: null });
+    const next = first.headers['x-next-cursor'] as string;
+    expect(next).toBeTruthy();
+    const second = await list(renter.headers, `limit=2&cursor=${encodeURIComponent(next)}`);
+    expect(second.json()).toMatchObject([{ period_start: hour(5).period_start }]);
+    expect(second.headers['x-next-cursor']).toBeUndefined();
     // Another user sees none of it, and may not ask for it.
-    expect((await list(other.headers)).json().charges).toEqual([]);
+    expect((await list(other.headers)).json()).toEqual([]);
     expect((await list(other.headers, `user_id=${renter.id}`)).statusCode).toBe(403);
     expect((await list(daemon.headers)).statusCode).toBe(403);
     // The privileged read anyone's.
-    expect((await list(service.headers, `user_id=${renter.id}`)).json().charges).toHaveLength(3);
+    expect((await list(service.headers, `user_id=${renter.id}`)).json()).toHaveLength(3);
   });
 });

@@ -51,7 +51,7 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
     expect(toOther.statusCode).toBe(200);
     expect(await L.chain.tokenBalance(other)).toBe('1');
     const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
-    expect(list.json().transactions.map((t: { status: string }) => t.status)).toEqual(['confirmed', 'confirmed']);
+    expect(list.json().map((t: { status: string }) => t.status)).toEqual(['confirmed', 'confirmed']);
     const events = await h.db
       .selectFrom('outbox_events')
       .select('kind')

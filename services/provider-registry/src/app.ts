@@ -14,7 +14,7 @@ import {
   type TokenVerifier,
 } from '@gpu/common';
 import { type SessionConsumer, startPriceConsumer, startSessionConsumer } from './adapters/billing-events-consumer.ts';
-import { DEFAULT_PORT, offlineAfterMs, type RegistryConfig } from './config.ts';
+import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { Market } from './domain/market.ts';
 import { PeriodicTask } from './domain/periodic-task.ts';
@@ -85,7 +85,6 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     healthChecks: { database: () => database.ping() },
     verifier: deps.verifier,
     schemas,
-    defaultPort: DEFAULT_PORT,
   });
   const outbox = new StatusOutbox(publisher.enabled);
   const subject = config.messaging.subjects.status;

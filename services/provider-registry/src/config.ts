@@ -22,7 +22,7 @@ import {
 import { z } from 'zod';
 
 /** The service's port in the platform's table. */
-export const DEFAULT_PORT = 8002;
+const DEFAULT_PORT = 8002;
 
 /** Spec parameter -> path in the shared `registry` section. */
 const FLAT_REGISTRY_KEYS: Record<string, string[]> = {

@@ -43,16 +43,12 @@ export const registryErrors = {
       `provider ${providerId} has rental sessions holding its GPUs by their place in its GPU list: the list's GPUs ` +
         'cannot be added, removed or reordered until they end (other fields, and VRAM, power or health, can change)',
     ),
-  statusContradictsSessions: (providerId: string | null, status: string, conflict: 'rented' | 'not_rented') =>
+  statusContradictsSessions: (providerId: string, status: string) =>
     errors.conflict(
       'STATUS_CONTRADICTS_SESSIONS',
-      conflict === 'rented'
-        ? `provider ${providerId} is fully rented (billing sessions hold every GPU group it could rent): it cannot ` +
-            `be set ${status}; only billing's session reports move a rented machine back to idle, when a session ` +
-            'ends (offline, maintenance or error take it off the market and end its sessions)'
-        : `${providerId === null ? 'a new provider' : `provider ${providerId}`} is not fully rented (no billing ` +
-            `session runs on it, or it has GPUs left to rent): it cannot be set ${status}; billing's session reports ` +
-            'mark a machine busy once nothing is left to rent',
+      `provider ${providerId} is fully rented (billing sessions hold every GPU group it could rent): it cannot ` +
+        `be set ${status}; only billing's session reports move a rented machine back to idle, when a session ` +
+        'ends (offline, maintenance or error take it off the market and end its sessions)',
     ),
   unknownGpuIndex: (index: number, gpuCount: number) => new UnknownGpuIndex(index, gpuCount),
   idMismatch: (pathId: string, bodyId: string) =>

@@ -271,10 +271,14 @@ describe('offers', () => {
       'min_driver_version=abc',
       'sort=cheap',
       'limit=0',
+      'limit=1001',
+      'limit=1e2',
     ]) {
       const res = await h.app.inject({ method: 'GET', url: `/offers?${q}` });
       expect(res.statusCode, q).toBe(400);
     }
+    // The platform's page size: up to 1000, as every list.
+    expect((await h.app.inject({ method: 'GET', url: '/offers?limit=1000' })).statusCode).toBe(200);
     for (const cursor of ['garbage', Buffer.from('["price","1","not-a-uuid","x"]').toString('base64url')]) {
       const res = await h.app.inject({ method: 'GET', url: `/offers?cursor=${cursor}` });
       expect(res.statusCode, cursor).toBe(400);

@@ -6,7 +6,7 @@
  */
 import { contractProblems } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Harness, startHarness } from './helpers.ts';
+import { type Harness, register, startHarness } from './helpers.ts';
 
 let h: Harness;
 beforeAll(async () => {
@@ -31,5 +31,25 @@ describe('openapi.json', () => {
     const list = doc.paths['/providers'].get.responses['200'];
     expect(Object.keys(list.headers)).toEqual(expect.arrayContaining(['X-Next-Cursor', 'Link']));
     expect(doc.paths['/providers'].post.responses['201'].headers).toHaveProperty('Location');
+  });
+
+  it('documents as optional the bodies the service takes optionally, and takes them so', async () => {
+    const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const running = doc.paths['/providers/{providerID}/sessions/{sessionID}'].put;
+    const heartbeat = doc.paths['/providers/{providerID}/heartbeat'].post;
+    for (const op of [running, heartbeat]) {
+      expect(op.requestBody.required).toBe(false);
+      expect(op.requestBody.content).toHaveProperty('application/json');
+    }
+    // A registration's body is required, and documented so.
+    expect(doc.paths['/providers'].post.requestBody.required).toBe(true);
+
+    const p = await register(h.app);
+    const url = `/providers/${p.id}/sessions/${crypto.randomUUID()}`;
+    const bare = await h.app.inject({ method: 'PUT', url });
+    expect(bare.statusCode).toBe(200);
+    expect(bare.json()).toMatchObject({ active: true, gpu_indices: null });
+    const beat = await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` });
+    expect(beat.statusCode).toBe(200);
   });
 });

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { CreateBucketCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
+import { PAGE_LIMIT } from '@gpu/common';
 import { startTestIssuer, testEnv } from '@gpu/common/testing';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { directS3Client } from './s3-client.ts';
@@ -84,12 +85,17 @@ async function main() {
     AUTH_AUDIENCE: issuer.audience,
   });
   const pid = child.pid ?? 0;
+  // Every object, page after page of the largest size a list takes (the platform's paging contract).
   const listThroughService = (metadata: boolean) => async () => {
-    const res = await fetch(`${url}/objects/${BUCKET}/list?limit=${OBJECTS}&metadata=${metadata}`, {
-      headers: admin.headers,
-    });
-    if (res.status !== 200) throw new Error(`listing: ${res.status} ${await res.text()}`);
-    const entries = (await res.json()) as Array<{ content_type: string | null }>;
+    const entries: Array<{ content_type: string | null }> = [];
+    let cursor: string | null = null;
+    do {
+      const page: string = `${url}/objects/${BUCKET}/list?limit=${PAGE_LIMIT.max}&metadata=${metadata}`;
+      const res = await fetch(cursor ? `${page}&cursor=${cursor}` : page, { headers: admin.headers });
+      if (res.status !== 200) throw new Error(`listing: ${res.status} ${await res.text()}`);
+      entries.push(...((await res.json()) as Array<{ content_type: string | null }>));
+      cursor = res.headers.get('x-next-cursor');
+    } while (cursor);
     if (entries.length !== OBJECTS) throw new Error(`listing: ${entries.length} entries, ${OBJECTS} expected`);
     if (entries.some((e) => (e.content_type === null) === metadata)) throw new Error('listing: content types wrong');
   };

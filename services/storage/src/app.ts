@@ -4,7 +4,6 @@
  */
 import { type App, createApp, durationMs, type EventPublisher } from '@gpu/common';
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
-import { DEFAULT_PORT } from './config.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
 import { bucketRoutes } from './routes/buckets.ts';
@@ -36,7 +35,6 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
     // objects, so it is not part of /health (a readiness probe).
     healthChecks: { object_store: () => ctx.store.ping() },
     schemas,
-    defaultPort: DEFAULT_PORT,
   });
   await app.register(bucketRoutes, ctx);
   await app.register(presignRoutes, ctx);

@@ -17,7 +17,7 @@ import {
 } from '@gpu/common';
 
 /** The service's port in the platform's table. */
-export const DEFAULT_PORT = 8001;
+const DEFAULT_PORT = 8001;
 
 import { z } from 'zod';
 import { bucketNameProblem } from './domain/names.ts';

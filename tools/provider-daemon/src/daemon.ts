@@ -109,7 +109,7 @@ export class ProviderDaemon {
     if (created.response.ok) return unwrap(created).id;
     // The owner already has a machine of this name: this one, whose state file was lost. Adopt it.
     if ((created.error as { code?: string } | undefined)?.code === 'PROVIDER_ALREADY_EXISTS') {
-      const own = unwrap(await this.registry.GET('/providers', { params: { query: { limit: '1000' } } }));
+      const own = unwrap(await this.registry.GET('/providers', { params: { query: { limit: 1000 } } }));
       const mine = own.find((p) => p.name === body.name);
       if (mine) return mine.id;
     }

@@ -14,7 +14,7 @@
  * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
  */
 import { billingClient, type TokenSource, unwrap } from '@gpu/client';
-import { durationMs, type EventPublisher, type Logger } from '@gpu/common';
+import { durationMs, type EventPublisher, type Logger, PAGE_LIMIT } from '@gpu/common';
 import type { DaemonConfig } from './config.ts';
 import type { GpuReading } from './gpu/nvidia-smi.ts';
 
@@ -84,13 +84,14 @@ export class UsageReporter {
     const sessions: RunningSession[] = [];
     let cursor: string | undefined;
     do {
-      const page = unwrap(
-        await this.billing.GET('/api/v1/billing/sessions', {
-          params: { query: { provider_id: providerId, status: 'running', limit: 200, ...(cursor ? { cursor } : {}) } },
-        }),
-      );
-      sessions.push(...page.sessions.map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null })));
-      cursor = page.next_cursor ?? undefined;
+      const result = await this.billing.GET('/api/v1/billing/sessions', {
+        params: {
+          query: { provider_id: providerId, status: ['running'], limit: PAGE_LIMIT.max, ...(cursor ? { cursor } : {}) },
+        },
+      });
+      sessions.push(...unwrap(result).map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null })));
+      // The platform's paging contract: the next page's cursor is in `X-Next-Cursor`, absent on the last page.
+      cursor = result.response.headers.get('x-next-cursor') ?? undefined;
     } while (cursor);
     return sessions;
   }

@@ -611,9 +611,10 @@ export interface operations {
     listClients: {
         parameters: {
             query?: {
-                /** @description X-Next-Cursor of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 include_revoked?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
             };
             header?: never;
@@ -747,7 +748,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["RotateClientSecretRequest"];
             };

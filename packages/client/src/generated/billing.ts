@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * Billing records of ended sessions, newest first, with filters and cursor pagination
-         * @description When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         * @description When more records follow, the answer carries `X-Next-Cursor` and a `Link` to the next page (rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
          */
         get: operations["listBillingHistory"];
         put?: never;
@@ -130,7 +130,7 @@ export interface paths {
         };
         /**
          * Rental sessions, newest start first: a daemon finds the running sessions on its machine here
-         * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
+         * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: a JSON array, the next page in `X-Next-Cursor` and `Link` rel="next".
          */
         get: operations["listSessions"];
         put?: never;
@@ -170,7 +170,7 @@ export interface paths {
         };
         /**
          * Storage charges, newest period first: what was stored, what it cost, what was paid
-         * @description A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read anyone's, everyone's without `user_id`. Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", `next_cursor`.
+         * @description A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read anyone's, everyone's without `user_id`. Paging as everywhere: a JSON array, the next page in `X-Next-Cursor` and `Link` rel="next".
          */
         get: operations["listStorageCharges"];
         put?: never;
@@ -507,7 +507,7 @@ export interface paths {
         };
         /**
          * Transaction history of a wallet, newest first, with filters and cursor pagination
-         * @description When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         * @description When more transactions follow, the answer carries `X-Next-Cursor` and a `Link` to the next page (rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
          */
         get: operations["listWalletTransactions"];
         put?: never;
@@ -602,11 +602,8 @@ export interface components {
             /** Format: uuid */
             wallet_id: string;
         };
-        BillingRecordPage: {
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-            records: components["schemas"]["BillingRecord"][];
-        };
+        /** @description Billing records, newest end first; `X-Next-Cursor` names the next page */
+        BillingRecordList: components["schemas"]["BillingRecord"][];
         ChainBalance: {
             decimals: number;
             mint: string;
@@ -960,16 +957,10 @@ export interface components {
             /** @description the session as the change left it */
             session: components["schemas"]["Session"];
         };
-        SessionEventPage: {
-            events: components["schemas"]["SessionEvent"][];
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-        };
-        SessionPage: {
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-            sessions: components["schemas"]["Session"][];
-        };
+        /** @description Session events, newest first; `X-Next-Cursor` names the next page */
+        SessionEventList: components["schemas"]["SessionEvent"][];
+        /** @description Sessions, newest start first; `X-Next-Cursor` names the next page */
+        SessionList: components["schemas"]["Session"][];
         SessionStart: {
             /** @description available after the hold */
             available_balance: string;
@@ -1037,11 +1028,8 @@ export interface components {
             /** @description the user's wallet charged; null when the user has none */
             wallet_id: string | null;
         };
-        StorageChargePage: {
-            charges: components["schemas"]["StorageCharge"][];
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-        };
+        /** @description Storage charges, newest period first; `X-Next-Cursor` names the next page */
+        StorageChargeList: components["schemas"]["StorageCharge"][];
         StorageUsageReport: {
             bytes: number;
             /**
@@ -1080,11 +1068,8 @@ export interface components {
             /** Format: uuid */
             wallet_id: string;
         };
-        TransactionPage: {
-            /** @description the same as `X-Next-Cursor`; null on the last page */
-            next_cursor: string | null;
-            transactions: components["schemas"]["Transaction"][];
-        };
+        /** @description Transactions, newest first; `X-Next-Cursor` names the next page */
+        TransactionList: components["schemas"]["Transaction"][];
         UsageBatchResult: {
             results: ({
                 duplicate: boolean;
@@ -1399,10 +1384,11 @@ export interface operations {
     listSessionEvents: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description session.started, session.grace_period, session.resumed, session.low_balance, session.completed, session.terminated */
-                kind?: string | string[];
+                kind?: ("session.started" | "session.grace_period" | "session.resumed" | "session.low_balance" | "session.completed" | "session.terminated")[];
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 session_id?: string;
             };
@@ -1422,7 +1408,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SessionEventPage"];
+                    "application/json": components["schemas"]["SessionEventList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1436,14 +1422,15 @@ export interface operations {
     listBillingHistory: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description ended at or after (RFC 3339, 1970 to 2100) */
                 from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 provider_id?: string;
                 /** @description completed and/or terminated (repeat or separate with commas) */
-                status?: string | string[];
+                status?: ("completed" | "terminated")[];
                 /** @description ended before (RFC 3339, 1970 to 2100) */
                 to?: string;
                 user_id?: string;
@@ -1465,7 +1452,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["BillingRecordPage"];
+                    "application/json": components["schemas"]["BillingRecordList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1541,12 +1528,13 @@ export interface operations {
     listSessions: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 provider_id?: string;
                 /** @description active, grace_period, completed, terminated, or running */
-                status?: string | string[];
+                status?: ("active" | "grace_period" | "completed" | "terminated" | "running")[];
                 user_id?: string;
             };
             header?: never;
@@ -1565,7 +1553,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SessionPage"];
+                    "application/json": components["schemas"]["SessionList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1629,10 +1617,11 @@ export interface operations {
     listStorageCharges: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description periods starting at or after (RFC 3339, 1970 to 2100) */
                 from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description periods starting before (RFC 3339, 1970 to 2100) */
                 to?: string;
@@ -1654,7 +1643,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["StorageChargePage"];
+                    "application/json": components["schemas"]["StorageChargeList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1917,7 +1906,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["PayoutRequest"];
             };
@@ -2361,17 +2350,18 @@ export interface operations {
     listWalletTransactions: {
         parameters: {
             query?: {
-                /** @description `X-Next-Cursor` (or `next_cursor`) of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description created at or after (RFC 3339, 1970 to 2100) */
                 from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description one or more statuses */
-                status?: string | string[];
+                status?: ("pending" | "confirmed" | "failed")[];
                 /** @description created before (RFC 3339, 1970 to 2100) */
                 to?: string;
                 /** @description one or more types (repeat the parameter or separate with commas) */
-                type?: string | string[];
+                type?: ("deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release")[];
             };
             header?: never;
             path: {
@@ -2392,7 +2382,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TransactionPage"];
+                    "application/json": components["schemas"]["TransactionList"];
                 };
             };
             400: components["responses"]["BadRequest"];

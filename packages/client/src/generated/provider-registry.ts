@@ -76,7 +76,7 @@ export interface paths {
         put?: never;
         /**
          * Register a provider with its GPUs
-         * @description Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. A new machine has no rental session: `status: busy` is 409 STATUS_CONTRADICTS_SESSIONS.
+         * @description Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. `status: busy` registers it held off the market by its owner (`held`) until an explicit `idle`.
          */
         post: operations["registerProvider"];
         delete?: never;
@@ -96,7 +96,7 @@ export interface paths {
         get: operations["getProvider"];
         /**
          * Replace a provider (full update, GPUs included)
-         * @description Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. A status change here is published like an explicit status update, and refused like one when it contradicts the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while rented, `busy` while not).
+         * @description Every writable field is replaced; absent optional fields become null. registered_at, last_seen_at and held are read-only; an id in the body must equal the path. A status change here is published like an explicit status update, and refused like one when it contradicts the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while fully rented); `busy` holds the machine off the market and `idle` releases it, as PATCH status does.
          */
         put: operations["updateProvider"];
         post?: never;
@@ -121,7 +121,7 @@ export interface paths {
         put?: never;
         /**
          * Record a heartbeat from the provider daemon, with optional GPU metrics
-         * @description offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` (its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.
+         * @description offline and error become idle (busy when fully rented or held by the owner); other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` (its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.
          */
         post: operations["sendHeartbeat"];
         delete?: never;
@@ -180,13 +180,13 @@ export interface paths {
         get?: never;
         /**
          * Report a rental session running on the provider (billing, without NATS)
-         * @description Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again; offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
+         * @description Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
          */
         put: operations["reportSessionRunning"];
         post?: never;
         /**
          * Report a rental session ended (billing, without NATS)
-         * @description Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs; other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`). Only admins and platform services.
+         * @description Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs (unless its owner holds it); other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`). Only admins and platform services.
          */
         delete: operations["reportSessionEnded"];
         options?: never;
@@ -209,7 +209,7 @@ export interface paths {
         head?: never;
         /**
          * Set the provider status explicitly
-         * @description Any state, except what contradicts the rental sessions billing reported: `idle` while a session runs, and `busy` without one, are 409 STATUS_CONTRADICTS_SESSIONS (only billing moves a machine between busy and idle). `offline`, `maintenance` and `error` are allowed on a rented machine; billing then ends its running sessions, billed to the last minute its daemon reported.
+         * @description Any state, except what contradicts the rental sessions billing reported: `idle` while the machine is fully rented is 409 STATUS_CONTRADICTS_SESSIONS. `busy` holds the machine off the market, rented or not (`held`: no offer lists it, heartbeats and session ends leave it busy, billing starts no rental on it) until an explicit `idle`. `offline`, `maintenance` and `error` are allowed on a rented machine (a hold outlives them); billing then ends its running sessions, billed to the last minute its daemon reported.
          */
         patch: operations["setProviderStatus"];
         trace?: never;
@@ -367,6 +367,8 @@ export interface components {
         /** @description A provider machine with its GPUs */
         Provider: {
             gpus: components["schemas"]["Gpu"][];
+            /** @description held off the market by its owner: an explicit `busy` until an explicit `idle` (no offer lists it, a heartbeat or a session end leaves it busy, billing starts no rental on it) */
+            held: boolean;
             hostname: string | null;
             /** Format: uuid */
             id: string;
@@ -455,7 +457,7 @@ export interface components {
             /** @description identifier of the owning user */
             owner_id: string;
             /**
-             * @description initial status (default idle)
+             * @description initial status (default idle; busy: held off the market by its owner)
              * @enum {string}
              */
             status?: "idle" | "busy" | "offline" | "maintenance" | "error";
@@ -550,6 +552,8 @@ export interface components {
                 /** @description video memory in MB */
                 vram: number;
             }[];
+            /** @description read-only: ignored (`status` busy holds the machine, idle releases it) */
+            held?: boolean;
             hostname?: string | null;
             /** Format: uuid */
             id?: string;
@@ -748,12 +752,12 @@ export interface operations {
             query?: {
                 /** @description GPU architecture, case-insensitive */
                 architecture?: string;
-                /** @description `X-Next-Cursor` of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key) */
                 gpu_model?: string;
-                /** @description page size, 1-500 */
-                limit?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
                 /** @description at most this price per GPU-hour (tokens) */
                 max_price?: string;
                 /** @description at least this CUDA compute capability, compared part by part */
@@ -835,14 +839,14 @@ export interface operations {
             query?: {
                 /** @description GPU architecture, case-insensitive */
                 architecture?: string;
-                /** @description `X-Next-Cursor` of the previous page */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description partial, case-insensitive GPU model match */
                 gpu_model?: string;
                 /** @description only providers whose GPUs are all healthy */
                 healthy_only?: "0" | "1" | "true" | "false";
-                /** @description page size, 1-1000 */
-                limit?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
                 /** @description at least this many GPUs meeting the GPU conditions */
                 min_gpus?: string;
                 /** @description minimum VRAM of a GPU in MB */
@@ -1023,7 +1027,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["HeartbeatRequest"];
             };
@@ -1129,7 +1133,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["SessionRunningRequest"];
             };

@@ -67,7 +67,7 @@ export interface paths {
         };
         /**
          * List the objects of a bucket
-         * @description Entries are sorted by key (UTF-8 bytes). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`).
+         * @description Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`). In a one-level listing, a page that ended on a folder continues after the whole folder.
          */
         get: operations["listObjects"];
         put?: never;
@@ -107,7 +107,7 @@ export interface paths {
         };
         /**
          * List the objects of the default bucket
-         * @description Entries are sorted by key (UTF-8 bytes). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`).
+         * @description Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`). In a one-level listing, a page that ended on a folder continues after the whole folder.
          */
         get: operations["listDefaultBucketObjects"];
         put?: never;
@@ -565,7 +565,7 @@ export interface operations {
             cookie?: never;
         };
         /** @description raw object bytes */
-        requestBody: {
+        requestBody?: {
             content: {
                 "*/*": Blob;
             };
@@ -748,9 +748,9 @@ export interface operations {
     listObjects: {
         parameters: {
             query?: {
-                /** @description where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page that ended on a folder continues after the whole folder) */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                /** @description at most this many entries */
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
                 metadata?: boolean;
@@ -897,7 +897,7 @@ export interface operations {
             cookie?: never;
         };
         /** @description raw object bytes */
-        requestBody: {
+        requestBody?: {
             content: {
                 "*/*": Blob;
             };
@@ -1076,9 +1076,9 @@ export interface operations {
     listDefaultBucketObjects: {
         parameters: {
             query?: {
-                /** @description where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page that ended on a folder continues after the whole folder) */
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                /** @description at most this many entries */
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
                 metadata?: boolean;

@@ -21,6 +21,7 @@ import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.
 import { contractCheckFile } from '../config.ts';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
+import { GATEWAY_SERVER } from '../openapi/document.ts';
 import { docsPlugin } from '../openapi/plugin.ts';
 import { checkAnswers } from '../openapi/response-check.ts';
 import { type SchemaRegistry, schemaRegistry } from '../openapi/route-docs.ts';
@@ -72,9 +73,6 @@ export interface CreateAppOptions {
   verifier?: TokenVerifier;
   /** The service's named schemas: the components of its OpenAPI document, used by `$ref` (none when absent). */
   schemas?: SchemaRegistry;
-  /** The service's port in the contract's table: the document's server is `http://127.0.0.1:<port>` (default: the
-   * configured port). */
-  defaultPort?: number;
 }
 
 /** Methods the services answer; @fastify/cors alone would allow only GET, HEAD and POST. */
@@ -237,12 +235,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     serveUi: config.server.docs_enabled,
     schemas,
     isPublic: (route) => isPublicRoute(route, publicPaths),
-    servers: [
-      {
-        url: `http://127.0.0.1:${opts.defaultPort ?? config.server.port}`,
-        description: 'the service on its default port (pnpm start)',
-      },
-    ],
+    servers: [GATEWAY_SERVER],
   });
   const checkFile = contractCheckFile();
   if (checkFile) checkAnswers(app as unknown as FastifyInstance, checkFile, opts.service);

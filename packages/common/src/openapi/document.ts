@@ -9,6 +9,7 @@
  *   declares the problems the platform itself can answer: 500 and 503 (a dependency down, overload, the request
  *   timeout) always, 400 when it takes parameters or a body, 413 with a body, 415 with a JSON body, 401 and 403 when
  *   it needs a token. A HEAD answer has no body, its problems included.
+ * - **Bodies**: a request body is required unless the route's schema takes none (`requestBody.required: false`).
  * - **Headers**: every answer declares `X-Request-ID` and `X-Correlation-ID`; a route adds its own per status
  *   (`config.openapi.headers`: paging, `ETag`, `Location`, ...), each a `$ref` to `components.headers`.
  * - **Components**: only what the document uses (the service's registry may name more), an input-only schema under its
@@ -30,7 +31,7 @@ import { ROUTE_NOTE, type RouteNote } from './route-docs.ts';
 type Json = Record<string, unknown>;
 interface Operation extends Json {
   parameters?: unknown[];
-  requestBody?: { content?: Record<string, unknown> };
+  requestBody?: { content?: Record<string, unknown>; required?: boolean };
   responses: Record<string, Json>;
   tags?: string[];
   security?: unknown[];
@@ -41,8 +42,20 @@ const PROBLEM_REF = '#/components/schemas/Problem';
 /** Descriptions that say nothing of their own: the generator's default and the Problem schema's. */
 const GENERIC = new Set(['Default Response', 'RFC 9457 problem details (application/problem+json)']);
 
+/**
+ * The one server every document names: the gateway, the platform's one origin, where callers reach every public path
+ * of the four services (`pnpm start` and docker compose publish it on 127.0.0.1:8080; a Kubernetes cluster at its own
+ * host name). A service's own port is inside the platform, not for callers.
+ */
+export const GATEWAY_SERVER = {
+  url: 'http://127.0.0.1:8080',
+  description:
+    "the platform's gateway, the one origin of every public path (pnpm start and docker compose; in Kubernetes, " +
+    'your host name on port 443)',
+} as const;
+
 export interface DocumentOptions {
-  /** The servers the document names (`pnpm start`'s address of the service). */
+  /** The servers the document names (`GATEWAY_SERVER`). */
   servers: { url: string; description: string }[];
 }
 
@@ -99,6 +112,8 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
 
+      // @fastify/swagger marks every body required; one whose schema takes no body is optional.
+      if (note.bodyOptional && op.requestBody) op.requestBody.required = false;
       const head = method === 'head';
       const withBody = !!op.requestBody;
       const jsonBody = Object.keys(op.requestBody?.content ?? {}).some((t) => t === 'application/json');

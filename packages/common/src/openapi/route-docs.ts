@@ -40,6 +40,13 @@ export interface RouteNote {
   public: boolean;
   tokenOptional: boolean;
   headers: Partial<Record<number, readonly HeaderName[]>>;
+  /** The route's body schema takes no body at all (`.optional()`/`.nullish()`): `requestBody.required: false`. */
+  bodyOptional?: boolean;
+}
+
+/** Whether a route's body schema (zod) accepts a request without a body. */
+function acceptsNoBody(body: unknown): boolean {
+  return body instanceof z.ZodType && body.safeParse(undefined).success;
 }
 
 type JsonObject = { properties?: Record<string, unknown>; required?: string[] } & Record<string, unknown>;
@@ -81,6 +88,7 @@ export function routeTransform(opts: {
       public: opts.isPublic(route),
       tokenOptional: docs.tokenOptional === true,
       headers: docs.headers ?? {},
+      ...(acceptsNoBody(input.schema?.body) ? { bodyOptional: true } : {}),
     };
     schema[ROUTE_NOTE] = note;
     return { schema, url } as never;

@@ -52,6 +52,10 @@ function basicCredentials(header: string | undefined): { clientId: string; secre
   }
 }
 
+/**
+ * The token endpoint. Register it in a plugin of its own: its form-body parser applies to the plugin's routes only, so
+ * every other route of the service answers a form body with 415.
+ */
 export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
   // RFC 6749 §4.4.2: the request is application/x-www-form-urlencoded.
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) => {

@@ -82,6 +82,8 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
       })),
       // A registry from before per-GPU leases does not say: any group may be rented.
       minGpusPerRental: (p as { min_gpus_per_rental?: number }).min_gpus_per_rental ?? 1,
+      // A registry from before the owner's hold does not say: not held.
+      held: (p as { held?: boolean }).held ?? false,
     };
   };
   return {

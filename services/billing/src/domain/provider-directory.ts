@@ -21,6 +21,8 @@ export interface ProviderRecord {
   gpus: ProviderGpu[];
   /** The smallest group of GPUs a rental may take on the machine (the owner's setting; 1 by default). */
   minGpusPerRental: number;
+  /** Held off the market by its owner (an explicit `busy`): no new rental starts on it. */
+  held: boolean;
 }
 
 export interface ProviderDirectory {

@@ -1,12 +1,19 @@
 /** Session events over HTTP (domain/sessions/current-usage.ts): what NATS carries, for callers without NATS. */
-import { type App, callerOf, SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS, setNextPage } from '@gpu/common';
+import {
+  type App,
+  afterCursor,
+  callerOf,
+  pageQuery,
+  SESSION_ENDED_EVENT_KINDS,
+  SESSION_RUNNING_EVENT_KINDS,
+  setNextPage,
+} from '@gpu/common';
 import { z } from 'zod';
 import type { SessionEventKind } from '../domain/events.ts';
 import { sessionEventList } from '../domain/sessions/index.ts';
 import { sessionEventJson } from '../wire/presenters.ts';
 import { SESSION_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { afterCursor, pageQuery } from './paging.ts';
 import { csv, PAGE_DOCS, problems, schemas } from './schemas.ts';
 import { billingRecordSchema, sessionSchema } from './session-schemas.ts';
 
@@ -26,12 +33,10 @@ const sessionEventSchema = z
   })
   .register(schemas, { id: 'SessionEvent' });
 
-const sessionEventPageSchema = z
-  .object({
-    events: z.array(sessionEventSchema),
-    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-  })
-  .register(schemas, { id: 'SessionEventPage' });
+const sessionEventListSchema = z
+  .array(sessionEventSchema)
+  .describe('Session events, newest first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'SessionEventList' });
 
 export async function eventRoutes(app: App, { billing: ctx }: RouteDeps) {
   app.get(
@@ -56,7 +61,7 @@ export async function eventRoutes(app: App, { billing: ctx }: RouteDeps) {
           ...pageQuery,
         }),
         response: {
-          200: sessionEventPageSchema,
+          200: sessionEventListSchema,
           ...problems(400, 403, 404),
         },
       },
@@ -70,7 +75,7 @@ export async function eventRoutes(app: App, { billing: ctx }: RouteDeps) {
         after: afterCursor(q.cursor),
       });
       setNextPage(request, reply, page.nextCursor);
-      return { events: page.items.map(sessionEventJson), next_cursor: page.nextCursor };
+      return page.items.map(sessionEventJson);
     },
   );
 }

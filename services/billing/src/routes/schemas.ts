@@ -23,20 +23,26 @@ export const solanaAddress = z
   .describe('base58 Solana address');
 
 /**
- * A list query parameter: accepts `type=a&type=b` and `type=a,b`; `aliases` name groups of values (`running` for
- * `active` and `grace_period`).
+ * A list query parameter of allowed values: `type=a&type=b` and `type=a,b` alike; `aliases` name groups of values
+ * (`running` for `active` and `grace_period`). The document shows an array of the allowed values (aliases included),
+ * which is how a client sends it (`type=a&type=b`); an unknown value is a 400 naming the parameter.
  */
-export const csv = <T extends z.ZodType<string, string>>(item: T, aliases: Record<string, readonly string[]> = {}) =>
-  z
-    .union([z.string(), z.array(z.string())])
-    .transform((v) =>
-      (Array.isArray(v) ? v : [v])
-        .flatMap((s) => s.split(','))
-        .filter(Boolean)
-        .flatMap((s) => aliases[s] ?? [s]),
+export const csv = <V extends string>(
+  item: z.ZodEnum<{ [K in V]: K }>,
+  aliases: Record<string, readonly NoInfer<V>[]> = {},
+) => {
+  const allowed = z.enum([...item.options, ...Object.keys(aliases)] as [string, ...string[]]);
+  return z
+    .preprocess(
+      (v) =>
+        typeof v === 'string' || Array.isArray(v)
+          ? [v].flat().flatMap((s) => (typeof s === 'string' ? s.split(',').filter(Boolean) : [s]))
+          : v,
+      z.array(allowed).max(32),
     )
-    .pipe(z.array(item))
+    .transform((xs) => [...new Set(xs.flatMap((x): readonly string[] => aliases[x] ?? [x]))] as V[])
     .optional();
+};
 
 export const walletParams = z.object({ walletID: z.uuid().describe('wallet ID') });
 export const providerParams = z.object({ providerID: z.uuid().describe('provider ID') });

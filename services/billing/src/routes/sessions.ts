@@ -1,5 +1,5 @@
 /** Rental session routes: start, end, current usage and billing history. */
-import { type App, callerOf, setNextPage, withRequestLogger, zTimestamp } from '@gpu/common';
+import { type App, afterCursor, callerOf, pageQuery, setNextPage, withRequestLogger, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import {
   BILLING_END_REASONS,
@@ -21,7 +21,6 @@ import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
-import { afterCursor, pageQuery } from './paging.ts';
 import { amountString, csv, idempotencyHeaders, PAGE_DOCS, problems, schemas } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 
@@ -147,19 +146,15 @@ const currentUsageSchema = z
   })
   .register(schemas, { id: 'CurrentUsage' });
 
-const sessionPageSchema = z
-  .object({
-    sessions: z.array(sessionSchema),
-    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-  })
-  .register(schemas, { id: 'SessionPage' });
+const sessionListSchema = z
+  .array(sessionSchema)
+  .describe('Sessions, newest start first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'SessionList' });
 
-const billingRecordPageSchema = z
-  .object({
-    records: z.array(billingRecordSchema),
-    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-  })
-  .register(schemas, { id: 'BillingRecordPage' });
+const billingRecordListSchema = z
+  .array(billingRecordSchema)
+  .describe('Billing records, newest end first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'BillingRecordList' });
 
 /** The session's spend cap, by its name or its former one (`max_total_spend`). */
 function spendCapOf(b: { spend_cap?: string; max_total_spend?: string }, scale: number) {
@@ -281,8 +276,8 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         description:
           'A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and ' +
           'services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or ' +
-          'separate with commas; `running` = active and grace_period). Paging as everywhere: `X-Next-Cursor`, ' +
-          '`Link` rel="next", `next_cursor`.',
+          'separate with commas; `running` = active and grace_period). Paging as everywhere: a JSON array, the ' +
+          'next page in `X-Next-Cursor` and `Link` rel="next".',
         querystring: z.object({
           provider_id: z.uuid().optional(),
           user_id: z.uuid().optional(),
@@ -290,7 +285,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           ...pageQuery,
         }),
         response: {
-          200: sessionPageSchema,
+          200: sessionListSchema,
           ...problems(400, 403),
         },
       },
@@ -305,7 +300,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         status: q.status,
       });
       setNextPage(request, reply, page.nextCursor);
-      return { sessions: page.items.map((s) => sessionJson(ctx, s)), next_cursor: page.nextCursor };
+      return page.items.map((s) => sessionJson(ctx, s));
     },
   );
 
@@ -318,8 +313,8 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         operationId: 'listBillingHistory',
         summary: 'Billing records of ended sessions, newest first, with filters and cursor pagination',
         description:
-          'When more records follow, the answer carries `X-Next-Cursor`, a `Link` to the next page (rel="next") ' +
-          'and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.',
+          'When more records follow, the answer carries `X-Next-Cursor` and a `Link` to the next page ' +
+          '(rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.',
         querystring: z.object({
           user_id: z.uuid().optional(),
           provider_id: z.uuid().optional(),
@@ -330,7 +325,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           ...pageQuery,
         }),
         response: {
-          200: billingRecordPageSchema,
+          200: billingRecordListSchema,
           ...problems(400, 403),
         },
       },
@@ -348,7 +343,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
         to: q.to ? new Date(q.to) : undefined,
       });
       setNextPage(request, reply, page.nextCursor);
-      return { records: page.items.map((r) => billingRecordJson(r, ctx.scale)), next_cursor: page.nextCursor };
+      return page.items.map((r) => billingRecordJson(r, ctx.scale));
     },
   );
 }

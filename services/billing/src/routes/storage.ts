@@ -1,11 +1,10 @@
 /** Stored bytes, billed: the storage service's usage reports, and each user's storage charges. */
-import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
+import { type App, afterCursor, callerOf, pageQuery, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import { chargeStorage, storageCharges, storageUsageSchema, toStorageUsageReport } from '../domain/storage/index.ts';
 import { storageChargeJson } from '../wire/presenters.ts';
 import { STORAGE_READ_ROLES, STORAGE_REPORT_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { afterCursor, pageQuery } from './paging.ts';
 import { PAGE_DOCS, problems, schemas } from './schemas.ts';
 
 const storageChargeSchema = z
@@ -28,12 +27,10 @@ const storageChargeSchema = z
 
 const storageUsageBody = storageUsageSchema.register(schemas, { id: 'StorageUsageReport' });
 
-const storageChargePageSchema = z
-  .object({
-    charges: z.array(storageChargeSchema),
-    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-  })
-  .register(schemas, { id: 'StorageChargePage' });
+const storageChargeListSchema = z
+  .array(storageChargeSchema)
+  .describe('Storage charges, newest period first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'StorageChargeList' });
 
 export async function storageRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -73,15 +70,15 @@ export async function storageRoutes(app: App, deps: RouteDeps) {
         summary: 'Storage charges, newest period first: what was stored, what it cost, what was paid',
         description:
           "A user reads their own (another user's `user_id` is 403 NOT_WALLET_HOLDER); admins and services read " +
-          'anyone\'s, everyone\'s without `user_id`. Paging as everywhere: `X-Next-Cursor`, `Link` rel="next", ' +
-          '`next_cursor`.',
+          "anyone's, everyone's without `user_id`. Paging as everywhere: a JSON array, the next page in " +
+          '`X-Next-Cursor` and `Link` rel="next".',
         querystring: z.object({
           user_id: z.uuid().optional(),
           from: zTimestamp().optional().describe('periods starting at or after (RFC 3339, 1970 to 2100)'),
           to: zTimestamp().optional().describe('periods starting before (RFC 3339, 1970 to 2100)'),
           ...pageQuery,
         }),
-        response: { 200: storageChargePageSchema, ...problems(400, 403) },
+        response: { 200: storageChargeListSchema, ...problems(400, 403) },
       },
     },
     async (request, reply) => {
@@ -94,7 +91,7 @@ export async function storageRoutes(app: App, deps: RouteDeps) {
         after: afterCursor(q.cursor),
       });
       setNextPage(request, reply, page.nextCursor);
-      return { charges: page.items.map((c) => storageChargeJson(c, ctx.scale)), next_cursor: page.nextCursor };
+      return page.items.map((c) => storageChargeJson(c, ctx.scale));
     },
   );
 }

@@ -1,5 +1,5 @@
 /** Wallet routes: create a wallet, read its balance and its transaction history. */
-import { type App, callerOf, setNextPage, zTimestamp } from '@gpu/common';
+import { type App, afterCursor, callerOf, pageQuery, setNextPage, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import { ChainUnavailable, chainError } from '../domain/chain/index.ts';
 import { Dec, formatAmount, walletBalances } from '../domain/ledger/index.ts';
@@ -14,7 +14,6 @@ import { billingErrors } from '../errors.ts';
 import { transactionJson, walletJson } from '../wire/presenters.ts';
 import { WALLET_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
-import { afterCursor, pageQuery } from './paging.ts';
 import {
   balanceSchema,
   csv,
@@ -69,12 +68,10 @@ const chainBalanceSchema = z
   })
   .register(schemas, { id: 'ChainBalance' });
 
-const transactionPageSchema = z
-  .object({
-    transactions: z.array(transactionSchema),
-    next_cursor: z.string().nullable().describe('the same as `X-Next-Cursor`; null on the last page'),
-  })
-  .register(schemas, { id: 'TransactionPage' });
+const transactionListSchema = z
+  .array(transactionSchema)
+  .describe('Transactions, newest first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'TransactionList' });
 
 export async function walletRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
@@ -244,8 +241,8 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
         operationId: 'listWalletTransactions',
         summary: 'Transaction history of a wallet, newest first, with filters and cursor pagination',
         description:
-          'When more transactions follow, the answer carries `X-Next-Cursor`, a `Link` to the next page ' +
-          '(rel="next") and `next_cursor`; pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.',
+          'When more transactions follow, the answer carries `X-Next-Cursor` and a `Link` to the next page ' +
+          '(rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.',
         params: walletParams,
         querystring: z.object({
           ...pageQuery,
@@ -255,7 +252,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
           to: zTimestamp().optional().describe('created before (RFC 3339, 1970 to 2100)'),
         }),
         response: {
-          200: transactionPageSchema,
+          200: transactionListSchema,
           ...problems(400, 403, 404),
         },
       },
@@ -272,7 +269,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
         to: q.to ? new Date(q.to) : undefined,
       });
       setNextPage(request, reply, page.nextCursor);
-      return { transactions: page.items.map((r) => transactionJson(r, scale)), next_cursor: page.nextCursor };
+      return page.items.map((r) => transactionJson(r, scale));
     },
   );
 }

@@ -74,6 +74,7 @@ function providerFieldJson(field: ProviderField, offlineAfterMs: number): JsonTe
     case 'gpus':
       return gpusJson;
     case 'integer':
+    case 'boolean':
       return jsonLiteral(column);
     case 'timestamp':
       return jsonTimestamp(column);

@@ -11,6 +11,7 @@ export interface ProviderListRow {
   ip_address: string | null;
   status: ProviderStatus;
   min_gpus_per_rental: number;
+  held: boolean;
   location: string | null;
   metadata: Record<string, unknown> | string | null;
   registered_at: Date | string;
@@ -45,6 +46,7 @@ export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
     status: row.status,
     gpus: [...gpus].sort((a, b) => a.idx - b.idx).map(toGpu),
     min_gpus_per_rental: row.min_gpus_per_rental,
+    held: row.held,
     location: row.location,
     registered_at: asDate(row.registered_at),
     last_seen_at: asDate(row.last_seen_at),

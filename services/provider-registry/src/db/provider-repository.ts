@@ -7,6 +7,7 @@ import { type Kysely, sql, type Transaction } from 'kysely';
 import { GPU_FIELDS } from '../domain/gpu-fields.ts';
 import { offerGroups } from '../domain/offers.ts';
 import {
+  holdAfterExplicit,
   MIN_GPUS_PER_RENTAL,
   type Provider,
   type ProviderInput,
@@ -46,6 +47,7 @@ function selectProviders(db: Db, offlineAfterMs: number) {
       'p.hostname',
       'p.ip_address',
       'p.min_gpus_per_rental',
+      'p.held',
       'p.location',
       'p.metadata',
       'p.registered_at',
@@ -104,14 +106,23 @@ async function insertModelKeys(tx: Transaction<RegistryDB>, id: string): Promise
     WHERE p.id = ${id}`.execute(tx);
 }
 
-/** The provider row's writable fields from an input (with its GPU summary); `minGpus` when the input has none. */
-function writableFields(input: ProviderInput, status: ProviderStatus, minGpus: number = MIN_GPUS_PER_RENTAL.default) {
+/**
+ * The provider row's writable fields from an input (with its GPU summary); `minGpus` when the input has none, `held`
+ * when its status neither holds nor releases the machine (`holdAfterExplicit`).
+ */
+function writableFields(
+  input: ProviderInput,
+  status: ProviderStatus,
+  minGpus: number = MIN_GPUS_PER_RENTAL.default,
+  held = false,
+) {
   return {
     owner_id: input.owner_id,
     name: input.name,
     hostname: input.hostname ?? null,
     ip_address: input.ip_address ?? null,
     status,
+    held: holdAfterExplicit(input.status) ?? held,
     location: input.location ?? null,
     metadata: JSON.stringify(input.metadata ?? {}),
     min_gpus_per_rental: input.min_gpus_per_rental ?? minGpus,
@@ -181,7 +192,7 @@ export async function replaceProvider(
     return await db.transaction().execute(async (tx) => {
       const current = await tx
         .selectFrom('providers')
-        .select(['status', 'owner_id', 'min_gpus_per_rental'])
+        .select(['status', 'owner_id', 'min_gpus_per_rental', 'held'])
         .where('id', '=', id)
         .forUpdate()
         .executeTakeFirst();
@@ -210,7 +221,7 @@ export async function replaceProvider(
       const changed = status !== previous;
       const update = tx
         .updateTable('providers')
-        .set(writableFields(input, status, current.min_gpus_per_rental))
+        .set(writableFields(input, status, current.min_gpus_per_rental, current.held))
         .where('id', '=', id)
         .returning(['id', 'owner_id', sql<string>`${previous}::text`.as('previous_status'), 'status']);
       await withStatusEvents(update, changed ? recording : undefined).execute(tx);

@@ -25,6 +25,8 @@ interface ProvidersTable {
   status_since: Generated<Date>;
   /** The smallest group of GPUs a rental may take on the machine (1-64): the GPU leases migration. */
   min_gpus_per_rental: Generated<number>;
+  /** The owner's hold: from an explicit `busy` until an explicit `idle` (the owner hold migration). */
+  held: Generated<boolean>;
 }
 
 /**

@@ -97,16 +97,23 @@ export const isFullyRentedSql = (id: string) =>
   sql<{ fully_rented: boolean }>`SELECT ${fullyRentedSql} AS fully_rented FROM providers cur WHERE cur.id = ${id}`;
 
 /**
- * The status after a heartbeat (the heartbeat rule), given the locked current row `cur`: a revived provider that is
- * fully rented comes back `busy`. The session lookup runs only for a revival (CASE evaluates lazily).
+ * `busy` for the locked current row `cur` when its owner holds it or it is fully rented, else `idle`: what the rental
+ * rule and a revival make of a machine. The hold is read first, so a held machine's sessions are not looked up (CASE
+ * evaluates lazily).
  */
-export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN (CASE WHEN ${fullyRentedSql} THEN ${sql.lit(RENTED_STATUS)} ELSE ${sql.lit(RENTABLE_STATUS)} END) ELSE cur.status END)`;
+const rentableOrRentedSql = sql<ProviderStatus>`(CASE WHEN cur.held OR ${fullyRentedSql} THEN ${sql.lit(RENTED_STATUS)} ELSE ${sql.lit(RENTABLE_STATUS)} END)`;
 
 /**
- * The status after the rental rule, given the locked current row `cur`: `busy` when fully rented and `idle` when not,
- * for a provider in either; every other state kept.
+ * The status after a heartbeat (the heartbeat rule), given the locked current row `cur`: a revived provider that is
+ * fully rented or held by its owner comes back `busy`. The session lookup runs only for a revival.
  */
-export const statusAfterRentalSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list([RENTABLE_STATUS, RENTED_STATUS])}) THEN (CASE WHEN ${fullyRentedSql} THEN ${sql.lit(RENTED_STATUS)} ELSE ${sql.lit(RENTABLE_STATUS)} END) ELSE cur.status END)`;
+export const statusAfterHeartbeatSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list(REVIVED_BY_HEARTBEAT)}) THEN ${rentableOrRentedSql} ELSE cur.status END)`;
+
+/**
+ * The status after the rental rule, given the locked current row `cur`: for a provider in `idle` or `busy`, `busy`
+ * when fully rented or held by its owner and `idle` when neither; every other state kept.
+ */
+export const statusAfterRentalSql = sql<ProviderStatus>`(CASE WHEN cur.status IN (${list([RENTABLE_STATUS, RENTED_STATUS])}) THEN ${rentableOrRentedSql} ELSE cur.status END)`;
 
 /**
  * A WHERE condition on the narrow row `l` (`provider_liveness`): a heartbeat leaves its status as it is (the heartbeat

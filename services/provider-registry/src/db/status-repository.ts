@@ -85,18 +85,23 @@ function writeStatus(
 }
 
 /**
- * Sets the status named by an explicit update and `last_seen_at`; undefined when the provider does not exist (or
- * is not `owner`'s).
+ * Sets the status named by an explicit update and `last_seen_at`, and the owner's hold to `held` (undefined: kept);
+ * undefined when the provider does not exist (or is not `owner`'s). Call it in a transaction.
  */
 export async function setStatus(
   db: Kysely<RegistryDB>,
   id: string,
   status: ProviderStatus,
+  held: boolean | undefined,
   recording?: EventRecording,
   owner?: string,
 ): Promise<StatusWrite | undefined> {
   const { rows } = await writeStatus(db, sql`cur.id = ${id}${ofOwner(owner)}`, sql`${status}::text`, recording);
-  return rows[0];
+  const written = rows[0];
+  if (written && held !== undefined) {
+    await db.updateTable('providers').set({ held }).where('id', '=', id).where('held', '<>', held).execute();
+  }
+  return written;
 }
 
 /**

@@ -16,9 +16,6 @@ export type SortKey = (typeof SORT_KEYS)[number];
 export const SORTS = SORT_KEYS.flatMap((k) => [k, `-${k}`] as const);
 export type Sort = (typeof SORTS)[number];
 
-export const DEFAULT_LIMIT = 100;
-export const MAX_LIMIT = 1000;
-
 export interface DiscoveryFilter {
   status?: ProviderStatus;
   gpu_model?: string;

@@ -16,9 +16,6 @@ import type { GpuInput } from './gpu-fields.ts';
 export const OFFER_SORTS = ['price', '-price', 'reliability', '-reliability'] as const;
 export type OfferSort = (typeof OFFER_SORTS)[number];
 
-export const OFFER_DEFAULT_LIMIT = 50;
-export const OFFER_MAX_LIMIT = 500;
-
 export interface OfferFilter {
   max_price?: string;
   min_free_gpus?: number;

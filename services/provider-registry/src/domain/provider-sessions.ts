@@ -12,7 +12,7 @@
  *
  * - a fully rented provider goes `idle` -> `busy`;
  * - a `busy` provider that is no longer fully rented goes `busy` -> `idle` (an `idle` provider with sessions is partly
- *   rented: the rest of its GPUs are on the market);
+ *   rented: the rest of its GPUs are on the market), unless its owner holds it (`holdAfterExplicit` in `provider.ts`);
  * - every other state is kept: `offline`, `error` and `maintenance` are the machine's or the operator's word, never
  *   overridden by a rental (a heartbeat that revives an offline machine brings it to `idle`, or `busy` when fully
  *   rented).
@@ -36,7 +36,7 @@ import { deleteEndedSessions, lockProviderStatus, upsertSession } from '../db/se
 import { applyRentalRule } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import { assertMayTrackSessions } from './access.ts';
-import { type ProviderStatus, RENTABLE_STATUS, RENTED_STATUS } from './provider.ts';
+import { type ProviderStatus, RENTABLE_STATUS } from './provider.ts';
 import { isProviderFault } from './reliability.ts';
 import type { StatusOutbox } from './status-events.ts';
 
@@ -45,27 +45,24 @@ export type GpuSet = readonly number[] | null;
 
 /**
  * Whether an explicit status change (PATCH status, a full update, a registration) contradicts the provider's rental
- * sessions. Only the rental rule moves a machine between `busy` and `idle`, so:
+ * sessions:
  *
- * - `busy` is refused unless the machine is fully rented (`not_rented`): nobody else may take a machine, or the GPUs
- *   it has left, off the market as if they were rented;
- * - `idle` is refused while it is fully rented (`rented`): the machine is its renters' until billing ends a session;
+ * - `idle` is refused while it is fully rented: the machine is its renters' until billing ends a session;
+ * - `busy` is always allowed: the owner holds the machine off the market, rented or not (`holdAfterExplicit` in
+ *   `provider.ts`), and its running sessions go on;
  * - `offline`, `maintenance` and `error` are always allowed, rented or not: the owner takes the machine away, and
  *   billing ends its running sessions billed to the last minute the daemon reported, as for a machine that goes
  *   offline by itself.
  *
- * Null when the change is allowed.
+ * A new machine has no session, so a registration may name any state.
  */
-function explicitStatusConflict(target: ProviderStatus, fullyRented: boolean): 'rented' | 'not_rented' | null {
-  if (target === RENTED_STATUS && !fullyRented) return 'not_rented';
-  if (target === RENTABLE_STATUS && fullyRented) return 'rented';
-  return null;
+function contradictsSessions(target: ProviderStatus, fullyRented: boolean): boolean {
+  return target === RENTABLE_STATUS && fullyRented;
 }
 
-/** Throws STATUS_CONTRADICTS_SESSIONS when `explicitStatusConflict` refuses the change. */
-export function assertExplicitStatus(providerId: string | null, target: ProviderStatus, fullyRented: boolean): void {
-  const conflict = explicitStatusConflict(target, fullyRented);
-  if (conflict) throw registryErrors.statusContradictsSessions(providerId, target, conflict);
+/** Throws STATUS_CONTRADICTS_SESSIONS when the change contradicts the sessions (`contradictsSessions`). */
+export function assertExplicitStatus(providerId: string, target: ProviderStatus, fullyRented: boolean): void {
+  if (contradictsSessions(target, fullyRented)) throw registryErrors.statusContradictsSessions(providerId, target);
 }
 
 /** A session report: billing says the session runs (holding `gpuIndices`) or ended. */

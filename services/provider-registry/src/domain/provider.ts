@@ -12,8 +12,9 @@ export { PROVIDER_STATUSES, type ProviderStatus };
 /**
  * The heartbeat rule: a heartbeat brings these states back to `RENTABLE_STATUS` (`idle`), or to `RENTED_STATUS`
  * (`busy`) when the provider is fully rented (its sessions' ends have not reached the registry yet: billing ends the
- * sessions of a machine that went offline or into error, and the sessions' ends then bring it to `idle`), so a
- * heartbeat never makes a fully rented machine look free; every other state is kept.
+ * sessions of a machine that went offline or into error, and the sessions' ends then bring it to `idle`) or held by
+ * its owner (`holdAfterExplicit`), so a heartbeat never makes a rented or held machine look free; every other state
+ * is kept.
  *
  * The rule is applied in the database, in the statement that records the heartbeat (so the state before and after
  * is exact under the row lock, with several instances): `db/sql-rules.ts` renders it to SQL from this list, and
@@ -24,10 +25,28 @@ export const REVIVED_BY_HEARTBEAT: readonly ProviderStatus[] = ['offline', 'erro
 /**
  * The rental rule (stated in `domain/provider-sessions.ts`): a provider in `RENTABLE_STATUS` goes to `RENTED_STATUS`
  * once it is fully rented (an active session, and no GPU group with `min_gpus_per_rental` free GPUs left), and back
- * when it is no longer; every other state is kept. `db/sql-rules.ts` renders it to SQL.
+ * when it is no longer, unless its owner holds it (`holdAfterExplicit`); every other state is kept.
+ * `db/sql-rules.ts` renders it to SQL.
  */
 export const RENTABLE_STATUS: ProviderStatus = 'idle';
 export const RENTED_STATUS: ProviderStatus = 'busy';
+
+/**
+ * The owner's hold. An explicit `busy` (PATCH status, or a full update or a registration naming it; the spec's own
+ * example of an explicit change, "to `maintenance` or `busy`") holds the machine off the market, rented or not: it
+ * stays `busy` when its sessions end (the rental rule), a heartbeat that revives it from `offline` or `error` brings
+ * it back `busy` (the heartbeat rule), no offer lists it, and billing starts no rental on it (the provider's `held`).
+ * An explicit `idle` lifts the hold; it is refused while the machine is fully rented (`provider-sessions.ts`), so
+ * nobody flips a rented machine to idle. Other explicit states (`offline`, `maintenance`, `error`) keep it: a machine
+ * its owner held comes back from an error or a silence still held.
+ *
+ * Whether the machine is held after an explicit change to `status`; undefined: as it was.
+ */
+export function holdAfterExplicit(status: ProviderStatus | undefined): boolean | undefined {
+  if (status === RENTED_STATUS) return true;
+  if (status === RENTABLE_STATUS) return false;
+  return undefined;
+}
 
 /** The bounds and default of a machine's `min_gpus_per_rental` (a provider has at most 64 GPUs). */
 export const MIN_GPUS_PER_RENTAL = { min: 1, max: 64, default: 1 } as const;
@@ -53,6 +72,8 @@ export interface Provider {
   gpus: Gpu[];
   /** The smallest group of GPUs a rental may take on the machine. */
   min_gpus_per_rental: number;
+  /** Held off the market by its owner (`holdAfterExplicit`). */
+  held: boolean;
   location: string | null;
   registered_at: Date;
   last_seen_at: Date;

@@ -37,7 +37,13 @@ import {
 } from './access.ts';
 import type { DiscoveryFilter } from './discovery.ts';
 import type { GpuMetrics } from './gpu-fields.ts';
-import { AUTO_OFFLINE_FROM, type Provider, type ProviderInput, type ProviderStatus } from './provider.ts';
+import {
+  AUTO_OFFLINE_FROM,
+  holdAfterExplicit,
+  type Provider,
+  type ProviderInput,
+  type ProviderStatus,
+} from './provider.ts';
 import { assertExplicitStatus } from './provider-sessions.ts';
 import { type Reliability, reliabilityOf } from './reliability.ts';
 import type { StatusOutbox } from './status-events.ts';
@@ -133,8 +139,6 @@ export class RegistryService {
   /** Registers a provider under a new UUID; `PROVIDER_ALREADY_EXISTS` when its owner has one of that name. */
   async register(actor: Principal, input: ProviderInput, correlationId?: string): Promise<Provider> {
     assertMayRegisterFor(actor, input.owner_id);
-    // A new machine has no rental session: it cannot start out busy.
-    if (input.status !== undefined) assertExplicitStatus(null, input.status, false);
     const id = randomUUID();
     const recording = this.deps.outbox.recording('registered', correlationId);
     await this.retry(async (attempt) => {
@@ -171,7 +175,8 @@ export class RegistryService {
 
   /**
    * Full update: every writable field and the GPU list; not found when absent, a conflict on a name clash or on a
-   * status that contradicts the rental sessions (`explicitStatusConflict`).
+   * status that contradicts the rental sessions (`assertExplicitStatus`); a status holds or releases the machine as an
+   * explicit change does (`holdAfterExplicit`).
    */
   async update(actor: Principal, id: string, input: ProviderInput, correlationId?: string): Promise<Provider> {
     const owner = await this.ownerOf(id);
@@ -189,7 +194,8 @@ export class RegistryService {
 
   /**
    * An explicit status change, under the provider's row lock; STATUS_CONTRADICTS_SESSIONS when it contradicts the
-   * provider's rental sessions (`explicitStatusConflict`: `idle` while fully rented, `busy` while not).
+   * provider's rental sessions (`idle` while fully rented). `busy` holds the machine, `idle` lifts the hold
+   * (`holdAfterExplicit`).
    */
   async setStatus(actor: Principal, id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
     const owner = writeScope(actor);
@@ -198,7 +204,7 @@ export class RegistryService {
       this.deps.db.transaction().execute(async (trx) => {
         if ((await lockProviderStatus(trx, id, owner)) === undefined) return undefined;
         assertExplicitStatus(id, status, await isFullyRented(trx, id));
-        return setStatus(trx, id, status, recording, owner);
+        return setStatus(trx, id, status, holdAfterExplicit(status), recording, owner);
       }),
     );
     if (!written) return this.missing(actor, id);

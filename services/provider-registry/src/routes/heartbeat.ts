@@ -25,7 +25,7 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
         operationId: 'sendHeartbeat',
         summary: 'Record a heartbeat from the provider daemon, with optional GPU metrics',
         description:
-          'offline and error become idle; other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` ' +
+          'offline and error become idle (busy when fully rented or held by the owner); other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` ' +
           "(its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.",
         params: providerIdParams,
         body: heartbeatSchema,

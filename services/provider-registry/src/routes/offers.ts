@@ -8,8 +8,8 @@ import {
   callerOf,
   gpuModelKey,
   invalidCursor,
-  MAX_CURSOR_LENGTH,
   PAGE_HEADERS,
+  pageQuery,
   problemSchema,
   setNextPage,
 } from '@gpu/common';
@@ -18,15 +18,7 @@ import { z } from 'zod';
 import type { OfferRow } from '../db/offer-repository.ts';
 import { RELIABILITY_ROLES, SESSION_REPORTING_ROLES } from '../domain/access.ts';
 import type { Market } from '../domain/market.ts';
-import {
-  OFFER_DEFAULT_LIMIT,
-  OFFER_MAX_LIMIT,
-  OFFER_SORTS,
-  type OfferCursor,
-  offerCursorOf,
-  offerCursorText,
-  versionParts,
-} from '../domain/offers.ts';
+import { OFFER_SORTS, type OfferCursor, offerCursorOf, offerCursorText, versionParts } from '../domain/offers.ts';
 import { priceCardSchema, providerPricesSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
 import { providerIdParams, schemas } from './schemas.ts';
 
@@ -74,11 +66,7 @@ const offerQuerySchema = z.object({
     .enum(OFFER_SORTS)
     .default('price')
     .describe('`price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability`'),
-  limit: uint(OFFER_MAX_LIMIT)
-    .pipe(z.number().min(1))
-    .default(OFFER_DEFAULT_LIMIT)
-    .describe(`page size, 1-${OFFER_MAX_LIMIT}`),
-  cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('`X-Next-Cursor` of the previous page'),
+  ...pageQuery,
 });
 
 const offerSchema = z

@@ -45,7 +45,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         summary: 'Register a provider with its GPUs',
         description:
           'Creates the provider under a new UUID. (owner_id, name) identifies a provider: a second registration with the same pair is 409 PROVIDER_ALREADY_EXISTS. ' +
-          'A new machine has no rental session: `status: busy` is 409 STATUS_CONTRADICTS_SESSIONS.',
+          '`status: busy` registers it held off the market by its owner (`held`) until an explicit `idle`.',
         body: providerInputSchema,
         response: { 201: providerSchema, ...errorsOf(400, 401, 403, 409, 503) },
       },
@@ -134,9 +134,10 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         operationId: 'updateProvider',
         summary: 'Replace a provider (full update, GPUs included)',
         description:
-          'Every writable field is replaced; absent optional fields become null. registered_at and last_seen_at are read-only; an id in the body must equal the path. ' +
+          'Every writable field is replaced; absent optional fields become null. registered_at, last_seen_at and held are read-only; an id in the body must equal the path. ' +
           'A status change here is published like an explicit status update, and refused like one when it contradicts ' +
-          'the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while rented, `busy` while not).',
+          'the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while fully rented); `busy` holds the machine ' +
+          'off the market and `idle` releases it, as PATCH status does.',
         params: providerIdParams,
         body: providerUpdateSchema,
         response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },
@@ -144,7 +145,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request) => {
       const id = request.params.providerID;
-      const { id: bodyId, registered_at: _registered, last_seen_at: _seen, ...input } = request.body;
+      const { id: bodyId, registered_at: _registered, last_seen_at: _seen, held: _held, ...input } = request.body;
       if (bodyId !== undefined && bodyId !== id) throw registryErrors.idMismatch(id, bodyId);
       return providerJson(await registry.update(callerOf(request), id, input, request.correlationId));
     },
@@ -159,10 +160,11 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         operationId: 'setProviderStatus',
         summary: 'Set the provider status explicitly',
         description:
-          'Any state, except what contradicts the rental sessions billing reported: `idle` while a session runs, ' +
-          'and `busy` without one, are 409 STATUS_CONTRADICTS_SESSIONS (only billing moves a machine between busy ' +
-          'and idle). `offline`, `maintenance` and `error` are allowed on a rented machine; billing then ends its ' +
-          'running sessions, billed to the last minute its daemon reported.',
+          'Any state, except what contradicts the rental sessions billing reported: `idle` while the machine is fully ' +
+          'rented is 409 STATUS_CONTRADICTS_SESSIONS. `busy` holds the machine off the market, rented or not (`held`: ' +
+          'no offer lists it, heartbeats and session ends leave it busy, billing starts no rental on it) until an ' +
+          'explicit `idle`. `offline`, `maintenance` and `error` are allowed on a rented machine (a hold outlives ' +
+          'them); billing then ends its running sessions, billed to the last minute its daemon reported.',
         params: providerIdParams,
         body: statusUpdateSchema,
         response: { 200: statusResultSchema, ...errorsOf(400, 401, 403, 404, 409, 503) },

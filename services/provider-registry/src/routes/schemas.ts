@@ -4,9 +4,9 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
-import { ignoringUnknownFields, MAX_CURSOR_LENGTH, schemaRegistry } from '@gpu/common';
+import { ignoringUnknownFields, pageQuery, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
-import { DEFAULT_LIMIT, MAX_LIMIT, SORTS } from '../domain/discovery.ts';
+import { SORTS } from '../domain/discovery.ts';
 import {
   GPU_FIELDS,
   GPU_METRIC_FIELDS,
@@ -114,7 +114,7 @@ const providerInputShape = {
     .meta({ type: ['string', 'null'], description: 'IPv4 or IPv6 address' }),
   location: optionalText(256),
   metadata: metadataSchema.optional(),
-  status: statusSchema.optional().describe('initial status (default idle)'),
+  status: statusSchema.optional().describe('initial status (default idle; busy: held off the market by its owner)'),
   gpus: z.array(gpuSchema).min(1).max(64),
   min_gpus_per_rental: z
     .number()
@@ -143,6 +143,7 @@ export const providerUpdateSchema = z
     // A Provider as GET answers it can be sent back changed: its read-only fields are known, and ignored.
     registered_at: z.string().max(64).optional().describe('read-only: ignored'),
     last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
+    held: z.boolean().optional().describe('read-only: ignored (`status` busy holds the machine, idle releases it)'),
   })
   .describe('Every writable field of a provider, its GPUs included (a Provider as GET answers it may be sent back)')
   .register(schemas, { id: 'UpdateProviderRequest' });
@@ -155,6 +156,7 @@ function providerFieldSchema(field: ProviderField): z.ZodType {
     status: () => statusSchema,
     gpus: () => z.array(gpuOutputSchema),
     integer: () => z.number().int(),
+    boolean: () => z.boolean(),
     timestamp: () => z.string(),
     object: () => z.record(z.string(), z.unknown()),
   };
@@ -303,6 +305,5 @@ export const listQuerySchema = z.object({
     .optional()
     .describe('at least this many GPUs meeting the GPU conditions'),
   sort: z.enum(SORTS).default('registered_at').describe('sort key, `-` for descending; ties by id'),
-  limit: uintParam(MAX_LIMIT).pipe(z.number().min(1)).default(DEFAULT_LIMIT).describe(`page size, 1-${MAX_LIMIT}`),
-  cursor: z.string().max(MAX_CURSOR_LENGTH).optional().describe('`X-Next-Cursor` of the previous page'),
+  ...pageQuery,
 });

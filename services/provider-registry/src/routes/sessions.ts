@@ -87,7 +87,7 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
           "Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` " +
           'array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names ' +
           'GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with ' +
-          '`min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again; offline, error and ' +
+          '`min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and ' +
           'maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs ' +
           'again). Only admins and platform services.',
         params: sessionParams,
@@ -119,7 +119,7 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         summary: 'Report a rental session ended (billing, without NATS)',
         description:
           'Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: ' +
-          'the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs; other states are kept. The first report of an end counts in the ' +
+          'the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs (unless its owner holds it); other states are kept. The first report of an end counts in the ' +
           "machine's reliability (with `end_reason`). Only admins and platform services.",
         params: sessionParams,
         querystring: endQuery,

@@ -19,10 +19,10 @@ import type { Provider, ProviderStatus } from '../domain/provider.ts';
 
 /**
  * How a field is written: `uuid` and `text` as JSON strings (`text` may be null), `status` the effective status,
- * `gpus` the array of GPUs in index order, `integer` a JSON number, `timestamp` RFC 3339 UTC with milliseconds,
- * `object` a JSON object.
+ * `gpus` the array of GPUs in index order, `integer` a JSON number, `boolean` a JSON boolean, `timestamp` RFC 3339 UTC
+ * with milliseconds, `object` a JSON object.
  */
-export type ProviderFieldType = 'uuid' | 'text' | 'status' | 'gpus' | 'integer' | 'timestamp' | 'object';
+export type ProviderFieldType = 'uuid' | 'text' | 'status' | 'gpus' | 'integer' | 'boolean' | 'timestamp' | 'object';
 
 export interface ProviderField {
   readonly name: keyof Provider;
@@ -46,6 +46,14 @@ export const PROVIDER_FIELDS = [
     type: 'integer',
     nullable: false,
     doc: 'the smallest group of GPUs a rental may take on the machine (1-64)',
+  },
+  {
+    name: 'held',
+    type: 'boolean',
+    nullable: false,
+    doc:
+      'held off the market by its owner: an explicit `busy` until an explicit `idle` (no offer lists it, a ' +
+      'heartbeat or a session end leaves it busy, billing starts no rental on it)',
   },
   { name: 'location', type: 'text', nullable: true },
   { name: 'registered_at', type: 'timestamp', nullable: false, doc: 'RFC 3339 UTC' },
@@ -73,6 +81,7 @@ export interface ProviderJson {
   status: ProviderStatus;
   gpus: Gpu[];
   min_gpus_per_rental: number;
+  held: boolean;
   location: string | null;
   registered_at: string;
   last_seen_at: string;

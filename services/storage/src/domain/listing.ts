@@ -22,7 +22,8 @@ export interface ListRequest {
   bucket: string;
   prefix: string;
   recursive: boolean;
-  limit?: number;
+  /** At most this many entries (the page size). */
+  limit: number;
   /** List the entries after this key (a page's position). */
   startAfter?: string;
   /** Fetch each object's content type. */
@@ -63,7 +64,7 @@ function folderOf(prefix: string, startAfter: string | undefined): string | unde
 /** A listing page: the store's pages gathered until `limit` entries (or the end), in the store's order. */
 export async function listObjects(store: ObjectStore, req: ListRequest): Promise<Listing> {
   const entries: ObjectEntry[] = [];
-  const limit = req.limit ?? Number.POSITIVE_INFINITY;
+  const { limit } = req;
   const folder = req.recursive ? undefined : folderOf(req.prefix, req.startAfter);
   const startAfter = folder === undefined ? req.startAfter : `${folder}${PAST_EVERY_KEY}`;
   const folders = new Set<string>();
@@ -94,7 +95,7 @@ export async function listObjects(store: ObjectStore, req: ListRequest): Promise
     .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
     .map(({ entry }) => entry);
   const truncated = token !== undefined || sorted.length > limit;
-  const shown = Number.isFinite(limit) ? sorted.slice(0, limit) : sorted;
+  const shown = sorted.slice(0, limit);
   if (req.metadata) await withContentTypes(store, req.bucket, shown);
   return { entries: shown, next: truncated && shown.length > 0 ? shown[shown.length - 1]!.key : undefined };
 }

@@ -5,7 +5,7 @@
  * with the earlier `start_after` / `X-Next-Start-After` kept as deprecated
  * aliases: the cursor encodes the same start-after key.
  */
-import { callerOf, invalidCursor, MAX_CURSOR_LENGTH, setNextPage, zBool } from '@gpu/common';
+import { callerOf, invalidCursor, pageQuery, setNextPage, zBool } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { StorageContext } from '../domain/context.ts';
@@ -18,15 +18,7 @@ const NEXT_START_AFTER_HEADER = 'x-next-start-after';
 export const listQuery = z.object({
   prefix: z.string().default('').describe('only keys that start with this'),
   recursive: zBool().default(true).describe('false lists one level: common prefixes come back as entries'),
-  limit: z.coerce.number().int().min(1).max(100_000).optional().describe('at most this many entries'),
-  cursor: z
-    .string()
-    .max(MAX_CURSOR_LENGTH)
-    .optional()
-    .describe(
-      'where the page starts: the X-Next-Cursor header of the previous page (in a one-level listing, a page ' +
-        'that ended on a folder continues after the whole folder)',
-    ),
+  ...pageQuery,
   start_after: z
     .string()
     .optional()

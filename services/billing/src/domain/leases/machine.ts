@@ -1,7 +1,8 @@
 /**
  * What a machine can give a lease, from the provider registry's record of it (when billing has a registry): its GPUs,
  * each addressed by its index in the record's `gpus` list, grouped by model key. The machine must be up (`idle`, or
- * `busy` as the registry may still show a machine whose session just ended: billing's own leases decide what is free).
+ * `busy` as the registry may still show a machine whose session just ended: billing's own leases decide what is free)
+ * and not held off the market by its owner (`held`).
  * A lease is priced from the record (the GPUs' model as the driver prints it, their VRAM and power), never from what
  * the renter declares.
  */
@@ -32,10 +33,13 @@ export interface IndexedGpu {
 /** The statuses in which a machine can take a lease (the leases decide how much of it is free). */
 const RENTABLE = new Set(['idle', 'busy']);
 
-/** Refuses a machine that cannot be leased now (offline, in maintenance, in error). */
+/** Refuses a machine that cannot be leased now (offline, in maintenance, in error, or held off the market). */
 export function assertRentable(machine: ProviderRecord): void {
   if (!RENTABLE.has(machine.status)) {
     throw billingErrors.providerNotAvailable(machine.id, `is ${machine.status}, not idle`, machine.status);
+  }
+  if (machine.held) {
+    throw billingErrors.providerNotAvailable(machine.id, 'is held off the market by its owner', machine.status);
   }
 }
 

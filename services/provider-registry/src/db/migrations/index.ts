@@ -10,6 +10,7 @@ import * as reliability from './20250107000000_reliability.ts';
 import * as offers from './20250108000000_offers.ts';
 import * as gpuLeases from './20250109000000_gpu_leases.ts';
 import * as providerLiveness from './20250110000000_provider_liveness.ts';
+import * as ownerHold from './20250111000000_owner_hold.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -22,4 +23,5 @@ export const migrations: Record<string, Migration> = {
   '20250108000000_offers': offers,
   '20250109000000_gpu_leases': gpuLeases,
   '20250110000000_provider_liveness': providerLiveness,
+  '20250111000000_owner_hold': ownerHold,
 };
