@@ -552,10 +552,12 @@ export interface components {
             signature: string;
         };
         BillingRecord: {
+            /** Format: int64 */
             billed_minutes: number;
             created_at: string;
             end_reason: string | null;
             ended_at: string;
+            /** Format: int64 */
             gpu_count: number;
             gpu_model: string;
             /** Format: uuid */
@@ -585,6 +587,7 @@ export interface components {
         /** @description Billing records, newest end first; `X-Next-Cursor` names the next page */
         BillingRecordList: components["schemas"]["BillingRecord"][];
         ChainBalance: {
+            /** Format: int64 */
             decimals: number;
             mint: string;
             solana_address: string;
@@ -598,16 +601,26 @@ export interface components {
             /** @description the renter's available balance: null once ended, and for the provider side */
             available_balance: string | null;
             billed_cost: string;
-            /** @description minutes billed by usage updates and the biller */
+            /**
+             * Format: int64
+             * @description minutes billed by usage updates and the biller
+             */
             billed_minutes: number;
             /** @description what ending now would cost (the final cost once ended) */
             cost_so_far: string;
-            /** @description started minutes: what ending now bills */
+            /**
+             * Format: int64
+             * @description started minutes: what ending now bills
+             */
             elapsed_minutes: number;
+            /** Format: int64 */
             elapsed_seconds: number;
             /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
             end_reason: string | null;
-            /** @description what the hold left and (for the renter) the available balance pay for, up to the spend cap */
+            /**
+             * Format: int64
+             * @description what the hold left and (for the renter) the available balance pay for, up to the spend cap
+             */
             estimated_remaining_minutes: number;
             grace_until: string | null;
             hold_amount: string;
@@ -634,6 +647,7 @@ export interface components {
         DepositInstructions: {
             /** @enum {string} */
             commitment: "processed" | "confirmed" | "finalized";
+            /** Format: int64 */
             decimals: number;
             mint: string;
             token_program: string;
@@ -713,7 +727,9 @@ export interface components {
             base_rate_per_gpu: string;
             demand_multiplier: string;
             duration_hours: string;
+            /** Format: int64 */
             estimated_power_w: number;
+            /** Format: int64 */
             gpu_count: number;
             /** @description normalised model name */
             gpu_model: string;
@@ -726,6 +742,7 @@ export interface components {
             rate_key: string;
             /** @enum {string} */
             rate_source: "platform" | "provider";
+            /** Format: int64 */
             requested_vram_mb: number;
             supply_factor: string;
             total_cost: string;
@@ -738,9 +755,15 @@ export interface components {
              * @default 1
              */
             duration_hours?: string | number;
-            /** @default 0 */
+            /**
+             * Format: int32
+             * @default 0
+             */
             estimated_power_w?: number;
-            /** @default 1 */
+            /**
+             * Format: int32
+             * @default 1
+             */
             gpu_count?: number;
             /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
             gpu_model: string;
@@ -750,6 +773,7 @@ export interface components {
              */
             provider_id?: string;
             /**
+             * Format: int32
              * @description VRAM in MB (1 GB = 1024 MB)
              * @default 0
              */
@@ -765,6 +789,7 @@ export interface components {
                 path: string;
             }[];
             request_id?: string;
+            /** Format: int64 */
             status: number;
             title: string;
             type: string;
@@ -837,13 +862,17 @@ export interface components {
             user_id: string;
         };
         ReservationRequest: {
-            /** @default 1 */
+            /**
+             * Format: int32
+             * @default 1
+             */
             gpu_count?: number;
             /** @description matched by model key (`H100` finds `NVIDIA H100 80GB HBM3`) */
             gpu_model: string;
             /** Format: uuid */
             provider_id: string;
             /**
+             * Format: int32
              * @description how long the GPUs are held unless a start takes them
              * @default 60
              */
@@ -857,11 +886,14 @@ export interface components {
         Session: {
             /** @description power draw of the latest usage update (W) */
             actual_power_w: string | null;
+            /** Format: int64 */
             billed_minutes: number;
             /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
             end_reason: string | null;
             ended_at: string | null;
+            /** Format: int64 */
             estimated_power_w: number;
+            /** Format: int64 */
             gpu_count: number;
             /** @description the machine's GPUs the session rents, by their index in the registry's record of the machine (what its daemon reports usage for); null: a session without a registry, or one that rented the whole machine */
             gpu_indices: number[] | null;
@@ -896,6 +928,7 @@ export interface components {
                 total_hourly_rate: string;
                 vram_hourly_rate: string;
             };
+            /** Format: int64 */
             requested_vram_mb: number;
             /** @description the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap */
             spend_cap: string | null;
@@ -924,6 +957,7 @@ export interface components {
         SessionStart: {
             /** @description available after the hold */
             available_balance: string;
+            /** Format: int64 */
             estimated_runtime_minutes: number;
             hold_amount: string;
             session: components["schemas"]["Session"];
@@ -931,9 +965,15 @@ export interface components {
         SessionStartRequest: {
             /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the spend per hour: the rate is frozen for the session */
             accepted_hourly_rate?: string;
-            /** @default 0 */
+            /**
+             * Format: int32
+             * @default 0
+             */
             estimated_power_w?: number;
-            /** @default 1 */
+            /**
+             * Format: int32
+             * @default 1
+             */
             gpu_count?: number;
             /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
             gpu_model: string;
@@ -943,6 +983,7 @@ export interface components {
             /** Format: uuid */
             provider_id: string;
             /**
+             * Format: int32
              * @description VRAM in MB (1 GB = 1024 MB)
              * @default 0
              */
@@ -958,7 +999,10 @@ export interface components {
             wallet_id: string;
         };
         StorageCharge: {
-            /** @description bytes the user stored, as the storage service measured them in the period */
+            /**
+             * Format: int64
+             * @description bytes the user stored, as the storage service measured them in the period
+             */
             bytes: number;
             /** @description what was taken from the wallet's available balance (at most all of it) */
             charged: string;
@@ -985,6 +1029,7 @@ export interface components {
         /** @description Storage charges, newest period first; `X-Next-Cursor` names the next page */
         StorageChargeList: components["schemas"]["StorageCharge"][];
         StorageUsageReport: {
+            /** Format: int64 */
             bytes: number;
             /**
              * Format: date-time
@@ -1032,11 +1077,15 @@ export interface components {
                 usage: components["schemas"]["UsageRecord"];
             } | {
                 problem: components["schemas"]["Problem"];
+                /** Format: int64 */
                 status: number;
             })[];
         };
         UsageRecord: {
-            /** @description the session's billed minutes after this update */
+            /**
+             * Format: int64
+             * @description the session's billed minutes after this update
+             */
             billed_minutes: number;
             /** @description cost billed by this update (full minutes since the previous billing) */
             cost: string;
@@ -1096,6 +1145,7 @@ export interface components {
         };
         WalletBalance: {
             available: string;
+            /** Format: int64 */
             decimals: number;
             /** @description held for running sessions */
             locked: string;
@@ -1117,6 +1167,7 @@ export interface components {
         /** @description A dependency refused the request (the `code` names it) */
         BadGateway: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1128,6 +1179,7 @@ export interface components {
         /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
         BadRequest: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1139,6 +1191,7 @@ export interface components {
         /** @description Already exists, or the state does not allow the action (the `code` says which) */
         Conflict: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1150,6 +1203,7 @@ export interface components {
         /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
         Forbidden: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1161,6 +1215,7 @@ export interface components {
         /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
         InternalServerError: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1172,6 +1227,7 @@ export interface components {
         /** @description Not found (the `code` names what) */
         NotFound: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1183,6 +1239,7 @@ export interface components {
         /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
         PayloadTooLarge: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1194,6 +1251,7 @@ export interface components {
         /** @description Not enough funds (`INSUFFICIENT_FUNDS`) */
         PaymentRequired: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1205,6 +1263,7 @@ export interface components {
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1217,6 +1276,7 @@ export interface components {
         /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
         Unauthorized: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1229,6 +1289,7 @@ export interface components {
         /** @description The request is well formed but cannot be processed (the `code` says why) */
         UnprocessableEntity: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1240,6 +1301,7 @@ export interface components {
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
         UnsupportedMediaType: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1252,6 +1314,8 @@ export interface components {
     parameters: never;
     requestBodies: never;
     headers: {
+        /** @description CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent without an `Origin` */
+        "Access-Control-Allow-Origin": string;
         /** @description `true` when this is the stored answer of an earlier request with the same `Idempotency-Key` */
         "Idempotent-Replayed": string;
         /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
@@ -1285,6 +1349,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1317,6 +1382,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1361,6 +1427,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1394,6 +1461,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1427,6 +1495,7 @@ export interface operations {
             /** @description freed */
             204: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1462,6 +1531,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1498,6 +1568,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1515,6 +1586,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1552,6 +1624,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1585,6 +1658,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1596,6 +1670,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1633,6 +1708,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1644,6 +1720,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1679,6 +1756,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1708,6 +1786,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1736,6 +1815,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1766,6 +1846,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1793,6 +1874,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1831,6 +1913,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1843,6 +1926,7 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1860,6 +1944,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1891,6 +1976,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1926,6 +2012,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1960,6 +2047,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1992,6 +2080,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2026,6 +2115,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2060,6 +2150,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2091,6 +2182,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2126,6 +2218,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2161,6 +2254,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2192,6 +2286,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2231,6 +2326,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2247,6 +2343,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2291,6 +2388,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -2331,6 +2429,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2343,6 +2442,7 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2360,6 +2460,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2388,6 +2489,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2400,6 +2502,7 @@ export interface operations {
             /** @description Service Unavailable */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
