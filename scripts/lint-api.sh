@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `pnpm lint:api`: the four services' committed OpenAPI documents (each equal to what its service serves: the services'
 # openapi-document tests) under two linters nobody here wrote: Redocly's recommended rules (redocly.yaml) and
-# Spectral's `spectral:oas` (.spectral.yaml). Any error fails; warnings are counted by rule and printed.
+# Spectral's `spectral:oas` with the OWASP API Security ruleset (@stoplight/spectral-owasp-ruleset; .spectral.yaml,
+# where every rule switched off or narrowed says why). Any error fails; warnings are counted by rule and printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in

@@ -24,7 +24,11 @@ const documents = SERVICES.map(
 describe.each(documents)('the OpenAPI document of %s', (_service, doc) => {
   it("names the gateway as its one server, the origin callers use, not the service's own port", () => {
     expect(doc.servers).toEqual([
-      { url: 'http://127.0.0.1:8080', description: expect.stringMatching(/gateway/) as unknown as string },
+      {
+        url: 'http://127.0.0.1:8080',
+        description: expect.stringMatching(/gateway on a local machine/) as unknown as string,
+        'x-internal': false,
+      },
     ]);
   });
 });

@@ -25,6 +25,9 @@ export function durationMs(input: string): number {
 
 /** Zod schema for a duration string such as "30s" or "1h30m". */
 export const zDuration = () =>
-  z.string().refine((s) => parseDuration(s) !== undefined, {
-    message: 'expected a duration such as "30s", "15m" or "1h30m"',
-  });
+  z
+    .string()
+    .max(64)
+    .refine((s) => parseDuration(s) !== undefined, {
+      message: 'expected a duration such as "30s", "15m" or "1h30m"',
+    });

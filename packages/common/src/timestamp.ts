@@ -29,6 +29,8 @@ export function isTimestampInRange(value: string): boolean {
 export const zTimestamp = () =>
   z.iso
     .datetime({ offset: true })
+    // `2026-03-01T10:00:00.123456789+02:00` is 35 characters; the format alone would take any number of decimals.
+    .max(64)
     .refine(isTimestampInRange, {
       message: `must be an RFC 3339 date-time from ${EARLIEST_TIMESTAMP} up to (not including) ${TIMESTAMP_LIMIT}`,
       // Not a date-time at all: the format's own message says so, once.

@@ -124,12 +124,23 @@ describe('a service document', () => {
     expect(unauthorized.content).toEqual({
       'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } },
     });
-    expect(Object.keys(unauthorized.headers)).toEqual(['X-Request-ID', 'X-Correlation-ID', 'WWW-Authenticate']);
+    expect(Object.keys(unauthorized.headers)).toEqual([
+      'Access-Control-Allow-Origin',
+      'X-Request-ID',
+      'X-Correlation-ID',
+      'WWW-Authenticate',
+    ]);
   });
 
   it('declares every answer header from the one table, a route adding its own', () => {
     const ok = doc.paths['/things'].get.responses['200'];
-    expect(Object.keys(ok.headers)).toEqual(['X-Request-ID', 'X-Correlation-ID', 'X-Next-Cursor', 'Link']);
+    expect(Object.keys(ok.headers)).toEqual([
+      'Access-Control-Allow-Origin',
+      'X-Request-ID',
+      'X-Correlation-ID',
+      'X-Next-Cursor',
+      'Link',
+    ]);
     expect(ok.headers.Link).toEqual({ $ref: '#/components/headers/Link' });
     expect(doc.components.headers.Link.description).toMatch(/rel="next"/);
   });

@@ -121,7 +121,15 @@ describe('GET /objects/{bucket}/list', () => {
   });
 
   it('answers bad query values with 400', async () => {
-    for (const q of ['?recursive=maybe', '?limit=0', '?limit=1001', '?limit=1e2', '?limit=abc', '?prefix=a/../b']) {
+    for (const q of [
+      '?recursive=maybe',
+      '?limit=0',
+      '?limit=1001',
+      '?limit=1e2',
+      '?limit=abc',
+      '?prefix=a/../b',
+      `?prefix=${'a'.repeat(1025)}`,
+    ]) {
       const res = await list(q);
       expect(res.statusCode, q).toBe(400);
       expect(res.json().code).toBe('VALIDATION_ERROR');

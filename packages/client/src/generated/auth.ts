@@ -332,7 +332,10 @@ export interface components {
             access_token: string;
             /** @description identifies this client to the account at later logins; keep it */
             device_token: string;
-            /** @description seconds until the access token expires */
+            /**
+             * Format: int64
+             * @description seconds until the access token expires
+             */
             expires_in: number;
             /** @description opaque; single use: each refresh returns a new one */
             refresh_token: string;
@@ -349,6 +352,7 @@ export interface components {
                 path: string;
             }[];
             request_id?: string;
+            /** Format: int64 */
             status: number;
             title: string;
             type: string;
@@ -384,7 +388,10 @@ export interface components {
         TokenPair: {
             /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
             access_token: string;
-            /** @description seconds until the access token expires */
+            /**
+             * Format: int64
+             * @description seconds until the access token expires
+             */
             expires_in: number;
             /** @description opaque; single use: each refresh returns a new one */
             refresh_token: string;
@@ -402,7 +409,10 @@ export interface components {
         TokenResponse: {
             /** @description JWT with iss, sub and client_id (the client), aud, exp, iat, jti, roles [role], and owner_id for a daemon */
             access_token: string;
-            /** @description seconds until the token expires; ask for a new one before then */
+            /**
+             * Format: int64
+             * @description seconds until the token expires; ask for a new one before then
+             */
             expires_in: number;
             /** @constant */
             token_type: "bearer";
@@ -423,6 +433,7 @@ export interface components {
         /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
         BadRequest: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -434,6 +445,7 @@ export interface components {
         /** @description Already exists, or the state does not allow the action (the `code` says which) */
         Conflict: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -445,6 +457,7 @@ export interface components {
         /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
         Forbidden: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -456,6 +469,7 @@ export interface components {
         /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
         InternalServerError: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -467,6 +481,7 @@ export interface components {
         /** @description Not found (the `code` names what) */
         NotFound: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -478,6 +493,7 @@ export interface components {
         /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
         PayloadTooLarge: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -489,6 +505,7 @@ export interface components {
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -501,6 +518,7 @@ export interface components {
         /** @description Too many attempts (`RATE_LIMITED`); `Retry-After` says when to try again */
         TooManyRequests: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -513,6 +531,7 @@ export interface components {
         /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
         Unauthorized: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -525,6 +544,7 @@ export interface components {
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
         UnsupportedMediaType: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -537,6 +557,8 @@ export interface components {
     parameters: never;
     requestBodies: never;
     headers: {
+        /** @description CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent without an `Origin` */
+        "Access-Control-Allow-Origin": string;
         /** @description How the answer may be cached (`no-store`: not at all, for secrets, tokens and presigned URLs) */
         "Cache-Control": string;
         /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
@@ -570,6 +592,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -595,6 +618,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -613,7 +637,8 @@ export interface operations {
             query?: {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                include_revoked?: string;
+                /** @description true lists revoked clients too */
+                include_revoked?: boolean;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
             };
@@ -626,6 +651,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -659,6 +685,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -693,6 +720,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -723,6 +751,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -757,6 +786,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -793,6 +823,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -826,6 +857,7 @@ export interface operations {
             /** @description session revoked */
             204: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -851,6 +883,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -881,6 +914,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -914,6 +948,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -949,6 +984,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     Pragma: components["headers"]["Pragma"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -986,6 +1022,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1017,6 +1054,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1029,6 +1067,7 @@ export interface operations {
             /** @description Service Unavailable */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;

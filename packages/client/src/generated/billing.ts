@@ -572,10 +572,12 @@ export interface components {
             signature: string;
         };
         BillingRecord: {
+            /** Format: int64 */
             billed_minutes: number;
             created_at: string;
             end_reason: string | null;
             ended_at: string;
+            /** Format: int64 */
             gpu_count: number;
             gpu_model: string;
             /** Format: uuid */
@@ -605,6 +607,7 @@ export interface components {
         /** @description Billing records, newest end first; `X-Next-Cursor` names the next page */
         BillingRecordList: components["schemas"]["BillingRecord"][];
         ChainBalance: {
+            /** Format: int64 */
             decimals: number;
             mint: string;
             solana_address: string;
@@ -618,16 +621,26 @@ export interface components {
             /** @description the renter's available balance: null once ended, and for the provider side */
             available_balance: string | null;
             billed_cost: string;
-            /** @description minutes billed by usage updates and the biller */
+            /**
+             * Format: int64
+             * @description minutes billed by usage updates and the biller
+             */
             billed_minutes: number;
             /** @description what ending now would cost (the final cost once ended) */
             cost_so_far: string;
-            /** @description started minutes: what ending now bills */
+            /**
+             * Format: int64
+             * @description started minutes: what ending now bills
+             */
             elapsed_minutes: number;
+            /** Format: int64 */
             elapsed_seconds: number;
             /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
             end_reason: string | null;
-            /** @description what the hold left and (for the renter) the available balance pay for, up to the spend cap */
+            /**
+             * Format: int64
+             * @description what the hold left and (for the renter) the available balance pay for, up to the spend cap
+             */
             estimated_remaining_minutes: number;
             grace_until: string | null;
             hold_amount: string;
@@ -656,6 +669,7 @@ export interface components {
         DepositInstructions: {
             /** @enum {string} */
             commitment: "processed" | "confirmed" | "finalized";
+            /** Format: int64 */
             decimals: number;
             mint: string;
             token_program: string;
@@ -735,7 +749,9 @@ export interface components {
             base_rate_per_gpu: string;
             demand_multiplier: string;
             duration_hours: string;
+            /** Format: int64 */
             estimated_power_w: number;
+            /** Format: int64 */
             gpu_count: number;
             /** @description normalised model name */
             gpu_model: string;
@@ -748,6 +764,7 @@ export interface components {
             rate_key: string;
             /** @enum {string} */
             rate_source: "platform" | "provider";
+            /** Format: int64 */
             requested_vram_mb: number;
             supply_factor: string;
             total_cost: string;
@@ -760,9 +777,15 @@ export interface components {
              * @default 1
              */
             duration_hours?: string | number;
-            /** @default 0 */
+            /**
+             * Format: int32
+             * @default 0
+             */
             estimated_power_w?: number;
-            /** @default 1 */
+            /**
+             * Format: int32
+             * @default 1
+             */
             gpu_count?: number;
             /** @description e.g. "NVIDIA GeForce RTX 4090"; unknown models use `default` */
             gpu_model: string;
@@ -772,6 +795,7 @@ export interface components {
              */
             provider_id?: string;
             /**
+             * Format: int32
              * @description VRAM in MB (1 GB = 1024 MB)
              * @default 0
              */
@@ -787,6 +811,7 @@ export interface components {
                 path: string;
             }[];
             request_id?: string;
+            /** Format: int64 */
             status: number;
             title: string;
             type: string;
@@ -859,13 +884,17 @@ export interface components {
             user_id: string;
         };
         ReservationRequest: {
-            /** @default 1 */
+            /**
+             * Format: int32
+             * @default 1
+             */
             gpu_count?: number;
             /** @description matched by model key (`H100` finds `NVIDIA H100 80GB HBM3`) */
             gpu_model: string;
             /** Format: uuid */
             provider_id: string;
             /**
+             * Format: int32
              * @description how long the GPUs are held unless a start takes them
              * @default 60
              */
@@ -879,11 +908,14 @@ export interface components {
         Session: {
             /** @description power draw of the latest usage update (W) */
             actual_power_w: string | null;
+            /** Format: int64 */
             billed_minutes: number;
             /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
             end_reason: string | null;
             ended_at: string | null;
+            /** Format: int64 */
             estimated_power_w: number;
+            /** Format: int64 */
             gpu_count: number;
             /** @description the machine's GPUs the session rents, by their index in the registry's record of the machine (what its daemon reports usage for); null: a session without a registry, or one that rented the whole machine */
             gpu_indices: number[] | null;
@@ -918,6 +950,7 @@ export interface components {
                 total_hourly_rate: string;
                 vram_hourly_rate: string;
             };
+            /** Format: int64 */
             requested_vram_mb: number;
             /** @description the most the session may cost in all; it ends (`spend_cap`) once its cost reaches it; null: no cap */
             spend_cap: string | null;
@@ -964,6 +997,7 @@ export interface components {
         SessionStart: {
             /** @description available after the hold */
             available_balance: string;
+            /** Format: int64 */
             estimated_runtime_minutes: number;
             hold_amount: string;
             session: components["schemas"]["Session"];
@@ -971,9 +1005,15 @@ export interface components {
         SessionStartRequest: {
             /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the spend per hour: the rate is frozen for the session */
             accepted_hourly_rate?: string;
-            /** @default 0 */
+            /**
+             * Format: int32
+             * @default 0
+             */
             estimated_power_w?: number;
-            /** @default 1 */
+            /**
+             * Format: int32
+             * @default 1
+             */
             gpu_count?: number;
             /** @description the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine's GPUs are all of one model or a reservation names the GPUs (400 GPU_MODEL_REQUIRED otherwise) */
             gpu_model?: string;
@@ -984,6 +1024,7 @@ export interface components {
             /** Format: uuid */
             provider_id: string;
             /**
+             * Format: int32
              * @description VRAM in MB (1 GB = 1024 MB)
              * @default 0
              */
@@ -1004,7 +1045,10 @@ export interface components {
             wallet_id: string;
         };
         StorageCharge: {
-            /** @description bytes the user stored, as the storage service measured them in the period */
+            /**
+             * Format: int64
+             * @description bytes the user stored, as the storage service measured them in the period
+             */
             bytes: number;
             /** @description what was taken from the wallet's available balance (at most all of it) */
             charged: string;
@@ -1031,6 +1075,7 @@ export interface components {
         /** @description Storage charges, newest period first; `X-Next-Cursor` names the next page */
         StorageChargeList: components["schemas"]["StorageCharge"][];
         StorageUsageReport: {
+            /** Format: int64 */
             bytes: number;
             /**
              * Format: date-time
@@ -1078,11 +1123,15 @@ export interface components {
                 usage: components["schemas"]["UsageRecord"];
             } | {
                 problem: components["schemas"]["Problem"];
+                /** Format: int64 */
                 status: number;
             })[];
         };
         UsageRecord: {
-            /** @description the session's billed minutes after this update */
+            /**
+             * Format: int64
+             * @description the session's billed minutes after this update
+             */
             billed_minutes: number;
             /** @description cost billed by this update (full minutes since the previous billing) */
             cost: string;
@@ -1142,6 +1191,7 @@ export interface components {
         };
         WalletBalance: {
             available: string;
+            /** Format: int64 */
             decimals: number;
             /** @description held for running sessions */
             locked: string;
@@ -1163,6 +1213,7 @@ export interface components {
         /** @description A dependency refused the request (the `code` names it) */
         BadGateway: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1174,6 +1225,7 @@ export interface components {
         /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
         BadRequest: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1185,6 +1237,7 @@ export interface components {
         /** @description Already exists, or the state does not allow the action (the `code` says which) */
         Conflict: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1196,6 +1249,7 @@ export interface components {
         /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
         Forbidden: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1207,6 +1261,7 @@ export interface components {
         /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
         InternalServerError: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1218,6 +1273,7 @@ export interface components {
         /** @description Not found (the `code` names what) */
         NotFound: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1229,6 +1285,7 @@ export interface components {
         /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
         PayloadTooLarge: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1240,6 +1297,7 @@ export interface components {
         /** @description Not enough funds (`INSUFFICIENT_FUNDS`) */
         PaymentRequired: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1251,6 +1309,7 @@ export interface components {
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1263,6 +1322,7 @@ export interface components {
         /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
         Unauthorized: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1275,6 +1335,7 @@ export interface components {
         /** @description The request is well formed but cannot be processed (the `code` says why) */
         UnprocessableEntity: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1286,6 +1347,7 @@ export interface components {
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
         UnsupportedMediaType: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -1298,6 +1360,8 @@ export interface components {
     parameters: never;
     requestBodies: never;
     headers: {
+        /** @description CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent without an `Origin` */
+        "Access-Control-Allow-Origin": string;
         /** @description `true` when this is the stored answer of an earlier request with the same `Idempotency-Key` */
         "Idempotent-Replayed": string;
         /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
@@ -1331,6 +1395,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1363,6 +1428,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1401,6 +1467,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1445,6 +1512,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1478,6 +1546,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1511,6 +1580,7 @@ export interface operations {
             /** @description freed */
             204: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1546,6 +1616,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1582,6 +1653,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1599,6 +1671,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1636,6 +1709,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1669,6 +1743,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1680,6 +1755,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1717,6 +1793,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1728,6 +1805,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1763,6 +1841,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1792,6 +1871,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1820,6 +1900,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1850,6 +1931,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1877,6 +1959,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1915,6 +1998,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1927,6 +2011,7 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1944,6 +2029,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1975,6 +2061,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2010,6 +2097,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2044,6 +2132,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2076,6 +2165,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2110,6 +2200,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2144,6 +2235,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2175,6 +2267,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2210,6 +2303,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2245,6 +2339,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2276,6 +2371,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2315,6 +2411,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2331,6 +2428,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2375,6 +2473,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -2415,6 +2514,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2427,6 +2527,7 @@ export interface operations {
             /** @description Accepted */
             202: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2444,6 +2545,7 @@ export interface operations {
             /** @description Already exists, or the state does not allow the action (the `code` says which) */
             409: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -2472,6 +2574,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -2484,6 +2587,7 @@ export interface operations {
             /** @description Service Unavailable */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;

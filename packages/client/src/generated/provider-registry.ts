@@ -242,7 +242,10 @@ export interface components {
             utilization_gpu: number | null;
             /** @description memory utilization, 0-100 percent */
             utilization_mem: number | null;
-            /** @description video memory in MB */
+            /**
+             * Format: int64
+             * @description video memory in MB
+             */
             vram: number;
         };
         Health: {
@@ -264,16 +267,31 @@ export interface components {
         HeartbeatRequest: {
             /** @default [] */
             gpu_metrics?: {
-                /** @description position of the GPU in the provider's `gpus` array */
+                /**
+                 * Format: int32
+                 * @description position of the GPU in the provider's `gpus` array
+                 */
                 index: number;
                 is_healthy?: boolean;
-                /** @description current power draw in watts */
+                /**
+                 * Format: int64
+                 * @description current power draw in watts
+                 */
                 power_draw?: number;
-                /** @description Celsius (uint8) */
+                /**
+                 * Format: int32
+                 * @description Celsius (uint8)
+                 */
                 temperature?: number;
-                /** @description core utilization, 0-100 percent */
+                /**
+                 * Format: int32
+                 * @description core utilization, 0-100 percent
+                 */
                 utilization_gpu?: number;
-                /** @description memory utilization, 0-100 percent */
+                /**
+                 * Format: int32
+                 * @description memory utilization, 0-100 percent
+                 */
                 utilization_mem?: number;
             }[];
         } | null;
@@ -283,13 +301,22 @@ export interface components {
             /** @description CUDA compute capability */
             compute_capability: string | null;
             driver_version: string;
-            /** @description healthy GPUs of the group that no running session holds (listed only while the machine is idle and they are at least `min_gpus_per_rental`) */
+            /**
+             * Format: int64
+             * @description healthy GPUs of the group that no running session holds (listed only while the machine is idle and they are at least `min_gpus_per_rental`)
+             */
             free_gpus: number;
-            /** @description the machine's GPUs of this model key */
+            /**
+             * Format: int64
+             * @description the machine's GPUs of this model key
+             */
             gpu_count: number;
             /** @description as the driver names the group's first GPU */
             gpu_model: string;
-            /** @description the smallest group of GPUs a rental may take on the machine (its owner's setting) */
+            /**
+             * Format: int64
+             * @description the smallest group of GPUs a rental may take on the machine (its owner's setting)
+             */
             min_gpus_per_rental: number;
             /** @description billing's model key: what prices the group, and what a rental of it takes */
             model_key: string;
@@ -308,11 +335,16 @@ export interface components {
                 observed_hours_30d: number;
                 /** @description uptime × session success, 1 while unobserved */
                 score: number;
+                /** Format: int64 */
                 sessions_ended: number;
+                /** Format: int64 */
                 sessions_failed: number;
                 uptime_30d: number | null;
             };
-            /** @description the smallest VRAM of its healthy GPUs */
+            /**
+             * Format: int64
+             * @description the smallest VRAM of its healthy GPUs
+             */
             vram_mb: number;
         };
         OfferList: components["schemas"]["Offer"][];
@@ -358,6 +390,7 @@ export interface components {
                 path: string;
             }[];
             request_id?: string;
+            /** Format: int64 */
             status: number;
             title: string;
             type: string;
@@ -379,7 +412,10 @@ export interface components {
             metadata: {
                 [key: string]: unknown;
             };
-            /** @description the smallest group of GPUs a rental may take on the machine (1-64) */
+            /**
+             * Format: int64
+             * @description the smallest group of GPUs a rental may take on the machine (1-64)
+             */
             min_gpus_per_rental: number;
             name: string;
             owner_id: string;
@@ -439,7 +475,10 @@ export interface components {
                 utilization_gpu?: number | null;
                 /** @description memory utilization, 0-100 percent */
                 utilization_mem?: number | null;
-                /** @description video memory in MB */
+                /**
+                 * Format: int64
+                 * @description video memory in MB
+                 */
                 vram: number;
             }[];
             hostname?: string | null;
@@ -450,7 +489,10 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
-            /** @description the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market */
+            /**
+             * Format: int32
+             * @description the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market
+             */
             min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
             name: string;
@@ -472,9 +514,15 @@ export interface components {
             score: number;
             /** @description (sessions_ended - sessions_failed) / sessions_ended; null without an ended session */
             session_success: number | null;
-            /** @description rental sessions that ended on the machine */
+            /**
+             * Format: int64
+             * @description rental sessions that ended on the machine
+             */
             sessions_ended: number;
-            /** @description those that ended by its fault: it went offline, into error or maintenance, or was removed */
+            /**
+             * Format: int64
+             * @description those that ended by its fault: it went offline, into error or maintenance, or was removed
+             */
             sessions_failed: number;
             /** @description time up (idle, busy) over time up and down (offline, error) in the last 30 days; maintenance is neither */
             uptime_30d: number | null;
@@ -549,7 +597,10 @@ export interface components {
                 utilization_gpu?: number | null;
                 /** @description memory utilization, 0-100 percent */
                 utilization_mem?: number | null;
-                /** @description video memory in MB */
+                /**
+                 * Format: int64
+                 * @description video memory in MB
+                 */
                 vram: number;
             }[];
             /** @description read-only: ignored (`status` busy holds the machine, idle releases it) */
@@ -566,7 +617,10 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
-            /** @description the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market */
+            /**
+             * Format: int32
+             * @description the smallest group of GPUs a rental may take on the machine (1 on registration when absent; a full update without it keeps the stored one); a machine whose GPU groups all have fewer free GPUs is off the market
+             */
             min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
             name: string;
@@ -592,6 +646,7 @@ export interface components {
         /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
         BadRequest: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -603,6 +658,7 @@ export interface components {
         /** @description Already exists, or the state does not allow the action (the `code` says which) */
         Conflict: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -614,6 +670,7 @@ export interface components {
         /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
         Forbidden: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -625,6 +682,7 @@ export interface components {
         /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
         InternalServerError: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -636,6 +694,7 @@ export interface components {
         /** @description Not found (the `code` names what) */
         NotFound: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -647,6 +706,7 @@ export interface components {
         /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
         PayloadTooLarge: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -658,6 +718,7 @@ export interface components {
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -670,6 +731,7 @@ export interface components {
         /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
         Unauthorized: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -682,6 +744,7 @@ export interface components {
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
         UnsupportedMediaType: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -694,6 +757,8 @@ export interface components {
     parameters: never;
     requestBodies: never;
     headers: {
+        /** @description CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent without an `Origin` */
+        "Access-Control-Allow-Origin": string;
         /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
         Link: string;
         /** @description The URL the answer points to: the resource created, or the target of a redirect */
@@ -725,6 +790,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -737,6 +803,7 @@ export interface operations {
             /** @description Service Unavailable */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -784,6 +851,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -817,6 +885,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -865,6 +934,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -898,6 +968,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Location: components["headers"]["Location"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -932,6 +1003,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -967,6 +1039,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1001,6 +1074,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1036,6 +1110,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1073,6 +1148,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1105,6 +1181,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1142,6 +1219,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1183,6 +1261,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1218,6 +1297,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;

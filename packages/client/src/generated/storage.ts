@@ -188,7 +188,10 @@ export interface components {
             key: string;
             /** @description RFC 3339 UTC; null for a common prefix */
             last_modified: string | null;
-            /** @description bytes */
+            /**
+             * Format: int64
+             * @description bytes
+             */
             size: number;
         };
         /** @description Objects and common prefixes, sorted by key */
@@ -221,6 +224,7 @@ export interface components {
                 path: string;
             }[];
             request_id?: string;
+            /** Format: int64 */
             status: number;
             title: string;
             type: string;
@@ -232,6 +236,7 @@ export interface components {
         /** @description A dependency refused the request (the `code` names it) */
         BadGateway: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -243,6 +248,7 @@ export interface components {
         /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
         BadRequest: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -254,6 +260,7 @@ export interface components {
         /** @description Authenticated, but the caller's role or ownership does not allow it (`ROLE_REQUIRED` or the resource's own code) */
         Forbidden: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -265,6 +272,7 @@ export interface components {
         /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
         InternalServerError: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -276,6 +284,7 @@ export interface components {
         /** @description Not found (the `code` names what) */
         NotFound: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -287,6 +296,7 @@ export interface components {
         /** @description The body is larger than the route accepts (`PAYLOAD_TOO_LARGE`) */
         PayloadTooLarge: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -298,6 +308,7 @@ export interface components {
         /** @description The asked range lies outside the object (`RANGE_NOT_SATISFIABLE`) */
         RangeNotSatisfiable: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -309,6 +320,7 @@ export interface components {
         /** @description The client sent nothing for too long (`CLIENT_TIMEOUT`) */
         RequestTimeout: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -320,6 +332,7 @@ export interface components {
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -332,6 +345,7 @@ export interface components {
         /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
         Unauthorized: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -344,6 +358,7 @@ export interface components {
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
         UnsupportedMediaType: {
             headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                 "X-Request-ID": components["headers"]["X-Request-ID"];
                 [name: string]: unknown;
@@ -358,6 +373,8 @@ export interface components {
     headers: {
         /** @description `bytes`: ranges may be asked for */
         "Accept-Ranges": string;
+        /** @description CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent without an `Origin` */
+        "Access-Control-Allow-Origin": string;
         /** @description How the answer may be cached (`no-store`: not at all, for secrets, tokens and presigned URLs) */
         "Cache-Control": string;
         /** @description Bytes in the body */
@@ -396,7 +413,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
             };
             cookie?: never;
@@ -406,6 +423,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -441,6 +459,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -453,6 +472,7 @@ export interface operations {
             /** @description Service Unavailable */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -471,7 +491,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
                 /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
                 objectKey: string;
@@ -484,6 +504,7 @@ export interface operations {
             200: {
                 headers: {
                     "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Content-Length": components["headers"]["Content-Length"];
                     "Content-Type": components["headers"]["Content-Type"];
                     ETag: components["headers"]["ETag"];
@@ -500,6 +521,7 @@ export interface operations {
             206: {
                 headers: {
                     "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Content-Length": components["headers"]["Content-Length"];
                     "Content-Range": components["headers"]["Content-Range"];
                     "Content-Type": components["headers"]["Content-Type"];
@@ -516,6 +538,7 @@ export interface operations {
             /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
             304: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     ETag: components["headers"]["ETag"];
                     "Last-Modified": components["headers"]["Last-Modified"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -527,6 +550,7 @@ export interface operations {
             /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
             307: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     Location: components["headers"]["Location"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -557,7 +581,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
                 /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
                 objectKey: string;
@@ -574,6 +598,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -606,7 +631,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
                 /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
                 objectKey: string;
@@ -618,6 +643,7 @@ export interface operations {
             /** @description deleted */
             204: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -644,7 +670,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
                 /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
                 objectKey: string;
@@ -657,6 +683,7 @@ export interface operations {
             200: {
                 headers: {
                     "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Content-Length": components["headers"]["Content-Length"];
                     "Content-Type": components["headers"]["Content-Type"];
                     ETag: components["headers"]["ETag"];
@@ -670,6 +697,7 @@ export interface operations {
             /** @description not modified, as GET */
             304: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     ETag: components["headers"]["ETag"];
                     "Last-Modified": components["headers"]["Last-Modified"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -681,6 +709,7 @@ export interface operations {
             /** @description bad bucket name or key */
             400: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -690,6 +719,7 @@ export interface operations {
             /** @description no valid access token */
             401: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -700,6 +730,7 @@ export interface operations {
             /** @description someone else's bucket or folder */
             403: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -709,6 +740,7 @@ export interface operations {
             /** @description missing bucket or object */
             404: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -718,6 +750,7 @@ export interface operations {
             /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
             500: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -727,6 +760,7 @@ export interface operations {
             /** @description the object store refused the request */
             502: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -736,6 +770,7 @@ export interface operations {
             /** @description the object store cannot be reached, or the request timed out */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -763,7 +798,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
             };
             cookie?: never;
@@ -773,6 +808,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -818,6 +854,7 @@ export interface operations {
             200: {
                 headers: {
                     "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Content-Length": components["headers"]["Content-Length"];
                     "Content-Type": components["headers"]["Content-Type"];
                     ETag: components["headers"]["ETag"];
@@ -834,6 +871,7 @@ export interface operations {
             206: {
                 headers: {
                     "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Content-Length": components["headers"]["Content-Length"];
                     "Content-Range": components["headers"]["Content-Range"];
                     "Content-Type": components["headers"]["Content-Type"];
@@ -850,6 +888,7 @@ export interface operations {
             /** @description not modified (If-None-Match / If-Modified-Since); ETag and Last-Modified only */
             304: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     ETag: components["headers"]["ETag"];
                     "Last-Modified": components["headers"]["Last-Modified"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -861,6 +900,7 @@ export interface operations {
             /** @description redirect=true: `Location` is a presigned GET URL of the object at the object store, valid 5 minutes (`Cache-Control: no-store`); follow it for the bytes (Range and conditions apply there as here) */
             307: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Cache-Control": components["headers"]["Cache-Control"];
                     Location: components["headers"]["Location"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -906,6 +946,7 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -948,6 +989,7 @@ export interface operations {
             /** @description deleted */
             204: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -985,6 +1027,7 @@ export interface operations {
             200: {
                 headers: {
                     "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Content-Length": components["headers"]["Content-Length"];
                     "Content-Type": components["headers"]["Content-Type"];
                     ETag: components["headers"]["ETag"];
@@ -998,6 +1041,7 @@ export interface operations {
             /** @description not modified, as GET */
             304: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     ETag: components["headers"]["ETag"];
                     "Last-Modified": components["headers"]["Last-Modified"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -1009,6 +1053,7 @@ export interface operations {
             /** @description bad bucket name or key */
             400: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1018,6 +1063,7 @@ export interface operations {
             /** @description no valid access token */
             401: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1028,6 +1074,7 @@ export interface operations {
             /** @description someone else's bucket or folder */
             403: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1037,6 +1084,7 @@ export interface operations {
             /** @description missing bucket or object */
             404: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1046,6 +1094,7 @@ export interface operations {
             /** @description An unexpected error (`INTERNAL_ERROR`); the body carries no internals, the log has them under `request_id` */
             500: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1055,6 +1104,7 @@ export interface operations {
             /** @description the object store refused the request */
             502: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1064,6 +1114,7 @@ export interface operations {
             /** @description the object store cannot be reached, or the request timed out */
             503: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "Retry-After": components["headers"]["Retry-After"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
@@ -1098,6 +1149,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
@@ -1129,7 +1181,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description bucket name (S3 naming rules) */
+                /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
                 /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
                 objectKey: string;
@@ -1145,6 +1197,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -1187,6 +1240,7 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;

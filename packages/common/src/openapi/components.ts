@@ -28,6 +28,12 @@ export const HEADERS = {
   },
   'WWW-Authenticate': { description: '`Bearer`, with the reason a token was refused', schema: text, required: true },
   'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } },
+  'Access-Control-Allow-Origin': {
+    description:
+      "CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent " +
+      'without an `Origin`',
+    schema: text,
+  },
   'X-Next-Cursor': {
     description: "The next page's cursor (pass it as `cursor`); absent on the last page",
     schema: text,
@@ -61,7 +67,11 @@ export const HEADERS = {
 export type HeaderName = keyof typeof HEADERS;
 
 /** Headers on every response. */
-export const COMMON_HEADERS: readonly HeaderName[] = ['X-Request-ID', 'X-Correlation-ID'];
+export const COMMON_HEADERS: readonly HeaderName[] = [
+  'Access-Control-Allow-Origin',
+  'X-Request-ID',
+  'X-Correlation-ID',
+];
 
 /** Headers a problem of this status always declares. */
 const PROBLEM_HEADERS: Partial<Record<number, HeaderName[]>> = {

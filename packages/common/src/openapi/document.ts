@@ -50,13 +50,46 @@ const GENERIC = new Set(['Default Response', 'RFC 9457 problem details (applicat
 export const GATEWAY_SERVER = {
   url: 'http://127.0.0.1:8080',
   description:
-    "the platform's gateway, the one origin of every public path (pnpm start and docker compose; in Kubernetes, " +
-    'your host name on port 443)',
+    "the platform's gateway on a local machine, the one origin of every public path (pnpm start and docker compose; " +
+    'in Kubernetes, your host name on port 443)',
+  // Meant for the platform's callers (OWASP API9: each server says its audience).
+  'x-internal': false,
 } as const;
 
 export interface DocumentOptions {
   /** The servers the document names (`GATEWAY_SERVER`). */
-  servers: { url: string; description: string }[];
+  servers: { url: string; description: string; 'x-internal'?: boolean }[];
+}
+
+const INT32 = { min: -(2 ** 31), max: 2 ** 31 - 1 };
+/** A UUID's text, the only text `format: uuid` (its pattern) admits. */
+const UUID_LENGTH = 36;
+
+/**
+ * States in every schema what its validation already enforces, in the words API linters read (OWASP API4): an
+ * integer's `format` (`int32` when its bounds fit, else `int64`: JSON's exact integers fit either), and a UUID's
+ * `maxLength` (its pattern admits exactly 36 characters).
+ */
+function statedBounds(node: unknown): void {
+  if (Array.isArray(node)) {
+    for (const item of node) statedBounds(item);
+    return;
+  }
+  if (!node || typeof node !== 'object') return;
+  const schema = node as Json;
+  const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+  if (types.includes('integer') && schema.format === undefined) {
+    const fits =
+      typeof schema.minimum === 'number' &&
+      typeof schema.maximum === 'number' &&
+      schema.minimum >= INT32.min &&
+      schema.maximum <= INT32.max;
+    schema.format = fits ? 'int32' : 'int64';
+  }
+  if (schema.format === 'uuid' && types.includes('string') && schema.maxLength === undefined) {
+    schema.maxLength = UUID_LENGTH;
+  }
+  for (const value of Object.values(schema)) statedBounds(value);
 }
 
 /** Whether a response is a problem: a body of the Problem schema, in any media type. */
@@ -216,5 +249,7 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       headers: Object.fromEntries([...headers].sort().map((h) => [h, HEADERS[h]])),
     },
   };
+  statedBounds(finished.paths);
+  statedBounds(finished.components);
   return renameRefs(finished, renames) as Json;
 }

@@ -54,7 +54,11 @@ export const docsPlugin = fp(
               type: 'http',
               scheme: 'bearer',
               bearerFormat: 'JWT',
-              description: 'An access token from the auth service (login, refresh or the client-credentials grant)',
+              description:
+                'An access token from the auth service (login, refresh or the client-credentials grant): a JWS ' +
+                'verified as RFC8725 (JSON Web Token Best Current Practices) asks: the algorithms pinned (never ' +
+                "`none`), the key from the auth service's JWKS by `kid` (or the shared secret of a single-process setup), " +
+                'and `iss`, `aud`, `exp` and `iat` checked',
             },
           },
         },

@@ -9,6 +9,7 @@ import {
   type RouteDocs,
   setNextPage,
   withRequestLogger,
+  zBool,
   zDuration,
 } from '@gpu/common';
 import { z } from 'zod';
@@ -137,7 +138,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
         summary: 'List clients (admins: all; providers: their daemons), oldest first',
         querystring: z.object({
           ...pageQuery,
-          include_revoked: z.stringbool().default(false),
+          include_revoked: zBool().default(false).describe('true lists revoked clients too'),
         }),
         response: { 200: clientListSchema, ...problems(400, 503) },
       },

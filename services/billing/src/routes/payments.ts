@@ -20,6 +20,7 @@ import {
 
 const signature = z
   .string()
+  .max(88)
   .regex(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/, 'must be a base58 transaction signature')
   .describe('signature of the on-chain token transfer to the treasury');
 

@@ -20,7 +20,7 @@ import { pricingInputShape, ratesSchema } from './session-schemas.ts';
 const DECIMAL = /^(0|[1-9]\d{0,9})(\.\d+)?$/;
 
 const durationHours = z
-  .union([z.string().regex(DECIMAL, 'must be a decimal like "1.5"'), z.number().finite()])
+  .union([z.string().max(64).regex(DECIMAL, 'must be a decimal like "1.5"'), z.number().finite()])
   .transform((v, ctx) => {
     const d = new Dec(v);
     if (d.lte(0) || d.gt(87_600)) {
@@ -35,7 +35,7 @@ const durationHours = z
 const RATE = /^(0|[1-9]\d{0,6})(\.\d{1,12})?$/;
 
 /** A rate in a provider's table: a decimal string with at most 12 decimals (no spaces, commas or exponents). */
-const rateString = z.string().regex(RATE, 'must be a decimal string like "0.45" (at most 12 decimals)');
+const rateString = z.string().max(20).regex(RATE, 'must be a decimal string like "0.45" (at most 12 decimals)');
 
 const providerRatesBody = z
   .object({

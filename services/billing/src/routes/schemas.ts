@@ -14,11 +14,14 @@ export const PAGE_DOCS: RouteDocs = { headers: { 200: PAGE_HEADERS } };
 
 export const amountString = z
   .string()
+  .max(64)
   .regex(/^(0|[1-9]\d{0,29})(\.\d+)?$/, 'must be a decimal string like "12.5"')
   .describe('token amount as a decimal string');
 
 export const solanaAddress = z
   .string()
+  // base58 of 32 bytes is at most 44 characters.
+  .max(44)
   .refine(isSolanaAddress, 'must be a base58 Solana address (32 bytes)')
   .describe('base58 Solana address');
 

@@ -51,6 +51,7 @@ const addressProofBody = z
   .object({
     signature: z
       .string()
+      .max(90)
       .regex(/^[1-9A-HJ-NP-Za-km-z]{64,90}$/, 'must be a base58 ed25519 signature (64 bytes)')
       .describe("base58 of the address key's ed25519 signature of the challenge message"),
   })

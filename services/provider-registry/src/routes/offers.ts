@@ -31,6 +31,7 @@ const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c,
 const uint = (max: number) =>
   z
     .string()
+    .max(16)
     .regex(/^\d{1,16}$/, 'expected an unsigned integer')
     .transform(Number)
     .pipe(z.number().int().min(0).max(max));
@@ -45,6 +46,7 @@ const version = (what: string) =>
 const offerQuerySchema = z.object({
   max_price: z
     .string()
+    .max(51)
     .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal')
     .optional()
     .describe('at most this price per GPU-hour (tokens)'),

@@ -109,9 +109,9 @@ const providerInputShape = {
   hostname: hostnameSchema,
   // `type` for the document: a union of formats says only `anyOf`, which leaves the field untyped for generators.
   ip_address: z
-    .union([z.ipv4(), z.ipv6()])
+    .union([z.ipv4().max(15), z.ipv6().max(45)])
     .nullish()
-    .meta({ type: ['string', 'null'], description: 'IPv4 or IPv6 address' }),
+    .meta({ type: ['string', 'null'], maxLength: 45, description: 'IPv4 or IPv6 address' }),
   location: optionalText(256),
   metadata: metadataSchema.optional(),
   status: statusSchema.optional().describe('initial status (default idle; busy: held off the market by its owner)'),
@@ -286,6 +286,7 @@ export const messageSchema = z
 const uintParam = (max: number) =>
   z
     .string()
+    .max(16)
     .regex(/^\d{1,16}$/, 'expected an unsigned integer')
     .transform(Number)
     .pipe(z.number().int().min(0).max(max));

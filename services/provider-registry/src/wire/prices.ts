@@ -12,6 +12,7 @@ import type { PriceCard, ProviderPrices } from '../domain/market.ts';
 // rates from its configuration): a price billing charges is never one the market drops.
 const rate = z
   .string()
+  .max(91)
   .regex(/^\d{1,30}(\.\d{1,60})?$/, 'expected a non-negative decimal string')
   .describe('tokens, an exact decimal string');
 const modelKey = z.string().min(1).max(256);

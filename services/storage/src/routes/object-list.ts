@@ -16,11 +16,12 @@ import { objectInfo } from './presenters.ts';
 const NEXT_START_AFTER_HEADER = 'x-next-start-after';
 
 export const listQuery = z.object({
-  prefix: z.string().default('').describe('only keys that start with this'),
+  prefix: z.string().max(1024).default('').describe('only keys that start with this'),
   recursive: zBool().default(true).describe('false lists one level: common prefixes come back as entries'),
   ...pageQuery,
   start_after: z
     .string()
+    .max(1024)
     .optional()
     .describe(
       'deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous ' +

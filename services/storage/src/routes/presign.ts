@@ -12,6 +12,7 @@ const presignBody = z
     method: z.enum(['GET', 'PUT']).describe('GET to download, PUT to upload'),
     expiry: z
       .string()
+      .max(64)
       .optional()
       .describe(`how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${DEFAULT_EXPIRY}, at most 7 days`),
   })

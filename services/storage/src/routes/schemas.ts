@@ -26,16 +26,20 @@ export const objectListSchema = z
 /** The name of an object key in the document's paths: `/objects/{bucketName}/{objectKey}`. */
 export const OBJECT_KEY = 'objectKey';
 
-export const bucketParams = z.object({ bucketName: z.string().describe('bucket name (S3 naming rules)') });
+export const bucketParams = z.object({
+  bucketName: z.string().max(63).describe('bucket name (S3 naming rules: 3-63 characters)'),
+});
 export const bucketKeyParams = z.object({
-  bucketName: z.string().describe('bucket name (S3 naming rules)'),
+  bucketName: z.string().max(63).describe('bucket name (S3 naming rules: 3-63 characters)'),
   '*': z
     .string()
+    .max(1024, 'must be at most 1024 bytes of UTF-8')
     .describe('object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them'),
 });
 export const keyParams = z.object({
   '*': z
     .string()
+    .max(1024, 'must be at most 1024 bytes of UTF-8')
     .describe(
       'object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`)',
     ),

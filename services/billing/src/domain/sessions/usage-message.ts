@@ -47,7 +47,7 @@ export const usageMessageSchema = z.object({
   gpu_utilization: z.number().min(0).max(100).describe('percent'),
   power_draw_w: z.number().min(0).max(100_000),
   metrics: z
-    .record(z.string(), z.unknown())
+    .record(z.string().max(256), z.unknown())
     .refine(isStorableMetrics, `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`)
     .optional()
     .describe(
