@@ -290,7 +290,8 @@ export async function recordHeartbeats(
 /**
  * Stores `offline` for up to `batch` providers stored in `status` (a state of
  * `AUTO_OFFLINE_FROM`) and silent past the bound, oldest first (one range of the
- * narrow rows' `(status, last_seen_at)` index), and returns them. The narrow row
+ * narrow rows' `(status, last_seen_at)` index, read on its own first, at most `batch` candidates, then joined to
+ * their rows by key: the planner can never choose to walk every provider to join them), and returns them. The narrow row
  * and the provider row are locked with SKIP LOCKED (the sweep never waits, so
  * its lock order cannot deadlock) and re-checked after locking, so with several
  * instances sweeping at once each provider is returned (and its event recorded)
@@ -305,13 +306,18 @@ export async function sweepOffline(
 ) {
   const { rows } = await withStatusEvents<StatusWrite>(
     sql`
-    WITH stale AS (
-      SELECT l.provider_id AS id, l.status, l.last_seen_at
-      FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
+    WITH candidates AS MATERIALIZED (
+      SELECT l.provider_id, l.status, l.last_seen_at FROM provider_liveness l
       WHERE ${isStale(status, offlineAfterMs)}
       ORDER BY l.last_seen_at
       LIMIT ${batch}
-      FOR UPDATE OF l, p SKIP LOCKED
+      FOR UPDATE OF l SKIP LOCKED
+    ),
+    stale AS (
+      SELECT c.provider_id AS id, c.status, c.last_seen_at
+      FROM candidates c JOIN providers p ON p.id = c.provider_id
+      ORDER BY c.last_seen_at
+      FOR UPDATE OF p SKIP LOCKED
     )
     UPDATE providers p SET status = 'offline'
     FROM stale WHERE p.id = stale.id

@@ -27,10 +27,16 @@ export const objectListSchema = z
 export const OBJECT_KEY = 'objectKey';
 
 export const bucketParams = z.object({
-  bucketName: z.string().max(63).describe('bucket name (S3 naming rules: 3-63 characters)'),
+  bucketName: z
+    .string()
+    .max(63, 'must be 3 to 63 characters long')
+    .describe('bucket name (S3 naming rules: 3-63 characters)'),
 });
 export const bucketKeyParams = z.object({
-  bucketName: z.string().max(63).describe('bucket name (S3 naming rules: 3-63 characters)'),
+  bucketName: z
+    .string()
+    .max(63, 'must be 3 to 63 characters long')
+    .describe('bucket name (S3 naming rules: 3-63 characters)'),
   '*': z
     .string()
     .max(1024, 'must be at most 1024 bytes of UTF-8')
