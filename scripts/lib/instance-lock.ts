@@ -20,6 +20,7 @@ import path from 'node:path';
 // Its own entry: the whole of @gpu/common (fastify and the rest) would slow every pnpm start.
 import { createFileOnce } from '@gpu/common/files';
 import { SettingError } from './platform.ts';
+import { procStat } from './proc.ts';
 import { STOP_TIMEOUT_MS } from './supervisor.ts';
 
 export const LOCK_FILE = 'platform.lock';
@@ -34,13 +35,7 @@ export interface DataDirLock {
 
 /** A process's start time (clock ticks since boot, /proc/<pid>/stat), or undefined where it cannot be read. */
 function startTime(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // The fields after the command (which may hold spaces and parentheses) start with the state, field 3.
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
-  } catch {
-    return undefined;
-  }
+  return procStat(pid)?.[19];
 }
 
 /** Whether `pid` is a live process (of any user). */

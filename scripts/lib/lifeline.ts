@@ -10,8 +10,9 @@
  * Nothing happens without SUPERVISOR_LIFELINE in the environment (`<fd>:<grace ms>`), which is removed at once so
  * that the programs this one starts do not look for a descriptor they do not have.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { Socket } from 'node:net';
+import { procStat } from './proc.ts';
 import { LIFELINE_ENV, parseLifeline } from './supervisor.ts';
 
 const lifeline = parseLifeline(process.env[LIFELINE_ENV]);
@@ -38,14 +39,9 @@ function othersInGroup(): number[] {
   for (const entry of entries) {
     const pid = Number(entry);
     if (!Number.isInteger(pid) || pid === process.pid) continue;
-    try {
-      // Fields after the command (which may hold spaces and parentheses): state, ppid, pgrp, ...
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-      if (pgrp === process.pid) others.push(pid);
-    } catch {
-      // Gone meanwhile, or not ours to read.
-    }
+    // Gone meanwhile, or not ours to read: no fields.
+    const pgrp = procStat(pid)?.[2];
+    if (pgrp !== undefined && Number(pgrp) === process.pid) others.push(pid);
   }
   return others;
 }

@@ -16,7 +16,14 @@
  * family, whatever the driver prints (`NVIDIA H100 80GB HBM3` → `nvidia-tesla-h100`),
  * anything else by its spelling (lower case, spaces and underscores as `-`).
  */
-import { gpuModelKey, hourlyPrice, type PriceArithmetic, RATE_LOOKUP, UNPRICED_RATE } from '@gpu/common';
+import {
+  gpuModelKey,
+  hourlyPrice,
+  NEUTRAL_FACTOR,
+  type PriceArithmetic,
+  RATE_LOOKUP,
+  UNPRICED_RATE,
+} from '@gpu/common';
 import { Dec, roundAmount, splitFee } from '../ledger/index.ts';
 
 /** The rate key of a model name: `NVIDIA GeForce RTX 4090` → `nvidia-geforce-rtx-4090`. */
@@ -44,10 +51,10 @@ export interface MarketFactors {
   supplyFactor(input: { gpuModel: string; providerId?: string }): Promise<Dec> | Dec;
 }
 
-/** Both factors 1.0. */
+/** Both factors neutral (1, as the registry's offers take an unset factor). */
 export const neutralMarket: MarketFactors = {
-  demandMultiplier: () => new Dec(1),
-  supplyFactor: () => new Dec(1),
+  demandMultiplier: () => new Dec(NEUTRAL_FACTOR),
+  supplyFactor: () => new Dec(NEUTRAL_FACTOR),
 };
 
 export interface PricingInput {

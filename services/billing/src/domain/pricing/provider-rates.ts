@@ -30,9 +30,12 @@ export interface StoredProviderRates extends ProviderRateOverrides {
 /** The provider's overrides, or null when it has none. */
 export async function findProviderRates(db: Db, providerId: string): Promise<StoredProviderRates | null> {
   const row = await findProviderRatesRow(db, providerId);
-  if (!row) return null;
+  return row ? storedRates(row) : null;
+}
+
+function storedRates(row: ProviderRatesRow): StoredProviderRates {
   return {
-    providerId,
+    providerId: row.provider_id,
     baseRates: row.base_rates,
     vramRatePerGbHour: row.vram_rate_per_gb_hour,
     powerRatePerWattHour: row.power_rate_per_watt_hour,
@@ -96,17 +99,7 @@ export async function setProviderRates(
   // The rates and their announcement to the market (the registry's offers) commit together.
   return ctx.db.transaction().execute(async (trx) => {
     const stored = await putProviderRates(trx, providerId, rates);
-    await ctx.events.record(trx, {
-      kind: 'pricing.provider_rates',
-      rates: {
-        providerId,
-        baseRates: stored.baseRates,
-        vramRatePerGbHour: stored.vramRatePerGbHour,
-        powerRatePerWattHour: stored.powerRatePerWattHour,
-        at: stored.updatedAt ?? ctx.now(),
-      },
-    });
-    await markRatesAnnounced(trx, providerId);
+    await announceProviderRates(ctx, trx, stored);
     return stored;
   });
 }
@@ -144,15 +137,16 @@ export async function announcePrices(ctx: BillingContext, correlationId?: string
   );
   await ctx.db.transaction().execute(async (trx) => {
     for (const row of await lockUnannouncedProviderRates(trx)) {
-      await announceProviderRates(ctx, trx, row, correlationId);
+      await announceProviderRates(ctx, trx, storedRates(row), correlationId);
     }
   });
 }
 
+/** Records the machine's rates, as stored, for the market, and marks them announced (in the caller's transaction). */
 async function announceProviderRates(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  row: ProviderRatesRow,
+  stored: StoredProviderRates,
   correlationId?: string,
 ): Promise<void> {
   await ctx.events.record(
@@ -160,14 +154,14 @@ async function announceProviderRates(
     {
       kind: 'pricing.provider_rates',
       rates: {
-        providerId: row.provider_id,
-        baseRates: row.base_rates,
-        vramRatePerGbHour: row.vram_rate_per_gb_hour,
-        powerRatePerWattHour: row.power_rate_per_watt_hour,
-        at: new Date(row.updated_at),
+        providerId: stored.providerId,
+        baseRates: stored.baseRates,
+        vramRatePerGbHour: stored.vramRatePerGbHour,
+        powerRatePerWattHour: stored.powerRatePerWattHour,
+        at: stored.updatedAt ?? ctx.now(),
       },
     },
     correlationId,
   );
-  await markRatesAnnounced(trx, row.provider_id);
+  await markRatesAnnounced(trx, stored.providerId);
 }
