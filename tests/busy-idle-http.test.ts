@@ -8,6 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { TokenSource } from '@gpu/client';
 import { createLogger, OutboxRelay, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
@@ -16,7 +17,8 @@ import { announcePrices } from '../services/billing/src/domain/pricing/provider-
 import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { end, H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
-import { providerBody } from '../services/provider-registry/test/helpers.ts';
+import { leaseEventSchema } from '../services/provider-registry/src/wire/sessions.ts';
+import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
 
 const platform = useAuthAndRegistry();
@@ -89,7 +91,12 @@ async function offersIn(region: string) {
     headers: { authorization: `Bearer ${token}` },
   });
   expect(res.status).toBe(200);
-  return (await res.json()) as { provider_id: string; gpu_count: number; price_per_gpu_hour: string }[];
+  return (await res.json()) as {
+    provider_id: string;
+    gpu_count: number;
+    free_gpus: number;
+    price_per_gpu_hour: string;
+  }[];
 }
 
 describe('the market without NATS', () => {
@@ -160,6 +167,125 @@ describe('busy and idle without NATS', () => {
     expect(pending.map((r) => r.kind)).toContain('session.started');
     await relayTo().flush();
     expect(await statusOf(machine.id)).toBe('busy');
+  });
+});
+
+describe("the scheduler's reservations on the market, without NATS", () => {
+  it('takes reserved GPUs off the offers until the reservation is used, cancelled or expires', async () => {
+    const relay = relayTo();
+    await announcePrices(billing.ctx);
+    const owner = await platform.providerUser();
+    const where = `r-${randomUUID().slice(0, 8)}`;
+    const gpus = Array.from({ length: 4 }, () => gpu());
+    const machine = await registry('POST', '/providers', providerBody({ owner_id: owner.id, location: where, gpus }));
+    await billing.fundedWallet('0', 'provider', undefined, { ownerId: machine.id });
+    const renter = await billing.fundedWallet('50', 'user');
+    const free = async () => {
+      await relay.flush();
+      return (await offersIn(where)).map((o) => o.free_gpus);
+    };
+    const reserve = (count: number, ttlSeconds?: number) =>
+      billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/reservations',
+        payload: {
+          user_id: renter.ownerId,
+          provider_id: machine.id,
+          gpu_model: 'A100',
+          gpu_count: count,
+          ttl_seconds: ttlSeconds,
+        },
+      });
+    expect(await free()).toEqual([4]);
+    const reserved = await reserve(3);
+    expect(reserved.statusCode, reserved.body).toBe(201);
+    expect(await free()).toEqual([1]);
+
+    // The renter's start takes the free GPU, then one reserved for them: the reservation keeps two.
+    const started = await start(billing, {
+      user_id: renter.ownerId,
+      wallet_id: renter.id,
+      provider_id: machine.id,
+      job_id: randomUUID(),
+      ...H100_X1,
+      gpu_model: 'A100',
+      gpu_count: 2,
+    });
+    expect(started.statusCode, started.body).toBe(201);
+    expect(started.json().session.gpu_indices).toEqual([0, 3]);
+    expect(await free()).toEqual([]);
+    expect(await statusOf(machine.id)).toBe('busy');
+    const rows = await platform.registry.database.db
+      .selectFrom('provider_sessions')
+      .select(['session_id', 'kind', 'active', 'gpu_indices'])
+      .where('provider_id', '=', machine.id)
+      .execute();
+    expect(rows).toEqual(
+      expect.arrayContaining([
+        { session_id: reserved.json().id, kind: 'reservation', active: true, gpu_indices: [1, 2] },
+        { session_id: started.json().session.id, kind: 'session', active: true, gpu_indices: [0, 3] },
+      ]),
+    );
+
+    // Cancelled: its two GPUs are on the market again.
+    const cancelled = await billing.app.inject({
+      method: 'DELETE',
+      url: `/api/v1/billing/reservations/${reserved.json().id}`,
+    });
+    expect(cancelled.statusCode).toBe(204);
+    expect(await free()).toEqual([2]);
+    expect(await statusOf(machine.id)).toBe('idle');
+
+    // Used whole by a start that names it: released at once.
+    const second = await reserve(1);
+    expect(await free()).toEqual([1]);
+    const used = await start(billing, {
+      user_id: renter.ownerId,
+      wallet_id: renter.id,
+      provider_id: machine.id,
+      job_id: randomUUID(),
+      ...H100_X1,
+      gpu_model: 'A100',
+      reservation_id: second.json().id,
+    });
+    expect(used.statusCode, used.body).toBe(201);
+    expect(await free()).toEqual([1]);
+    const secondRow = await platform.registry.database.db
+      .selectFrom('provider_sessions')
+      .select(['active', 'kind'])
+      .where('session_id', '=', second.json().id)
+      .executeTakeFirstOrThrow();
+    expect(secondRow).toEqual({ active: false, kind: 'reservation' });
+
+    // Expired: the registry's sweep gives the GPU back by itself (at billing's time of expiry: the clocks agree).
+    clock.advance(Math.max(0, Date.now() - clock.now().getTime()));
+    expect((await reserve(1, 1)).statusCode).toBe(201);
+    expect(await free()).toEqual([]);
+    await new Promise((r) => setTimeout(r, 1100));
+    await platform.registry.app.sessions.expireReservations();
+    expect(await free()).toEqual([1]);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+
+    // With NATS the same events are the messages the registry's consumer reads: each one parses as it expects.
+    const leaseEvents = await billing.db
+      .selectFrom('outbox_events')
+      .select(['kind', 'payload'])
+      .where('kind', 'like', 'lease.%')
+      .where(sql<boolean>`payload::jsonb -> 'reservation' ->> 'provider_id' = ${machine.id}`)
+      .orderBy('created_at')
+      .execute();
+    expect(leaseEvents.map((e) => e.kind)).toEqual([
+      'lease.reserved',
+      'lease.reserved',
+      'lease.released',
+      'lease.reserved',
+      'lease.released',
+      'lease.reserved',
+    ]);
+    for (const e of leaseEvents) {
+      const payload = typeof e.payload === 'string' ? JSON.parse(e.payload) : e.payload;
+      expect(leaseEventSchema.safeParse(payload).error).toBeUndefined();
+    }
   });
 });
 

@@ -13,7 +13,12 @@ import {
   OutboxRelay,
   type TokenVerifier,
 } from '@gpu/common';
-import { type SessionConsumer, startPriceConsumer, startSessionConsumer } from './adapters/billing-events-consumer.ts';
+import {
+  type SessionConsumer,
+  startLeaseConsumer,
+  startPriceConsumer,
+  startSessionConsumer,
+} from './adapters/billing-events-consumer.ts';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { Market } from './domain/market.ts';
@@ -120,7 +125,9 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     durationMs(config.offline_sweep_interval),
     async () => {
       const providers = await registry.sweepOffline();
-      return providers > 0 ? { providers } : null;
+      // Reservations past their expiry give their GPUs back to the market.
+      const reservations_expired = await sessions.expireReservations();
+      return providers > 0 || reservations_expired > 0 ? { providers, reservations_expired } : null;
     },
     logger,
   );
@@ -163,6 +170,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
       consumers.push(
         startSessionConsumer({ ...billing, sessions, durable: config.messaging.session_consumer }),
         startPriceConsumer({ ...billing, market, durable: config.messaging.price_consumer }),
+        startLeaseConsumer({ ...billing, sessions, durable: config.messaging.lease_consumer }),
       );
     }
   });

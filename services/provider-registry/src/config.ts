@@ -121,6 +121,8 @@ const registryShape = {
       session_consumer: z.string().min(1).default('provider-registry-sessions'),
       /** The registry's durable consumer of billing's price events (`<billing_events>.pricing.>`) on billing's stream. */
       price_consumer: z.string().min(1).default('provider-registry-prices'),
+      /** The registry's durable consumer of billing's reservation events (`<billing_events>.lease.>`). */
+      lease_consumer: z.string().min(1).default('provider-registry-leases'),
     })
     .prefault({}),
 };

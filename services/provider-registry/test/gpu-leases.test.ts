@@ -280,6 +280,72 @@ describe('explicit statuses of a partly rented machine', () => {
   });
 });
 
+describe("reservations of billing's scheduler", () => {
+  const reserve = (providerId: string, id: string, gpuIndices: number[], expiresAt: Date) =>
+    put(providerId, id, { gpu_indices: gpuIndices, kind: 'reservation', expires_at: expiresAt.toISOString() });
+  const release = (providerId: string, id: string) =>
+    h.app.inject({ method: 'DELETE', url: `/providers/${providerId}/sessions/${id}?kind=reservation` });
+  const reliability = async (id: string) => (await h.app.inject({ url: `/providers/${id}/reliability` })).json();
+
+  it('hold their GPUs off the offers until released or expired, and never count in the reliability', async () => {
+    const p = await machine();
+    const r = randomUUID();
+    const reserved = await reserve(p.id, r, LOW, new Date(Date.now() + 60_000));
+    expect(reserved.statusCode, reserved.body).toBe(200);
+    expect(reserved.json()).toMatchObject({ kind: 'reservation', active: true, gpu_indices: LOW, status: 'idle' });
+    expect(await freeGpus(p.location)).toEqual([4]);
+    // A start took two of them: billing restates the two the reservation still holds.
+    const { sessionId } = await hold(p.id, [0, 1, 4, 5]);
+    expect((await reserve(p.id, r, [2, 3], new Date(Date.now() + 60_000))).json().gpu_indices).toEqual([2, 3]);
+    expect(await freeGpus(p.location)).toEqual([2]);
+    // Released: its GPUs are on the market again; its end counts nothing.
+    const released = await release(p.id, r);
+    expect(released.json()).toMatchObject({ kind: 'reservation', active: false, status: 'idle' });
+    expect(await freeGpus(p.location)).toEqual([4]);
+    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 0 });
+    await end(p.id, sessionId);
+    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 1, sessions_failed: 0 });
+  });
+
+  it('end by themselves at their expiry: the sweep gives their GPUs back and the machine goes idle', async () => {
+    const p = await machine();
+    const r = randomUUID();
+    expect((await reserve(p.id, r, ALL, new Date(Date.now() + 300))).json()).toMatchObject({ status: 'busy' });
+    expect(await freeGpus(p.location)).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect(await h.app.sessions.expireReservations()).toBeGreaterThanOrEqual(1);
+    expect(await statusOf(p.id)).toBe('idle');
+    expect(await freeGpus(p.location)).toEqual([8]);
+    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 0 });
+    // A late report of an expired reservation holds nothing (409 as any ended lease), nor one already past expiry.
+    expect((await reserve(p.id, r, ALL, new Date(Date.now() + 60_000))).statusCode).toBe(409);
+    const late = await reserve(p.id, randomUUID(), LOW, new Date(Date.now() - 1000));
+    expect(late.statusCode).toBe(409);
+    expect(await freeGpus(p.location)).toEqual([8]);
+  });
+
+  it('name their expiry, and a session none: 400 problems otherwise, nothing written', async () => {
+    const p = await machine();
+    const bodies = [
+      { gpu_indices: LOW, kind: 'reservation' },
+      { gpu_indices: LOW, expires_at: new Date().toISOString() },
+      { gpu_indices: LOW, kind: 'lease', expires_at: new Date().toISOString() },
+      { gpu_indices: LOW, kind: 'reservation', expires_at: 'tomorrow' },
+    ];
+    for (const body of bodies) {
+      const res = await put(p.id, randomUUID(), body);
+      expect(res.statusCode, JSON.stringify(body)).toBe(400);
+      expect(res.json()).toMatchObject({ status: 400, code: 'VALIDATION_ERROR' });
+    }
+    const ended = await h.app.inject({
+      method: 'DELETE',
+      url: `/providers/${p.id}/sessions/${randomUUID()}?kind=hold`,
+    });
+    expect(ended.statusCode).toBe(400);
+    expect(await freeGpus(p.location)).toEqual([8]);
+  });
+});
+
 describe('validation of a session report', () => {
   it('refuses duplicate, out-of-range, negative and empty GPU lists with 400 problems, writing nothing', async () => {
     const p = await machine();

@@ -242,6 +242,56 @@ describe('billing session events over NATS', () => {
     ]);
   });
 
+  it("holds a reservation's GPUs from billing's lease events until released or expired, counting no end", async () => {
+    const p = await register(h.app, { gpus: Array.from({ length: 8 }, () => gpu()) });
+    const lease = (kind: 'reserved' | 'released', id: string, gpuIndices: number[], expiresAt: Date) => {
+      const eventId = randomUUID();
+      return billing.publish(
+        `${h.config.messaging.subjects.billing_events}.lease.${kind}`,
+        {
+          event_id: eventId,
+          kind: `lease.${kind}`,
+          occurred_at: new Date().toISOString(),
+          reservation: {
+            id,
+            provider_id: p.id,
+            user_id: randomUUID(),
+            gpu_indices: gpuIndices,
+            expires_at: expiresAt.toISOString(),
+          },
+        },
+        { msgId: eventId },
+      );
+    };
+    const rows = () =>
+      h.database.db
+        .selectFrom('provider_sessions')
+        .select(['session_id', 'active', 'kind', 'gpu_indices'])
+        .where('provider_id', '=', p.id)
+        .execute();
+    const [r1, r2] = [randomUUID(), randomUUID()];
+    await lease('reserved', r1, [0, 1, 2, 3, 4, 5, 6, 7], new Date(Date.now() + 60_000));
+    expect(await until(p.id, 'busy')).toBe('busy');
+    await lease('released', r1, [0, 1, 2, 3, 4, 5, 6, 7], new Date(Date.now() + 60_000));
+    expect(await until(p.id, 'idle')).toBe('idle');
+    // A malformed one can never apply: acknowledged, and the next is applied.
+    await billing.publish(`${h.config.messaging.subjects.billing_events}.lease.reserved`, { kind: 'lease.reserved' });
+    await lease('reserved', r2, [0, 1, 2, 3, 4, 5, 6, 7], new Date(Date.now() + 500));
+    expect(await until(p.id, 'busy')).toBe('busy');
+    expect(await rows()).toEqual(
+      expect.arrayContaining([
+        { session_id: r1, active: false, kind: 'reservation', gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7] },
+        { session_id: r2, active: true, kind: 'reservation', gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7] },
+      ]),
+    );
+    await new Promise((r) => setTimeout(r, 600));
+    await h.app.sessions.expireReservations();
+    expect(await statusOf(p.id)).toBe('idle');
+    expect((await h.app.inject({ url: `/providers/${p.id}/reliability` })).json()).toMatchObject({
+      sessions_ended: 0,
+    });
+  });
+
   it('never overrides offline, error or maintenance, and a session that ends meanwhile leaves them too', async () => {
     const held: Record<string, string> = {};
     for (const status of ['offline', 'error', 'maintenance']) {

@@ -180,13 +180,13 @@ export interface paths {
         get?: never;
         /**
          * Report a rental session running on the provider (billing, without NATS)
-         * @description Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
+         * @description Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names GPUs restates them. `kind: reservation` with `expires_at` reports a reservation of billing's scheduler: it holds its GPUs (offers count them taken) until its end is reported or it expires. The provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
          */
         put: operations["reportSessionRunning"];
         post?: never;
         /**
          * Report a rental session ended (billing, without NATS)
-         * @description Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs (unless its owner holds it); other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`). Only admins and platform services.
+         * @description Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs (unless its owner holds it); other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`), a reservation's (`kind=reservation`) never. Only admins and platform services.
          */
         delete: operations["reportSessionEnded"];
         options?: never;
@@ -533,6 +533,11 @@ export interface components {
             active: boolean;
             /** @description the GPUs the session holds, by index in index order; null: every GPU of the machine */
             gpu_indices: number[] | null;
+            /**
+             * @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability)
+             * @enum {string}
+             */
+            kind: "session" | "reservation";
             message: string;
             /**
              * @description provider status
@@ -549,10 +554,20 @@ export interface components {
              */
             status: "idle" | "busy" | "offline" | "maintenance" | "error";
         };
-        /** @description What a running session holds; the body is optional (none, or `{}`: every GPU of the machine) */
+        /** @description What a running session (or reservation) holds; the body is optional (none, or `{}`: a session of every GPU of the machine) */
         SessionRunningRequest: {
+            /**
+             * Format: date-time
+             * @description when a reservation ends by itself (required for one, refused for a session)
+             */
+            expires_at?: string;
             /** @description the GPUs the session holds, by index; absent or null: every GPU of the machine */
             gpu_indices?: number[] | null;
+            /**
+             * @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability)
+             * @enum {string}
+             */
+            kind?: "session" | "reservation";
         } | null;
         /** @description A provider's status before and after a status update or a heartbeat */
         StatusResult: {
@@ -1244,6 +1259,8 @@ export interface operations {
             query?: {
                 /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`) counts against its reliability, once per session */
                 end_reason?: string;
+                /** @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability) */
+                kind?: "session" | "reservation";
                 /** @description the session's renter: a rental by the machine's own owner is not counted in its reliability */
                 renter_id?: string;
             };

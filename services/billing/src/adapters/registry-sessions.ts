@@ -4,8 +4,9 @@
  * `PUT /providers/{id}/sessions/{sessionId}` (the session runs: `session.started`, `session.grace_period`,
  * `session.resumed`; its body names the GPUs the session holds) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), and
  * of a price event the market's (`pricing.platform_rates`: `PUT /prices`; `pricing.provider_rates`:
- * `PUT /providers/{id}/prices`), with billing's machine client and the event's correlation ID. Other events have no
- * HTTP reader and count as sent.
+ * `PUT /providers/{id}/prices`), and of a reservation the same session routes with `kind: reservation`
+ * (`lease.reserved`: `PUT` with its GPUs and `expires_at`; `lease.released`: `DELETE ?kind=reservation`), with
+ * billing's machine client and the event's correlation ID. Other events have no HTTP reader and count as sent.
  *
  * Because the events go through the outbox, a call that fails is not lost: the row stays unpublished and the relay
  * tries it again on its next run (every second, oldest first, stopping at the first failure so the order holds),
@@ -43,6 +44,7 @@ interface EventBody {
   card?: unknown;
   provider_id?: string;
   rates?: unknown;
+  reservation?: { id?: string; provider_id?: string; gpu_indices?: number[]; expires_at?: string };
 }
 
 /** The publisher of session events to the registry configured in `provider_registry`; null without its URL. */
@@ -95,6 +97,27 @@ export function registrySessionPublisher(
           headers,
         });
         return settled(result.response, result.error, "machine's rates", { provider_id: body.provider_id! }, msgId);
+      }
+      if ((kind === 'lease.reserved' || kind === 'lease.released') && body.reservation) {
+        const { id = '', provider_id: providerId = '', gpu_indices, expires_at } = body.reservation;
+        if (!UUID.test(providerId)) return msgId;
+        const path = '/providers/{providerID}/sessions/{sessionID}';
+        const params = { path: { providerID: providerId, sessionID: id } };
+        const result =
+          kind === 'lease.reserved'
+            ? await client.PUT(path, {
+                params,
+                body: { gpu_indices, kind: 'reservation', expires_at },
+                headers,
+              })
+            : await client.DELETE(path, { params: { ...params, query: { kind: 'reservation' } }, headers });
+        return settled(
+          result.response,
+          result.error,
+          'reservation',
+          { reservation_id: id, provider_id: providerId },
+          msgId,
+        );
       }
       if (!RUNNING.has(kind) && !ENDED.has(kind)) return msgId;
       const sessionId = body.session?.id ?? '';

@@ -81,15 +81,32 @@ export async function insertLeases(trx: Trx, providerId: string, indices: number
     .execute();
 }
 
-/** Frees the reserved GPUs among `indices` on the machine (a session takes them over, under `lockMachineGpus`). */
-export async function releaseReservedGpus(trx: Trx, providerId: string, indices: number[]): Promise<void> {
-  if (indices.length === 0) return;
-  await trx
+/** A reservation's GPUs a session took over: which reservation, for whom, until when. */
+export interface TakenReservedGpu {
+  reservation_id: string;
+  user_id: string;
+  expires_at: Date;
+  gpu_index: number;
+}
+
+/**
+ * Frees the reserved GPUs among `indices` on the machine (a session takes them over, under `lockMachineGpus`); the
+ * rows it freed.
+ */
+export async function releaseReservedGpus(
+  trx: Trx,
+  providerId: string,
+  indices: number[],
+): Promise<TakenReservedGpu[]> {
+  if (indices.length === 0) return [];
+  const rows = await trx
     .deleteFrom('gpu_leases')
     .where('provider_id', '=', providerId)
     .where('gpu_index', 'in', indices)
     .where('reservation_id', 'is not', null)
+    .returning(['reservation_id', 'user_id', 'expires_at', 'gpu_index'])
     .execute();
+  return rows as TakenReservedGpu[];
 }
 
 /** Frees the GPUs the session holds (in the transaction that ends it). */
@@ -118,8 +135,12 @@ export async function findReservation(
   };
 }
 
-/** Frees the reservation's GPUs; whether it held any. */
-export async function releaseReservation(trx: Trx, reservationId: string): Promise<boolean> {
-  const result = await trx.deleteFrom('gpu_leases').where('reservation_id', '=', reservationId).executeTakeFirst();
-  return Number(result.numDeletedRows) > 0;
+/** Frees the reservation's GPUs; the indices it held (none: it held none). */
+export async function releaseReservation(trx: Trx, reservationId: string): Promise<number[]> {
+  const rows = await trx
+    .deleteFrom('gpu_leases')
+    .where('reservation_id', '=', reservationId)
+    .returning('gpu_index')
+    .execute();
+  return rows.map((r) => r.gpu_index).sort((a, b) => a - b);
 }

@@ -31,6 +31,15 @@ interface AnnouncedProviderRates {
   at: Date;
 }
 
+/** A reservation's GPUs as billing tells the registry (its offers count them taken until released or expired). */
+interface ReservationLease {
+  id: string;
+  providerId: string;
+  userId: string;
+  gpuIndices: number[];
+  expiresAt: Date;
+}
+
 /** Kinds of withdrawal and payout events. */
 type PayoutEventKind = `${'withdrawal' | 'payout'}.${'pending' | 'confirmed' | 'failed'}`;
 
@@ -45,7 +54,11 @@ export type BillingEvent =
     }
   | { kind: (typeof SESSION_ENDED_EVENT_KINDS)[number]; session: SessionRow; billingRecord: BillingRecordRow }
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
-  | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates };
+  | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates }
+  /** Made, or restated with the GPUs it still holds after a start took some. */
+  | { kind: 'lease.reserved'; reservation: ReservationLease }
+  /** Used up by starts, or cancelled, before its expiry (an expiry needs no event: every reader knows the time). */
+  | { kind: 'lease.released'; reservation: ReservationLease; reason: 'used' | 'cancelled' };
 
 /** The kinds of a session's events (its parties read them over HTTP too: GET /billing/events). */
 export type SessionEventKind = Extract<BillingEvent, { session: SessionRow }>['kind'];

@@ -86,7 +86,7 @@ export async function reservationRoutes(app: App, deps: RouteDeps) {
       },
     },
     async (request, reply) => {
-      await cancelReservation(ctx, callerOf(request), request.params.reservationID);
+      await cancelReservation(ctx, callerOf(request), request.params.reservationID, request.correlationId);
       return reply.code(204).send(null);
     },
   );

@@ -11,15 +11,17 @@
  * terminated; about a provider the registry does not know: acknowledged); any other failure (the database away) is
  * nak'ed and redelivered later.
  *
+ * Billing's reservation events reach the same function through a consumer of their own (`startLeaseConsumer`).
+ *
  * Messages on billing's stream act as the billing service (a `service` principal): only billing publishes there,
  * which the NATS server's permissions enforce in a deployment.
  */
 import { isAppError, type Logger, type NatsPublisher, type Principal, startDurableConsumer } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { Market } from '../domain/market.ts';
-import type { ProviderSessions } from '../domain/provider-sessions.ts';
+import type { ProviderSessions, SessionReportInput } from '../domain/provider-sessions.ts';
 import { priceEventSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
-import { sessionEventSchema, toSessionReport } from '../wire/sessions.ts';
+import { leaseEventSchema, sessionEventSchema, toLeaseReport, toSessionReport } from '../wire/sessions.ts';
 
 const SESSION_CONSUMER = 'provider-registry-sessions';
 
@@ -44,6 +46,23 @@ export interface SessionConsumer {
   stop(): Promise<void>;
 }
 
+/** Reports a session or reservation to `ProviderSessions`; a provider the registry does not know is acknowledged. */
+async function reportOf(opts: SessionConsumerOptions, report: SessionReportInput, msg: JsMsg): Promise<'ack'> {
+  try {
+    await opts.sessions.report(BILLING_EVENTS_PRINCIPAL, {
+      ...report,
+      correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
+    });
+  } catch (err) {
+    if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;
+    opts.logger.info(
+      { session_id: report.sessionId, provider_id: report.providerId, kind: report.kind ?? 'session' },
+      'lease event about an unknown provider ignored',
+    );
+  }
+  return 'ack';
+}
+
 /** Starts in the background, one event after another, once billing has made its stream (whatever its name). */
 export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsumer {
   return startDurableConsumer({
@@ -55,22 +74,29 @@ export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsu
     stream: { await: "billing's event stream" },
     ackWaitMs: 30_000,
     schema: sessionEventSchema,
-    handle: async (event, msg: JsMsg) => {
-      const report = toSessionReport(event);
-      try {
-        await opts.sessions.report(BILLING_EVENTS_PRINCIPAL, {
-          ...report,
-          correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
-        });
-      } catch (err) {
-        if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;
-        opts.logger.info(
-          { session_id: report.sessionId, provider_id: report.providerId },
-          'session event about an unknown provider ignored',
-        );
-      }
-      return 'ack';
-    },
+    handle: (event, msg: JsMsg) => reportOf(opts, toSessionReport(event), msg),
+    logger: opts.logger,
+  });
+}
+
+/**
+ * Billing's reservation events (`provider-registry-leases` on billing's stream, subjects `<prefix>.lease.>`):
+ * `lease.reserved` holds the reservation's GPUs until its `expires_at` (restated when a start took some of them),
+ * `lease.released` frees them (used or cancelled). A consumer of its own beside the sessions': a reservation and a
+ * session never hold one GPU at billing, and the registry counts a GPU taken while either holds it, so the order
+ * between the two streams of reports does not matter.
+ */
+export function startLeaseConsumer(opts: SessionConsumerOptions): SessionConsumer {
+  return startDurableConsumer({
+    connection: opts.connection,
+    name: 'reservation event consumer',
+    what: 'reservation event',
+    durable: opts.durable ?? 'provider-registry-leases',
+    filter: `${opts.prefix}.lease.>`,
+    stream: { await: "billing's event stream" },
+    ackWaitMs: 30_000,
+    schema: leaseEventSchema,
+    handle: (event, msg: JsMsg) => reportOf(opts, toLeaseReport(event), msg),
     logger: opts.logger,
   });
 }

@@ -1,5 +1,5 @@
 /** Kysely table types of the provider registry (the current shape; migrations do not use these). */
-import type { OutboxEventTable } from '@gpu/common';
+import type { LeaseKind, OutboxEventTable } from '@gpu/common';
 import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
 import type { Gpu } from '../domain/gpu-fields.ts';
 
@@ -68,6 +68,10 @@ interface ProviderSessionsTable {
   active: boolean;
   /** The GPUs the session holds, by index; null: every GPU of the machine. */
   gpu_indices: number[] | null;
+  /** `session` (a rental) or `reservation` (held for a renter until `expires_at`; never counted in reliability). */
+  kind: ColumnType<LeaseKind, LeaseKind | undefined, never>;
+  /** When the lease ends by itself (a reservation); null: when billing reports its end. */
+  expires_at: Date | null;
   updated_at: Timestamp;
 }
 

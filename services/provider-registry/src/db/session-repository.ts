@@ -1,8 +1,11 @@
 /**
- * The rental sessions of providers (`provider_sessions`). Every function runs in the caller's transaction, which has
- * locked the provider row first (`lockProviderStatus`), so the sessions of one provider change one writer at a time
- * and the status follows them exactly (the rental rule: `applyRentalRule` in `status-repository.ts`).
+ * The leases of providers (`provider_sessions`): billing's rental sessions and its reservations. Every writer of a
+ * provider's leases runs in the caller's transaction, which has locked the provider row first (`lockProviderStatus`),
+ * so the leases of one provider change one writer at a time and the status follows them exactly (the rental rule:
+ * `applyRentalRule` in `status-repository.ts`).
  */
+
+import type { LeaseKind } from '@gpu/common';
 import { type Kysely, sql, type Transaction } from 'kysely';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { RegistryDB } from './schema.ts';
@@ -24,13 +27,21 @@ export async function lockProviderStatus(
   return row && { status: row.status as ProviderStatus, owner: row.owner_id };
 }
 
+/** What kind of lease a row is, and when it ends by itself (a reservation). */
+export interface LeaseTerms {
+  kind: LeaseKind;
+  /** When the lease ends by itself; null: when billing reports its end (a session). */
+  expiresAt: Date | null;
+}
+
 /**
- * Records the session as active (`active` true) or ended, holding `gpuIndices` (null: every GPU of the machine). An
- * ended session stays ended: a later "active" for it (a redelivered or late start) changes nothing. A report of a
- * running session that names GPUs restates them; one that names none keeps those held (the latest named set wins).
- * Returns whether the session is active now, the GPUs it holds, and whether this call is the one that ended it (the
- * first report of its end: a redelivered end is not). The groups' free GPUs follow in the database (the GPU leases
- * migration's trigger).
+ * Records the lease (a session, or a reservation until `expiresAt`) as active (`active` true) or ended, holding
+ * `gpuIndices` (null: every GPU of the machine). An ended lease stays ended: a later "active" for it (a redelivered or
+ * late start) changes nothing, and a reservation reported after its expiry is recorded ended. A report of a running
+ * lease that names GPUs restates them (and a reservation's new expiry); one that names none keeps those held (the
+ * latest named set wins). The kind is the first report's. Returns whether the lease is active now, the GPUs it holds,
+ * its kind, and whether this call is the one that ended it (the first report of its end: a redelivered end is not).
+ * The groups' free GPUs follow in the database (the GPU leases migration's trigger).
  */
 export async function upsertSession(
   trx: Trx,
@@ -38,19 +49,50 @@ export async function upsertSession(
   sessionId: string,
   active: boolean,
   gpuIndices: readonly number[] | null,
+  terms: LeaseTerms = { kind: 'session', expiresAt: null },
 ) {
-  const { rows } = await sql<{ active: boolean; gpu_indices: number[] | null; was_active: boolean | null }>`
+  const { rows } = await sql<{
+    active: boolean;
+    gpu_indices: number[] | null;
+    kind: LeaseKind;
+    was_active: boolean | null;
+  }>`
     WITH before AS (SELECT active FROM provider_sessions WHERE session_id = ${sessionId})
-    INSERT INTO provider_sessions (session_id, provider_id, active, gpu_indices)
-    VALUES (${sessionId}, ${providerId}, ${active}, ${gpuIndices === null ? null : [...gpuIndices]}::integer[])
+    INSERT INTO provider_sessions (session_id, provider_id, active, gpu_indices, kind, expires_at)
+    VALUES (${sessionId}, ${providerId},
+      ${active} AND (${terms.expiresAt}::timestamptz IS NULL OR ${terms.expiresAt}::timestamptz > now()),
+      ${gpuIndices === null ? null : [...gpuIndices]}::integer[], ${terms.kind}, ${terms.expiresAt}::timestamptz)
     ON CONFLICT (session_id) DO UPDATE SET
       active = provider_sessions.active AND EXCLUDED.active,
       gpu_indices = CASE WHEN provider_sessions.active AND EXCLUDED.active
         THEN coalesce(EXCLUDED.gpu_indices, provider_sessions.gpu_indices) ELSE provider_sessions.gpu_indices END,
+      expires_at = CASE WHEN provider_sessions.active AND EXCLUDED.active
+        THEN coalesce(EXCLUDED.expires_at, provider_sessions.expires_at) ELSE provider_sessions.expires_at END,
       updated_at = now()
-    RETURNING active, gpu_indices, (SELECT active FROM before) AS was_active`.execute(trx);
+    RETURNING active, gpu_indices, kind, (SELECT active FROM before) AS was_active`.execute(trx);
   const row = rows[0]!;
-  return { active: row.active, gpuIndices: row.gpu_indices, endedNow: !row.active && row.was_active !== false };
+  return {
+    active: row.active,
+    gpuIndices: row.gpu_indices,
+    kind: row.kind,
+    endedNow: !row.active && row.was_active !== false,
+  };
+}
+
+/** Up to `limit` machines with a reservation past its expiry still counted active. */
+export async function machinesWithExpiredLeases(db: Kysely<RegistryDB>, limit: number): Promise<string[]> {
+  const { rows } = await sql<{ provider_id: string }>`
+    SELECT DISTINCT provider_id FROM provider_sessions
+    WHERE active AND expires_at IS NOT NULL AND expires_at <= now() LIMIT ${limit}`.execute(db);
+  return rows.map((r) => r.provider_id);
+}
+
+/** Ends the machine's leases past their expiry (under the provider's lock); how many. */
+export async function endExpiredLeases(trx: Trx, providerId: string): Promise<number> {
+  const result = await sql`
+    UPDATE provider_sessions SET active = false, updated_at = now()
+    WHERE provider_id = ${providerId} AND active AND expires_at IS NOT NULL AND expires_at <= now()`.execute(trx);
+  return Number(result.numAffectedRows ?? 0);
 }
 
 /**

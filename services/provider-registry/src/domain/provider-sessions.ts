@@ -2,9 +2,13 @@
  * Rented providers are `busy`, partly rented ones stay `idle`. A rental takes some of a machine's GPUs (billing's
  * per-GPU leases): the registry keeps the rental sessions billing reports for each provider (billing's session events
  * over NATS JetStream, or billing's calls to `PUT`/`DELETE /providers/{id}/sessions/{sessionId}` when it runs without
- * NATS), each with the GPUs it holds, by index (none named: every GPU of the machine).
+ * NATS), each with the GPUs it holds, by index (none named: every GPU of the machine). Billing's reservations (GPUs the
+ * scheduler holds for one renter for a short time) are leases too, reported the same way with kind `reservation` and
+ * their expiry (over NATS: billing's `lease.reserved`/`lease.released` events): they hold their GPUs until billing
+ * releases them or they expire (the offline sweep ends them: `expireReservations`), and their end never counts in
+ * the machine's reliability.
  *
- * A GPU is **free** when it is healthy and no active session holds it. A provider is **fully rented** when at least
+ * A GPU is **free** when it is healthy and no active session or reservation holds it. A provider is **fully rented** when at least
  * one session of it is active and none of its GPU groups (its offers: the GPUs of one billing model key) has at least
  * the machine's `min_gpus_per_rental` free GPUs: nothing is left that a rental could take. The rule, applied under the
  * provider's row lock on every session report (start and end), and when a heartbeat changes a GPU's health or a full
@@ -26,13 +30,19 @@
  * GPUs restates them (the latest named set is kept). A status change goes through the registry's status events
  * (reasons `session_started`, `session_ended`), recorded with the change.
  */
-import type { Principal, RetryOptions } from '@gpu/common';
+import type { LeaseKind, Principal, RetryOptions } from '@gpu/common';
 import { withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { refreshReliability } from '../db/offer-repository.ts';
 import { countSessionEnd } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import { deleteEndedSessions, lockProviderStatus, upsertSession } from '../db/session-repository.ts';
+import {
+  deleteEndedSessions,
+  endExpiredLeases,
+  lockProviderStatus,
+  machinesWithExpiredLeases,
+  upsertSession,
+} from '../db/session-repository.ts';
 import { applyRentalRule } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import { assertMayTrackSessions } from './access.ts';
@@ -65,11 +75,15 @@ export function assertExplicitStatus(providerId: string, target: ProviderStatus,
   if (contradictsSessions(target, fullyRented)) throw registryErrors.statusContradictsSessions(providerId, target);
 }
 
-/** A session report: billing says the session runs (holding `gpuIndices`) or ended. */
+/** A session report: billing says the session (or reservation: `kind`) runs (holding `gpuIndices`) or ended. */
 export interface SessionReportInput {
   providerId: string;
   sessionId: string;
   active: boolean;
+  /** A rental `session` (the default) or a `reservation`, which ends by itself at `expiresAt` and is never counted. */
+  kind?: LeaseKind;
+  /** When a reservation ends by itself (required for one). */
+  expiresAt?: Date | null;
   /** The GPUs the session holds (a running session's report); null or absent: every GPU, or those held already. */
   gpuIndices?: GpuSet;
   correlationId?: string;
@@ -85,6 +99,8 @@ export interface SessionReport {
   session_id: string;
   /** Whether the session is active now (false once it ended, whatever was reported after). */
   active: boolean;
+  /** The kind of lease, as first reported. */
+  kind: LeaseKind;
   /** The GPUs it holds, as the registry keeps them; null: every GPU of the machine. */
   gpu_indices: GpuSet;
   previous_status: ProviderStatus;
@@ -99,6 +115,8 @@ export interface ProviderSessionsDeps {
 
 /** Ended sessions deleted per statement of a purge. */
 const PURGE_BATCH = 10_000;
+/** Machines whose expired reservations one sweep ends, at most. */
+const EXPIRY_BATCH = 1_000;
 
 export class ProviderSessions {
   constructor(private readonly deps: ProviderSessionsDeps) {}
@@ -112,6 +130,31 @@ export class ProviderSessions {
       total += n;
       if (n < PURGE_BATCH) return total;
     }
+  }
+
+  /**
+   * Ends the reservations past their expiry, a machine at a time under its lock, applying the rental rule (a machine
+   * a reservation had made busy goes idle, reason `session_ended`): their GPUs are on the market again. Run by the
+   * offline sweep; how many reservations it ended.
+   */
+  async expireReservations(): Promise<number> {
+    const machines = await withRetry(() => machinesWithExpiredLeases(this.deps.db, EXPIRY_BATCH), this.deps.retry);
+    let ended = 0;
+    for (const providerId of machines) {
+      const recording = this.deps.outbox.recording('session_ended');
+      const done = await withRetry(
+        () =>
+          this.deps.db.transaction().execute(async (trx) => {
+            if ((await lockProviderStatus(trx, providerId)) === undefined) return { n: 0, written: undefined };
+            const n = await endExpiredLeases(trx, providerId);
+            return { n, written: await applyRentalRule(trx, providerId, recording) };
+          }),
+        this.deps.retry,
+      );
+      ended += done.n;
+      if (done.written) this.deps.outbox.written();
+    }
+    return ended;
   }
 
   /**
@@ -131,8 +174,11 @@ export class ProviderSessions {
           const locked = await lockProviderStatus(trx, providerId);
           if (locked === undefined) return undefined;
           const { status: current, owner } = locked;
-          const session = await upsertSession(trx, providerId, sessionId, active, input.gpuIndices ?? null);
-          if (session.endedNow && input.renterId !== owner) {
+          const session = await upsertSession(trx, providerId, sessionId, active, input.gpuIndices ?? null, {
+            kind: input.kind ?? 'session',
+            expiresAt: input.expiresAt ?? null,
+          });
+          if (session.endedNow && session.kind === 'session' && input.renterId !== owner) {
             await countSessionEnd(trx, providerId, isProviderFault(input.endReason));
             await refreshReliability(trx, providerId);
           }
@@ -141,6 +187,7 @@ export class ProviderSessions {
             provider_id: providerId,
             session_id: sessionId,
             active: session.active,
+            kind: session.kind,
             gpu_indices: session.gpuIndices,
             previous_status: current,
             status: written ? written.status : current,

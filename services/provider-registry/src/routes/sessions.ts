@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { SESSION_REPORTING_ROLES } from '../domain/access.ts';
 import type { ProviderSessions, SessionReport } from '../domain/provider-sessions.ts';
 import { registryErrors } from '../errors.ts';
-import { sessionRunningSchema, toGpuSet } from '../wire/sessions.ts';
+import { leaseKindSchema, sessionRunningSchema, toGpuSet } from '../wire/sessions.ts';
 import { parseOptionalJson } from './optional-json.ts';
 import { schemas, statusSchema } from './schemas.ts';
 
@@ -33,6 +33,7 @@ const sessionReportSchema = z
     provider_id: z.uuid(),
     session_id: z.uuid(),
     active: z.boolean().describe('whether the session counts as running on the provider'),
+    kind: leaseKindSchema,
     gpu_indices: z
       .array(z.number().int())
       .nullable()
@@ -57,6 +58,7 @@ const endQuery = z.object({
     .uuid()
     .optional()
     .describe("the session's renter: a rental by the machine's own owner is not counted in its reliability"),
+  kind: leaseKindSchema.optional(),
 });
 
 const answer = (message: string, r: SessionReport) => ({
@@ -86,7 +88,8 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         description:
           "Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` " +
           'array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names ' +
-          'GPUs restates them. The provider goes idle -> busy once fully rented (no GPU group with ' +
+          "GPUs restates them. `kind: reservation` with `expires_at` reports a reservation of billing's scheduler: " +
+          'it holds its GPUs (offers count them taken) until its end is reported or it expires. The provider goes idle -> busy once fully rented (no GPU group with ' +
           '`min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and ' +
           'maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs ' +
           'again). Only admins and platform services.',
@@ -102,6 +105,8 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         sessionId: sessionID,
         active: true,
         gpuIndices: toGpuSet(request.body?.gpu_indices),
+        kind: request.body?.kind,
+        expiresAt: request.body?.expires_at ? new Date(request.body.expires_at) : null,
         correlationId: request.correlationId,
       });
       if (!report.active) throw registryErrors.sessionEnded(sessionID);
@@ -120,7 +125,8 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         description:
           'Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: ' +
           'the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs (unless its owner holds it); other states are kept. The first report of an end counts in the ' +
-          "machine's reliability (with `end_reason`). Only admins and platform services.",
+          "machine's reliability (with `end_reason`), a reservation's (`kind=reservation`) never. Only admins and " +
+          'platform services.',
         params: sessionParams,
         querystring: endQuery,
         response: { 200: sessionReportSchema, ...errorsOf(400, 401, 403, 404, 503) },
@@ -135,6 +141,7 @@ export const sessionRoutes: FastifyPluginAsync<SessionRoutesOptions> = async (fa
         correlationId: request.correlationId,
         endReason: request.query.end_reason,
         renterId: request.query.renter_id,
+        kind: request.query.kind,
       });
       return answer('session recorded as ended', report);
     },

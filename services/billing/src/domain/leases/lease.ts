@@ -5,7 +5,13 @@
  * backstop. A session's end frees its rows in the transaction that ends it.
  */
 import type { Transaction } from 'kysely';
-import { heldGpus, insertLeases, lockMachineGpus, releaseReservedGpus } from '../../db/gpu-lease-repository.ts';
+import {
+  findReservation,
+  heldGpus,
+  insertLeases,
+  lockMachineGpus,
+  releaseReservedGpus,
+} from '../../db/gpu-lease-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
@@ -33,15 +39,35 @@ export function couldLease(machine: ProviderRecord, request: LeaseRequest): void
   if (!request.reservationId) leasableGpus(machine, request, []);
 }
 
-/** Leases the GPUs taken (`takeGpus`, same transaction) to the session: reserved ones are handed over. */
+/**
+ * Leases the GPUs taken (`takeGpus`, same transaction) to the session: reserved ones are handed over, and each
+ * reservation they came from is told to the registry again, with the GPUs it still holds (`lease.reserved`) or as
+ * used up (`lease.released`).
+ */
 export async function leaseToSession(
+  ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  providerId: string,
-  sessionId: string,
-  indices: number[],
+  lease: { providerId: string; sessionId: string; indices: number[] },
+  correlationId?: string,
 ): Promise<void> {
-  await releaseReservedGpus(trx, providerId, indices);
-  await insertLeases(trx, providerId, indices, { sessionId });
+  const taken = await releaseReservedGpus(trx, lease.providerId, lease.indices);
+  await insertLeases(trx, lease.providerId, lease.indices, { sessionId: lease.sessionId });
+  for (const id of new Set(taken.map((t) => t.reservation_id))) {
+    const left = await findReservation(trx, id);
+    const of = taken.filter((t) => t.reservation_id === id);
+    const reservation = {
+      id,
+      providerId: lease.providerId,
+      userId: of[0]!.user_id,
+      expiresAt: of[0]!.expires_at,
+      gpuIndices: left ? left.gpu_indices : of.map((t) => t.gpu_index).sort((a, b) => a - b),
+    };
+    await ctx.events.record(
+      trx,
+      left ? { kind: 'lease.reserved', reservation } : { kind: 'lease.released', reservation, reason: 'used' },
+      correlationId,
+    );
+  }
 }
 
 /**

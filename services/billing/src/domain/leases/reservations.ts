@@ -5,6 +5,9 @@
  * a reservation not used by then expires by itself (the next writer of the machine's leases drops it) or is
  * cancelled. The GPUs are chosen by the same rule as a start's, under the same lock (lease.ts), so a reservation and a
  * session never hold one GPU. Reserving costs nothing; the start checks the renter's funds and price as always.
+ *
+ * The registry hears of each reservation (`lease.reserved`, and `lease.released` when used up or cancelled; an expiry
+ * it works out itself), so that offers and `free_gpus` count its GPUs as taken while it lasts.
  */
 import { randomUUID } from 'node:crypto';
 import { errors, isPrivileged, type Principal } from '@gpu/common';
@@ -65,6 +68,8 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
     );
     const expiresAt = new Date(at.getTime() + input.ttlMs);
     await insertLeases(trx, machine.id, choice.indices, { reservationId: id, userId: input.userId, expiresAt });
+    const reservation = { id, providerId: machine.id, userId: input.userId, gpuIndices: choice.indices, expiresAt };
+    await ctx.events.record(trx, { kind: 'lease.reserved', reservation }, input.correlationId);
     return {
       id,
       userId: input.userId,
@@ -77,12 +82,26 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
 }
 
 /** Frees a reservation's GPUs before it expires; RESERVATION_NOT_FOUND when it holds none (used, expired, unknown). */
-export async function cancelReservation(ctx: BillingContext, actor: Principal, reservationId: string): Promise<void> {
+export async function cancelReservation(
+  ctx: BillingContext,
+  actor: Principal,
+  reservationId: string,
+  correlationId?: string,
+): Promise<void> {
   if (!isPrivileged(actor)) throw mayNotReserve();
   const id = reservationId.toLowerCase();
   await ctx.db.transaction().execute(async (trx) => {
     const found = await findReservation(trx, id);
     if (found) await lockMachineGpus(trx, found.provider_id, ctx.now);
-    if (!found || !(await releaseReservation(trx, id))) throw billingErrors.reservationNotFound(id);
+    const freed = found ? await releaseReservation(trx, id) : [];
+    if (!found || freed.length === 0) throw billingErrors.reservationNotFound(id);
+    const reservation = {
+      id,
+      providerId: found.provider_id,
+      userId: found.user_id,
+      gpuIndices: freed,
+      expiresAt: found.expires_at,
+    };
+    await ctx.events.record(trx, { kind: 'lease.released', reservation, reason: 'cancelled' }, correlationId);
   });
 }

@@ -191,7 +191,14 @@ export async function startSession(
       created_at: now,
       updated_at: now,
     });
-    if (lease) await leaseToSession(trx, input.providerId, id, lease.indices);
+    if (lease) {
+      await leaseToSession(
+        ctx,
+        trx,
+        { providerId: input.providerId, sessionId: id, indices: lease.indices },
+        input.correlationId,
+      );
+    }
     const started: SessionStart = {
       session,
       holdAmount: initial,
