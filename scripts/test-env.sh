@@ -2,7 +2,8 @@
 # Starts the real servers the tests use, as processes on loopback, and stops
 # them again: PostgreSQL (Debian's), NATS with JetStream (Debian's
 # nats-server), an S3-compatible server (s3rver) and a recording stand-in for
-# the Consul agent; nginx for the gateway's tests. Installs what is missing (apt-get, as root).
+# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox. Installs what is
+# missing (apt-get, as root).
 #   source scripts/test-env.sh && test_env_up   # exports TEST_* variables
 #   test_env_down
 set -euo pipefail
@@ -107,8 +108,17 @@ ensure_nginx() {
   log "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's/.*\///')"
 }
 
+# The provider daemon's workload sandbox (tools/provider-daemon/src/workloads/): Debian's bubblewrap, and setpriv and
+# prlimit (util-linux) that start it as the workload's own user with its limits.
+ensure_bwrap() {
+  if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
+  for tool in setpriv prlimit; do command -v "$tool" >/dev/null || apt_install util-linux; done
+  log "$(bwrap --version)"
+}
+
 test_env_up() {
   ensure_nginx
+  ensure_bwrap
   test_env_down
   rm -rf "$TEST_ENV_DIR"
   mkdir -p "$TEST_ENV_DIR"

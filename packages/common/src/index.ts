@@ -153,3 +153,4 @@ export {
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';
+export { refusedEnvName, WORKLOAD_LIMITS, type WorkloadSpec, workloadSpecSchema } from './workload-spec.ts';

@@ -24,6 +24,13 @@ export const PLATFORM_END_REASONS = [
   'provider_maintenance',
   'provider_error',
   'provider_removed',
+  'workload_exited',
+  'workload_failed',
+  'workload_max_runtime',
+  'workload_limit',
+  'workload_stopped',
+  'workload_not_started',
+  'workload_lost',
 ] as const;
 export type PlatformEndReason = (typeof PLATFORM_END_REASONS)[number];
 
@@ -34,6 +41,8 @@ export const PROVIDER_FAULT_END_REASONS = [
   'provider_error',
   'provider_maintenance',
   'provider_removed',
+  'workload_not_started',
+  'workload_lost',
 ] as const satisfies readonly PlatformEndReason[];
 
 /** Billing's events of a session that runs (and holds its GPUs). */

@@ -23,6 +23,7 @@ import { sessionRoutes } from './routes/sessions.ts';
 import { storageRoutes } from './routes/storage.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { walletRoutes } from './routes/wallets.ts';
+import { workloadRoutes } from './routes/workloads.ts';
 
 export const SERVICE_NAME = 'billing-service';
 
@@ -89,6 +90,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       gracePeriodMs: durationMs(deps.config.billing.grace_period),
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),
       maxClockSkewMs: durationMs(deps.config.billing.max_clock_skew),
+      workloadStartTimeoutMs: durationMs(deps.config.billing.workload_start_timeout),
     },
     now: deps.now ?? (() => new Date()),
     state,
@@ -121,5 +123,6 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(usageRoutes, routeDeps);
   await app.register(storageRoutes, routeDeps);
   await app.register(reservationRoutes, routeDeps);
+  await app.register(workloadRoutes, routeDeps);
   return app;
 }

@@ -29,6 +29,7 @@ import {
   runBillingCycle,
 } from './domain/sessions/index.ts';
 import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
+import { endWorkloadsNeverStarted } from './domain/workloads/index.ts';
 
 export interface Background {
   stop(): Promise<void>;
@@ -84,6 +85,12 @@ export async function startBackground(
   // Capped sessions end when the time their cap paid for is over, not at the next cycle.
   every(durationMs(config.billing.spend_cap_check_interval), 'the cap sweep failed; will retry', () =>
     endSessionsAtCap(ctx),
+  );
+  // A workload that never ran ends its session unbilled once `workload_start_timeout` is over.
+  every(
+    durationMs(config.billing.spend_cap_check_interval) || 5000,
+    'the workload start sweep failed; will retry',
+    () => endWorkloadsNeverStarted(ctx),
   );
   // Session events are kept for their parties to read for `event_retention`.
   const retentionMs = durationMs(config.billing.event_retention);

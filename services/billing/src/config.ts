@@ -136,6 +136,11 @@ export const billingConfigSchema = z.object({
        */
       max_clock_skew: zDuration().default('5m'),
       /**
+       * How long a session's workload may take from the session's start to running (the daemon picking it up,
+       * preparing its sandbox); past it the session ends, nothing billed (`workload_not_started`, the machine's fault).
+       */
+      workload_start_timeout: zDuration().default('5m'),
+      /**
        * Without NATS: how often billing asks the provider registry whether the machines with running sessions are
        * still delivering (offline, error or gone: their sessions end); 0 turns it off. With NATS, the registry's
        * status events do it.

@@ -234,6 +234,12 @@ export const billingErrors = {
     ),
   reservationNotFound: (reservationId: string) =>
     errors.notFound('RESERVATION_NOT_FOUND', `reservation ${reservationId} does not exist or has expired`),
+  workloadNotFound: (sessionId: string) =>
+    errors.notFound('WORKLOAD_NOT_FOUND', `session ${sessionId} runs no workload`),
+  workloadEnded: (sessionId: string, state: string) =>
+    new AppError('conflict', 'WORKLOAD_ENDED', `the workload of session ${sessionId} has ended (${state})`, {
+      extra: { workload_state: state },
+    }),
   reservationMismatch: (reservationId: string, why: string) =>
     errors.conflict('RESERVATION_MISMATCH', `reservation ${reservationId} ${why}`),
   chainNotConfigured: () =>

@@ -37,7 +37,7 @@ const address = () => Keypair.generate().publicKey.toBase58();
 let storagePeriods = 0;
 
 /** A running session: `owner` rents the machine of `owner`'s provider wallet (started by an admin). */
-async function ownersSession(): Promise<string> {
+async function ownersSession(workload?: object): Promise<string> {
   const res = await h.app.inject({
     method: 'POST',
     url: '/api/v1/billing/start-session',
@@ -47,6 +47,7 @@ async function ownersSession(): Promise<string> {
       provider_id: providerId,
       job_id: crypto.randomUUID(),
       ...H100_X1,
+      ...(workload ? { workload } : {}),
     },
   });
   expect(res.statusCode).toBe(201);
@@ -67,6 +68,7 @@ const HOLDER = (ok: number) => ({ owner: ok, admin: ok, service: ok, others: 403
 const PARTY = (ok: number) => ({ ...HOLDER(ok), daemon: ok }) as const;
 const EVERYONE = (ok: number) => Object.fromEntries(['others', 'anonymous', 'forged', 'expired'].map((c) => [c, ok]));
 const SIGNATURE = '5'.repeat(88);
+const WORKLOAD = { command: ['true'], max_runtime_seconds: 60 };
 
 function table(): Record<string, AccessRule> {
   const w = () => `/api/v1/wallet/${ownerWallet.id}`;
@@ -167,6 +169,17 @@ function table(): Record<string, AccessRule> {
     },
     'GET /api/v1/billing/current-usage/:sessionID': {
       request: async () => ({ url: `/api/v1/billing/current-usage/${await ownersSession()}` }),
+      expect: PARTY(200),
+    },
+    'GET /api/v1/billing/sessions/:sessionID/workload': {
+      request: async () => ({ url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload` }),
+      expect: PARTY(200),
+    },
+    'POST /api/v1/billing/sessions/:sessionID/workload/state': {
+      request: async () => ({
+        url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload/state`,
+        payload: { state: 'preparing', at: new Date().toISOString() },
+      }),
       expect: PARTY(200),
     },
     'POST /api/v1/billing/usage-update': {

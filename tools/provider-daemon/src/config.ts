@@ -64,6 +64,28 @@ export const daemonConfigSchema = z
       .prefault({}),
     /** Set it to the registry's `heartbeat_interval` (30 s by default); the registry marks a machine offline after 3. */
     heartbeat_interval: zDuration().default('30s'),
+    /** Renters' workloads (src/workloads/): run in a bubblewrap sandbox on exactly the leased GPUs. */
+    workloads: z
+      .object({
+        /** Off: the daemon runs no workload (a session's workload then never runs, and ends unbilled). */
+        enabled: z.boolean().default(true),
+        /** Where each session's work and log directories are made (the daemon's own; 0711). */
+        run_dir: z.string().default('.data/provider-daemon/workloads'),
+        /** How often the daemon asks billing for new and ended sessions (how soon a workload starts and stops). */
+        poll_interval: zDuration().default('1s'),
+        /** Between SIGTERM and SIGKILL when a workload is stopped. */
+        stop_grace: zDuration().default('10s'),
+        bwrap_path: z.string().default('bwrap'),
+        /** A daemon running as root runs each workload as a user of its own: `uid_base` + its slot. */
+        uid_base: zInt(1000, 2 ** 31 - 65_536).default(200_000),
+        processes: zInt(16, 1_000_000).default(4096),
+        open_files: zInt(64, 1_048_576).default(65_536),
+        memory_mb: zInt(64).default(65_536),
+        disk_mb: zInt(16).default(102_400),
+        /** Each of a workload's standard output and error kept, at most; the rest is cut (and counted). */
+        log_kb: zInt(1, 1_048_576).default(10_240),
+      })
+      .prefault({}),
     /** Time limit of one request to a service. */
     request_timeout: zDuration().default('10s'),
     /** Longest wait between attempts while a service cannot be reached. */

@@ -10,6 +10,7 @@ import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
 import { UsageReporter } from './usage.ts';
+import { WorkloadRunner } from './workloads/runner.ts';
 
 startOrExit(async () => {
   const config = loadDaemonConfig();
@@ -37,8 +38,20 @@ startOrExit(async () => {
   });
   const usage = new UsageReporter({ config, logger, token, publisher });
   const daemon = new ProviderDaemon({ config, logger, gpus, token, usage });
+  const workloads = config.workloads.enabled
+    ? new WorkloadRunner({
+        config,
+        logger,
+        token,
+        gpus,
+        providerId: () => daemon.providerId,
+        sessions: (id) => usage.runningSessions(id),
+      })
+    : null;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());
+  workloads?.run();
   await daemon.run();
+  await workloads?.stop();
   await publisher.close();
   logger.info('stopped');
 });

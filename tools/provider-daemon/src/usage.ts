@@ -34,6 +34,8 @@ interface UsageReport {
 export interface RunningSession {
   id: string;
   gpuIndices: number[] | null;
+  /** Whether it runs a workload (workloads/runner.ts). */
+  workload: boolean;
 }
 
 /** The readings of the session's GPUs: those at its indices in the machine's GPU list. */
@@ -89,7 +91,9 @@ export class UsageReporter {
           query: { provider_id: providerId, status: ['running'], limit: PAGE_LIMIT.max, ...(cursor ? { cursor } : {}) },
         },
       });
-      sessions.push(...unwrap(result).map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null })));
+      sessions.push(
+        ...unwrap(result).map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null, workload: s.workload === true })),
+      );
       // The platform's paging contract: the next page's cursor is in `X-Next-Cursor`, absent on the last page.
       cursor = result.response.headers.get('x-next-cursor') ?? undefined;
     } while (cursor);

@@ -177,8 +177,8 @@ describe('provider daemon usage reports', () => {
     const second = await rent(providerId, 4);
     expect(await usage.runningSessions(providerId)).toEqual(
       expect.arrayContaining([
-        { id: first, gpuIndices: [0, 1, 2, 3] },
-        { id: second, gpuIndices: [4, 5, 6, 7] },
+        { id: first, gpuIndices: [0, 1, 2, 3], workload: false },
+        { id: second, gpuIndices: [4, 5, 6, 7], workload: false },
       ]),
     );
     const readings = await gpuSource(config({ gpu: { source: 'simulated', simulated_gpus } }).gpu).read();

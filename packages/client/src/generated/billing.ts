@@ -141,6 +141,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/sessions/{sessionID}/workload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A session's workload: its spec, state and times
+         * @description For the parties of the session: its renter, the machine's owner and daemon (which runs it from this spec), admins and platform services. 404 WORKLOAD_NOT_FOUND for a session that runs none.
+         */
+        get: operations["getWorkload"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/workload/state": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The machine's daemon reports a workload's state
+         * @description `running` starts billing (at `at`, kept within the session's start and billing's clock less `billing.max_clock_skew`); `exited`, `failed` and `stopped` end the session at `at`, billed to its last started minute, with the workload's end reason (a stop after the session ended records only when it stopped). A state already reached or passed changes nothing (200, as it stands); another end after an end is 409 WORKLOAD_ENDED. Only the daemon of the session's machine (or its owner), admins and services: 403 NOT_SESSION_PROVIDER otherwise.
+         */
+        post: operations["reportWorkloadState"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/start-session": {
         parameters: {
             query?: never;
@@ -635,7 +675,7 @@ export interface components {
             elapsed_minutes: number;
             /** Format: int64 */
             elapsed_seconds: number;
-            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); null while it runs */
             end_reason: string | null;
             /**
              * Format: int64
@@ -908,9 +948,11 @@ export interface components {
         Session: {
             /** @description power draw of the latest usage update (W) */
             actual_power_w: string | null;
+            /** @description when billing's clock started: `started_at`, or for a workload session when its workload was reported running (null until then: nothing is billed before) */
+            billed_from?: string | null;
             /** Format: int64 */
             billed_minutes: number;
-            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; null while it runs */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); null while it runs */
             end_reason: string | null;
             ended_at: string | null;
             /** Format: int64 */
@@ -964,6 +1006,8 @@ export interface components {
             user_id: string;
             /** Format: uuid */
             wallet_id: string;
+            /** @description whether the session runs a workload (GET /billing/sessions/{id}/workload); absent in events recorded before workloads existed */
+            workload?: boolean;
         };
         SessionEnd: {
             already_ended: boolean;
@@ -971,7 +1015,7 @@ export interface components {
             session: components["schemas"]["Session"];
         };
         SessionEndRequest: {
-            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed) */
+            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed, workload_exited, workload_failed, workload_max_runtime, workload_limit, workload_stopped, workload_not_started) */
             reason?: string;
             /** Format: uuid */
             session_id: string;
@@ -985,7 +1029,7 @@ export interface components {
              */
             event_id: string;
             /** @enum {string} */
-            kind: "session.started" | "session.grace_period" | "session.resumed" | "session.low_balance" | "session.completed" | "session.terminated";
+            kind: "session.started" | "session.grace_period" | "session.resumed" | "session.low_balance" | "session.completed" | "session.terminated" | "workload.running";
             occurred_at: string;
             /** @description the session as the change left it */
             session: components["schemas"]["Session"];
@@ -1043,6 +1087,8 @@ export interface components {
             user_id?: string;
             /** Format: uuid */
             wallet_id: string;
+            /** @description what the session runs on its GPUs (the machine's daemon runs it in a sandbox): billed only from when the workload runs until it ends, and its end ends the session; absent: a session billed from its start, as before */
+            workload?: components["schemas"]["WorkloadSpecInput"];
         };
         StorageCharge: {
             /**
@@ -1207,6 +1253,87 @@ export interface components {
             amount: string;
             /** @description owner address to pay; the wallet's address by default */
             destination?: string;
+        };
+        /** @description A session's workload, and the session as it stands */
+        Workload: {
+            created_at: string;
+            ended_at: string | null;
+            /** @description its exit code once `exited` */
+            exit_code: number | null;
+            preparing_at: string | null;
+            /** @description why it `failed` or was `stopped`: `max_runtime`, `memory_limit`, `disk_limit`, `session_ended`, `not_started` (it did not run within `billing.workload_start_timeout`), ... */
+            reason: string | null;
+            /** @description when it started to run: billing starts then */
+            running_at: string | null;
+            session: components["schemas"]["Session"];
+            /** Format: uuid */
+            session_id: string;
+            spec: components["schemas"]["WorkloadSpec"];
+            /**
+             * @description pending -> preparing -> running -> exited | failed | stopped
+             * @enum {string}
+             */
+            state: "pending" | "preparing" | "running" | "exited" | "failed" | "stopped";
+        };
+        WorkloadReport: {
+            /**
+             * Format: date-time
+             * @description when it happened, by the daemon's clock (billing keeps it within its own bounds)
+             */
+            at: string;
+            /**
+             * Format: int32
+             * @description with `exited`
+             */
+            exit_code?: number;
+            /** @description with `failed` and `stopped` */
+            reason?: string;
+            /** @enum {string} */
+            state: "preparing" | "running" | "exited" | "failed" | "stopped";
+        };
+        /** @description What the session runs on its GPUs (sandbox mode) */
+        WorkloadSpec: {
+            /** @description the program and its arguments (argv; never a shell string) */
+            command: string[];
+            /**
+             * @description environment variables (LD_* and the platform-set names are refused)
+             * @default {}
+             */
+            env: {
+                [key: string]: string;
+            };
+            /**
+             * Format: int32
+             * @description the workload is stopped after running this long
+             */
+            max_runtime_seconds: number;
+            /**
+             * @description whether the workload may reach the network (default: no)
+             * @default false
+             */
+            network: boolean;
+        };
+        /** @description What the session runs on its GPUs (sandbox mode) */
+        WorkloadSpecInput: {
+            /** @description the program and its arguments (argv; never a shell string) */
+            command: string[];
+            /**
+             * @description environment variables (LD_* and the platform-set names are refused)
+             * @default {}
+             */
+            env?: {
+                [key: string]: string;
+            };
+            /**
+             * Format: int32
+             * @description the workload is stopped after running this long
+             */
+            max_runtime_seconds: number;
+            /**
+             * @description whether the workload may reach the network (default: no)
+             * @default false
+             */
+            network?: boolean;
         };
     };
     responses: {
@@ -1452,8 +1579,8 @@ export interface operations {
             query?: {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                /** @description session.started, session.grace_period, session.resumed, session.low_balance, session.completed, session.terminated */
-                kind?: ("session.started" | "session.grace_period" | "session.resumed" | "session.low_balance" | "session.completed" | "session.terminated")[];
+                /** @description session.started, session.grace_period, session.resumed, session.low_balance, session.completed, session.terminated, workload.running */
+                kind?: ("session.started" | "session.grace_period" | "session.resumed" | "session.low_balance" | "session.completed" | "session.terminated" | "workload.running")[];
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 session_id?: string;
@@ -1630,6 +1757,75 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWorkload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportWorkloadState: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkloadReport"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -23,6 +23,7 @@ function eventData(p: PresentContext, e: BillingEvent): object {
     case 'session.grace_period':
     case 'session.resumed':
     case 'session.low_balance':
+    case 'workload.running':
       return { session: sessionJson(p, e.session) };
     case 'session.completed':
     case 'session.terminated':

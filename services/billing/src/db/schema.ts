@@ -166,9 +166,30 @@ export interface RentalSessionTable {
   spend_cap: Money | null;
   /** When the renter was last warned that the funds left pay for little running time (null: not low). */
   low_balance_at: Date | null;
-  /** When a capped session's cap is spent at its frozen rate: it ends then (null: no cap). */
+  /** When a capped session's cap is spent at its frozen rate: it ends then (null: no cap, or not billed yet). */
   cap_ends_at: Date | null;
+  /** Whether the session runs a workload (then it is billed from `billed_from`, once the workload runs). */
+  workload: Generated<boolean>;
+  /** When a workload session's billing started (its workload ran); null until then, and for other sessions. */
+  billed_from: Date | null;
   created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+/** The states of a workload (migration 0016). */
+export type WorkloadState = 'pending' | 'preparing' | 'running' | 'exited' | 'failed' | 'stopped';
+
+/** What a session runs (migration 0016). */
+export interface SessionWorkloadTable {
+  session_id: string;
+  spec: ColumnType<unknown, string, string>;
+  state: WorkloadState;
+  exit_code: number | null;
+  reason: string | null;
+  created_at: Timestamp;
+  preparing_at: Date | null;
+  running_at: Date | null;
+  ended_at: Date | null;
   updated_at: Timestamp;
 }
 
@@ -258,6 +279,7 @@ export interface SessionEventTable {
 export interface BillingDB {
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
+  session_workloads: SessionWorkloadTable;
   usage_records: UsageRecordTable;
   billing_records: BillingRecordTable;
   billing_meta: BillingMetaTable;

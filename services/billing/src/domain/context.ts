@@ -36,6 +36,8 @@ interface SessionSettings {
    * applied (config `billing.max_clock_skew`): the daemon's clock and billing's differ a little.
    */
   maxClockSkewMs: number;
+  /** How long a session's workload may take to run before the session ends unbilled (`billing.workload_start_timeout`). */
+  workloadStartTimeoutMs: number;
 }
 
 /**

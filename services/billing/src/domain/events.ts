@@ -53,6 +53,8 @@ export type BillingEvent =
       session: SessionRow;
     }
   | { kind: (typeof SESSION_ENDED_EVENT_KINDS)[number]; session: SessionRow; billingRecord: BillingRecordRow }
+  /** The session's workload runs: billing started. */
+  | { kind: 'workload.running'; session: SessionRow }
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
   | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates }
   /** Made, or restated with the GPUs it still holds after a start took some. */

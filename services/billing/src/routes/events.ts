@@ -21,6 +21,7 @@ import { billingRecordSchema, sessionSchema } from './session-schemas.ts';
 const SESSION_EVENT_KINDS = [
   ...SESSION_RUNNING_EVENT_KINDS,
   ...SESSION_ENDED_EVENT_KINDS,
+  'workload.running',
 ] as const satisfies readonly SessionEventKind[];
 
 const sessionEventSchema = z

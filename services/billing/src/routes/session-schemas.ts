@@ -87,7 +87,24 @@ export const sessionSchema = z
       .describe(
         'why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), ' +
           '`provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: ' +
-          '`ended` or the reason it gave; null while it runs',
+          '`ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, ' +
+          '`workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing ' +
+          'billed); null while it runs',
+      ),
+    workload: z
+      .boolean()
+      .optional()
+      .describe(
+        'whether the session runs a workload (GET /billing/sessions/{id}/workload); absent in events recorded ' +
+          'before workloads existed',
+      ),
+    billed_from: z
+      .string()
+      .nullable()
+      .optional()
+      .describe(
+        "when billing's clock started: `started_at`, or for a workload session when its workload was reported " +
+          'running (null until then: nothing is billed before)',
       ),
   })
   .register(schemas, { id: 'Session' });

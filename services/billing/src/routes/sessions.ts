@@ -23,6 +23,7 @@ import type { RouteDeps } from './deps.ts';
 import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import { amountString, csv, idempotencyHeaders, PAGE_DOCS, problems, schemas } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
+import { workloadSpecBody } from './workloads.ts';
 
 const { provider_id: _priced, ...resourceShape } = pricingInputShape;
 
@@ -79,6 +80,12 @@ const startSessionBody = z
     max_total_spend: amountString
       .optional()
       .describe('the former name of `spend_cap`, still accepted (400 when both are sent)'),
+    workload: workloadSpecBody
+      .optional()
+      .describe(
+        "what the session runs on its GPUs (the machine's daemon runs it in a sandbox): billed only from when the " +
+          'workload runs until it ends, and its end ends the session; absent: a session billed from its start, as before',
+      ),
   })
   .refine((b) => b.spend_cap === undefined || b.max_total_spend === undefined, {
     path: ['max_total_spend'],
@@ -210,6 +217,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
             estimatedPowerW: b.estimated_power_w,
             acceptedHourlyRate: b.accepted_hourly_rate,
             spendCap: spendCapOf(b, ctx.scale),
+            workload: b.workload,
             correlationId: request.correlationId,
           },
           keyClaim(idem, answer),

@@ -18,7 +18,7 @@ import { Dec, formatAmount } from '../domain/ledger/index.ts';
 import type { StoredProviderRates } from '../domain/pricing/index.ts';
 import { formatRate, type HourlyRates } from '../domain/pricing/index.ts';
 import type { CurrentUsage, SessionEnd, SessionStart, UsageRecord, UsageResult } from '../domain/sessions/index.ts';
-import { sessionRates } from '../domain/sessions/index.ts';
+import { billedFrom, sessionRates } from '../domain/sessions/index.ts';
 import type { AutoPayoutSetting, EarningsSummary, Wallet } from '../domain/wallets/index.ts';
 
 /** What presenting needs: the token's scale and the app's cache of rate JSON. */
@@ -106,6 +106,8 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     low_balance_since: isoOrNull(s.low_balance_at),
     ended_at: isoOrNull(s.ended_at),
     end_reason: s.end_reason,
+    workload: s.workload,
+    billed_from: isoOrNull(billedFrom(s)),
   };
 }
 

@@ -15,6 +15,7 @@ import { storageChargesMigration } from './0012-storage-charges.ts';
 import { gpuLeasesMigration } from './0013-gpu-leases.ts';
 import { capDeadlineSessionEventsMigration } from './0014-cap-deadline-session-events.ts';
 import { ratesAnnouncedMigration } from './0015-rates-announced.ts';
+import { workloadsMigration } from './0016-workloads.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -33,5 +34,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0013-gpu-leases': gpuLeasesMigration,
     '0014-cap-deadline-session-events': capDeadlineSessionEventsMigration,
     '0015-rates-announced': ratesAnnouncedMigration,
+    '0016-workloads': workloadsMigration,
   };
 }

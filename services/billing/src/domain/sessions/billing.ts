@@ -38,8 +38,22 @@ import type { UsageRow } from '../../db/usage-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
 import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfHours, costOfMinutes } from '../pricing/index.ts';
-import type { EndKind } from './end.ts';
-import type { SessionRow } from './session.ts';
+import type { EndKind, SessionRow } from './session.ts';
+
+/**
+ * When billing's clock started for the session: its start, or, for a session that runs a workload, when the workload
+ * was reported running (null until then: nothing is billed before).
+ */
+export function billedFrom(s: Pick<SessionRow, 'workload' | 'billed_from' | 'started_at'>): Date | null {
+  if (!s.workload) return new Date(s.started_at);
+  return s.billed_from ? new Date(s.billed_from) : null;
+}
+
+/** Milliseconds billed from `billedFrom` until `at` (0 before billing started). */
+export function billedElapsedMs(s: Pick<SessionRow, 'workload' | 'billed_from' | 'started_at'>, at: Date): number {
+  const from = billedFrom(s);
+  return from ? Math.max(0, at.getTime() - from.getTime()) : 0;
+}
 
 /** How a session that billing finds over must end: its grace period ran out, or its cost reached its cap. */
 const GRACE_OVER: EndKind = { status: 'terminated', reason: 'insufficient_funds' };
@@ -191,7 +205,7 @@ async function planBilling(
 ): Promise<SessionChange> {
   const { session } = item;
   const periods = ratePeriods(ctx, session.total_hourly_rate);
-  const elapsed = now.getTime() - new Date(session.started_at).getTime();
+  const elapsed = billedElapsedMs(session, now);
   const full = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
   const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
   const uncapped = costOfMinutes(periods.hourly, full, ctx.scale);

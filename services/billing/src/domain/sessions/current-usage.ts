@@ -14,6 +14,7 @@ import type { BillingContext } from '../context.ts';
 import { type KeysetPosition, keysetPage, type Page } from '../keyset.ts';
 import { Dec, getHold, walletBalances } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
+import { billedElapsedMs } from './billing.ts';
 import { isRunning, loadSession, type SessionRow } from './session.ts';
 import { runtimeMinutes } from './start.ts';
 
@@ -42,7 +43,7 @@ export async function currentUsage(ctx: BillingContext, actor: Principal, sessio
   const hourly = new Dec(s.total_hourly_rate);
   const running = isRunning(s);
   const until = running ? ctx.now() : new Date(s.ended_at ?? s.started_at);
-  const elapsedMs = Math.max(0, until.getTime() - new Date(s.started_at).getTime());
+  const elapsedMs = billedElapsedMs(s, until);
   const minutes = running ? Math.max(billableMinutes(elapsedMs, true), s.billed_minutes) : s.billed_minutes;
   const cap = s.spend_cap === null ? null : new Dec(s.spend_cap);
   const uncapped = costOfMinutes(hourly, minutes, ctx.scale);

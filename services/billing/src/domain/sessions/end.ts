@@ -10,7 +10,9 @@
  *
  * Minutes: a normal end bills every started minute (partial minutes round
  * up); a termination for insufficient funds bills to the last full minute. A
- * session with a spend cap costs at most its cap.
+ * session with a spend cap costs at most its cap. A workload session is billed
+ * from when its workload ran (`billedFrom`), and one whose workload ended ends
+ * at that time, billed to its last started minute.
  * Never fewer minutes than were already billed, unless the renter can't pay
  * them: the hold is topped up from the available balance first, and what
  * still can't be paid is cut to the last full minute the hold covers.
@@ -29,7 +31,8 @@ import type { BillingContext } from '../context.ts';
 import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
 import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
-import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from './session.ts';
+import { billedElapsedMs, billedFrom } from './billing.ts';
+import { type BillingRecordRow, type EndKind, isRunning, loadSession, type SessionRow } from './session.ts';
 
 /**
  * The end reasons billing gives itself: its renter's spend cap reached, funds run out, the provider side ending its
@@ -39,17 +42,7 @@ import { type BillingRecordRow, isRunning, loadSession, type SessionRow } from '
  */
 export const BILLING_END_REASONS = PLATFORM_END_REASONS;
 
-export type EndKind =
-  | { status: 'completed'; reason?: string }
-  | {
-      status: 'terminated';
-      reason: string;
-      /**
-       * The minutes delivered, when the caller knows them (a provider that went offline: provider-offline.ts): billed
-       * exactly, even below the minutes billed so far (those were only held, never captured).
-       */
-      deliveredMinutes?: number;
-    };
+export type { EndKind } from './session.ts';
 
 /** How a session ended: its final row and billing record; `alreadyEnded` when it had ended before this call. */
 export interface SessionEnd {
@@ -93,11 +86,16 @@ export async function finishSession(
   correlationId?: string,
 ): Promise<SessionEnd> {
   const now = ctx.now();
-  const elapsed = now.getTime() - new Date(session.started_at).getTime();
+  const endedAt = kind.status === 'completed' && kind.at && kind.at < now ? kind.at : now;
+  const elapsed = billedElapsedMs(session, endedAt);
+  // Minutes known to have been delivered (a machine gone offline; a workload that ended at `at`) are billed exactly,
+  // even below those billed so far: those were only held, never captured.
   let minutes =
     kind.status === 'terminated' && kind.deliveredMinutes !== undefined
       ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
-      : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
+      : endedAt < now
+        ? billableMinutes(elapsed, true)
+        : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
   const hourly = new Dec(session.total_hourly_rate);
   // A session with a spend cap costs at most the cap, billed exactly to it.
   const capped = (d: Dec) => (session.spend_cap === null ? d : Dec.min(d, new Dec(session.spend_cap)));
@@ -158,7 +156,7 @@ export async function finishSession(
   await releaseSessionGpus(trx, session.id);
   const ended = await updateEndedSession(trx, session.id, {
     status: kind.status,
-    ended_at: now,
+    ended_at: endedAt,
     end_reason: reason,
     billed_minutes: minutes,
     total_cost: cost.toFixed(),
@@ -185,8 +183,8 @@ export async function finishSession(
     provider_earnings: rest.toFixed(),
     payment_transaction_id: paymentId,
     spend_cap: session.spend_cap,
-    started_at: session.started_at,
-    ended_at: now,
+    started_at: billedFrom(session) ?? session.started_at,
+    ended_at: endedAt,
     created_at: now,
   });
   await ctx.events.record(

@@ -1,4 +1,5 @@
 export { endSessionsAtCap, runBillingCycle } from './biller.ts';
+export { billedFrom } from './billing.ts';
 export {
   billingHistory,
   type CurrentUsage,
@@ -7,9 +8,9 @@ export {
   sessionEventList,
   sessionList,
 } from './current-usage.ts';
-export { BILLING_END_REASONS, endSession, type SessionEnd } from './end.ts';
+export { BILLING_END_REASONS, endSession, finishSession, type SessionEnd } from './end.ts';
 export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
-export { sessionRates } from './session.ts';
+export { isRunning, loadSession, type SessionRow, sessionRates } from './session.ts';
 export { type SessionStart, startSession } from './start.ts';
 export {
   toUsageUpdate,

@@ -16,6 +16,24 @@ export const RUNNING_STATUSES = ['active', 'grace_period'] as const satisfies re
 /** Whether a session is still running (billed, usage accepted). */
 export const isRunning = (s: { status: string }) => (RUNNING_STATUSES as readonly string[]).includes(s.status);
 
+/** How a session ends: `completed` (at `at` when it ended before now), or `terminated` with its reason. */
+export type EndKind =
+  | {
+      status: 'completed';
+      reason?: string;
+      /** When it ended, if before now (its workload's reported end); billed to its last started minute by then. */
+      at?: Date;
+    }
+  | {
+      status: 'terminated';
+      reason: string;
+      /**
+       * The minutes delivered, when the caller knows them (a provider that went offline: provider-offline.ts): billed
+       * exactly, even below the minutes billed so far (those were only held, never captured).
+       */
+      deliveredMinutes?: number;
+    };
+
 /** The frozen rates of a session. */
 export function sessionRates(s: SessionRow): HourlyRates {
   return {

@@ -7,12 +7,13 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import { isPrivileged, type Principal } from '@gpu/common';
+import { isPrivileged, type Principal, type WorkloadSpec } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { insertSession } from '../../db/session-repository.ts';
 import { lockRecordIdOfHold } from '../../db/transaction-repository.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
+import { insertWorkload } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import type { KeyClaim } from '../idempotency.ts';
@@ -50,6 +51,8 @@ export interface StartSessionInput {
   reservationId?: string;
   /** The most the session may cost in all: it ends there (sessions/billing.ts), and no more is ever held for it. */
   spendCap?: Dec;
+  /** What the session runs (checked by the route): then it is billed only while its workload runs. */
+  workload?: WorkloadSpec;
   correlationId?: string;
 }
 
@@ -186,11 +189,18 @@ export async function startSession(
       ended_at: null,
       end_reason: null,
       spend_cap: input.spendCap?.toFixed() ?? null,
-      cap_ends_at: input.spendCap ? new Date(now.getTime() + msPaidFor(input.spendCap, rates.totalHourlyRate)) : null,
+      // A workload session's cap counts from when its workload runs (workloads/reports.ts).
+      cap_ends_at:
+        input.spendCap && !input.workload
+          ? new Date(now.getTime() + msPaidFor(input.spendCap, rates.totalHourlyRate))
+          : null,
+      workload: input.workload !== undefined,
+      billed_from: null,
       low_balance_at: null,
       created_at: now,
       updated_at: now,
     });
+    if (input.workload) await insertWorkload(trx, id, input.workload, now);
     if (lease) {
       await leaseToSession(
         ctx,

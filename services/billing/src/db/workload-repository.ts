@@ -1,0 +1,70 @@
+/** Sessions' workloads (`session_workloads`, migration 0016) and the billing start they set on their session. */
+import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
+import type { BillingDB, SessionWorkloadTable } from './schema.ts';
+
+type Db = Kysely<BillingDB> | Transaction<BillingDB>;
+
+export type WorkloadRow = Selectable<SessionWorkloadTable>;
+
+/** Writes a new session's workload, `pending`. */
+export async function insertWorkload(trx: Db, sessionId: string, spec: object, now: Date): Promise<WorkloadRow> {
+  return trx
+    .insertInto('session_workloads')
+    .values({
+      session_id: sessionId,
+      spec: JSON.stringify(spec),
+      state: 'pending',
+      created_at: now,
+      updated_at: now,
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/** The session's workload, or undefined when it runs none. */
+export async function findWorkload(db: Db, sessionId: string): Promise<WorkloadRow | undefined> {
+  return db.selectFrom('session_workloads').selectAll().where('session_id', '=', sessionId).executeTakeFirst();
+}
+
+/** Writes a change of the workload's state (in the caller's transaction, the session's row locked). */
+export async function updateWorkload(
+  trx: Transaction<BillingDB>,
+  sessionId: string,
+  change: Updateable<SessionWorkloadTable>,
+): Promise<WorkloadRow> {
+  return trx
+    .updateTable('session_workloads')
+    .set(change)
+    .where('session_id', '=', sessionId)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/** Starts a workload session's billing (and a capped one's deadline): its workload runs. */
+export async function startBilling(
+  trx: Transaction<BillingDB>,
+  sessionId: string,
+  billedFrom: Date,
+  capEndsAt: Date | null,
+): Promise<void> {
+  await trx
+    .updateTable('rental_sessions')
+    .set({ billed_from: billedFrom, cap_ends_at: capEndsAt })
+    .where('id', '=', sessionId)
+    .execute();
+}
+
+/** Up to `limit` running sessions whose workload has waited to run since before `before`, oldest first. */
+export async function sessionsWaitingSince(db: Db, before: Date, limit: number): Promise<string[]> {
+  const rows = await db
+    .selectFrom('session_workloads as w')
+    .innerJoin('rental_sessions as s', 's.id', 'w.session_id')
+    .select('w.session_id')
+    .where('w.state', 'in', ['pending', 'preparing'])
+    .where('w.created_at', '<', before)
+    .where('s.status', 'in', ['active', 'grace_period'])
+    .orderBy('w.created_at')
+    .limit(limit)
+    .execute();
+  return rows.map((r) => r.session_id);
+}

@@ -1,0 +1,154 @@
+/**
+ * The daemon's reports of a workload, what they do to its session's bill, and the deadline of a workload that never
+ * runs.
+ *
+ * - `running`: billing's clock starts (`billed_from`: the reported time, kept within `[started_at, now]` and no earlier
+ *   than `billing.max_clock_skew` before now), and a capped session's deadline is counted from it. Preparation (the
+ *   time between `start-session` and `running`: the daemon's sandbox, inputs) is not billed.
+ * - `exited`, `failed`, `stopped`: the session ends at the reported time (kept within `[billed_from, now]`), billed to
+ *   its last started minute, with the workload's end reason (`sessionEndReason`); a stop after the session ended (it
+ *   ended first, for any reason) only records when the workload stopped: nothing after the session's end is billed.
+ * - A workload still `pending` or `preparing` `billing.workload_start_timeout` after its session started ends its
+ *   session (`terminated`, `workload_not_started`, nothing billed; a fault of the machine's) and is marked `failed`.
+ *
+ * Who reports: the machine's daemon (or its owner), admins and platform services; never the renter.
+ */
+import type { Principal } from '@gpu/common';
+import { workloadSpecSchema } from '@gpu/common';
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../../db/schema.ts';
+import {
+  findWorkload,
+  sessionsWaitingSince,
+  startBilling,
+  updateWorkload,
+  type WorkloadRow,
+} from '../../db/workload-repository.ts';
+import { billingErrors } from '../../errors.ts';
+import { assertSessionParty, mayReportUsage, notSessionProvider } from '../access.ts';
+import type { BillingContext } from '../context.ts';
+import { Dec } from '../ledger/index.ts';
+import { msPaidFor } from '../pricing/index.ts';
+import { finishSession, isRunning, loadSession, type SessionRow } from '../sessions/index.ts';
+import { isEnded, movesForward, sessionEndReason, type Workload, type WorkloadReport } from './workload.ts';
+
+/** A workload row as the domain's value. */
+function workloadOf(row: WorkloadRow): Workload {
+  return {
+    sessionId: row.session_id,
+    spec: workloadSpecSchema.parse(typeof row.spec === 'string' ? JSON.parse(row.spec) : row.spec),
+    state: row.state,
+    exitCode: row.exit_code,
+    reason: row.reason,
+    createdAt: row.created_at,
+    preparingAt: row.preparing_at,
+    runningAt: row.running_at,
+    endedAt: row.ended_at,
+  };
+}
+
+/** The session and its workload, as its parties read them; 404 WORKLOAD_NOT_FOUND for a session that runs none. */
+export async function readWorkload(
+  ctx: BillingContext,
+  actor: Principal,
+  sessionId: string,
+): Promise<{ session: SessionRow; workload: Workload }> {
+  const session = await loadSession(ctx.db, sessionId);
+  assertSessionParty(actor, session);
+  const row = await findWorkload(ctx.db, sessionId);
+  if (!row) throw billingErrors.workloadNotFound(sessionId);
+  return { session, workload: workloadOf(row) };
+}
+
+const clamp = (t: number, lo: number, hi: number) => new Date(Math.min(Math.max(t, lo), hi));
+
+/**
+ * Applies the daemon's report (idempotent: a state already reached or passed changes nothing; a report after the
+ * workload ended, of another end, is 409 WORKLOAD_ENDED); the session and workload after it.
+ */
+export async function reportWorkload(
+  ctx: BillingContext,
+  actor: Principal,
+  sessionId: string,
+  report: WorkloadReport,
+  correlationId?: string,
+): Promise<{ session: SessionRow; workload: Workload }> {
+  return ctx.db.transaction().execute(async (trx) => {
+    const session = await loadSession(trx, sessionId, true);
+    if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
+    const row = await findWorkload(trx, sessionId);
+    if (!row) throw billingErrors.workloadNotFound(sessionId);
+    if (isEnded(row.state)) {
+      if (row.state === report.state) return { session, workload: workloadOf(row) };
+      throw billingErrors.workloadEnded(sessionId, row.state);
+    }
+    if (!movesForward(row.state, report.state)) return { session, workload: workloadOf(row) };
+    const now = ctx.now();
+    const started = new Date(session.started_at).getTime();
+    if (report.state === 'preparing') {
+      const written = await updateWorkload(trx, sessionId, { state: 'preparing', preparing_at: now, updated_at: now });
+      return { session, workload: workloadOf(written) };
+    }
+    if (report.state === 'running') {
+      const floor = Math.max(started, now.getTime() - ctx.sessions.maxClockSkewMs);
+      const at = clamp(report.at.getTime(), floor, now.getTime());
+      const written = await updateWorkload(trx, sessionId, { state: 'running', running_at: at, updated_at: now });
+      if (!isRunning(session)) return { session, workload: workloadOf(written) };
+      const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
+      const capEndsAt = cap ? new Date(at.getTime() + msPaidFor(cap, new Dec(session.total_hourly_rate))) : null;
+      await startBilling(trx, sessionId, at, capEndsAt);
+      const billed = { ...session, billed_from: at, cap_ends_at: capEndsAt };
+      await ctx.events.record(trx, { kind: 'workload.running', session: billed }, correlationId);
+      return { session: billed, workload: workloadOf(written) };
+    }
+    return endWorkload(ctx, trx, session, row, report, correlationId);
+  });
+}
+
+/** Records the workload's end and ends its session at that time (unless the session had ended already). */
+async function endWorkload(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  session: SessionRow,
+  row: WorkloadRow,
+  report: WorkloadReport,
+  correlationId?: string,
+): Promise<{ session: SessionRow; workload: Workload }> {
+  const now = ctx.now();
+  const from = (row.running_at ?? session.started_at).getTime();
+  const until = session.ended_at ? new Date(session.ended_at).getTime() : now.getTime();
+  const at = clamp(report.at.getTime(), Math.min(from, until), until);
+  const written = await updateWorkload(trx, session.id, {
+    state: report.state,
+    exit_code: report.state === 'exited' ? (report.exitCode ?? null) : null,
+    reason: report.state === 'exited' ? null : (report.reason ?? null),
+    ended_at: at,
+    updated_at: now,
+  });
+  if (!isRunning(session)) return { session, workload: workloadOf(written) };
+  const reason = sessionEndReason(report) ?? 'workload_stopped';
+  const end = await finishSession(ctx, trx, session, { status: 'completed', reason, at }, correlationId);
+  return { session: end.session, workload: workloadOf(written) };
+}
+
+/**
+ * Ends the running sessions whose workload has waited longer than `billing.workload_start_timeout` to run (the sweep
+ * of the cap's timer runs it); how many it ended.
+ */
+export async function endWorkloadsNeverStarted(ctx: BillingContext, pageSize = 100): Promise<number> {
+  const before = new Date(ctx.now().getTime() - ctx.sessions.workloadStartTimeoutMs);
+  const due = await sessionsWaitingSince(ctx.db, before, pageSize);
+  let ended = 0;
+  for (const id of due) {
+    await ctx.db.transaction().execute(async (trx) => {
+      const session = await loadSession(trx, id, true);
+      const row = await findWorkload(trx, id);
+      if (!row || !isRunning(session) || movesForward('preparing', row.state)) return;
+      const now = ctx.now();
+      await updateWorkload(trx, id, { state: 'failed', reason: 'not_started', ended_at: now, updated_at: now });
+      await finishSession(ctx, trx, session, { status: 'terminated', reason: 'workload_not_started' });
+      ended++;
+    });
+  }
+  return ended;
+}

@@ -1,0 +1,291 @@
+/**
+ * Runs the renters' workloads of the machine's sessions, each in its sandbox (sandbox.ts) on exactly the GPUs its
+ * session leased, and tells billing how far each got; billing charges only while one runs.
+ *
+ * Every `workloads.poll_interval` (1 s) the runner asks billing which sessions run on the machine (the same list the
+ * usage reports use):
+ *
+ * - a session with a workload the runner has not seen: it reads the workload (`GET /billing/sessions/{id}/workload`:
+ *   the spec, checked again here), reports `preparing`, makes the session's work directory (owned by the workload's
+ *   user) and log directory, starts the sandbox and reports `running` at the moment it started; when the sandbox ends
+ *   it reports `exited` (the exit code), `stopped` (`max_runtime`, `memory_limit`, `disk_limit`) or `failed` (it could
+ *   not start), and billing ends the session then;
+ * - a session no longer in the list (billing ended it: its renter, its cap, its funds, its machine): its workload is
+ *   stopped (SIGTERM, `workloads.stop_grace`, SIGKILL) and reported `stopped` (`session_ended`) once no process of it
+ *   is left. The bound: one poll interval plus the grace period.
+ *
+ * **A daemon that dies takes its workloads with it** (`--die-with-parent`): none runs unwatched. Started again, it
+ * finds the workloads billing still shows `preparing` or `running` that it did not start, and reports them `stopped`
+ * with reason `daemon_restarted` at the last time it knew them alive (its journal in `run_dir`, written every poll),
+ * so nothing after that is billed; the session ends with it (`workload_lost`, a fault of the machine's).
+ *
+ * A report that fails is tried again at the next poll (reports are idempotent at billing).
+ */
+import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { billingClient, type TokenSource, unwrap } from '@gpu/client';
+import { durationMs, type Logger, type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
+import type { DaemonConfig } from '../config.ts';
+import type { GpuReading } from '../gpu/nvidia-smi.ts';
+import type { GpuSource } from '../gpu/source.ts';
+import type { RunningSession } from '../usage.ts';
+import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
+import { type Sandbox, type SandboxEnd, type SandboxGpu, startSandbox } from './sandbox.ts';
+
+type Report =
+  | { state: 'preparing' | 'running'; at: string }
+  | { state: 'exited'; at: string; exit_code: number }
+  | { state: 'failed' | 'stopped'; at: string; reason: string };
+
+export interface WorkloadRunnerDeps {
+  config: DaemonConfig;
+  logger: Logger;
+  token: TokenSource;
+  gpus: GpuSource;
+  /** The machine's provider ID once the daemon attached. */
+  providerId: () => string | undefined;
+  /** The sessions running on the machine (billing's list). */
+  sessions: (providerId: string) => Promise<RunningSession[]>;
+}
+
+interface Running {
+  sandbox: Sandbox;
+  slot: number;
+  dir: string;
+}
+
+const JOURNAL = 'journal.json';
+
+export class WorkloadRunner {
+  private readonly billing;
+  private readonly settings;
+  private readonly running = new Map<string, Running>();
+  /** Sessions whose workload this process has finished with (ended, reported, or lost). */
+  private readonly done = new Set<string>();
+  /** Reports billing has not taken yet, by session, in order: sent one after another, again at each poll. */
+  private readonly unsent = new Map<string, Report[]>();
+  /** The sending of each session's reports, so that they reach billing in the order they happened. */
+  private readonly sending = new Map<string, Promise<void>>();
+  private readonly lastAlive: Date;
+  private devices: Map<number, string> | undefined;
+  private stopped = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly deps: WorkloadRunnerDeps) {
+    this.settings = deps.config.workloads;
+    this.billing = billingClient({
+      baseUrl: deps.config.billing_url,
+      token: deps.token,
+      timeoutMs: durationMs(deps.config.request_timeout),
+    });
+    mkdirSync(this.settings.run_dir, { recursive: true });
+    // Workloads' users pass through to their own work directory, and list nothing.
+    chmodSync(this.settings.run_dir, 0o711);
+    this.lastAlive = this.readJournal();
+  }
+
+  /** Polls until `stop()`. */
+  run(): void {
+    const tick = async () => {
+      if (this.stopped) return;
+      await this.sync().catch((err) => this.deps.logger.warn({ err }, 'workload poll failed; trying again'));
+      if (!this.stopped) this.timer = setTimeout(tick, durationMs(this.settings.poll_interval));
+    };
+    void tick();
+  }
+
+  /** Stops polling and every workload it runs (reported `stopped`, `daemon_stopped`); resolves once they are gone. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await Promise.all([...this.running.values()].map((r) => r.sandbox.stop('daemon_stopped')));
+    await this.flushReports();
+  }
+
+  /** One poll: new workloads started, those of ended sessions stopped, unsent reports sent. */
+  async sync(): Promise<void> {
+    const providerId = this.deps.providerId();
+    if (!providerId) return;
+    const sessions = await this.deps.sessions(providerId);
+    this.writeJournal();
+    const live = new Set(sessions.map((s) => s.id));
+    for (const [id, r] of this.running) if (!live.has(id)) void r.sandbox.stop('session_ended');
+    for (const s of sessions) {
+      if (!s.workload || this.running.has(s.id) || this.done.has(s.id)) continue;
+      await this.launch(s).catch((err) =>
+        this.deps.logger.warn({ err, session_id: s.id }, 'starting a workload failed; trying again'),
+      );
+    }
+    // Alive, with what it started: a later life bills what it lost up to here.
+    this.writeJournal();
+    await this.flushReports();
+  }
+
+  private async launch(session: RunningSession): Promise<void> {
+    const w = unwrap(
+      await this.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+        params: { path: { sessionID: session.id } },
+      }),
+    );
+    if (w.state === 'exited' || w.state === 'failed' || w.state === 'stopped') {
+      this.done.add(session.id);
+      return;
+    }
+    if (w.state === 'preparing' || w.state === 'running') {
+      // Started by an earlier life of this daemon, which took it along when it died.
+      this.done.add(session.id);
+      await this.send(session.id, { state: 'stopped', at: this.lastAlive.toISOString(), reason: 'daemon_restarted' });
+      return;
+    }
+    const parsed = workloadSpecSchema.safeParse(w.spec);
+    if (!parsed.success) {
+      this.done.add(session.id);
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'invalid_spec' });
+      return;
+    }
+    await this.send(session.id, { state: 'preparing', at: new Date().toISOString() });
+    this.start(session, parsed.data, await this.deps.gpus.read());
+  }
+
+  /** Makes the session's directories and starts its sandbox; its end is reported when it comes. */
+  private start(session: RunningSession, spec: WorkloadSpec, readings: GpuReading[]): void {
+    const slot = this.freeSlot();
+    const dir = path.join(this.settings.run_dir, session.id);
+    const workDir = path.join(dir, 'work');
+    const logDir = path.join(dir, 'logs');
+    mkdirSync(workDir, { recursive: true });
+    mkdirSync(logDir, { recursive: true });
+    chmodSync(dir, 0o711);
+    const uid = process.getuid?.() === 0 ? this.settings.uid_base + slot : undefined;
+    if (uid !== undefined) chownSync(workDir, uid, uid);
+    const leased = session.gpuIndices ?? readings.map((r) => r.index);
+    const devices = this.deviceMap(readings);
+    const gpus: SandboxGpu[] = leased
+      .map((i) => readings.find((r) => r.index === i))
+      .filter((r): r is GpuReading => r !== undefined)
+      .map((r) => ({ uuid: r.uuid, device: devices.get(r.index)! }));
+    let sandbox: Sandbox;
+    try {
+      sandbox = startSandbox({
+        spec,
+        workDir,
+        logDir,
+        gpus,
+        controlDevices: this.deps.gpus.kind === 'simulated' ? [] : controlDevices(),
+        limits: {
+          processes: this.settings.processes,
+          openFiles: this.settings.open_files,
+          memoryBytes: this.settings.memory_mb * 1024 * 1024,
+          diskBytes: this.settings.disk_mb * 1024 * 1024,
+          logBytes: this.settings.log_kb * 1024,
+        },
+        uid,
+        hidden: [this.deps.config.state_file, this.deps.config.credentials.file]
+          .filter(Boolean)
+          .map((p) => path.resolve(p)),
+        platformEnv: { GPU_PLATFORM_SESSION_ID: session.id },
+        stopGraceMs: durationMs(this.settings.stop_grace),
+        bwrapPath: this.settings.bwrap_path,
+      });
+    } catch (err) {
+      this.done.add(session.id);
+      void this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_refused' });
+      this.deps.logger.warn({ err, session_id: session.id }, 'the sandbox refused the workload');
+      return;
+    }
+    this.running.set(session.id, { sandbox, slot, dir });
+    this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
+    void this.send(session.id, { state: 'running', at: sandbox.startedAt.toISOString() });
+    void sandbox.ended.then((end) => this.finish(session.id, end));
+  }
+
+  private async finish(sessionId: string, end: SandboxEnd): Promise<void> {
+    const running = this.running.get(sessionId);
+    this.running.delete(sessionId);
+    this.done.add(sessionId);
+    const at = end.at.toISOString();
+    const report: Report =
+      end.state === 'exited'
+        ? { state: 'exited', at, exit_code: Math.max(-255, Math.min(255, end.exitCode)) }
+        : { state: end.state, at, reason: end.reason.replace(/[^a-z0-9_]/g, '_').slice(0, 200) || 'stopped' };
+    this.deps.logger.info({ session_id: sessionId, ...report }, 'workload ended');
+    // Its work directory goes with it; its logs stay until the session's files are collected.
+    if (running) rmSync(path.join(running.dir, 'work'), { recursive: true, force: true });
+    await this.send(sessionId, report);
+  }
+
+  /** Sends a report after the session's earlier ones; kept and sent again at the next poll when billing cannot take it. */
+  private send(sessionId: string, report: Report): Promise<void> {
+    const list = this.unsent.get(sessionId) ?? [];
+    list.push(report);
+    this.unsent.set(sessionId, list);
+    return this.drain(sessionId);
+  }
+
+  /** Sends the session's unsent reports in order, after any sending under way; stops at the first that fails. */
+  private drain(sessionId: string): Promise<void> {
+    const next = (this.sending.get(sessionId) ?? Promise.resolve()).then(async () => {
+      const list = this.unsent.get(sessionId) ?? [];
+      while (list.length > 0 && (await this.post(sessionId, list[0]!))) list.shift();
+      if (list.length === 0) this.unsent.delete(sessionId);
+    });
+    this.sending.set(sessionId, next);
+    return next;
+  }
+
+  /** Whether billing took the report, or never will (an end after another end, a session it does not know). */
+  private async post(sessionId: string, report: Report): Promise<boolean> {
+    try {
+      const result = await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/state', {
+        params: { path: { sessionID: sessionId } },
+        body: report,
+      });
+      const status = result.response.status;
+      if (result.response.ok) return true;
+      if (status === 404 || status === 409) {
+        this.deps.logger.info({ session_id: sessionId, status, state: report.state }, 'billing declined a report');
+        return true;
+      }
+      this.deps.logger.warn({ session_id: sessionId, status }, 'workload report refused; sent again at the next poll');
+    } catch (err) {
+      this.deps.logger.warn({ err, session_id: sessionId }, 'workload report failed; sent again at the next poll');
+    }
+    return false;
+  }
+
+  private async flushReports(): Promise<void> {
+    await Promise.all([...this.unsent.keys()].map((id) => this.drain(id)));
+  }
+
+  private freeSlot(): number {
+    const taken = new Set([...this.running.values()].map((r) => r.slot));
+    let slot = 0;
+    while (taken.has(slot)) slot++;
+    return slot;
+  }
+
+  private deviceMap(readings: GpuReading[]): Map<number, string> {
+    this.devices ??=
+      this.deps.gpus.kind === 'simulated'
+        ? simulatedDevices(path.join(this.settings.run_dir, 'simulated-dev'), readings)
+        : nvidiaDevices(readings);
+    return this.devices;
+  }
+
+  /** When the previous life of this daemon last knew its workloads alive (now, when it never ran). */
+  private readJournal(): Date {
+    try {
+      const { alive_at } = JSON.parse(readFileSync(path.join(this.settings.run_dir, JOURNAL), 'utf8'));
+      const at = new Date(alive_at);
+      return Number.isNaN(at.getTime()) ? new Date() : at;
+    } catch {
+      return new Date();
+    }
+  }
+
+  private writeJournal(): void {
+    const file = path.join(this.settings.run_dir, JOURNAL);
+    writeFileSync(`${file}.tmp`, JSON.stringify({ alive_at: new Date().toISOString() }));
+    renameSync(`${file}.tmp`, file);
+  }
+}

@@ -1,0 +1,389 @@
+/**
+ * A renter's workload in a bubblewrap sandbox (Debian's `bubblewrap`, `bwrap`): the command (an argv array, never a
+ * shell string) in namespaces of its own (user, PID, IPC, UTS, cgroup, mount, and network unless the spec allows it),
+ * with
+ *
+ * - a read-only view of the host's userland (`/usr`, its `/bin`, `/lib*`, `/sbin` links or directories, `/etc`
+ *   without the daemon's own files, `/sys`), a fresh `/proc`, a minimal `/dev`, a private `/tmp` (a tmpfs of at most
+ *   the disk limit), and its work directory at `/work` (its current directory and `HOME`), the one place it writes
+ *   that outlives it;
+ * - **only the leased GPUs' device nodes** (`/dev/nvidia<minor>` of each leased GPU, and the driver's control nodes
+ *   that exist: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`), and `CUDA_VISIBLE_DEVICES` and
+ *   `NVIDIA_VISIBLE_DEVICES` naming the leased GPUs by UUID (an index would mean another GPU inside, where only the
+ *   leased ones exist);
+ * - limits: processes (`RLIMIT_NPROC`, counted per user: a daemon that runs as root gives each workload a user ID of
+ *   its own, so a fork bomb exhausts only its own allowance), open files (`RLIMIT_NOFILE`), the size of one file
+ *   (`RLIMIT_FSIZE`), and, watched every second, the memory its processes hold (resident) and the bytes its work
+ *   directory holds: past either it is stopped with reason `memory_limit` or `disk_limit`;
+ * - at most `max_runtime_seconds`: then it is stopped with reason `max_runtime`;
+ * - `--die-with-parent`: a daemon that dies (even `kill -9`) takes its workloads with it; none outlives it.
+ *
+ * Stopping a workload sends SIGTERM to every process of it, then, after the grace period, SIGKILL to the sandbox,
+ * whose PID namespace ends with it: no process of the workload is left. Its standard output and error go to files
+ * outside the sandbox, each cut at `logBytes` (what is cut is counted, and said at the end of the file).
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import {
+  createWriteStream,
+  type Dirent,
+  existsSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  type WriteStream,
+} from 'node:fs';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
+
+/** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
+export interface SandboxGpu {
+  uuid: string;
+  /** The device node on the host (`/dev/nvidia3`, or a simulated machine's stand-in file). */
+  device: string;
+}
+
+interface SandboxLimits {
+  processes: number;
+  openFiles: number;
+  /** Resident memory of all its processes together. */
+  memoryBytes: number;
+  /** What its work directory (and, separately, its `/tmp`) may hold. */
+  diskBytes: number;
+  /** Each of its standard output and error files. */
+  logBytes: number;
+}
+
+export interface SandboxOptions {
+  spec: WorkloadSpec;
+  /** The host directory bound at `/work` (made beforehand; the workload's user must own it). */
+  workDir: string;
+  /** Where `stdout.log` and `stderr.log` are written (never inside the sandbox). */
+  logDir: string;
+  gpus: SandboxGpu[];
+  /** The driver's control nodes to bind (those of a real machine that exist). */
+  controlDevices: string[];
+  limits: SandboxLimits;
+  /** The user and group ID it runs as (a daemon running as root: one of its own); absent: the daemon's. */
+  uid?: number;
+  /** Host paths that must not be seen inside even where their directory is bound (credentials, state). */
+  hidden: string[];
+  /** Variables the platform sets (`GPU_PLATFORM_SESSION_ID`). */
+  platformEnv: Record<string, string>;
+  stopGraceMs: number;
+  bwrapPath?: string;
+}
+
+/** How a workload ended. */
+export type SandboxEnd =
+  | { state: 'exited'; exitCode: number; at: Date }
+  | { state: 'stopped'; reason: string; exitCode: number | null; signal: string | null; at: Date }
+  | { state: 'failed'; reason: string; at: Date };
+
+/** A running sandbox. */
+export interface Sandbox {
+  /** The host PID of its `bwrap` process. */
+  readonly pid: number;
+  readonly startedAt: Date;
+  /** Resolves once every process of it is gone. */
+  readonly ended: Promise<SandboxEnd>;
+  /** SIGTERM to its processes, SIGKILL after the grace period; resolves once they are all gone. */
+  stop(reason: string): Promise<SandboxEnd>;
+}
+
+const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+const WATCH_MS = 1000;
+
+/** The host's userland, read-only: `/usr`, and `/bin`, `/lib*`, `/sbin` as links (merged /usr) or directories. */
+function userland(): string[] {
+  const args = ['--ro-bind', '/usr', '/usr'];
+  for (const top of ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32']) {
+    const host = `/${top}`;
+    let stat: ReturnType<typeof lstatSync>;
+    try {
+      stat = lstatSync(host);
+    } catch {
+      continue;
+    }
+    if (stat.isSymbolicLink()) args.push('--symlink', path.relative('/', realTarget(host)), host);
+    else if (stat.isDirectory()) args.push('--ro-bind', host, host);
+  }
+  return args;
+}
+
+/** Where a top-level link points (`usr/bin` or `/usr/bin`), as an absolute path. */
+function realTarget(link: string): string {
+  return path.resolve('/', readlinkSync(link));
+}
+
+/** The arguments of `bwrap` for the workload. */
+function bwrapArgs(opts: SandboxOptions): string[] {
+  const args = [
+    '--unshare-user',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    ...(opts.spec.network ? ['--share-net'] : ['--unshare-net']),
+    '--die-with-parent',
+    '--new-session',
+    '--hostname',
+    'workload',
+    ...userland(),
+    '--ro-bind',
+    '/etc',
+    '/etc',
+    ...(existsSync('/sys') ? ['--ro-bind', '/sys', '/sys'] : []),
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--size',
+    String(opts.limits.diskBytes),
+    '--tmpfs',
+    '/tmp',
+    '--bind',
+    opts.workDir,
+    '/work',
+    '--chdir',
+    '/work',
+  ];
+  for (const hidden of opts.hidden) {
+    if (hidden.startsWith('/etc/') && existsSync(hidden)) args.push('--ro-bind', '/dev/null', hidden);
+  }
+  for (const device of opts.controlDevices) args.push('--dev-bind', device, device);
+  opts.gpus.forEach((gpu) => {
+    const inside = `/dev/${path.basename(gpu.device)}`;
+    args.push(isCharDevice(gpu.device) ? '--dev-bind' : '--bind', gpu.device, inside);
+  });
+  return [...args, '--', ...opts.spec.command];
+}
+
+function isCharDevice(p: string): boolean {
+  try {
+    return lstatSync(p).isCharacterDevice();
+  } catch {
+    return false;
+  }
+}
+
+/** The sandbox's whole environment: the renter's, then the platform's (which the spec may not name). */
+function sandboxEnv(opts: SandboxOptions): Record<string, string> {
+  const uuids = opts.gpus.map((g) => g.uuid).join(',');
+  return {
+    ...opts.spec.env,
+    ...opts.platformEnv,
+    PATH: SANDBOX_PATH,
+    HOME: '/work',
+    TMPDIR: '/tmp',
+    CUDA_VISIBLE_DEVICES: uuids,
+    NVIDIA_VISIBLE_DEVICES: uuids,
+  };
+}
+
+/** Copies a stream into a file, cutting it at `limit` bytes and saying at the end how much was cut. */
+function boundedCopy(from: Readable, file: string, limit: number): Promise<void> {
+  // Made before the workload starts: a reader finds the file from the first moment.
+  const out: WriteStream = createWriteStream(file, { fd: openSync(file, 'w', 0o640) });
+  let written = 0;
+  let cut = 0;
+  from.on('data', (chunk: Buffer) => {
+    const room = limit - written;
+    if (room > 0) {
+      const part = chunk.length <= room ? chunk : chunk.subarray(0, room);
+      out.write(part);
+      written += part.length;
+    }
+    cut += Math.max(0, chunk.length - Math.max(0, room));
+  });
+  return new Promise((resolve) => {
+    from.on('end', () => {
+      if (cut > 0) out.write(`\n[output cut: ${cut} more bytes not kept]\n`);
+      out.end(resolve);
+    });
+  });
+}
+
+/** The PIDs whose parent chain leads to `root` (read from /proc), `root` excluded. */
+export function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      parent.set(Number(entry), Number(fields[1]));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    let p = parent.get(pid);
+    for (let depth = 0; p !== undefined && p > 1 && depth < 64; depth++) {
+      if (p === root) {
+        out.push(pid);
+        break;
+      }
+      p = parent.get(p);
+    }
+  }
+  return out;
+}
+
+/** `wanted`, or the daemon's own hard limit of that name when lower (a container's root may not raise it either). */
+function withinHard(name: string, wanted: number): number {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith(name));
+    const hard = line?.slice(name.length).trim().split(/\s+/)[1];
+    return hard && hard !== 'unlimited' ? Math.min(wanted, Number(hard)) : wanted;
+  } catch {
+    return wanted;
+  }
+}
+
+/** Whether the process runs (a zombie, dead and waiting to be reaped, does not). */
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** Waits until none of the processes runs, at most `ms`. */
+async function allGone(pids: number[], ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (pids.some(running) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+}
+
+/** Resident bytes of the processes. */
+function residentBytes(pids: number[]): number {
+  const page = 4096;
+  let total = 0;
+  for (const pid of pids) {
+    try {
+      total += Number(readFileSync(`/proc/${pid}/statm`, 'utf8').split(' ')[1]) * page;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return total;
+}
+
+/** Bytes the directory holds (its files' sizes, links not followed), counting at most `cap` entries. */
+function directoryBytes(dir: string, cap = 200_000): number {
+  let total = 0;
+  let seen = 0;
+  const walk = (d: string) => {
+    let entries: Dirent[];
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      if (++seen > cap) return;
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else {
+        try {
+          total += lstatSync(p).size;
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+    }
+  };
+  walk(dir);
+  return total;
+}
+
+/**
+ * Starts the workload; throws when its spec is not one the platform accepts (it is checked again here: the daemon
+ * trusts nothing that reached it).
+ */
+export function startSandbox(opts: SandboxOptions): Sandbox {
+  const spec = workloadSpecSchema.parse(opts.spec);
+  const options = { ...opts, spec };
+  const bwrap = opts.bwrapPath ?? 'bwrap';
+  // Limits are set while still the daemon, within its own hard limits.
+  const limits = [
+    `--nproc=${withinHard('Max processes', opts.limits.processes)}`,
+    `--nofile=${withinHard('Max open files', opts.limits.openFiles)}`,
+    `--fsize=${withinHard('Max file size', opts.limits.diskBytes)}`,
+  ];
+  // prlimit and setpriv exec into bwrap: bwrap's parent is the daemon, which --die-with-parent watches.
+  const asUser =
+    opts.uid === undefined
+      ? []
+      : ['setpriv', `--reuid=${opts.uid}`, `--regid=${opts.uid}`, '--clear-groups', '--inh-caps=-all', '--'];
+  const argv = ['prlimit', ...limits, '--', ...asUser, bwrap, ...bwrapArgs(options)];
+  const startedAt = new Date();
+  const child = spawn(argv[0]!, argv.slice(1), {
+    env: sandboxEnv(options),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: opts.workDir,
+  });
+  const logs = Promise.all([
+    boundedCopy(child.stdout!, path.join(opts.logDir, 'stdout.log'), opts.limits.logBytes),
+    boundedCopy(child.stderr!, path.join(opts.logDir, 'stderr.log'), opts.limits.logBytes),
+  ]);
+  let stopping: { reason: string } | undefined;
+  /** Its processes as last seen (every watch, and at a stop). */
+  let known: number[] = [];
+  let killTimer: NodeJS.Timeout | undefined;
+
+  const closed = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
+  const failedToStart = once(child, 'error').then(([err]) => err as Error);
+  const ended: Promise<SandboxEnd> = Promise.race([
+    closed.then(async ([code, signal]): Promise<SandboxEnd> => {
+      await logs;
+      // Its PID namespace ended with it; the kernel kills what was left in it: ended means gone.
+      await allGone(known, 2000);
+      const at = new Date();
+      if (stopping) return { state: 'stopped', reason: stopping.reason, exitCode: code, signal, at };
+      if (signal) return { state: 'stopped', reason: `signal ${signal}`, exitCode: null, signal, at };
+      return { state: 'exited', exitCode: code ?? 0, at };
+    }),
+    failedToStart.then((err): SandboxEnd => ({ state: 'failed', reason: err.message, at: new Date() })),
+  ]).finally(() => {
+    clearInterval(watch);
+    clearTimeout(deadline);
+    clearTimeout(killTimer);
+  });
+
+  const stop = (reason: string): Promise<SandboxEnd> => {
+    if (!stopping && child.exitCode === null && child.signalCode === null) {
+      stopping = { reason };
+      known = descendants(child.pid ?? -1);
+      for (const pid of known) {
+        try {
+          process.kill(pid, 'SIGTERM');
+        } catch {
+          // Gone meanwhile, or not ours to signal (bwrap's own monitor).
+        }
+      }
+      killTimer = setTimeout(() => child.kill('SIGKILL'), opts.stopGraceMs);
+    }
+    return ended;
+  };
+
+  const deadline = setTimeout(() => void stop('max_runtime'), spec.max_runtime_seconds * 1000);
+  deadline.unref();
+  const watch = setInterval(() => {
+    if (!child.pid || stopping) return;
+    known = descendants(child.pid);
+    if (residentBytes(known) > opts.limits.memoryBytes) void stop('memory_limit');
+    else if (directoryBytes(opts.workDir) > opts.limits.diskBytes) void stop('disk_limit');
+  }, WATCH_MS);
+  watch.unref();
+
+  return { pid: child.pid ?? -1, startedAt, ended, stop };
+}

@@ -1,0 +1,286 @@
+/**
+ * The workload sandbox against the real bubblewrap (Debian's `bubblewrap`, installed by the test setup) on a
+ * simulated 8-GPU machine: every check is real except the GPU. A workload runs its argv as given, sees only the GPUs
+ * it leased, and cannot read the daemon's files or another session's; a workload that reaches for the network, forks
+ * without end, fills the disk, ignores SIGTERM or outlives its daemon is refused or contained, and the machine's other
+ * workloads run on.
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { daemonConfigSchema } from '../src/config.ts';
+import { gpuSource } from '../src/gpu/source.ts';
+import { controlDevices, nvidiaDevices, simulatedDevices } from '../src/workloads/devices.ts';
+import { descendants, type SandboxOptions, startSandbox } from '../src/workloads/sandbox.ts';
+
+const root = mkdtempSync(path.join(tmpdir(), 'sandbox-test-'));
+// As the daemon's run directory: workloads' users pass through it to their own work directory, and list nothing.
+chmodSync(root, 0o711);
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const isRoot = process.getuid?.() === 0;
+let nextUid = 200_000 + Math.floor(Math.random() * 10_000) * 10;
+
+const machine = daemonConfigSchema.parse({
+  gpu: {
+    source: 'simulated',
+    simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
+  },
+});
+const readings = await gpuSource(machine.gpu).read();
+const devices = simulatedDevices(path.join(root, 'dev'), readings);
+
+/** The daemon's own files, which no workload may read. */
+const daemonDir = path.join(root, 'daemon');
+mkdirSync(daemonDir);
+writeFileSync(path.join(daemonDir, 'credentials.json'), '{"client_secret":"s3cr3t"}', { mode: 0o600 });
+
+/** A sandbox for `command` on the leased GPUs (indices), its work and log directories made as the daemon makes them. */
+function run(command: string[], over: Partial<SandboxOptions> & { leased?: number[] } = {}) {
+  const name = `s-${Math.random().toString(36).slice(2, 8)}`;
+  const workDir = path.join(root, name, 'work');
+  const logDir = path.join(root, name, 'logs');
+  mkdirSync(workDir, { recursive: true });
+  mkdirSync(logDir, { recursive: true });
+  chmodSync(path.dirname(workDir), 0o711);
+  const uid = isRoot ? nextUid++ : undefined;
+  if (uid !== undefined) chownSync(workDir, uid, uid);
+  const { leased = [0], ...rest } = over;
+  const sandbox = startSandbox({
+    spec: { command, env: {}, max_runtime_seconds: 60, network: false },
+    workDir,
+    logDir,
+    gpus: leased.map((i) => ({ uuid: readings[i]!.uuid, device: devices.get(i)! })),
+    controlDevices: [],
+    limits: {
+      processes: 64,
+      openFiles: 256,
+      memoryBytes: 512 * 1024 * 1024,
+      diskBytes: 20 * 1024 * 1024,
+      logBytes: 64 * 1024,
+    },
+    uid,
+    hidden: [],
+    platformEnv: { GPU_PLATFORM_SESSION_ID: name },
+    stopGraceMs: 500,
+    ...rest,
+  });
+  const out = () => readFileSync(path.join(logDir, 'stdout.log'), 'utf8');
+  const err = () => readFileSync(path.join(logDir, 'stderr.log'), 'utf8');
+  return { sandbox, workDir, logDir, out, err };
+}
+
+/** Whether the process runs (a zombie, dead and waiting for its parent to read its status, does not). */
+const alive = (pid: number) => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+};
+
+describe('a workload in the sandbox', () => {
+  it('runs its argv as given, never through a shell, and ends with its own exit code', async () => {
+    const echo = run(['/bin/echo', 'hello', '$HOME;', 'rm -rf /', '`id`']);
+    expect(await echo.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+    expect(echo.out()).toBe('hello $HOME; rm -rf / `id`\n');
+    const failing = run(['sh', '-c', 'echo to stderr >&2; exit 3']);
+    expect(await failing.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 3 });
+    expect(failing.err()).toBe('to stderr\n');
+    // A program that does not exist: bwrap says so, and the workload exits non-zero.
+    const missing = run(['no-such-program']);
+    expect((await missing.sandbox.ended).state).toBe('exited');
+    expect(missing.err()).toMatch(/no-such-program/);
+  });
+
+  it('sees only its leased GPUs, named by UUID, and its own work directory', async () => {
+    const w = run(
+      [
+        'sh',
+        '-c',
+        'ls /dev | grep nvidia; echo "$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$HOME|$PWD"; cat /dev/nvidia2; ' +
+          'cat /dev/nvidia3 2>&1; echo x > mine.txt && echo wrote',
+      ],
+      { leased: [2, 5] },
+    );
+    expect(await w.sandbox.ended).toMatchObject({ state: 'exited' });
+    const lines = w.out().trim().split('\n');
+    expect(lines.slice(0, 2)).toEqual(['nvidia2', 'nvidia5']);
+    expect(lines[2]).toBe('GPU-simulated-2,GPU-simulated-5|GPU-simulated-2,GPU-simulated-5|/work|/work');
+    expect(lines[3]).toBe('simulated GPU 2 GPU-simulated-2');
+    expect(lines[4]).toMatch(/nvidia3: No such file or directory/);
+    expect(lines[5]).toBe('wrote');
+    expect(readFileSync(path.join(w.workDir, 'mine.txt'), 'utf8')).toBe('x\n');
+  });
+
+  it("cannot read the daemon's credentials, another session's files, or the host's home and temp", async () => {
+    const other = run(['sh', '-c', 'echo secret-of-other > data.txt']);
+    await other.sandbox.ended;
+    const targets = [
+      path.join(daemonDir, 'credentials.json'),
+      path.join(other.workDir, 'data.txt'),
+      devices.get(3)!,
+      '/root',
+      path.join(root),
+    ];
+    const w = run([
+      'sh',
+      '-c',
+      targets.map((t) => `cat ${t} 2>/dev/null || ls ${t} 2>/dev/null || echo gone`).join('; '),
+    ]);
+    expect(await w.sandbox.ended).toMatchObject({ state: 'exited' });
+    expect(w.out().trim().split('\n')).toEqual(targets.map(() => 'gone'));
+    // Nothing it could write reaches the host outside its work directory.
+    const breakout = run(['sh', '-c', `echo pwned > ${path.join(other.workDir, 'data.txt')} || echo refused`]);
+    await breakout.sandbox.ended;
+    expect(readFileSync(path.join(other.workDir, 'data.txt'), 'utf8')).toBe('secret-of-other\n');
+  });
+
+  it('reaches the network only when its spec allows it', async () => {
+    const server = createServer((socket) => socket.end('hi\n')).listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    const probe = ['bash', '-c', `exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3 || echo unreachable`];
+    const closed = run(probe);
+    const open = run(probe, { spec: { command: probe, env: {}, max_runtime_seconds: 60, network: true } });
+    await Promise.all([closed.sandbox.ended, open.sandbox.ended]);
+    server.close();
+    expect(closed.out()).toBe('unreachable\n');
+    expect(open.out()).toBe('hi\n');
+  });
+
+  it("contains a fork bomb to its process limit while the machine's other workload runs on", async () => {
+    const bomb = run(['bash', '-c', 'f() { f | f & }; f; sleep 30'], {
+      spec: {
+        command: ['bash', '-c', 'f() { f | f & }; f; sleep 30'],
+        env: {},
+        max_runtime_seconds: 3,
+        network: false,
+      },
+    });
+    const neighbour = run(['sh', '-c', 'sleep 1; for i in 1 2 3 4 5; do sh -c "echo $i"; done']);
+    expect(await neighbour.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+    expect(neighbour.out()).toBe('1\n2\n3\n4\n5\n');
+    if (isRoot) {
+      // Its own user ID: the bomb never holds more than its allowance.
+      expect(descendants(bomb.sandbox.pid).length).toBeLessThanOrEqual(64 + 2);
+    }
+    expect(await bomb.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'max_runtime' });
+    expect(alive(bomb.sandbox.pid)).toBe(false);
+  });
+
+  it('is stopped when it fills its disk allowance; one file cannot pass it either', async () => {
+    const filler = run([
+      'sh',
+      '-c',
+      'i=0; while true; do i=$((i+1)); head -c 4000000 /dev/zero > f$i; sleep 0.1; done',
+    ]);
+    expect(await filler.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+    const big = run(['sh', '-c', 'head -c 30000000 /dev/zero > big; echo "exit $?"']);
+    await big.sandbox.ended;
+    // RLIMIT_FSIZE: the write past the limit fails (SIGXFSZ kills the writer), the file stays at the limit.
+    expect(big.out()).toMatch(/^exit [1-9]\d*\n$/);
+    expect(statSync(path.join(big.workDir, 'big')).size).toBeLessThanOrEqual(20 * 1024 * 1024);
+  });
+
+  it('is killed after the grace period when it ignores SIGTERM, and no process of it is left', async () => {
+    const w = run(['bash', '-c', 'trap "" TERM; echo ready; sleep 1000 & wait']);
+    const deadline = Date.now() + 5000;
+    while (!w.out().includes('ready') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const inside = descendants(w.sandbox.pid);
+    expect(inside.length).toBeGreaterThan(1);
+    const asked = Date.now();
+    const end = await w.sandbox.stop('session_ended');
+    expect(end).toMatchObject({ state: 'stopped', reason: 'session_ended', signal: 'SIGKILL' });
+    expect(Date.now() - asked).toBeGreaterThanOrEqual(450);
+    expect(Date.now() - asked).toBeLessThan(3000);
+    // Ended means gone: no process of it runs once `stop` resolved.
+    expect([w.sandbox.pid, ...inside].filter(alive)).toEqual([]);
+  });
+
+  it('is stopped when its processes hold more memory than its allowance', async () => {
+    const hog = run(['bash', '-c', 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); sleep 30'], {
+      limits: { processes: 64, openFiles: 256, memoryBytes: 64 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e4 },
+    });
+    expect(await hog.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
+  });
+
+  it('stops at its maximum runtime, and cuts its output at the log limit saying how much was cut', async () => {
+    const w = run(['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" a; sleep 100'], {
+      spec: {
+        command: ['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" a; sleep 100'],
+        env: {},
+        max_runtime_seconds: 1,
+        network: false,
+      },
+    });
+    expect(await w.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'max_runtime' });
+    const out = w.out();
+    expect(out.startsWith('a'.repeat(64 * 1024))).toBe(true);
+    expect(out).toContain(`[output cut: ${100_000 - 64 * 1024} more bytes not kept]`);
+  });
+
+  it('dies with its daemon: a daemon killed with SIGKILL leaves no process of its workloads', async () => {
+    const script = path.join(root, 'daemon.ts');
+    const workDir = path.join(root, 'orphan');
+    mkdirSync(workDir);
+    writeFileSync(
+      script,
+      `import { startSandbox } from ${JSON.stringify(path.resolve('tools/provider-daemon/src/workloads/sandbox.ts'))};
+const s = startSandbox({ spec: { command: ['sleep', '1000'], env: {}, max_runtime_seconds: 600, network: false },
+  workDir: ${JSON.stringify(workDir)}, logDir: ${JSON.stringify(workDir)}, gpus: [], controlDevices: [], hidden: [],
+  limits: { processes: 64, openFiles: 256, memoryBytes: 1e9, diskBytes: 1e7, logBytes: 1e4 }, platformEnv: {},
+  stopGraceMs: 500 });
+setTimeout(() => console.log(s.pid), 500);
+setInterval(() => {}, 1000);`,
+    );
+    const daemon = spawn(process.execPath, ['--import', 'tsx', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const [line] = (await once(daemon.stdout!, 'data')) as [Buffer];
+    const pid = Number(line.toString().trim());
+    const inside = [pid, ...descendants(pid)];
+    expect(inside.length).toBeGreaterThan(1);
+    daemon.kill('SIGKILL');
+    const deadline = Date.now() + 3000;
+    while (inside.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(inside.filter(alive)).toEqual([]);
+  });
+
+  it('refuses a spec the platform does not accept, whatever reached the daemon', () => {
+    expect(() =>
+      run(['true'], {
+        spec: { command: ['true'], env: { LD_PRELOAD: '/x.so' }, max_runtime_seconds: 5, network: false },
+      }),
+    ).toThrow(/LD_PRELOAD/);
+    expect(() => run([])).toThrow();
+  });
+});
+
+describe("a real machine's GPU device nodes", () => {
+  it("binds each GPU's node by the driver's minor number, not nvidia-smi's index", () => {
+    const proc = path.join(root, 'proc-gpus');
+    // nvidia-smi orders by PCI bus; the driver numbered these two the other way round.
+    for (const [bus, minor] of [
+      ['0000:3b:00.0', 1],
+      ['0000:86:00.0', 0],
+    ] as const) {
+      mkdirSync(path.join(proc, bus), { recursive: true });
+      writeFileSync(path.join(proc, bus, 'information'), `Model: NVIDIA H100\nDevice Minor: ${minor}\n`);
+    }
+    const gpus = [
+      { ...readings[0]!, index: 0, pciBusId: '00000000:3B:00.0' },
+      { ...readings[1]!, index: 1, pciBusId: '00000000:86:00.0' },
+      { ...readings[2]!, index: 2, pciBusId: null },
+    ];
+    expect([...nvidiaDevices(gpus, proc)]).toEqual([
+      [0, '/dev/nvidia1'],
+      [1, '/dev/nvidia0'],
+      [2, '/dev/nvidia2'],
+    ]);
+    expect(controlDevices(root)).toEqual([]);
+  });
+});

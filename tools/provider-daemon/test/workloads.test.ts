@@ -1,0 +1,217 @@
+/**
+ * The daemon runs the renter's workload against the real auth service, registry and billing, in the real bubblewrap
+ * sandbox on a simulated 8-GPU machine: a session of 2 GPUs with a workload runs it on exactly those GPUs, is billed
+ * from when it ran, and ends when it exits; a session ended first has its workload stopped and gone; a daemon that
+ * died with its workload reports it lost when it comes back, and nothing after is billed.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TokenSource } from '@gpu/client';
+import { createLogger, NoopPublisher } from '@gpu/common';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
+import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
+import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
+import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
+import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
+import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
+import { ProviderDaemon } from '../src/daemon.ts';
+import { gpuSource } from '../src/gpu/source.ts';
+import { UsageReporter } from '../src/usage.ts';
+import { WorkloadRunner } from '../src/workloads/runner.ts';
+
+const platform = useAuthAndRegistry();
+const dir = mkdtempSync(join(tmpdir(), 'daemon-workloads-'));
+// The run directory's parents let the workloads' users through (as /var/lib would), listing nothing.
+chmodSync(dir, 0o711);
+const logger = createLogger({
+  service: 'provider-daemon-test',
+  instanceId: 't',
+  level: process.env.DEBUG_LOG ? 'debug' : 'silent',
+});
+let billing: BillingHarness;
+let billingUrl: string;
+
+beforeAll(async () => {
+  billing = await billingWithRegistry(platform);
+  billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
+});
+afterAll(async () => {
+  await billing?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function config(runDir: string): DaemonConfig {
+  return daemonConfigSchema.parse({
+    auth_url: platform.authUrl,
+    registry_url: platform.registryUrl,
+    billing_url: billingUrl,
+    state_file: join(dir, `state-${randomUUID()}.json`),
+    provider: { name: `rig-${randomUUID().slice(0, 8)}` },
+    gpu: {
+      source: 'simulated',
+      simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
+    },
+    workloads: { run_dir: runDir, poll_interval: '200ms', stop_grace: '500ms', disk_mb: 64, memory_mb: 1024 },
+  });
+}
+
+/** A provider's daemon on a simulated 8-GPU machine, attached, and a runner of its workloads (not polling yet). */
+async function machine() {
+  const owner = await platform.providerUser();
+  const token: TokenSource = await platform.machineClient('daemon', owner.id);
+  const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`));
+  const usage = new UsageReporter({ config: c, logger, token, publisher: new NoopPublisher() });
+  const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
+  const providerId = await daemon.attach();
+  const runner = () =>
+    new WorkloadRunner({
+      config: c,
+      logger,
+      token,
+      gpus: gpuSource(c.gpu),
+      providerId: () => providerId,
+      sessions: (id) => usage.runningSessions(id),
+    });
+  return { providerId, runner, runDir: c.workloads.run_dir };
+}
+
+/** A renter renting `gpuCount` of the machine's GPUs with `workload`; their headers and the session's ID. */
+async function rent(providerId: string, gpuCount: number, workload: object) {
+  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+  const headers = { authorization: `Bearer ${tokens.access_token}` };
+  const wallet = await billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/wallet',
+    headers,
+    payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
+  });
+  await billing.credit(wallet.json().id, '100');
+  const started = await billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/start-session',
+    headers,
+    payload: {
+      user_id: user.id,
+      wallet_id: wallet.json().id,
+      provider_id: providerId,
+      job_id: randomUUID(),
+      gpu_model: 'H100',
+      gpu_count: gpuCount,
+      requested_vram_mb: 0,
+      estimated_power_w: 0,
+      accepted_hourly_rate: '100',
+      workload,
+    },
+  });
+  expect(started.statusCode, started.body).toBe(201);
+  return { headers, id: started.json().session.id as string, gpus: started.json().session.gpu_indices as number[] };
+}
+
+const workloadOf = async (headers: Record<string, string>, id: string) =>
+  (await billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
+
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (done(v) || Date.now() > end) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("the daemon runs renters' workloads", () => {
+  it('runs one on exactly its leased GPUs, billed from when it ran, and ends the session when it exits', async () => {
+    const m = await machine();
+    await rent(m.providerId, 4, { command: ['sleep', '30'], max_runtime_seconds: 60 }); // GPUs 0-3 taken
+    const r = await rent(m.providerId, 2, {
+      command: ['sh', '-c', 'ls /dev | grep nvidia; echo "$CUDA_VISIBLE_DEVICES"; sleep 1; exit 7'],
+      max_runtime_seconds: 60,
+    });
+    expect(r.gpus).toEqual([4, 5]);
+    const runner = m.runner();
+    runner.run();
+    try {
+      const running = await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state !== 'pending' && w.state !== 'preparing',
+      );
+      expect(['running', 'exited']).toContain(running.state);
+      const ended = await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'exited',
+      );
+      const stderr = () => readFileSync(join(m.runDir, r.id, 'logs', 'stderr.log'), 'utf8');
+      expect(ended, stderr()).toMatchObject({ state: 'exited', exit_code: 7 });
+      expect(ended.session).toMatchObject({ status: 'completed', end_reason: 'workload_exited', billed_minutes: 1 });
+      expect(ended.session.billed_from).toBe(ended.running_at);
+      const out = readFileSync(join(m.runDir, r.id, 'logs', 'stdout.log'), 'utf8');
+      expect(out).toBe('nvidia4\nnvidia5\nGPU-simulated-4,GPU-simulated-5\n');
+      // Its work directory went with it.
+      expect(existsSync(join(m.runDir, r.id, 'work'))).toBe(false);
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('stops a workload whose session ended first, within a poll and the grace period, and reports it', async () => {
+    const m = await machine();
+    const r = await rent(m.providerId, 1, {
+      command: ['bash', '-c', 'trap "" TERM; sleep 3600 & wait'],
+      max_runtime_seconds: 3600,
+    });
+    const runner = m.runner();
+    runner.run();
+    try {
+      await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'running',
+      );
+      const asked = Date.now();
+      const end = await billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        headers: r.headers,
+        payload: { session_id: r.id },
+      });
+      expect(end.statusCode).toBe(200);
+      const stopped = await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'stopped',
+      );
+      // One poll (200 ms) and the grace period (500 ms): it ignored SIGTERM and was killed.
+      expect(Date.now() - asked).toBeLessThan(3000);
+      expect(stopped).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+      expect(stopped.session.end_reason).toBe(end.json().session.end_reason);
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('a daemon that came back reports the workload it lost, and nothing after its last sign of life is billed', async () => {
+    const m = await machine();
+    const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });
+    const first = m.runner();
+    await first.sync();
+    const running = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'running',
+    );
+    expect(running.state).toBe('running');
+    // The daemon dies (its sandboxes with it: --die-with-parent; here the runner is dropped without a word to billing).
+    const lastSync = Date.now();
+    const second = m.runner();
+    await second.sync();
+    const lost = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'stopped',
+    );
+    expect(lost).toMatchObject({ state: 'stopped', reason: 'daemon_restarted' });
+    expect(Date.parse(lost.ended_at)).toBeLessThanOrEqual(lastSync);
+    expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
+    await first.stop();
+    await second.stop();
+  });
+});
