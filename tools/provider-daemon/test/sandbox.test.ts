@@ -159,11 +159,11 @@ describe('a workload in the sandbox', () => {
       spec: {
         command: ['bash', '-c', 'f() { f | f & }; f; sleep 30'],
         env: {},
-        max_runtime_seconds: 3,
+        max_runtime_seconds: 2,
         network: false,
       },
     });
-    const neighbour = run(['sh', '-c', 'sleep 1; for i in 1 2 3 4 5; do sh -c "echo $i"; done']);
+    const neighbour = run(['sh', '-c', 'sleep 0.5; for i in 1 2 3 4 5; do sh -c "echo $i"; done']);
     expect(await neighbour.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
     expect(neighbour.out()).toBe('1\n2\n3\n4\n5\n');
     if (isRoot) {

@@ -43,7 +43,7 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function config(runDir: string): DaemonConfig {
+function config(runDir: string, workloads: Record<string, unknown> = {}): DaemonConfig {
   return daemonConfigSchema.parse({
     auth_url: platform.authUrl,
     registry_url: platform.registryUrl,
@@ -54,28 +54,34 @@ function config(runDir: string): DaemonConfig {
       source: 'simulated',
       simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
     },
-    workloads: { run_dir: runDir, poll_interval: '200ms', stop_grace: '500ms', disk_mb: 64, memory_mb: 1024 },
+    workloads: {
+      run_dir: runDir,
+      poll_interval: '200ms',
+      stop_grace: '500ms',
+      disk_mb: 64,
+      memory_mb: 1024,
+      ...workloads,
+    },
   });
 }
 
 /** A provider's daemon on a simulated 8-GPU machine, attached, and a runner of its workloads (not polling yet). */
-async function machine() {
+async function machine(workloads: Record<string, unknown> = {}) {
   const owner = await platform.providerUser();
   const token: TokenSource = await platform.machineClient('daemon', owner.id);
-  const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`));
+  const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`), workloads);
   const usage = new UsageReporter({ config: c, logger, token, publisher: new NoopPublisher() });
   const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
   const providerId = await daemon.attach();
-  const runner = () =>
-    new WorkloadRunner({
-      config: c,
-      logger,
-      token,
-      gpus: gpuSource(c.gpu),
-      providerId: () => providerId,
-      sessions: (id) => usage.runningSessions(id),
-    });
-  return { providerId, runner, runDir: c.workloads.run_dir };
+  const deps = {
+    config: c,
+    logger,
+    token,
+    gpus: gpuSource(c.gpu),
+    providerId: () => providerId,
+    sessions: (id: string) => usage.runningSessions(id),
+  };
+  return { providerId, deps, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
 }
 
 /** A renter renting `gpuCount` of the machine's GPUs with `workload`; their headers and the session's ID. */
@@ -213,5 +219,60 @@ describe("the daemon runs renters' workloads", () => {
     expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
     await first.stop();
     await second.stop();
+  });
+
+  it('reports a workload failed when the machine cannot run a sandbox: the session ends unbilled, its fault', async () => {
+    const m = await machine({ bwrap_path: join(dir, 'no-bwrap-here') });
+    const r = await rent(m.providerId, 1, { command: ['true'], max_runtime_seconds: 60 });
+    await m.runner().sync();
+    const failed = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'failed',
+    );
+    expect(failed).toMatchObject({ state: 'failed', reason: 'sandbox_unavailable' });
+    expect(failed.session).toMatchObject({
+      status: 'completed',
+      end_reason: 'workload_not_started',
+      billed_minutes: 0,
+    });
+  });
+
+  it('stops a workload past its paid time while billing cannot be reached, and reports it once billing answers', async () => {
+    const m = await machine();
+    const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });
+    let offset = 0;
+    let partitioned = false;
+    const runner = new WorkloadRunner({
+      ...m.deps,
+      now: () => Date.now() + offset,
+      sessions: (id) => (partitioned ? Promise.reject(new Error('billing unreachable')) : m.deps.sessions(id)),
+    });
+    await runner.sync();
+    const running = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'running',
+    );
+    // Billing says how long the session is paid for: its hold at its rate, from when it ran.
+    expect(Date.parse(running.paid_until)).toBeGreaterThan(Date.parse(running.running_at));
+    // Billing answers: nothing stops the workload, however late it is by the daemon's clock.
+    offset = Date.parse(running.paid_until) - Date.now() + 1000;
+    await runner.sync();
+    runner.stopUnpaid();
+    expect((await workloadOf(r.headers, r.id)).state).toBe('running');
+    // Billing goes away for three polls and the paid time is over: the workload is stopped.
+    partitioned = true;
+    offset += 1000;
+    await runner.sync().catch(() => {});
+    runner.stopUnpaid();
+    const stopped = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'stopped',
+    );
+    expect(stopped).toMatchObject({ state: 'stopped', reason: 'paid_time_over' });
+    expect(stopped.session, JSON.stringify(stopped)).toMatchObject({
+      status: 'completed',
+      end_reason: 'workload_stopped',
+    });
+    await runner.stop();
   });
 });

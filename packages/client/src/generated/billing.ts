@@ -1015,7 +1015,7 @@ export interface components {
             session: components["schemas"]["Session"];
         };
         SessionEndRequest: {
-            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed, workload_exited, workload_failed, workload_max_runtime, workload_limit, workload_stopped, workload_not_started) */
+            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed, workload_exited, workload_failed, workload_max_runtime, workload_limit, workload_stopped, workload_not_started, workload_lost) */
             reason?: string;
             /** Format: uuid */
             session_id: string;
@@ -1260,6 +1260,8 @@ export interface components {
             ended_at: string | null;
             /** @description its exit code once `exited` */
             exit_code: number | null;
+            /** @description until when the session's funds pay for running (its hold at the frozen rate, never past a cap's end; it moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null once the session ended; in GET only */
+            paid_until?: string | null;
             preparing_at: string | null;
             /** @description why it `failed` or was `stopped`: `max_runtime`, `memory_limit`, `disk_limit`, `session_ended`, `not_started` (it did not run within `billing.workload_start_timeout`), ... */
             reason: string | null;

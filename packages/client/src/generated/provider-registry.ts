@@ -1257,7 +1257,7 @@ export interface operations {
     reportSessionEnded: {
         parameters: {
             query?: {
-                /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`) counts against its reliability, once per session */
+                /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`, `workload_not_started`, `workload_lost`) counts against its reliability, once per session */
                 end_reason?: string;
                 /** @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability) */
                 kind?: "session" | "reservation";

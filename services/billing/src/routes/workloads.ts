@@ -30,6 +30,15 @@ const workloadSchema = z
     preparing_at: z.string().nullable(),
     running_at: z.string().nullable().describe('when it started to run: billing starts then'),
     ended_at: z.string().nullable(),
+    paid_until: z
+      .string()
+      .nullable()
+      .optional()
+      .describe(
+        "until when the session's funds pay for running (its hold at the frozen rate, never past a cap's end; it " +
+          'moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null ' +
+          'once the session ended; in GET only',
+      ),
     session: sessionSchema,
   })
   .describe("A session's workload, and the session as it stands")
@@ -65,7 +74,7 @@ const sessionParams = z.object({ sessionID: z.uuid() });
 
 export async function workloadRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
-  const answer = (r: { session: Parameters<typeof sessionJson>[1]; workload: Workload }) => ({
+  const answer = (r: { session: Parameters<typeof sessionJson>[1]; workload: Workload; paidUntil?: Date | null }) => ({
     session_id: r.workload.sessionId,
     spec: r.workload.spec,
     state: r.workload.state,
@@ -75,6 +84,7 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
     preparing_at: iso(r.workload.preparingAt),
     running_at: iso(r.workload.runningAt),
     ended_at: iso(r.workload.endedAt),
+    ...(r.paidUntil === undefined ? {} : { paid_until: iso(r.paidUntil) }),
     session: sessionJson(ctx, r.session),
   });
 

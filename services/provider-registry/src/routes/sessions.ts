@@ -52,7 +52,8 @@ const endQuery = z.object({
     .optional()
     .describe(
       "billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, " +
-        '`provider_removed`, `provider_ended`) counts against its reliability, once per session',
+        '`provider_removed`, `provider_ended`, `workload_not_started`, `workload_lost`) counts against its reliability, ' +
+        'once per session',
     ),
   renter_id: z
     .uuid()

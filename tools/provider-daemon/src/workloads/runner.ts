@@ -19,9 +19,14 @@
  * with reason `daemon_restarted` at the last time it knew them alive (its journal in `run_dir`, written every poll),
  * so nothing after that is billed; the session ends with it (`workload_lost`, a fault of the machine's).
  *
+ * **A partition cannot leave work running for free.** The workload's `paid_until` (its session's hold at the frozen
+ * rate; asked again every 30 s, as billing tops the hold up) bounds it while billing cannot be reached: after three
+ * polls without an answer, a workload past that time is stopped (`paid_time_over`), reported once billing answers.
+ *
  * A report that fails is tried again at the next poll (reports are idempotent at billing).
  */
-import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { billingClient, type TokenSource, unwrap } from '@gpu/client';
 import { durationMs, type Logger, type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
@@ -46,15 +51,44 @@ export interface WorkloadRunnerDeps {
   providerId: () => string | undefined;
   /** The sessions running on the machine (billing's list). */
   sessions: (providerId: string) => Promise<RunningSession[]>;
+  /** The clock of paid time (tests move it by hand); `Date.now` by default. */
+  now?: () => number;
 }
 
 interface Running {
   sandbox: Sandbox;
   slot: number;
   dir: string;
+  /** Until when its session's funds pay for running, as billing last said (null: not said). */
+  paidUntil: number | null;
+  /** When billing last said it. */
+  paidAsked: number;
 }
 
+/** How often the runner asks billing again how long each running workload is paid for. */
+const PAID_REFRESH_MS = 30_000;
+
 const JOURNAL = 'journal.json';
+
+/**
+ * Why this machine cannot run a sandbox, or null when it can: bubblewrap missing, or (a daemon running as root, whose
+ * workloads run as users of their own) a run directory those users could not reach (a parent without the others'
+ * execute bit, as a home directory of mode 0700).
+ */
+function sandboxProblem(bwrap: string, dir: string): string | null {
+  if (spawnSync(bwrap, ['--version']).status !== 0) return `${bwrap} cannot be run: apt-get install bubblewrap`;
+  if (process.getuid?.() !== 0) return null;
+  for (let d = path.dirname(dir); ; d = path.dirname(d)) {
+    const mode = statSync(d).mode;
+    if ((mode & 0o001) === 0) {
+      return (
+        `workloads.run_dir ${dir}: ${d} does not let other users through (mode ${(mode & 0o777).toString(8)}); ` +
+        'choose a run directory under one that does (/var/lib/gpu-daemon), or chmod o+x it'
+      );
+    }
+    if (d === path.dirname(d)) return null;
+  }
+}
 
 export class WorkloadRunner {
   private readonly billing;
@@ -68,11 +102,24 @@ export class WorkloadRunner {
   private readonly sending = new Map<string, Promise<void>>();
   private readonly lastAlive: Date;
   private devices: Map<number, string> | undefined;
+  private readonly now: () => number;
+  /** When billing last answered the poll. */
+  private lastContact: number;
   private stopped = false;
   private timer: NodeJS.Timeout | undefined;
 
+  /** The daemon's own files, masked in every sandbox wherever they are bound. */
+  private readonly hidden: string[];
+  /** Why no sandbox can run on this machine (null: they can). */
+  private readonly problem: string | null;
+
   constructor(private readonly deps: WorkloadRunnerDeps) {
     this.settings = deps.config.workloads;
+    this.now = deps.now ?? Date.now;
+    this.lastContact = this.now();
+    this.hidden = [deps.config.state_file, deps.config.credentials.file, process.env.DAEMON_CONFIG_FILE ?? '']
+      .filter(Boolean)
+      .map((p) => path.resolve(p));
     this.billing = billingClient({
       baseUrl: deps.config.billing_url,
       token: deps.token,
@@ -81,6 +128,8 @@ export class WorkloadRunner {
     mkdirSync(this.settings.run_dir, { recursive: true });
     // Workloads' users pass through to their own work directory, and list nothing.
     chmodSync(this.settings.run_dir, 0o711);
+    this.problem = sandboxProblem(this.settings.bwrap_path, path.resolve(this.settings.run_dir));
+    if (this.problem) deps.logger.error(`workloads cannot run here: ${this.problem}; each one is reported failed`);
     this.lastAlive = this.readJournal();
   }
 
@@ -89,6 +138,7 @@ export class WorkloadRunner {
     const tick = async () => {
       if (this.stopped) return;
       await this.sync().catch((err) => this.deps.logger.warn({ err }, 'workload poll failed; trying again'));
+      this.stopUnpaid();
       if (!this.stopped) this.timer = setTimeout(tick, durationMs(this.settings.poll_interval));
     };
     void tick();
@@ -107,6 +157,7 @@ export class WorkloadRunner {
     const providerId = this.deps.providerId();
     if (!providerId) return;
     const sessions = await this.deps.sessions(providerId);
+    this.lastContact = this.now();
     this.writeJournal();
     const live = new Set(sessions.map((s) => s.id));
     for (const [id, r] of this.running) if (!live.has(id)) void r.sandbox.stop('session_ended');
@@ -118,7 +169,35 @@ export class WorkloadRunner {
     }
     // Alive, with what it started: a later life bills what it lost up to here.
     this.writeJournal();
+    await this.refreshPaid();
     await this.flushReports();
+  }
+
+  /**
+   * While billing cannot be reached (no answer for three polls), a workload runs no longer than its session's funds
+   * pay for (`paid_until`): it is stopped then (`paid_time_over`), and reported when billing answers again. While
+   * billing answers, billing decides (a session in its grace period runs on until billing ends it).
+   */
+  stopUnpaid(): void {
+    const now = this.now();
+    if (now - this.lastContact < 3 * durationMs(this.settings.poll_interval)) return;
+    for (const r of this.running.values()) {
+      if (r.paidUntil !== null && now >= r.paidUntil) void r.sandbox.stop('paid_time_over');
+    }
+  }
+
+  /** Asks billing again, every 30 s, how long each running workload is paid for. */
+  private async refreshPaid(): Promise<void> {
+    const now = Date.now();
+    for (const [id, r] of this.running) {
+      if (now - r.paidAsked < PAID_REFRESH_MS) continue;
+      const result = await this.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+        params: { path: { sessionID: id } },
+      });
+      if (!result.response.ok || !result.data) continue;
+      r.paidAsked = now;
+      r.paidUntil = result.data.paid_until ? Date.parse(result.data.paid_until) : r.paidUntil;
+    }
   }
 
   private async launch(session: RunningSession): Promise<void> {
@@ -137,6 +216,11 @@ export class WorkloadRunner {
       await this.send(session.id, { state: 'stopped', at: this.lastAlive.toISOString(), reason: 'daemon_restarted' });
       return;
     }
+    if (this.problem) {
+      this.done.add(session.id);
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_unavailable' });
+      return;
+    }
     const parsed = workloadSpecSchema.safeParse(w.spec);
     if (!parsed.success) {
       this.done.add(session.id);
@@ -144,11 +228,12 @@ export class WorkloadRunner {
       return;
     }
     await this.send(session.id, { state: 'preparing', at: new Date().toISOString() });
-    this.start(session, parsed.data, await this.deps.gpus.read());
+    const paidUntil = w.paid_until ? Date.parse(w.paid_until) : null;
+    this.start(session, parsed.data, await this.deps.gpus.read(), paidUntil);
   }
 
   /** Makes the session's directories and starts its sandbox; its end is reported when it comes. */
-  private start(session: RunningSession, spec: WorkloadSpec, readings: GpuReading[]): void {
+  private start(session: RunningSession, spec: WorkloadSpec, readings: GpuReading[], paidUntil: number | null): void {
     const slot = this.freeSlot();
     const dir = path.join(this.settings.run_dir, session.id);
     const workDir = path.join(dir, 'work');
@@ -180,9 +265,7 @@ export class WorkloadRunner {
           logBytes: this.settings.log_kb * 1024,
         },
         uid,
-        hidden: [this.deps.config.state_file, this.deps.config.credentials.file]
-          .filter(Boolean)
-          .map((p) => path.resolve(p)),
+        hidden: this.hidden,
         platformEnv: { GPU_PLATFORM_SESSION_ID: session.id },
         stopGraceMs: durationMs(this.settings.stop_grace),
         bwrapPath: this.settings.bwrap_path,
@@ -193,7 +276,7 @@ export class WorkloadRunner {
       this.deps.logger.warn({ err, session_id: session.id }, 'the sandbox refused the workload');
       return;
     }
-    this.running.set(session.id, { sandbox, slot, dir });
+    this.running.set(session.id, { sandbox, slot, dir, paidUntil, paidAsked: Date.now() });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
     void this.send(session.id, { state: 'running', at: sandbox.startedAt.toISOString() });
     void sandbox.ended.then((end) => this.finish(session.id, end));

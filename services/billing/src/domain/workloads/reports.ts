@@ -27,7 +27,7 @@ import {
 import { billingErrors } from '../../errors.ts';
 import { assertSessionParty, mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
-import { Dec } from '../ledger/index.ts';
+import { Dec, getHold } from '../ledger/index.ts';
 import { msPaidFor } from '../pricing/index.ts';
 import { finishSession, isRunning, loadSession, type SessionRow } from '../sessions/index.ts';
 import { isEnded, movesForward, sessionEndReason, type Workload, type WorkloadReport } from './workload.ts';
@@ -47,17 +47,30 @@ function workloadOf(row: WorkloadRow): Workload {
   };
 }
 
+/**
+ * Until when the session's funds pay for running, for a daemon that loses billing to stop the workload by itself: its
+ * hold at the frozen rate from `billed_from` (from now while it has not run yet), never past a cap's end; null once the
+ * session ended. The hold is topped up as the session runs, so the time moves on while billing is reachable.
+ */
+async function paidUntil(ctx: BillingContext, session: SessionRow): Promise<Date | null> {
+  if (!isRunning(session)) return null;
+  const hold = await getHold(ctx.db, session.hold_id);
+  const from = session.billed_from ? new Date(session.billed_from).getTime() : ctx.now().getTime();
+  const paid = from + msPaidFor(new Dec(hold?.remaining ?? 0), new Dec(session.total_hourly_rate));
+  return new Date(session.cap_ends_at ? Math.min(paid, new Date(session.cap_ends_at).getTime()) : paid);
+}
+
 /** The session and its workload, as its parties read them; 404 WORKLOAD_NOT_FOUND for a session that runs none. */
 export async function readWorkload(
   ctx: BillingContext,
   actor: Principal,
   sessionId: string,
-): Promise<{ session: SessionRow; workload: Workload }> {
+): Promise<{ session: SessionRow; workload: Workload; paidUntil: Date | null }> {
   const session = await loadSession(ctx.db, sessionId);
   assertSessionParty(actor, session);
   const row = await findWorkload(ctx.db, sessionId);
   if (!row) throw billingErrors.workloadNotFound(sessionId);
-  return { session, workload: workloadOf(row) };
+  return { session, workload: workloadOf(row), paidUntil: await paidUntil(ctx, session) };
 }
 
 const clamp = (t: number, lo: number, hi: number) => new Date(Math.min(Math.max(t, lo), hi));

@@ -52,7 +52,8 @@ export interface WorkloadReport {
 
 /**
  * The end reason a workload's end gives its session: it exited by itself (`workload_exited`), reached its maximum
- * runtime (`workload_max_runtime`), was stopped at a limit of the sandbox (`workload_limit`), or could not start
+ * runtime (`workload_max_runtime`), was stopped at a limit of the sandbox (`workload_limit`) or for another reason
+ * (`workload_stopped`: its daemon could not reach billing when its paid time ran out), or could not start
  * (`workload_failed`), or was lost with its daemon (`workload_lost`: restarted or stopped under it, the machine's
  * fault). A stop because the session ended gives none: the session had ended already.
  */
@@ -61,13 +62,16 @@ export function sessionEndReason(report: WorkloadReport): string | null {
     case 'exited':
       return 'workload_exited';
     case 'failed':
-      return 'workload_failed';
+      // The machine could not run any sandbox: its fault, and nothing ran.
+      return report.reason === 'sandbox_unavailable' ? 'workload_not_started' : 'workload_failed';
     case 'stopped':
       if (report.reason === 'max_runtime') return 'workload_max_runtime';
       if (report.reason === 'session_ended') return null;
       // The machine's daemon died with it: a fault of the machine's.
       if (report.reason === 'daemon_restarted' || report.reason === 'daemon_stopped') return 'workload_lost';
-      return 'workload_limit';
+      if (report.reason === 'memory_limit' || report.reason === 'disk_limit') return 'workload_limit';
+      // `paid_time_over` (its daemon lost billing and its funds ran out), or any other stop.
+      return 'workload_stopped';
     default:
       return null;
   }
