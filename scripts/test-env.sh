@@ -108,10 +108,12 @@ ensure_nginx() {
   log "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's/.*\///')"
 }
 
-# The provider daemon's workload sandbox (tools/provider-daemon/src/workloads/): Debian's bubblewrap, and setpriv and
-# prlimit (util-linux) that start it as the workload's own user with its limits.
+# The provider daemon's workload sandbox (tools/provider-daemon/src/workloads/): Debian's bubblewrap, slirp4netns, and
+# setpriv and prlimit (util-linux) that start it as the workload's own user with its limits.
 ensure_bwrap() {
   if ! command -v bwrap >/dev/null; then apt_install bubblewrap; fi
+  # A workload allowed the network gets a user-mode one that cannot reach the host's loopback.
+  if ! command -v slirp4netns >/dev/null; then apt_install slirp4netns; fi
   for tool in setpriv prlimit; do command -v "$tool" >/dev/null || apt_install util-linux; done
   log "$(bwrap --version)"
 }

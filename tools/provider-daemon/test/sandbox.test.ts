@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
@@ -141,17 +141,30 @@ describe('a workload in the sandbox', () => {
     expect(readFileSync(path.join(other.workDir, 'data.txt'), 'utf8')).toBe('secret-of-other\n');
   });
 
-  it('reaches the network only when its spec allows it', async () => {
-    const server = createServer((socket) => socket.end('hi\n')).listen(0, '127.0.0.1');
+  it("reaches the network only when its spec allows it, and never the host's loopback services", async () => {
+    const server = createServer((socket) => socket.end('hi\n')).listen(0, '0.0.0.0');
     await once(server, 'listening');
     const port = (server.address() as { port: number }).port;
-    const probe = ['bash', '-c', `exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3 || echo unreachable`];
-    const closed = run(probe);
-    const open = run(probe, { spec: { command: probe, env: {}, max_runtime_seconds: 60, network: true } });
+    // The machine's own address on its network, as another machine would reach it.
+    const lan = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    const probe = (host: string) => `(exec 3<>/dev/tcp/${host}/${port} && cat <&3) 2>/dev/null || echo unreachable`;
+    const script = [probe(lan ?? '192.0.2.1'), probe('127.0.0.1'), probe('10.0.2.2')].join('; ');
+    const command = ['bash', '-c', script];
+    const closed = run(command);
+    const open = run(command, { spec: { command, env: {}, max_runtime_seconds: 60, network: true } });
     await Promise.all([closed.sandbox.ended, open.sandbox.ended]);
     server.close();
-    expect(closed.out()).toBe('unreachable\n');
-    expect(open.out()).toBe('hi\n');
+    expect(closed.out()).toBe('unreachable\nunreachable\nunreachable\n');
+    // Out through its own user-mode network: the host as the network sees it, not its loopback.
+    expect(open.out()).toBe(`${lan ? 'hi' : 'unreachable'}\nunreachable\nunreachable\n`);
+    // Without slirp4netns a workload that asked for the network does not start.
+    const none = run(command, {
+      spec: { command, env: {}, max_runtime_seconds: 60, network: true },
+      slirpPath: '/nonexistent/slirp4netns',
+    });
+    expect(await none.sandbox.ended).toMatchObject({ state: 'failed', reason: 'network_unavailable' });
   });
 
   it("contains a fork bomb to its process limit while the machine's other workload runs on", async () => {

@@ -1,7 +1,7 @@
 /**
  * A renter's workload in a bubblewrap sandbox (Debian's `bubblewrap`, `bwrap`): the command (an argv array, never a
- * shell string) in namespaces of its own (user, PID, IPC, UTS, cgroup, mount, and network unless the spec allows it),
- * with
+ * shell string) in namespaces of its own (user, PID, IPC, UTS, cgroup, mount, network: with `network` in its spec, a
+ * user-mode network out through slirp4netns that cannot reach the host's loopback; without, none at all), with
  *
  * - a read-only view of the host's userland (`/usr`, its `/bin`, `/lib*`, `/sbin` links or directories, `/etc`
  *   without the daemon's own files, `/sys`), a fresh `/proc`, a minimal `/dev`, a private `/tmp` (a tmpfs of at most
@@ -34,9 +34,10 @@ import {
   readFileSync,
   readlinkSync,
   type WriteStream,
+  writeFileSync,
 } from 'node:fs';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
@@ -75,6 +76,8 @@ export interface SandboxOptions {
   platformEnv: Record<string, string>;
   stopGraceMs: number;
   bwrapPath?: string;
+  /** The user-mode network of a workload with `network` (Debian's `slirp4netns`). */
+  slirpPath?: string;
 }
 
 /** How a workload ended. */
@@ -95,6 +98,8 @@ export interface Sandbox {
 }
 
 const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+/** slirp4netns's DNS forwarder inside the workload's network (its default 10.0.2.0/24). */
+const SLIRP_DNS = '10.0.2.3';
 const WATCH_MS = 1000;
 
 /** The host's userland, read-only: `/usr`, and `/bin`, `/lib*`, `/sbin` as links (merged /usr) or directories. */
@@ -127,7 +132,8 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     '--unshare-ipc',
     '--unshare-uts',
     '--unshare-cgroup-try',
-    ...(opts.spec.network ? ['--share-net'] : ['--unshare-net']),
+    // Always a network namespace of its own: with `network`, slirp4netns gives it a way out (startNetwork).
+    '--unshare-net',
     '--die-with-parent',
     '--new-session',
     '--hostname',
@@ -154,12 +160,68 @@ function bwrapArgs(opts: SandboxOptions): string[] {
   for (const hidden of opts.hidden) {
     if (hidden.startsWith('/etc/') && existsSync(hidden)) args.push('--ro-bind', '/dev/null', hidden);
   }
+  if (opts.spec.network) {
+    // bwrap says its child's PID on fd 3 and waits on fd 4 until the network is up; names resolve through slirp's
+    // forwarder (the host's resolver may listen on its loopback, which the workload cannot reach).
+    args.push('--ro-bind', resolvConf(opts), '/etc/resolv.conf', '--info-fd', '3', '--block-fd', '4');
+  }
   for (const device of opts.controlDevices) args.push('--dev-bind', device, device);
   opts.gpus.forEach((gpu) => {
     const inside = `/dev/${path.basename(gpu.device)}`;
     args.push(isCharDevice(gpu.device) ? '--dev-bind' : '--bind', gpu.device, inside);
   });
   return [...args, '--', ...opts.spec.command];
+}
+
+/** The resolver configuration of a workload with network: slirp4netns's DNS forwarder. */
+function resolvConf(opts: SandboxOptions): string {
+  const file = path.join(path.dirname(opts.logDir), 'resolv.conf');
+  writeFileSync(file, `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
+  return file;
+}
+
+/**
+ * Gives the sandbox's network namespace a way out: slirp4netns (user-mode networking, as rootless containers use)
+ * with a tap device, NAT to the host's network, and `--disable-host-loopback`, so that the workload reaches the
+ * internet and never the host's loopback services (the platform's, a database). It exits with the sandbox, or with
+ * the daemon (its exit pipe closes). Resolves once it is up, after which the sandbox may start.
+ */
+async function startNetwork(
+  child: ReturnType<typeof spawn>,
+  slirp: string,
+  uid: number | undefined,
+): Promise<{ stop(): void }> {
+  const info = child.stdio[3] as Readable;
+  const block = child.stdio[4] as Writable;
+  let text = '';
+  for await (const chunk of info) {
+    text += String(chunk);
+    if (text.includes('}')) break;
+  }
+  const pid = (JSON.parse(text.slice(0, text.indexOf('}') + 1)) as { 'child-pid': number })['child-pid'];
+  // A root daemon (its workloads run as users of their own) names the namespace by path: entering it through the
+  // process (which joins its user namespace first) is refused there. A daemon running as one user names the process,
+  // whose user namespace it joins to configure the network.
+  const target = uid === undefined ? [String(pid)] : ['--netns-type=path', `/proc/${pid}/ns/net`];
+  const net = spawn(
+    slirp,
+    ['--configure', '--mtu=65520', '--disable-host-loopback', '--ready-fd=3', '--exit-fd=4', ...target, 'tap0'],
+    { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] },
+  );
+  const failed = once(net, 'error').then(([err]) => {
+    throw err as Error;
+  });
+  let said = '';
+  (net.stdio[2] as Readable).on('data', (d) => {
+    said = `${said}${String(d)}`.slice(-500);
+  });
+  const exited = once(net, 'exit').then(() => {
+    throw new Error(`slirp4netns exited before the network was up: ${said.trim()}`);
+  });
+  const ready = once(net.stdio[3] as Readable, 'data');
+  await Promise.race([ready, failed, exited]);
+  block.end('1');
+  return { stop: () => net.kill('SIGTERM') };
 }
 
 function isCharDevice(p: string): boolean {
@@ -328,9 +390,28 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const startedAt = new Date();
   const child = spawn(argv[0]!, argv.slice(1), {
     env: sandboxEnv(options),
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: spec.network ? ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe'],
     cwd: opts.workDir,
   });
+  // The network's pipes are the daemon's to close once the sandbox is gone ('close' waits for every pipe).
+  child.once('exit', () => {
+    for (const extra of child.stdio.slice(3)) extra?.destroy();
+  });
+  /** Why it could not start, when it could not (its network did not come up). */
+  let failure: string | undefined;
+  let network: { stop(): void } | undefined;
+  if (spec.network) {
+    startNetwork(child, opts.slirpPath ?? 'slirp4netns', opts.uid).then(
+      (n) => {
+        network = n;
+      },
+      (err: Error) => {
+        failure = 'network_unavailable';
+        process.emitWarning(`a workload's network did not come up: ${err.message}`);
+        child.kill('SIGKILL');
+      },
+    );
+  }
   const logs = Promise.all([
     boundedCopy(child.stdout!, path.join(opts.logDir, 'stdout.log'), opts.limits.logBytes),
     boundedCopy(child.stderr!, path.join(opts.logDir, 'stderr.log'), opts.limits.logBytes),
@@ -348,12 +429,14 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
       // Its PID namespace ended with it; the kernel kills what was left in it: ended means gone.
       await allGone(known, 2000);
       const at = new Date();
+      if (failure) return { state: 'failed', reason: failure, at };
       if (stopping) return { state: 'stopped', reason: stopping.reason, exitCode: code, signal, at };
       if (signal) return { state: 'stopped', reason: `signal ${signal}`, exitCode: null, signal, at };
       return { state: 'exited', exitCode: code ?? 0, at };
     }),
     failedToStart.then((err): SandboxEnd => ({ state: 'failed', reason: err.message, at: new Date() })),
   ]).finally(() => {
+    network?.stop();
     clearInterval(watch);
     clearTimeout(deadline);
     clearTimeout(killTimer);

@@ -63,7 +63,9 @@ export function sessionEndReason(report: WorkloadReport): string | null {
       return 'workload_exited';
     case 'failed':
       // The machine could not run any sandbox: its fault, and nothing ran.
-      return report.reason === 'sandbox_unavailable' ? 'workload_not_started' : 'workload_failed';
+      return report.reason === 'sandbox_unavailable' || report.reason === 'network_unavailable'
+        ? 'workload_not_started'
+        : 'workload_failed';
     case 'stopped':
       if (report.reason === 'max_runtime') return 'workload_max_runtime';
       if (report.reason === 'session_ended') return null;
