@@ -180,6 +180,53 @@ describe('a session with a workload', () => {
     expect(stopped.json().session).toMatchObject({ billed_minutes: 1, end_reason: ended.json().session.end_reason });
   });
 
+  it('refuses to let a workload start or run once its session ended: the renter cannot end it to run for free', async () => {
+    const r = await rental();
+    const id = (await startAs(r.renterUser.headers, r.body)).json().session.id as string;
+    expect((await report(r.daemon.headers, id, { state: 'preparing', at: clock.now() })).statusCode).toBe(200);
+    // The renter ends the session while the daemon prepares the sandbox.
+    await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: r.renterUser.headers,
+      payload: { session_id: id },
+    });
+    const running = await report(r.daemon.headers, id, { state: 'running', at: clock.now() });
+    expect(running.statusCode).toBe(409);
+    expect(running.json().code).toBe('SESSION_NOT_ACTIVE');
+    // A session that ended before its daemon prepared anything: nothing may start.
+    const other = await rental();
+    const second = (await startAs(other.renterUser.headers, other.body)).json().session.id as string;
+    await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: other.renterUser.headers,
+      payload: { session_id: second },
+    });
+    expect((await report(other.daemon.headers, second, { state: 'preparing', at: clock.now() })).statusCode).toBe(409);
+    // Its end is still recorded.
+    const stopped = await report(other.daemon.headers, second, {
+      state: 'failed',
+      at: clock.now(),
+      reason: 'session_ended',
+    });
+    expect(stopped.statusCode).toBe(200);
+  });
+
+  it('never bills the preparation: a running time before the preparing report is moved up to it', async () => {
+    const r = await rental();
+    const id = (await startAs(r.renterUser.headers, r.body)).json().session.id as string;
+    clock.advance(3 * 60_000);
+    const prepared = clock.now();
+    await report(r.daemon.headers, id, { state: 'preparing', at: prepared });
+    clock.advance(10_000);
+    const running = await report(r.daemon.headers, id, {
+      state: 'running',
+      at: new Date(prepared.getTime() - 120_000),
+    });
+    expect(running.json().running_at).toBe(prepared.toISOString());
+  });
+
   it("takes reports only from the machine's daemon: the renter and another machine's daemon are refused", async () => {
     const r = await rental();
     const id = (await startAs(r.renterUser.headers, r.body)).json().session.id as string;

@@ -150,15 +150,25 @@ describe('a workload in the sandbox', () => {
       .flat()
       .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
     const probe = (host: string) => `(exec 3<>/dev/tcp/${host}/${port} && cat <&3) 2>/dev/null || echo unreachable`;
-    const script = [probe(lan ?? '192.0.2.1'), probe('127.0.0.1'), probe('10.0.2.2')].join('; ');
+    const script = [
+      probe(lan ?? '192.0.2.1'),
+      probe('127.0.0.1'),
+      probe('10.0.2.2'),
+      probe('169.254.169.254'),
+      'ip route | grep -c "^default via 10.0.2.2 dev tap0" || true',
+    ].join('; ');
     const command = ['bash', '-c', script];
     const closed = run(command);
     const open = run(command, { spec: { command, env: {}, max_runtime_seconds: 60, network: true } });
     await Promise.all([closed.sandbox.ended, open.sandbox.ended]);
     server.close();
-    expect(closed.out()).toBe('unreachable\nunreachable\nunreachable\n');
-    // Out through its own user-mode network: the host as the network sees it, not its loopback.
-    expect(open.out()).toBe(`${lan ? 'hi' : 'unreachable'}\nunreachable\nunreachable\n`);
+    // No network: no route anywhere.
+    expect(closed.out()).toBe('unreachable\n'.repeat(4) + '0\n');
+    // Its own user-mode network, a route out through slirp4netns; never the host (its loopback, its own address),
+    // the private ranges or a cloud's metadata service.
+    // (A daemon not running as root cannot fence: the host's own address is then reached as from its network.)
+    const own = isRoot || !lan ? 'unreachable' : 'hi';
+    expect(open.out()).toBe(`${own}\n${'unreachable\n'.repeat(3)}1\n`);
     // Without slirp4netns a workload that asked for the network does not start.
     const none = run(command, {
       spec: { command, env: {}, max_runtime_seconds: 60, network: true },

@@ -206,6 +206,8 @@ describe("the daemon runs renters' workloads", () => {
       (w) => w.state === 'running',
     );
     expect(running.state).toBe('running');
+    // Its next poll: alive, with the workload running.
+    await first.sync();
     // The daemon dies (its sandboxes with it: --die-with-parent; here the runner is dropped without a word to billing).
     const lastSync = Date.now();
     const second = m.runner();

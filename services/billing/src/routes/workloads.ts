@@ -119,7 +119,8 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
           '`billing.max_clock_skew`); `exited`, `failed` and `stopped` end the session at `at`, billed to its last ' +
           "started minute, with the workload's end reason (a stop after the session ended records only when it " +
           'stopped). A state already reached or passed changes nothing (200, as it stands); another end after an end ' +
-          "is 409 WORKLOAD_ENDED. Only the daemon of the session's machine (or its owner), admins and services: " +
+          'is 409 WORKLOAD_ENDED; `preparing` or `running` for a session that has ended is 409 SESSION_NOT_ACTIVE ' +
+          "(start nothing, stop what runs). Only the daemon of the session's machine (or its owner), admins and services: " +
           '403 NOT_SESSION_PROVIDER otherwise.',
         params: sessionParams,
         body: reportBody,

@@ -94,6 +94,8 @@ export class WorkloadRunner {
   private readonly billing;
   private readonly settings;
   private readonly running = new Map<string, Running>();
+  /** Sessions whose `preparing` billing took from this process (a retry after a failure goes on with them). */
+  private readonly prepared = new Set<string>();
   /** Sessions whose workload this process has finished with (ended, reported, or lost). */
   private readonly done = new Set<string>();
   /** Reports billing has not taken yet, by session, in order: sent one after another, again at each poll. */
@@ -138,6 +140,8 @@ export class WorkloadRunner {
     const tick = async () => {
       if (this.stopped) return;
       await this.sync().catch((err) => this.deps.logger.warn({ err }, 'workload poll failed; trying again'));
+      // Alive, billing or not: a later life bills what it lost up to here (a partition's time included).
+      if (this.deps.providerId()) this.writeJournal();
       this.stopUnpaid();
       if (!this.stopped) this.timer = setTimeout(tick, durationMs(this.settings.poll_interval));
     };
@@ -210,7 +214,7 @@ export class WorkloadRunner {
       this.done.add(session.id);
       return;
     }
-    if (w.state === 'preparing' || w.state === 'running') {
+    if (w.state === 'running' || (w.state === 'preparing' && !this.prepared.has(session.id))) {
       // Started by an earlier life of this daemon, which took it along when it died.
       this.done.add(session.id);
       await this.send(session.id, { state: 'stopped', at: this.lastAlive.toISOString(), reason: 'daemon_restarted' });
@@ -227,9 +231,26 @@ export class WorkloadRunner {
       await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'invalid_spec' });
       return;
     }
-    await this.send(session.id, { state: 'preparing', at: new Date().toISOString() });
+    // Nothing starts before billing took `preparing`: a session that ended meanwhile (409) runs nothing.
+    if (!this.prepared.has(session.id)) {
+      const taken = await this.post(session.id, { state: 'preparing', at: new Date().toISOString() });
+      if (taken === 'never') {
+        this.done.add(session.id);
+        return;
+      }
+      if (taken === 'later') throw new Error('billing did not take the preparing report');
+      this.prepared.add(session.id);
+    }
     const paidUntil = w.paid_until ? Date.parse(w.paid_until) : null;
-    this.start(session, parsed.data, await this.deps.gpus.read(), paidUntil);
+    const readings = await this.deps.gpus.read();
+    const missing = (session.gpuIndices ?? []).filter((i) => !readings.some((r) => r.index === i));
+    if (missing.length > 0) {
+      // A leased GPU the machine no longer shows: fail rather than run on fewer (or other) GPUs.
+      this.done.add(session.id);
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'gpu_unavailable' });
+      return;
+    }
+    this.start(session, parsed.data, readings, paidUntil);
   }
 
   /** Makes the session's directories and starts its sandbox; its end is reported when it comes. */
@@ -278,7 +299,11 @@ export class WorkloadRunner {
     }
     this.running.set(session.id, { sandbox, slot, dir, paidUntil, paidAsked: Date.now() });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
-    void this.send(session.id, { state: 'running', at: sandbox.startedAt.toISOString() });
+    // Running from when the sandbox is set up (and its network up): a sandbox that never is reports `failed`.
+    sandbox.ready.then(
+      (at) => void this.send(session.id, { state: 'running', at: at.toISOString() }),
+      () => {},
+    );
     void sandbox.ended.then((end) => this.finish(session.id, end));
   }
 
@@ -309,31 +334,42 @@ export class WorkloadRunner {
   private drain(sessionId: string): Promise<void> {
     const next = (this.sending.get(sessionId) ?? Promise.resolve()).then(async () => {
       const list = this.unsent.get(sessionId) ?? [];
-      while (list.length > 0 && (await this.post(sessionId, list[0]!))) list.shift();
+      while (list.length > 0) {
+        const report = list[0]!;
+        const taken = await this.post(sessionId, report);
+        if (taken === 'later') break;
+        list.shift();
+        // Billing refused `running`: the session ended meanwhile; nothing of it may run on.
+        if (taken === 'never' && report.state === 'running')
+          void this.running.get(sessionId)?.sandbox.stop('session_ended');
+      }
       if (list.length === 0) this.unsent.delete(sessionId);
     });
     this.sending.set(sessionId, next);
     return next;
   }
 
-  /** Whether billing took the report, or never will (an end after another end, a session it does not know). */
-  private async post(sessionId: string, report: Report): Promise<boolean> {
+  /**
+   * Whether billing took the report (`taken`), never will (`never`: an end after another end, a session that ended or
+   * that it does not know), or may later (`later`: sent again at the next poll).
+   */
+  private async post(sessionId: string, report: Report): Promise<'taken' | 'never' | 'later'> {
     try {
       const result = await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/state', {
         params: { path: { sessionID: sessionId } },
         body: report,
       });
       const status = result.response.status;
-      if (result.response.ok) return true;
+      if (result.response.ok) return 'taken';
       if (status === 404 || status === 409) {
         this.deps.logger.info({ session_id: sessionId, status, state: report.state }, 'billing declined a report');
-        return true;
+        return 'never';
       }
       this.deps.logger.warn({ session_id: sessionId, status }, 'workload report refused; sent again at the next poll');
     } catch (err) {
       this.deps.logger.warn({ err, session_id: sessionId }, 'workload report failed; sent again at the next poll');
     }
-    return false;
+    return 'later';
   }
 
   private async flushReports(): Promise<void> {

@@ -22,7 +22,7 @@
  * whose PID namespace ends with it: no process of the workload is left. Its standard output and error go to files
  * outside the sandbox, each cut at `logBytes` (what is cut is counted, and said at the end of the file).
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import {
   createWriteStream,
@@ -36,6 +36,7 @@ import {
   type WriteStream,
   writeFileSync,
 } from 'node:fs';
+import { networkInterfaces } from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
@@ -88,6 +89,8 @@ export type SandboxEnd =
 
 /** A running sandbox. */
 export interface Sandbox {
+  /** When the sandbox was set up (and its network up) and the workload started; rejects when it never was. */
+  readonly ready: Promise<Date>;
   /** The host PID of its `bwrap` process. */
   readonly pid: number;
   readonly startedAt: Date;
@@ -128,6 +131,8 @@ function realTarget(link: string): string {
 function bwrapArgs(opts: SandboxOptions): string[] {
   const args = [
     '--unshare-user',
+    // No user namespace of its own inside: the kernel's namespace-only surfaces (nftables, overlayfs) stay closed.
+    '--disable-userns',
     '--unshare-pid',
     '--unshare-ipc',
     '--unshare-uts',
@@ -160,10 +165,12 @@ function bwrapArgs(opts: SandboxOptions): string[] {
   for (const hidden of opts.hidden) {
     if (hidden.startsWith('/etc/') && existsSync(hidden)) args.push('--ro-bind', '/dev/null', hidden);
   }
+  // bwrap says on fd 3 that the sandbox is set up (its child's PID): the workload runs from then.
+  args.push('--info-fd', '3');
   if (opts.spec.network) {
-    // bwrap says its child's PID on fd 3 and waits on fd 4 until the network is up; names resolve through slirp's
-    // forwarder (the host's resolver may listen on its loopback, which the workload cannot reach).
-    args.push('--ro-bind', resolvConf(opts), '/etc/resolv.conf', '--info-fd', '3', '--block-fd', '4');
+    // It waits on fd 4 until the network is up; names resolve through slirp's forwarder (the host's resolver may
+    // listen on its loopback, which the workload cannot reach).
+    args.push('--ro-bind', resolvConf(opts), '/etc/resolv.conf', '--block-fd', '4');
   }
   for (const device of opts.controlDevices) args.push('--dev-bind', device, device);
   opts.gpus.forEach((gpu) => {
@@ -171,6 +178,44 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     args.push(isCharDevice(gpu.device) ? '--dev-bind' : '--bind', gpu.device, inside);
   });
   return [...args, '--', ...opts.spec.command];
+}
+
+/**
+ * The addresses a workload's network never reaches, beside the host's loopback (which slirp4netns keeps out): the
+ * private and link-local ranges (the provider's own network, a cloud's metadata service at 169.254.169.254, carrier
+ * NAT) and the host's own addresses. slirp's own network (10.0.2.0/24: its gateway and DNS forwarder) is more
+ * specific than 10.0.0.0/8 and stays reachable.
+ */
+const FENCED = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '100.64.0.0/10'];
+
+/** Routes the fenced addresses to nowhere in the workload's network namespace (a root daemon: nsenter and ip). */
+async function fenceNetwork(pid: number): Promise<void> {
+  const own = Object.values(networkInterfaces())
+    .flat()
+    .filter((a) => a && a.family === 'IPv4' && !a.internal)
+    .map((a) => `${a!.address}/32`);
+  for (const cidr of [...FENCED, ...own]) {
+    const { status, stderr } = spawnSync('nsenter', [
+      `--net=/proc/${pid}/ns/net`,
+      'ip',
+      'route',
+      'add',
+      'unreachable',
+      cidr,
+    ]);
+    if (status !== 0) throw new Error(`fencing ${cidr} failed: ${String(stderr).trim()}`);
+  }
+}
+
+/** The PID bwrap says on its info fd once the sandbox is set up (it closes the fd without one when setup failed). */
+async function sandboxPid(info: Readable): Promise<number> {
+  let text = '';
+  for await (const chunk of info) {
+    text += String(chunk);
+    if (text.includes('}')) break;
+  }
+  if (!text.includes('}')) throw new Error('bwrap could not set the sandbox up');
+  return (JSON.parse(text.slice(0, text.indexOf('}') + 1)) as { 'child-pid': number })['child-pid'];
 }
 
 /** The resolver configuration of a workload with network: slirp4netns's DNS forwarder. */
@@ -186,26 +231,24 @@ function resolvConf(opts: SandboxOptions): string {
  * internet and never the host's loopback services (the platform's, a database). It exits with the sandbox, or with
  * the daemon (its exit pipe closes). Resolves once it is up, after which the sandbox may start.
  */
-async function startNetwork(
-  child: ReturnType<typeof spawn>,
-  slirp: string,
-  uid: number | undefined,
-): Promise<{ stop(): void }> {
-  const info = child.stdio[3] as Readable;
-  const block = child.stdio[4] as Writable;
-  let text = '';
-  for await (const chunk of info) {
-    text += String(chunk);
-    if (text.includes('}')) break;
-  }
-  const pid = (JSON.parse(text.slice(0, text.indexOf('}') + 1)) as { 'child-pid': number })['child-pid'];
-  // A root daemon (its workloads run as users of their own) names the namespace by path: entering it through the
-  // process (which joins its user namespace first) is refused there. A daemon running as one user names the process,
-  // whose user namespace it joins to configure the network.
-  const target = uid === undefined ? [String(pid)] : ['--netns-type=path', `/proc/${pid}/ns/net`];
+async function startNetwork(pid: number, block: Writable, slirp: string): Promise<{ stop(): void }> {
+  // A root daemon names the namespace by path: entering it through the process (which joins its user namespace
+  // first) is refused there. A daemon running as one user names the process, whose user namespace it joins.
+  const target = process.getuid?.() === 0 ? ['--netns-type=path', `/proc/${pid}/ns/net`] : [String(pid)];
   const net = spawn(
     slirp,
-    ['--configure', '--mtu=65520', '--disable-host-loopback', '--ready-fd=3', '--exit-fd=4', ...target, 'tap0'],
+    [
+      '--configure',
+      '--mtu=65520',
+      '--disable-host-loopback',
+      // It parses the workload's packets: in a sandbox of its own, with a seccomp filter.
+      '--enable-sandbox',
+      '--enable-seccomp',
+      '--ready-fd=3',
+      '--exit-fd=4',
+      ...target,
+      'tap0',
+    ],
     { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] },
   );
   const failed = once(net, 'error').then(([err]) => {
@@ -220,6 +263,7 @@ async function startNetwork(
   });
   const ready = once(net.stdio[3] as Readable, 'data');
   await Promise.race([ready, failed, exited]);
+  if (process.getuid?.() === 0) await fenceNetwork(pid);
   block.end('1');
   return { stop: () => net.kill('SIGTERM') };
 }
@@ -390,32 +434,36 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const startedAt = new Date();
   const child = spawn(argv[0]!, argv.slice(1), {
     env: sandboxEnv(options),
-    stdio: spec.network ? ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe'],
+    stdio: spec.network ? ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe', 'pipe'],
     cwd: opts.workDir,
   });
-  // The network's pipes are the daemon's to close once the sandbox is gone ('close' waits for every pipe).
-  child.once('exit', () => {
-    for (const extra of child.stdio.slice(3)) extra?.destroy();
-  });
-  /** Why it could not start, when it could not (its network did not come up). */
-  let failure: string | undefined;
-  let network: { stop(): void } | undefined;
-  if (spec.network) {
-    startNetwork(child, opts.slirpPath ?? 'slirp4netns', opts.uid).then(
-      (n) => {
-        network = n;
-      },
-      (err: Error) => {
-        failure = 'network_unavailable';
-        process.emitWarning(`a workload's network did not come up: ${err.message}`);
-        child.kill('SIGKILL');
-      },
-    );
-  }
+  // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
+  child.once('exit', () => child.stdio[4]?.destroy());
   const logs = Promise.all([
     boundedCopy(child.stdout!, path.join(opts.logDir, 'stdout.log'), opts.limits.logBytes),
     boundedCopy(child.stderr!, path.join(opts.logDir, 'stderr.log'), opts.limits.logBytes),
   ]);
+  /** Why it could not start, when it could not (its network did not come up). */
+  let failure: string | undefined;
+  let network: { stop(): void } | undefined;
+  // Running once bwrap has set the sandbox up (and, with `network`, once its network is up); failed before that.
+  const ready: Promise<Date> = (async () => {
+    const pid = await sandboxPid(child.stdio[3] as Readable);
+    if (spec.network) {
+      try {
+        network = await startNetwork(pid, child.stdio[4] as Writable, opts.slirpPath ?? 'slirp4netns');
+      } catch (err) {
+        failure = 'network_unavailable';
+        process.emitWarning(`a workload's network did not come up: ${(err as Error).message}`);
+        child.kill('SIGKILL');
+        throw err;
+      }
+    }
+    return new Date();
+  })();
+  ready.catch(() => {
+    failure ??= 'sandbox_unavailable';
+  });
   let stopping: { reason: string } | undefined;
   /** Its processes as last seen (every watch, and at a stop). */
   let known: number[] = [];
@@ -426,6 +474,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const ended: Promise<SandboxEnd> = Promise.race([
     closed.then(async ([code, signal]): Promise<SandboxEnd> => {
       await logs;
+      await ready.catch(() => {});
       // Its PID namespace ended with it; the kernel kills what was left in it: ended means gone.
       await allGone(known, 2000);
       const at = new Date();
@@ -468,5 +517,5 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   }, WATCH_MS);
   watch.unref();
 
-  return { pid: child.pid ?? -1, startedAt, ended, stop };
+  return { pid: child.pid ?? -1, startedAt, ready, ended, stop };
 }

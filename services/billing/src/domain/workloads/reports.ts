@@ -11,6 +11,9 @@
  * - A workload still `pending` or `preparing` `billing.workload_start_timeout` after its session started ends its
  *   session (`terminated`, `workload_not_started`, nothing billed; a fault of the machine's) and is marked `failed`.
  *
+ * `preparing` and `running` for a session that has ended are refused (409 SESSION_NOT_ACTIVE): the daemon starts
+ * nothing for it, and stops what it started. A `running` time is never before the `preparing` report.
+ *
  * Who reports: the machine's daemon (or its owner), admins and platform services; never the renter.
  */
 import type { Principal } from '@gpu/common';
@@ -96,6 +99,11 @@ export async function reportWorkload(
       throw billingErrors.workloadEnded(sessionId, row.state);
     }
     if (!movesForward(row.state, report.state)) return { session, workload: workloadOf(row) };
+    // A session that ended (its renter, its cap, its funds, its machine) runs nothing more: the daemon must not start
+    // it, nor go on running it (409 SESSION_NOT_ACTIVE). Only its end is still recorded.
+    if ((report.state === 'preparing' || report.state === 'running') && !isRunning(session)) {
+      throw billingErrors.sessionNotActive(sessionId, session.status);
+    }
     const now = ctx.now();
     const started = new Date(session.started_at).getTime();
     if (report.state === 'preparing') {
@@ -103,10 +111,12 @@ export async function reportWorkload(
       return { session, workload: workloadOf(written) };
     }
     if (report.state === 'running') {
-      const floor = Math.max(started, now.getTime() - ctx.sessions.maxClockSkewMs);
+      // Not before the session started, nor its preparation was reported (preparing is not billed), nor more than the
+      // allowed skew before billing's clock.
+      const prepared = row.preparing_at ? new Date(row.preparing_at).getTime() : started;
+      const floor = Math.max(started, prepared, now.getTime() - ctx.sessions.maxClockSkewMs);
       const at = clamp(report.at.getTime(), floor, now.getTime());
       const written = await updateWorkload(trx, sessionId, { state: 'running', running_at: at, updated_at: now });
-      if (!isRunning(session)) return { session, workload: workloadOf(written) };
       const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
       const capEndsAt = cap ? new Date(at.getTime() + msPaidFor(cap, new Dec(session.total_hourly_rate))) : null;
       await startBilling(trx, sessionId, at, capEndsAt);
