@@ -77,6 +77,7 @@ export {
 } from './errors.ts';
 export { createFileOnce } from './files.ts';
 export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
+export { bucketNameProblem, objectKeyProblem, prefixProblem } from './object-names.ts';
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
 export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';

@@ -20,7 +20,7 @@ import {
 const DEFAULT_PORT = 8001;
 
 import { z } from 'zod';
-import { bucketNameProblem } from './domain/names.ts';
+import { bucketNameProblem } from '@gpu/common';
 
 const GB = 1024 ** 3;
 

@@ -9,7 +9,7 @@
  * (`a%2Fb.bin`: one segment; the router decodes it), and an object whose key is exactly "list" at a bucket's top
  * level can be written, read by HEAD and deleted, but GET of it lists the bucket.
  *
- * Names and keys that break the rules of `domain/names.ts` are refused here,
+ * Names and keys that break the rules of `@gpu/common` (`object-names.ts`) are refused here,
  * naming the request field.
  */
 import { callerOf } from '@gpu/common';
@@ -17,7 +17,7 @@ import type { FastifyRequest } from 'fastify';
 import type { StorageConfig } from '../config.ts';
 import type { ResolvedTarget } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
-import { bucketNameProblem, objectKeyProblem, prefixProblem } from '../domain/names.ts';
+import { bucketNameProblem, objectKeyProblem, prefixProblem } from '@gpu/common';
 import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
 

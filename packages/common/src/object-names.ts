@@ -1,7 +1,7 @@
 /**
- * Bucket names by S3's rules and object keys by its limits. A name or key
- * that breaks them is refused before any call to the store (the routes name
- * the request field: `routes/object-target.ts`).
+ * Bucket names by S3's rules and object keys by its limits, for every party that names an object: the storage service
+ * refuses a name or key that breaks them before any call to the store (its routes name the request field), and a
+ * workload's spec (its inputs, its output prefix) is checked by the same rules wherever it is read.
  */
 
 const BUCKET_CHARS = /^[a-z0-9][a-z0-9.-]*[a-z0-9]$/;
