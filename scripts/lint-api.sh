@@ -30,11 +30,12 @@ for doc in "${docs[@]}"; do
     pnpm -s exec spectral lint "$doc" -r .spectral.yaml -D || true
     status=1
   fi
+  # The findings go through stdin: a document's JSON may pass the limit of one command-line argument (128 KiB).
   spectral=$(node -e '
-    const r = JSON.parse(process.argv[1] || "[]"), by = {};
+    const r = JSON.parse(require("node:fs").readFileSync(0, "utf8") || "[]"), by = {};
     const sev = ["error", "warning", "info", "hint"];
     for (const p of r) by[`${sev[p.severity]} ${p.code}`] = (by[`${sev[p.severity]} ${p.code}`] ?? 0) + 1;
-    console.log(Object.entries(by).map(([k, n]) => `${k}: ${n}`).join(", "));' "$sout")
+    console.log(Object.entries(by).map(([k, n]) => `${k}: ${n}`).join(", "));' <<<"$sout")
   echo "[lint:api] $doc: redocly ${redocly:-clean}; spectral ${spectral:-clean}"
 done
 exit $status

@@ -281,6 +281,8 @@ const services: Proc[] = (
         BILLING__BLOCKCHAIN__LOCALNET_WAIT: '60s',
         // Who owns a provider machine: asked of the registry with the platform's machine client.
         PROVIDER_REGISTRY_URL: host.url(ports.registry),
+        // Where workloads' inputs, logs and outputs live: grants asked of storage with the same client.
+        STORAGE_URL: host.url(ports.storage),
         AUTH_URL: host.url(ports.auth),
         BILLING_CLIENT_CREDENTIALS_FILE: path.join(authDir, 'clients', 'platform.json'),
         ...auth.verifierEnv('BILLING'),

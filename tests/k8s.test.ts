@@ -686,8 +686,9 @@ describe('deploy/k8s', () => {
     expect(admits(policy('provider-registry'), podLabels('billing'), 8002)).toBe(true);
     expect(admits(policy('provider-registry'), role('scheduler'), 8002)).toBe(true);
     expect(admits(policy('billing'), role('scheduler'), 8003)).toBe(true);
-    // Nothing in the platform calls storage or billing.
-    expect(admits(policy('storage'), podLabels('billing'), 8001)).toBe(false);
+    // Billing calls storage (grants of workloads' files); no other platform service calls storage, none calls billing.
+    expect(admits(policy('storage'), podLabels('billing'), 8001)).toBe(true);
+    expect(admits(policy('storage'), podLabels('provider-registry'), 8001)).toBe(false);
     expect(admits(policy('billing'), podLabels('provider-registry'), 8003)).toBe(false);
   });
 

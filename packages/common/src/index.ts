@@ -77,7 +77,6 @@ export {
 } from './errors.ts';
 export { createFileOnce } from './files.ts';
 export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
-export { bucketNameProblem, objectKeyProblem, prefixProblem } from './object-names.ts';
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
 export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
@@ -126,6 +125,7 @@ export {
   type Settlement,
   startDurableConsumer,
 } from './messaging/index.ts';
+export { bucketNameProblem, objectKeyProblem, prefixProblem } from './object-names.ts';
 export type { HeaderName } from './openapi/components.ts';
 export { PAGE_HEADERS, type RouteDocs, type SchemaRegistry, schemaRegistry } from './openapi/route-docs.ts';
 export {
@@ -154,4 +154,14 @@ export {
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';
-export { refusedEnvName, WORKLOAD_LIMITS, type WorkloadSpec, workloadSpecSchema } from './workload-spec.ts';
+export {
+  inputPathOf,
+  refusedEnvName,
+  settledOutput,
+  WORKLOAD_FILES,
+  WORKLOAD_LIMITS,
+  type WorkloadInput,
+  type WorkloadOutput,
+  type WorkloadSpec,
+  workloadSpecSchema,
+} from './workload-spec.ts';

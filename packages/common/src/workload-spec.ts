@@ -11,8 +11,16 @@
  * the names the platform sets itself in the sandbox (`PATH`, `HOME`, `TMPDIR`, `CUDA_VISIBLE_DEVICES`,
  * `NVIDIA_VISIBLE_DEVICES` and every `GPU_PLATFORM_*`): a request naming one is a 400 that names it, never silently
  * overridden.
+ *
+ * Files move through the renter's storage, never through the daemon's own: each of `inputs` (an object of the renter's:
+ * a key in their folder of the default bucket, or in a bucket of theirs when `bucket` is named) is fetched before the
+ * workload starts and appears read-only at `/work/inputs/<path>` (`path`: the key when not given); the workload's
+ * standard output and error are kept at `<output.prefix>logs/stdout.log` and `logs/stderr.log`, and what it leaves in
+ * `/work/output/` is uploaded at its end under `<output.prefix>output/`. Keys, prefixes and paths follow the storage
+ * service's key rules (`object-names.ts`): relative, no `.` or `..` segment, at most 1024 bytes, so none escapes.
  */
 import { z } from 'zod';
+import { bucketNameProblem, objectKeyProblem } from './object-names.ts';
 
 /** Bounds of a workload spec (bytes are UTF-8). */
 export const WORKLOAD_LIMITS = {
@@ -25,6 +33,7 @@ export const WORKLOAD_LIMITS = {
   envBytes: 32_768,
   /** A week: a longer job runs as several sessions. */
   maxRuntimeSeconds: 604_800,
+  inputs: 64,
 } as const;
 
 /** Names a renter may not set: the loader's, and those the platform sets in the sandbox. */
@@ -71,6 +80,45 @@ const envSchema = z
     }
   });
 
+/** A string that breaks a rule of `problem` (which says why) is refused with that reason. */
+const ruled = (max: number, problem: (s: string) => string | undefined) =>
+  z
+    .string()
+    .max(max)
+    .superRefine((s, ctx) => {
+      const why = problem(s);
+      if (why) ctx.addIssue({ code: 'custom', message: why });
+    });
+
+const bucketName = ruled(63, bucketNameProblem).describe(
+  "a bucket of the renter's (absent: their folder of the default bucket, keys relative to it)",
+);
+const objectKey = ruled(1024, objectKeyProblem);
+/** A path inside the sandbox's inputs directory: a key's rules, and each segment a file name (at most 255 bytes). */
+const inputPath = ruled(1024, (p) =>
+  p.split('/').some((segment) => bytes(segment) > 255 || segment === '')
+    ? 'each segment is a file name of 1 to 255 bytes'
+    : objectKeyProblem(p),
+);
+
+const inputSchema = z
+  .object({
+    bucket: bucketName.optional(),
+    key: objectKey.describe("the object's key (relative to the renter's folder when no bucket is named)"),
+    path: inputPath.optional().describe('where it appears under /work/inputs/ (default: its key)'),
+  })
+  .strict();
+
+const outputSchema = z
+  .object({
+    bucket: bucketName.optional(),
+    prefix: objectKey.describe(
+      'where logs (`logs/`) and outputs (`output/`) are written; a `/` is added when it has none',
+    ),
+  })
+  .strict()
+  .describe("the workload's place in the renter's storage (default: `sessions/<session id>/` in their folder)");
+
 /** A workload to run on the session's GPUs (sandbox mode). */
 export const workloadSpecSchema = z
   .object({
@@ -92,8 +140,45 @@ export const workloadSpecSchema = z
       .max(WORKLOAD_LIMITS.maxRuntimeSeconds)
       .describe('the workload is stopped after running this long'),
     network: z.boolean().default(false).describe('whether the workload may reach the network (default: no)'),
+    inputs: z
+      .array(inputSchema)
+      .max(WORKLOAD_LIMITS.inputs)
+      .default([])
+      .superRefine((inputs, ctx) => {
+        const seen = new Set<string>();
+        for (const [i, input] of inputs.entries()) {
+          const at = input.path ?? input.key;
+          const clash = [...seen].find((p) => p === at || p.startsWith(`${at}/`) || at.startsWith(`${p}/`));
+          if (clash !== undefined)
+            ctx.addIssue({ code: 'custom', path: [i, 'path'], message: `${at} clashes with ${clash}` });
+          seen.add(at);
+        }
+      })
+      .describe("objects of the renter's, read-only under /work/inputs/"),
+    output: outputSchema.optional(),
   })
   .strict()
   .describe('What the session runs on its GPUs (sandbox mode)');
 
 export type WorkloadSpec = z.infer<typeof workloadSpecSchema>;
+export type WorkloadInput = WorkloadSpec['inputs'][number];
+export type WorkloadOutput = NonNullable<WorkloadSpec['output']>;
+
+/** Where an input appears under `/work/inputs/`. */
+export const inputPathOf = (input: WorkloadInput) => input.path ?? input.key;
+
+/** The session's output as it is kept: its prefix ending with `/` (the default place when the spec names none). */
+export function settledOutput(sessionId: string, output: WorkloadOutput | undefined): WorkloadOutput {
+  if (!output) return defaultWorkloadOutput(sessionId);
+  return { ...output, prefix: output.prefix.endsWith('/') ? output.prefix : `${output.prefix}/` };
+}
+
+/** The default place of a session's files in its renter's folder. */
+const defaultWorkloadOutput = (sessionId: string): WorkloadOutput => ({ prefix: `sessions/${sessionId}/` });
+
+/** Under the output prefix: the logs' keys, and the folder of what the workload left in `/work/output/`. */
+export const WORKLOAD_FILES = {
+  stdout: 'logs/stdout.log',
+  stderr: 'logs/stderr.log',
+  output: 'output/',
+} as const;

@@ -6,6 +6,7 @@ import { type App, createApp, durationMs, type Logger, Outbox, type TokenVerifie
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
+import { configuredStorage } from './adapters/storage-grants.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
@@ -13,6 +14,7 @@ import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
+import type { WorkloadStorage } from './domain/workload-storage.ts';
 import { eventRoutes } from './routes/events.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
@@ -45,6 +47,8 @@ export interface BillingDeps {
   verifier?: TokenVerifier;
   /** Who owns provider machines; the registry of `provider_registry` when absent (none when its URL is empty). */
   providers?: ProviderDirectory | null;
+  /** Where workloads' files live; the storage service of `storage` when absent (none when its URL is empty). */
+  storage?: WorkloadStorage | null;
 }
 
 /** Model names normalised; a table without `default` gets the contract's default rate. */
@@ -62,6 +66,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
     db: deps.db,
     chain: deps.chain,
     providers: deps.providers !== undefined ? deps.providers : configuredDirectory(deps.config.provider_registry),
+    storage: deps.storage !== undefined ? deps.storage : configuredStorage(deps.config),
     events: outboxEvents(deps.outbox ?? Outbox.disabled, { scale, state }),
     logger: deps.logger,
     scale,
@@ -91,6 +96,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       billingIntervalMs: durationMs(deps.config.billing.billing_interval),
       maxClockSkewMs: durationMs(deps.config.billing.max_clock_skew),
       workloadStartTimeoutMs: durationMs(deps.config.billing.workload_start_timeout),
+      workloadUploadWindowMs: durationMs(deps.config.billing.workload_upload_window),
     },
     now: deps.now ?? (() => new Date()),
     state,

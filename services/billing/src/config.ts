@@ -141,6 +141,11 @@ export const billingConfigSchema = z.object({
        */
       workload_start_timeout: zDuration().default('5m'),
       /**
+       * How long after a workload ended its daemon may still upload its logs and outputs (grants for them are
+       * issued until then, each valid 10 minutes at most and never past it).
+       */
+      workload_upload_window: zDuration().default('15m'),
+      /**
        * Without NATS: how often billing asks the provider registry whether the machines with running sessions are
        * still delivering (offline, error or gone: their sessions end); 0 turns it off. With NATS, the registry's
        * status events do it.
@@ -170,6 +175,19 @@ export const billingConfigSchema = z.object({
       timeout: zDuration().default('3s'),
       /** How long a provider's owner is remembered. */
       cache_ttl: zDuration().default('60s'),
+    })
+    .prefault({}),
+  /**
+   * Where workloads' files live: the storage service, asked (with billing's machine client of `provider_registry`)
+   * whether a renter may read a workload's inputs and write its output prefix when its session starts, and for
+   * presigned URLs of exactly those objects when the machine's daemon needs them (`POST /grants`). An empty `url`
+   * leaves it out: a workload may then name no inputs nor output, and its logs stay on its machine.
+   */
+  storage: z
+    .object({
+      url: z.string().default(''),
+      /** Time limit of one call (two more attempts follow a failure that may be retried). */
+      timeout: zDuration().default('5s'),
     })
     .prefault({}),
   /**
@@ -230,6 +248,7 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env): Billing
       TREASURY_ADDRESS: 'blockchain.treasury_address',
       TREASURY_KEYPAIR_PATH: 'blockchain.private_key_path',
       PROVIDER_REGISTRY_URL: 'provider_registry.url',
+      STORAGE_URL: 'storage.url',
       AUTH_URL: 'provider_registry.auth_url',
       BILLING_CLIENT_CREDENTIALS_FILE: 'provider_registry.credentials_file',
     },

@@ -234,6 +234,27 @@ export const billingErrors = {
     ),
   reservationNotFound: (reservationId: string) =>
     errors.notFound('RESERVATION_NOT_FOUND', `reservation ${reservationId} does not exist or has expired`),
+  storageUnavailable: (detail: string, cause?: unknown) =>
+    new AppError('unavailable', 'STORAGE_UNAVAILABLE', detail, { cause, headers: { 'retry-after': '5' } }),
+  workloadStorageUnavailable: () =>
+    errors.validation(
+      'this billing service has no storage service (`storage.url`): a workload may name no inputs nor output',
+      [{ path: 'body.workload', message: 'inputs and output need the storage service' }],
+    ),
+  workloadFilesUnavailable: (sessionId: string) =>
+    new AppError(
+      'conflict',
+      'WORKLOAD_FILES_UNAVAILABLE',
+      `the workload of session ${sessionId} keeps no files in storage`,
+    ),
+  uploadWindowClosed: (sessionId: string) =>
+    new AppError(
+      'conflict',
+      'UPLOAD_WINDOW_CLOSED',
+      `the workload of session ${sessionId} ended longer than billing.workload_upload_window ago: its files can no longer be written`,
+    ),
+  invalidOutputPath: (field: string, path: string, problem: string) =>
+    errors.validation(`output path ${JSON.stringify(path)}: ${problem}`, [{ path: field, message: problem }]),
   workloadNotFound: (sessionId: string) =>
     errors.notFound('WORKLOAD_NOT_FOUND', `session ${sessionId} runs no workload`),
   workloadEnded: (sessionId: string, state: string) =>

@@ -182,6 +182,22 @@ function table(): Record<string, AccessRule> {
       }),
       expect: PARTY(200),
     },
+    // Without a storage service here, a caller who may ask gets 409 WORKLOAD_FILES_UNAVAILABLE (the daemon's test
+    // tools/provider-daemon/test/workload-files.test.ts has the grants themselves, with storage).
+    'POST /api/v1/billing/sessions/:sessionID/workload/grants': {
+      request: async () => ({
+        url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload/grants`,
+        payload: { outputs: ['result.bin'] },
+      }),
+      expect: PARTY(409),
+    },
+    'POST /api/v1/billing/sessions/:sessionID/workload/outputs': {
+      request: async () => ({
+        url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload/outputs`,
+        payload: { files: [{ path: 'result.bin', size: 1 }] },
+      }),
+      expect: PARTY(409),
+    },
     'POST /api/v1/billing/usage-update': {
       request: async () => ({ payload: report(await ownersSession()) }),
       expect: PARTY(201),

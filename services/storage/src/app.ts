@@ -7,6 +7,7 @@ import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
 import { bucketRoutes } from './routes/buckets.ts';
+import { grantRoutes } from './routes/grants.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
 import { schemas } from './routes/schemas.ts';
@@ -28,7 +29,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
     service: SERVICE_NAME,
     description:
       'Object storage service of the GPU rental platform: upload, download, head, delete and list objects, ' +
-      'presigned URLs and bucket creation over an S3-compatible object store.',
+      "presigned URLs (and grants of them for a user's workload) and bucket creation over an S3-compatible object store.",
     config: ctx.config,
     logger: ctx.logger,
     // NATS carries only the hourly usage reports (kept and sent again when they fail): it is no part of serving
@@ -38,6 +39,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   });
   await app.register(bucketRoutes, ctx);
   await app.register(presignRoutes, ctx);
+  await app.register(grantRoutes, ctx);
   await app.register(objectRoutes, ctx);
 
   // Stored bytes, billed: measured once per period and reported to billing (domain/metering.ts).

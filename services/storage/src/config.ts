@@ -19,8 +19,8 @@ import {
 /** The service's port in the platform's table. */
 const DEFAULT_PORT = 8001;
 
-import { z } from 'zod';
 import { bucketNameProblem } from '@gpu/common';
+import { z } from 'zod';
 
 const GB = 1024 ** 3;
 

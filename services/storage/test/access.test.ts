@@ -108,6 +108,11 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: `/presigned-url/${key()}`, payload: { method: 'GET' } }),
       expect: OWN_FOLDER(200),
     },
+    // URLs for a user's workload: asked for by billing (a service) or an admin, never by users or daemons.
+    'POST /grants': {
+      request: () => ({ payload: { user_id: callers.owner.id, write: [{ key: `outputs/${key()}` }] } }),
+      expect: { admin: 200, service: 200, others: 403 },
+    },
   };
 }
 

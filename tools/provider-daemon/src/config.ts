@@ -84,6 +84,8 @@ export const daemonConfigSchema = z
         disk_mb: zInt(16).default(102_400),
         /** Each of a workload's standard output and error kept, at most; the rest is cut (and counted). */
         log_kb: zInt(1, 1_048_576).default(10_240),
+        /** How often a running workload's logs are uploaded to its renter's storage while they grow. */
+        log_interval: zDuration().default('2s'),
       })
       .prefault({}),
     /** Time limit of one request to a service. */

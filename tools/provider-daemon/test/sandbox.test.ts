@@ -51,7 +51,7 @@ function run(command: string[], over: Partial<SandboxOptions> & { leased?: numbe
   if (uid !== undefined) chownSync(workDir, uid, uid);
   const { leased = [0], ...rest } = over;
   const sandbox = startSandbox({
-    spec: { command, env: {}, max_runtime_seconds: 60, network: false },
+    spec: { command, env: {}, max_runtime_seconds: 60, network: false, inputs: [] },
     workDir,
     logDir,
     gpus: leased.map((i) => ({ uuid: readings[i]!.uuid, device: devices.get(i)! })),
@@ -159,7 +159,7 @@ describe('a workload in the sandbox', () => {
     ].join('; ');
     const command = ['bash', '-c', script];
     const closed = run(command);
-    const open = run(command, { spec: { command, env: {}, max_runtime_seconds: 60, network: true } });
+    const open = run(command, { spec: { command, env: {}, max_runtime_seconds: 60, network: true, inputs: [] } });
     await Promise.all([closed.sandbox.ended, open.sandbox.ended]);
     server.close();
     // No network: no route anywhere.
@@ -171,7 +171,7 @@ describe('a workload in the sandbox', () => {
     expect(open.out()).toBe(`${own}\n${'unreachable\n'.repeat(3)}1\n`);
     // Without slirp4netns a workload that asked for the network does not start.
     const none = run(command, {
-      spec: { command, env: {}, max_runtime_seconds: 60, network: true },
+      spec: { command, env: {}, max_runtime_seconds: 60, network: true, inputs: [] },
       slirpPath: '/nonexistent/slirp4netns',
     });
     expect(await none.sandbox.ended).toMatchObject({ state: 'failed', reason: 'network_unavailable' });
@@ -184,6 +184,7 @@ describe('a workload in the sandbox', () => {
         env: {},
         max_runtime_seconds: 2,
         network: false,
+        inputs: [],
       },
     });
     const neighbour = run(['sh', '-c', 'sleep 0.5; for i in 1 2 3 4 5; do sh -c "echo $i"; done']);
@@ -240,6 +241,7 @@ describe('a workload in the sandbox', () => {
         env: {},
         max_runtime_seconds: 1,
         network: false,
+        inputs: [],
       },
     });
     expect(await w.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'max_runtime' });
@@ -255,7 +257,7 @@ describe('a workload in the sandbox', () => {
     writeFileSync(
       script,
       `import { startSandbox } from ${JSON.stringify(path.resolve('tools/provider-daemon/src/workloads/sandbox.ts'))};
-const s = startSandbox({ spec: { command: ['sleep', '1000'], env: {}, max_runtime_seconds: 600, network: false },
+const s = startSandbox({ spec: { command: ['sleep', '1000'], env: {}, max_runtime_seconds: 600, network: false, inputs: [] },
   workDir: ${JSON.stringify(workDir)}, logDir: ${JSON.stringify(workDir)}, gpus: [], controlDevices: [], hidden: [],
   limits: { processes: 64, openFiles: 256, memoryBytes: 1e9, diskBytes: 1e7, logBytes: 1e4 }, platformEnv: {},
   stopGraceMs: 500 });
@@ -276,7 +278,7 @@ setInterval(() => {}, 1000);`,
   it('refuses a spec the platform does not accept, whatever reached the daemon', () => {
     expect(() =>
       run(['true'], {
-        spec: { command: ['true'], env: { LD_PRELOAD: '/x.so' }, max_runtime_seconds: 5, network: false },
+        spec: { command: ['true'], env: { LD_PRELOAD: '/x.so' }, max_runtime_seconds: 5, network: false, inputs: [] },
       }),
     ).toThrow(/LD_PRELOAD/);
     expect(() => run([])).toThrow();

@@ -4,129 +4,16 @@
  * from when it ran, and ends when it exits; a session ended first has its workload stopped and gone; a daemon that
  * died with its workload reports it lost when it comes back, and nothing after is billed.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TokenSource } from '@gpu/client';
-import { createLogger, NoopPublisher } from '@gpu/common';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
-import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
-import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
-import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
-import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
-import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
-import { ProviderDaemon } from '../src/daemon.ts';
-import { gpuSource } from '../src/gpu/source.ts';
-import { UsageReporter } from '../src/usage.ts';
+import { describe, expect, it } from 'vitest';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
+import { until, useWorkloadRig } from './support/workload-rig.ts';
 
-const platform = useAuthAndRegistry();
-const dir = mkdtempSync(join(tmpdir(), 'daemon-workloads-'));
-// The run directory's parents let the workloads' users through (as /var/lib would), listing nothing.
-chmodSync(dir, 0o711);
-const logger = createLogger({
-  service: 'provider-daemon-test',
-  instanceId: 't',
-  level: process.env.DEBUG_LOG ? 'debug' : 'silent',
-});
-let billing: BillingHarness;
-let billingUrl: string;
-
-beforeAll(async () => {
-  billing = await billingWithRegistry(platform);
-  billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
-});
-afterAll(async () => {
-  await billing?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-function config(runDir: string, workloads: Record<string, unknown> = {}): DaemonConfig {
-  return daemonConfigSchema.parse({
-    auth_url: platform.authUrl,
-    registry_url: platform.registryUrl,
-    billing_url: billingUrl,
-    state_file: join(dir, `state-${randomUUID()}.json`),
-    provider: { name: `rig-${randomUUID().slice(0, 8)}` },
-    gpu: {
-      source: 'simulated',
-      simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
-    },
-    workloads: {
-      run_dir: runDir,
-      poll_interval: '200ms',
-      stop_grace: '500ms',
-      disk_mb: 64,
-      memory_mb: 1024,
-      ...workloads,
-    },
-  });
-}
-
-/** A provider's daemon on a simulated 8-GPU machine, attached, and a runner of its workloads (not polling yet). */
-async function machine(workloads: Record<string, unknown> = {}) {
-  const owner = await platform.providerUser();
-  const token: TokenSource = await platform.machineClient('daemon', owner.id);
-  const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`), workloads);
-  const usage = new UsageReporter({ config: c, logger, token, publisher: new NoopPublisher() });
-  const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
-  const providerId = await daemon.attach();
-  const deps = {
-    config: c,
-    logger,
-    token,
-    gpus: gpuSource(c.gpu),
-    providerId: () => providerId,
-    sessions: (id: string) => usage.runningSessions(id),
-  };
-  return { providerId, deps, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
-}
-
-/** A renter renting `gpuCount` of the machine's GPUs with `workload`; their headers and the session's ID. */
-async function rent(providerId: string, gpuCount: number, workload: object) {
-  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-  const headers = { authorization: `Bearer ${tokens.access_token}` };
-  const wallet = await billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/wallet',
-    headers,
-    payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
-  });
-  await billing.credit(wallet.json().id, '100');
-  const started = await billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/billing/start-session',
-    headers,
-    payload: {
-      user_id: user.id,
-      wallet_id: wallet.json().id,
-      provider_id: providerId,
-      job_id: randomUUID(),
-      gpu_model: 'H100',
-      gpu_count: gpuCount,
-      requested_vram_mb: 0,
-      estimated_power_w: 0,
-      accepted_hourly_rate: '100',
-      workload,
-    },
-  });
-  expect(started.statusCode, started.body).toBe(201);
-  return { headers, id: started.json().session.id as string, gpus: started.json().session.gpu_indices as number[] };
-}
-
-const workloadOf = async (headers: Record<string, string>, id: string) =>
-  (await billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
-
-async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await read();
-    if (done(v) || Date.now() > end) return v;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const rig = useWorkloadRig();
+const machine = (workloads?: Record<string, unknown>) => rig.machine(workloads);
+const rent = (providerId: string, gpuCount: number, workload: object) => rig.rent(providerId, gpuCount, workload);
+const workloadOf = (headers: Record<string, string>, id: string) => rig.workloadOf(headers, id);
 
 describe("the daemon runs renters' workloads", () => {
   it('runs one on exactly its leased GPUs, billed from when it ran, and ends the session when it exits', async () => {
@@ -176,7 +63,7 @@ describe("the daemon runs renters' workloads", () => {
         (w) => w.state === 'running',
       );
       const asked = Date.now();
-      const end = await billing.app.inject({
+      const end = await rig.billing.app.inject({
         method: 'POST',
         url: '/api/v1/billing/end-session',
         headers: r.headers,
@@ -224,7 +111,7 @@ describe("the daemon runs renters' workloads", () => {
   });
 
   it('reports a workload failed when the machine cannot run a sandbox: the session ends unbilled, its fault', async () => {
-    const m = await machine({ bwrap_path: join(dir, 'no-bwrap-here') });
+    const m = await machine({ bwrap_path: join(rig.dir, 'no-bwrap-here') });
     const r = await rent(m.providerId, 1, { command: ['true'], max_runtime_seconds: 60 });
     await m.runner().sync();
     const failed = await until(

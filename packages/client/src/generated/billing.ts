@@ -161,6 +161,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/sessions/{sessionID}/workload/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Presigned URLs of a workload's inputs, logs and outputs, for its machine's daemon
+         * @description The daemon never holds the renter's credentials: it reads the inputs and writes the logs and outputs through these URLs, of exactly those objects, each valid 10 minutes at most. Inputs while the session runs (none after); logs, and the output files named in `outputs` (paths relative to /work/output/, uploaded under `<output prefix>output/`: a path with `..` or a leading `/` is 400), until `billing.workload_upload_window` after the workload ended (409 UPLOAD_WINDOW_CLOSED after), never past it. Only the daemon of the session's machine (or its owner), admins and services (403 NOT_SESSION_PROVIDER); 409 WORKLOAD_FILES_UNAVAILABLE for a workload that keeps no files in storage; 503 STORAGE_UNAVAILABLE.
+         */
+        post: operations["grantWorkloadFiles"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/workload/outputs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The daemon says what it uploaded from a workload's output directory
+         * @description The workload then names these objects (`outputs`, keys under `<output prefix>output/`), replacing what was said before; in the upload window, by the same callers as the grants.
+         */
+        post: operations["recordWorkloadOutputs"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/sessions/{sessionID}/workload/state": {
         parameters: {
             query?: never;
@@ -1260,6 +1300,19 @@ export interface components {
             ended_at: string | null;
             /** @description its exit code once `exited` */
             exit_code: number | null;
+            /** @description where its standard output and error are kept in the renter's storage (keys of their folder of the default bucket unless `bucket` is named), uploaded every few seconds while it runs and at its end, each cut at the daemon's `workloads.log_kb`; null when it keeps no files in storage */
+            logs: {
+                bucket?: string;
+                stderr: string;
+                stdout: string;
+            } | null;
+            /** @description what it left in /work/output/, uploaded under `<output prefix>output/` at its end; null until then */
+            outputs: {
+                bucket?: string;
+                key: string;
+                /** Format: int64 */
+                size: number;
+            }[] | null;
             /** @description until when the session's funds pay for running (its hold at the frozen rate, never past a cap's end; it moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null once the session ended; in GET only */
             paid_until?: string | null;
             preparing_at: string | null;
@@ -1276,6 +1329,61 @@ export interface components {
              * @enum {string}
              */
             state: "pending" | "preparing" | "running" | "exited" | "failed" | "stopped";
+        };
+        WorkloadGrantRequest: {
+            /**
+             * @description the output files to upload (at the end)
+             * @default []
+             */
+            outputs?: string[];
+        };
+        /** @description Presigned URLs of a workload's files */
+        WorkloadGrants: {
+            /** @description when the URLs stop working (RFC 3339) */
+            expires_at: string;
+            /** @description to fetch into /work/inputs/<path> before the workload starts (empty once the session ended) */
+            inputs: {
+                bucket: string;
+                /** @description the object's key, as the renter names it */
+                key: string;
+                path: string;
+                /** Format: int64 */
+                size?: number;
+                /** @description a presigned URL of it: GET for inputs, PUT for logs and outputs */
+                url: string;
+            }[];
+            logs: {
+                stderr: {
+                    bucket: string;
+                    /** @description the object's key, as the renter names it */
+                    key: string;
+                    /** @description a presigned URL of it: GET for inputs, PUT for logs and outputs */
+                    url: string;
+                };
+                stdout: {
+                    bucket: string;
+                    /** @description the object's key, as the renter names it */
+                    key: string;
+                    /** @description a presigned URL of it: GET for inputs, PUT for logs and outputs */
+                    url: string;
+                };
+            };
+            outputs: {
+                bucket: string;
+                /** @description the object's key, as the renter names it */
+                key: string;
+                path: string;
+                /** @description a presigned URL of it: GET for inputs, PUT for logs and outputs */
+                url: string;
+            }[];
+        };
+        WorkloadOutputs: {
+            files: {
+                /** @description a path relative to /work/output/ */
+                path: string;
+                /** Format: int64 */
+                size: number;
+            }[];
         };
         WorkloadReport: {
             /**
@@ -1305,6 +1413,18 @@ export interface components {
                 [key: string]: string;
             };
             /**
+             * @description objects of the renter's, read-only under /work/inputs/
+             * @default []
+             */
+            inputs: {
+                /** @description a bucket of the renter's (absent: their folder of the default bucket, keys relative to it) */
+                bucket?: string;
+                /** @description the object's key (relative to the renter's folder when no bucket is named) */
+                key: string;
+                /** @description where it appears under /work/inputs/ (default: its key) */
+                path?: string;
+            }[];
+            /**
              * Format: int32
              * @description the workload is stopped after running this long
              */
@@ -1314,6 +1434,13 @@ export interface components {
              * @default false
              */
             network: boolean;
+            /** @description the workload's place in the renter's storage (default: `sessions/<session id>/` in their folder) */
+            output?: {
+                /** @description a bucket of the renter's (absent: their folder of the default bucket, keys relative to it) */
+                bucket?: string;
+                /** @description where logs (`logs/`) and outputs (`output/`) are written; a `/` is added when it has none */
+                prefix: string;
+            };
         };
         /** @description What the session runs on its GPUs (sandbox mode) */
         WorkloadSpecInput: {
@@ -1327,6 +1454,18 @@ export interface components {
                 [key: string]: string;
             };
             /**
+             * @description objects of the renter's, read-only under /work/inputs/
+             * @default []
+             */
+            inputs?: {
+                /** @description a bucket of the renter's (absent: their folder of the default bucket, keys relative to it) */
+                bucket?: string;
+                /** @description the object's key (relative to the renter's folder when no bucket is named) */
+                key: string;
+                /** @description where it appears under /work/inputs/ (default: its key) */
+                path?: string;
+            }[];
+            /**
              * Format: int32
              * @description the workload is stopped after running this long
              */
@@ -1336,6 +1475,13 @@ export interface components {
              * @default false
              */
             network?: boolean;
+            /** @description the workload's place in the renter's storage (default: `sessions/<session id>/` in their folder) */
+            output?: {
+                /** @description a bucket of the renter's (absent: their folder of the default bucket, keys relative to it) */
+                bucket?: string;
+                /** @description where logs (`logs/`) and outputs (`output/`) are written; a `/` is added when it has none */
+                prefix: string;
+            };
         };
     };
     responses: {
@@ -1790,6 +1936,82 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    grantWorkloadFiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkloadGrantRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkloadGrants"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    recordWorkloadOutputs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkloadOutputs"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workload"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

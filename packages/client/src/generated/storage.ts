@@ -21,6 +21,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Presigned URLs to a user's objects, for a workload run for them (services and admins)
+         * @description Each entry is checked as the user's own request would be (their buckets, their folder of the default bucket); every `read` object must exist; nothing is signed unless every entry passes. `Cache-Control: no-store`: whoever holds a URL can use that object until `expires_at`.
+         */
+        post: operations["grantObjectUrls"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/health": {
         parameters: {
             query?: never;
@@ -161,6 +181,55 @@ export interface components {
             /** @description false when the bucket already existed */
             created: boolean;
             message: string;
+        };
+        /** @description An object of the user */
+        GrantEntry: {
+            /** @description the bucket; without it, the key is in the user's folder of the default bucket (`users/{user_id}/`) */
+            bucket?: string;
+            /** @description the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it */
+            key: string;
+        };
+        GrantRequest: {
+            /** @description how long the URLs are valid, e.g. "30s", "10m", "1h"; default 10m, 1 second to 1 hour */
+            expiry?: string;
+            /**
+             * @description objects to read (presigned GET URLs); each must exist; at most 64
+             * @default []
+             */
+            read?: components["schemas"]["GrantEntry"][];
+            /**
+             * Format: uuid
+             * @description the user the objects are checked for, as that user would be checked
+             */
+            user_id: string;
+            /**
+             * @description objects to write (presigned PUT URLs); at most 1000
+             * @default []
+             */
+            write?: components["schemas"]["GrantEntry"][];
+        };
+        GrantResponse: {
+            /** @description RFC 3339 UTC */
+            expires_at: string;
+            /** @description presigned GET URLs, in request order */
+            read: {
+                bucket: string;
+                /** @description as requested */
+                key: string;
+                /**
+                 * Format: int64
+                 * @description bytes
+                 */
+                size: number;
+                url: string;
+            }[];
+            /** @description presigned PUT URLs, in request order */
+            write: {
+                bucket: string;
+                /** @description as requested */
+                key: string;
+                url: string;
+            }[];
         };
         Health: {
             checks: {
@@ -440,6 +509,49 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    grantObjectUrls: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GrantRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GrantResponse"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description ROLE_REQUIRED (a caller other than a platform service or an admin); BUCKET_NOT_OWNED, FOLDER_NOT_OWNED (an entry the user may not use; the detail names it) */
+            403: components["responses"]["Forbidden"];
+            /** @description BUCKET_NOT_FOUND, OBJECT_NOT_FOUND (a missing bucket or `read` object; the detail names it) */
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
             502: components["responses"]["BadGateway"];

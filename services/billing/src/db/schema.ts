@@ -191,6 +191,8 @@ export interface SessionWorkloadTable {
   running_at: Date | null;
   ended_at: Date | null;
   updated_at: Timestamp;
+  /** What its daemon uploaded at its end (migration 0017): `[{key, bucket, size}]`. */
+  outputs: ColumnType<unknown, string | null | undefined, string | null>;
 }
 
 export interface UsageRecordTable {

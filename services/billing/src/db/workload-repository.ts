@@ -68,3 +68,17 @@ export async function sessionsWaitingSince(db: Db, before: Date, limit: number):
     .execute();
   return rows.map((r) => r.session_id);
 }
+
+/** Records the objects a workload's daemon uploaded from its output directory (replacing what it said before). */
+export async function recordOutputs(
+  db: Db,
+  sessionId: string,
+  outputs: { bucket?: string; key: string; size: number }[],
+  now: Date,
+): Promise<void> {
+  await db
+    .updateTable('session_workloads')
+    .set({ outputs: JSON.stringify(outputs), updated_at: now })
+    .where('session_id', '=', sessionId)
+    .execute();
+}

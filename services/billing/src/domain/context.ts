@@ -10,6 +10,7 @@ import type { Dec } from './ledger/money.ts';
 import type { MarketFactors, RateCard } from './pricing/pricing.ts';
 import type { ProviderDirectory } from './provider-directory.ts';
 import type { UsageResult, UsageUpdate } from './sessions/usage-message.ts';
+import type { WorkloadStorage } from './workload-storage.ts';
 
 /** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
 export interface PricingSettings {
@@ -38,6 +39,8 @@ interface SessionSettings {
   maxClockSkewMs: number;
   /** How long a session's workload may take to run before the session ends unbilled (`billing.workload_start_timeout`). */
   workloadStartTimeoutMs: number;
+  /** How long after a workload's end its daemon may upload its logs and outputs (`billing.workload_upload_window`). */
+  workloadUploadWindowMs: number;
 }
 
 /**
@@ -92,6 +95,8 @@ export interface BillingContext {
   chain: Chain | null;
   /** Who owns provider machines (the provider registry); null when billing is configured without it. */
   providers: ProviderDirectory | null;
+  /** Where workloads' files live (the storage service); null when billing is configured without it. */
+  storage: WorkloadStorage | null;
   /** Where events are recorded (common's outbox, or nowhere without NATS). */
   events: BillingEvents;
   logger: Logger;

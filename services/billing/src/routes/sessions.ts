@@ -10,6 +10,7 @@ import {
   sessionList,
   startSession,
 } from '../domain/sessions/index.ts';
+import { startWorkloadSession } from '../domain/workloads/index.ts';
 import {
   billingRecordJson,
   currentUsageJson,
@@ -202,26 +203,25 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
       runIdempotent(request, reply, { db: ctx.db }, async (idem) => {
         const b = request.body;
         const answer = (s: SessionStart) => ({ status: 201, body: sessionStartJson(ctx, s) });
-        const started = await startSession(
-          ctx,
-          {
-            actor: callerOf(request),
-            userId: b.user_id,
-            walletId: b.wallet_id,
-            providerId: b.provider_id,
-            jobId: b.job_id,
-            reservationId: b.reservation_id,
-            gpuModel: b.gpu_model,
-            gpuCount: b.gpu_count,
-            requestedVramMb: b.requested_vram_mb,
-            estimatedPowerW: b.estimated_power_w,
-            acceptedHourlyRate: b.accepted_hourly_rate,
-            spendCap: spendCapOf(b, ctx.scale),
-            workload: b.workload,
-            correlationId: request.correlationId,
-          },
-          keyClaim(idem, answer),
-        );
+        const asked = {
+          actor: callerOf(request),
+          userId: b.user_id,
+          walletId: b.wallet_id,
+          providerId: b.provider_id,
+          jobId: b.job_id,
+          reservationId: b.reservation_id,
+          gpuModel: b.gpu_model,
+          gpuCount: b.gpu_count,
+          requestedVramMb: b.requested_vram_mb,
+          estimatedPowerW: b.estimated_power_w,
+          acceptedHourlyRate: b.accepted_hourly_rate,
+          spendCap: spendCapOf(b, ctx.scale),
+          correlationId: request.correlationId,
+        };
+        const claim = keyClaim(idem, answer);
+        const started = b.workload
+          ? await startWorkloadSession(ctx, { ...asked, workload: b.workload }, claim)
+          : await startSession(ctx, asked, claim);
         return answer(started);
       }),
   );

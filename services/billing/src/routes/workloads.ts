@@ -1,7 +1,16 @@
 /** A session's workload: its parties read it, the machine's daemon reports its states (domain/workloads/). */
 import { type App, callerOf, workloadSpecSchema, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
-import { readWorkload, reportWorkload, type Workload } from '../domain/workloads/index.ts';
+import {
+  grantWorkloadFiles,
+  logRefs,
+  MAX_OUTPUT_FILES,
+  readWorkload,
+  recordWorkloadOutputs,
+  reportWorkload,
+  type Workload,
+  type WorkloadGrants,
+} from '../domain/workloads/index.ts';
 import { sessionJson } from '../wire/presenters.ts';
 import { SESSION_ROLES, USAGE_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
@@ -39,6 +48,18 @@ const workloadSchema = z
           'moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null ' +
           'once the session ended; in GET only',
       ),
+    logs: z
+      .object({ bucket: z.string().optional(), stdout: z.string(), stderr: z.string() })
+      .nullable()
+      .describe(
+        "where its standard output and error are kept in the renter's storage (keys of their folder of the default " +
+          'bucket unless `bucket` is named), uploaded every few seconds while it runs and at its end, each cut at the ' +
+          "daemon's `workloads.log_kb`; null when it keeps no files in storage",
+      ),
+    outputs: z
+      .array(z.object({ bucket: z.string().optional(), key: z.string(), size: z.number().int() }))
+      .nullable()
+      .describe('what it left in /work/output/, uploaded under `<output prefix>output/` at its end; null until then'),
     session: sessionSchema,
   })
   .describe("A session's workload, and the session as it stands")
@@ -68,6 +89,56 @@ const reportBody = z
   })
   .register(schemas, { id: 'WorkloadReport' });
 
+/** A path under /work/output/ as the daemon names it (storage's key rules are applied to it). */
+const outputPath = z.string().min(1).max(1024).describe('a path relative to /work/output/');
+
+const grantBody = z
+  .object({
+    outputs: z.array(outputPath).max(MAX_OUTPUT_FILES).default([]).describe('the output files to upload (at the end)'),
+  })
+  .strict()
+  .register(schemas, { id: 'WorkloadGrantRequest' });
+
+const grantedObject = z.object({
+  bucket: z.string(),
+  key: z.string().describe("the object's key, as the renter names it"),
+  url: z.string().describe('a presigned URL of it: GET for inputs, PUT for logs and outputs'),
+});
+
+const grantsSchema = z
+  .object({
+    inputs: z
+      .array(grantedObject.extend({ path: z.string(), size: z.number().int().optional() }))
+      .describe('to fetch into /work/inputs/<path> before the workload starts (empty once the session ended)'),
+    logs: z.object({ stdout: grantedObject, stderr: grantedObject }),
+    outputs: z.array(grantedObject.extend({ path: z.string() })),
+    expires_at: z.string().describe('when the URLs stop working (RFC 3339)'),
+  })
+  .describe("Presigned URLs of a workload's files")
+  .register(schemas, { id: 'WorkloadGrants' });
+
+const outputsBody = z
+  .object({
+    files: z.array(z.object({ path: outputPath, size: z.number().int().min(0) }).strict()).max(MAX_OUTPUT_FILES),
+  })
+  .strict()
+  .register(schemas, { id: 'WorkloadOutputs' });
+
+const strip = ({ bucket, key, url }: { bucket: string; key: string; url: string }) => ({ bucket, key, url });
+
+const grantsJson = (g: WorkloadGrants) => ({
+  inputs: g.inputs.map(({ bucket, key, url, path, size }) => ({
+    bucket,
+    key,
+    url,
+    path,
+    ...(size === undefined ? {} : { size }),
+  })),
+  logs: { stdout: strip(g.logs.stdout), stderr: strip(g.logs.stderr) },
+  outputs: g.outputs.map(({ bucket, key, url, path }) => ({ bucket, key, url, path })),
+  expires_at: g.expiresAt.toISOString(),
+});
+
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 const sessionParams = z.object({ sessionID: z.uuid() });
@@ -85,6 +156,14 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
     running_at: iso(r.workload.runningAt),
     ended_at: iso(r.workload.endedAt),
     ...(r.paidUntil === undefined ? {} : { paid_until: iso(r.paidUntil) }),
+    logs: r.workload.spec.output
+      ? (({ stdout, stderr }) => ({
+          ...(stdout.bucket === undefined ? {} : { bucket: stdout.bucket }),
+          stdout: stdout.key,
+          stderr: stderr.key,
+        }))(logRefs(r.workload.spec.output))
+      : null,
+    outputs: r.workload.outputs,
     session: sessionJson(ctx, r.session),
   });
 
@@ -138,6 +217,63 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
           request.correlationId,
         ),
       );
+    },
+  );
+
+  app.post(
+    '/api/v1/billing/sessions/:sessionID/workload/grants',
+    {
+      config: { roles: USAGE_ROLES },
+      schema: {
+        tags: ['sessions'],
+        operationId: 'grantWorkloadFiles',
+        summary: "Presigned URLs of a workload's inputs, logs and outputs, for its machine's daemon",
+        description:
+          "The daemon never holds the renter's credentials: it reads the inputs and writes the logs and outputs " +
+          'through these URLs, of exactly those objects, each valid 10 minutes at most. Inputs while the session ' +
+          'runs (none after); logs, and the output files named in `outputs` (paths relative to /work/output/, ' +
+          'uploaded under `<output prefix>output/`: a path with `..` or a leading `/` is 400), until ' +
+          '`billing.workload_upload_window` after the workload ended (409 UPLOAD_WINDOW_CLOSED after), never past ' +
+          "it. Only the daemon of the session's machine (or its owner), admins and services (403 NOT_SESSION_PROVIDER); " +
+          '409 WORKLOAD_FILES_UNAVAILABLE for a workload that keeps no files in storage; 503 STORAGE_UNAVAILABLE.',
+        params: sessionParams,
+        body: grantBody,
+        response: { 200: grantsSchema, ...problems(400, 403, 404, 409, 503) },
+      },
+    },
+    async (request, reply) => {
+      const grants = await grantWorkloadFiles(
+        ctx,
+        callerOf(request),
+        request.params.sessionID,
+        request.body.outputs,
+        request.correlationId,
+      );
+      reply.header('cache-control', 'no-store');
+      return grantsJson(grants);
+    },
+  );
+
+  app.post(
+    '/api/v1/billing/sessions/:sessionID/workload/outputs',
+    {
+      config: { roles: USAGE_ROLES },
+      schema: {
+        tags: ['sessions'],
+        operationId: 'recordWorkloadOutputs',
+        summary: "The daemon says what it uploaded from a workload's output directory",
+        description:
+          'The workload then names these objects (`outputs`, keys under `<output prefix>output/`), replacing what was ' +
+          'said before; in the upload window, by the same callers as the grants.',
+        params: sessionParams,
+        body: outputsBody,
+        response: { 200: workloadSchema, ...problems(400, 403, 404, 409) },
+      },
+    },
+    async (request) => {
+      const id = request.params.sessionID;
+      await recordWorkloadOutputs(ctx, callerOf(request), id, request.body.files);
+      return answer(await readWorkload(ctx, callerOf(request), id));
     },
   );
 }

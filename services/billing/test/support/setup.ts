@@ -53,7 +53,11 @@ export async function setupBilling(opts: SetupOptions = {}) {
     ...opts.config,
   });
   const database = await openBillingDatabase(config);
-  const logger = createLogger({ service: 'billing-test', instanceId: 'test', level: 'silent' });
+  const logger = createLogger({
+    service: 'billing-test',
+    instanceId: 'test',
+    level: process.env.DEBUG_BILLING ? 'debug' : 'silent',
+  });
   const deps = {
     config,
     logger,

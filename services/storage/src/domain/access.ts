@@ -13,6 +13,8 @@
  *   403 `FOLDER_NOT_OWNED`. Admins and services use the default bucket's keys as they are.
  * - The API gateway and the scheduler have no business with objects (403 `ROLE_REQUIRED`): the gateway forwards a
  *   user's own token.
+ * - Grants (`grants.ts`: URLs for a user's workload) are asked for by admins and services only; each of their
+ *   entries is checked by these rules as the user.
  */
 import { errors, isPrivileged, type Principal, type Role } from '@gpu/common';
 import type { BucketOwners } from './bucket-owners.ts';
@@ -21,6 +23,12 @@ import type { ObjectStore } from './store.ts';
 
 /** Roles that may call storage routes at all. */
 export const STORAGE_ROLES: readonly Role[] = ['renter', 'provider', 'admin', 'service', 'daemon'];
+
+/**
+ * Roles that may have URLs signed for another user's objects (`POST /grants`): the privileged ones (`isPrivileged`),
+ * which may use any user's objects themselves.
+ */
+export const GRANT_ROLES: readonly Role[] = ['admin', 'service'];
 
 export const accessErrors = {
   bucketNotOwned: (bucket: string) => errors.forbidden(`bucket ${bucket} belongs to someone else`, 'BUCKET_NOT_OWNED'),

@@ -58,10 +58,7 @@ export const REDIRECT_EXPIRY_SECONDS = 300;
 
 /** A presigned GET URL of an object that exists, for a client to download it straight from the store. */
 export async function downloadUrl(store: ObjectStore, target: Target): Promise<string> {
-  await headObject(store, target, {}).catch(async (err: unknown) => {
-    if (isAppError(err) && err.code === 'OBJECT_NOT_FOUND') await store.bucketMustExist(target.bucket);
-    throw err;
-  });
+  await existingObject(store, target);
   return store.presign(target.bucket, target.key, 'GET', REDIRECT_EXPIRY_SECONDS);
 }
 
@@ -70,14 +67,22 @@ export function headObject(store: ObjectStore, target: Target, cond: ReadConditi
   return store.head(target.bucket, target.key, cond);
 }
 
-export async function deleteObject(store: ObjectStore, target: Target): Promise<void> {
+/**
+ * The headers of an object that must exist: a missing one is OBJECT_NOT_FOUND, or BUCKET_NOT_FOUND when its bucket
+ * is missing too.
+ */
+export async function existingObject(store: ObjectStore, target: Target): Promise<ObjectHead> {
   try {
-    await store.head(target.bucket, target.key, {});
+    return await store.head(target.bucket, target.key, {});
   } catch (err) {
     // A HEAD's 404 has no body to tell a missing key from a missing bucket: ask about the bucket then.
     if (isAppError(err) && err.code === 'OBJECT_NOT_FOUND') await store.bucketMustExist(target.bucket);
     throw err;
   }
+}
+
+export async function deleteObject(store: ObjectStore, target: Target): Promise<void> {
+  await existingObject(store, target);
   await store.delete(target.bucket, target.key);
 }
 

@@ -12,12 +12,11 @@
  * Names and keys that break the rules of `@gpu/common` (`object-names.ts`) are refused here,
  * naming the request field.
  */
-import { callerOf } from '@gpu/common';
+import { bucketNameProblem, callerOf, objectKeyProblem, prefixProblem } from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import type { StorageConfig } from '../config.ts';
 import type { ResolvedTarget } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
-import { bucketNameProblem, objectKeyProblem, prefixProblem } from '@gpu/common';
 import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
 

@@ -22,3 +22,8 @@ export function objectInfo(entry: ObjectEntry): ObjectInfo {
     is_prefix: entry.isPrefix,
   };
 }
+
+/** An instant as RFC 3339 UTC in whole seconds (`2026-03-01T10:00:00Z`): when a presigned URL expires. */
+export function utcSeconds(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}

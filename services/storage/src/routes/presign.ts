@@ -3,8 +3,9 @@ import { errors, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import { STORAGE_ROLES, type ResolvedTarget as Target } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
-import { DEFAULT_EXPIRY, expirySeconds } from '../domain/expiry.ts';
+import { expirySeconds, PRESIGN_EXPIRY } from '../domain/expiry.ts';
 import { defaultTargetOf, namedTargetOf } from './object-target.ts';
+import { utcSeconds } from './presenters.ts';
 import { bucketKeyParams, errorResponses, keyParams, OBJECT_KEY, schemas } from './schemas.ts';
 
 const presignBody = z
@@ -14,7 +15,9 @@ const presignBody = z
       .string()
       .max(64)
       .optional()
-      .describe(`how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${DEFAULT_EXPIRY}, at most 7 days`),
+      .describe(
+        `how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${PRESIGN_EXPIRY.fallback}, at most ${PRESIGN_EXPIRY.maxWords}`,
+      ),
   })
   .register(schemas, { id: 'PresignRequest' });
 
@@ -29,7 +32,7 @@ const presignResponse = z
   .register(schemas, { id: 'PresignedUrl' });
 
 async function presign(ctx: StorageContext, target: Target, body: z.infer<typeof presignBody>) {
-  const expiry = expirySeconds(body.expiry);
+  const expiry = expirySeconds(body.expiry, PRESIGN_EXPIRY);
   if ('problem' in expiry) {
     throw errors.validation(`invalid expiry: ${expiry.problem}`, [{ path: 'body.expiry', message: expiry.problem }]);
   }
@@ -39,7 +42,7 @@ async function presign(ctx: StorageContext, target: Target, body: z.infer<typeof
     method: body.method,
     key: target.key.slice(target.folder.length),
     bucket: target.bucket,
-    expires_at: new Date(Date.now() + expiry.seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    expires_at: utcSeconds(new Date(Date.now() + expiry.seconds * 1000)),
   };
 }
 

@@ -35,6 +35,7 @@ import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { RunningSession } from '../usage.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
+import { SessionFiles } from './files.ts';
 import { type Sandbox, type SandboxEnd, type SandboxGpu, startSandbox } from './sandbox.ts';
 
 type Report =
@@ -59,6 +60,10 @@ interface Running {
   sandbox: Sandbox;
   slot: number;
   dir: string;
+  /** Its files in the renter's storage (null: it keeps none there; its logs stay on the machine). */
+  files: SessionFiles | null;
+  /** When its logs were last uploaded. */
+  shippedAt: number;
   /** Until when its session's funds pay for running, as billing last said (null: not said). */
   paidUntil: number | null;
   /** When billing last said it. */
@@ -143,6 +148,7 @@ export class WorkloadRunner {
       // Alive, billing or not: a later life bills what it lost up to here (a partition's time included).
       if (this.deps.providerId()) this.writeJournal();
       this.stopUnpaid();
+      this.shipLogs();
       if (!this.stopped) this.timer = setTimeout(tick, durationMs(this.settings.poll_interval));
     };
     void tick();
@@ -250,20 +256,45 @@ export class WorkloadRunner {
       await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'gpu_unavailable' });
       return;
     }
-    this.start(session, parsed.data, readings, paidUntil);
+    const dir = path.join(this.settings.run_dir, session.id);
+    const logDir = path.join(dir, 'logs');
+    mkdirSync(logDir, { recursive: true });
+    chmodSync(dir, 0o711);
+    const files = w.logs ? new SessionFiles(this.billing, session.id, logDir, this.deps.logger) : null;
+    const inputsDir = parsed.data.inputs.length > 0 ? path.join(dir, 'inputs') : undefined;
+    if (files && inputsDir) {
+      try {
+        rmSync(inputsDir, { recursive: true, force: true });
+        await files.fetchInputs(inputsDir, this.settings.disk_mb * 1024 * 1024);
+      } catch (err) {
+        this.done.add(session.id);
+        this.deps.logger.warn({ err, session_id: session.id }, 'the workload inputs could not be fetched');
+        await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'inputs_unavailable' });
+        return;
+      }
+    }
+    this.start(session, parsed.data, readings, paidUntil, { dir, logDir, files, inputsDir });
   }
 
   /** Makes the session's directories and starts its sandbox; its end is reported when it comes. */
-  private start(session: RunningSession, spec: WorkloadSpec, readings: GpuReading[], paidUntil: number | null): void {
+  private start(
+    session: RunningSession,
+    spec: WorkloadSpec,
+    readings: GpuReading[],
+    paidUntil: number | null,
+    place: { dir: string; logDir: string; files: SessionFiles | null; inputsDir: string | undefined },
+  ): void {
     const slot = this.freeSlot();
-    const dir = path.join(this.settings.run_dir, session.id);
+    const { dir, logDir, files, inputsDir } = place;
     const workDir = path.join(dir, 'work');
-    const logDir = path.join(dir, 'logs');
-    mkdirSync(workDir, { recursive: true });
-    mkdirSync(logDir, { recursive: true });
-    chmodSync(dir, 0o711);
+    // Its output directory, uploaded at its end; its inputs' mount point (the inputs themselves are the daemon's).
+    mkdirSync(path.join(workDir, 'output'), { recursive: true });
+    if (inputsDir) mkdirSync(path.join(workDir, 'inputs'), { recursive: true });
     const uid = process.getuid?.() === 0 ? this.settings.uid_base + slot : undefined;
-    if (uid !== undefined) chownSync(workDir, uid, uid);
+    if (uid !== undefined) {
+      chownSync(workDir, uid, uid);
+      chownSync(path.join(workDir, 'output'), uid, uid);
+    }
     const leased = session.gpuIndices ?? readings.map((r) => r.index);
     const devices = this.deviceMap(readings);
     const gpus: SandboxGpu[] = leased
@@ -276,6 +307,7 @@ export class WorkloadRunner {
         spec,
         workDir,
         logDir,
+        ...(inputsDir ? { inputsDir } : {}),
         gpus,
         controlDevices: this.deps.gpus.kind === 'simulated' ? [] : controlDevices(),
         limits: {
@@ -297,7 +329,7 @@ export class WorkloadRunner {
       this.deps.logger.warn({ err, session_id: session.id }, 'the sandbox refused the workload');
       return;
     }
-    this.running.set(session.id, { sandbox, slot, dir, paidUntil, paidAsked: Date.now() });
+    this.running.set(session.id, { sandbox, slot, dir, files, shippedAt: 0, paidUntil, paidAsked: Date.now() });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
     // Running from when the sandbox is set up (and its network up): a sandbox that never is reports `failed`.
     sandbox.ready.then(
@@ -317,9 +349,39 @@ export class WorkloadRunner {
         ? { state: 'exited', at, exit_code: Math.max(-255, Math.min(255, end.exitCode)) }
         : { state: end.state, at, reason: end.reason.replace(/[^a-z0-9_]/g, '_').slice(0, 200) || 'stopped' };
     this.deps.logger.info({ session_id: sessionId, ...report }, 'workload ended');
-    // Its work directory goes with it; its logs stay until the session's files are collected.
-    if (running) rmSync(path.join(running.dir, 'work'), { recursive: true, force: true });
+    // Billing first (its clock stops at the end), then the files: its logs whole, what it left in output/.
     await this.send(sessionId, report);
+    if (!running) return;
+    const kept = running.files ? await this.collect(sessionId, running.files, running.dir) : false;
+    // Its work directory goes with it; its logs stay on the machine when they could not be kept in storage.
+    rmSync(kept ? running.dir : path.join(running.dir, 'work'), { recursive: true, force: true });
+  }
+
+  /** Uploads a finished workload's logs and outputs (three tries); whether all of it was kept. */
+  private async collect(sessionId: string, files: SessionFiles, dir: string): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await files.shipLogs(true);
+        await files.uploadOutputs(path.join(dir, 'work', 'output'));
+        return true;
+      } catch (err) {
+        if (attempt === 3) {
+          this.deps.logger.error({ err, session_id: sessionId }, 'the workload files could not be uploaded');
+          return false;
+        }
+        await new Promise((r) => setTimeout(r, 2000 * attempt));
+      }
+    }
+  }
+
+  /** Uploads the logs of running workloads that are due (every `workloads.log_interval`). */
+  private shipLogs(): void {
+    const now = Date.now();
+    for (const r of this.running.values()) {
+      if (!r.files || now - r.shippedAt < durationMs(this.settings.log_interval)) continue;
+      r.shippedAt = now;
+      void r.files.shipLogs();
+    }
   }
 
   /** Sends a report after the session's earlier ones; kept and sent again at the next poll when billing cannot take it. */

@@ -6,7 +6,8 @@
  * - a read-only view of the host's userland (`/usr`, its `/bin`, `/lib*`, `/sbin` links or directories, `/etc`
  *   without the daemon's own files, `/sys`), a fresh `/proc`, a minimal `/dev`, a private `/tmp` (a tmpfs of at most
  *   the disk limit), and its work directory at `/work` (its current directory and `HOME`), the one place it writes
- *   that outlives it;
+ *   that outlives it, with its inputs read-only at `/work/inputs` (files.ts fetched them) and `/work/output/`, what
+ *   is uploaded at its end;
  * - **only the leased GPUs' device nodes** (`/dev/nvidia<minor>` of each leased GPU, and the driver's control nodes
  *   that exist: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`), and `CUDA_VISIBLE_DEVICES` and
  *   `NVIDIA_VISIBLE_DEVICES` naming the leased GPUs by UUID (an index would mean another GPU inside, where only the
@@ -65,6 +66,8 @@ export interface SandboxOptions {
   workDir: string;
   /** Where `stdout.log` and `stderr.log` are written (never inside the sandbox). */
   logDir: string;
+  /** A host directory of the workload's inputs, bound read-only at `/work/inputs` (none: no inputs). */
+  inputsDir?: string;
   gpus: SandboxGpu[];
   /** The driver's control nodes to bind (those of a real machine that exist). */
   controlDevices: string[];
@@ -159,6 +162,8 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     '--bind',
     opts.workDir,
     '/work',
+    // Its inputs, read-only, inside its work directory.
+    ...(opts.inputsDir ? ['--ro-bind', opts.inputsDir, '/work/inputs'] : []),
     '--chdir',
     '/work',
   ];

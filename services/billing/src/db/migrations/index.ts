@@ -16,6 +16,7 @@ import { gpuLeasesMigration } from './0013-gpu-leases.ts';
 import { capDeadlineSessionEventsMigration } from './0014-cap-deadline-session-events.ts';
 import { ratesAnnouncedMigration } from './0015-rates-announced.ts';
 import { workloadsMigration } from './0016-workloads.ts';
+import { workloadOutputsMigration } from './0017-workload-outputs.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -35,5 +36,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0014-cap-deadline-session-events': capDeadlineSessionEventsMigration,
     '0015-rates-announced': ratesAnnouncedMigration,
     '0016-workloads': workloadsMigration,
+    '0017-workload-outputs': workloadOutputsMigration,
   };
 }

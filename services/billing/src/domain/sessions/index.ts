@@ -11,7 +11,7 @@ export {
 export { BILLING_END_REASONS, endSession, finishSession, type SessionEnd } from './end.ts';
 export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
 export { isRunning, loadSession, type SessionRow, sessionRates } from './session.ts';
-export { type SessionStart, startSession } from './start.ts';
+export { renterOf, type SessionStart, type StartSessionInput, startSession } from './start.ts';
 export {
   toUsageUpdate,
   type UsageMessage,

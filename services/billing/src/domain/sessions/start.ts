@@ -53,6 +53,8 @@ export interface StartSessionInput {
   spendCap?: Dec;
   /** What the session runs (checked by the route): then it is billed only while its workload runs. */
   workload?: WorkloadSpec;
+  /** The new session's ID, when the caller chose it beforehand (a workload's files are named after it). */
+  sessionId?: string;
   correlationId?: string;
 }
 
@@ -87,19 +89,25 @@ function declaredResources(input: StartRequest): RentedResources {
   return { ...input, gpuModel: input.gpuModel };
 }
 
+/** The renter a start is for: the one named, else the calling user (a machine client must name one). */
+export function renterOf(asked: Pick<StartSessionInput, 'actor' | 'userId'>): string {
+  const userId = asked.userId ?? (asked.actor.kind === 'user' ? asked.actor.subject : undefined);
+  if (userId === undefined) throw billingErrors.userIdRequired();
+  return userId;
+}
+
 /** Starts a session: the session with its frozen rates, the hold and the estimated runtime. */
 export async function startSession(
   ctx: BillingContext,
   asked: StartSessionInput,
   idem: KeyClaim<SessionStart> | null,
 ): Promise<SessionStart> {
-  const userId = asked.userId ?? (asked.actor.kind === 'user' ? asked.actor.subject : undefined);
-  if (userId === undefined) throw billingErrors.userIdRequired();
+  const userId = renterOf(asked);
   const wallet = await walletFor(ctx, asked.actor, asked.walletId);
   if (wallet.ownerType !== 'user' || wallet.ownerId !== userId) {
     throw billingErrors.walletOwnerMismatch(wallet.id, userId);
   }
-  const id = randomUUID();
+  const id = asked.sessionId ?? randomUUID();
   // With a registry: the machine must be known and up, and its record prices the GPUs the session leases; its
   // provider wallet is opened on first need. Without one: the provider needs a wallet, and the renter's figures are
   // used.

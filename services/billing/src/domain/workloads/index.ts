@@ -1,3 +1,12 @@
 /** Workloads: what a session runs on its GPUs, and how its states bill the session. */
+
+export {
+  grantWorkloadFiles,
+  logRefs,
+  MAX_OUTPUT_FILES,
+  recordWorkloadOutputs,
+  startWorkloadSession,
+  type WorkloadGrants,
+} from './files.ts';
 export { endWorkloadsNeverStarted, readWorkload, reportWorkload } from './reports.ts';
 export type { Workload } from './workload.ts';

@@ -47,6 +47,7 @@ function workloadOf(row: WorkloadRow): Workload {
     preparingAt: row.preparing_at,
     runningAt: row.running_at,
     endedAt: row.ended_at,
+    outputs: (typeof row.outputs === 'string' ? JSON.parse(row.outputs) : row.outputs) as Workload['outputs'],
   };
 }
 

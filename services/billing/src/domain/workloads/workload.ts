@@ -39,6 +39,8 @@ export interface Workload {
   preparingAt: Date | null;
   runningAt: Date | null;
   endedAt: Date | null;
+  /** What its daemon uploaded from its output directory (null until it said). */
+  outputs: { bucket?: string; key: string; size: number }[] | null;
 }
 
 /** What the daemon says of a workload. */

@@ -1,0 +1,204 @@
+/**
+ * A workload's files: its inputs, its logs and its outputs, all in its renter's storage, reached by the machine's
+ * daemon only through grants for this session (presigned URLs of exactly those objects): the daemon never holds the
+ * renter's credentials, and a grant reaches nothing else of theirs.
+ *
+ * - When the session starts, the storage service checks, as the renter, that they may read every input (it exists,
+ *   it is theirs: someone else's is 403 `FOLDER_NOT_OWNED` or `BUCKET_NOT_OWNED`) and write their output prefix
+ *   (`sessions/<session id>/` in their folder when the spec names none); a refusal refuses the start, before any
+ *   money moves.
+ * - The daemon asks for grants (`POST .../workload/grants`): read URLs of the inputs while the session runs, write
+ *   URLs of the logs (`<prefix>logs/stdout.log`, `stderr.log`, uploaded again every few seconds as they grow) while
+ *   it runs and for `billing.workload_upload_window` after the workload ended, and write URLs of the output files it
+ *   names (`<prefix>output/<path>`, each path a relative key: nothing lands outside the prefix) in that window too.
+ *   Each URL is valid 10 minutes at most, and never past the window: a grant expires with its session.
+ * - The daemon then says what it uploaded (`POST .../workload/outputs`): the session names those objects.
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  errors,
+  inputPathOf,
+  mayActFor,
+  objectKeyProblem,
+  type Principal,
+  settledOutput,
+  WORKLOAD_FILES,
+  type WorkloadOutput,
+  type WorkloadSpec,
+  workloadSpecSchema,
+} from '@gpu/common';
+import { findWorkload, recordOutputs } from '../../db/workload-repository.ts';
+import { billingErrors } from '../../errors.ts';
+import { mayReportUsage, notSessionProvider } from '../access.ts';
+import type { BillingContext } from '../context.ts';
+import type { KeyClaim } from '../idempotency.ts';
+import {
+  isRunning,
+  loadSession,
+  renterOf,
+  type SessionStart,
+  type StartSessionInput,
+  startSession,
+} from '../sessions/index.ts';
+import type { GrantedObject, ObjectRef } from '../workload-storage.ts';
+import { isEnded } from './workload.ts';
+
+/** The longest a grant's URL is valid. */
+const GRANT_SECONDS = 600;
+/** Output files one workload may leave. */
+export const MAX_OUTPUT_FILES = 1000;
+
+const under = (output: WorkloadOutput, key: string): ObjectRef => ({
+  ...(output.bucket === undefined ? {} : { bucket: output.bucket }),
+  key: `${output.prefix}${key}`,
+});
+
+/** Where a workload's logs are kept. */
+export const logRefs = (output: WorkloadOutput) => ({
+  stdout: under(output, WORKLOAD_FILES.stdout),
+  stderr: under(output, WORKLOAD_FILES.stderr),
+});
+
+/** The object an output file (`path` relative to `/work/output/`) is uploaded to; 400 for a path that would escape. */
+function outputRef(output: WorkloadOutput, path: string, field: string): ObjectRef {
+  const ref = under(output, `${WORKLOAD_FILES.output}${path}`);
+  const problem = objectKeyProblem(path) ?? objectKeyProblem(ref.key);
+  if (problem) throw billingErrors.invalidOutputPath(field, path, problem);
+  return ref;
+}
+
+/**
+ * A new session's workload with its output prefix settled (the default when it names none), after storage said the
+ * renter may read its inputs and write there. Without a storage service: only a workload naming no files, which keeps
+ * its logs on its machine.
+ */
+async function settleWorkloadFiles(
+  ctx: BillingContext,
+  renterId: string,
+  sessionId: string,
+  spec: WorkloadSpec,
+  correlationId?: string,
+): Promise<WorkloadSpec> {
+  if (!ctx.storage) {
+    if (spec.inputs.length > 0 || spec.output) throw billingErrors.workloadStorageUnavailable();
+    return spec;
+  }
+  const output = settledOutput(sessionId, spec.output);
+  await ctx.storage.grant(
+    {
+      userId: renterId,
+      read: spec.inputs.map(({ bucket, key }) => (bucket === undefined ? { key } : { bucket, key })),
+      write: [logRefs(output).stdout],
+      expirySeconds: 1,
+    },
+    correlationId,
+  );
+  return { ...spec, output };
+}
+
+/** What the daemon may move for a session now. */
+export interface WorkloadGrants {
+  inputs: (GrantedObject & { path: string })[];
+  logs: { stdout: GrantedObject; stderr: GrantedObject };
+  outputs: (GrantedObject & { path: string })[];
+  expiresAt: Date;
+}
+
+/**
+ * Grants for the session's files, to its machine's daemon (or an admin or service): its inputs while the session runs,
+ * its logs and the output files named by `outputPaths` until the upload window after the workload ended closes
+ * (409 UPLOAD_WINDOW_CLOSED after). 404 for a session without a workload, 409 WORKLOAD_FILES_UNAVAILABLE when it keeps
+ * no files in storage.
+ */
+export async function grantWorkloadFiles(
+  ctx: BillingContext,
+  actor: Principal,
+  sessionId: string,
+  outputPaths: string[],
+  correlationId?: string,
+): Promise<WorkloadGrants> {
+  const session = await loadSession(ctx.db, sessionId);
+  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
+  const row = await findWorkload(ctx.db, sessionId);
+  if (!row) throw billingErrors.workloadNotFound(sessionId);
+  const spec = parseSpec(row.spec);
+  if (!ctx.storage || !spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
+  const now = ctx.now().getTime();
+  // The window closes a while after the workload ended (or the session, when the daemon has not said yet).
+  const endedAt = row.ended_at ?? session.ended_at;
+  const closes = endedAt ? new Date(endedAt).getTime() + ctx.sessions.workloadUploadWindowMs : Number.POSITIVE_INFINITY;
+  if (now >= closes) throw billingErrors.uploadWindowClosed(sessionId);
+  const seconds = Math.max(1, Math.min(GRANT_SECONDS, Math.floor((closes - now) / 1000)));
+  const output = spec.output;
+  const inputs = isRunning(session) && !isEnded(row.state) ? spec.inputs : [];
+  const outputs = outputPaths.map((p, i) => ({ path: p, ref: outputRef(output, p, `body.outputs[${i}]`) }));
+  const logs = logRefs(output);
+  const granted = await ctx.storage.grant(
+    {
+      userId: session.user_id,
+      read: inputs.map(({ bucket, key }) => (bucket === undefined ? { key } : { bucket, key })),
+      write: [logs.stdout, logs.stderr, ...outputs.map((o) => o.ref)],
+      expirySeconds: seconds,
+    },
+    correlationId,
+  );
+  return {
+    inputs: inputs.map((input, i) => ({ ...granted.read[i]!, path: inputPathOf(input) })),
+    logs: { stdout: granted.write[0]!, stderr: granted.write[1]! },
+    outputs: outputs.map((o, i) => ({ ...granted.write[i + 2]!, path: o.path })),
+    expiresAt: granted.expiresAt,
+  };
+}
+
+/** An output the daemon uploaded. */
+export interface WrittenOutput {
+  path: string;
+  size: number;
+}
+
+/**
+ * Records what the daemon uploaded from the workload's output directory (replacing what it said before): the session
+ * names those objects. In the upload window, by the machine's daemon (or an admin or service).
+ */
+export async function recordWorkloadOutputs(
+  ctx: BillingContext,
+  actor: Principal,
+  sessionId: string,
+  files: WrittenOutput[],
+): Promise<void> {
+  const session = await loadSession(ctx.db, sessionId);
+  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
+  const row = await findWorkload(ctx.db, sessionId);
+  if (!row) throw billingErrors.workloadNotFound(sessionId);
+  const spec = parseSpec(row.spec);
+  if (!spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
+  const endedAt = row.ended_at ?? session.ended_at;
+  if (endedAt && ctx.now().getTime() >= new Date(endedAt).getTime() + ctx.sessions.workloadUploadWindowMs) {
+    throw billingErrors.uploadWindowClosed(sessionId);
+  }
+  const output = spec.output;
+  const objects = files.map((f, i) => ({ ...outputRef(output, f.path, `body.files[${i}].path`), size: f.size }));
+  await recordOutputs(ctx.db, sessionId, objects, ctx.now());
+}
+
+const parseSpec = (spec: unknown): WorkloadSpec =>
+  workloadSpecSchema.parse(typeof spec === 'string' ? JSON.parse(spec) : spec);
+
+/**
+ * Starts a session that runs a workload: its files settled first (storage asked, as the renter, before any money
+ * moves), under the session's own ID. Only the renter (or an admin or service) names whose storage it reads: a
+ * caller starting for someone else is refused before storage is asked anything.
+ */
+export async function startWorkloadSession(
+  ctx: BillingContext,
+  asked: StartSessionInput & { workload: WorkloadSpec },
+  idem: KeyClaim<SessionStart> | null,
+): Promise<SessionStart> {
+  const renterId = renterOf(asked);
+  if (!mayActFor(asked.actor, renterId)) {
+    throw errors.forbidden(`a session of user ${renterId} is started by that user`, 'NOT_RENTER');
+  }
+  const sessionId = randomUUID();
+  const workload = await settleWorkloadFiles(ctx, renterId, sessionId, asked.workload, asked.correlationId);
+  return startSession(ctx, { ...asked, sessionId, workload }, idem);
+}

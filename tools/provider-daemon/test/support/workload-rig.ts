@@ -1,0 +1,205 @@
+/**
+ * A platform for the daemon's workload tests: the real auth service and registry, billing as the platform runs it
+ * (and, with `storage`, the storage service on the tests' S3 server, trusted by billing for workloads' files), and
+ * provider machines of 8 simulated GPUs whose daemons run workloads in the real bubblewrap sandbox.
+ *
+ *   const rig = useWorkloadRig({ storage: true });
+ *   const m = await rig.machine();                       // attached; m.runner() runs its workloads
+ *   const r = await rig.rent(m.providerId, 2, { command: ['true'], max_runtime_seconds: 60 });
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TokenSource } from '@gpu/client';
+import { createLogger, NoopPublisher } from '@gpu/common';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { registerAndLogin } from '../../../../services/auth/test/helpers.ts';
+import { base58Encode } from '../../../../services/billing/src/domain/chain/base58.ts';
+import type { BillingHarness } from '../../../../services/billing/test/support/setup.ts';
+import { startService, type TestService } from '../../../../services/storage/test/helpers.ts';
+import { type AuthAndRegistry, useAuthAndRegistry } from '../../../../tests/support/auth-and-registry.ts';
+import { billingWithRegistry } from '../../../../tests/support/billing-with-registry.ts';
+import { type DaemonConfig, daemonConfigSchema } from '../../src/config.ts';
+import { ProviderDaemon } from '../../src/daemon.ts';
+import { gpuSource } from '../../src/gpu/source.ts';
+import { UsageReporter } from '../../src/usage.ts';
+import { WorkloadRunner, type WorkloadRunnerDeps } from '../../src/workloads/runner.ts';
+
+export interface Renter {
+  id: string;
+  headers: Record<string, string>;
+}
+
+export interface WorkloadRig {
+  platform: AuthAndRegistry;
+  billing: BillingHarness;
+  /** With `storage`: the storage service, listening (its `url`). */
+  storage: TestService;
+  /** Where the machines' run directories are made. */
+  dir: string;
+  /** A provider's daemon on a simulated 8-GPU machine, attached, and a runner of its workloads (not polling yet). */
+  machine(workloads?: Record<string, unknown>): Promise<{
+    providerId: string;
+    deps: WorkloadRunnerDeps;
+    runner(): WorkloadRunner;
+    runDir: string;
+  }>;
+  /** A renter with a funded wallet. */
+  renter(): Promise<Renter & { walletId: string }>;
+  /** Starts a session of `gpuCount` GPUs running `workload` (by a new renter unless one is given); its answer. */
+  start(
+    providerId: string,
+    gpuCount: number,
+    workload: object,
+    renter?: Renter & { walletId: string },
+    // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
+  ): Promise<{ statusCode: number; body: string; json(): any }>;
+  /** The same, expecting 201: the renter's headers, the session's ID and GPUs. */
+  rent(
+    providerId: string,
+    gpuCount: number,
+    workload: object,
+    renter?: Renter & { walletId: string },
+  ): Promise<{ headers: Record<string, string>; userId: string; id: string; gpus: number[] }>;
+  /** The session's workload as its renter reads it. */
+  // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
+  workloadOf(headers: Record<string, string>, id: string): Promise<any>;
+}
+
+export function useWorkloadRig(opts: { storage?: boolean } = {}): WorkloadRig {
+  const platform = useAuthAndRegistry();
+  const dir = mkdtempSync(join(tmpdir(), 'daemon-workloads-'));
+  // The run directory's parents let the workloads' users through (as /var/lib would), listing nothing.
+  chmodSync(dir, 0o711);
+  const logger = createLogger({
+    service: 'provider-daemon-test',
+    instanceId: 't',
+    level: process.env.DEBUG_LOG ? 'debug' : 'silent',
+  });
+  let billingUrl = '';
+
+  const config = (runDir: string, workloads: Record<string, unknown>): DaemonConfig =>
+    daemonConfigSchema.parse({
+      auth_url: platform.authUrl,
+      registry_url: platform.registryUrl,
+      billing_url: billingUrl,
+      state_file: join(dir, `state-${randomUUID()}.json`),
+      provider: { name: `rig-${randomUUID().slice(0, 8)}` },
+      gpu: {
+        source: 'simulated',
+        simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
+      },
+      workloads: {
+        run_dir: runDir,
+        poll_interval: '200ms',
+        stop_grace: '500ms',
+        log_interval: '500ms',
+        disk_mb: 64,
+        memory_mb: 1024,
+        ...workloads,
+      },
+    });
+
+  const rig: WorkloadRig = {
+    platform,
+    dir,
+    billing: undefined as unknown as BillingHarness,
+    storage: undefined as unknown as TestService,
+    async machine(workloads = {}) {
+      const owner = await platform.providerUser();
+      const token: TokenSource = await platform.machineClient('daemon', owner.id);
+      const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`), workloads);
+      const usage = new UsageReporter({ config: c, logger, token, publisher: new NoopPublisher() });
+      const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
+      const providerId = await daemon.attach();
+      const deps: WorkloadRunnerDeps = {
+        config: c,
+        logger,
+        token,
+        gpus: gpuSource(c.gpu),
+        providerId: () => providerId,
+        sessions: (id: string) => usage.runningSessions(id),
+      };
+      return { providerId, deps, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
+    },
+    async renter() {
+      const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+      const headers = { authorization: `Bearer ${tokens.access_token}` };
+      const wallet = await rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/wallet',
+        headers,
+        payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
+      });
+      await rig.billing.credit(wallet.json().id, '100');
+      return { id: user.id as string, headers, walletId: wallet.json().id as string };
+    },
+    async start(providerId, gpuCount, workload, renter) {
+      const who = renter ?? (await rig.renter());
+      return rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/start-session',
+        headers: who.headers,
+        payload: {
+          user_id: who.id,
+          wallet_id: who.walletId,
+          provider_id: providerId,
+          job_id: randomUUID(),
+          gpu_model: 'H100',
+          gpu_count: gpuCount,
+          requested_vram_mb: 0,
+          estimated_power_w: 0,
+          accepted_hourly_rate: '100',
+          workload,
+        },
+      });
+    },
+    async rent(providerId, gpuCount, workload, renter) {
+      const who = renter ?? (await rig.renter());
+      const started = await rig.start(providerId, gpuCount, workload, who);
+      expect(started.statusCode, started.body).toBe(201);
+      const session = started.json().session;
+      return { headers: who.headers, userId: who.id, id: session.id as string, gpus: session.gpu_indices as number[] };
+    },
+    async workloadOf(headers, id) {
+      return (await rig.billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
+    },
+  };
+
+  beforeAll(async () => {
+    if (opts.storage) {
+      rig.storage = await startService({
+        listen: true,
+        settings: {
+          access: {
+            jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
+            issuer: platform.auth.config.jwt.issuer,
+            audience: platform.auth.config.jwt.audience,
+          },
+        },
+      });
+    }
+    rig.billing = await billingWithRegistry(
+      platform,
+      opts.storage ? { config: { storage: { url: rig.storage.url } } } : {},
+    );
+    billingUrl = await rig.billing.app.listen({ host: '127.0.0.1', port: 0 });
+  });
+  afterAll(async () => {
+    await rig.billing?.close();
+    await rig.storage?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return rig;
+}
+
+/** Reads until `done` says yes (or `ms` passed): the last value read. */
+export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (done(v) || Date.now() > end) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * A workload's files move through the renter's storage on grants for its session, never through the daemon's own
+ * credentials: its inputs appear read-only in /work/inputs, its logs can be read in storage while it runs and after,
+ * and what it leaves in /work/output is uploaded under its output prefix, and nothing outside it. Against the real
+ * auth service, registry, billing, storage (on the tests' S3 server) and bubblewrap.
+ */
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { until, useWorkloadRig } from './support/workload-rig.ts';
+
+const rig = useWorkloadRig({ storage: true });
+
+/** An object of the renter's folder, through the storage service with the renter's own token. */
+async function read(headers: Record<string, string>, key: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(`${rig.storage.url}/objects/${encodeURIComponent(key)}`, { headers });
+  return { status: res.status, text: await res.text() };
+}
+
+async function upload(headers: Record<string, string>, key: string, body: string): Promise<void> {
+  const res = await fetch(`${rig.storage.url}/objects/${encodeURIComponent(key)}`, { method: 'PUT', headers, body });
+  expect(res.status, await res.text()).toBe(201);
+}
+
+describe("a workload's files", () => {
+  it('reads its inputs read-only, keeps its logs and uploads its outputs under the prefix only', async () => {
+    const m = await rig.machine();
+    const renter = await rig.renter();
+    await upload(renter.headers, 'data/in.txt', 'hello from storage\n');
+    const r = await rig.rent(
+      m.providerId,
+      1,
+      {
+        command: [
+          'sh',
+          '-c',
+          [
+            'cat /work/inputs/data/in.txt',
+            '(echo changed > /work/inputs/data/in.txt) 2>/dev/null || echo inputs-read-only',
+            'echo to-stderr >&2',
+            'cp /work/inputs/data/in.txt /work/output/copy.txt',
+            'mkdir -p /work/output/sub && echo nested > /work/output/sub/deep.txt',
+            // A link to a file of the host's, and one out of the sandbox: neither is followed at upload.
+            'ln -s /etc/hostname /work/output/host-link && ln -s ../../.. /work/output/escape',
+          ].join('; '),
+        ],
+        max_runtime_seconds: 60,
+        inputs: [{ key: 'data/in.txt' }],
+      },
+      renter,
+    );
+    const runner = m.runner();
+    runner.run();
+    try {
+      const ended = await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (w) => w.outputs !== null,
+        20_000,
+      );
+      const prefix = `sessions/${r.id}/`;
+      expect(ended).toMatchObject({
+        state: 'exited',
+        exit_code: 0,
+        spec: { output: { prefix } },
+        logs: { stdout: `${prefix}logs/stdout.log`, stderr: `${prefix}logs/stderr.log` },
+      });
+      expect(ended.outputs).toEqual([
+        { key: `${prefix}output/copy.txt`, size: 19 },
+        { key: `${prefix}output/sub/deep.txt`, size: 7 },
+      ]);
+      expect(await read(renter.headers, `${prefix}logs/stdout.log`)).toEqual({
+        status: 200,
+        text: 'hello from storage\ninputs-read-only\n',
+      });
+      expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
+      expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
+      expect((await read(renter.headers, `${prefix}output/sub/deep.txt`)).text).toBe('nested\n');
+      // The links were not followed: nothing of the host's reached storage.
+      expect((await read(renter.headers, `${prefix}output/host-link`)).status).toBe(404);
+      // The input is as it was.
+      expect((await read(renter.headers, 'data/in.txt')).text).toBe('hello from storage\n');
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('shows the logs in storage a few seconds behind while the workload runs', async () => {
+    const m = await rig.machine();
+    const r = await rig.rent(m.providerId, 1, {
+      command: ['sh', '-c', 'echo first line; sleep 3600'],
+      max_runtime_seconds: 3600,
+    });
+    const runner = m.runner();
+    runner.run();
+    try {
+      const live = await until(
+        () => read(r.headers, `sessions/${r.id}/logs/stdout.log`),
+        (o) => o.text === 'first line\n',
+      );
+      expect(live).toEqual({ status: 200, text: 'first line\n' });
+      expect((await rig.workloadOf(r.headers, r.id)).state).toBe('running');
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it("refuses a start naming another user's objects, a missing one, or a prefix that escapes, moving no money", async () => {
+    const m = await rig.machine();
+    const victim = await rig.renter();
+    await upload(victim.headers, 'secret.txt', 'not yours');
+    const attacker = await rig.renter();
+    const balance = async () =>
+      (
+        await rig.billing.app.inject({ url: `/api/v1/wallet/${attacker.walletId}/balance`, headers: attacker.headers })
+      ).json();
+    const before = await balance();
+    const bucket = rig.storage.config.object_store.default_bucket;
+    const run = (workload: object) =>
+      rig.start(m.providerId, 1, { command: ['true'], max_runtime_seconds: 60, ...workload }, attacker);
+
+    const stolen = await run({ inputs: [{ bucket, key: `users/${victim.id}/secret.txt` }] });
+    expect(stolen.statusCode, stolen.body).toBe(403);
+    expect(stolen.json().code).toBe('FOLDER_NOT_OWNED');
+    const intoTheirs = await run({ output: { bucket, prefix: `users/${victim.id}/drop/` } });
+    expect(intoTheirs.statusCode).toBe(403);
+    const missing = await run({ inputs: [{ key: `nothing-${randomUUID()}.bin` }] });
+    expect(missing.statusCode).toBe(404);
+    for (const prefix of ['../escape/', '/abs/', 'a/../../b/']) {
+      const bad = await run({ output: { prefix } });
+      expect(bad.statusCode, prefix).toBe(400);
+      expect(bad.json().errors[0].path).toContain('output');
+    }
+    const badInput = await run({ inputs: [{ key: 'x', path: '../../etc/passwd' }] });
+    expect(badInput.statusCode).toBe(400);
+    expect(await balance()).toEqual(before);
+  });
+
+  it('grants files only to the machine of the session, and never a path outside its prefix', async () => {
+    const m = await rig.machine();
+    const other = await rig.machine();
+    const r = await rig.rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });
+    const daemon = async (machine: typeof m) => ({ authorization: `Bearer ${await machine.deps.token.get()}` });
+    const grant = async (headers: Record<string, string>, outputs: string[] = []) =>
+      rig.billing.app.inject({
+        method: 'POST',
+        url: `/api/v1/billing/sessions/${r.id}/workload/grants`,
+        headers,
+        payload: { outputs },
+      });
+    const own = await grant(await daemon(m), ['result.bin']);
+    expect(own.statusCode, own.body).toBe(200);
+    expect(own.json().outputs[0]).toMatchObject({ key: `sessions/${r.id}/output/result.bin`, path: 'result.bin' });
+    expect((await grant(await daemon(other))).statusCode).toBe(403);
+    expect((await grant(r.headers)).statusCode).toBe(403);
+    for (const path of ['../../elsewhere.bin', '/etc/passwd', 'a/./b']) {
+      const bad = await grant(await daemon(m), [path]);
+      expect(bad.statusCode, path).toBe(400);
+    }
+    // A write grant is for its one object: the URL cannot read it, nor write another key.
+    const url = new URL(own.json().outputs[0].url);
+    expect((await fetch(url, { method: 'GET' })).status).toBe(403);
+    url.pathname = url.pathname.replace('result.bin', 'other.bin');
+    expect((await fetch(url, { method: 'PUT', body: 'x' })).status).toBe(403);
+  });
+});
