@@ -73,6 +73,11 @@ export const daemonConfigSchema = z
         run_dir: z.string().default('.data/provider-daemon/workloads'),
         /** How often the daemon asks billing for new and ended sessions (how soon a workload starts and stops). */
         poll_interval: zDuration().default('1s'),
+        /**
+         * With `nats_url`: billing nudges `<dispatch_subject>.<provider ID>` when a workload session of the machine
+         * starts or ends, and the daemon polls at once (billing's `messaging.subjects.events` + `.machine`).
+         */
+        dispatch_subject: z.string().min(1).default('billing.events.machine'),
         /** Between SIGTERM and SIGKILL when a workload is stopped. */
         stop_grace: zDuration().default('10s'),
         bwrap_path: z.string().default('bwrap'),

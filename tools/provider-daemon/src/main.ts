@@ -4,7 +4,7 @@
  * unreadable credentials file, invalid settings) is one line on standard error and exit status 1, as for the services.
  */
 import { clientCredentials } from '@gpu/client';
-import { connectPublisher, createLogger, startOrExit } from '@gpu/common';
+import { connectPublisher, createLogger, NatsPublisher, startOrExit } from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
 import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
@@ -46,6 +46,13 @@ startOrExit(async () => {
         gpus,
         providerId: () => daemon.providerId,
         sessions: (id) => usage.runningSessions(id),
+        // With NATS, billing's nudges on the machine's subject start and stop workloads at once.
+        ...(publisher instanceof NatsPublisher
+          ? {
+              nudges: (subject: string, onMessage: () => void) =>
+                publisher.connection.subscribe(subject, { callback: () => onMessage() }),
+            }
+          : {}),
       })
     : null;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());

@@ -6,6 +6,8 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
+import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
@@ -163,5 +165,49 @@ describe("the daemon runs renters' workloads", () => {
       end_reason: 'workload_stopped',
     });
     await runner.stop();
+  });
+
+  it("starts and stops a workload at once on its machine's NATS subject, with a poll far too slow to", async () => {
+    const m = await machine({ poll_interval: '60s' });
+    const logger = createLogger({ service: 'relay-test', instanceId: 't', level: 'silent' });
+    const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'daemon-test' })) as NatsPublisher;
+    // Billing's outbox relay, as its background runs it: events out on `billing.events.<kind>`.
+    const relay = new OutboxRelay(rig.billing.db, publisher, { subject: 'billing.events', logger });
+    relay.start(50);
+    const runner = new WorkloadRunner({
+      ...m.deps,
+      nudges: (subject, onMessage) => publisher.connection.subscribe(subject, { callback: () => onMessage() }),
+    });
+    // Its first poll finds nothing, subscribes to the machine's subject, and would look again in a minute.
+    runner.run();
+    try {
+      await new Promise((r) => setTimeout(r, 500));
+      const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });
+      const asked = Date.now();
+      const running = await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'running',
+      );
+      expect(running.state).toBe('running');
+      expect(Date.now() - asked).toBeLessThan(5000);
+      const end = await rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        headers: r.headers,
+        payload: { session_id: r.id },
+      });
+      expect(end.statusCode).toBe(200);
+      const ended = Date.now();
+      const stopped = await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'stopped',
+      );
+      expect(stopped).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+      expect(Date.now() - ended).toBeLessThan(5000);
+    } finally {
+      await runner.stop();
+      await relay.stop();
+      await publisher.close();
+    }
   });
 });

@@ -4,7 +4,8 @@
  * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
  * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
  * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`; a
- * reservation's `reservation` (`{id, provider_id, user_id, gpu_indices, expires_at}`, and a release's `reason`).
+ * reservation's `reservation` (`{id, provider_id, user_id, gpu_indices, expires_at}`, and a release's `reason`); a
+ * machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<provider_id>`, its own subject.
  */
 import { randomUUID } from 'node:crypto';
 import type { Outbox } from '@gpu/common';
@@ -25,6 +26,8 @@ function eventData(p: PresentContext, e: BillingEvent): object {
     case 'session.low_balance':
     case 'workload.running':
       return { session: sessionJson(p, e.session) };
+    case 'machine.sessions':
+      return { provider_id: e.providerId, session_id: e.sessionId, change: e.change };
     case 'session.completed':
     case 'session.terminated':
       return { session: sessionJson(p, e.session), billing_record: billingRecordJson(e.billingRecord, p.scale) };
@@ -86,7 +89,9 @@ export function outboxEvents(outbox: Outbox, p: PresentContext): BillingEvents {
               data,
             })
           : undefined;
-      if (outbox.enabled) await outbox.record(db, [{ id, kind: event.kind, data, occurredAt }], correlationId);
+      // A machine's nudge goes out on the machine's own subject: its kind names the machine.
+      const kind = event.kind === 'machine.sessions' ? `machine.${event.providerId}` : event.kind;
+      if (outbox.enabled) await outbox.record(db, [{ id, kind, data, occurredAt }], correlationId);
     },
   };
 }

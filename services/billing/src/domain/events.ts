@@ -55,6 +55,12 @@ export type BillingEvent =
   | { kind: (typeof SESSION_ENDED_EVENT_KINDS)[number]; session: SessionRow; billingRecord: BillingRecordRow }
   /** The session's workload runs: billing started. */
   | { kind: 'workload.running'; session: SessionRow }
+  /**
+   * A nudge to a machine's daemon: a workload session on it started or ended. Published on the machine's own subject
+   * (`<prefix>.machine.<provider_id>`: only its daemon listens), carrying no more than the IDs; the daemon reads the
+   * rest from billing with its own token, so a nudge lost or forged changes nothing but when it looks.
+   */
+  | { kind: 'machine.sessions'; providerId: string; sessionId: string; change: 'started' | 'ended' }
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
   | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates }
   /** Made, or restated with the GPUs it still holds after a start took some. */

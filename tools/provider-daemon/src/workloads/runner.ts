@@ -54,6 +54,11 @@ export interface WorkloadRunnerDeps {
   sessions: (providerId: string) => Promise<RunningSession[]>;
   /** The clock of paid time (tests move it by hand); `Date.now` by default. */
   now?: () => number;
+  /**
+   * Subscribes to a NATS subject (the machine's: `workloads.dispatch_subject`.<provider ID>), calling back on each
+   * message; absent without NATS (polling alone).
+   */
+  nudges?: (subject: string, onMessage: () => void) => { unsubscribe(): void };
 }
 
 interface Running {
@@ -113,6 +118,10 @@ export class WorkloadRunner {
   /** When billing last answered the poll. */
   private lastContact: number;
   private stopped = false;
+  /** A poll is under way; `again`: another was asked for meanwhile. */
+  private ticking = false;
+  private again = false;
+  private subscription: { unsubscribe(): void } | undefined;
   private timer: NodeJS.Timeout | undefined;
 
   /** The daemon's own files, masked in every sandbox wherever they are bound. */
@@ -140,24 +149,53 @@ export class WorkloadRunner {
     this.lastAlive = this.readJournal();
   }
 
-  /** Polls until `stop()`. */
+  /** Polls until `stop()`; with `nudges`, also at once whenever billing nudges the machine's subject. */
   run(): void {
-    const tick = async () => {
-      if (this.stopped) return;
+    void this.tick();
+  }
+
+  /**
+   * One poll, then the next after `poll_interval` (at once when a nudge came meanwhile): one poll at a time, however
+   * many nudges arrive.
+   */
+  private async tick(): Promise<void> {
+    if (this.stopped) return;
+    if (this.ticking) {
+      this.again = true;
+      return;
+    }
+    this.ticking = true;
+    clearTimeout(this.timer);
+    try {
       await this.sync().catch((err) => this.deps.logger.warn({ err }, 'workload poll failed; trying again'));
       // Alive, billing or not: a later life bills what it lost up to here (a partition's time included).
       if (this.deps.providerId()) this.writeJournal();
       this.stopUnpaid();
       this.shipLogs();
-      if (!this.stopped) this.timer = setTimeout(tick, durationMs(this.settings.poll_interval));
-    };
-    void tick();
+      this.listen();
+    } finally {
+      this.ticking = false;
+    }
+    if (this.stopped) return;
+    const wait = this.again ? 0 : durationMs(this.settings.poll_interval);
+    this.again = false;
+    this.timer = setTimeout(() => void this.tick(), wait);
+  }
+
+  /** Subscribes to the machine's subject once its provider ID is known: each nudge polls at once. */
+  private listen(): void {
+    const providerId = this.deps.providerId();
+    if (this.subscription || !this.deps.nudges || !providerId) return;
+    const subject = `${this.settings.dispatch_subject}.${providerId}`;
+    this.subscription = this.deps.nudges(subject, () => void this.tick());
+    this.deps.logger.info({ subject }, 'listening for new and ended sessions on NATS (polling on as the fallback)');
   }
 
   /** Stops polling and every workload it runs (reported `stopped`, `daemon_stopped`); resolves once they are gone. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    this.subscription?.unsubscribe();
     await Promise.all([...this.running.values()].map((r) => r.sandbox.stop('daemon_stopped')));
     await this.flushReports();
   }

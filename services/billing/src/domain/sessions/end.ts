@@ -192,5 +192,13 @@ export async function finishSession(
     { kind: `session.${kind.status}`, session: ended, billingRecord: record },
     correlationId,
   );
+  // Its machine's daemon stops the workload at once rather than at its next poll.
+  if (session.workload) {
+    await ctx.events.record(
+      trx,
+      { kind: 'machine.sessions', providerId: session.provider_id, sessionId: session.id, change: 'ended' },
+      correlationId,
+    );
+  }
   return { session: ended, billingRecord: record, alreadyEnded: false };
 }

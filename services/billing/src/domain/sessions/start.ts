@@ -224,6 +224,14 @@ export async function startSession(
       estimatedRuntimeMinutes: runtimeMinutes(available, rates.totalHourlyRate),
     };
     await ctx.events.record(trx, { kind: 'session.started', session }, input.correlationId);
+    // Its machine's daemon starts the workload at once rather than at its next poll.
+    if (input.workload) {
+      await ctx.events.record(
+        trx,
+        { kind: 'machine.sessions', providerId: input.providerId, sessionId: id, change: 'started' },
+        input.correlationId,
+      );
+    }
     await idem?.claim(trx, lockTxId, started);
     return started;
   };
