@@ -17,9 +17,13 @@
  *  4. The daemon is killed (SIGKILL) mid-session and started again: it finds its machine and the running session, and
  *     its usage reports resume. The second session ends at its cap once the time the cap pays for is over (a little
  *     over a minute), billed exactly to the cap, and its 4 GPUs are back on the market.
- *  5. The renter ends the session: billing charges the started minutes (the billing minute is not shortened),
- *     credits the provider's earnings and pays them out on chain; the registry shows the machine idle again.
- *  6. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
+ *  5. The renter ends the session: billing charges the started minutes (the billing minute is not shortened).
+ *  6. Workloads: a fourth renter runs a job on 2 of the 8 GPUs in the daemon's bubblewrap sandbox (its input the
+ *     dataset, read-only; its log followed in storage while it runs; its output a checksum in storage); the session
+ *     ends when it exits, billed for the minutes it ran. A second job of an hour is stopped at its spend cap, billed
+ *     exactly to it, and no process of it is left. The provider's earnings of all four sessions are paid out on
+ *     chain; the registry shows the machine idle again.
+ *  7. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
  *     platform fee (5 %), the payouts are the earnings, each renter's wallet is what they deposited less their
  *     rentals and storage charges, and each on-chain balance (the renters' addresses, the payout address, the
  *     treasury) matches. Exit status 0 only when every line holds.
@@ -29,9 +33,9 @@
  * daemon. Only presigned URLs go to the object store itself, and the chain is the chain. The last
  * line is `DEMO OK {json}` (what happened, with the payout's signature), or the command fails naming the step.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import {
@@ -281,6 +285,153 @@ async function renterFigures(connection: Connection, renter: Renter, sessionCost
   };
 }
 
+/** Debian's bubblewrap, which the daemon runs workloads in: installed when missing (as root), else a clear refusal. */
+function ensureSandbox(): void {
+  if (spawnSync('bwrap', ['--version']).status === 0) return;
+  if (process.getuid?.() !== 0) throw new Error('the workload scene needs bubblewrap: apt-get install bubblewrap');
+  say('installing bubblewrap (the workload sandbox)', 'apt-get install bubblewrap');
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  spawnSync('apt-get', ['update', '-qq'], { stdio: 'ignore', env });
+  const installed = spawnSync('apt-get', ['install', '-y', '-qq', 'bubblewrap'], { stdio: 'inherit', env });
+  if (installed.status !== 0) throw new Error('apt-get install bubblewrap failed');
+}
+
+/** Whether a process on this machine runs for the session (the platform sets GPU_PLATFORM_SESSION_ID in its sandbox). */
+function processOfSession(sessionId: string): boolean {
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (readFileSync(`/proc/${pid}/environ`, 'latin1').includes(`GPU_PLATFORM_SESSION_ID=${sessionId}`)) return true;
+    } catch {
+      // Gone meanwhile, or not ours to read.
+    }
+  }
+  return false;
+}
+
+/**
+ * The workload scene: a renter finds the machine with its own token and runs a job on 2 of its 8 GPUs in the
+ * daemon's bubblewrap sandbox, reading the dataset (its input, read-only) and writing a checksum (its output); it
+ * follows the job's log in its storage while it runs, the session ends when the job exits, billed for the minutes it
+ * ran, and the output is in its storage. A second job that would run for an hour is stopped at its spend cap, billed
+ * exactly to it, and no process of it is left.
+ */
+async function workloadScene(connection: Connection, machineId: string, datasetKey: string, dataset: string) {
+  const worker = await fundedRenter(connection, 'workload renter', 600, '500');
+  const offer = await findOffer(worker.token, machineId, () => true);
+  say('workload renter found the machine with its own token', `${offer.free_gpus} free ${offer.gpu_model}`);
+  const objects = objectStore({ baseUrl: urls.storage, token: worker.token });
+  await objects.upload({ key: datasetKey }, dataset, { contentType: 'text/csv' });
+  const quote = unwrap(
+    await worker.billing.POST('/api/v1/pricing/calculate', {
+      body: { gpu_model: 'H100', gpu_count: 2, provider_id: machineId },
+    }),
+  );
+  const run = async (workload: object, extra: { spend_cap?: string } = {}) =>
+    unwrap(
+      await worker.billing.POST('/api/v1/billing/start-session', {
+        body: {
+          user_id: worker.id,
+          wallet_id: worker.wallet.id,
+          provider_id: machineId,
+          job_id: randomUUID(),
+          gpu_model: 'H100',
+          gpu_count: 2,
+          requested_vram_mb: 0,
+          estimated_power_w: 0,
+          accepted_hourly_rate: quote.total_hourly_rate,
+          workload: workload as never,
+          ...extra,
+        },
+      }),
+    );
+  // The job: an argv (the renter's own shell script, never a string the platform runs through a shell).
+  const job = await run({
+    command: [
+      'sh',
+      '-c',
+      'echo "GPUs: $CUDA_VISIBLE_DEVICES"; echo "rows: $(wc -l < /work/inputs/data.csv)"; ' +
+        'for epoch in 1 2 3 4; do echo "epoch $epoch"; sleep 1; done; ' +
+        'sha256sum < /work/inputs/data.csv | cut -d" " -f1 > /work/output/checksum.txt; echo done',
+    ],
+    inputs: [{ key: datasetKey, path: 'data.csv' }],
+    max_runtime_seconds: 600,
+  });
+  const jobId = job.session.id;
+  say('workload job started', `${jobId} on GPUs ${job.session.gpu_indices?.join(', ')} of the machine, in the sandbox`);
+  // An hour-long job, capped: the cap pays for its first minute and a little more.
+  const cap = new Decimal(quote.total_hourly_rate).div(60).mul(1.05).toDecimalPlaces(6, Decimal.ROUND_UP).toFixed(6);
+  const long = await run({ command: ['sleep', '3600'], max_runtime_seconds: 3600 }, { spend_cap: cap });
+  say(
+    'an hour-long job started with a spend cap',
+    `${long.session.id} on GPUs ${long.session.gpu_indices?.join(', ')}, at most ${cap} tokens`,
+  );
+  const workloadOf = async (id: string) =>
+    unwrap(
+      await worker.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+        params: { path: { sessionID: id } },
+      }),
+    );
+  // Its log, followed in the renter's storage while it runs.
+  const logKey = `sessions/${jobId}/logs/stdout.log`;
+  const live = await until("the job's log in storage while it runs", async () => {
+    const text = await (await objects.download({ key: logKey })).text();
+    return text.includes('epoch 1') ? text : undefined;
+  });
+  say("followed the job's log in storage while it ran", JSON.stringify(live.trim().split('\n').slice(0, 3)));
+  const done = await until(
+    'the job to exit and end its session',
+    async () => {
+      const w = await workloadOf(jobId);
+      return w.outputs !== null && w.session.status === 'completed' ? w : undefined;
+    },
+    60_000,
+  );
+  if (done.state !== 'exited' || done.exit_code !== 0 || done.session.end_reason !== 'workload_exited') {
+    throw new Error(`the job ended ${done.state} ${done.exit_code} ${done.session.end_reason}`);
+  }
+  const outputKey = done.outputs?.[0]?.key ?? '';
+  const checksum = (await (await objects.download({ key: outputKey })).text()).trim();
+  const expected = createHash('sha256').update(dataset).digest('hex');
+  if (checksum !== expected) throw new Error(`the job's output ${outputKey} holds ${checksum}, not ${expected}`);
+  const history = unwrap(
+    await worker.billing.GET('/api/v1/billing/history', { params: { query: { user_id: worker.id } } }),
+  );
+  const record = history.find((r) => r.session_id === jobId);
+  if (!record) throw new Error("the job's billing record is missing");
+  const ranMs = Date.parse(done.ended_at ?? '') - Date.parse(done.running_at ?? '');
+  const owed = new Decimal(record.total_hourly_rate)
+    .mul(Math.ceil(ranMs / 60_000))
+    .div(60)
+    .toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
+  if (!owed.eq(record.total_cost))
+    throw new Error(`the job ran ${ranMs} ms and cost ${record.total_cost}, not ${owed}`);
+  say(
+    'the job exited, its session ended with it, its output in storage',
+    `${outputKey} = sha256 of the dataset; ran ${(ranMs / 1000).toFixed(1)} s from running to exit: ` +
+      `${record.billed_minutes} started minute(s), ${record.total_cost} tokens (preparation not billed)`,
+  );
+  const stopped = await until(
+    'the capped job to be stopped at its cap',
+    async () => {
+      const w = await workloadOf(long.session.id);
+      return w.state === 'stopped' && w.session.status === 'completed' ? w : undefined;
+    },
+    150_000,
+  );
+  const cappedRecord = unwrap(
+    await worker.billing.GET('/api/v1/billing/history', { params: { query: { user_id: worker.id } } }),
+  ).find((r) => r.session_id === long.session.id);
+  if (stopped.session.end_reason !== 'spend_cap' || cappedRecord?.total_cost !== cap) {
+    throw new Error(`the capped job ended ${stopped.session.end_reason} at ${cappedRecord?.total_cost}`);
+  }
+  if (processOfSession(long.session.id)) throw new Error('a process of the capped job is still running');
+  say(
+    'the hour-long job was stopped at its spend cap',
+    `${cappedRecord.total_cost} tokens, exactly the cap; stopped (${stopped.reason}), no process of it left`,
+  );
+  return { renter: worker, record, cappedRecord, outputKey };
+}
+
 async function main() {
   const platformChild = await platform();
   if (platformChild) children.push(platformChild);
@@ -314,7 +465,11 @@ async function main() {
     provider: { name: 'demo-rig', hostname: 'demo-rig.local', location: 'demo' },
     heartbeat_interval: '2s',
     gpu: { source: 'simulated', simulated_gpus: Array.from({ length: 8 }, () => h100) },
+    // Renters' workloads run in the sandbox here (the demo's folder lets their users through to it, as /var/lib would).
+    workloads: { run_dir: path.join(work, 'workloads'), stop_grace: '2s' },
   };
+  chmodSync(work, 0o711);
+  ensureSandbox();
   const configFile = path.join(work, 'daemon.yaml');
   writeFileSync(configFile, JSON.stringify(daemonConfig, null, 2), { mode: 0o600 });
   let daemon = spawnDaemon(configFile);
@@ -531,7 +686,9 @@ async function main() {
     `${record.billed_minutes} started minute(s) billed (the billing minute is not shortened), ${record.total_cost} ` +
       `tokens: ${record.provider_earnings} to the provider, ${record.platform_fee} platform fee`,
   );
-  const records = [record, secondRecord];
+  // 6. Workloads: a renter's job runs on exactly the GPUs it leased, billed only while it runs.
+  const jobs = await workloadScene(connection, machineId, datasetKey, dataset);
+  const records = [record, secondRecord, jobs.record, jobs.cappedRecord];
   const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
   const payouts = await until(
     "the automatic payouts of every session's earnings",
@@ -557,18 +714,19 @@ async function main() {
   );
   say('registry', 'the machine is idle again');
 
-  // 6. Reconciliation, read back from billing and the chain.
+  // 7. Reconciliation, read back from billing and the chain.
   const checks = reconcile({
     decimals,
-    sessions: records.map((r, i) => ({
+    sessions: records.map((r) => ({
       totalCost: r.total_cost,
       providerEarnings: r.provider_earnings,
       platformFee: r.platform_fee,
-      platformFeePercent: (i === 0 ? start : capped).session.rates.platform_fee_percent,
+      platformFeePercent: start.session.rates.platform_fee_percent,
     })),
     renters: [
       await renterFigures(connection, renter, [record.total_cost]),
       await renterFigures(connection, second, [secondRecord.total_cost]),
+      await renterFigures(connection, jobs.renter, [jobs.record.total_cost, jobs.cappedRecord.total_cost]),
     ],
     payouts: payouts.map((p) => p.amount),
     payoutAddressOnChain: onChain,
@@ -591,6 +749,12 @@ async function main() {
       provider_earnings: record.provider_earnings,
       platform_fee: record.platform_fee,
       capped_total_cost: secondRecord.total_cost,
+      workload_session_id: jobs.record.session_id,
+      workload_billed_minutes: jobs.record.billed_minutes,
+      workload_total_cost: jobs.record.total_cost,
+      workload_hourly_rate: jobs.record.total_hourly_rate,
+      workload_output_key: jobs.outputKey,
+      capped_workload_total_cost: jobs.cappedRecord.total_cost,
       payout_amounts: payouts.map((p) => p.amount),
       payout_signatures: payouts.map((p) => p.signature),
       payout_address: payoutKey.publicKey.toBase58(),

@@ -211,12 +211,12 @@ describe('pnpm start', () => {
   });
 
   it('runs pnpm demo on it: a market of two renters on one machine, sign-up to on-chain payout, reconciled', {
-    timeout: 360_000,
+    timeout: 480_000,
   }, async () => {
     const demo = await run('pnpm', ['-s', 'demo'], {
       cwd: root,
       env: { ...process.env, ...platformEnv(dataDir) },
-      timeout: 350_000,
+      timeout: 470_000,
     }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
       throw new Error(`pnpm demo failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
     });
@@ -233,9 +233,24 @@ describe('pnpm start', () => {
     expect(summary.total_cost).toBe(cost.toFixed(6));
     const fee = cost.mul('0.05').toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
     expect(summary.provider_earnings).toBe(cost.minus(fee).toFixed(6));
-    // The capped session cost its cap exactly; both sessions' earnings were paid out on chain.
+    // The capped session cost its cap exactly.
     expect(summary.capped_total_cost).toBe('15.000000');
-    const earned = cost.minus(fee).add('14.250000');
+    // The workload scene: a job of a few seconds on 2 GPUs billed one started minute at its session's rate (2 of the
+    // 4 GPUs' figure: 404.5858984375 an hour), and the hour-long job its cap exactly.
+    expect(summary.workload_billed_minutes).toBe(1);
+    const jobCost = new Decimal(String(summary.workload_hourly_rate))
+      .div(60)
+      .toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
+    expect(summary.workload_total_cost).toBe(jobCost.toFixed(6));
+    const jobCap = new Decimal(String(summary.workload_hourly_rate))
+      .div(60)
+      .mul('1.05')
+      .toDecimalPlaces(6, Decimal.ROUND_UP);
+    expect(summary.capped_workload_total_cost).toBe(jobCap.toFixed(6));
+    expect(summary.workload_output_key).toBe(`sessions/${summary.workload_session_id}/output/checksum.txt`);
+    // Every session's earnings (its cost less the 5% fee) were paid out on chain.
+    const earnings = (c: Decimal) => c.minus(c.mul('0.05').toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN));
+    const earned = [cost, new Decimal('15'), jobCost, jobCap].reduce((sum, c) => sum.add(earnings(c)), new Decimal(0));
     const payouts = summary.payout_amounts as unknown as string[];
     expect(payouts.reduce((sum, p) => sum.add(p), new Decimal(0)).toFixed(6)).toBe(earned.toFixed(6));
     expect(summary.payout_address_balance).toBe(earned.toFixed(6));
@@ -245,8 +260,8 @@ describe('pnpm start', () => {
     // 900 deposited, the minutes paid, the rest of the hold released (no storage charge in so short a run).
     expect(summary.renter_available).toBe(new Decimal(900).minus(cost).toFixed(6));
     // The demo's own reconciliation (read back from billing and the chain) held, every line of it: two per
-    // session, the payouts, two per paying renter, the payout address and the treasury.
-    expect(summary.reconciled).toBe(11);
+    // session (four), the payouts, two per paying renter (three), the payout address and the treasury.
+    expect(summary.reconciled).toBe(17);
     expect(demo.stdout).not.toMatch(/FAIL/);
     expect(demo.stdout).toMatch(/renter found the machine on the market with its own token/);
     expect(demo.stdout).toMatch(/renter uploaded a dataset/);
@@ -258,6 +273,14 @@ describe('pnpm start', () => {
     expect(demo.stdout).toMatch(/third renter refused: 409 PROVIDER_NOT_AVAILABLE/);
     expect(demo.stdout).toMatch(/daemon restarted: same machine, the running session found, usage resumed/);
     expect(demo.stdout).toMatch(/second session ended at its spend cap: 15.000000 tokens/);
+    // The workload scene: the job on 2 GPUs in the sandbox, its log followed, its output in storage, the capped job
+    // stopped with no process left.
+    expect(demo.stdout).toMatch(/workload job started: .* on GPUs 0, 1 of the machine, in the sandbox/);
+    expect(demo.stdout).toMatch(/followed the job's log in storage while it ran: .*GPUs: GPU-/);
+    expect(demo.stdout).toMatch(/the job exited, its session ended with it, its output in storage/);
+    expect(demo.stdout).toMatch(
+      /the hour-long job was stopped at its spend cap: .* exactly the cap; .* no process of it left/,
+    );
   });
 
   it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {
