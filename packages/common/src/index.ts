@@ -156,6 +156,7 @@ export { type RunningService, type RunServiceOptions, runService, startOrExit } 
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';
 export {
   inputPathOf,
+  maxOutputPathBytes,
   refusedEnvName,
   settledOutput,
   WORKLOAD_FILES,

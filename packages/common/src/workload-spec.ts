@@ -182,3 +182,15 @@ export const WORKLOAD_FILES = {
   stderr: 'logs/stderr.log',
   output: 'output/',
 } as const;
+
+/** What storage puts before a user's keys in the default bucket: `users/<user id>/` (a UUID). */
+const USER_FOLDER_BYTES = 'users/'.length + 36 + 1;
+
+/**
+ * The longest path under `/work/output/` (in UTF-8 bytes) whose object key keeps storage's 1024 bytes: the prefix,
+ * `output/` and the path, in the renter's folder of the default bucket unless a bucket is named.
+ */
+export function maxOutputPathBytes(output: WorkloadOutput): number {
+  const folder = output.bucket === undefined ? USER_FOLDER_BYTES : 0;
+  return 1024 - folder - bytes(output.prefix) - WORKLOAD_FILES.output.length;
+}

@@ -131,6 +131,16 @@ describe('POST /grants', () => {
     expect(res.body).not.toContain('X-Amz-Signature');
   });
 
+  it("refuses a key that passes 1024 bytes once in the user's folder (400 naming the entry), which S3 would refuse", async () => {
+    // 1000 bytes as the user names it: valid on its own, 1043 with users/<id>/ in front.
+    const long = `${'a'.repeat(995)}.txt`;
+    const res = await grant({ user_id: renter.id, write: [{ key: 'ok.txt' }, { key: long }] });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().detail).toMatch(/^write\[1\]: the stored key must be at most 1024 bytes/);
+    expect(res.json().errors[0].path).toBe('body.write.1.key');
+    expect(res.body).not.toContain('X-Amz-Signature');
+  });
+
   it("refuses another user's bucket (403 BUCKET_NOT_OWNED) naming the entry", async () => {
     const bucket = await bucketOf(other);
     const res = await grant({ user_id: renter.id, write: [{ key: 'ok.txt' }, { bucket, key: 'stolen.txt' }] });

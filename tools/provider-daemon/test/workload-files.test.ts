@@ -5,10 +5,14 @@
  * auth service, registry, billing, storage (on the tests' S3 server) and bubblewrap.
  */
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
-const rig = useWorkloadRig({ storage: true });
+// A short upload window, so that a test sees it close.
+const WINDOW_MS = 6000;
+const rig = useWorkloadRig({ storage: true, billing: { billing: { workload_upload_window: `${WINDOW_MS}ms` } } });
 
 /** An object of the renter's folder, through the storage service with the renter's own token. */
 async function read(headers: Record<string, string>, key: string): Promise<{ status: number; text: string }> {
@@ -132,6 +136,10 @@ describe("a workload's files", () => {
     const badInput = await run({ inputs: [{ key: 'x', path: '../../etc/passwd' }] });
     expect(badInput.statusCode).toBe(400);
     expect(await balance()).toEqual(before);
+    // No session was started, so no GPU was leased.
+    const sessions = await rig.billing.app.inject({ url: '/api/v1/billing/sessions', headers: attacker.headers });
+    expect(sessions.json()).toEqual([]);
+    expect(intoTheirs.json().code).toBe('FOLDER_NOT_OWNED');
   });
 
   it('grants files only to the machine of the session, and never a path outside its prefix', async () => {
@@ -160,5 +168,85 @@ describe("a workload's files", () => {
     expect((await fetch(url, { method: 'GET' })).status).toBe(403);
     url.pathname = url.pathname.replace('result.bin', 'other.bin');
     expect((await fetch(url, { method: 'PUT', body: 'x' })).status).toBe(403);
+  });
+
+  it('uploads nothing of the host when the workload replaced its output directory with a link', async () => {
+    const m = await rig.machine();
+    const r = await rig.rent(m.providerId, 1, {
+      command: ['sh', '-c', 'rm -rf /work/output && ln -s /etc /work/output && echo swapped'],
+      max_runtime_seconds: 60,
+    });
+    const runner = m.runner();
+    runner.run();
+    try {
+      await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (w) => w.state === 'exited',
+      );
+      // The daemon is done with the session once its directory is gone (its logs uploaded).
+      await until(
+        async () => existsSync(join(m.runDir, r.id)),
+        (present) => !present,
+        20_000,
+      );
+      expect(existsSync(join(m.runDir, r.id))).toBe(false);
+      const w = await rig.workloadOf(r.headers, r.id);
+      expect(w).toMatchObject({ state: 'exited', exit_code: 0, outputs: null });
+      expect((await read(r.headers, `sessions/${r.id}/logs/stdout.log`)).text).toBe('swapped\n');
+      const listed = await fetch(
+        `${rig.storage.url}/objects/list?prefix=${encodeURIComponent(`sessions/${r.id}/output/`)}`,
+        { headers: r.headers },
+      );
+      expect(await listed.json()).toEqual([]);
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('grants inputs only until the workload runs, and nothing once the upload window after its end closed', async () => {
+    const m = await rig.machine();
+    const renter = await rig.renter();
+    await upload(renter.headers, 'in.bin', 'input');
+    const r = await rig.rent(
+      m.providerId,
+      1,
+      { command: ['sleep', '1'], max_runtime_seconds: 60, inputs: [{ key: 'in.bin' }] },
+      renter,
+    );
+    const daemon = { authorization: `Bearer ${await m.deps.token.get()}` };
+    const grant = () =>
+      rig.billing.app.inject({
+        method: 'POST',
+        url: `/api/v1/billing/sessions/${r.id}/workload/grants`,
+        headers: daemon,
+        payload: { outputs: ['late.bin'] },
+      });
+    const before = await grant();
+    expect(before.json().inputs).toHaveLength(1);
+    const runner = m.runner();
+    runner.run();
+    try {
+      await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (w) => w.state === 'running',
+      );
+      const running = await grant();
+      expect(running.statusCode).toBe(200);
+      expect(running.json().inputs).toEqual([]);
+      const ended = await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (w) => w.state === 'exited',
+      );
+      // Within the window: logs and outputs may still be written, each URL never valid past the window.
+      const late = await grant();
+      expect(late.statusCode).toBe(200);
+      expect(Date.parse(late.json().expires_at)).toBeLessThanOrEqual(Date.parse(ended.ended_at) + WINDOW_MS + 1000);
+      await new Promise((done) => setTimeout(done, Date.parse(ended.ended_at) + WINDOW_MS + 200 - Date.now()));
+      const closed = await grant();
+      expect(closed.statusCode).toBe(409);
+      expect(closed.json().code).toBe('UPLOAD_WINDOW_CLOSED');
+    } finally {
+      await runner.stop();
+    }
   });
 });

@@ -8,7 +8,7 @@
  * unless every entry passes. A refusal names the entry (`read[1]: ...`). Whoever holds a URL can use that one
  * object, with that one method, until it expires.
  */
-import { AppError, isRefusal, type Principal } from '@gpu/common';
+import { AppError, errors, isRefusal, objectKeyProblem, type Principal } from '@gpu/common';
 import { storageErrors } from '../errors.ts';
 import type { ResolvedTarget, StorageAccess } from './access.ts';
 import { existingObject, type Target } from './objects.ts';
@@ -85,6 +85,16 @@ export async function grantUrls(deps: GrantDeps, req: GrantRequest): Promise<Gra
   };
   const reads: Item[] = req.read.map(resolve('read'));
   const writes: Item[] = req.write.map(resolve('write'));
+  // The store's key is the user's folder and the key: it too must keep the limits (1024 bytes), or the store refuses
+  // the URL's request later.
+  for (const item of [...reads, ...writes]) {
+    const problem = objectKeyProblem(item.target.key);
+    if (problem) {
+      throw errors.validation(`${item.label}: the stored key ${problem}`, [
+        { path: `body.${item.label.replace('[', '.').replace(']', '')}.key`, message: `the stored key ${problem}` },
+      ]);
+    }
+  }
 
   // One at a time, in request order, so the refusal names the first entry refused; a bucket's owner is read once.
   for (const item of [...reads, ...writes]) {

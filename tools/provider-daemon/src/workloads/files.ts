@@ -23,7 +23,7 @@ import {
   statSync,
 } from 'node:fs';
 import path from 'node:path';
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { type billingClient, unwrap } from '@gpu/client';
 import { type Logger, objectKeyProblem } from '@gpu/common';
@@ -41,8 +41,13 @@ interface Grants {
 
 /** The most output files one workload leaves (billing's bound too), and the largest one PUT carries. */
 const MAX_OUTPUTS = 1000;
+/** Output files asked for in one grant (storage signs at most 1000 writes at once, the two logs among them). */
+const GRANT_BATCH = 500;
 /** A grant is asked for again this long before it expires. */
 const RENEW_BEFORE_MS = 60_000;
+
+/** The longest one input may take to arrive. */
+const INPUT_TIMEOUT_MS = 30 * 60_000;
 
 /** Why a workload's inputs could not be made ready. */
 class InputsError extends Error {}
@@ -58,6 +63,8 @@ export class SessionFiles {
   private grants: Grants | undefined;
   /** The size of each log when last uploaded. */
   private readonly shipped = new Map<string, number>();
+  /** Output files uploaded already (a later try sends only the rest). */
+  private readonly uploaded = new Set<string>();
   private shipping: Promise<void> | undefined;
 
   constructor(
@@ -95,14 +102,30 @@ export class SessionFiles {
       // The spec's rules keep every path inside; said again here, where a file is written.
       if (!file.startsWith(`${dir}${path.sep}`)) throw new InputsError(`input path ${input.path} leaves the directory`);
       mkdirSync(path.dirname(file), { recursive: true });
-      const res = await fetch(input.url).catch((err: Error) => {
-        throw new InputsError(`input ${input.key}: ${err.message}`);
+      // No byte past the size storage checked when it signed (the renter may replace the object meanwhile), and no
+      // transfer idle for a minute.
+      const limit = input.size ?? 0;
+      let received = 0;
+      const capped = new Transform({
+        transform(chunk: Buffer, _enc, done) {
+          received += chunk.length;
+          done(
+            received > limit ? new InputsError(`input ${input.key} is larger than when it was granted`) : null,
+            chunk,
+          );
+        },
       });
-      if (!res.ok || !res.body) throw new InputsError(`input ${input.key}: the store answered ${res.status}`);
-      await pipeline(
-        Readable.fromWeb(res.body as import('node:stream/web').ReadableStream),
-        createWriteStream(file, { flags: 'wx', mode: 0o444 }),
-      );
+      try {
+        const res = await fetch(input.url, { signal: AbortSignal.timeout(INPUT_TIMEOUT_MS) });
+        if (!res.ok || !res.body) throw new InputsError(`input ${input.key}: the store answered ${res.status}`);
+        await pipeline(
+          Readable.fromWeb(res.body as import('node:stream/web').ReadableStream),
+          capped,
+          createWriteStream(file, { flags: 'wx', mode: 0o444 }),
+        );
+      } catch (err) {
+        throw err instanceof InputsError ? err : new InputsError(`input ${input.key}: ${(err as Error).message}`);
+      }
     }
     // Directories the workload's user can pass through and list, not write.
     const open = (d: string) => {
@@ -144,18 +167,30 @@ export class SessionFiles {
     return run;
   }
 
-  /** Uploads what the workload left under `outputDir` and tells billing what was written. */
-  async uploadOutputs(outputDir: string): Promise<void> {
-    const files = outputFiles(outputDir);
-    if (files.dropped > 0) {
-      this.logger.warn({ session_id: this.sessionId, dropped: files.dropped }, 'some outputs are not uploaded');
+  /**
+   * Uploads what the workload left under `outputDir` (paths of at most `maxPathBytes`) and tells billing what was
+   * written; files uploaded by an earlier call that failed part-way are not sent again.
+   */
+  async uploadOutputs(outputDir: string, maxPathBytes: number): Promise<void> {
+    const files = outputFiles(outputDir, maxPathBytes);
+    if (files.dropped.length > 0) {
+      this.logger.warn(
+        { session_id: this.sessionId, dropped: files.dropped.length, first: files.dropped.slice(0, 5) },
+        'some outputs are not uploaded (links, special files, too large, too many, or names storage refuses)',
+      );
+    }
+    const due = files.found.filter((f) => !this.uploaded.has(f.path));
+    for (let i = 0; i < due.length; i += GRANT_BATCH) {
+      const batch = due.slice(i, i + GRANT_BATCH);
+      const grants = await this.grant(batch.map((f) => f.path));
+      for (const [j, out] of grants.outputs.entries()) {
+        // A file's bytes stream from disk: the workload is gone, nothing changes them meanwhile, and the walk went
+        // through real directories only.
+        await uploadFile(path.join(outputDir, out.path), out.url, { attempts: 3 });
+        this.uploaded.add(batch[j]!.path);
+      }
     }
     if (files.found.length === 0) return;
-    const grants = await this.grant(files.found.map((f) => f.path));
-    for (const out of grants.outputs) {
-      // A file's bytes stream from disk: the workload is gone, nothing changes them meanwhile.
-      await uploadFile(path.join(outputDir, out.path), out.url, { attempts: 3 });
-    }
     unwrap(
       await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/outputs', {
         params: { path: { sessionID: this.sessionId } },
@@ -166,12 +201,23 @@ export class SessionFiles {
 }
 
 /**
- * The regular files under `dir`, as paths relative to it (sorted), walked without following any link; what is passed
- * over (links, devices, FIFOs, sockets, files above 5 GiB, files past the 1000th) is counted.
+ * The regular files under `dir`, as paths relative to it (sorted), walked without following any link: `dir` itself
+ * must be a real directory (a workload that replaced its output directory with a link to elsewhere has none), and
+ * only real directories are entered. What is passed over (links, devices, FIFOs, sockets, files above 5 GiB, names
+ * storage would refuse as keys or longer than `maxPathBytes`, files past the 1000th) is listed; the walk stops early
+ * past the limit.
  */
-function outputFiles(dir: string): { found: { path: string; size: number }[]; dropped: number } {
+function outputFiles(
+  dir: string,
+  maxPathBytes: number,
+): { found: { path: string; size: number }[]; dropped: string[] } {
   const found: { path: string; size: number }[] = [];
-  let dropped = 0;
+  const dropped: string[] = [];
+  try {
+    if (!lstatSync(dir).isDirectory()) return { found, dropped: ['output (not a directory)'] };
+  } catch {
+    return { found, dropped };
+  }
   const walk = (rel: string) => {
     let entries: Dirent[];
     try {
@@ -180,14 +226,20 @@ function outputFiles(dir: string): { found: { path: string; size: number }[]; dr
       return;
     }
     for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      if (found.length + dropped.length > 2 * MAX_OUTPUTS) return;
       const p = rel ? `${rel}/${e.name}` : e.name;
-      if (e.isDirectory()) walk(p);
-      else if (e.isFile()) {
-        const size = lstatSync(path.join(dir, p)).size;
-        // A name storage would refuse as a key (a control character) is passed over rather than fail the rest.
-        if (found.length >= MAX_OUTPUTS || size > MAX_SINGLE_PUT_BYTES || objectKeyProblem(p)) dropped++;
-        else found.push({ path: p, size });
-      } else dropped++;
+      if (e.isDirectory()) {
+        walk(p);
+        continue;
+      }
+      let size = -1;
+      try {
+        // A name that is not UTF-8 cannot be named back: it is passed over.
+        if (e.isFile()) size = lstatSync(path.join(dir, p)).size;
+      } catch {}
+      const fits = size >= 0 && size <= MAX_SINGLE_PUT_BYTES && Buffer.byteLength(p) <= maxPathBytes;
+      if (!fits || found.length >= MAX_OUTPUTS || objectKeyProblem(p)) dropped.push(p);
+      else found.push({ path: p, size });
     }
   };
   walk('');

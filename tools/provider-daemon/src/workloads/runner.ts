@@ -26,10 +26,21 @@
  * A report that fails is tried again at the next poll (reports are idempotent at billing).
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
-import { billingClient, type TokenSource, unwrap } from '@gpu/client';
-import { durationMs, type Logger, type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
+import { ApiError, billingClient, type TokenSource, unwrap } from '@gpu/client';
+import { durationMs, type Logger, maxOutputPathBytes, type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
@@ -61,12 +72,39 @@ export interface WorkloadRunnerDeps {
   nudges?: (subject: string, onMessage: () => void) => { unsubscribe(): void };
 }
 
+/** A finished workload's files still to upload. */
+interface Uncollected {
+  files: SessionFiles;
+  dir: string;
+  maxPathBytes: number;
+}
+
+/**
+ * Removes a session's directory, its inputs too (read-only: a daemon that is not root cannot unlink inside them until
+ * they are writable again); never fails the caller.
+ */
+function removeTree(dir: string): void {
+  const writable = (d: string) => {
+    try {
+      if (!lstatSync(d).isDirectory()) return;
+      chmodSync(d, 0o700);
+      for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) writable(path.join(d, e.name));
+    } catch {}
+  };
+  writable(path.join(dir, 'inputs'));
+  try {
+    rmSync(dir, { recursive: true, force: true });
+  } catch {}
+}
+
 interface Running {
   sandbox: Sandbox;
   slot: number;
   dir: string;
   /** Its files in the renter's storage (null: it keeps none there; its logs stay on the machine). */
   files: SessionFiles | null;
+  /** The longest output path whose key storage takes. */
+  maxPathBytes: number;
   /** When its logs were last uploaded. */
   shippedAt: number;
   /** Until when its session's funds pay for running, as billing last said (null: not said). */
@@ -110,6 +148,11 @@ export class WorkloadRunner {
   private readonly done = new Set<string>();
   /** Reports billing has not taken yet, by session, in order: sent one after another, again at each poll. */
   private readonly unsent = new Map<string, Report[]>();
+  /** Sessions whose launch (inputs, sandbox) is under way. */
+  private readonly launching = new Set<string>();
+  /** Ended workloads whose files are not all uploaded yet: tried again at each poll. */
+  private readonly uncollected = new Map<string, Uncollected>();
+  private readonly collecting = new Set<string>();
   /** The sending of each session's reports, so that they reach billing in the order they happened. */
   private readonly sending = new Map<string, Promise<void>>();
   private readonly lastAlive: Date;
@@ -209,12 +252,15 @@ export class WorkloadRunner {
     this.writeJournal();
     const live = new Set(sessions.map((s) => s.id));
     for (const [id, r] of this.running) if (!live.has(id)) void r.sandbox.stop('session_ended');
+    // Each launch on its own: one whose inputs take minutes to arrive holds up no other session, nor the stops.
     for (const s of sessions) {
-      if (!s.workload || this.running.has(s.id) || this.done.has(s.id)) continue;
-      await this.launch(s).catch((err) =>
-        this.deps.logger.warn({ err, session_id: s.id }, 'starting a workload failed; trying again'),
-      );
+      if (!s.workload || this.running.has(s.id) || this.done.has(s.id) || this.launching.has(s.id)) continue;
+      this.launching.add(s.id);
+      void this.launch(s)
+        .catch((err) => this.deps.logger.warn({ err, session_id: s.id }, 'starting a workload failed; trying again'))
+        .finally(() => this.launching.delete(s.id));
     }
+    await Promise.all([...this.uncollected].map(([id, c]) => this.collect(id, c)));
     // Alive, with what it started: a later life bills what it lost up to here.
     this.writeJournal();
     await this.refreshPaid();
@@ -306,12 +352,14 @@ export class WorkloadRunner {
         await files.fetchInputs(inputsDir, this.settings.disk_mb * 1024 * 1024);
       } catch (err) {
         this.done.add(session.id);
+        removeTree(dir);
         this.deps.logger.warn({ err, session_id: session.id }, 'the workload inputs could not be fetched');
         await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'inputs_unavailable' });
         return;
       }
     }
-    this.start(session, parsed.data, readings, paidUntil, { dir, logDir, files, inputsDir });
+    const maxPathBytes = parsed.data.output ? maxOutputPathBytes(parsed.data.output) : 0;
+    this.start(session, parsed.data, readings, paidUntil, { dir, logDir, files, inputsDir, maxPathBytes });
   }
 
   /** Makes the session's directories and starts its sandbox; its end is reported when it comes. */
@@ -320,10 +368,18 @@ export class WorkloadRunner {
     spec: WorkloadSpec,
     readings: GpuReading[],
     paidUntil: number | null,
-    place: { dir: string; logDir: string; files: SessionFiles | null; inputsDir: string | undefined },
+    place: {
+      dir: string;
+      logDir: string;
+      files: SessionFiles | null;
+      inputsDir: string | undefined;
+      maxPathBytes: number;
+    },
   ): void {
+    // A daemon stopping starts nothing more (its next life reports what was left preparing).
+    if (this.stopped) return;
     const slot = this.freeSlot();
-    const { dir, logDir, files, inputsDir } = place;
+    const { dir, logDir, files, inputsDir, maxPathBytes } = place;
     const workDir = path.join(dir, 'work');
     // Its output directory, uploaded at its end; its inputs' mount point (the inputs themselves are the daemon's).
     mkdirSync(path.join(workDir, 'output'), { recursive: true });
@@ -367,14 +423,25 @@ export class WorkloadRunner {
       this.deps.logger.warn({ err, session_id: session.id }, 'the sandbox refused the workload');
       return;
     }
-    this.running.set(session.id, { sandbox, slot, dir, files, shippedAt: 0, paidUntil, paidAsked: Date.now() });
+    this.running.set(session.id, {
+      sandbox,
+      slot,
+      dir,
+      files,
+      maxPathBytes,
+      shippedAt: 0,
+      paidUntil,
+      paidAsked: Date.now(),
+    });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
     // Running from when the sandbox is set up (and its network up): a sandbox that never is reports `failed`.
     sandbox.ready.then(
       (at) => void this.send(session.id, { state: 'running', at: at.toISOString() }),
       () => {},
     );
-    void sandbox.ended.then((end) => this.finish(session.id, end));
+    void sandbox.ended
+      .then((end) => this.finish(session.id, end))
+      .catch((err) => this.deps.logger.error({ err, session_id: session.id }, 'finishing a workload failed'));
   }
 
   private async finish(sessionId: string, end: SandboxEnd): Promise<void> {
@@ -390,25 +457,38 @@ export class WorkloadRunner {
     // Billing first (its clock stops at the end), then the files: its logs whole, what it left in output/.
     await this.send(sessionId, report);
     if (!running) return;
-    const kept = running.files ? await this.collect(sessionId, running.files, running.dir) : false;
-    // Its work directory goes with it; its logs stay on the machine when they could not be kept in storage.
-    rmSync(kept ? running.dir : path.join(running.dir, 'work'), { recursive: true, force: true });
+    if (running.files)
+      await this.collect(sessionId, { files: running.files, dir: running.dir, maxPathBytes: running.maxPathBytes });
+    else removeTree(path.join(running.dir, 'work'));
   }
 
-  /** Uploads a finished workload's logs and outputs (three tries); whether all of it was kept. */
-  private async collect(sessionId: string, files: SessionFiles, dir: string): Promise<boolean> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await files.shipLogs(true);
-        await files.uploadOutputs(path.join(dir, 'work', 'output'));
-        return true;
-      } catch (err) {
-        if (attempt === 3) {
-          this.deps.logger.error({ err, session_id: sessionId }, 'the workload files could not be uploaded');
-          return false;
-        }
-        await new Promise((r) => setTimeout(r, 2000 * attempt));
-      }
+  /**
+   * Uploads a finished workload's logs and outputs, and removes its directory once they are kept. Until then it stays
+   * (the outputs with it) and is tried again at each poll, until billing says its upload window closed (409): then
+   * its work directory goes, and its logs stay on the machine.
+   */
+  private async collect(sessionId: string, c: Uncollected): Promise<void> {
+    if (this.collecting.has(sessionId)) return;
+    this.collecting.add(sessionId);
+    try {
+      await c.files.shipLogs(true);
+      await c.files.uploadOutputs(path.join(c.dir, 'work', 'output'), c.maxPathBytes);
+      this.uncollected.delete(sessionId);
+      removeTree(c.dir);
+    } catch (err) {
+      const closed = err instanceof ApiError && err.status === 409;
+      if (closed) {
+        this.uncollected.delete(sessionId);
+        removeTree(path.join(c.dir, 'work'));
+      } else this.uncollected.set(sessionId, c);
+      this.deps.logger.warn(
+        { err, session_id: sessionId },
+        closed
+          ? 'the upload window closed: the workload files that were not uploaded are dropped'
+          : 'uploading the workload files failed; trying again at the next poll',
+      );
+    } finally {
+      this.collecting.delete(sessionId);
     }
   }
 

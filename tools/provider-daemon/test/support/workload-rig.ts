@@ -67,7 +67,7 @@ export interface WorkloadRig {
   workloadOf(headers: Record<string, string>, id: string): Promise<any>;
 }
 
-export function useWorkloadRig(opts: { storage?: boolean } = {}): WorkloadRig {
+export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<string, unknown> } = {}): WorkloadRig {
   const platform = useAuthAndRegistry();
   const dir = mkdtempSync(join(tmpdir(), 'daemon-workloads-'));
   // The run directory's parents let the workloads' users through (as /var/lib would), listing nothing.
@@ -180,10 +180,9 @@ export function useWorkloadRig(opts: { storage?: boolean } = {}): WorkloadRig {
         },
       });
     }
-    rig.billing = await billingWithRegistry(
-      platform,
-      opts.storage ? { config: { storage: { url: rig.storage.url } } } : {},
-    );
+    rig.billing = await billingWithRegistry(platform, {
+      config: { ...(opts.storage ? { storage: { url: rig.storage.url } } : {}), ...(opts.billing ?? {}) },
+    });
     billingUrl = await rig.billing.app.listen({ host: '127.0.0.1', port: 0 });
   });
   afterAll(async () => {

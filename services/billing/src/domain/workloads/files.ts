@@ -41,7 +41,6 @@ import {
   startSession,
 } from '../sessions/index.ts';
 import type { GrantedObject, ObjectRef } from '../workload-storage.ts';
-import { isEnded } from './workload.ts';
 
 /** The longest a grant's URL is valid. */
 const GRANT_SECONDS = 600;
@@ -130,7 +129,8 @@ export async function grantWorkloadFiles(
   if (now >= closes) throw billingErrors.uploadWindowClosed(sessionId);
   const seconds = Math.max(1, Math.min(GRANT_SECONDS, Math.floor((closes - now) / 1000)));
   const output = spec.output;
-  const inputs = isRunning(session) && !isEnded(row.state) ? spec.inputs : [];
+  // Inputs are fetched before the workload runs: granted until it does, never once it runs or its session ended.
+  const inputs = isRunning(session) && (row.state === 'pending' || row.state === 'preparing') ? spec.inputs : [];
   const outputs = outputPaths.map((p, i) => ({ path: p, ref: outputRef(output, p, `body.outputs[${i}]`) }));
   const logs = logRefs(output);
   const granted = await ctx.storage.grant(
