@@ -16,6 +16,18 @@ export const ROUTES: Record<Service, readonly string[]> = {
   billing: ['/api/v1/billing', '/api/v1/wallet', '/api/v1/pricing', '/api/v1/provider', '/api/v1/deposits'],
 };
 
+/**
+ * Paths a service serves to the platform's own services only, never routed by a gateway (each is a 404 there): the
+ * storage service's grants, which billing asks for on the internal network (a leaked admin token still cannot reach
+ * them from outside).
+ */
+export const SERVICE_ONLY: Record<Service, readonly string[]> = {
+  auth: [],
+  storage: ['/grants'],
+  'provider-registry': [],
+  billing: [],
+};
+
 /** The services' ports (the platform contract's), which docker-compose and Kubernetes use. */
 export const SERVICE_PORTS: Record<Service, number> = {
   auth: 8000,

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { OPERATOR_NETWORKS } from '../src/operators.ts';
-import { bodyLimitOf, ROUTES, SERVICE_PORTS, type Service } from '../src/routes.ts';
+import { bodyLimitOf, ROUTES, SERVICE_ONLY, SERVICE_PORTS, type Service } from '../src/routes.ts';
 import { gatewayDir } from './nginx.ts';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
@@ -53,7 +53,16 @@ describe('the route table', () => {
     const doc = JSON.parse(readFileSync(path.join(root, 'services', service, 'openapi.json'), 'utf8')) as {
       paths: Record<string, unknown>;
     };
-    const paths = Object.keys(doc.paths).filter((p) => !internal.test(p));
+    const serviceOnly = (p: string) => SERVICE_ONLY[service].some((prefix) => under(p, prefix));
+    // The paths for the platform's own services: no gateway routes them, under any service's prefix.
+    for (const p of Object.keys(doc.paths).filter(serviceOnly)) {
+      for (const s of services)
+        expect(
+          ROUTES[s].some((prefix) => under(p, prefix)),
+          `${p} is not public`,
+        ).toBe(false);
+    }
+    const paths = Object.keys(doc.paths).filter((p) => !internal.test(p) && !serviceOnly(p));
     expect(paths.length).toBeGreaterThan(0);
     for (const p of paths) {
       expect(

@@ -85,6 +85,42 @@ describe("the daemon runs renters' workloads", () => {
     }
   });
 
+  it("starts the next renter's workload on a GPU only once the previous one there is gone", async () => {
+    const m = await machine({ stop_grace: '2s' });
+    // It ignores SIGTERM: it holds its GPU through the whole grace period.
+    const first = await rent(m.providerId, 1, {
+      command: ['bash', '-c', 'trap "" TERM; sleep 3600 & wait'],
+      max_runtime_seconds: 3600,
+    });
+    const runner = m.runner();
+    runner.run();
+    try {
+      await until(
+        () => workloadOf(first.headers, first.id),
+        (w) => w.state === 'running',
+      );
+      const end = await rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        headers: first.headers,
+        payload: { session_id: first.id },
+      });
+      expect(end.statusCode).toBe(200);
+      // Billing freed the GPU at once: the next renter gets it while the first workload is still stopping.
+      const next = await rent(m.providerId, 1, { command: ['true'], max_runtime_seconds: 60 });
+      expect(next.gpus).toEqual(first.gpus);
+      const done = await until(
+        () => workloadOf(next.headers, next.id),
+        (w) => w.state === 'exited',
+      );
+      const gone = await workloadOf(first.headers, first.id);
+      expect(gone).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+      expect(Date.parse(done.running_at)).toBeGreaterThanOrEqual(Date.parse(gone.ended_at));
+    } finally {
+      await runner.stop();
+    }
+  });
+
   it('a daemon that came back reports the workload it lost, and nothing after its last sign of life is billed', async () => {
     const m = await machine();
     const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });

@@ -105,6 +105,8 @@ interface Running {
   files: SessionFiles | null;
   /** The longest output path whose key storage takes. */
   maxPathBytes: number;
+  /** The machine's GPUs it runs on (their indices). */
+  gpus: number[];
   /** When its logs were last uploaded. */
   shippedAt: number;
   /** Until when its session's funds pay for running, as billing last said (null: not said). */
@@ -358,6 +360,12 @@ export class WorkloadRunner {
         return;
       }
     }
+    // A GPU leased anew may still be held by the workload of the session that had it, ending (its grace period): the
+    // new one starts once that one is gone, never beside it (still preparing, unbilled).
+    const leased = session.gpuIndices ?? readings.map((r) => r.index);
+    while (!this.stopped && [...this.running.values()].some((r) => r.gpus.some((i) => leased.includes(i)))) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const maxPathBytes = parsed.data.output ? maxOutputPathBytes(parsed.data.output) : 0;
     this.start(session, parsed.data, readings, paidUntil, { dir, logDir, files, inputsDir, maxPathBytes });
   }
@@ -429,6 +437,7 @@ export class WorkloadRunner {
       dir,
       files,
       maxPathBytes,
+      gpus: leased,
       shippedAt: 0,
       paidUntil,
       paidAsked: Date.now(),
