@@ -26,9 +26,12 @@ export interface AuthAndRegistry {
   providerUser(): Promise<{ id: string }>;
 }
 
-/** Starts both in `beforeAll` (closed in `afterAll`); the returned object is filled in when `beforeAll` runs. */
-export function useAuthAndRegistry(): AuthAndRegistry {
-  const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' } }));
+/**
+ * Starts both in `beforeAll` (closed in `afterAll`); the returned object is filled in when `beforeAll` runs.
+ * `authSettings`: sections of the auth service's configuration to set (`{ api_keys: { token_ttl: '2s' } }`).
+ */
+export function useAuthAndRegistry(authSettings: Record<string, unknown> = {}): AuthAndRegistry {
+  const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' }, ...authSettings }));
   const platform: AuthAndRegistry = {
     auth,
     // Filled in by beforeAll.

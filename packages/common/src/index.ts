@@ -2,6 +2,7 @@ export type { FastifyPluginAsyncZod as RoutePlugin, ZodTypeProvider } from 'fast
 export {
   type AccessControlOptions,
   accessControl,
+  assertScope,
   authenticate,
   bearerTokenOf,
   callerOf,
@@ -25,6 +26,7 @@ export {
   USER_ROLES,
   type UserRole,
 } from './auth/roles.ts';
+export { isScope, SCOPE_MEANINGS, SCOPES, type Scope, scopeAllows } from './auth/scopes.ts';
 export {
   type AccessTokenClaims,
   createTokenVerifier,

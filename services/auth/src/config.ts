@@ -131,6 +131,18 @@ export const authConfigSchema = z.object({
       secrets_dir: z.string().default(''),
     })
     .prefault({}),
+  /** Users' API keys (domain/api-keys.ts). */
+  api_keys: z
+    .object({
+      /**
+       * How long the access token a key is exchanged for lives: how long after a key is revoked a program may still
+       * use the token it already had (every instance refuses the key itself at once).
+       */
+      token_ttl: zDuration().default('2m'),
+      /** Keys one user may hold at once (not revoked). */
+      max_per_user: zInt(1, 1000).default(50),
+    })
+    .prefault({}),
   admin: z
     .object({
       /** The initial admin, created at start-up when no admin exists. */

@@ -15,6 +15,7 @@ import {
 import { SignJWT } from 'jose';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertUser } from '../src/db/user-repository.ts';
+import { createApiKey } from '../src/domain/api-keys.ts';
 import { createClient } from '../src/domain/clients.ts';
 import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts';
 import { GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
@@ -72,6 +73,14 @@ const clientsOfOwner = async () =>
       owner_id: callers.owner.id,
     })
   ).client.id;
+const keyOfOwner = async () =>
+  (
+    await createApiKey(
+      auth.ctx,
+      { subject: callers.owner.id, kind: 'user', roles: ['provider'], actsFor: callers.owner.id, tokenId: 'table' },
+      { name: `owned-${randomUUID()}`, scopes: ['read'] },
+    )
+  ).key.id;
 const CLIENT_ADMINS = { owner: 200, admin: 200, other_user: 404, others: 403 } as const;
 
 function table(): Record<string, AccessRule> {
@@ -129,6 +138,19 @@ function table(): Record<string, AccessRule> {
     [`DELETE ${API}/clients/:id`]: {
       request: async () => ({ url: `${API}/clients/${await clientsOfOwner()}` }),
       expect: CLIENT_ADMINS,
+    },
+    // API keys: users' own, by their sign-in (machine clients have none); another user's key is not there for them.
+    [`POST ${API}/keys`]: {
+      request: () => ({ payload: { name: `k-${randomUUID()}`, scopes: ['read'] } }),
+      expect: { owner: 201, other_user: 201, renter: 201, admin: 201, others: 403 },
+    },
+    [`GET ${API}/keys`]: {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, others: 403 },
+    },
+    [`DELETE ${API}/keys/:id`]: {
+      request: async () => ({ url: `${API}/keys/${await keyOfOwner()}` }),
+      expect: { owner: 200, other_user: 404, renter: 404, admin: 404, others: 403 },
     },
     [`POST ${API}/token`]: {
       public: true,

@@ -97,6 +97,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Your API keys, newest first (never their secrets)
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. Revoked keys too with include_revoked=true.
+         */
+        get: operations["listApiKeys"];
+        put?: never;
+        /**
+         * Create an API key for your programs; the key is in this answer only
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. The key is exchanged at POST /api/v1/auth/token (grant_type=api_key) for an access token with its scopes and your roles (never admin). 409 API_KEY_NAME_TAKEN for a name you use, TOO_MANY_API_KEYS past `api_keys.max_per_user`.
+         */
+        post: operations["createApiKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke one of your API keys, at once
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. No instance exchanges the key after this; a token already issued for it works until it expires (`api_keys.token_ttl`, 2 minutes). Revoking again changes nothing; another user's key is 404.
+         */
+        delete: operations["revokeApiKey"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/login": {
         parameters: {
             query?: never;
@@ -204,8 +248,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Client-credentials grant: a machine client exchanges its ID and secret for an access token
-         * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. No refresh token: ask again before `expires_in` runs out. Wrong, unknown or revoked credentials all answer 401 `invalid_client`; repeated failures 429.
+         * A machine client, or a user's API key, exchanged for an access token
+         * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of `api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. No refresh token: ask again before `expires_in` runs out. Wrong, unknown, expired or revoked credentials all answer 401 `invalid_client`; repeated failures 429.
          */
         post: operations["issueToken"];
         delete?: never;
@@ -255,6 +299,26 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description An API key (never its secret) */
+        ApiKey: {
+            created_at: string;
+            expires_at: string | null;
+            /** Format: uuid */
+            id: string;
+            /** @description when it was last exchanged for a token (to the minute) */
+            last_used_at: string | null;
+            name: string;
+            /** @description the start of the key, to tell keys apart (`gpk_` and 8 characters) */
+            prefix: string;
+            revoked_at: string | null;
+            scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines")[];
+        };
+        ApiKeyList: components["schemas"]["ApiKey"][];
+        ApiKeyWithSecret: {
+            /** @description the key: shown only in this answer; store it now (it starts with `gpk_`) */
+            api_key: string;
+            key: components["schemas"]["ApiKey"];
+        };
         /** @description A machine client (never its secret) */
         Client: {
             created_at: string;
@@ -287,6 +351,15 @@ export interface components {
             client_id: string;
             /** @description shown only in this answer; store it now */
             client_secret: string;
+        };
+        CreateApiKeyRequest: {
+            /**
+             * Format: date-time
+             * @description when the key stops working (RFC 3339); never when absent
+             */
+            expires_at?: string;
+            name: string;
+            scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines")[];
         };
         CreateClientRequest: {
             name: string;
@@ -399,9 +472,11 @@ export interface components {
             token_type: "bearer";
         };
         TokenRequest: {
+            /** @description with grant_type=api_key: a user's API key (`gpk_...`) */
+            api_key?: string;
             client_id?: string;
             client_secret?: string;
-            /** @description client_credentials */
+            /** @description client_credentials, or api_key */
             grant_type: string;
             /** @description ignored: a client gets its role */
             scope?: string;
@@ -803,6 +878,103 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listApiKeys: {
+        parameters: {
+            query?: {
+                include_revoked?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKeyList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateApiKeyRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKeyWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    revokeApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -8,6 +8,7 @@
  *   app.post('/register', { config: { public: true } }, ...)       // no token needed
  *   app.get('/providers', { config: { roles: ['scheduler', 'admin'] } }, ...)  // one of these roles
  *   app.get('/wallet/:id', ...)                                    // any valid token; ownership in the domain
+ *   app.get('/offers', { config: { scope: 'offers' } }, ...)         // an API key with `offers` (or `read`) too
  *
  * and domain code decides ownership with the request's `principal`. The
  * health route, `/metrics`, `/docs*` and `/redoc*` are always public.
@@ -16,9 +17,10 @@
  */
 import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
-import { errors } from '../errors.ts';
+import { AppError, errors } from '../errors.ts';
 import { hasRole, type Principal, principalOf, UNCHECKED_PRINCIPAL } from './principal.ts';
 import type { Role } from './roles.ts';
+import { type Scope, scopeAllows } from './scopes.ts';
 import type { AccessTokenClaims, TokenVerifier } from './token-verifier.ts';
 
 declare module 'fastify' {
@@ -27,6 +29,8 @@ declare module 'fastify' {
     public?: boolean;
     /** A token holding one of these roles is needed; any valid token when absent. */
     roles?: readonly Role[];
+    /** The scope that lets an API key's token call the route (scopes.ts); absent: no API key may. */
+    scope?: Scope;
   }
   interface FastifyInstance {
     /** The verifier of this app's access tokens; null when access control is off. */
@@ -73,6 +77,26 @@ export async function authenticate(request: FastifyRequest): Promise<Principal> 
   return request.principal;
 }
 
+/** 403 INSUFFICIENT_SCOPE: an API key without `scope` (none: the action takes no API key at all). */
+function insufficientScope(scope: Scope | undefined): AppError {
+  return new AppError(
+    'forbidden',
+    'INSUFFICIENT_SCOPE',
+    scope === undefined
+      ? 'this action takes no API key: sign in as the user'
+      : `this action needs an API key with the scope ${scope}`,
+    scope === undefined ? {} : { extra: { required_scope: scope } },
+  );
+}
+
+/**
+ * For a route whose scope depends on its request (a presigned URL's method): refuses an API key's caller that lacks
+ * `scope` (403 INSUFFICIENT_SCOPE); a user's sign-in and machine clients pass.
+ */
+export function assertScope(principal: Principal, scope: Scope): void {
+  if (principal.scopes && !principal.scopes.includes(scope)) throw insufficientScope(scope);
+}
+
 /** The caller of a route that requires a token (throws 401 where none was verified, e.g. on a public route). */
 export function callerOf(request: FastifyRequest): Principal {
   if (!request.principal) throw errors.unauthorized('this action needs a bearer token', 'MISSING_TOKEN');
@@ -105,6 +129,10 @@ export const accessControl = fp(
       const principal = await authenticate(request);
       if (config.roles && !principal.unchecked && !hasRole(principal, ...config.roles)) {
         throw errors.forbidden(`this action requires the role ${config.roles.join(' or ')}`, 'ROLE_REQUIRED');
+      }
+      // An API key calls only the routes its scopes open.
+      if (principal.scopes && !scopeAllows(principal.scopes, config.scope, request.method)) {
+        throw insufficientScope(config.scope);
       }
     });
   },

@@ -5,6 +5,7 @@
  */
 
 import type { Role } from './roles.ts';
+import { isScope, type Scope } from './scopes.ts';
 import type { AccessTokenClaims } from './token-verifier.ts';
 
 export interface Principal {
@@ -18,6 +19,10 @@ export interface Principal {
   readonly clientId?: string;
   /** The token's `jti`. */
   readonly tokenId: string;
+  /** An API key's token: what it may do (scopes.ts); absent for a user's own sign-in and for machine clients. */
+  readonly scopes?: readonly Scope[];
+  /** The API key's ID, for such a token. */
+  readonly keyId?: string;
   /** True only for the stand-in principal of a setup with access control switched off. */
   readonly unchecked?: boolean;
 }
@@ -34,7 +39,14 @@ export function principalOf(claims: AccessTokenClaims): Principal {
       tokenId: claims.jti,
     };
   }
-  return { subject: claims.sub, kind: 'user', roles: claims.roles, actsFor: claims.sub, tokenId: claims.jti };
+  return {
+    subject: claims.sub,
+    kind: 'user',
+    roles: claims.roles,
+    actsFor: claims.sub,
+    tokenId: claims.jti,
+    ...(claims.scope !== undefined ? { scopes: claims.scope.split(' ').filter(isScope), keyId: claims.key_id } : {}),
+  };
 }
 
 /**

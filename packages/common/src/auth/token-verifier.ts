@@ -7,6 +7,7 @@
 import { createRemoteJWKSet, type JWTPayload, type JWTVerifyGetKey, errors as joseErrors, jwtVerify } from 'jose';
 import { AppError, errors } from '../errors.ts';
 import { ROLES, type Role } from './roles.ts';
+import { isScope } from './scopes.ts';
 
 /**
  * The claims of a verified access token (docs/conventions.md, "Tokens and access"). A machine client's token (client
@@ -23,6 +24,9 @@ export interface AccessTokenClaims {
   roles: Role[];
   client_id?: string;
   owner_id?: string;
+  /** An API key's token: its scopes (space-separated, RFC 8693 §4.2) and the key's ID. */
+  scope?: string;
+  key_id?: string;
 }
 
 export interface TokenVerifierOptions {
@@ -70,7 +74,7 @@ const invalid = (detail: string) => errors.unauthorized(`invalid access token: $
 
 /** The claims of a verified payload, or INVALID_TOKEN: the platform's tokens name users and clients by UUID. */
 function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: number): AccessTokenClaims {
-  const { roles, client_id: clientId, owner_id: ownerId } = payload as Record<string, unknown>;
+  const { roles, client_id: clientId, owner_id: ownerId, scope, key_id: keyId } = payload as Record<string, unknown>;
   if (!Array.isArray(roles) || roles.length === 0 || !roles.every((r) => (ROLES as readonly unknown[]).includes(r))) {
     throw invalid('no valid roles claim');
   }
@@ -86,6 +90,13 @@ function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: num
   if (roles.includes('daemon') && (clientId === undefined || ownerId === undefined)) {
     throw invalid('a daemon token names its client and owner');
   }
+  // An API key's token names its key and holds scopes the platform knows (none: it could do nothing).
+  if ((scope === undefined) !== (keyId === undefined)) throw invalid('scope and key_id come together');
+  if (scope !== undefined) {
+    if (typeof scope !== 'string' || !scope.split(' ').every(isScope)) throw invalid('unknown scope');
+    if (typeof keyId !== 'string' || !UUID.test(keyId)) throw invalid('key_id is not a key ID');
+    if (clientId !== undefined) throw invalid('a machine client holds no API key scopes');
+  }
   return {
     iss: payload.iss as string,
     sub: payload.sub,
@@ -96,6 +107,7 @@ function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: num
     roles: roles as Role[],
     ...(clientId !== undefined ? { client_id: clientId as string } : {}),
     ...(ownerId !== undefined ? { owner_id: ownerId as string } : {}),
+    ...(scope !== undefined ? { scope: scope as string, key_id: keyId as string } : {}),
   };
 }
 

@@ -91,6 +91,9 @@ export function routeTransform(opts: {
       ...(acceptsNoBody(input.schema?.body) ? { bodyOptional: true } : {}),
     };
     schema[ROUTE_NOTE] = note;
+    // The scope that lets an API key call the operation (auth/scopes.ts); absent: no API key may.
+    const scope = route.config?.scope;
+    if (scope !== undefined) schema['x-api-key-scope'] = scope;
     return { schema, url } as never;
   };
 }

@@ -1,5 +1,5 @@
 /** Kysely table types of the auth service's database. */
-import type { ClientRole, RateLimitTable, UserRole as Role } from '@gpu/common';
+import type { ClientRole, RateLimitTable, UserRole as Role, Scope } from '@gpu/common';
 import type { ColumnType, Generated, JSONColumnType } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -43,6 +43,22 @@ interface SigningKeysTable {
   retired_at: Timestamp | null;
 }
 
+/** A user's API keys (migration 20261202000000_api_keys). */
+export interface ApiKeysTable {
+  id: string;
+  user_id: string;
+  name: string;
+  /** The start of the key (`gpk_` and 8 characters), shown in listings. */
+  prefix: string;
+  /** SHA-256 (hex) of the whole key; the key itself is never stored. */
+  secret_hash: string;
+  scopes: Scope[];
+  expires_at: Timestamp | null;
+  created_at: DefaultTimestamp;
+  last_used_at: Timestamp | null;
+  revoked_at: Timestamp | null;
+}
+
 export interface ClientsTable {
   id: Generated<string>;
   /** Unique among active clients (`billing-service`, `gateway`, `daemon-rack-12`). */
@@ -77,6 +93,7 @@ export interface AuthDatabase {
   users: UsersTable;
   trusted_devices: TrustedDevicesTable;
   clients: ClientsTable;
+  api_keys: ApiKeysTable;
   refresh_tokens: RefreshTokensTable;
   signing_keys: SigningKeysTable;
   /** Rate-limit windows, written only by the `RateLimiter` of @gpu/common. */

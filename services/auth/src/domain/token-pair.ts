@@ -30,9 +30,10 @@ async function signAccessToken(
   ctx: AuthContext,
   sub: string,
   extra: Record<string, unknown>,
+  lifetimeSeconds?: number,
 ): Promise<{ token: string; expiresIn: number }> {
   const { jwt } = ctx.config;
-  const expiresIn = jwt.access_token_expire_minutes * 60;
+  const expiresIn = lifetimeSeconds ?? jwt.access_token_expire_minutes * 60;
   const iat = Math.floor(Date.now() / 1000);
   const token = await ctx.keys.sign({
     iss: jwt.issuer,
@@ -49,6 +50,21 @@ async function signAccessToken(
 /** A signed access token for the user, with the claims of docs/conventions.md. */
 export function issueAccessToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'roles'>) {
   return signAccessToken(ctx, user.id, { roles: [...user.roles].sort() });
+}
+
+/**
+ * An API key's access token: its user's roles but `admin` (an admin acts as one only through their own sign-in), the
+ * key's scopes (`scope`, space-separated) and its ID (`key_id`), for at most `lifetimeSeconds`: how long a revoked key's
+ * last token can still be used.
+ */
+export function issueApiKeyToken(
+  ctx: AuthContext,
+  user: Pick<UserRow, 'id' | 'roles'>,
+  key: { id: string; scopes: readonly string[] },
+  lifetimeSeconds: number,
+) {
+  const roles = user.roles.filter((r) => r !== 'admin').sort();
+  return signAccessToken(ctx, user.id, { roles, scope: [...key.scopes].join(' '), key_id: key.id }, lifetimeSeconds);
 }
 
 /**

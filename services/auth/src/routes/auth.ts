@@ -127,7 +127,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.get(
     '/me',
     {
-      config: { roles: USER_ROLES },
+      config: { roles: USER_ROLES, scope: 'read' },
       schema: {
         tags: ['auth'],
         operationId: 'getCurrentUser',

@@ -8,6 +8,7 @@
  */
 import { type App, ignoringUnknownFields, withRequestLogger } from '@gpu/common';
 import { z } from 'zod';
+import { grantApiKeyToken } from '../domain/api-keys.ts';
 import { grantClientToken } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { authErrors } from '../errors.ts';
@@ -16,9 +17,10 @@ import { problems, schemas } from './schemas.ts';
 // RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters".
 const tokenBodySchema = ignoringUnknownFields(
   z.object({
-    grant_type: z.string().max(100).describe('client_credentials'),
+    grant_type: z.string().max(100).describe('client_credentials, or api_key'),
     client_id: z.string().max(100).optional(),
     client_secret: z.string().max(200).optional(),
+    api_key: z.string().max(200).optional().describe("with grant_type=api_key: a user's API key (`gpk_...`)"),
     scope: z.string().max(1000).optional().describe('ignored: a client gets its role'),
   }),
 ).register(schemas, { id: 'TokenRequest' });
@@ -70,11 +72,13 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
       schema: {
         tags: ['clients'],
         operationId: 'issueToken',
-        summary: 'Client-credentials grant: a machine client exchanges its ID and secret for an access token',
+        summary: "A machine client, or a user's API key, exchanged for an access token",
         description:
           'Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with ' +
-          '`client_id` and `client_secret` in the body. No refresh token: ask again before `expires_in` runs out. ' +
-          'Wrong, unknown or revoked credentials all answer 401 `invalid_client`; repeated failures 429.',
+          '`client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of ' +
+          "`api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. " +
+          'No refresh token: ask again before `expires_in` runs out. ' +
+          'Wrong, unknown, expired or revoked credentials all answer 401 `invalid_client`; repeated failures 429.',
         consumes: ['application/x-www-form-urlencoded', 'application/json'],
         body: tokenBodySchema,
         response: { 200: tokenResponseSchema, ...problems(400, 401, 429, 503) },
@@ -85,6 +89,19 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
       const basic = basicCredentials(request.headers.authorization);
       if (basic && (body.client_id !== undefined || body.client_secret !== undefined)) {
         throw authErrors.invalidTokenRequest('authenticate with HTTP Basic or with client_id/client_secret, not both');
+      }
+      // A user's API key for an access token of its scopes (domain/api-keys.ts).
+      if (body.grant_type === 'api_key') {
+        if (basic || body.client_id !== undefined || body.api_key === undefined) {
+          throw authErrors.invalidTokenRequest('grant_type=api_key takes api_key alone');
+        }
+        const { token, expiresIn } = await grantApiKeyToken(
+          withRequestLogger(ctx, request),
+          body.api_key,
+          request.clientIp,
+        );
+        reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
+        return { access_token: token, token_type: 'bearer' as const, expires_in: expiresIn };
       }
       if (body.grant_type !== 'client_credentials') throw authErrors.unsupportedGrant(body.grant_type);
       const credentials =

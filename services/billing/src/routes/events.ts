@@ -43,7 +43,7 @@ export async function eventRoutes(app: App, { billing: ctx }: RouteDeps) {
   app.get(
     '/api/v1/billing/events',
     {
-      config: { roles: SESSION_ROLES, openapi: PAGE_DOCS },
+      config: { scope: 'sessions', roles: SESSION_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['sessions'],
         operationId: 'listSessionEvents',

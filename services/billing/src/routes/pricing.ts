@@ -198,7 +198,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.put(
     '/api/v1/provider/:providerID/rates',
     {
-      config: { roles: PROVIDER_ROLES },
+      config: { scope: 'machines', roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
         operationId: 'setProviderRates',

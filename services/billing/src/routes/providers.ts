@@ -91,7 +91,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/provider/:providerID/earnings',
     {
-      config: { roles: EARNINGS_ROLES },
+      config: { scope: 'machines', roles: EARNINGS_ROLES },
       schema: {
         tags: ['providers'],
         operationId: 'getProviderEarnings',
@@ -119,7 +119,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/provider/:providerID/payout-settings',
     {
-      config: { roles: EARNINGS_ROLES },
+      config: { scope: 'machines', roles: EARNINGS_ROLES },
       schema: {
         tags: ['providers'],
         operationId: 'getPayoutSettings',
@@ -136,7 +136,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.put(
     '/api/v1/provider/:providerID/payout-settings',
     {
-      config: { roles: PROVIDER_ROLES },
+      config: { scope: 'money:out', roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
         operationId: 'setPayoutSettings',
@@ -169,7 +169,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/provider/:providerID/payout',
     {
-      config: { roles: PROVIDER_ROLES, openapi: replayable(200, 202) },
+      config: { scope: 'money:out', roles: PROVIDER_ROLES, openapi: replayable(200, 202) },
       schema: {
         tags: ['providers'],
         operationId: 'createProviderPayout',

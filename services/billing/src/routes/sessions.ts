@@ -177,7 +177,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/start-session',
     {
-      config: { roles: RENTAL_ROLES, openapi: replayable(201) },
+      config: { scope: 'sessions', roles: RENTAL_ROLES, openapi: replayable(201) },
       schema: {
         tags: ['sessions'],
         operationId: 'startSession',
@@ -229,7 +229,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/end-session',
     {
-      config: { roles: SESSION_ROLES },
+      config: { scope: 'sessions', roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
         operationId: 'endSession',
@@ -258,7 +258,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/current-usage/:sessionID',
     {
-      config: { roles: SESSION_ROLES },
+      config: { scope: 'sessions', roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
         operationId: 'getCurrentUsage',
@@ -276,7 +276,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/sessions',
     {
-      config: { roles: SESSION_ROLES, openapi: PAGE_DOCS },
+      config: { scope: 'sessions', roles: SESSION_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['sessions'],
         operationId: 'listSessions',
@@ -315,7 +315,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/history',
     {
-      config: { roles: SESSION_ROLES, openapi: PAGE_DOCS },
+      config: { scope: 'sessions', roles: SESSION_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['sessions'],
         operationId: 'listBillingHistory',

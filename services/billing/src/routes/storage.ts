@@ -63,7 +63,7 @@ export async function storageRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/storage-usage',
     {
-      config: { roles: STORAGE_READ_ROLES, openapi: PAGE_DOCS },
+      config: { scope: 'wallet:read', roles: STORAGE_READ_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['storage'],
         operationId: 'listStorageCharges',

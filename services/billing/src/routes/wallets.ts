@@ -113,7 +113,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID',
     {
-      config: { roles: WALLET_ROLES },
+      config: { scope: 'wallet:read', roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         operationId: 'getWallet',
@@ -180,7 +180,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID/balance',
     {
-      config: { roles: WALLET_ROLES },
+      config: { scope: 'wallet:read', roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         operationId: 'getWalletBalance',
@@ -199,7 +199,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID/chain-balance',
     {
-      config: { roles: WALLET_ROLES },
+      config: { scope: 'wallet:read', roles: WALLET_ROLES },
       schema: {
         tags: ['wallets'],
         operationId: 'getWalletChainBalance',
@@ -236,7 +236,7 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/wallet/:walletID/transactions',
     {
-      config: { roles: WALLET_ROLES, openapi: PAGE_DOCS },
+      config: { scope: 'wallet:read', roles: WALLET_ROLES, openapi: PAGE_DOCS },
       schema: {
         tags: ['wallets'],
         operationId: 'listWalletTransactions',

@@ -170,7 +170,7 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
   app.get(
     '/api/v1/billing/sessions/:sessionID/workload',
     {
-      config: { roles: SESSION_ROLES },
+      config: { scope: 'sessions', roles: SESSION_ROLES },
       schema: {
         tags: ['sessions'],
         operationId: 'getWorkload',

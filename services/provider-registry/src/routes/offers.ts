@@ -153,7 +153,7 @@ export const offerRoutes: FastifyPluginAsync<OfferRoutesOptions> = async (fastif
   app.get(
     '/offers',
     {
-      config: { roles: RELIABILITY_ROLES, openapi: { headers: { 200: PAGE_HEADERS } } },
+      config: { roles: RELIABILITY_ROLES, scope: 'offers', openapi: { headers: { 200: PAGE_HEADERS } } },
       schema: {
         tags: ['offers'],
         operationId: 'searchOffers',

@@ -28,8 +28,9 @@ import {
 
 const tags = ['providers'];
 const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
-const manage = { roles: MANAGING_ROLES };
-const read = { roles: READING_ROLES };
+// API keys: a provider's machines with the scope machines (reads with read too).
+const manage = { roles: MANAGING_ROLES, scope: 'machines' as const };
+const read = { roles: READING_ROLES, scope: 'machines' as const };
 
 export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, opts) => {
   const app = fastify as unknown as App;
@@ -109,7 +110,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
   app.get(
     '/providers/:providerID/reliability',
     {
-      config: { roles: RELIABILITY_ROLES },
+      config: { roles: RELIABILITY_ROLES, scope: 'offers' },
       schema: {
         tags,
         operationId: 'getProviderReliability',

@@ -18,7 +18,7 @@ export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/buckets/:bucketName',
     {
-      config: { roles: STORAGE_ROLES },
+      config: { roles: STORAGE_ROLES, scope: 'storage:write' },
       schema: {
         tags: ['buckets'],
         operationId: 'ensureBucket',

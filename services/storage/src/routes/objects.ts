@@ -164,7 +164,7 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     '/objects/:bucketName/list',
     {
       exposeHeadRoute: false,
-      config: { roles: STORAGE_ROLES, openapi: LIST_DOCS },
+      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: LIST_DOCS },
       schema: {
         tags: ['objects'],
         operationId: 'listObjects',
@@ -181,7 +181,7 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     '/objects/list',
     {
       exposeHeadRoute: false,
-      config: { roles: STORAGE_ROLES, openapi: LIST_DOCS },
+      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: LIST_DOCS },
       schema: {
         tags: ['objects (default bucket)'],
         operationId: 'listDefaultBucketObjects',
@@ -199,6 +199,8 @@ export const objectRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     // of the OpenAPI document unless asked.
     const config = {
       roles: STORAGE_ROLES,
+      // An API key reads with storage:read (or read), writes and deletes with storage:write.
+      scope: op.method === 'PUT' || op.method === 'DELETE' ? ('storage:write' as const) : ('storage:read' as const),
       openapi: { wildcard: OBJECT_KEY, headers: op.headers },
       ...(op.transfer ? { timeoutMs: transferTimeoutMs } : {}),
       ...(op.method === 'HEAD' ? { swagger: { exposeHeadRoute: true } } : {}),

@@ -1,5 +1,5 @@
 /** Presigned GET/PUT URLs against the object store, bucket-named and default-bucket. */
-import { errors, type RoutePlugin } from '@gpu/common';
+import { assertScope, callerOf, errors, type Principal, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import { STORAGE_ROLES, type ResolvedTarget as Target } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
@@ -31,7 +31,9 @@ const presignResponse = z
   })
   .register(schemas, { id: 'PresignedUrl' });
 
-async function presign(ctx: StorageContext, target: Target, body: z.infer<typeof presignBody>) {
+async function presign(ctx: StorageContext, caller: Principal, target: Target, body: z.infer<typeof presignBody>) {
+  // The route takes API keys with storage:read; a URL to write needs storage:write.
+  if (body.method === 'PUT') assertScope(caller, 'storage:write');
   const expiry = expirySeconds(body.expiry, PRESIGN_EXPIRY);
   if ('problem' in expiry) {
     throw errors.validation(`invalid expiry: ${expiry.problem}`, [{ path: 'body.expiry', message: expiry.problem }]);
@@ -51,7 +53,7 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/presigned-url/:bucketName/*',
     {
-      config: { roles: STORAGE_ROLES, openapi: { wildcard: OBJECT_KEY } },
+      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: { wildcard: OBJECT_KEY } },
       schema: {
         tags: ['presigned URLs'],
         operationId: 'presignObjectUrl',
@@ -61,12 +63,12 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         response,
       },
     },
-    async (request) => presign(ctx, await namedTargetOf(ctx, request, request.params), request.body),
+    async (request) => presign(ctx, callerOf(request), await namedTargetOf(ctx, request, request.params), request.body),
   );
   app.post(
     '/presigned-url/*',
     {
-      config: { roles: STORAGE_ROLES, openapi: { wildcard: OBJECT_KEY } },
+      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: { wildcard: OBJECT_KEY } },
       schema: {
         tags: ['presigned URLs (default bucket)'],
         operationId: 'presignDefaultBucketObjectUrl',
@@ -76,6 +78,6 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         response,
       },
     },
-    async (request) => presign(ctx, defaultTargetOf(ctx, request, request.params), request.body),
+    async (request) => presign(ctx, callerOf(request), defaultTargetOf(ctx, request, request.params), request.body),
   );
 };

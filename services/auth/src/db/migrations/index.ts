@@ -5,6 +5,7 @@ import * as rateLimits from './20250201000000_rate_limits.ts';
 import * as clients from './20261101000000_clients.ts';
 import * as trustedDevices from './20261101000001_trusted_devices.ts';
 import * as clientNamePerOwner from './20261201000000_client_name_per_owner.ts';
+import * as apiKeys from './20261202000000_api_keys.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_initial': initial,
@@ -12,4 +13,5 @@ export const migrations: Record<string, Migration> = {
   '20261101000000_clients': clients,
   '20261101000001_trusted_devices': trustedDevices,
   '20261201000000_client_name_per_owner': clientNamePerOwner,
+  '20261202000000_api_keys': apiKeys,
 };

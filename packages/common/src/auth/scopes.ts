@@ -1,0 +1,46 @@
+/**
+ * What an API key may do. A user makes keys for their programs (auth's `POST /api/v1/auth/keys`), each with scopes;
+ * the key is exchanged at auth for a short-lived access token carrying them (`scope`, space-separated, and `key_id`),
+ * and every service checks a route's scope against them before anything else (access-control.ts):
+ *
+ * - a route says in its config the scope that lets an API key call it (`config: { scope: 'sessions' }`); a route
+ *   that names none takes no API key at all (creating keys, changing a password, e-mail or roles, signing out);
+ * - `read` lets a key call every route that takes keys with GET or HEAD (search offers, read a balance, a
+ *   session, a listing), and nothing else;
+ * - the others let a key call the routes that name them, whatever their method.
+ *
+ * A token of a user's own sign-in, or of a machine client, carries no scopes: its roles alone decide.
+ */
+export const SCOPES = [
+  'read',
+  'offers',
+  'sessions',
+  'storage:read',
+  'storage:write',
+  'wallet:read',
+  'money:out',
+  'machines',
+] as const;
+
+export type Scope = (typeof SCOPES)[number];
+
+/** What each scope lets a key do, as the documents and the command line say it. */
+export const SCOPE_MEANINGS: Record<Scope, string> = {
+  read: 'read-only: every GET of the routes that take keys (offers, quotes, sessions, balances, listings)',
+  offers: 'search offers and quote prices',
+  sessions: 'start and end sessions, with their workloads; read them',
+  'storage:read': 'download and list objects, presigned GET URLs',
+  'storage:write': 'upload and delete objects, create buckets, presigned PUT URLs',
+  'wallet:read': 'read wallets, balances and their history',
+  'money:out': 'withdrawals and payouts: tokens leave the platform',
+  machines: "a provider's machines: register, rates, payout settings, earnings",
+};
+
+export const isScope = (s: string): s is Scope => (SCOPES as readonly string[]).includes(s);
+
+/** Whether a key holding `granted` may call a route of `method` that takes keys with `needed` (none: no key at all). */
+export function scopeAllows(granted: readonly Scope[], needed: Scope | undefined, method: string): boolean {
+  if (needed === undefined) return false;
+  if (granted.includes(needed)) return true;
+  return granted.includes('read') && (method === 'GET' || method === 'HEAD');
+}

@@ -1,0 +1,59 @@
+/** Queries on users' API keys. Every function takes the database or a transaction. */
+import type { Kysely, Selectable } from 'kysely';
+import type { ApiKeysTable, AuthDatabase } from './schema.ts';
+
+export type ApiKeyRow = Selectable<ApiKeysTable>;
+
+export async function insertApiKey(
+  db: Kysely<AuthDatabase>,
+  key: Pick<ApiKeyRow, 'id' | 'user_id' | 'name' | 'prefix' | 'secret_hash' | 'scopes' | 'expires_at'>,
+): Promise<ApiKeyRow> {
+  return db.insertInto('api_keys').values(key).returningAll().executeTakeFirstOrThrow();
+}
+
+export async function findApiKey(db: Kysely<AuthDatabase>, id: string): Promise<ApiKeyRow | undefined> {
+  return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** A user's keys, newest first (revoked ones too when asked). */
+export async function listApiKeys(
+  db: Kysely<AuthDatabase>,
+  userId: string,
+  includeRevoked: boolean,
+): Promise<ApiKeyRow[]> {
+  let q = db.selectFrom('api_keys').selectAll().where('user_id', '=', userId);
+  if (!includeRevoked) q = q.where('revoked_at', 'is', null);
+  return q.orderBy('created_at', 'desc').orderBy('id').execute();
+}
+
+/** How many keys the user holds that are not revoked. */
+export async function countActiveApiKeys(db: Kysely<AuthDatabase>, userId: string): Promise<number> {
+  const row = await db
+    .selectFrom('api_keys')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/** Revokes the key (once: a second revocation keeps the first time). */
+export async function revokeApiKey(db: Kysely<AuthDatabase>, id: string): Promise<ApiKeyRow | undefined> {
+  await db
+    .updateTable('api_keys')
+    .set({ revoked_at: new Date() })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .execute();
+  return findApiKey(db, id);
+}
+
+/** Records that the key was just used (at most once a minute, so a busy program does not write at every exchange). */
+export async function touchApiKey(db: Kysely<AuthDatabase>, id: string): Promise<void> {
+  await db
+    .updateTable('api_keys')
+    .set({ last_used_at: new Date() })
+    .where('id', '=', id)
+    .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', new Date(Date.now() - 60_000))]))
+    .execute();
+}

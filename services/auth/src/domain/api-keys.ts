@@ -1,0 +1,149 @@
+/**
+ * Users' API keys: a renter's or provider's programs act for them with a key, never with their password.
+ *
+ * - A user creates a key with a name, scopes (`@gpu/common`'s `SCOPES`: what it may do) and an optional expiry. The
+ *   key (`gpk_` and 64 random characters, 384 bits: a secret scanner finds one by its prefix) is shown once, stored
+ *   only as its SHA-256 (as client secrets are), listed with its prefix and its last use, and revoked at once.
+ * - Only the user's own sign-in manages keys: the key routes take no API key (a key can never make a wider one), and
+ *   another user's key answers 404.
+ * - A program exchanges its key at `POST /api/v1/auth/token` (`grant_type=api_key`) for an access token of
+ *   `api_keys.token_ttl` (2 minutes) carrying the user's roles (never `admin`), the scopes and the key's ID; every
+ *   service checks a route's scope against them. A revoked or expired key gets no token from any instance (the key is
+ *   read from the database at each exchange); a token already issued lives out its 2 minutes. Failures are one answer
+ *   (401 `INVALID_CLIENT`), rate-limited per address and per key like client credentials.
+ */
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { durationMs, errors, type Principal, type Scope } from '@gpu/common';
+import {
+  type ApiKeyRow,
+  countActiveApiKeys,
+  findApiKey,
+  insertApiKey,
+  listApiKeys,
+  revokeApiKey as revokeRow,
+  touchApiKey,
+} from '../db/api-key-repository.ts';
+import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
+import { authErrors } from '../errors.ts';
+import type { AuthContext } from './context.ts';
+import { issueApiKeyToken } from './token-pair.ts';
+
+/** Keys start with this, so secret scanners and people can tell one at a glance. */
+const KEY_PREFIX = 'gpk_';
+/** `gpk_`, the key's ID (32 hex digits) and its secret (32 random bytes, base64url). */
+const KEY_FORMAT = /^gpk_([0-9a-f]{32})([A-Za-z0-9_-]{43})$/;
+
+const sha256 = (s: string) => createHash('sha256').update(s).digest();
+
+/** A key as its user sees it (never its secret). */
+export type ApiKey = Omit<ApiKeyRow, 'secret_hash'>;
+
+const shown = ({ secret_hash: _, ...key }: ApiKeyRow): ApiKey => key;
+
+/** The caller's own sign-in: a key's token never manages keys (the routes say so too, by taking no scope). */
+function signedInUser(actor: Principal): string {
+  if (actor.kind !== 'user' || actor.scopes) {
+    throw errors.forbidden('API keys are managed by the user themselves, signed in', 'USER_SIGN_IN_REQUIRED');
+  }
+  return actor.subject;
+}
+
+/** Creates a key for the signed-in user: the key (its whole text, shown once) and what is kept of it. */
+export async function createApiKey(
+  ctx: AuthContext,
+  actor: Principal,
+  input: { name: string; scopes: Scope[]; expiresAt?: Date },
+): Promise<{ key: ApiKey; secret: string }> {
+  const userId = signedInUser(actor);
+  if (input.expiresAt && input.expiresAt.getTime() <= Date.now()) {
+    throw errors.validation('expires_at is in the past', [
+      { path: 'body.expires_at', message: 'must be in the future' },
+    ]);
+  }
+  if ((await countActiveApiKeys(ctx.db, userId)) >= ctx.config.api_keys.max_per_user) {
+    throw errors.conflict(
+      'TOO_MANY_API_KEYS',
+      `a user holds at most ${ctx.config.api_keys.max_per_user} keys: revoke one`,
+    );
+  }
+  const id = randomUUID();
+  const secret = `${KEY_PREFIX}${id.replaceAll('-', '')}${randomBytes(32).toString('base64url')}`;
+  try {
+    const row = await insertApiKey(ctx.db, {
+      id,
+      user_id: userId,
+      name: input.name,
+      prefix: secret.slice(0, KEY_PREFIX.length + 8),
+      secret_hash: sha256(secret).toString('hex'),
+      scopes: [...new Set(input.scopes)].sort(),
+      expires_at: input.expiresAt ?? null,
+    });
+    ctx.logger.info(
+      { audit: true, action: 'api_key_created', user_id: userId, key_id: id, scopes: row.scopes },
+      'API key created',
+    );
+    return { key: shown(row), secret };
+  } catch (err) {
+    if (isUniqueViolation(err))
+      throw errors.conflict('API_KEY_NAME_TAKEN', `you already have a key named ${input.name}`);
+    throw err;
+  }
+}
+
+/** The signed-in user's keys, newest first. */
+export async function listOwnApiKeys(ctx: AuthContext, actor: Principal, includeRevoked: boolean): Promise<ApiKey[]> {
+  return (await listApiKeys(ctx.db, signedInUser(actor), includeRevoked)).map(shown);
+}
+
+/** Revokes one of the signed-in user's keys (again: nothing changes); another user's key is 404. */
+export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: string): Promise<ApiKey> {
+  const userId = signedInUser(actor);
+  const key = await findApiKey(ctx.db, id);
+  if (!key || key.user_id !== userId) throw errors.notFound('API_KEY_NOT_FOUND', `API key ${id} not found`);
+  const revoked = (await revokeRow(ctx.db, id)) ?? key;
+  ctx.logger.info({ audit: true, action: 'api_key_revoked', user_id: userId, key_id: id }, 'API key revoked');
+  return shown(revoked);
+}
+
+/**
+ * The `api_key` grant: an access token for a valid key (known, its hash matching, not revoked, not expired, its user
+ * still there). Every refusal is the same 401 `INVALID_CLIENT`, rate-limited per address and per key.
+ */
+export async function grantApiKeyToken(
+  ctx: AuthContext,
+  apiKey: string,
+  clientIp: string,
+): Promise<{ token: string; expiresIn: number }> {
+  const limits = ctx.config.rate_limit;
+  await ctx.limiter.consume(limits.token_per_ip, 'token-ip', clientIp);
+  const match = KEY_FORMAT.exec(apiKey);
+  const hexId = match?.[1];
+  const id = hexId
+    ? `${hexId.slice(0, 8)}-${hexId.slice(8, 12)}-${hexId.slice(12, 16)}-${hexId.slice(16, 20)}-${hexId.slice(20)}`
+    : undefined;
+  if (id) await ctx.limiter.check(limits.token_failures_per_client, 'token-key', id);
+  const key = id ? await findApiKey(ctx.db, id) : undefined;
+  let refusal: string | undefined;
+  if (!key) refusal = 'unknown key';
+  else if (!timingSafeEqual(sha256(apiKey), Buffer.from(key.secret_hash, 'hex'))) refusal = 'wrong secret';
+  else if (key.revoked_at) refusal = 'revoked';
+  else if (key.expires_at && new Date(key.expires_at).getTime() <= Date.now()) refusal = 'expired';
+  const user = key && !refusal ? await findUserById(ctx.db, key.user_id) : undefined;
+  if (key && !refusal && !user) refusal = 'user gone';
+  if (!key || !user || refusal) {
+    if (id) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', id);
+    ctx.logger.warn(
+      { audit: true, action: 'api_key_refused', key_id: id ?? null, reason: refusal, ip: clientIp },
+      'API key refused',
+    );
+    throw authErrors.invalidClient();
+  }
+  // Never past the key's own expiry.
+  const untilExpiry = key.expires_at
+    ? (new Date(key.expires_at).getTime() - Date.now()) / 1000
+    : Number.POSITIVE_INFINITY;
+  const ttl = Math.max(1, Math.floor(Math.min(durationMs(ctx.config.api_keys.token_ttl) / 1000, untilExpiry)));
+  const issued = await issueApiKeyToken(ctx, user, key, ttl);
+  touchApiKey(ctx.db, key.id).catch((err) => ctx.logger.warn({ err }, 'recording API key use failed'));
+  return issued;
+}

@@ -1,0 +1,172 @@
+/**
+ * API keys across the platform: every service (the registry, billing, storage) checks a key's scopes against the
+ * route's, before anything else; a key reaches only its user's data; a revoked key gets no token, and its last token
+ * dies within `api_keys.token_ttl` (and the services' 5 s clock tolerance) at every service. Against the real auth service (EdDSA, JWKS), registry, billing
+ * and storage.
+ */
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerAndLogin } from '../services/auth/test/helpers.ts';
+import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
+import type { BillingHarness } from '../services/billing/test/support/setup.ts';
+import { startService, type TestService } from '../services/storage/test/helpers.ts';
+import { useAuthAndRegistry } from './support/auth-and-registry.ts';
+import { billingWithRegistry } from './support/billing-with-registry.ts';
+
+const TOKEN_TTL_MS = 2000;
+const platform = useAuthAndRegistry({ api_keys: { token_ttl: `${TOKEN_TTL_MS}ms` } });
+let billing: BillingHarness;
+let billingUrl: string;
+let storage: TestService;
+
+beforeAll(async () => {
+  billing = await billingWithRegistry(platform);
+  billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
+  storage = await startService({
+    listen: true,
+    settings: {
+      access: {
+        jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
+        issuer: platform.auth.config.jwt.issuer,
+        audience: platform.auth.config.jwt.audience,
+      },
+    },
+  });
+});
+afterAll(async () => {
+  await billing?.close();
+  await storage?.close();
+});
+
+interface User {
+  id: string;
+  signIn: Record<string, string>;
+  walletId: string;
+}
+
+/** A renter signed in, with a funded wallet. */
+async function renter(): Promise<User> {
+  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+  const signIn = { authorization: `Bearer ${tokens.access_token}` };
+  const wallet = await fetch(`${billingUrl}/api/v1/wallet`, {
+    method: 'POST',
+    headers: { ...signIn, 'content-type': 'application/json' },
+    body: JSON.stringify({ owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) }),
+  });
+  const walletId = ((await wallet.json()) as { id: string }).id;
+  await billing.credit(walletId, '100');
+  return { id: user.id, signIn, walletId };
+}
+
+/** A key of `scopes` for the user, and the bearer header of a token it was exchanged for. */
+async function keyOf(user: User, scopes: string[]) {
+  const created = await fetch(`${platform.authUrl}/api/v1/auth/keys`, {
+    method: 'POST',
+    headers: { ...user.signIn, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: `key-${randomBytes(4).toString('hex')}`, scopes }),
+  });
+  expect(created.status).toBe(201);
+  const { api_key: apiKey, key } = (await created.json()) as { api_key: string; key: { id: string } };
+  const headers = await exchange(apiKey);
+  if (!headers) throw new Error('a new key was refused');
+  return { apiKey, id: key.id as string, headers };
+}
+
+async function exchange(apiKey: string): Promise<Record<string, string> | null> {
+  const res = await fetch(`${platform.authUrl}/api/v1/auth/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'api_key', api_key: apiKey }),
+  });
+  return res.ok ? { authorization: `Bearer ${((await res.json()) as { access_token: string }).access_token}` } : null;
+}
+
+const call = async (url: string, headers: Record<string, string>, init: { method?: string; body?: unknown } = {}) => {
+  const res = await fetch(url, {
+    method: init.method ?? 'GET',
+    headers: { ...headers, ...(init.body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+  });
+  const text = await res.text();
+  return { status: res.status, code: (text.startsWith('{') ? JSON.parse(text).code : undefined) as string | undefined };
+};
+
+const offers = () => `${platform.registryUrl}/offers?gpu_model=H100`;
+const balance = (u: User) => `${billingUrl}/api/v1/wallet/${u.walletId}/balance`;
+const startSession = (u: User) => ({
+  url: `${billingUrl}/api/v1/billing/start-session`,
+  body: {
+    user_id: u.id,
+    wallet_id: u.walletId,
+    provider_id: u.id,
+    gpu_count: 1,
+    requested_vram_mb: 0,
+    estimated_power_w: 0,
+  },
+});
+const withdraw = (u: User) => ({
+  url: `${billingUrl}/api/v1/wallet/${u.walletId}/withdraw`,
+  body: { amount: '1', destination: base58Encode(randomBytes(32)) },
+});
+const object = (key: string) => `${storage.url}/objects/${encodeURIComponent(key)}`;
+
+describe('API keys at every service', () => {
+  it('a read-only key searches offers and reads a balance, but cannot start a session, withdraw or upload', async () => {
+    const u = await renter();
+    const { headers } = await keyOf(u, ['read']);
+    expect((await call(offers(), headers)).status).toBe(200);
+    expect((await call(balance(u), headers)).status).toBe(200);
+    for (const refused of [
+      await call(startSession(u).url, headers, { method: 'POST', body: startSession(u).body }),
+      await call(withdraw(u).url, headers, { method: 'POST', body: withdraw(u).body }),
+      await call(object('notes.txt'), headers, { method: 'PUT', body: 'x' }),
+    ]) {
+      expect(refused).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
+    }
+  });
+
+  it('a storage-write key uploads, but moves no money and reads nothing', async () => {
+    const u = await renter();
+    const { headers } = await keyOf(u, ['storage:write']);
+    const put = await fetch(object('data.csv'), { method: 'PUT', headers, body: 'a,b\n' });
+    expect(put.status).toBe(201);
+    expect(await call(withdraw(u).url, headers, { method: 'POST', body: withdraw(u).body })).toEqual({
+      status: 403,
+      code: 'INSUFFICIENT_SCOPE',
+    });
+    expect((await call(balance(u), headers)).status).toBe(403);
+    expect((await call(object('data.csv'), headers)).status).toBe(403);
+    // A presigned URL to read needs storage:read; to write, storage:write is enough only with the route's own scope.
+    const presign = await call(`${storage.url}/presigned-url/data.csv`, headers, {
+      method: 'POST',
+      body: { method: 'GET' },
+    });
+    expect(presign.status).toBe(403);
+  });
+
+  it("a key reaches only its own user's data", async () => {
+    const owner = await renter();
+    const intruder = await renter();
+    await fetch(object('secret.txt'), { method: 'PUT', headers: owner.signIn, body: 'mine' });
+    const { headers } = await keyOf(intruder, ['read', 'storage:read', 'wallet:read']);
+    expect((await call(balance(owner), headers)).status).toBe(403);
+    const bucket = storage.config.object_store.default_bucket;
+    const theirs = await call(`${storage.url}/objects/${bucket}/users/${owner.id}/secret.txt`, headers);
+    expect(theirs).toEqual({ status: 403, code: 'FOLDER_NOT_OWNED' });
+    // Its own folder is another place: the owner's key name is nothing of the intruder's.
+    expect((await call(object('secret.txt'), headers)).status).toBe(404);
+  });
+
+  it('a revoked key gets no token, and its last token dies at every service within the token lifetime', async () => {
+    const u = await renter();
+    const { apiKey, id, headers } = await keyOf(u, ['read', 'storage:read']);
+    const revoked = await fetch(`${platform.authUrl}/api/v1/auth/keys/${id}`, { method: 'DELETE', headers: u.signIn });
+    expect(revoked.status).toBe(200);
+    expect(await exchange(apiKey)).toBeNull();
+    // Past its lifetime and the services' clock tolerance (5 s): refused everywhere.
+    await new Promise((r) => setTimeout(r, TOKEN_TTL_MS + 6000));
+    for (const url of [offers(), balance(u), `${storage.url}/objects/list`]) {
+      expect((await call(url, headers)).status, url).toBe(401);
+    }
+  });
+});
