@@ -164,6 +164,63 @@ describe('pnpm start', () => {
     expect(providers.status).toBe(200);
   });
 
+  it('takes API keys through the gateway with curl: a key of offers searches them and starts nothing', {
+    timeout: 60_000,
+  }, async () => {
+    const gw = (p: string) => `http://127.0.0.1:${ports.gateway}${p}`;
+    const email = `keys-${Date.now()}@example.com`;
+    const json = ['-H', 'content-type: application/json'];
+    expect(
+      (
+        await curl([
+          '-X',
+          'POST',
+          gw('/api/v1/auth/register'),
+          ...json,
+          '-d',
+          JSON.stringify({ email, password: 'a long passphrase', roles: ['renter'] }),
+        ])
+      ).status,
+    ).toBe(201);
+    const login = await curl([
+      '-X',
+      'POST',
+      gw('/api/v1/auth/login'),
+      ...json,
+      '-d',
+      JSON.stringify({ email, password: 'a long passphrase' }),
+    ]);
+    const auth = `Authorization: Bearer ${JSON.parse(login.body).access_token}`;
+    const created = await curl([
+      '-X',
+      'POST',
+      gw('/api/v1/auth/keys'),
+      '-H',
+      auth,
+      ...json,
+      '-d',
+      '{"name": "watch", "scopes": ["offers"]}',
+    ]);
+    expect(created.status).toBe(201);
+    const apiKey = JSON.parse(created.body).api_key as string;
+    expect(apiKey).toMatch(/^gpk_/);
+    const token = await curl([
+      '-X',
+      'POST',
+      gw('/api/v1/auth/token'),
+      '-d',
+      'grant_type=api_key',
+      '-d',
+      `api_key=${apiKey}`,
+    ]);
+    expect(token.status).toBe(200);
+    const keyAuth = `Authorization: Bearer ${JSON.parse(token.body).access_token}`;
+    expect((await curl(['-H', keyAuth, gw('/offers?gpu_model=H100')])).status).toBe(200);
+    const start = await curl(['-X', 'POST', gw('/api/v1/billing/start-session'), '-H', keyAuth, ...json, '-d', '{}']);
+    expect(start.status).toBe(403);
+    expect(JSON.parse(start.body)).toMatchObject({ code: 'INSUFFICIENT_SCOPE', required_scope: 'sessions' });
+  });
+
   it('has an embedded store that checks signatures as S3 does, and downloads by redirect, tried with plain curl', {
     timeout: 60_000,
   }, async () => {
