@@ -221,6 +221,56 @@ describe('pnpm start', () => {
     expect(JSON.parse(start.body)).toMatchObject({ code: 'INSUFFICIENT_SCOPE', required_scope: 'sessions' });
   });
 
+  it('runs the gpu command line through the gateway: sign in, a key, offers, and its refusals', {
+    timeout: 120_000,
+  }, async () => {
+    const configDir = path.join(dataDir, 'gpu-cli');
+    const email = `cli-${Date.now()}@example.com`;
+    const password = 'a long passphrase';
+    const registered = await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/auth/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email, password, roles: ['renter'] }),
+    });
+    expect(registered.status).toBe(201);
+    const gpu = (args: string[], env: Record<string, string> = {}) =>
+      run('pnpm', ['-s', 'gpu', ...args], {
+        cwd: root,
+        env: { ...process.env, GPU_URL: `http://127.0.0.1:${ports.gateway}`, GPU_CONFIG_DIR: configDir, ...env },
+      }).then(
+        (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+        (err: { code?: number; stdout?: string; stderr?: string }) => ({
+          code: err.code ?? -1,
+          stdout: err.stdout ?? '',
+          stderr: err.stderr ?? '',
+        }),
+      );
+    const login = await gpu(['login', '--email', email], { GPU_PASSWORD: password });
+    expect(login, login.stderr).toMatchObject({ code: 0 });
+    // Who it is, kept 0600, holds a refresh token, never the password.
+    const saved = readFileSync(path.join(configDir, 'config.json'), 'utf8');
+    expect(statSync(path.join(configDir, 'config.json')).mode & 0o777).toBe(0o600);
+    expect(saved).not.toContain(password);
+    expect(JSON.parse((await gpu(['whoami', '--json'])).stdout)).toMatchObject({ email, roles: ['renter'] });
+    const created = JSON.parse((await gpu(['keys', 'create', 'ci', '--scope', 'offers', '--json'])).stdout);
+    expect(created.api_key).toMatch(/^gpk_/);
+    const withKey = { GPU_API_KEY: created.api_key, GPU_CONFIG_DIR: path.join(configDir, 'none') };
+    const offers = await gpu(['offers', '--gpu-model', 'H100', '--json'], withKey);
+    expect(offers.code, offers.stderr).toBe(0);
+    expect(Array.isArray(JSON.parse(offers.stdout))).toBe(true);
+    // The key's scope ends at offers: one line with the code, exit status 1; the key itself is never printed.
+    const sessions = await gpu(['sessions'], withKey);
+    expect(sessions).toMatchObject({ code: 1 });
+    expect(sessions.stderr).toMatch(/^gpu: INSUFFICIENT_SCOPE: .*sessions\n$/);
+    expect(sessions.stderr + sessions.stdout).not.toContain(created.api_key);
+    expect((await gpu(['keys', 'revoke', created.key.id])).code).toBe(0);
+    expect((await gpu(['offers'], withKey)).code).toBe(1);
+    // A usage error is exit status 2.
+    expect((await gpu(['offers', '--sort', 'sideways'])).code).toBe(2);
+    expect((await gpu(['logout'])).code).toBe(0);
+    expect((await gpu(['whoami'])).stderr).toMatch(/not logged in/);
+  });
+
   it('has an embedded store that checks signatures as S3 does, and downloads by redirect, tried with plain curl', {
     timeout: 60_000,
   }, async () => {

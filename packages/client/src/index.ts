@@ -34,6 +34,8 @@ export {
   type UploadOptions,
 } from './storage.ts';
 export {
+  type ApiKeyTokenOptions,
+  apiKeyToken,
   clientCredentials,
   lazyClientCredentials,
   type MachineClientOptions,

@@ -159,3 +159,25 @@ export function userLogin(opts: UserLoginOptions): TokenSource {
     return take(await postJson(fetchFn, `${base}/login`, { email: opts.email, password: opts.password }));
   }, opts.renewEarlySeconds ?? 30);
 }
+
+export interface ApiKeyTokenOptions {
+  authUrl: string;
+  /** A user's API key (`gpk_...`, made at `POST /api/v1/auth/keys`). */
+  apiKey: string;
+  /** Renew this long before expiry (default 30 s, at most half the token's short life). */
+  renewEarlySeconds?: number;
+  fetch?: typeof fetch;
+}
+
+/**
+ * A user's program acting with an API key: the key exchanged at the auth service (`grant_type=api_key`) for a
+ * token of its scopes, exchanged again before each expires (two minutes by default).
+ */
+export function apiKeyToken(opts: ApiKeyTokenOptions): TokenSource {
+  const fetchFn = opts.fetch ?? globalThis.fetch;
+  const url = `${opts.authUrl.replace(/\/$/, '')}/api/v1/auth/token`;
+  return renewing(async () => {
+    const body = await postJson(fetchFn, url, { grant_type: 'api_key', api_key: opts.apiKey });
+    return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
+  }, opts.renewEarlySeconds ?? 30);
+}

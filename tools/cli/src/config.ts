@@ -1,0 +1,37 @@
+/**
+ * Where `gpu` keeps who it is: `config.json` in `$GPU_CONFIG_DIR`, else `$XDG_CONFIG_HOME/gpu`, else
+ * `~/.config/gpu` (the folder 0700, the file 0600, written whole through a rename): the platform's URL, and either an
+ * API key or the refresh token of a sign-in (single use: each use writes the next one). Never printed.
+ */
+import { chmodSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import path from 'node:path';
+
+export interface CliConfig {
+  url?: string;
+  api_key?: string;
+  refresh_token?: string;
+  email?: string;
+}
+
+function configFile(env: NodeJS.ProcessEnv): string {
+  const dir = env.GPU_CONFIG_DIR || path.join(env.XDG_CONFIG_HOME || path.join(homedir(), '.config'), 'gpu');
+  return path.join(dir, 'config.json');
+}
+
+export function readConfig(env: NodeJS.ProcessEnv): CliConfig {
+  try {
+    return JSON.parse(readFileSync(configFile(env), 'utf8')) as CliConfig;
+  } catch {
+    return {};
+  }
+}
+
+export function writeConfig(env: NodeJS.ProcessEnv, config: CliConfig): void {
+  const file = configFile(env);
+  mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  chmodSync(path.dirname(file), 0o700);
+  writeFileSync(`${file}.tmp`, `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
+  chmodSync(`${file}.tmp`, 0o600);
+  renameSync(`${file}.tmp`, file);
+}

@@ -1,0 +1,267 @@
+/**
+ * `gpu`: the platform's command line for renters and providers (`pnpm gpu ...`, or the package's `gpu` bin), every call
+ * through the typed client (`@gpu/client`) to the platform's one origin, the gateway: `--url`, else `GPU_URL`, else
+ * the URL saved by `gpu login`, else `http://127.0.0.1:8080` (`pnpm start`'s gateway).
+ *
+ * Conventions: `--help` on every command; exit status 0, 1 (the platform refused or failed: one line on standard error
+ * with the problem's code and detail), 2 (a usage error); `--json` prints the platform's answer as JSON for scripts;
+ * no colour (`NO_COLOR` holds trivially); no secret is ever printed but the key `gpu keys create` makes, once.
+ */
+import { ApiError, authClient, billingClient, registryClient, unwrap } from '@gpu/client';
+import { isScope, SCOPE_MEANINGS, SCOPES } from '@gpu/common';
+import Table from 'cli-table3';
+import { Command, CommanderError, Option } from 'commander';
+import { type CliConfig, readConfig, writeConfig } from './config.ts';
+import { NotLoggedIn, tokenSource } from './session.ts';
+
+const DEFAULT_URL = 'http://127.0.0.1:8080';
+
+interface Globals {
+  url?: string;
+  json?: boolean;
+}
+
+/** Everything a command needs: the URL, the saved configuration, the clients with the caller's token. */
+function context(program: Command) {
+  const globals = program.opts<Globals>();
+  const env = process.env;
+  const config = readConfig(env);
+  const url = (globals.url || env.GPU_URL || config.url || DEFAULT_URL).replace(/\/$/, '');
+  const token = tokenSource(url, env, config);
+  return {
+    url,
+    env,
+    config,
+    json: globals.json === true,
+    auth: authClient({ baseUrl: url, token }),
+    registry: registryClient({ baseUrl: url, token }),
+    billing: billingClient({ baseUrl: url, token }),
+  };
+}
+
+/** Prints `rows` as a table (no colour), or `data` as JSON with --json. */
+function show(json: boolean, data: unknown, head: string[], rows: (string | number | null | undefined)[][]) {
+  if (json) {
+    process.stdout.write(`${JSON.stringify(data, null, 2)}\n`);
+    return;
+  }
+  const table = new Table({ head, style: { head: [], border: [] } });
+  for (const row of rows) table.push(row.map((v) => (v === null || v === undefined ? '' : String(v))));
+  process.stdout.write(`${table.toString()}\n`);
+}
+
+/** Reads a secret from standard input (its first line), never from the command line (where `ps` shows it). */
+async function stdinLine(what: string): Promise<string> {
+  if (process.stdin.isTTY) process.stderr.write(`${what}: `);
+  let text = '';
+  for await (const chunk of process.stdin) {
+    text += chunk;
+    if (text.includes('\n')) break;
+  }
+  const line = text.split('\n')[0]!.trim();
+  if (!line) throw new UsageError(`no ${what} on standard input`);
+  return line;
+}
+
+class UsageError extends Error {}
+
+function build(): Command {
+  const program = new Command('gpu')
+    .description("The GPU rental platform's command line: offers, sessions, wallets, keys")
+    .option('--url <url>', 'the platform (its gateway); default GPU_URL, the saved one, or http://127.0.0.1:8080')
+    .option('--json', 'print the answer as JSON')
+    .showHelpAfterError()
+    .exitOverride();
+
+  program
+    .command('login')
+    .description('sign in and save who you are (an API key, or a refresh token: never your password)')
+    .option('--email <address>', 'sign in as this user; the password from GPU_PASSWORD or standard input')
+    .option('--api-key', 'use an API key, from GPU_API_KEY or standard input')
+    .action(async (opts: { email?: string; apiKey?: boolean }) => {
+      const ctx = context(program);
+      if (Boolean(opts.email) === Boolean(opts.apiKey)) throw new UsageError('give --email <address> or --api-key');
+      let saved: CliConfig;
+      if (opts.apiKey) {
+        const apiKey = ctx.env.GPU_API_KEY || (await stdinLine('API key'));
+        // The key is tried before it is saved.
+        const env = { ...ctx.env, GPU_API_KEY: apiKey };
+        await tokenSource(ctx.url, env, {}).get();
+        saved = { url: ctx.url, api_key: apiKey };
+      } else {
+        const password = ctx.env.GPU_PASSWORD || (await stdinLine('password'));
+        const pair = unwrap(
+          await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/login', {
+            body: { email: opts.email!, password },
+          }),
+        );
+        saved = { url: ctx.url, email: opts.email!, refresh_token: pair.refresh_token };
+      }
+      writeConfig(ctx.env, saved);
+      process.stdout.write(`logged in to ${ctx.url}${saved.email ? ` as ${saved.email}` : ' with an API key'}\n`);
+    });
+
+  program
+    .command('logout')
+    .description('forget the saved sign-in (its refresh tokens are revoked) or API key')
+    .action(async () => {
+      const ctx = context(program);
+      if (ctx.config.refresh_token) {
+        await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/logout', {
+          body: { refresh_token: ctx.config.refresh_token },
+        });
+      }
+      writeConfig(ctx.env, { url: ctx.url });
+      process.stdout.write('logged out\n');
+    });
+
+  program
+    .command('whoami')
+    .description('who the saved sign-in or key acts as')
+    .action(async () => {
+      const ctx = context(program);
+      const me = unwrap(await ctx.auth.GET('/api/v1/auth/me'));
+      show(ctx.json, me, ['id', 'email', 'roles'], [[me.id, me.email, me.roles.join(', ')]]);
+    });
+
+  program
+    .command('offers')
+    .description('search the market: machines with free GPUs, cheapest first by default')
+    .option('--gpu-model <model>', 'e.g. H100, A100, "RTX 4090"')
+    .option('--min-free-gpus <n>', 'at least this many free GPUs')
+    .option('--max-price <tokens>', 'at most this price per GPU-hour')
+    .option('--min-reliability <score>', 'at least this reliability (0-1)')
+    .option('--region <region>')
+    .addOption(new Option('--sort <order>', 'the order').choices(['price', '-price', 'reliability', '-reliability']))
+    .option('--limit <n>', 'at most this many (1-1000)', '20')
+    .action(async (opts: Record<string, string | undefined>) => {
+      const ctx = context(program);
+      const query = {
+        ...(opts.gpuModel ? { gpu_model: opts.gpuModel } : {}),
+        ...(opts.minFreeGpus ? { min_free_gpus: opts.minFreeGpus } : {}),
+        ...(opts.maxPrice ? { max_price: opts.maxPrice } : {}),
+        ...(opts.minReliability ? { min_reliability: Number(opts.minReliability) } : {}),
+        ...(opts.region ? { region: opts.region } : {}),
+        ...(opts.sort ? { sort: opts.sort } : {}),
+        limit: Number(opts.limit),
+      };
+      const offers = unwrap(await ctx.registry.GET('/offers', { params: { query: query as never } }));
+      show(
+        ctx.json,
+        offers,
+        ['machine', 'gpu', 'free', 'price/GPU-h', 'reliability', 'region'],
+        offers.map((o) => [
+          o.provider_id,
+          o.gpu_model,
+          `${o.free_gpus}/${o.gpu_count}`,
+          o.price_per_gpu_hour,
+          o.reliability.score,
+          o.region,
+        ]),
+      );
+    });
+
+  const keys = program.command('keys').description('API keys for your programs (managed with your sign-in)');
+  keys
+    .command('list')
+    .description('your keys (never their secrets)')
+    .option('--all', 'revoked ones too')
+    .action(async (opts: { all?: boolean }) => {
+      const ctx = context(program);
+      const list = unwrap(
+        await ctx.auth.GET('/api/v1/auth/keys', { params: { query: { include_revoked: opts.all === true } } }),
+      );
+      show(
+        ctx.json,
+        list,
+        ['id', 'name', 'prefix', 'scopes', 'last used', 'expires', 'revoked'],
+        list.map((k) => [k.id, k.name, k.prefix, k.scopes.join(' '), k.last_used_at, k.expires_at, k.revoked_at]),
+      );
+    });
+  keys
+    .command('create <name>')
+    .description(
+      `a new key; its secret is printed this once. Scopes: ${SCOPES.map((s) => `${s} (${SCOPE_MEANINGS[s]})`).join('; ')}`,
+    )
+    .requiredOption('--scope <scope...>', `what it may do: ${SCOPES.join(', ')}`)
+    .option('--expires-at <time>', 'when it stops working (RFC 3339)')
+    .action(async (name: string, opts: { scope: string[]; expiresAt?: string }) => {
+      const bad = opts.scope.filter((s) => !isScope(s));
+      if (bad.length > 0) throw new UsageError(`unknown scope ${bad.join(', ')}: one of ${SCOPES.join(', ')}`);
+      const ctx = context(program);
+      const created = unwrap(
+        await ctx.auth.POST('/api/v1/auth/keys', {
+          body: { name, scopes: opts.scope as never, ...(opts.expiresAt ? { expires_at: opts.expiresAt } : {}) },
+        }),
+      );
+      if (ctx.json) show(true, created, [], []);
+      else process.stdout.write(`${created.api_key}\n(key ${created.key.id}: shown this once, store it now)\n`);
+    });
+  keys
+    .command('revoke <id>')
+    .description('revoke a key at once')
+    .action(async (id: string) => {
+      const ctx = context(program);
+      const revoked = unwrap(await ctx.auth.DELETE('/api/v1/auth/keys/{id}', { params: { path: { id } } }));
+      show(ctx.json, revoked, ['id', 'name', 'revoked'], [[revoked.id, revoked.name, revoked.revoked_at]]);
+    });
+
+  program
+    .command('sessions')
+    .description('your rental sessions, newest first')
+    .option('--status <status>', 'active, grace_period, completed or terminated')
+    .action(async (opts: { status?: string }) => {
+      const ctx = context(program);
+      const list = unwrap(
+        await ctx.billing.GET('/api/v1/billing/sessions', {
+          params: { query: (opts.status ? { status: [opts.status] } : {}) as never },
+        }),
+      );
+      show(
+        ctx.json,
+        list,
+        ['id', 'machine', 'gpus', 'status', 'started', 'cost'],
+        list.map((s) => [s.id, s.provider_id, s.gpu_count, s.status, s.started_at, s.total_cost]),
+      );
+    });
+
+  const wallet = program.command('wallet').description('your token wallet');
+  wallet
+    .command('balance <wallet-id>')
+    .description('what the wallet holds: total, available, locked by running sessions, pending')
+    .action(async (walletId: string) => {
+      const ctx = context(program);
+      const b = unwrap(
+        await ctx.billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: walletId } } }),
+      );
+      show(ctx.json, b, ['total', 'available', 'locked', 'pending'], [[b.total, b.available, b.locked, b.pending]]);
+    });
+
+  return program;
+}
+
+/** One line for a failure: the problem's code and detail (and its hint), never a stack. */
+function describe(err: unknown): string {
+  if (err instanceof ApiError) {
+    const p = err.problem as { code?: string; detail?: string; title?: string; hint?: string };
+    return `${p.code ?? err.status}: ${p.detail ?? p.title ?? 'refused'}${p.hint ? ` (${p.hint})` : ''}`;
+  }
+  return (err as Error).message;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const program = build();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version end here too, after printing.
+      return err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.exitCode === 0 ? 0 : 2;
+    }
+    process.stderr.write(`gpu: ${describe(err)}\n`);
+    return err instanceof UsageError ? 2 : err instanceof NotLoggedIn ? 1 : 1;
+  }
+}
+
+process.exitCode = await main(process.argv);
