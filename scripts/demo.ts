@@ -18,7 +18,7 @@
  *     its usage reports resume. The second session ends at its cap once the time the cap pays for is over (a little
  *     over a minute), billed exactly to the cap, and its 4 GPUs are back on the market.
  *  5. The renter ends the session: billing charges the started minutes (the billing minute is not shortened).
- *  6. Workloads: a fourth renter runs a job on 2 of the 8 GPUs in the daemon's bubblewrap sandbox (its input the
+ *  6. Workloads: the renter runs a job on 2 of the 8 GPUs in the daemon's bubblewrap sandbox (its input the
  *     dataset, read-only; its log followed in storage while it runs; its output a checksum in storage); the session
  *     ends when it exits, billed for the minutes it ran. A second job of an hour is stopped at its spend cap, billed
  *     exactly to it, and no process of it is left. The provider's earnings of all four sessions are paid out on
@@ -315,12 +315,10 @@ function processOfSession(sessionId: string): boolean {
  * ran, and the output is in its storage. A second job that would run for an hour is stopped at its spend cap, billed
  * exactly to it, and no process of it is left.
  */
-async function workloadScene(connection: Connection, machineId: string, datasetKey: string, dataset: string) {
-  const worker = await fundedRenter(connection, 'workload renter', 600, '500');
+async function workloadScene(worker: Renter, machineId: string, datasetKey: string, dataset: string) {
   const offer = await findOffer(worker.token, machineId, () => true);
-  say('workload renter found the machine with its own token', `${offer.free_gpus} free ${offer.gpu_model}`);
+  say('renter found the machine again, for a job of its own', `${offer.free_gpus} free ${offer.gpu_model}`);
   const objects = objectStore({ baseUrl: urls.storage, token: worker.token });
-  await objects.upload({ key: datasetKey }, dataset, { contentType: 'text/csv' });
   const quote = unwrap(
     await worker.billing.POST('/api/v1/pricing/calculate', {
       body: { gpu_model: 'H100', gpu_count: 2, provider_id: machineId },
@@ -429,7 +427,7 @@ async function workloadScene(connection: Connection, machineId: string, datasetK
     'the hour-long job was stopped at its spend cap',
     `${cappedRecord.total_cost} tokens, exactly the cap; stopped (${stopped.reason}), no process of it left`,
   );
-  return { renter: worker, record, cappedRecord, outputKey };
+  return { record, cappedRecord, outputKey };
 }
 
 async function main() {
@@ -687,7 +685,7 @@ async function main() {
       `tokens: ${record.provider_earnings} to the provider, ${record.platform_fee} platform fee`,
   );
   // 6. Workloads: a renter's job runs on exactly the GPUs it leased, billed only while it runs.
-  const jobs = await workloadScene(connection, machineId, datasetKey, dataset);
+  const jobs = await workloadScene(renter, machineId, datasetKey, dataset);
   const records = [record, secondRecord, jobs.record, jobs.cappedRecord];
   const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
   const payouts = await until(
@@ -724,9 +722,12 @@ async function main() {
       platformFeePercent: start.session.rates.platform_fee_percent,
     })),
     renters: [
-      await renterFigures(connection, renter, [record.total_cost]),
+      await renterFigures(connection, renter, [
+        record.total_cost,
+        jobs.record.total_cost,
+        jobs.cappedRecord.total_cost,
+      ]),
       await renterFigures(connection, second, [secondRecord.total_cost]),
-      await renterFigures(connection, jobs.renter, [jobs.record.total_cost, jobs.cappedRecord.total_cost]),
     ],
     payouts: payouts.map((p) => p.amount),
     payoutAddressOnChain: onChain,

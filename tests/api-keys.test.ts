@@ -136,12 +136,31 @@ describe('API keys at every service', () => {
     });
     expect((await call(balance(u), headers)).status).toBe(403);
     expect((await call(object('data.csv'), headers)).status).toBe(403);
-    // A presigned URL to read needs storage:read; to write, storage:write is enough only with the route's own scope.
-    const presign = await call(`${storage.url}/presigned-url/data.csv`, headers, {
+    // A presigned URL to write needs storage:write, one to read storage:read.
+    const presign = (method: string) =>
+      call(`${storage.url}/presigned-url/data.csv`, headers, { method: 'POST', body: { method } });
+    expect((await presign('PUT')).status).toBe(200);
+    expect(await presign('GET')).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
+    // Nor does it price a machine: a quote with a provider's rates needs offers.
+    const quote = await call(`${billingUrl}/api/v1/pricing/calculate`, headers, {
       method: 'POST',
-      body: { method: 'GET' },
+      body: { gpu_model: 'H100', gpu_count: 1, provider_id: u.id },
     });
-    expect(presign.status).toBe(403);
+    expect(quote).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
+  });
+
+  it("a sessions key starts no workload that reads the renter's objects without storage:read", async () => {
+    const u = await renter();
+    const { headers } = await keyOf(u, ['sessions']);
+    const start = startSession(u);
+    const refused = await call(start.url, headers, {
+      method: 'POST',
+      body: {
+        ...start.body,
+        workload: { command: ['true'], max_runtime_seconds: 60, inputs: [{ key: 'secret.txt' }], network: true },
+      },
+    });
+    expect(refused).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
   });
 
   it("a key reaches only its own user's data", async () => {
@@ -149,7 +168,7 @@ describe('API keys at every service', () => {
     const intruder = await renter();
     await fetch(object('secret.txt'), { method: 'PUT', headers: owner.signIn, body: 'mine' });
     const { headers } = await keyOf(intruder, ['read', 'storage:read', 'wallet:read']);
-    expect((await call(balance(owner), headers)).status).toBe(403);
+    expect(await call(balance(owner), headers)).toEqual({ status: 403, code: 'NOT_WALLET_HOLDER' });
     const bucket = storage.config.object_store.default_bucket;
     const theirs = await call(`${storage.url}/objects/${bucket}/users/${owner.id}/secret.txt`, headers);
     expect(theirs).toEqual({ status: 403, code: 'FOLDER_NOT_OWNED' });
@@ -160,13 +179,14 @@ describe('API keys at every service', () => {
   it('a revoked key gets no token, and its last token dies at every service within the token lifetime', async () => {
     const u = await renter();
     const { apiKey, id, headers } = await keyOf(u, ['read', 'storage:read']);
+    const everywhere = [offers(), balance(u), `${storage.url}/objects/list`];
+    // Its token works at every service until the key is revoked.
+    for (const url of everywhere) expect((await call(url, headers)).status, url).toBe(200);
     const revoked = await fetch(`${platform.authUrl}/api/v1/auth/keys/${id}`, { method: 'DELETE', headers: u.signIn });
     expect(revoked.status).toBe(200);
     expect(await exchange(apiKey)).toBeNull();
     // Past its lifetime and the services' clock tolerance (5 s): refused everywhere.
     await new Promise((r) => setTimeout(r, TOKEN_TTL_MS + 6000));
-    for (const url of [offers(), balance(u), `${storage.url}/objects/list`]) {
-      expect((await call(url, headers)).status, url).toBe(401);
-    }
+    for (const url of everywhere) expect((await call(url, headers)).status, url).toBe(401);
   });
 });

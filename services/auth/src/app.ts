@@ -10,6 +10,7 @@ import { clientRoutes } from './routes/clients.ts';
 import { jwksRoutes } from './routes/jwks.ts';
 import { keyRoutes } from './routes/keys.ts';
 import { schemas } from './routes/schemas.ts';
+import { signInRoutes } from './routes/sign-ins.ts';
 import { tokenRoutes } from './routes/token.ts';
 import { userRoutes } from './routes/users.ts';
 
@@ -39,6 +40,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await userRoutes(api as App, ctx);
       await clientRoutes(api as App, ctx);
       await keyRoutes(api as App, ctx);
+      await signInRoutes(api as App, ctx);
       // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).
       await api.register(async (token) => tokenRoutes(token as App, ctx));
     },

@@ -18,7 +18,7 @@ import { insertUser } from '../src/db/user-repository.ts';
 import { createApiKey } from '../src/domain/api-keys.ts';
 import { createClient } from '../src/domain/clients.ts';
 import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts';
-import { GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
+import { decodeJwt, GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const auth = useAuth(testConfig());
 let callers: Record<CallerName, TableCaller>;
@@ -142,15 +142,36 @@ function table(): Record<string, AccessRule> {
     // API keys: users' own, by their sign-in (machine clients have none); another user's key is not there for them.
     [`POST ${API}/keys`]: {
       request: () => ({ payload: { name: `k-${randomUUID()}`, scopes: ['read'] } }),
-      expect: { owner: 201, other_user: 201, renter: 201, admin: 201, others: 403 },
+      expect: { owner: 201, other_user: 201, renter: 201, others: 403 },
     },
     [`GET ${API}/keys`]: {
       request: () => ({}),
-      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, others: 403 },
+      expect: { owner: 200, other_user: 200, renter: 200, others: 403 },
     },
     [`DELETE ${API}/keys/:id`]: {
       request: async () => ({ url: `${API}/keys/${await keyOfOwner()}` }),
-      expect: { owner: 200, other_user: 404, renter: 404, admin: 404, others: 403 },
+      expect: { owner: 200, other_user: 404, renter: 404, others: 403 },
+    },
+    // Sign-ins and the password: the user's own sign-in (a table caller's token names no sign-in of its own).
+    [`GET ${API}/sign-ins`]: {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, others: 403 },
+    },
+    [`DELETE ${API}/sign-ins/:id`]: {
+      request: async () => {
+        const signedIn = await registerAndLogin(auth.app);
+        return { url: `${API}/sign-ins/${decodeJwt(signedIn.tokens.access_token).sid}` };
+      },
+      expect: { owner: 404, other_user: 404, renter: 404, admin: 404, others: 403 },
+    },
+    [`DELETE ${API}/sign-ins`]: {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, others: 403 },
+    },
+    [`POST ${API}/password`]: {
+      // The table's users have no real password: a wrong one is 401 for them, the refusal of users allowed to try.
+      request: () => ({ payload: { current_password: 'not it', new_password: 'a brand new passphrase' } }),
+      expect: { owner: 401, other_user: 401, renter: 401, admin: 401, others: 403 },
     },
     [`POST ${API}/token`]: {
       public: true,

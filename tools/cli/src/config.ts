@@ -31,7 +31,9 @@ export function writeConfig(env: NodeJS.ProcessEnv, config: CliConfig): void {
   const file = configFile(env);
   mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
   chmodSync(path.dirname(file), 0o700);
-  writeFileSync(`${file}.tmp`, `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
-  chmodSync(`${file}.tmp`, 0o600);
-  renameSync(`${file}.tmp`, file);
+  // A file of this run's own, renamed over the last: two runs at once never write into one another's.
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
+  chmodSync(tmp, 0o600);
+  renameSync(tmp, file);
 }

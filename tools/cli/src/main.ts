@@ -10,9 +10,9 @@
 import { ApiError, authClient, billingClient, registryClient, unwrap } from '@gpu/client';
 import { isScope, SCOPE_MEANINGS, SCOPES } from '@gpu/common';
 import Table from 'cli-table3';
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { type CliConfig, readConfig, writeConfig } from './config.ts';
-import { NotLoggedIn, tokenSource } from './session.ts';
+import { tokenSource } from './session.ts';
 
 const DEFAULT_URL = 'http://127.0.0.1:8080';
 
@@ -50,17 +50,42 @@ function show(json: boolean, data: unknown, head: string[], rows: (string | numb
   process.stdout.write(`${table.toString()}\n`);
 }
 
-/** Reads a secret from standard input (its first line), never from the command line (where `ps` shows it). */
+/**
+ * Reads a secret from standard input (its first line), never from the command line (where `ps` shows it); typed at a
+ * terminal, it is not echoed.
+ */
 async function stdinLine(what: string): Promise<string> {
-  if (process.stdin.isTTY) process.stderr.write(`${what}: `);
-  let text = '';
-  for await (const chunk of process.stdin) {
-    text += chunk;
-    if (text.includes('\n')) break;
+  const stdin = process.stdin;
+  if (stdin.isTTY) {
+    process.stderr.write(`${what}: `);
+    stdin.setRawMode(true);
   }
+  let text = '';
+  try {
+    for await (const chunk of stdin) {
+      text += String(chunk).replaceAll('\r', '\n');
+      if (text.includes('\n') || text.includes('\u0003')) break;
+    }
+  } finally {
+    if (stdin.isTTY) {
+      stdin.setRawMode(false);
+      process.stderr.write('\n');
+    }
+    stdin.pause();
+  }
+  if (text.includes('\u0003')) throw new UsageError('interrupted');
   const line = text.split('\n')[0]!.trim();
   if (!line) throw new UsageError(`no ${what} on standard input`);
   return line;
+}
+
+/** A whole number option, or a usage error naming it. */
+function count(name: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} takes a whole number of at least 1`);
+    return n;
+  };
 }
 
 class UsageError extends Error {}
@@ -106,13 +131,17 @@ function build(): Command {
     .description('forget the saved sign-in (its refresh tokens are revoked) or API key')
     .action(async () => {
       const ctx = context(program);
-      if (ctx.config.refresh_token) {
-        await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/logout', {
-          body: { refresh_token: ctx.config.refresh_token },
-        });
-      }
+      // Forgotten here whatever happens there: a platform out of reach still gets its refresh token revoked if it can.
+      const revoked = ctx.config.refresh_token
+        ? await authClient({ baseUrl: ctx.url })
+            .POST('/api/v1/auth/logout', { body: { refresh_token: ctx.config.refresh_token } })
+            .then((r) => r.response.ok)
+            .catch(() => false)
+        : true;
       writeConfig(ctx.env, { url: ctx.url });
-      process.stdout.write('logged out\n');
+      process.stdout.write(
+        revoked ? 'logged out\n' : 'logged out here (the platform could not be reached to revoke the sign-in)\n',
+      );
     });
 
   program
@@ -133,14 +162,14 @@ function build(): Command {
     .option('--min-reliability <score>', 'at least this reliability (0-1)')
     .option('--region <region>')
     .addOption(new Option('--sort <order>', 'the order').choices(['price', '-price', 'reliability', '-reliability']))
-    .option('--limit <n>', 'at most this many (1-1000)', '20')
-    .action(async (opts: Record<string, string | undefined>) => {
+    .option('--limit <n>', 'at most this many (1-1000)', count('--limit'), 20)
+    .action(async (opts: Record<string, string | number | undefined>) => {
       const ctx = context(program);
       const query = {
         ...(opts.gpuModel ? { gpu_model: opts.gpuModel } : {}),
         ...(opts.minFreeGpus ? { min_free_gpus: opts.minFreeGpus } : {}),
         ...(opts.maxPrice ? { max_price: opts.maxPrice } : {}),
-        ...(opts.minReliability ? { min_reliability: Number(opts.minReliability) } : {}),
+        ...(opts.minReliability !== undefined ? { min_reliability: Number(opts.minReliability) } : {}),
         ...(opts.region ? { region: opts.region } : {}),
         ...(opts.sort ? { sort: opts.sort } : {}),
         limit: Number(opts.limit),
@@ -241,11 +270,13 @@ function build(): Command {
 }
 
 /** One line for a failure: the problem's code and detail (and its hint), never a stack. */
-function describe(err: unknown): string {
+function describe(err: unknown, url: string): string {
   if (err instanceof ApiError) {
     const p = err.problem as { code?: string; detail?: string; title?: string; hint?: string };
     return `${p.code ?? err.status}: ${p.detail ?? p.title ?? 'refused'}${p.hint ? ` (${p.hint})` : ''}`;
   }
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  if (err instanceof TypeError && cause) return `cannot reach ${url}: ${cause.code ?? cause.message}`;
   return (err as Error).message;
 }
 
@@ -259,8 +290,9 @@ async function main(argv: string[]): Promise<number> {
       // --help and --version end here too, after printing.
       return err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.exitCode === 0 ? 0 : 2;
     }
-    process.stderr.write(`gpu: ${describe(err)}\n`);
-    return err instanceof UsageError ? 2 : err instanceof NotLoggedIn ? 1 : 1;
+    const globals = program.opts<Globals>();
+    process.stderr.write(`gpu: ${describe(err, globals.url || process.env.GPU_URL || DEFAULT_URL)}\n`);
+    return err instanceof UsageError ? 2 : 1;
   }
 }
 

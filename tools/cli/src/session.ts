@@ -6,7 +6,7 @@
 import { apiKeyToken, authClient, type TokenSource, unwrap } from '@gpu/client';
 import { type CliConfig, writeConfig } from './config.ts';
 
-export class NotLoggedIn extends Error {
+class NotLoggedIn extends Error {
   constructor() {
     super('not logged in: run gpu login --email <address> (or gpu login --api-key, or set GPU_API_KEY)');
   }

@@ -105,8 +105,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Your API keys, newest first (never their secrets)
-         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. Revoked keys too with include_revoked=true.
+         * Your API keys, oldest first (never their secrets)
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. Revoked keys too with include_revoked=true. Paged as every list of the platform.
          */
         get: operations["listApiKeys"];
         put?: never;
@@ -198,6 +198,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change your password; every other device is signed out
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). A wrong current password is 401 INVALID_CREDENTIALS and counts as a failed login of the account (429 past the limit); the new one meets the registration policy (400 PASSWORD_*).
+         */
+        post: operations["changePassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/refresh": {
         parameters: {
             query?: never;
@@ -233,6 +253,50 @@ export interface paths {
          */
         post: operations["registerUser"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/sign-ins": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Your signed-in devices, the oldest sign-in first
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). A sign-in is listed while its refresh token is alive. Paged as every list.
+         */
+        get: operations["listSignIns"];
+        put?: never;
+        post?: never;
+        /**
+         * Sign out every other device (with include_current=true, this one too)
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). Answers how many were signed out.
+         */
+        delete: operations["signOutOtherDevices"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/sign-ins/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Sign one of your devices out: its refresh token is revoked at once
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). An access token it already had works until it expires (15 minutes). Again: 204 too; another user's sign-in: 404 SIGN_IN_NOT_FOUND.
+         */
+        delete: operations["signOutDevice"];
         options?: never;
         head?: never;
         patch?: never;
@@ -318,6 +382,11 @@ export interface components {
             /** @description the key: shown only in this answer; store it now (it starts with `gpk_`) */
             api_key: string;
             key: components["schemas"]["ApiKey"];
+        };
+        ChangePasswordRequest: {
+            current_password: string;
+            /** @description the same policy as at registration */
+            new_password: string;
         };
         /** @description A machine client (never its secret) */
         Client: {
@@ -457,6 +526,30 @@ export interface components {
         SetRolesRequest: {
             roles: ("provider" | "renter" | "admin")[];
         };
+        SignedOut: {
+            /** Format: int64 */
+            signed_out: number;
+        };
+        /** @description A signed-in device */
+        SignIn: {
+            /** @description the sign-in of the token that asks */
+            current: boolean;
+            /** @description when its refresh token expires unless used */
+            expires_at: string;
+            /**
+             * Format: uuid
+             * @description the sign-in (its refresh tokens' family)
+             */
+            id: string;
+            /** @description the address of its last refresh */
+            ip: string | null;
+            /** @description when it last logged in or refreshed */
+            last_used_at: string;
+            signed_in_at: string;
+            /** @description the User-Agent of its last refresh (200 characters at most) */
+            user_agent: string | null;
+        };
+        SignInList: components["schemas"]["SignIn"][];
         /** @description An access token and a refresh token */
         TokenPair: {
             /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
@@ -885,7 +978,12 @@ export interface operations {
     listApiKeys: {
         parameters: {
             query?: {
-                include_revoked?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description true lists revoked keys too */
+                include_revoked?: boolean;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -897,7 +995,9 @@ export interface operations {
             200: {
                 headers: {
                     "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
                 };
@@ -1070,6 +1170,39 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    changePassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChangePasswordRequest"];
+            };
+        };
+        responses: {
+            /** @description changed */
+            204: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     refreshTokens: {
         parameters: {
             query?: never;
@@ -1135,6 +1268,100 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSignIns: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    signOutOtherDevices: {
+        parameters: {
+            query?: {
+                include_current?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedOut"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    signOutDevice: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description signed out */
+            204: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

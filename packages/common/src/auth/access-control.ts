@@ -29,8 +29,8 @@ declare module 'fastify' {
     public?: boolean;
     /** A token holding one of these roles is needed; any valid token when absent. */
     roles?: readonly Role[];
-    /** The scope that lets an API key's token call the route (scopes.ts); absent: no API key may. */
-    scope?: Scope;
+    /** The scope that lets an API key's token call the route, or any of several (scopes.ts); absent: no API key may. */
+    scope?: Scope | readonly Scope[];
   }
   interface FastifyInstance {
     /** The verifier of this app's access tokens; null when access control is off. */
@@ -78,14 +78,15 @@ export async function authenticate(request: FastifyRequest): Promise<Principal> 
 }
 
 /** 403 INSUFFICIENT_SCOPE: an API key without `scope` (none: the action takes no API key at all). */
-function insufficientScope(scope: Scope | undefined): AppError {
+function insufficientScope(scope: Scope | readonly Scope[] | undefined): AppError {
+  const named = typeof scope === 'string' ? scope : scope?.join(' or ');
   return new AppError(
     'forbidden',
     'INSUFFICIENT_SCOPE',
-    scope === undefined
+    named === undefined
       ? 'this action takes no API key: sign in as the user'
-      : `this action needs an API key with the scope ${scope}`,
-    scope === undefined ? {} : { extra: { required_scope: scope } },
+      : `this action needs an API key with the scope ${named}`,
+    named === undefined ? {} : { extra: { required_scope: named } },
   );
 }
 

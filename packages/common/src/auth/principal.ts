@@ -23,6 +23,8 @@ export interface Principal {
   readonly scopes?: readonly Scope[];
   /** The API key's ID, for such a token. */
   readonly keyId?: string;
+  /** A user's sign-in token: the sign-in (refresh-token family) it came from. */
+  readonly sessionId?: string;
   /** True only for the stand-in principal of a setup with access control switched off. */
   readonly unchecked?: boolean;
 }
@@ -46,6 +48,7 @@ export function principalOf(claims: AccessTokenClaims): Principal {
     actsFor: claims.sub,
     tokenId: claims.jti,
     ...(claims.scope !== undefined ? { scopes: claims.scope.split(' ').filter(isScope), keyId: claims.key_id } : {}),
+    ...(claims.sid !== undefined ? { sessionId: claims.sid } : {}),
   };
 }
 

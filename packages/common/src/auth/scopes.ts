@@ -26,21 +26,29 @@ export type Scope = (typeof SCOPES)[number];
 
 /** What each scope lets a key do, as the documents and the command line say it. */
 export const SCOPE_MEANINGS: Record<Scope, string> = {
-  read: 'read-only: every GET of the routes that take keys (offers, quotes, sessions, balances, listings)',
-  offers: 'search offers and quote prices',
+  read: 'read-only, but everything the user can read: every GET and HEAD of the routes that take keys (offers, sessions, balances, earnings, listings, and downloading objects)',
+  offers: "search offers and quote a machine's prices",
   sessions: 'start and end sessions, with their workloads; read them',
   'storage:read': 'download and list objects, presigned GET URLs',
   'storage:write': 'upload and delete objects, create buckets, presigned PUT URLs',
   'wallet:read': 'read wallets, balances and their history',
-  'money:out': 'withdrawals and payouts: tokens leave the platform',
-  machines: "a provider's machines: register, rates, payout settings, earnings",
+  'money:out': 'withdrawals, payouts and setting where payouts go: tokens leave the platform',
+  machines: "a provider's machines: register, rates, earnings, and reading payout settings",
 };
 
 export const isScope = (s: string): s is Scope => (SCOPES as readonly string[]).includes(s);
 
-/** Whether a key holding `granted` may call a route of `method` that takes keys with `needed` (none: no key at all). */
-export function scopeAllows(granted: readonly Scope[], needed: Scope | undefined, method: string): boolean {
+/**
+ * Whether a key holding `granted` may call a route of `method` that takes keys with `needed` (one scope, or any of
+ * several; none: no key at all).
+ */
+export function scopeAllows(
+  granted: readonly Scope[],
+  needed: Scope | readonly Scope[] | undefined,
+  method: string,
+): boolean {
   if (needed === undefined) return false;
-  if (granted.includes(needed)) return true;
+  const any = typeof needed === 'string' ? [needed] : needed;
+  if (any.some((s) => granted.includes(s))) return true;
   return granted.includes('read') && (method === 'GET' || method === 'HEAD');
 }

@@ -27,6 +27,8 @@ export interface AccessTokenClaims {
   /** An API key's token: its scopes (space-separated, RFC 8693 §4.2) and the key's ID. */
   scope?: string;
   key_id?: string;
+  /** A user's sign-in token: the sign-in (refresh-token family) it belongs to. */
+  sid?: string;
 }
 
 export interface TokenVerifierOptions {
@@ -74,7 +76,15 @@ const invalid = (detail: string) => errors.unauthorized(`invalid access token: $
 
 /** The claims of a verified payload, or INVALID_TOKEN: the platform's tokens name users and clients by UUID. */
 function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: number): AccessTokenClaims {
-  const { roles, client_id: clientId, owner_id: ownerId, scope, key_id: keyId } = payload as Record<string, unknown>;
+  const {
+    roles,
+    client_id: clientId,
+    owner_id: ownerId,
+    scope,
+    key_id: keyId,
+    sid,
+  } = payload as Record<string, unknown>;
+  if (sid !== undefined && (typeof sid !== 'string' || !UUID.test(sid))) throw invalid('sid is not a sign-in ID');
   if (!Array.isArray(roles) || roles.length === 0 || !roles.every((r) => (ROLES as readonly unknown[]).includes(r))) {
     throw invalid('no valid roles claim');
   }
@@ -108,6 +118,7 @@ function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: num
     ...(clientId !== undefined ? { client_id: clientId as string } : {}),
     ...(ownerId !== undefined ? { owner_id: ownerId as string } : {}),
     ...(scope !== undefined ? { scope: scope as string, key_id: keyId as string } : {}),
+    ...(sid !== undefined ? { sid: sid as string } : {}),
   };
 }
 

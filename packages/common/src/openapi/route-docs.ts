@@ -93,7 +93,7 @@ export function routeTransform(opts: {
     schema[ROUTE_NOTE] = note;
     // The scope that lets an API key call the operation (auth/scopes.ts); absent: no API key may.
     const scope = route.config?.scope;
-    if (scope !== undefined) schema['x-api-key-scope'] = scope;
+    if (scope !== undefined) schema['x-api-key-scope'] = typeof scope === 'string' ? scope : [...scope].join(' ');
     return { schema, url } as never;
   };
 }

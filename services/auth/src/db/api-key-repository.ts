@@ -1,4 +1,5 @@
 /** Queries on users' API keys. Every function takes the database or a transaction. */
+import { cursorAt, type KeysetPosition, newerThan } from '@gpu/common';
 import type { Kysely, Selectable } from 'kysely';
 import type { ApiKeysTable, AuthDatabase } from './schema.ts';
 
@@ -15,15 +16,19 @@ export async function findApiKey(db: Kysely<AuthDatabase>, id: string): Promise<
   return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
-/** A user's keys, newest first (revoked ones too when asked). */
+/** One page of a user's keys, oldest first, after `after` (keyset on `created_at`, `id`; revoked ones when asked). */
 export async function listApiKeys(
   db: Kysely<AuthDatabase>,
-  userId: string,
-  includeRevoked: boolean,
-): Promise<ApiKeyRow[]> {
-  let q = db.selectFrom('api_keys').selectAll().where('user_id', '=', userId);
-  if (!includeRevoked) q = q.where('revoked_at', 'is', null);
-  return q.orderBy('created_at', 'desc').orderBy('id').execute();
+  filter: { userId: string; includeRevoked: boolean; limit: number; after?: KeysetPosition },
+): Promise<(ApiKeyRow & { cursor_at: string })[]> {
+  let q = db
+    .selectFrom('api_keys')
+    .selectAll()
+    .select(cursorAt('created_at').as('cursor_at'))
+    .where('user_id', '=', filter.userId);
+  if (!filter.includeRevoked) q = q.where('revoked_at', 'is', null);
+  if (filter.after) q = q.where(newerThan('created_at', filter.after));
+  return q.orderBy('created_at').orderBy('id').limit(filter.limit).execute();
 }
 
 /** How many keys the user holds that are not revoked. */

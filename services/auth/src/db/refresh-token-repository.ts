@@ -1,5 +1,6 @@
 /** Queries on refresh tokens and their families. Every function takes the database or a transaction. */
-import type { Kysely, Selectable } from 'kysely';
+import { cursorAt, type KeysetPosition, newerThan } from '@gpu/common';
+import { type Kysely, type Selectable, sql } from 'kysely';
 import type { AuthDatabase, RefreshTokensTable } from './schema.ts';
 import { type DeviceWrite, withDeviceWrite } from './trusted-device-repository.ts';
 
@@ -8,7 +9,15 @@ export type RefreshTokenRow = Selectable<RefreshTokensTable>;
 /** Stores a refresh token and, for a login, what it writes about the caller's device, in one statement. */
 export async function insertRefreshToken(
   db: Kysely<AuthDatabase>,
-  token: { family_id: string; user_id: string; parent_id: string | null; token_hash: string; expires_at: Date },
+  token: {
+    family_id: string;
+    user_id: string;
+    parent_id: string | null;
+    token_hash: string;
+    expires_at: Date;
+    user_agent?: string | null;
+    ip?: string | null;
+  },
   device?: DeviceWrite,
 ): Promise<void> {
   await (device ? withDeviceWrite(db, device) : db).insertInto('refresh_tokens').values(token).execute();
@@ -53,4 +62,84 @@ export async function revokeFamily(
 export async function deleteExpired(db: Kysely<AuthDatabase>, before: Date): Promise<number> {
   const result = await db.deleteFrom('refresh_tokens').where('expires_at', '<', before).executeTakeFirst();
   return Number(result.numDeletedRows);
+}
+
+/** A user's sign-in (a family of refresh tokens with a live one): when it began and was last used, and by what. */
+export interface SignInRow {
+  /** The family's ID. */
+  id: string;
+  signed_in_at: Date;
+  last_used_at: Date;
+  expires_at: Date;
+  user_agent: string | null;
+  ip: string | null;
+  cursor_at: string;
+}
+
+/**
+ * One page of the user's sign-ins still alive (a token neither used, revoked nor expired), the oldest first, after
+ * `after` (keyset on when each began, and its ID).
+ */
+export async function liveSignIns(
+  db: Kysely<AuthDatabase>,
+  filter: { userId: string; now: Date; limit: number; after?: KeysetPosition },
+): Promise<SignInRow[]> {
+  const families = db
+    .selectFrom('refresh_tokens')
+    .select((eb) => [
+      'family_id as id',
+      eb.fn.min('created_at').as('signed_in_at'),
+      eb.fn.max('created_at').as('last_used_at'),
+      eb.fn.max('expires_at').as('expires_at'),
+      sql<string | null>`(array_agg(user_agent ORDER BY created_at DESC))[1]`.as('user_agent'),
+      sql<string | null>`(array_agg(ip ORDER BY created_at DESC))[1]`.as('ip'),
+    ])
+    .where('user_id', '=', filter.userId)
+    .groupBy('family_id')
+    .having(sql<boolean>`bool_or(revoked_at IS NULL AND used_at IS NULL AND expires_at > ${filter.now})`);
+  let q = db.selectFrom(families.as('s')).selectAll().select(cursorAt('signed_in_at').as('cursor_at'));
+  if (filter.after) q = q.where(newerThan('signed_in_at', filter.after));
+  const rows = await q.orderBy('signed_in_at').orderBy('id').limit(filter.limit).execute();
+  return rows as unknown as SignInRow[];
+}
+
+/** How many sign-ins of the user are alive. */
+export async function countLiveSignIns(db: Kysely<AuthDatabase>, userId: string, now: Date): Promise<number> {
+  const row = await db
+    .selectFrom('refresh_tokens')
+    .select(sql<string>`count(DISTINCT family_id)`.as('n'))
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null)
+    .where('used_at', 'is', null)
+    .where('expires_at', '>', now)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/** Revokes every live family of the user but `keep` (a family ID); how many tokens were revoked. */
+export async function revokeUserFamilies(
+  db: Kysely<AuthDatabase>,
+  userId: string,
+  reason: string,
+  keep?: string,
+): Promise<number> {
+  let q = db
+    .updateTable('refresh_tokens')
+    .set({ revoked_at: new Date(), revoked_reason: reason })
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null);
+  if (keep) q = q.where('family_id', '!=', keep);
+  const result = await q.executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/** The user who owns a family, or undefined. */
+export async function familyOwner(db: Kysely<AuthDatabase>, familyId: string): Promise<string | undefined> {
+  const row = await db
+    .selectFrom('refresh_tokens')
+    .select('user_id')
+    .where('family_id', '=', familyId)
+    .limit(1)
+    .executeTakeFirst();
+  return row?.user_id;
 }

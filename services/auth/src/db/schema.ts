@@ -31,6 +31,9 @@ export interface RefreshTokensTable {
   used_at: Timestamp | null;
   revoked_at: Timestamp | null;
   revoked_reason: string | null;
+  /** The `User-Agent` (cut at 200 characters) and address of the caller it was issued to (migration 20261203). */
+  user_agent: string | null;
+  ip: string | null;
 }
 
 interface SigningKeysTable {

@@ -2,7 +2,7 @@
  * Users' API keys: a renter's or provider's programs act for them with a key, never with their password.
  *
  * - A user creates a key with a name, scopes (`@gpu/common`'s `SCOPES`: what it may do) and an optional expiry. The
- *   key (`gpk_` and 64 random characters, 384 bits: a secret scanner finds one by its prefix) is shown once, stored
+ *   key (`gpk_`, its ID and 256 random bits: a secret scanner finds one by its prefix) is shown once, stored
  *   only as its SHA-256 (as client secrets are), listed with its prefix and its last use, and revoked at once.
  * - Only the user's own sign-in manages keys: the key routes take no API key (a key can never make a wider one), and
  *   another user's key answers 404.
@@ -10,10 +10,10 @@
  *   `api_keys.token_ttl` (2 minutes) carrying the user's roles (never `admin`), the scopes and the key's ID; every
  *   service checks a route's scope against them. A revoked or expired key gets no token from any instance (the key is
  *   read from the database at each exchange); a token already issued lives out its 2 minutes. Failures are one answer
- *   (401 `INVALID_CLIENT`), rate-limited per address and per key like client credentials.
+ *   (401 `INVALID_CLIENT`), rate-limited per address, and failures per key and address.
  */
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
-import { durationMs, errors, type Principal, type Scope } from '@gpu/common';
+import { afterCursor, durationMs, errors, keysetPage, type Principal, type Scope } from '@gpu/common';
 import {
   type ApiKeyRow,
   countActiveApiKeys,
@@ -90,9 +90,20 @@ export async function createApiKey(
   }
 }
 
-/** The signed-in user's keys, newest first. */
-export async function listOwnApiKeys(ctx: AuthContext, actor: Principal, includeRevoked: boolean): Promise<ApiKey[]> {
-  return (await listApiKeys(ctx.db, signedInUser(actor), includeRevoked)).map(shown);
+/** One page of the signed-in user's keys, oldest first (the platform's keyset paging). */
+export async function listOwnApiKeys(
+  ctx: AuthContext,
+  actor: Principal,
+  query: { limit: number; cursor?: string; include_revoked: boolean },
+): Promise<{ keys: ApiKey[]; nextCursor: string | null }> {
+  const rows = await listApiKeys(ctx.db, {
+    userId: signedInUser(actor),
+    includeRevoked: query.include_revoked,
+    limit: query.limit + 1,
+    after: afterCursor(query.cursor),
+  });
+  const page = keysetPage(rows, query.limit);
+  return { keys: page.items.map(({ cursor_at: _, ...row }) => shown(row)), nextCursor: page.nextCursor };
 }
 
 /** Revokes one of the signed-in user's keys (again: nothing changes); another user's key is 404. */
@@ -121,7 +132,10 @@ export async function grantApiKeyToken(
   const id = hexId
     ? `${hexId.slice(0, 8)}-${hexId.slice(8, 12)}-${hexId.slice(12, 16)}-${hexId.slice(16, 20)}-${hexId.slice(20)}`
     : undefined;
-  if (id) await ctx.limiter.check(limits.token_failures_per_client, 'token-key', id);
+  // Failures count per key and address: a key's ID is in every token it gets, so a count per key alone would let
+  // anyone who saw one lock its program out.
+  const failures = id ? `${id}:${clientIp}` : undefined;
+  if (failures) await ctx.limiter.check(limits.token_failures_per_client, 'token-key', failures);
   const key = id ? await findApiKey(ctx.db, id) : undefined;
   let refusal: string | undefined;
   if (!key) refusal = 'unknown key';
@@ -131,7 +145,7 @@ export async function grantApiKeyToken(
   const user = key && !refusal ? await findUserById(ctx.db, key.user_id) : undefined;
   if (key && !refusal && !user) refusal = 'user gone';
   if (!key || !user || refusal) {
-    if (id) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', id);
+    if (failures) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', failures);
     ctx.logger.warn(
       { audit: true, action: 'api_key_refused', key_id: id ?? null, reason: refusal, ip: clientIp },
       'API key refused',

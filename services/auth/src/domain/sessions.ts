@@ -35,6 +35,7 @@ export async function login(
   ctx: AuthContext,
   input: { email: string; password: string; device_token?: string },
   clientIp: string,
+  userAgent?: string,
 ): Promise<TokenPair & { device_token: string }> {
   const limits = ctx.config.rate_limit;
   const email = normaliseEmail(input.email);
@@ -71,7 +72,8 @@ export async function login(
           expires_at: new Date(Date.now() + durationMs(limits.device_token_lifetime)),
         },
       };
-  return { ...(await issueTokenPair(ctx, ctx.db, user, undefined, deviceWrite)), device_token: deviceToken };
+  const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
+  return { ...(await issueTokenPair(ctx, ctx.db, user, undefined, deviceWrite, origin)), device_token: deviceToken };
 }
 
 const hashDeviceToken = (token: string) => createHash('sha256').update(token).digest('hex');
@@ -81,7 +83,12 @@ type RefreshOutcome =
   | { failure: 'invalid' | 'expired' | 'revoked' | 'reused' | 'gone'; familyId?: string; userId?: string };
 
 /** Exchanges a refresh token for a new access token and a new refresh token. */
-export async function refresh(ctx: AuthContext, refreshToken: string, clientIp: string): Promise<TokenPair> {
+export async function refresh(
+  ctx: AuthContext,
+  refreshToken: string,
+  clientIp: string,
+  userAgent?: string,
+): Promise<TokenPair> {
   const limits = ctx.config.rate_limit;
   await ctx.limiter.consume(limits.refresh_per_ip, 'refresh-ip', clientIp);
   const reuseIntervalMs = durationMs(ctx.config.jwt.refresh_reuse_interval);
@@ -101,7 +108,9 @@ export async function refresh(ctx: AuthContext, refreshToken: string, clientIp: 
     const user = await findUserById(trx, row.user_id);
     if (!user) return { failure: 'gone', ...ids };
     if (!row.used_at) await markUsed(trx, row.id, now);
-    return { pair: await issueTokenPair(ctx, trx, user, { familyId: row.family_id, parentId: row.id }) };
+    const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
+    const family = { familyId: row.family_id, parentId: row.id };
+    return { pair: await issueTokenPair(ctx, trx, user, family, undefined, origin) };
   });
   if ('pair' in outcome) return outcome.pair;
   const log = { family_id: outcome.familyId, user_id: outcome.userId, ip: clientIp };

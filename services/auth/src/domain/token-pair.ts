@@ -47,9 +47,18 @@ async function signAccessToken(
   return { token, expiresIn };
 }
 
-/** A signed access token for the user, with the claims of docs/conventions.md. */
-export function issueAccessToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'roles'>) {
-  return signAccessToken(ctx, user.id, { roles: [...user.roles].sort() });
+/**
+ * A signed access token for the user, with the claims of docs/conventions.md; `sid`: the sign-in it belongs to (its
+ * refresh-token family), so the user's device list can say which one is theirs.
+ */
+export function issueAccessToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'roles'>, sid?: string) {
+  return signAccessToken(ctx, user.id, { roles: [...user.roles].sort(), ...(sid ? { sid } : {}) });
+}
+
+/** Who a token pair is issued to: the caller's address and `User-Agent`, shown in the user's list of sign-ins. */
+export interface TokenOrigin {
+  ip: string;
+  userAgent?: string;
 }
 
 /**
@@ -90,12 +99,16 @@ export async function issueTokenPair(
   user: Pick<UserRow, 'id' | 'roles'>,
   family?: { familyId: string; parentId: string },
   device?: DeviceWrite,
+  origin?: TokenOrigin,
 ): Promise<TokenPair> {
   const refreshToken = randomBytes(32).toString('base64url');
+  const familyId = family?.familyId ?? randomUUID();
   await insertRefreshToken(
     db,
     {
-      family_id: family?.familyId ?? randomUUID(),
+      family_id: familyId,
+      user_agent: origin?.userAgent?.slice(0, 200) ?? null,
+      ip: origin?.ip ?? null,
       parent_id: family?.parentId ?? null,
       user_id: user.id,
       token_hash: hashRefreshToken(refreshToken),
@@ -103,7 +116,7 @@ export async function issueTokenPair(
     },
     device,
   );
-  const access = await issueAccessToken(ctx, user);
+  const access = await issueAccessToken(ctx, user, familyId);
   return {
     access_token: access.token,
     refresh_token: refreshToken,

@@ -84,7 +84,8 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         },
       },
     },
-    async (request) => login(withRequestLogger(ctx, request), request.body, request.clientIp),
+    async (request) =>
+      login(withRequestLogger(ctx, request), request.body, request.clientIp, request.headers['user-agent']),
   );
 
   app.post(
@@ -102,7 +103,13 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: tokenPairSchema, ...problems(400, 401, 429, 503) },
       },
     },
-    async (request) => refresh(withRequestLogger(ctx, request), request.body.refresh_token, request.clientIp),
+    async (request) =>
+      refresh(
+        withRequestLogger(ctx, request),
+        request.body.refresh_token,
+        request.clientIp,
+        request.headers['user-agent'],
+      ),
   );
 
   app.post(

@@ -5,9 +5,12 @@
 import {
   type App,
   callerOf,
+  PAGE_HEADERS,
+  pageQuery,
   type RouteDocs,
   SCOPE_MEANINGS,
   SCOPES,
+  setNextPage,
   withRequestLogger,
   zBool,
   zTimestamp,
@@ -72,6 +75,8 @@ const keyJson = (k: ApiKey) => ({
 });
 
 const SECRET_DOCS = { headers: { 201: ['Cache-Control'] } } satisfies RouteDocs;
+/** Renters and providers, whose keys act with their roles (an admin's token would hold none of its own). */
+const access = { roles: ['renter', 'provider'] as const };
 const tags = ['API keys'];
 const SIGN_IN = 'The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here.';
 
@@ -79,7 +84,7 @@ export async function keyRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/keys',
     {
-      config: { roles: ['renter', 'provider', 'admin'], openapi: SECRET_DOCS },
+      config: { ...access, openapi: SECRET_DOCS },
       schema: {
         tags,
         operationId: 'createApiKey',
@@ -107,23 +112,30 @@ export async function keyRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.get(
     '/keys',
     {
-      config: { roles: ['renter', 'provider', 'admin'] },
+      config: { ...access, openapi: { headers: { 200: PAGE_HEADERS } } },
       schema: {
         tags,
         operationId: 'listApiKeys',
-        summary: 'Your API keys, newest first (never their secrets)',
-        description: `${SIGN_IN} Revoked keys too with include_revoked=true.`,
-        querystring: z.object({ include_revoked: zBool().default(false) }),
+        summary: 'Your API keys, oldest first (never their secrets)',
+        description: `${SIGN_IN} Revoked keys too with include_revoked=true. Paged as every list of the platform.`,
+        querystring: z.object({
+          ...pageQuery,
+          include_revoked: zBool().default(false).describe('true lists revoked keys too'),
+        }),
         response: { 200: z.array(keySchema).register(schemas, { id: 'ApiKeyList' }), ...problems(400, 401, 403) },
       },
     },
-    async (request) => (await listOwnApiKeys(ctx, callerOf(request), request.query.include_revoked)).map(keyJson),
+    async (request, reply) => {
+      const page = await listOwnApiKeys(ctx, callerOf(request), request.query);
+      setNextPage(request, reply, page.nextCursor);
+      return page.keys.map(keyJson);
+    },
   );
 
   app.delete(
     '/keys/:id',
     {
-      config: { roles: ['renter', 'provider', 'admin'] },
+      config: access,
       schema: {
         tags,
         operationId: 'revokeApiKey',

@@ -3,7 +3,14 @@
  * token travels in the message's `Authorization: Bearer <token>` header and is verified like an HTTP request's (the
  * same JWKS), as of when the stream took the message.
  */
-import { type Principal, principalOf, type TokenVerifier, UNCHECKED_PRINCIPAL, verifyBearer } from '@gpu/common';
+import {
+  errors,
+  type Principal,
+  principalOf,
+  type TokenVerifier,
+  UNCHECKED_PRINCIPAL,
+  verifyBearer,
+} from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 
 /**
@@ -14,7 +21,12 @@ import type { JsMsg } from '@nats-io/jetstream';
  */
 export async function senderOf(opts: { verifier: TokenVerifier | null }, msg: JsMsg): Promise<Principal> {
   if (!opts.verifier) return UNCHECKED_PRINCIPAL;
-  return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined, sentAt(msg)));
+  const sender = principalOf(
+    await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined, sentAt(msg)),
+  );
+  // Messages are for daemons and platform services: an API key's token sends none (as no usage route takes one).
+  if (sender.scopes) throw errors.forbidden('an API key sends no message to billing', 'INSUFFICIENT_SCOPE');
+  return sender;
 }
 
 /** When the stream took the message (its JetStream timestamp). */

@@ -1,5 +1,5 @@
 /** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
-import { type App, authenticate, callerOf, errors } from '@gpu/common';
+import { type App, assertScope, authenticate, callerOf, errors } from '@gpu/common';
 import { z } from 'zod';
 import { quotedResources } from '../domain/leases/index.ts';
 import { Dec } from '../domain/ledger/index.ts';
@@ -122,7 +122,8 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
     async (request) => {
       const b = request.body;
       // A quote for a machine reads its record at the registry: that needs a caller (anyone may price figures).
-      if (b.provider_id && ctx.providers) await authenticate(request);
+      // An API key quotes with the scope offers (or read: not a GET here, so offers).
+      if (b.provider_id && ctx.providers) assertScope(await authenticate(request), 'offers');
       const resources = await quotedResources(
         ctx,
         b.provider_id,

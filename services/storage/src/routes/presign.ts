@@ -32,8 +32,8 @@ const presignResponse = z
   .register(schemas, { id: 'PresignedUrl' });
 
 async function presign(ctx: StorageContext, caller: Principal, target: Target, body: z.infer<typeof presignBody>) {
-  // The route takes API keys with storage:read; a URL to write needs storage:write.
-  if (body.method === 'PUT') assertScope(caller, 'storage:write');
+  // A URL to read needs storage:read, one to write storage:write (the route takes a key with either).
+  assertScope(caller, body.method === 'PUT' ? 'storage:write' : 'storage:read');
   const expiry = expirySeconds(body.expiry, PRESIGN_EXPIRY);
   if ('problem' in expiry) {
     throw errors.validation(`invalid expiry: ${expiry.problem}`, [{ path: 'body.expiry', message: expiry.problem }]);
@@ -53,7 +53,7 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/presigned-url/:bucketName/*',
     {
-      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: { wildcard: OBJECT_KEY } },
+      config: { roles: STORAGE_ROLES, scope: ['storage:read', 'storage:write'], openapi: { wildcard: OBJECT_KEY } },
       schema: {
         tags: ['presigned URLs'],
         operationId: 'presignObjectUrl',
@@ -68,7 +68,7 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/presigned-url/*',
     {
-      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: { wildcard: OBJECT_KEY } },
+      config: { roles: STORAGE_ROLES, scope: ['storage:read', 'storage:write'], openapi: { wildcard: OBJECT_KEY } },
       schema: {
         tags: ['presigned URLs (default bucket)'],
         operationId: 'presignDefaultBucketObjectUrl',

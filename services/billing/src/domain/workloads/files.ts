@@ -16,6 +16,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import {
+  assertScope,
   errors,
   inputPathOf,
   mayActFor,
@@ -194,6 +195,12 @@ export async function startWorkloadSession(
   asked: StartSessionInput & { workload: WorkloadSpec },
   idem: KeyClaim<SessionStart> | null,
 ): Promise<SessionStart> {
+  // An API key's caller reaches the renter's storage through a workload only with the storage scopes too: a key of
+  // `sessions` alone starts no workload that reads the renter's objects or writes into their storage.
+  if (asked.actor.scopes) {
+    if (asked.workload.inputs.length > 0) assertScope(asked.actor, 'storage:read');
+    if (ctx.storage || asked.workload.output) assertScope(asked.actor, 'storage:write');
+  }
   const renterId = renterOf(asked);
   if (!mayActFor(asked.actor, renterId)) {
     throw errors.forbidden(`a session of user ${renterId} is started by that user`, 'NOT_RENTER');

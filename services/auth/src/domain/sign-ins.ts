@@ -1,0 +1,99 @@
+/**
+ * A user's signed-in devices: each login starts a sign-in (a family of refresh tokens, rotated at each refresh), and
+ * the user lists theirs, signs any out, or all but the one they use; a password change signs out every other one.
+ *
+ * - A sign-in is listed (oldest first, paged) while one of its tokens is alive (not used, revoked nor expired), with when it began, when it
+ *   was last refreshed, when it expires, and the address and `User-Agent` of its last refresh; the caller's own is
+ *   marked `current` (its access token's `sid`).
+ * - Signing a device out revokes its refresh tokens at once: it cannot refresh again. An access token it already had
+ *   works until it expires (`jwt.access_token_expire_minutes`, 15 minutes).
+ * - Only the user's own sign-in does this (these routes take no API key); another user's sign-in answers 404.
+ * - Changing the password takes the current one (a wrong one counts as a failed login of the account, and is refused
+ *   as one), meets the same policy as registration, and signs out every other device.
+ */
+import { afterCursor, errors, keysetPage, type Principal } from '@gpu/common';
+import {
+  countLiveSignIns,
+  familyOwner,
+  liveSignIns,
+  revokeFamily,
+  revokeUserFamilies,
+  type SignInRow,
+} from '../db/refresh-token-repository.ts';
+import { findUserById, updatePasswordHash } from '../db/user-repository.ts';
+import { authErrors } from '../errors.ts';
+import type { AuthContext } from './context.ts';
+import { normalisePassword } from './passwords/index.ts';
+
+/** The signed-in user (their own sign-in: never an API key's token nor a machine client). */
+function signedIn(actor: Principal): string {
+  if (actor.kind !== 'user' || actor.scopes) {
+    throw errors.forbidden('only the user themselves, signed in, manages their sign-ins', 'USER_SIGN_IN_REQUIRED');
+  }
+  return actor.subject;
+}
+
+export type SignIn = SignInRow & { current: boolean };
+
+/** One page of the user's sign-ins, the oldest first (the platform's keyset paging), their own marked. */
+export async function listSignIns(
+  ctx: AuthContext,
+  actor: Principal,
+  query: { limit: number; cursor?: string },
+): Promise<{ signIns: SignIn[]; nextCursor: string | null }> {
+  const rows = await liveSignIns(ctx.db, {
+    userId: signedIn(actor),
+    now: new Date(),
+    limit: query.limit + 1,
+    after: afterCursor(query.cursor),
+  });
+  const page = keysetPage(rows, query.limit);
+  return { signIns: page.items.map((r) => ({ ...r, current: r.id === actor.sessionId })), nextCursor: page.nextCursor };
+}
+
+/** Signs one of the user's devices out (again: nothing changes); another user's sign-in is 404. */
+export async function signOut(ctx: AuthContext, actor: Principal, familyId: string): Promise<void> {
+  const userId = signedIn(actor);
+  if ((await familyOwner(ctx.db, familyId)) !== userId) {
+    throw errors.notFound('SIGN_IN_NOT_FOUND', `sign-in ${familyId} not found`);
+  }
+  await revokeFamily(ctx.db, familyId, 'signed_out');
+  ctx.logger.info({ audit: true, action: 'signed_out', user_id: userId, family_id: familyId }, 'device signed out');
+}
+
+/** Signs out every device of the user but the caller's own (`includeCurrent`: that one too); how many were. */
+export async function signOutOthers(ctx: AuthContext, actor: Principal, includeCurrent: boolean): Promise<number> {
+  const userId = signedIn(actor);
+  const before = await countLiveSignIns(ctx.db, userId, new Date());
+  await revokeUserFamilies(ctx.db, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId);
+  const after = await countLiveSignIns(ctx.db, userId, new Date());
+  ctx.logger.info(
+    { audit: true, action: 'signed_out_all', user_id: userId, include_current: includeCurrent },
+    'devices signed out',
+  );
+  return before - after;
+}
+
+/** Changes the user's password (the current one checked), and signs out every other device. */
+export async function changePassword(
+  ctx: AuthContext,
+  actor: Principal,
+  input: { currentPassword: string; newPassword: string },
+): Promise<void> {
+  const userId = signedIn(actor);
+  const user = await findUserById(ctx.db, userId);
+  if (!user) throw authErrors.userGone();
+  const rule = ctx.config.rate_limit.login_per_account;
+  await ctx.limiter.check(rule, 'login-account', user.email);
+  if (!(await ctx.hasher.verify(user.password_hash, normalisePassword(input.currentPassword)))) {
+    await ctx.limiter.hit(rule, 'login-account', user.email);
+    throw authErrors.invalidCredentials();
+  }
+  ctx.policy.check(input.newPassword, user.email);
+  await updatePasswordHash(ctx.db, userId, await ctx.hasher.hash(normalisePassword(input.newPassword)));
+  await revokeUserFamilies(ctx.db, userId, 'password_changed', actor.sessionId);
+  ctx.logger.info(
+    { audit: true, action: 'password_changed', user_id: userId },
+    'password changed; other devices signed out',
+  );
+}
