@@ -336,7 +336,7 @@ export interface paths {
         put?: never;
         /**
          * Price a rental: the hourly rate broken down, the total cost and its fee split
-         * @description total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it (rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply, and with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session start would price it: the GPUs a start would lease now, `gpu_count` of the free ones (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND; 409 GPU_GROUP_TOO_SMALL below the machine's `min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when it has fewer healthy GPUs of the model). Unknown models are priced at the `default` rate (rate_key "default").
+         * @description total_hourly_rate = (base rate of the model × gpu_count + requested_vram_mb/1024 × VRAM rate + estimated_power_w × power rate) × demand_multiplier × supply_factor. total_cost = total_hourly_rate × duration_hours rounded half-even to the token's decimals; platform_fee is platform_fee_percent of it (rounded half-even), provider_earnings the rest. With provider_id, that provider's rates apply, and with a provider registry the machine's record (its GPUs' model, VRAM and power) is priced as a session start would price it: the GPUs a start would lease now, `gpu_count` of the free ones (a token is then needed: 401 without; 404 PROVIDER_NOT_FOUND; 409 GPU_GROUP_TOO_SMALL below the machine's `min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when it has fewer healthy GPUs of the model). Unknown models are priced at the `default` rate (rate_key "default"). An API key quotes a machine with the scope offers (403 INSUFFICIENT_SCOPE without).
          */
         post: operations["calculatePrice"];
         delete?: never;
@@ -2331,6 +2331,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];

@@ -111,11 +111,12 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           'start would price it: the GPUs a start would lease now, `gpu_count` of the free ones (a token is then ' +
           "needed: 401 without; 404 PROVIDER_NOT_FOUND; 409 GPU_GROUP_TOO_SMALL below the machine's " +
           '`min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when it has fewer healthy GPUs of the model). ' +
-          'Unknown models are priced at the `default` rate (rate_key "default").',
+          'Unknown models are priced at the `default` rate (rate_key "default"). An API key quotes a machine with the ' +
+          'scope offers (403 INSUFFICIENT_SCOPE without).',
         body: priceRequestBody,
         response: {
           200: priceQuoteSchema,
-          ...problems(400, 401, 404, 409, 503),
+          ...problems(400, 401, 403, 404, 409, 503),
         },
       },
     },
