@@ -266,6 +266,28 @@ describe('pnpm start', () => {
     expect(sessions.stderr + sessions.stdout).not.toContain(created.api_key);
     expect((await gpu(['keys', 'revoke', created.key.id])).code).toBe(0);
     expect((await gpu(['offers'], withKey)).code).toBe(1);
+    // Storage: a file up, listed, down again (to a file and to standard output), removed.
+    const local = path.join(dataDir, 'cli-upload.csv');
+    writeFileSync(local, 'step,loss\n1,0.5\n');
+    const up = await gpu(['storage', 'cp', local, 'gpu:cli/data.csv', '--json']);
+    expect(up.code, up.stderr).toBe(0);
+    expect(JSON.parse(up.stdout)).toMatchObject({ key: 'cli/data.csv', size: 16 });
+    const listed = JSON.parse((await gpu(['storage', 'ls', 'cli/', '--json'])).stdout);
+    expect(listed.map((o: { key: string }) => o.key)).toEqual(['cli/data.csv']);
+    expect((await gpu(['storage', 'cp', 'gpu:cli/data.csv', '-'])).stdout).toBe('step,loss\n1,0.5\n');
+    const back = path.join(dataDir, 'cli-download.csv');
+    expect((await gpu(['storage', 'cp', 'gpu:cli/data.csv', back])).code).toBe(0);
+    expect(readFileSync(back, 'utf8')).toBe('step,loss\n1,0.5\n');
+    expect((await gpu(['storage', 'rm', 'cli/data.csv'])).code).toBe(0);
+    const gone = await gpu(['storage', 'cp', 'gpu:cli/data.csv', '-']);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toMatch(/^gpu: OBJECT_NOT_FOUND: /);
+    // A quote of a machine that does not exist, and an end of a session that does not: one line each, exit status 1.
+    const quote = await gpu(['quote', '--machine', '00000000-0000-4000-8000-000000000000', '--gpu-model', 'H100']);
+    expect(quote).toMatchObject({ code: 1 });
+    expect(quote.stderr).toMatch(/^gpu: PROVIDER_NOT_FOUND: /);
+    expect((await gpu(['end', '00000000-0000-4000-8000-000000000000'])).stderr).toMatch(/^gpu: SESSION_NOT_FOUND: /);
+    expect((await gpu(['storage', 'cp', 'a', 'b'])).code).toBe(2);
     // A usage error is exit status 2.
     expect((await gpu(['offers', '--sort', 'sideways'])).code).toBe(2);
     expect((await gpu(['logout'])).code).toBe(0);

@@ -82,9 +82,18 @@ describe('objectStore', () => {
     }
     const streamed = await strict.upload({ bucket, key: 'slow/stream.bin' }, Readable.from(slow()));
     expect(streamed.size).toBe(8 * 1024);
-    // The caller bounds it with a signal of its own.
+    // The caller bounds it with a signal of its own: aborted mid-body (after the third chunk, whatever the machine's
+    // load does to timers), the upload fails and stores nothing.
+    const caller = new AbortController();
+    async function* abortedMidway() {
+      for (let i = 0; i < 8; i++) {
+        await new Promise((r) => setTimeout(r, 150));
+        if (i === 3) caller.abort();
+        yield Buffer.alloc(1024, i);
+      }
+    }
     await expect(
-      strict.upload({ bucket, key: 'slow/aborted.bin' }, Readable.from(slow()), { signal: AbortSignal.timeout(200) }),
+      strict.upload({ bucket, key: 'slow/aborted.bin' }, Readable.from(abortedMidway()), { signal: caller.signal }),
     ).rejects.toThrow();
     await expect(strict.head({ bucket, key: 'slow/aborted.bin' })).rejects.toMatchObject({ status: 404 });
   });

@@ -7,7 +7,10 @@
  * with the problem's code and detail), 2 (a usage error); `--json` prints the platform's answer as JSON for scripts;
  * no colour (`NO_COLOR` holds trivially); no secret is ever printed but the key `gpu keys create` makes, once.
  */
-import { ApiError, authClient, billingClient, registryClient, unwrap } from '@gpu/client';
+import { createReadStream, createWriteStream, statSync } from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { ApiError, authClient, billingClient, objectStore, registryClient, unwrap } from '@gpu/client';
 import { isScope, SCOPE_MEANINGS, SCOPES } from '@gpu/common';
 import Table from 'cli-table3';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
@@ -36,6 +39,7 @@ function context(program: Command) {
     auth: authClient({ baseUrl: url, token }),
     registry: registryClient({ baseUrl: url, token }),
     billing: billingClient({ baseUrl: url, token }),
+    objects: objectStore({ baseUrl: url, token }),
   };
 }
 
@@ -252,6 +256,99 @@ function build(): Command {
         ['id', 'machine', 'gpus', 'status', 'started', 'cost'],
         list.map((s) => [s.id, s.provider_id, s.gpu_count, s.status, s.started_at, s.total_cost]),
       );
+    });
+
+  program
+    .command('quote')
+    .description("price a rental of a machine's GPUs: its hourly rate and what a duration costs")
+    .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
+    .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
+    .requiredOption('--gpu-model <model>', 'the model of its GPUs (H100, A100, ...)')
+    .option('--hours <n>', 'for how long', '1')
+    .action(async (opts: { machine: string; gpus: number; gpuModel: string; hours: string }) => {
+      const ctx = context(program);
+      const q = unwrap(
+        await ctx.billing.POST('/api/v1/pricing/calculate', {
+          body: {
+            provider_id: opts.machine,
+            gpu_count: opts.gpus,
+            gpu_model: opts.gpuModel,
+            duration_hours: opts.hours,
+          } as never,
+        }),
+      );
+      show(
+        ctx.json,
+        q,
+        ['gpus', 'model', 'per hour', 'hours', 'total'],
+        [[q.gpu_count, q.gpu_model, q.total_hourly_rate, opts.hours, q.total_cost]],
+      );
+    });
+
+  program
+    .command('end <session-id>')
+    .description('end a rental: billed for its started minutes, the rest of the hold released')
+    .action(async (sessionId: string) => {
+      const ctx = context(program);
+      const ended = unwrap(await ctx.billing.POST('/api/v1/billing/end-session', { body: { session_id: sessionId } }));
+      const r = ended.billing_record;
+      show(ctx.json, ended, ['session', 'minutes', 'cost'], [[sessionId, r.billed_minutes, r.total_cost]]);
+    });
+
+  const storage = program
+    .command('storage')
+    .description('your objects: keys of your folder in the platform bucket, or of a bucket of yours (--bucket)');
+  storage
+    .command('ls [prefix]')
+    .description('list objects (every page), by key')
+    .option('--bucket <name>', 'a bucket of yours instead of your folder')
+    .action(async (prefix: string | undefined, opts: { bucket?: string }) => {
+      const ctx = context(program);
+      const objects = [];
+      for await (const o of ctx.objects.listAll(opts.bucket, { ...(prefix ? { prefix } : {}), metadata: false })) {
+        objects.push(o);
+      }
+      show(
+        ctx.json,
+        objects,
+        ['key', 'size', 'modified'],
+        objects.map((o) => [o.key, o.size, o.last_modified]),
+      );
+    });
+  storage
+    .command('cp <from> <to>')
+    .description(
+      'copy a file up (gpu cp data.csv gpu:datasets/data.csv) or down (gpu cp gpu:out.txt out.txt; - : standard output)',
+    )
+    .option('--bucket <name>', 'a bucket of yours instead of your folder')
+    .action(async (from: string, to: string, opts: { bucket?: string }) => {
+      const ctx = context(program);
+      const remote = (s: string) => (s.startsWith('gpu:') ? s.slice(4) : undefined);
+      const ref = (key: string) => ({ ...(opts.bucket ? { bucket: opts.bucket } : {}), key });
+      const up = remote(to);
+      const down = remote(from);
+      if ((up === undefined) === (down === undefined)) {
+        throw new UsageError('one side is remote (gpu:<key>), the other a local file');
+      }
+      if (up !== undefined) {
+        const size = statSync(from).size;
+        const info = await ctx.objects.upload(ref(up), createReadStream(from), { contentLength: size });
+        show(ctx.json, info, ['key', 'size', 'etag'], [[info.key, info.size, info.etag]]);
+        return;
+      }
+      const got = await ctx.objects.download(ref(down!));
+      const sink = to === '-' ? process.stdout : createWriteStream(to);
+      await pipeline(Readable.fromWeb(got.body as import('node:stream/web').ReadableStream), sink, { end: to !== '-' });
+      if (to !== '-') process.stderr.write(`${down} -> ${to} (${got.contentLength ?? '?'} bytes)\n`);
+    });
+  storage
+    .command('rm <key>')
+    .description('delete an object')
+    .option('--bucket <name>', 'a bucket of yours instead of your folder')
+    .action(async (key: string, opts: { bucket?: string }) => {
+      const ctx = context(program);
+      await ctx.objects.remove({ ...(opts.bucket ? { bucket: opts.bucket } : {}), key });
+      if (!ctx.json) process.stdout.write(`deleted ${key}\n`);
     });
 
   const wallet = program.command('wallet').description('your token wallet');
