@@ -97,6 +97,9 @@ async function feedPart(reader: BodyReader, part: PassThrough, length: number, s
   let need = length;
   // A part upload that fails stops the feeding instead of waiting forever for 'drain'.
   const failure = sending.then(() => new Promise<never>(() => {}));
+  // Raced only while waiting for 'drain': a part that fails when nobody waits so (the body cut short, the part
+  // aborted by the caller) is the caller's to handle through `sending`, never an unhandled rejection here.
+  failure.catch(() => {});
   while (need > 0) {
     const chunk = await reader.next(need);
     if (!chunk) throw new BodyLengthMismatch('request body is shorter than its Content-Length');
