@@ -197,7 +197,7 @@ async function findOffer(token: TokenSource, machineId: string, priced: (pricePe
         params: {
           query: {
             gpu_model: 'H100',
-            min_free_gpus: '4',
+            min_free_gpus: 4,
             min_reliability: 0.9,
             sort: 'price',
             limit: 100,

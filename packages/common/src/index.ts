@@ -84,7 +84,7 @@ export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export { listenForGateway } from './http/gateway-socket.ts';
 export type { HealthCheck } from './http/health.ts';
-export { NEXT_CURSOR_HEADER, PAGE_LIMIT, pageQuery, setNextPage } from './http/paging.ts';
+export { NEXT_CURSOR_HEADER, PAGE_LIMIT, pageQuery, queryInteger, setNextPage } from './http/paging.ts';
 export { headersOf, kindOfStatus, problemOf, statusOf } from './http/problem.ts';
 export { noBody, problemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';

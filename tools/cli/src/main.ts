@@ -161,7 +161,7 @@ function build(): Command {
     .command('offers')
     .description('search the market: machines with free GPUs, cheapest first by default')
     .option('--gpu-model <model>', 'e.g. H100, A100, "RTX 4090"')
-    .option('--min-free-gpus <n>', 'at least this many free GPUs')
+    .option('--min-free-gpus <n>', 'at least this many free GPUs', count('--min-free-gpus'))
     .option('--max-price <tokens>', 'at most this price per GPU-hour')
     .option('--min-reliability <score>', 'at least this reliability (0-1)')
     .option('--region <region>')

@@ -847,11 +847,11 @@ export interface operations {
                 /** @description at least this driver version, compared part by part */
                 min_driver_version?: string;
                 /** @description at least this many free GPUs */
-                min_free_gpus?: string;
+                min_free_gpus?: number;
                 /** @description at least this reliability score (0-1) */
                 min_reliability?: number;
                 /** @description every GPU of the offer has at least this VRAM (MB) */
-                min_vram?: string;
+                min_vram?: number;
                 /** @description the machine's location, case-insensitive */
                 region?: string;
                 /** @description `price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability` */

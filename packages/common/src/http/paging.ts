@@ -14,7 +14,13 @@ export const NEXT_CURSOR_HEADER = 'x-next-cursor';
 export const PAGE_LIMIT = { min: 1, max: 1000, default: 100 } as const;
 
 /** A query string's digits as a number; anything else as it came, for the number schema to refuse (`1e2`, ` 5`). */
-const digits = (value: unknown) => (typeof value === 'string' && /^\d{1,7}$/.test(value) ? Number(value) : value);
+const digits = (value: unknown) => (typeof value === 'string' && /^\d{1,16}$/.test(value) ? Number(value) : value);
+
+/**
+ * A whole number in a query string, from `min` to `max`: documented as an integer (clients send a number), read from
+ * digits only (`1e3`, ` 5`, `0x10` are a 400).
+ */
+export const queryInteger = (min: number, max: number) => z.preprocess(digits, z.number().int().min(min).max(max));
 
 /**
  * The query parameters of every list (spread them into its querystring schema): `limit`, an integer in

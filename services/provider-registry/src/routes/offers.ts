@@ -11,6 +11,7 @@ import {
   PAGE_HEADERS,
   pageQuery,
   problemSchema,
+  queryInteger,
   setNextPage,
 } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
@@ -28,13 +29,6 @@ export interface OfferRoutesOptions {
 
 const errorsOf = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, problemSchema]));
 
-const uint = (max: number) =>
-  z
-    .string()
-    .max(16)
-    .regex(/^\d{1,16}$/, 'expected an unsigned integer')
-    .transform(Number)
-    .pipe(z.number().int().min(0).max(max));
 const version = (what: string) =>
   z
     .string()
@@ -50,7 +44,7 @@ const offerQuerySchema = z.object({
     .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal')
     .optional()
     .describe('at most this price per GPU-hour (tokens)'),
-  min_free_gpus: uint(1024).pipe(z.number().min(1)).optional().describe('at least this many free GPUs'),
+  min_free_gpus: queryInteger(1, 1024).optional().describe('at least this many free GPUs'),
   gpu_model: z
     .string()
     .trim()
@@ -58,7 +52,9 @@ const offerQuerySchema = z.object({
     .max(128)
     .optional()
     .describe("a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key)"),
-  min_vram: uint(Number.MAX_SAFE_INTEGER).optional().describe('every GPU of the offer has at least this VRAM (MB)'),
+  min_vram: queryInteger(0, Number.MAX_SAFE_INTEGER)
+    .optional()
+    .describe('every GPU of the offer has at least this VRAM (MB)'),
   architecture: z.string().trim().min(1).max(64).optional().describe('GPU architecture, case-insensitive'),
   min_reliability: z.coerce.number().min(0).max(1).optional().describe('at least this reliability score (0-1)'),
   min_driver_version: version('driver version'),
