@@ -12,7 +12,7 @@
  *   read from the database at each exchange); a token already issued lives out its 2 minutes. Failures are one answer
  *   (401 `INVALID_CLIENT`), rate-limited per address, and failures per key and address.
  */
-import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { afterCursor, durationMs, errors, keysetPage, type Principal, type Scope } from '@gpu/common';
 import {
   type ApiKeyRow,
@@ -25,7 +25,9 @@ import {
 } from '../db/api-key-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
+import { signedInUser } from './sign-ins.ts';
 import { issueApiKeyToken } from './token-pair.ts';
 
 /** Keys start with this, so secret scanners and people can tell one at a glance. */
@@ -33,20 +35,10 @@ const KEY_PREFIX = 'gpk_';
 /** `gpk_`, the key's ID (32 hex digits) and its secret (32 random bytes, base64url). */
 const KEY_FORMAT = /^gpk_([0-9a-f]{32})([A-Za-z0-9_-]{43})$/;
 
-const sha256 = (s: string) => createHash('sha256').update(s).digest();
-
 /** A key as its user sees it (never its secret). */
 export type ApiKey = Omit<ApiKeyRow, 'secret_hash'>;
 
 const shown = ({ secret_hash: _, ...key }: ApiKeyRow): ApiKey => key;
-
-/** The caller's own sign-in: a key's token never manages keys (the routes say so too, by taking no scope). */
-function signedInUser(actor: Principal): string {
-  if (actor.kind !== 'user' || actor.scopes) {
-    throw errors.forbidden('API keys are managed by the user themselves, signed in', 'USER_SIGN_IN_REQUIRED');
-  }
-  return actor.subject;
-}
 
 /** Creates a key for the signed-in user: the key (its whole text, shown once) and what is kept of it. */
 export async function createApiKey(
@@ -54,7 +46,7 @@ export async function createApiKey(
   actor: Principal,
   input: { name: string; scopes: Scope[]; expiresAt?: Date },
 ): Promise<{ key: ApiKey; secret: string }> {
-  const userId = signedInUser(actor);
+  const userId = signedInUser(actor, 'their API keys');
   if (input.expiresAt && input.expiresAt.getTime() <= Date.now()) {
     throw errors.validation('expires_at is in the past', [
       { path: 'body.expires_at', message: 'must be in the future' },
@@ -74,7 +66,7 @@ export async function createApiKey(
       user_id: userId,
       name: input.name,
       prefix: secret.slice(0, KEY_PREFIX.length + 8),
-      secret_hash: sha256(secret).toString('hex'),
+      secret_hash: hashSecret(secret),
       scopes: [...new Set(input.scopes)].sort(),
       expires_at: input.expiresAt ?? null,
     });
@@ -97,7 +89,7 @@ export async function listOwnApiKeys(
   query: { limit: number; cursor?: string; include_revoked: boolean },
 ): Promise<{ keys: ApiKey[]; nextCursor: string | null }> {
   const rows = await listApiKeys(ctx.db, {
-    userId: signedInUser(actor),
+    userId: signedInUser(actor, 'their API keys'),
     includeRevoked: query.include_revoked,
     limit: query.limit + 1,
     after: afterCursor(query.cursor),
@@ -108,7 +100,7 @@ export async function listOwnApiKeys(
 
 /** Revokes one of the signed-in user's keys (again: nothing changes); another user's key is 404. */
 export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: string): Promise<ApiKey> {
-  const userId = signedInUser(actor);
+  const userId = signedInUser(actor, 'their API keys');
   const key = await findApiKey(ctx.db, id);
   if (!key || key.user_id !== userId) throw errors.notFound('API_KEY_NOT_FOUND', `API key ${id} not found`);
   const revoked = (await revokeRow(ctx.db, id)) ?? key;
@@ -139,7 +131,7 @@ export async function grantApiKeyToken(
   const key = id ? await findApiKey(ctx.db, id) : undefined;
   let refusal: string | undefined;
   if (!key) refusal = 'unknown key';
-  else if (!timingSafeEqual(sha256(apiKey), Buffer.from(key.secret_hash, 'hex'))) refusal = 'wrong secret';
+  else if (!secretMatches(apiKey, key.secret_hash)) refusal = 'wrong secret';
   else if (key.revoked_at) refusal = 'revoked';
   else if (key.expires_at && new Date(key.expires_at).getTime() <= Date.now()) refusal = 'expired';
   const user = key && !refusal ? await findUserById(ctx.db, key.user_id) : undefined;

@@ -25,10 +25,13 @@ import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
 import { normalisePassword } from './passwords/index.ts';
 
-/** The signed-in user (their own sign-in: never an API key's token nor a machine client). */
-function signedIn(actor: Principal): string {
+/**
+ * The signed-in user, for what only they manage, signed in (`what`: their sign-ins, their API keys): never an API key's
+ * token nor a machine client.
+ */
+export function signedInUser(actor: Principal, what: string): string {
   if (actor.kind !== 'user' || actor.scopes) {
-    throw errors.forbidden('only the user themselves, signed in, manages their sign-ins', 'USER_SIGN_IN_REQUIRED');
+    throw errors.forbidden(`only the user themselves, signed in, manages ${what}`, 'USER_SIGN_IN_REQUIRED');
   }
   return actor.subject;
 }
@@ -42,7 +45,7 @@ export async function listSignIns(
   query: { limit: number; cursor?: string },
 ): Promise<{ signIns: SignIn[]; nextCursor: string | null }> {
   const rows = await liveSignIns(ctx.db, {
-    userId: signedIn(actor),
+    userId: signedInUser(actor, 'their sign-ins'),
     now: new Date(),
     limit: query.limit + 1,
     after: afterCursor(query.cursor),
@@ -53,7 +56,7 @@ export async function listSignIns(
 
 /** Signs one of the user's devices out (again: nothing changes); another user's sign-in is 404. */
 export async function signOut(ctx: AuthContext, actor: Principal, familyId: string): Promise<void> {
-  const userId = signedIn(actor);
+  const userId = signedInUser(actor, 'their sign-ins');
   if ((await familyOwner(ctx.db, familyId)) !== userId) {
     throw errors.notFound('SIGN_IN_NOT_FOUND', `sign-in ${familyId} not found`);
   }
@@ -63,7 +66,7 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
 
 /** Signs out every device of the user but the caller's own (`includeCurrent`: that one too); how many were. */
 export async function signOutOthers(ctx: AuthContext, actor: Principal, includeCurrent: boolean): Promise<number> {
-  const userId = signedIn(actor);
+  const userId = signedInUser(actor, 'their sign-ins');
   const before = await countLiveSignIns(ctx.db, userId, new Date());
   await revokeUserFamilies(ctx.db, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId);
   const after = await countLiveSignIns(ctx.db, userId, new Date());
@@ -80,7 +83,7 @@ export async function changePassword(
   actor: Principal,
   input: { currentPassword: string; newPassword: string },
 ): Promise<void> {
-  const userId = signedIn(actor);
+  const userId = signedInUser(actor, 'their sign-ins');
   const user = await findUserById(ctx.db, userId);
   if (!user) throw authErrors.userGone();
   const rule = ctx.config.rate_limit.login_per_account;

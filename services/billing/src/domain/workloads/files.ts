@@ -96,6 +96,19 @@ async function settleWorkloadFiles(
   return { ...spec, output };
 }
 
+/**
+ * When the daemon may no longer write the session's files: `billing.workload_upload_window` after the workload ended
+ * (or the session, when the daemon has not said yet); never while both run.
+ */
+function uploadWindowCloses(
+  ctx: BillingContext,
+  session: { ended_at: Date | null },
+  row: { ended_at: Date | null },
+): number {
+  const endedAt = row.ended_at ?? session.ended_at;
+  return endedAt ? new Date(endedAt).getTime() + ctx.sessions.workloadUploadWindowMs : Number.POSITIVE_INFINITY;
+}
+
 /** What the daemon may move for a session now. */
 export interface WorkloadGrants {
   inputs: (GrantedObject & { path: string })[];
@@ -124,9 +137,7 @@ export async function grantWorkloadFiles(
   const spec = parseSpec(row.spec);
   if (!ctx.storage || !spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
   const now = ctx.now().getTime();
-  // The window closes a while after the workload ended (or the session, when the daemon has not said yet).
-  const endedAt = row.ended_at ?? session.ended_at;
-  const closes = endedAt ? new Date(endedAt).getTime() + ctx.sessions.workloadUploadWindowMs : Number.POSITIVE_INFINITY;
+  const closes = uploadWindowCloses(ctx, session, row);
   if (now >= closes) throw billingErrors.uploadWindowClosed(sessionId);
   const seconds = Math.max(1, Math.min(GRANT_SECONDS, Math.floor((closes - now) / 1000)));
   const output = spec.output;
@@ -173,10 +184,7 @@ export async function recordWorkloadOutputs(
   if (!row) throw billingErrors.workloadNotFound(sessionId);
   const spec = parseSpec(row.spec);
   if (!spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
-  const endedAt = row.ended_at ?? session.ended_at;
-  if (endedAt && ctx.now().getTime() >= new Date(endedAt).getTime() + ctx.sessions.workloadUploadWindowMs) {
-    throw billingErrors.uploadWindowClosed(sessionId);
-  }
+  if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
   const output = spec.output;
   const objects = files.map((f, i) => ({ ...outputRef(output, f.path, `body.files[${i}].path`), size: f.size }));
   await recordOutputs(ctx.db, sessionId, objects, ctx.now());
