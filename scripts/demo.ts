@@ -54,6 +54,7 @@ import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
 import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { localMint as dataFolderMint, fund } from './lib/faucet.ts';
+import { readCaughtMail } from './lib/mail-catcher.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
 import { answerHelp, refuseArguments } from './lib/usage.ts';
 
@@ -167,6 +168,21 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
   await token.get();
   say(`${as} signed up`, `${email} (user ${user.id})`);
   return { id: user.id, email, token };
+}
+
+/**
+ * Verifies the user's address as a person does: the code auth mailed at sign-up, read from what `pnpm start`'s mail
+ * catcher caught (`pnpm mail`), sent back to auth; their next token says so (payouts need it).
+ */
+async function verifyAddress(person: { email: string; token: TokenSource }) {
+  const mailDir = path.join(data, 'mail');
+  const code = await until(`the verification mail to ${person.email} in ${mailDir}`, async () => {
+    const mail = (await readCaughtMail(mailDir)).find((m) => m.to === person.email);
+    return mail ? /Your code:\s+(\S+)/.exec(mail.text)?.[1] : undefined;
+  });
+  unwrap(await authClient({ baseUrl: urls.auth }).POST('/api/v1/auth/email/verify', { body: { token: code } }));
+  person.token.invalidate?.();
+  say('address verified', `${person.email}, with the code mailed to it (pnpm mail shows it)`);
 }
 
 /** The platform token the localnet's setup made (its mint.json). */
@@ -438,6 +454,7 @@ async function main() {
 
   // 1. The provider, its daemon and its machine.
   const provider = await signUp('provider');
+  await verifyAddress(provider);
   const providerAuth = authClient({ baseUrl: urls.auth, token: provider.token });
   const daemonClient = unwrap(
     await providerAuth.POST('/api/v1/auth/clients', {

@@ -49,12 +49,13 @@ local Solana chain, the four services (each with an embedded database when no DA
 gateway, the platform's one origin. Takes no arguments; its settings are environment variables:
 
   PLATFORM_DATA_DIR   the data folder (default .data in the checkout); one pnpm start per folder
-  PLATFORM_PORT_BASE  every port at once: services at base+0..3, S3 +4, chain RPC +5 and WebSocket +6, gateway +10
-                      (default: the contract's ports 8000-8003, 9000, 8899, 8900 and the gateway's 8080)
+  PLATFORM_PORT_BASE  every port at once: services at base+0..3, S3 +4, chain RPC +5 and WebSocket +6, SMTP +7,
+                      gateway +10 (default: the contract's ports 8000-8003, 9000, 8899, 8900, 1025 and 8080)
   PLATFORM_HOST       the address everything listens on (default 127.0.0.1; 0.0.0.0: every address)
   ALGORITHM, SECRET_KEY (or JWT_SECRET), JWT_PRIVATE_KEY_FILE (or JWT_PRIVATE_KEY): how tokens are signed
                       (default: EdDSA with a key made in the data folder)
   AUTH_CONFIG_FILE, STORAGE_CONFIG_FILE, REGISTRY_CONFIG_FILE, BILLING_CONFIG_FILE: each service's settings
+  SMTP_URL            where auth sends mail (default: the embedded mail catcher, read with pnpm mail)
   NATS_URL            use NATS for events (off by default); LOG_LEVEL: the services' log level
 
 See README.md, "Quick start".`;
@@ -198,6 +199,14 @@ const dependencies: Proc[] = [
     ],
     port: ports.solana,
   },
+  {
+    // Catches the platform's mail (address verification, password resets) in the data folder: `pnpm mail` reads it.
+    name: 'mail',
+    cwd: root,
+    script: 'scripts/dev/mail-server.ts',
+    args: ['--port', String(ports.mail), '--host', host.bind, '--dir', path.join(data, 'mail')],
+    port: ports.mail,
+  },
 ];
 
 /**
@@ -237,6 +246,7 @@ const services: Proc[] = (
         AUTH__CLIENTS__SECRETS_DIR: path.join(authDir, 'clients'),
         ADMIN_EMAIL: admin.email,
         ADMIN_PASSWORD: admin.password,
+        SMTP_URL: process.env.SMTP_URL || `smtp://${host.address(ports.mail)}`,
       },
     },
     {

@@ -125,7 +125,14 @@ describe('docker-compose.yml', () => {
 
   it('runs the real dependencies', () => {
     const images = Object.values(composeServices).map((s) => s.image ?? '');
-    for (const dep of ['postgres:', 'minio/minio', 'hashicorp/consul', 'nats:', 'solanalabs/solana']) {
+    for (const dep of [
+      'postgres:',
+      'minio/minio',
+      'hashicorp/consul',
+      'nats:',
+      'solanalabs/solana',
+      'axllent/mailpit',
+    ]) {
       expect(
         images.some((i) => i.startsWith(dep)),
         dep,

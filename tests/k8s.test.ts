@@ -370,7 +370,11 @@ function containerEnv(docs: Doc[], container: Doc, where: string): Record<string
     if (e.value !== undefined) env[e.name] = String(e.value);
     else if (e.valueFrom?.secretKeyRef) {
       env[e.name] =
-        e.name === 'DATABASE_URL' ? 'postgres://platform:placeholder@platform-pg-rw:5432/db' : 'placeholder';
+        e.name === 'DATABASE_URL'
+          ? 'postgres://platform:placeholder@platform-pg-rw:5432/db'
+          : e.name === 'SMTP_URL'
+            ? 'smtp://placeholder:placeholder@smtp.example.com:587'
+            : 'placeholder';
     } else if (e.valueFrom?.fieldRef) env[e.name] = 'pod-0';
     else if (e.valueFrom?.configMapKeyRef) {
       const cm = find(docs, 'ConfigMap', e.valueFrom.configMapKeyRef.name);

@@ -20,6 +20,7 @@ import { connect } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { Keypair } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
@@ -61,6 +62,38 @@ let gatewayRenter: Promise<{ email: string; password: string }> | undefined;
  * One renter registered through the gateway for the tests of API keys and of the command line: every sign-up from
  * this machine counts against auth's 10 an hour per address, which the demo and the wallet tests use too.
  */
+/** The `gpu` command line against the platform's gateway, with its configuration in `configDir`. */
+function gpuCli(configDir: string) {
+  return (args: string[], env: Record<string, string> = {}) =>
+    run('pnpm', ['-s', 'gpu', ...args], {
+      cwd: root,
+      env: { ...process.env, GPU_URL: `http://127.0.0.1:${ports.gateway}`, GPU_CONFIG_DIR: configDir, ...env },
+    }).then(
+      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+      (err: { code?: number; stdout?: string; stderr?: string }) => ({
+        code: err.code ?? -1,
+        stdout: err.stdout ?? '',
+        stderr: err.stderr ?? '',
+      }),
+    );
+}
+
+/** The code in the newest mail to `to` with `subject`, read as a person does with `pnpm mail`. */
+async function mailedCode(to: string, subject: string): Promise<string> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const { stdout } = await run('pnpm', ['-s', 'mail', '--to', to, '--last', '20', '--json'], {
+      cwd: root,
+      env: { ...process.env, PLATFORM_DATA_DIR: dataDir },
+    });
+    const mail = (JSON.parse(stdout) as { subject: string; text: string }[]).filter((m) => m.subject === subject).pop();
+    const code = mail && /Your code:\s+(\S+)/.exec(mail.text)?.[1];
+    if (code) return code;
+    if (Date.now() > deadline) throw new Error(`no mail "${subject}" to ${to}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
 function renterOfTheGateway(): Promise<{ email: string; password: string }> {
   gatewayRenter ??= (async () => {
     const email = `gateway-renter-${Date.now()}@example.com`;
@@ -234,18 +267,7 @@ describe('pnpm start', () => {
   }, async () => {
     const configDir = path.join(dataDir, 'gpu-cli');
     const { email, password } = await renterOfTheGateway();
-    const gpu = (args: string[], env: Record<string, string> = {}) =>
-      run('pnpm', ['-s', 'gpu', ...args], {
-        cwd: root,
-        env: { ...process.env, GPU_URL: `http://127.0.0.1:${ports.gateway}`, GPU_CONFIG_DIR: configDir, ...env },
-      }).then(
-        (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-        (err: { code?: number; stdout?: string; stderr?: string }) => ({
-          code: err.code ?? -1,
-          stdout: err.stdout ?? '',
-          stderr: err.stderr ?? '',
-        }),
-      );
+    const gpu = gpuCli(configDir);
     const login = await gpu(['login', '--email', email], { GPU_PASSWORD: password });
     expect(login, login.stderr).toMatchObject({ code: 0 });
     // Who it is, kept 0600, holds a refresh token, never the password.
@@ -290,8 +312,70 @@ describe('pnpm start', () => {
     expect((await gpu(['storage', 'cp', 'a', 'b'])).code).toBe(2);
     // A usage error is exit status 2.
     expect((await gpu(['offers', '--sort', 'sideways'])).code).toBe(2);
+    // A wallet (opened here through the gateway): how to deposit to it, from the platform's own chain; its history.
+    const access = await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email, password }),
+    }).then((r) => r.json() as Promise<{ access_token: string }>);
+    const me = JSON.parse((await gpu(['whoami', '--json'])).stdout) as { id: string };
+    const address = Keypair.generate().publicKey.toBase58();
+    const opened = await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/wallet`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${access.access_token}` },
+      body: JSON.stringify({ owner_type: 'user', owner_id: me.id, solana_address: address }),
+    });
+    expect(opened.status).toBe(201);
+    const walletId = ((await opened.json()) as { id: string }).id;
+    const deposit = await gpu(['wallet', 'deposit', walletId, '--json']);
+    expect(deposit.code, deposit.stderr).toBe(0);
+    const mint = JSON.parse(readFileSync(path.join(dataDir, 'solana', 'mint.json'), 'utf8')) as { mint: string };
+    expect(JSON.parse(deposit.stdout)).toMatchObject({ from: address, address_proven: false, mint: mint.mint });
+    expect((await gpu(['wallet', 'deposit', walletId])).stdout).toContain(`gpu wallet deposit ${walletId} --signature`);
+    expect(JSON.parse((await gpu(['wallet', 'history', walletId, '--json'])).stdout)).toEqual([]);
+    // Nothing to withdraw, no machine to rent, not a provider: one line each, exit status 1.
+    const withdraw = await gpu(['wallet', 'withdraw', walletId, '--amount', '1']);
+    expect(withdraw.code).toBe(1);
+    expect(withdraw.stderr).toMatch(/^gpu: [A-Z_]+: [^\n]+\n$/);
+    const nowhere = '00000000-0000-4000-8000-000000000000';
+    const rent = await gpu(['rent', '--machine', nowhere, '--gpu-model', 'H100', '--wallet', walletId, '--', 'true']);
+    expect(rent.stderr).toMatch(/^gpu: PROVIDER_NOT_FOUND: /);
+    expect((await gpu(['machines'])).stderr).toMatch(/^gpu: ROLE_REQUIRED: /);
+    // Signed in on this device (and by the logins above): listed, this one marked.
+    const signIns = JSON.parse((await gpu(['sign-ins', '--json'])).stdout) as { current: boolean }[];
+    expect(signIns.filter((s) => s.current)).toHaveLength(1);
     expect((await gpu(['logout'])).code).toBe(0);
     expect((await gpu(['whoami'])).stderr).toMatch(/not logged in/);
+  });
+
+  it('recovers an account through the gateway: codes from pnpm mail, the address verified, a forgotten password reset', {
+    timeout: 120_000,
+  }, async () => {
+    const { email, password } = await renterOfTheGateway();
+    const gpu = gpuCli(path.join(dataDir, 'gpu-recovery'));
+    // The code auth mailed at sign-up, caught by pnpm start's mail catcher, verifies the address.
+    const verified = await gpu(['email', 'verify', '--json'], {
+      GPU_EMAIL_CODE: await mailedCode(email, 'Verify your e-mail address'),
+    });
+    expect(verified.stderr).toBe('');
+    expect(verified).toMatchObject({ code: 0 });
+    expect(JSON.parse(verified.stdout)).toMatchObject({ email, email_verified: true });
+    // Forgotten: a known and an unknown address get the same answer; only the known one gets a code.
+    const known = await gpu(['password', 'forgot', '--email', email, '--json']);
+    const unknown = await gpu(['password', 'forgot', '--email', `nobody-${Date.now()}@example.com`, '--json']);
+    expect(known.stderr).toBe('');
+    expect(known).toMatchObject({ code: 0 });
+    expect(unknown.stdout).toBe(known.stdout);
+    const code = await mailedCode(email, 'Reset your password');
+    const next = 'a brand new passphrase, reset';
+    const reset = await gpu(['password', 'reset'], { GPU_RESET_CODE: code, GPU_NEW_PASSWORD: next });
+    expect(reset, reset.stderr).toMatchObject({ code: 0 });
+    // The code worked once; the old password no longer does, the new one does, and the address stays verified.
+    const again = await gpu(['password', 'reset'], { GPU_RESET_CODE: code, GPU_NEW_PASSWORD: next });
+    expect(again.stderr).toMatch(/^gpu: INVALID_EMAIL_TOKEN: /);
+    expect((await gpu(['login', '--email', email], { GPU_PASSWORD: password })).stderr).toMatch(/INVALID_CREDENTIALS/);
+    expect((await gpu(['login', '--email', email], { GPU_PASSWORD: next })).code).toBe(0);
+    expect(JSON.parse((await gpu(['whoami', '--json'])).stdout)).toMatchObject({ email, email_verified: true });
   });
 
   it('has an embedded store that checks signatures as S3 does, and downloads by redirect, tried with plain curl', {

@@ -55,6 +55,7 @@ export function platformPrograms(): string[] {
   return [
     LIFELINE,
     'scripts/dev/s3-server.ts',
+    'scripts/dev/mail-server.ts',
     'tools/solana-localnet/src/server.ts',
     ...services,
     'tools/gateway/src/server.ts',

@@ -51,6 +51,8 @@ export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
     s3: port(9000, 4),
     solana: port(8899, 5),
     solanaWs: port(8900, 6),
+    /** The embedded mail catcher's SMTP (Mailpit's port). */
+    mail: port(1025, 7),
     gateway: port(8080, 10),
   };
 }

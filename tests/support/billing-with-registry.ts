@@ -28,6 +28,7 @@ export async function billingWithRegistry(
     config: {
       ...config,
       access: {
+        ...(config?.access as Record<string, unknown> | undefined),
         jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
         issuer: platform.auth.config.jwt.issuer,
         audience: platform.auth.config.jwt.audience,

@@ -4,6 +4,7 @@
  * accept both.
  */
 import { z } from 'zod';
+import { VERIFIED_EMAIL_ACTIONS, type VerifiedEmailAction } from './auth/verified-email.ts';
 import { zDuration } from './duration.ts';
 import { MAX_SOCKET_PATH_BYTES } from './http/gateway-socket.ts';
 
@@ -92,6 +93,16 @@ export const accessSchema = z
     audience: z.string().min(1).default('gpu-platform'),
     /** How long a fetched JWKS is used before it is fetched again (an unknown `kid` fetches it sooner). */
     jwks_cache: zDuration().default('10m'),
+    /**
+     * The actions a user takes only with a verified e-mail address (auth/verified-email.ts): any of withdrawals,
+     * payouts, sessions, api_keys; empty: none.
+     */
+    require_verified_email: zList()
+      .refine((list) => list.every((a) => (VERIFIED_EMAIL_ACTIONS as readonly string[]).includes(a)), {
+        error: `expected a list of ${VERIFIED_EMAIL_ACTIONS.join(', ')}`,
+      })
+      .transform((list) => list as VerifiedEmailAction[])
+      .default(['withdrawals', 'payouts']),
   })
   .prefault({});
 
@@ -155,6 +166,7 @@ export const baseEnvAliases: Record<string, string> = {
   AUTH_JWKS_URL: 'access.jwks_url',
   AUTH_ISSUER: 'access.issuer',
   AUTH_AUDIENCE: 'access.audience',
+  REQUIRE_VERIFIED_EMAIL: 'access.require_verified_email',
 };
 
 /**

@@ -33,6 +33,11 @@ export {
   type TokenVerifier,
   type TokenVerifierOptions,
 } from './auth/token-verifier.ts';
+export {
+  assertVerifiedEmail,
+  VERIFIED_EMAIL_ACTIONS,
+  type VerifiedEmailAction,
+} from './auth/verified-email.ts';
 export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
   accessSchema,

@@ -9,6 +9,7 @@ import { authRoutes } from './routes/auth.ts';
 import { clientRoutes } from './routes/clients.ts';
 import { jwksRoutes } from './routes/jwks.ts';
 import { keyRoutes } from './routes/keys.ts';
+import { recoveryRoutes } from './routes/recovery.ts';
 import { schemas } from './routes/schemas.ts';
 import { signInRoutes } from './routes/sign-ins.ts';
 import { tokenRoutes } from './routes/token.ts';
@@ -33,6 +34,8 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     verifier: createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
     schemas,
   });
+  // Mail on its way goes out before the service stops.
+  app.addHook('onClose', () => ctx.mailer.close());
   await app.register(jwksRoutes, ctx);
   await app.register(
     async (api) => {
@@ -41,6 +44,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await clientRoutes(api as App, ctx);
       await keyRoutes(api as App, ctx);
       await signInRoutes(api as App, ctx);
+      await recoveryRoutes(api as App, ctx);
       // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).
       await api.register(async (token) => tokenRoutes(token as App, ctx));
     },

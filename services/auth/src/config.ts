@@ -119,6 +119,14 @@ export const authConfigSchema = z.object({
       token_per_ip: zRate().prefault('120/1m'),
       /** Failed client-credential attempts per client ID. */
       token_failures_per_client: zRate().prefault('10/15m'),
+      /** Verification mails a user asks for. */
+      verification_per_account: zRate().prefault('3/1h'),
+      /** Password-reset requests per client IP (429 past it). */
+      reset_per_ip: zRate().prefault('10/1h'),
+      /** Reset mails per address, known or not (past it, the request is answered alike and nothing is sent). */
+      reset_per_account: zRate().prefault('3/1h'),
+      /** Mailed tokens presented per client IP (to verify an address or reset a password). */
+      email_token_per_ip: zRate().prefault('30/1m'),
     })
     .prefault({}),
   clients: z
@@ -141,6 +149,37 @@ export const authConfigSchema = z.object({
       token_ttl: zDuration().default('2m'),
       /** Keys one user may hold at once (not revoked). */
       max_per_user: zInt(1, 1000).default(50),
+    })
+    .prefault({}),
+  /** Outgoing mail (domain/mail/mailer.ts): address verification, password resets, notices. */
+  mail: z
+    .object({
+      /**
+       * The SMTP server: `smtp://user:password@host:587` (STARTTLS when the server offers it) or `smtps://...:465`.
+       * Empty: no mail is sent (the service warns at start-up), so nobody can verify an address or reset a password.
+       */
+      smtp_url: z.string().default(''),
+      from: z.string().min(3).default('GPU platform <no-reply@gpu-platform.localhost>'),
+      /**
+       * A page of yours that takes a verification token: `{token}` is replaced by it. Empty: the mail gives the
+       * token and the `gpu` command that uses it.
+       */
+      verify_url: z.string().default(''),
+      /** The same for a password reset. */
+      reset_url: z.string().default(''),
+      /** One message's time limit (connecting, sending); a failed message is tried twice more. */
+      send_timeout: zDuration().default('30s'),
+    })
+    .prefault({}),
+  /** Verifying addresses and resetting passwords by mailed tokens (domain/mail/recovery.ts). */
+  recovery: z
+    .object({
+      /** How long a verification link works. */
+      verify_token_ttl: zDuration().default('24h'),
+      /** How long a reset link works. */
+      reset_token_ttl: zDuration().default('30m'),
+      /** Mail a verification link at registration (else the user asks for one). */
+      verify_on_register: zBool().default(true),
     })
     .prefault({}),
   admin: z
@@ -173,6 +212,8 @@ export const authEnvAliases: Record<string, string> = {
   ADMIN_EMAIL: 'admin.email',
   ADMIN_PASSWORD: 'admin.password',
   RATE_LIMIT_ENABLED: 'rate_limit.enabled',
+  SMTP_URL: 'mail.smtp_url',
+  MAIL_FROM: 'mail.from',
 };
 
 /**
@@ -199,6 +240,19 @@ export function checkAuthConfig(config: AuthConfig): string[] {
     problem(
       `ALGORITHM ${jwt.algorithm} needs JWT_PRIVATE_KEY or JWT_PRIVATE_KEY_FILE: a key pair is generated for this run only`,
     );
+  }
+  if (!config.mail.smtp_url) {
+    warnings.push(
+      'SMTP_URL (mail.smtp_url) is not set: no mail is sent, so nobody can verify an address or reset a password',
+    );
+  } else if (!/^smtps?:\/\//.test(config.mail.smtp_url)) {
+    throw new ConfigError('invalid configuration: SMTP_URL (mail.smtp_url) must start with smtp:// or smtps://');
+  }
+  for (const key of ['verify_url', 'reset_url'] as const) {
+    const url = config.mail[key];
+    if (url && !url.includes('{token}')) {
+      throw new ConfigError(`invalid configuration: mail.${key} must contain {token}`);
+    }
   }
   if (Boolean(config.admin.email) !== Boolean(config.admin.password)) {
     throw new ConfigError('invalid configuration: set both ADMIN_EMAIL and ADMIN_PASSWORD, or neither');

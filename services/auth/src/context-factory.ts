@@ -4,6 +4,7 @@ import type { Kysely } from 'kysely';
 import type { AuthConfig } from './config.ts';
 import type { AuthDatabase } from './db/schema.ts';
 import type { AuthContext } from './domain/context.ts';
+import { createMailer } from './domain/mail/mailer.ts';
 import { loadBlocklist, PasswordHasher, PasswordPolicy } from './domain/passwords/index.ts';
 import { SigningKeys } from './domain/signing-keys.ts';
 
@@ -39,6 +40,7 @@ export async function createAuthContext(
       maxLength: password.max_length,
       blocklist: loadBlocklist(password.blocklist_file),
     }),
+    mailer: createMailer(config.mail, logger),
     limiter: new RateLimiter(db, {
       enabled: config.rate_limit.enabled,
       onPurgeError: (err) => logger.warn({ err }, 'purging ended rate-limit windows failed'),

@@ -42,6 +42,14 @@ export const authErrors = {
       { path: 'body.owner_id', message: 'only for role daemon' },
     ]),
   clientRevoked: (id: string) => errors.conflict('CLIENT_REVOKED', `client ${id} is revoked`),
+  /** One answer for a mailed token that is unknown, used, expired or for an address the account no longer has. */
+  invalidEmailToken: () =>
+    new AppError('invalid', 'INVALID_EMAIL_TOKEN', 'this link is unknown, already used or expired: ask for a new one', {
+      errors: [{ path: 'body.token', message: 'unknown, used or expired' }],
+    }),
+  emailAlreadyVerified: () => errors.conflict('EMAIL_ALREADY_VERIFIED', 'your e-mail address is already verified'),
+  mailNotConfigured: () =>
+    new AppError('unavailable', 'MAIL_UNAVAILABLE', 'this platform sends no mail (its operator set no SMTP server)'),
   notAUser: () => errors.forbidden('this endpoint is for users; a machine client has no account', 'NOT_A_USER'),
   /** RFC 6749 §5.2 errors of the token endpoint carry `error` (and a problem body like every error). */
   invalidClient: () =>

@@ -173,6 +173,26 @@ function table(): Record<string, AccessRule> {
       request: () => ({ payload: { current_password: 'not it', new_password: 'a brand new passphrase' } }),
       expect: { owner: 401, other_user: 401, renter: 401, admin: 401, others: 403 },
     },
+    // Recovery: this service has no SMTP server, so what would mail says so (503) once the caller passed.
+    [`POST ${API}/email/verification`]: {
+      request: () => ({}),
+      expect: { owner: 503, other_user: 503, renter: 503, admin: 503, others: 403 },
+    },
+    [`POST ${API}/email/verify`]: {
+      public: true,
+      request: () => ({ payload: { token: 'not a code' } }),
+      expect: { others: 400 },
+    },
+    [`POST ${API}/password/forgot`]: {
+      public: true,
+      request: () => ({ payload: { email: uniqueEmail('forgot') } }),
+      expect: { others: 503 },
+    },
+    [`POST ${API}/password/reset`]: {
+      public: true,
+      request: () => ({ payload: { token: 'not a code', new_password: 'a brand new passphrase' } }),
+      expect: { others: 400 },
+    },
     [`POST ${API}/token`]: {
       public: true,
       request: async () => {

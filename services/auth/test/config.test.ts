@@ -69,7 +69,8 @@ describe('configuration', () => {
   });
 
   it('refuses to run in production with a missing or short secret, or without a private key', () => {
-    const prod = (env: Record<string, string>) => checkAuthConfig(loadAuthConfig({ APP_ENV: 'production', ...env }));
+    const prod = (env: Record<string, string>) =>
+      checkAuthConfig(loadAuthConfig({ APP_ENV: 'production', SMTP_URL: 'smtp://mail:25', ...env }));
     expect(() => prod({ ALGORITHM: 'HS256' })).toThrow(/SECRET_KEY.*not set/);
     expect(() => prod({ ALGORITHM: 'HS256', SECRET_KEY: 'short' })).toThrow(/shorter than 32/);
     expect(() => prod({})).toThrow(/JWT_PRIVATE_KEY/);
@@ -78,9 +79,21 @@ describe('configuration', () => {
   });
 
   it('only warns outside production', () => {
-    const warnings = checkAuthConfig(loadAuthConfig({ ALGORITHM: 'HS256', SECRET_KEY: 'short' }));
+    const warnings = checkAuthConfig(
+      loadAuthConfig({ ALGORITHM: 'HS256', SECRET_KEY: 'short', SMTP_URL: 'smtp://mail:25' }),
+    );
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(/refused in production/);
+  });
+
+  it('warns without an SMTP server, and refuses what is no SMTP URL or a link without its {token}', () => {
+    expect(checkAuthConfig(loadAuthConfig({ SECRET_KEY: LONG_SECRET, ALGORITHM: 'HS256' }))).toEqual([
+      expect.stringMatching(/SMTP_URL .* no mail is sent/),
+    ]);
+    expect(() => checkAuthConfig(loadAuthConfig({ SMTP_URL: 'mail.example.com:25' }))).toThrow(/smtp:\/\//);
+    expect(() =>
+      checkAuthConfig(loadAuthConfig({ SMTP_URL: 'smtp://mail:25', AUTH__MAIL__RESET_URL: 'https://app/reset' })),
+    ).toThrow(/mail.reset_url must contain \{token\}/);
   });
 
   it('wants ADMIN_EMAIL and ADMIN_PASSWORD together', () => {
@@ -95,7 +108,7 @@ describe('configuration', () => {
 
   it('makes the key file at the first start of a development setup, keeps it private and reuses it', () => {
     const file = path.join(mkdtempSync(path.join(tmpdir(), 'auth-key-')), 'keys', 'signing-key.pem');
-    const first = loadAuthConfig({ JWT_PRIVATE_KEY_FILE: file });
+    const first = loadAuthConfig({ JWT_PRIVATE_KEY_FILE: file, SMTP_URL: 'smtp://mail:25' });
     expect(first.jwt.private_key).toContain('BEGIN PRIVATE KEY');
     expect(statSync(file).mode & 0o777).toBe(0o600);
     expect(createPrivateKey(first.jwt.private_key).asymmetricKeyType).toBe('ed25519');

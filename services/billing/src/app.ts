@@ -20,6 +20,7 @@ import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
 import { reservationRoutes } from './routes/reservations.ts';
+import { reserveRoutes } from './routes/reserves.ts';
 import { schemas } from './routes/schemas.ts';
 import { sessionRoutes } from './routes/sessions.ts';
 import { storageRoutes } from './routes/storage.ts';
@@ -130,5 +131,6 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(storageRoutes, routeDeps);
   await app.register(reservationRoutes, routeDeps);
   await app.register(workloadRoutes, routeDeps);
+  await app.register(reserveRoutes, routeDeps);
   return app;
 }

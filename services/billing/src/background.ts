@@ -17,6 +17,7 @@ import {
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
+import { reserveMetrics } from './adapters/reserve-metrics.ts';
 import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters/storage-usage-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
@@ -28,7 +29,7 @@ import {
   purgeOldSessionEvents,
   runBillingCycle,
 } from './domain/sessions/index.ts';
-import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
+import { checkReserves, reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 import { endWorkloadsNeverStarted } from './domain/workloads/index.ts';
 
 export interface Background {
@@ -82,6 +83,13 @@ export async function startBackground(
   // instance stopped in between): a round of their own, so a slow payout never holds up the reconciliation.
   every(reconcileEvery, 'automatic payouts failed; will retry', () => sweepAutoPayouts(ctx));
   every(ctx.sessions.billingIntervalMs, 'billing cycle failed; will retry', () => runBillingCycle(ctx));
+  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log.
+  const reserves = reserveMetrics();
+  if (ctx.chain) {
+    every(durationMs(config.billing.reserve_check_interval), 'the reserve check failed; will retry', async () =>
+      reserves.record(await checkReserves(ctx)),
+    );
+  }
   // Capped sessions end when the time their cap paid for is over, not at the next cycle.
   every(durationMs(config.billing.spend_cap_check_interval), 'the cap sweep failed; will retry', () =>
     endSessionsAtCap(ctx),
@@ -154,7 +162,7 @@ export async function startBackground(
       ...(storageUsage ? { storage_usage_consumer: () => storageUsage.check() } : {}),
       ...(statuses ? { provider_status_consumer: () => statuses.check() } : {}),
     },
-    metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? [])],
+    metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? []), ...reserves.metrics],
     async stop() {
       for (const round of rounds) round.stop();
       await consumer?.stop();

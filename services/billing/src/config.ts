@@ -159,6 +159,11 @@ export const billingConfigSchema = z.object({
       provider_recheck_interval: zDuration().default('5m'),
       /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
       reconcile_interval: zDuration().default('30s'),
+      /**
+       * How often the treasury's balance on chain is compared with what the ledger owes (domain/wallets/reserves.ts),
+       * for the metrics and the log; 0: only when an admin asks (GET /api/v1/billing/reserves).
+       */
+      reserve_check_interval: zDuration().default('5m'),
     })
     .prefault({}),
   /**

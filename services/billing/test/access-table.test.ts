@@ -100,6 +100,11 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: `${w()}/chain-balance` }),
       expect: HOLDER(503),
     },
+    // Admins only; without a chain in this harness, 503 SOLANA_NOT_CONFIGURED once past the role.
+    'GET /api/v1/billing/reserves': {
+      request: () => ({ url: '/api/v1/billing/reserves' }),
+      expect: { admin: 503, others: 403 },
+    },
     // Public, and without a chain in this harness: 503 SOLANA_NOT_CONFIGURED for everyone.
     'GET /api/v1/deposits/instructions': {
       request: () => ({ url: '/api/v1/deposits/instructions' }),

@@ -97,6 +97,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/email/verification": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mail yourself a link (a code) that verifies your address
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). The code works once, for recovery.verify_token_ttl (24 h); asking again is limited (429). An address already verified: 409. A platform without an SMTP server (mail.smtp_url) answers 503 MAIL_UNAVAILABLE.
+         */
+        post: operations["requestEmailVerification"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/email/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify an address with the code mailed to it: the account, verified
+         * @description No sign-in needed: the code is the proof. Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. Tokens issued from now on say email_verified (log in or refresh for one).
+         */
+        post: operations["verifyEmail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/keys": {
         parameters: {
             query?: never;
@@ -212,6 +252,46 @@ export interface paths {
          * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). A wrong current password is 401 INVALID_CREDENTIALS and counts as a failed login of the account (429 past the limit); the new one meets the registration policy (400 PASSWORD_*).
          */
         post: operations["changePassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/password/forgot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mail a password-reset link (a code) to an address, if it has an account
+         * @description Always 202 with the same body, taking the same time, whether the address has an account or not. The code works once, for recovery.reset_token_ttl (30 min). Requests per client address are limited (429); past rate_limit.reset_per_account mails to one address, nothing more is sent (the answer is the same). A platform without an SMTP server (mail.smtp_url) answers 503 MAIL_UNAVAILABLE.
+         */
+        post: operations["forgotPassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/password/reset": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set a new password with a mailed reset code; every device is signed out
+         * @description The new password meets the registration policy (400 PASSWORD_*; the code keeps working for another try). Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. The reset also verifies the address, ends its other reset codes, and mails a notice.
+         */
+        post: operations["resetPassword"];
         delete?: never;
         options?: never;
         head?: never;
@@ -437,6 +517,13 @@ export interface components {
             /** @enum {string} */
             role: "service" | "gateway" | "scheduler" | "daemon";
         };
+        ForgotPasswordRequest: {
+            /**
+             * Format: email
+             * @description email address; compared case-insensitively
+             */
+            email: string;
+        };
         Health: {
             checks: {
                 [key: string]: {
@@ -484,6 +571,10 @@ export interface components {
             /** @constant */
             token_type: "bearer";
         };
+        /** @description Accepted: a mail is on its way (or, for an address without an account, nothing: the answer is the same) */
+        MailAccepted: {
+            message: string;
+        };
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description stable UPPER_SNAKE machine code */
@@ -517,6 +608,11 @@ export interface components {
         RegisterResponse: {
             message: string;
             user: components["schemas"]["User"];
+        };
+        ResetPasswordRequest: {
+            new_password: string;
+            /** @description the code of the mail */
+            token: string;
         };
         /** @description optional: without a body the configured rotation grace applies */
         RotateClientSecretRequest: {
@@ -590,11 +686,17 @@ export interface components {
             /** @description RFC 3339, UTC */
             created_at: string;
             email: string;
+            /** @description whether the user proved they read mail at the address (POST /email/verify, or a password reset) */
+            email_verified: boolean;
             /** Format: uuid */
             id: string;
             roles: ("provider" | "renter" | "admin")[];
             /** @description RFC 3339, UTC */
             updated_at: string;
+        };
+        VerifyEmailRequest: {
+            /** @description the code of the mail */
+            token: string;
         };
     };
     responses: {
@@ -975,6 +1077,68 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    requestEmailVerification: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Accepted */
+            202: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MailAccepted"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    verifyEmail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["VerifyEmailRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     listApiKeys: {
         parameters: {
             query?: {
@@ -1196,6 +1360,70 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    forgotPassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForgotPasswordRequest"];
+            };
+        };
+        responses: {
+            /** @description Accepted */
+            202: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MailAccepted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    resetPassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResetPasswordRequest"];
+            };
+        };
+        responses: {
+            /** @description the password is changed */
+            204: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];

@@ -121,6 +121,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/reserves": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Check now that the treasury's tokens on chain cover what the ledger owes
+         * @description Admins only. Reads the chain and the ledger now (billing also checks every billing.reserve_check_interval, as the billing_reserve_* metrics). covered: false names the gap, and is logged as an error. 503 SOLANA_NOT_CONFIGURED without a chain.
+         */
+        get: operations["checkReserves"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/sessions": {
         parameters: {
             query?: never;
@@ -984,6 +1004,36 @@ export interface components {
              * @description the renter the GPUs are held for: only a start for this user may use them
              */
             user_id: string;
+        };
+        /** @description A proof of reserves */
+        ReserveReport: {
+            checked_at: string;
+            covered: boolean;
+            /** @description what the treasury lacks (0 when covered) */
+            gap: string;
+            /** @description withdrawals and payouts sent or being sent: they may have left the treasury already */
+            in_flight: string;
+            /** @description what the ledger owes: every wallet's available, locked and pending-out tokens, and the fees */
+            owed: {
+                /** @description tokens, decimal string */
+                available: string;
+                /** @description tokens, decimal string */
+                locked: string;
+                /** @description tokens, decimal string */
+                pending_out: string;
+                /** @description tokens, decimal string */
+                platform_fees: string;
+                /** @description tokens, decimal string */
+                total: string;
+            };
+            /** @description treasury_balance / required (6 decimals); null when nothing is required */
+            ratio: string | null;
+            /** @description what the treasury must hold at least: owed less in flight */
+            required: string;
+            /** @description the treasury's address */
+            treasury: string;
+            /** @description the treasury's balance of the platform token, read from the chain now */
+            treasury_balance: string;
         };
         Session: {
             /** @description power draw of the latest usage update (W) */
@@ -1866,6 +1916,33 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    checkReserves: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReserveReport"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -22,6 +22,7 @@ import { hasRole, type Principal, principalOf, UNCHECKED_PRINCIPAL } from './pri
 import type { Role } from './roles.ts';
 import { type Scope, scopeAllows } from './scopes.ts';
 import type { AccessTokenClaims, TokenVerifier } from './token-verifier.ts';
+import { assertVerifiedEmail, type VerifiedEmailAction } from './verified-email.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -31,6 +32,11 @@ declare module 'fastify' {
     roles?: readonly Role[];
     /** The scope that lets an API key's token call the route, or any of several (scopes.ts); absent: no API key may. */
     scope?: Scope | readonly Scope[];
+    /**
+     * The action the route is (verified-email.ts): a user calls it only with a verified e-mail address when the
+     * service's `access.require_verified_email` names it.
+     */
+    verifiedEmail?: VerifiedEmailAction;
   }
   interface FastifyInstance {
     /** The verifier of this app's access tokens; null when access control is off. */
@@ -109,6 +115,8 @@ export interface AccessControlOptions {
   verifier: TokenVerifier | null;
   /** Paths of routes that are always public (health, metrics, docs). */
   publicPaths: (url: string) => boolean;
+  /** The actions a user calls only with a verified e-mail address (`access.require_verified_email`). */
+  requireVerifiedEmail: readonly VerifiedEmailAction[];
 }
 
 /** Whether a route is reachable without a token. */
@@ -134,6 +142,9 @@ export const accessControl = fp(
       // An API key calls only the routes its scopes open.
       if (principal.scopes && !scopeAllows(principal.scopes, config.scope, request.method)) {
         throw insufficientScope(config.scope);
+      }
+      if (config.verifiedEmail && opts.requireVerifiedEmail.includes(config.verifiedEmail)) {
+        assertVerifiedEmail(principal, config.verifiedEmail);
       }
     });
   },

@@ -25,6 +25,8 @@ export interface Principal {
   readonly keyId?: string;
   /** A user's sign-in token: the sign-in (refresh-token family) it came from. */
   readonly sessionId?: string;
+  /** A user whose e-mail address is verified (the token's `email_verified`). */
+  readonly emailVerified?: boolean;
   /** True only for the stand-in principal of a setup with access control switched off. */
   readonly unchecked?: boolean;
 }
@@ -49,6 +51,7 @@ export function principalOf(claims: AccessTokenClaims): Principal {
     tokenId: claims.jti,
     ...(claims.scope !== undefined ? { scopes: claims.scope.split(' ').filter(isScope), keyId: claims.key_id } : {}),
     ...(claims.sid !== undefined ? { sessionId: claims.sid } : {}),
+    ...(claims.email_verified === true ? { emailVerified: true } : {}),
   };
 }
 

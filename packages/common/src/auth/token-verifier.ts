@@ -29,6 +29,8 @@ export interface AccessTokenClaims {
   key_id?: string;
   /** A user's sign-in token: the sign-in (refresh-token family) it belongs to. */
   sid?: string;
+  /** A user's token: true when the user verified their e-mail address (OpenID Connect's claim). */
+  email_verified?: boolean;
 }
 
 export interface TokenVerifierOptions {
@@ -83,7 +85,9 @@ function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: num
     scope,
     key_id: keyId,
     sid,
+    email_verified: emailVerified,
   } = payload as Record<string, unknown>;
+  if (emailVerified !== undefined && typeof emailVerified !== 'boolean') throw invalid('email_verified is no boolean');
   if (sid !== undefined && (typeof sid !== 'string' || !UUID.test(sid))) throw invalid('sid is not a sign-in ID');
   if (!Array.isArray(roles) || roles.length === 0 || !roles.every((r) => (ROLES as readonly unknown[]).includes(r))) {
     throw invalid('no valid roles claim');
@@ -119,6 +123,7 @@ function claimsOf(payload: JWTPayload, nowSeconds: number, toleranceSeconds: num
     ...(ownerId !== undefined ? { owner_id: ownerId as string } : {}),
     ...(scope !== undefined ? { scope: scope as string, key_id: keyId as string } : {}),
     ...(sid !== undefined ? { sid: sid as string } : {}),
+    ...(emailVerified === true && clientId === undefined ? { email_verified: true } : {}),
   };
 }
 

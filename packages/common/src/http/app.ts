@@ -216,7 +216,11 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     }
   });
   await app.register(requestContext, { trustedProxies: trustProxy });
-  await app.register(accessControl, { verifier, publicPaths });
+  await app.register(accessControl, {
+    verifier,
+    publicPaths,
+    requireVerifiedEmail: config.access.require_verified_email,
+  });
   await app.register(requestTimeout, { timeoutMs: durationMs(config.request_timeout) });
   await app.register(refuseNulCharacters);
   await app.register(cors, {

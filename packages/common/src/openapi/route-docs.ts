@@ -94,6 +94,9 @@ export function routeTransform(opts: {
     // The scope that lets an API key call the operation (auth/scopes.ts); absent: no API key may.
     const scope = route.config?.scope;
     if (scope !== undefined) schema['x-api-key-scope'] = typeof scope === 'string' ? scope : [...scope].join(' ');
+    // The action a verified e-mail address may be required for (auth/verified-email.ts), whether or not it is now.
+    const action = route.config?.verifiedEmail;
+    if (action !== undefined) schema['x-verified-email-action'] = action;
     return { schema, url } as never;
   };
 }

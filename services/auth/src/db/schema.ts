@@ -15,6 +15,25 @@ export interface UsersTable {
   roles: ColumnType<Role[], Role[], Role[]>;
   created_at: DefaultTimestamp;
   updated_at: DefaultTimestamp;
+  /** When the user proved they read mail at `email` (migration 20261204000000_email_tokens); null: not yet. */
+  email_verified_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+}
+
+/** What a mailed token does. */
+export type EmailTokenPurpose = 'verify_email' | 'reset_password';
+
+/** Single-use tokens mailed to a user (migration 20261204000000_email_tokens). */
+interface EmailTokensTable {
+  id: Generated<string>;
+  user_id: string;
+  purpose: EmailTokenPurpose;
+  /** SHA-256 (hex) of the token; the token itself is only in the mail. */
+  token_hash: string;
+  /** The address it was mailed to: it does nothing once the account's address is another. */
+  email: string;
+  created_at: DefaultTimestamp;
+  expires_at: Timestamp;
+  used_at: Timestamp | null;
 }
 
 export interface RefreshTokensTable {
@@ -97,6 +116,7 @@ export interface AuthDatabase {
   trusted_devices: TrustedDevicesTable;
   clients: ClientsTable;
   api_keys: ApiKeysTable;
+  email_tokens: EmailTokensTable;
   refresh_tokens: RefreshTokensTable;
   signing_keys: SigningKeysTable;
   /** Rate-limit windows, written only by the `RateLimiter` of @gpu/common. */

@@ -3,6 +3,7 @@ import type { Logger, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from '../config.ts';
 import type { AuthDatabase } from '../db/schema.ts';
+import type { Mailer } from './mail/mailer.ts';
 import type { PasswordHasher } from './passwords/hasher.ts';
 import type { PasswordPolicy } from './passwords/policy.ts';
 import type { SigningKeys } from './signing-keys.ts';
@@ -16,4 +17,6 @@ export interface AuthContext {
   keys: SigningKeys;
   /** Rate limits counted in the database, so they hold across instances. */
   limiter: RateLimiter;
+  /** Outgoing mail, and work done after a request's answer. */
+  mailer: Mailer;
 }

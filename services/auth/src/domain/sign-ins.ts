@@ -23,6 +23,7 @@ import {
 import { findUserById, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
+import { noticePasswordChanged } from './mail/notices.ts';
 import { normalisePassword } from './passwords/index.ts';
 
 /**
@@ -95,6 +96,7 @@ export async function changePassword(
   ctx.policy.check(input.newPassword, user.email);
   await updatePasswordHash(ctx.db, userId, await ctx.hasher.hash(normalisePassword(input.newPassword)));
   await revokeUserFamilies(ctx.db, userId, 'password_changed', actor.sessionId);
+  noticePasswordChanged(ctx, user);
   ctx.logger.info(
     { audit: true, action: 'password_changed', user_id: userId },
     'password changed; other devices signed out',

@@ -51,9 +51,24 @@ async function signAccessToken(
  * A signed access token for the user, with the claims of docs/conventions.md; `sid`: the sign-in it belongs to (its
  * refresh-token family), so the user's device list can say which one is theirs.
  */
-export function issueAccessToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'roles'>, sid?: string) {
-  return signAccessToken(ctx, user.id, { roles: [...user.roles].sort(), ...(sid ? { sid } : {}) });
+export function issueAccessToken(
+  ctx: AuthContext,
+  user: Pick<UserRow, 'id' | 'roles' | 'email_verified_at'>,
+  sid?: string,
+) {
+  return signAccessToken(ctx, user.id, {
+    roles: [...user.roles].sort(),
+    ...verifiedClaim(user),
+    ...(sid ? { sid } : {}),
+  });
 }
+
+/**
+ * `email_verified: true` (OpenID Connect's claim) when the user verified their address: what other services check
+ * before an action `access.require_verified_email` names. Read at each login, refresh and key exchange.
+ */
+const verifiedClaim = (user: Pick<UserRow, 'email_verified_at'>) =>
+  user.email_verified_at ? { email_verified: true } : {};
 
 /** Who a token pair is issued to: the caller's address and `User-Agent`, shown in the user's list of sign-ins. */
 export interface TokenOrigin {
@@ -68,12 +83,13 @@ export interface TokenOrigin {
  */
 export function issueApiKeyToken(
   ctx: AuthContext,
-  user: Pick<UserRow, 'id' | 'roles'>,
+  user: Pick<UserRow, 'id' | 'roles' | 'email_verified_at'>,
   key: { id: string; scopes: readonly string[] },
   lifetimeSeconds: number,
 ) {
   const roles = user.roles.filter((r) => r !== 'admin').sort();
-  return signAccessToken(ctx, user.id, { roles, scope: [...key.scopes].join(' '), key_id: key.id }, lifetimeSeconds);
+  const claims = { roles, ...verifiedClaim(user), scope: [...key.scopes].join(' '), key_id: key.id };
+  return signAccessToken(ctx, user.id, claims, lifetimeSeconds);
 }
 
 /**
@@ -96,7 +112,7 @@ export function issueClientToken(ctx: AuthContext, client: Pick<ClientRow, 'id' 
 export async function issueTokenPair(
   ctx: AuthContext,
   db: Kysely<AuthDatabase>,
-  user: Pick<UserRow, 'id' | 'roles'>,
+  user: Pick<UserRow, 'id' | 'roles' | 'email_verified_at'>,
   family?: { familyId: string; parentId: string },
   device?: DeviceWrite,
   origin?: TokenOrigin,

@@ -3,6 +3,7 @@ import { type App, callerOf, noBody, USER_ROLES, withRequestLogger } from '@gpu/
 import { z } from 'zod';
 import { currentUser, register } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
+import { verifyNewAccount } from '../domain/mail/recovery.ts';
 import { login, logout, refresh } from '../domain/sessions.ts';
 import {
   emailSchema,
@@ -60,6 +61,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
     },
     async (request, reply) => {
       const user = await register(withRequestLogger(ctx, request), request.body, request.clientIp);
+      verifyNewAccount(ctx, user);
       return reply.code(201).send({ message: 'user registered', user: userJson(user) });
     },
   );

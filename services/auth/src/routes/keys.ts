@@ -84,7 +84,7 @@ export async function keyRoutes(app: App, ctx: AuthContext): Promise<void> {
   app.post(
     '/keys',
     {
-      config: { ...access, openapi: SECRET_DOCS },
+      config: { ...access, verifiedEmail: 'api_keys', openapi: SECRET_DOCS },
       schema: {
         tags,
         operationId: 'createApiKey',

@@ -21,6 +21,9 @@ export const userSchema = z
     id: z.uuid(),
     email: z.string(),
     roles: z.array(roleSchema),
+    email_verified: z
+      .boolean()
+      .describe('whether the user proved they read mail at the address (POST /email/verify, or a password reset)'),
     created_at: z.string().describe('RFC 3339, UTC'),
     updated_at: z.string().describe('RFC 3339, UTC'),
   })
@@ -32,6 +35,7 @@ interface Account {
   id: string;
   email: string;
   roles: readonly UserRole[];
+  email_verified_at: Date | string | null;
   created_at: Date | string;
   updated_at: Date | string;
 }
@@ -42,6 +46,7 @@ export function userJson(account: Account): z.infer<typeof userSchema> {
     id: account.id,
     email: account.email,
     roles: [...account.roles].sort(),
+    email_verified: account.email_verified_at !== null,
     created_at: new Date(account.created_at).toISOString(),
     updated_at: new Date(account.updated_at).toISOString(),
   };

@@ -133,7 +133,7 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/withdraw',
     {
-      config: { scope: 'money:out', roles: WALLET_ROLES, openapi: replayable(200, 202) },
+      config: { scope: 'money:out', verifiedEmail: 'withdrawals', roles: WALLET_ROLES, openapi: replayable(200, 202) },
       schema: {
         tags: ['payments'],
         operationId: 'withdrawFromWallet',

@@ -136,7 +136,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.put(
     '/api/v1/provider/:providerID/payout-settings',
     {
-      config: { scope: 'money:out', roles: PROVIDER_ROLES },
+      config: { scope: 'money:out', verifiedEmail: 'payouts', roles: PROVIDER_ROLES },
       schema: {
         tags: ['providers'],
         operationId: 'setPayoutSettings',
@@ -169,7 +169,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/provider/:providerID/payout',
     {
-      config: { scope: 'money:out', roles: PROVIDER_ROLES, openapi: replayable(200, 202) },
+      config: { scope: 'money:out', verifiedEmail: 'payouts', roles: PROVIDER_ROLES, openapi: replayable(200, 202) },
       schema: {
         tags: ['providers'],
         operationId: 'createProviderPayout',

@@ -177,7 +177,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/billing/start-session',
     {
-      config: { scope: 'sessions', roles: RENTAL_ROLES, openapi: replayable(201) },
+      config: { scope: 'sessions', verifiedEmail: 'sessions', roles: RENTAL_ROLES, openapi: replayable(201) },
       schema: {
         tags: ['sessions'],
         operationId: 'startSession',

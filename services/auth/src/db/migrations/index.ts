@@ -7,6 +7,7 @@ import * as trustedDevices from './20261101000001_trusted_devices.ts';
 import * as clientNamePerOwner from './20261201000000_client_name_per_owner.ts';
 import * as apiKeys from './20261202000000_api_keys.ts';
 import * as signInOrigin from './20261203000000_sign_in_origin.ts';
+import * as emailTokens from './20261204000000_email_tokens.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_initial': initial,
@@ -16,4 +17,5 @@ export const migrations: Record<string, Migration> = {
   '20261201000000_client_name_per_owner': clientNamePerOwner,
   '20261202000000_api_keys': apiKeys,
   '20261203000000_sign_in_origin': signInOrigin,
+  '20261204000000_email_tokens': emailTokens,
 };

@@ -1,0 +1,96 @@
+/**
+ * Outgoing mail over SMTP (nodemailer). A message is sent after the request that caused it has been answered, so an
+ * answer takes as long whether or not mail went out (a reset for an unknown address looks like one for a known one),
+ * and a slow mail server never holds a request. A failed message is tried twice more (after 2 s and 10 s); what
+ * happened is logged with the user's ID, never the address or the message's text (it holds a token). Closing waits
+ * for the messages on their way.
+ */
+import { durationMs, type Logger } from '@gpu/common';
+import nodemailer from 'nodemailer';
+import type { AuthConfig } from '../../config.ts';
+
+interface Mail {
+  to: string;
+  subject: string;
+  text: string;
+  /** For the logs: whose mail it is, and what kind. */
+  userId: string;
+  kind: string;
+}
+
+export interface Mailer {
+  /** Whether mail goes anywhere (`mail.smtp_url` is set). */
+  readonly enabled: boolean;
+  /** Sends in the background; never throws. */
+  send(mail: Mail): void;
+  /** Runs `work` after the current request, in the background (logged when it fails); close() waits for it. */
+  later(what: string, work: () => Promise<void>): void;
+  /** Waits for what is on its way. */
+  idle(): Promise<void>;
+  /** Waits for what is on its way, then closes the connections. */
+  close(): Promise<void>;
+}
+
+const RETRY_DELAYS_MS = [2_000, 10_000];
+
+export function createMailer(config: AuthConfig['mail'], logger: Logger): Mailer {
+  const timeout = durationMs(config.send_timeout);
+  const transport = config.smtp_url
+    ? nodemailer.createTransport({
+        url: config.smtp_url,
+        connectionTimeout: timeout,
+        greetingTimeout: timeout,
+        socketTimeout: timeout,
+      })
+    : null;
+  const pending = new Set<Promise<void>>();
+  const track = (p: Promise<void>) => {
+    pending.add(p);
+    void p.finally(() => pending.delete(p));
+  };
+  const deliver = async (mail: Mail) => {
+    const log = { user_id: mail.userId, mail: mail.kind };
+    if (!transport) {
+      logger.warn(log, 'mail not sent: no SMTP server is configured (mail.smtp_url)');
+      return;
+    }
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const info = await transport.sendMail({
+          from: config.from,
+          to: mail.to,
+          subject: mail.subject,
+          text: mail.text,
+        });
+        logger.info({ ...log, message_id: info.messageId }, 'mail sent');
+        return;
+      } catch (err) {
+        const delay = RETRY_DELAYS_MS[attempt];
+        logger.warn(
+          { ...log, err, attempt: attempt + 1 },
+          delay === undefined ? 'mail not sent' : 'mail failed; retrying',
+        );
+        if (delay === undefined) return;
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
+  };
+  return {
+    enabled: transport !== null,
+    send: (mail) => track(deliver(mail)),
+    later(what, work) {
+      track(
+        new Promise<void>((resolve) => setImmediate(resolve))
+          .then(work)
+          .catch((err) => logger.error({ err }, `${what} failed`)),
+      );
+    },
+    async idle() {
+      while (pending.size > 0) await Promise.allSettled([...pending]);
+    },
+    async close() {
+      await this.idle();
+      transport?.close();
+    },
+  };
+}

@@ -1,0 +1,163 @@
+/**
+ * Accounts that recover: a user proves they read mail at their address (verification), and one who forgot their
+ * password sets a new one through a link mailed to it (reset).
+ *
+ * - A mailed token is 256 random bits, stored only as its SHA-256 with the address it was mailed to, used once
+ *   (of two requests with the same token exactly one wins), for `recovery.verify_token_ttl` (24 h) or
+ *   `reset_token_ttl` (30 min); one for an address the account no longer has does nothing. Every failure is the same
+ *   400 INVALID_EMAIL_TOKEN: unknown, used and expired look alike.
+ * - Asking for a reset never tells whether the address has an account: the answer is the same 202, given before
+ *   anything is looked up (the lookup and the mail happen afterwards, in the background, so the time taken says
+ *   nothing either); past `rate_limit.reset_per_account` mails to one address nothing more is sent, alike for known
+ *   and unknown ones. Requests per client address are limited (429).
+ * - A reset signs out every device of the account and ends its other reset links; since the user read the mail, it
+ *   also verifies the address. A notice goes to the address after a reset or a change of the password.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { durationMs, type Principal } from '@gpu/common';
+import {
+  findLiveEmailToken,
+  insertEmailToken,
+  markEmailVerified,
+  retireEmailTokens,
+  useEmailToken,
+} from '../../db/email-token-repository.ts';
+import { revokeUserFamilies } from '../../db/refresh-token-repository.ts';
+import type { EmailTokenPurpose } from '../../db/schema.ts';
+import { findUserByEmail, findUserById, type UserRow, updatePasswordHash } from '../../db/user-repository.ts';
+import { authErrors } from '../../errors.ts';
+import type { AuthContext } from '../context.ts';
+import { normaliseEmail } from '../email.ts';
+import { normalisePassword } from '../passwords/index.ts';
+import { signedInUser } from '../sign-ins.ts';
+import { noticePasswordChanged } from './notices.ts';
+
+const hashEmailToken = (token: string) => createHash('sha256').update(token).digest('hex');
+
+/** Where the mail sends the user: the operator's page with the token, or the token and the command that uses it. */
+function instructions(template: string, token: string, command: string): string {
+  if (template) return `Open this link:\n\n  ${template.replaceAll('{token}', encodeURIComponent(token))}\n`;
+  return `Your code:\n\n  ${token}\n\nUse it with the gpu command line:\n\n  ${command}\n`;
+}
+
+/** Makes a token for `user`'s address and mails it. */
+async function mailToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'email'>, purpose: EmailTokenPurpose) {
+  const token = randomBytes(32).toString('base64url');
+  const { recovery, mail } = ctx.config;
+  const ttl = purpose === 'verify_email' ? recovery.verify_token_ttl : recovery.reset_token_ttl;
+  await insertEmailToken(ctx.db, {
+    user_id: user.id,
+    purpose,
+    token_hash: hashEmailToken(token),
+    email: user.email,
+    expires_at: new Date(Date.now() + durationMs(ttl)),
+  });
+  if (purpose === 'verify_email') {
+    ctx.mailer.send({
+      to: user.email,
+      userId: user.id,
+      kind: purpose,
+      subject: 'Verify your e-mail address',
+      text:
+        `Someone, we hope you, asked to verify this address for an account of the GPU platform.\n\n` +
+        instructions(mail.verify_url, token, 'gpu email verify   (it asks for the code)') +
+        `\nIt works once, for ${ttl}. If it was not you, ignore this mail.\n`,
+    });
+  } else {
+    ctx.mailer.send({
+      to: user.email,
+      userId: user.id,
+      kind: purpose,
+      subject: 'Reset your password',
+      text:
+        `Someone, we hope you, asked to reset the password of this address's account on the GPU platform.\n\n` +
+        instructions(mail.reset_url, token, 'gpu password reset   (it asks for the code and the new password)') +
+        `\nIt works once, for ${ttl}, and signs out every device of the account. If it was not you, ignore this ` +
+        'mail: your password stays as it is.\n',
+    });
+  }
+}
+
+/** Mails a verification link to a user just registered (`recovery.verify_on_register`), after the answer. */
+export function verifyNewAccount(ctx: AuthContext, user: UserRow): void {
+  if (!ctx.config.recovery.verify_on_register || !ctx.mailer.enabled) return;
+  ctx.mailer.later('mailing a verification link', () => mailToken(ctx, user, 'verify_email'));
+}
+
+/** The signed-in user asks for a (new) verification link. */
+export async function requestVerification(ctx: AuthContext, actor: Principal): Promise<void> {
+  const userId = signedInUser(actor, 'their e-mail address');
+  const user = await findUserById(ctx.db, userId);
+  if (!user) throw authErrors.userGone();
+  if (user.email_verified_at) throw authErrors.emailAlreadyVerified();
+  if (!ctx.mailer.enabled) throw authErrors.mailNotConfigured();
+  await ctx.limiter.consume(ctx.config.rate_limit.verification_per_account, 'verify-mail-account', user.id);
+  await mailToken(ctx, user, 'verify_email');
+}
+
+/** Verifies the address a token was mailed to; the user, verified. */
+export async function verifyEmail(ctx: AuthContext, token: string, clientIp: string): Promise<UserRow> {
+  await ctx.limiter.consume(ctx.config.rate_limit.email_token_per_ip, 'email-token-ip', clientIp);
+  const user = await ctx.db.transaction().execute(async (trx) => {
+    const now = new Date();
+    const used = await useEmailToken(trx, hashEmailToken(token), 'verify_email', now);
+    if (!used) throw authErrors.invalidEmailToken();
+    const verified = await markEmailVerified(trx, used.user_id, used.email, now);
+    if (!verified) throw authErrors.invalidEmailToken();
+    await retireEmailTokens(trx, verified.id, 'verify_email', now);
+    return verified;
+  });
+  ctx.logger.info({ audit: true, action: 'email_verified', user_id: user.id }, 'e-mail address verified');
+  return user;
+}
+
+/** Someone asks for a reset link for `email`: answered alike whether it has an account or not. */
+export async function forgotPassword(ctx: AuthContext, email: string, clientIp: string): Promise<void> {
+  if (!ctx.mailer.enabled) throw authErrors.mailNotConfigured();
+  const limits = ctx.config.rate_limit;
+  await ctx.limiter.consume(limits.reset_per_ip, 'reset-ip', clientIp);
+  const address = normaliseEmail(email);
+  ctx.mailer.later('mailing a reset link', async () => {
+    try {
+      await ctx.limiter.consume(limits.reset_per_account, 'reset-account', address);
+    } catch {
+      ctx.logger.warn({ audit: true, action: 'password_reset_throttled' }, 'reset links for one address throttled');
+      return;
+    }
+    const user = await findUserByEmail(ctx.db, address);
+    if (user) await mailToken(ctx, user, 'reset_password');
+  });
+}
+
+/** Sets a new password with a mailed reset token; every device of the account is signed out. */
+export async function resetPassword(
+  ctx: AuthContext,
+  input: { token: string; newPassword: string },
+  clientIp: string,
+): Promise<void> {
+  await ctx.limiter.consume(ctx.config.rate_limit.email_token_per_ip, 'email-token-ip', clientIp);
+  const hash = hashEmailToken(input.token);
+  // The policy first (it needs the address: a password equal to it is refused), so a weak password leaves the link
+  // working for the next try.
+  const found = await findLiveEmailToken(ctx.db, hash, 'reset_password', new Date());
+  if (!found) throw authErrors.invalidEmailToken();
+  ctx.policy.check(input.newPassword, found.email);
+  const passwordHash = await ctx.hasher.hash(normalisePassword(input.newPassword));
+  const user = await ctx.db.transaction().execute(async (trx) => {
+    const now = new Date();
+    const used = await useEmailToken(trx, hash, 'reset_password', now);
+    if (!used) throw authErrors.invalidEmailToken();
+    const owner = await findUserById(trx, used.user_id);
+    if (!owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
+    await updatePasswordHash(trx, owner.id, passwordHash);
+    await markEmailVerified(trx, owner.id, owner.email, now);
+    await retireEmailTokens(trx, owner.id, 'reset_password', now);
+    await revokeUserFamilies(trx, owner.id, 'password_reset');
+    return owner;
+  });
+  ctx.logger.info(
+    { audit: true, action: 'password_reset', user_id: user.id },
+    'password reset by mail; every device signed out',
+  );
+  noticePasswordChanged(ctx, user);
+}

@@ -1,0 +1,112 @@
+/**
+ * What every command of `gpu` shares: who it acts as and where (the clients, with the caller's token), how it prints
+ * (a table, or the platform's answer as JSON), and how it parses what it is given (a usage error is exit status 2).
+ */
+import { randomUUID } from 'node:crypto';
+import { authClient, billingClient, objectStore, registryClient } from '@gpu/client';
+import Table from 'cli-table3';
+import { type Command, InvalidArgumentError } from 'commander';
+import { readConfig } from './config.ts';
+import { tokenSource } from './session.ts';
+
+export const DEFAULT_URL = 'http://127.0.0.1:8080';
+
+export interface Globals {
+  url?: string;
+  json?: boolean;
+}
+
+/** A usage error: one line on standard error, exit status 2. */
+export class UsageError extends Error {}
+
+/** Everything a command needs: the URL, the saved configuration, the clients with the caller's token. */
+export function context(program: Command) {
+  const globals = program.opts<Globals>();
+  const env = process.env;
+  const config = readConfig(env);
+  const url = (globals.url || env.GPU_URL || config.url || DEFAULT_URL).replace(/\/$/, '');
+  const token = tokenSource(url, env, config);
+  return {
+    url,
+    env,
+    config,
+    json: globals.json === true,
+    auth: authClient({ baseUrl: url, token }),
+    registry: registryClient({ baseUrl: url, token }),
+    billing: billingClient({ baseUrl: url, token }),
+    objects: objectStore({ baseUrl: url, token }),
+  };
+}
+
+export type Context = ReturnType<typeof context>;
+
+type Cell = string | number | boolean | null | undefined;
+
+/** Prints `rows` as a table (no colour), or `data` as JSON with --json. */
+export function show(json: boolean, data: unknown, head: string[], rows: Cell[][]) {
+  if (json) {
+    printJson(data);
+    return;
+  }
+  const table = new Table({ head, style: { head: [], border: [] } });
+  for (const row of rows) table.push(row.map((v) => (v === null || v === undefined ? '' : String(v))));
+  process.stdout.write(`${table.toString()}\n`);
+}
+
+/** One record as a two-column table of its fields (or JSON with --json). */
+export function showRecord(json: boolean, data: unknown, fields: [string, Cell][]) {
+  show(json, data, ['field', 'value'], fields);
+}
+
+export function printJson(data: unknown) {
+  process.stdout.write(`${JSON.stringify(data, null, 2)}\n`);
+}
+
+/** A whole number option, or a usage error naming it. */
+export function count(name: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} takes a whole number of at least 1`);
+    return n;
+  };
+}
+
+/** Billing's form of a token amount: a decimal string, never a JS number (no sign, exponent or leading zeros). */
+export const DECIMAL = /^(0|[1-9]\d{0,29})(\.\d+)?$/;
+
+/** A token amount option, kept as the string it is; a usage error for anything billing would not read as one. */
+export function amount(name: string) {
+  return (value: string) => {
+    if (!DECIMAL.test(value)) throw new InvalidArgumentError(`${name} takes a decimal amount such as 12.5`);
+    return value;
+  };
+}
+
+/** A repeatable option's values, in order. */
+export function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+/** A repeatable option whose values are among `choices`, in order; a usage error for another. */
+export function oneOf(choices: readonly string[]) {
+  return (value: string, previous: string[] = []) => {
+    if (!choices.includes(value)) throw new InvalidArgumentError(`one of ${choices.join(', ')}`);
+    return [...previous, value];
+  };
+}
+
+/**
+ * A key that makes a money-moving request safe to repeat (the client retries a POST only with one): the caller's, so
+ * that a run cut short can be repeated with the same key and have the platform answer the first request's answer,
+ * else a new one for this run.
+ */
+export function idempotencyKey(prefix: string, given?: string): string {
+  return given ?? `${prefix}:${randomUUID()}`;
+}
+
+/** Ends the run with this exit status and nothing more printed (a workload's own exit status, for one). */
+export class ExitStatus extends Error {
+  constructor(readonly status: number) {
+    super(`exit status ${status}`);
+  }
+}

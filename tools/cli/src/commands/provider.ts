@@ -1,0 +1,177 @@
+/**
+ * For providers: `machines` (yours, at the registry), `rates show|set` (a machine's own rates at billing),
+ * `earnings` (what your machines earned and what can be paid out) and `payout` (ask for one, on chain).
+ */
+import { type BillingSchemas, unwrap } from '@gpu/client';
+import type { Command } from 'commander';
+import {
+  amount,
+  type Context,
+  collect,
+  context,
+  DECIMAL,
+  idempotencyKey,
+  show,
+  showRecord,
+  UsageError,
+} from '../cli.ts';
+import { everyPage } from '../paging.ts';
+import { showTransaction } from './wallet.ts';
+
+type Earnings = BillingSchemas['ProviderEarnings'];
+
+/** Every machine of the caller's (the registry lists a provider's own machines only). */
+function myMachines(ctx: Context) {
+  return everyPage((cursor) =>
+    ctx.registry.GET('/providers', { params: { query: { limit: 1000, ...(cursor ? { cursor } : {}) } } }),
+  );
+}
+
+/** `MODEL=RATE` pairs as billing's `base_rates`. */
+function baseRates(pairs: string[]): Record<string, string> {
+  const rates: Record<string, string> = {};
+  for (const pair of pairs) {
+    const at = pair.lastIndexOf('=');
+    const model = pair.slice(0, at).trim();
+    const rate = pair.slice(at + 1);
+    if (!model || !DECIMAL.test(rate)) throw new UsageError(`--base takes MODEL=RATE (H100=2.5), not ${pair}`);
+    rates[model] = rate;
+  }
+  return rates;
+}
+
+export function providerCommands(program: Command) {
+  program
+    .command('machines')
+    .description('your machines at the registry: their status and GPUs')
+    .action(async () => {
+      const ctx = context(program);
+      const list = await myMachines(ctx);
+      show(
+        ctx.json,
+        list,
+        ['id', 'name', 'status', 'gpus', 'held', 'location', 'last seen'],
+        list.map((m) => [
+          m.id,
+          m.name,
+          m.status,
+          gpuSummary(m.gpus.map((g) => g.model_name)),
+          m.held ? 'yes' : '',
+          m.location,
+          m.last_seen_at,
+        ]),
+      );
+    });
+
+  const rates = program.command('rates').description("a machine's own rates (else the platform's apply)");
+  rates
+    .command('show <machine-id>')
+    .description("the machine's own rates: per GPU-hour by model, VRAM and power (empty: the platform's)")
+    .action(async (machineId: string) => {
+      const ctx = context(program);
+      const r = unwrap(
+        await ctx.billing.GET('/api/v1/provider/{providerID}/rates', { params: { path: { providerID: machineId } } }),
+      );
+      showRates(ctx.json, r);
+    });
+  rates
+    .command('set <machine-id>')
+    .description(
+      "replace the machine's rates (they price its sessions started from now on); what is left out is the platform's",
+    )
+    .option('--base <MODEL=RATE>', 'tokens per GPU-hour of a model, repeatable; default=RATE prices the rest', collect)
+    .option('--vram-rate <tokens>', 'per GB of VRAM and hour', amount('--vram-rate'))
+    .option('--power-rate <tokens>', 'per watt and hour', amount('--power-rate'))
+    .action(async (machineId: string, opts: { base?: string[]; vramRate?: string; powerRate?: string }) => {
+      const ctx = context(program);
+      const body = {
+        base_rates: baseRates(opts.base ?? []),
+        vram_rate_per_gb_hour: opts.vramRate ?? null,
+        power_rate_per_watt_hour: opts.powerRate ?? null,
+      };
+      const r = unwrap(
+        await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
+          params: { path: { providerID: machineId } },
+          body,
+        }),
+      );
+      showRates(ctx.json, r);
+    });
+
+  program
+    .command('earnings [machine-id]')
+    .description('what a machine earned, was paid, and can be paid out now (without an ID: each of your machines)')
+    .action(async (machineId: string | undefined) => {
+      const ctx = context(program);
+      const ids = machineId ? [machineId] : (await myMachines(ctx)).map((m) => m.id);
+      const list: Earnings[] = [];
+      for (const id of ids) {
+        const got = await ctx.billing.GET('/api/v1/provider/{providerID}/earnings', {
+          params: { path: { providerID: id } },
+        });
+        // Listing them all, a machine without a wallet yet has earned nothing: left out.
+        if (
+          !machineId &&
+          got.response.status === 404 &&
+          (got.error as { code?: string })?.code === 'WALLET_NOT_FOUND'
+        ) {
+          continue;
+        }
+        list.push(unwrap(got));
+      }
+      show(
+        ctx.json,
+        machineId ? list[0] : list,
+        ['machine', 'earned', 'paid out', 'pending', 'available', 'locked', 'minimum payout'],
+        list.map((e) => [
+          e.provider_id,
+          e.total_earned,
+          e.total_paid_out,
+          e.pending_payouts,
+          e.available_for_payout,
+          e.locked,
+          e.minimum_payout,
+        ]),
+      );
+    });
+
+  program
+    .command('payout <machine-id>')
+    .description("pay a machine's earnings out on chain: all that is available, or --amount (at least the minimum)")
+    .option('--amount <tokens>', 'how much, a decimal amount such as 12.5', amount('--amount'))
+    .option('--to <address>', "the owner address to pay (default: the machine's wallet address)")
+    .option(
+      '--idempotency-key <key>',
+      'a key of yours for this payout: the same command with the same key again never pays twice',
+    )
+    .action(async (machineId: string, opts: { amount?: string; to?: string; idempotencyKey?: string }) => {
+      const ctx = context(program);
+      const key = idempotencyKey('payout', opts.idempotencyKey);
+      const paid = unwrap(
+        await ctx.billing.POST('/api/v1/provider/{providerID}/payout', {
+          params: { path: { providerID: machineId }, header: { 'idempotency-key': key } },
+          body: { ...(opts.amount ? { amount: opts.amount } : {}), ...(opts.to ? { destination: opts.to } : {}) },
+        }),
+      );
+      showTransaction(ctx.json, paid);
+    });
+}
+
+/** "8 × H100" for a machine's GPUs ("4 × A100, 2 × L4" when mixed). */
+function gpuSummary(models: string[]): string {
+  const counts = new Map<string, number>();
+  for (const m of models) counts.set(m, (counts.get(m) ?? 0) + 1);
+  return [...counts].map(([m, n]) => `${n} × ${m}`).join(', ');
+}
+
+function showRates(json: boolean, r: BillingSchemas['ProviderRates']) {
+  const own = Object.entries(r.base_rates);
+  showRecord(json, r, [
+    ['machine', r.provider_id],
+    ...own.map(([model, rate]): [string, string] => [`per GPU-hour: ${model}`, rate]),
+    ...(own.length === 0 ? [['per GPU-hour', "the platform's"] as [string, string]] : []),
+    ['per GB VRAM-hour', r.vram_rate_per_gb_hour ?? "the platform's"],
+    ['per watt-hour', r.power_rate_per_watt_hour ?? "the platform's"],
+    ['updated', r.updated_at ?? 'never (the platform rates apply)'],
+  ]);
+}

@@ -1,0 +1,282 @@
+/**
+ * Rentals: `sessions` (yours), `rent` (start one, optionally running a workload), `logs` (a workload's logs, or
+ * followed with -f), `run` (rent with a workload, follow it, fetch its outputs, exit with its exit code), `end`.
+ */
+import { Writable } from 'node:stream';
+import { type BillingSchemas, unwrap } from '@gpu/client';
+import { parseDuration } from '@gpu/common';
+import { type Command, InvalidArgumentError } from 'commander';
+import {
+  amount,
+  type Context,
+  collect,
+  context,
+  count,
+  ExitStatus,
+  idempotencyKey,
+  printJson,
+  show,
+  showRecord,
+  UsageError,
+} from '../cli.ts';
+import { downloadOutputs, exitStatusOf, printLogs, type Workload } from '../workload.ts';
+
+type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
+
+/** The longest a workload may run (billing's bound: a week). */
+const MAX_RUNTIME_S = 604_800;
+
+interface RentOptions {
+  machine: string;
+  gpuModel: string;
+  gpus: number;
+  wallet: string;
+  maxRate?: string;
+  spendCap?: string;
+  idempotencyKey?: string;
+  env?: string[];
+  input?: string[];
+  outputPrefix?: string;
+  maxRuntime: number;
+  network?: boolean;
+}
+
+/** A duration in whole seconds: `90` (seconds), `90s`, `15m`, `2h30m`. */
+function seconds(value: string): number {
+  const ms = /^\d+$/.test(value) ? Number(value) * 1000 : parseDuration(value);
+  const s = ms === undefined ? Number.NaN : Math.ceil(ms / 1000);
+  if (!(s >= 1 && s <= MAX_RUNTIME_S)) {
+    throw new InvalidArgumentError(`a duration from 1s to a week: 3600, 90s, 15m, 2h30m`);
+  }
+  return s;
+}
+
+/** The options of a rental and of its workload, shared by `rent` and `run`. */
+function rentalOptions(command: Command): Command {
+  return command
+    .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
+    .requiredOption('--gpu-model <model>', 'the model of its GPUs to rent (H100, A100, ...)')
+    .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
+    .requiredOption('--wallet <wallet-id>', 'the wallet that pays')
+    .option(
+      '--max-rate <tokens>',
+      'the most you accept per hour for them all (default: the price quoted now)',
+      amount('--max-rate'),
+    )
+    .option('--spend-cap <tokens>', 'the most the session may cost in all: it ends there', amount('--spend-cap'))
+    .option(
+      '--idempotency-key <key>',
+      'a key of yours for this rental: the same command with the same key again starts no second one',
+    )
+    .option('--env <K=V>', 'an environment variable of the workload (repeatable)', collect)
+    .option('--input <key>', 'an object of yours the workload reads at /work/inputs/<key> (repeatable)', collect)
+    .option('--output-prefix <prefix>', 'where its logs and outputs go in your folder (default sessions/<id>/)')
+    .option(
+      '--max-runtime <duration>',
+      'the workload is stopped after running this long (3600, 90s, 2h)',
+      seconds,
+      3600,
+    )
+    .option('--network', 'let the workload reach the network (default: none)');
+}
+
+/** The workload of `argv` and the options, or none (a session without one); a usage error for options without it. */
+function workloadSpec(argv: string[], o: RentOptions): WorkloadSpec | undefined {
+  if (argv.length === 0) {
+    if (o.env || o.input || o.outputPrefix || o.network) {
+      throw new UsageError(
+        '--env, --input, --output-prefix and --network are for a workload: give its command after --',
+      );
+    }
+    return undefined;
+  }
+  const env: Record<string, string> = {};
+  for (const pair of o.env ?? []) {
+    const at = pair.indexOf('=');
+    if (at < 1) throw new UsageError(`--env takes NAME=VALUE, not ${pair}`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  return {
+    command: argv,
+    env,
+    max_runtime_seconds: o.maxRuntime,
+    network: o.network === true,
+    inputs: (o.input ?? []).map((key) => ({ key })),
+    ...(o.outputPrefix ? { output: { prefix: o.outputPrefix } } : {}),
+  };
+}
+
+/** Starts the session: at the rate given, or at the one quoted now. */
+async function startSession(ctx: Context, o: RentOptions, workload: WorkloadSpec | undefined) {
+  const rate =
+    o.maxRate ??
+    unwrap(
+      await ctx.billing.POST('/api/v1/pricing/calculate', {
+        body: { provider_id: o.machine, gpu_model: o.gpuModel, gpu_count: o.gpus },
+      }),
+    ).total_hourly_rate;
+  return unwrap(
+    await ctx.billing.POST('/api/v1/billing/start-session', {
+      params: { header: { 'idempotency-key': idempotencyKey('rent', o.idempotencyKey) } },
+      body: {
+        wallet_id: o.wallet,
+        provider_id: o.machine,
+        gpu_model: o.gpuModel,
+        gpu_count: o.gpus,
+        accepted_hourly_rate: rate,
+        ...(o.spendCap ? { spend_cap: o.spendCap } : {}),
+        ...(workload ? { workload } : {}),
+      },
+    }),
+  );
+}
+
+function showStarted(json: boolean, started: BillingSchemas['SessionStart']) {
+  const s = started.session;
+  showRecord(json, started, [
+    ['session', s.id],
+    ['machine', s.provider_id],
+    ['gpus', `${s.gpu_count} × ${s.gpu_model}`],
+    ['per hour', s.rates.total_hourly_rate],
+    ['held', started.hold_amount],
+    ['available', started.available_balance],
+    ['runs for (min)', started.estimated_runtime_minutes],
+    ['spend cap', s.spend_cap],
+    ['workload', s.workload ? 'yes' : 'no'],
+    ['status', s.status],
+  ]);
+}
+
+/** A stream that keeps what is written to it, as text. */
+function collector(): Writable & { text(): string } {
+  const chunks: Buffer[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      chunks.push(chunk);
+      done();
+    },
+  });
+  return Object.assign(sink, { text: () => Buffer.concat(chunks).toString('utf8') });
+}
+
+export function sessionCommands(program: Command) {
+  program
+    .command('sessions')
+    .description('your rental sessions, newest first')
+    .option('--status <status>', 'active, grace_period, completed or terminated')
+    .action(async (opts: { status?: string }) => {
+      const ctx = context(program);
+      const list = unwrap(
+        await ctx.billing.GET('/api/v1/billing/sessions', {
+          params: { query: (opts.status ? { status: [opts.status] } : {}) as never },
+        }),
+      );
+      show(
+        ctx.json,
+        list,
+        ['id', 'machine', 'gpus', 'status', 'started', 'cost'],
+        list.map((s) => [s.id, s.provider_id, s.gpu_count, s.status, s.started_at, s.total_cost]),
+      );
+    });
+
+  rentalOptions(
+    program
+      .command('rent')
+      .argument('[command...]', 'a workload to run, after --: its program and arguments')
+      .description(
+        "rent a machine's GPUs: a session billed per started minute (with a workload: from when it runs until it " +
+          'ends, which ends the session); prints the session',
+      ),
+  ).action(async (argv: string[], opts: RentOptions) => {
+    const ctx = context(program);
+    const started = await startSession(ctx, opts, workloadSpec(argv, opts));
+    showStarted(ctx.json, started);
+    if (!ctx.json && started.session.workload) {
+      process.stderr.write(`follow it: gpu logs ${started.session.id} -f\n`);
+    }
+  });
+
+  program
+    .command('logs <session-id>')
+    .description(
+      "a session's workload logs (its standard output, and its standard error on standard error); with -f, followed " +
+        'until the workload has ended',
+    )
+    .option('-f, --follow', 'print what comes until the workload ends')
+    .action(async (sessionId: string, opts: { follow?: boolean }) => {
+      const ctx = context(program);
+      if (!ctx.json) {
+        await printLogs(ctx, sessionId, {
+          follow: opts.follow === true,
+          stdout: process.stdout,
+          stderr: process.stderr,
+        });
+        return;
+      }
+      const [stdout, stderr] = [collector(), collector()];
+      const w = await printLogs(ctx, sessionId, { follow: opts.follow === true, stdout, stderr });
+      printJson({ ...logsSummary(w), stdout: stdout.text(), stderr: stderr.text() });
+    });
+
+  rentalOptions(
+    program
+      .command('run')
+      .argument('<command...>', 'the workload, after --: its program and arguments')
+      .description(
+        'rent with a workload, follow its logs, print its outputs at its end (--download fetches them) and exit with ' +
+          'its exit code (1 when it failed or was stopped); with --json its logs go to standard error and the ' +
+          'workload at its end to standard output',
+      ),
+  )
+    .option('--download <dir>', 'fetch its outputs into this folder at its end')
+    .action(async (argv: string[], opts: RentOptions & { download?: string }) => {
+      const ctx = context(program);
+      const started = await startSession(ctx, opts, workloadSpec(argv, opts));
+      const id = started.session.id;
+      process.stderr.write(`session ${id}: ${started.session.rates.total_hourly_rate} an hour, following its logs\n`);
+      const interrupted = () => {
+        process.stderr.write(`\nstopped following: session ${id} runs on until its workload ends (gpu end ${id})\n`);
+        process.exit(130);
+      };
+      process.once('SIGINT', interrupted);
+      let w: Workload;
+      try {
+        w = await printLogs(ctx, id, {
+          follow: true,
+          stdout: ctx.json ? process.stderr : process.stdout,
+          stderr: process.stderr,
+        });
+      } finally {
+        process.off('SIGINT', interrupted);
+      }
+      const saved = opts.download ? await downloadOutputs(ctx, w, opts.download) : [];
+      if (ctx.json) printJson(w);
+      else {
+        const end =
+          w.state === 'exited' ? `exited with ${w.exit_code}` : `${w.state} (${w.reason ?? 'no reason given'})`;
+        const lines = [`workload ${end}; session ${id} cost ${w.session.total_cost}`];
+        if ((w.outputs ?? []).length === 0) lines.push('no outputs');
+        for (const o of w.outputs ?? []) {
+          const file = saved.find((s) => s.key === o.key)?.file;
+          lines.push(`output ${o.key} (${o.size} bytes)${file ? ` -> ${file}` : ''}`);
+        }
+        process.stderr.write(`${lines.join('\n')}\n`);
+      }
+      const status = exitStatusOf(w);
+      if (status !== 0) throw new ExitStatus(status);
+    });
+
+  program
+    .command('end <session-id>')
+    .description('end a rental: billed for its started minutes, the rest of the hold released')
+    .action(async (sessionId: string) => {
+      const ctx = context(program);
+      const ended = unwrap(await ctx.billing.POST('/api/v1/billing/end-session', { body: { session_id: sessionId } }));
+      const r = ended.billing_record;
+      show(ctx.json, ended, ['session', 'minutes', 'cost'], [[sessionId, r.billed_minutes, r.total_cost]]);
+    });
+}
+
+function logsSummary(w: Workload) {
+  return { session_id: w.session_id, state: w.state, exit_code: w.exit_code, reason: w.reason };
+}

@@ -1,0 +1,22 @@
+/**
+ * The platform's one paging contract, read: a list answers a page of items and, when more follow, the next page's
+ * cursor in `X-Next-Cursor` (docs/conventions.md, "Paging").
+ */
+import { unwrap } from '@gpu/client';
+
+const NEXT_CURSOR = 'x-next-cursor';
+
+/** Every item of a list, page after page (`page(cursor)` asks for one), or its first `limit` items. */
+export async function everyPage<T>(
+  page: (cursor: string | undefined) => Promise<{ data?: T[]; error?: unknown; response: Response }>,
+  limit = Number.POSITIVE_INFINITY,
+): Promise<T[]> {
+  const items: T[] = [];
+  let cursor: string | undefined;
+  do {
+    const answer = await page(cursor);
+    items.push(...unwrap(answer));
+    cursor = answer.response.headers.get(NEXT_CURSOR) ?? undefined;
+  } while (cursor && items.length < limit);
+  return items.slice(0, limit);
+}

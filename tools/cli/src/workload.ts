@@ -1,0 +1,146 @@
+/**
+ * A session's workload as its renter sees it: its state at billing, its logs and outputs in the renter's storage
+ * (the machine's daemon uploads the logs every few seconds while it runs and whole at its end, then the outputs,
+ * and tells billing what it wrote: services/billing README, "Workloads").
+ */
+import { createWriteStream, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApiError, type BillingSchemas, type ObjectRef, type ObjectStore, unwrap } from '@gpu/client';
+import type { Context } from './cli.ts';
+import { transferProgress } from './progress.ts';
+
+export type Workload = BillingSchemas['Workload'];
+
+const ENDED = new Set<Workload['state']>(['exited', 'failed', 'stopped']);
+
+/** How often a follower asks billing and storage what is new. */
+const POLL_MS = 1000;
+/**
+ * How long after its end a workload's logs may still grow: the daemon uploads them whole right after it reports the
+ * end, then its outputs, and says so (`outputs`); one that left no outputs says nothing, so the follower stops once
+ * its logs have not grown for this long.
+ */
+const SETTLE_MS = 3000;
+
+function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
+  return ctx.billing
+    .GET('/api/v1/billing/sessions/{sessionID}/workload', { params: { path: { sessionID: sessionId } } })
+    .then(unwrap);
+}
+
+function hasEnded(w: Workload): boolean {
+  return ENDED.has(w.state);
+}
+
+/** One log object, read from where the last read ended (it only grows: the sandbox cuts it, never rotates it). */
+class LogTail {
+  private offset = 0;
+
+  constructor(
+    private readonly objects: ObjectStore,
+    private readonly ref: ObjectRef,
+    private readonly sink: NodeJS.WritableStream,
+  ) {}
+
+  /** Writes what is new to the sink; whether there was anything. */
+  async poll(): Promise<boolean> {
+    let bytes: Uint8Array;
+    try {
+      const got = await this.objects.download(this.ref, this.offset > 0 ? { range: { start: this.offset } } : {});
+      bytes = await got.bytes();
+      // A store that sent it all, range or not: what was printed already is skipped.
+      if (got.status === 200 && this.offset > 0) bytes = bytes.subarray(this.offset);
+    } catch (err) {
+      // Not uploaded yet, or nothing past what was read.
+      if (err instanceof ApiError && (err.code === 'OBJECT_NOT_FOUND' || err.code === 'RANGE_NOT_SATISFIABLE')) {
+        return false;
+      }
+      throw err;
+    }
+    if (bytes.length === 0) return false;
+    this.offset += bytes.length;
+    await new Promise<void>((resolve, reject) => this.sink.write(bytes, (err) => (err ? reject(err) : resolve())));
+    return true;
+  }
+}
+
+/**
+ * Prints the workload's standard output log to `stdout` and its standard error log to `stderr`: what is there now, or
+ * with `follow` what comes, until the workload has ended and its logs are whole. Answers the workload as it stands.
+ */
+export async function printLogs(
+  ctx: Context,
+  sessionId: string,
+  opts: { follow: boolean; stdout: NodeJS.WritableStream; stderr: NodeJS.WritableStream },
+): Promise<Workload> {
+  let w = await workloadOf(ctx, sessionId);
+  const logs = w.logs;
+  if (!logs) throw new Error(`the workload of session ${sessionId} keeps its logs on its machine, not in storage`);
+  const ref = (key: string) => ({ ...(logs.bucket ? { bucket: logs.bucket } : {}), key });
+  const tails = [
+    new LogTail(ctx.objects, ref(logs.stdout), opts.stdout),
+    new LogTail(ctx.objects, ref(logs.stderr), opts.stderr),
+  ];
+  const poll = async () => {
+    let grew = false;
+    for (const tail of tails) grew = (await tail.poll()) || grew;
+    return grew;
+  };
+  if (!opts.follow) {
+    await poll();
+    return w;
+  }
+  let quietSince = Date.now();
+  let endSeen: number | undefined;
+  for (;;) {
+    // The logs are read after the workload: once it names its outputs, this read has its logs whole.
+    if (await poll()) quietSince = Date.now();
+    if (hasEnded(w)) {
+      endSeen ??= Date.now();
+      const settled = Date.now() - Math.max(quietSince, endSeen) >= SETTLE_MS;
+      if (w.outputs !== null || settled) return w;
+    }
+    await sleep(POLL_MS);
+    w = await workloadOf(ctx, sessionId);
+  }
+}
+
+/**
+ * Downloads the workload's outputs into `dir`, each at its path under the output prefix (`<prefix>output/<path>`);
+ * answers where each went.
+ */
+export async function downloadOutputs(
+  ctx: Context,
+  w: Workload,
+  dir: string,
+): Promise<{ key: string; size: number; file: string }[]> {
+  const root = path.resolve(dir);
+  const under = `${w.spec.output?.prefix ?? ''}output/`;
+  const saved = [];
+  for (const out of w.outputs ?? []) {
+    const relative = out.key.startsWith(under) ? out.key.slice(under.length) : path.posix.basename(out.key);
+    const file = path.resolve(root, relative);
+    // Billing keeps every output under its prefix; a path that would leave the folder is refused all the same.
+    if (!file.startsWith(`${root}${path.sep}`)) throw new Error(`output ${out.key} would be written outside ${dir}`);
+    mkdirSync(path.dirname(file), { recursive: true });
+    const got = await ctx.objects.download({ ...(out.bucket ? { bucket: out.bucket } : {}), key: out.key });
+    const progress = transferProgress(`${out.key} -> ${file}`, got.contentLength, { json: ctx.json });
+    try {
+      await pipeline(Readable.fromWeb(got.body as WebReadableStream), progress.counter(), createWriteStream(file));
+    } finally {
+      progress.stop();
+    }
+    saved.push({ key: out.key, size: out.size, file });
+  }
+  return saved;
+}
+
+/** The exit status a run ends with: the workload's own exit code, or 1 when it failed or was stopped. */
+export function exitStatusOf(w: Workload): number {
+  const code = w.exit_code;
+  return w.state === 'exited' && code !== null && code >= 0 && code <= 255 ? code : 1;
+}

@@ -1,0 +1,309 @@
+/**
+ * `gpu` run as a person runs it (a child process) against a platform with a machine that runs workloads: the real
+ * auth service, registry, billing and storage (on the tests' S3 server) behind the platform's gateway, and a provider
+ * daemon running workloads in the real bubblewrap sandbox (the provider daemon's workload rig). Its users are its own
+ * auth's, so signing them up costs nothing of `pnpm start`'s hourly sign-up budget.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
+import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
+import { buildGateway } from '../../gateway/src/gateway.ts';
+import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
+import { useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
+import { type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+
+const run = promisify(execFile);
+const rig = useWorkloadRig({ storage: true });
+const dir = mkdtempSync(join(tmpdir(), 'gpu-cli-'));
+let gateway: Awaited<ReturnType<typeof buildGateway>> | undefined;
+let url = '';
+
+interface User {
+  id: string;
+  email: string;
+  password: string;
+  token: string;
+  gpu: Gpu;
+}
+
+/** A new user of the rig's auth, signed in with `gpu login` (the password on standard input) in a folder of their own. */
+async function signedIn(roles: string[]): Promise<User> {
+  const { user, email, password, tokens } = await registerAndLogin(rig.platform.auth.app, { roles });
+  const gpu = gpuAt(url, join(dir, user.id));
+  const login = await gpu(['login', '--email', email], { input: `${password}\n` });
+  expect(login, login.stderr).toMatchObject({ code: 0 });
+  return { id: user.id, email, password, token: tokens.access_token, gpu };
+}
+
+/** What a run that succeeded printed, as JSON. */
+function answer(r: GpuResult) {
+  expect(r.code, r.stderr).toBe(0);
+  return JSON.parse(r.stdout);
+}
+
+/** One line on standard error with the platform's code, exit status 1. */
+function refused(r: { code: number; stderr: string }, code: string) {
+  expect(r.stderr).toMatch(new RegExp(`^gpu: ${code}: [^\\n]+\\n$`));
+  expect(r.code).toBe(1);
+}
+
+let renter: User;
+let provider: User;
+let walletId = '';
+let machineId = '';
+let runner: WorkloadRunner;
+
+beforeAll(async () => {
+  const billing = rig.billing.app.server.address();
+  if (!billing || typeof billing === 'string') throw new Error('billing is not listening on a port');
+  gateway = await buildGateway({
+    upstreams: {
+      auth: rig.platform.authUrl,
+      storage: rig.storage.url,
+      'provider-registry': rig.platform.registryUrl,
+      billing: `http://127.0.0.1:${billing.port}`,
+    },
+    logLevel: 'silent',
+  });
+  url = await gateway.listen({ host: '127.0.0.1', port: 0 });
+
+  renter = await signedIn(['renter']);
+  const wallet = await rig.billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/wallet',
+    headers: { authorization: `Bearer ${renter.token}` },
+    payload: { owner_type: 'user', owner_id: renter.id, solana_address: base58Encode(randomBytes(32)) },
+  });
+  expect(wallet.statusCode, wallet.body).toBe(201);
+  walletId = wallet.json().id;
+  await rig.billing.credit(walletId, '100');
+
+  // The rig's machines belong to a user it makes; this one to a provider who signs in with gpu.
+  provider = await signedIn(['provider']);
+  const makeOwner = rig.platform.providerUser;
+  rig.platform.providerUser = async () => ({ id: provider.id });
+  try {
+    const m = await rig.machine();
+    machineId = m.providerId;
+    runner = m.runner();
+    runner.run();
+  } finally {
+    rig.platform.providerUser = makeOwner;
+  }
+});
+
+afterAll(async () => {
+  await runner?.stop();
+  await gateway?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const rental = () => ['--machine', machineId, '--gpu-model', 'H100', '--wallet', walletId];
+
+describe('gpu against a platform whose machine runs workloads', () => {
+  it('runs a workload with gpu run: its input and environment, its logs, its outputs downloaded, its exit code', {
+    timeout: 60_000,
+  }, async () => {
+    const input = join(dir, 'in.txt');
+    writeFileSync(input, 'from storage\n');
+    expect((await renter.gpu(['storage', 'cp', input, 'gpu:data/in.txt'])).code).toBe(0);
+    const outputs = join(dir, 'outputs');
+    const script = [
+      'echo "$GREETING"',
+      'cat /work/inputs/data/in.txt',
+      'echo to-stderr >&2',
+      'mkdir -p /work/output/sub',
+      'echo result > /work/output/sub/result.txt',
+      'exit 3',
+    ].join('; ');
+    const ran = await renter.gpu([
+      'run',
+      ...rental(),
+      '--input',
+      'data/in.txt',
+      '--env',
+      'GREETING=hello',
+      '--max-runtime',
+      '60s',
+      '--download',
+      outputs,
+      '--',
+      'sh',
+      '-c',
+      script,
+    ]);
+    expect(ran.code, ran.stderr).toBe(3);
+    expect(ran.stdout).toBe('hello\nfrom storage\n');
+    expect(ran.stderr).toContain('to-stderr\n');
+    expect(ran.stderr).toContain('workload exited with 3');
+    expect(ran.stderr).toMatch(/output sessions\/[0-9a-f-]{36}\/output\/sub\/result\.txt \(7 bytes\) -> /);
+    expect(readFileSync(join(outputs, 'sub', 'result.txt'), 'utf8')).toBe('result\n');
+
+    // Stopped at its --max-runtime: exit status 1, and why.
+    const stopped = await renter.gpu(['run', ...rental(), '--max-runtime', '1s', '--', 'sleep', '60']);
+    expect(stopped.code, stopped.stderr).toBe(1);
+    expect(stopped.stderr).toMatch(/workload stopped \(max_runtime\)/);
+    // With --json: the logs on standard error, the workload at its end on standard output.
+    const json = await renter.gpu(['run', ...rental(), '--json', '--', 'echo', 'as json']);
+    expect(json.code, json.stderr).toBe(0);
+    expect(JSON.parse(json.stdout)).toMatchObject({ state: 'exited', exit_code: 0, outputs: null });
+    expect(json.stderr).toContain('as json\n');
+  });
+
+  it('rents with a workload and follows its log with gpu logs -f until it ends; rents without one and ends it', {
+    timeout: 60_000,
+  }, async () => {
+    const rented = await renter.gpu([
+      'rent',
+      ...rental(),
+      '--json',
+      '--',
+      'sh',
+      '-c',
+      'echo one; sleep 2; echo two; echo oops >&2',
+    ]);
+    expect(rented.code, rented.stderr).toBe(0);
+    const started = JSON.parse(rented.stdout);
+    expect(started.session).toMatchObject({ provider_id: machineId, gpu_count: 1, workload: true });
+    const id = started.session.id as string;
+    const followed = await renter.gpu(['logs', id, '-f']);
+    expect(followed).toMatchObject({ code: 0, stdout: 'one\ntwo\n', stderr: 'oops\n' });
+    const logs = answer(await renter.gpu(['logs', id, '--json']));
+    expect(logs).toEqual({
+      session_id: id,
+      state: 'exited',
+      exit_code: 0,
+      reason: null,
+      stdout: 'one\ntwo\n',
+      stderr: 'oops\n',
+    });
+    const sessions = answer(await renter.gpu(['sessions', '--json']));
+    expect(sessions.find((s: { id: string }) => s.id === id)).toMatchObject({ end_reason: 'workload_exited' });
+
+    // A session without a workload: printed as a table, has no logs, ended by its renter.
+    const plain = await renter.gpu(['rent', ...rental(), '--max-rate', '100', '--spend-cap', '5']);
+    expect(plain.code, plain.stderr).toBe(0);
+    const plainId = /session\s*│\s*([0-9a-f-]{36})/.exec(plain.stdout)?.[1];
+    expect(plainId, plain.stdout).toBeDefined();
+    refused(await renter.gpu(['logs', plainId!]), 'WORKLOAD_NOT_FOUND');
+    expect((await renter.gpu(['end', plainId!])).code).toBe(0);
+    // A rate below the machine's price is refused, nothing rented.
+    refused(await renter.gpu(['rent', ...rental(), '--max-rate', '0.000001']), 'PRICE_NOT_ACCEPTED');
+  });
+
+  it("shows the wallet's history page by page, and how to deposit or withdraw (refused here: no chain)", async () => {
+    const all = answer(await renter.gpu(['wallet', 'history', walletId, '--json']));
+    expect(all.length).toBeGreaterThan(2);
+    expect(new Set(all.map((t: { type: string }) => t.type))).toContain('payment');
+    const two = answer(await renter.gpu(['wallet', 'history', walletId, '--limit', '2', '--json']));
+    expect(two).toEqual(all.slice(0, 2));
+    // Page after page (two a page here): the same list.
+    expect(answer(await renter.gpu(['wallet', 'history', walletId, '--page-size', '2', '--json']))).toEqual(all);
+    const payments = answer(await renter.gpu(['wallet', 'history', walletId, '--type', 'payment', '--json']));
+    expect(payments).toEqual(all.filter((t: { type: string }) => t.type === 'payment'));
+    expect((await renter.gpu(['wallet', 'history', walletId])).stdout).toContain('payment');
+    expect((await renter.gpu(['wallet', 'history', walletId, '--type', 'gift'])).code).toBe(2);
+
+    refused(await renter.gpu(['wallet', 'deposit', walletId]), 'SOLANA_NOT_CONFIGURED');
+    const signature = '5'.repeat(87);
+    refused(await renter.gpu(['wallet', 'deposit', walletId, '--signature', signature]), 'ADDRESS_NOT_PROVEN');
+    const withdrawn = await renter.gpu(['wallet', 'withdraw', walletId, '--amount', '1.5', '--to', provider.id]);
+    expect(withdrawn.code).toBe(1);
+    expect(withdrawn.stderr).toMatch(/^gpu: [A-Z_]+: [^\n]+\n$/);
+    // Amounts are decimal strings: a number billing would not read is a usage error, nothing sent.
+    expect((await renter.gpu(['wallet', 'withdraw', walletId, '--amount', '1e3'])).code).toBe(2);
+    expect((await renter.gpu(['wallet', 'withdraw', walletId])).code).toBe(2);
+  });
+
+  it("serves the provider: its machines, the machine's rates set and shown, its earnings, a payout asked for", async () => {
+    const machines = answer(await provider.gpu(['machines', '--json']));
+    expect(machines.map((m: { id: string }) => m.id)).toEqual([machineId]);
+    expect((await provider.gpu(['machines'])).stdout).toContain('8 × NVIDIA H100 80GB HBM3');
+    refused(await renter.gpu(['machines']), 'ROLE_REQUIRED');
+
+    // The sessions above paid the machine.
+    const one = answer(await provider.gpu(['earnings', machineId, '--json']));
+    expect(one).toMatchObject({ provider_id: machineId });
+    expect(Number(one.total_earned)).toBeGreaterThan(0);
+    expect(answer(await provider.gpu(['earnings', '--json']))).toEqual([one]);
+    refused(await renter.gpu(['earnings', machineId]), 'ROLE_REQUIRED');
+    // Paid out on chain, which this platform has none of (and only to a verified e-mail address): one line.
+    refused(await provider.gpu(['payout', machineId, '--amount', '0.5']), '[A-Z_]+');
+    expect((await provider.gpu(['payout', machineId, '--amount', '-1'])).code).toBe(2);
+
+    const none = answer(await provider.gpu(['rates', 'show', machineId, '--json']));
+    expect(none).toMatchObject({ base_rates: {}, updated_at: null });
+    const set = await provider.gpu(['rates', 'set', machineId, '--base', 'H100=3.5', '--vram-rate', '0', '--json']);
+    expect(set.code, set.stderr).toBe(0);
+    expect(JSON.parse(set.stdout)).toMatchObject({
+      base_rates: { 'nvidia-tesla-h100': '3.5' },
+      vram_rate_per_gb_hour: '0',
+    });
+    const shown = await provider.gpu(['rates', 'show', machineId]);
+    expect(shown.stdout).toContain('3.5');
+    refused(await renter.gpu(['rates', 'set', machineId, '--base', 'H100=1']), 'ROLE_REQUIRED');
+    expect((await provider.gpu(['rates', 'set', machineId, '--base', 'H100'])).code).toBe(2);
+  });
+
+  it('lists and signs out devices, and changes the password read from standard input, never from the command line', async () => {
+    const user = await signedIn(['renter']);
+    // The sign-up's own sign-in (the test's, before gpu login) goes with every other device but this one.
+    expect(answer(await user.gpu(['sign-ins', 'revoke', '--all', '--json']))).toEqual({ signed_out: 1 });
+    const other = gpuAt(url, join(dir, `${user.id}-laptop`));
+    expect((await other(['login', '--email', user.email], { env: { GPU_PASSWORD: user.password } })).code).toBe(0);
+    const listed = answer(await user.gpu(['sign-ins', '--json']));
+    expect(listed.map((s: { current: boolean }) => s.current)).toEqual([true, false]);
+    expect((await user.gpu(['sign-ins', 'list'])).stdout).toContain(listed[1].id);
+    expect((await user.gpu(['sign-ins', 'revoke', listed[1].id])).code).toBe(0);
+    expect((await other(['whoami'])).code).toBe(1);
+    expect((await user.gpu(['sign-ins', 'revoke'])).code).toBe(2);
+
+    const third = gpuAt(url, join(dir, `${user.id}-phone`));
+    expect((await third(['login', '--email', user.email], { env: { GPU_PASSWORD: user.password } })).code).toBe(0);
+    expect(answer(await user.gpu(['sign-ins', 'revoke', '--all', '--json']))).toEqual({ signed_out: 1 });
+    expect((await third(['whoami'])).code).toBe(1);
+    expect((await user.gpu(['whoami'])).code).toBe(0);
+
+    const next = 'a new and longer passphrase';
+    const wrong = await user.gpu(['password', 'change'], { input: `not the password\n${next}\n` });
+    refused(wrong, 'INVALID_CREDENTIALS');
+    const changed = await user.gpu(['password', 'change'], { input: `${user.password}\n${next}\n` });
+    expect(changed.code, changed.stderr).toBe(0);
+    expect(changed.stdout + changed.stderr).not.toContain(next);
+    // This device stays signed in; a sign-in with the old password is refused, with the new one it works.
+    expect((await user.gpu(['whoami'])).code).toBe(0);
+    refused(await other(['login', '--email', user.email], { input: `${user.password}\n` }), 'INVALID_CREDENTIALS');
+    expect((await other(['login', '--email', user.email], { env: { GPU_PASSWORD: next } })).code).toBe(0);
+    expect((await user.gpu(['password', 'change'], { env: { GPU_PASSWORD: next } })).code).toBe(2);
+  });
+
+  it('shows a progress bar for a large copy on a terminal only', { timeout: 60_000 }, async () => {
+    const big = join(dir, 'big.bin');
+    writeFileSync(big, Buffer.alloc(3 * 1024 * 1024, 7));
+    const env = { ...process.env, GPU_URL: url, GPU_CONFIG_DIR: join(dir, renter.id) };
+    // `script` gives the command a terminal (standard error included) and prints what it showed there.
+    const onTerminal = async (args: string[]) => {
+      const line = gpuCommandLine(args)
+        .map((a) => `'${a}'`)
+        .join(' ');
+      return (await run('script', ['-qec', line, '/dev/null'], { cwd: root, env })).stdout;
+    };
+    const up = await onTerminal(['storage', 'cp', big, 'gpu:big.bin']);
+    expect(up).toMatch(/\[#+\] 100% \| 3\.0\/3\.0 MiB/);
+    const back = join(dir, 'big-back.bin');
+    const down = await onTerminal(['storage', 'cp', 'gpu:big.bin', back]);
+    expect(down).toMatch(/\[#+\] 100% \| 3\.0\/3\.0 MiB/);
+    expect(readFileSync(back).equals(readFileSync(big))).toBe(true);
+    // Not on a terminal (nor with --json on one): no bar.
+    const piped = await renter.gpu(['storage', 'cp', big, 'gpu:big.bin']);
+    expect(piped.code).toBe(0);
+    expect(piped.stderr).toBe('');
+    expect(await onTerminal(['storage', 'cp', big, 'gpu:big.bin', '--json'])).not.toContain('%');
+  });
+});
