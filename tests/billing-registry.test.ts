@@ -6,7 +6,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
 import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
@@ -30,7 +29,7 @@ afterAll(async () => {
 
 /** A user of the real auth service with the provider role, and their bearer header. */
 async function providerUser() {
-  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['provider'] });
+  const { user, tokens } = await platform.verifiedUser(['provider']);
   return { id: user.id, headers: { authorization: `Bearer ${tokens.access_token}` } };
 }
 
@@ -79,7 +78,7 @@ function rentBody(userId: string, walletId: string, machine: string, gpuModel: s
 
 /** A renter signed up through auth, with a wallet of their own holding 100 tokens. */
 async function fundedRenter() {
-  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
+  const { user, tokens } = await platform.verifiedUser(['renter']);
   const headers = { authorization: `Bearer ${tokens.access_token}` };
   const wallet = await call(billing, headers, 'POST', '/wallet', {
     owner_type: 'user',

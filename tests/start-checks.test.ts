@@ -127,8 +127,8 @@ describe('pnpm start, interrupted', () => {
       while ((await listening()) === 0 && Date.now() < deadline && platform.child.exitCode === null) {
         await new Promise((r) => setTimeout(r, 50));
       }
-      // Four services, the S3 store, the chain and the gateway.
-      expect(startedPids(platform.output()), platform.output()).toHaveLength(7);
+      // Four services, the S3 store, the chain, the mail catcher and the gateway.
+      expect(startedPids(platform.output()), platform.output()).toHaveLength(8);
       expect(platform.output()).not.toContain('[start] up');
       process.kill(-(platform.child.pid as number), 'SIGINT');
       expect(await platform.exited, platform.output()).toBe(0);
@@ -190,7 +190,7 @@ const killAll = (pids: number[]) => {
 };
 
 describe('pnpm start, gone', () => {
-  it('takes its seven processes with it when killed with SIGKILL; until they are gone its folder and ports name them', {
+  it('takes its eight processes with it when killed with SIGKILL; until they are gone its folder and ports name them', {
     timeout: 300_000,
   }, async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-killed-'));
@@ -201,7 +201,7 @@ describe('pnpm start, gone', () => {
         '[start] up',
       );
       started = startedProcesses(platform.output());
-      expect(started.map((p) => p.name).sort()).toEqual([...services, 's3', 'solana', 'gateway'].sort());
+      expect(started.map((p) => p.name).sort()).toEqual([...services, 's3', 'solana', 'mail', 'gateway'].sort());
       // One of them too busy to notice at once (stopped here), so that it still runs after the others are gone.
       const billing = started.find((p) => p.name === 'billing')?.pid as number;
       process.kill(billing, 'SIGSTOP');
@@ -260,7 +260,7 @@ describe('pnpm start, gone', () => {
     });
     let started: number[] = [];
     try {
-      expect(await until(() => platformProcesses(dataDir).length === 7, 90_000), 'seven processes started').toBe(true);
+      expect(await until(() => platformProcesses(dataDir).length === 8, 90_000), 'eight processes started').toBe(true);
       started = platformProcesses(dataDir);
       // The terminal window is closed.
       terminal.kill('SIGKILL');

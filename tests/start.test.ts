@@ -180,8 +180,8 @@ describe('pnpm start', () => {
     expect(otherFolder.output).toMatch(new RegExp(`${ports.s3} \\(s3\\) by pid ${s3Pid} \\(node [^)]*s3-server`));
     // The first platform is untouched: the same processes, all healthy.
     for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
-    // The services, the S3 store, the chain and the gateway.
-    expect(startedPids(platform.output()), platform.output()).toHaveLength(services.length + 3);
+    // The services, the S3 store, the chain, the mail catcher and the gateway.
+    expect(startedPids(platform.output()), platform.output()).toHaveLength(services.length + 4);
   });
 
   it('is secure by default: no token 401, the platform client and the initial admin get in', {

@@ -12,7 +12,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { clientCredentials, type TokenSource } from '../../packages/client/src/index.ts';
 import { insertUser } from '../../services/auth/src/db/user-repository.ts';
 import { createClient } from '../../services/auth/src/domain/clients.ts';
-import { type TestAuth, testConfig, uniqueEmail, useAuth } from '../../services/auth/test/helpers.ts';
+import { GOOD_PASSWORD, type TestAuth, testConfig, uniqueEmail, useAuth } from '../../services/auth/test/helpers.ts';
 import { type Harness, startHarness } from '../../services/provider-registry/test/helpers.ts';
 
 export interface AuthAndRegistry {
@@ -24,6 +24,11 @@ export interface AuthAndRegistry {
   machineClient(role: ClientRole, ownerId?: string): Promise<TokenSource>;
   /** A user with the provider role. */
   providerUser(): Promise<{ id: string }>;
+  /**
+   * A user registered and signed in at auth with a verified address (as tests of money moving out need: the address
+   * is marked in auth's database; services/auth/test/recovery.test.ts tests verifying it by mail).
+   */
+  verifiedUser(roles: string[]): Promise<{ user: { id: string }; tokens: { access_token: string } }>;
 }
 
 /**
@@ -48,6 +53,22 @@ export function useAuthAndRegistry(authSettings: Record<string, unknown> = {}): 
     },
     async providerUser() {
       return insertUser(auth.db, { email: uniqueEmail('provider'), password_hash: 'x', roles: ['provider'] });
+    },
+    async verifiedUser(roles: string[]) {
+      const email = uniqueEmail('verified');
+      const registered = await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/register',
+        payload: { email, password: GOOD_PASSWORD, roles },
+      });
+      const user = registered.json().user as { id: string };
+      await auth.db.updateTable('users').set({ email_verified_at: new Date() }).where('id', '=', user.id).execute();
+      const login = await auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/login',
+        payload: { email, password: GOOD_PASSWORD },
+      });
+      return { user, tokens: login.json() as { access_token: string } };
     },
   };
   beforeAll(async () => {

@@ -26,6 +26,7 @@ const contractPorts = {
   s3: [9000, 4],
   solana: [8899, 5],
   'solana-ws': [8900, 6],
+  mail: [1025, 7],
   gateway: [8080, 10],
 } as const;
 export type PortName = keyof typeof contractPorts;

@@ -56,6 +56,15 @@ export {
   zInt,
   zList,
 } from './config-schema.ts';
+export {
+  type AuditEntry,
+  type AuditEventRow,
+  type AuditEventsTable,
+  type AuditOutcome,
+  appendAudit,
+  listAudit,
+  purgeAudit,
+} from './db/audit-trail.ts';
 export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
 export { GroupCommit, type GroupCommitOptions, type GroupCommitStats } from './db/group-commit.ts';
 export { cursorAt, newerThan, olderThan } from './db/keyset.ts';

@@ -5,6 +5,7 @@
 import { type App, createApp, createTokenVerifier } from '@gpu/common';
 import { sql } from 'kysely';
 import type { AuthContext } from './domain/context.ts';
+import { auditRoutes } from './routes/audit.ts';
 import { authRoutes } from './routes/auth.ts';
 import { clientRoutes } from './routes/clients.ts';
 import { jwksRoutes } from './routes/jwks.ts';
@@ -34,8 +35,6 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     verifier: createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
     schemas,
   });
-  // Mail on its way goes out before the service stops.
-  app.addHook('onClose', () => ctx.mailer.close());
   await app.register(jwksRoutes, ctx);
   await app.register(
     async (api) => {
@@ -45,6 +44,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await keyRoutes(api as App, ctx);
       await signInRoutes(api as App, ctx);
       await recoveryRoutes(api as App, ctx);
+      await auditRoutes(api as App, ctx);
       // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).
       await api.register(async (token) => tokenRoutes(token as App, ctx));
     },

@@ -123,8 +123,13 @@ export const authConfigSchema = z.object({
       verification_per_account: zRate().prefault('3/1h'),
       /** Password-reset requests per client IP (429 past it). */
       reset_per_ip: zRate().prefault('10/1h'),
-      /** Reset mails per address, known or not (past it, the request is answered alike and nothing is sent). */
+      /**
+       * Reset mails per address and asking client, known address or not (past it the answer is the same and nothing
+       * is sent): one client cannot spend another's resets.
+       */
       reset_per_account: zRate().prefault('3/1h'),
+      /** Reset mails per address from all clients together (a mailbox is not flooded from many addresses). */
+      reset_per_address: zRate().prefault('10/1h'),
       /** Mailed tokens presented per client IP (to verify an address or reset a password). */
       email_token_per_ip: zRate().prefault('30/1m'),
     })
@@ -180,6 +185,13 @@ export const authConfigSchema = z.object({
       reset_token_ttl: zDuration().default('30m'),
       /** Mail a verification link at registration (else the user asks for one). */
       verify_on_register: zBool().default(true),
+    })
+    .prefault({}),
+  /** The audit trail (domain/audit.ts). */
+  audit: z
+    .object({
+      /** How long events are kept (purged hourly); 0: forever. */
+      retention: zDuration().default('400d'),
     })
     .prefault({}),
   admin: z
@@ -242,7 +254,9 @@ export function checkAuthConfig(config: AuthConfig): string[] {
     );
   }
   if (!config.mail.smtp_url) {
-    warnings.push(
+    // Withdrawals and payouts need a verified address by default (access.require_verified_email): without mail,
+    // nobody could ever verify one.
+    problem(
       'SMTP_URL (mail.smtp_url) is not set: no mail is sent, so nobody can verify an address or reset a password',
     );
   } else if (!/^smtps?:\/\//.test(config.mail.smtp_url)) {

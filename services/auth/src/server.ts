@@ -9,6 +9,7 @@ import {
   durationMs,
   migrateToLatest,
   openDatabase,
+  purgeAudit,
   runService,
   serviceLogger,
   startOrExit,
@@ -47,17 +48,27 @@ startOrExit(async () => {
   if (admin !== 'not_configured') logger.info({ outcome: admin }, 'initial admin checked');
   for (const file of await ensureBootstrapClients(ctx)) logger.info({ file }, 'platform client secret written');
 
+  const auditRetentionMs = durationMs(config.audit.retention);
   const purge = setInterval(() => {
     deleteExpired(database.db, new Date(Date.now() - PURGE_AFTER_MS)).then(
       (n) => n > 0 && logger.info({ deleted: n }, 'expired refresh tokens purged'),
       (err) => logger.warn({ err }, 'purging expired refresh tokens failed'),
     );
+    // The audit trail's one deletion: events older than audit.retention.
+    if (auditRetentionMs > 0) {
+      purgeAudit(database.db, new Date(Date.now() - auditRetentionMs)).then(
+        (n) => n > 0 && logger.info({ deleted: n }, 'audit events past their retention purged'),
+        (err) => logger.warn({ err }, 'purging the audit trail failed'),
+      );
+    }
   }, PURGE_EVERY_MS);
   purge.unref();
 
   const app = await buildApp(ctx);
   app.addHook('onClose', async () => {
     clearInterval(purge);
+    // Mail on its way (and the lookups behind a reset) before the database closes.
+    await ctx.mailer.close();
     await database.close();
   });
   await runService({ name: SERVICE_NAME, config, logger, app });

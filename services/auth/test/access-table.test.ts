@@ -173,6 +173,10 @@ function table(): Record<string, AccessRule> {
       request: () => ({ payload: { current_password: 'not it', new_password: 'a brand new passphrase' } }),
       expect: { owner: 401, other_user: 401, renter: 401, admin: 401, others: 403 },
     },
+    [`GET ${API}/audit`]: {
+      request: () => ({}),
+      expect: { admin: 200, others: 403 },
+    },
     // Recovery: this service has no SMTP server, so what would mail says so (503) once the caller passed.
     [`POST ${API}/email/verification`]: {
       request: () => ({}),

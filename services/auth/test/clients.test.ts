@@ -345,8 +345,21 @@ describe('audit and rate limits', () => {
     const { client, client_secret: secret } = await createClient({ name: name('audit'), role: 'service' });
     await tokenRequest({ grant_type: 'client_credentials' }, basic(client.id, secret));
     await tokenRequest({ grant_type: 'client_credentials' }, basic(client.id, 'wrong'));
-    const lines = auth.logs.lines().filter((l) => l.audit === true && l.client_id === client.id);
-    expect(lines.map((l) => l.action)).toEqual(['created', 'token_issued', 'token_refused']);
+    const lines = auth.logs
+      .lines()
+      .filter((l) => l.audit === true && (l.client_id === client.id || l.target === `client:${client.id}`));
+    expect(lines.map((l) => l.action)).toEqual(['client_created', 'token_issued', 'client_token_refused']);
+    // The creation and the refusal are in the audit trail too (a token issued is in the log only: it is routine).
+    const trail = await auth.db
+      .selectFrom('audit_events')
+      .select(['action', 'outcome'])
+      .where('target', '=', `client:${client.id}`)
+      .orderBy('at')
+      .execute();
+    expect(trail).toEqual([
+      { action: 'client_created', outcome: 'succeeded' },
+      { action: 'client_token_refused', outcome: 'refused' },
+    ]);
     expect(lines[0]!.actor_id).toBeTruthy();
     expect(JSON.stringify(lines)).not.toContain(secret);
   });

@@ -91,6 +91,10 @@ describe('configuration', () => {
       expect.stringMatching(/SMTP_URL .* no mail is sent/),
     ]);
     expect(() => checkAuthConfig(loadAuthConfig({ SMTP_URL: 'mail.example.com:25' }))).toThrow(/smtp:\/\//);
+    // Production refuses to run without mail: verified addresses (needed to move money out) could never be had.
+    expect(() =>
+      checkAuthConfig(loadAuthConfig({ APP_ENV: 'production', ALGORITHM: 'HS256', SECRET_KEY: LONG_SECRET })),
+    ).toThrow(/SMTP_URL/);
     expect(() =>
       checkAuthConfig(loadAuthConfig({ SMTP_URL: 'smtp://mail:25', AUTH__MAIL__RESET_URL: 'https://app/reset' })),
     ).toThrow(/mail.reset_url must contain \{token\}/);

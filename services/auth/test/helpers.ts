@@ -83,7 +83,17 @@ export async function startAuth(db: Kysely<AuthDatabase>, config: AuthConfig = t
   const ctx = await createAuthContext(config, logger, db);
   const app = await buildApp(ctx);
   await app.ready();
-  return { app, ctx, config, db, logs, close: () => app.close() };
+  return {
+    app,
+    ctx,
+    config,
+    db,
+    logs,
+    close: async () => {
+      await app.close();
+      await ctx.mailer.close();
+    },
+  };
 }
 
 /**

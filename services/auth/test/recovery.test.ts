@@ -131,6 +131,9 @@ describe('password reset', () => {
   it('sets a new password once with the code: every device signed out, the address verified, a notice sent', async () => {
     const { email, tokens } = await registerAndLogin(auth.app);
     const other = (await post('/login', { email, password: GOOD_PASSWORD })).json();
+    // A key made before the reset (by whoever held the account) dies with it.
+    const key = (await post('/keys', { name: 'before-reset', scopes: ['offers'] }, bearer(tokens.access_token))).json()
+      .api_key as string;
     await post('/password/forgot', { email });
     const code = await codeFrom(email, RESET);
     // A weak password is refused and leaves the code working.
@@ -149,6 +152,12 @@ describe('password reset', () => {
       );
     }
     expect((await post('/login', { email, password: GOOD_PASSWORD })).statusCode).toBe(401);
+    const exchanged = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/token',
+      payload: { grant_type: 'api_key', api_key: key },
+    });
+    expect(exchanged.statusCode).toBe(401);
     const login = await post('/login', { email, password: next });
     expect(login.statusCode).toBe(200);
     expect(decodeJwt(login.json().access_token).email_verified).toBe(true);

@@ -35,6 +35,8 @@ describe('server process', () => {
       DATABASE_URL: db.url,
       ALGORITHM: 'HS256',
       SECRET_KEY: 'x'.repeat(40),
+      // Production wants a mail server; none is asked anything here (registration mails nobody in this test).
+      SMTP_URL: 'smtp://127.0.0.1:9',
       ADMIN_EMAIL: 'admin@example.com',
       ADMIN_PASSWORD: GOOD_PASSWORD,
     });

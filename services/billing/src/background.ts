@@ -83,12 +83,14 @@ export async function startBackground(
   // instance stopped in between): a round of their own, so a slow payout never holds up the reconciliation.
   every(reconcileEvery, 'automatic payouts failed; will retry', () => sweepAutoPayouts(ctx));
   every(ctx.sessions.billingIntervalMs, 'billing cycle failed; will retry', () => runBillingCycle(ctx));
-  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log.
-  const reserves = reserveMetrics();
-  if (ctx.chain) {
-    every(durationMs(config.billing.reserve_check_interval), 'the reserve check failed; will retry', async () =>
-      reserves.record(await checkReserves(ctx)),
-    );
+  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log. Exported
+  // only where checks run, once one has: a gauge never set would read 0, as an empty treasury.
+  const reserveEveryMs = durationMs(config.billing.reserve_check_interval);
+  const reserves = ctx.chain && reserveEveryMs > 0 ? reserveMetrics() : null;
+  if (reserves) {
+    const check = async () => reserves.record(await checkReserves(ctx));
+    check().catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'the reserve check failed; will retry'));
+    every(reserveEveryMs, 'the reserve check failed; will retry', check);
   }
   // Capped sessions end when the time their cap paid for is over, not at the next cycle.
   every(durationMs(config.billing.spend_cap_check_interval), 'the cap sweep failed; will retry', () =>
@@ -162,7 +164,7 @@ export async function startBackground(
       ...(storageUsage ? { storage_usage_consumer: () => storageUsage.check() } : {}),
       ...(statuses ? { provider_status_consumer: () => statuses.check() } : {}),
     },
-    metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? []), ...reserves.metrics],
+    metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? []), ...(reserves?.metrics ?? [])],
     async stop() {
       for (const round of rounds) round.stop();
       await consumer?.stop();

@@ -53,6 +53,17 @@ export async function revokeApiKey(db: Kysely<AuthDatabase>, id: string): Promis
   return findApiKey(db, id);
 }
 
+/** Revokes every key of the user (a password reset: keys made by whoever held the account go with it); how many. */
+export async function revokeUserApiKeys(db: Kysely<AuthDatabase>, userId: string): Promise<number> {
+  const result = await db
+    .updateTable('api_keys')
+    .set({ revoked_at: new Date() })
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
 /** Records that the key was just used (at most once a minute, so a busy program does not write at every exchange). */
 export async function touchApiKey(db: Kysely<AuthDatabase>, id: string): Promise<void> {
   await db

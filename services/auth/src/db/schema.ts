@@ -1,5 +1,5 @@
 /** Kysely table types of the auth service's database. */
-import type { ClientRole, RateLimitTable, UserRole as Role, Scope } from '@gpu/common';
+import type { AuditEventsTable, ClientRole, RateLimitTable, UserRole as Role, Scope } from '@gpu/common';
 import type { ColumnType, Generated, JSONColumnType } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -117,6 +117,8 @@ export interface AuthDatabase {
   clients: ClientsTable;
   api_keys: ApiKeysTable;
   email_tokens: EmailTokensTable;
+  /** Security-relevant actions, append-only (migration 20261205000000_audit_trail; @gpu/common's audit-trail.ts). */
+  audit_events: AuditEventsTable;
   refresh_tokens: RefreshTokensTable;
   signing_keys: SigningKeysTable;
   /** Rate-limit windows, written only by the `RateLimiter` of @gpu/common. */

@@ -17,3 +17,8 @@ export function withDeviceWrite(db: Kysely<AuthDatabase>, device: DeviceWrite): 
     q.updateTable('trusted_devices').set({ last_used_at: new Date() }).where('id', '=', device.touch),
   ) as never;
 }
+
+/** Forgets every trusted device of the user (a password reset: none of them is known to be the user's). */
+export async function forgetUserDevices(db: Kysely<AuthDatabase>, userId: string): Promise<void> {
+  await db.deleteFrom('trusted_devices').where('user_id', '=', userId).execute();
+}

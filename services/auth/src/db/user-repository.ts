@@ -60,6 +60,11 @@ export async function findUserById(db: Kysely<AuthDatabase>, id: string): Promis
   return db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
+/** The user, locked until the transaction ends (changes to one account's codes and password one at a time). */
+export async function lockUser(db: Kysely<AuthDatabase>, id: string): Promise<UserRow | undefined> {
+  return db.selectFrom('users').selectAll().where('id', '=', id).forUpdate().executeTakeFirst();
+}
+
 export async function updatePasswordHash(db: Kysely<AuthDatabase>, id: string, hash: string): Promise<void> {
   await db.updateTable('users').set({ password_hash: hash, updated_at: new Date() }).where('id', '=', id).execute();
 }

@@ -11,6 +11,7 @@ import {
   updateRoles,
 } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { audit } from './audit.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
 import { normalisePassword } from './passwords/index.ts';
@@ -66,8 +67,14 @@ export async function setRoles(ctx: AuthContext, actorId: string, userId: string
     const row = await updateRoles(trx, userId, next);
     return { before: user.roles, row: row! };
   });
-  ctx.logger.info(
-    { actor_id: actorId, user_id: userId, roles_before: updated.before, roles_after: next },
+  await audit(
+    ctx,
+    {
+      action: 'roles_changed',
+      actor: { id: actorId, kind: 'user' },
+      target: `user:${userId}`,
+      details: { roles_before: updated.before, roles_after: next },
+    },
     'user roles changed',
   );
   return updated.row;

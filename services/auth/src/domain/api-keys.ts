@@ -25,6 +25,7 @@ import {
 } from '../db/api-key-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { audit } from './audit.ts';
 import { hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
 import { signedInUser } from './sign-ins.ts';
@@ -70,8 +71,9 @@ export async function createApiKey(
       scopes: [...new Set(input.scopes)].sort(),
       expires_at: input.expiresAt ?? null,
     });
-    ctx.logger.info(
-      { audit: true, action: 'api_key_created', user_id: userId, key_id: id, scopes: row.scopes },
+    await audit(
+      ctx,
+      { action: 'api_key_created', actor, target: `api_key:${id}`, details: { scopes: row.scopes, name: row.name } },
       'API key created',
     );
     return { key: shown(row), secret };
@@ -104,7 +106,8 @@ export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: strin
   const key = await findApiKey(ctx.db, id);
   if (!key || key.user_id !== userId) throw errors.notFound('API_KEY_NOT_FOUND', `API key ${id} not found`);
   const revoked = (await revokeRow(ctx.db, id)) ?? key;
-  ctx.logger.info({ audit: true, action: 'api_key_revoked', user_id: userId, key_id: id }, 'API key revoked');
+  if (!key.revoked_at)
+    await audit(ctx, { action: 'api_key_revoked', actor, target: `api_key:${id}` }, 'API key revoked');
   return shown(revoked);
 }
 
@@ -138,8 +141,15 @@ export async function grantApiKeyToken(
   if (key && !refusal && !user) refusal = 'user gone';
   if (!key || !user || refusal) {
     if (failures) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', failures);
-    ctx.logger.warn(
-      { audit: true, action: 'api_key_refused', key_id: id ?? null, reason: refusal, ip: clientIp },
+    await audit(
+      ctx,
+      {
+        action: 'api_key_refused',
+        outcome: 'refused',
+        target: id ? `api_key:${id}` : null,
+        details: { reason: refusal },
+        address: clientIp,
+      },
       'API key refused',
     );
     throw authErrors.invalidClient();

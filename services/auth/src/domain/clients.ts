@@ -42,6 +42,7 @@ import {
 } from '../db/client-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { audit } from './audit.ts';
 import { generateSecret, hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
 import { issueClientToken } from './token-pair.ts';
@@ -71,16 +72,15 @@ async function manageable(ctx: AuthContext, actor: Principal, id: string): Promi
   return client;
 }
 
-function audit(ctx: AuthContext, actor: Principal | null, action: string, client: ClientRow, extra = {}) {
-  ctx.logger.info(
+/** A change to a client, in the audit trail (`client_created`, `client_rotated`, ...). */
+function auditClient(ctx: AuthContext, actor: Principal | null, action: string, client: ClientRow, extra = {}) {
+  return audit(
+    ctx,
     {
-      audit: true,
-      action,
-      actor_id: actor?.subject ?? null,
-      client_id: client.id,
-      client_name: client.name,
-      role: client.role,
-      ...extra,
+      action: `client_${action}`,
+      actor,
+      target: `client:${client.id}`,
+      details: { client_name: client.name, role: client.role, ...extra },
     },
     `client ${action}`,
   );
@@ -110,7 +110,7 @@ export async function createClient(ctx: AuthContext, actor: Principal, input: Ne
       secret_hash: hashSecret(secret),
       created_by: actor.unchecked ? null : actor.subject,
     });
-    audit(ctx, actor, 'created', client, { owner_id: ownerId });
+    await auditClient(ctx, actor, 'created', client, { owner_id: ownerId });
     return { client, secret };
   } catch (err) {
     // Names are unique among the owner's active clients (a platform client's among the platform's).
@@ -153,14 +153,14 @@ export async function rotateClient(
   const secret = generateSecret();
   const client = await rotateSecret(ctx.db, id, hashSecret(secret), new Date(Date.now() + graceMs));
   if (!client) throw authErrors.clientRevoked(id);
-  audit(ctx, actor, 'rotated', client, { previous_secret_valid_ms: graceMs });
+  await auditClient(ctx, actor, 'rotated', client, { previous_secret_valid_ms: graceMs });
   return { client, secret };
 }
 
 export async function revokeClient(ctx: AuthContext, actor: Principal, id: string): Promise<ClientRow> {
   const before = await manageable(ctx, actor, id);
   const client = (await revokeClientRow(ctx.db, id)) ?? before;
-  if (!before.revoked_at) audit(ctx, actor, 'revoked', client);
+  if (!before.revoked_at) await auditClient(ctx, actor, 'revoked', client);
   return client;
 }
 
@@ -198,8 +198,15 @@ export async function grantClientToken(
   }
   if (!client || refusal) {
     await ctx.limiter.hit(limits.token_failures_per_client, 'token-client', clientKey);
-    ctx.logger.warn(
-      { audit: true, action: 'token_refused', client_id: credentials.clientId, reason: refusal, ip: clientIp },
+    await audit(
+      ctx,
+      {
+        action: 'client_token_refused',
+        outcome: 'refused',
+        target: `client:${credentials.clientId}`,
+        details: { reason: refusal },
+        address: clientIp,
+      },
       'client credentials refused',
     );
     throw authErrors.invalidClient();
@@ -258,7 +265,8 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
       writeFileSync(tmp, `${JSON.stringify(body, null, 2)}\n`, { mode: 0o600 });
       chmodSync(tmp, 0o600);
       renameSync(tmp, file);
-      audit(ctx, null, existing ? 'secret_reissued' : 'bootstrapped', client, { file });
+      // In this transaction: an embedded database has one connection, which the transaction holds.
+      await auditClient({ ...ctx, db: trx }, null, existing ? 'secret_reissued' : 'bootstrapped', client, { file });
       written.push(file);
     });
   }

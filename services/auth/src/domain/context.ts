@@ -8,6 +8,12 @@ import type { PasswordHasher } from './passwords/hasher.ts';
 import type { PasswordPolicy } from './passwords/policy.ts';
 import type { SigningKeys } from './signing-keys.ts';
 
+/** The request a context serves (routes/request.ts): for the audit trail. */
+interface RequestOrigin {
+  ip: string;
+  requestId: string;
+}
+
 export interface AuthContext {
   db: Kysely<AuthDatabase>;
   config: AuthConfig;
@@ -19,4 +25,6 @@ export interface AuthContext {
   limiter: RateLimiter;
   /** Outgoing mail, and work done after a request's answer. */
   mailer: Mailer;
+  /** The request being served, when there is one. */
+  origin?: RequestOrigin;
 }

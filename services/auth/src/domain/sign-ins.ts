@@ -22,6 +22,7 @@ import {
 } from '../db/refresh-token-repository.ts';
 import { findUserById, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { audit } from './audit.ts';
 import type { AuthContext } from './context.ts';
 import { noticePasswordChanged } from './mail/notices.ts';
 import { normalisePassword } from './passwords/index.ts';
@@ -62,7 +63,7 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
     throw errors.notFound('SIGN_IN_NOT_FOUND', `sign-in ${familyId} not found`);
   }
   await revokeFamily(ctx.db, familyId, 'signed_out');
-  ctx.logger.info({ audit: true, action: 'signed_out', user_id: userId, family_id: familyId }, 'device signed out');
+  await audit(ctx, { action: 'signed_out', actor, target: `sign_in:${familyId}` }, 'device signed out');
 }
 
 /** Signs out every device of the user but the caller's own (`includeCurrent`: that one too); how many were. */
@@ -71,8 +72,9 @@ export async function signOutOthers(ctx: AuthContext, actor: Principal, includeC
   const before = await countLiveSignIns(ctx.db, userId, new Date());
   await revokeUserFamilies(ctx.db, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId);
   const after = await countLiveSignIns(ctx.db, userId, new Date());
-  ctx.logger.info(
-    { audit: true, action: 'signed_out_all', user_id: userId, include_current: includeCurrent },
+  await audit(
+    ctx,
+    { action: 'signed_out_all', actor, target: `user:${userId}`, details: { include_current: includeCurrent } },
     'devices signed out',
   );
   return before - after;
@@ -97,8 +99,9 @@ export async function changePassword(
   await updatePasswordHash(ctx.db, userId, await ctx.hasher.hash(normalisePassword(input.newPassword)));
   await revokeUserFamilies(ctx.db, userId, 'password_changed', actor.sessionId);
   noticePasswordChanged(ctx, user);
-  ctx.logger.info(
-    { audit: true, action: 'password_changed', user_id: userId },
+  await audit(
+    ctx,
+    { action: 'password_changed', actor, target: `user:${userId}` },
     'password changed; other devices signed out',
   );
 }

@@ -1,10 +1,11 @@
 /** /api/v1/auth: register, login, refresh, logout, me. */
-import { type App, callerOf, noBody, USER_ROLES, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, noBody, USER_ROLES } from '@gpu/common';
 import { z } from 'zod';
 import { currentUser, register } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { verifyNewAccount } from '../domain/mail/recovery.ts';
 import { login, logout, refresh } from '../domain/sessions.ts';
+import { forRequest } from './request.ts';
 import {
   emailSchema,
   loginResponseSchema,
@@ -60,7 +61,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request, reply) => {
-      const user = await register(withRequestLogger(ctx, request), request.body, request.clientIp);
+      const user = await register(forRequest(ctx, request), request.body, request.clientIp);
       verifyNewAccount(ctx, user);
       return reply.code(201).send({ message: 'user registered', user: userJson(user) });
     },
@@ -86,8 +87,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
         },
       },
     },
-    async (request) =>
-      login(withRequestLogger(ctx, request), request.body, request.clientIp, request.headers['user-agent']),
+    async (request) => login(forRequest(ctx, request), request.body, request.clientIp, request.headers['user-agent']),
   );
 
   app.post(
@@ -106,12 +106,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request) =>
-      refresh(
-        withRequestLogger(ctx, request),
-        request.body.refresh_token,
-        request.clientIp,
-        request.headers['user-agent'],
-      ),
+      refresh(forRequest(ctx, request), request.body.refresh_token, request.clientIp, request.headers['user-agent']),
   );
 
   app.post(
@@ -128,7 +123,7 @@ export async function authRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request, reply) => {
-      await logout(withRequestLogger(ctx, request), request.body.refresh_token);
+      await logout(forRequest(ctx, request), request.body.refresh_token);
       return reply.code(204).send(null);
     },
   );

@@ -8,13 +8,13 @@ import {
   pageQuery,
   type RouteDocs,
   setNextPage,
-  withRequestLogger,
   zBool,
   zDuration,
 } from '@gpu/common';
 import { z } from 'zod';
 import { type Client, createClient, getClient, listClients, revokeClient, rotateClient } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
+import { forRequest } from './request.ts';
 import { problems, schemas } from './schemas.ts';
 
 const clientSchema = z
@@ -122,7 +122,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request, reply) => {
-      const { client, secret } = await createClient(withRequestLogger(ctx, request), callerOf(request), request.body);
+      const { client, secret } = await createClient(forRequest(ctx, request), callerOf(request), request.body);
       reply.header('cache-control', 'no-store');
       return reply.code(201).send(withSecret(client, secret));
     },
@@ -185,7 +185,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
       const grace = request.body?.grace_period;
       const graceMs = grace === undefined ? undefined : durationMs(grace);
       const { client, secret } = await rotateClient(
-        withRequestLogger(ctx, request),
+        forRequest(ctx, request),
         callerOf(request),
         request.params.id,
         graceMs,
@@ -207,7 +207,6 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: clientSchema, ...problems(400, 404, 503) },
       },
     },
-    async (request) =>
-      clientJson(await revokeClient(withRequestLogger(ctx, request), callerOf(request), request.params.id)),
+    async (request) => clientJson(await revokeClient(forRequest(ctx, request), callerOf(request), request.params.id)),
   );
 }

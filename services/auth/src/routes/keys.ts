@@ -11,13 +11,13 @@ import {
   SCOPE_MEANINGS,
   SCOPES,
   setNextPage,
-  withRequestLogger,
   zBool,
   zTimestamp,
 } from '@gpu/common';
 import { z } from 'zod';
 import { type ApiKey, createApiKey, listOwnApiKeys, revokeApiKey } from '../domain/api-keys.ts';
 import type { AuthContext } from '../domain/context.ts';
+import { forRequest } from './request.ts';
 import { problems, schemas } from './schemas.ts';
 
 const scopeSchema = z
@@ -99,7 +99,7 @@ export async function keyRoutes(app: App, ctx: AuthContext): Promise<void> {
     },
     async (request, reply) => {
       const b = request.body;
-      const { key, secret } = await createApiKey(withRequestLogger(ctx, request), callerOf(request), {
+      const { key, secret } = await createApiKey(forRequest(ctx, request), callerOf(request), {
         name: b.name,
         scopes: b.scopes,
         ...(b.expires_at ? { expiresAt: new Date(b.expires_at) } : {}),
@@ -147,7 +147,6 @@ export async function keyRoutes(app: App, ctx: AuthContext): Promise<void> {
         response: { 200: keySchema, ...problems(400, 401, 403, 404) },
       },
     },
-    async (request) =>
-      keyJson(await revokeApiKey(withRequestLogger(ctx, request), callerOf(request), request.params.id)),
+    async (request) => keyJson(await revokeApiKey(forRequest(ctx, request), callerOf(request), request.params.id)),
   );
 }

@@ -2,10 +2,11 @@
  * /api/v1/auth/email/* and /api/v1/auth/password/{forgot,reset}: verifying a user's address and resetting a forgotten
  * password with a token mailed to it (domain/mail/recovery.ts).
  */
-import { type App, callerOf, noBody, withRequestLogger } from '@gpu/common';
+import { type App, callerOf, noBody } from '@gpu/common';
 import { z } from 'zod';
 import type { AuthContext } from '../domain/context.ts';
 import { forgotPassword, requestVerification, resetPassword, verifyEmail } from '../domain/mail/recovery.ts';
+import { forRequest } from './request.ts';
 import { emailSchema, passwordSchema, problems, schemas, userJson, userSchema } from './schemas.ts';
 
 const tokenSchema = z.string().min(1).max(200).describe('the code of the mail');
@@ -34,7 +35,7 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
       },
     },
     async (request, reply) => {
-      await requestVerification(withRequestLogger(ctx, request), callerOf(request));
+      await requestVerification(forRequest(ctx, request), callerOf(request));
       return reply.code(202).send({ message: 'a verification link is on its way to your address' });
     },
   );
@@ -54,8 +55,7 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
         response: { 200: userSchema, ...problems(400, 429) },
       },
     },
-    async (request) =>
-      userJson(await verifyEmail(withRequestLogger(ctx, request), request.body.token, request.clientIp)),
+    async (request) => userJson(await verifyEmail(forRequest(ctx, request), request.body.token, request.clientIp)),
   );
 
   app.post(
@@ -75,7 +75,7 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
       },
     },
     async (request, reply) => {
-      await forgotPassword(withRequestLogger(ctx, request), request.body.email, request.clientIp);
+      await forgotPassword(forRequest(ctx, request), request.body.email, request.clientIp);
       return reply.code(202).send({ message: 'if the address has an account, a reset link is on its way to it' });
     },
   );
@@ -100,11 +100,7 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
     },
     async (request, reply) => {
       const b = request.body;
-      await resetPassword(
-        withRequestLogger(ctx, request),
-        { token: b.token, newPassword: b.new_password },
-        request.clientIp,
-      );
+      await resetPassword(forRequest(ctx, request), { token: b.token, newPassword: b.new_password }, request.clientIp);
       return reply.code(204).send(null);
     },
   );

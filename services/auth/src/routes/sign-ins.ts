@@ -2,19 +2,11 @@
  * /api/v1/auth/sign-ins and /api/v1/auth/password: a user's signed-in devices and their password, by the user
  * themselves, signed in (these routes take no API key).
  */
-import {
-  type App,
-  callerOf,
-  noBody,
-  PAGE_HEADERS,
-  pageQuery,
-  setNextPage,
-  withRequestLogger,
-  zBool,
-} from '@gpu/common';
+import { type App, callerOf, noBody, PAGE_HEADERS, pageQuery, setNextPage, zBool } from '@gpu/common';
 import { z } from 'zod';
 import type { AuthContext } from '../domain/context.ts';
 import { changePassword, listSignIns, type SignIn, signOut, signOutOthers } from '../domain/sign-ins.ts';
+import { forRequest } from './request.ts';
 import { problems, schemas } from './schemas.ts';
 
 const signInSchema = z
@@ -91,7 +83,7 @@ export async function signInRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request, reply) => {
-      await signOut(withRequestLogger(ctx, request), callerOf(request), request.params.id);
+      await signOut(forRequest(ctx, request), callerOf(request), request.params.id);
       return reply.code(204).send(null);
     },
   );
@@ -113,11 +105,7 @@ export async function signInRoutes(app: App, ctx: AuthContext): Promise<void> {
       },
     },
     async (request) => ({
-      signed_out: await signOutOthers(
-        withRequestLogger(ctx, request),
-        callerOf(request),
-        request.query.include_current,
-      ),
+      signed_out: await signOutOthers(forRequest(ctx, request), callerOf(request), request.query.include_current),
     }),
   );
 
@@ -138,7 +126,7 @@ export async function signInRoutes(app: App, ctx: AuthContext): Promise<void> {
     },
     async (request, reply) => {
       const b = request.body;
-      await changePassword(withRequestLogger(ctx, request), callerOf(request), {
+      await changePassword(forRequest(ctx, request), callerOf(request), {
         currentPassword: b.current_password,
         newPassword: b.new_password,
       });

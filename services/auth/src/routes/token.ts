@@ -6,12 +6,13 @@
  * bodies that also carry the RFC's `error` member (`invalid_client`,
  * `invalid_request`, `unsupported_grant_type`).
  */
-import { type App, ignoringUnknownFields, withRequestLogger } from '@gpu/common';
+import { type App, ignoringUnknownFields } from '@gpu/common';
 import { z } from 'zod';
 import { grantApiKeyToken } from '../domain/api-keys.ts';
 import { grantClientToken } from '../domain/clients.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { authErrors } from '../errors.ts';
+import { forRequest } from './request.ts';
 import { problems, schemas } from './schemas.ts';
 
 // RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters".
@@ -95,11 +96,7 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
         if (basic || body.client_id !== undefined || body.api_key === undefined) {
           throw authErrors.invalidTokenRequest('grant_type=api_key takes api_key alone');
         }
-        const { token, expiresIn } = await grantApiKeyToken(
-          withRequestLogger(ctx, request),
-          body.api_key,
-          request.clientIp,
-        );
+        const { token, expiresIn } = await grantApiKeyToken(forRequest(ctx, request), body.api_key, request.clientIp);
         reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
         return { access_token: token, token_type: 'bearer' as const, expires_in: expiresIn };
       }
@@ -110,11 +107,7 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
           ? { clientId: body.client_id, secret: body.client_secret }
           : undefined);
       if (!credentials) throw authErrors.invalidClient();
-      const { token, expiresIn } = await grantClientToken(
-        withRequestLogger(ctx, request),
-        credentials,
-        request.clientIp,
-      );
+      const { token, expiresIn } = await grantClientToken(forRequest(ctx, request), credentials, request.clientIp);
       // RFC 6749 §5.1.
       reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
       return { access_token: token, token_type: 'bearer' as const, expires_in: expiresIn };

@@ -1,8 +1,9 @@
 /** /api/v1/auth/users: role management, for admins. */
-import { type App, callerOf, withRequestLogger } from '@gpu/common';
+import { type App, callerOf } from '@gpu/common';
 import { z } from 'zod';
 import { setRoles } from '../domain/accounts.ts';
 import type { AuthContext } from '../domain/context.ts';
+import { forRequest } from './request.ts';
 import { problems, roleSchema, schemas, userJson, userSchema } from './schemas.ts';
 
 const setRolesBodySchema = z
@@ -29,7 +30,7 @@ export async function userRoutes(app: App, ctx: AuthContext): Promise<void> {
     },
     async (request) => {
       const user = await setRoles(
-        withRequestLogger(ctx, request),
+        forRequest(ctx, request),
         callerOf(request).subject,
         request.params.id,
         request.body.roles,

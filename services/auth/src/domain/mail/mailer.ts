@@ -1,9 +1,10 @@
 /**
  * Outgoing mail over SMTP (nodemailer). A message is sent after the request that caused it has been answered, so an
  * answer takes as long whether or not mail went out (a reset for an unknown address looks like one for a known one),
- * and a slow mail server never holds a request. A failed message is tried twice more (after 2 s and 10 s); what
- * happened is logged with the user's ID, never the address or the message's text (it holds a token). Closing waits
- * for the messages on their way.
+ * and a slow mail server never holds a request. A message the server refused for now (or never answered) is tried
+ * twice more (after 2 s and 10 s); one it refused for good (5xx) is not. What happened is logged with the user's ID
+ * and the server's reply code, never the address, the server's words (they name it) or the text (it holds a code).
+ * Closing stops the retries and waits for what is on its way, `CLOSE_WAIT_MS` at most.
  */
 import { durationMs, type Logger } from '@gpu/common';
 import nodemailer from 'nodemailer';
@@ -32,6 +33,17 @@ export interface Mailer {
 }
 
 const RETRY_DELAYS_MS = [2_000, 10_000];
+/** The longest a closing service waits for mail on its way (within the shutdown timeout). */
+const CLOSE_WAIT_MS = 5_000;
+
+/** What of a send failure may be logged: nodemailer's errors carry the recipients and the server's words. */
+function safeFailure(err: unknown): { code: string | null; response_code: number | null } {
+  const e = err as { code?: unknown; responseCode?: unknown };
+  return {
+    code: typeof e.code === 'string' ? e.code : null,
+    response_code: typeof e.responseCode === 'number' ? e.responseCode : null,
+  };
+}
 
 export function createMailer(config: AuthConfig['mail'], logger: Logger): Mailer {
   const timeout = durationMs(config.send_timeout);
@@ -44,6 +56,7 @@ export function createMailer(config: AuthConfig['mail'], logger: Logger): Mailer
       })
     : null;
   const pending = new Set<Promise<void>>();
+  let closing = false;
   const track = (p: Promise<void>) => {
     pending.add(p);
     void p.finally(() => pending.delete(p));
@@ -65,13 +78,15 @@ export function createMailer(config: AuthConfig['mail'], logger: Logger): Mailer
         logger.info({ ...log, message_id: info.messageId }, 'mail sent');
         return;
       } catch (err) {
-        const delay = RETRY_DELAYS_MS[attempt];
+        const failure = safeFailure(err);
+        const permanent = failure.response_code !== null && failure.response_code >= 500;
+        const delay = permanent || closing ? undefined : RETRY_DELAYS_MS[attempt];
         logger.warn(
-          { ...log, err, attempt: attempt + 1 },
+          { ...log, ...failure, attempt: attempt + 1 },
           delay === undefined ? 'mail not sent' : 'mail failed; retrying',
         );
         if (delay === undefined) return;
-        await new Promise((resolve) => setTimeout(resolve, delay));
+        await new Promise((resolve) => setTimeout(resolve, delay).unref());
       }
     }
   };
@@ -89,7 +104,12 @@ export function createMailer(config: AuthConfig['mail'], logger: Logger): Mailer
       while (pending.size > 0) await Promise.allSettled([...pending]);
     },
     async close() {
-      await this.idle();
+      closing = true;
+      const waited = await Promise.race([
+        this.idle().then(() => true),
+        new Promise<boolean>((resolve) => setTimeout(() => resolve(false), CLOSE_WAIT_MS).unref()),
+      ]);
+      if (!waited) logger.warn({ pending: pending.size }, 'mail still on its way at shutdown was given up');
       transport?.close();
     },
   };

@@ -8,13 +8,16 @@
  *   400 INVALID_EMAIL_TOKEN: unknown, used and expired look alike.
  * - Asking for a reset never tells whether the address has an account: the answer is the same 202, given before
  *   anything is looked up (the lookup and the mail happen afterwards, in the background, so the time taken says
- *   nothing either); past `rate_limit.reset_per_account` mails to one address nothing more is sent, alike for known
- *   and unknown ones. Requests per client address are limited (429).
- * - A reset signs out every device of the account and ends its other reset links; since the user read the mail, it
- *   also verifies the address. A notice goes to the address after a reset or a change of the password.
+ *   nothing either); past `rate_limit.reset_per_account` mails to one address for one client, or
+ *   `reset_per_address` for all, nothing more is sent, alike for known and unknown ones. Requests per client address
+ *   are limited (429).
+ * - A reset signs out every device of the account, revokes its API keys, forgets its trusted devices and ends its
+ *   other reset links (whoever held the account before keeps nothing); since the user read the mail, it also
+ *   verifies the address. A notice goes to the address after a reset or a change of the password.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { durationMs, type Principal } from '@gpu/common';
+import { durationMs, isAppError, type Principal } from '@gpu/common';
+import { revokeUserApiKeys } from '../../db/api-key-repository.ts';
 import {
   findLiveEmailToken,
   insertEmailToken,
@@ -24,8 +27,10 @@ import {
 } from '../../db/email-token-repository.ts';
 import { revokeUserFamilies } from '../../db/refresh-token-repository.ts';
 import type { EmailTokenPurpose } from '../../db/schema.ts';
-import { findUserByEmail, findUserById, type UserRow, updatePasswordHash } from '../../db/user-repository.ts';
+import { forgetUserDevices } from '../../db/trusted-device-repository.ts';
+import { findUserByEmail, findUserById, lockUser, type UserRow, updatePasswordHash } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
+import { audit } from '../audit.ts';
 import type { AuthContext } from '../context.ts';
 import { normaliseEmail } from '../email.ts';
 import { normalisePassword } from '../passwords/index.ts';
@@ -98,16 +103,29 @@ export async function requestVerification(ctx: AuthContext, actor: Principal): P
 /** Verifies the address a token was mailed to; the user, verified. */
 export async function verifyEmail(ctx: AuthContext, token: string, clientIp: string): Promise<UserRow> {
   await ctx.limiter.consume(ctx.config.rate_limit.email_token_per_ip, 'email-token-ip', clientIp);
+  const hash = hashEmailToken(token);
+  const found = await findLiveEmailToken(ctx.db, hash, 'verify_email', new Date());
+  if (!found) throw authErrors.invalidEmailToken();
   const user = await ctx.db.transaction().execute(async (trx) => {
+    // The account first, then its codes: two codes of one account used at once wait for each other, never deadlock.
+    await lockUser(trx, found.user_id);
     const now = new Date();
-    const used = await useEmailToken(trx, hashEmailToken(token), 'verify_email', now);
+    const used = await useEmailToken(trx, hash, 'verify_email', now);
     if (!used) throw authErrors.invalidEmailToken();
     const verified = await markEmailVerified(trx, used.user_id, used.email, now);
     if (!verified) throw authErrors.invalidEmailToken();
     await retireEmailTokens(trx, verified.id, 'verify_email', now);
     return verified;
   });
-  ctx.logger.info({ audit: true, action: 'email_verified', user_id: user.id }, 'e-mail address verified');
+  await audit(
+    ctx,
+    {
+      action: 'email_verified',
+      actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
+      target: `user:${user.id}`,
+    },
+    'e-mail address verified',
+  );
   return user;
 }
 
@@ -119,9 +137,17 @@ export async function forgotPassword(ctx: AuthContext, email: string, clientIp: 
   const address = normaliseEmail(email);
   ctx.mailer.later('mailing a reset link', async () => {
     try {
-      await ctx.limiter.consume(limits.reset_per_account, 'reset-account', address);
-    } catch {
-      ctx.logger.warn({ audit: true, action: 'password_reset_throttled' }, 'reset links for one address throttled');
+      // Per address and asking client, so that nobody spends another's resets; and per address overall, so that
+      // nobody floods a mailbox from many clients.
+      await ctx.limiter.consume(limits.reset_per_account, 'reset-account-ip', `${address} ${clientIp}`);
+      await ctx.limiter.consume(limits.reset_per_address, 'reset-account', address);
+    } catch (err) {
+      if (!(isAppError(err) && err.kind === 'rate_limited')) throw err;
+      await audit(
+        ctx,
+        { action: 'password_reset_mail_throttled', outcome: 'refused' },
+        'reset mails for one address throttled',
+      );
       return;
     }
     const user = await findUserByEmail(ctx.db, address);
@@ -143,20 +169,28 @@ export async function resetPassword(
   if (!found) throw authErrors.invalidEmailToken();
   ctx.policy.check(input.newPassword, found.email);
   const passwordHash = await ctx.hasher.hash(normalisePassword(input.newPassword));
-  const user = await ctx.db.transaction().execute(async (trx) => {
+  const { user, keysRevoked } = await ctx.db.transaction().execute(async (trx) => {
+    const owner = await lockUser(trx, found.user_id);
     const now = new Date();
     const used = await useEmailToken(trx, hash, 'reset_password', now);
-    if (!used) throw authErrors.invalidEmailToken();
-    const owner = await findUserById(trx, used.user_id);
-    if (!owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
+    if (!used || !owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
     await updatePasswordHash(trx, owner.id, passwordHash);
     await markEmailVerified(trx, owner.id, owner.email, now);
     await retireEmailTokens(trx, owner.id, 'reset_password', now);
+    // Whoever held the account before (someone who registered the address first, or stole the password) keeps
+    // nothing: no sign-in, no API key, no trusted device.
     await revokeUserFamilies(trx, owner.id, 'password_reset');
-    return owner;
+    await forgetUserDevices(trx, owner.id);
+    return { user: owner, keysRevoked: await revokeUserApiKeys(trx, owner.id) };
   });
-  ctx.logger.info(
-    { audit: true, action: 'password_reset', user_id: user.id },
+  await audit(
+    ctx,
+    {
+      action: 'password_reset',
+      actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
+      target: `user:${user.id}`,
+      details: { api_keys_revoked: keysRevoked },
+    },
     'password reset by mail; every device signed out',
   );
   noticePasswordChanged(ctx, user);

@@ -1,0 +1,115 @@
+/**
+ * The audit trail: security-relevant actions are appended with who, what, when, from where and in which request, and
+ * the outcome; admins read them with filters and keyset paging; the database itself refuses to update or delete an
+ * event (but the retention purge's deletion of old ones).
+ */
+
+import { purgeAudit } from '@gpu/common';
+import { sql } from 'kysely';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { bearer, registerAndLogin, testConfig, useAuth } from './helpers.ts';
+
+const ADMIN = { email: 'auditor@example.com', password: 'initial admin passphrase' };
+const auth = useAuth(testConfig({ admin: ADMIN }));
+let admin: Record<string, string>;
+
+beforeAll(async () => {
+  await ensureInitialAdmin(auth.ctx);
+  const res = await auth.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: ADMIN });
+  admin = bearer(res.json().access_token);
+});
+
+interface AuditEvent {
+  id: string;
+  action: string;
+  outcome: string;
+  actor_id: string | null;
+  actor_credential: string | null;
+  address: string | null;
+  target: string | null;
+  details: Record<string, unknown>;
+  request_id: string | null;
+}
+
+const trail = async (query: string, headers = admin) => {
+  const res = await auth.app.inject({ url: `/api/v1/auth/audit?${query}`, headers });
+  return { status: res.statusCode, events: res.json() as AuditEvent[], next: res.headers['x-next-cursor'] as string };
+};
+
+describe('the audit trail', () => {
+  it('records who made and revoked a key, changed roles, and what was refused, from where, in which request', async () => {
+    const { user, tokens } = await registerAndLogin(auth.app);
+    const created = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/keys',
+      headers: { ...bearer(tokens.access_token), 'x-request-id': 'req-audit-1' },
+      remoteAddress: '198.51.100.7',
+      payload: { name: 'ci', scopes: ['offers'] },
+    });
+    expect(created.statusCode).toBe(201);
+    const keyId = created.json().key.id as string;
+    await auth.app.inject({
+      method: 'DELETE',
+      url: `/api/v1/auth/keys/${keyId}`,
+      headers: bearer(tokens.access_token),
+    });
+    await auth.app.inject({
+      method: 'PUT',
+      url: `/api/v1/auth/users/${user.id}/roles`,
+      headers: admin,
+      payload: { roles: ['renter', 'provider'] },
+    });
+    await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/token',
+      remoteAddress: '203.0.113.9',
+      payload: { grant_type: 'api_key', api_key: `gpk_${keyId.replaceAll('-', '')}${'A'.repeat(43)}` },
+    });
+
+    const mine = await trail(`actor_id=${user.id}`);
+    expect(mine.events.map((e) => e.action)).toEqual(['api_key_created', 'api_key_revoked']);
+    expect(mine.events[0]).toMatchObject({
+      outcome: 'succeeded',
+      target: `api_key:${keyId}`,
+      address: '198.51.100.7',
+      request_id: 'req-audit-1',
+      details: { scopes: ['offers'], name: 'ci' },
+    });
+    const roles = await trail(`action=roles_changed&target=user:${user.id}`);
+    expect(roles.events).toHaveLength(1);
+    expect(roles.events[0]!.details).toEqual({ roles_before: ['renter'], roles_after: ['provider', 'renter'] });
+    const refused = await trail(`outcome=refused&target=api_key:${keyId}`);
+    expect(refused.events).toMatchObject([
+      { action: 'api_key_refused', actor_id: null, address: '203.0.113.9', details: { reason: 'wrong secret' } },
+    ]);
+  });
+
+  it('pages by keyset, oldest first, and is for admins only', async () => {
+    const first = await trail('limit=1');
+    expect(first.events).toHaveLength(1);
+    const second = await trail(`limit=1&cursor=${first.next}`);
+    expect(second.events[0]!.id).not.toBe(first.events[0]!.id);
+    const { tokens } = await registerAndLogin(auth.app);
+    expect((await trail('', bearer(tokens.access_token))).status).toBe(403);
+    expect((await trail('from=yesterday')).status).toBe(400);
+  });
+
+  it('is refused any update or deletion by the database itself, but the retention purge of old events', async () => {
+    const [event] = (await trail('limit=1')).events;
+    for (const statement of [
+      sql`UPDATE audit_events SET action = 'nothing' WHERE id = ${event!.id}`,
+      sql`DELETE FROM audit_events WHERE id = ${event!.id}`,
+      sql`TRUNCATE audit_events`,
+    ]) {
+      await expect(statement.execute(auth.db)).rejects.toMatchObject({ code: '42501' });
+    }
+    await auth.db
+      .insertInto('audit_events')
+      .values({ action: 'ancient', outcome: 'succeeded', at: new Date('2020-01-01T00:00:00Z') })
+      .execute();
+    expect(await purgeAudit(auth.db, new Date('2021-01-01T00:00:00Z'))).toBe(1);
+    expect((await trail('action=ancient')).events).toEqual([]);
+    expect((await trail(`action=${event!.action}`)).events.map((e) => e.id)).toContain(event!.id);
+  });
+});
