@@ -94,6 +94,8 @@ export {
 export { createFileOnce } from './files.ts';
 export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
+export { auditHook } from './http/audit-hook.ts';
+export { auditTrailRoute } from './http/audit-route.ts';
 export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export { listenForGateway } from './http/gateway-socket.ts';

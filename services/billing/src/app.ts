@@ -2,7 +2,16 @@
  * buildApp(deps): the billing service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, durationMs, type Logger, Outbox, type TokenVerifier } from '@gpu/common';
+import {
+  type App,
+  auditHook,
+  auditTrailRoute,
+  createApp,
+  durationMs,
+  type Logger,
+  Outbox,
+  type TokenVerifier,
+} from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
@@ -120,6 +129,8 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     },
     schemas,
   });
+  // Every answer of a route that moves money out or changes who gets it, in the audit trail (its config's `audit`).
+  await app.register(auditHook, { db: deps.db as unknown as Kysely<never> });
   const routeDeps = { config: deps.config, logger: deps.logger, billing: context };
   await app.register(walletRoutes, routeDeps);
   await app.register(paymentRoutes, routeDeps);
@@ -132,5 +143,11 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(reservationRoutes, routeDeps);
   await app.register(workloadRoutes, routeDeps);
   await app.register(reserveRoutes, routeDeps);
+  auditTrailRoute(app, {
+    db: deps.db as unknown as Kysely<never>,
+    url: '/api/v1/billing/audit',
+    schemas,
+    examples: 'withdrawal, payout, payout_settings_changed, rates_changed',
+  });
   return app;
 }

@@ -13,6 +13,7 @@ import {
   NatsPublisher,
   type Outbox,
   OutboxRelay,
+  purgeAudit,
   type TokenVerifier,
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
@@ -102,6 +103,13 @@ export async function startBackground(
     'the workload start sweep failed; will retry',
     () => endWorkloadsNeverStarted(ctx),
   );
+  // The audit trail keeps its events for `audit.retention` (its one deletion, db/audit-trail.ts).
+  const auditRetentionMs = durationMs(config.audit.retention);
+  if (auditRetentionMs > 0) {
+    every(60 * 60_000, 'purging the audit trail failed; will retry', () =>
+      purgeAudit(ctx.db, new Date(Date.now() - auditRetentionMs)),
+    );
+  }
   // Session events are kept for their parties to read for `event_retention`.
   const retentionMs = durationMs(config.billing.event_retention);
   if (retentionMs > 0) {

@@ -105,6 +105,13 @@ export const billingConfigSchema = z.object({
         .prefault({}),
     })
     .prefault({}),
+  /** The audit trail of money-out actions (migration 0018, http/audit-hook.ts of @gpu/common). */
+  audit: z
+    .object({
+      /** How long events are kept (purged hourly); 0: forever. */
+      retention: zDuration().default('400d'),
+    })
+    .prefault({}),
   billing: z
     .object({
       billing_interval: zDuration().default('1m'),

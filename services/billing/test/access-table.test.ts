@@ -101,6 +101,10 @@ function table(): Record<string, AccessRule> {
       expect: HOLDER(503),
     },
     // Admins only; without a chain in this harness, 503 SOLANA_NOT_CONFIGURED once past the role.
+    'GET /api/v1/billing/audit': {
+      request: () => ({ url: '/api/v1/billing/audit' }),
+      expect: { admin: 200, others: 403 },
+    },
     'GET /api/v1/billing/reserves': {
       request: () => ({ url: '/api/v1/billing/reserves' }),
       expect: { admin: 503, others: 403 },

@@ -483,11 +483,11 @@ export interface components {
             api_key: string;
             key: components["schemas"]["ApiKey"];
         };
-        /** @description One security-relevant action */
+        /** @description One security- or money-relevant action */
         AuditEvent: {
-            /** @description roles_changed, api_key_created, api_key_revoked, api_key_refused, client_created, ... */
+            /** @description roles_changed, api_key_created, api_key_revoked, api_key_refused, client_created, password_reset, ... */
             action: string;
-            /** @description the API key's ID, or mailed_code, when not the sign-in itself */
+            /** @description the API key's ID (or mailed_code) when not the sign-in itself */
             actor_credential: string | null;
             /** @description a user's or a machine client's ID; null when nobody known acted */
             actor_id: string | null;
@@ -502,9 +502,9 @@ export interface components {
             /** Format: uuid */
             id: string;
             /** @enum {string} */
-            outcome: "succeeded" | "refused";
+            outcome: "succeeded" | "refused" | "failed";
             request_id: string | null;
-            /** @description what was acted on: user:<id>, api_key:<id>, client:<id>, sign_in:<id> */
+            /** @description what was acted on, as kind:id */
             target: string | null;
         };
         AuditEventList: components["schemas"]["AuditEvent"][];
@@ -958,7 +958,7 @@ export interface operations {
                 from?: string;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
-                outcome?: "succeeded" | "refused";
+                outcome?: "succeeded" | "refused" | "failed";
                 target?: string;
                 /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
                 to?: string;

@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+    "/api/v1/billing/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit trail: who did what, when, from where, and the outcome (oldest first)
+         * @description Admins only. Filters: action, actor_id, target, outcome, and from/to (RFC 3339, [from, to)). Paged as every list. Append-only: nothing updates or deletes an event but the retention purge (audit.retention).
+         */
+        get: operations["listAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/current-usage/{sessionID}": {
         parameters: {
             query?: never;
@@ -671,6 +691,31 @@ export interface components {
             /** @description base58 of the address key's ed25519 signature of the challenge message */
             signature: string;
         };
+        /** @description One security- or money-relevant action */
+        AuditEvent: {
+            /** @description withdrawal, payout, payout_settings_changed, rates_changed */
+            action: string;
+            /** @description the API key's ID (or mailed_code) when not the sign-in itself */
+            actor_credential: string | null;
+            /** @description a user's or a machine client's ID; null when nobody known acted */
+            actor_id: string | null;
+            actor_kind: ("user" | "client") | null;
+            /** @description the client's address */
+            address: string | null;
+            /** @description RFC 3339, UTC, to the microsecond */
+            at: string;
+            details: {
+                [key: string]: unknown;
+            };
+            /** Format: uuid */
+            id: string;
+            /** @enum {string} */
+            outcome: "succeeded" | "refused" | "failed";
+            request_id: string | null;
+            /** @description what was acted on, as kind:id */
+            target: string | null;
+        };
+        AuditEventList: components["schemas"]["AuditEvent"][];
         BillingRecord: {
             /** Format: int64 */
             billed_minutes: number;
@@ -1706,6 +1751,49 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    listAuditEvents: {
+        parameters: {
+            query?: {
+                action?: string;
+                actor_id?: string;
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
+                from?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
+                outcome?: "succeeded" | "refused" | "failed";
+                target?: string;
+                /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
+                to?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditEventList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getCurrentUsage: {
         parameters: {
             query?: never;

@@ -7,7 +7,7 @@ import { type ColumnType, type Generated, type Kysely, sql } from 'kysely';
 import type { KeysetPosition } from '../paging.ts';
 import { cursorAt, newerThan } from './keyset.ts';
 
-export type AuditOutcome = 'succeeded' | 'refused';
+export type AuditOutcome = 'succeeded' | 'refused' | 'failed';
 
 export interface AuditEventsTable {
   id: Generated<string>;

@@ -3,7 +3,7 @@
  * must hold, their ratio (the alert fires below 1), the gap, and when the last check succeeded.
  */
 import { Gauge, type Metric } from 'prom-client';
-import type { ReserveReport } from '../domain/wallets/reserves.ts';
+import type { ReserveReport } from '../domain/wallets/index.ts';
 
 export interface ReserveMetrics {
   metrics: Metric[];

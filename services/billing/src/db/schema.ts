@@ -1,4 +1,5 @@
 /** Kysely table types of the billing database (NUMERIC columns are decimal strings). */
+import type { AuditEventsTable } from '@gpu/common';
 import type { ColumnType, Generated } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
@@ -287,6 +288,8 @@ export interface BillingDB {
   billing_meta: BillingMetaTable;
   wallets: WalletTable;
   ledger_accounts: LedgerAccountTable;
+  /** Money-out actions, append-only (migration 0018; @gpu/common's audit-trail.ts). */
+  audit_events: AuditEventsTable;
   holds: HoldTable;
   transactions: TransactionTable;
   ledger_transfers: LedgerTransferTable;

@@ -133,7 +133,13 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/withdraw',
     {
-      config: { scope: 'money:out', verifiedEmail: 'withdrawals', roles: WALLET_ROLES, openapi: replayable(200, 202) },
+      config: {
+        scope: 'money:out',
+        verifiedEmail: 'withdrawals',
+        roles: WALLET_ROLES,
+        audit: { action: 'withdrawal', body: ['amount', 'destination'] },
+        openapi: replayable(200, 202),
+      },
       schema: {
         tags: ['payments'],
         operationId: 'withdrawFromWallet',

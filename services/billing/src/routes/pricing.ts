@@ -200,7 +200,11 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
   app.put(
     '/api/v1/provider/:providerID/rates',
     {
-      config: { scope: 'machines', roles: PROVIDER_ROLES },
+      config: {
+        scope: 'machines',
+        roles: PROVIDER_ROLES,
+        audit: { action: 'rates_changed', body: ['base_rates', 'vram_rate_per_gb_hour', 'power_rate_per_watt_hour'] },
+      },
       schema: {
         tags: ['providers'],
         operationId: 'setProviderRates',

@@ -136,7 +136,12 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.put(
     '/api/v1/provider/:providerID/payout-settings',
     {
-      config: { scope: 'money:out', verifiedEmail: 'payouts', roles: PROVIDER_ROLES },
+      config: {
+        scope: 'money:out',
+        verifiedEmail: 'payouts',
+        roles: PROVIDER_ROLES,
+        audit: { action: 'payout_settings_changed', body: ['auto_payout', 'destination'] },
+      },
       schema: {
         tags: ['providers'],
         operationId: 'setPayoutSettings',
@@ -169,7 +174,13 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/provider/:providerID/payout',
     {
-      config: { scope: 'money:out', verifiedEmail: 'payouts', roles: PROVIDER_ROLES, openapi: replayable(200, 202) },
+      config: {
+        scope: 'money:out',
+        verifiedEmail: 'payouts',
+        roles: PROVIDER_ROLES,
+        audit: { action: 'payout', body: ['amount', 'destination'] },
+        openapi: replayable(200, 202),
+      },
       schema: {
         tags: ['providers'],
         operationId: 'createProviderPayout',

@@ -17,6 +17,7 @@ import { capDeadlineSessionEventsMigration } from './0014-cap-deadline-session-e
 import { ratesAnnouncedMigration } from './0015-rates-announced.ts';
 import { workloadsMigration } from './0016-workloads.ts';
 import { workloadOutputsMigration } from './0017-workload-outputs.ts';
+import { auditTrailMigration } from './0018-audit-trail.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -37,5 +38,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0015-rates-announced': ratesAnnouncedMigration,
     '0016-workloads': workloadsMigration,
     '0017-workload-outputs': workloadOutputsMigration,
+    '0018-audit-trail': auditTrailMigration,
   };
 }

@@ -19,7 +19,7 @@
 import { sql } from 'kysely';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
-import { Dec, formatAmount } from '../ledger/money.ts';
+import { Dec, formatAmount } from '../ledger/index.ts';
 
 export interface ReserveReport {
   checked_at: string;

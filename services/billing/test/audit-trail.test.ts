@@ -1,0 +1,62 @@
+/**
+ * Billing's audit trail: every answer of a money-out route, allowed or refused, is appended with who, from where, in
+ * which request, what and the outcome; admins read it; the database refuses to change it. Against the local chain.
+ */
+import { Keypair } from '@solana/web3.js';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { setupLocalnet } from './support/localnet.ts';
+import { type BillingHarness, setupBilling } from './support/setup.ts';
+
+let h: BillingHarness;
+
+beforeAll(async () => {
+  const L = await setupLocalnet(6);
+  h = await setupBilling({ chain: L.chain });
+});
+afterAll(() => h?.close());
+
+describe('the audit trail of money going out', () => {
+  it('records a withdrawal and a refused one with who, from where, what and the outcome; admins read it', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+    const sent = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${w.id}/withdraw`,
+      headers: { ...renter.headers, 'x-request-id': 'req-withdraw-1' },
+      remoteAddress: '198.51.100.20',
+      payload: { amount: '5' },
+    });
+    expect(sent.statusCode, sent.body).toBe(200);
+    const stranger = await h.issuer.user(['renter']);
+    const refused = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${w.id}/withdraw`,
+      headers: stranger.headers,
+      payload: { amount: '5', destination: Keypair.generate().publicKey.toBase58() },
+    });
+    expect(refused.statusCode).toBe(403);
+
+    const trail = await h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
+    expect(trail.statusCode, trail.body).toBe(200);
+    expect(trail.json()).toMatchObject([
+      {
+        outcome: 'succeeded',
+        actor_id: renter.id,
+        actor_kind: 'user',
+        address: '198.51.100.20',
+        request_id: 'req-withdraw-1',
+        details: { status_code: 200, amount: '5', id: sent.json().id, status: 'confirmed' },
+      },
+      { outcome: 'refused', actor_id: stranger.id, details: { status_code: 403, code: refused.json().code } },
+    ]);
+    const asRenter = await h.app.inject({ url: '/api/v1/billing/audit', headers: renter.headers });
+    expect(asRenter.statusCode).toBe(403);
+  });
+
+  it('is refused any update or deletion by the database itself', async () => {
+    for (const statement of [sql`UPDATE audit_events SET action = 'nothing'`, sql`DELETE FROM audit_events`]) {
+      await expect(statement.execute(h.db)).rejects.toMatchObject({ code: '42501' });
+    }
+  });
+});
