@@ -2,7 +2,7 @@
 # Starts the real servers the tests use, as processes on loopback, and stops
 # them again: PostgreSQL (Debian's), NATS with JetStream (Debian's
 # nats-server), an S3-compatible server (s3rver) and a recording stand-in for
-# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox. Installs what is
+# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox; promtool for the alert rules. Installs what is
 # missing (apt-get, as root).
 #   source scripts/test-env.sh && test_env_up   # exports TEST_* variables
 #   test_env_down
@@ -118,9 +118,23 @@ ensure_bwrap() {
   log "$(bwrap --version)"
 }
 
+# promtool, which checks the alert rules (deploy/prometheus/alerts.yml): Debian's prometheus package, installed
+# without starting its service (a policy-rc.d refusal, as for nginx).
+ensure_promtool() {
+  command -v promtool >/dev/null && return 0
+  local policy=/usr/sbin/policy-rc.d made=""
+  if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; made=1; fi
+  local rc=0
+  apt_install --no-install-recommends prometheus || rc=$?
+  if [ -n "$made" ]; then rm -f "$policy"; fi
+  if [ "$rc" != 0 ]; then return "$rc"; fi
+  log "$(promtool --version 2>&1 | head -1)"
+}
+
 test_env_up() {
   ensure_nginx
   ensure_bwrap
+  ensure_promtool
   test_env_down
   rm -rf "$TEST_ENV_DIR"
   mkdir -p "$TEST_ENV_DIR"

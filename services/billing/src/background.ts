@@ -17,6 +17,7 @@ import {
   type TokenVerifier,
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
+import { opsMetrics } from './adapters/ops-metrics.ts';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
 import { reserveMetrics } from './adapters/reserve-metrics.ts';
 import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters/storage-usage-consumer.ts';
@@ -172,7 +173,12 @@ export async function startBackground(
       ...(storageUsage ? { storage_usage_consumer: () => storageUsage.check() } : {}),
       ...(statuses ? { provider_status_consumer: () => statuses.check() } : {}),
     },
-    metrics: [...(consumer?.metrics ?? []), ...(storageUsage?.metrics ?? []), ...(reserves?.metrics ?? [])],
+    metrics: [
+      ...(consumer?.metrics ?? []),
+      ...(storageUsage?.metrics ?? []),
+      ...(reserves?.metrics ?? []),
+      ...opsMetrics(ctx),
+    ],
     async stop() {
       for (const round of rounds) round.stop();
       await consumer?.stop();

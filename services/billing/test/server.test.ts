@@ -122,6 +122,12 @@ describe('billing-service process', () => {
       headers: (await testIdentities()).admin.headers,
     });
     expect(await balance.json()).toMatchObject({ available: '13.000000', pending: '0.000000' });
+    // What an operator watches, read when scraped: nothing running, nothing pending, the proof of reserves exported.
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    expect(metrics).toMatch(/^billing_sessions_running\{[^}]*\} 0$/m);
+    expect(metrics).toMatch(/^billing_payouts_pending\{[^}]*\} 0$/m);
+    expect(metrics).toMatch(/^billing_outbox_oldest_seconds\{[^}]*\} \d/m);
+    expect(metrics).toMatch(/^billing_reserve_ratio\{[^}]*\} /m);
 
     const exited = new Promise<number | null>((r) => child!.once('exit', (code) => r(code)));
     child.kill('SIGTERM');

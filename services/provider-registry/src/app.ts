@@ -2,6 +2,7 @@
  * buildApp(deps): the provider registry's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
+
 import {
   type App,
   createApp,
@@ -19,6 +20,7 @@ import {
   startPriceConsumer,
   startSessionConsumer,
 } from './adapters/billing-events-consumer.ts';
+import { fleetMetric } from './adapters/ops-metrics.ts';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { Market } from './domain/market.ts';
@@ -91,6 +93,8 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     verifier: deps.verifier,
     schemas,
   });
+  // Machines by status, counted when Prometheus scrapes.
+  app.metrics.registerMetric(fleetMetric(database, logger));
   const outbox = new StatusOutbox(publisher.enabled);
   const subject = config.messaging.subjects.status;
   const relay = outbox.enabled

@@ -31,7 +31,7 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
         description:
           'The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). The code works once, for ' +
           `recovery.verify_token_ttl (24 h); asking again is limited (429). An address already verified: 409. ${MAIL_OFF}`,
-        response: { 202: acceptedSchema, ...problems(401, 403, 409, 429, 503) },
+        response: { 202: acceptedSchema, ...problems(401, 403, 409, 415, 429, 503) },
       },
     },
     async (request, reply) => {

@@ -1,0 +1,47 @@
+/**
+ * What an operator watches in billing, read from the database when Prometheus scrapes (one cheap count each): sessions
+ * running, the outbox's backlog and its oldest event's age (events not yet on NATS), withdrawals and payouts sent
+ * but not settled, and wallets whose automatic payouts keep failing. The alert rules (deploy/prometheus/alerts.yml)
+ * name them.
+ */
+
+import { sql } from 'kysely';
+import { Gauge, type Metric } from 'prom-client';
+import type { BillingContext } from '../domain/context.ts';
+
+export function opsMetrics(ctx: BillingContext): Metric[] {
+  const fromDb = (name: string, help: string, read: () => Promise<number>) =>
+    new Gauge({
+      name,
+      help,
+      registers: [],
+      async collect() {
+        try {
+          this.set(await read());
+        } catch (err) {
+          ctx.logger.warn({ err: (err as Error).message, metric: name }, 'reading a metric failed');
+        }
+      },
+    });
+  const count = async (query: ReturnType<typeof sql<{ n: string | number }>>) =>
+    Number((await query.execute(ctx.db)).rows[0]?.n ?? 0);
+  return [
+    fromDb('billing_sessions_running', 'rental sessions active or in their grace period', () =>
+      count(sql`SELECT count(*) AS n FROM rental_sessions WHERE status IN ('active', 'grace_period')`),
+    ),
+    fromDb('billing_outbox_backlog', 'events recorded but not yet published', () =>
+      count(sql`SELECT count(*) AS n FROM outbox_events WHERE published_at IS NULL`),
+    ),
+    fromDb('billing_outbox_oldest_seconds', 'age of the oldest event not yet published (0: none)', () =>
+      count(
+        sql`SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) AS n FROM outbox_events WHERE published_at IS NULL`,
+      ),
+    ),
+    fromDb('billing_payouts_pending', 'withdrawals and payouts sent or being sent, not yet settled', () =>
+      count(sql`SELECT count(*) AS n FROM transactions WHERE type IN ('withdrawal', 'payout') AND status = 'pending'`),
+    ),
+    fromDb('billing_auto_payouts_failing', 'wallets whose last automatic payout failed', () =>
+      count(sql`SELECT count(*) AS n FROM wallets WHERE auto_payout_failures > 0`),
+    ),
+  ];
+}
