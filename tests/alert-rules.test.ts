@@ -21,9 +21,24 @@ interface Rules {
 
 /** The metric names an expression reads: identifiers before a selector or a comparison, not PromQL's own words. */
 function metricsOf(expr: string): string[] {
-  const words = new Set(['sum', 'by', 'rate', 'time', 'offset', 'and', 'or', 'unless', 'on', 'without', 'increase']);
+  const words = new Set([
+    'sum',
+    'by',
+    'rate',
+    'time',
+    'offset',
+    'and',
+    'or',
+    'unless',
+    'on',
+    'without',
+    'increase',
+    'le',
+  ]);
   const names = [...expr.replace(/"[^"]*"/g, '""').matchAll(/\b([a-z_][a-z0-9_]*)\b(?!\s*\()/g)].map((m) => m[1]!);
-  return names.filter((n) => !words.has(n) && !/^(status_code|job|status|instance)$/.test(n) && !/^\d/.test(n));
+  return names
+    .filter((n) => !words.has(n) && !/^(status_code|job|status|instance|reason)$/.test(n) && !/^\d/.test(n))
+    .map((n) => n.replace(/_(bucket|count|sum)$/, ''));
 }
 
 /** Every metric name a service registers with prom-client (`name: '...'` in a file that uses prom-client). */
@@ -37,9 +52,7 @@ function exportedMetrics(): Set<string> {
       else if (full.endsWith('.ts')) {
         const text = readFileSync(full, 'utf8');
         if (!text.includes("from 'prom-client'")) continue;
-        for (const m of text.matchAll(/name: '([a-z_:]+)'/g)) names.add(m[1]!);
-        for (const m of text.matchAll(/fromDb\('([a-z_:]+)'/g)) names.add(m[1]!);
-        for (const m of text.matchAll(/gauge\('([a-z_:]+)'/g)) names.add(m[1]!);
+        for (const m of text.matchAll(/(?:name:|fromDb\(|gauge\()\s*'([a-z_:]+)'/g)) names.add(m[1]!);
       }
     }
   };
@@ -69,5 +82,24 @@ describe('deploy/prometheus/alerts.yml', () => {
     expect(unknown).toEqual([]);
     // The reserve ratio the proof of reserves exports is what the money alert reads.
     expect(exported.has('billing_reserve_ratio')).toBe(true);
+  });
+
+  it("is the Kubernetes PrometheusRule's, group for group", () => {
+    const rule = YAML.parse(readFileSync(path.join(root, 'deploy/k8s/monitoring/prometheus-rule.yaml'), 'utf8'));
+    expect(rule.spec).toEqual(YAML.parse(readFileSync(rulesFile, 'utf8')));
+  });
+});
+
+describe('deploy/grafana/gpu-platform.json', () => {
+  it('charts only metrics a service exports', () => {
+    const dashboard = JSON.parse(readFileSync(path.join(root, 'deploy/grafana/gpu-platform.json'), 'utf8')) as {
+      panels: { title: string; targets: { expr: string }[] }[];
+    };
+    const exported = exportedMetrics();
+    const named = dashboard.panels.flatMap((p) =>
+      p.targets.flatMap((t) => metricsOf(t.expr).map((metric) => ({ panel: p.title, metric }))),
+    );
+    expect(named.length).toBeGreaterThan(10);
+    expect(named.filter((n) => !exported.has(n.metric))).toEqual([]);
   });
 });

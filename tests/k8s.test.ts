@@ -23,6 +23,7 @@ import {
   SecurityPolicy,
 } from '@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1';
 import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
+import { PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
@@ -215,6 +216,7 @@ const models: Record<string, ModelClass> = Object.fromEntries(
       BackendTrafficPolicy,
       SecurityPolicy,
       HTTPRouteFilter,
+      PrometheusRule,
     ] as unknown as ModelClass[]
   ).map((M) => [`${M.apiVersion}/${M.kind}`, M]),
 );
