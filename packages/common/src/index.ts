@@ -56,6 +56,7 @@ export {
   zInt,
   zList,
 } from './config-schema.ts';
+export { createAuditTable, dropAuditTable } from './db/audit-table.ts';
 export {
   type AuditEntry,
   type AuditEventRow,

@@ -37,7 +37,13 @@ describe('the audit trail of money going out', () => {
     });
     expect(refused.statusCode).toBe(403);
 
-    const trail = await h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
+    // Each event is written once its answer is sent: read until both are there.
+    const read = () => h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
+    let trail = await read();
+    for (let i = 0; i < 50 && trail.json().length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      trail = await read();
+    }
     expect(trail.statusCode, trail.body).toBe(200);
     expect(trail.json()).toMatchObject([
       {

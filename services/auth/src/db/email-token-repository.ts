@@ -1,5 +1,5 @@
 /** Queries on mailed tokens (verify an address, reset a password) and the verified mark. Each takes the database or a transaction. */
-import type { Kysely } from 'kysely';
+import type { ExpressionBuilder, Kysely } from 'kysely';
 import type { AuthDatabase, EmailTokenPurpose } from './schema.ts';
 import type { UserRow } from './user-repository.ts';
 
@@ -30,10 +30,7 @@ export async function findLiveEmailToken(
   return db
     .selectFrom('email_tokens')
     .select(['user_id', 'email'])
-    .where('token_hash', '=', tokenHash)
-    .where('purpose', '=', purpose)
-    .where('used_at', 'is', null)
-    .where('expires_at', '>', now)
+    .where(live(tokenHash, purpose, now))
     .executeTakeFirst();
 }
 
@@ -50,13 +47,20 @@ export async function useEmailToken(
   return db
     .updateTable('email_tokens')
     .set({ used_at: now })
-    .where('token_hash', '=', tokenHash)
-    .where('purpose', '=', purpose)
-    .where('used_at', 'is', null)
-    .where('expires_at', '>', now)
+    .where(live(tokenHash, purpose, now))
     .returning(['user_id', 'email'])
     .executeTakeFirst();
 }
+
+/** The token with this hash and purpose, not used and not expired. */
+const live =
+  (tokenHash: string, purpose: EmailTokenPurpose, now: Date) => (eb: ExpressionBuilder<AuthDatabase, 'email_tokens'>) =>
+    eb.and([
+      eb('token_hash', '=', tokenHash),
+      eb('purpose', '=', purpose),
+      eb('used_at', 'is', null),
+      eb('expires_at', '>', now),
+    ]);
 
 /** Ends every live token of the user for this purpose (the one that was used made the others pointless). */
 export async function retireEmailTokens(

@@ -94,12 +94,7 @@ export function accountCommands(program: Command) {
       let change: { current_password: string; new_password: string };
       try {
         const current = await secret(input, ctx.env.GPU_PASSWORD, 'current password');
-        const next = await secret(input, ctx.env.GPU_NEW_PASSWORD, 'new password');
-        // Typed at a terminal, unseen: typed twice.
-        if (!ctx.env.GPU_NEW_PASSWORD && process.stdin.isTTY && (await input.line('new password again')) !== next) {
-          throw new UsageError('the two new passwords differ');
-        }
-        change = { current_password: current, new_password: next };
+        change = { current_password: current, new_password: await newPassword(input, ctx.env) };
       } finally {
         await input.close();
       }
@@ -107,6 +102,15 @@ export function accountCommands(program: Command) {
       if (!ctx.json) process.stdout.write('password changed; your other devices are signed out\n');
     });
   recoveryCommands(program, password);
+}
+
+/** A new password: GPU_NEW_PASSWORD, or the next line of standard input (typed twice at a terminal, unseen). */
+async function newPassword(input: SecretInput, env: NodeJS.ProcessEnv): Promise<string> {
+  const next = await secret(input, env.GPU_NEW_PASSWORD, 'new password');
+  if (!env.GPU_NEW_PASSWORD && process.stdin.isTTY && (await input.line('new password again')) !== next) {
+    throw new UsageError('the two new passwords differ');
+  }
+  return next;
 }
 
 /** A code mailed by the platform, from `variable` or standard input (`pnpm mail` shows it under `pnpm start`). */
@@ -139,11 +143,7 @@ function recoveryCommands(program: Command, password: Command) {
       let body: { token: string; new_password: string };
       try {
         const token = await mailedCode(input, ctx.env.GPU_RESET_CODE);
-        const next = await secret(input, ctx.env.GPU_NEW_PASSWORD, 'new password');
-        if (!ctx.env.GPU_NEW_PASSWORD && process.stdin.isTTY && (await input.line('new password again')) !== next) {
-          throw new UsageError('the two new passwords differ');
-        }
-        body = { token, new_password: next };
+        body = { token, new_password: await newPassword(input, ctx.env) };
       } finally {
         await input.close();
       }
