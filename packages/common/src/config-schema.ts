@@ -106,6 +106,9 @@ export const accessSchema = z
   })
   .prefault({});
 
+/** A service's audit trail (db/audit-trail.ts): how long its events are kept (purged hourly); 0: forever. */
+export const auditSchema = z.object({ retention: zDuration().default('400d') }).prefault({});
+
 /**
  * The shape of the settings every service shares. A service spreads it into
  * its own schema: `z.object({ ...baseConfigShape(8001), object_store: ... })`.

@@ -41,6 +41,7 @@ export {
 export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
   accessSchema,
+  auditSchema,
   type BaseConfig,
   baseConfigSchema,
   baseConfigShape,
@@ -63,6 +64,7 @@ export {
   type AuditEventsTable,
   type AuditOutcome,
   appendAudit,
+  auditActor,
   listAudit,
   purgeAudit,
 } from './db/audit-trail.ts';

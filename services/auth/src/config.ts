@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import {
+  auditSchema,
   baseConfigShape,
   baseEnvAliases,
   ConfigError,
@@ -187,13 +188,8 @@ export const authConfigSchema = z.object({
       verify_on_register: zBool().default(true),
     })
     .prefault({}),
-  /** The audit trail (domain/audit.ts). */
-  audit: z
-    .object({
-      /** How long events are kept (purged hourly); 0: forever. */
-      retention: zDuration().default('400d'),
-    })
-    .prefault({}),
+  /** The audit trail (domain/audit.ts): `retention`. */
+  audit: auditSchema,
   admin: z
     .object({
       /** The initial admin, created at start-up when no admin exists. */

@@ -4,6 +4,7 @@
  * platform contract's "Billing defaults" table.
  */
 import {
+  auditSchema,
   baseConfigShape,
   baseEnvAliases,
   databaseEnvAliases,
@@ -106,12 +107,7 @@ export const billingConfigSchema = z.object({
     })
     .prefault({}),
   /** The audit trail of money-out actions (migration 0018, http/audit-hook.ts of @gpu/common). */
-  audit: z
-    .object({
-      /** How long events are kept (purged hourly); 0: forever. */
-      retention: zDuration().default('400d'),
-    })
-    .prefault({}),
+  audit: auditSchema,
   billing: z
     .object({
       billing_interval: zDuration().default('1m'),

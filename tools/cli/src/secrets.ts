@@ -50,6 +50,16 @@ export class SecretInput {
   }
 }
 
+/** Runs `read` with standard input's lines, and stops reading them afterwards whatever happened. */
+export async function readSecrets<T>(read: (input: SecretInput) => Promise<T>): Promise<T> {
+  const input = new SecretInput();
+  try {
+    return await read(input);
+  } finally {
+    await input.close();
+  }
+}
+
 /** `env`'s value when set, else the next line of `input`; `input` is closed by the caller. */
 export function secret(input: SecretInput, value: string | undefined, what: string): Promise<string> {
   return value ? Promise.resolve(value) : input.line(what);

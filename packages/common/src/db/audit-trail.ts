@@ -4,6 +4,7 @@
  * the retention purge, the one DELETE the table's trigger lets through.
  */
 import { type ColumnType, type Generated, type Kysely, sql } from 'kysely';
+import type { Principal } from '../auth/principal.ts';
 import type { KeysetPosition } from '../paging.ts';
 import { cursorAt, newerThan } from './keyset.ts';
 
@@ -40,6 +41,11 @@ export interface AuditEntry {
   target?: string | null;
   details?: Record<string, unknown>;
   requestId?: string | null;
+}
+
+/** Who a principal is, as an event names them: its subject, user or machine client, and the API key it used. */
+export function auditActor(p: Principal): NonNullable<AuditEntry['actor']> {
+  return { id: p.subject, kind: p.kind, credential: p.keyId ?? null };
 }
 
 /** Appends one event. */

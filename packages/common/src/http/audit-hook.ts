@@ -11,7 +11,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Kysely } from 'kysely';
-import { type AuditOutcome, appendAudit } from '../db/audit-trail.ts';
+import { type AuditOutcome, appendAudit, auditActor } from '../db/audit-trail.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -67,7 +67,7 @@ export const auditHook = fp(
       await appendAudit(opts.db, {
         action: audit.action,
         outcome: outcomeOf(reply.statusCode),
-        actor: p && !p.unchecked ? { id: p.subject, kind: p.kind, credential: p.keyId ?? null } : null,
+        actor: p && !p.unchecked ? auditActor(p) : null,
         address: request.clientIp,
         target: targetOf(request.params),
         details: { status_code: reply.statusCode, ...picked(request.body, audit.body), ...answers.get(request) },

@@ -4,7 +4,7 @@
  * to `audit_events` (append-only in the database) with who did it, from which address, in which request, and the
  * outcome. Admins read it at `GET /api/v1/auth/audit`; `audit.retention` says how long it is kept.
  */
-import { type AuditOutcome, appendAudit, type Principal } from '@gpu/common';
+import { type AuditOutcome, appendAudit, auditActor, type Principal } from '@gpu/common';
 import type { AuthContext } from './context.ts';
 
 export interface AuditEvent {
@@ -18,11 +18,7 @@ export interface AuditEvent {
   address?: string;
 }
 
-const actorOf = (actor: AuditEvent['actor']) => {
-  if (!actor) return null;
-  if ('subject' in actor) return { id: actor.subject, kind: actor.kind, credential: actor.keyId ?? null };
-  return actor;
-};
+const actorOf = (actor: AuditEvent['actor']) => (actor && 'subject' in actor ? auditActor(actor) : (actor ?? null));
 
 /** Logs the action and appends it to the trail; a failure to append is logged, never thrown (the action is done). */
 export async function audit(ctx: AuthContext, event: AuditEvent, message: string): Promise<void> {

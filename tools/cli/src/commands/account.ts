@@ -6,10 +6,10 @@
 import { authClient, unwrap } from '@gpu/client';
 import { isScope, SCOPE_MEANINGS, SCOPES } from '@gpu/common';
 import type { Command } from 'commander';
-import { context, show, UsageError } from '../cli.ts';
+import { context, printJson, show, UsageError } from '../cli.ts';
 import { type CliConfig, writeConfig } from '../config.ts';
 import { everyPage } from '../paging.ts';
-import { SecretInput, secret } from '../secrets.ts';
+import { readSecrets, type SecretInput, secret } from '../secrets.ts';
 import { tokenSource } from '../session.ts';
 
 export function accountCommands(program: Command) {
@@ -21,27 +21,20 @@ export function accountCommands(program: Command) {
     .action(async (opts: { email?: string; apiKey?: boolean }) => {
       const ctx = context(program);
       if (Boolean(opts.email) === Boolean(opts.apiKey)) throw new UsageError('give --email <address> or --api-key');
-      const input = new SecretInput();
-      let saved: CliConfig;
-      try {
+      const saved = await readSecrets(async (input): Promise<CliConfig> => {
         if (opts.apiKey) {
           const apiKey = await secret(input, ctx.env.GPU_API_KEY, 'API key');
           // The key is tried before it is saved.
           const env = { ...ctx.env, GPU_API_KEY: apiKey };
           await tokenSource(ctx.url, env, {}).get();
-          saved = { url: ctx.url, api_key: apiKey };
-        } else {
-          const password = await secret(input, ctx.env.GPU_PASSWORD, 'password');
-          const pair = unwrap(
-            await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/login', {
-              body: { email: opts.email!, password },
-            }),
-          );
-          saved = { url: ctx.url, email: opts.email!, refresh_token: pair.refresh_token };
+          return { url: ctx.url, api_key: apiKey };
         }
-      } finally {
-        await input.close();
-      }
+        const password = await secret(input, ctx.env.GPU_PASSWORD, 'password');
+        const pair = unwrap(
+          await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/login', { body: { email: opts.email!, password } }),
+        );
+        return { url: ctx.url, email: opts.email!, refresh_token: pair.refresh_token };
+      });
       writeConfig(ctx.env, saved);
       process.stdout.write(`logged in to ${ctx.url}${saved.email ? ` as ${saved.email}` : ' with an API key'}\n`);
     });
@@ -90,14 +83,10 @@ export function accountCommands(program: Command) {
     )
     .action(async () => {
       const ctx = context(program);
-      const input = new SecretInput();
-      let change: { current_password: string; new_password: string };
-      try {
-        const current = await secret(input, ctx.env.GPU_PASSWORD, 'current password');
-        change = { current_password: current, new_password: await newPassword(input, ctx.env) };
-      } finally {
-        await input.close();
-      }
+      const change = await readSecrets(async (input) => ({
+        current_password: await secret(input, ctx.env.GPU_PASSWORD, 'current password'),
+        new_password: await newPassword(input, ctx.env),
+      }));
       unwrap(await ctx.auth.POST('/api/v1/auth/password', { body: change }));
       if (!ctx.json) process.stdout.write('password changed; your other devices are signed out\n');
     });
@@ -128,7 +117,7 @@ function recoveryCommands(program: Command, password: Command) {
       const answer = unwrap(
         await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/password/forgot', { body: { email: opts.email } }),
       );
-      if (ctx.json) show(true, answer, [], []);
+      if (ctx.json) printJson(answer);
       else process.stdout.write(`${answer.message}; then: gpu password reset\n`);
     });
   password
@@ -139,14 +128,10 @@ function recoveryCommands(program: Command, password: Command) {
     )
     .action(async () => {
       const ctx = context(program);
-      const input = new SecretInput();
-      let body: { token: string; new_password: string };
-      try {
-        const token = await mailedCode(input, ctx.env.GPU_RESET_CODE);
-        body = { token, new_password: await newPassword(input, ctx.env) };
-      } finally {
-        await input.close();
-      }
+      const body = await readSecrets(async (input) => ({
+        token: await mailedCode(input, ctx.env.GPU_RESET_CODE),
+        new_password: await newPassword(input, ctx.env),
+      }));
       // No sign-in: the code is the proof.
       unwrap(await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/password/reset', { body }));
       if (!ctx.json) process.stdout.write('password reset; every device is signed out: gpu login again\n');
@@ -159,7 +144,7 @@ function recoveryCommands(program: Command, password: Command) {
     .action(async () => {
       const ctx = context(program);
       const answer = unwrap(await ctx.auth.POST('/api/v1/auth/email/verification'));
-      if (ctx.json) show(true, answer, [], []);
+      if (ctx.json) printJson(answer);
       else process.stdout.write(`${answer.message}; then: gpu email verify\n`);
     });
   email
@@ -167,13 +152,7 @@ function recoveryCommands(program: Command, password: Command) {
     .description('verify your address with the mailed code, from GPU_EMAIL_CODE or standard input')
     .action(async () => {
       const ctx = context(program);
-      const input = new SecretInput();
-      let token: string;
-      try {
-        token = await mailedCode(input, ctx.env.GPU_EMAIL_CODE);
-      } finally {
-        await input.close();
-      }
+      const token = await readSecrets((input) => mailedCode(input, ctx.env.GPU_EMAIL_CODE));
       const user = unwrap(
         await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/email/verify', { body: { token } }),
       );
