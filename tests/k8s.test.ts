@@ -41,7 +41,7 @@ import {
   type Service as PlatformService,
   ROUTES,
   SERVICE_PORTS,
-  UPLOAD_PREFIX,
+  UPLOAD_PREFIXES,
 } from '../tools/gateway/src/routes.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -867,7 +867,7 @@ describe('deploy/k8s/gateway', () => {
       ).toHaveLength(1);
       const policy = applied[0];
       expect(policy.spec.timeout.tcp.connectTimeout, service).toBe('5s');
-      if (ROUTES[service].includes(UPLOAD_PREFIX)) {
+      if (ROUTES[service].some((prefix) => UPLOAD_PREFIXES.includes(prefix))) {
         expect(policy.spec.requestBuffer, `${service}: bodies stream`).toBeUndefined();
         continue;
       }

@@ -1,8 +1,8 @@
 /**
- * s3rver 3.7 stores multipart uploads but answers AbortMultipartUpload and
- * ListMultipartUploads with "not implemented". This middleware serves both
- * from s3rver's own upload folders, so the storage service's "no half-finished
- * upload left behind" promise can be checked against the dev server as it
+ * s3rver 3.7 stores multipart uploads but answers AbortMultipartUpload, ListMultipartUploads and ListParts with
+ * "not implemented". This middleware serves them from s3rver's own upload folders (a part is the file `<number>`,
+ * with its MD5 beside it in `<number>.md5`, written by s3rver-atomic-writes.ts), so the storage service's "no
+ * half-finished upload left behind" promise and its resumable uploads can be checked against the dev server as they
  * would be against MinIO or S3.
  */
 import { existsSync } from 'node:fs';
@@ -22,6 +22,9 @@ interface UploadStore {
   getResourcePath(bucket: string, key: string | undefined, resource: string): string;
   rootDirectory: string;
 }
+
+/** What s3rver makes an upload ID of: 16 random bytes in hex (anything else, a path say, names no upload). */
+const UPLOAD_ID = /^[0-9a-f]{32}$/;
 
 const xmlEscape = (s: string) =>
   s.replace(/[<>&'"]/g, (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c] ?? c);
@@ -49,7 +52,26 @@ async function listUploads(store: UploadStore, bucket: string): Promise<string> 
   );
 }
 
-/** Adds AbortMultipartUpload and ListMultipartUploads to an s3rver instance (before its router). */
+async function listParts(dir: string, bucket: string, key: string, uploadId: string): Promise<string> {
+  const names = (await readdir(dir)).filter((name) => /^\d+$/.test(name)).sort((a, b) => Number(a) - Number(b));
+  const parts = await Promise.all(
+    names.map(async (name) => {
+      const file = await stat(path.join(dir, name));
+      const md5 = await readFile(path.join(dir, `${name}.md5`), 'utf8').catch(() => '');
+      return (
+        `<Part><PartNumber>${name}</PartNumber><LastModified>${file.mtime.toISOString()}</LastModified>` +
+        `<ETag>"${xmlEscape(md5)}"</ETag><Size>${file.size}</Size></Part>`
+      );
+    }),
+  );
+  return (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<ListPartsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' +
+    `<Bucket>${xmlEscape(bucket)}</Bucket><Key>${xmlEscape(key)}</Key><UploadId>${xmlEscape(uploadId)}</UploadId>` +
+    `<MaxParts>10000</MaxParts><IsTruncated>false</IsTruncated>${parts.join('')}</ListPartsResult>`
+  );
+}
+
+/** Adds AbortMultipartUpload, ListMultipartUploads and ListParts to an s3rver instance (before its router). */
 export function addMultipartManagement(server: S3rver): void {
   const store = (server as unknown as { store: UploadStore }).store;
   const middleware = async (ctx: KoaContext, next: () => Promise<void>) => {
@@ -62,12 +84,24 @@ export function addMultipartManagement(server: S3rver): void {
       const id = url.searchParams.get('uploadId') ?? '';
       const dir = path.join(store.getResourcePath(bucket, undefined, 'uploads'), id);
       if (!bucketExists) return s3Error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
-      if (!id || id.includes('/') || !existsSync(dir)) {
+      if (!UPLOAD_ID.test(id) || !existsSync(dir)) {
         return s3Error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist');
       }
       await rm(dir, { recursive: true, force: true });
       ctx.status = 204;
       ctx.body = null;
+      return;
+    }
+    if (ctx.method === 'GET' && parts.length >= 2 && url.searchParams.has('uploadId')) {
+      const id = url.searchParams.get('uploadId') ?? '';
+      const dir = path.join(store.getResourcePath(bucket, undefined, 'uploads'), id);
+      if (!bucketExists) return s3Error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
+      if (!UPLOAD_ID.test(id) || !existsSync(dir)) {
+        return s3Error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist');
+      }
+      ctx.status = 200;
+      ctx.type = 'application/xml';
+      ctx.body = await listParts(dir, bucket, parts.slice(1).join('/'), id);
       return;
     }
     if (ctx.method === 'GET' && parts.length === 1 && url.searchParams.has('uploads')) {

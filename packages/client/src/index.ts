@@ -31,7 +31,11 @@ export {
   type ObjectStore,
   objectStore,
   type PresignedUrl,
+  type Upload,
   type UploadOptions,
+  type UploadPart,
+  type UploadSummary,
+  type Uploads,
 } from './storage.ts';
 export {
   type ApiKeyTokenOptions,

@@ -19,6 +19,9 @@ type Schemas = components['schemas'];
 export type ObjectInfo = Schemas['ObjectInfo'];
 export type PresignedUrl = Schemas['PresignedUrl'];
 export type BucketEnsured = Schemas['BucketEnsured'];
+export type Upload = Schemas['Upload'];
+export type UploadSummary = Schemas['UploadSummary'];
+export type UploadPart = Schemas['UploadPart'];
 
 /** An object: its key in `bucket`, or in the service's default bucket (in the caller's folder) without one. */
 export interface ObjectRef {
@@ -89,7 +92,30 @@ export interface ListPage {
   nextCursor: string | null;
 }
 
+/**
+ * Resumable uploads: an object sent as numbered parts (at least `min_part_size` each but the last), which survive a
+ * failure: `get` says which parts arrived, the rest are sent again, `complete` joins them.
+ */
+export interface Uploads {
+  start(ref: ObjectRef, opts?: { contentType?: string }): Promise<Upload>;
+  get(uploadId: string): Promise<Upload>;
+  /** Your unfinished uploads, oldest first. */
+  list(): Promise<UploadSummary[]>;
+  /** Sends one part (`contentLength` bytes of `body`); a part of that number sent before is replaced. */
+  putPart(
+    uploadId: string,
+    partNumber: number,
+    body: ObjectBody,
+    opts: { contentLength: number; signal?: AbortSignal },
+  ): Promise<UploadPart>;
+  /** Joins the parts named (each with the ETag it was answered), or every part stored, into the object. */
+  complete(uploadId: string, parts?: Array<{ part_number: number; etag: string }>): Promise<ObjectInfo>;
+  abort(uploadId: string): Promise<void>;
+}
+
 export interface ObjectStore {
+  /** Resumable uploads (`/uploads`). */
+  uploads: Uploads;
   /** The typed client itself, for any operation of the storage document. */
   api: Client<StoragePaths>;
   ensureBucket(bucket: string): Promise<BucketEnsured>;
@@ -145,29 +171,73 @@ export function objectStore(opts: ClientOptions): ObjectStore {
   const upload = clientFetch(untimed);
   const once = clientFetch(untimed, false);
 
+  /** fetch's options for sending a body as raw bytes (a stream once, never copied for a retry). */
+  const rawBody = (body: ObjectBody, headers: Record<string, string | null>, signal?: AbortSignal) => {
+    const sent = sendable(body);
+    return {
+      body: sent.body as unknown as Blob,
+      bodySerializer: (b: unknown) => b as SendBody,
+      headers,
+      signal,
+      // fetch needs `duplex: 'half'` to send a stream.
+      ...(sent.once ? { fetch: once, duplex: 'half' as const } : { fetch: upload }),
+    };
+  };
+
+  const uploads: Uploads = {
+    async start(ref, startOpts = {}) {
+      const body = {
+        ...(ref.bucket ? { bucket: ref.bucket } : {}),
+        key: ref.key,
+        ...(startOpts.contentType ? { content_type: startOpts.contentType } : {}),
+      };
+      return unwrap(await api.POST('/uploads', { body }));
+    },
+    async get(uploadId) {
+      return unwrap(await api.GET('/uploads/{uploadId}', { params: { path: { uploadId } } }));
+    },
+    async list() {
+      return unwrap(await api.GET('/uploads'));
+    },
+    async putPart(uploadId, partNumber, body, partOpts) {
+      const headers = { 'content-type': 'application/octet-stream', 'content-length': String(partOpts.contentLength) };
+      return unwrap(
+        await api.PUT('/uploads/{uploadId}/parts/{partNumber}', {
+          ...rawBody(body, headers, partOpts.signal),
+          params: { path: { uploadId, partNumber } },
+        }),
+      );
+    },
+    async complete(uploadId, parts) {
+      return unwrap(
+        await api.POST('/uploads/{uploadId}/complete', {
+          params: { path: { uploadId } },
+          body: parts ? { parts } : {},
+        }),
+      );
+    },
+    async abort(uploadId) {
+      const result = await api.DELETE('/uploads/{uploadId}', { params: { path: { uploadId } } });
+      if (!result.response.ok) throw refused(result.response, result.error);
+    },
+  };
+
   const store: ObjectStore = {
     api,
+    uploads,
 
     async ensureBucket(bucket) {
       return unwrap(await api.POST('/buckets/{bucketName}', { params: { path: { bucketName: bucket } } }));
     },
 
     async upload(ref, body, uploadOpts = {}) {
-      const sent = sendable(body);
       // Without a content type the service guesses one from the key (fetch would otherwise send its own: JSON from
       // the typed client, text/plain for a string, which `sendable` sends as bytes for that reason).
       const headers: Record<string, string | null> = {
         'content-type': uploadOpts.contentType ?? null,
         ...(uploadOpts.contentLength !== undefined ? { 'content-length': String(uploadOpts.contentLength) } : {}),
       };
-      const init = {
-        body: sent.body as unknown as Blob,
-        bodySerializer: (b: unknown) => b as SendBody,
-        headers,
-        signal: uploadOpts.signal,
-        // A stream goes out once (never copied for a retry); fetch needs `duplex: 'half'` to send one.
-        ...(sent.once ? { fetch: once, duplex: 'half' as const } : { fetch: upload }),
-      };
+      const init = rawBody(body, headers, uploadOpts.signal);
       const result = ref.bucket
         ? await api.PUT('/objects/{bucketName}/{objectKey}', {
             ...init,

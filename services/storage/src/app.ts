@@ -6,11 +6,13 @@ import { type App, createApp, durationMs, type EventPublisher } from '@gpu/commo
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
+import { startSweeper } from './domain/uploads.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { grantRoutes } from './routes/grants.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
 import { schemas } from './routes/schemas.ts';
+import { uploadPartRoute, uploadRoutes } from './routes/uploads.ts';
 
 export const SERVICE_NAME = 'storage-service';
 
@@ -41,6 +43,16 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   await app.register(presignRoutes, ctx);
   await app.register(grantRoutes, ctx);
   await app.register(objectRoutes, ctx);
+  await app.register(uploadRoutes, ctx);
+  await app.register(uploadPartRoute, ctx);
+
+  // Unfinished resumable uploads expire: swept every quarter of upload_expiry (1 s to 1 h), on every instance.
+  const expiryMs = durationMs(ctx.config.object_store.upload_expiry);
+  let stopSweeper: (() => void) | undefined;
+  app.addHook('onReady', async () => {
+    stopSweeper = startSweeper(ctx.uploads, Math.min(3_600_000, Math.max(1000, expiryMs / 4)), ctx.logger);
+  });
+  app.addHook('onClose', async () => stopSweeper?.());
 
   // Stored bytes, billed: measured once per period and reported to billing (domain/metering.ts).
   const { metering, messaging } = ctx.config;

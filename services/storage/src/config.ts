@@ -68,6 +68,11 @@ export const storageConfigSchema = z.object({
        * than the client) does not count.
        */
       upload_idle_timeout: zDuration().default('60s'),
+      /**
+       * How long a resumable upload (`/uploads`) may stay unfinished: after it, the sweeper aborts it and frees its
+       * parts (swept every quarter of it, at most hourly).
+       */
+      upload_expiry: zDuration().default('24h'),
       /** How long start-up waits for the store to answer its connection test. */
       connect_timeout: zDuration().default('30s'),
     })

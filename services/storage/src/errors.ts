@@ -30,4 +30,20 @@ export const storageErrors = {
   rangeNotSatisfiable: (detail: string) => new AppError('range_not_satisfiable', 'RANGE_NOT_SATISFIABLE', detail),
   preconditionFailed: (detail: string) => new AppError('precondition_failed', 'PRECONDITION_FAILED', detail),
   storeUnavailable: (cause: unknown) => errors.dependencyUnavailable('object store', cause),
+  uploadNotFound: () =>
+    errors.notFound('UPLOAD_NOT_FOUND', 'no such upload of yours: never made, completed, aborted or expired'),
+  tooManyUploads: (limit: number) =>
+    errors.conflict(
+      'TOO_MANY_UPLOADS',
+      `you have ${limit} unfinished uploads, the most there may be: complete or abort one (they expire by themselves)`,
+    ),
+  lengthRequired: () =>
+    errors.badRequest('LENGTH_REQUIRED', 'a part needs its Content-Length', { headers: { connection: 'close' } }),
+  partTooSmall: (partNumber: number, min: number) =>
+    errors.badRequest(
+      'PART_TOO_SMALL',
+      `part ${partNumber} is smaller than ${min} bytes: every part but the last must be at least that large`,
+    ),
+  noParts: () => errors.badRequest('NO_PARTS', 'the upload has no parts to join'),
+  partsChanged: (detail: string) => errors.conflict('PARTS_CHANGED', `${detail}; upload the parts again`),
 };

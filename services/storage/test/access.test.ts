@@ -2,7 +2,7 @@
  * Who may use which bucket and key (the README's access table): every route × every kind of caller, the default
  * bucket's per-user folders, and owner records that outlive the instance that wrote them.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import {
   type AccessRule,
@@ -38,6 +38,16 @@ async function ownDefaultObject(caller: TableCaller): Promise<string> {
   const k = key();
   await as(caller, { method: 'PUT', url: `/objects/${k}`, payload: 'mine' });
   return k;
+}
+
+/** An unfinished upload of the caller in its folder (with a part, for completing), or a made-up ID for a caller
+ * that may not start one. */
+async function ownUpload(caller: TableCaller, withPart = false): Promise<string> {
+  const res = await as(caller, { method: 'POST', url: '/uploads', payload: { key: key() } });
+  if (res.statusCode !== 201) return randomUUID();
+  const id = res.json().upload_id as string;
+  if (withPart) await as(caller, { method: 'PUT', url: `/uploads/${id}/parts/1`, payload: 'part' });
+  return id;
 }
 
 beforeAll(async () => {
@@ -107,6 +117,25 @@ function table(): Record<string, AccessRule> {
     'POST /presigned-url/*': {
       request: () => ({ url: `/presigned-url/${key()}`, payload: { method: 'GET' } }),
       expect: OWN_FOLDER(200),
+    },
+    // Resumable uploads: started where the caller may write; every step after for the upload's owner only.
+    'POST /uploads': { request: () => ({ payload: { key: key() } }), expect: OWN_FOLDER(201) },
+    'GET /uploads': { request: () => ({}), expect: OWN_FOLDER(200) },
+    'GET /uploads/:uploadId': {
+      request: async (c) => ({ url: `/uploads/${await ownUpload(c)}` }),
+      expect: OWN_FOLDER(200),
+    },
+    'PUT /uploads/:uploadId/parts/:partNumber': {
+      request: async (c) => ({ url: `/uploads/${await ownUpload(c)}/parts/1`, payload: 'part' }),
+      expect: OWN_FOLDER(200),
+    },
+    'POST /uploads/:uploadId/complete': {
+      request: async (c) => ({ url: `/uploads/${await ownUpload(c, true)}/complete`, payload: {} }),
+      expect: OWN_FOLDER(201),
+    },
+    'DELETE /uploads/:uploadId': {
+      request: async (c) => ({ url: `/uploads/${await ownUpload(c)}` }),
+      expect: OWN_FOLDER(204),
     },
     // URLs for a user's workload: asked for by billing (a service) or an admin, never by users or daemons.
     'POST /grants': {

@@ -14,26 +14,39 @@ export interface CliConfig {
   email?: string;
 }
 
-function configFile(env: NodeJS.ProcessEnv): string {
+/** A file of the config directory: `config.json`, or `uploads.json` (resumable uploads under way). */
+type ConfigFileName = 'config.json' | 'uploads.json';
+
+function configFile(env: NodeJS.ProcessEnv, name: ConfigFileName = 'config.json'): string {
   const dir = env.GPU_CONFIG_DIR || path.join(env.XDG_CONFIG_HOME || path.join(homedir(), '.config'), 'gpu');
-  return path.join(dir, 'config.json');
+  return path.join(dir, name);
 }
 
-export function readConfig(env: NodeJS.ProcessEnv): CliConfig {
+/** A JSON file of the config directory; `{}` when there is none (or it cannot be read). */
+export function readConfigFile<T extends object>(env: NodeJS.ProcessEnv, name: ConfigFileName): Partial<T> {
   try {
-    return JSON.parse(readFileSync(configFile(env), 'utf8')) as CliConfig;
+    return JSON.parse(readFileSync(configFile(env, name), 'utf8')) as Partial<T>;
   } catch {
     return {};
   }
 }
 
+export function readConfig(env: NodeJS.ProcessEnv): CliConfig {
+  return readConfigFile<CliConfig>(env, 'config.json');
+}
+
 export function writeConfig(env: NodeJS.ProcessEnv, config: CliConfig): void {
-  const file = configFile(env);
+  writeConfigFile(env, 'config.json', config);
+}
+
+/** Writes a JSON file of the config directory, mode 0600, whole. */
+export function writeConfigFile(env: NodeJS.ProcessEnv, name: ConfigFileName, value: object): void {
+  const file = configFile(env, name);
   mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
   chmodSync(path.dirname(file), 0o700);
   // A file of this run's own, renamed over the last: two runs at once never write into one another's.
   const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
+  writeFileSync(tmp, `${JSON.stringify(value, null, 2)}\n`, { mode: 0o600 });
   chmodSync(tmp, 0o600);
   renameSync(tmp, file);
 }

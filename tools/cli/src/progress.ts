@@ -8,15 +8,33 @@ import cliProgress from 'cli-progress';
 /** From this size on a transfer shows its progress. */
 const LARGE = 1024 * 1024;
 
+/** A stream that passes the bytes on as they are, counting them (`bytes`: how many went through it). */
+type Counter = Transform & { bytes: number };
+
 export interface Progress {
-  /** A stream that passes the bytes on as they are and counts them. */
-  counter(): Transform;
+  /** A stream that passes the bytes on as they are and counts them, on the bar too. */
+  counter(): Counter;
+  /** Moves the bar by bytes that did not go through a counter (parts sent before; less, a part sent again). */
+  add(bytes: number): void;
   /** Ends the bar (left on screen at its last value). */
   stop(): void;
 }
 
+function counter(onBytes: (n: number) => void): Counter {
+  const stream = new Transform({
+    transform(chunk: Buffer, _enc, next) {
+      stream.bytes += chunk.length;
+      onBytes(chunk.length);
+      next(null, chunk);
+    },
+  }) as Counter;
+  stream.bytes = 0;
+  return stream;
+}
+
 const NONE: Progress = {
-  counter: () => new Transform({ transform: (chunk, _enc, done) => done(null, chunk) }),
+  counter: () => counter(() => {}),
+  add() {},
   stop() {},
 };
 
@@ -40,15 +58,9 @@ export function transferProgress(label: string, total: number | null, opts: { js
   );
   let done = 0;
   bar.start(total, 0, { done: mib(0), size: mib(total) });
-  return {
-    counter: () =>
-      new Transform({
-        transform(chunk: Buffer, _enc, next) {
-          done += chunk.length;
-          bar.update(done, { done: mib(done) });
-          next(null, chunk);
-        },
-      }),
-    stop: () => bar.stop(),
+  const add = (bytes: number) => {
+    done += bytes;
+    bar.update(done, { done: mib(done) });
   };
+  return { counter: () => counter(add), add, stop: () => bar.stop() };
 }

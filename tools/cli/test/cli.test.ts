@@ -4,7 +4,7 @@
  * daemon running workloads in the real bubblewrap sandbox (the provider daemon's workload rig). Its users are its own
  * auth's, so signing them up costs nothing of `pnpm start`'s hourly sign-up budget.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -305,5 +305,48 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(piped.code).toBe(0);
     expect(piped.stderr).toBe('');
     expect(await onTerminal(['storage', 'cp', big, 'gpu:big.bin', '--json'])).not.toContain('%');
+  });
+
+  it('uploads a large file in parts and, killed mid-way, resumes it where it stopped', {
+    timeout: 120_000,
+  }, async () => {
+    const big = join(dir, 'resume.bin');
+    const bytes = randomBytes(100 * 1024 * 1024);
+    writeFileSync(big, bytes);
+    const configDir = join(dir, renter.id);
+    const call = (path: string) =>
+      fetch(`${url}${path}`, { headers: { authorization: `Bearer ${renter.token}` } }).then((r) => r.json());
+    // The first run is killed (no chance to clean up) once the service holds a part of its upload.
+    const [node, ...args] = gpuCommandLine(['storage', 'cp', big, 'gpu:models/resume.bin']);
+    const first = spawn(node!, args, {
+      cwd: root,
+      env: { ...process.env, GPU_URL: url, GPU_CONFIG_DIR: configDir },
+      stdio: 'ignore',
+    });
+    const exited = new Promise((resolve) => first.once('exit', resolve));
+    let held = 0;
+    for (const started = Date.now(); held === 0 && Date.now() - started < 60_000; ) {
+      const uploads = (await call('/uploads')) as Array<{ upload_id: string }>;
+      if (uploads[0]) held = ((await call(`/uploads/${uploads[0].upload_id}`)) as { parts: unknown[] }).parts.length;
+      if (held === 0) await new Promise((r) => setTimeout(r, 20));
+    }
+    first.kill('SIGKILL');
+    await exited;
+    expect(held).toBeGreaterThan(0);
+    const pending = JSON.parse(readFileSync(join(configDir, 'uploads.json'), 'utf8'));
+    expect(Object.keys(pending)).toHaveLength(1);
+
+    const again = await renter.gpu(['storage', 'cp', big, 'gpu:models/resume.bin', '--json']);
+    expect(again.code, again.stderr).toBe(0);
+    const resumed = /resuming upload \S+: (\d+) of 7 parts already stored/.exec(again.stderr);
+    expect(resumed, again.stderr).not.toBeNull();
+    expect(Number(resumed?.[1])).toBeGreaterThanOrEqual(held);
+    expect(JSON.parse(again.stdout)).toMatchObject({ key: 'models/resume.bin', size: bytes.length });
+    const back = join(dir, 'resume-back.bin');
+    expect((await renter.gpu(['storage', 'cp', 'gpu:models/resume.bin', back])).code).toBe(0);
+    expect(readFileSync(back).equals(bytes)).toBe(true);
+    // Nothing left under way, here or at the service.
+    expect(JSON.parse(readFileSync(join(configDir, 'uploads.json'), 'utf8'))).toEqual({});
+    expect(await call('/uploads')).toEqual([]);
   });
 });

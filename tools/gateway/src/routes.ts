@@ -11,7 +11,7 @@ export type Service = 'auth' | 'storage' | 'provider-registry' | 'billing';
 /** Each service's path prefixes: a prefix and everything under it (`/objects`, `/objects/...`, not `/objectsx`). */
 export const ROUTES: Record<Service, readonly string[]> = {
   auth: ['/api/v1/auth', '/.well-known/jwks.json'],
-  storage: ['/objects', '/buckets', '/presigned-url'],
+  storage: ['/objects', '/uploads', '/buckets', '/presigned-url'],
   'provider-registry': ['/providers', '/offers', '/prices'],
   billing: ['/api/v1/billing', '/api/v1/wallet', '/api/v1/pricing', '/api/v1/provider', '/api/v1/deposits'],
 };
@@ -36,11 +36,14 @@ export const SERVICE_PORTS: Record<Service, number> = {
   billing: 8003,
 };
 
-/** The prefix whose bodies are object uploads, streamed to the store; every other prefix takes JSON bodies. */
-export const UPLOAD_PREFIX = '/objects';
+/**
+ * The prefixes whose bodies are object uploads, streamed to the store (objects, and the parts of resumable uploads);
+ * every other prefix takes JSON bodies.
+ */
+export const UPLOAD_PREFIXES: readonly string[] = ['/objects', '/uploads'];
 
 /**
- * The largest request body a gateway passes on: 6 GiB to storage's objects (storage refuses above its own
+ * The largest request body a gateway passes on: 6 GiB to storage's objects and upload parts (storage refuses above its own
  * `max_upload_size`, 5 GiB by default, with its 413), a service's JSON limit (1 MiB, `JSON_BODY_LIMIT`) everywhere
  * else. A larger body is refused by the gateway itself with a 413 problem, before the service sees a byte of it.
  */
@@ -48,5 +51,6 @@ const BODY_LIMITS = { upload: 6 * 1024 ** 3, json: JSON_BODY_LIMIT } as const;
 
 /** The body limit of the prefix a path lies under (`BODY_LIMITS`). */
 export function bodyLimitOf(path: string): number {
-  return path === UPLOAD_PREFIX || path.startsWith(`${UPLOAD_PREFIX}/`) ? BODY_LIMITS.upload : BODY_LIMITS.json;
+  const upload = UPLOAD_PREFIXES.some((prefix) => path === prefix || path.startsWith(`${prefix}/`));
+  return upload ? BODY_LIMITS.upload : BODY_LIMITS.json;
 }

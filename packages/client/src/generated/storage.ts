@@ -172,6 +172,79 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/uploads": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Your unfinished uploads, oldest first */
+        get: operations["listUploads"];
+        put?: never;
+        /**
+         * Start a resumable upload of an object, sent as parts
+         * @description The key must be one you may write (as `PUT /objects`). At most 10 unfinished uploads each; an upload not completed within `upload_expiry` (24 h by default) is aborted and its parts freed.
+         */
+        post: operations["startUpload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/uploads/{uploadId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An unfinished upload and the parts stored so far (what a resuming client need not send again) */
+        get: operations["getUpload"];
+        put?: never;
+        post?: never;
+        /** Give an upload up: its parts are freed */
+        delete: operations["abortUpload"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/uploads/{uploadId}/complete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Join the parts into the object (it replaces an object of that key); the upload is then gone */
+        post: operations["completeUpload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/uploads/{uploadId}/parts/{partNumber}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Send one part (raw bytes with a Content-Length; streamed); a part of the same number sent before is replaced */
+        put: operations["uploadPart"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -300,6 +373,80 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description An unfinished upload and the parts it holds */
+        Upload: {
+            /** @description null: your folder of the default bucket */
+            bucket: string | null;
+            content_type: string;
+            /** @description RFC 3339 UTC */
+            created_at: string;
+            /** @description RFC 3339 UTC: when the sweeper aborts the upload if it is not complete */
+            expires_at: string;
+            /** @description as you named it */
+            key: string;
+            /** Format: int64 */
+            max_parts: number;
+            /**
+             * Format: int64
+             * @description bytes all parts together may have at most
+             */
+            max_size: number;
+            /**
+             * Format: int64
+             * @description bytes every part but the last must have at least
+             */
+            min_part_size: number;
+            /** @description the parts stored so far, by number */
+            parts: components["schemas"]["UploadPart"][];
+            /** Format: uuid */
+            upload_id: string;
+        };
+        UploadComplete: {
+            /** @description the parts to join, ascending by number, each with the ETag it was answered with (409 PARTS_CHANGED when one differs); without it, every part stored, by number. Parts left out are discarded. */
+            parts?: {
+                /** @description the ETag the part was answered with */
+                etag: string;
+                /** Format: int32 */
+                part_number: number;
+            }[];
+        };
+        /** @description Your unfinished uploads, oldest first */
+        UploadList: components["schemas"]["UploadSummary"][];
+        UploadPart: {
+            /** @description the store's ETag of the part, as completing with a list of parts names it */
+            etag: string;
+            /** @description RFC 3339 UTC */
+            last_modified: string | null;
+            /** Format: int64 */
+            part_number: number;
+            /**
+             * Format: int64
+             * @description bytes
+             */
+            size: number;
+        };
+        UploadStart: {
+            /** @description a bucket of yours; without it, the key is in your folder of the default bucket, as `/objects/{key}` */
+            bucket?: string;
+            /** @description the object's content type; by default a guess from the key's extension */
+            content_type?: string;
+            /** @description the object to make, as `PUT /objects` names it */
+            key: string;
+        };
+        /** @description An unfinished upload */
+        UploadSummary: {
+            /** @description null: your folder of the default bucket */
+            bucket: string | null;
+            content_type: string;
+            /** @description RFC 3339 UTC */
+            created_at: string;
+            /** @description RFC 3339 UTC: when the sweeper aborts the upload if it is not complete */
+            expires_at: string;
+            /** @description as you named it */
+            key: string;
+            /** Format: uuid */
+            upload_id: string;
+        };
     };
     responses: {
         /** @description A dependency refused the request (the `code` names it) */
@@ -316,6 +463,18 @@ export interface components {
         };
         /** @description Malformed JSON, a schema violation or a bad path or query parameter (`VALIDATION_ERROR`; `errors` names each field), or another refused value (its `code` says which) */
         BadRequest: {
+            headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Already exists, or the state does not allow the action (the `code` says which) */
+        Conflict: {
             headers: {
                 "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -1372,6 +1531,260 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listUploads: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadList"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    startUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UploadStart"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
+            404: components["responses"]["NotFound"];
+            /** @description TOO_MANY_UPLOADS: you have 10 unfinished uploads */
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description as `POST /uploads` answered it */
+                uploadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description UPLOAD_NOT_FOUND: no unfinished upload of yours has this ID (never made, completed, aborted, expired, or someone else's) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    abortUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description as `POST /uploads` answered it */
+                uploadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description aborted */
+            204: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description UPLOAD_NOT_FOUND: no unfinished upload of yours has this ID (never made, completed, aborted, expired, or someone else's) */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    completeUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description as `POST /uploads` answered it */
+                uploadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UploadComplete"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ObjectInfo"];
+                };
+            };
+            /** @description NO_PARTS (nothing to join), PART_TOO_SMALL (a part but the last under 5242880 bytes), VALIDATION_ERROR */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description UPLOAD_NOT_FOUND: no unfinished upload of yours has this ID (never made, completed, aborted, expired, or someone else's) */
+            404: components["responses"]["NotFound"];
+            /** @description PARTS_CHANGED: a part named was never stored or has another ETag now (sent again meanwhile) */
+            409: components["responses"]["Conflict"];
+            /** @description PAYLOAD_TOO_LARGE: the parts together are over max_upload_size */
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    uploadPart: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1 to 10000 */
+                partNumber: number;
+                /** @description as `POST /uploads` answered it */
+                uploadId: string;
+            };
+            cookie?: never;
+        };
+        /** @description raw object bytes */
+        requestBody?: {
+            content: {
+                "*/*": Blob;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadPart"];
+                };
+            };
+            /** @description LENGTH_REQUIRED (no Content-Length), INCOMPLETE_BODY (the body ended before its Content-Length: the part was not stored), VALIDATION_ERROR */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), ROLE_REQUIRED (a caller with no business with objects) */
+            403: components["responses"]["Forbidden"];
+            /** @description UPLOAD_NOT_FOUND: no unfinished upload of yours has this ID (never made, completed, aborted, expired, or someone else's) */
+            404: components["responses"]["NotFound"];
+            /** @description CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout */
+            408: components["responses"]["RequestTimeout"];
+            /** @description PAYLOAD_TOO_LARGE: with the other parts, the upload would pass max_upload_size; nothing was read */
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
             /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -9,15 +9,20 @@
 
 import type { Readable } from 'node:stream';
 import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
   CreateBucketCommand,
+  CreateMultipartUploadCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
   ListBucketsCommand,
   ListObjectsV2Command,
+  ListPartsCommand,
   PutObjectCommand,
   S3Client,
+  UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import type { Logger } from '@gpu/common';
@@ -26,7 +31,10 @@ import type {
   ObjectBody,
   ObjectHead,
   ObjectStore,
+  PartInfo,
+  PartRequest,
   ReadConditions,
+  StoredPart,
   StorePage,
   StorePageRequest,
   UploadRequest,
@@ -279,6 +287,84 @@ export class S3ObjectStore implements ObjectStore {
         ? new GetObjectCommand({ Bucket: bucket, Key: key })
         : new PutObjectCommand({ Bucket: bucket, Key: key });
     return getSignedUrl(this.signer, command, { expiresIn });
+  }
+
+  async createMultipart(bucket: string, key: string, contentType: string): Promise<string> {
+    try {
+      const out = await this.s3.send(
+        new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: contentType }),
+      );
+      if (!out.UploadId) throw new Error('the store answered no upload ID');
+      return out.UploadId;
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key });
+    }
+  }
+
+  async uploadPart(part: PartRequest): Promise<string> {
+    const { bucket, key } = part;
+    try {
+      const out = await this.s3.send(
+        new UploadPartCommand({
+          Bucket: bucket,
+          Key: key,
+          UploadId: part.uploadId,
+          PartNumber: part.partNumber,
+          Body: part.body,
+          ContentLength: part.length,
+        }),
+        { abortSignal: untilBodyFails(part.body, part.signal) },
+      );
+      if (!out.ETag) throw new Error('the store answered no ETag for the part');
+      return out.ETag;
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key, upload: true });
+    }
+  }
+
+  async listParts(bucket: string, key: string, uploadId: string): Promise<PartInfo[]> {
+    const parts: PartInfo[] = [];
+    try {
+      let marker: string | undefined;
+      do {
+        const out = await this.s3.send(
+          new ListPartsCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumberMarker: marker }),
+        );
+        for (const p of out.Parts ?? []) {
+          if (p.PartNumber === undefined || !p.ETag) continue;
+          parts.push({ partNumber: p.PartNumber, etag: p.ETag, size: p.Size ?? 0, lastModified: p.LastModified });
+        }
+        marker = out.IsTruncated ? out.NextPartNumberMarker : undefined;
+      } while (marker);
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key, upload: true });
+    }
+    return parts.sort((a, b) => a.partNumber - b.partNumber);
+  }
+
+  async completeMultipart(bucket: string, key: string, uploadId: string, parts: StoredPart[]): Promise<void> {
+    try {
+      await this.s3.send(
+        new CompleteMultipartUploadCommand({
+          Bucket: bucket,
+          Key: key,
+          UploadId: uploadId,
+          MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
+        }),
+      );
+    } catch (err) {
+      throw mapStoreError(err, { bucket, key, upload: true });
+    }
+  }
+
+  async abortMultipart(bucket: string, key: string, uploadId: string): Promise<void> {
+    try {
+      await this.s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId }));
+    } catch (err) {
+      const mapped = mapStoreError(err, { bucket, key, upload: true });
+      if ((mapped as { code?: string }).code === 'UPLOAD_NOT_FOUND') return;
+      throw mapped;
+    }
   }
 
   close(): void {

@@ -11,7 +11,14 @@ interface S3ErrorShape {
   $response?: { headers?: Record<string, string> };
 }
 
-export function mapStoreError(err: unknown, where: { bucket?: string; key?: string }): Error {
+/** Where the failed request went: its bucket, key, and whether it was a step of a multipart upload. */
+interface Where {
+  bucket?: string;
+  key?: string;
+  upload?: boolean;
+}
+
+export function mapStoreError(err: unknown, where: Where): Error {
   if (err instanceof AppError || err instanceof NotModified) return err;
   if (err instanceof BodyLengthMismatch) return storageErrors.incompleteBody(err.message);
   const e = err as S3ErrorShape;
@@ -23,6 +30,11 @@ export function mapStoreError(err: unknown, where: { bucket?: string; key?: stri
     return new NotModified(headers.etag, headers['last-modified']);
   }
   if (name === 'NoSuchBucket') return storageErrors.bucketNotFound(where.bucket ?? '');
+  if (name === 'NoSuchUpload' || (status === 404 && where.upload)) return storageErrors.uploadNotFound();
+  if (name === 'InvalidPart' || name === 'InvalidPartOrder') {
+    return storageErrors.partsChanged(`the store refused the parts: ${name}`);
+  }
+  if (name === 'EntityTooSmall') return storageErrors.partsChanged('the store refused a part as too small');
   if (name === 'NoSuchKey' || (status === 404 && where.key !== undefined)) {
     return storageErrors.objectNotFound(where.bucket ?? '', where.key ?? '');
   }

@@ -51,8 +51,8 @@ export class StorageAccess {
     private readonly defaultBucket: string,
   ) {}
 
-  /** The user whose resources the caller uses. */
-  private ownerOf(actor: Principal): string {
+  /** The user whose resources the caller uses (NO_OWNER for a caller acting for nobody). */
+  ownerOf(actor: Principal): string {
     if (actor.actsFor !== undefined) return actor.actsFor;
     if (isPrivileged(actor)) return actor.subject;
     throw accessErrors.noOwner();

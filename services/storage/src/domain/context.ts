@@ -1,9 +1,10 @@
 /** What the storage routes and rules work with: the configuration, the logger, the object store and its access rules. */
-import type { Logger } from '@gpu/common';
+import { durationMs, type Logger } from '@gpu/common';
 import type { StorageConfig } from '../config.ts';
 import { StorageAccess } from './access.ts';
 import { BucketOwners } from './bucket-owners.ts';
 import type { ObjectStore } from './store.ts';
+import { Uploads } from './uploads.ts';
 
 /** What the app is built from. */
 export interface StorageDeps {
@@ -15,10 +16,15 @@ export interface StorageDeps {
 export interface StorageContext extends StorageDeps {
   access: StorageAccess;
   owners: BucketOwners;
+  uploads: Uploads;
 }
 
 export function storageContext(deps: StorageDeps): StorageContext {
   const { object_store: settings } = deps.config;
   const owners = new BucketOwners(deps.store, settings.owners_bucket);
-  return { ...deps, owners, access: new StorageAccess(deps.store, owners, settings.default_bucket) };
+  const uploads = new Uploads(deps.store, settings.owners_bucket, {
+    maxSize: settings.max_upload_size,
+    expiryMs: durationMs(settings.upload_expiry),
+  });
+  return { ...deps, owners, uploads, access: new StorageAccess(deps.store, owners, settings.default_bucket) };
 }

@@ -59,6 +59,29 @@ export interface UploadRequest {
   signal?: AbortSignal;
 }
 
+/** One part of a multipart upload on its way to the store. */
+export interface PartRequest {
+  bucket: string;
+  key: string;
+  uploadId: string;
+  partNumber: number;
+  body: Readable;
+  length: number;
+  signal?: AbortSignal;
+}
+
+/** A part the store holds: its number and the ETag the store gave it. */
+export interface StoredPart {
+  partNumber: number;
+  etag: string;
+}
+
+/** A part as the store lists it. */
+export interface PartInfo extends StoredPart {
+  size: number;
+  lastModified?: Date;
+}
+
 /** One request for a page of the store's own listing. */
 export interface StorePageRequest {
   bucket: string;
@@ -93,7 +116,29 @@ export interface ObjectStore {
   delete(bucket: string, key: string): Promise<void>;
   listPage(req: StorePageRequest): Promise<StorePage>;
   presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
+  /** Starts a multipart upload at the store; its upload ID. */
+  createMultipart(bucket: string, key: string, contentType: string): Promise<string>;
+  /** Sends one part of exactly `length` bytes (streamed); its ETag. NoSuchUpload is UPLOAD_NOT_FOUND. */
+  uploadPart(part: PartRequest): Promise<string>;
+  /** The parts the store holds of an upload, by number. NoSuchUpload is UPLOAD_NOT_FOUND. */
+  listParts(bucket: string, key: string, uploadId: string): Promise<PartInfo[]>;
+  /** Joins the parts, in the order given, into the object. */
+  completeMultipart(bucket: string, key: string, uploadId: string, parts: StoredPart[]): Promise<void>;
+  /** Gives the upload up and frees its parts; an upload the store no longer knows is not an error. */
+  abortMultipart(bucket: string, key: string, uploadId: string): Promise<void>;
   close(): void;
+}
+
+/** Writes `value` as a small JSON object at `key` (the bucket must exist). */
+export async function writeJson(store: ObjectStore, bucket: string, key: string, value: unknown): Promise<void> {
+  const body = Buffer.from(JSON.stringify(value));
+  await store.upload({
+    bucket,
+    key,
+    body: Readable.from([body]),
+    contentType: 'application/json',
+    contentLength: body.length,
+  });
 }
 
 /**

@@ -3,14 +3,14 @@
  * a platform service (billing) or an admin; no one else may ask. Names and keys are checked here by `@gpu/common`'s
  * rules, each field error naming its entry (`body.read.2.key`).
  */
-import { bucketNameProblem, errors, type FieldError, objectKeyProblem, type RoutePlugin } from '@gpu/common';
+import { errors, type FieldError, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import { GRANT_ROLES } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { expirySeconds, GRANT_EXPIRY } from '../domain/expiry.ts';
 import { type GrantEntry, grantUrls } from '../domain/grants.ts';
 import { utcSeconds } from './presenters.ts';
-import { problemResponse, schemas, storeErrorResponses } from './schemas.ts';
+import { bucketField, keyField, problemResponse, schemas, storeErrorResponses } from './schemas.ts';
 
 /** Entries a grant may name: a session's inputs, and its logs and outputs. */
 const MAX_READ = 64;
@@ -18,23 +18,12 @@ const MAX_WRITE = 1000;
 
 const entrySchema = z
   .object({
-    bucket: z
-      .string()
-      .max(63, { message: 'must be 3 to 63 characters long', abort: true })
-      .refine((name) => bucketNameProblem(name) === undefined, {
-        error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
-      })
+    bucket: bucketField
       .optional()
       .describe("the bucket; without it, the key is in the user's folder of the default bucket (`users/{user_id}/`)"),
-    key: z
-      .string()
-      .max(1024, { message: 'must be at most 1024 bytes of UTF-8', abort: true })
-      .refine((key) => objectKeyProblem(key) === undefined, {
-        error: (issue) => `invalid object key: ${objectKeyProblem(String(issue.input))}`,
-      })
-      .describe(
-        "the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it",
-      ),
+    key: keyField.describe(
+      "the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it",
+    ),
   })
   .strict()
   .describe('An object of the user')

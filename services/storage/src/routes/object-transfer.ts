@@ -23,11 +23,10 @@ import {
 import { type ReadHeaders, readConditions } from '../domain/read-rules.ts';
 import { NotModified, type ObjectHead } from '../domain/store.ts';
 import { objectInfo } from './presenters.ts';
-import { readUploadBody } from './upload-body.ts';
+import { storeBody } from './upload-body.ts';
 
-export async function uploadObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
-  const { body, failure, release } = readUploadBody(ctx, request);
-  try {
+export function uploadObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  return storeBody(ctx, request, reply, async (body) => {
     const stored = await storeUpload(ctx.store, {
       bucket: target.bucket,
       key: target.key,
@@ -37,16 +36,7 @@ export async function uploadObject(ctx: StorageContext, target: Target, request:
       signal: request.abortSignal,
     });
     return reply.code(201).send(objectInfo({ ...stored, key: stored.key.slice(target.folder.length) }));
-  } catch (err) {
-    // Out of time: the request timeout answered already (503 REQUEST_TIMEOUT).
-    if (reply.sent) return reply;
-    // Reading a refused body to its end only to discard it would waste the transfer: close the connection instead.
-    if (!request.raw.complete) reply.header('connection', 'close');
-    // A body that failed (too large, cut short, stalled, out of time) is the answer, not what the store made of it.
-    throw failure() ?? err;
-  } finally {
-    release();
-  }
+  });
 }
 
 function readHeaders(request: FastifyRequest): ReadHeaders {

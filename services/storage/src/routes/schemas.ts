@@ -1,5 +1,5 @@
 /** Zod schemas shared by the storage routes (and so by the OpenAPI document). */
-import { type HeaderName, problemSchema, schemaRegistry } from '@gpu/common';
+import { bucketNameProblem, type HeaderName, objectKeyProblem, problemSchema, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
 
 /** The storage document's named schemas (`components.schemas`). */
@@ -25,6 +25,22 @@ export const objectListSchema = z
 
 /** The name of an object key in the document's paths: `/objects/{bucketName}/{objectKey}`. */
 export const OBJECT_KEY = 'objectKey';
+
+/** A bucket name in a JSON body, checked by the platform's naming rules. */
+export const bucketField = z
+  .string()
+  .max(63, { message: 'must be 3 to 63 characters long', abort: true })
+  .refine((name) => bucketNameProblem(name) === undefined, {
+    error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
+  });
+
+/** An object key in a JSON body, checked by the platform's key rules. */
+export const keyField = z
+  .string()
+  .max(1024, { message: 'must be at most 1024 bytes of UTF-8', abort: true })
+  .refine((key) => objectKeyProblem(key) === undefined, {
+    error: (issue) => `invalid object key: ${objectKeyProblem(String(issue.input))}`,
+  });
 
 export const bucketParams = z.object({
   bucketName: z

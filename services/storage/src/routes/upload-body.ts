@@ -9,12 +9,12 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { durationMs, isAppError, onBodyCut } from '@gpu/common';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { StorageContext } from '../domain/context.ts';
 import { checkDeclaredLength, UploadBody } from '../domain/upload-policy.ts';
 import { storageErrors } from '../errors.ts';
 
-export interface RequestBody {
+interface RequestBody {
   body: UploadBody;
   /** Why the body failed, if it did: the answer to give rather than the store's own complaint about it. */
   failure(): unknown;
@@ -22,13 +22,20 @@ export interface RequestBody {
   release(): void;
 }
 
-/** Reads the request's body into an `UploadBody`, refusing at once a declared length over the limit. */
-export function readUploadBody(ctx: StorageContext, request: FastifyRequest): RequestBody {
+/**
+ * Reads the request's body into an `UploadBody`, refusing at once a declared length over the limit (by default
+ * `max_upload_size`; a part's is what its upload may still take).
+ */
+function readUploadBody(
+  ctx: StorageContext,
+  request: FastifyRequest,
+  limit = ctx.config.object_store.max_upload_size,
+): RequestBody {
   const settings = ctx.config.object_store;
   const declared = request.headers['content-length'];
   const contentLength = declared === undefined ? undefined : Number(declared);
-  checkDeclaredLength(contentLength, settings.max_upload_size);
-  const body = new UploadBody(settings.max_upload_size, contentLength);
+  checkDeclaredLength(contentLength, limit);
+  const body = new UploadBody(limit, contentLength);
   let failure: unknown;
   body.on('error', (err) => {
     failure ??= err;
@@ -55,6 +62,30 @@ export function readUploadBody(ctx: StorageContext, request: FastifyRequest): Re
       signal.removeEventListener('abort', onAbort);
     },
   };
+}
+
+/**
+ * Hands the request's body to `store`, which stores it and answers. A body that failed (too large, cut short,
+ * stalled, out of time) is the answer rather than what the store made of it; a refused body is not read to its end
+ * (the connection closes); a request whose time ran out was answered already (503 REQUEST_TIMEOUT).
+ */
+export async function storeBody(
+  ctx: StorageContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  store: (body: UploadBody) => Promise<FastifyReply>,
+  limit?: number,
+): Promise<FastifyReply> {
+  const { body, failure, release } = readUploadBody(ctx, request, limit);
+  try {
+    return await store(body);
+  } catch (err) {
+    if (reply.sent) return reply;
+    if (!request.raw.complete) reply.header('connection', 'close');
+    throw failure() ?? err;
+  } finally {
+    release();
+  }
 }
 
 /**

@@ -6,9 +6,11 @@ import { createReadStream, createWriteStream, statSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import type { ObjectInfo } from '@gpu/client';
 import type { Command } from 'commander';
 import { context, show, UsageError } from '../cli.ts';
 import { transferProgress } from '../progress.ts';
+import { RESUMABLE_FROM, resumableUpload } from '../resumable.ts';
 
 export function storageCommands(program: Command) {
   const storage = program
@@ -35,7 +37,9 @@ export function storageCommands(program: Command) {
     .command('cp <from> <to>')
     .description(
       'copy a file up (gpu cp data.csv gpu:datasets/data.csv) or down (gpu cp gpu:out.txt out.txt; - : standard ' +
-        'output); a transfer of 1 MiB or more shows a progress bar when standard error is a terminal (not with --json)',
+        'output); a transfer of 1 MiB or more shows a progress bar when standard error is a terminal (not with --json). ' +
+        'A file of 64 MiB or more goes up in parts, resumably: after an interruption, run the same command again and ' +
+        'only the parts that did not arrive are sent',
     )
     .option('--bucket <name>', 'a bucket of yours instead of your folder')
     .action(async (from: string, to: string, opts: { bucket?: string }) => {
@@ -50,10 +54,19 @@ export function storageCommands(program: Command) {
       if (up !== undefined) {
         const size = statSync(from).size;
         const progress = transferProgress(`${from} -> gpu:${up}`, size, { json: ctx.json });
-        const counted = progress.counter();
-        // A file that cannot be read ends the upload with its error (pipeline destroys what follows it).
-        pipeline(createReadStream(from), counted).catch(() => {});
-        const info = await ctx.objects.upload(ref(up), counted, { contentLength: size }).finally(() => progress.stop());
+        let info: ObjectInfo;
+        try {
+          if (size >= RESUMABLE_FROM) {
+            info = await resumableUpload(ctx, from, ref(up), progress);
+          } else {
+            const counted = progress.counter();
+            // A file that cannot be read ends the upload with its error (pipeline destroys what follows it).
+            pipeline(createReadStream(from), counted).catch(() => {});
+            info = await ctx.objects.upload(ref(up), counted, { contentLength: size });
+          }
+        } finally {
+          progress.stop();
+        }
         show(ctx.json, info, ['key', 'size', 'etag'], [[info.key, info.size, info.etag]]);
         return;
       }

@@ -1,0 +1,270 @@
+/**
+ * Resumable uploads: an object sent as numbered parts over as many requests as the client needs (and over failures:
+ * a client that lost its connection asks which parts arrived and sends only the rest), joined into the object when
+ * the client completes the upload. The store's own multipart upload holds the parts (S3, MinIO, the dev server);
+ * the service keeps one small record per upload in the records bucket, `.uploads/<owner>/<upload id>`, which says
+ * whose upload it is, where the object goes and when it was started. So:
+ *
+ * - an upload is its owner's (the user a caller acts for, as for buckets): another user's upload ID is 404, as one
+ *   that never existed; its target was checked by the access rules when it was made;
+ * - a user has at most `MAX_OPEN_UPLOADS` unfinished uploads (409 TOO_MANY_UPLOADS), each at most `max_upload_size`
+ *   in all (a part that would pass it is 413 before a byte of it is read), so unfinished parts, which are not
+ *   billed as stored bytes until they are an object, stay bounded;
+ * - an upload not completed within `upload_expiry` of its start is aborted by the sweeper (every instance sweeps;
+ *   aborting twice is harmless) and its parts are freed; until then it answers 404 as well;
+ * - the store's rules for parts apply and are checked before the store sees them: numbers 1-10000, every part but
+ *   the last at least 5 MiB, a part sent again replaces the one before.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from '@gpu/common';
+import { errors } from '@gpu/common';
+import { storageErrors } from '../errors.ts';
+import type { ResolvedTarget } from './access.ts';
+import {
+  type ObjectStore,
+  type PartInfo,
+  type PartRequest,
+  readJson,
+  type StoredPart,
+  type StorePage,
+  writeJson,
+} from './store.ts';
+
+/** S3's smallest part but the last. */
+export const MIN_PART_SIZE = 5 * 1024 * 1024;
+/** S3's most parts of one upload. */
+export const MAX_PARTS = 10_000;
+/** Unfinished uploads one owner may have at once. */
+export const MAX_OPEN_UPLOADS = 10;
+
+const RECORDS = '.uploads/';
+
+/** What the service keeps of an upload (the store keeps its parts). */
+export interface UploadRecord {
+  upload_id: string;
+  /** The user it belongs to. */
+  owner: string;
+  bucket: string;
+  /** The store's key. */
+  key: string;
+  /** Prefix of the key that the owner does not see (their folder, on the default bucket's routes). */
+  folder: string;
+  /** Whether the caller named the bucket (else: the default bucket). */
+  named_bucket: boolean;
+  content_type: string;
+  store_upload_id: string;
+  created_at: string;
+}
+
+export interface UploadSettings {
+  /** `max_upload_size`: the most bytes of all parts together. */
+  maxSize: number;
+  /** `upload_expiry` in milliseconds. */
+  expiryMs: number;
+}
+
+/** A part to store: the caller's part number, its body and its declared length. */
+export type IncomingPart = Omit<PartRequest, 'bucket' | 'key' | 'uploadId'>;
+
+export class Uploads {
+  constructor(
+    private readonly store: ObjectStore,
+    /** The bucket of the records (the bucket-owner records' bucket). */
+    private readonly recordsBucket: string,
+    private readonly settings: UploadSettings,
+  ) {}
+
+  /** A page of records under `prefix` (none before the records bucket exists). */
+  private async records(prefix: string, maxKeys: number, token?: string): Promise<StorePage> {
+    try {
+      return await this.store.listPage({ bucket: this.recordsBucket, prefix, oneLevel: false, token, maxKeys });
+    } catch (err) {
+      if ((err as { code?: string }).code === 'BUCKET_NOT_FOUND') return { folders: [], objects: [] };
+      throw err;
+    }
+  }
+
+  private recordKey(owner: string, uploadId: string): string {
+    return `${RECORDS}${owner}/${uploadId}`;
+  }
+
+  expiresAt(record: UploadRecord): Date {
+    return new Date(Date.parse(record.created_at) + this.settings.expiryMs);
+  }
+
+  /** Starts an upload of the owner to the target (already checked by the access rules). */
+  async create(owner: string, target: ResolvedTarget, namedBucket: boolean, contentType: string) {
+    const open = await this.records(`${RECORDS}${owner}/`, MAX_OPEN_UPLOADS);
+    if (open.objects.length >= MAX_OPEN_UPLOADS) throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
+    const storeUploadId = await this.store.createMultipart(target.bucket, target.key, contentType);
+    const record: UploadRecord = {
+      upload_id: randomUUID(),
+      owner,
+      bucket: target.bucket,
+      key: target.key,
+      folder: target.folder,
+      named_bucket: namedBucket,
+      content_type: contentType,
+      store_upload_id: storeUploadId,
+      created_at: new Date().toISOString(),
+    };
+    try {
+      await this.store.ensureBucket(this.recordsBucket);
+      await writeJson(this.store, this.recordsBucket, this.recordKey(owner, record.upload_id), record);
+    } catch (err) {
+      // Without its record nobody could finish the upload or sweep it: give the store's upload up.
+      await this.store.abortMultipart(target.bucket, target.key, storeUploadId).catch(() => {});
+      throw err;
+    }
+    return record;
+  }
+
+  /** The owner's upload, unless it is unknown, someone else's or expired (404 UPLOAD_NOT_FOUND for all three). */
+  async get(owner: string, uploadId: string): Promise<UploadRecord> {
+    const record = (await readJson(this.store, this.recordsBucket, this.recordKey(owner, uploadId))) as
+      | UploadRecord
+      | undefined;
+    if (!record || record.owner !== owner || this.expiresAt(record).getTime() <= Date.now()) {
+      throw storageErrors.uploadNotFound();
+    }
+    return record;
+  }
+
+  /** The owner's unfinished uploads, oldest first. */
+  async list(owner: string): Promise<UploadRecord[]> {
+    const page = await this.records(`${RECORDS}${owner}/`, MAX_OPEN_UPLOADS);
+    const records = await Promise.all(
+      page.objects.map((o) =>
+        this.get(owner, o.key.slice(o.key.lastIndexOf('/') + 1)).catch((err: unknown) => {
+          // Expired (not swept yet) or gone meanwhile.
+          if ((err as { code?: string }).code === 'UPLOAD_NOT_FOUND') return undefined;
+          throw err;
+        }),
+      ),
+    );
+    return records
+      .filter((r): r is UploadRecord => r !== undefined)
+      .sort((a, b) => a.created_at.localeCompare(b.created_at));
+  }
+
+  /** The parts the store holds of the upload. */
+  parts(record: UploadRecord): Promise<PartInfo[]> {
+    return this.store.listParts(record.bucket, record.key, record.store_upload_id);
+  }
+
+  /**
+   * How many bytes the part may have: what the upload may still take, counting every part but the one it replaces.
+   * A part declared larger is refused before its bytes are read.
+   */
+  async roomFor(record: UploadRecord, partNumber: number): Promise<number> {
+    const held = (await this.parts(record))
+      .filter((p) => p.partNumber !== partNumber)
+      .reduce((sum, p) => sum + p.size, 0);
+    return Math.max(0, this.settings.maxSize - held);
+  }
+
+  /** Stores one part (replacing a part of the same number); its ETag. */
+  putPart(record: UploadRecord, part: IncomingPart): Promise<string> {
+    return this.store.uploadPart({
+      ...part,
+      bucket: record.bucket,
+      key: record.key,
+      uploadId: record.store_upload_id,
+    });
+  }
+
+  /**
+   * Joins the parts into the object: the ones the client names (each with the ETag it was answered), else every
+   * part the store holds, by number. Then forgets the upload.
+   */
+  async complete(record: UploadRecord, chosen?: StoredPart[]): Promise<void> {
+    const held = await this.parts(record);
+    const byNumber = new Map(held.map((p) => [p.partNumber, p]));
+    const unquote = (etag: string) => etag.replaceAll('"', '');
+    let parts: PartInfo[];
+    if (chosen) {
+      parts = chosen.map((c, i) => {
+        if (i > 0 && c.partNumber <= (chosen[i - 1]?.partNumber ?? 0)) {
+          throw errors.validation('parts must be in ascending order of part_number, each once', [
+            { path: `body.parts.${i}.part_number`, message: 'not above the part before it' },
+          ]);
+        }
+        const part = byNumber.get(c.partNumber);
+        if (!part) throw storageErrors.partsChanged(`part ${c.partNumber} was never stored`);
+        if (unquote(part.etag) !== unquote(c.etag)) {
+          throw storageErrors.partsChanged(`part ${c.partNumber} has ETag ${part.etag} now, not ${c.etag}`);
+        }
+        return part;
+      });
+    } else {
+      parts = held;
+    }
+    if (parts.length === 0) throw storageErrors.noParts();
+    const small = parts.slice(0, -1).find((p) => p.size < MIN_PART_SIZE);
+    if (small) throw storageErrors.partTooSmall(small.partNumber, MIN_PART_SIZE);
+    if (parts.reduce((sum, p) => sum + p.size, 0) > this.settings.maxSize) {
+      throw storageErrors.uploadTooLarge(this.settings.maxSize);
+    }
+    await this.store.completeMultipart(record.bucket, record.key, record.store_upload_id, parts);
+    await this.forget(record);
+  }
+
+  /** Gives the upload up: the store frees its parts, the record goes. */
+  async abort(record: UploadRecord): Promise<void> {
+    await this.store.abortMultipart(record.bucket, record.key, record.store_upload_id);
+    await this.forget(record);
+  }
+
+  private forget(record: UploadRecord): Promise<void> {
+    return this.store.delete(this.recordsBucket, this.recordKey(record.owner, record.upload_id));
+  }
+
+  /**
+   * Aborts every upload started more than `upload_expiry` ago (of every owner); how many. A record's time in the
+   * listing is when it was written, so only expired uploads' records are read.
+   */
+  async sweep(now = Date.now()): Promise<number> {
+    let swept = 0;
+    let token: string | undefined;
+    do {
+      const page = await this.records(RECORDS, 1000, token);
+      for (const entry of page.objects) {
+        if ((entry.lastModified?.getTime() ?? now) + this.settings.expiryMs > now) continue;
+        const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
+        if (record) await this.store.abortMultipart(record.bucket, record.key, record.store_upload_id);
+        await this.store.delete(this.recordsBucket, entry.key);
+        swept++;
+      }
+      token = page.nextToken;
+    } while (token);
+    return swept;
+  }
+}
+
+/**
+ * Runs the sweeper at start and then every `everyMs`, one sweep at a time; a failed sweep is logged and the next one
+ * tries again. Stopping does not wait for a sweep under way (a store that does not answer would hold the shutdown):
+ * closing the store ends it, and what it did not finish the next start's sweep does.
+ */
+export function startSweeper(uploads: Uploads, everyMs: number, logger: Logger): () => void {
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const run = () => {
+    uploads
+      .sweep()
+      .then((swept) => {
+        if (swept > 0) logger.info({ swept }, 'expired uploads aborted');
+      })
+      .catch((err: unknown) => {
+        if (!stopped) logger.warn({ err }, 'sweeping expired uploads failed; trying again later');
+      })
+      .finally(() => {
+        if (!stopped) timer = setTimeout(run, everyMs).unref();
+      });
+  };
+  run();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}

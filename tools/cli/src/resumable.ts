@@ -1,0 +1,132 @@
+/**
+ * `gpu storage cp` of a large file: a resumable upload (the storage service's `/uploads`), sent in parts of
+ * `PART_SIZE`. Its ID is kept in the config directory's `uploads.json` (0600) under the file and the target, so the
+ * same command run again after an interruption (a lost connection, Ctrl-C, a crash) asks the service which parts
+ * arrived and sends only the rest. The file must be unchanged (the size and modification time it had when the upload
+ * started): else the old upload is given up and a new one starts. A part that fails for a reason that may pass (a
+ * connection, the service or the store away) is sent again twice, after a pause; a refusal ends the run at once.
+ */
+import { createReadStream, statSync } from 'node:fs';
+import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
+import type { Context } from './cli.ts';
+import { readConfigFile, writeConfigFile } from './config.ts';
+import type { Progress } from './progress.ts';
+
+/** From this size on, `cp` uploads resumably. */
+export const RESUMABLE_FROM = 64 * 1024 * 1024;
+/** Bytes per part (the service's least is 5 MiB; a file of more than 10,000 parts gets larger ones). */
+const PART_SIZE = 16 * 1024 * 1024;
+const MAX_PARTS = 10_000;
+const ATTEMPTS = 3;
+
+/** An upload under way, as `uploads.json` keeps it. */
+interface Pending {
+  upload_id: string;
+  size: number;
+  mtime_ms: number;
+  part_size: number;
+}
+
+type PendingFile = Record<string, Pending>;
+
+const pendingKey = (file: string, ref: ObjectRef) => JSON.stringify([path.resolve(file), ref.bucket ?? '', ref.key]);
+
+function remember(ctx: Context, key: string, pending: Pending | undefined) {
+  const all = readConfigFile<PendingFile>(ctx.env, 'uploads.json') as PendingFile;
+  if (pending) all[key] = pending;
+  else delete all[key];
+  writeConfigFile(ctx.env, 'uploads.json', all);
+}
+
+/** Whether a failure may pass if the part is sent again (not a refusal by the service). */
+function mayPass(err: unknown): boolean {
+  return !(err instanceof ApiError) || err.status >= 500 || err.status === 408;
+}
+
+/** The upload to go on with: the one kept for this file and target if it is still there and the file unchanged. */
+async function resumeOrStart(ctx: Context, file: string, ref: ObjectRef, key: string) {
+  const { size, mtimeMs } = statSync(file);
+  const kept = readConfigFile<PendingFile>(ctx.env, 'uploads.json')[key];
+  if (kept) {
+    if (kept.size === size && kept.mtime_ms === mtimeMs) {
+      try {
+        return { pending: kept, upload: await ctx.objects.uploads.get(kept.upload_id) };
+      } catch (err) {
+        // Gone (completed, aborted, expired): start over.
+        if (!(err instanceof ApiError) || err.status !== 404) throw err;
+      }
+    } else {
+      await ctx.objects.uploads.abort(kept.upload_id).catch(() => {});
+    }
+  }
+  const upload = await ctx.objects.uploads.start(ref);
+  const partSize = Math.max(PART_SIZE, Math.ceil(size / MAX_PARTS));
+  const pending = { upload_id: upload.upload_id, size, mtime_ms: mtimeMs, part_size: partSize };
+  remember(ctx, key, pending);
+  return { pending, upload };
+}
+
+/** Uploads the file in parts, resuming an upload of it that was interrupted; the object made. */
+export async function resumableUpload(
+  ctx: Context,
+  file: string,
+  ref: ObjectRef,
+  progress: Progress,
+): Promise<ObjectInfo> {
+  const key = pendingKey(file, ref);
+  const { pending, upload } = await resumeOrStart(ctx, file, ref, key);
+  const { size, part_size: partSize } = pending;
+  const count = Math.max(1, Math.ceil(size / partSize));
+  const lengthOf = (n: number) => Math.min(partSize, size - (n - 1) * partSize);
+  // Parts that arrived whole before; any other part is sent (again).
+  const stored = new Map(
+    upload.parts
+      .filter((p) => p.part_number <= count && p.size === lengthOf(p.part_number))
+      .map((p) => [p.part_number, p.etag]),
+  );
+  if (stored.size > 0) {
+    process.stderr.write(`resuming upload ${upload.upload_id}: ${stored.size} of ${count} parts already stored\n`);
+    progress.add([...stored.keys()].reduce((sum, n) => sum + lengthOf(n), 0));
+  }
+  try {
+    for (let n = 1; n <= count; n++) {
+      if (stored.has(n)) continue;
+      stored.set(n, await sendPart(ctx, pending.upload_id, file, n, (n - 1) * partSize, lengthOf(n), progress));
+    }
+  } catch (err) {
+    process.stderr.write(
+      `upload interrupted with ${stored.size} of ${count} parts stored: run the same command again to resume\n`,
+    );
+    throw err;
+  }
+  const parts = [...stored.entries()].sort(([a], [b]) => a - b).map(([part_number, etag]) => ({ part_number, etag }));
+  const info = await ctx.objects.uploads.complete(pending.upload_id, parts);
+  remember(ctx, key, undefined);
+  return info;
+}
+
+async function sendPart(
+  ctx: Context,
+  uploadId: string,
+  file: string,
+  partNumber: number,
+  start: number,
+  length: number,
+  progress: Progress,
+): Promise<string> {
+  for (let attempt = 1; ; attempt++) {
+    const counted = progress.counter();
+    // A file that cannot be read ends the part with its error (pipeline destroys what follows it).
+    pipeline(createReadStream(file, { start, end: start + length - 1 }), counted).catch(() => {});
+    try {
+      const part = await ctx.objects.uploads.putPart(uploadId, partNumber, counted, { contentLength: length });
+      return part.etag;
+    } catch (err) {
+      progress.add(-counted.bytes);
+      if (attempt >= ATTEMPTS || !mayPass(err)) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 1000 * attempt));
+    }
+  }
+}
