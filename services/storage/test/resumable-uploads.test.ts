@@ -257,6 +257,38 @@ describe("an upload's bounds", () => {
   });
 });
 
+describe('bounds under concurrent requests', () => {
+  it('never leaves a user more open uploads than the bound, however many start at once', async () => {
+    const user = await svc.issuer.user(['renter']);
+    const answers = await Promise.all(
+      Array.from({ length: 25 }, () => as(user, { method: 'POST', url: '/uploads', payload: { key: key() } })),
+    );
+    const started = answers.filter((a) => a.statusCode === 201).length;
+    expect(started).toBeGreaterThan(0);
+    expect(started).toBeLessThanOrEqual(MAX_OPEN_UPLOADS);
+    expect(answers.every((a) => a.statusCode === 201 || a.json().code === 'TOO_MANY_UPLOADS')).toBe(true);
+    expect((await as(user, { url: '/uploads' })).json().length).toBe(started);
+  });
+
+  it('gives an upload up when parts sent at once pass max_upload_size together', async () => {
+    const user = await svc.issuer.user(['renter']);
+    const upload = await start(user, { key: key() });
+    // max_upload_size is 12 MiB: each 5 MiB part fits the room it sees, four together do not.
+    const answers = await Promise.all(
+      [1, 2, 3, 4].map((n) => putPart(user, upload.upload_id, n, randomBytes(MIN_PART_SIZE))),
+    );
+    expect(answers.some((a) => a.statusCode === 413)).toBe(true);
+    // What is left holds no more than the bound: nothing, once given up.
+    const after = await as(user, { url: `/uploads/${upload.upload_id}` });
+    if (after.statusCode === 200) {
+      const held = after.json().parts.reduce((sum: number, p: { size: number }) => sum + p.size, 0);
+      expect(held).toBeLessThanOrEqual(12 * 1024 * 1024);
+    } else {
+      expect(after.json().code).toBe('UPLOAD_NOT_FOUND');
+    }
+  });
+});
+
 describe('expiry', () => {
   it('aborts an upload not completed within upload_expiry, freeing its parts at the store', async () => {
     const short = await startService({ objectStore: { upload_expiry: '2s' } });

@@ -3,9 +3,13 @@
  * `PART_SIZE`. Its ID is kept in the config directory's `uploads.json` (0600) under the file and the target, so the
  * same command run again after an interruption (a lost connection, Ctrl-C, a crash) asks the service which parts
  * arrived and sends only the rest. The file must be unchanged (the size and modification time it had when the upload
- * started): else the old upload is given up and a new one starts. A part that fails for a reason that may pass (a
- * connection, the service or the store away) is sent again twice, after a pause; a refusal ends the run at once.
+ * started): else the old upload is given up and a new one starts; a part kept from before whose ETag is an MD5 (S3,
+ * MinIO, the dev server) must also have the MD5 of the file's bytes, else it is sent again; a file that changes while
+ * it is sent is not joined. A part that fails for a reason that may pass (a connection, the service or the store
+ * away) is sent again twice, after a pause; a refusal ends the run at once. Two runs at once for different files keep
+ * their uploads in one file and may lose each other's entry: such an upload is then not resumed, and expires.
  */
+import { createHash } from 'node:crypto';
 import { createReadStream, statSync } from 'node:fs';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -62,6 +66,10 @@ async function resumeOrStart(ctx: Context, file: string, ref: ObjectRef, key: st
     }
   }
   const upload = await ctx.objects.uploads.start(ref);
+  if (size > upload.max_size) {
+    await ctx.objects.uploads.abort(upload.upload_id).catch(() => {});
+    throw new Error(`${file} has ${size} bytes, more than the platform takes (${upload.max_size})`);
+  }
   const partSize = Math.max(PART_SIZE, Math.ceil(size / MAX_PARTS));
   const pending = { upload_id: upload.upload_id, size, mtime_ms: mtimeMs, part_size: partSize };
   remember(ctx, key, pending);
@@ -80,12 +88,12 @@ export async function resumableUpload(
   const { size, part_size: partSize } = pending;
   const count = Math.max(1, Math.ceil(size / partSize));
   const lengthOf = (n: number) => Math.min(partSize, size - (n - 1) * partSize);
-  // Parts that arrived whole before; any other part is sent (again).
-  const stored = new Map(
-    upload.parts
-      .filter((p) => p.part_number <= count && p.size === lengthOf(p.part_number))
-      .map((p) => [p.part_number, p.etag]),
-  );
+  // Parts that arrived whole before, with these bytes; any other part is sent (again).
+  const stored = new Map<number, string>();
+  for (const p of upload.parts) {
+    if (p.part_number > count || p.size !== lengthOf(p.part_number)) continue;
+    if (await sameBytes(file, (p.part_number - 1) * partSize, p.size, p.etag)) stored.set(p.part_number, p.etag);
+  }
   if (stored.size > 0) {
     process.stderr.write(`resuming upload ${upload.upload_id}: ${stored.size} of ${count} parts already stored\n`);
     progress.add([...stored.keys()].reduce((sum, n) => sum + lengthOf(n), 0));
@@ -101,10 +109,25 @@ export async function resumableUpload(
     );
     throw err;
   }
+  const now = statSync(file);
+  if (now.size !== size || now.mtimeMs !== pending.mtime_ms) {
+    await ctx.objects.uploads.abort(pending.upload_id).catch(() => {});
+    remember(ctx, key, undefined);
+    throw new Error(`${file} changed while it was being sent: nothing was stored; copy it again`);
+  }
   const parts = [...stored.entries()].sort(([a], [b]) => a - b).map(([part_number, etag]) => ({ part_number, etag }));
   const info = await ctx.objects.uploads.complete(pending.upload_id, parts);
   remember(ctx, key, undefined);
   return info;
+}
+
+/** Whether a stored part holds the file's bytes, when its ETag is their MD5 (true when it cannot tell). */
+async function sameBytes(file: string, start: number, length: number, etag: string): Promise<boolean> {
+  const md5 = /^"?([0-9a-f]{32})"?$/.exec(etag)?.[1];
+  if (!md5) return true;
+  const hash = createHash('md5');
+  for await (const chunk of createReadStream(file, { start, end: start + length - 1 })) hash.update(chunk as Buffer);
+  return hash.digest('hex') === md5;
 }
 
 async function sendPart(

@@ -22,9 +22,14 @@ export interface StorageContext extends StorageDeps {
 export function storageContext(deps: StorageDeps): StorageContext {
   const { object_store: settings } = deps.config;
   const owners = new BucketOwners(deps.store, settings.owners_bucket);
-  const uploads = new Uploads(deps.store, settings.owners_bucket, {
-    maxSize: settings.max_upload_size,
-    expiryMs: durationMs(settings.upload_expiry),
-  });
+  const uploads = new Uploads(
+    deps.store,
+    settings.owners_bucket,
+    {
+      maxSize: settings.max_upload_size,
+      expiryMs: durationMs(settings.upload_expiry),
+    },
+    deps.logger,
+  );
   return { ...deps, owners, uploads, access: new StorageAccess(deps.store, owners, settings.default_bucket) };
 }

@@ -9,15 +9,15 @@
  *   that never existed; its target was checked by the access rules when it was made;
  * - a user has at most `MAX_OPEN_UPLOADS` unfinished uploads (409 TOO_MANY_UPLOADS), each at most `max_upload_size`
  *   in all (a part that would pass it is 413 before a byte of it is read), so unfinished parts, which are not
- *   billed as stored bytes until they are an object, stay bounded;
+ *   billed as stored bytes until they are an object, stay bounded; requests sent at once are checked again once
+ *   stored, and the ones past a bound give their upload (or themselves) up;
  * - an upload not completed within `upload_expiry` of its start is aborted by the sweeper (every instance sweeps;
  *   aborting twice is harmless) and its parts are freed; until then it answers 404 as well;
  * - the store's rules for parts apply and are checked before the store sees them: numbers 1-10000, every part but
  *   the last at least 5 MiB, a part sent again replaces the one before.
  */
 import { randomUUID } from 'node:crypto';
-import type { Logger } from '@gpu/common';
-import { errors } from '@gpu/common';
+import { errors, type Logger } from '@gpu/common';
 import { storageErrors } from '../errors.ts';
 import type { ResolvedTarget } from './access.ts';
 import {
@@ -72,6 +72,7 @@ export class Uploads {
     /** The bucket of the records (the bucket-owner records' bucket). */
     private readonly recordsBucket: string,
     private readonly settings: UploadSettings,
+    private readonly logger?: Logger,
   ) {}
 
   /** A page of records under `prefix` (none before the records bucket exists). */
@@ -92,10 +93,27 @@ export class Uploads {
     return new Date(Date.parse(record.created_at) + this.settings.expiryMs);
   }
 
-  /** Starts an upload of the owner to the target (already checked by the access rules). */
+  /**
+   * The keys of the owner's records that have not expired, oldest first (a record's time in the listing is its start;
+   * records of one second by key).
+   */
+  private async openKeys(owner: string): Promise<string[]> {
+    const now = Date.now();
+    const page = await this.records(`${RECORDS}${owner}/`, 1000);
+    const time = (o: { lastModified?: Date }) => o.lastModified?.getTime() ?? now;
+    return page.objects
+      .filter((o) => time(o) + this.settings.expiryMs > now)
+      .sort((a, b) => time(a) - time(b) || (a.key < b.key ? -1 : 1))
+      .map((o) => o.key);
+  }
+
+  /**
+   * Starts an upload of the owner to the target (already checked by the access rules). The bound on open uploads is
+   * checked before and again after the record is written: of uploads started at once past the bound, the late ones
+   * give themselves up (409), so concurrent requests cannot hold more than the bound.
+   */
   async create(owner: string, target: ResolvedTarget, namedBucket: boolean, contentType: string) {
-    const open = await this.records(`${RECORDS}${owner}/`, MAX_OPEN_UPLOADS);
-    if (open.objects.length >= MAX_OPEN_UPLOADS) throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
+    if ((await this.openKeys(owner)).length >= MAX_OPEN_UPLOADS) throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
     const storeUploadId = await this.store.createMultipart(target.bucket, target.key, contentType);
     const record: UploadRecord = {
       upload_id: randomUUID(),
@@ -116,6 +134,13 @@ export class Uploads {
       await this.store.abortMultipart(target.bucket, target.key, storeUploadId).catch(() => {});
       throw err;
     }
+    const open = await this.openKeys(owner);
+    const mine = this.recordKey(owner, record.upload_id);
+    // Past the bound (uploads started at once), the latest ones give up: those that came before stay.
+    if (open.length > MAX_OPEN_UPLOADS && open.indexOf(mine) >= MAX_OPEN_UPLOADS) {
+      await this.abort(record).catch(() => {});
+      throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
+    }
     return record;
   }
 
@@ -132,10 +157,9 @@ export class Uploads {
 
   /** The owner's unfinished uploads, oldest first. */
   async list(owner: string): Promise<UploadRecord[]> {
-    const page = await this.records(`${RECORDS}${owner}/`, MAX_OPEN_UPLOADS);
     const records = await Promise.all(
-      page.objects.map((o) =>
-        this.get(owner, o.key.slice(o.key.lastIndexOf('/') + 1)).catch((err: unknown) => {
+      (await this.openKeys(owner)).map((key) =>
+        this.get(owner, key.slice(key.lastIndexOf('/') + 1)).catch((err: unknown) => {
           // Expired (not swept yet) or gone meanwhile.
           if ((err as { code?: string }).code === 'UPLOAD_NOT_FOUND') return undefined;
           throw err;
@@ -163,14 +187,24 @@ export class Uploads {
     return Math.max(0, this.settings.maxSize - held);
   }
 
-  /** Stores one part (replacing a part of the same number); its ETag. */
-  putPart(record: UploadRecord, part: IncomingPart): Promise<string> {
-    return this.store.uploadPart({
+  /**
+   * Stores one part (replacing a part of the same number); its ETag. Parts sent at once each fit the room they saw
+   * before any of them was stored: when together they passed `max_upload_size`, the upload is given up (its parts
+   * freed) and 413 answered, so concurrent parts cannot hold more than the bound.
+   */
+  async putPart(record: UploadRecord, part: IncomingPart): Promise<string> {
+    const etag = await this.store.uploadPart({
       ...part,
       bucket: record.bucket,
       key: record.key,
       uploadId: record.store_upload_id,
     });
+    const held = (await this.parts(record)).reduce((sum, p) => sum + p.size, 0);
+    if (held > this.settings.maxSize) {
+      await this.abort(record).catch(() => {});
+      throw storageErrors.uploadTooLarge(this.settings.maxSize);
+    }
+    return etag;
   }
 
   /**
@@ -206,7 +240,8 @@ export class Uploads {
       throw storageErrors.uploadTooLarge(this.settings.maxSize);
     }
     await this.store.completeMultipart(record.bucket, record.key, record.store_upload_id, parts);
-    await this.forget(record);
+    // The object is made: a record left behind (the store away a moment) is swept later, harmlessly.
+    await this.forget(record).catch(() => {});
   }
 
   /** Gives the upload up: the store frees its parts, the record goes. */
@@ -230,10 +265,20 @@ export class Uploads {
       const page = await this.records(RECORDS, 1000, token);
       for (const entry of page.objects) {
         if ((entry.lastModified?.getTime() ?? now) + this.settings.expiryMs > now) continue;
-        const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
-        if (record) await this.store.abortMultipart(record.bucket, record.key, record.store_upload_id);
-        await this.store.delete(this.recordsBucket, entry.key);
-        swept++;
+        try {
+          const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
+          if (record) {
+            await this.store.abortMultipart(record.bucket, record.key, record.store_upload_id).catch((err: unknown) => {
+              // Its bucket gone: nothing left to free.
+              if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
+            });
+          }
+          await this.store.delete(this.recordsBucket, entry.key);
+          swept++;
+        } catch (err) {
+          // One record that cannot be swept now (the store refusing it) does not hold up the others.
+          this.logger?.warn({ err, record: entry.key }, 'an expired upload could not be swept; trying again later');
+        }
       }
       token = page.nextToken;
     } while (token);
