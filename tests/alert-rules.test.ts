@@ -33,11 +33,12 @@ function metricsOf(expr: string): string[] {
     'on',
     'without',
     'increase',
+    'max',
     'le',
   ]);
   const names = [...expr.replace(/"[^"]*"/g, '""').matchAll(/\b([a-z_][a-z0-9_]*)\b(?!\s*\()/g)].map((m) => m[1]!);
   return names
-    .filter((n) => !words.has(n) && !/^(status_code|job|status|instance|reason)$/.test(n) && !/^\d/.test(n))
+    .filter((n) => !words.has(n) && !/^(status_code|job|status|instance|reason|consumer)$/.test(n) && !/^\d/.test(n))
     .map((n) => n.replace(/_(bucket|count|sum)$/, ''));
 }
 
@@ -51,6 +52,8 @@ function exportedMetrics(): Set<string> {
       if (statSync(full).isDirectory()) walk(full);
       else if (full.endsWith('.ts')) {
         const text = readFileSync(full, 'utf8');
+        // A consumer's lag gauge, named by the service's prefix (common's consumerPendingGauge).
+        for (const m of text.matchAll(/consumerPendingGauge\(\s*'([a-z]+)'/g)) names.add(`${m[1]}_consumer_pending`);
         if (!text.includes("from 'prom-client'")) continue;
         for (const m of text.matchAll(/(?:name:|fromDb\(|gauge\()\s*'([a-z_:]+)'/g)) names.add(m[1]!);
       }

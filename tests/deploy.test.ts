@@ -26,6 +26,7 @@ import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { tracingConfigured } from '@gpu/common';
 import { freePort, testEnv } from '@gpu/common/testing';
 import { Ajv } from 'ajv';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -168,7 +169,10 @@ describe('docker-compose.yml', () => {
       // the API (8080); the object store's S3 API for presigned URLs and downloads by redirect (9000,
       // S3_PUBLIC_ENDPOINT); the validator's JSON-RPC and WebSocket for pnpm wallet's deposits (8899, 8900)
       gateway: ['8080', '9000', '8899', '8900'],
+      // the trace viewer, in the tracing profile only
+      jaeger: ['16686'],
     });
+    expect((composeServices.jaeger as { profiles?: string[] }).profiles).toEqual(['tracing']);
     // The gateway is nginx on its files in deploy/gateway (the ones tools/gateway/test runs), recent enough to
     // re-resolve the services' names (`resolve`, nginx 1.27.3).
     const gateway = composeServices.gateway as ComposeService & { volumes?: string[] };
@@ -270,7 +274,10 @@ describe('docker-compose.yml', () => {
   });
 
   it.each(builtServices)('gives %s only environment variables that its configuration takes', async (name) => {
-    const environment = composeServices[name]?.environment ?? {};
+    // OTEL_* are OpenTelemetry's own, read by the tracing set-up (startTracing), not by the configuration.
+    const { OTEL_EXPORTER_OTLP_ENDPOINT: otlp, ...environment } = composeServices[name]?.environment ?? {};
+    expect(interpolated(otlp ?? 'missing'), `${name}: tracing off unless the operator sets it`).toBe('');
+    expect(tracingConfigured({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318' })).toBe(true);
     const configModule: Record<string, unknown> = await import(
       pathToFileURL(path.join(root, 'services', name, 'src/config.ts')).href
     );

@@ -115,8 +115,8 @@ const services: Record<string, ServiceInfo> = {
   billing: serviceInfo('billing', 'BILLING', billingConfigSchema, loadBillingConfig),
 };
 const contractPorts: Record<string, number> = SERVICE_PORTS;
-/** Variables of the Node runtime itself, not of a service's configuration. */
-const runtimeEnv = new Set(['NODE_ENV', 'NODE_OPTIONS', 'TZ']);
+/** Read by Node itself, and by the tracing set-up (OpenTelemetry's own names: packages/common/src/telemetry). */
+const runtimeEnv = new Set(['NODE_ENV', 'NODE_OPTIONS', 'TZ', 'OTEL_EXPORTER_OTLP_ENDPOINT']);
 
 // The parts of a zod definition the path walk reads (zod 4), as packages/common/src/config.ts reads them.
 interface Def {

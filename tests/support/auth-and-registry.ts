@@ -35,7 +35,11 @@ export interface AuthAndRegistry {
  * Starts both in `beforeAll` (closed in `afterAll`); the returned object is filled in when `beforeAll` runs.
  * `authSettings`: sections of the auth service's configuration to set (`{ api_keys: { token_ttl: '2s' } }`).
  */
-export function useAuthAndRegistry(authSettings: Record<string, unknown> = {}): AuthAndRegistry {
+export function useAuthAndRegistry(
+  authSettings: Record<string, unknown> = {},
+  /** The registry's: over NATS (`nats`) and consuming billing's session events (`consumeSessionEvents`). */
+  registryOptions: { nats?: boolean; consumeSessionEvents?: boolean } = {},
+): AuthAndRegistry {
   const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' }, ...authSettings }));
   const platform: AuthAndRegistry = {
     auth,
@@ -74,7 +78,8 @@ export function useAuthAndRegistry(authSettings: Record<string, unknown> = {}): 
   beforeAll(async () => {
     platform.authUrl = await auth.app.listen({ host: '127.0.0.1', port: 0 });
     platform.registry = await startHarness({
-      nats: false,
+      nats: registryOptions.nats ?? false,
+      consumeSessionEvents: registryOptions.consumeSessionEvents,
       config: {
         access: {
           jwks_url: `${platform.authUrl}/.well-known/jwks.json`,

@@ -32,7 +32,7 @@ beforeAll(async () => {
   db = database.db;
   await sql`CREATE TABLE outbox_events (
     id uuid PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, correlation_id text,
-    created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz)`.execute(db);
+    created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz, trace_context jsonb)`.execute(db);
   nc = await connect({ servers: testEnv.natsUrl });
   publisher = await connectPublisher({
     url: testEnv.natsUrl,
@@ -55,7 +55,13 @@ afterAll(async () => {
  * publish); resolves once the server has the subscription (a publish before that would be missed).
  */
 async function listen(subject: string) {
-  const seen: { subject: string; data: Record<string, unknown>; msgId?: string; correlationId?: string }[] = [];
+  const seen: {
+    subject: string;
+    data: Record<string, unknown>;
+    msgId?: string;
+    correlationId?: string;
+    traceparent?: string;
+  }[] = [];
   const sub: Subscription = nc.subscribe(subject);
   void (async () => {
     for await (const m of sub) {
@@ -64,6 +70,7 @@ async function listen(subject: string) {
         data: m.json(),
         msgId: m.headers?.get('Nats-Msg-Id'),
         correlationId: m.headers?.get('X-Correlation-ID'),
+        traceparent: m.headers?.has('traceparent') ? m.headers.get('traceparent') : undefined,
       });
     }
   })();
@@ -121,6 +128,11 @@ describe('transactional outbox', () => {
     });
     expect(msg!.msgId).toBe(msg!.data.event_id);
     expect(Date.parse(msg!.data.occurred_at as string)).not.toBeNaN();
+    // Tracing is off here (no OTLP endpoint): nothing of a trace is kept with the event, nor sent with the message.
+    const kept = await sql<{ trace_context: unknown }>`
+      SELECT trace_context FROM outbox_events WHERE id = ${msg!.data.event_id as string}`.execute(db);
+    expect(kept.rows).toEqual([{ trace_context: null }]);
+    expect(msg!.traceparent).toBeUndefined();
   });
 
   it('sends the events of one transaction in the order they were recorded, over several calls', async () => {

@@ -13,6 +13,7 @@ import {
   runService,
   serviceLogger,
   startOrExit,
+  startTracing,
 } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { buildApp, SERVICE_NAME } from './app.ts';
@@ -29,6 +30,8 @@ const PURGE_EVERY_MS = 60 * 60_000;
 const PURGE_AFTER_MS = 24 * 60 * 60_000;
 
 startOrExit(async () => {
+  // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
+  const tracing = startTracing({ service: SERVICE_NAME });
   const config = loadAuthConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
@@ -71,5 +74,5 @@ startOrExit(async () => {
     await ctx.mailer.close();
     await database.close();
   });
-  await runService({ name: SERVICE_NAME, config, logger, app });
+  await runService({ name: SERVICE_NAME, config, logger, app, tracing });
 });

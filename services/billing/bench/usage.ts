@@ -15,7 +15,7 @@ import { Session } from 'node:inspector/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { connectPublisher, createLogger, type NatsPublisher, startTracing, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
@@ -53,6 +53,28 @@ const PROFILE_DIR = process.env.BENCH_PROFILE;
 /** Workers of the direct replay: the usage batches one service instance runs at once. */
 const DIRECT_WORKERS = 2;
 const loadAverage = () => (os.loadavg()[0] ?? 0).toFixed(1);
+
+/**
+ * `BENCH_TRACING=1`: the service traces every request (OpenTelemetry on, every trace kept), exporting over OTLP/HTTP
+ * to a receiver in a process of its own that reads and drops them: what tracing on costs the service. (Reports over
+ * NATS carry no trace context from this publisher, so their row makes no spans.)
+ */
+if (process.env.BENCH_TRACING === '1') {
+  const receiver = spawn(
+    process.execPath,
+    [
+      '-e',
+      "const s=require('node:http').createServer((q,r)=>{q.resume();q.on('end',()=>r.end())});" +
+        "s.listen(0,'127.0.0.1',()=>console.log(s.address().port))",
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  receiver.unref();
+  const [line] = (await once(receiver.stdout!, 'data')) as [Buffer];
+  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = `http://127.0.0.1:${line.toString().trim()}`;
+  startTracing({ service: 'billing-service' });
+  process.once('exit', () => receiver.kill());
+}
 
 const testDb = await createTestDatabase('billing_usage_bench');
 // Access control on, as in production: the service trusts a test issuer's keys, and the load generator sends the

@@ -8,6 +8,7 @@
  * card and machines' own rates to the market.
  */
 import {
+  consumerPendingGauge,
   durationMs,
   type EventPublisher,
   NatsPublisher,
@@ -178,6 +179,16 @@ export async function startBackground(
       ...(storageUsage?.metrics ?? []),
       ...(reserves?.metrics ?? []),
       ...opsMetrics(ctx),
+      // The consumers' lag: billing_consumer_pending{consumer} (NATS only).
+      ...(publisher instanceof NatsPublisher
+        ? [
+            consumerPendingGauge(
+              'billing',
+              [consumer, storageUsage, statuses].filter((c) => c !== null),
+              ctx.logger,
+            ),
+          ]
+        : []),
     ],
     async stop() {
       for (const round of rounds) round.stop();

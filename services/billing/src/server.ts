@@ -13,6 +13,7 @@ import {
   runService,
   serviceLogger,
   startOrExit,
+  startTracing,
 } from '@gpu/common';
 import { registrySessionPublisher } from './adapters/registry-sessions.ts';
 import { type BillingDeps, billingContext, buildApp, SERVICE_NAME } from './app.ts';
@@ -22,6 +23,8 @@ import { loadBillingConfig } from './config.ts';
 import { openBillingDatabase } from './db/open.ts';
 
 startOrExit(async () => {
+  // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
+  const tracing = startTracing({ service: SERVICE_NAME });
   const config = loadBillingConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
@@ -61,5 +64,5 @@ startOrExit(async () => {
     await publisher.close();
     await database.close();
   });
-  await runService({ name: SERVICE_NAME, config, logger, app });
+  await runService({ name: SERVICE_NAME, config, logger, app, tracing });
 });

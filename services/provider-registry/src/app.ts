@@ -5,6 +5,7 @@
 
 import {
   type App,
+  consumerPendingGauge,
   createApp,
   type Database,
   durationMs,
@@ -155,6 +156,10 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     logger,
   );
   const consumers: SessionConsumer[] = [];
+  // The consumers' lag: registry_consumer_pending{consumer} (read from the list the consumers join once started).
+  if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
+    app.metrics.registerMetric(consumerPendingGauge('registry', consumers, logger));
+  }
   app.addHook('onReady', async () => {
     relay?.start(RELAY_INTERVAL_MS, outbox);
     if (deps.sweeper !== false) {

@@ -13,6 +13,7 @@ import {
   runService,
   serviceLogger,
   startOrExit,
+  startTracing,
 } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { buildApp, SERVICE_NAME } from './app.ts';
@@ -21,6 +22,8 @@ import { migrateRegistry } from './db/migrate.ts';
 import type { RegistryDB } from './db/schema.ts';
 
 startOrExit(async () => {
+  // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
+  const tracing = startTracing({ service: SERVICE_NAME });
   const config = loadRegistryConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
@@ -52,5 +55,5 @@ startOrExit(async () => {
     consumeSessionEvents: true,
     ownsResources: true,
   });
-  await runService({ name: SERVICE_NAME, config, logger, app });
+  await runService({ name: SERVICE_NAME, config, logger, app, tracing });
 });

@@ -14,12 +14,15 @@ import {
   runService,
   serviceLogger,
   startOrExit,
+  startTracing,
 } from '@gpu/common';
 import { S3ObjectStore } from './adapters/object-store.ts';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadStorageConfig } from './config.ts';
 
 startOrExit(async () => {
+  // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
+  const tracing = startTracing({ service: SERVICE_NAME });
   const config = loadStorageConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
@@ -47,5 +50,5 @@ startOrExit(async () => {
     await nats.close();
     store.close();
   });
-  await runService({ name: SERVICE_NAME, config, logger, app });
+  await runService({ name: SERVICE_NAME, config, logger, app, tracing });
 });

@@ -4,7 +4,7 @@
  * unreadable credentials file, invalid settings) is one line on standard error and exit status 1, as for the services.
  */
 import { clientCredentials } from '@gpu/client';
-import { connectPublisher, createLogger, NatsPublisher, startOrExit } from '@gpu/common';
+import { connectPublisher, createLogger, NatsPublisher, startOrExit, startTracing } from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
 import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
@@ -14,6 +14,8 @@ import { WorkloadRunner } from './workloads/runner.ts';
 
 startOrExit(async () => {
   const config = loadDaemonConfig();
+  // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set: each call to the platform carries its traceparent.
+  const tracing = startTracing({ service: 'provider-daemon' });
   const logger = createLogger({
     service: 'provider-daemon',
     instanceId: config.provider.name,
@@ -60,5 +62,6 @@ startOrExit(async () => {
   await daemon.run();
   await workloads?.stop();
   await publisher.close();
+  await tracing?.shutdown().catch(() => {});
   logger.info('stopped');
 });

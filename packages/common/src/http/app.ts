@@ -25,6 +25,7 @@ import { GATEWAY_SERVER } from '../openapi/document.ts';
 import { docsPlugin } from '../openapi/plugin.ts';
 import { checkAnswers } from '../openapi/response-check.ts';
 import { type SchemaRegistry, schemaRegistry } from '../openapi/route-docs.ts';
+import { tracingHooks } from '../telemetry/tracing.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { onClientError, onFrameworkError } from './framework-errors.ts';
 import { type HealthCheck, healthPlugin } from './health.ts';
@@ -88,6 +89,9 @@ const CORS_ALLOWED_HEADERS = [
   'range',
   'if-none-match',
   'if-modified-since',
+  // A browser's trace (OpenTelemetry's W3C trace context) goes on into the services.
+  'traceparent',
+  'tracestate',
 ];
 
 /** Response headers a browser client needs to read. */
@@ -216,6 +220,8 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     }
   });
   await app.register(requestContext, { trustedProxies: trustProxy });
+  // A span per request when tracing is on (before access control: a refused request is traced too).
+  await app.register(tracingHooks, { service: opts.service });
   await app.register(accessControl, {
     verifier,
     publicPaths,

@@ -21,7 +21,9 @@ import {
 } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
+import { Gauge } from 'prom-client';
 import type { ZodType } from 'zod';
+import { inSpanOf, tracingOn } from '../telemetry/tracing.ts';
 import { awaitStream, ensureStream } from './stream.ts';
 
 /** What becomes of a handled message. */
@@ -80,6 +82,13 @@ const TROUBLE = new Set([
 
 /** A running durable consumer. Start one with `startDurableConsumer`. */
 export interface DurableConsumer {
+  /** The durable consumer's name. */
+  readonly durable: string;
+  /**
+   * Messages of its subjects not yet settled: not yet delivered, or delivered and not yet acknowledged (JetStream's
+   * `num_pending` + `num_ack_pending`); undefined before it is bound. The consumer's lag, for `/metrics`.
+   */
+  pending(): Promise<number | undefined>;
   /**
    * Resolves once the stream and the durable consumer exist and messages flow; rejects when that failed. Waiting for
    * another service's stream may take long: a caller that needs its own stream ready awaits this.
@@ -103,6 +112,8 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
   });
 
   const maxDeliver = opts.maxDeliver ?? DEFAULT_MAX_DELIVER;
+  /** Where the consumer is, once bound (for `pending`). */
+  let bound: { jsm: Awaited<ReturnType<typeof jetstreamManager>>; stream: string } | undefined;
   const bind = async (): Promise<ConsumerMessages> => {
     const jsm = await jetstreamManager(opts.connection);
     let stream: string;
@@ -144,6 +155,7 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
       await jsm.consumers.update(stream, opts.durable, { ack_wait: ackWait, max_deliver: maxDeliver });
     }
     const consumer = await jetstream(opts.connection).consumers.get(stream, opts.durable);
+    bound = { jsm, stream };
     const limit = opts.concurrency ?? 1;
     return consumer.consume({ max_messages: Math.max(limit, opts.batch ?? 64) });
   };
@@ -191,6 +203,12 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
   const started = Promise.race([ready, done]);
   started.catch(() => {});
   return {
+    durable: opts.durable,
+    async pending() {
+      if (!bound) return undefined;
+      const info = await bound.jsm.consumers.info(bound.stream, opts.durable);
+      return info.num_pending + info.num_ack_pending;
+    },
     ready: started,
     async check() {
       if (failed) throw new Error(failed);
@@ -203,6 +221,43 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
       await done.catch(() => {});
     },
   };
+}
+
+/** The W3C trace context a message's headers carry, if any. */
+function traceHeaders(msg: JsMsg): Record<string, string> | undefined {
+  const traceparent = msg.headers?.get('traceparent');
+  if (!traceparent) return undefined;
+  const tracestate = msg.headers?.get('tracestate');
+  return tracestate ? { traceparent, tracestate } : { traceparent };
+}
+
+/**
+ * `<prefix>_consumer_pending{consumer}`: each durable consumer's messages not yet settled, read from JetStream when
+ * Prometheus scrapes (one consumer-info request each); a consumer not bound yet, or whose info cannot be read, is left
+ * out of that scrape.
+ */
+export function consumerPendingGauge(
+  prefix: string,
+  consumers: Pick<DurableConsumer, 'durable' | 'pending'>[],
+  logger: Logger,
+): Gauge {
+  return new Gauge({
+    name: `${prefix}_consumer_pending`,
+    help: 'NATS messages of a durable consumer not yet handled (not delivered, or delivered and not acknowledged)',
+    labelNames: ['consumer'],
+    registers: [],
+    async collect() {
+      this.reset();
+      for (const consumer of consumers) {
+        try {
+          const n = await consumer.pending();
+          if (n !== undefined) this.set({ consumer: consumer.durable }, n);
+        } catch (err) {
+          logger.warn({ err: (err as Error).message, consumer: consumer.durable }, 'reading a consumer lag failed');
+        }
+      }
+    },
+  });
 }
 
 /** Decodes one message, lets the handler apply it, and settles it by the outcome. */
@@ -218,7 +273,13 @@ async function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<v
   }
   let outcome: Settlement;
   try {
-    outcome = await opts.handle(body, msg);
+    // In the publisher's trace when the message carries one (tracing on): a consumer span, the handler inside it.
+    outcome = await inSpanOf(
+      tracingOn() ? traceHeaders(msg) : undefined,
+      `process ${msg.subject}`,
+      { kind: 'consumer', tracer: opts.name, attributes: { 'messaging.destination.name': msg.subject } },
+      () => opts.handle(body, msg),
+    );
   } catch (err) {
     opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, `${opts.what} failed; will retry`);
     outcome = 'retry';

@@ -1,4 +1,5 @@
 export {
+  consumerPendingGauge,
   type DurableConsumer,
   type DurableConsumerOptions,
   type Settlement,

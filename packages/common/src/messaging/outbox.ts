@@ -15,10 +15,16 @@
  *     id uuid PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, correlation_id text,
  *     created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz);
  *   CREATE INDEX outbox_events_unpublished ON outbox_events (created_at) WHERE published_at IS NULL;
+ *   ALTER TABLE outbox_events ADD COLUMN trace_context jsonb;   -- each service's later migration
+ *
+ * With tracing on (`telemetry/tracing.ts`), an event keeps the trace context of the request that recorded it
+ * (`trace_context`), and the relay publishes it in a producer span of that trace, whose context the message's headers
+ * carry to the consumers. Off, the column stays null.
  */
 import { randomUUID } from 'node:crypto';
 import { type ColumnType, type Kysely, sql, type Transaction } from 'kysely';
 import type { Logger } from 'pino';
+import { activeTraceContext, inSpanOf } from '../telemetry/tracing.ts';
 import type { EventPublisher } from './publisher.ts';
 
 /** Kysely type of the outbox table; a service's database type includes `outbox_events: OutboxEventTable`. */
@@ -28,6 +34,8 @@ export interface OutboxEventTable {
   /** The event's JSON body, written as text. */
   payload: ColumnType<unknown, string, string>;
   correlation_id: string | null;
+  /** The W3C trace context (`traceparent`, `tracestate`) of the request that recorded the event; null untraced. */
+  trace_context: ColumnType<Record<string, string> | null, string | null | undefined, never>;
   created_at: ColumnType<Date, Date | string | undefined, never>;
   published_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
 }
@@ -75,6 +83,7 @@ export class Outbox {
     if (!this.enabled || events.length === 0) return;
     // Each event's time is when it was recorded, a microsecond apart within one call, so the relay sends the events
     // of one transaction in the order they were recorded (a transaction's now() would give them all one time).
+    const trace = activeTraceContext();
     const rows = events.map((e, i) => {
       const id = e.id ?? randomUUID();
       return {
@@ -82,6 +91,7 @@ export class Outbox {
         kind: e.kind,
         payload: JSON.stringify(eventBody({ ...e, id })),
         correlation_id: correlationId ?? null,
+        ...(trace ? { trace_context: JSON.stringify(trace) } : {}),
         created_at: sql<Date>`clock_timestamp() + ${i} * interval '1 microsecond'`,
       };
     });
@@ -146,7 +156,7 @@ export class OutboxRelay {
     const sent = await db.transaction().execute(async (trx) => {
       const rows = await trx
         .selectFrom('outbox_events')
-        .select(['id', 'kind', 'payload', 'correlation_id'])
+        .select(['id', 'kind', 'payload', 'correlation_id', 'trace_context'])
         .where('published_at', 'is', null)
         .orderBy('created_at')
         .orderBy('id')
@@ -157,10 +167,22 @@ export class OutboxRelay {
       const done: string[] = [];
       for (const row of rows) {
         try {
-          await this.publisher.publish(this.subjectOf(row.kind), row.payload, {
-            msgId: row.id,
-            correlationId: row.correlation_id ?? undefined,
-          });
+          const subject = this.subjectOf(row.kind);
+          // In the recording request's trace, when it had one: the message's headers carry the producer span on.
+          await inSpanOf(
+            row.trace_context ?? undefined,
+            `publish ${subject}`,
+            {
+              kind: 'producer',
+              tracer: 'outbox-relay',
+              attributes: { 'messaging.destination.name': subject, event_id: row.id },
+            },
+            () =>
+              this.publisher.publish(subject, row.payload, {
+                msgId: row.id,
+                correlationId: row.correlation_id ?? undefined,
+              }),
+          );
           done.push(row.id);
         } catch (err) {
           this.opts.logger.warn({ err: (err as Error).message, event_id: row.id }, 'event publish failed; will retry');

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
+import { activeTraceContext } from '../telemetry/tracing.ts';
 import { type EnsureStreamOptions, ensureStream } from './stream.ts';
 
 /** Per-message options. */
@@ -77,6 +78,8 @@ export class NatsPublisher implements EventPublisher {
     h.set('Nats-Msg-Id', msgId);
     h.set('X-Correlation-ID', opts.correlationId ?? randomUUID());
     for (const [k, v] of Object.entries(opts.headers ?? {})) h.set(k, v);
+    // The active trace (tracing on only): the consumers' spans become its children.
+    for (const [k, v] of Object.entries(activeTraceContext() ?? {})) h.set(k, v);
     h.set('Content-Type', 'application/json');
     const payload = JSON.stringify(data);
     if (this.js) {

@@ -10,6 +10,7 @@ import { durationMs } from '../duration.ts';
 import type { App } from '../http/app.ts';
 import { listenForGateway } from '../http/gateway-socket.ts';
 import { buildRegistration, deregisterService, registerService } from '../registry/consul.ts';
+import type { Tracing } from '../telemetry/tracing.ts';
 
 export interface RunServiceOptions {
   /** Default registry name from the contract (`storage-service`, ...). */
@@ -17,6 +18,8 @@ export interface RunServiceOptions {
   config: BaseConfig;
   logger: Logger;
   app: App;
+  /** The process's tracing, when on (`startTracing`): its last spans are sent once the app has closed. */
+  tracing?: Tracing;
 }
 
 export interface RunningService {
@@ -53,6 +56,7 @@ export async function runService(opts: RunServiceOptions): Promise<RunningServic
       // No new connection from the gateway; those open end as the app closes them.
       gatewaySocket?.close();
       await app.close();
+      await opts.tracing?.shutdown().catch((err: unknown) => logger.warn({ err }, 'the last spans were not sent'));
       clearTimeout(timer);
       logger.info('shutdown complete');
     })();

@@ -1,6 +1,6 @@
 /**
  * What an operator watches in billing, read from the database when Prometheus scrapes (one cheap count each): sessions
- * running, the outbox's backlog and its oldest event's age (events not yet on NATS), withdrawals and payouts sent
+ * running, how late the latest usage report of a running session is, the outbox's backlog and its oldest event's age (events not yet on NATS), withdrawals and payouts sent
  * but not settled, and wallets whose automatic payouts keep failing. The alert rules (deploy/prometheus/alerts.yml)
  * name them.
  */
@@ -28,6 +28,15 @@ export function opsMetrics(ctx: BillingContext): Metric[] {
   return [
     fromDb('billing_sessions_running', 'rental sessions active or in their grace period', () =>
       count(sql`SELECT count(*) AS n FROM rental_sessions WHERE status IN ('active', 'grace_period')`),
+    ),
+    fromDb(
+      'billing_usage_lag_seconds',
+      'seconds since the running session heard from the longest has had a usage report (since its start if none; 0: none running)',
+      () =>
+        count(
+          sql`SELECT coalesce(max(extract(epoch FROM now() - coalesce(last_usage_at, started_at))), 0) AS n
+              FROM rental_sessions WHERE status IN ('active', 'grace_period')`,
+        ),
     ),
     fromDb('billing_outbox_backlog', 'events recorded but not yet published', () =>
       count(sql`SELECT count(*) AS n FROM outbox_events WHERE published_at IS NULL`),

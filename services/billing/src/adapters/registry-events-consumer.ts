@@ -7,7 +7,7 @@
  * database away) is nak'ed and redelivered, and ending is idempotent, so a redelivery, or the same event handled by
  * another billing instance, ends nothing twice.
  */
-import { type Logger, type NatsPublisher, startDurableConsumer, zTimestamp } from '@gpu/common';
+import { type DurableConsumer, type Logger, type NatsPublisher, startDurableConsumer, zTimestamp } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
@@ -42,7 +42,7 @@ export interface RegistryEventsConsumerOptions {
   logger: Logger;
 }
 
-export interface RegistryEventsConsumer {
+export interface RegistryEventsConsumer extends Pick<DurableConsumer, 'durable' | 'pending'> {
   stop(): Promise<void>;
   /** For /health: rejects once the consumer failed or stopped receiving (waiting for the registry's stream is fine). */
   check(): Promise<void>;

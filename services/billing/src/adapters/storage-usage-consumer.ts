@@ -13,13 +13,20 @@
  * counted (`billing_storage_usage_messages_rejected_total{reason}`) and logged, never applied; other failures (the
  * database away, the keys not fetched) are retried later.
  */
-import { isRefusal, type Logger, type NatsPublisher, startDurableConsumer, type TokenVerifier } from '@gpu/common';
+import {
+  type DurableConsumer,
+  isRefusal,
+  type Logger,
+  type NatsPublisher,
+  startDurableConsumer,
+  type TokenVerifier,
+} from '@gpu/common';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { chargeStorage, storageUsageSchema, toStorageUsageReport } from '../domain/storage/index.ts';
 import { senderOf, sentAt } from './message-sender.ts';
 
-export interface StorageUsageConsumer {
+export interface StorageUsageConsumer extends Pick<DurableConsumer, 'durable' | 'pending'> {
   metrics: Counter[];
   stop(): Promise<void>;
   check(): Promise<void>;
@@ -80,5 +87,11 @@ export async function startStorageUsageConsumer(opts: StorageUsageConsumerOption
     },
   });
   await consumer.ready;
-  return { metrics: [rejected], stop: () => consumer.stop(), check: () => consumer.check() };
+  return {
+    metrics: [rejected],
+    durable: consumer.durable,
+    pending: () => consumer.pending(),
+    stop: () => consumer.stop(),
+    check: () => consumer.check(),
+  };
 }

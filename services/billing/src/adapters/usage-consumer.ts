@@ -17,7 +17,7 @@
  */
 
 import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
-import { isRefusal, type Logger, startDurableConsumer } from '@gpu/common';
+import { type DurableConsumer, isRefusal, type Logger, startDurableConsumer } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
@@ -27,7 +27,7 @@ import { senderOf } from './message-sender.ts';
 const USAGE_STREAM = 'BILLING_USAGE';
 export const USAGE_CONSUMER = 'billing-usage';
 
-export interface UsageConsumer {
+export interface UsageConsumer extends Pick<DurableConsumer, 'durable' | 'pending'> {
   /** Metrics to expose on the app's registry (`app.metrics.registerMetric`). */
   metrics: Counter[];
   stop(): Promise<void>;
@@ -84,7 +84,13 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     logger: opts.logger,
   });
   await consumer.ready;
-  return { metrics: [rejected], stop: () => consumer.stop(), check: () => consumer.check() };
+  return {
+    metrics: [rejected],
+    durable: consumer.durable,
+    pending: () => consumer.pending(),
+    stop: () => consumer.stop(),
+    check: () => consumer.check(),
+  };
 }
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };

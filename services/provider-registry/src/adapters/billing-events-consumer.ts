@@ -16,7 +16,14 @@
  * Messages on billing's stream act as the billing service (a `service` principal): only billing publishes there,
  * which the NATS server's permissions enforce in a deployment.
  */
-import { isAppError, type Logger, type NatsPublisher, type Principal, startDurableConsumer } from '@gpu/common';
+import {
+  type DurableConsumer,
+  isAppError,
+  type Logger,
+  type NatsPublisher,
+  type Principal,
+  startDurableConsumer,
+} from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { Market } from '../domain/market.ts';
 import type { ProviderSessions, SessionReportInput } from '../domain/provider-sessions.ts';
@@ -42,7 +49,7 @@ export interface SessionConsumerOptions {
   logger: Logger;
 }
 
-export interface SessionConsumer {
+export interface SessionConsumer extends Pick<DurableConsumer, 'durable' | 'pending'> {
   stop(): Promise<void>;
 }
 

@@ -18,6 +18,7 @@ import { ratesAnnouncedMigration } from './0015-rates-announced.ts';
 import { workloadsMigration } from './0016-workloads.ts';
 import { workloadOutputsMigration } from './0017-workload-outputs.ts';
 import { auditTrailMigration } from './0018-audit-trail.ts';
+import { outboxTraceContextMigration } from './0019-outbox-trace-context.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -39,5 +40,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0016-workloads': workloadsMigration,
     '0017-workload-outputs': workloadOutputsMigration,
     '0018-audit-trail': auditTrailMigration,
+    '0019-outbox-trace-context': outboxTraceContextMigration,
   };
 }

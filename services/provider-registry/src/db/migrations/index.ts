@@ -12,6 +12,7 @@ import * as gpuLeases from './20250109000000_gpu_leases.ts';
 import * as providerLiveness from './20250110000000_provider_liveness.ts';
 import * as ownerHold from './20250111000000_owner_hold.ts';
 import * as leaseKinds from './20250112000000_lease_kinds.ts';
+import * as outboxTraceContext from './20250113000000_outbox_trace_context.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -26,4 +27,5 @@ export const migrations: Record<string, Migration> = {
   '20250110000000_provider_liveness': providerLiveness,
   '20250111000000_owner_hold': ownerHold,
   '20250112000000_lease_kinds': leaseKinds,
+  '20250113000000_outbox_trace_context': outboxTraceContext,
 };

@@ -1,0 +1,178 @@
+/**
+ * One rental is one trace: a client's `traceparent` on start-session, billing's calls to the registry (a fetch, its
+ * client span, the registry's server span), the session event kept in billing's outbox and published over NATS in
+ * a producer span of the same trace, the registry's consumer span under it (where the lease is taken), the daemon's
+ * usage report and the end.
+ * Real auth, registry, billing and NATS JetStream in this process; the spans go to the SDK's in-memory exporter.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay, startTracing } from '@gpu/common';
+import { context, propagation, type Span, trace } from '@opentelemetry/api';
+import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
+import type { BillingHarness } from '../services/billing/test/support/setup.ts';
+import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
+import { useAuthAndRegistry } from './support/auth-and-registry.ts';
+import { billingWithRegistry } from './support/billing-with-registry.ts';
+
+// Before any app is built: their server spans are made as they are registered.
+const exporter = new InMemorySpanExporter();
+const tracing = startTracing({ service: 'tracing-test', exporter });
+const platform = useAuthAndRegistry({}, { nats: true, consumeSessionEvents: true });
+const logger = createLogger({ service: 'tracing-test', instanceId: 't', level: 'silent' });
+let billing: BillingHarness;
+let nats: NatsPublisher;
+let relay: OutboxRelay;
+
+beforeAll(async () => {
+  const { messaging } = platform.registry.config;
+  const stream = `TEST_TRACE_${randomUUID().slice(0, 8)}`;
+  billing = await billingWithRegistry(platform, {
+    config: { messaging: { stream, subjects: { events: messaging.subjects.billing_events } } },
+  });
+  nats = (await connectPublisher({
+    url: messaging.nats_url,
+    stream: { name: stream, subjects: [`${messaging.subjects.billing_events}.>`] },
+  })) as NatsPublisher;
+  relay = new OutboxRelay(billing.db, nats, { subject: messaging.subjects.billing_events, logger });
+});
+afterAll(async () => {
+  await nats?.close();
+  await billing?.close();
+  await tracing?.shutdown();
+});
+
+/** The headers a client in the span's trace sends: its `traceparent`. */
+function traced(span: Span, headers: Record<string, string>): Record<string, string> {
+  const carrier: Record<string, string> = {};
+  propagation.inject(trace.setSpan(context.active(), span), carrier);
+  return { ...headers, ...carrier };
+}
+
+const parentOf = (s: ReadableSpan) => s.parentSpanContext?.spanId;
+
+describe('tracing', () => {
+  it('makes one rental one trace, through HTTP, the outbox, NATS and the consumers, with correct parents', async () => {
+    const { user: owner, tokens: ownerTokens } = await platform.verifiedUser(['provider']);
+    const registered = await fetch(`${platform.registryUrl}/providers`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ownerTokens.access_token}`, 'content-type': 'application/json' },
+      body: JSON.stringify(providerBody({ owner_id: owner.id, gpus: [gpu({})] })),
+    });
+    expect(registered.status).toBe(201);
+    const machine = ((await registered.json()) as { id: string }).id;
+    const { user, tokens } = await platform.verifiedUser(['renter']);
+    const renter = { authorization: `Bearer ${tokens.access_token}` };
+    const wallet = await billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/wallet',
+      headers: renter,
+      payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
+    });
+    await billing.credit(wallet.json().id, '100');
+    const daemon = await platform.machineClient('daemon', owner.id);
+    const daemonHeaders = { authorization: `Bearer ${await daemon.get()}` };
+
+    // The client's trace: one span for the whole rental, its calls carrying it.
+    const root = trace.getTracer('renter').startSpan('rental');
+    const started = await billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/start-session',
+      headers: traced(root, renter),
+      payload: {
+        user_id: user.id,
+        wallet_id: wallet.json().id,
+        provider_id: machine,
+        job_id: randomUUID(),
+        gpu_model: 'H100',
+        gpu_count: 1,
+        requested_vram_mb: 0,
+        estimated_power_w: 0,
+        accepted_hourly_rate: '100',
+      },
+    });
+    expect(started.statusCode, started.body).toBe(201);
+    const sessionId = started.json().session.id as string;
+    // The relay publishes the session's events (outside any request), in the trace that recorded them.
+    expect(await relay.flush()).toBeGreaterThan(0);
+    const traceId = root.spanContext().traceId;
+    const ofTrace = () => exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
+    // The registry's consumer takes the session.started event: its span ends once handled.
+    await expect
+      .poll(() => ofTrace().filter((s) => s.name.startsWith('process ') && s.name.endsWith('session.started')), {
+        timeout: 10_000,
+      })
+      .toHaveLength(1);
+    const usage = await billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/usage-update',
+      headers: traced(root, daemonHeaders),
+      payload: { session_id: sessionId, timestamp: new Date().toISOString(), gpu_utilization: 90, power_draw_w: 300 },
+    });
+    expect(usage.statusCode, usage.body).toBeLessThan(300);
+    const ended = await billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: traced(root, renter),
+      payload: { session_id: sessionId },
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
+    root.end();
+
+    const spans = ofTrace();
+    const one = (what: string, match: (s: ReadableSpan) => boolean) => {
+      const found = spans.filter(match);
+      expect(
+        found.map((s) => s.name),
+        what,
+      ).toHaveLength(1);
+      return found[0] as ReadableSpan;
+    };
+    const billingServer = (route: string) =>
+      one(`billing ${route}`, (s) => s.instrumentationScope.name === 'billing-service' && s.name === `POST ${route}`);
+    const startSpan = billingServer('/api/v1/billing/start-session');
+    expect(parentOf(startSpan)).toBe(root.spanContext().spanId);
+    expect(startSpan.attributes.request_id).toBe(started.headers['x-request-id']);
+    expect(startSpan.attributes['http.response.status_code']).toBe(201);
+
+    // billing -> registry: the fetch's client span under start-session, the registry's server span under it.
+    const registryServer = spans.filter(
+      (s) => s.instrumentationScope.name === 'provider-registry' && s.kind === 1 /* SERVER */,
+    );
+    expect(registryServer.length).toBeGreaterThan(0);
+    for (const server of registryServer) {
+      const client = spans.find((s) => s.spanContext().spanId === parentOf(server));
+      expect(client?.kind, `${server.name}'s parent is a client span`).toBe(2 /* CLIENT */);
+      expect(parentOf(client as ReadableSpan), `${client?.name} is start-session's`).toBe(
+        startSpan.spanContext().spanId,
+      );
+    }
+    // The machine's record, read to price the session (its lease follows from the event, below).
+    expect(registryServer.map((s) => s.name)).toContain('GET /providers/:providerID');
+
+    // The outbox: published in a producer span under start-session; the registry's consumer span under that, where
+    // the registry leases the machine's GPUs to the session.
+    const publish = one('publish', (s) => s.name.startsWith('publish ') && s.name.endsWith('.session.started'));
+    expect(publish.kind).toBe(3 /* PRODUCER */);
+    expect(parentOf(publish)).toBe(startSpan.spanContext().spanId);
+    const consume = one('process', (s) => s.name.startsWith('process ') && s.name.endsWith('.session.started'));
+    expect(consume.kind).toBe(4 /* CONSUMER */);
+    expect(parentOf(consume)).toBe(publish.spanContext().spanId);
+
+    // The daemon's usage and the renter's end, in the same trace.
+    expect(parentOf(billingServer('/api/v1/billing/usage-update'))).toBe(root.spanContext().spanId);
+    expect(parentOf(billingServer('/api/v1/billing/end-session'))).toBe(root.spanContext().spanId);
+  });
+
+  it("exposes the registry's consumers' lag on /metrics once they run", async () => {
+    const scrape = async () => (await platform.registry.app.inject({ url: '/metrics' })).body;
+    await expect
+      .poll(scrape, { timeout: 10_000 })
+      .toMatch(/^registry_consumer_pending\{[^}]*consumer="[^"]+"[^}]*\} \d+$/m);
+    // Every message handled above: nothing waits.
+    expect([...(await scrape()).matchAll(/^registry_consumer_pending\{[^}]*\} (\d+)$/gm)].map((m) => m[1])).toEqual(
+      expect.arrayContaining(['0']),
+    );
+  });
+});
