@@ -263,6 +263,13 @@ export function checkAuthConfig(config: AuthConfig): string[] {
     if (url && !url.includes('{token}')) {
       throw new ConfigError(`invalid configuration: mail.${key} must contain {token}`);
     }
+    // In the fragment, the code never leaves the browser: not in the page's request, its server's logs, nor in the
+    // Referer of what the page loads or links to.
+    if (url && !/#.*\{token\}/.test(url)) {
+      throw new ConfigError(
+        `invalid configuration: mail.${key} must carry {token} in its fragment, after # (https://app.example/reset#token={token}), never in the path or query`,
+      );
+    }
   }
   if (Boolean(config.admin.email) !== Boolean(config.admin.password)) {
     throw new ConfigError('invalid configuration: set both ADMIN_EMAIL and ADMIN_PASSWORD, or neither');

@@ -98,6 +98,17 @@ describe('configuration', () => {
     expect(() =>
       checkAuthConfig(loadAuthConfig({ SMTP_URL: 'smtp://mail:25', AUTH__MAIL__RESET_URL: 'https://app/reset' })),
     ).toThrow(/mail.reset_url must contain \{token\}/);
+    // The code in a query string would reach the page's server logs and the Referer of what it loads.
+    expect(() =>
+      checkAuthConfig(
+        loadAuthConfig({ SMTP_URL: 'smtp://mail:25', AUTH__MAIL__RESET_URL: 'https://app/reset?token={token}' }),
+      ),
+    ).toThrow(/fragment/);
+    expect(() =>
+      checkAuthConfig(
+        loadAuthConfig({ SMTP_URL: 'smtp://mail:25', AUTH__MAIL__VERIFY_URL: 'https://app/verify#token={token}' }),
+      ),
+    ).not.toThrow();
   });
 
   it('wants ADMIN_EMAIL and ADMIN_PASSWORD together', () => {

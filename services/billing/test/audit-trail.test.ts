@@ -58,6 +58,27 @@ describe('the audit trail of money going out', () => {
     ]);
     const asRenter = await h.app.inject({ url: '/api/v1/billing/audit', headers: renter.headers });
     expect(asRenter.statusCode).toBe(403);
+
+    // A machine client acting for the renter (a daemon of theirs) may not take money out: refused, and named with
+    // the user it acts for.
+    const daemon = await h.issuer.client('daemon', renter.id);
+    const byDaemon = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${w.id}/withdraw`,
+      headers: daemon.headers,
+      payload: { amount: '1' },
+    });
+    expect(byDaemon.statusCode).toBe(403);
+    const actedFor = () =>
+      h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&actor_id=${encodeURIComponent(daemon.id)}` });
+    let acted = await actedFor();
+    for (let i = 0; i < 50 && acted.json().length < 1; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      acted = await actedFor();
+    }
+    expect(acted.json()).toMatchObject([
+      { outcome: 'refused', actor_kind: 'client', details: { status_code: 403, acting_for: renter.id } },
+    ]);
   });
 
   it('is refused any update or deletion by the database itself', async () => {

@@ -128,6 +128,11 @@ describe('billing-service process', () => {
     expect(metrics).toMatch(/^billing_payouts_pending\{[^}]*\} 0$/m);
     expect(metrics).toMatch(/^billing_outbox_oldest_seconds\{[^}]*\} \d/m);
     expect(metrics).toMatch(/^billing_reserve_ratio\{[^}]*\} /m);
+    expect(metrics).toMatch(/^billing_deposits_unclaimed_tokens\{[^}]*\} \d/m);
+    expect(metrics).toMatch(/^billing_usage_lag_seconds\{[^}]*\} 0$/m);
+    expect(metrics).toMatch(/^billing_gpu_hours_billed_total\{[^}]*\} 0$/m);
+    // NATS is on: the consumers' lag, each by its durable name.
+    expect(metrics).toMatch(/^billing_consumer_pending\{[^}]*consumer="billing-usage"[^}]*\} \d+$/m);
 
     const exited = new Promise<number | null>((r) => child!.once('exit', (code) => r(code)));
     child.kill('SIGTERM');

@@ -94,7 +94,10 @@ describe('a rental session', () => {
     const started = (await start(h, startBody(p, RTX4090_X2))).json();
     expect(started.session.rates.total_hourly_rate).toBe('1.930000');
     clock.advance(7 * 60_000 + 30_000); // 7.5 min → 8 started minutes: 1.93 × 8 / 60 = 0.2573333…
+    const gpuMinutesBefore = h.ctx.state.gpuMinutesBilled;
     const record = (await end(h, started.session.id)).json().billing_record;
+    // billing_gpu_hours_billed_total counts them: 8 minutes on 2 GPUs.
+    expect(h.ctx.state.gpuMinutesBilled - gpuMinutesBefore).toBe(16);
     expect(record).toMatchObject({
       billed_minutes: 8,
       total_cost: '0.257333',

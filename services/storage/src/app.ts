@@ -6,7 +6,7 @@ import { type App, createApp, durationMs, type EventPublisher } from '@gpu/commo
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
-import { startSweeper } from './domain/uploads.ts';
+import { startSweeper } from './domain/uploads/resumable.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { grantRoutes } from './routes/grants.ts';
 import { objectRoutes } from './routes/objects.ts';

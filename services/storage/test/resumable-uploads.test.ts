@@ -9,7 +9,7 @@ import { Readable } from 'node:stream';
 import { ListMultipartUploadsCommand, S3Client } from '@aws-sdk/client-s3';
 import { type Caller, testEnv, uninjected } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_OPEN_UPLOADS, MIN_PART_SIZE } from '../src/domain/uploads.ts';
+import { MAX_OPEN_UPLOADS, MIN_PART_SIZE } from '../src/domain/uploads/resumable.ts';
 import { startService, type TestService, uniqueBucket } from './helpers.ts';
 
 let svc: TestService;
@@ -268,6 +268,17 @@ describe('bounds under concurrent requests', () => {
     expect(started).toBeLessThanOrEqual(MAX_OPEN_UPLOADS);
     expect(answers.every((a) => a.statusCode === 201 || a.json().code === 'TOO_MANY_UPLOADS')).toBe(true);
     expect((await as(user, { url: '/uploads' })).json().length).toBe(started);
+    // Paged as every list: one at a time, oldest first, each once.
+    const seen: string[] = [];
+    let url: string | undefined = '/uploads?limit=1';
+    while (url) {
+      const page = await as(user, { url });
+      seen.push(...page.json().map((u: { upload_id: string }) => u.upload_id));
+      const next = page.headers['x-next-cursor'] as string | undefined;
+      url = next ? `/uploads?limit=1&cursor=${encodeURIComponent(next)}` : undefined;
+    }
+    expect(seen).toHaveLength(started);
+    expect(new Set(seen).size).toBe(started);
   });
 
   it('gives an upload up when parts sent at once pass max_upload_size together', async () => {

@@ -7,6 +7,8 @@
  * sent: who (the token's subject, kind and API key), from where, in which request, what (the route's first path
  * parameter as the target, the body fields named, the answer's `id`, `status` or problem `code`) and the outcome
  * (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check refused before the handler is recorded too.
+ * A machine client acting for a user (a provider's daemon) is named with `details.acting_for`, the user; an admin or a
+ * platform service acting on someone's wallet or machine is the actor beside a target that is not theirs.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -70,7 +72,12 @@ export const auditHook = fp(
         actor: p && !p.unchecked ? auditActor(p) : null,
         address: request.clientIp,
         target: targetOf(request.params),
-        details: { status_code: reply.statusCode, ...picked(request.body, audit.body), ...answers.get(request) },
+        details: {
+          status_code: reply.statusCode,
+          ...(p?.actsFor !== undefined && p.actsFor !== p.subject ? { acting_for: p.actsFor } : {}),
+          ...picked(request.body, audit.body),
+          ...answers.get(request),
+        },
         requestId: String(request.id),
       }).catch((err: unknown) =>
         request.log.error({ err, action: audit.action }, 'appending to the audit trail failed'),

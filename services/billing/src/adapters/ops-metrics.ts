@@ -1,12 +1,12 @@
 /**
  * What an operator watches in billing, read from the database when Prometheus scrapes (one cheap count each): sessions
- * running, how late the latest usage report of a running session is, the outbox's backlog and its oldest event's age (events not yet on NATS), withdrawals and payouts sent
+ * running, the GPU-hours this instance billed (counted in memory as sessions are billed; Prometheus sums instances), how late the latest usage report of a running session is, the outbox's backlog and its oldest event's age (events not yet on NATS), withdrawals and payouts sent
  * but not settled, and wallets whose automatic payouts keep failing. The alert rules (deploy/prometheus/alerts.yml)
  * name them.
  */
 
 import { sql } from 'kysely';
-import { Gauge, type Metric } from 'prom-client';
+import { Counter, Gauge, type Metric } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 
 export function opsMetrics(ctx: BillingContext): Metric[] {
@@ -25,7 +25,19 @@ export function opsMetrics(ctx: BillingContext): Metric[] {
     });
   const count = async (query: ReturnType<typeof sql<{ n: string | number }>>) =>
     Number((await query.execute(ctx.db)).rows[0]?.n ?? 0);
+  let shownHours = 0;
   return [
+    new Counter({
+      name: 'billing_gpu_hours_billed_total',
+      help: 'GPU-hours billed by this instance (each session: its billed minutes × its GPUs / 60) since it started',
+      registers: [],
+      collect() {
+        // The context counts GPU-minutes as sessions are billed; the counter catches up to it at each scrape.
+        const hours = ctx.state.gpuMinutesBilled / 60;
+        if (hours > shownHours) this.inc(hours - shownHours);
+        shownHours = Math.max(shownHours, hours);
+      },
+    }),
     fromDb('billing_sessions_running', 'rental sessions active or in their grace period', () =>
       count(sql`SELECT count(*) AS n FROM rental_sessions WHERE status IN ('active', 'grace_period')`),
     ),

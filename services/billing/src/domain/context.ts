@@ -64,6 +64,11 @@ export interface BillingState {
   transferBatcher?: GroupCommit<TransferRow[], null>;
   /** Automatic payouts in flight in this instance, by provider wallet (wallets/auto-payout.ts). */
   autoPayouts: Map<string, Promise<unknown>>;
+  /**
+   * GPU-minutes this instance billed (a session's new billed minutes × its GPUs), for `billing_gpu_hours_billed_total`;
+   * counted as the session rows are written, so a transaction rolled back after it (rare) counts anyway.
+   */
+  gpuMinutesBilled: number;
 }
 
 /** An hourly rate and its cost over each of the session settings' periods, rounded as billing rounds them. */
@@ -86,6 +91,7 @@ export function newBillingState(): BillingState {
     ratesJson: new BoundedCache(RATES_CACHE_LIMIT),
     ratePeriods: new BoundedCache(RATES_CACHE_LIMIT),
     autoPayouts: new Map(),
+    gpuMinutesBilled: 0,
   };
 }
 

@@ -4,7 +4,7 @@ import type { StorageConfig } from '../config.ts';
 import { StorageAccess } from './access.ts';
 import { BucketOwners } from './bucket-owners.ts';
 import type { ObjectStore } from './store.ts';
-import { Uploads } from './uploads.ts';
+import { Uploads } from './uploads/resumable.ts';
 
 /** What the app is built from. */
 export interface StorageDeps {

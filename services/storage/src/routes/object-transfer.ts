@@ -3,7 +3,7 @@
  * multipart for large bodies, 413 over the limit and nothing stored from a
  * body cut short: `upload-body.ts`),
  * streaming download with Range and conditional requests, HEAD and DELETE.
- * The rules are the domain's (`upload-policy.ts`, `read-rules.ts`,
+ * The rules are the domain's (`uploads/upload-policy.ts`, `read-rules.ts`,
  * `objects.ts`); these handlers read the request, move the bytes and answer.
  */
 import type { ServerResponse } from 'node:http';

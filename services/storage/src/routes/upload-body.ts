@@ -11,7 +11,7 @@ import type { IncomingMessage } from 'node:http';
 import { durationMs, isAppError, onBodyCut } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { StorageContext } from '../domain/context.ts';
-import { checkDeclaredLength, UploadBody } from '../domain/upload-policy.ts';
+import { checkDeclaredLength, UploadBody } from '../domain/uploads/upload-policy.ts';
 import { storageErrors } from '../errors.ts';
 
 interface RequestBody {

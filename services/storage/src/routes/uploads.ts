@@ -1,9 +1,19 @@
 /**
- * Resumable uploads (`domain/uploads.ts`): start one for a key, send its parts (raw bytes, any order, again after a
+ * Resumable uploads (`domain/uploads/resumable.ts`): start one for a key, send its parts (raw bytes, any order, again after a
  * failure), read which parts arrived, complete it into the object or abort it. The same access as `PUT /objects`:
  * the key must be one the caller may write when the upload starts; every later step is for the upload's owner only.
  */
-import { callerOf, durationMs, noBody, type RoutePlugin } from '@gpu/common';
+import {
+  afterCursor,
+  callerOf,
+  durationMs,
+  keysetPage,
+  noBody,
+  PAGE_HEADERS,
+  pageQuery,
+  type RoutePlugin,
+  setNextPage,
+} from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { STORAGE_ROLES } from '../domain/access.ts';
@@ -11,7 +21,7 @@ import { resolveContentType } from '../domain/content-type.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { headObject } from '../domain/objects.ts';
 import type { PartInfo } from '../domain/store.ts';
-import { MAX_OPEN_UPLOADS, MAX_PARTS, MIN_PART_SIZE, type UploadRecord } from '../domain/uploads.ts';
+import { MAX_OPEN_UPLOADS, MAX_PARTS, MIN_PART_SIZE, type UploadRecord } from '../domain/uploads/resumable.ts';
 import { storageErrors } from '../errors.ts';
 import { assertBucketName, defaultBucket } from './object-target.ts';
 import { objectInfo, utcSeconds } from './presenters.ts';
@@ -177,15 +187,24 @@ export const uploadRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.get(
     '/uploads',
     {
-      config: { roles: STORAGE_ROLES, scope: 'storage:read' },
+      config: { roles: STORAGE_ROLES, scope: 'storage:read', openapi: { headers: { 200: PAGE_HEADERS } } },
       schema: {
         tags: ['resumable uploads'],
         operationId: 'listUploads',
         summary: 'Your unfinished uploads, oldest first',
+        querystring: z.object(pageQuery),
         response: { 200: uploadListSchema, ...storeErrorResponses },
       },
     },
-    async (request) => (await uploads.list(ownerOf(request))).map(summary),
+    async (request, reply) => {
+      const after = afterCursor(request.query.cursor);
+      const rows = (await uploads.list(ownerOf(request)))
+        .map((r) => ({ ...r, id: r.upload_id, cursor_at: r.created_at }))
+        .filter((r) => !after || r.cursor_at > after.at || (r.cursor_at === after.at && r.id > after.id));
+      const page = keysetPage(rows.slice(0, request.query.limit + 1), request.query.limit);
+      setNextPage(request, reply, page.nextCursor);
+      return page.items.map(summary);
+    },
   );
 
   app.get(

@@ -169,10 +169,20 @@ export async function writeBillings(
     const written = updated.get(change.id);
     if (!written) throw new Error(`session ${change.id} vanished while billed`);
     const session: SessionRow = { ...item.session, ...written };
+    countGpuMinutes(ctx, item.session, session.billed_minutes);
     for (const kind of change.events) await ctx.events.record(trx, { kind, session }, change.correlationId);
     outcomes.push({ session, billed, end });
   }
   return outcomes;
+}
+
+/** Counts a session's newly billed minutes for `billing_gpu_hours_billed_total` (never backwards). */
+export function countGpuMinutes(
+  ctx: BillingContext,
+  before: Pick<SessionRow, 'billed_minutes' | 'gpu_count'>,
+  minutes: number,
+) {
+  ctx.state.gpuMinutesBilled += Math.max(0, minutes - before.billed_minutes) * before.gpu_count;
 }
 
 /** The rate's cost over each settings period, worked out once per rate and settings (the context's cache). */

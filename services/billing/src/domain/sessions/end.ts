@@ -31,7 +31,7 @@ import type { BillingContext } from '../context.ts';
 import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
 import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
-import { billedElapsedMs, billedFrom } from './billing.ts';
+import { billedElapsedMs, billedFrom, countGpuMinutes } from './billing.ts';
 import { type BillingRecordRow, type EndKind, isRunning, loadSession, type SessionRow } from './session.ts';
 
 /**
@@ -154,6 +154,7 @@ export async function finishSession(
   const reason = kind.reason ?? null;
   // The session's GPUs are free again for the next renter, in the transaction that ends it.
   await releaseSessionGpus(trx, session.id);
+  countGpuMinutes(ctx, session, minutes);
   const ended = await updateEndedSession(trx, session.id, {
     status: kind.status,
     ended_at: endedAt,

@@ -70,9 +70,11 @@ export async function readWorkload(
   actor: Principal,
   sessionId: string,
 ): Promise<{ session: SessionRow; workload: Workload; paidUntil: Date | null }> {
+  // The workload first: a workload's end and its session's end commit together, so the session read after it is at
+  // least as new (read the other way round, a workload just ended could show beside its session still running).
+  const row = await findWorkload(ctx.db, sessionId);
   const session = await loadSession(ctx.db, sessionId);
   assertSessionParty(actor, session);
-  const row = await findWorkload(ctx.db, sessionId);
   if (!row) throw billingErrors.workloadNotFound(sessionId);
   return { session, workload: workloadOf(row), paidUntil: await paidUntil(ctx, session) };
 }

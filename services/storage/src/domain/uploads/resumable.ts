@@ -18,8 +18,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { errors, type Logger } from '@gpu/common';
-import { storageErrors } from '../errors.ts';
-import type { ResolvedTarget } from './access.ts';
+import { storageErrors } from '../../errors.ts';
+import type { ResolvedTarget } from '../access.ts';
 import {
   type ObjectStore,
   type PartInfo,
@@ -28,7 +28,7 @@ import {
   type StoredPart,
   type StorePage,
   writeJson,
-} from './store.ts';
+} from '../store.ts';
 
 /** S3's smallest part but the last. */
 export const MIN_PART_SIZE = 5 * 1024 * 1024;
@@ -168,7 +168,7 @@ export class Uploads {
     );
     return records
       .filter((r): r is UploadRecord => r !== undefined)
-      .sort((a, b) => a.created_at.localeCompare(b.created_at));
+      .sort((a, b) => a.created_at.localeCompare(b.created_at) || a.upload_id.localeCompare(b.upload_id));
   }
 
   /** The parts the store holds of the upload. */

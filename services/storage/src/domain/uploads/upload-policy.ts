@@ -9,7 +9,7 @@
  * Its content type is `content-type.ts`'s rule.
  */
 import { Transform, type TransformCallback } from 'node:stream';
-import { storageErrors } from '../errors.ts';
+import { storageErrors } from '../../errors.ts';
 
 /** Refuses an upload whose declared length is over the limit (before reading it). */
 export function checkDeclaredLength(contentLength: number | undefined, limit: number): void {
