@@ -18,7 +18,7 @@ import { billingWithRegistry } from './support/billing-with-registry.ts';
 
 // Before any app is built: their server spans are made as they are registered.
 const exporter = new InMemorySpanExporter();
-const tracing = startTracing({ service: 'tracing-test', exporter });
+const tracing = await startTracing({ service: 'tracing-test', exporter });
 const platform = useAuthAndRegistry({}, { nats: true, consumeSessionEvents: true });
 const logger = createLogger({ service: 'tracing-test', instanceId: 't', level: 'silent' });
 let billing: BillingHarness;

@@ -40,6 +40,9 @@ function retryAfterMs(res: Response): number | undefined {
   return Number(value) * 1000;
 }
 
+/** Uses its arguments, so that an async function holds them until the point it is called. */
+function keepAlive(..._values: unknown[]): void {}
+
 class AttemptTimeout extends Error {
   constructor(ms: number) {
     super(`no response within ${ms} ms`);
@@ -65,12 +68,18 @@ export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise
         ? setTimeout(() => controller.abort(new AttemptTimeout(policy.timeoutMs)), policy.timeoutMs)
         : undefined;
     const signal = AbortSignal.any([controller.signal, request.signal]);
+    let outgoing: Request | undefined;
     try {
       // A streamed body needs `duplex: 'half'` (Node's fetch).
       const init = { headers, signal, ...(request.body ? { duplex: 'half' } : {}) } as RequestInit;
-      return await policy.fetch(new Request(request, init));
+      outgoing = new Request(request, init);
+      return await policy.fetch(outgoing);
     } finally {
       clearTimeout(timer);
+      // Held until the fetch settles: a Request follows the signal it was given only through a weak reference, so a
+      // garbage collection during a long upload could drop the Request made here (nothing else holds it) and with it
+      // the link to the caller's signal: the caller's abort would never reach the fetch.
+      keepAlive(request, signal, outgoing);
     }
   }
 

@@ -5,6 +5,8 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startService, type TestService, uniqueBucket } from '../../../services/storage/test/helpers.ts';
 import { ApiError, type ObjectStore, objectStore, staticToken } from '../src/index.ts';
@@ -83,11 +85,15 @@ describe('objectStore', () => {
     const streamed = await strict.upload({ bucket, key: 'slow/stream.bin' }, Readable.from(slow()));
     expect(streamed.size).toBe(8 * 1024);
     // The caller bounds it with a signal of its own: aborted mid-body (after the third chunk, whatever the machine's
-    // load does to timers), the upload fails and stores nothing.
+    // load does to timers), the upload fails and stores nothing, even when a garbage collection ran meanwhile (it
+    // once dropped the Request that linked the caller's signal to the fetch, and the upload went on).
     const caller = new AbortController();
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
     async function* abortedMidway() {
       for (let i = 0; i < 8; i++) {
         await new Promise((r) => setTimeout(r, 150));
+        if (i === 2) gc();
         if (i === 3) caller.abort();
         yield Buffer.alloc(1024, i);
       }

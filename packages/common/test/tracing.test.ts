@@ -3,6 +3,8 @@
  * nothing is started, and the apps' hooks and the outbox's trace context stay out of the way (the outbox test checks
  * that an event keeps none). tests/tracing.test.ts follows one rental through every hop with tracing on.
  */
+import { propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api';
+import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import { describe, expect, it } from 'vitest';
 import { startTracing, tracingConfigured, tracingOn } from '../src/index.ts';
 
@@ -17,8 +19,34 @@ describe('tracing configuration', () => {
     );
   });
 
-  it('starts nothing when it is off', () => {
-    expect(startTracing({ service: 'test', env: {} })).toBeUndefined();
+  it('starts nothing when it is off', async () => {
+    expect(await startTracing({ service: 'test', env: {} })).toBeUndefined();
+    expect(tracingOn()).toBe(false);
+  });
+});
+
+describe('tracing on, with a caller in front', () => {
+  it("keeps the configured fraction of a caller's traces whatever its sampled flag, and carries no baggage", async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter, env: { OTEL_TRACES_SAMPLER_ARG: '0' } });
+    try {
+      expect(tracingOn()).toBe(true);
+      // A caller asks for its trace to be kept (flags 01), with baggage: the fraction 0 keeps nothing.
+      const parent = propagation.extract(ROOT_CONTEXT, {
+        traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+        baggage: 'user=someone-else',
+      });
+      const span = trace.getTracer('test').startSpan('a request', {}, parent);
+      expect(span.isRecording()).toBe(false);
+      span.end();
+      expect(exporter.getFinishedSpans()).toEqual([]);
+      // What the platform would carry on: nothing for a trace not kept, and never the caller's baggage.
+      const carrier: Record<string, string> = {};
+      propagation.inject(parent, carrier);
+      expect(carrier.baggage).toBeUndefined();
+    } finally {
+      await tracing?.shutdown();
+    }
     expect(tracingOn()).toBe(false);
   });
 });

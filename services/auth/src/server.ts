@@ -31,7 +31,7 @@ const PURGE_AFTER_MS = 24 * 60 * 60_000;
 
 startOrExit(async () => {
   // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
-  const tracing = startTracing({ service: SERVICE_NAME });
+  const tracing = await startTracing({ service: SERVICE_NAME });
   const config = loadAuthConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { configWarnings } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
 import { checkAuthConfig, loadAuthConfig } from '../src/config.ts';
+import { mustRequireTls } from '../src/domain/mail/mailer.ts';
 
 const LONG_SECRET = 's'.repeat(32);
 
@@ -109,6 +110,16 @@ describe('configuration', () => {
         loadAuthConfig({ SMTP_URL: 'smtp://mail:25', AUTH__MAIL__VERIFY_URL: 'https://app/verify#token={token}' }),
       ),
     ).not.toThrow();
+  });
+
+  it('sends mail to another machine over smtp:// only after STARTTLS, unless the URL says otherwise', () => {
+    expect(mustRequireTls('smtp://user:secret@mail.example.com:587')).toBe(true);
+    expect(mustRequireTls('smtp://10.0.0.5:25')).toBe(true);
+    // TLS from the start; this machine; a URL that decides (a catcher on a private network).
+    expect(mustRequireTls('smtps://user:secret@mail.example.com:465')).toBe(false);
+    expect(mustRequireTls('smtp://127.0.0.1:2525')).toBe(false);
+    expect(mustRequireTls('smtp://localhost:2525')).toBe(false);
+    expect(mustRequireTls('smtp://mailpit:1025?requireTLS=false')).toBe(false);
   });
 
   it('wants ADMIN_EMAIL and ADMIN_PASSWORD together', () => {

@@ -72,7 +72,7 @@ if (process.env.BENCH_TRACING === '1') {
   receiver.unref();
   const [line] = (await once(receiver.stdout!, 'data')) as [Buffer];
   process.env.OTEL_EXPORTER_OTLP_ENDPOINT = `http://127.0.0.1:${line.toString().trim()}`;
-  startTracing({ service: 'billing-service' });
+  await startTracing({ service: 'billing-service' });
   process.once('exit', () => receiver.kill());
 }
 

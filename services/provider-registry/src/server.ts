@@ -23,7 +23,7 @@ import type { RegistryDB } from './db/schema.ts';
 
 startOrExit(async () => {
   // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
-  const tracing = startTracing({ service: SERVICE_NAME });
+  const tracing = await startTracing({ service: SERVICE_NAME });
   const config = loadRegistryConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);

@@ -15,7 +15,7 @@ import { WorkloadRunner } from './workloads/runner.ts';
 startOrExit(async () => {
   const config = loadDaemonConfig();
   // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set: each call to the platform carries its traceparent.
-  const tracing = startTracing({ service: 'provider-daemon' });
+  const tracing = await startTracing({ service: 'provider-daemon' });
   const logger = createLogger({
     service: 'provider-daemon',
     instanceId: config.provider.name,

@@ -5,11 +5,13 @@
  * The request ID stays: each server span carries it as `request_id`.
  *
  * Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, and `OTEL_SDK_DISABLED`
- * is not `true`. Off, nothing is registered: no hooks on the apps, no instrumentation, no context kept per request,
- * nothing written with outbox events; the only cost is one boolean test per request and per message.
+ * is not `true`. Off, the SDK is not even loaded and nothing is registered: no hooks on the apps, no
+ * instrumentation, no context kept per request, nothing written with outbox events; the only cost is one boolean
+ * test per request and per message.
  * On, spans go out in batches over OTLP/HTTP (protobuf) to the endpoint, named by `OTEL_SERVICE_NAME` (default: the
- * service's registry name); `OTEL_TRACES_SAMPLER_ARG` samples that fraction of new traces (default 1), and a trace
- * begun by a caller follows the caller's decision.
+ * service's registry name); `OTEL_TRACES_SAMPLER_ARG` is the fraction of traces kept (default 1), decided by the
+ * trace ID alike in every service, for traces a caller began as well (a caller's "sampled" flag forces nothing).
+ * Only the W3C trace context travels, never a caller's baggage, and only that of traces kept.
  */
 import {
   type Context,
@@ -19,24 +21,11 @@ import {
   type Span,
   SpanKind,
   SpanStatusCode,
+  TraceFlags,
   type Tracer,
   trace,
 } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { CompositePropagator, W3CBaggagePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { registerInstrumentations } from '@opentelemetry/instrumentation';
-import { UndiciInstrumentation } from '@opentelemetry/instrumentation-undici';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  BatchSpanProcessor,
-  ParentBasedSampler,
-  SimpleSpanProcessor,
-  type SpanExporter,
-  TraceIdRatioBasedSampler,
-  TracerProvider,
-} from '@opentelemetry/sdk-trace';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import type { SpanExporter } from '@opentelemetry/sdk-trace';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 
@@ -62,27 +51,49 @@ export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
 }
 
-/** Starts tracing for this process when it is configured (or an exporter is given); undefined when it is off. */
-export function startTracing(opts: TracingOptions): Tracing | undefined {
+/** `OTEL_TRACES_SAMPLER_ARG` as a fraction in [0, 1]; 1 when unset, empty or not a number. */
+function samplingRatio(env: NodeJS.ProcessEnv): number {
+  const text = env.OTEL_TRACES_SAMPLER_ARG?.trim();
+  const ratio = text ? Number(text) : Number.NaN;
+  return Number.isFinite(ratio) ? Math.min(1, Math.max(0, ratio)) : 1;
+}
+
+/**
+ * Starts tracing for this process when it is configured (or an exporter is given); undefined when it is off. The SDK
+ * is loaded only then: a process that does not trace never loads it.
+ */
+export async function startTracing(opts: TracingOptions): Promise<Tracing | undefined> {
   const env = opts.env ?? process.env;
   if (!opts.exporter && !tracingConfigured(env)) return undefined;
   if (on) throw new Error('tracing was started already in this process');
-  const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG ?? '1');
-  const provider = new TracerProvider({
-    resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: env.OTEL_SERVICE_NAME || opts.service }),
-    sampler: new ParentBasedSampler({
-      root: new TraceIdRatioBasedSampler(Number.isFinite(ratio) ? Math.min(1, Math.max(0, ratio)) : 1),
+  const [sdk, { AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }, resources, semconv] =
+    await Promise.all([
+      import('@opentelemetry/sdk-trace'),
+      import('@opentelemetry/context-async-hooks'),
+      import('@opentelemetry/core'),
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/semantic-conventions'),
+    ]);
+  const [{ registerInstrumentations }, { UndiciInstrumentation }] = await Promise.all([
+    import('@opentelemetry/instrumentation'),
+    import('@opentelemetry/instrumentation-undici'),
+  ]);
+  const exporter = opts.exporter ?? new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
+  // The fraction of traces kept is decided by the trace ID, the same way in every service, for traces a caller began
+  // too: a caller's "sampled" flag cannot force every request it sends to be traced (a cost any client could impose).
+  const ratio = new sdk.TraceIdRatioBasedSampler(samplingRatio(env));
+  const provider = new sdk.TracerProvider({
+    resource: resources.resourceFromAttributes({
+      [semconv.ATTR_SERVICE_NAME]: env.OTEL_SERVICE_NAME || opts.service,
     }),
+    sampler: new sdk.ParentBasedSampler({ root: ratio, remoteParentSampled: ratio }),
     spanProcessors: [
-      opts.exporter
-        ? new SimpleSpanProcessor({ exporter: opts.exporter })
-        : new BatchSpanProcessor({ exporter: new OTLPTraceExporter() }),
+      opts.exporter ? new sdk.SimpleSpanProcessor({ exporter }) : new sdk.BatchSpanProcessor({ exporter }),
     ],
   });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-  propagation.setGlobalPropagator(
-    new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }),
-  );
+  // The trace context only: a caller's baggage is not carried into the platform's calls, events and messages.
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
   // Every fetch (undici) a service makes: a client span, and `traceparent` on the request.
   const stopInstrumentations = registerInstrumentations({
@@ -112,6 +123,9 @@ const tracer = (name: string): Tracer => trace.getTracer(name);
 /** A carrier of the active trace context (`traceparent`, `tracestate`), or undefined when tracing is off. */
 export function activeTraceContext(): Record<string, string> | undefined {
   if (!on) return undefined;
+  const span = trace.getSpan(context.active());
+  // A trace not kept needs nothing carried on (it would only cost a column and headers).
+  if (!span || (span.spanContext().traceFlags & TraceFlags.SAMPLED) === 0) return undefined;
   const carrier: Record<string, string> = {};
   propagation.inject(context.active(), carrier);
   return carrier.traceparent ? carrier : undefined;
@@ -127,7 +141,9 @@ export async function inSpanOf<T>(
   opts: { kind: 'producer' | 'consumer'; tracer: string; attributes?: Record<string, string | number> },
   fn: () => Promise<T>,
 ): Promise<T> {
-  if (!on || !carrier?.traceparent) return fn();
+  if (!on) return fn();
+  // Untraced work runs in no trace: not in that of whatever request woke the relay or the consumer.
+  if (!carrier?.traceparent) return context.with(ROOT_CONTEXT, fn);
   const parent = propagation.extract(ROOT_CONTEXT, carrier);
   const span = tracer(opts.tracer).startSpan(
     name,
@@ -164,7 +180,7 @@ export const tracingHooks = fp(
       if (request.traceSpan) context.with(request.traceSpan.context, done);
       else done();
     };
-    app.addHook('onRequest', (request, _reply, done) => {
+    app.addHook('onRequest', (request, reply, done) => {
       const parent = propagation.extract(ROOT_CONTEXT, request.headers);
       const route = request.routeOptions.url ?? 'unknown route';
       const span = serverTracer.startSpan(
@@ -182,6 +198,14 @@ export const tracingHooks = fp(
       );
       const spanContext = trace.setSpan(parent, span);
       request.traceSpan = { span, context: spanContext };
+      // A response cut off (a download whose store failed, a hijacked reply destroyed) ends its span too.
+      reply.raw.once('close', () => {
+        if (request.traceSpan?.span !== span) return;
+        if (!reply.raw.writableFinished)
+          span.setStatus({ code: SpanStatusCode.ERROR, message: 'the response was cut off' });
+        span.end();
+        request.traceSpan = undefined;
+      });
       context.with(spanContext, done);
     });
     // The body was read in between (stream events, outside the request's context): the handler runs in it again.

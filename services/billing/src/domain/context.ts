@@ -66,9 +66,13 @@ export interface BillingState {
   autoPayouts: Map<string, Promise<unknown>>;
   /**
    * GPU-minutes this instance billed (a session's new billed minutes × its GPUs), for `billing_gpu_hours_billed_total`;
-   * counted as the session rows are written, so a transaction rolled back after it (rare) counts anyway.
+   * counted as the session rows are written, each session's minutes once (`minutesCounted`: a batch that failed and
+   * is applied again one update at a time counts nothing twice). A transaction rolled back and never applied again
+   * (rare) still counts.
    */
   gpuMinutesBilled: number;
+  /** The billed minutes counted so far by session (the sessions billed lately). */
+  minutesCounted: BoundedCache<number>;
 }
 
 /** An hourly rate and its cost over each of the session settings' periods, rounded as billing rounds them. */
@@ -92,6 +96,7 @@ export function newBillingState(): BillingState {
     ratePeriods: new BoundedCache(RATES_CACHE_LIMIT),
     autoPayouts: new Map(),
     gpuMinutesBilled: 0,
+    minutesCounted: new BoundedCache(RATES_CACHE_LIMIT * 64),
   };
 }
 

@@ -5,6 +5,11 @@
  * twice more (after 2 s and 10 s); one it refused for good (5xx) is not. What happened is logged with the user's ID
  * and the server's reply code, never the address, the server's words (they name it) or the text (it holds a code).
  * Closing stops the retries and waits for what is on its way, `CLOSE_WAIT_MS` at most.
+ *
+ * `smtp://` to another machine must upgrade to TLS (STARTTLS) before it logs in or sends, or nothing is sent: a
+ * server that offers no STARTTLS, or a network that strips the offer, would otherwise see the credentials and the
+ * codes in clear. `smtps://` is TLS from the start; the loopback (a local catcher) needs neither; a URL that says
+ * `?requireTLS=false` (or `ignoreTLS=true`) decides for itself, for a mail catcher on a private network.
  */
 import { durationMs, type Logger } from '@gpu/common';
 import nodemailer from 'nodemailer';
@@ -45,11 +50,22 @@ function safeFailure(err: unknown): { code: string | null; response_code: number
   };
 }
 
+/** This machine: `localhost`, 127.0.0.0/8, ::1. */
+const isLoopback = (host: string) => host === 'localhost' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+
+/** Whether mail to this URL must be sent over TLS that the service insists on (see above). */
+export function mustRequireTls(smtpUrl: string): boolean {
+  const url = new URL(smtpUrl);
+  if (url.protocol !== 'smtp:' || isLoopback(url.hostname)) return false;
+  return !url.searchParams.has('requireTLS') && !url.searchParams.has('ignoreTLS');
+}
+
 export function createMailer(config: AuthConfig['mail'], logger: Logger): Mailer {
   const timeout = durationMs(config.send_timeout);
   const transport = config.smtp_url
     ? nodemailer.createTransport({
         url: config.smtp_url,
+        ...(mustRequireTls(config.smtp_url) ? { requireTLS: true } : {}),
         connectionTimeout: timeout,
         greetingTimeout: timeout,
         socketTimeout: timeout,

@@ -176,13 +176,16 @@ export async function writeBillings(
   return outcomes;
 }
 
-/** Counts a session's newly billed minutes for `billing_gpu_hours_billed_total` (never backwards). */
+/** Counts a session's newly billed minutes for `billing_gpu_hours_billed_total` (never backwards, never twice). */
 export function countGpuMinutes(
   ctx: BillingContext,
-  before: Pick<SessionRow, 'billed_minutes' | 'gpu_count'>,
+  before: Pick<SessionRow, 'id' | 'billed_minutes' | 'gpu_count'>,
   minutes: number,
 ) {
-  ctx.state.gpuMinutesBilled += Math.max(0, minutes - before.billed_minutes) * before.gpu_count;
+  const counted = Math.max(before.billed_minutes, ctx.state.minutesCounted.get(before.id) ?? 0);
+  if (minutes <= counted) return;
+  ctx.state.gpuMinutesBilled += (minutes - counted) * before.gpu_count;
+  ctx.state.minutesCounted.set(before.id, minutes);
 }
 
 /** The rate's cost over each settings period, worked out once per rate and settings (the context's cache). */
