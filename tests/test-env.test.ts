@@ -27,7 +27,8 @@ const listening = (port: number) =>
 
 it('stops every server it started: nothing is left on their ports', { timeout: 120_000 }, async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'test-env-'));
-  const base = 47_300;
+  // Below Linux's ephemeral range (32768-60999): no other test's listen(0) or outgoing connection can hold them.
+  const base = 23_400;
   try {
     const script = `source scripts/test-env.sh; test_env_up >/dev/null 2>&1
       for p in ${base} ${base + 1} ${base + 2} ${base + 3} ${base + 4}; do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && echo up $p; done

@@ -93,24 +93,19 @@ export class Uploads {
     return new Date(Date.parse(record.created_at) + this.settings.expiryMs);
   }
 
-  /**
-   * The keys of the owner's records that have not expired, oldest first (a record's time in the listing is its start;
-   * records of one second by key).
-   */
+  /** The keys of the owner's records that have not expired (a record's time in the listing is its start). */
   private async openKeys(owner: string): Promise<string[]> {
     const now = Date.now();
     const page = await this.records(`${RECORDS}${owner}/`, 1000);
-    const time = (o: { lastModified?: Date }) => o.lastModified?.getTime() ?? now;
     return page.objects
-      .filter((o) => time(o) + this.settings.expiryMs > now)
-      .sort((a, b) => time(a) - time(b) || (a.key < b.key ? -1 : 1))
+      .filter((o) => (o.lastModified?.getTime() ?? now) + this.settings.expiryMs > now)
       .map((o) => o.key);
   }
 
   /**
    * Starts an upload of the owner to the target (already checked by the access rules). The bound on open uploads is
-   * checked before and again after the record is written: of uploads started at once past the bound, the late ones
-   * give themselves up (409), so concurrent requests cannot hold more than the bound.
+   * checked before and again after the record is written (409 either way), so concurrent requests cannot hold more
+   * than the bound.
    */
   async create(owner: string, target: ResolvedTarget, namedBucket: boolean, contentType: string) {
     if ((await this.openKeys(owner)).length >= MAX_OPEN_UPLOADS) throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
@@ -134,10 +129,11 @@ export class Uploads {
       await this.store.abortMultipart(target.bucket, target.key, storeUploadId).catch(() => {});
       throw err;
     }
-    const open = await this.openKeys(owner);
+    // Counted again with this record written: one that finds the bound full of others gives up. Of uploads started at
+    // once, each sees every record written before it read (so they cannot all stay), at worst one too many gives up.
     const mine = this.recordKey(owner, record.upload_id);
-    // Past the bound (uploads started at once), the latest ones give up: those that came before stay.
-    if (open.length > MAX_OPEN_UPLOADS && open.indexOf(mine) >= MAX_OPEN_UPLOADS) {
+    const others = (await this.openKeys(owner)).filter((key) => key !== mine);
+    if (others.length >= MAX_OPEN_UPLOADS) {
       await this.abort(record).catch(() => {});
       throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
     }
