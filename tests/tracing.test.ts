@@ -1,8 +1,8 @@
 /**
  * One rental is one trace: a client's `traceparent` on start-session, billing's calls to the registry (a fetch, its
  * client span, the registry's server span), the session event kept in billing's outbox and published over NATS in
- * a producer span of the same trace, the registry's consumer span under it (where the lease is taken), the daemon's
- * usage report and the end.
+ * a producer span of the same trace, the registry's consumer span under it (where the lease is taken) and the
+ * registry's own event of it published under that, the daemon's usage report and the end.
  * Real auth, registry, billing and NATS JetStream in this process; the spans go to the SDK's in-memory exporter.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -159,6 +159,18 @@ describe('tracing', () => {
     const consume = one('process', (s) => s.name.startsWith('process ') && s.name.endsWith('.session.started'));
     expect(consume.kind).toBe(4 /* CONSUMER */);
     expect(parentOf(consume)).toBe(publish.spanContext().spanId);
+
+    // The registry's own event of it (the machine busy), recorded by that consumer: published in a producer span
+    // under it.
+    await expect
+      .poll(
+        () =>
+          ofTrace()
+            .filter((s) => s.kind === 3 && parentOf(s) === consume.spanContext().spanId)
+            .map((s) => s.name),
+        { timeout: 10_000 },
+      )
+      .toEqual([expect.stringMatching(/^publish .*status/)]);
 
     // The daemon's usage and the renter's end, in the same trace.
     expect(parentOf(billingServer('/api/v1/billing/usage-update'))).toBe(root.spanContext().spanId);

@@ -175,7 +175,7 @@ export {
 } from './price-formula.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
-export { startTracing, type Tracing, tracingConfigured, tracingOn } from './telemetry/tracing.ts';
+export { activeTraceContext, startTracing, type Tracing, tracingConfigured, tracingOn } from './telemetry/tracing.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';
 export {
   inputPathOf,

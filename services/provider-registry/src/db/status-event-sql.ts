@@ -43,7 +43,7 @@ export function withStatusEvents<R>(
   return sql<R>`
     WITH ${ctes ? sql`${ctes},` : sql``} changed AS (${statement}),
     recorded AS (
-      INSERT INTO outbox_events (id, kind, payload, correlation_id)
+      INSERT INTO outbox_events (id, kind, payload, correlation_id, trace_context)
       SELECT e.event_id, ${kind}, jsonb_build_object(
         'event_id', e.event_id,
         'kind', ${kind},
@@ -54,7 +54,7 @@ export function withStatusEvents<R>(
         'previous_status', e.previous_status,
         'status', e.status,
         'reason', ${sql.lit(recording.reason)}::text
-      ), e.correlation_id
+      ), e.correlation_id, ${recording.trace ?? null}::jsonb
       FROM (
         SELECT gen_random_uuid() AS event_id, c.id, c.owner_id, c.previous_status, c.status,
           ${correlationOf(recording.correlation)} AS correlation_id

@@ -13,7 +13,7 @@
  * registry's events have always carried), `provider_id`, `owner_id`,
  * `previous_status` (null at registration), `status`, `reason`.
  */
-import { Outbox } from '@gpu/common';
+import { activeTraceContext, Outbox } from '@gpu/common';
 import type { ProviderStatus } from './provider.ts';
 
 /** The kind (and `type`) of every status event. */
@@ -64,6 +64,11 @@ export interface StatusEvent {
 export interface EventRecording {
   reason: StatusChangeReason;
   correlation?: string | ReadonlyMap<string, string | undefined>;
+  /**
+   * The W3C trace context of the one request or message the write is for (tracing on and the trace kept), as JSON for
+   * `outbox_events.trace_context`; none for a write of many callers at once (a batch of heartbeats).
+   */
+  trace?: string;
 }
 
 /**
@@ -86,6 +91,8 @@ export class StatusOutbox extends Outbox {
 
   /** The recording of a write of `reason`, or undefined when this outbox records nothing. */
   recording(reason: StatusChangeReason, correlation?: EventRecording['correlation']): EventRecording | undefined {
-    return this.enabled ? { reason, correlation } : undefined;
+    if (!this.enabled) return undefined;
+    const trace = typeof correlation === 'object' ? undefined : activeTraceContext();
+    return { reason, correlation, ...(trace ? { trace: JSON.stringify(trace) } : {}) };
   }
 }
