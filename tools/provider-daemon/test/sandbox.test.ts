@@ -98,6 +98,26 @@ describe('a workload in the sandbox', () => {
     expect(missing.err()).toMatch(/no-such-program/);
   });
 
+  it("gives the renter's environment to the workload alone: not to the tools around it, not on a command line", async () => {
+    const w = run(['sh', '-c', 'echo "$SECRET_TOKEN $GCONV_PATH"; sleep 2'], {
+      spec: {
+        command: ['sh', '-c', 'echo "$SECRET_TOKEN $GCONV_PATH"; sleep 2'],
+        env: { SECRET_TOKEN: 'tok-4f9a', GCONV_PATH: '/work/evil' },
+        max_runtime_seconds: 60,
+        network: false,
+        inputs: [],
+      },
+    });
+    await w.sandbox.ready;
+    // bwrap (prlimit and setpriv before it, one process) runs outside the sandbox as the daemon's user: it started
+    // with the daemon's PATH alone, and its command line names no value of the renter's.
+    const environ = readFileSync(`/proc/${w.sandbox.pid}/environ`, 'utf8').split('\0').filter(Boolean);
+    expect(environ.map((e) => e.split('=')[0])).toEqual(['PATH']);
+    expect(readFileSync(`/proc/${w.sandbox.pid}/cmdline`, 'utf8')).not.toContain('tok-4f9a');
+    expect(await w.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+    expect(w.out()).toBe('tok-4f9a /work/evil\n');
+  });
+
   it('sees only its leased GPUs, named by UUID, and its own work directory', async () => {
     const w = run(
       [

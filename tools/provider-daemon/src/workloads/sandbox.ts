@@ -130,9 +130,26 @@ function realTarget(link: string): string {
   return path.resolve('/', readlinkSync(link));
 }
 
+/** The file descriptor bwrap reads the workload's environment from (`--args`): a pipe, never its command line. */
+const ENV_FD = 5;
+
+/**
+ * The workload's environment as bwrap arguments (NUL-separated on `ENV_FD`): every variable cleared, then the
+ * workload's set. So the renter's variables reach the workload only: prlimit, setpriv and bwrap, which run outside
+ * the sandbox as the daemon's user, start with the daemon's PATH alone (a renter's GCONV_PATH, LOCPATH or
+ * MALLOC_* never reaches their C library), and the values are in no process's command line (`ps` shows them to every
+ * user of the machine).
+ */
+function envArgs(opts: SandboxOptions): Buffer {
+  const args = ['--clearenv', ...Object.entries(sandboxEnv(opts)).flatMap(([k, v]) => ['--setenv', k, v])];
+  return Buffer.from(`${args.join('\0')}\0`);
+}
+
 /** The arguments of `bwrap` for the workload. */
 function bwrapArgs(opts: SandboxOptions): string[] {
   const args = [
+    '--args',
+    String(ENV_FD),
     '--unshare-user',
     // No user namespace of its own inside: the kernel's namespace-only surfaces (nftables, overlayfs) stay closed.
     '--disable-userns',
@@ -438,10 +455,12 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const argv = ['prlimit', ...limits, '--', ...asUser, bwrap, ...bwrapArgs(options)];
   const startedAt = new Date();
   const child = spawn(argv[0]!, argv.slice(1), {
-    env: sandboxEnv(options),
-    stdio: spec.network ? ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe', 'pipe'],
+    // The helpers' own environment: the daemon's PATH only (the workload's comes through ENV_FD).
+    env: { PATH: process.env.PATH ?? SANDBOX_PATH },
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe', spec.network ? 'pipe' : 'ignore', 'pipe'],
     cwd: opts.workDir,
   });
+  (child.stdio as unknown as Writable[])[ENV_FD]!.end(envArgs(options));
   // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
   child.once('exit', () => child.stdio[4]?.destroy());
   const logs = Promise.all([
