@@ -87,11 +87,5 @@ export async function startStorageUsageConsumer(opts: StorageUsageConsumerOption
     },
   });
   await consumer.ready;
-  return {
-    metrics: [rejected],
-    durable: consumer.durable,
-    pending: () => consumer.pending(),
-    stop: () => consumer.stop(),
-    check: () => consumer.check(),
-  };
+  return { ...consumer, metrics: [rejected] };
 }

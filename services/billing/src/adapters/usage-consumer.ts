@@ -84,13 +84,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     logger: opts.logger,
   });
   await consumer.ready;
-  return {
-    metrics: [rejected],
-    durable: consumer.durable,
-    pending: () => consumer.pending(),
-    stop: () => consumer.stop(),
-    check: () => consumer.check(),
-  };
+  return { ...consumer, metrics: [rejected] };
 }
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
