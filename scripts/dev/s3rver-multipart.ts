@@ -80,28 +80,23 @@ export function addMultipartManagement(server: S3rver): void {
     const bucket = parts[0];
     if (!bucket) return next();
     const bucketExists = existsSync(path.join(store.rootDirectory, bucket));
-    if (ctx.method === 'DELETE' && parts.length >= 2 && url.searchParams.has('uploadId')) {
-      const id = url.searchParams.get('uploadId') ?? '';
-      const dir = path.join(store.getResourcePath(bucket, undefined, 'uploads'), id);
+    const uploadId = url.searchParams.get('uploadId');
+    if (parts.length >= 2 && uploadId !== null && (ctx.method === 'DELETE' || ctx.method === 'GET')) {
+      // AbortMultipartUpload (DELETE) or ListParts (GET) of one upload.
+      const dir = path.join(store.getResourcePath(bucket, undefined, 'uploads'), uploadId);
       if (!bucketExists) return s3Error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
-      if (!UPLOAD_ID.test(id) || !existsSync(dir)) {
+      if (!UPLOAD_ID.test(uploadId) || !existsSync(dir)) {
         return s3Error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist');
       }
-      await rm(dir, { recursive: true, force: true });
-      ctx.status = 204;
-      ctx.body = null;
-      return;
-    }
-    if (ctx.method === 'GET' && parts.length >= 2 && url.searchParams.has('uploadId')) {
-      const id = url.searchParams.get('uploadId') ?? '';
-      const dir = path.join(store.getResourcePath(bucket, undefined, 'uploads'), id);
-      if (!bucketExists) return s3Error(ctx, 404, 'NoSuchBucket', 'The specified bucket does not exist');
-      if (!UPLOAD_ID.test(id) || !existsSync(dir)) {
-        return s3Error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist');
+      if (ctx.method === 'DELETE') {
+        await rm(dir, { recursive: true, force: true });
+        ctx.status = 204;
+        ctx.body = null;
+      } else {
+        ctx.status = 200;
+        ctx.type = 'application/xml';
+        ctx.body = await listParts(dir, bucket, parts.slice(1).join('/'), uploadId);
       }
-      ctx.status = 200;
-      ctx.type = 'application/xml';
-      ctx.body = await listParts(dir, bucket, parts.slice(1).join('/'), id);
       return;
     }
     if (ctx.method === 'GET' && parts.length === 1 && url.searchParams.has('uploads')) {

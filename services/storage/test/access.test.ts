@@ -3,18 +3,17 @@
  * bucket's per-user folders, and owner records that outlive the instance that wrote them.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import {
   type AccessRule,
   accessCallers,
   type CallerName,
   checkAccessTable,
   type TableCaller,
-  testEnv,
   uninjected,
 } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startService, type TestService, uniqueBucket } from './helpers.ts';
+import { startService, storeClient, type TestService, uniqueBucket } from './helpers.ts';
 
 let svc: TestService;
 let callers: Record<CallerName, TableCaller>;
@@ -208,12 +207,7 @@ describe('bucket owners', () => {
 
   it('leaves a bucket made outside the platform to admins and services', async () => {
     const bucket = uniqueBucket('outside');
-    const s3 = new S3Client({
-      endpoint: testEnv.s3Endpoint.includes('://') ? testEnv.s3Endpoint : `http://${testEnv.s3Endpoint}`,
-      region: 'us-east-1',
-      forcePathStyle: true,
-      credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
-    });
+    const s3 = storeClient();
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     s3.destroy();
     expect((await as(callers.owner, { method: 'POST', url: `/buckets/${bucket}` })).json().code).toBe(

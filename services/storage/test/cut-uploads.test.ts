@@ -14,12 +14,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { ListMultipartUploadsCommand, S3Client } from '@aws-sdk/client-s3';
+import { ListMultipartUploadsCommand, type S3Client } from '@aws-sdk/client-s3';
 import { freePort, testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
 import { repoRoot } from '../../../scripts/lib/platform.ts';
-import { startService, type TestService, uniqueBucket } from './helpers.ts';
+import { startService, storeClient, type TestService, uniqueBucket } from './helpers.ts';
 
 const MiB = 1024 * 1024;
 /** A small part size, so that a few MiB make a multipart upload. */
@@ -166,12 +166,7 @@ describe.each(stores)('uploads cut short, on $name', ({ start }) => {
     });
     bucket = uniqueBucket('cut');
     await svc.store.ensureBucket(bucket);
-    s3 = new S3Client({
-      endpoint: store.endpoint,
-      region: 'us-east-1',
-      forcePathStyle: true,
-      credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
-    });
+    s3 = storeClient(store.endpoint);
   });
   afterAll(async () => {
     s3?.destroy();

@@ -1,11 +1,22 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
+import { S3Client } from '@aws-sdk/client-s3';
 import { createLogger } from '@gpu/common';
 import { type Caller, injectAs, startTestIssuer, type TestIssuer, testEnv } from '@gpu/common/testing';
 import { S3ObjectStore } from '../src/adapters/object-store.ts';
 import { buildApp, type StorageApp } from '../src/app.ts';
 import { type StorageConfig, storageConfigSchema } from '../src/config.ts';
 import type { UsageSink } from '../src/domain/metering.ts';
+
+/** A plain S3 client of the tests' S3 server (or of `endpoint`), to look at the store behind the service's back. */
+export function storeClient(endpoint = testEnv.s3Endpoint): S3Client {
+  return new S3Client({
+    endpoint: endpoint.includes('://') ? endpoint : `http://${endpoint}`,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
+  });
+}
 
 export function uniqueBucket(prefix = 'test'): string {
   return `${prefix}-${randomBytes(5).toString('hex')}`;

@@ -1,9 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { request } from 'node:http';
-import { HeadObjectCommand, ListMultipartUploadsCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { testEnv } from '@gpu/common/testing';
+import { HeadObjectCommand, ListMultipartUploadsCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { startService, type TestService, uniqueBucket } from './helpers.ts';
+import { startService, storeClient, type TestService, uniqueBucket } from './helpers.ts';
 
 const MiB = 1024 * 1024;
 let svc: TestService;
@@ -15,12 +14,7 @@ beforeAll(async () => {
   svc = await startService({ listen: true, objectStore: { max_upload_size: 12 * MiB, part_size: 5 * MiB } });
   bucket = uniqueBucket('large');
   await svc.store.ensureBucket(bucket);
-  s3 = new S3Client({
-    endpoint: testEnv.s3Endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
-  });
+  s3 = storeClient();
 });
 afterAll(async () => {
   s3.destroy();

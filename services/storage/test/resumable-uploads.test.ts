@@ -6,11 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { Readable } from 'node:stream';
-import { ListMultipartUploadsCommand, S3Client } from '@aws-sdk/client-s3';
-import { type Caller, testEnv, uninjected } from '@gpu/common/testing';
+import { ListMultipartUploadsCommand, type S3Client } from '@aws-sdk/client-s3';
+import { type Caller, uninjected } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_OPEN_UPLOADS, MIN_PART_SIZE } from '../src/domain/uploads/resumable.ts';
-import { startService, type TestService, uniqueBucket } from './helpers.ts';
+import { startService, storeClient, type TestService, uniqueBucket } from './helpers.ts';
 
 let svc: TestService;
 let renter: Caller;
@@ -45,12 +45,7 @@ beforeAll(async () => {
   svc = await startService({ objectStore: { max_upload_size: 12 * 1024 * 1024 } });
   renter = await svc.issuer.user(['renter']);
   other = await svc.issuer.user(['renter']);
-  s3 = new S3Client({
-    endpoint: testEnv.s3Endpoint.includes('://') ? testEnv.s3Endpoint : `http://${testEnv.s3Endpoint}`,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: testEnv.s3AccessKey, secretAccessKey: testEnv.s3SecretKey },
-  });
+  s3 = storeClient();
 });
 afterAll(async () => {
   s3?.destroy();

@@ -129,18 +129,6 @@ export interface ObjectStore {
   close(): void;
 }
 
-/** Writes `value` as a small JSON object at `key` (the bucket must exist). */
-export async function writeJson(store: ObjectStore, bucket: string, key: string, value: unknown): Promise<void> {
-  const body = Buffer.from(JSON.stringify(value));
-  await store.upload({
-    bucket,
-    key,
-    body: Readable.from([body]),
-    contentType: 'application/json',
-    contentLength: body.length,
-  });
-}
-
 /**
  * Writes `value` as a small JSON object at `key` only when no object has the key (`If-None-Match: *`: atomic on S3,
  * MinIO and other stores with conditional writes), making the bucket on first use; a write that finds one there

@@ -27,7 +27,7 @@ import {
   readJson,
   type StoredPart,
   type StorePage,
-  writeJson,
+  writeJsonOnce,
 } from '../store.ts';
 
 /** S3's smallest part but the last. */
@@ -121,9 +121,10 @@ export class Uploads {
       store_upload_id: storeUploadId,
       created_at: new Date().toISOString(),
     };
+    const mine = this.recordKey(owner, record.upload_id);
     try {
-      await this.store.ensureBucket(this.recordsBucket);
-      await writeJson(this.store, this.recordsBucket, this.recordKey(owner, record.upload_id), record);
+      // Its key is new (a random ID): the write that makes the bucket on first use, as the owner records do.
+      await writeJsonOnce(this.store, this.recordsBucket, mine, record);
     } catch (err) {
       // Without its record nobody could finish the upload or sweep it: give the store's upload up.
       await this.store.abortMultipart(target.bucket, target.key, storeUploadId).catch(() => {});
@@ -131,7 +132,6 @@ export class Uploads {
     }
     // Counted again with this record written: one that finds the bound full of others gives up. Of uploads started at
     // once, each sees every record written before it read (so they cannot all stay), at worst one too many gives up.
-    const mine = this.recordKey(owner, record.upload_id);
     const others = (await this.openKeys(owner)).filter((key) => key !== mine);
     if (others.length >= MAX_OPEN_UPLOADS) {
       await this.abort(record).catch(() => {});
