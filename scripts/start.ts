@@ -252,10 +252,13 @@ const services: Proc[] = (
     {
       name: 'storage',
       cwd: 'services/storage',
-      nodeFlags: STORAGE_NODE_FLAGS,
+      nodeFlags: [...STORAGE_NODE_FLAGS, ...PGLITE_NODE_FLAGS],
       port: ports.storage,
       env: {
         STORAGE_CONFIG_FILE: path.join(data, 'storage', 'config.yaml'),
+        // The object catalog's database.
+        STORAGE__DATABASE__EMBEDDED_PATH: path.join(data, 'storage', 'pglite'),
+        STORAGE__DATABASE__EMBEDDED_TEMPLATE_DIR: pgliteTemplates,
         S3_ENDPOINT: host.address(ports.s3),
         // Stored bytes, billed: reported to billing each hour with the platform's machine client.
         BILLING_URL: host.url(ports.billing),

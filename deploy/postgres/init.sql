@@ -2,3 +2,4 @@
 CREATE DATABASE auth;
 CREATE DATABASE provider_registry;
 CREATE DATABASE billing;
+CREATE DATABASE storage;

@@ -4,6 +4,7 @@
  */
 import { type App, createApp, durationMs, type EventPublisher } from '@gpu/common';
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
+import type { Reconciler } from './domain/catalog/index.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
 import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
 import { startSweeper } from './domain/uploads/resumable.ts';
@@ -23,7 +24,8 @@ export interface StorageAppDeps extends StorageDeps {
   nats?: EventPublisher;
 }
 
-export type StorageApp = App & { meter: StorageMeter | null };
+/** The app, with its meter (null: metering off) and the object catalog's reconciliation (tests run them by hand). */
+export type StorageApp = App & { meter: StorageMeter | null; reconciler: Reconciler };
 
 export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   const ctx = storageContext(deps);
@@ -35,8 +37,9 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
     config: ctx.config,
     logger: ctx.logger,
     // NATS carries only the hourly usage reports (kept and sent again when they fail): it is no part of serving
-    // objects, so it is not part of /health (a readiness probe).
-    healthChecks: { object_store: () => ctx.store.ping() },
+    // objects, so it is not part of /health (a readiness probe). The database holds the object catalog: listings
+    // and every write need it.
+    healthChecks: { object_store: () => ctx.store.ping(), database: async () => void (await ctx.catalog.now()) },
     schemas,
   });
   await app.register(bucketRoutes, ctx);
@@ -54,6 +57,10 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   });
   app.addHook('onClose', async () => stopSweeper?.());
 
+  // The object catalog follows the store: reconciled at start and every reconcile_interval (domain/catalog/).
+  app.addHook('onReady', async () => ctx.reconciler.start());
+  app.addHook('onClose', async () => ctx.reconciler.stop());
+
   // Stored bytes, billed: measured once per period and reported to billing (domain/metering.ts).
   const { metering, messaging } = ctx.config;
   const sink =
@@ -64,9 +71,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
         : billingUsageSink(metering, ctx.logger);
   const meter = sink
     ? new StorageMeter({
-        store: ctx.store,
-        owners: ctx.owners,
-        defaultBucket: ctx.config.object_store.default_bucket,
+        usage: ctx.catalog,
         sink,
         intervalMs: durationMs(metering.interval),
         logger: ctx.logger,
@@ -79,5 +84,5 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   } else {
     ctx.logger.info('storage metering is off (neither metering.billing_url nor NATS, or metering.interval 0s)');
   }
-  return Object.assign(app, { meter });
+  return Object.assign(app, { meter, reconciler: ctx.reconciler });
 }

@@ -7,6 +7,8 @@
 import {
   baseConfigShape,
   baseEnvAliases,
+  databaseEnvAliases,
+  databaseShape,
   loadConfig,
   machineClientShape,
   messagingEnvAliases,
@@ -75,8 +77,19 @@ export const storageConfigSchema = z.object({
       upload_expiry: zDuration().default('24h'),
       /** How long start-up waits for the store to answer its connection test. */
       connect_timeout: zDuration().default('30s'),
+      /**
+       * How often the object catalog is compared with the store (one instance a period), for objects written or
+       * deleted behind the service's back (presigned PUTs, other tools): `0s` compares at start-up only.
+       */
+      reconcile_interval: zDuration().default('15m'),
     })
     .prefault({}),
+  /**
+   * The service's own database, which holds the object catalog (every object's key, size, content type, ETag and
+   * owner): `url` (postgres://; empty opens an embedded PGlite database at `embedded_path`), `embedded_template_dir`,
+   * `pool_size`, `connect_timeout`.
+   */
+  database: z.object(databaseShape({ embeddedPath: '.data/storage/pglite' })).prefault({}),
   /**
    * Stored bytes, billed: once per `interval`, the service measures what each owner stores (their buckets, and their
    * folder in the default bucket) and reports the period to billing with its machine client: over NATS when
@@ -113,6 +126,7 @@ export function loadStorageConfig(env: NodeJS.ProcessEnv = process.env): Storage
     env,
     aliases: {
       ...baseEnvAliases,
+      ...databaseEnvAliases,
       ...messagingEnvAliases,
       S3_ENDPOINT: 'object_store.endpoint',
       S3_ACCESS_KEY_ID: 'object_store.access_key_id',

@@ -1,7 +1,7 @@
 /**
  * The storage service process: load configuration (a default file is written
- * when absent), log (with any deprecated setting names), connect to the
- * object store and test the connection, ensure the default bucket, connect
+ * when absent), log (with any deprecated setting names), open the database
+ * of the object catalog and migrate it, connect to the object store and test the connection, ensure the default bucket, connect
  * to NATS when the usage reports go there, listen,
  * register with Consul, shut down gracefully.
  */
@@ -10,15 +10,21 @@ import {
   connectPublisher,
   durationMs,
   type EventPublisher,
+  migrateToLatest,
   NoopPublisher,
+  openDatabase,
   runService,
   serviceLogger,
   startOrExit,
   startTracing,
 } from '@gpu/common';
+import type { Kysely } from 'kysely';
 import { S3ObjectStore } from './adapters/object-store.ts';
 import { buildApp, SERVICE_NAME } from './app.ts';
 import { loadStorageConfig } from './config.ts';
+import { migrations } from './db/migrations/index.ts';
+import { ObjectRepository } from './db/object-repository.ts';
+import type { StorageDB } from './db/schema.ts';
 
 startOrExit(async () => {
   // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
@@ -26,6 +32,16 @@ startOrExit(async () => {
   const config = loadStorageConfig();
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
+  // The object catalog's database: PostgreSQL at database.url, else embedded PGlite at database.embedded_path.
+  const database = await openDatabase<StorageDB>({
+    url: config.database.url,
+    embeddedPath: config.database.embedded_path,
+    embeddedTemplateDir: config.database.embedded_template_dir,
+    poolSize: config.database.pool_size,
+    connectTimeoutMs: durationMs(config.database.connect_timeout),
+  });
+  logger.info({ kind: database.kind }, 'database opened');
+  await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
   const store = new S3ObjectStore(config.object_store);
   await store.waitUntilReachable(durationMs(config.object_store.connect_timeout), logger);
   const { default_bucket: bucket, auto_create_default_bucket: autoCreate } = config.object_store;
@@ -45,10 +61,11 @@ startOrExit(async () => {
     logger.warn({ err: err.message }, 'NATS not reached: storage usage reports go over HTTP to metering.billing_url');
     return new NoopPublisher();
   });
-  const app = await buildApp({ config, logger, store, nats });
+  const app = await buildApp({ config, logger, store, catalog: new ObjectRepository(database.db), nats });
   app.addHook('onClose', async () => {
     await nats.close();
     store.close();
+    await database.close();
   });
   await runService({ name: SERVICE_NAME, config, logger, app, tracing });
 });

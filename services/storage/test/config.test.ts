@@ -77,4 +77,35 @@ describe('storage configuration', () => {
     });
     expect(configWarnings(config)).toEqual([]);
   });
+
+  it("has the object catalog's database (embedded by default) and its reconciliation interval", () => {
+    const defaults = loadStorageConfig({ STORAGE_CONFIG_FILE: path.join(dir, 'catalog-defaults.yaml') });
+    expect(defaults.database).toMatchObject({
+      url: '',
+      embedded_path: '.data/storage/pglite',
+      embedded_template_dir: '',
+      pool_size: 10,
+      connect_timeout: '5s',
+    });
+    expect(defaults.object_store.reconcile_interval).toBe('15m');
+    const set = loadStorageConfig({
+      STORAGE_CONFIG_FILE: path.join(dir, 'catalog-set.yaml'),
+      DATABASE_URL: 'postgres://u:p@db:5432/storage',
+      DATABASE_POOL_SIZE: '4',
+      STORAGE__DATABASE__EMBEDDED_PATH: '/var/lib/storage/pglite',
+      STORAGE__OBJECT_STORE__RECONCILE_INTERVAL: '0s',
+    });
+    expect(set.database).toMatchObject({
+      url: 'postgres://u:p@db:5432/storage',
+      pool_size: 4,
+      embedded_path: '/var/lib/storage/pglite',
+    });
+    expect(set.object_store.reconcile_interval).toBe('0s');
+    expect(() =>
+      loadStorageConfig({
+        STORAGE_CONFIG_FILE: path.join(dir, 'catalog-bad.yaml'),
+        STORAGE__OBJECT_STORE__RECONCILE_INTERVAL: 'often',
+      }),
+    ).toThrow(/reconcile_interval/);
+  });
 });

@@ -1,11 +1,22 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { S3Client } from '@aws-sdk/client-s3';
-import { createLogger } from '@gpu/common';
-import { type Caller, injectAs, startTestIssuer, type TestIssuer, testEnv } from '@gpu/common/testing';
+import { createLogger, type Database, migrateToLatest, openDatabase } from '@gpu/common';
+import {
+  type Caller,
+  createTestDatabase,
+  injectAs,
+  startTestIssuer,
+  type TestIssuer,
+  testEnv,
+} from '@gpu/common/testing';
+import type { Kysely } from 'kysely';
 import { S3ObjectStore } from '../src/adapters/object-store.ts';
 import { buildApp, type StorageApp } from '../src/app.ts';
 import { type StorageConfig, storageConfigSchema } from '../src/config.ts';
+import { migrations } from '../src/db/migrations/index.ts';
+import { ObjectRepository } from '../src/db/object-repository.ts';
+import type { StorageDB } from '../src/db/schema.ts';
 import type { UsageSink } from '../src/domain/metering.ts';
 
 /** A plain S3 client of the tests' S3 server (or of `endpoint`), to look at the store behind the service's back. */
@@ -45,6 +56,28 @@ export function testConfig(
   });
 }
 
+let catalogUrl: Promise<string> | undefined;
+
+/**
+ * The URL of this test file's database for the object catalog: one fresh PostgreSQL database on the test server,
+ * migrated once; every service a file starts uses it (as the instances of one deployment share theirs).
+ */
+export function testCatalogUrl(): Promise<string> {
+  catalogUrl ??= createTestDatabase('storage').then(async ({ url }) => {
+    const database = await openDatabase<StorageDB>({ url, poolSize: 1 });
+    await migrateToLatest(database.db as Kysely<unknown>, 'storage-service', migrations);
+    await database.close();
+    return url;
+  });
+  return catalogUrl;
+}
+
+/** A connection pool to this test file's catalog database, and its repository. */
+export async function openTestCatalog(): Promise<{ database: Database<StorageDB>; catalog: ObjectRepository }> {
+  const database = await openDatabase<StorageDB>({ url: await testCatalogUrl(), poolSize: 4 });
+  return { database, catalog: new ObjectRepository(database.db) };
+}
+
 let identities: Promise<{ issuer: TestIssuer; admin: Caller }> | undefined;
 
 /**
@@ -63,6 +96,8 @@ export interface TestService {
   auth: Record<string, string>;
   config: StorageConfig;
   store: S3ObjectStore;
+  /** The object catalog the service reads and writes. */
+  catalog: ObjectRepository;
   /** Base URL when started with `listen: true`. */
   url: string;
   close(): Promise<void>;
@@ -83,7 +118,14 @@ export async function startService(
   const logger = createLogger({ service: 'storage-test', instanceId: 'test', level: 'warn' });
   const store = new S3ObjectStore(config.object_store);
   if (config.object_store.default_bucket) await store.ensureBucket(config.object_store.default_bucket);
-  const app = await buildApp({ config, logger, store, ...(opts.usageSink ? { usageSink: opts.usageSink } : {}) });
+  const { database, catalog } = await openTestCatalog();
+  const app = await buildApp({
+    config,
+    logger,
+    store,
+    catalog,
+    ...(opts.usageSink ? { usageSink: opts.usageSink } : {}),
+  });
   let url = '';
   if (opts.listen) url = await app.listen({ host: '127.0.0.1', port: 0 });
   else await app.ready();
@@ -94,10 +136,12 @@ export async function startService(
     auth: admin.headers,
     config,
     store,
+    catalog,
     url,
     close: async () => {
       await app.close();
       store.close();
+      await database.close();
     },
   };
 }

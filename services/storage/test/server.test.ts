@@ -6,15 +6,21 @@ import { fileURLToPath } from 'node:url';
 import { ConsulRecorder, freePort, spawnServer, testEnv, waitForHttp } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
-import { testIdentities, uniqueBucket } from './helpers.ts';
+import { testCatalogUrl, testIdentities, uniqueBucket } from './helpers.ts';
 
 const serviceDir = fileURLToPath(new URL('..', import.meta.url));
 
 let auth: Record<string, string>;
 let jwksUrl: string;
 
+let databaseUrl: string;
+
+// The object catalog's database: this file's on the test PostgreSQL server (else an embedded one under the cwd).
 const start = (env: Record<string, string>) =>
-  spawnServer('src/server.ts', { cwd: serviceDir, env: { ...process.env, AUTH_JWKS_URL: jwksUrl, ...env } });
+  spawnServer('src/server.ts', {
+    cwd: serviceDir,
+    env: { ...process.env, AUTH_JWKS_URL: jwksUrl, DATABASE_URL: databaseUrl, ...env },
+  });
 
 let consul: ConsulRecorder;
 let consulAddress: string;
@@ -27,6 +33,7 @@ beforeAll(async () => {
   consul = new ConsulRecorder();
   consulAddress = await consul.start();
   dir = await mkdtemp(path.join(tmpdir(), 'storage-server-'));
+  databaseUrl = await testCatalogUrl();
 });
 afterAll(() => consul.close());
 

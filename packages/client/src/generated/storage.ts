@@ -1058,7 +1058,7 @@ export interface operations {
                 cursor?: string;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
-                /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
+                /** @description fill each object's content_type (from the service's object catalog; the store's listing lacks it); false leaves content_type null */
                 metadata?: boolean;
                 /** @description only keys that start with this */
                 prefix?: string;
@@ -1402,7 +1402,7 @@ export interface operations {
                 cursor?: string;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
-                /** @description fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); false leaves content_type null and answers a large listing sooner */
+                /** @description fill each object's content_type (from the service's object catalog; the store's listing lacks it); false leaves content_type null */
                 metadata?: boolean;
                 /** @description only keys that start with this */
                 prefix?: string;

@@ -1,8 +1,10 @@
 /**
  * Stored bytes, measured for billing. Once per period (`metering.interval`, periods starting at its multiples since
- * the epoch, UTC, so every instance's agree), the meter adds up what each owner stores: every object of the buckets
- * they own (the owner records), and every object under their folder of the default bucket (`users/{id}/`). Buckets
- * without an owner record (made outside the platform) are nobody's and billed to nobody. Each owner's bytes are
+ * the epoch, UTC, so every instance's agree), the meter adds up what each owner stores, from the object catalog's
+ * owners (`catalog/`): every object of the buckets they own (the owner records), and every object under their folder
+ * of the default bucket (`users/{id}/`). Buckets without an owner record (made outside the platform) are nobody's and
+ * billed to nobody. The catalog follows the store within `reconcile_interval` for what was written behind the
+ * service's back; what went through the service is in it at once. Each owner's bytes are
  * reported to billing for the period just ended: bytes × the period's length is what billing charges, so an object
  * is billed for the periods it was there when they ended.
  *
@@ -17,7 +19,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@gpu/common';
-import type { BucketOwners } from './bucket-owners.ts';
 import { type ObjectStore, readJson, writeJsonOnce } from './store.ts';
 
 /** One owner's bytes over one period, as billing charges it. */
@@ -35,50 +36,11 @@ export interface UsageSink {
 
 /** Reports kept for another try, at most (a day of hourly periods for some 400 owners). */
 const MAX_PENDING = 10_000;
-const PAGE = 1000;
-const USER_FOLDER = /^users\/([^/]+)\//;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** Every object of `bucket` under `prefix`, a page at a time. */
-async function* objectsOf(store: ObjectStore, bucket: string, prefix = '') {
-  let token: string | undefined;
-  do {
-    const page = await store.listPage({ bucket, prefix, oneLevel: false, token, maxKeys: PAGE });
-    yield* page.objects;
-    token = page.nextToken;
-  } while (token);
-}
-
-/** Bytes stored per owner now: their buckets and their folders of the default bucket. */
-async function measureStorage(
-  store: ObjectStore,
-  owners: BucketOwners,
-  defaultBucket: string,
-): Promise<Map<string, number>> {
-  const bytes = new Map<string, number>();
-  const add = (owner: string, size: number) => bytes.set(owner, (bytes.get(owner) ?? 0) + size);
-  for (const bucket of await owners.ownedBuckets()) {
-    if (bucket === defaultBucket || bucket === owners.recordsBucket) continue;
-    const owner = await owners.ownerOf(bucket);
-    if (owner === undefined) continue;
-    try {
-      for await (const o of objectsOf(store, bucket)) add(owner, o.size);
-    } catch (err) {
-      // A bucket deleted at the store since: nothing stored there.
-      if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
-    }
-  }
-  if (defaultBucket) {
-    try {
-      for await (const o of objectsOf(store, defaultBucket, 'users/')) {
-        const owner = USER_FOLDER.exec(o.key)?.[1];
-        if (owner) add(owner, o.size);
-      }
-    } catch (err) {
-      if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
-    }
-  }
-  return bytes;
+/** What each owner stores now, in bytes: the object catalog's sums (`catalog/`). */
+interface UsageSource {
+  usageByOwner(): Promise<Map<string, number>>;
 }
 
 /** The period of `intervalMs` that ended last at `now`: `[end - interval, end)`, `end` a multiple of the interval. */
@@ -120,9 +82,7 @@ export class PeriodClaims {
 }
 
 export interface MeterOptions {
-  store: ObjectStore;
-  owners: BucketOwners;
-  defaultBucket: string;
+  usage: UsageSource;
   sink: UsageSink;
   intervalMs: number;
   logger: Logger;
@@ -165,7 +125,7 @@ export class StorageMeter {
     let measured = new Map<string, number>();
     try {
       if (!this.opts.claims || (await this.opts.claims.claim(end, this.opts.intervalMs))) {
-        measured = await measureStorage(this.opts.store, this.opts.owners, this.opts.defaultBucket);
+        measured = await this.opts.usage.usageByOwner();
       }
     } catch (err) {
       this.opts.logger.warn({ err: (err as Error).message }, 'measuring storage failed; trying at the next period');

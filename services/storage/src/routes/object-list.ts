@@ -31,8 +31,8 @@ export const listQuery = z.object({
   metadata: zBool()
     .default(true)
     .describe(
-      "fill each object's content_type (the store's listing lacks it: one HEAD per listed object, 16 at a time); " +
-        'false leaves content_type null and answers a large listing sooner',
+      "fill each object's content_type (from the service's object catalog; the store's listing lacks it); " +
+        'false leaves content_type null',
     ),
 });
 
@@ -68,7 +68,7 @@ export async function listBucket(
   // A cursor holds a full key; `start_after` is a key as the caller sees them.
   const start =
     query.cursor === undefined && query.start_after !== undefined ? folder + query.start_after : startOf(query);
-  const listing = await listObjects(ctx.store, {
+  const listing = await listObjects(ctx, {
     bucket,
     prefix: folder + prefix,
     recursive: query.recursive,

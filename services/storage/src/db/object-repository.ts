@@ -1,0 +1,173 @@
+/**
+ * The object catalog's queries (`domain/catalog/catalog.ts` is the port they implement), on PostgreSQL or PGlite.
+ * Keys compare and sort by their UTF-8 bytes: the columns are `COLLATE "C"`, so every range below walks the primary
+ * key `(bucket, key)` in order and a page stops after its rows.
+ */
+import { type Kysely, sql } from 'kysely';
+import type { CatalogObject, CatalogPageRequest, ObjectCatalog } from '../domain/catalog/catalog.ts';
+import type { ObjectEntry } from '../domain/store.ts';
+import type { StorageDB } from './schema.ts';
+
+/** Rows per INSERT: well under PostgreSQL's 65,535 parameters (7 a row). */
+const INSERT_BATCH = 1000;
+
+/** How many periods' claims are kept (the rest are deleted as a period is claimed). */
+const CLAIMS_KEPT = 10;
+
+const toRow = (o: CatalogObject) => ({
+  bucket: o.bucket,
+  key: o.key,
+  size: o.size,
+  content_type: o.contentType ?? null,
+  etag: o.etag ?? null,
+  owner_id: o.ownerId ?? null,
+  last_modified: o.lastModified ?? null,
+});
+
+export class ObjectRepository implements ObjectCatalog {
+  constructor(private readonly db: Kysely<StorageDB>) {}
+
+  async now(): Promise<Date> {
+    const { rows } = await sql<{ now: Date }>`SELECT now() AS now`.execute(this.db);
+    return new Date(rows[0]!.now);
+  }
+
+  async put(objects: CatalogObject[], opts: { staleBefore?: Date } = {}): Promise<void> {
+    for (let i = 0; i < objects.length; i += INSERT_BATCH) {
+      await this.db
+        .insertInto('objects')
+        .values(objects.slice(i, i + INSERT_BATCH).map(toRow))
+        .onConflict((oc) => {
+          const update = oc.columns(['bucket', 'key']).doUpdateSet((eb) => ({
+            size: eb.ref('excluded.size'),
+            content_type: eb.ref('excluded.content_type'),
+            etag: eb.ref('excluded.etag'),
+            owner_id: eb.ref('excluded.owner_id'),
+            last_modified: eb.ref('excluded.last_modified'),
+            updated_at: sql`now()`,
+          }));
+          return opts.staleBefore
+            ? update.where('objects.updated_at', '<', opts.staleBefore)
+            : update.where(
+                sql<boolean>`objects.last_modified IS NULL OR excluded.last_modified IS NULL OR objects.last_modified <= excluded.last_modified`,
+              );
+        })
+        .execute();
+    }
+  }
+
+  async remove(bucket: string, key: string): Promise<void> {
+    await this.db.deleteFrom('objects').where('bucket', '=', bucket).where('key', '=', key).execute();
+  }
+
+  async removeOthers(
+    bucket: string,
+    range: { after?: string; upTo?: string },
+    keep: string[],
+    staleBefore: Date,
+  ): Promise<void> {
+    let q = this.db.deleteFrom('objects').where('bucket', '=', bucket).where('updated_at', '<', staleBefore);
+    if (range.after !== undefined) q = q.where('key', '>', range.after);
+    if (range.upTo !== undefined) q = q.where('key', '<=', range.upTo);
+    if (keep.length > 0) q = q.where(sql<boolean>`key <> ALL(${keep}::text[])`);
+    await q.execute();
+  }
+
+  async removeBucket(bucket: string): Promise<void> {
+    await this.db.deleteFrom('objects').where('bucket', '=', bucket).execute();
+    await this.db.deleteFrom('catalog_buckets').where('name', '=', bucket).execute();
+  }
+
+  async lookup(bucket: string, keys: string[]): Promise<Map<string, { etag?: string; size: number }>> {
+    const found = new Map<string, { etag?: string; size: number }>();
+    if (keys.length === 0) return found;
+    const rows = await this.db
+      .selectFrom('objects')
+      .select(['key', 'etag', 'size'])
+      .where('bucket', '=', bucket)
+      .where(sql<boolean>`key = ANY(${keys}::text[])`)
+      .execute();
+    for (const r of rows) found.set(r.key, { etag: r.etag ?? undefined, size: Number(r.size) });
+    return found;
+  }
+
+  async page(req: CatalogPageRequest): Promise<ObjectEntry[]> {
+    let q = this.db
+      .selectFrom('objects')
+      .select(['key', 'size', 'content_type', 'etag', 'last_modified'])
+      .where('bucket', '=', req.bucket);
+    // starts_with on a "C" column is a range of the primary key (the planner bounds the walk by the prefix).
+    if (req.prefix) q = q.where(sql<boolean>`starts_with(key, ${req.prefix})`);
+    if (req.after !== undefined) q = q.where('key', req.inclusive ? '>=' : '>', req.after);
+    const rows = await q.orderBy('key').limit(req.limit).execute();
+    return rows.map((r) => ({
+      key: r.key,
+      size: Number(r.size),
+      contentType: r.content_type ?? undefined,
+      etag: r.etag ?? undefined,
+      lastModified: r.last_modified ? new Date(r.last_modified) : undefined,
+      isPrefix: false,
+    }));
+  }
+
+  async setOwner(bucket: string, ownerId: string | undefined): Promise<void> {
+    await this.db
+      .updateTable('objects')
+      .set({ owner_id: ownerId ?? null })
+      .where('bucket', '=', bucket)
+      .where(sql<boolean>`owner_id IS DISTINCT FROM ${ownerId ?? null}`)
+      .execute();
+  }
+
+  async usageByOwner(): Promise<Map<string, number>> {
+    const rows = await this.db
+      .selectFrom('objects')
+      .select(['owner_id', sql<number>`sum(size)::bigint`.as('bytes')])
+      .where('owner_id', 'is not', null)
+      .groupBy('owner_id')
+      .execute();
+    return new Map(rows.map((r) => [r.owner_id!, Number(r.bytes)]));
+  }
+
+  async reconciledAt(bucket: string): Promise<Date | undefined> {
+    const row = await this.db
+      .selectFrom('catalog_buckets')
+      .select('reconciled_at')
+      .where('name', '=', bucket)
+      .executeTakeFirst();
+    return row?.reconciled_at ? new Date(row.reconciled_at) : undefined;
+  }
+
+  async markReconciled(bucket: string, at: Date): Promise<void> {
+    await this.db
+      .insertInto('catalog_buckets')
+      .values({ name: bucket, reconciled_at: at })
+      .onConflict((oc) => oc.column('name').doUpdateSet({ reconciled_at: at }))
+      .execute();
+  }
+
+  async knownBuckets(): Promise<string[]> {
+    const rows = await this.db.selectFrom('catalog_buckets').select('name').orderBy('name').execute();
+    return rows.map((r) => r.name);
+  }
+
+  async claimPeriod(periodStart: Date, instanceId: string): Promise<boolean> {
+    const claimed = await this.db
+      .insertInto('reconcile_runs')
+      .values({ period_start: periodStart, instance_id: instanceId })
+      .onConflict((oc) => oc.column('period_start').doNothing())
+      .returning('period_start')
+      .executeTakeFirst();
+    if (claimed) {
+      const old = await this.db
+        .selectFrom('reconcile_runs')
+        .select('period_start')
+        .orderBy('period_start', 'desc')
+        .offset(CLAIMS_KEPT)
+        .limit(1)
+        .executeTakeFirst();
+      if (old) await this.db.deleteFrom('reconcile_runs').where('period_start', '<=', old.period_start).execute();
+    }
+    return claimed !== undefined;
+  }
+}

@@ -1,0 +1,37 @@
+/** Kysely table types of the storage service's database: the object catalog (`domain/catalog/`). */
+import type { ColumnType, Generated } from 'kysely';
+
+/** One object the store holds, as last written through the service or found by reconciliation. */
+interface ObjectsTable {
+  bucket: string;
+  /** Sorted by its UTF-8 bytes (`COLLATE "C"`), the store's listing order. */
+  key: string;
+  size: ColumnType<number, number, number>;
+  content_type: string | null;
+  etag: string | null;
+  /** The user billed for it: the bucket's owner, or `{id}` of `users/{id}/` in the default bucket; null: nobody. */
+  owner_id: string | null;
+  /** The store's Last-Modified. */
+  last_modified: Date | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+}
+
+/** The buckets the catalog knows, and when each was last found complete against the store. */
+interface CatalogBucketsTable {
+  name: string;
+  reconciled_at: Date | null;
+}
+
+/** Which instance reconciles each period (the first to insert the period's row). */
+interface ReconcileRunsTable {
+  period_start: Date;
+  instance_id: string;
+  started_at: Generated<Date>;
+}
+
+export interface StorageDB {
+  objects: ObjectsTable;
+  catalog_buckets: CatalogBucketsTable;
+  reconcile_runs: ReconcileRunsTable;
+}

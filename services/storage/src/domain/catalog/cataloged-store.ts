@@ -1,0 +1,126 @@
+/**
+ * The object store as the routes and rules use it: every write that succeeds at the store is written to the catalog
+ * in the same request (uploads, a resumable upload's completion, deletes), so a listing right after it sees it.
+ *
+ * Order: the store first, it holds the bytes; the catalog after. A catalog write that fails (the database away)
+ * fails the request with 503 `DEPENDENCY_UNAVAILABLE` although the store did the write: the client learns that
+ * something went wrong and may repeat it, and reconciliation puts the catalog right in any case (`reconcile.ts`), so
+ * the catalog is never wrong for longer than `reconcile_interval`. Writes to the service's own records bucket
+ * (owner records, upload records, metering markers) are not catalogued: they are no one's objects.
+ */
+import { errors } from '@gpu/common';
+import type {
+  ObjectBody,
+  ObjectHead,
+  ObjectStore,
+  PartInfo,
+  PartRequest,
+  ReadConditions,
+  StoredPart,
+  StorePage,
+  StorePageRequest,
+  UploadRequest,
+} from '../store.ts';
+import type { ObjectCatalog, ObjectOwners } from './catalog.ts';
+
+export class CatalogedStore implements ObjectStore {
+  constructor(
+    private readonly inner: ObjectStore,
+    private readonly catalog: ObjectCatalog,
+    private readonly owners: ObjectOwners,
+    private readonly recordsBucket: string,
+  ) {}
+
+  async upload(req: UploadRequest): Promise<void> {
+    await this.inner.upload(req);
+    await this.catalogued(req.bucket, req.key);
+  }
+
+  async completeMultipart(bucket: string, key: string, uploadId: string, parts: StoredPart[]): Promise<void> {
+    await this.inner.completeMultipart(bucket, key, uploadId, parts);
+    await this.catalogued(bucket, key);
+  }
+
+  async delete(bucket: string, key: string): Promise<void> {
+    await this.inner.delete(bucket, key);
+    if (bucket !== this.recordsBucket) await this.write(() => this.catalog.remove(bucket, key));
+  }
+
+  async ensureBucket(bucket: string): Promise<'created' | 'exists'> {
+    const outcome = await this.inner.ensureBucket(bucket);
+    // A bucket made just now is empty: the catalog is complete for it (one that existed is reconciled when used).
+    if (outcome === 'created' && bucket !== this.recordsBucket) {
+      await this.write(async () => this.catalog.markReconciled(bucket, await this.catalog.now()));
+    }
+    return outcome;
+  }
+
+  /** Writes the object as the store describes it now (a HEAD: the ETag, date and type the store holds). */
+  private async catalogued(bucket: string, key: string): Promise<void> {
+    if (bucket === this.recordsBucket) return;
+    let head: ObjectHead;
+    try {
+      head = await this.inner.head(bucket, key, {});
+    } catch (err) {
+      // Deleted again already (a concurrent request): the catalog follows.
+      if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
+      return this.write(() => this.catalog.remove(bucket, key));
+    }
+    const ownerOf = await this.owners.of(bucket);
+    await this.write(() =>
+      this.catalog.put([
+        {
+          bucket,
+          key,
+          size: head.contentLength,
+          contentType: head.contentType,
+          etag: head.etag,
+          lastModified: head.lastModified,
+          ownerId: ownerOf(key),
+        },
+      ]),
+    );
+  }
+
+  private async write(op: () => Promise<void>): Promise<void> {
+    try {
+      await op();
+    } catch (err) {
+      throw errors.dependencyUnavailable('database', err);
+    }
+  }
+
+  ping(): Promise<void> {
+    return this.inner.ping();
+  }
+  bucketMustExist(bucket: string): Promise<void> {
+    return this.inner.bucketMustExist(bucket);
+  }
+  get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody> {
+    return this.inner.get(bucket, key, cond, signal);
+  }
+  head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead> {
+    return this.inner.head(bucket, key, cond);
+  }
+  listPage(req: StorePageRequest): Promise<StorePage> {
+    return this.inner.listPage(req);
+  }
+  presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string> {
+    return this.inner.presign(bucket, key, method, expiresInSeconds);
+  }
+  createMultipart(bucket: string, key: string, contentType: string): Promise<string> {
+    return this.inner.createMultipart(bucket, key, contentType);
+  }
+  uploadPart(part: PartRequest): Promise<string> {
+    return this.inner.uploadPart(part);
+  }
+  listParts(bucket: string, key: string, uploadId: string): Promise<PartInfo[]> {
+    return this.inner.listParts(bucket, key, uploadId);
+  }
+  abortMultipart(bucket: string, key: string, uploadId: string): Promise<void> {
+    return this.inner.abortMultipart(bucket, key, uploadId);
+  }
+  close(): void {
+    this.inner.close();
+  }
+}
