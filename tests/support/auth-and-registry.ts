@@ -37,8 +37,11 @@ export interface AuthAndRegistry {
  */
 export function useAuthAndRegistry(
   authSettings: Record<string, unknown> = {},
-  /** The registry's: over NATS (`nats`) and consuming billing's session events (`consumeSessionEvents`). */
-  registryOptions: { nats?: boolean; consumeSessionEvents?: boolean } = {},
+  /**
+   * The registry's: over NATS (`nats`), consuming billing's session events (`consumeSessionEvents`), taking heartbeats
+   * from NATS (`takeHeartbeats`).
+   */
+  registryOptions: { nats?: boolean; consumeSessionEvents?: boolean; takeHeartbeats?: boolean } = {},
 ): AuthAndRegistry {
   const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' }, ...authSettings }));
   const platform: AuthAndRegistry = {
@@ -80,6 +83,7 @@ export function useAuthAndRegistry(
     platform.registry = await startHarness({
       nats: registryOptions.nats ?? false,
       consumeSessionEvents: registryOptions.consumeSessionEvents,
+      takeHeartbeats: registryOptions.takeHeartbeats,
       config: {
         access: {
           jwks_url: `${platform.authUrl}/.well-known/jwks.json`,

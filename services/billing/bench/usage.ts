@@ -4,7 +4,7 @@
  * from a load generator in a process of its own) and over NATS (JetStream publishes from a publisher in a process
  * of its own, consumed by the service's durable consumer). About 5 % of the messages are sent twice (a daemon's
  * retry); afterwards every unique message must have exactly one usage record and the ledger must be intact. The
- * CPU each process used is read for every row (bench/process-cpu.ts), so a bound can be told from the load
+ * CPU each process used is read for every row (scripts/lib/process-cpu.ts), so a bound can be told from the load
  * generator's share. Writes the `billing-usage` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
 import { spawn } from 'node:child_process';
@@ -21,6 +21,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '../../../scripts/lib/process-cpu.ts';
 import { startUsageConsumer, USAGE_CONSUMER } from '../src/adapters/usage-consumer.ts';
 import { billingContext, buildApp } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';
@@ -32,7 +33,6 @@ import { startSession } from '../src/domain/sessions/start.ts';
 import { applyUsageBatch } from '../src/domain/sessions/usage-updates.ts';
 import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
-import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from './process-cpu.ts';
 
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 10_000);
 /** Targets of issue #18: one report per request, and batched (NATS, several reports per request). */

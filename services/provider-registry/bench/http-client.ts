@@ -117,6 +117,19 @@ export class BenchHttpClient {
     }
   }
 
+  /** Sends a POST with a JSON body; resolves with the status once the whole answer has arrived. */
+  async post(path: string, body: string, authorization = this.authorization): Promise<number> {
+    const conn = this.idle.pop() ?? this.open();
+    const auth = authorization ? `authorization: ${authorization}\r\n` : '';
+    try {
+      return await conn.send(
+        `POST ${path} HTTP/1.1\r\nhost: ${this.host}:${this.port}\r\n${auth}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+    } finally {
+      if (!conn.socket.destroyed) this.idle.push(conn);
+    }
+  }
+
   close(): void {
     for (const c of this.all) c.socket.destroy();
   }

@@ -22,10 +22,11 @@ import { listProviders } from '../src/db/discovery-repository.ts';
 import { migrateRegistry } from '../src/db/migrate.ts';
 import { searchOffers } from '../src/db/offer-repository.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
-import { recordHeartbeat } from '../src/db/status-repository.ts';
+import { recordHeartbeats } from '../src/db/status-repository.ts';
 import { cursorOf, type DiscoveryFilter } from '../src/domain/discovery.ts';
 import { type OfferFilter, offerCursorOf } from '../src/domain/offers.ts';
 import { loadFleet } from './dataset.ts';
+import { fleetDirect, fleetOverHttp, fleetOverNats } from './fleet.ts';
 import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
 import { describeWrites, perHeartbeat, settle, writeCounts } from './write-stats.ts';
@@ -48,6 +49,15 @@ const OFFLINE_AFTER_MS = 3_600_000;
  * ms). An absolute rate moves with the host's speed: read it with this run's gauge.
  */
 const HEARTBEATS_BEFORE = 3113;
+/** Issue #41: a million daemons, one heartbeat each every 30 s. */
+const FLEET_TARGET = 33_333;
+/** The rate the fleet's load generator offers (`BENCH_FLEET_RATE`), and for how long. */
+const FLEET_RATE = Number(process.env.BENCH_FLEET_RATE ?? FLEET_TARGET);
+const FLEET_SECONDS = Number(process.env.BENCH_FLEET_SECONDS ?? 10);
+/** One heartbeat in this many carries metrics (the daemon sends only those that moved). */
+const METRICS_EVERY = 10;
+/** Machines per POST /heartbeats. */
+const HTTP_BATCH = 100;
 const root = fileURLToPath(new URL('..', import.meta.url));
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
@@ -93,7 +103,9 @@ async function request(method: string, path: string, authorization?: string): Pr
 }
 
 async function startService(databaseUrl: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  // BENCH_CPU_PROF=<dir>: the service writes a V8 CPU profile there when it stops (to see where its time goes).
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', 'src/server.ts'], {
     cwd: root,
     env: {
       PATH: process.env.PATH,
@@ -190,6 +202,14 @@ async function cursorOfPage(query: string, page: number, path = '/providers'): P
 }
 
 const fmt = (n: number, digits = 1) => n.toFixed(digits);
+
+/** The service's heartbeat batches so far (its /metrics: the group commit's counters). */
+async function heartbeatBatches(): Promise<{ batches: number; items: number }> {
+  const res = await fetch(`${base}/metrics`, { headers: admin.headers });
+  const text = await res.text();
+  const read = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  return { batches: read('registry_heartbeat_batches_total'), items: read('registry_heartbeats_grouped_total') };
+}
 
 async function main() {
   const databaseUrl = await createDatabase();
@@ -323,11 +343,17 @@ async function main() {
     // A daemon's write is limited to its owner's machines; so is the replayed statement.
     const recording = process.env.TEST_NATS_URL ? ({ reason: 'heartbeat', correlation: 'bench' } as const) : undefined;
     const first = rows[0]!;
-    const [beat] = await capture(pool, (db) => recordHeartbeat(db, first.id, [], recording, first.owner_id));
+    const [beat] = await capture(pool, (db) =>
+      recordHeartbeats(db, [{ id: first.id, owner: first.owner_id }], recording),
+    );
     if (!beat) throw new Error('no heartbeat statement captured');
-    const idIndex = beat.parameters.indexOf(first.id);
-    const ownerIndex = beat.parameters.indexOf(first.owner_id);
-    if (idIndex < 0 || ownerIndex < 0) throw new Error('heartbeat statement: provider or owner parameter not found');
+    // The statement names the provider and its owner in arrays (a batch of one).
+    const isOne = (p: unknown, v: string) => Array.isArray(p) && p.length === 1 && p[0] === v;
+    const idIndexes = beat.parameters.flatMap((p, i) => (isOne(p, first.id) ? [i] : []));
+    const ownerIndexes = beat.parameters.flatMap((p, i) => (isOne(p, first.owner_id) ? [i] : []));
+    if (idIndexes.length === 0 || ownerIndexes.length === 0) {
+      throw new Error('heartbeat statement: provider or owner parameter not found');
+    }
     // The owner's daemon may heartbeat its machine; another owner's daemon may not (access control is on).
     const own = await request('POST', `/providers/${first.id}/heartbeat`, daemons.get(first.owner_id));
     const other = rows.find((r) => r.owner_id !== first.owner_id);
@@ -372,8 +398,8 @@ async function main() {
       async (i) => {
         const p = pick(i);
         const params = [...beat.parameters];
-        params[idIndex] = p.id;
-        params[ownerIndex] = p.owner_id;
+        for (const i of idIndexes) params[i] = [p.id];
+        for (const i of ownerIndexes) params[i] = [p.owner_id];
         sent += 1;
         const r = await pool.query(beat.sql, params);
         return r.rowCount === 1;
@@ -389,6 +415,73 @@ async function main() {
     log(
       `heartbeats: service ${fmt(beatService.perSecond, 0)}/s (errors ${beatService.errors}), direct ${fmt(beatDirect.perSecond, 0)}/s, ratio ${fmt(ratio, 2)}`,
     );
+
+    // The fleet's rate (issue #41): heartbeats over NATS at FLEET_RATE, discovery measured meanwhile; POST /heartbeats;
+    // and the direct replay of the batch write, on batches of the size the service made.
+    const natsUrl = process.env.TEST_NATS_URL;
+    if (!natsUrl) throw new Error('TEST_NATS_URL is not set: run through `pnpm bench registry`');
+    const batchesBefore = await heartbeatBatches();
+    const fleet = await fleetOverNats(
+      {
+        natsUrl,
+        prefix: 'registry.heartbeats',
+        machines: rows,
+        daemons,
+        perSecond: FLEET_RATE,
+        seconds: FLEET_SECONDS,
+        metricsEvery: METRICS_EVERY,
+        servicePid: child.pid!,
+      },
+      (seconds) =>
+        runLoad(() => request('GET', `/providers?${scheduler}`), { concurrency: 1, seconds, warmupSeconds: 1 }),
+    );
+    const batchesAfter = await heartbeatBatches();
+    const ms = (v: number | null) => (v === null ? '–' : fmt(v * 1000, 1));
+    const meanBatch =
+      (batchesAfter.items - batchesBefore.items) / Math.max(1, batchesAfter.batches - batchesBefore.batches);
+    log(
+      `fleet over NATS: offered ${FLEET_RATE}/s, answered ${fmt(fleet.perSecond, 0)}/s (ok ${fleet.ok}, refused ${fleet.refused}, unanswered ${fleet.unanswered}), p50 ${fmt(fleet.p50, 1)} p99 ${fmt(fleet.p99, 1)} ms, mean batch ${fmt(meanBatch, 0)}, CPU µs/beat service ${ms(fleet.cpu.service)} load ${ms(fleet.cpu.load)} pg ${ms(fleet.cpu.postgres)} nats ${ms(fleet.cpu.nats)} machine ${ms(fleet.cpu.machine)}; discovery p99 ${fmt(fleet.discovery.p99, 2)} ms`,
+    );
+    const perOwner = new Map<string, number>();
+    for (const r of rows) perOwner.set(r.owner_id, (perOwner.get(r.owner_id) ?? 0) + 1);
+    const httpBatch = Math.min(HTTP_BATCH, Math.max(...perOwner.values()));
+    const fleetHttp = await fleetOverHttp({
+      machines: rows,
+      daemons,
+      perRequest: httpBatch,
+      concurrency: 8,
+      seconds: SECONDS,
+      post: (path, body, authorization) => http.post(path, body, authorization),
+    });
+    log(`fleet over HTTP: ${fmt(fleetHttp.beatsPerSecond, 0)} heartbeats/s (errors ${fleetHttp.errors})`);
+    const replayBatch = Math.max(1, Math.round(meanBatch));
+    const direct = await fleetDirect({
+      pool,
+      machines: rows,
+      batch: replayBatch,
+      workers: 2,
+      seconds: SECONDS,
+      metricsEvery: METRICS_EVERY,
+    });
+    log(`fleet direct: ${fmt(direct.beatsPerSecond, 0)} heartbeats/s in batches of ${replayBatch}`);
+    const fleetMet = fleet.perSecond >= FLEET_TARGET * 0.99 && fleet.unanswered === 0 ? 'met' : '**missed**';
+    const discoveryMet = fleet.discovery.p99 < 20 && fleet.discovery.errors === 0 ? 'met' : '**missed**';
+    const fleetMarkdown = `### The fleet's rate (issue #41)
+
+A million daemons beating every 30 s send ${FLEET_TARGET.toLocaleString('en-US')} heartbeats a second. Over NATS (core NATS
+request and answer on \`registry.heartbeats.<provider ID>\`, each with its owner's daemon token, verified as over
+HTTP), a load generator of its own process sent ${FLEET_RATE.toLocaleString('en-US')} a second for ${FLEET_SECONDS} s on its own clock (open loop,
+${fleet.sent.toLocaleString('en-US')} heartbeats over the ${rows.length.toLocaleString('en-US')} idle and busy machines; one in ${METRICS_EVERY} with its first GPU's metrics, new values each
+time, as the daemon sends metrics that moved), while this process ran the scheduler's discovery query with one
+client. CPU per heartbeat answered, by process, from /proc (µs).
+
+| path | heartbeats/s (target ${FLEET_TARGET.toLocaleString('en-US')}) | answer p50 / p99 | refused / unanswered | mean batch | CPU µs/heartbeat: service · load · PostgreSQL · NATS · machine | cores busy | discovery p99 during it (1 client, < 20 ms) |
+|---|---|---|---|---|---|---|---|
+| NATS, open loop at ${FLEET_RATE.toLocaleString('en-US')}/s | ${fmt(fleet.perSecond, 0)} (${fleetMet}) | ${fmt(fleet.p50, 1)} / ${fmt(fleet.p99, 1)} ms | ${fleet.refused} / ${fleet.unanswered} | ${fmt(meanBatch, 0)} | ${ms(fleet.cpu.service)} · ${ms(fleet.cpu.load)} · ${ms(fleet.cpu.postgres)} · ${ms(fleet.cpu.nats)} · ${ms(fleet.cpu.machine)} | ${fleet.coresBusy === null ? '–' : fmt(fleet.coresBusy, 2)} | ${fmt(fleet.discovery.p50, 2)} / ${fmt(fleet.discovery.p99, 2)} ms (${discoveryMet}) |
+| HTTP \`POST /heartbeats\`, ${httpBatch} machines of one owner per request, 8 connections, closed loop | ${fmt(fleetHttp.beatsPerSecond, 0)} | ${fmt(fleetHttp.p50, 1)} / ${fmt(fleetHttp.p99, 1)} ms per request | ${fleetHttp.errors} requests failed | | | | |
+| direct replay: \`recordHeartbeats\` through bare \`pg\`, batches of ${replayBatch}, 2 at once | ${fmt(direct.beatsPerSecond, 0)} | ${fmt(direct.p50, 1)} / ${fmt(direct.p99, 1)} ms per batch | ${direct.errors} batches failed | ${replayBatch} | | | |
+
+The service over NATS reached ${fmt(fleet.perSecond / direct.beatsPerSecond, 2)}x the direct replay of its own statements.`;
 
     const markdown = `## registry
 
@@ -448,6 +541,8 @@ row into the narrow \`provider_liveness\` row: a heartbeat that changes no statu
 clock keeps the update from being HOT: two index entries, its key and \`(status, last_seen_at, provider_id)\`) and
 leaves \`providers\` and its nine indexes untouched, where it had written a new provider row version and an entry in
 each of the nine.
+
+${fleetMarkdown}
 
 Service errors: ${listResults.reduce((n, r) => n + r.service.errors, 0) + beatService.errors}. Machine load average (1 min) at the
 start of the measurements: ${fmt(loadBefore, 1)}, at the end: ${fmt(os.loadavg()[0]!, 1)} (on ${os.cpus().length} cores; other work on the machine inflates

@@ -5,6 +5,7 @@
 
 import {
   type App,
+  accessVerifier,
   consumerPendingGauge,
   createApp,
   type Database,
@@ -21,7 +22,12 @@ import {
   startPriceConsumer,
   startSessionConsumer,
 } from './adapters/billing-events-consumer.ts';
-import { fleetMetric } from './adapters/ops-metrics.ts';
+import {
+  type HeartbeatSubscriber,
+  heartbeatRejectionCounter,
+  startHeartbeatSubscriber,
+} from './adapters/heartbeat-subscriber.ts';
+import { fleetMetric, heartbeatBatchMetrics } from './adapters/ops-metrics.ts';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
 import { Market } from './domain/market.ts';
@@ -64,6 +70,12 @@ export interface RegistryDeps {
    * turns it on, tests that use it name subjects of their own.
    */
   consumeSessionEvents?: boolean;
+  /**
+   * Take heartbeats from NATS (`messaging.subjects.heartbeats`, queue group `provider-registry`:
+   * `adapters/heartbeat-subscriber.ts`); needs a NATS publisher. Off by default: the server turns it on, tests that
+   * use it name a subject of their own.
+   */
+  takeHeartbeats?: boolean;
   /** Close the publisher and the database when the app closes (the server process owns them). */
   ownsResources?: boolean;
 }
@@ -83,6 +95,8 @@ export interface RegistryApp extends App {
 
 export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   const { config, logger, database, publisher } = deps;
+  // One verifier for HTTP requests and NATS heartbeats.
+  const verifier = deps.verifier ?? accessVerifier(config);
   const app = await createApp({
     service: SERVICE_NAME,
     description:
@@ -91,7 +105,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     config,
     logger,
     healthChecks: { database: () => database.ping() },
-    verifier: deps.verifier,
+    verifier: verifier ?? undefined,
     schemas,
   });
   // Machines by status, counted when Prometheus scrapes.
@@ -118,6 +132,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     },
   };
 
+  for (const metric of heartbeatBatchMetrics(() => registry.heartbeatStats)) app.metrics.registerMetric(metric);
   const routes: ProviderRoutesOptions = { registry, pages: new JsonArraySender() };
   await app.register(providerRoutes, routes);
   // A plugin of its own, so that its lenient JSON parser touches no other route.
@@ -156,6 +171,10 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     logger,
   );
   const consumers: SessionConsumer[] = [];
+  let heartbeats: HeartbeatSubscriber | undefined;
+  const nats = publisher instanceof NatsPublisher ? publisher : undefined;
+  const heartbeatRejections = heartbeatRejectionCounter();
+  if (deps.takeHeartbeats && nats) app.metrics.registerMetric(heartbeatRejections);
   // The consumers' lag: registry_consumer_pending{consumer} (read from the list the consumers join once started).
   if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
     app.metrics.registerMetric(consumerPendingGauge('registry', consumers, logger));
@@ -174,6 +193,16 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
         .then((machines) => machines > 0 && logger.info({ machines }, 'machines put on the market'))
         .catch((err) => logger.warn({ err: (err as Error).message }, 'putting machines on the market failed'));
     }
+    if (deps.takeHeartbeats && nats) {
+      heartbeats = startHeartbeatSubscriber({
+        connection: nats.connection,
+        registry,
+        verifier,
+        prefix: config.messaging.subjects.heartbeats,
+        rejected: heartbeatRejections,
+        logger,
+      });
+    }
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
       const billing = { connection: publisher.connection, prefix: config.messaging.subjects.billing_events, logger };
       consumers.push(
@@ -184,6 +213,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     }
   });
   app.addHook('onClose', async () => {
+    await heartbeats?.stop();
     await Promise.all(consumers.map((c) => c.stop()));
     await sweeper.stop();
     await refresher.stop();

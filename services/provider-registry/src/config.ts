@@ -115,7 +115,11 @@ const registryShape = {
     .object({
       ...messagingShape({
         stream: 'REGISTRY',
-        subjects: { status: 'registry.providers.status', billing_events: 'billing.events' },
+        subjects: {
+          status: 'registry.providers.status',
+          billing_events: 'billing.events',
+          heartbeats: 'registry.heartbeats',
+        },
       }),
       /** The registry's durable consumer on that stream. */
       session_consumer: z.string().min(1).default('provider-registry-sessions'),

@@ -53,6 +53,7 @@ startOrExit(async () => {
     database,
     publisher,
     consumeSessionEvents: true,
+    takeHeartbeats: true,
     ownsResources: true,
   });
   await runService({ name: SERVICE_NAME, config, logger, app, tracing });

@@ -57,6 +57,8 @@ export interface HarnessOptions {
   issuer?: TestIssuer;
   /** Consume billing's session events (on subjects of the harness's own: `messaging.subjects.billing_events`). */
   consumeSessionEvents?: boolean;
+  /** Take heartbeats from NATS (on a subject of the harness's own: `messaging.subjects.heartbeats`). */
+  takeHeartbeats?: boolean;
 }
 
 /** A registry app on a fresh, migrated database, publishing to a subject of its own. */
@@ -74,6 +76,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
       subjects: {
         status: `test.${suffix}.registry.providers.status`,
         billing_events: `test.${suffix}.billing.events`,
+        heartbeats: `test.${suffix}.registry.heartbeats`,
       },
       stream: `TEST_REGISTRY_${suffix}`,
     },
@@ -98,6 +101,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     verifier: opts.verifier,
     sweeper: opts.sweeper ?? false,
     consumeSessionEvents: opts.consumeSessionEvents,
+    takeHeartbeats: opts.takeHeartbeats,
   });
   await app.ready();
   // Tests that are not about access call as an admin, with a real token the app verifies.

@@ -29,8 +29,14 @@ export const daemonConfigSchema = z
     auth_url: z.union([z.literal(''), z.string().url()]).default(''),
     registry_url: z.union([z.literal(''), z.string().url()]).default(''),
     billing_url: z.union([z.literal(''), z.string().url()]).default(''),
-    /** NATS for usage reports (JetStream, acknowledged); empty: usage goes over HTTP. */
+    /** NATS for usage reports (JetStream, acknowledged) and heartbeats (requests); empty: both go over HTTP. */
     nats_url: z.string().default(''),
+    /**
+     * Subject prefix of heartbeats over NATS: `<heartbeat_subject>.<provider ID>` (the registry's
+     * `messaging.subjects.heartbeats`); with `nats_url` set, heartbeats go there first, over HTTP when NATS cannot
+     * deliver them.
+     */
+    heartbeat_subject: z.string().min(1).default('registry.heartbeats'),
     /** Subject prefix of usage reports: `<usage_subject>.<session_id>` (billing's `messaging.subjects.usage`). */
     usage_subject: z.string().default('billing.usage'),
     /** The daemon's machine client (role `daemon`, made by the provider at the auth service). */

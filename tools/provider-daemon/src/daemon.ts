@@ -9,9 +9,11 @@ import { registryClient, type TokenSource, unwrap } from '@gpu/client';
 import { durationMs, type Logger } from '@gpu/common';
 import { decodeJwt } from 'jose';
 import type { DaemonConfig } from './config.ts';
+import { MetricChanges } from './gpu/metric-changes.ts';
 import type { GpuReading } from './gpu/nvidia-smi.ts';
 import { gpuMetrics, gpuSpec } from './gpu/registry-gpu.ts';
 import type { GpuSource } from './gpu/source.ts';
+import type { HeartbeatChannel } from './heartbeats.ts';
 import { readState, writeState } from './state.ts';
 import type { UsageReporter } from './usage.ts';
 
@@ -22,6 +24,8 @@ export interface DaemonDeps {
   token: TokenSource;
   /** Reports the running sessions' usage to billing after each heartbeat (none: heartbeats only). */
   usage?: UsageReporter;
+  /** Heartbeats over NATS (`heartbeats.ts`); absent: over HTTP. */
+  beats?: HeartbeatChannel;
   /** The clock's sleep (tests shorten it). */
   sleep?: (ms: number) => Promise<void>;
 }
@@ -30,6 +34,8 @@ export class ProviderDaemon {
   providerId: string | undefined;
   private readonly registry;
   private stopped = false;
+  /** Which metrics each heartbeat carries (`gpu/metric-changes.ts`). */
+  private readonly metrics = new MetricChanges();
   private wake: (() => void) | undefined;
 
   constructor(private readonly deps: DaemonDeps) {
@@ -117,28 +123,55 @@ export class ProviderDaemon {
   }
 
   /**
-   * One heartbeat with the GPUs' live metrics (re-registering a record deleted under it), then the usage of the
-   * running sessions on the machine. A usage report that fails is logged and sent again on the next beat (its
-   * message ID names its minute, so billing applies it once); it never stops the heartbeats.
+   * One heartbeat with the GPUs' live metrics that moved (`MetricChanges`), over NATS when it is configured and takes
+   * it, else over HTTP (re-registering a record deleted under it), then the usage of the running sessions on the
+   * machine. A usage report that fails is logged and sent again on the next beat (its message ID names its minute,
+   * so billing applies it once); it never stops the heartbeats.
    */
   async heartbeat(): Promise<void> {
     const id = this.providerId ?? (await this.attach());
     const readings = await this.deps.gpus.read();
-    const res = await this.registry.POST('/providers/{providerID}/heartbeat', {
-      params: { path: { providerID: id } },
-      body: { gpu_metrics: readings.map((r, i) => gpuMetrics(r, i)) } as never,
-    });
-    if (res.response.status === 404) {
+    const body = { gpu_metrics: this.metrics.pick(readings.map((r, i) => gpuMetrics(r, i))) };
+    let status: number;
+    try {
+      status = await this.send(id, body);
+    } catch (err) {
+      // The registry may not hold what this beat carried: the next one sends everything.
+      this.metrics.reset();
+      throw err;
+    }
+    if (status === 404) {
       this.providerId = undefined;
+      this.metrics.reset();
       await this.attach();
       return;
     }
-    unwrap(res);
     if (this.deps.usage) {
       await this.deps.usage
         .report(id, readings)
         .catch((err) => this.deps.logger.warn({ err }, 'usage report failed; it is sent again on the next beat'));
     }
+  }
+
+  /**
+   * Sends one heartbeat: its status (200, or 404 for a record that is gone); throws for any other refusal. Over NATS
+   * first: an answer of 401 (a token that expired on the way) goes again over HTTP, whose client renews it.
+   */
+  private async send(id: string, body: { gpu_metrics: unknown[] }): Promise<number> {
+    const answer = await this.deps.beats?.send(id, body);
+    if (answer && answer.status_code !== 401) {
+      if (answer.status_code === 200 || answer.status_code === 404) return answer.status_code;
+      throw new Error(
+        `heartbeat refused: ${answer.status_code} ${answer.problem?.code ?? ''} ${answer.problem?.detail ?? ''}`,
+      );
+    }
+    const res = await this.registry.POST('/providers/{providerID}/heartbeat', {
+      params: { path: { providerID: id } },
+      body: body as never,
+    });
+    if (res.response.status === 404) return 404;
+    unwrap(res);
+    return 200;
   }
 
   /** Attaches, then heartbeats until `stop()`, backing off while a service cannot be reached. */

@@ -4,11 +4,12 @@
  * unreadable credentials file, invalid settings) is one line on standard error and exit status 1, as for the services.
  */
 import { clientCredentials } from '@gpu/client';
-import { connectPublisher, createLogger, NatsPublisher, startOrExit, startTracing } from '@gpu/common';
+import { connectPublisher, createLogger, durationMs, NatsPublisher, startOrExit, startTracing } from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
 import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
+import { natsHeartbeats } from './heartbeats.ts';
 import { UsageReporter } from './usage.ts';
 import { WorkloadRunner } from './workloads/runner.ts';
 
@@ -39,7 +40,18 @@ startOrExit(async () => {
     logger,
   });
   const usage = new UsageReporter({ config, logger, token, publisher });
-  const daemon = new ProviderDaemon({ config, logger, gpus, token, usage });
+  // Heartbeats over NATS too when configured (answered by a registry instance; over HTTP when none answers).
+  const beats =
+    publisher instanceof NatsPublisher
+      ? natsHeartbeats({
+          connection: publisher.connection,
+          subject: config.heartbeat_subject,
+          token,
+          timeoutMs: durationMs(config.request_timeout),
+          logger,
+        })
+      : undefined;
+  const daemon = new ProviderDaemon({ config, logger, gpus, token, usage, beats });
   const workloads = config.workloads.enabled
     ? new WorkloadRunner({
         config,

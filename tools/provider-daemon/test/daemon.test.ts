@@ -8,14 +8,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TokenSource } from '@gpu/client';
 import { createLogger } from '@gpu/common';
-import { freePort } from '@gpu/common/testing';
+import { freePort, testEnv } from '@gpu/common/testing';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { type DaemonConfig, daemonConfigSchema, loadDaemonConfig } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
+import { FULL_EVERY } from '../src/gpu/metric-changes.ts';
+import type { GpuReading } from '../src/gpu/nvidia-smi.ts';
 import { gpuSource } from '../src/gpu/source.ts';
+import { natsHeartbeats } from '../src/heartbeats.ts';
 
-const platform = useAuthAndRegistry();
+const platform = useAuthAndRegistry({}, { nats: true, takeHeartbeats: true });
 const dir = mkdtempSync(join(tmpdir(), 'daemon-'));
 const logger = createLogger({ service: 'provider-daemon-test', instanceId: 't', level: 'silent' });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -164,5 +168,68 @@ describe('provider daemon', () => {
     expect(() => daemonConfigSchema.parse({ gpu: { source: 'simulated' } })).toThrow(/simulated machine needs/);
     const notDaemon = await platform.machineClient('service');
     await expect(daemonWith(config(), notDaemon).attach()).rejects.toThrow(/not a daemon client/);
+  });
+
+  describe('heartbeats over NATS, with the metrics that moved', () => {
+    let nc: NatsConnection;
+    afterAll(() => nc?.close());
+
+    it('beats over NATS when HTTP is away, sends a GPU only when its metrics moved, and all now and then', async () => {
+      nc = await connect({ servers: testEnv.natsUrl });
+      const { token } = await provider();
+      const c = config();
+      const readings: GpuReading[] = (await gpuSource(c.gpu).read()).map((r) => ({ ...r, temperature: 50 }));
+      const gpus = { kind: 'simulated' as const, read: async () => readings.map((r) => ({ ...r })) };
+      const id = await new ProviderDaemon({ config: c, logger, gpus, token }).attach();
+      // The same machine's daemon, restarted with a registry address nothing answers: only NATS reaches the registry.
+      const away = config({ registry_url: `http://127.0.0.1:${await freePort()}`, state_file: c.state_file });
+      const beats = natsHeartbeats({
+        connection: nc,
+        subject: platform.registry.config.messaging.subjects.heartbeats,
+        token,
+        timeoutMs: 2000,
+        logger,
+      });
+      const daemon = new ProviderDaemon({ config: away, logger, gpus, token, beats });
+      const seen = async () => (await record(id)).body as { last_seen_at: string; gpus: [{ temperature: number }] };
+
+      await daemon.heartbeat();
+      expect((await seen()).gpus[0].temperature).toBe(50);
+      // Two degrees warmer: the clock moves, the stored temperature stays (it moved less than the step).
+      readings[0]!.temperature = 52;
+      const before = (await seen()).last_seen_at;
+      await new Promise((r) => setTimeout(r, 5));
+      await daemon.heartbeat();
+      const after = await seen();
+      expect(Date.parse(after.last_seen_at)).toBeGreaterThan(Date.parse(before));
+      expect(after.gpus[0].temperature).toBe(50);
+      // Three more: sent.
+      readings[0]!.temperature = 55;
+      await daemon.heartbeat();
+      expect((await seen()).gpus[0].temperature).toBe(55);
+      // A degree, then the full report due every FULL_EVERY beats carries it.
+      readings[0]!.temperature = 56;
+      let beatsSent = 3;
+      while (beatsSent % FULL_EVERY !== 0) {
+        expect((await seen()).gpus[0].temperature).toBe(55);
+        await daemon.heartbeat();
+        beatsSent++;
+      }
+      expect((await seen()).gpus[0].temperature).toBe(55);
+      await daemon.heartbeat();
+      expect((await seen()).gpus[0].temperature).toBe(56);
+    });
+
+    it('sends a heartbeat over HTTP when no registry takes it over NATS', async () => {
+      const { token } = await provider();
+      const c = config();
+      const beats = natsHeartbeats({ connection: nc, subject: 'nobody.listens.here', token, timeoutMs: 500, logger });
+      const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, beats });
+      const id = await daemon.attach();
+      const before = (await record(id)).body.last_seen_at;
+      await new Promise((r) => setTimeout(r, 5));
+      await daemon.heartbeat();
+      expect(Date.parse((await record(id)).body.last_seen_at)).toBeGreaterThan(Date.parse(before));
+    });
   });
 });

@@ -21,6 +21,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/heartbeats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record heartbeats of several machines at once (a daemon or relay beating for many machines)
+         * @description Up to 1000 heartbeats, each applied exactly as by POST /providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: `status_code` 200 with the status before and after, or the status of its problem (400 UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not affect the others; a malformed one makes the whole request a 400 and none is applied.
+         */
+        post: operations["sendHeartbeats"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/offers": {
         parameters: {
             query?: never;
@@ -262,6 +282,65 @@ export interface components {
             status: "UP" | "DOWN";
             uptime_seconds: number;
             version: string;
+        };
+        HeartbeatBatch: {
+            heartbeats: {
+                /** @default [] */
+                gpu_metrics?: {
+                    /**
+                     * Format: int32
+                     * @description position of the GPU in the provider's `gpus` array
+                     */
+                    index: number;
+                    is_healthy?: boolean;
+                    /**
+                     * Format: int64
+                     * @description current power draw in watts
+                     */
+                    power_draw?: number;
+                    /**
+                     * Format: int32
+                     * @description Celsius (uint8)
+                     */
+                    temperature?: number;
+                    /**
+                     * Format: int32
+                     * @description core utilization, 0-100 percent
+                     */
+                    utilization_gpu?: number;
+                    /**
+                     * Format: int32
+                     * @description memory utilization, 0-100 percent
+                     */
+                    utilization_mem?: number;
+                }[];
+                /** Format: uuid */
+                provider_id: string;
+            }[];
+        };
+        HeartbeatBatchResult: {
+            results: ({
+                /** Format: uuid */
+                id: string;
+                last_seen_at: string;
+                message: string;
+                /**
+                 * @description provider status
+                 * @enum {string}
+                 */
+                previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
+                /**
+                 * @description provider status
+                 * @enum {string}
+                 */
+                status: "idle" | "busy" | "offline" | "maintenance" | "error";
+                /** @constant */
+                status_code: 200;
+            } | {
+                problem: components["schemas"]["Problem"];
+                /** Format: int64 */
+                status_code: number;
+            })[];
         };
         /** @description A heartbeat, with the metrics of some GPUs; the body is optional (none: a heartbeat without metrics) */
         HeartbeatRequest: {
@@ -827,6 +906,40 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+        };
+    };
+    sendHeartbeats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HeartbeatBatch"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HeartbeatBatchResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     searchOffers: {

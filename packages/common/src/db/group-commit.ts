@@ -51,6 +51,7 @@ export class GroupCommit<I, O> {
   private readonly maxInFlight: number;
   private readonly maxQueued: number;
   private readonly counts: GroupCommitStats = { batches: 0, items: 0, largestBatch: 0 };
+  private overload: AppError | undefined;
 
   constructor(
     private readonly runBatch: (items: I[]) => Promise<(O | Error)[]>,
@@ -68,22 +69,25 @@ export class GroupCommit<I, O> {
 
   /** Queues one item; resolves with its result or rejects with its error. */
   submit(item: I): Promise<O> {
-    if (this.queue.length >= this.maxQueued) {
-      return Promise.reject(
-        new AppError(
-          'unavailable',
-          'OVERLOADED',
-          `${this.queue.length} writes are waiting already: try again shortly`,
-          {
-            headers: { 'retry-after': '1' },
-          },
-        ),
-      );
-    }
+    if (this.queue.length >= this.maxQueued) return Promise.reject(this.overloaded());
     return new Promise<O>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
       this.schedule();
     });
+  }
+
+  /**
+   * The error of a full queue: one made for all (shedding load must cost next to nothing: a new error each time, with
+   * its stack, cost more than the work it refused).
+   */
+  private overloaded(): AppError {
+    this.overload ??= new AppError(
+      'unavailable',
+      'OVERLOADED',
+      `${this.maxQueued} writes are waiting already: try again shortly`,
+      { headers: { 'retry-after': '1' } },
+    );
+    return this.overload;
   }
 
   private schedule(): void {

@@ -4,9 +4,9 @@
  * deploy/prometheus/alerts.yml.
  */
 
-import type { Database, Logger } from '@gpu/common';
+import type { Database, GroupCommitStats, Logger } from '@gpu/common';
 import { sql } from 'kysely';
-import { Gauge } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import type { RegistryDB } from '../db/schema.ts';
 
 export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gauge<'status'> {
@@ -26,4 +26,29 @@ export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gau
       }
     },
   });
+}
+
+/**
+ * How well heartbeats are grouped (`RegistryService`'s group commit): `registry_heartbeat_batches_total` batch
+ * writes, `registry_heartbeats_grouped_total` heartbeats in them (their ratio is the mean batch: the larger, the less
+ * each heartbeat costs PostgreSQL and the service).
+ */
+export function heartbeatBatchMetrics(stats: () => GroupCommitStats): Counter[] {
+  const counter = (name: string, help: string, read: (s: GroupCommitStats) => number) => {
+    let reported = 0;
+    return new Counter({
+      name,
+      help,
+      registers: [],
+      collect() {
+        const now = read(stats());
+        this.inc(now - reported);
+        reported = now;
+      },
+    });
+  };
+  return [
+    counter('registry_heartbeat_batches_total', 'batch writes of heartbeats (group commit)', (s) => s.batches),
+    counter('registry_heartbeats_grouped_total', 'heartbeats written in those batches', (s) => s.items),
+  ];
 }

@@ -19,7 +19,7 @@ import { type Kysely, type RawBuilder, sql } from 'kysely';
 import { GPU_METRIC_FIELDS, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
-import { registryErrors } from '../errors.ts';
+import { registryErrors, UnknownGpuIndex } from '../errors.ts';
 import type { RegistryDB } from './schema.ts';
 import {
   isFullyRentedSql,
@@ -166,29 +166,57 @@ function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[])
     WHERE g.provider_id = ${id} AND g.idx = v.idx`.execute(db);
 }
 
-/** A heartbeat of a provider, limited to the machines of `owner` (null: any). */
-type Beat = { id: string; owner: string | null };
+/** A heartbeat of a provider, limited to the machines of `owner` (null: any), with the metrics it reports. */
+export type Beat = { id: string; owner: string | null; metrics?: GpuMetrics[] };
 
 /**
- * The condition on the provider row `row` that one of `beats` names it and may write it (its owner limit allows).
+ * The condition on the provider row `row` that one of `beats` names it and may write it (its owner limit allows):
+ * its ID among the beats' (the index probe), and then in one of two uncorrelated sets, the IDs of unlimited beats or
+ * the (ID, owner) pairs of limited ones, which PostgreSQL hashes once per statement (a correlated search of the beats
+ * for each row would cost the square of the batch).
  */
 function beatsMayWrite(beats: Beat[], row: 'p' | 'cur'): RawBuilder<boolean> {
   const ids = beats.map((b) => b.id);
   const owners = beats.map((b) => b.owner);
   const id = sql.ref(`${row}.id`);
-  return sql<boolean>`${id} = ANY(${ids}::uuid[]) AND EXISTS (
-        SELECT 1 FROM unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)
-        WHERE b.id = ${id} AND (b.owner IS NULL OR b.owner = ${sql.ref(`${row}.owner_id`)}))`;
+  const beat = sql`unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)`;
+  return sql<boolean>`${id} = ANY(${ids}::uuid[]) AND (
+        ${id} IN (SELECT b.id FROM ${beat} WHERE b.owner IS NULL)
+        OR (${id}, ${sql.ref(`${row}.owner_id`)}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.owner IS NOT NULL))`;
 }
 
 /**
- * The heartbeats of `beats` (each limited to an owner; null: any) whose provider's status the heartbeat rule keeps:
- * their narrow rows' clocks moved to now, locked in ID order, and nothing else written (not even a lock on
- * `providers`). A narrow row found locked is re-checked once its writer commits: a status that a heartbeat now revives
- * leaves the beat to `reviveBeats`. No status changes here, so no event either.
+ * The metrics of `beats` as a relation `m(provider_id, owner, idx, <metric fields>)`: one row per GPU reported, with
+ * the owner limit of the beat that reported it.
+ */
+function metricRows(beats: Beat[]): RawBuilder<unknown> {
+  const reported = beats.flatMap((b) => (b.metrics ?? []).map((m) => ({ id: b.id, owner: b.owner, m })));
+  const columns = GPU_METRIC_FIELDS.map(
+    (f) => sql`${reported.map(({ m }) => m[f.name] ?? null)}::${COLUMN_TYPE[f.type]}[]`,
+  );
+  const names = sql.join(GPU_METRIC_FIELDS.map((f) => sql.ref(f.name)));
+  return sql`unnest(${reported.map((r) => r.id)}::uuid[], ${reported.map((r) => r.owner)}::text[],
+      ${reported.map((r) => r.m.index)}::int[], ${sql.join(columns)}) AS m(provider_id, owner, idx, ${names})`;
+}
+
+/** The metrics the heartbeat rule writes without the provider's lock: all but health (see `moveClocks`). */
+const LIVE_METRICS = GPU_METRIC_FIELDS.filter((f) => f.name !== 'is_healthy');
+
+/**
+ * The heartbeats of `beats` (each limited to an owner; null: any) whose provider's status the heartbeat rule keeps,
+ * and whose metrics neither name a GPU the provider lacks nor change a GPU's health: their narrow rows' clocks moved
+ * to now, locked in ID order, and their GPUs' reported metrics written where they differ from the stored ones (a GPU
+ * whose values are all the same is not written at), in the same statement; nothing else is written (not even a lock on
+ * `providers`). A narrow row found locked is re-checked once its writer commits. The beats this leaves (a status
+ * that a heartbeat revives, an unknown index, a change of health: what needs the provider's lock and may change its
+ * status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no event either. Health is the one
+ * metric left out of the write: a beat reporting the stored health has nothing to write there, and leaving it out
+ * means an older report can never undo a health change committed under the provider's lock meanwhile.
  */
 async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
-  const { rows } = await sql<StatusWrite>`
+  const withMetrics = beats.filter((b) => b.metrics && b.metrics.length > 0);
+  if (withMetrics.length === 0) {
+    const { rows } = await sql<StatusWrite>`
     UPDATE provider_liveness l SET last_seen_at = now()
     FROM (
       SELECT l.provider_id, p.owner_id FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
@@ -196,17 +224,34 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
       ORDER BY l.provider_id FOR UPDATE OF l) cur
     WHERE l.provider_id = cur.provider_id
     RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
-  return rows;
-}
-
-/** `moveClocks` for one provider (limited to `owner`'s): its write, or undefined when the beat is left to revive. */
-async function moveClock(db: Kysely<RegistryDB>, id: string, owner: string | undefined) {
+    return rows;
+  }
+  const assignments = sql.join(
+    LIVE_METRICS.map((f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`),
+  );
+  const stored = sql.join(LIVE_METRICS.map((f) => sql.ref(`g.${f.name}`)));
+  const after = sql.join(LIVE_METRICS.map((f) => sql`COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`));
   const { rows } = await sql<StatusWrite>`
+    WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}),
+    cur AS (
+      SELECT l.provider_id, p.owner_id FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
+      WHERE ${beatsMayWrite(beats, 'p')} AND ${keptByHeartbeatSql}
+        AND p.id NOT IN (
+          SELECT m.provider_id FROM m JOIN providers mp ON mp.id = m.provider_id
+          LEFT JOIN gpus g ON g.provider_id = m.provider_id AND g.idx = m.idx
+          WHERE (m.owner IS NULL OR m.owner = mp.owner_id) AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
+      ORDER BY l.provider_id FOR UPDATE OF l),
+    metrics AS (
+      UPDATE gpus g SET ${assignments}
+      FROM m JOIN cur ON cur.provider_id = m.provider_id
+      WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND (m.owner IS NULL OR m.owner = cur.owner_id)
+        AND (${stored}) IS DISTINCT FROM (${after})
+      RETURNING g.provider_id)
     UPDATE provider_liveness l SET last_seen_at = now()
-    FROM providers p
-    WHERE l.provider_id = ${id} AND p.id = l.provider_id AND ${keptByHeartbeatSql}${owner === undefined ? sql`` : sql` AND p.owner_id = ${owner}`}
-    RETURNING l.provider_id AS id, p.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
-  return rows[0];
+    FROM cur
+    WHERE l.provider_id = cur.provider_id
+    RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
+  return rows;
 }
 
 /**
@@ -218,17 +263,13 @@ function reviveBeats(db: Kysely<RegistryDB>, beats: Beat[], recording: EventReco
 }
 
 /**
- * Records a heartbeat: the heartbeat rule (`statusAfterHeartbeatSql`),
- * `last_seen_at` = now, and the supplied metrics on the GPUs at the given
- * indexes. Without metrics, one statement moves the clock alone when the rule
- * keeps the status (`moveClocks`); otherwise (a revival, or no such provider)
- * a second applies the rule under the provider's lock. With metrics, one
- * transaction under the provider's lock. An index the provider does not have
- * throws `UnknownGpuIndex` and nothing is written. A GPU's health decides
- * whether it can be rented, so metrics that report health apply the rental
- * rule after them (`applyRentalRule`).
+ * Records a heartbeat under the provider's lock: the heartbeat rule (`statusAfterHeartbeatSql`), `last_seen_at` =
+ * now, and the supplied metrics on the GPUs at the given indexes, in one transaction. An index the provider does not
+ * have throws `UnknownGpuIndex` and nothing is written. A GPU's health decides whether it can be rented, so metrics
+ * that report health apply the rental rule after them (`applyRentalRule`). Beats go through `recordHeartbeats`
+ * first, which writes the common ones without the lock and leaves these.
  */
-export async function recordHeartbeat(
+async function recordHeartbeat(
   db: Kysely<RegistryDB>,
   id: string,
   metrics: GpuMetrics[],
@@ -237,8 +278,6 @@ export async function recordHeartbeat(
 ): Promise<StatusWrite | undefined> {
   const beat = [{ id, owner: owner ?? null }];
   if (metrics.length === 0) {
-    const moved = await moveClock(db, id, owner);
-    if (moved) return moved;
     const { rows } = await reviveBeats(db, beat, recording);
     return rows[0];
   }
@@ -262,29 +301,45 @@ export async function recordHeartbeat(
 }
 
 /**
- * Records metric-less heartbeats for several providers (the service groups
- * concurrent heartbeats: `RegistryService.heartbeat`): one statement moves the
- * clocks of those whose status the rule keeps (`moveClocks`), and only when
- * some are left (revivals), a second applies the rule to them under their
- * provider rows' locks (`reviveBeats`). Each statement locks its rows in ID
- * order, so concurrent batches and instances never deadlock, and each row's
- * status before and after is reported as by `recordHeartbeat`. Each beat names
- * the owner it is limited to (null: any); a provider is written when at least
- * one of its beats may write it. IDs that name no provider (or none the beats
- * may write) are absent from the result.
+ * Records heartbeats for several providers, with their metrics (the service groups concurrent heartbeats:
+ * `RegistryService.heartbeat`): one statement moves the clocks, and writes the changed metrics, of those whose
+ * status the rule keeps and whose metrics change no GPU's health (`moveClocks`: the beat of nearly every daemon,
+ * every interval). Only when some are left, metric-less ones go to a second statement that applies the rule under
+ * their provider rows' locks (`reviveBeats`), and each one with metrics to `recordHeartbeat` (its own transaction,
+ * where an unknown GPU index is its error alone), in batch order. Each statement locks its rows in ID order, so
+ * concurrent batches and instances never deadlock. One result per beat, in order: the provider's status before and
+ * after (as by `recordHeartbeat`; the beats of one provider written together share one), its `UnknownGpuIndex`, or
+ * undefined when it names no provider it may write. Each beat names the owner it is limited to (null: any); a
+ * provider written together is written when at least one of its beats may write it.
  */
 export async function recordHeartbeats(
   db: Kysely<RegistryDB>,
   beats: Beat[],
   recording?: EventRecording,
-): Promise<Map<string, StatusWrite>> {
-  const written = new Map((await moveClocks(db, beats)).map((r) => [r.id, r]));
-  const left = beats.filter((b) => !written.has(b.id));
-  if (left.length > 0) {
-    const { rows } = await reviveBeats(db, left, recording);
-    for (const r of rows) written.set(r.id, r);
+): Promise<(StatusWrite | Error | undefined)[]> {
+  const moved = new Map((await moveClocks(db, beats)).map((r) => [r.id, r]));
+  const bare = beats.filter((b) => !moved.has(b.id) && !b.metrics?.length);
+  const revived = new Map<string, StatusWrite>();
+  if (bare.length > 0) {
+    const { rows } = await reviveBeats(db, bare, recording);
+    for (const r of rows) revived.set(r.id, r);
   }
-  return written;
+  const results: (StatusWrite | Error | undefined)[] = [];
+  for (const b of beats) {
+    const row = moved.get(b.id) ?? (b.metrics?.length ? undefined : revived.get(b.id));
+    if (row || !b.metrics?.length) {
+      results.push(row);
+      continue;
+    }
+    // In batch order, so that of several beats reviving one provider the first observes the change.
+    try {
+      results.push(await recordHeartbeat(db, b.id, b.metrics, recording, b.owner ?? undefined));
+    } catch (err) {
+      if (!(err instanceof UnknownGpuIndex)) throw err;
+      results.push(err);
+    }
+  }
+  return results;
 }
 
 /**

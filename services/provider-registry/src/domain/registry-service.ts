@@ -18,14 +18,7 @@ import {
 import { reliabilityBooks } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
 import { lockProviderStatus } from '../db/session-repository.ts';
-import {
-  isFullyRented,
-  recordHeartbeat,
-  recordHeartbeats,
-  type StatusWrite,
-  setStatus,
-  sweepOffline,
-} from '../db/status-repository.ts';
+import { isFullyRented, recordHeartbeats, type StatusWrite, setStatus, sweepOffline } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import {
   assertMayChangeOwner,
@@ -71,48 +64,55 @@ const result = (w: StatusWrite): StatusResult => ({
   lastSeenAt: new Date(w.last_seen_at),
 });
 
-/** A metric-less heartbeat waiting to be written with others. */
+/** A heartbeat waiting to be written with others. */
 interface Beat {
   id: string;
   /** The owner the beat may write (undefined: any provider). */
   owner?: string;
+  metrics: GpuMetrics[];
   correlationId?: string;
 }
 
 export class RegistryService {
   /**
-   * Heartbeats without metrics (the common kind: every daemon, every interval) that arrive together are written
-   * in one statement (group commit). On this kind of machine each statement's socket write, which wakes a
-   * database backend, cost the service more CPU than the rest of a heartbeat.
+   * Heartbeats that arrive together (every daemon, every interval; over HTTP, in a batch or over NATS) are written
+   * in one statement (group commit): on this kind of machine each statement's socket write, which wakes a database
+   * backend, costs the service more CPU than the rest of a heartbeat.
    */
   private readonly beats: GroupCommit<Beat, StatusWrite | undefined>;
 
   constructor(private readonly deps: RegistryServiceDeps) {
-    this.beats = new GroupCommit((beats) => this.recordBeats(beats));
+    this.beats = new GroupCommit((beats) => this.recordBeats(beats), { maxBatch: 1000, maxQueued: 20_000 });
   }
 
   /**
    * One result per heartbeat, in order; of several for one provider, only the first can observe a change (and its
-   * correlation ID goes on the change's event).
+   * correlation ID goes on the change's event). A beat naming a GPU its provider lacks gets its `UnknownGpuIndex`.
    */
-  private async recordBeats(beats: Beat[]): Promise<(StatusWrite | undefined)[]> {
+  private async recordBeats(beats: Beat[]): Promise<(StatusWrite | undefined | Error)[]> {
     const correlation = new Map<string, string | undefined>();
     for (const b of beats) if (!correlation.has(b.id)) correlation.set(b.id, b.correlationId);
     const recording = this.deps.outbox.recording('heartbeat', correlation);
-    const scoped = beats.map((b) => ({ id: b.id, owner: b.owner ?? null }));
+    const scoped = beats.map((b) => ({ id: b.id, owner: b.owner ?? null, metrics: b.metrics }));
     const written = await this.retry(() => recordHeartbeats(this.deps.db, scoped, recording));
-    this.recorded([...written.values()]);
+    this.recorded(written.filter((w): w is StatusWrite => w !== undefined && !(w instanceof Error)));
     const answered = new Set<string>();
-    return beats.map(({ id, owner }) => {
-      const row = written.get(id);
+    return beats.map(({ id, owner }, i) => {
+      const row = written[i];
+      if (row === undefined || row instanceof Error) return row;
       // Written because of another beat of the batch: this one may not write that provider.
-      if (row && owner !== undefined && row.owner_id !== owner) return undefined;
-      if (!row || !answered.has(id)) {
+      if (owner !== undefined && row.owner_id !== owner) return undefined;
+      if (!answered.has(id)) {
         answered.add(id);
         return row;
       }
       return { ...row, previous_status: row.status };
     });
+  }
+
+  /** How heartbeats have been grouped so far (batches and heartbeats), for the metrics. */
+  get heartbeatStats() {
+    return this.beats.stats;
   }
 
   /** A write that found nothing: the provider is absent (404), or the actor's scope did not reach it (403). */
@@ -212,17 +212,13 @@ export class RegistryService {
     return result(written);
   }
 
-  /** A heartbeat (the rule: `REVIVED_BY_HEARTBEAT` in `provider.ts`); `UnknownGpuIndex` for a GPU it lacks. */
+  /**
+   * A heartbeat (the rule: `REVIVED_BY_HEARTBEAT` in `provider.ts`), written with the others that arrive meanwhile;
+   * `UnknownGpuIndex` for a GPU the provider lacks (and nothing of this beat is written).
+   */
   async heartbeat(actor: Principal, id: string, metrics: GpuMetrics[], correlationId?: string): Promise<StatusResult> {
     const owner = writeScope(actor);
-    let written: StatusWrite | undefined;
-    if (metrics.length === 0) {
-      written = await this.beats.submit({ id, owner, correlationId });
-    } else {
-      const recording = this.deps.outbox.recording('heartbeat', correlationId);
-      written = await this.retry(() => recordHeartbeat(this.deps.db, id, metrics, recording, owner));
-      if (written) this.recorded([written]);
-    }
+    const written = await this.beats.submit({ id, owner, metrics, correlationId });
     if (!written) return this.missing(actor, id);
     return result(written);
   }

@@ -1,15 +1,23 @@
 /**
- * POST /providers/{providerID}/heartbeat. The body is optional: an empty
- * body, with or without a JSON content type, is a heartbeat without metrics.
- * It lives in its own plugin so its lenient JSON parser touches no other route.
+ * POST /providers/{providerID}/heartbeat, and POST /heartbeats for several machines at once. The single heartbeat's
+ * body is optional: an empty body, with or without a JSON content type, is a heartbeat without metrics. They live in
+ * their own plugin so its lenient JSON parser touches no other route.
  */
-import { type App, callerOf, problemSchema } from '@gpu/common';
+import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
 import { MANAGING_ROLES } from '../domain/access.ts';
 import { UnknownGpuIndex } from '../errors.ts';
 import { parseOptionalJson } from './optional-json.ts';
 import type { ProviderRoutesOptions } from './options.ts';
-import { heartbeatSchema, providerIdParams, statusResultJson, statusResultSchema } from './schemas.ts';
+import {
+  heartbeatBatchResultSchema,
+  heartbeatBatchSchema,
+  heartbeatSchema,
+  MAX_HEARTBEATS_PER_REQUEST,
+  providerIdParams,
+  statusResultJson,
+  statusResultSchema,
+} from './schemas.ts';
 
 export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (fastify, { registry }) => {
   const app = fastify as unknown as App;
@@ -48,6 +56,45 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
       } catch (err) {
         throw err instanceof UnknownGpuIndex ? err.at('body.gpu_metrics') : err;
       }
+    },
+  );
+
+  app.post(
+    '/heartbeats',
+    {
+      config: { roles: MANAGING_ROLES },
+      schema: {
+        tags: ['providers'],
+        operationId: 'sendHeartbeats',
+        summary: 'Record heartbeats of several machines at once (a daemon or relay beating for many machines)',
+        description:
+          `Up to ${MAX_HEARTBEATS_PER_REQUEST} heartbeats, each applied exactly as by POST ` +
+          '/providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: ' +
+          '`status_code` 200 with the status before and after, or the status of its problem (400 ' +
+          'UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not ' +
+          'affect the others; a malformed one makes the whole request a 400 and none is applied.',
+        body: heartbeatBatchSchema,
+        response: { 200: heartbeatBatchResultSchema, 400: problemSchema, 401: problemSchema, 403: problemSchema },
+      },
+    },
+    async (request) => {
+      const actor = callerOf(request);
+      const settled = await Promise.allSettled(
+        request.body.heartbeats.map((b) =>
+          registry.heartbeat(actor, b.provider_id, b.gpu_metrics, request.correlationId),
+        ),
+      );
+      const results = settled.map((s, i) => {
+        if (s.status === 'fulfilled')
+          return { status_code: 200 as const, ...statusResultJson('heartbeat received', s.value) };
+        const err = toAppError(
+          s.reason instanceof UnknownGpuIndex ? s.reason.at(`body.heartbeats.${i}.gpu_metrics`) : s.reason,
+        );
+        const status = statusOf(err);
+        if (status >= 500) request.log.error({ err: s.reason }, 'heartbeat failed');
+        return { status_code: status, problem: { ...problemOf(err), request_id: request.id } };
+      });
+      return { results };
     },
   );
 };

@@ -4,7 +4,7 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
-import { ignoringUnknownFields, pageQuery, schemaRegistry } from '@gpu/common';
+import { ignoringUnknownFields, pageQuery, problemSchema, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
 import { SORTS } from '../domain/discovery.ts';
 import {
@@ -191,22 +191,42 @@ const gpuMetricsSchema = z.object({
   ...shapeOf(GPU_METRIC_FIELDS, (f) => fieldValue(f).optional()),
 }) as unknown as z.ZodType<GpuMetrics>;
 
+/** A heartbeat's metrics: at most one entry per GPU; none when absent. */
+const gpuMetricsList = () =>
+  z
+    .array(gpuMetricsSchema)
+    .max(64)
+    .refine((ms) => new Set(ms.map((m) => m.index)).size === ms.length, 'each GPU index at most once')
+    .default([]);
+
 /**
  * A heartbeat's body. Unknown fields (a metric a newer daemon reads) are dropped, not refused: a heartbeat refused
  * every interval would take the machine offline (docs/conventions.md).
  */
-export const heartbeatSchema = ignoringUnknownFields(
-  z.object({
-    gpu_metrics: z
-      .array(gpuMetricsSchema)
-      .max(64)
-      .refine((ms) => new Set(ms.map((m) => m.index)).size === ms.length, 'each GPU index at most once')
-      .default([]),
-  }),
-)
+export const heartbeatSchema = ignoringUnknownFields(z.object({ gpu_metrics: gpuMetricsList() }))
   .nullish()
   .describe('A heartbeat, with the metrics of some GPUs; the body is optional (none: a heartbeat without metrics)')
   .register(schemas, { id: 'HeartbeatRequest' });
+
+/** Most heartbeats in one POST /heartbeats. */
+export const MAX_HEARTBEATS_PER_REQUEST = 1000;
+
+/** Heartbeats of several machines at once (a daemon or relay beating for many machines of one owner). */
+export const heartbeatBatchSchema = z
+  .object({
+    heartbeats: z
+      .array(
+        ignoringUnknownFields(
+          z.object({
+            provider_id: z.uuid(),
+            gpu_metrics: gpuMetricsList(),
+          }),
+        ),
+      )
+      .min(1)
+      .max(MAX_HEARTBEATS_PER_REQUEST),
+  })
+  .register(schemas, { id: 'HeartbeatBatch' });
 
 /** Success message of PATCH status and heartbeat. */
 export const statusResultSchema = z
@@ -219,6 +239,18 @@ export const statusResultSchema = z
   })
   .describe("A provider's status before and after a status update or a heartbeat")
   .register(schemas, { id: 'StatusResult' });
+
+/** The answer of POST /heartbeats: one result per heartbeat, in order. */
+export const heartbeatBatchResultSchema = z
+  .object({
+    results: z.array(
+      z.union([
+        statusResultSchema.extend({ status_code: z.literal(200) }),
+        z.object({ status_code: z.number().int(), problem: problemSchema }),
+      ]),
+    ),
+  })
+  .register(schemas, { id: 'HeartbeatBatchResult' });
 
 /** The answer of a status write: the domain's result as the wire's snake_case JSON. */
 export function statusResultJson(message: string, r: StatusResult): z.input<typeof statusResultSchema> {

@@ -1,0 +1,174 @@
+/**
+ * The fleet's rate (issue #41), for bench/run.ts: a million daemons beating every 30 seconds send 33,333 heartbeats a
+ * second. Three measurements, in the same run:
+ *
+ * - over NATS, open loop: a load generator of its own (bench/heartbeat-nats-client.ts) sends the fleet's rate, as
+ *   requests the service answers, while this process measures the scheduler's discovery query with one client (its
+ *   p99 is the one the issue judges under that load); CPU per process from /proc;
+ * - over HTTP, closed loop: POST /heartbeats, one owner's machines per request;
+ * - the direct replay: the repository's batch write (`recordHeartbeats`, the statements the service sends for a batch)
+ *   through a bare `pg` pool from this process, on batches of the service's size, no HTTP or NATS.
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { Kysely, PostgresDialect } from 'kysely';
+import type pg from 'pg';
+import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '../../../scripts/lib/process-cpu.ts';
+import type { RegistryDB } from '../src/db/schema.ts';
+import { type Beat, recordHeartbeats } from '../src/db/status-repository.ts';
+import { type LoadResult, runLoad } from './load.ts';
+
+export interface Machine {
+  id: string;
+  owner_id: string;
+}
+
+export interface FleetJob {
+  natsUrl: string;
+  prefix: string;
+  machines: Machine[];
+  /** `Bearer <token>` of each owner's daemon. */
+  daemons: Map<string, string>;
+  perSecond: number;
+  seconds: number;
+  metricsEvery: number;
+  servicePid: number;
+}
+
+export interface FleetResult {
+  sent: number;
+  ok: number;
+  refused: number;
+  unanswered: number;
+  sendSeconds: number;
+  allSeconds: number;
+  /** Answered heartbeats per second, from the first send to the last answer. */
+  perSecond: number;
+  p50: number;
+  p99: number;
+  /** Discovery's one-client latency during the load. */
+  discovery: LoadResult;
+  /** CPU milliseconds per heartbeat answered, by process. */
+  cpu: { service: number | null; load: number; postgres: number | null; nats: number | null; machine: number | null };
+  /** Machine CPU seconds per second. */
+  coresBusy: number | null;
+}
+
+/** Sends the fleet's heartbeats over NATS while `during` measures discovery. */
+export async function fleetOverNats(job: FleetJob, during: (seconds: number) => Promise<LoadResult>) {
+  const owners = [...job.daemons.keys()];
+  const ownerIndex = new Map(owners.map((o, i) => [o, i]));
+  const client = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL('./heartbeat-nats-client.ts', import.meta.url))],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  client.stdin.end(
+    JSON.stringify({
+      natsUrl: job.natsUrl,
+      prefix: job.prefix,
+      machines: job.machines.map((m) => [m.id, ownerIndex.get(m.owner_id)]),
+      tokens: owners.map((o) => job.daemons.get(o)),
+      perSecond: job.perSecond,
+      seconds: job.seconds,
+      metricsEvery: job.metricsEvery,
+    }),
+  );
+  let out = '';
+  let started: { others: CpuSnapshot; service: number | null; at: number } | undefined;
+  let discovery: Promise<LoadResult> | undefined;
+  client.stdout.on('data', (chunk) => {
+    out += chunk;
+    if (!started && out.includes('start\n')) {
+      started = { others: cpuSnapshot(process.env.TEST_ENV_DIR), service: processMs(job.servicePid), at: Date.now() };
+      // Discovery from the second second on, while the fleet beats (its warm-up is the first second).
+      discovery = during(Math.max(1, job.seconds - 2));
+    }
+  });
+  const [exitCode] = (await once(client, 'close')) as [number | null];
+  if (exitCode !== 0 || !started || !discovery) throw new Error(`the fleet's load generator exited with ${exitCode}`);
+  const others = cpuSince(started.others, cpuSnapshot(process.env.TEST_ENV_DIR));
+  const serviceNow = processMs(job.servicePid);
+  const wallMs = Date.now() - started.at;
+  const r = JSON.parse(out.slice(out.indexOf('start\n') + 6)) as Omit<
+    FleetResult,
+    'discovery' | 'cpu' | 'perSecond'
+  > & {
+    cpuMs: number;
+  };
+  const per = (ms: number | null) => (ms === null || r.ok === 0 ? null : ms / r.ok);
+  return {
+    ...r,
+    perSecond: r.ok / r.allSeconds,
+    discovery: await discovery,
+    cpu: {
+      service: per(serviceNow === null || started.service === null ? null : serviceNow - started.service),
+      load: r.cpuMs / Math.max(1, r.ok),
+      postgres: per(others.postgres),
+      nats: per(others.nats),
+      machine: per(others.machine),
+    },
+    coresBusy: others.machine === null ? null : others.machine / wallMs,
+  } satisfies FleetResult;
+}
+
+/** POST /heartbeats, `perRequest` machines of one owner each, `concurrency` at once: heartbeats per second. */
+export async function fleetOverHttp(opts: {
+  machines: Machine[];
+  daemons: Map<string, string>;
+  perRequest: number;
+  concurrency: number;
+  seconds: number;
+  post: (path: string, body: string, authorization: string) => Promise<number>;
+}) {
+  const byOwner = new Map<string, string[]>();
+  for (const m of opts.machines) byOwner.set(m.owner_id, [...(byOwner.get(m.owner_id) ?? []), m.id]);
+  const owners = [...byOwner].filter(([, ids]) => ids.length >= opts.perRequest);
+  if (owners.length === 0) throw new Error(`no owner has ${opts.perRequest} machines`);
+  const result = await runLoad(
+    async (i) => {
+      const [owner, ids] = owners[i % owners.length]!;
+      const start = (i * opts.perRequest) % (ids.length - opts.perRequest + 1);
+      const heartbeats = ids.slice(start, start + opts.perRequest).map((provider_id) => ({ provider_id }));
+      return (await opts.post('/heartbeats', JSON.stringify({ heartbeats }), opts.daemons.get(owner)!)) === 200;
+    },
+    { concurrency: opts.concurrency, seconds: opts.seconds },
+  );
+  return { ...result, beatsPerSecond: result.perSecond * opts.perRequest };
+}
+
+/**
+ * The direct replay: `recordHeartbeats` on batches of `batch` beats (each limited to its owner, one in `metricsEvery`
+ * with its first GPU's metrics, as the fleet sends them) through a bare `pg` pool, `workers` batches at once.
+ */
+export async function fleetDirect(opts: {
+  pool: pg.Pool;
+  machines: Machine[];
+  batch: number;
+  workers: number;
+  seconds: number;
+  metricsEvery: number;
+}) {
+  const db = new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool: opts.pool }) });
+  let n = 0;
+  const result = await runLoad(
+    async () => {
+      const beats: Beat[] = [];
+      for (let i = 0; i < opts.batch; i++, n++) {
+        const m = opts.machines[(n * 7919) % opts.machines.length]!;
+        beats.push({
+          id: m.id,
+          owner: m.owner_id,
+          ...(n % opts.metricsEvery === 0
+            ? { metrics: [{ index: 0, utilization_gpu: n % 101, temperature: 30 + (n % 60) }] }
+            : {}),
+        });
+      }
+      const written = await recordHeartbeats(db, beats);
+      return written.every((w) => w !== undefined && !(w instanceof Error));
+    },
+    { concurrency: opts.workers, seconds: opts.seconds },
+  );
+  return { ...result, beatsPerSecond: result.perSecond * opts.batch };
+}

@@ -1,0 +1,163 @@
+/**
+ * Heartbeats over NATS: daemons publish each machine's heartbeat on `<heartbeats prefix>.<provider ID>` (core NATS,
+ * not JetStream), and every registry instance subscribes in one queue group, so each heartbeat reaches one of them.
+ * The body is the HTTP heartbeat's (`{gpu_metrics?}`, empty for none); the message is applied by the same
+ * `RegistryService.heartbeat` as HTTP, so it joins the same group commit.
+ *
+ * Core NATS, because a heartbeat is a report of now: one that is lost (no instance up, a slow consumer) is replaced by
+ * the next, and storing each in a stream would cost the NATS server and the acknowledgements more than the write.
+ * A daemon that wants to know the heartbeat landed sends it as a request: the answer (on the message's reply subject)
+ * is the JSON of one result of POST /heartbeats (`status_code` 200 with the status before and after, or the status
+ * of its problem); with no instance subscribed the daemon hears "no responders" and falls back to HTTP.
+ *
+ * Access is as strict as over HTTP: the message carries its sender's access token in an `Authorization: Bearer
+ * <token>` header, verified like a request's (the same JWKS and verified-token cache) as of now (a heartbeat is
+ * never replayed later); the sender needs one of the roles that may manage machines and moves only its owner's
+ * machines (`writeScope`), an admin or a service any. An API key's token sends no heartbeat. Refused and malformed
+ * messages are answered with their problem (when they ask for an answer) and counted in
+ * `registry_heartbeat_messages_rejected_total{reason}`; nothing of theirs is written.
+ */
+import {
+  type AppError,
+  errors,
+  hasRole,
+  isRefusal,
+  type Logger,
+  type NatsPublisher,
+  principalOf,
+  problemOf,
+  statusOf,
+  type TokenVerifier,
+  toAppError,
+  UNCHECKED_PRINCIPAL,
+  verifyBearer,
+} from '@gpu/common';
+import type { Msg, Subscription } from '@nats-io/transport-node';
+import { Counter } from 'prom-client';
+import { MANAGING_ROLES } from '../domain/access.ts';
+import type { RegistryService } from '../domain/registry-service.ts';
+import { UnknownGpuIndex } from '../errors.ts';
+import { heartbeatSchema, statusResultJson } from '../routes/schemas.ts';
+
+/** The queue group every registry instance joins: each heartbeat goes to one of them. */
+const HEARTBEAT_QUEUE = 'provider-registry';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface HeartbeatSubscriberOptions {
+  connection: NatsPublisher['connection'];
+  registry: RegistryService;
+  /** Verifies each message's token; null only with access control switched off (every message is then trusted). */
+  verifier: TokenVerifier | null;
+  /** Subject prefix: heartbeats arrive on `<prefix>.<provider ID>`. */
+  prefix: string;
+  /** Counts the heartbeats not applied, by reason (registered on the app before it is ready). */
+  rejected: Counter<'reason'>;
+  logger: Logger;
+}
+
+export interface HeartbeatSubscriber {
+  /** Stops taking heartbeats; resolves once those in hand are answered. */
+  stop(): Promise<void>;
+}
+
+type Reason = 'malformed' | 'unauthenticated' | 'forbidden' | 'refused' | 'overloaded' | 'failed';
+
+const decoder = new TextDecoder();
+
+/** The reason a heartbeat was not applied, for the counter. */
+function reasonOf(err: AppError): Reason {
+  if (err.code === 'OVERLOADED') return 'overloaded';
+  if (!isRefusal(err)) return 'failed';
+  const status = statusOf(err);
+  if (status === 401) return 'unauthenticated';
+  if (status === 403) return 'forbidden';
+  if (status === 400) return 'malformed';
+  return 'refused';
+}
+
+/** `registry_heartbeat_messages_rejected_total{reason}`, for the app to register before it is ready. */
+export function heartbeatRejectionCounter(): Counter<'reason'> {
+  return new Counter({
+    name: 'registry_heartbeat_messages_rejected_total',
+    help: 'NATS heartbeats not applied, by reason (malformed, unauthenticated, forbidden, refused, overloaded, failed)',
+    labelNames: ['reason'] as const,
+    registers: [],
+  });
+}
+
+/** Subscribes (in the queue group); heartbeats flow until `stop()`. */
+export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): HeartbeatSubscriber {
+  const { rejected } = opts;
+  // Heartbeats taken and not yet answered, and what `stop()` waits on until there are none.
+  let inHand = 0;
+  let drained: (() => void) | undefined;
+
+  /** Applies one heartbeat: the answer's JSON (one result of POST /heartbeats). */
+  async function apply(msg: Msg): Promise<object> {
+    try {
+      const id = msg.subject.slice(opts.prefix.length + 1);
+      if (!UUID.test(id))
+        throw errors.validation('the subject names no provider ID', [{ path: 'subject', message: 'not a UUID' }]);
+      const sender = opts.verifier
+        ? principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined))
+        : UNCHECKED_PRINCIPAL;
+      if (sender.scopes) throw errors.forbidden('an API key sends no heartbeat', 'INSUFFICIENT_SCOPE');
+      if (!sender.unchecked && !hasRole(sender, ...MANAGING_ROLES)) {
+        throw errors.forbidden(`this action requires the role ${MANAGING_ROLES.join(' or ')}`, 'ROLE_REQUIRED');
+      }
+      const text = decoder.decode(msg.data);
+      let json: unknown = null;
+      try {
+        json = text.trim() === '' ? null : JSON.parse(text);
+      } catch {
+        throw errors.badRequest('MALFORMED_JSON', 'the heartbeat is not JSON');
+      }
+      const body = heartbeatSchema.safeParse(json);
+      if (!body.success) {
+        throw errors.validation(
+          'invalid heartbeat',
+          body.error.issues.map((i) => ({ path: ['body', ...i.path].join('.'), message: i.message })),
+        );
+      }
+      const result = await opts.registry.heartbeat(sender, id, body.data?.gpu_metrics ?? []);
+      return { status_code: 200, ...statusResultJson('heartbeat received', result) };
+    } catch (thrown) {
+      const err = toAppError(thrown instanceof UnknownGpuIndex ? thrown.at('body.gpu_metrics') : thrown);
+      const reason = reasonOf(err);
+      rejected.inc({ reason });
+      if (reason === 'failed') opts.logger.error({ err: thrown, subject: msg.subject }, 'heartbeat failed');
+      return { status_code: statusOf(err), problem: problemOf(err) };
+    }
+  }
+
+  // Answers leave together, once per turn of the event loop: NATS then writes them to its socket in one go (a
+  // batch's answers, each sent on its own, cost a socket write each).
+  const answers: [Msg, string][] = [];
+  const sendAnswers = () => {
+    for (const [msg, answer] of answers.splice(0)) msg.respond(answer);
+  };
+  const subscription: Subscription = opts.connection.subscribe(`${opts.prefix}.*`, {
+    queue: HEARTBEAT_QUEUE,
+    callback: (err, msg) => {
+      if (err) {
+        opts.logger.warn({ err: err.message }, 'heartbeat subscription error');
+        return;
+      }
+      inHand++;
+      void apply(msg).then((answer) => {
+        if (msg.reply && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+        if (--inHand === 0) drained?.();
+      });
+    },
+  });
+  opts.logger.info({ subject: `${opts.prefix}.*`, queue: HEARTBEAT_QUEUE }, 'taking heartbeats over NATS');
+
+  return {
+    async stop() {
+      await subscription.drain().catch(() => subscription.unsubscribe());
+      if (inHand > 0) await new Promise<void>((resolve) => (drained = resolve));
+      sendAnswers();
+    },
+  };
+}
