@@ -5,7 +5,7 @@
  * - over NATS, open loop: a load generator of its own (bench/heartbeat-nats-client.ts) sends the fleet's rate, as
  *   requests the service answers, while this process measures the scheduler's discovery query with one client (its
  *   p99 is the one the issue judges under that load); CPU per process from /proc;
- * - over HTTP, closed loop: POST /heartbeats, one owner's machines per request;
+ * - over HTTP, closed loop: POST /providers/heartbeats, one owner's machines per request;
  * - the direct replay: the repository's batch write (`recordHeartbeats`, the statements the service sends for a batch)
  *   through a bare `pg` pool from this process, on batches of the service's size, no HTTP or NATS.
  */
@@ -113,7 +113,7 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
   } satisfies FleetResult;
 }
 
-/** POST /heartbeats, `perRequest` machines of one owner each, `concurrency` at once: heartbeats per second. */
+/** POST /providers/heartbeats, `perRequest` machines of one owner each, `concurrency` at once: heartbeats per second. */
 export async function fleetOverHttp(opts: {
   machines: Machine[];
   daemons: Map<string, string>;
@@ -131,7 +131,9 @@ export async function fleetOverHttp(opts: {
       const [owner, ids] = owners[i % owners.length]!;
       const start = (i * opts.perRequest) % (ids.length - opts.perRequest + 1);
       const heartbeats = ids.slice(start, start + opts.perRequest).map((provider_id) => ({ provider_id }));
-      return (await opts.post('/heartbeats', JSON.stringify({ heartbeats }), opts.daemons.get(owner)!)) === 200;
+      return (
+        (await opts.post('/providers/heartbeats', JSON.stringify({ heartbeats }), opts.daemons.get(owner)!)) === 200
+      );
     },
     { concurrency: opts.concurrency, seconds: opts.seconds },
   );

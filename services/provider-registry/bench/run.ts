@@ -56,7 +56,7 @@ const FLEET_RATE = Number(process.env.BENCH_FLEET_RATE ?? FLEET_TARGET);
 const FLEET_SECONDS = Number(process.env.BENCH_FLEET_SECONDS ?? 10);
 /** One heartbeat in this many carries metrics (the daemon sends only those that moved). */
 const METRICS_EVERY = 10;
-/** Machines per POST /heartbeats. */
+/** Machines per POST /providers/heartbeats. */
 const HTTP_BATCH = 100;
 const root = fileURLToPath(new URL('..', import.meta.url));
 const port = await freePort();
@@ -416,7 +416,7 @@ async function main() {
       `heartbeats: service ${fmt(beatService.perSecond, 0)}/s (errors ${beatService.errors}), direct ${fmt(beatDirect.perSecond, 0)}/s, ratio ${fmt(ratio, 2)}`,
     );
 
-    // The fleet's rate (issue #41): heartbeats over NATS at FLEET_RATE, discovery measured meanwhile; POST /heartbeats;
+    // The fleet's rate (issue #41): heartbeats over NATS at FLEET_RATE, discovery measured meanwhile; POST /providers/heartbeats;
     // and the direct replay of the batch write, on batches of the size the service made.
     const natsUrl = process.env.TEST_NATS_URL;
     if (!natsUrl) throw new Error('TEST_NATS_URL is not set: run through `pnpm bench registry`');
@@ -478,7 +478,7 @@ client. CPU per heartbeat answered, by process, from /proc (µs).
 | path | heartbeats/s (target ${FLEET_TARGET.toLocaleString('en-US')}) | answer p50 / p99 | refused / unanswered | mean batch | CPU µs/heartbeat: service · load · PostgreSQL · NATS · machine | cores busy | discovery p99 during it (1 client, < 20 ms) |
 |---|---|---|---|---|---|---|---|
 | NATS, open loop at ${FLEET_RATE.toLocaleString('en-US')}/s | ${fmt(fleet.perSecond, 0)} (${fleetMet}) | ${fmt(fleet.p50, 1)} / ${fmt(fleet.p99, 1)} ms | ${fleet.refused} / ${fleet.unanswered} | ${fmt(meanBatch, 0)} | ${ms(fleet.cpu.service)} · ${ms(fleet.cpu.load)} · ${ms(fleet.cpu.postgres)} · ${ms(fleet.cpu.nats)} · ${ms(fleet.cpu.machine)} | ${fleet.coresBusy === null ? '–' : fmt(fleet.coresBusy, 2)} | ${fmt(fleet.discovery.p50, 2)} / ${fmt(fleet.discovery.p99, 2)} ms (${discoveryMet}) |
-| HTTP \`POST /heartbeats\`, ${httpBatch} machines of one owner per request, 8 connections, closed loop | ${fmt(fleetHttp.beatsPerSecond, 0)} | ${fmt(fleetHttp.p50, 1)} / ${fmt(fleetHttp.p99, 1)} ms per request | ${fleetHttp.errors} requests failed | | | | |
+| HTTP \`POST /providers/heartbeats\`, ${httpBatch} machines of one owner per request, 8 connections, closed loop | ${fmt(fleetHttp.beatsPerSecond, 0)} | ${fmt(fleetHttp.p50, 1)} / ${fmt(fleetHttp.p99, 1)} ms per request | ${fleetHttp.errors} requests failed | | | | |
 | direct replay: \`recordHeartbeats\` through bare \`pg\`, batches of ${replayBatch}, 2 at once | ${fmt(direct.beatsPerSecond, 0)} | ${fmt(direct.p50, 1)} / ${fmt(direct.p99, 1)} ms per batch | ${direct.errors} batches failed | ${replayBatch} | | | |
 
 The service over NATS reached ${fmt(fleet.perSecond / direct.beatsPerSecond, 2)}x the direct replay of its own statements.`;

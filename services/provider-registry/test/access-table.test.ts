@@ -95,7 +95,7 @@ function table(): Record<string, AccessRule> {
       request: async () => ({ url: `/providers/${await ownersMachine()}/heartbeat`, payload: {} }),
       expect: MANAGE(200),
     },
-    'POST /heartbeats': {
+    'POST /providers/heartbeats': {
       request: async () => ({ payload: { heartbeats: [{ provider_id: await ownersMachine() }] } }),
       // Another provider or daemon may send the batch: each heartbeat of a machine not theirs is a 403 in its place
       // (heartbeat-batches.test.ts), and writes nothing.

@@ -1,5 +1,5 @@
 /**
- * Heartbeats at the fleet's rate: several machines' heartbeats in one POST /heartbeats, heartbeats over NATS (each
+ * Heartbeats at the fleet's rate: several machines' heartbeats in one POST /providers/heartbeats, heartbeats over NATS (each
  * as strict as HTTP), and the rule that metrics that did not change are not written again.
  */
 import { randomUUID } from 'node:crypto';
@@ -35,7 +35,7 @@ const own = (over: Record<string, unknown> = {}) => register(h.app, { owner_id: 
 const read = async (id: string) => (await h.app.inject({ method: 'GET', url: `/providers/${id}` })).json();
 
 const batch = (heartbeats: unknown[], caller: Caller = daemon) =>
-  h.app.inject({ method: 'POST', url: '/heartbeats', payload: { heartbeats }, headers: caller.headers });
+  h.app.inject({ method: 'POST', url: '/providers/heartbeats', payload: { heartbeats }, headers: caller.headers });
 
 /** Sends a heartbeat over NATS as a request; its answer. */
 async function beat(id: string, body: unknown, authorization: string | null = `Bearer ${daemon.token}`) {
@@ -57,7 +57,7 @@ const gpuVersions = async (id: string) =>
     )
   ).rows.map((r) => r.v);
 
-describe('POST /heartbeats', () => {
+describe('POST /providers/heartbeats', () => {
   it("answers each machine's heartbeat in its place: written, another owner's, unknown, a GPU it lacks", async () => {
     const [a, b] = [await own(), await own()];
     const stranger = await register(h.app, { gpus: [gpu()] });

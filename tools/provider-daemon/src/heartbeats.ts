@@ -9,7 +9,7 @@ import type { TokenSource } from '@gpu/client';
 import type { Logger } from '@gpu/common';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
 
-/** The registry's answer to a heartbeat (one result of its POST /heartbeats). */
+/** The registry's answer to a heartbeat (one result of its POST /providers/heartbeats). */
 interface HeartbeatAnswer {
   status_code: number;
   problem?: { code?: string; detail?: string };

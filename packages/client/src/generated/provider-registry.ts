@@ -21,26 +21,6 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/heartbeats": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Record heartbeats of several machines at once (a daemon or relay beating for many machines)
-         * @description Up to 1000 heartbeats, each applied exactly as by POST /providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: `status_code` 200 with the status before and after, or the status of its problem (400 UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not affect the others; a malformed one makes the whole request a 400 and none is applied.
-         */
-        post: operations["sendHeartbeats"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
     "/offers": {
         parameters: {
             query?: never;
@@ -232,6 +212,26 @@ export interface paths {
          * @description Any state, except what contradicts the rental sessions billing reported: `idle` while the machine is fully rented is 409 STATUS_CONTRADICTS_SESSIONS. `busy` holds the machine off the market, rented or not (`held`: no offer lists it, heartbeats and session ends leave it busy, billing starts no rental on it) until an explicit `idle`. `offline`, `maintenance` and `error` are allowed on a rented machine (a hold outlives them); billing then ends its running sessions, billed to the last minute its daemon reported.
          */
         patch: operations["setProviderStatus"];
+        trace?: never;
+    };
+    "/providers/heartbeats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record heartbeats of several machines at once (a daemon or relay beating for many machines)
+         * @description Up to 1000 heartbeats, each applied exactly as by POST /providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: `status_code` 200 with the status before and after, or the status of its problem (400 UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not affect the others; a malformed one makes the whole request a 400 and none is applied.
+         */
+        post: operations["sendHeartbeats"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
 }
@@ -908,40 +908,6 @@ export interface operations {
             };
         };
     };
-    sendHeartbeats: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["HeartbeatBatch"];
-            };
-        };
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["HeartbeatBatchResult"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
     searchOffers: {
         parameters: {
             query?: {
@@ -1441,6 +1407,40 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    sendHeartbeats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HeartbeatBatch"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HeartbeatBatchResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

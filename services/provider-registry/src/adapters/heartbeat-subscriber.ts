@@ -7,7 +7,7 @@
  * Core NATS, because a heartbeat is a report of now: one that is lost (no instance up, a slow consumer) is replaced by
  * the next, and storing each in a stream would cost the NATS server and the acknowledgements more than the write.
  * A daemon that wants to know the heartbeat landed sends it as a request: the answer (on the message's reply subject)
- * is the JSON of one result of POST /heartbeats (`status_code` 200 with the status before and after, or the status
+ * is the JSON of one result of POST /providers/heartbeats (`status_code` 200 with the status before and after, or the status
  * of its problem); with no instance subscribed the daemon hears "no responders" and falls back to HTTP.
  *
  * Access is as strict as over HTTP: the message carries its sender's access token in an `Authorization: Bearer
@@ -93,7 +93,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   let inHand = 0;
   let drained: (() => void) | undefined;
 
-  /** Applies one heartbeat: the answer's JSON (one result of POST /heartbeats). */
+  /** Applies one heartbeat: the answer's JSON (one result of POST /providers/heartbeats). */
   async function apply(msg: Msg): Promise<object> {
     try {
       const id = msg.subject.slice(opts.prefix.length + 1);

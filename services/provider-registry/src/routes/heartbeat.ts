@@ -1,5 +1,5 @@
 /**
- * POST /providers/{providerID}/heartbeat, and POST /heartbeats for several machines at once. The single heartbeat's
+ * POST /providers/{providerID}/heartbeat, and POST /providers/heartbeats for several machines at once. The single heartbeat's
  * body is optional: an empty body, with or without a JSON content type, is a heartbeat without metrics. They live in
  * their own plugin so its lenient JSON parser touches no other route.
  */
@@ -60,7 +60,7 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
   );
 
   app.post(
-    '/heartbeats',
+    '/providers/heartbeats',
     {
       config: { roles: MANAGING_ROLES },
       schema: {

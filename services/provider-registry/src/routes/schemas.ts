@@ -208,7 +208,7 @@ export const heartbeatSchema = ignoringUnknownFields(z.object({ gpu_metrics: gpu
   .describe('A heartbeat, with the metrics of some GPUs; the body is optional (none: a heartbeat without metrics)')
   .register(schemas, { id: 'HeartbeatRequest' });
 
-/** Most heartbeats in one POST /heartbeats. */
+/** Most heartbeats in one POST /providers/heartbeats. */
 export const MAX_HEARTBEATS_PER_REQUEST = 1000;
 
 /** Heartbeats of several machines at once (a daemon or relay beating for many machines of one owner). */
@@ -240,7 +240,7 @@ export const statusResultSchema = z
   .describe("A provider's status before and after a status update or a heartbeat")
   .register(schemas, { id: 'StatusResult' });
 
-/** The answer of POST /heartbeats: one result per heartbeat, in order. */
+/** The answer of POST /providers/heartbeats: one result per heartbeat, in order. */
 export const heartbeatBatchResultSchema = z
   .object({
     results: z.array(
