@@ -113,6 +113,25 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
   } satisfies FleetResult;
 }
 
+/** Each owner's machines, for batches of `perRequest` machines of one owner (owners with fewer are left out). */
+function ownersWith(machines: Machine[], perRequest: number): [string, string[]][] {
+  const byOwner = new Map<string, string[]>();
+  for (const m of machines) byOwner.set(m.owner_id, [...(byOwner.get(m.owner_id) ?? []), m.id]);
+  const owners = [...byOwner].filter(([, ids]) => ids.length >= perRequest);
+  if (owners.length === 0) throw new Error(`no owner has ${perRequest} machines`);
+  return owners;
+}
+
+/** The body of the `i`-th POST /providers/heartbeats: `perRequest` machines of one owner, and that owner. */
+function batchBody(owners: [string, string[]][], perRequest: number, i: number): [string, string] {
+  const [owner, ids] = owners[i % owners.length]!;
+  const start = (i * perRequest) % (ids.length - perRequest + 1);
+  const heartbeats = ids.slice(start, start + perRequest).map((provider_id) => ({ provider_id }));
+  return [owner, JSON.stringify({ heartbeats })];
+}
+
+type Post = (path: string, body: string, authorization: string) => Promise<number>;
+
 /** POST /providers/heartbeats, `perRequest` machines of one owner each, `concurrency` at once: heartbeats per second. */
 export async function fleetOverHttp(opts: {
   machines: Machine[];
@@ -120,24 +139,100 @@ export async function fleetOverHttp(opts: {
   perRequest: number;
   concurrency: number;
   seconds: number;
-  post: (path: string, body: string, authorization: string) => Promise<number>;
+  post: Post;
 }) {
-  const byOwner = new Map<string, string[]>();
-  for (const m of opts.machines) byOwner.set(m.owner_id, [...(byOwner.get(m.owner_id) ?? []), m.id]);
-  const owners = [...byOwner].filter(([, ids]) => ids.length >= opts.perRequest);
-  if (owners.length === 0) throw new Error(`no owner has ${opts.perRequest} machines`);
+  const owners = ownersWith(opts.machines, opts.perRequest);
   const result = await runLoad(
     async (i) => {
-      const [owner, ids] = owners[i % owners.length]!;
-      const start = (i * opts.perRequest) % (ids.length - opts.perRequest + 1);
-      const heartbeats = ids.slice(start, start + opts.perRequest).map((provider_id) => ({ provider_id }));
-      return (
-        (await opts.post('/providers/heartbeats', JSON.stringify({ heartbeats }), opts.daemons.get(owner)!)) === 200
-      );
+      const [owner, body] = batchBody(owners, opts.perRequest, i);
+      return (await opts.post('/providers/heartbeats', body, opts.daemons.get(owner)!)) === 200;
     },
     { concurrency: opts.concurrency, seconds: opts.seconds },
   );
   return { ...result, beatsPerSecond: result.perSecond * opts.perRequest };
+}
+
+/**
+ * POST /providers/heartbeats on the fleet's clock (open loop): `perSecond` heartbeats a second in requests of
+ * `perRequest` machines of one owner, sent from this process whatever the answers' pace, while `during` measures
+ * discovery; CPU per heartbeat by process as for NATS.
+ */
+export async function fleetOverHttpPaced(
+  opts: {
+    machines: Machine[];
+    daemons: Map<string, string>;
+    perRequest: number;
+    perSecond: number;
+    seconds: number;
+    servicePid: number;
+    post: Post;
+  },
+  during: (seconds: number) => Promise<LoadResult>,
+): Promise<FleetResult> {
+  const owners = ownersWith(opts.machines, opts.perRequest);
+  const requests = Math.round((opts.perSecond * opts.seconds) / opts.perRequest);
+  const latencies: number[] = [];
+  let ok = 0;
+  let refused = 0;
+  const before = { others: cpuSnapshot(process.env.TEST_ENV_DIR), service: processMs(opts.servicePid) };
+  const discovery = during(Math.max(1, opts.seconds - 2));
+  const cpuBefore = process.cpuUsage();
+  const start = performance.now();
+  const inFlight: Promise<void>[] = [];
+  let n = 0;
+  while (n < requests) {
+    const due = Math.min(
+      requests,
+      Math.floor(((performance.now() - start) / 1000) * (opts.perSecond / opts.perRequest)),
+    );
+    for (; n < due; n++) {
+      const [owner, body] = batchBody(owners, opts.perRequest, n);
+      const sent = performance.now();
+      inFlight.push(
+        opts.post('/providers/heartbeats', body, opts.daemons.get(owner)!).then(
+          (status) => {
+            latencies.push(performance.now() - sent);
+            if (status === 200) ok += opts.perRequest;
+            else refused += opts.perRequest;
+          },
+          () => {
+            refused += opts.perRequest;
+          },
+        ),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  const sendSeconds = (performance.now() - start) / 1000;
+  await Promise.all(inFlight);
+  const allSeconds = (performance.now() - start) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
+  const others = cpuSince(before.others, cpuSnapshot(process.env.TEST_ENV_DIR));
+  const serviceNow = processMs(opts.servicePid);
+  latencies.sort((a, b) => a - b);
+  const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? NaN;
+  const per = (ms: number | null) => (ms === null || ok === 0 ? null : ms / ok);
+  return {
+    sent: requests * opts.perRequest,
+    ok,
+    refused,
+    unanswered: 0,
+    sendSeconds,
+    allSeconds,
+    perSecond: ok / allSeconds,
+    p50: pct(50),
+    p99: pct(99),
+    discovery: await discovery,
+    cpu: {
+      service: per(serviceNow === null || before.service === null ? null : serviceNow - before.service),
+      // The load generator is this process, which measures discovery too.
+      load: (cpu.user + cpu.system) / 1000 / Math.max(1, ok),
+      postgres: per(others.postgres),
+      nats: per(others.nats),
+      machine: per(others.machine),
+    },
+    coresBusy: others.machine === null ? null : others.machine / (allSeconds * 1000),
+  };
 }
 
 /**

@@ -26,7 +26,7 @@ import { recordHeartbeats } from '../src/db/status-repository.ts';
 import { cursorOf, type DiscoveryFilter } from '../src/domain/discovery.ts';
 import { type OfferFilter, offerCursorOf } from '../src/domain/offers.ts';
 import { loadFleet } from './dataset.ts';
-import { fleetDirect, fleetOverHttp, fleetOverNats } from './fleet.ts';
+import { type FleetResult, fleetDirect, fleetOverHttp, fleetOverHttpPaced, fleetOverNats } from './fleet.ts';
 import { BenchHttpClient } from './http-client.ts';
 import { type LoadResult, runLoad } from './load.ts';
 import { describeWrites, perHeartbeat, settle, writeCounts } from './write-stats.ts';
@@ -215,6 +215,8 @@ async function main() {
   const databaseUrl = await createDatabase();
   // The same session settings as the service's pool (src/server.ts).
   const pool = new pg.Pool({ connectionString: databaseUrl, max: POOL_SIZE, options: '-c jit=off' });
+  // The database is dropped at the end with its connections (WITH (FORCE)): an idle one's end is no error.
+  pool.on('error', () => {});
   const setupDb = new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool }) });
   await migrateRegistry(setupDb as Kysely<unknown>);
 
@@ -416,44 +418,83 @@ async function main() {
       `heartbeats: service ${fmt(beatService.perSecond, 0)}/s (errors ${beatService.errors}), direct ${fmt(beatDirect.perSecond, 0)}/s, ratio ${fmt(ratio, 2)}`,
     );
 
-    // The fleet's rate (issue #41): heartbeats over NATS at FLEET_RATE, discovery measured meanwhile; POST /providers/heartbeats;
-    // and the direct replay of the batch write, on batches of the size the service made.
+    // The fleet's rate (issue #41): heartbeats over NATS and over HTTP on the fleet's clock with discovery measured
+    // meanwhile, at the fleet's rate and at half of it; POST /providers/heartbeats as fast as it goes; and the direct
+    // replay of the batch write, on batches of the size the service made.
     const natsUrl = process.env.TEST_NATS_URL;
     if (!natsUrl) throw new Error('TEST_NATS_URL is not set: run through `pnpm bench registry`');
-    const batchesBefore = await heartbeatBatches();
-    const fleet = await fleetOverNats(
-      {
-        natsUrl,
-        prefix: 'registry.heartbeats',
-        machines: rows,
-        daemons,
-        perSecond: FLEET_RATE,
-        seconds: FLEET_SECONDS,
-        metricsEvery: METRICS_EVERY,
-        servicePid: child.pid!,
-      },
-      (seconds) =>
-        runLoad(() => request('GET', `/providers?${scheduler}`), { concurrency: 1, seconds, warmupSeconds: 1 }),
-    );
-    const batchesAfter = await heartbeatBatches();
+    const discoveryDuring = (seconds: number) =>
+      runLoad(() => request('GET', `/providers?${scheduler}`), { concurrency: 1, seconds, warmupSeconds: 1 });
     const ms = (v: number | null) => (v === null ? '–' : fmt(v * 1000, 1));
-    const meanBatch =
-      (batchesAfter.items - batchesBefore.items) / Math.max(1, batchesAfter.batches - batchesBefore.batches);
-    log(
-      `fleet over NATS: offered ${FLEET_RATE}/s, answered ${fmt(fleet.perSecond, 0)}/s (ok ${fleet.ok}, refused ${fleet.refused}, unanswered ${fleet.unanswered}), p50 ${fmt(fleet.p50, 1)} p99 ${fmt(fleet.p99, 1)} ms, mean batch ${fmt(meanBatch, 0)}, CPU µs/beat service ${ms(fleet.cpu.service)} load ${ms(fleet.cpu.load)} pg ${ms(fleet.cpu.postgres)} nats ${ms(fleet.cpu.nats)} machine ${ms(fleet.cpu.machine)}; discovery p99 ${fmt(fleet.discovery.p99, 2)} ms`,
-    );
     const perOwner = new Map<string, number>();
     for (const r of rows) perOwner.set(r.owner_id, (perOwner.get(r.owner_id) ?? 0) + 1);
     const httpBatch = Math.min(HTTP_BATCH, Math.max(...perOwner.values()));
+    const post = (path: string, body: string, authorization: string) => http.post(path, body, authorization);
+    const fleetRows: string[] = [];
+    let meanBatch = 0;
+    const row = (label: string, offered: number, r: FleetResult, batch: number) => {
+      const met =
+        r.perSecond >= offered * 0.99 && r.refused === 0 && r.unanswered === 0 ? 'kept up' : '**fell behind**';
+      const discoveryMet = r.discovery.p99 < 20 && r.discovery.errors === 0 ? 'met' : '**missed**';
+      log(
+        `${label}: offered ${offered}/s, answered ${fmt(r.perSecond, 0)}/s (ok ${r.ok}, refused ${r.refused}, unanswered ${r.unanswered}), p50 ${fmt(r.p50, 1)} p99 ${fmt(r.p99, 1)} ms, mean batch ${fmt(batch, 0)}, CPU µs/beat service ${ms(r.cpu.service)} load ${ms(r.cpu.load)} pg ${ms(r.cpu.postgres)} nats ${ms(r.cpu.nats)} machine ${ms(r.cpu.machine)}; discovery p99 ${fmt(r.discovery.p99, 2)} ms`,
+      );
+      fleetRows.push(
+        `| ${label} | ${offered.toLocaleString('en-US')} | ${fmt(r.perSecond, 0)} (${met}) | ${fmt(r.p50, 1)} / ${fmt(r.p99, 1)} ms | ${r.refused} / ${r.unanswered} | ${fmt(batch, 0)} | ${ms(r.cpu.service)} · ${ms(r.cpu.load)} · ${ms(r.cpu.postgres)} · ${ms(r.cpu.nats)} · ${ms(r.cpu.machine)} | ${r.coresBusy === null ? '–' : fmt(r.coresBusy, 2)} | ${fmt(r.discovery.p50, 2)} / ${fmt(r.discovery.p99, 2)} ms (${discoveryMet}) |`,
+      );
+    };
+    for (const rate of [FLEET_RATE, Math.round(FLEET_RATE / 2)]) {
+      const before = await heartbeatBatches();
+      const r = await fleetOverNats(
+        {
+          natsUrl,
+          prefix: 'registry.heartbeats',
+          machines: rows,
+          daemons,
+          perSecond: rate,
+          seconds: FLEET_SECONDS,
+          metricsEvery: METRICS_EVERY,
+          servicePid: child.pid!,
+        },
+        discoveryDuring,
+      );
+      const after = await heartbeatBatches();
+      const batch = (after.items - before.items) / Math.max(1, after.batches - before.batches);
+      if (rate === FLEET_RATE) meanBatch = batch;
+      row('NATS, a request per machine, open loop', rate, r, batch);
+    }
+    for (const rate of [FLEET_RATE, Math.round(FLEET_RATE / 2)]) {
+      const before = await heartbeatBatches();
+      const r = await fleetOverHttpPaced(
+        {
+          machines: rows,
+          daemons,
+          perRequest: httpBatch,
+          perSecond: rate,
+          seconds: FLEET_SECONDS,
+          servicePid: child.pid!,
+          post,
+        },
+        discoveryDuring,
+      );
+      const after = await heartbeatBatches();
+      const batch = (after.items - before.items) / Math.max(1, after.batches - before.batches);
+      row(
+        `HTTP \`POST /providers/heartbeats\`, ${httpBatch} machines of one owner per request, open loop`,
+        rate,
+        r,
+        batch,
+      );
+    }
     const fleetHttp = await fleetOverHttp({
       machines: rows,
       daemons,
       perRequest: httpBatch,
       concurrency: 8,
       seconds: SECONDS,
-      post: (path, body, authorization) => http.post(path, body, authorization),
+      post,
     });
-    log(`fleet over HTTP: ${fmt(fleetHttp.beatsPerSecond, 0)} heartbeats/s (errors ${fleetHttp.errors})`);
+    log(`fleet over HTTP, closed loop: ${fmt(fleetHttp.beatsPerSecond, 0)} heartbeats/s (errors ${fleetHttp.errors})`);
     const replayBatch = Math.max(1, Math.round(meanBatch));
     const direct = await fleetDirect({
       pool,
@@ -464,24 +505,25 @@ async function main() {
       metricsEvery: METRICS_EVERY,
     });
     log(`fleet direct: ${fmt(direct.beatsPerSecond, 0)} heartbeats/s in batches of ${replayBatch}`);
-    const fleetMet = fleet.perSecond >= FLEET_TARGET * 0.99 && fleet.unanswered === 0 ? 'met' : '**missed**';
-    const discoveryMet = fleet.discovery.p99 < 20 && fleet.discovery.errors === 0 ? 'met' : '**missed**';
     const fleetMarkdown = `### The fleet's rate (issue #41)
 
-A million daemons beating every 30 s send ${FLEET_TARGET.toLocaleString('en-US')} heartbeats a second. Over NATS (core NATS
-request and answer on \`registry.heartbeats.<provider ID>\`, each with its owner's daemon token, verified as over
-HTTP), a load generator of its own process sent ${FLEET_RATE.toLocaleString('en-US')} a second for ${FLEET_SECONDS} s on its own clock (open loop,
-${fleet.sent.toLocaleString('en-US')} heartbeats over the ${rows.length.toLocaleString('en-US')} idle and busy machines; one in ${METRICS_EVERY} with its first GPU's metrics, new values each
-time, as the daemon sends metrics that moved), while this process ran the scheduler's discovery query with one
-client. CPU per heartbeat answered, by process, from /proc (µs).
+A million daemons beating every 30 s send ${FLEET_TARGET.toLocaleString('en-US')} heartbeats a second. Each row sends heartbeats on the fleet's
+clock (open loop: however slowly the registry answers) for ${FLEET_SECONDS} s over the ${rows.length.toLocaleString('en-US')} idle and busy machines, each
+with its owner's daemon token (verified as any request's), while this process runs the scheduler's discovery query
+(\`${scheduler}\`) with one client. Over NATS, a load generator of its own process sends each heartbeat as a core NATS request
+on \`registry.heartbeats.<provider ID>\`, as the provider daemon does, one in ${METRICS_EVERY} with its first GPU's metrics (new values each time: the
+daemon sends metrics that moved); over HTTP, this process sends \`POST /providers/heartbeats\` with ${httpBatch} machines of one owner each (a daemon or
+relay for many machines). CPU per heartbeat answered, by process, from /proc (µs; "load" is the sender, over HTTP
+this process, discovery's client included). "Mean batch": heartbeats per statement of the service's group commit.
 
-| path | heartbeats/s (target ${FLEET_TARGET.toLocaleString('en-US')}) | answer p50 / p99 | refused / unanswered | mean batch | CPU µs/heartbeat: service · load · PostgreSQL · NATS · machine | cores busy | discovery p99 during it (1 client, < 20 ms) |
-|---|---|---|---|---|---|---|---|
-| NATS, open loop at ${FLEET_RATE.toLocaleString('en-US')}/s | ${fmt(fleet.perSecond, 0)} (${fleetMet}) | ${fmt(fleet.p50, 1)} / ${fmt(fleet.p99, 1)} ms | ${fleet.refused} / ${fleet.unanswered} | ${fmt(meanBatch, 0)} | ${ms(fleet.cpu.service)} · ${ms(fleet.cpu.load)} · ${ms(fleet.cpu.postgres)} · ${ms(fleet.cpu.nats)} · ${ms(fleet.cpu.machine)} | ${fleet.coresBusy === null ? '–' : fmt(fleet.coresBusy, 2)} | ${fmt(fleet.discovery.p50, 2)} / ${fmt(fleet.discovery.p99, 2)} ms (${discoveryMet}) |
-| HTTP \`POST /providers/heartbeats\`, ${httpBatch} machines of one owner per request, 8 connections, closed loop | ${fmt(fleetHttp.beatsPerSecond, 0)} | ${fmt(fleetHttp.p50, 1)} / ${fmt(fleetHttp.p99, 1)} ms per request | ${fleetHttp.errors} requests failed | | | | |
-| direct replay: \`recordHeartbeats\` through bare \`pg\`, batches of ${replayBatch}, 2 at once | ${fmt(direct.beatsPerSecond, 0)} | ${fmt(direct.p50, 1)} / ${fmt(direct.p99, 1)} ms per batch | ${direct.errors} batches failed | ${replayBatch} | | | |
+| path | offered/s | answered/s | answer p50 / p99 | refused / unanswered | mean batch | CPU µs/heartbeat: service · load · PostgreSQL · NATS · machine | cores busy | discovery p50 / p99 during it (1 client; target p99 < 20 ms) |
+|---|---|---|---|---|---|---|---|---|
+${fleetRows.join('\n')}
 
-The service over NATS reached ${fmt(fleet.perSecond / direct.beatsPerSecond, 2)}x the direct replay of its own statements.`;
+As fast as it goes: \`POST /providers/heartbeats\` from 8 connections (closed loop, ${SECONDS} s) wrote **${fmt(fleetHttp.beatsPerSecond, 0)} heartbeats/s**
+(p99 ${fmt(fleetHttp.p99, 1)} ms per request of ${httpBatch}, ${fleetHttp.errors} failed); the direct replay of the service's batch write
+(\`recordHeartbeats\` on batches of ${replayBatch}, one in ${METRICS_EVERY} with metrics, through a bare \`pg\` pool, 2 at once, no HTTP or
+NATS) wrote ${fmt(direct.beatsPerSecond, 0)}/s: the service over HTTP at ${fmt(fleetHttp.beatsPerSecond / direct.beatsPerSecond, 2)}x its own SQL, which is PostgreSQL's share.`;
 
     const markdown = `## registry
 
