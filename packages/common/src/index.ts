@@ -68,7 +68,13 @@ export {
   listAudit,
   purgeAudit,
 } from './db/audit-trail.ts';
-export { type Database, type OpenDatabaseOptions, openDatabase } from './db/database.ts';
+export {
+  type Database,
+  type DatabaseSection,
+  databaseOptions,
+  type OpenDatabaseOptions,
+  openDatabase,
+} from './db/database.ts';
 export { GroupCommit, type GroupCommitOptions, type GroupCommitStats } from './db/group-commit.ts';
 export { cursorAt, newerThan, olderThan } from './db/keyset.ts';
 export { migrateToLatest } from './db/migrate.ts';

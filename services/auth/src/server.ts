@@ -6,6 +6,7 @@
  */
 import {
   configWarnings,
+  databaseOptions,
   durationMs,
   migrateToLatest,
   openDatabase,
@@ -36,13 +37,7 @@ startOrExit(async () => {
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
   for (const warning of checkAuthConfig(config)) logger.warn(warning);
-  const database = await openDatabase<AuthDatabase>({
-    url: config.database.url,
-    embeddedPath: config.database.embedded_path,
-    embeddedTemplateDir: config.database.embedded_template_dir,
-    poolSize: config.database.pool_size,
-    connectTimeoutMs: durationMs(config.database.connect_timeout),
-  });
+  const database = await openDatabase<AuthDatabase>(databaseOptions(config.database));
   logger.info({ kind: database.kind }, 'database opened');
   await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
   const ctx = await createAuthContext(config, logger, database.db);

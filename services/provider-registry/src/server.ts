@@ -8,7 +8,7 @@
 import {
   configWarnings,
   connectPublisher,
-  durationMs,
+  databaseOptions,
   openDatabase,
   runService,
   serviceLogger,
@@ -28,16 +28,14 @@ startOrExit(async () => {
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
   const url = resolveDatabaseUrl(config);
-  const database = await openDatabase<RegistryDB>({
-    url,
-    embeddedPath: config.database.embedded_path,
-    embeddedTemplateDir: config.database.embedded_template_dir,
-    poolSize: config.database.pool_size,
-    connectTimeoutMs: durationMs(config.database.connect_timeout),
-    // PostgreSQL turns JIT compilation on from a plan's estimated cost, which large discovery pages exceed;
-    // compiling then takes 40-700 ms, far more than the statement itself (README "Discovery").
-    sessionSettings: { jit: 'off' },
-  });
+  const database = await openDatabase<RegistryDB>(
+    databaseOptions(config.database, {
+      url,
+      // PostgreSQL turns JIT compilation on from a plan's estimated cost, which large discovery pages exceed;
+      // compiling then takes 40-700 ms, far more than the statement itself (README "Discovery").
+      sessionSettings: { jit: 'off' },
+    }),
+  );
   logger.info({ kind: database.kind }, 'database opened');
   await migrateRegistry(database.db as Kysely<unknown>, logger);
   const { messaging } = config;

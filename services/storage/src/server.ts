@@ -8,6 +8,7 @@
 import {
   configWarnings,
   connectPublisher,
+  databaseOptions,
   durationMs,
   type EventPublisher,
   migrateToLatest,
@@ -33,13 +34,7 @@ startOrExit(async () => {
   const logger = serviceLogger(SERVICE_NAME, config);
   for (const warning of configWarnings(config)) logger.warn(warning);
   // The object catalog's database: PostgreSQL at database.url, else embedded PGlite at database.embedded_path.
-  const database = await openDatabase<StorageDB>({
-    url: config.database.url,
-    embeddedPath: config.database.embedded_path,
-    embeddedTemplateDir: config.database.embedded_template_dir,
-    poolSize: config.database.pool_size,
-    connectTimeoutMs: durationMs(config.database.connect_timeout),
-  });
+  const database = await openDatabase<StorageDB>(databaseOptions(config.database));
   logger.info({ kind: database.kind }, 'database opened');
   await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
   const store = new S3ObjectStore(config.object_store);

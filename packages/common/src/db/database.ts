@@ -6,6 +6,7 @@
 import { mkdirSync } from 'node:fs';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
+import { durationMs } from '../duration.ts';
 import { callbackPool } from './callback-pool.ts';
 import { seedFromTemplate } from './pglite-template.ts';
 
@@ -31,6 +32,30 @@ export interface OpenDatabaseOptions {
   connectTimeoutMs?: number;
   /** PostgreSQL settings for every connection (e.g. `{ jit: 'off' }`); PGlite ignores them. */
   sessionSettings?: Record<string, string>;
+}
+
+/** A service's `database` section (common's `databaseShape`), as its configuration holds it. */
+export interface DatabaseSection {
+  url: string;
+  embedded_path: string;
+  embedded_template_dir: string;
+  pool_size: number;
+  connect_timeout: string;
+}
+
+/** `openDatabase`'s options from a service's `database` section, with what the service sets beyond it. */
+export function databaseOptions(
+  section: DatabaseSection,
+  overrides: Partial<OpenDatabaseOptions> = {},
+): OpenDatabaseOptions {
+  return {
+    url: section.url,
+    embeddedPath: section.embedded_path,
+    embeddedTemplateDir: section.embedded_template_dir,
+    poolSize: section.pool_size,
+    connectTimeoutMs: durationMs(section.connect_timeout),
+    ...overrides,
+  };
 }
 
 /** `-c name=value` startup options; spaces and backslashes in values are escaped as libpq expects. */

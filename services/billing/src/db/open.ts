@@ -3,7 +3,7 @@
  * configured), migrates it and checks that the ledger's scale matches the
  * configured token decimals.
  */
-import { type Database, durationMs, type Logger, migrateToLatest, openDatabase } from '@gpu/common';
+import { type Database, databaseOptions, type Logger, migrateToLatest, openDatabase } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingConfig } from '../config.ts';
 import { billingMigrations } from './migrations/index.ts';
@@ -13,13 +13,7 @@ const MIGRATION_NAMESPACE = 'billing-service';
 
 /** Opens and migrates; throws when the database was created for a token with other decimals. */
 export async function openBillingDatabase(config: BillingConfig, logger?: Logger): Promise<Database<BillingDB>> {
-  const database = await openDatabase<BillingDB>({
-    url: config.database.url,
-    embeddedPath: config.database.embedded_path,
-    embeddedTemplateDir: config.database.embedded_template_dir,
-    poolSize: config.database.pool_size,
-    connectTimeoutMs: durationMs(config.database.connect_timeout),
-  });
+  const database = await openDatabase<BillingDB>(databaseOptions(config.database));
   try {
     const scale = config.blockchain.token_decimals;
     await migrateToLatest(
