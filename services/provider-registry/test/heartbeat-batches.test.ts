@@ -61,6 +61,7 @@ describe('POST /providers/heartbeats', () => {
   it("answers each machine's heartbeat in its place: written, another owner's, unknown, a GPU it lacks", async () => {
     const [a, b] = [await own(), await own()];
     const stranger = await register(h.app, { gpus: [gpu()] });
+    const strangerBefore = (await read(stranger.id)).last_seen_at;
     const before = await read(a.id);
     await new Promise((r) => setTimeout(r, 5));
     const res = await batch([
@@ -82,9 +83,38 @@ describe('POST /providers/heartbeats', () => {
     expect(Date.parse(after.last_seen_at)).toBeGreaterThan(Date.parse(before.last_seen_at));
     expect(after.gpus[1].temperature).toBe(61);
     // Nothing of the refused heartbeats was written.
-    expect((await read(stranger.id)).last_seen_at).toBe((await read(stranger.id)).last_seen_at);
+    expect((await read(stranger.id)).last_seen_at).toBe(strangerBefore);
     const untouched = await read(b.id);
     expect(untouched.gpus.map((g: { temperature: unknown }) => g.temperature)).toEqual([null, null]);
+  });
+
+  it("applies every heartbeat of one machine in one batch, each one's metrics", async () => {
+    const a = await own();
+    const res = await batch([
+      { provider_id: a.id, gpu_metrics: [{ index: 0, temperature: 61 }] },
+      { provider_id: a.id, gpu_metrics: [{ index: 0, utilization_gpu: 50 }] },
+      { provider_id: a.id },
+    ]);
+    expect(res.json().results.map((r: { status_code: number }) => r.status_code)).toEqual([200, 200, 200]);
+    const stored = (await read(a.id)).gpus[0];
+    expect(stored).toMatchObject({ temperature: 61, utilization_gpu: 50 });
+  });
+
+  it("writes nothing of another owner's heartbeats that share a batch with the owner's own", async () => {
+    const a = await own();
+    const stranger = await h.issuer.client('daemon', randomUUID());
+    const [mine, theirs] = await Promise.all([
+      batch([{ provider_id: a.id }]),
+      batch(
+        [{ provider_id: a.id, gpu_metrics: [{ index: 0, temperature: 99, is_healthy: false }, { index: 7 }] }],
+        stranger,
+      ),
+    ]);
+    expect(mine.json().results[0].status_code).toBe(200);
+    expect(theirs.json().results[0]).toMatchObject({ status_code: 403, problem: { code: 'NOT_PROVIDER_OWNER' } });
+    const stored = (await read(a.id)).gpus[0];
+    expect(stored.temperature).toBeNull();
+    expect(stored.is_healthy).toBe(true);
   });
 
   it('refuses a malformed batch whole (400), and more than 1,000 heartbeats', async () => {
@@ -214,6 +244,19 @@ describe('heartbeats over NATS', () => {
     });
     expect(await beat('not-a-provider', {})).toMatchObject({ status_code: 400, problem: { code: 'VALIDATION_ERROR' } });
     expect(await beat(MISSING, {})).toMatchObject({ status_code: 404, problem: { code: 'PROVIDER_NOT_FOUND' } });
+  });
+
+  it("answers only on a requester's inbox, never on another subject it names", async () => {
+    const a = await own();
+    const elsewhere = `test.${randomUUID()}.not-an-inbox`;
+    const seen = nc.subscribe(elsewhere);
+    const hdrs = natsHeaders();
+    hdrs.set('Authorization', 'Bearer forged');
+    nc.publish(`${h.config.messaging.subjects.heartbeats}.${a.id}`, '', { headers: hdrs, reply: elsewhere });
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(seen.getProcessed()).toBe(0);
+    seen.unsubscribe();
   });
 
   it('writes a heartbeat published without asking for an answer', async () => {

@@ -2,12 +2,14 @@
  * Heartbeats over NATS: with `nats_url`, the daemon sends each heartbeat as a request on
  * `<heartbeat_subject>.<provider ID>` (core NATS, its token in an `Authorization` header), which a registry instance
  * applies like HTTP's and answers with the result (`status_code`, the status or the problem). A request NATS cannot
- * deliver (no registry instance listening, no answer in time, the connection down) comes back undefined, and the
- * daemon sends that heartbeat over HTTP.
+ * deliver (no registry instance listening, the connection down) comes back undefined, and the daemon sends that
+ * heartbeat over HTTP (logged as a warning the first time and every 100th, so a wrong subject shows). A request that
+ * reached a registry but got no answer in time throws: the daemon backs off and beats again, rather than sending it
+ * twice to a registry that is behind.
  */
 import type { TokenSource } from '@gpu/client';
 import type { Logger } from '@gpu/common';
-import { headers, type NatsConnection } from '@nats-io/transport-node';
+import { headers, type NatsConnection, TimeoutError } from '@nats-io/transport-node';
 
 /** The registry's answer to a heartbeat (one result of its POST /providers/heartbeats). */
 interface HeartbeatAnswer {
@@ -27,6 +29,7 @@ export function natsHeartbeats(opts: {
   timeoutMs: number;
   logger: Logger;
 }): HeartbeatChannel {
+  let fallbacks = 0;
   return {
     async send(providerId, body) {
       const h = headers();
@@ -38,7 +41,15 @@ export function natsHeartbeats(opts: {
         });
         return answer.json<HeartbeatAnswer>();
       } catch (err) {
-        opts.logger.debug({ err: (err as Error).message }, 'heartbeat over NATS not delivered; sending it over HTTP');
+        if (err instanceof TimeoutError || (err as Error).cause instanceof TimeoutError) {
+          throw new Error(`the registry did not answer the heartbeat over NATS within ${opts.timeoutMs} ms`);
+        }
+        if (fallbacks++ % 100 === 0) {
+          opts.logger.warn(
+            { err: (err as Error).message, subject: opts.subject, times: fallbacks },
+            'heartbeat over NATS not delivered; sending it over HTTP',
+          );
+        }
         return undefined;
       }
     },

@@ -6,8 +6,8 @@
  *
  * Core NATS, because a heartbeat is a report of now: one that is lost (no instance up, a slow consumer) is replaced by
  * the next, and storing each in a stream would cost the NATS server and the acknowledgements more than the write.
- * A daemon that wants to know the heartbeat landed sends it as a request: the answer (on the message's reply subject)
- * is the JSON of one result of POST /providers/heartbeats (`status_code` 200 with the status before and after, or the status
+ * A daemon that wants to know the heartbeat landed sends it as a request: the answer (on the message's reply subject,
+ * when that is a requester's inbox, `_INBOX.`...: never another subject) is the JSON of one result of POST /providers/heartbeats (`status_code` 200 with the status before and after, or the status
  * of its problem); with no instance subscribed the daemon hears "no responders" and falls back to HTTP.
  *
  * Access is as strict as over HTTP: the message carries its sender's access token in an `Authorization: Bearer
@@ -86,6 +86,15 @@ export function heartbeatRejectionCounter(): Counter<'reason'> {
   });
 }
 
+/**
+ * Whether a heartbeat's reply subject is one to answer on: a requester's inbox (`_INBOX.`, NATS clients' default),
+ * never another subject, so that a message cannot make the registry publish on the platform's own subjects.
+ */
+const answersTo = (reply: string | undefined): boolean => reply?.startsWith('_INBOX.') === true;
+
+/** How long `stop()` lets the subscription drain (a connection that is reconnecting never finishes). */
+const DRAIN_TIMEOUT_MS = 5_000;
+
 /** Subscribes (in the queue group); heartbeats flow until `stop()`. */
 export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): HeartbeatSubscriber {
   const { rejected } = opts;
@@ -135,7 +144,14 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   // batch's answers, each sent on its own, cost a socket write each).
   const answers: [Msg, string][] = [];
   const sendAnswers = () => {
-    for (const [msg, answer] of answers.splice(0)) msg.respond(answer);
+    for (const [msg, answer] of answers.splice(0)) {
+      try {
+        msg.respond(answer);
+      } catch (err) {
+        // The connection closed or is draining: the daemon's request times out and it sends the beat over HTTP.
+        opts.logger.warn({ err: (err as Error).message }, 'answering a heartbeat failed');
+      }
+    }
   };
   const subscription: Subscription = opts.connection.subscribe(`${opts.prefix}.*`, {
     queue: HEARTBEAT_QUEUE,
@@ -146,7 +162,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
       }
       inHand++;
       void apply(msg).then((answer) => {
-        if (msg.reply && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+        if (answersTo(msg.reply) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
         if (--inHand === 0) drained?.();
       });
     },
@@ -155,7 +171,8 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
 
   return {
     async stop() {
-      await subscription.drain().catch(() => subscription.unsubscribe());
+      const draining = subscription.drain().catch(() => subscription.unsubscribe());
+      await Promise.race([draining, new Promise((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref())]);
       if (inHand > 0) await new Promise<void>((resolve) => (drained = resolve));
       sendAnswers();
     },

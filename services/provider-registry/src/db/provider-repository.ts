@@ -197,6 +197,9 @@ export async function replaceProvider(
         .forUpdate()
         .executeTakeFirst();
       if (!current) return undefined;
+      // The narrow row before the GPUs, the order every writer of both keeps (a heartbeat moves the clock, then
+      // writes the GPUs' metrics): the other order could deadlock with it.
+      await lockLiveness(tx, id);
       // Sessions hold GPUs by their place in the list: it may not shift under them.
       const holding = await tx
         .selectFrom('provider_sessions')
@@ -260,13 +263,24 @@ export async function deleteProvider(
   recording?: EventRecording,
 ): Promise<boolean> {
   const scope = owner === undefined ? sql`` : sql` AND owner_id = ${owner}`;
-  const { rows } = await withStatusEvents<{ id: string }>(
-    sql`
-    DELETE FROM providers WHERE id = ${id}${scope}
-    RETURNING id, owner_id, status AS previous_status, NULL::text AS status`,
-    recording,
-  ).execute(db);
-  return rows.length > 0;
+  return db.transaction().execute(async (tx) => {
+    // The provider row, then the narrow row, then (by the cascade) the GPUs: the order every writer of them keeps.
+    const { rows: found } = await sql`SELECT 1 FROM providers WHERE id = ${id}${scope} FOR UPDATE`.execute(tx);
+    if (found.length === 0) return false;
+    await lockLiveness(tx, id);
+    const { rows } = await withStatusEvents<{ id: string }>(
+      sql`
+      DELETE FROM providers WHERE id = ${id}${scope}
+      RETURNING id, owner_id, status AS previous_status, NULL::text AS status`,
+      recording,
+    ).execute(tx);
+    return rows.length > 0;
+  });
+}
+
+/** Locks a provider's narrow row (`provider_liveness`); call it under the provider row's lock. */
+async function lockLiveness(tx: Kysely<RegistryDB>, id: string): Promise<void> {
+  await sql`SELECT 1 FROM provider_liveness WHERE provider_id = ${id} FOR UPDATE`.execute(tx);
 }
 
 /** The owner of a provider, for authorization; undefined when it does not exist. */

@@ -226,6 +226,15 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
     RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
     return rows;
   }
+  return writeClocksAndMetrics(db, beats, withMetrics);
+}
+
+/**
+ * `moveClocks`'s statement for beats some of which carry metrics (at most one such beat per provider). It takes the
+ * narrow rows, then the GPU rows: the order of every writer of both (the locked heartbeat; a full update and a
+ * deletion take the narrow row before the GPUs too, after the provider row, which this one never takes).
+ */
+async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], withMetrics: Beat[]) {
   const assignments = sql.join(
     LIVE_METRICS.map((f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`),
   );
@@ -266,8 +275,9 @@ function reviveBeats(db: Kysely<RegistryDB>, beats: Beat[], recording: EventReco
  * Records a heartbeat under the provider's lock: the heartbeat rule (`statusAfterHeartbeatSql`), `last_seen_at` =
  * now, and the supplied metrics on the GPUs at the given indexes, in one transaction. An index the provider does not
  * have throws `UnknownGpuIndex` and nothing is written. A GPU's health decides whether it can be rented, so metrics
- * that report health apply the rental rule after them (`applyRentalRule`). Beats go through `recordHeartbeats`
- * first, which writes the common ones without the lock and leaves these.
+ * that report health apply the rental rule after them (`applyRentalRule`). Rows are taken in the order every writer
+ * of them keeps: the provider row, its narrow row, its GPUs. Beats go through `recordHeartbeats` first, which writes
+ * the common ones without the provider's lock and leaves these.
  */
 async function recordHeartbeat(
   db: Kysely<RegistryDB>,
@@ -300,46 +310,100 @@ async function recordHeartbeat(
   });
 }
 
+/** Runs a step of a batch write; the service passes its retry of transient errors, so a step is retried alone. */
+type Step = <T>(fn: () => Promise<T>) => Promise<T>;
+
+/** Providers whose beats the locked path takes at once (each provider's beats in batch order). */
+const LOCKED_CONCURRENCY = 8;
+
 /**
  * Records heartbeats for several providers, with their metrics (the service groups concurrent heartbeats:
  * `RegistryService.heartbeat`): one statement moves the clocks, and writes the changed metrics, of those whose
  * status the rule keeps and whose metrics change no GPU's health (`moveClocks`: the beat of nearly every daemon,
- * every interval). Only when some are left, metric-less ones go to a second statement that applies the rule under
- * their provider rows' locks (`reviveBeats`), and each one with metrics to `recordHeartbeat` (its own transaction,
- * where an unknown GPU index is its error alone), in batch order. Each statement locks its rows in ID order, so
- * concurrent batches and instances never deadlock. One result per beat, in order: the provider's status before and
- * after (as by `recordHeartbeat`; the beats of one provider written together share one), its `UnknownGpuIndex`, or
- * undefined when it names no provider it may write. Each beat names the owner it is limited to (null: any); a
- * provider written together is written when at least one of its beats may write it.
+ * every interval; one beat with metrics per provider). Only when some are left, metric-less ones go to a second
+ * statement that applies the rule under their provider rows' locks (`reviveBeats`), and those with metrics the locked
+ * way (`recordLocked`). Each statement locks its rows in ID order, so concurrent batches and instances never
+ * deadlock; each is a `step` (the service retries one that failed on a transient error, alone: those before it have
+ * committed). One result per beat, in order: the provider's status before and after (as by `recordHeartbeat`; the
+ * beats of one provider written together share one), its `UnknownGpuIndex`, or undefined when it names no provider
+ * it may write. Each beat names the owner it is limited to (null: any); a provider written together is written when
+ * at least one of its beats may write it.
  */
 export async function recordHeartbeats(
   db: Kysely<RegistryDB>,
   beats: Beat[],
   recording?: EventRecording,
+  step: Step = (fn) => fn(),
 ): Promise<(StatusWrite | Error | undefined)[]> {
-  const moved = new Map((await moveClocks(db, beats)).map((r) => [r.id, r]));
+  // One beat with metrics per provider goes the grouped way (two would meet in one UPDATE of the same GPU rows, where
+  // only one row of values lands); a provider's later ones go the locked way, after it.
+  const withMetrics = new Set<string>();
+  const later = new Set<Beat>();
+  for (const b of beats) {
+    if (!b.metrics?.length) continue;
+    if (withMetrics.has(b.id)) later.add(b);
+    else withMetrics.add(b.id);
+  }
+  const grouped = beats.filter((b) => !later.has(b));
+  const moved = new Map((await step(() => moveClocks(db, grouped))).map((r) => [r.id, r]));
   const bare = beats.filter((b) => !moved.has(b.id) && !b.metrics?.length);
   const revived = new Map<string, StatusWrite>();
   if (bare.length > 0) {
-    const { rows } = await reviveBeats(db, bare, recording);
+    const { rows } = await step(() => reviveBeats(db, bare, recording));
     for (const r of rows) revived.set(r.id, r);
   }
-  const results: (StatusWrite | Error | undefined)[] = [];
-  for (const b of beats) {
-    const row = moved.get(b.id) ?? (b.metrics?.length ? undefined : revived.get(b.id));
-    if (row || !b.metrics?.length) {
-      results.push(row);
-      continue;
-    }
-    // In batch order, so that of several beats reviving one provider the first observes the change.
-    try {
-      results.push(await recordHeartbeat(db, b.id, b.metrics, recording, b.owner ?? undefined));
-    } catch (err) {
-      if (!(err instanceof UnknownGpuIndex)) throw err;
-      results.push(err);
-    }
-  }
+  const results: (StatusWrite | Error | undefined)[] = beats.map((b) =>
+    b.metrics?.length ? (later.has(b) ? undefined : moved.get(b.id)) : (moved.get(b.id) ?? revived.get(b.id)),
+  );
+  const locked = beats.map((b, i) => [b, i] as const).filter(([b, i]) => b.metrics?.length && !results[i]);
+  if (locked.length > 0) await recordLocked(db, locked, results, recording, step);
   return results;
+}
+
+/**
+ * The beats with metrics the grouped statement left (a revival, a change of health, a GPU the machine lacks, a second
+ * beat of one provider), into `results` at their places: a beat naming a GPU its machine lacks is answered from one
+ * read of the machines, without a transaction; the others one transaction each (`recordHeartbeat`), up to
+ * `LOCKED_CONCURRENCY` providers at once, each provider's beats in batch order (so that of several reviving one
+ * provider, the first observes the change).
+ */
+async function recordLocked(
+  db: Kysely<RegistryDB>,
+  locked: (readonly [Beat, number])[],
+  results: (StatusWrite | Error | undefined)[],
+  recording: EventRecording | undefined,
+  step: Step,
+) {
+  const ids = [...new Set(locked.map(([b]) => b.id))];
+  const machines = new Map(
+    (
+      await step(() =>
+        db.selectFrom('providers').select(['id', 'owner_id', 'gpu_count']).where('id', 'in', ids).execute(),
+      )
+    ).map((p) => [p.id, p]),
+  );
+  const byProvider = new Map<string, (readonly [Beat, number])[]>();
+  for (const [b, i] of locked) {
+    const machine = machines.get(b.id);
+    const mayWrite = machine && (b.owner === null || b.owner === machine.owner_id);
+    const outOfRange = mayWrite && b.metrics!.find((m) => m.index >= machine.gpu_count);
+    if (outOfRange) results[i] = registryErrors.unknownGpuIndex(outOfRange.index, machine.gpu_count);
+    else if (mayWrite) byProvider.set(b.id, [...(byProvider.get(b.id) ?? []), [b, i]]);
+  }
+  const queue = [...byProvider.values()];
+  const worker = async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      for (const [b, i] of next) {
+        try {
+          results[i] = await step(() => recordHeartbeat(db, b.id, b.metrics!, recording, b.owner ?? undefined));
+        } catch (err) {
+          if (!(err instanceof UnknownGpuIndex)) throw err;
+          results[i] = err;
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(LOCKED_CONCURRENCY, queue.length) }, worker));
 }
 
 /**

@@ -94,7 +94,8 @@ export class RegistryService {
     for (const b of beats) if (!correlation.has(b.id)) correlation.set(b.id, b.correlationId);
     const recording = this.deps.outbox.recording('heartbeat', correlation);
     const scoped = beats.map((b) => ({ id: b.id, owner: b.owner ?? null, metrics: b.metrics }));
-    const written = await this.retry(() => recordHeartbeats(this.deps.db, scoped, recording));
+    // Each statement of the write is retried on its own: those before it have committed.
+    const written = await recordHeartbeats(this.deps.db, scoped, recording, (fn) => this.retry(fn));
     this.recorded(written.filter((w): w is StatusWrite => w !== undefined && !(w instanceof Error)));
     const answered = new Set<string>();
     return beats.map(({ id, owner }, i) => {

@@ -91,7 +91,8 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
           s.reason instanceof UnknownGpuIndex ? s.reason.at(`body.heartbeats.${i}.gpu_metrics`) : s.reason,
         );
         const status = statusOf(err);
-        if (status >= 500) request.log.error({ err: s.reason }, 'heartbeat failed');
+        // A full queue answers 503 OVERLOADED by design: not a failure to log (a batch of them would be 1,000 lines).
+        if (status >= 500 && err.code !== 'OVERLOADED') request.log.error({ err: s.reason }, 'heartbeat failed');
         return { status_code: status, problem: { ...problemOf(err), request_id: request.id } };
       });
       return { results };
