@@ -24,6 +24,7 @@ import {
   type TestIssuer,
   testEnv,
 } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RegistryDB } from '../services/provider-registry/src/db/schema.ts';
 import { Instance } from './support/instance.ts';
@@ -48,6 +49,23 @@ interface Beat {
   settled: boolean;
   /** The HTTP status, or undefined when no answer came (the connection failed). */
   status?: number;
+}
+
+/**
+ * Holds the machines' narrow rows (where a heartbeat moves the clock) locked until `release()`: heartbeats that reach
+ * an instance meanwhile wait in its database work.
+ */
+function holdClocks(ids: string[]) {
+  let release!: () => void;
+  let onLocked!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const locked = new Promise<void>((resolve) => (onLocked = resolve));
+  const done = database.db.transaction().execute(async (tx) => {
+    await sql`SELECT 1 FROM provider_liveness WHERE provider_id = ANY(${ids}::uuid[]) FOR UPDATE`.execute(tx);
+    onLocked();
+    await released;
+  });
+  return { locked, release, done };
 }
 
 /**
@@ -276,13 +294,19 @@ describe('two provider-registry instances on one PostgreSQL', () => {
     const all = () => [...load.beats.values()].flat();
     for (const instance of [a, b]) {
       await sleep(700);
+      // Signalled while it works on requests it has surely received: heartbeats are answered in a few milliseconds,
+      // so every machine's clock is held for a moment, and those that reach it wait in its database work.
+      const held = holdClocks(providers.map((p) => p.id));
+      await held.locked;
       const deadline = Date.now() + 10_000;
-      // Signalled while it works on requests: some sent a while before, which it has surely received.
       while (load.inFlightTo(instance.name, 30).length < 1 && Date.now() < deadline) await sleep(1);
       const inFlight = load.inFlightTo(instance.name, 30);
       // The client keeps sending to it until it refuses (as a load balancer that learns late).
       const signalledAt = Date.now();
       instance.proc?.child.kill('SIGTERM');
+      await sleep(100);
+      held.release();
+      await held.done;
       const { code } = await (instance.proc as ServerProcess).exited;
       expect(code).toBe(0);
       await load.pause();
