@@ -148,7 +148,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
       try {
         msg.respond(answer);
       } catch (err) {
-        // The connection closed or is draining: the daemon's request times out and it sends the beat over HTTP.
+        // The connection closed or is draining: the daemon's request times out, and it beats again after a pause.
         opts.logger.warn({ err: (err as Error).message }, 'answering a heartbeat failed');
       }
     }
