@@ -30,6 +30,7 @@ import {
   checkRunningProviders,
   endSessionsAtCap,
   purgeOldSessionEvents,
+  purgeOldUsageRecords,
   runBillingCycle,
 } from './domain/sessions/index.ts';
 import { checkReserves, reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
@@ -117,6 +118,14 @@ export async function startBackground(
   if (retentionMs > 0) {
     every(reconcileEvery, 'purging old session events failed; will retry', () =>
       purgeOldSessionEvents(ctx, retentionMs),
+    );
+  }
+
+  // Usage records are kept for `usage_retention` after their session ended.
+  const usageRetentionMs = durationMs(config.billing.usage_retention);
+  if (usageRetentionMs > 0) {
+    every(60 * 60_000, 'purging old usage records failed; will retry', () =>
+      purgeOldUsageRecords(ctx, usageRetentionMs),
     );
   }
 

@@ -120,6 +120,11 @@ export const billingConfigSchema = z.object({
       grace_period: zDuration().default('5m'),
       /** How long session events are kept for the sessions' parties to read (GET /billing/events); 0 keeps them. */
       event_retention: zDuration().default('30d'),
+      /**
+       * How long a session's usage records (one per daemon report) are kept after it ended; then they are deleted (the
+       * session, its billing record and the ledger keep what was billed). 0 keeps them.
+       */
+      usage_retention: zDuration().default('90d'),
       minimum_balance: zDecimal().default('1.0'),
       initial_period: zDuration().default('1h'),
       /** A running session's hold is topped up (by another initial_period) when it covers less than this beyond the billed cost. */

@@ -162,6 +162,8 @@ export interface RentalSessionTable {
   last_usage_at: Date | null;
   grace_until: Date | null;
   ended_at: Date | null;
+  /** Its usage records were deleted, `billing.usage_retention` after it ended. */
+  usage_purged: Generated<boolean>;
   end_reason: string | null;
   /** The most the session may cost in all (null: no cap); it ends once its cost reaches it. */
   spend_cap: Money | null;

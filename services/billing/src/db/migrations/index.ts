@@ -19,6 +19,7 @@ import { workloadsMigration } from './0016-workloads.ts';
 import { workloadOutputsMigration } from './0017-workload-outputs.ts';
 import { auditTrailMigration } from './0018-audit-trail.ts';
 import { outboxTraceContextMigration } from './0019-outbox-trace-context.ts';
+import { usageRetentionMigration } from './0020-usage-retention.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -41,5 +42,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0017-workload-outputs': workloadOutputsMigration,
     '0018-audit-trail': auditTrailMigration,
     '0019-outbox-trace-context': outboxTraceContextMigration,
+    '0020-usage-retention': usageRetentionMigration,
   };
 }

@@ -9,6 +9,7 @@ import {
 import type { BillingDB } from '../../db/schema.ts';
 import { listSessionEvents, purgeSessionEvents, type SessionEventRow } from '../../db/session-event-repository.ts';
 import { listSessions, type SessionFilter } from '../../db/session-repository.ts';
+import { purgeUsageRecords } from '../../db/usage-repository.ts';
 import { assertSessionParty, historyScope, seesRenterWallet } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { type KeysetPosition, keysetPage, type Page } from '../keyset.ts';
@@ -140,5 +141,26 @@ export async function purgeOldSessionEvents(ctx: BillingContext, retentionMs: nu
     const n = await purgeSessionEvents(ctx.db, retentionMs, 5_000);
     purged += n;
     if (n < 5_000) return purged;
+  }
+}
+
+/** Sessions whose usage records one statement of the purge deletes. */
+const USAGE_PURGE_BATCH = 200;
+
+/**
+ * Deletes the usage records of sessions that ended more than `retentionMs` ago (by the service clock), a batch of
+ * sessions at a time; how many sessions and records went.
+ */
+export async function purgeOldUsageRecords(
+  ctx: BillingContext,
+  retentionMs: number,
+): Promise<{ sessions: number; records: number }> {
+  const before = new Date(ctx.now().getTime() - retentionMs);
+  const total = { sessions: 0, records: 0 };
+  for (;;) {
+    const n = await purgeUsageRecords(ctx.db, before, USAGE_PURGE_BATCH);
+    total.sessions += n.sessions;
+    total.records += n.records;
+    if (n.sessions < USAGE_PURGE_BATCH) return total;
   }
 }

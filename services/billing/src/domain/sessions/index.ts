@@ -5,6 +5,7 @@ export {
   type CurrentUsage,
   currentUsage,
   purgeOldSessionEvents,
+  purgeOldUsageRecords,
   sessionEventList,
   sessionList,
 } from './current-usage.ts';
