@@ -15,8 +15,9 @@
  * then sees the status as committed (READ COMMITTED re-checks the row) and,
  * when it now revives the provider, takes the provider-first path.
  */
+import { forEachLimited } from '@gpu/common';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
-import { GPU_METRIC_FIELDS, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
+import { GPU_METRIC_FIELDS, type GpuField, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
 import { registryErrors, UnknownGpuIndex } from '../errors.ts';
@@ -148,23 +149,15 @@ const COLUMN_TYPE: Record<GpuFieldType, RawBuilder<unknown>> = {
 
 /** Writes the metrics present in `metrics` onto the provider's GPUs at their indexes; absent ones are kept. */
 function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[]) {
-  const values = sql.join(
-    metrics.map(
-      (m) =>
-        sql`(${m.index}::int, ${sql.join(GPU_METRIC_FIELDS.map((f) => sql`${m[f.name] ?? null}::${COLUMN_TYPE[f.type]}`))})`,
-    ),
-  );
-  const columns = sql.join(GPU_METRIC_FIELDS.map((f) => sql.ref(f.name)));
-  const assignments = sql.join(
-    GPU_METRIC_FIELDS.map(
-      (f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`v.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`,
-    ),
-  );
   return sql`
-    UPDATE gpus g SET ${assignments}
-    FROM (VALUES ${values}) AS v(idx, ${columns})
-    WHERE g.provider_id = ${id} AND g.idx = v.idx`.execute(db);
+    UPDATE gpus g SET ${keepingAbsent(GPU_METRIC_FIELDS)}
+    FROM ${metricRows([{ id, owner: null, metrics }])}
+    WHERE g.provider_id = m.provider_id AND g.idx = m.idx`.execute(db);
 }
+
+/** `SET` assignments of `fields` from the reported metrics `m`, a metric not reported keeping the GPU's (`g`) value. */
+const keepingAbsent = (fields: readonly GpuField[]) =>
+  sql.join(fields.map((f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`));
 
 /** A heartbeat of a provider, limited to the machines of `owner` (null: any), with the metrics it reports. */
 export type Beat = { id: string; owner: string | null; metrics?: GpuMetrics[] };
@@ -235,9 +228,6 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
  * deletion take the narrow row before the GPUs too, after the provider row, which this one never takes).
  */
 async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], withMetrics: Beat[]) {
-  const assignments = sql.join(
-    LIVE_METRICS.map((f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`),
-  );
   const stored = sql.join(LIVE_METRICS.map((f) => sql.ref(`g.${f.name}`)));
   const after = sql.join(LIVE_METRICS.map((f) => sql`COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`));
   const { rows } = await sql<StatusWrite>`
@@ -251,7 +241,7 @@ async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], with
           WHERE (m.owner IS NULL OR m.owner = mp.owner_id) AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
       ORDER BY l.provider_id FOR UPDATE OF l),
     metrics AS (
-      UPDATE gpus g SET ${assignments}
+      UPDATE gpus g SET ${keepingAbsent(LIVE_METRICS)}
       FROM m JOIN cur ON cur.provider_id = m.provider_id
       WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND (m.owner IS NULL OR m.owner = cur.owner_id)
         AND (${stored}) IS DISTINCT FROM (${after})
@@ -287,10 +277,6 @@ async function recordHeartbeat(
   owner?: string,
 ): Promise<StatusWrite | undefined> {
   const beat = [{ id, owner: owner ?? null }];
-  if (metrics.length === 0) {
-    const { rows } = await reviveBeats(db, beat, recording);
-    return rows[0];
-  }
   return db.transaction().execute(async (tx) => {
     const { rows } = await reviveBeats(tx, beat, recording);
     const row = rows[0];
@@ -390,20 +376,16 @@ async function recordLocked(
     if (outOfRange) results[i] = registryErrors.unknownGpuIndex(outOfRange.index, machine.gpu_count);
     else if (mayWrite) byProvider.set(b.id, [...(byProvider.get(b.id) ?? []), [b, i]]);
   }
-  const queue = [...byProvider.values()];
-  const worker = async () => {
-    for (let next = queue.shift(); next; next = queue.shift()) {
-      for (const [b, i] of next) {
-        try {
-          results[i] = await step(() => recordHeartbeat(db, b.id, b.metrics!, recording, b.owner ?? undefined));
-        } catch (err) {
-          if (!(err instanceof UnknownGpuIndex)) throw err;
-          results[i] = err;
-        }
+  await forEachLimited([...byProvider.values()], LOCKED_CONCURRENCY, async (providerBeats) => {
+    for (const [b, i] of providerBeats) {
+      try {
+        results[i] = await step(() => recordHeartbeat(db, b.id, b.metrics!, recording, b.owner ?? undefined));
+      } catch (err) {
+        if (!(err instanceof UnknownGpuIndex)) throw err;
+        results[i] = err;
       }
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(LOCKED_CONCURRENCY, queue.length) }, worker));
+  });
 }
 
 /**

@@ -8,7 +8,7 @@
  * unless every entry passes. A refusal names the entry (`read[1]: ...`). Whoever holds a URL can use that one
  * object, with that one method, until it expires.
  */
-import { AppError, errors, isRefusal, objectKeyProblem, type Principal } from '@gpu/common';
+import { AppError, errors, forEachLimited, isRefusal, objectKeyProblem, type Principal } from '@gpu/common';
 import { storageErrors } from '../errors.ts';
 import type { ResolvedTarget, StorageAccess } from './access.ts';
 import { existingObject, type Target } from './objects.ts';
@@ -123,18 +123,13 @@ export async function grantUrls(deps: GrantDeps, req: GrantRequest): Promise<Gra
 async function sizesOf(store: ObjectStore, items: readonly Item[]): Promise<number[]> {
   const sizes: number[] = [];
   const failures = new Map<number, unknown>();
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      try {
-        sizes[i] = (await existingObject(store, items[i]!.target)).contentLength;
-      } catch (err) {
-        failures.set(i, err);
-      }
+  await forEachLimited(items, HEAD_CONCURRENCY, async (item, i) => {
+    try {
+      sizes[i] = (await existingObject(store, item.target)).contentLength;
+    } catch (err) {
+      failures.set(i, err);
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(HEAD_CONCURRENCY, items.length) }, worker));
+  });
   if (failures.size > 0) {
     const first = Math.min(...failures.keys());
     throw aboutEntry(items[first]!.label, failures.get(first));

@@ -10,7 +10,7 @@
  * second attempt (another instance, the sweep beside a session end) finds the earnings gone and stops
  * (INSUFFICIENT_FUNDS, not an error); within one instance one attempt per wallet runs at a time.
  */
-import type { Principal } from '@gpu/common';
+import { forEachLimited, type Principal } from '@gpu/common';
 import {
   findWallet,
   lockAutoPayoutTo,
@@ -200,11 +200,7 @@ export function nudgeAutoPayout(ctx: BillingContext, walletId: string, correlati
 export async function sweepAutoPayouts(ctx: BillingContext, limit = 100, concurrency = 4): Promise<number> {
   if (!ctx.chain) return 0;
   const due = await walletsDueForAutoPayout(ctx.db, new Dec(ctx.minimumPayout).toFixed(), ctx.now(), limit);
-  let next = 0;
-  const worker = async () => {
-    while (next < due.length) await nudgeAutoPayout(ctx, due[next++]!.id);
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, due.length) }, worker));
+  await forEachLimited(due, concurrency, (wallet) => nudgeAutoPayout(ctx, wallet.id));
   return due.length;
 }
 

@@ -14,7 +14,7 @@
  *   the epoch so that every instance agrees; one instance a period, the one whose claim (a row per period in the
  *   database) went in first. A run cut short (the instance stopped) is completed by the next period's.
  */
-import type { Logger } from '@gpu/common';
+import { forEachLimited, type Logger } from '@gpu/common';
 import type { BucketOwners } from '../bucket-owners.ts';
 import type { ObjectEntry, ObjectStore } from '../store.ts';
 import type { CatalogObject, ObjectCatalog, ObjectOwners } from './catalog.ts';
@@ -166,27 +166,22 @@ export class Reconciler {
     ownerOf: (key: string) => string | undefined,
   ): Promise<CatalogObject[]> {
     const rows: CatalogObject[] = [];
-    let next = 0;
-    const worker = async () => {
-      while (next < objects.length) {
-        const o = objects[next++]!;
-        try {
-          const head = await this.opts.store.head(bucket, o.key, {});
-          rows.push({
-            bucket,
-            key: o.key,
-            size: head.contentLength,
-            contentType: head.contentType,
-            etag: head.etag,
-            lastModified: head.lastModified,
-            ownerId: ownerOf(o.key),
-          });
-        } catch (err) {
-          if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
-        }
+    await forEachLimited(objects, HEAD_CONCURRENCY, async (o) => {
+      try {
+        const head = await this.opts.store.head(bucket, o.key, {});
+        rows.push({
+          bucket,
+          key: o.key,
+          size: head.contentLength,
+          contentType: head.contentType,
+          etag: head.etag,
+          lastModified: head.lastModified,
+          ownerId: ownerOf(o.key),
+        });
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
       }
-    };
-    await Promise.all(Array.from({ length: Math.min(HEAD_CONCURRENCY, objects.length) }, worker));
+    });
     return rows;
   }
 }
