@@ -125,7 +125,7 @@ const JOURNAL = 'journal.json';
  * workloads run as users of their own) a run directory those users could not reach (a parent without the others'
  * execute bit, as a home directory of mode 0700).
  */
-function sandboxProblem(bwrap: string, dir: string): string | null {
+export function sandboxProblem(bwrap: string, dir: string): string | null {
   if (spawnSync(bwrap, ['--version']).status !== 0) return `${bwrap} cannot be run: apt-get install bubblewrap`;
   if (process.getuid?.() !== 0) return null;
   for (let d = path.dirname(dir); ; d = path.dirname(d)) {

@@ -460,7 +460,10 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     stdio: ['ignore', 'pipe', 'pipe', 'pipe', spec.network ? 'pipe' : 'ignore', 'pipe'],
     cwd: opts.workDir,
   });
-  (child.stdio as unknown as Writable[])[ENV_FD]!.end(envArgs(options));
+  const envPipe = (child.stdio as unknown as Writable[])[ENV_FD]!;
+  // A bwrap that exits before reading it (not installed, refused) resets the pipe: that is its exit, not an error.
+  envPipe.on('error', () => {});
+  envPipe.end(envArgs(options));
   // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
   child.once('exit', () => child.stdio[4]?.destroy());
   const logs = Promise.all([

@@ -1,0 +1,52 @@
+/**
+ * `pnpm --filter @gpu/provider-daemon check-gpus [--json] [-- <argv>]`: proves on this machine that a workload sees
+ * exactly the GPUs it leased (workloads/check.ts), with the daemon's configuration (`DAEMON_CONFIG_FILE`, its GPU
+ * source, bubblewrap and workload settings; no credentials needed). Exit status 0 when every lease saw exactly its
+ * GPUs, 1 when one did not, 2 when the check could not run.
+ */
+import { loadDaemonConfig } from './config.ts';
+import { gpuSource } from './gpu/source.ts';
+import { checkGpuIsolation, type GpuCheckReport } from './workloads/check.ts';
+
+function table(report: GpuCheckReport): string {
+  const lines = [
+    `GPU source: ${report.source}; workloads run as ${report.uid === null ? "the daemon's user" : `uid ${report.uid}`}`,
+    ...report.gpus.map((g) => `  GPU ${g.index}: ${g.name} ${g.uuid} (${g.device})`),
+    '',
+  ];
+  for (const lease of report.leases) {
+    const name = lease.leased.length === 0 ? 'none' : lease.leased.join(',');
+    lines.push(`${lease.ok ? 'ok  ' : 'FAIL'} leased [${name}]`);
+    lines.push(
+      `       device nodes inside: [${lease.devices.seen.join(', ')}] (leased: [${lease.devices.expected.join(', ')}])`,
+    );
+    for (const e of lease.errors) lines.push(`       ${e}`);
+    if (lease.nvidiaSmi) {
+      const { seen, expected, error } = lease.nvidiaSmi;
+      lines.push(
+        `       nvidia-smi inside: [${seen.join(', ')}] (leased: [${expected.join(', ')}])${error ? `; ${error}` : ''}`,
+      );
+    }
+    if (lease.command) {
+      lines.push(`       command: exit ${lease.command.exitCode}`);
+      for (const l of `${lease.command.stdout}${lease.command.stderr}`.trimEnd().split('\n'))
+        lines.push(`         ${l}`);
+    }
+  }
+  lines.push('', report.ok ? 'every lease saw exactly its GPUs' : 'a lease saw GPUs it did not lease, or not its own');
+  return lines.join('\n');
+}
+
+const args = process.argv.slice(2);
+const dash = args.indexOf('--');
+const flags = dash < 0 ? args : args.slice(0, dash);
+const command = dash < 0 ? undefined : args.slice(dash + 1);
+try {
+  const config = loadDaemonConfig();
+  const report = await checkGpuIsolation({ config, gpus: gpuSource(config.gpu), ...(command ? { command } : {}) });
+  console.log(flags.includes('--json') ? JSON.stringify(report, null, 2) : table(report));
+  process.exitCode = report.ok ? 0 : 1;
+} catch (err) {
+  console.error(`check-gpus: ${(err as Error).message}`);
+  process.exitCode = 2;
+}

@@ -1,0 +1,175 @@
+/**
+ * The machine's own proof that a workload sees exactly the GPUs it leased (`pnpm --filter @gpu/provider-daemon
+ * check-gpus`): for each GPU alone, for none and (with two or more) for all, it starts the sandbox a workload would
+ * get, with the daemon's settings and user, and asks from inside
+ *
+ * - which GPU device nodes exist (`/dev/nvidia<n>`): exactly the leased GPUs' nodes, no other;
+ * - on a real machine, which GPUs the driver shows (`nvidia-smi --query-gpu=uuid` inside): exactly the leased GPUs'
+ *   UUIDs, none when none is leased;
+ * - with a command of the operator's (`check-gpus -- <argv>`, a CUDA program, say), what it prints (recorded, not
+ *   judged).
+ *
+ * An operator runs it once after installing the daemon and after a driver upgrade; a machine that fails it must not
+ * take workloads (a driver that exposes every GPU through one node, an nvidia-smi outside `/usr`, bubblewrap missing).
+ */
+import { accessSync, chmodSync, chownSync, constants, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import path from 'node:path';
+import { durationMs } from '@gpu/common';
+import type { DaemonConfig } from '../config.ts';
+import type { GpuReading } from '../gpu/nvidia-smi.ts';
+import type { GpuSource } from '../gpu/source.ts';
+import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
+import { sandboxProblem } from './runner.ts';
+import { startSandbox } from './sandbox.ts';
+
+/** What one lease saw from inside its sandbox. */
+interface LeaseCheck {
+  /** The leased GPUs' indices. */
+  leased: number[];
+  devices: { expected: string[]; seen: string[] };
+  /** A real machine's: the GPUs nvidia-smi shows inside (null: not a real machine). */
+  nvidiaSmi: { expected: string[]; seen: string[]; error: string | null } | null;
+  /** The operator's command under this lease: its exit code and output. */
+  command: { exitCode: number | null; stdout: string; stderr: string } | null;
+  /** Why a probe's sandbox did not run (bubblewrap's own words). */
+  errors: string[];
+  ok: boolean;
+}
+
+export interface GpuCheckReport {
+  source: GpuSource['kind'];
+  gpus: { index: number; uuid: string; name: string; device: string }[];
+  /** The user the workloads run as (null: the daemon's own). */
+  uid: number | null;
+  leases: LeaseCheck[];
+  ok: boolean;
+}
+
+/** The program as the daemon would run it: a path with a slash as given, else the first match on the daemon's PATH. */
+function resolveProgram(program: string, envPath = process.env.PATH ?? ''): string | null {
+  const candidates = program.includes('/') ? [program] : envPath.split(':').map((d) => path.join(d || '.', program));
+  for (const c of candidates) {
+    try {
+      accessSync(c, constants.X_OK);
+      return path.resolve(c);
+    } catch {}
+  }
+  return null;
+}
+
+const sameSet = (a: string[], b: string[]) => a.length === b.length && a.every((x) => b.includes(x));
+
+export async function checkGpuIsolation(opts: {
+  config: DaemonConfig;
+  gpus: GpuSource;
+  /** Run under each lease too (an argv; never a shell string). */
+  command?: string[];
+}): Promise<GpuCheckReport> {
+  const settings = opts.config.workloads;
+  const readings = await opts.gpus.read();
+  const simulated = opts.gpus.kind === 'simulated';
+  mkdirSync(settings.run_dir, { recursive: true });
+  chmodSync(settings.run_dir, 0o711);
+  const root = mkdtempSync(path.join(settings.run_dir, 'check-'));
+  chmodSync(root, 0o711);
+  const devices = simulated ? simulatedDevices(path.join(root, 'dev'), readings) : nvidiaDevices(readings);
+  const uid = process.getuid?.() === 0 ? settings.uid_base : null;
+  const smi = simulated ? null : resolveProgram(opts.config.gpu.nvidia_smi_path);
+  const leases: number[][] = [...readings.map((r) => [r.index]), []];
+  if (readings.length > 1) leases.push(readings.map((r) => r.index));
+  let n = 0;
+  /** Runs `command` in a sandbox on the leased GPUs and gives back what it printed. */
+  const inside = async (leased: GpuReading[], command: string[]) => {
+    const dir = path.join(root, `s${n++}`);
+    const workDir = path.join(dir, 'work');
+    const logDir = path.join(dir, 'logs');
+    mkdirSync(workDir, { recursive: true });
+    mkdirSync(logDir);
+    chmodSync(dir, 0o711);
+    if (uid !== null) chownSync(workDir, uid, uid);
+    const sandbox = startSandbox({
+      spec: { command, env: {}, max_runtime_seconds: 120, network: false, inputs: [] },
+      workDir,
+      logDir,
+      gpus: leased.map((r) => ({ uuid: r.uuid, device: devices.get(r.index)! })),
+      controlDevices: simulated ? [] : controlDevices(),
+      limits: {
+        processes: settings.processes,
+        openFiles: settings.open_files,
+        memoryBytes: settings.memory_mb * 1024 * 1024,
+        diskBytes: settings.disk_mb * 1024 * 1024,
+        logBytes: settings.log_kb * 1024,
+      },
+      ...(uid !== null ? { uid } : {}),
+      hidden: [],
+      platformEnv: { GPU_PLATFORM_SESSION_ID: 'gpu-check' },
+      stopGraceMs: durationMs(settings.stop_grace),
+      bwrapPath: settings.bwrap_path,
+    });
+    const end = await sandbox.ended;
+    const read = (f: string) => readFileSync(path.join(logDir, f), 'utf8');
+    return {
+      exitCode: end.state === 'exited' ? end.exitCode : end.state === 'stopped' ? end.exitCode : null,
+      failure: end.state === 'exited' ? null : `${end.state}: ${end.reason}`,
+      stdout: read('stdout.log'),
+      stderr: read('stderr.log'),
+    };
+  };
+  try {
+    const problem = sandboxProblem(settings.bwrap_path, path.resolve(settings.run_dir));
+    if (problem) throw new Error(problem);
+    const checks: LeaseCheck[] = [];
+    for (const indices of leases) {
+      const leased = readings.filter((r) => indices.includes(r.index));
+      const listing = await inside(leased, ['ls', '-1', '/dev']);
+      const errors =
+        listing.exitCode === 0
+          ? []
+          : [`ls /dev: ${listing.failure ?? `exit ${listing.exitCode}`}: ${listing.stderr.trim().slice(0, 500)}`];
+      const seenNodes = listing.stdout.split('\n').filter((l) => /^nvidia\d+$/.test(l));
+      const expectedNodes = leased.map((r) => path.basename(devices.get(r.index)!));
+      let nvidiaSmi: LeaseCheck['nvidiaSmi'] = null;
+      if (!simulated) {
+        const expected = leased.map((r) => r.uuid);
+        if (smi === null) {
+          nvidiaSmi = { expected, seen: [], error: `${opts.config.gpu.nvidia_smi_path} is not on the PATH` };
+        } else {
+          const out = await inside(leased, [smi, '--query-gpu=uuid', '--format=csv,noheader']);
+          const seen = out.stdout
+            .split('\n')
+            .map((l) => l.trim())
+            .filter((l) => l.startsWith('GPU-'));
+          // With none leased nvidia-smi says "No devices were found" (exit 6): that is the answer, not an error.
+          const none = /No devices were found/i.test(out.stdout + out.stderr);
+          const error =
+            out.exitCode === 0 || (none && seen.length === 0)
+              ? null
+              : `exit ${out.exitCode ?? out.failure}: ${(out.stderr || out.stdout).trim().slice(0, 500)}`;
+          nvidiaSmi = { expected, seen, error };
+        }
+      }
+      const command = opts.command?.length ? await inside(leased, opts.command) : null;
+      const ok =
+        errors.length === 0 &&
+        sameSet(seenNodes, expectedNodes) &&
+        (nvidiaSmi === null || (nvidiaSmi.error === null && sameSet(nvidiaSmi.seen, nvidiaSmi.expected)));
+      checks.push({
+        leased: indices,
+        devices: { expected: expectedNodes, seen: seenNodes },
+        nvidiaSmi,
+        command: command && { exitCode: command.exitCode, stdout: command.stdout, stderr: command.stderr },
+        errors,
+        ok,
+      });
+    }
+    return {
+      source: opts.gpus.kind,
+      gpus: readings.map((r) => ({ index: r.index, uuid: r.uuid, name: r.name, device: devices.get(r.index)! })),
+      uid,
+      leases: checks,
+      ok: checks.every((c) => c.ok),
+    };
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}
