@@ -2,7 +2,7 @@
 # Starts the real servers the tests use, as processes on loopback, and stops
 # them again: PostgreSQL (Debian's), NATS with JetStream (Debian's
 # nats-server), an S3-compatible server (s3rver) and a recording stand-in for
-# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox; promtool for the alert rules. Installs what is
+# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox and podman for its containers; promtool for the alert rules. Installs what is
 # missing (apt-get, as root).
 #   source scripts/test-env.sh && test_env_up   # exports TEST_* variables
 #   test_env_down
@@ -118,6 +118,36 @@ ensure_bwrap() {
   log "$(bwrap --version)"
 }
 
+# The provider daemon's container mode (src/workloads/container.ts): Debian's podman with runc, and a test image made
+# here from busybox-static (no registry is reachable). Where podman's defaults cannot run a container (no systemd
+# cgroups, as on these machines) the runtime flags that can are exported for the tests.
+TEST_CONTAINER_IMAGE=localhost/gpu-platform-test:1
+ensure_podman() {
+  command -v podman >/dev/null || apt_install podman
+  command -v runc >/dev/null || apt_install runc
+  [ -x /bin/busybox ] && /bin/busybox --help 2>&1 | grep -q 'static' || dpkg -s busybox-static >/dev/null 2>&1 || apt_install busybox-static
+  if ! podman image exists "$TEST_CONTAINER_IMAGE"; then
+    local root
+    root=$(mktemp -d)
+    mkdir -p "$root/bin" && cp /bin/busybox "$root/bin/busybox"
+    for tool in sh cat ls id env sleep head tr touch echo true nc wget awk seq; do ln -s busybox "$root/bin/$tool"; done
+    tar -C "$root" -c . | podman import --quiet - "$TEST_CONTAINER_IMAGE" >/dev/null
+    rm -rf "$root"
+  fi
+  local args
+  for args in "" "--runtime runc --cgroup-manager cgroupfs"; do
+    # shellcheck disable=SC2086
+    if podman $args run --rm --pull=never --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+      "$TEST_CONTAINER_IMAGE" /bin/busybox true >/dev/null 2>&1; then
+      export TEST_CONTAINER_RUNTIME_ARGS="$args" TEST_CONTAINER_IMAGE
+      log "$(podman --version) runs containers${args:+ with $args}"
+      return 0
+    fi
+  done
+  log "podman cannot run a container here: $(podman run --rm --pull=never "$TEST_CONTAINER_IMAGE" /bin/busybox true 2>&1 | tail -1)"
+  return 1
+}
+
 # promtool, which checks the alert rules (deploy/prometheus/alerts.yml): Debian's prometheus package, installed
 # without starting its service (a policy-rc.d refusal, as for nginx).
 ensure_promtool() {
@@ -134,6 +164,7 @@ ensure_promtool() {
 test_env_up() {
   ensure_nginx
   ensure_bwrap
+  ensure_podman
   ensure_promtool
   test_env_down
   rm -rf "$TEST_ENV_DIR"

@@ -7,6 +7,10 @@
  * name looked up in the sandbox's `PATH`, `/usr/local/bin:/usr/bin:/bin`), with `env`, for at most
  * `max_runtime_seconds`, reaching the network only when `network` is true.
  *
+ * Container mode (`image`, an OCI image reference) runs the image on a machine with a container runtime: its own
+ * entrypoint and command, or `command` instead of both (argv as given). Its variables are one line each (the runtime
+ * reads them from a file of lines).
+ *
  * Environment names are POSIX-portable (`[A-Za-z_][A-Za-z0-9_]*`); the dynamic loader's (`LD_*`) are **refused**, as are
  * the names the platform sets itself in the sandbox (`PATH`, `HOME`, `TMPDIR`, `CUDA_VISIBLE_DEVICES`,
  * `NVIDIA_VISIBLE_DEVICES` and every `GPU_PLATFORM_*`): a request naming one is a 400 that names it, never silently
@@ -119,9 +123,22 @@ const outputSchema = z
   .strict()
   .describe("the workload's place in the renter's storage (default: `sessions/<session id>/` in their folder)");
 
-/** A workload to run on the session's GPUs (sandbox mode). */
+/**
+ * An OCI image reference: `[registry[:port]/]path[:tag][@sha256:<digest>]`, the distribution spec's grammar (a path of
+ * lower-case components); it starts with a letter or digit, so no runtime takes it for an option.
+ */
+const IMAGE_REFERENCE =
+  /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?\/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$/;
+
+/** A workload to run on the session's GPUs: a command in the sandbox, or an image in a container. */
 export const workloadSpecSchema = z
   .object({
+    image: z
+      .string()
+      .max(512)
+      .regex(IMAGE_REFERENCE, 'an OCI image reference ([registry/]name[:tag][@sha256:digest])')
+      .optional()
+      .describe('an OCI image to run (container mode; the machine needs a container runtime)'),
     command: z
       .array(argSchema)
       .min(1)
@@ -131,7 +148,10 @@ export const workloadSpecSchema = z
         (argv) => argv.reduce((n, a) => n + bytes(a) + 1, 0) <= WORKLOAD_LIMITS.argvBytes,
         `at most ${WORKLOAD_LIMITS.argvBytes} bytes in all`,
       )
-      .describe('the program and its arguments (argv; never a shell string)'),
+      .optional()
+      .describe(
+        "the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command",
+      ),
     env: envSchema.default({}).describe('environment variables (LD_* and the platform-set names are refused)'),
     max_runtime_seconds: z
       .number()
@@ -158,7 +178,18 @@ export const workloadSpecSchema = z
     output: outputSchema.optional(),
   })
   .strict()
-  .describe('What the session runs on its GPUs (sandbox mode)');
+  .superRefine((spec, ctx) => {
+    if (!spec.image && !spec.command) {
+      ctx.addIssue({ code: 'custom', path: ['command'], message: 'a command is required without an image' });
+    }
+    if (spec.image) {
+      for (const [name, value] of Object.entries(spec.env)) {
+        if (/[\r\n]/.test(value))
+          ctx.addIssue({ code: 'custom', path: ['env', name], message: "a container's variables are one line each" });
+      }
+    }
+  })
+  .describe('What the session runs on its GPUs: a command in the sandbox, or an image in a container');
 
 export type WorkloadSpec = z.infer<typeof workloadSpecSchema>;
 export type WorkloadInput = WorkloadSpec['inputs'][number];

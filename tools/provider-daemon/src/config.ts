@@ -87,6 +87,19 @@ export const daemonConfigSchema = z
         /** Between SIGTERM and SIGKILL when a workload is stopped. */
         stop_grace: zDuration().default('10s'),
         bwrap_path: z.string().default('bwrap'),
+        /**
+         * Container mode (a spec with `image`): Podman's command (`podman`), empty for none (such a workload then
+         * fails unbilled, `container_runtime_unavailable`). Real GPUs reach containers through CDI (`nvidia-ctk cdi
+         * generate`).
+         */
+        container_runtime: z.string().default(''),
+        /** The runtime's global flags (`[--runtime, runc, --cgroup-manager, cgroupfs]` on a host without systemd). */
+        container_runtime_args: z.array(z.string()).default([]),
+        /**
+         * How long pulling a workload's image may take (while it is `preparing`, unbilled): below billing's
+         * `workload_start_timeout` (5 minutes), past which the session ends anyway.
+         */
+        image_pull_timeout: zDuration().default('4m'),
         /** A daemon running as root runs each workload as a user of its own: `uid_base` + its slot. */
         uid_base: zInt(1000, 2 ** 31 - 65_536).default(200_000),
         processes: zInt(16, 1_000_000).default(4096),

@@ -4,6 +4,7 @@
  * from when it ran, and ends when it exits; a session ended first has its workload stopped and gone; a daemon that
  * died with its workload reports it lost when it comes back, and nothing after is billed.
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
@@ -16,6 +17,17 @@ const rig = useWorkloadRig();
 const machine = (workloads?: Record<string, unknown>) => rig.machine(workloads);
 const rent = (providerId: string, gpuCount: number, workload: object) => rig.rent(providerId, gpuCount, workload);
 const workloadOf = (headers: Record<string, string>, id: string) => rig.workloadOf(headers, id);
+
+/** Container mode as the test setup made it possible: Podman, its flags for this host, a busybox image. */
+const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:1';
+const containers = {
+  container_runtime: 'podman',
+  container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+};
+const labelled = () =>
+  spawnSync('podman', [...containers.container_runtime_args, 'ps', '--all', '--format', '{{.Names}}'], {
+    encoding: 'utf8',
+  }).stdout.split('\n');
 
 describe("the daemon runs renters' workloads", () => {
   it('runs one on exactly its leased GPUs, billed from when it ran, and ends the session when it exits', async () => {
@@ -44,8 +56,9 @@ describe("the daemon runs renters' workloads", () => {
       expect(ended.session.billed_from).toBe(ended.running_at);
       const out = readFileSync(join(m.runDir, r.id, 'logs', 'stdout.log'), 'utf8');
       expect(out).toBe('nvidia4\nnvidia5\nGPU-simulated-4,GPU-simulated-5\n');
-      // Its work directory went with it.
-      expect(existsSync(join(m.runDir, r.id, 'work'))).toBe(false);
+      // Its work directory goes with it (once billing took the end).
+      const workDir = join(m.runDir, r.id, 'work');
+      expect(await until(async () => existsSync(workDir), (there) => !there)).toBe(false);
     } finally {
       await runner.stop();
     }
@@ -200,6 +213,95 @@ describe("the daemon runs renters' workloads", () => {
       status: 'completed',
       end_reason: 'workload_stopped',
     });
+    await runner.stop();
+  });
+
+  it('runs an image in a container on exactly its leased GPUs, billed from when it ran, ending with its exit code', async () => {
+    const m = await machine(containers);
+    const r = await rent(m.providerId, 2, {
+      image,
+      command: ['/bin/busybox', 'sh', '-c', 'ls /dev | grep nvidia; echo "$CUDA_VISIBLE_DEVICES"; sleep 1; exit 5'],
+      max_runtime_seconds: 60,
+    });
+    const runner = m.runner();
+    runner.run();
+    try {
+      const ended = await until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'exited' || w.state === 'failed',
+      );
+      expect(ended).toMatchObject({ state: 'exited', exit_code: 5 });
+      expect(ended.session).toMatchObject({ status: 'completed', end_reason: 'workload_exited', billed_minutes: 1 });
+      expect(ended.session.billed_from).toBe(ended.running_at);
+      const out = readFileSync(join(m.runDir, r.id, 'logs', 'stdout.log'), 'utf8');
+      expect(out).toBe(
+        `${r.gpus.map((g: number) => `nvidia${g}`).join('\n')}\n${r.gpus.map((g: number) => `GPU-simulated-${g}`).join(',')}\n`,
+      );
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('a daemon that came back removes the container its earlier life left, and reports the workload lost', async () => {
+    const m = await machine(containers);
+    const r = await rent(m.providerId, 1, {
+      image,
+      command: ['/bin/busybox', 'sleep', '3600'],
+      max_runtime_seconds: 3600,
+    });
+    // The first life: once it is dead, nothing it would say reaches billing.
+    let dead = false;
+    const first = new WorkloadRunner({
+      ...m.deps,
+      token: { get: () => (dead ? Promise.reject(new Error('this daemon is dead')) : m.deps.token.get()) },
+    });
+    await first.sync();
+    await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'running',
+    );
+    await first.sync();
+    const lastSync = Date.now();
+    // The daemon dies; its container runs on (the runtime keeps it), labelled with the session.
+    dead = true;
+    expect(labelled()).toContain(`gpu-session-${r.id}`);
+    const second = m.runner();
+    await second.sync();
+    expect(labelled()).not.toContain(`gpu-session-${r.id}`);
+    const lost = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'stopped',
+    );
+    expect(lost).toMatchObject({ state: 'stopped', reason: 'daemon_restarted' });
+    expect(Date.parse(lost.ended_at)).toBeLessThanOrEqual(lastSync);
+    expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
+    await first.stop();
+    await second.stop();
+  });
+
+  it('an image on a machine without a container runtime, or one it cannot pull, fails unbilled', async () => {
+    const bare = await machine();
+    const r1 = await rent(bare.providerId, 1, { image, max_runtime_seconds: 60 });
+    await bare.runner().sync();
+    const noRuntime = await until(
+      () => workloadOf(r1.headers, r1.id),
+      (w) => w.state === 'failed',
+    );
+    expect(noRuntime).toMatchObject({ state: 'failed', reason: 'container_runtime_unavailable' });
+    expect(noRuntime.session).toMatchObject({ end_reason: 'workload_not_started', billed_minutes: 0 });
+    const m = await machine(containers);
+    // A registry on a port nothing listens on: the pull fails at once.
+    const r2 = await rent(m.providerId, 1, { image: '127.0.0.1:1/nothing/here:1', max_runtime_seconds: 60 });
+    const runner = m.runner();
+    await runner.sync();
+    const unpulled = await until(
+      () => workloadOf(r2.headers, r2.id),
+      (w) => w.state === 'failed',
+      30_000,
+    );
+    expect(unpulled).toMatchObject({ state: 'failed', reason: 'image_unavailable' });
+    // Not the machine's fault: the renter's image (or its registry).
+    expect(unpulled.session).toMatchObject({ end_reason: 'workload_failed', billed_minutes: 0 });
     await runner.stop();
   });
 

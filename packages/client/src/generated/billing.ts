@@ -1496,10 +1496,10 @@ export interface components {
             /** @enum {string} */
             state: "preparing" | "running" | "exited" | "failed" | "stopped";
         };
-        /** @description What the session runs on its GPUs (sandbox mode) */
+        /** @description What the session runs on its GPUs: a command in the sandbox, or an image in a container */
         WorkloadSpec: {
-            /** @description the program and its arguments (argv; never a shell string) */
-            command: string[];
+            /** @description the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command */
+            command?: string[];
             /**
              * @description environment variables (LD_* and the platform-set names are refused)
              * @default {}
@@ -1507,6 +1507,8 @@ export interface components {
             env: {
                 [key: string]: string;
             };
+            /** @description an OCI image to run (container mode; the machine needs a container runtime) */
+            image?: string;
             /**
              * @description objects of the renter's, read-only under /work/inputs/
              * @default []
@@ -1537,10 +1539,10 @@ export interface components {
                 prefix: string;
             };
         };
-        /** @description What the session runs on its GPUs (sandbox mode) */
+        /** @description What the session runs on its GPUs: a command in the sandbox, or an image in a container */
         WorkloadSpecInput: {
-            /** @description the program and its arguments (argv; never a shell string) */
-            command: string[];
+            /** @description the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command */
+            command?: string[];
             /**
              * @description environment variables (LD_* and the platform-set names are refused)
              * @default {}
@@ -1548,6 +1550,8 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description an OCI image to run (container mode; the machine needs a container runtime) */
+            image?: string;
             /**
              * @description objects of the renter's, read-only under /work/inputs/
              * @default []

@@ -39,6 +39,7 @@ interface RentOptions {
   outputPrefix?: string;
   maxRuntime: number;
   network?: boolean;
+  image?: string;
 }
 
 /** A duration in whole seconds: `90` (seconds), `90s`, `15m`, `2h30m`. */
@@ -77,15 +78,19 @@ function rentalOptions(command: Command): Command {
       seconds,
       3600,
     )
-    .option('--network', 'let the workload reach the network (default: none)');
+    .option('--network', 'let the workload reach the network (default: none)')
+    .option(
+      '--image <reference>',
+      'run an OCI image in a container (the machine needs a container runtime); a command after -- replaces its own',
+    );
 }
 
 /** The workload of `argv` and the options, or none (a session without one); a usage error for options without it. */
 function workloadSpec(argv: string[], o: RentOptions): WorkloadSpec | undefined {
-  if (argv.length === 0) {
+  if (argv.length === 0 && !o.image) {
     if (o.env || o.input || o.outputPrefix || o.network) {
       throw new UsageError(
-        '--env, --input, --output-prefix and --network are for a workload: give its command after --',
+        '--env, --input, --output-prefix and --network are for a workload: give its command after -- (or --image)',
       );
     }
     return undefined;
@@ -97,7 +102,8 @@ function workloadSpec(argv: string[], o: RentOptions): WorkloadSpec | undefined 
     env[pair.slice(0, at)] = pair.slice(at + 1);
   }
   return {
-    command: argv,
+    ...(o.image ? { image: o.image } : {}),
+    ...(argv.length > 0 ? { command: argv } : {}),
     env,
     max_runtime_seconds: o.maxRuntime,
     network: o.network === true,
@@ -221,7 +227,7 @@ export function sessionCommands(program: Command) {
   rentalOptions(
     program
       .command('run')
-      .argument('<command...>', 'the workload, after --: its program and arguments')
+      .argument('[command...]', 'the workload, after --: its program and arguments (with --image: instead of its own)')
       .description(
         'rent with a workload, follow its logs, print its outputs at its end (--download fetches them) and exit with ' +
           'its exit code (1 when it failed or was stopped); with --json its logs go to standard error and the ' +
@@ -231,6 +237,8 @@ export function sessionCommands(program: Command) {
     .option('--download <dir>', 'fetch its outputs into this folder at its end')
     .action(async (argv: string[], opts: RentOptions & { download?: string }) => {
       const ctx = context(program);
+      if (argv.length === 0 && !opts.image)
+        throw new UsageError('run needs a workload: its command after --, or --image');
       const started = await startSession(ctx, opts, workloadSpec(argv, opts));
       const id = started.session.id;
       process.stderr.write(`session ${id}: ${started.session.rates.total_hourly_rate} an hour, following its logs\n`);

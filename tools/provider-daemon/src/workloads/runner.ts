@@ -1,6 +1,7 @@
 /**
- * Runs the renters' workloads of the machine's sessions, each in its sandbox (sandbox.ts) on exactly the GPUs its
- * session leased, and tells billing how far each got; billing charges only while one runs.
+ * Runs the renters' workloads of the machine's sessions, each in its sandbox (sandbox.ts; a spec with `image`: in a
+ * container, container.ts) on exactly the GPUs its session leased, and tells billing how far each got; billing
+ * charges only while one runs.
  *
  * Every `workloads.poll_interval` (1 s) the runner asks billing which sessions run on the machine (the same list the
  * usage reports use):
@@ -45,6 +46,7 @@ import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { RunningSession } from '../usage.ts';
+import { type ContainerRuntime, pullImage, removeOrphans, startContainer } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { SessionFiles } from './files.ts';
 import { type Sandbox, type SandboxEnd, type SandboxGpu, startSandbox } from './sandbox.ts';
@@ -140,6 +142,19 @@ export function sandboxProblem(bwrap: string, dir: string): string | null {
   }
 }
 
+/** The configured container runtime, when there is one that runs (its version said once). */
+function containerRuntime(settings: DaemonConfig['workloads'], logger: Logger): ContainerRuntime | null {
+  if (!settings.container_runtime) return null;
+  const rt = { path: settings.container_runtime, args: settings.container_runtime_args };
+  const version = spawnSync(rt.path, [...rt.args, '--version'], { encoding: 'utf8' });
+  if (version.status !== 0) {
+    logger.error(`workloads.container_runtime ${rt.path} cannot be run: container workloads are reported failed`);
+    return null;
+  }
+  logger.info({ runtime: version.stdout.trim() }, 'container workloads run here');
+  return rt;
+}
+
 export class WorkloadRunner {
   private readonly billing;
   private readonly settings;
@@ -173,6 +188,10 @@ export class WorkloadRunner {
   private readonly hidden: string[];
   /** Why no sandbox can run on this machine (null: they can). */
   private readonly problem: string | null;
+  /** The container runtime (null: none configured, or it cannot be run). */
+  private readonly containers: ContainerRuntime | null;
+  /** The containers an earlier life left are removed before anything starts. */
+  private orphansRemoved = false;
 
   constructor(private readonly deps: WorkloadRunnerDeps) {
     this.settings = deps.config.workloads;
@@ -191,6 +210,7 @@ export class WorkloadRunner {
     chmodSync(this.settings.run_dir, 0o711);
     this.problem = sandboxProblem(this.settings.bwrap_path, path.resolve(this.settings.run_dir));
     if (this.problem) deps.logger.error(`workloads cannot run here: ${this.problem}; each one is reported failed`);
+    this.containers = containerRuntime(this.settings, deps.logger);
     this.lastAlive = this.readJournal();
   }
 
@@ -249,6 +269,12 @@ export class WorkloadRunner {
   async sync(): Promise<void> {
     const providerId = this.deps.providerId();
     if (!providerId) return;
+    if (!this.orphansRemoved && this.containers) {
+      const sessions = await removeOrphans(this.containers);
+      if (sessions.length > 0)
+        this.deps.logger.warn({ sessions }, 'removed the workload containers an earlier life of the daemon left');
+    }
+    this.orphansRemoved = true;
     const sessions = await this.deps.sessions(providerId);
     this.lastContact = this.now();
     this.writeJournal();
@@ -312,15 +338,19 @@ export class WorkloadRunner {
       await this.send(session.id, { state: 'stopped', at: this.lastAlive.toISOString(), reason: 'daemon_restarted' });
       return;
     }
-    if (this.problem) {
-      this.done.add(session.id);
-      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_unavailable' });
-      return;
-    }
     const parsed = workloadSpecSchema.safeParse(w.spec);
-    if (!parsed.success) {
+    const unable = !parsed.success
+      ? 'invalid_spec'
+      : parsed.data.image
+        ? this.containers
+          ? null
+          : 'container_runtime_unavailable'
+        : this.problem
+          ? 'sandbox_unavailable'
+          : null;
+    if (unable || !parsed.success) {
       this.done.add(session.id);
-      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'invalid_spec' });
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: unable ?? 'invalid_spec' });
       return;
     }
     // Nothing starts before billing took `preparing`: a session that ended meanwhile (409) runs nothing.
@@ -357,6 +387,17 @@ export class WorkloadRunner {
         removeTree(dir);
         this.deps.logger.warn({ err, session_id: session.id }, 'the workload inputs could not be fetched');
         await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'inputs_unavailable' });
+        return;
+      }
+    }
+    if (parsed.data.image) {
+      try {
+        await pullImage(this.containers!, parsed.data.image, durationMs(this.settings.image_pull_timeout));
+      } catch (err) {
+        this.done.add(session.id);
+        removeTree(dir);
+        this.deps.logger.warn({ err, session_id: session.id }, "the workload's image could not be pulled");
+        await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'image_unavailable' });
         return;
       }
     }
@@ -399,32 +440,38 @@ export class WorkloadRunner {
     }
     const leased = session.gpuIndices ?? readings.map((r) => r.index);
     const devices = this.deviceMap(readings);
-    const gpus: SandboxGpu[] = leased
+    const gpus = leased
       .map((i) => readings.find((r) => r.index === i))
       .filter((r): r is GpuReading => r !== undefined)
-      .map((r) => ({ uuid: r.uuid, device: devices.get(r.index)! }));
+      .map((r) => ({ index: r.index, uuid: r.uuid, device: devices.get(r.index)! }));
+    const simulated = this.deps.gpus.kind === 'simulated';
+    const common = {
+      spec,
+      workDir,
+      logDir,
+      ...(inputsDir ? { inputsDir } : {}),
+      controlDevices: simulated ? [] : controlDevices(),
+      limits: {
+        processes: this.settings.processes,
+        openFiles: this.settings.open_files,
+        memoryBytes: this.settings.memory_mb * 1024 * 1024,
+        diskBytes: this.settings.disk_mb * 1024 * 1024,
+        logBytes: this.settings.log_kb * 1024,
+      },
+      uid,
+      platformEnv: { GPU_PLATFORM_SESSION_ID: session.id },
+      stopGraceMs: durationMs(this.settings.stop_grace),
+    };
     let sandbox: Sandbox;
     try {
-      sandbox = startSandbox({
-        spec,
-        workDir,
-        logDir,
-        ...(inputsDir ? { inputsDir } : {}),
-        gpus,
-        controlDevices: this.deps.gpus.kind === 'simulated' ? [] : controlDevices(),
-        limits: {
-          processes: this.settings.processes,
-          openFiles: this.settings.open_files,
-          memoryBytes: this.settings.memory_mb * 1024 * 1024,
-          diskBytes: this.settings.disk_mb * 1024 * 1024,
-          logBytes: this.settings.log_kb * 1024,
-        },
-        uid,
-        hidden: this.hidden,
-        platformEnv: { GPU_PLATFORM_SESSION_ID: session.id },
-        stopGraceMs: durationMs(this.settings.stop_grace),
-        bwrapPath: this.settings.bwrap_path,
-      });
+      sandbox = spec.image
+        ? startContainer({ ...common, gpus, simulated, runtime: this.containers!, sessionId: session.id })
+        : startSandbox({
+            ...common,
+            gpus: gpus.map((g): SandboxGpu => ({ uuid: g.uuid, device: g.device })),
+            hidden: this.hidden,
+            bwrapPath: this.settings.bwrap_path,
+          });
     } catch (err) {
       this.done.add(session.id);
       void this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_refused' });

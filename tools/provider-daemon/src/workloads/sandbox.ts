@@ -106,7 +106,7 @@ export interface Sandbox {
 const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
 /** slirp4netns's DNS forwarder inside the workload's network (its default 10.0.2.0/24). */
 const SLIRP_DNS = '10.0.2.3';
-const WATCH_MS = 1000;
+export const WATCH_MS = 1000;
 
 /** The host's userland, read-only: `/usr`, and `/bin`, `/lib*`, `/sbin` as links (merged /usr) or directories. */
 function userland(): string[] {
@@ -199,7 +199,7 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     const inside = `/dev/${path.basename(gpu.device)}`;
     args.push(isCharDevice(gpu.device) ? '--dev-bind' : '--bind', gpu.device, inside);
   });
-  return [...args, '--', ...opts.spec.command];
+  return [...args, '--', ...(opts.spec.command ?? [])];
 }
 
 /**
@@ -211,7 +211,7 @@ function bwrapArgs(opts: SandboxOptions): string[] {
 const FENCED = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '100.64.0.0/10'];
 
 /** Routes the fenced addresses to nowhere in the workload's network namespace (a root daemon: nsenter and ip). */
-async function fenceNetwork(pid: number): Promise<void> {
+export async function fenceNetwork(pid: number): Promise<void> {
   const own = Object.values(networkInterfaces())
     .flat()
     .filter((a) => a && a.family === 'IPv4' && !a.internal)
@@ -313,7 +313,7 @@ function sandboxEnv(opts: SandboxOptions): Record<string, string> {
 }
 
 /** Copies a stream into a file, cutting it at `limit` bytes and saying at the end how much was cut. */
-function boundedCopy(from: Readable, file: string, limit: number): Promise<void> {
+export function boundedCopy(from: Readable, file: string, limit: number): Promise<void> {
   // Made before the workload starts: a reader finds the file from the first moment.
   const out: WriteStream = createWriteStream(file, { fd: openSync(file, 'w', 0o640) });
   let written = 0;
@@ -363,7 +363,7 @@ export function descendants(root: number): number[] {
 }
 
 /** `wanted`, or the daemon's own hard limit of that name when lower (a container's root may not raise it either). */
-function withinHard(name: string, wanted: number): number {
+export function withinHard(name: string, wanted: number): number {
   try {
     const line = readFileSync('/proc/self/limits', 'utf8')
       .split('\n')
@@ -386,13 +386,13 @@ function running(pid: number): boolean {
 }
 
 /** Waits until none of the processes runs, at most `ms`. */
-async function allGone(pids: number[], ms: number): Promise<void> {
+export async function allGone(pids: number[], ms: number): Promise<void> {
   const deadline = Date.now() + ms;
   while (pids.some(running) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
 }
 
 /** Resident bytes of the processes. */
-function residentBytes(pids: number[]): number {
+export function residentBytes(pids: number[]): number {
   const page = 4096;
   let total = 0;
   for (const pid of pids) {
@@ -406,7 +406,7 @@ function residentBytes(pids: number[]): number {
 }
 
 /** Bytes the directory holds (its files' sizes, links not followed), counting at most `cap` entries. */
-function directoryBytes(dir: string, cap = 200_000): number {
+export function directoryBytes(dir: string, cap = 200_000): number {
   let total = 0;
   let seen = 0;
   const walk = (d: string) => {
@@ -439,6 +439,7 @@ function directoryBytes(dir: string, cap = 200_000): number {
  */
 export function startSandbox(opts: SandboxOptions): Sandbox {
   const spec = workloadSpecSchema.parse(opts.spec);
+  if (spec.image || !spec.command) throw new Error('an image runs in a container, not in the sandbox');
   const options = { ...opts, spec };
   const bwrap = opts.bwrapPath ?? 'bwrap';
   // Limits are set while still the daemon, within its own hard limits.

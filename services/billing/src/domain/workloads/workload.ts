@@ -52,6 +52,14 @@ export interface WorkloadReport {
   reason?: string;
 }
 
+/** Why a workload could not start that are the machine's fault (a bad spec or an image it cannot pull are not). */
+const MACHINE_FAULTS = new Set([
+  'sandbox_unavailable',
+  'network_unavailable',
+  'container_runtime_unavailable',
+  'container_unavailable',
+]);
+
 /**
  * The end reason a workload's end gives its session: it exited by itself (`workload_exited`), reached its maximum
  * runtime (`workload_max_runtime`), was stopped at a limit of the sandbox (`workload_limit`) or for another reason
@@ -64,10 +72,8 @@ export function sessionEndReason(report: WorkloadReport): string | null {
     case 'exited':
       return 'workload_exited';
     case 'failed':
-      // The machine could not run any sandbox: its fault, and nothing ran.
-      return report.reason === 'sandbox_unavailable' || report.reason === 'network_unavailable'
-        ? 'workload_not_started'
-        : 'workload_failed';
+      // The machine could not run any sandbox or container: its fault, and nothing ran.
+      return MACHINE_FAULTS.has(report.reason ?? '') ? 'workload_not_started' : 'workload_failed';
     case 'stopped':
       if (report.reason === 'max_runtime') return 'workload_max_runtime';
       if (report.reason === 'session_ended') return null;

@@ -1,0 +1,313 @@
+/**
+ * A renter's workload in a container (container mode: a spec with `image`), on a machine whose provider configured a
+ * runtime (`workloads.container_runtime`: Podman's CLI; its global flags in `workloads.container_runtime_args`). The
+ * same promises as the sandbox (sandbox.ts), kept by the runtime:
+ *
+ * - the image (pulled while the workload is `preparing`, unbilled) with its root filesystem read-only, a private
+ *   `/tmp` (a tmpfs of at most the disk limit) and the work directory at `/work` (its current directory and `HOME`),
+ *   its inputs read-only at `/work/inputs`, `/work/output/` uploaded at its end;
+ * - **only the leased GPUs**: on a real machine through CDI (`--device nvidia.com/gpu=<index>`: the NVIDIA Container
+ *   Toolkit's spec, `nvidia-ctk cdi generate`, gives the GPU's node, the control nodes and the driver's libraries), on
+ *   a simulated machine its stand-in files at `/dev/nvidia<index>`; `CUDA_VISIBLE_DEVICES` and
+ *   `NVIDIA_VISIBLE_DEVICES` name them by UUID;
+ * - no network unless its spec has `network` (then slirp4netns without the host's loopback, and the private ranges
+ *   and the host's addresses routed nowhere before the workload starts, as in the sandbox);
+ * - every capability dropped, no new privileges, the workload's own user (a root daemon: one per slot), limits on
+ *   processes (`--pids-limit` and `RLIMIT_NPROC`), memory (the daemon's watch each second: past it, `memory_limit`;
+ *   the cgroup's, without swap, a quarter above, for one that grows faster), open files, one file's size, and the work directory's bytes (`disk_limit`);
+ * - at most `max_runtime_seconds` (`max_runtime`), also enforced by the runtime's own `--timeout` should the daemon
+ *   be gone;
+ * - labelled `gpu-platform.session=<id>`: a daemon started again removes every container so labelled that it did not
+ *   start (removeOrphans), and reports their workloads `stopped` (`daemon_restarted`) at the last time it knew them
+ *   alive, as for the sandbox.
+ *
+ * Its variables go to the runtime in a file (mode 0600, removed once the container is made), never on a command line.
+ * Its standard output and error reach the daemon through `start --attach` (`--log-driver none`: the runtime keeps no
+ * copy), which keeps each cut at `logBytes`. Stopping it is the runtime's `stop` (SIGTERM, the grace period, SIGKILL).
+ */
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { workloadSpecSchema } from '@gpu/common';
+import {
+  allGone,
+  boundedCopy,
+  descendants,
+  directoryBytes,
+  fenceNetwork,
+  residentBytes,
+  type Sandbox,
+  type SandboxEnd,
+  type SandboxGpu,
+  type SandboxOptions,
+  WATCH_MS,
+  withinHard,
+} from './sandbox.ts';
+
+const run = promisify(execFile);
+
+/** The label every workload container carries: the session it runs for. */
+export const SESSION_LABEL = 'gpu-platform.session';
+
+export interface ContainerRuntime {
+  /** The runtime's command (`podman`). */
+  path: string;
+  /** Its global flags (`--runtime runc --cgroup-manager cgroupfs` on a host without systemd's cgroups). */
+  args: string[];
+}
+
+export interface ContainerOptions extends Omit<SandboxOptions, 'gpus' | 'bwrapPath' | 'slirpPath' | 'hidden'> {
+  runtime: ContainerRuntime;
+  sessionId: string;
+  /** The leased GPUs, with their index on the machine (CDI names them by it). */
+  gpus: (SandboxGpu & { index: number })[];
+  /** Real GPUs through CDI; a simulated machine's stand-in files bound where their nodes would be. */
+  simulated: boolean;
+}
+
+/** Runs the runtime with the global flags; rejects with its own words when it fails. */
+async function runtime(rt: ContainerRuntime, args: string[], timeoutMs = 60_000): Promise<string> {
+  try {
+    const { stdout } = await run(rt.path, [...rt.args, ...args], { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 });
+    return stdout;
+  } catch (err) {
+    const e = err as Error & { stderr?: string };
+    throw new Error(`${rt.path} ${args[0]}: ${(e.stderr || e.message).trim().slice(0, 500)}`);
+  }
+}
+
+/** The container of a session (one per session; a later start removes a leftover first). */
+const containerName = (sessionId: string) => `gpu-session-${sessionId}`;
+
+/** Pulls the image unless the machine has it (while the workload is `preparing`: unbilled); rejects when it cannot. */
+export async function pullImage(rt: ContainerRuntime, image: string, timeoutMs: number): Promise<void> {
+  try {
+    await runtime(rt, ['image', 'exists', image]);
+    return;
+  } catch {
+    // Not here: pulled.
+  }
+  await runtime(rt, ['pull', '--quiet', image], timeoutMs);
+}
+
+/**
+ * Removes every workload container (labelled with a session) the machine has: at a daemon's start, each is one an
+ * earlier life started and left behind. Gives back the sessions they ran for.
+ */
+export async function removeOrphans(rt: ContainerRuntime): Promise<string[]> {
+  const out = await runtime(rt, [
+    'ps',
+    '--all',
+    '--filter',
+    `label=${SESSION_LABEL}`,
+    '--format',
+    `{{.ID}} {{index .Labels "${SESSION_LABEL}"}}`,
+  ]);
+  const rows = out
+    .split('\n')
+    .map((l) => l.trim().split(' '))
+    .filter((r) => r[0]);
+  if (rows.length > 0) await runtime(rt, ['rm', '--force', '--time', '0', ...rows.map((r) => r[0]!)]);
+  return rows.map((r) => r[1] ?? '');
+}
+
+/** The kernel's memory limit of a container whose allowance is `bytes`. */
+const hardMemory = (bytes: number) => bytes + Math.max(64 * 1024 * 1024, Math.ceil(bytes / 4));
+
+/** The `create` arguments of the workload's container. */
+function createArgs(opts: ContainerOptions, envFile: string): string[] {
+  const { spec, limits } = opts;
+  const nofile = withinHard('Max open files', limits.openFiles);
+  const nproc = withinHard('Max processes', limits.processes);
+  const fsize = withinHard('Max file size', limits.diskBytes);
+  const args = [
+    'create',
+    '--name',
+    containerName(opts.sessionId),
+    '--label',
+    `${SESSION_LABEL}=${opts.sessionId}`,
+    '--pull=never',
+    '--read-only',
+    '--read-only-tmpfs=false',
+    '--tmpfs',
+    `/tmp:rw,size=${limits.diskBytes},mode=1777`,
+    '--network',
+    spec.network ? 'slirp4netns:allow_host_loopback=false' : 'none',
+    '--cap-drop=all',
+    '--security-opt=no-new-privileges',
+    '--pids-limit',
+    String(limits.processes),
+    // The daemon's watch stops it past its allowance (memory_limit); the kernel's limit, a quarter above (at least
+    // 64 MiB), catches one that grows faster than the watch looks.
+    '--memory',
+    String(hardMemory(limits.memoryBytes)),
+    '--memory-swap',
+    String(hardMemory(limits.memoryBytes)),
+    '--ulimit',
+    `nofile=${nofile}:${nofile}`,
+    '--ulimit',
+    `nproc=${nproc}:${nproc}`,
+    '--ulimit',
+    `fsize=${fsize}:${fsize}`,
+    // No log of the runtime's own (unbounded on its disk): the output reaches the daemon through the attach alone.
+    '--log-driver',
+    'none',
+    '--stop-timeout',
+    String(Math.ceil(opts.stopGraceMs / 1000)),
+    // Should the daemon be gone, the runtime ends it at its maximum runtime (and the grace) all the same.
+    '--timeout',
+    String(spec.max_runtime_seconds + Math.ceil(opts.stopGraceMs / 1000)),
+    '--volume',
+    `${opts.workDir}:/work:rw`,
+    ...(opts.inputsDir ? ['--volume', `${opts.inputsDir}:/work/inputs:ro`] : []),
+    '--workdir',
+    '/work',
+    '--env-file',
+    envFile,
+    ...(opts.uid !== undefined ? ['--user', `${opts.uid}:${opts.uid}`] : []),
+  ];
+  for (const gpu of opts.gpus) {
+    if (opts.simulated) args.push('--volume', `${gpu.device}:/dev/${path.basename(gpu.device)}:ro`);
+    else args.push('--device', `nvidia.com/gpu=${gpu.index}`);
+  }
+  // `command` replaces the image's entrypoint and command: argv as given.
+  if (spec.command) args.push('--entrypoint', JSON.stringify([spec.command[0]]));
+  args.push(spec.image!, ...(spec.command?.slice(1) ?? []));
+  return args;
+}
+
+/** The container's variables: the renter's, then the platform's (the image keeps its own PATH). */
+function envLines(opts: ContainerOptions): string {
+  const uuids = opts.gpus.map((g) => g.uuid).join(',');
+  const env = {
+    ...opts.spec.env,
+    ...opts.platformEnv,
+    HOME: '/work',
+    TMPDIR: '/tmp',
+    CUDA_VISIBLE_DEVICES: uuids,
+    NVIDIA_VISIBLE_DEVICES: uuids,
+  };
+  return Object.entries(env)
+    .map(([k, v]) => `${k}=${v}\n`)
+    .join('');
+}
+
+/** Starts the workload's container; throws when its spec is not a container's the platform accepts. */
+export function startContainer(opts: ContainerOptions): Sandbox {
+  const spec = workloadSpecSchema.parse(opts.spec);
+  if (!spec.image) throw new Error('a command without an image runs in the sandbox');
+  const options = { ...opts, spec };
+  const rt = opts.runtime;
+  const name = containerName(opts.sessionId);
+  const startedAt = new Date();
+  const envFile = path.join(opts.logDir, 'container.env');
+  /** The container's first process on the host, once made. */
+  let hostPid = -1;
+  let failure: string | undefined;
+  let stopping: { reason: string } | undefined;
+  let attach: ReturnType<typeof spawn> | undefined;
+  let known: number[] = [];
+
+  // Made, its network fenced, then started attached: its output streams to the daemon from the first byte.
+  const started = (async () => {
+    writeFileSync(envFile, envLines(options), { mode: 0o600 });
+    try {
+      await runtime(rt, ['rm', '--force', '--time', '0', name]).catch(() => {});
+      await runtime(rt, createArgs(options, envFile));
+    } finally {
+      rmSync(envFile, { force: true });
+    }
+    await runtime(rt, ['init', name]);
+    hostPid = Number((await runtime(rt, ['inspect', '--format', '{{.State.Pid}}', name])).trim());
+    if (spec.network && process.getuid?.() === 0) await fenceNetwork(hostPid);
+    if (stopping) throw new Error('stopped before it started');
+    const child = spawn(rt.path, [...rt.args, 'start', '--attach', name], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    attach = child;
+    const logs = Promise.all([
+      boundedCopy(child.stdout!, path.join(opts.logDir, 'stdout.log'), opts.limits.logBytes),
+      boundedCopy(child.stderr!, path.join(opts.logDir, 'stderr.log'), opts.limits.logBytes),
+    ]);
+    const closed = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
+    return { closed, logs };
+  })();
+  const ready: Promise<Date> = started.then(
+    () => new Date(),
+    (err: Error) => {
+      if (stopping) throw err;
+      failure ??= /network|slirp|fenc/i.test(err.message) ? 'network_unavailable' : 'container_unavailable';
+      process.emitWarning(`a workload's container did not start: ${err.message}`);
+      throw err;
+    },
+  );
+  ready.catch(() => {});
+
+  const ended: Promise<SandboxEnd> = (async (): Promise<SandboxEnd> => {
+    let code: number | null = null;
+    try {
+      const { closed, logs } = await started;
+      [code] = await closed;
+      await logs;
+    } catch {
+      // Never started: failed, below.
+    }
+    // What the runtime says of its end (its exit code, whether the kernel killed it for memory), then it is removed.
+    let oom = false;
+    let exitCode = code;
+    try {
+      const state = (await runtime(rt, ['inspect', '--format', '{{.State.ExitCode}} {{.State.OOMKilled}}', name]))
+        .trim()
+        .split(' ');
+      exitCode = Number(state[0]);
+      oom = state[1] === 'true';
+    } catch {
+      // Gone already.
+    }
+    await runtime(rt, ['rm', '--force', '--time', '0', name]).catch(() => {});
+    await allGone(hostPid > 0 ? [hostPid, ...known] : known, 2000);
+    const at = new Date();
+    if (stopping) return { state: 'stopped', reason: stopping.reason, exitCode, signal: null, at };
+    if (failure) return { state: 'failed', reason: failure, at };
+    if (oom) return { state: 'stopped', reason: 'memory_limit', exitCode, signal: null, at };
+    return { state: 'exited', exitCode: exitCode ?? 0, at };
+  })().finally(() => {
+    clearInterval(watch);
+    clearTimeout(deadline);
+  });
+
+  const stop = (reason: string): Promise<SandboxEnd> => {
+    if (!stopping && (!attach || (attach.exitCode === null && attach.signalCode === null))) {
+      stopping = { reason };
+      if (hostPid > 0) known = [hostPid, ...descendants(hostPid)];
+      // Before it started: made and removed, never run (the start sees `stopping`).
+      void runtime(rt, ['stop', '--time', String(Math.ceil(opts.stopGraceMs / 1000)), name], opts.stopGraceMs + 30_000)
+        .catch(() => runtime(rt, ['rm', '--force', '--time', '0', name]))
+        .catch(() => {});
+    }
+    return ended;
+  };
+
+  const deadline = setTimeout(() => void stop('max_runtime'), spec.max_runtime_seconds * 1000);
+  deadline.unref();
+  const watch = setInterval(() => {
+    if (hostPid <= 0 || stopping || !attach) return;
+    known = [hostPid, ...descendants(hostPid)];
+    if (residentBytes(known) > opts.limits.memoryBytes) void stop('memory_limit');
+    else if (directoryBytes(opts.workDir) > opts.limits.diskBytes) void stop('disk_limit');
+  }, WATCH_MS);
+  watch.unref();
+
+  return {
+    get pid() {
+      return hostPid;
+    },
+    startedAt,
+    ready,
+    ended,
+    stop,
+  };
+}

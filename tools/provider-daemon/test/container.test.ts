@@ -1,0 +1,243 @@
+/**
+ * Container mode against the real Podman (Debian's, installed by the test setup with a busybox image made there) on a
+ * simulated 4-GPU machine: every check is real except the GPU. A container runs its image with the argv as given,
+ * sees only the GPUs it leased, writes only its work directory, reaches no network, and is stopped at its limits, its
+ * maximum runtime and its end; a container an earlier life of the daemon left is found by its label and removed.
+ */
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
+import path from 'node:path';
+import type { WorkloadSpec } from '@gpu/common';
+import { afterAll, describe, expect, it } from 'vitest';
+import { daemonConfigSchema } from '../src/config.ts';
+import { gpuSource } from '../src/gpu/source.ts';
+import { type ContainerOptions, removeOrphans, SESSION_LABEL, startContainer } from '../src/workloads/container.ts';
+import { simulatedDevices } from '../src/workloads/devices.ts';
+
+const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:1';
+const runtime = { path: 'podman', args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean) };
+
+const root = mkdtempSync(path.join(tmpdir(), 'container-test-'));
+chmodSync(root, 0o711);
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const isRoot = process.getuid?.() === 0;
+let nextUid = 210_000 + Math.floor(Math.random() * 10_000) * 10;
+const machine = daemonConfigSchema.parse({
+  gpu: { source: 'simulated', simulated_gpus: Array.from({ length: 4 }, () => ({ name: 'H', memory_total_mib: 1 })) },
+});
+const readings = await gpuSource(machine.gpu).read();
+const devices = simulatedDevices(path.join(root, 'dev'), readings);
+
+/** The containers labelled with a session that the runtime has. */
+const labelled = () =>
+  spawnSync(
+    'podman',
+    [...runtime.args, 'ps', '--all', '--filter', `label=${SESSION_LABEL}`, '--format', '{{.Names}}'],
+    {
+      encoding: 'utf8',
+    },
+  )
+    .stdout.split('\n')
+    .filter(Boolean);
+
+function run(spec: Partial<WorkloadSpec>, over: Partial<ContainerOptions> & { leased?: number[] } = {}) {
+  const sessionId = `t${Math.random().toString(36).slice(2, 10)}`;
+  const dir = path.join(root, sessionId);
+  const workDir = path.join(dir, 'work');
+  const logDir = path.join(dir, 'logs');
+  mkdirSync(path.join(workDir, 'output'), { recursive: true });
+  mkdirSync(logDir);
+  chmodSync(dir, 0o711);
+  const uid = isRoot ? nextUid++ : undefined;
+  if (uid !== undefined) {
+    chownSync(workDir, uid, uid);
+    chownSync(path.join(workDir, 'output'), uid, uid);
+  }
+  const { leased = [0], ...rest } = over;
+  const container = startContainer({
+    spec: { image, env: {}, max_runtime_seconds: 60, network: false, inputs: [], ...spec },
+    sessionId,
+    workDir,
+    logDir,
+    gpus: leased.map((i) => ({ index: i, uuid: readings[i]!.uuid, device: devices.get(i)! })),
+    simulated: true,
+    controlDevices: [],
+    limits: { processes: 64, openFiles: 256, memoryBytes: 256 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e5 },
+    ...(uid !== undefined ? { uid } : {}),
+    platformEnv: { GPU_PLATFORM_SESSION_ID: sessionId },
+    stopGraceMs: 1000,
+    runtime,
+    ...rest,
+  });
+  return {
+    container,
+    sessionId,
+    workDir,
+    uid,
+    stdout: () => readFileSync(path.join(logDir, 'stdout.log'), 'utf8'),
+    stderr: () => readFileSync(path.join(logDir, 'stderr.log'), 'utf8'),
+  };
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe('container mode', () => {
+  it('runs the argv as given on exactly the leased GPUs, its root read-only and its work directory its own', async () => {
+    const script = [
+      'echo "argv: $0 $1"',
+      'echo "env: $GREETING $GPU_PLATFORM_SESSION_ID $CUDA_VISIBLE_DEVICES"',
+      'ls /dev | grep nvidia',
+      'cat /dev/nvidia1',
+      'id -u',
+      'touch /etc/escape 2>/dev/null || echo "root is read-only"',
+      'echo done > /work/output/result.txt',
+      'echo "to stderr" >&2',
+      'exit 3',
+    ].join('\n');
+    const w = run(
+      { command: ['/bin/busybox', 'sh', '-c', script, 'zero', 'one; $(whoami)'], env: { GREETING: 'hello world' } },
+      { leased: [1, 3] },
+    );
+    const end = await w.container.ended;
+    expect(end).toMatchObject({ state: 'exited', exitCode: 3 });
+    const out = w.stdout();
+    // The argv reaches the program as given: no shell ran the renter's words.
+    expect(out).toContain('argv: zero one; $(whoami)\n');
+    expect(out).toContain(`env: hello world ${w.sessionId} GPU-simulated-1,GPU-simulated-3`);
+    expect(out.match(/^nvidia\d+$/gm)).toEqual(['nvidia1', 'nvidia3']);
+    expect(out).toContain('simulated GPU 1 GPU-simulated-1');
+    if (w.uid !== undefined) expect(out).toContain(`\n${w.uid}\n`);
+    expect(out).toContain('root is read-only');
+    expect(w.stderr()).toBe('to stderr\n');
+    const result = path.join(w.workDir, 'output', 'result.txt');
+    expect(readFileSync(result, 'utf8')).toBe('done\n');
+    if (w.uid !== undefined) expect(statSync(result).uid).toBe(w.uid);
+    // Its container is gone with it.
+    expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
+  });
+
+  it('reaches no network: only its loopback, never a service of the host', async () => {
+    const server = createServer((s) => s.end('secret\n'));
+    await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
+    const port = (server.address() as { port: number }).port;
+    const host = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    try {
+      const w = run({
+        command: [
+          '/bin/busybox',
+          'sh',
+          '-c',
+          `ls /sys/class/net; nc -w 2 ${host ?? '10.0.2.2'} ${port} && echo REACHED; nc -w 2 10.0.2.2 ${port} && echo REACHED; true`,
+        ],
+      });
+      expect(await w.container.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+      expect(w.stdout()).toBe('lo\n');
+    } finally {
+      server.close();
+    }
+  });
+
+  it('with the network allowed, goes out through slirp4netns and never reaches the host or a private range', async () => {
+    const server = createServer((s) => s.end('secret\n'));
+    await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
+    const port = (server.address() as { port: number }).port;
+    const host = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    try {
+      const w = run({
+        network: true,
+        command: [
+          '/bin/busybox',
+          'sh',
+          '-c',
+          [
+            'ls /sys/class/net',
+            // The host's loopback (slirp's 10.0.2.2), its own address, and a private range.
+            `nc -w 2 10.0.2.2 ${port} && echo REACHED-LOOPBACK`,
+            `nc -w 2 ${host} ${port} && echo REACHED-HOST`,
+            `nc -w 2 192.168.1.1 ${port} && echo REACHED-PRIVATE`,
+            'true',
+          ].join('; '),
+        ],
+      });
+      expect(await w.container.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+      expect(w.stdout()).toBe('lo\ntap0\n');
+    } finally {
+      server.close();
+    }
+  });
+
+  it('is stopped past its memory allowance, and its processes past their limit cannot fork', async () => {
+    const hog = run(
+      {
+        command: [
+          '/bin/busybox',
+          'sh',
+          '-c',
+          's=$(head -c 4000000 /dev/zero | tr "\\0" a); i=0; while :; do eval "v$i=\\$s"; i=$((i+1)); sleep 0.1; done',
+        ],
+      },
+      { limits: { processes: 64, openFiles: 256, memoryBytes: 64 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e4 } },
+    );
+    const bomb = run(
+      { command: ['/bin/busybox', 'sh', '-c', 'n=0; for i in $(seq 60); do sleep 30 & n=$((n+1)); done; echo ok'] },
+      { limits: { processes: 16, openFiles: 256, memoryBytes: 1e9, diskBytes: 1e7, logBytes: 1e4 } },
+    );
+    expect(await hog.container.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
+    // The fork bomb hit its limit: its shell could not fork the rest, and gave up.
+    expect(await bomb.container.ended).toMatchObject({ state: 'exited', exitCode: 2 });
+    expect(bomb.stderr()).toMatch(/can't fork/);
+    expect(bomb.stdout()).toBe('');
+  });
+
+  it('is stopped at its end even when it ignores SIGTERM (SIGKILL after the grace period), no process left', async () => {
+    const w = run({
+      command: ['/bin/busybox', 'sh', '-c', 'trap "" TERM; echo started; while :; do sleep 1; done'],
+    });
+    await w.container.ready;
+    await new Promise((r) => setTimeout(r, 300));
+    const pid = w.container.pid;
+    expect(alive(pid)).toBe(true);
+    const asked = Date.now();
+    expect(await w.container.stop('session_ended')).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+    // The grace period (1 s), then SIGKILL.
+    expect(Date.now() - asked).toBeGreaterThanOrEqual(900);
+    expect(Date.now() - asked).toBeLessThan(8000);
+    expect(alive(pid)).toBe(false);
+    expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
+  });
+
+  it('stops at its maximum runtime', async () => {
+    const w = run({ command: ['/bin/busybox', 'sleep', '100'], max_runtime_seconds: 1 });
+    expect(await w.container.ended).toMatchObject({ state: 'stopped', reason: 'max_runtime' });
+  });
+
+  it('a container an earlier life of the daemon left is found by its label and removed, its processes with it', async () => {
+    const w = run({ command: ['/bin/busybox', 'sleep', '100'] });
+    await w.container.ready;
+    await new Promise((r) => setTimeout(r, 300));
+    const pid = w.container.pid;
+    // As a daemon started again finds it (this one is still watching it: its end comes as a failure of the runtime).
+    expect(await removeOrphans(runtime)).toContain(w.sessionId);
+    await w.container.ended;
+    expect(alive(pid)).toBe(false);
+    expect(labelled()).toEqual([]);
+  });
+
+  it('refuses a spec without an image (that is the sandbox)', () => {
+    expect(() => run({ image: undefined, command: ['true'] })).toThrow(/runs in the sandbox/);
+  });
+});
