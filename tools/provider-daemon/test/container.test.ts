@@ -13,7 +13,7 @@ import type { WorkloadSpec } from '@gpu/common';
 import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
-import { type ContainerOptions, removeOrphans, SESSION_LABEL, startContainer } from '../src/workloads/container.ts';
+import { type ContainerOptions, DAEMON_LABEL, removeOrphans, startContainer } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 
 const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:1';
@@ -31,11 +31,11 @@ const machine = daemonConfigSchema.parse({
 const readings = await gpuSource(machine.gpu).read();
 const devices = simulatedDevices(path.join(root, 'dev'), readings);
 
-/** The containers labelled with a session that the runtime has. */
+/** The containers this file's daemon (its run directory, `root`) made that the runtime has. */
 const labelled = () =>
   spawnSync(
     'podman',
-    [...runtime.args, 'ps', '--all', '--filter', `label=${SESSION_LABEL}`, '--format', '{{.Names}}'],
+    [...runtime.args, 'ps', '--all', '--filter', `label=${DAEMON_LABEL}=${root}`, '--format', '{{.Names}}'],
     {
       encoding: 'utf8',
     },
@@ -60,6 +60,7 @@ function run(spec: Partial<WorkloadSpec>, over: Partial<ContainerOptions> & { le
   const container = startContainer({
     spec: { image, env: {}, max_runtime_seconds: 60, network: false, inputs: [], ...spec },
     sessionId,
+    daemon: root,
     workDir,
     logDir,
     gpus: leased.map((i) => ({ index: i, uuid: readings[i]!.uuid, device: devices.get(i)! })),
@@ -231,7 +232,7 @@ describe('container mode', () => {
     await new Promise((r) => setTimeout(r, 300));
     const pid = w.container.pid;
     // As a daemon started again finds it (this one is still watching it: its end comes as a failure of the runtime).
-    expect(await removeOrphans(runtime)).toContain(w.sessionId);
+    expect(await removeOrphans(runtime, root)).toEqual([w.sessionId]);
     await w.container.ended;
     expect(alive(pid)).toBe(false);
     expect(labelled()).toEqual([]);

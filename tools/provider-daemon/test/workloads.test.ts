@@ -58,7 +58,12 @@ describe("the daemon runs renters' workloads", () => {
       expect(out).toBe('nvidia4\nnvidia5\nGPU-simulated-4,GPU-simulated-5\n');
       // Its work directory goes with it (once billing took the end).
       const workDir = join(m.runDir, r.id, 'work');
-      expect(await until(async () => existsSync(workDir), (there) => !there)).toBe(false);
+      expect(
+        await until(
+          async () => existsSync(workDir),
+          (there) => !there,
+        ),
+      ).toBe(false);
     } finally {
       await runner.stop();
     }

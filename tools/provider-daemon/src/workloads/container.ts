@@ -17,8 +17,8 @@
  *   the cgroup's, without swap, a quarter above, for one that grows faster), open files, one file's size, and the work directory's bytes (`disk_limit`);
  * - at most `max_runtime_seconds` (`max_runtime`), also enforced by the runtime's own `--timeout` should the daemon
  *   be gone;
- * - labelled `gpu-platform.session=<id>`: a daemon started again removes every container so labelled that it did not
- *   start (removeOrphans), and reports their workloads `stopped` (`daemon_restarted`) at the last time it knew them
+ * - labelled `gpu-platform.session=<id>` and `gpu-platform.daemon=<its run directory>`: a daemon started again removes
+ *   every container it labelled (removeOrphans), and reports their workloads `stopped` (`daemon_restarted`) at the last time it knew them
  *   alive, as for the sandbox.
  *
  * Its variables go to the runtime in a file (mode 0600, removed once the container is made), never on a command line.
@@ -50,6 +50,8 @@ const run = promisify(execFile);
 
 /** The label every workload container carries: the session it runs for. */
 export const SESSION_LABEL = 'gpu-platform.session';
+/** And the daemon that made it (its run directory: one per daemon of a machine). */
+export const DAEMON_LABEL = 'gpu-platform.daemon';
 
 export interface ContainerRuntime {
   /** The runtime's command (`podman`). */
@@ -61,6 +63,8 @@ export interface ContainerRuntime {
 export interface ContainerOptions extends Omit<SandboxOptions, 'gpus' | 'bwrapPath' | 'slirpPath' | 'hidden'> {
   runtime: ContainerRuntime;
   sessionId: string;
+  /** The daemon's identity on the machine (its run directory), labelled on the container. */
+  daemon: string;
   /** The leased GPUs, with their index on the machine (CDI names them by it). */
   gpus: (SandboxGpu & { index: number })[];
   /** Real GPUs through CDI; a simulated machine's stand-in files bound where their nodes would be. */
@@ -93,15 +97,15 @@ export async function pullImage(rt: ContainerRuntime, image: string, timeoutMs: 
 }
 
 /**
- * Removes every workload container (labelled with a session) the machine has: at a daemon's start, each is one an
- * earlier life started and left behind. Gives back the sessions they ran for.
+ * Removes every workload container this daemon (`daemon`, its run directory) made: at its start, each is one an earlier
+ * life started and left behind. Gives back the sessions they ran for.
  */
-export async function removeOrphans(rt: ContainerRuntime): Promise<string[]> {
+export async function removeOrphans(rt: ContainerRuntime, daemon: string): Promise<string[]> {
   const out = await runtime(rt, [
     'ps',
     '--all',
     '--filter',
-    `label=${SESSION_LABEL}`,
+    `label=${DAEMON_LABEL}=${daemon}`,
     '--format',
     `{{.ID}} {{index .Labels "${SESSION_LABEL}"}}`,
   ]);
@@ -128,6 +132,8 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     containerName(opts.sessionId),
     '--label',
     `${SESSION_LABEL}=${opts.sessionId}`,
+    '--label',
+    `${DAEMON_LABEL}=${opts.daemon}`,
     '--pull=never',
     '--read-only',
     '--read-only-tmpfs=false',

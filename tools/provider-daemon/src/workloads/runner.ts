@@ -270,7 +270,7 @@ export class WorkloadRunner {
     const providerId = this.deps.providerId();
     if (!providerId) return;
     if (!this.orphansRemoved && this.containers) {
-      const sessions = await removeOrphans(this.containers);
+      const sessions = await removeOrphans(this.containers, path.resolve(this.settings.run_dir));
       if (sessions.length > 0)
         this.deps.logger.warn({ sessions }, 'removed the workload containers an earlier life of the daemon left');
     }
@@ -465,7 +465,14 @@ export class WorkloadRunner {
     let sandbox: Sandbox;
     try {
       sandbox = spec.image
-        ? startContainer({ ...common, gpus, simulated, runtime: this.containers!, sessionId: session.id })
+        ? startContainer({
+            ...common,
+            gpus,
+            simulated,
+            runtime: this.containers!,
+            sessionId: session.id,
+            daemon: path.resolve(this.settings.run_dir),
+          })
         : startSandbox({
             ...common,
             gpus: gpus.map((g): SandboxGpu => ({ uuid: g.uuid, device: g.device })),
