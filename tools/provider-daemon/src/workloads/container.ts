@@ -49,7 +49,7 @@ import {
 const run = promisify(execFile);
 
 /** The label every workload container carries: the session it runs for. */
-export const SESSION_LABEL = 'gpu-platform.session';
+const SESSION_LABEL = 'gpu-platform.session';
 /** And the daemon that made it (its run directory: one per daemon of a machine). */
 export const DAEMON_LABEL = 'gpu-platform.daemon';
 
