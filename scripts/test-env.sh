@@ -125,7 +125,7 @@ TEST_CONTAINER_IMAGE=localhost/gpu-platform-test:1
 ensure_podman() {
   command -v podman >/dev/null || apt_install podman
   command -v runc >/dev/null || apt_install runc
-  [ -x /bin/busybox ] && /bin/busybox --help 2>&1 | grep -q 'static' || dpkg -s busybox-static >/dev/null 2>&1 || apt_install busybox-static
+  dpkg -s busybox-static >/dev/null 2>&1 || apt_install busybox-static
   if ! podman image exists "$TEST_CONTAINER_IMAGE"; then
     local root
     root=$(mktemp -d)
