@@ -121,7 +121,7 @@ ensure_bwrap() {
 # The provider daemon's container mode (src/workloads/container.ts): Debian's podman with runc, and a test image made
 # here from busybox-static (no registry is reachable). Where podman's defaults cannot run a container (no systemd
 # cgroups, as on these machines) the runtime flags that can are exported for the tests.
-TEST_CONTAINER_IMAGE=localhost/gpu-platform-test:1
+TEST_CONTAINER_IMAGE=localhost/gpu-platform-test:2
 ensure_podman() {
   command -v podman >/dev/null || apt_install podman
   command -v runc >/dev/null || apt_install runc
@@ -131,13 +131,15 @@ ensure_podman() {
     root=$(mktemp -d)
     mkdir -p "$root/bin" && cp /bin/busybox "$root/bin/busybox"
     for tool in sh cat ls id env sleep head tr touch echo true nc wget awk seq; do ln -s busybox "$root/bin/$tool"; done
-    tar -C "$root" -c . | podman import --quiet - "$TEST_CONTAINER_IMAGE" >/dev/null
+    # With a volume of its own, as many images have (the daemon must not give it one on the host's disk).
+    tar -C "$root" -c . | podman import --quiet --change 'VOLUME /data' - "$TEST_CONTAINER_IMAGE" >/dev/null
     rm -rf "$root"
   fi
   local args
   for args in "" "--runtime runc --cgroup-manager cgroupfs"; do
     # shellcheck disable=SC2086
     if podman $args run --rm --pull=never --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+      --memory 256m --memory-swap 256m --pids-limit 64 \
       "$TEST_CONTAINER_IMAGE" /bin/busybox true >/dev/null 2>&1; then
       export TEST_CONTAINER_RUNTIME_ARGS="$args" TEST_CONTAINER_IMAGE
       log "$(podman --version) runs containers${args:+ with $args}"

@@ -9,7 +9,7 @@
  *
  * Container mode (`image`, an OCI image reference) runs the image on a machine with a container runtime: its own
  * entrypoint and command, or `command` instead of both (argv as given). Its variables are one line each (the runtime
- * reads them from a file of lines).
+ * reads them from a file of lines), and none is named `NVIDIA_*` (the GPU runtime's hooks act on those).
  *
  * Environment names are POSIX-portable (`[A-Za-z_][A-Za-z0-9_]*`); the dynamic loader's (`LD_*`) are **refused**, as are
  * the names the platform sets itself in the sandbox (`PATH`, `HOME`, `TMPDIR`, `CUDA_VISIBLE_DEVICES`,
@@ -186,6 +186,9 @@ export const workloadSpecSchema = z
       for (const [name, value] of Object.entries(spec.env)) {
         if (/[\r\n]/.test(value))
           ctx.addIssue({ code: 'custom', path: ['env', name], message: "a container's variables are one line each" });
+        // The NVIDIA container hooks act on these: which GPUs, capabilities and driver a container gets.
+        if (name.startsWith('NVIDIA_'))
+          ctx.addIssue({ code: 'custom', path: ['env', name], message: `${name} is the GPU runtime's: refused` });
       }
     }
   })

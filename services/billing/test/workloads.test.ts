@@ -259,6 +259,13 @@ describe('a session with a workload', () => {
       [{ ...spec, command: Array.from({ length: 257 }, () => 'x') }, /command/],
       [{ ...spec, max_runtime_seconds: 0 }, /max_runtime_seconds/],
       [{ ...spec, shell: true }, /shell|Unrecognized/i],
+      // Container mode: a reference podman could take for an option, a variable breaking its file of lines, the GPU
+      // runtime's own variables; without an image, a command is required.
+      [{ ...spec, image: '--privileged' }, /image/],
+      [{ ...spec, image: 'busybox --privileged' }, /image/],
+      [{ ...spec, image: 'busybox', env: { A: 'x\nLD_PRELOAD=/tmp/x.so' } }, /one line each/],
+      [{ ...spec, image: 'busybox', env: { NVIDIA_DRIVER_CAPABILITIES: 'all' } }, /GPU runtime's: refused/],
+      [{ max_runtime_seconds: 60 }, /a command is required without an image/],
     ];
     for (const [workload, why] of bad) {
       const res = await startAs(r.renterUser.headers, { ...r.body, job_id: randomUUID(), workload });

@@ -96,6 +96,12 @@ export const daemonConfigSchema = z
         /** The runtime's global flags (`[--runtime, runc, --cgroup-manager, cgroupfs]` on a host without systemd). */
         container_runtime_args: z.array(z.string()).default([]),
         /**
+         * Registries named by an address or as `localhost` that renters' images may come from (`localhost`,
+         * `10.0.0.5:5000`); any other such reference is refused (`image_refused`): the machine's own network and images
+         * are not the renter's. Registries by name are pulled from.
+         */
+        allowed_registries: z.array(z.string()).default([]),
+        /**
          * How long pulling a workload's image may take (while it is `preparing`, unbilled): below billing's
          * `workload_start_timeout` (5 minutes), past which the session ends anyway.
          */

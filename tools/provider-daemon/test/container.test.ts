@@ -5,7 +5,7 @@
  * maximum runtime and its end; a container an earlier life of the daemon left is found by its label and removed.
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -13,10 +13,16 @@ import type { WorkloadSpec } from '@gpu/common';
 import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
-import { type ContainerOptions, DAEMON_LABEL, removeOrphans, startContainer } from '../src/workloads/container.ts';
+import {
+  type ContainerOptions,
+  DAEMON_LABEL,
+  imageRefused,
+  removeOrphans,
+  startContainer,
+} from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 
-const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:1';
+const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
 const runtime = { path: 'podman', args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean) };
 
 const root = mkdtempSync(path.join(tmpdir(), 'container-test-'));
@@ -101,15 +107,22 @@ describe('container mode', () => {
       'cat /dev/nvidia1',
       'id -u',
       'touch /etc/escape 2>/dev/null || echo "root is read-only"',
+      // The image declares a volume: it gets none (no writable place on the host's disk outside the limits).
+      'touch /data/escape 2>/dev/null || echo "no volume"',
+      // The daemon's proxy variables (and credentials) stay the daemon's.
+      'env | grep -i proxy || echo "no proxy"',
       'echo done > /work/output/result.txt',
       'echo "to stderr" >&2',
       'exit 3',
     ].join('\n');
+    // The daemon's environment has a proxy with credentials in it.
+    process.env.HTTPS_PROXY = 'http://daemon:secret@proxy.example:3128';
     const w = run(
       { command: ['/bin/busybox', 'sh', '-c', script, 'zero', 'one; $(whoami)'], env: { GREETING: 'hello world' } },
       { leased: [1, 3] },
     );
     const end = await w.container.ended;
+    delete process.env.HTTPS_PROXY;
     expect(end).toMatchObject({ state: 'exited', exitCode: 3 });
     const out = w.stdout();
     // The argv reaches the program as given: no shell ran the renter's words.
@@ -119,6 +132,8 @@ describe('container mode', () => {
     expect(out).toContain('simulated GPU 1 GPU-simulated-1');
     if (w.uid !== undefined) expect(out).toContain(`\n${w.uid}\n`);
     expect(out).toContain('root is read-only');
+    expect(out).toContain('no volume');
+    expect(out).toContain('no proxy');
     expect(w.stderr()).toBe('to stderr\n');
     const result = path.join(w.workDir, 'output', 'result.txt');
     expect(readFileSync(result, 'utf8')).toBe('done\n');
@@ -170,6 +185,8 @@ describe('container mode', () => {
             `nc -w 2 10.0.2.2 ${port} && echo REACHED-LOOPBACK`,
             `nc -w 2 ${host} ${port} && echo REACHED-HOST`,
             `nc -w 2 192.168.1.1 ${port} && echo REACHED-PRIVATE`,
+            // IPv4 alone, which the fence covers.
+            'grep tap0 /proc/net/if_inet6 | grep -qv ^fe80 && echo IPV6-ON',
             'true',
           ].join('; '),
         ],
@@ -231,11 +248,38 @@ describe('container mode', () => {
     await w.container.ready;
     await new Promise((r) => setTimeout(r, 300));
     const pid = w.container.pid;
-    // As a daemon started again finds it (this one is still watching it: its end comes as a failure of the runtime).
+    // As a daemon started again finds it. (This one, still watching, sees it killed or removed under it: its end
+    // settles either way; a real earlier life is gone and says nothing.)
     expect(await removeOrphans(runtime, root)).toEqual([w.sessionId]);
-    await w.container.ended;
+    const end = await w.container.ended;
+    expect(end.state === 'exited' ? end.exitCode : end.state === 'stopped' ? end.reason : end).toBeOneOf([
+      137,
+      'container_removed',
+    ]);
     expect(alive(pid)).toBe(false);
     expect(labelled()).toEqual([]);
+  });
+
+  it('a stop the moment it started runs nothing of it, and leaves nothing', async () => {
+    const w = run({ command: ['/bin/busybox', 'sh', '-c', 'echo ran > /work/output/ran; sleep 100'] });
+    expect(await w.container.stop('session_ended')).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(existsSync(path.join(w.workDir, 'output', 'ran'))).toBe(false);
+    expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
+  });
+
+  it("an image's program that is not there is the renter's mistake, not the machine's", async () => {
+    const w = run({ command: ['/no/such/program'] });
+    expect(await w.container.ended).toMatchObject({ state: 'failed', reason: 'command_unavailable' });
+  });
+
+  it('pulls from registries by name, never by address or from the machine itself unless allowed', () => {
+    for (const ok of ['busybox', 'library/busybox:1', 'ghcr.io/org/app:v1', 'registry.example:5000/x/y'])
+      expect(imageRefused(ok, []), ok).toBeNull();
+    for (const refused of ['localhost/x:1', 'localhost:5000/x', '10.0.0.5:5000/x', '127.0.0.1/x', 'a.localhost/x'])
+      expect(imageRefused(refused, []), refused).toMatch(/does not pull from/);
+    expect(imageRefused('localhost/x:1', ['localhost'])).toBeNull();
+    expect(imageRefused('10.0.0.5:5000/x', ['10.0.0.5:5000'])).toBeNull();
   });
 
   it('refuses a spec without an image (that is the sandbox)', () => {

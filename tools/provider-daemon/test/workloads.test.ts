@@ -19,10 +19,12 @@ const rent = (providerId: string, gpuCount: number, workload: object) => rig.ren
 const workloadOf = (headers: Record<string, string>, id: string) => rig.workloadOf(headers, id);
 
 /** Container mode as the test setup made it possible: Podman, its flags for this host, a busybox image. */
-const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:1';
+const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
 const containers = {
   container_runtime: 'podman',
   container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+  // The test image is the machine's own (no registry is reachable here).
+  allowed_registries: ['localhost'],
 };
 const labelled = () =>
   spawnSync('podman', [...containers.container_runtime_args, 'ps', '--all', '--format', '{{.Names}}'], {
@@ -295,18 +297,25 @@ describe("the daemon runs renters' workloads", () => {
     expect(noRuntime).toMatchObject({ state: 'failed', reason: 'container_runtime_unavailable' });
     expect(noRuntime.session).toMatchObject({ end_reason: 'workload_not_started', billed_minutes: 0 });
     const m = await machine(containers);
-    // A registry on a port nothing listens on: the pull fails at once.
-    const r2 = await rent(m.providerId, 1, { image: '127.0.0.1:1/nothing/here:1', max_runtime_seconds: 60 });
+    // A registry nothing answers at (the machine's own, allowed here): the pull fails at once.
+    const r2 = await rent(m.providerId, 1, { image: 'localhost/nothing/here:1', max_runtime_seconds: 60 });
+    // A registry by address the machine does not allow (its own network's): refused, never pulled.
+    const r3 = await rent(m.providerId, 1, { image: '10.0.0.5:5000/probe:1', max_runtime_seconds: 60 });
     const runner = m.runner();
     await runner.sync();
-    const unpulled = await until(
-      () => workloadOf(r2.headers, r2.id),
-      (w) => w.state === 'failed',
-      30_000,
-    );
+    const failed = (r: { headers: Record<string, string>; id: string }) =>
+      until(
+        () => workloadOf(r.headers, r.id),
+        (w) => w.state === 'failed',
+        30_000,
+      );
+    const unpulled = await failed(r2);
     expect(unpulled).toMatchObject({ state: 'failed', reason: 'image_unavailable' });
     // Not the machine's fault: the renter's image (or its registry).
     expect(unpulled.session).toMatchObject({ end_reason: 'workload_failed', billed_minutes: 0 });
+    const refused = await failed(r3);
+    expect(refused).toMatchObject({ state: 'failed', reason: 'image_refused' });
+    expect(refused.session).toMatchObject({ end_reason: 'workload_failed', billed_minutes: 0 });
     await runner.stop();
   });
 

@@ -28,6 +28,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { rmSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { workloadSpecSchema } from '@gpu/common';
@@ -71,10 +72,25 @@ export interface ContainerOptions extends Omit<SandboxOptions, 'gpus' | 'bwrapPa
   simulated: boolean;
 }
 
+/**
+ * The runtime's environment: the daemon's own variables that say where the runtime keeps its state, never the rest (a
+ * proxy's credentials, say, which Podman would copy into containers).
+ */
+function runtimeEnv(): NodeJS.ProcessEnv {
+  const keep = ['PATH', 'HOME', 'TMPDIR', 'XDG_RUNTIME_DIR', 'XDG_CONFIG_HOME', 'XDG_DATA_HOME'];
+  return Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => keep.includes(k) || k.startsWith('CONTAINERS_')),
+  );
+}
+
 /** Runs the runtime with the global flags; rejects with its own words when it fails. */
 async function runtime(rt: ContainerRuntime, args: string[], timeoutMs = 60_000): Promise<string> {
   try {
-    const { stdout } = await run(rt.path, [...rt.args, ...args], { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 });
+    const { stdout } = await run(rt.path, [...rt.args, ...args], {
+      timeout: timeoutMs,
+      maxBuffer: 4 * 1024 * 1024,
+      env: runtimeEnv(),
+    });
     return stdout;
   } catch (err) {
     const e = err as Error & { stderr?: string };
@@ -82,8 +98,38 @@ async function runtime(rt: ContainerRuntime, args: string[], timeoutMs = 60_000)
   }
 }
 
+/** What `init` says when the image's program or user is not there (or may not be run): the renter's mistake. */
+const IMAGE_MISTAKE =
+  /executable file not found|no such file or directory|permission denied|unable to find user|exec format error/i;
+
 /** The container of a session (one per session; a later start removes a leftover first). */
 const containerName = (sessionId: string) => `gpu-session-${sessionId}`;
+
+/**
+ * Why this machine does not pull the image, or null when it does: a registry named by an address or as `localhost`
+ * (the provider's own network and images, which a renter's reference must not reach) unless the provider allows it
+ * (`workloads.allowed_registries`). Names without a registry are Docker Hub's.
+ */
+export function imageRefused(image: string, allowed: readonly string[]): string | null {
+  const first = image.split('/')[0]!;
+  if (!image.includes('/') || !(first.includes('.') || first.includes(':') || first === 'localhost')) return null;
+  const host = first.replace(/:\d+$/, '');
+  if (allowed.includes(first) || allowed.includes(host)) return null;
+  if (host === 'localhost' || host.endsWith('.localhost') || isIP(host) !== 0) {
+    return `${first}: a registry by address or on the machine itself, which this machine does not pull from`;
+  }
+  return null;
+}
+
+/** Why a pull failed: the machine's fault (its disk), or the image's (unknown, refused by its registry, unreachable). */
+export class PullError extends Error {
+  constructor(
+    message: string,
+    readonly machineFault: boolean,
+  ) {
+    super(message);
+  }
+}
 
 /** Pulls the image unless the machine has it (while the workload is `preparing`: unbilled); rejects when it cannot. */
 export async function pullImage(rt: ContainerRuntime, image: string, timeoutMs: number): Promise<void> {
@@ -93,7 +139,12 @@ export async function pullImage(rt: ContainerRuntime, image: string, timeoutMs: 
   } catch {
     // Not here: pulled.
   }
-  await runtime(rt, ['pull', '--quiet', image], timeoutMs);
+  try {
+    await runtime(rt, ['pull', '--quiet', image], timeoutMs);
+  } catch (err) {
+    const message = (err as Error).message;
+    throw new PullError(message, /no space left|disk quota|read-only file system/i.test(message));
+  }
 }
 
 /**
@@ -113,7 +164,7 @@ export async function removeOrphans(rt: ContainerRuntime, daemon: string): Promi
     .split('\n')
     .map((l) => l.trim().split(' '))
     .filter((r) => r[0]);
-  if (rows.length > 0) await runtime(rt, ['rm', '--force', '--time', '0', ...rows.map((r) => r[0]!)]);
+  if (rows.length > 0) await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', ...rows.map((r) => r[0]!)]);
   return rows.map((r) => r[1] ?? '');
 }
 
@@ -137,10 +188,19 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     '--pull=never',
     '--read-only',
     '--read-only-tmpfs=false',
+    // The image's own volumes would be writable places on the host's disk, outside every limit: none.
+    '--image-volume=ignore',
+    // The host's proxy variables (and any credentials in them) are not the workload's.
+    '--http-proxy=false',
+    '--no-healthcheck',
+    // SIGTERM whatever the image says (the platform promises SIGTERM, then SIGKILL after the grace period).
+    '--stop-signal',
+    'SIGTERM',
     '--tmpfs',
     `/tmp:rw,size=${limits.diskBytes},mode=1777`,
     '--network',
-    spec.network ? 'slirp4netns:allow_host_loopback=false' : 'none',
+    // IPv4 alone, which the fence covers: no IPv6 way to the provider's network or the host.
+    spec.network ? 'slirp4netns:allow_host_loopback=false,enable_ipv6=false' : 'none',
     '--cap-drop=all',
     '--security-opt=no-new-privileges',
     '--pids-limit',
@@ -215,22 +275,29 @@ export function startContainer(opts: ContainerOptions): Sandbox {
   let stopping: { reason: string } | undefined;
   let attach: ReturnType<typeof spawn> | undefined;
   let known: number[] = [];
+  let killTimer: NodeJS.Timeout | undefined;
 
   // Made, its network fenced, then started attached: its output streams to the daemon from the first byte.
   const started = (async () => {
     writeFileSync(envFile, envLines(options), { mode: 0o600 });
     try {
-      await runtime(rt, ['rm', '--force', '--time', '0', name]).catch(() => {});
+      await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', name]).catch(() => {});
       await runtime(rt, createArgs(options, envFile));
     } finally {
       rmSync(envFile, { force: true });
     }
-    await runtime(rt, ['init', name]);
+    try {
+      await runtime(rt, ['init', name]);
+    } catch (err) {
+      // The image's program (or user) is not there: the renter's mistake, as a command not found in the sandbox.
+      if (IMAGE_MISTAKE.test((err as Error).message)) failure = 'command_unavailable';
+      throw err;
+    }
     hostPid = Number((await runtime(rt, ['inspect', '--format', '{{.State.Pid}}', name])).trim());
     if (spec.network && process.getuid?.() === 0) await fenceNetwork(hostPid);
     if (stopping) throw new Error('stopped before it started');
     const child = spawn(rt.path, [...rt.args, 'start', '--attach', name], {
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      env: runtimeEnv(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     attach = child;
@@ -239,6 +306,8 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       boundedCopy(child.stderr!, path.join(opts.logDir, 'stderr.log'), opts.limits.logBytes),
     ]);
     const closed = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
+    // Running once the runtime says so (or already done: it ran).
+    await runtime(rt, ['wait', '--condition', 'running', '--condition', 'exited', name]).catch(() => {});
     return { closed, logs };
   })();
   const ready: Promise<Date> = started.then(
@@ -262,37 +331,49 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       // Never started: failed, below.
     }
     // What the runtime says of its end (its exit code, whether the kernel killed it for memory), then it is removed.
-    let oom = false;
-    let exitCode = code;
+    let state: { status: string; exitCode: number; oom: boolean } | null = null;
     try {
-      const state = (await runtime(rt, ['inspect', '--format', '{{.State.ExitCode}} {{.State.OOMKilled}}', name]))
+      const [status, exitCode, oom] = (
+        await runtime(rt, ['inspect', '--format', '{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}', name])
+      )
         .trim()
         .split(' ');
-      exitCode = Number(state[0]);
-      oom = state[1] === 'true';
+      state = { status: status ?? '', exitCode: Number(exitCode), oom: oom === 'true' };
     } catch {
-      // Gone already.
+      // Gone: removed by someone else (another life of the daemon, an operator), or never made.
     }
-    await runtime(rt, ['rm', '--force', '--time', '0', name]).catch(() => {});
+    // Removed whatever its state (an attach that died leaves it running: this ends it).
+    await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', name]).catch(() => {});
     await allGone(hostPid > 0 ? [hostPid, ...known] : known, 2000);
     const at = new Date();
+    const exitCode = state?.exitCode ?? code;
     if (stopping) return { state: 'stopped', reason: stopping.reason, exitCode, signal: null, at };
     if (failure) return { state: 'failed', reason: failure, at };
-    if (oom) return { state: 'stopped', reason: 'memory_limit', exitCode, signal: null, at };
-    return { state: 'exited', exitCode: exitCode ?? 0, at };
+    if (state === null) return { state: 'stopped', reason: 'container_removed', exitCode: code, signal: null, at };
+    // The daemon lost its view of it (the attach ended while it ran): stopped here, the machine's fault.
+    if (state.status !== 'exited' && state.status !== 'stopped')
+      return { state: 'stopped', reason: 'attach_lost', exitCode: null, signal: null, at };
+    if (state.oom) return { state: 'stopped', reason: 'memory_limit', exitCode, signal: null, at };
+    return { state: 'exited', exitCode: state.exitCode, at };
   })().finally(() => {
     clearInterval(watch);
     clearTimeout(deadline);
+    clearTimeout(killTimer);
   });
 
   const stop = (reason: string): Promise<SandboxEnd> => {
     if (!stopping && (!attach || (attach.exitCode === null && attach.signalCode === null))) {
       stopping = { reason };
       if (hostPid > 0) known = [hostPid, ...descendants(hostPid)];
-      // Before it started: made and removed, never run (the start sees `stopping`).
-      void runtime(rt, ['stop', '--time', String(Math.ceil(opts.stopGraceMs / 1000)), name], opts.stopGraceMs + 30_000)
-        .catch(() => runtime(rt, ['rm', '--force', '--time', '0', name]))
-        .catch(() => {});
+      // The runtime stops it (SIGTERM, the grace period, SIGKILL) and removes it, whichever phase it is in: once removed,
+      // nothing can start it (a start under way fails; one not yet asked for is not asked).
+      const grace = Math.ceil(opts.stopGraceMs / 1000);
+      void runtime(rt, ['rm', '--force', '--volumes', '--time', String(grace), name], opts.stopGraceMs + 30_000).catch(
+        () => {},
+      );
+      // An attach that outlives that is ended too.
+      killTimer = setTimeout(() => attach?.kill('SIGKILL'), opts.stopGraceMs + 10_000);
+      killTimer.unref();
     }
     return ended;
   };

@@ -46,7 +46,14 @@ import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { RunningSession } from '../usage.ts';
-import { type ContainerRuntime, pullImage, removeOrphans, startContainer } from './container.ts';
+import {
+  type ContainerRuntime,
+  imageRefused,
+  PullError,
+  pullImage,
+  removeOrphans,
+  startContainer,
+} from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { SessionFiles } from './files.ts';
 import { type Sandbox, type SandboxEnd, type SandboxGpu, startSandbox } from './sandbox.ts';
@@ -270,11 +277,16 @@ export class WorkloadRunner {
     const providerId = this.deps.providerId();
     if (!providerId) return;
     if (!this.orphansRemoved && this.containers) {
-      const sessions = await removeOrphans(this.containers, path.resolve(this.settings.run_dir));
-      if (sessions.length > 0)
-        this.deps.logger.warn({ sessions }, 'removed the workload containers an earlier life of the daemon left');
+      try {
+        const sessions = await removeOrphans(this.containers, path.resolve(this.settings.run_dir));
+        this.orphansRemoved = true;
+        if (sessions.length > 0)
+          this.deps.logger.warn({ sessions }, 'removed the workload containers an earlier life of the daemon left');
+      } catch (err) {
+        // Tried again at the next poll; no container starts meanwhile (launch waits for it), the rest goes on.
+        this.deps.logger.error({ err }, 'the containers an earlier life left could not be listed or removed');
+      }
     }
-    this.orphansRemoved = true;
     const sessions = await this.deps.sessions(providerId);
     this.lastContact = this.now();
     this.writeJournal();
@@ -342,9 +354,11 @@ export class WorkloadRunner {
     const unable = !parsed.success
       ? 'invalid_spec'
       : parsed.data.image
-        ? this.containers
-          ? null
-          : 'container_runtime_unavailable'
+        ? !this.containers
+          ? 'container_runtime_unavailable'
+          : imageRefused(parsed.data.image, this.settings.allowed_registries)
+            ? 'image_refused'
+            : null
         : this.problem
           ? 'sandbox_unavailable'
           : null;
@@ -391,13 +405,17 @@ export class WorkloadRunner {
       }
     }
     if (parsed.data.image) {
+      // Nothing of this daemon's starts before the containers an earlier life left are gone (tried at each poll).
+      if (!this.orphansRemoved) throw new Error('the containers an earlier life left are still there');
       try {
         await pullImage(this.containers!, parsed.data.image, durationMs(this.settings.image_pull_timeout));
       } catch (err) {
         this.done.add(session.id);
         removeTree(dir);
         this.deps.logger.warn({ err, session_id: session.id }, "the workload's image could not be pulled");
-        await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'image_unavailable' });
+        // The machine's disk (or state): its fault; the image's registry or name: the renter's.
+        const reason = err instanceof PullError && err.machineFault ? 'image_pull_failed' : 'image_unavailable';
+        await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
         return;
       }
     }

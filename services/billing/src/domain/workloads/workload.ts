@@ -58,7 +58,11 @@ const MACHINE_FAULTS = new Set([
   'network_unavailable',
   'container_runtime_unavailable',
   'container_unavailable',
+  'image_pull_failed',
 ]);
+
+/** Stops that are the machine losing its workload (its daemon died or lost it): the machine's fault. */
+const LOST = new Set(['daemon_restarted', 'daemon_stopped', 'attach_lost', 'container_removed']);
 
 /**
  * The end reason a workload's end gives its session: it exited by itself (`workload_exited`), reached its maximum
@@ -78,7 +82,7 @@ export function sessionEndReason(report: WorkloadReport): string | null {
       if (report.reason === 'max_runtime') return 'workload_max_runtime';
       if (report.reason === 'session_ended') return null;
       // The machine's daemon died with it: a fault of the machine's.
-      if (report.reason === 'daemon_restarted' || report.reason === 'daemon_stopped') return 'workload_lost';
+      if (LOST.has(report.reason ?? '')) return 'workload_lost';
       if (report.reason === 'memory_limit' || report.reason === 'disk_limit') return 'workload_limit';
       // `paid_time_over` (its daemon lost billing and its funds ran out), or any other stop.
       return 'workload_stopped';
