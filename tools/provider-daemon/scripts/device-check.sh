@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The workload sandbox on a machine with real NVIDIA GPUs, as recorded in the daemon's README ("On a real GPU"):
-# check-gpus (bundled with its Node) under each lease, with a CUDA program built here run inside too.
+# check-gpus (bundled with its Node) under each lease, with a CUDA program built here run inside too, and the
+# kernel's memory limit on a sandbox (its control group).
 # Run from the repository root with .devcheck/ made by bundle-check-gpus.sh beside it (the machine needs no Node, no
 # bubblewrap and none of the repository's dependencies); writes its log and JSON report to $OUT (default
 # /tmp/device-check).
@@ -17,6 +18,7 @@ nvidia-smi -L; nvidia-smi --query-gpu=index,uuid,pci.bus_id,driver_version --for
 ls -l /dev/nvidia* ; cat /proc/driver/nvidia/gpus/*/information 2>&1 | head -20
 command -v nvidia-smi nvcc prlimit setpriv nsenter docker podman nvidia-ctk
 env | grep -E '^(LD_LIBRARY_PATH|PATH|CUDA|NVIDIA)' ; ldconfig -p | grep -E 'libnvidia-ml|libcuda\.' ; cat /etc/ld.so.conf.d/* 2>/dev/null
+cat /proc/self/cgroup; mount | grep cgroup; cat /sys/fs/cgroup/cgroup.controllers /sys/fs/cgroup/cgroup.subtree_control 2>&1
 cat /proc/sys/user/max_user_namespaces /proc/sys/kernel/unprivileged_userns_clone /proc/sys/kernel/apparmor_restrict_unprivileged_userns 2>&1
 step tools
 NODE=$(command -v node || true)

@@ -1,8 +1,8 @@
 /**
  * `pnpm --filter @gpu/provider-daemon check-gpus [--json] [-- <argv>]`: proves on this machine that a workload sees
- * exactly the GPUs it leased (workloads/check.ts), with the daemon's configuration (`DAEMON_CONFIG_FILE`, its GPU
- * source, bubblewrap and workload settings; no credentials needed). Exit status 0 when every lease saw exactly its
- * GPUs, 1 when one did not, 2 when the check could not run.
+ * exactly the GPUs it leased, and that the kernel holds a sandbox to its memory (workloads/check.ts), with the
+ * daemon's configuration (`DAEMON_CONFIG_FILE`, its GPU source, bubblewrap and workload settings; no credentials). Exit status 0 when every lease saw exactly its
+ * GPUs and the memory limit held, 1 when not, 2 when the check could not run.
  */
 import { loadDaemonConfig } from './config.ts';
 import { gpuSource } from './gpu/source.ts';
@@ -33,7 +33,16 @@ function table(report: GpuCheckReport): string {
         lines.push(`         ${l}`);
     }
   }
-  lines.push('', report.ok ? 'every lease saw exactly its GPUs' : 'a lease saw GPUs it did not lease, or not its own');
+  if (report.memory)
+    lines.push(
+      `${report.memory.ok ? 'ok  ' : 'FAIL'} memory limit (${report.memory.cgroup ?? 'none'}): ${report.memory.detail}`,
+    );
+  lines.push(
+    '',
+    report.ok
+      ? 'every lease saw exactly its GPUs, and the kernel holds a sandbox to its memory'
+      : 'a lease saw GPUs it did not lease or not its own, or the kernel does not hold a sandbox to its memory',
+  );
   return lines.join('\n');
 }
 

@@ -88,6 +88,13 @@ export const daemonConfigSchema = z
         stop_grace: zDuration().default('10s'),
         bwrap_path: z.string().default('bwrap'),
         /**
+         * The kernel's limits on each sandbox's memory and processes (a control group per workload): off leaves the
+         * daemon's watch alone (src/workloads/cgroups.ts).
+         */
+        cgroups: z.boolean().default(true),
+        /** cgroup v2: the directory the daemon makes its workloads' groups in (empty: `/sys/fs/cgroup/gpu-platform`). */
+        cgroup_parent: z.string().default(''),
+        /**
          * Container mode (a spec with `image`): Podman's command (`podman`), empty for none (such a workload then
          * fails unbilled, `container_runtime_unavailable`). Real GPUs reach containers through CDI (`nvidia-ctk cdi
          * generate`).

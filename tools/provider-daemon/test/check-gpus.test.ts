@@ -40,6 +40,8 @@ describe('check-gpus', () => {
       if (lease.leased.includes(2)) expect(lease.command).toMatchObject({ exitCode: 0, stdout: /simulated GPU 2/ });
       else expect(lease.command).toMatchObject({ exitCode: 1, stderr: /No such file/ });
     }
+    // The kernel held a sandbox to its memory (this machine's control groups).
+    expect(report.memory).toMatchObject({ ok: true, cgroup: expect.stringMatching(/^cgroup v[12] at /) });
     // Nothing of the check is left in the run directory.
     expect(spawnSync('ls', [config.workloads.run_dir]).stdout.toString()).toBe('');
   });

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
+import { cgroupPlace, workloadCgroup } from '../src/workloads/cgroups.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from '../src/workloads/devices.ts';
 import { descendants, type SandboxOptions, startSandbox } from '../src/workloads/sandbox.ts';
 
@@ -252,6 +253,30 @@ describe('a workload in the sandbox', () => {
       limits: { processes: 64, openFiles: 256, memoryBytes: 64 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e4 },
     });
     expect(await hog.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
+  });
+
+  it('in its control group, one that grows faster than the watch looks is stopped by the kernel, and only it', async () => {
+    const { place, problem } = cgroupPlace('');
+    expect(problem).toBeNull();
+    const limits = { processes: 64, openFiles: 256, memoryBytes: 10 * 1024 ** 3, diskBytes: 1e7, logBytes: 1e4 };
+    // The watch would allow 10 GiB; the control group allows 64 MiB (and a quarter... at least 64 MiB more): only
+    // the kernel can stop it, at once.
+    const cgroup = workloadCgroup(place!, `test-${Math.random().toString(36).slice(2, 8)}`, {
+      memoryBytes: 64 * 1024 * 1024,
+      processes: 64,
+    });
+    const neighbour = run(['sleep', '30'], { limits });
+    const hog = run(['sh', '-c', 'head -c 2000000000 /dev/zero | tail -c 2000000000 > /dev/null && echo survived'], {
+      limits,
+      cgroup,
+    });
+    const started = Date.now();
+    expect(await hog.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(hog.out()).toBe('');
+    // Its neighbour runs on.
+    expect(alive(neighbour.sandbox.pid)).toBe(true);
+    await neighbour.sandbox.stop('session_ended');
   });
 
   it('stops at its maximum runtime, and cuts its output at the log limit saying how much was cut', async () => {

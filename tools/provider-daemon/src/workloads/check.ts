@@ -7,7 +7,9 @@
  * - on a real machine, which GPUs the driver shows (`nvidia-smi --query-gpu=uuid` inside): exactly the leased GPUs'
  *   UUIDs, none when none is leased;
  * - with a command of the operator's (`check-gpus -- <argv>`, a CUDA program, say), what it prints (recorded, not
- *   judged).
+ *   judged);
+ *
+ * and, with `workloads.cgroups`, that the kernel stops a sandbox at its memory limit (its control group, cgroups.ts).
  *
  * An operator runs it once after installing the daemon and after a driver upgrade; a machine that fails it must not
  * take workloads (a driver that exposes every GPU through one node, an nvidia-smi outside `/usr`, bubblewrap missing).
@@ -18,9 +20,10 @@ import { durationMs } from '@gpu/common';
 import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
+import { cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { sandboxProblem } from './runner.ts';
-import { startSandbox } from './sandbox.ts';
+import { type SandboxEnd, startSandbox } from './sandbox.ts';
 
 /** What one lease saw from inside its sandbox. */
 interface LeaseCheck {
@@ -39,6 +42,8 @@ interface LeaseCheck {
 export interface GpuCheckReport {
   source: GpuSource['kind'];
   gpus: { index: number; uuid: string; name: string; device: string }[];
+  /** Whether the kernel stops a sandbox at its memory limit (its control group); null: `workloads.cgroups` off. */
+  memory: { cgroup: string | null; ok: boolean; detail: string } | null;
   /** The user the workloads run as (null: the daemon's own). */
   uid: number | null;
   leases: LeaseCheck[];
@@ -55,6 +60,33 @@ function resolveProgram(program: string, envPath = process.env.PATH ?? ''): stri
     } catch {}
   }
   return null;
+}
+
+/**
+ * A workload that allocates 2 GB as fast as it can in a control group of a 64 MiB allowance (the daemon's watch told
+ * it may hold far more): the kernel must stop it at once, and the daemon report `memory_limit`.
+ */
+async function memoryCheck(
+  parent: string,
+  run: (command: string[], cgroup: WorkloadCgroup) => Promise<{ end: SandboxEnd; stdout: string }>,
+): Promise<NonNullable<GpuCheckReport['memory']>> {
+  const { place, problem } = cgroupPlace(parent);
+  if (!place) return { cgroup: null, ok: false, detail: `no control group can be made: ${problem}` };
+  const where = place.version === 2 ? `cgroup v2 at ${place.dir}` : `cgroup v1 at ${place.memory}`;
+  const cgroup = workloadCgroup(place, `gpu-check-${process.pid}`, { memoryBytes: 64 * 1024 * 1024, processes: 64 });
+  const started = Date.now();
+  const { end, stdout } = await run(
+    ['sh', '-c', 'head -c 2000000000 /dev/zero | tail -c 2000000000 > /dev/null && echo survived'],
+    cgroup,
+  );
+  const stopped = end.state === 'stopped' && end.reason === 'memory_limit';
+  return {
+    cgroup: where,
+    ok: stopped && !stdout.includes('survived'),
+    detail: stopped
+      ? `a workload allocating 2 GB past a 64 MiB allowance was stopped by the kernel in ${Date.now() - started} ms`
+      : `a workload allocating 2 GB past a 64 MiB allowance was not stopped by the kernel: ${JSON.stringify(end)}`,
+  };
 }
 
 const sameSet = (a: string[], b: string[]) => a.length === b.length && a.every((x) => b.includes(x));
@@ -79,7 +111,7 @@ export async function checkGpuIsolation(opts: {
   if (readings.length > 1) leases.push(readings.map((r) => r.index));
   let n = 0;
   /** Runs `command` in a sandbox on the leased GPUs and gives back what it printed. */
-  const inside = async (leased: GpuReading[], command: string[]) => {
+  const inside = async (leased: GpuReading[], command: string[], cgroup?: WorkloadCgroup) => {
     const dir = path.join(root, `s${n++}`);
     const workDir = path.join(dir, 'work');
     const logDir = path.join(dir, 'logs');
@@ -105,12 +137,14 @@ export async function checkGpuIsolation(opts: {
       platformEnv: { GPU_PLATFORM_SESSION_ID: 'gpu-check' },
       stopGraceMs: durationMs(settings.stop_grace),
       bwrapPath: settings.bwrap_path,
+      ...(cgroup ? { cgroup } : {}),
     });
     const end = await sandbox.ended;
     const read = (f: string) => readFileSync(path.join(logDir, f), 'utf8');
     return {
       exitCode: end.state === 'exited' ? end.exitCode : end.state === 'stopped' ? end.exitCode : null,
       failure: end.state === 'exited' ? null : `${end.state}: ${end.reason}`,
+      end,
       stdout: read('stdout.log'),
       stderr: read('stderr.log'),
     };
@@ -162,12 +196,14 @@ export async function checkGpuIsolation(opts: {
         ok,
       });
     }
+    const memory = settings.cgroups ? await memoryCheck(settings.cgroup_parent, (c, cg) => inside([], c, cg)) : null;
     return {
       source: opts.gpus.kind,
       gpus: readings.map((r) => ({ index: r.index, uuid: r.uuid, name: r.name, device: devices.get(r.index)! })),
       uid,
       leases: checks,
-      ok: checks.every((c) => c.ok),
+      memory,
+      ok: checks.every((c) => c.ok) && (memory === null || memory.ok),
     };
   } finally {
     rmSync(root, { recursive: true, force: true });

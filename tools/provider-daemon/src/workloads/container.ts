@@ -32,6 +32,7 @@ import { isIP } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { workloadSpecSchema } from '@gpu/common';
+import { hardMemory } from './cgroups.ts';
 import {
   allGone,
   boundedCopy,
@@ -167,9 +168,6 @@ export async function removeOrphans(rt: ContainerRuntime, daemon: string): Promi
   if (rows.length > 0) await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', ...rows.map((r) => r[0]!)]);
   return rows.map((r) => r[1] ?? '');
 }
-
-/** The kernel's memory limit of a container whose allowance is `bytes`. */
-const hardMemory = (bytes: number) => bytes + Math.max(64 * 1024 * 1024, Math.ceil(bytes / 4));
 
 /** The `create` arguments of the workload's container. */
 function createArgs(opts: ContainerOptions, envFile: string): string[] {

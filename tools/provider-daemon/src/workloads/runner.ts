@@ -46,6 +46,7 @@ import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { RunningSession } from '../usage.ts';
+import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import {
   type ContainerRuntime,
   imageRefused,
@@ -197,6 +198,8 @@ export class WorkloadRunner {
   private readonly problem: string | null;
   /** The container runtime (null: none configured, or it cannot be run). */
   private readonly containers: ContainerRuntime | null;
+  /** Where sandboxes' control groups are made (null: none can be; the watch alone limits them). */
+  private readonly cgroups: CgroupPlace | null;
   /** The containers an earlier life left are removed before anything starts. */
   private orphansRemoved = false;
 
@@ -218,6 +221,15 @@ export class WorkloadRunner {
     this.problem = sandboxProblem(this.settings.bwrap_path, path.resolve(this.settings.run_dir));
     if (this.problem) deps.logger.error(`workloads cannot run here: ${this.problem}; each one is reported failed`);
     this.containers = containerRuntime(this.settings, deps.logger);
+    this.cgroups = null;
+    if (this.settings.cgroups) {
+      const { place, problem } = cgroupPlace(this.settings.cgroup_parent);
+      this.cgroups = place;
+      if (problem)
+        deps.logger.warn(
+          `sandboxes get no control group (${problem}): their memory is limited by the daemon's watch alone`,
+        );
+    }
     this.lastAlive = this.readJournal();
   }
 
@@ -496,6 +508,7 @@ export class WorkloadRunner {
             gpus: gpus.map((g): SandboxGpu => ({ uuid: g.uuid, device: g.device })),
             hidden: this.hidden,
             bwrapPath: this.settings.bwrap_path,
+            ...this.cgroupFor(session.id),
           });
     } catch (err) {
       this.done.add(session.id);
@@ -635,6 +648,22 @@ export class WorkloadRunner {
 
   private async flushReports(): Promise<void> {
     await Promise.all([...this.unsent.keys()].map((id) => this.drain(id)));
+  }
+
+  /** The sandbox's control group with the machine's limits, when one can be made (else a warning: the watch alone). */
+  private cgroupFor(sessionId: string): { cgroup?: WorkloadCgroup } {
+    if (!this.cgroups) return {};
+    try {
+      return {
+        cgroup: workloadCgroup(this.cgroups, sessionId, {
+          memoryBytes: this.settings.memory_mb * 1024 * 1024,
+          processes: this.settings.processes,
+        }),
+      };
+    } catch (err) {
+      this.deps.logger.warn({ err, session_id: sessionId }, 'the workload gets no control group: the watch alone');
+      return {};
+    }
   }
 
   private freeSlot(): number {

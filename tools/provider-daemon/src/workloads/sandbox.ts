@@ -15,7 +15,8 @@
  * - limits: processes (`RLIMIT_NPROC`, counted per user: a daemon that runs as root gives each workload a user ID of
  *   its own, so a fork bomb exhausts only its own allowance), open files (`RLIMIT_NOFILE`), the size of one file
  *   (`RLIMIT_FSIZE`), and, watched every second, the memory its processes hold (resident) and the bytes its work
- *   directory holds: past either it is stopped with reason `memory_limit` or `disk_limit`;
+ *   directory holds: past either it is stopped with reason `memory_limit` or `disk_limit`; with a control group
+ *   (cgroups.ts), the kernel's limits on its memory and processes as well;
  * - at most `max_runtime_seconds`: then it is stopped with reason `max_runtime`;
  * - `--die-with-parent`: a daemon that dies (even `kill -9`) takes its workloads with it; none outlives it.
  *
@@ -41,6 +42,7 @@ import { networkInterfaces } from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
+import type { WorkloadCgroup } from './cgroups.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
 export interface SandboxGpu {
@@ -82,6 +84,8 @@ export interface SandboxOptions {
   bwrapPath?: string;
   /** The user-mode network of a workload with `network` (Debian's `slirp4netns`). */
   slirpPath?: string;
+  /** Its control group (cgroups.ts): the kernel's limits on its memory and processes; none: the watch alone. */
+  cgroup?: WorkloadCgroup;
 }
 
 /** How a workload ended. */
@@ -461,6 +465,14 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     stdio: ['ignore', 'pipe', 'pipe', 'pipe', spec.network ? 'pipe' : 'ignore', 'pipe'],
     cwd: opts.workDir,
   });
+  // Into its control group before bwrap reads its arguments (it waits for them): everything it starts is inside.
+  if (opts.cgroup && child.pid) {
+    try {
+      opts.cgroup.add(child.pid);
+    } catch (err) {
+      process.emitWarning(`a workload runs without its control group: ${(err as Error).message}`);
+    }
+  }
   const envPipe = (child.stdio as unknown as Writable[])[ENV_FD]!;
   // A bwrap that exits before reading it (not installed, refused) resets the pipe: that is its exit, not an error.
   envPipe.on('error', () => {});
@@ -506,8 +518,16 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
       // Its PID namespace ended with it; the kernel kills what was left in it: ended means gone.
       await allGone(known, 2000);
       const at = new Date();
+      // It failed, and the kernel killed a process of it at its control group's memory limit: that was why.
+      const oom = !stopping && (signal !== null || code !== 0) && (opts.cgroup?.oomKilled() ?? false);
+      try {
+        opts.cgroup?.remove();
+      } catch {
+        // A process of it still exiting: left for the next life to make anew.
+      }
       if (failure) return { state: 'failed', reason: failure, at };
       if (stopping) return { state: 'stopped', reason: stopping.reason, exitCode: code, signal, at };
+      if (oom) return { state: 'stopped', reason: 'memory_limit', exitCode: code, signal, at };
       if (signal) return { state: 'stopped', reason: `signal ${signal}`, exitCode: null, signal, at };
       return { state: 'exited', exitCode: code ?? 0, at };
     }),
