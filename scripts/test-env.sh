@@ -125,6 +125,8 @@ TEST_CONTAINER_IMAGE=localhost/gpu-platform-test:2
 ensure_podman() {
   command -v podman >/dev/null || apt_install podman
   command -v runc >/dev/null || apt_install runc
+  # The containers' first process (podman --init), which passes the stop signal on.
+  command -v catatonit >/dev/null || apt_install catatonit
   dpkg -s busybox-static >/dev/null 2>&1 || apt_install busybox-static
   if ! podman image exists "$TEST_CONTAINER_IMAGE"; then
     local root

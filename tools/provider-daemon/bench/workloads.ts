@@ -1,10 +1,10 @@
 /**
  * `pnpm bench workloads`: how long a renter waits for their workload, and how long a stopped one lingers, in sandbox
- * mode (bubblewrap) on a simulated 8-GPU machine, with the daemon's defaults (`workloads.poll_interval` 1 s,
- * `stop_grace` 10 s). For each of `BENCH_RUNS` (20) rentals: the time from `POST /billing/start-session` (answered)
+ * mode (bubblewrap) and in container mode (Podman, the test setup's busybox image, when the machine has them) on a
+ * simulated 8-GPU machine, with the daemon's defaults (`workloads.poll_interval` 1 s, `stop_grace` 10 s). For each of `BENCH_RUNS` (20) rentals: the time from `POST /billing/start-session` (answered)
  * to billing showing the workload `running`, and from `POST /billing/end-session` (answered) to billing showing it
  * `stopped` (`session_ended`), which the daemon reports once no process of the workload is left. The workload is
- * `sleep 3600`, which ends at SIGTERM. Billing is the real service on the test PostgreSQL, listening on loopback;
+ * `sleep 3600`, which ends at SIGTERM (in the container the image is already on the machine: no pull). Billing is the real service on the test PostgreSQL, listening on loopback;
  * the daemon's runner polls it over HTTP with a daemon token. Target: under 2 s each (issue #38). Writes the
  * `workloads` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
@@ -67,6 +67,7 @@ await db.transaction().execute((trx) =>
   ]),
 );
 
+const containerImage = process.env.TEST_CONTAINER_IMAGE;
 const runRoot = mkdtempSync(join(tmpdir(), 'workloads-bench-'));
 chmodSync(runRoot, 0o711);
 const daemonConfig = daemonConfigSchema.parse({
@@ -75,7 +76,17 @@ const daemonConfig = daemonConfigSchema.parse({
     source: 'simulated',
     simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
   },
-  workloads: { run_dir: join(runRoot, 'run') },
+  workloads: {
+    run_dir: join(runRoot, 'run'),
+    // Container mode where the test setup made it possible (scripts/test-env.sh: Podman and its busybox image).
+    ...(containerImage
+      ? {
+          container_runtime: 'podman',
+          container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+          allowed_registries: ['localhost'],
+        }
+      : {}),
+  },
 });
 const token = { get: async () => daemon.token };
 const usage = new UsageReporter({ config: daemonConfig, logger, token, publisher: { enabled: false } as never });
@@ -108,29 +119,37 @@ async function until(id: string, state: string): Promise<number> {
   }
 }
 
-const toRunning: number[] = [];
-const toGone: number[] = [];
-for (let i = 0; i < RUNS; i++) {
-  const started = await call('POST', '/api/v1/billing/start-session', {
-    user_id: renter.id,
-    wallet_id: renterWallet.id,
-    provider_id: provider.ownerId,
-    job_id: randomUUID(),
-    gpu_model: 'NVIDIA H100',
-    gpu_count: 2,
-    requested_vram_mb: 0,
-    estimated_power_w: 0,
-    accepted_hourly_rate: '100000',
-    workload: { command: ['sleep', '3600'], max_runtime_seconds: 3600 },
-  });
-  const asked = performance.now();
-  const id = started.session?.id;
-  if (!id) throw new Error(`start-session failed: ${JSON.stringify(started)}`);
-  toRunning.push((await until(id, 'running')) - asked);
-  const ending = performance.now();
-  await call('POST', '/api/v1/billing/end-session', { session_id: id });
-  toGone.push((await until(id, 'stopped')) - ending);
+/** Rents and ends `RUNS` sessions running `workload`, one after another: the two waits of each. */
+async function measure(workload: object): Promise<{ toRunning: number[]; toGone: number[] }> {
+  const toRunning: number[] = [];
+  const toGone: number[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    const started = await call('POST', '/api/v1/billing/start-session', {
+      user_id: renter.id,
+      wallet_id: renterWallet.id,
+      provider_id: provider.ownerId,
+      job_id: randomUUID(),
+      gpu_model: 'NVIDIA H100',
+      gpu_count: 2,
+      requested_vram_mb: 0,
+      estimated_power_w: 0,
+      accepted_hourly_rate: '100000',
+      workload,
+    });
+    const asked = performance.now();
+    const id = started.session?.id;
+    if (!id) throw new Error(`start-session failed: ${JSON.stringify(started)}`);
+    toRunning.push((await until(id, 'running')) - asked);
+    const ending = performance.now();
+    await call('POST', '/api/v1/billing/end-session', { session_id: id });
+    toGone.push((await until(id, 'stopped')) - ending);
+  }
+  return { toRunning, toGone };
 }
+const sandbox = await measure({ command: ['sleep', '3600'], max_runtime_seconds: 3600 });
+const container = containerImage
+  ? await measure({ image: containerImage, command: ['/bin/busybox', 'sleep', '3600'], max_runtime_seconds: 3600 })
+  : null;
 await runner.stop();
 await app.close();
 await database.close();
@@ -150,22 +169,31 @@ const row = (what: string, xs: number[]) => {
 };
 writeBenchSection(
   'workloads',
-  `## Workloads (sandbox mode)
+  `## Workloads (sandbox and container modes)
 
 ${machineLine()}
 
-${RUNS} rentals of 2 of 8 simulated GPUs, one after another, each running \`sleep 3600\` in the bubblewrap sandbox;
+${RUNS} rentals of 2 of 8 simulated GPUs per mode, one after another, each running \`sleep 3600\` in the bubblewrap
+sandbox, then in a Podman container (its image on the machine);
 the daemon's defaults (poll every 1 s, 10 s grace); billing on the test PostgreSQL over loopback HTTP. Milliseconds,
 from billing's answer to the state billing shows (what a renter polling it sees):
 
 | interval | median | p95 | max | p95 under ${TARGET_MS} ms |
 |---|---|---|---|---|
-${row('start-session answered -> workload running', toRunning)}
-${row('end-session answered -> workload stopped, no process left', toGone)}
+${row('sandbox: start-session answered -> workload running', sandbox.toRunning)}
+${row('sandbox: end-session answered -> workload stopped, no process left', sandbox.toGone)}
+${
+  container
+    ? `${row('container: start-session answered -> workload running', container.toRunning)}
+${row('container: end-session answered -> workload stopped and removed', container.toGone)}`
+    : '| container mode | not measured: no Podman here | | | |'
+}
 
-Both are the poll interval plus tens of milliseconds: the daemon learns of a start or an end at its next poll (here
+Each is the poll interval plus what the mode takes: the daemon learns of a start or an end at its next poll (here
 each request comes just after one, the worst case; at random moments half a poll on average). Starting the sandbox
-and stopping it (\`sleep\` ends at SIGTERM; the PID namespace ends with it) take the rest. A NATS push per machine
-(a next step of issue #38) would take the wait out; \`workloads.poll_interval\` shortens it meanwhile.`,
+and stopping it (\`sleep\` ends at SIGTERM; the PID namespace ends with it) take tens of milliseconds; a container
+(create, init, start, and \`rm --force\` at its end) a few hundred. With NATS (\`nats_url\`) billing nudges the
+machine's subject at a start or an end and the daemon polls at once, taking the poll's wait out;
+\`workloads.poll_interval\` shortens it meanwhile.`,
 );
 process.exit(0);

@@ -238,6 +238,14 @@ describe('container mode', () => {
     expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
   });
 
+  it('a program that is its first process still gets SIGTERM at a stop, and ends without the grace period', async () => {
+    const w = run({ command: ['/bin/busybox', 'sleep', '100'] }, { stopGraceMs: 8000 });
+    await w.container.ready;
+    const asked = Date.now();
+    expect(await w.container.stop('session_ended')).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+    expect(Date.now() - asked).toBeLessThan(4000);
+  });
+
   it('stops at its maximum runtime', async () => {
     const w = run({ command: ['/bin/busybox', 'sleep', '100'], max_runtime_seconds: 1 });
     expect(await w.container.ended).toMatchObject({ state: 'stopped', reason: 'max_runtime' });
@@ -270,7 +278,11 @@ describe('container mode', () => {
 
   it("an image's program that is not there is the renter's mistake, not the machine's", async () => {
     const w = run({ command: ['/no/such/program'] });
-    expect(await w.container.ended).toMatchObject({ state: 'failed', reason: 'command_unavailable' });
+    // As in the sandbox: its first process (the init) cannot run it and exits non-zero, saying why.
+    const end = await w.container.ended;
+    expect(end.state).toBe('exited');
+    expect(end.state === 'exited' && end.exitCode).not.toBe(0);
+    expect(w.stderr()).toMatch(/no such file/i);
   });
 
   it('pulls from registries by name, never by address or from the machine itself unless allowed', () => {

@@ -191,6 +191,9 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     // The host's proxy variables (and any credentials in them) are not the workload's.
     '--http-proxy=false',
     '--no-healthcheck',
+    // An init (Debian's catatonit) as its first process: the workload gets the stop signal (a first process without a
+    // handler for it would not) and its orphans are reaped.
+    '--init',
     // SIGTERM whatever the image says (the platform promises SIGTERM, then SIGKILL after the grace period).
     '--stop-signal',
     'SIGTERM',
