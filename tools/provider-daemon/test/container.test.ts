@@ -89,6 +89,17 @@ function run(spec: Partial<WorkloadSpec>, over: Partial<ContainerOptions> & { le
   };
 }
 
+/** A TCP service of the host on all its addresses, and the host's own (non-loopback) IPv4 address. */
+async function hostService() {
+  const server = createServer((s) => s.end('secret\n'));
+  await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
+  const port = (server.address() as { port: number }).port;
+  const host = Object.values(networkInterfaces())
+    .flat()
+    .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+  return { server, port, host };
+}
+
 const alive = (pid: number) => {
   try {
     process.kill(pid, 0);
@@ -143,12 +154,7 @@ describe('container mode', () => {
   });
 
   it('reaches no network: only its loopback, never a service of the host', async () => {
-    const server = createServer((s) => s.end('secret\n'));
-    await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
-    const port = (server.address() as { port: number }).port;
-    const host = Object.values(networkInterfaces())
-      .flat()
-      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    const { server, port, host } = await hostService();
     try {
       const w = run({
         command: [
@@ -166,12 +172,7 @@ describe('container mode', () => {
   });
 
   it('with the network allowed, goes out through slirp4netns and never reaches the host or a private range', async () => {
-    const server = createServer((s) => s.end('secret\n'));
-    await new Promise<void>((r) => server.listen(0, '0.0.0.0', r));
-    const port = (server.address() as { port: number }).port;
-    const host = Object.values(networkInterfaces())
-      .flat()
-      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    const { server, port, host } = await hostService();
     try {
       const w = run({
         network: true,

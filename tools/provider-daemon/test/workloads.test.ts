@@ -18,6 +18,20 @@ const machine = (workloads?: Record<string, unknown>) => rig.machine(workloads);
 const rent = (providerId: string, gpuCount: number, workload: object) => rig.rent(providerId, gpuCount, workload);
 const workloadOf = (headers: Record<string, string>, id: string) => rig.workloadOf(headers, id);
 
+/**
+ * The workload a restarted daemon found it had lost: stopped at its earlier life's last sign of life (no later), the
+ * session ended as the machine's fault, billed to then.
+ */
+async function expectLost(r: { headers: Record<string, string>; id: string }, lastSync: number) {
+  const lost = await until(
+    () => workloadOf(r.headers, r.id),
+    (w) => w.state === 'stopped',
+  );
+  expect(lost).toMatchObject({ state: 'stopped', reason: 'daemon_restarted' });
+  expect(Date.parse(lost.ended_at)).toBeLessThanOrEqual(lastSync);
+  expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
+}
+
 /** Container mode as the test setup made it possible: Podman, its flags for this host, a busybox image. */
 const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
 const containers = {
@@ -157,13 +171,7 @@ describe("the daemon runs renters' workloads", () => {
     const lastSync = Date.now();
     const second = m.runner();
     await second.sync();
-    const lost = await until(
-      () => workloadOf(r.headers, r.id),
-      (w) => w.state === 'stopped',
-    );
-    expect(lost).toMatchObject({ state: 'stopped', reason: 'daemon_restarted' });
-    expect(Date.parse(lost.ended_at)).toBeLessThanOrEqual(lastSync);
-    expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
+    await expectLost(r, lastSync);
     await first.stop();
     await second.stop();
   });
@@ -275,13 +283,7 @@ describe("the daemon runs renters' workloads", () => {
     const second = m.runner();
     await second.sync();
     expect(labelled()).not.toContain(`gpu-session-${r.id}`);
-    const lost = await until(
-      () => workloadOf(r.headers, r.id),
-      (w) => w.state === 'stopped',
-    );
-    expect(lost).toMatchObject({ state: 'stopped', reason: 'daemon_restarted' });
-    expect(Date.parse(lost.ended_at)).toBeLessThanOrEqual(lastSync);
-    expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
+    await expectLost(r, lastSync);
     await first.stop();
     await second.stop();
   });
