@@ -89,7 +89,12 @@ beforeAll(async () => {
   const makeOwner = rig.platform.providerUser;
   rig.platform.providerUser = async () => ({ id: provider.id });
   try {
-    const m = await rig.machine();
+    // With container mode too, as the test setup made it possible (Podman, its busybox image on the machine).
+    const m = await rig.machine({
+      container_runtime: 'podman',
+      container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+      allowed_registries: ['localhost'],
+    });
     machineId = m.providerId;
     runner = m.runner();
     runner.run();
@@ -154,6 +159,25 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(json.code, json.stderr).toBe(0);
     expect(JSON.parse(json.stdout)).toMatchObject({ state: 'exited', exit_code: 0, outputs: null });
     expect(json.stderr).toContain('as json\n');
+    // An image in a container, its own command replaced by the argv after --.
+    const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
+    const boxed = await renter.gpu([
+      'run',
+      ...rental(),
+      '--image',
+      image,
+      '--',
+      '/bin/busybox',
+      'sh',
+      '-c',
+      'echo "in a container: $CUDA_VISIBLE_DEVICES"; exit 4',
+    ]);
+    expect(boxed.code, boxed.stderr).toBe(4);
+    expect(boxed.stdout).toMatch(/^in a container: GPU-simulated-\d\n$/);
+    // run needs something to run.
+    const nothing = await renter.gpu(['run', ...rental()]);
+    expect(nothing.code).toBe(2);
+    expect(nothing.stderr).toContain('run needs a workload');
   });
 
   it('rents with a workload and follows its log with gpu logs -f until it ends; rents without one and ends it', {
