@@ -222,6 +222,36 @@ describe('container mode', () => {
     expect(bomb.stdout()).toBe('');
   });
 
+  it('is stopped when it fills its disk allowance, and one file cannot pass it either', async () => {
+    const limits = {
+      processes: 64,
+      openFiles: 256,
+      memoryBytes: 256 * 1024 * 1024,
+      diskBytes: 10_000_000,
+      logBytes: 1e4,
+    };
+    // One file past the allowance: the kernel refuses the write (RLIMIT_FSIZE).
+    const big = run(
+      { command: ['/bin/busybox', 'sh', '-c', 'head -c 20000000 /dev/zero > /work/big || echo refused'] },
+      { limits },
+    );
+    expect(await big.container.ended).toMatchObject({ state: 'exited' });
+    expect(big.stdout()).toContain('refused');
+    // Files under it each, past it together: the watch stops it.
+    const many = run(
+      {
+        command: [
+          '/bin/busybox',
+          'sh',
+          '-c',
+          'for i in 1 2 3 4; do head -c 4000000 /dev/zero > /work/f$i; done; sleep 30',
+        ],
+      },
+      { limits },
+    );
+    expect(await many.container.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+  });
+
   it('is stopped at its end even when it ignores SIGTERM (SIGKILL after the grace period), no process left', async () => {
     const w = run({
       command: ['/bin/busybox', 'sh', '-c', 'trap "" TERM; echo started; while :; do sleep 1; done'],

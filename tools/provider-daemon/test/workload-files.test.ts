@@ -2,7 +2,7 @@
  * A workload's files move through the renter's storage on grants for its session, never through the daemon's own
  * credentials: its inputs appear read-only in /work/inputs, its logs can be read in storage while it runs and after,
  * and what it leaves in /work/output is uploaded under its output prefix, and nothing outside it. Against the real
- * auth service, registry, billing, storage (on the tests' S3 server) and bubblewrap.
+ * auth service, registry, billing, storage (on the tests' S3 server), bubblewrap and (an image's) Podman.
  */
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -82,6 +82,56 @@ describe("a workload's files", () => {
       expect((await read(renter.headers, `${prefix}output/host-link`)).status).toBe(404);
       // The input is as it was.
       expect((await read(renter.headers, 'data/in.txt')).text).toBe('hello from storage\n');
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('gives an image in a container the same: inputs read-only, its logs kept, its outputs uploaded', async () => {
+    const m = await rig.machine({
+      container_runtime: 'podman',
+      container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+      allowed_registries: ['localhost'],
+    });
+    const renter = await rig.renter();
+    await upload(renter.headers, 'data/in.txt', 'hello from storage\n');
+    const r = await rig.rent(
+      m.providerId,
+      1,
+      {
+        image: process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2',
+        command: [
+          '/bin/busybox',
+          'sh',
+          '-c',
+          [
+            'cat /work/inputs/data/in.txt',
+            '(echo changed > /work/inputs/data/in.txt) 2>/dev/null || echo inputs-read-only',
+            'echo to-stderr >&2',
+            '/bin/busybox cp /work/inputs/data/in.txt /work/output/copy.txt',
+          ].join('; '),
+        ],
+        max_runtime_seconds: 60,
+        inputs: [{ key: 'data/in.txt' }],
+      },
+      renter,
+    );
+    const runner = m.runner();
+    runner.run();
+    try {
+      const ended = await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (w) => w.outputs !== null,
+        20_000,
+      );
+      const prefix = `sessions/${r.id}/`;
+      expect(ended).toMatchObject({ state: 'exited', exit_code: 0 });
+      expect(ended.outputs).toEqual([{ key: `${prefix}output/copy.txt`, size: 19 }]);
+      expect((await read(renter.headers, `${prefix}logs/stdout.log`)).text).toBe(
+        'hello from storage\ninputs-read-only\n',
+      );
+      expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
+      expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
     } finally {
       await runner.stop();
     }
