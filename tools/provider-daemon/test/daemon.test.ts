@@ -164,6 +164,18 @@ describe('provider daemon', () => {
     expect(() => loadDaemonConfig({ PLATFORM_URL: 'not a url' })).toThrow(/platform_url/);
   });
 
+  it('loads the shipped example configuration as written', () => {
+    const example = new URL('../daemon.example.yaml', import.meta.url).pathname;
+    const loaded = loadDaemonConfig({ DAEMON_CONFIG_FILE: example });
+    expect(loaded.provider.name).toBe('rig-1');
+    expect(loaded.gpu.source).toBe('nvidia-smi');
+    expect(loaded.workloads).toMatchObject({
+      run_dir: '/var/lib/gpu-daemon/workloads',
+      container_runtime: 'podman',
+      cgroups: true,
+    });
+  });
+
   it('refuses a simulated machine without GPUs, and credentials that are not a daemon’s', async () => {
     expect(() => daemonConfigSchema.parse({ gpu: { source: 'simulated' } })).toThrow(/simulated machine needs/);
     const notDaemon = await platform.machineClient('service');
