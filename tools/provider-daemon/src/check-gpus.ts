@@ -1,8 +1,9 @@
 /**
- * `pnpm --filter @gpu/provider-daemon check-gpus [--json] [-- <argv>]`: proves on this machine that a workload sees
- * exactly the GPUs it leased, and that the kernel holds a sandbox to its memory (workloads/check.ts), with the
- * daemon's configuration (`DAEMON_CONFIG_FILE`, its GPU source, bubblewrap and workload settings; no credentials). Exit status 0 when every lease saw exactly its
- * GPUs and the memory limit held, 1 when not, 2 when the check could not run.
+ * `pnpm --filter @gpu/provider-daemon check-gpus [--json] [--image <ref>] [-- <argv>]`: proves on this machine that a
+ * workload sees exactly the GPUs it leased (in the sandbox, and with `--image` in a container of that image too), and
+ * that the kernel holds a sandbox to its memory (workloads/check.ts), with the daemon's configuration
+ * (`DAEMON_CONFIG_FILE`: its GPU source, bubblewrap, container and workload settings; no credentials). Exit status 0
+ * when every lease saw exactly its GPUs and the memory limit held, 1 when not, 2 when the check could not run.
  */
 import { loadDaemonConfig } from './config.ts';
 import { gpuSource } from './gpu/source.ts';
@@ -16,7 +17,7 @@ function table(report: GpuCheckReport): string {
   ];
   for (const lease of report.leases) {
     const name = lease.leased.length === 0 ? 'none' : lease.leased.join(',');
-    lines.push(`${lease.ok ? 'ok  ' : 'FAIL'} leased [${name}]`);
+    lines.push(`${lease.ok ? 'ok  ' : 'FAIL'} ${lease.mode}, leased [${name}]`);
     lines.push(
       `       device nodes inside: [${lease.devices.seen.join(', ')}] (leased: [${lease.devices.expected.join(', ')}])`,
     );
@@ -50,9 +51,17 @@ const args = process.argv.slice(2);
 const dash = args.indexOf('--');
 const flags = dash < 0 ? args : args.slice(0, dash);
 const command = dash < 0 ? undefined : args.slice(dash + 1);
+const imageAt = flags.indexOf('--image');
+const image = imageAt < 0 ? undefined : flags[imageAt + 1];
 try {
+  if (imageAt >= 0 && !image) throw new Error('--image takes an image reference');
   const config = loadDaemonConfig();
-  const report = await checkGpuIsolation({ config, gpus: gpuSource(config.gpu), ...(command ? { command } : {}) });
+  const report = await checkGpuIsolation({
+    config,
+    gpus: gpuSource(config.gpu),
+    ...(command ? { command } : {}),
+    ...(image ? { image } : {}),
+  });
   console.log(flags.includes('--json') ? JSON.stringify(report, null, 2) : table(report));
   process.exitCode = report.ok ? 0 : 1;
 } catch (err) {

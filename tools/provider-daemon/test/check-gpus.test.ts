@@ -46,6 +46,28 @@ describe('check-gpus', () => {
     expect(spawnSync('ls', [config.workloads.run_dir]).stdout.toString()).toBe('');
   });
 
+  it('with --image, checks each lease in a container of that image too', async () => {
+    const config = daemonConfigSchema.parse({
+      ...settings,
+      workloads: {
+        ...settings.workloads,
+        container_runtime: 'podman',
+        container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+        cgroups: false,
+      },
+    });
+    const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
+    const report = await checkGpuIsolation({ config, gpus: gpuSource(config.gpu), image });
+    expect(report.ok).toBe(true);
+    const containers = report.leases.filter((l) => l.mode === 'container');
+    expect(containers.map((l) => l.leased)).toEqual([[0], [1], [2], [3], [], [0, 1, 2, 3]]);
+    for (const lease of containers) expect(lease.devices.seen.sort()).toEqual(lease.leased.map((i) => `nvidia${i}`));
+    // Without a runtime configured it cannot.
+    await expect(
+      checkGpuIsolation({ config: daemonConfigSchema.parse(settings), gpus: gpuSource(config.gpu), image }),
+    ).rejects.toThrow(/needs workloads.container_runtime/);
+  });
+
   it('fails a lease whose sandbox did not run, saying why', async () => {
     const config = daemonConfigSchema.parse({ ...settings, workloads: { ...settings.workloads, bwrap_path: 'true' } });
     // `true` answers --version and runs no sandbox: the probes see nothing and the check says so.

@@ -9,7 +9,8 @@
  * - with a command of the operator's (`check-gpus -- <argv>`, a CUDA program, say), what it prints (recorded, not
  *   judged);
  *
- * and, with `workloads.cgroups`, that the kernel stops a sandbox at its memory limit (its control group, cgroups.ts).
+ * the same in a container of an image of the operator's (`--image`, with `workloads.container_runtime`), and, with
+ * `workloads.cgroups`, that the kernel stops a sandbox at its memory limit (its control group, cgroups.ts).
  *
  * An operator runs it once after installing the daemon and after a driver upgrade; a machine that fails it must not
  * take workloads (a driver that exposes every GPU through one node, an nvidia-smi outside `/usr`, bubblewrap missing).
@@ -21,12 +22,14 @@ import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import { cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
+import { pullImage, startContainer } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { sandboxProblem } from './runner.ts';
 import { type SandboxEnd, startSandbox } from './sandbox.ts';
 
-/** What one lease saw from inside its sandbox. */
+/** What one lease saw from inside its sandbox (or its container). */
 interface LeaseCheck {
+  mode: 'sandbox' | 'container';
   /** The leased GPUs' indices. */
   leased: number[];
   devices: { expected: string[]; seen: string[] };
@@ -96,6 +99,8 @@ export async function checkGpuIsolation(opts: {
   gpus: GpuSource;
   /** Run under each lease too (an argv; never a shell string). */
   command?: string[];
+  /** An image with `ls` (and, on a real machine, reached by CDI's `nvidia-smi`): each lease is checked in a container of it too. */
+  image?: string;
 }): Promise<GpuCheckReport> {
   const settings = opts.config.workloads;
   const readings = await opts.gpus.read();
@@ -110,8 +115,11 @@ export async function checkGpuIsolation(opts: {
   const leases: number[][] = [...readings.map((r) => [r.index]), []];
   if (readings.length > 1) leases.push(readings.map((r) => r.index));
   let n = 0;
-  /** Runs `command` in a sandbox on the leased GPUs and gives back what it printed. */
-  const inside = async (leased: GpuReading[], command: string[], cgroup?: WorkloadCgroup) => {
+  const runtime = settings.container_runtime
+    ? { path: settings.container_runtime, args: settings.container_runtime_args }
+    : null;
+  /** Runs `command` in a sandbox (or, with `image`, a container) on the leased GPUs and gives back what it printed. */
+  const inside = async (leased: GpuReading[], command: string[], cgroup?: WorkloadCgroup, image?: string) => {
     const dir = path.join(root, `s${n++}`);
     const workDir = path.join(dir, 'work');
     const logDir = path.join(dir, 'logs');
@@ -119,11 +127,10 @@ export async function checkGpuIsolation(opts: {
     mkdirSync(logDir);
     chmodSync(dir, 0o711);
     if (uid !== null) chownSync(workDir, uid, uid);
-    const sandbox = startSandbox({
-      spec: { command, env: {}, max_runtime_seconds: 120, network: false, inputs: [] },
+    const common = {
+      spec: { command, env: {}, max_runtime_seconds: 120, network: false, inputs: [], ...(image ? { image } : {}) },
       workDir,
       logDir,
-      gpus: leased.map((r) => ({ uuid: r.uuid, device: devices.get(r.index)! })),
       controlDevices: simulated ? [] : controlDevices(),
       limits: {
         processes: settings.processes,
@@ -133,12 +140,27 @@ export async function checkGpuIsolation(opts: {
         logBytes: settings.log_kb * 1024,
       },
       ...(uid !== null ? { uid } : {}),
-      hidden: [],
       platformEnv: { GPU_PLATFORM_SESSION_ID: 'gpu-check' },
       stopGraceMs: durationMs(settings.stop_grace),
-      bwrapPath: settings.bwrap_path,
-      ...(cgroup ? { cgroup } : {}),
-    });
+    };
+    const gpus = leased.map((r) => ({ index: r.index, uuid: r.uuid, device: devices.get(r.index)! }));
+    const sandbox =
+      image && runtime
+        ? startContainer({
+            ...common,
+            gpus,
+            simulated,
+            runtime,
+            sessionId: `gpu-check-${process.pid}-${n}`,
+            daemon: `${path.resolve(settings.run_dir)}/check`,
+          })
+        : startSandbox({
+            ...common,
+            gpus: gpus.map((g) => ({ uuid: g.uuid, device: g.device })),
+            hidden: [],
+            bwrapPath: settings.bwrap_path,
+            ...(cgroup ? { cgroup } : {}),
+          });
     const end = await sandbox.ended;
     const read = (f: string) => readFileSync(path.join(logDir, f), 'utf8');
     return {
@@ -152,50 +174,60 @@ export async function checkGpuIsolation(opts: {
   try {
     const problem = sandboxProblem(settings.bwrap_path, path.resolve(settings.run_dir));
     if (problem) throw new Error(problem);
-    const checks: LeaseCheck[] = [];
-    for (const indices of leases) {
-      const leased = readings.filter((r) => indices.includes(r.index));
-      const listing = await inside(leased, ['ls', '-1', '/dev']);
-      const errors =
-        listing.exitCode === 0
-          ? []
-          : [`ls /dev: ${listing.failure ?? `exit ${listing.exitCode}`}: ${listing.stderr.trim().slice(0, 500)}`];
-      const seenNodes = listing.stdout.split('\n').filter((l) => /^nvidia\d+$/.test(l));
-      const expectedNodes = leased.map((r) => path.basename(devices.get(r.index)!));
-      let nvidiaSmi: LeaseCheck['nvidiaSmi'] = null;
-      if (!simulated) {
-        const expected = leased.map((r) => r.uuid);
-        if (smi === null) {
-          nvidiaSmi = { expected, seen: [], error: `${opts.config.gpu.nvidia_smi_path} is not on the PATH` };
-        } else {
-          const out = await inside(leased, [smi, '--query-gpu=uuid', '--format=csv,noheader']);
-          const seen = out.stdout
-            .split('\n')
-            .map((l) => l.trim())
-            .filter((l) => l.startsWith('GPU-'));
-          // With none leased nvidia-smi says "No devices were found" (exit 6): that is the answer, not an error.
-          const none = /No devices were found/i.test(out.stdout + out.stderr);
-          const error =
-            out.exitCode === 0 || (none && seen.length === 0)
-              ? null
-              : `exit ${out.exitCode ?? out.failure}: ${(out.stderr || out.stdout).trim().slice(0, 500)}`;
-          nvidiaSmi = { expected, seen, error };
-        }
-      }
-      const command = opts.command?.length ? await inside(leased, opts.command) : null;
-      const ok =
-        errors.length === 0 &&
-        sameSet(seenNodes, expectedNodes) &&
-        (nvidiaSmi === null || (nvidiaSmi.error === null && sameSet(nvidiaSmi.seen, nvidiaSmi.expected)));
-      checks.push({
-        leased: indices,
-        devices: { expected: expectedNodes, seen: seenNodes },
-        nvidiaSmi,
-        command: command && { exitCode: command.exitCode, stdout: command.stdout, stderr: command.stderr },
-        errors,
-        ok,
-      });
+    if (opts.image) {
+      if (!runtime) throw new Error('--image needs workloads.container_runtime (podman)');
+      await pullImage(runtime, opts.image, durationMs(settings.image_pull_timeout));
     }
+    const checks: LeaseCheck[] = [];
+    const modes = opts.image ? (['sandbox', 'container'] as const) : (['sandbox'] as const);
+    for (const mode of modes)
+      for (const indices of leases) {
+        const image = mode === 'container' ? opts.image : undefined;
+        const leased = readings.filter((r) => indices.includes(r.index));
+        const listing = await inside(leased, ['ls', '-1', '/dev'], undefined, image);
+        const errors =
+          listing.exitCode === 0
+            ? []
+            : [`ls /dev: ${listing.failure ?? `exit ${listing.exitCode}`}: ${listing.stderr.trim().slice(0, 500)}`];
+        const seenNodes = listing.stdout.split('\n').filter((l) => /^nvidia\d+$/.test(l));
+        const expectedNodes = leased.map((r) => path.basename(devices.get(r.index)!));
+        let nvidiaSmi: LeaseCheck['nvidiaSmi'] = null;
+        if (!simulated) {
+          const expected = leased.map((r) => r.uuid);
+          if (smi === null) {
+            nvidiaSmi = { expected, seen: [], error: `${opts.config.gpu.nvidia_smi_path} is not on the PATH` };
+          } else {
+            // In a container, the nvidia-smi CDI gives it (on its PATH); in the sandbox, the host's.
+            const program = image ? 'nvidia-smi' : smi;
+            const out = await inside(leased, [program, '--query-gpu=uuid', '--format=csv,noheader'], undefined, image);
+            const seen = out.stdout
+              .split('\n')
+              .map((l) => l.trim())
+              .filter((l) => l.startsWith('GPU-'));
+            // With none leased nvidia-smi says "No devices were found" (exit 6): that is the answer, not an error.
+            const none = /No devices were found/i.test(out.stdout + out.stderr);
+            const error =
+              out.exitCode === 0 || (none && seen.length === 0)
+                ? null
+                : `exit ${out.exitCode ?? out.failure}: ${(out.stderr || out.stdout).trim().slice(0, 500)}`;
+            nvidiaSmi = { expected, seen, error };
+          }
+        }
+        const command = opts.command?.length && !image ? await inside(leased, opts.command) : null;
+        const ok =
+          errors.length === 0 &&
+          sameSet(seenNodes, expectedNodes) &&
+          (nvidiaSmi === null || (nvidiaSmi.error === null && sameSet(nvidiaSmi.seen, nvidiaSmi.expected)));
+        checks.push({
+          mode,
+          leased: indices,
+          devices: { expected: expectedNodes, seen: seenNodes },
+          nvidiaSmi,
+          command: command && { exitCode: command.exitCode, stdout: command.stdout, stderr: command.stderr },
+          errors,
+          ok,
+        });
+      }
     const memory = settings.cgroups ? await memoryCheck(settings.cgroup_parent, (c, cg) => inside([], c, cg)) : null;
     return {
       source: opts.gpus.kind,
