@@ -148,8 +148,9 @@ ensure_podman() {
       return 0
     fi
   done
+  # The other suites need none of it: only the container tests fail, with this line to say why.
   log "podman cannot run a container here: $(podman run --rm --pull=never "$TEST_CONTAINER_IMAGE" /bin/busybox true 2>&1 | tail -1)"
-  return 1
+  return 0
 }
 
 # promtool, which checks the alert rules (deploy/prometheus/alerts.yml): Debian's prometheus package, installed
