@@ -24,7 +24,7 @@ import type { GpuSource } from '../gpu/source.ts';
 import { cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import { pullImage, startContainer } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
-import { sandboxProblem } from './runner.ts';
+import { sandboxProblem, workloadLimits } from './runner.ts';
 import { type SandboxEnd, startSandbox } from './sandbox.ts';
 
 /** What one lease saw from inside its sandbox (or its container). */
@@ -132,13 +132,7 @@ export async function checkGpuIsolation(opts: {
       workDir,
       logDir,
       controlDevices: simulated ? [] : controlDevices(),
-      limits: {
-        processes: settings.processes,
-        openFiles: settings.open_files,
-        memoryBytes: settings.memory_mb * 1024 * 1024,
-        diskBytes: settings.disk_mb * 1024 * 1024,
-        logBytes: settings.log_kb * 1024,
-      },
+      limits: workloadLimits(settings),
       ...(uid !== null ? { uid } : {}),
       platformEnv: { GPU_PLATFORM_SESSION_ID: 'gpu-check' },
       stopGraceMs: durationMs(settings.stop_grace),

@@ -14,16 +14,18 @@
  *   and the host's addresses routed nowhere before the workload starts, as in the sandbox);
  * - every capability dropped, no new privileges, the workload's own user (a root daemon: one per slot), limits on
  *   processes (`--pids-limit` and `RLIMIT_NPROC`), memory (the daemon's watch each second: past it, `memory_limit`;
- *   the cgroup's, without swap, a quarter above, for one that grows faster), open files, one file's size, and the work directory's bytes (`disk_limit`);
+ *   the cgroup's, without swap, a quarter above, for one that grows faster), open files, one file's size, and the
+ *   work directory's bytes (`disk_limit`);
  * - at most `max_runtime_seconds` (`max_runtime`), also enforced by the runtime's own `--timeout` should the daemon
  *   be gone;
  * - labelled `gpu-platform.session=<id>` and `gpu-platform.daemon=<its run directory>`: a daemon started again removes
- *   every container it labelled (removeOrphans), and reports their workloads `stopped` (`daemon_restarted`) at the last time it knew them
- *   alive, as for the sandbox.
+ *   every container it labelled (removeOrphans), and reports their workloads `stopped` (`daemon_restarted`) at the
+ *   last time it knew them alive, as for the sandbox.
  *
  * Its variables go to the runtime in a file (mode 0600, removed once the container is made), never on a command line.
  * Its standard output and error reach the daemon through `start --attach` (`--log-driver none`: the runtime keeps no
- * copy), which keeps each cut at `logBytes`. Stopping it is the runtime's `stop` (SIGTERM, the grace period, SIGKILL).
+ * copy), which keeps each cut at `logBytes`. Stopping it is the runtime's forced removal (SIGTERM, passed on by its
+ * init, the grace period, SIGKILL), whatever phase it is in.
  */
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -37,15 +39,15 @@ import {
   allGone,
   boundedCopy,
   descendants,
-  directoryBytes,
   fenceNetwork,
-  residentBytes,
+  limitReached,
   type Sandbox,
   type SandboxEnd,
   type SandboxGpu,
   type SandboxOptions,
   WATCH_MS,
   withinHard,
+  workloadEnv,
 } from './sandbox.ts';
 
 const run = promisify(execFile);
@@ -97,6 +99,14 @@ async function runtime(rt: ContainerRuntime, args: string[], timeoutMs = 60_000)
     const e = err as Error & { stderr?: string };
     throw new Error(`${rt.path} ${args[0]}: ${(e.stderr || e.message).trim().slice(0, 500)}`);
   }
+}
+
+/**
+ * Stops (the stop signal, `graceSeconds`, SIGKILL) and removes containers with their volumes; once removed nothing
+ * can start them.
+ */
+function remove(rt: ContainerRuntime, names: string[], graceSeconds = 0, timeoutMs = 60_000): Promise<string> {
+  return runtime(rt, ['rm', '--force', '--volumes', '--time', String(graceSeconds), ...names], timeoutMs);
 }
 
 /** What `init` says when the image's program or user is not there (or may not be run): the renter's mistake. */
@@ -165,9 +175,16 @@ export async function removeOrphans(rt: ContainerRuntime, daemon: string): Promi
     .split('\n')
     .map((l) => l.trim().split(' '))
     .filter((r) => r[0]);
-  if (rows.length > 0) await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', ...rows.map((r) => r[0]!)]);
+  if (rows.length > 0)
+    await remove(
+      rt,
+      rows.map((r) => r[0]!),
+    );
   return rows.map((r) => r[1] ?? '');
 }
+
+/** The grace period between the stop signal and SIGKILL in the runtime's whole seconds. */
+const graceSeconds = (opts: Pick<ContainerOptions, 'stopGraceMs'>) => Math.ceil(opts.stopGraceMs / 1000);
 
 /** The `create` arguments of the workload's container. */
 function createArgs(opts: ContainerOptions, envFile: string): string[] {
@@ -222,10 +239,10 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     '--log-driver',
     'none',
     '--stop-timeout',
-    String(Math.ceil(opts.stopGraceMs / 1000)),
+    String(graceSeconds(opts)),
     // Should the daemon be gone, the runtime ends it at its maximum runtime (and the grace) all the same.
     '--timeout',
-    String(spec.max_runtime_seconds + Math.ceil(opts.stopGraceMs / 1000)),
+    String(spec.max_runtime_seconds + graceSeconds(opts)),
     '--volume',
     `${opts.workDir}:/work:rw`,
     ...(opts.inputsDir ? ['--volume', `${opts.inputsDir}:/work/inputs:ro`] : []),
@@ -245,18 +262,9 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
   return args;
 }
 
-/** The container's variables: the renter's, then the platform's (the image keeps its own PATH). */
+/** The container's variables as the runtime's file of lines (the image keeps its own PATH). */
 function envLines(opts: ContainerOptions): string {
-  const uuids = opts.gpus.map((g) => g.uuid).join(',');
-  const env = {
-    ...opts.spec.env,
-    ...opts.platformEnv,
-    HOME: '/work',
-    TMPDIR: '/tmp',
-    CUDA_VISIBLE_DEVICES: uuids,
-    NVIDIA_VISIBLE_DEVICES: uuids,
-  };
-  return Object.entries(env)
+  return Object.entries(workloadEnv(opts))
     .map(([k, v]) => `${k}=${v}\n`)
     .join('');
 }
@@ -282,7 +290,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
   const started = (async () => {
     writeFileSync(envFile, envLines(options), { mode: 0o600 });
     try {
-      await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', name]).catch(() => {});
+      await remove(rt, [name]).catch(() => {});
       await runtime(rt, createArgs(options, envFile));
     } finally {
       rmSync(envFile, { force: true });
@@ -344,7 +352,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       // Gone: removed by someone else (another life of the daemon, an operator), or never made.
     }
     // Removed whatever its state (an attach that died leaves it running: this ends it).
-    await runtime(rt, ['rm', '--force', '--volumes', '--time', '0', name]).catch(() => {});
+    await remove(rt, [name]).catch(() => {});
     await allGone(hostPid > 0 ? [hostPid, ...known] : known, 2000);
     const at = new Date();
     const exitCode = state?.exitCode ?? code;
@@ -368,10 +376,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       if (hostPid > 0) known = [hostPid, ...descendants(hostPid)];
       // The runtime stops it (SIGTERM, the grace period, SIGKILL) and removes it, whichever phase it is in: once removed,
       // nothing can start it (a start under way fails; one not yet asked for is not asked).
-      const grace = Math.ceil(opts.stopGraceMs / 1000);
-      void runtime(rt, ['rm', '--force', '--volumes', '--time', String(grace), name], opts.stopGraceMs + 30_000).catch(
-        () => {},
-      );
+      void remove(rt, [name], graceSeconds(opts), opts.stopGraceMs + 30_000).catch(() => {});
       // An attach that outlives that is ended too.
       killTimer = setTimeout(() => attach?.kill('SIGKILL'), opts.stopGraceMs + 10_000);
       killTimer.unref();
@@ -384,8 +389,8 @@ export function startContainer(opts: ContainerOptions): Sandbox {
   const watch = setInterval(() => {
     if (hostPid <= 0 || stopping || !attach) return;
     known = [hostPid, ...descendants(hostPid)];
-    if (residentBytes(known) > opts.limits.memoryBytes) void stop('memory_limit');
-    else if (directoryBytes(opts.workDir) > opts.limits.diskBytes) void stop('disk_limit');
+    const reached = limitReached(known, opts.workDir, opts.limits);
+    if (reached) void stop(reached);
   }, WATCH_MS);
   watch.unref();
 

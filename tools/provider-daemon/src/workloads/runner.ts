@@ -150,6 +150,17 @@ export function sandboxProblem(bwrap: string, dir: string): string | null {
   }
 }
 
+/** A workload's limits in bytes and counts, from the daemon's settings (the same in either mode). */
+export function workloadLimits(settings: DaemonConfig['workloads']) {
+  return {
+    processes: settings.processes,
+    openFiles: settings.open_files,
+    memoryBytes: settings.memory_mb * 1024 * 1024,
+    diskBytes: settings.disk_mb * 1024 * 1024,
+    logBytes: settings.log_kb * 1024,
+  };
+}
+
 /** The configured container runtime, when there is one that runs (its version said once). */
 function containerRuntime(settings: DaemonConfig['workloads'], logger: Logger): ContainerRuntime | null {
   if (!settings.container_runtime) return null;
@@ -407,7 +418,7 @@ export class WorkloadRunner {
     if (files && inputsDir) {
       try {
         rmSync(inputsDir, { recursive: true, force: true });
-        await files.fetchInputs(inputsDir, this.settings.disk_mb * 1024 * 1024);
+        await files.fetchInputs(inputsDir, workloadLimits(this.settings).diskBytes);
       } catch (err) {
         this.done.add(session.id);
         removeTree(dir);
@@ -481,13 +492,7 @@ export class WorkloadRunner {
       logDir,
       ...(inputsDir ? { inputsDir } : {}),
       controlDevices: simulated ? [] : controlDevices(),
-      limits: {
-        processes: this.settings.processes,
-        openFiles: this.settings.open_files,
-        memoryBytes: this.settings.memory_mb * 1024 * 1024,
-        diskBytes: this.settings.disk_mb * 1024 * 1024,
-        logBytes: this.settings.log_kb * 1024,
-      },
+      limits: workloadLimits(this.settings),
       uid,
       platformEnv: { GPU_PLATFORM_SESSION_ID: session.id },
       stopGraceMs: durationMs(this.settings.stop_grace),
@@ -655,10 +660,7 @@ export class WorkloadRunner {
     if (!this.cgroups) return {};
     try {
       return {
-        cgroup: workloadCgroup(this.cgroups, sessionId, {
-          memoryBytes: this.settings.memory_mb * 1024 * 1024,
-          processes: this.settings.processes,
-        }),
+        cgroup: workloadCgroup(this.cgroups, sessionId, workloadLimits(this.settings)),
       };
     } catch (err) {
       this.deps.logger.warn({ err, session_id: sessionId }, 'the workload gets no control group: the watch alone');

@@ -304,16 +304,34 @@ function isCharDevice(p: string): boolean {
 
 /** The sandbox's whole environment: the renter's, then the platform's (which the spec may not name). */
 function sandboxEnv(opts: SandboxOptions): Record<string, string> {
+  return { ...workloadEnv(opts), PATH: SANDBOX_PATH };
+}
+
+/**
+ * A workload's variables in either mode: the renter's, then the platform's (which the spec may not name): its home
+ * and temporary directory, and its GPUs by UUID. The sandbox adds its PATH; a container keeps its image's.
+ */
+export function workloadEnv(opts: Pick<SandboxOptions, 'spec' | 'platformEnv'> & { gpus: SandboxGpu[] }) {
   const uuids = opts.gpus.map((g) => g.uuid).join(',');
   return {
     ...opts.spec.env,
     ...opts.platformEnv,
-    PATH: SANDBOX_PATH,
     HOME: '/work',
     TMPDIR: '/tmp',
     CUDA_VISIBLE_DEVICES: uuids,
     NVIDIA_VISIBLE_DEVICES: uuids,
   };
+}
+
+/** Which of its limits a workload's processes and work directory are past, if any (the daemon's watch). */
+export function limitReached(
+  pids: number[],
+  workDir: string,
+  limits: Pick<SandboxLimits, 'memoryBytes' | 'diskBytes'>,
+): 'memory_limit' | 'disk_limit' | null {
+  if (residentBytes(pids) > limits.memoryBytes) return 'memory_limit';
+  if (directoryBytes(workDir) > limits.diskBytes) return 'disk_limit';
+  return null;
 }
 
 /** Copies a stream into a file, cutting it at `limit` bytes and saying at the end how much was cut. */
@@ -380,7 +398,7 @@ export function withinHard(name: string, wanted: number): number {
 }
 
 /** Whether the process runs (a zombie, dead and waiting to be reaped, does not). */
-function running(pid: number): boolean {
+export function running(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
@@ -396,7 +414,7 @@ export async function allGone(pids: number[], ms: number): Promise<void> {
 }
 
 /** Resident bytes of the processes. */
-export function residentBytes(pids: number[]): number {
+function residentBytes(pids: number[]): number {
   const page = 4096;
   let total = 0;
   for (const pid of pids) {
@@ -410,7 +428,7 @@ export function residentBytes(pids: number[]): number {
 }
 
 /** Bytes the directory holds (its files' sizes, links not followed), counting at most `cap` entries. */
-export function directoryBytes(dir: string, cap = 200_000): number {
+function directoryBytes(dir: string, cap = 200_000): number {
   let total = 0;
   let seen = 0;
   const walk = (d: string) => {
@@ -560,8 +578,8 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const watch = setInterval(() => {
     if (!child.pid || stopping) return;
     known = descendants(child.pid);
-    if (residentBytes(known) > opts.limits.memoryBytes) void stop('memory_limit');
-    else if (directoryBytes(opts.workDir) > opts.limits.diskBytes) void stop('disk_limit');
+    const reached = limitReached(known, opts.workDir, opts.limits);
+    if (reached) void stop(reached);
   }, WATCH_MS);
   watch.unref();
 
