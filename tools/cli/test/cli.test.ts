@@ -15,6 +15,7 @@ import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
 import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
+import { containerSettings, testImage } from '../../provider-daemon/test/support/containers.ts';
 import { useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
 import { type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
 
@@ -90,11 +91,7 @@ beforeAll(async () => {
   rig.platform.providerUser = async () => ({ id: provider.id });
   try {
     // With container mode too, as the test setup made it possible (Podman, its busybox image on the machine).
-    const m = await rig.machine({
-      container_runtime: 'podman',
-      container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
-      allowed_registries: ['localhost'],
-    });
+    const m = await rig.machine(containerSettings);
     machineId = m.providerId;
     runner = m.runner();
     runner.run();
@@ -160,12 +157,11 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(JSON.parse(json.stdout)).toMatchObject({ state: 'exited', exit_code: 0, outputs: null });
     expect(json.stderr).toContain('as json\n');
     // An image in a container, its own command replaced by the argv after --.
-    const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
     const boxed = await renter.gpu([
       'run',
       ...rental(),
       '--image',
-      image,
+      testImage,
       '--',
       '/bin/busybox',
       'sh',

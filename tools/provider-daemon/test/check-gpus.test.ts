@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
 import { checkGpuIsolation, type GpuCheckReport } from '../src/workloads/check.ts';
+import { containerSettings, testImage } from './support/containers.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'check-gpus-test-'));
 // The workloads' users pass through to their work directories (as a daemon's run directory's parents must let them).
@@ -51,20 +52,18 @@ describe('check-gpus', () => {
       ...settings,
       workloads: {
         ...settings.workloads,
-        container_runtime: 'podman',
-        container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
+        ...containerSettings,
         cgroups: false,
       },
     });
-    const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
-    const report = await checkGpuIsolation({ config, gpus: gpuSource(config.gpu), image });
+    const report = await checkGpuIsolation({ config, gpus: gpuSource(config.gpu), image: testImage });
     expect(report.ok).toBe(true);
     const containers = report.leases.filter((l) => l.mode === 'container');
     expect(containers.map((l) => l.leased)).toEqual([[0], [1], [2], [3], [], [0, 1, 2, 3]]);
     for (const lease of containers) expect(lease.devices.seen.sort()).toEqual(lease.leased.map((i) => `nvidia${i}`));
     // Without a runtime configured it cannot.
     await expect(
-      checkGpuIsolation({ config: daemonConfigSchema.parse(settings), gpus: gpuSource(config.gpu), image }),
+      checkGpuIsolation({ config: daemonConfigSchema.parse(settings), gpus: gpuSource(config.gpu), image: testImage }),
     ).rejects.toThrow(/needs workloads.container_runtime/);
   });
 

@@ -21,9 +21,11 @@ import {
   startContainer,
 } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
+import { running as alive } from '../src/workloads/sandbox.ts';
+import { testImage, testRuntimeArgs } from './support/containers.ts';
 
-const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
-const runtime = { path: 'podman', args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean) };
+const image = testImage;
+const runtime = { path: 'podman', args: testRuntimeArgs };
 
 const root = mkdtempSync(path.join(tmpdir(), 'container-test-'));
 chmodSync(root, 0o711);
@@ -99,15 +101,6 @@ async function hostService() {
     .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
   return { server, port, host };
 }
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 describe('container mode', () => {
   it('runs the argv as given on exactly the leased GPUs, its root read-only and its work directory its own', async () => {

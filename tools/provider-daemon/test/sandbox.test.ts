@@ -16,7 +16,7 @@ import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
 import { cgroupPlace, workloadCgroup } from '../src/workloads/cgroups.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from '../src/workloads/devices.ts';
-import { descendants, type SandboxOptions, startSandbox } from '../src/workloads/sandbox.ts';
+import { running as alive, descendants, type SandboxOptions, startSandbox } from '../src/workloads/sandbox.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'sandbox-test-'));
 // As the daemon's run directory: workloads' users pass through it to their own work directory, and list nothing.
@@ -74,16 +74,6 @@ function run(command: string[], over: Partial<SandboxOptions> & { leased?: numbe
   const err = () => readFileSync(path.join(logDir, 'stderr.log'), 'utf8');
   return { sandbox, workDir, logDir, out, err };
 }
-
-/** Whether the process runs (a zombie, dead and waiting for its parent to read its status, does not). */
-const alive = (pid: number) => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-};
 
 describe('a workload in the sandbox', () => {
   it('runs its argv as given, never through a shell, and ends with its own exit code', async () => {

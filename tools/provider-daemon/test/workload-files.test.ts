@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { containerSettings, testImage } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 // A short upload window, so that a test sees it close.
@@ -25,14 +26,38 @@ async function upload(headers: Record<string, string>, key: string, body: string
   expect(res.status, await res.text()).toBe(201);
 }
 
+/**
+ * A renter's `data/in.txt` (`hello from storage`) as the input of `workload` on one GPU of a new machine (its
+ * `workloads` settings), run until its outputs are uploaded: the workload as its renter then reads it.
+ */
+async function runWithInput(workloads: Record<string, unknown>, workload: object) {
+  const m = await rig.machine(workloads);
+  const renter = await rig.renter();
+  await upload(renter.headers, 'data/in.txt', 'hello from storage\n');
+  const r = await rig.rent(
+    m.providerId,
+    1,
+    { ...workload, max_runtime_seconds: 60, inputs: [{ key: 'data/in.txt' }] },
+    renter,
+  );
+  const runner = m.runner();
+  runner.run();
+  try {
+    const ended = await until(
+      () => rig.workloadOf(r.headers, r.id),
+      (w) => w.outputs !== null,
+      20_000,
+    );
+    return { ended, prefix: `sessions/${r.id}/`, renter };
+  } finally {
+    await runner.stop();
+  }
+}
+
 describe("a workload's files", () => {
   it('reads its inputs read-only, keeps its logs and uploads its outputs under the prefix only', async () => {
-    const m = await rig.machine();
-    const renter = await rig.renter();
-    await upload(renter.headers, 'data/in.txt', 'hello from storage\n');
-    const r = await rig.rent(
-      m.providerId,
-      1,
+    const { ended, prefix, renter } = await runWithInput(
+      {},
       {
         command: [
           'sh',
@@ -47,94 +72,53 @@ describe("a workload's files", () => {
             'ln -s /etc/hostname /work/output/host-link && ln -s ../../.. /work/output/escape',
           ].join('; '),
         ],
-        max_runtime_seconds: 60,
-        inputs: [{ key: 'data/in.txt' }],
       },
-      renter,
     );
-    const runner = m.runner();
-    runner.run();
-    try {
-      const ended = await until(
-        () => rig.workloadOf(r.headers, r.id),
-        (w) => w.outputs !== null,
-        20_000,
-      );
-      const prefix = `sessions/${r.id}/`;
-      expect(ended).toMatchObject({
-        state: 'exited',
-        exit_code: 0,
-        spec: { output: { prefix } },
-        logs: { stdout: `${prefix}logs/stdout.log`, stderr: `${prefix}logs/stderr.log` },
-      });
-      expect(ended.outputs).toEqual([
-        { key: `${prefix}output/copy.txt`, size: 19 },
-        { key: `${prefix}output/sub/deep.txt`, size: 7 },
-      ]);
-      expect(await read(renter.headers, `${prefix}logs/stdout.log`)).toEqual({
-        status: 200,
-        text: 'hello from storage\ninputs-read-only\n',
-      });
-      expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
-      expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
-      expect((await read(renter.headers, `${prefix}output/sub/deep.txt`)).text).toBe('nested\n');
-      // The links were not followed: nothing of the host's reached storage.
-      expect((await read(renter.headers, `${prefix}output/host-link`)).status).toBe(404);
-      // The input is as it was.
-      expect((await read(renter.headers, 'data/in.txt')).text).toBe('hello from storage\n');
-    } finally {
-      await runner.stop();
-    }
+    expect(ended).toMatchObject({
+      state: 'exited',
+      exit_code: 0,
+      spec: { output: { prefix } },
+      logs: { stdout: `${prefix}logs/stdout.log`, stderr: `${prefix}logs/stderr.log` },
+    });
+    expect(ended.outputs).toEqual([
+      { key: `${prefix}output/copy.txt`, size: 19 },
+      { key: `${prefix}output/sub/deep.txt`, size: 7 },
+    ]);
+    expect(await read(renter.headers, `${prefix}logs/stdout.log`)).toEqual({
+      status: 200,
+      text: 'hello from storage\ninputs-read-only\n',
+    });
+    expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
+    expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
+    expect((await read(renter.headers, `${prefix}output/sub/deep.txt`)).text).toBe('nested\n');
+    // The links were not followed: nothing of the host's reached storage.
+    expect((await read(renter.headers, `${prefix}output/host-link`)).status).toBe(404);
+    // The input is as it was.
+    expect((await read(renter.headers, 'data/in.txt')).text).toBe('hello from storage\n');
   });
 
   it('gives an image in a container the same: inputs read-only, its logs kept, its outputs uploaded', async () => {
-    const m = await rig.machine({
-      container_runtime: 'podman',
-      container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
-      allowed_registries: ['localhost'],
+    const { ended, prefix, renter } = await runWithInput(containerSettings, {
+      image: testImage,
+      command: [
+        '/bin/busybox',
+        'sh',
+        '-c',
+        [
+          'cat /work/inputs/data/in.txt',
+          '(echo changed > /work/inputs/data/in.txt) 2>/dev/null || echo inputs-read-only',
+          'echo to-stderr >&2',
+          '/bin/busybox cp /work/inputs/data/in.txt /work/output/copy.txt',
+        ].join('; '),
+      ],
     });
-    const renter = await rig.renter();
-    await upload(renter.headers, 'data/in.txt', 'hello from storage\n');
-    const r = await rig.rent(
-      m.providerId,
-      1,
-      {
-        image: process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2',
-        command: [
-          '/bin/busybox',
-          'sh',
-          '-c',
-          [
-            'cat /work/inputs/data/in.txt',
-            '(echo changed > /work/inputs/data/in.txt) 2>/dev/null || echo inputs-read-only',
-            'echo to-stderr >&2',
-            '/bin/busybox cp /work/inputs/data/in.txt /work/output/copy.txt',
-          ].join('; '),
-        ],
-        max_runtime_seconds: 60,
-        inputs: [{ key: 'data/in.txt' }],
-      },
-      renter,
+    expect(ended).toMatchObject({ state: 'exited', exit_code: 0 });
+    expect(ended.outputs).toEqual([{ key: `${prefix}output/copy.txt`, size: 19 }]);
+    expect((await read(renter.headers, `${prefix}logs/stdout.log`)).text).toBe(
+      'hello from storage\ninputs-read-only\n',
     );
-    const runner = m.runner();
-    runner.run();
-    try {
-      const ended = await until(
-        () => rig.workloadOf(r.headers, r.id),
-        (w) => w.outputs !== null,
-        20_000,
-      );
-      const prefix = `sessions/${r.id}/`;
-      expect(ended).toMatchObject({ state: 'exited', exit_code: 0 });
-      expect(ended.outputs).toEqual([{ key: `${prefix}output/copy.txt`, size: 19 }]);
-      expect((await read(renter.headers, `${prefix}logs/stdout.log`)).text).toBe(
-        'hello from storage\ninputs-read-only\n',
-      );
-      expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
-      expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
-    } finally {
-      await runner.stop();
-    }
+    expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
+    expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
   });
 
   it('shows the logs in storage a few seconds behind while the workload runs', async () => {

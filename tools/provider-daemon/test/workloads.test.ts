@@ -11,6 +11,7 @@ import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from 
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
+import { containerSettings as containers, testImage as image } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const rig = useWorkloadRig();
@@ -32,14 +33,6 @@ async function expectLost(r: { headers: Record<string, string>; id: string }, la
   expect(lost.session).toMatchObject({ status: 'completed', end_reason: 'workload_lost', billed_minutes: 1 });
 }
 
-/** Container mode as the test setup made it possible: Podman, its flags for this host, a busybox image. */
-const image = process.env.TEST_CONTAINER_IMAGE ?? 'localhost/gpu-platform-test:2';
-const containers = {
-  container_runtime: 'podman',
-  container_runtime_args: (process.env.TEST_CONTAINER_RUNTIME_ARGS ?? '').split(' ').filter(Boolean),
-  // The test image is the machine's own (no registry is reachable here).
-  allowed_registries: ['localhost'],
-};
 const labelled = () =>
   spawnSync('podman', [...containers.container_runtime_args, 'ps', '--all', '--format', '{{.Names}}'], {
     encoding: 'utf8',
