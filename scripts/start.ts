@@ -7,7 +7,8 @@
  * NATS_URL is set. Each runs under a supervisor (scripts/lib/supervisor.ts) that restarts it if it crashes.
  * The programs run as JavaScript compiled ahead (scripts/lib/build.ts), again whenever a source changed.
  * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully, during start-up too.
- * In front of the services, the gateway (tools/gateway, port 8080) is the platform's one origin.
+ * In front of the services, the gateway (port 8080) is the platform's one origin: nginx on deploy/gateway's files where
+ * nginx is installed, tools/gateway's Node proxy otherwise (PLATFORM_GATEWAY chooses).
  * PLATFORM_PORT_BASE moves every port (services at base+0..3 in contract order, s3rver at base+4, the Solana RPC at
  * base+5 and its WebSocket at base+6, the gateway at base+10), so a second copy (a test run) can share the machine; everything listens on
  * 127.0.0.1 unless PLATFORM_HOST names another address (0.0.0.0: every one).
@@ -19,12 +20,15 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { MAX_SOCKET_PATH_BYTES } from '../packages/common/src/http/gateway-socket.ts';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
+import { findNginx, pdeathsigSupported, socketsIn, writeNginxGateway } from '../tools/gateway/src/nginx.ts';
+import { operatorsAt } from '../tools/gateway/src/operators.ts';
 import { authMode } from './lib/auth-mode.ts';
 import { compiledPath, ensureBuilt, LIFELINE, platformPrograms } from './lib/build.ts';
 import { lockDataDir } from './lib/instance-lock.ts';
@@ -57,6 +61,10 @@ gateway, the platform's one origin. Takes no arguments; its settings are environ
   AUTH_CONFIG_FILE, STORAGE_CONFIG_FILE, REGISTRY_CONFIG_FILE, BILLING_CONFIG_FILE: each service's settings
   SMTP_URL            where auth sends mail (default: the embedded mail catcher, read with pnpm mail)
   NATS_URL            use NATS for events (off by default); LOG_LEVEL: the services' log level
+  PLATFORM_GATEWAY    the gateway: nginx (on deploy/gateway's files) or node (tools/gateway); default nginx where
+                      installed, else node
+  GATEWAY_OPERATORS   who may read /health/<service> at the gateway: addresses or CIDRs, comma-separated
+                      (default: loopback and the private networks)
 
 See README.md, "Quick start".`;
 answerHelp(USAGE);
@@ -122,6 +130,44 @@ function configFiles(): Record<string, string> {
   return files;
 }
 const userConfigFiles = configFiles();
+
+/**
+ * The gateway, the one origin in front of the services: nginx on docker-compose's gateway files (deploy/gateway) where
+ * nginx is installed, the Node gateway (tools/gateway, @fastify/http-proxy) otherwise; PLATFORM_GATEWAY=nginx or node
+ * chooses. Both route by the same table, answer the same problems and set the same headers (tools/gateway/test runs
+ * the same checks through both); a request through nginx costs the machine about a third of the CPU. nginx is not a
+ * Node program and watches no lifeline: it runs under `setpriv --pdeathsig`, so it needs a setpriv that has it.
+ * GATEWAY_OPERATORS (who may read `/health/<service>`) is checked here for both.
+ */
+function chooseGateway():
+  | { kind: 'nginx'; nginx: { path: string; version: string }; operators?: string[]; description: string }
+  | { kind: 'node'; description: string } {
+  const choice = process.env.PLATFORM_GATEWAY || 'auto';
+  if (!['auto', 'nginx', 'node'].includes(choice))
+    throw new SettingError(`PLATFORM_GATEWAY must be nginx or node (or unset: nginx where installed), got ${choice}`);
+  const operators = process.env.GATEWAY_OPERATORS?.split(',');
+  try {
+    if (operators) operatorsAt(operators);
+  } catch (err) {
+    throw new SettingError(`GATEWAY_OPERATORS: ${(err as Error).message}`);
+  }
+  const nginx = choice === 'node' ? undefined : findNginx();
+  const setpriv = nginx !== undefined && pdeathsigSupported();
+  if (nginx && setpriv) {
+    const description = `nginx ${nginx.version} (${nginx.path}) on deploy/gateway's files`;
+    return { kind: 'nginx', nginx, description, ...(operators ? { operators } : {}) };
+  }
+  if (choice === 'nginx') {
+    throw new SettingError(
+      nginx
+        ? "PLATFORM_GATEWAY=nginx, but this machine's setpriv has no --pdeathsig (util-linux 2.33 or later)"
+        : 'PLATFORM_GATEWAY=nginx, but no nginx was found (on PATH, in /usr/sbin or /usr/local/sbin)',
+    );
+  }
+  const why = choice === 'node' ? 'PLATFORM_GATEWAY=node' : nginx ? 'setpriv has no --pdeathsig' : 'nginx not found';
+  return { kind: 'node', description: `the Node gateway (tools/gateway; ${why})` };
+}
+const gatewayEngine = await settled(chooseGateway);
 const auth = await settled(() => authMode(process.env, authDir, path.join(root, 'services/auth')));
 const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 
@@ -153,8 +199,10 @@ interface Proc {
   name: string;
   cwd: string;
   /** The program's TypeScript source (repository-relative); it runs compiled (scripts/lib/build.ts). */
-  script: string;
-  /** Arguments after the script. */
+  script?: string;
+  /** A program that is not Node's, run with `args` alone (no lifeline: it must stop with this process otherwise). */
+  command?: string;
+  /** Arguments after the script, or the command's. */
   args: string[];
   env?: Record<string, string>;
   /** Node/V8 flags before the script. */
@@ -321,24 +369,45 @@ const services: Proc[] = (
     args: [],
   }));
 
-// The one origin in front of the services (tools/gateway): every public path, streamed through @fastify/http-proxy.
-const gateway: Proc = {
-  name: 'gateway',
-  cwd: path.join(root, 'tools/gateway'),
-  script: 'tools/gateway/src/server.ts',
-  args: [],
-  port: ports.gateway,
-  env: {
-    PORT: String(ports.gateway),
-    HOST: host.bind,
-    LOG_LEVEL: 'warn',
-    GATEWAY_AUTH_URL: host.url(ports.auth),
-    GATEWAY_STORAGE_URL: host.url(ports.storage),
-    GATEWAY_REGISTRY_URL: host.url(ports.registry),
-    GATEWAY_BILLING_URL: host.url(ports.billing),
-    GATEWAY_SOCKET_DIR: gatewaySockets,
-  },
-};
+// The one origin in front of the services (chosen above, `gatewayEngine`), reaching each at its gateway socket.
+const gateway: Proc =
+  gatewayEngine.kind === 'nginx'
+    ? {
+        name: 'gateway',
+        cwd: path.join(data, 'gateway'),
+        // The kernel stops nginx (SIGTERM) when this process is gone, however it went: it watches no lifeline.
+        command: 'setpriv',
+        args: [
+          '--pdeathsig',
+          'SIGTERM',
+          '--',
+          gatewayEngine.nginx.path,
+          ...writeNginxGateway({
+            dir: path.join(data, 'gateway'),
+            listen: `${isIP(host.bind) === 6 ? `[${host.bind}]` : host.bind}:${ports.gateway}${host.bind === '::' ? ' ipv6only=off' : ''}`,
+            upstreams: socketsIn(gatewaySockets),
+            ...(gatewayEngine.operators ? { operators: gatewayEngine.operators } : {}),
+          }).args,
+        ],
+        port: ports.gateway,
+      }
+    : {
+        name: 'gateway',
+        cwd: path.join(root, 'tools/gateway'),
+        script: 'tools/gateway/src/server.ts',
+        args: [],
+        port: ports.gateway,
+        env: {
+          PORT: String(ports.gateway),
+          HOST: host.bind,
+          LOG_LEVEL: 'warn',
+          GATEWAY_AUTH_URL: host.url(ports.auth),
+          GATEWAY_STORAGE_URL: host.url(ports.storage),
+          GATEWAY_REGISTRY_URL: host.url(ports.registry),
+          GATEWAY_BILLING_URL: host.url(ports.billing),
+          GATEWAY_SOCKET_DIR: gatewaySockets,
+        },
+      };
 
 // Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
 // 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
@@ -354,15 +423,11 @@ const lifeline = pathToFileURL(compiledPath(LIFELINE)).href;
 
 function start(p: Proc): void {
   // Source maps on, as under tsx: a stack trace names the TypeScript source's lines.
-  const args = [
-    ...(p.nodeFlags ?? []),
-    '--enable-source-maps',
-    '--import',
-    lifeline,
-    compiledPath(p.script),
-    ...p.args,
-  ];
-  supervised.set(p.name, supervisor.start({ name: p.name, args, cwd: p.cwd, env: { ...process.env, ...p.env } }));
+  const args = p.script
+    ? [...(p.nodeFlags ?? []), '--enable-source-maps', '--import', lifeline, compiledPath(p.script), ...p.args]
+    : p.args;
+  const env = { ...process.env, ...p.env };
+  supervised.set(p.name, supervisor.start({ name: p.name, command: p.command, args, cwd: p.cwd, env }));
 }
 
 async function waitForPort(name: string, port: number, timeoutMs = 60_000) {
@@ -406,6 +471,7 @@ try {
   const built = await ensureBuilt(platformPrograms());
   if (built) process.stdout.write(`[start] ${built}\n`);
   process.stdout.write(`[start] tokens: ${auth.description}\n`);
+  process.stdout.write(`[start] gateway: ${gatewayEngine.description}\n`);
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),
   // then retries the chain until blockchain.connect_timeout.

@@ -5,7 +5,9 @@
  * calls all four services with the token, billing reads the registry with the platform's machine client, the
  * gateway's machine client lists the machines, and a token
  * signed with another key of the same algorithm is refused by every service. One platform at a time (CI has 2 cores).
- * The second one also listens on every address (PLATFORM_HOST=0.0.0.0), and answers on a non-loopback one.
+ * The second one also listens on every address (PLATFORM_HOST=0.0.0.0), and answers on a non-loopback one. Each
+ * serves through its gateway: the first through the Node one (PLATFORM_GATEWAY=node), the second through the default
+ * (nginx where installed).
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -63,6 +65,22 @@ async function everyServiceTakes(token: string) {
   expect(forged.statuses).toEqual({ auth: 401, storage: 401, registry: 401, billing: 401 });
 }
 
+/**
+ * The gateway at `base` (the platform's one origin, whichever engine): its own health, a service's for an operator
+ * (this machine), the token's call to the registry and billing behind it, a call without one and a path of no service.
+ */
+async function theGatewayServes(base: string, token: string) {
+  const bearer = { authorization: `Bearer ${token}` };
+  expect(await (await fetch(`${base}/health`)).json()).toMatchObject({ status: 'UP', service: 'gateway' });
+  expect((await fetch(`${base}/health/billing`)).status).toBe(200);
+  expect((await fetch(`${base}/providers`, { headers: bearer })).status).toBe(200);
+  expect((await fetch(`${base}/api/v1/billing/sessions`, { headers: bearer })).status).toBe(200);
+  const anonymous = await fetch(`${base}/providers`);
+  expect(anonymous.status).toBe(401);
+  expect(anonymous.headers.get('x-request-id')).toBeTruthy();
+  expect(await (await fetch(`${base}/metrics`)).json()).toMatchObject({ status: 404, code: 'ROUTE_NOT_FOUND' });
+}
+
 /** An IPv4 address of this machine other than loopback, if it has one. */
 const outsideAddress = Object.values(networkInterfaces())
   .flat()
@@ -73,14 +91,22 @@ describe('pnpm start, auth modes', () => {
     timeout: 240_000,
   }, async () => {
     const secret = randomBytes(36).toString('base64'); // 48 characters
-    platform = startPlatform(place, { SECRET_KEY: secret, ALGORITHM: 'HS256', ACCESS_TOKEN_EXPIRE_MINUTES: '15' });
+    platform = startPlatform(place, {
+      SECRET_KEY: secret,
+      ALGORITHM: 'HS256',
+      ACCESS_TOKEN_EXPIRE_MINUTES: '15',
+      // The Node gateway, which runs where nginx is not installed (the default elsewhere in these tests: nginx).
+      PLATFORM_GATEWAY: 'node',
+    });
     expect(await platform.untilHealthy(), platform.output().slice(-4000)).toEqual([]);
     expect(platform.output()).toContain('[start] tokens: HS256 with the secret in SECRET_KEY');
+    expect(platform.output()).toContain('[start] gateway: the Node gateway (tools/gateway; PLATFORM_GATEWAY=node)');
     const token = await platform.adminToken();
     expect(headerOf(token).alg).toBe('HS256');
     const jwks = await fetch(`http://127.0.0.1:${ports.auth}/.well-known/jwks.json`);
     expect(await jwks.json()).toEqual({ keys: [] });
     await everyServiceTakes(token);
+    await theGatewayServes(`http://127.0.0.1:${ports.gateway}`, token);
     // No key file was made or looked for.
     expect(readdirSync(path.join(platform.dataDir, 'auth')).filter((f) => f.endsWith('.pem'))).toEqual([]);
   });
@@ -105,11 +131,15 @@ describe('pnpm start, auth modes', () => {
     expect(keys.map((k) => k.x)).toEqual([publicKey.export({ format: 'jwk' }).x]);
     expect(readdirSync(path.join(platform.dataDir, 'auth')).filter((f) => f.endsWith('.pem'))).toEqual([]);
     await everyServiceTakes(token);
+    // The gateway on every address too (nginx where installed, listening on 0.0.0.0).
+    await theGatewayServes(`http://127.0.0.1:${ports.gateway}`, token);
     if (outsideAddress) {
       for (const name of services) {
         const res = await fetch(`http://${outsideAddress}:${ports[name]}/health`);
         expect(res.status, `${name} on ${outsideAddress}`).toBe(200);
       }
+      const gateway = await fetch(`http://${outsideAddress}:${ports.gateway}/health`);
+      expect(gateway.status, `the gateway on ${outsideAddress}`).toBe(200);
     }
   });
 });

@@ -1,7 +1,7 @@
 /**
  * What `pnpm start` checks before it starts anything, and how it stops when interrupted during start-up. Settings
  * that cannot work (auth settings that do not fit together, a configuration file that does not exist, a port that is
- * held, a bad PLATFORM_HOST or PLATFORM_PORT_BASE) are refused in one line with exit status 1, nothing started and
+ * held, a bad PLATFORM_HOST, PLATFORM_PORT_BASE, PLATFORM_GATEWAY or GATEWAY_OPERATORS) are refused in one line with exit status 1, nothing started and
  * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
  * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way. Nothing it
  * started outlives it: not when its terminal is closed, not when it is killed with SIGKILL; and until what it ran is
@@ -77,6 +77,16 @@ const refusals: [string, Record<string, string>, string][] = [
   ],
   ['a PLATFORM_HOST that is no address', { PLATFORM_HOST: 'example.com' }, 'PLATFORM_HOST must be an IP address'],
   ['a PLATFORM_PORT_BASE that is no port', { PLATFORM_PORT_BASE: '65530' }, 'PLATFORM_PORT_BASE must be a port'],
+  [
+    'a gateway it does not have',
+    { PLATFORM_GATEWAY: 'apache' },
+    'PLATFORM_GATEWAY must be nginx or node (or unset: nginx where installed), got apache',
+  ],
+  [
+    'an operator that is no address',
+    { GATEWAY_OPERATORS: '127.0.0.1,the admins' },
+    'GATEWAY_OPERATORS: operators: "the admins" is not an address or a CIDR',
+  ],
 ];
 
 describe('pnpm start, before it starts anything', () => {
@@ -162,7 +172,8 @@ const startedProcesses = (output: string) =>
 
 /**
  * The programs a `pnpm start` on `dataDir` runs, found without asking it: every process whose environment names the
- * data folder (they inherit it) and runs a compiled program (`dist/`), read from /proc.
+ * data folder (they inherit it) and runs a compiled program (`dist/`), and nginx's master process (its title, which
+ * nginx writes over its environment, names its folder in the data folder, `<data>/gateway`), read from /proc.
  */
 function platformProcesses(dataDir: string): number[] {
   return readdirSync('/proc')
@@ -171,6 +182,8 @@ function platformProcesses(dataDir: string): number[] {
       try {
         const env = readFileSync(`/proc/${pid}/environ`, 'utf8');
         const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        if (/^nginx: master process .* -p \S+\/gateway /.test(cmdline))
+          return cmdline.includes(` -p ${path.join(dataDir, 'gateway')} `);
         return env.split('\0').includes(`PLATFORM_DATA_DIR=${dataDir}`) && cmdline.includes('/dist/');
       } catch {
         return false;

@@ -23,6 +23,7 @@ import { promisify } from 'node:util';
 import { Keypair } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { afterAll, describe, expect, it } from 'vitest';
+import { findNginx } from '../tools/gateway/src/nginx.ts';
 import {
   callEveryService,
   forgedToken,
@@ -114,6 +115,12 @@ describe('pnpm start', () => {
     expect(services.length).toBeGreaterThan(0);
     expect(await platform.untilHealthy(), `not healthy:\n${platform.output().slice(-4000)}`).toEqual([]);
     expect(existsSync(path.join(dataDir, 'storage', 'config.yaml'))).toBe(true);
+    // The gateway: nginx on deploy/gateway's files where nginx is installed (the test setup installs it).
+    const nginx = findNginx();
+    const gateway = nginx
+      ? `[start] gateway: nginx ${nginx.version} (${nginx.path}) on deploy/gateway's files`
+      : '[start] gateway: the Node gateway (tools/gateway; nginx not found)';
+    expect(platform.output()).toContain(gateway);
   });
 
   it('signs tokens with an EdDSA key made in the data folder: the admin calls all four services, a forged token is 401', {

@@ -16,6 +16,9 @@ export const ROUTES: Record<Service, readonly string[]> = {
   billing: ['/api/v1/billing', '/api/v1/wallet', '/api/v1/pricing', '/api/v1/provider', '/api/v1/deposits'],
 };
 
+/** The services, in the contract's order. */
+export const SERVICES = Object.keys(ROUTES) as Service[];
+
 /**
  * Paths a service serves to the platform's own services only, never routed by a gateway (each is a 404 there): the
  * storage service's grants, which billing asks for on the internal network (a leaked admin token still cannot reach

@@ -20,7 +20,7 @@ import {
   testConfig,
   uniqueEmail,
 } from '../../../services/auth/test/helpers.ts';
-import { type RunningGateway, startComposeNginx, startNodeGateway } from './gateways.ts';
+import { type RunningGateway, startComposeNginx, startNodeGateway, startPlatformNginxGateway } from './gateways.ts';
 
 /** An auth service listening on loopback with its limits per address on: 3 sign-ups an hour, 5 failed logins a minute. */
 async function limitedAuth(server: Record<string, unknown>) {
@@ -114,26 +114,34 @@ describe.each(engines)('the client address through $name', (engine) => {
   });
 });
 
-describe("pnpm start's arrangement: the services believe X-Forwarded-For on their gateway socket only", () => {
-  const folder = mkdtempSync(path.join(tmpdir(), 'gateway-sockets-'));
-  afterAll(() => rmSync(folder, { recursive: true, force: true }));
+const startEngines: { name: string; start: (socketDir: string) => Promise<RunningGateway> }[] = [
+  { name: 'its Node gateway', start: (socketDir) => startNodeGateway({}, { socketDir }) },
+  { name: 'its nginx (deploy/gateway)', start: (socketDir) => startPlatformNginxGateway({}, { socketDir }) },
+];
 
-  it('counts a direct caller by its own address and a caller through the gateway by the one the gateway saw', async () => {
-    // As pnpm start runs auth: no trusted proxy, and a socket in a folder of this user's alone for the gateway.
-    const limited = await limitedAuth({});
-    const socket = await listenForGateway(limited.auth.app, path.join(folder, 'auth.sock'));
-    const gateway = await startNodeGateway({}, { socketDir: folder });
-    try {
-      // Straight to the service from 127.0.0.1, each request naming a new address: not believed.
-      expect(await signUps(limited.url, 4)).toEqual(LIMITED_SIGN_UPS);
-      // Through the gateway: each forged address replaced by 127.0.0.1's, limited too ...
-      expect(await wrongLogins(gateway.base, 6)).toEqual(LIMITED_LOGINS);
-      // ... and the address the gateway wrote is the one counted: a caller from 127.0.0.2 is another client.
-      expect(await wrongLogins(gateway.base, 1, '127.0.0.2')).toEqual(['401 INVALID_CREDENTIALS']);
-    } finally {
-      await gateway.stop();
-      socket.close();
-      await limited.close();
-    }
-  });
-});
+describe.each(startEngines)(
+  "pnpm start's arrangement with $name: the services believe X-Forwarded-For on their gateway socket only",
+  (engine) => {
+    const folder = mkdtempSync(path.join(tmpdir(), 'gateway-sockets-'));
+    afterAll(() => rmSync(folder, { recursive: true, force: true }));
+
+    it('counts a direct caller by its own address and a caller through the gateway by the one the gateway saw', async () => {
+      // As pnpm start runs auth: no trusted proxy, and a socket in a folder of this user's alone for the gateway.
+      const limited = await limitedAuth({});
+      const socket = await listenForGateway(limited.auth.app, path.join(folder, 'auth.sock'));
+      const gateway = await engine.start(folder);
+      try {
+        // Straight to the service from 127.0.0.1, each request naming a new address: not believed.
+        expect(await signUps(limited.url, 4)).toEqual(LIMITED_SIGN_UPS);
+        // Through the gateway: each forged address replaced by 127.0.0.1's, limited too ...
+        expect(await wrongLogins(gateway.base, 6)).toEqual(LIMITED_LOGINS);
+        // ... and the address the gateway wrote is the one counted: a caller from 127.0.0.2 is another client.
+        expect(await wrongLogins(gateway.base, 1, '127.0.0.2')).toEqual(['401 INVALID_CREDENTIALS']);
+      } finally {
+        await gateway.stop();
+        socket.close();
+        await limited.close();
+      }
+    });
+  },
+);

@@ -14,7 +14,13 @@ import { memoryKiB } from '../../../services/storage/bench/service-process.ts';
 import { rawRequest, startService, type TestService } from '../../../services/storage/test/helpers.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
-import { type RunningGateway, startComposeNginx, startNodeGateway, type Upstreams } from './gateways.ts';
+import {
+  type RunningGateway,
+  startComposeNginx,
+  startNodeGateway,
+  startPlatformNginxGateway,
+  type Upstreams,
+} from './gateways.ts';
 import { startNginx } from './nginx.ts';
 
 /** A gateway's own answer to a body larger than the path's service takes (the same from every engine). */
@@ -59,6 +65,11 @@ const engines: Engine[] = [
     start: (to, opts) => startNodeGateway(to, opts),
   },
   { name: "docker-compose's nginx (deploy/gateway)", servesObjectStore: true, start: startComposeNginx },
+  {
+    name: "pnpm start's nginx (deploy/gateway, tools/gateway/src/nginx.ts)",
+    servesObjectStore: false,
+    start: (to, opts) => startPlatformNginxGateway(to, opts),
+  },
 ];
 
 describe.each(engines)('the gateway: $name', (engine) => {

@@ -1,12 +1,14 @@
 /**
- * The platform's gateways as running processes, for the tests and the benchmark alike: `pnpm start`'s (this package,
- * from source or compiled as `pnpm start` runs it) and docker-compose's nginx on its own files (./nginx.ts).
+ * The platform's gateways as running processes, for the tests and the benchmark alike: `pnpm start`'s two (this
+ * package's, from source or compiled as `pnpm start` runs it, and nginx on deploy/gateway's files as `pnpm start` writes
+ * them) and docker-compose's nginx on its own files (./nginx.ts).
  */
 import { fileURLToPath } from 'node:url';
 import { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from '@gpu/common/testing';
 import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
-import type { Service } from '../src/routes.ts';
-import { startNginx } from './nginx.ts';
+import { socketsIn } from '../src/nginx.ts';
+import { SERVICES, type Service } from '../src/routes.ts';
+import { startNginx, startPlatformNginx } from './nginx.ts';
 
 /** Services' base URLs; one left out is nowhere the gateway can reach (or `pnpm start`'s default). */
 export type Upstreams = Partial<Record<Service, string>>;
@@ -72,5 +74,23 @@ export async function startComposeNginx(
 ): Promise<RunningGateway> {
   const operators = opts.operators && `${opts.operators.map((a) => `allow ${a};\n`).join('')}deny all;\n`;
   const nginx = await startNginx({ upstreams: to as Record<string, string>, ...(operators ? { operators } : {}) });
+  return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
+}
+
+/**
+ * `pnpm start`'s nginx gateway (tools/gateway/src/nginx.ts, deploy/gateway's files): in front of the services at
+ * their gateway sockets in `socketDir` as `pnpm start` runs it, else at their URLs (one left out is nowhere).
+ */
+export async function startPlatformNginxGateway(
+  to: Upstreams,
+  opts: { socketDir?: string; operators?: readonly string[] } = {},
+): Promise<RunningGateway> {
+  const upstreams = opts.socketDir
+    ? socketsIn(opts.socketDir)
+    : (Object.fromEntries(SERVICES.map((s) => [s, new URL(to[s] ?? 'http://127.0.0.1:9').host])) as Record<
+        Service,
+        string
+      >);
+  const nginx = await startPlatformNginx(upstreams, opts.operators ? { operators: opts.operators } : {});
   return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
 }

@@ -7,10 +7,12 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { freePort, type ServerProcess, spawnProcess, waitForHttp } from '@gpu/common/testing';
+import { DEPLOY_GATEWAY_DIR, writeNginxGateway } from '../src/nginx.ts';
+import type { Service } from '../src/routes.ts';
 
-export const gatewayDir = fileURLToPath(new URL('../../../deploy/gateway', import.meta.url));
+/** deploy/gateway, whose files these run. */
+export const gatewayDir = DEPLOY_GATEWAY_DIR;
 
 export interface NginxOptions {
   /** Base URLs (`http://127.0.0.1:port`) of the upstreams, by the container name compose gives them. */
@@ -62,18 +64,39 @@ export async function startNginx(opts: NginxOptions): Promise<NginxGateway> {
     '8900': await freePort(),
   };
   writeFileSync(path.join(conf, 'nginx.conf'), localConfig(dir, opts.upstreams, ports));
-  const nginx = spawnProcess(
-    // Debian's, installed by scripts/test-env.sh (/usr/sbin is not on every user's PATH).
-    existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx',
+  const gateway = await runNginx(
     ['-p', dir, '-c', path.join(conf, 'nginx.conf'), '-e', 'stderr', '-g', 'daemon off;'],
-    { env: process.env },
+    `http://127.0.0.1:${ports['8080']}`,
+    dir,
   );
-  const base = `http://127.0.0.1:${ports['8080']}`;
+  return {
+    ...gateway,
+    accessLog: () => readFileSync(path.join(dir, 'access.log'), 'utf8').trim().split('\n').filter(Boolean),
+  };
+}
+
+/**
+ * `pnpm start`'s nginx gateway (tools/gateway/src/nginx.ts) as `pnpm start` writes it, in a folder of its own, in
+ * front of `upstreams` (`unix:/path` or `address:port`), once its /health answers.
+ */
+export async function startPlatformNginx(
+  upstreams: Record<Service, string>,
+  opts: { operators?: readonly string[] } = {},
+): Promise<Omit<NginxGateway, 'accessLog'>> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'platform-nginx-'));
+  const port = await freePort();
+  const { args } = writeNginxGateway({ dir, listen: `127.0.0.1:${port}`, upstreams, ...opts });
+  return runNginx(args, `http://127.0.0.1:${port}`, dir);
+}
+
+/** nginx with `args`, in the foreground, answering at `base`; its folder `dir` removed when it stops. */
+async function runNginx(args: string[], base: string, dir: string): Promise<Omit<NginxGateway, 'accessLog'>> {
+  // Debian's, installed by scripts/test-env.sh (/usr/sbin is not on every user's PATH).
+  const nginx = spawnProcess(existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx', args, { env: process.env });
   await waitForHttp(`${base}/health`, nginx, { ok: true });
   const master = nginx.child.pid!;
   return {
     base,
-    accessLog: () => readFileSync(path.join(dir, 'access.log'), 'utf8').trim().split('\n').filter(Boolean),
     process: nginx,
     workers: () =>
       readFileSync(`/proc/${master}/task/${master}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number),
