@@ -160,7 +160,7 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async upload(upload: UploadRequest): Promise<void> {
+  async upload(upload: UploadRequest): Promise<undefined> {
     const { part_size: partSize, queue_size: queueSize } = this.settings;
     const req = { ...upload, signal: untilBodyFails(upload.body, upload.signal) };
     try {

@@ -27,8 +27,8 @@ export interface Target {
 
 /** Stores an upload and describes the object stored. */
 export async function uploadObject(store: ObjectStore, req: UploadRequest): Promise<ObjectEntry> {
-  await store.upload(req);
-  const head = await store.head(req.bucket, req.key, {});
+  // The catalogued store read the object back to catalogue it; only a bare store is asked again.
+  const head = (await store.upload(req)) ?? (await store.head(req.bucket, req.key, {}));
   return {
     key: req.key,
     size: head.contentLength,

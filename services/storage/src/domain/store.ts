@@ -108,8 +108,11 @@ export interface ObjectStore {
   ensureBucket(bucket: string): Promise<'created' | 'exists'>;
   /** Throws BUCKET_NOT_FOUND when the bucket does not exist. */
   bucketMustExist(bucket: string): Promise<void>;
-  /** Stores the body (streamed; multipart where large). */
-  upload(req: UploadRequest): Promise<void>;
+  /**
+   * Stores the body (streamed; multipart where large). Answers the stored object's head where the store read it back
+   * anyway (the catalogued store does, to catalogue it), else undefined: the caller HEADs it if it needs it.
+   */
+  upload(req: UploadRequest): Promise<ObjectHead | undefined>;
   get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody>;
   head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead>;
   /** Deletes the key; the store answers alike whether it existed or not. */

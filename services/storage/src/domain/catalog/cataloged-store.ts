@@ -31,9 +31,10 @@ export class CatalogedStore implements ObjectStore {
     private readonly recordsBucket: string,
   ) {}
 
-  async upload(req: UploadRequest): Promise<void> {
+  /** Stores the upload and catalogues it: the head it read for that is answered, sparing the caller another HEAD. */
+  async upload(req: UploadRequest): Promise<ObjectHead | undefined> {
     await this.inner.upload(req);
-    await this.catalogued(req.bucket, req.key);
+    return this.catalogued(req.bucket, req.key);
   }
 
   async completeMultipart(bucket: string, key: string, uploadId: string, parts: StoredPart[]): Promise<void> {
@@ -55,16 +56,20 @@ export class CatalogedStore implements ObjectStore {
     return outcome;
   }
 
-  /** Writes the object as the store describes it now (a HEAD: the ETag, date and type the store holds). */
-  private async catalogued(bucket: string, key: string): Promise<void> {
-    if (bucket === this.recordsBucket) return;
+  /**
+   * Writes the object as the store describes it now (a HEAD: the ETag, date and type the store holds), and answers
+   * that head (undefined for the records bucket, which is not catalogued, or an object deleted again already).
+   */
+  private async catalogued(bucket: string, key: string): Promise<ObjectHead | undefined> {
+    if (bucket === this.recordsBucket) return undefined;
     let head: ObjectHead;
     try {
       head = await this.inner.head(bucket, key, {});
     } catch (err) {
       // Deleted again already (a concurrent request): the catalog follows.
       if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
-      return this.write(() => this.catalog.remove(bucket, key));
+      await this.write(() => this.catalog.remove(bucket, key));
+      return undefined;
     }
     const ownerOf = await this.owners.of(bucket);
     await this.write(() =>
@@ -80,6 +85,7 @@ export class CatalogedStore implements ObjectStore {
         },
       ]),
     );
+    return head;
   }
 
   private async write(op: () => Promise<void>): Promise<void> {
