@@ -65,6 +65,14 @@ describe('check-gpus', () => {
     await expect(
       checkGpuIsolation({ config: daemonConfigSchema.parse(settings), gpus: gpuSource(config.gpu), image: testImage }),
     ).rejects.toThrow(/needs workloads.container_runtime/);
+    // Nor with one that does not run, said before any image is pulled, as the daemon says it.
+    const missing = daemonConfigSchema.parse({
+      ...settings,
+      workloads: { ...settings.workloads, container_runtime: '/nonexistent/podman' },
+    });
+    await expect(
+      checkGpuIsolation({ config: missing, gpus: gpuSource(missing.gpu), image: testImage }),
+    ).rejects.toThrow('workloads.container_runtime /nonexistent/podman cannot be run');
   });
 
   it('fails a lease whose sandbox did not run, saying why', async () => {

@@ -22,7 +22,7 @@ import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import { cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
-import { pullImage, startContainer } from './container.ts';
+import { configuredRuntime, pullImage, startContainer } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { sandboxProblem, workloadLimits } from './runner.ts';
 import { type SandboxEnd, startSandbox } from './sandbox.ts';
@@ -115,9 +115,9 @@ export async function checkGpuIsolation(opts: {
   const leases: number[][] = [...readings.map((r) => [r.index]), []];
   if (readings.length > 1) leases.push(readings.map((r) => r.index));
   let n = 0;
-  const runtime = settings.container_runtime
-    ? { path: settings.container_runtime, args: settings.container_runtime_args }
-    : null;
+  // The runtime as the runner takes it: one that does not answer --version is refused before anything is pulled.
+  const configured = configuredRuntime(settings);
+  const runtime = configured && 'runtime' in configured ? configured.runtime : undefined;
   /** Runs `command` in a sandbox (or, with `image`, a container) on the leased GPUs and gives back what it printed. */
   const inside = async (leased: GpuReading[], command: string[], cgroup?: WorkloadCgroup, image?: string) => {
     const dir = path.join(root, `s${n++}`);
@@ -169,8 +169,9 @@ export async function checkGpuIsolation(opts: {
     const problem = sandboxProblem(settings.bwrap_path, path.resolve(settings.run_dir));
     if (problem) throw new Error(problem);
     if (opts.image) {
-      if (!runtime) throw new Error('--image needs workloads.container_runtime (podman)');
-      await pullImage(runtime, opts.image, durationMs(settings.image_pull_timeout));
+      if (!configured) throw new Error('--image needs workloads.container_runtime (podman)');
+      if ('problem' in configured) throw new Error(configured.problem);
+      await pullImage(configured.runtime, opts.image, durationMs(settings.image_pull_timeout));
     }
     const checks: LeaseCheck[] = [];
     const modes = opts.image ? (['sandbox', 'container'] as const) : (['sandbox'] as const);

@@ -27,7 +27,7 @@
  * copy), which keeps each cut at `logBytes`. Stopping it is the runtime's forced removal (SIGTERM, passed on by its
  * init, the grace period, SIGKILL), whatever phase it is in.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
@@ -84,6 +84,21 @@ function runtimeEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(
     Object.entries(process.env).filter(([k]) => keep.includes(k) || k.startsWith('CONTAINERS_')),
   );
+}
+
+/**
+ * The container runtime the settings name (`workloads.container_runtime` with its `container_runtime_args`), once it
+ * answers `--version`: its version, or why it cannot run. Undefined where none is configured (sandbox mode only).
+ */
+export function configuredRuntime(settings: {
+  container_runtime?: string | undefined;
+  container_runtime_args: string[];
+}): { runtime: ContainerRuntime; version: string } | { problem: string } | undefined {
+  if (!settings.container_runtime) return undefined;
+  const rt = { path: settings.container_runtime, args: settings.container_runtime_args };
+  const version = spawnSync(rt.path, [...rt.args, '--version'], { encoding: 'utf8', env: runtimeEnv() });
+  if (version.status !== 0) return { problem: `workloads.container_runtime ${rt.path} cannot be run` };
+  return { runtime: rt, version: version.stdout.trim() };
 }
 
 /** Runs the runtime with the global flags; rejects with its own words when it fails. */

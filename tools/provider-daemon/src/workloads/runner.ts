@@ -49,6 +49,7 @@ import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import {
   type ContainerRuntime,
+  configuredRuntime,
   imageRefused,
   PullError,
   pullImage,
@@ -163,15 +164,14 @@ export function workloadLimits(settings: DaemonConfig['workloads']) {
 
 /** The configured container runtime, when there is one that runs (its version said once). */
 function containerRuntime(settings: DaemonConfig['workloads'], logger: Logger): ContainerRuntime | null {
-  if (!settings.container_runtime) return null;
-  const rt = { path: settings.container_runtime, args: settings.container_runtime_args };
-  const version = spawnSync(rt.path, [...rt.args, '--version'], { encoding: 'utf8' });
-  if (version.status !== 0) {
-    logger.error(`workloads.container_runtime ${rt.path} cannot be run: container workloads are reported failed`);
+  const configured = configuredRuntime(settings);
+  if (!configured) return null;
+  if ('problem' in configured) {
+    logger.error(`${configured.problem}: container workloads are reported failed`);
     return null;
   }
-  logger.info({ runtime: version.stdout.trim() }, 'container workloads run here');
-  return rt;
+  logger.info({ runtime: configured.version }, 'container workloads run here');
+  return configured.runtime;
 }
 
 export class WorkloadRunner {
