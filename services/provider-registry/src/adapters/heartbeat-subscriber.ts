@@ -25,7 +25,6 @@ import {
   type Logger,
   type NatsPublisher,
   principalOf,
-  problemOf,
   statusOf,
   type TokenVerifier,
   toAppError,
@@ -37,7 +36,7 @@ import { Counter } from 'prom-client';
 import { MANAGING_ROLES } from '../domain/access.ts';
 import type { RegistryService } from '../domain/registry-service.ts';
 import { UnknownGpuIndex } from '../errors.ts';
-import { heartbeatSchema, statusResultJson } from '../routes/schemas.ts';
+import { heartbeatAnswered, heartbeatRefused, heartbeatSchema } from '../routes/schemas.ts';
 
 /** The queue group every registry instance joins: each heartbeat goes to one of them. */
 const HEARTBEAT_QUEUE = 'provider-registry';
@@ -130,13 +129,13 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
         );
       }
       const result = await opts.registry.heartbeat(sender, id, body.data?.gpu_metrics ?? []);
-      return { status_code: 200, ...statusResultJson('heartbeat received', result) };
+      return heartbeatAnswered(result);
     } catch (thrown) {
       const err = toAppError(thrown instanceof UnknownGpuIndex ? thrown.at('body.gpu_metrics') : thrown);
       const reason = reasonOf(err);
       rejected.inc({ reason });
       if (reason === 'failed') opts.logger.error({ err: thrown, subject: msg.subject }, 'heartbeat failed');
-      return { status_code: statusOf(err), problem: problemOf(err) };
+      return heartbeatRefused(err);
     }
   }
 

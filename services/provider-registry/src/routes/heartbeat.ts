@@ -3,15 +3,17 @@
  * body is optional: an empty body, with or without a JSON content type, is a heartbeat without metrics. They live in
  * their own plugin so its lenient JSON parser touches no other route.
  */
-import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
+import { type App, callerOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import type { FastifyPluginAsync } from 'fastify';
 import { MANAGING_ROLES } from '../domain/access.ts';
 import { UnknownGpuIndex } from '../errors.ts';
 import { parseOptionalJson } from './optional-json.ts';
 import type { ProviderRoutesOptions } from './options.ts';
 import {
+  heartbeatAnswered,
   heartbeatBatchResultSchema,
   heartbeatBatchSchema,
+  heartbeatRefused,
   heartbeatSchema,
   MAX_HEARTBEATS_PER_REQUEST,
   providerIdParams,
@@ -85,15 +87,14 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
         ),
       );
       const results = settled.map((s, i) => {
-        if (s.status === 'fulfilled')
-          return { status_code: 200 as const, ...statusResultJson('heartbeat received', s.value) };
+        if (s.status === 'fulfilled') return heartbeatAnswered(s.value);
         const err = toAppError(
           s.reason instanceof UnknownGpuIndex ? s.reason.at(`body.heartbeats.${i}.gpu_metrics`) : s.reason,
         );
         const status = statusOf(err);
         // A full queue answers 503 OVERLOADED by design: not a failure to log (a batch of them would be 1,000 lines).
         if (status >= 500 && err.code !== 'OVERLOADED') request.log.error({ err: s.reason }, 'heartbeat failed');
-        return { status_code: status, problem: { ...problemOf(err), request_id: request.id } };
+        return heartbeatRefused(err, { request_id: request.id });
       });
       return { results };
     },

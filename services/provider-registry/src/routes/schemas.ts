@@ -4,7 +4,15 @@
  * fields follow the spec's unsigned types (uint8/uint32/uint64, the last
  * bounded by JSON's exact integer range).
  */
-import { ignoringUnknownFields, pageQuery, problemSchema, schemaRegistry } from '@gpu/common';
+import {
+  type AppError,
+  ignoringUnknownFields,
+  pageQuery,
+  problemOf,
+  problemSchema,
+  schemaRegistry,
+  statusOf,
+} from '@gpu/common';
 import { z } from 'zod';
 import { SORTS } from '../domain/discovery.ts';
 import {
@@ -261,6 +269,17 @@ export function statusResultJson(message: string, r: StatusResult): z.input<type
     status: r.status,
     last_seen_at: r.lastSeenAt.toISOString(),
   };
+}
+
+/**
+ * One heartbeat's answer, the same in a batch's results (POST /providers/heartbeats) and as a NATS reply: 200 with
+ * the status before and after, or its problem's status and body.
+ */
+export function heartbeatAnswered(r: StatusResult) {
+  return { status_code: 200 as const, ...statusResultJson('heartbeat received', r) };
+}
+export function heartbeatRefused(err: AppError, extra: { request_id?: string } = {}) {
+  return { status_code: statusOf(err), problem: { ...problemOf(err), ...extra } };
 }
 
 /** A machine's reliability (domain/reliability.ts). */
