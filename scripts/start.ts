@@ -27,7 +27,13 @@ import { MAX_SOCKET_PATH_BYTES } from '../packages/common/src/http/gateway-socke
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
-import { findNginx, pdeathsigSupported, socketsIn, writeNginxGateway } from '../tools/gateway/src/nginx.ts';
+import {
+  findNginx,
+  MIN_NGINX_VERSION,
+  pdeathsigSupported,
+  socketsIn,
+  writeNginxGateway,
+} from '../tools/gateway/src/nginx.ts';
 import { operatorsAt } from '../tools/gateway/src/operators.ts';
 import { authMode } from './lib/auth-mode.ts';
 import { compiledPath, ensureBuilt, LIFELINE, platformPrograms } from './lib/build.ts';
@@ -62,7 +68,7 @@ gateway, the platform's one origin. Takes no arguments; its settings are environ
   SMTP_URL            where auth sends mail (default: the embedded mail catcher, read with pnpm mail)
   NATS_URL            use NATS for events (off by default); LOG_LEVEL: the services' log level
   PLATFORM_GATEWAY    the gateway: nginx (on deploy/gateway's files) or node (tools/gateway); default nginx where
-                      installed, else node
+                      nginx 1.19.5 or later and a setpriv with --pdeathsig are found, else node
   GATEWAY_OPERATORS   who may read /health/<service> at the gateway: addresses or CIDRs, comma-separated
                       (default: loopback and the private networks)
 
@@ -135,7 +141,7 @@ const userConfigFiles = configFiles();
  * The gateway, the one origin in front of the services: nginx on docker-compose's gateway files (deploy/gateway) where
  * nginx is installed, the Node gateway (tools/gateway, @fastify/http-proxy) otherwise; PLATFORM_GATEWAY=nginx or node
  * chooses. Both route by the same table, answer the same problems and set the same headers (tools/gateway/test runs
- * the same checks through both); a request through nginx costs the machine about a third of the CPU. nginx is not a
+ * the same checks through both); a small request costs nginx less CPU than the Node gateway. nginx is not a
  * Node program and watches no lifeline: it runs under `setpriv --pdeathsig`, so it needs a setpriv that has it.
  * GATEWAY_OPERATORS (who may read `/health/<service>`) is checked here for both.
  */
@@ -152,19 +158,20 @@ function chooseGateway():
     throw new SettingError(`GATEWAY_OPERATORS: ${(err as Error).message}`);
   }
   const nginx = choice === 'node' ? undefined : findNginx();
-  const setpriv = nginx !== undefined && pdeathsigSupported();
-  if (nginx && setpriv) {
+  // Why nginx cannot be the gateway here, if it cannot.
+  const unfit = !nginx
+    ? 'no nginx was found (on PATH, in /usr/sbin or /usr/local/sbin)'
+    : nginx.tooOld
+      ? `nginx ${nginx.version} (${nginx.path}) is older than ${MIN_NGINX_VERSION}`
+      : pdeathsigSupported()
+        ? undefined
+        : "this machine's setpriv has no --pdeathsig (util-linux 2.33 or later)";
+  if (nginx && !unfit) {
     const description = `nginx ${nginx.version} (${nginx.path}) on deploy/gateway's files`;
     return { kind: 'nginx', nginx, description, ...(operators ? { operators } : {}) };
   }
-  if (choice === 'nginx') {
-    throw new SettingError(
-      nginx
-        ? "PLATFORM_GATEWAY=nginx, but this machine's setpriv has no --pdeathsig (util-linux 2.33 or later)"
-        : 'PLATFORM_GATEWAY=nginx, but no nginx was found (on PATH, in /usr/sbin or /usr/local/sbin)',
-    );
-  }
-  const why = choice === 'node' ? 'PLATFORM_GATEWAY=node' : nginx ? 'setpriv has no --pdeathsig' : 'nginx not found';
+  if (choice === 'nginx') throw new SettingError(`PLATFORM_GATEWAY=nginx, but ${unfit}`);
+  const why = choice === 'node' ? 'PLATFORM_GATEWAY=node' : unfit === undefined ? '' : unfit.replace(/ \(.*\)/, '');
   return { kind: 'node', description: `the Node gateway (tools/gateway; ${why})` };
 }
 const gatewayEngine = await settled(chooseGateway);

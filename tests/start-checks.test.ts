@@ -37,6 +37,10 @@ async function start(env: Record<string, string>) {
   return { ...(await runStart({ ...place.env(dataDir), ...env })), left: readdirSync(dataDir) };
 }
 
+// An nginx older than pnpm start's configuration takes (1.18, as Debian 11 and Ubuntu 22.04 ship), first on PATH.
+const oldNginx = mkdtempSync(path.join(tmpdir(), 'old-nginx-'));
+writeFileSync(path.join(oldNginx, 'nginx'), '#!/bin/sh\necho "nginx version: nginx/1.18.0" >&2\n', { mode: 0o755 });
+
 const refusals: [string, Record<string, string>, string][] = [
   ['HS256 without a secret', { ALGORITHM: 'HS256' }, 'ALGORITHM=HS256 signs with a shared secret: set SECRET_KEY'],
   [
@@ -81,6 +85,11 @@ const refusals: [string, Record<string, string>, string][] = [
     'a gateway it does not have',
     { PLATFORM_GATEWAY: 'apache' },
     'PLATFORM_GATEWAY must be nginx or node (or unset: nginx where installed), got apache',
+  ],
+  [
+    'nginx named as the gateway where the one found is too old',
+    { PLATFORM_GATEWAY: 'nginx', PATH: `${oldNginx}:${process.env.PATH}` },
+    `PLATFORM_GATEWAY=nginx, but nginx 1.18.0 (${path.join(oldNginx, 'nginx')}) is older than 1.19.5`,
   ],
   [
     'an operator that is no address',

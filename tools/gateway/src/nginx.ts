@@ -4,8 +4,8 @@
  * services' gateway sockets instead of compose's container names. Only the main file is `pnpm start`'s own: one
  * server on the platform's gateway port, an upstream per service on its Unix socket, the PID and temporary files in
  * the gateway's folder; and the access log is off (each service logs its requests with the request ID, as behind the
- * Node gateway). Why: a request through nginx costs the machine about a third of what one through the Node gateway costs
- * (docs/benchmarks.md, "Gateway"), so the platform answers at nearly its direct rate through its one origin.
+ * Node gateway). Why: a small request costs nginx 90-115 µs of CPU where it costs the Node gateway 265-295 µs
+ * (docs/benchmarks.md, "Gateway").
  *
  *   const nginx = findNginx();
  *   const { args } = writeNginxGateway({ dir, listen: '127.0.0.1:8080', upstreams: socketsIn(runDir) });
@@ -15,7 +15,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, constants, copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { operatorsAt } from './operators.ts';
+import { parseNetwork } from './operators.ts';
 import { SERVICES, type Service } from './routes.ts';
 
 /** docker-compose's gateway files, which this one includes as shipped. */
@@ -24,8 +24,24 @@ export const DEPLOY_GATEWAY_DIR = fileURLToPath(new URL('../../../deploy/gateway
 /** Where nginx is looked for after PATH: Debian installs it in /usr/sbin, which is not on every user's PATH. */
 const SBIN = ['/usr/sbin', '/usr/local/sbin', '/sbin', '/usr/local/nginx/sbin'];
 
-/** The machine's nginx, its path and version (`nginx -v`), or undefined where none runs. */
-export function findNginx(): { path: string; version: string } | undefined {
+/**
+ * The oldest nginx that runs this configuration: `-e stderr` (its errors on standard error before the configuration
+ * is read) came in 1.19.5; Debian 11 and Ubuntu 22.04 ship 1.18.
+ */
+export const MIN_NGINX_VERSION = '1.19.5';
+
+/** Whether version `a` (dotted numbers) is at least `b`. */
+function atLeast(a: string, b: string): boolean {
+  const [x, y] = [a, b].map((v) => v.split('.').map((n) => Number.parseInt(n, 10) || 0));
+  for (let i = 0; i < 3; i++) if ((x?.[i] ?? 0) !== (y?.[i] ?? 0)) return (x?.[i] ?? 0) > (y?.[i] ?? 0);
+  return true;
+}
+
+/**
+ * The machine's nginx: its path and version (`nginx -v`), with `tooOld` set where it is older than MIN_NGINX_VERSION;
+ * undefined where none runs.
+ */
+export function findNginx(): { path: string; version: string; tooOld: boolean } | undefined {
   const folders = [...(process.env.PATH ?? '').split(':').filter(Boolean), ...SBIN];
   for (const candidate of folders.map((folder) => path.join(folder, 'nginx'))) {
     try {
@@ -34,10 +50,15 @@ export function findNginx(): { path: string; version: string } | undefined {
       continue;
     }
     const probe = spawnSync(candidate, ['-v'], { encoding: 'utf8', timeout: 5000 });
-    if (probe.status === 0) return { path: candidate, version: /nginx\/(\S+)/.exec(probe.stderr)?.[1] ?? 'unknown' };
+    if (probe.status !== 0) continue;
+    const version = /nginx\/(\S+)/.exec(probe.stderr)?.[1] ?? '0';
+    return { path: candidate, version, tooOld: !atLeast(version, MIN_NGINX_VERSION) };
   }
   return undefined;
 }
+
+/** A path as one nginx configuration token (quoted: a data folder may hold spaces). */
+const quoted = (value: string) => `"${value.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`;
 
 /**
  * Whether this machine's setpriv sets a parent-death signal (`--pdeathsig`, util-linux 2.33 or later): how `pnpm start`
@@ -92,19 +113,29 @@ export function writeNginxGateway(settings: NginxGatewaySettings): { config: str
   if (!accessLog.test(shipped)) throw new Error(`${httpConf}: its access_log line is not the one expected`);
   writeFileSync(httpConf, shipped.replace(accessLog, 'access_log off;'));
   if (settings.operators) {
-    operatorsAt(settings.operators); // Throws on one that is not an address or a CIDR, as the Node gateway does.
-    const allowed = settings.operators.map((a) => `allow ${a.trim()};\n`).join('');
+    // Each as parsed (one that is not an address or a CIDR throws, as the Node gateway's), so nginx reads it alike.
+    const allowed = settings.operators
+      .map(parseNetwork)
+      .map((n) => `allow ${n.address}${n.prefix === undefined ? '' : `/${n.prefix}`};\n`)
+      .join('');
     writeFileSync(path.join(included, 'operators.conf'), `# GATEWAY_OPERATORS\n${allowed}deny all;\n`);
   }
   const upstreams = SERVICES.map(
-    (service) => `  upstream ${service} {\n    server ${settings.upstreams[service]};\n    keepalive 256;\n  }\n`,
+    (service) =>
+      `  upstream ${service} {\n    server ${quoted(settings.upstreams[service])};\n    keepalive 256;\n  }\n`,
   ).join('');
+  // Every file nginx writes in its own folder, none in the places built into it (/var/lib/nginx on Debian: made by
+  // the package's first start as root, absent where nginx has never run and not this user's to write).
+  mkdirSync(path.join(settings.dir, 'temp'), { recursive: true, mode: 0o700 });
+  const temporary = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']
+    .map((kind) => `  ${kind}_temp_path ${quoted(path.join(settings.dir, 'temp', kind))};\n`)
+    .join('');
   const config = path.join(conf, 'nginx.conf');
   writeFileSync(
     config,
     `# pnpm start's gateway (tools/gateway/src/nginx.ts writes this file at each start): deploy/gateway's files in
 # front of the services' gateway sockets. Edit those files, not this one.
-pid ${path.join(settings.dir, 'nginx.pid')};
+pid ${quoted(path.join(settings.dir, 'nginx.pid'))};
 worker_processes auto;
 error_log stderr warn;
 ${
@@ -117,7 +148,7 @@ events {
 
 http {
   include gpu-platform/http.conf;
-
+${temporary}
 ${upstreams}
   server {
     listen ${settings.listen};

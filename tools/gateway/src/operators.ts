@@ -4,7 +4,7 @@
  * gets a 403 problem (`OPERATORS_ONLY`), as from compose's nginx (deploy/gateway/operators.conf) and the Kubernetes
  * Gateway (SecurityPolicy `operators-only`).
  */
-import { BlockList, isIPv6 } from 'node:net';
+import { BlockList, isIP, isIPv6 } from 'node:net';
 
 /**
  * The operators' networks unless told otherwise: loopback and the private networks, the same list as
@@ -26,17 +26,30 @@ export const OPERATOR_NETWORKS: readonly string[] = [
 export function operatorsAt(networks: readonly string[]): (address: string | undefined) => boolean {
   const list = new BlockList();
   for (const network of networks) {
-    const [address = '', prefix] = network.trim().split('/');
-    const family = isIPv6(address) ? 'ipv6' : 'ipv4';
-    try {
-      if (prefix === undefined) list.addAddress(address, family);
-      else list.addSubnet(address, Number(prefix), family);
-    } catch {
-      throw new Error(`operators: ${JSON.stringify(network)} is not an address or a CIDR`);
-    }
+    const { address, prefix, family } = parseNetwork(network);
+    if (prefix === undefined) list.addAddress(address, family);
+    else list.addSubnet(address, prefix, family);
   }
   return (address) => {
     if (!address) return false;
     return list.check(address, isIPv6(address) ? 'ipv6' : 'ipv4');
+  };
+}
+
+/**
+ * An operators' network as written: an IPv4 or IPv6 address (no zone), alone or with a prefix length of 0-32 or 0-128
+ * in decimal digits. Anything else throws, naming it: `10.0.0.0/` is not a /0 that lets every caller in.
+ */
+export function parseNetwork(network: string): { address: string; prefix?: number; family: 'ipv4' | 'ipv6' } {
+  const refused = () => new Error(`operators: ${JSON.stringify(network)} is not an address or a CIDR`);
+  const m = /^([0-9A-Fa-f.:]+)(?:\/(\d{1,3}))?$/.exec(network.trim());
+  const version = m ? isIP(m[1] as string) : 0;
+  if (!m || version === 0) throw refused();
+  const prefix = m[2] === undefined ? undefined : Number(m[2]);
+  if (prefix !== undefined && prefix > (version === 4 ? 32 : 128)) throw refused();
+  return {
+    address: m[1] as string,
+    ...(prefix === undefined ? {} : { prefix }),
+    family: version === 4 ? 'ipv4' : 'ipv6',
   };
 }

@@ -284,20 +284,37 @@ describe.each(engines)('the gateway: $name', (engine) => {
     expect(fresh.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
   });
   it('forwards nothing outside the route table: no /metrics, no docs, no way around by dot segments', async () => {
+    for (const path of ['/metrics', '/docs', '/objectsx', '/grants']) {
+      const res = await rawRequest(base, 'GET', path);
+      expect(res.status, path).toBe(404);
+      expect(JSON.parse(res.body), path).toMatchObject({ code: 'ROUTE_NOT_FOUND' });
+    }
+    // A `..` segment, plain or percent-encoded, under a service's prefix is the gateway's own 400: no service sees it.
     for (const path of [
-      '/metrics',
-      '/docs',
-      '/objectsx',
       '/objects/../metrics',
       '/objects/%2e%2e/metrics',
+      '/objects/a/../b',
+      '/objects/a/..',
       '/api/v1/billing/../../../metrics',
       '/providers/..%2f..%2fmetrics',
     ]) {
       const res = await rawRequest(base, 'GET', path);
-      expect([400, 404], `${path}: ${res.status}`).toContain(res.status);
+      expect(res.status, `${path}: ${res.body}`).toBe(400);
       expect(res.headers['content-type'], path).toContain('application/problem+json');
-      expect(res.body, path).not.toContain('# HELP');
+      expect(JSON.parse(res.body), path).toMatchObject({ status: 400, code: 'BAD_REQUEST' });
     }
+    // Nor under no prefix, whichever location its resolved form would choose (`/docs/..%2Fobjects` resolves to
+    // storage's `/objects`): the gateway's own 400, or its 404 (the Node gateway matches the path as written).
+    for (const path of ['/docs/..%2Fobjects', '/grants/%2E%2e/objects?x=1', '/..%2fobjects']) {
+      const res = await rawRequest(base, 'GET', path);
+      const body = JSON.parse(res.body) as { status: number; code: string; detail: string };
+      if (res.status === 404)
+        expect(body, path).toMatchObject({ code: 'ROUTE_NOT_FOUND', detail: /no service answers/ });
+      else expect(body, `${path}: ${res.status}`).toMatchObject({ status: 400, code: 'BAD_REQUEST' });
+    }
+    // Dots that are no segment of their own pass to the service as written.
+    const dotted = await rawRequest(base, 'GET', '/objects/a..b');
+    expect(dotted.status).toBe(401);
   });
 
   it("answers a service's health to operators only, in the problem shape", async () => {

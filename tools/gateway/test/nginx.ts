@@ -91,8 +91,10 @@ export async function startPlatformNginx(
 
 /** nginx with `args`, in the foreground, answering at `base`; its folder `dir` removed when it stops. */
 async function runNginx(args: string[], base: string, dir: string): Promise<Omit<NginxGateway, 'accessLog'>> {
-  // Debian's, installed by scripts/test-env.sh (/usr/sbin is not on every user's PATH).
-  const nginx = spawnProcess(existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx', args, { env: process.env });
+  // Debian's, installed by scripts/test-env.sh (/usr/sbin is not on every user's PATH); stopped by the kernel should
+  // this test process end without stopping it (as pnpm start runs it).
+  const nginxPath = existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
+  const nginx = spawnProcess('setpriv', ['--pdeathsig', 'SIGTERM', '--', nginxPath, ...args], { env: process.env });
   await waitForHttp(`${base}/health`, nginx, { ok: true });
   const master = nginx.child.pid!;
   return {

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { OPERATOR_NETWORKS } from '../src/operators.ts';
+import { OPERATOR_NETWORKS, operatorsAt, parseNetwork } from '../src/operators.ts';
 import { bodyLimitOf, ROUTES, SERVICE_ONLY, SERVICE_PORTS, type Service } from '../src/routes.ts';
 import { gatewayDir } from './nginx.ts';
 
@@ -141,6 +141,27 @@ describe("docker-compose's nginx", () => {
     expect(rules).not.toContain('allow all;');
     // The same operators as `pnpm start`'s gateway lets in unless told otherwise.
     expect(rules.slice(0, -1)).toEqual(OPERATOR_NETWORKS.map((network) => `allow ${network};`));
+  });
+
+  it('takes operators as addresses or CIDRs only: a bare slash is no /0 that lets every caller in', () => {
+    const allowed = operatorsAt(['10.0.0.0/8', '192.0.2.7', '2001:db8::/32']);
+    expect(['10.1.2.3', '192.0.2.7', '2001:db8::1', '::ffff:10.9.9.9'].map(allowed)).toEqual([true, true, true, true]);
+    expect(['8.8.8.8', '192.0.2.8', '2001:db9::1', undefined].map(allowed)).toEqual([false, false, false, false]);
+    for (const bad of [
+      '10.0.0.0/',
+      '10.0.0.0/8/x',
+      '10.0.0.0/ 8',
+      '1.2.3.4/1e1',
+      '10.0.0.0/33',
+      '::/129',
+      'fe80::1%eth0',
+      'the admins',
+      '',
+    ]) {
+      expect(() => operatorsAt([bad]), bad).toThrow(`operators: ${JSON.stringify(bad)} is not an address or a CIDR`);
+    }
+    // pnpm start's nginx is given them as parsed, so it reads what the Node gateway would.
+    expect(parseNetwork(' 10.0.0.0/8 ')).toEqual({ address: '10.0.0.0', prefix: 8, family: 'ipv4' });
   });
 
   it('names each service by its compose name and contract port, kept alive and re-resolved', () => {
