@@ -7,6 +7,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { freePort } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
@@ -258,6 +259,30 @@ describe.each(engines)('the gateway: $name', (engine) => {
       await small.close();
     }
     expect(wrong).toEqual([]);
+  });
+
+  it('answers an HTTP/1.0 caller that writes no Host, as the service would', { timeout: 10_000 }, async () => {
+    const { port } = new URL(base);
+    // Written as such a caller does; read until the answer's body is whole (its Content-Length).
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), '127.0.0.1', () =>
+        socket.write('GET /api/v1/pricing/rates HTTP/1.0\r\n\r\n'),
+      );
+      let text = '';
+      socket.on('data', (d: Buffer) => {
+        text += d;
+        const [head, body = ''] = text.split('\r\n\r\n');
+        const length = /\r\ncontent-length: (\d+)/i.exec(head ?? '')?.[1];
+        if (length !== undefined && Buffer.byteLength(body) >= Number(length)) {
+          socket.destroy();
+          resolve(text);
+        }
+      });
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    expect(answer.split('\r\n')[0]).toMatch(/^HTTP\/1\.[01] 200 /);
+    expect(answer).toContain('"base_rates"');
   });
 
   it("passes a presigned redirect's Location as it is, and adds or keeps the request ID", async () => {
