@@ -211,6 +211,8 @@ interface Proc {
   command?: string;
   /** Arguments after the script, or the command's. */
   args: string[];
+  /** The signal that stops it gracefully, where not SIGTERM. */
+  stopSignal?: NodeJS.Signals;
   env?: Record<string, string>;
   /** Node/V8 flags before the script. */
   nodeFlags?: readonly string[];
@@ -382,8 +384,10 @@ const gateway: Proc =
     ? {
         name: 'gateway',
         cwd: path.join(data, 'gateway'),
-        // The kernel stops nginx (SIGTERM) when this process is gone, however it went: it watches no lifeline.
+        // The kernel stops nginx (SIGTERM: at once) when this process is gone, however it went: it watches no
+        // lifeline. A stop of pnpm start's own asks it to finish its requests first (SIGQUIT, its graceful stop).
         command: 'setpriv',
+        stopSignal: 'SIGQUIT',
         args: [
           '--pdeathsig',
           'SIGTERM',
@@ -434,7 +438,8 @@ function start(p: Proc): void {
     ? [...(p.nodeFlags ?? []), '--enable-source-maps', '--import', lifeline, compiledPath(p.script), ...p.args]
     : p.args;
   const env = { ...process.env, ...p.env };
-  supervised.set(p.name, supervisor.start({ name: p.name, command: p.command, args, cwd: p.cwd, env }));
+  const { name, command, cwd, stopSignal } = p;
+  supervised.set(name, supervisor.start({ name, command, args, cwd, env, stopSignal }));
 }
 
 async function waitForPort(name: string, port: number, timeoutMs = 60_000) {

@@ -156,6 +156,25 @@ describe('Supervisor', () => {
     expect(lines.join('\n')).toMatch(/stubborn \(pid \d+\) did not stop within 300 ms; killing it/);
   });
 
+  it('stop() asks each child to stop with its own signal where it names one (nginx: SIGQUIT)', async () => {
+    const file = path.join(dir, 'quits');
+    const graceful = path.join(dir, 'quit-gracefully');
+    const { s } = supervisor({});
+    s.start({
+      ...nodeChild(
+        'quits',
+        file,
+        `process.on('SIGTERM', () => {}); process.on('SIGQUIT', () => { require('fs').writeFileSync(${JSON.stringify(graceful)}, 'quit'); process.exit(0); }); ${KEEP_RUNNING}`,
+      ),
+      stopSignal: 'SIGQUIT',
+    });
+    await until('running', () => starts(file).length === 1);
+    const t0 = Date.now();
+    await s.stop(5000);
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(readFileSync(graceful, 'utf8')).toBe('quit');
+  });
+
   it('stop() stops what a child started too', async () => {
     const file = path.join(dir, 'parent');
     const grandchildFile = path.join(dir, 'parent.grandchild');

@@ -41,6 +41,8 @@ export interface ProcessSpec {
   cwd: string;
   /** The child's whole environment (this process's when absent). */
   env?: NodeJS.ProcessEnv;
+  /** The signal that asks it to stop gracefully (SIGTERM unless given: nginx's graceful stop is SIGQUIT). */
+  stopSignal?: NodeJS.Signals;
 }
 
 /** When and how often a child that exited is started again. */
@@ -156,7 +158,8 @@ export class Supervisor {
   }
 
   /**
-   * Stops every child (SIGTERM to its process group, the last started first, all at once) and restarts none; a child
+   * Stops every child (SIGTERM, or its own `stopSignal`, to its process group, the last started first, all at once) and
+   * restarts none; a child
    * still running after `timeoutMs` is killed with its group (SIGKILL). Resolves when every child has exited.
    */
   async stop(timeoutMs = STOP_TIMEOUT_MS): Promise<void> {
@@ -166,7 +169,7 @@ export class Supervisor {
       if (entry.state === 'restarting') entry.state = 'stopped';
     }
     const running = [...this.entries].reverse().filter((e) => e.child && e.state === 'running');
-    for (const entry of running) signalGroup(entry.child, 'SIGTERM');
+    for (const entry of running) signalGroup(entry.child, entry.spec.stopSignal ?? 'SIGTERM');
     const all = Promise.all(running.map((e) => e.exited));
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
