@@ -140,8 +140,8 @@ const userConfigFiles = configFiles();
 /**
  * The gateway, the one origin in front of the services: nginx on docker-compose's gateway files (deploy/gateway) where
  * nginx is installed, the Node gateway (tools/gateway, @fastify/http-proxy) otherwise; PLATFORM_GATEWAY=nginx or node
- * chooses. Both route by the same table, answer the same problems and set the same headers (tools/gateway/test runs
- * the same checks through both); a small request costs nginx less CPU than the Node gateway. nginx is not a
+ * chooses. Both route by the same table, answer the same problems and set the same forwarding headers
+ * (tools/gateway/test runs the same checks through both); a small request costs nginx less CPU. nginx is not a
  * Node program and watches no lifeline: it runs under `setpriv --pdeathsig`, so it needs a setpriv that has it.
  * GATEWAY_OPERATORS (who may read `/health/<service>`) is checked here for both.
  */

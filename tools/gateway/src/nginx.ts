@@ -4,7 +4,7 @@
  * services' gateway sockets instead of compose's container names. Only the main file is `pnpm start`'s own: one
  * server on the platform's gateway port, an upstream per service on its Unix socket, the PID and temporary files in
  * the gateway's folder; and the access log is off (each service logs its requests with the request ID, as behind the
- * Node gateway). Why: a small request costs nginx 90-115 µs of CPU where it costs the Node gateway 265-295 µs
+ * Node gateway). Why: a small request costs nginx 90-115 µs of CPU where it costs the Node gateway 165-295 µs
  * (docs/benchmarks.md, "Gateway").
  *
  *   const nginx = findNginx();
