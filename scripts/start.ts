@@ -171,7 +171,7 @@ function chooseGateway():
     return { kind: 'nginx', nginx, description, ...(operators ? { operators } : {}) };
   }
   if (choice === 'nginx') throw new SettingError(`PLATFORM_GATEWAY=nginx, but ${unfit}`);
-  const why = choice === 'node' ? 'PLATFORM_GATEWAY=node' : unfit === undefined ? '' : unfit.replace(/ \(.*\)/, '');
+  const why = choice === 'node' ? 'PLATFORM_GATEWAY=node' : (unfit ?? '').replace(/ \(.*\)/, '');
   return { kind: 'node', description: `the Node gateway (tools/gateway; ${why})` };
 }
 const gatewayEngine = await settled(chooseGateway);

@@ -50,14 +50,15 @@ const socketDir = mkdtempSync(path.join(tmpdir(), 'bench-gateway-'));
 const socket = await listenForGateway(storage.app, path.join(socketDir, 'storage.sock'));
 const gateways: Gateway[] = [];
 // pnpm start's gateway where nginx is installed (scripts/test-env.sh installs it), and docker-compose's nginx.
-if (findNginx()) {
+const nginxInstalled = findNginx() !== undefined;
+if (nginxInstalled) {
   gateways.push({ name: "pnpm start's nginx", ...(await startPlatformNginxGateway({}, { socketDir })) });
 }
 gateways.push({
   name: "pnpm start's Node gateway",
   ...(await startNodeGateway({}, { compiled: true, socketDir })),
 });
-if (findNginx()) gateways.push({ name: "compose's nginx", ...(await startComposeNginx({ storage: storage.url })) });
+if (nginxInstalled) gateways.push({ name: "compose's nginx", ...(await startComposeNginx({ storage: storage.url })) });
 
 const load = (base: string, concurrency: number) =>
   runLoad({

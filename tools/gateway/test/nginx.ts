@@ -4,11 +4,11 @@
  * container names become addresses on 127.0.0.1, nothing re-resolves them, the listen ports are free ones), and the
  * included files (routes, problems, request IDs, operators) exactly as shipped.
  */
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { freePort, type ServerProcess, spawnProcess, waitForHttp } from '@gpu/common/testing';
-import { DEPLOY_GATEWAY_DIR, writeNginxGateway } from '../src/nginx.ts';
+import { DEPLOY_GATEWAY_DIR, findNginx, writeNginxGateway } from '../src/nginx.ts';
 import type { Service } from '../src/routes.ts';
 
 /** deploy/gateway, whose files these run. */
@@ -91,9 +91,9 @@ export async function startPlatformNginx(
 
 /** nginx with `args`, in the foreground, answering at `base`; its folder `dir` removed when it stops. */
 async function runNginx(args: string[], base: string, dir: string): Promise<Omit<NginxGateway, 'accessLog'>> {
-  // Debian's, installed by scripts/test-env.sh (/usr/sbin is not on every user's PATH); stopped by the kernel should
-  // this test process end without stopping it (as pnpm start runs it).
-  const nginxPath = existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
+  // The machine's, found as pnpm start finds it (Debian's, installed by scripts/test-env.sh); stopped by the kernel
+  // should this test process end without stopping it (as pnpm start runs it).
+  const nginxPath = findNginx()?.path ?? 'nginx';
   const nginx = spawnProcess('setpriv', ['--pdeathsig', 'SIGTERM', '--', nginxPath, ...args], { env: process.env });
   await waitForHttp(`${base}/health`, nginx, { ok: true });
   const master = nginx.child.pid!;
