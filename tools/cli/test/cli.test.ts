@@ -110,7 +110,7 @@ const rental = () => ['--machine', machineId, '--gpu-model', 'H100', '--wallet',
 
 describe('gpu against a platform whose machine runs workloads', () => {
   it('runs a workload with gpu run: its input and environment, its logs, its outputs downloaded, its exit code', {
-    timeout: 60_000,
+    timeout: 120_000,
   }, async () => {
     const input = join(dir, 'in.txt');
     writeFileSync(input, 'from storage\n');
@@ -151,6 +151,10 @@ describe('gpu against a platform whose machine runs workloads', () => {
     const stopped = await renter.gpu(['run', ...rental(), '--max-runtime', '1s', '--', 'sleep', '60']);
     expect(stopped.code, stopped.stderr).toBe(1);
     expect(stopped.stderr).toMatch(/workload stopped \(max_runtime\)/);
+    // A program that is not there never starts: a shell's exit status, 127, and nothing billed.
+    const typo = await renter.gpu(['run', ...rental(), '--', 'pyhton3', 'train.py']);
+    expect(typo.code, typo.stderr).toBe(127);
+    expect(typo.stderr).toMatch(/workload failed \(command_not_found\); session [0-9a-f-]{36} cost 0(\.0+)?\n/);
     // With --json: the logs on standard error, the workload at its end on standard output.
     const json = await renter.gpu(['run', ...rental(), '--json', '--', 'echo', 'as json']);
     expect(json.code, json.stderr).toBe(0);

@@ -196,6 +196,7 @@ export interface SessionWorkloadTable {
   updated_at: Timestamp;
   /** What its daemon uploaded at its end (migration 0017): `[{key, bucket, size}]`. */
   outputs: ColumnType<unknown, string | null | undefined, string | null>;
+  outputs_refused: ColumnType<unknown, string | null | undefined, string | null>;
 }
 
 export interface UsageRecordTable {

@@ -15,7 +15,7 @@
  * An operator runs it once after installing the daemon and after a driver upgrade; a machine that fails it must not
  * take workloads (a driver that exposes every GPU through one node, an nvidia-smi outside `/usr`, bubblewrap missing).
  */
-import { accessSync, chmodSync, chownSync, constants, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { accessSync, chmodSync, constants, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { durationMs } from '@gpu/common';
 import type { DaemonConfig } from '../config.ts';
@@ -24,6 +24,7 @@ import type { GpuSource } from '../gpu/source.ts';
 import { cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import { configuredRuntime, pullImage, startContainer } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
+import { filesystemProblem, prepareDisk, releaseDisk } from './disk.ts';
 import { sandboxProblem, workloadLimits } from './runner.ts';
 import { type SandboxEnd, startSandbox } from './sandbox.ts';
 
@@ -111,6 +112,9 @@ export async function checkGpuIsolation(opts: {
   chmodSync(root, 0o711);
   const devices = simulated ? simulatedDevices(path.join(root, 'dev'), readings) : nvidiaDevices(readings);
   const uid = process.getuid?.() === 0 ? settings.uid_base : null;
+  const kind = settings.disk_filesystem ? filesystemProblem(root).then((p) => (p ? 'watch' : 'filesystem')) : null;
+  /** The sessions' directories whose disks are released at the end. */
+  const disks: string[] = [];
   const smi = simulated ? null : resolveProgram(opts.config.gpu.nvidia_smi_path);
   const leases: number[][] = [...readings.map((r) => [r.index]), []];
   if (readings.length > 1) leases.push(readings.map((r) => r.index));
@@ -121,15 +125,15 @@ export async function checkGpuIsolation(opts: {
   /** Runs `command` in a sandbox (or, with `image`, a container) on the leased GPUs and gives back what it printed. */
   const inside = async (leased: GpuReading[], command: string[], cgroup?: WorkloadCgroup, image?: string) => {
     const dir = path.join(root, `s${n++}`);
-    const workDir = path.join(dir, 'work');
     const logDir = path.join(dir, 'logs');
-    mkdirSync(workDir, { recursive: true });
-    mkdirSync(logDir);
+    mkdirSync(logDir, { recursive: true });
     chmodSync(dir, 0o711);
-    if (uid !== null) chownSync(workDir, uid, uid);
+    // As the runner makes it: a filesystem of its own where the machine can mount one.
+    const disk = await prepareDisk(dir, workloadLimits(settings), (await kind) ?? 'watch', uid);
+    disks.push(dir);
     const common = {
       spec: { command, env: {}, max_runtime_seconds: 120, network: false, inputs: [], ...(image ? { image } : {}) },
-      workDir,
+      disk,
       logDir,
       controlDevices: simulated ? [] : controlDevices(),
       limits: workloadLimits(settings),
@@ -233,6 +237,7 @@ export async function checkGpuIsolation(opts: {
       ok: checks.every((c) => c.ok) && (memory === null || memory.ok),
     };
   } finally {
+    for (const dir of disks) await releaseDisk(dir).catch(() => {});
     rmSync(root, { recursive: true, force: true });
   }
 }
