@@ -91,6 +91,7 @@ export async function filesystemProblem(runDir: string): Promise<string | null> 
     return (err as Error).message.split('\n')[0] ?? 'unknown';
   } finally {
     await releaseDisk(dir).catch(() => {});
+    await rm(dir, { recursive: true, force: true }).catch(() => {});
   }
 }
 

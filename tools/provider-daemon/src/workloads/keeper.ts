@@ -103,7 +103,9 @@ export class FileKeeper {
   async drop(sessionId: string): Promise<void> {
     const kept = this.sessions.get(sessionId);
     this.sessions.delete(sessionId);
-    if (kept) await rm(kept.dir, { recursive: true, force: true }).catch(() => {});
+    if (!kept) return;
+    await releaseDisk(kept.dir).catch(() => {});
+    await rm(kept.dir, { recursive: true, force: true }).catch(() => {});
   }
 
   /**
