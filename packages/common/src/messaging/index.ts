@@ -5,6 +5,7 @@ export {
   type Settlement,
   startDurableConsumer,
 } from './consumer.ts';
+export { natsConnectedGauge, outboxMetrics } from './metrics.ts';
 export {
   eventBody,
   type NewEvent,
