@@ -85,13 +85,13 @@ const inject = (
   headers: Record<string, string>,
   method: 'GET' | 'POST',
   url: string,
-  payload?: unknown,
+  payload?: object,
   on: BillingHarness = billing,
 ) => on.app.inject({ method, url: `/api/v1${url}`, headers, ...(payload === undefined ? {} : { payload }) });
 
 /** A renter of the real auth service, with a funded wallet, renting `machine` with a workload (at `on`). */
 async function rentWithWorkload(machine: string, on: BillingHarness = billing): Promise<string> {
-  const call = (headers: Record<string, string>, url: string, payload: unknown) =>
+  const call = (headers: Record<string, string>, url: string, payload: object) =>
     inject(headers, 'POST', url, payload, on);
   const { user, tokens } = await platform.verifiedUser(['renter']);
   const headers = { authorization: `Bearer ${tokens.access_token}` };
