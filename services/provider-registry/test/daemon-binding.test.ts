@@ -34,7 +34,7 @@ afterAll(async () => {
 });
 
 type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
-const call = (caller: Caller, method: Method, url: string, payload?: unknown) =>
+const call = (caller: Caller, method: Method, url: string, payload?: object) =>
   h.app.inject({ method, url, headers: caller.headers, ...(payload === undefined ? {} : { payload }) });
 
 /** A machine registered by `by` (a daemon: bound to it; the owner: bound to none). */

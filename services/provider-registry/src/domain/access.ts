@@ -47,7 +47,7 @@ export interface MachineBinding {
 }
 
 /** The daemon client an actor writes as (its token's `client_id`), or undefined for every other kind of caller. */
-export function daemonClientOf(actor: Principal): string | undefined {
+function daemonClientOf(actor: Principal): string | undefined {
   if (actor.kind !== 'client' || isPrivileged(actor) || !hasRole(actor, 'daemon')) return undefined;
   return actor.clientId;
 }
@@ -67,7 +67,7 @@ export function assertMayRead(actor: Principal, ownerId: string): void {
   if (!readsAll(actor) && !mayActFor(actor, ownerId)) throw notOwner();
 }
 
-export function assertMayManage(actor: Principal, ownerId: string): void {
+function assertMayManage(actor: Principal, ownerId: string): void {
   if (!mayActFor(actor, ownerId)) throw notOwner();
 }
 
