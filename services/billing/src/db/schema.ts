@@ -133,6 +133,11 @@ export interface RentalSessionTable {
   provider_wallet_id: string;
   /** The user who owns the provider machine (null: unknown, only admins and services report its usage). */
   provider_owner_id: string | null;
+  /**
+   * The daemon client the machine is bound to, from the registry (0023): only that daemon reports the session's usage
+   * and workload; null: any daemon of the owner (a machine bound to none, or billing without a registry).
+   */
+  provider_client_id: ColumnType<string | null, string | null | undefined, string | null>;
   /** Started from the registry's record: the session holds GPUs of the machine (`gpu_leases`). */
   reserves_machine: Generated<boolean>;
   /** The machine's GPUs the session rents, by their index in the registry's record (null: none named). */
