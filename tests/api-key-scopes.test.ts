@@ -11,7 +11,6 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type App, SCOPES, type Scope } from '@gpu/common';
 import { uninjected } from '@gpu/common/testing';
-import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
@@ -111,7 +110,7 @@ describe('a key without the scope of a route', () => {
       for (const op of operations(folder)) {
         const scope = lackingScope(op);
         const res = await uninjected(app())({
-          method: op.method as InjectOptions['method'],
+          method: op.method as 'GET',
           url: pathOf(op.template),
           headers: { authorization: `Bearer ${keyTokens[scope]}` },
         });

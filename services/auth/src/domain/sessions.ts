@@ -70,6 +70,7 @@ export async function login(
           user_id: user.id,
           token_hash: hashDeviceToken(deviceToken),
           expires_at: new Date(Date.now() + durationMs(limits.device_token_lifetime)),
+          epoch: user.epoch,
         },
       };
   const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
@@ -107,9 +108,11 @@ export async function refresh(
     await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id, trx);
     const user = await findUserById(trx, row.user_id);
     if (!user) return { failure: 'gone', ...ids };
+    // A sign-in of the account's epoch before: whoever proved the address started it afresh (account-epochs.ts).
+    if (row.epoch !== user.epoch) return { failure: 'revoked', ...ids };
     if (!row.used_at) await markUsed(trx, row.id, now);
     const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
-    const family = { familyId: row.family_id, parentId: row.id };
+    const family = { familyId: row.family_id, parentId: row.id, epoch: row.epoch };
     return { pair: await issueTokenPair(ctx, trx, user, family, undefined, origin) };
   });
   if ('pair' in outcome) return outcome.pair;
