@@ -394,7 +394,7 @@ export interface paths {
         post?: never;
         /**
          * Sign one of your devices out: its refresh token is revoked at once
-         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). An access token it already had works until it expires (15 minutes). Again: 204 too; another user's sign-in: 404 SIGN_IN_NOT_FOUND.
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). An access token it already had is refused here at once (401 SIGN_IN_ENDED) and works at the other services until it expires (15 minutes). Again: 204 too; another user's sign-in: 404 SIGN_IN_NOT_FOUND.
          */
         delete: operations["signOutDevice"];
         options?: never;
