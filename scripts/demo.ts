@@ -206,7 +206,8 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
 
 /**
  * Verifies the user's address as a person does: the code auth mailed at sign-up, read from what `pnpm start`'s mail
- * catcher caught (`pnpm mail`), sent back to auth; their next token says so (payouts need it).
+ * catcher caught (`pnpm mail`), sent back to auth with their sign-in (without it the code would take a new password);
+ * their next token says so (payouts need it).
  */
 async function verifyAddress(person: { email: string; token: TokenSource }) {
   const mailDir = path.join(data, 'mail');
@@ -214,7 +215,11 @@ async function verifyAddress(person: { email: string; token: TokenSource }) {
     const mail = (await readCaughtMail(mailDir)).find((m) => m.to === person.email);
     return mail ? /Your code:\s+(\S+)/.exec(mail.text)?.[1] : undefined;
   });
-  unwrap(await authClient({ baseUrl: urls.auth }).POST('/api/v1/auth/email/verify', { body: { token: code } }));
+  unwrap(
+    await authClient({ baseUrl: urls.auth, token: person.token }).POST('/api/v1/auth/email/verify', {
+      body: { token: code },
+    }),
+  );
   person.token.invalidate?.();
   say('address verified', `${person.email}, with the code mailed to it (pnpm mail shows it)`);
 }

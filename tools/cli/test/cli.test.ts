@@ -5,12 +5,13 @@
  * auth's, so signing them up costs nothing of `pnpm start`'s hourly sign-up budget.
  */
 import { execFile, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { insertEmailToken } from '../../../services/auth/src/db/email-token-repository.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
@@ -305,6 +306,37 @@ describe('gpu against a platform whose machine runs workloads', () => {
     refused(await other(['login', '--email', user.email], { input: `${user.password}\n` }), 'INVALID_CREDENTIALS');
     expect((await other(['login', '--email', user.email], { env: { GPU_PASSWORD: next } })).code).toBe(0);
     expect((await user.gpu(['password', 'change'], { env: { GPU_PASSWORD: next } })).code).toBe(2);
+  });
+
+  it('verifies the address signed in, changing nothing else; not signed in, with a new password that ends the rest', {
+    timeout: 180_000,
+  }, async () => {
+    const user = await signedIn(['renter']);
+    // A code as auth mails one (this rig sends no mail): only its hash is kept.
+    const mailedCode = async () => {
+      const code = randomBytes(32).toString('base64url');
+      await insertEmailToken(rig.platform.auth.db, {
+        user_id: user.id,
+        purpose: 'verify_email',
+        token_hash: createHash('sha256').update(code).digest('hex'),
+        email: user.email,
+        expires_at: new Date(Date.now() + 3_600_000),
+      });
+      return code;
+    };
+    const verified = await user.gpu(['email', 'verify', '--json'], { env: { GPU_EMAIL_CODE: await mailedCode() } });
+    expect(answer(verified)).toMatchObject({ email: user.email, email_verified: true });
+    expect((await user.gpu(['whoami'])).code).toBe(0);
+    // Where nobody is signed in, the code and a new password from standard input make the account the reader's alone.
+    const mailbox = gpuAt(url, join(dir, `${user.id}-mailbox`));
+    const next = 'the mailbox reader chose this one';
+    const claimed = await mailbox(['email', 'verify'], { input: `${await mailedCode()}\n${next}\n` });
+    expect(claimed.code, claimed.stderr).toBe(0);
+    expect(claimed.stdout).toMatch(/everything made before ended: gpu login/);
+    expect(claimed.stdout + claimed.stderr).not.toContain(next);
+    expect((await user.gpu(['whoami'])).code).toBe(1);
+    refused(await mailbox(['login', '--email', user.email], { input: `${user.password}\n` }), 'INVALID_CREDENTIALS');
+    expect((await mailbox(['login', '--email', user.email], { env: { GPU_PASSWORD: next } })).code).toBe(0);
   });
 
   it('shows a progress bar for a large copy on a terminal only', { timeout: 60_000 }, async () => {
