@@ -2,7 +2,8 @@
  * The service's background work: publishing outbox events (common's
  * OutboxRelay), reconciling pending withdrawals and payouts with the chain
  * (once at start-up, then every `billing.reconcile_interval`), billing running
- * sessions every `billing.billing_interval` (domain/sessions/biller.ts), consuming
+ * sessions every `billing.billing_interval` (domain/sessions/biller.ts), checking the reserves every
+ * `billing.reserve_check_interval` (domain/reserves/: a gap pauses withdrawals and payouts), consuming
  * usage updates and the storage service's usage reports from NATS when messaging is configured, and the registry's
  * provider status changes (an offline provider's sessions end); and, at start-up, announcing the platform's price
  * card and machines' own rates to the market.
@@ -20,12 +21,12 @@ import {
 import type { Metric } from 'prom-client';
 import { opsMetrics } from './adapters/ops-metrics.ts';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
-import { reserveMetrics } from './adapters/reserve-metrics.ts';
 import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters/storage-usage-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
 import { announcePrices } from './domain/pricing/index.ts';
+import { checkReserves } from './domain/reserves/index.ts';
 import {
   checkRunningProviders,
   endSessionsAtCap,
@@ -33,7 +34,7 @@ import {
   purgeOldUsageRecords,
   runBillingCycle,
 } from './domain/sessions/index.ts';
-import { checkReserves, reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
+import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 import { endWorkloadsNeverStarted } from './domain/workloads/index.ts';
 
 export interface Background {
@@ -87,12 +88,11 @@ export async function startBackground(
   // instance stopped in between): a round of their own, so a slow payout never holds up the reconciliation.
   every(reconcileEvery, 'automatic payouts failed; will retry', () => sweepAutoPayouts(ctx));
   every(ctx.sessions.billingIntervalMs, 'billing cycle failed; will retry', () => runBillingCycle(ctx));
-  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log. Exported
-  // only where checks run, once one has: a gauge never set would read 0, as an empty treasury.
+  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log; a gap found
+  // (twice in a row) pauses withdrawals and payouts until an operator resumes them (domain/reserves/).
   const reserveEveryMs = durationMs(config.billing.reserve_check_interval);
-  const reserves = ctx.chain && reserveEveryMs > 0 ? reserveMetrics() : null;
-  if (reserves) {
-    const check = async () => reserves.record(await checkReserves(ctx));
+  if (ctx.chain && reserveEveryMs > 0) {
+    const check = () => checkReserves(ctx);
     check().catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'the reserve check failed; will retry'));
     every(reserveEveryMs, 'the reserve check failed; will retry', check);
   }
@@ -186,7 +186,6 @@ export async function startBackground(
     metrics: [
       ...(consumer?.metrics ?? []),
       ...(storageUsage?.metrics ?? []),
-      ...(reserves?.metrics ?? []),
       ...opsMetrics(ctx),
       // The consumers' lag: billing_consumer_pending{consumer} (NATS only).
       ...(publisher instanceof NatsPublisher

@@ -168,10 +168,12 @@ export const billingConfigSchema = z.object({
       /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
       reconcile_interval: zDuration().default('30s'),
       /**
-       * How often the treasury's balance on chain is compared with what the ledger owes (domain/wallets/reserves.ts),
-       * for the metrics and the log; 0: only when an admin asks (GET /api/v1/billing/reserves).
+       * How often the treasury's balance on chain is compared with what the ledger owes (domain/reserves/), for the
+       * metrics, the log and the pause of withdrawals and payouts a gap brings; 0: only when an admin asks (GET
+       * /api/v1/billing/reserves) and before each payout. A minute at most, so that a gap stops money out and raises
+       * the alert within minutes.
        */
-      reserve_check_interval: zDuration().default('5m'),
+      reserve_check_interval: zDuration().default('1m'),
     })
     .prefault({}),
   /**
