@@ -158,7 +158,8 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     db: deps.db as unknown as Kysely<never>,
     url: '/api/v1/billing/audit',
     schemas,
-    examples: 'withdrawal, payout, payout_settings_changed, rates_changed, payouts_paused, payouts_resumed',
+    examples:
+      'withdrawal, deposit, payout (automatic ones too), payout_settings_changed, rates_changed, payouts_paused, payouts_resumed',
   });
   return app;
 }

@@ -9,13 +9,13 @@
  * card and machines' own rates to the market.
  */
 import {
+  auditRound,
   consumerPendingGauge,
   durationMs,
   type EventPublisher,
   NatsPublisher,
   type Outbox,
   OutboxRelay,
-  purgeAudit,
   type TokenVerifier,
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
@@ -106,13 +106,15 @@ export async function startBackground(
     'the workload start sweep failed; will retry',
     () => endWorkloadsNeverStarted(ctx),
   );
-  // The audit trail keeps its events for `audit.retention` (its one deletion, db/audit-trail.ts).
-  const auditRetentionMs = durationMs(config.audit.retention);
-  if (auditRetentionMs > 0) {
-    every(60 * 60_000, 'purging the audit trail failed; will retry', () =>
-      purgeAudit(ctx.db, new Date(Date.now() - auditRetentionMs)),
-    );
-  }
+  // The audit trail keeps its events for `audit.retention` (its one deletion, by the purge role of
+  // `audit.purge_url`), and its head goes to the log (@gpu/common's db/audit-purge.ts).
+  const audit = await auditRound({
+    db: ctx.db,
+    purgeUrl: config.audit.purge_url,
+    retentionMs: durationMs(config.audit.retention),
+    logger: ctx.logger,
+  });
+  every(60 * 60_000, 'the audit trail round failed; will retry', () => audit.run());
   // Session events are kept for their parties to read for `event_retention`.
   const retentionMs = durationMs(config.billing.event_retention);
   if (retentionMs > 0) {
@@ -206,6 +208,7 @@ export async function startBackground(
       await Promise.all(rounds.map((r) => r.running));
       await settleAutoPayouts(ctx);
       await relay?.stop();
+      await audit.close();
     },
   };
 }

@@ -4,6 +4,7 @@
  * platform contract's "Billing defaults" table.
  */
 import {
+  auditDatabaseEnvAliases,
   auditSchema,
   baseConfigShape,
   baseEnvAliases,
@@ -13,6 +14,7 @@ import {
   machineClientShape,
   messagingEnvAliases,
   messagingShape,
+  migrationShape,
   zBool,
   zDuration,
   zInt,
@@ -51,8 +53,13 @@ export const defaultBaseRates: Record<string, string> = {
 
 export const billingConfigSchema = z.object({
   ...baseConfigShape(DEFAULT_PORT),
-  /** The shared database section: `url` (empty: embedded PGlite at `embedded_path`), `pool_size`, `connect_timeout`. */
-  database: z.object(databaseShape({ embeddedPath: '.data/billing/pglite', poolSize: 10 })).prefault({}),
+  /**
+   * The shared database section: `url` (empty: embedded PGlite at `embedded_path`), `pool_size`, `connect_timeout`;
+   * and `migration_url`, `migrate_only` (the owner's migration step: @gpu/common's db/roles.ts).
+   */
+  database: z
+    .object({ ...databaseShape({ embeddedPath: '.data/billing/pglite', poolSize: 10 }), ...migrationShape() })
+    .prefault({}),
   blockchain: z
     .object({
       rpc_url: z.string().default('http://127.0.0.1:8899'),
@@ -256,6 +263,7 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env): Billing
     aliases: {
       ...baseEnvAliases,
       ...databaseEnvAliases,
+      ...auditDatabaseEnvAliases,
       ...messagingEnvAliases,
       SOLANA_RPC_URL: 'blockchain.rpc_url',
       SOLANA_WS_URL: 'blockchain.ws_url',

@@ -105,6 +105,10 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: '/api/v1/billing/audit' }),
       expect: { admin: 200, others: 403 },
     },
+    'GET /api/v1/billing/audit/verify': {
+      request: () => ({ url: '/api/v1/billing/audit/verify' }),
+      expect: { admin: 200, others: 403 },
+    },
     'GET /api/v1/billing/reserves': {
       request: () => ({ url: '/api/v1/billing/reserves' }),
       expect: { admin: 503, others: 403 },

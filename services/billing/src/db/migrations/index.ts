@@ -21,6 +21,7 @@ import { auditTrailMigration } from './0018-audit-trail.ts';
 import { outboxTraceContextMigration } from './0019-outbox-trace-context.ts';
 import { usageRetentionMigration } from './0020-usage-retention.ts';
 import { payoutPauseMigration } from './0021-payout-pause.ts';
+import { auditChainMigration } from './0022-audit-chain.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -45,5 +46,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0019-outbox-trace-context': outboxTraceContextMigration,
     '0020-usage-retention': usageRetentionMigration,
     '0021-payout-pause': payoutPauseMigration,
+    '0022-audit-chain': auditChainMigration,
   };
 }
