@@ -18,6 +18,7 @@ import { asIntruder, createTestDatabase, untilOlder } from '@gpu/common/testing'
 import { type Kysely, Migrator, sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { billingMigrations } from '../src/db/migrations/index.ts';
+import type { BillingDB } from '../src/db/schema.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();
@@ -103,6 +104,25 @@ describe("billing's audit trail, chained by hash", () => {
 
     const renter = await h.issuer.user(['renter']);
     expect((await h.app.inject({ url: '/api/v1/billing/audit/verify', headers: renter.headers })).statusCode).toBe(403);
+  });
+
+  it('chains concurrent appends one after another, and an append rolled back leaves no hole', async () => {
+    const before = (await verify()).head_seq as number;
+    const rolledBack = h.db
+      .transaction()
+      .execute(async (trx) => {
+        await appendAudit<BillingDB>(trx, { action: 'withdrawal', target: 'wallet:rolled-back' });
+        throw new Error('the movement failed');
+      })
+      .catch(() => 'rolled back');
+    await Promise.all([
+      ...Array.from({ length: 40 }, (_, n) => appendAudit(h.db, { action: 'withdrawal', details: { concurrent: n } })),
+      rolledBack,
+    ]);
+    expect(await rolledBack).toBe('rolled back');
+    const check = await verify();
+    expect(check).toMatchObject({ intact: true, head_seq: before + 40, broken: null });
+    expect((await seqs()).map((e) => e.seq)).toEqual(Array.from({ length: before + 40 }, (_, i) => i + 1));
   });
 
   it('is refused updates, truncation and young deletions; the purge takes the oldest past the retention', async () => {
