@@ -15,7 +15,13 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFile
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { baseEnvAliases, databaseEnvAliases, durationMs, messagingEnvAliases } from '@gpu/common';
+import {
+  auditDatabaseEnvAliases,
+  baseEnvAliases,
+  databaseEnvAliases,
+  durationMs,
+  messagingEnvAliases,
+} from '@gpu/common';
 import {
   BackendTrafficPolicy,
   ClientTrafficPolicy,
@@ -73,6 +79,7 @@ interface ServiceInfo {
 
 /** Exported alias maps of @gpu/common that a service's config.ts spreads into its own. */
 const sharedAliases: Record<string, Record<string, string>> = {
+  auditDatabaseEnvAliases,
   baseEnvAliases,
   databaseEnvAliases,
   messagingEnvAliases,
@@ -310,7 +317,8 @@ function render(dir: string): Doc[] {
   }
   for (const img of (k.images ?? []) as Doc[]) {
     for (const d of docs.filter((x) => x.kind === 'Deployment')) {
-      for (const c of d.spec.template.spec.containers as Doc[]) {
+      const pod = d.spec.template.spec;
+      for (const c of [...(pod.initContainers ?? []), ...pod.containers] as Doc[]) {
         const [name] = String(c.image).split(':');
         if (name === img.name) c.image = `${img.newName ?? name}:${img.newTag}`;
       }
@@ -459,6 +467,28 @@ function checkDeployments(docs: Doc[], label: string): void {
     for (const kind of ['requests', 'limits']) {
       expect(container.resources[kind].cpu, `${where} ${kind}.cpu`).toBeDefined();
       expect(container.resources[kind].memory, `${where} ${kind}.memory`).toBeDefined();
+    }
+
+    // A service that keeps an audit trail runs its migration step first, as the database's owner, with the same image;
+    // the service itself never gets the owner's URL (services/auth/README.md, "The audit trail").
+    const inits = (pod.initContainers ?? []) as Doc[];
+    if (name === 'auth' || name === 'billing') {
+      expect(
+        inits.map((c) => c.name),
+        `${where}: the migration step`,
+      ).toEqual(['migrate']);
+      const step = containerEnv(docs, inits[0]!, `${where} init container`);
+      expect(inits[0]!.image).toBe(container.image);
+      expect(inits[0]!.securityContext.readOnlyRootFilesystem).toBe(true);
+      expect(
+        Object.keys(step).filter((n) => !knownEnv(info, n)),
+        `${where}: the migration step's variables`,
+      ).toEqual([]);
+      expect(step).toMatchObject({ MIGRATE_ONLY: 'true', DATABASE_MIGRATION_URL: 'placeholder' });
+      expect(loadServiceConfig(docs, pod, inits[0]!, info, where).database.migrate_only).toBe(true);
+      expect(containerEnv(docs, container, where).DATABASE_MIGRATION_URL, `${where}: no owner's URL`).toBeUndefined();
+    } else {
+      expect(inits, `${where}: no init containers`).toEqual([]);
     }
 
     // Every variable is one the service understands, and the service's own loader accepts the values.
@@ -705,7 +735,7 @@ describe('deploy/k8s', () => {
     const refs = new Set<string>();
     for (const dep of baseDocs.filter((d) => d.kind === 'Deployment')) {
       const pod = dep.spec.template.spec;
-      for (const e of pod.containers.flatMap((c: Doc) => c.env ?? []) as Doc[]) {
+      for (const e of [...(pod.initContainers ?? []), ...pod.containers].flatMap((c: Doc) => c.env ?? []) as Doc[]) {
         const ref = e.valueFrom?.secretKeyRef;
         if (ref) refs.add(`${ref.name} ${ref.key}`);
       }

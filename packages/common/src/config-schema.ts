@@ -106,8 +106,34 @@ export const accessSchema = z
   })
   .prefault({});
 
-/** A service's audit trail (db/audit-trail.ts): how long its events are kept (purged hourly); 0: forever. */
-export const auditSchema = z.object({ retention: zDuration().default('400d') }).prefault({});
+/**
+ * A service's audit trail (db/audit-trail.ts): how long its events are kept (purged hourly; the database refuses to
+ * delete a younger one); 0: forever. `purge_url`: the role that purges them (db/roles.ts), a postgres:// URL; empty:
+ * the service's own connection purges, where its role may (the owner's, in a quick set-up).
+ */
+export const auditSchema = z
+  .object({ retention: zDuration().default('400d'), purge_url: z.string().default('') })
+  .prefault({});
+
+/**
+ * The `database` keys of a service that keeps an audit trail (auth, billing), beside `databaseShape`'s
+ * (db/roles.ts): `migration_url`, the schema owner's URL the migrations run through (then the role of `url` is
+ * granted what the service needs, and may only append to and read the trail); `migrate_only`, migrate and exit (a
+ * deployment's migration step, with the owner's URL, before the service starts without it).
+ */
+export function migrationShape() {
+  return {
+    migration_url: z.string().default(''),
+    migrate_only: zBool().default(false),
+  };
+}
+
+/** Environment names of `migrationShape`'s keys and the audit trail's purge role. */
+export const auditDatabaseEnvAliases: Record<string, string> = {
+  DATABASE_MIGRATION_URL: 'database.migration_url',
+  MIGRATE_ONLY: 'database.migrate_only',
+  AUDIT_PURGE_URL: 'audit.purge_url',
+};
 
 /**
  * The shape of the settings every service shares. A service spreads it into

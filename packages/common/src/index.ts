@@ -42,6 +42,7 @@ export { forEachLimited } from './concurrency.ts';
 export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
   accessSchema,
+  auditDatabaseEnvAliases,
   auditSchema,
   type BaseConfig,
   baseConfigSchema,
@@ -53,22 +54,29 @@ export {
   machineClientShape,
   messagingEnvAliases,
   messagingShape,
+  migrationShape,
   registrySchema,
   zBool,
   zInt,
   zList,
 } from './config-schema.ts';
+export { chainAuditTable, unchainAuditTable } from './db/audit-chain.ts';
+export { type AuditRound, auditRound } from './db/audit-purge.ts';
 export { createAuditTable, dropAuditTable } from './db/audit-table.ts';
 export {
+  type AuditChainTable,
   type AuditEntry,
   type AuditEventRow,
   type AuditEventsTable,
   type AuditOutcome,
   appendAudit,
   auditActor,
+  auditChainHead,
   listAudit,
   purgeAudit,
+  setAuditRetention,
 } from './db/audit-trail.ts';
+export { type AuditChainCheck, verifyAuditChain } from './db/audit-verify.ts';
 export {
   type Database,
   type DatabaseSection,
@@ -88,6 +96,13 @@ export {
   type RateRule,
 } from './db/rate-limiter.ts';
 export { isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
+export {
+  auditTrailExposure,
+  grantServiceRoles,
+  type MigrationSection,
+  migrateServiceDatabase,
+  roleOf,
+} from './db/roles.ts';
 export { isDependencyDown } from './dependency-errors.ts';
 export { durationMs, parseDuration, zDuration } from './duration.ts';
 export {

@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import {
+  auditDatabaseEnvAliases,
   auditSchema,
   baseConfigShape,
   baseEnvAliases,
@@ -16,6 +17,7 @@ import {
   databaseShape,
   durationMs,
   loadConfig,
+  migrationShape,
   zBool,
   zDuration,
   zInt,
@@ -69,8 +71,11 @@ export const authConfigSchema = z.object({
   ...baseConfigShape(DEFAULT_PORT),
   /** `production` refuses to start with a missing or short secret or a missing private key. */
   environment: z.enum(['development', 'test', 'production']).default('development'),
-  /** `url` (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`. */
-  database: z.object(databaseShape({ embeddedPath: '.data/auth/pglite' })).prefault({}),
+  /**
+   * `url` (postgres://; empty opens an embedded PGlite database at `embedded_path`), `pool_size`, `connect_timeout`;
+   * `migration_url`, `migrate_only` (the owner's migration step: @gpu/common's db/roles.ts).
+   */
+  database: z.object({ ...databaseShape({ embeddedPath: '.data/auth/pglite' }), ...migrationShape() }).prefault({}),
   jwt: z
     .object({
       secret_key: z.string().default(''),
@@ -213,6 +218,7 @@ export type AuthConfig = z.infer<typeof authConfigSchema>;
 export const authEnvAliases: Record<string, string> = {
   ...baseEnvAliases,
   ...databaseEnvAliases,
+  ...auditDatabaseEnvAliases,
   APP_ENV: 'environment',
   JWT_SECRET: 'jwt.secret_key',
   SECRET_KEY: 'jwt.secret_key',

@@ -177,6 +177,10 @@ function table(): Record<string, AccessRule> {
       request: () => ({}),
       expect: { admin: 200, others: 403 },
     },
+    [`GET ${API}/audit/verify`]: {
+      request: () => ({}),
+      expect: { admin: 200, others: 403 },
+    },
     // Recovery: this service has no SMTP server, so what would mail says so (503) once the caller passed.
     [`POST ${API}/email/verification`]: {
       request: () => ({}),

@@ -4,7 +4,7 @@
  * event (but the retention purge's deletion of old ones).
  */
 
-import { purgeAudit } from '@gpu/common';
+import { appendAudit, purgeAudit, setAuditRetention } from '@gpu/common';
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureInitialAdmin } from '../src/domain/accounts.ts';
@@ -104,12 +104,24 @@ describe('the audit trail', () => {
     ]) {
       await expect(statement.execute(auth.db)).rejects.toMatchObject({ code: '42501' });
     }
-    await auth.db
-      .insertInto('audit_events')
-      .values({ action: 'ancient', outcome: 'succeeded', at: new Date('2020-01-01T00:00:00Z') })
-      .execute();
-    expect(await purgeAudit(auth.db, new Date('2021-01-01T00:00:00Z'))).toBe(1);
-    expect((await trail('action=ancient')).events).toEqual([]);
-    expect((await trail(`action=${event!.action}`)).events.map((e) => e.id)).toContain(event!.id);
+    // The switch the old guard honoured (any session could set it) opens nothing.
+    await expect(
+      auth.db.transaction().execute(async (trx) => {
+        await sql`SELECT set_config('audit.purge', 'on', true)`.execute(trx);
+        await sql`DELETE FROM audit_events WHERE id = ${event!.id}`.execute(trx);
+      }),
+    ).rejects.toMatchObject({ code: '42501' });
+    // Past the retention the database holds (its clock, fixed in the transaction), from the start of the chain.
+    await appendAudit(auth.db, { action: 'recent' });
+    const purged = await auth.db.transaction().execute(async (trx) => {
+      await sql`
+        UPDATE audit_chain SET retention = now() - e.at FROM audit_events e
+          WHERE e.seq = (SELECT max(seq) FROM audit_events)`.execute(trx);
+      return purgeAudit(trx);
+    });
+    expect(purged).toBeGreaterThan(0);
+    expect((await trail(`action=${event!.action}`)).events.map((e) => e.id)).not.toContain(event!.id);
+    expect((await trail('action=recent')).events).toHaveLength(1);
+    await setAuditRetention(auth.db, 0);
   });
 });

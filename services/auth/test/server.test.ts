@@ -90,6 +90,8 @@ describe('server process', () => {
       const jwks = (await (await fetch(`${base}/.well-known/jwks.json`)).json()) as { keys: unknown[] };
       expect(jwks.keys).toHaveLength(1);
       expect(proc.output()).toMatch(/a key pair is generated for this run only/);
+      // The embedded database's one role is a superuser: auth says it could rewrite its audit trail.
+      expect(proc.output()).toMatch(/is a superuser: auth could rewrite its own audit trail/);
     } finally {
       proc.child.kill('SIGTERM');
       await proc.exited;

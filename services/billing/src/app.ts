@@ -15,6 +15,7 @@ import {
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
+import { watchReserves } from './adapters/reserve-metrics.ts';
 import { configuredStorage } from './adapters/storage-grants.ts';
 import { type BillingConfig, defaultBaseRates } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
@@ -23,6 +24,7 @@ import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
+import { payoutPause } from './domain/reserves/index.ts';
 import type { WorkloadStorage } from './domain/workload-storage.ts';
 import { eventRoutes } from './routes/events.ts';
 import { paymentRoutes } from './routes/payments.ts';
@@ -113,6 +115,13 @@ export function billingContext(deps: BillingDeps): BillingContext {
   };
 }
 
+/** Paused withdrawals and payouts in the health answer: named for operators, never a failure of the service. */
+async function payoutsHealth(ctx: BillingContext): Promise<{ detail: string } | undefined> {
+  const pause = await payoutPause(ctx);
+  if (!pause) return undefined;
+  return { detail: `withdrawals and payouts paused since ${pause.since.toISOString()} (${pause.cause})` };
+}
+
 export async function buildApp(deps: BillingDeps, context: BillingContext = billingContext(deps)): Promise<App> {
   const app = await createApp({
     service: SERVICE_NAME,
@@ -124,11 +133,13 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     verifier: deps.verifier,
     healthChecks: {
       database: () => pingBillingDatabase(deps.db),
-      ...(deps.chain ? { solana: () => deps.chain!.ping() } : {}),
+      ...(deps.chain ? { solana: () => deps.chain!.ping(), payouts: () => payoutsHealth(context) } : {}),
       ...deps.healthChecks,
     },
     schemas,
   });
+  // The proof of reserves' metrics, from every check for the record (an admin's at once).
+  if (deps.chain) watchReserves(context, app.metrics);
   // Every answer of a route that moves money out or changes who gets it, in the audit trail (its config's `audit`).
   await app.register(auditHook, { db: deps.db as unknown as Kysely<never> });
   const routeDeps = { config: deps.config, logger: deps.logger, billing: context };
@@ -147,7 +158,8 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     db: deps.db as unknown as Kysely<never>,
     url: '/api/v1/billing/audit',
     schemas,
-    examples: 'withdrawal, payout, payout_settings_changed, rates_changed',
+    examples:
+      'withdrawal, deposit, payout (automatic ones too), payout_settings_changed, rates_changed, payouts_paused, payouts_resumed',
   });
   return app;
 }

@@ -2,12 +2,14 @@
  * The service's background work: publishing outbox events (common's
  * OutboxRelay), reconciling pending withdrawals and payouts with the chain
  * (once at start-up, then every `billing.reconcile_interval`), billing running
- * sessions every `billing.billing_interval` (domain/sessions/biller.ts), consuming
+ * sessions every `billing.billing_interval` (domain/sessions/biller.ts), checking the reserves every
+ * `billing.reserve_check_interval` (domain/reserves/: a gap pauses withdrawals and payouts), consuming
  * usage updates and the storage service's usage reports from NATS when messaging is configured, and the registry's
  * provider status changes (an offline provider's sessions end); and, at start-up, announcing the platform's price
  * card and machines' own rates to the market.
  */
 import {
+  auditRound,
   consumerPendingGauge,
   durationMs,
   type EventPublisher,
@@ -15,18 +17,17 @@ import {
   natsConnectedGauge,
   type Outbox,
   OutboxRelay,
-  purgeAudit,
   type TokenVerifier,
 } from '@gpu/common';
 import type { Metric } from 'prom-client';
 import { opsMetrics } from './adapters/ops-metrics.ts';
 import { type RegistryEventsConsumer, startRegistryEventsConsumer } from './adapters/registry-events-consumer.ts';
-import { reserveMetrics } from './adapters/reserve-metrics.ts';
 import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters/storage-usage-consumer.ts';
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
 import { announcePrices } from './domain/pricing/index.ts';
+import { checkReserves } from './domain/reserves/index.ts';
 import {
   checkRunningProviders,
   endSessionsAtCap,
@@ -34,7 +35,7 @@ import {
   purgeOldUsageRecords,
   runBillingCycle,
 } from './domain/sessions/index.ts';
-import { checkReserves, reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
+import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 import { endWorkloadsNeverStarted } from './domain/workloads/index.ts';
 
 export interface Background {
@@ -88,12 +89,11 @@ export async function startBackground(
   // instance stopped in between): a round of their own, so a slow payout never holds up the reconciliation.
   every(reconcileEvery, 'automatic payouts failed; will retry', () => sweepAutoPayouts(ctx));
   every(ctx.sessions.billingIntervalMs, 'billing cycle failed; will retry', () => runBillingCycle(ctx));
-  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log. Exported
-  // only where checks run, once one has: a gauge never set would read 0, as an empty treasury.
+  // Proof of reserves: the treasury against the ledger, for the metrics (an alert below 1) and the log; a gap found
+  // (twice in a row) pauses withdrawals and payouts until an operator resumes them (domain/reserves/).
   const reserveEveryMs = durationMs(config.billing.reserve_check_interval);
-  const reserves = ctx.chain && reserveEveryMs > 0 ? reserveMetrics() : null;
-  if (reserves) {
-    const check = async () => reserves.record(await checkReserves(ctx));
+  if (ctx.chain && reserveEveryMs > 0) {
+    const check = () => checkReserves(ctx);
     check().catch((err) => ctx.logger.warn({ err: (err as Error).message }, 'the reserve check failed; will retry'));
     every(reserveEveryMs, 'the reserve check failed; will retry', check);
   }
@@ -107,13 +107,15 @@ export async function startBackground(
     'the workload start sweep failed; will retry',
     () => endWorkloadsNeverStarted(ctx),
   );
-  // The audit trail keeps its events for `audit.retention` (its one deletion, db/audit-trail.ts).
-  const auditRetentionMs = durationMs(config.audit.retention);
-  if (auditRetentionMs > 0) {
-    every(60 * 60_000, 'purging the audit trail failed; will retry', () =>
-      purgeAudit(ctx.db, new Date(Date.now() - auditRetentionMs)),
-    );
-  }
+  // The audit trail keeps its events for `audit.retention` (its one deletion, by the purge role of
+  // `audit.purge_url`), and its head goes to the log (@gpu/common's db/audit-purge.ts).
+  const audit = await auditRound({
+    db: ctx.db,
+    purgeUrl: config.audit.purge_url,
+    retentionMs: durationMs(config.audit.retention),
+    logger: ctx.logger,
+  });
+  every(60 * 60_000, 'the audit trail round failed; will retry', () => audit.run());
   // Session events are kept for their parties to read for `event_retention`.
   const retentionMs = durationMs(config.billing.event_retention);
   if (retentionMs > 0) {
@@ -187,7 +189,6 @@ export async function startBackground(
     metrics: [
       ...(consumer?.metrics ?? []),
       ...(storageUsage?.metrics ?? []),
-      ...(reserves?.metrics ?? []),
       ...opsMetrics(ctx),
       // The consumers' lag, billing_consumer_pending{consumer}, and whether NATS is connected (NATS only).
       ...(publisher instanceof NatsPublisher
@@ -209,6 +210,7 @@ export async function startBackground(
       await Promise.all(rounds.map((r) => r.running));
       await settleAutoPayouts(ctx);
       await relay?.stop();
+      await audit.close();
     },
   };
 }

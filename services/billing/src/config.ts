@@ -4,6 +4,7 @@
  * platform contract's "Billing defaults" table.
  */
 import {
+  auditDatabaseEnvAliases,
   auditSchema,
   baseConfigShape,
   baseEnvAliases,
@@ -13,6 +14,7 @@ import {
   machineClientShape,
   messagingEnvAliases,
   messagingShape,
+  migrationShape,
   zBool,
   zDuration,
   zInt,
@@ -51,8 +53,13 @@ export const defaultBaseRates: Record<string, string> = {
 
 export const billingConfigSchema = z.object({
   ...baseConfigShape(DEFAULT_PORT),
-  /** The shared database section: `url` (empty: embedded PGlite at `embedded_path`), `pool_size`, `connect_timeout`. */
-  database: z.object(databaseShape({ embeddedPath: '.data/billing/pglite', poolSize: 10 })).prefault({}),
+  /**
+   * The shared database section: `url` (empty: embedded PGlite at `embedded_path`), `pool_size`, `connect_timeout`;
+   * and `migration_url`, `migrate_only` (the owner's migration step: @gpu/common's db/roles.ts).
+   */
+  database: z
+    .object({ ...databaseShape({ embeddedPath: '.data/billing/pglite', poolSize: 10 }), ...migrationShape() })
+    .prefault({}),
   blockchain: z
     .object({
       rpc_url: z.string().default('http://127.0.0.1:8899'),
@@ -168,10 +175,12 @@ export const billingConfigSchema = z.object({
       /** How often pending withdrawals and payouts are reconciled with the chain (0 = only at start-up). */
       reconcile_interval: zDuration().default('30s'),
       /**
-       * How often the treasury's balance on chain is compared with what the ledger owes (domain/wallets/reserves.ts),
-       * for the metrics and the log; 0: only when an admin asks (GET /api/v1/billing/reserves).
+       * How often the treasury's balance on chain is compared with what the ledger owes (domain/reserves/), for the
+       * metrics, the log and the pause of withdrawals and payouts a gap brings; 0: only when an admin asks (GET
+       * /api/v1/billing/reserves) and before each payout. A minute at most, so that a gap stops money out and raises
+       * the alert within minutes.
        */
-      reserve_check_interval: zDuration().default('5m'),
+      reserve_check_interval: zDuration().default('1m'),
     })
     .prefault({}),
   /**
@@ -254,6 +263,7 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env): Billing
     aliases: {
       ...baseEnvAliases,
       ...databaseEnvAliases,
+      ...auditDatabaseEnvAliases,
       ...messagingEnvAliases,
       SOLANA_RPC_URL: 'blockchain.rpc_url',
       SOLANA_WS_URL: 'blockchain.ws_url',

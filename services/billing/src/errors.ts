@@ -263,6 +263,38 @@ export const billingErrors = {
     }),
   reservationMismatch: (reservationId: string, why: string) =>
     errors.conflict('RESERVATION_MISMATCH', `reservation ${reservationId} ${why}`),
+  /**
+   * 503, not 409: the request and the wallet's funds are in order, and it is the platform that cannot pay out now,
+   * until its treasury is topped up: try again later (`Retry-After`), with the same Idempotency-Key (nothing was
+   * debited, the key is not taken).
+   */
+  reservesInsufficient: () =>
+    new AppError(
+      'unavailable',
+      'RESERVES_INSUFFICIENT',
+      "the platform's treasury does not cover this payout together with what it owes everyone else: nothing was " +
+        'debited; withdrawals and payouts wait until it does',
+      { headers: { 'retry-after': '60' } },
+    ),
+  /** 503 for the reason of RESERVES_INSUFFICIENT; lasts until an operator resumes them. */
+  payoutsPaused: (since: Date, cause: 'reserve_shortfall' | 'operator') =>
+    new AppError(
+      'unavailable',
+      'PAYOUTS_PAUSED',
+      `withdrawals and payouts are paused since ${since.toISOString()} (${
+        cause === 'reserve_shortfall'
+          ? "a reserve check found the platform's treasury short of what it owes"
+          : 'by an operator'
+      }): nothing was debited; they resume when an operator resumes them`,
+      { headers: { 'retry-after': '300' }, extra: { paused_since: since.toISOString(), cause } },
+    ),
+  reservesNotCovered: (shortfall: { gap: string }) =>
+    new AppError(
+      'conflict',
+      'RESERVES_NOT_COVERED',
+      `the treasury still does not cover what the ledger owes (${shortfall.gap} short): payouts stay paused`,
+      { extra: { ...shortfall } },
+    ),
   chainNotConfigured: () =>
     new AppError(
       'unavailable',

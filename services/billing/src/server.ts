@@ -1,12 +1,15 @@
 /**
  * The billing service process: load configuration, log (with any deprecated
  * setting names), open and migrate the database (PGlite under
- * .data/billing/pglite without DATABASE_URL), connect to Solana and NATS,
+ * .data/billing/pglite without DATABASE_URL; as the owner of database.migration_url
+ * when set, and with database.migrate_only nothing more), warn when its role
+ * could rewrite the audit trail, connect to Solana and NATS,
  * reconcile pending withdrawals and payouts, listen, register with Consul,
  * shut down gracefully.
  */
 import {
   accessVerifier,
+  auditTrailExposure,
   configWarnings,
   connectPublisher,
   Outbox,
@@ -35,6 +38,21 @@ startOrExit(async () => {
     );
   }
   const database = await openBillingDatabase(config, logger);
+  if (config.database.migrate_only) {
+    // A deployment's migration step (database.migrate_only): the service itself starts later, without the owner's URL.
+    logger.info('database migrated (migrate_only): exiting');
+    await database.close();
+    await tracing?.shutdown();
+    return;
+  }
+  const exposure = await auditTrailExposure(database.db);
+  if (exposure) {
+    logger.warn(
+      `${exposure}: billing could rewrite its own audit trail (disable its triggers, change or delete events). Run ` +
+        'it as a role that may only append to and read the trail: database.migration_url names the owner the ' +
+        'migrations run as (services/billing/README.md, "The audit trail")',
+    );
+  }
   const chain = await connectChain(config, logger);
   const nats = await connectPublisher({
     url: config.messaging.enabled ? config.messaging.nats_url : '',

@@ -105,9 +105,22 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: '/api/v1/billing/audit' }),
       expect: { admin: 200, others: 403 },
     },
+    'GET /api/v1/billing/audit/verify': {
+      request: () => ({ url: '/api/v1/billing/audit/verify' }),
+      expect: { admin: 200, others: 403 },
+    },
     'GET /api/v1/billing/reserves': {
       request: () => ({ url: '/api/v1/billing/reserves' }),
       expect: { admin: 503, others: 403 },
+    },
+    // Resuming checks the reserves first: 503 without a chain.
+    'POST /api/v1/billing/reserves/resume': {
+      request: () => ({ url: '/api/v1/billing/reserves/resume', payload: { reason: 'covered again' } }),
+      expect: { admin: 503, others: 403 },
+    },
+    'POST /api/v1/billing/reserves/pause': {
+      request: () => ({ url: '/api/v1/billing/reserves/pause', payload: { reason: 'drill' } }),
+      expect: { admin: 200, others: 403 },
     },
     // Public, and without a chain in this harness: 503 SOLANA_NOT_CONFIGURED for everyone.
     'GET /api/v1/deposits/instructions': {

@@ -1,17 +1,31 @@
 /**
- * Billing's audit trail: every answer of a money-out route, allowed or refused, is appended with who, from where, in
- * which request, what and the outcome; admins read it; the database refuses to change it. Against the local chain.
+ * Billing's audit trail: every answer of a money-out route and of a deposit, allowed or refused, is appended with who,
+ * from where, in which request, what and the outcome, and every automatic payout with what was paid where; admins read
+ * it; the database refuses to change it. Against the local chain.
  */
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { setupLocalnet } from './support/localnet.ts';
+import { settleAutoPayouts } from '../src/domain/wallets/auto-payout.ts';
+import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
 
 let h: BillingHarness;
+let L: Localnet;
+
+/** The trail's events matching `query`, once at least `n` are there (each is written once its answer is sent). */
+async function eventually(query: string, n: number) {
+  const read = async () => (await h.app.inject({ url: `/api/v1/billing/audit?${query}` })).json();
+  let events = await read();
+  for (let i = 0; i < 200 && events.length < n; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    events = await read();
+  }
+  return events;
+}
 
 beforeAll(async () => {
-  const L = await setupLocalnet(6);
+  L = await setupLocalnet(6);
   h = await setupBilling({ chain: L.chain });
 });
 afterAll(() => h?.close());
@@ -79,6 +93,57 @@ describe('the audit trail of money going out', () => {
     expect(acted.json()).toMatchObject([
       { outcome: 'refused', actor_kind: 'client', details: { status_code: 403, acting_for: renter.id } },
     ]);
+  });
+
+  it('records deposits, and automatic payouts by the service itself, as withdrawals are', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const kp = await L.user(30n);
+    const w = await h.fundedWallet('0', 'user', kp.publicKey.toBase58(), { ownerId: renter.id });
+    await h.proveAddress(w.id, kp, renter.headers);
+    const signature = await L.transfer(kp, L.treasury.publicKey, 12n * L.unit);
+    const deposit = () =>
+      h.app.inject({
+        method: 'POST',
+        url: `/api/v1/wallet/${w.id}/deposit`,
+        headers: { ...renter.headers, 'x-request-id': 'req-deposit-1' },
+        remoteAddress: '198.51.100.30',
+        payload: { signature },
+      });
+    const credited = await deposit();
+    expect(credited.statusCode, credited.body).toBe(201);
+    expect((await deposit()).statusCode).toBe(409);
+    const deposits = await eventually(`action=deposit&target=wallet:${w.id}`, 2);
+    expect(deposits).toMatchObject([
+      {
+        outcome: 'succeeded',
+        actor_id: renter.id,
+        address: '198.51.100.30',
+        request_id: 'req-deposit-1',
+        details: { status_code: 201, signature, id: credited.json().id, status: 'confirmed' },
+      },
+      { outcome: 'refused', actor_id: renter.id, details: { status_code: 409, code: 'DEPOSIT_ALREADY_CREDITED' } },
+    ]);
+
+    // A provider's earnings paid out automatically: by no one but the service, with what was paid and where.
+    const machine = crypto.randomUUID();
+    const destination = Keypair.generate().publicKey.toBase58();
+    const provider = await h.fundedWallet('15', 'provider', destination, { ownerId: machine });
+    const setting = await h.app.inject({
+      method: 'PUT',
+      url: `/api/v1/provider/${machine}/payout-settings`,
+      payload: { auto_payout: true },
+    });
+    expect(setting.statusCode, setting.body).toBe(200);
+    await settleAutoPayouts(h.ctx);
+    const payouts = await eventually(`action=payout&target=provider:${machine}`, 1);
+    expect(payouts).toMatchObject([
+      {
+        outcome: 'succeeded',
+        actor_id: null,
+        details: { automatic: true, wallet_id: provider.id, amount: '15.000000', destination, status: 'confirmed' },
+      },
+    ]);
+    expect(await L.chain.tokenBalance(destination)).toBe('15');
   });
 
   it('is refused any update or deletion by the database itself', async () => {

@@ -78,6 +78,7 @@ describe("billing's domain rooms", () => {
       'leases',
       'ledger',
       'pricing',
+      'reserves',
       'sessions',
       'storage',
       'wallets',
@@ -97,7 +98,16 @@ describe("billing's domain rooms", () => {
 
   it('concepts depend downward only: each imports only concepts drawn below it', () => {
     // Top to bottom, as docs/architecture.md draws them; concepts on one rank do not import each other.
-    const ranks = [['workloads'], ['sessions'], ['leases'], ['pricing'], ['storage'], ['wallets'], ['ledger', 'chain']];
+    const ranks = [
+      ['workloads'],
+      ['sessions'],
+      ['leases'],
+      ['pricing'],
+      ['storage'],
+      ['wallets'],
+      ['reserves'],
+      ['ledger', 'chain'],
+    ];
     const rank = new Map(ranks.flatMap((names, i) => names.map((n) => [n, i] as const)));
     const upward: string[] = [];
     for (const file of tsFiles(DOMAIN)) {

@@ -6,6 +6,7 @@
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getTransaction } from '../src/db/transaction-repository.ts';
+import type { Chain } from '../src/domain/chain/chain.ts';
 import { createHold, postHold } from '../src/domain/ledger/holds.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
 import { recordIntent } from '../src/domain/wallets/payouts.ts';
@@ -106,14 +107,32 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
   });
 
   it('reverses the debit and answers 502 when the transfer fails on chain', async () => {
-    // The ledger owes more than the treasury holds: the transfer is sent and fails on chain.
-    const w = await h.fundedWallet('2000000', 'user', fresh());
-    const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1500000' });
+    // The treasury covers the withdrawal when billing checks; then its tokens leave behind billing's back, before the
+    // signed transfer is sent: it is sent and fails on chain.
+    const w = await h.fundedWallet('5', 'user', fresh());
+    const chain = h.ctx.chain!;
+    const elsewhere = await L.user(0n);
+    let taken = 0n;
+    h.ctx.chain = Object.assign(Object.create(chain) as Chain, {
+      async prepareTransfer(destination: string, amount: string) {
+        const prepared = await chain.prepareTransfer(destination, amount);
+        const units = BigInt(
+          new Dec(await chain.tokenBalance(chain.treasuryAddress())).times(L.unit.toString()).toFixed(),
+        );
+        taken = units - L.unit; // one token left of the five to send
+        await L.transfer(L.treasury, elsewhere.publicKey, taken);
+        return prepared;
+      },
+    });
+    const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '5' }).finally(() => {
+      h.ctx.chain = chain;
+    });
+    await L.transfer(elsewhere, L.treasury.publicKey, taken);
     expect(res.statusCode, res.body).toBe(502);
     expect(res.headers['content-type']).toContain('application/problem+json');
     const problem = res.json();
     expect(problem).toMatchObject({ code: 'SOLANA_TRANSACTION_FAILED', transaction: { status: 'failed' } });
-    expect(await h.balanceOf(w.id)).toMatchObject({ available: '2000000.000000', pending: '0.000000' });
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '5.000000', pending: '0.000000' });
     const transfers = await h.db
       .selectFrom('ledger_transfers')
       .select(['code', 'reverses_transfer_id'])

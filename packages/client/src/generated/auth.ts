@@ -47,9 +47,29 @@ export interface paths {
         };
         /**
          * The audit trail: who did what, when, from where, and the outcome (oldest first)
-         * @description Admins only. Filters: action, actor_id, target, outcome, and from/to (RFC 3339, [from, to)). Paged as every list. Append-only: nothing updates or deletes an event but the retention purge (audit.retention).
+         * @description Admins only. Filters: action, actor_id, target, outcome, and from/to (RFC 3339, [from, to)). Paged as every list. Append-only and chained by hash: nothing updates an event, and the database deletes none younger than audit.retention, and those only from the start of the chain (the retention purge).
          */
         get: operations["listAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/audit/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Check that nobody rewrote the audit trail: the first broken link of its hash chain, if any
+         * @description Admins only. Every event carries the hash of the one before it, and its own (sha256 over its fields and that hash). Recomputes the chain from the anchor (the newest event purged past the retention) to the head, in one snapshot, and names the first event that was changed, moved, or follows a gap, or a head that is gone. Reads every event: a long trail takes seconds.
+         */
+        get: operations["verifyAuditTrail"];
         put?: never;
         post?: never;
         delete?: never;
@@ -483,6 +503,41 @@ export interface components {
             api_key: string;
             key: components["schemas"]["ApiKey"];
         };
+        /** @description The audit trail's chain, checked */
+        AuditChainCheck: {
+            /**
+             * Format: int64
+             * @description the newest event purged past the retention (0: none); the check starts after it
+             */
+            anchor_seq: number;
+            /** @description the first broken link; null when intact */
+            broken: {
+                detail: string;
+                /** @description null when the missing event is the head itself */
+                id: string | null;
+                /**
+                 * @description altered: its content does not hash to its hash; link: it does not carry the previous hash; missing: events before it are gone; head: the chain does not end at its recorded head
+                 * @enum {string}
+                 */
+                reason: "altered" | "link" | "missing" | "head";
+                /** Format: int64 */
+                seq: number;
+            } | null;
+            /**
+             * Format: int64
+             * @description events checked
+             */
+            events: number;
+            /** @description the head's hash (hex): kept elsewhere, it shows a later rewrite of the chain up to it */
+            head_hash: string;
+            /**
+             * Format: int64
+             * @description the newest event
+             */
+            head_seq: number;
+            /** @description every event from the anchor to the head is intact and in its place */
+            intact: boolean;
+        };
         /** @description One security- or money-relevant action */
         AuditEvent: {
             /** @description roles_changed, api_key_created, api_key_revoked, api_key_refused, client_created, password_reset, ... */
@@ -494,7 +549,7 @@ export interface components {
             actor_kind: ("user" | "client") | null;
             /** @description the client's address */
             address: string | null;
-            /** @description RFC 3339, UTC, to the microsecond */
+            /** @description RFC 3339, UTC, to the microsecond: when the event joined the chain */
             at: string;
             details: {
                 [key: string]: unknown;
@@ -504,6 +559,11 @@ export interface components {
             /** @enum {string} */
             outcome: "succeeded" | "refused" | "failed";
             request_id: string | null;
+            /**
+             * Format: int64
+             * @description its place in the chain: 1, 2, 3, … (GET …/audit/verify checks it)
+             */
+            seq: number;
             /** @description what was acted on, as kind:id */
             target: string | null;
         };
@@ -572,6 +632,7 @@ export interface components {
         Health: {
             checks: {
                 [key: string]: {
+                    detail?: string;
                     error?: string;
                     /** @enum {string} */
                     status: "UP" | "DOWN";
@@ -986,6 +1047,33 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    verifyAuditTrail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditChainCheck"];
+                };
+            };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalServerError"];

@@ -13,9 +13,29 @@ export interface paths {
         };
         /**
          * The audit trail: who did what, when, from where, and the outcome (oldest first)
-         * @description Admins only. Filters: action, actor_id, target, outcome, and from/to (RFC 3339, [from, to)). Paged as every list. Append-only: nothing updates or deletes an event but the retention purge (audit.retention).
+         * @description Admins only. Filters: action, actor_id, target, outcome, and from/to (RFC 3339, [from, to)). Paged as every list. Append-only and chained by hash: nothing updates an event, and the database deletes none younger than audit.retention, and those only from the start of the chain (the retention purge).
          */
         get: operations["listAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/audit/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Check that nobody rewrote the audit trail: the first broken link of its hash chain, if any
+         * @description Admins only. Every event carries the hash of the one before it, and its own (sha256 over its fields and that hash). Recomputes the chain from the anchor (the newest event purged past the retention) to the head, in one snapshot, and names the first event that was changed, moved, or follows a gap, or a head that is gone. Reads every event: a long trail takes seconds.
+         */
+        get: operations["verifyAuditTrail"];
         put?: never;
         post?: never;
         delete?: never;
@@ -150,11 +170,51 @@ export interface paths {
         };
         /**
          * Check now that the treasury's tokens on chain cover what the ledger owes
-         * @description Admins only. Reads the chain and the ledger now (billing also checks every billing.reserve_check_interval, as the billing_reserve_* metrics). covered: false names the gap, and is logged as an error. 503 SOLANA_NOT_CONFIGURED without a chain.
+         * @description Admins only. Reads the ledger and the chain now (billing also checks every billing.reserve_check_interval, and before each withdrawal and payout) and updates the billing_reserve_* metrics at once. covered: false names the gap, is logged as an error and, found again on a second read, pauses withdrawals and payouts (payouts_paused) until an operator resumes them. 503 SOLANA_NOT_CONFIGURED without a chain, SOLANA_UNAVAILABLE when it cannot be read.
          */
         get: operations["checkReserves"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/reserves/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause every withdrawal and payout (asked for and automatic) until an operator resumes them
+         * @description Admins only; in the audit trail with who and why. Paused, each is refused with 503 PAYOUTS_PAUSED before anything is debited; those already sent are settled as always. Answers the pause in force (an earlier one stays as it was). A reserve check that finds the treasury short pauses them the same way.
+         */
+        post: operations["pausePayouts"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/reserves/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume withdrawals and payouts once the treasury covers what the ledger owes
+         * @description Admins only; in the audit trail with who and why. Checks the reserves first: 409 RESERVES_NOT_COVERED (with the gap) while the treasury is still short, and the pause stays. Answers the pause that ended (null when none was in force). 503 SOLANA_NOT_CONFIGURED without a chain.
+         */
+        post: operations["resumePayouts"];
         delete?: never;
         options?: never;
         head?: never;
@@ -691,9 +751,44 @@ export interface components {
             /** @description base58 of the address key's ed25519 signature of the challenge message */
             signature: string;
         };
+        /** @description The audit trail's chain, checked */
+        AuditChainCheck: {
+            /**
+             * Format: int64
+             * @description the newest event purged past the retention (0: none); the check starts after it
+             */
+            anchor_seq: number;
+            /** @description the first broken link; null when intact */
+            broken: {
+                detail: string;
+                /** @description null when the missing event is the head itself */
+                id: string | null;
+                /**
+                 * @description altered: its content does not hash to its hash; link: it does not carry the previous hash; missing: events before it are gone; head: the chain does not end at its recorded head
+                 * @enum {string}
+                 */
+                reason: "altered" | "link" | "missing" | "head";
+                /** Format: int64 */
+                seq: number;
+            } | null;
+            /**
+             * Format: int64
+             * @description events checked
+             */
+            events: number;
+            /** @description the head's hash (hex): kept elsewhere, it shows a later rewrite of the chain up to it */
+            head_hash: string;
+            /**
+             * Format: int64
+             * @description the newest event
+             */
+            head_seq: number;
+            /** @description every event from the anchor to the head is intact and in its place */
+            intact: boolean;
+        };
         /** @description One security- or money-relevant action */
         AuditEvent: {
-            /** @description withdrawal, payout, payout_settings_changed, rates_changed */
+            /** @description withdrawal, deposit, payout (automatic ones too), payout_settings_changed, rates_changed, payouts_paused, payouts_resumed */
             action: string;
             /** @description the API key's ID (or mailed_code) when not the sign-in itself */
             actor_credential: string | null;
@@ -702,7 +797,7 @@ export interface components {
             actor_kind: ("user" | "client") | null;
             /** @description the client's address */
             address: string | null;
-            /** @description RFC 3339, UTC, to the microsecond */
+            /** @description RFC 3339, UTC, to the microsecond: when the event joined the chain */
             at: string;
             details: {
                 [key: string]: unknown;
@@ -712,6 +807,11 @@ export interface components {
             /** @enum {string} */
             outcome: "succeeded" | "refused" | "failed";
             request_id: string | null;
+            /**
+             * Format: int64
+             * @description its place in the chain: 1, 2, 3, … (GET …/audit/verify checks it)
+             */
+            seq: number;
             /** @description what was acted on, as kind:id */
             target: string | null;
         };
@@ -826,6 +926,7 @@ export interface components {
         Health: {
             checks: {
                 [key: string]: {
+                    detail?: string;
                     error?: string;
                     /** @enum {string} */
                     status: "UP" | "DOWN";
@@ -850,6 +951,28 @@ export interface components {
             owner_type: "user" | "provider";
             /** @description base58 Solana address */
             solana_address: string;
+        };
+        /** @description Withdrawals and payouts are paused: every one is refused with 503 PAYOUTS_PAUSED until resumed */
+        PayoutPause: {
+            /**
+             * @description reserve_shortfall: a reserve check found the treasury short of what the ledger owes
+             * @enum {string}
+             */
+            cause: "reserve_shortfall" | "operator";
+            /** @description the check's figures: gap, required, treasury_balance, ratio */
+            details: {
+                [key: string]: unknown;
+            };
+            /** @description the operator's ID; null for the reserve check */
+            paused_by: string | null;
+            /** @description why, in words: the operator's, or what the check found */
+            reason: string | null;
+            /** @description when withdrawals and payouts were paused */
+            since: string;
+        };
+        PayoutPauseRequest: {
+            /** @description why, for the audit trail */
+            reason: string;
         };
         /** @default {} */
         PayoutRequest: {
@@ -876,6 +999,10 @@ export interface components {
             auto_payout: boolean;
             /** @description owner address to pay; the wallet's address by default */
             destination?: string;
+        };
+        PayoutsResumed: {
+            /** @description the pause that ended; null when none was in force */
+            ended: components["schemas"]["PayoutPause"] | null;
         };
         PlatformRates: {
             base_rates: {
@@ -1068,8 +1195,10 @@ export interface components {
             covered: boolean;
             /** @description what the treasury lacks (0 when covered) */
             gap: string;
-            /** @description withdrawals and payouts sent or being sent: they may have left the treasury already */
+            /** @description withdrawals and payouts debited and not yet settled (pending_out) */
             in_flight: string;
+            /** @description the part of in_flight that has not left the treasury (not landed at the commitment): it must still hold it */
+            in_flight_unsent: string;
             /** @description what the ledger owes: every wallet's available, locked and pending-out tokens, and the fees */
             owed: {
                 /** @description tokens, decimal string */
@@ -1083,9 +1212,11 @@ export interface components {
                 /** @description tokens, decimal string */
                 total: string;
             };
+            /** @description null while withdrawals and payouts are open */
+            payouts_paused: components["schemas"]["PayoutPause"] | null;
             /** @description treasury_balance / required (6 decimals); null when nothing is required */
             ratio: string | null;
-            /** @description what the treasury must hold at least: owed less in flight */
+            /** @description what the treasury must hold at least: owed less what has left of in_flight */
             required: string;
             /** @description the treasury's address */
             treasury: string;
@@ -1817,6 +1948,33 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    verifyAuditTrail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditChainCheck"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getCurrentUsage: {
         parameters: {
             query?: never;
@@ -2054,6 +2212,75 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    pausePayouts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PayoutPauseRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PayoutPause"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    resumePayouts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PayoutPauseRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PayoutsResumed"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -307,6 +307,7 @@ export interface components {
         Health: {
             checks: {
                 [key: string]: {
+                    detail?: string;
                     error?: string;
                     /** @enum {string} */
                     status: "UP" | "DOWN";

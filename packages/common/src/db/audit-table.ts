@@ -3,8 +3,9 @@
  * billing's 0018-audit-trail). Frozen like a migration: databases already made it with this DDL, so a change to the
  * table is a new migration in each service, never an edit here.
  *
- * Append-only in the database itself: a trigger refuses every UPDATE, every TRUNCATE and every DELETE but the
- * retention purge's (`purgeAudit` sets `audit.purge` for its own transaction), with SQLSTATE 42501.
+ * Append-only in the database itself: a trigger refuses every UPDATE, every TRUNCATE and every DELETE but one in a
+ * transaction that set `audit.purge`, with SQLSTATE 42501. Any session could set it, so the services' next migration
+ * replaces that guard: audit-chain.ts (a chain by hash, deletion only past the retention, by a role allowed to).
  */
 import { type Kysely, sql } from 'kysely';
 

@@ -1,9 +1,10 @@
 /**
- * The audit trail of a service (its `audit_events` table, append-only in the database: see auth's migration
- * 20261205000000_audit_trail): appending an event, reading them with filters and keyset paging (oldest first), and
- * the retention purge, the one DELETE the table's trigger lets through.
+ * The audit trail of a service (its `audit_events` table, append-only in the database and chained by hash: see
+ * audit-table.ts and audit-chain.ts): appending an event, reading them with filters and keyset paging (oldest first),
+ * the retention the database enforces, and the retention purge, the one DELETE the table's triggers let through (and
+ * only to a role allowed to delete: db/roles.ts). Checking the chain is audit-verify.ts.
  */
-import { type ColumnType, type Generated, type Kysely, sql } from 'kysely';
+import { type ColumnType, type Generated, type Kysely, type QueryExecutorProvider, sql } from 'kysely';
 import type { Principal } from '../auth/principal.ts';
 import type { KeysetPosition } from '../paging.ts';
 import { cursorAt, newerThan } from './keyset.ts';
@@ -27,9 +28,25 @@ export interface AuditEventsTable {
   target: string | null;
   details: ColumnType<Record<string, unknown>, string | undefined, never>;
   request_id: string | null;
+  /** The event's place in the chain (1, 2, 3, …), set by the database as it joins the chain. */
+  seq: ColumnType<number, never, never>;
+  /** The previous event's hash, and this one's (audit-chain.ts), set by the database. */
+  prev_hash: ColumnType<Uint8Array, never, never>;
+  hash: ColumnType<Uint8Array, never, never>;
 }
 
-interface AuditDatabase {
+/** The chain's head, its anchor (the newest purged event) and the retention the database enforces (one row). */
+export interface AuditChainTable {
+  id: Generated<boolean>;
+  head_seq: ColumnType<number, never, never>;
+  head_hash: ColumnType<Uint8Array, never, never>;
+  anchor_seq: ColumnType<number, never, never>;
+  anchor_hash: ColumnType<Uint8Array, never, never>;
+  retention: ColumnType<string | null, never, string | null>;
+}
+
+/** A service's database as the trail's writers and readers see it. */
+interface AuditEventsDatabase {
   audit_events: AuditEventsTable;
 }
 
@@ -49,8 +66,8 @@ export function auditActor(p: Principal): NonNullable<AuditEntry['actor']> {
 }
 
 /** Appends one event. */
-export async function appendAudit<DB extends AuditDatabase>(db: Kysely<DB>, entry: AuditEntry): Promise<void> {
-  const d = db as unknown as Kysely<AuditDatabase>;
+export async function appendAudit<DB extends AuditEventsDatabase>(db: Kysely<DB>, entry: AuditEntry): Promise<void> {
+  const d = db as unknown as Kysely<AuditEventsDatabase>;
   await d
     .insertInto('audit_events')
     .values({
@@ -78,21 +95,38 @@ export interface AuditFilter {
   limit: number;
 }
 
-export type AuditEventRow = Omit<AuditEventsTable, 'id' | 'at' | 'details'> & {
+export type AuditEventRow = Omit<AuditEventsTable, 'id' | 'at' | 'details' | 'seq' | 'prev_hash' | 'hash'> & {
   id: string;
   at: Date;
+  seq: number;
   details: Record<string, unknown>;
   cursor_at: string;
 };
 
+/** What a listing shows of an event (not its hashes: the verification checks them). */
+const LISTED = [
+  'id',
+  'at',
+  'seq',
+  'action',
+  'outcome',
+  'actor_id',
+  'actor_kind',
+  'actor_credential',
+  'address',
+  'target',
+  'details',
+  'request_id',
+] as const;
+
 /** Events matching `filter`, oldest first, at most `limit` after the position. */
-export async function listAudit<DB extends AuditDatabase>(
+export async function listAudit<DB extends AuditEventsDatabase>(
   db: Kysely<DB>,
   filter: AuditFilter,
 ): Promise<AuditEventRow[]> {
-  let q = (db as unknown as Kysely<AuditDatabase>)
+  let q = (db as unknown as Kysely<AuditEventsDatabase>)
     .selectFrom('audit_events')
-    .selectAll()
+    .select(LISTED)
     .select(cursorAt('at').as('cursor_at'));
   if (filter.action) q = q.where('action', '=', filter.action);
   if (filter.actorId) q = q.where('actor_id', '=', filter.actorId);
@@ -105,11 +139,29 @@ export async function listAudit<DB extends AuditDatabase>(
   return rows as unknown as AuditEventRow[];
 }
 
-/** Deletes the events older than `before` (the retention setting's purge); how many. */
-export async function purgeAudit<DB extends AuditDatabase>(db: Kysely<DB>, before: Date): Promise<number> {
-  return (db as unknown as Kysely<AuditDatabase>).transaction().execute(async (trx) => {
-    await sql`SELECT set_config('audit.purge', 'on', true)`.execute(trx);
-    const result = await trx.deleteFrom('audit_events').where('at', '<', before).executeTakeFirst();
-    return Number(result.numDeletedRows);
-  });
+/**
+ * The retention the database enforces (audit-chain.ts): no event younger than `retentionMs` can be deleted, by
+ * anyone; 0: none can. Written by the service's migration step, as the table's owner (db/roles.ts).
+ */
+export async function setAuditRetention(db: QueryExecutorProvider, retentionMs: number): Promise<void> {
+  const keep = retentionMs > 0 ? `${retentionMs} milliseconds` : null;
+  await sql`UPDATE audit_chain SET retention = ${keep}::interval`.execute(db);
+}
+
+/**
+ * Deletes the events older than the retention the database holds (its clock decides), from the start of the chain;
+ * how many. Only a role allowed to delete from the table can (the purge role of `audit.purge_url` in a production
+ * set-up).
+ */
+export async function purgeAudit(db: QueryExecutorProvider): Promise<number> {
+  const result = await sql`
+    DELETE FROM audit_events WHERE at < now() - (SELECT retention FROM audit_chain)`.execute(db);
+  return Number(result.numAffectedRows ?? 0);
+}
+
+/** The chain's newest event (0 and the zero hash when none ever joined), for the log: an anchor kept elsewhere. */
+export async function auditChainHead(db: QueryExecutorProvider): Promise<{ seq: number; hash: string }> {
+  const { rows } = await sql<{ seq: number; hash: string }>`
+    SELECT head_seq::float8 AS seq, encode(head_hash, 'hex') AS hash FROM audit_chain`.execute(db);
+  return rows[0]!;
 }

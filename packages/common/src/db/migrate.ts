@@ -1,10 +1,28 @@
 /**
  * The one migration runner. Migrations are plain objects written against
  * `Kysely<any>` (frozen: never the app's current types). Kysely's migrator
- * takes a lock, so several instances may start at once.
+ * takes a lock, so several instances may start at once. A database that has
+ * every migration already is left alone, without the migrator (which would
+ * create its tables if missing): a service running as a role that may not
+ * create tables starts on a database its migration step made (db/roles.ts).
  */
-import type { Kysely, Migration } from 'kysely';
+import { type Kysely, type Migration, sql } from 'kysely';
 import type { Logger } from 'pino';
+
+/** The migrator's tables of a service: its migrations and their lock. */
+export function migrationTables(service: string): [string, string] {
+  const table = service.replaceAll('-', '_');
+  return [`${table}_migrations`, `${table}_migrations_lock`];
+}
+
+/** Whether every one of `names` is recorded as applied. */
+async function upToDate(db: Kysely<unknown>, table: string, names: string[]): Promise<boolean> {
+  const { rows } = await sql<{ present: boolean }>`SELECT to_regclass(${table}) IS NOT NULL AS present`.execute(db);
+  if (!rows[0]?.present) return false;
+  const done = await sql<{ name: string }>`SELECT name FROM ${sql.table(table)}`.execute(db);
+  const applied = new Set(done.rows.map((r) => r.name));
+  return names.every((n) => applied.has(n));
+}
 
 export async function migrateToLatest(
   db: Kysely<unknown>,
@@ -13,13 +31,14 @@ export async function migrateToLatest(
   log?: Logger,
 ): Promise<void> {
   const { Migrator } = await import('kysely');
-  const table = service.replaceAll('-', '_');
+  const [migrationTableName, migrationLockTableName] = migrationTables(service);
+  if (await upToDate(db, migrationTableName, Object.keys(migrations))) return;
   const migrator = new Migrator({
     // biome-ignore lint/suspicious/noExplicitAny: migrations are frozen and written against Kysely<any>
     db: db as Kysely<any>,
     provider: { getMigrations: async () => migrations },
-    migrationTableName: `${table}_migrations`,
-    migrationLockTableName: `${table}_migrations_lock`,
+    migrationTableName,
+    migrationLockTableName,
   });
   const { error, results } = await migrator.migrateToLatest();
   for (const r of results ?? []) {

@@ -1,12 +1,13 @@
 /**
  * `GET <url>`: a service's audit trail (db/audit-trail.ts) for admins, oldest first, with filters and the platform's
- * keyset paging. Each service mounts it where its routes live (auth: /api/v1/auth/audit, billing:
- * /api/v1/billing/audit).
+ * keyset paging; `GET <url>/verify`: its chain checked (db/audit-verify.ts), naming the first broken link. Each service
+ * mounts them where its routes live (auth: /api/v1/auth/audit, billing: /api/v1/billing/audit).
  */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
 import { listAudit } from '../db/audit-trail.ts';
+import { verifyAuditChain } from '../db/audit-verify.ts';
 import { PAGE_HEADERS, type SchemaRegistry } from '../openapi/route-docs.ts';
 import { afterCursor, keysetPage } from '../paging.ts';
 import { zTimestamp } from '../timestamp.ts';
@@ -20,7 +21,8 @@ export function auditTrailRoute(
   const auditEventSchema = z
     .object({
       id: z.uuid(),
-      at: z.string().describe('RFC 3339, UTC, to the microsecond'),
+      at: z.string().describe('RFC 3339, UTC, to the microsecond: when the event joined the chain'),
+      seq: z.number().int().describe('its place in the chain: 1, 2, 3, … (GET …/audit/verify checks it)'),
       action: z.string().describe(opts.examples),
       outcome: z.enum(['succeeded', 'refused', 'failed']),
       actor_id: z.string().nullable().describe("a user's or a machine client's ID; null when nobody known acted"),
@@ -44,7 +46,8 @@ export function auditTrailRoute(
         summary: 'The audit trail: who did what, when, from where, and the outcome (oldest first)',
         description:
           'Admins only. Filters: action, actor_id, target, outcome, and from/to (RFC 3339, [from, to)). Paged as every ' +
-          'list. Append-only: nothing updates or deletes an event but the retention purge (audit.retention).',
+          'list. Append-only and chained by hash: nothing updates an event, and the database deletes none younger than ' +
+          'audit.retention, and those only from the start of the chain (the retention purge).',
         querystring: z.object({
           ...pageQuery,
           action: z.string().min(1).max(100).optional(),
@@ -81,6 +84,59 @@ export function auditTrailRoute(
       const page = keysetPage(rows, q.limit);
       setNextPage(request, reply, page.nextCursor);
       return page.items.map(({ cursor_at, ...e }) => ({ ...e, at: cursor_at }));
+    },
+  );
+
+  const checkSchema = z
+    .object({
+      intact: z.boolean().describe('every event from the anchor to the head is intact and in its place'),
+      events: z.number().int().describe('events checked'),
+      anchor_seq: z
+        .number()
+        .int()
+        .describe('the newest event purged past the retention (0: none); the check starts after it'),
+      head_seq: z.number().int().describe('the newest event'),
+      head_hash: z
+        .string()
+        .describe("the head's hash (hex): kept elsewhere, it shows a later rewrite of the chain up to it"),
+      broken: z
+        .object({
+          seq: z.number().int(),
+          id: z.string().nullable().describe('null when the missing event is the head itself'),
+          reason: z
+            .enum(['altered', 'link', 'missing', 'head'])
+            .describe(
+              'altered: its content does not hash to its hash; link: it does not carry the previous hash; missing: ' +
+                'events before it are gone; head: the chain does not end at its recorded head',
+            ),
+          detail: z.string(),
+        })
+        .nullable()
+        .describe('the first broken link; null when intact'),
+    })
+    .describe("The audit trail's chain, checked")
+    .register(opts.schemas, { id: 'AuditChainCheck' });
+  app.get(
+    `${opts.url}/verify`,
+    {
+      config: { roles: ['admin'] },
+      schema: {
+        tags: ['audit'],
+        operationId: 'verifyAuditTrail',
+        summary: 'Check that nobody rewrote the audit trail: the first broken link of its hash chain, if any',
+        description:
+          'Admins only. Every event carries the hash of the one before it, and its own (sha256 over its fields and ' +
+          'that hash). Recomputes the chain from the anchor (the newest event purged past the retention) to the ' +
+          'head, in one snapshot, and names the first event that was changed, moved, or follows a gap, or a head ' +
+          'that is gone. Reads every event: a long trail takes seconds.',
+        response: { 200: checkSchema, ...Object.fromEntries([401, 403].map((s) => [s, problemSchema])) },
+      },
+    },
+    async (request) => {
+      const check = await verifyAuditChain(opts.db);
+      const log = check.intact ? request.log.info.bind(request.log) : request.log.error.bind(request.log);
+      log({ audit_chain: check }, check.intact ? 'audit trail intact' : 'audit trail broken');
+      return check;
     },
   );
 }

@@ -6,7 +6,10 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { z } from 'zod';
 
-/** A dependency check: resolves when the dependency works, rejects when it does not. */
+/**
+ * A dependency check: resolves when the dependency works, rejects when it does not. Resolving with `{ detail }` adds a
+ * word for operators to the check's answer without making it fail (billing's paused payouts).
+ */
 export type HealthCheck = () => Promise<unknown>;
 
 const CHECK_TIMEOUT_MS = 3000;
@@ -18,19 +21,23 @@ export const healthSchema = z.object({
   instance_id: z.string(),
   version: z.string(),
   uptime_seconds: z.number(),
-  checks: z.record(z.string(), z.object({ status: z.enum(['UP', 'DOWN']), error: z.string().optional() })),
+  checks: z.record(
+    z.string(),
+    z.object({ status: z.enum(['UP', 'DOWN']), error: z.string().optional(), detail: z.string().optional() }),
+  ),
 });
 
-async function runCheck(check: HealthCheck): Promise<{ status: 'UP' | 'DOWN'; error?: string }> {
+async function runCheck(check: HealthCheck): Promise<{ status: 'UP' | 'DOWN'; error?: string; detail?: string }> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([
+    const result = await Promise.race([
       check(),
       new Promise((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no answer within ${CHECK_TIMEOUT_MS} ms`)), CHECK_TIMEOUT_MS);
       }),
     ]);
-    return { status: 'UP' };
+    const detail = (result as { detail?: unknown } | null | undefined)?.detail;
+    return typeof detail === 'string' ? { status: 'UP', detail } : { status: 'UP' };
   } catch (err) {
     return { status: 'DOWN', error: (err as Error).message || String(err) };
   } finally {

@@ -60,3 +60,51 @@ export async function createTestDatabase(prefix = 't'): Promise<TestDatabase> {
     },
   };
 }
+
+export interface RoleDatabase {
+  name: string;
+  /** The schema's owner (it runs the migrations), the service's own role, and the audit trail's purge role. */
+  ownerUrl: string;
+  runtimeUrl: string;
+  purgeUrl: string;
+  drop(): Promise<void>;
+}
+
+/**
+ * A fresh database owned by a role of its own that is not a superuser, with two more roles that own nothing (the
+ * service's and the purge role: db/roles.ts), as a production set-up has them. The test server trusts every local
+ * connection, so the roles need no passwords.
+ */
+export async function createRoleDatabase(prefix = 't'): Promise<RoleDatabase> {
+  const suffix = randomBytes(5).toString('hex');
+  const name = `${prefix}_${suffix}`;
+  const roles = {
+    owner: `${prefix}_owner_${suffix}`,
+    runtime: `${prefix}_app_${suffix}`,
+    purge: `${prefix}_purge_${suffix}`,
+  };
+  const admin = new pg.Client({ connectionString: testEnv.pgUrl });
+  await admin.connect();
+  for (const role of Object.values(roles)) await admin.query(`CREATE ROLE "${role}" LOGIN`);
+  await admin.query(`CREATE DATABASE "${name}" OWNER "${roles.owner}"`);
+  await admin.end();
+  const urlOf = (role: string) => {
+    const url = new URL(testEnv.pgUrl);
+    url.username = role;
+    url.pathname = `/${name}`;
+    return url.toString();
+  };
+  return {
+    name,
+    ownerUrl: urlOf(roles.owner),
+    runtimeUrl: urlOf(roles.runtime),
+    purgeUrl: urlOf(roles.purge),
+    drop: async () => {
+      const c = new pg.Client({ connectionString: testEnv.pgUrl });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      for (const role of Object.values(roles)) await c.query(`DROP ROLE IF EXISTS "${role}"`);
+      await c.end();
+    },
+  };
+}

@@ -8,8 +8,9 @@ export {
   routeKeys,
   type TableCaller,
 } from './access-table.ts';
+export { asIntruder, untilOlder } from './audit.ts';
 export { ConsulRecorder, type RecordedCall } from './consul-recorder.ts';
-export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
+export { createRoleDatabase, createTestDatabase, type RoleDatabase, type TestDatabase, testEnv } from './env.ts';
 export { type Caller, injectAs, startTestIssuer, type TestIssuer, uninjected } from './issuer.ts';
 export { captureLogs } from './logs.ts';
 export { contractProblems } from './openapi-contract.ts';

@@ -22,6 +22,7 @@ import {
   Connection,
   Keypair,
   PublicKey,
+  type SignatureStatus,
   Transaction,
   TransactionInstruction,
   type TransactionSignature,
@@ -278,12 +279,22 @@ export class SolanaChain implements Chain {
       lastValidBlockHeight === undefined
         ? undefined
         : await call('getBlockHeight', () => this.connection.getBlockHeight('finalized'));
-    const status = await this.status(signature);
-    if (status) {
-      if (status.err) return { state: 'failed', expired: false };
-      return { state: status.confirmationStatus ?? 'processed', expired: false };
+    const state = stateOf(await this.status(signature));
+    if (state !== 'unknown') return { state, expired: false };
+    return { state, expired: height !== undefined && height > lastValidBlockHeight! };
+  }
+
+  async signatureStates(signatures: readonly string[]): Promise<SignatureState[]> {
+    const states: SignatureState[] = [];
+    // getSignatureStatuses takes at most 256 signatures a request.
+    for (let i = 0; i < signatures.length; i += 256) {
+      const chunk = signatures.slice(i, i + 256);
+      const res = await call('getSignatureStatuses', () =>
+        this.connection.getSignatureStatuses(chunk, { searchTransactionHistory: true }),
+      );
+      states.push(...res.value.map(stateOf));
     }
-    return { state: 'unknown', expired: height !== undefined && height > lastValidBlockHeight! };
+    return states;
   }
 
   async destinationProblem(address: string): Promise<DestinationProblem | null> {
@@ -331,6 +342,12 @@ export class SolanaChain implements Chain {
     );
     return res.value[0] ?? null;
   }
+}
+
+/** A signature's state from its status (none: unknown to the node). */
+function stateOf(status: SignatureStatus | null): SignatureState {
+  if (!status) return 'unknown';
+  return status.err ? 'failed' : (status.confirmationStatus ?? 'processed');
 }
 
 /** A mint's mint and freeze authorities (none, one or two). */

@@ -1,9 +1,17 @@
 /**
  * Opens the billing database (PostgreSQL, or embedded PGlite when no URL is
- * configured), migrates it and checks that the ledger's scale matches the
- * configured token decimals.
+ * configured), migrates it (as the owner of `database.migration_url` when set,
+ * granting the service's own role what it needs: @gpu/common's db/roles.ts)
+ * and checks that the ledger's scale matches the configured token decimals.
  */
-import { type Database, databaseOptions, type Logger, migrateToLatest, openDatabase } from '@gpu/common';
+import {
+  type Database,
+  databaseOptions,
+  durationMs,
+  type Logger,
+  migrateServiceDatabase,
+  openDatabase,
+} from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingConfig } from '../config.ts';
 import { billingMigrations } from './migrations/index.ts';
@@ -16,12 +24,14 @@ export async function openBillingDatabase(config: BillingConfig, logger?: Logger
   const database = await openDatabase<BillingDB>(databaseOptions(config.database));
   try {
     const scale = config.blockchain.token_decimals;
-    await migrateToLatest(
-      database.db as unknown as Kysely<unknown>,
-      MIGRATION_NAMESPACE,
-      billingMigrations(scale),
+    await migrateServiceDatabase({
+      database,
+      section: config.database,
+      service: MIGRATION_NAMESPACE,
+      migrations: billingMigrations(scale),
+      audit: { retentionMs: durationMs(config.audit.retention), purgeUrl: config.audit.purge_url },
       logger,
-    );
+    });
     const row = await database.db
       .selectFrom('billing_meta')
       .select('value')

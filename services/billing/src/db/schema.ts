@@ -287,6 +287,20 @@ export interface SessionEventTable {
   data: ColumnType<unknown, string, never>;
 }
 
+/** Whether withdrawals and payouts are paused, and why (one row; migration XXI; domain/reserves/pause.ts). */
+export interface PayoutPauseTable {
+  id: Generated<boolean>;
+  /** When they were paused; null: they are not. */
+  paused_at: Date | null;
+  cause: 'reserve_shortfall' | 'operator' | null;
+  /** Why, in words: the operator's, or what the check found. */
+  reason: string | null;
+  /** The operator's ID (null for the reserve check). */
+  paused_by: string | null;
+  /** The reserve check's figures (gap, required, treasury balance, ratio), written as JSON text. */
+  details: ColumnType<Record<string, unknown>, string | undefined, string>;
+}
+
 export interface BillingDB {
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
@@ -303,6 +317,7 @@ export interface BillingDB {
   ledger_transfers: LedgerTransferTable;
   idempotency_keys: IdempotencyKeyTable;
   outbox_events: OutboxEventTable;
+  payout_pause: PayoutPauseTable;
   storage_charges: StorageChargeTable;
   gpu_leases: GpuLeaseTable;
   session_events: SessionEventTable;

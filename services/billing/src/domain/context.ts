@@ -9,6 +9,7 @@ import type { BillingEvents } from './events.ts';
 import type { Dec } from './ledger/money.ts';
 import type { MarketFactors, RateCard } from './pricing/pricing.ts';
 import type { ProviderDirectory } from './provider-directory.ts';
+import type { ReserveReport } from './reserves/report.ts';
 import type { UsageResult, UsageUpdate } from './sessions/usage-message.ts';
 import type { WorkloadStorage } from './workload-storage.ts';
 
@@ -73,6 +74,10 @@ export interface BillingState {
   gpuMinutesBilled: number;
   /** The billed minutes counted so far by session (the sessions billed lately). */
   minutesCounted: BoundedCache<number>;
+  /** The last proof of reserves for the record (reserves/reserves.ts). */
+  reserveReport?: ReserveReport;
+  /** Told of every proof of reserves for the record: its metrics (adapters/reserve-metrics.ts). */
+  reserveWatch?: (report: ReserveReport) => void;
 }
 
 /** An hourly rate and its cost over each of the session settings' periods, rounded as billing rounds them. */

@@ -92,7 +92,11 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
   app.post(
     '/api/v1/wallet/:walletID/deposit',
     {
-      config: { roles: WALLET_ROLES, openapi: replayable(201) },
+      config: {
+        roles: WALLET_ROLES,
+        audit: { action: 'deposit', body: ['signature', 'amount'] },
+        openapi: replayable(201),
+      },
       schema: {
         tags: ['payments'],
         operationId: 'claimDeposit',

@@ -20,6 +20,8 @@ import { workloadOutputsMigration } from './0017-workload-outputs.ts';
 import { auditTrailMigration } from './0018-audit-trail.ts';
 import { outboxTraceContextMigration } from './0019-outbox-trace-context.ts';
 import { usageRetentionMigration } from './0020-usage-retention.ts';
+import { payoutPauseMigration } from './0021-payout-pause.ts';
+import { auditChainMigration } from './0022-audit-chain.ts';
 import { sessionDaemonClientMigration } from './0023-session-daemon-client.ts';
 import { workloadRefusedOutputsMigration } from './0024-workload-refused-outputs.ts';
 
@@ -45,6 +47,8 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0018-audit-trail': auditTrailMigration,
     '0019-outbox-trace-context': outboxTraceContextMigration,
     '0020-usage-retention': usageRetentionMigration,
+    '0021-payout-pause': payoutPauseMigration,
+    '0022-audit-chain': auditChainMigration,
     '0023-session-daemon-client': sessionDaemonClientMigration,
     '0024-workload-refused-outputs': workloadRefusedOutputsMigration,
   };

@@ -60,6 +60,20 @@ export type DestinationProblem = 'program' | 'system_address' | 'token_account' 
 
 export type SignatureState = 'finalized' | 'confirmed' | 'processed' | 'failed' | 'unknown';
 
+export type Commitment = 'processed' | 'confirmed' | 'finalized';
+
+const LANDED: Record<Commitment, readonly SignatureState[]> = {
+  finalized: ['finalized'],
+  confirmed: ['confirmed', 'finalized'],
+  processed: ['processed', 'confirmed', 'finalized'],
+};
+
+/**
+ * Whether a transfer in `state` has landed at `commitment`: settled as sent, and gone from balances read at that
+ * commitment (`Chain.tokenBalance` reads at the one billing is configured with).
+ */
+export const landedAt = (commitment: Commitment, state: SignatureState) => LANDED[commitment].includes(state);
+
 export interface Chain {
   /** Verifies a deposit: succeeded, at the configured commitment, moved at least `minAmount` (if given) of the
    * platform mint into the treasury's token account (post - pre), from `expectedSourceOwner`. Throws ChainRejection. */
@@ -76,6 +90,10 @@ export interface Chain {
     lastValidBlockHeight?: number,
   ): Promise<{ state: SignatureState; expired: boolean }>;
   /**
+   * The states of many signatures at once (as `signatureState` without an expiry), in their order: one request per 256.
+   */
+  signatureStates(signatures: readonly string[]): Promise<SignatureState[]>;
+  /**
    * Why `address` cannot own the tokens a payout sends, or null when it can (a wallet, a new address, an address
    * off the curve such as a program-derived vault, which can own a token account). Asks the chain (the account at the
    * address, the mint's current authorities).
@@ -86,7 +104,10 @@ export interface Chain {
    * the platform's own addresses (the mint's authorities as read at start-up); null when only the chain can tell.
    */
   knownDestinationProblem(address: string): DestinationProblem | null;
-  /** Token balance (tokens, decimal string) of an owner's associated token account; "0" when it has none. */
+  /**
+   * Token balance (tokens, decimal string) of an owner's associated token account at the configured commitment; "0"
+   * when it has none.
+   */
   tokenBalance(owner: string): Promise<string>;
   treasuryAddress(): string;
   /** The treasury's associated token account for the mint: where deposits go. */

@@ -4,6 +4,7 @@ export {
   ChainRejection,
   ChainUnavailable,
   type DestinationProblem,
+  landedAt,
   type PreparedTransfer,
   type SignatureState,
   type VerifiedDeposit,

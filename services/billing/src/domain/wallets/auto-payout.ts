@@ -6,11 +6,15 @@
  * instance that stopped between the end and the payout are caught by the sweep the service runs with its
  * reconciliation (every `billing.reconcile_interval`).
  *
+ * Each attempt that moves or fails to move money is in the audit trail as a `payout` with `details.automatic`, by no
+ * actor (the service itself), as a payout asked for is by its route. While withdrawals and payouts are paused
+ * (domain/reserves/) nothing is attempted.
+ *
  * Never paid twice: the payout debits `available` under the wallet's ledger lock before anything is sent, so a
  * second attempt (another instance, the sweep beside a session end) finds the earnings gone and stops
  * (INSUFFICIENT_FUNDS, not an error); within one instance one attempt per wallet runs at a time.
  */
-import { forEachLimited, type Principal } from '@gpu/common';
+import { type AuditOutcome, appendAudit, forEachLimited, type Principal } from '@gpu/common';
 import {
   findWallet,
   lockAutoPayoutTo,
@@ -23,6 +27,7 @@ import { assertProviderOwner } from '../access.ts';
 import { chainError } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec, walletBalances } from '../ledger/index.ts';
+import { payoutPause } from '../reserves/index.ts';
 import { startChainPayout } from './payouts.ts';
 import { findProviderAccount, providerAccount, providerWalletOf } from './provider-accounts.ts';
 import { toWallet, type Wallet } from './wallets.ts';
@@ -145,6 +150,13 @@ export async function payOutEarnings(
       'automatic payout failed; will retry after a backoff',
     );
   };
+  const audit = (outcome: AuditOutcome, details: Record<string, unknown>) =>
+    appendAudit(ctx.db, {
+      action: 'payout',
+      outcome,
+      target: `provider:${row.owner_id}`,
+      details: { automatic: true, wallet_id: walletId, amount: available.toFixed(ctx.scale), destination, ...details },
+    }).catch((err: unknown) => ctx.logger.error({ err, action: 'payout' }, 'appending to the audit trail failed'));
   let paid: Awaited<ReturnType<typeof startChainPayout>>;
   try {
     paid = await startChainPayout(
@@ -163,13 +175,20 @@ export async function payOutEarnings(
     );
   } catch (err) {
     const code = (err as { code?: string }).code;
-    // Another instance (or the sweep) paid these earnings first, or the holder changed the setting meanwhile.
-    if (code === 'INSUFFICIENT_FUNDS' || code === 'AUTO_PAYOUT_CHANGED') return null;
-    // The chain out of reach is not the payout's fault: the next round tries again.
-    if (code === 'SOLANA_UNAVAILABLE') throw err;
+    // Another instance (or the sweep) paid these earnings first, or the holder changed the setting meanwhile; or
+    // payouts are paused (the sweep pays them once resumed). Nothing happened.
+    if (code === 'INSUFFICIENT_FUNDS' || code === 'AUTO_PAYOUT_CHANGED' || code === 'PAYOUTS_PAUSED') return null;
+    // The chain out of reach, or a treasury short of what the ledger owes, is not the payout's fault: the next round
+    // tries again.
+    if (code === 'SOLANA_UNAVAILABLE' || code === 'RESERVES_INSUFFICIENT') {
+      await audit('failed', { code });
+      throw err;
+    }
+    await audit(code === 'INVALID_DESTINATION' ? 'refused' : 'failed', { code: code ?? 'INTERNAL' });
     await failed((err as Error).message);
     return 'failed';
   }
+  await audit(paid.status === 'failed' ? 'failed' : 'succeeded', { id: paid.id, status: paid.status });
   if (paid.status === 'failed') await failed(paid.failure_reason ?? 'the transfer failed on chain');
   else if (row.auto_payout_failures > 0) await recordAutoPayoutOutcome(ctx.db, walletId, null);
   ctx.logger.info(
@@ -198,7 +217,7 @@ export function nudgeAutoPayout(ctx: BillingContext, walletId: string, correlati
  * waiting out failures are not due, so they never crowd out the others.
  */
 export async function sweepAutoPayouts(ctx: BillingContext, limit = 100, concurrency = 4): Promise<number> {
-  if (!ctx.chain) return 0;
+  if (!ctx.chain || (await payoutPause(ctx))) return 0;
   const due = await walletsDueForAutoPayout(ctx.db, new Dec(ctx.minimumPayout).toFixed(), ctx.now(), limit);
   await forEachLimited(due, concurrency, (wallet) => nudgeAutoPayout(ctx, wallet.id));
   return due.length;

@@ -14,5 +14,4 @@ export { startChainPayout } from './payouts.ts';
 export { findProviderAccount, providerAccount, providerWalletOf } from './provider-accounts.ts';
 export { registryOwner } from './provider-owners.ts';
 export { reconcilePending } from './reconcile.ts';
-export { checkReserves, type ReserveReport } from './reserves.ts';
 export { findWalletByOwner, openWallet, type Wallet, walletFor } from './wallets.ts';

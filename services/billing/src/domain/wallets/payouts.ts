@@ -8,6 +8,9 @@
  *  3. send and confirm;
  *  4. settle: landed -> `pending_out` to `chain_outgoing`, `confirmed`;
  *     failed -> a reversing transfer back to `available`, `failed`.
+ * Before 1, nothing leaves while withdrawals and payouts are paused, nor a payout the treasury on chain cannot cover
+ * together with everything else the ledger owes (domain/reserves/: 503 PAYOUTS_PAUSED, RESERVES_INSUFFICIENT); the
+ * debit in 2 reads the pause again under a share lock.
  * A crash after 2 leaves a pending record that `reconcilePending` settles by
  * its signature (or re-sends, while its blockhash is still valid), so funds
  * are never lost nor sent twice. Settling is guarded by `status = 'pending'`,
@@ -26,10 +29,11 @@ import {
 } from '../../db/transaction-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { PreparedTransfer, SignatureState } from '../chain/index.ts';
-import { chainError } from '../chain/index.ts';
+import { chainError, landedAt } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
 import type { KeyClaim } from '../idempotency.ts';
 import { Dec, postTransfers, walletBalances } from '../ledger/index.ts';
+import { assertPayoutsOpen, assertPayoutsOpenNow, assertReservesCover } from '../reserves/index.ts';
 import type { Wallet } from './wallets.ts';
 
 type ChainPayoutType = 'withdrawal' | 'payout';
@@ -50,14 +54,8 @@ export interface ChainPayoutRequest {
   guard?: (trx: Transaction<BillingDB>) => Promise<void>;
 }
 
-const LANDED: Record<BillingContext['commitment'], SignatureState[]> = {
-  finalized: ['finalized'],
-  confirmed: ['confirmed', 'finalized'],
-  processed: ['processed', 'confirmed', 'finalized'],
-};
-
 /** Whether a signature state meets the configured commitment. */
-export const hasLanded = (ctx: BillingContext, state: SignatureState) => LANDED[ctx.commitment].includes(state);
+export const hasLanded = (ctx: BillingContext, state: SignatureState) => landedAt(ctx.commitment, state);
 
 /**
  * Debits, sends and settles; the record as it stands afterwards: `confirmed`, `pending` (sent, not yet confirmed:
@@ -82,6 +80,9 @@ export async function startChainPayout(
   if (!balances || new Dec(balances.available).lt(amount)) {
     throw billingErrors.insufficientFunds(wallet.id, balances?.available ?? '0', amount.toFixed(ctx.scale));
   }
+  // Nothing leaves while payouts are paused, nor a payout the treasury cannot cover with all else the ledger owes.
+  await assertPayoutsOpenNow(ctx);
+  await assertReservesCover(ctx);
   let prepared: PreparedTransfer;
   try {
     // Tokens sent to a program, the system address or a token account (rather than its owner) are stranded.
@@ -109,6 +110,8 @@ export async function recordIntent(
   const { wallet, amount, destination } = req;
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
+    // A pause committed since the check above wins: no debit after it.
+    await assertPayoutsOpen(trx);
     await req.guard?.(trx);
     const now = ctx.now();
     await postTransfers(

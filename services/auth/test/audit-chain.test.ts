@@ -1,0 +1,102 @@
+/**
+ * Auth's audit trail is chained by hash (@gpu/common's db/audit-chain.ts): `GET /api/v1/auth/audit/verify` names the
+ * first broken link when someone with the database's keys rewrites the trail behind the triggers' back (a field
+ * changed, an event deleted from the middle, two swapped, the newest deleted), and a database made before the chain
+ * has its events chained by the migration.
+ */
+import { appendAudit, migrateToLatest, openDatabase, verifyAuditChain } from '@gpu/common';
+import { asIntruder, createTestDatabase } from '@gpu/common/testing';
+import { type Kysely, Migrator, sql } from 'kysely';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { migrations } from '../src/db/migrations/index.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { bearer, registerAndLogin, testConfig, useAuth } from './helpers.ts';
+
+const ADMIN = { email: 'chain-auditor@example.com', password: 'initial admin passphrase' };
+const auth = useAuth(testConfig({ admin: ADMIN }));
+let admin: Record<string, string>;
+
+beforeAll(async () => {
+  await ensureInitialAdmin(auth.ctx);
+  const res = await auth.app.inject({ method: 'POST', url: '/api/v1/auth/login', payload: ADMIN });
+  admin = bearer(res.json().access_token);
+});
+
+const verify = async (headers = admin) => {
+  const res = await auth.app.inject({ url: '/api/v1/auth/audit/verify', headers });
+  return { status: res.statusCode, check: res.json() };
+};
+
+describe("auth's audit trail, chained by hash", () => {
+  it('names the first broken link of a trail rewritten behind the database triggers', async () => {
+    for (let n = 1; n <= 4; n++) await appendAudit(auth.db, { action: 'roles_changed', details: { n } });
+    const rows = await auth.db.selectFrom('audit_events').select(['seq', 'id']).orderBy('seq').execute();
+    const events = rows.map((r) => ({ seq: Number(r.seq), id: r.id }));
+    expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+    const last = events.length;
+    expect((await verify()).check).toMatchObject({ intact: true, events: last, head_seq: last, broken: null });
+
+    await asIntruder(auth.db, sql`CREATE TABLE audit_copy AS SELECT * FROM audit_events`);
+    const broken = async (...statements: ReturnType<typeof sql>[]) => {
+      await asIntruder(auth.db, ...statements);
+      const { check } = await verify();
+      await asIntruder(auth.db, sql`DELETE FROM audit_events`, sql`INSERT INTO audit_events SELECT * FROM audit_copy`);
+      expect((await verify()).check.intact).toBe(true);
+      return check;
+    };
+    const id = (seq: number) => events[seq - 1]!.id;
+    expect(await broken(sql`UPDATE audit_events SET details = '{"n": 9}' WHERE seq = ${last - 1}`)).toMatchObject({
+      intact: false,
+      broken: { seq: last - 1, id: id(last - 1), reason: 'altered' },
+    });
+    expect(await broken(sql`DELETE FROM audit_events WHERE seq = ${last - 2}`)).toMatchObject({
+      broken: { seq: last - 1, id: id(last - 1), reason: 'missing' },
+    });
+    expect(
+      await broken(
+        sql`UPDATE audit_events SET seq = -1 WHERE seq = ${last - 1}`,
+        sql`UPDATE audit_events SET seq = ${last - 1} WHERE seq = ${last}`,
+        sql`UPDATE audit_events SET seq = ${last} WHERE seq = -1`,
+      ),
+    ).toMatchObject({ broken: { seq: last - 1, id: id(last), reason: 'link' } });
+    expect(await broken(sql`DELETE FROM audit_events WHERE seq = ${last}`)).toMatchObject({
+      broken: { seq: last, id: null, reason: 'head' },
+    });
+    await asIntruder(auth.db, sql`DROP TABLE audit_copy`);
+
+    const { tokens } = await registerAndLogin(auth.app);
+    expect((await verify(bearer(tokens.access_token))).status).toBe(403);
+  });
+
+  it('chains the events a database held before the chain, in the order they were written', async () => {
+    const test = await createTestDatabase('auth');
+    const database = await openDatabase<unknown>({ url: test.url, poolSize: 2 });
+    try {
+      const db = database.db as Kysely<unknown>;
+      const migrator = new Migrator({
+        db,
+        provider: { getMigrations: async () => migrations },
+        migrationTableName: 'auth_service_migrations',
+        migrationLockTableName: 'auth_service_migrations_lock',
+      });
+      expect((await migrator.migrateTo('20261205000000_audit_trail')).error).toBeUndefined();
+      for (const [action, at] of [
+        ['later', '2026-05-02T00:00:00Z'],
+        ['earlier', '2026-05-01T00:00:00Z'],
+      ]) {
+        await sql`INSERT INTO audit_events (action, outcome, at) VALUES (${action}, 'succeeded', ${at})`.execute(db);
+      }
+      await migrateToLatest(db, 'auth-service', migrations);
+      const { rows } = await sql<{ seq: number; action: string }>`
+        SELECT seq::float8 AS seq, action FROM audit_events ORDER BY seq`.execute(db);
+      expect(rows).toEqual([
+        { seq: 1, action: 'earlier' },
+        { seq: 2, action: 'later' },
+      ]);
+      expect(await verifyAuditChain(db)).toMatchObject({ intact: true, events: 2, head_seq: 2 });
+    } finally {
+      await database.close();
+      await test.drop();
+    }
+  });
+});
