@@ -4,7 +4,7 @@
  */
 import { type App, createApp, createTokenVerifier } from '@gpu/common';
 import { sql } from 'kysely';
-import { withLiveCredentials } from './domain/account-epochs.ts';
+import { withLiveCredentials } from './domain/accounts/index.ts';
 import type { AuthContext } from './domain/context.ts';
 import { auditRoutes } from './routes/audit.ts';
 import { authRoutes } from './routes/auth.ts';
@@ -33,7 +33,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       database: () => sql`select 1`.execute(ctx.db),
     },
     // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself), and refuses at once
-    // those of a sign-in or API key it sees withdrawn (domain/account-epochs.ts).
+    // those of a sign-in or API key it sees withdrawn (domain/accounts/epochs.ts).
     verifier: withLiveCredentials(
       ctx,
       createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),

@@ -13,7 +13,7 @@ export const authErrors = {
       'refresh token was already used; every token of its session has been revoked, log in again',
       'REFRESH_TOKEN_REUSED',
     ),
-  /** A user's token whose sign-in this service sees ended (account-epochs.ts). */
+  /** A user's token whose sign-in this service sees ended (accounts/epochs.ts). */
   signInEnded: () =>
     errors.unauthorized(
       'this sign-in has ended (signed out, the password changed or reset, or the address proven by its owner): log in again',

@@ -25,7 +25,7 @@ import { createAuthContext } from './context-factory.ts';
 import { migrations } from './db/migrations/index.ts';
 import { deleteExpired } from './db/refresh-token-repository.ts';
 import type { AuthDatabase } from './db/schema.ts';
-import { ensureInitialAdmin } from './domain/accounts.ts';
+import { ensureInitialAdmin } from './domain/accounts/index.ts';
 import { ensureBootstrapClients } from './domain/clients.ts';
 
 const PURGE_EVERY_MS = 60 * 60_000;

@@ -9,7 +9,7 @@ import { asIntruder, createTestDatabase } from '@gpu/common/testing';
 import { type Kysely, Migrator, sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../src/db/migrations/index.ts';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { bearer, registerAndLogin, testConfig, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'chain-auditor@example.com', password: 'initial admin passphrase' };

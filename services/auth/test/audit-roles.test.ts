@@ -9,7 +9,7 @@ import { type QueryExecutorProvider, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../src/db/migrations/index.ts';
 import type { AuthDatabase } from '../src/db/schema.ts';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { bearer, registerAndLogin, startAuth, type TestAuth, testConfig } from './helpers.ts';
 
 const ADMIN = { email: 'role-auditor@example.com', password: 'initial admin passphrase' };

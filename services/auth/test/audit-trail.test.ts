@@ -7,7 +7,7 @@
 import { appendAudit, purgeAudit, setAuditRetention } from '@gpu/common';
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { bearer, registerAndLogin, testConfig, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'auditor@example.com', password: 'initial admin passphrase' };

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { encodeCursor } from '@gpu/common';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { ensureBootstrapClients } from '../src/domain/clients.ts';
 import { bearer, decodeJwt, registerAndLogin, startAuth, testConfig, useAuth } from './helpers.ts';
 

@@ -4,7 +4,7 @@
  * registration registers nobody).
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { bearer, GOOD_PASSWORD, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'media-admin@example.com', password: 'initial admin passphrase' };

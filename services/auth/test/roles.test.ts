@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { bearer, freshDatabase, registerAndLogin, startAuth, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'Root@Example.com', password: 'initial admin passphrase' };

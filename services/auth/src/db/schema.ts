@@ -19,7 +19,7 @@ export interface UsersTable {
   email_verified_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   /**
    * How many times the account started afresh for whoever reads its mail (migration 20261207000000_account_epochs):
-   * a credential made in an earlier epoch is dead (domain/account-epochs.ts).
+   * a credential made in an earlier epoch is dead (domain/accounts/epochs.ts).
    */
   epoch: Generated<number>;
 }

@@ -68,7 +68,7 @@ export async function lockUser(db: Kysely<AuthDatabase>, id: string): Promise<Us
 
 /**
  * Starts the account's next epoch for whoever proved they read its mail: the password is theirs, the address verified;
- * every credential of the epoch before is dead from the commit on (domain/account-epochs.ts).
+ * every credential of the epoch before is dead from the commit on (domain/accounts/epochs.ts).
  */
 export async function startNextEpoch(
   db: Kysely<AuthDatabase>,

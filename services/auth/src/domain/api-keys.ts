@@ -26,7 +26,7 @@ import {
 } from '../db/api-key-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
-import { epochOf } from './account-epochs.ts';
+import { epochOf } from './accounts/index.ts';
 import { audit } from './audit.ts';
 import { hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';

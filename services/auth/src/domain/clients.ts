@@ -16,7 +16,7 @@
  *   already issued live out their short lifetime (the access-token expiry).
  * - A daemon's token carries `owner_id`, the provider owner it acts for; it is
  *   refused once that user no longer holds the provider role, or once the
- *   owner's account started afresh (account-epochs.ts: it is revoked then).
+ *   owner's account started afresh (accounts/epochs.ts: it is revoked then).
  */
 import { randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
@@ -43,7 +43,7 @@ import {
 } from '../db/client-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
-import { epochOf } from './account-epochs.ts';
+import { epochOf } from './accounts/index.ts';
 import { audit } from './audit.ts';
 import { generateSecret, hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';

@@ -13,7 +13,7 @@
  * - A source is an IPv4 address, or an IPv6 /64 (what one subscriber gets: counting single IPv6 addresses would give
  *   one attacker 2^64 sources).
  * - Unknown addresses are counted exactly as known ones (a 429 tells nothing). Counters are per account epoch
- *   (account-epochs.ts): once the owner proved the address by mail and set a new password, guesses at the old one
+ *   (accounts/epochs.ts): once the owner proved the address by mail and set a new password, guesses at the old one
  *   no longer count against them.
  */
 import { isIPv4, isIPv6 } from 'node:net';

@@ -104,7 +104,7 @@ export async function refresh(
     await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id, trx);
     const user = await findUserById(trx, row.user_id);
     if (!user) return { failure: 'gone', ...ids };
-    // A sign-in of the account's epoch before: whoever proved the address started it afresh (account-epochs.ts).
+    // A sign-in of the account's epoch before: whoever proved the address started it afresh (accounts/epochs.ts).
     if (row.epoch !== user.epoch) return { failure: 'revoked', ...ids };
     if (!row.used_at) await markUsed(trx, row.id, now);
     const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };

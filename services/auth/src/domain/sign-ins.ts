@@ -6,7 +6,7 @@
  *   was last refreshed, when it expires, and the address and `User-Agent` of its last refresh; the caller's own is
  *   marked `current` (its access token's `sid`).
  * - Signing a device out revokes its refresh tokens at once: it cannot refresh again. An access token it already had
- *   is refused here at once (401 SIGN_IN_ENDED, account-epochs.ts) and works at the other services until it expires
+ *   is refused here at once (401 SIGN_IN_ENDED, accounts/epochs.ts) and works at the other services until it expires
  *   (`jwt.access_token_expire_minutes`, 15 minutes).
  * - Only the user's own sign-in does this (these routes take no API key); another user's sign-in answers 404.
  * - Changing the password takes the current one (a wrong one counts against that sign-in, as a trusted device's failed

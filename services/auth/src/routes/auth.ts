@@ -1,7 +1,7 @@
 /** /api/v1/auth: register, login, refresh, logout, me. */
 import { type App, callerOf, noBody, USER_ROLES } from '@gpu/common';
 import { z } from 'zod';
-import { currentUser, register } from '../domain/accounts.ts';
+import { currentUser, register } from '../domain/accounts/index.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { verifyNewAccount } from '../domain/mail/recovery.ts';
 import { login, logout, refresh } from '../domain/sessions.ts';

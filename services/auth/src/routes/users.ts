@@ -1,7 +1,7 @@
 /** /api/v1/auth/users: role management, for admins. */
 import { type App, callerOf } from '@gpu/common';
 import { z } from 'zod';
-import { setRoles } from '../domain/accounts.ts';
+import { setRoles } from '../domain/accounts/index.ts';
 import type { AuthContext } from '../domain/context.ts';
 import { forRequest } from './request.ts';
 import { problems, roleSchema, schemas, userJson, userSchema } from './schemas.ts';

@@ -12,10 +12,10 @@
  *   `reset_per_address` for all, nothing more is sent, alike for known and unknown ones. Requests per client address
  *   are limited (429).
  * - Verifying with the account's own sign-in (the mail reader knows the password) verifies and changes nothing else.
- *   Verifying without it takes a new password and starts the account afresh, as a reset does (account-epochs.ts):
+ *   Verifying without it takes a new password and starts the account afresh, as a reset does (accounts/epochs.ts):
  *   whoever registered the address before its owner read the mail keeps nothing. Neither: 400
  *   NEW_PASSWORD_REQUIRED, the code still unused.
- * - A reset starts the account afresh (account-epochs.ts): every sign-in, trusted device, API key, daemon client and
+ * - A reset starts the account afresh (accounts/epochs.ts): every sign-in, trusted device, API key, daemon client and
  *   mailed code of the account ends (whoever held the account before keeps nothing); since the user read the mail,
  *   it also verifies the address. A notice goes to the address after a reset, a fresh start by verification, or a
  *   change of the password.
@@ -32,7 +32,7 @@ import {
 import type { EmailTokenPurpose } from '../../db/schema.ts';
 import { findUserByEmail, findUserById, lockUser, type UserRow } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
-import { startAfresh } from '../account-epochs.ts';
+import { startAfresh } from '../accounts/index.ts';
 import { audit } from '../audit.ts';
 import type { AuthContext } from '../context.ts';
 import { normaliseEmail } from '../email.ts';
@@ -187,7 +187,7 @@ export async function forgotPassword(ctx: AuthContext, email: string, clientIp: 
   });
 }
 
-/** Sets a new password with a mailed reset token: the account starts afresh (account-epochs.ts). */
+/** Sets a new password with a mailed reset token: the account starts afresh (accounts/epochs.ts). */
 export async function resetPassword(
   ctx: AuthContext,
   input: { token: string; newPassword: string },

@@ -17,15 +17,15 @@
  */
 import type { AccessTokenClaims, Principal, TokenVerifier } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import { findApiKeyOfUser, revokeUserApiKeys } from '../db/api-key-repository.ts';
-import { revokeOwnedClients } from '../db/client-repository.ts';
-import { retireEmailTokens } from '../db/email-token-repository.ts';
-import { revokeUserFamilies, signInAlive, signInEpoch } from '../db/refresh-token-repository.ts';
-import type { AuthDatabase } from '../db/schema.ts';
-import { forgetUserDevices } from '../db/trusted-device-repository.ts';
-import { findUserById, startNextEpoch, type UserRow } from '../db/user-repository.ts';
-import { authErrors } from '../errors.ts';
-import type { AuthContext } from './context.ts';
+import { findApiKeyOfUser, revokeUserApiKeys } from '../../db/api-key-repository.ts';
+import { revokeOwnedClients } from '../../db/client-repository.ts';
+import { retireEmailTokens } from '../../db/email-token-repository.ts';
+import { revokeUserFamilies, signInAlive, signInEpoch } from '../../db/refresh-token-repository.ts';
+import type { AuthDatabase } from '../../db/schema.ts';
+import { forgetUserDevices } from '../../db/trusted-device-repository.ts';
+import { findUserById, startNextEpoch, type UserRow } from '../../db/user-repository.ts';
+import { authErrors } from '../../errors.ts';
+import type { AuthContext } from '../context.ts';
 
 /** What a fresh start ended, for the audit trail. */
 export interface FreshStart {

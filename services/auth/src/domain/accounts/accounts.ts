@@ -9,12 +9,12 @@ import {
   lockInitialAdminCreation,
   type UserRow,
   updateRoles,
-} from '../db/user-repository.ts';
-import { authErrors } from '../errors.ts';
-import { audit } from './audit.ts';
-import type { AuthContext } from './context.ts';
-import { normaliseEmail } from './email.ts';
-import { normalisePassword } from './passwords/index.ts';
+} from '../../db/user-repository.ts';
+import { authErrors } from '../../errors.ts';
+import { audit } from '../audit.ts';
+import type { AuthContext } from '../context.ts';
+import { normaliseEmail } from '../email.ts';
+import { normalisePassword } from '../passwords/index.ts';
 
 /** Roles without duplicates, in a stable order. */
 function uniqueRoles(roles: Role[]): Role[] {
