@@ -259,7 +259,7 @@ export interface components {
         GrantEntry: {
             /** @description the bucket; without it, the key is in the user's folder of the default bucket (`users/{user_id}/`) */
             bucket?: string;
-            /** @description the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it */
+            /** @description the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
             key: string;
         };
         GrantRequest: {
@@ -430,7 +430,7 @@ export interface components {
             bucket?: string;
             /** @description the object's content type; by default a guess from the key's extension */
             content_type?: string;
-            /** @description the object to make, as `PUT /objects` names it */
+            /** @description the object to make, as `PUT /objects` names it; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
             key: string;
         };
         /** @description An unfinished upload */
@@ -660,7 +660,7 @@ export interface operations {
                     "application/json": components["schemas"]["BucketEnsured"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -701,7 +701,7 @@ export interface operations {
                     "application/json": components["schemas"]["GrantResponse"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -764,7 +764,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -830,7 +830,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -854,7 +854,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -904,7 +904,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -921,7 +921,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -943,7 +943,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1091,7 +1091,7 @@ export interface operations {
                     "application/json": components["schemas"]["ObjectList"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1114,7 +1114,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1180,7 +1180,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1202,7 +1202,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1250,7 +1250,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1267,7 +1267,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1287,7 +1287,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1432,7 +1432,7 @@ export interface operations {
                     "application/json": components["schemas"]["ObjectList"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1454,7 +1454,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1477,7 +1477,7 @@ export interface operations {
                     "application/json": components["schemas"]["PresignedUrl"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1497,7 +1497,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1520,7 +1520,7 @@ export interface operations {
                     "application/json": components["schemas"]["PresignedUrl"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1563,7 +1563,7 @@ export interface operations {
                     "application/json": components["schemas"]["UploadList"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1603,7 +1603,7 @@ export interface operations {
                     "application/json": components["schemas"]["Upload"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1646,7 +1646,7 @@ export interface operations {
                     "application/json": components["schemas"]["Upload"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1683,7 +1683,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];

@@ -10,7 +10,7 @@ import type { StorageContext } from '../domain/context.ts';
 import { expirySeconds, GRANT_EXPIRY } from '../domain/expiry.ts';
 import { type GrantEntry, grantUrls } from '../domain/grants.ts';
 import { utcSeconds } from './presenters.ts';
-import { bucketField, keyField, problemResponse, schemas, storeErrorResponses } from './schemas.ts';
+import { bucketField, keyField, problemResponse, STORE_KEY_LIMITS, schemas, storeErrorResponses } from './schemas.ts';
 
 /** Entries a grant may name: a session's inputs, and its logs and outputs. */
 const MAX_READ = 64;
@@ -22,7 +22,8 @@ const entrySchema = z
       .optional()
       .describe("the bucket; without it, the key is in the user's folder of the default bucket (`users/{user_id}/`)"),
     key: keyField.describe(
-      "the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it",
+      "the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` " +
+        `names it; ${STORE_KEY_LIMITS}`,
     ),
   })
   .strict()
@@ -120,7 +121,12 @@ export const grantRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         throw errors.validation(`no default bucket is configured: every entry must name its bucket`, unnamed);
       }
       const grant = await grantUrls(
-        { store: ctx.store, access: ctx.access, defaultBucket },
+        {
+          store: ctx.store,
+          access: ctx.access,
+          defaultBucket,
+          maxSegmentBytes: ctx.config.object_store.max_key_segment_bytes,
+        },
         // User IDs are lowercase UUIDs: an uppercase one names the same user, and so the same folder.
         { userId: body.user_id.toLowerCase(), read: body.read, write: body.write, expirySeconds: expiry.seconds },
       );

@@ -17,6 +17,7 @@ import type { FastifyRequest } from 'fastify';
 import type { StorageConfig } from '../config.ts';
 import type { ResolvedTarget } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
+import { storeKeyProblem } from '../domain/key-limits.ts';
 import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
 
@@ -52,19 +53,33 @@ function defaultTarget(config: StorageConfig, params: { '*': string }): Target {
   return { bucket: defaultBucket(config), key: assertObjectKey(params['*']) };
 }
 
+/**
+ * The target, when the store can hold its key (`domain/key-limits.ts`: the store's key, the caller's folder
+ * included); else a 400 naming `field`, before the store is asked anything.
+ */
+export function assertStorable(
+  ctx: StorageContext,
+  target: ResolvedTarget,
+  field = 'params.objectKey',
+): ResolvedTarget {
+  const problem = storeKeyProblem(target.key, ctx.config.object_store.max_key_segment_bytes, target.folder);
+  if (problem) throw storageErrors.invalidObjectKey(problem, field);
+  return target;
+}
+
 /** A bucket-named route's target, once the caller may use it. */
 export async function namedTargetOf(
   ctx: StorageContext,
   request: FastifyRequest,
   params: { bucketName: string; '*': string },
 ): Promise<ResolvedTarget> {
-  const target = namedTarget(params);
+  const target = assertStorable(ctx, { ...namedTarget(params), folder: '' });
   await ctx.access.assertMayUse(callerOf(request), target.bucket, target.key);
-  return { ...target, folder: '' };
+  return target;
 }
 
 /** A default-bucket route's target: the key in the caller's folder (as named for admins and services). */
 export function defaultTargetOf(ctx: StorageContext, request: FastifyRequest, params: { '*': string }): ResolvedTarget {
   const target = defaultTarget(ctx.config, params);
-  return ctx.access.defaultTarget(callerOf(request), target.bucket, target.key);
+  return assertStorable(ctx, ctx.access.defaultTarget(callerOf(request), target.bucket, target.key));
 }

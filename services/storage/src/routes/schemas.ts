@@ -1,6 +1,7 @@
 /** Zod schemas shared by the storage routes (and so by the OpenAPI document). */
 import { bucketNameProblem, type HeaderName, objectKeyProblem, problemSchema, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
+import { MAX_STORE_KEY_BYTES } from '../domain/key-limits.ts';
 
 /** The storage document's named schemas (`components.schemas`). */
 export const schemas = schemaRegistry();
@@ -34,6 +35,15 @@ export const bucketField = z
     error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
   });
 
+/**
+ * What the store holds of a key (`domain/key-limits.ts`), as every key's description says it: checked on every route
+ * that takes a key, before the store is asked anything (400 naming the field).
+ */
+export const STORE_KEY_LIMITS =
+  `the key the store holds (your folder \`users/{id}/\` in front, on the default-bucket routes) has at most ` +
+  `${MAX_STORE_KEY_BYTES} bytes of UTF-8, and each \`/\`-separated segment at most \`object_store.max_key_segment_bytes\` ` +
+  '(233 by default)';
+
 /** An object key in a JSON body, checked by the platform's key rules. */
 export const keyField = z
   .string()
@@ -56,14 +66,18 @@ export const bucketKeyParams = z.object({
   '*': z
     .string()
     .max(1024, 'must be at most 1024 bytes of UTF-8')
-    .describe('object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them'),
+    .describe(
+      'object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; ' +
+        STORE_KEY_LIMITS,
+    ),
 });
 export const keyParams = z.object({
   '*': z
     .string()
     .max(1024, 'must be at most 1024 bytes of UTF-8')
     .describe(
-      'object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`)',
+      'object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); ' +
+        STORE_KEY_LIMITS,
     ),
 });
 
@@ -90,7 +104,9 @@ export const OBJECT_HEADERS: readonly HeaderName[] = ['Content-Length', 'ETag', 
 
 /** Errors every route can answer. */
 export const errorResponses = {
-  400: problemResponse('VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field)'),
+  400: problemResponse(
+    'VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field)',
+  ),
   401: problemResponse('no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer'),
   403: problemResponse(
     "BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), " +
