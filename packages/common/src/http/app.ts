@@ -21,7 +21,7 @@ import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.
 import { contractCheckFile } from '../config.ts';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
-import { GATEWAY_SERVER } from '../openapi/document.ts';
+import { GATEWAY_SERVER, internalServer } from '../openapi/document.ts';
 import { docsPlugin } from '../openapi/plugin.ts';
 import { checkAnswers } from '../openapi/response-check.ts';
 import { type SchemaRegistry, schemaRegistry } from '../openapi/route-docs.ts';
@@ -246,6 +246,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     schemas,
     isPublic: (route) => isPublicRoute(route, publicPaths),
     servers: [GATEWAY_SERVER],
+    internalServer: internalServer(opts.service, config.server.port),
   });
   const checkFile = contractCheckFile();
   if (checkFile) checkAnswers(app as unknown as FastifyInstance, checkFile, opts.service);

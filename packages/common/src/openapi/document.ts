@@ -56,9 +56,34 @@ export const GATEWAY_SERVER = {
   'x-internal': false,
 } as const;
 
+/** A server of a document: where its operations are reached. */
+export interface DocumentServer {
+  url: string;
+  description: string;
+  'x-internal'?: boolean;
+}
+
+/**
+ * The server of the operations no gateway routes (`config.openapi.internal`: a service's `/health`, which the
+ * gateway answers for itself, and storage's grants): the service itself, on the platform's internal network, at the
+ * port it listens on (its contract port by default).
+ */
+export function internalServer(service: string, port: number): DocumentServer {
+  return {
+    url: `http://127.0.0.1:${port}`,
+    description:
+      `${service} itself on the platform's internal network, for the platform's own callers (probes, Consul, other ` +
+      "services): no gateway routes this operation (docker compose: the service's name and port; Kubernetes: its Service)",
+    // For the platform itself, not for its callers (OWASP API9: each server says its audience).
+    'x-internal': true,
+  };
+}
+
 export interface DocumentOptions {
   /** The servers the document names (`GATEWAY_SERVER`). */
-  servers: { url: string; description: string; 'x-internal'?: boolean }[];
+  servers: DocumentServer[];
+  /** The server of the operations no gateway routes (`internalServer`). */
+  internalServer?: DocumentServer;
 }
 
 const INT32 = { min: -(2 ** 31), max: 2 ** 31 - 1 };
@@ -144,6 +169,8 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       for (const t of op.tags ?? []) tags.add(t);
       if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
+      // An operation no gateway routes is reached at the service itself, not at the document's (gateway) server.
+      if (note.internal && opts.internalServer) op.servers = [opts.internalServer];
 
       // @fastify/swagger marks every body required; one whose schema takes no body is optional.
       if (note.bodyOptional && op.requestBody) op.requestBody.required = false;

@@ -85,7 +85,8 @@ export const grantRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/grants',
     {
-      config: { roles: GRANT_ROLES, openapi: { headers: { 200: ['Cache-Control'] } } },
+      // Billing asks on the internal network; no gateway routes `/grants` (tools/gateway's SERVICE_ONLY).
+      config: { roles: GRANT_ROLES, openapi: { headers: { 200: ['Cache-Control'] }, internal: true } },
       schema: {
         tags: ['grants'],
         operationId: 'grantObjectUrls',
