@@ -161,6 +161,10 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     bodyLimit: opts.bodyLimit ?? JSON_BODY_LIMIT,
     forceCloseConnections: 'idle',
     return503OnClosing: true,
+    // A path parameter longer than the router's limit (100 characters by default) matched no route with that
+    // parameter: storage's `/objects/{101-character name}/key` became a key in the default bucket. Up to this length a
+    // parameter reaches its route, whose schema answers for it (a 400 naming it); a longer one is no route (404).
+    routerOptions: { maxParamLength: 2048 },
     // Errors before any route runs get the same problem bodies as the rest.
     frameworkErrors: onFrameworkError,
     clientErrorHandler: onClientError,

@@ -13,4 +13,5 @@ export { createTestDatabase, type TestDatabase, testEnv } from './env.ts';
 export { type Caller, injectAs, startTestIssuer, type TestIssuer, uninjected } from './issuer.ts';
 export { captureLogs } from './logs.ts';
 export { contractProblems } from './openapi-contract.ts';
+export { type DriftOptions, requestSchemaDrift } from './request-drift.ts';
 export { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from './server-process.ts';

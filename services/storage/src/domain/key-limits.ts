@@ -15,6 +15,9 @@
 /** S3's limit on a key: 1024 bytes of UTF-8. */
 export const MAX_STORE_KEY_BYTES = 1024;
 
+/** The default of `object_store.max_key_segment_bytes`: what every store the platform runs on holds. */
+export const DEFAULT_MAX_KEY_SEGMENT_BYTES = 233;
+
 /**
  * Why the store cannot hold `key` (the store's key: `folder` and the caller's own key), or undefined when it can.
  * `folder` is the prefix the caller does not write (their folder of the default bucket), named in the reason.

@@ -9,48 +9,22 @@
  * (`a%2Fb.bin`: one segment; the router decodes it), and an object whose key is exactly "list" at a bucket's top
  * level can be written, read by HEAD and deleted, but GET of it lists the bucket.
  *
- * Names and keys that break the rules of `@gpu/common` (`object-names.ts`) are refused here,
- * naming the request field.
+ * Names and keys that break the rules of `@gpu/common` (`object-names.ts`) are refused by the routes' parameter
+ * schemas (`schemas.ts`), naming the field; what the store can hold of a key (the caller's folder and the configured
+ * limit decide) is checked here (`assertStorable`).
  */
-import { bucketNameProblem, callerOf, objectKeyProblem, prefixProblem } from '@gpu/common';
+import { callerOf } from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import type { StorageConfig } from '../config.ts';
 import type { ResolvedTarget } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { storeKeyProblem } from '../domain/key-limits.ts';
-import type { Target } from '../domain/objects.ts';
 import { storageErrors } from '../errors.ts';
-
-export function assertBucketName(name: string): string {
-  const problem = bucketNameProblem(name);
-  if (problem) throw storageErrors.invalidBucketName(name, problem);
-  return name;
-}
-
-function assertObjectKey(key: string): string {
-  const problem = objectKeyProblem(key);
-  if (problem) throw storageErrors.invalidObjectKey(problem);
-  return key;
-}
-
-export function assertPrefix(prefix: string): string {
-  const problem = prefixProblem(prefix);
-  if (problem) throw storageErrors.invalidObjectKey(problem);
-  return prefix;
-}
 
 export function defaultBucket(config: StorageConfig): string {
   const bucket = config.object_store.default_bucket;
   if (!bucket) throw storageErrors.noDefaultBucket();
   return bucket;
-}
-
-function namedTarget(params: { bucketName: string; '*': string }): Target {
-  return { bucket: assertBucketName(params.bucketName), key: assertObjectKey(params['*']) };
-}
-
-function defaultTarget(config: StorageConfig, params: { '*': string }): Target {
-  return { bucket: defaultBucket(config), key: assertObjectKey(params['*']) };
 }
 
 /**
@@ -73,13 +47,12 @@ export async function namedTargetOf(
   request: FastifyRequest,
   params: { bucketName: string; '*': string },
 ): Promise<ResolvedTarget> {
-  const target = assertStorable(ctx, { ...namedTarget(params), folder: '' });
+  const target = assertStorable(ctx, { bucket: params.bucketName, key: params['*'], folder: '' });
   await ctx.access.assertMayUse(callerOf(request), target.bucket, target.key);
   return target;
 }
 
 /** A default-bucket route's target: the key in the caller's folder (as named for admins and services). */
 export function defaultTargetOf(ctx: StorageContext, request: FastifyRequest, params: { '*': string }): ResolvedTarget {
-  const target = defaultTarget(ctx.config, params);
-  return assertStorable(ctx, ctx.access.defaultTarget(callerOf(request), target.bucket, target.key));
+  return assertStorable(ctx, ctx.access.defaultTarget(callerOf(request), defaultBucket(ctx.config), params['*']));
 }

@@ -23,7 +23,7 @@ import { headObject } from '../domain/objects.ts';
 import type { PartInfo } from '../domain/store.ts';
 import { MAX_OPEN_UPLOADS, MAX_PARTS, MIN_PART_SIZE, type UploadRecord } from '../domain/uploads/resumable.ts';
 import { storageErrors } from '../errors.ts';
-import { assertBucketName, assertStorable, defaultBucket } from './object-target.ts';
+import { assertStorable, defaultBucket } from './object-target.ts';
 import { objectInfo, utcSeconds } from './presenters.ts';
 import {
   binarySchema,
@@ -177,9 +177,7 @@ export const uploadRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
       const { bucket, key } = request.body;
       const target = assertStorable(
         ctx,
-        bucket
-          ? { bucket: assertBucketName(bucket), key, folder: '' }
-          : ctx.access.defaultTarget(caller, defaultBucket(ctx.config), key),
+        bucket ? { bucket, key, folder: '' } : ctx.access.defaultTarget(caller, defaultBucket(ctx.config), key),
         'body.key',
       );
       await ctx.access.assertMayUse(caller, target.bucket, target.key);
