@@ -3,9 +3,11 @@
  * query and header parameters, and each field of a JSON body, at any depth), values are generated from the field's
  * schema in the document (its bounds and their neighbours, samples of its pattern, its enum and examples, and a set of
  * awkward values: empty, NUL and control characters, characters past U+007E and U+FFFF, dot segments, an IP address,
- * dates at 1970 and 2100, durations, numbers at and past every bound), and each is sent to the service alone, as the
- * field of an otherwise empty request. The document's verdict (the field's schema, JSON Schema 2020-12 with the
- * platform's extensions, `SCHEMA_EXTENSIONS`) must be the service's: a value the document accepts is never refused
+ * dates at 1970 and 2100, durations, numbers at and past every bound: `request-values.ts`), and each is sent to the
+ * service as the field of the smallest request the document accepts (each required field sampled), so the service's
+ * rules past its schemas answer too; a request the service refuses as it is (a rule between fields) leaves each field
+ * alone in its parents. The document's verdict (the field's schema, JSON Schema 2020-12 with the platform's extensions,
+ * `SCHEMA_EXTENSIONS`, and the service's own) must be the service's: a value the document accepts is never refused
  * with a 400 naming the field, and a value the document refuses always is. Each disagreement is reported as a line.
  *
  * `format` is an annotation (JSON Schema 2020-12's default): what a field asserts is in its `pattern`, bounds and
@@ -13,36 +15,21 @@
  */
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { FastifyInstance, InjectOptions } from 'fastify';
-import randexp from 'randexp';
 import { SCHEMA_EXTENSIONS } from '../openapi/extensions.ts';
 import { uninjected } from './issuer.ts';
-
-// randexp is CommonJS whose module.exports is the class (its types name it `default`).
-const RandExp = randexp as unknown as typeof randexp.default;
-
-type Json = Record<string, unknown>;
-type Schema = Json & {
-  $ref?: string;
-  type?: string | string[];
-  properties?: Record<string, Schema>;
-  items?: Schema;
-  anyOf?: Schema[];
-  oneOf?: Schema[];
-  allOf?: Schema[];
-  enum?: unknown[];
-  pattern?: string;
-  minLength?: number;
-  maxLength?: number;
-  minimum?: number;
-  maximum?: number;
-  exclusiveMinimum?: number;
-  exclusiveMaximum?: number;
-  minItems?: number;
-  maxItems?: number;
-  examples?: unknown[];
-  default?: unknown;
-  format?: string;
-};
+import {
+  asText,
+  asTyped,
+  candidates,
+  INVALID,
+  inline,
+  isObject,
+  type Json,
+  type Schema,
+  sampleOf,
+  seeded,
+  typesOf,
+} from './request-values.ts';
 
 export interface DriftOptions {
   app: FastifyInstance;
@@ -65,170 +52,6 @@ export interface DriftOptions {
   extensions?: Record<string, (value: string, limit: never) => boolean>;
 }
 
-/** Values that trip rules which a schema may not state: chosen for the rules the platform has. */
-const AWKWARD_STRINGS = [
-  '',
-  ' ',
-  'a',
-  'A',
-  'aa',
-  'abc',
-  '0',
-  '1',
-  '-1',
-  '1.5',
-  '0.000001',
-  '00',
-  '1e2',
-  'a b',
-  ' a',
-  'a\u0000b',
-  '\u0000',
-  'a\u0001b',
-  'a\u007fb',
-  'a\u0085b',
-  'a\nb',
-  'café',
-  'ŝ',
-  '日本',
-  '😀',
-  '.',
-  '..',
-  'a..b',
-  './a',
-  'a/./b',
-  'a/../b',
-  '/a',
-  'a/',
-  'a//b',
-  '192.168.0.1',
-  'xn--abc',
-  'abc-s3alias',
-  'true',
-  'null',
-  '1970-01-01T00:00:00Z',
-  '1969-12-31T23:59:59Z',
-  '2099-12-31T23:59:59Z',
-  '2100-01-01T00:00:00Z',
-  '0000-01-01T00:00:00Z',
-  '9999-12-31T23:59:59Z',
-  '1970-01-01T00:30:00+01:00',
-  '2099-12-31T23:30:00-01:00',
-  '2026-02-30T00:00:00Z',
-  '2026-03-01',
-  '0s',
-  '1s',
-  '500ms',
-  '15m',
-  '1h30m',
-  '7d',
-  '8d',
-  '1 hour',
-  '15 minutes',
-  '10',
-  '1.2.3',
-  '535.104',
-  '.1',
-  '1.',
-  '1..2',
-  '11111111111111111111111111111111',
-  'gpk_0000',
-  'x'.repeat(64),
-  'x'.repeat(65),
-  'x'.repeat(256),
-];
-
-/** A small, seeded generator (mulberry32): the same samples every run. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const isObject = (v: unknown): v is Json => v !== null && typeof v === 'object' && !Array.isArray(v);
-
-/** The field's schema with every `$ref` into the document replaced by what it names. */
-function inline(doc: Json, schema: unknown, depth = 0): Schema {
-  if (Array.isArray(schema)) return schema.map((s) => inline(doc, s, depth)) as unknown as Schema;
-  if (!isObject(schema) || depth > 24) return schema as Schema;
-  if (typeof schema.$ref === 'string') {
-    let target: unknown = doc;
-    for (const part of schema.$ref.replace(/^#\//, '').split('/')) target = (target as Json)[part];
-    const { $ref: _, ...rest } = schema;
-    return inline(doc, { ...(target as Json), ...rest }, depth + 1);
-  }
-  return Object.fromEntries(Object.entries(schema).map(([k, v]) => [k, inline(doc, v, depth + 1)])) as Schema;
-}
-
-const typesOf = (s: Schema): string[] => (Array.isArray(s.type) ? s.type : s.type ? [s.type] : []);
-
-/** The patterns a string schema asserts (its own and its `allOf`'s). */
-const patternsOf = (s: Schema): string[] => [
-  ...(s.pattern ? [s.pattern] : []),
-  ...(s.allOf ?? []).flatMap((p) => patternsOf(p)),
-];
-
-/** Candidate values for a schema: valid-looking ones first, then its edges and the awkward ones. */
-function candidates(s: Schema, random: () => number): unknown[] {
-  const out: unknown[] = [];
-  for (const branch of [...(s.anyOf ?? []), ...(s.oneOf ?? [])]) out.push(...candidates(branch, random));
-  if (s.examples) out.push(...s.examples);
-  if (s.default !== undefined) out.push(s.default);
-  if (s.enum) out.push(...s.enum, 'not-a-member', `${String(s.enum[0])} `, String(s.enum[0]).toUpperCase());
-  const types = typesOf(s);
-  if (types.includes('null')) out.push(null);
-  if (types.includes('boolean')) out.push(true, false, 'yes', 1);
-  if (types.includes('integer') || types.includes('number')) {
-    const edges = [s.minimum, s.maximum, s.exclusiveMinimum, s.exclusiveMaximum].filter(
-      (n): n is number => typeof n === 'number',
-    );
-    for (const n of edges) out.push(n - 1, n, n + 1);
-    out.push(0, 1, -1, 2, 10, 1.5, 2 ** 31, 2 ** 53, 'abc');
-  }
-  if (types.includes('string') || (types.length === 0 && (s.pattern || s.maxLength !== undefined))) {
-    const valid: string[] = [];
-    for (const pattern of patternsOf(s)) {
-      try {
-        const gen = new RandExp(new RegExp(pattern, 'u'));
-        gen.max = 8;
-        gen.randInt = (a: number, b: number) => a + Math.floor(random() * (b - a + 1));
-        for (let i = 0; i < 6; i++) valid.push(gen.gen());
-      } catch {
-        // A pattern randexp cannot generate from (lookarounds): the examples and awkward values stand in.
-      }
-    }
-    out.push(...valid);
-    const lengths = [s.minLength, s.maxLength].filter((n): n is number => typeof n === 'number');
-    for (const n of lengths) for (const len of [n - 1, n, n + 1]) if (len >= 0) out.push('a'.repeat(len));
-    for (const n of lengths) for (const len of [n - 1, n, n + 1]) if (len >= 0) out.push('é'.repeat(len));
-    for (const v of [...valid.slice(0, 2), ...(s.examples ?? []).filter((e): e is string => typeof e === 'string')]) {
-      out.push(`${v}\u0000`, `\u0001${v}`, `${v}é`, `${v}ŝ`, v.toUpperCase(), `${v}.`, `${v}..`, `${v}/`, ` ${v}`);
-    }
-    out.push(...AWKWARD_STRINGS, 1, true);
-  }
-  if (types.includes('array')) {
-    out.push([], 'not-an-array');
-    const item = s.items ?? {};
-    const sample = candidates(item, random)[0];
-    for (const n of [s.minItems, s.maxItems].filter((x): x is number => typeof x === 'number')) {
-      for (const len of [n - 1, n, n + 1]) if (len >= 0) out.push(Array.from({ length: len }, () => sample));
-    }
-  }
-  if (types.includes('object')) out.push({}, 'not-an-object', []);
-  const seen = new Set<string>();
-  return out.filter((v) => {
-    const key = JSON.stringify(v) ?? String(v);
-    if (seen.has(key)) return false;
-    seen.add(key);
-    return true;
-  });
-}
-
 interface Parameter {
   name: string;
   in: 'path' | 'query' | 'header' | 'cookie';
@@ -249,32 +72,6 @@ interface Field {
   path: string;
   schema: Schema;
   place: (value: unknown) => Partial<{ params: Record<string, string>; query: string; headers: Json; body: unknown }>;
-}
-
-/**
- * A value the document accepts for `schema`: the first such candidate; for an object, its required fields (each a
- * sample of its own); undefined when none is found.
- */
-function sampleOf(
-  schema: Schema,
-  accepts: (s: Schema, v: unknown) => boolean,
-  random: () => number,
-  depth = 0,
-): unknown {
-  if (depth > 8) return undefined;
-  if (typesOf(schema).includes('object') || schema.properties) {
-    const out: Json = {};
-    for (const name of (schema.required as string[] | undefined) ?? []) {
-      const sub = schema.properties?.[name];
-      if (sub) out[name] = sampleOf(sub, accepts, random, depth + 1);
-    }
-    return out;
-  }
-  if (typesOf(schema).includes('array')) {
-    const item = sampleOf(schema.items ?? {}, accepts, random, depth + 1);
-    return Array.from({ length: schema.minItems ?? 0 }, () => item);
-  }
-  return candidates(schema, random).find((v) => v !== null && accepts(schema, v));
 }
 
 /**
@@ -307,10 +104,6 @@ function bodyFields(
     }
   }
 }
-
-/** A value as a query, path or header parameter sends it: JSON's scalars as text, arrays repeated. */
-const asText = (v: unknown): string | undefined =>
-  typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : undefined;
 
 /** Whether a string can travel as an HTTP header value at all (else it is no request the document could describe). */
 const headerSafe = (v: string) => /^[\t\x20-\x7e\x80-\xff]*$/.test(v) && v.trim() === v;
@@ -498,17 +291,4 @@ export async function requestSchemaDrift(opts: DriftOptions): Promise<string[]> 
     }
   }
   return drift;
-}
-
-const INVALID = Symbol('not a value of the type');
-
-/** A parameter's text as the type its schema names (OpenAPI's simple style): numbers, booleans; else the text. */
-function asTyped(schema: Schema, text: string): unknown {
-  const types = [...typesOf(schema), ...(schema.anyOf ?? []).flatMap(typesOf)];
-  if (types.includes('string')) return text;
-  if (types.includes('integer') || types.includes('number')) {
-    return /^-?(0|[1-9]\d*)(\.\d+)?$/.test(text) ? Number(text) : INVALID;
-  }
-  if (types.includes('boolean')) return text === 'true' ? true : text === 'false' ? false : INVALID;
-  return text;
 }
