@@ -10,6 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { PAGE_LIMIT } from '../packages/common/src/index.ts';
+import { ROUTES, SERVICE_PORTS } from '../tools/gateway/src/routes.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SERVICES = ['auth', 'storage', 'provider-registry', 'billing'] as const;
@@ -21,7 +22,7 @@ const documents = SERVICES.map(
     [service, JSON.parse(readFileSync(path.join(root, 'services', service, 'openapi.json'), 'utf8')) as Json] as const,
 );
 
-describe.each(documents)('the OpenAPI document of %s', (_service, doc) => {
+describe.each(documents)('the OpenAPI document of %s', (service, doc) => {
   it("names the gateway as its one server, the origin callers use, not the service's own port", () => {
     expect(doc.servers).toEqual([
       {
@@ -30,6 +31,24 @@ describe.each(documents)('the OpenAPI document of %s', (_service, doc) => {
         'x-internal': false,
       },
     ]);
+  });
+
+  it('lists under the gateway only what the gateway serves: every other operation names the service itself', () => {
+    const routed = (p: string) => ROUTES[service].some((prefix) => p === prefix || p.startsWith(`${prefix}/`));
+    const internal = {
+      url: `http://127.0.0.1:${SERVICE_PORTS[service]}`,
+      description: expect.stringMatching(/no gateway routes this operation/) as unknown as string,
+      'x-internal': true,
+    };
+    const served = operations(doc).filter(({ name }) => routed(name.split(' ')[1]!));
+    const unrouted = operations(doc).filter(({ name }) => !routed(name.split(' ')[1]!));
+    expect(served.length).toBeGreaterThan(0);
+    for (const { name, op } of served) expect(op.servers, name).toBeUndefined();
+    // The service's health (the gateway answers /health for itself) and storage's grants (asked for by billing).
+    expect(unrouted.map(({ name }) => name)).toEqual(
+      expect.arrayContaining(['GET /health', ...(service === 'storage' ? ['POST /grants'] : [])]),
+    );
+    for (const { name, op } of unrouted) expect(op.servers, name).toEqual([internal]);
   });
 });
 

@@ -6,7 +6,10 @@
  * UploadPart and CompleteMultipartUpload:
  * - the bytes go to a temporary file beside the object's (a name s3rver's listings skip), renamed over it only once
  *   the request body has ended, complete, with as many bytes as its Content-Length said; otherwise the temporary
- *   file is removed and the request fails with S3's 400 IncompleteBody (no one may be left to read it);
+ *   file is removed and the request fails with S3's 400 IncompleteBody (no one may be left to read it). The temporary
+ *   name is short and the same for every key (`.incoming-<12 hex>`), so it takes no room from the key: the longest
+ *   file name s3rver itself makes of a key's last segment, `<segment>._S3rver_metadata.json`, is what bounds a
+ *   segment here (255 - 22 = 233 bytes; the storage service's `object_store.max_key_segment_bytes`);
  * - a part for a multipart upload that does not exist (never made, completed or aborted) is 404 NoSuchUpload, as on
  *   S3, instead of bringing the upload's folder back to life; a part number outside 1-10000 is 400 InvalidArgument
  *   (s3rver used both as parts of a file path).
@@ -65,7 +68,7 @@ function cutShort(content: Readable, size: number): boolean {
  * the size and MD5 of what was written.
  */
 async function writeWhole(content: Readable, target: string): Promise<{ size: number; md5: string }> {
-  const temp = `${target}.incoming-${randomBytes(6).toString('hex')}`;
+  const temp = path.join(path.dirname(target), `.incoming-${randomBytes(6).toString('hex')}`);
   const md5 = createHash('md5');
   let size = 0;
   const counter = new PassThrough();

@@ -10,12 +10,11 @@ import { MAX_SOCKET_PATH_BYTES } from './http/gateway-socket.ts';
 
 /** A boolean that also accepts "true"/"false"/"1"/"0"/"yes"/"no" from the environment. */
 export const zBool = () =>
-  z.union([
-    z.boolean(),
-    z
-      .enum(['true', 'false', '1', '0', 'yes', 'no', 'TRUE', 'FALSE'])
-      .transform((v) => ['true', '1', 'yes', 'TRUE'].includes(v)),
-  ]);
+  z
+    .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no', 'TRUE', 'FALSE'])])
+    // Outside the union, so that the documents state both forms whatever wraps the schema (a transform inside a union
+    // that carries a description lost the words from the generated JSON Schema).
+    .transform((v) => (typeof v === 'boolean' ? v : ['true', '1', 'yes', 'TRUE'].includes(v)));
 
 /** An integer in [min, max] that also accepts its decimal string form. */
 export const zInt = (min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);

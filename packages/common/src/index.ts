@@ -104,7 +104,7 @@ export {
   roleOf,
 } from './db/roles.ts';
 export { isDependencyDown } from './dependency-errors.ts';
-export { durationMs, parseDuration, zDuration } from './duration.ts';
+export { DURATION_PATTERN, durationMs, parseDuration, zDuration } from './duration.ts';
 export {
   AppError,
   type AppErrorOptions,
@@ -171,8 +171,19 @@ export {
   type Settlement,
   startDurableConsumer,
 } from './messaging/index.ts';
-export { bucketNameProblem, objectKeyProblem, prefixProblem } from './object-names.ts';
+export {
+  BUCKET_NAME_PATTERN,
+  bucketNameProblem,
+  MAX_KEY_BYTES,
+  OBJECT_KEY_PATTERN,
+  objectKeyProblem,
+  PREFIX_PATTERN,
+  prefixProblem,
+  zBucketName,
+  zObjectKey,
+} from './object-names.ts';
 export type { HeaderName } from './openapi/components.ts';
+export { durationWithin, maxSegmentUtf8Bytes, maxUtf8Bytes, SCHEMA_EXTENSIONS } from './openapi/extensions.ts';
 export { PAGE_HEADERS, type RouteDocs, type SchemaRegistry, schemaRegistry } from './openapi/route-docs.ts';
 export {
   afterCursor,
@@ -200,7 +211,7 @@ export {
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
 export { activeTraceContext, startTracing, type Tracing, tracingConfigured, tracingOn } from './telemetry/tracing.ts';
-export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, zTimestamp } from './timestamp.ts';
+export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, TIMESTAMP_PATTERN, zTimestamp } from './timestamp.ts';
 export {
   inputPathOf,
   maxOutputPathBytes,

@@ -24,7 +24,8 @@
  * service's key rules (`object-names.ts`): relative, no `.` or `..` segment, at most 1024 bytes, so none escapes.
  */
 import { z } from 'zod';
-import { bucketNameProblem, objectKeyProblem } from './object-names.ts';
+import { MAX_KEY_BYTES, OBJECT_KEY_PATTERN, objectKeyProblem, zBucketName, zObjectKey } from './object-names.ts';
+import { maxSegmentUtf8Bytes, maxUtf8Bytes } from './openapi/extensions.ts';
 
 /** Bounds of a workload spec (bytes are UTF-8). */
 export const WORKLOAD_LIMITS = {
@@ -52,11 +53,14 @@ export function refusedEnvName(name: string): string | null {
 
 const bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 
-const argSchema = z
-  .string()
-  .max(WORKLOAD_LIMITS.argBytes)
-  .refine((s) => bytes(s) <= WORKLOAD_LIMITS.argBytes, `at most ${WORKLOAD_LIMITS.argBytes} bytes`)
-  .refine((s) => !s.includes('\0'), 'no NUL byte');
+/** Text without a NUL byte (a program's arguments and variables are C strings). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: refusing NUL is the point
+const NO_NUL = /^[^\u0000]*$/;
+
+const argSchema = maxUtf8Bytes(
+  z.string().max(WORKLOAD_LIMITS.argBytes).regex(NO_NUL, 'no NUL byte'),
+  WORKLOAD_LIMITS.argBytes,
+);
 
 const envSchema = z
   .record(
@@ -64,10 +68,7 @@ const envSchema = z
       .string()
       .max(WORKLOAD_LIMITS.envNameBytes)
       .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'letters, digits and _, not starting with a digit'),
-    z
-      .string()
-      .max(WORKLOAD_LIMITS.envValueBytes)
-      .refine((s) => !s.includes('\0'), 'no NUL byte'),
+    z.string().max(WORKLOAD_LIMITS.envValueBytes).regex(NO_NUL, 'no NUL byte'),
   )
   .superRefine((env, ctx) => {
     const names = Object.keys(env);
@@ -84,25 +85,25 @@ const envSchema = z
     }
   });
 
-/** A string that breaks a rule of `problem` (which says why) is refused with that reason. */
-const ruled = (max: number, problem: (s: string) => string | undefined) =>
-  z
-    .string()
-    .max(max)
-    .superRefine((s, ctx) => {
-      const why = problem(s);
-      if (why) ctx.addIssue({ code: 'custom', message: why });
-    });
-
-const bucketName = ruled(63, bucketNameProblem).describe(
+const bucketName = zBucketName().describe(
   "a bucket of the renter's (absent: their folder of the default bucket, keys relative to it)",
 );
-const objectKey = ruled(1024, objectKeyProblem);
-/** A path inside the sandbox's inputs directory: a key's rules, and each segment a file name (at most 255 bytes). */
-const inputPath = ruled(1024, (p) =>
-  p.split('/').some((segment) => bytes(segment) > 255 || segment === '')
-    ? 'each segment is a file name of 1 to 255 bytes'
-    : objectKeyProblem(p),
+const objectKey = zObjectKey();
+/** A key's rules with no empty segment: each segment a file name (`//` and a trailing `/` are refused). */
+const INPUT_PATH_PATTERN = new RegExp(`^(?!.*//)(?!.*/$)${OBJECT_KEY_PATTERN.source.slice(1)}`);
+/** A path inside the sandbox's inputs directory: a key's rules, and each segment a file name of 1 to 255 bytes. */
+const inputPath = maxSegmentUtf8Bytes(
+  maxUtf8Bytes(
+    z
+      .string()
+      .max(MAX_KEY_BYTES)
+      .regex(INPUT_PATH_PATTERN, {
+        error: (issue) => objectKeyProblem(String(issue.input)) ?? 'each segment is a file name of 1 to 255 bytes',
+      }),
+    MAX_KEY_BYTES,
+  ),
+  255,
+  'each segment is a file name of 1 to 255 bytes',
 );
 
 const inputSchema = z

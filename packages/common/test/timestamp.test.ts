@@ -1,4 +1,4 @@
-/** The one schema of timestamps a caller sends: RFC 3339, from 1970 up to (not including) 2100. */
+/** The one schema of timestamps a caller sends: RFC 3339, written with a year from 1970 to 2099. */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { zTimestamp } from '../src/index.ts';
@@ -7,13 +7,17 @@ const body = z.object({ at: zTimestamp() });
 const check = (at: string) => body.safeParse({ at });
 
 describe('zTimestamp', () => {
-  it('takes RFC 3339 date-times with Z or an offset inside the range, edges included', () => {
+  it('takes RFC 3339 date-times with Z or an offset written inside the range, edges included', () => {
     for (const at of [
       '1970-01-01T00:00:00Z',
       '2026-03-01T10:00:00.123Z',
       '2026-03-01T10:00:00+02:00',
       '2099-12-31T23:59:59.999Z',
       '2099-12-31T20:00:00-03:59',
+      // The year as written is the rule (the document's pattern says it): an offset moves the instant by less than a
+      // day, which PostgreSQL and every layer hold.
+      '1970-01-01T00:00:00+00:01',
+      '2099-12-31T20:00:00-04:00',
     ]) {
       expect(check(at).success, at).toBe(true);
     }
@@ -24,9 +28,8 @@ describe('zTimestamp', () => {
       '0000-01-01T00:00:00Z',
       '9999-12-31T23:59:59Z',
       '1969-12-31T23:59:59.999Z',
-      '1970-01-01T00:00:00+00:01',
       '2100-01-01T00:00:00Z',
-      '2099-12-31T20:00:00-04:00',
+      '2100-01-01T00:00:00+05:00',
       '2026-02-30T00:00:00Z',
       '2026-03-01',
       'yesterday',

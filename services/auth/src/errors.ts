@@ -92,5 +92,6 @@ export const authErrors = {
   unsupportedGrant: (grant: string) =>
     new AppError('invalid', 'UNSUPPORTED_GRANT_TYPE', `grant_type ${grant} is not supported: use client_credentials`, {
       extra: { error: 'unsupported_grant_type' },
+      errors: [{ path: 'body.grant_type', message: 'must be client_credentials or api_key' }],
     }),
 };

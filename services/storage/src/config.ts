@@ -23,6 +23,7 @@ const DEFAULT_PORT = 8001;
 
 import { bucketNameProblem } from '@gpu/common';
 import { z } from 'zod';
+import { DEFAULT_MAX_KEY_SEGMENT_BYTES } from './domain/key-limits.ts';
 
 const GB = 1024 ** 3;
 
@@ -55,6 +56,12 @@ export const storageConfigSchema = z.object({
       public_endpoint: z.string().default(''),
       /** Largest accepted upload: 5 GiB (5,368,709,120 bytes) by default, the spec's 5 GB bound. */
       max_upload_size: zInt(1).default(5 * GB),
+      /**
+       * The most bytes (UTF-8) of one `/`-separated segment of a key that the store holds (`domain/key-limits.ts`): 233
+       * by default, what every store the platform runs on holds (the embedded s3rver, MinIO); S3 has no limit per
+       * segment (1024: the key's own limit alone). A longer segment is a 400 before the store is asked.
+       */
+      max_key_segment_bytes: zInt(1, 1024).default(DEFAULT_MAX_KEY_SEGMENT_BYTES),
       /** Part size of multipart uploads; bodies of known length up to this size go in one PUT. */
       part_size: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),
       /**

@@ -12,8 +12,8 @@ export const storageErrors = {
     errors.validation(`invalid bucket name ${JSON.stringify(bucket)}: ${why}`, [
       { path: 'params.bucketName', message: why },
     ]),
-  invalidObjectKey: (why: string) =>
-    errors.validation(`invalid object key: ${why}`, [{ path: 'params.objectKey', message: why }]),
+  invalidObjectKey: (why: string, path = 'params.objectKey') =>
+    errors.validation(`invalid object key: ${why}`, [{ path, message: why }]),
   noDefaultBucket: () =>
     errors.notFound('DEFAULT_BUCKET_NOT_CONFIGURED', 'no default bucket is configured (object_store.default_bucket)'),
   // The rest of such a body is not read: the connection is closed after the answer.

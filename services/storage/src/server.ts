@@ -26,6 +26,7 @@ import { loadStorageConfig } from './config.ts';
 import { migrations } from './db/migrations/index.ts';
 import { ObjectRepository } from './db/object-repository.ts';
 import type { StorageDB } from './db/schema.ts';
+import { uploadStartLock } from './db/upload-start-lock.ts';
 
 startOrExit(async () => {
   // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).
@@ -56,7 +57,14 @@ startOrExit(async () => {
     logger.warn({ err: err.message }, 'NATS not reached: storage usage reports go over HTTP to metering.billing_url');
     return new NoopPublisher();
   });
-  const app = await buildApp({ config, logger, store, catalog: new ObjectRepository(database.db), nats });
+  const app = await buildApp({
+    config,
+    logger,
+    store,
+    catalog: new ObjectRepository(database.db),
+    startLock: uploadStartLock(database.db, database.kind),
+    nats,
+  });
   app.addHook('onClose', async () => {
     await nats.close();
     store.close();

@@ -17,6 +17,7 @@ import { type StorageConfig, storageConfigSchema } from '../src/config.ts';
 import { migrations } from '../src/db/migrations/index.ts';
 import { ObjectRepository } from '../src/db/object-repository.ts';
 import type { StorageDB } from '../src/db/schema.ts';
+import { uploadStartLock } from '../src/db/upload-start-lock.ts';
 import type { UsageSink } from '../src/domain/metering.ts';
 
 /** A plain S3 client of the tests' S3 server (or of `endpoint`), to look at the store behind the service's back. */
@@ -111,6 +112,8 @@ export async function startService(
     listen?: boolean;
     /** Where the meter reports (by default billing as `metering` says: off in the test config). */
     usageSink?: UsageSink;
+    /** Upload starts locked as on an embedded database (`pnpm start`'s PGlite): by the instance's own queue alone. */
+    embeddedStartLock?: boolean;
   } = {},
 ): Promise<TestService> {
   const { issuer, admin } = await testIdentities();
@@ -124,6 +127,7 @@ export async function startService(
     logger,
     store,
     catalog,
+    startLock: uploadStartLock(database.db, opts.embeddedStartLock ? 'pglite' : database.kind),
     ...(opts.usageSink ? { usageSink: opts.usageSink } : {}),
   });
   let url = '';

@@ -253,21 +253,67 @@ describe("an upload's bounds", () => {
 });
 
 describe('bounds under concurrent requests', () => {
-  it('never leaves a user more open uploads than the bound, however many start at once', async () => {
-    const user = await svc.issuer.user(['renter']);
-    const answers = await Promise.all(
-      Array.from({ length: 25 }, () => as(user, { method: 'POST', url: '/uploads', payload: { key: key() } })),
-    );
-    let started = answers.filter((a) => a.statusCode === 201).length;
-    expect(started).toBeLessThanOrEqual(MAX_OPEN_UPLOADS);
-    // Of starts at once, more may give up than need to (each counts the others it sees): room left is there to take.
-    if (started < MAX_OPEN_UPLOADS) {
-      await start(user, { key: key() });
-      started++;
+  it('admits exactly the bound of starts sent at once, round after round, on one instance or two', async () => {
+    // A second instance of the service on the same database and store, as a deployment runs several.
+    const twin = await startService({ objectStore: { default_bucket: svc.config.object_store.default_bucket } });
+    try {
+      const apps = [svc.app, twin.app];
+      for (let round = 0; round < 4; round++) {
+        const user = await svc.issuer.user(['renter']);
+        const answers = await Promise.all(
+          Array.from({ length: 16 }, (_, i) =>
+            uninjected(apps[round % 2 === 0 ? 0 : i % 2]!)({
+              method: 'POST',
+              url: '/uploads',
+              payload: { key: key() },
+              headers: user.headers,
+            } as never),
+          ),
+        );
+        const statuses = answers.map((a) => (a.statusCode === 201 ? 201 : `${a.statusCode} ${a.json().code}`));
+        expect(
+          statuses.filter((s) => s === 201),
+          `round ${round}: ${statuses.join(', ')}`,
+        ).toHaveLength(MAX_OPEN_UPLOADS);
+        expect(statuses.filter((s) => s !== 201)).toEqual(Array(16 - MAX_OPEN_UPLOADS).fill('409 TOO_MANY_UPLOADS'));
+        expect((await as(user, { url: '/uploads' })).json()).toHaveLength(MAX_OPEN_UPLOADS);
+      }
+    } finally {
+      await twin.close();
     }
-    expect(answers.every((a) => a.statusCode === 201 || a.json().code === 'TOO_MANY_UPLOADS')).toBe(true);
-    expect((await as(user, { url: '/uploads' })).json().length).toBe(started);
-    // Paged as every list: one at a time, oldest first, each once.
+  });
+
+  it("admits exactly the bound with the lock of an embedded database (pnpm start's): the instance's queue", async () => {
+    const embedded = await startService({ embeddedStartLock: true });
+    try {
+      for (let round = 0; round < 3; round++) {
+        const user = await svc.issuer.user(['renter']);
+        const answers = await Promise.all(
+          Array.from({ length: 16 }, () =>
+            uninjected(embedded.app)({
+              method: 'POST',
+              url: '/uploads',
+              payload: { key: key() },
+              headers: user.headers,
+            } as never),
+          ),
+        );
+        expect(
+          answers.filter((a) => a.statusCode === 201),
+          `round ${round}`,
+        ).toHaveLength(MAX_OPEN_UPLOADS);
+        expect(answers.filter((a) => a.statusCode !== 201).map((a) => a.json().code)).toEqual(
+          Array(16 - MAX_OPEN_UPLOADS).fill('TOO_MANY_UPLOADS'),
+        );
+      }
+    } finally {
+      await embedded.close();
+    }
+  });
+
+  it('pages the open uploads one at a time, oldest first, each once', async () => {
+    const user = await svc.issuer.user(['renter']);
+    for (let i = 0; i < 3; i++) await start(user, { key: key() });
     const seen: string[] = [];
     let url: string | undefined = '/uploads?limit=1';
     while (url) {
@@ -276,8 +322,8 @@ describe('bounds under concurrent requests', () => {
       const next = page.headers['x-next-cursor'] as string | undefined;
       url = next ? `/uploads?limit=1&cursor=${encodeURIComponent(next)}` : undefined;
     }
-    expect(seen).toHaveLength(started);
-    expect(new Set(seen).size).toBe(started);
+    expect(seen).toHaveLength(3);
+    expect(new Set(seen).size).toBe(3);
   });
 
   it('gives an upload up when parts sent at once pass max_upload_size together', async () => {

@@ -9,7 +9,9 @@
  *   as it is, `Authorization`, `Range`, `ETag` and `If-None-Match` and a 307's `Location` included; the services
  *   answer for themselves (auth, validation, problems).
  * - `X-Request-ID`: the caller's when it is sane (1-128 of `A-Za-z0-9._:-`), else a new UUID, sent on to the service
- *   and back to the caller, and in the gateway's log line. `X-Forwarded-For` is set to the caller's address (what
+ *   and back to the caller, and in the gateway's log line. `X-Correlation-ID` the same way (common's
+ *   `correlationIdOf`): on every answer, the gateway's own problems and health included, and on to the service, which
+ *   so keeps the one the caller sees. `X-Forwarded-For` is set to the caller's address (what
  *   the caller sent there is replaced), `X-Forwarded-Proto` and `-Host` are set; under `pnpm start` the services
  *   believe it only on the gateway's own Unix sockets (`socketDir`), never from a TCP caller.
  *   `Expect: 100-continue` is answered by the gateway itself, not sent on.
@@ -25,7 +27,7 @@ import proxy from '@fastify/http-proxy';
 import { AppError } from '@gpu/common/errors';
 import { lingerBeforeClose } from '@gpu/common/oversized-body';
 import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
-import { saneId } from '@gpu/common/request-context';
+import { correlationIdOf, saneId } from '@gpu/common/request-context';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
@@ -101,6 +103,9 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   app.addHook('onRequest', async (request, reply) => {
     request.headers['x-request-id'] = request.id;
     reply.header('x-request-id', request.id);
+    const correlationId = correlationIdOf(request.raw);
+    request.headers['x-correlation-id'] = correlationId;
+    reply.header('x-correlation-id', correlationId);
     // A declared body larger than the path's service takes is refused here, before a byte of it is sent on; the
     // connection then closes gracefully (the caller finishes sending and reads the 413). A chunked body is counted by
     // the service, whose 413 passes on as it is.

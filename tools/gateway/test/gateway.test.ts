@@ -308,6 +308,48 @@ describe.each(engines)('the gateway: $name', (engine) => {
     const fresh = await fetch(`${base}/health/auth`);
     expect(fresh.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
   });
+  it("carries the caller's X-Correlation-ID, or a new one, on its own answers and on to the service", async () => {
+    // A second gateway of the engine whose billing is nowhere, and whose operators are elsewhere: its own 502 and 403.
+    const own = await engine.start(upstreams({ billing: 'http://127.0.0.1:9' }), { operators: ['127.0.0.2'] });
+    try {
+      let sent: Record<string, string> = { 'x-correlation-id': 'caller-chain:42' };
+      const answers: [string, () => Promise<Response>][] = [
+        ['its health', () => fetch(`${own.base}/health`, { headers: sent })],
+        ['a path no service has (404)', () => fetch(`${own.base}/nowhere`, { headers: sent })],
+        ['a dot segment (400)', () => fetch(`${own.base}/objects/%2e%2e/metrics`, { headers: sent })],
+        ['a service it cannot reach (502)', () => fetch(`${own.base}/api/v1/pricing/rates`, { headers: sent })],
+        ["a service's health to a stranger (403)", () => fetch(`${own.base}/health/auth`, { headers: sent })],
+        [
+          'a body too large (413)',
+          () =>
+            fetch(`${own.base}/api/v1/auth/login`, {
+              method: 'POST',
+              headers: { ...sent, 'content-type': 'application/json' },
+              body: Buffer.alloc(2 * 1024 * 1024, 32),
+            }),
+        ],
+        ['a service answering (auth, 401)', () => fetch(`${own.base}/api/v1/auth/me`, { headers: sent })],
+      ];
+      for (const [what, ask] of answers) {
+        const res = await ask();
+        await res.arrayBuffer();
+        expect(res.headers.get('x-correlation-id'), what).toBe('caller-chain:42');
+      }
+      for (const insane of [{ 'x-correlation-id': 'not sane \u00e9' }, { 'x-correlation-id': 'x'.repeat(129) }, {}]) {
+        sent = insane as Record<string, string>;
+        for (const [what, ask] of answers) {
+          const res = await ask();
+          await res.arrayBuffer();
+          expect(res.headers.get('x-correlation-id'), `${what}, sent ${JSON.stringify(insane).slice(0, 40)}`).toMatch(
+            /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+          );
+        }
+      }
+    } finally {
+      await own.stop();
+    }
+  });
+
   it('forwards nothing outside the route table: no /metrics, no docs, no way around by dot segments', async () => {
     for (const path of ['/metrics', '/docs', '/objectsx', '/grants']) {
       const res = await rawRequest(base, 'GET', path);

@@ -611,7 +611,7 @@ export interface components {
              * Format: date-time
              * @description when the key stops working (RFC 3339); never when absent
              */
-            expires_at?: string;
+            expires_at?: string & unknown;
             name: string;
             scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines")[];
         };
@@ -771,8 +771,11 @@ export interface components {
             api_key?: string;
             client_id?: string;
             client_secret?: string;
-            /** @description client_credentials, or api_key */
-            grant_type: string;
+            /**
+             * @description client_credentials, or api_key
+             * @enum {string}
+             */
+            grant_type: "client_credentials" | "api_key";
             /** @description ignored: a client gets its role */
             scope?: string;
         };
@@ -1017,14 +1020,14 @@ export interface operations {
                 actor_id?: string;
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
-                from?: string;
+                /** @description RFC 3339 date-time, written with a year from 1970 to 2099 */
+                from?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 outcome?: "succeeded" | "refused" | "failed";
                 target?: string;
-                /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
-                to?: string;
+                /** @description RFC 3339 date-time, written with a year from 1970 to 2099 */
+                to?: string & unknown;
             };
             header?: never;
             path?: never;
@@ -1086,7 +1089,7 @@ export interface operations {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description true lists revoked clients too */
-                include_revoked?: boolean;
+                include_revoked?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
             };
@@ -1325,7 +1328,7 @@ export interface operations {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description true lists revoked keys too */
-                include_revoked?: boolean;
+                include_revoked?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
             };

@@ -907,7 +907,7 @@ export interface components {
         };
         DepositClaim: {
             /** @description claimed amount: the transfer must have moved at least this */
-            amount?: string;
+            amount?: string & (unknown & unknown);
             /** @description signature of the on-chain token transfer to the treasury */
             signature: string;
         };
@@ -976,8 +976,8 @@ export interface components {
         };
         /** @default {} */
         PayoutRequest: {
-            /** @description token amount as a decimal string */
-            amount?: string;
+            /** @description token amount as a decimal string, above zero, with at most the token's decimals (6 by default) */
+            amount?: string & (unknown & unknown);
             /** @description owner address to pay; the wallet's address by default */
             destination?: string;
         };
@@ -1342,7 +1342,7 @@ export interface components {
             /** @description the renter's or scheduler's job (one running session per job); default: the session's own ID */
             job_id?: string;
             /** @description the former name of `spend_cap`, still accepted (400 when both are sent) */
-            max_total_spend?: string;
+            max_total_spend?: string & (unknown & unknown);
             /** Format: uuid */
             provider_id: string;
             /**
@@ -1357,7 +1357,7 @@ export interface components {
              */
             reservation_id?: string;
             /** @description the most the session may cost in all (at most the token decimals; at least its first minute at the session's rate, else 400 SPEND_CAP_TOO_LOW with `minimum_spend_cap`): billing ends it when the time the cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: spend_cap`), and never holds more for it */
-            spend_cap?: string;
+            spend_cap?: string & (unknown & unknown);
             /**
              * Format: uuid
              * @description the renter: the wallet's holder (default: the calling user; a machine client must name one)
@@ -1403,14 +1403,14 @@ export interface components {
             bytes: number;
             /**
              * Format: date-time
-             * @description RFC 3339 date-time, 1970 to 2100 (exclusive)
+             * @description RFC 3339 date-time, written with a year from 1970 to 2099
              */
-            period_end: string;
+            period_end: string & unknown;
             /**
              * Format: date-time
-             * @description RFC 3339 date-time, 1970 to 2100 (exclusive)
+             * @description RFC 3339 date-time, written with a year from 1970 to 2099
              */
-            period_start: string;
+            period_start: string & unknown;
             /**
              * Format: uuid
              * @description the owner of the bucket (or of the folder in the shared bucket)
@@ -1488,7 +1488,7 @@ export interface components {
              * Format: date-time
              * @description when the daemon measured (RFC 3339, from 1970 up to 2100; at most `billing.max_clock_skew` ahead of the service's clock and not before the session started, less that skew)
              */
-            timestamp: string;
+            timestamp: string & unknown;
         };
         UsageReportBatch: {
             reports: components["schemas"]["UsageReport"][];
@@ -1527,8 +1527,8 @@ export interface components {
             wallet_id: string;
         };
         WithdrawalRequest: {
-            /** @description token amount as a decimal string */
-            amount: string;
+            /** @description token amount as a decimal string, above zero, with at most the token's decimals (6 by default) */
+            amount: string & (unknown & unknown);
             /** @description owner address to pay; the wallet's address by default */
             destination?: string;
         };
@@ -1635,7 +1635,7 @@ export interface components {
              * Format: date-time
              * @description when it happened, by the daemon's clock (billing keeps it within its own bounds)
              */
-            at: string;
+            at: string & unknown;
             /**
              * Format: int32
              * @description with `exited`
@@ -1912,14 +1912,14 @@ export interface operations {
                 actor_id?: string;
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
-                from?: string;
+                /** @description RFC 3339 date-time, written with a year from 1970 to 2099 */
+                from?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 outcome?: "succeeded" | "refused" | "failed";
                 target?: string;
-                /** @description RFC 3339 date-time, 1970 to 2100 (exclusive) */
-                to?: string;
+                /** @description RFC 3339 date-time, written with a year from 1970 to 2099 */
+                to?: string & unknown;
             };
             header?: never;
             path?: never;
@@ -2086,14 +2086,14 @@ export interface operations {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description ended at or after (RFC 3339, 1970 to 2100) */
-                from?: string;
+                from?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 provider_id?: string;
                 /** @description completed and/or terminated (repeat or separate with commas) */
                 status?: ("completed" | "terminated")[];
                 /** @description ended before (RFC 3339, 1970 to 2100) */
-                to?: string;
+                to?: string & unknown;
                 user_id?: string;
                 wallet_id?: string;
             };
@@ -2528,11 +2528,11 @@ export interface operations {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description periods starting at or after (RFC 3339, 1970 to 2100) */
-                from?: string;
+                from?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description periods starting before (RFC 3339, 1970 to 2100) */
-                to?: string;
+                to?: string & unknown;
                 user_id?: string;
             };
             header?: never;
@@ -3287,13 +3287,13 @@ export interface operations {
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description created at or after (RFC 3339, 1970 to 2100) */
-                from?: string;
+                from?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description one or more statuses */
                 status?: ("pending" | "confirmed" | "failed")[];
                 /** @description created before (RFC 3339, 1970 to 2100) */
-                to?: string;
+                to?: string & unknown;
                 /** @description one or more types (repeat the parameter or separate with commas) */
                 type?: ("deposit" | "withdrawal" | "payment" | "payout" | "fee" | "lock" | "release")[];
             };

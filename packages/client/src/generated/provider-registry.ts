@@ -475,7 +475,7 @@ export interface components {
              * Format: date-time
              * @description when billing made this card: an older card than the one held is ignored
              */
-            occurred_at: string;
+            occurred_at: string & unknown;
             /** @description tokens, an exact decimal string */
             power_rate_per_watt_hour: string;
             /** @description tokens, an exact decimal string */
@@ -552,7 +552,7 @@ export interface components {
              * Format: date-time
              * @description when billing stored these rates: older ones than held are ignored
              */
-            occurred_at: string;
+            occurred_at: string & unknown;
             power_rate_per_watt_hour: string | null;
             vram_rate_per_gb_hour: string | null;
         };
@@ -564,13 +564,13 @@ export interface components {
                 /** @description e.g. "8.0" */
                 compute_capability?: string | null;
                 cuda_cores?: number | null;
-                driver_version: string;
+                driver_version: string & unknown;
                 /** @default true */
                 is_healthy?: boolean;
                 /** @description GB/s */
                 memory_bandwidth?: number | null;
                 /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                model_name: string;
+                model_name: string & unknown;
                 /** @description maximum power in watts */
                 power_consumption?: number | null;
                 /** @description current power draw in watts */
@@ -602,9 +602,9 @@ export interface components {
              */
             min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
-            name: string;
+            name: string & unknown;
             /** @description identifier of the owning user */
-            owner_id: string;
+            owner_id: string & unknown;
             /**
              * @description initial status (default idle; busy: held off the market by its owner)
              * @enum {string}
@@ -667,7 +667,7 @@ export interface components {
              * Format: date-time
              * @description when a reservation ends by itself (required for one, refused for a session)
              */
-            expires_at?: string;
+            expires_at?: string & unknown;
             /** @description the GPUs the session holds, by index; absent or null: every GPU of the machine */
             gpu_indices?: number[] | null;
             /**
@@ -703,13 +703,13 @@ export interface components {
                 /** @description e.g. "8.0" */
                 compute_capability?: string | null;
                 cuda_cores?: number | null;
-                driver_version: string;
+                driver_version: string & unknown;
                 /** @default true */
                 is_healthy?: boolean;
                 /** @description GB/s */
                 memory_bandwidth?: number | null;
                 /** @description GPU model name, e.g. "NVIDIA A100-SXM4-80GB" */
-                model_name: string;
+                model_name: string & unknown;
                 /** @description maximum power in watts */
                 power_consumption?: number | null;
                 /** @description current power draw in watts */
@@ -747,9 +747,9 @@ export interface components {
              */
             min_gpus_per_rental?: number;
             /** @description friendly name; unique per owner */
-            name: string;
+            name: string & unknown;
             /** @description identifier of the owning user */
-            owner_id: string;
+            owner_id: string & unknown;
             /** @description read-only: ignored */
             registered_at?: string;
             /**
@@ -942,11 +942,11 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description GPU architecture, case-insensitive */
-                architecture?: string;
+                architecture?: string & unknown;
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key) */
-                gpu_model?: string;
+                gpu_model?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description at most this price per GPU-hour (tokens) */
@@ -962,7 +962,7 @@ export interface operations {
                 /** @description every GPU of the offer has at least this VRAM (MB) */
                 min_vram?: number;
                 /** @description the machine's location, case-insensitive */
-                region?: string;
+                region?: string & unknown;
                 /** @description `price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability` */
                 sort?: "price" | "-price" | "reliability" | "-reliability";
             };
@@ -1031,19 +1031,19 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description GPU architecture, case-insensitive */
-                architecture?: string;
+                architecture?: string & unknown;
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description partial, case-insensitive GPU model match */
-                gpu_model?: string;
+                gpu_model?: string & unknown;
                 /** @description only providers whose GPUs are all healthy */
                 healthy_only?: "0" | "1" | "true" | "false";
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description at least this many GPUs meeting the GPU conditions */
-                min_gpus?: string;
+                min_gpus?: number;
                 /** @description minimum VRAM of a GPU in MB */
-                min_vram?: string;
+                min_vram?: number;
                 /** @description sort key, `-` for descending; ties by id */
                 sort?: "registered_at" | "-registered_at" | "last_seen_at" | "-last_seen_at" | "vram" | "-vram" | "gpu_count" | "-gpu_count";
                 /** @description provider status */

@@ -259,7 +259,7 @@ export interface components {
         GrantEntry: {
             /** @description the bucket; without it, the key is in the user's folder of the default bucket (`users/{user_id}/`) */
             bucket?: string;
-            /** @description the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it */
+            /** @description the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
             key: string;
         };
         GrantRequest: {
@@ -431,7 +431,7 @@ export interface components {
             bucket?: string;
             /** @description the object's content type; by default a guess from the key's extension */
             content_type?: string;
-            /** @description the object to make, as `PUT /objects` names it */
+            /** @description the object to make, as `PUT /objects` names it; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
             key: string;
         };
         /** @description An unfinished upload */
@@ -661,7 +661,7 @@ export interface operations {
                     "application/json": components["schemas"]["BucketEnsured"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -702,7 +702,7 @@ export interface operations {
                     "application/json": components["schemas"]["GrantResponse"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -759,13 +759,13 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
-                redirect?: boolean;
+                redirect?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
             };
             header?: never;
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -831,7 +831,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -855,7 +855,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -905,7 +905,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -922,7 +922,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -944,7 +944,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1060,11 +1060,11 @@ export interface operations {
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description fill each object's content_type (from the service's object catalog; the store's listing lacks it); false leaves content_type null */
-                metadata?: boolean;
-                /** @description only keys that start with this */
+                metadata?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+                /** @description only keys that start with this (empty, or what a key may be) */
                 prefix?: string;
                 /** @description false lists one level: common prefixes come back as entries */
-                recursive?: boolean;
+                recursive?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
                 /** @description deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous page); in a one-level listing, a folder or a key inside one continues after the whole folder; ignored when cursor is given */
                 start_after?: string;
             };
@@ -1092,7 +1092,7 @@ export interface operations {
                     "application/json": components["schemas"]["ObjectList"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1111,11 +1111,11 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description true: answer 307 to a presigned GET URL of the object at the object store instead of relaying the bytes (the same access checks; the URL is valid 5 minutes), for clients that can follow a redirect */
-                redirect?: boolean;
+                redirect?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
             };
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1181,7 +1181,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1203,7 +1203,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1251,7 +1251,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1268,7 +1268,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1288,7 +1288,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1404,11 +1404,11 @@ export interface operations {
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
                 /** @description fill each object's content_type (from the service's object catalog; the store's listing lacks it); false leaves content_type null */
-                metadata?: boolean;
-                /** @description only keys that start with this */
+                metadata?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+                /** @description only keys that start with this (empty, or what a key may be) */
                 prefix?: string;
                 /** @description false lists one level: common prefixes come back as entries */
-                recursive?: boolean;
+                recursive?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
                 /** @description deprecated, use cursor: list entries after this key (the X-Next-Start-After header of the previous page); in a one-level listing, a folder or a key inside one continues after the whole folder; ignored when cursor is given */
                 start_after?: string;
             };
@@ -1433,7 +1433,7 @@ export interface operations {
                     "application/json": components["schemas"]["ObjectList"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1455,7 +1455,7 @@ export interface operations {
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
-                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them */
+                /** @description object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1478,7 +1478,7 @@ export interface operations {
                     "application/json": components["schemas"]["PresignedUrl"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1498,7 +1498,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`) */
+                /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
             };
             cookie?: never;
@@ -1521,7 +1521,7 @@ export interface operations {
                     "application/json": components["schemas"]["PresignedUrl"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1564,7 +1564,7 @@ export interface operations {
                     "application/json": components["schemas"]["UploadList"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1604,7 +1604,7 @@ export interface operations {
                     "application/json": components["schemas"]["Upload"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1647,7 +1647,7 @@ export interface operations {
                     "application/json": components["schemas"]["Upload"];
                 };
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];
@@ -1684,7 +1684,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field) */
+            /** @description VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field) */
             400: components["responses"]["BadRequest"];
             /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
             401: components["responses"]["Unauthorized"];

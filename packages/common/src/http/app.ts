@@ -21,7 +21,7 @@ import { createTokenVerifier, type TokenVerifier } from '../auth/token-verifier.
 import { contractCheckFile } from '../config.ts';
 import type { BaseConfig } from '../config-schema.ts';
 import { durationMs } from '../duration.ts';
-import { GATEWAY_SERVER } from '../openapi/document.ts';
+import { GATEWAY_SERVER, internalServer } from '../openapi/document.ts';
 import { docsPlugin } from '../openapi/plugin.ts';
 import { checkAnswers } from '../openapi/response-check.ts';
 import { type SchemaRegistry, schemaRegistry } from '../openapi/route-docs.ts';
@@ -161,6 +161,10 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     bodyLimit: opts.bodyLimit ?? JSON_BODY_LIMIT,
     forceCloseConnections: 'idle',
     return503OnClosing: true,
+    // A path parameter longer than the router's limit (100 characters by default) matched no route with that
+    // parameter: storage's `/objects/{101-character name}/key` became a key in the default bucket. Up to this length a
+    // parameter reaches its route, whose schema answers for it (a 400 naming it); a longer one is no route (404).
+    routerOptions: { maxParamLength: 2048 },
     // Errors before any route runs get the same problem bodies as the rest.
     frameworkErrors: onFrameworkError,
     clientErrorHandler: onClientError,
@@ -246,6 +250,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     schemas,
     isPublic: (route) => isPublicRoute(route, publicPaths),
     servers: [GATEWAY_SERVER],
+    internalServer: internalServer(opts.service, config.server.port),
   });
   const checkFile = contractCheckFile();
   if (checkFile) checkAnswers(app as unknown as FastifyInstance, checkFile, opts.service);

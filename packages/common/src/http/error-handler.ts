@@ -11,13 +11,17 @@ import { unknownKeysAsFields } from './strict-input.ts';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8';
 
-/** Maps any thrown value to an AppError. */
-export function toAppError(err: unknown): AppError {
+/**
+ * Maps any thrown value to an AppError. `wildcard`: the name the route's trailing wildcard has in its document
+ * (`objectKey` for `/objects/:bucketName/*`), which a validation error of `params` names instead of `*`.
+ */
+export function toAppError(err: unknown, wildcard?: string): AppError {
   if (err instanceof AppError) return err;
   if (hasZodFastifySchemaValidationErrors(err)) {
     const context = (err as { validationContext?: string }).validationContext ?? 'body';
+    const named = (segment: string) => (context === 'params' && segment === '*' && wildcard ? wildcard : segment);
     const fieldErrors: FieldError[] = unknownKeysAsFields(err.validation).map((v) => ({
-      path: [context, ...v.instancePath.split('/').filter(Boolean)].join('.'),
+      path: [context, ...v.instancePath.split('/').filter(Boolean).map(named)].join('.'),
       message: v.message ?? 'invalid value',
     }));
     return errors.validation(
@@ -66,7 +70,7 @@ export function sendProblem(request: FastifyRequest, reply: FastifyReply, appErr
 
 /** Logs an error and answers its problem body (or cuts a response already under way). */
 export function answerError(err: unknown, request: FastifyRequest, reply: FastifyReply) {
-  const appError = toAppError(err);
+  const appError = toAppError(err, request.routeOptions?.config?.openapi?.wildcard ?? 'path');
   const status = statusOf(appError);
   if (status >= 500) {
     const detail = isResponseSerializationError(err) ? { issues: err.cause.issues } : {};

@@ -61,6 +61,9 @@ export const healthPlugin = fp(
           response: { 200: healthSchema, 503: healthSchema },
         },
         logLevel: 'warn',
+        // The gateway answers `/health` for itself (and a service's as `/health/<service>`, for operators): this one is
+        // reached at the service, by probes and Consul.
+        config: { openapi: { internal: true } },
       },
       async (_request, reply) => {
         const names = Object.keys(opts.checks);

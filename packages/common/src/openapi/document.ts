@@ -10,12 +10,15 @@
  *   timeout) always, 400 when it takes parameters or a body, 413 with a body, 415 with a JSON body, 401 and 403 when
  *   it needs a token. A HEAD answer has no body, its problems included.
  * - **Bodies**: a request body is required unless the route's schema takes none (`requestBody.required: false`).
+ * - **No U+0000**: every string of a request's body and query parameters that its own rules do not already keep free
+ *   of U+0000 says so (`stateNulFree`): the platform refuses it everywhere (`http/nul-characters.ts`).
  * - **Headers**: every answer declares `X-Request-ID` and `X-Correlation-ID`; a route adds its own per status
  *   (`config.openapi.headers`: paging, `ETag`, `Location`, ...), each a `$ref` to `components.headers`.
  * - **Components**: only what the document uses (the service's registry may name more), an input-only schema under its
  *   plain name (`Wallet`, not `WalletInput`), sorted; `tags` at the root list every tag used.
  */
 import { STATUS_CODES } from 'node:http';
+import { stateNulFree } from '../http/nul-characters.ts';
 import {
   COMMON_HEADERS,
   HEADERS,
@@ -56,9 +59,34 @@ export const GATEWAY_SERVER = {
   'x-internal': false,
 } as const;
 
+/** A server of a document: where its operations are reached. */
+export interface DocumentServer {
+  url: string;
+  description: string;
+  'x-internal'?: boolean;
+}
+
+/**
+ * The server of the operations no gateway routes (`config.openapi.internal`: a service's `/health`, which the
+ * gateway answers for itself, and storage's grants): the service itself, on the platform's internal network, at the
+ * port it listens on (its contract port by default).
+ */
+export function internalServer(service: string, port: number): DocumentServer {
+  return {
+    url: `http://127.0.0.1:${port}`,
+    description:
+      `${service} itself on the platform's internal network, for the platform's own callers (probes, Consul, other ` +
+      "services): no gateway routes this operation (docker compose: the service's name and port; Kubernetes: its Service)",
+    // For the platform itself, not for its callers (OWASP API9: each server says its audience).
+    'x-internal': true,
+  };
+}
+
 export interface DocumentOptions {
   /** The servers the document names (`GATEWAY_SERVER`). */
-  servers: { url: string; description: string; 'x-internal'?: boolean }[];
+  servers: DocumentServer[];
+  /** The server of the operations no gateway routes (`internalServer`). */
+  internalServer?: DocumentServer;
 }
 
 const INT32 = { min: -(2 ** 31), max: 2 ** 31 - 1 };
@@ -133,6 +161,8 @@ const sorted = <T>(o: Record<string, T>) =>
 export function finishDocument(doc: Json, opts: DocumentOptions): Json {
   const problems = new Set<number>();
   const headers = new Set<HeaderName>(COMMON_HEADERS);
+  const componentSchemas = ((doc.components as Json | undefined)?.schemas ?? {}) as Record<string, Json>;
+  const resolveSchema = (ref: string) => componentSchemas[ref.replace('#/components/schemas/', '')];
   const tags = new Set<string>();
   const paths = doc.paths as Record<string, Record<string, Operation>>;
 
@@ -144,9 +174,18 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       for (const t of op.tags ?? []) tags.add(t);
       if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
+      // An operation no gateway routes is reached at the service itself, not at the document's (gateway) server.
+      if (note.internal && opts.internalServer) op.servers = [opts.internalServer];
 
       // @fastify/swagger marks every body required; one whose schema takes no body is optional.
       if (note.bodyOptional && op.requestBody) op.requestBody.required = false;
+      // Text in a JSON (or form) body or a query parameter holds no U+0000 (the hook of nul-characters.ts refuses it).
+      for (const param of (op.parameters ?? []) as { in?: string; schema?: unknown }[]) {
+        if (param.in === 'query') stateNulFree(param.schema, resolveSchema);
+      }
+      for (const media of Object.values(op.requestBody?.content ?? {}) as { schema?: Json }[]) {
+        if (media.schema?.format !== 'binary') stateNulFree(media.schema, resolveSchema);
+      }
       const head = method === 'head';
       const withBody = !!op.requestBody;
       const jsonBody = Object.keys(op.requestBody?.content ?? {}).some((t) => t === 'application/json');

@@ -12,7 +12,7 @@ import fp from 'fastify-plugin';
 import { createJsonSchemaTransformObject } from 'fastify-type-provider-zod';
 import { healthSchema } from '../http/health.ts';
 import { problemSchema } from '../http/problem-schema.ts';
-import { finishDocument } from './document.ts';
+import { type DocumentServer, finishDocument } from './document.ts';
 import { routeTransform, type SchemaRegistry } from './route-docs.ts';
 
 export interface DocsOptions {
@@ -26,7 +26,9 @@ export interface DocsOptions {
   /** Whether a route needs no token (`security: []` in the document). */
   isPublic: (route: RouteOptions) => boolean;
   /** The servers the document names. */
-  servers: { url: string; description: string }[];
+  servers: DocumentServer[];
+  /** The server of the operations no gateway routes (`config.openapi.internal`). */
+  internalServer?: DocumentServer;
 }
 
 const require = createRequire(import.meta.url);
@@ -65,7 +67,10 @@ export const docsPlugin = fp(
       },
       transform: routeTransform({ schemas: opts.schemas, isPublic: opts.isPublic }),
       transformObject: (input) =>
-        finishDocument(components(input) as Record<string, unknown>, { servers: opts.servers }) as never,
+        finishDocument(components(input) as Record<string, unknown>, {
+          servers: opts.servers,
+          ...(opts.internalServer ? { internalServer: opts.internalServer } : {}),
+        }) as never,
     });
     if (!opts.serveUi) return;
     await app.register(swaggerUi, { routePrefix: '/docs' });

@@ -20,6 +20,11 @@ export interface RouteDocs {
   headers?: Partial<Record<number, readonly HeaderName[]>>;
   /** A public route that takes a token for some requests (`security: [{}, {bearerAuth: []}]`). */
   tokenOptional?: boolean;
+  /**
+   * Served to the platform itself on its internal network, never routed by a gateway (a service's `/health`, storage's
+   * grants): the operation names the service's own address as its server, not the gateway's.
+   */
+  internal?: boolean;
 }
 
 declare module 'fastify' {
@@ -42,6 +47,8 @@ export interface RouteNote {
   headers: Partial<Record<number, readonly HeaderName[]>>;
   /** The route's body schema takes no body at all (`.optional()`/`.nullish()`): `requestBody.required: false`. */
   bodyOptional?: boolean;
+  /** `RouteDocs.internal`: the operation's server is the service itself. */
+  internal?: boolean;
 }
 
 /** Whether a route's body schema (zod) accepts a request without a body. */
@@ -89,6 +96,7 @@ export function routeTransform(opts: {
       tokenOptional: docs.tokenOptional === true,
       headers: docs.headers ?? {},
       ...(acceptsNoBody(input.schema?.body) ? { bodyOptional: true } : {}),
+      ...(docs.internal ? { internal: true } : {}),
     };
     schema[ROUTE_NOTE] = note;
     // The scope that lets an API key call the operation (auth/scopes.ts); absent: no API key may.

@@ -14,4 +14,5 @@ export { createRoleDatabase, createTestDatabase, type RoleDatabase, type TestDat
 export { type Caller, injectAs, startTestIssuer, type TestIssuer, uninjected } from './issuer.ts';
 export { captureLogs } from './logs.ts';
 export { contractProblems } from './openapi-contract.ts';
+export { type DriftOptions, requestSchemaDrift } from './request-drift.ts';
 export { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from './server-process.ts';

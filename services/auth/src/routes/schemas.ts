@@ -12,7 +12,7 @@ export const passwordSchema = z
   .min(1)
   .max(1024)
   // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
-  .refine((p) => !/[\u0000-\u001f\u007f]/.test(p), 'passwords may not contain control characters');
+  .regex(/^[^\u0000-\u001f\u007f]*$/, 'passwords may not contain control characters');
 /** A user's role (machine-client roles belong to clients, not accounts). */
 export const roleSchema = z.enum(USER_ROLES);
 

@@ -18,7 +18,12 @@ import { problems, schemas } from './schemas.ts';
 // RFC 6749 §3.2: "The authorization server MUST ignore unrecognized request parameters".
 const tokenBodySchema = ignoringUnknownFields(
   z.object({
-    grant_type: z.string().max(100).describe('client_credentials, or api_key'),
+    // The grants the endpoint takes, an `enum` in the document; another is RFC 6749's `unsupported_grant_type`.
+    grant_type: z
+      .string()
+      .max(100)
+      .meta({ enum: ['client_credentials', 'api_key'] })
+      .describe('client_credentials, or api_key'),
     client_id: z.string().max(100).optional(),
     client_secret: z.string().max(200).optional(),
     api_key: z.string().max(200).optional().describe("with grant_type=api_key: a user's API key (`gpk_...`)"),

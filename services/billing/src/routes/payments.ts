@@ -9,8 +9,8 @@ import { depositAnswer, payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import {
-  amountString,
   idempotencyHeaders,
+  positiveAmount,
   problems,
   schemas,
   solanaAddress,
@@ -38,13 +38,13 @@ const depositInstructionsSchema = z
 const depositBody = z
   .object({
     signature,
-    amount: amountString.optional().describe('claimed amount: the transfer must have moved at least this'),
+    amount: positiveAmount.optional().describe('claimed amount: the transfer must have moved at least this'),
   })
   .register(schemas, { id: 'DepositClaim' });
 
 const withdrawalBody = z
   .object({
-    amount: amountString,
+    amount: positiveAmount,
     destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
   })
   .register(schemas, { id: 'WithdrawalRequest' });

@@ -17,18 +17,21 @@ import type { RouteDeps } from './deps.ts';
 import { problems, providerParams, schemas } from './schemas.ts';
 import { pricingInputShape, ratesSchema } from './session-schemas.ts';
 
-const DECIMAL = /^(0|[1-9]\d{0,9})(\.\d+)?$/;
+/** The longest time priced: 10 years. */
+const MAX_HOURS = 87_600;
+const HOURS_MESSAGE = `must be greater than 0 and at most ${MAX_HOURS} (10 years)`;
+/**
+ * A decimal string of hours in (0, 87600]: 1 to 87599 with any fraction, 87600 with none, or a positive fraction of
+ * one (no leading zeros, no exponent): the range as the document's `pattern` states it.
+ */
+const HOURS_TEXT = /^(?:(?:[1-9]\d{0,3}|[1-7]\d{4}|8[0-6]\d{3}|87[0-5]\d{2})(?:\.\d+)?|87600(?:\.0+)?|0\.\d*[1-9]\d*)$/;
 
 const durationHours = z
-  .union([z.string().max(64).regex(DECIMAL, 'must be a decimal like "1.5"'), z.number().finite()])
-  .transform((v, ctx) => {
-    const d = new Dec(v);
-    if (d.lte(0) || d.gt(87_600)) {
-      ctx.addIssue({ code: 'custom', message: 'must be greater than 0 and at most 87600 (10 years)' });
-      return z.NEVER;
-    }
-    return d;
-  })
+  .union([
+    z.string().max(64).regex(HOURS_TEXT, HOURS_MESSAGE),
+    z.number().gt(0, HOURS_MESSAGE).max(MAX_HOURS, HOURS_MESSAGE),
+  ])
+  .transform((v) => new Dec(v))
   .prefault(1)
   .describe('hours to price, decimal string or number (default 1)');
 

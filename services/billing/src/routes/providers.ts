@@ -18,8 +18,8 @@ import { payoutAnswer } from './answers.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
 import {
-  amountString,
   idempotencyHeaders,
+  positiveAmount,
   problems,
   providerParams,
   schemas,
@@ -75,7 +75,7 @@ const payoutSettingsBody = z
 
 const payoutBody = z
   .object({
-    amount: amountString.optional(),
+    amount: positiveAmount.optional(),
     destination: solanaAddress.optional().describe("owner address to pay; the wallet's address by default"),
   })
   .prefault({})

@@ -1,7 +1,7 @@
 /** Zod schemas shared by the billing routes (request parts and response bodies). */
 import { PAGE_HEADERS, problemSchema, type RouteDocs, schemaRegistry } from '@gpu/common';
 import { z } from 'zod';
-import { isSolanaAddress } from '../domain/chain/index.ts';
+import { isSolanaAddress, SOLANA_ADDRESS_PATTERN } from '../domain/chain/index.ts';
 
 /**
  * The billing document's named schemas (`components.schemas`): every request and response body is one, registered
@@ -18,11 +18,35 @@ export const amountString = z
   .regex(/^(0|[1-9]\d{0,29})(\.\d+)?$/, 'must be a decimal string like "12.5"')
   .describe('token amount as a decimal string');
 
+/** The token's decimals unless `chain.token_decimals` says otherwise (the documents state the default). */
+const DEFAULT_TOKEN_DECIMALS = 6;
+
+/**
+ * An amount a caller moves (a withdrawal, a payout, a deposit's claim, a session's cap): above zero, and at most the
+ * token's decimals, which the route checks (`requestAmount`: a 400 naming the field) and the document states
+ * (`pattern`, and `x-max-decimals` for the default decimals).
+ */
+export const positiveAmount = amountString
+  .regex(/^(?!0+(?:\.0+)?$)/, 'the amount must be greater than zero')
+  .meta({ 'x-max-decimals': DEFAULT_TOKEN_DECIMALS })
+  .describe(
+    `token amount as a decimal string, above zero, with at most the token's decimals (${DEFAULT_TOKEN_DECIMALS} by default)`,
+  );
+
+/**
+ * A Solana address: base58 of exactly 32 bytes, canonical. The document states the text (`pattern`) and the bytes
+ * (`x-base58-bytes: 32`, which JSON Schema cannot state: base58 of 32 bytes may be 32 to 44 characters, and not every
+ * such text decodes to 32).
+ */
 export const solanaAddress = z
   .string()
-  // base58 of 32 bytes is at most 44 characters.
   .max(44)
-  .refine(isSolanaAddress, 'must be a base58 Solana address (32 bytes)')
+  .regex(SOLANA_ADDRESS_PATTERN, 'must be a base58 Solana address (32 bytes)')
+  .refine(isSolanaAddress, {
+    message: 'must be a base58 Solana address (32 bytes)',
+    when: (payload) => (payload.issues ?? []).length === 0,
+  })
+  .meta({ 'x-base58-bytes': 32 })
   .describe('base58 Solana address');
 
 /**
@@ -38,8 +62,9 @@ export const csv = <V extends string>(
   return z
     .preprocess(
       (v) =>
+        // An empty value (`type=`) is no allowed value: refused, as the document's enum says.
         typeof v === 'string' || Array.isArray(v)
-          ? [v].flat().flatMap((s) => (typeof s === 'string' ? s.split(',').filter(Boolean) : [s]))
+          ? [v].flat().flatMap((s) => (typeof s === 'string' ? s.split(',') : [s]))
           : v,
       z.array(allowed).max(32),
     )

@@ -22,7 +22,7 @@ import { RENTAL_ROLES, SESSION_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import type { RouteDeps } from './deps.ts';
 import { keyClaim, replayable, runIdempotent } from './idempotent.ts';
-import { amountString, csv, idempotencyHeaders, PAGE_DOCS, problems, schemas } from './schemas.ts';
+import { amountString, csv, idempotencyHeaders, PAGE_DOCS, positiveAmount, problems, schemas } from './schemas.ts';
 import { billingRecordSchema, pricingInputShape, sessionSchema } from './session-schemas.ts';
 import { workloadSpecBody } from './workloads.ts';
 
@@ -70,7 +70,7 @@ const startSessionBody = z
           '/pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the ' +
           'spend per hour: the rate is frozen for the session',
       ),
-    spend_cap: amountString
+    spend_cap: positiveAmount
       .optional()
       .describe(
         'the most the session may cost in all (at most the token decimals; at least its first minute at the ' +
@@ -78,7 +78,7 @@ const startSessionBody = z
           'cap pays for is over (`spend_cap_ends_at`), billed exactly to it (`completed`, `end_reason: ' +
           'spend_cap`), and never holds more for it',
       ),
-    max_total_spend: amountString
+    max_total_spend: positiveAmount
       .optional()
       .describe('the former name of `spend_cap`, still accepted (400 when both are sent)'),
     workload: workloadSpecBody

@@ -56,12 +56,13 @@ export interface OfferGroup {
   computeCapability: string | null;
 }
 
+/** A version as dotted numbers (`550.54.14`, `8.0`): each part 1-9 digits. The offers' filters take only this. */
+export const VERSION_PATTERN = /^\d{1,9}(?:\.\d{1,9})*$/;
+
 /** Dotted version numbers as parts (`550.54.14` → [550, 54, 14]); null when a part is not a number. */
 export function versionParts(version: string | null | undefined): number[] | null {
-  if (!version) return null;
-  const parts = version.split('.');
-  if (!parts.every((p) => /^\d{1,9}$/.test(p))) return null;
-  return parts.map(Number);
+  if (!version || !VERSION_PATTERN.test(version)) return null;
+  return version.split('.').map(Number);
 }
 
 /** A machine's GPUs grouped by model key, as offers: in the order of their first GPU. */

@@ -19,9 +19,9 @@ import { z } from 'zod';
 import type { OfferRow } from '../db/offer-repository.ts';
 import { RELIABILITY_ROLES, SESSION_REPORTING_ROLES } from '../domain/access.ts';
 import type { Market } from '../domain/market.ts';
-import { OFFER_SORTS, type OfferCursor, offerCursorOf, offerCursorText, versionParts } from '../domain/offers.ts';
+import { OFFER_SORTS, type OfferCursor, offerCursorOf, offerCursorText, VERSION_PATTERN } from '../domain/offers.ts';
 import { priceCardSchema, providerPricesSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
-import { providerIdParams, schemas } from './schemas.ts';
+import { providerIdParams, schemas, text } from './schemas.ts';
 
 export interface OfferRoutesOptions {
   market: Market;
@@ -33,7 +33,7 @@ const version = (what: string) =>
   z
     .string()
     .max(32)
-    .refine((v) => versionParts(v) !== null, 'expected dotted numbers, e.g. 535.104 or 8.0')
+    .regex(VERSION_PATTERN, 'expected dotted numbers, e.g. 535.104 or 8.0')
     .optional()
     .describe(`at least this ${what}, compared part by part`);
 
@@ -45,21 +45,17 @@ const offerQuerySchema = z.object({
     .optional()
     .describe('at most this price per GPU-hour (tokens)'),
   min_free_gpus: queryInteger(1, 1024).optional().describe('at least this many free GPUs'),
-  gpu_model: z
-    .string()
-    .trim()
-    .min(1)
-    .max(128)
+  gpu_model: text(128)
     .optional()
     .describe("a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key)"),
   min_vram: queryInteger(0, Number.MAX_SAFE_INTEGER)
     .optional()
     .describe('every GPU of the offer has at least this VRAM (MB)'),
-  architecture: z.string().trim().min(1).max(64).optional().describe('GPU architecture, case-insensitive'),
+  architecture: text(64).optional().describe('GPU architecture, case-insensitive'),
   min_reliability: z.coerce.number().min(0).max(1).optional().describe('at least this reliability score (0-1)'),
   min_driver_version: version('driver version'),
   min_compute_capability: version('CUDA compute capability'),
-  region: z.string().trim().min(1).max(256).optional().describe("the machine's location, case-insensitive"),
+  region: text(256).optional().describe("the machine's location, case-insensitive"),
   sort: z
     .enum(OFFER_SORTS)
     .default('price')

@@ -10,6 +10,7 @@ import {
   pageQuery,
   problemOf,
   problemSchema,
+  queryInteger,
   schemaRegistry,
   statusOf,
 } from '@gpu/common';
@@ -40,8 +41,13 @@ const UINT32_MAX = 4_294_967_295;
 const uint32 = () => z.number().int().min(0).max(UINT32_MAX);
 const uint64 = () => z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const percent = () => z.number().int().min(0).max(100);
-const text = (max: number) => z.string().trim().min(1).max(max);
-const optionalText = (max: number) => z.string().trim().max(max).nullish();
+/** Something but white space: the text a required field must hold (its document's `pattern`). */
+const NOT_BLANK = /\S/;
+
+/** Text with something but spaces in it: `max` characters as sent, stored trimmed (the documents state both). */
+export const text = (max: number) => z.string().min(1).max(max).regex(NOT_BLANK, 'must not be blank').trim();
+/** Text as sent, at most `max` characters, stored trimmed; may be empty or null. */
+const optionalText = (max: number) => z.string().max(max).trim().nullish();
 
 export const statusSchema = z.enum(PROVIDER_STATUSES).describe('provider status');
 
@@ -55,8 +61,8 @@ function fieldValue(field: GpuField): z.ZodType {
       return field.nullable
         ? z
             .string()
-            .trim()
             .max(field.maxLength ?? 256)
+            .trim()
         : text(field.maxLength ?? 256);
     case 'uint8':
       return z.number().int().min(0).max(255);
@@ -100,7 +106,6 @@ const gpuOutputSchema = z
 
 const hostnameSchema = z
   .string()
-  .trim()
   .max(253)
   .regex(/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/, 'expected a hostname')
   .nullish();
@@ -347,28 +352,17 @@ export const messageSchema = z
   .describe('The deleted provider')
   .register(schemas, { id: 'ProviderDeleted' });
 
-const uintParam = (max: number) =>
-  z
-    .string()
-    .max(16)
-    .regex(/^\d{1,16}$/, 'expected an unsigned integer')
-    .transform(Number)
-    .pipe(z.number().int().min(0).max(max));
-
 export const listQuerySchema = z.object({
   status: statusSchema.optional(),
-  gpu_model: z.string().trim().min(1).max(128).optional().describe('partial, case-insensitive GPU model match'),
-  min_vram: uintParam(Number.MAX_SAFE_INTEGER).optional().describe('minimum VRAM of a GPU in MB'),
-  architecture: z.string().trim().min(1).max(64).optional().describe('GPU architecture, case-insensitive'),
+  gpu_model: text(128).optional().describe('partial, case-insensitive GPU model match'),
+  min_vram: queryInteger(0, Number.MAX_SAFE_INTEGER).optional().describe('minimum VRAM of a GPU in MB'),
+  architecture: text(64).optional().describe('GPU architecture, case-insensitive'),
   healthy_only: z
     .enum(['true', 'false', '1', '0'])
     .transform((v) => v === 'true' || v === '1')
     .optional()
     .describe('only providers whose GPUs are all healthy'),
-  min_gpus: uintParam(64)
-    .pipe(z.number().min(1))
-    .optional()
-    .describe('at least this many GPUs meeting the GPU conditions'),
+  min_gpus: queryInteger(1, 64).optional().describe('at least this many GPUs meeting the GPU conditions'),
   sort: z.enum(SORTS).default('registered_at').describe('sort key, `-` for descending; ties by id'),
   ...pageQuery,
 });

@@ -4,7 +4,13 @@
  * /providers/{id}/sessions/{sessionId}`). The GPUs a session holds have one schema and one mapping to the domain's
  * value, here, for both.
  */
-import { LEASE_EVENT_KINDS, LEASE_KINDS, SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS } from '@gpu/common';
+import {
+  LEASE_EVENT_KINDS,
+  LEASE_KINDS,
+  SESSION_ENDED_EVENT_KINDS,
+  SESSION_RUNNING_EVENT_KINDS,
+  zTimestamp,
+} from '@gpu/common';
 import { z } from 'zod';
 import type { GpuSet, SessionReportInput } from '../domain/provider-sessions.ts';
 
@@ -13,7 +19,8 @@ const gpuIndexList = z
   .array(z.number().int().min(0).max(63).describe("a GPU's position in the provider's `gpus` array"))
   .min(1)
   .max(64)
-  .refine((xs) => new Set(xs).size === xs.length, 'each GPU index at most once');
+  .refine((xs) => new Set(xs).size === xs.length, 'each GPU index at most once')
+  .meta({ uniqueItems: true });
 const gpuIndicesSchema = gpuIndexList
   .nullish()
   .describe('the GPUs the session holds, by index; absent or null: every GPU of the machine');
@@ -31,9 +38,7 @@ export const sessionRunningSchema = z
   .object({
     gpu_indices: gpuIndicesSchema,
     kind: leaseKindSchema.optional(),
-    expires_at: z.iso
-      .datetime({ offset: true })
-      .max(40)
+    expires_at: zTimestamp()
       .optional()
       .describe('when a reservation ends by itself (required for one, refused for a session)'),
   })

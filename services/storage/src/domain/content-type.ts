@@ -11,6 +11,22 @@ import mime from 'mime-types';
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
 
+/**
+ * What a content type may hold: printable ASCII and spaces (a media type and its parameters are ASCII, RFC 9110
+ * 8.3.1). It travels to the store as a header and back on every download: a control character or anything past
+ * U+007E (which Node sends as Latin-1 at best, and refuses above U+00FF) failed at the store as a 502 before.
+ */
+export const CONTENT_TYPE_PATTERN = /^[\x20-\x7e]*$/;
+/** The longest content type kept. */
+export const MAX_CONTENT_TYPE_LENGTH = 255;
+
+/** Why a content type a caller gave cannot be kept, or undefined when it can. */
+export function contentTypeProblem(value: string): string | undefined {
+  if (value.length > MAX_CONTENT_TYPE_LENGTH) return `must be at most ${MAX_CONTENT_TYPE_LENGTH} characters`;
+  if (!CONTENT_TYPE_PATTERN.test(value)) return 'must be printable ASCII (a media type such as text/csv)';
+  return undefined;
+}
+
 /** The key's extension without its dot (`gz` for `archive.tar.gz`), or undefined when it has none. */
 function keyExtension(key: string): string | undefined {
   const name = key.slice(key.lastIndexOf('/') + 1);

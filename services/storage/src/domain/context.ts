@@ -9,7 +9,7 @@ import { StorageAccess } from './access.ts';
 import { BucketOwners } from './bucket-owners.ts';
 import { CatalogedStore, type ObjectCatalog, ObjectOwners, Reconciler } from './catalog/index.ts';
 import type { ObjectStore } from './store.ts';
-import { Uploads } from './uploads/resumable.ts';
+import { type StartLock, Uploads } from './uploads/resumable.ts';
 
 /** What the app is built from. */
 export interface StorageDeps {
@@ -19,6 +19,8 @@ export interface StorageDeps {
   store: ObjectStore;
   /** The object catalog (the service's database). */
   catalog: ObjectCatalog;
+  /** Takes turns of one owner's upload starts across instances (the service's database). */
+  startLock: StartLock;
 }
 
 export interface StorageContext extends StorageDeps {
@@ -40,6 +42,7 @@ export function storageContext(deps: StorageDeps): StorageContext {
       maxSize: settings.max_upload_size,
       expiryMs: durationMs(settings.upload_expiry),
     },
+    deps.startLock,
     deps.logger,
   );
   const reconciler = new Reconciler({

@@ -11,6 +11,7 @@
 import { AppError, errors, forEachLimited, isRefusal, objectKeyProblem, type Principal } from '@gpu/common';
 import { storageErrors } from '../errors.ts';
 import type { ResolvedTarget, StorageAccess } from './access.ts';
+import { storeKeyProblem } from './key-limits.ts';
 import { existingObject, type Target } from './objects.ts';
 import type { ObjectStore } from './store.ts';
 
@@ -45,6 +46,8 @@ export interface GrantDeps {
   access: StorageAccess;
   /** The shared bucket of bucket-less entries ('' when none). */
   defaultBucket: string;
+  /** `object_store.max_key_segment_bytes`: the store's limit of a key's segment (`key-limits.ts`). */
+  maxSegmentBytes: number;
 }
 
 /** HEAD requests in flight while checking that the inputs exist. */
@@ -85,10 +88,11 @@ export async function grantUrls(deps: GrantDeps, req: GrantRequest): Promise<Gra
   };
   const reads: Item[] = req.read.map(resolve('read'));
   const writes: Item[] = req.write.map(resolve('write'));
-  // The store's key is the user's folder and the key: it too must keep the limits (1024 bytes), or the store refuses
-  // the URL's request later.
+  // The store's key is the user's folder and the key: the store must be able to hold it (1024 bytes, and each segment's
+  // limit), or it refuses the URL's request later. Checked for every entry before the store is asked anything.
   for (const item of [...reads, ...writes]) {
-    const problem = objectKeyProblem(item.target.key);
+    const problem =
+      objectKeyProblem(item.target.key) ?? storeKeyProblem(item.target.key, deps.maxSegmentBytes, item.target.folder);
     if (problem) {
       throw errors.validation(`${item.label}: the stored key ${problem}`, [
         { path: `body.${item.label.replace('[', '.').replace(']', '')}.key`, message: `the stored key ${problem}` },

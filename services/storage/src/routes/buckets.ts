@@ -3,7 +3,6 @@ import { callerOf, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import { STORAGE_ROLES } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
-import { assertBucketName } from './object-target.ts';
 import { bucketParams, schemas, storeErrorResponses } from './schemas.ts';
 
 const ensureResponse = z
@@ -28,7 +27,7 @@ export const bucketRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
       },
     },
     async (request, reply) => {
-      const bucket = assertBucketName(request.params.bucketName);
+      const bucket = request.params.bucketName;
       const outcome = await ctx.access.ensureBucket(callerOf(request), bucket);
       request.log.info({ bucket, outcome }, 'bucket ensured');
       return reply.code(201).send({

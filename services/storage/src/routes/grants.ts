@@ -10,7 +10,15 @@ import type { StorageContext } from '../domain/context.ts';
 import { expirySeconds, GRANT_EXPIRY } from '../domain/expiry.ts';
 import { type GrantEntry, grantUrls } from '../domain/grants.ts';
 import { utcSeconds } from './presenters.ts';
-import { bucketField, keyField, problemResponse, schemas, storeErrorResponses } from './schemas.ts';
+import {
+  bucketField,
+  expiryField,
+  keyField,
+  problemResponse,
+  STORE_KEY_LIMITS,
+  schemas,
+  storeErrorResponses,
+} from './schemas.ts';
 
 /** Entries a grant may name: a session's inputs, and its logs and outputs. */
 const MAX_READ = 64;
@@ -22,7 +30,8 @@ const entrySchema = z
       .optional()
       .describe("the bucket; without it, the key is in the user's folder of the default bucket (`users/{user_id}/`)"),
     key: keyField.describe(
-      "the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` names it",
+      "the full key in `bucket`; without `bucket`, relative to the user's folder, as the user's own `/objects/{key}` " +
+        `names it; ${STORE_KEY_LIMITS}`,
     ),
   })
   .strict()
@@ -42,9 +51,7 @@ const grantBody = z
       .max(MAX_WRITE)
       .default([])
       .describe(`objects to write (presigned PUT URLs); at most ${MAX_WRITE}`),
-    expiry: z
-      .string()
-      .max(64)
+    expiry: expiryField(GRANT_EXPIRY)
       .optional()
       .describe(
         `how long the URLs are valid, e.g. "30s", "10m", "1h"; default ${GRANT_EXPIRY.fallback}, 1 second to ${GRANT_EXPIRY.maxWords}`,
@@ -84,7 +91,8 @@ export const grantRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
   app.post(
     '/grants',
     {
-      config: { roles: GRANT_ROLES, openapi: { headers: { 200: ['Cache-Control'] } } },
+      // Billing asks on the internal network; no gateway routes `/grants` (tools/gateway's SERVICE_ONLY).
+      config: { roles: GRANT_ROLES, openapi: { headers: { 200: ['Cache-Control'] }, internal: true } },
       schema: {
         tags: ['grants'],
         operationId: 'grantObjectUrls',
@@ -110,22 +118,22 @@ export const grantRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     async (request, reply) => {
       const { body } = request;
       const expiry = expirySeconds(body.expiry, GRANT_EXPIRY);
-      if ('problem' in expiry) {
-        throw errors.validation(`invalid expiry: ${expiry.problem}`, [
-          { path: 'body.expiry', message: expiry.problem },
-        ]);
-      }
       const unnamed = defaultBucket ? [] : unnamedBuckets(body);
       if (unnamed.length > 0) {
         throw errors.validation(`no default bucket is configured: every entry must name its bucket`, unnamed);
       }
       const grant = await grantUrls(
-        { store: ctx.store, access: ctx.access, defaultBucket },
+        {
+          store: ctx.store,
+          access: ctx.access,
+          defaultBucket,
+          maxSegmentBytes: ctx.config.object_store.max_key_segment_bytes,
+        },
         // User IDs are lowercase UUIDs: an uppercase one names the same user, and so the same folder.
-        { userId: body.user_id.toLowerCase(), read: body.read, write: body.write, expirySeconds: expiry.seconds },
+        { userId: body.user_id.toLowerCase(), read: body.read, write: body.write, expirySeconds: expiry },
       );
       request.log.info(
-        { user_id: body.user_id, read: grant.read.length, write: grant.write.length, expiry_s: expiry.seconds },
+        { user_id: body.user_id, read: grant.read.length, write: grant.write.length, expiry_s: expiry },
         'grant signed',
       );
       return reply.header('cache-control', 'no-store').send({

@@ -5,18 +5,35 @@
  * with the earlier `start_after` / `X-Next-Start-After` kept as deprecated
  * aliases: the cursor encodes the same start-after key.
  */
-import { callerOf, invalidCursor, pageQuery, setNextPage, zBool } from '@gpu/common';
+import {
+  callerOf,
+  invalidCursor,
+  maxUtf8Bytes,
+  PREFIX_PATTERN,
+  pageQuery,
+  prefixProblem,
+  setNextPage,
+  zBool,
+} from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { StorageContext } from '../domain/context.ts';
 import { cursorPosition, listingCursor, listObjects } from '../domain/listing.ts';
-import { assertBucketName, assertPrefix, defaultBucket } from './object-target.ts';
+import { defaultBucket } from './object-target.ts';
 import { objectInfo } from './presenters.ts';
 
 const NEXT_START_AFTER_HEADER = 'x-next-start-after';
 
 export const listQuery = z.object({
-  prefix: z.string().max(1024).default('').describe('only keys that start with this'),
+  prefix: maxUtf8Bytes(
+    z
+      .string()
+      .max(1024)
+      .regex(PREFIX_PATTERN, { error: (issue) => `invalid object key: ${prefixProblem(String(issue.input))}` }),
+    1024,
+  )
+    .default('')
+    .describe('only keys that start with this (empty, or what a key may be)'),
   recursive: zBool().default(true).describe('false lists one level: common prefixes come back as entries'),
   ...pageQuery,
   start_after: z
@@ -56,11 +73,11 @@ export async function listBucket(
   reply: FastifyReply,
 ) {
   const actor = callerOf(request);
-  const prefix = assertPrefix(query.prefix);
+  const prefix = query.prefix;
   let bucket: string;
   let folder = '';
   if ('bucket' in which) {
-    bucket = assertBucketName(which.bucket);
+    bucket = which.bucket;
     await ctx.access.assertMayUse(actor, bucket, prefix);
   } else {
     ({ bucket, folder } = ctx.access.defaultTarget(actor, defaultBucket(ctx.config), ''));

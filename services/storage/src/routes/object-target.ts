@@ -9,34 +9,17 @@
  * (`a%2Fb.bin`: one segment; the router decodes it), and an object whose key is exactly "list" at a bucket's top
  * level can be written, read by HEAD and deleted, but GET of it lists the bucket.
  *
- * Names and keys that break the rules of `@gpu/common` (`object-names.ts`) are refused here,
- * naming the request field.
+ * Names and keys that break the rules of `@gpu/common` (`object-names.ts`) are refused by the routes' parameter
+ * schemas (`schemas.ts`), naming the field; what the store can hold of a key (the caller's folder and the configured
+ * limit decide) is checked here (`assertStorable`).
  */
-import { bucketNameProblem, callerOf, objectKeyProblem, prefixProblem } from '@gpu/common';
+import { callerOf } from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import type { StorageConfig } from '../config.ts';
 import type { ResolvedTarget } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
-import type { Target } from '../domain/objects.ts';
+import { storeKeyProblem } from '../domain/key-limits.ts';
 import { storageErrors } from '../errors.ts';
-
-export function assertBucketName(name: string): string {
-  const problem = bucketNameProblem(name);
-  if (problem) throw storageErrors.invalidBucketName(name, problem);
-  return name;
-}
-
-function assertObjectKey(key: string): string {
-  const problem = objectKeyProblem(key);
-  if (problem) throw storageErrors.invalidObjectKey(problem);
-  return key;
-}
-
-export function assertPrefix(prefix: string): string {
-  const problem = prefixProblem(prefix);
-  if (problem) throw storageErrors.invalidObjectKey(problem);
-  return prefix;
-}
 
 export function defaultBucket(config: StorageConfig): string {
   const bucket = config.object_store.default_bucket;
@@ -44,12 +27,18 @@ export function defaultBucket(config: StorageConfig): string {
   return bucket;
 }
 
-function namedTarget(params: { bucketName: string; '*': string }): Target {
-  return { bucket: assertBucketName(params.bucketName), key: assertObjectKey(params['*']) };
-}
-
-function defaultTarget(config: StorageConfig, params: { '*': string }): Target {
-  return { bucket: defaultBucket(config), key: assertObjectKey(params['*']) };
+/**
+ * The target, when the store can hold its key (`domain/key-limits.ts`: the store's key, the caller's folder
+ * included); else a 400 naming `field`, before the store is asked anything.
+ */
+export function assertStorable(
+  ctx: StorageContext,
+  target: ResolvedTarget,
+  field = 'params.objectKey',
+): ResolvedTarget {
+  const problem = storeKeyProblem(target.key, ctx.config.object_store.max_key_segment_bytes, target.folder);
+  if (problem) throw storageErrors.invalidObjectKey(problem, field);
+  return target;
 }
 
 /** A bucket-named route's target, once the caller may use it. */
@@ -58,13 +47,12 @@ export async function namedTargetOf(
   request: FastifyRequest,
   params: { bucketName: string; '*': string },
 ): Promise<ResolvedTarget> {
-  const target = namedTarget(params);
+  const target = assertStorable(ctx, { bucket: params.bucketName, key: params['*'], folder: '' });
   await ctx.access.assertMayUse(callerOf(request), target.bucket, target.key);
-  return { ...target, folder: '' };
+  return target;
 }
 
 /** A default-bucket route's target: the key in the caller's folder (as named for admins and services). */
 export function defaultTargetOf(ctx: StorageContext, request: FastifyRequest, params: { '*': string }): ResolvedTarget {
-  const target = defaultTarget(ctx.config, params);
-  return ctx.access.defaultTarget(callerOf(request), target.bucket, target.key);
+  return assertStorable(ctx, ctx.access.defaultTarget(callerOf(request), defaultBucket(ctx.config), params['*']));
 }

@@ -8,9 +8,10 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
+import { errors } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ResolvedTarget as Target } from '../domain/access.ts';
-import { resolveContentType } from '../domain/content-type.ts';
+import { contentTypeProblem, resolveContentType } from '../domain/content-type.ts';
 import type { StorageContext } from '../domain/context.ts';
 import {
   deleteObject as deleteStored,
@@ -26,12 +27,17 @@ import { objectInfo } from './presenters.ts';
 import { storeBody } from './upload-body.ts';
 
 export function uploadObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  const given = request.headers['content-type'];
+  const problem = given === undefined ? undefined : contentTypeProblem(given);
+  if (problem) {
+    throw errors.validation(`invalid Content-Type: ${problem}`, [{ path: 'headers.content-type', message: problem }]);
+  }
   return storeBody(ctx, request, reply, async (body) => {
     const stored = await storeUpload(ctx.store, {
       bucket: target.bucket,
       key: target.key,
       body,
-      contentType: resolveContentType(request.headers['content-type'], target.key),
+      contentType: resolveContentType(given, target.key),
       contentLength: body.declared,
       signal: request.abortSignal,
     });

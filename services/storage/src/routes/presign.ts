@@ -1,19 +1,17 @@
 /** Presigned GET/PUT URLs against the object store, bucket-named and default-bucket. */
-import { assertScope, callerOf, errors, type Principal, type RoutePlugin } from '@gpu/common';
+import { assertScope, callerOf, type Principal, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import { STORAGE_ROLES, type ResolvedTarget as Target } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { expirySeconds, PRESIGN_EXPIRY } from '../domain/expiry.ts';
 import { defaultTargetOf, namedTargetOf } from './object-target.ts';
 import { utcSeconds } from './presenters.ts';
-import { bucketKeyParams, errorResponses, keyParams, OBJECT_KEY, schemas } from './schemas.ts';
+import { bucketKeyParams, errorResponses, expiryField, keyParams, OBJECT_KEY, schemas } from './schemas.ts';
 
 const presignBody = z
   .object({
     method: z.enum(['GET', 'PUT']).describe('GET to download, PUT to upload'),
-    expiry: z
-      .string()
-      .max(64)
+    expiry: expiryField(PRESIGN_EXPIRY)
       .optional()
       .describe(
         `how long the URL is valid, e.g. "30s", "15m", "1h30m"; default ${PRESIGN_EXPIRY.fallback}, at most ${PRESIGN_EXPIRY.maxWords}`,
@@ -34,17 +32,14 @@ const presignResponse = z
 async function presign(ctx: StorageContext, caller: Principal, target: Target, body: z.infer<typeof presignBody>) {
   // A URL to read needs storage:read, one to write storage:write (the route takes a key with either).
   assertScope(caller, body.method === 'PUT' ? 'storage:write' : 'storage:read');
-  const expiry = expirySeconds(body.expiry, PRESIGN_EXPIRY);
-  if ('problem' in expiry) {
-    throw errors.validation(`invalid expiry: ${expiry.problem}`, [{ path: 'body.expiry', message: expiry.problem }]);
-  }
-  const url = await ctx.store.presign(target.bucket, target.key, body.method, expiry.seconds);
+  const seconds = expirySeconds(body.expiry, PRESIGN_EXPIRY);
+  const url = await ctx.store.presign(target.bucket, target.key, body.method, seconds);
   return {
     url,
     method: body.method,
     key: target.key.slice(target.folder.length),
     bucket: target.bucket,
-    expires_at: utcSeconds(new Date(Date.now() + expiry.seconds * 1000)),
+    expires_at: utcSeconds(new Date(Date.now() + seconds * 1000)),
   };
 }
 

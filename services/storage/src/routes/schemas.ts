@@ -1,6 +1,16 @@
 /** Zod schemas shared by the storage routes (and so by the OpenAPI document). */
-import { bucketNameProblem, type HeaderName, objectKeyProblem, problemSchema, schemaRegistry } from '@gpu/common';
+import {
+  durationWithin,
+  type HeaderName,
+  problemSchema,
+  schemaRegistry,
+  zBucketName,
+  zDuration,
+  zObjectKey,
+} from '@gpu/common';
 import { z } from 'zod';
+import { type ExpiryRule, MIN_EXPIRY } from '../domain/expiry.ts';
+import { DEFAULT_MAX_KEY_SEGMENT_BYTES, MAX_STORE_KEY_BYTES } from '../domain/key-limits.ts';
 
 /** The storage document's named schemas (`components.schemas`). */
 export const schemas = schemaRegistry();
@@ -26,46 +36,45 @@ export const objectListSchema = z
 /** The name of an object key in the document's paths: `/objects/{bucketName}/{objectKey}`. */
 export const OBJECT_KEY = 'objectKey';
 
-/** A bucket name in a JSON body, checked by the platform's naming rules. */
-export const bucketField = z
-  .string()
-  .max(63, { message: 'must be 3 to 63 characters long', abort: true })
-  .refine((name) => bucketNameProblem(name) === undefined, {
-    error: (issue) => `invalid bucket name: ${bucketNameProblem(String(issue.input))}`,
-  });
+/**
+ * What the store holds of a key (`domain/key-limits.ts`), as every key's description says it: checked on every route
+ * that takes a key, before the store is asked anything (400 naming the field).
+ */
+export const STORE_KEY_LIMITS =
+  `the key the store holds (your folder \`users/{id}/\` in front, on the default-bucket routes) has at most ` +
+  `${MAX_STORE_KEY_BYTES} bytes of UTF-8, and each \`/\`-separated segment at most \`object_store.max_key_segment_bytes\` ` +
+  `(${DEFAULT_MAX_KEY_SEGMENT_BYTES} by default, the documents' \`x-max-segment-utf8-bytes\`)`;
 
-/** An object key in a JSON body, checked by the platform's key rules. */
-export const keyField = z
-  .string()
-  .max(1024, { message: 'must be at most 1024 bytes of UTF-8', abort: true })
-  .refine((key) => objectKeyProblem(key) === undefined, {
-    error: (issue) => `invalid object key: ${objectKeyProblem(String(issue.input))}`,
-  });
+/** A bucket name in a JSON body, checked by the platform's naming rules (`@gpu/common`'s `zBucketName`). */
+export const bucketField = zBucketName();
 
-export const bucketParams = z.object({
-  bucketName: z
-    .string()
-    .max(63, 'must be 3 to 63 characters long')
-    .describe('bucket name (S3 naming rules: 3-63 characters)'),
-});
+/**
+ * An object key, checked by the platform's key rules (`zObjectKey`: its `pattern` and its 1024 bytes); the store's
+ * limit of a segment (`x-max-segment-utf8-bytes`, the setting's default) is checked with the key the store holds
+ * (`assertStorable`, `domain/key-limits.ts`), which the caller's folder and the configured limit decide.
+ */
+export const keyField = zObjectKey().meta({ 'x-max-segment-utf8-bytes': DEFAULT_MAX_KEY_SEGMENT_BYTES });
+
+const bucketNameParam = zBucketName().describe('bucket name (S3 naming rules: 3-63 characters)');
+
+export const bucketParams = z.object({ bucketName: bucketNameParam });
 export const bucketKeyParams = z.object({
-  bucketName: z
-    .string()
-    .max(63, 'must be 3 to 63 characters long')
-    .describe('bucket name (S3 naming rules: 3-63 characters)'),
-  '*': z
-    .string()
-    .max(1024, 'must be at most 1024 bytes of UTF-8')
-    .describe('object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them'),
+  bucketName: bucketNameParam,
+  '*': keyField.describe(
+    'object key; may contain slashes, sent as they are or encoded (`%2F`), as a client library encodes them; ' +
+      STORE_KEY_LIMITS,
+  ),
 });
 export const keyParams = z.object({
-  '*': z
-    .string()
-    .max(1024, 'must be at most 1024 bytes of UTF-8')
-    .describe(
-      'object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`)',
-    ),
+  '*': keyField.describe(
+    'object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); ' +
+      STORE_KEY_LIMITS,
+  ),
 });
+
+/** A URL's requested lifetime: a duration from 1 second to the rule's bound (`domain/expiry.ts`). */
+export const expiryField = (rule: ExpiryRule) =>
+  durationWithin(zDuration(), MIN_EXPIRY, rule.max, `must be from 1 second to ${rule.maxWords}`);
 
 /**
  * Raw object bytes, for the OpenAPI document: a binary string. It accepts any value, so that as an upload's body
@@ -90,7 +99,9 @@ export const OBJECT_HEADERS: readonly HeaderName[] = ['Content-Length', 'ETag', 
 
 /** Errors every route can answer. */
 export const errorResponses = {
-  400: problemResponse('VALIDATION_ERROR: a bad bucket name, key or request value (`errors` names the field)'),
+  400: problemResponse(
+    'VALIDATION_ERROR: a bad bucket name, key or request value, or a key the store cannot hold (`errors` names the field)',
+  ),
   401: problemResponse('no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer'),
   403: problemResponse(
     "BUCKET_NOT_OWNED (someone else's bucket), FOLDER_NOT_OWNED (outside your folder of the default bucket), " +

@@ -17,13 +17,13 @@ import {
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { STORAGE_ROLES } from '../domain/access.ts';
-import { resolveContentType } from '../domain/content-type.ts';
+import { CONTENT_TYPE_PATTERN, MAX_CONTENT_TYPE_LENGTH, resolveContentType } from '../domain/content-type.ts';
 import type { StorageContext } from '../domain/context.ts';
 import { headObject } from '../domain/objects.ts';
 import type { PartInfo } from '../domain/store.ts';
 import { MAX_OPEN_UPLOADS, MAX_PARTS, MIN_PART_SIZE, type UploadRecord } from '../domain/uploads/resumable.ts';
 import { storageErrors } from '../errors.ts';
-import { assertBucketName, defaultBucket } from './object-target.ts';
+import { assertStorable, defaultBucket } from './object-target.ts';
 import { objectInfo, utcSeconds } from './presenters.ts';
 import {
   binarySchema,
@@ -31,6 +31,7 @@ import {
   keyField,
   objectInfoSchema,
   problemResponse,
+  STORE_KEY_LIMITS,
   schemas,
   storeErrorResponses,
 } from './schemas.ts';
@@ -41,10 +42,11 @@ const startBody = z
     bucket: bucketField
       .optional()
       .describe('a bucket of yours; without it, the key is in your folder of the default bucket, as `/objects/{key}`'),
-    key: keyField.describe('the object to make, as `PUT /objects` names it'),
+    key: keyField.describe(`the object to make, as \`PUT /objects\` names it; ${STORE_KEY_LIMITS}`),
     content_type: z
       .string()
-      .max(255)
+      .max(MAX_CONTENT_TYPE_LENGTH)
+      .regex(CONTENT_TYPE_PATTERN, 'must be printable ASCII (a media type such as text/csv)')
       .optional()
       .describe("the object's content type; by default a guess from the key's extension"),
   })
@@ -173,9 +175,11 @@ export const uploadRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
     async (request, reply) => {
       const caller = callerOf(request);
       const { bucket, key } = request.body;
-      const target = bucket
-        ? { bucket: assertBucketName(bucket), key, folder: '' }
-        : ctx.access.defaultTarget(caller, defaultBucket(ctx.config), key);
+      const target = assertStorable(
+        ctx,
+        bucket ? { bucket, key, folder: '' } : ctx.access.defaultTarget(caller, defaultBucket(ctx.config), key),
+        'body.key',
+      );
       await ctx.access.assertMayUse(caller, target.bucket, target.key);
       const contentType = resolveContentType(request.body.content_type, key);
       const record = await uploads.create(ownerOf(request), target, bucket !== undefined, contentType);

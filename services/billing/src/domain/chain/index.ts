@@ -10,4 +10,4 @@ export {
   type VerifiedDeposit,
 } from './chain.ts';
 export { chainError } from './errors.ts';
-export { isSolanaAddress } from './solana-address.ts';
+export { isSolanaAddress, SOLANA_ADDRESS_PATTERN } from './solana-address.ts';

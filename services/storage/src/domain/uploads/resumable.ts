@@ -9,8 +9,10 @@
  *   that never existed; its target was checked by the access rules when it was made;
  * - a user has at most `MAX_OPEN_UPLOADS` unfinished uploads (409 TOO_MANY_UPLOADS), each at most `max_upload_size`
  *   in all (a part that would pass it is 413 before a byte of it is read), so unfinished parts, which are not
- *   billed as stored bytes until they are an object, stay bounded; requests sent at once are checked again once
- *   stored, and the ones past a bound give their upload (or themselves) up;
+ *   billed as stored bytes until they are an object, stay bounded. The starts of one user take turns (`StartLock`:
+ *   on one instance a queue, across instances the storage database's advisory lock), so counting the open uploads
+ *   and writing the new one is one step: starts sent at once admit exactly the bound. Parts sent at once are checked
+ *   again once stored, and the ones past the size bound give their upload up;
  * - an upload not completed within `upload_expiry` of its start is aborted by the sweeper (every instance sweeps;
  *   aborting twice is harmless) and its parts are freed; until then it answers 404 as well;
  * - the store's rules for parts apply and are checked before the store sees them: numbers 1-10000, every part but
@@ -38,6 +40,15 @@ export const MAX_PARTS = 10_000;
 export const MAX_OPEN_UPLOADS = 10;
 
 const RECORDS = '.uploads/';
+
+/**
+ * Serialises the starts of one owner's uploads across the instances sharing the service's database
+ * (`db/upload-start-lock.ts`), so that counting the owner's open uploads and writing a new one is one step.
+ */
+export interface StartLock {
+  /** Runs `fn` while no other start of `owner`'s runs on another instance. */
+  hold<T>(owner: string, fn: () => Promise<T>): Promise<T>;
+}
 
 /** What the service keeps of an upload (the store keeps its parts). */
 export interface UploadRecord {
@@ -67,11 +78,15 @@ export interface UploadSettings {
 export type IncomingPart = Omit<PartRequest, 'bucket' | 'key' | 'uploadId'>;
 
 export class Uploads {
+  /** Each owner's start under way on this instance, which the next one waits for. */
+  private readonly starting = new Map<string, Promise<unknown>>();
+
   constructor(
     private readonly store: ObjectStore,
     /** The bucket of the records (the bucket-owner records' bucket). */
     private readonly recordsBucket: string,
     private readonly settings: UploadSettings,
+    private readonly startLock: StartLock,
     private readonly logger?: Logger,
   ) {}
 
@@ -103,11 +118,26 @@ export class Uploads {
   }
 
   /**
-   * Starts an upload of the owner to the target (already checked by the access rules). The bound on open uploads is
-   * checked before and again after the record is written (409 either way), so concurrent requests cannot hold more
-   * than the bound.
+   * Starts an upload of the owner to the target (already checked by the access rules); 409 TOO_MANY_UPLOADS when the
+   * owner has the most open uploads there may be. The owner's starts take turns: here, one after the other on this
+   * instance (so that one request at a time of an owner waits for the database's lock, not one per request), and
+   * under the start lock across instances, so the count each one reads holds every upload started before it.
    */
   async create(owner: string, target: ResolvedTarget, namedBucket: boolean, contentType: string) {
+    const before = this.starting.get(owner) ?? Promise.resolve();
+    const mine = before
+      .catch(() => {})
+      .then(() => this.startLock.hold(owner, () => this.startNow(owner, target, namedBucket, contentType)));
+    this.starting.set(owner, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.starting.get(owner) === mine) this.starting.delete(owner);
+    }
+  }
+
+  /** Counts the owner's open uploads and writes the new one; called under the owner's turn. */
+  private async startNow(owner: string, target: ResolvedTarget, namedBucket: boolean, contentType: string) {
     if ((await this.openKeys(owner)).length >= MAX_OPEN_UPLOADS) throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
     const storeUploadId = await this.store.createMultipart(target.bucket, target.key, contentType);
     const record: UploadRecord = {
@@ -121,21 +151,13 @@ export class Uploads {
       store_upload_id: storeUploadId,
       created_at: new Date().toISOString(),
     };
-    const mine = this.recordKey(owner, record.upload_id);
     try {
       // Its key is new (a random ID): the write that makes the bucket on first use, as the owner records do.
-      await writeJsonOnce(this.store, this.recordsBucket, mine, record);
+      await writeJsonOnce(this.store, this.recordsBucket, this.recordKey(owner, record.upload_id), record);
     } catch (err) {
       // Without its record nobody could finish the upload or sweep it: give the store's upload up.
       await this.store.abortMultipart(target.bucket, target.key, storeUploadId).catch(() => {});
       throw err;
-    }
-    // Counted again with this record written: one that finds the bound full of others gives up. Of uploads started at
-    // once, each sees every record written before it read (so they cannot all stay), at worst one too many gives up.
-    const others = (await this.openKeys(owner)).filter((key) => key !== mine);
-    if (others.length >= MAX_OPEN_UPLOADS) {
-      await this.abort(record).catch(() => {});
-      throw storageErrors.tooManyUploads(MAX_OPEN_UPLOADS);
     }
     return record;
   }
