@@ -32,10 +32,15 @@ function storageGrants(opts: { url: string; token: TokenSource; timeoutMs: numbe
         });
       const status = result.response.status;
       if (!result.data) {
-        const problem = (result.error ?? {}) as { code?: string; detail?: string };
+        const problem = (result.error ?? {}) as {
+          code?: string;
+          detail?: string;
+          errors?: { path: string; message: string }[];
+        };
         const kind = REFUSALS[status];
         const detail = `storage: ${problem.detail ?? `answered ${status}`}`;
-        if (kind && problem.code) throw new AppError(kind, problem.code, detail);
+        // Its field errors too (`body.write.2.key`): the domain names the caller's own field from them.
+        if (kind && problem.code) throw new AppError(kind, problem.code, detail, { errors: problem.errors });
         throw billingErrors.storageUnavailable(
           `the storage service answered ${status} ${problem.code ?? ''}: ${detail}`,
         );

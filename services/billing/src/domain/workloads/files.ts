@@ -16,6 +16,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import {
+  AppError,
   assertScope,
   errors,
   inputPathOf,
@@ -146,21 +147,38 @@ export async function grantWorkloadFiles(
   const inputs = isRunning(session) && (row.state === 'pending' || row.state === 'preparing') ? spec.inputs : [];
   const outputs = outputPaths.map((p, i) => ({ path: p, ref: outputRef(output, p, `body.outputs[${i}]`) }));
   const logs = logRefs(output);
-  const granted = await ctx.storage.grant(
-    {
-      userId: session.user_id,
-      read: inputs.map(({ bucket, key }) => (bucket === undefined ? { key } : { bucket, key })),
-      write: [logs.stdout, logs.stderr, ...outputs.map((o) => o.ref)],
-      expirySeconds: seconds,
-    },
-    correlationId,
-  );
+  const granted = await ctx.storage
+    .grant(
+      {
+        userId: session.user_id,
+        read: inputs.map(({ bucket, key }) => (bucket === undefined ? { key } : { bucket, key })),
+        write: [logs.stdout, logs.stderr, ...outputs.map((o) => o.ref)],
+        expirySeconds: seconds,
+      },
+      correlationId,
+    )
+    .catch((err: unknown) => {
+      throw asOutputRefusal(err, outputs);
+    });
   return {
     inputs: inputs.map((input, i) => ({ ...granted.read[i]!, path: inputPathOf(input) })),
     logs: { stdout: granted.write[0]!, stderr: granted.write[1]! },
     outputs: outputs.map((o, i) => ({ ...granted.write[i + 2]!, path: o.path })),
     expiresAt: granted.expiresAt,
   };
+}
+
+/**
+ * Storage's refusal of an output's key (one the store cannot hold: `body.write.<i>.key`, the logs first) as the
+ * caller's own field, `body.outputs[<i - 2>]`, so that a daemon can leave that file out and ask again for the rest.
+ */
+function asOutputRefusal(err: unknown, outputs: { path: string }[]): unknown {
+  if (!(err instanceof AppError) || err.kind !== 'invalid') return err;
+  const at = /^body\.write\.(\d+)\.key$/.exec(err.errors?.[0]?.path ?? '');
+  const output = at ? outputs[Number(at[1]) - 2] : undefined;
+  if (!output) return err;
+  const i = outputs.indexOf(output);
+  return billingErrors.invalidOutputPath(`body.outputs[${i}]`, output.path, err.errors![0]!.message);
 }
 
 /** An output the daemon uploaded. */
