@@ -20,6 +20,7 @@ import { workloadOutputsMigration } from './0017-workload-outputs.ts';
 import { auditTrailMigration } from './0018-audit-trail.ts';
 import { outboxTraceContextMigration } from './0019-outbox-trace-context.ts';
 import { usageRetentionMigration } from './0020-usage-retention.ts';
+import { sessionTraceContextMigration } from './0021-session-trace-context.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -43,5 +44,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0018-audit-trail': auditTrailMigration,
     '0019-outbox-trace-context': outboxTraceContextMigration,
     '0020-usage-retention': usageRetentionMigration,
+    '0021-session-trace-context': sessionTraceContextMigration,
   };
 }
