@@ -19,10 +19,12 @@ import { baseEnvAliases, databaseEnvAliases, durationMs, messagingEnvAliases } f
 import {
   BackendTrafficPolicy,
   ClientTrafficPolicy,
+  EnvoyProxy,
   HTTPRouteFilter,
   SecurityPolicy,
 } from '@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1';
 import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
+import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import { PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
@@ -216,7 +218,9 @@ const models: Record<string, ModelClass> = Object.fromEntries(
       BackendTrafficPolicy,
       SecurityPolicy,
       HTTPRouteFilter,
+      EnvoyProxy,
       PrometheusRule,
+      PodMonitor,
     ] as unknown as ModelClass[]
   ).map((M) => [`${M.apiVersion}/${M.kind}`, M]),
 );
@@ -935,5 +939,40 @@ describe('deploy/k8s/gateway', () => {
     const filter = find(docs, ref.kind, ref.name);
     expect(filter.spec.directResponse).toMatchObject({ statusCode: 404, contentType: 'application/problem+json' });
     expect(JSON.parse(filter.spec.directResponse.body.inline)).toMatchObject({ status: 404, code: 'ROUTE_NOT_FOUND' });
+  });
+
+  it.each(overlays.map((o) => o.name))(
+    "overlay %s: Envoy traces every request into the services' trace and keeps its metrics, which are scraped",
+    (name) => {
+      const rendered = render(path.join(k8sDir, 'overlays', name));
+      const gateway = find(rendered, 'Gateway', 'platform');
+      const ref = gateway.spec.infrastructure?.parametersRef;
+      expect(ref).toEqual({ group: 'gateway.envoyproxy.io', kind: 'EnvoyProxy', name: 'platform' });
+      const proxy = find(rendered, ref.kind, ref.name);
+      expect(proxy?.metadata.namespace).toBe(gateway.metadata.namespace);
+      const { tracing, metrics, requestID } = proxy.spec.telemetry;
+      // OpenTelemetry, named as the other gateways name their spans, every trace Envoy begins recorded (the platform's
+      // fraction is 1 by default), the request ID on each span.
+      expect(tracing.provider).toMatchObject({ type: 'OpenTelemetry', serviceName: 'gateway' });
+      expect(tracing.provider.backendRefs).toEqual([expect.objectContaining({ port: 4317 })]);
+      expect(tracing.samplingRate).toBe(100);
+      expect(tracing.customTags.request_id).toEqual({ type: 'RequestHeader', requestHeader: { name: 'x-request-id' } });
+      // The caller's X-Request-ID reaches the service as sent: Envoy writes no trace decision into it.
+      expect(requestID).toEqual({ tracing: 'Disable' });
+      expect(metrics.prometheus?.disable).not.toBe(true);
+    },
+  );
+
+  it("has the Prometheus Operator scrape the Gateway's Envoy proxies at their metrics port", () => {
+    const monitoring = render(path.join(k8sDir, 'monitoring'));
+    const monitor = find(monitoring, 'PodMonitor', 'platform-gateway');
+    // The proxies Envoy Gateway runs for this Gateway (the labels the services' NetworkPolicies admit them by).
+    expect(monitor.spec.namespaceSelector).toEqual({ matchNames: ['envoy-gateway-system'] });
+    expect(monitor.spec.selector.matchLabels).toEqual({
+      'app.kubernetes.io/name': 'envoy',
+      'app.kubernetes.io/component': 'proxy',
+      'gateway.envoyproxy.io/owning-gateway-name': find(docs, 'Gateway', 'platform').metadata.name,
+    });
+    expect(monitor.spec.podMetricsEndpoints).toEqual([{ port: 'metrics', path: '/stats/prometheus' }]);
   });
 });

@@ -26,7 +26,7 @@ import {
   type Tracer,
   trace,
 } from '@opentelemetry/api';
-import type { SpanExporter } from '@opentelemetry/sdk-trace';
+import type { IdGenerator, SpanExporter } from '@opentelemetry/sdk-trace';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 
@@ -44,6 +44,11 @@ export interface TracingOptions {
   env?: NodeJS.ProcessEnv;
   /** Where spans go instead of OTLP, each as it ends (tests: the SDK's in-memory exporter). Starts tracing. */
   exporter?: SpanExporter;
+  /**
+   * The IDs of new spans and traces (default: random ones): for spans made after the fact with the IDs another
+   * program gave them (the gateway's telemetry receiver, from nginx's lines).
+   */
+  idGenerator?: IdGenerator;
 }
 
 /** Whether tracing is configured by the environment. */
@@ -90,6 +95,7 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | unde
       [semconv.ATTR_SERVICE_NAME]: env.OTEL_SERVICE_NAME || opts.service,
     }),
     sampler: new sdk.ParentBasedSampler({ root: ratio, remoteParentSampled: ratio, remoteParentNotSampled: ratio }),
+    ...(opts.idGenerator ? { idGenerator: opts.idGenerator } : {}),
     spanProcessors: [
       opts.exporter ? new sdk.SimpleSpanProcessor({ exporter }) : new sdk.BatchSpanProcessor({ exporter }),
     ],
