@@ -19,6 +19,7 @@ import {
   OutboxRelay,
   startTracing,
 } from '@gpu/common';
+import { captureLogs } from '@gpu/common/testing';
 import { context, propagation, type Span, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -200,7 +201,7 @@ describe('tracing', () => {
     expect(parentOf(billingServer('/api/v1/billing/end-session'))).toBe(root.spanContext().spanId);
   });
 
-  it("puts the daemon's usage reports (NATS and HTTP) and its workload's state reports in the session's trace", async () => {
+  it("puts the daemon's usage reports (NATS and HTTP), its workload's state reports and its log lines in the session's trace", async () => {
     const owner = await platform.providerUser();
     const token = await platform.machineClient('daemon', owner.id);
     const suffix = randomUUID().slice(0, 8);
@@ -238,8 +239,16 @@ describe('tracing', () => {
         memory_mb: 256,
       },
     });
+    // The daemon's log lines, read back.
+    const daemonLogs = captureLogs();
+    const daemonLogger = createLogger({
+      service: 'provider-daemon',
+      instanceId: 't',
+      level: 'info',
+      destination: daemonLogs.destination,
+    });
     const overNats = new UsageReporter({ config, logger, token, publisher });
-    const overHttp = new UsageReporter({ config, logger, token, publisher: new NoopPublisher() });
+    const overHttp = new UsageReporter({ config, logger: daemonLogger, token, publisher: new NoopPublisher() });
     const providerId = await new ProviderDaemon({ config, logger, gpus: gpuSource(config.gpu), token }).attach();
     try {
       // The renter's rental of the machine with a workload, in the renter's trace.
@@ -286,6 +295,8 @@ describe('tracing', () => {
       const minute = Math.floor(Date.now() / 60_000) * 60_000;
       expect(await overNats.report(providerId, readings, new Date(minute))).toBe(1);
       expect(await overHttp.report(providerId, readings, new Date(minute + 60_000))).toBe(1);
+      // Billing refuses a report dated an hour ahead, and the daemon says so (checked below, with the spans).
+      await overHttp.report(providerId, readings, new Date(Date.now() + 3_600_000));
       // The workload, run by the daemon's runner: it reports each of its states.
       const runner = new WorkloadRunner({
         config,
@@ -328,7 +339,7 @@ describe('tracing', () => {
           .flatMap((client) => childrenOf(client))
           .filter((s) => s.instrumentationScope.name === 'billing-service')
           .map((s) => s.name);
-      const usageReport = daemonSpans().find((s) => s.name === 'report usage')!;
+      const usageReport = daemonSpans().find((s) => s.name === 'report usage' && billingServerUnder(s).length > 0)!;
       expect(parentOf(usageReport)).toBe(spanIdOf(startSpan));
       expect(billingServerUnder(usageReport)).toEqual(['POST /api/v1/billing/usage-updates']);
       const states = daemonSpans().filter((s) => s.name.startsWith('report workload '));
@@ -340,6 +351,13 @@ describe('tracing', () => {
           'POST /api/v1/billing/sessions/:sessionID/workload/state',
         ]);
       }
+
+      // A line the daemon logs while it reports (the refusal above) names the session's trace and the daemon's span.
+      const refused = daemonLogs.lines().filter((l) => l.msg === 'billing refused a usage report');
+      expect(refused).toHaveLength(1);
+      expect(refused[0]!.trace_id).toBe(traceId);
+      const reporting = daemonSpans().filter((s) => s.name === 'report usage' && spanIdOf(s) === refused[0]!.span_id);
+      expect(reporting).toHaveLength(1);
     } finally {
       await consumer.stop();
       await publisher.close();
