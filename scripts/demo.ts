@@ -56,6 +56,7 @@ import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { localMint as dataFolderMint, fund } from './lib/faucet.ts';
 import { readCaughtMail } from './lib/mail-catcher.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
+import { LIFELINE_FD, lifelineEnv, STOP_TIMEOUT_MS } from './lib/supervisor.ts';
 import { answerHelp, refuseArguments } from './lib/usage.ts';
 
 answerHelp(`usage: pnpm demo
@@ -105,6 +106,37 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
   }
 }
 
+/**
+ * Polls `probe` until it reports a value (`done`), or fails naming `what` and what the platform last reported, once
+ * nothing it reports (`state`) has moved for `quietMs`, or after `maxMs` in all. For work the platform does on its own
+ * schedule (automatic payouts every reconcile interval, then the chain): a loaded machine slows each step, which a
+ * fixed deadline took for a failure, but the platform keeps reporting progress until the work is done.
+ */
+async function untilProgress<T>(
+  what: string,
+  probe: () => Promise<{ done?: T; state: string }>,
+  quietMs: number,
+  maxMs: number,
+): Promise<T> {
+  const end = Date.now() + maxMs;
+  let last = '';
+  let quietSince = Date.now();
+  for (;;) {
+    const seen = await probe().catch((err: Error) => ({ done: undefined, state: `unreadable: ${err.message}` }));
+    if (seen.done !== undefined) return seen.done;
+    if (seen.state !== last) {
+      last = seen.state;
+      quietSince = Date.now();
+    }
+    const now = Date.now();
+    if (now - quietSince > quietMs || now > end) {
+      const why = now > end ? `${maxMs / 1000} s in all` : `nothing moved for ${quietMs / 1000} s`;
+      throw new Error(`timed out waiting for ${what} (${why}); the platform last reported ${last}`);
+    }
+    await sleep(1000);
+  }
+}
+
 /** Whether the gateway and every service behind it answer their health routes UP (`/health/<service>`). */
 const healthy = async () => {
   const up = async (path: string) =>
@@ -120,11 +152,13 @@ async function platform(): Promise<ChildProcess | null> {
     return null;
   }
   say('platform', 'not running: starting it (pnpm start)');
+  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it.
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     cwd: repoRoot,
-    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
-    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...lifelineEnv(2 * STOP_TIMEOUT_MS) },
+    stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
   });
+  child.stdio[LIFELINE_FD]?.on('error', () => {});
   await until(
     'the platform to come up',
     async () => {
@@ -172,7 +206,8 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
 
 /**
  * Verifies the user's address as a person does: the code auth mailed at sign-up, read from what `pnpm start`'s mail
- * catcher caught (`pnpm mail`), sent back to auth; their next token says so (payouts need it).
+ * catcher caught (`pnpm mail`), sent back to auth with their sign-in (without it the code would take a new password);
+ * their next token says so (payouts need it).
  */
 async function verifyAddress(person: { email: string; token: TokenSource }) {
   const mailDir = path.join(data, 'mail');
@@ -180,7 +215,11 @@ async function verifyAddress(person: { email: string; token: TokenSource }) {
     const mail = (await readCaughtMail(mailDir)).find((m) => m.to === person.email);
     return mail ? /Your code:\s+(\S+)/.exec(mail.text)?.[1] : undefined;
   });
-  unwrap(await authClient({ baseUrl: urls.auth }).POST('/api/v1/auth/email/verify', { body: { token: code } }));
+  unwrap(
+    await authClient({ baseUrl: urls.auth, token: person.token }).POST('/api/v1/auth/email/verify', {
+      body: { token: code },
+    }),
+  );
   person.token.invalidate?.();
   say('address verified', `${person.email}, with the code mailed to it (pnpm mail shows it)`);
 }
@@ -705,7 +744,10 @@ async function main() {
   const jobs = await workloadScene(renter, machineId, datasetKey, dataset);
   const records = [record, secondRecord, jobs.record, jobs.cappedRecord];
   const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
-  const payouts = await until(
+  // Automatic payouts run at a session's end and every reconcile interval (30 s under pnpm start), then wait for the
+  // chain: what billing reports (the earnings left, each payout and its status, a failure it will retry) moves at each
+  // step, and the wait lasts while it does (a minute of nothing is three intervals, however loaded the machine).
+  const payouts = await untilProgress(
     "the automatic payouts of every session's earnings",
     async () => {
       const list = unwrap(
@@ -713,11 +755,29 @@ async function main() {
           params: { path: { walletID: payoutSetting.wallet_id }, query: { type: ['payout'] } },
         }),
       );
+      const setting = unwrap(
+        await providerBilling.GET('/api/v1/provider/{providerID}/payout-settings', {
+          params: { path: { providerID: machineId } },
+        }),
+      );
+      const earnings = unwrap(
+        await providerBilling.GET('/api/v1/provider/{providerID}/earnings', {
+          params: { path: { providerID: machineId } },
+        }),
+      );
       const paid = list.filter((t) => t.status === 'confirmed');
       const total = paid.reduce((sum, t) => sum.add(t.amount), new Decimal(0));
-      return total.eq(earned) ? paid : undefined;
+      const state = JSON.stringify({
+        earned: earned.toFixed(),
+        earnings: earnings,
+        payouts: list.map((t) => `${t.amount} ${t.status}`),
+        last_failure: setting.last_failure,
+        next_attempt_at: setting.next_attempt_at,
+      });
+      return { done: total.eq(earned) ? paid : undefined, state };
     },
     60_000,
+    300_000,
   );
   const onChain = await chainBalance(connection, payoutKey.publicKey);
   say(

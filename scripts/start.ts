@@ -18,6 +18,9 @@
  * not exist, a data folder another `pnpm start` uses (a lock file in it, scripts/lib/instance-lock.ts), a port that
  * something else holds (another platform, a test server, anything).
  */
+// First: a lifeline from whatever started this process, when it was given one (a test, `pnpm demo`): with it gone,
+// however it went (`kill -9` too), this process stops as on SIGTERM, and what it runs with it (scripts/lib/lifeline.ts).
+import './lib/lifeline.ts';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { connect, isIP } from 'node:net';

@@ -2,7 +2,7 @@
 # Starts the real servers the tests use, as processes on loopback, and stops
 # them again: PostgreSQL (Debian's), NATS with JetStream (Debian's
 # nats-server), an S3-compatible server (s3rver) and a recording stand-in for
-# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox and podman for its containers; promtool for the alert rules. Installs what is
+# the Consul agent; nginx for the gateway's tests; bubblewrap for the daemon's workload sandbox and podman for its containers; promtool and amtool for the monitoring files. Installs what is
 # missing (apt-get, as root).
 #   source scripts/test-env.sh && test_env_up   # exports TEST_* variables
 #   test_env_down
@@ -153,17 +153,22 @@ ensure_podman() {
   return 0
 }
 
-# promtool, which checks the alert rules (deploy/prometheus/alerts.yml): Debian's prometheus package, installed
-# without starting its service (a policy-rc.d refusal, as for nginx).
+# promtool and amtool, which check the monitoring files (tests/alert-rules.test.ts: `promtool check rules` and
+# `promtool test rules` on deploy/prometheus; tests/deploy.test.ts: `promtool check config`, `amtool check-config`):
+# Debian's prometheus and prometheus-alertmanager packages, installed without starting their services (a policy-rc.d
+# refusal, as for nginx).
 ensure_promtool() {
-  command -v promtool >/dev/null && return 0
+  local missing=()
+  command -v promtool >/dev/null || missing+=(prometheus)
+  command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
+  [ "${#missing[@]}" = 0 ] && return 0
   local policy=/usr/sbin/policy-rc.d made=""
   if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; made=1; fi
   local rc=0
-  apt_install --no-install-recommends prometheus || rc=$?
+  apt_install --no-install-recommends "${missing[@]}" || rc=$?
   if [ -n "$made" ]; then rm -f "$policy"; fi
   if [ "$rc" != 0 ]; then return "$rc"; fi
-  log "$(promtool --version 2>&1 | head -1)"
+  log "$(promtool --version 2>&1 | head -1); $(amtool --version 2>&1 | head -1)"
 }
 
 test_env_up() {

@@ -6,6 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { apiKeyToken, registryClient } from '../packages/client/src/index.ts';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
 import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
@@ -79,6 +80,16 @@ async function exchange(apiKey: string): Promise<Record<string, string> | null> 
     body: new URLSearchParams({ grant_type: 'api_key', api_key: apiKey }),
   });
   return res.ok ? { authorization: `Bearer ${((await res.json()) as { access_token: string }).access_token}` } : null;
+}
+
+/** How the exchange of a key was refused. */
+async function exchangeRefusal(apiKey: string) {
+  const res = await fetch(`${platform.authUrl}/api/v1/auth/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'api_key', api_key: apiKey }),
+  });
+  return { status: res.status, code: ((await res.json()) as { code?: string }).code };
 }
 
 const call = async (url: string, headers: Record<string, string>, init: { method?: string; body?: unknown } = {}) => {
@@ -176,7 +187,7 @@ describe('API keys at every service', () => {
     expect((await call(object('secret.txt'), headers)).status).toBe(404);
   });
 
-  it('a revoked key gets no token, and its last token dies at every service within the token lifetime', async () => {
+  it('a revoked key gets no token, says so, and its last token dies at every service within the token lifetime', async () => {
     const u = await renter();
     const { apiKey, id, headers } = await keyOf(u, ['read', 'storage:read']);
     const everywhere = [offers(), balance(u), `${storage.url}/objects/list`];
@@ -184,9 +195,19 @@ describe('API keys at every service', () => {
     for (const url of everywhere) expect((await call(url, headers)).status, url).toBe(200);
     const revoked = await fetch(`${platform.authUrl}/api/v1/auth/keys/${id}`, { method: 'DELETE', headers: u.signIn });
     expect(revoked.status).toBe(200);
-    expect(await exchange(apiKey)).toBeNull();
+    // The exchange says why, and auth refuses the token it had at once.
+    expect(await exchangeRefusal(apiKey)).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
+    expect(await call(`${platform.authUrl}/api/v1/auth/me`, headers)).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
     // Past its lifetime and the services' clock tolerance (5 s): refused everywhere.
     await new Promise((r) => setTimeout(r, TOKEN_TTL_MS + 6000));
     for (const url of everywhere) expect((await call(url, headers)).status, url).toBe(401);
+    // A program with the typed client asks for a new token there, and hears why it gets none.
+    const program = registryClient({
+      baseUrl: platform.registryUrl,
+      token: apiKeyToken({ authUrl: platform.authUrl, apiKey }),
+    });
+    await expect(program.GET('/offers', { params: { query: { gpu_model: 'H100' } } })).rejects.toThrow(
+      /API_KEY_REVOKED/,
+    );
   });
 });

@@ -9,7 +9,7 @@
  * program with production dependencies only: the build stage's script, run in a copy of the tree, makes a runtime
  * from which the storage service starts and answers its health check.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   cpSync,
@@ -26,6 +26,7 @@ import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { tracingConfigured } from '@gpu/common';
 import { freePort, testEnv } from '@gpu/common/testing';
 import { Ajv } from 'ajv';
@@ -33,6 +34,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { compiledPath } from '../scripts/lib/build.ts';
 import { imageCommand, imageServices } from '../scripts/lib/image.ts';
+import { RULE_FILES } from '../scripts/lib/prometheus-rule.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const compose = YAML.parse(readFileSync(path.join(root, 'docker-compose.yml'), 'utf8'), { merge: true });
@@ -171,8 +173,11 @@ describe('docker-compose.yml', () => {
       gateway: ['8080', '9000', '8899', '8900'],
       // the trace viewer, in the tracing profile only
       jaeger: ['16686'],
+      // the dashboards, in the monitoring profile only
+      grafana: ['3000'],
     });
     expect((composeServices.jaeger as { profiles?: string[] }).profiles).toEqual(['tracing']);
+    expect((composeServices.grafana as { profiles?: string[] }).profiles).toEqual(['monitoring']);
     // The gateway is nginx on its files in deploy/gateway (the ones tools/gateway/test runs), recent enough to
     // re-resolve the services' names (`resolve`, nginx 1.27.3).
     const gateway = composeServices.gateway as ComposeService & { volumes?: string[] };
@@ -339,6 +344,100 @@ describe('docker-compose.yml', () => {
       }
     });
     expect(ignored, `environment of ${name} in docker-compose.yml that the service ignores`).toEqual([]);
+  });
+});
+
+describe('docker-compose.yml, profile monitoring', () => {
+  type Monitoring = ComposeService & { profiles?: string[]; volumes?: string[]; expose?: string[] };
+  const service = (name: string) => composeServices[name] as Monitoring;
+  /** A service's read-only file mounts: the container path of each host file or folder. */
+  const mounts = (name: string) =>
+    Object.fromEntries(
+      (service(name).volumes ?? []).map((v) => {
+        const [host, container, mode] = v.split(':');
+        expect(mode, `${name}: ${v}`).toBe('ro');
+        return [container!, path.join(root, host!)];
+      }),
+    );
+  /** A copy of a service's mounted files in a temporary folder, at their container paths under it. */
+  function mountedTree(name: string): string {
+    const dir = mkdtempSync(path.join(tmpdir(), `compose-${name}-`));
+    for (const [container, host] of Object.entries(mounts(name))) {
+      mkdirSync(path.dirname(path.join(dir, container)), { recursive: true });
+      cpSync(host, path.join(dir, container), { recursive: true });
+    }
+    return dir;
+  }
+
+  it('runs Prometheus, Alertmanager and Grafana there, and only there', () => {
+    for (const name of ['prometheus', 'alertmanager', 'grafana']) {
+      expect(service(name)?.profiles, name).toEqual(['monitoring']);
+    }
+    expect(service('prometheus').depends_on).toEqual(['alertmanager']);
+    expect(service('grafana').depends_on).toEqual(['prometheus']);
+  });
+
+  it("Prometheus: scrapes the four services, loads every rule file, and sends alerts to compose's Alertmanager", async () => {
+    const config = YAML.parse(readFileSync(path.join(root, 'deploy/prometheus/prometheus.yml'), 'utf8'));
+    expect(mounts('prometheus')['/etc/prometheus/prometheus.yml']).toBe(
+      path.join(root, 'deploy/prometheus/prometheus.yml'),
+    );
+    const targets = (config.scrape_configs as { job_name: string; static_configs: { targets: string[] }[] }[]).map(
+      (c) => [c.job_name, c.static_configs.flatMap((s) => s.targets)],
+    );
+    expect(targets.sort()).toEqual(builtServices.map((name) => [name, [`${name}:${contractPorts[name]}`]]).sort());
+    const [alertmanager] = config.alerting.alertmanagers[0].static_configs[0].targets as string[];
+    const [host, port] = alertmanager!.split(':');
+    expect(service(host!)?.expose).toContain(port);
+
+    // promtool check config on the files as the container sees them: the rule files it finds are the mounted ones.
+    const tree = mountedTree('prometheus');
+    const configFile = path.join(tree, 'etc/prometheus/prometheus.yml');
+    writeFileSync(
+      configFile,
+      readFileSync(configFile, 'utf8').replaceAll('/etc/prometheus/', `${tree}/etc/prometheus/`),
+    );
+    const { stdout } = await promisify(execFile)('promtool', ['check', 'config', configFile]);
+    expect(stdout).toContain(`SUCCESS: ${RULE_FILES.length} rule files found`);
+    const mounted = Object.values(mounts('prometheus')).map((f) => path.relative(root, f));
+    for (const file of RULE_FILES) expect(mounted, file).toContain(file);
+  });
+
+  it('Alertmanager: its configuration, where the image reads it, passes amtool check-config; a broken one does not', async () => {
+    const file = mounts('alertmanager')['/etc/alertmanager/alertmanager.yml'];
+    expect(file).toBe(path.join(root, 'deploy/alertmanager/alertmanager.yml'));
+    const { stdout } = await promisify(execFile)('amtool', ['check-config', file!]);
+    expect(stdout).toContain('SUCCESS');
+    const config = YAML.parse(readFileSync(file!, 'utf8'));
+    // Pages and tickets by the rules' severities.
+    expect(config.route.routes.map((r: { matchers: string[] }) => r.matchers)).toEqual([['severity="critical"']]);
+    const broken = path.join(mkdtempSync(path.join(tmpdir(), 'alertmanager-')), 'alertmanager.yml');
+    writeFileSync(broken, readFileSync(file!, 'utf8').replace('receiver: page', 'receiver: nobody'));
+    await expect(promisify(execFile)('amtool', ['check-config', broken])).rejects.toMatchObject({ code: 1 });
+  });
+
+  it("Grafana: provisions compose's Prometheus as its data source and the platform's dashboard", () => {
+    const tree = mountedTree('grafana');
+    const sources = YAML.parse(
+      readFileSync(path.join(tree, 'etc/grafana/provisioning/datasources/prometheus.yml'), 'utf8'),
+    ).datasources as { type: string; url: string; isDefault?: boolean }[];
+    expect(sources).toHaveLength(1);
+    const url = new URL(sources[0]!.url);
+    expect(sources[0]).toMatchObject({ type: 'prometheus', isDefault: true });
+    expect(service(url.hostname)?.expose).toContain(url.port);
+    const providers = YAML.parse(
+      readFileSync(path.join(tree, 'etc/grafana/provisioning/dashboards/gpu-platform.yml'), 'utf8'),
+    ).providers as { type: string; options: { path: string } }[];
+    expect(providers).toHaveLength(1);
+    const dashboards = readdirSync(path.join(tree, providers[0]!.options.path));
+    expect(dashboards).toEqual(['gpu-platform.json']);
+    const dashboard = JSON.parse(readFileSync(path.join(tree, providers[0]!.options.path, dashboards[0]!), 'utf8'));
+    expect(dashboard).toMatchObject({ uid: 'gpu-platform', title: 'GPU platform' });
+    // Its panels take the default Prometheus data source through the dashboard's variable.
+    expect(dashboard.templating.list).toContainEqual(
+      expect.objectContaining({ type: 'datasource', query: 'prometheus' }),
+    );
+    expect(interpolated(service('grafana').environment?.GF_SECURITY_ADMIN_PASSWORD ?? '')).not.toBe('admin');
   });
 });
 

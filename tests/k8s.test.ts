@@ -26,6 +26,7 @@ import {
 import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
 import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import { PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule';
+import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
@@ -221,6 +222,7 @@ const models: Record<string, ModelClass> = Object.fromEntries(
       EnvoyProxy,
       PrometheusRule,
       PodMonitor,
+      ServiceMonitor,
     ] as unknown as ModelClass[]
   ).map((M) => [`${M.apiVersion}/${M.kind}`, M]),
 );
@@ -746,6 +748,66 @@ describe('deploy/k8s', () => {
     const minio = parseDocs(path.join(k8sDir, 'dependencies/minio/values.yaml'))[0];
     const storageConfig = YAML.parse(find(baseDocs, 'ConfigMap', 'storage-config').data['config.yaml']);
     expect(minio.buckets.map((b: Doc) => b.name)).toContain(storageConfig.object_store.default_bucket);
+  });
+});
+
+describe('deploy/k8s/monitoring', () => {
+  const monitoring = render(path.join(k8sDir, 'monitoring'));
+  /** The job names the rules match: `up{job=~"a|b"}`'s alternatives and every `job="..."`. */
+  const ruleJobs = () => {
+    const rule = monitoring.find((d) => d.kind === 'PrometheusRule');
+    const exprs = (rule.spec.groups as Doc[]).flatMap((g) => (g.rules as Doc[]).map((r) => String(r.expr)));
+    const jobs = new Set<string>();
+    for (const expr of exprs) {
+      for (const m of expr.matchAll(/job=~"([^"]+)"/g)) for (const j of m[1]!.split('|')) jobs.add(j);
+      for (const m of expr.matchAll(/job="([^"]+)"/g)) jobs.add(m[1]!);
+    }
+    return jobs;
+  };
+
+  it('scrapes every service with a ServiceMonitor, under the job name the rules match', () => {
+    const monitors = monitoring.filter((d) => d.kind === 'ServiceMonitor');
+    expect(monitors.map((m) => m.metadata.name).sort()).toEqual(Object.keys(services).sort());
+    const jobs: string[] = [];
+    for (const monitor of monitors) {
+      const where = `ServiceMonitor ${monitor.metadata.name}`;
+      expect(monitor.metadata.labels['app.kubernetes.io/part-of'], where).toBe('gpu-platform');
+      // It selects exactly the service's Service (in its own namespace: no namespaceSelector) ...
+      const selected = baseDocs.filter(
+        (d) => d.kind === 'Service' && matches(monitor.spec.selector.matchLabels, d.metadata.labels ?? {}),
+      );
+      expect(
+        selected.map((d) => d.metadata.name),
+        where,
+      ).toEqual([monitor.metadata.name]);
+      expect(monitor.spec.namespaceSelector, where).toBeUndefined();
+      const svc = selected[0];
+      // ... on its named port, at the path the liveness probes use (/metrics, which touches no dependency) ...
+      expect(monitor.spec.endpoints, where).toHaveLength(1);
+      const [endpoint] = monitor.spec.endpoints as Doc[];
+      expect(
+        (svc.spec.ports as Doc[]).map((p) => p.name),
+        where,
+      ).toContain(endpoint.port);
+      const container = find(baseDocs, 'Deployment', svc.metadata.name).spec.template.spec.containers[0];
+      expect(endpoint.path, where).toBe(container.livenessProbe.httpGet.path);
+      // ... and names the job by the Service's label (the operator's default would be the Service's name).
+      jobs.push(monitor.spec.jobLabel ? svc.metadata.labels[monitor.spec.jobLabel] : svc.metadata.name);
+    }
+    expect(jobs.sort()).toEqual([...ruleJobs()].sort());
+    // The same jobs as docker-compose's Prometheus scrapes.
+    const compose = YAML.parse(readFileSync(path.join(root, 'deploy/prometheus/prometheus.yml'), 'utf8'));
+    expect((compose.scrape_configs as Doc[]).map((c) => c.job_name).sort()).toEqual(jobs.sort());
+  });
+
+  it('is what its kustomization applies: the ServiceMonitors and the rules', () => {
+    expect(monitoring.map((d) => d.kind).sort()).toEqual([
+      'PrometheusRule',
+      'ServiceMonitor',
+      'ServiceMonitor',
+      'ServiceMonitor',
+      'ServiceMonitor',
+    ]);
   });
 });
 

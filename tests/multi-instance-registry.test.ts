@@ -69,6 +69,17 @@ function holdClocks(ids: string[]) {
 }
 
 /**
+ * Whether the instance `name` (its database sessions' `application_name`, `registry-<name>`) is inside a heartbeat's
+ * write, waiting for a row lock (the clocks `holdClocks` holds): a heartbeat it received and has not answered.
+ */
+async function workingOnHeldClocks(name: string): Promise<boolean> {
+  const { rows } = await sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM pg_stat_activity
+    WHERE application_name = ${`registry-${name}`} AND wait_event_type = 'Lock'`.execute(database.db);
+  return (rows[0]?.n ?? 0) > 0;
+}
+
+/**
  * Heartbeats from each provider, one after the other, over the instances that are up: a test client that spreads
  * load like a load balancer, taking an instance out when it refuses or does not answer (a restart puts it back).
  */
@@ -166,8 +177,14 @@ beforeAll(async () => {
     LOG_LEVEL: 'warn',
     AUTH_JWKS_URL: issuer.jwksUrl,
   };
-  a = new Instance('a', await freePort(), { ...env, INSTANCE_ID: 'registry-a' }, registryDir);
-  b = new Instance('b', await freePort(), { ...env, INSTANCE_ID: 'registry-b' }, registryDir);
+  // Each instance's database sessions carry its name (`application_name`): the test sees which one works on what.
+  const named = (name: string) => {
+    const url = new URL(testDb.url);
+    url.searchParams.set('application_name', name);
+    return { ...env, INSTANCE_ID: name, DATABASE_URL: url.toString() };
+  };
+  a = new Instance('a', await freePort(), named('registry-a'), registryDir);
+  b = new Instance('b', await freePort(), named('registry-b'), registryDir);
   // One after the other: both migrate the same database (the second finds it done under the migration lock).
   await a.start();
   await b.start();
@@ -298,8 +315,19 @@ describe('two provider-registry instances on one PostgreSQL', () => {
       // so every machine's clock is held for a moment, and those that reach it wait in its database work.
       const held = holdClocks(providers.map((p) => p.id));
       await held.locked;
-      const deadline = Date.now() + 10_000;
-      while (load.inFlightTo(instance.name, 30).length < 1 && Date.now() < deadline) await sleep(1);
+      // Signalled only once heartbeats are in flight there: sent to it, not answered, and one of them inside its
+      // database work, waiting for the held clocks (what PostgreSQL reports of its sessions). A loaded machine takes
+      // longer to get there; the wait lasts until it has (a minute at most), rather than signalling with none.
+      const deadline = Date.now() + 60_000;
+      const inFlightThere = async () =>
+        load.inFlightTo(instance.name, 30).length > 0 && (await workingOnHeldClocks(instance.name));
+      while (!(await inFlightThere())) {
+        if (Date.now() > deadline) {
+          held.release();
+          throw new Error(`no heartbeat in flight at instance ${instance.name} within 60 s`);
+        }
+        await sleep(10);
+      }
       const inFlight = load.inFlightTo(instance.name, 30);
       // The client keeps sending to it until it refuses (as a load balancer that learns late).
       const signalledAt = Date.now();

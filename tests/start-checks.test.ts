@@ -5,7 +5,8 @@
  * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
  * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way. Nothing it
  * started outlives it: not when its terminal is closed, not when it is killed with SIGKILL; and until what it ran is
- * gone, its data folder is not taken over, and a start on its ports names the process that holds them.
+ * gone, its data folder is not taken over, and a start on its ports names the process that holds them. Nor does it
+ * outlive the test process that started it, killed with SIGKILL (its lifeline).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -269,6 +270,40 @@ describe('pnpm start, gone', () => {
     } finally {
       killAll(started.map((p) => p.pid));
       await platform.stop();
+    }
+  });
+
+  it('stops with the process that started it, even one killed with SIGKILL (a test runner killed)', {
+    timeout: 300_000,
+  }, async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-orphan-'));
+    // A test's process of its own that starts the platform as every test does, killed below as a runner can be.
+    const host = spawn(process.execPath, ['--import', 'tsx', 'tests/support/platform-host.ts', dataDir], {
+      cwd: root,
+      env: { ...process.env, LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let report = '';
+    host.stdout?.on('data', (d) => {
+      report += d;
+    });
+    let pids: number[] = [];
+    try {
+      expect(await until(() => report.includes('\n') || host.exitCode !== null, 230_000), 'no report').toBe(true);
+      const { start, output } = JSON.parse(report) as { start: number; output: string };
+      expect(output).toContain('[start] up');
+      const started = startedProcesses(output);
+      expect(started.map((p) => p.name).sort()).toEqual([...services, 's3', 'solana', 'mail', 'gateway'].sort());
+      pids = [start, ...started.map((p) => p.pid)];
+      host.kill('SIGKILL');
+      // pnpm start hears its lifeline close and stops as on SIGTERM, its programs with it: nothing left, no port held.
+      expect(await until(() => !pids.some(isAlive), 45_000), `still running: ${pids.filter(isAlive)}`).toBe(true);
+      for (const name of services) expect(await health(place.ports[name]), name).toBeUndefined();
+      expect(readdirSync(dataDir)).not.toContain('platform.lock');
+    } finally {
+      host.kill('SIGKILL');
+      killAll(pids);
+      killAll(platformProcesses(dataDir));
     }
   });
 

@@ -68,8 +68,11 @@ async function userWithWallet(billing: BillingHarness, url: string, roles: strin
   return { ...signedIn, walletId };
 }
 
-/** Verifies the user's address with the code auth mailed at registration; a refreshed access token says so. */
-async function verify(email: string, refreshToken: string): Promise<string> {
+/**
+ * Verifies the user's address with the code auth mailed at registration, sent with their sign-in (without it the code
+ * would take a new password); a refreshed access token says so.
+ */
+async function verify(email: string, tokens: { access_token: string; refresh_token: string }): Promise<string> {
   const deadline = Date.now() + 10_000;
   let code: string | undefined;
   while (!code) {
@@ -82,14 +85,14 @@ async function verify(email: string, refreshToken: string): Promise<string> {
   }
   const verified = await fetch(`${platform.authUrl}/api/v1/auth/email/verify`, {
     method: 'POST',
-    headers: json,
+    headers: { ...json, authorization: `Bearer ${tokens.access_token}` },
     body: JSON.stringify({ token: code }),
   });
   expect(verified.status).toBe(200);
   const refreshed = await fetch(`${platform.authUrl}/api/v1/auth/refresh`, {
     method: 'POST',
     headers: json,
-    body: JSON.stringify({ refresh_token: refreshToken }),
+    body: JSON.stringify({ refresh_token: tokens.refresh_token }),
   });
   return ((await refreshed.json()) as { access_token: string }).access_token;
 }
@@ -104,7 +107,7 @@ describe('a verified e-mail address before money goes out', () => {
     expect(await withdraw(u.tokens.access_token)).toEqual({ status: 403, code: 'EMAIL_NOT_VERIFIED' });
     // Reading the balance needs no verified address.
     expect((await call(`${urls.strict}/api/v1/wallet/${u.walletId}/balance`, u.tokens.access_token)).status).toBe(200);
-    const verifiedToken = await verify(u.email, u.tokens.refresh_token);
+    const verifiedToken = await verify(u.email, u.tokens);
     // Past the check: this billing has no chain, which is what answers now.
     expect(await withdraw(verifiedToken)).toEqual({ status: 503, code: 'SOLANA_NOT_CONFIGURED' });
   });

@@ -22,7 +22,15 @@ export const STOP_TIMEOUT_MS = 15_000;
 /** The environment variable that tells a child where its lifeline is and how long it has to stop: `<fd>:<grace ms>`. */
 export const LIFELINE_ENV = 'SUPERVISOR_LIFELINE';
 /** The lifeline's descriptor in the child: the first after stdin, stdout and stderr. */
-const LIFELINE_FD = 3;
+export const LIFELINE_FD = 3;
+
+/**
+ * The environment that hands a program this process starts its lifeline, with `graceMs` to stop in: spawn it with a
+ * pipe on descriptor `LIFELINE_FD` (`stdio: [..., 'pipe']`), which this process holds and never writes. A program that
+ * watches it (scripts/lib/lifeline.ts: preloaded into the supervisor's children, imported first by `pnpm start`
+ * itself) stops as on SIGTERM when this process is gone, however it went.
+ */
+export const lifelineEnv = (graceMs: number) => ({ [LIFELINE_ENV]: `${LIFELINE_FD}:${graceMs}` });
 
 /** The lifeline a child was given (SUPERVISOR_LIFELINE's value), or undefined when none (or not one of ours). */
 export function parseLifeline(value: string | undefined): { fd: number; graceMs: number } | undefined {
@@ -206,7 +214,7 @@ export class Supervisor {
     // the child started. Descriptor 3 is its lifeline (the file comment).
     const child = spawn(spec.command ?? process.execPath, spec.args, {
       cwd: spec.cwd,
-      env: { ...(spec.env ?? process.env), [LIFELINE_ENV]: `${LIFELINE_FD}:${this.lifelineGraceMs}` },
+      env: { ...(spec.env ?? process.env), ...lifelineEnv(this.lifelineGraceMs) },
       stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       detached: true,
     });

@@ -1,7 +1,9 @@
 /**
  * `pnpm start` as the tests run it: the script in a process group of its own (as a shell runs a foreground job, so
  * a Ctrl-C can be sent to the whole group), on a temporary data folder, at a test file's place among the ports (the
- * test servers are at TEST_PORT_BASE+0..9), with its output gathered.
+ * test servers are at TEST_PORT_BASE+0..9), with its output gathered. It holds a lifeline from the test's process
+ * (scripts/lib/supervisor.ts, `lifelineEnv`): a test runner killed, even with SIGKILL, takes the platform with it rather
+ * than leaving it running with every port held.
  *
  *   const platform = startPlatform(platformPlace(1), { ALGORITHM: 'HS256', SECRET_KEY: secret });
  *   expect(await platform.untilHealthy()).toEqual([]);
@@ -15,6 +17,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { LIFELINE_FD, lifelineEnv, STOP_TIMEOUT_MS } from '../../scripts/lib/supervisor.ts';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 /** Each port's contract number and its place after PLATFORM_PORT_BASE (scripts/lib/platform.ts). */
@@ -138,11 +141,14 @@ export function startPlatform(
   const { ports } = place;
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     cwd: root,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...place.env(dataDir), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    // Its lifeline: time for its own graceful stop (its children's STOP_TIMEOUT_MS) before it is killed.
+    env: { ...process.env, LOG_LEVEL: 'warn', ...place.env(dataDir), ...lifelineEnv(2 * STOP_TIMEOUT_MS), ...env },
+    // Descriptor 3 (LIFELINE_FD) is the lifeline: held here, never written, closed by the kernel with this process.
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
     // A process group of its own, as a shell gives a foreground job: Ctrl-C signals the whole group.
     detached: true,
   });
+  child.stdio[LIFELINE_FD]?.on('error', () => {});
   let output = '';
   child.stdout?.on('data', (d) => {
     output += d;

@@ -4,6 +4,7 @@
  */
 import { type App, createApp, createTokenVerifier } from '@gpu/common';
 import { sql } from 'kysely';
+import { withLiveCredentials } from './domain/account-epochs.ts';
 import type { AuthContext } from './domain/context.ts';
 import { auditRoutes } from './routes/audit.ts';
 import { authRoutes } from './routes/auth.ts';
@@ -31,8 +32,12 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     healthChecks: {
       database: () => sql`select 1`.execute(ctx.db),
     },
-    // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself).
-    verifier: createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
+    // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself), and refuses at once
+    // those of a sign-in or API key it sees withdrawn (domain/account-epochs.ts).
+    verifier: withLiveCredentials(
+      ctx,
+      createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
+    ),
     schemas,
   });
   await app.register(jwksRoutes, ctx);

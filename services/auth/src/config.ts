@@ -104,10 +104,18 @@ export const authConfigSchema = z.object({
   rate_limit: z
     .object({
       enabled: zBool().default(true),
-      /** Login attempts per client IP. */
+      /** Login attempts per source (a client IPv4 address, or IPv6 /64), whatever the account. */
       login_per_ip: zRate().prefault('20/1m'),
-      /** Failed logins per account (email), known or not, from clients without the account's device token. */
-      login_per_account: zRate().prefault('10/15m'),
+      /**
+       * Failed logins per account (email, known or not) from one source, from clients without the account's device
+       * token: 429 for that source alone (domain/login-limits.ts).
+       */
+      login_per_account_ip: zRate().prefault('10/15m'),
+      /**
+       * Failed logins per account from every source together, from clients without its device token: a ceiling only
+       * guessing from many sources reaches; past it new sources wait, trusted devices and reset links still work.
+       */
+      login_per_account: zRate().prefault('100/15m'),
       /** Failed logins per trusted device (a client presenting the device token an earlier login gave it). */
       login_per_device: zRate().prefault('10/15m'),
       /** How long a device token keeps a client trusted. */

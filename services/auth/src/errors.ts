@@ -13,6 +13,15 @@ export const authErrors = {
       'refresh token was already used; every token of its session has been revoked, log in again',
       'REFRESH_TOKEN_REUSED',
     ),
+  /** A user's token whose sign-in this service sees ended (account-epochs.ts). */
+  signInEnded: () =>
+    errors.unauthorized(
+      'this sign-in has ended (signed out, the password changed or reset, or the address proven by its owner): log in again',
+      'SIGN_IN_ENDED',
+    ),
+  /** An API key's token whose key was revoked (or ended with its account's epoch). */
+  revokedKeyToken: () =>
+    errors.unauthorized('the API key of this token was revoked: make a new key, signed in', 'API_KEY_REVOKED'),
   userGone: () => errors.unauthorized('the account of this token no longer exists', 'USER_NOT_FOUND'),
   userNotFound: (id: string) => errors.notFound('USER_NOT_FOUND', `user ${id} not found`),
   roleNotSelfAssignable: (role: string) =>
@@ -47,6 +56,14 @@ export const authErrors = {
     new AppError('invalid', 'INVALID_EMAIL_TOKEN', 'this link is unknown, already used or expired: ask for a new one', {
       errors: [{ path: 'body.token', message: 'unknown, used or expired' }],
     }),
+  /** A verification without the account's sign-in takes the password the account has from then on. */
+  newPasswordRequired: () =>
+    new AppError(
+      'invalid',
+      'NEW_PASSWORD_REQUIRED',
+      "verifying without the account's own sign-in sets its password: send new_password (or verify signed in)",
+      { errors: [{ path: 'body.new_password', message: "required without the account's own sign-in" }] },
+    ),
   emailAlreadyVerified: () => errors.conflict('EMAIL_ALREADY_VERIFIED', 'your e-mail address is already verified'),
   mailNotConfigured: () =>
     new AppError('unavailable', 'MAIL_UNAVAILABLE', 'this platform sends no mail (its operator set no SMTP server)'),
@@ -57,6 +74,19 @@ export const authErrors = {
       extra: { error: 'invalid_client' },
       headers: { 'www-authenticate': 'Basic realm="gpu-platform"' },
     }),
+  /**
+   * A key whose secret matched but that no longer works: the refusal says why (whoever presents the whole key is its
+   * holder, so this tells nothing to a guesser). RFC 6749's `invalid_client`, as every refusal of the grant.
+   */
+  apiKeyRefused: (why: 'revoked' | 'expired') =>
+    new AppError(
+      'unauthenticated',
+      why === 'revoked' ? 'API_KEY_REVOKED' : 'API_KEY_EXPIRED',
+      why === 'revoked'
+        ? 'this API key was revoked: make a new key, signed in (POST /api/v1/auth/keys)'
+        : 'this API key has expired: make a new key, signed in (POST /api/v1/auth/keys)',
+      { extra: { error: 'invalid_client' }, headers: { 'www-authenticate': 'Basic realm="gpu-platform"' } },
+    ),
   invalidTokenRequest: (detail: string) =>
     new AppError('invalid', 'INVALID_REQUEST', detail, { extra: { error: 'invalid_request' } }),
   unsupportedGrant: (grant: string) =>

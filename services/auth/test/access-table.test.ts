@@ -184,8 +184,9 @@ function table(): Record<string, AccessRule> {
     },
     [`POST ${API}/email/verify`]: {
       public: true,
+      // A sign-in is optional here, but one sent must be valid.
       request: () => ({ payload: { token: 'not a code' } }),
-      expect: { others: 400 },
+      expect: { forged: 401, expired: 401, others: 400 },
     },
     [`POST ${API}/password/forgot`]: {
       public: true,

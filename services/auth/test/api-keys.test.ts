@@ -89,22 +89,36 @@ describe('API keys', () => {
     expect((await keys('POST', token, { name: name(), scopes: ['read'] })).json().code).toBe('INSUFFICIENT_SCOPE');
   });
 
-  it('refuses a revoked, an expired, an altered or an unknown key with one answer', async () => {
+  it('tells a revoked or an expired key so, and answers an altered or unknown key with one answer', async () => {
     const revoked = await newKey(renter.tokens.access_token);
+    // Its token reads the profile until the key is revoked; then this service refuses it at once, saying why.
+    const before = (await exchange(revoked.api_key)).json().access_token;
+    expect((await auth.app.inject({ url: '/api/v1/auth/me', headers: bearer(before) })).statusCode).toBe(200);
     const del = await keys('DELETE', renter.tokens.access_token, undefined, `/${revoked.key.id}`);
     expect(del.statusCode).toBe(200);
     expect(del.json().revoked_at).not.toBeNull();
+    const after = await auth.app.inject({ url: '/api/v1/auth/me', headers: bearer(before) });
+    expect({ status: after.statusCode, code: after.json().code }).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
+    expect(after.headers['www-authenticate']).toBe('Bearer');
     const expiring = await newKey(renter.tokens.access_token, {
       expires_at: new Date(Date.now() + 1500).toISOString(),
     });
     expect((await exchange(expiring.api_key)).statusCode).toBe(200);
     await new Promise((r) => setTimeout(r, 1600));
     const altered = `${revoked.api_key.slice(0, -1)}${revoked.api_key.endsWith('A') ? 'B' : 'A'}`;
+    const answers = [];
     for (const bad of [revoked.api_key, expiring.api_key, altered, 'gpk_nothing', `gpk_${'0'.repeat(75)}`]) {
       const res = await exchange(bad);
-      expect(res.statusCode, bad).toBe(401);
-      expect(res.json().code).toBe('INVALID_CLIENT');
+      answers.push({ status: res.statusCode, code: res.json().code, error: res.json().error });
     }
+    const invalid = { status: 401, code: 'INVALID_CLIENT', error: 'invalid_client' };
+    expect(answers).toEqual([
+      { status: 401, code: 'API_KEY_REVOKED', error: 'invalid_client' },
+      { status: 401, code: 'API_KEY_EXPIRED', error: 'invalid_client' },
+      invalid,
+      invalid,
+      invalid,
+    ]);
     // Listed as revoked only when asked.
     const active = (await keys('GET', renter.tokens.access_token)).json().map((k: { id: string }) => k.id);
     expect(active).not.toContain(revoked.key.id);

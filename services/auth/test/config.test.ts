@@ -52,7 +52,9 @@ describe('configuration', () => {
       time_cost: 2,
       parallelism: 1,
     });
-    expect(config.rate_limit.login_per_account).toEqual({ max: 10, windowMs: 15 * 60_000 });
+    // Failed logins: 10 per account from one source, a ceiling of 100 per account from all (login-guessing.test.ts).
+    expect(config.rate_limit.login_per_account_ip).toEqual({ max: 10, windowMs: 15 * 60_000 });
+    expect(config.rate_limit.login_per_account).toEqual({ max: 100, windowMs: 15 * 60_000 });
   });
 
   it('parses rate limits written N/duration and refuses bad ones', () => {

@@ -48,6 +48,10 @@ describe('signed-in devices', () => {
     });
     expect(out.statusCode).toBe(204);
     expect((await refresh(phone.refresh_token)).json().code).toBe('REFRESH_TOKEN_REVOKED');
+    // The access token the phone still holds is refused here at once (other services take it until it expires).
+    const stale = await auth.app.inject({ url: '/api/v1/auth/sign-ins', headers: bearer(phone.access_token) });
+    expect({ status: stale.statusCode, code: stale.json().code }).toEqual({ status: 401, code: 'SIGN_IN_ENDED' });
+    expect(stale.headers['www-authenticate']).toBe('Bearer');
     expect((await refresh(laptop.refresh_token)).statusCode).toBe(200);
     expect((await signIns(laptop.access_token)).map((s) => s.id)).not.toContain(phoneId);
   });

@@ -12,6 +12,7 @@ import {
   durationMs,
   type EventPublisher,
   NatsPublisher,
+  natsConnectedGauge,
   type Outbox,
   OutboxRelay,
   purgeAudit,
@@ -188,7 +189,7 @@ export async function startBackground(
       ...(storageUsage?.metrics ?? []),
       ...(reserves?.metrics ?? []),
       ...opsMetrics(ctx),
-      // The consumers' lag: billing_consumer_pending{consumer} (NATS only).
+      // The consumers' lag, billing_consumer_pending{consumer}, and whether NATS is connected (NATS only).
       ...(publisher instanceof NatsPublisher
         ? [
             consumerPendingGauge(
@@ -196,6 +197,7 @@ export async function startBackground(
               [consumer, storageUsage, statuses].filter((c) => c !== null),
               ctx.logger,
             ),
+            natsConnectedGauge(publisher),
           ]
         : []),
     ],

@@ -133,6 +133,9 @@ describe('billing-service process', () => {
     expect(metrics).toMatch(/^billing_gpu_hours_billed_total\{[^}]*\} 0$/m);
     // NATS is on: the consumers' lag, each by its durable name.
     expect(metrics).toMatch(/^billing_consumer_pending\{[^}]*consumer="billing-usage"[^}]*\} \d+$/m);
+    // And whether NATS is connected, which the NATS alert reads (billing's /health says 503 while it is not).
+    expect(metrics).toMatch(/^nats_connected\{[^}]*\} 1$/m);
+    expect(metrics).toMatch(/^billing_payouts_pending_oldest_seconds\{[^}]*\} 0$/m);
 
     const exited = new Promise<number | null>((r) => child!.once('exit', (code) => r(code)));
     child.kill('SIGTERM');

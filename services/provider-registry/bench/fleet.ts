@@ -257,6 +257,7 @@ export async function fleetDirect(opts: {
         beats.push({
           id: m.id,
           owner: m.owner_id,
+          daemon: null,
           ...(n % opts.metricsEvery === 0
             ? { metrics: [{ index: 0, utilization_gpu: n % 101, temperature: 30 + (n % 60) }] }
             : {}),

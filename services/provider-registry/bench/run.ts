@@ -346,7 +346,7 @@ async function main() {
     const recording = process.env.TEST_NATS_URL ? ({ reason: 'heartbeat', correlation: 'bench' } as const) : undefined;
     const first = rows[0]!;
     const [beat] = await capture(pool, (db) =>
-      recordHeartbeats(db, [{ id: first.id, owner: first.owner_id }], recording),
+      recordHeartbeats(db, [{ id: first.id, owner: first.owner_id, daemon: null }], recording),
     );
     if (!beat) throw new Error('no heartbeat statement captured');
     // The statement names the provider and its owner in arrays (a batch of one).

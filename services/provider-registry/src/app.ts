@@ -13,7 +13,9 @@ import {
   type EventPublisher,
   type Logger,
   NatsPublisher,
+  natsConnectedGauge,
   OutboxRelay,
+  outboxMetrics,
   type TokenVerifier,
 } from '@gpu/common';
 import {
@@ -104,13 +106,18 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
       'and the scheduler discovers them by status and GPU properties. Status changes are published on NATS.',
     config,
     logger,
-    healthChecks: { database: () => database.ping() },
+    // NATS too where it is configured, as billing's: its events wait in the outbox while it is away.
+    healthChecks: { database: () => database.ping(), ...(publisher.enabled ? { nats: () => publisher.ping() } : {}) },
     verifier: verifier ?? undefined,
     schemas,
   });
   // Machines by status, counted when Prometheus scrapes.
   app.metrics.registerMetric(fleetMetric(database, logger));
   const outbox = new StatusOutbox(publisher.enabled);
+  // The outbox's backlog (registry_outbox_backlog, registry_outbox_oldest_seconds) and the NATS connection.
+  if (outbox.enabled)
+    for (const metric of outboxMetrics('registry', database.db, logger)) app.metrics.registerMetric(metric);
+  if (publisher instanceof NatsPublisher) app.metrics.registerMetric(natsConnectedGauge(publisher));
   const subject = config.messaging.subjects.status;
   const relay = outbox.enabled
     ? new OutboxRelay(database.db, publisher, { subject: () => subject, logger })

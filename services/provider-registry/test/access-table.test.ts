@@ -87,6 +87,12 @@ function table(): Record<string, AccessRule> {
       }),
       expect: MANAGE(200),
     },
+    'PUT /providers/:providerID/daemon': {
+      // Each caller binds the owner's machine (bound to none) to itself: the owner's daemon claims it; the owner, admins
+      // and services may bind it to any client (README, "Bound daemons").
+      request: async (c) => ({ url: `/providers/${await ownersMachine()}/daemon`, payload: { client_id: c.id } }),
+      expect: MANAGE(200),
+    },
     'PATCH /providers/:providerID/status': {
       request: async () => ({ url: `/providers/${await ownersMachine()}/status`, payload: { status: 'maintenance' } }),
       expect: MANAGE(200),

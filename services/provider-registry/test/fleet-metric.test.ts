@@ -12,6 +12,13 @@ const count = (metrics: string, status: string) =>
   Number(new RegExp(`^registry_providers\\{[^}]*status="${status}"[^}]*\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
 
 describe('registry_providers', () => {
+  it('exports every status, 0 where no machine has it (a healthy fleet has an offline series to compare with)', async () => {
+    const metrics = (await h.app.inject({ url: '/metrics' })).body;
+    for (const status of ['idle', 'busy', 'offline', 'maintenance', 'error']) {
+      expect(metrics).toMatch(new RegExp(`^registry_providers\\{[^}]*status="${status}"[^}]*\\} 0$`, 'm'));
+    }
+  });
+
   it('counts the machines by status at each scrape', async () => {
     const scrape = async () => (await h.app.inject({ url: '/metrics' })).body;
     const before = await scrape();

@@ -48,6 +48,8 @@ export interface HarnessOptions {
   config?: Record<string, unknown>;
   /** Publish events to the test NATS (default true). */
   nats?: boolean;
+  /** Publish to this NATS instead of the shared test server (a test's own, which it stops). */
+  natsUrl?: string;
   verifier?: TokenVerifier;
   /** Run the periodic offline sweep (default false: tests call `registry.sweepOffline()`). */
   sweeper?: boolean;
@@ -72,7 +74,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     access: issuer.accessConfig,
     database: { url: testDb.url },
     messaging: {
-      nats_url: opts.nats === false ? '' : testEnv.natsUrl,
+      nats_url: opts.nats === false ? '' : (opts.natsUrl ?? testEnv.natsUrl),
       subjects: {
         status: `test.${suffix}.registry.providers.status`,
         billing_events: `test.${suffix}.billing.events`,

@@ -36,7 +36,7 @@ const awkward = 'quote " backslash \\ tab \t newline \n bell \u0007 ü € 😀 
 
 async function insert(owner: string, over: Partial<ProviderInput>): Promise<string> {
   const id = randomUUID();
-  await insertProvider(db, id, { owner_id: owner, name: `rig ${awkward} ${id}`, gpus: [], ...over });
+  await insertProvider(db, id, { owner_id: owner, name: `rig ${awkward} ${id}`, gpus: [], ...over }, null);
   return id;
 }
 

@@ -139,8 +139,13 @@ export async function downloadOutputs(
   return saved;
 }
 
-/** The exit status a run ends with: the workload's own exit code, or 1 when it failed or was stopped. */
+/**
+ * The exit status a run ends with: the workload's own exit code; as a shell says it, 127 for a program that is not
+ * there and 126 for one that cannot be run (neither started, nor was billed); 1 when it failed or was stopped.
+ */
 export function exitStatusOf(w: Workload): number {
   const code = w.exit_code;
+  if (w.state === 'failed' && w.reason === 'command_not_found') return 127;
+  if (w.state === 'failed' && w.reason === 'command_not_executable') return 126;
   return w.state === 'exited' && code !== null && code >= 0 && code <= 255 ? code : 1;
 }

@@ -5,12 +5,13 @@
  * auth's, so signing them up costs nothing of `pnpm start`'s hourly sign-up budget.
  */
 import { execFile, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { insertEmailToken } from '../../../services/auth/src/db/email-token-repository.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
@@ -110,7 +111,7 @@ const rental = () => ['--machine', machineId, '--gpu-model', 'H100', '--wallet',
 
 describe('gpu against a platform whose machine runs workloads', () => {
   it('runs a workload with gpu run: its input and environment, its logs, its outputs downloaded, its exit code', {
-    timeout: 60_000,
+    timeout: 120_000,
   }, async () => {
     const input = join(dir, 'in.txt');
     writeFileSync(input, 'from storage\n');
@@ -151,6 +152,10 @@ describe('gpu against a platform whose machine runs workloads', () => {
     const stopped = await renter.gpu(['run', ...rental(), '--max-runtime', '1s', '--', 'sleep', '60']);
     expect(stopped.code, stopped.stderr).toBe(1);
     expect(stopped.stderr).toMatch(/workload stopped \(max_runtime\)/);
+    // A program that is not there never starts: a shell's exit status, 127, and nothing billed.
+    const typo = await renter.gpu(['run', ...rental(), '--', 'pyhton3', 'train.py']);
+    expect(typo.code, typo.stderr).toBe(127);
+    expect(typo.stderr).toMatch(/workload failed \(command_not_found\); session [0-9a-f-]{36} cost 0(\.0+)?\n/);
     // With --json: the logs on standard error, the workload at its end on standard output.
     const json = await renter.gpu(['run', ...rental(), '--json', '--', 'echo', 'as json']);
     expect(json.code, json.stderr).toBe(0);
@@ -301,6 +306,37 @@ describe('gpu against a platform whose machine runs workloads', () => {
     refused(await other(['login', '--email', user.email], { input: `${user.password}\n` }), 'INVALID_CREDENTIALS');
     expect((await other(['login', '--email', user.email], { env: { GPU_PASSWORD: next } })).code).toBe(0);
     expect((await user.gpu(['password', 'change'], { env: { GPU_PASSWORD: next } })).code).toBe(2);
+  });
+
+  it('verifies the address signed in, changing nothing else; not signed in, with a new password that ends the rest', {
+    timeout: 180_000,
+  }, async () => {
+    const user = await signedIn(['renter']);
+    // A code as auth mails one (this rig sends no mail): only its hash is kept.
+    const mailedCode = async () => {
+      const code = randomBytes(32).toString('base64url');
+      await insertEmailToken(rig.platform.auth.db, {
+        user_id: user.id,
+        purpose: 'verify_email',
+        token_hash: createHash('sha256').update(code).digest('hex'),
+        email: user.email,
+        expires_at: new Date(Date.now() + 3_600_000),
+      });
+      return code;
+    };
+    const verified = await user.gpu(['email', 'verify', '--json'], { env: { GPU_EMAIL_CODE: await mailedCode() } });
+    expect(answer(verified)).toMatchObject({ email: user.email, email_verified: true });
+    expect((await user.gpu(['whoami'])).code).toBe(0);
+    // Where nobody is signed in, the code and a new password from standard input make the account the reader's alone.
+    const mailbox = gpuAt(url, join(dir, `${user.id}-mailbox`));
+    const next = 'the mailbox reader chose this one';
+    const claimed = await mailbox(['email', 'verify'], { input: `${await mailedCode()}\n${next}\n` });
+    expect(claimed.code, claimed.stderr).toBe(0);
+    expect(claimed.stdout).toMatch(/everything made before ended: gpu login/);
+    expect(claimed.stdout + claimed.stderr).not.toContain(next);
+    expect((await user.gpu(['whoami'])).code).toBe(1);
+    refused(await mailbox(['login', '--email', user.email], { input: `${user.password}\n` }), 'INVALID_CREDENTIALS');
+    expect((await mailbox(['login', '--email', user.email], { env: { GPU_PASSWORD: next } })).code).toBe(0);
   });
 
   it('shows a progress bar for a large copy on a terminal only', { timeout: 60_000 }, async () => {

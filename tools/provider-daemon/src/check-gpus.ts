@@ -1,9 +1,10 @@
 /**
  * `pnpm --filter @gpu/provider-daemon check-gpus [--json] [--image <ref>] [-- <argv>]`: proves on this machine that a
  * workload sees exactly the GPUs it leased (in the sandbox, and with `--image` in a container of that image too), and
- * that the kernel holds a sandbox to its memory (workloads/check.ts), with the daemon's configuration
+ * that the kernel holds a sandbox to its memory and its disk (workloads/check.ts), with the daemon's configuration
  * (`DAEMON_CONFIG_FILE`: its GPU source, bubblewrap, container and workload settings; no credentials). Exit status 0
- * when every lease saw exactly its GPUs and the memory limit held, 1 when not, 2 when the check could not run.
+ * when every lease saw exactly its GPUs and the memory and disk limits held, 1 when not, 2 when the check could not
+ * run.
  */
 import { loadDaemonConfig } from './config.ts';
 import { gpuSource } from './gpu/source.ts';
@@ -38,11 +39,12 @@ function table(report: GpuCheckReport): string {
     lines.push(
       `${report.memory.ok ? 'ok  ' : 'FAIL'} memory limit (${report.memory.cgroup ?? 'none'}): ${report.memory.detail}`,
     );
+  lines.push(`${report.disk.ok ? 'ok  ' : 'FAIL'} disk allowance (${report.disk.kind}): ${report.disk.detail}`);
   lines.push(
     '',
     report.ok
-      ? 'every lease saw exactly its GPUs, and the kernel holds a sandbox to its memory'
-      : 'a lease saw GPUs it did not lease or not its own, or the kernel does not hold a sandbox to its memory',
+      ? 'every lease saw exactly its GPUs, and the kernel holds a sandbox to its memory and its disk'
+      : 'a lease saw GPUs it did not lease or not its own, or the kernel does not hold a sandbox to its memory or its disk',
   );
   return lines.join('\n');
 }

@@ -118,7 +118,15 @@ export const daemonConfigSchema = z
         processes: zInt(16, 1_000_000).default(4096),
         open_files: zInt(64, 1_048_576).default(65_536),
         memory_mb: zInt(64).default(65_536),
+        /** Bytes of a workload's disk (its work directory and /tmp together; one file at most). */
         disk_mb: zInt(16).default(102_400),
+        /** Files and directories on a workload's disk (its filesystem's inodes). */
+        disk_files: zInt(1024, 100_000_000).default(1_000_000),
+        /**
+         * A filesystem of its own per workload (an ext4 image, loop-mounted: the kernel holds it to `disk_mb` and
+         * `disk_files`); needs root. Off, or where none can be mounted: the work directory is watched each second.
+         */
+        disk_filesystem: z.boolean().default(true),
         /** Each of a workload's standard output and error kept, at most; the rest is cut (and counted). */
         log_kb: zInt(1, 1_048_576).default(10_240),
         /** How often a running workload's logs are uploaded to its renter's storage while they grow. */

@@ -2,7 +2,10 @@
  * The daemon's work with the registry: attach to this machine's provider record (re-attach after a restart by the ID
  * in its state file, or by name when the state is lost; register it when there is none; update it when the GPUs
  * changed), then heartbeat with live metrics every `heartbeat_interval`. A service that cannot be reached is tried
- * again with exponential backoff up to `max_backoff`; a record deleted under it is registered again.
+ * again with exponential backoff up to `max_backoff`; a record deleted under it is registered again. The machine is
+ * bound to this daemon's client at the registry (registering binds it; attaching claims a record bound to none; one
+ * bound to another client of the owner is not this daemon's to run, and attaching fails saying so). On a clean stop
+ * the machine leaves the market at once (`leaveMarket`).
  */
 import { hostname as osHostname } from 'node:os';
 import { registryClient, type TokenSource, unwrap } from '@gpu/client';
@@ -47,15 +50,46 @@ export class ProviderDaemon {
     this.providerId = readState(deps.config.state_file).provider_id;
   }
 
-  /** The provider owner the daemon's token acts for (its `owner_id` claim). */
-  private async ownerId(): Promise<string> {
+  /** The provider owner the daemon's token acts for (its `owner_id` claim) and its own client ID. */
+  private async identity(): Promise<{ ownerId: string; clientId: string }> {
     const claims = decodeJwt(await this.deps.token.get());
-    if (typeof claims.owner_id !== 'string') {
+    if (typeof claims.owner_id !== 'string' || typeof claims.client_id !== 'string') {
       throw new Error(
         'the credentials are not a daemon client: its token has no owner_id (create a client with role daemon)',
       );
     }
-    return claims.owner_id;
+    return { ownerId: claims.owner_id, clientId: claims.client_id };
+  }
+
+  private async ownerId(): Promise<string> {
+    return (await this.identity()).ownerId;
+  }
+
+  /**
+   * Makes sure the machine's record is this daemon's: bound to its client already, or bound to none, which it then
+   * claims (a machine registered before bindings, or by its owner's own token). One bound to another daemon client is
+   * not this daemon's to run: an error that says what the owner does about it.
+   */
+  private async claim(record: { id: string; daemon_client_id?: string | null }): Promise<void> {
+    // A registry from before bindings says nothing of them: nothing to claim.
+    if (record.daemon_client_id === undefined) return;
+    const { clientId } = await this.identity();
+    const bound = record.daemon_client_id;
+    if (bound === clientId) return;
+    if (bound !== null) {
+      throw new Error(
+        `machine ${record.id} is bound to another daemon client (${bound}), not this one (${clientId}): its owner ` +
+          `binds it to this client (PUT /providers/${record.id}/daemon {"client_id": "${clientId}"}) after a ` +
+          "reinstall, or this daemon runs with that client's credentials",
+      );
+    }
+    unwrap(
+      await this.registry.PUT('/providers/{providerID}/daemon', {
+        params: { path: { providerID: record.id } },
+        body: { client_id: clientId },
+      }),
+    );
+    this.deps.logger.info({ provider_id: record.id, client_id: clientId }, 'machine bound to this daemon client');
   }
 
   private async body(readings: GpuReading[]) {
@@ -84,6 +118,7 @@ export class ProviderDaemon {
         id = undefined;
       } else {
         const record = unwrap(current);
+        await this.claim(record);
         if (gpusChanged(record.gpus, body.gpus) || record.name !== body.name) {
           const updated = await this.registry.PUT('/providers/{providerID}', {
             params: { path: { providerID: id } },
@@ -117,7 +152,10 @@ export class ProviderDaemon {
     if ((created.error as { code?: string } | undefined)?.code === 'PROVIDER_ALREADY_EXISTS') {
       const own = unwrap(await this.registry.GET('/providers', { params: { query: { limit: 1000 } } }));
       const mine = own.find((p) => p.name === body.name);
-      if (mine) return mine.id;
+      if (mine) {
+        await this.claim(mine);
+        return mine.id;
+      }
     }
     return unwrap(created).id; // throws the problem as an ApiError
   }
@@ -198,6 +236,57 @@ export class ProviderDaemon {
   stop(): void {
     this.stopped = true;
     this.wake?.();
+  }
+
+  /**
+   * Takes the machine out of the market as the daemon stops cleanly (SIGINT, SIGTERM; after `run()` returned): marks it
+   * `offline` at the registry, which drops it from the offers at once and has billing end its running sessions as an
+   * offline machine's are (billed to the last minute this daemon reported), instead of leaving it offered and rented
+   * until the registry's offline bound (90 s) noticed the silence. A machine already out of the market (`offline`, or
+   * in `maintenance`, an operator's decision its next start must not undo) is left as it is. Gives up after
+   * `timeoutMs` (the registry unreachable: the offline bound takes it out then); whether the machine is out.
+   */
+  async leaveMarket(timeoutMs: number): Promise<boolean> {
+    const id = this.providerId;
+    if (!id) return false;
+    const log = this.deps.logger;
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    const leave = async () => {
+      const record = unwrap(
+        await this.registry.GET('/providers/{providerID}', { params: { path: { providerID: id } } }),
+      );
+      if (record.status === 'offline' || record.status === 'maintenance') return record.status;
+      unwrap(
+        await this.registry.PATCH('/providers/{providerID}/status', {
+          params: { path: { providerID: id } },
+          body: { status: 'offline' },
+        }),
+      );
+      return record.status;
+    };
+    try {
+      const before = await Promise.race([leave(), deadline]);
+      if (before === 'offline' || before === 'maintenance') {
+        log.info({ provider_id: id, status: before }, 'stopping: the machine is already off the market');
+      } else {
+        log.info(
+          { provider_id: id, previous_status: before },
+          'stopping: machine marked offline, off the market (its running sessions end)',
+        );
+      }
+      return true;
+    } catch (err) {
+      log.warn(
+        { provider_id: id, err: (err as Error).message },
+        "stopping: could not mark the machine offline; the registry's offline bound takes it off the market",
+      );
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private pause(ms: number): Promise<void> {

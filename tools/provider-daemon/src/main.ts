@@ -1,6 +1,7 @@
 /**
  * The provider daemon process: `DAEMON_CONFIG_FILE=daemon.yaml node --import tsx src/main.ts`.
- * Stops cleanly on SIGINT/SIGTERM. A start-up that cannot go on (a configuration file that does not exist, an
+ * Stops cleanly on SIGINT/SIGTERM: the machine is marked offline first (off the market, its sessions ended: at most
+ * `LEAVE_MARKET_TIMEOUT_MS`), then its workloads stop. A start-up that cannot go on (a configuration file that does not exist, an
  * unreadable credentials file, invalid settings) is one line on standard error and exit status 1, as for the services.
  */
 import { clientCredentials } from '@gpu/client';
@@ -12,6 +13,9 @@ import { gpuSource } from './gpu/source.ts';
 import { natsHeartbeats } from './heartbeats.ts';
 import { UsageReporter } from './usage.ts';
 import { WorkloadRunner } from './workloads/runner.ts';
+
+/** The longest a clean stop waits for the registry to take the machine off the market. */
+const LEAVE_MARKET_TIMEOUT_MS = 5_000;
 
 startOrExit(async () => {
   const config = loadDaemonConfig();
@@ -73,6 +77,8 @@ startOrExit(async () => {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());
   workloads?.run();
   await daemon.run();
+  // A clean stop takes the machine off the market before anything else, so that no renter starts on it meanwhile.
+  await daemon.leaveMarket(Math.min(durationMs(config.request_timeout), LEAVE_MARKET_TIMEOUT_MS));
   await workloads?.stop();
   await publisher.close();
   await tracing?.shutdown().catch(() => {});

@@ -43,6 +43,12 @@ describe('check-gpus', () => {
     }
     // The kernel held a sandbox to its memory (this machine's control groups).
     expect(report.memory).toMatchObject({ ok: true, cgroup: expect.stringMatching(/^cgroup v[12] at /) });
+    // And to its disk allowance (a filesystem of its own: the write past 16 MiB refused).
+    expect(report.disk).toMatchObject({
+      kind: 'filesystem',
+      ok: true,
+      detail: expect.stringMatching(/refused by the kernel/),
+    });
     // Nothing of the check is left in the run directory.
     expect(spawnSync('ls', [config.workloads.run_dir]).stdout.toString()).toBe('');
   });

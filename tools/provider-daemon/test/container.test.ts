@@ -21,6 +21,7 @@ import {
   startContainer,
 } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
+import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
 import { running as alive } from '../src/workloads/sandbox.ts';
 import { testImage, testRuntimeArgs } from './support/containers.ts';
 
@@ -51,30 +52,50 @@ const labelled = () =>
     .stdout.split('\n')
     .filter(Boolean);
 
-function run(spec: Partial<WorkloadSpec>, over: Partial<ContainerOptions> & { leased?: number[] } = {}) {
+/** The limits of the tests' containers. */
+const LIMITS = {
+  processes: 64,
+  openFiles: 256,
+  memoryBytes: 256 * 1024 * 1024,
+  diskBytes: 1e7,
+  diskFiles: 5000,
+  logBytes: 1e5,
+};
+/** The sessions' directories whose disks are released at the end. */
+const sessions: string[] = [];
+afterAll(async () => {
+  for (const dir of sessions) await releaseDisk(dir);
+});
+
+async function run(
+  spec: Partial<WorkloadSpec>,
+  over: Partial<Omit<ContainerOptions, 'disk'>> & { leased?: number[] } = {},
+) {
   const sessionId = `t${Math.random().toString(36).slice(2, 10)}`;
   const dir = path.join(root, sessionId);
-  const workDir = path.join(dir, 'work');
   const logDir = path.join(dir, 'logs');
-  mkdirSync(path.join(workDir, 'output'), { recursive: true });
-  mkdirSync(logDir);
+  mkdirSync(logDir, { recursive: true });
   chmodSync(dir, 0o711);
   const uid = isRoot ? nextUid++ : undefined;
-  if (uid !== undefined) {
-    chownSync(workDir, uid, uid);
-    chownSync(path.join(workDir, 'output'), uid, uid);
-  }
+  const limits = over.limits ?? LIMITS;
+  // As the runner makes it: a filesystem of its own (a root daemon), its output directory the workload's.
+  const disk = await prepareDisk(dir, limits, isRoot ? 'filesystem' : 'watch', uid ?? null);
+  sessions.push(dir);
+  const workDir = disk.workDir;
+  mkdirSync(path.join(workDir, 'output'));
+  if (uid !== undefined) chownSync(path.join(workDir, 'output'), uid, uid);
+  if (disk.tmpDir) chmodSync(disk.tmpDir, 0o1777);
   const { leased = [0], ...rest } = over;
   const container = startContainer({
     spec: { image, env: {}, max_runtime_seconds: 60, network: false, inputs: [], ...spec },
     sessionId,
     daemon: root,
-    workDir,
+    disk,
     logDir,
     gpus: leased.map((i) => ({ index: i, uuid: readings[i]!.uuid, device: devices.get(i)! })),
     simulated: true,
     controlDevices: [],
-    limits: { processes: 64, openFiles: 256, memoryBytes: 256 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e5 },
+    limits,
     ...(uid !== undefined ? { uid } : {}),
     platformEnv: { GPU_PLATFORM_SESSION_ID: sessionId },
     stopGraceMs: 1000,
@@ -121,7 +142,7 @@ describe('container mode', () => {
     ].join('\n');
     // The daemon's environment has a proxy with credentials in it.
     process.env.HTTPS_PROXY = 'http://daemon:secret@proxy.example:3128';
-    const w = run(
+    const w = await run(
       { command: ['/bin/busybox', 'sh', '-c', script, 'zero', 'one; $(whoami)'], env: { GREETING: 'hello world' } },
       { leased: [1, 3] },
     );
@@ -149,7 +170,7 @@ describe('container mode', () => {
   it('reaches no network: only its loopback, never a service of the host', async () => {
     const { server, port, host } = await hostService();
     try {
-      const w = run({
+      const w = await run({
         command: [
           '/bin/busybox',
           'sh',
@@ -167,7 +188,7 @@ describe('container mode', () => {
   it('with the network allowed, goes out through slirp4netns and never reaches the host or a private range', async () => {
     const { server, port, host } = await hostService();
     try {
-      const w = run({
+      const w = await run({
         network: true,
         command: [
           '/bin/busybox',
@@ -193,7 +214,7 @@ describe('container mode', () => {
   });
 
   it('is stopped past its memory allowance, and its processes past their limit cannot fork', async () => {
-    const hog = run(
+    const hog = await run(
       {
         command: [
           '/bin/busybox',
@@ -202,11 +223,11 @@ describe('container mode', () => {
           's=$(head -c 4000000 /dev/zero | tr "\\0" a); i=0; while :; do eval "v$i=\\$s"; i=$((i+1)); sleep 0.1; done',
         ],
       },
-      { limits: { processes: 64, openFiles: 256, memoryBytes: 64 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e4 } },
+      { limits: { ...LIMITS, memoryBytes: 64 * 1024 * 1024, logBytes: 1e4 } },
     );
-    const bomb = run(
+    const bomb = await run(
       { command: ['/bin/busybox', 'sh', '-c', 'n=0; for i in $(seq 60); do sleep 30 & n=$((n+1)); done; echo ok'] },
-      { limits: { processes: 16, openFiles: 256, memoryBytes: 1e9, diskBytes: 1e7, logBytes: 1e4 } },
+      { limits: { ...LIMITS, processes: 16, memoryBytes: 1e9, logBytes: 1e4 } },
     );
     expect(await hog.container.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
     // The fork bomb hit its limit: its shell could not fork the rest, and gave up.
@@ -216,22 +237,20 @@ describe('container mode', () => {
   });
 
   it('is stopped when it fills its disk allowance, and one file cannot pass it either', async () => {
-    const limits = {
-      processes: 64,
-      openFiles: 256,
-      memoryBytes: 256 * 1024 * 1024,
-      diskBytes: 10_000_000,
-      logBytes: 1e4,
-    };
-    // One file past the allowance: the kernel refuses the write (RLIMIT_FSIZE).
-    const big = run(
+    const limits = { ...LIMITS, diskBytes: 10_000_000, logBytes: 1e4 };
+    // One file past the allowance: the kernel refuses the write (its filesystem is full; RLIMIT_FSIZE besides), and
+    // the workload that ended on it ended at its limit.
+    const big = await run(
       { command: ['/bin/busybox', 'sh', '-c', 'head -c 20000000 /dev/zero > /work/big || echo refused'] },
       { limits },
     );
-    expect(await big.container.ended).toMatchObject({ state: 'exited' });
+    expect(await big.container.ended).toMatchObject(
+      isRoot ? { state: 'stopped', reason: 'disk_limit' } : { state: 'exited' },
+    );
     expect(big.stdout()).toContain('refused');
-    // Files under it each, past it together: the watch stops it.
-    const many = run(
+    expect(statSync(path.join(big.workDir, 'big')).size).toBeLessThanOrEqual(10_000_000);
+    // Files under it each, past it together: the kernel refuses the rest, the watch stops it.
+    const many = await run(
       {
         command: [
           '/bin/busybox',
@@ -246,7 +265,7 @@ describe('container mode', () => {
   });
 
   it('is stopped at its end even when it ignores SIGTERM (SIGKILL after the grace period), no process left', async () => {
-    const w = run({
+    const w = await run({
       command: ['/bin/busybox', 'sh', '-c', 'trap "" TERM; echo started; while :; do sleep 1; done'],
     });
     await w.container.ready;
@@ -263,7 +282,7 @@ describe('container mode', () => {
   });
 
   it('a program that is its first process still gets SIGTERM at a stop, and ends without the grace period', async () => {
-    const w = run({ command: ['/bin/busybox', 'sleep', '100'] }, { stopGraceMs: 8000 });
+    const w = await run({ command: ['/bin/busybox', 'sleep', '100'] }, { stopGraceMs: 8000 });
     await w.container.ready;
     const asked = Date.now();
     expect(await w.container.stop('session_ended')).toMatchObject({ state: 'stopped', reason: 'session_ended' });
@@ -271,12 +290,12 @@ describe('container mode', () => {
   });
 
   it('stops at its maximum runtime', async () => {
-    const w = run({ command: ['/bin/busybox', 'sleep', '100'], max_runtime_seconds: 1 });
+    const w = await run({ command: ['/bin/busybox', 'sleep', '100'], max_runtime_seconds: 1 });
     expect(await w.container.ended).toMatchObject({ state: 'stopped', reason: 'max_runtime' });
   });
 
   it('a container an earlier life of the daemon left is found by its label and removed, its processes with it', async () => {
-    const w = run({ command: ['/bin/busybox', 'sleep', '100'] });
+    const w = await run({ command: ['/bin/busybox', 'sleep', '100'] });
     await w.container.ready;
     await new Promise((r) => setTimeout(r, 300));
     const pid = w.container.pid;
@@ -293,20 +312,56 @@ describe('container mode', () => {
   });
 
   it('a stop the moment it started runs nothing of it, and leaves nothing', async () => {
-    const w = run({ command: ['/bin/busybox', 'sh', '-c', 'echo ran > /work/output/ran; sleep 100'] });
+    const w = await run({ command: ['/bin/busybox', 'sh', '-c', 'echo ran > /work/output/ran; sleep 100'] });
     expect(await w.container.stop('session_ended')).toMatchObject({ state: 'stopped', reason: 'session_ended' });
     await new Promise((r) => setTimeout(r, 500));
     expect(existsSync(path.join(w.workDir, 'output', 'ran'))).toBe(false);
     expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
   });
 
-  it("an image's program that is not there is the renter's mistake, not the machine's", async () => {
-    const w = run({ command: ['/no/such/program'] });
-    // As in the sandbox: its first process (the init) cannot run it and exits non-zero, saying why.
+  it("an image's program that is not there never starts: failed, the renter's mistake, never billed", async () => {
+    const w = await run({ command: ['/no/such/program'] });
+    // Looked up in its image and volumes before it starts (a root daemon); elsewhere its init says why.
     const end = await w.container.ended;
-    expect(end.state).toBe('exited');
-    expect(end.state === 'exited' && end.exitCode).not.toBe(0);
-    expect(w.stderr()).toMatch(/no such file/i);
+    if (isRoot) expect(end).toMatchObject({ state: 'failed', reason: 'command_not_found' });
+    else expect(end.state === 'exited' && end.exitCode).not.toBe(0);
+    const found = await run({ command: ['busybox', 'true'] });
+    expect(await found.container.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+  });
+
+  it.runIf(isRoot)('holds its files and its /tmp to the same allowance, in a filesystem of its own', async () => {
+    const files = await run(
+      { command: ['/bin/busybox', 'sh', '-c', 'mkdir /work/d && cd /work/d && seq 1 20000 | xargs touch; ls | wc -l'] },
+      { limits: { ...LIMITS, diskFiles: 2000 } },
+    );
+    expect(await files.container.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+    expect(Number(files.stdout().trim())).toBeLessThanOrEqual(2100);
+    const tmp = await run({
+      command: [
+        '/bin/busybox',
+        'sh',
+        '-c',
+        'head -c 6000000 /dev/zero > /tmp/a; head -c 6000000 /dev/zero > /work/b || echo refused',
+      ],
+    });
+    expect(await tmp.container.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+    expect(tmp.stdout()).toContain('refused');
+  });
+
+  it('sees its own control group and network alone, as the runtime makes them', async () => {
+    const w = await run({
+      command: [
+        '/bin/busybox',
+        'sh',
+        '-c',
+        'ls /sys/fs/cgroup | grep -c gpu-platform; ls /sys/class/net; cat /proc/1/environ | tr "\\0" "\\n" | grep -c "^PATH=/usr/sbin:/usr/bin:/sbin:/bin$"',
+      ],
+    });
+    expect(await w.container.ended).toMatchObject({ state: 'exited' });
+    const lines = w.stdout().trim().split('\n');
+    // No other session's group; only its own loopback; its init's environment is its own, never the daemon's.
+    expect(lines[0]).toBe('0');
+    expect(lines.slice(1, -1)).toEqual(['lo']);
   });
 
   it('pulls from registries by name, never by address or from the machine itself unless allowed', () => {
@@ -318,7 +373,7 @@ describe('container mode', () => {
     expect(imageRefused('10.0.0.5:5000/x', ['10.0.0.5:5000'])).toBeNull();
   });
 
-  it('refuses a spec without an image (that is the sandbox)', () => {
-    expect(() => run({ image: undefined, command: ['true'] })).toThrow(/runs in the sandbox/);
+  it('refuses a spec without an image (that is the sandbox)', async () => {
+    await expect(run({ image: undefined, command: ['true'] })).rejects.toThrow(/runs in the sandbox/);
   });
 });

@@ -3,6 +3,7 @@
  * (verifying through auth's JWKS), on a simulated machine: registration, heartbeats, restarts, lost state, changed
  * GPUs, a record deleted under it, and a registry it cannot reach.
  */
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,7 +11,9 @@ import type { TokenSource } from '@gpu/client';
 import { createLogger } from '@gpu/common';
 import { freePort, testEnv } from '@gpu/common/testing';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { decodeJwt } from 'jose';
 import { afterAll, describe, expect, it } from 'vitest';
+import { providerBody } from '../../../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { type DaemonConfig, daemonConfigSchema, loadDaemonConfig } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
@@ -91,6 +94,31 @@ describe('provider daemon', () => {
       headers: { authorization: `Bearer ${await token.get()}` },
     });
     expect((own.json() as { id: string }[]).map((p) => p.id)).toEqual([first]);
+  });
+
+  it('binds its machine to its own client, claims one bound to none, and will not run one bound to another', async () => {
+    const { ownerId, token } = await provider();
+    const clientOf = async (t: TokenSource) => decodeJwt(await t.get()).client_id as string;
+    const registered = await daemonWith(config(), token).attach();
+    expect((await record(registered)).body.daemon_client_id).toBe(await clientOf(token));
+
+    // A machine of the owner registered without a daemon (bound to none): the daemon of that name claims it.
+    const c = config({ provider: { name: `rig-${randomUUID().slice(0, 8)}` } });
+    const unbound = await platform.registry.app.inject({
+      method: 'POST',
+      url: '/providers',
+      headers: await asPlatform(),
+      payload: providerBody({ owner_id: ownerId, name: c.provider.name }),
+    });
+    expect(unbound.json().daemon_client_id).toBeNull();
+    expect(await daemonWith(c, token).attach()).toBe(unbound.json().id);
+    expect((await record(unbound.json().id)).body.daemon_client_id).toBe(await clientOf(token));
+
+    // Another daemon client of the same owner, on a machine of that name (its state lost): not its machine to run.
+    const other = await platform.machineClient('daemon', ownerId);
+    const elsewhere = config({ provider: c.provider });
+    await expect(daemonWith(elsewhere, other).attach()).rejects.toThrow(/bound to another daemon client/);
+    expect((await record(unbound.json().id)).body.daemon_client_id).toBe(await clientOf(token));
   });
 
   it('updates the record when the machine’s GPUs changed', async () => {

@@ -7,16 +7,26 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
 import { cgroupPlace, workloadCgroup } from '../src/workloads/cgroups.ts';
+import { commandProblem } from '../src/workloads/command.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from '../src/workloads/devices.ts';
-import { running as alive, descendants, type SandboxOptions, startSandbox } from '../src/workloads/sandbox.ts';
+import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
+import {
+  running as alive,
+  descendants,
+  SANDBOX_PATH,
+  type SandboxOptions,
+  sandboxView,
+  startSandbox,
+} from '../src/workloads/sandbox.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'sandbox-test-'));
 // As the daemon's run directory: workloads' users pass through it to their own work directory, and list nothing.
@@ -40,30 +50,48 @@ const daemonDir = path.join(root, 'daemon');
 mkdirSync(daemonDir);
 writeFileSync(path.join(daemonDir, 'credentials.json'), '{"client_secret":"s3cr3t"}', { mode: 0o600 });
 
-/** A sandbox for `command` on the leased GPUs (indices), its work and log directories made as the daemon makes them. */
-function run(command: string[], over: Partial<SandboxOptions> & { leased?: number[] } = {}) {
+/** The limits of the tests' sandboxes. */
+const LIMITS = {
+  processes: 64,
+  openFiles: 256,
+  memoryBytes: 512 * 1024 * 1024,
+  diskBytes: 20 * 1024 * 1024,
+  diskFiles: 10_000,
+  logBytes: 64 * 1024,
+};
+/** The sessions' directories whose disks are released at the end. */
+const sessions: string[] = [];
+afterAll(async () => {
+  for (const dir of sessions) await releaseDisk(dir);
+});
+/** As the runner chooses: a filesystem of its own where the daemon can mount one (root), else the watch. */
+const kindHere = isRoot ? 'filesystem' : 'watch';
+
+/**
+ * A sandbox for `command` on the leased GPUs (indices), its disk and log directory made as the daemon makes them
+ * (`disk`: which kind of disk; the machine's by default).
+ */
+async function run(
+  command: string[],
+  over: Partial<Omit<SandboxOptions, 'disk'>> & { leased?: number[]; disk?: 'filesystem' | 'watch' } = {},
+) {
   const name = `s-${Math.random().toString(36).slice(2, 8)}`;
-  const workDir = path.join(root, name, 'work');
-  const logDir = path.join(root, name, 'logs');
-  mkdirSync(workDir, { recursive: true });
+  const dir = path.join(root, name);
+  const logDir = path.join(dir, 'logs');
   mkdirSync(logDir, { recursive: true });
-  chmodSync(path.dirname(workDir), 0o711);
+  chmodSync(dir, 0o711);
   const uid = isRoot ? nextUid++ : undefined;
-  if (uid !== undefined) chownSync(workDir, uid, uid);
-  const { leased = [0], ...rest } = over;
+  const { leased = [0], disk: kind = kindHere, ...rest } = over;
+  const limits = rest.limits ?? LIMITS;
+  const disk = await prepareDisk(dir, limits, kind, uid ?? null);
+  sessions.push(dir);
   const sandbox = startSandbox({
     spec: { command, env: {}, max_runtime_seconds: 60, network: false, inputs: [] },
-    workDir,
+    disk,
     logDir,
     gpus: leased.map((i) => ({ uuid: readings[i]!.uuid, device: devices.get(i)! })),
     controlDevices: [],
-    limits: {
-      processes: 64,
-      openFiles: 256,
-      memoryBytes: 512 * 1024 * 1024,
-      diskBytes: 20 * 1024 * 1024,
-      logBytes: 64 * 1024,
-    },
+    limits,
     uid,
     hidden: [],
     platformEnv: { GPU_PLATFORM_SESSION_ID: name },
@@ -72,25 +100,25 @@ function run(command: string[], over: Partial<SandboxOptions> & { leased?: numbe
   });
   const out = () => readFileSync(path.join(logDir, 'stdout.log'), 'utf8');
   const err = () => readFileSync(path.join(logDir, 'stderr.log'), 'utf8');
-  return { sandbox, workDir, logDir, out, err };
+  return { sandbox, workDir: disk.workDir, disk, logDir, out, err };
 }
 
 describe('a workload in the sandbox', () => {
   it('runs its argv as given, never through a shell, and ends with its own exit code', async () => {
-    const echo = run(['/bin/echo', 'hello', '$HOME;', 'rm -rf /', '`id`']);
+    const echo = await run(['/bin/echo', 'hello', '$HOME;', 'rm -rf /', '`id`']);
     expect(await echo.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
     expect(echo.out()).toBe('hello $HOME; rm -rf / `id`\n');
-    const failing = run(['sh', '-c', 'echo to stderr >&2; exit 3']);
+    const failing = await run(['sh', '-c', 'echo to stderr >&2; exit 3']);
     expect(await failing.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 3 });
     expect(failing.err()).toBe('to stderr\n');
     // A program that does not exist: bwrap says so, and the workload exits non-zero.
-    const missing = run(['no-such-program']);
+    const missing = await run(['no-such-program']);
     expect((await missing.sandbox.ended).state).toBe('exited');
     expect(missing.err()).toMatch(/no-such-program/);
   });
 
   it("gives the renter's environment to the workload alone: not to the tools around it, not on a command line", async () => {
-    const w = run(['sh', '-c', 'echo "$SECRET_TOKEN $GCONV_PATH"; sleep 2'], {
+    const w = await run(['sh', '-c', 'echo "$SECRET_TOKEN $GCONV_PATH"; sleep 2'], {
       spec: {
         command: ['sh', '-c', 'echo "$SECRET_TOKEN $GCONV_PATH"; sleep 2'],
         env: { SECRET_TOKEN: 'tok-4f9a', GCONV_PATH: '/work/evil' },
@@ -110,7 +138,7 @@ describe('a workload in the sandbox', () => {
   });
 
   it('sees only its leased GPUs, named by UUID, and its own work directory', async () => {
-    const w = run(
+    const w = await run(
       [
         'sh',
         '-c',
@@ -130,7 +158,7 @@ describe('a workload in the sandbox', () => {
   });
 
   it("cannot read the daemon's credentials, another session's files, or the host's home and temp", async () => {
-    const other = run(['sh', '-c', 'echo secret-of-other > data.txt']);
+    const other = await run(['sh', '-c', 'echo secret-of-other > data.txt']);
     await other.sandbox.ended;
     const targets = [
       path.join(daemonDir, 'credentials.json'),
@@ -139,7 +167,7 @@ describe('a workload in the sandbox', () => {
       '/root',
       path.join(root),
     ];
-    const w = run([
+    const w = await run([
       'sh',
       '-c',
       targets.map((t) => `cat ${t} 2>/dev/null || ls ${t} 2>/dev/null || echo gone`).join('; '),
@@ -147,7 +175,7 @@ describe('a workload in the sandbox', () => {
     expect(await w.sandbox.ended).toMatchObject({ state: 'exited' });
     expect(w.out().trim().split('\n')).toEqual(targets.map(() => 'gone'));
     // Nothing it could write reaches the host outside its work directory.
-    const breakout = run(['sh', '-c', `echo pwned > ${path.join(other.workDir, 'data.txt')} || echo refused`]);
+    const breakout = await run(['sh', '-c', `echo pwned > ${path.join(other.workDir, 'data.txt')} || echo refused`]);
     await breakout.sandbox.ended;
     expect(readFileSync(path.join(other.workDir, 'data.txt'), 'utf8')).toBe('secret-of-other\n');
   });
@@ -169,8 +197,8 @@ describe('a workload in the sandbox', () => {
       'ip route | grep -c "^default via 10.0.2.2 dev tap0" || true',
     ].join('; ');
     const command = ['bash', '-c', script];
-    const closed = run(command);
-    const open = run(command, { spec: { command, env: {}, max_runtime_seconds: 60, network: true, inputs: [] } });
+    const closed = await run(command);
+    const open = await run(command, { spec: { command, env: {}, max_runtime_seconds: 60, network: true, inputs: [] } });
     await Promise.all([closed.sandbox.ended, open.sandbox.ended]);
     server.close();
     // No network: no route anywhere.
@@ -181,7 +209,7 @@ describe('a workload in the sandbox', () => {
     const own = isRoot || !lan ? 'unreachable' : 'hi';
     expect(open.out()).toBe(`${own}\n${'unreachable\n'.repeat(3)}1\n`);
     // Without slirp4netns a workload that asked for the network does not start.
-    const none = run(command, {
+    const none = await run(command, {
       spec: { command, env: {}, max_runtime_seconds: 60, network: true, inputs: [] },
       slirpPath: '/nonexistent/slirp4netns',
     });
@@ -189,7 +217,7 @@ describe('a workload in the sandbox', () => {
   });
 
   it("contains a fork bomb to its process limit while the machine's other workload runs on", async () => {
-    const bomb = run(['bash', '-c', 'f() { f | f & }; f; sleep 30'], {
+    const bomb = await run(['bash', '-c', 'f() { f | f & }; f; sleep 30'], {
       spec: {
         command: ['bash', '-c', 'f() { f | f & }; f; sleep 30'],
         env: {},
@@ -198,7 +226,7 @@ describe('a workload in the sandbox', () => {
         inputs: [],
       },
     });
-    const neighbour = run(['sh', '-c', 'sleep 0.5; for i in 1 2 3 4 5; do sh -c "echo $i"; done']);
+    const neighbour = await run(['sh', '-c', 'sleep 0.5; for i in 1 2 3 4 5; do sh -c "echo $i"; done']);
     expect(await neighbour.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
     expect(neighbour.out()).toBe('1\n2\n3\n4\n5\n');
     if (isRoot) {
@@ -210,13 +238,13 @@ describe('a workload in the sandbox', () => {
   });
 
   it('is stopped when it fills its disk allowance; one file cannot pass it either', async () => {
-    const filler = run([
+    const filler = await run([
       'sh',
       '-c',
       'i=0; while true; do i=$((i+1)); head -c 4000000 /dev/zero > f$i; sleep 0.1; done',
     ]);
     expect(await filler.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
-    const big = run(['sh', '-c', 'head -c 30000000 /dev/zero > big; echo "exit $?"']);
+    const big = await run(['sh', '-c', 'head -c 30000000 /dev/zero > big; echo "exit $?"']);
     await big.sandbox.ended;
     // RLIMIT_FSIZE: the write past the limit fails (SIGXFSZ kills the writer), the file stays at the limit.
     expect(big.out()).toMatch(/^exit [1-9]\d*\n$/);
@@ -224,7 +252,7 @@ describe('a workload in the sandbox', () => {
   });
 
   it('is killed after the grace period when it ignores SIGTERM, and no process of it is left', async () => {
-    const w = run(['bash', '-c', 'trap "" TERM; echo ready; sleep 1000 & wait']);
+    const w = await run(['bash', '-c', 'trap "" TERM; echo ready; sleep 1000 & wait']);
     const deadline = Date.now() + 5000;
     while (!w.out().includes('ready') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     const inside = descendants(w.sandbox.pid);
@@ -239,8 +267,8 @@ describe('a workload in the sandbox', () => {
   });
 
   it('is stopped when its processes hold more memory than its allowance', async () => {
-    const hog = run(['bash', '-c', 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); sleep 30'], {
-      limits: { processes: 64, openFiles: 256, memoryBytes: 64 * 1024 * 1024, diskBytes: 1e7, logBytes: 1e4 },
+    const hog = await run(['bash', '-c', 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); sleep 30'], {
+      limits: { ...LIMITS, memoryBytes: 64 * 1024 * 1024, logBytes: 1e4 },
     });
     expect(await hog.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
   });
@@ -248,18 +276,21 @@ describe('a workload in the sandbox', () => {
   it('in its control group, one that grows faster than the watch looks is stopped by the kernel, and only it', async () => {
     const { place, problem } = cgroupPlace('');
     expect(problem).toBeNull();
-    const limits = { processes: 64, openFiles: 256, memoryBytes: 10 * 1024 ** 3, diskBytes: 1e7, logBytes: 1e4 };
+    const limits = { ...LIMITS, memoryBytes: 10 * 1024 ** 3, logBytes: 1e4 };
     // The watch would allow 10 GiB; the control group allows 64 MiB (and a quarter... at least 64 MiB more): only
     // the kernel can stop it, at once.
     const cgroup = workloadCgroup(place!, `test-${Math.random().toString(36).slice(2, 8)}`, {
       memoryBytes: 64 * 1024 * 1024,
       processes: 64,
     });
-    const neighbour = run(['sleep', '30'], { limits });
-    const hog = run(['sh', '-c', 'head -c 2000000000 /dev/zero | tail -c 2000000000 > /dev/null && echo survived'], {
-      limits,
-      cgroup,
-    });
+    const neighbour = await run(['sleep', '30'], { limits });
+    const hog = await run(
+      ['sh', '-c', 'head -c 2000000000 /dev/zero | tail -c 2000000000 > /dev/null && echo survived'],
+      {
+        limits,
+        cgroup,
+      },
+    );
     const started = Date.now();
     expect(await hog.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'memory_limit' });
     expect(Date.now() - started).toBeLessThan(10_000);
@@ -270,7 +301,7 @@ describe('a workload in the sandbox', () => {
   });
 
   it('stops at its maximum runtime, and cuts its output at the log limit saying how much was cut', async () => {
-    const w = run(['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" a; sleep 100'], {
+    const w = await run(['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" a; sleep 100'], {
       spec: {
         command: ['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" a; sleep 100'],
         env: {},
@@ -289,12 +320,14 @@ describe('a workload in the sandbox', () => {
     const script = path.join(root, 'daemon.ts');
     const workDir = path.join(root, 'orphan');
     mkdirSync(workDir);
+    const disk = { kind: 'watch', workDir, tmpDir: null, full: () => false, close: () => {} };
     writeFileSync(
       script,
       `import { startSandbox } from ${JSON.stringify(path.resolve('tools/provider-daemon/src/workloads/sandbox.ts'))};
 const s = startSandbox({ spec: { command: ['sleep', '1000'], env: {}, max_runtime_seconds: 600, network: false, inputs: [] },
-  workDir: ${JSON.stringify(workDir)}, logDir: ${JSON.stringify(workDir)}, gpus: [], controlDevices: [], hidden: [],
-  limits: { processes: 64, openFiles: 256, memoryBytes: 1e9, diskBytes: 1e7, logBytes: 1e4 }, platformEnv: {},
+  disk: { ...${JSON.stringify(disk)}, full: () => false, close: () => {} }, logDir: ${JSON.stringify(workDir)},
+  gpus: [], controlDevices: [], hidden: [],
+  limits: { processes: 64, openFiles: 256, memoryBytes: 1e9, diskBytes: 1e7, diskFiles: 1e4, logBytes: 1e4 }, platformEnv: {},
   stopGraceMs: 500 });
 setTimeout(() => console.log(s.pid), 500);
 setInterval(() => {}, 1000);`,
@@ -310,13 +343,164 @@ setInterval(() => {}, 1000);`,
     expect(inside.filter(alive)).toEqual([]);
   });
 
-  it('refuses a spec the platform does not accept, whatever reached the daemon', () => {
-    expect(() =>
+  it('refuses a spec the platform does not accept, whatever reached the daemon', async () => {
+    await expect(
       run(['true'], {
         spec: { command: ['true'], env: { LD_PRELOAD: '/x.so' }, max_runtime_seconds: 5, network: false, inputs: [] },
       }),
-    ).toThrow(/LD_PRELOAD/);
-    expect(() => run([])).toThrow();
+    ).rejects.toThrow(/LD_PRELOAD/);
+    await expect(run([])).rejects.toThrow();
+  });
+});
+
+describe('its disk: a filesystem of its own, bounded by the kernel', () => {
+  const MiB = 1024 * 1024;
+  /** The daemon's event loop's longest stall while `work` runs (ms). */
+  async function loopStall<T>(work: () => Promise<T>): Promise<{ result: T; stallMs: number }> {
+    const h = monitorEventLoopDelay({ resolution: 10 });
+    h.enable();
+    try {
+      const result = await work();
+      return { result, stallMs: h.max / 1e6 };
+    } finally {
+      h.disable();
+    }
+  }
+  const limits = { ...LIMITS, diskBytes: 200 * MiB, diskFiles: 1_000_000, memoryBytes: 1024 * MiB };
+  // 200,100 empty files (past any walk's cap), then 4 x 100 MB in a 200 MB allowance.
+  const outrun = [
+    'sh',
+    '-c',
+    'mkdir many && cd many && seq 1 200100 | xargs touch && cd .. && echo made && ' +
+      'for i in 1 2 3 4; do head -c 100000000 /dev/zero > big$i || echo "write $i refused"; done; echo done',
+  ];
+
+  it.runIf(isRoot)(
+    'ends a workload that makes 200,100 files and then writes 400 MB in a 200 MB allowance with disk_limit, no more than its allowance written, the daemon never stalled and its neighbour stopped at once',
+    async () => {
+      const neighbour = await run(['sleep', '1000']);
+      await neighbour.sandbox.ready;
+      const { result, stallMs } = await loopStall(async () => {
+        const filler = await run(outrun, { limits });
+        expect(filler.disk.kind).toBe('filesystem');
+        // Once its files are made, the neighbour's stop is not held up by them.
+        const deadline = Date.now() + 120_000;
+        while (!filler.out().includes('made') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+        const asked = Date.now();
+        await neighbour.sandbox.stop('session_ended');
+        const stopMs = Date.now() - asked;
+        const end = await filler.sandbox.ended;
+        // What its filesystem holds: never past the allowance.
+        const fs = statfsSync(filler.workDir);
+        return { end, stopMs, used: (fs.blocks - fs.bfree) * fs.bsize, out: filler.out(), err: filler.err() };
+      });
+      expect(result.end).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+      expect(result.out).toContain('made');
+      expect(result.out).toMatch(/write [2-4] refused/);
+      expect(result.err).toMatch(/No space left on device/);
+      expect(result.used).toBeLessThanOrEqual(200 * MiB);
+      expect(result.stopMs).toBeLessThan(1500);
+      expect(stallMs).toBeLessThan(1000);
+    },
+    180_000,
+  );
+
+  it.runIf(isRoot)('counts its files too: past its file allowance it gets ENOSPC and ends disk_limit', async () => {
+    const w = await run(['sh', '-c', 'mkdir d && cd d && seq 1 20000 | xargs touch; echo "exit $?"; ls | wc -l'], {
+      limits: { ...LIMITS, diskFiles: 5000 },
+    });
+    expect(await w.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+    expect(w.err()).toMatch(/No space left on device/);
+    expect(Number(w.out().trim().split('\n').at(-1) ?? '0')).toBeLessThanOrEqual(5100);
+  });
+
+  it.runIf(isRoot)('holds its /tmp to the same allowance as its work directory', async () => {
+    const w = await run([
+      'sh',
+      '-c',
+      'head -c 12000000 /dev/zero > /tmp/a; head -c 12000000 /dev/zero > b; echo "exit $?"',
+    ]);
+    expect(await w.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+    expect(w.out()).toMatch(/^exit [1-9]/);
+    const fs = statfsSync(w.workDir);
+    expect((fs.blocks - fs.bfree) * fs.bsize).toBeLessThanOrEqual(LIMITS.diskBytes);
+  });
+
+  it('without a filesystem of its own (not root, or turned off), the watch counts its files in a process of its own and never stalls the daemon', async () => {
+    const { result, stallMs } = await loopStall(async () => {
+      const filler = await run(outrun, { limits: { ...limits, diskFiles: 100_000 }, disk: 'watch' });
+      expect(filler.disk.kind).toBe('watch');
+      return filler.sandbox.ended;
+    });
+    expect(result).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+    expect(stallMs).toBeLessThan(1000);
+  }, 180_000);
+});
+
+describe('what a workload sees of the machine', () => {
+  it('sees its own control group alone, none of the host network interfaces, and nothing of the daemon in its first process', async () => {
+    const place = cgroupPlace('').place;
+    const name = `see-${Math.random().toString(36).slice(2, 8)}`;
+    const cgroup = place ? workloadCgroup(place, name, { memoryBytes: 256 * 1024 * 1024, processes: 64 }) : undefined;
+    const neighbour = await run(
+      ['sleep', '30'],
+      cgroup ? { cgroup: workloadCgroup(place!, `${name}-n`, { memoryBytes: 256 * 1024 * 1024, processes: 64 }) } : {},
+    );
+    await neighbour.sandbox.ready;
+    const w = await run(
+      [
+        'sh',
+        '-c',
+        'echo "cg:$(find /sys/fs/cgroup -maxdepth 2 -type d | sort | tr "\n" " ")"; ' +
+          'echo "net:$(ls -A /sys/class/net /sys/devices/virtual/net/ 2>/dev/null | grep -v -e : -e "^$" | tr "\n" " ")"; ' +
+          'echo "env:$(tr "\\0" " " < /proc/1/environ)"; echo "cmd:$(tr "\\0" " " < /proc/1/cmdline)"; ' +
+          'echo "mounts:$(cut -d" " -f4 /proc/self/mountinfo | sort -u | tr "\n" " ")"',
+      ],
+      cgroup ? { cgroup } : {},
+    );
+    expect(await w.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+    await neighbour.sandbox.stop('session_ended');
+    const said = Object.fromEntries(
+      w
+        .out()
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1).trim()]),
+    );
+    // Its own control group's files (its memory, its processes), never another session's or the machine's.
+    expect(said.cg).not.toContain('gpu-platform');
+    expect(said.cg).not.toContain(`${name}-n`);
+    if (cgroup) expect(said.cg).not.toBe('/sys/fs/cgroup');
+    expect(said.net).toBe('');
+    // bwrap, its first process: a fixed PATH, and no host path on its command line.
+    expect(said.env).toBe('PATH=/usr/sbin:/usr/bin:/sbin:/bin');
+    expect(said.cmd).toMatch(/^bwrap --args 5 -- sh -c /);
+    // No mount inside shows where on the host its directories are (a simulated GPU's stand-in file aside).
+    expect(said.mounts).not.toContain(path.dirname(w.logDir));
+  });
+});
+
+describe('a program that is not there', () => {
+  it('is found missing (127) or not executable (126) in the view the sandbox will have, before anything starts', async () => {
+    const dir = path.join(root, `cmd-${Math.random().toString(36).slice(2, 8)}`);
+    mkdirSync(path.join(dir, 'inputs'), { recursive: true });
+    const disk = await prepareDisk(dir, LIMITS, 'watch', null);
+    sessions.push(dir);
+    writeFileSync(path.join(disk.workDir, 'run.sh'), '#!/bin/sh\necho hi\n', { mode: 0o755 });
+    writeFileSync(path.join(dir, 'inputs', 'train.py'), 'print(1)\n', { mode: 0o444 });
+    const view = sandboxView({ disk, inputsDir: path.join(dir, 'inputs') });
+    const problem = (program: string) =>
+      commandProblem(program, view, { path: SANDBOX_PATH, cwd: '/work', uid: isRoot ? 200_000 : null });
+    expect(problem('sh')).toBeNull();
+    expect(problem('/bin/sh')).toBeNull();
+    expect(problem('./run.sh')).toBeNull();
+    expect(problem('/work/run.sh')).toBeNull();
+    expect(problem('no-such-program')).toBe('command_not_found');
+    expect(problem('/usr/bin/no-such-program')).toBe('command_not_found');
+    // The host's files outside the view are not there for it.
+    expect(problem(process.execPath)).toBe(process.execPath.startsWith('/usr/') ? null : 'command_not_found');
+    expect(problem('/work/inputs/train.py')).toBe('command_not_executable');
+    expect(problem('/etc')).toBe('command_not_executable');
   });
 });
 

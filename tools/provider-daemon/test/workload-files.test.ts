@@ -91,8 +91,12 @@ describe("a workload's files", () => {
     expect((await read(renter.headers, `${prefix}logs/stderr.log`)).text).toBe('to-stderr\n');
     expect((await read(renter.headers, `${prefix}output/copy.txt`)).text).toBe('hello from storage\n');
     expect((await read(renter.headers, `${prefix}output/sub/deep.txt`)).text).toBe('nested\n');
-    // The links were not followed: nothing of the host's reached storage.
+    // The links were not followed: nothing of the host's reached storage; the session says what was not kept.
     expect((await read(renter.headers, `${prefix}output/host-link`)).status).toBe(404);
+    expect(ended.outputs_refused).toEqual([
+      { path: 'escape', reason: 'symbolic_link' },
+      { path: 'host-link', reason: 'symbolic_link' },
+    ]);
     // The input is as it was.
     expect((await read(renter.headers, 'data/in.txt')).text).toBe('hello from storage\n');
   });
@@ -225,7 +229,12 @@ describe("a workload's files", () => {
       );
       expect(existsSync(join(m.runDir, r.id))).toBe(false);
       const w = await rig.workloadOf(r.headers, r.id);
-      expect(w).toMatchObject({ state: 'exited', exit_code: 0, outputs: null });
+      expect(w).toMatchObject({
+        state: 'exited',
+        exit_code: 0,
+        outputs: [],
+        outputs_refused: [{ path: '.', reason: 'output_not_a_directory' }],
+      });
       expect((await read(r.headers, `sessions/${r.id}/logs/stdout.log`)).text).toBe('swapped\n');
       const listed = await fetch(
         `${rig.storage.url}/objects/list?prefix=${encodeURIComponent(`sessions/${r.id}/output/`)}`,
@@ -236,6 +245,82 @@ describe("a workload's files", () => {
       await runner.stop();
     }
   });
+
+  it('uploads every output the store takes though one is refused, and names each file not kept with why', async () => {
+    const m = await rig.machine();
+    // A name of 250 bytes: more than the store can hold as one path segment.
+    const long = `${'n'.repeat(246)}.txt`;
+    const r = await rig.rent(m.providerId, 1, {
+      command: [
+        'sh',
+        '-c',
+        `cd /work/output && echo a > a.txt && echo long > ${long} && echo z > z.txt && ln -s /etc/passwd link`,
+      ],
+      max_runtime_seconds: 60,
+    });
+    const runner = m.runner();
+    runner.run();
+    try {
+      const w = await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (x) => x.outputs !== null,
+        60_000,
+      );
+      const prefix = `sessions/${r.id}/output/`;
+      expect(w.outputs).toEqual([
+        { key: `${prefix}a.txt`, size: 2 },
+        { key: `${prefix}z.txt`, size: 2 },
+      ]);
+      expect(w.outputs_refused).toEqual([
+        { path: 'link', reason: 'symbolic_link' },
+        { path: long, reason: expect.stringMatching(/^(store|name)_refused: /) },
+      ]);
+      expect((await read(r.headers, `${prefix}z.txt`)).text).toBe('z\n');
+    } finally {
+      await runner.stop();
+    }
+  }, 90_000);
+
+  it('a daemon started again uploads what its earlier life left and removes the session directory once done', async () => {
+    const m = await rig.machine();
+    const r = await rig.rent(m.providerId, 1, {
+      command: ['sh', '-c', 'echo step-41 > /work/output/checkpoint.txt; sleep 3600'],
+      max_runtime_seconds: 3600,
+    });
+    const first = m.runner();
+    await first.sync();
+    await until(
+      () => rig.workloadOf(r.headers, r.id),
+      (w) => w.state === 'running',
+    );
+    // The checkpoint is written (in the session's own filesystem, kept on the machine's disk).
+    await until(
+      async () => existsSync(join(m.runDir, r.id, 'fs', 'work', 'output', 'checkpoint.txt')),
+      (written) => written,
+    );
+    // The daemon dies (here: its runner is dropped without a word): the next life finds what it left on disk.
+    const second = m.runner();
+    try {
+      await second.sync();
+      const w = await until(
+        () => rig.workloadOf(r.headers, r.id),
+        (x) => x.outputs !== null,
+        30_000,
+      );
+      expect(w).toMatchObject({ state: 'stopped', reason: 'daemon_restarted' });
+      expect(w.outputs).toEqual([{ key: `sessions/${r.id}/output/checkpoint.txt`, size: 8 }]);
+      expect((await read(r.headers, `sessions/${r.id}/output/checkpoint.txt`)).text).toBe('step-41\n');
+      // Nothing of the session stays on the machine once its files are kept.
+      await until(
+        async () => existsSync(join(m.runDir, r.id)),
+        (present) => !present,
+        20_000,
+      );
+    } finally {
+      await first.stop();
+      await second.stop();
+    }
+  }, 90_000);
 
   it('grants inputs only until the workload runs, and nothing once the upload window after its end closed', async () => {
     const m = await rig.machine();

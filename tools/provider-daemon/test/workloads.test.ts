@@ -185,6 +185,19 @@ describe("the daemon runs renters' workloads", () => {
     });
   });
 
+  it('never starts (nor bills) a program that is not there: failed, command_not_found, the session ends unbilled', async () => {
+    const m = await machine();
+    const r = await rent(m.providerId, 1, { command: ['no-such-program', '--epochs', '3'], max_runtime_seconds: 60 });
+    await m.runner().sync();
+    const failed = await until(
+      () => workloadOf(r.headers, r.id),
+      (w) => w.state === 'failed',
+    );
+    expect(failed).toMatchObject({ state: 'failed', reason: 'command_not_found', running_at: null });
+    expect(failed.session).toMatchObject({ status: 'completed', end_reason: 'workload_failed', billed_minutes: 0 });
+    expect(failed.session.total_cost).toMatch(/^0(\.0+)?$/);
+  });
+
   it('stops a workload past its paid time while billing cannot be reached, and reports it once billing answers', async () => {
     const m = await machine();
     const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });

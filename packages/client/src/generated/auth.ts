@@ -148,7 +148,7 @@ export interface paths {
         put?: never;
         /**
          * Verify an address with the code mailed to it: the account, verified
-         * @description No sign-in needed: the code is the proof. Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. Tokens issued from now on say email_verified (log in or refresh for one).
+         * @description The code is the proof that the caller reads mail at the address. Sent with the account's own sign-in (`Authorization: Bearer`, a user's token of that account: its holder knows the password), it verifies the address and changes nothing else. Sent without it, it takes `new_password` (the registration policy, 400 PASSWORD_*) and makes the account the mail reader's alone, as a reset does: every sign-in, trusted device, API key and daemon client made before ends (whoever registered the address first keeps nothing). Neither: 400 NEW_PASSWORD_REQUIRED, the code still unused. Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN; a bearer token that is not valid, 401. Tokens issued from now on say email_verified (log in or refresh for one).
          */
         post: operations["verifyEmail"];
         delete?: never;
@@ -193,7 +193,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke one of your API keys, at once
-         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. No instance exchanges the key after this; a token already issued for it works until it expires (`api_keys.token_ttl`, 2 minutes). Revoking again changes nothing; another user's key is 404.
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. No instance exchanges the key after this (401 API_KEY_REVOKED), and this service refuses its tokens at once (401 API_KEY_REVOKED); at the other services a token already issued for it works until it expires (`api_keys.token_ttl`, 2 minutes). Revoking again changes nothing; another user's key is 404.
          */
         delete: operations["revokeApiKey"];
         options?: never;
@@ -309,7 +309,7 @@ export interface paths {
         put?: never;
         /**
          * Set a new password with a mailed reset code; every device is signed out
-         * @description The new password meets the registration policy (400 PASSWORD_*; the code keeps working for another try). Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. The reset also verifies the address, ends its other reset codes, and mails a notice.
+         * @description The new password meets the registration policy (400 PASSWORD_*; the code keeps working for another try). Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. The account starts afresh: every sign-in, trusted device, API key and daemon client ends; the reset also verifies the address, ends its other mailed codes, and mails a notice.
          */
         post: operations["resetPassword"];
         delete?: never;
@@ -394,7 +394,7 @@ export interface paths {
         post?: never;
         /**
          * Sign one of your devices out: its refresh token is revoked at once
-         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). An access token it already had works until it expires (15 minutes). Again: 204 too; another user's sign-in: 404 SIGN_IN_NOT_FOUND.
+         * @description The user themselves, signed in (an API key: 403 INSUFFICIENT_SCOPE). An access token it already had is refused here at once (401 SIGN_IN_ENDED) and works at the other services until it expires (15 minutes). Again: 204 too; another user's sign-in: 404 SIGN_IN_NOT_FOUND.
          */
         delete: operations["signOutDevice"];
         options?: never;
@@ -413,7 +413,7 @@ export interface paths {
         put?: never;
         /**
          * A machine client, or a user's API key, exchanged for an access token
-         * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of `api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. No refresh token: ask again before `expires_in` runs out. Wrong, unknown, expired or revoked credentials all answer 401 `invalid_client`; repeated failures 429.
+         * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of `api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. No refresh token: ask again before `expires_in` runs out. Wrong, unknown, expired or revoked client credentials, and a wrong or unknown API key, all answer 401 `invalid_client` (INVALID_CLIENT); repeated failures 429. An API key sent whole and right but revoked or expired is told so: 401 API_KEY_REVOKED or API_KEY_EXPIRED (`invalid_client` too).
          */
         post: operations["issueToken"];
         delete?: never;
@@ -740,6 +740,8 @@ export interface components {
             updated_at: string;
         };
         VerifyEmailRequest: {
+            /** @description the account's password from now on; needed without the account's own sign-in */
+            new_password?: string;
             /** @description the code of the mail */
             token: string;
         };
@@ -1221,6 +1223,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];

@@ -1012,6 +1012,18 @@ export interface components {
              */
             vram_rate_per_gb_hour?: string | null;
         };
+        RefusedOutput: {
+            /** @description a path relative to /work/output/ */
+            path: string;
+            /** @description why it was not kept (`symbolic_link`, `too_large`, `store_refused: ...`) */
+            reason: string;
+        };
+        RefusedOutputInput: {
+            /** @description a path relative to /work/output/ */
+            path: string;
+            /** @description why it was not kept (`symbolic_link`, `too_large`, `store_refused: ...`) */
+            reason: string;
+        };
         Reservation: {
             expires_at: string;
             /** @description the GPUs held, by their index in the registry's record */
@@ -1413,6 +1425,8 @@ export interface components {
                 /** Format: int64 */
                 size: number;
             }[] | null;
+            /** @description the files it left in /work/output/ that were not kept, each with why (a link, not a regular file, too large, too many, a name storage cannot hold, the store refused it: the rest were kept all the same); at most 100 named, the last one counting the others; null until its outputs were reported */
+            outputs_refused: components["schemas"]["RefusedOutput"][] | null;
             /** @description until when the session's funds pay for running (its hold at the frozen rate, never past a cap's end; it moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null once the session ended; in GET only */
             paid_until?: string | null;
             preparing_at: string | null;
@@ -1484,6 +1498,11 @@ export interface components {
                 /** Format: int64 */
                 size: number;
             }[];
+            /**
+             * @description the files it did not upload, each with why
+             * @default []
+             */
+            refused?: components["schemas"]["RefusedOutputInput"][];
         };
         WorkloadReport: {
             /**

@@ -96,7 +96,7 @@ export interface paths {
         get: operations["getProvider"];
         /**
          * Replace a provider (full update, GPUs included)
-         * @description Every writable field is replaced; absent optional fields become null. registered_at, last_seen_at and held are read-only; an id in the body must equal the path. A status change here is published like an explicit status update, and refused like one when it contradicts the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while fully rented); `busy` holds the machine off the market and `idle` releases it, as PATCH status does.
+         * @description Every writable field is replaced; absent optional fields become null. registered_at, last_seen_at, held and daemon_client_id are read-only; an id in the body must equal the path. A status change here is published like an explicit status update, and refused like one when it contradicts the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while fully rented); `busy` holds the machine off the market and `idle` releases it, as PATCH status does.
          */
         put: operations["updateProvider"];
         post?: never;
@@ -105,6 +105,26 @@ export interface paths {
          * @description Also a rented machine: the removal is published (`provider.removed`), and billing ends every session still running on it, billed to the last minute its daemon reported; later usage reports for those sessions are refused.
          */
         delete: operations["deleteProvider"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/providers/{providerID}/daemon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Bind the machine to a daemon client (or to none)
+         * @description Only the machine's daemon, the one it is bound to, heartbeats it, sets its status, updates or deletes it, and reports its sessions to billing; another daemon of the owner gets 403 NOT_MACHINE_DAEMON. A machine is bound to the daemon that registered it. Its owner (or an admin or service) binds it to another of its daemon clients (a new one after a reinstall) or to none; a daemon claims a machine bound to none for itself, and nothing else (403 NOT_MACHINE_DAEMON). Billing moves the running sessions of the machine to the new client (the `provider.daemon_bound` event).
+         */
+        put: operations["bindProviderDaemon"];
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -225,7 +245,7 @@ export interface paths {
         put?: never;
         /**
          * Record heartbeats of several machines at once (a daemon or relay beating for many machines)
-         * @description Up to 1000 heartbeats, each applied exactly as by POST /providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: `status_code` 200 with the status before and after, or the status of its problem (400 UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not affect the others; a malformed one makes the whole request a 400 and none is applied.
+         * @description Up to 1000 heartbeats, each applied exactly as by POST /providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: `status_code` 200 with the status before and after, or the status of its problem (400 UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER or NOT_MACHINE_DAEMON, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not affect the others; a malformed one makes the whole request a 400 and none is applied.
          */
         post: operations["sendHeartbeats"];
         delete?: never;
@@ -238,6 +258,11 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description The daemon client to bind the machine to */
+        BindDaemonRequest: {
+            /** @description a daemon client's `client_id` (of the machine's owner), or null for none */
+            client_id: string | null;
+        };
         /** @description One GPU of a provider */
         Gpu: {
             /** @description architecture name, e.g. "ampere" */
@@ -478,6 +503,8 @@ export interface components {
         };
         /** @description A provider machine with its GPUs */
         Provider: {
+            /** @description the daemon client (its `client_id`) the machine is bound to: the one that registered it, claimed it or that its owner bound it to (PUT /providers/{providerID}/daemon); another daemon of the owner may not write it. null: none (the next daemon that attaches claims it) */
+            daemon_client_id: string | null;
             gpus: components["schemas"]["Gpu"][];
             /** @description held off the market by its owner: an explicit `busy` until an explicit `idle` (no offer lists it, a heartbeat or a session end leaves it busy, billing starts no rental on it) */
             held: boolean;
@@ -667,6 +694,8 @@ export interface components {
         };
         /** @description Every writable field of a provider, its GPUs included (a Provider as GET answers it may be sent back) */
         UpdateProviderRequest: {
+            /** @description read-only: ignored (PUT /providers/{providerID}/daemon binds the machine) */
+            daemon_client_id?: string | null;
             gpus: {
                 /** @description architecture name, e.g. "ampere" */
                 architecture?: string | null;
@@ -1181,6 +1210,44 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    bindProviderDaemon: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BindDaemonRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Provider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -136,12 +136,13 @@ export const accessControl = fp(
       const config = request.routeOptions.config;
       if (config.public === true || opts.publicPaths(url)) return;
       const principal = await authenticate(request);
-      if (config.roles && !principal.unchecked && !hasRole(principal, ...config.roles)) {
-        throw errors.forbidden(`this action requires the role ${config.roles.join(' or ')}`, 'ROLE_REQUIRED');
-      }
-      // An API key calls only the routes its scopes open.
+      // An API key calls only the routes its scopes open, whatever its roles: a key that lacks the scope hears so
+      // (403 INSUFFICIENT_SCOPE) on every route, role-gated ones included, before its roles are looked at.
       if (principal.scopes && !scopeAllows(principal.scopes, config.scope, request.method)) {
         throw insufficientScope(config.scope);
+      }
+      if (config.roles && !principal.unchecked && !hasRole(principal, ...config.roles)) {
+        throw errors.forbidden(`this action requires the role ${config.roles.join(' or ')}`, 'ROLE_REQUIRED');
       }
       if (config.verifiedEmail && opts.requireVerifiedEmail.includes(config.verifiedEmail)) {
         assertVerifiedEmail(principal, config.verifiedEmail);

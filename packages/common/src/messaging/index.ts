@@ -6,6 +6,7 @@ export {
   type Settlement,
   startDurableConsumer,
 } from './consumer.ts';
+export { natsConnectedGauge, outboxMetrics } from './metrics.ts';
 export {
   eventBody,
   type NewEvent,

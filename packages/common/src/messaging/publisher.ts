@@ -29,7 +29,7 @@ export interface EventPublisher {
   readonly enabled: boolean;
   /** Publishes `data` as JSON; resolves with the message ID once NATS (or JetStream) accepted it. */
   publish(subject: string, data: unknown, opts?: PublishOptions): Promise<string>;
-  /** Resolves when the connection is usable (for health checks). */
+  /** Resolves when the connection is usable (for health checks); rejects at once while it is lost. */
   ping(): Promise<void>;
   /** Flushes pending messages and closes the connection. */
   close(): Promise<void>;
@@ -63,6 +63,8 @@ export class NoopPublisher implements EventPublisher {
 export class NatsPublisher implements EventPublisher {
   readonly enabled = true;
   private readonly js?: JetStreamClient;
+  /** False from a `disconnect` until the client's `reconnect` (it retries by itself). */
+  private live = true;
 
   constructor(
     readonly connection: NatsConnection,
@@ -70,6 +72,19 @@ export class NatsPublisher implements EventPublisher {
     private readonly publishTimeoutMs = 5000,
   ) {
     if (useJetStream) this.js = jetstream(connection, { timeout: publishTimeoutMs });
+    void this.follow();
+  }
+
+  /** Whether the connection is up now (the `nats_connected` gauge, the health check). */
+  get connected(): boolean {
+    return this.live && !this.connection.isClosed();
+  }
+
+  private async follow(): Promise<void> {
+    for await (const s of this.connection.status()) {
+      if (s.type === 'disconnect') this.live = false;
+      else if (s.type === 'reconnect') this.live = true;
+    }
   }
 
   async publish(subject: string, data: unknown, opts: PublishOptions = {}): Promise<string> {
@@ -92,6 +107,8 @@ export class NatsPublisher implements EventPublisher {
 
   async ping(): Promise<void> {
     if (this.connection.isClosed()) throw new Error('NATS connection is closed');
+    // A flush while the client reconnects would wait for the server's answer: say so instead.
+    if (!this.live) throw new Error('NATS connection is lost (reconnecting)');
     await this.connection.flush();
   }
 

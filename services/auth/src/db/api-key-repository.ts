@@ -1,19 +1,36 @@
 /** Queries on users' API keys. Every function takes the database or a transaction. */
 import { cursorAt, type KeysetPosition, newerThan } from '@gpu/common';
-import type { Kysely, Selectable } from 'kysely';
+import { type Kysely, type Selectable, sql } from 'kysely';
 import type { ApiKeysTable, AuthDatabase } from './schema.ts';
 
 export type ApiKeyRow = Selectable<ApiKeysTable>;
 
 export async function insertApiKey(
   db: Kysely<AuthDatabase>,
-  key: Pick<ApiKeyRow, 'id' | 'user_id' | 'name' | 'prefix' | 'secret_hash' | 'scopes' | 'expires_at'>,
+  key: Pick<ApiKeyRow, 'id' | 'user_id' | 'name' | 'prefix' | 'secret_hash' | 'scopes' | 'expires_at' | 'epoch'>,
 ): Promise<ApiKeyRow> {
   return db.insertInto('api_keys').values(key).returningAll().executeTakeFirstOrThrow();
 }
 
 export async function findApiKey(db: Kysely<AuthDatabase>, id: string): Promise<ApiKeyRow | undefined> {
   return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/**
+ * A key with whether it belongs to its user's current epoch (`current`: false once the account started afresh), for
+ * the key's exchange and its tokens; undefined for an unknown key or a user gone.
+ */
+export async function findApiKeyOfUser(
+  db: Kysely<AuthDatabase>,
+  id: string,
+): Promise<(ApiKeyRow & { current: boolean }) | undefined> {
+  return db
+    .selectFrom('api_keys')
+    .innerJoin('users', 'users.id', 'api_keys.user_id')
+    .selectAll('api_keys')
+    .select(sql<boolean>`api_keys.epoch = users.epoch`.as('current'))
+    .where('api_keys.id', '=', id)
+    .executeTakeFirst();
 }
 
 /** One page of a user's keys, oldest first, after `after` (keyset on `created_at`, `id`; revoked ones when asked). */

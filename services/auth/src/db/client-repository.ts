@@ -7,7 +7,7 @@ export type ClientRow = Selectable<ClientsTable>;
 
 export async function insertClient(
   db: Kysely<AuthDatabase>,
-  client: Pick<ClientRow, 'name' | 'role' | 'owner_id' | 'secret_hash' | 'created_by'>,
+  client: Pick<ClientRow, 'name' | 'role' | 'owner_id' | 'secret_hash' | 'created_by'> & { owner_epoch?: number },
 ): Promise<ClientRow> {
   return db.insertInto('clients').values(client).returningAll().executeTakeFirstOrThrow();
 }
@@ -71,6 +71,17 @@ export async function revokeClient(db: Kysely<AuthDatabase>, id: string): Promis
     .where('revoked_at', 'is', null)
     .returningAll()
     .executeTakeFirst();
+}
+
+/** Revokes every client acting for the user (their daemons); how many. */
+export async function revokeOwnedClients(db: Kysely<AuthDatabase>, ownerId: string): Promise<number> {
+  const result = await db
+    .updateTable('clients')
+    .set({ revoked_at: new Date() })
+    .where('owner_id', '=', ownerId)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
 }
 
 /** Serialises the start-up creation of platform clients until the transaction ends (instances starting together). */

@@ -17,6 +17,8 @@ export async function insertRefreshToken(
     expires_at: Date;
     user_agent?: string | null;
     ip?: string | null;
+    /** The account's epoch the sign-in began in (a login's: the user's; a rotation's: its family's). */
+    epoch: number;
   },
   device?: DeviceWrite,
 ): Promise<void> {
@@ -95,6 +97,7 @@ export async function liveSignIns(
       sql<string | null>`(array_agg(ip ORDER BY created_at DESC))[1]`.as('ip'),
     ])
     .where('user_id', '=', filter.userId)
+    .where('epoch', '=', userEpoch(filter.userId))
     .groupBy('family_id')
     .having(sql<boolean>`bool_or(revoked_at IS NULL AND used_at IS NULL AND expires_at > ${filter.now})`);
   let q = db.selectFrom(families.as('s')).selectAll().select(cursorAt('signed_in_at').as('cursor_at'));
@@ -112,8 +115,52 @@ export async function countLiveSignIns(db: Kysely<AuthDatabase>, userId: string,
     .where('revoked_at', 'is', null)
     .where('used_at', 'is', null)
     .where('expires_at', '>', now)
+    .where('epoch', '=', userEpoch(userId))
     .executeTakeFirstOrThrow();
   return Number(row.n);
+}
+
+/** The user's current epoch, as a scalar subquery (a sign-in of an earlier one is dead). */
+const userEpoch = (userId: string) => sql<number>`(SELECT epoch FROM users WHERE id = ${userId})`;
+
+/**
+ * Whether a user's sign-in is alive, for a token that names it (`sid`): one of its family's tokens not revoked, begun
+ * in the account's current epoch. Undefined when the user is gone. (Expiry is not asked: the access token has its own.)
+ */
+export async function signInAlive(
+  db: Kysely<AuthDatabase>,
+  userId: string,
+  familyId: string,
+): Promise<boolean | undefined> {
+  const row = await db
+    .selectFrom('users')
+    .select((eb) =>
+      eb
+        .exists(
+          eb
+            .selectFrom('refresh_tokens')
+            .select(sql.lit(1).as('one'))
+            .whereRef('refresh_tokens.user_id', '=', 'users.id')
+            .where('refresh_tokens.family_id', '=', familyId)
+            .where('refresh_tokens.revoked_at', 'is', null)
+            .whereRef('refresh_tokens.epoch', '=', 'users.epoch'),
+        )
+        .as('alive'),
+    )
+    .where('users.id', '=', userId)
+    .executeTakeFirst();
+  return row === undefined ? undefined : Boolean(row.alive);
+}
+
+/** The epoch a sign-in began in (what a credential made with it records), or undefined for an unknown one. */
+export async function signInEpoch(db: Kysely<AuthDatabase>, familyId: string): Promise<number | undefined> {
+  const row = await db
+    .selectFrom('refresh_tokens')
+    .select('epoch')
+    .where('family_id', '=', familyId)
+    .limit(1)
+    .executeTakeFirst();
+  return row?.epoch;
 }
 
 /** Revokes every live family of the user but `keep` (a family ID); how many tokens were revoked. */

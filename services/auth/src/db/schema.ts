@@ -17,6 +17,11 @@ export interface UsersTable {
   updated_at: DefaultTimestamp;
   /** When the user proved they read mail at `email` (migration 20261204000000_email_tokens); null: not yet. */
   email_verified_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  /**
+   * How many times the account started afresh for whoever reads its mail (migration 20261207000000_account_epochs):
+   * a credential made in an earlier epoch is dead (domain/account-epochs.ts).
+   */
+  epoch: Generated<number>;
 }
 
 /** What a mailed token does. */
@@ -53,6 +58,8 @@ export interface RefreshTokensTable {
   /** The `User-Agent` (cut at 200 characters) and address of the caller it was issued to (migration 20261203). */
   user_agent: string | null;
   ip: string | null;
+  /** The account's epoch when the family's sign-in began (migration 20261207000000): its tokens die with it. */
+  epoch: Generated<number>;
 }
 
 interface SigningKeysTable {
@@ -79,6 +86,8 @@ export interface ApiKeysTable {
   created_at: DefaultTimestamp;
   last_used_at: Timestamp | null;
   revoked_at: Timestamp | null;
+  /** The account's epoch when the key was made (migration 20261207000000): the key dies with it. */
+  epoch: Generated<number>;
 }
 
 export interface ClientsTable {
@@ -99,6 +108,8 @@ export interface ClientsTable {
   rotated_at: Timestamp | null;
   revoked_at: Timestamp | null;
   last_used_at: Timestamp | null;
+  /** A daemon's: its owner's epoch when it was made (migration 20261207000000); the client dies with it. */
+  owner_epoch: Generated<number>;
 }
 
 interface TrustedDevicesTable {
@@ -109,6 +120,8 @@ interface TrustedDevicesTable {
   created_at: DefaultTimestamp;
   last_used_at: DefaultTimestamp;
   expires_at: Timestamp;
+  /** The account's epoch when the device was trusted (migration 20261207000000): no longer trusted after it. */
+  epoch: Generated<number>;
 }
 
 export interface AuthDatabase {

@@ -6,7 +6,9 @@ import type { AuthDatabase } from './schema.ts';
  * What a login writes about the caller's device: a newly trusted device, or the use of one it knew. It is written
  * in the statement that stores the login's refresh token (`insertRefreshToken`), one round trip and one commit.
  */
-export type DeviceWrite = { insert: { user_id: string; token_hash: string; expires_at: Date } } | { touch: string };
+export type DeviceWrite =
+  | { insert: { user_id: string; token_hash: string; expires_at: Date; epoch: number } }
+  | { touch: string };
 
 /** `db` with the device write as a data-modifying WITH query, for the statement that follows to carry it. */
 export function withDeviceWrite(db: Kysely<AuthDatabase>, device: DeviceWrite): QueryCreator<AuthDatabase> {

@@ -48,6 +48,7 @@ export async function findUserForLogin(
             .whereRef('trusted_devices.user_id', '=', 'users.id')
             .where('trusted_devices.token_hash', '=', deviceTokenHash)
             .where('trusted_devices.expires_at', '>', new Date())
+            .whereRef('trusted_devices.epoch', '=', 'users.epoch')
             .limit(1)
             .$asScalar()
             .as('device_id'),
@@ -63,6 +64,29 @@ export async function findUserById(db: Kysely<AuthDatabase>, id: string): Promis
 /** The user, locked until the transaction ends (changes to one account's codes and password one at a time). */
 export async function lockUser(db: Kysely<AuthDatabase>, id: string): Promise<UserRow | undefined> {
   return db.selectFrom('users').selectAll().where('id', '=', id).forUpdate().executeTakeFirst();
+}
+
+/**
+ * Starts the account's next epoch for whoever proved they read its mail: the password is theirs, the address verified;
+ * every credential of the epoch before is dead from the commit on (domain/account-epochs.ts).
+ */
+export async function startNextEpoch(
+  db: Kysely<AuthDatabase>,
+  id: string,
+  passwordHash: string,
+  now: Date,
+): Promise<UserRow> {
+  return db
+    .updateTable('users')
+    .set((eb) => ({
+      epoch: eb('epoch', '+', 1),
+      password_hash: passwordHash,
+      email_verified_at: eb.fn.coalesce('email_verified_at', eb.val(now)),
+      updated_at: now,
+    }))
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
 }
 
 export async function updatePasswordHash(db: Kysely<AuthDatabase>, id: string, hash: string): Promise<void> {

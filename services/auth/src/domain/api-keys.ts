@@ -18,6 +18,7 @@ import {
   type ApiKeyRow,
   countActiveApiKeys,
   findApiKey,
+  findApiKeyOfUser,
   insertApiKey,
   listApiKeys,
   revokeApiKey as revokeRow,
@@ -25,6 +26,7 @@ import {
 } from '../db/api-key-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { epochOf } from './account-epochs.ts';
 import { audit } from './audit.ts';
 import { hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
@@ -61,6 +63,7 @@ export async function createApiKey(
   }
   const id = randomUUID();
   const secret = `${KEY_PREFIX}${id.replaceAll('-', '')}${randomBytes(32).toString('base64url')}`;
+  const epoch = await epochOf(ctx, actor, userId);
   try {
     const row = await insertApiKey(ctx.db, {
       id,
@@ -70,6 +73,7 @@ export async function createApiKey(
       secret_hash: hashSecret(secret),
       scopes: [...new Set(input.scopes)].sort(),
       expires_at: input.expiresAt ?? null,
+      epoch,
     });
     await audit(
       ctx,
@@ -112,8 +116,10 @@ export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: strin
 }
 
 /**
- * The `api_key` grant: an access token for a valid key (known, its hash matching, not revoked, not expired, its user
- * still there). Every refusal is the same 401 `INVALID_CLIENT`, rate-limited per address and per key.
+ * The `api_key` grant: an access token for a valid key (known, its hash matching, not revoked, not expired, of its
+ * user's current epoch). An unknown key or a wrong secret is 401 `INVALID_CLIENT`, counted per key and address (429
+ * past `token_failures_per_client`); a key whose whole text is right but that was revoked or has expired is told so
+ * (`API_KEY_REVOKED`, `API_KEY_EXPIRED`): only its holder can send it, and a program that keeps trying it reads why.
  */
 export async function grantApiKeyToken(
   ctx: AuthContext,
@@ -131,16 +137,18 @@ export async function grantApiKeyToken(
   // anyone who saw one lock its program out.
   const failures = id ? `${id}:${clientIp}` : undefined;
   if (failures) await ctx.limiter.check(limits.token_failures_per_client, 'token-key', failures);
-  const key = id ? await findApiKey(ctx.db, id) : undefined;
-  let refusal: string | undefined;
+  // The key with its user's epoch (undefined once the user is gone: as unknown).
+  const key = id ? await findApiKeyOfUser(ctx.db, id) : undefined;
+  let refusal: 'unknown key' | 'wrong secret' | 'revoked' | 'expired' | 'user gone' | undefined;
   if (!key) refusal = 'unknown key';
   else if (!secretMatches(apiKey, key.secret_hash)) refusal = 'wrong secret';
-  else if (key.revoked_at) refusal = 'revoked';
+  else if (key.revoked_at || !key.current) refusal = 'revoked';
   else if (key.expires_at && new Date(key.expires_at).getTime() <= Date.now()) refusal = 'expired';
   const user = key && !refusal ? await findUserById(ctx.db, key.user_id) : undefined;
   if (key && !refusal && !user) refusal = 'user gone';
   if (!key || !user || refusal) {
-    if (failures) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', failures);
+    const known = refusal === 'revoked' || refusal === 'expired';
+    if (failures && !known) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', failures);
     await audit(
       ctx,
       {
@@ -152,7 +160,7 @@ export async function grantApiKeyToken(
       },
       'API key refused',
     );
-    throw authErrors.invalidClient();
+    throw known ? authErrors.apiKeyRefused(refusal as 'revoked' | 'expired') : authErrors.invalidClient();
   }
   // Never past the key's own expiry.
   const untilExpiry = key.expires_at

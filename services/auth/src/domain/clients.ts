@@ -15,7 +15,8 @@
  *   restarted with the new one. A revoked client gets no new token; tokens
  *   already issued live out their short lifetime (the access-token expiry).
  * - A daemon's token carries `owner_id`, the provider owner it acts for; it is
- *   refused once that user no longer holds the provider role.
+ *   refused once that user no longer holds the provider role, or once the
+ *   owner's account started afresh (account-epochs.ts: it is revoked then).
  */
 import { randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
@@ -42,6 +43,7 @@ import {
 } from '../db/client-repository.ts';
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { epochOf } from './account-epochs.ts';
 import { audit } from './audit.ts';
 import { generateSecret, hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
@@ -93,11 +95,14 @@ export async function createClient(ctx: AuthContext, actor: Principal, input: Ne
     if (input.role !== 'daemon' || (ownerId !== null && ownerId !== actor.subject)) throw authErrors.notYourClient();
     ownerId = actor.subject;
   }
+  // A daemon records its owner's epoch (the creating sign-in's): it dies when the owner's account starts afresh.
+  let ownerEpoch: number | undefined;
   if (input.role === 'daemon') {
     if (ownerId === null) throw authErrors.ownerRequired();
     const owner = await findUserById(ctx.db, ownerId);
     if (!owner) throw authErrors.userNotFound(ownerId);
     if (!owner.roles.includes('provider')) throw authErrors.ownerNotProvider(ownerId);
+    ownerEpoch = await epochOf(ctx, actor, ownerId);
   } else if (ownerId !== null) {
     throw authErrors.ownerOnlyForDaemons();
   }
@@ -109,6 +114,7 @@ export async function createClient(ctx: AuthContext, actor: Principal, input: Ne
       owner_id: ownerId,
       secret_hash: hashSecret(secret),
       created_by: actor.unchecked ? null : actor.subject,
+      ...(ownerEpoch === undefined ? {} : { owner_epoch: ownerEpoch }),
     });
     await auditClient(ctx, actor, 'created', client, { owner_id: ownerId });
     return { client, secret };
@@ -195,6 +201,7 @@ export async function grantClientToken(
   else if (client.role === 'daemon') {
     const owner = client.owner_id ? await findUserById(ctx.db, client.owner_id) : undefined;
     if (!owner?.roles.includes('provider')) refusal = 'owner is no longer a provider';
+    else if (owner.epoch !== client.owner_epoch) refusal = "owner's account started afresh";
   }
   if (!client || refusal) {
     await ctx.limiter.hit(limits.token_failures_per_client, 'token-client', clientKey);

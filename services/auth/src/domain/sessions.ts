@@ -16,6 +16,7 @@ import { findUserById, findUserForLogin, updatePasswordHash } from '../db/user-r
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
+import { consumeLoginAttempt, loginLimits } from './login-limits.ts';
 import { normalisePassword } from './passwords/index.ts';
 import { hashRefreshToken, issueTokenPair, type TokenPair } from './token-pair.ts';
 
@@ -23,13 +24,10 @@ import { hashRefreshToken, issueTokenPair, type TokenPair } from './token-pair.t
  * Checks email and password and starts a session. An unknown email and a
  * wrong password give the same error after the same work (a dummy hash is verified).
  *
- * Lockout, after OWASP's device cookies: failed logins are counted per
- * account, and an account past its limit refuses logins (429) from clients it
- * does not know, which stops guessing from many addresses. A client that has
- * logged in to the account before presents the `device_token` that login gave
- * it and is held to a limit of its own instead, so someone else's failed
- * attempts never lock the real owner out. A successful login from an unknown
- * client returns a new device token.
+ * Guessing is limited by account and source together (login-limits.ts), so a stranger's failed attempts never lock
+ * the owner out: a client that has logged in to the account before presents the `device_token` that login gave it
+ * and is held to a limit of its own; any other is limited per account from its source, under a much higher ceiling
+ * per account. A successful login from an unknown client returns a new device token.
  */
 export async function login(
   ctx: AuthContext,
@@ -39,7 +37,7 @@ export async function login(
 ): Promise<TokenPair & { device_token: string }> {
   const limits = ctx.config.rate_limit;
   const email = normaliseEmail(input.email);
-  await ctx.limiter.consume(limits.login_per_ip, 'login-ip', clientIp);
+  await consumeLoginAttempt(ctx, clientIp);
   // One read: the user and, with a device token, that user's trusted device.
   const user = await findUserForLogin(
     ctx.db,
@@ -47,14 +45,12 @@ export async function login(
     input.device_token ? hashDeviceToken(input.device_token) : undefined,
   );
   const device = user?.device_id ?? undefined;
-  const [rule, limitName, limitKey] = device
-    ? [limits.login_per_device, 'login-device', device]
-    : [limits.login_per_account, 'login-account', email];
-  await ctx.limiter.check(rule, limitName, limitKey);
+  const guard = loginLimits(ctx, { email, epoch: user?.epoch ?? 0 }, clientIp, device);
+  await guard.check();
   const password = normalisePassword(input.password);
   const ok = user ? await ctx.hasher.verify(user.password_hash, password) : await ctx.hasher.verifyDummy(password);
   if (!user || !ok) {
-    await ctx.limiter.hit(rule, limitName, limitKey);
+    await guard.failed();
     throw authErrors.invalidCredentials();
   }
   if (ctx.hasher.needsRehash(user.password_hash)) {
@@ -70,6 +66,7 @@ export async function login(
           user_id: user.id,
           token_hash: hashDeviceToken(deviceToken),
           expires_at: new Date(Date.now() + durationMs(limits.device_token_lifetime)),
+          epoch: user.epoch,
         },
       };
   const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
@@ -107,9 +104,11 @@ export async function refresh(
     await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id, trx);
     const user = await findUserById(trx, row.user_id);
     if (!user) return { failure: 'gone', ...ids };
+    // A sign-in of the account's epoch before: whoever proved the address started it afresh (account-epochs.ts).
+    if (row.epoch !== user.epoch) return { failure: 'revoked', ...ids };
     if (!row.used_at) await markUsed(trx, row.id, now);
     const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
-    const family = { familyId: row.family_id, parentId: row.id };
+    const family = { familyId: row.family_id, parentId: row.id, epoch: row.epoch };
     return { pair: await issueTokenPair(ctx, trx, user, family, undefined, origin) };
   });
   if ('pair' in outcome) return outcome.pair;

@@ -6,10 +6,11 @@
  *   was last refreshed, when it expires, and the address and `User-Agent` of its last refresh; the caller's own is
  *   marked `current` (its access token's `sid`).
  * - Signing a device out revokes its refresh tokens at once: it cannot refresh again. An access token it already had
- *   works until it expires (`jwt.access_token_expire_minutes`, 15 minutes).
+ *   is refused here at once (401 SIGN_IN_ENDED, account-epochs.ts) and works at the other services until it expires
+ *   (`jwt.access_token_expire_minutes`, 15 minutes).
  * - Only the user's own sign-in does this (these routes take no API key); another user's sign-in answers 404.
- * - Changing the password takes the current one (a wrong one counts as a failed login of the account, and is refused
- *   as one), meets the same policy as registration, and signs out every other device.
+ * - Changing the password takes the current one (a wrong one counts against that sign-in, as a trusted device's failed
+ *   login does, and is refused as one), meets the same policy as registration, and signs out every other device.
  */
 import { afterCursor, errors, keysetPage, type Principal } from '@gpu/common';
 import {
@@ -24,6 +25,7 @@ import { findUserById, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import { audit } from './audit.ts';
 import type { AuthContext } from './context.ts';
+import { loginLimits } from './login-limits.ts';
 import { noticePasswordChanged } from './mail/notices.ts';
 import { normalisePassword } from './passwords/index.ts';
 
@@ -89,10 +91,12 @@ export async function changePassword(
   const userId = signedInUser(actor, 'their sign-ins');
   const user = await findUserById(ctx.db, userId);
   if (!user) throw authErrors.userGone();
-  const rule = ctx.config.rate_limit.login_per_account;
-  await ctx.limiter.check(rule, 'login-account', user.email);
+  // A wrong current password counts against this sign-in alone, as a trusted device's failed logins do: nobody else's
+  // failures refuse it, and a stolen access token guesses no more than a device may.
+  const guard = loginLimits(ctx, { email: user.email, epoch: user.epoch }, '', `sign-in ${actor.sessionId ?? userId}`);
+  await guard.check();
   if (!(await ctx.hasher.verify(user.password_hash, normalisePassword(input.currentPassword)))) {
-    await ctx.limiter.hit(rule, 'login-account', user.email);
+    await guard.failed();
     throw authErrors.invalidCredentials();
   }
   ctx.policy.check(input.newPassword, user.email);

@@ -106,14 +106,14 @@ export function issueClientToken(ctx: AuthContext, client: Pick<ClientRow, 'id' 
 
 /**
  * Issues an access token and a new refresh token. Without `family` the
- * refresh token starts a new family (a login); with it, it continues one (a rotation). A login's `device` write
- * goes in the same statement as the refresh token.
+ * refresh token starts a new family (a login) in the user's epoch; with it, it continues one (a rotation) in the
+ * family's. A login's `device` write goes in the same statement as the refresh token.
  */
 export async function issueTokenPair(
   ctx: AuthContext,
   db: Kysely<AuthDatabase>,
-  user: Pick<UserRow, 'id' | 'roles' | 'email_verified_at'>,
-  family?: { familyId: string; parentId: string },
+  user: Pick<UserRow, 'id' | 'roles' | 'email_verified_at' | 'epoch'>,
+  family?: { familyId: string; parentId: string; epoch: number },
   device?: DeviceWrite,
   origin?: TokenOrigin,
 ): Promise<TokenPair> {
@@ -129,6 +129,7 @@ export async function issueTokenPair(
       user_id: user.id,
       token_hash: hashRefreshToken(refreshToken),
       expires_at: new Date(Date.now() + durationMs(ctx.config.jwt.refresh_token_expire)),
+      epoch: family?.epoch ?? user.epoch,
     },
     device,
   );

@@ -141,8 +141,9 @@ export async function keyRoutes(app: App, ctx: AuthContext): Promise<void> {
         operationId: 'revokeApiKey',
         summary: 'Revoke one of your API keys, at once',
         description:
-          `${SIGN_IN} No instance exchanges the key after this; a token already issued for it works until it expires ` +
-          "(`api_keys.token_ttl`, 2 minutes). Revoking again changes nothing; another user's key is 404.",
+          `${SIGN_IN} No instance exchanges the key after this (401 API_KEY_REVOKED), and this service refuses its ` +
+          'tokens at once (401 API_KEY_REVOKED); at the other services a token already issued for it works until it ' +
+          "expires (`api_keys.token_ttl`, 2 minutes). Revoking again changes nothing; another user's key is 404.",
         params: z.object({ id: z.uuid() }),
         response: { 200: keySchema, ...problems(400, 401, 403, 404) },
       },

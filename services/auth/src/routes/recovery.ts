@@ -2,7 +2,7 @@
  * /api/v1/auth/email/* and /api/v1/auth/password/{forgot,reset}: verifying a user's address and resetting a forgotten
  * password with a token mailed to it (domain/mail/recovery.ts).
  */
-import { type App, callerOf, noBody } from '@gpu/common';
+import { type App, authenticate, callerOf, noBody } from '@gpu/common';
 import { z } from 'zod';
 import type { AuthContext } from '../domain/context.ts';
 import { forgotPassword, requestVerification, resetPassword, verifyEmail } from '../domain/mail/recovery.ts';
@@ -43,19 +43,38 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
   app.post(
     '/email/verify',
     {
-      config: { public: true },
+      config: { public: true, openapi: { tokenOptional: true } },
       schema: {
         tags,
         operationId: 'verifyEmail',
         summary: 'Verify an address with the code mailed to it: the account, verified',
         description:
-          'No sign-in needed: the code is the proof. Unknown, used and expired codes are one answer, 400 ' +
-          'INVALID_EMAIL_TOKEN. Tokens issued from now on say email_verified (log in or refresh for one).',
-        body: z.object({ token: tokenSchema }).register(schemas, { id: 'VerifyEmailRequest' }),
-        response: { 200: userSchema, ...problems(400, 429) },
+          "The code is the proof that the caller reads mail at the address. Sent with the account's own sign-in " +
+          "(`Authorization: Bearer`, a user's token of that account: its holder knows the password), it verifies the " +
+          'address and changes nothing else. Sent without it, it takes `new_password` (the registration policy, 400 ' +
+          "PASSWORD_*) and makes the account the mail reader's alone, as a reset does: every sign-in, trusted device, " +
+          'API key and daemon client made before ends (whoever registered the address first keeps nothing). Neither: ' +
+          '400 NEW_PASSWORD_REQUIRED, the code still unused. Unknown, used and expired codes are one answer, 400 ' +
+          'INVALID_EMAIL_TOKEN; a bearer token that is not valid, 401. Tokens issued from now on say email_verified ' +
+          '(log in or refresh for one).',
+        body: z
+          .object({
+            token: tokenSchema,
+            new_password: passwordSchema
+              .optional()
+              .describe("the account's password from now on; needed without the account's own sign-in"),
+          })
+          .register(schemas, { id: 'VerifyEmailRequest' }),
+        response: { 200: userSchema, ...problems(400, 401, 429) },
       },
     },
-    async (request) => userJson(await verifyEmail(forRequest(ctx, request), request.body.token, request.clientIp)),
+    async (request) => {
+      // The sign-in is optional here: whose it is decides what the code does.
+      const caller = request.headers.authorization === undefined ? null : await authenticate(request);
+      const b = request.body;
+      const input = { token: b.token, ...(b.new_password === undefined ? {} : { newPassword: b.new_password }) };
+      return userJson(await verifyEmail(forRequest(ctx, request), input, caller, request.clientIp));
+    },
   );
 
   app.post(
@@ -90,8 +109,9 @@ export async function recoveryRoutes(app: App, ctx: AuthContext): Promise<void> 
         summary: 'Set a new password with a mailed reset code; every device is signed out',
         description:
           'The new password meets the registration policy (400 PASSWORD_*; the code keeps working for another try). ' +
-          'Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. The reset also verifies the ' +
-          'address, ends its other reset codes, and mails a notice.',
+          'Unknown, used and expired codes are one answer, 400 INVALID_EMAIL_TOKEN. The account starts afresh: every ' +
+          'sign-in, trusted device, API key and daemon client ends; the reset also verifies the address, ends its ' +
+          'other mailed codes, and mails a notice.',
         body: z
           .object({ token: tokenSchema, new_password: passwordSchema })
           .register(schemas, { id: 'ResetPasswordRequest' }),

@@ -76,8 +76,8 @@ export async function signInRoutes(app: App, ctx: AuthContext): Promise<void> {
         operationId: 'signOutDevice',
         summary: 'Sign one of your devices out: its refresh token is revoked at once',
         description:
-          `${SIGNED_IN} An access token it already had works until it expires (15 minutes). Again: 204 too; ` +
-          "another user's sign-in: 404 SIGN_IN_NOT_FOUND.",
+          `${SIGNED_IN} An access token it already had is refused here at once (401 SIGN_IN_ENDED) and works at the ` +
+          "other services until it expires (15 minutes). Again: 204 too; another user's sign-in: 404 SIGN_IN_NOT_FOUND.",
         params: z.object({ id: z.uuid() }),
         response: { 204: noBody('signed out'), ...problems(400, 401, 403, 404) },
       },

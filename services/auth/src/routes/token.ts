@@ -79,7 +79,9 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
           '`client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of ' +
           "`api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. " +
           'No refresh token: ask again before `expires_in` runs out. ' +
-          'Wrong, unknown, expired or revoked credentials all answer 401 `invalid_client`; repeated failures 429.',
+          'Wrong, unknown, expired or revoked client credentials, and a wrong or unknown API key, all answer 401 ' +
+          '`invalid_client` (INVALID_CLIENT); repeated failures 429. An API key sent whole and right but revoked or ' +
+          'expired is told so: 401 API_KEY_REVOKED or API_KEY_EXPIRED (`invalid_client` too).',
         consumes: ['application/x-www-form-urlencoded', 'application/json'],
         body: tokenBodySchema,
         response: { 200: tokenResponseSchema, ...problems(400, 401, 429, 503) },

@@ -1,10 +1,13 @@
 /**
  * What an operator watches in billing, read from the database when Prometheus scrapes (one cheap count each): sessions
- * running, the GPU-hours this instance billed (counted in memory as sessions are billed; Prometheus sums instances), how late the latest usage report of a running session is, the outbox's backlog and its oldest event's age (events not yet on NATS), withdrawals and payouts sent
- * but not settled, and wallets whose automatic payouts keep failing. The alert rules (deploy/prometheus/alerts.yml)
- * name them.
+ * running, the GPU-hours this instance billed (counted in memory as sessions are billed; Prometheus sums instances), how
+ * late the latest usage report of a running session is, the outbox's backlog and its oldest event's age (events not
+ * yet on NATS: common's outboxMetrics), withdrawals and payouts sent but not settled and the oldest one's age, and
+ * wallets whose automatic payouts keep failing. Every instance reads the same database, so the alert rules
+ * (deploy/prometheus/alerts.yml) take the `max` of these gauges over instances, never their sum.
  */
 
+import { outboxMetrics } from '@gpu/common';
 import { sql } from 'kysely';
 import { Counter, Gauge, type Metric } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
@@ -50,16 +53,19 @@ export function opsMetrics(ctx: BillingContext): Metric[] {
               FROM rental_sessions WHERE status IN ('active', 'grace_period')`,
         ),
     ),
-    fromDb('billing_outbox_backlog', 'events recorded but not yet published', () =>
-      count(sql`SELECT count(*) AS n FROM outbox_events WHERE published_at IS NULL`),
-    ),
-    fromDb('billing_outbox_oldest_seconds', 'age of the oldest event not yet published (0: none)', () =>
-      count(
-        sql`SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) AS n FROM outbox_events WHERE published_at IS NULL`,
-      ),
-    ),
+    ...outboxMetrics('billing', ctx.db, ctx.logger),
     fromDb('billing_payouts_pending', 'withdrawals and payouts sent or being sent, not yet settled', () =>
       count(sql`SELECT count(*) AS n FROM transactions WHERE type IN ('withdrawal', 'payout') AND status = 'pending'`),
+    ),
+    // The alert on stuck payouts reads the oldest one's age: a steady trickle of quick payouts is no backlog.
+    fromDb(
+      'billing_payouts_pending_oldest_seconds',
+      'age of the oldest withdrawal or payout sent or being sent, not yet settled (0: none)',
+      () =>
+        count(
+          sql`SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) AS n FROM transactions
+              WHERE type IN ('withdrawal', 'payout') AND status = 'pending'`,
+        ),
     ),
     fromDb('billing_auto_payouts_failing', 'wallets whose last automatic payout failed', () =>
       count(sql`SELECT count(*) AS n FROM wallets WHERE auto_payout_failures > 0`),

@@ -84,6 +84,8 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
       minGpusPerRental: (p as { min_gpus_per_rental?: number }).min_gpus_per_rental ?? 1,
       // A registry from before the owner's hold does not say: not held.
       held: (p as { held?: boolean }).held ?? false,
+      // A registry from before daemon bindings does not say: bound to none.
+      daemonClientId: p.daemon_client_id ?? null,
     };
   };
   return {

@@ -133,6 +133,11 @@ export interface RentalSessionTable {
   provider_wallet_id: string;
   /** The user who owns the provider machine (null: unknown, only admins and services report its usage). */
   provider_owner_id: string | null;
+  /**
+   * The daemon client the machine is bound to, from the registry (0023): only that daemon reports the session's usage
+   * and workload; null: any daemon of the owner (a machine bound to none, or billing without a registry).
+   */
+  provider_client_id: ColumnType<string | null, string | null | undefined, string | null>;
   /** Started from the registry's record: the session holds GPUs of the machine (`gpu_leases`). */
   reserves_machine: Generated<boolean>;
   /** The machine's GPUs the session rents, by their index in the registry's record (null: none named). */
@@ -176,7 +181,7 @@ export interface RentalSessionTable {
   /** When a workload session's billing started (its workload ran); null until then, and for other sessions. */
   billed_from: Date | null;
   /**
-   * The W3C trace context of the request that started it (`traceparent`, `tracestate`; migration 0021): its daemon's
+   * The W3C trace context of the request that started it (`traceparent`, `tracestate`; migration 0025): its daemon's
    * reports continue that trace. Null when tracing was off.
    */
   trace_context: ColumnType<Record<string, string> | null, string | null | undefined, never>;
@@ -201,6 +206,7 @@ export interface SessionWorkloadTable {
   updated_at: Timestamp;
   /** What its daemon uploaded at its end (migration 0017): `[{key, bucket, size}]`. */
   outputs: ColumnType<unknown, string | null | undefined, string | null>;
+  outputs_refused: ColumnType<unknown, string | null | undefined, string | null>;
 }
 
 export interface UsageRecordTable {

@@ -69,16 +69,20 @@ export async function sessionsWaitingSince(db: Db, before: Date, limit: number):
   return rows.map((r) => r.session_id);
 }
 
-/** Records the objects a workload's daemon uploaded from its output directory (replacing what it said before). */
+/**
+ * Records the objects a workload's daemon uploaded from its output directory, and the files it did not keep with why
+ * (replacing what it said before).
+ */
 export async function recordOutputs(
   db: Db,
   sessionId: string,
   outputs: { bucket?: string; key: string; size: number }[],
+  refused: { path: string; reason: string }[],
   now: Date,
 ): Promise<void> {
   await db
     .updateTable('session_workloads')
-    .set({ outputs: JSON.stringify(outputs), updated_at: now })
+    .set({ outputs: JSON.stringify(outputs), outputs_refused: JSON.stringify(refused), updated_at: now })
     .where('session_id', '=', sessionId)
     .execute();
 }

@@ -62,11 +62,13 @@ export function assertProviderOwner(actor: Principal, providerId: string, ownerI
   if (!mayUseProviderAccount(actor, ownerId, 'manage')) throw notProviderOwner(providerId);
 }
 
-/** The parties of a session: its renter and the provider machine's owner. */
+/** The parties of a session: its renter and the provider machine's owner (and the daemon its machine is bound to). */
 export interface SessionParties {
   id: string;
   user_id: string;
   provider_owner_id: string | null;
+  /** The daemon client the machine was bound to (the registry's, copied at start and moved by re-binding). */
+  provider_client_id: string | null;
 }
 
 const notParty = (sessionId: string) => errors.forbidden(`session ${sessionId} is someone else's`, 'NOT_SESSION_PARTY');
@@ -92,13 +94,24 @@ export const endsAsProvider = (actor: Principal, session: SessionParties) =>
 export const seesRenterWallet = (actor: Principal, session: SessionParties) =>
   isPrivileged(actor) || isRenter(actor, session);
 
-/** Whether the actor may report usage of the session: the provider owner's daemon (or the owner, an admin, a service). */
+/**
+ * Whether the actor may report usage and workload states of the session, and take its file grants: the daemon its
+ * machine is bound to (or the owner, an admin, a service). Another daemon client of the same owner is refused; a
+ * session whose machine was bound to no daemon (`provider_client_id` null: registered by its owner's own token, billing
+ * without a registry, a session from before bindings) takes any daemon of its owner, as the registry does.
+ */
 export function mayReportUsage(actor: Principal, session: SessionParties): boolean {
-  return isPrivileged(actor) || (session.provider_owner_id !== null && actor.actsFor === session.provider_owner_id);
+  if (isPrivileged(actor)) return true;
+  if (session.provider_owner_id === null || actor.actsFor !== session.provider_owner_id) return false;
+  const bound = session.provider_client_id;
+  return actor.kind === 'user' || bound === null || actor.clientId === bound;
 }
 
 export const notSessionProvider = (sessionId: string) =>
-  errors.forbidden(`only the daemon of session ${sessionId}'s provider reports its usage`, 'NOT_SESSION_PROVIDER');
+  errors.forbidden(
+    `only the daemon of session ${sessionId}'s machine (the client it is bound to) reports its usage`,
+    'NOT_SESSION_PROVIDER',
+  );
 
 /** Whose records a list shows: a user's as renter or provider owner; a daemon's owner's as provider only. */
 export interface ListScope {

@@ -23,6 +23,8 @@ export interface ProviderRecord {
   minGpusPerRental: number;
   /** Held off the market by its owner (an explicit `busy`): no new rental starts on it. */
   held: boolean;
+  /** The daemon client the machine is bound to (only it reports the machine's sessions); null: none. */
+  daemonClientId: string | null;
 }
 
 export interface ProviderDirectory {

@@ -22,6 +22,22 @@ export const workloadSpecBody = workloadSpecSchema.register(schemas, { id: 'Work
 
 const STATES = ['pending', 'preparing', 'running', 'exited', 'failed', 'stopped'] as const;
 
+/** The most refused output files a daemon names (the last one counts the rest). */
+const MAX_REFUSED_OUTPUTS = 100;
+
+/** An output file not kept, and why (as the daemon says it). */
+const refusedOutput = z
+  .object({
+    path: z.string().min(1).max(1024).describe('a path relative to /work/output/'),
+    reason: z
+      .string()
+      .min(1)
+      .max(300)
+      .describe('why it was not kept (`symbolic_link`, `too_large`, `store_refused: ...`)'),
+  })
+  .strict()
+  .register(schemas, { id: 'RefusedOutput' });
+
 const workloadSchema = z
   .object({
     session_id: z.uuid(),
@@ -60,6 +76,14 @@ const workloadSchema = z
       .array(z.object({ bucket: z.string().optional(), key: z.string(), size: z.number().int() }))
       .nullable()
       .describe('what it left in /work/output/, uploaded under `<output prefix>output/` at its end; null until then'),
+    outputs_refused: z
+      .array(refusedOutput)
+      .nullable()
+      .describe(
+        'the files it left in /work/output/ that were not kept, each with why (a link, not a regular file, too large, ' +
+          'too many, a name storage cannot hold, the store refused it: the rest were kept all the same); at most ' +
+          '100 named, the last one counting the others; null until its outputs were reported',
+      ),
     session: sessionSchema,
   })
   .describe("A session's workload, and the session as it stands")
@@ -120,6 +144,11 @@ const grantsSchema = z
 const outputsBody = z
   .object({
     files: z.array(z.object({ path: outputPath, size: z.number().int().min(0) }).strict()).max(MAX_OUTPUT_FILES),
+    refused: z
+      .array(refusedOutput)
+      .max(MAX_REFUSED_OUTPUTS)
+      .default([])
+      .describe('the files it did not upload, each with why'),
   })
   .strict()
   .register(schemas, { id: 'WorkloadOutputs' });
@@ -164,6 +193,7 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
         }))(logRefs(r.workload.spec.output))
       : null,
     outputs: r.workload.outputs,
+    outputs_refused: r.workload.outputsRefused,
     session: sessionJson(ctx, r.session),
   });
 
@@ -272,7 +302,7 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
     },
     async (request) => {
       const id = request.params.sessionID;
-      await recordWorkloadOutputs(ctx, callerOf(request), id, request.body.files);
+      await recordWorkloadOutputs(ctx, callerOf(request), id, request.body.files, request.body.refused);
       return answer(await readWorkload(ctx, callerOf(request), id));
     },
   );

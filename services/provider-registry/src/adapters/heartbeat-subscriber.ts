@@ -13,7 +13,7 @@
  * Access is as strict as over HTTP: the message carries its sender's access token in an `Authorization: Bearer
  * <token>` header, verified like a request's (the same JWKS and verified-token cache) as of now (a heartbeat is
  * never replayed later); the sender needs one of the roles that may manage machines and moves only its owner's
- * machines (`writeScope`), an admin or a service any. An API key's token sends no heartbeat. Refused and malformed
+ * machines, a daemon those bound to it or to none (`writeScope`), an admin or a service any. An API key's token sends no heartbeat. Refused and malformed
  * messages are answered with their problem (when they ask for an answer) and counted in
  * `registry_heartbeat_messages_rejected_total{reason}`; nothing of theirs is written.
  */

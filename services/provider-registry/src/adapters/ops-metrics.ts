@@ -1,13 +1,15 @@
 /**
  * The fleet as an operator watches it, read from the database when Prometheus scrapes: machines by status
- * (`registry_providers{status}`: idle, busy, offline, maintenance, error). A jump in offline machines is an alert of
- * deploy/prometheus/alerts.yml.
+ * (`registry_providers{status}`: idle, busy, offline, maintenance, error; each status present, 0 when no machine has
+ * it). A jump in offline machines is an alert of deploy/prometheus/alerts.yml. Every instance reads the same table,
+ * so rules and panels take the `max` over instances, never the sum.
  */
 
 import type { Database, GroupCommitStats, Logger } from '@gpu/common';
 import { sql } from 'kysely';
 import { Counter, Gauge } from 'prom-client';
 import type { RegistryDB } from '../db/schema.ts';
+import { PROVIDER_STATUSES } from '../domain/provider.ts';
 
 export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gauge<'status'> {
   return new Gauge({
@@ -20,6 +22,8 @@ export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gau
         const { rows } = await sql<{ status: string; n: string }>`
           SELECT status, count(*)::text AS n FROM providers GROUP BY status`.execute(database.db);
         this.reset();
+        // Every status, 0 where no machine has it: a rule comparing with 15 minutes ago needs the series then.
+        for (const status of PROVIDER_STATUSES) this.set({ status }, 0);
         for (const row of rows) this.set({ status: row.status }, Number(row.n));
       } catch (err) {
         logger.warn({ err: (err as Error).message, metric: 'registry_providers' }, 'reading a metric failed');

@@ -6,6 +6,7 @@ import type { GpuRow, NewGpuRow } from './schema.ts';
 export interface ProviderListRow {
   id: string;
   owner_id: string;
+  daemon_client_id: string | null;
   name: string;
   hostname: string | null;
   ip_address: string | null;
@@ -40,6 +41,7 @@ export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
   return {
     id: row.id,
     owner_id: row.owner_id,
+    daemon_client_id: row.daemon_client_id,
     name: row.name,
     hostname: row.hostname,
     ip_address: row.ip_address,

@@ -4,6 +4,7 @@
  * keys); GPUs and keys go with their provider through ON DELETE CASCADE.
  */
 import { type Kysely, sql, type Transaction } from 'kysely';
+import type { MachineBinding, WriteScope } from '../domain/access.ts';
 import { GPU_FIELDS } from '../domain/gpu-fields.ts';
 import { offerGroups } from '../domain/offers.ts';
 import {
@@ -21,7 +22,7 @@ import { type ProviderListRow, toGpuRows, toProvider } from './provider-mapper.t
 import type { GpuRow, RegistryDB } from './schema.ts';
 import { effectiveStatusSql } from './sql-rules.ts';
 import { withStatusEvents } from './status-event-sql.ts';
-import { applyRentalRule, isFullyRented } from './status-repository.ts';
+import { applyRentalRule, inScope, isFullyRented } from './status-repository.ts';
 
 type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
 
@@ -43,6 +44,7 @@ function selectProviders(db: Db, offlineAfterMs: number) {
     .select([
       'p.id',
       'p.owner_id',
+      'p.daemon_client_id',
       'p.name',
       'p.hostname',
       'p.ip_address',
@@ -146,13 +148,15 @@ async function writeGpus(
 }
 
 /**
- * Inserts a provider and its GPUs in one transaction, recording the registration's status event (when events are
- * on) with the provider row; a duplicate (owner, name) is `PROVIDER_ALREADY_EXISTS`.
+ * Inserts a provider and its GPUs in one transaction, bound to the daemon client `daemon` (null: none), recording the
+ * registration's status event (when events are on) with the provider row; a duplicate (owner, name) is
+ * `PROVIDER_ALREADY_EXISTS`.
  */
 export async function insertProvider(
   db: Kysely<RegistryDB>,
   id: string,
   input: ProviderInput,
+  daemon: string | null,
   recording?: EventRecording,
 ): Promise<void> {
   const status: ProviderStatus = input.status ?? 'idle';
@@ -160,7 +164,7 @@ export async function insertProvider(
     await db.transaction().execute(async (tx) => {
       const insert = tx
         .insertInto('providers')
-        .values({ id, ...writableFields(input, status) })
+        .values({ id, ...writableFields(input, status), daemon_client_id: daemon })
         .returning(['id', 'owner_id', sql<null>`NULL::text`.as('previous_status'), 'status']);
       await withStatusEvents(insert, recording).execute(tx);
       await writeGpus(tx, id, input, status);
@@ -254,24 +258,24 @@ export async function replaceProvider(
 /**
  * Deletes a provider (its GPUs, discovery keys and rental sessions follow by cascade) and records its removal event
  * in the same statement (`recording` of reason `removed`; none when events are off); false when it did not exist
- * (or, with `owner`, is not that owner's).
+ * (or, with `scope`, is not in it).
  */
 export async function deleteProvider(
   db: Kysely<RegistryDB>,
   id: string,
-  owner?: string,
+  scope?: WriteScope,
   recording?: EventRecording,
 ): Promise<boolean> {
-  const scope = owner === undefined ? sql`` : sql` AND owner_id = ${owner}`;
+  const limit = inScope(scope, 'p');
   return db.transaction().execute(async (tx) => {
     // The provider row, then the narrow row, then (by the cascade) the GPUs: the order every writer of them keeps.
-    const { rows: found } = await sql`SELECT 1 FROM providers WHERE id = ${id}${scope} FOR UPDATE`.execute(tx);
+    const { rows: found } = await sql`SELECT 1 FROM providers p WHERE p.id = ${id}${limit} FOR UPDATE`.execute(tx);
     if (found.length === 0) return false;
     await lockLiveness(tx, id);
     const { rows } = await withStatusEvents<{ id: string }>(
       sql`
-      DELETE FROM providers WHERE id = ${id}${scope}
-      RETURNING id, owner_id, status AS previous_status, NULL::text AS status`,
+      DELETE FROM providers p WHERE p.id = ${id}${limit}
+      RETURNING p.id, p.owner_id, p.status AS previous_status, NULL::text AS status`,
       recording,
     ).execute(tx);
     return rows.length > 0;
@@ -283,8 +287,33 @@ async function lockLiveness(tx: Kysely<RegistryDB>, id: string): Promise<void> {
   await sql`SELECT 1 FROM provider_liveness WHERE provider_id = ${id} FOR UPDATE`.execute(tx);
 }
 
-/** The owner of a provider, for authorization; undefined when it does not exist. */
-export async function providerOwner(db: Kysely<RegistryDB>, id: string): Promise<string | undefined> {
-  const row = await db.selectFrom('providers').select('owner_id').where('id', '=', id).executeTakeFirst();
-  return row?.owner_id;
+/** The owner of a provider and the daemon it is bound to, for authorization; undefined when it does not exist. */
+export async function providerBinding(db: Kysely<RegistryDB>, id: string): Promise<MachineBinding | undefined> {
+  return db.selectFrom('providers').select(['owner_id', 'daemon_client_id']).where('id', '=', id).executeTakeFirst();
+}
+
+/**
+ * Binds the provider to the daemon client `daemon` (null: none), within `scope` (undefined: any machine; for a daemon
+ * one bound to it or to none, so that of two daemons claiming a machine at once one wins), recording `event` in the
+ * outbox when the binding changes. What it was bound to before, or undefined when nothing was found in scope.
+ */
+export async function bindProvider(
+  db: Kysely<RegistryDB>,
+  id: string,
+  daemon: string | null,
+  scope: WriteScope | undefined,
+  record: (tx: Transaction<RegistryDB>, binding: MachineBinding) => Promise<void>,
+): Promise<{ previous: string | null } | undefined> {
+  return db.transaction().execute(async (tx) => {
+    const { rows } = await sql<MachineBinding>`
+      SELECT p.owner_id, p.daemon_client_id FROM providers p WHERE p.id = ${id}${inScope(scope, 'p')}
+      FOR UPDATE`.execute(tx);
+    const found = rows[0];
+    if (!found) return undefined;
+    if (found.daemon_client_id !== daemon) {
+      await tx.updateTable('providers').set({ daemon_client_id: daemon }).where('id', '=', id).execute();
+      await record(tx, { owner_id: found.owner_id, daemon_client_id: daemon });
+    }
+    return { previous: found.daemon_client_id };
+  });
 }

@@ -27,6 +27,8 @@ interface ProvidersTable {
   min_gpus_per_rental: Generated<number>;
   /** The owner's hold: from an explicit `busy` until an explicit `idle` (the owner hold migration). */
   held: Generated<boolean>;
+  /** The daemon client the machine is bound to, null for none (the daemon binding migration). */
+  daemon_client_id: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /**

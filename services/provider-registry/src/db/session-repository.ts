@@ -7,6 +7,7 @@
 
 import type { LeaseKind } from '@gpu/common';
 import { type Kysely, sql, type Transaction } from 'kysely';
+import type { WriteScope } from '../domain/access.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { RegistryDB } from './schema.ts';
 
@@ -14,15 +15,19 @@ type Trx = Transaction<RegistryDB>;
 
 /**
  * Locks the provider's row; its stored status and owner, or undefined when there is no such provider (or, with
- * `owner`, none of that owner's).
+ * `scope`, none in it: another owner's, or bound to another daemon).
  */
 export async function lockProviderStatus(
   trx: Trx,
   providerId: string,
-  owner?: string,
+  scope?: WriteScope,
 ): Promise<{ status: ProviderStatus; owner: string } | undefined> {
   let q = trx.selectFrom('providers').select(['status', 'owner_id']).where('id', '=', providerId);
-  if (owner !== undefined) q = q.where('owner_id', '=', owner);
+  if (scope !== undefined) q = q.where('owner_id', '=', scope.owner);
+  const daemon = scope?.daemon;
+  if (daemon !== undefined) {
+    q = q.where((eb) => eb.or([eb('daemon_client_id', 'is', null), eb('daemon_client_id', '=', daemon)]));
+  }
   const row = await q.forUpdate().executeTakeFirst();
   return row && { status: row.status as ProviderStatus, owner: row.owner_id };
 }

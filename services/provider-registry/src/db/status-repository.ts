@@ -17,6 +17,7 @@
  */
 import { forEachLimited } from '@gpu/common';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
+import type { WriteScope } from '../domain/access.ts';
 import { GPU_METRIC_FIELDS, type GpuField, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { EventRecording } from '../domain/status-events.ts';
@@ -34,6 +35,8 @@ import { withStatusEvents } from './status-event-sql.ts';
 export interface StatusWrite {
   id: string;
   owner_id: string;
+  /** The daemon client the machine is bound to (null: none). */
+  daemon_client_id: string | null;
   previous_status: ProviderStatus;
   status: ProviderStatus;
   last_seen_at: Date;
@@ -43,8 +46,17 @@ interface StatusRow extends StatusWrite {
   gpu_count: number;
 }
 
-/** `cur.owner_id = $owner` when the write is limited to an owner's machines, else nothing. */
-const ofOwner = (owner: string | undefined) => (owner === undefined ? sql`` : sql` AND cur.owner_id = ${owner}`);
+/**
+ * ` AND <row> is in scope`: the owner's machine, and for a daemon one bound to it or to none (`domain/access.ts`);
+ * nothing for an unlimited write.
+ */
+export function inScope(scope: WriteScope | undefined, row: string): RawBuilder<unknown> {
+  if (scope === undefined) return sql``;
+  const owner = sql` AND ${sql.ref(`${row}.owner_id`)} = ${scope.owner}`;
+  if (scope.daemon === undefined) return owner;
+  const bound = sql.ref(`${row}.daemon_client_id`);
+  return sql`${owner} AND (${bound} IS NULL OR ${bound} = ${scope.daemon})`;
+}
 
 /**
  * The common table expressions of a status write with the clock: `cur` locks the provider rows `where` selects (a
@@ -56,7 +68,7 @@ const ofOwner = (owner: string | undefined) => (owner === undefined ? sql`` : sq
 function statusWriteCtes(where: RawBuilder<boolean>, next: RawBuilder<unknown>): RawBuilder<unknown> {
   return sql`
     cur AS (
-      SELECT cur.id, cur.owner_id, cur.status, cur.gpu_count, ${next} AS next
+      SELECT cur.id, cur.owner_id, cur.daemon_client_id, cur.status, cur.gpu_count, ${next} AS next
       FROM providers cur JOIN provider_liveness l ON l.provider_id = cur.id
       WHERE ${where}
       ORDER BY cur.id FOR UPDATE OF cur, l),
@@ -72,7 +84,8 @@ function statusWriteCtes(where: RawBuilder<boolean>, next: RawBuilder<unknown>):
 }
 
 const STATUS_WRITE = sql`
-    SELECT cur.id, cur.owner_id, cur.status AS previous_status, cur.next AS status, seen.last_seen_at, cur.gpu_count
+    SELECT cur.id, cur.owner_id, cur.daemon_client_id, cur.status AS previous_status, cur.next AS status,
+      seen.last_seen_at, cur.gpu_count
     FROM cur JOIN seen ON seen.provider_id = cur.id`;
 
 /** The write of `statusWriteCtes` for the providers `where` selects, with its status events. */
@@ -87,7 +100,7 @@ function writeStatus(
 
 /**
  * Sets the status named by an explicit update and `last_seen_at`, and the owner's hold to `held` (undefined: kept);
- * undefined when the provider does not exist (or is not `owner`'s). Call it in a transaction.
+ * undefined when the provider does not exist (or is not in `scope`). Call it in a transaction.
  */
 export async function setStatus(
   db: Kysely<RegistryDB>,
@@ -95,9 +108,9 @@ export async function setStatus(
   status: ProviderStatus,
   held: boolean | undefined,
   recording?: EventRecording,
-  owner?: string,
+  scope?: WriteScope,
 ): Promise<StatusWrite | undefined> {
-  const { rows } = await writeStatus(db, sql`cur.id = ${id}${ofOwner(owner)}`, sql`${status}::text`, recording);
+  const { rows } = await writeStatus(db, sql`cur.id = ${id}${inScope(scope, 'cur')}`, sql`${status}::text`, recording);
   const written = rows[0];
   if (written && held !== undefined) {
     await db.updateTable('providers').set({ held }).where('id', '=', id).where('held', '<>', held).execute();
@@ -130,7 +143,7 @@ export async function applyRentalRule(
     FROM (SELECT cur.id, cur.status, ${statusAfterRentalSql} AS next FROM providers cur WHERE cur.id = ${id}
           FOR UPDATE OF cur) cur
     WHERE p.id = cur.id AND cur.next <> cur.status
-    RETURNING p.id, p.owner_id, cur.status AS previous_status, p.status,
+    RETURNING p.id, p.owner_id, p.daemon_client_id, cur.status AS previous_status, p.status,
       (SELECT l.last_seen_at FROM provider_liveness l WHERE l.provider_id = p.id)`,
     recording,
   ).execute(db);
@@ -151,7 +164,7 @@ const COLUMN_TYPE: Record<GpuFieldType, RawBuilder<unknown>> = {
 function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[]) {
   return sql`
     UPDATE gpus g SET ${keepingAbsent(GPU_METRIC_FIELDS)}
-    FROM ${metricRows([{ id, owner: null, metrics }])}
+    FROM ${metricRows([{ id, owner: null, daemon: null, metrics }])}
     WHERE g.provider_id = m.provider_id AND g.idx = m.idx`.execute(db);
 }
 
@@ -159,37 +172,66 @@ function writeMetrics(db: Kysely<RegistryDB>, id: string, metrics: GpuMetrics[])
 const keepingAbsent = (fields: readonly GpuField[]) =>
   sql.join(fields.map((f) => sql`${sql.ref(f.name)} = COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`));
 
-/** A heartbeat of a provider, limited to the machines of `owner` (null: any), with the metrics it reports. */
-export type Beat = { id: string; owner: string | null; metrics?: GpuMetrics[] };
+/**
+ * A heartbeat of a provider, limited to the machines of `owner` (null: any) and, for a daemon, to those bound to
+ * `daemon` or to none (null: not limited so), with the metrics it reports.
+ */
+export type Beat = { id: string; owner: string | null; daemon: string | null; metrics?: GpuMetrics[] };
 
 /**
- * The condition on the provider row `row` that one of `beats` names it and may write it (its owner limit allows):
- * its ID among the beats' (the index probe), and then in one of two uncorrelated sets, the IDs of unlimited beats or
- * the (ID, owner) pairs of limited ones, which PostgreSQL hashes once per statement (a correlated search of the beats
- * for each row would cost the square of the batch).
+ * The condition on the provider row `row` that one of `beats` names it and may write it (its owner and daemon limits
+ * allow): its ID among the beats' (the index probe), and then in one of four uncorrelated sets, the IDs of unlimited
+ * beats, the (ID, owner) pairs of beats limited to an owner, those of daemons' beats when the machine is bound to no
+ * daemon, or the (ID, owner, daemon) triples of daemons' beats, which PostgreSQL hashes once per statement (a
+ * correlated search of the beats for each row would cost the square of the batch).
  */
 function beatsMayWrite(beats: Beat[], row: 'p' | 'cur'): RawBuilder<boolean> {
   const ids = beats.map((b) => b.id);
   const owners = beats.map((b) => b.owner);
+  const daemons = beats.map((b) => b.daemon);
   const id = sql.ref(`${row}.id`);
-  const beat = sql`unnest(${ids}::uuid[], ${owners}::text[]) AS b(id, owner)`;
+  const owner = sql.ref(`${row}.owner_id`);
+  const bound = sql.ref(`${row}.daemon_client_id`);
+  const beat = sql`unnest(${ids}::uuid[], ${owners}::text[], ${daemons}::text[]) AS b(id, owner, daemon)`;
   return sql<boolean>`${id} = ANY(${ids}::uuid[]) AND (
         ${id} IN (SELECT b.id FROM ${beat} WHERE b.owner IS NULL)
-        OR (${id}, ${sql.ref(`${row}.owner_id`)}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.owner IS NOT NULL))`;
+        OR (${id}, ${owner}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.owner IS NOT NULL AND b.daemon IS NULL)
+        OR (${bound} IS NULL
+            AND (${id}, ${owner}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.daemon IS NOT NULL))
+        OR (${id}, ${owner}, ${bound}) IN (SELECT b.id, b.owner, b.daemon FROM ${beat} WHERE b.daemon IS NOT NULL))`;
 }
 
 /**
- * The metrics of `beats` as a relation `m(provider_id, owner, idx, <metric fields>)`: one row per GPU reported, with
- * the owner limit of the beat that reported it.
+ * Whether the beat that reported the metrics row `m` may write the provider row `row` (its owner and daemon limits):
+ * `beatsMayWrite` for one beat, where a provider written for another beat must not take this one's metrics.
+ */
+const metricsMayWrite = (row: string) => {
+  const bound = sql.ref(`${row}.daemon_client_id`);
+  return sql<boolean>`(m.owner IS NULL OR (m.owner = ${sql.ref(`${row}.owner_id`)}
+      AND (m.daemon IS NULL OR ${bound} IS NULL OR m.daemon = ${bound})))`;
+};
+
+/** Whether a beat may write the machine (`beatsMayWrite` for one beat and one machine, in the service). */
+const beatMayWrite = (b: Beat, machine: { owner_id: string; daemon_client_id: string | null }) =>
+  b.owner === null ||
+  (b.owner === machine.owner_id &&
+    (b.daemon === null || machine.daemon_client_id === null || b.daemon === machine.daemon_client_id));
+
+/**
+ * The metrics of `beats` as a relation `m(provider_id, owner, daemon, idx, <metric fields>)`: one row per GPU
+ * reported, with the owner and daemon limits of the beat that reported it.
  */
 function metricRows(beats: Beat[]): RawBuilder<unknown> {
-  const reported = beats.flatMap((b) => (b.metrics ?? []).map((m) => ({ id: b.id, owner: b.owner, m })));
+  const reported = beats.flatMap((b) =>
+    (b.metrics ?? []).map((m) => ({ id: b.id, owner: b.owner, daemon: b.daemon, m })),
+  );
   const columns = GPU_METRIC_FIELDS.map(
     (f) => sql`${reported.map(({ m }) => m[f.name] ?? null)}::${COLUMN_TYPE[f.type]}[]`,
   );
   const names = sql.join(GPU_METRIC_FIELDS.map((f) => sql.ref(f.name)));
   return sql`unnest(${reported.map((r) => r.id)}::uuid[], ${reported.map((r) => r.owner)}::text[],
-      ${reported.map((r) => r.m.index)}::int[], ${sql.join(columns)}) AS m(provider_id, owner, idx, ${names})`;
+      ${reported.map((r) => r.daemon)}::text[], ${reported.map((r) => r.m.index)}::int[], ${sql.join(columns)})
+      AS m(provider_id, owner, daemon, idx, ${names})`;
 }
 
 /** The metrics the heartbeat rule writes without the provider's lock: all but health (see `moveClocks`). */
@@ -212,11 +254,13 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
     const { rows } = await sql<StatusWrite>`
     UPDATE provider_liveness l SET last_seen_at = now()
     FROM (
-      SELECT l.provider_id, p.owner_id FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
+      SELECT l.provider_id, p.owner_id, p.daemon_client_id
+      FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
       WHERE ${beatsMayWrite(beats, 'p')} AND ${keptByHeartbeatSql}
       ORDER BY l.provider_id FOR UPDATE OF l) cur
     WHERE l.provider_id = cur.provider_id
-    RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
+    RETURNING l.provider_id AS id, cur.owner_id, cur.daemon_client_id, l.status AS previous_status, l.status,
+      l.last_seen_at`.execute(db);
     return rows;
   }
   return writeClocksAndMetrics(db, beats, withMetrics);
@@ -233,23 +277,25 @@ async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], with
   const { rows } = await sql<StatusWrite>`
     WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}),
     cur AS (
-      SELECT l.provider_id, p.owner_id FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
+      SELECT l.provider_id, p.owner_id, p.daemon_client_id
+      FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
       WHERE ${beatsMayWrite(beats, 'p')} AND ${keptByHeartbeatSql}
         AND p.id NOT IN (
           SELECT m.provider_id FROM m JOIN providers mp ON mp.id = m.provider_id
           LEFT JOIN gpus g ON g.provider_id = m.provider_id AND g.idx = m.idx
-          WHERE (m.owner IS NULL OR m.owner = mp.owner_id) AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
+          WHERE ${metricsMayWrite('mp')} AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
       ORDER BY l.provider_id FOR UPDATE OF l),
     metrics AS (
       UPDATE gpus g SET ${keepingAbsent(LIVE_METRICS)}
       FROM m JOIN cur ON cur.provider_id = m.provider_id
-      WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND (m.owner IS NULL OR m.owner = cur.owner_id)
+      WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND ${metricsMayWrite('cur')}
         AND (${stored}) IS DISTINCT FROM (${after})
       RETURNING g.provider_id)
     UPDATE provider_liveness l SET last_seen_at = now()
     FROM cur
     WHERE l.provider_id = cur.provider_id
-    RETURNING l.provider_id AS id, cur.owner_id, l.status AS previous_status, l.status, l.last_seen_at`.execute(db);
+    RETURNING l.provider_id AS id, cur.owner_id, cur.daemon_client_id, l.status AS previous_status, l.status,
+      l.last_seen_at`.execute(db);
   return rows;
 }
 
@@ -273,10 +319,10 @@ async function recordHeartbeat(
   db: Kysely<RegistryDB>,
   id: string,
   metrics: GpuMetrics[],
-  recording?: EventRecording,
-  owner?: string,
+  recording: EventRecording | undefined,
+  limits: Pick<Beat, 'owner' | 'daemon'>,
 ): Promise<StatusWrite | undefined> {
-  const beat = [{ id, owner: owner ?? null }];
+  const beat = [{ id, ...limits }];
   return db.transaction().execute(async (tx) => {
     const { rows } = await reviveBeats(tx, beat, recording);
     const row = rows[0];
@@ -364,14 +410,18 @@ async function recordLocked(
   const machines = new Map(
     (
       await step(() =>
-        db.selectFrom('providers').select(['id', 'owner_id', 'gpu_count']).where('id', 'in', ids).execute(),
+        db
+          .selectFrom('providers')
+          .select(['id', 'owner_id', 'daemon_client_id', 'gpu_count'])
+          .where('id', 'in', ids)
+          .execute(),
       )
     ).map((p) => [p.id, p]),
   );
   const byProvider = new Map<string, (readonly [Beat, number])[]>();
   for (const [b, i] of locked) {
     const machine = machines.get(b.id);
-    const mayWrite = machine && (b.owner === null || b.owner === machine.owner_id);
+    const mayWrite = machine && beatMayWrite(b, machine);
     const outOfRange = mayWrite && b.metrics!.find((m) => m.index >= machine.gpu_count);
     if (outOfRange) results[i] = registryErrors.unknownGpuIndex(outOfRange.index, machine.gpu_count);
     else if (mayWrite) byProvider.set(b.id, [...(byProvider.get(b.id) ?? []), [b, i]]);
@@ -379,7 +429,7 @@ async function recordLocked(
   await forEachLimited([...byProvider.values()], LOCKED_CONCURRENCY, async (providerBeats) => {
     for (const [b, i] of providerBeats) {
       try {
-        results[i] = await step(() => recordHeartbeat(db, b.id, b.metrics!, recording, b.owner ?? undefined));
+        results[i] = await step(() => recordHeartbeat(db, b.id, b.metrics!, recording, b));
       } catch (err) {
         if (!(err instanceof UnknownGpuIndex)) throw err;
         results[i] = err;
@@ -422,7 +472,7 @@ export async function sweepOffline(
     )
     UPDATE providers p SET status = 'offline'
     FROM stale WHERE p.id = stale.id
-    RETURNING p.id, p.owner_id, stale.status AS previous_status, p.status, stale.last_seen_at`,
+    RETURNING p.id, p.owner_id, p.daemon_client_id, stale.status AS previous_status, p.status, stale.last_seen_at`,
     recording,
   ).execute(db);
   return rows;

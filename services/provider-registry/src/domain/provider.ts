@@ -65,6 +65,8 @@ export const AUTO_OFFLINE_FROM: readonly ProviderStatus[] = ['idle', 'busy', 'er
 export interface Provider {
   id: string;
   owner_id: string;
+  /** The daemon client the machine is bound to (`domain/access.ts`); null: none. */
+  daemon_client_id: string | null;
   name: string;
   hostname: string | null;
   ip_address: string | null;

@@ -9,10 +9,11 @@ import { GroupCommit, isAppError, type Principal, type RetryOptions, withRetry }
 import type { Kysely } from 'kysely';
 import { listProviders } from '../db/discovery-repository.ts';
 import {
+  bindProvider,
   deleteProvider,
   findProvider,
   insertProvider,
-  providerOwner,
+  providerBinding,
   replaceProvider,
 } from '../db/provider-repository.ts';
 import { reliabilityBooks } from '../db/reliability-repository.ts';
@@ -21,11 +22,14 @@ import { lockProviderStatus } from '../db/session-repository.ts';
 import { isFullyRented, recordHeartbeats, type StatusWrite, setStatus, sweepOffline } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import {
+  assertMayBind,
   assertMayChangeOwner,
-  assertMayManage,
   assertMayRead,
   assertMayRegisterFor,
+  assertMayWrite,
   discoveryScope,
+  type MachineBinding,
+  registeringDaemon,
   writeScope,
 } from './access.ts';
 import type { DiscoveryFilter } from './discovery.ts';
@@ -39,7 +43,7 @@ import {
 } from './provider.ts';
 import { assertExplicitStatus } from './provider-sessions.ts';
 import { type Reliability, reliabilityOf } from './reliability.ts';
-import type { StatusOutbox } from './status-events.ts';
+import { DAEMON_BOUND, type StatusOutbox } from './status-events.ts';
 
 export interface RegistryServiceDeps {
   db: Kysely<RegistryDB>;
@@ -69,6 +73,8 @@ interface Beat {
   id: string;
   /** The owner the beat may write (undefined: any provider). */
   owner?: string;
+  /** A daemon's beat: the client whose machines (and those bound to none) it may write. */
+  daemon?: string;
   metrics: GpuMetrics[];
   correlationId?: string;
 }
@@ -93,16 +99,22 @@ export class RegistryService {
     const correlation = new Map<string, string | undefined>();
     for (const b of beats) if (!correlation.has(b.id)) correlation.set(b.id, b.correlationId);
     const recording = this.deps.outbox.recording('heartbeat', correlation);
-    const scoped = beats.map((b) => ({ id: b.id, owner: b.owner ?? null, metrics: b.metrics }));
+    const scoped = beats.map((b) => ({
+      id: b.id,
+      owner: b.owner ?? null,
+      daemon: b.daemon ?? null,
+      metrics: b.metrics,
+    }));
     // Each statement of the write is retried on its own: those before it have committed.
     const written = await recordHeartbeats(this.deps.db, scoped, recording, (fn) => this.retry(fn));
     this.recorded(written.filter((w): w is StatusWrite => w !== undefined && !(w instanceof Error)));
     const answered = new Set<string>();
-    return beats.map(({ id, owner }, i) => {
+    return beats.map(({ id, owner, daemon }, i) => {
       const row = written[i];
       if (row === undefined || row instanceof Error) return row;
       // Written because of another beat of the batch: this one may not write that provider.
       if (owner !== undefined && row.owner_id !== owner) return undefined;
+      if (daemon !== undefined && row.daemon_client_id !== null && row.daemon_client_id !== daemon) return undefined;
       if (!answered.has(id)) {
         answered.add(id);
         return row;
@@ -116,9 +128,12 @@ export class RegistryService {
     return this.beats.stats;
   }
 
-  /** A write that found nothing: the provider is absent (404), or the actor's scope did not reach it (403). */
+  /**
+   * A write that found nothing: the provider is absent (404), or the actor's scope did not reach it (403: another
+   * owner's, or bound to another daemon).
+   */
   private async missing(actor: Principal, id: string): Promise<never> {
-    assertMayManage(actor, await this.ownerOf(id));
+    assertMayWrite(actor, id, await this.bindingOf(id));
     throw registryErrors.providerNotFound(id);
   }
 
@@ -137,17 +152,20 @@ export class RegistryService {
     return provider;
   }
 
-  /** Registers a provider under a new UUID; `PROVIDER_ALREADY_EXISTS` when its owner has one of that name. */
+  /**
+   * Registers a provider under a new UUID, bound to the daemon that registers it (none for anyone else);
+   * `PROVIDER_ALREADY_EXISTS` when its owner has one of that name.
+   */
   async register(actor: Principal, input: ProviderInput, correlationId?: string): Promise<Provider> {
     assertMayRegisterFor(actor, input.owner_id);
     const id = randomUUID();
     const recording = this.deps.outbox.recording('registered', correlationId);
     await this.retry(async (attempt) => {
       try {
-        await insertProvider(this.deps.db, id, input, recording);
+        await insertProvider(this.deps.db, id, input, registeringDaemon(actor), recording);
       } catch (err) {
         // A retry after a lost commit acknowledgement meets its own row: that is success.
-        const ours = attempt > 1 && isAppError(err) && (await providerOwner(this.deps.db, id)) !== undefined;
+        const ours = attempt > 1 && isAppError(err) && (await providerBinding(this.deps.db, id)) !== undefined;
         if (!ours) throw err;
       }
     });
@@ -180,9 +198,9 @@ export class RegistryService {
    * explicit change does (`holdAfterExplicit`).
    */
   async update(actor: Principal, id: string, input: ProviderInput, correlationId?: string): Promise<Provider> {
-    const owner = await this.ownerOf(id);
-    assertMayManage(actor, owner);
-    assertMayChangeOwner(actor, owner, input.owner_id);
+    const machine = await this.bindingOf(id);
+    assertMayWrite(actor, id, machine);
+    assertMayChangeOwner(actor, machine.owner_id, input.owner_id);
     const recording = this.deps.outbox.recording('update', correlationId);
     const { status } = input;
     const guard =
@@ -199,13 +217,13 @@ export class RegistryService {
    * (`holdAfterExplicit`).
    */
   async setStatus(actor: Principal, id: string, status: ProviderStatus, correlationId?: string): Promise<StatusResult> {
-    const owner = writeScope(actor);
+    const scope = writeScope(actor);
     const recording = this.deps.outbox.recording('explicit', correlationId);
     const written = await this.retry(() =>
       this.deps.db.transaction().execute(async (trx) => {
-        if ((await lockProviderStatus(trx, id, owner)) === undefined) return undefined;
+        if ((await lockProviderStatus(trx, id, scope)) === undefined) return undefined;
         assertExplicitStatus(id, status, await isFullyRented(trx, id));
-        return setStatus(trx, id, status, holdAfterExplicit(status), recording, owner);
+        return setStatus(trx, id, status, holdAfterExplicit(status), recording, scope);
       }),
     );
     if (!written) return this.missing(actor, id);
@@ -218,8 +236,8 @@ export class RegistryService {
    * `UnknownGpuIndex` for a GPU the provider lacks (and nothing of this beat is written).
    */
   async heartbeat(actor: Principal, id: string, metrics: GpuMetrics[], correlationId?: string): Promise<StatusResult> {
-    const owner = writeScope(actor);
-    const written = await this.beats.submit({ id, owner, metrics, correlationId });
+    const scope = writeScope(actor);
+    const written = await this.beats.submit({ id, owner: scope?.owner, daemon: scope?.daemon, metrics, correlationId });
     if (!written) return this.missing(actor, id);
     return result(written);
   }
@@ -230,18 +248,40 @@ export class RegistryService {
    * machine gone when it next looks: `billing.provider_check_interval`).
    */
   async remove(actor: Principal, id: string, correlationId?: string): Promise<void> {
-    const owner = writeScope(actor);
+    const scope = writeScope(actor);
     const recording = this.deps.outbox.recording('removed', correlationId);
-    const deleted = await this.retry(() => deleteProvider(this.deps.db, id, owner, recording));
+    const deleted = await this.retry(() => deleteProvider(this.deps.db, id, scope, recording));
     if (!deleted) return this.missing(actor, id);
     this.deps.outbox.written();
   }
 
-  /** The owner of a provider; not found when it does not exist. */
-  async ownerOf(id: string): Promise<string> {
-    const owner = await this.retry(() => providerOwner(this.deps.db, id));
-    if (owner === undefined) throw registryErrors.providerNotFound(id);
-    return owner;
+  /**
+   * Binds the machine to the daemon client `clientId` (null: none; `assertMayBind`: a daemon claims a machine bound to
+   * none for itself, its owner binds it to any client), recording a `provider.daemon_bound` event when the binding
+   * changes (billing moves the machine's running sessions to that client). The machine as it is now.
+   */
+  async bindDaemon(actor: Principal, id: string, clientId: string | null, correlationId?: string): Promise<Provider> {
+    assertMayBind(actor, id, await this.bindingOf(id), clientId);
+    const bound = await this.retry(() =>
+      bindProvider(this.deps.db, id, clientId, writeScope(actor), (tx, binding) =>
+        this.deps.outbox.record(
+          tx,
+          [{ kind: DAEMON_BOUND, data: { type: DAEMON_BOUND, provider_id: id, ...binding } }],
+          correlationId,
+        ),
+      ),
+    );
+    // Bound to another daemon (or removed) since the check: as the check would have answered then.
+    if (!bound) return this.missing(actor, id);
+    this.deps.outbox.written();
+    return this.mustFind(id);
+  }
+
+  /** The owner of a provider and the daemon it is bound to; not found when it does not exist. */
+  private async bindingOf(id: string): Promise<MachineBinding> {
+    const machine = await this.retry(() => providerBinding(this.deps.db, id));
+    if (machine === undefined) throw registryErrors.providerNotFound(id);
+    return machine;
   }
 
   /**

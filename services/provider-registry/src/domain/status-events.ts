@@ -26,6 +26,14 @@ export const STATUS_CHANGED = 'provider.status_changed';
  */
 const PROVIDER_REMOVED = 'provider.removed';
 
+/**
+ * The kind (and `type`) of the event of a machine bound to another daemon client (`PUT /providers/{id}/daemon`, or a
+ * daemon claiming a machine bound to none), on the same subject: `provider_id`, `owner_id` and `daemon_client_id`
+ * (null: none), no status. Billing copies the binding onto the machine's running sessions, whose usage and workload
+ * reports it then takes from that client.
+ */
+export const DAEMON_BOUND = 'provider.daemon_bound';
+
 /** Why a provider's status changed; carried on the status event (`removed`: the removal event). */
 type StatusChangeReason =
   | 'registered'

@@ -73,8 +73,8 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
           `Up to ${MAX_HEARTBEATS_PER_REQUEST} heartbeats, each applied exactly as by POST ` +
           '/providers/{providerID}/heartbeat. The answer is 200 with one result per heartbeat, in order: ' +
           '`status_code` 200 with the status before and after, or the status of its problem (400 ' +
-          'UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND, 503). One refused heartbeat does not ' +
-          'affect the others; a malformed one makes the whole request a 400 and none is applied.',
+          'UNKNOWN_GPU_INDEX, 403 NOT_PROVIDER_OWNER or NOT_MACHINE_DAEMON, 404 PROVIDER_NOT_FOUND, 503). One refused ' +
+          'heartbeat does not affect the others; a malformed one makes the whole request a 400 and none is applied.',
         body: heartbeatBatchSchema,
         response: { 200: heartbeatBatchResultSchema, 400: problemSchema, 401: problemSchema, 403: problemSchema },
       },

@@ -12,6 +12,7 @@ import { registryErrors } from '../errors.ts';
 import { providerJson } from '../wire/provider-json.ts';
 import type { ProviderRoutesOptions } from './options.ts';
 import {
+  bindDaemonSchema,
   listQuerySchema,
   messageSchema,
   providerIdParams,
@@ -135,7 +136,7 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
         operationId: 'updateProvider',
         summary: 'Replace a provider (full update, GPUs included)',
         description:
-          'Every writable field is replaced; absent optional fields become null. registered_at, last_seen_at and held are read-only; an id in the body must equal the path. ' +
+          'Every writable field is replaced; absent optional fields become null. registered_at, last_seen_at, held and daemon_client_id are read-only; an id in the body must equal the path. ' +
           'A status change here is published like an explicit status update, and refused like one when it contradicts ' +
           'the rental sessions (409 STATUS_CONTRADICTS_SESSIONS: `idle` while fully rented); `busy` holds the machine ' +
           'off the market and `idle` releases it, as PATCH status does.',
@@ -146,10 +147,48 @@ export const providerRoutes: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request) => {
       const id = request.params.providerID;
-      const { id: bodyId, registered_at: _registered, last_seen_at: _seen, held: _held, ...input } = request.body;
+      const {
+        id: bodyId,
+        registered_at: _registered,
+        last_seen_at: _seen,
+        held: _held,
+        daemon_client_id: _daemon,
+        ...input
+      } = request.body;
       if (bodyId !== undefined && bodyId !== id) throw registryErrors.idMismatch(id, bodyId);
       return providerJson(await registry.update(callerOf(request), id, input, request.correlationId));
     },
+  );
+
+  app.put(
+    '/providers/:providerID/daemon',
+    {
+      config: manage,
+      schema: {
+        tags,
+        operationId: 'bindProviderDaemon',
+        summary: 'Bind the machine to a daemon client (or to none)',
+        description:
+          "Only the machine's daemon, the one it is bound to, heartbeats it, sets its status, updates or deletes it, " +
+          'and reports its sessions to billing; another daemon of the owner gets 403 NOT_MACHINE_DAEMON. A machine is ' +
+          'bound to the daemon that registered it. Its owner (or an admin or service) binds it to another of its ' +
+          'daemon clients (a new one after a reinstall) or to none; a daemon claims a machine bound to none for ' +
+          'itself, and nothing else (403 NOT_MACHINE_DAEMON). Billing moves the running sessions of the machine to ' +
+          'the new client (the `provider.daemon_bound` event).',
+        params: providerIdParams,
+        body: bindDaemonSchema,
+        response: { 200: providerSchema, ...errorsOf(400, 401, 403, 404, 503) },
+      },
+    },
+    async (request) =>
+      providerJson(
+        await registry.bindDaemon(
+          callerOf(request),
+          request.params.providerID,
+          request.body.client_id,
+          request.correlationId,
+        ),
+      ),
   );
 
   app.patch(

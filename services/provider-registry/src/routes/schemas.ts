@@ -152,6 +152,11 @@ export const providerUpdateSchema = z
     registered_at: z.string().max(64).optional().describe('read-only: ignored'),
     last_seen_at: z.string().max(64).optional().describe('read-only: ignored'),
     held: z.boolean().optional().describe('read-only: ignored (`status` busy holds the machine, idle releases it)'),
+    daemon_client_id: z
+      .string()
+      .max(128)
+      .nullish()
+      .describe('read-only: ignored (PUT /providers/{providerID}/daemon binds the machine)'),
   })
   .describe('Every writable field of a provider, its GPUs included (a Provider as GET answers it may be sent back)')
   .register(schemas, { id: 'UpdateProviderRequest' });
@@ -192,6 +197,14 @@ export const providerListSchema = z
 export const providerIdParams = z.object({ providerID: z.uuid().describe('provider UUID') });
 
 export const statusUpdateSchema = z.object({ status: statusSchema }).register(schemas, { id: 'UpdateStatusRequest' });
+
+/** PUT /providers/{id}/daemon: the daemon client the machine is bound to. */
+export const bindDaemonSchema = z
+  .object({
+    client_id: z.uuid().nullable().describe("a daemon client's `client_id` (of the machine's owner), or null for none"),
+  })
+  .describe('The daemon client to bind the machine to')
+  .register(schemas, { id: 'BindDaemonRequest' });
 
 /** One GPU's metrics in a heartbeat: its index and any of the metric fields. */
 const gpuMetricsSchema = z.object({

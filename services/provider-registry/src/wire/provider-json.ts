@@ -36,6 +36,15 @@ export interface ProviderField {
 export const PROVIDER_FIELDS = [
   { name: 'id', type: 'uuid', nullable: false },
   { name: 'owner_id', type: 'text', nullable: false },
+  {
+    name: 'daemon_client_id',
+    type: 'text',
+    nullable: true,
+    doc:
+      'the daemon client (its `client_id`) the machine is bound to: the one that registered it, claimed it or that ' +
+      'its owner bound it to (PUT /providers/{providerID}/daemon); another daemon of the owner may not write it. ' +
+      'null: none (the next daemon that attaches claims it)',
+  },
   { name: 'name', type: 'text', nullable: false },
   { name: 'hostname', type: 'text', nullable: true },
   { name: 'ip_address', type: 'text', nullable: true },
@@ -75,6 +84,7 @@ void _everyFieldListed;
 export interface ProviderJson {
   id: string;
   owner_id: string;
+  daemon_client_id: string | null;
   name: string;
   hostname: string | null;
   ip_address: string | null;

@@ -149,14 +149,24 @@ function recoveryCommands(program: Command, password: Command) {
     });
   email
     .command('verify')
-    .description('verify your address with the mailed code, from GPU_EMAIL_CODE or standard input')
+    .description(
+      'verify your address with the mailed code, from GPU_EMAIL_CODE or the first line of standard input. Signed in ' +
+        '(gpu login --email), nothing else changes. Otherwise it sets a new password (GPU_NEW_PASSWORD or the next ' +
+        'line) and the account becomes yours alone: every sign-in, API key and daemon credential made before ends',
+    )
     .action(async () => {
       const ctx = context(program);
-      const token = await readSecrets((input) => mailedCode(input, ctx.env.GPU_EMAIL_CODE));
-      const user = unwrap(
-        await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/email/verify', { body: { token } }),
-      );
+      // The account's own sign-in says the one who reads the mail knows the password (an API key does not).
+      const signedIn = Boolean(ctx.config.refresh_token) && !(ctx.env.GPU_API_KEY || ctx.config.api_key);
+      const body = await readSecrets(async (input) => {
+        const token = await mailedCode(input, ctx.env.GPU_EMAIL_CODE);
+        return signedIn ? { token } : { token, new_password: await newPassword(input, ctx.env) };
+      });
+      const auth = signedIn ? ctx.auth : authClient({ baseUrl: ctx.url });
+      const user = unwrap(await auth.POST('/api/v1/auth/email/verify', { body }));
       show(ctx.json, user, ['email', 'verified'], [[user.email, user.email_verified ? 'yes' : 'no']]);
+      if (!signedIn && !ctx.json)
+        process.stdout.write('your password is set; everything made before ended: gpu login\n');
     });
 }
 

@@ -230,7 +230,8 @@ export function sessionCommands(program: Command) {
       .argument('[command...]', 'the workload, after --: its program and arguments (with --image: instead of its own)')
       .description(
         'rent with a workload, follow its logs, print its outputs at its end (--download fetches them) and exit with ' +
-          'its exit code (1 when it failed or was stopped); with --json its logs go to standard error and the ' +
+          'its exit code (127 when its program is not there, 126 when it cannot be run, 1 when it failed or was ' +
+          'stopped); with --json its logs go to standard error and the ' +
           'workload at its end to standard output',
       ),
   )
@@ -268,6 +269,7 @@ export function sessionCommands(program: Command) {
           const file = saved.find((s) => s.key === o.key)?.file;
           lines.push(`output ${o.key} (${o.size} bytes)${file ? ` -> ${file}` : ''}`);
         }
+        for (const r of w.outputs_refused ?? []) lines.push(`not kept: output/${r.path} (${r.reason})`);
         process.stderr.write(`${lines.join('\n')}\n`);
       }
       const status = exitStatusOf(w);

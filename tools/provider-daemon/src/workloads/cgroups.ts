@@ -28,6 +28,10 @@ export interface WorkloadCgroup {
   add(pid: number): void;
   /** Whether the kernel killed a process of it for memory. */
   oomKilled(): boolean;
+  /** The processes in it now (none readable: empty). */
+  procs(): number[];
+  /** Where its directories show inside the sandbox (`/sys/fs/cgroup`, or v1's per controller) and on the host. */
+  views(): [inside: string, host: string][];
   /** Removes it (once its processes are gone). */
   remove(): void;
 }
@@ -84,6 +88,15 @@ function counter(file: string, key: string): number | null {
   }
 }
 
+/** The PIDs a `cgroup.procs` file lists. */
+function procsOf(dir: string): number[] {
+  try {
+    return readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
 /** Makes a control group, anew when an earlier life left one (empty: its processes are gone). */
 function fresh(dir: string): void {
   try {
@@ -110,6 +123,8 @@ export function workloadCgroup(
     return {
       add: (pid) => writeFileSync(path.join(dir, 'cgroup.procs'), String(pid)),
       oomKilled: () => (counter(path.join(dir, 'memory.events'), 'oom_kill') ?? 0) > 0,
+      procs: () => procsOf(dir),
+      views: () => [['/sys/fs/cgroup', dir]],
       remove: () => rmdirSync(dir),
     };
   }
@@ -133,6 +148,8 @@ export function workloadCgroup(
     oomKilled: () =>
       (counter(path.join(mem, 'memory.oom_control'), 'oom_kill') ??
         Number(readFileSync(path.join(mem, 'memory.failcnt'), 'utf8'))) > 0,
+    procs: () => procsOf(mem),
+    views: () => [['/sys/fs/cgroup/memory', mem], ...(pids ? [['/sys/fs/cgroup/pids', pids] as [string, string]] : [])],
     remove: () => {
       for (const d of dirs) rmdirSync(d);
     },

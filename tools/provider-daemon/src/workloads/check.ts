@@ -15,7 +15,7 @@
  * An operator runs it once after installing the daemon and after a driver upgrade; a machine that fails it must not
  * take workloads (a driver that exposes every GPU through one node, an nvidia-smi outside `/usr`, bubblewrap missing).
  */
-import { accessSync, chmodSync, chownSync, constants, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { accessSync, chmodSync, constants, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { durationMs } from '@gpu/common';
 import type { DaemonConfig } from '../config.ts';
@@ -24,6 +24,7 @@ import type { GpuSource } from '../gpu/source.ts';
 import { cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import { configuredRuntime, pullImage, startContainer } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
+import { filesystemProblem, prepareDisk, releaseDisk } from './disk.ts';
 import { sandboxProblem, workloadLimits } from './runner.ts';
 import { type SandboxEnd, startSandbox } from './sandbox.ts';
 
@@ -47,6 +48,8 @@ export interface GpuCheckReport {
   gpus: { index: number; uuid: string; name: string; device: string }[];
   /** Whether the kernel stops a sandbox at its memory limit (its control group); null: `workloads.cgroups` off. */
   memory: { cgroup: string | null; ok: boolean; detail: string } | null;
+  /** Whether the kernel holds a sandbox to its disk allowance (a filesystem of its own, disk.ts). */
+  disk: { kind: 'filesystem' | 'watch'; ok: boolean; detail: string };
   /** The user the workloads run as (null: the daemon's own). */
   uid: number | null;
   leases: LeaseCheck[];
@@ -92,6 +95,34 @@ async function memoryCheck(
   };
 }
 
+/**
+ * A workload that writes 64 MB into a 16 MiB disk allowance: on a filesystem of its own the kernel refuses the write
+ * past it (ENOSPC) and the daemon reports `disk_limit`, with no more than the allowance written.
+ */
+async function diskCheck(
+  kind: 'filesystem' | 'watch',
+  run: (command: string[]) => Promise<{ end: SandboxEnd; stdout: string }>,
+): Promise<GpuCheckReport['disk']> {
+  if (kind === 'watch') {
+    return {
+      kind,
+      ok: false,
+      detail: 'no filesystem of its own can be mounted here: the disk allowance is only watched',
+    };
+  }
+  const { end, stdout } = await run(['sh', '-c', 'head -c 64000000 /dev/zero > /work/fill; wc -c < /work/fill']);
+  const written = Number(stdout.trim());
+  const ok = end.state === 'stopped' && end.reason === 'disk_limit' && written <= DISK_CHECK_BYTES;
+  return {
+    kind,
+    ok,
+    detail: `a workload writing 64 MB into a 16 MiB allowance ${ok ? 'was refused by the kernel' : 'was not held to it'} (${written} bytes written, ${JSON.stringify(end.state === 'exited' ? end : { state: end.state, reason: end.reason })})`,
+  };
+}
+
+/** The disk allowance of the disk check. */
+const DISK_CHECK_BYTES = 16 * 1024 * 1024;
+
 const sameSet = (a: string[], b: string[]) => a.length === b.length && a.every((x) => b.includes(x));
 
 export async function checkGpuIsolation(opts: {
@@ -111,6 +142,9 @@ export async function checkGpuIsolation(opts: {
   chmodSync(root, 0o711);
   const devices = simulated ? simulatedDevices(path.join(root, 'dev'), readings) : nvidiaDevices(readings);
   const uid = process.getuid?.() === 0 ? settings.uid_base : null;
+  const kind = settings.disk_filesystem ? filesystemProblem(root).then((p) => (p ? 'watch' : 'filesystem')) : null;
+  /** The sessions' directories whose disks are released at the end. */
+  const disks: string[] = [];
   const smi = simulated ? null : resolveProgram(opts.config.gpu.nvidia_smi_path);
   const leases: number[][] = [...readings.map((r) => [r.index]), []];
   if (readings.length > 1) leases.push(readings.map((r) => r.index));
@@ -119,20 +153,26 @@ export async function checkGpuIsolation(opts: {
   const configured = configuredRuntime(settings);
   const runtime = configured && 'runtime' in configured ? configured.runtime : undefined;
   /** Runs `command` in a sandbox (or, with `image`, a container) on the leased GPUs and gives back what it printed. */
-  const inside = async (leased: GpuReading[], command: string[], cgroup?: WorkloadCgroup, image?: string) => {
+  const inside = async (
+    leased: GpuReading[],
+    command: string[],
+    cgroup?: WorkloadCgroup,
+    image?: string,
+    limits = workloadLimits(settings),
+  ) => {
     const dir = path.join(root, `s${n++}`);
-    const workDir = path.join(dir, 'work');
     const logDir = path.join(dir, 'logs');
-    mkdirSync(workDir, { recursive: true });
-    mkdirSync(logDir);
+    mkdirSync(logDir, { recursive: true });
     chmodSync(dir, 0o711);
-    if (uid !== null) chownSync(workDir, uid, uid);
+    // As the runner makes it: a filesystem of its own where the machine can mount one.
+    const disk = await prepareDisk(dir, limits, (await kind) ?? 'watch', uid);
+    disks.push(dir);
     const common = {
       spec: { command, env: {}, max_runtime_seconds: 120, network: false, inputs: [], ...(image ? { image } : {}) },
-      workDir,
+      disk,
       logDir,
       controlDevices: simulated ? [] : controlDevices(),
-      limits: workloadLimits(settings),
+      limits,
       ...(uid !== null ? { uid } : {}),
       platformEnv: { GPU_PLATFORM_SESSION_ID: 'gpu-check' },
       stopGraceMs: durationMs(settings.stop_grace),
@@ -224,15 +264,24 @@ export async function checkGpuIsolation(opts: {
         });
       }
     const memory = settings.cgroups ? await memoryCheck(settings.cgroup_parent, (c, cg) => inside([], c, cg)) : null;
+    const disk = await diskCheck((await kind) ?? 'watch', (c) =>
+      inside([], c, undefined, undefined, {
+        ...workloadLimits(settings),
+        diskBytes: DISK_CHECK_BYTES,
+        diskFiles: 1024,
+      }),
+    );
     return {
       source: opts.gpus.kind,
       gpus: readings.map((r) => ({ index: r.index, uuid: r.uuid, name: r.name, device: devices.get(r.index)! })),
       uid,
       leases: checks,
       memory,
-      ok: checks.every((c) => c.ok) && (memory === null || memory.ok),
+      disk,
+      ok: checks.every((c) => c.ok) && (memory === null || memory.ok) && disk.ok,
     };
   } finally {
+    for (const dir of disks) await releaseDisk(dir).catch(() => {});
     rmSync(root, { recursive: true, force: true });
   }
 }

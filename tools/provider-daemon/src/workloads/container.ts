@@ -3,9 +3,10 @@
  * runtime (`workloads.container_runtime`: Podman's CLI; its global flags in `workloads.container_runtime_args`). The
  * same promises as the sandbox (sandbox.ts), kept by the runtime:
  *
- * - the image (pulled while the workload is `preparing`, unbilled) with its root filesystem read-only, a private
- *   `/tmp` (a tmpfs of at most the disk limit) and the work directory at `/work` (its current directory and `HOME`),
- *   its inputs read-only at `/work/inputs`, `/work/output/` uploaded at its end;
+ * - the image (pulled while the workload is `preparing`, unbilled) with its root filesystem read-only, its own `/tmp`
+ *   and the work directory at `/work` (its current directory and `HOME`), both on its disk (disk.ts: a filesystem of
+ *   its own, so the kernel holds it to its allowance), its inputs read-only at `/work/inputs`, `/work/output/`
+ *   uploaded at its end; a program that is not in it never starts (`command_not_found`, unbilled);
  * - **only the leased GPUs**: on a real machine through CDI (`--device nvidia.com/gpu=<index>`: the NVIDIA Container
  *   Toolkit's spec, `nvidia-ctk cdi generate`, gives the GPU's node, the control nodes and the driver's libraries), on
  *   a simulated machine its stand-in files at `/dev/nvidia<index>`; `CUDA_VISIBLE_DEVICES` and
@@ -14,8 +15,8 @@
  *   and the host's addresses routed nowhere before the workload starts, as in the sandbox);
  * - every capability dropped, no new privileges, the workload's own user (a root daemon: one per slot), limits on
  *   processes (`--pids-limit` and `RLIMIT_NPROC`), memory (the daemon's watch each second: past it, `memory_limit`;
- *   the cgroup's, without swap, a quarter above, for one that grows faster), open files, one file's size, and the
- *   work directory's bytes (`disk_limit`);
+ *   the cgroup's, without swap, a quarter above, for one that grows faster), open files, one file's size, and its
+ *   disk (`disk_limit` once it is full);
  * - at most `max_runtime_seconds` (`max_runtime`), also enforced by the runtime's own `--timeout` should the daemon
  *   be gone;
  * - labelled `gpu-platform.session=<id>` and `gpu-platform.daemon=<its run directory>`: a daemon started again removes
@@ -35,6 +36,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { workloadSpecSchema } from '@gpu/common';
 import { hardMemory } from './cgroups.ts';
+import { type CommandProblem, commandProblem, type ViewMount } from './command.ts';
 import {
   allGone,
   boundedCopy,
@@ -229,8 +231,10 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     // SIGTERM whatever the image says (the platform promises SIGTERM, then SIGKILL after the grace period).
     '--stop-signal',
     'SIGTERM',
-    '--tmpfs',
-    `/tmp:rw,size=${limits.diskBytes},mode=1777`,
+    // Its /tmp on its disk, or (watched directories) a tmpfs of its byte allowance.
+    ...(opts.disk.tmpDir
+      ? ['--volume', `${opts.disk.tmpDir}:/tmp:rw`]
+      : ['--tmpfs', `/tmp:rw,size=${limits.diskBytes},mode=1777`]),
     '--network',
     // IPv4 alone, which the fence covers: no IPv6 way to the provider's network or the host.
     spec.network ? 'slirp4netns:allow_host_loopback=false,enable_ipv6=false' : 'none',
@@ -259,7 +263,7 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     '--timeout',
     String(spec.max_runtime_seconds + graceSeconds(opts)),
     '--volume',
-    `${opts.workDir}:/work:rw`,
+    `${opts.disk.workDir}:/work:rw`,
     ...(opts.inputsDir ? ['--volume', `${opts.inputsDir}:/work/inputs:ro`] : []),
     '--workdir',
     '/work',
@@ -275,6 +279,43 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
   if (spec.command) args.push('--entrypoint', JSON.stringify([spec.command[0]]));
   args.push(spec.image!, ...(spec.command?.slice(1) ?? []));
   return args;
+}
+
+/** The PATH a container runs with when its image names none (the runtime's own default). */
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * Why the container's program cannot be started (command.ts), looked up in its root filesystem (`podman mount`, a
+ * root daemon's: elsewhere nothing is checked and the runtime says it) with its volumes where they will be bound.
+ */
+async function programProblem(
+  rt: ContainerRuntime,
+  name: string,
+  opts: ContainerOptions,
+): Promise<CommandProblem | null> {
+  if (process.getuid?.() !== 0) return null;
+  const config = JSON.parse(await runtime(rt, ['inspect', '--format', '{{json .Config}}', name])) as {
+    Entrypoint?: string[] | string | null;
+    Cmd?: string[] | null;
+    Env?: string[] | null;
+    WorkingDir?: string;
+  };
+  const entrypoint = typeof config.Entrypoint === 'string' ? [config.Entrypoint] : (config.Entrypoint ?? []);
+  const program = entrypoint[0] ?? config.Cmd?.[0];
+  if (!program) return 'command_not_found';
+  const root = (await runtime(rt, ['mount', name])).trim();
+  try {
+    const view: ViewMount[] = [
+      { inside: '/', host: root },
+      { inside: '/work', host: opts.disk.workDir },
+      ...(opts.inputsDir ? [{ inside: '/work/inputs', host: opts.inputsDir }] : []),
+      ...(opts.disk.tmpDir ? [{ inside: '/tmp', host: opts.disk.tmpDir }] : []),
+    ];
+    const pathVar = config.Env?.find((e) => e.startsWith('PATH='))?.slice(5) ?? DEFAULT_PATH;
+    return commandProblem(program, view, { path: pathVar, cwd: config.WorkingDir || '/work', uid: opts.uid ?? null });
+  } finally {
+    await runtime(rt, ['unmount', name]).catch(() => {});
+  }
 }
 
 /** The container's variables as the runtime's file of lines (the image keeps its own PATH). */
@@ -316,6 +357,12 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       // The image's program (or user) is not there: the renter's mistake, as a command not found in the sandbox.
       if (IMAGE_MISTAKE.test((err as Error).message)) failure = 'command_unavailable';
       throw err;
+    }
+    // A program that is not in the image (or in /work) never starts: failed, never billed.
+    const problem = await programProblem(rt, name, options);
+    if (problem) {
+      failure = problem;
+      throw new Error(`${problem}: the workload's program is not there to run`);
     }
     hostPid = Number((await runtime(rt, ['inspect', '--format', '{{.State.Pid}}', name])).trim());
     if (spec.network && process.getuid?.() === 0) await fenceNetwork(hostPid);
@@ -378,6 +425,8 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     if (state.status !== 'exited' && state.status !== 'stopped')
       return { state: 'stopped', reason: 'attach_lost', exitCode: null, signal: null, at };
     if (state.oom) return { state: 'stopped', reason: 'memory_limit', exitCode, signal: null, at };
+    // Its writes failed for want of room (ENOSPC) and it ended before the watch looked: that was its end.
+    if (opts.disk.full()) return { state: 'stopped', reason: 'disk_limit', exitCode, signal: null, at };
     return { state: 'exited', exitCode: state.exitCode, at };
   })().finally(() => {
     clearInterval(watch);
@@ -404,7 +453,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
   const watch = setInterval(() => {
     if (hostPid <= 0 || stopping || !attach) return;
     known = [hostPid, ...descendants(hostPid)];
-    const reached = limitReached(known, opts.workDir, opts.limits);
+    const reached = limitReached(known, opts.disk, opts.limits);
     if (reached) void stop(reached);
   }, WATCH_MS);
   watch.unref();

@@ -7,10 +7,12 @@
  * - **Logs** (`stdout.log`, `stderr.log`, each already cut at `workloads.log_kb` by the sandbox) are uploaded whole
  *   every `workloads.log_interval` while they grow, and once more at the end: the renter reads them through storage a
  *   few seconds behind.
- * - **Outputs**: at the end, every regular file under the work directory's `output/` (symbolic links, devices and
- *   FIFOs are passed over and never followed: the workload made them; at most 1000 files, each at most 5 GiB, a
- *   single PUT, named as storage keys may be) is uploaded (`../upload.ts`, retried) under the session's output prefix, and billing is told what was written. The workload is
- *   gone by then: nothing it runs can change a file while it is read.
+ * - **Outputs**: at the end, every regular file under the work directory's `output/` (at most 1000 files, each at
+ *   most 5 GiB, a single PUT, named as storage keys may be) is uploaded (`../upload.ts`, retried) under the session's
+ *   output prefix, and billing is told what was written and what was not, each file with its reason: symbolic links,
+ *   devices and FIFOs (passed over, never followed: the workload made them), files too large or too many, names
+ *   storage refuses, and a file the store refuses while it takes the others (one refusal never holds up the rest).
+ *   The workload is gone by then: nothing it runs can change a file while it is read.
  */
 import {
   chmodSync,
@@ -25,9 +27,9 @@ import {
 import path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { type billingClient, unwrap } from '@gpu/client';
+import { ApiError, type billingClient, unwrap } from '@gpu/client';
 import { type Logger, objectKeyProblem } from '@gpu/common';
-import { MAX_SINGLE_PUT_BYTES, uploadFile } from '../upload.ts';
+import { MAX_SINGLE_PUT_BYTES, UploadError, uploadFile } from '../upload.ts';
 
 type Billing = ReturnType<typeof billingClient>;
 
@@ -52,6 +54,25 @@ const INPUT_TIMEOUT_MS = 30 * 60_000;
 /** Why a workload's inputs could not be made ready. */
 class InputsError extends Error {}
 
+/** An output that is not kept, and why. */
+interface RefusedOutput {
+  path: string;
+  reason: string;
+}
+
+/** What a session's uploads got done so far (kept on disk by keeper.ts, so a restarted daemon goes on from there). */
+export interface OutputProgress {
+  /** Output paths uploaded already. */
+  uploaded: string[];
+  /** Outputs that will not be kept. */
+  refused: RefusedOutput[];
+  /** Called after each change of the two (they are changed in place). */
+  onProgress(): void;
+}
+
+/** The most refused outputs named to billing (the rest are counted in the last one's reason). */
+const MAX_REFUSED_NAMED = 100;
+
 /** PUTs a log's bytes (read at once: the file grows while the workload runs) to a presigned URL. */
 async function putBytes(url: string, body: Buffer): Promise<void> {
   const res = await fetch(url, { method: 'PUT', body, signal: AbortSignal.timeout(60_000) });
@@ -63,8 +84,6 @@ export class SessionFiles {
   private grants: Grants | undefined;
   /** The size of each log when last uploaded. */
   private readonly shipped = new Map<string, number>();
-  /** Output files uploaded already (a later try sends only the rest). */
-  private readonly uploaded = new Set<string>();
   private shipping: Promise<void> | undefined;
 
   constructor(
@@ -72,6 +91,7 @@ export class SessionFiles {
     private readonly sessionId: string,
     private readonly logDir: string,
     private readonly logger: Logger,
+    private readonly progress: OutputProgress = { uploaded: [], refused: [], onProgress: () => {} },
   ) {}
 
   /** Grants for the session's files (outputs: paths under `output/` to upload), asked for again when near expiry. */
@@ -168,36 +188,105 @@ export class SessionFiles {
   }
 
   /**
-   * Uploads what the workload left under `outputDir` (paths of at most `maxPathBytes`) and tells billing what was
-   * written; files uploaded by an earlier call that failed part-way are not sent again.
+   * Uploads what the workload left under `outputDir` (none: null; paths of at most `maxPathBytes`) and tells billing
+   * what was written and what was not; files uploaded or refused by an earlier call (of this life or an earlier one:
+   * `progress`) are not sent again. A file the store will not take while it takes others is refused, with the store's
+   * words; when it takes none, this throws and the next call tries them all again (the store is down, not refusing).
    */
-  async uploadOutputs(outputDir: string, maxPathBytes: number): Promise<void> {
-    const files = outputFiles(outputDir, maxPathBytes);
-    if (files.dropped.length > 0) {
-      this.logger.warn(
-        { session_id: this.sessionId, dropped: files.dropped.length, first: files.dropped.slice(0, 5) },
-        'some outputs are not uploaded (links, special files, too large, too many, or names storage refuses)',
-      );
-    }
-    const due = files.found.filter((f) => !this.uploaded.has(f.path));
+  async uploadOutputs(outputDir: string | null, maxPathBytes: number): Promise<void> {
+    const { uploaded, refused } = this.progress;
+    const files = outputDir ? outputFiles(outputDir, maxPathBytes) : { found: [], dropped: [] };
+    const settled = () => new Set([...uploaded, ...refused.map((r) => r.path)]);
+    for (const d of files.dropped) if (!settled().has(d.path)) refused.push(d);
+    const done = settled();
+    const due = files.found.filter((f) => !done.has(f.path));
+    const failed: RefusedOutput[] = [];
+    let taken = 0;
     for (let i = 0; i < due.length; i += GRANT_BATCH) {
-      const batch = due.slice(i, i + GRANT_BATCH);
-      const grants = await this.grant(batch.map((f) => f.path));
-      for (const [j, out] of grants.outputs.entries()) {
+      const batch = due.slice(i, i + GRANT_BATCH).map((f) => f.path);
+      for (const out of await this.outputGrants(batch)) {
         // A file's bytes stream from disk: the workload is gone, nothing changes them meanwhile, and the walk went
         // through real directories only.
-        await uploadFile(path.join(outputDir, out.path), out.url, { attempts: 3 });
-        this.uploaded.add(batch[j]!.path);
+        try {
+          await uploadFile(path.join(outputDir!, out.path), out.url, { attempts: 3 });
+          uploaded.push(out.path);
+          taken++;
+        } catch (err) {
+          const reason = `store_refused: ${(err as Error).message}`.slice(0, 300);
+          // The store's answer about this file (a 4xx), or a failure where it takes the others: not kept.
+          if (err instanceof UploadError && err.status !== undefined && !err.retryable)
+            refused.push({ path: out.path, reason });
+          else failed.push({ path: out.path, reason });
+        }
+        this.progress.onProgress();
       }
     }
-    if (files.found.length === 0) return;
+    if (failed.length > 0) {
+      if (taken === 0 && uploaded.length === 0) {
+        throw new Error(`the store took none of the ${failed.length} outputs: ${failed[0]!.reason}`);
+      }
+      refused.push(...failed);
+      this.progress.onProgress();
+    }
+    if (refused.length > 0) {
+      this.logger.warn(
+        { session_id: this.sessionId, refused: refused.length, first: refused.slice(0, 5) },
+        'some outputs are not kept (each named to billing with why)',
+      );
+    }
+    const written = files.found.filter((f) => uploaded.includes(f.path));
+    if (written.length === 0 && refused.length === 0) return;
+    const named = [...refused].sort((a, b) => (a.path < b.path ? -1 : 1)).slice(0, MAX_REFUSED_NAMED);
+    if (refused.length > MAX_REFUSED_NAMED) {
+      named[named.length - 1] = {
+        ...named[named.length - 1]!,
+        reason: `${named[named.length - 1]!.reason} (and ${refused.length - MAX_REFUSED_NAMED} more not kept)`.slice(
+          0,
+          300,
+        ),
+      };
+    }
     unwrap(
       await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/outputs', {
         params: { path: { sessionID: this.sessionId } },
-        body: { files: files.found },
+        body: { files: written, refused: named },
       }),
     );
   }
+
+  /**
+   * Grants for the output paths; a path billing refuses (400 naming `body.outputs[i]`: a key storage cannot hold) is
+   * refused with billing's words and the rest asked for again.
+   */
+  private async outputGrants(paths: string[]): Promise<{ path: string; url: string }[]> {
+    let asked = paths;
+    while (asked.length > 0) {
+      try {
+        return (await this.grant(asked)).outputs;
+      } catch (err) {
+        const bad = badOutputs(err, asked);
+        if (bad.length === 0) throw err;
+        this.progress.refused.push(...bad);
+        this.progress.onProgress();
+        asked = asked.filter((p) => !bad.some((b) => b.path === p));
+      }
+    }
+    return [];
+  }
+}
+
+/** The output paths a 400 from billing names (`body.outputs[3]`), with its words. */
+function badOutputs(err: unknown, asked: string[]): RefusedOutput[] {
+  if (!(err instanceof ApiError) || err.status !== 400) return [];
+  const errors = (err.problem as { errors?: { path?: string; message?: string }[] } | undefined)?.errors ?? [];
+  const out: RefusedOutput[] = [];
+  for (const e of errors) {
+    const m = /^body\.outputs\[(\d+)\]$/.exec(e.path ?? '');
+    const p = m ? asked[Number(m[1])] : undefined;
+    if (p !== undefined)
+      out.push({ path: p, reason: `name_refused: ${e.message ?? 'storage cannot hold this key'}`.slice(0, 300) });
+  }
+  return out;
 }
 
 /**
@@ -210,11 +299,11 @@ export class SessionFiles {
 function outputFiles(
   dir: string,
   maxPathBytes: number,
-): { found: { path: string; size: number }[]; dropped: string[] } {
+): { found: { path: string; size: number }[]; dropped: RefusedOutput[] } {
   const found: { path: string; size: number }[] = [];
-  const dropped: string[] = [];
+  const dropped: RefusedOutput[] = [];
   try {
-    if (!lstatSync(dir).isDirectory()) return { found, dropped: ['output (not a directory)'] };
+    if (!lstatSync(dir).isDirectory()) return { found, dropped: [{ path: '.', reason: 'output_not_a_directory' }] };
   } catch {
     return { found, dropped };
   }
@@ -237,8 +326,22 @@ function outputFiles(
         // A name that is not UTF-8 cannot be named back: it is passed over.
         if (e.isFile()) size = lstatSync(path.join(dir, p)).size;
       } catch {}
-      const fits = size >= 0 && size <= MAX_SINGLE_PUT_BYTES && Buffer.byteLength(p) <= maxPathBytes;
-      if (!fits || found.length >= MAX_OUTPUTS || objectKeyProblem(p)) dropped.push(p);
+      const reason = e.isSymbolicLink()
+        ? 'symbolic_link'
+        : !e.isFile()
+          ? 'not_a_regular_file'
+          : size < 0
+            ? 'unreadable'
+            : size > MAX_SINGLE_PUT_BYTES
+              ? 'too_large'
+              : Buffer.byteLength(p) > maxPathBytes
+                ? 'path_too_long'
+                : objectKeyProblem(p)
+                  ? `name_refused: ${objectKeyProblem(p)}`
+                  : found.length >= MAX_OUTPUTS
+                    ? 'too_many_files'
+                    : null;
+      if (reason) dropped.push({ path: p, reason: reason.slice(0, 300) });
       else found.push({ path: p, size });
     }
   };

@@ -27,20 +27,9 @@
  * A report that fails is tried again at the next poll (reports are idempotent at billing).
  */
 import { spawnSync } from 'node:child_process';
-import {
-  chmodSync,
-  chownSync,
-  lstatSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ApiError, billingClient, type TokenSource, unwrap } from '@gpu/client';
+import { billingClient, type TokenSource, unwrap } from '@gpu/client';
 import { durationMs, type Logger, maxOutputPathBytes, type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
@@ -48,6 +37,7 @@ import type { GpuSource } from '../gpu/source.ts';
 import type { SessionTraces, TraceContext } from '../session-trace.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
+import { commandProblem } from './command.ts';
 import {
   type ContainerRuntime,
   configuredRuntime,
@@ -58,8 +48,10 @@ import {
   startContainer,
 } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
-import { SessionFiles } from './files.ts';
-import { type Sandbox, type SandboxEnd, type SandboxGpu, startSandbox } from './sandbox.ts';
+import { filesystemProblem, prepareDisk, type SessionDisk } from './disk.ts';
+import type { SessionFiles } from './files.ts';
+import { FileKeeper } from './keeper.ts';
+import { SANDBOX_PATH, type Sandbox, type SandboxEnd, type SandboxGpu, sandboxView, startSandbox } from './sandbox.ts';
 
 type Report =
   | { state: 'preparing' | 'running'; at: string }
@@ -86,39 +78,13 @@ export interface WorkloadRunnerDeps {
   nudges?: (subject: string, onMessage: () => void) => { unsubscribe(): void };
 }
 
-/** A finished workload's files still to upload. */
-interface Uncollected {
-  files: SessionFiles;
-  dir: string;
-  maxPathBytes: number;
-}
-
-/**
- * Removes a session's directory, its inputs too (read-only: a daemon that is not root cannot unlink inside them until
- * they are writable again); never fails the caller.
- */
-function removeTree(dir: string): void {
-  const writable = (d: string) => {
-    try {
-      if (!lstatSync(d).isDirectory()) return;
-      chmodSync(d, 0o700);
-      for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) writable(path.join(d, e.name));
-    } catch {}
-  };
-  writable(path.join(dir, 'inputs'));
-  try {
-    rmSync(dir, { recursive: true, force: true });
-  } catch {}
-}
-
 interface Running {
   sandbox: Sandbox;
   slot: number;
-  dir: string;
+  /** Its work directory and /tmp. */
+  disk: SessionDisk;
   /** Its files in the renter's storage (null: it keeps none there; its logs stay on the machine). */
   files: SessionFiles | null;
-  /** The longest output path whose key storage takes. */
-  maxPathBytes: number;
   /** The machine's GPUs it runs on (their indices). */
   gpus: number[];
   /** When its logs were last uploaded. */
@@ -161,8 +127,27 @@ export function workloadLimits(settings: DaemonConfig['workloads']) {
     openFiles: settings.open_files,
     memoryBytes: settings.memory_mb * 1024 * 1024,
     diskBytes: settings.disk_mb * 1024 * 1024,
+    diskFiles: settings.disk_files,
     logBytes: settings.log_kb * 1024,
   };
+}
+
+/**
+ * How workloads' disks are kept on this machine (disk.ts): a filesystem of its own each, bounded by the kernel, or,
+ * where none can be mounted (or `workloads.disk_filesystem` is off), the watch; said once at the start.
+ */
+async function diskKind(settings: DaemonConfig['workloads'], logger: Logger): Promise<'filesystem' | 'watch'> {
+  const problem = settings.disk_filesystem
+    ? await filesystemProblem(path.resolve(settings.run_dir))
+    : 'workloads.disk_filesystem is off';
+  if (!problem) {
+    logger.info('each workload gets a filesystem of its own: the kernel holds it to its disk allowance');
+    return 'filesystem';
+  }
+  logger.warn(
+    `workloads get no filesystem of their own (${problem}): their disk allowance is watched (a count each second), not held by the kernel`,
+  );
+  return 'watch';
 }
 
 /** The configured container runtime, when there is one that runs (its version said once). */
@@ -189,9 +174,12 @@ export class WorkloadRunner {
   private readonly unsent = new Map<string, Report[]>();
   /** Sessions whose launch (inputs, sandbox) is under way. */
   private readonly launching = new Set<string>();
-  /** Ended workloads whose files are not all uploaded yet: tried again at each poll. */
-  private readonly uncollected = new Map<string, Uncollected>();
-  private readonly collecting = new Set<string>();
+  /** Each session's directory and files until they are kept (on disk: a restarted daemon goes on with them). */
+  private readonly keeper: FileKeeper;
+  /** Whether the directories an earlier life left were taken up. */
+  private resumed = false;
+  /** How workloads' disks are kept here (asked once). */
+  private diskKind: Promise<'filesystem' | 'watch'> | undefined;
   /** The sending of each session's reports, so that they reach billing in the order they happened. */
   private readonly sending = new Map<string, Promise<void>>();
   private readonly lastAlive: Date;
@@ -232,6 +220,7 @@ export class WorkloadRunner {
     mkdirSync(this.settings.run_dir, { recursive: true });
     // Workloads' users pass through to their own work directory, and list nothing.
     chmodSync(this.settings.run_dir, 0o711);
+    this.keeper = new FileKeeper(this.billing, this.settings.run_dir, deps.logger);
     this.problem = sandboxProblem(this.settings.bwrap_path, path.resolve(this.settings.run_dir));
     if (this.problem) deps.logger.error(`workloads cannot run here: ${this.problem}; each one is reported failed`);
     this.containers = containerRuntime(this.settings, deps.logger);
@@ -313,6 +302,10 @@ export class WorkloadRunner {
         this.deps.logger.error({ err }, 'the containers an earlier life left could not be listed or removed');
       }
     }
+    if (!this.resumed) {
+      await this.keeper.resume();
+      this.resumed = true;
+    }
     const sessions = await this.deps.sessions(providerId);
     this.lastContact = this.now();
     this.writeJournal();
@@ -326,7 +319,7 @@ export class WorkloadRunner {
         .catch((err) => this.deps.logger.warn({ err, session_id: s.id }, 'starting a workload failed; trying again'))
         .finally(() => this.launching.delete(s.id));
     }
-    await Promise.all([...this.uncollected].map(([id, c]) => this.collect(id, c)));
+    await this.keeper.tick();
     // Alive, with what it started: a later life bills what it lost up to here.
     this.writeJournal();
     await this.refreshPaid();
@@ -416,17 +409,24 @@ export class WorkloadRunner {
     const logDir = path.join(dir, 'logs');
     mkdirSync(logDir, { recursive: true });
     chmodSync(dir, 0o711);
-    const files = w.logs ? new SessionFiles(this.billing, session.id, logDir, this.deps.logger) : null;
+    // From here the directory is the keeper's, on disk too: whatever happens, it is uploaded or removed.
+    const files = this.keeper.track(session.id, {
+      keepsFiles: Boolean(w.logs),
+      maxPathBytes: parsed.data.output ? maxOutputPathBytes(parsed.data.output) : 0,
+    });
+    const failed = async (reason: string) => {
+      this.done.add(session.id);
+      await this.keeper.drop(session.id);
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
+    };
     const inputsDir = parsed.data.inputs.length > 0 ? path.join(dir, 'inputs') : undefined;
     if (files && inputsDir) {
       try {
         rmSync(inputsDir, { recursive: true, force: true });
         await files.fetchInputs(inputsDir, workloadLimits(this.settings).diskBytes);
       } catch (err) {
-        this.done.add(session.id);
-        removeTree(dir);
         this.deps.logger.warn({ err, session_id: session.id }, 'the workload inputs could not be fetched');
-        await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'inputs_unavailable' });
+        await failed('inputs_unavailable');
         return;
       }
     }
@@ -436,12 +436,9 @@ export class WorkloadRunner {
       try {
         await pullImage(this.containers!, parsed.data.image, durationMs(this.settings.image_pull_timeout));
       } catch (err) {
-        this.done.add(session.id);
-        removeTree(dir);
         this.deps.logger.warn({ err, session_id: session.id }, "the workload's image could not be pulled");
         // The machine's disk (or state): its fault; the image's registry or name: the renter's.
-        const reason = err instanceof PullError && err.machineFault ? 'image_pull_failed' : 'image_unavailable';
-        await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
+        await failed(err instanceof PullError && err.machineFault ? 'image_pull_failed' : 'image_unavailable');
         return;
       }
     }
@@ -451,36 +448,67 @@ export class WorkloadRunner {
     while (!this.stopped && [...this.running.values()].some((r) => r.gpus.some((i) => leased.includes(i)))) {
       await new Promise((r) => setTimeout(r, 100));
     }
-    const maxPathBytes = parsed.data.output ? maxOutputPathBytes(parsed.data.output) : 0;
-    this.start(session, parsed.data, readings, paidUntil, { dir, logDir, files, inputsDir, maxPathBytes });
+    let disk: SessionDisk;
+    try {
+      this.diskKind ??= diskKind(this.settings, this.deps.logger);
+      disk = await prepareDisk(dir, workloadLimits(this.settings), await this.diskKind, null);
+    } catch (err) {
+      // The machine could not make its disk (its own disk full, no loop device left): its fault, nothing ran.
+      this.deps.logger.error({ err, session_id: session.id }, "the workload's disk could not be made");
+      await failed('disk_unavailable');
+      return;
+    }
+    // A program that is not there never starts, and so is never billed (a container's is looked up in its image).
+    const problem =
+      parsed.data.command && !parsed.data.image ? this.commandProblem(parsed.data.command, disk, inputsDir) : null;
+    if (problem) {
+      this.deps.logger.info({ session_id: session.id, reason: problem }, 'the workload program is not there to run');
+      this.done.add(session.id);
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: problem });
+      await this.keeper.ended(session.id);
+      return;
+    }
+    this.start(session, parsed.data, readings, paidUntil, { disk, logDir, files, inputsDir });
   }
 
-  /** Makes the session's directories and starts its sandbox; its end is reported when it comes. */
+  /** Why the sandbox's program cannot be started (command.ts), in the view the sandbox will have. */
+  private commandProblem(command: string[], disk: SessionDisk, inputsDir: string | undefined) {
+    const uid = process.getuid?.() === 0 ? this.settings.uid_base : null;
+    return commandProblem(command[0]!, sandboxView({ disk, ...(inputsDir ? { inputsDir } : {}) }), {
+      path: SANDBOX_PATH,
+      cwd: '/work',
+      uid,
+    });
+  }
+
+  /** Starts the session's sandbox (or container) on its disk; its end is reported when it comes. */
   private start(
     session: RunningSession,
     spec: WorkloadSpec,
     readings: GpuReading[],
     paidUntil: number | null,
     place: {
-      dir: string;
+      disk: SessionDisk;
       logDir: string;
       files: SessionFiles | null;
       inputsDir: string | undefined;
-      maxPathBytes: number;
     },
   ): void {
+    const { disk, logDir, files, inputsDir } = place;
     // A daemon stopping starts nothing more (its next life reports what was left preparing).
-    if (this.stopped) return;
+    if (this.stopped) {
+      disk.close();
+      return;
+    }
     const slot = this.freeSlot();
-    const { dir, logDir, files, inputsDir, maxPathBytes } = place;
-    const workDir = path.join(dir, 'work');
     // Its output directory, uploaded at its end; its inputs' mount point (the inputs themselves are the daemon's).
-    mkdirSync(path.join(workDir, 'output'), { recursive: true });
-    if (inputsDir) mkdirSync(path.join(workDir, 'inputs'), { recursive: true });
+    const output = path.join(disk.workDir, 'output');
+    mkdirSync(output, { recursive: true });
+    if (inputsDir) mkdirSync(path.join(disk.workDir, 'inputs'), { recursive: true });
+    if (disk.tmpDir) chmodSync(disk.tmpDir, 0o1777);
     const uid = process.getuid?.() === 0 ? this.settings.uid_base + slot : undefined;
     if (uid !== undefined) {
-      chownSync(workDir, uid, uid);
-      chownSync(path.join(workDir, 'output'), uid, uid);
+      for (const d of [disk.workDir, output, ...(disk.tmpDir ? [disk.tmpDir] : [])]) chownSync(d, uid, uid);
     }
     const leased = session.gpuIndices ?? readings.map((r) => r.index);
     const devices = this.deviceMap(readings);
@@ -491,7 +519,7 @@ export class WorkloadRunner {
     const simulated = this.deps.gpus.kind === 'simulated';
     const common = {
       spec,
-      workDir,
+      disk,
       logDir,
       ...(inputsDir ? { inputsDir } : {}),
       controlDevices: simulated ? [] : controlDevices(),
@@ -520,16 +548,18 @@ export class WorkloadRunner {
           });
     } catch (err) {
       this.done.add(session.id);
-      void this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_refused' });
+      disk.close();
+      void this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_refused' }).then(
+        () => this.keeper.ended(session.id),
+      );
       this.deps.logger.warn({ err, session_id: session.id }, 'the sandbox refused the workload');
       return;
     }
     this.running.set(session.id, {
       sandbox,
       slot,
-      dir,
+      disk,
       files,
-      maxPathBytes,
       gpus: leased,
       shippedAt: 0,
       paidUntil,
@@ -550,6 +580,7 @@ export class WorkloadRunner {
     const running = this.running.get(sessionId);
     this.running.delete(sessionId);
     this.done.add(sessionId);
+    running?.disk.close();
     const at = end.at.toISOString();
     const report: Report =
       end.state === 'exited'
@@ -558,40 +589,7 @@ export class WorkloadRunner {
     this.deps.logger.info({ session_id: sessionId, ...report }, 'workload ended');
     // Billing first (its clock stops at the end), then the files: its logs whole, what it left in output/.
     await this.send(sessionId, report);
-    if (!running) return;
-    if (running.files)
-      await this.collect(sessionId, { files: running.files, dir: running.dir, maxPathBytes: running.maxPathBytes });
-    else removeTree(path.join(running.dir, 'work'));
-  }
-
-  /**
-   * Uploads a finished workload's logs and outputs, and removes its directory once they are kept. Until then it stays
-   * (the outputs with it) and is tried again at each poll, until billing says its upload window closed (409): then
-   * its work directory goes, and its logs stay on the machine.
-   */
-  private async collect(sessionId: string, c: Uncollected): Promise<void> {
-    if (this.collecting.has(sessionId)) return;
-    this.collecting.add(sessionId);
-    try {
-      await c.files.shipLogs(true);
-      await c.files.uploadOutputs(path.join(c.dir, 'work', 'output'), c.maxPathBytes);
-      this.uncollected.delete(sessionId);
-      removeTree(c.dir);
-    } catch (err) {
-      const closed = err instanceof ApiError && err.status === 409;
-      if (closed) {
-        this.uncollected.delete(sessionId);
-        removeTree(path.join(c.dir, 'work'));
-      } else this.uncollected.set(sessionId, c);
-      this.deps.logger.warn(
-        { err, session_id: sessionId },
-        closed
-          ? 'the upload window closed: the workload files that were not uploaded are dropped'
-          : 'uploading the workload files failed; trying again at the next poll',
-      );
-    } finally {
-      this.collecting.delete(sessionId);
-    }
+    await this.keeper.ended(sessionId);
   }
 
   /** Uploads the logs of running workloads that are due (every `workloads.log_interval`). */

@@ -4,19 +4,23 @@
  * user-mode network out through slirp4netns that cannot reach the host's loopback; without, none at all), with
  *
  * - a read-only view of the host's userland (`/usr`, its `/bin`, `/lib*`, `/sbin` links or directories, `/etc`
- *   without the daemon's own files, `/sys`), a fresh `/proc`, a minimal `/dev`, a private `/tmp` (a tmpfs of at most
- *   the disk limit), and its work directory at `/work` (its current directory and `HOME`), the one place it writes
- *   that outlives it, with its inputs read-only at `/work/inputs` (files.ts fetched them) and `/work/output/`, what
- *   is uploaded at its end;
+ *   without the daemon's own files, `/sys` without the machine's control groups and network interfaces: its own
+ *   control group alone at `/sys/fs/cgroup`), a fresh `/proc` (whose first process, bwrap, shows neither the daemon's
+ *   variables nor a host path), a minimal `/dev`, its own `/tmp` and its work directory at `/work` (its current
+ *   directory and `HOME`), both on its disk (disk.ts: a filesystem of its own, so the kernel holds it to its
+ *   allowance), with its inputs read-only at `/work/inputs` (files.ts fetched them) and `/work/output/`, what is
+ *   uploaded at its end;
  * - **only the leased GPUs' device nodes** (`/dev/nvidia<minor>` of each leased GPU, and the driver's control nodes
  *   that exist: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`), and `CUDA_VISIBLE_DEVICES` and
  *   `NVIDIA_VISIBLE_DEVICES` naming the leased GPUs by UUID (an index would mean another GPU inside, where only the
  *   leased ones exist);
  * - limits: processes (`RLIMIT_NPROC`, counted per user: a daemon that runs as root gives each workload a user ID of
  *   its own, so a fork bomb exhausts only its own allowance), open files (`RLIMIT_NOFILE`), the size of one file
- *   (`RLIMIT_FSIZE`), and, watched every second, the memory its processes hold (resident) and the bytes its work
- *   directory holds: past either it is stopped with reason `memory_limit` or `disk_limit`; with a control group
- *   (cgroups.ts), the kernel's limits on its memory and processes as well;
+ *   (`RLIMIT_FSIZE`), and, watched every second, the memory its processes hold (resident) and whether its disk is
+ *   full: past either it is stopped with reason `memory_limit` or `disk_limit`; with a control group (cgroups.ts),
+ *   the kernel's limits on its memory and processes as well;
+ * - a command that is not there to run (checked in its own view before anything starts: command.ts) never starts:
+ *   it fails, `command_not_found` or `command_not_executable`, and nothing is billed;
  * - at most `max_runtime_seconds`: then it is stopped with reason `max_runtime`;
  * - `--die-with-parent`: a daemon that dies (even `kill -9`) takes its workloads with it; none outlives it.
  *
@@ -28,7 +32,6 @@ import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import {
   createWriteStream,
-  type Dirent,
   existsSync,
   lstatSync,
   openSync,
@@ -43,6 +46,8 @@ import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { WorkloadCgroup } from './cgroups.ts';
+import type { ViewMount } from './command.ts';
+import type { SessionDisk } from './disk.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
 export interface SandboxGpu {
@@ -56,16 +61,17 @@ interface SandboxLimits {
   openFiles: number;
   /** Resident memory of all its processes together. */
   memoryBytes: number;
-  /** What its work directory (and, separately, its `/tmp`) may hold. */
+  /** What its disk (its work directory and its `/tmp`) may hold: bytes (one file too, `RLIMIT_FSIZE`), and files. */
   diskBytes: number;
+  diskFiles: number;
   /** Each of its standard output and error files. */
   logBytes: number;
 }
 
 export interface SandboxOptions {
   spec: WorkloadSpec;
-  /** The host directory bound at `/work` (made beforehand; the workload's user must own it). */
-  workDir: string;
+  /** Its work directory (bound at `/work`; made beforehand, its user's) and `/tmp`, and whether they are full. */
+  disk: SessionDisk;
   /** Where `stdout.log` and `stderr.log` are written (never inside the sandbox). */
   logDir: string;
   /** A host directory of the workload's inputs, bound read-only at `/work/inputs` (none: no inputs). */
@@ -107,7 +113,7 @@ export interface Sandbox {
   stop(reason: string): Promise<SandboxEnd>;
 }
 
-const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+export const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
 /** slirp4netns's DNS forwarder inside the workload's network (its default 10.0.2.0/24). */
 const SLIRP_DNS = '10.0.2.3';
 export const WATCH_MS = 1000;
@@ -134,26 +140,63 @@ function realTarget(link: string): string {
   return path.resolve('/', readlinkSync(link));
 }
 
-/** The file descriptor bwrap reads the workload's environment from (`--args`): a pipe, never its command line. */
-const ENV_FD = 5;
+/** The file descriptor bwrap reads its arguments from (`--args`): a pipe, never its command line. */
+const ARGS_FD = 5;
 
 /**
- * The workload's environment as bwrap arguments (NUL-separated on `ENV_FD`): every variable cleared, then the
- * workload's set. So the renter's variables reach the workload only: prlimit, setpriv and bwrap, which run outside
- * the sandbox as the daemon's user, start with the daemon's PATH alone (a renter's GCONV_PATH, LOCPATH or
- * MALLOC_* never reaches their C library), and the values are in no process's command line (`ps` shows them to every
- * user of the machine).
+ * Every argument of bwrap (NUL-separated on `ARGS_FD`), the workload's environment among them: every variable
+ * cleared, then the workload's set. So the renter's variables reach the workload only: prlimit, setpriv and bwrap,
+ * which run outside the sandbox, start with a fixed PATH alone (a renter's GCONV_PATH, LOCPATH or MALLOC_* never
+ * reaches their C library); no value and no host path is in a process's command line (`ps` shows them to every user
+ * of the machine; the workload sees bwrap's, its first process, as `bwrap --args 5 -- <its own argv>`).
  */
-function envArgs(opts: SandboxOptions): Buffer {
-  const args = ['--clearenv', ...Object.entries(sandboxEnv(opts)).flatMap(([k, v]) => ['--setenv', k, v])];
-  return Buffer.from(`${args.join('\0')}\0`);
+function argsPipe(opts: SandboxOptions): Buffer {
+  const env = ['--clearenv', ...Object.entries(sandboxEnv(opts)).flatMap(([k, v]) => ['--setenv', k, v])];
+  return Buffer.from(`${[...env, ...bwrapArgs(opts)].join('\0')}\0`);
+}
+
+/** The PATH of the tools that start the sandbox (prlimit, setpriv, bwrap), and of bwrap, its first process. */
+const HELPERS_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * What the sandbox shows of `/sys` (bound read-only): not the machine's control groups (every session's, with their
+ * memory) nor its network interfaces; its own control group, when it has one, at `/sys/fs/cgroup`.
+ */
+function sysArgs(opts: SandboxOptions): string[] {
+  if (!existsSync('/sys')) return [];
+  const args = ['--ro-bind', '/sys', '/sys', '--tmpfs', '/sys/fs/cgroup'];
+  for (const [inside, host] of opts.cgroup?.views() ?? []) args.push('--ro-bind', host, inside);
+  args.push('--remount-ro', '/sys/fs/cgroup');
+  // The interfaces' directories (`/sys/class/net` and where each entry leads, under /sys/devices).
+  const hidden = new Set(['/sys/class/net', '/sys/devices/virtual/net']);
+  try {
+    for (const name of readdirSync('/sys/class/net')) {
+      hidden.add(path.dirname(path.resolve('/sys/class/net', readlinkSync(path.join('/sys/class/net', name)))));
+    }
+  } catch {
+    // No network class: nothing to hide.
+  }
+  for (const dir of hidden) if (existsSync(dir)) args.push('--tmpfs', dir, '--remount-ro', dir);
+  return args;
+}
+
+/** The places a sandbox binds, as command.ts reads them: where a path inside it is on the host. */
+export function sandboxView(opts: Pick<SandboxOptions, 'disk' | 'inputsDir'>): ViewMount[] {
+  const view: ViewMount[] = [
+    { inside: '/usr', host: '/usr' },
+    { inside: '/etc', host: '/etc' },
+    { inside: '/work', host: opts.disk.workDir },
+  ];
+  for (const top of ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32'])
+    view.push({ inside: `/${top}`, host: `/${top}` });
+  if (opts.inputsDir) view.push({ inside: '/work/inputs', host: opts.inputsDir });
+  if (opts.disk.tmpDir) view.push({ inside: '/tmp', host: opts.disk.tmpDir });
+  return view;
 }
 
 /** The arguments of `bwrap` for the workload. */
 function bwrapArgs(opts: SandboxOptions): string[] {
   const args = [
-    '--args',
-    String(ENV_FD),
     '--unshare-user',
     // No user namespace of its own inside: the kernel's namespace-only surfaces (nftables, overlayfs) stay closed.
     '--disable-userns',
@@ -171,17 +214,17 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     '--ro-bind',
     '/etc',
     '/etc',
-    ...(existsSync('/sys') ? ['--ro-bind', '/sys', '/sys'] : []),
+    ...sysArgs(opts),
     '--proc',
     '/proc',
     '--dev',
     '/dev',
-    '--size',
-    String(opts.limits.diskBytes),
-    '--tmpfs',
-    '/tmp',
+    // Its /tmp on its disk, or (watched directories) a tmpfs of its byte allowance.
+    ...(opts.disk.tmpDir
+      ? ['--bind', opts.disk.tmpDir, '/tmp']
+      : ['--size', String(opts.limits.diskBytes), '--tmpfs', '/tmp']),
     '--bind',
-    opts.workDir,
+    opts.disk.workDir,
     '/work',
     // Its inputs, read-only, inside its work directory.
     ...(opts.inputsDir ? ['--ro-bind', opts.inputsDir, '/work/inputs'] : []),
@@ -203,7 +246,7 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     const inside = `/dev/${path.basename(gpu.device)}`;
     args.push(isCharDevice(gpu.device) ? '--dev-bind' : '--bind', gpu.device, inside);
   });
-  return [...args, '--', ...(opts.spec.command ?? [])];
+  return args;
 }
 
 /**
@@ -323,14 +366,14 @@ export function workloadEnv(opts: Pick<SandboxOptions, 'spec' | 'platformEnv'> &
   };
 }
 
-/** Which of its limits a workload's processes and work directory are past, if any (the daemon's watch). */
+/** Which of its limits a workload's processes and disk are at or past, if any (the daemon's watch). */
 export function limitReached(
   pids: number[],
-  workDir: string,
-  limits: Pick<SandboxLimits, 'memoryBytes' | 'diskBytes'>,
+  disk: Pick<SessionDisk, 'full'>,
+  limits: Pick<SandboxLimits, 'memoryBytes'>,
 ): 'memory_limit' | 'disk_limit' | null {
   if (residentBytes(pids) > limits.memoryBytes) return 'memory_limit';
-  if (directoryBytes(workDir) > limits.diskBytes) return 'disk_limit';
+  if (disk.full()) return 'disk_limit';
   return null;
 }
 
@@ -427,34 +470,6 @@ function residentBytes(pids: number[]): number {
   return total;
 }
 
-/** Bytes the directory holds (its files' sizes, links not followed), counting at most `cap` entries. */
-function directoryBytes(dir: string, cap = 200_000): number {
-  let total = 0;
-  let seen = 0;
-  const walk = (d: string) => {
-    let entries: Dirent[];
-    try {
-      entries = readdirSync(d, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) {
-      if (++seen > cap) return;
-      const p = path.join(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else {
-        try {
-          total += lstatSync(p).size;
-        } catch {
-          // Gone meanwhile.
-        }
-      }
-    }
-  };
-  walk(dir);
-  return total;
-}
-
 /**
  * Starts the workload; throws when its spec is not one the platform accepts (it is checked again here: the daemon
  * trusts nothing that reached it).
@@ -475,13 +490,14 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     opts.uid === undefined
       ? []
       : ['setpriv', `--reuid=${opts.uid}`, `--regid=${opts.uid}`, '--clear-groups', '--inh-caps=-all', '--'];
-  const argv = ['prlimit', ...limits, '--', ...asUser, bwrap, ...bwrapArgs(options)];
+  // bwrap takes its options from the pipe, and the workload's own argv (nothing of the host's) on its command line.
+  const argv = ['prlimit', ...limits, '--', ...asUser, bwrap, '--args', String(ARGS_FD), '--', ...spec.command];
   const startedAt = new Date();
   const child = spawn(argv[0]!, argv.slice(1), {
-    // The helpers' own environment: the daemon's PATH only (the workload's comes through ENV_FD).
-    env: { PATH: process.env.PATH ?? SANDBOX_PATH },
+    // The helpers' own environment: a fixed PATH only (the workload's comes through ARGS_FD).
+    env: { PATH: HELPERS_PATH },
     stdio: ['ignore', 'pipe', 'pipe', 'pipe', spec.network ? 'pipe' : 'ignore', 'pipe'],
-    cwd: opts.workDir,
+    cwd: '/',
   });
   // Into its control group before bwrap reads its arguments (it waits for them): everything it starts is inside.
   if (opts.cgroup && child.pid) {
@@ -491,10 +507,10 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
       process.emitWarning(`a workload runs without its control group: ${(err as Error).message}`);
     }
   }
-  const envPipe = (child.stdio as unknown as Writable[])[ENV_FD]!;
+  const argsIn = (child.stdio as unknown as Writable[])[ARGS_FD]!;
   // A bwrap that exits before reading it (not installed, refused) resets the pipe: that is its exit, not an error.
-  envPipe.on('error', () => {});
-  envPipe.end(envArgs(options));
+  argsIn.on('error', () => {});
+  argsIn.end(argsPipe(options));
   // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
   child.once('exit', () => child.stdio[4]?.destroy());
   const logs = Promise.all([
@@ -523,6 +539,8 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     failure ??= 'sandbox_unavailable';
   });
   let stopping: { reason: string } | undefined;
+  /** Its processes (bwrap's outside the sandbox excepted): its control group's, else those descending from bwrap. */
+  const processesOf = (pid: number) => (opts.cgroup ? opts.cgroup.procs().filter((p) => p !== pid) : descendants(pid));
   /** Its processes as last seen (every watch, and at a stop). */
   let known: number[] = [];
   let killTimer: NodeJS.Timeout | undefined;
@@ -546,6 +564,8 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
       if (failure) return { state: 'failed', reason: failure, at };
       if (stopping) return { state: 'stopped', reason: stopping.reason, exitCode: code, signal, at };
       if (oom) return { state: 'stopped', reason: 'memory_limit', exitCode: code, signal, at };
+      // Its writes failed for want of room (ENOSPC) and it ended before the watch looked: that was its end.
+      if (opts.disk.full()) return { state: 'stopped', reason: 'disk_limit', exitCode: code, signal, at };
       if (signal) return { state: 'stopped', reason: `signal ${signal}`, exitCode: null, signal, at };
       return { state: 'exited', exitCode: code ?? 0, at };
     }),
@@ -560,7 +580,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const stop = (reason: string): Promise<SandboxEnd> => {
     if (!stopping && child.exitCode === null && child.signalCode === null) {
       stopping = { reason };
-      known = descendants(child.pid ?? -1);
+      known = processesOf(child.pid ?? -1);
       for (const pid of known) {
         try {
           process.kill(pid, 'SIGTERM');
@@ -577,8 +597,8 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   deadline.unref();
   const watch = setInterval(() => {
     if (!child.pid || stopping) return;
-    known = descendants(child.pid);
-    const reached = limitReached(known, opts.workDir, opts.limits);
+    known = processesOf(child.pid);
+    const reached = limitReached(known, opts.disk, opts.limits);
     if (reached) void stop(reached);
   }, WATCH_MS);
   watch.unref();

@@ -9,6 +9,7 @@ import * as apiKeys from './20261202000000_api_keys.ts';
 import * as signInOrigin from './20261203000000_sign_in_origin.ts';
 import * as emailTokens from './20261204000000_email_tokens.ts';
 import * as auditTrail from './20261205000000_audit_trail.ts';
+import * as accountEpochs from './20261207000000_account_epochs.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_initial': initial,
@@ -20,4 +21,5 @@ export const migrations: Record<string, Migration> = {
   '20261203000000_sign_in_origin': signInOrigin,
   '20261204000000_email_tokens': emailTokens,
   '20261205000000_audit_trail': auditTrail,
+  '20261207000000_account_epochs': accountEpochs,
 };

@@ -11,13 +11,17 @@
  *   nothing either); past `rate_limit.reset_per_account` mails to one address for one client, or
  *   `reset_per_address` for all, nothing more is sent, alike for known and unknown ones. Requests per client address
  *   are limited (429).
- * - A reset signs out every device of the account, revokes its API keys, forgets its trusted devices and ends its
- *   other reset links (whoever held the account before keeps nothing); since the user read the mail, it also
- *   verifies the address. A notice goes to the address after a reset or a change of the password.
+ * - Verifying with the account's own sign-in (the mail reader knows the password) verifies and changes nothing else.
+ *   Verifying without it takes a new password and starts the account afresh, as a reset does (account-epochs.ts):
+ *   whoever registered the address before its owner read the mail keeps nothing. Neither: 400
+ *   NEW_PASSWORD_REQUIRED, the code still unused.
+ * - A reset starts the account afresh (account-epochs.ts): every sign-in, trusted device, API key, daemon client and
+ *   mailed code of the account ends (whoever held the account before keeps nothing); since the user read the mail,
+ *   it also verifies the address. A notice goes to the address after a reset, a fresh start by verification, or a
+ *   change of the password.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { durationMs, isAppError, type Principal } from '@gpu/common';
-import { revokeUserApiKeys } from '../../db/api-key-repository.ts';
 import {
   findLiveEmailToken,
   insertEmailToken,
@@ -25,11 +29,10 @@ import {
   retireEmailTokens,
   useEmailToken,
 } from '../../db/email-token-repository.ts';
-import { revokeUserFamilies } from '../../db/refresh-token-repository.ts';
 import type { EmailTokenPurpose } from '../../db/schema.ts';
-import { forgetUserDevices } from '../../db/trusted-device-repository.ts';
-import { findUserByEmail, findUserById, lockUser, type UserRow, updatePasswordHash } from '../../db/user-repository.ts';
+import { findUserByEmail, findUserById, lockUser, type UserRow } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
+import { startAfresh } from '../account-epochs.ts';
 import { audit } from '../audit.ts';
 import type { AuthContext } from '../context.ts';
 import { normaliseEmail } from '../email.ts';
@@ -64,9 +67,12 @@ async function mailToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'email'>, 
       kind: purpose,
       subject: 'Verify your e-mail address',
       text:
-        `Someone, we hope you, asked to verify this address for an account of the GPU platform.\n\n` +
+        `Someone, we hope you, made an account of the GPU platform with this address, or asked to verify it.\n\n` +
         instructions(mail.verify_url, token, 'gpu email verify   (it asks for the code)') +
-        `\nIt works once, for ${ttl}. If it was not you, ignore this mail.\n`,
+        `\nIt works once, for ${ttl}. Used while signed in to the account, it verifies the address and changes ` +
+        'nothing else. Used without signing in, it asks for a new password and makes the account yours alone: ' +
+        'every sign-in, API key and machine credential made before ends. If you did not make this account, that ' +
+        'is what you want; if you want nothing from the platform, ignore this mail.\n',
     });
   } else {
     ctx.mailer.send({
@@ -77,8 +83,8 @@ async function mailToken(ctx: AuthContext, user: Pick<UserRow, 'id' | 'email'>, 
       text:
         `Someone, we hope you, asked to reset the password of this address's account on the GPU platform.\n\n` +
         instructions(mail.reset_url, token, 'gpu password reset   (it asks for the code and the new password)') +
-        `\nIt works once, for ${ttl}, and signs out every device of the account. If it was not you, ignore this ` +
-        'mail: your password stays as it is.\n',
+        `\nIt works once, for ${ttl}, and signs out every device of the account, and ends its API keys and machine ` +
+        'credentials. If it was not you, ignore this mail: your password stays as it is.\n',
     });
   }
 }
@@ -100,33 +106,59 @@ export async function requestVerification(ctx: AuthContext, actor: Principal): P
   await mailToken(ctx, user, 'verify_email');
 }
 
-/** Verifies the address a token was mailed to; the user, verified. */
-export async function verifyEmail(ctx: AuthContext, token: string, clientIp: string): Promise<UserRow> {
+/**
+ * Verifies the address a token was mailed to; the user, verified. With the account's own sign-in (`caller`, checked
+ * live by the service's verifier) nothing else changes; with `newPassword` the account starts afresh with it.
+ */
+export async function verifyEmail(
+  ctx: AuthContext,
+  input: { token: string; newPassword?: string },
+  caller: Principal | null,
+  clientIp: string,
+): Promise<UserRow> {
   await ctx.limiter.consume(ctx.config.rate_limit.email_token_per_ip, 'email-token-ip', clientIp);
-  const hash = hashEmailToken(token);
+  const hash = hashEmailToken(input.token);
   const found = await findLiveEmailToken(ctx.db, hash, 'verify_email', new Date());
   if (!found) throw authErrors.invalidEmailToken();
-  const user = await ctx.db.transaction().execute(async (trx) => {
+  const signedIn = caller?.kind === 'user' && !caller.scopes && caller.subject === found.user_id;
+  if (input.newPassword === undefined && !signedIn) throw authErrors.newPasswordRequired();
+  // The policy first (a password equal to the address is refused), so a weak password leaves the code working.
+  const passwordHash =
+    input.newPassword === undefined ? undefined : await newPasswordHash(ctx, input.newPassword, found);
+  const outcome = await ctx.db.transaction().execute(async (trx) => {
     // The account first, then its codes: two codes of one account used at once wait for each other, never deadlock.
-    await lockUser(trx, found.user_id);
+    const owner = await lockUser(trx, found.user_id);
     const now = new Date();
     const used = await useEmailToken(trx, hash, 'verify_email', now);
-    if (!used) throw authErrors.invalidEmailToken();
-    const verified = await markEmailVerified(trx, used.user_id, used.email, now);
+    if (!used || !owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
+    if (passwordHash !== undefined) return startAfresh(trx, owner.id, passwordHash, 'address_claimed', now);
+    const verified = await markEmailVerified(trx, owner.id, used.email, now);
     if (!verified) throw authErrors.invalidEmailToken();
     await retireEmailTokens(trx, verified.id, 'verify_email', now);
-    return verified;
+    return { user: verified };
   });
+  const { user } = outcome;
+  const fresh = 'keysRevoked' in outcome;
   await audit(
     ctx,
     {
       action: 'email_verified',
       actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
       target: `user:${user.id}`,
+      details: fresh
+        ? { fresh_start: true, api_keys_revoked: outcome.keysRevoked, clients_revoked: outcome.clientsRevoked }
+        : { fresh_start: false },
     },
-    'e-mail address verified',
+    fresh ? 'e-mail address verified with a new password; everything before ended' : 'e-mail address verified',
   );
+  if (fresh) noticePasswordChanged(ctx, user);
   return user;
+}
+
+/** The hash of a new password sent with a mailed code, after the registration policy (checked against its address). */
+async function newPasswordHash(ctx: AuthContext, password: string, code: { email: string }): Promise<string> {
+  ctx.policy.check(password, code.email);
+  return ctx.hasher.hash(normalisePassword(password));
 }
 
 /** Someone asks for a reset link for `email`: answered alike whether it has an account or not. */
@@ -155,7 +187,7 @@ export async function forgotPassword(ctx: AuthContext, email: string, clientIp: 
   });
 }
 
-/** Sets a new password with a mailed reset token; every device of the account is signed out. */
+/** Sets a new password with a mailed reset token: the account starts afresh (account-epochs.ts). */
 export async function resetPassword(
   ctx: AuthContext,
   input: { token: string; newPassword: string },
@@ -167,21 +199,15 @@ export async function resetPassword(
   // working for the next try.
   const found = await findLiveEmailToken(ctx.db, hash, 'reset_password', new Date());
   if (!found) throw authErrors.invalidEmailToken();
-  ctx.policy.check(input.newPassword, found.email);
-  const passwordHash = await ctx.hasher.hash(normalisePassword(input.newPassword));
-  const { user, keysRevoked } = await ctx.db.transaction().execute(async (trx) => {
+  const passwordHash = await newPasswordHash(ctx, input.newPassword, found);
+  const { user, keysRevoked, clientsRevoked } = await ctx.db.transaction().execute(async (trx) => {
     const owner = await lockUser(trx, found.user_id);
     const now = new Date();
     const used = await useEmailToken(trx, hash, 'reset_password', now);
     if (!used || !owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
-    await updatePasswordHash(trx, owner.id, passwordHash);
-    await markEmailVerified(trx, owner.id, owner.email, now);
-    await retireEmailTokens(trx, owner.id, 'reset_password', now);
     // Whoever held the account before (someone who registered the address first, or stole the password) keeps
-    // nothing: no sign-in, no API key, no trusted device.
-    await revokeUserFamilies(trx, owner.id, 'password_reset');
-    await forgetUserDevices(trx, owner.id);
-    return { user: owner, keysRevoked: await revokeUserApiKeys(trx, owner.id) };
+    // nothing: no sign-in, no API key, no trusted device, no daemon.
+    return startAfresh(trx, owner.id, passwordHash, 'password_reset', now);
   });
   await audit(
     ctx,
@@ -189,7 +215,7 @@ export async function resetPassword(
       action: 'password_reset',
       actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
       target: `user:${user.id}`,
-      details: { api_keys_revoked: keysRevoked },
+      details: { api_keys_revoked: keysRevoked, clients_revoked: clientsRevoked },
     },
     'password reset by mail; every device signed out',
   );

@@ -20,7 +20,9 @@ import { workloadOutputsMigration } from './0017-workload-outputs.ts';
 import { auditTrailMigration } from './0018-audit-trail.ts';
 import { outboxTraceContextMigration } from './0019-outbox-trace-context.ts';
 import { usageRetentionMigration } from './0020-usage-retention.ts';
-import { sessionTraceContextMigration } from './0021-session-trace-context.ts';
+import { sessionDaemonClientMigration } from './0023-session-daemon-client.ts';
+import { workloadRefusedOutputsMigration } from './0024-workload-refused-outputs.ts';
+import { sessionTraceContextMigration } from './0025-session-trace-context.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -44,6 +46,8 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0018-audit-trail': auditTrailMigration,
     '0019-outbox-trace-context': outboxTraceContextMigration,
     '0020-usage-retention': usageRetentionMigration,
-    '0021-session-trace-context': sessionTraceContextMigration,
+    '0023-session-daemon-client': sessionDaemonClientMigration,
+    '0024-workload-refused-outputs': workloadRefusedOutputsMigration,
+    '0025-session-trace-context': sessionTraceContextMigration,
   };
 }

@@ -10,7 +10,12 @@ export {
   sessionList,
 } from './current-usage.ts';
 export { BILLING_END_REASONS, endSession, finishSession, type SessionEnd } from './end.ts';
-export { checkRunningProviders, endSessionsOfStoppedProvider, REMOVED } from './provider-offline.ts';
+export {
+  checkRunningProviders,
+  endSessionsOfStoppedProvider,
+  followDaemonBinding,
+  REMOVED,
+} from './provider-offline.ts';
 export { isRunning, loadSession, type SessionRow, sessionRates } from './session.ts';
 export { renterOf, type SessionStart, type StartSessionInput, startSession } from './start.ts';
 export {

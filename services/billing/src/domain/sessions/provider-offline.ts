@@ -22,6 +22,7 @@
  */
 import { UNDELIVERING_STATUSES } from '@gpu/common';
 import {
+  bindSessionsToClient,
   minutesAtLastReport,
   providersWithSessions,
   sessionIdsOfProvider,
@@ -79,10 +80,39 @@ export async function endSessionsOfStoppedProvider(
 }
 
 /**
+ * A machine bound to another daemon client (the registry's `provider.daemon_bound` event, or its record seen by
+ * `checkRunningProviders`): its running sessions take usage and workload reports from that client from now on
+ * (`access.ts`, `mayReportUsage`), so an owner who re-binds a machine after a reinstall keeps its rentals reported.
+ * With a registry the binding is read from it now, whatever the event said: events of two re-bindings may arrive in
+ * either order, the registry's record is the last word. How many sessions moved.
+ */
+export async function followDaemonBinding(
+  ctx: BillingContext,
+  change: { providerId: string; clientId: string | null; correlationId?: string },
+): Promise<number> {
+  let clientId = change.clientId;
+  if (ctx.providers) {
+    const machine = await ctx.providers.provider(change.providerId, change.correlationId);
+    // Removed: its sessions end by the removal's own event.
+    if (!machine) return 0;
+    clientId = machine.daemonClientId;
+  }
+  const moved = await bindSessionsToClient(ctx.db, change.providerId, RUNNING_STATUSES, clientId);
+  if (moved > 0) {
+    ctx.logger.info(
+      { provider_id: change.providerId, daemon_client_id: clientId, sessions: moved },
+      "running sessions follow their machine's daemon binding",
+    );
+  }
+  return moved;
+}
+
+/**
  * Without NATS (`pnpm start`), billing hears of no status change: it asks instead. Every run looks up, at the
  * provider registry, each machine that has running sessions, and ends those of a machine that is offline, in
- * maintenance, in error or gone from the registry (removed: exactly as the events would). One registry call per
- * such machine; a machine the registry cannot be asked about is left for the next run. The sessions that were ended.
+ * maintenance, in error or gone from the registry (removed: exactly as the events would), and moves the others'
+ * sessions to the daemon their machine is bound to now (`followDaemonBinding`). One registry call per such machine; a
+ * machine the registry cannot be asked about is left for the next run. The sessions that were ended.
  */
 export async function checkRunningProviders(ctx: BillingContext, pageSize = 200): Promise<SessionEnd[]> {
   const directory = ctx.providers;
@@ -93,14 +123,16 @@ export async function checkRunningProviders(ctx: BillingContext, pageSize = 200)
     const ids = await providersWithSessions(ctx.db, RUNNING_STATUSES, pageSize, after);
     for (const providerId of ids) {
       const now = ctx.now();
-      let status: string;
+      let machine: Awaited<ReturnType<typeof directory.provider>>;
       try {
-        status = (await directory.provider(providerId))?.status ?? REMOVED;
+        machine = await directory.provider(providerId);
       } catch (err) {
         ctx.logger.warn({ err: (err as Error).message, provider_id: providerId }, 'provider status unknown; next run');
         continue;
       }
+      const status = machine?.status ?? REMOVED;
       ended.push(...(await endSessionsOfStoppedProvider(ctx, { providerId, status, occurredAt: now })));
+      if (machine) await bindSessionsToClient(ctx.db, providerId, RUNNING_STATUSES, machine.daemonClientId);
     }
     if (ids.length < pageSize) return ended;
     after = ids.at(-1);

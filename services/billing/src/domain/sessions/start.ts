@@ -114,12 +114,15 @@ export async function startSession(
   let machine: ProviderRecord | null = null;
   let providerWallet: Wallet;
   let providerOwnerId: string | null;
+  // The daemon the machine is bound to: it alone reports the session (access.ts); none without a registry's record.
+  let providerClientId: string | null = null;
   if (ctx.providers) {
     machine = await ctx.providers.provider(asked.providerId, asked.correlationId);
     if (!machine) throw billingErrors.providerNotFound(asked.providerId);
     assertRentable(machine);
     providerWallet = await providerWalletOf(ctx, machine);
     providerOwnerId = machine.ownerId;
+    providerClientId = machine.daemonClientId;
   } else {
     if (asked.reservationId) throw billingErrors.reservationNotFound(asked.reservationId);
     const found = await findWalletByOwner(ctx.db, 'provider', asked.providerId);
@@ -170,6 +173,7 @@ export async function startSession(
       provider_id: input.providerId,
       provider_wallet_id: providerWallet.id,
       provider_owner_id: providerOwnerId,
+      provider_client_id: providerClientId,
       reserves_machine: ctx.providers !== null,
       job_id: input.jobId,
       gpu_model: rates.gpuModel,

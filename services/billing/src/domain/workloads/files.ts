@@ -42,6 +42,7 @@ import {
   startSession,
 } from '../sessions/index.ts';
 import type { GrantedObject, ObjectRef } from '../workload-storage.ts';
+import type { RefusedOutput } from './workload.ts';
 
 /** The longest a grant's URL is valid. */
 const GRANT_SECONDS = 600;
@@ -177,6 +178,7 @@ export async function recordWorkloadOutputs(
   actor: Principal,
   sessionId: string,
   files: WrittenOutput[],
+  refused: RefusedOutput[] = [],
 ): Promise<void> {
   const session = await loadSession(ctx.db, sessionId);
   if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
@@ -187,7 +189,7 @@ export async function recordWorkloadOutputs(
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
   const output = spec.output;
   const objects = files.map((f, i) => ({ ...outputRef(output, f.path, `body.files[${i}].path`), size: f.size }));
-  await recordOutputs(ctx.db, sessionId, objects, ctx.now());
+  await recordOutputs(ctx.db, sessionId, objects, refused, ctx.now());
 }
 
 const parseSpec = (spec: unknown): WorkloadSpec =>

@@ -48,6 +48,9 @@ function workloadOf(row: WorkloadRow): Workload {
     runningAt: row.running_at,
     endedAt: row.ended_at,
     outputs: (typeof row.outputs === 'string' ? JSON.parse(row.outputs) : row.outputs) as Workload['outputs'],
+    outputsRefused: (typeof row.outputs_refused === 'string'
+      ? JSON.parse(row.outputs_refused)
+      : row.outputs_refused) as Workload['outputsRefused'],
   };
 }
 

@@ -41,6 +41,14 @@ export interface Workload {
   endedAt: Date | null;
   /** What its daemon uploaded from its output directory (null until it said). */
   outputs: { bucket?: string; key: string; size: number }[] | null;
+  /** The files of its output directory its daemon did not keep, with why (null until it said). */
+  outputsRefused: RefusedOutput[] | null;
+}
+
+/** An output file the daemon did not keep (a path under /work/output/), and why. */
+export interface RefusedOutput {
+  path: string;
+  reason: string;
 }
 
 /** What the daemon says of a workload. */

@@ -1,5 +1,5 @@
 /**
- * Billing XXI: `rental_sessions.trace_context`, the W3C trace context (`traceparent`, `tracestate`) of the request
+ * Billing XXV: `rental_sessions.trace_context`, the W3C trace context (`traceparent`, `tracestate`) of the request
  * that started a session (tracing on only; null off). The session hands it to its provider daemon, whose usage and
  * workload reports continue that trace (docs/conventions.md, "Headers"). Nullable, no default: no rewrite of the table.
  *

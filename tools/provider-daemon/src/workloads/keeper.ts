@@ -1,0 +1,215 @@
+/**
+ * A session's files until they are kept: its directory under `run_dir` (logs, disk, inputs) from the moment it is
+ * made, and, once its workload ended, the upload of its logs and outputs to the renter's storage, tried at every poll
+ * until everything is kept or billing says the upload window closed (409).
+ *
+ * What the keeper knows is on disk, beside the files (`<session>/keep.json`: whether the workload keeps files in
+ * storage, the longest output path, which outputs are uploaded already, which were refused and why), so a daemon
+ * started again goes on where its earlier life stopped: it finds every session directory, uploads what is left within
+ * the window, and removes the directory once it is done. A directory without a record (made by a life that died at
+ * once) is removed. Nothing stays behind for good.
+ */
+import { existsSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import path from 'node:path';
+import { ApiError, type billingClient } from '@gpu/client';
+import type { Logger } from '@gpu/common';
+import { releaseDisk, reopenDisk } from './disk.ts';
+import { SessionFiles } from './files.ts';
+
+type Billing = ReturnType<typeof billingClient>;
+
+const RECORD = 'keep.json';
+/** A session's directory is named by its ID. */
+const SESSION_DIR = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** What the keeper writes down of a session. */
+interface Record {
+  /** Whether its files go to the renter's storage (false: its logs stay on the machine). */
+  keeps_files: boolean;
+  max_path_bytes: number;
+  /** Whether its workload ended (its files may be uploaded). */
+  ended: boolean;
+  /** Whether the keeper is done with it (what is left is its logs, kept on the machine). */
+  done?: boolean;
+  /** Outputs uploaded already. */
+  uploaded: string[];
+  /** Outputs that will not be kept, with why. */
+  refused: { path: string; reason: string }[];
+}
+
+interface Kept {
+  dir: string;
+  record: Record;
+  files: SessionFiles | null;
+}
+
+/**
+ * Removes a session's directory but its logs (whatever it held: a filesystem of its own, inputs, a million files),
+ * without blocking the event loop; never fails the caller.
+ */
+async function removeAllButLogs(dir: string, logger: Logger): Promise<void> {
+  try {
+    await releaseDisk(dir);
+    for (const entry of readdirSync(dir)) {
+      if (entry !== 'logs' && entry !== RECORD) await rm(path.join(dir, entry), { recursive: true, force: true });
+    }
+  } catch (err) {
+    logger.warn({ err, dir }, 'a workload directory could not be removed whole');
+  }
+}
+
+export class FileKeeper {
+  private readonly sessions = new Map<string, Kept>();
+  private readonly collecting = new Set<string>();
+
+  constructor(
+    private readonly billing: Billing,
+    private readonly runDir: string,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Files of the session (its grants, its logs' uploads), null when it keeps none in storage. */
+  filesOf(sessionId: string): SessionFiles | null {
+    return this.sessions.get(sessionId)?.files ?? null;
+  }
+
+  /** A session's directory is made: from now on it is the keeper's, on disk too. */
+  track(sessionId: string, opts: { keepsFiles: boolean; maxPathBytes: number }): SessionFiles | null {
+    const dir = path.join(this.runDir, sessionId);
+    const record: Record = {
+      keeps_files: opts.keepsFiles,
+      max_path_bytes: opts.maxPathBytes,
+      ended: false,
+      uploaded: [],
+      refused: [],
+    };
+    const kept = { dir, record, files: this.files(sessionId, dir, record) };
+    this.sessions.set(sessionId, kept);
+    this.save(kept);
+    return kept.files;
+  }
+
+  /** The workload ended (or never started): its files are uploaded now and at each poll until kept. */
+  async ended(sessionId: string): Promise<void> {
+    const kept = this.sessions.get(sessionId);
+    if (!kept) return;
+    kept.record.ended = true;
+    this.save(kept);
+    await this.collect(sessionId);
+  }
+
+  /** A session whose workload never ran (its inputs did not arrive, its image was not there): its directory goes. */
+  async drop(sessionId: string): Promise<void> {
+    const kept = this.sessions.get(sessionId);
+    this.sessions.delete(sessionId);
+    if (!kept) return;
+    await releaseDisk(kept.dir).catch(() => {});
+    await rm(kept.dir, { recursive: true, force: true }).catch(() => {});
+  }
+
+  /**
+   * At the daemon's start: every session directory an earlier life left is taken up again (its record says how), and
+   * one without a record is removed. `running`: the sessions whose workloads billing still shows (their directories
+   * wait for the report of their loss). Gives back the sessions taken up.
+   */
+  async resume(): Promise<string[]> {
+    const found: string[] = [];
+    let entries: string[];
+    try {
+      entries = readdirSync(this.runDir);
+    } catch {
+      return found;
+    }
+    for (const id of entries) {
+      if (!SESSION_DIR.test(id) || this.sessions.has(id)) continue;
+      const dir = path.join(this.runDir, id);
+      let record: Record;
+      try {
+        record = JSON.parse(readFileSync(path.join(dir, RECORD), 'utf8')) as Record;
+      } catch {
+        await removeAllButLogs(dir, this.logger);
+        await rm(dir, { recursive: true, force: true }).catch(() => {});
+        continue;
+      }
+      // Done with: its logs stay on the machine.
+      if (record.done) continue;
+      // Its workload is gone with the earlier life: what it left is uploaded as an ended one's.
+      record.ended = true;
+      const kept = { dir, record, files: this.files(id, dir, record) };
+      this.sessions.set(id, kept);
+      this.save(kept);
+      found.push(id);
+    }
+    if (found.length > 0) this.logger.info({ sessions: found }, 'taking up the workload files an earlier life left');
+    return found;
+  }
+
+  /** Tries every ended session's files again (each poll). */
+  async tick(): Promise<void> {
+    await Promise.all([...this.sessions].filter(([, k]) => k.record.ended).map(([id]) => this.collect(id)));
+  }
+
+  private files(sessionId: string, dir: string, record: Record): SessionFiles | null {
+    if (!record.keeps_files) return null;
+    return new SessionFiles(this.billing, sessionId, path.join(dir, 'logs'), this.logger, {
+      uploaded: record.uploaded,
+      refused: record.refused,
+      onProgress: () => {
+        const kept = this.sessions.get(sessionId);
+        if (kept) this.save(kept);
+      },
+    });
+  }
+
+  /**
+   * Uploads an ended workload's logs and outputs, then removes its directory. Until then it stays and is tried again
+   * at each poll, until billing says its upload window closed (409), or that the session is not this daemon's or not
+   * there (403, 404): then its directory goes but its logs.
+   */
+  private async collect(sessionId: string): Promise<void> {
+    const kept = this.sessions.get(sessionId);
+    if (!kept || this.collecting.has(sessionId)) return;
+    this.collecting.add(sessionId);
+    try {
+      if (kept.files) {
+        await kept.files.shipLogs(true);
+        const disk = await reopenDisk(kept.dir);
+        await kept.files.uploadOutputs(disk ? path.join(disk.workDir, 'output') : null, kept.record.max_path_bytes);
+      }
+      this.sessions.delete(sessionId);
+      await removeAllButLogs(kept.dir, this.logger);
+      // Kept in storage: nothing of it stays (without storage, its logs stay on the machine).
+      if (kept.files) await rm(kept.dir, { recursive: true, force: true });
+      else this.finish(kept);
+    } catch (err) {
+      const final = err instanceof ApiError && [403, 404, 409].includes(err.status);
+      this.logger.warn(
+        { err, session_id: sessionId },
+        final
+          ? 'the upload window closed: the workload files that were not uploaded are dropped'
+          : 'uploading the workload files failed; trying again at the next poll',
+      );
+      if (final) {
+        this.sessions.delete(sessionId);
+        await removeAllButLogs(kept.dir, this.logger);
+        this.finish(kept);
+      }
+    } finally {
+      this.collecting.delete(sessionId);
+    }
+  }
+
+  /** Done with it: its logs stay on the machine, and a later life leaves them. */
+  private finish(kept: Kept): void {
+    kept.record.done = true;
+    this.save(kept);
+  }
+
+  private save(kept: Kept): void {
+    if (!existsSync(kept.dir)) return;
+    const file = path.join(kept.dir, RECORD);
+    writeFileSync(`${file}.tmp`, JSON.stringify(kept.record));
+    renameSync(`${file}.tmp`, file);
+  }
+}
