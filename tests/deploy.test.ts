@@ -377,7 +377,7 @@ describe('docker-compose.yml, profile monitoring', () => {
     expect(service('grafana').depends_on).toEqual(['prometheus']);
   });
 
-  it("Prometheus: scrapes the four services, loads every rule file, and sends alerts to compose's Alertmanager", async () => {
+  it("Prometheus: scrapes the four services and the gateway, loads every rule file, and sends alerts to compose's Alertmanager", async () => {
     const config = YAML.parse(readFileSync(path.join(root, 'deploy/prometheus/prometheus.yml'), 'utf8'));
     expect(mounts('prometheus')['/etc/prometheus/prometheus.yml']).toBe(
       path.join(root, 'deploy/prometheus/prometheus.yml'),
@@ -385,7 +385,16 @@ describe('docker-compose.yml, profile monitoring', () => {
     const targets = (config.scrape_configs as { job_name: string; static_configs: { targets: string[] }[] }[]).map(
       (c) => [c.job_name, c.static_configs.flatMap((s) => s.targets)],
     );
-    expect(targets.sort()).toEqual(builtServices.map((name) => [name, [`${name}:${contractPorts[name]}`]]).sort());
+    // The gateway's metrics: its telemetry receiver's (tools/gateway/src/nginx-telemetry.ts), on the port it serves them.
+    const receiverMetrics = /GATEWAY_TELEMETRY_METRICS=0\.0\.0\.0:(\d+)/.exec(
+      readFileSync(path.join(root, 'tools/gateway/Dockerfile'), 'utf8'),
+    )?.[1];
+    expect(targets.sort()).toEqual(
+      [
+        ...builtServices.map((name) => [name, [`${name}:${contractPorts[name]}`]]),
+        ['gateway', [`gateway-telemetry:${receiverMetrics}`]],
+      ].sort(),
+    );
     const [alertmanager] = config.alerting.alertmanagers[0].static_configs[0].targets as string[];
     const [host, port] = alertmanager!.split(':');
     expect(service(host!)?.expose).toContain(port);
