@@ -293,7 +293,7 @@ describe('pnpm start, gone', () => {
       const { start, output } = JSON.parse(report) as { start: number; output: string };
       expect(output).toContain('[start] up');
       const started = startedProcesses(output);
-      expect(started.map((p) => p.name).sort()).toEqual([...services, 's3', 'solana', 'mail', 'gateway'].sort());
+      expect(started.map((p) => p.name).sort()).toEqual([...PROCESSES].sort());
       pids = [start, ...started.map((p) => p.pid)];
       host.kill('SIGKILL');
       // pnpm start hears its lifeline close and stops as on SIGTERM, its programs with it: nothing left, no port held.
