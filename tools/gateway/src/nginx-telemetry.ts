@@ -68,6 +68,9 @@ function parseTelemetryLine(datagram: string): TelemetryLine | undefined {
     typeof line.method === 'string' &&
     typeof line.path === 'string' &&
     typeof line.status === 'number' &&
+    Number.isInteger(line.status) &&
+    line.status >= 100 &&
+    line.status <= 599 &&
     typeof line.request_time === 'number' &&
     typeof line.msec === 'number';
   return ok ? ({ request_id: '', proxied: '', ...line } as TelemetryLine) : undefined;
@@ -167,10 +170,17 @@ export async function startNginxTelemetry(opts: NginxTelemetryOptions): Promise<
 
   const { host, port } = hostPort(opts.syslog);
   const socket: Socket = createSocket(isIP(host) === 6 ? 'udp6' : 'udp4');
+  // What is not a line of nginx's is dropped, said the first time and every 1000th (the port takes any datagram its
+  // host's processes send: none of them can make the log grow without bound).
+  let ignored = 0;
   socket.on('message', (datagram) => {
     const line = parseTelemetryLine(datagram.toString('utf8'));
     if (line) record(line);
-    else opts.logger.warn({ datagram: datagram.toString('utf8').slice(0, 200) }, 'not a telemetry line: ignored');
+    else if (ignored++ % 1000 === 0)
+      opts.logger.warn(
+        { datagram: datagram.toString('utf8').slice(0, 200), times: ignored },
+        'not a telemetry line: ignored',
+      );
   });
   await new Promise<void>((resolve, reject) => {
     socket.once('error', reject);

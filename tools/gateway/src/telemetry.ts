@@ -37,8 +37,11 @@ export function routeOf(path: string, proxied?: string): { upstream: string; rou
       if (path.startsWith(`${prefix}/`)) return { upstream: service, route: `${prefix}/*` };
     }
   }
-  return { upstream: proxied || 'gateway', route: 'unmatched' };
+  return { upstream: proxied && PROXIED.has(proxied) ? proxied : 'gateway', route: 'unmatched' };
 }
+
+/** The upstreams compose's nginx proxies beside the services (its object store and chain servers, its receiver). */
+const PROXIED = new Set(['object-store', 'solana-rpc', 'solana-ws', 'gateway-telemetry']);
 
 /** One answered request, as either gateway saw it. */
 export interface GatewayRequest {

@@ -8,6 +8,7 @@
  * Tracing is on in this process (fraction 0.5), with the SDK's in-memory exporter; the service is the real auth
  * service.
  */
+import { createSocket } from 'node:dgram';
 import { get } from 'node:http';
 import { Writable } from 'node:stream';
 import { startTracing } from '@gpu/common';
@@ -17,7 +18,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { useAuth } from '../../../services/auth/test/helpers.ts';
 import { buildGateway } from '../src/gateway.ts';
 import { LineIds } from '../src/nginx-telemetry.ts';
-import { type RunningGateway, startComposeNginx, startPlatformNginxGateway } from './gateways.ts';
+import { type RunningGateway, startComposeNginx, startPlatformNginxGateway, startReceiver } from './gateways.ts';
 
 // Before any app is built: their server spans are made as they are registered. The receiver's spans take nginx's IDs.
 const exporter = new InMemorySpanExporter();
@@ -139,6 +140,50 @@ describe.each(engines)('the gateway in the trace: $name', (engine) => {
       }
     } finally {
       await gateway.stop();
+    }
+  });
+});
+
+describe("nginx's telemetry receiver", () => {
+  it('counts only what reads as a line of nginx, and names no upstream nginx does not have', async () => {
+    const receiver = await startReceiver();
+    const socket = createSocket('udp4');
+    try {
+      const send = (text: string) =>
+        new Promise<void>((resolve, reject) =>
+          socket.send(text, receiver.syslogPort, '127.0.0.1', (err) => (err ? reject(err) : resolve())),
+        );
+      const line = (over: Record<string, unknown>) =>
+        `<190>Nov 26 08:00:00 gateway: ${JSON.stringify({
+          trace_id: '4bf92f3577b34da6a3ce929d0e0e4736',
+          span_id: '00f067aa0ba902b7',
+          parent_span_id: '',
+          request_id: 'r-1',
+          method: 'GET',
+          path: '/somewhere',
+          status: 200,
+          request_time: 0.002,
+          msec: Date.now() / 1000,
+          proxied: '',
+          ...over,
+        })}`;
+      // Noise, a status no HTTP answer has, an upstream nginx has not: none makes a series of its own.
+      await send('not a line at all');
+      await send(line({ status: 12345 }));
+      await send(line({ proxied: 'anything-a-sender-likes' }));
+      await send(line({ proxied: 'object-store', status: 206 }));
+      const text = async () => (await fetch(`${receiver.metricsAt}/metrics`)).text();
+      await expect.poll(text, { timeout: 10_000 }).toContain('status_code="206"');
+      const series = (await text()).split('\n').filter((l) => l.startsWith('gateway_requests_total{'));
+      expect(series.sort()).toEqual(
+        [
+          'gateway_requests_total{upstream="gateway",method="GET",route="unmatched",status_code="200"} 1',
+          'gateway_requests_total{upstream="object-store",method="GET",route="unmatched",status_code="206"} 1',
+        ].sort(),
+      );
+    } finally {
+      socket.close();
+      await receiver.close();
     }
   });
 });
