@@ -3,6 +3,8 @@
 # Builds every image docker-compose.yml and the Kubernetes manifests (deploy/k8s) name (`pnpm images`):
 #   $IMAGE_REPO/<service>:$IMAGE_TAG   each service under services/, from the root Dockerfile (SERVICE, PORT)
 #   $IMAGE_REPO/solana-setup:$IMAGE_TAG   compose's chain set-up, from tools/solana-localnet/Dockerfile
+#   $IMAGE_REPO/gateway-telemetry:$IMAGE_TAG   compose's receiver of its nginx gateway's telemetry, from
+#                                           tools/gateway/Dockerfile
 # IMAGE_REPO defaults to ghcr.io/gpu-platform, IMAGE_TAG to latest (the k8s overlays deploy `main` and `v0.1.0`).
 #
 #   pnpm images                 build them all with docker, from the repository's root
@@ -44,6 +46,7 @@ for dir in services/*/; do
   images+=("$REPO/$service:$TAG -f Dockerfile --build-arg SERVICE=$service --build-arg PORT=$port")
 done
 images+=("$REPO/solana-setup:$TAG -f tools/solana-localnet/Dockerfile")
+images+=("$REPO/gateway-telemetry:$TAG -f tools/gateway/Dockerfile")
 
 for line in "${images[@]}"; do
   read -r -a words <<<"$line"

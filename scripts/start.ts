@@ -23,7 +23,7 @@
 import './lib/lifeline.ts';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { isIP } from 'node:net';
+import { connect, isIP } from 'node:net';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { MAX_SOCKET_PATH_BYTES } from '../packages/common/src/http/gateway-socket.ts';
@@ -219,7 +219,8 @@ interface Proc {
   env?: Record<string, string>;
   /** Node/V8 flags before the script. */
   nodeFlags?: readonly string[];
-  port: number;
+  /** Where it is up: a TCP port, or a Unix socket, that accepts connections. */
+  port: number | { socket: string };
 }
 
 /**
@@ -291,7 +292,7 @@ const ENV_PREFIX: Record<string, string> = {
   billing: 'BILLING',
 };
 
-const services: Proc[] = (
+const services: (Proc & { port: number })[] = (
   [
     {
       name: 'auth',
@@ -361,7 +362,7 @@ const services: Proc[] = (
         ...auth.verifierEnv('BILLING'),
       },
     },
-  ] as Omit<Proc, 'script' | 'args'>[]
+  ] as (Omit<Proc, 'script' | 'args'> & { port: number })[]
 )
   .filter((s) => existsSync(path.join(root, s.cwd, 'src/server.ts')))
   .map((s) => ({
@@ -380,6 +381,30 @@ const services: Proc[] = (
     script: `${s.cwd}/src/server.ts`,
     args: [],
   }));
+
+/**
+ * nginx's telemetry receiver (tools/gateway/src/nginx-telemetry.ts): nginx sends it a line per request over UDP, on
+ * loopback at the gateway's own port number (UDP, beside nginx's TCP), and it makes the gateway's spans (tracing on)
+ * and keeps its metrics, which nginx serves at /metrics to operators from the receiver's socket in the sockets' folder.
+ */
+const telemetrySocket = path.join(gatewaySockets, 'telemetry.sock');
+const gatewayTelemetry: Proc[] =
+  gatewayEngine.kind === 'nginx'
+    ? [
+        {
+          name: 'gateway-telemetry',
+          cwd: path.join(root, 'tools/gateway'),
+          script: 'tools/gateway/src/telemetry-server.ts',
+          args: [],
+          port: { socket: telemetrySocket },
+          env: {
+            GATEWAY_TELEMETRY_SYSLOG: host.address(ports.gateway),
+            GATEWAY_TELEMETRY_METRICS: telemetrySocket,
+            LOG_LEVEL: 'warn',
+          },
+        },
+      ]
+    : [];
 
 // The one origin in front of the services (chosen above, `gatewayEngine`), reaching each at its gateway socket.
 const gateway: Proc =
@@ -400,6 +425,7 @@ const gateway: Proc =
             dir: path.join(data, 'gateway'),
             listen: `${isIP(host.bind) === 6 ? `[${host.bind}]` : host.bind}:${ports.gateway}${host.bind === '::' ? ' ipv6only=off' : ''}`,
             upstreams: socketsIn(gatewaySockets),
+            telemetry: { syslog: host.address(ports.gateway), metrics: `unix:${telemetrySocket}` },
             ...(gatewayEngine.operators ? { operators: gatewayEngine.operators } : {}),
           }).args,
         ],
@@ -445,15 +471,29 @@ function start(p: Proc): void {
   supervised.set(name, supervisor.start({ name, command, args, cwd, env, stopSignal }));
 }
 
-async function waitForPort(name: string, port: number, timeoutMs = 60_000) {
+async function waitForPort(name: string, port: Proc['port'], timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
-  while (!(await portOpen(port, host.connect))) {
+  const open = () => (typeof port === 'number' ? portOpen(port, host.connect) : socketOpen(port.socket));
+  while (!(await open())) {
     // A process that dies before it first comes up is most likely misconfigured: that fails the start-up at once.
     const proc = supervised.get(name);
     if (proc && (proc.state !== 'running' || proc.restarts > 0)) throw new Error(`${name} exited during start-up`);
-    if (Date.now() > deadline) throw new Error(`${name} did not open port ${port}`);
+    if (Date.now() > deadline)
+      throw new Error(`${name} did not open ${typeof port === 'number' ? `port ${port}` : port.socket}`);
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/** Whether a Unix socket accepts connections. */
+function socketOpen(socket: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const c = connect(socket);
+    c.once('connect', () => {
+      c.destroy();
+      resolve(true);
+    });
+    c.once('error', () => resolve(false));
+  });
 }
 
 /**
@@ -490,7 +530,7 @@ try {
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),
   // then retries the chain until blockchain.connect_timeout.
-  const started = [...dependencies, ...services, gateway];
+  const started = [...dependencies, ...services, ...gatewayTelemetry, gateway];
   for (const p of started) start(p);
   await Promise.all(started.map((p) => waitForPort(p.name, p.port, 120_000)));
 } catch (err) {

@@ -195,8 +195,37 @@ describe('docker-compose.yml', () => {
     expect(subnet).toMatch(/^(\d+\.\d+\.\d+)\.0\/24$/);
     expect(address!.startsWith(`${subnet.split('.').slice(0, 3).join('.')}.`)).toBe(true);
     expect(composeServices.auth?.environment?.AUTH__SERVER__TRUSTED_PROXIES).toBe(address);
-    expect(Object.keys(gateway.depends_on ?? {}).sort()).toEqual([...builtServices, 'minio', 'solana'].sort());
+    expect(Object.keys(gateway.depends_on ?? {}).sort()).toEqual(
+      [...builtServices, 'minio', 'solana', 'gateway-telemetry'].sort(),
+    );
     expect(composeServices.storage?.environment?.S3_PUBLIC_ENDPOINT).toBe('http://localhost:9000');
+  });
+
+  it("runs the gateway's telemetry receiver where deploy/gateway's files send its lines and read its metrics", () => {
+    const receiver = composeServices['gateway-telemetry'] as ComposeService & {
+      expose?: string[];
+      networks?: { default?: { ipv4_address?: string } };
+    };
+    expect(receiver.build).toEqual({ context: '.', dockerfile: 'tools/gateway/Dockerfile' });
+    const image = readFileSync(path.join(root, 'tools/gateway/Dockerfile'), 'utf8');
+    const syslog = /GATEWAY_TELEMETRY_SYSLOG=0\.0\.0\.0:(\d+)/.exec(image)?.[1];
+    const metrics = /GATEWAY_TELEMETRY_METRICS=0\.0\.0\.0:(\d+)/.exec(image)?.[1];
+    expect(image).toMatch(/^ENTRYPOINT \["node", "--enable-source-maps", "dist\/src\/telemetry-server\.js"\]$/m);
+    expect(image).toMatch(/^USER node$/m);
+    // nginx sends its lines to the receiver's UDP port, and passes /metrics on to its HTTP port.
+    const httpConf = readFileSync(path.join(root, 'deploy/gateway/http.conf'), 'utf8');
+    expect(/^access_log syslog:server=gateway-telemetry:(\d+),/m.exec(httpConf)?.[1]).toBe(syslog);
+    const nginxConf = readFileSync(path.join(root, 'deploy/gateway/nginx.conf'), 'utf8');
+    expect(/server gateway-telemetry:(\d+) resolve;/.exec(nginxConf)?.[1]).toBe(metrics);
+    expect(receiver.expose).toEqual([`${syslog}/udp`, metrics]);
+    expect(receiver.ports).toBeUndefined();
+    // Its spans go where the services' go (off unless the operator sets it).
+    expect(interpolated(receiver.environment?.OTEL_EXPORTER_OTLP_ENDPOINT ?? 'missing')).toBe('');
+    // nginx resolves the receiver's name once, as it starts: a fixed address of its own keeps it right after a restart.
+    const address = receiver.networks?.default?.ipv4_address;
+    const gatewayAddress = (composeServices.gateway as typeof receiver).networks?.default?.ipv4_address;
+    expect(address).toMatch(/^172\.30\.80\.\d+$/);
+    expect(address).not.toBe(gatewayAddress);
   });
 
   it('restarts every long-running container unless stopped; a one-off set-up only on failure', () => {
@@ -236,9 +265,12 @@ describe('docker-compose.yml', () => {
         .map((svc) => interpolated(svc.image ?? '(no image name)')),
     );
     expect([...built].sort()).toEqual([...composeImages].sort());
-    // The manifests name every image but the development chain's set-up; their tags come from the overlays.
+    // The manifests name every image but the development chain's set-up and compose's receiver of its nginx's
+    // telemetry (Kubernetes' gateway is Envoy, with telemetry of its own); their tags come from the overlays.
     const names = built.map((image) => image.split(':')[0]!);
-    expect(k8sImages()).toEqual(names.filter((n) => !n.endsWith('/solana-setup')).sort());
+    expect(k8sImages()).toEqual(
+      names.filter((n) => !n.endsWith('/solana-setup') && !n.endsWith('/gateway-telemetry')).sort(),
+    );
   });
 
   it('builds each image as docker-compose.yml would: the same Dockerfile and build arguments', () => {
@@ -260,7 +292,8 @@ describe('docker-compose.yml', () => {
       if (!svc.build) continue;
       const service = svc.build.args?.SERVICE;
       if (service === undefined) {
-        // Development tools (the Solana localnet setup) have Dockerfiles of their own; services do not.
+        // Tools (the Solana localnet set-up, the gateway's telemetry receiver) have Dockerfiles of their own; services
+        // do not.
         expect(svc.build.dockerfile, name).toMatch(/^tools\/[^/]+\/Dockerfile$/);
         continue;
       }
@@ -348,7 +381,7 @@ describe('docker-compose.yml, profile monitoring', () => {
     expect(service('grafana').depends_on).toEqual(['prometheus']);
   });
 
-  it("Prometheus: scrapes the four services, loads every rule file, and sends alerts to compose's Alertmanager", async () => {
+  it("Prometheus: scrapes the four services and the gateway, loads every rule file, and sends alerts to compose's Alertmanager", async () => {
     const config = YAML.parse(readFileSync(path.join(root, 'deploy/prometheus/prometheus.yml'), 'utf8'));
     expect(mounts('prometheus')['/etc/prometheus/prometheus.yml']).toBe(
       path.join(root, 'deploy/prometheus/prometheus.yml'),
@@ -356,7 +389,16 @@ describe('docker-compose.yml, profile monitoring', () => {
     const targets = (config.scrape_configs as { job_name: string; static_configs: { targets: string[] }[] }[]).map(
       (c) => [c.job_name, c.static_configs.flatMap((s) => s.targets)],
     );
-    expect(targets.sort()).toEqual(builtServices.map((name) => [name, [`${name}:${contractPorts[name]}`]]).sort());
+    // The gateway's metrics: its telemetry receiver's (tools/gateway/src/nginx-telemetry.ts), on the port it serves them.
+    const receiverMetrics = /GATEWAY_TELEMETRY_METRICS=0\.0\.0\.0:(\d+)/.exec(
+      readFileSync(path.join(root, 'tools/gateway/Dockerfile'), 'utf8'),
+    )?.[1];
+    expect(targets.sort()).toEqual(
+      [
+        ...builtServices.map((name) => [name, [`${name}:${contractPorts[name]}`]]),
+        ['gateway', [`gateway-telemetry:${receiverMetrics}`]],
+      ].sort(),
+    );
     const [alertmanager] = config.alerting.alertmanagers[0].static_configs[0].targets as string[];
     const [host, port] = alertmanager!.split(':');
     expect(service(host!)?.expose).toContain(port);

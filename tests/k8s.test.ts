@@ -25,10 +25,12 @@ import {
 import {
   BackendTrafficPolicy,
   ClientTrafficPolicy,
+  EnvoyProxy,
   HTTPRouteFilter,
   SecurityPolicy,
 } from '@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1';
 import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
+import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import { PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule';
 import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
@@ -224,7 +226,9 @@ const models: Record<string, ModelClass> = Object.fromEntries(
       BackendTrafficPolicy,
       SecurityPolicy,
       HTTPRouteFilter,
+      EnvoyProxy,
       PrometheusRule,
+      PodMonitor,
       ServiceMonitor,
     ] as unknown as ModelClass[]
   ).map((M) => [`${M.apiVersion}/${M.kind}`, M]),
@@ -821,13 +825,16 @@ describe('deploy/k8s/monitoring', () => {
       jobs.push(monitor.spec.jobLabel ? svc.metadata.labels[monitor.spec.jobLabel] : svc.metadata.name);
     }
     expect(jobs.sort()).toEqual([...ruleJobs()].sort());
-    // The same jobs as docker-compose's Prometheus scrapes.
+    // The same jobs as docker-compose's Prometheus scrapes (which scrapes its gateway's telemetry receiver too: the
+    // Kubernetes gateway is Envoy, scraped by the PodMonitor below).
     const compose = YAML.parse(readFileSync(path.join(root, 'deploy/prometheus/prometheus.yml'), 'utf8'));
-    expect((compose.scrape_configs as Doc[]).map((c) => c.job_name).sort()).toEqual(jobs.sort());
+    const composeJobs = (compose.scrape_configs as Doc[]).map((c) => c.job_name).filter((j) => j !== 'gateway');
+    expect(composeJobs.sort()).toEqual(jobs.sort());
   });
 
-  it('is what its kustomization applies: the ServiceMonitors and the rules', () => {
+  it("is what its kustomization applies: the ServiceMonitors, the gateway's PodMonitor and the rules", () => {
     expect(monitoring.map((d) => d.kind).sort()).toEqual([
+      'PodMonitor',
       'PrometheusRule',
       'ServiceMonitor',
       'ServiceMonitor',
@@ -1027,5 +1034,40 @@ describe('deploy/k8s/gateway', () => {
     const filter = find(docs, ref.kind, ref.name);
     expect(filter.spec.directResponse).toMatchObject({ statusCode: 404, contentType: 'application/problem+json' });
     expect(JSON.parse(filter.spec.directResponse.body.inline)).toMatchObject({ status: 404, code: 'ROUTE_NOT_FOUND' });
+  });
+
+  it.each(overlays.map((o) => o.name))(
+    "overlay %s: Envoy traces every request into the services' trace and keeps its metrics, which are scraped",
+    (name) => {
+      const rendered = render(path.join(k8sDir, 'overlays', name));
+      const gateway = find(rendered, 'Gateway', 'platform');
+      const ref = gateway.spec.infrastructure?.parametersRef;
+      expect(ref).toEqual({ group: 'gateway.envoyproxy.io', kind: 'EnvoyProxy', name: 'platform' });
+      const proxy = find(rendered, ref.kind, ref.name);
+      expect(proxy?.metadata.namespace).toBe(gateway.metadata.namespace);
+      const { tracing, metrics, requestID } = proxy.spec.telemetry;
+      // OpenTelemetry, named as the other gateways name their spans, every trace Envoy begins recorded (the platform's
+      // fraction is 1 by default), the request ID on each span.
+      expect(tracing.provider).toMatchObject({ type: 'OpenTelemetry', serviceName: 'gateway' });
+      expect(tracing.provider.backendRefs).toEqual([expect.objectContaining({ port: 4317 })]);
+      expect(tracing.samplingRate).toBe(100);
+      expect(tracing.customTags.request_id).toEqual({ type: 'RequestHeader', requestHeader: { name: 'x-request-id' } });
+      // The caller's X-Request-ID reaches the service as sent: Envoy writes no trace decision into it.
+      expect(requestID).toEqual({ tracing: 'Disable' });
+      expect(metrics.prometheus?.disable).not.toBe(true);
+    },
+  );
+
+  it("has the Prometheus Operator scrape the Gateway's Envoy proxies at their metrics port", () => {
+    const monitoring = render(path.join(k8sDir, 'monitoring'));
+    const monitor = find(monitoring, 'PodMonitor', 'platform-gateway');
+    // The proxies Envoy Gateway runs for this Gateway (the labels the services' NetworkPolicies admit them by).
+    expect(monitor.spec.namespaceSelector).toEqual({ matchNames: ['envoy-gateway-system'] });
+    expect(monitor.spec.selector.matchLabels).toEqual({
+      'app.kubernetes.io/name': 'envoy',
+      'app.kubernetes.io/component': 'proxy',
+      'gateway.envoyproxy.io/owning-gateway-name': find(docs, 'Gateway', 'platform').metadata.name,
+    });
+    expect(monitor.spec.podMetricsEndpoints).toEqual([{ port: 'metrics', path: '/stats/prometheus' }]);
   });
 });

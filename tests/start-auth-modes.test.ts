@@ -67,7 +67,8 @@ async function everyServiceTakes(token: string) {
 
 /**
  * The gateway at `base` (the platform's one origin, whichever engine): its own health, a service's for an operator
- * (this machine), the token's call to the registry and billing behind it, a call without one and a path of no service.
+ * (this machine), the token's call to the registry and billing behind it, a call without one, a path of no service and
+ * its own metrics.
  */
 async function theGatewayServes(base: string, token: string) {
   const bearer = { authorization: `Bearer ${token}` };
@@ -78,7 +79,15 @@ async function theGatewayServes(base: string, token: string) {
   const anonymous = await fetch(`${base}/providers`);
   expect(anonymous.status).toBe(401);
   expect(anonymous.headers.get('x-request-id')).toBeTruthy();
-  expect(await (await fetch(`${base}/metrics`)).json()).toMatchObject({ status: 404, code: 'ROUTE_NOT_FOUND' });
+  expect(await (await fetch(`${base}/docs`)).json()).toMatchObject({ status: 404, code: 'ROUTE_NOT_FOUND' });
+  // Its own metrics, for an operator (this machine): the requests above counted (nginx's a moment after its answer),
+  // never a service's metrics.
+  const counted = /^gateway_requests_total\{[^}]*route="\/providers"[^}]*status_code="401"\} \d+$/m;
+  let metrics = '';
+  await expect
+    .poll(async () => (metrics = await (await fetch(`${base}/metrics`)).text()), { timeout: 10_000 })
+    .toMatch(counted);
+  expect(metrics).not.toContain('http_requests_total');
 }
 
 /** An IPv4 address of this machine other than loopback, if it has one. */

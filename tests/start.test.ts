@@ -122,6 +122,20 @@ describe('pnpm start', () => {
         ? `[start] gateway: nginx ${nginx.version} (${nginx.path}) on deploy/gateway's files`
         : '[start] gateway: the Node gateway (tools/gateway; ';
     expect(platform.output()).toContain(gateway);
+    // Either engine counts each answer in its metrics, served to operators (this machine) at /metrics.
+    const gw = (p: string) => fetch(`http://127.0.0.1:${ports.gateway}${p}`);
+    expect((await gw('/api/v1/pricing/rates')).status).toBe(200);
+    await expect
+      .poll(
+        async () =>
+          (await (await gw('/metrics')).text()).match(
+            /^gateway_requests_total\{[^}]*route="\/api\/v1\/pricing\/\*"[^}]*\} \d+$/m,
+          ),
+        {
+          timeout: 10_000,
+        },
+      )
+      .not.toBeNull();
   });
 
   it('signs tokens with an EdDSA key made in the data folder: the admin calls all four services, a forged token is 401', {
@@ -188,8 +202,9 @@ describe('pnpm start', () => {
     expect(otherFolder.output).toMatch(new RegExp(`${ports.s3} \\(s3\\) by pid ${s3Pid} \\(node [^)]*s3-server`));
     // The first platform is untouched: the same processes, all healthy.
     for (const name of services) expect((await health(ports[name]))?.status, name).toBe(200);
-    // The services, the S3 store, the chain, the mail catcher and the gateway.
-    expect(startedPids(platform.output()), platform.output()).toHaveLength(services.length + 4);
+    // The services, the S3 store, the chain, the mail catcher and the gateway (nginx with its telemetry receiver).
+    const gatewayProcesses = /^\[start\] gateway: nginx /m.test(platform.output()) ? 2 : 1;
+    expect(startedPids(platform.output()), platform.output()).toHaveLength(services.length + 3 + gatewayProcesses);
   });
 
   it('is secure by default: no token 401, the platform client and the initial admin get in', {

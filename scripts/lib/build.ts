@@ -59,6 +59,7 @@ export function platformPrograms(): string[] {
     'tools/solana-localnet/src/server.ts',
     ...services,
     'tools/gateway/src/server.ts',
+    'tools/gateway/src/telemetry-server.ts',
   ];
 }
 

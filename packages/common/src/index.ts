@@ -157,6 +157,7 @@ export {
   type EventPublisher,
   ensureStream,
   eventBody,
+  messageTraceContext,
   NatsPublisher,
   type NewEvent,
   NoopPublisher,
@@ -210,7 +211,15 @@ export {
 } from './price-formula.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
 export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
-export { activeTraceContext, startTracing, type Tracing, tracingConfigured, tracingOn } from './telemetry/tracing.ts';
+export {
+  activeTraceContext,
+  inSpanOf,
+  startTracing,
+  type Tracing,
+  traceFields,
+  tracingConfigured,
+  tracingOn,
+} from './telemetry/tracing.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, TIMESTAMP_PATTERN, zTimestamp } from './timestamp.ts';
 export {
   inputPathOf,

@@ -1,5 +1,6 @@
 /** Structured JSON logging with pino; pretty output only when asked. */
 import pino, { type Logger, type LoggerOptions } from 'pino';
+import { traceFields } from './telemetry/tracing.ts';
 
 export type { Logger };
 
@@ -19,6 +20,8 @@ function loggerOptions(s: LoggerSettings): LoggerOptions {
     base: { service: s.service, instance_id: s.instanceId },
     timestamp: pino.stdTimeFunctions.isoTime,
     messageKey: 'msg',
+    // A line written inside a request or a message names its trace and span (tracing on; nothing to do when off).
+    mixin: traceFields,
     formatters: { level: (label) => ({ level: label }) },
     redact: {
       paths: [

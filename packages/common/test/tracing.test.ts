@@ -1,12 +1,29 @@
 /**
  * When tracing is on: only with an OTLP endpoint (or an exporter a test gives), never with OTEL_SDK_DISABLED; off,
  * nothing is started, and the apps' hooks and the outbox's trace context stay out of the way (the outbox test checks
- * that an event keeps none). tests/tracing.test.ts follows one rental through every hop with tracing on.
+ * that an event keeps none). On, the platform's fraction of traces is kept by the trace ID whatever a caller's flag
+ * says, through a real app; and every line logged inside a request or a NATS message names its trace and span.
+ * tests/tracing.test.ts follows one rental through every hop with tracing on.
  */
-import { propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api';
+import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { context, propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import { describe, expect, it } from 'vitest';
-import { startTracing, tracingConfigured, tracingOn } from '../src/index.ts';
+import { z } from 'zod';
+import {
+  activeTraceContext,
+  baseConfigSchema,
+  connectPublisher,
+  createApp,
+  createLogger,
+  type NatsPublisher,
+  startDurableConsumer,
+  startTracing,
+  tracingConfigured,
+  tracingOn,
+} from '../src/index.ts';
+import { captureLogs, testEnv } from '../src/testing/index.ts';
 
 describe('tracing configuration', () => {
   it('is on with an OTLP endpoint, for all signals or for traces, unless the SDK is disabled', () => {
@@ -48,5 +65,159 @@ describe('tracing on, with a caller in front', () => {
       await tracing?.shutdown();
     }
     expect(tracingOn()).toBe(false);
+  });
+});
+
+/**
+ * Trace IDs on either side of the fraction 0.5 as OpenTelemetry's TraceIdRatioBasedSampler decides it (the XOR of the
+ * ID's four 32-bit words against 0.5 x 0xffffffff): one the platform keeps, one it drops.
+ */
+const KEPT_AT_HALF = '0000000000000000000000000000abcd';
+const DROPPED_AT_HALF = 'ffffffff000000000000000000000001';
+const CALLER_SPAN = 'b7ad6b7169203331';
+
+/** An app of the platform's factory (access control off) whose route logs a line and answers what it would carry on. */
+async function tracedApp(logs: ReturnType<typeof captureLogs>) {
+  const app = await createApp({
+    service: 'traced-service',
+    description: 'test',
+    config: baseConfigSchema.parse({ access: { enabled: false } }),
+    logger: createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination }),
+  });
+  app.get('/work', async (request) => {
+    request.log.info('working on it');
+    return { carried: activeTraceContext()?.traceparent ?? null };
+  });
+  await app.ready();
+  return app;
+}
+
+describe("tracing on: a caller's sampled flag decides nothing", () => {
+  it('keeps the trace a caller marked not sampled when its ID is in the fraction, and drops one marked sampled when not', async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter, env: { OTEL_TRACES_SAMPLER_ARG: '0.5' } });
+    const logs = captureLogs();
+    const app = await tracedApp(logs);
+    try {
+      const call = async (traceId: string, flags: '00' | '01') => {
+        const res = await app.inject({
+          url: '/work',
+          headers: { traceparent: `00-${traceId}-${CALLER_SPAN}-${flags}`, 'x-request-id': `${traceId}-${flags}` },
+        });
+        expect(res.statusCode).toBe(200);
+        const spans = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
+        const lines = logs.lines().filter((l) => l.request_id === `${traceId}-${flags}`);
+        return { carried: res.json().carried as string, spans, lines };
+      };
+
+      // A caller that says "not sampled", its trace ID in the platform's half: traced, under the caller's span.
+      const unsampled = await call(KEPT_AT_HALF, '00');
+      expect(unsampled.spans.map((s) => s.name)).toEqual(['GET /work']);
+      expect(unsampled.spans[0]?.parentSpanContext?.spanId).toBe(CALLER_SPAN);
+      const server = unsampled.spans[0]!.spanContext().spanId;
+      expect(unsampled.carried).toBe(`00-${KEPT_AT_HALF}-${server}-01`);
+
+      // A caller that says "sampled", its trace ID outside that half: not traced, and carried on as not kept, so
+      // that the next hop decides alike.
+      const sampled = await call(DROPPED_AT_HALF, '01');
+      expect(sampled.spans).toEqual([]);
+      expect(sampled.carried).toMatch(new RegExp(`^00-${DROPPED_AT_HALF}-[0-9a-f]{16}-00$`));
+
+      // Every line of either request names its trace and span, kept or not.
+      for (const [traceId, { lines, carried }] of [
+        [KEPT_AT_HALF, unsampled],
+        [DROPPED_AT_HALF, sampled],
+      ] as const) {
+        const spanId = carried.split('-')[2];
+        expect(lines.map((l) => l.msg)).toEqual(['incoming request', 'working on it', 'request completed']);
+        for (const line of lines) expect(line, String(line.msg)).toMatchObject({ trace_id: traceId, span_id: spanId });
+      }
+    } finally {
+      await app.close();
+      await tracing?.shutdown();
+    }
+  });
+
+  it('names no trace in log lines when tracing is off', async () => {
+    const logs = captureLogs();
+    const app = await tracedApp(logs);
+    try {
+      const res = await app.inject({ url: '/work', headers: { traceparent: `00-${KEPT_AT_HALF}-${CALLER_SPAN}-01` } });
+      expect(res.json().carried).toBeNull();
+      expect(logs.lines().length).toBeGreaterThan(0);
+      for (const line of logs.lines()) expect(line).not.toHaveProperty('trace_id');
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('tracing on: NATS messages', () => {
+  it("logs each message's lines with its trace: the sender's when it carries one, else one of its own", async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter });
+    const logs = captureLogs();
+    const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
+    const suffix = randomBytes(4).toString('hex');
+    const stream = `TEST_TRACED_${suffix}`;
+    const publisher = (await connectPublisher({
+      url: testEnv.natsUrl,
+      name: 'traced-consumer-test',
+      stream: { name: stream, subjects: [`test.traced.${suffix}.>`] },
+    })) as NatsPublisher;
+    const handled: string[] = [];
+    const consumer = startDurableConsumer({
+      connection: publisher.connection,
+      name: 'traced consumer',
+      what: 'test message',
+      durable: 'traced',
+      filter: `test.traced.${suffix}.>`,
+      stream: { ensure: stream },
+      schema: z.object({ id: z.string() }),
+      async handle(body) {
+        logger.info({ id: body.id }, 'handling');
+        handled.push(body.id);
+        return 'ack';
+      },
+      logger,
+    });
+    try {
+      await consumer.ready;
+      // One sent inside a trace (its producer's context in the headers), one sent outside any, one malformed.
+      const sender = trace.getTracer('sender').startSpan('send');
+      const senderContext = trace.setSpan(ROOT_CONTEXT, sender);
+      await context.with(senderContext, () => publisher.publish(`test.traced.${suffix}.a`, { id: 'traced' }));
+      sender.end();
+      await publisher.publish(`test.traced.${suffix}.b`, { id: 'untraced' });
+      await publisher.publish(`test.traced.${suffix}.c`, { nothing: true });
+      await expect.poll(() => handled.length, { timeout: 10_000 }).toBe(2);
+      await expect
+        .poll(() => logs.lines().filter((l) => l.msg === 'malformed test message dropped'), {
+          timeout: 10_000,
+        })
+        .toHaveLength(1);
+
+      const consumerSpans = () =>
+        exporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === 'traced consumer');
+      await expect.poll(() => consumerSpans().length, { timeout: 10_000 }).toBe(3);
+      const line = (id: string) => logs.lines().find((l) => l.msg === 'handling' && l.id === id)!;
+      // The traced message: its handler's line names the sender's trace and the consumer span under the sender's span.
+      const traced = consumerSpans().find((s) => s.spanContext().spanId === line('traced').span_id)!;
+      expect(traced.parentSpanContext?.spanId).toBe(sender.spanContext().spanId);
+      expect(line('traced').trace_id).toBe(sender.spanContext().traceId);
+      // The untraced one and the malformed one: each in a consumer span of a trace of its own.
+      const untraced = consumerSpans().find((s) => s.spanContext().spanId === line('untraced').span_id)!;
+      expect(untraced.parentSpanContext).toBeUndefined();
+      expect(line('untraced').trace_id).toBe(untraced.spanContext().traceId);
+      const malformed = logs.lines().find((l) => l.msg === 'malformed test message dropped')!;
+      const dropped = consumerSpans().find((s) => s.spanContext().spanId === malformed.span_id)!;
+      expect(dropped.status.code).toBe(2 /* ERROR */);
+      expect(new Set(consumerSpans().map((s) => s.spanContext().traceId)).size).toBe(3);
+    } finally {
+      await consumer.stop();
+      await (await jetstreamManager(publisher.connection)).streams.delete(stream).catch(() => {});
+      await publisher.close();
+      await tracing?.shutdown();
+    }
   });
 });

@@ -223,6 +223,8 @@ for (let i = 1; i < SESSIONS; i += 500) {
           hold_id: c.hold,
           lock_transaction_id: c.lock,
           started_at: now,
+          // The first session's own, as a JSON text (the column's insert type).
+          trace_context: first.session.trace_context && JSON.stringify(first.session.trace_context),
           created_at: now,
           updated_at: now,
         })),

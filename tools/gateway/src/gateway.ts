@@ -19,6 +19,11 @@
  *   before a byte goes on; a service's own 413 passes on as it is. Either closes the connection gracefully.
  * - Nothing is retried (a service's 503 reaches the caller, whose client decides); a service that cannot be reached
  *   or does not answer in time is a 502/503/504 problem naming the service, never its address.
+ * - Traces and metrics: with tracing on (`startTracing`, OTEL_EXPORTER_OTLP_ENDPOINT) a server span per request
+ *   (common's, as every service's: `GET /api/v1/billing/*`), its call to the service a client span under it whose
+ *   context the service's `traceparent` carries (the caller's own is not sent on: the service continues the trace
+ *   under the gateway's span); every log line of a request names its trace and span. `gateway_requests_total` and
+ *   `gateway_request_duration_seconds` (telemetry.ts) count every answer, at `GET /metrics` for operators only.
  */
 import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, STATUS_CODES } from 'node:http';
@@ -28,9 +33,12 @@ import { AppError } from '@gpu/common/errors';
 import { lingerBeforeClose } from '@gpu/common/oversized-body';
 import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
 import { correlationIdOf, saneId } from '@gpu/common/request-context';
+import { RequestLogController } from '@gpu/common/request-logging';
+import { traceFields, tracingHooks, tracingOn } from '@gpu/common/tracing';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
+import { GatewayMetrics, routeOf } from './telemetry.ts';
 
 export interface GatewayOptions {
   /** Each service's base URL (`http://127.0.0.1:8000`). */
@@ -47,6 +55,8 @@ export interface GatewayOptions {
   operators?: readonly string[];
   /** Pino level for the gateway's own log lines (one per request at `info`). */
   logLevel?: string;
+  /** Where its log lines go (standard output by default; tests read them). */
+  logStream?: { write(line: string): void };
 }
 
 /** The request's ID: the caller's when sane (common's rule, as every service's), else a new one. */
@@ -82,6 +92,12 @@ function upstreamFailure(error: { statusCode?: number; code?: string }): { statu
  */
 function forwardedHeaders(request: FastifyRequest, headers: Record<string, unknown>, host: string | undefined) {
   const { expect: _expect, 'x-real-ip': _realIp, forwarded: _forwarded, ...rest } = headers;
+  // Tracing on, the service continues the trace under the gateway's call (its client span's context, which the undici
+  // instrumentation sends), not under the caller's span: the caller's trace context is not sent as well.
+  if (tracingOn()) {
+    delete rest.traceparent;
+    delete rest.tracestate;
+  }
   return {
     ...rest,
     ...(host ? { host } : {}),
@@ -93,12 +109,36 @@ function forwardedHeaders(request: FastifyRequest, headers: Record<string, unkno
 
 /** The gateway's Fastify app (not listening). */
 export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstance> {
+  const logController = new RequestLogController();
   const app = Fastify({
-    logger: { level: opts.logLevel ?? 'info', base: { service: 'gateway' } },
+    // A line written inside a request names its trace and span (tracing on).
+    logger: {
+      level: opts.logLevel ?? 'info',
+      base: { service: 'gateway' },
+      mixin: traceFields,
+      ...(opts.logStream ? { stream: opts.logStream } : {}),
+    },
+    logController,
     genReqId: requestId,
     // Long downloads and uploads: no time limit of the gateway's own (the services keep theirs).
     requestTimeout: 0,
     return503OnClosing: true,
+  });
+  // A server span per request (tracing on), its first log line once the span exists.
+  await app.register(tracingHooks, { service: 'gateway' });
+  app.addHook('onRequest', (request, reply, done) => {
+    logController.incomingRequestNow(request, reply);
+    done();
+  });
+  const metrics = new GatewayMetrics();
+  app.addHook('onResponse', (request, reply, done) => {
+    metrics.observe({
+      ...routeOf(request.url.split('?')[0] ?? ''),
+      method: request.method,
+      status: reply.statusCode,
+      seconds: reply.elapsedTime / 1000,
+    });
+    done();
   });
   app.addHook('onRequest', async (request, reply) => {
     request.headers['x-request-id'] = request.id;
@@ -143,6 +183,14 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     if (isOperator(request.socket.remoteAddress)) return;
     return problem(reply, request, 403, 'OPERATORS_ONLY', "a service's health is for operators only");
   };
+  const metricsForOperators = async (request: FastifyRequest, reply: FastifyReply) => {
+    if (isOperator(request.socket.remoteAddress)) return;
+    return problem(reply, request, 403, 'OPERATORS_ONLY', "the gateway's metrics are for operators only");
+  };
+  // The gateway's metrics (telemetry.ts), for operators only: they tell who calls what how often.
+  app.get('/metrics', { preHandler: metricsForOperators }, async (_request, reply) =>
+    reply.type(metrics.contentType).send(await metrics.metrics()),
+  );
   for (const [service, prefixes] of Object.entries(ROUTES) as [Service, readonly string[]][]) {
     // A service's socket is named in the URL as @fastify/reply-from takes it; its Host is then a plain name.
     const socket = opts.socketDir ? path.join(opts.socketDir, `${service}.sock`) : undefined;

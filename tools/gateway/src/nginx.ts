@@ -3,12 +3,15 @@
  * the body limits, the problems, the request ID, the operators) run unchanged by the machine's nginx, in front of the
  * services' gateway sockets instead of compose's container names. Only the main file is `pnpm start`'s own: one
  * server on the platform's gateway port, an upstream per service on its Unix socket, the PID and temporary files in
- * the gateway's folder; and the access log is off (each service logs its requests with the request ID, as behind the
- * Node gateway). Why: a small request costs nginx 90-115 µs of CPU where it costs the Node gateway 165-295 µs
+ * the gateway's folder, the telemetry receiver's addresses (nginx-telemetry.ts: its lines, its metrics); and the access
+ * log is off (each service logs its requests with the request ID, as behind the Node gateway). Why: a small request costs nginx 90-115 µs of CPU where it costs the Node gateway 165-295 µs
  * (docs/benchmarks.md, "Gateway").
  *
  *   const nginx = findNginx();
- *   const { args } = writeNginxGateway({ dir, listen: '127.0.0.1:8080', upstreams: socketsIn(runDir) });
+ *   const { args } = writeNginxGateway({
+ *     dir, listen: '127.0.0.1:8080', upstreams: socketsIn(runDir),
+ *     telemetry: { syslog: '127.0.0.1:8080', metrics: `unix:${runDir}/gateway-telemetry.sock` },
+ *   });
  *   spawn(nginx.path, args);
  */
 import { spawnSync } from 'node:child_process';
@@ -84,6 +87,11 @@ export interface NginxGatewaySettings {
   /** Each service as nginx's `server` names it: `unix:/path/to/service.sock`, or `address:port`. */
   upstreams: Record<Service, string>;
   /**
+   * The gateway's telemetry receiver (nginx-telemetry.ts): where nginx sends its lines (`syslog`, UDP `address:port`)
+   * and where it serves the metrics nginx passes on at /metrics (`metrics`, as `upstreams`' values).
+   */
+  telemetry: { syslog: string; metrics: string };
+  /**
    * Who may read `/health/<service>`: addresses or CIDRs (the Node gateway's GATEWAY_OPERATORS); deploy/gateway's
    * operators.conf when absent. One that is neither throws, naming it.
    */
@@ -104,14 +112,21 @@ export function writeNginxGateway(settings: NginxGatewaySettings): { config: str
   for (const file of readdirSync(DEPLOY_GATEWAY_DIR).filter((f) => f.endsWith('.conf') && f !== 'nginx.conf')) {
     copyFileSync(path.join(DEPLOY_GATEWAY_DIR, file), path.join(included, file));
   }
-  // The access log off (each service logs its requests with the request ID; the Node gateway under pnpm start logs
-  // none either), and not opened at all: nginx cannot open /dev/stdout when its output is a socket, as the
-  // supervisor's is.
+  // The access log left out (each service logs its requests with the request ID; the Node gateway under pnpm start
+  // logs none either), and not opened at all: nginx cannot open /dev/stdout when its output is a socket, as the
+  // supervisor's is. The telemetry lines go to pnpm start's receiver.
   const httpConf = path.join(included, 'http.conf');
   const shipped = readFileSync(httpConf, 'utf8');
   const accessLog = /^access_log \/dev\/stdout platform;$/m;
-  if (!accessLog.test(shipped)) throw new Error(`${httpConf}: its access_log line is not the one expected`);
-  writeFileSync(httpConf, shipped.replace(accessLog, 'access_log off;'));
+  const telemetryLog = /^access_log syslog:server=gateway-telemetry:5514,/m;
+  if (!accessLog.test(shipped) || !telemetryLog.test(shipped))
+    throw new Error(`${httpConf}: its access_log lines are not the ones expected`);
+  writeFileSync(
+    httpConf,
+    shipped
+      .replace(accessLog, '# (pnpm start: no access log)')
+      .replace(telemetryLog, `access_log syslog:server=${settings.telemetry.syslog},`),
+  );
   if (settings.operators) {
     // Each as parsed (one that is not an address or a CIDR throws, as the Node gateway's), so nginx reads it alike.
     const allowed = settings.operators
@@ -120,10 +135,13 @@ export function writeNginxGateway(settings: NginxGatewaySettings): { config: str
       .join('');
     writeFileSync(path.join(included, 'operators.conf'), `# GATEWAY_OPERATORS\n${allowed}deny all;\n`);
   }
-  const upstreams = SERVICES.map(
-    (service) =>
-      `  upstream ${service} {\n    server ${quoted(settings.upstreams[service])};\n    keepalive 256;\n  }\n`,
-  ).join('');
+  const upstreams = [
+    ...SERVICES.map(
+      (service) =>
+        `  upstream ${service} {\n    server ${quoted(settings.upstreams[service])};\n    keepalive 256;\n  }\n`,
+    ),
+    `  upstream gateway-telemetry {\n    server ${quoted(settings.telemetry.metrics)};\n  }\n`,
+  ].join('');
   // Every file nginx writes in its own folder, none in the places built into it (/var/lib/nginx on Debian: made by
   // the package's first start as root, absent where nginx has never run and not this user's to write).
   mkdirSync(path.join(settings.dir, 'temp'), { recursive: true, mode: 0o700 });

@@ -3,11 +3,15 @@
  * services (default: the contract's ports on 127.0.0.1), or GATEWAY_SOCKET_DIR the folder of their gateway sockets
  * (`<folder>/<service>.sock`, as `pnpm start` runs them), PORT and HOST where it listens (8080, 127.0.0.1),
  * GATEWAY_OPERATORS the addresses or CIDRs (comma-separated) that may read `/health/<service>` (default: loopback and
- * the private networks), LOG_LEVEL its log. SIGTERM and SIGINT close it gracefully (requests in flight finish).
+ * the private networks), LOG_LEVEL its log, OTEL_EXPORTER_OTLP_ENDPOINT (and OpenTelemetry's other variables) its
+ * traces. SIGTERM and SIGINT close it gracefully (requests in flight finish).
  */
+import { startTracing } from '@gpu/common/tracing';
 import { buildGateway } from './gateway.ts';
 
 const env = process.env;
+// Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app: its server spans are made as it is built).
+const tracing = await startTracing({ service: 'gateway' });
 const local = (port: number) => `http://127.0.0.1:${port}`;
 const app = await buildGateway({
   upstreams: {
@@ -22,7 +26,10 @@ const app = await buildGateway({
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.once(signal, () => {
-    void app.close().then(() => process.exit(0));
+    void app
+      .close()
+      .then(() => tracing?.shutdown())
+      .then(() => process.exit(0));
   });
 }
 await app.listen({ port: Number(env.PORT || 8080), host: env.HOST || '127.0.0.1' });

@@ -20,6 +20,7 @@ import {
   startComposeNginx,
   startNodeGateway,
   startPlatformNginxGateway,
+  startReceiver,
   type Upstreams,
 } from './gateways.ts';
 import { startNginx } from './nginx.ts';
@@ -350,8 +351,8 @@ describe.each(engines)('the gateway: $name', (engine) => {
     }
   });
 
-  it('forwards nothing outside the route table: no /metrics, no docs, no way around by dot segments', async () => {
-    for (const path of ['/metrics', '/docs', '/objectsx', '/grants']) {
+  it("forwards nothing outside the route table: no service's /metrics, no docs, no way around by dot segments", async () => {
+    for (const path of ['/docs', '/objectsx', '/grants', '/metricsx']) {
       const res = await rawRequest(base, 'GET', path);
       expect(res.status, path).toBe(404);
       expect(JSON.parse(res.body), path).toMatchObject({ code: 'ROUTE_NOT_FOUND' });
@@ -382,6 +383,51 @@ describe.each(engines)('the gateway: $name', (engine) => {
     // Dots that are no segment of their own pass to the service as written.
     const dotted = await rawRequest(base, 'GET', '/objects/a..b');
     expect(dotted.status).toBe(401);
+  });
+
+  it('counts each answer in its own metrics, by upstream, route and status, served to operators only', async () => {
+    const id = `metrics-${randomUUID()}`;
+    expect((await fetch(`${base}/api/v1/pricing/rates`, { headers: { 'x-request-id': id } })).status).toBe(200);
+    expect((await fetch(`${base}/nowhere`)).status).toBe(404);
+    const series = (text: string, name: string, labels: string) =>
+      Number(new RegExp(`^${name}\\{${labels}\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+    const rates = 'upstream="billing",method="GET",route="/api/v1/pricing/\\*",status_code="200"';
+    const unmatched = 'upstream="gateway",method="GET",route="unmatched",status_code="404"';
+    // nginx's lines reach its telemetry receiver a moment after the answer.
+    let text = '';
+    await expect
+      .poll(
+        async () => {
+          const res = await fetch(`${base}/metrics`);
+          expect(res.status).toBe(200);
+          text = await res.text();
+          return Math.min(
+            series(text, 'gateway_requests_total', rates),
+            series(text, 'gateway_requests_total', unmatched),
+          );
+        },
+        { timeout: 10_000 },
+      )
+      .toBeGreaterThanOrEqual(1);
+    expect(series(text, 'gateway_request_duration_seconds_count', rates)).toBeGreaterThanOrEqual(1);
+    expect(text).toMatch(/^gateway_request_duration_seconds_bucket\{[^}]*le="0\.1"[^}]*\} \d+$/m);
+    // The gateway's own metrics, never a service's.
+    expect(text).not.toContain('http_requests_total');
+
+    // Anyone but an operator is refused (here 127.0.0.2 is the operators' network and 127.0.0.1 is not).
+    const guarded = await engine.start(upstreams(), { operators: ['127.0.0.2'] });
+    try {
+      const denied = await fetch(`${guarded.base}/metrics`);
+      expect(denied.status).toBe(403);
+      expect(denied.headers.get('content-type')).toContain('application/problem+json');
+      expect(await denied.json()).toMatchObject({
+        status: 403,
+        code: 'OPERATORS_ONLY',
+        detail: "the gateway's metrics are for operators only",
+      });
+    } finally {
+      await guarded.stop();
+    }
   });
 
   it("answers a service's health to operators only, in the problem shape", async () => {
@@ -426,8 +472,10 @@ describe.each(engines)('the gateway: $name', (engine) => {
       const port = await freePort();
       const s3 = new URL(`http://${storage.config.object_store.endpoint.replace(/^https?:\/\//, '')}`);
       const behind = await startService({ listen: true, objectStore: { public_endpoint: `http://127.0.0.1:${port}` } });
+      const receiver = await startReceiver();
       const nginx = await startNginx({
-        upstreams: { ...upstreams({ storage: behind.url }), minio: s3.origin },
+        upstreams: { ...upstreams({ storage: behind.url }), minio: s3.origin, 'gateway-telemetry': receiver.metricsAt },
+        telemetrySyslog: `127.0.0.1:${receiver.syslogPort}`,
         objectStorePort: port,
       });
       try {
@@ -453,8 +501,14 @@ describe.each(engines)('the gateway: $name', (engine) => {
         expect((await fetch(forged)).status).toBe(403);
         const logged = nginx.accessLog().map((line) => JSON.parse(line) as { request_id: string; status: number });
         expect(logged).toContainEqual(expect.objectContaining({ request_id: `upload-${key}`, status: 201 }));
+        // Each line names the request's trace and the gateway's span in it, as the services' lines do.
+        for (const line of logged) {
+          expect(line).toMatchObject({ trace_id: expect.stringMatching(/^[0-9a-f]{32}$/) });
+          expect(line).toMatchObject({ span_id: expect.stringMatching(/^[0-9a-f]{16}$/) });
+        }
       } finally {
         await nginx.stop();
+        await receiver.close();
         await behind.close();
       }
     },

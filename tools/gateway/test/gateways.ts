@@ -4,9 +4,11 @@
  * them) and docker-compose's nginx on its own files (./nginx.ts).
  */
 import { fileURLToPath } from 'node:url';
+import { createLogger } from '@gpu/common/logger';
 import { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from '@gpu/common/testing';
 import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
 import { socketsIn } from '../src/nginx.ts';
+import { type LineIds, type NginxTelemetry, startNginxTelemetry } from '../src/nginx-telemetry.ts';
 import { SERVICES, type Service } from '../src/routes.ts';
 import { startNginx, startPlatformNginx } from './nginx.ts';
 
@@ -18,6 +20,19 @@ export interface RunningGateway {
   /** The processes that carry the traffic. */
   pids: () => number[];
   stop: () => Promise<void>;
+}
+
+/** Options of an nginx gateway's start: who may read `/health/<service>` and `/metrics`; `ids`: make spans too. */
+interface NginxEngineOptions {
+  operators?: readonly string[];
+  /** The tracer's ID generator (tracing on in this process): the receiver makes the gateway's spans. */
+  ids?: LineIds;
+}
+
+/** The nginx gateways' telemetry receiver, in this process on loopback (free ports). */
+export function startReceiver(ids?: LineIds): Promise<NginxTelemetry> {
+  const logger = createLogger({ service: 'gateway-telemetry-test', instanceId: 't', level: 'warn' });
+  return startNginxTelemetry({ syslog: '127.0.0.1:0', metrics: '127.0.0.1:0', logger, ...(ids ? { ids } : {}) });
 }
 
 const SCRIPT = 'tools/gateway/src/server.ts';
@@ -65,25 +80,36 @@ export async function startNodeGateway(
 }
 
 /**
- * docker-compose's nginx on deploy/gateway's files, its workers carrying the traffic; with `operators`, those
- * addresses alone may read `/health/<service>` (operators.conf replaced).
+ * docker-compose's nginx on deploy/gateway's files, its workers carrying the traffic, with a telemetry receiver of its
+ * own in this process (nginx-telemetry.ts, as compose's `gateway-telemetry`); with `operators`, those addresses alone
+ * may read `/health/<service>` and `/metrics` (operators.conf replaced).
  */
-export async function startComposeNginx(
-  to: Upstreams,
-  opts: { operators?: readonly string[] } = {},
-): Promise<RunningGateway> {
+export async function startComposeNginx(to: Upstreams, opts: NginxEngineOptions = {}): Promise<RunningGateway> {
   const operators = opts.operators && `${opts.operators.map((a) => `allow ${a};\n`).join('')}deny all;\n`;
-  const nginx = await startNginx({ upstreams: to as Record<string, string>, ...(operators ? { operators } : {}) });
-  return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
+  const receiver = await startReceiver(opts.ids);
+  const nginx = await startNginx({
+    upstreams: { ...(to as Record<string, string>), 'gateway-telemetry': receiver.metricsAt },
+    telemetrySyslog: `127.0.0.1:${receiver.syslogPort}`,
+    ...(operators ? { operators } : {}),
+  });
+  return {
+    base: nginx.base,
+    pids: nginx.workers,
+    stop: async () => {
+      await nginx.stop();
+      await receiver.close();
+    },
+  };
 }
 
 /**
  * `pnpm start`'s nginx gateway (tools/gateway/src/nginx.ts, deploy/gateway's files): in front of the services at
- * their gateway sockets in `socketDir` as `pnpm start` runs it, else at their URLs (one left out is nowhere).
+ * their gateway sockets in `socketDir` as `pnpm start` runs it, else at their URLs (one left out is nowhere), with a
+ * telemetry receiver of its own in this process.
  */
 export async function startPlatformNginxGateway(
   to: Upstreams,
-  opts: { socketDir?: string; operators?: readonly string[] } = {},
+  opts: NginxEngineOptions & { socketDir?: string } = {},
 ): Promise<RunningGateway> {
   const upstreams = opts.socketDir
     ? socketsIn(opts.socketDir)
@@ -91,6 +117,17 @@ export async function startPlatformNginxGateway(
         Service,
         string
       >);
-  const nginx = await startPlatformNginx(upstreams, opts.operators ? { operators: opts.operators } : {});
-  return { base: nginx.base, pids: nginx.workers, stop: nginx.stop };
+  const receiver = await startReceiver(opts.ids);
+  const nginx = await startPlatformNginx(upstreams, {
+    ...(opts.operators ? { operators: opts.operators } : {}),
+    telemetry: { syslog: `127.0.0.1:${receiver.syslogPort}`, metrics: new URL(receiver.metricsAt).host },
+  });
+  return {
+    base: nginx.base,
+    pids: nginx.workers,
+    stop: async () => {
+      await nginx.stop();
+      await receiver.close();
+    },
+  };
 }

@@ -1,8 +1,9 @@
 /**
  * docker-compose's gateway, run from its own files (deploy/gateway) by Debian's nginx in front of services on
  * loopback: nginx.conf as compose mounts it, with only what a machine without Docker must change (the upstreams'
- * container names become addresses on 127.0.0.1, nothing re-resolves them, the listen ports are free ones), and the
- * included files (routes, problems, request IDs, operators) exactly as shipped.
+ * container names become addresses on 127.0.0.1, nothing re-resolves them, the listen ports are free ones, the
+ * telemetry receiver is one on loopback), and the included files (routes, problems, request IDs, operators, traces)
+ * exactly as shipped.
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,8 @@ export const gatewayDir = DEPLOY_GATEWAY_DIR;
 export interface NginxOptions {
   /** Base URLs (`http://127.0.0.1:port`) of the upstreams, by the container name compose gives them. */
   upstreams: Record<string, string>;
+  /** Where the telemetry lines go (UDP `address:port`), in place of compose's `gateway-telemetry:5514`. */
+  telemetrySyslog: string;
   /** A port for the object store's server (9000 in compose); a free one when absent. */
   objectStorePort?: number;
   /** operators.conf's content instead of the shipped one. */
@@ -53,7 +56,9 @@ export async function startNginx(opts: NginxOptions): Promise<NginxGateway> {
   mkdirSync(path.join(conf, 'gpu-platform'), { recursive: true });
   for (const file of readdirSync(gatewayDir).filter((f) => f.endsWith('.conf') && f !== 'nginx.conf')) {
     // The access log goes to a file: a test's stdout is a socket, which nginx cannot open as /dev/stdout.
-    const text = readFileSync(path.join(gatewayDir, file), 'utf8').replaceAll('/dev/stdout', `${dir}/access.log`);
+    const text = readFileSync(path.join(gatewayDir, file), 'utf8')
+      .replaceAll('/dev/stdout', `${dir}/access.log`)
+      .replaceAll('syslog:server=gateway-telemetry:5514,', `syslog:server=${opts.telemetrySyslog},`);
     writeFileSync(path.join(conf, 'gpu-platform', file), text);
   }
   if (opts.operators !== undefined) writeFileSync(path.join(conf, 'gpu-platform/operators.conf'), opts.operators);
@@ -81,7 +86,7 @@ export async function startNginx(opts: NginxOptions): Promise<NginxGateway> {
  */
 export async function startPlatformNginx(
   upstreams: Record<Service, string>,
-  opts: { operators?: readonly string[] } = {},
+  opts: { operators?: readonly string[]; telemetry: { syslog: string; metrics: string } },
 ): Promise<Omit<NginxGateway, 'accessLog'>> {
   const dir = mkdtempSync(path.join(tmpdir(), 'platform-nginx-'));
   const port = await freePort();

@@ -104,10 +104,14 @@ describe("docker-compose's nginx", () => {
         expect(upstreamOf(choose(all, `${prefix}x`)), `${prefix}x`).toBeNull();
       }
     }
-    // What is not in the table goes nowhere.
-    for (const uri of ['/', '/metrics', '/docs', '/api/v1', '/api/v1/providers', '/health/nobody']) {
+    // What is not in the table goes nowhere: no service's /metrics either; the gateway's own are its telemetry
+    // receiver's (tools/gateway/src/nginx-telemetry.ts), for operators only.
+    for (const uri of ['/', '/docs', '/api/v1', '/api/v1/providers', '/health/nobody', '/metricsx']) {
       expect(upstreamOf(choose(all, uri)), uri).toBeNull();
     }
+    const metrics = choose(all, '/metrics');
+    expect(upstreamOf(metrics)?.slice(1)).toEqual(['gateway-telemetry', '/metrics']);
+    expect(metrics?.body).toContain('include gpu-platform/operators.conf;');
   });
 
   it("refuses a body larger than the path's service takes, by the route table's limits", () => {

@@ -64,6 +64,7 @@ startOrExit(async () => {
         gpus,
         providerId: () => daemon.providerId,
         sessions: (id) => usage.runningSessions(id),
+        traces: usage.traces,
         // With NATS, billing's nudges on the machine's subject start and stop workloads at once.
         ...(publisher instanceof NatsPublisher
           ? {

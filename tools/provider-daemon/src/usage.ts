@@ -12,11 +12,16 @@
  * Over NATS when `nats_url` is set (subject `<usage_subject>.<session>`, the daemon's token in an `Authorization`
  * header, `Nats-Msg-Id` the message ID, acknowledged by JetStream); over HTTP (`POST /billing/usage-updates`, up to
  * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
+ *
+ * Each report continues its session's trace (`session-trace.ts`: the context billing hands with the session, in a
+ * span of the daemon's own when it traces): over HTTP a session's report then goes in a request of its own, which
+ * carries that trace; the reports of sessions without one share requests as before.
  */
 import { billingClient, type TokenSource, unwrap } from '@gpu/client';
 import { durationMs, type EventPublisher, type Logger, PAGE_LIMIT } from '@gpu/common';
 import type { DaemonConfig } from './config.ts';
 import type { GpuReading } from './gpu/nvidia-smi.ts';
+import { SessionTraces, type TraceContext } from './session-trace.ts';
 
 const MINUTE_MS = 60_000;
 const MAX_REPORTS_PER_REQUEST = 256;
@@ -72,6 +77,8 @@ export interface UsageReporterDeps {
 
 export class UsageReporter {
   private readonly billing;
+  /** The trace of each session billing listed (the workload runner's reports continue it too). */
+  readonly traces = new SessionTraces();
 
   constructor(private readonly deps: UsageReporterDeps) {
     this.billing = billingClient({
@@ -91,9 +98,10 @@ export class UsageReporter {
           query: { provider_id: providerId, status: ['running'], limit: PAGE_LIMIT.max, ...(cursor ? { cursor } : {}) },
         },
       });
-      sessions.push(
-        ...unwrap(result).map((s) => ({ id: s.id, gpuIndices: s.gpu_indices ?? null, workload: s.workload === true })),
-      );
+      for (const s of unwrap(result)) {
+        sessions.push({ id: s.id, gpuIndices: s.gpu_indices ?? null, workload: s.workload === true });
+        this.traces.remember(s.id, s.trace_context);
+      }
       // The platform's paging contract: the next page's cursor is in `X-Next-Cursor`, absent on the last page.
       cursor = result.response.headers.get('x-next-cursor') ?? undefined;
     } while (cursor);
@@ -110,10 +118,12 @@ export class UsageReporter {
       const prefix = this.deps.config.usage_subject;
       const sent = await Promise.allSettled(
         reports.map((r) =>
-          this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
-            msgId: r.message_id,
-            headers: { Authorization: authorization },
-          }),
+          this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
+            this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
+              msgId: r.message_id,
+              headers: { ...trace, Authorization: authorization },
+            }),
+          ),
         ),
       );
       sent.forEach((s, i) => {
@@ -128,16 +138,22 @@ export class UsageReporter {
     } else {
       overHttp.push(...reports);
     }
-    for (let i = 0; i < overHttp.length; i += MAX_REPORTS_PER_REQUEST) {
-      const answer = unwrap(
-        await this.billing.POST('/api/v1/billing/usage-updates', {
-          body: { reports: overHttp.slice(i, i + MAX_REPORTS_PER_REQUEST) },
-        }),
-      );
-      for (const r of answer.results) {
-        if (r.status >= 400) this.deps.logger.warn({ result: r }, 'billing refused a usage report');
-      }
+    // A traced session's report in a request of its own, in its trace; the others together, as many as a request takes.
+    const untraced = overHttp.filter((r) => !this.traces.of(r.session_id));
+    for (const r of overHttp.filter((r) => this.traces.of(r.session_id))) {
+      await this.traces.report(r.session_id, 'report usage', 'internal', (trace) => this.post([r], trace));
+    }
+    for (let i = 0; i < untraced.length; i += MAX_REPORTS_PER_REQUEST) {
+      await this.post(untraced.slice(i, i + MAX_REPORTS_PER_REQUEST), {});
     }
     return reports.length;
+  }
+
+  /** Sends reports in one request (`headers`: the trace context it carries, if any); logs those billing refused. */
+  private async post(reports: UsageReport[], headers: TraceContext): Promise<void> {
+    const answer = unwrap(await this.billing.POST('/api/v1/billing/usage-updates', { body: { reports }, headers }));
+    for (const r of answer.results) {
+      if (r.status >= 400) this.deps.logger.warn({ result: r }, 'billing refused a usage report');
+    }
   }
 }

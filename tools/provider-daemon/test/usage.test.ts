@@ -2,16 +2,27 @@
  * The daemon's usage reports against the real auth service, the real provider registry and billing asking that
  * registry: a renter rents the daemon's machine, the daemon finds the session and reports its usage over HTTP and
  * over NATS JetStream, once per minute whatever the retries and restarts; a daemon process killed with SIGKILL and
- * started again finds its machine and the running session, and reports on.
+ * started again finds its machine and the running session, and reports on. A daemon that does not trace carries the
+ * session's trace context, as billing handed it, on every report (tests/tracing.test.ts: one that traces).
  */
 import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TokenSource } from '@gpu/client';
-import { connectPublisher, createLogger, type EventPublisher, NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import {
+  connectPublisher,
+  createLogger,
+  type EventPublisher,
+  type NatsPublisher,
+  NoopPublisher,
+  UNCHECKED_PRINCIPAL,
+} from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../../../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
@@ -230,6 +241,87 @@ describe('provider daemon usage reports', () => {
       expect((await records(sessionId)).length).toBe(2);
     } finally {
       await consumer.stop();
+    }
+  });
+});
+
+/** A plain HTTP proxy in front of billing that notes each request's headers (what the daemon sent). */
+async function recordingProxy(): Promise<{
+  url: string;
+  seen: { method?: string; url?: string; headers: IncomingHttpHeaders }[];
+  close(): Promise<void>;
+}> {
+  const seen: { method?: string; url?: string; headers: IncomingHttpHeaders }[] = [];
+  const server = createServer((req, res) => {
+    seen.push({ method: req.method, url: req.url, headers: req.headers });
+    const upstream = request(`${billingUrl}${req.url}`, { method: req.method, headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode ?? 502, answer.headers);
+      answer.pipe(res);
+    });
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    seen,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe("the session's trace on a daemon's reports", () => {
+  it('carries the trace context billing handed with the session, over NATS and HTTP, when the daemon does not trace', async () => {
+    const prefix = `daemon-trace-${randomUUID().slice(0, 8)}.usage`;
+    const stream = `USAGE_TRACE_${randomUUID().slice(0, 8)}`;
+    const publisher = (await connectPublisher({
+      url: testEnv.natsUrl,
+      name: 'daemon-trace-test',
+      stream: { name: stream, subjects: [`${prefix}.>`] },
+    })) as NatsPublisher;
+    const proxy = await recordingProxy();
+    try {
+      const h100 = { name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559, power_limit_w: 700, power_draw_w: 610 };
+      const gpu = { source: 'simulated', simulated_gpus: [h100, h100] };
+      const { usage, providerId } = await daemonOnMachine(publisher, {
+        usage_subject: prefix,
+        billing_url: proxy.url,
+        gpu,
+      });
+      const traced = await rent(providerId);
+      const untraced = await rent(providerId);
+      // Billing traced the start of one of them (tracing is off in this process: its column, as a tracing billing
+      // writes it).
+      const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+      await sql`UPDATE rental_sessions SET trace_context = ${JSON.stringify({ traceparent, tracestate: 'gpu=1' })}::jsonb
+        WHERE id = ${traced}`.execute(billing.db);
+      const readings = await gpuSource(config({ gpu }).gpu).read();
+
+      // Over NATS: each message's headers (a plain subscriber sees what JetStream stored).
+      const subscription = publisher.connection.subscribe(`${prefix}.>`, { max: 2 });
+      expect(await usage.report(providerId, readings, aheadOfNow())).toBe(2);
+      const headers = new Map<string, { traceparent?: string; tracestate?: string }>();
+      for await (const msg of subscription) {
+        headers.set(msg.subject.split('.').pop()!, {
+          traceparent: msg.headers?.get('traceparent') || undefined,
+          tracestate: msg.headers?.get('tracestate') || undefined,
+        });
+      }
+      expect(headers.get(traced)).toEqual({ traceparent, tracestate: 'gpu=1' });
+      expect(headers.get(untraced)).toEqual({ traceparent: undefined, tracestate: undefined });
+
+      // NATS gone, over HTTP: the traced session's report in a request of its own, carrying the context; the other's
+      // without one.
+      await publisher.close();
+      proxy.seen.length = 0;
+      expect(await usage.report(providerId, readings, new Date(aheadOfNow().getTime() + 60_000))).toBe(2);
+      const posts = proxy.seen.filter((r) => r.method === 'POST' && r.url === '/api/v1/billing/usage-updates');
+      expect(posts.map((r) => r.headers.traceparent ?? 'none').sort()).toEqual([traceparent, 'none'].sort());
+      expect(posts.find((r) => r.headers.traceparent)?.headers.tracestate).toBe('gpu=1');
+      // Applied (the NATS ones wait in their stream: no consumer here).
+      expect((await records(traced)).length).toBe(1);
+      expect((await records(untraced)).length).toBe(1);
+    } finally {
+      await publisher.close();
+      await proxy.close();
     }
   });
 });

@@ -1280,6 +1280,11 @@ export interface components {
             /** @enum {string} */
             status: "active" | "grace_period" | "completed" | "terminated";
             total_cost: string;
+            /** @description the W3C trace context of the request that started the session (tracing on; null when it was off): the session's trace, which its provider daemon's usage and workload reports continue (docs/conventions.md); absent in events recorded before it existed */
+            trace_context?: {
+                traceparent: string;
+                tracestate?: string;
+            } | null;
             /** Format: uuid */
             user_id: string;
             /** Format: uuid */

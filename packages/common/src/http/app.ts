@@ -8,7 +8,6 @@ import cors from '@fastify/cors';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
-  LogController,
   type RawReplyDefaultExpression,
   type RawRequestDefaultExpression,
   type RawServerDefault,
@@ -30,6 +29,7 @@ import { installErrorHandling } from './error-handler.ts';
 import { onClientError, onFrameworkError } from './framework-errors.ts';
 import { type HealthCheck, healthPlugin } from './health.ts';
 import { LazyRequestLogger } from './lazy-logger.ts';
+import { RequestLogController } from './log-controller.ts';
 import { metricsPlugin } from './metrics.ts';
 import { refuseNulCharacters } from './nul-characters.ts';
 import { JSON_BODY_LIMIT, lingerBeforeClose } from './oversized-body.ts';
@@ -152,11 +152,12 @@ function trustProxySetting(proxies: string[]): boolean | string[] {
 export async function createApp(opts: CreateAppOptions): Promise<App> {
   const { config } = opts;
   const trustProxy = trustProxySetting(config.server.trusted_proxies);
+  const logController = new RequestLogController({ requestIdLogLabel: 'request_id' });
   const app = Fastify({
     loggerInstance: opts.logger,
     genReqId,
     requestIdHeader: false,
-    logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    logController,
     trustProxy,
     bodyLimit: opts.bodyLimit ?? JSON_BODY_LIMIT,
     forceCloseConnections: 'idle',
@@ -226,6 +227,11 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
   await app.register(requestContext, { trustedProxies: trustProxy });
   // A span per request when tracing is on (before access control: a refused request is traced too).
   await app.register(tracingHooks, { service: opts.service });
+  // The request's first log line, once its span exists: it names the trace and span as every later line does.
+  app.addHook('onRequest', (request, reply, done) => {
+    logController.incomingRequestNow(request, reply);
+    done();
+  });
   await app.register(accessControl, {
     verifier,
     publicPaths,

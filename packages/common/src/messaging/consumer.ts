@@ -23,7 +23,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import { Gauge } from 'prom-client';
 import type { ZodType } from 'zod';
-import { inSpanOf, tracingOn } from '../telemetry/tracing.ts';
+import { inSpanOf, markSpanFailed, tracingOn } from '../telemetry/tracing.ts';
 import { awaitStream, ensureStream } from './stream.ts';
 
 /** What becomes of a handled message. */
@@ -223,11 +223,17 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
   };
 }
 
-/** The W3C trace context a message's headers carry, if any. */
-function traceHeaders(msg: JsMsg): Record<string, string> | undefined {
-  const traceparent = msg.headers?.get('traceparent');
+/**
+ * The W3C trace context a NATS message's headers carry (tracing on; undefined when off, or when they carry none): what
+ * a consumer's span continues.
+ */
+export function messageTraceContext(
+  headers: { get(name: string): string } | undefined,
+): Record<string, string> | undefined {
+  if (!tracingOn()) return undefined;
+  const traceparent = headers?.get('traceparent');
   if (!traceparent) return undefined;
-  const tracestate = msg.headers?.get('tracestate');
+  const tracestate = headers?.get('tracestate');
   return tracestate ? { traceparent, tracestate } : { traceparent };
 }
 
@@ -261,28 +267,37 @@ export function consumerPendingGauge(
   });
 }
 
-/** Decodes one message, lets the handler apply it, and settles it by the outcome. */
-async function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<void> {
+/**
+ * Decodes one message, lets the handler apply it, and settles it by the outcome, all in a consumer span (tracing on):
+ * in the publisher's trace when the message carries one, else in a trace of its own, so that every line logged for
+ * the message (the handler's, a malformed message's, a retry's) names a trace.
+ */
+function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<void> {
+  return inSpanOf(
+    messageTraceContext(msg.headers),
+    `process ${msg.subject}`,
+    { kind: 'consumer', tracer: opts.name, attributes: { 'messaging.destination.name': msg.subject }, untraced: 'new' },
+    () => settleIn(opts, msg),
+  );
+}
+
+async function settleIn<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<void> {
   let body: T;
   try {
     body = opts.schema.parse(msg.json());
   } catch (err) {
     opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, `malformed ${opts.what} dropped`);
+    markSpanFailed(err);
     opts.onMalformed?.();
     msg.term();
     return;
   }
   let outcome: Settlement;
   try {
-    // In the publisher's trace when the message carries one (tracing on): a consumer span, the handler inside it.
-    outcome = await inSpanOf(
-      tracingOn() ? traceHeaders(msg) : undefined,
-      `process ${msg.subject}`,
-      { kind: 'consumer', tracer: opts.name, attributes: { 'messaging.destination.name': msg.subject } },
-      () => opts.handle(body, msg),
-    );
+    outcome = await opts.handle(body, msg);
   } catch (err) {
     opts.logger.warn({ err: (err as Error).message, subject: msg.subject }, `${opts.what} failed; will retry`);
+    markSpanFailed(err);
     outcome = 'retry';
   }
   if (outcome === 'retry' && msg.info.deliveryCount >= (opts.maxDeliver ?? DEFAULT_MAX_DELIVER)) {

@@ -2,6 +2,7 @@ export {
   consumerPendingGauge,
   type DurableConsumer,
   type DurableConsumerOptions,
+  messageTraceContext,
   type Settlement,
   startDurableConsumer,
 } from './consumer.ts';

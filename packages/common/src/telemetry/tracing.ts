@@ -10,8 +10,10 @@
  * test per request and per message.
  * On, spans go out in batches over OTLP/HTTP (protobuf) to the endpoint, named by `OTEL_SERVICE_NAME` (default: the
  * service's registry name); `OTEL_TRACES_SAMPLER_ARG` is the fraction of traces kept (default 1), decided by the
- * trace ID alike in every service, for traces a caller began as well (a caller's "sampled" flag forces nothing).
- * Only the W3C trace context travels, never a caller's baggage, and only that of traces kept.
+ * trace ID alike in every service, for traces a caller began as well: a caller's flag, sampled or not, neither forces
+ * a trace to be kept nor keeps it from being kept. Only the W3C trace context travels, never a caller's baggage; a
+ * trace not kept travels too (flag 00), so that every hop decides it alike and every log line names its trace
+ * (`traceFields`, the loggers' mixin).
  */
 import {
   type Context,
@@ -21,11 +23,10 @@ import {
   type Span,
   SpanKind,
   SpanStatusCode,
-  TraceFlags,
   type Tracer,
   trace,
 } from '@opentelemetry/api';
-import type { SpanExporter } from '@opentelemetry/sdk-trace';
+import type { IdGenerator, SpanExporter } from '@opentelemetry/sdk-trace';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 
@@ -43,6 +44,11 @@ export interface TracingOptions {
   env?: NodeJS.ProcessEnv;
   /** Where spans go instead of OTLP, each as it ends (tests: the SDK's in-memory exporter). Starts tracing. */
   exporter?: SpanExporter;
+  /**
+   * The IDs of new spans and traces (default: random ones): for spans made after the fact with the IDs another
+   * program gave them (the gateway's telemetry receiver, from nginx's lines).
+   */
+  idGenerator?: IdGenerator;
 }
 
 /** Whether tracing is configured by the environment. */
@@ -80,13 +86,16 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | unde
   ]);
   const exporter = opts.exporter ?? new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
   // The fraction of traces kept is decided by the trace ID, the same way in every service, for traces a caller began
-  // too: a caller's "sampled" flag cannot force every request it sends to be traced (a cost any client could impose).
+  // too: a caller's "sampled" flag cannot force every request it sends to be traced (a cost any client could impose),
+  // nor can its "not sampled" flag keep the platform from tracing its share (the platform's own hops, each deciding by
+  // the same ID, agree with one another whatever flag a caller or another hop sent).
   const ratio = new sdk.TraceIdRatioBasedSampler(samplingRatio(env));
   const provider = new sdk.TracerProvider({
     resource: resources.resourceFromAttributes({
       [semconv.ATTR_SERVICE_NAME]: env.OTEL_SERVICE_NAME || opts.service,
     }),
-    sampler: new sdk.ParentBasedSampler({ root: ratio, remoteParentSampled: ratio }),
+    sampler: new sdk.ParentBasedSampler({ root: ratio, remoteParentSampled: ratio, remoteParentNotSampled: ratio }),
+    ...(opts.idGenerator ? { idGenerator: opts.idGenerator } : {}),
     spanProcessors: [
       opts.exporter ? new sdk.SimpleSpanProcessor({ exporter }) : new sdk.BatchSpanProcessor({ exporter }),
     ],
@@ -120,34 +129,75 @@ export function tracingOn(): boolean {
 
 const tracer = (name: string): Tracer => trace.getTracer(name);
 
-/** A carrier of the active trace context (`traceparent`, `tracestate`), or undefined when tracing is off. */
+/**
+ * A carrier of the active trace context (`traceparent`, `tracestate`), or undefined when tracing is off or no span is
+ * active. A trace not kept is carried too (its flag says so): the next hop decides it by the same trace ID, and its
+ * log lines name the same trace.
+ */
 export function activeTraceContext(): Record<string, string> | undefined {
   if (!on) return undefined;
   const span = trace.getSpan(context.active());
-  // A trace not kept needs nothing carried on (it would only cost a column and headers).
-  if (!span || (span.spanContext().traceFlags & TraceFlags.SAMPLED) === 0) return undefined;
+  if (!span || !trace.isSpanContextValid(span.spanContext())) return undefined;
   const carrier: Record<string, string> = {};
   propagation.inject(context.active(), carrier);
   return carrier.traceparent ? carrier : undefined;
 }
 
 /**
+ * The active span's `trace_id` and `span_id`, for a log line (every logger's mixin, logger.ts): a line written inside a
+ * request or a message names its trace and span, kept or not. None when tracing is off or outside any span.
+ */
+export function traceFields(): { trace_id?: string; span_id?: string } {
+  if (!on) return {};
+  const span = trace.getSpan(context.active());
+  if (!span) return {};
+  const { traceId, spanId } = span.spanContext();
+  return trace.isSpanContextValid(span.spanContext()) ? { trace_id: traceId, span_id: spanId } : {};
+}
+
+/** Marks the active span failed (tracing on), with the error that made it so, for work that goes on after it. */
+export function markSpanFailed(err: unknown): void {
+  if (!on) return;
+  const span = trace.getSpan(context.active());
+  if (!span) return;
+  if (err instanceof Error) span.recordException(err);
+  span.setStatus({ code: SpanStatusCode.ERROR, ...(err instanceof Error ? { message: err.message } : {}) });
+}
+
+/** A span `inSpanOf` makes. */
+export interface SpanOptions {
+  kind: 'producer' | 'consumer' | 'internal';
+  /** The tracer's name (the instrumentation scope: the service, the consumer, `outbox-relay`). */
+  tracer: string;
+  attributes?: Record<string, string | number>;
+  /**
+   * Without a carried trace context: `none` (the default) runs `fn` in no trace, `new` in a span of a trace of its own
+   * (a message is a unit of work: its log lines name a trace as a request's do).
+   */
+  untraced?: 'none' | 'new';
+}
+
+const SPAN_KINDS = { producer: SpanKind.PRODUCER, consumer: SpanKind.CONSUMER, internal: SpanKind.INTERNAL } as const;
+
+/**
  * Runs `fn` in a span of its own whose parent is the trace context `carrier` holds (an outbox event's, a message's
- * headers), ending it with `fn`'s outcome; `fn` alone when tracing is off or there is no context.
+ * headers, a session's), ending it with `fn`'s outcome; `fn` alone when tracing is off, and when there is no context
+ * unless `untraced: 'new'`.
  */
 export async function inSpanOf<T>(
   carrier: Record<string, string> | undefined,
   name: string,
-  opts: { kind: 'producer' | 'consumer'; tracer: string; attributes?: Record<string, string | number> },
+  opts: SpanOptions,
   fn: () => Promise<T>,
 ): Promise<T> {
   if (!on) return fn();
-  // Untraced work runs in no trace: not in that of whatever request woke the relay or the consumer.
-  if (!carrier?.traceparent) return context.with(ROOT_CONTEXT, fn);
-  const parent = propagation.extract(ROOT_CONTEXT, carrier);
+  // Untraced work runs in no trace, or in one of its own: never in that of whatever request woke the relay or the
+  // consumer.
+  if (!carrier?.traceparent && opts.untraced !== 'new') return context.with(ROOT_CONTEXT, fn);
+  const parent = carrier?.traceparent ? propagation.extract(ROOT_CONTEXT, carrier) : ROOT_CONTEXT;
   const span = tracer(opts.tracer).startSpan(
     name,
-    { kind: opts.kind === 'producer' ? SpanKind.PRODUCER : SpanKind.CONSUMER, attributes: opts.attributes },
+    { kind: SPAN_KINDS[opts.kind], attributes: opts.attributes },
     parent,
   );
   try {
@@ -212,14 +262,18 @@ export const tracingHooks = fp(
     app.addHook('preValidation', enter);
     app.addHook('preHandler', enter);
     app.addHook('onResponse', (request, reply, done) => {
-      const span = request.traceSpan?.span;
-      if (span) {
-        span.setAttribute('http.response.status_code', reply.statusCode);
-        if (reply.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
-        span.end();
-        request.traceSpan = undefined;
+      const traced = request.traceSpan;
+      if (!traced) return done();
+      traced.span.setAttribute('http.response.status_code', reply.statusCode);
+      if (reply.statusCode >= 500) traced.span.setStatus({ code: SpanStatusCode.ERROR });
+      request.traceSpan = undefined;
+      // The hooks after this one and the request's last log line ("request completed") run in the span's context, so
+      // that they name it; it ends once they are under way.
+      try {
+        context.with(traced.context, done);
+      } finally {
+        traced.span.end();
       }
-      done();
     });
     app.addHook('onRequestAbort', (request, done) => {
       const span = request.traceSpan?.span;

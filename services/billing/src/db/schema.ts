@@ -180,6 +180,11 @@ export interface RentalSessionTable {
   workload: Generated<boolean>;
   /** When a workload session's billing started (its workload ran); null until then, and for other sessions. */
   billed_from: Date | null;
+  /**
+   * The W3C trace context of the request that started it (`traceparent`, `tracestate`; migration 0025): its daemon's
+   * reports continue that trace. Null when tracing was off.
+   */
+  trace_context: ColumnType<Record<string, string> | null, string | null | undefined, never>;
   created_at: Timestamp;
   updated_at: Timestamp;
 }

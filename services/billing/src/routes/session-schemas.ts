@@ -106,6 +106,15 @@ export const sessionSchema = z
         "when billing's clock started: `started_at`, or for a workload session when its workload was reported " +
           'running (null until then: nothing is billed before)',
       ),
+    trace_context: z
+      .object({ traceparent: z.string(), tracestate: z.string().optional() })
+      .nullable()
+      .optional()
+      .describe(
+        'the W3C trace context of the request that started the session (tracing on; null when it was off): the ' +
+          "session's trace, which its provider daemon's usage and workload reports continue (docs/conventions.md); " +
+          'absent in events recorded before it existed',
+      ),
   })
   .register(schemas, { id: 'Session' });
 

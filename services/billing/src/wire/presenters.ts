@@ -108,7 +108,14 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     end_reason: s.end_reason,
     workload: s.workload,
     billed_from: isoOrNull(billedFrom(s)),
+    trace_context: traceContextJson(s.trace_context),
   };
+}
+
+/** A stored trace context as the wire carries it: `traceparent`, and `tracestate` when there is one. */
+function traceContextJson(stored: Record<string, string> | null) {
+  if (!stored?.traceparent) return null;
+  return { traceparent: stored.traceparent, ...(stored.tracestate ? { tracestate: stored.tracestate } : {}) };
 }
 
 /** A session event as NATS carries it: its ID, kind and time, then its data (`session`, `billing_record`). */

@@ -21,8 +21,10 @@ import {
   type AppError,
   errors,
   hasRole,
+  inSpanOf,
   isRefusal,
   type Logger,
+  messageTraceContext,
   type NatsPublisher,
   principalOf,
   statusOf,
@@ -160,7 +162,18 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
         return;
       }
       inHand++;
-      void apply(msg).then((answer) => {
+      // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
+      void inSpanOf(
+        messageTraceContext(msg.headers),
+        `process ${msg.subject}`,
+        {
+          kind: 'consumer',
+          tracer: 'heartbeat subscriber',
+          attributes: { 'messaging.destination.name': msg.subject },
+          untraced: 'new',
+        },
+        () => apply(msg),
+      ).then((answer) => {
         if (answersTo(msg.reply) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
         if (--inHand === 0) drained?.();
       });

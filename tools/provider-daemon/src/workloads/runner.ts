@@ -34,6 +34,7 @@ import { durationMs, type Logger, maxOutputPathBytes, type WorkloadSpec, workloa
 import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
+import type { SessionTraces, TraceContext } from '../session-trace.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import { commandProblem } from './command.ts';
@@ -66,6 +67,8 @@ export interface WorkloadRunnerDeps {
   providerId: () => string | undefined;
   /** The sessions running on the machine (billing's list). */
   sessions: (providerId: string) => Promise<RunningSession[]>;
+  /** Each session's trace, which its reports continue (`session-trace.ts`; filled by the list above). */
+  traces?: SessionTraces;
   /** The clock of paid time (tests move it by hand); `Date.now` by default. */
   now?: () => number;
   /**
@@ -632,10 +635,14 @@ export class WorkloadRunner {
    */
   private async post(sessionId: string, report: Report): Promise<'taken' | 'never' | 'later'> {
     try {
-      const result = await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/state', {
-        params: { path: { sessionID: sessionId } },
-        body: report,
-      });
+      const send = (headers: TraceContext) =>
+        this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/state', {
+          params: { path: { sessionID: sessionId } },
+          body: report,
+          headers,
+        });
+      const name = `report workload ${report.state}`;
+      const result = await (this.deps.traces?.report(sessionId, name, 'internal', send) ?? send({}));
       const status = result.response.status;
       if (result.response.ok) return 'taken';
       if (status === 404 || status === 409) {

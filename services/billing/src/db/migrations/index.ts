@@ -24,6 +24,7 @@ import { payoutPauseMigration } from './0021-payout-pause.ts';
 import { auditChainMigration } from './0022-audit-chain.ts';
 import { sessionDaemonClientMigration } from './0023-session-daemon-client.ts';
 import { workloadRefusedOutputsMigration } from './0024-workload-refused-outputs.ts';
+import { sessionTraceContextMigration } from './0025-session-trace-context.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -51,5 +52,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0022-audit-chain': auditChainMigration,
     '0023-session-daemon-client': sessionDaemonClientMigration,
     '0024-workload-refused-outputs': workloadRefusedOutputsMigration,
+    '0025-session-trace-context': sessionTraceContextMigration,
   };
 }

@@ -7,7 +7,7 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import { isPrivileged, type Principal, type WorkloadSpec } from '@gpu/common';
+import { activeTraceContext, isPrivileged, type Principal, type WorkloadSpec } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { insertSession } from '../../db/session-repository.ts';
@@ -209,6 +209,8 @@ export async function startSession(
       workload: input.workload !== undefined,
       billed_from: null,
       low_balance_at: null,
+      // The trace the daemon's reports on the session continue (tracing on: the start-session request's).
+      trace_context: traceContextColumn(),
       created_at: now,
       updated_at: now,
     });
@@ -250,4 +252,10 @@ export async function startSession(
     }
     throw err;
   }
+}
+
+/** The active trace context as `rental_sessions.trace_context` stores it (null: tracing off). */
+function traceContextColumn(): string | null {
+  const carrier = activeTraceContext();
+  return carrier ? JSON.stringify(carrier) : null;
 }
