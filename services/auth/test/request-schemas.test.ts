@@ -6,7 +6,7 @@
  */
 import { requestSchemaDrift } from '@gpu/common/testing';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ensureInitialAdmin } from '../src/domain/accounts.ts';
+import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
 import { bearer, registerAndLogin, testConfig, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'schema-admin@example.com', password: 'initial admin passphrase' };
