@@ -109,7 +109,10 @@ export class NatsPublisher implements EventPublisher {
     if (this.connection.isClosed()) throw new Error('NATS connection is closed');
     // A flush while the client reconnects would wait for the server's answer: say so instead.
     if (!this.live) throw new Error('NATS connection is lost (reconnecting)');
-    await this.connection.flush();
+    // The server gone before the client said so (its status event comes after): the same answer.
+    await this.connection.flush().catch((err: Error) => {
+      throw new Error(`NATS connection is lost (${err.message})`);
+    });
   }
 
   async close(): Promise<void> {
