@@ -510,8 +510,8 @@ function checkDeployments(docs: Doc[], label: string): void {
     expect(port?.containerPort, `${where}: containerPort`).toBe(config.server.port);
     expect(config.server.port).toBe(contractPorts[name]);
     expect(config.server.metrics_enabled).toBe(true);
-    expect(container.readinessProbe.httpGet.path, `${where}: readiness on the health route`).toBe(
-      config.server.health_path,
+    expect(container.readinessProbe.httpGet.path, `${where}: readiness on the health route's ready check`).toBe(
+      `${config.server.health_path}/ready`,
     );
     for (const probe of ['livenessProbe', 'startupProbe']) {
       expect(container[probe].httpGet.path, `${where}: ${probe} on /metrics (no dependency)`).toBe('/metrics');

@@ -22,7 +22,7 @@ afterAll(async () => {
 });
 
 describe('Consul registration', () => {
-  it('checks the health route where the app mounts it (server.health_path)', async () => {
+  it('checks the readiness route where the app mounts it (<server.health_path>/ready)', async () => {
     const config = baseConfigSchema.parse({
       instance_id: 'i-health',
       server: { host: '127.0.0.1', port: 0, health_path: '/healthz' },
@@ -34,7 +34,7 @@ describe('Consul registration', () => {
     try {
       const service = consul.services.get('test-service-i-health') as { Check?: { HTTP?: string } } | undefined;
       const checkUrl = service?.Check?.HTTP;
-      expect(checkUrl).toBe(`http://127.0.0.1:${running.port}/healthz`);
+      expect(checkUrl).toBe(`http://127.0.0.1:${running.port}/healthz/ready`);
       // What Consul would see when it runs the check.
       const res = await fetch(checkUrl as string);
       expect(res.status).toBe(200);
@@ -91,9 +91,9 @@ describe('Consul registration', () => {
     const config = baseConfigSchema.parse({
       instance_id: 'i-2',
       server: { health_path: '/healthz' },
-      registry: { registration: { health_check_path: '/health/ready' } },
+      registry: { registration: { health_check_path: '/status' } },
     });
-    expect(buildRegistration(config, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health/ready');
+    expect(buildRegistration(config, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/status');
     // Set to the route's default path on purpose, while the route moved: the setting still wins.
     const pinned = baseConfigSchema.parse({
       instance_id: 'i-4',
@@ -102,6 +102,6 @@ describe('Consul registration', () => {
     });
     expect(buildRegistration(pinned, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health');
     const defaults = baseConfigSchema.parse({ instance_id: 'i-3' });
-    expect(buildRegistration(defaults, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health');
+    expect(buildRegistration(defaults, 'svc', 8080).checkUrl).toBe('http://127.0.0.1:8080/health/ready');
   });
 });

@@ -32,6 +32,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     healthChecks: {
       database: () => sql`select 1`.execute(ctx.db),
     },
+    readinessChecks: ['database'],
     // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself), and refuses at once
     // those of a sign-in or API key it sees withdrawn (domain/accounts/epochs.ts).
     verifier: withLiveCredentials(

@@ -131,6 +131,9 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     config: deps.config,
     logger: deps.logger,
     verifier: deps.verifier,
+    // Ready while its database answers: NATS, the chain and the consumers are in /health, and their outages are ridden
+    // out (the outbox, the daemons' HTTP path), so they take no instance out of a load balancer.
+    readinessChecks: ['database'],
     healthChecks: {
       database: () => pingBillingDatabase(deps.db),
       ...(deps.chain ? { solana: () => deps.chain!.ping(), payouts: () => payoutsHealth(context) } : {}),

@@ -108,6 +108,9 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     logger,
     // NATS too where it is configured, as billing's: its events wait in the outbox while it is away.
     healthChecks: { database: () => database.ping(), ...(publisher.enabled ? { nats: () => publisher.ping() } : {}) },
+    // Ready while its database answers: a NATS outage (events wait in the outbox) must not take every instance out of
+    // a load balancer, and with them the machines' HTTP heartbeats (the sweeper would mark the fleet offline).
+    readinessChecks: ['database'],
     verifier: verifier ?? undefined,
     schemas,
   });

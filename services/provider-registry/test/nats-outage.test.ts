@@ -2,7 +2,8 @@
  * A NATS outage, against a real nats-server of the test's own that it stops and starts again: `/health` answers 503
  * naming NATS while it is away (as billing's does), `nats_connected` says 0, and the status events recorded meanwhile
  * wait in the outbox (`registry_outbox_backlog`, `registry_outbox_oldest_seconds`) until NATS is back and the relay
- * has published them.
+ * has published them. `/health/ready` (the readiness probe's and Consul's check) stays 200 all along: taking every
+ * instance out for an outage the registry rides out would stop the machines' HTTP heartbeats.
  */
 import { freePort } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,8 +24,8 @@ afterAll(async () => {
   await nats?.destroy();
 });
 
-const health = async () => {
-  const res = await h.app.inject({ url: '/health' });
+const health = async (url = '/health') => {
+  const res = await h.app.inject({ url });
   return { status: res.statusCode, body: res.json() };
 };
 const metric = async (name: string) => {
@@ -45,7 +46,7 @@ async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, what: s
 }
 
 describe('NATS outage', () => {
-  it('says 503 while NATS is away, keeps the events in the outbox, and publishes them once it is back', async () => {
+  it('says 503 while NATS is away yet stays ready, keeps the events in the outbox, and publishes them once it is back', async () => {
     expect(await health()).toMatchObject({ status: 200, body: { status: 'UP', checks: { nats: { status: 'UP' } } } });
     expect(await metric('nats_connected')).toBe(1);
     expect(await metric('registry_outbox_backlog')).toBe(0);
@@ -58,6 +59,12 @@ describe('NATS outage', () => {
       checks: { database: { status: 'UP' }, nats: { status: 'DOWN', error: expect.stringMatching(/lost/) } },
     });
     expect(await metric('nats_connected')).toBe(0);
+    // Still ready: it serves every request, and its instances stay in the load balancer and in discovery.
+    expect(await health('/health/ready')).toMatchObject({
+      status: 200,
+      body: { status: 'UP', checks: { database: { status: 'UP' } } },
+    });
+    expect((await health('/health/ready')).body.checks).not.toHaveProperty('nats');
 
     // The registry still takes registrations; their events wait, and their age shows.
     await register(h.app);

@@ -66,6 +66,10 @@ describe('database outage', () => {
     const down = await health();
     expect(down.statusCode).toBe(503);
     expect(down.json()).toMatchObject({ status: 'DOWN', checks: { database: { status: 'DOWN' } } });
+    // Not ready either: every request needs the database, so the load balancer and Consul take the instance out.
+    const ready = await app.inject({ method: 'GET', url: '/health/ready' });
+    expect(ready.statusCode).toBe(503);
+    expect(ready.json()).toMatchObject({ status: 'DOWN', checks: { database: { status: 'DOWN' } } });
     const read = await app.inject({ method: 'GET', url: `/providers/${p.id}` });
     expect(read.statusCode).toBe(503);
     expect(read.headers['content-type']).toContain('application/problem+json');

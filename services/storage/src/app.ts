@@ -40,6 +40,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
     // objects, so it is not part of /health (a readiness probe). The database holds the object catalog: listings
     // and every write need it.
     healthChecks: { object_store: () => ctx.store.ping(), database: async () => void (await ctx.catalog.now()) },
+    readinessChecks: ['object_store', 'database'],
     schemas,
   });
   await app.register(bucketRoutes, ctx);

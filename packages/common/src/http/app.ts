@@ -68,6 +68,11 @@ export interface CreateAppOptions {
   logger: Logger;
   /** Dependency checks for GET /health. */
   healthChecks?: Record<string, HealthCheck>;
+  /**
+   * The health checks that decide `/health/ready` (those every request needs: the database); absent: all of them. A
+   * dependency left out (NATS) makes `/health` 503 without taking the instance out of a load balancer.
+   */
+  readinessChecks?: string[];
   /** Largest body the JSON parser accepts (bytes). */
   bodyLimit?: number;
   /** The verifier of access tokens; built from `config.access` when absent (the auth service passes its own keys). */
@@ -199,7 +204,8 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     done(null, payload);
   });
   const healthPath = config.server.health_path;
-  const publicPaths = (url: string) => url === healthPath || url === '/metrics' || /^\/(docs|redoc)(\/|$)/.test(url);
+  const publicPaths = (url: string) =>
+    url === healthPath || url === `${healthPath}/ready` || url === '/metrics' || /^\/(docs|redoc)(\/|$)/.test(url);
   const verifier = verifierFor(opts);
   if (!verifier) {
     opts.logger.warn(
@@ -266,6 +272,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     instanceId: config.instance_id,
     version: opts.version ?? '0.1.0',
     checks: opts.healthChecks ?? {},
+    ...(opts.readinessChecks ? { ready: opts.readinessChecks } : {}),
   });
   return app as unknown as App;
 }

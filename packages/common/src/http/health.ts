@@ -1,8 +1,13 @@
 /**
- * GET /health: 200 {"status":"UP"} when the service and its required
- * dependencies work, 503 {"status":"DOWN"} naming the failing dependency.
+ * GET /health: 200 {"status":"UP"} when the service and its required dependencies work, 503 {"status":"DOWN"} naming
+ * the failing dependency (what an operator and a monitor read).
+ *
+ * GET /health/ready: the same answer for the dependencies every request needs (the service names them: its database,
+ * its object store): whether this instance should get traffic. A dependency whose outage the service rides out (NATS:
+ * events wait in the outbox, daemons fall back to HTTP) makes `/health` 503 and leaves `/health/ready` 200, so a
+ * readiness probe does not take every instance out when it goes, and with them the HTTP path the platform falls back on.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { z } from 'zod';
 
@@ -48,9 +53,34 @@ async function runCheck(check: HealthCheck): Promise<{ status: 'UP' | 'DOWN'; er
 export const healthPlugin = fp(
   async (
     app: FastifyInstance,
-    opts: { path: string; service: string; instanceId: string; version: string; checks: Record<string, HealthCheck> },
+    opts: {
+      path: string;
+      service: string;
+      instanceId: string;
+      version: string;
+      checks: Record<string, HealthCheck>;
+      /** The checks `<path>/ready` runs (those every request needs); absent: all of them. */
+      ready?: string[];
+    },
   ) => {
     const started = Date.now();
+    /** The health answer of the named checks. */
+    const answer = (names: string[]) => async (_request: FastifyRequest, reply: FastifyReply) => {
+      const present = names.filter((n) => opts.checks[n]);
+      const results = await Promise.all(present.map((n) => runCheck(opts.checks[n] as HealthCheck)));
+      const checks = Object.fromEntries(present.map((n, i) => [n, results[i]!]));
+      const up = results.every((r) => r.status === 'UP');
+      return reply.code(up ? 200 : 503).send({
+        status: up ? 'UP' : 'DOWN',
+        service: opts.service,
+        instance_id: opts.instanceId,
+        version: opts.version,
+        uptime_seconds: Math.round((Date.now() - started) / 1000),
+        checks,
+      });
+    };
+    // The gateway answers `/health` for itself (and a service's as `/health/<service>`, for operators): these are
+    // reached at the service, by probes and Consul.
     app.get(
       opts.path,
       {
@@ -61,24 +91,27 @@ export const healthPlugin = fp(
           response: { 200: healthSchema, 503: healthSchema },
         },
         logLevel: 'warn',
-        // The gateway answers `/health` for itself (and a service's as `/health/<service>`, for operators): this one is
-        // reached at the service, by probes and Consul.
         config: { openapi: { internal: true } },
       },
-      async (_request, reply) => {
-        const names = Object.keys(opts.checks);
-        const results = await Promise.all(names.map((n) => runCheck(opts.checks[n] as HealthCheck)));
-        const checks = Object.fromEntries(names.map((n, i) => [n, results[i]!]));
-        const up = results.every((r) => r.status === 'UP');
-        return reply.code(up ? 200 : 503).send({
-          status: up ? 'UP' : 'DOWN',
-          service: opts.service,
-          instance_id: opts.instanceId,
-          version: opts.version,
-          uptime_seconds: Math.round((Date.now() - started) / 1000),
-          checks,
-        });
+      answer(Object.keys(opts.checks)),
+    );
+    app.get(
+      `${opts.path}/ready`,
+      {
+        schema: {
+          tags: ['health'],
+          summary: 'Whether this instance can serve requests: the dependencies every request needs',
+          description:
+            'For a load balancer or a readiness probe: 503 while a dependency every request needs is down (the ' +
+            "service's database); one whose outage the service rides out (NATS: events wait in the outbox) is in " +
+            '`/health` only.',
+          operationId: 'getReadiness',
+          response: { 200: healthSchema, 503: healthSchema },
+        },
+        logLevel: 'warn',
+        config: { openapi: { internal: true } },
       },
+      answer(opts.ready ?? Object.keys(opts.checks)),
     );
   },
   { name: 'health' },

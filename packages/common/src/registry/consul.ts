@@ -21,11 +21,12 @@ const UNSPECIFIED = new Set(['0.0.0.0', '::', '[::]', '']);
 
 /**
  * The path Consul's HTTP check calls: `registry.registration.health_check_path` when set (a different check
- * endpoint on purpose), else the health route the app mounts (`server.health_path`), so moving the route moves the
- * check.
+ * endpoint on purpose), else the readiness route the app mounts (`<server.health_path>/ready`), so moving the route
+ * moves the check. Readiness, not `/health`: an outage the service rides out (NATS) must not take every instance out
+ * of discovery.
  */
 function checkPath(config: BaseConfig): string {
-  return config.registry.registration.health_check_path || config.server.health_path;
+  return config.registry.registration.health_check_path || `${config.server.health_path}/ready`;
 }
 
 /** The registration this service announces, derived from its configuration. */
