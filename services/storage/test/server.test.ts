@@ -75,7 +75,7 @@ describe('storage server process', () => {
       Port: port,
       Address: '127.0.0.1',
       Tags: ['storage', 'v1'],
-      Check: { HTTP: `http://127.0.0.1:${port}/health`, Interval: '10s', Timeout: '5s' },
+      Check: { HTTP: `http://127.0.0.1:${port}/health/ready`, Interval: '10s', Timeout: '5s' },
     });
     const id = (registration?.body as { ID?: string } | undefined)?.ID ?? '';
     expect(id).toMatch(/^storage-service-[0-9a-f-]{36}$/);

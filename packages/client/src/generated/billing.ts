@@ -991,8 +991,8 @@ export interface components {
             since: string;
         };
         PayoutPauseRequest: {
-            /** @description why, for the audit trail */
-            reason: string;
+            /** @description why, for the audit trail (not blank) */
+            reason: string & unknown;
         };
         /** @default {} */
         PayoutRequest: {

@@ -51,7 +51,14 @@ const reserveReportSchema = z
   .register(schemas, { id: 'ReserveReport' });
 
 const pauseBody = z
-  .object({ reason: z.string().trim().min(1).max(500).describe('why, for the audit trail') })
+  .object({
+    reason: z
+      .string()
+      .max(500)
+      .regex(/\S/, 'not blank')
+      .transform((r) => r.trim())
+      .describe('why, for the audit trail (not blank)'),
+  })
   .register(schemas, { id: 'PayoutPauseRequest' });
 
 const resumedSchema = z
