@@ -7,9 +7,10 @@
  * either side closes, or its refusal (a 401 problem) and the connection closed. The gateway parses no frame: it passes
  * bytes, as nginx and Envoy do.
  *
- * - A path no service takes (a SERVICE_ONLY one included), the gateway's own paths and a path with a `..` segment get
- *   exactly what an ordinary request there gets (the gateway answers it as one, through its own routes: a 404
- *   `ROUTE_NOT_FOUND`, a 400, `/health`), written on the raw socket and the connection closed.
+ * - A path no service takes (a SERVICE_ONLY one included) and the gateway's own paths get exactly what an ordinary
+ *   request there gets (the gateway answers it as one, through its own routes: a 404 `ROUTE_NOT_FOUND`, `/health`),
+ *   written on the raw socket and the connection closed. A path with a `..` segment, plain or percent-encoded, is a
+ *   400 problem (`BAD_REQUEST`), as under a service's prefix for ordinary requests, wherever it lies.
  * - An upgrade to anything but WebSocket (`h2c`, ...) is a 400 problem (`BAD_REQUEST`).
  * - A service that cannot be reached is a 502 problem (`BAD_GATEWAY`), one that does not answer the upgrade within
  *   `answerTimeout` a 504 (`UPSTREAM_TIMEOUT`), as for ordinary requests.
@@ -159,8 +160,13 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       problem(400, 'BAD_REQUEST', 'only WebSocket upgrades pass the gateway');
       return;
     }
+    // Refused here rather than answered as an ordinary request: the app's inject would resolve the segments first.
+    if (!forwardable(path)) {
+      problem(400, 'BAD_REQUEST', 'a path with .. segments is not forwarded');
+      return;
+    }
     const service = SERVICES.find((s) => s === upstream);
-    if (!service || !forwardable(path)) {
+    if (!service) {
       // The answer an ordinary request gets there (and counted as one, by the gateway's own hooks).
       const { upgrade: _u, connection: _c, 'content-length': _l, 'transfer-encoding': _t, ...headers } = req.headers;
       app
