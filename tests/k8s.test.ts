@@ -922,7 +922,52 @@ describe('deploy/k8s/gateway', () => {
       .filter((d) => d.kind === 'HTTPRoute' && (d.spec.rules as Doc[]).some((r) => r.backendRefs))
       .map((d) => d.metadata.name)
       .sort();
-    expect(reaching).toEqual([...Object.keys(ROUTES), 'operators-health'].sort());
+    expect(reaching).toEqual([...Object.keys(ROUTES), 'operators-health', 'websockets'].sort());
+  });
+
+  it('passes WebSocket upgrades on every routed path to its service, idle for up to an hour, ordinary requests not', () => {
+    // Every prefix of the route table, matched with `Upgrade: websocket` (a header match outranks the same path
+    // without one), to the same service: no list of WebSocket paths to keep in step.
+    const upgrades: Record<string, { name: string; port: number }> = {};
+    for (const rule of route('websockets').spec.rules as Doc[]) {
+      expect(rule.timeouts, 'no limit on a whole stream').toEqual({ request: '0s' });
+      expect(rule.filters).toBeUndefined();
+      for (const m of rule.matches as Doc[]) {
+        expect(m.path.type).toBe('PathPrefix');
+        expect(m.headers).toEqual([{ type: 'RegularExpression', name: 'Upgrade', value: '(?i)websocket' }]);
+        expect(new RegExp(`^(?:${m.headers[0].value.replace('(?i)', '')})$`, 'i').test('WebSocket')).toBe(true);
+        upgrades[m.path.value] = rule.backendRefs[0];
+      }
+      expect(rule.backendRefs).toHaveLength(1);
+    }
+    expect(attachedTo(route('websockets'), 'https')).toBe(true);
+    expect(upgrades).toEqual(
+      Object.fromEntries(
+        (Object.entries(ROUTES) as [PlatformService, readonly string[]][]).flatMap(([service, prefixes]) =>
+          prefixes.map((prefix) => [prefix, { name: service, port: SERVICE_PORTS[service] }]),
+        ),
+      ),
+    );
+    // Its one policy: upgrades on, no body buffer (Envoy's buffer would wait for the end of a stream), an hour's
+    // stream idle timeout of its own, 5 s to connect, no retries.
+    const policies = docs.filter(
+      (d) => d.kind === 'BackendTrafficPolicy' && (d.spec.targetRefs as Doc[]).some((t) => t.name === 'websockets'),
+    );
+    expect(policies).toHaveLength(1);
+    const policy = policies[0].spec;
+    expect(policy.httpUpgrade).toEqual([{ type: 'websocket' }]);
+    expect(policy.requestBuffer).toBeUndefined();
+    expect(policy.retry).toBeUndefined();
+    expect(policy.timeout.tcp.connectTimeout).toBe('5s');
+    expect(ms(policy.timeout.http.streamIdleTimeout)).toBe(3_600_000);
+    // Ordinary requests keep the listener's shorter idle limit; a route whose bodies are buffered takes no upgrade
+    // itself (Envoy Gateway turns upgrades off there), so every upgrade goes to the route above.
+    const client = docs.find((d) => d.kind === 'ClientTrafficPolicy');
+    expect(ms(client.spec.timeout.http.streamIdleTimeout)).toBeLessThan(3_600_000);
+    for (const other of docs.filter((d) => d.kind === 'BackendTrafficPolicy' && d !== policies[0])) {
+      if (other.spec.requestBuffer) expect(other.spec.httpUpgrade, other.metadata.name).toBeUndefined();
+      expect(other.spec.timeout?.http?.streamIdleTimeout, other.metadata.name).toBeUndefined();
+    }
   });
 
   it('lets long transfers run while bytes flow and bounds API calls, with no buffering of bodies', () => {

@@ -24,21 +24,23 @@
  *   context the service's `traceparent` carries (the caller's own is not sent on: the service continues the trace
  *   under the gateway's span); every log line of a request names its trace and span. `gateway_requests_total` and
  *   `gateway_request_duration_seconds` (telemetry.ts) count every answer, at `GET /metrics` for operators only.
+ * - WebSocket upgrades on every routed path go to the service with the same headers, then bytes both ways until
+ *   either side closes, idle for at most an hour (upgrade.ts); upgrades elsewhere get an ordinary request's answer.
  */
 import { randomUUID } from 'node:crypto';
-import { type IncomingMessage, STATUS_CODES } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import path from 'node:path';
 import proxy from '@fastify/http-proxy';
-import { AppError } from '@gpu/common/errors';
 import { lingerBeforeClose } from '@gpu/common/oversized-body';
-import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
 import { correlationIdOf, saneId } from '@gpu/common/request-context';
 import { RequestLogController } from '@gpu/common/request-logging';
-import { traceFields, tracingHooks, tracingOn } from '@gpu/common/tracing';
+import { traceFields, tracingHooks } from '@gpu/common/tracing';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { forwardedHeaders, gatewayProblem } from './forwarding.ts';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
 import { GatewayMetrics, routeOf } from './telemetry.ts';
+import { proxyUpgrades, UPGRADE_IDLE_TIMEOUT_MS } from './upgrade.ts';
 
 export interface GatewayOptions {
   /** Each service's base URL (`http://127.0.0.1:8000`). */
@@ -57,6 +59,13 @@ export interface GatewayOptions {
   logLevel?: string;
   /** Where its log lines go (standard output by default; tests read them). */
   logStream?: { write(line: string): void };
+  /**
+   * Its time limits, in milliseconds: `upstream`, a service's wait for headers and between two chunks of a body (and
+   * for its answer to a WebSocket upgrade; 300 s); `keepAlive`, an idle connection's between two requests (72 s);
+   * `upgradeIdle`, an upgraded stream's with no byte either way (`UPGRADE_IDLE_TIMEOUT_MS`, 1 hour). An upgraded
+   * stream is subject to `upgradeIdle` alone.
+   */
+  timeouts?: { upstream?: number; keepAlive?: number; upgradeIdle?: number };
 }
 
 /** The request's ID: the caller's when sane (common's rule, as every service's), else a new one. */
@@ -64,18 +73,10 @@ function requestId(req: IncomingMessage): string {
   return saneId(req.headers['x-request-id']) ?? randomUUID();
 }
 
-/**
- * A problem body (the platform's error shape: common's `problemOf`, as every service writes it) from the gateway
- * itself, with the status the gateway answers (a framework error's own, such as a 405, where no error kind names it).
- */
+/** A problem of the gateway's own (forwarding.ts), answered on `reply`. */
 function problem(reply: FastifyReply, request: FastifyRequest, status: number, code: string, detail: string) {
-  const err = new AppError(kindOfStatus(status), code, detail);
-  const body = { ...problemOf(err), status, title: STATUS_CODES[status] ?? 'Error' };
-  return reply
-    .code(status)
-    .headers(headersOf(err))
-    .type('application/problem+json')
-    .send({ ...body, instance: request.url.split('?')[0], request_id: request.id });
+  const { body, headers } = gatewayProblem(status, code, detail, request.url.split('?')[0] ?? '', request.id);
+  return reply.code(status).headers(headers).type('application/problem+json').send(body);
 }
 
 /** What a failure to reach a service answers: 504 for a timeout, 502 otherwise (503 when it refused the connection). */
@@ -83,28 +84,6 @@ function upstreamFailure(error: { statusCode?: number; code?: string }): { statu
   if (error.statusCode === 504) return { status: 504, code: 'UPSTREAM_TIMEOUT' };
   if (error.statusCode === 503) return { status: 503, code: 'SERVICE_UNAVAILABLE' };
   return { status: 502, code: 'BAD_GATEWAY' };
-}
-
-/**
- * The headers sent on: hop-by-hop `Expect` dropped, the forwarding headers set. The gateway is the platform's first
- * hop, so `X-Forwarded-For` is the caller's own address, whatever the caller wrote there (an address it names is
- * not passed on: the services count by the one the gateway saw), and `X-Real-IP` and `Forwarded` are dropped.
- */
-function forwardedHeaders(request: FastifyRequest, headers: Record<string, unknown>, host: string | undefined) {
-  const { expect: _expect, 'x-real-ip': _realIp, forwarded: _forwarded, ...rest } = headers;
-  // Tracing on, the service continues the trace under the gateway's call (its client span's context, which the undici
-  // instrumentation sends), not under the caller's span: the caller's trace context is not sent as well.
-  if (tracingOn()) {
-    delete rest.traceparent;
-    delete rest.tracestate;
-  }
-  return {
-    ...rest,
-    ...(host ? { host } : {}),
-    'x-forwarded-for': request.socket.remoteAddress ?? '',
-    'x-forwarded-proto': request.protocol,
-    'x-forwarded-host': request.headers.host ?? '',
-  };
 }
 
 /** The gateway's Fastify app (not listening). */
@@ -122,6 +101,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     genReqId: requestId,
     // Long downloads and uploads: no time limit of the gateway's own (the services keep theirs).
     requestTimeout: 0,
+    keepAliveTimeout: opts.timeouts?.keepAlive ?? 72_000,
     return503OnClosing: true,
   });
   // A server span per request (tracing on), its first log line once the span exists.
@@ -131,6 +111,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     done();
   });
   const metrics = new GatewayMetrics();
+  const upstreamTimeout = opts.timeouts?.upstream ?? 300_000;
   app.addHook('onResponse', (request, reply, done) => {
     metrics.observe({
       ...routeOf(request.url.split('?')[0] ?? ''),
@@ -198,7 +179,11 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     const host = socket ? 'localhost' : undefined;
     const replyOptions = {
       rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) =>
-        forwardedHeaders(req, headers, host),
+        forwardedHeaders(
+          { address: req.socket.remoteAddress, protocol: req.protocol, host: req.headers.host },
+          headers,
+          host,
+        ),
       // No retries of the gateway's own: the caller's client retries what is safe to.
       retryDelay: () => null,
       onError: (
@@ -216,7 +201,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
         prefix,
         rewritePrefix: prefix,
         // Undici's idle limits between chunks, not on a whole transfer: a long download runs as long as bytes flow.
-        undici: { headersTimeout: 300_000, bodyTimeout: 300_000 },
+        undici: { headersTimeout: upstreamTimeout, bodyTimeout: upstreamTimeout },
         replyOptions: replyOptions as never,
       });
     }
@@ -228,6 +213,15 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       replyOptions: replyOptions as never,
     });
   }
+  // WebSocket upgrades on the same routes, with the same headers (upgrade.ts).
+  proxyUpgrades(app, {
+    upstreamOf: (service) =>
+      opts.socketDir ? { socketPath: path.join(opts.socketDir, `${service}.sock`) } : { url: opts.upstreams[service] },
+    requestId,
+    metrics,
+    answerTimeout: upstreamTimeout,
+    idleTimeout: opts.timeouts?.upgradeIdle ?? UPGRADE_IDLE_TIMEOUT_MS,
+  });
   app.setNotFoundHandler((request, reply) =>
     problem(
       reply,

@@ -3,8 +3,9 @@
  * services (default: the contract's ports on 127.0.0.1), or GATEWAY_SOCKET_DIR the folder of their gateway sockets
  * (`<folder>/<service>.sock`, as `pnpm start` runs them), PORT and HOST where it listens (8080, 127.0.0.1),
  * GATEWAY_OPERATORS the addresses or CIDRs (comma-separated) that may read `/health/<service>` (default: loopback and
- * the private networks), LOG_LEVEL its log, OTEL_EXPORTER_OTLP_ENDPOINT (and OpenTelemetry's other variables) its
- * traces. SIGTERM and SIGINT close it gracefully (requests in flight finish).
+ * the private networks), GATEWAY_UPGRADE_IDLE_TIMEOUT the seconds an upgraded stream (a WebSocket) may pass no byte
+ * either way before the gateway closes it (3600), LOG_LEVEL its log, OTEL_EXPORTER_OTLP_ENDPOINT (and OpenTelemetry's
+ * other variables) its traces. SIGTERM and SIGINT close it gracefully (requests in flight finish).
  */
 import { startTracing } from '@gpu/common/tracing';
 import { buildGateway } from './gateway.ts';
@@ -13,6 +14,13 @@ const env = process.env;
 // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app: its server spans are made as it is built).
 const tracing = await startTracing({ service: 'gateway' });
 const local = (port: number) => `http://127.0.0.1:${port}`;
+/** A whole number of seconds, at least 1, in milliseconds; anything else stops the gateway with its name. */
+function idleSeconds(value: string): number {
+  const seconds = Number(value);
+  if (!Number.isInteger(seconds) || seconds < 1)
+    throw new Error(`GATEWAY_UPGRADE_IDLE_TIMEOUT: ${JSON.stringify(value)} is not a whole number of seconds`);
+  return seconds * 1000;
+}
 const app = await buildGateway({
   upstreams: {
     auth: env.GATEWAY_AUTH_URL || local(8000),
@@ -23,6 +31,9 @@ const app = await buildGateway({
   ...(env.GATEWAY_SOCKET_DIR ? { socketDir: env.GATEWAY_SOCKET_DIR } : {}),
   ...(env.GATEWAY_OPERATORS ? { operators: env.GATEWAY_OPERATORS.split(',') } : {}),
   logLevel: env.LOG_LEVEL || 'info',
+  ...(env.GATEWAY_UPGRADE_IDLE_TIMEOUT
+    ? { timeouts: { upgradeIdle: idleSeconds(env.GATEWAY_UPGRADE_IDLE_TIMEOUT) } }
+    : {}),
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.once(signal, () => {

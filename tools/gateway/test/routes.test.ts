@@ -114,6 +114,42 @@ describe("docker-compose's nginx", () => {
     expect(metrics?.body).toContain('include gpu-platform/operators.conf;');
   });
 
+  it('passes a WebSocket upgrade on every routed path to its service, with an idle limit of an hour for it alone', () => {
+    const directive = (body: string, name: string) => new RegExp(`^\\s*${name} (.+);$`, 'm').exec(body)?.[1];
+    // Every service's location sends an upgrade on to the upgrade location, naming the service first.
+    for (const service of services) {
+      for (const prefix of ROUTES[service]) {
+        const body = choose(all, prefix)?.body ?? '';
+        const named = body.indexOf(`set $platform_service ${service};`);
+        const onward = body.search(/ {2}if \(\$http_upgrade\) \{\n {4}rewrite \^ \/\.gateway\/upgrade last;\n {2}\}/);
+        expect(named, prefix).toBeGreaterThanOrEqual(0);
+        expect(onward, `${prefix}: upgrades go on`).toBeGreaterThan(named);
+      }
+    }
+    // There: the same service (an upstream's name), the path as written, an hour's idle limit either way.
+    const upgrade = choose(all, '/.gateway/upgrade');
+    expect(upgrade?.kind).toBe('=');
+    expect(upgrade?.body).toContain('internal;');
+    expect(directive(upgrade!.body, 'proxy_pass')).toBe('http://$platform_service$request_uri');
+    expect(directive(upgrade!.body, 'proxy_read_timeout')).toBe('1h');
+    expect(directive(upgrade!.body, 'proxy_send_timeout')).toBe('1h');
+    // Ordinary requests keep the server's shorter limits; no other location changes them.
+    expect(directive(api, 'proxy_read_timeout')).toBe('300s');
+    expect(directive(api, 'proxy_send_timeout')).toBe('300s');
+    expect(all.filter((l) => /proxy_(read|send)_timeout/.test(l.body))).toEqual([upgrade]);
+    // HTTP/1.1 to the services, Upgrade passed on, Connection `upgrade` for an upgrade and empty otherwise (the
+    // services' keep-alive connections), anything but a WebSocket upgrade refused.
+    expect(directive(api, 'proxy_http_version')).toBe('1.1');
+    expect(api).toMatch(/^proxy_set_header Upgrade \$http_upgrade;$/m);
+    expect(api).toMatch(/^proxy_set_header Connection \$connection_upgrade;$/m);
+    const http = readFileSync(path.join(gatewayDir, 'http.conf'), 'utf8');
+    expect(/^map \$http_upgrade \$connection_upgrade \{\n {2}default upgrade;\n {2}"" "";\n\}/m.test(http)).toBe(true);
+    expect(http).toMatch(
+      /^map \$http_upgrade \$platform_upgrade_refused \{\n {2}"" 0;\n {2}"~\*\^websocket\$" 0;\n {2}default 1;\n\}/m,
+    );
+    expect(api).toMatch(/^if \(\$platform_upgrade_refused\) \{\n {2}rewrite \^ \/\.gateway\/bad-upgrade last;\n\}/m);
+  });
+
   it("refuses a body larger than the path's service takes, by the route table's limits", () => {
     const bytes = (size: string) => {
       const unit = { k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[size.slice(-1)];

@@ -1,0 +1,307 @@
+/**
+ * WebSocket upgrades through the Node gateway: a renter's shell, exec and port-forwards into a rented workload, a
+ * provider daemon's stream to billing. On every routed path (the route table's prefixes: the service decides whether
+ * it takes a WebSocket there, no list of such paths is kept here) an HTTP/1.1 `Upgrade: websocket` request goes to the
+ * path's service with the headers an ordinary request gets (forwarding.ts: `X-Forwarded-*`, the request and
+ * correlation IDs, the trace); the service's answer comes back as it is, its 101 and then the bytes both ways until
+ * either side closes, or its refusal (a 401 problem) and the connection closed. The gateway parses no frame: it passes
+ * bytes, as nginx and Envoy do.
+ *
+ * - A path no service takes (a SERVICE_ONLY one included) and the gateway's own paths get exactly what an ordinary
+ *   request there gets (the gateway answers it as one, through its own routes: a 404 `ROUTE_NOT_FOUND`, `/health`),
+ *   written on the raw socket and the connection closed. A path with a `..` segment, plain or percent-encoded, is a
+ *   400 problem (`BAD_REQUEST`), as under a service's prefix for ordinary requests, wherever it lies.
+ * - An upgrade to anything but WebSocket (`h2c`, ...) is a 400 problem (`BAD_REQUEST`).
+ * - A service that cannot be reached is a 502 problem (`BAD_GATEWAY`), one that does not answer the upgrade within
+ *   `answerTimeout` a 504 (`UPSTREAM_TIMEOUT`), as for ordinary requests.
+ * - Timeouts: an upgraded stream is exempt from the gateway's request timeouts (Node's `requestTimeout`,
+ *   `keepAliveTimeout`, undici's header and body limits never see it); it is closed when no byte has passed either way
+ *   for `idleTimeout` (1 hour by default: a shell may sit idle that long; a client that wants longer sends pings).
+ * - Metrics and traces: an upgrade counts as one request (`gateway_requests_total`, status 101, its duration the
+ *   stream's whole life, as nginx and Envoy count it), its server span and the client span of its call to the service
+ *   lasting as long (tracing on); a refusal counts with its status.
+ * - `app.close()` (SIGTERM) closes the open streams at once rather than wait up to an hour for them.
+ */
+import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { correlationIdOf } from '@gpu/common/request-context';
+import { tracingOn } from '@gpu/common/tracing';
+import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import type { FastifyInstance } from 'fastify';
+import { forwardedHeaders, gatewayProblem } from './forwarding.ts';
+import { SERVICES, type Service } from './routes.ts';
+import type { GatewayMetrics } from './telemetry.ts';
+import { routeOf } from './telemetry.ts';
+
+/** The default idle limit of an upgraded stream: an hour with no byte either way. */
+export const UPGRADE_IDLE_TIMEOUT_MS = 3_600_000;
+
+export interface UpgradeSettings {
+  /** Where a service is reached: its base URL, or its gateway socket (then sent `Host: localhost`). */
+  upstreamOf: (service: Service) => { url: string } | { socketPath: string };
+  /** The request's ID (the caller's when sane, else a new one: the gateway's `genReqId`). */
+  requestId: (req: IncomingMessage) => string;
+  metrics: GatewayMetrics;
+  /** How long the service may take to answer the upgrade (its 101 or a refusal), in ms. */
+  answerTimeout: number;
+  /** How long an upgraded stream may pass no byte either way before the gateway closes it, in ms. */
+  idleTimeout: number;
+}
+
+/** Headers of an answer written on a raw socket (an answer that closes the connection). */
+type RawHeaders = Record<string, string | number | string[] | undefined>;
+
+/** Headers that belong to a connection, not to an answer passed on. */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade']);
+
+/** An answer's head, as written on the wire. */
+function head(status: number, headers: RawHeaders): string {
+  const lines = [`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`];
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${v}`);
+  }
+  return `${lines.join('\r\n')}\r\n\r\n`;
+}
+
+/** A whole answer on a raw socket, the connection closed after it. */
+function answer(socket: Duplex, status: number, headers: RawHeaders, body: Buffer): void {
+  const kept = Object.fromEntries(Object.entries(headers).filter(([name]) => !HOP_BY_HOP.has(name.toLowerCase())));
+  socket.end(
+    Buffer.concat([Buffer.from(head(status, { ...kept, 'content-length': body.length, connection: 'close' })), body]),
+  );
+}
+
+/** Whether a path would pass @fastify/http-proxy's check (no `..` segment, plain or percent-encoded). */
+function forwardable(path: string): boolean {
+  try {
+    return !decodeURIComponent(path).replaceAll('\\', '/').split('/').includes('..');
+  } catch {
+    return false;
+  }
+}
+
+/** The server span of an upgrade and the client span of its call to the service (tracing on), ended together. */
+function upgradeSpans(req: IncomingMessage, route: string, requestId: string) {
+  if (!tracingOn()) return undefined;
+  const tracer = trace.getTracer('gateway');
+  const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+  const method = req.method ?? 'GET';
+  const server = tracer.startSpan(
+    `${method} ${route}`,
+    {
+      kind: SpanKind.SERVER,
+      attributes: {
+        'http.request.method': method,
+        'http.route': route,
+        'url.path': (req.url ?? '/').split('?')[0] ?? '/',
+        request_id: requestId,
+      },
+    },
+    parent,
+  );
+  const client = tracer.startSpan(
+    method,
+    { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method } },
+    trace.setSpan(parent, server),
+  );
+  const carrier: Record<string, string> = {};
+  propagation.inject(trace.setSpan(context.active(), client), carrier);
+  return {
+    carrier,
+    end(status: number) {
+      for (const span of [client, server] as Span[]) {
+        span.setAttribute('http.response.status_code', status);
+        if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+        span.end();
+      }
+    },
+  };
+}
+
+/**
+ * Takes the gateway server's `upgrade` requests (registered on `app.server`): WebSocket upgrades on routed paths to
+ * their services, everything else answered as an ordinary request would be (see the top of this file).
+ */
+export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): void {
+  const open = new Set<Duplex>();
+  app.addHook('preClose', (done) => {
+    for (const socket of open) socket.destroy();
+    done();
+  });
+  app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, bodyHead: Buffer) => {
+    const started = performance.now();
+    socket.on('error', () => socket.destroy());
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    const { upstream, route } = routeOf(path);
+    const method = req.method ?? 'GET';
+    const count = (status: number) =>
+      settings.metrics.observe({ upstream, method, route, status, seconds: (performance.now() - started) / 1000 });
+    const id = settings.requestId(req);
+    const correlationId = correlationIdOf(req);
+    const problem = (status: number, code: string, detail: string) => {
+      const { body, headers } = gatewayProblem(status, code, detail, path, id);
+      answer(
+        socket,
+        status,
+        {
+          ...headers,
+          'content-type': 'application/problem+json; charset=utf-8',
+          'x-request-id': id,
+          'x-correlation-id': correlationId,
+        },
+        Buffer.from(JSON.stringify(body)),
+      );
+      count(status);
+    };
+
+    if ((req.headers.upgrade ?? '').trim().toLowerCase() !== 'websocket') {
+      problem(400, 'BAD_REQUEST', 'only WebSocket upgrades pass the gateway');
+      return;
+    }
+    // Refused here rather than answered as an ordinary request: the app's inject would resolve the segments first.
+    if (!forwardable(path)) {
+      problem(400, 'BAD_REQUEST', 'a path with .. segments is not forwarded');
+      return;
+    }
+    const service = SERVICES.find((s) => s === upstream);
+    if (!service) {
+      // The answer an ordinary request gets there (and counted as one, by the gateway's own hooks).
+      const { upgrade: _u, connection: _c, 'content-length': _l, 'transfer-encoding': _t, ...headers } = req.headers;
+      app
+        .inject({
+          method: method as 'GET',
+          url: req.url ?? '/',
+          headers: headers as Record<string, string>,
+          remoteAddress: (socket as Socket).remoteAddress ?? '127.0.0.1',
+        })
+        .then(
+          (res) => answer(socket, res.statusCode, res.headers as RawHeaders, res.rawPayload),
+          () => socket.destroy(),
+        );
+      return;
+    }
+
+    const target = settings.upstreamOf(service);
+    const spans = upgradeSpans(req, route, id);
+    // The caller's Connection names hop-by-hop headers of its own hop: none of them goes on (as @fastify/reply-from).
+    const named = String(req.headers.connection ?? '')
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter((h) => h && h !== 'upgrade');
+    const sent: Record<string, unknown> = { ...req.headers };
+    for (const name of named) delete sent[name];
+    const headers: OutgoingHttpHeaders = {
+      ...forwardedHeaders(
+        {
+          address: (socket as Socket).remoteAddress,
+          protocol: 'encrypted' in socket && socket.encrypted ? 'https' : 'http',
+          host: req.headers.host,
+        },
+        sent,
+        'socketPath' in target ? 'localhost' : new URL(target.url).host,
+      ),
+      ...spans?.carrier,
+      'x-request-id': id,
+      'x-correlation-id': correlationId,
+      connection: 'Upgrade',
+      upgrade: 'websocket',
+    } as OutgoingHttpHeaders;
+    const url = 'url' in target ? new URL(target.url) : undefined;
+    const outgoing = httpRequest({
+      ...(url ? { hostname: url.hostname.replace(/^\[|\]$/g, ''), port: url.port || 80 } : {}),
+      ...('socketPath' in target ? { socketPath: target.socketPath } : {}),
+      method,
+      path: req.url,
+      headers,
+      agent: false,
+      timeout: settings.answerTimeout,
+    });
+    let answered = false;
+    const finish = (status: number) => {
+      answered = true;
+      count(status);
+      spans?.end(status);
+    };
+    const fail = (status: number, code: string, detail: string) => {
+      if (answered) return;
+      problem(status, code, detail);
+      answered = true;
+      spans?.end(status);
+      outgoing.destroy();
+    };
+    outgoing.on('timeout', () => fail(504, 'UPSTREAM_TIMEOUT', `${service} did not answer in time`));
+    outgoing.on('error', (err) => {
+      app.log.warn({ reqId: id, service, err: err.message }, 'service not reached');
+      fail(502, 'BAD_GATEWAY', `${service} did not answer`);
+    });
+    // A caller gone before the answer: the call to the service goes too, and nothing is counted.
+    socket.once('close', () => {
+      if (answered) return;
+      answered = true;
+      spans?.end(499);
+      outgoing.destroy();
+    });
+    // The service declined (its 401 problem, a 404, a 426): its answer passes as it is, then the connection closes.
+    outgoing.on('response', (res) => {
+      if (answered) return res.resume();
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => {
+        if (answered) return;
+        answer(
+          socket,
+          res.statusCode ?? 502,
+          { ...res.headers, 'x-request-id': id, 'x-correlation-id': correlationId },
+          Buffer.concat(chunks),
+        );
+        finish(res.statusCode ?? 502);
+      });
+      res.on('error', () => fail(502, 'BAD_GATEWAY', `${service} did not answer`));
+    });
+    outgoing.on('upgrade', (res, upstreamSocket: Socket, upstreamHead: Buffer) => {
+      if (answered || socket.destroyed) {
+        upstreamSocket.destroy();
+        return;
+      }
+      outgoing.setTimeout(0);
+      answered = true;
+      const status = res.statusCode ?? 101;
+      const kept = Object.fromEntries(
+        Object.entries(res.headers).filter(([name]) => !['x-request-id', 'x-correlation-id'].includes(name)),
+      );
+      socket.write(head(status, { ...kept, 'x-request-id': id, 'x-correlation-id': correlationId }));
+      if (upstreamHead.length > 0) socket.write(upstreamHead);
+      if (bodyHead.length > 0) upstreamSocket.write(bodyHead);
+      upstreamSocket.setNoDelay(true);
+      (socket as Socket).setNoDelay?.(true);
+      // Every byte either way passes this socket (read from the caller, written to it), so its timer is the stream's.
+      (socket as Socket).setTimeout?.(settings.idleTimeout, () => socket.destroy());
+      upstreamSocket.setTimeout(0);
+      open.add(socket);
+      // Either side's end ends the other once what is on its way has been written (a close frame reaches the other
+      // side); an error, the idle limit or the gateway's close destroys both. Counted once, as the stream ends.
+      let closed = false;
+      const ended = () => {
+        if (closed) return;
+        closed = true;
+        open.delete(socket);
+        count(status);
+        spans?.end(status);
+      };
+      socket.on('close', () => {
+        upstreamSocket.destroySoon();
+        ended();
+      });
+      upstreamSocket.on('close', () => {
+        (socket as Socket).destroySoon();
+        ended();
+      });
+      upstreamSocket.on('error', () => socket.destroy());
+      socket.on('error', () => upstreamSocket.destroy());
+      socket.pipe(upstreamSocket).pipe(socket);
+    });
+    outgoing.end();
+  });
+}
