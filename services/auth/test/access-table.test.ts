@@ -13,13 +13,13 @@ import {
   type TableCaller,
 } from '@gpu/common/testing';
 import { SignJWT } from 'jose';
-import ssh2 from 'ssh2';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertUser } from '../src/db/user-repository.ts';
 import { createApiKey } from '../src/domain/api-keys.ts';
 import { createClient } from '../src/domain/clients.ts';
 import { addSshKey } from '../src/domain/ssh-keys/index.ts';
 import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts';
+import { newEd25519Key } from './fixtures/ssh-keys.ts';
 import { decodeJwt, GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const auth = useAuth(testConfig());
@@ -83,7 +83,7 @@ const keyOfOwner = async () =>
       { name: `owned-${randomUUID()}`, scopes: ['read'] },
     )
   ).key.id;
-const newSshKey = () => ssh2.utils.generateKeyPairSync('ed25519').public;
+const newSshKey = () => newEd25519Key().line;
 const sshKeyOfOwner = async () =>
   (
     await addSshKey(

@@ -16,7 +16,7 @@ import { startAfresh } from '../src/domain/accounts/index.ts';
 import { createClient } from '../src/domain/clients.ts';
 import { MAX_SSH_KEYS_PER_USER } from '../src/domain/ssh-keys/index.ts';
 import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts';
-import { SSH_FIXTURES } from './fixtures/ssh-keys.ts';
+import { newEd25519Key, SSH_FIXTURES } from './fixtures/ssh-keys.ts';
 import { bearer, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const auth = useAuth(testConfig());
@@ -56,8 +56,8 @@ const list = (headers: Record<string, string>, url = `${API}/ssh-keys`) => auth.
 const remove = (headers: Record<string, string>, id: string) =>
   auth.app.inject({ method: 'DELETE', url: `${API}/ssh-keys/${id}`, headers });
 
-/** A new ed25519 public-key line (ssh2's generator, on node's crypto). */
-const newKeyLine = (comment = 'generated') => ssh2.utils.generateKeyPairSync('ed25519', { comment }).public;
+/** A new ed25519 public-key line. */
+const newKeyLine = (comment = 'generated') => newEd25519Key(comment).line;
 
 async function added(payload: Record<string, unknown>, headers = own()): Promise<SshKey> {
   const res = await add(headers, payload);
@@ -111,15 +111,8 @@ describe('SSH keys', () => {
   });
 
   it("fingerprints the key's wire form: SHA256: and the unpadded base64 of its SHA-256", async () => {
-    // An ed25519 key from node's crypto, in the SSH wire form (RFC 8709: the type, then the 32-byte key).
-    const raw = Buffer.from(generateKeyPairSync('ed25519').publicKey.export({ format: 'jwk' }).x!, 'base64url');
-    const sized = (b: Buffer) => {
-      const length = Buffer.alloc(4);
-      length.writeUInt32BE(b.length);
-      return Buffer.concat([length, b]);
-    };
-    const blob = Buffer.concat([sized(Buffer.from('ssh-ed25519')), sized(raw)]);
-    const key = await added({ public_key: `ssh-ed25519 ${blob.toString('base64')}`, name: 'from node' });
+    const { line, blob } = newEd25519Key();
+    const key = await added({ public_key: line, name: 'from node' });
     const digest = createHash('sha256').update(blob).digest('base64');
     expect(key.fingerprint).toBe(`SHA256:${digest.replace(/=+$/, '')}`);
     expect(key).toMatchObject({ name: 'from node', type: 'ssh-ed25519' });
