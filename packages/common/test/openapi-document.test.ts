@@ -157,7 +157,11 @@ describe('a service document', () => {
   it('names a path wildcard, and the contract check finds what is missing', () => {
     const params = doc.paths['/things/{id}/{part}'].get.parameters.map((p: Json) => p.name);
     expect(params.sort()).toEqual(['id', 'part']);
-    const problems = contractProblems(doc, [...app.routeTable, { method: 'GET', url: '/health' }, { method: 'GET', url: '/health/ready' }]);
+    const problems = contractProblems(doc, [
+      ...app.routeTable,
+      { method: 'GET', url: '/health' },
+      { method: 'GET', url: '/health/ready' },
+    ]);
     expect(problems).toEqual(['GET /things/{id}/{part}: 200 (application/json) is not a named schema']);
     expect(contractProblems(doc, [{ method: 'DELETE', url: '/things/:id' }])).toContain(
       'DELETE /things/{}: served but not documented',
