@@ -14,6 +14,7 @@ import { keyRoutes } from './routes/keys.ts';
 import { recoveryRoutes } from './routes/recovery.ts';
 import { schemas } from './routes/schemas.ts';
 import { signInRoutes } from './routes/sign-ins.ts';
+import { sshKeyRoutes } from './routes/ssh-keys.ts';
 import { tokenRoutes } from './routes/token.ts';
 import { userRoutes } from './routes/users.ts';
 
@@ -49,6 +50,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await clientRoutes(api as App, ctx);
       await keyRoutes(api as App, ctx);
       await signInRoutes(api as App, ctx);
+      await sshKeyRoutes(api as App, ctx);
       await recoveryRoutes(api as App, ctx);
       await auditRoutes(api as App, ctx);
       // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).

@@ -1,6 +1,9 @@
 /** The auth service's named errors; the common error handler turns each into a problem body. */
 import { AppError, errors } from '@gpu/common';
 
+/** Why an SSH public key is refused (400). */
+export type SshKeyRefusal = 'INVALID_SSH_KEY' | 'SSH_KEY_IS_PRIVATE' | 'SSH_KEY_TYPE_NOT_ALLOWED' | 'SSH_KEY_TOO_SHORT';
+
 export const authErrors = {
   emailTaken: (email: string) => errors.conflict('EMAIL_TAKEN', `an account with the email ${email} already exists`),
   /** One message for an unknown email and a wrong password: login never reveals which. */
@@ -94,4 +97,12 @@ export const authErrors = {
       extra: { error: 'unsupported_grant_type' },
       errors: [{ path: 'body.grant_type', message: 'must be client_credentials or api_key' }],
     }),
+  /** An SSH public key refused (domain/ssh-keys/public-key.ts): `code` says why, the detail what to send instead. */
+  sshKeyRefused: (code: SshKeyRefusal, detail: string) =>
+    errors.badRequest(code, detail, { errors: [{ path: 'body.public_key', message: detail }] }),
+  sshKeyExists: (fingerprint: string) =>
+    errors.conflict('SSH_KEY_EXISTS', `you already registered the key ${fingerprint}`),
+  tooManySshKeys: (max: number) =>
+    errors.conflict('TOO_MANY_SSH_KEYS', `a user holds at most ${max} SSH keys: remove one`),
+  sshKeyNotFound: (id: string) => errors.notFound('SSH_KEY_NOT_FOUND', `SSH key ${id} not found`),
 };

@@ -17,7 +17,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { insertUser } from '../src/db/user-repository.ts';
 import { createApiKey } from '../src/domain/api-keys.ts';
 import { createClient } from '../src/domain/clients.ts';
+import { addSshKey } from '../src/domain/ssh-keys/index.ts';
 import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts';
+import { newEd25519Key } from './fixtures/ssh-keys.ts';
 import { decodeJwt, GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
 const auth = useAuth(testConfig());
@@ -81,6 +83,15 @@ const keyOfOwner = async () =>
       { name: `owned-${randomUUID()}`, scopes: ['read'] },
     )
   ).key.id;
+const newSshKey = () => newEd25519Key().line;
+const sshKeyOfOwner = async () =>
+  (
+    await addSshKey(
+      auth.ctx,
+      { subject: callers.owner.id, kind: 'user', roles: ['provider'], actsFor: callers.owner.id, tokenId: 'table' },
+      { publicKey: newSshKey() },
+    )
+  ).id;
 const CLIENT_ADMINS = { owner: 200, admin: 200, other_user: 404, others: 403 } as const;
 
 function table(): Record<string, AccessRule> {
@@ -151,6 +162,23 @@ function table(): Record<string, AccessRule> {
     [`DELETE ${API}/keys/:id`]: {
       request: async () => ({ url: `${API}/keys/${await keyOfOwner()}` }),
       expect: { owner: 200, other_user: 404, renter: 404, others: 403 },
+    },
+    // SSH keys: users' own, added and removed by their sign-in; one user's keys read by platform services and admins.
+    [`POST ${API}/ssh-keys`]: {
+      request: () => ({ payload: { public_key: newSshKey() } }),
+      expect: { owner: 201, other_user: 201, renter: 201, admin: 201, others: 403 },
+    },
+    [`GET ${API}/ssh-keys`]: {
+      request: () => ({}),
+      expect: { owner: 200, other_user: 200, renter: 200, admin: 200, others: 403 },
+    },
+    [`DELETE ${API}/ssh-keys/:id`]: {
+      request: async () => ({ url: `${API}/ssh-keys/${await sshKeyOfOwner()}` }),
+      expect: { owner: 204, other_user: 404, renter: 404, admin: 404, others: 403 },
+    },
+    [`GET ${API}/users/:userId/ssh-keys`]: {
+      request: () => ({ url: `${API}/users/${callers.owner.id}/ssh-keys` }),
+      expect: { service: 200, admin: 200, others: 403 },
     },
     // Sign-ins and the password: the user's own sign-in (a table caller's token names no sign-in of its own).
     [`GET ${API}/sign-ins`]: {

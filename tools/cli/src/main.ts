@@ -15,17 +15,21 @@ import { accountCommands } from './commands/account.ts';
 import { marketCommands } from './commands/market.ts';
 import { providerCommands } from './commands/provider.ts';
 import { sessionCommands } from './commands/sessions.ts';
+import { sshKeyCommands } from './commands/ssh-keys.ts';
 import { storageCommands } from './commands/storage.ts';
 import { walletCommands } from './commands/wallet.ts';
 
 function build(): Command {
   const program = new Command('gpu')
-    .description("The GPU rental platform's command line: offers, rentals and workloads, storage, wallets, keys")
+    .description(
+      "The GPU rental platform's command line: offers, rentals and workloads, storage, wallets, keys, SSH keys",
+    )
     .option('--url <url>', 'the platform (its gateway); default GPU_URL, the saved one, or http://127.0.0.1:8080')
     .option('--json', 'print the answer as JSON')
     .showHelpAfterError()
     .exitOverride();
   accountCommands(program);
+  sshKeyCommands(program);
   marketCommands(program);
   sessionCommands(program);
   storageCommands(program);

@@ -422,6 +422,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/ssh-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Your SSH public keys, oldest first
+         * @description Your sign-in, or an API key with `read`. At most 50; paged as every list.
+         */
+        get: operations["listSshKeys"];
+        put?: never;
+        /**
+         * Register an SSH public key, to reach what you rent with OpenSSH
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. 400 INVALID_SSH_KEY (not one OpenSSH public-key line, options before the key, data that does not parse), SSH_KEY_IS_PRIVATE (a private key: nothing of it is kept), SSH_KEY_TYPE_NOT_ALLOWED (DSA, security-key and certificate types), SSH_KEY_TOO_SHORT (RSA under 2048 bits); 409 SSH_KEY_EXISTS (a key you registered), TOO_MANY_SSH_KEYS (past 50).
+         */
+        post: operations["addSshKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/ssh-keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove one of your SSH public keys
+         * @description The user themselves, signed in: an API key gets 403 INSUFFICIENT_SCOPE here. It no longer lets you in from then on; another user's key (or one removed) is 404.
+         */
+        delete: operations["removeSshKey"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/token": {
         parameters: {
             query?: never;
@@ -455,6 +499,26 @@ export interface paths {
          * @description Takes effect in tokens issued from now on (login and refresh read the roles); access tokens already issued keep their roles until they expire. The last admin cannot lose the admin role (409 LAST_ADMIN).
          */
         put: operations["setUserRoles"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/users/{userId}/ssh-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One user's SSH public keys (platform services and admins)
+         * @description For the platform's services that let a user in with their keys (a machine client of role `service`), and admins; anyone else 403 ROLE_REQUIRED. 404 USER_NOT_FOUND for a user that does not exist.
+         */
+        get: operations["listUserSshKeys"];
+        put?: never;
         post?: never;
         delete?: never;
         options?: never;
@@ -503,6 +567,12 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        AddSshKeyRequest: {
+            /** @description what to call it; the key's comment when absent */
+            name?: string;
+            /** @description one OpenSSH public-key line, `<type> <base64> [comment]` (the contents of `~/.ssh/id_ed25519.pub`): ssh-ed25519, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, ssh-rsa; RSA of at least 2048 bits */
+            public_key: string;
+        };
         /** @description An API key (never its secret) */
         ApiKey: {
             created_at: string;
@@ -772,6 +842,25 @@ export interface components {
             user_agent: string | null;
         };
         SignInList: components["schemas"]["SignIn"][];
+        /** @description An SSH public key of a user */
+        SshKey: {
+            /** @description RFC 3339, UTC */
+            created_at: string;
+            /** @description as `ssh-keygen -lf` prints it: `SHA256:` and the unpadded base64 of the SHA-256 of the key */
+            fingerprint: string;
+            /** Format: uuid */
+            id: string;
+            /** @description the name given, else the key's comment (`me@laptop`), else `<type> key` */
+            name: string;
+            /** @description `<type> <base64>`: the key as an `authorized_keys` line takes it (no comment) */
+            public_key: string;
+            /**
+             * @description the key type, as OpenSSH names it
+             * @enum {string}
+             */
+            type: "ssh-ed25519" | "ecdsa-sha2-nistp256" | "ecdsa-sha2-nistp384" | "ecdsa-sha2-nistp521" | "ssh-rsa";
+        };
+        SshKeyList: components["schemas"]["SshKey"][];
         /** @description An access token and a refresh token */
         TokenPair: {
             /** @description JWT with iss, sub, aud, exp, iat, jti, roles */
@@ -1797,6 +1886,105 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listSshKeys: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SshKeyList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    addSshKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddSshKeyRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SshKey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    removeSshKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the key is removed */
+            204: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     issueToken: {
         parameters: {
             query?: never;
@@ -1868,6 +2056,44 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listUserSshKeys: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                userId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SshKeyList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -90,6 +90,20 @@ export interface ApiKeysTable {
   epoch: Generated<number>;
 }
 
+/** A user's SSH public keys (migration 20261208000000_ssh_keys). */
+export interface SshKeysTable {
+  id: string;
+  user_id: string;
+  name: string;
+  /** The key's type as OpenSSH names it (`ssh-ed25519`, `ecdsa-sha2-nistp256`, `ssh-rsa`). */
+  type: string;
+  /** `SHA256:` and the unpadded base64 of the SHA-256 of the key's data, as `ssh-keygen -lf` prints it. */
+  fingerprint: string;
+  /** `<type> <base64 data>`: the key as an `authorized_keys` line takes it, without its comment. */
+  public_key: string;
+  created_at: DefaultTimestamp;
+}
+
 export interface ClientsTable {
   id: Generated<string>;
   /** Unique among active clients (`billing-service`, `gateway`, `daemon-rack-12`). */
@@ -129,6 +143,7 @@ export interface AuthDatabase {
   trusted_devices: TrustedDevicesTable;
   clients: ClientsTable;
   api_keys: ApiKeysTable;
+  ssh_keys: SshKeysTable;
   email_tokens: EmailTokensTable;
   /** Security-relevant actions, append-only (migration 20261205000000_audit_trail; @gpu/common's audit-trail.ts). */
   audit_events: AuditEventsTable;

@@ -11,6 +11,7 @@ import * as emailTokens from './20261204000000_email_tokens.ts';
 import * as auditTrail from './20261205000000_audit_trail.ts';
 import * as auditChain from './20261206000000_audit_chain.ts';
 import * as accountEpochs from './20261207000000_account_epochs.ts';
+import * as sshKeys from './20261208000000_ssh_keys.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_initial': initial,
@@ -24,4 +25,5 @@ export const migrations: Record<string, Migration> = {
   '20261205000000_audit_trail': auditTrail,
   '20261206000000_audit_chain': auditChain,
   '20261207000000_account_epochs': accountEpochs,
+  '20261208000000_ssh_keys': sshKeys,
 };

@@ -6,9 +6,9 @@
  *   tokens' family), trusted device, API key and daemon client (its owner's). Proving the address by mail without the
  *   account's own sign-in, that is a password reset or a verification that sets a new password, **starts the next
  *   epoch** (`startAfresh`): the password is the mail reader's, the address verified, and everything made before dies:
- *   every sign-in, trusted device, API key, daemon client and mailed code. A credential of an earlier epoch is refused
- *   wherever this service looks at it (login, refresh, the key and client grants, its own routes), so one minted by a
- *   request that raced the change dies too.
+ *   every sign-in, trusted device, API key, daemon client and mailed code, and the account's SSH keys are removed. A
+ *   credential of an earlier epoch is refused wherever this service looks at it (login, refresh, the key and client
+ *   grants, its own routes), so one minted by a request that raced the change dies too.
  * - A verification made with the account's own live sign-in (the mail reader knows the password) keeps everything.
  * - This service refuses, at once, a token whose credential it can see withdrawn (`withLiveCredentials`): a user's
  *   token whose sign-in ended (signed out, the password changed elsewhere, the account started afresh) is 401
@@ -22,6 +22,7 @@ import { revokeOwnedClients } from '../../db/client-repository.ts';
 import { retireEmailTokens } from '../../db/email-token-repository.ts';
 import { revokeUserFamilies, signInAlive, signInEpoch } from '../../db/refresh-token-repository.ts';
 import type { AuthDatabase } from '../../db/schema.ts';
+import { deleteUserSshKeys } from '../../db/ssh-key-repository.ts';
 import { forgetUserDevices } from '../../db/trusted-device-repository.ts';
 import { findUserById, startNextEpoch, type UserRow } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
@@ -32,11 +33,13 @@ export interface FreshStart {
   user: UserRow;
   keysRevoked: number;
   clientsRevoked: number;
+  sshKeysRemoved: number;
 }
 
 /**
  * Starts the account's next epoch inside the caller's transaction (the user row locked by it): `passwordHash` is the
- * mail reader's password; every sign-in, trusted device, API key, daemon client and mailed code of the account ends.
+ * mail reader's password; every sign-in, trusted device, API key, daemon client and mailed code of the account ends,
+ * and its SSH keys are removed (a key registered by whoever held the account would reach what the owner rents).
  */
 export async function startAfresh(
   trx: Kysely<AuthDatabase>,
@@ -52,7 +55,8 @@ export async function startAfresh(
   await forgetUserDevices(trx, userId);
   const keysRevoked = await revokeUserApiKeys(trx, userId);
   const clientsRevoked = await revokeOwnedClients(trx, userId);
-  return { user, keysRevoked, clientsRevoked };
+  const sshKeysRemoved = await deleteUserSshKeys(trx, userId);
+  return { user, keysRevoked, clientsRevoked, sshKeysRemoved };
 }
 
 /**

@@ -146,7 +146,12 @@ export async function verifyEmail(
       actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
       target: `user:${user.id}`,
       details: fresh
-        ? { fresh_start: true, api_keys_revoked: outcome.keysRevoked, clients_revoked: outcome.clientsRevoked }
+        ? {
+            fresh_start: true,
+            api_keys_revoked: outcome.keysRevoked,
+            clients_revoked: outcome.clientsRevoked,
+            ssh_keys_removed: outcome.sshKeysRemoved,
+          }
         : { fresh_start: false },
     },
     fresh ? 'e-mail address verified with a new password; everything before ended' : 'e-mail address verified',
@@ -200,13 +205,13 @@ export async function resetPassword(
   const found = await findLiveEmailToken(ctx.db, hash, 'reset_password', new Date());
   if (!found) throw authErrors.invalidEmailToken();
   const passwordHash = await newPasswordHash(ctx, input.newPassword, found);
-  const { user, keysRevoked, clientsRevoked } = await ctx.db.transaction().execute(async (trx) => {
+  const { user, keysRevoked, clientsRevoked, sshKeysRemoved } = await ctx.db.transaction().execute(async (trx) => {
     const owner = await lockUser(trx, found.user_id);
     const now = new Date();
     const used = await useEmailToken(trx, hash, 'reset_password', now);
     if (!used || !owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
     // Whoever held the account before (someone who registered the address first, or stole the password) keeps
-    // nothing: no sign-in, no API key, no trusted device, no daemon.
+    // nothing: no sign-in, no API key, no trusted device, no daemon, no SSH key.
     return startAfresh(trx, owner.id, passwordHash, 'password_reset', now);
   });
   await audit(
@@ -215,7 +220,7 @@ export async function resetPassword(
       action: 'password_reset',
       actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
       target: `user:${user.id}`,
-      details: { api_keys_revoked: keysRevoked, clients_revoked: clientsRevoked },
+      details: { api_keys_revoked: keysRevoked, clients_revoked: clientsRevoked, ssh_keys_removed: sshKeysRemoved },
     },
     'password reset by mail; every device signed out',
   );
