@@ -14,6 +14,7 @@ import { DEFAULT_URL, ExitStatus, type Globals, UsageError } from './cli.ts';
 import { accountCommands } from './commands/account.ts';
 import { marketCommands } from './commands/market.ts';
 import { providerCommands } from './commands/provider.ts';
+import { reachCommands } from './commands/reach.ts';
 import { sessionCommands } from './commands/sessions.ts';
 import { storageCommands } from './commands/storage.ts';
 import { walletCommands } from './commands/wallet.ts';
@@ -28,6 +29,7 @@ function build(): Command {
   accountCommands(program);
   marketCommands(program);
   sessionCommands(program);
+  reachCommands(program);
   storageCommands(program);
   walletCommands(program);
   providerCommands(program);
