@@ -44,7 +44,14 @@ const daemonQuery = z.object({ provider_id: z.uuid().describe('the machine whose
 /** What the checks before the upgrade decided for the stream. */
 type Plan =
   | { kind: 'local'; sessionId: string; link: Link; channel: Awaited<ReturnType<ReachRelay['exec']>>; tty: boolean }
-  | { kind: 'forward'; upstream: WebSocket };
+  | { kind: 'forward'; upstream: Upstream };
+
+/** The holder's socket, and what it sent before the renter's was there to take it. */
+interface Upstream {
+  socket: WebSocket;
+  /** Sends what came and what comes to `to`. */
+  pipeTo(to: WebSocket): void;
+}
 
 /** The answer of a WebSocket that refused to open, as the problem the holder gave. */
 function refusal(status: number, body: string): AppError {
@@ -68,14 +75,28 @@ function refusal(status: number, body: string): AppError {
 }
 
 /** Opens the stream at the instance holding the machine's connection (its own checks run there). */
-function dialHolder(url: string, request: FastifyRequest, instanceId: string): Promise<WebSocket> {
+function dialHolder(url: string, request: FastifyRequest, instanceId: string): Promise<Upstream> {
   const headers: Record<string, string> = { [HOP]: instanceId };
   if (request.headers.authorization) headers.authorization = request.headers.authorization;
   const correlation = request.headers['x-correlation-id'];
   if (typeof correlation === 'string') headers['x-correlation-id'] = correlation;
   const upstream = new WebSocket(url, [CHANNEL_PROTOCOL], { headers, maxPayload: 4 * 1024 * 1024 });
+  // From the first moment: the program's first output may come with the upgrade's answer.
+  const early: [WebSocket.RawData, boolean][] = [];
+  let target: WebSocket | undefined;
+  upstream.on('message', (data, binary) => {
+    if (target) target.send(data, { binary });
+    else early.push([data, binary]);
+  });
+  const piped: Upstream = {
+    socket: upstream,
+    pipeTo(to) {
+      for (const [data, binary] of early.splice(0)) to.send(data, { binary });
+      target = to;
+    },
+  };
   return new Promise((resolve, reject) => {
-    upstream.once('open', () => resolve(upstream));
+    upstream.once('open', () => resolve(piped));
     upstream.once('unexpected-response', (_req, res) => {
       let body = '';
       res.on('data', (d: Buffer) => {
@@ -88,13 +109,15 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
 }
 
 /** Passes messages and the close both ways between the renter's socket and the holder's. */
-function pipeSockets(a: WebSocket, b: WebSocket): void {
+function pipeSockets(a: WebSocket, upstream: Upstream): void {
+  const b = upstream.socket;
   const close = (to: WebSocket, code: number, reason: Buffer) => {
-    if (to.readyState === WebSocket.OPEN) to.close(code >= 1000 && code < 5000 && code !== 1005 && code !== 1006 ? code : 1011, reason);
+    const sendable = code >= 1000 && code < 5000 && code !== 1005 && code !== 1006;
+    if (to.readyState === WebSocket.OPEN) to.close(sendable ? code : 1011, reason);
     else to.terminate();
   };
   a.on('message', (data, binary) => b.send(data, { binary }));
-  b.on('message', (data, binary) => a.send(data, { binary }));
+  upstream.pipeTo(a);
   a.on('close', (code, reason) => close(b, code, reason));
   b.on('close', (code, reason) => close(a, code, reason));
   a.on('error', () => b.terminate());

@@ -36,6 +36,22 @@ export async function execStream(ctx: Context, sessionId: string, argv: string[]
   const url = `${base}/api/v1/billing/sessions/${encodeURIComponent(sessionId)}/exec?${query}`;
   const token = await ctx.token.get();
   const ws = new WebSocket(url, [PROTOCOL], { headers: { authorization: `Bearer ${token}` } });
+  // Listening from the first moment: the program's first output (or its end) may come with the upgrade's answer.
+  const closed = new Promise<[number, string]>((resolve) => ws.once('close', (c, r) => resolve([c, String(r)])));
+  let status: Record<string, unknown> | null = null;
+  ws.on('message', (data: Buffer) => {
+    const channel = data[0];
+    const body = data.subarray(1);
+    if (channel === STDOUT) process.stdout.write(body);
+    else if (channel === STDERR) process.stderr.write(body);
+    else if (channel === STATUS) {
+      try {
+        status = JSON.parse(String(body)) as Record<string, unknown>;
+      } catch {
+        status = { status: 'Failure', message: String(body) };
+      }
+    }
+  });
   await new Promise<void>((resolve, reject) => {
     ws.once('open', () => resolve());
     ws.once('unexpected-response', (_req, res) => {
@@ -70,24 +86,7 @@ export async function execStream(ctx: Context, sessionId: string, argv: string[]
   stdin.on('end', onEnd);
   if (tty) process.stdout.on('resize', onResize);
 
-  let status: Record<string, unknown> | null = null;
-  ws.on('message', (data: Buffer) => {
-    const channel = data[0];
-    const body = data.subarray(1);
-    if (channel === STDOUT) process.stdout.write(body);
-    else if (channel === STDERR) process.stderr.write(body);
-    else if (channel === STATUS) {
-      try {
-        status = JSON.parse(String(body)) as Record<string, unknown>;
-      } catch {
-        status = { status: 'Failure', message: String(body) };
-      }
-    }
-  });
-  const [code, reason] = (await new Promise((resolve) => ws.once('close', (c, r) => resolve([c, String(r)])))) as [
-    number,
-    string,
-  ];
+  const [code, reason] = await closed;
   stdin.off('data', onInput);
   stdin.off('end', onEnd);
   process.stdout.off('resize', onResize);

@@ -12,11 +12,12 @@
  * own (`none`), and its host key is made anew at each start. A lost connection ends every channel on it (their
  * programs get SIGHUP, then SIGKILL) and is dialled again, backing off to `max_backoff`.
  */
+import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
 import type { TokenSource } from '@gpu/client';
 import { durationMs, type Logger } from '@gpu/common';
-import { type Connection, Server, type ServerChannel, utils } from 'ssh2';
+import { type Connection, Server, type ServerChannel } from 'ssh2';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { z } from 'zod';
 import type { DaemonConfig } from '../config.ts';
@@ -52,7 +53,10 @@ export class ReachLink {
   private loop: Promise<void> | undefined;
 
   constructor(private readonly deps: ReachDeps) {
-    const hostKey = utils.generateKeyPairSync('ed25519').private;
+    // Made with Node's crypto (ssh2's own ed25519 generator drops a leading zero byte now and then).
+    const hostKey = generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
+      .privateKey.export({ type: 'sec1', format: 'pem' })
+      .toString();
     this.ssh = new Server({ hostKeys: [hostKey] }, (client) => this.serve(client));
     this.ssh.on('error', (err: Error) => this.deps.logger.warn({ err }, 'reach: SSH error'));
   }
@@ -99,6 +103,10 @@ export class ReachLink {
     const token = await this.deps.token.get();
     const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, maxPayload: 4 * 1024 * 1024 });
     this.socket = ws;
+    // The stream takes what arrives from the first moment: the relay's first bytes may come with the upgrade's answer,
+    // before anything awaiting 'open' runs.
+    const stream = createWebSocketStream(ws);
+    stream.on('error', () => {});
     const refused = new Promise<never>((_, reject) => {
       ws.once('unexpected-response', (_req, res) => {
         if (res.statusCode === 401) this.deps.token.invalidate?.();
@@ -124,8 +132,6 @@ export class ReachLink {
       alive = false;
       ws.ping();
     }, PING_MS);
-    const stream = createWebSocketStream(ws);
-    stream.on('error', () => {});
     this.ssh.injectSocket(stream as never);
     try {
       await once(ws, 'close');

@@ -52,6 +52,8 @@ export class ReachRelay {
   private readonly streams = new Map<string, Set<OpenStream>>();
   private timers: NodeJS.Timeout[] = [];
   readonly url: string;
+  /** This instance among the others (`instance_id`; one of its own when none is set). */
+  private readonly instanceId: string;
 
   constructor(
     private readonly deps: {
@@ -63,15 +65,16 @@ export class ReachRelay {
       live: (sessionIds: string[]) => Promise<Set<string>>;
     },
   ) {
+    this.instanceId = deps.instanceId || randomUUID();
     const { server, reach } = deps.config;
     const host = ['0.0.0.0', '::', ''].includes(server.host) ? '127.0.0.1' : server.host;
     this.url = reach.advertise_url || `http://${host.includes(':') ? `[${host}]` : host}:${server.port}`;
   }
 
-  /** The port the service listens on, once known (a test's port 0). */
+  /** The port the service listens on, once it does (where it was told another, or none). */
   listening(port: number): void {
-    if (!this.deps.config.reach.advertise_url && this.deps.config.server.port === 0) {
-      (this as { url: string }).url = this.url.replace(/:0$/, `:${port}`);
+    if (!this.deps.config.reach.advertise_url) {
+      (this as { url: string }).url = this.url.replace(/:\d+$/, `:${port}`);
     }
   }
 
@@ -143,7 +146,7 @@ export class ReachRelay {
     before?.ssh.end();
     await claimReachLink(
       this.deps.db,
-      { providerId, instanceId: this.deps.instanceId, url: this.url, linkId: id },
+      { providerId, instanceId: this.instanceId, url: this.url, linkId: id },
       new Date(),
     );
     this.deps.logger.info({ provider_id: providerId, link_id: id }, 'reach: a machine connected');
@@ -163,7 +166,7 @@ export class ReachRelay {
   /** Where another instance holds the machine's connection (none held anywhere: null). */
   async elsewhere(providerId: string): Promise<ReachLinkRow | null> {
     const row = await findReachLink(this.deps.db, providerId, new Date(Date.now() - STALE_MS));
-    return row && row.instanceId !== this.deps.instanceId ? row : null;
+    return row && row.instanceId !== this.instanceId ? row : null;
   }
 
   /** How many streams the session has open here. */
