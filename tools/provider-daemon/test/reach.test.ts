@@ -220,4 +220,39 @@ describe('a renter reaches the workload they rent', () => {
       await second.close();
     }
   });
+
+  it("ends every stream when the daemon's connection goes, and refuses new ones until it is back", async () => {
+    const r = await idleSession();
+    let stoppedAt = 0;
+    const res = await exec(billingUrl, r.headers, r.id, ['sleep', '120'], {
+      keepOpen: () => {
+        setTimeout(() => {
+          stoppedAt = Date.now();
+          void link.stop();
+        }, 300);
+      },
+    });
+    expect(Date.now() - stoppedAt).toBeLessThan(3_000);
+    expect(res.status).toMatchObject({ status: 'Failure', message: 'the connection to the machine was lost' });
+    const meanwhile = await until(
+      () => exec(billingUrl, r.headers, r.id, ['true']),
+      (x) => x.refused !== null,
+    );
+    expect(meanwhile.refused).toMatchObject({ status: 409, problem: { code: 'DAEMON_NOT_CONNECTED' } });
+    // A daemon that comes back (a restart) dials again, and the workload can be reached again.
+    link = new ReachLink({
+      config: machine.deps.config,
+      logger,
+      token: machine.deps.token,
+      providerId: () => machine.providerId,
+      entryOf: (id) => runner.entryOf(id),
+    });
+    link.start();
+    const again = await until(
+      () => exec(billingUrl, r.headers, r.id, ['echo', 'back']),
+      (x) => x.refused === null,
+      20_000,
+    );
+    expect(again.out).toBe('back\n');
+  });
 });

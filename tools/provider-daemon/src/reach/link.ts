@@ -107,6 +107,8 @@ export class ReachLink {
     // before anything awaiting 'open' runs.
     const stream = createWebSocketStream(ws);
     stream.on('error', () => {});
+    // A lost connection ends the SSH connection on it, and so every channel (their programs are hung up).
+    ws.on('close', () => stream.destroy());
     const refused = new Promise<never>((_, reject) => {
       ws.once('unexpected-response', (_req, res) => {
         if (res.statusCode === 401) this.deps.token.invalidate?.();

@@ -121,7 +121,12 @@ export class ReachRelay {
       markClosed();
       socket.terminate();
     });
-    socket.on('close', () => ssh.end());
+    // A connection that is gone ends its SSH at once (its channels, the renters' streams, with it): the stream is
+    // destroyed, not ended, for SSH would wait on its writing side.
+    socket.on('close', () => {
+      stream.destroy();
+      ssh.destroy();
+    });
     const ready = new Promise<void>((resolve, reject) => {
       ssh.once('ready', resolve);
       ssh.once('error', reject);
