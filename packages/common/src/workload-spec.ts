@@ -161,6 +161,12 @@ export const workloadSpecSchema = z
       .max(WORKLOAD_LIMITS.maxRuntimeSeconds)
       .describe('the workload is stopped after running this long'),
     network: z.boolean().default(false).describe('whether the workload may reach the network (default: no)'),
+    idle: z
+      .boolean()
+      .optional()
+      .describe(
+        'an idle workload: the sandbox (or the image\'s container) kept running with nothing in it but a waiting process, to reach with `gpu shell` and `gpu exec` (no `command`); billed as running, it ends with the session or at `max_runtime_seconds`',
+      ),
     inputs: z
       .array(inputSchema)
       .max(WORKLOAD_LIMITS.inputs)
@@ -180,7 +186,10 @@ export const workloadSpecSchema = z
   })
   .strict()
   .superRefine((spec, ctx) => {
-    if (!spec.image && !spec.command) {
+    if (spec.idle && spec.command) {
+      ctx.addIssue({ code: 'custom', path: ['command'], message: 'an idle workload runs no command of its own' });
+    }
+    if (!spec.image && !spec.command && !spec.idle) {
       ctx.addIssue({ code: 'custom', path: ['command'], message: 'a command is required without an image' });
     }
     if (spec.image) {

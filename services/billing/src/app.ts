@@ -12,6 +12,7 @@ import {
   Outbox,
   type TokenVerifier,
 } from '@gpu/common';
+import fastifyWebsocket from '@fastify/websocket';
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
@@ -24,6 +25,7 @@ import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
+import { liveSessions, ReachRelay } from './domain/reach/index.ts';
 import { payoutPause } from './domain/reserves/index.ts';
 import type { WorkloadStorage } from './domain/workload-storage.ts';
 import { eventRoutes } from './routes/events.ts';
@@ -37,6 +39,7 @@ import { sessionRoutes } from './routes/sessions.ts';
 import { storageRoutes } from './routes/storage.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { walletRoutes } from './routes/wallets.ts';
+import { chooseProtocol, reachRoutes } from './routes/reach.ts';
 import { workloadRoutes } from './routes/workloads.ts';
 
 export const SERVICE_NAME = 'billing-service';
@@ -157,6 +160,24 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(reservationRoutes, routeDeps);
   await app.register(workloadRoutes, routeDeps);
   await app.register(reserveRoutes, routeDeps);
+  // Reach: daemons' connections and renters' streams into their workloads, WebSockets (routes/reach.ts).
+  await app.register(fastifyWebsocket, {
+    options: { maxPayload: 4 * 1024 * 1024, handleProtocols: (offered) => chooseProtocol(offered) },
+  });
+  const relay = new ReachRelay({
+    db: deps.db,
+    config: deps.config,
+    logger: deps.logger,
+    instanceId: deps.config.instance_id,
+    live: (ids) => liveSessions(deps.db, ids),
+  });
+  app.addHook('onListen', async function listening() {
+    const address = this.server.address();
+    if (address && typeof address === 'object') relay.listening(address.port);
+  });
+  app.addHook('onReady', async () => relay.start());
+  app.addHook('preClose', async () => relay.stop());
+  await app.register(reachRoutes, { ...routeDeps, relay });
   auditTrailRoute(app, {
     db: deps.db as unknown as Kysely<never>,
     url: '/api/v1/billing/audit',

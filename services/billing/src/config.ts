@@ -213,6 +213,26 @@ export const billingConfigSchema = z.object({
     })
     .prefault({}),
   /**
+   * Renters reaching their running workloads (`gpu exec`, `gpu shell`: domain/reach/): machines' daemons hold an
+   * outbound WebSocket here, and a renter's stream is relayed to the one of its session's machine.
+   */
+  reach: z
+    .object({
+      /**
+       * Where the other billing instances reach this one (`http://<pod IP>:8003`): a renter's stream that arrives
+       * at an instance not holding its machine's connection is passed to the one that does. Empty:
+       * `http://<server.host, or 127.0.0.1 for 0.0.0.0>:<port>`.
+       */
+      advertise_url: z.union([z.literal(''), z.string().url()]).default(''),
+      /** The most streams one session has open at once (more: 429 TOO_MANY_STREAMS). */
+      max_streams_per_session: zInt(1, 1000).default(8),
+      /** The most bytes per second one session's streams carry, in and out together (a faster stream waits). */
+      max_bytes_per_second: zInt(1024).default(64 * 1024 * 1024),
+      /** How often the streams' sessions are checked: a stream ends at most this long after its session. */
+      check_interval: zDuration().default('500ms'),
+    })
+    .prefault({}),
+  /**
    * The shared messaging section: `nats_url` (empty: no events, no NATS usage consumer), `stream` (the JetStream
    * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
    * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`), `subjects.provider_status`

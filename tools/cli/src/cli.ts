@@ -31,6 +31,8 @@ export function context(program: Command) {
     env,
     config,
     json: globals.json === true,
+    /** The caller's bearer token (the streams of `exec` and `shell` carry it). */
+    token,
     auth: authClient({ baseUrl: url, token }),
     registry: registryClient({ baseUrl: url, token }),
     billing: billingClient({ baseUrl: url, token }),

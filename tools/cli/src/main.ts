@@ -14,6 +14,7 @@ import { DEFAULT_URL, ExitStatus, type Globals, UsageError } from './cli.ts';
 import { accountCommands } from './commands/account.ts';
 import { marketCommands } from './commands/market.ts';
 import { providerCommands } from './commands/provider.ts';
+import { reachCommands } from './commands/reach.ts';
 import { sessionCommands } from './commands/sessions.ts';
 import { sshKeyCommands } from './commands/ssh-keys.ts';
 import { storageCommands } from './commands/storage.ts';
@@ -32,6 +33,7 @@ function build(): Command {
   sshKeyCommands(program);
   marketCommands(program);
   sessionCommands(program);
+  reachCommands(program);
   storageCommands(program);
   walletCommands(program);
   providerCommands(program);

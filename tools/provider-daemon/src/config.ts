@@ -70,6 +70,12 @@ export const daemonConfigSchema = z
       .prefault({}),
     /** Set it to the registry's `heartbeat_interval` (30 s by default); the registry marks a machine offline after 3. */
     heartbeat_interval: zDuration().default('30s'),
+    /**
+     * Renters reaching their workloads (`gpu exec`, `gpu shell`: src/reach/): the daemon holds an outbound WebSocket
+     * to billing's relay and runs what renters ask in their own workload only. Off: no connection (renters hear 409
+     * DAEMON_NOT_CONNECTED).
+     */
+    reach: z.object({ enabled: z.boolean().default(true) }).prefault({}),
     /** Renters' workloads (src/workloads/): run in a bubblewrap sandbox on exactly the leased GPUs. */
     workloads: z
       .object({

@@ -11,6 +11,7 @@ import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
 import { natsHeartbeats } from './heartbeats.ts';
+import { ReachLink } from './reach/link.ts';
 import { UsageReporter } from './usage.ts';
 import { WorkloadRunner } from './workloads/runner.ts';
 
@@ -74,11 +75,24 @@ startOrExit(async () => {
           : {}),
       })
     : null;
+  // Renters reach their workloads through an outbound connection to billing's relay (the machine opens no port).
+  const reach =
+    workloads && config.reach.enabled
+      ? new ReachLink({
+          config,
+          logger,
+          token,
+          providerId: () => daemon.providerId,
+          entryOf: (id) => workloads.entryOf(id),
+        })
+      : null;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => daemon.stop());
   workloads?.run();
+  reach?.start();
   await daemon.run();
   // A clean stop takes the machine off the market before anything else, so that no renter starts on it meanwhile.
   await daemon.leaveMarket(Math.min(durationMs(config.request_timeout), LEAVE_MARKET_TIMEOUT_MS));
+  await reach?.stop();
   await workloads?.stop();
   await publisher.close();
   await tracing?.shutdown().catch(() => {});

@@ -6,7 +6,7 @@
  * - a route says in its config the scope that lets an API key call it (`config: { scope: 'sessions' }`); a route
  *   that names none takes no API key at all (creating keys, changing a password, e-mail or roles, signing out);
  * - `read` lets a key call every route that takes keys with GET or HEAD (search offers, read a balance, a
- *   session, a listing), and nothing else;
+ *   session, a listing), and nothing else; never a route of `connect` (a stream into a workload opens with a GET);
  * - the others let a key call the routes that name them, whatever their method.
  *
  * A token of a user's own sign-in, or of a machine client, carries no scopes: its roles alone decide.
@@ -20,6 +20,7 @@ export const SCOPES = [
   'wallet:read',
   'money:out',
   'machines',
+  'connect',
 ] as const;
 
 export type Scope = (typeof SCOPES)[number];
@@ -34,7 +35,12 @@ export const SCOPE_MEANINGS: Record<Scope, string> = {
   'wallet:read': 'read wallets, balances and their history',
   'money:out': 'withdrawals, payouts and setting where payouts go: tokens leave the platform',
   machines: "a provider's machines: register, rates, earnings, and reading payout settings",
+  connect:
+    "open streams into the user's running workloads (exec, shell): never implied by `read`, though a stream opens with a GET",
 };
+
+/** Scopes `read` never stands in for, whatever the method: a stream into a workload opens with a GET. */
+const NOT_READ: readonly Scope[] = ['connect'];
 
 export const isScope = (s: string): s is Scope => (SCOPES as readonly string[]).includes(s);
 
@@ -50,5 +56,6 @@ export function scopeAllows(
   if (needed === undefined) return false;
   const any = typeof needed === 'string' ? [needed] : needed;
   if (any.some((s) => granted.includes(s))) return true;
+  if (any.some((s) => NOT_READ.includes(s))) return false;
   return granted.includes('read') && (method === 'GET' || method === 'HEAD');
 }

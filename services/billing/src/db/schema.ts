@@ -306,6 +306,17 @@ export interface PayoutPauseTable {
   details: ColumnType<Record<string, unknown>, string | undefined, string>;
 }
 
+/** Which billing instance holds each machine's relay connection (migration 0026; domain/reach/). */
+export interface ReachLinkTable {
+  provider_id: string;
+  instance_id: string;
+  /** Where the other instances reach that instance (`reach.advertise_url`). */
+  url: string;
+  link_id: string;
+  connected_at: Date;
+  seen_at: Date;
+}
+
 export interface BillingDB {
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
@@ -326,4 +337,5 @@ export interface BillingDB {
   storage_charges: StorageChargeTable;
   gpu_leases: GpuLeaseTable;
   session_events: SessionEventTable;
+  reach_links: ReachLinkTable;
 }

@@ -40,6 +40,7 @@ interface RentOptions {
   maxRuntime: number;
   network?: boolean;
   image?: string;
+  idle?: boolean;
 }
 
 /** A duration in whole seconds: `90` (seconds), `90s`, `15m`, `2h30m`. */
@@ -79,6 +80,7 @@ function rentalOptions(command: Command): Command {
       3600,
     )
     .option('--network', 'let the workload reach the network (default: none)')
+    .option('--idle', 'an idle workload to reach with gpu shell and gpu exec (no command of its own; billed as running)')
     .option(
       '--image <reference>',
       'run an OCI image in a container (the machine needs a container runtime); a command after -- replaces its own',
@@ -87,7 +89,8 @@ function rentalOptions(command: Command): Command {
 
 /** The workload of `argv` and the options, or none (a session without one); a usage error for options without it. */
 function workloadSpec(argv: string[], o: RentOptions): WorkloadSpec | undefined {
-  if (argv.length === 0 && !o.image) {
+  if (o.idle && argv.length > 0) throw new UsageError('--idle runs no command of its own: drop the command after --');
+  if (argv.length === 0 && !o.image && !o.idle) {
     if (o.env || o.input || o.outputPrefix || o.network) {
       throw new UsageError(
         '--env, --input, --output-prefix and --network are for a workload: give its command after -- (or --image)',
@@ -104,6 +107,7 @@ function workloadSpec(argv: string[], o: RentOptions): WorkloadSpec | undefined 
   return {
     ...(o.image ? { image: o.image } : {}),
     ...(argv.length > 0 ? { command: argv } : {}),
+    ...(o.idle ? { idle: true } : {}),
     env,
     max_runtime_seconds: o.maxRuntime,
     network: o.network === true,
@@ -197,7 +201,9 @@ export function sessionCommands(program: Command) {
     const ctx = context(program);
     const started = await startSession(ctx, opts, workloadSpec(argv, opts));
     showStarted(ctx.json, started);
-    if (!ctx.json && started.session.workload) {
+    if (!ctx.json && opts.idle) {
+      process.stderr.write(`reach it once it runs: gpu shell ${started.session.id}\n`);
+    } else if (!ctx.json && started.session.workload) {
       process.stderr.write(`follow it: gpu logs ${started.session.id} -f\n`);
     }
   });

@@ -466,5 +466,6 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     ready,
     ended,
     stop,
+    entry: { kind: 'container', runtime: rt, name, ...(opts.uid !== undefined ? { uid: opts.uid } : {}) },
   };
 }

@@ -51,6 +51,7 @@ import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { filesystemProblem, prepareDisk, type SessionDisk } from './disk.ts';
 import type { SessionFiles } from './files.ts';
 import { FileKeeper } from './keeper.ts';
+import type { Entry } from './entry.ts';
 import { SANDBOX_PATH, type Sandbox, type SandboxEnd, type SandboxGpu, sandboxView, startSandbox } from './sandbox.ts';
 
 type Report =
@@ -99,6 +100,9 @@ interface Running {
 const PAID_REFRESH_MS = 30_000;
 
 const JOURNAL = 'journal.json';
+
+/** What an idle workload runs: a process that waits until it is stopped (coreutils' `sleep`, in its PATH). */
+export const IDLE_COMMAND = ['sleep', 'infinity'] as const;
 
 /**
  * Why this machine cannot run a sandbox, or null when it can: bubblewrap missing, or (a daemon running as root, whose
@@ -386,6 +390,9 @@ export class WorkloadRunner {
       await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: unable ?? 'invalid_spec' });
       return;
     }
+    // An idle workload (to reach with `gpu shell`) runs a process that waits, in the sandbox or the image's container.
+    const { idle, ...given } = parsed.data;
+    const spec = idle ? { ...given, command: [...IDLE_COMMAND] } : given;
     // Nothing starts before billing took `preparing`: a session that ended meanwhile (409) runs nothing.
     if (!this.prepared.has(session.id)) {
       const taken = await this.post(session.id, { state: 'preparing', at: new Date().toISOString() });
@@ -412,14 +419,14 @@ export class WorkloadRunner {
     // From here the directory is the keeper's, on disk too: whatever happens, it is uploaded or removed.
     const files = this.keeper.track(session.id, {
       keepsFiles: Boolean(w.logs),
-      maxPathBytes: parsed.data.output ? maxOutputPathBytes(parsed.data.output) : 0,
+      maxPathBytes: spec.output ? maxOutputPathBytes(spec.output) : 0,
     });
     const failed = async (reason: string) => {
       this.done.add(session.id);
       await this.keeper.drop(session.id);
       await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
     };
-    const inputsDir = parsed.data.inputs.length > 0 ? path.join(dir, 'inputs') : undefined;
+    const inputsDir = spec.inputs.length > 0 ? path.join(dir, 'inputs') : undefined;
     if (files && inputsDir) {
       try {
         rmSync(inputsDir, { recursive: true, force: true });
@@ -430,11 +437,11 @@ export class WorkloadRunner {
         return;
       }
     }
-    if (parsed.data.image) {
+    if (spec.image) {
       // Nothing of this daemon's starts before the containers an earlier life left are gone (tried at each poll).
       if (!this.orphansRemoved) throw new Error('the containers an earlier life left are still there');
       try {
-        await pullImage(this.containers!, parsed.data.image, durationMs(this.settings.image_pull_timeout));
+        await pullImage(this.containers!, spec.image, durationMs(this.settings.image_pull_timeout));
       } catch (err) {
         this.deps.logger.warn({ err, session_id: session.id }, "the workload's image could not be pulled");
         // The machine's disk (or state): its fault; the image's registry or name: the renter's.
@@ -460,7 +467,7 @@ export class WorkloadRunner {
     }
     // A program that is not there never starts, and so is never billed (a container's is looked up in its image).
     const problem =
-      parsed.data.command && !parsed.data.image ? this.commandProblem(parsed.data.command, disk, inputsDir) : null;
+      spec.command && !spec.image ? this.commandProblem(spec.command, disk, inputsDir) : null;
     if (problem) {
       this.deps.logger.info({ session_id: session.id, reason: problem }, 'the workload program is not there to run');
       this.done.add(session.id);
@@ -468,7 +475,7 @@ export class WorkloadRunner {
       await this.keeper.ended(session.id);
       return;
     }
-    this.start(session, parsed.data, readings, paidUntil, { disk, logDir, files, inputsDir });
+    this.start(session, spec, readings, paidUntil, { disk, logDir, files, inputsDir });
   }
 
   /** Why the sandbox's program cannot be started (command.ts), in the view the sandbox will have. */
@@ -574,6 +581,11 @@ export class WorkloadRunner {
     void sandbox.ended
       .then((end) => this.finish(session.id, end))
       .catch((err) => this.deps.logger.error({ err, session_id: session.id }, 'finishing a workload failed'));
+  }
+
+  /** How a renter's program enters the session's workload (reach/): null when none runs here. */
+  entryOf(sessionId: string): Entry | null {
+    return this.running.get(sessionId)?.sandbox.entry ?? null;
   }
 
   private async finish(sessionId: string, end: SandboxEnd): Promise<void> {

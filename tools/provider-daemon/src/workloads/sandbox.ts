@@ -48,6 +48,7 @@ import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
+import type { Entry } from './entry.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
 export interface SandboxGpu {
@@ -111,6 +112,8 @@ export interface Sandbox {
   readonly ended: Promise<SandboxEnd>;
   /** SIGTERM to its processes, SIGKILL after the grace period; resolves once they are all gone. */
   stop(reason: string): Promise<SandboxEnd>;
+  /** How a renter's program enters it (entry.ts). */
+  readonly entry: Entry;
 }
 
 export const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -520,9 +523,12 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   /** Why it could not start, when it could not (its network did not come up). */
   let failure: string | undefined;
   let network: { stop(): void } | undefined;
+  /** The host PID of its first process, once bwrap has set it up (the one a renter's program enters). */
+  let init: number | null = null;
   // Running once bwrap has set the sandbox up (and, with `network`, once its network is up); failed before that.
   const ready: Promise<Date> = (async () => {
     const pid = await sandboxPid(child.stdio[3] as Readable);
+    init = pid;
     if (spec.network) {
       try {
         network = await startNetwork(pid, child.stdio[4] as Writable, opts.slirpPath ?? 'slirp4netns');
@@ -603,5 +609,13 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   }, WATCH_MS);
   watch.unref();
 
-  return { pid: child.pid ?? -1, startedAt, ready, ended, stop };
+  const entry: Entry = {
+    kind: 'sandbox',
+    pid: () => (init !== null && running(init) ? init : null),
+    ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
+    env: sandboxEnv(options),
+    limits,
+    cgroupProcs: (opts.cgroup?.views() ?? []).map(([, host]) => path.join(host, 'cgroup.procs')),
+  };
+  return { pid: child.pid ?? -1, startedAt, ready, ended, stop, entry };
 }

@@ -25,6 +25,7 @@ import { auditChainMigration } from './0022-audit-chain.ts';
 import { sessionDaemonClientMigration } from './0023-session-daemon-client.ts';
 import { workloadRefusedOutputsMigration } from './0024-workload-refused-outputs.ts';
 import { sessionTraceContextMigration } from './0025-session-trace-context.ts';
+import { reachLinksMigration } from './0026-reach-links.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -53,5 +54,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0023-session-daemon-client': sessionDaemonClientMigration,
     '0024-workload-refused-outputs': workloadRefusedOutputsMigration,
     '0025-session-trace-context': sessionTraceContextMigration,
+    '0026-reach-links': reachLinksMigration,
   };
 }

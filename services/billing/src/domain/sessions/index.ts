@@ -16,7 +16,7 @@ export {
   followDaemonBinding,
   REMOVED,
 } from './provider-offline.ts';
-export { isRunning, loadSession, type SessionRow, sessionRates } from './session.ts';
+export { isRunning, loadSession, RUNNING_STATUSES, type SessionRow, sessionRates } from './session.ts';
 export { renterOf, type SessionStart, type StartSessionInput, startSession } from './start.ts';
 export {
   toUsageUpdate,

@@ -1,0 +1,131 @@
+/**
+ * A renter's exec stream on the WebSocket: Kubernetes' channel protocol (`v5.channel.k8s.io`, what `kubectl exec`
+ * speaks), each binary message one channel's bytes after a first byte naming the channel: 0 standard input, 1
+ * standard output, 2 standard error, 3 the end's status (JSON, a Kubernetes `Status`: `Success`, or `Failure` with
+ * reason `NonZeroExitCode` and the code), 4 a terminal's size (`{"Width": cols, "Height": rows}`), and 255 closing a
+ * channel (`[255, 0]`: the end of standard input). The relay carries it onto the SSH channel of the program (its
+ * data, its stderr, its window, its exit), waiting on whichever side is slower.
+ */
+import type { ClientChannel } from 'ssh2';
+import type { WebSocket } from 'ws';
+
+export const CHANNEL_PROTOCOL = 'v5.channel.k8s.io';
+/** The protocols a client may offer, newest first (v4 has no close channel; its input ends with the socket). */
+export const CHANNEL_PROTOCOLS = [CHANNEL_PROTOCOL, 'v4.channel.k8s.io'] as const;
+
+const STDIN = 0;
+const STDOUT = 1;
+const STDERR = 2;
+const STATUS = 3;
+const RESIZE = 4;
+const CLOSE = 255;
+
+/** The most a WebSocket may have unsent before the program's output waits. */
+const HIGH_WATER = 1024 * 1024;
+
+/** A Kubernetes `Status` for how the program ended. */
+export function endStatus(end: { code: number | null; signal: string | null; message?: string }): string {
+  if (end.message !== undefined) {
+    return JSON.stringify({ metadata: {}, status: 'Failure', message: end.message, reason: 'InternalError' });
+  }
+  const code = end.signal ? 128 + (SIGNALS[end.signal] ?? 0) : (end.code ?? 0);
+  if (code === 0) return JSON.stringify({ metadata: {}, status: 'Success' });
+  return JSON.stringify({
+    metadata: {},
+    status: 'Failure',
+    message: end.signal
+      ? `command terminated by signal ${end.signal}`
+      : `command terminated with non-zero exit code: ${code}`,
+    reason: 'NonZeroExitCode',
+    details: { causes: [{ reason: 'ExitCode', message: String(code) }] },
+  });
+}
+
+const SIGNALS: Record<string, number> = { HUP: 1, INT: 2, QUIT: 3, KILL: 9, PIPE: 13, ALRM: 14, TERM: 15, USR1: 10 };
+
+/**
+ * Carries the WebSocket's channels onto the program's SSH channel until either ends; `end(reason)` ends it from
+ * outside (the session ended) with a failure status. Resolves once both are closed, with the bytes each way.
+ */
+export function bridge(
+  socket: WebSocket,
+  channel: ClientChannel,
+  opts: { tty: boolean },
+): { end(reason: string): void; done: Promise<{ bytesIn: number; bytesOut: number }> } {
+  let bytesIn = 0;
+  let bytesOut = 0;
+  let finished = false;
+  const send = (id: number, data: Buffer) => {
+    bytesOut += data.length;
+    socket.send(Buffer.concat([Buffer.of(id), data]));
+    if (socket.bufferedAmount > HIGH_WATER) {
+      channel.pause();
+      const resume = setInterval(() => {
+        if (socket.bufferedAmount <= HIGH_WATER / 2 || socket.readyState !== socket.OPEN) {
+          clearInterval(resume);
+          channel.resume();
+        }
+      }, 5);
+    }
+  };
+  const finish = (status: string) => {
+    if (finished) return;
+    finished = true;
+    if (socket.readyState === socket.OPEN) {
+      socket.send(Buffer.concat([Buffer.of(STATUS), Buffer.from(status)]));
+      socket.close(1000);
+    }
+    channel.close();
+  };
+  channel.on('data', (d: Buffer) => send(STDOUT, d));
+  channel.stderr.on('data', (d: Buffer) => send(opts.tty ? STDOUT : STDERR, d));
+  let exit: { code: number | null; signal: string | null } = { code: null, signal: null };
+  channel.on('exit', (code: number | null, signal?: string) => {
+    exit = signal ? { code: null, signal } : { code, signal: null };
+  });
+  channel.on('close', () => {
+    if (exit.code === null && exit.signal === null) finish(endStatus({ code: null, signal: null, message: 'the connection to the machine was lost' }));
+    else finish(endStatus(exit));
+  });
+  socket.on('message', (raw: Buffer, isBinary: boolean) => {
+    const data = isBinary ? raw : Buffer.from(raw);
+    if (data.length === 0) return;
+    const id = data[0];
+    const body = data.subarray(1);
+    if (id === STDIN) {
+      bytesIn += body.length;
+      if (!channel.write(body)) {
+        socket.pause();
+        channel.once('drain', () => socket.resume());
+      }
+    } else if (id === RESIZE) {
+      try {
+        const size = JSON.parse(String(body)) as { Width?: number; Height?: number };
+        const cols = Math.min(1000, Math.max(1, Math.trunc(Number(size.Width) || 80)));
+        const rows = Math.min(1000, Math.max(1, Math.trunc(Number(size.Height) || 24)));
+        channel.setWindow(rows, cols, 0, 0);
+      } catch {
+        // A size that is not JSON changes nothing.
+      }
+    } else if (id === CLOSE && body[0] === STDIN) {
+      channel.end();
+    }
+  });
+  socket.on('close', () => {
+    if (!finished) {
+      finished = true;
+      channel.close();
+    }
+  });
+  const done = new Promise<{ bytesIn: number; bytesOut: number }>((resolve) => {
+    let left = 2;
+    const one = () => {
+      left -= 1;
+      if (left === 0) resolve({ bytesIn, bytesOut });
+    };
+    channel.once('close', one);
+    if (socket.readyState === socket.CLOSED) one();
+    else socket.once('close', one);
+  });
+  return { end: (reason) => finish(endStatus({ code: null, signal: null, message: reason })), done };
+}

@@ -1,0 +1,239 @@
+/**
+ * The daemon's way in for renters (`gpu exec`, `gpu shell`): the machine opens no port (it is behind NAT). The daemon
+ * dials out instead, a WebSocket to billing's relay (`GET /api/v1/billing/reach/daemon`, through the platform's
+ * gateway, with the daemon's own token), and serves SSH over it (`ssh2`'s server, on the WebSocket as its stream):
+ * the relay is the SSH client, and each renter's stream is one SSH channel, with SSH's own flow control, exit
+ * statuses, terminals, window changes and signals. The channel's exec request names the session and the program
+ * (`{"session_id", "argv"}`, JSON); the daemon runs it only in a workload running on this machine (entry.ts), as that
+ * workload's user, never on the machine itself.
+ *
+ * The WebSocket is the transport's authentication (TLS to the platform, the daemon's token checked by the relay,
+ * which holds the connection of the machine that token may act for); SSH inside it takes no password or key of its
+ * own (`none`), and its host key is made anew at each start. A lost connection ends every channel on it (their
+ * programs get SIGHUP, then SIGKILL) and is dialled again, backing off to `max_backoff`.
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import { once } from 'node:events';
+import path from 'node:path';
+import type { TokenSource } from '@gpu/client';
+import { durationMs, type Logger } from '@gpu/common';
+import { type Connection, Server, type ServerChannel } from 'ssh2';
+import WebSocket, { createWebSocketStream } from 'ws';
+import { z } from 'zod';
+import type { DaemonConfig } from '../config.ts';
+import { type Entry, entryCommand } from '../workloads/entry.ts';
+import { drained, type ExecProcess, startExec } from './exec.ts';
+
+export interface ReachDeps {
+  config: DaemonConfig;
+  logger: Logger;
+  token: TokenSource;
+  /** The machine's provider ID once the daemon attached. */
+  providerId: () => string | undefined;
+  /** How to enter the session's workload; null when none runs here. */
+  entryOf: (sessionId: string) => Entry | null;
+}
+
+/** What the relay asks to run (the SSH exec request's command, JSON). */
+const execRequest = z.object({
+  session_id: z.string().uuid(),
+  argv: z.array(z.string().max(64 * 1024)).min(1).max(1024),
+  env: z.record(z.string().regex(/^[A-Z_][A-Z0-9_]*$/), z.string().max(256)).default({}),
+});
+
+/** How often the WebSocket is pinged (a gateway or NAT must not see it idle), and how long a pong may take. */
+const PING_MS = 20_000;
+
+export class ReachLink {
+  private stopped = false;
+  private socket: WebSocket | undefined;
+  private readonly ssh: Server;
+  private readonly open = new Set<ExecProcess>();
+  private wake: (() => void) | undefined;
+  private loop: Promise<void> | undefined;
+
+  constructor(private readonly deps: ReachDeps) {
+    // Made with Node's crypto (ssh2's own ed25519 generator drops a leading zero byte now and then).
+    const hostKey = generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
+      .privateKey.export({ type: 'sec1', format: 'pem' })
+      .toString();
+    this.ssh = new Server({ hostKeys: [hostKey] }, (client) => this.serve(client));
+    this.ssh.on('error', (err: Error) => this.deps.logger.warn({ err }, 'reach: SSH error'));
+  }
+
+  /** Dials the relay, and again whenever the connection is lost, until `stop()`. */
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  /** Closes the connection (every channel on it ends) and dials no more. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.wake?.();
+    this.socket?.terminate();
+    for (const p of this.open) p.signal('KILL');
+    await this.loop;
+  }
+
+  private async run(): Promise<void> {
+    const maxBackoff = durationMs(this.deps.config.max_backoff);
+    let failures = 0;
+    while (!this.stopped) {
+      const id = this.deps.providerId();
+      if (!id) {
+        await this.pause(1000);
+        continue;
+      }
+      const connectedAt = Date.now();
+      try {
+        await this.connect(id);
+      } catch (err) {
+        this.deps.logger.warn({ err: (err as Error).message }, 'reach: the relay connection failed');
+      }
+      // A connection that held a while was not a failure: dial again at once.
+      failures = Date.now() - connectedAt > 30_000 ? 0 : failures + 1;
+      if (!this.stopped) await this.pause(Math.min(maxBackoff, failures === 0 ? 200 : 1000 * 2 ** Math.min(failures - 1, 8)));
+    }
+  }
+
+  /** One connection to the relay, until it closes. */
+  private async connect(providerId: string): Promise<void> {
+    const base = this.deps.config.billing_url.replace(/^http/, 'ws').replace(/\/$/, '');
+    const url = `${base}/api/v1/billing/reach/daemon?provider_id=${encodeURIComponent(providerId)}`;
+    const token = await this.deps.token.get();
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, maxPayload: 4 * 1024 * 1024 });
+    this.socket = ws;
+    // The stream takes what arrives from the first moment: the relay's first bytes may come with the upgrade's answer,
+    // before anything awaiting 'open' runs.
+    const stream = createWebSocketStream(ws);
+    stream.on('error', () => {});
+    // A lost connection ends the SSH connection on it, and so every channel (their programs are hung up).
+    ws.on('close', () => stream.destroy());
+    const refused = new Promise<never>((_, reject) => {
+      ws.once('unexpected-response', (_req, res) => {
+        if (res.statusCode === 401) this.deps.token.invalidate?.();
+        let body = '';
+        res.on('data', (d: Buffer) => {
+          body = `${body}${String(d)}`.slice(0, 500);
+        });
+        res.on('end', () => reject(new Error(`the relay answered ${res.statusCode}: ${body}`)));
+      });
+      ws.once('error', reject);
+    });
+    await Promise.race([once(ws, 'open'), refused]);
+    this.deps.logger.info({ provider_id: providerId }, 'reach: connected to the relay');
+    let alive = true;
+    ws.on('pong', () => {
+      alive = true;
+    });
+    const ping = setInterval(() => {
+      if (!alive) {
+        ws.terminate();
+        return;
+      }
+      alive = false;
+      ws.ping();
+    }, PING_MS);
+    this.ssh.injectSocket(stream as never);
+    try {
+      await once(ws, 'close');
+    } finally {
+      clearInterval(ping);
+      this.deps.logger.info({ provider_id: providerId }, 'reach: the relay connection closed');
+    }
+  }
+
+  /** The relay's SSH connection: channels of `exec` requests, each a program in a workload. */
+  private serve(client: Connection): void {
+    client.on('error', () => {});
+    client.on('authentication', (ctx) => ctx.accept());
+    client.on('session', (acceptSession) => {
+      const session = acceptSession();
+      let tty: { cols: number; rows: number; term: string } | null = null;
+      let running: ExecProcess | undefined;
+      session.on('pty', (accept, _reject, info) => {
+        tty = { cols: info.cols || 80, rows: info.rows || 24, term: info.term || 'xterm-256color' };
+        accept?.();
+      });
+      session.on('window-change', (accept, _reject, info) => {
+        running?.resize(info.cols, info.rows);
+        accept?.();
+      });
+      session.on('signal', (accept, _reject, info) => {
+        running?.signal(info.name);
+        accept?.();
+      });
+      session.on('exec', (accept, reject, info) => {
+        let request: z.infer<typeof execRequest>;
+        try {
+          request = execRequest.parse(JSON.parse(info.command));
+        } catch {
+          reject();
+          return;
+        }
+        const entry = this.deps.entryOf(request.session_id);
+        const channel = accept();
+        if (!entry) {
+          channel.stderr.write('gpu: no workload of this session runs on the machine\n');
+          channel.exit(125);
+          channel.end();
+          return;
+        }
+        try {
+          running = this.run1(channel, entry, request, tty);
+        } catch (err) {
+          channel.stderr.write(`gpu: ${(err as Error).message}\n`);
+          channel.exit(125);
+          channel.end();
+        }
+      });
+    });
+  }
+
+  /** Runs one program in the workload on the channel: its streams, then its exit status. */
+  private run1(
+    channel: ServerChannel,
+    entry: Entry,
+    request: z.infer<typeof execRequest>,
+    tty: { cols: number; rows: number; term: string } | null,
+  ): ExecProcess {
+    const dir = path.join(path.resolve(this.deps.config.workloads.run_dir), '.reach');
+    const env = { ...request.env, ...(tty ? { TERM: tty.term } : {}) };
+    const command = entryCommand(entry, { argv: request.argv, env, tty: tty !== null }, dir);
+    const proc = startExec(command, tty);
+    this.open.add(proc);
+    channel.pipe(proc.stdin);
+    proc.stdout.pipe(channel, { end: false });
+    proc.stderr?.pipe(channel.stderr, { end: false });
+    // The renter went away (the relay closed the channel, or the connection is lost): the program goes too.
+    const hangUp = () => {
+      proc.signal('HUP');
+      setTimeout(() => proc.signal('KILL'), 1000).unref();
+    };
+    channel.once('close', hangUp);
+    void proc.ended.then(async (end) => {
+      this.open.delete(proc);
+      channel.off('close', hangUp);
+      await Promise.all([drained(proc.stdout), proc.stderr ? drained(proc.stderr) : Promise.resolve()]);
+      try {
+        if (end.signal) channel.exit(end.signal.replace(/^SIG/, ''), false, '');
+        else channel.exit(end.code ?? 0);
+        channel.end();
+      } catch {
+        // The channel is gone already.
+      }
+    });
+    return proc;
+  }
+
+  private pause(ms: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}

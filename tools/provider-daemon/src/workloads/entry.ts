@@ -1,0 +1,188 @@
+/**
+ * How a renter's program enters a running workload (`gpu exec`, `gpu shell`: reach/): the way `docker exec` does it,
+ * into the workload's own namespaces and limits, never into the machine's.
+ *
+ * - **Sandbox** (a daemon running as root): `nsenter` joins the namespaces of the sandbox's first process (mount, PID,
+ *   network, IPC, UTS, cgroup; bubblewrap made them in a user namespace no process is left in, which only root can
+ *   enter them from) and its root and directory, then, inside, the nested user namespace of the workload's own process
+ *   (where no further user namespace can be made) as the workload's user, with no group of root's and no capability,
+ *   under the workload's `prlimit` limits and in its control group (the wrapper
+ *   moves itself there before anything starts, so everything it starts is counted), with `no_new_privs`. So it sees
+ *   the workload's files, GPUs and processes and nothing of the machine's (its network is the workload's: none, or
+ *   slirp's, which never reaches the host's loopback).
+ * - **Container**: the runtime's own `exec` into the session's container, as its user, in `/work`.
+ *
+ * The workload's variables (the renter's, possibly secrets) never pass through a process outside the sandbox (its
+ * C library would read a renter's GCONV_PATH there), nor through a command line (`ps` shows those to every user of
+ * the machine): the daemon writes them to a file in its own directory (0700; the file the workload user's, 0400), the wrapper
+ * opens it as descriptor 3 and removes it, and a shell inside the sandbox reads them from `/dev/fd/3` before it runs the program.
+ */
+import { randomUUID } from 'node:crypto';
+import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { ContainerRuntime } from './container.ts';
+
+/** What the daemon knows of a running workload to enter it. */
+export type Entry =
+  | {
+      kind: 'sandbox';
+      /** The host PID of the sandbox's first process (bwrap's init in its PID namespace), once set up. */
+      pid: () => number | null;
+      /** The user ID it runs as (a root daemon's workloads: one of their own); absent: the daemon's. */
+      uid?: number;
+      /** Its variables (the renter's and the platform's, PATH and HOME included). */
+      env: Record<string, string>;
+      /** Its `prlimit` options (`--nproc=...`). */
+      limits: string[];
+      /** The `cgroup.procs` files of its control group (none: it has none). */
+      cgroupProcs: string[];
+    }
+  | { kind: 'container'; runtime: ContainerRuntime; name: string; uid?: number };
+
+/** A program to run in the workload. */
+export interface EntryRequest {
+  argv: string[];
+  /** Variables beside the workload's (TERM of a terminal). */
+  env?: Record<string, string>;
+  /** Whether it gets a terminal (the runtime's `-t` for a container; the caller makes the PTY for a sandbox). */
+  tty: boolean;
+}
+
+/** A command line to spawn, with its own fixed environment. */
+export interface EntryCommand {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
+}
+
+/** The PATH of the tools outside the workload (sh, prlimit, nsenter, the runtime). */
+const HELPERS_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * The host-side wrapper: opens the variables' file as descriptor 3 and removes it, moves itself into the workload's
+ * control group (each `cgroup.procs` up to `--`), then becomes the rest of its arguments.
+ */
+const WRAPPER = [
+  'exec 3<"$1" || exit 126',
+  'rm -f -- "$1"',
+  'shift',
+  'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done',
+  'shift',
+  'exec "$@"',
+].join('\n');
+
+/** Inside the workload: its variables from descriptor 3 (and nothing of the daemon's), then the program. */
+const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&-; exec "$@"';
+
+const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** The variables as shell assignments (single-quoted: nothing in a value is expanded). */
+export function shellAssignments(env: Record<string, string>): string {
+  return Object.entries(env)
+    .filter(([k]) => NAME.test(k))
+    .map(([k, v]) => `${k}='${v.replaceAll("'", "'\\''")}'\n`)
+    .join('');
+}
+
+/**
+ * The workload's own process (bubblewrap's init's first child: bubblewrap starts it in a user namespace nested in
+ * the sandbox's, where no further one can be made) as the sandbox's PID namespace numbers it; null when it has none.
+ */
+export function workloadInnerPid(init: number): number | null {
+  try {
+    const child = readFileSync(`/proc/${init}/task/${init}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)[0];
+    // Not yet its program (bwrap still setting its user namespace up): none to enter yet.
+    if (!child || readFileSync(`/proc/${child}/comm`, 'utf8').trim() === 'bwrap') return null;
+    const line = readFileSync(`/proc/${child}/status`, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('NSpid:'));
+    const inner = Number(line?.trim().split(/\s+/).at(-1));
+    return Number.isInteger(inner) && inner > 0 ? inner : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The command that runs `request` in the workload; `dir` is the daemon's own directory for the variables' file.
+ * Throws when the workload is not set up yet.
+ */
+export function entryCommand(entry: Entry, request: EntryRequest, dir: string): EntryCommand {
+  if (entry.kind === 'container') {
+    const env = Object.entries(request.env ?? {}).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
+    return {
+      file: entry.runtime.path,
+      args: [
+        ...entry.runtime.args,
+        'exec',
+        '--interactive',
+        ...(request.tty ? ['--tty'] : []),
+        ...(entry.uid !== undefined ? ['--user', `${entry.uid}:${entry.uid}`] : []),
+        '--workdir',
+        '/work',
+        ...env,
+        entry.name,
+        ...request.argv,
+      ],
+      env: { PATH: HELPERS_PATH },
+    };
+  }
+  const init = entry.pid();
+  if (init === null) throw new Error('the workload is not set up yet');
+  const inner = workloadInnerPid(init);
+  // Root enters the namespaces bwrap made (owned by a user namespace of the sandbox's that no process is left in,
+  // so only root can), then, inside, the workload's own nested user namespace, taking the workload's user there.
+  if (process.getuid?.() !== 0 || entry.uid === undefined) {
+    throw new Error('entering a workload needs the daemon to run as root (its workloads as users of their own)');
+  }
+  if (inner === null) throw new Error('the workload has no process to enter');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const file = path.join(dir, `env-${randomUUID()}`);
+  writeFileSync(file, shellAssignments({ ...entry.env, ...request.env }), { mode: 0o400 });
+  // The shell inside reads it again through /dev/fd/3 as the workload's user (its own variables; gone at once).
+  chownSync(file, entry.uid, entry.uid);
+  return {
+    file: '/bin/sh',
+    args: [
+      '-c',
+      WRAPPER,
+      'enter',
+      file,
+      ...entry.cgroupProcs,
+      '--',
+      'prlimit',
+      ...entry.limits,
+      '--',
+      // No group of root's goes in.
+      'setpriv',
+      '--clear-groups',
+      '--',
+      'nsenter',
+      `--target=${init}`,
+      '--mount',
+      '--pid',
+      '--net',
+      '--ipc',
+      '--uts',
+      '--cgroup',
+      '--root',
+      '--wd',
+      '--',
+      '/usr/bin/nsenter',
+      `--user=/proc/${inner}/ns/user`,
+      `--setuid=${entry.uid}`,
+      `--setgid=${entry.uid}`,
+      '--',
+      '/usr/bin/setpriv',
+      '--no-new-privs',
+      '--inh-caps=-all',
+      '--',
+      '/bin/sh',
+      '-c',
+      INNER,
+      'sh',
+      ...request.argv,
+    ],
+    env: { PATH: HELPERS_PATH },
+  };
+}

@@ -1,0 +1,198 @@
+/**
+ * Entering a running workload (`gpu exec`, `gpu shell`), against the real bubblewrap and nsenter: the renter's program
+ * runs in the workload's own namespaces, as its user, with its variables (and nothing of the daemon's), under its
+ * limits; with a terminal, its size follows the renter's window and Ctrl-C reaches its program.
+ */
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { daemonConfigSchema } from '../src/config.ts';
+import { gpuSource } from '../src/gpu/source.ts';
+import { drained, type ExecProcess, startExec } from '../src/reach/exec.ts';
+import { simulatedDevices } from '../src/workloads/devices.ts';
+import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
+import { entryCommand, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
+import { IDLE_COMMAND } from '../src/workloads/runner.ts';
+import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
+
+const root = mkdtempSync(path.join(tmpdir(), 'entry-test-'));
+chmodSync(root, 0o711);
+const sessions: string[] = [];
+const sandboxes: Sandbox[] = [];
+afterAll(async () => {
+  await Promise.all(sandboxes.map((s) => s.stop('test over')));
+  for (const dir of sessions) await releaseDisk(dir);
+  rmSync(root, { recursive: true, force: true });
+});
+
+const isRoot = process.getuid?.() === 0;
+const machine = daemonConfigSchema.parse({
+  gpu: { source: 'simulated', simulated_gpus: [{ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 }] },
+});
+const readings = await gpuSource(machine.gpu).read();
+const devices = simulatedDevices(path.join(root, 'dev'), readings);
+/** A file of the daemon's, which no entered program may read. */
+const secretDir = path.join(root, 'daemon');
+mkdirSync(secretDir);
+writeFileSync(path.join(secretDir, 'credentials.json'), '{"client_secret":"s3cr3t"}', { mode: 0o600 });
+const reachDir = path.join(root, '.reach');
+
+/** An idle workload, as the runner starts one. */
+async function idleWorkload(env: Record<string, string> = {}) {
+  const name = `s-${Math.random().toString(36).slice(2, 8)}`;
+  const dir = path.join(root, name);
+  const logDir = path.join(dir, 'logs');
+  mkdirSync(logDir, { recursive: true });
+  chmodSync(dir, 0o711);
+  const uid = isRoot ? 210_000 + Math.floor(Math.random() * 10_000) : undefined;
+  const limits = {
+    processes: 64,
+    openFiles: 256,
+    memoryBytes: 512 * 1024 * 1024,
+    diskBytes: 20 * 1024 * 1024,
+    diskFiles: 10_000,
+    logBytes: 64 * 1024,
+  };
+  const disk = await prepareDisk(dir, limits, isRoot ? 'filesystem' : 'watch', uid ?? null);
+  sessions.push(dir);
+  const sandbox = startSandbox({
+    spec: { command: [...IDLE_COMMAND], env, max_runtime_seconds: 120, network: false, inputs: [] },
+    disk,
+    logDir,
+    gpus: [{ uuid: readings[0]!.uuid, device: devices.get(0)! }],
+    controlDevices: [],
+    limits,
+    uid,
+    hidden: [],
+    platformEnv: { GPU_PLATFORM_SESSION_ID: name },
+    stopGraceMs: 500,
+  });
+  sandboxes.push(sandbox);
+  await sandbox.ready;
+  // Its program starts just after the sandbox is set up.
+  const init = sandbox.entry.kind === 'sandbox' ? sandbox.entry.pid() : null;
+  for (let i = 0; i < 200 && init !== null && workloadInnerPid(init) === null; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  writeFileSync(path.join(disk.workDir, 'notes.txt'), 'the renter\'s\n');
+  return { sandbox, uid, name };
+}
+
+/** Runs argv in the workload with pipes; its output, errors and end. */
+async function exec(sandbox: Sandbox, argv: string[], input = '') {
+  const proc = startExec(entryCommand(sandbox.entry, { argv, tty: false }, reachDir), null);
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  proc.stdout.on('data', (d: Buffer) => out.push(d));
+  proc.stderr?.on('data', (d: Buffer) => err.push(d));
+  proc.stdin.end(input);
+  const end = await proc.ended;
+  await drained(proc.stdout);
+  return { ...end, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
+}
+
+/** Waits until the terminal's output so far matches. */
+async function screen(output: () => string, pattern: RegExp, ms = 20_000): Promise<string> {
+  const deadline = Date.now() + ms;
+  while (!pattern.test(output())) {
+    if (Date.now() > deadline) throw new Error(`the terminal never showed ${pattern}: ${JSON.stringify(output())}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return output();
+}
+
+describe('a program entering a running workload', () => {
+  it("runs in the workload's view, as its user, with its variables and exit code, reading its input", async () => {
+    const w = await idleWorkload({ SECRET_TOKEN: 'tok-7c1e', QUOTE: "it's \"quoted\" $HOME `id`" });
+    process.env.DAEMON_ONLY_VARIABLE = 'daemon-secret';
+    const r = await exec(
+      w.sandbox,
+      [
+        'sh',
+        '-c',
+        'echo "uid=$(id -u) host=$(hostname) pwd=$(pwd)"; echo "$SECRET_TOKEN|$QUOTE|$HOME|${DAEMON_ONLY_VARIABLE:-none}"; ' +
+          'echo "gpus=$CUDA_VISIBLE_DEVICES session=$GPU_PLATFORM_SESSION_ID"; cat; ls /work; exit 7',
+      ],
+      'from stdin\n',
+    );
+    delete process.env.DAEMON_ONLY_VARIABLE;
+    expect(r.code).toBe(7);
+    const lines = r.out.split('\n');
+    expect(lines[0]).toBe(`uid=${w.uid ?? process.getuid?.()} host=workload pwd=/work`);
+    expect(lines[1]).toBe(`tok-7c1e|it's "quoted" $HOME \`id\`|/work|none`);
+    expect(lines[2]).toBe(`gpus=${readings[0]!.uuid} session=${w.name}`);
+    expect(lines[3]).toBe('from stdin');
+    expect(lines).toContain('notes.txt');
+    // The variables' file is gone from the daemon's directory once read.
+    expect(
+      (await import('node:fs')).readdirSync(reachDir).filter((f) => f.startsWith('env-')),
+    ).toEqual([]);
+  });
+
+  it("sees the workload's processes alone, not the machine's files, devices or network", async () => {
+    const w = await idleWorkload();
+    const r = await exec(w.sandbox, [
+      'sh',
+      '-c',
+      `ps -eo args= 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo; ` +
+        `cat ${path.join(secretDir, 'credentials.json')} 2>&1; ls /sys/class/net | wc -l; ls /dev | grep -c nvidia`,
+    ]);
+    expect(r.code).toBe(0);
+    // Its own sleep is there; the daemon (this test's node) is not.
+    expect(r.out).toMatch(/sleep infinity/);
+    expect(r.out).not.toMatch(/vitest|node /);
+    expect(r.out).not.toContain('s3cr3t');
+    expect(r.out).toMatch(/No such file/);
+    const [net, gpus] = r.out.trim().split('\n').slice(-2).map(Number);
+    expect(net).toBe(0);
+    expect(gpus).toBe(1);
+  });
+
+  it('ends when the workload ends: entering a stopped workload is refused', async () => {
+    const w = await idleWorkload();
+    const proc = startExec(entryCommand(w.sandbox.entry, { argv: ['sleep', '60'], tty: false }, reachDir), null);
+    proc.stdin.end();
+    await new Promise((r) => setTimeout(r, 300));
+    await w.sandbox.stop('session_ended');
+    const end = await Promise.race([
+      proc.ended,
+      new Promise((r) => setTimeout(() => r('still running'), 5000)),
+    ]);
+    expect(end).not.toBe('still running');
+    expect(() => entryCommand(w.sandbox.entry, { argv: ['true'], tty: false }, reachDir)).toThrow(/not set up/);
+  });
+
+  it('gives a terminal: its size, a resize, Ctrl-C to the foreground program, the shell exit status', async () => {
+    const w = await idleWorkload();
+    const proc: ExecProcess = startExec(
+      entryCommand(w.sandbox.entry, { argv: ['bash', '--norc', '-i'], env: { TERM: 'xterm' }, tty: true }, reachDir),
+      { cols: 101, rows: 33 },
+    );
+    let seen = '';
+    proc.stdout.on('data', (d: Buffer) => {
+      seen += String(d);
+    });
+    proc.stdin.write('stty size\n');
+    await screen(() => seen, /33 101/);
+    proc.resize(120, 40);
+    proc.stdin.write('stty size\n');
+    await screen(() => seen, /40 120/);
+    // Ctrl-C ends the foreground program, not the shell.
+    proc.stdin.write('sleep 30; echo after-$((1+1))\n');
+    await new Promise((r) => setTimeout(r, 500));
+    proc.stdin.write('\x03');
+    proc.stdin.write('echo still-$((40+2))\n');
+    // (The terminal echoes what is typed: the shell's arithmetic tells its output from the echo.)
+    await screen(() => seen, /still-42/);
+    expect(seen).not.toMatch(/after-2/);
+    proc.stdin.write('exit 4\n');
+    expect(await proc.ended).toEqual({ code: 4, signal: null });
+  });
+});
+
+describe('the variables file', () => {
+  it('quotes every value for the shell that reads it, and leaves out names a shell cannot set', () => {
+    expect(shellAssignments({ A: "x'y", B: '$(id)', 'BAD-NAME': 'v' })).toBe("A='x'\\''y'\nB='$(id)'\n");
+  });
+});

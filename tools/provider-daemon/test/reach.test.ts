@@ -1,0 +1,258 @@
+/**
+ * Reaching a rented workload end to end, against the real auth service, registry and billing and a daemon running an
+ * idle workload in the real sandbox: the daemon dials billing's relay (the machine opens no port); the renter's
+ * `gpu exec` and `gpu shell` streams run in the workload, with its exit codes and a terminal; anyone else is refused;
+ * a stream ends with its session and with its daemon; a second billing instance passes streams to the one holding the
+ * machine's connection.
+ */
+import { staticToken } from '@gpu/client';
+import { createLogger } from '@gpu/common';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { buildApp } from '../../../services/billing/src/app.ts';
+import { execStream, statusCode } from '../../cli/src/commands/reach.ts';
+import { ReachLink } from '../src/reach/link.ts';
+import type { WorkloadRunner } from '../src/workloads/runner.ts';
+import { until, useWorkloadRig } from './support/workload-rig.ts';
+
+const rig = useWorkloadRig({ billing: { reach: { max_streams_per_session: 3, check_interval: '200ms' } } });
+const logger = createLogger({ service: 'reach-test', instanceId: 't', level: process.env.DEBUG_LOG ? 'debug' : 'silent' });
+
+let machine: Awaited<ReturnType<typeof rig.machine>>;
+let runner: WorkloadRunner;
+let link: ReachLink;
+let billingUrl: string;
+
+beforeAll(async () => {
+  machine = await rig.machine();
+  runner = machine.runner();
+  runner.run();
+  billingUrl = machine.deps.config.billing_url;
+  link = new ReachLink({
+    config: machine.deps.config,
+    logger,
+    token: machine.deps.token,
+    providerId: () => machine.providerId,
+    entryOf: (id) => runner.entryOf(id),
+  });
+  link.start();
+});
+afterAll(async () => {
+  await link?.stop();
+  await runner?.stop();
+});
+
+/** An idle workload's session, once it runs. */
+async function idleSession() {
+  const r = await rig.rent(machine.providerId, 1, { idle: true, max_runtime_seconds: 300 });
+  const w = await until(
+    () => rig.workloadOf(r.headers, r.id),
+    (w) => w.state === 'running',
+    30_000,
+  );
+  expect(w.state).toBe('running');
+  return r;
+}
+
+/** A stream as `kubectl exec` opens it: its output, errors, status and close, or the refusal's status and problem. */
+async function exec(
+  base: string,
+  headers: Record<string, string>,
+  sessionId: string,
+  argv: string[],
+  opts: { input?: string; tty?: boolean; cols?: number; rows?: number; keepOpen?: (ws: WebSocket) => void } = {},
+) {
+  const q = new URLSearchParams();
+  for (const a of argv) q.append('command', a);
+  if (opts.tty) q.set('tty', 'true');
+  if (opts.cols) q.set('cols', String(opts.cols));
+  if (opts.rows) q.set('rows', String(opts.rows));
+  const ws = new WebSocket(`${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/exec?${q}`, ['v5.channel.k8s.io'], {
+    headers,
+  });
+  const refused = new Promise<{ status: number; problem: Record<string, unknown> }>((resolve) => {
+    ws.once('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => {
+        body += String(d);
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: JSON.parse(body || '{}') }));
+    });
+  });
+  let out = '';
+  let err = '';
+  let status: Record<string, unknown> | null = null;
+  // Listening from the first moment: output may come with the upgrade's answer.
+  ws.on('message', (data: Buffer) => {
+    if (data[0] === 1) out += String(data.subarray(1));
+    if (data[0] === 2) err += String(data.subarray(1));
+    if (data[0] === 3) status = JSON.parse(String(data.subarray(1)));
+  });
+  const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+  const opened = new Promise<'open'>((resolve) => ws.once('open', () => resolve('open')));
+  const first = await Promise.race([opened, refused]);
+  if (first !== 'open') return { refused: first, out: '', err: '', status: null, code: null };
+  if (opts.input !== undefined) ws.send(Buffer.concat([Buffer.of(0), Buffer.from(opts.input)]));
+  if (!opts.keepOpen) ws.send(Buffer.of(255, 0));
+  opts.keepOpen?.(ws);
+  const code = await closed;
+  return { refused: null, out, err, status: status as Record<string, unknown> | null, code };
+}
+
+describe('a renter reaches the workload they rent', () => {
+  it('runs a program in it: input passed in, output and errors apart, its exit code', async () => {
+    const r = await idleSession();
+    const res = await exec(billingUrl, r.headers, r.id, ['sh', '-c', 'cat; echo "to stderr $(hostname)" >&2; exit 3'], {
+      input: 'hello from the renter\n',
+    });
+    expect(res.refused).toBeNull();
+    expect(res.out).toBe('hello from the renter\n');
+    expect(res.err).toBe('to stderr workload\n');
+    expect(res.status).toMatchObject({ status: 'Failure', reason: 'NonZeroExitCode' });
+    expect(statusCode(res.status!)).toBe(3);
+    const ok = await exec(billingUrl, r.headers, r.id, ['true']);
+    expect(ok.status).toEqual({ metadata: {}, status: 'Success' });
+  });
+
+  it("gives `gpu exec` the program's output and exit code, and a terminal its size", async () => {
+    const r = await idleSession();
+    const ctx = {
+      url: billingUrl,
+      token: staticToken(r.headers.authorization!.slice('Bearer '.length)),
+    } as unknown as Parameters<typeof execStream>[0];
+    const written: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((chunk: string | Uint8Array) => {
+      written.push(String(chunk));
+      return true;
+    }) as typeof process.stdout.write;
+    let code: number;
+    try {
+      code = await execStream(ctx, r.id, ['sh', '-c', 'echo "id=$(id -u)"; exit 42'], false);
+    } finally {
+      process.stdout.write = write;
+    }
+    expect(code).toBe(42);
+    expect(written.join('')).toMatch(/^id=\d+\n$/);
+    const tty = await exec(billingUrl, r.headers, r.id, ['stty', 'size'], { tty: true, cols: 132, rows: 43 });
+    expect(tty.out.trim()).toBe('43 132');
+  });
+
+  it("refuses anyone but the session's renter, and sessions with nothing running to reach", async () => {
+    const r = await idleSession();
+    const other = await rig.renter();
+    const stranger = await exec(billingUrl, other.headers, r.id, ['true']);
+    expect(stranger.refused).toMatchObject({ status: 404, problem: { code: 'SESSION_NOT_FOUND' } });
+    const unknown = await exec(billingUrl, r.headers, '3f0c5b8e-3a55-4d47-9a3c-3c1f7c1c9d11', ['true']);
+    expect(unknown.refused).toMatchObject({ status: 404, problem: { code: 'SESSION_NOT_FOUND' } });
+    const bad = await exec(billingUrl, r.headers, 'not-a-session', ['true']);
+    expect(bad.refused?.status).toBe(400);
+    const noCommand = await exec(billingUrl, r.headers, r.id, []);
+    expect(noCommand.refused?.status).toBe(400);
+    // A session that runs no workload has nothing to reach.
+    const who = await rig.renter();
+    const bare = await rig.start(machine.providerId, 1, undefined as unknown as object, who);
+    expect(bare.statusCode, bare.body).toBe(201);
+    const bareId = bare.json().session.id as string;
+    const nothing = await exec(billingUrl, who.headers, bareId, ['true']);
+    expect(nothing.refused).toMatchObject({ status: 409, problem: { code: 'NO_WORKLOAD' } });
+    expect((await exec(billingUrl, r.headers, bareId, ['true'])).refused?.status).toBe(404);
+  });
+
+  it('ends a stream when its session ends, and refuses one into a session that has ended', async () => {
+    const r = await idleSession();
+    let endedAt = 0;
+    const open = exec(billingUrl, r.headers, r.id, ['sleep', '120'], {
+      keepOpen: () => {
+        setTimeout(() => {
+          endedAt = Date.now();
+          void rig.billing.app.inject({
+            method: 'POST',
+            url: '/api/v1/billing/end-session',
+            headers: r.headers,
+            payload: { session_id: r.id },
+          });
+        }, 500);
+      },
+    });
+    const res = await open;
+    expect(Date.now() - endedAt).toBeLessThan(5_000);
+    expect(res.status).toMatchObject({ status: 'Failure' });
+    const after = await exec(billingUrl, r.headers, r.id, ['true']);
+    expect(after.refused).toMatchObject({ status: 409, problem: { code: 'SESSION_NOT_ACTIVE' } });
+  });
+
+  it('holds a session to its most streams at once: 429 past them', async () => {
+    const r = await idleSession();
+    const held: WebSocket[] = [];
+    const opens = [0, 1, 2].map(() =>
+      exec(billingUrl, r.headers, r.id, ['sleep', '60'], { keepOpen: (ws) => held.push(ws) }),
+    );
+    await until(
+      async () => held.length,
+      (n) => n === 3,
+    );
+    const fourth = await exec(billingUrl, r.headers, r.id, ['true']);
+    expect(fourth.refused).toMatchObject({ status: 429, problem: { code: 'TOO_MANY_STREAMS' } });
+    for (const ws of held) ws.close();
+    await Promise.all(opens);
+  });
+
+  it('passes a stream reaching another billing instance to the one holding the machine', async () => {
+    const r = await idleSession();
+    const second = await buildApp({
+      config: { ...rig.billing.config, instance_id: 'second-instance' },
+      logger,
+      db: rig.billing.db,
+      chain: null,
+    });
+    const secondUrl = await second.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const res = await exec(secondUrl, r.headers, r.id, ['sh', '-c', 'echo via-$((1+1)); exit 5']);
+      expect(res.refused).toBeNull();
+      expect(res.out).toBe('via-2\n');
+      expect(statusCode(res.status!)).toBe(5);
+      // Its checks ran at the first instance as well: a stranger hears the same 404 there.
+      const other = await rig.renter();
+      const stranger = await exec(secondUrl, other.headers, r.id, ['true']);
+      expect(stranger.refused).toMatchObject({ status: 404, problem: { code: 'SESSION_NOT_FOUND' } });
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("ends every stream when the daemon's connection goes, and refuses new ones until it is back", async () => {
+    const r = await idleSession();
+    let stoppedAt = 0;
+    const res = await exec(billingUrl, r.headers, r.id, ['sleep', '120'], {
+      keepOpen: () => {
+        setTimeout(() => {
+          stoppedAt = Date.now();
+          void link.stop();
+        }, 300);
+      },
+    });
+    expect(Date.now() - stoppedAt).toBeLessThan(3_000);
+    expect(res.status).toMatchObject({ status: 'Failure', message: 'the connection to the machine was lost' });
+    const meanwhile = await until(
+      () => exec(billingUrl, r.headers, r.id, ['true']),
+      (x) => x.refused !== null,
+    );
+    expect(meanwhile.refused).toMatchObject({ status: 409, problem: { code: 'DAEMON_NOT_CONNECTED' } });
+    // A daemon that comes back (a restart) dials again, and the workload can be reached again.
+    link = new ReachLink({
+      config: machine.deps.config,
+      logger,
+      token: machine.deps.token,
+      providerId: () => machine.providerId,
+      entryOf: (id) => runner.entryOf(id),
+    });
+    link.start();
+    const again = await until(
+      () => exec(billingUrl, r.headers, r.id, ['echo', 'back']),
+      (x) => x.refused === null,
+      20_000,
+    );
+    expect(again.out).toBe('back\n');
+  });
+});
