@@ -497,7 +497,14 @@ function checkDeployments(docs: Doc[], label: string): void {
 
     // Every variable is one the service understands, and the service's own loader accepts the values.
     const env = containerEnv(docs, container, where);
-    const unknown = Object.keys(env).filter((n) => !knownEnv(info, n));
+    // A variable only there for another's `$(NAME)` (Kubernetes expands it: the pod's IP into an address) is read
+    // through that one.
+    const referenced = new Set(
+      (container.env as Doc[] | undefined)?.flatMap((e) =>
+        typeof e.value === 'string' ? [...e.value.matchAll(/\$\(([A-Z_][A-Z0-9_]*)\)/g)].map((m) => m[1]!) : [],
+      ) ?? [],
+    );
+    const unknown = Object.keys(env).filter((n) => !knownEnv(info, n) && !referenced.has(n));
     expect(unknown, `${where}: variables ${info.dir} does not read`).toEqual([]);
     const config = loadServiceConfig(docs, pod, container, info, where);
     expect(config.registry.enabled, `${where}: Consul registration is off`).toBe(false);

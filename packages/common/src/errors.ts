@@ -41,6 +41,7 @@ export const ERROR_KINDS = [
   'unsupported_media_type',
   'range_not_satisfiable',
   'rate_limited',
+  'upgrade_required',
   'client_timeout',
   'headers_too_large',
   // Failures.

@@ -165,7 +165,7 @@ export const workloadSpecSchema = z
       .boolean()
       .optional()
       .describe(
-        'an idle workload: the sandbox (or the image\'s container) kept running with nothing in it but a waiting process, to reach with `gpu shell` and `gpu exec` (no `command`); billed as running, it ends with the session or at `max_runtime_seconds`',
+        "an idle workload: the sandbox (or the image's container) kept running with nothing in it but a waiting process, to reach with `gpu shell` and `gpu exec` (no `command`); billed as running, it ends with the session or at `max_runtime_seconds`",
       ),
     inputs: z
       .array(inputSchema)

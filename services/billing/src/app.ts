@@ -2,6 +2,8 @@
  * buildApp(deps): the billing service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
+
+import fastifyWebsocket from '@fastify/websocket';
 import {
   type App,
   auditHook,
@@ -12,7 +14,6 @@ import {
   Outbox,
   type TokenVerifier,
 } from '@gpu/common';
-import fastifyWebsocket from '@fastify/websocket';
 import type { Kysely } from 'kysely';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
@@ -32,6 +33,7 @@ import { eventRoutes } from './routes/events.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
+import { chooseProtocol, reachRoutes } from './routes/reach.ts';
 import { reservationRoutes } from './routes/reservations.ts';
 import { reserveRoutes } from './routes/reserves.ts';
 import { schemas } from './routes/schemas.ts';
@@ -39,7 +41,6 @@ import { sessionRoutes } from './routes/sessions.ts';
 import { storageRoutes } from './routes/storage.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { walletRoutes } from './routes/wallets.ts';
-import { chooseProtocol, reachRoutes } from './routes/reach.ts';
 import { workloadRoutes } from './routes/workloads.ts';
 
 export const SERVICE_NAME = 'billing-service';

@@ -213,6 +213,17 @@ function table(): Record<string, AccessRule> {
       }),
       expect: PARTY(409),
     },
+    // Reach: the renter alone (anyone else's 404 hides the session); a workload that has not run yet is 409 here
+    // (tools/provider-daemon/test/reach.test.ts opens streams into running ones).
+    'GET /api/v1/billing/sessions/:sessionID/exec': {
+      request: async () => ({ url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/exec?command=true` }),
+      expect: { owner: 409, other_user: 404, renter: 404, admin: 404, others: 403 },
+    },
+    // A machine's daemon connection: daemons only; without a registry to ask who owns the machine, 503.
+    'GET /api/v1/billing/reach/daemon': {
+      request: () => ({ url: `/api/v1/billing/reach/daemon?provider_id=${providerId}` }),
+      expect: { daemon: 503, other_daemon: 503, others: 403 },
+    },
     'POST /api/v1/billing/sessions/:sessionID/workload/outputs': {
       request: async () => ({
         url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload/outputs`,

@@ -78,6 +78,7 @@ describe("billing's domain rooms", () => {
       'leases',
       'ledger',
       'pricing',
+      'reach',
       'reserves',
       'sessions',
       'storage',
@@ -99,7 +100,7 @@ describe("billing's domain rooms", () => {
   it('concepts depend downward only: each imports only concepts drawn below it', () => {
     // Top to bottom, as docs/architecture.md draws them; concepts on one rank do not import each other.
     const ranks = [
-      ['workloads'],
+      ['reach', 'workloads'],
       ['sessions'],
       ['leases'],
       ['pricing'],

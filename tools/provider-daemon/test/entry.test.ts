@@ -75,7 +75,7 @@ async function idleWorkload(env: Record<string, string> = {}) {
   for (let i = 0; i < 200 && init !== null && workloadInnerPid(init) === null; i++) {
     await new Promise((r) => setTimeout(r, 10));
   }
-  writeFileSync(path.join(disk.workDir, 'notes.txt'), 'the renter\'s\n');
+  writeFileSync(path.join(disk.workDir, 'notes.txt'), "the renter's\n");
   return { sandbox, uid, name };
 }
 
@@ -104,13 +104,14 @@ async function screen(output: () => string, pattern: RegExp, ms = 20_000): Promi
 
 describe('a program entering a running workload', () => {
   it("runs in the workload's view, as its user, with its variables and exit code, reading its input", async () => {
-    const w = await idleWorkload({ SECRET_TOKEN: 'tok-7c1e', QUOTE: "it's \"quoted\" $HOME `id`" });
+    const w = await idleWorkload({ SECRET_TOKEN: 'tok-7c1e', QUOTE: 'it\'s "quoted" $HOME `id`' });
     process.env.DAEMON_ONLY_VARIABLE = 'daemon-secret';
     const r = await exec(
       w.sandbox,
       [
         'sh',
         '-c',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell expansion, run by the shell
         'echo "uid=$(id -u) host=$(hostname) pwd=$(pwd)"; echo "$SECRET_TOKEN|$QUOTE|$HOME|${DAEMON_ONLY_VARIABLE:-none}"; ' +
           'echo "gpus=$CUDA_VISIBLE_DEVICES session=$GPU_PLATFORM_SESSION_ID"; cat; ls /work; exit 7',
       ],
@@ -125,9 +126,7 @@ describe('a program entering a running workload', () => {
     expect(lines[3]).toBe('from stdin');
     expect(lines).toContain('notes.txt');
     // The variables' file is gone from the daemon's directory once read.
-    expect(
-      (await import('node:fs')).readdirSync(reachDir).filter((f) => f.startsWith('env-')),
-    ).toEqual([]);
+    expect((await import('node:fs')).readdirSync(reachDir).filter((f) => f.startsWith('env-'))).toEqual([]);
   });
 
   it("sees the workload's processes alone, not the machine's files, devices or network", async () => {
@@ -155,10 +154,7 @@ describe('a program entering a running workload', () => {
     proc.stdin.end();
     await new Promise((r) => setTimeout(r, 300));
     await w.sandbox.stop('session_ended');
-    const end = await Promise.race([
-      proc.ended,
-      new Promise((r) => setTimeout(() => r('still running'), 5000)),
-    ]);
+    const end = await Promise.race([proc.ended, new Promise((r) => setTimeout(() => r('still running'), 5000))]);
     expect(end).not.toBe('still running');
     expect(() => entryCommand(w.sandbox.entry, { argv: ['true'], tty: false }, reachDir)).toThrow(/not set up/);
   });

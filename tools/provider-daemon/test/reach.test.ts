@@ -16,7 +16,11 @@ import type { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const rig = useWorkloadRig({ billing: { reach: { max_streams_per_session: 3, check_interval: '200ms' } } });
-const logger = createLogger({ service: 'reach-test', instanceId: 't', level: process.env.DEBUG_LOG ? 'debug' : 'silent' });
+const logger = createLogger({
+  service: 'reach-test',
+  instanceId: 't',
+  level: process.env.DEBUG_LOG ? 'debug' : 'silent',
+});
 
 let machine: Awaited<ReturnType<typeof rig.machine>>;
 let runner: WorkloadRunner;
@@ -67,9 +71,13 @@ async function exec(
   if (opts.tty) q.set('tty', 'true');
   if (opts.cols) q.set('cols', String(opts.cols));
   if (opts.rows) q.set('rows', String(opts.rows));
-  const ws = new WebSocket(`${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/exec?${q}`, ['v5.channel.k8s.io'], {
-    headers,
-  });
+  const ws = new WebSocket(
+    `${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/exec?${q}`,
+    ['v5.channel.k8s.io'],
+    {
+      headers,
+    },
+  );
   const refused = new Promise<{ status: number; problem: Record<string, unknown> }>((resolve) => {
     ws.once('unexpected-response', (_req, res) => {
       let body = '';

@@ -585,7 +585,7 @@ export interface components {
             /** @description the start of the key, to tell keys apart (`gpk_` and 8 characters) */
             prefix: string;
             revoked_at: string | null;
-            scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines")[];
+            scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines" | "connect")[];
         };
         ApiKeyList: components["schemas"]["ApiKey"][];
         ApiKeyWithSecret: {
@@ -703,7 +703,7 @@ export interface components {
              */
             expires_at?: string & unknown;
             name: string;
-            scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines")[];
+            scopes: ("read" | "offers" | "sessions" | "storage:read" | "storage:write" | "wallet:read" | "money:out" | "machines" | "connect")[];
         };
         CreateClientRequest: {
             name: string;

@@ -121,6 +121,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/reach/daemon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A machine's daemon holds its connection to the relay (WebSocket)
+         * @description Only the machine's own daemon (a daemon client of its owner; the one the machine is bound to, where it is bound): 403 NOT_MACHINE_DAEMON otherwise, 404 for a machine the registry does not know. The WebSocket then carries SSH, the daemon its server and billing its client: each renter stream is one channel (docs/architecture.md, "Reach").
+         */
+        get: operations["connectDaemon"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/reservations": {
         parameters: {
             query?: never;
@@ -233,6 +253,26 @@ export interface paths {
          * @description A user (or their daemon) sees the sessions they rent or that run on machines they own; admins and services see all. Filters: `provider_id` (the registry machine ID), `user_id`, `status` (repeat or separate with commas; `running` = active and grace_period). Paging as everywhere: a JSON array, the next page in `X-Next-Cursor` and `Link` rel="next".
          */
         get: operations["listSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/exec": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Runs a program in the session's running workload, its streams on a WebSocket (`gpu exec`, `gpu shell`)
+         * @description Kubernetes' exec channels (subprotocol `v5.channel.k8s.io`, as `kubectl exec`): each binary message is a channel's byte and its data: 0 standard input, 1 output, 2 errors, 3 the end's status (a Kubernetes Status: `Success`, or `Failure` with `NonZeroExitCode` and the code), 4 a terminal size `{"Width","Height"}`, 255 `[255, 0]` ends standard input. The program runs in the workload (its namespaces, user, variables, GPUs and limits), never on the machine. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end (status `Failure`, message `the session ended`).
+         */
+        get: operations["execInWorkload"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1682,6 +1722,8 @@ export interface components {
             env: {
                 [key: string]: string;
             };
+            /** @description an idle workload: the sandbox (or the image's container) kept running with nothing in it but a waiting process, to reach with `gpu shell` and `gpu exec` (no `command`); billed as running, it ends with the session or at `max_runtime_seconds` */
+            idle?: boolean;
             /** @description an OCI image to run (container mode; the machine needs a container runtime) */
             image?: string;
             /**
@@ -1725,6 +1767,8 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description an idle workload: the sandbox (or the image's container) kept running with nothing in it but a waiting process, to reach with `gpu shell` and `gpu exec` (no `command`); billed as running, it ends with the session or at `max_runtime_seconds` */
+            idle?: boolean;
             /** @description an OCI image to run (container mode; the machine needs a container runtime) */
             image?: string;
             /**
@@ -1868,6 +1912,19 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description Too many attempts (`RATE_LIMITED`); `Retry-After` says when to try again */
+        TooManyRequests: {
+            headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description No valid access token (`MISSING_TOKEN`, `INVALID_TOKEN`); `WWW-Authenticate: Bearer` */
         Unauthorized: {
             headers: {
@@ -1895,6 +1952,18 @@ export interface components {
         };
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`) */
         UnsupportedMediaType: {
+            headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Upgrade Required */
+        UpgradeRequired: {
             headers: {
                 "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
@@ -2149,6 +2218,37 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    connectDaemon: {
+        parameters: {
+            query: {
+                /** @description the machine whose daemon connects */
+                provider_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols: the WebSocket is open */
+            101: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            426: components["responses"]["UpgradeRequired"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     reserveGpus: {
         parameters: {
             query?: never;
@@ -2345,6 +2445,53 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    execInWorkload: {
+        parameters: {
+            query: {
+                /** @description the terminal's first width */
+                cols?: number;
+                /** @description the program and its arguments, one `command` each (argv, never a shell string), as `kubectl exec` sends them */
+                command: string | string[];
+                /** @description the terminal's first height */
+                rows?: number;
+                /** @description accepted for kubectl; standard error is always sent (without a terminal) */
+                stderr?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+                /** @description whether standard input is sent (false: the program reads an empty input) */
+                stdin?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+                /** @description accepted for kubectl; standard output is always sent */
+                stdout?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+                /** @description a terminal (PTY): its size from the resize channel, its output all on standard output */
+                tty?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
+            };
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols: the WebSocket is open */
+            101: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            426: components["responses"]["UpgradeRequired"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

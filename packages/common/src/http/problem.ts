@@ -20,6 +20,7 @@ const STATUS_OF_KIND: Record<ErrorKind, number> = {
   unprocessable: 422,
   unsupported_media_type: 415,
   range_not_satisfiable: 416,
+  upgrade_required: 426,
   rate_limited: 429,
   headers_too_large: 431,
   internal: 500,

@@ -307,7 +307,7 @@ export interface PayoutPauseTable {
 }
 
 /** Which billing instance holds each machine's relay connection (migration 0026; domain/reach/). */
-export interface ReachLinkTable {
+interface ReachLinkTable {
   provider_id: string;
   instance_id: string;
   /** Where the other instances reach that instance (`reach.advertise_url`). */

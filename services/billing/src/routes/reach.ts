@@ -3,7 +3,7 @@
  * they rent. Both are WebSockets (`@fastify/websocket`): every check runs before the upgrade, so a refused stream is
  * an ordinary answer with the contract's problem body.
  */
-import { AppError, type App, callerOf, zBool, zInt } from '@gpu/common';
+import { type App, AppError, callerOf, noBody, zBool, zInt } from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import WebSocket from 'ws';
 import { z } from 'zod';
@@ -25,13 +25,20 @@ const HOP = 'x-reach-hop';
 
 const sessionParams = z.object({ sessionID: z.uuid() });
 
-const argv = z.string().min(1).max(64 * 1024);
+const argv = z
+  .string()
+  .min(1)
+  .max(64 * 1024);
 const execQuery = z.object({
   command: z
     .union([argv, z.array(argv).min(1).max(1024)])
     .transform((c) => (typeof c === 'string' ? [c] : c))
-    .describe('the program and its arguments, one `command` each (argv, never a shell string), as `kubectl exec` sends them'),
-  tty: zBool().default(false).describe('a terminal (PTY): its size from the resize channel, its output all on standard output'),
+    .describe(
+      'the program and its arguments, one `command` each (argv, never a shell string), as `kubectl exec` sends them',
+    ),
+  tty: zBool()
+    .default(false)
+    .describe('a terminal (PTY): its size from the resize channel, its output all on standard output'),
   stdin: zBool().default(true).describe('whether standard input is sent (false: the program reads an empty input)'),
   stdout: zBool().default(true).describe('accepted for kubectl; standard output is always sent'),
   stderr: zBool().default(true).describe('accepted for kubectl; standard error is always sent (without a terminal)'),
@@ -104,7 +111,9 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
       });
       res.on('end', () => reject(refusal(res.statusCode ?? 502, body)));
     });
-    upstream.once('error', () => reject(new AppError('unavailable', 'REACH_UNAVAILABLE', 'the relay instance holding the machine did not answer')));
+    upstream.once('error', () =>
+      reject(new AppError('unavailable', 'REACH_UNAVAILABLE', 'the relay instance holding the machine did not answer')),
+    );
   });
 }
 
@@ -124,95 +133,124 @@ function pipeSockets(a: WebSocket, upstream: Upstream): void {
   b.on('error', () => a.terminate());
 }
 
+/** The answer of a WebSocket that opened. */
+const SWITCHING = noBody('Switching Protocols: the WebSocket is open');
+
+/** A request to a WebSocket route that asks for no upgrade: 426 UPGRADE_REQUIRED. */
+async function upgradeRequired(): Promise<never> {
+  throw new AppError(
+    'upgrade_required',
+    'UPGRADE_REQUIRED',
+    'this route opens a WebSocket: send the request as an upgrade (Upgrade: websocket)',
+    { headers: { upgrade: 'websocket' } },
+  );
+}
+
 export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRelay }): Promise<void> {
   const { relay, billing: ctx, config } = deps;
   const plans = new WeakMap<FastifyRequest, Plan>();
 
-  app.get(
-    '/api/v1/billing/reach/daemon',
-    {
-      websocket: true,
-      config: { roles: ['daemon'] },
-      schema: {
-        tags: ['reach'],
-        operationId: 'connectDaemon',
-        summary: "A machine's daemon holds its connection to the relay (WebSocket)",
-        description:
-          "Only the machine's own daemon (a daemon client of its owner; the one the machine is bound to, where it is " +
-          'bound): 403 NOT_MACHINE_DAEMON otherwise, 404 for a machine the registry does not know. The WebSocket then ' +
-          'carries SSH, the daemon its server and billing its client: each renter stream is one channel (docs/architecture.md, "Reach").',
-        querystring: daemonQuery,
-        response: { ...problems(400, 401, 403, 404, 503) },
-      },
-      preHandler: async (request) => {
-        const { provider_id: providerId } = request.query as z.infer<typeof daemonQuery>;
-        const actor = callerOf(request);
-        if (!ctx.providers) throw daemonNotConnected(providerId);
-        const machine = await ctx.providers.provider(providerId, request.correlationId);
-        if (!machine) throw new AppError('not_found', 'PROVIDER_NOT_FOUND', `provider ${providerId} not found`);
-        const bound = machine.daemonClientId;
-        if (actor.kind !== 'client' || actor.actsFor !== machine.ownerId || (bound !== null && actor.clientId !== bound)) {
-          throw new AppError('forbidden', 'NOT_MACHINE_DAEMON', `only the daemon of machine ${providerId} connects for it`);
-        }
-      },
+  app.route({
+    method: 'GET',
+    url: '/api/v1/billing/reach/daemon',
+    config: { roles: ['daemon'], timeoutMs: 0 },
+    schema: {
+      tags: ['reach'],
+      operationId: 'connectDaemon',
+      summary: "A machine's daemon holds its connection to the relay (WebSocket)",
+      description:
+        "Only the machine's own daemon (a daemon client of its owner; the one the machine is bound to, where it is " +
+        'bound): 403 NOT_MACHINE_DAEMON otherwise, 404 for a machine the registry does not know. The WebSocket then ' +
+        'carries SSH, the daemon its server and billing its client: each renter stream is one channel (docs/architecture.md, "Reach").',
+      querystring: daemonQuery,
+      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 426, 503) },
     },
-    (socket, request) => {
+    preHandler: async (request) => {
+      const { provider_id: providerId } = request.query as z.infer<typeof daemonQuery>;
+      const actor = callerOf(request);
+      if (!ctx.providers) {
+        throw new AppError(
+          'unavailable',
+          'REACH_UNAVAILABLE',
+          'reach needs the provider registry (provider_registry.url)',
+        );
+      }
+      const machine = await ctx.providers.provider(providerId, request.correlationId);
+      if (!machine) throw new AppError('not_found', 'PROVIDER_NOT_FOUND', `provider ${providerId} not found`);
+      const bound = machine.daemonClientId;
+      if (
+        actor.kind !== 'client' ||
+        actor.actsFor !== machine.ownerId ||
+        (bound !== null && actor.clientId !== bound)
+      ) {
+        throw new AppError(
+          'forbidden',
+          'NOT_MACHINE_DAEMON',
+          `only the daemon of machine ${providerId} connects for it`,
+        );
+      }
+    },
+    handler: upgradeRequired,
+    wsHandler: (socket, request) => {
       const { provider_id: providerId } = request.query as z.infer<typeof daemonQuery>;
       relay.attach(providerId, socket).catch((err: Error) => {
         request.log.warn({ err: err.message, provider_id: providerId }, 'reach: a daemon connection failed');
         socket.terminate();
       });
     },
-  );
+  });
 
-  app.get(
-    '/api/v1/billing/sessions/:sessionID/exec',
-    {
-      websocket: true,
-      config: { scope: 'connect', roles: ['renter', 'provider', 'admin'] },
-      schema: {
-        tags: ['reach'],
-        operationId: 'execInWorkload',
-        summary: "Runs a program in the session's running workload, its streams on a WebSocket (`gpu exec`, `gpu shell`)",
-        description:
-          `Kubernetes' exec channels (subprotocol \`${CHANNEL_PROTOCOL}\`, as \`kubectl exec\`): each binary message ` +
-          "is a channel's byte and its data: 0 standard input, 1 output, 2 errors, 3 the end's status (a Kubernetes " +
-          'Status: `Success`, or `Failure` with `NonZeroExitCode` and the code), 4 a terminal size ' +
-          '`{"Width","Height"}`, 255 `[255, 0]` ends standard input. The program runs in the workload (its ' +
-          "namespaces, user, variables, GPUs and limits), never on the machine. Only the session's renter (an API " +
-          'key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 ' +
-          'SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past ' +
-          "`reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or " +
-          "workload's end (status `Failure`, message `the session ended`).",
-        params: sessionParams,
-        querystring: execQuery,
-        response: { ...problems(400, 401, 403, 404, 409, 429, 503) },
-      },
-      preHandler: async (request) => {
-        const { sessionID } = request.params as z.infer<typeof sessionParams>;
-        const q = request.query as z.infer<typeof execQuery>;
-        const target = await reachTarget(ctx, callerOf(request), sessionID);
-        const link = relay.local(target.providerId);
-        if (link) {
-          if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
-            throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
-          }
-          const channel = await relay.exec(link, {
-            sessionId: sessionID,
-            argv: q.command,
-            tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
-          });
-          if (!q.stdin) channel.end();
-          plans.set(request, { kind: 'local', sessionId: sessionID, link, channel, tty: q.tty });
-          return;
-        }
-        const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
-        if (!holder) throw daemonNotConnected(target.providerId);
-        const upstream = await dialHolder(`${holder.url.replace(/^http/, 'ws')}${request.url}`, request, config.instance_id);
-        plans.set(request, { kind: 'forward', upstream });
-      },
+  app.route({
+    method: 'GET',
+    url: '/api/v1/billing/sessions/:sessionID/exec',
+    config: { scope: 'connect', roles: ['renter', 'provider', 'admin'], timeoutMs: 0 },
+    schema: {
+      tags: ['reach'],
+      operationId: 'execInWorkload',
+      summary: "Runs a program in the session's running workload, its streams on a WebSocket (`gpu exec`, `gpu shell`)",
+      description:
+        `Kubernetes' exec channels (subprotocol \`${CHANNEL_PROTOCOL}\`, as \`kubectl exec\`): each binary message ` +
+        "is a channel's byte and its data: 0 standard input, 1 output, 2 errors, 3 the end's status (a Kubernetes " +
+        'Status: `Success`, or `Failure` with `NonZeroExitCode` and the code), 4 a terminal size ' +
+        '`{"Width","Height"}`, 255 `[255, 0]` ends standard input. The program runs in the workload (its ' +
+        "namespaces, user, variables, GPUs and limits), never on the machine. Only the session's renter (an API " +
+        'key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 ' +
+        'SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past ' +
+        "`reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or " +
+        "workload's end (status `Failure`, message `the session ended`).",
+      params: sessionParams,
+      querystring: execQuery,
+      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 503) },
     },
-    (socket, request) => {
+    preHandler: async (request) => {
+      const { sessionID } = request.params as z.infer<typeof sessionParams>;
+      const q = request.query as z.infer<typeof execQuery>;
+      const target = await reachTarget(ctx, callerOf(request), sessionID);
+      const link = relay.local(target.providerId);
+      if (link) {
+        if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
+          throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
+        }
+        const channel = await relay.exec(link, {
+          sessionId: sessionID,
+          argv: q.command,
+          tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
+        });
+        if (!q.stdin) channel.end();
+        plans.set(request, { kind: 'local', sessionId: sessionID, link, channel, tty: q.tty });
+        return;
+      }
+      const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
+      if (!holder) throw daemonNotConnected(target.providerId);
+      const upstream = await dialHolder(
+        `${holder.url.replace(/^http/, 'ws')}${request.url}`,
+        request,
+        config.instance_id,
+      );
+      plans.set(request, { kind: 'forward', upstream });
+    },
+    handler: upgradeRequired,
+    wsHandler: (socket, request) => {
       const plan = plans.get(request);
       if (!plan) {
         socket.terminate();
@@ -226,7 +264,7 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
       const untrack = relay.track({ sessionId: plan.sessionId, end: (reason) => stream.end(reason) });
       void stream.done.then(untrack);
     },
-  );
+  });
 }
 
 /** The WebSocket server's choice among the subprotocols a client offers (none offered: none). */

@@ -108,7 +108,7 @@ export function reachCommands(program: Command) {
     .argument('<command...>', 'the program and its arguments, after --')
     .description(
       "run a program in a rented session's running workload (its files, GPUs, user and variables): its standard " +
-        'input, output and error passed through, its exit code this command\'s',
+        "input, output and error passed through, its exit code this command's",
     )
     .option('-t, --tty', 'give it a terminal (an interactive program)')
     .action(async (sessionId: string, argv: string[], opts: { tty?: boolean }) => {

@@ -80,7 +80,10 @@ function rentalOptions(command: Command): Command {
       3600,
     )
     .option('--network', 'let the workload reach the network (default: none)')
-    .option('--idle', 'an idle workload to reach with gpu shell and gpu exec (no command of its own; billed as running)')
+    .option(
+      '--idle',
+      'an idle workload to reach with gpu shell and gpu exec (no command of its own; billed as running)',
+    )
     .option(
       '--image <reference>',
       'run an OCI image in a container (the machine needs a container runtime); a command after -- replaces its own',

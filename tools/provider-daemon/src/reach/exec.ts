@@ -10,7 +10,7 @@ import * as pty from '@lydell/node-pty';
 import type { EntryCommand } from '../workloads/entry.ts';
 
 /** How it ended: its exit code, or the signal that ended it. */
-export interface ExecEnd {
+interface ExecEnd {
   code: number | null;
   signal: string | null;
 }

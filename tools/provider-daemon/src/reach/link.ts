@@ -37,7 +37,10 @@ export interface ReachDeps {
 /** What the relay asks to run (the SSH exec request's command, JSON). */
 const execRequest = z.object({
   session_id: z.string().uuid(),
-  argv: z.array(z.string().max(64 * 1024)).min(1).max(1024),
+  argv: z
+    .array(z.string().max(64 * 1024))
+    .min(1)
+    .max(1024),
   env: z.record(z.string().regex(/^[A-Z_][A-Z0-9_]*$/), z.string().max(256)).default({}),
 });
 
@@ -92,7 +95,8 @@ export class ReachLink {
       }
       // A connection that held a while was not a failure: dial again at once.
       failures = Date.now() - connectedAt > 30_000 ? 0 : failures + 1;
-      if (!this.stopped) await this.pause(Math.min(maxBackoff, failures === 0 ? 200 : 1000 * 2 ** Math.min(failures - 1, 8)));
+      if (!this.stopped)
+        await this.pause(Math.min(maxBackoff, failures === 0 ? 200 : 1000 * 2 ** Math.min(failures - 1, 8)));
     }
   }
 

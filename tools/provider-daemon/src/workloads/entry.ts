@@ -20,7 +20,6 @@
 import { randomUUID } from 'node:crypto';
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { ContainerRuntime } from './container.ts';
 
 /** What the daemon knows of a running workload to enter it. */
 export type Entry =
@@ -37,7 +36,7 @@ export type Entry =
       /** The `cgroup.procs` files of its control group (none: it has none). */
       cgroupProcs: string[];
     }
-  | { kind: 'container'; runtime: ContainerRuntime; name: string; uid?: number };
+  | { kind: 'container'; runtime: { path: string; args: readonly string[] }; name: string; uid?: number };
 
 /** A program to run in the workload. */
 export interface EntryRequest {

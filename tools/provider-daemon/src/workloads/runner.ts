@@ -49,9 +49,9 @@ import {
 } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
 import { filesystemProblem, prepareDisk, type SessionDisk } from './disk.ts';
+import type { Entry } from './entry.ts';
 import type { SessionFiles } from './files.ts';
 import { FileKeeper } from './keeper.ts';
-import type { Entry } from './entry.ts';
 import { SANDBOX_PATH, type Sandbox, type SandboxEnd, type SandboxGpu, sandboxView, startSandbox } from './sandbox.ts';
 
 type Report =
@@ -466,8 +466,7 @@ export class WorkloadRunner {
       return;
     }
     // A program that is not there never starts, and so is never billed (a container's is looked up in its image).
-    const problem =
-      spec.command && !spec.image ? this.commandProblem(spec.command, disk, inputsDir) : null;
+    const problem = spec.command && !spec.image ? this.commandProblem(spec.command, disk, inputsDir) : null;
     if (problem) {
       this.deps.logger.info({ session_id: session.id, reason: problem }, 'the workload program is not there to run');
       this.done.add(session.id);

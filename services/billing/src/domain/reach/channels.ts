@@ -24,7 +24,7 @@ const CLOSE = 255;
 const HIGH_WATER = 1024 * 1024;
 
 /** A Kubernetes `Status` for how the program ended. */
-export function endStatus(end: { code: number | null; signal: string | null; message?: string }): string {
+function endStatus(end: { code: number | null; signal: string | null; message?: string }): string {
   if (end.message !== undefined) {
     return JSON.stringify({ metadata: {}, status: 'Failure', message: end.message, reason: 'InternalError' });
   }
@@ -84,7 +84,8 @@ export function bridge(
     exit = signal ? { code: null, signal } : { code, signal: null };
   });
   channel.on('close', () => {
-    if (exit.code === null && exit.signal === null) finish(endStatus({ code: null, signal: null, message: 'the connection to the machine was lost' }));
+    if (exit.code === null && exit.signal === null)
+      finish(endStatus({ code: null, signal: null, message: 'the connection to the machine was lost' }));
     else finish(endStatus(exit));
   });
   socket.on('message', (raw: Buffer, isBinary: boolean) => {

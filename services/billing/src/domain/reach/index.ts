@@ -4,14 +4,14 @@
  */
 import { AppError, errors, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import { findWorkload } from '../../db/workload-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
+import { findWorkload } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
 
-export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, endStatus } from './channels.ts';
-export { type Link, type OpenStream, ReachRelay } from './relay.ts';
+export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS } from './channels.ts';
+export { type Link, ReachRelay } from './relay.ts';
 
 /** What a renter's stream goes to: the session and its machine. */
 export interface ReachTarget {
@@ -53,7 +53,7 @@ export const daemonNotConnected = (providerId: string) =>
   errors.conflict(
     'DAEMON_NOT_CONNECTED',
     `the daemon of machine ${providerId} holds no connection to the platform (it is restarting, or a daemon ` +
-      "without reach, or reach is off in its settings): its workloads cannot be reached now",
+      'without reach, or reach is off in its settings): its workloads cannot be reached now',
   );
 
 /** 429 TOO_MANY_STREAMS. */
