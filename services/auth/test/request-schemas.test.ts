@@ -35,6 +35,8 @@ describe('the request schemas of openapi.json', () => {
         'POST /api/v1/auth/email/verify body.token': 'opaque: only a token the service mailed is one',
         'POST /api/v1/auth/clients body.owner_id': 'a rule between fields: only a daemon client names an owner',
         'POST /api/v1/auth/keys body.expires_at': 'bounded by the time of the request: it must lie in the future',
+        'POST /api/v1/auth/ssh-keys body.public_key':
+          'a key only if it parses as one: the document says its form, the service parses it (400 INVALID_SSH_KEY)',
         'DELETE /api/v1/auth/sign-ins querystring.include_current':
           "a value it takes signs the caller's own sign-in out too: the test's callers would be gone for the rest",
       },

@@ -226,8 +226,6 @@ export const billingConfigSchema = z.object({
       advertise_url: z.union([z.literal(''), z.string().url()]).default(''),
       /** The most streams one session has open at once (more: 429 TOO_MANY_STREAMS). */
       max_streams_per_session: zInt(1, 1000).default(8),
-      /** The most bytes per second one session's streams carry, in and out together (a faster stream waits). */
-      max_bytes_per_second: zInt(1024).default(64 * 1024 * 1024),
       /** How often the streams' sessions are checked: a stream ends at most this long after its session. */
       check_interval: zDuration().default('500ms'),
     })

@@ -49,11 +49,11 @@ const addBodySchema = z
       ),
     name: z
       .string()
-      .trim()
-      .min(1)
       .max(MAX_SSH_KEY_NAME_LENGTH)
+      .regex(/\S/, 'not blank')
       // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
       .regex(/^[^\u0000-\u001f\u007f]*$/, 'no control characters')
+      .transform((n) => n.trim())
       .optional()
       .describe("what to call it; the key's comment when absent"),
   })

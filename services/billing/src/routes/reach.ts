@@ -237,6 +237,8 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
           tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
         });
         if (!q.stdin) channel.end();
+        // A renter gone before the upgrade completed leaves no program waiting on its input.
+        request.raw.socket.once('close', () => channel.close());
         plans.set(request, { kind: 'local', sessionId: sessionID, link, channel, tty: q.tty });
         return;
       }
@@ -247,6 +249,7 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
         request,
         config.instance_id,
       );
+      request.raw.socket.once('close', () => upstream.socket.terminate());
       plans.set(request, { kind: 'forward', upstream });
     },
     handler: upgradeRequired,

@@ -17,7 +17,7 @@ import { once } from 'node:events';
 import path from 'node:path';
 import type { TokenSource } from '@gpu/client';
 import { durationMs, type Logger } from '@gpu/common';
-import { type Connection, Server, type ServerChannel } from 'ssh2';
+import ssh2, { type Connection, type ServerChannel } from 'ssh2';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { z } from 'zod';
 import type { DaemonConfig } from '../config.ts';
@@ -50,7 +50,7 @@ const PING_MS = 20_000;
 export class ReachLink {
   private stopped = false;
   private socket: WebSocket | undefined;
-  private readonly ssh: Server;
+  private readonly ssh: ssh2.Server;
   private readonly open = new Set<ExecProcess>();
   private wake: (() => void) | undefined;
   private loop: Promise<void> | undefined;
@@ -60,7 +60,7 @@ export class ReachLink {
     const hostKey = generateKeyPairSync('ec', { namedCurve: 'prime256v1' })
       .privateKey.export({ type: 'sec1', format: 'pem' })
       .toString();
-    this.ssh = new Server({ hostKeys: [hostKey] }, (client) => this.serve(client));
+    this.ssh = new ssh2.Server({ hostKeys: [hostKey] }, (client) => this.serve(client));
     this.ssh.on('error', (err: Error) => this.deps.logger.warn({ err }, 'reach: SSH error'));
   }
 

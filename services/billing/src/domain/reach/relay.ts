@@ -14,7 +14,8 @@ import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { durationMs, type Logger } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import { type ClientChannel, Client as SshClient } from 'ssh2';
+// ssh2 is CommonJS: its classes through the default export (a named import fails outside a bundler).
+import ssh2, { type ClientChannel } from 'ssh2';
 import type { WebSocket } from 'ws';
 import { createWebSocketStream } from 'ws';
 import type { BillingConfig } from '../../config.ts';
@@ -31,7 +32,7 @@ import type { BillingDB } from '../../db/schema.ts';
 export interface Link {
   id: string;
   providerId: string;
-  ssh: SshClient;
+  ssh: ssh2.Client;
   /** Rejects once the connection is gone. */
   readonly closed: Promise<void>;
 }
@@ -110,7 +111,7 @@ export class ReachRelay {
     const id = randomUUID();
     const stream = createWebSocketStream(socket) as Duplex;
     stream.on('error', () => {});
-    const ssh = new SshClient();
+    const ssh = new ssh2.Client();
     let markClosed: () => void = () => {};
     const closed = new Promise<void>((resolve) => {
       markClosed = resolve;
