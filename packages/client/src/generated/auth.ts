@@ -569,7 +569,7 @@ export interface components {
     schemas: {
         AddSshKeyRequest: {
             /** @description what to call it; the key's comment when absent */
-            name?: string;
+            name?: string & (unknown & unknown);
             /** @description one OpenSSH public-key line, `<type> <base64> [comment]` (the contents of `~/.ssh/id_ed25519.pub`): ssh-ed25519, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, ssh-rsa; RSA of at least 2048 bits */
             public_key: string;
         };
