@@ -12,7 +12,6 @@ import {
   CHANNEL_PROTOCOL,
   CHANNEL_PROTOCOLS,
   daemonNotConnected,
-  type Link,
   type ReachRelay,
   reachTarget,
   tooManyStreams,
@@ -50,7 +49,13 @@ const daemonQuery = z.object({ provider_id: z.uuid().describe('the machine whose
 
 /** What the checks before the upgrade decided for the stream. */
 type Plan =
-  | { kind: 'local'; sessionId: string; link: Link; channel: Awaited<ReturnType<ReachRelay['exec']>>; tty: boolean }
+  | {
+      kind: 'local';
+      channel: Awaited<ReturnType<ReachRelay['exec']>>;
+      tty: boolean;
+      /** How the relay ends it (the session ended): set once its WebSocket is open. */
+      ends: { end: (reason: string) => void };
+    }
   | { kind: 'forward'; upstream: Upstream };
 
 /** The holder's socket, and what it sent before the renter's was there to take it. */
@@ -228,18 +233,37 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
       const target = await reachTarget(ctx, callerOf(request), sessionID);
       const link = relay.local(target.providerId);
       if (link) {
+        // Counted from here, before anything is awaited: streams opened at once cannot all pass the bound.
         if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
           throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
         }
-        const channel = await relay.exec(link, {
-          sessionId: sessionID,
-          argv: q.command,
-          tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
-        });
+        const ends = { end: (_reason: string) => {} };
+        const untrack = relay.track({ sessionId: sessionID, end: (reason) => ends.end(reason) });
+        let channel: Awaited<ReturnType<ReachRelay['exec']>>;
+        try {
+          channel = await relay.exec(link, {
+            sessionId: sessionID,
+            argv: q.command,
+            tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
+          });
+        } catch (err) {
+          untrack();
+          request.log.warn({ err: (err as Error).message }, 'reach: the machine refused a channel');
+          throw new AppError(
+            'unavailable',
+            'REACH_UNAVAILABLE',
+            "the machine's connection did not take the stream: try again",
+            {
+              headers: { 'retry-after': '1' },
+            },
+          );
+        }
+        ends.end = () => channel.close();
+        channel.once('close', untrack);
         if (!q.stdin) channel.end();
         // A renter gone before the upgrade completed leaves no program waiting on its input.
         request.raw.socket.once('close', () => channel.close());
-        plans.set(request, { kind: 'local', sessionId: sessionID, link, channel, tty: q.tty });
+        plans.set(request, { kind: 'local', channel, tty: q.tty, ends });
         return;
       }
       const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
@@ -264,8 +288,7 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
         return;
       }
       const stream = bridge(socket, plan.channel, { tty: plan.tty });
-      const untrack = relay.track({ sessionId: plan.sessionId, end: (reason) => stream.end(reason) });
-      void stream.done.then(untrack);
+      plan.ends.end = (reason) => stream.end(reason);
     },
   });
 }
