@@ -206,6 +206,30 @@ describe('a renter reaches the workload they rent', () => {
     await Promise.all(opens);
   });
 
+  it('admits exactly its most streams when they are opened at once', async () => {
+    const r = await idleSession();
+    const held: WebSocket[] = [];
+    const results = await Promise.all(
+      [0, 1, 2, 3, 4].map(async () => {
+        let opened = false;
+        const res = exec(billingUrl, r.headers, r.id, ['sleep', '60'], {
+          keepOpen: (ws) => {
+            opened = true;
+            held.push(ws);
+          },
+        });
+        // The refused answer at once; the admitted ones stay open until closed below.
+        const first = await Promise.race([res, new Promise((ok) => setTimeout(() => ok('open'), 3000))]);
+        return { opened, first, res };
+      }),
+    );
+    expect(results.filter((x) => x.opened)).toHaveLength(3);
+    const refused = results.filter((x) => !x.opened).map((x) => (x.first as { refused: unknown }).refused);
+    expect(refused).toEqual([expect.objectContaining({ status: 429 }), expect.objectContaining({ status: 429 })]);
+    for (const ws of held) ws.close();
+    await Promise.all(results.map((x) => x.res));
+  });
+
   it('passes a stream reaching another billing instance to the one holding the machine', async () => {
     const r = await idleSession();
     const second = await buildApp({
