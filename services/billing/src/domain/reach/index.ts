@@ -11,7 +11,7 @@ import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
 
 export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS } from './channels.ts';
-export { type Link, ReachRelay } from './relay.ts';
+export { ReachRelay } from './relay.ts';
 
 /** What a renter's stream goes to: the session and its machine. */
 export interface ReachTarget {
