@@ -52,7 +52,8 @@ export class ReachRelay {
   private readonly links = new Map<string, Link>();
   private readonly streams = new Map<string, Set<OpenStream>>();
   private timers: NodeJS.Timeout[] = [];
-  readonly url: string;
+  /** Where the other instances reach this one (`reach.advertise_url`, else this instance's address and port). */
+  private url: string;
   /** This instance among the others (`instance_id`; one of its own when none is set). */
   private readonly instanceId: string;
 
@@ -75,7 +76,7 @@ export class ReachRelay {
   /** The port the service listens on, once it does (where it was told another, or none). */
   listening(port: number): void {
     if (!this.deps.config.reach.advertise_url) {
-      (this as { url: string }).url = this.url.replace(/:\d+$/, `:${port}`);
+      this.url = this.url.replace(/:\d+$/, `:${port}`);
     }
   }
 
