@@ -21,9 +21,14 @@
  *  6. Workloads: the renter runs a job on 2 of the 8 GPUs in the daemon's bubblewrap sandbox (its input the
  *     dataset, read-only; its log followed in storage while it runs; its output a checksum in storage); the session
  *     ends when it exits, billed for the minutes it ran. A second job of an hour is stopped at its spend cap, billed
- *     exactly to it, and no process of it is left. The provider's earnings of all four sessions are paid out on
- *     chain; the registry shows the machine idle again.
- *  7. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
+ *     exactly to it, and no process of it is left.
+ *  7. Reach: the renter signs in with `gpu` and rents 4 GPUs with an idle workload (`gpu rent --idle`); `gpu exec`
+ *     runs commands in it (its leased GPUs there and no other, exit statuses passed through) and writes a page there;
+ *     a server started in it with `gpu exec` (the stream left open) serves the page through the gateway
+ *     (`/api/v1/billing/sessions/{id}/ports/8000/`, the renter's token), the workload counts the bytes, and
+ *     `gpu end` cuts the stream. The provider's earnings of all five sessions are paid out on chain; the registry
+ *     shows the machine idle again.
+ *  8. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
  *     platform fee (5 %), the payouts are the earnings, each renter's wallet is what they deposited less their
  *     rentals and storage charges, and each on-chain balance (the renters' addresses, the payout address, the
  *     treasury) matches. Exit status 0 only when every line holds.
@@ -36,7 +41,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { constants as osConstants, tmpdir } from 'node:os';
 import path from 'node:path';
 import {
   authClient,
@@ -61,8 +66,9 @@ import { answerHelp, refuseArguments } from './lib/usage.ts';
 
 answerHelp(`usage: pnpm demo
 
-Plays a small GPU market from sign-up to on-chain payout (about a minute and a half), every step over HTTP through
-the gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure holds.
+Plays a small GPU market from sign-up to on-chain payout (about three and a half minutes), every step over HTTP
+through the gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure
+holds.
 Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
 environment variables:
 
@@ -201,7 +207,7 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
   const token: TokenSource = userLogin({ authUrl: urls.auth, email, password });
   await token.get();
   say(`${as} signed up`, `${email} (user ${user.id})`);
-  return { id: user.id, email, token };
+  return { id: user.id, email, password, token };
 }
 
 /**
@@ -485,6 +491,227 @@ async function workloadScene(worker: Renter, machineId: string, datasetKey: stri
   return { record, cappedRecord, outputKey };
 }
 
+/** What a run of `gpu` printed, and its exit status. */
+interface GpuRun {
+  code: number;
+  /** The signal that ended it, if one did. */
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * `gpu` (`pnpm gpu`) as `who` runs it, at the gateway, with a config folder of its own in the demo's folder (its
+ * saved sign-in there, never the caller's): a child process, what it prints collected, its standard input `input`
+ * (ended), or left open with `keepInput` (a server it runs lives while it is). Settles when it exits.
+ */
+function gpu(who: { email: string }, args: string[], opts: { input?: string; keepInput?: boolean; env?: object } = {}) {
+  const { GPU_API_KEY: _ignored, ...env } = process.env;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'tools/cli/src/main.ts', ...args], {
+    cwd: repoRoot,
+    env: { ...env, GPU_URL: urls.gateway, GPU_CONFIG_DIR: path.join(work, `gpu-${who.email}`), ...opts.env },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  const seen = { stdout: '', stderr: '' };
+  child.stdout.on('data', (d: Buffer) => {
+    seen.stdout += String(d);
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    seen.stderr += String(d);
+  });
+  child.stdin.on('error', () => {});
+  if (opts.input !== undefined) child.stdin.write(opts.input);
+  if (!opts.keepInput) child.stdin.end();
+  let ended: GpuRun | undefined;
+  const exited = new Promise<GpuRun>((resolve) =>
+    child.once('close', (code, signal) => {
+      ended = { code: code ?? 128 + (signal ? osConstants.signals[signal] : 127), signal, ...seen };
+      resolve(ended);
+    }),
+  );
+  return { seen, exited, ended: () => ended };
+}
+
+/** Prints what a command printed, indented under the line that names it. */
+function shows(text: string) {
+  for (const line of text.replace(/\n$/, '').split('\n')) process.stdout.write(`           | ${line}\n`);
+}
+
+/** `gpu exec` of a shell command in the session's workload, printed as a renter sees it; what it printed. */
+async function gpuExec(who: { email: string }, sessionId: string, script: string, input?: string): Promise<GpuRun> {
+  say('renter runs', `gpu exec ${sessionId} -- sh -c '${script}'${input === undefined ? '' : ' < (a page)'}`);
+  const run = await gpu(who, ['exec', sessionId, '--', 'sh', '-c', script], { input }).exited;
+  shows(`${run.stdout}${run.stderr}(exit status ${run.code})`);
+  return run;
+}
+
+/**
+ * The reach scene: the renter signs in with `gpu`, rents 4 GPUs of the machine with an idle workload
+ * (`gpu rent --idle`), and reaches it through the platform, the machine opening no port: `gpu exec` runs commands in
+ * it (its leased GPUs there and no other, exit statuses passed through, a page written through standard input), a
+ * server started in it with `gpu exec` left open serves the page through the gateway
+ * (`/api/v1/billing/sessions/{id}/ports/8000/`, with the renter's token), the workload counts the bytes that passed,
+ * and ending the session (`gpu end`) cuts the stream that kept the server.
+ */
+async function reachScene(renter: Renter, machineId: string) {
+  // 4 GPUs: a minute of them earns the provider more than its minimum payout (10 tokens), so this last session's
+  // earnings are paid out on their own (a minute of 2 would wait under the minimum for more sessions that never come).
+  const gpus = 4;
+  const login = await gpu(renter, ['login', '--email', renter.email], { env: { GPU_PASSWORD: renter.password } })
+    .exited;
+  if (login.code !== 0) throw new Error(`gpu login failed: ${login.stderr.trim()}`);
+  say('renter signed in with the command line', `gpu login --email ${renter.email}: ${login.stdout.trim()}`);
+  const rent = await gpu(renter, [
+    '--json',
+    'rent',
+    '--idle',
+    '--machine',
+    machineId,
+    '--gpu-model',
+    'H100',
+    '--gpus',
+    String(gpus),
+    '--wallet',
+    renter.wallet.id,
+    '--max-runtime',
+    '15m',
+  ]).exited;
+  if (rent.code !== 0) throw new Error(`gpu rent --idle failed: ${rent.stderr.trim()}`);
+  const { session } = JSON.parse(rent.stdout) as { session: { id: string; gpu_indices?: number[] } };
+  const id = session.id;
+  const leased = session.gpu_indices ?? [];
+  say(
+    'renter rented an idle workload',
+    `gpu rent --idle --gpus ${gpus} --machine ${machineId}: session ${id} on GPUs ${leased.join(', ')} of the machine`,
+  );
+  const workloadOf = async () =>
+    unwrap(
+      await renter.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+        params: { path: { sessionID: id } },
+      }),
+    );
+  const running = await until(
+    'the idle workload to run',
+    async () => {
+      const w = await workloadOf();
+      return w.state === 'pending' || w.state === 'preparing' ? undefined : w;
+    },
+    180_000,
+  );
+  if (running.state !== 'running') throw new Error(`the idle workload ${running.state} (${running.reason})`);
+  say('the workload runs', "in the daemon's sandbox, no program of its own: the renter reaches it");
+
+  // What is in there: the machine's kernel, the workload's own user, the GPUs it leased. A simulated machine's GPUs
+  // are stand-in files where the device nodes would be (nvidia-smi is not there).
+  const look =
+    'uname -srm; id; echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; ' +
+    'nvidia-smi -L 2>/dev/null || for d in /dev/nvidia[0-9]*; do echo "$d: $(cat "$d")"; done';
+  // The reach link of the daemon (restarted in the market scene) may still be connecting: the first try is repeated.
+  const seen = await until(
+    'gpu exec to reach the workload',
+    async () => {
+      const run = await gpuExec(renter, id, look);
+      if (run.code !== 0 && /DAEMON_NOT_CONNECTED|WORKLOAD_NOT_RUNNING/.test(run.stderr)) return undefined;
+      return run;
+    },
+    120_000,
+  );
+  const devices = [...seen.stdout.matchAll(/^\/dev\/nvidia(\d+):/gm)].map((m) => Number(m[1]));
+  if (seen.code !== 0 || devices.join() !== leased.join()) {
+    throw new Error(`gpu exec saw GPUs ${devices.join(', ')} (exit ${seen.code}), the session leased ${leased}`);
+  }
+  say('these are your GPUs', `${devices.map((d) => `/dev/nvidia${d}`).join(', ')}: the ${gpus} leased, no other`);
+  const other = [0, 1, 2, 3, 4, 5, 6, 7].find((i) => !leased.includes(i));
+  const absent = await gpuExec(renter, id, `cat /dev/nvidia${other}`);
+  if (absent.code === 0) throw new Error(`the workload reads GPU ${other}, which it did not lease`);
+  say('another GPU of the machine is not there', `its exit status ${absent.code} is gpu exec's`);
+
+  const where = `session ${id}, on GPUs ${leased.join(', ')} of ${machineId}`;
+  const page = `<!doctype html>\n<title>inside</title>\n<p>Served from inside ${where}.</p>\n`;
+  const wrote = await gpuExec(
+    renter,
+    id,
+    'mkdir -p /tmp/www && cat > /tmp/www/index.html && wc -c /tmp/www/index.html',
+    page,
+  );
+  if (wrote.code !== 0) throw new Error('writing the page in the workload failed');
+
+  // A server in the workload, alive while the exec stream that started it stays open (its standard input unended).
+  const serve = ['python3', '-u', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'];
+  say('renter starts a server in it', `gpu exec ${id} -- ${serve.join(' ')} (left running)`);
+  const before = (await workloadOf()).reach;
+  const server = gpu(renter, ['exec', id, '--', ...serve], { keepInput: true });
+  // It says when it listens (its output comes through the stream as it is printed)...
+  await until(
+    'the server in the workload to listen',
+    async () => (server.ended() || /^Serving HTTP/m.test(server.seen.stdout) ? true : undefined),
+    300_000,
+  );
+  const portUrl = `${urls.gateway}/api/v1/billing/sessions/${id}/ports/8000/`;
+  // ...and answers through the gateway (502 PORT_NOT_LISTENING until it does), unless its stream ended.
+  const served = await until(
+    'the server in the workload to answer through the gateway',
+    async () => {
+      if (server.ended()) return { res: null, body: 'its gpu exec ended' };
+      const res = await fetch(portUrl, {
+        headers: { authorization: `Bearer ${await renter.token.get()}` },
+        signal: AbortSignal.timeout(30_000),
+      });
+      const body = await res.text();
+      return res.status === 200 ? { res, body } : undefined;
+    },
+    120_000,
+  ).catch((err: Error) => ({ res: null, body: err.message }));
+  if (!served.res || served.body !== page) {
+    const printed = `${server.seen.stdout}${server.seen.stderr}`.trim();
+    throw new Error(`the server in the workload did not serve the page (${served.body}); its gpu exec: ${printed}`);
+  }
+  say(
+    'renter read the page through the gateway, with its own token',
+    `GET /api/v1/billing/sessions/${id}/ports/8000/: ${served.res.status} ${served.res.headers.get('content-type')}`,
+  );
+  shows(served.body);
+  const counted = await until(
+    "the workload's reach byte counts",
+    async () => {
+      const w = await workloadOf();
+      return w.reach.bytes_out - before.bytes_out >= page.length ? w.reach : undefined;
+    },
+    60_000,
+  );
+  say(
+    'the workload counts what passed',
+    `reach: ${counted.bytes_in} bytes in (to it), ${counted.bytes_out} bytes out (from it)`,
+  );
+
+  say('renter ends the session', `gpu end ${id}`);
+  const ended = await gpu(renter, ['end', id]).exited;
+  shows(`${ended.stdout}${ended.stderr}(exit status ${ended.code})`);
+  if (ended.code !== 0) throw new Error('gpu end failed');
+  const cut = await until("the server's stream to be cut", async () => server.ended(), 60_000);
+  say(
+    'the stream that kept the server was cut',
+    `gpu exec of the server exited ${cut.code}${cut.signal ? ` (${cut.signal})` : ''}`,
+  );
+  shows(`${cut.stdout}${cut.stderr}`.trim());
+  const after = await fetch(portUrl, { headers: { authorization: `Bearer ${await renter.token.get()}` } });
+  const refusal = (await after.json()) as { code?: string };
+  if (after.status !== 409 || refusal.code !== 'SESSION_NOT_ACTIVE') {
+    throw new Error(`the port of the ended session answered ${after.status} ${refusal.code}`);
+  }
+  say('its port now answers', `${after.status} ${refusal.code}`);
+  const record = unwrap(
+    await renter.billing.GET('/api/v1/billing/history', { params: { query: { user_id: renter.id } } }),
+  ).find((r) => r.session_id === id);
+  if (!record) throw new Error("the reach session's billing record is missing");
+  say(
+    'reach session billed',
+    `${record.billed_minutes} started minute(s) of its ${gpus} GPUs, ${record.total_cost} tokens`,
+  );
+  return { record, reach: counted };
+}
+
 async function main() {
   const platformChild = await platform();
   if (platformChild) children.push(platformChild);
@@ -742,7 +969,9 @@ async function main() {
   );
   // 6. Workloads: a renter's job runs on exactly the GPUs it leased, billed only while it runs.
   const jobs = await workloadScene(renter, machineId, datasetKey, dataset);
-  const records = [record, secondRecord, jobs.record, jobs.cappedRecord];
+  // 7. Reach: an idle workload, commands run in it and a server in it read through the gateway, cut at its end.
+  const reached = await reachScene(renter, machineId);
+  const records = [record, secondRecord, jobs.record, jobs.cappedRecord, reached.record];
   const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
   // Automatic payouts run at a session's end and every reconcile interval (30 s under pnpm start), then wait for the
   // chain: what billing reports (the earnings left, each payout and its status, a failure it will retry) moves at each
@@ -789,7 +1018,7 @@ async function main() {
   );
   say('registry', 'the machine is idle again');
 
-  // 7. Reconciliation, read back from billing and the chain.
+  // 8. Reconciliation, read back from billing and the chain.
   const checks = reconcile({
     decimals,
     sessions: records.map((r) => ({
@@ -803,6 +1032,7 @@ async function main() {
         record.total_cost,
         jobs.record.total_cost,
         jobs.cappedRecord.total_cost,
+        reached.record.total_cost,
       ]),
       await renterFigures(connection, second, [secondRecord.total_cost]),
     ],
@@ -833,6 +1063,12 @@ async function main() {
       workload_hourly_rate: jobs.record.total_hourly_rate,
       workload_output_key: jobs.outputKey,
       capped_workload_total_cost: jobs.cappedRecord.total_cost,
+      reach_session_id: reached.record.session_id,
+      reach_billed_minutes: reached.record.billed_minutes,
+      reach_total_cost: reached.record.total_cost,
+      reach_hourly_rate: reached.record.total_hourly_rate,
+      reach_bytes_in: reached.reach.bytes_in,
+      reach_bytes_out: reached.reach.bytes_out,
       payout_amounts: payouts.map((p) => p.amount),
       payout_signatures: payouts.map((p) => p.signature),
       payout_address: payoutKey.publicKey.toBase58(),

@@ -118,6 +118,18 @@ ensure_bwrap() {
   log "$(bwrap --version)"
 }
 
+# Reach's end-to-end tests (tools/provider-daemon/test/reach-ports.test.ts): OpenSSH's own client (`ssh`, `scp`,
+# `ssh-keygen`) as renters run it, the `sftp-server` a workload's `scp` runs (the sandbox sees the machine's /usr), and
+# Debian's python3 for a workload's `python3 -m http.server`, and tmux to drive a terminal. No SSH server is installed
+# or started.
+ensure_reach_tools() {
+  command -v ssh >/dev/null && command -v scp >/dev/null || apt_install openssh-client
+  [ -x /usr/lib/openssh/sftp-server ] || apt_install openssh-sftp-server
+  [ -x /usr/bin/python3 ] || apt_install python3
+  # A terminal driven as a person would: tmux (resize, Ctrl-C).
+  command -v tmux >/dev/null || apt_install tmux
+}
+
 # The provider daemon's container mode (src/workloads/container.ts): Debian's podman with runc, and a test image made
 # here from busybox-static (no registry is reachable). Where podman's defaults cannot run a container (no systemd
 # cgroups, as on these machines) the runtime flags that can are exported for the tests.
@@ -175,6 +187,7 @@ test_env_up() {
   ensure_nginx
   ensure_bwrap
   ensure_podman
+  ensure_reach_tools
   ensure_promtool
   test_env_down
   rm -rf "$TEST_ENV_DIR"

@@ -64,6 +64,8 @@ describe('--help', () => {
     'billing',
     'billing-usage',
     'gateway',
+    'workloads',
+    'reach',
     'startup',
   ];
   it('pnpm bench <name> --help says what each benchmark measures, exit 0, running none', {

@@ -487,21 +487,33 @@ describe('pnpm start', () => {
       .toDecimalPlaces(6, Decimal.ROUND_UP);
     expect(summary.capped_workload_total_cost).toBe(jobCap.toFixed(6));
     expect(summary.workload_output_key).toBe(`sessions/${summary.workload_session_id}/output/checksum.txt`);
+    // The reach scene: an idle workload on 4 GPUs, billed its started minutes at the session's rate.
+    const reachCost = new Decimal(String(summary.reach_hourly_rate))
+      .mul(Number(summary.reach_billed_minutes))
+      .div(60)
+      .toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
+    expect(summary.reach_total_cost).toBe(reachCost.toFixed(6));
+    expect(Number(summary.reach_bytes_out)).toBeGreaterThan(0);
     // Every session's earnings (its cost less the 5% fee) were paid out on chain.
     const earnings = (c: Decimal) => c.minus(c.mul('0.05').toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN));
-    const earned = [cost, new Decimal('15'), jobCost, jobCap].reduce((sum, c) => sum.add(earnings(c)), new Decimal(0));
+    const earned = [cost, new Decimal('15'), jobCost, jobCap, reachCost].reduce(
+      (sum, c) => sum.add(earnings(c)),
+      new Decimal(0),
+    );
     const payouts = summary.payout_amounts as unknown as string[];
     expect(payouts.reduce((sum, p) => sum.add(p), new Decimal(0)).toFixed(6)).toBe(earned.toFixed(6));
     expect(summary.payout_address_balance).toBe(earned.toFixed(6));
     for (const signature of summary.payout_signatures as unknown as string[]) {
       expect(signature).toMatch(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/);
     }
-    // 900 deposited, the minutes paid (its session's, and its two jobs'), the rest of the holds released (no storage
-    // charge in so short a run).
-    expect(summary.renter_available).toBe(new Decimal(900).minus(cost).minus(jobCost).minus(jobCap).toFixed(6));
+    // 900 deposited, the minutes paid (its session's, its two jobs' and its reach session's), the rest of the holds
+    // released (no storage charge in so short a run).
+    expect(summary.renter_available).toBe(
+      new Decimal(900).minus(cost).minus(jobCost).minus(jobCap).minus(reachCost).toFixed(6),
+    );
     // The demo's own reconciliation (read back from billing and the chain) held, every line of it: two per
-    // session (four), the payouts, two per paying renter (two), the payout address and the treasury.
-    expect(summary.reconciled).toBe(15);
+    // session (five), the payouts, two per paying renter (two), the payout address and the treasury.
+    expect(summary.reconciled).toBe(17);
     expect(demo.stdout).not.toMatch(/FAIL/);
     expect(demo.stdout).toMatch(/renter found the machine on the market with its own token/);
     expect(demo.stdout).toMatch(/renter uploaded a dataset/);
@@ -521,6 +533,11 @@ describe('pnpm start', () => {
     expect(demo.stdout).toMatch(
       /the hour-long job was stopped at its spend cap: .* exactly the cap; .* no process of it left/,
     );
+    // The reach scene: a shell command in the rented sandbox, a page served from inside read through the gateway,
+    // the stream cut at the session's end.
+    expect(demo.stdout).toMatch(/these are your GPUs: .*the 4 leased, no other/);
+    expect(demo.stdout).toMatch(/ports\/8000\/: 200 text\/html/);
+    expect(demo.stdout).toMatch(/its port now answers: 409 SESSION_NOT_ACTIVE/);
   });
 
   it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {

@@ -66,6 +66,11 @@ export interface AppErrorOptions {
   /** Extra members of the problem body (snake_case keys). */
   extra?: Record<string, unknown>;
   cause?: unknown;
+  /**
+   * A failure of something the caller chose, not of the platform (nothing listens on the port of a renter's own
+   * server): answered with its status, logged as an answer (info), not as a failure.
+   */
+  callersOwn?: boolean;
 }
 
 export class AppError extends Error {
@@ -74,6 +79,7 @@ export class AppError extends Error {
   readonly errors?: FieldError[];
   readonly headers: Record<string, string>;
   readonly extra?: Record<string, unknown>;
+  readonly callersOwn: boolean;
 
   constructor(kind: ErrorKind, code: string, detail: string, options: AppErrorOptions = {}) {
     super(detail, options.cause === undefined ? undefined : { cause: options.cause });
@@ -83,6 +89,7 @@ export class AppError extends Error {
     this.errors = options.errors;
     this.headers = options.headers ?? {};
     this.extra = options.extra;
+    this.callersOwn = options.callersOwn ?? false;
   }
 }
 

@@ -38,6 +38,7 @@ export {
   VERIFIED_EMAIL_ACTIONS,
   type VerifiedEmailAction,
 } from './auth/verified-email.ts';
+export { coalesceWrites } from './coalesce-writes.ts';
 export { forEachLimited } from './concurrency.ts';
 export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {

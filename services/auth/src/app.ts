@@ -9,6 +9,7 @@ import type { AuthContext } from './domain/context.ts';
 import { auditRoutes } from './routes/audit.ts';
 import { authRoutes } from './routes/auth.ts';
 import { clientRoutes } from './routes/clients.ts';
+import { credentialRoutes } from './routes/credentials.ts';
 import { jwksRoutes } from './routes/jwks.ts';
 import { keyRoutes } from './routes/keys.ts';
 import { recoveryRoutes } from './routes/recovery.ts';
@@ -35,7 +36,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
     },
     readinessChecks: ['database'],
     // The auth service verifies its own tokens with its own keys (no JWKS round trip to itself), and refuses at once
-    // those of a sign-in or API key it sees withdrawn (domain/accounts/epochs.ts).
+    // those of a sign-in or API key it sees withdrawn (domain/accounts/liveness.ts).
     verifier: withLiveCredentials(
       ctx,
       createTokenVerifier({ issuer: jwt.issuer, audience: jwt.audience, ...ctx.keys.verifierKey() }),
@@ -51,6 +52,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await keyRoutes(api as App, ctx);
       await signInRoutes(api as App, ctx);
       await sshKeyRoutes(api as App, ctx);
+      await credentialRoutes(api as App, ctx);
       await recoveryRoutes(api as App, ctx);
       await auditRoutes(api as App, ctx);
       // In a plugin of its own: the token endpoint's form-body parser reaches no other route (they take JSON only).

@@ -180,6 +180,11 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: `${API}/users/${callers.owner.id}/ssh-keys` }),
       expect: { service: 200, admin: 200, others: 403 },
     },
+    // Whether credentials behind tokens verified elsewhere are live: platform services (billing's streams) and admins.
+    [`POST ${API}/credentials/live`]: {
+      request: () => ({ payload: { credentials: [{ user_id: callers.owner.id }] } }),
+      expect: { service: 200, admin: 200, others: 403 },
+    },
     // Sign-ins and the password: the user's own sign-in (a table caller's token names no sign-in of its own).
     [`GET ${API}/sign-ins`]: {
       request: () => ({}),

@@ -15,6 +15,7 @@ import {
   type TokenVerifier,
 } from '@gpu/common';
 import type { Kysely } from 'kysely';
+import { configuredAuthService } from './adapters/auth-service.ts';
 import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
 import { watchReserves } from './adapters/reserve-metrics.ts';
@@ -26,7 +27,7 @@ import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
-import { liveSessions, ReachRelay } from './domain/reach/index.ts';
+import { HostKey, liveSessions, ReachRelay } from './domain/reach/index.ts';
 import { payoutPause } from './domain/reserves/index.ts';
 import type { WorkloadStorage } from './domain/workload-storage.ts';
 import { eventRoutes } from './routes/events.ts';
@@ -34,6 +35,7 @@ import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
 import { chooseProtocol, reachRoutes } from './routes/reach.ts';
+import { reachPortRoutes } from './routes/reach-ports.ts';
 import { reservationRoutes } from './routes/reservations.ts';
 import { reserveRoutes } from './routes/reserves.ts';
 import { schemas } from './routes/schemas.ts';
@@ -163,14 +165,17 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(reserveRoutes, routeDeps);
   // Reach: daemons' connections and renters' streams into their workloads, WebSockets (routes/reach.ts).
   await app.register(fastifyWebsocket, {
-    options: { maxPayload: 4 * 1024 * 1024, handleProtocols: (offered) => chooseProtocol(offered) },
+    options: { maxPayload: 4 * 1024 * 1024, handleProtocols: chooseProtocol },
   });
+  // The auth service, for renters' SSH keys and whether the credentials behind open streams still hold.
+  const authService = configuredAuthService(deps.config.provider_registry);
   const relay = new ReachRelay({
     db: deps.db,
     config: deps.config,
     logger: deps.logger,
     instanceId: deps.config.instance_id,
     live: (ids) => liveSessions(deps.db, ids),
+    credentialsLive: authService?.credentialsLive ?? null,
   });
   app.addHook('onListen', async function listening() {
     const address = this.server.address();
@@ -178,7 +183,13 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   });
   app.addHook('onReady', async () => relay.start());
   app.addHook('preClose', async () => relay.stop());
-  await app.register(reachRoutes, { ...routeDeps, relay });
+  await app.register(reachRoutes, {
+    ...routeDeps,
+    relay,
+    hostKey: new HostKey(deps.db, deps.config.reach.ssh_host_key),
+    sshKeys: authService?.sshKeys ?? null,
+  });
+  await app.register(reachPortRoutes, { ...routeDeps, relay });
   auditTrailRoute(app, {
     db: deps.db as unknown as Kysely<never>,
     url: '/api/v1/billing/audit',

@@ -225,9 +225,19 @@ export const billingConfigSchema = z.object({
        */
       advertise_url: z.union([z.literal(''), z.string().url()]).default(''),
       /** The most streams one session has open at once (more: 429 TOO_MANY_STREAMS). */
-      max_streams_per_session: zInt(1, 1000).default(8),
+      max_streams_per_session: zInt(1, 1000).default(32),
+      /**
+       * The most MiB a second one session's streams carry together, both ways (0: no limit): past it they are
+       * slowed, never cut (their sources wait).
+       */
+      max_mib_per_second: zInt(0, 100_000).default(128),
       /** How often the streams' sessions are checked: a stream ends at most this long after its session. */
       check_interval: zDuration().default('500ms'),
+      /**
+       * The platform's SSH host key for renters' `ssh` (PEM: ECDSA, Ed25519 or RSA; a secret). Empty: one is made
+       * once and kept in the database, so every instance serves the same.
+       */
+      ssh_host_key: z.string().default(''),
     })
     .prefault({}),
   /**

@@ -219,6 +219,30 @@ function table(): Record<string, AccessRule> {
       request: async () => ({ url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/exec?command=true` }),
       expect: { owner: 409, other_user: 404, renter: 404, admin: 404, others: 403 },
     },
+    'GET /api/v1/billing/sessions/:sessionID/port-forward': {
+      request: async () => ({
+        url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/port-forward?port=8888`,
+      }),
+      expect: { owner: 409, other_user: 404, renter: 404, admin: 404, others: 403 },
+    },
+    'GET /api/v1/billing/sessions/:sessionID/ssh': {
+      request: async () => ({ url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/ssh` }),
+      expect: { owner: 409, other_user: 404, renter: 404, admin: 404, others: 403 },
+    },
+    ...Object.fromEntries(
+      ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].map((method) => [
+        `${method} /api/v1/billing/sessions/:sessionID/ports/:port/*`,
+        {
+          request: async () => ({
+            method,
+            url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/ports/8888/api`,
+          }),
+          expect: { owner: 409, other_user: 404, renter: 404, admin: 404, others: 403 },
+        },
+      ]),
+    ),
+    // The platform's SSH host key is public.
+    'GET /api/v1/billing/reach/ssh-host-key': { request: () => ({}), expect: EVERYONE(200), public: true },
     // A machine's daemon connection: daemons only; without a registry to ask who owns the machine, 503.
     'GET /api/v1/billing/reach/daemon': {
       request: () => ({ url: `/api/v1/billing/reach/daemon?provider_id=${providerId}` }),

@@ -17,9 +17,13 @@ export interface CliConfig {
 /** A file of the config directory: `config.json`, or `uploads.json` (resumable uploads under way). */
 type ConfigFileName = 'config.json' | 'uploads.json';
 
+/** The config directory: `$GPU_CONFIG_DIR`, else `$XDG_CONFIG_HOME/gpu`, else `~/.config/gpu`. */
+export function configDir(env: NodeJS.ProcessEnv): string {
+  return env.GPU_CONFIG_DIR || path.join(env.XDG_CONFIG_HOME || path.join(homedir(), '.config'), 'gpu');
+}
+
 function configFile(env: NodeJS.ProcessEnv, name: ConfigFileName = 'config.json'): string {
-  const dir = env.GPU_CONFIG_DIR || path.join(env.XDG_CONFIG_HOME || path.join(homedir(), '.config'), 'gpu');
-  return path.join(dir, name);
+  return path.join(configDir(env), name);
 }
 
 /** A JSON file of the config directory; `{}` when there is none (or it cannot be read). */

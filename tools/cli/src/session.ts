@@ -4,7 +4,10 @@
  * needs a token says: gpu login).
  */
 import { apiKeyToken, authClient, type TokenSource, unwrap } from '@gpu/client';
-import { type CliConfig, writeConfig } from './config.ts';
+import { type CliConfig, readConfig, writeConfig } from './config.ts';
+
+/** How long before its expiry a sign-in's access token is renewed. */
+const RENEW_EARLY_S = 60;
 
 class NotLoggedIn extends Error {
   constructor() {
@@ -12,21 +15,35 @@ class NotLoggedIn extends Error {
   }
 }
 
-/** A token source for the saved sign-in: one refresh per run, the rotated refresh token saved at once. */
+/**
+ * A token source for the saved sign-in: a refresh at the first use, the rotated refresh token saved at once, and
+ * again shortly before the access token expires (a run that lasts, such as `port-forward`). A renewal reads the
+ * refresh token from the file, not the one read at the start: another run since (`ssh-proxy` beside a long
+ * `port-forward`) has used that one and saved the next, and using a spent one again signs the sign-in out.
+ */
 function signIn(url: string, env: NodeJS.ProcessEnv, config: CliConfig): TokenSource {
-  let token: Promise<string> | undefined;
+  let held: { token: string; renewAt: number } | undefined;
+  let pending: Promise<string> | undefined;
+  const refresh = async () => {
+    const saved = held ? readConfig(env) : config;
+    if (!saved.refresh_token) throw new NotLoggedIn();
+    const pair = unwrap(
+      await authClient({ baseUrl: url }).POST('/api/v1/auth/refresh', {
+        body: { refresh_token: saved.refresh_token },
+      }),
+    );
+    writeConfig(env, { ...saved, refresh_token: pair.refresh_token });
+    const early = Math.min(RENEW_EARLY_S, pair.expires_in / 2);
+    held = { token: pair.access_token, renewAt: Date.now() + (pair.expires_in - early) * 1000 };
+    return pair.access_token;
+  };
   return {
     get() {
-      token ??= (async () => {
-        const pair = unwrap(
-          await authClient({ baseUrl: url }).POST('/api/v1/auth/refresh', {
-            body: { refresh_token: config.refresh_token ?? '' },
-          }),
-        );
-        writeConfig(env, { ...config, refresh_token: pair.refresh_token });
-        return pair.access_token;
-      })();
-      return token;
+      if (held && Date.now() < held.renewAt) return Promise.resolve(held.token);
+      pending ??= refresh().finally(() => {
+        pending = undefined;
+      });
+      return pending;
     },
   };
 }

@@ -15,7 +15,9 @@ import { ReachLink } from '../src/reach/link.ts';
 import type { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
-const rig = useWorkloadRig({ billing: { reach: { max_streams_per_session: 3, check_interval: '200ms' } } });
+const rig = useWorkloadRig({
+  billing: { reach: { max_streams_per_session: 3, check_interval: '200ms', max_mib_per_second: 1 } },
+});
 const logger = createLogger({
   service: 'reach-test',
   instanceId: 't',
@@ -188,6 +190,25 @@ describe('a renter reaches the workload they rent', () => {
     expect(res.status).toMatchObject({ status: 'Failure' });
     const after = await exec(billingUrl, r.headers, r.id, ['true']);
     expect(after.refused).toMatchObject({ status: 409, problem: { code: 'SESSION_NOT_ACTIVE' } });
+  });
+
+  it("holds a session's streams to its bytes a second: slowed, never cut", async () => {
+    const r = await idleSession();
+    const started = Date.now();
+    // 3 MiB at 1 MiB a second (one second's worth may pass at once): two seconds at least.
+    const res = await exec(billingUrl, r.headers, r.id, ['sh', '-c', 'head -c 3145728 /dev/zero']);
+    const took = Date.now() - started;
+    expect(res.out.length).toBe(3 * 1024 * 1024);
+    expect(res.status).toEqual({ metadata: {}, status: 'Success' });
+    expect(took).toBeGreaterThanOrEqual(1_800);
+    expect(took).toBeLessThan(30_000);
+    // Its GPU back for the tests after it (the machine has eight).
+    await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: r.headers,
+      payload: { session_id: r.id },
+    });
   });
 
   it('holds a session to its most streams at once: 429 past them', async () => {

@@ -137,6 +137,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/credentials/live": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Which credentials behind access tokens are still live (platform services and admins)
+         * @description For the platform's services, which verify tokens by their signature alone (a machine client of role `service`), and admins; anyone else 403 ROLE_REQUIRED. The rule is the one this service applies to its own routes' tokens: an API key's credential is live while the key exists, is that user's, is not revoked and belongs to the account's current epoch; a sign-in's while it is not signed out (nor ended by a password change or a fresh start); a user's token that names neither while the user exists. 1 to 1000 credentials a request, answered in one query; a read: not in the audit trail.
+         */
+        post: operations["checkCredentialsLive"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/email/verification": {
         parameters: {
             query?: never;
@@ -711,6 +731,33 @@ export interface components {
             owner_id?: string;
             /** @enum {string} */
             role: "service" | "gateway" | "scheduler" | "daemon";
+        };
+        /** @description The credential an access token names: its user, and its API key or its sign-in (not both) */
+        Credential: {
+            /**
+             * Format: uuid
+             * @description an API key's token: its `key_id`
+             */
+            key_id?: string;
+            /**
+             * Format: uuid
+             * @description a user's sign-in token: its `sid`
+             */
+            sign_in_id?: string;
+            /**
+             * Format: uuid
+             * @description the token's `sub`
+             */
+            user_id: string;
+        };
+        CredentialsLive: {
+            /** @description one for each credential asked about, in the same order */
+            live: boolean[];
+            /** @description why each credential is not live, in the same order (null for a live one): `revoked` (the API key revoked, or ended with its account's epoch), `unknown_key` (no such key of that user), `signed_out` (the sign-in ended: signed out, the password changed, the account started afresh; or no such sign-in of that user), `user_gone` (no such user) */
+            reasons: (("revoked" | "unknown_key" | "signed_out" | "user_gone") | null)[];
+        };
+        CredentialsLiveRequest: {
+            credentials: components["schemas"]["Credential"][];
         };
         ForgotPasswordRequest: {
             /**
@@ -1361,6 +1408,40 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    checkCredentialsLive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CredentialsLiveRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CredentialsLive"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

@@ -141,6 +141,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/reach/ssh-host-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The platform's SSH host key, for renters' known_hosts (`gpu ssh-config`)
+         * @description The same on every instance (`reach.ssh_host_key`, else one made once and kept). `public_key` is a known_hosts key (`ecdsa-sha2-nistp256 AAAA...`), `fingerprint` its SHA256 fingerprint as `ssh` shows it.
+         */
+        get: operations["getSshHostKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/reservations": {
         parameters: {
             query?: never;
@@ -270,9 +290,85 @@ export interface paths {
         };
         /**
          * Runs a program in the session's running workload, its streams on a WebSocket (`gpu exec`, `gpu shell`)
-         * @description Kubernetes' exec channels (subprotocol `v5.channel.k8s.io`, as `kubectl exec`): each binary message is a channel's byte and its data: 0 standard input, 1 output, 2 errors, 3 the end's status (a Kubernetes Status: `Success`, or `Failure` with `NonZeroExitCode` and the code), 4 a terminal size `{"Width","Height"}`, 255 `[255, 0]` ends standard input. The program runs in the workload (its namespaces, user, variables, GPUs and limits), never on the machine. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end (status `Failure`, message `the session ended`).
+         * @description Kubernetes' exec channels (subprotocol `v5.channel.k8s.io`, as `kubectl exec`): each binary message is a channel's byte and its data: 0 standard input, 1 output, 2 errors, 3 the end's status (a Kubernetes Status: `Success`, or `Failure` with `NonZeroExitCode` and the code), 4 a terminal size `{"Width","Height"}`, 255 `[255, 0]` ends standard input. The program runs in the workload (its namespaces, user, variables, GPUs and limits), never on the machine. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`). An ended stream's status is `Failure`, message `the session ended`.
          */
         get: operations["execInWorkload"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/port-forward": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A TCP connection to a port inside the session's running workload, on a WebSocket (`gpu port-forward`)
+         * @description One WebSocket is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the machine's): every binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING when nothing listens there. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`).
+         */
+        get: operations["forwardPort"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/ports/{port}/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * GET to a port inside the session's running workload (HTTP through the platform)
+         * @description Passed to `http://127.0.0.1:{port}/{path}` in the workload (its own loopback, never the machine's), the prefix up to the port taken off (`X-Forwarded-Prefix` names it; a `Location` starting with `/` gets it back), and answered as the server answered it, streamed. The `Authorization` header is never passed on. Only the session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING (nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with the workload.
+         */
+        get: operations["getWorkloadPort"];
+        /**
+         * PUT to a port inside the session's running workload (HTTP through the platform)
+         * @description Passed to `http://127.0.0.1:{port}/{path}` in the workload (its own loopback, never the machine's), the prefix up to the port taken off (`X-Forwarded-Prefix` names it; a `Location` starting with `/` gets it back), and answered as the server answered it, streamed. The `Authorization` header is never passed on. Only the session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING (nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with the workload.
+         */
+        put: operations["putWorkloadPort"];
+        /**
+         * POST to a port inside the session's running workload (HTTP through the platform)
+         * @description Passed to `http://127.0.0.1:{port}/{path}` in the workload (its own loopback, never the machine's), the prefix up to the port taken off (`X-Forwarded-Prefix` names it; a `Location` starting with `/` gets it back), and answered as the server answered it, streamed. The `Authorization` header is never passed on. Only the session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING (nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with the workload.
+         */
+        post: operations["postWorkloadPort"];
+        /**
+         * DELETE to a port inside the session's running workload (HTTP through the platform)
+         * @description Passed to `http://127.0.0.1:{port}/{path}` in the workload (its own loopback, never the machine's), the prefix up to the port taken off (`X-Forwarded-Prefix` names it; a `Location` starting with `/` gets it back), and answered as the server answered it, streamed. The `Authorization` header is never passed on. Only the session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING (nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with the workload.
+         */
+        delete: operations["deleteWorkloadPort"];
+        options?: never;
+        head?: never;
+        /**
+         * PATCH to a port inside the session's running workload (HTTP through the platform)
+         * @description Passed to `http://127.0.0.1:{port}/{path}` in the workload (its own loopback, never the machine's), the prefix up to the port taken off (`X-Forwarded-Prefix` names it; a `Location` starting with `/` gets it back), and answered as the server answered it, streamed. The `Authorization` header is never passed on. Only the session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING (nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with the workload.
+         */
+        patch: operations["patchWorkloadPort"];
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/ssh": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An SSH connection into the session's running workload, on a WebSocket (`gpu ssh-proxy`, `ssh`, `scp`)
+         * @description Every binary message is bytes of an SSH connection to the platform's SSH server for this session (its host key: `GET /api/v1/billing/reach/ssh-host-key`), which takes only a public key the renter registered with the auth service (`gpu ssh-key add`), any user name. A shell, commands, `sftp` (so `scp`), terminals, signals and `direct-tcpip` to the workload's loopback (`ssh -L`) run in the workload. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`). 503 REACH_UNAVAILABLE while the auth service cannot be asked for the keys.
+         */
+        get: operations["sshIntoWorkload"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1433,6 +1529,13 @@ export interface components {
             /** @description what the session runs on its GPUs (the machine's daemon runs it in a sandbox): billed only from when the workload runs until it ends, and its end ends the session; absent: a session billed from its start, as before */
             workload?: components["schemas"]["WorkloadSpecInput"];
         };
+        /** @description The platform's SSH host key */
+        SshHostKey: {
+            /** @description its SHA256 fingerprint, as `ssh` shows it: `SHA256:...` */
+            fingerprint: string;
+            /** @description the key as a known_hosts line has it: `ecdsa-sha2-nistp256 AAAA...` */
+            public_key: string;
+        };
         StorageCharge: {
             /**
              * Format: int64
@@ -1621,6 +1724,19 @@ export interface components {
             /** @description until when the session's funds pay for running (its hold at the frozen rate, never past a cap's end; it moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null once the session ended; in GET only */
             paid_until?: string | null;
             preparing_at: string | null;
+            /** @description the bytes of the renter's streams into it through the platform (`gpu exec`, `gpu shell`, forwarded ports, HTTP to its ports, `ssh`), as their connections carried them, recorded every few seconds */
+            reach: {
+                /**
+                 * Format: int64
+                 * @description sent by the renter into the workload's streams
+                 */
+                bytes_in: number;
+                /**
+                 * Format: int64
+                 * @description received by the renter from them
+                 */
+                bytes_out: number;
+            };
             /** @description why it `failed` or was `stopped`: `max_runtime`, `memory_limit`, `disk_limit`, `session_ended`, `not_started` (it did not run within `billing.workload_start_timeout`), ... */
             reason: string | null;
             /** @description when it started to run: billing starts then */
@@ -2249,6 +2365,31 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    getSshHostKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SshHostKey"];
+                };
+            };
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     reserveGpus: {
         parameters: {
             query?: never;
@@ -2467,6 +2608,204 @@ export interface operations {
                 /** @description a terminal (PTY): its size from the resize channel, its output all on standard output */
                 tty?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "TRUE" | "FALSE");
             };
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols: the WebSocket is open */
+            101: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            426: components["responses"]["UpgradeRequired"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    forwardPort: {
+        parameters: {
+            query: {
+                /** @description the port inside the workload (on its loopback) */
+                port: number;
+            };
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols: the WebSocket is open */
+            101: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            426: components["responses"]["UpgradeRequired"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWorkloadPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server (after the port; "" for its root) */
+                path: string;
+                /** @description the port inside the workload (on its loopback) */
+                port: number;
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putWorkloadPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server (after the port; "" for its root) */
+                path: string;
+                /** @description the port inside the workload (on its loopback) */
+                port: number;
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    postWorkloadPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server (after the port; "" for its root) */
+                path: string;
+                /** @description the port inside the workload (on its loopback) */
+                port: number;
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteWorkloadPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server (after the port; "" for its root) */
+                path: string;
+                /** @description the port inside the workload (on its loopback) */
+                port: number;
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    patchWorkloadPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server (after the port; "" for its root) */
+                path: string;
+                /** @description the port inside the workload (on its loopback) */
+                port: number;
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    sshIntoWorkload: {
+        parameters: {
+            query?: never;
             header?: never;
             path: {
                 sessionID: string;

@@ -72,7 +72,7 @@ export function sendProblem(request: FastifyRequest, reply: FastifyReply, appErr
 export function answerError(err: unknown, request: FastifyRequest, reply: FastifyReply) {
   const appError = toAppError(err, request.routeOptions?.config?.openapi?.wildcard ?? 'path');
   const status = statusOf(appError);
-  if (status >= 500) {
+  if (status >= 500 && !appError.callersOwn) {
     const detail = isResponseSerializationError(err) ? { issues: err.cause.issues } : {};
     request.log.error({ err, ...detail }, 'request failed');
   } else {

@@ -123,35 +123,6 @@ export async function countLiveSignIns(db: Kysely<AuthDatabase>, userId: string,
 /** The user's current epoch, as a scalar subquery (a sign-in of an earlier one is dead). */
 const userEpoch = (userId: string) => sql<number>`(SELECT epoch FROM users WHERE id = ${userId})`;
 
-/**
- * Whether a user's sign-in is alive, for a token that names it (`sid`): one of its family's tokens not revoked, begun
- * in the account's current epoch. Undefined when the user is gone. (Expiry is not asked: the access token has its own.)
- */
-export async function signInAlive(
-  db: Kysely<AuthDatabase>,
-  userId: string,
-  familyId: string,
-): Promise<boolean | undefined> {
-  const row = await db
-    .selectFrom('users')
-    .select((eb) =>
-      eb
-        .exists(
-          eb
-            .selectFrom('refresh_tokens')
-            .select(sql.lit(1).as('one'))
-            .whereRef('refresh_tokens.user_id', '=', 'users.id')
-            .where('refresh_tokens.family_id', '=', familyId)
-            .where('refresh_tokens.revoked_at', 'is', null)
-            .whereRef('refresh_tokens.epoch', '=', 'users.epoch'),
-        )
-        .as('alive'),
-    )
-    .where('users.id', '=', userId)
-    .executeTakeFirst();
-  return row === undefined ? undefined : Boolean(row.alive);
-}
-
 /** The epoch a sign-in began in (what a credential made with it records), or undefined for an unknown one. */
 export async function signInEpoch(db: Kysely<AuthDatabase>, familyId: string): Promise<number | undefined> {
   const row = await db

@@ -11,7 +11,7 @@ import { BoundedCache } from '../domain/bounded-cache.ts';
 import type { ProviderDirectory, ProviderRecord } from '../domain/provider-directory.ts';
 import { billingErrors } from '../errors.ts';
 
-export interface RegistryDirectoryOptions {
+interface RegistryDirectoryOptions {
   url: string;
   authUrl: string;
   /** billing's machine client; `credentialsFile` is read when the first token is needed. */
@@ -25,7 +25,7 @@ export interface RegistryDirectoryOptions {
 }
 
 /** billing's machine token for the registry, made on first use; a failure to get one is a 503 (retry later). */
-export function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
+function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
   const source = lazyClientCredentials(opts);
   return {
     async get() {
@@ -39,6 +39,24 @@ export function lazyTokens(opts: RegistryDirectoryOptions): TokenSource {
       }
     },
     invalidate: () => source.invalidate?.(),
+  };
+}
+
+/** billing's machine token as `provider_registry` configures its client (for the registry and the auth service). */
+export function configuredTokens(config: BillingConfig['provider_registry']): TokenSource {
+  return lazyTokens(registryOptions(config));
+}
+
+/** The options of `provider_registry`'s client. */
+function registryOptions(config: BillingConfig['provider_registry']): RegistryDirectoryOptions {
+  return {
+    url: config.url,
+    authUrl: config.auth_url,
+    clientId: config.client_id || undefined,
+    clientSecret: config.client_secret || undefined,
+    credentialsFile: config.credentials_file || undefined,
+    timeoutMs: durationMs(config.timeout),
+    cacheTtlMs: durationMs(config.cache_ttl),
   };
 }
 
@@ -101,13 +119,5 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
 /** The registry configured in `provider_registry`, or null when its URL is empty. */
 export function configuredDirectory(config: BillingConfig['provider_registry']): ProviderDirectory | null {
   if (!config.url) return null;
-  return registryDirectory({
-    url: config.url,
-    authUrl: config.auth_url,
-    clientId: config.client_id || undefined,
-    clientSecret: config.client_secret || undefined,
-    credentialsFile: config.credentials_file || undefined,
-    timeoutMs: durationMs(config.timeout),
-    cacheTtlMs: durationMs(config.cache_ttl),
-  });
+  return registryDirectory(registryOptions(config));
 }

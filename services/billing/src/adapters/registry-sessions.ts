@@ -23,7 +23,7 @@ import {
   SESSION_RUNNING_EVENT_KINDS,
 } from '@gpu/common';
 import type { BillingConfig } from '../config.ts';
-import { lazyTokens } from './provider-registry.ts';
+import { configuredTokens } from './provider-registry.ts';
 
 const RUNNING = new Set<string>(SESSION_RUNNING_EVENT_KINDS.filter((k) => k !== 'session.low_balance'));
 const ENDED = new Set<string>(SESSION_ENDED_EVENT_KINDS);
@@ -55,15 +55,7 @@ export function registrySessionPublisher(
   if (!config.url) return null;
   const client = registryClient({
     baseUrl: config.url,
-    token: lazyTokens({
-      url: config.url,
-      authUrl: config.auth_url,
-      clientId: config.client_id || undefined,
-      clientSecret: config.client_secret || undefined,
-      credentialsFile: config.credentials_file || undefined,
-      timeoutMs: durationMs(config.timeout),
-      cacheTtlMs: 0,
-    }),
+    token: configuredTokens(config),
     timeoutMs: durationMs(config.timeout),
     retries: 2,
   });

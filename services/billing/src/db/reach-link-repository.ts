@@ -1,5 +1,5 @@
-/** Which instance holds each machine's relay connection (`reach_links`, migration 0026). */
-import type { Kysely } from 'kysely';
+/** Reach's records (migrations 0026, 0027): which instance holds each machine's relay connection, the bytes streams carried, the SSH host key. */
+import { type Kysely, sql } from 'kysely';
 import type { BillingDB } from './schema.ts';
 
 export interface ReachLinkRow {
@@ -50,4 +50,30 @@ export async function findReachLink(
     .where('seen_at', '>', freshAfter)
     .executeTakeFirst();
   return row ? { providerId: row.provider_id, instanceId: row.instance_id, url: row.url, linkId: row.link_id } : null;
+}
+
+/** Adds the bytes each session's streams carried since the last time (`[session ID, in, out]`). */
+export async function addReachBytes(db: Kysely<BillingDB>, counts: [string, number, number][]): Promise<void> {
+  if (counts.length === 0) return;
+  const rows = sql.join(
+    counts.map(([id, bytesIn, bytesOut]) => sql`(${id}::uuid, ${bytesIn}::bigint, ${bytesOut}::bigint)`),
+  );
+  await sql`
+    UPDATE session_workloads AS w
+    SET reach_bytes_in = w.reach_bytes_in + c.bytes_in, reach_bytes_out = w.reach_bytes_out + c.bytes_out
+    FROM (VALUES ${rows}) AS c(session_id, bytes_in, bytes_out)
+    WHERE w.session_id = c.session_id`.execute(db);
+}
+
+/** The platform's SSH host key: the one on record, else `made` (recorded; the first instance to record wins). */
+export async function reachHostKey(db: Kysely<BillingDB>, made: () => string): Promise<string> {
+  const found = await db.selectFrom('reach_host_key').select('private_key').where('id', '=', 1).executeTakeFirst();
+  if (found) return found.private_key;
+  await db
+    .insertInto('reach_host_key')
+    .values({ id: 1, private_key: made() })
+    .onConflict((oc) => oc.column('id').doNothing())
+    .execute();
+  const row = await db.selectFrom('reach_host_key').select('private_key').where('id', '=', 1).executeTakeFirstOrThrow();
+  return row.private_key;
 }

@@ -207,6 +207,9 @@ export interface SessionWorkloadTable {
   /** What its daemon uploaded at its end (migration 0017): `[{key, bucket, size}]`. */
   outputs: ColumnType<unknown, string | null | undefined, string | null>;
   outputs_refused: ColumnType<unknown, string | null | undefined, string | null>;
+  /** Bytes renters sent into it and received from it through the relay (migration 0027; bigint, as text). */
+  reach_bytes_in: ColumnType<string, never, string>;
+  reach_bytes_out: ColumnType<string, never, string>;
 }
 
 export interface UsageRecordTable {
@@ -307,6 +310,14 @@ export interface PayoutPauseTable {
 }
 
 /** Which billing instance holds each machine's relay connection (migration 0026; domain/reach/). */
+/** The platform's SSH host key for renters (migration 0027): one row. */
+interface ReachHostKeyTable {
+  id: number;
+  /** PEM. */
+  private_key: string;
+  created_at: Generated<Date>;
+}
+
 interface ReachLinkTable {
   provider_id: string;
   instance_id: string;
@@ -338,4 +349,5 @@ export interface BillingDB {
   gpu_leases: GpuLeaseTable;
   session_events: SessionEventTable;
   reach_links: ReachLinkTable;
+  reach_host_key: ReachHostKeyTable;
 }

@@ -3,21 +3,29 @@
  * they rent. Both are WebSockets (`@fastify/websocket`): every check runs before the upgrade, so a refused stream is
  * an ordinary answer with the contract's problem body.
  */
-import { type App, AppError, callerOf, noBody, zBool, zInt } from '@gpu/common';
+import type { IncomingMessage } from 'node:http';
+import { type App, AppError, callerOf, kindOfStatus, noBody, zBool, zInt } from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import WebSocket from 'ws';
 import { z } from 'zod';
+import type { SshKeysOf } from '../adapters/auth-service.ts';
 import {
   bridge,
   CHANNEL_PROTOCOL,
   CHANNEL_PROTOCOLS,
+  credentialOf,
   daemonNotConnected,
+  type HostKey,
+  type Link,
+  pipeBytes,
   type ReachRelay,
+  type ReachTarget,
   reachTarget,
+  serveRenterSsh,
   tooManyStreams,
 } from '../domain/reach/index.ts';
 import type { RouteDeps } from './deps.ts';
-import { problems } from './schemas.ts';
+import { problems, schemas } from './schemas.ts';
 
 /** The header of a stream one instance passes to the instance holding its machine's connection (one hop only). */
 const HOP = 'x-reach-hop';
@@ -45,18 +53,35 @@ const execQuery = z.object({
   rows: zInt(1, 1000).default(24).describe("the terminal's first height"),
 });
 
+const portQuery = z.object({
+  port: zInt(1, 65535).describe('the port inside the workload (on its loopback)'),
+});
+
+const hostKeyBody = z
+  .object({
+    public_key: z.string().describe('the key as a known_hosts line has it: `ecdsa-sha2-nistp256 AAAA...`'),
+    fingerprint: z.string().describe('its SHA256 fingerprint, as `ssh` shows it: `SHA256:...`'),
+  })
+  .describe("The platform's SSH host key")
+  .register(schemas, { id: 'SshHostKey' });
+
 const daemonQuery = z.object({ provider_id: z.uuid().describe('the machine whose daemon connects') });
+
+/** A stream opened here, before its WebSocket is: how it takes the socket, or is given up (no upgrade came). */
+interface Opened {
+  attach(socket: WebSocket): { end(reason: string): void };
+  abandon(): void;
+}
 
 /** What the checks before the upgrade decided for the stream. */
 type Plan =
   | {
       kind: 'local';
-      channel: Awaited<ReturnType<ReachRelay['exec']>>;
-      tty: boolean;
+      opened: Opened;
       /** How the relay ends it (the session ended): set once its WebSocket is open. */
       ends: { end: (reason: string) => void };
     }
-  | { kind: 'forward'; upstream: Upstream };
+  | { kind: 'forward'; upstream: Upstream; ends: { end: (reason: string) => void } };
 
 /** The holder's socket, and what it sent before the renter's was there to take it. */
 interface Upstream {
@@ -64,6 +89,9 @@ interface Upstream {
   /** Sends what came and what comes to `to`. */
   pipeTo(to: WebSocket): void;
 }
+
+/** The subprotocol each upgrade takes, as decided before it (none: Kubernetes' channels where offered). */
+const protocolOf = new WeakMap<IncomingMessage, string | false>();
 
 /** The answer of a WebSocket that refused to open, as the problem the holder gave. */
 function refusal(status: number, body: string): AppError {
@@ -73,17 +101,11 @@ function refusal(status: number, body: string): AppError {
   } catch {
     // Not a problem body.
   }
-  const kind =
-    status === 404
-      ? 'not_found'
-      : status === 409
-        ? 'conflict'
-        : status === 429
-          ? 'rate_limited'
-          : status === 403
-            ? 'forbidden'
-            : 'unavailable';
-  return new AppError(kind, problem.code ?? 'REACH_UNAVAILABLE', problem.detail ?? `the relay answered ${status}`);
+  const kind = status >= 400 && status < 600 ? kindOfStatus(status) : 'unavailable';
+  return new AppError(kind, problem.code ?? 'REACH_UNAVAILABLE', problem.detail ?? `the relay answered ${status}`, {
+    // Nothing listening on the renter's port is the renter's server's doing, as at the holder.
+    callersOwn: problem.code === 'PORT_NOT_LISTENING',
+  });
 }
 
 /** Opens the stream at the instance holding the machine's connection (its own checks run there). */
@@ -92,7 +114,11 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
   if (request.headers.authorization) headers.authorization = request.headers.authorization;
   const correlation = request.headers['x-correlation-id'];
   if (typeof correlation === 'string') headers['x-correlation-id'] = correlation;
-  const upstream = new WebSocket(url, [CHANNEL_PROTOCOL], { headers, maxPayload: 4 * 1024 * 1024 });
+  const offered = String(request.headers['sec-websocket-protocol'] ?? '')
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
+  const upstream = new WebSocket(url, offered, { headers, maxPayload: 4 * 1024 * 1024 });
   // From the first moment: the program's first output may come with the upgrade's answer.
   const early: [WebSocket.RawData, boolean][] = [];
   let target: WebSocket | undefined;
@@ -151,9 +177,94 @@ async function upgradeRequired(): Promise<never> {
   );
 }
 
-export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRelay }): Promise<void> {
+export async function reachRoutes(
+  app: App,
+  deps: RouteDeps & { relay: ReachRelay; hostKey: HostKey; sshKeys: SshKeysOf | null },
+): Promise<void> {
   const { relay, billing: ctx, config } = deps;
   const plans = new WeakMap<FastifyRequest, Plan>();
+
+  /**
+   * The checks every renter stream passes (whose session, its state, the bound on streams), then `open` here when
+   * this instance holds the machine's connection, else the stream passed to the instance that does.
+   */
+  const prepare = async (
+    request: FastifyRequest,
+    open: (target: ReachTarget, link: Link) => Promise<Opened>,
+    protocol: string | false,
+  ): Promise<void> => {
+    const { sessionID } = request.params as z.infer<typeof sessionParams>;
+    const target = await reachTarget(ctx, callerOf(request), sessionID);
+    const link = relay.local(target.providerId);
+    // Counted from here, before anything is awaited: streams opened at once cannot all pass the bound.
+    if (link && relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
+      throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
+    }
+    const raw = request.raw.socket;
+    const ends = { end: (_reason: string) => {} };
+    // Bytes are counted where the stream meets the machine's connection (once, whichever instance it came through).
+    const base = { in: raw.bytesRead, out: raw.bytesWritten };
+    const untrack = relay.track({
+      sessionId: sessionID,
+      end: (reason) => ends.end(reason),
+      credential: credentialOf(callerOf(request)),
+      bytes: link ? () => ({ in: raw.bytesRead - base.in, out: raw.bytesWritten - base.out }) : undefined,
+    });
+    try {
+      if (link) {
+        const opened = await open(target, link);
+        // A renter gone before the upgrade completed leaves nothing open in the workload.
+        raw.once('close', () => opened.abandon());
+        plans.set(request, { kind: 'local', opened, ends });
+        protocolOf.set(request.raw, protocol);
+      } else {
+        const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
+        if (!holder) throw daemonNotConnected(target.providerId);
+        const url = `${holder.url.replace(/^http/, 'ws')}${request.url}`;
+        const upstream = await dialHolder(url, request, config.instance_id);
+        raw.once('close', () => upstream.socket.terminate());
+        plans.set(request, { kind: 'forward', upstream, ends });
+        protocolOf.set(request.raw, upstream.socket.protocol || false);
+      }
+    } catch (err) {
+      untrack();
+      throw err;
+    }
+    raw.once('close', untrack);
+  };
+
+  /** The WebSocket of a prepared stream, joined to what was opened for it. */
+  const attach = (socket: WebSocket, request: FastifyRequest) => {
+    const plan = plans.get(request);
+    if (!plan) {
+      socket.terminate();
+      return;
+    }
+    if (plan.kind === 'forward') {
+      pipeSockets(socket, plan.upstream);
+      plan.ends.end = (reason) => {
+        if (socket.readyState === WebSocket.OPEN) socket.close(1001, reason.slice(0, 120));
+        plan.upstream.socket.terminate();
+      };
+      return;
+    }
+    const stream = plan.opened.attach(socket);
+    plan.ends.end = (reason) => stream.end(reason);
+  };
+
+  /** A channel the machine's connection did not take. */
+  const refusedChannel = (request: FastifyRequest, err: unknown): AppError => {
+    if (err instanceof AppError) return err;
+    request.log.warn({ err: (err as Error).message }, 'reach: the machine refused a channel');
+    return new AppError(
+      'unavailable',
+      'REACH_UNAVAILABLE',
+      "the machine's connection did not take the stream: try again",
+      {
+        headers: { 'retry-after': '1' },
+      },
+    );
+  };
 
   app.route({
     method: 'GET',
@@ -194,6 +305,7 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
           `only the daemon of machine ${providerId} connects for it`,
         );
       }
+      protocolOf.set(request.raw, false);
     },
     handler: upgradeRequired,
     wsHandler: (socket, request) => {
@@ -204,6 +316,12 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
       });
     },
   });
+
+  const WHO =
+    "Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for " +
+    'anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 ' +
+    'TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its ' +
+    "session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`).";
 
   app.route({
     method: 'GET',
@@ -218,82 +336,165 @@ export async function reachRoutes(app: App, deps: RouteDeps & { relay: ReachRela
         "is a channel's byte and its data: 0 standard input, 1 output, 2 errors, 3 the end's status (a Kubernetes " +
         'Status: `Success`, or `Failure` with `NonZeroExitCode` and the code), 4 a terminal size ' +
         '`{"Width","Height"}`, 255 `[255, 0]` ends standard input. The program runs in the workload (its ' +
-        "namespaces, user, variables, GPUs and limits), never on the machine. Only the session's renter (an API " +
-        'key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 ' +
-        'SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past ' +
-        "`reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or " +
-        "workload's end (status `Failure`, message `the session ended`).",
+        `namespaces, user, variables, GPUs and limits), never on the machine. ${WHO} An ended stream's status is ` +
+        '`Failure`, message `the session ended`.',
       params: sessionParams,
       querystring: execQuery,
       response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 503) },
     },
     preHandler: async (request) => {
-      const { sessionID } = request.params as z.infer<typeof sessionParams>;
       const q = request.query as z.infer<typeof execQuery>;
-      const target = await reachTarget(ctx, callerOf(request), sessionID);
-      const link = relay.local(target.providerId);
-      if (link) {
-        // Counted from here, before anything is awaited: streams opened at once cannot all pass the bound.
-        if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
-          throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
-        }
-        const ends = { end: (_reason: string) => {} };
-        const untrack = relay.track({ sessionId: sessionID, end: (reason) => ends.end(reason) });
-        let channel: Awaited<ReturnType<ReachRelay['exec']>>;
-        try {
-          channel = await relay.exec(link, {
-            sessionId: sessionID,
-            argv: q.command,
-            tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
-          });
-        } catch (err) {
-          untrack();
-          request.log.warn({ err: (err as Error).message }, 'reach: the machine refused a channel');
-          throw new AppError(
-            'unavailable',
-            'REACH_UNAVAILABLE',
-            "the machine's connection did not take the stream: try again",
-            {
-              headers: { 'retry-after': '1' },
-            },
-          );
-        }
-        ends.end = () => channel.close();
-        channel.once('close', untrack);
-        if (!q.stdin) channel.end();
-        // A renter gone before the upgrade completed leaves no program waiting on its input.
-        request.raw.socket.once('close', () => channel.close());
-        plans.set(request, { kind: 'local', channel, tty: q.tty, ends });
-        return;
-      }
-      const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
-      if (!holder) throw daemonNotConnected(target.providerId);
-      const upstream = await dialHolder(
-        `${holder.url.replace(/^http/, 'ws')}${request.url}`,
-        request,
-        config.instance_id,
+      const offered = new Set(
+        String(request.headers['sec-websocket-protocol'] ?? '')
+          .split(',')
+          .map((p) => p.trim()),
       );
-      request.raw.socket.once('close', () => upstream.socket.terminate());
-      plans.set(request, { kind: 'forward', upstream });
+      await prepare(
+        request,
+        async (target, link) => {
+          const channel = await relay
+            .exec(link, {
+              sessionId: target.sessionId,
+              argv: q.command,
+              tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
+            })
+            .catch((err: unknown) => {
+              throw refusedChannel(request, err);
+            });
+          if (!q.stdin) channel.end();
+          return {
+            attach: (socket) => bridge(socket, channel, { tty: q.tty, meter: relay.meter(target.sessionId) }),
+            abandon: () => channel.close(),
+          };
+        },
+        CHANNEL_PROTOCOLS.find((p) => offered.has(p)) ?? false,
+      );
     },
     handler: upgradeRequired,
-    wsHandler: (socket, request) => {
-      const plan = plans.get(request);
-      if (!plan) {
-        socket.terminate();
-        return;
-      }
-      if (plan.kind === 'forward') {
-        pipeSockets(socket, plan.upstream);
-        return;
-      }
-      const stream = bridge(socket, plan.channel, { tty: plan.tty });
-      plan.ends.end = (reason) => stream.end(reason);
-    },
+    wsHandler: attach,
   });
+
+  app.route({
+    method: 'GET',
+    url: '/api/v1/billing/sessions/:sessionID/port-forward',
+    config: { scope: 'connect', roles: ['renter', 'provider', 'admin'], timeoutMs: 0 },
+    schema: {
+      tags: ['reach'],
+      operationId: 'forwardPort',
+      summary: "A TCP connection to a port inside the session's running workload, on a WebSocket (`gpu port-forward`)",
+      description:
+        'One WebSocket is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the ' +
+        "machine's): every binary message is bytes of the connection, both ways; the workload closing it ends the " +
+        'WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: ' +
+        `502 PORT_NOT_LISTENING when nothing listens there. ${WHO}`,
+      params: sessionParams,
+      querystring: portQuery,
+      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 502, 503) },
+    },
+    preHandler: async (request) => {
+      const { port } = request.query as z.infer<typeof portQuery>;
+      await prepare(
+        request,
+        async (target, link) => {
+          const channel = await relay.forward(link, { sessionId: target.sessionId, port }).catch((err: unknown) => {
+            throw refusedChannel(request, err);
+          });
+          return {
+            attach: (socket) => pipeBytes(socket, channel, relay.meter(target.sessionId)),
+            abandon: () => channel.close(),
+          };
+        },
+        false,
+      );
+    },
+    handler: upgradeRequired,
+    wsHandler: attach,
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/api/v1/billing/sessions/:sessionID/ssh',
+    config: { scope: 'connect', roles: ['renter', 'provider', 'admin'], timeoutMs: 0 },
+    schema: {
+      tags: ['reach'],
+      operationId: 'sshIntoWorkload',
+      summary: "An SSH connection into the session's running workload, on a WebSocket (`gpu ssh-proxy`, `ssh`, `scp`)",
+      description:
+        "Every binary message is bytes of an SSH connection to the platform's SSH server for this session (its host " +
+        'key: `GET /api/v1/billing/reach/ssh-host-key`), which takes only a public key the renter registered with the ' +
+        'auth service (`gpu ssh-key add`), any user name. A shell, commands, `sftp` (so `scp`), terminals, signals ' +
+        "and `direct-tcpip` to the workload's loopback (`ssh -L`) run in the workload. " +
+        `${WHO} 503 REACH_UNAVAILABLE while the auth service cannot be asked for the keys.`,
+      params: sessionParams,
+      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 503) },
+    },
+    preHandler: async (request) => {
+      const sshKeys = deps.sshKeys;
+      if (!sshKeys) {
+        throw new AppError(
+          'unavailable',
+          'REACH_UNAVAILABLE',
+          "SSH needs the auth service, which holds renters' keys (provider_registry.auth_url)",
+        );
+      }
+      await prepare(
+        request,
+        async (target, link) => {
+          const hostKey = await deps.hostKey.privateKey();
+          const keys = sshKeys(callerOf(request).subject, request.correlationId);
+          // Asked at once, so that the connection does not wait; a failure refuses its keys.
+          keys.catch((err: unknown) => request.log.warn({ err }, 'reach: reading SSH keys failed'));
+          let connection: { end(reason: string): void } | undefined;
+          return {
+            attach: (socket) => {
+              connection = serveRenterSsh(
+                socket,
+                { sessionId: target.sessionId, link },
+                {
+                  relay,
+                  hostKey,
+                  keys,
+                  logger: deps.logger,
+                  maxChannels: config.reach.max_streams_per_session,
+                  meter: relay.meter(target.sessionId),
+                },
+              );
+              return connection;
+            },
+            abandon: () => connection?.end('gone'),
+          };
+        },
+        false,
+      );
+    },
+    handler: upgradeRequired,
+    wsHandler: attach,
+  });
+
+  app.get(
+    '/api/v1/billing/reach/ssh-host-key',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['reach'],
+        operationId: 'getSshHostKey',
+        summary: "The platform's SSH host key, for renters' known_hosts (`gpu ssh-config`)",
+        description:
+          'The same on every instance (`reach.ssh_host_key`, else one made once and kept). `public_key` is a ' +
+          'known_hosts key (`ecdsa-sha2-nistp256 AAAA...`), `fingerprint` its SHA256 fingerprint as `ssh` shows it.',
+        response: { 200: hostKeyBody, ...problems(503) },
+      },
+    },
+    async () => {
+      const key = await deps.hostKey.publicKey();
+      return { public_key: key.publicKey, fingerprint: key.fingerprint };
+    },
+  );
 }
 
-/** The WebSocket server's choice among the subprotocols a client offers (none offered: none). */
-export function chooseProtocol(offered: Set<string>): string | false {
-  return CHANNEL_PROTOCOLS.find((p) => offered.has(p)) ?? false;
+/** The WebSocket server's choice among the subprotocols a client offers, as its route decided before the upgrade. */
+export function chooseProtocol(offered: Set<string>, request: IncomingMessage): string | false {
+  const chosen = protocolOf.get(request);
+  if (chosen === undefined) return CHANNEL_PROTOCOLS.find((p) => offered.has(p)) ?? false;
+  return chosen !== false && offered.has(chosen) ? chosen : false;
 }

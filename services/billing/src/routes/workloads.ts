@@ -84,6 +84,15 @@ const workloadSchema = z
           'too many, a name storage cannot hold, the store refused it: the rest were kept all the same); at most ' +
           '100 named, the last one counting the others; null until its outputs were reported',
       ),
+    reach: z
+      .object({
+        bytes_in: z.number().int().describe("sent by the renter into the workload's streams"),
+        bytes_out: z.number().int().describe('received by the renter from them'),
+      })
+      .describe(
+        "the bytes of the renter's streams into it through the platform (`gpu exec`, `gpu shell`, forwarded ports, " +
+          'HTTP to its ports, `ssh`), as their connections carried them, recorded every few seconds',
+      ),
     session: sessionSchema,
   })
   .describe("A session's workload, and the session as it stands")
@@ -194,6 +203,7 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
       : null,
     outputs: r.workload.outputs,
     outputs_refused: r.workload.outputsRefused,
+    reach: { bytes_in: r.workload.reach.bytesIn, bytes_out: r.workload.reach.bytesOut },
     session: sessionJson(ctx, r.session),
   });
 

@@ -1,12 +1,15 @@
 /**
  * Reaching a rented workload: `exec` (a program in it, its standard streams passed through, its exit code the
  * command's) and `shell` (an interactive terminal in it). Both open billing's exec stream, a WebSocket speaking
- * Kubernetes' exec channels (`v5.channel.k8s.io`), through the platform: the machine opens no port.
+ * Kubernetes' exec channels (`v5.channel.k8s.io`), through the platform: the machine opens no port. Its ports
+ * (`port-forward`) and OpenSSH (`ssh-proxy`, `ssh-config`) have files of their own.
  */
-import { ApiError } from '@gpu/client';
 import type { Command } from 'commander';
 import WebSocket from 'ws';
 import { type Context, context, ExitStatus, UsageError } from '../cli.ts';
+import { reachSocket, whenOpen } from '../reach-stream.ts';
+import { portForwardCommands } from './port-forward.ts';
+import { sshCommands } from './ssh.ts';
 
 const PROTOCOL = 'v5.channel.k8s.io';
 const [STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE] = [0, 1, 2, 3, 4, 255];
@@ -32,10 +35,9 @@ export async function execStream(ctx: Context, sessionId: string, argv: string[]
     query.set('cols', String(process.stdout.columns || 80));
     query.set('rows', String(process.stdout.rows || 24));
   }
-  const base = ctx.url.replace(/^http/, 'ws');
-  const url = `${base}/api/v1/billing/sessions/${encodeURIComponent(sessionId)}/exec?${query}`;
-  const token = await ctx.token.get();
-  const ws = new WebSocket(url, [PROTOCOL], { headers: { authorization: `Bearer ${token}` } });
+  const ws = await reachSocket(ctx, `/api/v1/billing/sessions/${encodeURIComponent(sessionId)}/exec?${query}`, {
+    protocols: [PROTOCOL],
+  });
   // Listening from the first moment: the program's first output (or its end) may come with the upgrade's answer.
   const closed = new Promise<[number, string]>((resolve) => ws.once('close', (c, r) => resolve([c, String(r)])));
   let status: Record<string, unknown> | null = null;
@@ -52,25 +54,7 @@ export async function execStream(ctx: Context, sessionId: string, argv: string[]
       }
     }
   });
-  await new Promise<void>((resolve, reject) => {
-    ws.once('open', () => resolve());
-    ws.once('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => {
-        body += String(d);
-      });
-      res.on('end', () => {
-        let problem: Record<string, unknown> = { detail: body.slice(0, 300) || `answered ${res.statusCode}` };
-        try {
-          problem = JSON.parse(body) as Record<string, unknown>;
-        } catch {
-          // Not a problem body (a proxy's page).
-        }
-        reject(new ApiError(res.statusCode ?? 502, problem));
-      });
-    });
-    ws.once('error', reject);
-  });
+  await whenOpen(ws);
 
   const stdin = process.stdin;
   const raw = tty && stdin.isTTY;
@@ -128,4 +112,7 @@ export function reachCommands(program: Command) {
       const status = await execStream(context(program), sessionId, SHELL, true);
       if (status !== 0) throw new ExitStatus(status);
     });
+
+  portForwardCommands(program);
+  sshCommands(program);
 }

@@ -5,7 +5,9 @@
  * the relay is the SSH client, and each renter's stream is one SSH channel, with SSH's own flow control, exit
  * statuses, terminals, window changes and signals. The channel's exec request names the session and the program
  * (`{"session_id", "argv"}`, JSON); the daemon runs it only in a workload running on this machine (entry.ts), as that
- * workload's user, never on the machine itself.
+ * workload's user, never on the machine itself. A `direct-tcpip` channel is a forwarded port: its destination host
+ * is the session's ID and its port one on that workload's own loopback (ports.ts), refused unless something listens
+ * there.
  *
  * The WebSocket is the transport's authentication (TLS to the platform, the daemon's token checked by the relay,
  * which holds the connection of the machine that token may act for); SSH inside it takes no password or key of its
@@ -16,13 +18,20 @@ import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
 import type { TokenSource } from '@gpu/client';
-import { durationMs, type Logger } from '@gpu/common';
-import ssh2, { type Connection, type ServerChannel } from 'ssh2';
+import { coalesceWrites, durationMs, type Logger } from '@gpu/common';
+import ssh2, {
+  type AcceptConnection,
+  type Connection,
+  type RejectConnection,
+  type ServerChannel,
+  type TcpipRequestInfo,
+} from 'ssh2';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { z } from 'zod';
 import type { DaemonConfig } from '../config.ts';
 import { type Entry, entryCommand } from '../workloads/entry.ts';
 import { drained, type ExecProcess, startExec } from './exec.ts';
+import { type ForwardError, splice, WorkloadPorts } from './ports.ts';
 
 export interface ReachDeps {
   config: DaemonConfig;
@@ -52,6 +61,7 @@ export class ReachLink {
   private socket: WebSocket | undefined;
   private readonly ssh: ssh2.Server;
   private readonly open = new Set<ExecProcess>();
+  private readonly ports: WorkloadPorts;
   private wake: (() => void) | undefined;
   private loop: Promise<void> | undefined;
 
@@ -62,6 +72,7 @@ export class ReachLink {
       .toString();
     this.ssh = new ssh2.Server({ hostKeys: [hostKey] }, (client) => this.serve(client));
     this.ssh.on('error', (err: Error) => this.deps.logger.warn({ err }, 'reach: SSH error'));
+    this.ports = new WorkloadPorts(deps.entryOf);
   }
 
   /** Dials the relay, and again whenever the connection is lost, until `stop()`. */
@@ -75,6 +86,7 @@ export class ReachLink {
     this.wake?.();
     this.socket?.terminate();
     for (const p of this.open) p.signal('KILL');
+    this.ports.stop();
     await this.loop;
   }
 
@@ -138,7 +150,8 @@ export class ReachLink {
       alive = false;
       ws.ping();
     }, PING_MS);
-    this.ssh.injectSocket(stream as never);
+    // One WebSocket frame per turn, not one per piece of each SSH packet.
+    this.ssh.injectSocket(coalesceWrites(stream) as never);
     try {
       await once(ws, 'close');
     } finally {
@@ -147,10 +160,18 @@ export class ReachLink {
     }
   }
 
-  /** The relay's SSH connection: channels of `exec` requests, each a program in a workload. */
+  /**
+   * The relay's SSH connection: channels of `exec` requests, each a program in a workload, and `direct-tcpip`
+   * channels, each a connection to a port of a workload (ports.ts).
+   */
   private serve(client: Connection): void {
+    let closed = false;
     client.on('error', () => {});
+    client.once('close', () => {
+      closed = true;
+    });
     client.on('authentication', (ctx) => ctx.accept());
+    client.on('tcpip', (accept, reject, info) => this.forward(accept, reject, info, () => closed));
     client.on('session', (acceptSession) => {
       const session = acceptSession();
       let tty: { cols: number; rows: number; term: string } | null = null;
@@ -192,6 +213,33 @@ export class ReachLink {
         }
       });
     });
+  }
+
+  /**
+   * A forwarded port: the destination's host is the session's ID, its port the workload's. The channel is accepted
+   * only once the connection inside is made, and refused otherwise (ssh2 answers CONNECT_FAILED), so the relay can
+   * tell the renter.
+   */
+  private forward(
+    accept: AcceptConnection<ServerChannel>,
+    reject: RejectConnection,
+    info: TcpipRequestInfo,
+    closed: () => boolean,
+  ): void {
+    this.ports.connect(info.destIP, info.destPort).then(
+      (socket) => {
+        // The relay's connection went meanwhile: its channels are gone, and no channel would close this one.
+        if (closed()) socket.destroy();
+        else splice(accept(), socket);
+      },
+      (err: ForwardError) => {
+        this.deps.logger.debug(
+          { session_id: info.destIP, port: info.destPort, reason: err.reason, err: err.message },
+          'reach: a forwarded port refused',
+        );
+        reject();
+      },
+    );
   }
 
   /** Runs one program in the workload on the channel: its streams, then its exit status. */

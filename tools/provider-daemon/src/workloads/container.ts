@@ -43,6 +43,7 @@ import {
   descendants,
   fenceNetwork,
   limitReached,
+  running,
   type Sandbox,
   type SandboxEnd,
   type SandboxGpu,
@@ -466,6 +467,13 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     ready,
     ended,
     stop,
-    entry: { kind: 'container', runtime: rt, name, ...(opts.uid !== undefined ? { uid: opts.uid } : {}) },
+    entry: {
+      kind: 'container',
+      runtime: rt,
+      name,
+      pid: () => (hostPid > 0 && running(hostPid) ? hostPid : null),
+      ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
+      ended,
+    },
   };
 }

@@ -22,13 +22,9 @@ import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 /** What the daemon knows of a running workload to enter it. */
-export type Entry =
+export type Entry = (
   | {
       kind: 'sandbox';
-      /** The host PID of the sandbox's first process (bwrap's init in its PID namespace), once set up. */
-      pid: () => number | null;
-      /** The user ID it runs as (a root daemon's workloads: one of their own); absent: the daemon's. */
-      uid?: number;
       /** Its variables (the renter's and the platform's, PATH and HOME included). */
       env: Record<string, string>;
       /** Its `prlimit` options (`--nproc=...`). */
@@ -36,7 +32,18 @@ export type Entry =
       /** The `cgroup.procs` files of its control group (none: it has none). */
       cgroupProcs: string[];
     }
-  | { kind: 'container'; runtime: { path: string; args: readonly string[] }; name: string; uid?: number };
+  | { kind: 'container'; runtime: { path: string; args: readonly string[] }; name: string }
+) & {
+  /**
+   * The host PID of its first process, whose namespaces are the workload's (a sandbox's: bwrap's init in its PID
+   * namespace; a container's: its init), once set up and while it runs; null otherwise.
+   */
+  pid: () => number | null;
+  /** The user ID it runs as (a root daemon's workloads: one of their own); absent: the daemon's. */
+  uid?: number;
+  /** Settles once the workload has ended (what was opened into it ends with it: reach/ports.ts). */
+  ended: Promise<unknown>;
+};
 
 /** A program to run in the workload. */
 export interface EntryRequest {
@@ -55,7 +62,7 @@ export interface EntryCommand {
 }
 
 /** The PATH of the tools outside the workload (sh, prlimit, nsenter, the runtime). */
-const HELPERS_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+export const HELPERS_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
 
 /**
  * The host-side wrapper: opens the variables' file as descriptor 3 and removes it, moves itself into the workload's

@@ -145,6 +145,25 @@ function realTarget(link: string): string {
 
 /** The file descriptor bwrap reads its arguments from (`--args`): a pipe, never its command line. */
 const ARGS_FD = 5;
+/** The descriptors of the workload's own `/etc/passwd` and `/etc/group` (`--ro-bind-data`). */
+const PASSWD_FD = 6;
+const GROUP_FD = 7;
+
+/**
+ * Who's who inside: root, nobody and the workload's own user (`workload`, at home in `/work`), not the machine's
+ * accounts. Programs that look their user up (`sftp-server`, which `scp` runs; `ssh`, Python's `getpass`, git) find
+ * it.
+ */
+function identityFiles(opts: SandboxOptions): { passwd: string; group: string } {
+  const uid = opts.uid ?? process.getuid?.() ?? 65534;
+  return {
+    passwd:
+      'root:x:0:0:root:/root:/usr/sbin/nologin\n' +
+      'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' +
+      (uid === 0 || uid === 65534 ? '' : `workload:x:${uid}:${uid}:workload:/work:/bin/sh\n`),
+    group: `root:x:0:\nnobody:x:65534:\n${uid === 0 || uid === 65534 ? '' : `workload:x:${uid}:\n`}`,
+  };
+}
 
 /**
  * Every argument of bwrap (NUL-separated on `ARGS_FD`), the workload's environment among them: every variable
@@ -217,6 +236,12 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     '--ro-bind',
     '/etc',
     '/etc',
+    '--ro-bind-data',
+    String(PASSWD_FD),
+    '/etc/passwd',
+    '--ro-bind-data',
+    String(GROUP_FD),
+    '/etc/group',
     ...sysArgs(opts),
     '--proc',
     '/proc',
@@ -499,7 +524,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   const child = spawn(argv[0]!, argv.slice(1), {
     // The helpers' own environment: a fixed PATH only (the workload's comes through ARGS_FD).
     env: { PATH: HELPERS_PATH },
-    stdio: ['ignore', 'pipe', 'pipe', 'pipe', spec.network ? 'pipe' : 'ignore', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe', spec.network ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe'],
     cwd: '/',
   });
   // Into its control group before bwrap reads its arguments (it waits for them): everything it starts is inside.
@@ -514,6 +539,15 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   // A bwrap that exits before reading it (not installed, refused) resets the pipe: that is its exit, not an error.
   argsIn.on('error', () => {});
   argsIn.end(argsPipe(options));
+  const identity = identityFiles(options);
+  for (const [fd, text] of [
+    [PASSWD_FD, identity.passwd],
+    [GROUP_FD, identity.group],
+  ] as const) {
+    const pipe = (child.stdio as unknown as Writable[])[fd]!;
+    pipe.on('error', () => {});
+    pipe.end(text);
+  }
   // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
   child.once('exit', () => child.stdio[4]?.destroy());
   const logs = Promise.all([
@@ -616,6 +650,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     env: sandboxEnv(options),
     limits,
     cgroupProcs: (opts.cgroup?.views() ?? []).map(([, host]) => path.join(host, 'cgroup.procs')),
+    ended,
   };
   return { pid: child.pid ?? -1, startedAt, ready, ended, stop, entry };
 }

@@ -42,6 +42,8 @@ export interface WorkloadRig {
   machine(workloads?: Record<string, unknown>): Promise<{
     providerId: string;
     deps: WorkloadRunnerDeps;
+    /** Its daemon: `heartbeat()` keeps the machine online in a long test. */
+    daemon: ProviderDaemon;
     runner(): WorkloadRunner;
     runDir: string;
   }>;
@@ -121,7 +123,7 @@ export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<strin
         providerId: () => providerId,
         sessions: (id: string) => usage.runningSessions(id),
       };
-      return { providerId, deps, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
+      return { providerId, deps, daemon, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
     },
     async renter() {
       const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });

@@ -10,17 +10,18 @@
  *   credential of an earlier epoch is refused wherever this service looks at it (login, refresh, the key and client
  *   grants, its own routes), so one minted by a request that raced the change dies too.
  * - A verification made with the account's own live sign-in (the mail reader knows the password) keeps everything.
- * - This service refuses, at once, a token whose credential it can see withdrawn (`withLiveCredentials`): a user's
- *   token whose sign-in ended (signed out, the password changed elsewhere, the account started afresh) is 401
- *   `SIGN_IN_ENDED`, an API key's token whose key was revoked is 401 `API_KEY_REVOKED`. The other services verify
- *   tokens by their signature alone: there such a token lives out its lifetime (15 minutes, a key's 2).
+ * - This service refuses, at once, a token whose credential it can see withdrawn (`withLiveCredentials`,
+ *   liveness.ts): a user's token whose sign-in ended (signed out, the password changed elsewhere, the account started
+ *   afresh) is 401 `SIGN_IN_ENDED`, an API key's token whose key was revoked is 401 `API_KEY_REVOKED`. The other
+ *   services verify tokens by their signature alone: there such a token lives out its lifetime (15 minutes, a key's
+ *   2), unless the service asks this one with the same rule (`credentialsLive`), as billing does for its streams.
  */
-import type { AccessTokenClaims, Principal, TokenVerifier } from '@gpu/common';
+import type { Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import { findApiKeyOfUser, revokeUserApiKeys } from '../../db/api-key-repository.ts';
+import { revokeUserApiKeys } from '../../db/api-key-repository.ts';
 import { revokeOwnedClients } from '../../db/client-repository.ts';
 import { retireEmailTokens } from '../../db/email-token-repository.ts';
-import { revokeUserFamilies, signInAlive, signInEpoch } from '../../db/refresh-token-repository.ts';
+import { revokeUserFamilies, signInEpoch } from '../../db/refresh-token-repository.ts';
 import type { AuthDatabase } from '../../db/schema.ts';
 import { deleteUserSshKeys } from '../../db/ssh-key-repository.ts';
 import { forgetUserDevices } from '../../db/trusted-device-repository.ts';
@@ -69,31 +70,4 @@ export async function epochOf(ctx: Pick<AuthContext, 'db'>, actor: Principal, us
   const user = await findUserById(ctx.db, userId);
   if (!user) throw authErrors.userGone();
   return user.epoch;
-}
-
-/** Refuses (401) a verified token whose credential this service sees withdrawn; machine clients' pass as they are. */
-async function assertLive(ctx: Pick<AuthContext, 'db'>, claims: AccessTokenClaims): Promise<void> {
-  if (claims.client_id !== undefined) return;
-  if (claims.key_id !== undefined) {
-    const key = await findApiKeyOfUser(ctx.db, claims.key_id);
-    if (!key || key.user_id !== claims.sub) throw authErrors.userGone();
-    if (key.revoked_at || !key.current) throw authErrors.revokedKeyToken();
-    return;
-  }
-  if (claims.sid !== undefined) {
-    const alive = await signInAlive(ctx.db, claims.sub, claims.sid);
-    if (alive === undefined) throw authErrors.userGone();
-    if (!alive) throw authErrors.signInEnded();
-  }
-}
-
-/** This service's verifier: the signature and claims as every service checks them, then the credential's life. */
-export function withLiveCredentials(ctx: Pick<AuthContext, 'db'>, verifier: TokenVerifier): TokenVerifier {
-  return {
-    async verify(token, at) {
-      const claims = await verifier.verify(token, at);
-      await assertLive(ctx, claims);
-      return claims;
-    },
-  };
 }

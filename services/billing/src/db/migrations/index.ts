@@ -26,6 +26,7 @@ import { sessionDaemonClientMigration } from './0023-session-daemon-client.ts';
 import { workloadRefusedOutputsMigration } from './0024-workload-refused-outputs.ts';
 import { sessionTraceContextMigration } from './0025-session-trace-context.ts';
 import { reachLinksMigration } from './0026-reach-links.ts';
+import { reachUsageMigration } from './0027-reach-usage.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -55,5 +56,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0024-workload-refused-outputs': workloadRefusedOutputsMigration,
     '0025-session-trace-context': sessionTraceContextMigration,
     '0026-reach-links': reachLinksMigration,
+    '0027-reach-usage': reachUsageMigration,
   };
 }

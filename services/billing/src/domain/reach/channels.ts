@@ -8,6 +8,7 @@
  */
 import type { ClientChannel } from 'ssh2';
 import type { WebSocket } from 'ws';
+import type { ByteMeter } from './meter.ts';
 
 export const CHANNEL_PROTOCOL = 'v5.channel.k8s.io';
 /** The protocols a client may offer, newest first (v4 has no close channel; its input ends with the socket). */
@@ -22,6 +23,65 @@ const CLOSE = 255;
 
 /** The most a WebSocket may have unsent before the program's output waits. */
 const HIGH_WATER = 1024 * 1024;
+
+/** Pauses `source` for `ms`, then until `ready()`, then lets it go on. */
+function hold(source: { pause(): unknown; resume(): unknown }, ms: number, ready: () => boolean): void {
+  source.pause();
+  const check = () => {
+    if (ready()) source.resume();
+    else setTimeout(check, 5);
+  };
+  setTimeout(check, ms);
+}
+
+/**
+ * Sends a message, pausing `source` while the WebSocket has more than `HIGH_WATER` unsent, and for as long as the
+ * session's meter asks.
+ */
+function sendPaced(socket: WebSocket, data: Buffer, source: ClientChannel, meter: ByteMeter): void {
+  socket.send(data);
+  const wait = meter.take(data.length);
+  if ((wait === 0 && socket.bufferedAmount <= HIGH_WATER) || source.isPaused()) return;
+  hold(source, wait, () => socket.bufferedAmount <= HIGH_WATER / 2 || socket.readyState !== socket.OPEN);
+}
+
+/** Writes to the channel, pausing the WebSocket until the channel drains when it is full, and as the meter asks. */
+function writePaced(channel: ClientChannel, data: Buffer, socket: WebSocket, meter: ByteMeter): void {
+  const full = !channel.write(data);
+  const wait = meter.take(data.length);
+  if (!full && wait === 0) return;
+  let drained = !full;
+  if (full) channel.once('drain', () => (drained = true));
+  hold(socket, wait, () => drained || socket.readyState !== socket.OPEN);
+}
+
+/**
+ * A forwarded TCP connection on the WebSocket (`port-forward`): each binary message is bytes of the connection, both
+ * ways. The workload's side closing ends it with 1000; the renter's closing ends the workload's input, then the
+ * connection; `end(reason)` ends it from outside (the session ended) with 1001.
+ */
+export function pipeBytes(socket: WebSocket, channel: ClientChannel, meter: ByteMeter): { end(reason: string): void } {
+  channel.on('error', () => {});
+  channel.on('data', (d: Buffer) => sendPaced(socket, d, channel, meter));
+  channel.once('close', () => {
+    if (socket.readyState === socket.OPEN) socket.close(1000);
+  });
+  socket.on('message', (raw: Buffer, isBinary: boolean) => {
+    const data = isBinary ? raw : Buffer.from(raw);
+    if (data.length > 0) writePaced(channel, data, socket, meter);
+  });
+  socket.once('close', () => {
+    channel.end();
+    // A workload that never closes its side after the end of its input is closed for it.
+    setTimeout(() => channel.close(), 5_000).unref();
+  });
+  return {
+    end: (reason) => {
+      if (socket.readyState === socket.OPEN) socket.close(1001, reason.slice(0, 120));
+      channel.close();
+    },
+  };
+}
 
 /** A Kubernetes `Status` for how the program ended. */
 function endStatus(end: { code: number | null; signal: string | null; message?: string }): string {
@@ -50,23 +110,14 @@ const SIGNALS: Record<string, number> = { HUP: 1, INT: 2, QUIT: 3, KILL: 9, PIPE
 export function bridge(
   socket: WebSocket,
   channel: ClientChannel,
-  opts: { tty: boolean },
+  opts: { tty: boolean; meter: ByteMeter },
 ): { end(reason: string): void; done: Promise<{ bytesIn: number; bytesOut: number }> } {
   let bytesIn = 0;
   let bytesOut = 0;
   let finished = false;
   const send = (id: number, data: Buffer) => {
     bytesOut += data.length;
-    socket.send(Buffer.concat([Buffer.of(id), data]));
-    if (socket.bufferedAmount > HIGH_WATER) {
-      channel.pause();
-      const resume = setInterval(() => {
-        if (socket.bufferedAmount <= HIGH_WATER / 2 || socket.readyState !== socket.OPEN) {
-          clearInterval(resume);
-          channel.resume();
-        }
-      }, 5);
-    }
+    sendPaced(socket, Buffer.concat([Buffer.of(id), data]), channel, opts.meter);
   };
   const finish = (status: string) => {
     if (finished) return;
@@ -95,10 +146,7 @@ export function bridge(
     const body = data.subarray(1);
     if (id === STDIN) {
       bytesIn += body.length;
-      if (!channel.write(body)) {
-        socket.pause();
-        channel.once('drain', () => socket.resume());
-      }
+      writePaced(channel, body, socket, opts.meter);
     } else if (id === RESIZE) {
       try {
         const size = JSON.parse(String(body)) as { Width?: number; Height?: number };

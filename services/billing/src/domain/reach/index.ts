@@ -1,6 +1,7 @@
 /**
  * Reach: renters' streams into the workloads they rent, relayed over their machines' outbound connections
- * (relay.ts), as Kubernetes' exec channels (channels.ts). Who may open one and when (`reachTarget`).
+ * (relay.ts): programs as Kubernetes' exec channels and forwarded ports as bytes (channels.ts), renters' own SSH
+ * (ssh.ts), HTTP to a port (routes/reach-ports.ts). Who may open one and when (`reachTarget`).
  */
 import { AppError, errors, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
@@ -9,9 +10,12 @@ import { findWorkload } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
+import type { StreamCredential } from './relay.ts';
 
-export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS } from './channels.ts';
-export { ReachRelay } from './relay.ts';
+export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, pipeBytes } from './channels.ts';
+export { metered } from './meter.ts';
+export { type Link, ReachRelay, type StreamCredential } from './relay.ts';
+export { HostKey, serveRenterSsh } from './ssh.ts';
 
 /** What a renter's stream goes to: the session and its machine. */
 export interface ReachTarget {
@@ -47,6 +51,13 @@ export async function reachTarget(ctx: BillingContext, actor: Principal, session
   }
   return { sessionId, providerId: session.provider_id };
 }
+
+/** The credential a renter's stream lives by: their sign-in, or their API key. */
+export const credentialOf = (actor: Principal): StreamCredential => ({
+  userId: actor.subject,
+  ...(actor.keyId ? { keyId: actor.keyId } : {}),
+  ...(actor.sessionId ? { signInId: actor.sessionId } : {}),
+});
 
 /** 409 DAEMON_NOT_CONNECTED: the machine's daemon holds no connection to the relay. */
 export const daemonNotConnected = (providerId: string) =>

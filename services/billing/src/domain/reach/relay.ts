@@ -12,7 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import { durationMs, type Logger } from '@gpu/common';
+import { AppError, coalesceWrites, durationMs, type Logger } from '@gpu/common';
 import type { Kysely } from 'kysely';
 // ssh2 is CommonJS: its classes through the default export (a named import fails outside a bundler).
 import ssh2, { type ClientChannel } from 'ssh2';
@@ -20,6 +20,7 @@ import type { WebSocket } from 'ws';
 import { createWebSocketStream } from 'ws';
 import type { BillingConfig } from '../../config.ts';
 import {
+  addReachBytes,
   claimReachLink,
   findReachLink,
   type ReachLinkRow,
@@ -27,6 +28,7 @@ import {
   touchReachLinks,
 } from '../../db/reach-link-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
+import { ByteMeter } from './meter.ts';
 
 /** A machine's connection, held here. */
 export interface Link {
@@ -42,15 +44,49 @@ export interface OpenStream {
   sessionId: string;
   /** Ends it, saying why. */
   end(reason: string): void;
+  /**
+   * The bytes it carried so far, in from the renter and out to them (its connection's own counts, where it meets the
+   * machine's connection; none at an instance that passes it on).
+   */
+  bytes?: () => { in: number; out: number };
+  /** The credential that opened it (a user's sign-in or API key), while which it stays open. */
+  credential?: StreamCredential;
+}
+
+/** Who opened a stream, as the auth service knows the credential. */
+export interface StreamCredential {
+  userId: string;
+  keyId?: string;
+  signInId?: string;
 }
 
 /** How long a holder's record counts without being refreshed (an instance that died leaves its rows). */
 const STALE_MS = 30_000;
 const TOUCH_MS = 10_000;
+/** How often the bytes streams carried are recorded with their workloads. */
+const RECORD_MS = 2_000;
+/** SSH's reason for a channel that could not be opened because the connection failed (RFC 4254 §5.1). */
+const CONNECT_FAILED = 2;
+
+/** 502 PORT_NOT_LISTENING. */
+const portNotListening = (request: { sessionId: string; port: number }) =>
+  new AppError(
+    'dependency_failed',
+    'PORT_NOT_LISTENING',
+    `nothing listens on port ${request.port} in the workload of session ${request.sessionId} (a server must listen ` +
+      'on its loopback, 127.0.0.1, or on every address)',
+    { extra: { port: request.port }, callersOwn: true },
+  );
 
 export class ReachRelay {
   private readonly links = new Map<string, Link>();
   private readonly streams = new Map<string, Set<OpenStream>>();
+  /** Each session's bytes a second, while it has streams. */
+  private readonly meters = new Map<string, ByteMeter>();
+  /** Each counted stream's bytes as last recorded. */
+  private readonly recorded = new WeakMap<OpenStream, { in: number; out: number }>();
+  /** Bytes not recorded yet, by session (those of streams that ended, and of proxied HTTP requests). */
+  private pending = new Map<string, { in: number; out: number }>();
   private timers: NodeJS.Timeout[] = [];
   /** Where the other instances reach this one (`reach.advertise_url`, else this instance's address and port). */
   private url: string;
@@ -65,6 +101,8 @@ export class ReachRelay {
       instanceId: string;
       /** Which of the sessions are still running with a running workload (the rest end their streams). */
       live: (sessionIds: string[]) => Promise<Set<string>>;
+      /** Whether each credential still holds (false: its streams end); absent: never asked. */
+      credentialsLive?: ((credentials: StreamCredential[]) => Promise<boolean[]>) | null;
     },
   ) {
     this.instanceId = deps.instanceId || randomUUID();
@@ -89,15 +127,16 @@ export class ReachRelay {
       ).catch((err) => this.deps.logger.warn({ err }, 'reach: refreshing the connections failed'));
     }, TOUCH_MS);
     const watch = setInterval(() => void this.endStale(), durationMs(this.deps.config.reach.check_interval));
-    touch.unref();
-    watch.unref();
-    this.timers = [touch, watch];
+    const record = setInterval(() => void this.recordBytes(), RECORD_MS);
+    for (const t of [touch, watch, record]) t.unref();
+    this.timers = [touch, watch, record];
   }
 
   /** Ends every stream and connection held here. */
   async stop(): Promise<void> {
     for (const t of this.timers) clearInterval(t);
     for (const set of this.streams.values()) for (const s of set) s.end('the platform is restarting');
+    await this.recordBytes();
     for (const link of this.links.values()) {
       link.ssh.end();
       await releaseReachLink(this.deps.db, link.id).catch(() => {});
@@ -135,7 +174,8 @@ export class ReachRelay {
       ssh.once('close', () => reject(new Error('closed before it was ready')));
     });
     ssh.connect({
-      sock: stream as never,
+      // One WebSocket frame per turn, not one per piece of each SSH packet.
+      sock: coalesceWrites(stream) as never,
       username: 'relay',
       // The daemon's host key is made anew at each start: the WebSocket (its token, TLS) is what was checked.
       hostVerifier: () => true,
@@ -176,6 +216,16 @@ export class ReachRelay {
     return row && row.instanceId !== this.instanceId ? row : null;
   }
 
+  /** The session's byte meter (`reach.max_mib_per_second`), shared by its streams here. */
+  meter(sessionId: string): ByteMeter {
+    let meter = this.meters.get(sessionId);
+    if (!meter) {
+      meter = new ByteMeter(this.deps.config.reach.max_mib_per_second * 1024 * 1024);
+      this.meters.set(sessionId, meter);
+    }
+    return meter;
+  }
+
   /** How many streams the session has open here. */
   openCount(sessionId: string): number {
     return this.streams.get(sessionId)?.size ?? 0;
@@ -190,30 +240,93 @@ export class ReachRelay {
     }
     set.add(stream);
     return () => {
+      this.count(stream.sessionId, this.unrecorded(stream));
       set.delete(stream);
-      if (set.size === 0 && this.streams.get(stream.sessionId) === set) this.streams.delete(stream.sessionId);
+      if (set.size === 0 && this.streams.get(stream.sessionId) === set) {
+        this.streams.delete(stream.sessionId);
+        this.meters.delete(stream.sessionId);
+      }
     };
   }
 
   /** Runs the program in the session's workload over the machine's connection: its SSH channel. */
   exec(
     link: Link,
-    request: { sessionId: string; argv: string[]; tty: { cols: number; rows: number } | null },
+    request: {
+      sessionId: string;
+      argv: string[];
+      tty: { cols: number; rows: number } | null;
+      /** The terminal's type (xterm-256color unless named). */
+      term?: string;
+      /** Variables beside the workload's own (LANG of a renter's SSH client). */
+      env?: Record<string, string>;
+    },
   ): Promise<ClientChannel> {
-    const command = JSON.stringify({ session_id: request.sessionId, argv: request.argv });
+    const command = JSON.stringify({ session_id: request.sessionId, argv: request.argv, env: request.env ?? {} });
+    const term = request.term && /^[A-Za-z0-9._+-]{1,64}$/.test(request.term) ? request.term : 'xterm-256color';
     return new Promise((resolve, reject) => {
       link.ssh.exec(
         command,
-        request.tty ? { pty: { cols: request.tty.cols, rows: request.tty.rows, term: 'xterm-256color' } } : {},
+        request.tty ? { pty: { cols: request.tty.cols, rows: request.tty.rows, term } } : {},
         (err, channel) => (err ? reject(err) : resolve(channel)),
       );
     });
   }
 
-  /** Ends the streams whose session or workload is no longer running. */
+  /**
+   * A TCP connection to the port inside the session's workload (its own loopback, never the machine's), over the
+   * machine's connection: an SSH `direct-tcpip` channel whose host is the session. Rejects with PORT_NOT_LISTENING
+   * when the daemon could not connect there.
+   */
+  forward(link: Link, request: { sessionId: string; port: number }): Promise<ClientChannel> {
+    return new Promise((resolve, reject) => {
+      link.ssh.forwardOut('127.0.0.1', 0, request.sessionId, request.port, (err, channel) => {
+        if (!err) resolve(channel);
+        else if ((err as { reason?: number }).reason === CONNECT_FAILED) reject(portNotListening(request));
+        else reject(err);
+      });
+    });
+  }
+
+  /** Adds bytes that a stream not tracked here carried (a proxied HTTP request) to the session's. */
+  count(sessionId: string, bytes: { in: number; out: number }): void {
+    if (bytes.in === 0 && bytes.out === 0) return;
+    const sum = this.pending.get(sessionId) ?? { in: 0, out: 0 };
+    sum.in += bytes.in;
+    sum.out += bytes.out;
+    this.pending.set(sessionId, sum);
+  }
+
+  /** What the stream carried since it was last recorded. */
+  private unrecorded(stream: OpenStream): { in: number; out: number } {
+    if (!stream.bytes) return { in: 0, out: 0 };
+    const now = stream.bytes();
+    const before = this.recorded.get(stream) ?? { in: 0, out: 0 };
+    this.recorded.set(stream, now);
+    return { in: now.in - before.in, out: now.out - before.out };
+  }
+
+  /** Records the bytes the sessions' streams carried since the last time, with their workloads. */
+  private async recordBytes(): Promise<void> {
+    for (const set of this.streams.values()) for (const s of set) this.count(s.sessionId, this.unrecorded(s));
+    const counts = [...this.pending].map(([id, b]): [string, number, number] => [id, b.in, b.out]);
+    this.pending = new Map();
+    try {
+      await addReachBytes(this.deps.db, counts);
+    } catch (err) {
+      this.deps.logger.warn({ err }, "reach: recording the streams' bytes failed");
+      for (const [id, bytesIn, bytesOut] of counts) this.count(id, { in: bytesIn, out: bytesOut });
+    }
+  }
+
+  /** Ends the streams whose session or workload is no longer running, or whose credential was withdrawn. */
   private async endStale(): Promise<void> {
     const ids = [...this.streams.keys()];
     if (ids.length === 0) return;
+    await Promise.all([this.endEnded(ids), this.endWithdrawn()]);
+  }
+
+  private async endEnded(ids: string[]): Promise<void> {
     let live: Set<string>;
     try {
       live = await this.deps.live(ids);
@@ -225,5 +338,38 @@ export class ReachRelay {
       if (live.has(id)) continue;
       for (const s of this.streams.get(id) ?? []) s.end('the session ended');
     }
+  }
+
+  /**
+   * Asks the auth service whether the credentials that opened the streams still hold (a revoked API key, a sign-in
+   * signed out): tokens are checked by their signature alone, and a stream outlives its token. An auth service that
+   * cannot be asked leaves them open (and is asked again next time).
+   */
+  private async endWithdrawn(): Promise<void> {
+    const ask = this.deps.credentialsLive;
+    if (!ask) return;
+    const byKey = new Map<string, { credential: StreamCredential; streams: OpenStream[] }>();
+    for (const set of this.streams.values()) {
+      for (const s of set) {
+        if (!s.credential) continue;
+        const key = `${s.credential.userId}/${s.credential.keyId ?? ''}/${s.credential.signInId ?? ''}`;
+        const entry = byKey.get(key) ?? { credential: s.credential, streams: [] };
+        entry.streams.push(s);
+        byKey.set(key, entry);
+      }
+    }
+    if (byKey.size === 0) return;
+    const entries = [...byKey.values()];
+    let live: boolean[];
+    try {
+      live = await ask(entries.map((e) => e.credential));
+    } catch (err) {
+      this.deps.logger.warn({ err }, "reach: checking the streams' credentials failed");
+      return;
+    }
+    entries.forEach((e, i) => {
+      if (live[i] !== false) return;
+      for (const s of e.streams) s.end('the credential that opened it was withdrawn (a revoked key, a sign-out)');
+    });
   }
 }

@@ -51,6 +51,7 @@ function workloadOf(row: WorkloadRow): Workload {
     outputsRefused: (typeof row.outputs_refused === 'string'
       ? JSON.parse(row.outputs_refused)
       : row.outputs_refused) as Workload['outputsRefused'],
+    reach: { bytesIn: Number(row.reach_bytes_in ?? 0), bytesOut: Number(row.reach_bytes_out ?? 0) },
   };
 }
 

@@ -43,6 +43,8 @@ export interface Workload {
   outputs: { bucket?: string; key: string; size: number }[] | null;
   /** The files of its output directory its daemon did not keep, with why (null until it said). */
   outputsRefused: RefusedOutput[] | null;
+  /** Bytes the renter's streams carried into it and out of it through the relay (`gpu exec`, ports, `ssh`). */
+  reach: { bytesIn: number; bytesOut: number };
 }
 
 /** An output file the daemon did not keep (a path under /work/output/), and why. */

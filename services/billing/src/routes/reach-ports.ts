@@ -1,0 +1,206 @@
+/**
+ * HTTP to a port inside a rented workload, through the platform (a notebook's API, an inference server, a page):
+ * `/api/v1/billing/sessions/{id}/ports/{port}/{path}` is `http://127.0.0.1:{port}/{path}` in the workload, its own
+ * loopback. Each request rides one forwarded connection of the machine's (relay.ts `forward`), answered as the
+ * workload's server answered: status, headers, body streamed both ways.
+ *
+ * - **Who:** the session's renter, by their sign-in or an API key with `connect`, in `Authorization` (never passed
+ *   on: the workload, and the machine it runs on, never see the renter's credentials).
+ * - **The path:** the prefix up to the port is taken off (the server sees `/{path}`; `X-Forwarded-Prefix` names what
+ *   was taken, and a `Location` of the server's that starts with `/` gets it back), as servers with relative links
+ *   expect (`python3 -m http.server`, TensorBoard). `X-Forwarded-For`, `-Host` and `-Proto` say who asked.
+ * - Another instance holding the machine's connection: the request is passed to it (one hop), as streams are.
+ */
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { type App, AppError, callerOf, zInt } from '@gpu/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import {
+  credentialOf,
+  daemonNotConnected,
+  metered,
+  type ReachRelay,
+  reachTarget,
+  tooManyStreams,
+} from '../domain/reach/index.ts';
+
+import type { RouteDeps } from './deps.ts';
+import { problems } from './schemas.ts';
+
+const HOP = 'x-reach-hop';
+
+const portParams = z.object({
+  sessionID: z.uuid(),
+  port: zInt(1, 65535).describe('the port inside the workload (on its loopback)'),
+  '*': z.string().max(8192).describe('the path on the workload\'s server (after the port; "" for its root)'),
+});
+
+/** Headers of one connection, never passed on (RFC 9110 §7.6.1), and the renter's credentials. */
+const NOT_PASSED = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'authorization',
+  'host',
+]);
+
+/** The request's headers for the workload's server (or the holder, which gets the credentials). */
+function headersFor(request: FastifyRequest, prefix: string, toHolder: boolean): http.OutgoingHttpHeaders {
+  const named = String(request.headers.connection ?? '')
+    .split(',')
+    .map((h) => h.trim().toLowerCase());
+  const out: http.OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(request.headers)) {
+    if (value === undefined || NOT_PASSED.has(name) || named.includes(name) || name === HOP) continue;
+    out[name] = value;
+  }
+  if (toHolder) {
+    if (request.headers.authorization) out.authorization = request.headers.authorization;
+    out[HOP] = '1';
+    return out;
+  }
+  out.host = request.headers.host ?? 'localhost';
+  out['x-forwarded-for'] = [request.headers['x-forwarded-for'], request.ip].filter(Boolean).join(', ');
+  out['x-forwarded-host'] = String(request.headers['x-forwarded-host'] ?? request.headers.host ?? '');
+  out['x-forwarded-proto'] = String(request.headers['x-forwarded-proto'] ?? request.protocol);
+  out['x-forwarded-prefix'] = prefix;
+  return out;
+}
+
+/** The server's answer headers for the renter: hop-by-hop ones dropped, a root-relative `Location` prefixed. */
+function answerHeaders(res: http.IncomingMessage, prefix: string | null): Record<string, string | string[]> {
+  const named = String(res.headers.connection ?? '')
+    .split(',')
+    .map((h) => h.trim().toLowerCase());
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(res.headers)) {
+    if (value === undefined || NOT_PASSED.has(name) || named.includes(name)) continue;
+    out[name] = value;
+  }
+  const location = res.headers.location;
+  if (prefix !== null && location?.startsWith('/') && !location.startsWith('//')) out.location = prefix + location;
+  return out;
+}
+
+export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: ReachRelay }): Promise<void> {
+  const { relay, billing: ctx, config } = deps;
+  // Bodies pass through unread, whatever their type.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null));
+
+  const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
+    const params = request.params as z.infer<typeof portParams>;
+    const { sessionID, port } = params;
+    const target = await reachTarget(ctx, callerOf(request), sessionID);
+    const prefix = `/api/v1/billing/sessions/${sessionID}/ports/${port}`;
+    const query = request.url.includes('?') ? request.url.slice(request.url.indexOf('?')) : '';
+    const link = relay.local(target.providerId);
+    let connection: Duplex | null = null;
+    let upstreamUrl: URL | null = null;
+    let untrack = () => {};
+    if (link) {
+      if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
+        throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
+      }
+      const ends = { end: (_reason: string) => {} };
+      untrack = relay.track({
+        sessionId: sessionID,
+        end: (reason) => ends.end(reason),
+        credential: credentialOf(callerOf(request)),
+      });
+      try {
+        const channel = await relay.forward(link, { sessionId: sessionID, port });
+        ends.end = () => channel.destroy();
+        connection = channel as unknown as Duplex;
+      } catch (err) {
+        untrack();
+        throw err;
+      }
+    } else {
+      const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
+      if (!holder) throw daemonNotConnected(target.providerId);
+      upstreamUrl = new URL(request.url, holder.url);
+    }
+    // Counted where the request meets the machine's connection (once, whichever instance it came through).
+    const counted = connection !== null;
+    let bytesIn = 0;
+    let bytesOut = 0;
+    const done = () => {
+      untrack();
+      if (counted) relay.count(sessionID, { in: bytesIn, out: bytesOut });
+    };
+    const upstream = http.request({
+      method: request.method,
+      ...(connection
+        ? { path: `/${params['*']}${query}`, createConnection: () => connection as never }
+        : {
+            host: upstreamUrl?.hostname,
+            port: upstreamUrl?.port,
+            path: `${upstreamUrl?.pathname}${upstreamUrl?.search}`,
+          }),
+      headers: headersFor(request, prefix, connection === null),
+    });
+    request.raw.on('data', (d: Buffer) => {
+      bytesIn += d.length;
+    });
+    // The session's bytes a second where its machine's connection is held (the holder meters a request passed on).
+    const meter = connection ? relay.meter(sessionID) : null;
+    (meter ? request.raw.pipe(metered(meter)) : request.raw).pipe(upstream);
+    request.raw.once('close', () => {
+      if (!request.raw.complete) upstream.destroy();
+    });
+    const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      upstream.once('response', resolve);
+      upstream.once('error', (err) => {
+        done();
+        reject(
+          new AppError(
+            'dependency_failed',
+            'PORT_NOT_ANSWERING',
+            `the server on port ${port} in the workload did not answer: ${err.message}`,
+            { callersOwn: true },
+          ),
+        );
+      });
+    });
+    res.on('data', (d: Buffer) => {
+      bytesOut += d.length;
+    });
+    res.once('close', done);
+    reply.code(res.statusCode ?? 502).headers(answerHeaders(res, connection ? prefix : null));
+    return reply.send(meter ? res.pipe(metered(meter)) : res);
+  };
+
+  const schema = (method: string) => ({
+    tags: ['reach'],
+    operationId: `${method}WorkloadPort`,
+    summary: `${method.toUpperCase()} to a port inside the session's running workload (HTTP through the platform)`,
+    description:
+      "Passed to `http://127.0.0.1:{port}/{path}` in the workload (its own loopback, never the machine's), the " +
+      'prefix up to the port taken off (`X-Forwarded-Prefix` names it; a `Location` starting with `/` gets it back), ' +
+      'and answered as the server answered it, streamed. The `Authorization` header is never passed on. Only the ' +
+      "session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, " +
+      'NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING ' +
+      '(nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with ' +
+      'the workload.',
+    params: portParams,
+    response: { ...problems(400, 401, 403, 404, 409, 429, 502, 503) },
+  });
+
+  for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const) {
+    app.route({
+      method,
+      url: '/api/v1/billing/sessions/:sessionID/ports/:port/*',
+      config: { scope: 'connect', roles: ['renter', 'provider', 'admin'], timeoutMs: 0, openapi: { wildcard: 'path' } },
+      schema: schema(method.toLowerCase()),
+      handler: proxy,
+    });
+  }
+}

@@ -1,0 +1,456 @@
+/**
+ * Reaching what runs in a rented workload end to end, against the real auth service, registry, billing, gateway and a
+ * daemon running an idle workload in the real sandbox: a server inside the workload (`python3 -m http.server`) fetched
+ * through the gateway with curl, raw bytes and a WebSocket through forwarded ports, OpenSSH's `ssh` and `scp` with the
+ * renter's own key (through `gpu ssh-proxy`), and the refusals: another renter, a key not registered, a port where
+ * nothing listens, an ended session.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { createLogger } from '@gpu/common';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket, { createWebSocketStream } from 'ws';
+import { buildApp } from '../../../services/billing/src/app.ts';
+import { buildGateway } from '../../gateway/src/gateway.ts';
+import { ReachLink } from '../src/reach/link.ts';
+import type { WorkloadRunner } from '../src/workloads/runner.ts';
+import { until, useWorkloadRig } from './support/workload-rig.ts';
+
+const run = promisify(execFile);
+const rig = useWorkloadRig({ billing: { reach: { check_interval: '200ms' } } });
+const logger = createLogger({ service: 'reach-ports-test', instanceId: 't', level: 'silent' });
+const dir = mkdtempSync(join(tmpdir(), 'reach-ports-'));
+const root = new URL('../../..', import.meta.url).pathname;
+
+let machine: Awaited<ReturnType<typeof rig.machine>>;
+let runner: WorkloadRunner;
+let heartbeats: NodeJS.Timeout | undefined;
+let link: ReachLink;
+let gateway: Awaited<ReturnType<typeof buildGateway>>;
+let url = '';
+let billingUrl = '';
+let renter: Awaited<ReturnType<typeof rig.renter>>;
+let apiKey = '';
+/** The renter's registered key, and one they never registered. */
+const key = join(dir, 'id_ed25519');
+const strangerKey = join(dir, 'other_ed25519');
+const knownHosts = join(dir, 'known_hosts');
+
+beforeAll(async () => {
+  machine = await rig.machine();
+  // The machine stays online however long the file runs (the registry marks a silent machine offline).
+  heartbeats = setInterval(() => void machine.daemon.heartbeat().catch(() => {}), 10_000);
+  runner = machine.runner();
+  runner.run();
+  billingUrl = machine.deps.config.billing_url;
+  link = new ReachLink({
+    config: machine.deps.config,
+    logger,
+    token: machine.deps.token,
+    providerId: () => machine.providerId,
+    entryOf: (id) => runner.entryOf(id),
+  });
+  link.start();
+  gateway = await buildGateway({
+    upstreams: {
+      auth: rig.platform.authUrl,
+      'provider-registry': rig.platform.registryUrl,
+      billing: billingUrl,
+      storage: 'http://127.0.0.1:9',
+    },
+    logLevel: 'silent',
+  });
+  url = await gateway.listen({ host: '127.0.0.1', port: 0 });
+  renter = await rig.renter();
+  const made = await rig.platform.auth.app.inject({
+    method: 'POST',
+    url: '/api/v1/auth/keys',
+    headers: renter.headers,
+    payload: { name: 'reach', scopes: ['connect', 'read'] },
+  });
+  expect(made.statusCode, made.body).toBe(201);
+  apiKey = made.json().api_key;
+  for (const file of [key, strangerKey]) await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', file]);
+  const added = await rig.platform.auth.app.inject({
+    method: 'POST',
+    url: '/api/v1/auth/ssh-keys',
+    headers: renter.headers,
+    payload: { public_key: readFileSync(`${key}.pub`, 'utf8').trim() },
+  });
+  expect(added.statusCode, added.body).toBe(201);
+  const hostKey = await fetch(`${url}/api/v1/billing/reach/ssh-host-key`);
+  expect(hostKey.status).toBe(200);
+  const { public_key: publicKey, fingerprint } = (await hostKey.json()) as Record<string, string>;
+  expect(fingerprint).toMatch(/^SHA256:[A-Za-z0-9+/]{43}$/);
+  writeFileSync(knownHosts, `gpu-platform ${publicKey}\n`);
+});
+afterAll(async () => {
+  clearInterval(heartbeats);
+  await link?.stop();
+  await runner?.stop();
+  await gateway?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** An idle workload's session of the renter's, once it runs. */
+async function idleSession() {
+  const r = await rig.rent(machine.providerId, 1, { idle: true, max_runtime_seconds: 300 }, renter);
+  const w = await until(
+    () => rig.workloadOf(r.headers, r.id),
+    (w) => w.state === 'running',
+    30_000,
+  );
+  expect(w.state).toBe('running');
+  return r;
+}
+
+/** Runs a program in the workload, its input given, until it ends (or, with `background`, leaves it running). */
+function execIn(sessionId: string, argv: string[], opts: { input?: string; background?: boolean } = {}) {
+  const q = new URLSearchParams();
+  for (const a of argv) q.append('command', a);
+  const ws = new WebSocket(
+    `${billingUrl.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/exec?${q}`,
+    ['v5.channel.k8s.io'],
+    { headers: renter.headers },
+  );
+  let out = '';
+  ws.on('message', (d: Buffer) => {
+    if (d[0] === 1 || d[0] === 2) out += String(d.subarray(1));
+  });
+  return new Promise<{ out: string; ws: WebSocket }>((resolve, reject) => {
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`exec answered ${res.statusCode}`)));
+    ws.once('open', () => {
+      if (opts.input !== undefined) ws.send(Buffer.concat([Buffer.of(0), Buffer.from(opts.input)]));
+      if (opts.background) return resolve({ out, ws });
+      ws.send(Buffer.of(255, 0));
+      ws.once('close', () => resolve({ out, ws }));
+    });
+  });
+}
+
+/** A server left running in the workload, once something answers on its port. */
+async function serve(sessionId: string, argv: string[], port: number) {
+  const server = await execIn(sessionId, argv, { background: true });
+  await until(
+    () => portForward(sessionId, port, renter.headers).then((r) => r.status),
+    (status) => status === 101,
+    20_000,
+  );
+  return server.ws;
+}
+
+/** A port-forward WebSocket: 101 and its socket, or the refusal's status and problem. */
+function portForward(sessionId: string, port: number | string, headers: Record<string, string>, base = billingUrl) {
+  const ws = new WebSocket(
+    `${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/port-forward?port=${port}`,
+    { headers },
+  );
+  return new Promise<{ status: number; problem?: Record<string, unknown>; ws?: WebSocket }>((resolve) => {
+    ws.once('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => {
+        body += String(d);
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: JSON.parse(body || '{}') }));
+    });
+    ws.once('open', () => resolve({ status: 101, ws }));
+    ws.once('error', () => resolve({ status: 0 }));
+  });
+}
+
+/** Sends `request` on a forwarded connection, and reads until the workload's server closes it. */
+async function exchange(ws: WebSocket, request: string): Promise<string> {
+  const chunks: Buffer[] = [];
+  ws.on('message', (d: Buffer) => chunks.push(d));
+  const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+  ws.send(Buffer.from(request));
+  expect(await closed).toBe(1000);
+  return Buffer.concat(chunks).toString();
+}
+
+/** `curl` through the gateway: its status line's code and body. */
+async function curl(path: string, args: string[] = []) {
+  const { stdout } = await run('curl', ['-sS', '-o', '-', '-w', '\n%{http_code}', ...args, `${url}${path}`]);
+  const cut = stdout.lastIndexOf('\n');
+  return { status: Number(stdout.slice(cut + 1)), body: stdout.slice(0, cut) };
+}
+
+/** The options `gpu ssh-config` writes: through `gpu ssh-proxy`, the platform's host key pinned, one identity. */
+function sshOptions(identity: string): string[] {
+  const proxy = `${process.execPath} --import tsx ${root}tools/cli/src/main.ts ssh-proxy %h`;
+  return [
+    '-F',
+    '/dev/null',
+    '-o',
+    `ProxyCommand=${proxy}`,
+    '-o',
+    'HostKeyAlias=gpu-platform',
+    '-o',
+    `UserKnownHostsFile=${knownHosts}`,
+    '-o',
+    'StrictHostKeyChecking=yes',
+    '-o',
+    'BatchMode=yes',
+    '-o',
+    'IdentitiesOnly=yes',
+    '-i',
+    identity,
+  ];
+}
+
+/** `gpu`'s settings for the proxy: the gateway, an API key with `connect`. */
+const sshEnv = (key: string) => ({
+  ...process.env,
+  GPU_URL: url,
+  GPU_API_KEY: key,
+  GPU_CONFIG_DIR: join(dir, 'gpu'),
+});
+
+/** OpenSSH's `ssh` or `scp` into the session, as `gpu ssh-config` sets it up. */
+function ssh(program: 'ssh' | 'scp', args: string[], opts: { identity?: string; apiKey?: string } = {}) {
+  return run(program, [...sshOptions(opts.identity ?? key), ...args], {
+    cwd: root,
+    timeout: 60_000,
+    env: sshEnv(opts.apiKey ?? apiKey),
+  }).then(
+    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+    (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+  );
+}
+
+describe('a server inside the workload, reached through the platform', () => {
+  it('serves HTTP through the gateway to the renter alone, with the prefix taken off', async () => {
+    const r = await idleSession();
+    await execIn(r.id, ['sh', '-c', 'mkdir -p /tmp/www/sub && cat > /tmp/www/hello.txt'], { input: 'hello, renter\n' });
+    const server = await serve(
+      r.id,
+      ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'],
+      8000,
+    );
+    const auth = ['-H', `authorization: ${r.headers.authorization}`];
+    const prefix = `/api/v1/billing/sessions/${r.id}/ports/8000`;
+    expect(await curl(`${prefix}/hello.txt`, auth)).toEqual({ status: 200, body: 'hello, renter\n' });
+    // The server's own redirect (a folder without its slash) comes back under the prefix.
+    const redirect = await curl(`${prefix}/sub`, [...auth, '-D', '-']);
+    expect(redirect.status).toBe(301);
+    expect(redirect.body).toMatch(new RegExp(`location: ${prefix}/sub/\\r`, 'i'));
+    // Its answers pass as they are: a method it does not serve.
+    expect((await curl(`${prefix}/hello.txt`, [...auth, '-X', 'POST', '-d', 'x=1'])).status).toBe(501);
+    expect((await curl(`${prefix}/hello.txt`)).status).toBe(401);
+    const other = await rig.renter();
+    const stranger = await curl(`${prefix}/hello.txt`, ['-H', `authorization: ${other.headers.authorization}`]);
+    expect(stranger.status).toBe(404);
+    expect(JSON.parse(stranger.body)).toMatchObject({ code: 'SESSION_NOT_FOUND' });
+    const closed = await curl(`/api/v1/billing/sessions/${r.id}/ports/8001/`, auth);
+    expect(closed.status).toBe(502);
+    expect(JSON.parse(closed.body)).toMatchObject({ code: 'PORT_NOT_LISTENING' });
+    expect((await curl(`/api/v1/billing/sessions/${r.id}/ports/70000/`, auth)).status).toBe(400);
+    // What passed is counted with the workload.
+    const counted = await until(
+      () => rig.workloadOf(r.headers, r.id),
+      (w) => w.reach.bytes_out > 0 && w.reach.bytes_in > 0,
+    );
+    expect(counted.reach.bytes_out).toBeGreaterThan(14);
+    server.close();
+  });
+
+  it('forwards connections to a port: raw bytes, several at once, a WebSocket inside, none to the machine', async () => {
+    const r = await idleSession();
+    await execIn(r.id, ['sh', '-c', 'cat > /tmp/ws-echo.py'], {
+      input: readFileSync(new URL('./fixtures/ws-echo.py', import.meta.url), 'utf8'),
+    });
+    await execIn(r.id, ['sh', '-c', 'mkdir -p /tmp/www && cat > /tmp/www/hello.txt'], { input: 'inside\n' });
+    const http = await serve(
+      r.id,
+      ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'],
+      8000,
+    );
+    const echo = await serve(r.id, ['python3', '/tmp/ws-echo.py', '9000'], 9000);
+    const answers = await Promise.all(
+      [1, 2, 3, 4].map(async () => {
+        const opened = await portForward(r.id, 8000, r.headers);
+        expect(opened.status).toBe(101);
+        return exchange(opened.ws!, 'GET /hello.txt HTTP/1.0\r\n\r\n');
+      }),
+    );
+    for (const a of answers) expect(a).toMatch(/^HTTP\/1\.0 200 OK[\s\S]*\r\n\r\ninside\n$/);
+    // A WebSocket client speaks to the server inside over the forwarded connection.
+    const opened = await portForward(r.id, 9000, r.headers);
+    const tunnel = createWebSocketStream(opened.ws!);
+    const client = new WebSocket('ws://workload/', { createConnection: () => tunnel as never });
+    await new Promise((resolve) => client.once('open', resolve));
+    const echoed = new Promise<string>((resolve) => client.once('message', (d) => resolve(String(d))));
+    client.send('ping through the platform');
+    expect(await echoed).toBe('ping through the platform');
+    client.close();
+    // Refusals: nothing there, a port that is none, another renter.
+    expect(await portForward(r.id, 8001, r.headers)).toMatchObject({
+      status: 502,
+      problem: { code: 'PORT_NOT_LISTENING' },
+    });
+    expect((await portForward(r.id, 0, r.headers)).status).toBe(400);
+    expect((await portForward(r.id, 65536, r.headers)).status).toBe(400);
+    const other = await rig.renter();
+    expect(await portForward(r.id, 8000, other.headers)).toMatchObject({ status: 404 });
+    http.close();
+    echo.close();
+  });
+
+  it('passes a forwarded connection reaching another billing instance to the one holding the machine', async () => {
+    const r = await idleSession();
+    await execIn(r.id, ['sh', '-c', 'mkdir -p /tmp/www && cat > /tmp/www/hello.txt'], { input: 'via the holder\n' });
+    const server = await serve(
+      r.id,
+      ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'],
+      8000,
+    );
+    const second = await buildApp({
+      config: { ...rig.billing.config, instance_id: 'second-instance' },
+      logger,
+      db: rig.billing.db,
+      chain: null,
+    });
+    const secondUrl = await second.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const opened = await portForward(r.id, 8000, r.headers, secondUrl);
+      expect(opened.status).toBe(101);
+      expect(await exchange(opened.ws!, 'GET /hello.txt HTTP/1.0\r\n\r\n')).toMatch(/\r\n\r\nvia the holder\n$/);
+      expect(await portForward(r.id, 8001, r.headers, secondUrl)).toMatchObject({
+        status: 502,
+        problem: { code: 'PORT_NOT_LISTENING' },
+      });
+    } finally {
+      await second.close();
+      server.close();
+    }
+  });
+
+  it('cuts a forwarded connection when its session ends', async () => {
+    const r = await idleSession();
+    const server = await serve(r.id, ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/'], 8000);
+    const opened = await portForward(r.id, 8000, r.headers);
+    const closed = new Promise<number>((resolve) => opened.ws!.once('close', (code) => resolve(code)));
+    const endedAt = Date.now();
+    const ended = await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: r.headers,
+      payload: { session_id: r.id },
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
+    // Closed by the relay (1001, the session ended) or, first, by the workload's end (1000): closed either way.
+    expect([1000, 1001]).toContain(await closed);
+    expect(Date.now() - endedAt).toBeLessThan(5_000);
+    expect(await portForward(r.id, 8000, r.headers)).toMatchObject({
+      status: 409,
+      problem: { code: 'SESSION_NOT_ACTIVE' },
+    });
+    server.close();
+  });
+});
+
+describe('a stream lives as long as the credential that opened it', () => {
+  it('closes within a second of its API key being revoked', async () => {
+    const r = await idleSession();
+    const server = await serve(r.id, ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/'], 8000);
+    const made = await rig.platform.auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/keys',
+      headers: r.headers,
+      payload: { name: 'revoked-soon', scopes: ['connect'] },
+    });
+    const grant = await rig.platform.auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/token',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: new URLSearchParams({ grant_type: 'api_key', api_key: made.json().api_key }).toString(),
+    });
+    const headers = { authorization: `Bearer ${grant.json().access_token}` };
+    const opened = await portForward(r.id, 8000, headers);
+    expect(opened.status).toBe(101);
+    const closed = new Promise<number>((resolve) => opened.ws!.once('close', (code) => resolve(code)));
+    const revoked = await rig.platform.auth.app.inject({
+      method: 'DELETE',
+      url: `/api/v1/auth/keys/${made.json().key.id}`,
+      headers: r.headers,
+    });
+    expect(revoked.statusCode, revoked.body).toBe(200);
+    const revokedAt = Date.now();
+    expect(await closed).toBe(1001);
+    expect(Date.now() - revokedAt).toBeLessThan(1_500);
+    // The renter's own sign-in still opens streams.
+    expect((await portForward(r.id, 8000, r.headers)).status).toBe(101);
+    server.close();
+  });
+});
+
+describe("OpenSSH into the workload with the renter's key", () => {
+  it('runs a command and copies files both ways with scp', async () => {
+    const r = await idleSession();
+    const res = await ssh('ssh', [`workload@${r.id}`, 'echo "hi from $(hostname) as $(id -u)"; exit 7']);
+    expect(res.stdout).toMatch(/^hi from workload as \d+\n$/);
+    expect(res.code).toBe(7);
+    const local = join(dir, 'up.bin');
+    const content = Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 7) % 251));
+    writeFileSync(local, content);
+    const up = await ssh('scp', [local, `workload@${r.id}:/tmp/up.bin`]);
+    expect(up.code, up.stderr).toBe(0);
+    const sum = await ssh('ssh', [`workload@${r.id}`, 'sha256sum /tmp/up.bin']);
+    const { createHash } = await import('node:crypto');
+    expect(sum.stdout.split(' ')[0]).toBe(createHash('sha256').update(content).digest('hex'));
+    const back = join(dir, 'down.bin');
+    const down = await ssh('scp', [`workload@${r.id}:/tmp/up.bin`, back]);
+    expect(down.code, down.stderr).toBe(0);
+    expect(readFileSync(back).equals(content)).toBe(true);
+  });
+
+  it('gives a terminal driven as a person would: its size followed, Ctrl-C to its program, its exit status', async () => {
+    const r = await idleSession();
+    const socket = join(dir, `tmux-${r.id.slice(0, 8)}`);
+    const tmux = (...args: string[]) => run('tmux', ['-S', socket, ...args], { env: sshEnv(apiKey) });
+    const screen = async () => (await tmux('capture-pane', '-p', '-t', 't')).stdout;
+    const shows = (text: RegExp) => until(screen, (s) => text.test(s), 30_000);
+    const command = ['ssh', ...sshOptions(key), '-tt', `workload@${r.id}`].map((a) => `'${a}'`).join(' ');
+    await tmux('new-session', '-d', '-s', 't', '-x', '100', '-y', '30', `${command}; echo "ssh-exit=$?"; sleep 60`);
+    try {
+      await shows(/\$ $/m);
+      await tmux('send-keys', '-t', 't', 'stty size', 'Enter');
+      expect(await shows(/^30 100$/m)).toMatch(/^30 100$/m);
+      await tmux('resize-window', '-t', 't', '-x', '120', '-y', '40');
+      await tmux('send-keys', '-t', 't', 'clear; stty size', 'Enter');
+      expect(await shows(/^40 120$/m)).toMatch(/^40 120$/m);
+      await tmux('send-keys', '-t', 't', 'clear; sleep 100', 'Enter');
+      await until(
+        () => execIn(r.id, ['sh', '-c', 'pgrep -x sleep | wc -l']).then((x) => Number(x.out.trim())),
+        (n) => n >= 2,
+      );
+      await tmux('send-keys', '-t', 't', 'C-c');
+      await tmux('send-keys', '-t', 't', 'echo "rc=$?"', 'Enter');
+      expect(await shows(/^rc=130$/m)).toMatch(/^rc=130$/m);
+      await tmux('send-keys', '-t', 't', 'exit 3', 'Enter');
+      expect(await shows(/^ssh-exit=3$/m)).toMatch(/^ssh-exit=3$/m);
+    } finally {
+      await tmux('kill-server').catch(() => {});
+    }
+  });
+
+  it('refuses a key the renter never registered, and another renter', async () => {
+    const r = await idleSession();
+    const unknownKey = await ssh('ssh', [`workload@${r.id}`, 'true'], { identity: strangerKey });
+    expect(unknownKey.code).toBe(255);
+    expect(unknownKey.stderr).toMatch(/Permission denied \(publickey\)/);
+    const other = await rig.renter();
+    const made = await rig.platform.auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/keys',
+      headers: other.headers,
+      payload: { name: 'other', scopes: ['connect'] },
+    });
+    const stranger = await ssh('ssh', [`workload@${r.id}`, 'true'], { apiKey: made.json().api_key });
+    expect(stranger.code).toBe(255);
+    expect(stranger.stderr).toMatch(/SESSION_NOT_FOUND/);
+  });
+});
