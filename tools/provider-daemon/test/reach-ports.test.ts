@@ -248,6 +248,25 @@ describe('a server inside the workload, reached through the platform', () => {
     expect(closed.status).toBe(502);
     expect(JSON.parse(closed.body)).toMatchObject({ code: 'PORT_NOT_LISTENING' });
     expect((await curl(`/api/v1/billing/sessions/${r.id}/ports/70000/`, auth)).status).toBe(400);
+    // The path goes as it came, still encoded: a name with a space, a slash inside one segment's name.
+    await execIn(r.id, ['sh', '-c', 'cat > "/tmp/www/two words.txt"'], { input: 'spaced\n' });
+    expect(await curl(`${prefix}/two%20words.txt`, auth)).toEqual({ status: 200, body: 'spaced\n' });
+    expect((await curl(`${prefix}/sub%2Fnothing`, auth)).status).toBe(404);
+    // Downloads the renter gives up on free their slots: more of them than the session's bound, then one more.
+    await execIn(r.id, ['sh', '-c', 'head -c 20000000 /dev/zero > /tmp/www/big.bin']);
+    for (let i = 0; i < 36; i += 1) {
+      const stop = new AbortController();
+      const res = await fetch(`${url}${prefix}/big.bin`, { headers: r.headers, signal: stop.signal });
+      expect(res.status).toBe(200);
+      await res.body?.getReader().read();
+      stop.abort();
+    }
+    expect(
+      await until(
+        () => curl(`${prefix}/hello.txt`, auth),
+        (x) => x.status === 200,
+      ),
+    ).toEqual({ status: 200, body: 'hello, renter\n' });
     // What passed is counted with the workload.
     const counted = await until(
       () => rig.workloadOf(r.headers, r.id),

@@ -428,7 +428,10 @@ describe('its disk: a filesystem of its own, bounded by the kernel', () => {
 
   it('without a filesystem of its own (not root, or turned off), the watch counts its files in a process of its own and never stalls the daemon', async () => {
     const { result, stallMs } = await loopStall(async () => {
-      const filler = await run(outrun, { limits: { ...limits, diskFiles: 100_000 }, disk: 'watch' });
+      // It stays after its writes: what ends it is the watch finding it over, however long a busy machine makes
+      // the count take, not a race with its own exit.
+      const lingering = ['sh', '-c', `${outrun[2]}; sleep 600`];
+      const filler = await run(lingering, { limits: { ...limits, diskFiles: 100_000 }, disk: 'watch' });
       expect(filler.disk.kind).toBe('watch');
       return filler.sandbox.ended;
     });

@@ -13,7 +13,8 @@
  */
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { type App, AppError, callerOf, zInt } from '@gpu/common';
+import { pipeline } from 'node:stream/promises';
+import { type App, AppError, callerOf, errors, zInt } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import {
@@ -29,6 +30,9 @@ import type { RouteDeps } from './deps.ts';
 import { problems } from './schemas.ts';
 
 const HOP = 'x-reach-hop';
+
+/** What follows the port in the request's own (still encoded) target: the server's path and query. */
+const RAW_REST = /^\/api\/v1\/billing\/sessions\/[^/?#]+\/ports\/[^/?#]+(\/[^#]*)?$/;
 
 const portParams = z.object({
   sessionID: z.uuid(),
@@ -62,9 +66,16 @@ function headersFor(request: FastifyRequest, prefix: string, toHolder: boolean):
     out[name] = value;
   }
   if (toHolder) {
+    if (request.headers['transfer-encoding'] && request.headers['content-length'] === undefined) {
+      out['transfer-encoding'] = 'chunked';
+    }
     if (request.headers.authorization) out.authorization = request.headers.authorization;
     out[HOP] = '1';
     return out;
+  }
+  // A body without a length keeps its chunks: without them a GET's or DELETE's body would run into the next request.
+  if (request.headers['transfer-encoding'] && request.headers['content-length'] === undefined) {
+    out['transfer-encoding'] = 'chunked';
   }
   out.host = request.headers.host ?? 'localhost';
   out['x-forwarded-for'] = [request.headers['x-forwarded-for'], request.ip].filter(Boolean).join(', ');
@@ -96,14 +107,15 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
 
   const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
-    const params = request.params as z.infer<typeof portParams>;
-    const { sessionID, port } = params;
+    const { sessionID, port } = request.params as z.infer<typeof portParams>;
+    // The path as sent, still encoded (`%2F` stays one segment's, nothing resolved): what the server is asked for.
+    const rest = RAW_REST.exec(request.raw.url ?? '')?.[1];
+    if (rest === undefined) throw errors.badRequest('INVALID_PATH', 'the path after the port cannot be read');
     const target = await reachTarget(ctx, callerOf(request), sessionID);
     const prefix = `/api/v1/billing/sessions/${sessionID}/ports/${port}`;
-    const query = request.url.includes('?') ? request.url.slice(request.url.indexOf('?')) : '';
     const link = relay.local(target.providerId);
     let connection: Duplex | null = null;
-    let upstreamUrl: URL | null = null;
+    let holderUrl: URL | null = null;
     let untrack = () => {};
     if (link) {
       if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
@@ -126,36 +138,51 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     } else {
       const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
       if (!holder) throw daemonNotConnected(target.providerId);
-      upstreamUrl = new URL(request.url, holder.url);
+      holderUrl = new URL(holder.url);
     }
     // Counted where the request meets the machine's connection (once, whichever instance it came through).
-    const counted = connection !== null;
     let bytesIn = 0;
     let bytesOut = 0;
+    let finished = false;
     const done = () => {
+      if (finished) return;
+      finished = true;
       untrack();
-      if (counted) relay.count(sessionID, { in: bytesIn, out: bytesOut });
+      connection?.destroy();
+      if (connection) relay.count(sessionID, { in: bytesIn, out: bytesOut });
     };
-    const upstream = http.request({
-      method: request.method,
-      ...(connection
-        ? { path: `/${params['*']}${query}`, createConnection: () => connection as never }
-        : {
-            host: upstreamUrl?.hostname,
-            port: upstreamUrl?.port,
-            path: `${upstreamUrl?.pathname}${upstreamUrl?.search}`,
-          }),
-      headers: headersFor(request, prefix, connection === null),
+    let upstream: http.ClientRequest;
+    try {
+      upstream = http.request({
+        method: request.method,
+        ...(connection
+          ? { path: rest || '/', createConnection: () => connection as never }
+          : {
+              host: holderUrl?.hostname,
+              port: holderUrl?.port,
+              // As sent (never resolved against a base: no `..` or `\\` turns it into another route there), on a
+              // connection of its own (a request's body never runs into another's).
+              path: request.raw.url,
+              agent: false,
+            }),
+        headers: headersFor(request, prefix, connection === null),
+      });
+    } catch (err) {
+      done();
+      throw errors.badRequest('INVALID_PATH', `the path cannot be sent on: ${(err as Error).message}`);
+    }
+    // The renter gone before the answer was all sent: the request, its connection and its slot go too.
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) upstream.destroy();
+      done();
     });
     request.raw.on('data', (d: Buffer) => {
       bytesIn += d.length;
     });
     // The session's bytes a second where its machine's connection is held (the holder meters a request passed on).
     const meter = connection ? relay.meter(sessionID) : null;
+    // Piped, not pipelined: a failed request must not take the renter's connection before its answer is sent.
     (meter ? request.raw.pipe(metered(meter)) : request.raw).pipe(upstream);
-    request.raw.once('close', () => {
-      if (!request.raw.complete) upstream.destroy();
-    });
     const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
       upstream.once('response', resolve);
       upstream.once('error', (err) => {
@@ -175,7 +202,10 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     });
     res.once('close', done);
     reply.code(res.statusCode ?? 502).headers(answerHeaders(res, connection ? prefix : null));
-    return reply.send(meter ? res.pipe(metered(meter)) : res);
+    if (!meter) return reply.send(res);
+    const body = metered(meter);
+    pipeline(res, body).catch(() => upstream.destroy());
+    return reply.send(body);
   };
 
   const schema = (method: string) => ({

@@ -123,7 +123,7 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
   const early: [WebSocket.RawData, boolean][] = [];
   let target: WebSocket | undefined;
   upstream.on('message', (data, binary) => {
-    if (target) target.send(data, { binary });
+    if (target) forward(data, binary, target, upstream);
     else early.push([data, binary]);
   });
   const piped: Upstream = {
@@ -148,6 +148,22 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
   });
 }
 
+/** The most a socket may have unsent before the one feeding it stops reading. */
+const HIGH_WATER = 1024 * 1024;
+
+/** Sends a message on `to`, pausing `from` until `to` has sent most of what waits (the slower side sets the pace). */
+function forward(data: WebSocket.RawData, binary: boolean, to: WebSocket, from: WebSocket): void {
+  to.send(data, { binary });
+  if (to.bufferedAmount <= HIGH_WATER || from.isPaused) return;
+  from.pause();
+  const check = setInterval(() => {
+    if (to.bufferedAmount <= HIGH_WATER / 2 || to.readyState !== WebSocket.OPEN) {
+      clearInterval(check);
+      from.resume();
+    }
+  }, 5);
+}
+
 /** Passes messages and the close both ways between the renter's socket and the holder's. */
 function pipeSockets(a: WebSocket, upstream: Upstream): void {
   const b = upstream.socket;
@@ -156,7 +172,7 @@ function pipeSockets(a: WebSocket, upstream: Upstream): void {
     if (to.readyState === WebSocket.OPEN) to.close(sendable ? code : 1011, reason);
     else to.terminate();
   };
-  a.on('message', (data, binary) => b.send(data, { binary }));
+  a.on('message', (data, binary) => forward(data, binary, b, a));
   upstream.pipeTo(a);
   a.on('close', (code, reason) => close(b, code, reason));
   b.on('close', (code, reason) => close(a, code, reason));
@@ -210,11 +226,17 @@ export async function reachRoutes(
       credential: credentialOf(callerOf(request)),
       bytes: link ? () => ({ in: raw.bytesRead - base.in, out: raw.bytesWritten - base.out }) : undefined,
     });
+    // The renter gone at any moment (before the upgrade completed too) leaves nothing open: listening from now on.
+    let giveUp = () => {};
+    const gone = () => {
+      giveUp();
+      untrack();
+    };
+    raw.once('close', gone);
     try {
       if (link) {
         const opened = await open(target, link);
-        // A renter gone before the upgrade completed leaves nothing open in the workload.
-        raw.once('close', () => opened.abandon());
+        giveUp = () => opened.abandon();
         plans.set(request, { kind: 'local', opened, ends });
         protocolOf.set(request.raw, protocol);
       } else {
@@ -222,15 +244,17 @@ export async function reachRoutes(
         if (!holder) throw daemonNotConnected(target.providerId);
         const url = `${holder.url.replace(/^http/, 'ws')}${request.url}`;
         const upstream = await dialHolder(url, request, config.instance_id);
-        raw.once('close', () => upstream.socket.terminate());
+        giveUp = () => upstream.socket.terminate();
         plans.set(request, { kind: 'forward', upstream, ends });
         protocolOf.set(request.raw, upstream.socket.protocol || false);
       }
     } catch (err) {
+      raw.off('close', gone);
       untrack();
       throw err;
     }
-    raw.once('close', untrack);
+    // Gone while it was being opened: its 'close' came before there was anything to give up.
+    if (raw.destroyed) gone();
   };
 
   /** The WebSocket of a prepared stream, joined to what was opened for it. */
@@ -424,7 +448,8 @@ export async function reachRoutes(
         'key: `GET /api/v1/billing/reach/ssh-host-key`), which takes only a public key the renter registered with the ' +
         'auth service (`gpu ssh-key add`), any user name. A shell, commands, `sftp` (so `scp`), terminals, signals ' +
         "and `direct-tcpip` to the workload's loopback (`ssh -L`) run in the workload. " +
-        `${WHO} 503 REACH_UNAVAILABLE while the auth service cannot be asked for the keys.`,
+        `${WHO} 503 REACH_UNAVAILABLE without an auth service to ask for keys (one that cannot be reached accepts no key: ` +
+        '`Permission denied (publickey)`).',
       params: sessionParams,
       response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 503) },
     },
@@ -455,7 +480,10 @@ export async function reachRoutes(
                   hostKey,
                   keys,
                   logger: deps.logger,
-                  maxChannels: config.reach.max_streams_per_session,
+                  admit: (end) =>
+                    relay.openCount(target.sessionId) >= config.reach.max_streams_per_session
+                      ? null
+                      : relay.track({ sessionId: target.sessionId, end, credential: credentialOf(callerOf(request)) }),
                   meter: relay.meter(target.sessionId),
                 },
               );

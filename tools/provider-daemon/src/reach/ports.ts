@@ -126,6 +126,11 @@ class Forwarder {
     });
     // Once its errors are all read (they say why it did not start).
     this.child.once('close', () => this.gone());
+    // It could not be started at all (no process left, a helper missing): no forward through it, never a crash.
+    this.child.on('error', (err) => {
+      this.stderr = `${this.stderr}${err.message}`.slice(-500);
+      this.gone();
+    });
   }
 
   /** A connection to `port` inside the workload; rejects with a ForwardError. */

@@ -35,7 +35,7 @@ export interface Link {
   id: string;
   providerId: string;
   ssh: ssh2.Client;
-  /** Rejects once the connection is gone. */
+  /** Resolves once the connection is gone. */
   readonly closed: Promise<void>;
 }
 
@@ -88,6 +88,7 @@ export class ReachRelay {
   /** Bytes not recorded yet, by session (those of streams that ended, and of proxied HTTP requests). */
   private pending = new Map<string, { in: number; out: number }>();
   private timers: NodeJS.Timeout[] = [];
+  private checking = false;
   /** Where the other instances reach this one (`reach.advertise_url`, else this instance's address and port). */
   private url: string;
   /** This instance among the others (`instance_id`; one of its own when none is set). */
@@ -321,9 +322,16 @@ export class ReachRelay {
 
   /** Ends the streams whose session or workload is no longer running, or whose credential was withdrawn. */
   private async endStale(): Promise<void> {
+    // One check at a time: a slow database or auth service is not asked again while it still answers the last.
+    if (this.checking) return;
     const ids = [...this.streams.keys()];
     if (ids.length === 0) return;
-    await Promise.all([this.endEnded(ids), this.endWithdrawn()]);
+    this.checking = true;
+    try {
+      await Promise.all([this.endEnded(ids), this.endWithdrawn()]);
+    } finally {
+      this.checking = false;
+    }
   }
 
   private async endEnded(ids: string[]): Promise<void> {

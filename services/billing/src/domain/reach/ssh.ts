@@ -39,8 +39,12 @@ const SFTP_SERVER = [
     'echo "gpu: the workload has no sftp-server (install openssh-sftp-server, or copy with scp -O)" >&2; exit 127',
 ];
 
-/** The variables a client may send (OpenSSH's `SendEnv LANG LC_*`). */
-const ENV_NAME = /^(LANG|LANGUAGE|LC_[A-Z]+|COLORTERM)$/;
+/** The variables a client may send (OpenSSH's `SendEnv LANG LC_*`), and how many. */
+const ENV_NAME = /^(LANG|LANGUAGE|LC_[A-Z]{1,24}|COLORTERM)$/;
+const MAX_ENV = 32;
+
+/** A terminal's width or height, within what a terminal has (as the exec route takes them). */
+const clampSize = (n: number, otherwise: number) => Math.min(1000, Math.max(1, Math.trunc(n) || otherwise));
 /** Where `direct-tcpip` may go: the workload's own loopback. */
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '::1', 'ip6-localhost']);
 
@@ -94,8 +98,11 @@ export interface RenterSshDeps {
   /** The user's registered public keys (OpenSSH lines). */
   keys: Promise<string[]>;
   logger: Logger;
-  /** The most channels at once. */
-  maxChannels: number;
+  /**
+   * Counts one more channel among the session's streams (its bound on streams holds for SSH's channels too): how to
+   * count it out, or null past the bound.
+   */
+  admit: (end: () => void) => (() => void) | null;
   /** The session's bytes a second. */
   meter: ByteMeter;
 }
@@ -117,30 +124,29 @@ export function serveRenterSsh(
     connection = client;
     client.on('error', () => {});
     authenticate(client, deps.keys);
-    let channels = 0;
-    const admit = (): boolean => {
-      if (channels >= deps.maxChannels) return false;
-      channels += 1;
-      return true;
-    };
-    const release = () => {
-      channels -= 1;
-    };
     client.on('session', (accept, reject) => {
-      if (!admit()) return reject();
-      const session = accept();
-      serveSession(session, target, deps.relay, release);
+      // Its program's channel, once it has one (a session without a program holds nothing to close).
+      const program: { channel?: ServerChannel } = {};
+      const release = deps.admit(() => program.channel?.close());
+      if (!release) return reject();
+      serveSession(accept(), target, deps.relay, once(release), program);
     });
     client.on('tcpip', (accept, reject, info) => {
       const port = info.destPort;
-      if (!LOOPBACK.has(info.destIP) || !Number.isInteger(port) || port < 1 || port > 65535 || !admit()) {
-        return reject();
-      }
+      if (!LOOPBACK.has(info.destIP) || !Number.isInteger(port) || port < 1 || port > 65535) return reject();
+      let own: ServerChannel | undefined;
+      const release = deps.admit(() => own?.close());
+      if (!release) return reject();
       deps.relay.forward(target.link, { sessionId: target.sessionId, port }).then(
         (upstream) => {
-          const channel = accept();
-          joinChannels(channel, upstream);
-          channel.once('close', release);
+          // The renter's connection gone meanwhile: nothing to join it to.
+          if (!connection || ended) {
+            upstream.close();
+            return release();
+          }
+          own = accept();
+          joinChannels(own, upstream);
+          own.once('close', release);
         },
         () => {
           release();
@@ -151,15 +157,30 @@ export function serveRenterSsh(
   });
   server.on('error', (err: Error) => deps.logger.debug({ err }, 'reach: a renter SSH connection failed'));
   server.injectSocket(coalesceWrites(stream) as never);
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    connection?.end();
+    socket.close(1000);
+  };
   socket.once('close', () => {
+    ended = true;
     stream.destroy();
     connection?.end();
   });
-  return {
-    end: () => {
-      connection?.end();
-      socket.close(1000);
-    },
+  // Its machine's connection gone (a daemon restart): every channel on it is, and no new one could open.
+  void target.link.closed.then(end);
+  return { end };
+}
+
+/** `f` once, however often it is called. */
+function once(f: () => void): () => void {
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    f();
   };
 }
 
@@ -207,6 +228,7 @@ function serveSession(
   target: { sessionId: string; link: Link },
   relay: ReachRelay,
   release: () => void,
+  program: { channel?: ServerChannel },
 ): void {
   let tty: { cols: number; rows: number; term: string } | null = null;
   const env: Record<string, string> = {};
@@ -216,20 +238,27 @@ function serveSession(
     if (!started) release();
   });
   session.on('pty', (accept, _reject, info) => {
-    tty = { cols: info.cols || 80, rows: info.rows || 24, term: info.term || 'xterm-256color' };
+    tty = { cols: clampSize(info.cols, 80), rows: clampSize(info.rows, 24), term: info.term || 'xterm-256color' };
     accept?.();
   });
   session.on('env', (accept, reject, info) => {
-    if (!ENV_NAME.test(info.key) || info.val.length > 256) return reject?.();
+    const known = Object.keys(env).length;
+    if (!ENV_NAME.test(info.key) || info.val.length > 256 || (known >= MAX_ENV && !(info.key in env))) {
+      return reject?.();
+    }
     env[info.key] = info.val;
     accept?.();
   });
   session.on('window-change', (accept, _reject, info) => {
-    upstream?.setWindow(info.rows, info.cols, info.height, info.width);
+    upstream?.setWindow(clampSize(info.rows, 24), clampSize(info.cols, 80), info.height, info.width);
     accept?.();
   });
   session.on('signal', (accept, _reject, info) => {
-    upstream?.signal(info.name);
+    try {
+      upstream?.signal(info.name);
+    } catch {
+      // A signal SSH does not know: nothing sent.
+    }
     accept?.();
   });
   // Accepted at once: OpenSSH sends its first bytes (sftp's greeting, the input) without waiting for the answer, and
@@ -238,8 +267,13 @@ function serveSession(
     if (started) return reject?.();
     started = true;
     const own = accept();
+    program.channel = own;
     own.pause();
-    own.once('close', release);
+    let closed = false;
+    own.once('close', () => {
+      closed = true;
+      release();
+    });
     relay
       .exec(target.link, {
         sessionId: target.sessionId,
@@ -250,6 +284,11 @@ function serveSession(
       })
       .then(
         (channel) => {
+          // The renter's channel gone meanwhile: the program goes too.
+          if (closed) {
+            channel.close();
+            return;
+          }
           upstream = channel;
           joinChannels(own, channel);
         },
