@@ -159,16 +159,18 @@ describe('Supervisor', () => {
   it('stop() asks each child to stop with its own signal where it names one (nginx: SIGQUIT)', async () => {
     const file = path.join(dir, 'quits');
     const graceful = path.join(dir, 'quit-gracefully');
+    // Said once its handlers are in place (its start line comes before them: a stop right after it would race them).
+    const listening = path.join(dir, 'quits-listening');
     const { s } = supervisor({});
     s.start({
       ...nodeChild(
         'quits',
         file,
-        `process.on('SIGTERM', () => {}); process.on('SIGQUIT', () => { require('fs').writeFileSync(${JSON.stringify(graceful)}, 'quit'); process.exit(0); }); ${KEEP_RUNNING}`,
+        `process.on('SIGTERM', () => {}); process.on('SIGQUIT', () => { require('fs').writeFileSync(${JSON.stringify(graceful)}, 'quit'); process.exit(0); }); require('fs').writeFileSync(${JSON.stringify(listening)}, '1'); ${KEEP_RUNNING}`,
       ),
       stopSignal: 'SIGQUIT',
     });
-    await until('running', () => starts(file).length === 1);
+    await until('running', () => starts(file).length === 1 && existsSync(listening));
     const t0 = Date.now();
     await s.stop(5000);
     expect(Date.now() - t0).toBeLessThan(5000);
