@@ -68,6 +68,8 @@ class ContractChecker {
   check(request: FastifyRequest, reply: FastifyReply, payload: unknown): void {
     const url = request.routeOptions.url;
     if (!url) return;
+    // An answer another server gave, passed on as it is (a workload's own, through reach): not the document's.
+    if ((reply.raw as unknown as Record<symbol, unknown>)[Symbol.for('gpu.passed-through')]) return;
     const op = this.ops.get(`${request.method} ${shape(url)}`);
     if (!op) return;
     const status = reply.statusCode;

@@ -201,6 +201,8 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       bytesOut += d.length;
     });
     res.once('close', done);
+    // The workload's server's answer, whatever its status and type (the checks of answers against the document skip it).
+    (reply.raw as unknown as Record<symbol, unknown>)[Symbol.for('gpu.passed-through')] = true;
     reply.code(res.statusCode ?? 502).headers(answerHeaders(res, connection ? prefix : null));
     if (!meter) return reply.send(res);
     const body = metered(meter);
