@@ -84,8 +84,17 @@ async function theGatewayServes(base: string, token: string) {
   // never a service's metrics.
   const counted = /^gateway_requests_total\{[^}]*route="\/providers"[^}]*status_code="401"\} \d+$/m;
   let metrics = '';
+  // nginx's lines travel over UDP, which a busy machine may drop (the count is lost, never the request): each try
+  // makes the call again until one is counted.
   await expect
-    .poll(async () => (metrics = await (await fetch(`${base}/metrics`)).text()), { timeout: 10_000 })
+    .poll(
+      async () => {
+        expect((await fetch(`${base}/providers`)).status).toBe(401);
+        metrics = await (await fetch(`${base}/metrics`)).text();
+        return metrics;
+      },
+      { timeout: 60_000, interval: 500 },
+    )
     .toMatch(counted);
   expect(metrics).not.toContain('http_requests_total');
 }

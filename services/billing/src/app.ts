@@ -31,6 +31,7 @@ import { HostKey, liveSessions, ReachRelay } from './domain/reach/index.ts';
 import { payoutPause } from './domain/reserves/index.ts';
 import type { WorkloadStorage } from './domain/workload-storage.ts';
 import { eventRoutes } from './routes/events.ts';
+import { jobRoutes } from './routes/jobs.ts';
 import { paymentRoutes } from './routes/payments.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
@@ -157,6 +158,7 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
   await app.register(providerRoutes, routeDeps);
   await app.register(pricingRoutes, routeDeps);
   await app.register(sessionRoutes, routeDeps);
+  await app.register(jobRoutes, routeDeps);
   await app.register(eventRoutes, routeDeps);
   await app.register(usageRoutes, routeDeps);
   await app.register(storageRoutes, routeDeps);

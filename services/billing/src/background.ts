@@ -26,6 +26,7 @@ import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
+import { followJobs, placeJobs } from './domain/jobs/index.ts';
 import { announcePrices } from './domain/pricing/index.ts';
 import { checkReserves } from './domain/reserves/index.ts';
 import {
@@ -178,6 +179,14 @@ export async function startBackground(
     every(providerCheckEveryMs(config, statuses !== null), 'provider check failed; will retry', () =>
       checkRunningProviders(ctx),
     );
+  }
+
+  // Jobs (domain/jobs/): ended attempts settled, then due jobs placed, every `jobs.place_interval`.
+  if (ctx.providers) {
+    every(durationMs(config.jobs.place_interval), 'placing jobs failed; will retry', async () => {
+      await followJobs(ctx);
+      await placeJobs(ctx, config.jobs);
+    });
   }
 
   return {

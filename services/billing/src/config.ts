@@ -241,6 +241,22 @@ export const billingConfigSchema = z.object({
     })
     .prefault({}),
   /**
+   * Renters' jobs (domain/jobs/): billing's placer finds each queued job the cheapest offer that meets its terms,
+   * starts its session, follows it, and queues it again when its machine fails it.
+   */
+  jobs: z
+    .object({
+      /** How often queued jobs are placed and running ones followed (0: this instance places none). */
+      place_interval: zDuration().default('1s'),
+      /** How long one placement may take before another placer takes the job over (a placer killed mid-way). */
+      placing_timeout: zDuration().default('60s'),
+      /** How long a job that no offer fits waits before it is tried again. */
+      retry_interval: zDuration().default('2s'),
+      /** The attempts a job gets unless its renter says (`max_attempts`). */
+      default_max_attempts: zInt(1, 100).default(3),
+    })
+    .prefault({}),
+  /**
    * The shared messaging section: `nats_url` (empty: no events, no NATS usage consumer), `stream` (the JetStream
    * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
    * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`), `subjects.provider_status`

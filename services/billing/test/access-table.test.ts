@@ -16,6 +16,7 @@ import {
 } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { insertJob } from '../src/db/job-repository.ts';
 import type { Wallet } from '../src/domain/wallets/wallets.ts';
 import { H100_X1 } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
@@ -52,6 +53,33 @@ async function ownersSession(workload?: object): Promise<string> {
   });
   expect(res.statusCode).toBe(201);
   return res.json().session.id;
+}
+
+/** A queued job of `owner`'s, written as a submit writes it (this harness has no registry to submit through). */
+async function ownersJob(): Promise<string> {
+  const now = new Date();
+  const row = await insertJob(h.db, {
+    id: crypto.randomUUID(),
+    user_id: callers.owner.id,
+    wallet_id: ownerWallet.id,
+    name: null,
+    idempotency_key: null,
+    terms: JSON.stringify({ gpu_count: 1, max_price_per_gpu_hour: '5' }),
+    workload: JSON.stringify({ command: ['true'], max_runtime_seconds: 60, env: {}, inputs: [], network: false }),
+    max_attempts: 3,
+    retry_on_failure: false,
+    spend_cap: '1',
+    state: 'queued',
+    reason: null,
+    session_id: null,
+    place_after: now,
+    placing_until: null,
+    queued_until: null,
+    created_at: now,
+    updated_at: now,
+    ended_at: null,
+  });
+  return row.id;
 }
 
 const report = (sessionId: string) => ({
@@ -184,6 +212,67 @@ function table(): Record<string, AccessRule> {
         },
       }),
       expect: HOLDER(201),
+    },
+    // Without a registry (this harness) a renter's own submit gets as far as placing: 409 JOBS_NEED_A_REGISTRY.
+    'POST /api/v1/billing/jobs': {
+      request: () => ({
+        payload: {
+          wallet_id: ownerWallet.id,
+          gpu_count: 1,
+          max_price_per_gpu_hour: '5',
+          spend_cap: '1',
+          workload: { command: ['true'], max_runtime_seconds: 60 },
+        },
+      }),
+      expect: {
+        owner: 409,
+        admin: 403,
+        service: 400,
+        others: 403,
+        gateway: 403,
+        scheduler: 403,
+        daemon: 403,
+        other_daemon: 403,
+      },
+    },
+    'GET /api/v1/billing/jobs': {
+      request: () => ({}),
+      expect: {
+        owner: 200,
+        admin: 200,
+        service: 200,
+        others: 200,
+        gateway: 403,
+        scheduler: 403,
+        daemon: 403,
+        other_daemon: 403,
+      },
+    },
+    'GET /api/v1/billing/jobs/:jobID': {
+      request: async () => ({ url: `/api/v1/billing/jobs/${await ownersJob()}` }),
+      expect: {
+        owner: 200,
+        admin: 200,
+        service: 200,
+        others: 404,
+        gateway: 403,
+        scheduler: 403,
+        daemon: 403,
+        other_daemon: 403,
+      },
+    },
+    'POST /api/v1/billing/jobs/:jobID/cancel': {
+      request: async () => ({ url: `/api/v1/billing/jobs/${await ownersJob()}/cancel` }),
+      expect: {
+        owner: 200,
+        admin: 200,
+        service: 200,
+        others: 404,
+        gateway: 403,
+        scheduler: 403,
+        daemon: 403,
+        other_daemon: 403,
+      },
     },
     'POST /api/v1/billing/end-session': {
       request: async () => ({ payload: { session_id: await ownersSession() } }),

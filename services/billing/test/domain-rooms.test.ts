@@ -75,6 +75,7 @@ describe("billing's domain rooms", () => {
     );
     expect([...concepts].sort()).toEqual([
       'chain',
+      'jobs',
       'leases',
       'ledger',
       'pricing',
@@ -100,6 +101,7 @@ describe("billing's domain rooms", () => {
   it('concepts depend downward only: each imports only concepts drawn below it', () => {
     // Top to bottom, as docs/architecture.md draws them; concepts on one rank do not import each other.
     const ranks = [
+      ['jobs'],
       ['reach', 'workloads'],
       ['sessions'],
       ['leases'],

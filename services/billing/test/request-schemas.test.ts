@@ -27,6 +27,8 @@ describe('the request schemas of openapi.json', () => {
       extensions: { 'x-base58-bytes': ((value: string, n: number) => n === 32 && isSolanaAddress(value)) as never },
       skipFields: {
         'querystring.cursor': 'opaque: only a cursor a page answered is one (400 INVALID_CURSOR)',
+        'body.workload.command':
+          'its first element, the program, may not be empty while its arguments may: a rule of one item of the list',
         'POST /api/v1/billing/sessions/{sessionID}/workload/state body.reason':
           'a rule between fields: a reason comes with failed and stopped only',
         'POST /api/v1/billing/sessions/{sessionID}/workload/state body.exit_code':

@@ -121,6 +121,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's jobs, newest first (an admin's or service's: everyone's)
+         * @description Filter by `state` (repeat or separate with commas; `open` = queued, placing, running, recovering). Paging as everywhere: the next page in `X-Next-Cursor` and `Link` rel="next".
+         */
+        get: operations["listJobs"];
+        put?: never;
+        /**
+         * Submit a job: what to run and on what terms; billing places it on the cheapest machine that meets them
+         * @description Queued at once, holding nothing: the placer then starts a session for it on the cheapest offer that meets its terms (`max_price_per_gpu_hour` is the price the renter accepts), follows it, and places it again on another machine when its machine fails it, while it has `max_attempts` and `spend_cap` left (the cap bounds all attempts together). Sent again with the same `Idempotency-Key`, the job it made is answered (`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload; 403 NOT_WALLET_HOLDER for a wallet not the renter's; 409 JOBS_NEED_A_REGISTRY when billing runs without the provider registry.
+         */
+        post: operations["submitJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/jobs/{jobID}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A job: its state and why, its place in the queue, and every attempt with its machine and cost
+         * @description 404 JOB_NOT_FOUND for an unknown job or one of another renter.
+         */
+        get: operations["getJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/jobs/{jobID}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a job: it is placed no more, and a session it runs ends now (billed for what ran)
+         * @description Cancelling an ended job changes nothing and answers it as it is. 404 JOB_NOT_FOUND for an unknown job or one of another renter.
+         */
+        post: operations["cancelJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/reach/daemon": {
         parameters: {
             query?: never;
@@ -1095,6 +1159,123 @@ export interface components {
             uptime_seconds: number;
             version: string;
         };
+        /** @description A job: what a renter wants run and on what terms; billing places it on a machine */
+        Job: {
+            attempts: {
+                /** @description what the session cost (null while it runs) */
+                cost: string | null;
+                /** @description the session's end reason */
+                end_reason: string | null;
+                ended_at: string | null;
+                /**
+                 * Format: int64
+                 * @description 1 for the first
+                 */
+                n: number;
+                /**
+                 * Format: uuid
+                 * @description the machine it ran on
+                 */
+                provider_id: string;
+                /** Format: uuid */
+                session_id: string;
+                started_at: string;
+            }[];
+            created_at: string;
+            ended_at: string | null;
+            /** Format: uuid */
+            id: string;
+            /** Format: int64 */
+            max_attempts: number;
+            name: string | null;
+            /** @description its place in the queue (1: next) while queued or recovering */
+            queue_position: number | null;
+            queued_until: string | null;
+            /** @description why it waits or how it ended (`queue_timeout: ...`, `workload_exited: ...`, `attempts_exhausted`) */
+            reason: string | null;
+            retry_on_failure: boolean;
+            /** @description the session of its latest attempt */
+            session_id: string | null;
+            /** @description token amount as a decimal string */
+            spend_cap: string;
+            /** @description what its ended attempts cost together */
+            spent: string;
+            /** @enum {string} */
+            state: "queued" | "placing" | "running" | "recovering" | "succeeded" | "failed" | "cancelled";
+            terms: {
+                /**
+                 * Format: int32
+                 * @description how many GPUs of one machine
+                 */
+                gpu_count: number;
+                /** @description a GPU model (`H100`: billing's model key, or the driver's name); any when absent */
+                gpu_model?: string;
+                /** @description the most the job pays per GPU-hour (tokens) */
+                max_price_per_gpu_hour: string & (unknown & unknown);
+                /** @description the machine's reliability score, at least */
+                min_reliability?: number;
+                /**
+                 * Format: int32
+                 * @description every GPU has at least this VRAM (MB)
+                 */
+                min_vram_mb?: number;
+                /** @description the machine's location, case-insensitive */
+                region?: string;
+            };
+            updated_at: string;
+            /** Format: uuid */
+            user_id: string;
+            /** Format: uuid */
+            wallet_id: string;
+            workload: components["schemas"]["WorkloadSpec"];
+        };
+        JobList: components["schemas"]["Job"][];
+        /** @description A job to run: its terms (what a machine must offer), its workload (a command or an image, not idle) and its limits */
+        JobSubmit: {
+            /**
+             * Format: int32
+             * @description how many GPUs of one machine
+             */
+            gpu_count: number;
+            /** @description a GPU model (`H100`: billing's model key, or the driver's name); any when absent */
+            gpu_model?: string;
+            /**
+             * Format: int32
+             * @description sessions the job may run as in all, recoveries included (default `jobs.default_max_attempts`)
+             */
+            max_attempts?: number;
+            /** @description the most the job pays per GPU-hour (tokens) */
+            max_price_per_gpu_hour: string & (unknown & unknown);
+            /** @description the machine's reliability score, at least */
+            min_reliability?: number;
+            /**
+             * Format: int32
+             * @description every GPU has at least this VRAM (MB)
+             */
+            min_vram_mb?: number;
+            /** @description a name of the renter's, shown with the job */
+            name?: string;
+            /**
+             * Format: int32
+             * @description end the job (`failed`, queue_timeout) if no machine took it within this long; none: it waits
+             */
+            queue_timeout_seconds?: number;
+            /** @description the machine's location, case-insensitive */
+            region?: string;
+            /**
+             * @description place it again when its workload fails or exits non-zero (else the job fails)
+             * @default false
+             */
+            retry_on_failure?: boolean;
+            /** @description the most all its attempts together may cost */
+            spend_cap: string & (unknown & unknown);
+            /**
+             * Format: uuid
+             * @description the renter's wallet that pays every attempt
+             */
+            wallet_id: string;
+            workload: components["schemas"]["WorkloadSpecInput"];
+        };
         NewWallet: {
             /**
              * Format: uuid
@@ -1827,7 +2008,16 @@ export interface components {
             /** @enum {string} */
             state: "preparing" | "running" | "exited" | "failed" | "stopped";
         };
-        /** @description What the session runs on its GPUs: a command in the sandbox, or an image in a container */
+        /**
+         * @description What the session runs on its GPUs: a command in the sandbox, or an image in a container
+         * @example {
+         *       "command": [
+         *         "python3",
+         *         "train.py"
+         *       ],
+         *       "max_runtime_seconds": 3600
+         *     }
+         */
         WorkloadSpec: {
             /** @description the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command */
             command?: string[];
@@ -1872,7 +2062,16 @@ export interface components {
                 prefix: string;
             };
         };
-        /** @description What the session runs on its GPUs: a command in the sandbox, or an image in a container */
+        /**
+         * @description What the session runs on its GPUs: a command in the sandbox, or an image in a container
+         * @example {
+         *       "command": [
+         *         "python3",
+         *         "train.py"
+         *       ],
+         *       "max_runtime_seconds": 3600
+         *     }
+         */
         WorkloadSpecInput: {
             /** @description the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command */
             command?: string[];
@@ -2330,6 +2529,147 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listJobs: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
+                /** @description queued, placing, running, recovering, succeeded, failed, cancelled, or open */
+                state?: ("queued" | "placing" | "running" | "recovering" | "succeeded" | "failed" | "cancelled" | "open")[];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    submitJob: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry: the first answer is replayed for the same key and parameters */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JobSubmit"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description job ID */
+                jobID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    cancelJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description job ID */
+                jobID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

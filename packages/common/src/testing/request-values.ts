@@ -197,8 +197,8 @@ export function candidates(s: Schema, random: () => number): unknown[] {
 }
 
 /**
- * A value the document accepts for `schema`: the first such candidate; for an object, its required fields (each a
- * sample of its own); undefined when none is found.
+ * A value the document accepts for `schema`: the first such candidate; for an object, its first example the document
+ * accepts, else its required fields (each a sample of its own); undefined when none is found.
  */
 export function sampleOf(
   schema: Schema,
@@ -208,6 +208,9 @@ export function sampleOf(
 ): unknown {
   if (depth > 8) return undefined;
   if (typesOf(schema).includes('object') || schema.properties) {
+    // An object whose fields hang together (a workload: a command or an image) says so by its examples.
+    const example = schema.examples?.find((e) => accepts(schema, e));
+    if (example !== undefined) return example;
     const out: Json = {};
     for (const name of (schema.required as string[] | undefined) ?? []) {
       const sub = schema.properties?.[name];

@@ -113,6 +113,35 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
       return (await fetchRecord(providerId, correlationId))?.ownerId ?? null;
     },
     provider: fetchRecord,
+    async offers(q) {
+      const query = {
+        sort: 'price' as const,
+        limit: q.limit,
+        min_free_gpus: q.minFreeGpus,
+        ...(q.gpuModel !== undefined ? { gpu_model: q.gpuModel } : {}),
+        ...(q.minVramMb !== undefined ? { min_vram: q.minVramMb } : {}),
+        ...(q.maxPrice !== undefined ? { max_price: q.maxPrice } : {}),
+        ...(q.minReliability !== undefined ? { min_reliability: q.minReliability } : {}),
+        ...(q.region !== undefined ? { region: q.region } : {}),
+      };
+      const result = await client.GET('/offers', { params: { query: query as never } }).catch((err: unknown) => {
+        throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
+      });
+      if (!result.data) {
+        const problem = (result.error ?? {}) as { code?: string; detail?: string };
+        throw billingErrors.registryUnavailable(
+          `the provider registry answered ${result.response.status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
+        );
+      }
+      return result.data.map((o) => ({
+        providerId: o.provider_id,
+        modelKey: o.model_key,
+        freeGpus: o.free_gpus,
+        vramMb: o.vram_mb,
+        pricePerGpuHour: o.price_per_gpu_hour,
+        reliability: o.reliability.score,
+      }));
+    },
   };
 }
 

@@ -328,7 +328,56 @@ interface ReachLinkTable {
   seen_at: Date;
 }
 
+export type JobState = 'queued' | 'placing' | 'running' | 'recovering' | 'succeeded' | 'failed' | 'cancelled';
+
+/** A renter's job (migration 0028; domain/jobs/). */
+export interface JobTable {
+  id: string;
+  user_id: string;
+  wallet_id: string;
+  name: string | null;
+  /** The submit's `Idempotency-Key` (unique per user). */
+  idempotency_key: string | null;
+  /** What a machine must offer (domain/jobs/job.ts `JobTerms`). */
+  terms: ColumnType<unknown, string, string>;
+  /** The workload each attempt runs (a `WorkloadSpec`). */
+  workload: ColumnType<unknown, string, string>;
+  max_attempts: number;
+  retry_on_failure: boolean;
+  spend_cap: Money;
+  state: JobState;
+  reason: string | null;
+  attempts: Generated<number>;
+  /** The session of the attempt placed last (null before the first). */
+  session_id: string | null;
+  /** What its ended attempts cost together. */
+  spent: ColumnType<string, string | undefined, string>;
+  /** Not placed before this (a failed try waits a little). */
+  place_after: Timestamp;
+  /** A placement under way ends by then (a placer killed mid-way: another takes the job over). */
+  placing_until: Date | null;
+  /** A queued job still unplaced then ends (null: it waits as long as it takes). */
+  queued_until: Date | null;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  ended_at: Date | null;
+}
+
+/** One session a job ran as (migration 0028). */
+export interface JobAttemptTable {
+  job_id: string;
+  n: number;
+  session_id: string;
+  provider_id: string;
+  started_at: Timestamp;
+  ended_at: Date | null;
+  cost: Money | null;
+  end_reason: string | null;
+}
+
 export interface BillingDB {
+  jobs: JobTable;
+  job_attempts: JobAttemptTable;
   provider_rates: ProviderRatesTable;
   rental_sessions: RentalSessionTable;
   session_workloads: SessionWorkloadTable;

@@ -27,6 +27,30 @@ export interface ProviderRecord {
   daemonClientId: string | null;
 }
 
+/** What a job asks of the market (the registry's offer search). */
+interface OfferQuery {
+  /** Billing's model key or a driver's name (`H100`). */
+  gpuModel?: string;
+  minFreeGpus: number;
+  minVramMb?: number;
+  /** Tokens per GPU-hour. */
+  maxPrice?: string;
+  minReliability?: number;
+  region?: string;
+  limit: number;
+}
+
+/** A group of free GPUs on an idle machine, priced as billing charges them now (the registry's `Offer`). */
+export interface MarketOffer {
+  providerId: string;
+  /** Billing's model key of the group (what a rental of it names). */
+  modelKey: string;
+  freeGpus: number;
+  vramMb: number;
+  pricePerGpuHour: string;
+  reliability: number;
+}
+
 export interface ProviderDirectory {
   /**
    * The user who owns the provider machine, or null when the registry does not know it (remembered for a while: a
@@ -35,4 +59,6 @@ export interface ProviderDirectory {
   ownerOf(providerId: string, correlationId?: string): Promise<string | null>;
   /** The machine's record as of now (never cached), or null when the registry does not know it; 503 as above. */
   provider(providerId: string, correlationId?: string): Promise<ProviderRecord | null>;
+  /** The market's offers that meet the query, cheapest first (one page); 503 as above. */
+  offers(query: OfferQuery): Promise<MarketOffer[]>;
 }

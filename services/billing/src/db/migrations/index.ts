@@ -27,6 +27,7 @@ import { workloadRefusedOutputsMigration } from './0024-workload-refused-outputs
 import { sessionTraceContextMigration } from './0025-session-trace-context.ts';
 import { reachLinksMigration } from './0026-reach-links.ts';
 import { reachUsageMigration } from './0027-reach-usage.ts';
+import { jobsMigration } from './0028-jobs.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -57,5 +58,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0025-session-trace-context': sessionTraceContextMigration,
     '0026-reach-links': reachLinksMigration,
     '0027-reach-usage': reachUsageMigration,
+    '0028-jobs': jobsMigration(scale),
   };
 }

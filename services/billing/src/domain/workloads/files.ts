@@ -214,6 +214,16 @@ const parseSpec = (spec: unknown): WorkloadSpec =>
   workloadSpecSchema.parse(typeof spec === 'string' ? JSON.parse(spec) : spec);
 
 /**
+ * An API key's caller reaches the renter's storage through a workload only with the storage scopes too: a key of
+ * `sessions` alone starts no workload that reads the renter's objects or writes into their storage.
+ */
+export function assertWorkloadScopes(ctx: BillingContext, actor: Principal, workload: WorkloadSpec): void {
+  if (!actor.scopes) return;
+  if (workload.inputs.length > 0) assertScope(actor, 'storage:read');
+  if (ctx.storage || workload.output) assertScope(actor, 'storage:write');
+}
+
+/**
  * Starts a session that runs a workload: its files settled first (storage asked, as the renter, before any money
  * moves), under the session's own ID. Only the renter (or an admin or service) names whose storage it reads: a
  * caller starting for someone else is refused before storage is asked anything.
@@ -223,17 +233,12 @@ export async function startWorkloadSession(
   asked: StartSessionInput & { workload: WorkloadSpec },
   idem: KeyClaim<SessionStart> | null,
 ): Promise<SessionStart> {
-  // An API key's caller reaches the renter's storage through a workload only with the storage scopes too: a key of
-  // `sessions` alone starts no workload that reads the renter's objects or writes into their storage.
-  if (asked.actor.scopes) {
-    if (asked.workload.inputs.length > 0) assertScope(asked.actor, 'storage:read');
-    if (ctx.storage || asked.workload.output) assertScope(asked.actor, 'storage:write');
-  }
+  assertWorkloadScopes(ctx, asked.actor, asked.workload);
   const renterId = renterOf(asked);
   if (!mayActFor(asked.actor, renterId)) {
     throw errors.forbidden(`a session of user ${renterId} is started by that user`, 'NOT_RENTER');
   }
-  const sessionId = randomUUID();
+  const sessionId = asked.sessionId ?? randomUUID();
   const workload = await settleWorkloadFiles(ctx, renterId, sessionId, asked.workload, asked.correlationId);
   return startSession(ctx, { ...asked, sessionId, workload }, idem);
 }

@@ -1,6 +1,7 @@
 /** Workloads: what a session runs on its GPUs, and how its states bill the session. */
 
 export {
+  assertWorkloadScopes,
   grantWorkloadFiles,
   logRefs,
   MAX_OUTPUT_FILES,

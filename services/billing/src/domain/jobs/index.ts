@@ -1,0 +1,6 @@
+/** Jobs: what a renter wants run and on what terms; billing places, follows and recovers them. */
+
+export { followJobs } from './follow.ts';
+export type { Job } from './job.ts';
+export { placeJobs } from './place.ts';
+export { cancelJob, jobList, readJob, submitJob } from './submit.ts';

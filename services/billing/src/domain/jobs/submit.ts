@@ -1,0 +1,184 @@
+/**
+ * A renter's side of jobs: submitting one (queued, holding nothing), reading and listing theirs, and cancelling one
+ * (its running session, if any, ends at once and is billed for what ran).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  AppError,
+  errors,
+  isPrivileged,
+  type KeysetPosition,
+  type Page,
+  type Principal,
+  type WorkloadSpec,
+} from '@gpu/common';
+import {
+  attemptsOf,
+  endAttempt,
+  findJob,
+  findJobByKey,
+  insertJob,
+  type JobRow,
+  listJobs,
+  queuePositions,
+  updateJob,
+} from '../../db/job-repository.ts';
+import type { JobState } from '../../db/schema.ts';
+import { isUniqueViolation } from '../../db/unique-violation.ts';
+import type { BillingContext } from '../context.ts';
+import { keysetPage } from '../keyset.ts';
+import { Dec } from '../ledger/index.ts';
+import { endSession, renterOf } from '../sessions/index.ts';
+import { walletFor } from '../wallets/index.ts';
+import { assertWorkloadScopes } from '../workloads/index.ts';
+import { isEnded, type Job, type JobTerms } from './job.ts';
+
+export interface SubmitJobInput {
+  actor: Principal;
+  walletId: string;
+  name?: string;
+  terms: JobTerms;
+  workload: WorkloadSpec;
+  maxAttempts: number;
+  retryOnFailure: boolean;
+  spendCap: Dec;
+  /** Seconds it may wait in the queue before it is placed (none: as long as it takes). */
+  queueTimeoutSeconds?: number;
+  idempotencyKey?: string;
+}
+
+const jobNotFound = (id: string) => errors.notFound('JOB_NOT_FOUND', `job ${id} not found`);
+
+/** The job with its attempts and its place in the queue. */
+async function jobOf(ctx: BillingContext, rows: JobRow[]): Promise<Job[]> {
+  const ids = rows.map((r) => r.id);
+  const [attempts, positions] = await Promise.all([attemptsOf(ctx.db, ids), queuePositions(ctx.db, ids)]);
+  return rows.map((row) => ({
+    row,
+    terms: row.terms as JobTerms,
+    workload: row.workload as WorkloadSpec,
+    attempts: attempts.filter((a) => a.job_id === row.id),
+    queuePosition: positions.get(row.id) ?? null,
+  }));
+}
+
+/** Queues a job for the calling renter; a submit sent again with its key answers the job it made (`replayed`). */
+export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Promise<{ job: Job; replayed: boolean }> {
+  const userId = renterOf({ actor: input.actor });
+  if (input.idempotencyKey) {
+    const earlier = await findJobByKey(ctx.db, userId, input.idempotencyKey);
+    if (earlier) return { job: (await jobOf(ctx, [earlier]))[0]!, replayed: true };
+  }
+  if (input.workload.idle) {
+    throw errors.badRequest('IDLE_JOB', 'a job runs a program that ends: give its command or image, not idle');
+  }
+  assertWorkloadScopes(ctx, input.actor, input.workload);
+  const wallet = await walletFor(ctx, input.actor, input.walletId);
+  if (wallet.ownerType !== 'user' || wallet.ownerId !== userId) {
+    throw errors.forbidden(`wallet ${wallet.id} is not a renter's wallet of user ${userId}`, 'NOT_WALLET_HOLDER');
+  }
+  if (!ctx.providers) {
+    throw new AppError(
+      'conflict',
+      'JOBS_NEED_A_REGISTRY',
+      'billing places jobs through the provider registry, and none is configured (provider_registry.url)',
+    );
+  }
+  const now = ctx.now();
+  try {
+    const row = await insertJob(ctx.db, {
+      id: randomUUID(),
+      user_id: userId,
+      wallet_id: wallet.id,
+      name: input.name ?? null,
+      idempotency_key: input.idempotencyKey ?? null,
+      terms: JSON.stringify(input.terms),
+      workload: JSON.stringify(input.workload),
+      max_attempts: input.maxAttempts,
+      retry_on_failure: input.retryOnFailure,
+      spend_cap: input.spendCap.toFixed(ctx.scale),
+      state: 'queued',
+      reason: 'waiting for a machine',
+      session_id: null,
+      place_after: now,
+      placing_until: null,
+      queued_until:
+        input.queueTimeoutSeconds === undefined ? null : new Date(now.getTime() + input.queueTimeoutSeconds * 1000),
+      created_at: now,
+      updated_at: now,
+      ended_at: null,
+    });
+    return { job: (await jobOf(ctx, [row]))[0]!, replayed: false };
+  } catch (err) {
+    // The same key sent twice at once: the other submit made the job.
+    if (input.idempotencyKey && isUniqueViolation(err, 'jobs_idempotency')) {
+      const earlier = await findJobByKey(ctx.db, userId, input.idempotencyKey);
+      if (earlier) return { job: (await jobOf(ctx, [earlier]))[0]!, replayed: true };
+    }
+    throw err;
+  }
+}
+
+/** The job, for its renter (or an admin or service); 404 for anyone else, as for an unknown job. */
+async function ownJob(ctx: BillingContext, actor: Principal, id: string): Promise<JobRow> {
+  const row = await findJob(ctx.db, id);
+  if (!row || !(isPrivileged(actor) || (actor.kind === 'user' && actor.subject === row.user_id))) throw jobNotFound(id);
+  return row;
+}
+
+export async function readJob(ctx: BillingContext, actor: Principal, id: string): Promise<Job> {
+  return (await jobOf(ctx, [await ownJob(ctx, actor, id)]))[0]!;
+}
+
+/** The caller's jobs (an admin's or service's: everyone's), newest first. */
+export async function jobList(
+  ctx: BillingContext,
+  actor: Principal,
+  f: { states?: JobState[]; limit: number; after?: KeysetPosition },
+): Promise<Page<Job>> {
+  const userId = isPrivileged(actor) ? undefined : renterOf({ actor });
+  const rows = await listJobs(ctx.db, { userId, states: f.states, after: f.after, limit: f.limit + 1 });
+  const page = keysetPage(rows, f.limit);
+  return { items: await jobOf(ctx, page.items), nextCursor: page.nextCursor };
+}
+
+/**
+ * Cancels the job: it is placed no more, and a session it runs ends now (billed for its started minutes, the rest of
+ * its hold released). Cancelling an ended job changes nothing and answers it as it is.
+ */
+export async function cancelJob(
+  ctx: BillingContext,
+  actor: Principal,
+  id: string,
+  correlationId?: string,
+): Promise<Job> {
+  await ownJob(ctx, actor, id);
+  const running = await ctx.db.transaction().execute(async (trx) => {
+    const row = (await findJob(trx, id, true))!;
+    if (isEnded(row.state)) return null;
+    const now = ctx.now();
+    await updateJob(trx, id, {
+      state: 'cancelled',
+      reason: 'cancelled by its renter',
+      placing_until: null,
+      ended_at: now,
+      updated_at: now,
+    });
+    // A placement under way ends the session it starts (place.ts); a running one is ended here.
+    return row.state === 'running' ? row.session_id : null;
+  });
+  if (running) {
+    const end = await endSession(ctx, running, { status: 'completed', reason: 'job_cancelled' }, correlationId);
+    const cost = end.billingRecord?.total_cost ?? '0';
+    await ctx.db.transaction().execute(async (trx) => {
+      const row = (await findJob(trx, id, true))!;
+      await endAttempt(trx, id, running, {
+        ended_at: end.session.ended_at ?? ctx.now(),
+        cost,
+        end_reason: end.session.end_reason ?? 'job_cancelled',
+      });
+      await updateJob(trx, id, { spent: new Dec(row.spent).plus(cost).toFixed(ctx.scale) });
+    });
+  }
+  return readJob(ctx, actor, id);
+}

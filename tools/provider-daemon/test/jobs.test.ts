@@ -1,0 +1,235 @@
+/**
+ * Jobs against the real auth service, registry, billing and daemons running workloads in the sandbox: billing's
+ * placer finds a job a machine from the registry's offers, starts its session, follows it to its end, and places it
+ * again on another machine when its machine fails it. The placer runs here as billing's background runs it (a round
+ * of following, then placing), every 200 ms.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { followJobs, placeJobs } from '../../../services/billing/src/domain/jobs/index.ts';
+import { type Renter, until, useWorkloadRig } from './support/workload-rig.ts';
+
+const rig = useWorkloadRig();
+const SETTINGS = { place_interval: '200ms', placing_timeout: '60s', retry_interval: '200ms' };
+type Machine = Awaited<ReturnType<typeof rig.machine>>;
+let machines: Machine[] = [];
+const runners: { stop(): Promise<void> }[] = [];
+let placer: NodeJS.Timeout | undefined;
+
+/** A round as billing's background runs it. */
+async function round() {
+  await followJobs(rig.billing.ctx);
+  await placeJobs(rig.billing.ctx, SETTINGS);
+}
+
+beforeAll(async () => {
+  const service = await rig.platform.machineClient('service');
+  // The platform's prices, as billing announces them: the market lists machines once it has them.
+  const prices = await rig.platform.registry.app.inject({
+    method: 'PUT',
+    url: '/prices',
+    headers: { authorization: `Bearer ${await service.get()}` },
+    payload: {
+      occurred_at: new Date().toISOString(),
+      base_rates: { default: '0.25' },
+      vram_rate_per_gb_hour: '0.02',
+      power_rate_per_watt_hour: '0.001',
+    },
+  });
+  expect(prices.statusCode, prices.body).toBe(200);
+  machines = [await rig.machine(), await rig.machine()];
+  for (const m of machines) {
+    const runner = m.runner();
+    runner.run();
+    runners.push(runner);
+  }
+  let busy = false;
+  placer = setInterval(() => {
+    if (busy) return;
+    busy = true;
+    round()
+      .catch(() => {})
+      .finally(() => {
+        busy = false;
+      });
+  }, 200);
+}, 60_000);
+
+afterAll(async () => {
+  clearInterval(placer);
+  await Promise.all(runners.map((r) => r.stop()));
+});
+
+// biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
+type JobJson = any;
+
+async function submit(renter: Renter & { walletId: string }, body: Record<string, unknown>, key?: string) {
+  return rig.billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/jobs',
+    headers: { ...renter.headers, ...(key ? { 'idempotency-key': key } : {}) },
+    payload: { wallet_id: renter.walletId, gpu_count: 1, max_price_per_gpu_hour: '100', spend_cap: '5', ...body },
+  });
+}
+
+async function job(renter: Renter, id: string): Promise<JobJson> {
+  const res = await rig.billing.app.inject({ url: `/api/v1/billing/jobs/${id}`, headers: renter.headers });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json();
+}
+
+const ended = (j: JobJson) => ['succeeded', 'failed', 'cancelled'].includes(j.state);
+
+describe('jobs', () => {
+  it('places a job on a machine that meets its terms, runs it and ends succeeded, billed for its attempt', {
+    timeout: 60_000,
+  }, async () => {
+    const renter = await rig.renter();
+    const res = await submit(renter, {
+      name: 'hello',
+      gpu_count: 2,
+      gpu_model: 'H100',
+      workload: { command: ['sh', '-c', 'echo "on $CUDA_VISIBLE_DEVICES"; sleep 1'], max_runtime_seconds: 60 },
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    const submitted = res.json();
+    expect(submitted).toMatchObject({ state: 'queued', name: 'hello', attempts: [], spent: '0.000000' });
+    const done = await until(() => job(renter, submitted.id), ended, 40_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded', reason: null });
+    expect(done.attempts).toHaveLength(1);
+    const [a] = done.attempts;
+    expect(machines.map((m) => m.providerId)).toContain(a.provider_id);
+    expect(a).toMatchObject({ n: 1, end_reason: 'workload_exited' });
+    expect(done.spent).toBe(a.cost);
+    // The attempt is a session of the renter's, on 2 GPUs, whose workload printed its GPUs.
+    const session = await rig.billing.app.inject({
+      url: `/api/v1/billing/sessions/${a.session_id}/workload`,
+      headers: renter.headers,
+    });
+    expect(session.json()).toMatchObject({ state: 'exited', exit_code: 0 });
+    // Listed among the renter's jobs, and nobody else's.
+    const mine = await rig.billing.app.inject({ url: '/api/v1/billing/jobs', headers: renter.headers });
+    expect(mine.json().map((j: JobJson) => j.id)).toEqual([submitted.id]);
+    const other = await rig.renter();
+    expect(
+      (await rig.billing.app.inject({ url: `/api/v1/billing/jobs/${submitted.id}`, headers: other.headers })).json(),
+    ).toMatchObject({ status: 404, code: 'JOB_NOT_FOUND' });
+    const cancel = await rig.billing.app.inject({
+      method: 'POST',
+      url: `/api/v1/billing/jobs/${submitted.id}/cancel`,
+      headers: other.headers,
+    });
+    expect(cancel.statusCode).toBe(404);
+  });
+
+  it('fails a job whose workload exits non-zero, and answers a submit sent again with its key with the same job', {
+    timeout: 60_000,
+  }, async () => {
+    const renter = await rig.renter();
+    const key = randomUUID();
+    const body = { workload: { command: ['sh', '-c', 'exit 3'], max_runtime_seconds: 60 } };
+    const first = await submit(renter, body, key);
+    const again = await submit(renter, body, key);
+    expect(again.statusCode).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.json().id).toBe(first.json().id);
+    const done = await until(() => job(renter, first.json().id), ended, 40_000);
+    expect(done).toMatchObject({ state: 'failed', reason: 'workload_exited: the workload exited with 3' });
+    expect(done.attempts).toHaveLength(1);
+  });
+
+  it('keeps a job no offer fits queued with why and its place, holding nothing; cancelling ends it', {
+    timeout: 30_000,
+  }, async () => {
+    const renter = await rig.renter();
+    const res = await submit(renter, {
+      max_price_per_gpu_hour: '0.000001',
+      workload: { command: ['true'], max_runtime_seconds: 60 },
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    const id = res.json().id;
+    const waiting = await until(
+      () => job(renter, id),
+      (j) => j.reason !== 'waiting for a machine',
+      10_000,
+    );
+    expect(waiting).toMatchObject({ state: 'queued', reason: 'no offer meets its terms now' });
+    expect(waiting.queue_position).toBeGreaterThanOrEqual(1);
+    const balance = await rig.billing.app.inject({
+      url: `/api/v1/wallet/${renter.walletId}/balance`,
+      headers: renter.headers,
+    });
+    expect(balance.json()).toMatchObject({ available: '100.000000', locked: '0.000000' });
+    const cancelled = await rig.billing.app.inject({
+      method: 'POST',
+      url: `/api/v1/billing/jobs/${id}/cancel`,
+      headers: renter.headers,
+    });
+    expect(cancelled.json()).toMatchObject({ state: 'cancelled', reason: 'cancelled by its renter', attempts: [] });
+  });
+
+  it('places a job again on the other machine when its machine takes the session back, billing both attempts', {
+    timeout: 90_000,
+  }, async () => {
+    const renter = await rig.renter();
+    const res = await submit(renter, {
+      max_attempts: 3,
+      workload: { command: ['sh', '-c', 'sleep 4'], max_runtime_seconds: 60 },
+    });
+    const id = res.json().id;
+    const running = await until(
+      () => job(renter, id),
+      (j) => j.state === 'running',
+      30_000,
+    );
+    const first = running.attempts[0];
+    // The machine's own daemon ends the session under the job: the provider's fault.
+    const owner = machines.find((m) => m.providerId === first.provider_id)!;
+    const taken = await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: { authorization: `Bearer ${await owner.deps.token.get()}` },
+      payload: { session_id: first.session_id },
+    });
+    expect(taken.statusCode, taken.body).toBe(200);
+    const done = await until(() => job(renter, id), ended, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded' });
+    expect(done.attempts).toHaveLength(2);
+    expect(done.attempts[0]).toMatchObject({ end_reason: 'provider_ended' });
+    expect(done.attempts[1].provider_id).not.toBe(first.provider_id);
+    const costs = done.attempts.map((a: JobJson) => Number(a.cost));
+    expect(Number(done.spent)).toBeCloseTo(costs[0] + costs[1], 6);
+  });
+
+  it('two placers at once place each of 12 jobs once', { timeout: 120_000 }, async () => {
+    clearInterval(placer);
+    const renter = await rig.renter();
+    const ids: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const res = await submit(renter, {
+        spend_cap: '1',
+        workload: { command: ['sleep', '1'], max_runtime_seconds: 60 },
+      });
+      ids.push(res.json().id);
+    }
+    const racing = async () => {
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline) {
+        await round();
+        const open = (await Promise.all(ids.map((id) => job(renter, id)))).filter((j) => !ended(j));
+        if (open.length === 0) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    await Promise.all([racing(), racing()]);
+    const jobs = await Promise.all(ids.map((id) => job(renter, id)));
+    expect(jobs.map((j) => j.state)).toEqual(ids.map(() => 'succeeded'));
+    expect(jobs.map((j) => j.attempts.length)).toEqual(ids.map(() => 1));
+    const sessions = await rig.billing.db
+      .selectFrom('rental_sessions')
+      .select(['job_id'])
+      .where('job_id', 'in', ids)
+      .execute();
+    expect(sessions).toHaveLength(12);
+  });
+});
