@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type ClientRole, UNCHECKED_PRINCIPAL } from '@gpu/common';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { clientCredentials, type TokenSource } from '../../packages/client/src/index.ts';
 import { insertUser } from '../../services/auth/src/db/user-repository.ts';
 import { createClient } from '../../services/auth/src/domain/clients.ts';
@@ -96,4 +96,21 @@ export function useAuthAndRegistry(
   });
   afterAll(() => platform.registry?.close());
   return platform;
+}
+
+/** Gives the registry the platform's prices, as billing announces them: the market lists machines once it has them. */
+export async function priceTheMarket(platform: AuthAndRegistry): Promise<void> {
+  const service = await platform.machineClient('service');
+  const prices = await platform.registry.app.inject({
+    method: 'PUT',
+    url: '/prices',
+    headers: { authorization: `Bearer ${await service.get()}` },
+    payload: {
+      occurred_at: new Date().toISOString(),
+      base_rates: { default: '0.25' },
+      vram_rate_per_gb_hour: '0.02',
+      power_rate_per_watt_hour: '0.001',
+    },
+  });
+  expect(prices.statusCode, prices.body).toBe(200);
 }

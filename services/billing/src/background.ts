@@ -182,11 +182,17 @@ export async function startBackground(
   }
 
   // Jobs (domain/jobs/): ended attempts settled, then due jobs placed, every `jobs.place_interval`.
+  // Also at once when woken (a job submitted, a session ended, a machine's status changed: ctx.state.wakeJobs).
   if (ctx.providers) {
     every(durationMs(config.jobs.place_interval), 'placing jobs failed; will retry', async () => {
-      await followJobs(ctx);
+      // Each half on its own: a failure following never holds back placing.
+      await followJobs(ctx, config.jobs).catch((err) =>
+        ctx.logger.warn({ err: (err as Error).message }, 'following jobs failed; will retry'),
+      );
       await placeJobs(ctx, config.jobs);
     });
+    const jobs = rounds.at(-1)!;
+    ctx.state.wakeJobs = () => jobs.wake();
   }
 
   return {
@@ -229,22 +235,41 @@ class Round {
   private readonly timer: NodeJS.Timeout | undefined;
   /** The run going on, if any. */
   running: Promise<unknown> | undefined;
+  /** Woken while running: run again once this run is over. */
+  private again = false;
+  private stopped = false;
 
-  constructor(work: () => Promise<unknown>, failed: (err: unknown) => void, ms: number) {
-    this.timer =
-      ms > 0
-        ? setInterval(() => {
-            this.running ??= work()
-              .catch(failed)
-              .finally(() => {
-                this.running = undefined;
-              });
-          }, ms)
-        : undefined;
+  constructor(
+    private readonly work: () => Promise<unknown>,
+    private readonly failed: (err: unknown) => void,
+    ms: number,
+  ) {
+    this.timer = ms > 0 ? setInterval(() => this.run(), ms) : undefined;
     this.timer?.unref();
   }
 
+  private run(): void {
+    if (this.running || this.stopped) return;
+    this.running = this.work()
+      .catch(this.failed)
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.run();
+        }
+      });
+  }
+
+  /** Runs now, or again right after the run going on (a round with no interval is never woken). */
+  wake(): void {
+    if (this.timer === undefined) return;
+    if (this.running) this.again = true;
+    else this.run();
+  }
+
   stop(): void {
+    this.stopped = true;
     clearInterval(this.timer);
   }
 }

@@ -378,17 +378,17 @@ function table(): Record<string, AccessRule> {
       },
       expect: { admin: 201, service: 201, others: 403 },
     },
-    // The scheduler (a platform service) and admins hold GPUs for a renter; this billing has no registry, so the
-    // privileged get as far as the machine (409), everyone else is refused first.
+    // The scheduler's own client, platform services and admins hold GPUs for a renter; this billing has no registry,
+    // so they get as far as the machine (409), everyone else is refused first.
     'POST /api/v1/billing/reservations': {
       request: () => ({
         payload: { user_id: callers.owner.id, provider_id: providerId, gpu_model: 'H100', gpu_count: 1 },
       }),
-      expect: { admin: 409, service: 409, others: 403 },
+      expect: { admin: 409, service: 409, scheduler: 409, others: 403 },
     },
     'DELETE /api/v1/billing/reservations/:reservationID': {
       request: () => ({ url: `/api/v1/billing/reservations/${crypto.randomUUID()}` }),
-      expect: { admin: 404, service: 404, others: 403 },
+      expect: { admin: 404, service: 404, scheduler: 404, others: 403 },
     },
     // Users read their own storage charges (scoped), with their own token; the privileged anyone's.
     'GET /api/v1/billing/storage-usage': {

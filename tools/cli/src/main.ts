@@ -12,6 +12,7 @@ import { ApiError } from '@gpu/client';
 import { Command, CommanderError } from 'commander';
 import { DEFAULT_URL, ExitStatus, type Globals, UsageError } from './cli.ts';
 import { accountCommands } from './commands/account.ts';
+import { jobCommands } from './commands/jobs.ts';
 import { marketCommands } from './commands/market.ts';
 import { providerCommands } from './commands/provider.ts';
 import { reachCommands } from './commands/reach.ts';
@@ -33,6 +34,7 @@ function build(): Command {
   sshKeyCommands(program);
   marketCommands(program);
   sessionCommands(program);
+  jobCommands(program);
   reachCommands(program);
   storageCommands(program);
   walletCommands(program);

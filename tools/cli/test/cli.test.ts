@@ -10,11 +10,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { NoopPublisher } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertEmailToken } from '../../../services/auth/src/db/email-token-repository.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
+import { startBackground } from '../../../services/billing/src/background.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
+import type { ProviderDaemon } from '../../provider-daemon/src/daemon.ts';
 import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
 import { containerSettings, testImage } from '../../provider-daemon/test/support/containers.ts';
 import { useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
@@ -60,6 +63,7 @@ let provider: User;
 let walletId = '';
 let machineId = '';
 let runner: WorkloadRunner;
+let daemon: ProviderDaemon;
 
 beforeAll(async () => {
   const billing = rig.billing.app.server.address();
@@ -94,6 +98,7 @@ beforeAll(async () => {
     // With container mode too, as the test setup made it possible (Podman, its busybox image on the machine).
     const m = await rig.machine(containerSettings);
     machineId = m.providerId;
+    daemon = m.daemon;
     runner = m.runner();
     runner.run();
   } finally {
@@ -220,6 +225,66 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect((await renter.gpu(['end', plainId!])).code).toBe(0);
     // A rate below the machine's price is refused, nothing rented.
     refused(await renter.gpu(['rent', ...rental(), '--max-rate', '0.000001']), 'PRICE_NOT_ACCEPTED');
+  });
+
+  it('submits a job with gpu jobs submit, follows it to its end with gpu jobs logs -f, lists, shows and cancels jobs', {
+    timeout: 90_000,
+  }, async () => {
+    // The market lists the machine once it has the platform's prices and the machine is online; billing's own
+    // background places the jobs.
+    await rig.priceTheMarket();
+    await daemon.heartbeat();
+    const beat = setInterval(() => daemon.heartbeat().catch(() => {}), 5_000);
+    const background = await startBackground(rig.billing.ctx, rig.billing.config, new NoopPublisher(), undefined, null);
+    try {
+      const terms = ['--wallet', walletId, '--gpu-model', 'H100', '--spend-cap', '5'];
+      const submitted = answer(
+        await renter.gpu([
+          'jobs',
+          'submit',
+          ...terms,
+          '--max-price',
+          '100',
+          '--name',
+          'cli-job',
+          '--json',
+          '--',
+          'sh',
+          '-c',
+          'echo step; echo note >&2',
+        ]),
+      );
+      expect(submitted).toMatchObject({ state: 'queued', name: 'cli-job', attempts: [] });
+      const followed = await renter.gpu(['jobs', 'logs', submitted.id, '-f']);
+      expect(followed.code, followed.stderr).toBe(0);
+      expect(followed.stdout).toBe('step\n');
+      expect(followed.stderr).toMatch(/^note\njob succeeded; spent \d+\.\d+\n$/);
+      const shown = answer(await renter.gpu(['jobs', 'show', submitted.id, '--json']));
+      expect(shown).toMatchObject({ state: 'succeeded', reason: null });
+      expect(shown.attempts.map((a: { provider_id: string }) => a.provider_id)).toEqual([machineId]);
+      const table = await renter.gpu(['jobs', 'show', submitted.id]);
+      expect(table.stdout).toContain('succeeded');
+      expect(table.stdout).toContain(shown.attempts[0].session_id);
+      const listed = answer(await renter.gpu(['jobs', 'list', '--state', 'succeeded', '--json']));
+      expect(listed.map((j: { id: string }) => j.id)).toContain(submitted.id);
+      // Terms no machine could meet: refused, naming what is missing; with --wait-for-capacity, queued.
+      const nine = ['jobs', 'submit', ...terms, '--gpus', '9', '--max-price', '100'];
+      refused(await renter.gpu([...nine, '--', 'true']), 'NO_MACHINE_COULD_MEET');
+      const waiting = answer(await renter.gpu([...nine, '--wait-for-capacity', '--json', '--', 'true']));
+      expect(waiting).toMatchObject({ state: 'queued' });
+      const cancelled = answer(await renter.gpu(['jobs', 'cancel', waiting.id, '--json']));
+      expect(cancelled).toMatchObject({ state: 'cancelled', reason: 'cancelled by its renter' });
+      // A job that fails: jobs logs -f exits 1 and says why.
+      const failing = answer(
+        await renter.gpu(['jobs', 'submit', ...terms, '--max-price', '100', '--json', '--', 'sh', '-c', 'exit 4']),
+      );
+      const failed = await renter.gpu(['jobs', 'logs', failing.id, '-f']);
+      expect(failed.code).toBe(1);
+      expect(failed.stderr).toContain('job failed (workload_exited: the workload exited with 4)');
+    } finally {
+      clearInterval(beat);
+      await background.stop();
+    }
   });
 
   it("shows the wallet's history page by page, and how to deposit or withdraw (refused here: no chain)", async () => {

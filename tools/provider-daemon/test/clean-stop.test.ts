@@ -18,7 +18,7 @@ import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startRegistryEventsConsumer } from '../../../services/billing/src/adapters/registry-events-consumer.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
-import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
+import { priceTheMarket, useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
 
 const platform = useAuthAndRegistry({}, { nats: true });
@@ -47,19 +47,7 @@ beforeAll(async () => {
   stopEvents = () => events.stop();
   const service = await platform.machineClient('service');
   asPlatform = async () => ({ authorization: `Bearer ${await service.get()}` });
-  // The platform's prices, as billing announces them: the market lists machines once it has them.
-  const prices = await platform.registry.app.inject({
-    method: 'PUT',
-    url: '/prices',
-    headers: await asPlatform(),
-    payload: {
-      occurred_at: new Date().toISOString(),
-      base_rates: { default: '0.25' },
-      vram_rate_per_gb_hour: '0.02',
-      power_rate_per_watt_hour: '0.001',
-    },
-  });
-  expect(prices.statusCode, prices.body).toBe(200);
+  await priceTheMarket(platform);
 });
 afterAll(async () => {
   for (const child of running) child.kill('SIGKILL');

@@ -1,62 +1,46 @@
 /**
  * Jobs against the real auth service, registry, billing and daemons running workloads in the sandbox: billing's
  * placer finds a job a machine from the registry's offers, starts its session, follows it to its end, and places it
- * again on another machine when its machine fails it. The placer runs here as billing's background runs it (a round
- * of following, then placing), every 200 ms.
+ * again on another machine when its machine fails it. Billing's own background runs the placer, with an interval of
+ * an hour: every placement and settlement here is woken (a job submitted, a workload's end reported, a session
+ * ended), as they are on a platform between its rounds.
  */
 import { randomUUID } from 'node:crypto';
+import { NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Background, startBackground } from '../../../services/billing/src/background.ts';
+import { addAttempt, sessionJobId } from '../../../services/billing/src/db/job-repository.ts';
 import { followJobs, placeJobs } from '../../../services/billing/src/domain/jobs/index.ts';
+import { Dec } from '../../../services/billing/src/domain/ledger/index.ts';
+import { startWorkloadSession } from '../../../services/billing/src/domain/workloads/index.ts';
 import { type Renter, until, useWorkloadRig } from './support/workload-rig.ts';
 
-const rig = useWorkloadRig();
-const SETTINGS = { place_interval: '200ms', placing_timeout: '60s', retry_interval: '200ms' };
+const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '200ms' };
+const rig = useWorkloadRig({ billing: { jobs: JOBS } });
 type Machine = Awaited<ReturnType<typeof rig.machine>>;
 let machines: Machine[] = [];
 const runners: { stop(): Promise<void> }[] = [];
-let placer: NodeJS.Timeout | undefined;
-
-/** A round as billing's background runs it. */
-async function round() {
-  await followJobs(rig.billing.ctx);
-  await placeJobs(rig.billing.ctx, SETTINGS);
-}
+let background: Background | undefined;
+let heartbeats: NodeJS.Timeout | undefined;
 
 beforeAll(async () => {
-  const service = await rig.platform.machineClient('service');
-  // The platform's prices, as billing announces them: the market lists machines once it has them.
-  const prices = await rig.platform.registry.app.inject({
-    method: 'PUT',
-    url: '/prices',
-    headers: { authorization: `Bearer ${await service.get()}` },
-    payload: {
-      occurred_at: new Date().toISOString(),
-      base_rates: { default: '0.25' },
-      vram_rate_per_gb_hour: '0.02',
-      power_rate_per_watt_hour: '0.001',
-    },
-  });
-  expect(prices.statusCode, prices.body).toBe(200);
+  await rig.priceTheMarket();
   machines = [await rig.machine(), await rig.machine()];
   for (const m of machines) {
     const runner = m.runner();
     runner.run();
     runners.push(runner);
   }
-  let busy = false;
-  placer = setInterval(() => {
-    if (busy) return;
-    busy = true;
-    round()
-      .catch(() => {})
-      .finally(() => {
-        busy = false;
-      });
-  }, 200);
+  // The machines stay online (and offered) however long the file runs.
+  heartbeats = setInterval(() => {
+    for (const m of machines) m.daemon.heartbeat().catch(() => {});
+  }, 5_000);
+  background = await startBackground(rig.billing.ctx, rig.billing.config, new NoopPublisher(), undefined, null);
 }, 60_000);
 
 afterAll(async () => {
-  clearInterval(placer);
+  clearInterval(heartbeats);
+  await background?.stop();
   await Promise.all(runners.map((r) => r.stop()));
 });
 
@@ -168,6 +152,37 @@ describe('jobs', () => {
     expect(cancelled.json()).toMatchObject({ state: 'cancelled', reason: 'cancelled by its renter', attempts: [] });
   });
 
+  it('refuses terms no registered machine could meet, naming what is missing, unless asked to wait', async () => {
+    const renter = await rig.renter();
+    const workload = { command: ['true'], max_runtime_seconds: 60 };
+    const nine = await submit(renter, { gpu_count: 9, gpu_model: 'H100', workload });
+    expect(nine.statusCode, nine.body).toBe(409);
+    expect(nine.json()).toMatchObject({
+      code: 'NO_MACHINE_COULD_MEET',
+      detail: 'no registered machine has 9 H100 GPUs: ask for less, or set wait_for_capacity',
+    });
+    const model = await submit(renter, { gpu_model: 'B200', workload });
+    expect(model.json()).toMatchObject({
+      code: 'NO_MACHINE_COULD_MEET',
+      detail: 'no registered machine has a GPU of model B200: ask for less, or set wait_for_capacity',
+    });
+    const vram = await submit(renter, { min_vram_mb: 200_000, workload });
+    expect(vram.json().detail).toBe(
+      'no registered machine has 1 GPUs with at least 200000 MB each: ask for less, or set wait_for_capacity',
+    );
+    // Nothing was queued for them.
+    const list = await rig.billing.app.inject({ url: '/api/v1/billing/jobs', headers: renter.headers });
+    expect(list.json()).toEqual([]);
+    const waiting = await submit(renter, { gpu_count: 9, wait_for_capacity: true, workload });
+    expect(waiting.statusCode, waiting.body).toBe(201);
+    expect(waiting.json()).toMatchObject({ state: 'queued' });
+    await rig.billing.app.inject({
+      method: 'POST',
+      url: `/api/v1/billing/jobs/${waiting.json().id}/cancel`,
+      headers: renter.headers,
+    });
+  });
+
   it('places a job again on the other machine when its machine takes the session back, billing both attempts', {
     timeout: 90_000,
   }, async () => {
@@ -201,8 +216,97 @@ describe('jobs', () => {
     expect(Number(done.spent)).toBeCloseTo(costs[0] + costs[1], 6);
   });
 
-  it('two placers at once place each of 12 jobs once', { timeout: 120_000 }, async () => {
-    clearInterval(placer);
+  it('takes over a session a placer started before it died, and a cancel ends it, keeping its cost', {
+    timeout: 60_000,
+  }, async () => {
+    const renter = await rig.renter();
+    // Nothing places it (no offer is that cheap): then a placer that died mid-way is played out by hand.
+    const res = await submit(renter, {
+      max_price_per_gpu_hour: '0.000001',
+      workload: { command: ['sleep', '30'], max_runtime_seconds: 60 },
+    });
+    const id = res.json().id;
+    await until(
+      () => job(renter, id),
+      (j) => j.reason !== 'waiting for a machine',
+      10_000,
+    );
+    const sessionId = randomUUID();
+    const db = rig.billing.db;
+    await db.transaction().execute(async (trx) => {
+      await trx
+        .updateTable('jobs')
+        .set({ state: 'placing', placing_until: new Date(Date.now() - 1000) })
+        .where('id', '=', id)
+        .execute();
+      await addAttempt(trx, {
+        job_id: id,
+        session_id: sessionId,
+        provider_id: machines[0]!.providerId,
+        started_at: new Date(),
+      });
+    });
+    await startWorkloadSession(
+      rig.billing.ctx,
+      {
+        actor: UNCHECKED_PRINCIPAL,
+        userId: renter.id,
+        walletId: renter.walletId,
+        providerId: machines[0]!.providerId,
+        jobId: sessionJobId(id),
+        sessionId,
+        gpuModel: 'H100',
+        gpuCount: 1,
+        requestedVramMb: 0,
+        estimatedPowerW: 0,
+        acceptedHourlyRate: '100',
+        spendCap: new Dec('5'),
+        workload: { command: ['sleep', '30'], max_runtime_seconds: 60, env: {}, inputs: [], network: false },
+      },
+      null,
+    );
+    await followJobs(rig.billing.ctx, JOBS);
+    const adopted = await job(renter, id);
+    expect(adopted).toMatchObject({ state: 'running', session_id: sessionId });
+    expect(adopted.attempts).toHaveLength(1);
+    // A renter's own session can never pass for a job's.
+    const named = await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/start-session',
+      headers: renter.headers,
+      payload: {
+        wallet_id: renter.walletId,
+        provider_id: machines[1]!.providerId,
+        job_id: sessionJobId(id),
+        gpu_model: 'H100',
+        gpu_count: 1,
+        accepted_hourly_rate: '100',
+      },
+    });
+    expect(named.statusCode).toBe(400);
+    expect(named.json().errors[0].path).toBe('body.job_id');
+    const cancelled = await rig.billing.app.inject({
+      method: 'POST',
+      url: `/api/v1/billing/jobs/${id}/cancel`,
+      headers: renter.headers,
+    });
+    const after = cancelled.json();
+    expect(after).toMatchObject({ state: 'cancelled' });
+    expect(after.attempts[0]).toMatchObject({ session_id: sessionId, end_reason: 'job_cancelled' });
+    expect(after.attempts[0].cost).not.toBeNull();
+    expect(after.spent).toBe(after.attempts[0].cost);
+    const session = await rig.billing.app.inject({
+      url: `/api/v1/billing/sessions/${sessionId}/workload`,
+      headers: renter.headers,
+    });
+    expect(session.json().session.status).not.toBe('active');
+  });
+
+  it("two placers at once (and the background's) place each of 12 jobs once", { timeout: 120_000 }, async () => {
+    const round = async () => {
+      await followJobs(rig.billing.ctx, JOBS);
+      await placeJobs(rig.billing.ctx, JOBS);
+    };
     const renter = await rig.renter();
     const ids: string[] = [];
     for (let i = 0; i < 12; i++) {
@@ -228,7 +332,7 @@ describe('jobs', () => {
     const sessions = await rig.billing.db
       .selectFrom('rental_sessions')
       .select(['job_id'])
-      .where('job_id', 'in', ids)
+      .where('job_id', 'in', ids.map(sessionJobId))
       .execute();
     expect(sessions).toHaveLength(12);
   });

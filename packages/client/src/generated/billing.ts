@@ -136,7 +136,7 @@ export interface paths {
         put?: never;
         /**
          * Submit a job: what to run and on what terms; billing places it on the cheapest machine that meets them
-         * @description Queued at once, holding nothing: the placer then starts a session for it on the cheapest offer that meets its terms (`max_price_per_gpu_hour` is the price the renter accepts), follows it, and places it again on another machine when its machine fails it, while it has `max_attempts` and `spend_cap` left (the cap bounds all attempts together). Sent again with the same `Idempotency-Key`, the job it made is answered (`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload; 403 NOT_WALLET_HOLDER for a wallet not the renter's; 409 JOBS_NEED_A_REGISTRY when billing runs without the provider registry.
+         * @description Queued at once, holding nothing: the placer then starts a session for it on the cheapest offer that meets its terms (`max_price_per_gpu_hour` is the price the renter accepts), follows it, and places it again on another machine when its machine fails it, while it has `max_attempts` and `spend_cap` left (the cap bounds all attempts together). Sent again with the same `Idempotency-Key`, the job it made is answered (`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload; 403 NOT_WALLET_HOLDER for a wallet not the renter's; 409 NO_MACHINE_COULD_MEET when no registered machine could ever meet the terms (naming what is missing; `wait_for_capacity` queues it all the same), JOBS_NEED_A_REGISTRY when billing runs without the provider registry.
          */
         post: operations["submitJob"];
         delete?: never;
@@ -236,7 +236,7 @@ export interface paths {
         put?: never;
         /**
          * Hold N of a machine's GPUs for a renter for a short time (the scheduler)
-         * @description The GPUs are chosen as a start would choose them (the lowest-indexed free healthy GPUs of the model; 409 GPU_GROUP_TOO_SMALL below the machine's `min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when not enough are free) and held until `expires_at`: no other start or reservation gets them. The renter's `POST /billing/start-session` with `reservation_id` rents exactly these GPUs; unused, they are free again at `expires_at`. Reserving costs nothing. Only platform services and admins.
+         * @description The GPUs are chosen as a start would choose them (the lowest-indexed free healthy GPUs of the model; 409 GPU_GROUP_TOO_SMALL below the machine's `min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when not enough are free) and held until `expires_at`: no other start or reservation gets them. The renter's `POST /billing/start-session` with `reservation_id` rents exactly these GPUs; unused, they are free again at `expires_at`. Reserving costs nothing. Only the scheduler's client, platform services and admins.
          */
         post: operations["reserveGpus"];
         delete?: never;
@@ -1270,6 +1270,11 @@ export interface components {
             /** @description the most all its attempts together may cost */
             spend_cap: string & (unknown & unknown);
             /**
+             * @description queue it even when no registered machine could ever meet its terms (else 409 NO_MACHINE_COULD_MEET)
+             * @default false
+             */
+            wait_for_capacity?: boolean;
+            /**
              * Format: uuid
              * @description the renter's wallet that pays every attempt
              */
@@ -1681,8 +1686,8 @@ export interface components {
             gpu_count?: number;
             /** @description the GPU model to rent, e.g. "H100" (matched by model key); may be left out when the machine's GPUs are all of one model or a reservation names the GPUs (400 GPU_MODEL_REQUIRED otherwise) */
             gpu_model?: string;
-            /** @description the renter's or scheduler's job (one running session per job); default: the session's own ID */
-            job_id?: string;
+            /** @description the renter's or scheduler's job (one running session per job); default: the session's own ID. Not `job:...`: those are the sessions of the platform's jobs */
+            job_id?: string & unknown;
             /** @description the former name of `spend_cap`, still accepted (400 when both are sent) */
             max_total_spend?: string & (unknown & unknown);
             /** Format: uuid */
@@ -2015,6 +2020,9 @@ export interface components {
          *         "python3",
          *         "train.py"
          *       ],
+         *       "env": {},
+         *       "inputs": [],
+         *       "network": false,
          *       "max_runtime_seconds": 3600
          *     }
          */
@@ -2069,6 +2077,9 @@ export interface components {
          *         "python3",
          *         "train.py"
          *       ],
+         *       "env": {},
+         *       "inputs": [],
+         *       "network": false,
          *       "max_runtime_seconds": 3600
          *     }
          */

@@ -127,12 +127,7 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
       const result = await client.GET('/offers', { params: { query: query as never } }).catch((err: unknown) => {
         throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
       });
-      if (!result.data) {
-        const problem = (result.error ?? {}) as { code?: string; detail?: string };
-        throw billingErrors.registryUnavailable(
-          `the provider registry answered ${result.response.status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
-        );
-      }
+      if (!result.data) throw unexpectedAnswer(result);
       return result.data.map((o) => ({
         providerId: o.provider_id,
         modelKey: o.model_key,
@@ -142,7 +137,28 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         reliability: o.reliability.score,
       }));
     },
+    async anyMachineHas(q) {
+      const query = {
+        limit: 1,
+        min_gpus: q.minGpus,
+        ...(q.gpuModel !== undefined ? { gpu_model: q.gpuModel } : {}),
+        ...(q.minVramMb !== undefined ? { min_vram: q.minVramMb } : {}),
+      };
+      const result = await client.GET('/providers', { params: { query: query as never } }).catch((err: unknown) => {
+        throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
+      });
+      if (!result.data) throw unexpectedAnswer(result);
+      return result.data.length > 0;
+    },
   };
+}
+
+/** A registry answer without the body asked for: 503, naming what it said. */
+function unexpectedAnswer(result: { response: Response; error?: unknown }) {
+  const problem = (result.error ?? {}) as { code?: string; detail?: string };
+  return billingErrors.registryUnavailable(
+    `the provider registry answered ${result.response.status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
+  );
 }
 
 /** The registry configured in `provider_registry`, or null when its URL is empty. */

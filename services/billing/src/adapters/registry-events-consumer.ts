@@ -85,6 +85,8 @@ export function startRegistryEventsConsumer(opts: RegistryEventsConsumerOptions)
         occurredAt: new Date(event.occurred_at),
         correlationId,
       });
+      // A machine back (its GPUs offered again) or gone (its jobs to place elsewhere): the jobs round runs now.
+      opts.ctx.state.wakeJobs();
       return 'ack';
     },
     logger: opts.logger,

@@ -37,10 +37,6 @@ export async function attemptsOf(db: Db, jobIds: readonly string[]): Promise<Job
   return db.selectFrom('job_attempts').selectAll().where('job_id', 'in', jobIds).orderBy('n').execute();
 }
 
-export async function insertAttempt(db: Db, row: Insertable<JobAttemptTable>): Promise<void> {
-  await db.insertInto('job_attempts').values(row).execute();
-}
-
 export async function endAttempt(
   db: Db,
   jobId: string,
@@ -76,25 +72,8 @@ export async function claimJobsToPlace(trx: Transaction<BillingDB>, now: Date, l
     .execute();
 }
 
-/** Running jobs whose session has ended, locked (skipping those another follower holds). */
-export async function claimEndedRunningJobs(trx: Transaction<BillingDB>, limit: number): Promise<JobRow[]> {
-  return trx
-    .selectFrom('jobs')
-    .selectAll('jobs')
-    .where('jobs.state', '=', 'running')
-    .where(({ exists, selectFrom }) =>
-      exists(
-        selectFrom('rental_sessions as s')
-          .select('s.id')
-          .whereRef('s.id', '=', 'jobs.session_id')
-          .where('s.status', 'in', ['completed', 'terminated']),
-      ),
-    )
-    .limit(limit)
-    .forUpdate()
-    .skipLocked()
-    .execute();
-}
+/** The `job_id` of a job's sessions: a name start-session refuses to its callers (routes/sessions.ts). */
+export const sessionJobId = (jobId: string) => `job:${jobId}`;
 
 /** The job's session that runs now (one at most: `rental_sessions_running_job`), if any. */
 export async function runningSessionOfJob(
@@ -104,30 +83,109 @@ export async function runningSessionOfJob(
   return db
     .selectFrom('rental_sessions')
     .select(['id', 'provider_id'])
-    .where('job_id', '=', jobId)
+    .where('job_id', '=', sessionJobId(jobId))
     .where('status', 'in', ['active', 'grace_period'])
     .executeTakeFirst();
 }
 
-/** How the session ended: its billing record's cost and reason, and its workload's end. */
+/** The attempt whose session this is, locked. */
+export async function findAttempt(trx: Transaction<BillingDB>, sessionId: string): Promise<JobAttemptRow | undefined> {
+  return trx.selectFrom('job_attempts').selectAll().where('session_id', '=', sessionId).forUpdate().executeTakeFirst();
+}
+
+/** Writes the next attempt of the job (numbered after its last) and counts it on the job. */
+export async function addAttempt(
+  trx: Transaction<BillingDB>,
+  row: Omit<Insertable<JobAttemptTable>, 'n'>,
+): Promise<number> {
+  const last = await trx
+    .selectFrom('job_attempts')
+    .select((eb) => eb.fn.max('n').as('n'))
+    .where('job_id', '=', row.job_id)
+    .executeTakeFirst();
+  const n = Number(last?.n ?? 0) + 1;
+  await trx
+    .insertInto('job_attempts')
+    .values({ ...row, n })
+    .execute();
+  await countAttempts(trx, row.job_id);
+  return n;
+}
+
+/** Takes back an attempt whose session was never started, and counts the job's attempts again. */
+export async function dropAttempt(trx: Transaction<BillingDB>, jobId: string, sessionId: string): Promise<void> {
+  await trx.deleteFrom('job_attempts').where('session_id', '=', sessionId).where('ended_at', 'is', null).execute();
+  await countAttempts(trx, jobId);
+}
+
+async function countAttempts(trx: Transaction<BillingDB>, jobId: string): Promise<void> {
+  await trx
+    .updateTable('jobs')
+    .set((eb) => ({
+      attempts: eb
+        .selectFrom('job_attempts')
+        .select((c) => c.fn.countAll<number>().as('n'))
+        .where('job_id', '=', jobId),
+    }))
+    .where('id', '=', jobId)
+    .execute();
+}
+
+/**
+ * Attempts the follower has to settle, oldest first: not ended, and their session ended, or running while its job
+ * does not follow it (a placer that lost its lease, a job cancelled or failed meanwhile), or never started though
+ * begun before `stale` (its placer died before starting it).
+ */
+export async function attemptsToSettle(
+  db: Db,
+  now: Date,
+  stale: Date,
+  limit: number,
+): Promise<{ job_id: string; session_id: string }[]> {
+  return db
+    .selectFrom('job_attempts as a')
+    .innerJoin('jobs as j', 'j.id', 'a.job_id')
+    .leftJoin('rental_sessions as s', 's.id', 'a.session_id')
+    .select(['a.job_id', 'a.session_id'])
+    .where('a.ended_at', 'is', null)
+    .where((eb) =>
+      eb.or([
+        eb('s.status', 'in', ['completed', 'terminated']),
+        eb.and([
+          eb('s.id', 'is not', null),
+          eb.not(eb.and([eb('j.state', '=', 'running'), eb('j.session_id', '=', eb.ref('a.session_id'))])),
+          eb.not(eb.and([eb('j.state', '=', 'placing'), eb('j.placing_until', '>', now)])),
+        ]),
+        eb.and([eb('s.id', 'is', null), eb('a.started_at', '<', stale)]),
+      ]),
+    )
+    .orderBy('a.started_at')
+    .limit(limit)
+    .execute();
+}
+
+/** The session's state and, once it ended, its cost and reason and its workload's end; undefined: no such session. */
 export async function sessionOutcome(
   db: Db,
   sessionId: string,
-): Promise<{
-  ended_at: Date | null;
-  end_reason: string | null;
-  total_cost: string | null;
-  workload_state: string | null;
-  exit_code: number | null;
-}> {
-  const row = await db
+): Promise<
+  | {
+      status: string;
+      ended_at: Date | null;
+      end_reason: string | null;
+      total_cost: string | null;
+      workload_state: string | null;
+      exit_code: number | null;
+    }
+  | undefined
+> {
+  return db
     .selectFrom('rental_sessions as s')
     .leftJoin('billing_records as b', 'b.session_id', 's.id')
     .leftJoin('session_workloads as w', 'w.session_id', 's.id')
-    .select(['s.ended_at', 's.end_reason', 'b.total_cost', 'w.state as workload_state', 'w.exit_code'])
+    .select(['s.status', 's.ended_at', 's.end_reason', 'b.total_cost', 'w.state as workload_state', 'w.exit_code'])
     .where('s.id', '=', sessionId)
-    .executeTakeFirstOrThrow();
-  return row;
+    .executeTakeFirst();
 }
 
 /** The place of each queued job among all queued jobs (1: next), by when it was queued. */

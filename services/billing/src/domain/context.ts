@@ -66,6 +66,12 @@ export interface BillingState {
   /** Automatic payouts in flight in this instance, by provider wallet (wallets/auto-payout.ts). */
   autoPayouts: Map<string, Promise<unknown>>;
   /**
+   * Runs this instance's jobs round now (background.ts sets it; a no-op without one): called when a job is submitted,
+   * a session ends (its GPUs are free) or a machine's status changes, so queued jobs are placed at once rather than
+   * at the next `jobs.place_interval`.
+   */
+  wakeJobs: () => void;
+  /**
    * GPU-minutes this instance billed (a session's new billed minutes × its GPUs), for `billing_gpu_hours_billed_total`;
    * counted as the session rows are written, each session's minutes once (`minutesCounted`: a batch that failed and
    * is applied again one update at a time counts nothing twice). A transaction rolled back and never applied again
@@ -100,6 +106,7 @@ export function newBillingState(): BillingState {
     ratesJson: new BoundedCache(RATES_CACHE_LIMIT),
     ratePeriods: new BoundedCache(RATES_CACHE_LIMIT),
     autoPayouts: new Map(),
+    wakeJobs: () => {},
     gpuMinutesBilled: 0,
     minutesCounted: new BoundedCache(RATES_CACHE_LIMIT * 64),
   };

@@ -16,8 +16,8 @@ export const USAGE_ROLES: readonly Role[] = ['provider', 'daemon', 'admin', 'ser
 export const PROVIDER_ROLES: readonly Role[] = ['provider', 'admin', 'service'];
 /** Reading a provider's earnings: also its daemon. */
 export const EARNINGS_ROLES: readonly Role[] = ['provider', 'daemon', 'admin', 'service'];
-/** Reserving a machine's GPUs for a renter: the scheduler (a platform service) and admins. */
-export const RESERVATION_ROLES: readonly Role[] = ['admin', 'service'];
+/** Reserving a machine's GPUs for a renter: the platform's scheduler client (its own role), services and admins. */
+export const RESERVATION_ROLES: readonly Role[] = ['admin', 'service', 'scheduler'];
 /** Storage usage reports: the storage service (a platform service) and admins. */
 export const STORAGE_REPORT_ROLES: readonly Role[] = ['admin', 'service'];
 /** Reading storage charges: users (their own) and the privileged. */

@@ -47,6 +47,10 @@ const submitBody = z
       .default(false)
       .describe('place it again when its workload fails or exits non-zero (else the job fails)'),
     spend_cap: positiveAmount.describe('the most all its attempts together may cost'),
+    wait_for_capacity: z
+      .boolean()
+      .default(false)
+      .describe('queue it even when no registered machine could ever meet its terms (else 409 NO_MACHINE_COULD_MEET)'),
     queue_timeout_seconds: z
       .number()
       .int()
@@ -162,10 +166,12 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
           'another machine when its machine fails it, while it has `max_attempts` and `spend_cap` left (the cap ' +
           'bounds all attempts together). Sent again with the same `Idempotency-Key`, the job it made is answered ' +
           '(`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload; 403 NOT_WALLET_HOLDER for a wallet not ' +
-          "the renter's; 409 JOBS_NEED_A_REGISTRY when billing runs without the provider registry.",
+          "the renter's; 409 NO_MACHINE_COULD_MEET when no registered machine could ever meet the terms (naming what " +
+          'is missing; `wait_for_capacity` queues it all the same), JOBS_NEED_A_REGISTRY when billing runs without ' +
+          'the provider registry.',
         headers: idempotencyHeaders,
         body: submitBody,
-        response: { 201: jobSchema, ...problems(400, 403, 404, 409) },
+        response: { 201: jobSchema, ...problems(400, 403, 404, 409, 503) },
       },
     },
     async (request, reply) => {
@@ -191,6 +197,7 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
         retryOnFailure: b.retry_on_failure,
         spendCap: requestAmount(b.spend_cap, ctx.scale, 'body.spend_cap'),
         queueTimeoutSeconds: b.queue_timeout_seconds,
+        waitForCapacity: b.wait_for_capacity,
         idempotencyKey: request.headers['idempotency-key'],
       });
       if (replayed) reply.header('idempotent-replayed', 'true');

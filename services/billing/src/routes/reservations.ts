@@ -50,7 +50,7 @@ export async function reservationRoutes(app: App, deps: RouteDeps) {
           "409 GPU_GROUP_TOO_SMALL below the machine's `min_gpus_per_rental`, 409 PROVIDER_NOT_AVAILABLE when not " +
           "enough are free) and held until `expires_at`: no other start or reservation gets them. The renter's " +
           '`POST /billing/start-session` with `reservation_id` rents exactly these GPUs; unused, they are free ' +
-          'again at `expires_at`. Reserving costs nothing. Only platform services and admins.',
+          "again at `expires_at`. Reserving costs nothing. Only the scheduler's client, platform services and admins.",
         body: reservationBody,
         response: { 201: reservationSchema, ...problems(400, 403, 404, 409, 503) },
       },

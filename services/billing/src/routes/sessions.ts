@@ -47,8 +47,12 @@ const startSessionBody = z
       .string()
       .min(1)
       .max(200)
+      .regex(/^(?!job:)/, "names starting with `job:` are the platform's jobs (POST /billing/jobs)")
       .optional()
-      .describe("the renter's or scheduler's job (one running session per job); default: the session's own ID"),
+      .describe(
+        "the renter's or scheduler's job (one running session per job); default: the session's own ID. Not " +
+          "`job:...`: those are the sessions of the platform's jobs",
+      ),
     ...resourceShape,
     gpu_model: resourceShape.gpu_model
       .optional()

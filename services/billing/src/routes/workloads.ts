@@ -19,7 +19,9 @@ import { sessionSchema } from './session-schemas.ts';
 
 /** A workload spec in a request (`POST /billing/start-session`'s `workload`). */
 export const workloadSpecBody = workloadSpecSchema
-  .meta({ examples: [{ command: ['python3', 'train.py'], max_runtime_seconds: 3600 }] })
+  .meta({
+    examples: [{ command: ['python3', 'train.py'], env: {}, inputs: [], network: false, max_runtime_seconds: 3600 }],
+  })
   .register(schemas, { id: 'WorkloadSpec' });
 
 const STATES = ['pending', 'preparing', 'running', 'exited', 'failed', 'stopped'] as const;

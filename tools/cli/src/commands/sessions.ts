@@ -26,7 +26,17 @@ type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
 /** The longest a workload may run (billing's bound: a week). */
 const MAX_RUNTIME_S = 604_800;
 
-interface RentOptions {
+/** What `workloadOptions` reads. */
+export interface WorkloadOptions {
+  env?: string[];
+  input?: string[];
+  outputPrefix?: string;
+  maxRuntime: number;
+  network?: boolean;
+  image?: string;
+}
+
+interface RentOptions extends WorkloadOptions {
   machine: string;
   gpuModel: string;
   gpus: number;
@@ -34,12 +44,6 @@ interface RentOptions {
   maxRate?: string;
   spendCap?: string;
   idempotencyKey?: string;
-  env?: string[];
-  input?: string[];
-  outputPrefix?: string;
-  maxRuntime: number;
-  network?: boolean;
-  image?: string;
   idle?: boolean;
 }
 
@@ -55,21 +59,31 @@ function seconds(value: string): number {
 
 /** The options of a rental and of its workload, shared by `rent` and `run`. */
 function rentalOptions(command: Command): Command {
+  return workloadOptions(
+    command
+      .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
+      .requiredOption('--gpu-model <model>', 'the model of its GPUs to rent (H100, A100, ...)')
+      .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
+      .requiredOption('--wallet <wallet-id>', 'the wallet that pays')
+      .option(
+        '--max-rate <tokens>',
+        'the most you accept per hour for them all (default: the price quoted now)',
+        amount('--max-rate'),
+      )
+      .option('--spend-cap <tokens>', 'the most the session may cost in all: it ends there', amount('--spend-cap'))
+      .option(
+        '--idempotency-key <key>',
+        'a key of yours for this rental: the same command with the same key again starts no second one',
+      ),
+  ).option(
+    '--idle',
+    'an idle workload to reach with gpu shell and gpu exec (no command of its own; billed as running)',
+  );
+}
+
+/** The options of a workload, shared by rentals and jobs. */
+export function workloadOptions(command: Command): Command {
   return command
-    .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
-    .requiredOption('--gpu-model <model>', 'the model of its GPUs to rent (H100, A100, ...)')
-    .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
-    .requiredOption('--wallet <wallet-id>', 'the wallet that pays')
-    .option(
-      '--max-rate <tokens>',
-      'the most you accept per hour for them all (default: the price quoted now)',
-      amount('--max-rate'),
-    )
-    .option('--spend-cap <tokens>', 'the most the session may cost in all: it ends there', amount('--spend-cap'))
-    .option(
-      '--idempotency-key <key>',
-      'a key of yours for this rental: the same command with the same key again starts no second one',
-    )
     .option('--env <K=V>', 'an environment variable of the workload (repeatable)', collect)
     .option('--input <key>', 'an object of yours the workload reads at /work/inputs/<key> (repeatable)', collect)
     .option('--output-prefix <prefix>', 'where its logs and outputs go in your folder (default sessions/<id>/)')
@@ -81,17 +95,13 @@ function rentalOptions(command: Command): Command {
     )
     .option('--network', 'let the workload reach the network (default: none)')
     .option(
-      '--idle',
-      'an idle workload to reach with gpu shell and gpu exec (no command of its own; billed as running)',
-    )
-    .option(
       '--image <reference>',
       'run an OCI image in a container (the machine needs a container runtime); a command after -- replaces its own',
     );
 }
 
 /** The workload of `argv` and the options, or none (a session without one); a usage error for options without it. */
-function workloadSpec(argv: string[], o: RentOptions): WorkloadSpec | undefined {
+export function workloadSpec(argv: string[], o: WorkloadOptions & { idle?: boolean }): WorkloadSpec | undefined {
   if (o.idle && argv.length > 0) throw new UsageError('--idle runs no command of its own: drop the command after --');
   if (argv.length === 0 && !o.image && !o.idle) {
     if (o.env || o.input || o.outputPrefix || o.network) {

@@ -18,7 +18,11 @@ import { registerAndLogin } from '../../../../services/auth/test/helpers.ts';
 import { base58Encode } from '../../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../../services/billing/test/support/setup.ts';
 import { startService, type TestService } from '../../../../services/storage/test/helpers.ts';
-import { type AuthAndRegistry, useAuthAndRegistry } from '../../../../tests/support/auth-and-registry.ts';
+import {
+  type AuthAndRegistry,
+  priceTheMarket,
+  useAuthAndRegistry,
+} from '../../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../../tests/support/billing-with-registry.ts';
 import { type DaemonConfig, daemonConfigSchema } from '../../src/config.ts';
 import { ProviderDaemon } from '../../src/daemon.ts';
@@ -67,6 +71,8 @@ export interface WorkloadRig {
   /** The session's workload as its renter reads it. */
   // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
   workloadOf(headers: Record<string, string>, id: string): Promise<any>;
+  /** Gives the registry the platform's prices, as billing announces them: the market lists machines once it has them. */
+  priceTheMarket(): Promise<void>;
 }
 
 export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<string, unknown> } = {}): WorkloadRig {
@@ -167,6 +173,7 @@ export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<strin
     async workloadOf(headers, id) {
       return (await rig.billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
     },
+    priceTheMarket: () => priceTheMarket(platform),
   };
 
   beforeAll(async () => {

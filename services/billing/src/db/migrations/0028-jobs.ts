@@ -1,9 +1,10 @@
 /**
  * Billing XXVIII: jobs (domain/jobs/). A job is what a renter wants run, not where: its terms (GPUs, the most it pays
  * per GPU-hour, a minimum reliability), its workload and its spend cap for all its attempts together. Billing's
- * placer finds it a machine, starts a session for it (the session's `job_id` is the job's ID, so at most one session
- * of a job runs: `rental_sessions_running_job`) and follows it; a session that ends for its machine's fault queues
- * the job again. `job_attempts`: each session the job ran as, with its machine, times, cost and end reason.
+ * placer finds it a machine and starts a session for it, whose `job_id` is `job:<the job's ID>` (a name no caller of
+ * start-session may use), so at most one session of a job runs (`rental_sessions_running_job`); it follows the
+ * session, and queues the job again when its machine fails it. `job_attempts`: each session the job ran as (written
+ * before the session is started), with its machine, times, cost and end reason.
  *
  * Frozen: written against Kysely<any>.
  */
@@ -58,6 +59,8 @@ export function jobsMigration(scale: number): Migration {
           end_reason text,
           PRIMARY KEY (job_id, n)
         )`.execute(db);
+      // The attempts the follower settles: those not ended yet.
+      await sql`CREATE INDEX job_attempts_open ON job_attempts (started_at) WHERE ended_at IS NULL`.execute(db);
     },
     // biome-ignore lint/suspicious/noExplicitAny: frozen migrations never use the app's current table types
     async down(db: Kysely<any>) {

@@ -1,46 +1,112 @@
 /**
- * Following running jobs: a job whose session has ended is settled from how it ended. Its workload exited 0: the job
- * succeeded. The machine failed it (went offline, its daemon lost the workload, its owner took it back: the platform's
- * provider-fault reasons): the job is recovering, placed again (another machine first) while it has attempts and
- * spend cap left. The workload failed or exited non-zero: the job failed, unless its renter asked for retries on
- * failure. Its cap or funds ran out: failed. Its renter ended the session by hand: cancelled. Each attempt keeps its
- * cost; the job's `spent` is theirs together.
+ * Following jobs' attempts: each attempt not ended yet is settled once its session has ended, and a session that runs
+ * while its job does not follow it is adopted or ended. One path for every way an attempt can end up:
+ *
+ * - **Its session ended** (its workload's end, its machine's fault, its cap, its renter, a cancel): the attempt keeps
+ *   the session's cost and end reason, and the job's `spent` grows by that cost, once. A job that ran that session
+ *   is decided by how it ended: the workload exited 0, `succeeded`; its machine failed it (went offline, its daemon
+ *   lost the workload, its owner took it back: the platform's provider-fault reasons), `recovering`, placed again
+ *   while attempts and spend cap are left; the workload failed or exited non-zero, `failed` unless its renter asked
+ *   for retries on failure; its runtime, cap or funds ran out, `failed`; its renter ended the session by hand,
+ *   `cancelled`.
+ * - **Its session runs, but its job does not follow it** (a placer lost its lease after starting it, or died): a job
+ *   waiting to be placed adopts it (`running`); a job that ended meanwhile (cancelled, failed) has it ended now.
+ * - **It was never started** (its placer died between writing it and starting the session): ended, `not_started`,
+ *   at no cost, once `jobs.placing_timeout` has passed.
  */
-import { PROVIDER_FAULT_END_REASONS } from '@gpu/common';
-import { claimEndedRunningJobs, endAttempt, type JobRow, sessionOutcome, updateJob } from '../../db/job-repository.ts';
+import { durationMs, PROVIDER_FAULT_END_REASONS } from '@gpu/common';
+import {
+  attemptsToSettle,
+  endAttempt,
+  findAttempt,
+  findJob,
+  type JobRow,
+  sessionOutcome,
+  updateJob,
+} from '../../db/job-repository.ts';
 import type { JobState } from '../../db/schema.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
+import { endSession } from '../sessions/index.ts';
+import { isEnded } from './job.ts';
+import type { JobSettings } from './place.ts';
 
 const FAULTS: ReadonlySet<string> = new Set(PROVIDER_FAULT_END_REASONS);
 
-/** Settles the running jobs whose session ended; how many. */
-export async function followJobs(ctx: BillingContext): Promise<number> {
-  return ctx.db.transaction().execute(async (trx) => {
-    const jobs = await claimEndedRunningJobs(trx, 50);
-    for (const job of jobs) {
-      const sessionId = job.session_id!;
-      const o = await sessionOutcome(trx, sessionId);
-      const cost = o.total_cost ?? '0';
-      const endReason = o.end_reason ?? 'ended';
-      await endAttempt(trx, job.id, sessionId, { ended_at: o.ended_at ?? ctx.now(), cost, end_reason: endReason });
-      const spent = new Dec(job.spent).plus(cost);
-      const [state, reason] = settle(job, spent, endReason, o.workload_state, o.exit_code);
-      const now = ctx.now();
-      await updateJob(trx, job.id, {
-        state,
-        reason,
-        spent: spent.toFixed(ctx.scale),
-        place_after: now,
-        ended_at: state === 'recovering' ? null : now,
-        updated_at: now,
-      });
+/** Settles the attempts that need it; how many were looked at. */
+export async function followJobs(ctx: BillingContext, settings: JobSettings): Promise<number> {
+  const now = ctx.now();
+  const stale = new Date(now.getTime() - durationMs(settings.placing_timeout));
+  const due = await attemptsToSettle(ctx.db, now, stale, 100);
+  for (const a of due) {
+    try {
+      await settleAttempt(ctx, a.job_id, a.session_id, stale);
+    } catch (err) {
+      ctx.logger.warn(
+        { err, job_id: a.job_id, session_id: a.session_id },
+        'settling a job attempt failed; tried again',
+      );
     }
-    return jobs.length;
-  });
+  }
+  return due.length;
 }
 
-function settle(
+/** Settles one attempt (a no-op for one settled already); ends its session first when its job has ended. */
+export async function settleAttempt(ctx: BillingContext, jobId: string, sessionId: string, stale: Date): Promise<void> {
+  const toEnd = await ctx.db.transaction().execute(async (trx) => {
+    const job = await findJob(trx, jobId, true);
+    const attempt = await findAttempt(trx, sessionId);
+    if (!job || !attempt || attempt.ended_at) return null;
+    const now = ctx.now();
+    const o = await sessionOutcome(trx, sessionId);
+    if (!o) {
+      if (attempt.started_at > stale) return null;
+      await endAttempt(trx, jobId, sessionId, { ended_at: now, cost: '0', end_reason: 'not_started' });
+      return null;
+    }
+    if (o.status === 'active' || o.status === 'grace_period') {
+      if (isEnded(job.state)) return job.state;
+      const placing = job.state === 'placing' && job.placing_until !== null && job.placing_until > now;
+      const follows = job.state === 'running' && job.session_id === sessionId;
+      if (!placing && !follows) {
+        await updateJob(trx, jobId, {
+          state: 'running',
+          reason: null,
+          session_id: sessionId,
+          placing_until: null,
+          updated_at: now,
+        });
+      }
+      return null;
+    }
+    const cost = o.total_cost ?? '0';
+    const endReason = o.end_reason ?? 'ended';
+    await endAttempt(trx, jobId, sessionId, { ended_at: o.ended_at ?? now, cost, end_reason: endReason });
+    const spent = new Dec(job.spent).plus(cost);
+    if (!(job.state === 'running' && job.session_id === sessionId)) {
+      await updateJob(trx, jobId, { spent: spent.toFixed(ctx.scale), updated_at: now });
+      return null;
+    }
+    const [state, reason] = nextState(job, spent, endReason, o.workload_state, o.exit_code);
+    await updateJob(trx, jobId, {
+      state,
+      reason,
+      spent: spent.toFixed(ctx.scale),
+      place_after: now,
+      ended_at: state === 'recovering' ? null : now,
+      updated_at: now,
+    });
+    return null;
+  });
+  if (toEnd) {
+    const reason = toEnd === 'cancelled' ? 'job_cancelled' : 'job_ended';
+    await endSession(ctx, sessionId, { status: 'completed', reason });
+    await settleAttempt(ctx, jobId, sessionId, stale);
+  }
+}
+
+/** What the job becomes when the session it ran ended. */
+function nextState(
   job: JobRow,
   spent: Dec,
   endReason: string,
@@ -62,7 +128,7 @@ function settle(
     return job.retry_on_failure ? again(why) : ['failed', why];
   }
   if (endReason === 'workload_max_runtime') return ['failed', 'workload_max_runtime: it ran past its max_runtime'];
+  if (endReason === 'workload_stopped') return ['failed', 'workload_stopped: its machine stopped it'];
   if (endReason === 'spend_cap' || endReason === 'insufficient_funds') return ['failed', endReason];
-  if (endReason === 'job_cancelled') return ['cancelled', 'cancelled by its renter'];
   return ['cancelled', `its session was ended (${endReason})`];
 }

@@ -1,31 +1,34 @@
 /**
- * The placer: billing's scheduler of jobs, a round every `jobs.place_interval` on each instance. Its state is the
- * jobs table, so a placer killed at any moment loses nothing and places nothing twice:
+ * The placer: billing's scheduler of jobs, a round every `jobs.place_interval` on each instance (and at once when
+ * woken: a job submitted, a session ended, a machine's status changed). Its state is the jobs table, so a placer
+ * killed at any moment loses nothing and places nothing twice:
  *
  * - **Claim:** queued and recovering jobs that are due, `FOR UPDATE SKIP LOCKED` (two instances never take one job),
  *   marked `placing` until `placing_until` and committed; a placement whose placer died is taken over after that.
- * - **Place:** the market's offers that meet the job's terms, cheapest first, machines that failed the job last; the
- *   first that starts a session (its `job_id` the job's: at most one session of a job runs, the database's unique
- *   index) wins. The renter's price limit is the session's accepted rate, and what is left of the job's spend cap
- *   the session's cap, so no attempt can spend past the job's. A taker that finds the job's session already running
- *   (its placer died after starting it) adopts it.
- * - **Follow** (follow.ts): a running job whose session ended is settled.
+ * - **Place:** the market's offers that meet the job's terms, cheapest first, machines that failed the job last. For
+ *   each, the attempt is written first (under the job's lock, while this placement still holds it), then the session
+ *   is started: its `job_id` is `job:<the job's ID>`, so at most one session of a job runs (the database's unique
+ *   index) and no renter's own session can pass for one. The renter's price limit is the session's accepted rate,
+ *   and what is left of the job's spend cap the session's cap, so no attempt can spend past the job's. A start
+ *   refused takes its attempt back; a start that succeeded after this placement lost the job is the follower's to
+ *   settle (follow.ts): it adopts the session, or ends it.
  */
 import { randomUUID } from 'node:crypto';
 import { AppError, durationMs, type Principal } from '@gpu/common';
 import {
+  addAttempt,
   attemptsOf,
   claimJobsToPlace,
+  dropAttempt,
   findJob,
-  insertAttempt,
   type JobRow,
   runningSessionOfJob,
+  sessionJobId,
   updateJob,
 } from '../../db/job-repository.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
 import type { MarketOffer } from '../provider-directory.ts';
-import { endSession } from '../sessions/index.ts';
 import { startWorkloadSession } from '../workloads/index.ts';
 import type { JobTerms } from './job.ts';
 
@@ -47,6 +50,8 @@ const PLACER: Principal = Object.freeze({
 const CLAIM = 20;
 /** Offers tried for one job in one round at most. */
 const TRIES = 5;
+/** How long a job whose wallet cannot pay waits before it is tried again (its renter may add funds). */
+const FUNDS_RETRY_MS = 30_000;
 
 /** Errors of a start that mean "not this machine": the next offer is tried. */
 const NEXT_OFFER = new Set([
@@ -65,7 +70,7 @@ export async function placeJobs(ctx: BillingContext, settings: JobSettings): Pro
   const claimed = await ctx.db.transaction().execute(async (trx) => {
     const jobs = await claimJobsToPlace(trx, now, CLAIM);
     for (const job of jobs) await updateJob(trx, job.id, { state: 'placing', placing_until: until, updated_at: now });
-    return jobs;
+    return jobs.map((j) => ({ ...j, state: 'placing' as const, placing_until: until }));
   });
   let placed = 0;
   for (const job of claimed) {
@@ -73,7 +78,9 @@ export async function placeJobs(ctx: BillingContext, settings: JobSettings): Pro
       if (await placeJob(ctx, settings, job, until)) placed += 1;
     } catch (err) {
       ctx.logger.warn({ err, job_id: job.id }, 'placing a job failed; it is tried again');
-      await requeue(ctx, settings, job, until, `placing failed: ${(err as Error).message}`).catch(() => {});
+      await requeue(ctx, job.id, until, `placing failed: ${(err as Error).message}`, settings.retry_interval).catch(
+        () => {},
+      );
     }
   }
   return placed;
@@ -82,20 +89,21 @@ export async function placeJobs(ctx: BillingContext, settings: JobSettings): Pro
 /** Whether the job now runs. */
 async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow, until: Date): Promise<boolean> {
   const now = ctx.now();
-  // Its placer died after starting its session: that session is the attempt.
-  const adopted = await runningSessionOfJob(ctx.db, job.id);
-  if (adopted) return markRunning(ctx, job, until, adopted.id, adopted.provider_id);
-  if (job.queued_until && now > job.queued_until) {
-    await finish(ctx, job, until, 'failed', 'queue_timeout: no machine met its terms before its queue timeout');
+  // Its earlier placer started a session and died (or lost the job) before following it: that session is the attempt.
+  const running = await runningSessionOfJob(ctx.db, job.id);
+  if (running) return markRunning(ctx, job.id, until, running.id);
+  // The queue timeout is a first placement's: a job recovering from a lost machine is placed again however long.
+  if (job.attempts === 0 && job.queued_until && now > job.queued_until) {
+    await finish(ctx, job.id, until, 'queue_timeout: no machine met its terms before its queue timeout');
     return false;
   }
   if (job.attempts >= job.max_attempts) {
-    await finish(ctx, job, until, 'failed', `attempts_exhausted: ${job.attempts} of ${job.max_attempts} used`);
+    await finish(ctx, job.id, until, `attempts_exhausted: ${job.attempts} of ${job.max_attempts} used`);
     return false;
   }
   const left = new Dec(job.spend_cap).minus(job.spent);
   if (left.lte(0)) {
-    await finish(ctx, job, until, 'failed', `spend_cap: ${job.spent} of ${job.spend_cap} spent`);
+    await finish(ctx, job.id, until, `spend_cap: ${job.spent} of ${job.spend_cap} spent`);
     return false;
   }
   const terms = job.terms as JobTerms;
@@ -114,6 +122,7 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
   let why = offers.length === 0 ? 'no offer meets its terms now' : '';
   for (const offer of ordered.slice(0, TRIES)) {
     const sessionId = randomUUID();
+    if (!(await beginAttempt(ctx, job.id, until, sessionId, offer.providerId))) return false;
     try {
       await startWorkloadSession(
         ctx,
@@ -122,7 +131,7 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
           userId: job.user_id,
           walletId: job.wallet_id,
           providerId: offer.providerId,
-          jobId: job.id,
+          jobId: sessionJobId(job.id),
           sessionId,
           gpuModel: offer.modelKey,
           gpuCount: terms.gpu_count,
@@ -135,103 +144,105 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
         null,
       );
     } catch (err) {
+      // Nothing was started (the start's transaction rolled back): the attempt is taken back.
+      await ctx.db.transaction().execute((trx) => dropAttempt(trx, job.id, sessionId));
       const code = err instanceof AppError ? err.code : '';
       if (code === 'SESSION_ALREADY_RUNNING') {
-        const running = await runningSessionOfJob(ctx.db, job.id);
-        if (running) return markRunning(ctx, job, until, running.id, running.provider_id);
+        const other = await runningSessionOfJob(ctx.db, job.id);
+        if (other) return markRunning(ctx, job.id, until, other.id);
       }
       if (NEXT_OFFER.has(code)) {
         why = `${offerText(offer)}: ${(err as Error).message}`;
         continue;
       }
-      if (code === 'SPEND_CAP_TOO_LOW') {
-        await finish(ctx, job, until, 'failed', `spend_cap: ${(err as Error).message}`);
-        return false;
+      const detail = `${code || 'error'}: ${(err as Error).message}`;
+      if (code === 'INSUFFICIENT_FUNDS') {
+        await requeue(ctx, job.id, until, detail, FUNDS_RETRY_MS);
+      } else if (err instanceof AppError && ['invalid', 'forbidden', 'not_found'].includes(err.kind)) {
+        // What no machine changes and waiting does not mend (an input not the renter's, a cap below a minute).
+        await finish(ctx, job.id, until, detail);
+      } else {
+        // The registry or storage unreachable: tried again.
+        await requeue(ctx, job.id, until, detail, settings.retry_interval);
       }
-      // Funds, the registry, storage: nothing another machine changes; tried again later.
-      await requeue(ctx, settings, job, until, `${code || 'error'}: ${(err as Error).message}`);
       return false;
     }
-    return markRunning(ctx, job, until, sessionId, offer.providerId);
+    return markRunning(ctx, job.id, until, sessionId);
   }
-  await requeue(ctx, settings, job, until, why);
+  await requeue(ctx, job.id, until, why, settings.retry_interval);
   return false;
 }
 
 const offerText = (o: MarketOffer) =>
   `machine ${o.providerId} (${o.freeGpus} free ${o.modelKey}, ${o.pricePerGpuHour})`;
 
-/**
- * Records the attempt and the job running, if this placement still holds the job; a job cancelled meanwhile has its
- * new session ended at once.
- */
-async function markRunning(
+/** Whether this placement (the one that set `placing_until` to `until`) still holds the job. */
+const holds = (row: JobRow | undefined, until: Date): row is JobRow =>
+  row?.state === 'placing' && row.placing_until?.getTime() === until.getTime();
+
+/** Writes the attempt about to be started, if this placement still holds the job. */
+async function beginAttempt(
   ctx: BillingContext,
-  job: JobRow,
+  jobId: string,
   until: Date,
   sessionId: string,
   providerId: string,
 ): Promise<boolean> {
+  return ctx.db.transaction().execute(async (trx) => {
+    if (!holds(await findJob(trx, jobId, true), until)) return false;
+    await addAttempt(trx, { job_id: jobId, session_id: sessionId, provider_id: providerId, started_at: ctx.now() });
+    return true;
+  });
+}
+
+/**
+ * The job runs its session, if this placement still holds the job; else the follower settles the session (adopts it
+ * for a job waiting to be placed, ends it for one that ended meanwhile).
+ */
+async function markRunning(ctx: BillingContext, jobId: string, until: Date, sessionId: string): Promise<boolean> {
   const now = ctx.now();
   const kept = await ctx.db.transaction().execute(async (trx) => {
-    const row = await findJob(trx, job.id, true);
-    if (!row || !holds(row, until)) return false;
-    const attempts = await attemptsOf(trx, [job.id]);
-    if (!attempts.some((a) => a.session_id === sessionId)) {
-      await insertAttempt(trx, {
-        job_id: job.id,
-        n: row.attempts + 1,
-        session_id: sessionId,
-        provider_id: providerId,
-        started_at: now,
-        ended_at: null,
-        cost: null,
-        end_reason: null,
-      });
-    }
-    await updateJob(trx, job.id, {
+    if (!holds(await findJob(trx, jobId, true), until)) return false;
+    await updateJob(trx, jobId, {
       state: 'running',
       reason: null,
       session_id: sessionId,
-      attempts: attempts.some((a) => a.session_id === sessionId) ? row.attempts : row.attempts + 1,
       placing_until: null,
       updated_at: now,
     });
     return true;
   });
-  if (!kept) {
-    const row = await findJob(ctx.db, job.id);
-    if (row?.state === 'cancelled') {
-      await endSession(ctx, sessionId, { status: 'completed', reason: 'job_cancelled' });
-    }
-  }
+  if (!kept) ctx.state.wakeJobs();
   return kept;
 }
 
-/** Whether this placement (the one that set `placing_until` to `until`) still holds the job. */
-const holds = (row: JobRow, until: Date) => row.state === 'placing' && row.placing_until?.getTime() === until.getTime();
-
-/** Back to the queue (or to recovering), tried again after `retry_interval`, with why it waits. */
-async function requeue(ctx: BillingContext, settings: JobSettings, job: JobRow, until: Date, why: string) {
+/** Back to the queue (or to recovering), tried again after `retryIn`, with why it waits. */
+async function requeue(ctx: BillingContext, jobId: string, until: Date, why: string, retryIn: string | number) {
   const now = ctx.now();
+  const wait = typeof retryIn === 'number' ? retryIn : durationMs(retryIn);
   await ctx.db.transaction().execute(async (trx) => {
-    const row = await findJob(trx, job.id, true);
-    if (!row || !holds(row, until)) return;
-    await updateJob(trx, job.id, {
+    const row = await findJob(trx, jobId, true);
+    if (!holds(row, until)) return;
+    await updateJob(trx, jobId, {
       state: row.attempts > 0 ? 'recovering' : 'queued',
       reason: why.slice(0, 1000),
       placing_until: null,
-      place_after: new Date(now.getTime() + durationMs(settings.retry_interval)),
+      place_after: new Date(now.getTime() + wait),
       updated_at: now,
     });
   });
 }
 
-async function finish(ctx: BillingContext, job: JobRow, until: Date, state: 'failed', reason: string) {
+async function finish(ctx: BillingContext, jobId: string, until: Date, reason: string) {
   const now = ctx.now();
   await ctx.db.transaction().execute(async (trx) => {
-    const row = await findJob(trx, job.id, true);
-    if (!row || !holds(row, until)) return;
-    await updateJob(trx, job.id, { state, reason, placing_until: null, ended_at: now, updated_at: now });
+    if (!holds(await findJob(trx, jobId, true), until)) return;
+    await updateJob(trx, jobId, {
+      state: 'failed',
+      reason: reason.slice(0, 1000),
+      placing_until: null,
+      ended_at: now,
+      updated_at: now,
+    });
   });
 }

@@ -14,23 +14,24 @@ import {
 } from '@gpu/common';
 import {
   attemptsOf,
-  endAttempt,
   findJob,
   findJobByKey,
   insertJob,
   type JobRow,
   listJobs,
   queuePositions,
+  runningSessionOfJob,
   updateJob,
 } from '../../db/job-repository.ts';
 import type { JobState } from '../../db/schema.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
 import type { BillingContext } from '../context.ts';
 import { keysetPage } from '../keyset.ts';
-import { Dec } from '../ledger/index.ts';
+import type { Dec } from '../ledger/index.ts';
 import { endSession, renterOf } from '../sessions/index.ts';
 import { walletFor } from '../wallets/index.ts';
 import { assertWorkloadScopes } from '../workloads/index.ts';
+import { settleAttempt } from './follow.ts';
 import { isEnded, type Job, type JobTerms } from './job.ts';
 
 export interface SubmitJobInput {
@@ -44,6 +45,8 @@ export interface SubmitJobInput {
   spendCap: Dec;
   /** Seconds it may wait in the queue before it is placed (none: as long as it takes). */
   queueTimeoutSeconds?: number;
+  /** Queue it even when no registered machine could ever meet its terms (one may register later). */
+  waitForCapacity: boolean;
   idempotencyKey?: string;
 }
 
@@ -84,6 +87,7 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
       'billing places jobs through the provider registry, and none is configured (provider_registry.url)',
     );
   }
+  if (!input.waitForCapacity) await assertSomeMachineCould(ctx, input.terms);
   const now = ctx.now();
   try {
     const row = await insertJob(ctx.db, {
@@ -108,6 +112,7 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
       updated_at: now,
       ended_at: null,
     });
+    ctx.state.wakeJobs();
     return { job: (await jobOf(ctx, [row]))[0]!, replayed: false };
   } catch (err) {
     // The same key sent twice at once: the other submit made the job.
@@ -117,6 +122,24 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
     }
     throw err;
   }
+}
+
+/**
+ * Terms no registered machine could meet, whatever it runs now (nine GPUs where the largest has eight, a model no
+ * machine has): 409 naming what is missing, rather than a job that waits for ever.
+ */
+async function assertSomeMachineCould(ctx: BillingContext, t: JobTerms): Promise<void> {
+  const providers = ctx.providers!;
+  const vram = t.min_vram_mb === undefined ? '' : ` with at least ${t.min_vram_mb} MB each`;
+  if (await providers.anyMachineHas({ gpuModel: t.gpu_model, minGpus: t.gpu_count, minVramMb: t.min_vram_mb })) return;
+  const model = t.gpu_model === undefined ? 'GPUs' : `${t.gpu_model} GPUs`;
+  const why =
+    t.gpu_model !== undefined && !(await providers.anyMachineHas({ gpuModel: t.gpu_model, minGpus: 1 }))
+      ? `no registered machine has a GPU of model ${t.gpu_model}`
+      : `no registered machine has ${t.gpu_count} ${model}${vram}`;
+  throw new AppError('conflict', 'NO_MACHINE_COULD_MEET', `${why}: ask for less, or set wait_for_capacity`, {
+    extra: { gpu_count: t.gpu_count, gpu_model: t.gpu_model ?? null, min_vram_mb: t.min_vram_mb ?? null },
+  });
 }
 
 /** The job, for its renter (or an admin or service); 404 for anyone else, as for an unknown job. */
@@ -144,7 +167,8 @@ export async function jobList(
 
 /**
  * Cancels the job: it is placed no more, and a session it runs ends now (billed for its started minutes, the rest of
- * its hold released). Cancelling an ended job changes nothing and answers it as it is.
+ * its hold released, the cost kept with its attempt). Cancelling an ended job changes nothing but ending a session of
+ * it still running, and answers it as it is.
  */
 export async function cancelJob(
   ctx: BillingContext,
@@ -153,9 +177,9 @@ export async function cancelJob(
   correlationId?: string,
 ): Promise<Job> {
   await ownJob(ctx, actor, id);
-  const running = await ctx.db.transaction().execute(async (trx) => {
+  await ctx.db.transaction().execute(async (trx) => {
     const row = (await findJob(trx, id, true))!;
-    if (isEnded(row.state)) return null;
+    if (isEnded(row.state)) return;
     const now = ctx.now();
     await updateJob(trx, id, {
       state: 'cancelled',
@@ -164,21 +188,12 @@ export async function cancelJob(
       ended_at: now,
       updated_at: now,
     });
-    // A placement under way ends the session it starts (place.ts); a running one is ended here.
-    return row.state === 'running' ? row.session_id : null;
   });
+  // Whatever state the job was in (running, or placing with a session just started): its session ends now.
+  const running = await runningSessionOfJob(ctx.db, id);
   if (running) {
-    const end = await endSession(ctx, running, { status: 'completed', reason: 'job_cancelled' }, correlationId);
-    const cost = end.billingRecord?.total_cost ?? '0';
-    await ctx.db.transaction().execute(async (trx) => {
-      const row = (await findJob(trx, id, true))!;
-      await endAttempt(trx, id, running, {
-        ended_at: end.session.ended_at ?? ctx.now(),
-        cost,
-        end_reason: end.session.end_reason ?? 'job_cancelled',
-      });
-      await updateJob(trx, id, { spent: new Dec(row.spent).plus(cost).toFixed(ctx.scale) });
-    });
+    await endSession(ctx, running.id, { status: 'completed', reason: 'job_cancelled' }, correlationId);
+    await settleAttempt(ctx, id, running.id, new Date(0));
   }
   return readJob(ctx, actor, id);
 }

@@ -10,7 +10,7 @@
  * it works out itself), so that offers and `free_gpus` count its GPUs as taken while it lasts.
  */
 import { randomUUID } from 'node:crypto';
-import { errors, isPrivileged, type Principal } from '@gpu/common';
+import { errors, hasRole, isPrivileged, type Principal } from '@gpu/common';
 import { findReservation, insertLeases, lockMachineGpus, releaseReservation } from '../../db/gpu-lease-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
@@ -44,9 +44,12 @@ export interface Reservation {
 
 const mayNotReserve = () => errors.forbidden('only platform services reserve GPUs for a renter', 'ROLE_REQUIRED');
 
+/** The scheduler's own client (least privilege: reserving, nothing else of a service's) and the privileged. */
+const mayReserve = (actor: Principal) => isPrivileged(actor) || hasRole(actor, 'scheduler');
+
 /** Holds the GPUs for the renter until `ttlMs` from now; 409 as a start when the machine cannot give them. */
 export async function reserveGpus(ctx: BillingContext, input: ReservationInput): Promise<Reservation> {
-  if (!isPrivileged(input.actor)) throw mayNotReserve();
+  if (!mayReserve(input.actor)) throw mayNotReserve();
   if (!ctx.providers) {
     throw billingErrors.providerNotAvailable(
       input.providerId,
@@ -88,7 +91,7 @@ export async function cancelReservation(
   reservationId: string,
   correlationId?: string,
 ): Promise<void> {
-  if (!isPrivileged(actor)) throw mayNotReserve();
+  if (!mayReserve(actor)) throw mayNotReserve();
   const id = reservationId.toLowerCase();
   await ctx.db.transaction().execute(async (trx) => {
     const found = await findReservation(trx, id);

@@ -74,6 +74,8 @@ export async function endSession(
   if (!end.alreadyEnded && new Dec(end.billingRecord.provider_earnings).gt(0)) {
     void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
   }
+  // Its GPUs are free, and a job it ran is settled: the jobs round runs now.
+  if (!end.alreadyEnded) ctx.state.wakeJobs();
   return end;
 }
 

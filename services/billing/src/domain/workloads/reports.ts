@@ -96,7 +96,7 @@ export async function reportWorkload(
   report: WorkloadReport,
   correlationId?: string,
 ): Promise<{ session: SessionRow; workload: Workload }> {
-  return ctx.db.transaction().execute(async (trx) => {
+  const reported = await ctx.db.transaction().execute(async (trx) => {
     const session = await loadSession(trx, sessionId, true);
     if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
     const row = await findWorkload(trx, sessionId);
@@ -133,6 +133,9 @@ export async function reportWorkload(
     }
     return endWorkload(ctx, trx, session, row, report, correlationId);
   });
+  // Its session ended with it: a job it ran is settled now, and its GPUs are free for queued jobs.
+  if (reported.session.ended_at) ctx.state.wakeJobs();
+  return reported;
 }
 
 /** Records the workload's end and ends its session at that time (unless the session had ended already). */

@@ -1,0 +1,247 @@
+/**
+ * Jobs: `jobs submit` (what to run and on what terms, not where: billing places it on the cheapest machine that meets
+ * them and places it again when its machine fails it), `jobs list`, `jobs show`, `jobs logs` (followed across its
+ * attempts with -f) and `jobs cancel`.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type BillingSchemas, unwrap } from '@gpu/client';
+import { parseDuration } from '@gpu/common';
+import { type Command, InvalidArgumentError } from 'commander';
+import {
+  amount,
+  type Context,
+  context,
+  count,
+  ExitStatus,
+  idempotencyKey,
+  printJson,
+  show,
+  showRecord,
+  UsageError,
+} from '../cli.ts';
+import { printLogs } from '../workload.ts';
+import { type WorkloadOptions, workloadOptions, workloadSpec } from './sessions.ts';
+
+type Job = BillingSchemas['Job'];
+
+interface SubmitOptions extends WorkloadOptions {
+  name?: string;
+  wallet: string;
+  gpus: number;
+  gpuModel?: string;
+  minVram?: number;
+  maxPrice: string;
+  minReliability?: string;
+  region?: string;
+  spendCap: string;
+  maxAttempts?: number;
+  retryOnFailure?: boolean;
+  queueTimeout?: number;
+  waitForCapacity?: boolean;
+  idempotencyKey?: string;
+}
+
+const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
+
+/** A duration in whole seconds for the queue: `600`, `90s`, `15m`, `2h`, up to 30 days. */
+function queueSeconds(value: string): number {
+  const ms = /^\d+$/.test(value) ? Number(value) * 1000 : parseDuration(value);
+  const s = ms === undefined ? Number.NaN : Math.ceil(ms / 1000);
+  if (!(s >= 1 && s <= 30 * 86_400)) throw new InvalidArgumentError('a duration from 1s to 30 days: 600, 15m, 2h');
+  return s;
+}
+
+function reliability(value: string): string {
+  const n = Number(value);
+  if (!/^(0|1|0?\.\d+|1\.0+)$/.test(value) || !(n >= 0 && n <= 1)) {
+    throw new InvalidArgumentError('a score from 0 to 1, e.g. 0.95');
+  }
+  return value;
+}
+
+function showJob(json: boolean, j: Job) {
+  const last = j.attempts.at(-1);
+  showRecord(json, j, [
+    ['job', j.id],
+    ['name', j.name ?? ''],
+    ['state', j.state],
+    ['reason', j.reason ?? ''],
+    ['queue position', j.queue_position ?? ''],
+    ['gpus', `${j.terms.gpu_count} × ${j.terms.gpu_model ?? 'any'}`],
+    ['max price/GPU-h', j.terms.max_price_per_gpu_hour],
+    ['attempts', `${j.attempts.length} of ${j.max_attempts}`],
+    ['machine', last?.provider_id ?? ''],
+    ['session', j.session_id ?? ''],
+    ['spent', `${j.spent} of ${j.spend_cap}`],
+  ]);
+}
+
+async function readJob(ctx: Context, id: string): Promise<Job> {
+  return unwrap(await ctx.billing.GET('/api/v1/billing/jobs/{jobID}', { params: { path: { jobID: id } } }));
+}
+
+/**
+ * The job's logs: its latest attempt's, or with `follow` each attempt's in turn as they run, until the job ends. The
+ * job at the end.
+ */
+async function followJob(ctx: Context, id: string, follow: boolean): Promise<Job> {
+  let job = await readJob(ctx, id);
+  let shown: string | null = null;
+  for (;;) {
+    const session = job.session_id;
+    if (session && session !== shown) {
+      if (shown !== null || job.attempts.length > 1) {
+        const a = job.attempts.at(-1);
+        process.stderr.write(`-- attempt ${a?.n} on machine ${a?.provider_id} (session ${session})\n`);
+      }
+      shown = session;
+      await printLogs(ctx, session, { follow, stdout: process.stdout, stderr: process.stderr });
+    }
+    if (!follow) {
+      if (!session) process.stderr.write(`job ${id} has not run yet (${job.state}: ${job.reason ?? 'waiting'})\n`);
+      return job;
+    }
+    job = await readJob(ctx, id);
+    if (ENDED.has(job.state) && job.session_id === shown) return job;
+    if (job.session_id === shown) await sleep(1000);
+  }
+}
+
+export function jobCommands(program: Command) {
+  const jobs = program
+    .command('jobs')
+    .description(
+      'jobs: what to run and on what terms; the platform places them and recovers them when a machine fails',
+    );
+
+  workloadOptions(
+    jobs
+      .command('submit')
+      .argument('[command...]', 'its program and arguments, after -- (with --image: instead of its own)')
+      .description(
+        'submit a job: queued, then placed on the cheapest machine that meets its terms, and placed again on another ' +
+          'when its machine fails it; prints the job',
+      )
+      .requiredOption('--wallet <wallet-id>', 'the wallet that pays its sessions')
+      .option('--gpus <n>', 'how many GPUs of one machine', count('--gpus'), 1)
+      .option('--gpu-model <model>', 'a GPU model (H100, A100, ...); any when absent')
+      .option('--min-vram <mb>', 'every GPU has at least this VRAM (MB)', count('--min-vram'))
+      .requiredOption('--max-price <tokens>', 'the most it pays per GPU-hour', amount('--max-price'))
+      .option('--min-reliability <score>', "the machine's reliability score, at least (0-1)", reliability)
+      .option('--region <region>', "the machine's location")
+      .requiredOption('--spend-cap <tokens>', 'the most all its attempts together may cost', amount('--spend-cap'))
+      .option(
+        '--max-attempts <n>',
+        'sessions it may run as in all, recoveries included (default 3)',
+        count('--max-attempts'),
+      )
+      .option('--retry-on-failure', 'place it again when its workload fails or exits non-zero')
+      .option(
+        '--queue-timeout <duration>',
+        'fail it when no machine took it within this long (600, 15m, 2h)',
+        queueSeconds,
+      )
+      .option('--wait-for-capacity', 'queue it even when no registered machine could ever meet its terms')
+      .option('--name <name>', 'a name of yours, shown with it')
+      .option('--idempotency-key <key>', 'the same command with the same key again submits no second job'),
+  ).action(async (argv: string[], o: SubmitOptions) => {
+    const ctx = context(program);
+    if (argv.length === 0 && !o.image) throw new UsageError('a job runs a workload: its command after --, or --image');
+    const workload = workloadSpec(argv, o);
+    const job = unwrap(
+      await ctx.billing.POST('/api/v1/billing/jobs', {
+        params: { header: { 'idempotency-key': idempotencyKey('job', o.idempotencyKey) } },
+        body: {
+          wallet_id: o.wallet,
+          gpu_count: o.gpus,
+          ...(o.gpuModel ? { gpu_model: o.gpuModel } : {}),
+          ...(o.minVram !== undefined ? { min_vram_mb: o.minVram } : {}),
+          max_price_per_gpu_hour: o.maxPrice,
+          ...(o.minReliability !== undefined ? { min_reliability: Number(o.minReliability) } : {}),
+          ...(o.region ? { region: o.region } : {}),
+          spend_cap: o.spendCap,
+          ...(o.maxAttempts !== undefined ? { max_attempts: o.maxAttempts } : {}),
+          retry_on_failure: o.retryOnFailure === true,
+          ...(o.queueTimeout !== undefined ? { queue_timeout_seconds: o.queueTimeout } : {}),
+          ...(o.waitForCapacity ? { wait_for_capacity: true } : {}),
+          ...(o.name ? { name: o.name } : {}),
+          workload: workload!,
+        },
+      }),
+    );
+    showJob(ctx.json, job);
+    if (!ctx.json) process.stderr.write(`follow it: gpu jobs logs ${job.id} -f\n`);
+  });
+
+  jobs
+    .command('list')
+    .description('your jobs, newest first')
+    .option('--state <state>', 'queued, placing, running, recovering, succeeded, failed, cancelled, or open')
+    .action(async (opts: { state?: string }) => {
+      const ctx = context(program);
+      const list = unwrap(
+        await ctx.billing.GET('/api/v1/billing/jobs', {
+          params: { query: (opts.state ? { state: [opts.state] } : {}) as never },
+        }),
+      );
+      show(
+        ctx.json,
+        list,
+        ['id', 'name', 'state', 'attempts', 'spent', 'created'],
+        list.map((j) => [j.id, j.name ?? '', j.state, j.attempts.length, j.spent, j.created_at]),
+      );
+    });
+
+  jobs
+    .command('show <job-id>')
+    .description('a job: its state and why, its place in the queue, its attempts and what they cost')
+    .action(async (id: string) => {
+      const ctx = context(program);
+      const job = await readJob(ctx, id);
+      if (ctx.json) return printJson(job);
+      showJob(false, job);
+      if (job.attempts.length > 0) {
+        process.stdout.write('\n');
+        show(
+          false,
+          job.attempts,
+          ['attempt', 'machine', 'session', 'started', 'ended', 'cost', 'end'],
+          job.attempts.map((a) => [
+            a.n,
+            a.provider_id,
+            a.session_id,
+            a.started_at,
+            a.ended_at ?? '',
+            a.cost ?? '',
+            a.end_reason ?? '',
+          ]),
+        );
+      }
+    });
+
+  jobs
+    .command('logs <job-id>')
+    .description(
+      "a job's logs (its latest attempt's); with -f, followed across its attempts until it ends, then its exit " +
+        'status: 0 when it succeeded, 1 otherwise',
+    )
+    .option('-f, --follow', 'print what comes, attempt after attempt, until the job ends')
+    .action(async (id: string, opts: { follow?: boolean }) => {
+      const ctx = context(program);
+      const job = await followJob(ctx, id, opts.follow === true);
+      if (!opts.follow) return;
+      process.stderr.write(`job ${job.state}${job.reason ? ` (${job.reason})` : ''}; spent ${job.spent}\n`);
+      if (job.state !== 'succeeded') throw new ExitStatus(1);
+    });
+
+  jobs
+    .command('cancel <job-id>')
+    .description('cancel a job: placed no more, and a session it runs ends now (billed for what ran)')
+    .action(async (id: string) => {
+      const ctx = context(program);
+      const job = unwrap(
+        await ctx.billing.POST('/api/v1/billing/jobs/{jobID}/cancel', { params: { path: { jobID: id } } }),
+      );
+      showJob(ctx.json, job);
+    });
+}
