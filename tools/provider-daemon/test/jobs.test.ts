@@ -302,6 +302,39 @@ describe('jobs', () => {
     expect(session.json().session.status).not.toBe('active');
   });
 
+  it('starts no session for a job cancelled between its attempt and its start', { timeout: 30_000 }, async () => {
+    const renter = await rig.renter();
+    const directory = rig.billing.ctx.providers!;
+    const provider = directory.provider;
+    let cancelled: Promise<unknown> | undefined;
+    // The start reads the machine's record after the placer wrote the attempt: the renter cancels right then.
+    directory.provider = async (id, correlationId) => {
+      while (!jobId) await new Promise((r) => setTimeout(r, 10));
+      cancelled ??= rig.billing.app.inject({
+        method: 'POST',
+        url: `/api/v1/billing/jobs/${jobId}/cancel`,
+        headers: renter.headers,
+      });
+      await cancelled;
+      return provider(id, correlationId);
+    };
+    let jobId = '';
+    try {
+      const res = await submit(renter, { workload: { command: ['true'], max_runtime_seconds: 60 } });
+      jobId = res.json().id;
+      const done = await until(() => job(renter, jobId), ended, 10_000);
+      expect(done).toMatchObject({ state: 'cancelled', attempts: [] });
+    } finally {
+      directory.provider = provider;
+    }
+    const sessions = await rig.billing.db
+      .selectFrom('rental_sessions')
+      .select('id')
+      .where('job_id', '=', sessionJobId(jobId))
+      .execute();
+    expect(sessions).toEqual([]);
+  });
+
   it("two placers at once (and the background's) place each of 12 jobs once", { timeout: 120_000 }, async () => {
     const round = async () => {
       await followJobs(rig.billing.ctx, JOBS);

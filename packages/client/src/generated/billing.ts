@@ -1238,7 +1238,7 @@ export interface components {
              */
             gpu_count: number;
             /** @description a GPU model (`H100`: billing's model key, or the driver's name); any when absent */
-            gpu_model?: string;
+            gpu_model?: string & unknown;
             /**
              * Format: int32
              * @description sessions the job may run as in all, recoveries included (default `jobs.default_max_attempts`)
@@ -1261,7 +1261,7 @@ export interface components {
              */
             queue_timeout_seconds?: number;
             /** @description the machine's location, case-insensitive */
-            region?: string;
+            region?: string & unknown;
             /**
              * @description place it again when its workload fails or exits non-zero (else the job fails)
              * @default false

@@ -5,7 +5,7 @@
  * hand). An unreachable or failing registry is a 503 PROVIDER_REGISTRY_UNAVAILABLE, never a hang or a 500.
  */
 import { lazyClientCredentials, registryClient, type TokenSource } from '@gpu/client';
-import { durationMs } from '@gpu/common';
+import { AppError, durationMs } from '@gpu/common';
 import type { BillingConfig } from '../config.ts';
 import { BoundedCache } from '../domain/bounded-cache.ts';
 import type { ProviderDirectory, ProviderRecord } from '../domain/provider-directory.ts';
@@ -153,9 +153,19 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
   };
 }
 
-/** A registry answer without the body asked for: 503, naming what it said. */
+/**
+ * A registry answer without the body asked for: 400 when it refused the search (terms it cannot take: waiting mends
+ * nothing), else 503, naming what it said.
+ */
 function unexpectedAnswer(result: { response: Response; error?: unknown }) {
   const problem = (result.error ?? {}) as { code?: string; detail?: string };
+  if (result.response.status === 400) {
+    return new AppError(
+      'invalid',
+      'MARKET_QUERY_REFUSED',
+      `the provider registry refused the terms: ${problem.code ?? ''} ${problem.detail ?? ''}`.trim(),
+    );
+  }
   return billingErrors.registryUnavailable(
     `the provider registry answered ${result.response.status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
   );

@@ -114,6 +114,8 @@ export async function addAttempt(
 
 /** Takes back an attempt whose session was never started, and counts the job's attempts again. */
 export async function dropAttempt(trx: Transaction<BillingDB>, jobId: string, sessionId: string): Promise<void> {
+  // The job first, as every writer of its attempts locks it (and the count below then reads what they committed).
+  await findJob(trx, jobId, true);
   await trx.deleteFrom('job_attempts').where('session_id', '=', sessionId).where('ended_at', 'is', null).execute();
   await countAttempts(trx, jobId);
 }

@@ -19,14 +19,19 @@ const termsShape = {
   gpu_count: z.number().int().min(1).max(64).describe('how many GPUs of one machine'),
   gpu_model: z
     .string()
-    .min(1)
-    .max(200)
+    .max(128)
+    .regex(/\S/, 'a model name, not blanks')
     .optional()
     .describe("a GPU model (`H100`: billing's model key, or the driver's name); any when absent"),
   min_vram_mb: z.number().int().min(0).max(10_000_000).optional().describe('every GPU has at least this VRAM (MB)'),
   max_price_per_gpu_hour: positiveAmount.describe('the most the job pays per GPU-hour (tokens)'),
   min_reliability: z.number().min(0).max(1).optional().describe("the machine's reliability score, at least"),
-  region: z.string().min(1).max(256).optional().describe("the machine's location, case-insensitive"),
+  region: z
+    .string()
+    .max(256)
+    .regex(/\S/, 'a location, not blanks')
+    .optional()
+    .describe("the machine's location, case-insensitive"),
 };
 
 const submitBody = z

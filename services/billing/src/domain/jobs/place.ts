@@ -15,17 +15,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import { AppError, durationMs, type Principal } from '@gpu/common';
+import type { Transaction } from 'kysely';
 import {
   addAttempt,
   attemptsOf,
   claimJobsToPlace,
   dropAttempt,
+  findAttempt,
   findJob,
   type JobRow,
   runningSessionOfJob,
   sessionJobId,
+  sessionOutcome,
   updateJob,
 } from '../../db/job-repository.ts';
+import type { BillingDB } from '../../db/schema.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
 import type { MarketOffer } from '../provider-directory.ts';
@@ -107,15 +111,25 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
     return false;
   }
   const terms = job.terms as JobTerms;
-  const offers = await ctx.providers!.offers({
-    gpuModel: terms.gpu_model,
-    minFreeGpus: terms.gpu_count,
-    minVramMb: terms.min_vram_mb,
-    maxPrice: terms.max_price_per_gpu_hour,
-    minReliability: terms.min_reliability,
-    region: terms.region,
-    limit: 20,
-  });
+  const offers = await ctx
+    .providers!.offers({
+      gpuModel: terms.gpu_model,
+      minFreeGpus: terms.gpu_count,
+      minVramMb: terms.min_vram_mb,
+      maxPrice: terms.max_price_per_gpu_hour,
+      minReliability: terms.min_reliability,
+      region: terms.region,
+      limit: 20,
+    })
+    .catch(async (err: unknown) => {
+      // Terms the registry's market refuses to search: waiting mends nothing.
+      if (err instanceof AppError && err.kind === 'invalid') {
+        await finish(ctx, job.id, until, `${err.code}: ${err.message}`);
+        return null;
+      }
+      throw err;
+    });
+  if (offers === null) return false;
   const failedOn = new Set((await attemptsOf(ctx.db, [job.id])).map((a) => a.provider_id));
   // Machines that failed the job last (a stable sort: cheapest first within each group).
   const ordered = [...offers].sort((a, b) => Number(failedOn.has(a.providerId)) - Number(failedOn.has(b.providerId)));
@@ -140,12 +154,18 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
           acceptedHourlyRate: new Dec(terms.max_price_per_gpu_hour).mul(terms.gpu_count).toFixed(),
           spendCap: left,
           workload: job.workload as never,
+          // In the start's own transaction, first: the session is written only while this placement holds the job
+          // and its attempt is open (a follower that gave the attempt up, a cancel, another placer: nothing starts).
+          guard: (trx) => holdsForStart(trx, job.id, until, sessionId, ctx.now()),
         },
         null,
       );
     } catch (err) {
+      // A start whose commit went through though its answer was lost (a connection cut): it started.
+      if (await sessionOutcome(ctx.db, sessionId)) return markRunning(ctx, job.id, until, sessionId);
       // Nothing was started (the start's transaction rolled back): the attempt is taken back.
       await ctx.db.transaction().execute((trx) => dropAttempt(trx, job.id, sessionId));
+      if (err instanceof PlacementLost) return false;
       const code = err instanceof AppError ? err.code : '';
       if (code === 'SESSION_ALREADY_RUNNING') {
         const other = await runningSessionOfJob(ctx.db, job.id);
@@ -179,6 +199,26 @@ const offerText = (o: MarketOffer) =>
 /** Whether this placement (the one that set `placing_until` to `until`) still holds the job. */
 const holds = (row: JobRow | undefined, until: Date): row is JobRow =>
   row?.state === 'placing' && row.placing_until?.getTime() === until.getTime();
+
+/** This placement no longer holds the job, or its attempt was given up: the session is not started. */
+class PlacementLost extends Error {}
+
+/**
+ * The start's guard: the job locked (the follower and cancel lock it first too), held by this placement within its
+ * time, and the attempt still open.
+ */
+async function holdsForStart(
+  trx: Transaction<BillingDB>,
+  jobId: string,
+  until: Date,
+  sessionId: string,
+  now: Date,
+): Promise<void> {
+  const row = await findJob(trx, jobId, true);
+  if (!holds(row, until) || until <= now) throw new PlacementLost(`the placement of job ${jobId} lost the job`);
+  const attempt = await findAttempt(trx, sessionId);
+  if (!attempt || attempt.ended_at) throw new PlacementLost(`the attempt of session ${sessionId} was given up`);
+}
 
 /** Writes the attempt about to be started, if this placement still holds the job. */
 async function beginAttempt(

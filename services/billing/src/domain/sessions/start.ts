@@ -53,6 +53,11 @@ export interface StartSessionInput {
   spendCap?: Dec;
   /** What the session runs (checked by the route): then it is billed only while its workload runs. */
   workload?: WorkloadSpec;
+  /**
+   * Checked first inside the start's transaction, before anything is locked or written: a caller's own condition
+   * (a job's placer: it still holds the job and its attempt is open), which throws to start nothing.
+   */
+  guard?: (trx: Transaction<BillingDB>) => Promise<void>;
   /** The new session's ID, when the caller chose it beforehand (a workload's files are named after it). */
   sessionId?: string;
   correlationId?: string;
@@ -138,6 +143,7 @@ export async function startSession(
   const minimum = new Dec(ctx.sessions.minimumBalance);
 
   const run = async (trx: Transaction<BillingDB>): Promise<SessionStart> => {
+    await input.guard?.(trx);
     // The GPUs first, under the machine's lease lock: the price is the price of the GPUs the session gets, and the
     // session starts when its lease does (the time read under the lock, after the previous holder's end committed).
     const lease = machine ? await takeGpus(trx, machine, leaseRequest(input), ctx.now) : null;
