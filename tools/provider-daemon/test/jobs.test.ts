@@ -19,7 +19,7 @@ const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '20
 const rig = useWorkloadRig({ billing: { jobs: JOBS } });
 type Machine = Awaited<ReturnType<typeof rig.machine>>;
 let machines: Machine[] = [];
-const runners: { stop(): Promise<void> }[] = [];
+const runners: { run(): void; stop(): Promise<void> }[] = [];
 let background: Background | undefined;
 let heartbeats: NodeJS.Timeout | undefined;
 
@@ -60,6 +60,12 @@ async function job(renter: Renter, id: string): Promise<JobJson> {
   const res = await rig.billing.app.inject({ url: `/api/v1/billing/jobs/${id}`, headers: renter.headers });
   expect(res.statusCode, res.body).toBe(200);
   return res.json();
+}
+
+/** The workload of the job's latest attempt, as its renter reads it (none before the first). */
+async function runningWorkload(renter: Renter, id: string): Promise<JobJson> {
+  const j = await job(renter, id);
+  return j.session_id ? rig.workloadOf(renter.headers, j.session_id) : null;
 }
 
 const ended = (j: JobJson) => ['succeeded', 'failed', 'cancelled'].includes(j.state);
@@ -214,6 +220,33 @@ describe('jobs', () => {
     expect(done.attempts[1].provider_id).not.toBe(first.provider_id);
     const costs = done.attempts.map((a: JobJson) => Number(a.cost));
     expect(Number(done.spent)).toBeCloseTo(costs[0] + costs[1], 6);
+  });
+
+  it("places a job again when its machine's daemon stops under it (the workload lost with it)", {
+    timeout: 90_000,
+  }, async () => {
+    const renter = await rig.renter();
+    const res = await submit(renter, {
+      workload: { command: ['sh', '-c', 'echo start; sleep 4; echo end'], max_runtime_seconds: 60 },
+    });
+    const id = res.json().id;
+    const running = await until(
+      async () => ({ job: await job(renter, id), w: await runningWorkload(renter, id) }),
+      (v) => v.w?.state === 'running',
+      30_000,
+    );
+    const first = running.job.attempts[0];
+    const index = machines.findIndex((m) => m.providerId === first.provider_id);
+    // Its daemon stops (as on a crash it would restart without the workload): the machine's fault.
+    await runners[index]!.stop();
+    const again = machines[index]!.runner();
+    again.run();
+    runners[index] = again;
+    const done = await until(() => job(renter, id), ended, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded' });
+    expect(done.attempts).toHaveLength(2);
+    expect(done.attempts[0]).toMatchObject({ provider_id: first.provider_id, end_reason: 'workload_lost' });
+    expect(done.attempts[1].provider_id).not.toBe(first.provider_id);
   });
 
   it('takes over a session a placer started before it died, and a cancel ends it, keeping its cost', {
