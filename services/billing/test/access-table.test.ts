@@ -90,6 +90,19 @@ const report = (sessionId: string) => ({
   message_id: crypto.randomUUID(),
 });
 
+/** A renter's own (`ok`), admins' and services' too, other renters `others`; no machine client (jobs). */
+const RENTERS = (ok: number, others: number) =>
+  ({
+    owner: ok,
+    admin: ok,
+    service: ok,
+    others,
+    gateway: 403,
+    scheduler: 403,
+    daemon: 403,
+    other_daemon: 403,
+  }) as const;
+
 /** The holder (a user's own token), admins and services; nobody else. */
 const HOLDER = (ok: number) => ({ owner: ok, admin: ok, service: ok, others: 403 }) as const;
 /** A session's parties (renter and provider owner, and that owner's daemon), admins and services. */
@@ -224,55 +237,19 @@ function table(): Record<string, AccessRule> {
           workload: { command: ['true'], max_runtime_seconds: 60 },
         },
       }),
-      expect: {
-        owner: 409,
-        admin: 403,
-        service: 400,
-        others: 403,
-        gateway: 403,
-        scheduler: 403,
-        daemon: 403,
-        other_daemon: 403,
-      },
+      expect: { ...RENTERS(409, 403), admin: 403, service: 400 },
     },
     'GET /api/v1/billing/jobs': {
       request: () => ({}),
-      expect: {
-        owner: 200,
-        admin: 200,
-        service: 200,
-        others: 200,
-        gateway: 403,
-        scheduler: 403,
-        daemon: 403,
-        other_daemon: 403,
-      },
+      expect: RENTERS(200, 200),
     },
     'GET /api/v1/billing/jobs/:jobID': {
       request: async () => ({ url: `/api/v1/billing/jobs/${await ownersJob()}` }),
-      expect: {
-        owner: 200,
-        admin: 200,
-        service: 200,
-        others: 404,
-        gateway: 403,
-        scheduler: 403,
-        daemon: 403,
-        other_daemon: 403,
-      },
+      expect: RENTERS(200, 404),
     },
     'POST /api/v1/billing/jobs/:jobID/cancel': {
       request: async () => ({ url: `/api/v1/billing/jobs/${await ownersJob()}/cancel` }),
-      expect: {
-        owner: 200,
-        admin: 200,
-        service: 200,
-        others: 404,
-        gateway: 403,
-        scheduler: 403,
-        daemon: 403,
-        other_daemon: 403,
-      },
+      expect: RENTERS(200, 404),
     },
     'POST /api/v1/billing/end-session': {
       request: async () => ({ payload: { session_id: await ownersSession() } }),

@@ -74,18 +74,9 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         params: { path: { providerID: providerId } },
         headers: correlationId ? { 'x-correlation-id': correlationId } : {},
       })
-      .catch((err: unknown) => {
-        if ((err as { code?: string }).code === 'PROVIDER_REGISTRY_UNAVAILABLE') throw err;
-        throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
-      });
-    const status = result.response.status;
-    if (status === 404) return null;
-    if (!result.data) {
-      const problem = (result.error ?? {}) as { code?: string; detail?: string };
-      throw billingErrors.registryUnavailable(
-        `the provider registry answered ${status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
-      );
-    }
+      .catch(unreachable);
+    if (result.response.status === 404) return null;
+    if (!result.data) throw registryAnswered(result);
     const p = result.data;
     owners.set(providerId, { owner: p.owner_id, until: Date.now() + opts.cacheTtlMs });
     return {
@@ -124,10 +115,8 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         ...(q.minReliability !== undefined ? { min_reliability: q.minReliability } : {}),
         ...(q.region !== undefined ? { region: q.region } : {}),
       };
-      const result = await client.GET('/offers', { params: { query: query as never } }).catch((err: unknown) => {
-        throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
-      });
-      if (!result.data) throw unexpectedAnswer(result);
+      const result = await client.GET('/offers', { params: { query: query as never } }).catch(unreachable);
+      if (!result.data) throw searchAnswered(result);
       return result.data.map((o) => ({
         providerId: o.provider_id,
         modelKey: o.model_key,
@@ -144,30 +133,37 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         ...(q.gpuModel !== undefined ? { gpu_model: q.gpuModel } : {}),
         ...(q.minVramMb !== undefined ? { min_vram: q.minVramMb } : {}),
       };
-      const result = await client.GET('/providers', { params: { query: query as never } }).catch((err: unknown) => {
-        throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
-      });
-      if (!result.data) throw unexpectedAnswer(result);
+      const result = await client.GET('/providers', { params: { query: query as never } }).catch(unreachable);
+      if (!result.data) throw searchAnswered(result);
       return result.data.length > 0;
     },
   };
 }
 
-/**
- * A registry answer without the body asked for: 400 when it refused the search (terms it cannot take: waiting mends
- * nothing), else 503, naming what it said.
- */
-function unexpectedAnswer(result: { response: Response; error?: unknown }) {
+/** The registry not reached (its token source's own 503 passed on as it is): 503. */
+function unreachable(err: unknown): never {
+  if ((err as { code?: string }).code === 'PROVIDER_REGISTRY_UNAVAILABLE') throw err;
+  throw billingErrors.registryUnavailable(`the provider registry is unreachable: ${(err as Error).message}`, err);
+}
+
+type RegistryAnswer = { response: Response; error?: unknown };
+
+/** A registry answer without the body asked for: 503, naming what it said. */
+function registryAnswered(result: RegistryAnswer) {
   const problem = (result.error ?? {}) as { code?: string; detail?: string };
-  if (result.response.status === 400) {
-    return new AppError(
-      'invalid',
-      'MARKET_QUERY_REFUSED',
-      `the provider registry refused the terms: ${problem.code ?? ''} ${problem.detail ?? ''}`.trim(),
-    );
-  }
   return billingErrors.registryUnavailable(
     `the provider registry answered ${result.response.status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim(),
+  );
+}
+
+/** The same for a market search, but 400 when it refused the search (terms it cannot take: waiting mends nothing). */
+function searchAnswered(result: RegistryAnswer) {
+  if (result.response.status !== 400) return registryAnswered(result);
+  const problem = (result.error ?? {}) as { code?: string; detail?: string };
+  return new AppError(
+    'invalid',
+    'MARKET_QUERY_REFUSED',
+    `the provider registry refused the terms: ${problem.code ?? ''} ${problem.detail ?? ''}`.trim(),
   );
 }
 

@@ -72,6 +72,17 @@ export async function claimJobsToPlace(trx: Transaction<BillingDB>, now: Date, l
     .execute();
 }
 
+/** The job runs this session of its (placed, or adopted): nothing waits, no placement holds it. */
+export async function runJobSession(db: Db, jobId: string, sessionId: string, now: Date): Promise<void> {
+  await updateJob(db, jobId, {
+    state: 'running',
+    reason: null,
+    session_id: sessionId,
+    placing_until: null,
+    updated_at: now,
+  });
+}
+
 /** The `job_id` of a job's sessions: a name start-session refuses to its callers (routes/sessions.ts). */
 export const sessionJobId = (jobId: string) => `job:${jobId}`;
 

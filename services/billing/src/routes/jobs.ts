@@ -7,6 +7,7 @@ import { type App, afterCursor, callerOf, pageQuery, setNextPage } from '@gpu/co
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
 import { cancelJob, type Job, jobList, readJob, submitJob } from '../domain/jobs/index.ts';
+import { iso, isoOrNull } from '../wire/presenters.ts';
 import { RENTAL_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import type { RouteDeps } from './deps.ts';
@@ -112,8 +113,6 @@ const jobListSchema = z.array(jobSchema).register(schemas, { id: 'JobList' });
 
 const jobParams = z.object({ jobID: z.uuid().describe('job ID') });
 
-const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
-
 function jobJson(ctx: BillingContext, j: Job): z.output<typeof jobSchema> {
   const r = j.row;
   return {
@@ -135,15 +134,15 @@ function jobJson(ctx: BillingContext, j: Job): z.output<typeof jobSchema> {
       n: a.n,
       session_id: a.session_id,
       provider_id: a.provider_id,
-      started_at: iso(a.started_at)!,
-      ended_at: iso(a.ended_at),
+      started_at: iso(a.started_at),
+      ended_at: isoOrNull(a.ended_at),
       cost: a.cost,
       end_reason: a.end_reason,
     })),
-    queued_until: iso(r.queued_until),
-    created_at: iso(r.created_at)!,
-    updated_at: iso(r.updated_at)!,
-    ended_at: iso(r.ended_at),
+    queued_until: isoOrNull(r.queued_until),
+    created_at: iso(r.created_at),
+    updated_at: iso(r.updated_at),
+    ended_at: isoOrNull(r.ended_at),
   };
 }
 

@@ -27,8 +27,8 @@ export interface PresentContext {
   state: Pick<BillingState, 'ratesJson'>;
 }
 
-const iso = (d: Date | string) => new Date(d).toISOString();
-const isoOrNull = (d: Date | string | null) => (d === null ? null : iso(d));
+export const iso = (d: Date | string) => new Date(d).toISOString();
+export const isoOrNull = (d: Date | string | null) => (d === null ? null : iso(d));
 
 /** Frozen hourly rates, broken down (the parts that do not echo the request). */
 export function ratesJson(r: HourlyRates, scale: number) {

@@ -21,13 +21,14 @@ import {
   findAttempt,
   findJob,
   type JobRow,
+  runJobSession,
   sessionOutcome,
   updateJob,
 } from '../../db/job-repository.ts';
 import type { JobState } from '../../db/schema.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
-import { endSession } from '../sessions/index.ts';
+import { endSession, isRunning } from '../sessions/index.ts';
 import { isEnded } from './job.ts';
 import type { JobSettings } from './place.ts';
 
@@ -64,18 +65,12 @@ export async function settleAttempt(ctx: BillingContext, jobId: string, sessionI
       await endAttempt(trx, jobId, sessionId, { ended_at: now, cost: '0', end_reason: 'not_started' });
       return null;
     }
-    if (o.status === 'active' || o.status === 'grace_period') {
+    if (isRunning(o)) {
       if (isEnded(job.state)) return job.state;
       const placing = job.state === 'placing' && job.placing_until !== null && job.placing_until > now;
       const follows = job.state === 'running' && job.session_id === sessionId;
       if (!placing && !follows) {
-        await updateJob(trx, jobId, {
-          state: 'running',
-          reason: null,
-          session_id: sessionId,
-          placing_until: null,
-          updated_at: now,
-        });
+        await runJobSession(trx, jobId, sessionId, now);
       }
       return null;
     }

@@ -24,6 +24,7 @@ import {
   findAttempt,
   findJob,
   type JobRow,
+  runJobSession,
   runningSessionOfJob,
   sessionJobId,
   sessionOutcome,
@@ -243,13 +244,7 @@ async function markRunning(ctx: BillingContext, jobId: string, until: Date, sess
   const now = ctx.now();
   const kept = await ctx.db.transaction().execute(async (trx) => {
     if (!holds(await findJob(trx, jobId, true), until)) return false;
-    await updateJob(trx, jobId, {
-      state: 'running',
-      reason: null,
-      session_id: sessionId,
-      placing_until: null,
-      updated_at: now,
-    });
+    await runJobSession(trx, jobId, sessionId, now);
     return true;
   });
   if (!kept) ctx.state.wakeJobs();
