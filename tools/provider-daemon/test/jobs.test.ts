@@ -355,7 +355,12 @@ describe('jobs', () => {
     try {
       const res = await submit(renter, { workload: { command: ['true'], max_runtime_seconds: 60 } });
       jobId = res.json().id;
-      const done = await until(() => job(renter, jobId), ended, 10_000);
+      // The cancel commits before the placer's start goes on to drop its attempt: wait for both.
+      const done = await until(
+        () => job(renter, jobId),
+        (j) => ended(j) && j.attempts.length === 0,
+        20_000,
+      );
       expect(done).toMatchObject({ state: 'cancelled', attempts: [] });
     } finally {
       directory.provider = provider;
