@@ -41,7 +41,14 @@ export function useAuthAndRegistry(
    * The registry's: over NATS (`nats`), consuming billing's session events (`consumeSessionEvents`), taking heartbeats
    * from NATS (`takeHeartbeats`).
    */
-  registryOptions: { nats?: boolean; consumeSessionEvents?: boolean; takeHeartbeats?: boolean } = {},
+  registryOptions: {
+    nats?: boolean;
+    consumeSessionEvents?: boolean;
+    takeHeartbeats?: boolean;
+    /** Settings of the registry's own (`offline_after`, ...), and whether its offline sweep runs. */
+    config?: Record<string, unknown>;
+    sweeper?: boolean;
+  } = {},
 ): AuthAndRegistry {
   const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' }, ...authSettings }));
   const platform: AuthAndRegistry = {
@@ -84,7 +91,9 @@ export function useAuthAndRegistry(
       nats: registryOptions.nats ?? false,
       consumeSessionEvents: registryOptions.consumeSessionEvents,
       takeHeartbeats: registryOptions.takeHeartbeats,
+      ...(registryOptions.sweeper ? { sweeper: true } : {}),
       config: {
+        ...registryOptions.config,
         access: {
           jwks_url: `${platform.authUrl}/.well-known/jwks.json`,
           issuer: auth.config.jwt.issuer,

@@ -223,6 +223,7 @@ export {
 } from './telemetry/tracing.ts';
 export { EARLIEST_TIMESTAMP, isTimestampInRange, TIMESTAMP_LIMIT, TIMESTAMP_PATTERN, zTimestamp } from './timestamp.ts';
 export {
+  CHECKPOINT_DIR,
   inputPathOf,
   maxOutputPathBytes,
   refusedEnvName,

@@ -22,6 +22,10 @@
  * standard output and error are kept at `<output.prefix>logs/stdout.log` and `logs/stderr.log`, and what it leaves in
  * `/work/output/` is uploaded at its end under `<output.prefix>output/`. Keys, prefixes and paths follow the storage
  * service's key rules (`object-names.ts`): relative, no `.` or `..` segment, at most 1024 bytes, so none escapes.
+ *
+ * A job's workload may name a `checkpoint` interval: what it leaves in `/work/checkpoint/` is taken (a tar of the
+ * directory) that often while it runs and once more when it ends, kept in the renter's storage, and extracted into
+ * `/work/checkpoint/` before the job's next attempt starts, on whatever machine.
  */
 import { z } from 'zod';
 import { MAX_KEY_BYTES, OBJECT_KEY_PATTERN, objectKeyProblem, zBucketName, zObjectKey } from './object-names.ts';
@@ -39,6 +43,8 @@ export const WORKLOAD_LIMITS = {
   /** A week: a longer job runs as several sessions. */
   maxRuntimeSeconds: 604_800,
   inputs: 64,
+  /** The shortest interval between two checkpoints of a running workload. */
+  minCheckpointSeconds: 5,
 } as const;
 
 /** Names a renter may not set: the loader's, and those the platform sets in the sandbox. */
@@ -124,6 +130,22 @@ const outputSchema = z
   .strict()
   .describe("the workload's place in the renter's storage (default: `sessions/<session id>/` in their folder)");
 
+const checkpointSchema = z
+  .object({
+    interval_seconds: z
+      .number()
+      .int()
+      .min(WORKLOAD_LIMITS.minCheckpointSeconds)
+      .max(86_400)
+      .describe(
+        'how often the checkpoint directory is taken while the workload runs (it is taken once more when it ends)',
+      ),
+  })
+  .strict()
+  .describe(
+    "a job's checkpoint directory, `/work/checkpoint/` (`GPU_PLATFORM_CHECKPOINT_DIR`): kept in the renter's storage while the workload runs and when it ends, and restored there before the job's next attempt starts (jobs only)",
+  );
+
 /**
  * An OCI image reference: `[registry[:port]/]path[:tag][@sha256:<digest>]`, the distribution spec's grammar (a path of
  * lower-case components); it starts with a letter or digit, so no runtime takes it for an option.
@@ -183,6 +205,7 @@ export const workloadSpecSchema = z
       })
       .describe("objects of the renter's, read-only under /work/inputs/"),
     output: outputSchema.optional(),
+    checkpoint: checkpointSchema.optional(),
   })
   .strict()
   .superRefine((spec, ctx) => {
@@ -226,6 +249,9 @@ export const WORKLOAD_FILES = {
   stderr: 'logs/stderr.log',
   output: 'output/',
 } as const;
+
+/** The checkpoint directory inside the workload (a job's: `checkpoint` in its spec), and its variable's name. */
+export const CHECKPOINT_DIR = { inside: '/work/checkpoint', env: 'GPU_PLATFORM_CHECKPOINT_DIR' } as const;
 
 /** What storage puts before a user's keys in the default bucket: `users/<user id>/` (a UUID). */
 const USER_FOLDER_BYTES = 'users/'.length + 36 + 1;

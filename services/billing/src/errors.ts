@@ -247,6 +247,12 @@ export const billingErrors = {
       'WORKLOAD_FILES_UNAVAILABLE',
       `the workload of session ${sessionId} keeps no files in storage`,
     ),
+  noCheckpoint: (sessionId: string) =>
+    new AppError(
+      'conflict',
+      'NO_CHECKPOINT',
+      `the workload of session ${sessionId} keeps no checkpoint (only a job's workload naming \`checkpoint\` does)`,
+    ),
   uploadWindowClosed: (sessionId: string) =>
     new AppError(
       'conflict',

@@ -321,6 +321,14 @@ function table(): Record<string, AccessRule> {
       }),
       expect: PARTY(409),
     },
+    // A renter's own session keeps no checkpoint (a job's does): 409 NO_CHECKPOINT to the parties that may say one.
+    'POST /api/v1/billing/sessions/:sessionID/workload/checkpoint': {
+      request: async () => ({
+        url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload/checkpoint`,
+        payload: { size: 1 },
+      }),
+      expect: PARTY(409),
+    },
     'POST /api/v1/billing/usage-update': {
       request: async () => ({ payload: report(await ownersSession()) }),
       expect: PARTY(201),

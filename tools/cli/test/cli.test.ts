@@ -247,6 +247,8 @@ describe('gpu against a platform whose machine runs workloads', () => {
           '100',
           '--name',
           'cli-job',
+          '--checkpoint-every',
+          '5',
           '--json',
           '--',
           'sh',
@@ -254,7 +256,8 @@ describe('gpu against a platform whose machine runs workloads', () => {
           'echo step; echo note >&2',
         ]),
       );
-      expect(submitted).toMatchObject({ state: 'queued', name: 'cli-job', attempts: [] });
+      expect(submitted).toMatchObject({ state: 'queued', name: 'cli-job', attempts: [], checkpoint: null });
+      expect(submitted.workload.checkpoint).toEqual({ interval_seconds: 5 });
       const followed = await renter.gpu(['jobs', 'logs', submitted.id, '-f']);
       expect(followed.code, followed.stderr).toBe(0);
       expect(followed.stdout).toBe('step\n');

@@ -5,6 +5,7 @@
  * an hour: every placement and settlement here is woken (a job submitted, a workload's end reported, a session
  * ended), as they are on a platform between its rounds.
  */
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,7 +17,8 @@ import { startWorkloadSession } from '../../../services/billing/src/domain/workl
 import { type Renter, until, useWorkloadRig } from './support/workload-rig.ts';
 
 const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '200ms' };
-const rig = useWorkloadRig({ billing: { jobs: JOBS } });
+const rig = useWorkloadRig({ storage: true, billing: { jobs: JOBS } });
+const isRoot = process.getuid?.() === 0;
 type Machine = Awaited<ReturnType<typeof rig.machine>>;
 let machines: Machine[] = [];
 const runners: { run(): void; stop(): Promise<void> }[] = [];
@@ -60,6 +62,26 @@ async function job(renter: Renter, id: string): Promise<JobJson> {
   const res = await rig.billing.app.inject({ url: `/api/v1/billing/jobs/${id}`, headers: renter.headers });
   expect(res.statusCode, res.body).toBe(200);
   return res.json();
+}
+
+/** The machine of an attempt takes its session back (its own daemon ends it: the provider's fault); the machine. */
+async function takeBack(attempt: { provider_id: string; session_id: string }): Promise<Machine> {
+  const owner = machines.find((m) => m.providerId === attempt.provider_id)!;
+  const taken = await rig.billing.app.inject({
+    method: 'POST',
+    url: '/api/v1/billing/end-session',
+    headers: { authorization: `Bearer ${await owner.deps.token.get()}` },
+    payload: { session_id: attempt.session_id },
+  });
+  expect(taken.statusCode, taken.body).toBe(200);
+  return owner;
+}
+
+/** An object of the renter's folder, through the storage service with the renter's own token. */
+async function object(renter: Renter, key: string): Promise<Buffer> {
+  const res = await fetch(`${rig.storage.url}/objects/${encodeURIComponent(key)}`, { headers: renter.headers });
+  expect(res.status, key).toBe(200);
+  return Buffer.from(await res.arrayBuffer());
 }
 
 /** The workload of the job's latest attempt, as its renter reads it (none before the first). */
@@ -158,6 +180,31 @@ describe('jobs', () => {
     expect(cancelled.json()).toMatchObject({ state: 'cancelled', reason: 'cancelled by its renter', attempts: [] });
   });
 
+  it("keeps checkpoints for jobs only: a session of the renter's own naming one is refused, and reports none", async () => {
+    const renter = await rig.renter();
+    const start = (workload: Record<string, unknown>) =>
+      rig.start(machines[0]!.providerId, 1, { command: ['true'], max_runtime_seconds: 60, ...workload }, renter);
+    const refused = await start({ checkpoint: { interval_seconds: 60 } });
+    expect(refused.statusCode, refused.body).toBe(400);
+    expect(refused.json().errors[0].path).toBe('body.workload.checkpoint');
+    const tooOften = await submit(renter, {
+      workload: { command: ['true'], max_runtime_seconds: 60, checkpoint: { interval_seconds: 1 } },
+    });
+    expect(tooOften.statusCode).toBe(400);
+    expect(tooOften.json().errors[0].path).toBe('body.workload.checkpoint.interval_seconds');
+    const plain = await start({});
+    expect(plain.statusCode, plain.body).toBe(201);
+    const session = plain.json().session.id;
+    const said = await rig.billing.app.inject({
+      method: 'POST',
+      url: `/api/v1/billing/sessions/${session}/workload/checkpoint`,
+      headers: { authorization: `Bearer ${await machines[0]!.deps.token.get()}` },
+      payload: { size: 10 },
+    });
+    expect(said.statusCode, said.body).toBe(409);
+    expect(said.json().code).toBe('NO_CHECKPOINT');
+  });
+
   it('refuses terms no registered machine could meet, naming what is missing, unless asked to wait', async () => {
     const renter = await rig.renter();
     const workload = { command: ['true'], max_runtime_seconds: 60 };
@@ -205,14 +252,7 @@ describe('jobs', () => {
     );
     const first = running.attempts[0];
     // The machine's own daemon ends the session under the job: the provider's fault.
-    const owner = machines.find((m) => m.providerId === first.provider_id)!;
-    const taken = await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: { authorization: `Bearer ${await owner.deps.token.get()}` },
-      payload: { session_id: first.session_id },
-    });
-    expect(taken.statusCode, taken.body).toBe(200);
+    await takeBack(first);
     const done = await until(() => job(renter, id), ended, 60_000);
     expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded' });
     expect(done.attempts).toHaveLength(2);
@@ -221,6 +261,91 @@ describe('jobs', () => {
     const costs = done.attempts.map((a: JobJson) => Number(a.cost));
     expect(Number(done.spent)).toBeCloseTo(costs[0] + costs[1], 6);
   });
+
+  it.skipIf(!isRoot)(
+    'recovers a job on the other machine from the checkpoint its first machine kept while it ran',
+    { timeout: 90_000 },
+    async () => {
+      const renter = await rig.renter();
+      // A counter that goes on from what its checkpoint directory holds, writing each step whole (by rename).
+      const count =
+        'd=$GPU_PLATFORM_CHECKPOINT_DIR; n=$(cat "$d/n" 2>/dev/null || echo 0); echo "from $n"; ' +
+        'while [ "$n" -lt 100000 ]; do n=$((n+1)); echo "$n" > "$d/n.tmp"; mv "$d/n.tmp" "$d/n"; sleep 0.05; done';
+      const res = await submit(renter, {
+        max_attempts: 3,
+        workload: { command: ['sh', '-c', count], max_runtime_seconds: 120, checkpoint: { interval_seconds: 5 } },
+      });
+      expect(res.statusCode, res.body).toBe(201);
+      const id = res.json().id;
+      const kept = await until(
+        () => job(renter, id),
+        (j) => j.checkpoint !== null,
+        40_000,
+      );
+      const first = kept.attempts[0];
+      expect(kept.checkpoint).toMatchObject({
+        key: `jobs/${id}/checkpoints/${first.session_id}.tar`,
+        session_id: first.session_id,
+      });
+      // The renter's storage holds it: a tar of the directory, its counter past 0.
+      const tar = await object(renter, kept.checkpoint.key);
+      expect(tar.length).toBe(kept.checkpoint.size);
+      const saved = Number(spawnSync('tar', ['-xOf', '-', './n'], { input: tar }).stdout.toString());
+      expect(saved).toBeGreaterThan(0);
+      // Only the session's own machine says what it kept: not another machine's daemon, nor the renter.
+      const other = machines.find((m) => m.providerId !== first.provider_id)!;
+      for (const headers of [{ authorization: `Bearer ${await other.deps.token.get()}` }, renter.headers]) {
+        const forged = await rig.billing.app.inject({
+          method: 'POST',
+          url: `/api/v1/billing/sessions/${first.session_id}/workload/checkpoint`,
+          headers,
+          payload: { size: 1 },
+        });
+        expect(forged.statusCode, forged.body).toBe(403);
+      }
+      // The machine's own daemon takes the session back: the job goes on elsewhere, from its checkpoint.
+      const owner = await takeBack(first);
+      const second = await until(
+        () => job(renter, id),
+        (j) => j.attempts.length === 2 && j.state === 'running',
+        30_000,
+      );
+      expect(second.attempts[1].provider_id).not.toBe(first.provider_id);
+      const log = await until(
+        async () => {
+          const res = await fetch(
+            `${rig.storage.url}/objects/${encodeURIComponent(`sessions/${second.session_id}/logs/stdout.log`)}`,
+            { headers: renter.headers },
+          );
+          return res.ok ? await res.text() : '';
+        },
+        (text) => text.startsWith('from '),
+        30_000,
+      );
+      expect(Number(log.split('\n')[0]!.slice('from '.length))).toBeGreaterThanOrEqual(saved);
+      // Once the second attempt kept its own, the first machine saying it kept one changes nothing: the job never
+      // goes back to older work.
+      const later = await until(
+        () => job(renter, id),
+        (j) => j.checkpoint?.session_id === second.session_id,
+        30_000,
+      );
+      expect(later.checkpoint.key).toBe(`jobs/${id}/checkpoints/${second.session_id}.tar`);
+      const late = await rig.billing.app.inject({
+        method: 'POST',
+        url: `/api/v1/billing/sessions/${first.session_id}/workload/checkpoint`,
+        headers: { authorization: `Bearer ${await owner.deps.token.get()}` },
+        payload: { size: 1 },
+      });
+      expect(late.statusCode, late.body).toBe(204);
+      expect((await job(renter, id)).checkpoint).toEqual(later.checkpoint);
+      await rig.billing.app.inject({
+        method: 'POST',
+        url: `/api/v1/billing/jobs/${id}/cancel`,
+        headers: renter.headers,
+      });
+    },
+  );
 
   it("places a job again when its machine's daemon stops under it (the workload lost with it)", {
     timeout: 90_000,

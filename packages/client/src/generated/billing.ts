@@ -461,6 +461,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/sessions/{sessionID}/workload/checkpoint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The daemon says it kept a job's checkpoint whole
+         * @description After its PUT of the grant's `checkpoint.upload` succeeded: the job's next attempt restores this one (the last said wins). 204; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or naming no `checkpoint`); in the upload window, by the same callers as the grants.
+         */
+        post: operations["recordWorkloadCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/sessions/{sessionID}/workload/grants": {
         parameters: {
             query?: never;
@@ -1181,6 +1201,24 @@ export interface components {
                 session_id: string;
                 started_at: string;
             }[];
+            /** @description the checkpoint the job kept last, which its next attempt restores (null: none yet) */
+            checkpoint: {
+                /** @description the workload's output bucket (absent: the renter's folder) */
+                bucket?: string;
+                kept_at: string;
+                /** @description the tar of /work/checkpoint/ in the renter's storage */
+                key: string;
+                /**
+                 * Format: uuid
+                 * @description the attempt that kept it
+                 */
+                session_id: string;
+                /**
+                 * Format: int64
+                 * @description bytes
+                 */
+                size: number;
+            } | null;
             created_at: string;
             ended_at: string | null;
             /** Format: uuid */
@@ -1937,6 +1975,13 @@ export interface components {
              */
             state: "pending" | "preparing" | "running" | "exited" | "failed" | "stopped";
         };
+        WorkloadCheckpoint: {
+            /**
+             * Format: int64
+             * @description the tar's bytes, as uploaded
+             */
+            size: number;
+        };
         WorkloadGrantRequest: {
             /**
              * @description the output files to upload (at the end)
@@ -1946,6 +1991,27 @@ export interface components {
         };
         /** @description Presigned URLs of a workload's files */
         WorkloadGrants: {
+            /** @description a job's checkpoint (its workload names `checkpoint`) */
+            checkpoint?: {
+                /** @description the checkpoint the job kept last, to extract into /work/checkpoint/ before the workload starts */
+                restore?: {
+                    bucket: string;
+                    /** @description the object's key, as the renter names it */
+                    key: string;
+                    /** Format: int64 */
+                    size: number;
+                    /** @description a presigned URL of it: GET for inputs, PUT for logs and outputs */
+                    url: string;
+                };
+                /** @description where this attempt keeps the job's checkpoint (a tar of /work/checkpoint/) */
+                upload: {
+                    bucket: string;
+                    /** @description the object's key, as the renter names it */
+                    key: string;
+                    /** @description a presigned URL of it: GET for inputs, PUT for logs and outputs */
+                    url: string;
+                };
+            };
             /** @description when the URLs stop working (RFC 3339) */
             expires_at: string;
             /** @description to fetch into /work/inputs/<path> before the workload starts (empty once the session ended) */
@@ -2027,6 +2093,14 @@ export interface components {
          *     }
          */
         WorkloadSpec: {
+            /** @description a job's checkpoint directory, `/work/checkpoint/` (`GPU_PLATFORM_CHECKPOINT_DIR`): kept in the renter's storage while the workload runs and when it ends, and restored there before the job's next attempt starts (jobs only) */
+            checkpoint?: {
+                /**
+                 * Format: int32
+                 * @description how often the checkpoint directory is taken while the workload runs (it is taken once more when it ends)
+                 */
+                interval_seconds: number;
+            };
             /** @description the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command */
             command?: string[];
             /**
@@ -2084,6 +2158,14 @@ export interface components {
          *     }
          */
         WorkloadSpecInput: {
+            /** @description a job's checkpoint directory, `/work/checkpoint/` (`GPU_PLATFORM_CHECKPOINT_DIR`): kept in the renter's storage while the workload runs and when it ends, and restored there before the job's next attempt starts (jobs only) */
+            checkpoint?: {
+                /**
+                 * Format: int32
+                 * @description how often the checkpoint directory is taken while the workload runs (it is taken once more when it ends)
+                 */
+                interval_seconds: number;
+            };
             /** @description the program and its arguments (argv; never a shell string): required without an image, else the image's entrypoint and command */
             command?: string[];
             /**
@@ -3213,6 +3295,42 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    recordWorkloadCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkloadCheckpoint"];
+            };
+        };
+        responses: {
+            /** @description recorded */
+            204: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -1,6 +1,14 @@
 /** Renters' jobs and their attempts (`jobs`, `job_attempts`, migration 0028; domain/jobs/). */
 import { cursorAt, type KeysetPosition, olderThan } from '@gpu/common';
-import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
+import {
+  type Insertable,
+  type Kysely,
+  type Selectable,
+  type SqlBool,
+  sql,
+  type Transaction,
+  type Updateable,
+} from 'kysely';
 import type { BillingDB, JobAttemptTable, JobState, JobTable } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -85,6 +93,35 @@ export async function runJobSession(db: Db, jobId: string, sessionId: string, no
 
 /** The `job_id` of a job's sessions: a name start-session refuses to its callers (routes/sessions.ts). */
 export const sessionJobId = (jobId: string) => `job:${jobId}`;
+
+/** The job a session runs for (its `job_id` is `job:<job ID>`), or null for a session of the renter's own. */
+export const jobOfSession = (sessionJobIdField: string): string | null =>
+  sessionJobIdField.startsWith('job:') ? sessionJobIdField.slice(4) : null;
+
+/**
+ * The job's checkpoint is the one its attempt of session `sessionId` kept last (the last said is restored next),
+ * unless the job already points at one of a later attempt: a machine taken for dead that says what it kept after the
+ * next attempt kept its own never takes the job back to older work. False when it did not.
+ */
+export async function recordJobCheckpoint(
+  db: Db,
+  jobId: string,
+  sessionId: string,
+  size: number,
+  at: Date,
+): Promise<boolean> {
+  const updated = await db
+    .updateTable('jobs')
+    .set({ checkpoint_session: sessionId, checkpoint_size: size, checkpoint_at: at, updated_at: at })
+    .where('id', '=', jobId)
+    .where(
+      sql<SqlBool>`checkpoint_session IS NULL OR
+        (SELECT n FROM job_attempts a WHERE a.job_id = jobs.id AND a.session_id = jobs.checkpoint_session) <=
+        (SELECT n FROM job_attempts a WHERE a.job_id = jobs.id AND a.session_id = ${sessionId})`,
+    )
+    .executeTakeFirst();
+  return updated.numUpdatedRows > 0n;
+}
 
 /** The job's session that runs now (one at most: `rental_sessions_running_job`), if any. */
 export async function runningSessionOfJob(

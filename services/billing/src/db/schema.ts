@@ -361,6 +361,10 @@ export interface JobTable {
   created_at: Timestamp;
   updated_at: Timestamp;
   ended_at: Date | null;
+  /** The attempt whose checkpoint was said whole last (migration 0029): its session names the object. */
+  checkpoint_session: ColumnType<string | null, never, string | null>;
+  checkpoint_size: ColumnType<string | null, never, number | null>;
+  checkpoint_at: ColumnType<Date | null, never, Date | null>;
 }
 
 /** One session a job ran as (migration 0028). */

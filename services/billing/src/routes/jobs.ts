@@ -7,6 +7,7 @@ import { type App, afterCursor, callerOf, pageQuery, setNextPage } from '@gpu/co
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
 import { cancelJob, type Job, jobList, readJob, submitJob } from '../domain/jobs/index.ts';
+import { checkpointRef } from '../domain/workloads/index.ts';
 import { iso, isoOrNull } from '../wire/presenters.ts';
 import { RENTAL_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
@@ -101,6 +102,16 @@ const jobSchema = z
     spent: amountString.describe('what its ended attempts cost together'),
     session_id: z.uuid().nullable().describe('the session of its latest attempt'),
     attempts: z.array(attemptSchema),
+    checkpoint: z
+      .object({
+        bucket: z.string().optional().describe("the workload's output bucket (absent: the renter's folder)"),
+        key: z.string().describe("the tar of /work/checkpoint/ in the renter's storage"),
+        session_id: z.uuid().describe('the attempt that kept it'),
+        size: z.number().int().describe('bytes'),
+        kept_at: z.string(),
+      })
+      .nullable()
+      .describe('the checkpoint the job kept last, which its next attempt restores (null: none yet)'),
     queued_until: z.string().nullable(),
     created_at: z.string(),
     updated_at: z.string(),
@@ -139,6 +150,15 @@ function jobJson(ctx: BillingContext, j: Job): z.output<typeof jobSchema> {
       cost: a.cost,
       end_reason: a.end_reason,
     })),
+    checkpoint:
+      r.checkpoint_session && r.checkpoint_at
+        ? {
+            ...checkpointRef(j.workload, r.id, r.checkpoint_session),
+            session_id: r.checkpoint_session,
+            size: Number(r.checkpoint_size ?? 0),
+            kept_at: iso(r.checkpoint_at),
+          }
+        : null,
     queued_until: isoOrNull(r.queued_until),
     created_at: iso(r.created_at),
     updated_at: iso(r.updated_at),

@@ -1,11 +1,12 @@
 /** A session's workload: its parties read it, the machine's daemon reports its states (domain/workloads/). */
-import { type App, callerOf, workloadSpecSchema, zTimestamp } from '@gpu/common';
+import { type App, callerOf, noBody, workloadSpecSchema, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import {
   grantWorkloadFiles,
   logRefs,
   MAX_OUTPUT_FILES,
   readWorkload,
+  recordWorkloadCheckpoint,
   recordWorkloadOutputs,
   reportWorkload,
   type Workload,
@@ -25,6 +26,9 @@ export const workloadSpecBody = workloadSpecSchema
   .register(schemas, { id: 'WorkloadSpec' });
 
 const STATES = ['pending', 'preparing', 'running', 'exited', 'failed', 'stopped'] as const;
+
+/** The largest checkpoint (one PUT's most). */
+const MAX_CHECKPOINT_BYTES = 5 * 1024 ** 3;
 
 /** The most refused output files a daemon names (the last one counts the rest). */
 const MAX_REFUSED_OUTPUTS = 100;
@@ -149,6 +153,16 @@ const grantsSchema = z
       .describe('to fetch into /work/inputs/<path> before the workload starts (empty once the session ended)'),
     logs: z.object({ stdout: grantedObject, stderr: grantedObject }),
     outputs: z.array(grantedObject.extend({ path: z.string() })),
+    checkpoint: z
+      .object({
+        upload: grantedObject.describe("where this attempt keeps the job's checkpoint (a tar of /work/checkpoint/)"),
+        restore: grantedObject
+          .extend({ size: z.number().int() })
+          .optional()
+          .describe('the checkpoint the job kept last, to extract into /work/checkpoint/ before the workload starts'),
+      })
+      .optional()
+      .describe("a job's checkpoint (its workload names `checkpoint`)"),
     expires_at: z.string().describe('when the URLs stop working (RFC 3339)'),
   })
   .describe("Presigned URLs of a workload's files")
@@ -166,6 +180,11 @@ const outputsBody = z
   .strict()
   .register(schemas, { id: 'WorkloadOutputs' });
 
+const checkpointBody = z
+  .object({ size: z.number().int().min(0).max(MAX_CHECKPOINT_BYTES).describe("the tar's bytes, as uploaded") })
+  .strict()
+  .register(schemas, { id: 'WorkloadCheckpoint' });
+
 const strip = ({ bucket, key, url }: { bucket: string; key: string; url: string }) => ({ bucket, key, url });
 
 const grantsJson = (g: WorkloadGrants) => ({
@@ -178,6 +197,16 @@ const grantsJson = (g: WorkloadGrants) => ({
   })),
   logs: { stdout: strip(g.logs.stdout), stderr: strip(g.logs.stderr) },
   outputs: g.outputs.map(({ bucket, key, url, path }) => ({ bucket, key, url, path })),
+  ...(g.checkpoint
+    ? {
+        checkpoint: {
+          upload: strip(g.checkpoint.upload),
+          ...(g.checkpoint.restore
+            ? { restore: { ...strip(g.checkpoint.restore), size: g.checkpoint.restore.size } }
+            : {}),
+        },
+      }
+    : {}),
   expires_at: g.expiresAt.toISOString(),
 });
 
@@ -318,6 +347,29 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
       const id = request.params.sessionID;
       await recordWorkloadOutputs(ctx, callerOf(request), id, request.body.files, request.body.refused);
       return answer(await readWorkload(ctx, callerOf(request), id));
+    },
+  );
+
+  app.post(
+    '/api/v1/billing/sessions/:sessionID/workload/checkpoint',
+    {
+      config: { roles: USAGE_ROLES },
+      schema: {
+        tags: ['sessions'],
+        operationId: 'recordWorkloadCheckpoint',
+        summary: "The daemon says it kept a job's checkpoint whole",
+        description:
+          "After its PUT of the grant's `checkpoint.upload` succeeded: the job's next attempt restores this one (the " +
+          "last said wins). 204; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or naming no " +
+          '`checkpoint`); in the upload window, by the same callers as the grants.',
+        params: sessionParams,
+        body: checkpointBody,
+        response: { 204: noBody('recorded'), ...problems(400, 403, 404, 409) },
+      },
+    },
+    async (request, reply) => {
+      await recordWorkloadCheckpoint(ctx, callerOf(request), request.params.sessionID, request.body.size);
+      return reply.code(204).send(null);
     },
   );
 }

@@ -36,6 +36,7 @@ interface SubmitOptions extends WorkloadOptions {
   spendCap: string;
   maxAttempts?: number;
   retryOnFailure?: boolean;
+  checkpointEvery?: number;
   queueTimeout?: number;
   waitForCapacity?: boolean;
   idempotencyKey?: string;
@@ -73,6 +74,7 @@ function showJob(json: boolean, j: Job) {
     ['machine', last?.provider_id ?? ''],
     ['session', j.session_id ?? ''],
     ['spent', `${j.spent} of ${j.spend_cap}`],
+    ['checkpoint', j.checkpoint ? `${j.checkpoint.key} (${j.checkpoint.size} bytes, ${j.checkpoint.kept_at})` : ''],
   ]);
 }
 
@@ -137,6 +139,11 @@ export function jobCommands(program: Command) {
       )
       .option('--retry-on-failure', 'place it again when its workload fails or exits non-zero')
       .option(
+        '--checkpoint-every <seconds>',
+        'keep /work/checkpoint/ this often (and when it ends); its next attempt starts with what was kept last',
+        count('--checkpoint-every'),
+      )
+      .option(
         '--queue-timeout <duration>',
         'fail it when no machine took it within this long (600, 15m, 2h)',
         queueSeconds,
@@ -147,7 +154,9 @@ export function jobCommands(program: Command) {
   ).action(async (argv: string[], o: SubmitOptions) => {
     const ctx = context(program);
     if (argv.length === 0 && !o.image) throw new UsageError('a job runs a workload: its command after --, or --image');
-    const workload = workloadSpec(argv, o);
+    const given = workloadSpec(argv, o)!;
+    const workload =
+      o.checkpointEvery === undefined ? given : { ...given, checkpoint: { interval_seconds: o.checkpointEvery } };
     const job = unwrap(
       await ctx.billing.POST('/api/v1/billing/jobs', {
         params: { header: { 'idempotency-key': idempotencyKey('job', o.idempotencyKey) } },
@@ -165,7 +174,7 @@ export function jobCommands(program: Command) {
           ...(o.queueTimeout !== undefined ? { queue_timeout_seconds: o.queueTimeout } : {}),
           ...(o.waitForCapacity ? { wait_for_capacity: true } : {}),
           ...(o.name ? { name: o.name } : {}),
-          workload: workload!,
+          workload,
         },
       }),
     );

@@ -13,6 +13,8 @@
  *   devices and FIFOs (passed over, never followed: the workload made them), files too large or too many, names
  *   storage refuses, and a file the store refuses while it takes the others (one refusal never holds up the rest).
  *   The workload is gone by then: nothing it runs can change a file while it is read.
+ * - **A job's checkpoint** (checkpoint.ts makes and unpacks the tar): the one the job kept last is fetched before the
+ *   workload starts, and each tar of `/work/checkpoint/` is one PUT to this attempt's own object, then said to billing.
  */
 import {
   chmodSync,
@@ -22,6 +24,7 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  rmSync,
   statSync,
 } from 'node:fs';
 import path from 'node:path';
@@ -38,6 +41,7 @@ interface Grants {
   inputs: { key: string; path: string; url: string; size?: number }[];
   logs: { stdout: { url: string }; stderr: { url: string } };
   outputs: { path: string; key: string; url: string }[];
+  checkpoint?: { upload: { url: string }; restore?: { key: string; url: string; size: number } };
   expires_at: string;
 }
 
@@ -85,6 +89,8 @@ export class SessionFiles {
   /** The size of each log when last uploaded. */
   private readonly shipped = new Map<string, number>();
   private shipping: Promise<void> | undefined;
+  /** The checkpoint being kept, if any (the next waits for it). */
+  private keeping: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly billing: Billing,
@@ -122,30 +128,7 @@ export class SessionFiles {
       // The spec's rules keep every path inside; said again here, where a file is written.
       if (!file.startsWith(`${dir}${path.sep}`)) throw new InputsError(`input path ${input.path} leaves the directory`);
       mkdirSync(path.dirname(file), { recursive: true });
-      // No byte past the size storage checked when it signed (the renter may replace the object meanwhile), and no
-      // transfer idle for a minute.
-      const limit = input.size ?? 0;
-      let received = 0;
-      const capped = new Transform({
-        transform(chunk: Buffer, _enc, done) {
-          received += chunk.length;
-          done(
-            received > limit ? new InputsError(`input ${input.key} is larger than when it was granted`) : null,
-            chunk,
-          );
-        },
-      });
-      try {
-        const res = await fetch(input.url, { signal: AbortSignal.timeout(INPUT_TIMEOUT_MS) });
-        if (!res.ok || !res.body) throw new InputsError(`input ${input.key}: the store answered ${res.status}`);
-        await pipeline(
-          Readable.fromWeb(res.body as import('node:stream/web').ReadableStream),
-          capped,
-          createWriteStream(file, { flags: 'wx', mode: 0o444 }),
-        );
-      } catch (err) {
-        throw err instanceof InputsError ? err : new InputsError(`input ${input.key}: ${(err as Error).message}`);
-      }
+      await download(input, file, 0o444, `input ${input.key}`);
     }
     // Directories the workload's user can pass through and list, not write.
     const open = (d: string) => {
@@ -153,6 +136,45 @@ export class SessionFiles {
       for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) open(path.join(d, e.name));
     };
     open(dir);
+  }
+
+  /**
+   * Fetches the checkpoint the job kept last into `file` (the daemon's, 0600); false when there is none to restore.
+   * Throws `InputsError` when it cannot be had, or holds more than `maxBytes`.
+   */
+  async fetchCheckpoint(file: string, maxBytes: number): Promise<boolean> {
+    const grants = await this.grant().catch((err: Error) => {
+      throw new InputsError(`no grant for the checkpoint: ${err.message}`);
+    });
+    const restore = grants.checkpoint?.restore;
+    if (!restore) return false;
+    if (restore.size > maxBytes) {
+      throw new InputsError(`the checkpoint holds ${restore.size} bytes, above the disk limit ${maxBytes}`);
+    }
+    rmSync(file, { force: true });
+    await download(restore, file, 0o600, 'the checkpoint');
+    return true;
+  }
+
+  /**
+   * Keeps the tar at `file` as the job's checkpoint: one PUT (the store holds the earlier one whole until this one
+   * is), then billing is told, so that the next attempt restores it. Nothing to do for a workload that keeps none.
+   */
+  keepCheckpoint(file: string): Promise<void> {
+    // One after another, in the order they were made: an older tar never lands after a newer one.
+    const run = this.keeping.then(async () => {
+      const upload = (await this.grant()).checkpoint?.upload;
+      if (!upload) return;
+      await uploadFile(file, upload.url, { attempts: 3 });
+      unwrap(
+        await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/checkpoint', {
+          params: { path: { sessionID: this.sessionId } },
+          body: { size: statSync(file).size },
+        }),
+      );
+    });
+    this.keeping = run.catch(() => {});
+    return run;
   }
 
   /** Uploads the logs that grew since their last upload (one upload at a time; `final`: waits for it). */
@@ -272,6 +294,37 @@ export class SessionFiles {
       }
     }
     return [];
+  }
+}
+
+/**
+ * Fetches a granted object into `file` (a new file of `mode`): no byte past the size storage checked when it signed
+ * (the renter may replace the object meanwhile), within `INPUT_TIMEOUT_MS`. Throws `InputsError`.
+ */
+async function download(
+  object: { url: string; size?: number },
+  file: string,
+  mode: number,
+  what: string,
+): Promise<void> {
+  const limit = object.size ?? 0;
+  let received = 0;
+  const capped = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      received += chunk.length;
+      done(received > limit ? new InputsError(`${what} is larger than when it was granted`) : null, chunk);
+    },
+  });
+  try {
+    const res = await fetch(object.url, { signal: AbortSignal.timeout(INPUT_TIMEOUT_MS) });
+    if (!res.ok || !res.body) throw new InputsError(`${what}: the store answered ${res.status}`);
+    await pipeline(
+      Readable.fromWeb(res.body as import('node:stream/web').ReadableStream),
+      capped,
+      createWriteStream(file, { flags: 'wx', mode }),
+    );
+  } catch (err) {
+    throw err instanceof InputsError ? err : new InputsError(`${what}: ${(err as Error).message}`);
   }
 }
 

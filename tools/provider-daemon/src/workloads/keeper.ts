@@ -3,17 +3,22 @@
  * made, and, once its workload ended, the upload of its logs and outputs to the renter's storage, tried at every poll
  * until everything is kept or billing says the upload window closed (409).
  *
+ * A job's workload that keeps a checkpoint has its checkpoint directory kept first (a tar of it as the workload left
+ * it: checkpoint.ts), so a job whose daemon died under it restarts from what it wrote last.
+ *
  * What the keeper knows is on disk, beside the files (`<session>/keep.json`: whether the workload keeps files in
  * storage, the longest output path, which outputs are uploaded already, which were refused and why), so a daemon
  * started again goes on where its earlier life stopped: it finds every session directory, uploads what is left within
  * the window, and removes the directory once it is done. A directory without a record (made by a life that died at
  * once) is removed. Nothing stays behind for good.
  */
-import { existsSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { ApiError, type billingClient } from '@gpu/client';
 import type { Logger } from '@gpu/common';
+import { MAX_SINGLE_PUT_BYTES, UploadError } from '../upload.ts';
+import { CheckpointError, packEnded } from './checkpoint.ts';
 import { releaseDisk, reopenDisk } from './disk.ts';
 import { SessionFiles } from './files.ts';
 
@@ -36,6 +41,9 @@ interface Record {
   uploaded: string[];
   /** Outputs that will not be kept, with why. */
   refused: { path: string; reason: string }[];
+  /** Whether it is a job's workload that keeps a checkpoint, and whether its final one is done with. */
+  checkpoint?: boolean;
+  checkpoint_done?: boolean;
 }
 
 interface Kept {
@@ -75,7 +83,10 @@ export class FileKeeper {
   }
 
   /** A session's directory is made: from now on it is the keeper's, on disk too. */
-  track(sessionId: string, opts: { keepsFiles: boolean; maxPathBytes: number }): SessionFiles | null {
+  track(
+    sessionId: string,
+    opts: { keepsFiles: boolean; maxPathBytes: number; checkpoint: boolean },
+  ): SessionFiles | null {
     const dir = path.join(this.runDir, sessionId);
     const record: Record = {
       keeps_files: opts.keepsFiles,
@@ -83,6 +94,7 @@ export class FileKeeper {
       ended: false,
       uploaded: [],
       refused: [],
+      checkpoint: opts.checkpoint,
     };
     const kept = { dir, record, files: this.files(sessionId, dir, record) };
     this.sessions.set(sessionId, kept);
@@ -175,6 +187,7 @@ export class FileKeeper {
       if (kept.files) {
         await kept.files.shipLogs(true);
         const disk = await reopenDisk(kept.dir);
+        if (disk) await this.keepFinalCheckpoint(sessionId, kept, disk.workDir);
         await kept.files.uploadOutputs(disk ? path.join(disk.workDir, 'output') : null, kept.record.max_path_bytes);
       }
       this.sessions.delete(sessionId);
@@ -198,6 +211,27 @@ export class FileKeeper {
     } finally {
       this.collecting.delete(sessionId);
     }
+  }
+
+  /**
+   * A job's checkpoint as its workload left it (checkpoint.ts), kept once: a tar that cannot be made (too large) is
+   * not tried again; a store or billing that cannot take it is, at the next poll.
+   */
+  private async keepFinalCheckpoint(sessionId: string, kept: Kept, workDir: string): Promise<void> {
+    if (!kept.record.checkpoint || kept.record.checkpoint_done || !kept.files) return;
+    const out = path.join(kept.dir, 'checkpoint-final.tar');
+    try {
+      if (await packEnded(workDir, out, MAX_SINGLE_PUT_BYTES)) await kept.files.keepCheckpoint(out);
+    } catch (err) {
+      // Tried again at the next poll when the store or billing could not be reached; never holding its outputs up
+      // when the tar cannot be made or the store refuses it.
+      if (!(err instanceof CheckpointError || (err instanceof UploadError && !err.retryable))) throw err;
+      this.logger.warn({ err, session_id: sessionId }, "the job's final checkpoint could not be kept");
+    } finally {
+      rmSync(out, { force: true });
+    }
+    kept.record.checkpoint_done = true;
+    this.save(kept);
   }
 
   /** Done with it: its logs stay on the machine, and a later life leaves them. */

@@ -30,13 +30,21 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { billingClient, type TokenSource, unwrap } from '@gpu/client';
-import { durationMs, type Logger, maxOutputPathBytes, type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
+import {
+  CHECKPOINT_DIR,
+  durationMs,
+  type Logger,
+  maxOutputPathBytes,
+  type WorkloadSpec,
+  workloadSpecSchema,
+} from '@gpu/common';
 import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { SessionTraces, TraceContext } from '../session-trace.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
+import { CHECKPOINT_NAME, packRunning, unpack } from './checkpoint.ts';
 import { commandProblem } from './command.ts';
 import {
   type ContainerRuntime,
@@ -94,6 +102,8 @@ interface Running {
   paidUntil: number | null;
   /** When billing last said it. */
   paidAsked: number;
+  /** A job's checkpoint: taken every `everyMs` while it runs (checkpoint.ts); `busy` while one is under way. */
+  checkpoint: { everyMs: number; at: number; busy: boolean } | null;
 }
 
 /** How often the runner asks billing again how long each running workload is paid for. */
@@ -178,6 +188,8 @@ export class WorkloadRunner {
   private readonly unsent = new Map<string, Report[]>();
   /** Sessions whose launch (inputs, sandbox) is under way. */
   private readonly launching = new Set<string>();
+  /** Slots (and so users) taken by launches that are not running yet (a checkpoint restored as its user). */
+  private readonly reservedSlots = new Set<number>();
   /** Each session's directory and files until they are kept (on disk: a restarted daemon goes on with them). */
   private readonly keeper: FileKeeper;
   /** Whether the directories an earlier life left were taken up. */
@@ -263,6 +275,7 @@ export class WorkloadRunner {
       if (this.deps.providerId()) this.writeJournal();
       this.stopUnpaid();
       this.shipLogs();
+      this.takeCheckpoints();
       this.listen();
     } finally {
       this.ticking = false;
@@ -420,6 +433,7 @@ export class WorkloadRunner {
     const files = this.keeper.track(session.id, {
       keepsFiles: Boolean(w.logs),
       maxPathBytes: spec.output ? maxOutputPathBytes(spec.output) : 0,
+      checkpoint: Boolean(spec.checkpoint),
     });
     const failed = async (reason: string) => {
       this.done.add(session.id);
@@ -467,14 +481,92 @@ export class WorkloadRunner {
     }
     // A program that is not there never starts, and so is never billed (a container's is looked up in its image).
     const problem = spec.command && !spec.image ? this.commandProblem(spec.command, disk, inputsDir) : null;
+    const refused = async (reason: string) => {
+      this.done.add(session.id);
+      disk.close();
+      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
+      await this.keeper.ended(session.id);
+    };
     if (problem) {
       this.deps.logger.info({ session_id: session.id, reason: problem }, 'the workload program is not there to run');
-      this.done.add(session.id);
-      await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: problem });
-      await this.keeper.ended(session.id);
+      await refused(problem);
       return;
     }
-    this.start(session, spec, readings, paidUntil, { disk, logDir, files, inputsDir });
+    // Its user, kept for it from here: a job's last checkpoint is extracted as that user before it starts.
+    const slot = this.freeSlot();
+    this.reservedSlots.add(slot);
+    try {
+      if (files && spec.checkpoint) {
+        try {
+          await this.restoreCheckpoint(session.id, dir, disk, files, this.uidOf(slot));
+        } catch (err) {
+          this.deps.logger.warn({ err, session_id: session.id }, "the job's checkpoint could not be restored");
+          await refused('checkpoint_unavailable');
+          return;
+        }
+      }
+      this.start(session, spec, readings, paidUntil, { disk, logDir, files, inputsDir, slot });
+    } finally {
+      this.reservedSlots.delete(slot);
+    }
+  }
+
+  /** A workload's user: one of its own (by its slot) when the daemon runs as root; absent: the daemon's. */
+  private uidOf(slot: number): number | undefined {
+    return process.getuid?.() === 0 ? this.settings.uid_base + slot : undefined;
+  }
+
+  /**
+   * The job's checkpoint directory in the new work directory (its user's), with the checkpoint the job kept last
+   * extracted into it, when there is one (checkpoint.ts).
+   */
+  private async restoreCheckpoint(
+    sessionId: string,
+    dir: string,
+    disk: SessionDisk,
+    files: SessionFiles,
+    uid: number | undefined,
+  ): Promise<void> {
+    const into = path.join(disk.workDir, CHECKPOINT_NAME);
+    mkdirSync(into, { recursive: true });
+    if (uid !== undefined) for (const d of [disk.workDir, into]) chownSync(d, uid, uid);
+    const tar = path.join(dir, 'restore.tar');
+    try {
+      if (!(await files.fetchCheckpoint(tar, workloadLimits(this.settings).diskBytes))) return;
+      await unpack(tar, into, uid);
+      this.deps.logger.info({ session_id: sessionId }, "the job's last checkpoint is restored");
+    } finally {
+      rmSync(tar, { force: true });
+    }
+  }
+
+  /** Takes the checkpoint of each running job's workload that is due (and not under way), from inside it. */
+  private takeCheckpoints(): void {
+    const now = Date.now();
+    for (const [sessionId, r] of this.running) {
+      const c = r.checkpoint;
+      if (!c || !r.files || c.busy || now - c.at < c.everyMs) continue;
+      c.busy = true;
+      const out = path.join(this.settings.run_dir, sessionId, 'checkpoint-running.tar');
+      const files = r.files;
+      void (async () => {
+        try {
+          await packRunning(
+            r.sandbox.entry,
+            path.join(this.settings.run_dir, '.checkpoints'),
+            out,
+            workloadLimits(this.settings).diskBytes,
+          );
+          await files.keepCheckpoint(out);
+        } catch (err) {
+          this.deps.logger.warn({ err, session_id: sessionId }, "the job's checkpoint was not taken this time");
+        } finally {
+          rmSync(out, { force: true });
+          c.at = Date.now();
+          c.busy = false;
+        }
+      })();
+    }
   }
 
   /** Why the sandbox's program cannot be started (command.ts), in the view the sandbox will have. */
@@ -498,21 +590,21 @@ export class WorkloadRunner {
       logDir: string;
       files: SessionFiles | null;
       inputsDir: string | undefined;
+      slot: number;
     },
   ): void {
-    const { disk, logDir, files, inputsDir } = place;
+    const { disk, logDir, files, inputsDir, slot } = place;
     // A daemon stopping starts nothing more (its next life reports what was left preparing).
     if (this.stopped) {
       disk.close();
       return;
     }
-    const slot = this.freeSlot();
     // Its output directory, uploaded at its end; its inputs' mount point (the inputs themselves are the daemon's).
     const output = path.join(disk.workDir, 'output');
     mkdirSync(output, { recursive: true });
     if (inputsDir) mkdirSync(path.join(disk.workDir, 'inputs'), { recursive: true });
     if (disk.tmpDir) chmodSync(disk.tmpDir, 0o1777);
-    const uid = process.getuid?.() === 0 ? this.settings.uid_base + slot : undefined;
+    const uid = this.uidOf(slot);
     if (uid !== undefined) {
       for (const d of [disk.workDir, output, ...(disk.tmpDir ? [disk.tmpDir] : [])]) chownSync(d, uid, uid);
     }
@@ -531,7 +623,10 @@ export class WorkloadRunner {
       controlDevices: simulated ? [] : controlDevices(),
       limits: workloadLimits(this.settings),
       uid,
-      platformEnv: { GPU_PLATFORM_SESSION_ID: session.id },
+      platformEnv: {
+        GPU_PLATFORM_SESSION_ID: session.id,
+        ...(spec.checkpoint ? { [CHECKPOINT_DIR.env]: CHECKPOINT_DIR.inside } : {}),
+      },
       stopGraceMs: durationMs(this.settings.stop_grace),
     };
     let sandbox: Sandbox;
@@ -570,6 +665,12 @@ export class WorkloadRunner {
       shippedAt: 0,
       paidUntil,
       paidAsked: Date.now(),
+      // Taken from inside the workload while it runs: a sandbox is entered only by a root daemon (otherwise its
+      // checkpoint is taken when it ends).
+      checkpoint:
+        spec.checkpoint && (spec.image || uid !== undefined)
+          ? { everyMs: spec.checkpoint.interval_seconds * 1000, at: Date.now(), busy: false }
+          : null,
     });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
     // Running from when the sandbox is set up (and its network up): a sandbox that never is reports `failed`.
@@ -685,7 +786,7 @@ export class WorkloadRunner {
   }
 
   private freeSlot(): number {
-    const taken = new Set([...this.running.values()].map((r) => r.slot));
+    const taken = new Set([...this.running.values()].map((r) => r.slot).concat([...this.reservedSlots]));
     let slot = 0;
     while (taken.has(slot)) slot++;
     return slot;

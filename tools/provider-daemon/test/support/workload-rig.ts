@@ -7,13 +7,16 @@
  *   const m = await rig.machine();                       // attached; m.runner() runs its workloads
  *   const r = await rig.rent(m.providerId, 2, { command: ['true'], max_runtime_seconds: 60 });
  */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { once } from 'node:events';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TokenSource } from '@gpu/client';
-import { createLogger, NoopPublisher } from '@gpu/common';
+import { createLogger, NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, expect } from 'vitest';
+import { createClient } from '../../../../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../../../../services/auth/test/helpers.ts';
 import { base58Encode } from '../../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../../services/billing/test/support/setup.ts';
@@ -51,6 +54,11 @@ export interface WorkloadRig {
     runner(): WorkloadRunner;
     runDir: string;
   }>;
+  /**
+   * A provider's daemon as a process of its own (`src/main.ts`, as a machine runs it) on a simulated 8-GPU machine,
+   * heartbeating every second and running workloads; attached. `exited` settles when the process is gone.
+   */
+  daemonProcess(): Promise<{ providerId: string; child: ChildProcess; exited: Promise<unknown> }>;
   /** A renter with a funded wallet. */
   renter(): Promise<Renter & { walletId: string }>;
   /** Starts a session of `gpuCount` GPUs running `workload` (by a new renter unless one is given); its answer. */
@@ -75,8 +83,16 @@ export interface WorkloadRig {
   priceTheMarket(): Promise<void>;
 }
 
-export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<string, unknown> } = {}): WorkloadRig {
-  const platform = useAuthAndRegistry();
+export function useWorkloadRig(
+  opts: {
+    storage?: boolean;
+    billing?: Record<string, unknown>;
+    /** The registry's own settings, and whether its offline sweep runs (`useAuthAndRegistry`). */
+    registry?: { config?: Record<string, unknown>; sweeper?: boolean };
+  } = {},
+): WorkloadRig {
+  const platform = useAuthAndRegistry({}, opts.registry ?? {});
+  const processes: ChildProcess[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'daemon-workloads-'));
   // The run directory's parents let the workloads' users through (as /var/lib would), listing nothing.
   chmodSync(dir, 0o711);
@@ -88,26 +104,27 @@ export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<strin
   let billingUrl = '';
 
   const config = (runDir: string, workloads: Record<string, unknown>): DaemonConfig =>
-    daemonConfigSchema.parse({
-      auth_url: platform.authUrl,
-      registry_url: platform.registryUrl,
-      billing_url: billingUrl,
-      state_file: join(dir, `state-${randomUUID()}.json`),
-      provider: { name: `rig-${randomUUID().slice(0, 8)}` },
-      gpu: {
-        source: 'simulated',
-        simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
-      },
-      workloads: {
-        run_dir: runDir,
-        poll_interval: '200ms',
-        stop_grace: '500ms',
-        log_interval: '500ms',
-        disk_mb: 64,
-        memory_mb: 1024,
-        ...workloads,
-      },
-    });
+    daemonConfigSchema.parse(settings(runDir, workloads));
+  const settings = (runDir: string, workloads: Record<string, unknown>) => ({
+    auth_url: platform.authUrl,
+    registry_url: platform.registryUrl,
+    billing_url: billingUrl,
+    state_file: join(dir, `state-${randomUUID()}.json`),
+    provider: { name: `rig-${randomUUID().slice(0, 8)}` },
+    gpu: {
+      source: 'simulated',
+      simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
+    },
+    workloads: {
+      run_dir: runDir,
+      poll_interval: '200ms',
+      stop_grace: '500ms',
+      log_interval: '500ms',
+      disk_mb: 64,
+      memory_mb: 1024,
+      ...workloads,
+    },
+  });
 
   const rig: WorkloadRig = {
     platform,
@@ -130,6 +147,42 @@ export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<strin
         sessions: (id: string) => usage.runningSessions(id),
       };
       return { providerId, deps, daemon, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
+    },
+    async daemonProcess() {
+      const owner = await platform.providerUser();
+      const { client, secret } = await createClient(platform.auth.ctx, UNCHECKED_PRINCIPAL, {
+        name: `rig-daemon-${randomUUID().slice(0, 8)}`,
+        role: 'daemon',
+        owner_id: owner.id,
+      });
+      const given = settings(join(dir, `run-${randomUUID().slice(0, 8)}`), {});
+      const file = join(dir, `daemon-${randomUUID()}.json`);
+      writeFileSync(
+        file,
+        JSON.stringify({
+          ...given,
+          log_level: process.env.DEBUG_LOG ? 'debug' : 'warn',
+          heartbeat_interval: '1s',
+          credentials: { client_id: client.id, client_secret: secret },
+        }),
+        { mode: 0o600 },
+      );
+      const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+        cwd: join(import.meta.dirname, '../..'),
+        env: { ...process.env, DAEMON_CONFIG_FILE: file },
+        stdio: ['ignore', 'inherit', 'inherit'],
+      });
+      processes.push(child);
+      const exited = once(child, 'exit');
+      const end = Date.now() + 30_000;
+      for (;;) {
+        try {
+          const state = JSON.parse(readFileSync(given.state_file, 'utf8')) as { provider_id?: string };
+          if (state.provider_id) return { providerId: state.provider_id, child, exited };
+        } catch {}
+        if (Date.now() > end || child.exitCode !== null) throw new Error('the daemon did not attach to its machine');
+        await new Promise((r) => setTimeout(r, 100));
+      }
     },
     async renter() {
       const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
@@ -195,8 +248,14 @@ export function useWorkloadRig(opts: { storage?: boolean; billing?: Record<strin
     billingUrl = await rig.billing.app.listen({ host: '127.0.0.1', port: 0 });
   });
   afterAll(async () => {
+    for (const child of processes) child.kill('SIGKILL');
     await rig.billing?.close();
     await rig.storage?.close();
+    // A daemon killed with SIGKILL leaves its workloads' filesystems mounted (its next life would take them up).
+    for (const line of readFileSync('/proc/self/mounts', 'utf8').split('\n')) {
+      const at = line.split(' ')[1];
+      if (at?.startsWith(`${dir}/`)) spawnSync('umount', ['-l', at]);
+    }
     rmSync(dir, { recursive: true, force: true });
   });
   return rig;

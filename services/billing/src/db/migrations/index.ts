@@ -28,6 +28,7 @@ import { sessionTraceContextMigration } from './0025-session-trace-context.ts';
 import { reachLinksMigration } from './0026-reach-links.ts';
 import { reachUsageMigration } from './0027-reach-usage.ts';
 import { jobsMigration } from './0028-jobs.ts';
+import { jobCheckpointsMigration } from './0029-job-checkpoints.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -59,5 +60,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0026-reach-links': reachLinksMigration,
     '0027-reach-usage': reachUsageMigration,
     '0028-jobs': jobsMigration(scale),
+    '0029-job-checkpoints': jobCheckpointsMigration,
   };
 }

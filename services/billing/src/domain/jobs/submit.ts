@@ -25,6 +25,7 @@ import {
 } from '../../db/job-repository.ts';
 import type { JobState } from '../../db/schema.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
+import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { keysetPage } from '../keyset.ts';
 import type { Dec } from '../ledger/index.ts';
@@ -76,6 +77,8 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
     throw errors.badRequest('IDLE_JOB', 'a job runs a program that ends: give its command or image, not idle');
   }
   assertWorkloadScopes(ctx, input.actor, input.workload);
+  // Its checkpoints are kept in the renter's storage: none without a storage service.
+  if (input.workload.checkpoint && !ctx.storage) throw billingErrors.workloadStorageUnavailable();
   const wallet = await walletFor(ctx, input.actor, input.walletId);
   if (wallet.ownerType !== 'user' || wallet.ownerId !== userId) {
     throw errors.forbidden(`wallet ${wallet.id} is not a renter's wallet of user ${userId}`, 'NOT_WALLET_HOLDER');

@@ -29,6 +29,7 @@ import {
   type WorkloadSpec,
   workloadSpecSchema,
 } from '@gpu/common';
+import { findJob, jobOfSession, recordJobCheckpoint } from '../../db/job-repository.ts';
 import { findWorkload, recordOutputs } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
@@ -82,7 +83,7 @@ async function settleWorkloadFiles(
   correlationId?: string,
 ): Promise<WorkloadSpec> {
   if (!ctx.storage) {
-    if (spec.inputs.length > 0 || spec.output) throw billingErrors.workloadStorageUnavailable();
+    if (spec.inputs.length > 0 || spec.output || spec.checkpoint) throw billingErrors.workloadStorageUnavailable();
     return spec;
   }
   const output = settledOutput(sessionId, spec.output);
@@ -111,11 +112,26 @@ function uploadWindowCloses(
   return endedAt ? new Date(endedAt).getTime() + ctx.sessions.workloadUploadWindowMs : Number.POSITIVE_INFINITY;
 }
 
+/**
+ * Where an attempt of a job keeps the job's checkpoint: an object of its own (`jobs/<job>/checkpoints/<session>.tar`,
+ * in the bucket of the workload's output), so that no two attempts ever write one object (a machine taken for dead may
+ * still be uploading).
+ */
+export const checkpointRef = (spec: WorkloadSpec, jobId: string, sessionId: string): ObjectRef => ({
+  ...(spec.output?.bucket === undefined ? {} : { bucket: spec.output.bucket }),
+  key: `jobs/${jobId}/checkpoints/${sessionId}.tar`,
+});
+
 /** What the daemon may move for a session now. */
 export interface WorkloadGrants {
   inputs: (GrantedObject & { path: string })[];
   logs: { stdout: GrantedObject; stderr: GrantedObject };
   outputs: (GrantedObject & { path: string })[];
+  /**
+   * A job's checkpoint (its workload names `checkpoint`): where this attempt keeps it, and, before its workload runs,
+   * the one the job kept last to restore (none yet, or gone from the renter's storage: none).
+   */
+  checkpoint?: { upload: GrantedObject; restore?: GrantedObject & { size: number } };
   expiresAt: Date;
 }
 
@@ -144,15 +160,18 @@ export async function grantWorkloadFiles(
   const seconds = Math.max(1, Math.min(GRANT_SECONDS, Math.floor((closes - now) / 1000)));
   const output = spec.output;
   // Inputs are fetched before the workload runs: granted until it does, never once it runs or its session ended.
-  const inputs = isRunning(session) && (row.state === 'pending' || row.state === 'preparing') ? spec.inputs : [];
+  const beforeRun = isRunning(session) && (row.state === 'pending' || row.state === 'preparing');
+  const inputs = beforeRun ? spec.inputs : [];
   const outputs = outputPaths.map((p, i) => ({ path: p, ref: outputRef(output, p, `body.outputs[${i}]`) }));
   const logs = logRefs(output);
+  const jobId = spec.checkpoint ? jobOfSession(session.job_id) : null;
+  const checkpoint = jobId ? [checkpointRef(spec, jobId, sessionId)] : [];
   const granted = await ctx.storage
     .grant(
       {
         userId: session.user_id,
         read: inputs.map(({ bucket, key }) => (bucket === undefined ? { key } : { bucket, key })),
-        write: [logs.stdout, logs.stderr, ...outputs.map((o) => o.ref)],
+        write: [logs.stdout, logs.stderr, ...outputs.map((o) => o.ref), ...checkpoint],
         expirySeconds: seconds,
       },
       correlationId,
@@ -160,12 +179,65 @@ export async function grantWorkloadFiles(
     .catch((err: unknown) => {
       throw asOutputRefusal(err, outputs);
     });
+  // The job's last checkpoint is restored before the workload runs, like its inputs.
+  const restore =
+    jobId && beforeRun ? await restoreGrant(ctx, session.user_id, spec, jobId, seconds, correlationId) : null;
   return {
     inputs: inputs.map((input, i) => ({ ...granted.read[i]!, path: inputPathOf(input) })),
     logs: { stdout: granted.write[0]!, stderr: granted.write[1]! },
     outputs: outputs.map((o, i) => ({ ...granted.write[i + 2]!, path: o.path })),
+    ...(jobId ? { checkpoint: { upload: granted.write[2 + outputs.length]!, ...(restore ? { restore } : {}) } } : {}),
     expiresAt: granted.expiresAt,
   };
+}
+
+/**
+ * A read grant of the checkpoint the job kept last (null: none yet, or the renter removed it: the attempt starts
+ * without, and says so in the daemon's log).
+ */
+async function restoreGrant(
+  ctx: BillingContext,
+  userId: string,
+  spec: WorkloadSpec,
+  jobId: string,
+  seconds: number,
+  correlationId?: string,
+): Promise<(GrantedObject & { size: number }) | null> {
+  const job = await findJob(ctx.db, jobId);
+  if (!job?.checkpoint_session) return null;
+  try {
+    const granted = await ctx.storage!.grant(
+      { userId, read: [checkpointRef(spec, jobId, job.checkpoint_session)], write: [], expirySeconds: seconds },
+      correlationId,
+    );
+    const object = granted.read[0]!;
+    return { ...object, size: object.size ?? Number(job.checkpoint_size ?? 0) };
+  } catch (err) {
+    if (err instanceof AppError && err.kind === 'not_found') return null;
+    throw err;
+  }
+}
+
+/**
+ * Records that the session's attempt kept the job's checkpoint whole (`size` bytes, at its grant's object): the next
+ * attempt restores it (unless the job points at one of a later attempt already). By the machine's daemon (or an admin or service), while the session runs and in the upload
+ * window after; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or its spec names no `checkpoint`).
+ */
+export async function recordWorkloadCheckpoint(
+  ctx: BillingContext,
+  actor: Principal,
+  sessionId: string,
+  size: number,
+): Promise<void> {
+  const session = await loadSession(ctx.db, sessionId);
+  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
+  const row = await findWorkload(ctx.db, sessionId);
+  if (!row) throw billingErrors.workloadNotFound(sessionId);
+  const jobId = jobOfSession(session.job_id);
+  if (!parseSpec(row.spec).checkpoint || !jobId) throw billingErrors.noCheckpoint(sessionId);
+  if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
+  // One of an earlier attempt than the job's last kept is not recorded: the daemon is done with it all the same.
+  await recordJobCheckpoint(ctx.db, jobId, sessionId, size, ctx.now());
 }
 
 /**
@@ -237,6 +309,11 @@ export async function startWorkloadSession(
   const renterId = renterOf(asked);
   if (!mayActFor(asked.actor, renterId)) {
     throw errors.forbidden(`a session of user ${renterId} is started by that user`, 'NOT_RENTER');
+  }
+  if (asked.workload.checkpoint && !(asked.jobId && jobOfSession(asked.jobId))) {
+    throw errors.validation('a checkpoint is kept for jobs (POST /api/v1/billing/jobs), not for a session of its own', [
+      { path: 'body.workload.checkpoint', message: 'a checkpoint is kept for jobs only' },
+    ]);
   }
   const sessionId = asked.sessionId ?? randomUUID();
   const workload = await settleWorkloadFiles(ctx, renterId, sessionId, asked.workload, asked.correlationId);

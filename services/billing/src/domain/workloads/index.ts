@@ -2,9 +2,11 @@
 
 export {
   assertWorkloadScopes,
+  checkpointRef,
   grantWorkloadFiles,
   logRefs,
   MAX_OUTPUT_FILES,
+  recordWorkloadCheckpoint,
   recordWorkloadOutputs,
   startWorkloadSession,
   type WorkloadGrants,

@@ -1,0 +1,126 @@
+/**
+ * A job's checkpoint directory (`/work/checkpoint/`, its spec's `checkpoint`) as one tar (GNU tar, the machine's):
+ *
+ * - **While the workload runs**, every `interval_seconds`, the tar is made inside the workload (entry.ts: its own
+ *   namespaces, user and limits), so that nothing it does to its files meanwhile (a link swapped in for a directory)
+ *   makes the daemon read a file of the machine's: the daemon only receives the stream. This needs the daemon to run
+ *   as root (entering a workload does); otherwise only the final tar is made. A file the workload rewrites while it is
+ *   read may be torn: a workload writes each checkpoint file whole under another name and renames it (atomic).
+ * - **When it ended** (or its daemon died under it: a later life does it), the tar is made from its disk, read-only,
+ *   where nothing of it runs any more; links are stored as links, never followed.
+ * - **Before the next attempt starts**, the tar the job kept last is extracted into the new work directory's
+ *   `checkpoint/` as the workload's user (never as root): GNU tar refuses members that climb out (`..`, leading `/`)
+ *   and makes links that point out only after every file, so none is written through; the work directory's disk
+ *   bounds what it may hold.
+ *
+ * Each tar is at most the workload's disk allowance; one that is larger is not kept (the one before stands).
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createReadStream, createWriteStream, existsSync, rmSync } from 'node:fs';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { CHECKPOINT_DIR } from '@gpu/common';
+import { type Entry, entryCommand, HELPERS_PATH } from './entry.ts';
+
+/** The directory's name in the work directory. */
+export const CHECKPOINT_NAME = 'checkpoint';
+
+/** The longest one tar may take. */
+const PACK_TIMEOUT_MS = 10 * 60_000;
+
+/** Why a checkpoint could not be made or restored. */
+export class CheckpointError extends Error {}
+
+/** Runs `file args`, its standard output into `out` (at most `maxBytes`), its standard input from `input`. */
+async function run(
+  command: { file: string; args: string[]; env: Record<string, string> },
+  io: { out?: string; maxBytes?: number; input?: string },
+): Promise<void> {
+  const child = spawn(command.file, command.args, {
+    env: command.env,
+    cwd: '/',
+    stdio: [io.input ? 'pipe' : 'ignore', io.out ? 'pipe' : 'ignore', 'pipe'],
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), PACK_TIMEOUT_MS);
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => {
+    if (stderr.length < 2000) stderr += c.toString();
+  });
+  const closed = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
+  const error = once(child, 'error').then(([err]) => {
+    throw new CheckpointError(`tar could not start: ${(err as Error).message}`);
+  });
+  error.catch(() => {});
+  try {
+    const moved: Promise<unknown>[] = [];
+    if (io.input) moved.push(pipeline(createReadStream(io.input), child.stdin!).catch(() => {}));
+    if (io.out) {
+      let bytes = 0;
+      const limit = io.maxBytes ?? Number.POSITIVE_INFINITY;
+      const capped = new Transform({
+        transform(chunk: Buffer, _enc, done) {
+          bytes += chunk.length;
+          if (bytes > limit) {
+            child.kill('SIGKILL');
+            done(new CheckpointError(`the checkpoint holds more than the disk allowance, ${limit} bytes`));
+          } else done(null, chunk);
+        },
+      });
+      moved.push(pipeline(child.stdout!, capped, createWriteStream(io.out, { mode: 0o600 })));
+    }
+    const [[code, signal]] = await Promise.race([Promise.all([closed, ...moved]), error]);
+    if (code !== 0) {
+      throw new CheckpointError(`tar ended ${signal ?? `with ${code}`}: ${stderr.trim().slice(0, 500)}`);
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Packs the running workload's `/work/checkpoint/` into `out` from inside it (`dir`: the daemon's own directory for
+ * the entry's variables). Throws `CheckpointError` (or the entry's error: it cannot be entered).
+ */
+export async function packRunning(entry: Entry, dir: string, out: string, maxBytes: number): Promise<void> {
+  const argv = ['tar', '--create', '--file=-', `--directory=${CHECKPOINT_DIR.inside}`, '.'];
+  try {
+    await run(entryCommand(entry, { argv, tty: false }, dir), { out, maxBytes });
+  } catch (err) {
+    rmSync(out, { force: true });
+    throw err;
+  }
+}
+
+/**
+ * Packs `<workDir>/checkpoint/` of a workload that has ended into `out`; false when it left no such directory.
+ * Throws `CheckpointError`.
+ */
+export async function packEnded(workDir: string, out: string, maxBytes: number): Promise<boolean> {
+  const dir = `${workDir}/${CHECKPOINT_NAME}`;
+  if (!existsSync(dir)) return false;
+  const command = {
+    file: 'tar',
+    args: ['--create', '--file=-', `--directory=${dir}`, '.'],
+    env: { PATH: HELPERS_PATH, LC_ALL: 'C' },
+  };
+  try {
+    await run(command, { out, maxBytes });
+    return true;
+  } catch (err) {
+    rmSync(out, { force: true });
+    throw err;
+  }
+}
+
+/**
+ * Extracts the tar at `file` (the daemon's) into `dir` (the new work directory's `checkpoint/`, made and owned by
+ * the workload's user beforehand) as user `uid` when the daemon is root (absent: as the daemon, which its workloads
+ * run as). Throws `CheckpointError`.
+ */
+export async function unpack(file: string, dir: string, uid: number | undefined): Promise<void> {
+  const tar = ['tar', '--extract', '--file=-', `--directory=${dir}`, '--no-same-owner', '--delay-directory-restore'];
+  const args =
+    uid === undefined ? tar : ['setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--', ...tar];
+  await run({ file: args[0]!, args: args.slice(1), env: { PATH: HELPERS_PATH, LC_ALL: 'C' } }, { input: file });
+}

@@ -1,0 +1,86 @@
+/**
+ * A job's checkpoint as a tar (src/workloads/checkpoint.ts), with the machine's GNU tar: what is packed from an ended
+ * workload's directory holds links as links (never what they point at), a tar above the allowance is refused, and a
+ * hostile tar (the renter's storage holds whatever they put there) writes nothing outside the directory it is
+ * extracted into, as the workload's user.
+ */
+import { spawnSync } from 'node:child_process';
+import {
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CheckpointError, packEnded, unpack } from '../src/workloads/checkpoint.ts';
+
+const isRoot = process.getuid?.() === 0;
+let dir = '';
+
+beforeEach(() => {
+  dir = mkdtempSync(path.join(tmpdir(), 'checkpoint-'));
+  // A workload's user passes through to what it owns inside.
+  spawnSync('chmod', ['0755', dir]);
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The names in a tar, as `tar -tv` lists them. */
+const listing = (file: string) => spawnSync('tar', ['-tvf', file]).stdout.toString();
+
+describe('checkpoint tar', () => {
+  it('packs what an ended workload left, links as links, and refuses a tar above the allowance', async () => {
+    const work = path.join(dir, 'work');
+    mkdirSync(path.join(work, 'checkpoint', 'model'), { recursive: true });
+    writeFileSync(path.join(work, 'checkpoint', 'model', 'weights.bin'), 'w'.repeat(4096));
+    writeFileSync(path.join(dir, 'secret'), 'the daemon token');
+    symlinkSync(path.join(dir, 'secret'), path.join(work, 'checkpoint', 'leak'));
+    const out = path.join(dir, 'out.tar');
+    expect(await packEnded(work, out, 1 << 20)).toBe(true);
+    const names = listing(out);
+    expect(names).toContain('./model/weights.bin');
+    expect(names).toMatch(/\.\/leak -> .*secret/);
+    expect(readFileSync(out).includes('the daemon token')).toBe(false);
+    await expect(packEnded(work, path.join(dir, 'small.tar'), 1024)).rejects.toBeInstanceOf(CheckpointError);
+    expect(existsSync(path.join(dir, 'small.tar'))).toBe(false);
+    expect(await packEnded(path.join(dir, 'none'), path.join(dir, 'none.tar'), 1 << 20)).toBe(false);
+  });
+
+  it('extracts a hostile tar only inside its directory, as the workload user', async () => {
+    const outside = path.join(dir, 'outside');
+    mkdirSync(outside);
+    // Built with Python's tarfile: names that climb out, an absolute name, and a link out with a file through it.
+    const tar = path.join(dir, 'hostile.tar');
+    const py = [
+      'import io, sys, tarfile',
+      'out = sys.argv[1]; outside = sys.argv[2]',
+      'def add(t, name, data=b"x", kind=tarfile.REGTYPE, target=""):',
+      '    i = tarfile.TarInfo(name); i.type = kind; i.linkname = target; i.size = len(data) if kind == tarfile.REGTYPE else 0',
+      '    t.addfile(i, io.BytesIO(data) if kind == tarfile.REGTYPE else None)',
+      'with tarfile.open(out, "w") as t:',
+      '    add(t, "./n", b"41\\n")',
+      '    add(t, "../climbed")',
+      '    add(t, outside + "/absolute")',
+      '    add(t, "out", kind=tarfile.SYMTYPE, target=outside)',
+      '    add(t, "out/through")',
+      '    add(t, "hard", kind=tarfile.LNKTYPE, target="../../etc/passwd")',
+    ].join('\n');
+    const made = spawnSync('python3', ['-c', py, tar, outside]);
+    expect(made.status, made.stderr.toString()).toBe(0);
+    const into = path.join(dir, 'work', 'checkpoint');
+    mkdirSync(into, { recursive: true });
+    const uid = isRoot ? 65534 : undefined;
+    if (uid !== undefined) chownSync(into, uid, uid);
+    // GNU tar skips what it refuses and says so (exit 2): the checkpoint is not restored.
+    await expect(unpack(tar, into, uid)).rejects.toBeInstanceOf(CheckpointError);
+    expect(readFileSync(path.join(into, 'n'), 'utf8')).toBe('41\n');
+    expect(spawnSync('find', [outside, '-mindepth', '1']).stdout.toString()).toBe('');
+    expect(existsSync(path.join(dir, 'climbed'))).toBe(false);
+    expect(existsSync(path.join(dir, 'work', 'climbed'))).toBe(false);
+  });
+});
