@@ -66,6 +66,7 @@ describe('--help', () => {
     'gateway',
     'workloads',
     'reach',
+    'jobs',
     'startup',
   ];
   it('pnpm bench <name> --help says what each benchmark measures, exit 0, running none', {

@@ -138,6 +138,22 @@ describe('a session with a workload', () => {
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it("ends a session unbilled, as the machine's fault, when its daemon could not restore a job's checkpoint", async () => {
+    const r = await rental();
+    const started = await startAs(r.renterUser.headers, r.body);
+    const id = started.json().session.id as string;
+    expect((await report(r.daemon.headers, id, { state: 'preparing', at: clock.now() })).statusCode).toBe(200);
+    const failed = await report(r.daemon.headers, id, {
+      state: 'failed',
+      at: clock.now(),
+      reason: 'checkpoint_unavailable',
+    });
+    expect(failed.statusCode, failed.body).toBe(200);
+    const row = await sessionRow(id);
+    expect(row).toMatchObject({ end_reason: 'workload_not_started', billed_minutes: 0 });
+    expect(row.total_cost).toMatch(/^0(\.0+)?$/);
+  });
+
   it("counts a capped session's cap from when the workload runs, and stops billing at its maximum runtime", async () => {
     const r = await rental('100', { spend_cap: '0.5' });
     const started = await startAs(r.renterUser.headers, r.body);

@@ -62,13 +62,18 @@ export interface WorkloadReport {
   reason?: string;
 }
 
-/** Why a workload could not start that are the machine's fault (a bad spec or an image it cannot pull are not). */
+/**
+ * Why a workload could not start that are the machine's fault (a bad spec or an image it cannot pull are not), and a
+ * job's checkpoint it could not fetch or extract (the store away, or more than this machine's disk allowance): tried
+ * again on another machine while the job has attempts left, never billed.
+ */
 const MACHINE_FAULTS = new Set([
   'sandbox_unavailable',
   'network_unavailable',
   'container_runtime_unavailable',
   'container_unavailable',
   'image_pull_failed',
+  'checkpoint_unavailable',
 ]);
 
 /** Stops that are the machine losing its workload (its daemon died or lost it): the machine's fault. */
