@@ -11,6 +11,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  renameSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -49,11 +50,42 @@ describe('checkpoint tar', () => {
     await expect(packEnded(work, path.join(dir, 'small.tar'), 1024)).rejects.toBeInstanceOf(CheckpointError);
     expect(existsSync(path.join(dir, 'small.tar'))).toBe(false);
     expect(await packEnded(path.join(dir, 'none'), path.join(dir, 'none.tar'), 1 << 20)).toBe(false);
+    // A workload that left a link as its checkpoint directory itself gets nothing of where it points.
+    const linked = path.join(dir, 'linked');
+    mkdirSync(linked);
+    symlinkSync(dir, path.join(linked, 'checkpoint'));
+    expect(await packEnded(linked, path.join(dir, 'linked.tar'), 1 << 20)).toBe(false);
+    expect(existsSync(path.join(dir, 'linked.tar'))).toBe(false);
+  });
+
+  it('keeps a tar of a directory the workload changes while it is read (a file renamed in)', async () => {
+    const work = path.join(dir, 'work');
+    const checkpoint = path.join(work, 'checkpoint');
+    mkdirSync(checkpoint, { recursive: true });
+    for (let i = 0; i < 200; i++) writeFileSync(path.join(checkpoint, `f${i}`), 'x'.repeat(20_000));
+    // A writer renaming new files in while tar reads: the tar is kept all the same, whole.
+    let writing = true;
+    const writer = (async () => {
+      for (let n = 0; writing; n++) {
+        writeFileSync(path.join(checkpoint, 'n.tmp'), String(n));
+        renameSync(path.join(checkpoint, 'n.tmp'), path.join(checkpoint, 'n'));
+        await new Promise((r) => setImmediate(r));
+      }
+    })();
+    const out = path.join(dir, 'busy.tar');
+    try {
+      expect(await packEnded(work, out, 64 << 20)).toBe(true);
+    } finally {
+      writing = false;
+      await writer;
+    }
+    expect(spawnSync('tar', ['-tf', out]).status).toBe(0);
   });
 
   it('extracts a hostile tar only inside its directory, as the workload user', async () => {
     const outside = path.join(dir, 'outside');
     mkdirSync(outside);
+    const uid = isRoot ? 65534 : undefined;
     // Built with Python's tarfile: names that climb out, an absolute name, and a link out with a file through it.
     const tar = path.join(dir, 'hostile.tar');
     const py = [
@@ -74,8 +106,8 @@ describe('checkpoint tar', () => {
     expect(made.status, made.stderr.toString()).toBe(0);
     const into = path.join(dir, 'work', 'checkpoint');
     mkdirSync(into, { recursive: true });
-    const uid = isRoot ? 65534 : undefined;
-    if (uid !== undefined) chownSync(into, uid, uid);
+    // The workload's user could write all around it: only tar's own rules keep the members inside.
+    if (uid !== undefined) for (const d of [outside, path.join(dir, 'work'), into]) chownSync(d, uid, uid);
     // GNU tar skips what it refuses and says so (exit 2): the checkpoint is not restored.
     await expect(unpack(tar, into, uid)).rejects.toBeInstanceOf(CheckpointError);
     expect(readFileSync(path.join(into, 'n'), 'utf8')).toBe('41\n');

@@ -4,23 +4,28 @@
  * - **While the workload runs**, every `interval_seconds`, the tar is made inside the workload (entry.ts: its own
  *   namespaces, user and limits), so that nothing it does to its files meanwhile (a link swapped in for a directory)
  *   makes the daemon read a file of the machine's: the daemon only receives the stream. This needs the daemon to run
- *   as root (entering a workload does); otherwise only the final tar is made. A file the workload rewrites while it is
- *   read may be torn: a workload writes each checkpoint file whole under another name and renames it (atomic).
- * - **When it ended** (or its daemon died under it: a later life does it), the tar is made from its disk, read-only,
- *   where nothing of it runs any more; links are stored as links, never followed.
+ *   as root (entering a workload does); otherwise only the final tar is made. A file the workload rewrites in place
+ *   while it is read may be torn: a workload writes each checkpoint file whole under another name and renames it
+ *   (atomic; tar keeps reading the file it opened).
+ * - **When it ended** (or its daemon died under it: a later life does it), the tar is made from its disk, where
+ *   nothing of it runs any more: `checkpoint/` only when it is a directory (a link there is not followed), and links
+ *   in it stored as links, never followed. A workload that never ran keeps none (its directory is the restored one,
+ *   or a restore that failed).
  * - **Before the next attempt starts**, the tar the job kept last is extracted into the new work directory's
  *   `checkpoint/` as the workload's user (never as root): GNU tar refuses members that climb out (`..`, leading `/`)
  *   and makes links that point out only after every file, so none is written through; the work directory's disk
  *   bounds what it may hold.
  *
- * Each tar is at most the workload's disk allowance; one that is larger is not kept (the one before stands).
+ * Each tar is at most what the workload's disk allowance holds with tar's own overhead (`maxCheckpointBytes`); one
+ * that is larger is not kept (the one before stands).
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createReadStream, createWriteStream, existsSync, rmSync } from 'node:fs';
+import { createReadStream, createWriteStream, lstatSync, rmSync } from 'node:fs';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { CHECKPOINT_DIR } from '@gpu/common';
+import { MAX_SINGLE_PUT_BYTES } from '../upload.ts';
 import { type Entry, entryCommand, HELPERS_PATH } from './entry.ts';
 
 /** The directory's name in the work directory. */
@@ -32,10 +37,28 @@ const PACK_TIMEOUT_MS = 10 * 60_000;
 /** Why a checkpoint could not be made or restored. */
 export class CheckpointError extends Error {}
 
-/** Runs `file args`, its standard output into `out` (at most `maxBytes`), its standard input from `input`. */
+/**
+ * The largest tar of a checkpoint kept for a workload of `diskBytes`: what its disk holds and tar's headers and
+ * padding (a directory of many small files grows by a block each), at most one PUT.
+ */
+export function maxCheckpointBytes(diskBytes: number): number {
+  return Math.min(MAX_SINGLE_PUT_BYTES, diskBytes + Math.max(1 << 20, Math.ceil(diskBytes / 8)));
+}
+
+/**
+ * What `tar --create` is told: holes kept as holes, and a file or directory that changed or went while it was read
+ * (the workload renaming a new checkpoint file in) said nowhere. Such a tar ends with status 1 and is whole: each file
+ * in it is as tar read it.
+ */
+const CREATE = ['--create', '--file=-', '--sparse', '--warning=no-file-changed', '--warning=no-file-removed'];
+
+/**
+ * Runs `file args`, its standard output into `out` (at most `maxBytes`), its standard input from `input`; an exit
+ * status not in `ok` throws.
+ */
 async function run(
   command: { file: string; args: string[]; env: Record<string, string> },
-  io: { out?: string; maxBytes?: number; input?: string },
+  io: { out?: string; maxBytes?: number; input?: string; ok?: number[] },
 ): Promise<void> {
   const child = spawn(command.file, command.args, {
     env: command.env,
@@ -70,7 +93,7 @@ async function run(
       moved.push(pipeline(child.stdout!, capped, createWriteStream(io.out, { mode: 0o600 })));
     }
     const [[code, signal]] = await Promise.race([Promise.all([closed, ...moved]), error]);
-    if (code !== 0) {
+    if (code === null || !(io.ok ?? [0]).includes(code)) {
       throw new CheckpointError(`tar ended ${signal ?? `with ${code}`}: ${stderr.trim().slice(0, 500)}`);
     }
   } finally {
@@ -83,9 +106,9 @@ async function run(
  * the entry's variables). Throws `CheckpointError` (or the entry's error: it cannot be entered).
  */
 export async function packRunning(entry: Entry, dir: string, out: string, maxBytes: number): Promise<void> {
-  const argv = ['tar', '--create', '--file=-', `--directory=${CHECKPOINT_DIR.inside}`, '.'];
+  const argv = ['tar', ...CREATE, `--directory=${CHECKPOINT_DIR.inside}`, '.'];
   try {
-    await run(entryCommand(entry, { argv, tty: false }, dir), { out, maxBytes });
+    await run(entryCommand(entry, { argv, tty: false }, dir), { out, maxBytes, ok: [0, 1] });
   } catch (err) {
     rmSync(out, { force: true });
     throw err;
@@ -93,19 +116,20 @@ export async function packRunning(entry: Entry, dir: string, out: string, maxByt
 }
 
 /**
- * Packs `<workDir>/checkpoint/` of a workload that has ended into `out`; false when it left no such directory.
- * Throws `CheckpointError`.
+ * Packs `<workDir>/checkpoint/` of a workload that has ended into `out`; false when it left no such directory (or
+ * left a link, or anything but a directory, there: nothing of the machine's is read through it). Nothing of the
+ * workload runs any more, so nothing changes between this look and tar's. Throws `CheckpointError`.
  */
 export async function packEnded(workDir: string, out: string, maxBytes: number): Promise<boolean> {
   const dir = `${workDir}/${CHECKPOINT_NAME}`;
-  if (!existsSync(dir)) return false;
+  if (!lstatSync(dir, { throwIfNoEntry: false })?.isDirectory()) return false;
   const command = {
     file: 'tar',
-    args: ['--create', '--file=-', `--directory=${dir}`, '.'],
+    args: [...CREATE, `--directory=${dir}`, '.'],
     env: { PATH: HELPERS_PATH, LC_ALL: 'C' },
   };
   try {
-    await run(command, { out, maxBytes });
+    await run(command, { out, maxBytes, ok: [0, 1] });
     return true;
   } catch (err) {
     rmSync(out, { force: true });

@@ -140,7 +140,7 @@ export class SessionFiles {
 
   /**
    * Fetches the checkpoint the job kept last into `file` (the daemon's, 0600); false when there is none to restore.
-   * Throws `InputsError` when it cannot be had, or holds more than `maxBytes`.
+   * Throws `InputsError` when it cannot be had, or holds more than `maxBytes` (checkpoint.ts `maxCheckpointBytes`).
    */
   async fetchCheckpoint(file: string, maxBytes: number): Promise<boolean> {
     const grants = await this.grant().catch((err: Error) => {
@@ -149,7 +149,9 @@ export class SessionFiles {
     const restore = grants.checkpoint?.restore;
     if (!restore) return false;
     if (restore.size > maxBytes) {
-      throw new InputsError(`the checkpoint holds ${restore.size} bytes, above the disk limit ${maxBytes}`);
+      throw new InputsError(
+        `the checkpoint holds ${restore.size} bytes, more than this machine's disk allowance takes`,
+      );
     }
     rmSync(file, { force: true });
     await download(restore, file, 0o600, 'the checkpoint');

@@ -17,7 +17,7 @@ import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { ApiError, type billingClient } from '@gpu/client';
 import type { Logger } from '@gpu/common';
-import { MAX_SINGLE_PUT_BYTES, UploadError } from '../upload.ts';
+import { UploadError } from '../upload.ts';
 import { CheckpointError, packEnded } from './checkpoint.ts';
 import { releaseDisk, reopenDisk } from './disk.ts';
 import { SessionFiles } from './files.ts';
@@ -41,8 +41,12 @@ interface Record {
   uploaded: string[];
   /** Outputs that will not be kept, with why. */
   refused: { path: string; reason: string }[];
-  /** Whether it is a job's workload that keeps a checkpoint, and whether its final one is done with. */
-  checkpoint?: boolean;
+  /**
+   * A job's workload that keeps a checkpoint: the largest tar of it (null: it keeps none), whether its final one is
+   * packed (`checkpoint-final.tar`, sent again as it is) and whether it is done with.
+   */
+  checkpoint_max_bytes?: number | null;
+  checkpoint_packed?: boolean;
   checkpoint_done?: boolean;
 }
 
@@ -85,7 +89,7 @@ export class FileKeeper {
   /** A session's directory is made: from now on it is the keeper's, on disk too. */
   track(
     sessionId: string,
-    opts: { keepsFiles: boolean; maxPathBytes: number; checkpoint: boolean },
+    opts: { keepsFiles: boolean; maxPathBytes: number; checkpointMaxBytes: number | null },
   ): SessionFiles | null {
     const dir = path.join(this.runDir, sessionId);
     const record: Record = {
@@ -94,7 +98,7 @@ export class FileKeeper {
       ended: false,
       uploaded: [],
       refused: [],
-      checkpoint: opts.checkpoint,
+      checkpoint_max_bytes: opts.checkpointMaxBytes,
     };
     const kept = { dir, record, files: this.files(sessionId, dir, record) };
     this.sessions.set(sessionId, kept);
@@ -102,11 +106,15 @@ export class FileKeeper {
     return kept.files;
   }
 
-  /** The workload ended (or never started): its files are uploaded now and at each poll until kept. */
-  async ended(sessionId: string): Promise<void> {
+  /**
+   * The workload ended (`ran`), or never started: its files are uploaded now and at each poll until kept (a checkpoint
+   * only of one that ran).
+   */
+  async ended(sessionId: string, ran = true): Promise<void> {
     const kept = this.sessions.get(sessionId);
     if (!kept) return;
     kept.record.ended = true;
+    if (!ran) kept.record.checkpoint_done = true;
     this.save(kept);
     await this.collect(sessionId);
   }
@@ -187,8 +195,9 @@ export class FileKeeper {
       if (kept.files) {
         await kept.files.shipLogs(true);
         const disk = await reopenDisk(kept.dir);
-        if (disk) await this.keepFinalCheckpoint(sessionId, kept, disk.workDir);
         await kept.files.uploadOutputs(disk ? path.join(disk.workDir, 'output') : null, kept.record.max_path_bytes);
+        // After its outputs, which a checkpoint the store cannot take yet never holds up.
+        if (disk) await this.keepFinalCheckpoint(sessionId, kept, disk.workDir);
       }
       this.sessions.delete(sessionId);
       await removeAllButLogs(kept.dir, this.logger);
@@ -218,18 +227,23 @@ export class FileKeeper {
    * not tried again; a store or billing that cannot take it is, at the next poll.
    */
   private async keepFinalCheckpoint(sessionId: string, kept: Kept, workDir: string): Promise<void> {
-    if (!kept.record.checkpoint || kept.record.checkpoint_done || !kept.files) return;
+    const max = kept.record.checkpoint_max_bytes;
+    if (!max || kept.record.checkpoint_done || !kept.files) return;
     const out = path.join(kept.dir, 'checkpoint-final.tar');
     try {
-      if (await packEnded(workDir, out, MAX_SINGLE_PUT_BYTES)) await kept.files.keepCheckpoint(out);
+      // Packed once: a store or billing that could not take it is sent the same tar again at the next poll.
+      if (!kept.record.checkpoint_packed || !existsSync(out)) {
+        kept.record.checkpoint_packed = await packEnded(workDir, out, max);
+        this.save(kept);
+      }
+      if (kept.record.checkpoint_packed) await kept.files.keepCheckpoint(out);
     } catch (err) {
-      // Tried again at the next poll when the store or billing could not be reached; never holding its outputs up
-      // when the tar cannot be made or the store refuses it.
+      // Tried again at the next poll when the store or billing could not be reached; not when the tar cannot be
+      // made or the store refuses it.
       if (!(err instanceof CheckpointError || (err instanceof UploadError && !err.retryable))) throw err;
       this.logger.warn({ err, session_id: sessionId }, "the job's final checkpoint could not be kept");
-    } finally {
-      rmSync(out, { force: true });
     }
+    rmSync(out, { force: true });
     kept.record.checkpoint_done = true;
     this.save(kept);
   }

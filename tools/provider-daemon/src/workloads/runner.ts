@@ -44,7 +44,7 @@ import type { GpuSource } from '../gpu/source.ts';
 import type { SessionTraces, TraceContext } from '../session-trace.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
-import { CHECKPOINT_NAME, packRunning, unpack } from './checkpoint.ts';
+import { CHECKPOINT_NAME, maxCheckpointBytes, packRunning, unpack } from './checkpoint.ts';
 import { commandProblem } from './command.ts';
 import {
   type ContainerRuntime,
@@ -433,7 +433,7 @@ export class WorkloadRunner {
     const files = this.keeper.track(session.id, {
       keepsFiles: Boolean(w.logs),
       maxPathBytes: spec.output ? maxOutputPathBytes(spec.output) : 0,
-      checkpoint: Boolean(spec.checkpoint),
+      checkpointMaxBytes: spec.checkpoint ? maxCheckpointBytes(workloadLimits(this.settings).diskBytes) : null,
     });
     const failed = async (reason: string) => {
       this.done.add(session.id);
@@ -485,7 +485,7 @@ export class WorkloadRunner {
       this.done.add(session.id);
       disk.close();
       await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
-      await this.keeper.ended(session.id);
+      await this.keeper.ended(session.id, false);
     };
     if (problem) {
       this.deps.logger.info({ session_id: session.id, reason: problem }, 'the workload program is not there to run');
@@ -532,7 +532,7 @@ export class WorkloadRunner {
     if (uid !== undefined) for (const d of [disk.workDir, into]) chownSync(d, uid, uid);
     const tar = path.join(dir, 'restore.tar');
     try {
-      if (!(await files.fetchCheckpoint(tar, workloadLimits(this.settings).diskBytes))) return;
+      if (!(await files.fetchCheckpoint(tar, maxCheckpointBytes(workloadLimits(this.settings).diskBytes)))) return;
       await unpack(tar, into, uid);
       this.deps.logger.info({ session_id: sessionId }, "the job's last checkpoint is restored");
     } finally {
@@ -555,7 +555,7 @@ export class WorkloadRunner {
             r.sandbox.entry,
             path.join(this.settings.run_dir, '.checkpoints'),
             out,
-            workloadLimits(this.settings).diskBytes,
+            maxCheckpointBytes(workloadLimits(this.settings).diskBytes),
           );
           await files.keepCheckpoint(out);
         } catch (err) {
@@ -651,7 +651,7 @@ export class WorkloadRunner {
       this.done.add(session.id);
       disk.close();
       void this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason: 'sandbox_refused' }).then(
-        () => this.keeper.ended(session.id),
+        () => this.keeper.ended(session.id, false),
       );
       this.deps.logger.warn({ err, session_id: session.id }, 'the sandbox refused the workload');
       return;

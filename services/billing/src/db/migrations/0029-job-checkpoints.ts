@@ -1,5 +1,5 @@
 /**
- * Billing XXIX: a job's last checkpoint (domain/jobs/checkpoints.ts). Each attempt's daemon keeps the job's checkpoint
+ * Billing XXIX: a job's last checkpoint (domain/workloads/files.ts). Each attempt's daemon keeps the job's checkpoint
  * directory as one object of its own in the renter's storage and says so once it is whole: `checkpoint_session` (the
  * attempt's session, which names the object), `checkpoint_size` (bytes) and `checkpoint_at` (when billing heard of
  * it). The last one said is what the next attempt restores.

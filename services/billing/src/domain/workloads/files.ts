@@ -220,7 +220,7 @@ async function restoreGrant(
 
 /**
  * Records that the session's attempt kept the job's checkpoint whole (`size` bytes, at its grant's object): the next
- * attempt restores it (unless the job points at one of a later attempt already). By the machine's daemon (or an admin or service), while the session runs and in the upload
+ * attempt restores it (unless its workload never ran, or the job points at one of a later attempt already). By the machine's daemon (or an admin or service), while the session runs and in the upload
  * window after; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or its spec names no `checkpoint`).
  */
 export async function recordWorkloadCheckpoint(
@@ -236,7 +236,9 @@ export async function recordWorkloadCheckpoint(
   const jobId = jobOfSession(session.job_id);
   if (!parseSpec(row.spec).checkpoint || !jobId) throw billingErrors.noCheckpoint(sessionId);
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
-  // One of an earlier attempt than the job's last kept is not recorded: the daemon is done with it all the same.
+  // Not recorded (the daemon is done with it all the same): one of a workload that never ran (its directory is the
+  // restored one, or what a failed restore left), and one of an earlier attempt than the job's last kept.
+  if (!row.running_at) return;
   await recordJobCheckpoint(ctx.db, jobId, sessionId, size, ctx.now());
 }
 
