@@ -15,8 +15,8 @@
  *    workload running on the other machine. Target: under 2 minutes in all, most of it the registry's timeout.
  * 3. **A queue placed as capacity appears**: `BENCH_JOBS` (1,000) jobs of 1 A100 submitted while no machine has one
  *    (`wait_for_capacity`), then 1/8 as many machines of 8 A100s attached at once (in this process, their daemons'
- *    attach alone: nothing runs the workloads, the measure is placement): from the first attach to every job placed,
- *    with billing's CPU time per placement.
+ *    attach alone: nothing runs the workloads, the measure is placement): from the first attach to every job placed
+ *    (or how many were, after `BENCH_QUEUE_WINDOW_S`, 180 s), with billing's CPU time per placement.
  *
  * Writes the `jobs` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
@@ -32,6 +32,8 @@ import { type BenchRenter, post, startPlatform, until } from './platform.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 10);
 const QUEUED = Number(process.env.BENCH_JOBS ?? 1000);
+/** How long the queue is watched at most once the machines appeared. */
+const QUEUE_WINDOW_S = Number(process.env.BENCH_QUEUE_WINDOW_S ?? 180);
 const TARGET_MEDIAN_MS = 3000;
 const TARGET_LOST_MS = 120_000;
 const logger = createLogger({ service: 'jobs-bench', instanceId: 'b', level: 'silent' });
@@ -39,6 +41,21 @@ const logger = createLogger({ service: 'jobs-bench', instanceId: 'b', level: 'si
 const platform = await startPlatform('jobs_bench', { registryEvents: true });
 const { billingUrl } = platform;
 const renter = await platform.renter('10000000');
+const asService = await platform.serviceHeaders();
+// The market lists machines once it has the platform's prices (billing's announcement travels on its event stream,
+// which this registry does not read): given here, as the tests do.
+const priced = await platform.registry.app.inject({
+  method: 'PUT',
+  url: '/prices',
+  headers: asService,
+  payload: {
+    occurred_at: new Date().toISOString(),
+    base_rates: { default: '0.25' },
+    vram_rate_per_gb_hour: '0.02',
+    power_rate_per_watt_hour: '0.001',
+  },
+});
+if (priced.statusCode !== 200) throw new Error(`the registry refused the prices: ${priced.body}`);
 
 // biome-ignore lint/suspicious/noExplicitAny: the bench reads JSON answers as the service wrote them
 type Json = any;
@@ -94,9 +111,13 @@ const toRunning: number[] = [];
 for (let i = 0; i < RUNS; i++) {
   const sent = Date.now();
   const job = await submit({ name: `run-${i}` });
+  let seen: Json;
   const placed = await until(
-    () => `job ${job.id} was not placed`,
-    async () => ((await get(`/api/v1/billing/jobs/${job.id}`)).state === 'running' ? Date.now() : undefined),
+    () => `job ${job.id} was not placed: ${JSON.stringify(seen)}\n${platform.billing.output()}`,
+    async () => {
+      seen = await get(`/api/v1/billing/jobs/${job.id}`);
+      return seen.state === 'running' ? Date.now() : undefined;
+    },
     60_000,
     20,
   );
@@ -105,10 +126,13 @@ for (let i = 0; i < RUNS; i++) {
   await cancel(job.id);
 }
 
+process.stderr.write(`submit -> running: ${JSON.stringify({ toPlaced, toRunning })}\n`);
+
 // 2. A lost machine: the job runs on one of two; that one's daemon is killed.
 const second = await platform.machine();
-// A machine's record at the registry (its harness answers as an admin).
-const record = async (id: string) => (await platform.registry.app.inject({ url: `/providers/${id}` })).json();
+// A machine's record at the registry, as a platform service reads it.
+const record = async (id: string) =>
+  (await platform.registry.app.inject({ url: `/providers/${id}`, headers: asService })).json();
 // Both machines' workloads of the first part are gone: the job may land on either.
 const lostJob = await submit({ name: 'lost', max_attempts: 3 });
 await runningAt(lostJob.id, 1);
@@ -143,6 +167,8 @@ const lost = {
   total: againAt - lastSeen,
   reason: lostDone.attempts[0].end_reason as string,
 };
+
+process.stderr.write(`lost machine: ${JSON.stringify(lost)}\n`);
 
 // 3. A queue placed as capacity appears.
 const submitStarted = Date.now();
@@ -200,21 +226,29 @@ const beats = setInterval(() => {
   for (const d of daemons) d.heartbeat().catch(() => {});
 }, 20_000);
 const ledger = await platform.billingDatabase();
-const placedAll = await until(
-  () => `the queue was not placed within 10 minutes`,
-  async () => {
-    const r = await ledger.db
-      .selectFrom('jobs')
-      .select((eb) => eb.fn.countAll<string>().as('n'))
-      .where('id', 'in', queued)
-      .where('state', '=', 'running')
-      .executeTakeFirstOrThrow();
-    return Number(r.n) === queued.length ? Date.now() : undefined;
-  },
-  600_000,
-  100,
-);
-const cpuPerJob = (cpuMs() - cpuBefore) / queued.length;
+const placedCount = async () =>
+  Number(
+    (
+      await ledger.db
+        .selectFrom('jobs')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .where('id', 'in', queued)
+        .where('state', '=', 'running')
+        .executeTakeFirstOrThrow()
+    ).n,
+  );
+// Every job placed, or the window over: what was placed by then.
+const windowEnd = appeared + QUEUE_WINDOW_S * 1000;
+let placedJobs = 0;
+let firstPlacedAt = 0;
+while (Date.now() < windowEnd) {
+  placedJobs = await placedCount();
+  if (placedJobs > 0 && firstPlacedAt === 0) firstPlacedAt = Date.now();
+  if (placedJobs === queued.length) break;
+  await new Promise((r) => setTimeout(r, 100));
+}
+const placedAll = Date.now();
+const cpuPerJob = (cpuMs() - cpuBefore) / Math.max(1, placedJobs);
 clearInterval(beats);
 await ledger.close();
 await platform.close();
@@ -255,8 +289,12 @@ daemons heartbeating as often) shortens the first part alone.
 
 **A queue placed as capacity appears**: ${queued.length} jobs of 1 A100 submitted with \`wait_for_capacity\` while no
 machine had one (${Math.round((queued.length / submitMs) * 1000)} submits/s, 20 at a time), then ${machines} machines of 8 A100s attached
-at once: every job placed **${s(queueMs)} s** after the first attach (${Math.round((queued.length / queueMs) * 1000)} placements/s),
-billing spending **${cpuPerJob.toFixed(1)} ms of CPU per placement** (its offers query, the attempt, the session's
-transaction and lease, and following the job).`,
+at once: **${placedJobs} of ${queued.length} placed ${s(queueMs)} s** after the first attach${placedJobs < queued.length ? ` (the benchmark watches ${QUEUE_WINDOW_S} s at most)` : ''}, the first
+${s(firstPlacedAt - appeared)} s after it; ${(placedJobs / (queueMs / 1000)).toFixed(1)} placements/s, billing spending
+**${cpuPerJob.toFixed(0)} ms of CPU per placement** (its offers query, the attempt, the session's transaction and
+lease, and following every running job at each round), where one job with capacity free costs tens of milliseconds
+(above). The placer claims 20 jobs a round, one round a second unless woken; with a thousand jobs open each placement
+costs far more than that, and a large queue waits on the placer, not on capacity. Where that CPU goes is not
+profiled yet: it is the next step for jobs.`,
 );
 process.exit(0);

@@ -12,6 +12,7 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { clientCredentials } from '@gpu/client';
 import { type App, createLogger, type Database, migrateToLatest, openDatabase, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { createTestDatabase, freePort, testEnv } from '@gpu/common/testing';
 import type { Kysely } from 'kysely';
@@ -145,6 +146,8 @@ export interface BenchPlatform {
   machine(opts?: { gpuName?: string }): Promise<BenchMachine>;
   /** A daemon client of a new provider's: its credentials. */
   daemonClient(): Promise<{ clientId: string; secret: string }>;
+  /** The `authorization` header of a platform service's client (the registry's records and market, as billing reads them). */
+  serviceHeaders(): Promise<Record<string, string>>;
   /** Runs `close` with the platform (last added, first run). */
   onClose(close: () => Promise<void>): void;
   close(): Promise<void>;
@@ -264,7 +267,9 @@ export async function startPlatform(
       return { clientId: made.client.id, secret: made.secret };
     };
 
+    const tokens = clientCredentials({ authUrl, clientId: service.client.id, clientSecret: service.secret });
     return {
+      serviceHeaders: async () => ({ authorization: `Bearer ${await tokens.get()}` }),
       dir,
       authUrl,
       registry,
