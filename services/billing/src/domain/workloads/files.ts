@@ -148,11 +148,7 @@ export async function grantWorkloadFiles(
   outputPaths: string[],
   correlationId?: string,
 ): Promise<WorkloadGrants> {
-  const session = await loadSession(ctx.db, sessionId);
-  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
-  const row = await findWorkload(ctx.db, sessionId);
-  if (!row) throw billingErrors.workloadNotFound(sessionId);
-  const spec = parseSpec(row.spec);
+  const { session, row, spec } = await daemonsWorkload(ctx, actor, sessionId);
   if (!ctx.storage || !spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
   const now = ctx.now().getTime();
   const closes = uploadWindowCloses(ctx, session, row);
@@ -229,12 +225,9 @@ export async function recordWorkloadCheckpoint(
   sessionId: string,
   size: number,
 ): Promise<void> {
-  const session = await loadSession(ctx.db, sessionId);
-  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
-  const row = await findWorkload(ctx.db, sessionId);
-  if (!row) throw billingErrors.workloadNotFound(sessionId);
+  const { session, row, spec } = await daemonsWorkload(ctx, actor, sessionId);
   const jobId = jobOfSession(session.job_id);
-  if (!parseSpec(row.spec).checkpoint || !jobId) throw billingErrors.noCheckpoint(sessionId);
+  if (!spec.checkpoint || !jobId) throw billingErrors.noCheckpoint(sessionId);
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
   // Not recorded (the daemon is done with it all the same): one of a workload that never ran (its directory is the
   // restored one, or what a failed restore left), and one of an earlier attempt than the job's last kept.
@@ -272,11 +265,7 @@ export async function recordWorkloadOutputs(
   files: WrittenOutput[],
   refused: RefusedOutput[] = [],
 ): Promise<void> {
-  const session = await loadSession(ctx.db, sessionId);
-  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
-  const row = await findWorkload(ctx.db, sessionId);
-  if (!row) throw billingErrors.workloadNotFound(sessionId);
-  const spec = parseSpec(row.spec);
+  const { session, row, spec } = await daemonsWorkload(ctx, actor, sessionId);
   if (!spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
   const output = spec.output;
@@ -286,6 +275,18 @@ export async function recordWorkloadOutputs(
 
 const parseSpec = (spec: unknown): WorkloadSpec =>
   workloadSpecSchema.parse(typeof spec === 'string' ? JSON.parse(spec) : spec);
+
+/**
+ * The session, its workload's row and spec, for its machine's daemon (or an admin or service: 403
+ * NOT_SESSION_PROVIDER otherwise); 404 for a session without a workload. The grants and the daemon's reports of files.
+ */
+async function daemonsWorkload(ctx: BillingContext, actor: Principal, sessionId: string) {
+  const session = await loadSession(ctx.db, sessionId);
+  if (!mayReportUsage(actor, session)) throw notSessionProvider(sessionId);
+  const row = await findWorkload(ctx.db, sessionId);
+  if (!row) throw billingErrors.workloadNotFound(sessionId);
+  return { session, row, spec: parseSpec(row.spec) };
+}
 
 /**
  * An API key's caller reaches the renter's storage through a workload only with the storage scopes too: a key of
