@@ -271,6 +271,8 @@ export class WorkloadRunner {
     clearTimeout(this.timer);
     try {
       await this.sync().catch((err) => this.deps.logger.warn({ err }, 'workload poll failed; trying again'));
+      // Stopped meanwhile: nothing more (its run directory may be gone already).
+      if (this.stopped) return;
       // Alive, billing or not: a later life bills what it lost up to here (a partition's time included).
       if (this.deps.providerId()) this.writeJournal();
       this.stopUnpaid();
