@@ -207,7 +207,14 @@ export async function startPlatform(
     };
 
     const events = opts.registryEvents === true;
-    const registry = await startHarness({ nats: events, sweeper: events, config: { access } });
+    // With events, the registry also reads billing's session and reservation events (which GPUs are held), as in
+    // production: its market then lists only what billing has free.
+    const registry = await startHarness({
+      nats: events,
+      sweeper: events,
+      consumeSessionEvents: events,
+      config: { access },
+    });
     const registryUrl = await registry.app.listen({ host: '127.0.0.1', port: 0 });
     closers.push(() => registry.close());
 
@@ -222,14 +229,14 @@ export async function startPlatform(
     const billingSettings = {
       log_level: 'warn',
       server: { host: '127.0.0.1', port: billingPort },
-      registry: { enabled: false },
       access,
       database: { url: billingDb.url, pool_size: 10 },
       blockchain: { localnet_file: '' },
       messaging: events
         ? {
             nats_url: testEnv.natsUrl,
-            subjects: { provider_status: registry.subject },
+            stream: `BENCH_BILLING_${randomUUID().slice(0, 8)}`,
+            subjects: { provider_status: registry.subject, events: registry.config.messaging.subjects.billing_events },
             provider_status_consumer: `billing-${name}-${randomUUID().slice(0, 8)}`,
           }
         : { nats_url: '' },

@@ -5,16 +5,20 @@
  *
  * - **Claim:** queued and recovering jobs that are due, `FOR UPDATE SKIP LOCKED` (two instances never take one job),
  *   marked `placing` until `placing_until` and committed; a placement whose placer died is taken over after that.
- * - **Place:** the market's offers that meet the job's terms, cheapest first, machines that failed the job last. For
- *   each, the attempt is written first (under the job's lock, while this placement still holds it), then the session
- *   is started: its `job_id` is `job:<the job's ID>`, so at most one session of a job runs (the database's unique
- *   index) and no renter's own session can pass for one. The renter's price limit is the session's accepted rate,
- *   and what is left of the job's spend cap the session's cap, so no attempt can spend past the job's. A start
- *   refused takes its attempt back; a start that succeeded after this placement lost the job is the follower's to
- *   settle (follow.ts): it adopts the session, or ends it.
+ * - **Place:** the market's offers that meet the job's terms, cheapest first, machines that failed the job last,
+ *   `PARALLEL` jobs at once. The market (the registry's mirror of billing's leases) may lag a start by a message, so
+ *   a round keeps what it learned of each machine itself ({@link RoundCapacity}): the GPUs its own starts took, and
+ *   the machines that refused a start for want of GPUs, are not offered again within the round. A round that claimed
+ *   a full batch and placed some runs again at once: a backlog drains at the placer's pace, not a batch a
+ *   `place_interval`. For each offer, the attempt is written first (under the job's lock, while this placement still
+ *   holds it), then the session is started: its `job_id` is `job:<the job's ID>`, so at most one session of a job
+ *   runs (the database's unique index) and no renter's own session can pass for one. The renter's price limit is the
+ *   session's accepted rate, and what is left of the job's spend cap the session's cap, so no attempt can spend past
+ *   the job's. A start refused takes its attempt back; a start that succeeded after this placement lost the job is
+ *   the follower's to settle (follow.ts): it adopts the session, or ends it.
  */
 import { randomUUID } from 'node:crypto';
-import { AppError, durationMs, type Principal } from '@gpu/common';
+import { AppError, durationMs, forEachLimited, type Principal } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import {
   addAttempt,
@@ -55,8 +59,13 @@ const PLACER: Principal = Object.freeze({
 const CLAIM = 20;
 /** Offers tried for one job in one round at most. */
 const TRIES = 5;
+/** Jobs of one round placed at once. */
+const PARALLEL = 4;
 /** How long a job whose wallet cannot pay waits before it is tried again (its renter may add funds). */
 const FUNDS_RETRY_MS = 30_000;
+
+/** The error of a start that means "this machine has not the GPUs now": it is not offered again in the round. */
+const NO_GPUS = 'PROVIDER_NOT_AVAILABLE';
 
 /** Errors of a start that mean "not this machine": the next offer is tried. */
 const NEXT_OFFER = new Set([
@@ -77,22 +86,58 @@ export async function placeJobs(ctx: BillingContext, settings: JobSettings): Pro
     for (const job of jobs) await updateJob(trx, job.id, { state: 'placing', placing_until: until, updated_at: now });
     return jobs.map((j) => ({ ...j, state: 'placing' as const, placing_until: until }));
   });
+  const capacity = new RoundCapacity();
   let placed = 0;
-  for (const job of claimed) {
+  await forEachLimited(claimed, PARALLEL, async (job) => {
     try {
-      if (await placeJob(ctx, settings, job, until)) placed += 1;
+      if (await placeJob(ctx, settings, job, until, capacity)) placed += 1;
     } catch (err) {
       ctx.logger.warn({ err, job_id: job.id }, 'placing a job failed; it is tried again');
       await requeue(ctx, job.id, until, `placing failed: ${(err as Error).message}`, settings.retry_interval).catch(
         () => {},
       );
     }
-  }
+  });
+  // A backlog: the next batch now, not a `place_interval` later.
+  if (claimed.length === CLAIM && placed > 0) ctx.state.wakeJobs();
   return placed;
 }
 
+/**
+ * What one round learned of machines' free GPUs beyond the market's answer, which may not show the round's own
+ * starts yet: a machine's free GPUs are the fewest it was offered with this round, less what this round's starts
+ * hold or took there; a machine that refused a start for want of GPUs has none left this round.
+ */
+export class RoundCapacity {
+  private readonly free = new Map<string, number>();
+
+  /** Takes `count` of the offer's machine's GPUs for a start, if the round knows of that many free. */
+  take(offer: Pick<MarketOffer, 'providerId' | 'freeGpus'>, count: number): boolean {
+    const known = Math.min(offer.freeGpus, this.free.get(offer.providerId) ?? offer.freeGpus);
+    if (known < count) return false;
+    this.free.set(offer.providerId, known - count);
+    return true;
+  }
+
+  /** A start that did not happen gives its GPUs back. */
+  giveBack(providerId: string, count: number): void {
+    this.free.set(providerId, (this.free.get(providerId) ?? 0) + count);
+  }
+
+  /** The machine refused a start for want of GPUs. */
+  exhausted(providerId: string): void {
+    this.free.set(providerId, 0);
+  }
+}
+
 /** Whether the job now runs. */
-async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow, until: Date): Promise<boolean> {
+async function placeJob(
+  ctx: BillingContext,
+  settings: JobSettings,
+  job: JobRow,
+  until: Date,
+  capacity: RoundCapacity,
+): Promise<boolean> {
   const now = ctx.now();
   // Its earlier placer started a session and died (or lost the job) before following it: that session is the attempt.
   const running = await runningSessionOfJob(ctx.db, job.id);
@@ -135,9 +180,19 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
   // Machines that failed the job last (a stable sort: cheapest first within each group).
   const ordered = [...offers].sort((a, b) => Number(failedOn.has(a.providerId)) - Number(failedOn.has(b.providerId)));
   let why = offers.length === 0 ? 'no offer meets its terms now' : '';
-  for (const offer of ordered.slice(0, TRIES)) {
+  let tried = 0;
+  for (const offer of ordered) {
+    if (tried === TRIES) break;
+    if (!capacity.take(offer, terms.gpu_count)) {
+      why ||= `the machines offered were taken by other jobs' placements (${offerText(offer)})`;
+      continue;
+    }
+    tried += 1;
     const sessionId = randomUUID();
-    if (!(await beginAttempt(ctx, job.id, until, sessionId, offer.providerId))) return false;
+    if (!(await beginAttempt(ctx, job.id, until, sessionId, offer.providerId))) {
+      capacity.giveBack(offer.providerId, terms.gpu_count);
+      return false;
+    }
     try {
       await startWorkloadSession(
         ctx,
@@ -164,10 +219,12 @@ async function placeJob(ctx: BillingContext, settings: JobSettings, job: JobRow,
     } catch (err) {
       // A start whose commit went through though its answer was lost (a connection cut): it started.
       if (await sessionOutcome(ctx.db, sessionId)) return markRunning(ctx, job.id, until, sessionId);
-      // Nothing was started (the start's transaction rolled back): the attempt is taken back.
+      // Nothing was started (the start's transaction rolled back): the attempt is taken back, and the GPUs.
       await ctx.db.transaction().execute((trx) => dropAttempt(trx, job.id, sessionId));
-      if (err instanceof PlacementLost) return false;
       const code = err instanceof AppError ? err.code : '';
+      if (code === NO_GPUS) capacity.exhausted(offer.providerId);
+      else capacity.giveBack(offer.providerId, terms.gpu_count);
+      if (err instanceof PlacementLost) return false;
       if (code === 'SESSION_ALREADY_RUNNING') {
         const other = await runningSessionOfJob(ctx.db, job.id);
         if (other) return markRunning(ctx, job.id, until, other.id);
