@@ -32,6 +32,11 @@
  *     platform fee (5 %), the payouts are the earnings, each renter's wallet is what they deposited less their
  *     rentals and storage charges, and each on-chain balance (the renters' addresses, the payout address, the
  *     treasury) matches. Exit status 0 only when every line holds.
+ *  9. Jobs: the provider brings a second machine; the renter submits a job that names what it needs, not where
+ *     (`gpu jobs submit`), and follows it (`gpu jobs logs -f`). Its machine is lost mid-job (its daemon killed with
+ *     SIGKILL, the workload with it); once the registry takes the silent machine for offline (90 s under pnpm
+ *     start), the job runs on the other machine from its last checkpoint and succeeds, the renter paying both
+ *     attempts' running minutes and nothing more.
  *
  * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would, through
  * the platform's one origin, the gateway (`pnpm start`'s at PLATFORM_PORT_BASE+10, or GATEWAY_URL); so does the
@@ -66,9 +71,9 @@ import { answerHelp, refuseArguments } from './lib/usage.ts';
 
 answerHelp(`usage: pnpm demo
 
-Plays a small GPU market from sign-up to on-chain payout (about three and a half minutes), every step over HTTP
-through the gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure
-holds.
+Plays a small GPU market from sign-up to on-chain payout, then a job that survives the loss of its machine (about
+six minutes, a minute and a half of it the registry's wait for a silent machine), every step over HTTP through the
+gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure holds.
 Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
 environment variables:
 
@@ -712,6 +717,127 @@ async function reachScene(renter: Renter, machineId: string) {
   return { record, reach: counted };
 }
 
+/**
+ * The jobs scene: a job survives the loss of its machine. The provider brings a second machine (its own daemon, the
+ * same 8 × H100 at the same rates); the renter submits a job with `gpu jobs submit` that says what it needs, not
+ * where (1 H100, at most 300 tokens per GPU-hour, a spend cap, /work/checkpoint/ kept every 5 s), and follows it
+ * with `gpu jobs logs -f`. The job counts steps into its checkpoint. Once one is kept, the machine it runs on is lost:
+ * its daemon is killed (SIGKILL), its workload with it, and it heartbeats no more. The registry takes the machine
+ * for offline once its silence bound is over (90 s under pnpm start), billing ends the attempt `provider_offline`
+ * and places the job on the other machine, which restores the checkpoint before the workload starts: the count goes
+ * on from there, not from 0. The job succeeds, and the renter's wallet paid its two attempts and nothing more.
+ */
+async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
+  const balance = async () =>
+    unwrap(
+      await renter.billing.GET('/api/v1/wallet/{walletID}/balance', {
+        params: { path: { walletID: renter.wallet.id } },
+      }),
+    );
+  const before = await balance();
+  // Counts on from what its checkpoint holds, each step written whole (by rename), saying where it began: from
+  // nothing it counts for good (until its machine is lost), from a checkpoint 40 steps more, then it ends.
+  const count =
+    'd=$GPU_PLATFORM_CHECKPOINT_DIR; n=$(cat "$d/n" 2>/dev/null || echo 0); echo "from $n"; ' +
+    'if [ "$n" -gt 0 ]; then end=$((n+40)); else end=100000000; fi; ' +
+    'while [ "$n" -lt "$end" ]; do n=$((n+1)); echo "$n" > "$d/n.tmp"; mv "$d/n.tmp" "$d/n"; sleep 0.1; done; ' +
+    'echo "done at $n"';
+  const terms = ['--gpus', '1', '--gpu-model', 'H100', '--max-price', '300', '--spend-cap', '60'];
+  const submit = ['jobs', 'submit', '--wallet', renter.wallet.id, ...terms, '--checkpoint-every', '5'];
+  say('renter submits a job: what it needs, not where', `gpu ${submit.join(' ')} -- sh -c '<count into a checkpoint>'`);
+  const submitted = await gpu(renter, ['--json', ...submit, '--max-runtime', '15m', '--', 'sh', '-c', count]).exited;
+  if (submitted.code !== 0) throw new Error(`gpu jobs submit failed: ${submitted.stderr.trim()}`);
+  const jobId = (JSON.parse(submitted.stdout) as { id: string }).id;
+  const followed = gpu(renter, ['jobs', 'logs', jobId, '-f']);
+  const readJob = async () =>
+    unwrap(await renter.billing.GET('/api/v1/billing/jobs/{jobID}', { params: { path: { jobID: jobId } } }));
+  const kept = await until(
+    'the job to run and keep a checkpoint',
+    async () => {
+      const job = await readJob();
+      return job.state === 'running' && job.checkpoint ? job : undefined;
+    },
+    180_000,
+  );
+  const first = kept.attempts[0]!;
+  const lost = daemons.get(first.provider_id);
+  if (!lost) throw new Error(`the job runs on ${first.provider_id}, not a machine of the demo`);
+  say(
+    'job placed on the cheapest machine that meets its terms; it runs and keeps its checkpoint',
+    `job ${jobId} on ${first.provider_id}; /work/checkpoint/ kept as ${kept.checkpoint?.key}`,
+  );
+
+  // The machine is lost: its daemon killed, the sandbox dying with its parent, no heartbeat any more.
+  lost.kill('SIGKILL');
+  await new Promise((r) => (lost.exitCode !== null || lost.signalCode !== null ? r(null) : lost.once('exit', r)));
+  const lostAt = Date.now();
+  const objects = objectStore({ baseUrl: urls.storage, token: renter.token });
+  const tar = Buffer.from(await (await objects.download({ key: kept.checkpoint!.key })).bytes());
+  const saved = Number(spawnSync('tar', ['-xOf', '-', './n'], { input: tar }).stdout.toString().trim());
+  if (!(saved > 0)) throw new Error(`the checkpoint kept holds no count (${saved})`);
+  say('its machine is lost', `the daemon killed (SIGKILL) with the job's workload; its last checkpoint holds ${saved}`);
+
+  const recovering = await until(
+    'the registry to take the lost machine for offline, and billing to end the attempt',
+    async () => {
+      const job = await readJob();
+      return job.attempts[0]?.ended_at ? job : undefined;
+    },
+    300_000,
+  );
+  say(
+    'the registry took the silent machine for offline; billing ended the attempt',
+    `${((Date.now() - lostAt) / 1000).toFixed(0)} s after the loss: attempt 1 ${recovering.attempts[0]!.end_reason}, ` +
+      `billed ${recovering.attempts[0]!.cost} tokens (a lost machine's minutes are paid as far as its daemon's usage ` +
+      `reports vouched for them); the job is ${recovering.state}`,
+  );
+  const done = await until(
+    'the job to end',
+    async () => {
+      const job = await readJob();
+      return ['succeeded', 'failed', 'cancelled'].includes(job.state) ? job : undefined;
+    },
+    180_000,
+  );
+  const logs = await until('gpu jobs logs -f to end with the job', async () => followed.ended(), 60_000);
+  say('renter followed the job with gpu jobs logs -f, across its attempts', `exit status ${logs.code}`);
+  shows(`${logs.stdout}${logs.stderr}`);
+  const second = done.attempts[1];
+  if (
+    done.state !== 'succeeded' ||
+    done.attempts.length !== 2 ||
+    done.attempts[0]!.end_reason !== 'provider_offline' ||
+    second?.provider_id === first.provider_id ||
+    second?.end_reason !== 'workload_exited' ||
+    logs.code !== 0
+  ) {
+    throw new Error(`the job did not survive the loss of its machine: ${JSON.stringify(done)}`);
+  }
+  // Where the second attempt began: its own log, in the renter's storage.
+  const log = await (await objects.download({ key: `sessions/${second.session_id}/logs/stdout.log` })).text();
+  const from = Number(/^from (\d+)$/m.exec(log)?.[1]);
+  if (!(from >= saved)) throw new Error(`the second attempt counted from ${from}, the checkpoint held ${saved}`);
+  const shown = await gpu(renter, ['jobs', 'show', jobId]).exited;
+  say('the job succeeded on the other machine, from its last checkpoint', `gpu jobs show ${jobId}`);
+  shows(shown.stdout);
+
+  // The money: the attempts' costs are what the job spent, and what the wallet paid; nothing else is held.
+  const after = await balance();
+  const costs = done.attempts.reduce((sum, a) => sum.add(a.cost ?? '0'), new Decimal(0));
+  const paid = new Decimal(before.available).minus(after.available);
+  if (!costs.eq(done.spent) || !paid.eq(done.spent) || !new Decimal(after.locked).eq(before.locked)) {
+    throw new Error(
+      `the job spent ${done.spent}, its attempts cost ${costs.toFixed()}, the wallet paid ${paid.toFixed()} ` +
+        `(locked ${before.locked} before, ${after.locked} after)`,
+    );
+  }
+  say(
+    'the renter paid both attempts and nothing more',
+    `${done.attempts.map((a) => a.cost).join(' + ')} = ${done.spent} tokens, the wallet's available down by as much`,
+  );
+  return { job: done, saved, from };
+}
+
 async function main() {
   const platformChild = await platform();
   if (platformChild) children.push(platformChild);
@@ -1047,6 +1173,51 @@ async function main() {
   const balance = unwrap(
     await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: renter.wallet.id } } }),
   );
+
+  // 9. Jobs: a second machine of the provider's; a job survives the loss of the machine it runs on.
+  const secondDaemonClient = unwrap(
+    await providerAuth.POST('/api/v1/auth/clients', {
+      body: { name: `demo-rig-2-${randomBytes(3).toString('hex')}`, role: 'daemon' },
+    }),
+  );
+  const secondStateFile = path.join(work, 'daemon-2-state.json');
+  const secondConfigFile = path.join(work, 'daemon-2.yaml');
+  writeFileSync(
+    secondConfigFile,
+    JSON.stringify({
+      ...daemonConfig,
+      credentials: { client_id: secondDaemonClient.client.id, client_secret: secondDaemonClient.client_secret },
+      state_file: secondStateFile,
+      provider: { name: 'demo-rig-2', hostname: 'demo-rig-2.local', location: 'demo' },
+      workloads: { ...daemonConfig.workloads, run_dir: path.join(work, 'workloads-2') },
+    }),
+    { mode: 0o600 },
+  );
+  const secondDaemon = spawnDaemon(secondConfigFile);
+  const secondMachineId = await until(
+    'the second daemon to register its machine',
+    async () => {
+      if (secondDaemon.exitCode !== null) throw new Error('the second provider daemon exited');
+      if (!existsSync(secondStateFile)) return undefined;
+      return (JSON.parse(readFileSync(secondStateFile, 'utf8')) as { provider_id?: string }).provider_id;
+    },
+    90_000,
+  );
+  unwrap(
+    await providerBilling.PUT('/api/v1/provider/{providerID}/rates', {
+      params: { path: { providerID: secondMachineId } },
+      body: { base_rates: { 'nvidia-tesla-h100': '200' }, vram_rate_per_gb_hour: null, power_rate_per_watt_hour: null },
+    }),
+  );
+  say('the provider brings a second machine', `${secondMachineId}: 8 × H100 at the same rates`);
+  const jobbed = await jobScene(
+    renter,
+    new Map([
+      [machineId, daemon],
+      [secondMachineId, secondDaemon],
+    ]),
+  );
+
   process.stdout.write(
     `DEMO OK ${JSON.stringify({
       provider_id: machineId,
@@ -1077,6 +1248,13 @@ async function main() {
       dataset_key: datasetKey,
       output_key: outputKey,
       reconciled: checks.length,
+      job_id: jobbed.job.id,
+      job_state: jobbed.job.state,
+      job_attempts: jobbed.job.attempts.length,
+      job_lost_reason: jobbed.job.attempts[0]?.end_reason,
+      job_checkpoint_count: jobbed.saved,
+      job_resumed_from: jobbed.from,
+      job_spent: jobbed.job.spent,
     })}\n`,
   );
 }
@@ -1087,6 +1265,12 @@ async function stopChildren() {
     child.kill('SIGTERM');
     await Promise.race([new Promise((r) => child.once('exit', r)), sleep(20_000)]);
     if (child.exitCode === null) child.kill('SIGKILL');
+  }
+  // The daemon killed for good in the jobs scene left its workloads' filesystems mounted (its next start would take
+  // them down): taken down here, so that nothing is removed through them.
+  for (const line of readFileSync('/proc/self/mounts', 'utf8').split('\n')) {
+    const at = line.split(' ')[1];
+    if (at?.startsWith(`${work}/`)) spawnSync('umount', ['-l', at]);
   }
   rmSync(work, { recursive: true, force: true });
 }

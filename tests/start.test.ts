@@ -450,13 +450,13 @@ describe('pnpm start', () => {
     expect((JSON.parse(top.body) as Array<{ key: string }>).map((e) => e.key)).toEqual(['users/']);
   });
 
-  it('runs pnpm demo on it: a market of two renters on one machine, sign-up to on-chain payout, reconciled', {
-    timeout: 480_000,
+  it('runs pnpm demo on it: a market of two renters on one machine, sign-up to on-chain payout, reconciled; a job survives the loss of its machine', {
+    timeout: 720_000,
   }, async () => {
     const demo = await run('pnpm', ['-s', 'demo'], {
       cwd: root,
       env: { ...process.env, ...platformEnv(dataDir) },
-      timeout: 470_000,
+      timeout: 710_000,
     }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
       throw new Error(`pnpm demo failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
     });
@@ -539,6 +539,13 @@ describe('pnpm start', () => {
     expect(demo.stdout).toMatch(/these are your GPUs: .*the 4 leased, no other/);
     expect(demo.stdout).toMatch(/ports\/8000\/: 200 text\/html/);
     expect(demo.stdout).toMatch(/its port now answers: 409 SESSION_NOT_ACTIVE/);
+    // The jobs scene: the job's machine lost mid-job, the job succeeded on the other from its last checkpoint (its
+    // second attempt counted on from the kept count, not from 0), the renter paying the two attempts and no more.
+    expect(summary).toMatchObject({ job_state: 'succeeded', job_attempts: 2, job_lost_reason: 'provider_offline' });
+    expect(Number(summary.job_checkpoint_count)).toBeGreaterThan(0);
+    expect(Number(summary.job_resumed_from)).toBeGreaterThanOrEqual(Number(summary.job_checkpoint_count));
+    expect(demo.stdout).toMatch(/the job succeeded on the other machine, from its last checkpoint/);
+    expect(demo.stdout).toMatch(/the renter paid both attempts and nothing more/);
   });
 
   it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {

@@ -25,6 +25,11 @@ const POLL_MS = 1000;
  * its logs have not grown for this long.
  */
 const SETTLE_MS = 3000;
+/**
+ * The same for a workload whose session ended while it still shows running: its daemon, when alive, reports the stop
+ * within seconds (the workload's end then settles as above); a machine that was lost reports nothing any more.
+ */
+const LOST_SETTLE_MS = 10_000;
 
 function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
   return ctx.billing
@@ -34,6 +39,11 @@ function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
 
 function hasEnded(w: Workload): boolean {
   return ENDED.has(w.state);
+}
+
+/** Its session ended (its machine may have been lost with the workload, which then never reports an end). */
+function sessionOver(w: Workload): boolean {
+  return w.session.status === 'completed' || w.session.status === 'terminated';
 }
 
 /** One log object, read from where the last read ended (it only grows: the sandbox cuts it, never rotates it). */
@@ -99,9 +109,10 @@ export async function printLogs(
   for (;;) {
     // The logs are read after the workload: once it names its outputs, this read has its logs whole.
     if (await poll()) quietSince = Date.now();
-    if (hasEnded(w)) {
+    if (hasEnded(w) || sessionOver(w)) {
       endSeen ??= Date.now();
-      const settled = Date.now() - Math.max(quietSince, endSeen) >= SETTLE_MS;
+      const settle = hasEnded(w) ? SETTLE_MS : LOST_SETTLE_MS;
+      const settled = Date.now() - Math.max(quietSince, endSeen) >= settle;
       if (w.outputs !== null || settled) return w;
     }
     await sleep(POLL_MS);

@@ -16,11 +16,12 @@ import { insertEmailToken } from '../../../services/auth/src/db/email-token-repo
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startBackground } from '../../../services/billing/src/background.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
+import { endSessionsOfStoppedProvider } from '../../../services/billing/src/domain/sessions/provider-offline.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
 import type { ProviderDaemon } from '../../provider-daemon/src/daemon.ts';
 import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
 import { containerSettings, testImage } from '../../provider-daemon/test/support/containers.ts';
-import { useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
+import { until, useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
 import { type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
 
 const run = promisify(execFile);
@@ -225,6 +226,53 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect((await renter.gpu(['end', plainId!])).code).toBe(0);
     // A rate below the machine's price is refused, nothing rented.
     refused(await renter.gpu(['rent', ...rental(), '--max-rate', '0.000001']), 'PRICE_NOT_ACCEPTED');
+  });
+
+  it('ends gpu run, saying so, when its machine is lost under the workload and the platform ends the session', {
+    timeout: 90_000,
+  }, async () => {
+    // A machine whose daemon is a process of its own, killed with SIGKILL once the workload runs: nothing reports
+    // the workload's end any more, as with a machine that lost its power.
+    const lost = await rig.daemonProcess();
+    const ran = renter.gpu([
+      'run',
+      '--machine',
+      lost.providerId,
+      '--gpu-model',
+      'H100',
+      '--wallet',
+      walletId,
+      '--',
+      'sh',
+      '-c',
+      'echo up; sleep 600',
+    ]);
+    const { db } = rig.billing.ctx;
+    const session = await until(
+      () =>
+        db
+          .selectFrom('session_workloads as w')
+          .innerJoin('rental_sessions as s', 's.id', 'w.session_id')
+          .select(['s.id', 'w.state'])
+          .where('s.provider_id', '=', lost.providerId)
+          .executeTakeFirst(),
+      (row) => row?.state === 'running',
+      60_000,
+    );
+    lost.child.kill('SIGKILL');
+    await lost.exited;
+    // The registry's verdict (offline), as billing hears it: the session ends, the workload still shows running.
+    const ended = await endSessionsOfStoppedProvider(rig.billing.ctx, {
+      providerId: lost.providerId,
+      status: 'offline',
+      occurredAt: new Date(),
+    });
+    expect(ended.map((e) => e.session.id)).toEqual([session!.id]);
+    const result = await ran;
+    expect(result.stderr).toMatch(
+      /workload lost: its session ended \(provider_offline\) and its machine reported no end; session \S+ cost/,
+    );
+    expect(result.code).toBe(1);
   });
 
   it('submits a job with gpu jobs submit, follows it to its end with gpu jobs logs -f, lists, shows and cancels jobs', {

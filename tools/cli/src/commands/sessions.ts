@@ -281,7 +281,12 @@ export function sessionCommands(program: Command) {
       if (ctx.json) printJson(w);
       else {
         const end =
-          w.state === 'exited' ? `exited with ${w.exit_code}` : `${w.state} (${w.reason ?? 'no reason given'})`;
+          w.state === 'exited'
+            ? `exited with ${w.exit_code}`
+            : ['running', 'preparing', 'pending'].includes(w.state)
+              ? // Its session ended and its machine said nothing more: the machine was lost with it.
+                `lost: its session ended (${w.session.end_reason ?? 'no reason given'}) and its machine reported no end`
+              : `${w.state} (${w.reason ?? 'no reason given'})`;
         const lines = [`workload ${end}; session ${id} cost ${w.session.total_cost}`];
         if ((w.outputs ?? []).length === 0) lines.push('no outputs');
         for (const o of w.outputs ?? []) {
