@@ -72,7 +72,7 @@ import { answerHelp, refuseArguments } from './lib/usage.ts';
 answerHelp(`usage: pnpm demo
 
 Plays a small GPU market from sign-up to on-chain payout, then a job that survives the loss of its machine (about
-six minutes, a minute and a half of it the registry's wait for a silent machine), every step over HTTP through the
+five minutes, a minute and a half of it the registry's wait for a silent machine), every step over HTTP through the
 gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure holds.
 Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
 environment variables:
@@ -743,9 +743,19 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
     'while [ "$n" -lt "$end" ]; do n=$((n+1)); echo "$n" > "$d/n.tmp"; mv "$d/n.tmp" "$d/n"; sleep 0.1; done; ' +
     'echo "done at $n"';
   const terms = ['--gpus', '1', '--gpu-model', 'H100', '--max-price', '300', '--spend-cap', '60'];
-  const submit = ['jobs', 'submit', '--wallet', renter.wallet.id, ...terms, '--checkpoint-every', '5'];
+  const submit = [
+    'jobs',
+    'submit',
+    '--wallet',
+    renter.wallet.id,
+    ...terms,
+    '--checkpoint-every',
+    '5',
+    '--max-runtime',
+    '15m',
+  ];
   say('renter submits a job: what it needs, not where', `gpu ${submit.join(' ')} -- sh -c '<count into a checkpoint>'`);
-  const submitted = await gpu(renter, ['--json', ...submit, '--max-runtime', '15m', '--', 'sh', '-c', count]).exited;
+  const submitted = await gpu(renter, ['--json', ...submit, '--', 'sh', '-c', count]).exited;
   if (submitted.code !== 0) throw new Error(`gpu jobs submit failed: ${submitted.stderr.trim()}`);
   const jobId = (JSON.parse(submitted.stdout) as { id: string }).id;
   const followed = gpu(renter, ['jobs', 'logs', jobId, '-f']);
@@ -759,7 +769,7 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
     },
     180_000,
   );
-  const first = kept.attempts[0]!;
+  const first = kept.attempts.at(-1)!;
   const lost = daemons.get(first.provider_id);
   if (!lost) throw new Error(`the job runs on ${first.provider_id}, not a machine of the demo`);
   say(
@@ -1261,7 +1271,7 @@ async function main() {
 
 async function stopChildren() {
   for (const child of children.reverse()) {
-    if (child.exitCode !== null) continue;
+    if (child.exitCode !== null || child.signalCode !== null) continue;
     child.kill('SIGTERM');
     await Promise.race([new Promise((r) => child.once('exit', r)), sleep(20_000)]);
     if (child.exitCode === null) child.kill('SIGKILL');

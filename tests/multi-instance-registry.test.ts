@@ -25,7 +25,7 @@ import {
   testEnv,
 } from '@gpu/common/testing';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RegistryDB } from '../services/provider-registry/src/db/schema.ts';
 import { Instance } from './support/instance.ts';
 
@@ -84,6 +84,8 @@ async function workingOnHeldClocks(name: string): Promise<boolean> {
  * load like a load balancer, taking an instance out when it refuses or does not answer (a restart puts it back).
  */
 class HeartbeatLoad {
+  /** Every load not stopped yet: a test that failed half-way leaves none running into the next (afterEach). */
+  static readonly running = new Set<HeartbeatLoad>();
   readonly beats = new Map<string, Beat[]>();
   private stopped = false;
   private paused = false;
@@ -96,6 +98,7 @@ class HeartbeatLoad {
     counters: Map<string, number>,
   ) {
     this.workers = providers.map((p, i) => this.worker(p, i, counters));
+    HeartbeatLoad.running.add(this);
   }
   private async worker(p: Provider, turn: number, counters: Map<string, number>) {
     const beats: Beat[] = [];
@@ -148,6 +151,7 @@ class HeartbeatLoad {
   }
   async stop() {
     this.stopped = true;
+    HeartbeatLoad.running.delete(this);
     await Promise.all(this.workers);
   }
 }
@@ -216,6 +220,12 @@ beforeAll(async () => {
     if (res.status !== 200) throw new Error(`heartbeat: ${res.status} ${await res.text()}`);
   }
 }, 120_000);
+
+// A test that failed half-way leaves no load running and no instance down for the next one.
+afterEach(async () => {
+  await Promise.all([...HeartbeatLoad.running].map((load) => load.stop()));
+  for (const instance of [a, b]) if (instance && !instance.alive()) await instance.start();
+});
 
 afterAll(async () => {
   await Promise.all([a, b].map((i) => i?.kill('SIGTERM')));
@@ -318,17 +328,21 @@ describe('two provider-registry instances on one PostgreSQL', () => {
       // Signalled only once heartbeats are in flight there: sent to it, not answered, and one of them inside its
       // database work, waiting for the held clocks (what PostgreSQL reports of its sessions). A loaded machine takes
       // longer to get there; the wait lasts until it has (a minute at most), rather than signalling with none.
+      // The requests in flight are read once it waits on the held clocks (read before, they may have been answered
+      // by then on a loaded machine, the one waiting sent since): while the clocks are held, these stay unanswered.
       const deadline = Date.now() + 60_000;
-      const inFlightThere = async () =>
-        load.inFlightTo(instance.name, 30).length > 0 && (await workingOnHeldClocks(instance.name));
-      while (!(await inFlightThere())) {
+      let inFlight: Beat[] = [];
+      for (;;) {
+        if (await workingOnHeldClocks(instance.name)) {
+          inFlight = load.inFlightTo(instance.name, 30);
+          if (inFlight.length > 0) break;
+        }
         if (Date.now() > deadline) {
           held.release();
           throw new Error(`no heartbeat in flight at instance ${instance.name} within 60 s`);
         }
         await sleep(10);
       }
-      const inFlight = load.inFlightTo(instance.name, 30);
       // The client keeps sending to it until it refuses (as a load balancer that learns late).
       const signalledAt = Date.now();
       instance.proc?.child.kill('SIGTERM');

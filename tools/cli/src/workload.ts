@@ -10,6 +10,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type BillingSchemas, type ObjectRef, type ObjectStore, unwrap } from '@gpu/client';
+import { UNDELIVERING_STATUSES } from '@gpu/common';
 import type { Context } from './cli.ts';
 import { transferProgress } from './progress.ts';
 
@@ -26,10 +27,18 @@ const POLL_MS = 1000;
  */
 const SETTLE_MS = 3000;
 /**
- * The same for a workload whose session ended while it still shows running: its daemon, when alive, reports the stop
- * within seconds (the workload's end then settles as above); a machine that was lost reports nothing any more.
+ * How long a follower waits, once the session of a workload that still shows running ended because its machine
+ * stopped delivering (the registry took it for offline, in error or maintenance, or it was removed), before it takes
+ * the workload for lost with the machine: a machine that is gone never reports the workload's end. Any other end (the
+ * renter's, a cap) is followed until the daemon reports the workload's end, however long its stop takes.
  */
 const LOST_SETTLE_MS = 10_000;
+
+/** The session end reasons that say its machine stopped delivering (billing's `provider_<status>`). */
+const MACHINE_GONE: ReadonlySet<string> = new Set([
+  ...UNDELIVERING_STATUSES.map((status) => `provider_${status}`),
+  'provider_removed',
+]);
 
 function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
   return ctx.billing
@@ -41,9 +50,9 @@ function hasEnded(w: Workload): boolean {
   return ENDED.has(w.state);
 }
 
-/** Its session ended (its machine may have been lost with the workload, which then never reports an end). */
-function sessionOver(w: Workload): boolean {
-  return w.session.status === 'completed' || w.session.status === 'terminated';
+/** Its session ended because its machine stopped delivering: the workload may have been lost with the machine. */
+export function machineGone(w: Workload): boolean {
+  return !hasEnded(w) && MACHINE_GONE.has(w.session.end_reason ?? '');
 }
 
 /** One log object, read from where the last read ended (it only grows: the sandbox cuts it, never rotates it). */
@@ -106,14 +115,17 @@ export async function printLogs(
   }
   let quietSince = Date.now();
   let endSeen: number | undefined;
+  let goneSeen: number | undefined;
   for (;;) {
     // The logs are read after the workload: once it names its outputs, this read has its logs whole.
     if (await poll()) quietSince = Date.now();
-    if (hasEnded(w) || sessionOver(w)) {
+    if (hasEnded(w)) {
       endSeen ??= Date.now();
-      const settle = hasEnded(w) ? SETTLE_MS : LOST_SETTLE_MS;
-      const settled = Date.now() - Math.max(quietSince, endSeen) >= settle;
+      const settled = Date.now() - Math.max(quietSince, endSeen) >= SETTLE_MS;
       if (w.outputs !== null || settled) return w;
+    } else if (machineGone(w)) {
+      goneSeen ??= Date.now();
+      if (Date.now() - Math.max(quietSince, goneSeen) >= LOST_SETTLE_MS) return w;
     }
     await sleep(POLL_MS);
     w = await workloadOf(ctx, sessionId);

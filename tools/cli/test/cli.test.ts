@@ -261,7 +261,16 @@ describe('gpu against a platform whose machine runs workloads', () => {
     );
     lost.child.kill('SIGKILL');
     await lost.exited;
-    // The registry's verdict (offline), as billing hears it: the session ends, the workload still shows running.
+    // The registry's verdict (offline: off the market for the tests after this one), then billing hearing it: the
+    // session ends, the workload still shows running.
+    const service = await rig.platform.machineClient('service');
+    const verdict = await rig.platform.registry.app.inject({
+      method: 'PATCH',
+      url: `/providers/${lost.providerId}/status`,
+      headers: { authorization: `Bearer ${await service.get()}` },
+      payload: { status: 'offline' },
+    });
+    expect(verdict.statusCode, verdict.body).toBe(200);
     const ended = await endSessionsOfStoppedProvider(rig.billing.ctx, {
       providerId: lost.providerId,
       status: 'offline',
@@ -270,7 +279,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(ended.map((e) => e.session.id)).toEqual([session!.id]);
     const result = await ran;
     expect(result.stderr).toMatch(
-      /workload lost: its session ended \(provider_offline\) and its machine reported no end; session \S+ cost/,
+      /workload lost with its machine: its session ended \(provider_offline\) and the machine reported no end; session \S+ cost/,
     );
     expect(result.code).toBe(1);
   });

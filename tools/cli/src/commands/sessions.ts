@@ -19,7 +19,7 @@ import {
   showRecord,
   UsageError,
 } from '../cli.ts';
-import { downloadOutputs, exitStatusOf, printLogs, type Workload } from '../workload.ts';
+import { downloadOutputs, exitStatusOf, machineGone, printLogs, type Workload } from '../workload.ts';
 
 type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
 
@@ -225,7 +225,7 @@ export function sessionCommands(program: Command) {
     .command('logs <session-id>')
     .description(
       "a session's workload logs (its standard output, and its standard error on standard error); with -f, followed " +
-        'until the workload has ended',
+        'until the workload has ended (or was lost with its machine)',
     )
     .option('-f, --follow', 'print what comes until the workload ends')
     .action(async (sessionId: string, opts: { follow?: boolean }) => {
@@ -283,9 +283,8 @@ export function sessionCommands(program: Command) {
         const end =
           w.state === 'exited'
             ? `exited with ${w.exit_code}`
-            : ['running', 'preparing', 'pending'].includes(w.state)
-              ? // Its session ended and its machine said nothing more: the machine was lost with it.
-                `lost: its session ended (${w.session.end_reason ?? 'no reason given'}) and its machine reported no end`
+            : machineGone(w)
+              ? `lost with its machine: its session ended (${w.session.end_reason}) and the machine reported no end`
               : `${w.state} (${w.reason ?? 'no reason given'})`;
         const lines = [`workload ${end}; session ${id} cost ${w.session.total_cost}`];
         if ((w.outputs ?? []).length === 0) lines.push('no outputs');

@@ -7,8 +7,8 @@
  *   marked `placing` until `placing_until` and committed; a placement whose placer died is taken over after that.
  * - **Place:** the market's offers that meet the job's terms, cheapest first, machines that failed the job last,
  *   `PARALLEL` jobs at once. The market (the registry's mirror of billing's leases) may lag a start by a message, so
- *   a round keeps what it learned of each machine itself ({@link RoundCapacity}): the GPUs its own starts took, and
- *   the machines that refused a start for want of GPUs, are not offered again within the round. A round that claimed
+ *   a round keeps what it learned of each machine itself ({@link RoundCapacity}): the GPUs its own starts took are
+ *   not offered again within the round, nor more than a machine had when it refused a start for want of GPUs. A round that claimed
  *   a full batch and placed some runs again at once: a backlog drains at the placer's pace, not a batch a
  *   `place_interval`. For each offer, the attempt is written first (under the job's lock, while this placement still
  *   holds it), then the session is started: its `job_id` is `job:<the job's ID>`, so at most one session of a job
@@ -64,7 +64,7 @@ const PARALLEL = 4;
 /** How long a job whose wallet cannot pay waits before it is tried again (its renter may add funds). */
 const FUNDS_RETRY_MS = 30_000;
 
-/** The error of a start that means "this machine has not the GPUs now": it is not offered again in the round. */
+/** The error of a start that means "this machine has not that many GPUs free now" (for the rest of the round). */
 const NO_GPUS = 'PROVIDER_NOT_AVAILABLE';
 
 /** Errors of a start that mean "not this machine": the next offer is tried. */
@@ -105,30 +105,37 @@ export async function placeJobs(ctx: BillingContext, settings: JobSettings): Pro
 
 /**
  * What one round learned of machines' free GPUs beyond the market's answer, which may not show the round's own
- * starts yet: a machine's free GPUs are the fewest it was offered with this round, less what this round's starts
- * hold or took there; a machine that refused a start for want of GPUs has none left this round.
+ * starts yet; per machine and GPU model, as the market offers them. A machine's free GPUs of a model are the fewest it
+ * was offered with this round, less what this round's starts hold or took there; a start it refused for want of GPUs
+ * says it has fewer than that start asked for.
  */
 export class RoundCapacity {
   private readonly free = new Map<string, number>();
 
-  /** Takes `count` of the offer's machine's GPUs for a start, if the round knows of that many free. */
-  take(offer: Pick<MarketOffer, 'providerId' | 'freeGpus'>, count: number): boolean {
-    const known = Math.min(offer.freeGpus, this.free.get(offer.providerId) ?? offer.freeGpus);
+  /** Takes `count` of the offer's GPUs for a start, if the round knows of that many free. */
+  take(offer: Offered, count: number): boolean {
+    const key = keyOf(offer);
+    const known = Math.min(offer.freeGpus, this.free.get(key) ?? offer.freeGpus);
     if (known < count) return false;
-    this.free.set(offer.providerId, known - count);
+    this.free.set(key, known - count);
     return true;
   }
 
   /** A start that did not happen gives its GPUs back. */
-  giveBack(providerId: string, count: number): void {
-    this.free.set(providerId, (this.free.get(providerId) ?? 0) + count);
+  giveBack(offer: Offered, count: number): void {
+    const key = keyOf(offer);
+    this.free.set(key, (this.free.get(key) ?? 0) + count);
   }
 
-  /** The machine refused a start for want of GPUs. */
-  exhausted(providerId: string): void {
-    this.free.set(providerId, 0);
+  /** The machine refused a start of `count` for want of GPUs: it has fewer than that free. */
+  refused(offer: Offered, count: number): void {
+    const key = keyOf(offer);
+    this.free.set(key, Math.min((this.free.get(key) ?? 0) + count, count - 1));
   }
 }
+
+type Offered = Pick<MarketOffer, 'providerId' | 'modelKey' | 'freeGpus'>;
+const keyOf = (offer: Offered) => `${offer.providerId}/${offer.modelKey}`;
 
 /** Whether the job now runs. */
 async function placeJob(
@@ -190,7 +197,7 @@ async function placeJob(
     tried += 1;
     const sessionId = randomUUID();
     if (!(await beginAttempt(ctx, job.id, until, sessionId, offer.providerId))) {
-      capacity.giveBack(offer.providerId, terms.gpu_count);
+      capacity.giveBack(offer, terms.gpu_count);
       return false;
     }
     try {
@@ -222,8 +229,8 @@ async function placeJob(
       // Nothing was started (the start's transaction rolled back): the attempt is taken back, and the GPUs.
       await ctx.db.transaction().execute((trx) => dropAttempt(trx, job.id, sessionId));
       const code = err instanceof AppError ? err.code : '';
-      if (code === NO_GPUS) capacity.exhausted(offer.providerId);
-      else capacity.giveBack(offer.providerId, terms.gpu_count);
+      if (code === NO_GPUS) capacity.refused(offer, terms.gpu_count);
+      else capacity.giveBack(offer, terms.gpu_count);
       if (err instanceof PlacementLost) return false;
       if (code === 'SESSION_ALREADY_RUNNING') {
         const other = await runningSessionOfJob(ctx.db, job.id);
