@@ -7,6 +7,7 @@
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -345,6 +346,104 @@ describe('a server inside the workload, reached through the platform', () => {
       await second.close();
       server.close();
     }
+  });
+
+  it("passes a WebSocket to a port on, answered by the workload's server, through the gateway and another instance", async () => {
+    const r = await idleSession();
+    await execIn(r.id, ['sh', '-c', 'cat > /tmp/ws-echo.py'], {
+      input: readFileSync(new URL('./fixtures/ws-echo.py', import.meta.url), 'utf8'),
+    });
+    const echo = await serve(r.id, ['python3', '/tmp/ws-echo.py', '9000'], 9000);
+    /** A WebSocket to the port's URL (as a notebook's page opens its kernel's): 101 and what the server told back. */
+    const open = (base: string, headers: Record<string, string>, port = 9000) =>
+      new Promise<{ status: number; ws?: WebSocket; told?: Record<string, unknown>; problem?: { code?: string } }>(
+        (resolve) => {
+          const ws = new WebSocket(
+            `${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${r.id}/ports/${port}/api/kernels/k1/channels?s=1`,
+            ['v1.kernel.websocket.jupyter.org', 'other'],
+            { headers },
+          );
+          let told: Record<string, unknown> = {};
+          ws.once('upgrade', (res) => {
+            told = res.headers;
+          });
+          ws.once('open', () => resolve({ status: 101, ws, told }));
+          ws.once('unexpected-response', (_req, res) => {
+            let body = '';
+            res.on('data', (d: Buffer) => {
+              body += String(d);
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: JSON.parse(body || '{}') }));
+          });
+          ws.once('error', () => resolve({ status: 0 }));
+        },
+      );
+    const roundTrip = async (ws: WebSocket, message: string | Buffer) => {
+      const echoed = new Promise<Buffer>((resolve) => ws.once('message', (d: Buffer) => resolve(d)));
+      ws.send(message);
+      return echoed;
+    };
+    const opened = await open(url, r.headers);
+    expect(opened.status).toBe(101);
+    // The server chose the subprotocol; it saw the path after the port, and never the renter's credentials.
+    expect(opened.ws!.protocol).toBe('v1.kernel.websocket.jupyter.org');
+    expect(opened.told).toMatchObject({ 'x-echo-path': '/api/kernels/k1/channels?s=1', 'x-echo-authorization': 'no' });
+    expect(String(await roundTrip(opened.ws!, 'execute_request'))).toBe('execute_request');
+    const large = Buffer.alloc(60_000, 7);
+    expect((await roundTrip(opened.ws!, large)).equals(large)).toBe(true);
+    // Through another billing instance: passed to the one holding the machine's connection.
+    const second = await buildApp({
+      config: { ...rig.billing.config, instance_id: 'second-instance' },
+      logger,
+      db: rig.billing.db,
+      chain: null,
+    });
+    const secondUrl = await second.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const via = await open(secondUrl, r.headers);
+      expect(via.status).toBe(101);
+      expect(String(await roundTrip(via.ws!, 'via the holder'))).toBe('via the holder');
+      via.ws!.close();
+    } finally {
+      await second.close();
+    }
+    // Refused before anything is passed on, as a plain answer: no credentials, another renter, nothing there.
+    expect((await open(url, {})).status).toBe(401);
+    // A refused upgrade's connection is closed by the platform, whatever the caller does (a stranger cannot keep
+    // sockets open by asking for upgrades it may not have).
+    const stranger = net.connect(Number(new URL(billingUrl).port), '127.0.0.1');
+    const heard: Buffer[] = [];
+    stranger.on('data', (d: Buffer) => heard.push(d));
+    const hungUp = new Promise((resolve) => stranger.once('close', resolve));
+    stranger.write(
+      `GET /api/v1/billing/sessions/${r.id}/ports/9000/ HTTP/1.1\r\nHost: billing\r\nConnection: Upgrade\r\n` +
+        'Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+    );
+    await hungUp;
+    expect(String(Buffer.concat(heard))).toMatch(/^HTTP\/1\.1 401 /);
+    const other = await rig.renter();
+    expect(await open(url, other.headers)).toMatchObject({ status: 404, problem: { code: 'SESSION_NOT_FOUND' } });
+    expect(await open(url, r.headers, 9001)).toMatchObject({ status: 502, problem: { code: 'PORT_NOT_LISTENING' } });
+    // Counted with the workload once closed, and cut when the session ends.
+    opened.ws!.close();
+    const counted = await until(
+      () => rig.workloadOf(r.headers, r.id),
+      (w) => w.reach.bytes_in > 60_000 && w.reach.bytes_out > 60_000,
+    );
+    expect(counted.reach.bytes_out).toBeGreaterThan(60_000);
+    const last = await open(url, r.headers);
+    expect(last.status).toBe(101);
+    const closed = new Promise<number>((resolve) => last.ws!.once('close', (code) => resolve(code)));
+    const ended = await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: r.headers,
+      payload: { session_id: r.id },
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
+    // The connection is cut: no closing handshake (1006).
+    expect(await closed).toBe(1006);
+    echo.close();
   });
 
   it('cuts a forwarded connection when its session ends', async () => {

@@ -238,6 +238,17 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
     logController.incomingRequestNow(request, reply);
     done();
   });
+  // An upgrade request (a WebSocket) answered with a plain response (refused before its route took the socket over:
+  // 401 at access control, a 4xx of its route's checks) leaves a socket no HTTP server closes any more (Node handed it
+  // over at 'upgrade'): it is closed once the answer is written, or a caller refused could keep it open for ever.
+  app.addHook('onResponse', (request, _reply, done) => {
+    const socket = request.raw.socket;
+    if (request.raw.headers.upgrade !== undefined && socket && !socket.destroyed) {
+      socket.end();
+      setTimeout(() => socket.destroy(), 5_000).unref();
+    }
+    done();
+  });
   await app.register(accessControl, {
     verifier,
     publicPaths,

@@ -10,8 +10,14 @@
  *   was taken, and a `Location` of the server's that starts with `/` gets it back), as servers with relative links
  *   expect (`python3 -m http.server`, TensorBoard). `X-Forwarded-For`, `-Host` and `-Proto` say who asked.
  * - Another instance holding the machine's connection: the request is passed to it (one hop), as streams are.
+ * - **Upgrades** (a WebSocket: a notebook's kernels, a dashboard's live view): the request's head is written on the
+ *   forwarded connection as it came (the prefix taken off, `Connection: Upgrade` and `Upgrade` kept), and from then
+ *   on bytes pass both ways untouched, as nginx passes an upgrade on: the workload's server answers the handshake
+ *   itself (101 with its subprotocol and extensions, or its refusal). Counted, limited and cut like any stream.
  */
+import { once } from 'node:events';
 import http from 'node:http';
+import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { type App, AppError, callerOf, errors, zInt } from '@gpu/common';
@@ -98,6 +104,23 @@ function answerHeaders(res: http.IncomingMessage, prefix: string | null): Record
   const location = res.headers.location;
   if (prefix !== null && location?.startsWith('/') && !location.startsWith('//')) out.location = prefix + location;
   return out;
+}
+
+/** The bytes that came after the upgrade request's head, as @fastify/websocket keeps them on the request. */
+function headOf(raw: http.IncomingMessage): Buffer | undefined {
+  const key = Object.getOwnPropertySymbols(raw).find((k) => k.description === 'ws-head');
+  const head = key ? (raw as unknown as Record<symbol, unknown>)[key] : undefined;
+  return Buffer.isBuffer(head) ? head : undefined;
+}
+
+/** An HTTP/1.1 request head: its request line and headers, then the empty line. */
+function requestHead(method: string, target: string, headers: http.OutgoingHttpHeaders): string {
+  const lines = [`${method} ${target} HTTP/1.1`];
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${v}`);
+  }
+  return `${lines.join('\r\n')}\r\n\r\n`;
 }
 
 export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: ReachRelay }): Promise<void> {
@@ -210,6 +233,96 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     return reply.send(body);
   };
 
+  /**
+   * An upgrade: checked as any request (the renter's session, running, its machine connected), then its head written
+   * on the machine's forwarded connection (or on a connection to the instance holding it), then bytes both ways.
+   */
+  const tunnel = async (request: FastifyRequest, reply: FastifyReply) => {
+    const { sessionID, port } = request.params as z.infer<typeof portParams>;
+    const rest = RAW_REST.exec(request.raw.url ?? '')?.[1];
+    if (rest === undefined) throw errors.badRequest('INVALID_PATH', 'the path after the port cannot be read');
+    const target = await reachTarget(ctx, callerOf(request), sessionID);
+    const prefix = `/api/v1/billing/sessions/${sessionID}/ports/${port}`;
+    const socket = request.raw.socket;
+    const link = relay.local(target.providerId);
+    const headers = headersFor(request, prefix, link === undefined);
+    headers.connection = 'Upgrade';
+    headers.upgrade = request.headers.upgrade;
+    let upstream: Duplex;
+    let untrack = () => {};
+    if (link) {
+      if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
+        throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
+      }
+      untrack = relay.track({
+        sessionId: sessionID,
+        end: () => {
+          upstream?.destroy();
+          socket.destroy();
+        },
+        credential: credentialOf(callerOf(request)),
+      });
+      try {
+        upstream = (await relay.forward(link, { sessionId: sessionID, port })) as unknown as Duplex;
+      } catch (err) {
+        untrack();
+        throw err;
+      }
+      upstream.write(requestHead(request.method, rest || '/', headers));
+    } else {
+      const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
+      if (!holder) throw daemonNotConnected(target.providerId);
+      const at = new URL(holder.url);
+      upstream = net.connect({ host: at.hostname, port: Number(at.port) });
+      try {
+        await once(upstream, 'connect');
+      } catch (err) {
+        upstream.destroy();
+        throw new AppError(
+          'unavailable',
+          'REACH_UNAVAILABLE',
+          `the instance holding the machine's connection did not answer: ${(err as Error).message}`,
+          { headers: { 'retry-after': '5' } },
+        );
+      }
+      headers.host = at.host;
+      upstream.write(requestHead(request.method, request.raw.url ?? '/', headers));
+    }
+    // From here on the socket is this route's: nothing more is answered on it by the framework.
+    reply.hijack();
+    let bytesIn = 0;
+    let bytesOut = 0;
+    let finished = false;
+    const done = () => {
+      if (finished) return;
+      finished = true;
+      untrack();
+      upstream.destroy();
+      socket.destroy();
+      if (link) relay.count(sessionID, { in: bytesIn, out: bytesOut });
+    };
+    socket.on('error', done);
+    upstream.on('error', done);
+    socket.once('close', done);
+    upstream.once('close', done);
+    const head = headOf(request.raw);
+    if (head && head.length > 0) {
+      bytesIn += head.length;
+      upstream.write(head);
+    }
+    socket.on('data', (d: Buffer) => {
+      bytesIn += d.length;
+    });
+    upstream.on('data', (d: Buffer) => {
+      bytesOut += d.length;
+    });
+    // The session's bytes a second where its machine's connection is held (the holder meters a stream passed on).
+    const meter = link ? relay.meter(sessionID) : null;
+    const onward = (from: Duplex, to: Duplex) => pipeline(meter ? [from, metered(meter), to] : [from, to]).catch(done);
+    void onward(socket, upstream);
+    void onward(upstream, socket);
+  };
+
   const schema = (method: string) => ({
     tags: ['reach'],
     operationId: `${method}WorkloadPort`,
@@ -221,7 +334,9 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       "session's renter (an API key needs `connect`): 404 SESSION_NOT_FOUND for anyone else; 409 SESSION_NOT_ACTIVE, " +
       'NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS; 502 PORT_NOT_LISTENING ' +
       '(nothing listens there), PORT_NOT_ANSWERING (the connection broke before an answer). Bytes are counted with ' +
-      'the workload.',
+      'the workload. A GET that asks for an upgrade (`Connection: Upgrade`: a WebSocket) is passed on as it came, and ' +
+      "the workload's server answers it (101 and its subprotocol, then bytes both ways until either side closes, the " +
+      'session ends or the key is revoked; or its refusal).',
     params: portParams,
     response: { ...problems(400, 401, 403, 404, 409, 429, 502, 503) },
   });
@@ -232,6 +347,10 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       url: '/api/v1/billing/sessions/:sessionID/ports/:port/*',
       config: { scope: 'connect', roles: ['renter', 'provider', 'admin'], timeoutMs: 0, openapi: { wildcard: 'path' } },
       schema: schema(method.toLowerCase()),
+      // An upgrade is tunnelled here, before the handler (which it never reaches: the socket is the tunnel's).
+      ...(method === 'GET'
+        ? { preHandler: async (request, reply) => (request.ws ? tunnel(request, reply) : undefined) }
+        : {}),
       handler: proxy,
     });
   }
