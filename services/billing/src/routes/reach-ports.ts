@@ -26,6 +26,7 @@ import { z } from 'zod';
 import {
   credentialOf,
   daemonNotConnected,
+  type Link,
   metered,
   type ReachRelay,
   reachTarget,
@@ -129,6 +130,34 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
 
+  /**
+   * The machine's connection forwarded to the request's port, counted against its session's bound until `untrack`;
+   * `ended` runs when the stream must end (its session or workload ended, its credential withdrawn).
+   */
+  const forwardTracked = async (
+    request: FastifyRequest,
+    link: Link,
+    ended: (channel: Duplex | undefined) => void,
+  ): Promise<{ channel: Duplex; untrack: () => void }> => {
+    const { sessionID, port } = request.params as z.infer<typeof portParams>;
+    if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
+      throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
+    }
+    let channel: Duplex | undefined;
+    const untrack = relay.track({
+      sessionId: sessionID,
+      end: () => ended(channel),
+      credential: credentialOf(callerOf(request)),
+    });
+    try {
+      channel = (await relay.forward(link, { sessionId: sessionID, port })) as unknown as Duplex;
+    } catch (err) {
+      untrack();
+      throw err;
+    }
+    return { channel, untrack };
+  };
+
   const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
     const { sessionID, port } = request.params as z.infer<typeof portParams>;
     // The path as sent, still encoded (`%2F` stays one segment's, nothing resolved): what the server is asked for.
@@ -141,23 +170,9 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     let holderUrl: URL | null = null;
     let untrack = () => {};
     if (link) {
-      if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
-        throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
-      }
-      const ends = { end: (_reason: string) => {} };
-      untrack = relay.track({
-        sessionId: sessionID,
-        end: (reason) => ends.end(reason),
-        credential: credentialOf(callerOf(request)),
-      });
-      try {
-        const channel = await relay.forward(link, { sessionId: sessionID, port });
-        ends.end = () => channel.destroy();
-        connection = channel as unknown as Duplex;
-      } catch (err) {
-        untrack();
-        throw err;
-      }
+      const opened = await forwardTracked(request, link, (channel) => channel?.destroy());
+      connection = opened.channel;
+      untrack = opened.untrack;
     } else {
       const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
       if (!holder) throw daemonNotConnected(target.providerId);
@@ -251,23 +266,12 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     let upstream: Duplex;
     let untrack = () => {};
     if (link) {
-      if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
-        throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
-      }
-      untrack = relay.track({
-        sessionId: sessionID,
-        end: () => {
-          upstream?.destroy();
-          socket.destroy();
-        },
-        credential: credentialOf(callerOf(request)),
+      const opened = await forwardTracked(request, link, (channel) => {
+        channel?.destroy();
+        socket.destroy();
       });
-      try {
-        upstream = (await relay.forward(link, { sessionId: sessionID, port })) as unknown as Duplex;
-      } catch (err) {
-        untrack();
-        throw err;
-      }
+      upstream = opened.channel;
+      untrack = opened.untrack;
       upstream.write(requestHead(request.method, rest || '/', headers));
     } else {
       const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
