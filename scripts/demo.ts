@@ -305,6 +305,19 @@ async function fundedRenter(connection: Connection, as: string, received: number
 }
 type Renter = Awaited<ReturnType<typeof fundedRenter>>;
 
+/** The machine the daemon registered, once its state file names it (it fails if the daemon exits first). */
+function registeredBy(daemon: ChildProcess, stateFile: string, who: string): Promise<string> {
+  return until(
+    `${who} to register its machine`,
+    async () => {
+      if (daemon.exitCode !== null) throw new Error(`${who} exited`);
+      if (!existsSync(stateFile)) return undefined;
+      return (JSON.parse(readFileSync(stateFile, 'utf8')) as { provider_id?: string }).provider_id;
+    },
+    90_000,
+  );
+}
+
 /** Spawns the reference provider daemon with its configuration file. */
 function spawnDaemon(configFile: string): ChildProcess {
   const daemon = spawn(process.execPath, ['--import', 'tsx', 'tools/provider-daemon/src/main.ts'], {
@@ -890,15 +903,7 @@ async function main() {
   const configFile = path.join(work, 'daemon.yaml');
   writeFileSync(configFile, JSON.stringify(daemonConfig, null, 2), { mode: 0o600 });
   let daemon = spawnDaemon(configFile);
-  const machineId = await until(
-    'the daemon to register the machine',
-    async () => {
-      if (daemon.exitCode !== null) throw new Error('the provider daemon exited');
-      if (!existsSync(stateFile)) return undefined;
-      return (JSON.parse(readFileSync(stateFile, 'utf8')) as { provider_id?: string }).provider_id;
-    },
-    90_000,
-  );
+  const machineId = await registeredBy(daemon, stateFile, 'the daemon');
   const registry = registryClient({ baseUrl: urls.registry, token: provider.token });
   const machineNow = async () =>
     unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
@@ -906,16 +911,19 @@ async function main() {
   say('machine registered by the daemon', `${machineId}: ${machine.gpus.length} × ${machine.gpus[0]?.model_name}`);
 
   const providerBilling = billingClient({ baseUrl: urls.billing, token: provider.token });
-  unwrap(
-    await providerBilling.PUT('/api/v1/provider/{providerID}/rates', {
-      params: { path: { providerID: machineId } },
-      body: {
-        base_rates: { 'nvidia-tesla-h100': '200' },
-        vram_rate_per_gb_hour: null,
-        power_rate_per_watt_hour: null,
-      },
-    }),
-  );
+  // The provider's rates for a machine of its: 200 tokens per H100-hour, the platform's VRAM and power rates.
+  const setRates = async (providerID: string) =>
+    unwrap(
+      await providerBilling.PUT('/api/v1/provider/{providerID}/rates', {
+        params: { path: { providerID } },
+        body: {
+          base_rates: { 'nvidia-tesla-h100': '200' },
+          vram_rate_per_gb_hour: null,
+          power_rate_per_watt_hour: null,
+        },
+      }),
+    );
+  await setRates(machineId);
   const payoutKey = Keypair.generate();
   const payoutSetting = unwrap(
     await providerBilling.PUT('/api/v1/provider/{providerID}/payout-settings', {
@@ -1204,21 +1212,8 @@ async function main() {
     { mode: 0o600 },
   );
   const secondDaemon = spawnDaemon(secondConfigFile);
-  const secondMachineId = await until(
-    'the second daemon to register its machine',
-    async () => {
-      if (secondDaemon.exitCode !== null) throw new Error('the second provider daemon exited');
-      if (!existsSync(secondStateFile)) return undefined;
-      return (JSON.parse(readFileSync(secondStateFile, 'utf8')) as { provider_id?: string }).provider_id;
-    },
-    90_000,
-  );
-  unwrap(
-    await providerBilling.PUT('/api/v1/provider/{providerID}/rates', {
-      params: { path: { providerID: secondMachineId } },
-      body: { base_rates: { 'nvidia-tesla-h100': '200' }, vram_rate_per_gb_hour: null, power_rate_per_watt_hour: null },
-    }),
-  );
+  const secondMachineId = await registeredBy(secondDaemon, secondStateFile, 'the second daemon');
+  await setRates(secondMachineId);
   say('the provider brings a second machine', `${secondMachineId}: 8 × H100 at the same rates`);
   const jobbed = await jobScene(
     renter,

@@ -143,6 +143,7 @@ export {
   type ProviderStatus,
   SESSION_ENDED_EVENT_KINDS,
   SESSION_RUNNING_EVENT_KINDS,
+  UNDELIVERED_END_REASONS,
   UNDELIVERING_STATUSES,
 } from './market-terms.ts';
 export {

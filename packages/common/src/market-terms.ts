@@ -45,6 +45,17 @@ export const PROVIDER_FAULT_END_REASONS = [
   'workload_lost',
 ] as const satisfies readonly PlatformEndReason[];
 
+/**
+ * The end reasons billing gives a session when its machine stopped delivering (the registry's verdict: offline, in
+ * maintenance or error; or the machine removed): nothing on that machine may report the session's end any more.
+ */
+export const UNDELIVERED_END_REASONS = [
+  'provider_offline',
+  'provider_maintenance',
+  'provider_error',
+  'provider_removed',
+] as const satisfies readonly PlatformEndReason[];
+
 /** Billing's events of a session that runs (and holds its GPUs). */
 export const SESSION_RUNNING_EVENT_KINDS = [
   'session.started',

@@ -10,7 +10,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type BillingSchemas, type ObjectRef, type ObjectStore, unwrap } from '@gpu/client';
-import { UNDELIVERING_STATUSES } from '@gpu/common';
+import { UNDELIVERED_END_REASONS } from '@gpu/common';
 import type { Context } from './cli.ts';
 import { transferProgress } from './progress.ts';
 
@@ -34,11 +34,7 @@ const SETTLE_MS = 3000;
  */
 const LOST_SETTLE_MS = 10_000;
 
-/** The session end reasons that say its machine stopped delivering (billing's `provider_<status>`). */
-const MACHINE_GONE: ReadonlySet<string> = new Set([
-  ...UNDELIVERING_STATUSES.map((status) => `provider_${status}`),
-  'provider_removed',
-]);
+const MACHINE_GONE: ReadonlySet<string> = new Set(UNDELIVERED_END_REASONS);
 
 function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
   return ctx.billing

@@ -14,7 +14,6 @@ import { promisify } from 'node:util';
 import { createLogger } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { createWebSocketStream } from 'ws';
-import { buildApp } from '../../../services/billing/src/app.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
 import { ReachLink } from '../src/reach/link.ts';
 import type { WorkloadRunner } from '../src/workloads/runner.ts';
@@ -143,13 +142,22 @@ async function serve(sessionId: string, argv: string[], port: number) {
   return server.ws;
 }
 
-/** A port-forward WebSocket: 101 and its socket, or the refusal's status and problem. */
-function portForward(sessionId: string, port: number | string, headers: Record<string, string>, base = billingUrl) {
-  const ws = new WebSocket(
-    `${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/port-forward?port=${port}`,
-    { headers },
-  );
-  return new Promise<{ status: number; problem?: Record<string, unknown>; ws?: WebSocket }>((resolve) => {
+/**
+ * A WebSocket to `url`: 101, its socket and the headers its handshake was answered with; or the refusal's status and
+ * problem (0: no answer).
+ */
+function connect(url: string, headers: Record<string, string>, protocols: string[] = []) {
+  const ws = new WebSocket(url.replace(/^http/, 'ws'), protocols, { headers });
+  return new Promise<{
+    status: number;
+    problem?: Record<string, unknown>;
+    ws?: WebSocket;
+    told?: Record<string, unknown>;
+  }>((resolve) => {
+    let told: Record<string, unknown> = {};
+    ws.once('upgrade', (res) => {
+      told = res.headers;
+    });
     ws.once('unexpected-response', (_req, res) => {
       let body = '';
       res.on('data', (d: Buffer) => {
@@ -157,10 +165,14 @@ function portForward(sessionId: string, port: number | string, headers: Record<s
       });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: JSON.parse(body || '{}') }));
     });
-    ws.once('open', () => resolve({ status: 101, ws }));
+    ws.once('open', () => resolve({ status: 101, ws, told }));
     ws.once('error', () => resolve({ status: 0 }));
   });
 }
+
+/** A port-forward WebSocket: 101 and its socket, or the refusal's status and problem. */
+const portForward = (sessionId: string, port: number | string, headers: Record<string, string>, base = billingUrl) =>
+  connect(`${base}/api/v1/billing/sessions/${sessionId}/port-forward?port=${port}`, headers);
 
 /** Sends `request` on a forwarded connection, and reads until the workload's server closes it. */
 async function exchange(ws: WebSocket, request: string): Promise<string> {
@@ -327,13 +339,8 @@ describe('a server inside the workload, reached through the platform', () => {
       ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'],
       8000,
     );
-    const second = await buildApp({
-      config: { ...rig.billing.config, instance_id: 'second-instance' },
-      logger,
-      db: rig.billing.db,
-      chain: null,
-    });
-    const secondUrl = await second.listen({ host: '127.0.0.1', port: 0 });
+    const second = await rig.secondBilling();
+    const secondUrl = second.url;
     try {
       const opened = await portForward(r.id, 8000, r.headers, secondUrl);
       expect(opened.status).toBe(101);
@@ -356,28 +363,10 @@ describe('a server inside the workload, reached through the platform', () => {
     const echo = await serve(r.id, ['python3', '/tmp/ws-echo.py', '9000'], 9000);
     /** A WebSocket to the port's URL (as a notebook's page opens its kernel's): 101 and what the server told back. */
     const open = (base: string, headers: Record<string, string>, port = 9000) =>
-      new Promise<{ status: number; ws?: WebSocket; told?: Record<string, unknown>; problem?: { code?: string } }>(
-        (resolve) => {
-          const ws = new WebSocket(
-            `${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${r.id}/ports/${port}/api/kernels/k1/channels?s=1`,
-            ['v1.kernel.websocket.jupyter.org', 'other'],
-            { headers },
-          );
-          let told: Record<string, unknown> = {};
-          ws.once('upgrade', (res) => {
-            told = res.headers;
-          });
-          ws.once('open', () => resolve({ status: 101, ws, told }));
-          ws.once('unexpected-response', (_req, res) => {
-            let body = '';
-            res.on('data', (d: Buffer) => {
-              body += String(d);
-            });
-            res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: JSON.parse(body || '{}') }));
-          });
-          ws.once('error', () => resolve({ status: 0 }));
-        },
-      );
+      connect(`${base}/api/v1/billing/sessions/${r.id}/ports/${port}/api/kernels/k1/channels?s=1`, headers, [
+        'v1.kernel.websocket.jupyter.org',
+        'other',
+      ]);
     const roundTrip = async (ws: WebSocket, message: string | Buffer) => {
       const echoed = new Promise<Buffer>((resolve) => ws.once('message', (d: Buffer) => resolve(d)));
       ws.send(message);
@@ -392,13 +381,8 @@ describe('a server inside the workload, reached through the platform', () => {
     const large = Buffer.alloc(60_000, 7);
     expect((await roundTrip(opened.ws!, large)).equals(large)).toBe(true);
     // Through another billing instance: passed to the one holding the machine's connection.
-    const second = await buildApp({
-      config: { ...rig.billing.config, instance_id: 'second-instance' },
-      logger,
-      db: rig.billing.db,
-      chain: null,
-    });
-    const secondUrl = await second.listen({ host: '127.0.0.1', port: 0 });
+    const second = await rig.secondBilling();
+    const secondUrl = second.url;
     try {
       const via = await open(secondUrl, r.headers);
       expect(via.status).toBe(101);

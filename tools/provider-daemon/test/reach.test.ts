@@ -9,7 +9,6 @@ import { staticToken } from '@gpu/client';
 import { createLogger } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { buildApp } from '../../../services/billing/src/app.ts';
 import { execStream, statusCode } from '../../cli/src/commands/reach.ts';
 import { ReachLink } from '../src/reach/link.ts';
 import type { WorkloadRunner } from '../src/workloads/runner.ts';
@@ -253,13 +252,8 @@ describe('a renter reaches the workload they rent', () => {
 
   it('passes a stream reaching another billing instance to the one holding the machine', async () => {
     const r = await idleSession();
-    const second = await buildApp({
-      config: { ...rig.billing.config, instance_id: 'second-instance' },
-      logger,
-      db: rig.billing.db,
-      chain: null,
-    });
-    const secondUrl = await second.listen({ host: '127.0.0.1', port: 0 });
+    const second = await rig.secondBilling();
+    const secondUrl = second.url;
     try {
       const res = await exec(secondUrl, r.headers, r.id, ['sh', '-c', 'echo via-$((1+1)); exit 5']);
       expect(res.refused).toBeNull();

@@ -132,12 +132,14 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
 
   /**
    * The machine's connection forwarded to the request's port, counted against its session's bound until `untrack`;
-   * `ended` runs when the stream must end (its session or workload ended, its credential withdrawn).
+   * `ended` runs when the stream must end (its session or workload ended, its credential withdrawn), and the relay
+   * adds what `bytes` says it carried to its workload's counts as it goes and at `untrack`.
    */
   const forwardTracked = async (
     request: FastifyRequest,
     link: Link,
     ended: (channel: Duplex | undefined) => void,
+    bytes: () => { in: number; out: number },
   ): Promise<{ channel: Duplex; untrack: () => void }> => {
     const { sessionID, port } = request.params as z.infer<typeof portParams>;
     if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
@@ -148,6 +150,7 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       sessionId: sessionID,
       end: () => ended(channel),
       credential: credentialOf(callerOf(request)),
+      bytes,
     });
     try {
       channel = (await relay.forward(link, { sessionId: sessionID, port })) as unknown as Duplex;
@@ -169,8 +172,16 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     let connection: Duplex | null = null;
     let holderUrl: URL | null = null;
     let untrack = () => {};
+    // Counted where the request meets the machine's connection (once, whichever instance it came through).
+    let bytesIn = 0;
+    let bytesOut = 0;
     if (link) {
-      const opened = await forwardTracked(request, link, (channel) => channel?.destroy());
+      const opened = await forwardTracked(
+        request,
+        link,
+        (channel) => channel?.destroy(),
+        () => ({ in: bytesIn, out: bytesOut }),
+      );
       connection = opened.channel;
       untrack = opened.untrack;
     } else {
@@ -178,16 +189,12 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       if (!holder) throw daemonNotConnected(target.providerId);
       holderUrl = new URL(holder.url);
     }
-    // Counted where the request meets the machine's connection (once, whichever instance it came through).
-    let bytesIn = 0;
-    let bytesOut = 0;
     let finished = false;
     const done = () => {
       if (finished) return;
       finished = true;
       untrack();
       connection?.destroy();
-      if (connection) relay.count(sessionID, { in: bytesIn, out: bytesOut });
     };
     let upstream: http.ClientRequest;
     try {
@@ -265,11 +272,18 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     headers.upgrade = request.headers.upgrade;
     let upstream: Duplex;
     let untrack = () => {};
+    let bytesIn = 0;
+    let bytesOut = 0;
     if (link) {
-      const opened = await forwardTracked(request, link, (channel) => {
-        channel?.destroy();
-        socket.destroy();
-      });
+      const opened = await forwardTracked(
+        request,
+        link,
+        (channel) => {
+          channel?.destroy();
+          socket.destroy();
+        },
+        () => ({ in: bytesIn, out: bytesOut }),
+      );
       upstream = opened.channel;
       untrack = opened.untrack;
       upstream.write(requestHead(request.method, rest || '/', headers));
@@ -294,8 +308,6 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     }
     // From here on the socket is this route's: nothing more is answered on it by the framework.
     reply.hijack();
-    let bytesIn = 0;
-    let bytesOut = 0;
     let finished = false;
     const done = () => {
       if (finished) return;
@@ -303,7 +315,6 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       untrack();
       upstream.destroy();
       socket.destroy();
-      if (link) relay.count(sessionID, { in: bytesIn, out: bytesOut });
     };
     socket.on('error', done);
     upstream.on('error', done);

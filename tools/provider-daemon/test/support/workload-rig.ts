@@ -18,6 +18,7 @@ import { createLogger, NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { createClient } from '../../../../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../../../../services/auth/test/helpers.ts';
+import { buildApp } from '../../../../services/billing/src/app.ts';
 import { base58Encode } from '../../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../../services/billing/test/support/setup.ts';
 import { startService, type TestService } from '../../../../services/storage/test/helpers.ts';
@@ -81,6 +82,11 @@ export interface WorkloadRig {
   workloadOf(headers: Record<string, string>, id: string): Promise<any>;
   /** Gives the registry the platform's prices, as billing announces them: the market lists machines once it has them. */
   priceTheMarket(): Promise<void>;
+  /**
+   * Another billing instance on the rig's database and settings (a second replica behind the load balancer), listening:
+   * its URL, and how to close it.
+   */
+  secondBilling(): Promise<{ url: string; close(): Promise<void> }>;
 }
 
 export function useWorkloadRig(
@@ -227,6 +233,15 @@ export function useWorkloadRig(
       return (await rig.billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
     },
     priceTheMarket: () => priceTheMarket(platform),
+    async secondBilling() {
+      const second = await buildApp({
+        config: { ...rig.billing.config, instance_id: 'second-instance' },
+        logger: createLogger({ service: 'billing', instanceId: 'second-instance', level: 'silent' }),
+        db: rig.billing.db,
+        chain: null,
+      });
+      return { url: await second.listen({ host: '127.0.0.1', port: 0 }), close: () => second.close() };
+    },
   };
 
   beforeAll(async () => {

@@ -289,8 +289,8 @@ export class ReachRelay {
     });
   }
 
-  /** Adds bytes that a stream not tracked here carried (a proxied HTTP request) to the session's. */
-  count(sessionId: string, bytes: { in: number; out: number }): void {
+  /** Adds bytes a stream carried to its session's, recorded with its workload at the next flush. */
+  private count(sessionId: string, bytes: { in: number; out: number }): void {
     if (bytes.in === 0 && bytes.out === 0) return;
     const sum = this.pending.get(sessionId) ?? { in: 0, out: 0 };
     sum.in += bytes.in;

@@ -20,7 +20,7 @@
  * ID), so its removal ends every session still running on it. Should one session fail (the database away), the
  * caller retries the event and the rest are ended then.
  */
-import { UNDELIVERING_STATUSES } from '@gpu/common';
+import { type UNDELIVERED_END_REASONS, UNDELIVERING_STATUSES } from '@gpu/common';
 import {
   bindSessionsToClient,
   minutesAtLastReport,
@@ -45,7 +45,7 @@ export interface ProviderStatusChange {
 }
 
 /** Whether a provider in `status` delivers nothing (`REMOVED` included). */
-const isUndelivering = (status: string) =>
+const isUndelivering = (status: string): status is (typeof UNDELIVERING_STATUSES)[number] | typeof REMOVED =>
   status === REMOVED || (UNDELIVERING_STATUSES as readonly string[]).includes(status);
 
 /**
@@ -56,9 +56,11 @@ export async function endSessionsOfStoppedProvider(
   ctx: BillingContext,
   change: ProviderStatusChange,
 ): Promise<SessionEnd[]> {
-  if (!isUndelivering(change.status)) return [];
-  const removed = change.status === REMOVED;
-  const reason = `provider_${change.status}`;
+  const { status } = change;
+  if (!isUndelivering(status)) return [];
+  const removed = status === REMOVED;
+  // One of the end reasons common names for a machine that stopped delivering (which the command line reads).
+  const reason: (typeof UNDELIVERED_END_REASONS)[number] = `provider_${status}`;
   const ended: SessionEnd[] = [];
   for (const id of await sessionIdsOfProvider(ctx.db, change.providerId, RUNNING_STATUSES)) {
     const end = await ctx.db.transaction().execute(async (trx) => {
