@@ -100,16 +100,17 @@ export async function checkReserves(ctx: BillingContext): Promise<ReserveCheck> 
     // A deposit claimed or a payout landing between the reads can show a gap that is not there: it is gone the next
     // time. A real one stays.
     report = await readReserves(ctx);
-    if (!report.covered) {
-      ctx.logger.error(
-        { reserves: report },
-        `the treasury does not cover what the ledger owes: ${report.gap} short of ${report.required}`,
-      );
-      await pauseForShortfall(ctx, shortfallOf(report));
-    }
   }
+  // The metrics hear of the gap before the pause is written: whoever sees the pause sees the figures that caused it.
   ctx.state.reserveReport = report;
   ctx.state.reserveWatch?.(report);
+  if (!report.covered) {
+    ctx.logger.error(
+      { reserves: report },
+      `the treasury does not cover what the ledger owes: ${report.gap} short of ${report.required}`,
+    );
+    await pauseForShortfall(ctx, shortfallOf(report));
+  }
   return { report, pause: await payoutPause(ctx) };
 }
 
