@@ -12,12 +12,13 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../services/auth/src/domain/clients.ts';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
+import { expireReservations } from '../services/billing/src/domain/leases/held.ts';
 import { Dec } from '../services/billing/src/domain/ledger/money.ts';
 import { announcePrices } from '../services/billing/src/domain/pricing/provider-rates.ts';
 import { checkRunningProviders } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { end, H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
-import { leaseEventSchema } from '../services/provider-registry/src/wire/sessions.ts';
+import { gpusHeldEventSchema } from '../services/provider-registry/src/wire/gpu-holds.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
 
@@ -215,17 +216,8 @@ describe("the scheduler's reservations on the market, without NATS", () => {
     expect(started.json().session.gpu_indices).toEqual([0, 3]);
     expect(await free()).toEqual([]);
     expect(await statusOf(machine.id)).toBe('busy');
-    const rows = await platform.registry.database.db
-      .selectFrom('provider_sessions')
-      .select(['session_id', 'kind', 'active', 'gpu_indices'])
-      .where('provider_id', '=', machine.id)
-      .execute();
-    expect(rows).toEqual(
-      expect.arrayContaining([
-        { session_id: reserved.json().id, kind: 'reservation', active: true, gpu_indices: [1, 2] },
-        { session_id: started.json().session.id, kind: 'session', active: true, gpu_indices: [0, 3] },
-      ]),
-    );
+    // The registry keeps billing's statement: the session's GPUs and the reservation's, not whose they are.
+    expect(await platform.registry.app.holds.of(machine.id)).toMatchObject({ gpuIndices: [0, 1, 2, 3] });
 
     // Cancelled: its two GPUs are on the market again.
     const cancelled = await billing.app.inject({
@@ -250,42 +242,140 @@ describe("the scheduler's reservations on the market, without NATS", () => {
     });
     expect(used.statusCode, used.body).toBe(201);
     expect(await free()).toEqual([1]);
-    const secondRow = await platform.registry.database.db
-      .selectFrom('provider_sessions')
-      .select(['active', 'kind'])
-      .where('session_id', '=', second.json().id)
-      .executeTakeFirstOrThrow();
-    expect(secondRow).toEqual({ active: false, kind: 'reservation' });
 
-    // Expired: the registry's sweep gives the GPU back by itself (at billing's time of expiry: the clocks agree).
-    clock.advance(Math.max(0, Date.now() - clock.now().getTime()));
+    // Expired: billing's expiry sweep states the machine again at billing's time of expiry; the registry sweeps
+    // nothing of its own.
     expect((await reserve(1, 1)).statusCode).toBe(201);
     expect(await free()).toEqual([]);
-    await new Promise((r) => setTimeout(r, 1100));
-    await platform.registry.app.sessions.expireReservations();
+    clock.advance(1001);
+    expect(await free()).toEqual([]);
+    expect(await expireReservations(billing.ctx)).toBeNull();
     expect(await free()).toEqual([1]);
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
 
-    // With NATS the same events are the messages the registry's consumer reads: each one parses as it expects.
-    const leaseEvents = await billing.db
+    // With NATS the same events are the messages the registry's consumer reads: each one parses as it expects, and
+    // their versions grow by one with each statement of the machine.
+    const statements = await billing.db
       .selectFrom('outbox_events')
       .select(['kind', 'payload'])
-      .where('kind', 'like', 'lease.%')
-      .where(sql<boolean>`payload::jsonb -> 'reservation' ->> 'provider_id' = ${machine.id}`)
+      .where('kind', '=', 'lease.held')
+      .where(sql<boolean>`payload::jsonb ->> 'provider_id' = ${machine.id}`)
       .orderBy('created_at')
       .execute();
-    expect(leaseEvents.map((e) => e.kind)).toEqual([
-      'lease.reserved',
-      'lease.reserved',
-      'lease.released',
-      'lease.reserved',
-      'lease.released',
-      'lease.reserved',
+    const bodies = statements.map((e) =>
+      gpusHeldEventSchema.parse(typeof e.payload === 'string' ? JSON.parse(e.payload) : e.payload),
+    );
+    expect(bodies.map((b) => [b.version, b.gpu_indices])).toEqual([
+      [1, [0, 1, 2]], // reserved 3
+      [2, [0, 1, 2, 3]], // a start took the free one and one reserved
+      [3, [0, 3]], // cancelled
+      [4, [0, 1, 3]], // reserved 1
+      [5, [0, 1, 3]], // used whole by a start
+      [6, [0, 1, 2, 3]], // reserved 1 for a second
+      [7, [0, 1, 3]], // lapsed
     ]);
-    for (const e of leaseEvents) {
-      const payload = typeof e.payload === 'string' ? JSON.parse(e.payload) : e.payload;
-      expect(leaseEventSchema.safeParse(payload).error).toBeUndefined();
+  });
+});
+
+describe('which GPUs are free: one owner, billing', () => {
+  it('shows at the registry exactly what billing holds after each wave of concurrent starts, ends, reservations and expiries', async () => {
+    const relay = relayTo();
+    const owner = await platform.providerUser();
+    const where = `r-${randomUUID().slice(0, 8)}`;
+    const gpus = Array.from({ length: 8 }, () => gpu());
+    const machine = await registry('POST', '/providers', providerBody({ owner_id: owner.id, location: where, gpus }));
+    await billing.fundedWallet('0', 'provider', undefined, { ownerId: machine.id });
+    const renters = await Promise.all(Array.from({ length: 6 }, () => billing.fundedWallet('1000', 'user')));
+    const running: string[] = [];
+    const answers = new Map<number, number>();
+    const count = (code: number) => answers.set(code, (answers.get(code) ?? 0) + 1);
+
+    /** Billing's leases and the registry's market agree: the same GPUs, the same version, the offers and status. */
+    const agree = async (wave: number) => {
+      const now = clock.now();
+      const billed = await billing.db
+        .selectFrom('gpu_leases')
+        .select('gpu_index')
+        .where('provider_id', '=', machine.id)
+        .where((eb) => eb.or([eb('session_id', 'is not', null), eb('expires_at', '>', now)]))
+        .orderBy('gpu_index')
+        .execute();
+      const held = billed.map((r) => r.gpu_index);
+      const version = await billing.db
+        .selectFrom('machine_lease_versions')
+        .select('version')
+        .where('provider_id', '=', machine.id)
+        .executeTakeFirst();
+      const shown = await platform.registry.app.holds.of(machine.id);
+      expect(shown, `wave ${wave}`).toEqual({ version: Number(version?.version ?? 0), gpuIndices: held });
+      const offers = await platform.registry.database.db
+        .selectFrom('offers')
+        .select('free_gpus')
+        .where('provider_id', '=', machine.id)
+        .execute();
+      expect(
+        offers.map((o) => o.free_gpus),
+        `wave ${wave}`,
+      ).toEqual([held.length === 8 ? 0 : 8 - held.length]);
+      expect(await statusOf(machine.id), `wave ${wave}`).toBe(held.length === 8 ? 'busy' : 'idle');
+    };
+
+    for (let wave = 0; wave < 8; wave++) {
+      const work: Promise<unknown>[] = [];
+      for (let i = 0; i < 10; i++) {
+        const renter = renters[(wave + i) % renters.length]!;
+        work.push(
+          start(billing, {
+            user_id: renter.ownerId,
+            wallet_id: renter.id,
+            provider_id: machine.id,
+            job_id: randomUUID(),
+            ...H100_X1,
+            gpu_model: 'A100',
+            gpu_count: 1 + (i % 3),
+          }).then((res) => {
+            count(res.statusCode);
+            if (res.statusCode === 201) running.push(res.json().session.id);
+            else expect(res.json().code, res.body).toBe('PROVIDER_NOT_AVAILABLE');
+          }),
+        );
+      }
+      // Half of what runs ends meanwhile.
+      for (const id of running.splice(0, Math.ceil(running.length / 2))) {
+        work.push(end(billing, id).then((res) => expect(res.statusCode, res.body).toBe(200)));
+      }
+      for (let i = 0; i < 6; i++) {
+        work.push(
+          billing.app
+            .inject({
+              method: 'POST',
+              url: '/api/v1/billing/reservations',
+              payload: {
+                user_id: renters[i]!.ownerId,
+                provider_id: machine.id,
+                gpu_model: 'A100',
+                gpu_count: 1 + (i % 2),
+                ttl_seconds: i % 2 === 0 ? 1 : 5,
+              },
+            })
+            .then((res) => count(res.statusCode)),
+        );
+      }
+      // The relay publishes while the changes commit: statements arrive out of the order they were made in.
+      work.push(relay.flush(), relay.flush());
+      await Promise.all(work);
+      await relay.flush();
+      await agree(wave);
+      // The wave's short reservations lapse: billing's sweep states the machine again, one message.
+      clock.advance(2_000);
+      await expireReservations(billing.ctx);
+      await relay.flush();
+      await agree(wave);
     }
+    // The waves did run into each other: starts and reservations both won and were refused.
+    expect(answers.get(201)).toBeGreaterThan(20);
+    expect(answers.get(409)).toBeGreaterThan(10);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 });
 

@@ -1,6 +1,6 @@
 /**
  * The registry and billing over real NATS JetStream, both ways: a session that starts makes its machine busy at the
- * registry (billing's session events), the machine going offline ends the session at billing (the registry's status
+ * registry (billing's statements of the GPUs it holds), the machine going offline ends the session at billing (the registry's status
  * events), and the ended session leaves the offline machine offline until a heartbeat brings it back to idle. What
  * the owner may do with a rented machine: take it into maintenance, or delete it; either ends its session at billing
  * at the last reported minute, once, whichever billing instance hears of it and however often.
@@ -22,7 +22,8 @@ import type { BillingContext } from '../services/billing/src/domain/context.ts';
 import { endSessionsOfStoppedProvider, REMOVED } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
-import { type Harness, register, startHarness } from '../services/provider-registry/test/helpers.ts';
+import { gpu, type Harness, register, startHarness } from '../services/provider-registry/test/helpers.ts';
+import { registryInProcess } from './support/registry-in-process.ts';
 
 const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
 // Billing's clock, moved by hand: sessions start an hour before the real time the registry stamps its events with.
@@ -44,6 +45,7 @@ beforeAll(async () => {
     config: {
       messaging: { stream, subjects: { events: messaging.subjects.billing_events } },
     },
+    providers: registryInProcess(() => registry),
   });
   nats = (await connectPublisher({
     url: messaging.nats_url,
@@ -89,6 +91,14 @@ afterAll(async () => {
   await registry?.testDb.drop();
 });
 
+/** A one-GPU machine of what `H100_X1` asks (its price: 5.10 an hour), at the registry. */
+const h100Machine = (over: Record<string, unknown> = {}) =>
+  register(registry.app, {
+    owner_id: randomUUID(),
+    gpus: [gpu({ model_name: H100_X1.gpu_model, vram: H100_X1.requested_vram_mb, power_consumption: 300 })],
+    ...over,
+  });
+
 async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 8000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
@@ -104,7 +114,7 @@ const sessionOf = (id: string) =>
 
 describe('registry and billing over NATS', () => {
   it('busy while rented, the session ended when the machine goes offline, idle after its next heartbeat', async () => {
-    const machine = await register(registry.app);
+    const machine = await h100Machine();
     const provider = await billing.fundedWallet('0', 'provider', undefined, { ownerId: machine.id });
     const renter = await billing.fundedWallet('20', 'user');
     const res = await start(billing, {
@@ -141,11 +151,10 @@ describe('registry and billing over NATS', () => {
     expect((await billing.balanceOf(renter.id)).total).toBe('20.000000');
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
 
-    // billing's session.terminated reaches the registry, which keeps the machine offline.
+    // Billing's statement that the machine's GPU is free reaches the registry, which keeps the machine offline.
     await billingRelay.flush();
-    const rows = () =>
-      registry.database.db.selectFrom('provider_sessions').selectAll().where('session_id', '=', sessionId).execute();
-    expect((await until(rows, (r) => r[0]?.active === false))[0]?.active).toBe(false);
+    const holds = () => registry.app.holds.of(machine.id);
+    expect(await until(holds, (x) => x.gpuIndices.length === 0)).toMatchObject({ version: 2, gpuIndices: [] });
     expect(await machineStatus(machine.id)).toBe('offline');
     await registry.app.inject({ method: 'POST', url: `/providers/${machine.id}/heartbeat` });
     expect(await machineStatus(machine.id)).toBe('idle');
@@ -171,7 +180,7 @@ async function drained() {
 
 /** A machine of `owner`'s, rented by a renter with 20 tokens and busy at the registry. */
 async function rentedMachine(owner: Caller) {
-  const machine = await register(registry.app, { owner_id: owner.id });
+  const machine = await h100Machine({ owner_id: owner.id });
   const provider = await billing.fundedWallet('0', 'provider', undefined, { ownerId: machine.id });
   const renter = await billing.fundedWallet('20', 'user');
   const res = await start(billing, {
@@ -233,9 +242,8 @@ describe('what the owner may do with a rented machine', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
 
     await billingRelay.flush();
-    const rows = () =>
-      registry.database.db.selectFrom('provider_sessions').selectAll().where('session_id', '=', sessionId).execute();
-    expect((await until(rows, (r) => r[0]?.active === false))[0]?.active).toBe(false);
+    const holds = () => registry.app.holds.of(machine.id);
+    expect(await until(holds, (x) => x.version === 2)).toMatchObject({ gpuIndices: [] });
     expect(await machineStatus(machine.id)).toBe('maintenance');
   });
 

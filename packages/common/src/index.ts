@@ -133,9 +133,7 @@ export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from
 export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {
-  LEASE_EVENT_KINDS,
-  LEASE_KINDS,
-  type LeaseKind,
+  GPUS_HELD_EVENT_KIND,
   PLATFORM_END_REASONS,
   type PlatformEndReason,
   PROVIDER_FAULT_END_REASONS,

@@ -68,12 +68,7 @@ export const SESSION_RUNNING_EVENT_KINDS = [
 export const SESSION_ENDED_EVENT_KINDS = ['session.completed', 'session.terminated'] as const;
 
 /**
- * The kinds of lease billing tells the registry of: a rental `session`, or a `reservation` the scheduler makes for a
- * renter (it ends by itself at its `expires_at`, and never counts in a machine's reliability). Both hold GPUs: offers
- * count them taken.
+ * Billing's statement of the GPUs its leases (rentals and reservations) hold on a machine, with a version that grows
+ * with each statement of the machine: the provider registry keeps the newest, so its market shows billing's leases.
  */
-export const LEASE_KINDS = ['session', 'reservation'] as const;
-export type LeaseKind = (typeof LEASE_KINDS)[number];
-
-/** Billing's events of a reservation: made (or restated with the GPUs it still holds), and released before expiry. */
-export const LEASE_EVENT_KINDS = ['lease.reserved', 'lease.released'] as const;
+export const GPUS_HELD_EVENT_KIND = 'lease.held';

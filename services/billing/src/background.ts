@@ -27,6 +27,7 @@ import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consume
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
 import { followJobs, placeJobs } from './domain/jobs/index.ts';
+import { expireReservations } from './domain/leases/index.ts';
 import { announcePrices } from './domain/pricing/index.ts';
 import { checkReserves } from './domain/reserves/index.ts';
 import {
@@ -38,6 +39,9 @@ import {
 } from './domain/sessions/index.ts';
 import { reconcilePending, settleAutoPayouts, sweepAutoPayouts } from './domain/wallets/index.ts';
 import { endWorkloadsNeverStarted } from './domain/workloads/index.ts';
+
+/** How often each instance looks for reservations lapsed that it set no timer for (another instance made them). */
+const RESERVATION_SWEEP_MS = 1_000;
 
 export interface Background {
   stop(): Promise<void>;
@@ -179,6 +183,22 @@ export async function startBackground(
     every(providerCheckEveryMs(config, statuses !== null), 'provider check failed; will retry', () =>
       checkRunningProviders(ctx),
     );
+  }
+
+  // Lapsed reservations dropped and their machines' GPUs stated free (domain/leases/held.ts): at the next expiry, and
+  // every second for those another instance made.
+  if (ctx.providers) {
+    let atExpiry: NodeJS.Timeout | undefined;
+    every(RESERVATION_SWEEP_MS, 'expiring reservations failed; will retry', async () => {
+      const next = await expireReservations(ctx);
+      clearTimeout(atExpiry);
+      if (next) {
+        atExpiry = setTimeout(() => sweep.wake(), Math.max(0, next.getTime() - ctx.now().getTime()));
+        atExpiry.unref();
+      }
+    });
+    const sweep = rounds.at(-1)!;
+    ctx.state.wakeReservations = () => sweep.wake();
   }
 
   // Jobs (domain/jobs/): ended attempts settled, then due jobs placed, every `jobs.place_interval`.

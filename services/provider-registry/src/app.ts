@@ -20,7 +20,7 @@ import {
 } from '@gpu/common';
 import {
   type SessionConsumer,
-  startLeaseConsumer,
+  startHoldConsumer,
   startPriceConsumer,
   startSessionConsumer,
 } from './adapters/billing-events-consumer.ts';
@@ -32,18 +32,18 @@ import {
 import { fleetMetric, heartbeatBatchMetrics } from './adapters/ops-metrics.ts';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
+import { GpuHolds } from './domain/gpu-holds.ts';
 import { Market } from './domain/market.ts';
 import { PeriodicTask } from './domain/periodic-task.ts';
-import { ProviderSessions } from './domain/provider-sessions.ts';
 import { RegistryService } from './domain/registry-service.ts';
 import { StatusOutbox } from './domain/status-events.ts';
+import { gpuHoldRoutes } from './routes/gpu-holds.ts';
 import { heartbeatRoute } from './routes/heartbeat.ts';
 import { JsonArraySender } from './routes/json-array.ts';
 import { offerRoutes } from './routes/offers.ts';
 import type { ProviderRoutesOptions } from './routes/options.ts';
 import { providerRoutes } from './routes/providers.ts';
 import { schemas } from './routes/schemas.ts';
-import { sessionRoutes } from './routes/sessions.ts';
 
 export const SERVICE_NAME = 'provider-registry';
 
@@ -53,7 +53,7 @@ export const SERVICE_NAME = 'provider-registry';
  */
 const RELAY_INTERVAL_MS = 1000;
 
-/** How often each instance deletes the ended sessions past `sessions.retention`. */
+/** How often each instance deletes the counted session ends past `sessions.retention`. */
 const SESSION_PURGE_INTERVAL_MS = 3_600_000;
 
 export interface RegistryDeps {
@@ -90,7 +90,7 @@ interface StatusEventFlush {
 
 export interface RegistryApp extends App {
   registry: RegistryService;
-  sessions: ProviderSessions;
+  holds: GpuHolds;
   market: Market;
   events: StatusEventFlush;
 }
@@ -132,7 +132,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     retry: { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 },
   });
   const retry = { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 };
-  const sessions = new ProviderSessions({ db: database.db, outbox, retry });
+  const holds = new GpuHolds({ db: database.db, outbox, retry });
   const market = new Market({ db: database.db, logger, retry });
   // A run of the relay that was under way when an event committed may have missed it: a second run cannot.
   const events: StatusEventFlush = {
@@ -147,7 +147,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   await app.register(providerRoutes, routes);
   // A plugin of its own, so that its lenient JSON parser touches no other route.
   await app.register(heartbeatRoute, routes);
-  await app.register(sessionRoutes, { sessions });
+  await app.register(gpuHoldRoutes, { holds });
   await app.register(offerRoutes, { market });
 
   const sweeper = new PeriodicTask(
@@ -155,9 +155,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     durationMs(config.offline_sweep_interval),
     async () => {
       const providers = await registry.sweepOffline();
-      // Reservations past their expiry give their GPUs back to the market.
-      const reservations_expired = await sessions.expireReservations();
-      return providers > 0 || reservations_expired > 0 ? { providers, reservations_expired } : null;
+      return providers > 0 ? { providers } : null;
     },
     logger,
   );
@@ -172,11 +170,11 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   );
   const retentionMs = durationMs(config.sessions.retention);
   const purger = new PeriodicTask(
-    'ended sessions purge',
+    'counted session ends purge',
     retentionMs > 0 ? SESSION_PURGE_INTERVAL_MS : 0,
     async () => {
-      const sessions_deleted = await sessions.purgeEnded(retentionMs);
-      return sessions_deleted > 0 ? { sessions_deleted } : null;
+      const ends_deleted = await holds.purgeCountedEnds(retentionMs);
+      return ends_deleted > 0 ? { ends_deleted } : null;
     },
     logger,
   );
@@ -216,9 +214,9 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
       const billing = { connection: publisher.connection, prefix: config.messaging.subjects.billing_events, logger };
       consumers.push(
-        startSessionConsumer({ ...billing, sessions, durable: config.messaging.session_consumer }),
+        startSessionConsumer({ ...billing, holds, durable: config.messaging.session_consumer }),
         startPriceConsumer({ ...billing, market, durable: config.messaging.price_consumer }),
-        startLeaseConsumer({ ...billing, sessions, durable: config.messaging.lease_consumer }),
+        startHoldConsumer({ ...billing, holds, durable: config.messaging.lease_consumer }),
       );
     }
   });
@@ -239,5 +237,5 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
       await database.close();
     }
   });
-  return Object.assign(app, { registry, sessions, market, events });
+  return Object.assign(app, { registry, holds, market, events });
 }

@@ -90,8 +90,8 @@ const registryShape = {
   sessions: z
     .object({
       /**
-       * How long an ended rental session is kept (it guards against a late "started" for it, which billing's
-       * redeliveries bound to an hour); at least a day. `0s`: for ever.
+       * How long a counted rental end is remembered (it guards against counting a redelivered end twice, which
+       * billing's redeliveries bound to an hour); at least a day. `0s`: for ever.
        */
       retention: zDuration()
         .default('7d')
@@ -125,7 +125,7 @@ const registryShape = {
       session_consumer: z.string().min(1).default('provider-registry-sessions'),
       /** The registry's durable consumer of billing's price events (`<billing_events>.pricing.>`) on billing's stream. */
       price_consumer: z.string().min(1).default('provider-registry-prices'),
-      /** The registry's durable consumer of billing's reservation events (`<billing_events>.lease.>`). */
+      /** The registry's durable consumer of billing's statements of held GPUs (`<billing_events>.lease.>`). */
       lease_consumer: z.string().min(1).default('provider-registry-leases'),
     })
     .prefault({}),

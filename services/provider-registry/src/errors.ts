@@ -34,7 +34,7 @@ export const registryErrors = {
   sessionEnded: (sessionId: string) =>
     errors.conflict('SESSION_ENDED', `session ${sessionId} has ended; it cannot run again`),
   /**
-   * An explicit status change that contradicts the provider's rental sessions (`domain/provider-sessions.ts`):
+   * An explicit status change that contradicts the provider's rental sessions (`domain/gpu-holds.ts`):
    * `idle` while it is fully rented, or `busy` while it is not. `providerId` is null for a registration.
    */
   gpusRented: (providerId: string) =>
@@ -46,9 +46,9 @@ export const registryErrors = {
   statusContradictsSessions: (providerId: string, status: string) =>
     errors.conflict(
       'STATUS_CONTRADICTS_SESSIONS',
-      `provider ${providerId} is fully rented (billing sessions hold every GPU group it could rent): it cannot ` +
-        `be set ${status}; only billing's session reports move a rented machine back to idle, when a session ` +
-        'ends (offline, maintenance or error take it off the market and end its sessions)',
+      `provider ${providerId} is fully rented (billing's leases hold every GPU group it could rent): it cannot ` +
+        `be set ${status}; only billing's statements of held GPUs move a rented machine back to idle, when GPUs ` +
+        'are freed (offline, maintenance or error take it off the market and end its sessions)',
     ),
   unknownGpuIndex: (index: number, gpuCount: number) => new UnknownGpuIndex(index, gpuCount),
   idMismatch: (pathId: string, bodyId: string) =>

@@ -31,6 +31,9 @@ const PRIVILEGED = { admin: 200, service: 200, others: 403 } as const;
 /** Discovery and single reads: managers, the scheduler and the gateway; another provider and renters do not. */
 const READ = { ...MANAGE(200), scheduler: 200, gateway: 200 } as const;
 
+/** Statements of held GPUs the table makes: each greater than the last. */
+let version = 0;
+
 function table(): Record<string, AccessRule> {
   return {
     'POST /providers': {
@@ -107,12 +110,18 @@ function table(): Record<string, AccessRule> {
       // (heartbeat-batches.test.ts), and writes nothing.
       expect: { ...MANAGE(200), other_user: 200, other_daemon: 200 },
     },
-    'PUT /providers/:providerID/sessions/:sessionID': {
-      request: async () => ({ url: `/providers/${await ownersMachine()}/sessions/${crypto.randomUUID()}` }),
+    'PUT /providers/:providerID/gpus-held': {
+      request: async () => {
+        version += 1;
+        return { url: `/providers/${await ownersMachine()}/gpus-held`, payload: { version, gpu_indices: [0] } };
+      },
       expect: PRIVILEGED,
     },
-    'DELETE /providers/:providerID/sessions/:sessionID': {
-      request: async () => ({ url: `/providers/${await ownersMachine()}/sessions/${crypto.randomUUID()}` }),
+    'PUT /providers/:providerID/ended-sessions/:sessionID': {
+      request: async () => ({
+        url: `/providers/${await ownersMachine()}/ended-sessions/${crypto.randomUUID()}`,
+        payload: { end_reason: 'ended' },
+      }),
       expect: PRIVILEGED,
     },
     'DELETE /providers/:providerID': {

@@ -1,8 +1,8 @@
 /**
- * Per-GPU leases (issue #28), the registry's half: a session holds some of a machine's GPUs (`gpu_indices`, none named:
- * every GPU); a machine is busy exactly when a session runs on it and no GPU group has `min_gpus_per_rental` free GPUs
- * (healthy, held by no running session), and its offers list those free GPUs while it is idle. Against real
- * PostgreSQL, through HTTP (billing's reports without NATS; the NATS path: provider-sessions.test.ts).
+ * Per-GPU leases (issue #28), the registry's half: billing states the GPUs its leases hold on a machine; a machine is
+ * busy exactly when some are held and no GPU group has `min_gpus_per_rental` free GPUs (healthy, not held), and its
+ * offers list those free GPUs while it is idle. Against real PostgreSQL, through HTTP (billing's statements without
+ * NATS; the NATS path: gpu-holds.test.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -38,25 +38,41 @@ async function machine(over: Record<string, unknown> = {}) {
   return p as typeof p & { name: string; min_gpus_per_rental: number; location: string };
 }
 
-const put = (providerId: string, sessionId: string, payload?: unknown) =>
-  h.app.inject({
+/** The statements' versions: greater with each. */
+let version = 0;
+/** What billing holds per machine in these tests: each session's GPUs. */
+const sessions = new Map<string, Map<string, number[]>>();
+
+/** States the machine's held GPUs (`PUT /providers/{id}/gpus-held`) with the next version; the answer. */
+async function state(providerId: string, gpuIndices: number[]) {
+  version += 1;
+  const res = await h.app.inject({
     method: 'PUT',
-    url: `/providers/${providerId}/sessions/${sessionId}`,
-    ...(payload === undefined ? {} : { payload: payload as object }),
+    url: `/providers/${providerId}/gpus-held`,
+    payload: { version, gpu_indices: gpuIndices },
   });
-
-/** Reports the session running, holding `gpuIndices`; the report's body. */
-async function hold(providerId: string, gpuIndices: number[] | null | undefined, sessionId = randomUUID()) {
-  const res = await put(providerId, sessionId, gpuIndices === undefined ? undefined : { gpu_indices: gpuIndices });
   expect(res.statusCode, res.body).toBe(200);
-  return { sessionId, ...(res.json() as { status: string; previous_status: string; gpu_indices: number[] | null }) };
+  return res.json() as { status: string; previous_status: string; gpu_indices: number[] };
 }
 
-async function end(providerId: string, sessionId: string) {
-  const res = await h.app.inject({ method: 'DELETE', url: `/providers/${providerId}/sessions/${sessionId}` });
-  expect(res.statusCode, res.body).toBe(200);
-  return res.json() as { status: string; previous_status: string };
+/** States what the machine's sessions hold, after `change`. */
+function restate(providerId: string, change: (held: Map<string, number[]>) => void) {
+  const held = sessions.get(providerId) ?? new Map<string, number[]>();
+  sessions.set(providerId, held);
+  change(held);
+  return state(
+    providerId,
+    [...new Set([...held.values()].flat())].sort((a, b) => a - b),
+  );
 }
+
+/** A session starts holding `gpuIndices` (or restates them); the statement's answer. */
+async function hold(providerId: string, gpuIndices: number[], sessionId = randomUUID()) {
+  return { sessionId, ...(await restate(providerId, (held) => held.set(sessionId, gpuIndices))) };
+}
+
+/** The session ends: its GPUs stated free. */
+const end = (providerId: string, sessionId: string) => restate(providerId, (held) => held.delete(sessionId));
 
 const statusOf = async (id: string) => (await h.app.inject({ url: `/providers/${id}` })).json().status as string;
 
@@ -84,7 +100,7 @@ describe('sessions holding some GPUs', () => {
     expect(await freeGpus(p.location)).toEqual([4]);
 
     const second = await hold(p.id, [7, 6, 5, 4]);
-    expect(second).toMatchObject({ previous_status: 'idle', status: 'busy', gpu_indices: HIGH });
+    expect(second).toMatchObject({ previous_status: 'idle', status: 'busy', gpu_indices: ALL });
     expect(await freeGpus(p.location)).toEqual([]);
 
     expect(await end(p.id, first.sessionId)).toMatchObject({ previous_status: 'busy', status: 'idle' });
@@ -94,40 +110,14 @@ describe('sessions holding some GPUs', () => {
     expect(await freeGpus(p.location)).toEqual([8]);
   });
 
-  it('take the whole machine when they name no GPUs: no body, {} or gpu_indices null', async () => {
-    for (const body of [undefined, {}, { gpu_indices: null }]) {
-      const p = await machine();
-      const s = randomUUID();
-      const res = await put(p.id, s, body);
-      expect(res.statusCode, res.body).toBe(200);
-      expect(res.json()).toMatchObject({ status: 'busy', gpu_indices: null });
-      expect(await freeGpus(p.location)).toEqual([]);
-      expect(await end(p.id, s)).toMatchObject({ status: 'idle' });
-      expect(await freeGpus(p.location)).toEqual([8]);
-    }
-    // An empty body sent with a JSON content type (as HTTP clients may) is no body too.
-    const p = await machine();
-    const res = await h.app.inject({
-      method: 'PUT',
-      url: `/providers/${p.id}/sessions/${randomUUID()}`,
-      headers: { 'content-type': 'application/json' },
-      payload: '',
-    });
-    expect(res.statusCode, res.body).toBe(200);
-    expect(res.json().status).toBe('busy');
-  });
-
-  it('restate their GPUs on a later report; a report naming none keeps them', async () => {
+  it("follow billing's statements as they change: more GPUs held, fewer, none", async () => {
     const p = await machine();
     const { sessionId } = await hold(p.id, LOW);
-    expect(await hold(p.id, undefined, sessionId)).toMatchObject({ status: 'idle', gpu_indices: LOW });
     expect(await hold(p.id, ALL, sessionId)).toMatchObject({ previous_status: 'idle', status: 'busy' });
     expect(await freeGpus(p.location)).toEqual([]);
     expect(await hold(p.id, [0], sessionId)).toMatchObject({ previous_status: 'busy', status: 'idle' });
     expect(await freeGpus(p.location)).toEqual([7]);
-    // An ended session's GPUs are free, and a late report changes nothing.
     await end(p.id, sessionId);
-    expect((await put(p.id, sessionId, { gpu_indices: ALL })).statusCode).toBe(409);
     expect(await freeGpus(p.location)).toEqual([8]);
   });
 
@@ -280,89 +270,21 @@ describe('explicit statuses of a partly rented machine', () => {
   });
 });
 
-describe("reservations of billing's scheduler", () => {
-  const reserve = (providerId: string, id: string, gpuIndices: number[], expiresAt: Date) =>
-    put(providerId, id, { gpu_indices: gpuIndices, kind: 'reservation', expires_at: expiresAt.toISOString() });
-  const release = (providerId: string, id: string) =>
-    h.app.inject({ method: 'DELETE', url: `/providers/${providerId}/sessions/${id}?kind=reservation` });
-  const reliability = async (id: string) => (await h.app.inject({ url: `/providers/${id}/reliability` })).json();
-
-  it('hold their GPUs off the offers until released or expired, and never count in the reliability', async () => {
+describe("validation of billing's statement", () => {
+  it('refuses duplicate, out-of-range, negative and fractional GPU lists with 400 problems, writing nothing', async () => {
     const p = await machine();
-    const r = randomUUID();
-    const reserved = await reserve(p.id, r, LOW, new Date(Date.now() + 60_000));
-    expect(reserved.statusCode, reserved.body).toBe(200);
-    expect(reserved.json()).toMatchObject({ kind: 'reservation', active: true, gpu_indices: LOW, status: 'idle' });
-    expect(await freeGpus(p.location)).toEqual([4]);
-    // A start took two of them: billing restates the two the reservation still holds.
-    const { sessionId } = await hold(p.id, [0, 1, 4, 5]);
-    expect((await reserve(p.id, r, [2, 3], new Date(Date.now() + 60_000))).json().gpu_indices).toEqual([2, 3]);
-    expect(await freeGpus(p.location)).toEqual([2]);
-    // Released: its GPUs are on the market again; its end counts nothing.
-    const released = await release(p.id, r);
-    expect(released.json()).toMatchObject({ kind: 'reservation', active: false, status: 'idle' });
-    expect(await freeGpus(p.location)).toEqual([4]);
-    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 0 });
-    await end(p.id, sessionId);
-    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 1, sessions_failed: 0 });
-  });
-
-  it('end by themselves at their expiry: the sweep gives their GPUs back and the machine goes idle', async () => {
-    const p = await machine();
-    const r = randomUUID();
-    expect((await reserve(p.id, r, ALL, new Date(Date.now() + 300))).json()).toMatchObject({ status: 'busy' });
-    expect(await freeGpus(p.location)).toEqual([]);
-    await new Promise((resolve) => setTimeout(resolve, 400));
-    expect(await h.app.sessions.expireReservations()).toBeGreaterThanOrEqual(1);
-    expect(await statusOf(p.id)).toBe('idle');
-    expect(await freeGpus(p.location)).toEqual([8]);
-    expect(await reliability(p.id)).toMatchObject({ sessions_ended: 0 });
-    // A late report of an expired reservation holds nothing (409 as any ended lease), nor one already past expiry.
-    expect((await reserve(p.id, r, ALL, new Date(Date.now() + 60_000))).statusCode).toBe(409);
-    const late = await reserve(p.id, randomUUID(), LOW, new Date(Date.now() - 1000));
-    expect(late.statusCode).toBe(409);
-    expect(await freeGpus(p.location)).toEqual([8]);
-  });
-
-  it('name their expiry, and a session none: 400 problems otherwise, nothing written', async () => {
-    const p = await machine();
-    const bodies = [
-      { gpu_indices: LOW, kind: 'reservation' },
-      { gpu_indices: LOW, expires_at: new Date().toISOString() },
-      { gpu_indices: LOW, kind: 'lease', expires_at: new Date().toISOString() },
-      { gpu_indices: LOW, kind: 'reservation', expires_at: 'tomorrow' },
-    ];
-    for (const body of bodies) {
-      const res = await put(p.id, randomUUID(), body);
-      expect(res.statusCode, JSON.stringify(body)).toBe(400);
-      expect(res.json()).toMatchObject({ status: 400, code: 'VALIDATION_ERROR' });
-    }
-    const ended = await h.app.inject({
-      method: 'DELETE',
-      url: `/providers/${p.id}/sessions/${randomUUID()}?kind=hold`,
-    });
-    expect(ended.statusCode).toBe(400);
-    expect(await freeGpus(p.location)).toEqual([8]);
-  });
-});
-
-describe('validation of a session report', () => {
-  it('refuses duplicate, out-of-range, negative and empty GPU lists with 400 problems, writing nothing', async () => {
-    const p = await machine();
-    for (const gpu_indices of [[0, 0], [64], [-1], [], [1.5], 'all', Array.from({ length: 65 }, (_, i) => i)]) {
-      const s = randomUUID();
-      const res = await put(p.id, s, { gpu_indices });
+    for (const gpu_indices of [[0, 0], [64], [-1], [1.5], 'all', null, Array.from({ length: 65 }, (_, i) => i)]) {
+      const res = await h.app.inject({
+        method: 'PUT',
+        url: `/providers/${p.id}/gpus-held`,
+        payload: { version: 1, gpu_indices },
+      });
       expect(res.statusCode, JSON.stringify(gpu_indices)).toBe(400);
       expect(res.headers['content-type']).toMatch(/application\/problem\+json/);
       expect(res.json()).toMatchObject({ status: 400, code: 'VALIDATION_ERROR' });
       expect(res.json().errors[0].path).toMatch(/^body\.gpu_indices/);
     }
-    const rows = await h.database.db
-      .selectFrom('provider_sessions')
-      .select('session_id')
-      .where('provider_id', '=', p.id)
-      .execute();
-    expect(rows).toEqual([]);
+    expect(await h.app.holds.of(p.id)).toEqual({ version: 0, gpuIndices: [] });
     expect(await statusOf(p.id)).toBe('idle');
   });
 });

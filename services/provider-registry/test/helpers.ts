@@ -219,20 +219,74 @@ export async function register(app: RegistryApp, over: Record<string, unknown> =
   return { ...provider, status: 'busy' };
 }
 
+/** What the harness's billing holds per machine: each session's GPUs (null: every GPU of the machine). */
+const leases = new WeakMap<RegistryApp, Map<string, Map<string, readonly number[] | null>>>();
+/** The harness's statements' versions: greater with each (one counter for every machine is as good as one each). */
+let version = 0;
+
 /**
- * Reports a rental session running on the provider, as billing does without NATS (`PUT
- * /providers/{id}/sessions/{sessionId}`, as the harness's admin); the provider goes idle -> busy. The session's ID.
+ * States the GPUs billing holds on the machine as `PUT /providers/{id}/gpus-held` with a version greater than any
+ * before (as the harness's admin), as billing does without NATS; the answer.
  */
-export async function rent(app: RegistryApp, providerId: string, sessionId: string = randomUUID()) {
-  const res = await app.inject({ method: 'PUT', url: `/providers/${providerId}/sessions/${sessionId}` });
-  if (res.statusCode !== 200) throw new Error(`session report failed: ${res.statusCode} ${res.body}`);
+export async function stateHeld(app: RegistryApp, providerId: string, gpuIndices: readonly number[]) {
+  version += 1;
+  const res = await app.inject({
+    method: 'PUT',
+    url: `/providers/${providerId}/gpus-held`,
+    payload: { version, gpu_indices: gpuIndices },
+  });
+  if (res.statusCode !== 200) throw new Error(`stating held GPUs failed: ${res.statusCode} ${res.body}`);
+  return res.json() as { applied: boolean; version: number; gpu_indices: number[]; status: string };
+}
+
+/** States what the harness's billing holds on the machine now: every session's GPUs. */
+async function stateLeases(app: RegistryApp, providerId: string) {
+  const held = new Set<number>();
+  const sessions = leases.get(app)?.get(providerId) ?? new Map();
+  const machine = (await app.inject({ url: `/providers/${providerId}` })).json() as { gpus?: unknown[] };
+  for (const gpus of sessions.values()) {
+    for (const i of gpus ?? (machine.gpus ?? []).map((_, i) => i)) held.add(i);
+  }
+  return stateHeld(
+    app,
+    providerId,
+    [...held].sort((a, b) => a - b),
+  );
+}
+
+/**
+ * A rental session starts on the provider holding `gpus` (default: every GPU), as billing states it; the provider
+ * goes idle -> busy once fully rented. The session's ID.
+ */
+export async function rent(
+  app: RegistryApp,
+  providerId: string,
+  sessionId: string = randomUUID(),
+  gpus: readonly number[] | null = null,
+) {
+  const byMachine = leases.get(app) ?? new Map<string, Map<string, readonly number[] | null>>();
+  leases.set(app, byMachine);
+  const sessions = byMachine.get(providerId) ?? new Map<string, readonly number[] | null>();
+  byMachine.set(providerId, sessions);
+  sessions.set(sessionId, gpus);
+  await stateLeases(app, providerId);
   return sessionId;
 }
 
-/** Reports the session ended (`DELETE /providers/{id}/sessions/{sessionId}`), as billing does. */
-export async function endRental(app: RegistryApp, providerId: string, sessionId: string) {
-  const res = await app.inject({ method: 'DELETE', url: `/providers/${providerId}/sessions/${sessionId}` });
-  if (res.statusCode !== 200) throw new Error(`session report failed: ${res.statusCode} ${res.body}`);
+/**
+ * The session ends, as billing does it: its GPUs stated free, and its end reported for the machine's reliability
+ * (`PUT /providers/{id}/ended-sessions/{sessionId}`, with `end_reason` when given).
+ */
+export async function endRental(app: RegistryApp, providerId: string, sessionId: string, endReason?: string) {
+  leases.get(app)?.get(providerId)?.delete(sessionId);
+  await stateLeases(app, providerId);
+  const res = await app.inject({
+    method: 'PUT',
+    url: `/providers/${providerId}/ended-sessions/${sessionId}`,
+    payload: endReason ? { end_reason: endReason } : {},
+  });
+  if (res.statusCode !== 200) throw new Error(`session end failed: ${res.statusCode} ${res.body}`);
+  return res.json() as { counted: boolean };
 }
 
 /** Moves a provider's last heartbeat into the past, as if it had been silent for `ms`. */

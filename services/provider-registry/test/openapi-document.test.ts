@@ -35,20 +35,16 @@ describe('openapi.json', () => {
 
   it('documents as optional the bodies the service takes optionally, and takes them so', async () => {
     const doc = (await h.app.inject({ method: 'GET', url: '/docs/json' })).json();
-    const running = doc.paths['/providers/{providerID}/sessions/{sessionID}'].put;
     const heartbeat = doc.paths['/providers/{providerID}/heartbeat'].post;
-    for (const op of [running, heartbeat]) {
-      expect(op.requestBody.required).toBe(false);
-      expect(op.requestBody.content).toHaveProperty('application/json');
-    }
-    // A registration's body is required, and documented so.
+    expect(heartbeat.requestBody.required).toBe(false);
+    expect(heartbeat.requestBody.content).toHaveProperty('application/json');
+    // A registration's body is required, and documented so; so is a statement of held GPUs.
     expect(doc.paths['/providers'].post.requestBody.required).toBe(true);
+    expect(doc.paths['/providers/{providerID}/gpus-held'].put.requestBody.required).toBe(true);
 
     const p = await register(h.app);
-    const url = `/providers/${p.id}/sessions/${crypto.randomUUID()}`;
-    const bare = await h.app.inject({ method: 'PUT', url });
-    expect(bare.statusCode).toBe(200);
-    expect(bare.json()).toMatchObject({ active: true, gpu_indices: null });
+    const bare = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}/gpus-held` });
+    expect(bare.statusCode).toBe(400);
     const beat = await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` });
     expect(beat.statusCode).toBe(200);
   });

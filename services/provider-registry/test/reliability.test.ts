@@ -100,15 +100,19 @@ describe("a machine's reliability", () => {
     const p = await register(h.app);
     const end = (sessionId: string, reason?: string) =>
       h.app.inject({
-        method: 'DELETE',
-        url: `/providers/${p.id}/sessions/${sessionId}${reason ? `?end_reason=${reason}` : ''}`,
+        method: 'PUT',
+        url: `/providers/${p.id}/ended-sessions/${sessionId}`,
+        payload: reason ? { end_reason: reason } : {},
       });
     const a = await rent(h.app, p.id);
-    expect((await end(a, 'ended')).statusCode).toBe(200);
+    const first = await end(a, 'ended');
+    expect(first.statusCode, first.body).toBe(200);
+    expect(first.json()).toMatchObject({ counted: true });
     const b = await rent(h.app, p.id);
     expect((await end(b, 'provider_offline')).statusCode).toBe(200);
     // Billing reports an end again (a redelivery), and in parallel: counted once.
-    await Promise.all([end(b, 'provider_offline'), end(b, 'provider_offline'), end(a, 'ended')]);
+    const again = await Promise.all([end(b, 'provider_offline'), end(b, 'provider_offline'), end(a, 'ended')]);
+    expect(again.map((r) => r.json().counted)).toEqual([false, false, false]);
     const c = await rent(h.app, p.id);
     await end(c, 'spend_cap'); // the renter's cap: not the machine's fault
     // A session never reported running, reported ended: counted once too.
@@ -120,20 +124,20 @@ describe("a machine's reliability", () => {
   it("counts an owner's end of a rental against the machine, and nothing of rentals of one's own machine", async () => {
     const owner = randomUUID();
     const p = await register(h.app, { owner_id: owner });
-    const end = (sessionId: string, query: string) =>
-      h.app.inject({ method: 'DELETE', url: `/providers/${p.id}/sessions/${sessionId}?${query}` });
+    const end = (sessionId: string, payload: Record<string, string>) =>
+      h.app.inject({ method: 'PUT', url: `/providers/${p.id}/ended-sessions/${sessionId}`, payload });
     // The owner ends a stranger's rental: billing records provider_ended, a fault of the machine's.
     const stranger = randomUUID();
-    expect((await end(await rent(h.app, p.id), `end_reason=provider_ended&renter_id=${stranger}`)).statusCode).toBe(
+    expect((await end(await rent(h.app, p.id), { end_reason: 'provider_ended', renter_id: stranger })).statusCode).toBe(
       200,
     );
     // The owner rents the machine and ends well, again and again: no success bought.
     for (let i = 0; i < 3; i++) {
-      expect((await end(await rent(h.app, p.id), `end_reason=ended&renter_id=${owner}`)).statusCode).toBe(200);
+      expect((await end(await rent(h.app, p.id), { end_reason: 'ended', renter_id: owner })).statusCode).toBe(200);
     }
     expect(await reliability(p.id)).toMatchObject({ sessions_ended: 1, sessions_failed: 1, session_success: 0 });
     // A renter ID that is not a UUID is refused, and changes nothing.
-    const bad = await end(await rent(h.app, p.id), 'end_reason=ended&renter_id=owner');
+    const bad = await end(await rent(h.app, p.id), { end_reason: 'ended', renter_id: 'owner' });
     expect(bad.statusCode).toBe(400);
     expect(bad.json().code).toBe('VALIDATION_ERROR');
     expect((await reliability(p.id)).sessions_ended).toBe(1);

@@ -1,9 +1,9 @@
 /**
- * A rented machine's status follows its rental sessions: billing's session reports move it between busy and idle.
+ * A rented machine's status follows the GPUs billing holds on it: billing's statements move it between busy and idle.
  * Its owner, its daemon and admins alike are refused (409 STATUS_CONTRADICTS_SESSIONS) an explicit `idle` while it is
  * fully rented, through PATCH status and a full update; they may hold it `busy` (owner-hold.test.ts), take it
  * `offline`, into `maintenance` or `error`, or delete it (published as `provider.removed`); billing then ends its
- * sessions. Nothing is written on a refusal, and a refusal cannot be raced past by a concurrent session report.
+ * sessions. Nothing is written on a refusal, and a refusal cannot be raced past by a concurrent statement of held GPUs.
  */
 import type { Caller } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -128,7 +128,7 @@ describe('explicit status changes of a rented machine', () => {
 });
 
 describe('deleting a rented machine', () => {
-  it('deletes it with its sessions and publishes its removal with the delete; another owner removes nothing', async () => {
+  it('deletes it with the GPUs held and publishes its removal with the delete; another owner removes nothing', async () => {
     const p = await machine();
     const session = await rent(h.app, p.id);
     const stranger = await h.issuer.user(['provider']);
@@ -145,11 +145,7 @@ describe('deleting a rented machine', () => {
     });
     expect(res.statusCode).toBe(200);
     expect(
-      await h.database.db
-        .selectFrom('provider_sessions')
-        .select('session_id')
-        .where('session_id', '=', session)
-        .execute(),
+      await h.database.db.selectFrom('gpu_holds').select('provider_id').where('provider_id', '=', p.id).execute(),
     ).toEqual([]);
     await h.app.events.flush();
     await events.waitFor(() => events.about(p.id).some((e) => e.data.kind === 'provider.removed'));
@@ -166,9 +162,19 @@ describe('deleting a rented machine', () => {
       occurred_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
     });
     expect(removal.correlationId).toBe(correlation);
-    // Billing's late report of the session finds no machine.
-    const late = await h.app.inject({ method: 'DELETE', url: `/providers/${p.id}/sessions/${session}` });
+    // Billing's late statement of the machine, and of the session's end, find no machine.
+    const late = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}/gpus-held`,
+      payload: { version: Number.MAX_SAFE_INTEGER, gpu_indices: [] },
+    });
     expect(late.statusCode).toBe(404);
+    const lateEnd = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${p.id}/ended-sessions/${session}`,
+      payload: {},
+    });
+    expect(lateEnd.statusCode).toBe(404);
     expect(
       (await h.app.inject({ method: 'DELETE', url: `/providers/${p.id}`, headers: owner.headers })).statusCode,
     ).toBe(404);

@@ -207,7 +207,7 @@ export async function startPlatform(
     };
 
     const events = opts.registryEvents === true;
-    // With events, the registry also reads billing's session and reservation events (which GPUs are held), as in
+    // With events, the registry also reads billing's statements of held GPUs (`lease.held`) and rentals' ends, as in
     // production: its market then lists only what billing has free.
     const registry = await startHarness({
       nats: events,

@@ -150,6 +150,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/providers/{providerID}/ended-sessions/{sessionID}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Report a rental's end for the machine's reliability (billing, without NATS)
+         * @description Idempotent: the first report of a session's end counts in the machine's reliability, against it when `end_reason` is the machine's fault; a repeat counts nothing. A rental by the machine's own owner is never counted. The GPUs it held are free once billing states the machine's held GPUs (`PUT .../gpus-held`). Only admins and platform services.
+         */
+        put: operations["reportSessionEnded"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/providers/{providerID}/gpus-held": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * State the GPUs billing's leases hold on the machine (billing, without NATS)
+         * @description Billing owns which GPUs are free: after each change of a machine's leases it states every GPU they hold (by position in the provider's `gpus` array), with a version that grows with each statement. The registry keeps the statement with the greatest version and drops an older or repeated one (`applied: false`), so retries and reordering are harmless. Offers and `free_gpus` count the held GPUs taken; the provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and maintenance are kept. Only admins and platform services.
+         */
+        put: operations["stateGpusHeld"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/providers/{providerID}/heartbeat": {
         parameters: {
             query?: never;
@@ -205,30 +245,6 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/providers/{providerID}/sessions/{sessionID}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        /**
-         * Report a rental session running on the provider (billing, without NATS)
-         * @description Idempotent. The session holds the GPUs `gpu_indices` names (their positions in the provider's `gpus` array); no body, `{}` or `gpu_indices: null` hold every GPU of the machine, and a later report that names GPUs restates them. `kind: reservation` with `expires_at` reports a reservation of billing's scheduler: it holds its GPUs (offers count them taken) until its end is reported or it expires. The provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and maintenance are kept. A session reported ended before is 409 SESSION_ENDED (an ended session never runs again). Only admins and platform services.
-         */
-        put: operations["reportSessionRunning"];
-        post?: never;
-        /**
-         * Report a rental session ended (billing, without NATS)
-         * @description Idempotent; also for a session never reported running (it is kept as ended). Its GPUs are free again: the provider goes busy -> idle once a GPU group has `min_gpus_per_rental` free GPUs (unless its owner holds it); other states are kept. The first report of an end counts in the machine's reliability (with `end_reason`), a reservation's (`kind=reservation`) never. Only admins and platform services.
-         */
-        delete: operations["reportSessionEnded"];
         options?: never;
         head?: never;
         patch?: never;
@@ -312,6 +328,40 @@ export interface components {
              * @description video memory in MB
              */
             vram: number;
+        };
+        /** @description The GPUs held on the machine as the registry keeps them, and the provider's status before and after */
+        GpusHeld: {
+            /** @description whether this statement was kept; false: one with the same or a greater version is kept already */
+            applied: boolean;
+            /** @description the GPUs held as the kept statement names them */
+            gpu_indices: number[];
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
+            /** Format: uuid */
+            provider_id: string;
+            /**
+             * @description provider status
+             * @enum {string}
+             */
+            status: "idle" | "busy" | "offline" | "maintenance" | "error";
+            /**
+             * Format: int64
+             * @description the kept statement's version
+             */
+            version: number;
+        };
+        /** @description The GPUs billing's leases hold on the machine, as of one version */
+        GpusHeldRequest: {
+            /** @description every GPU billing holds on the machine now (rentals and reservations); [] none */
+            gpu_indices: number[];
+            /**
+             * Format: int64
+             * @description grows with each of billing's statements of the machine: the greatest is kept, an older one dropped
+             */
+            version: number;
         };
         Health: {
             checks: {
@@ -654,48 +704,24 @@ export interface components {
             /** @description time up (idle, busy) over time up and down (offline, error) in the last 30 days; maintenance is neither */
             uptime_30d: number | null;
         };
-        /** @description A rental session as the registry holds it, and the provider's status before and after the report */
-        SessionReport: {
-            /** @description whether the session counts as running on the provider */
-            active: boolean;
-            /** @description the GPUs the session holds, by index in index order; null: every GPU of the machine */
-            gpu_indices: number[] | null;
-            /**
-             * @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability)
-             * @enum {string}
-             */
-            kind: "session" | "reservation";
-            message: string;
-            /**
-             * @description provider status
-             * @enum {string}
-             */
-            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
+        SessionEndCounted: {
+            /** @description whether this call counted the end (false: counted before, or a rental of the owner's own machine) */
+            counted: boolean;
             /** Format: uuid */
             provider_id: string;
             /** Format: uuid */
             session_id: string;
-            /**
-             * @description provider status
-             * @enum {string}
-             */
-            status: "idle" | "busy" | "offline" | "maintenance" | "error";
         };
-        /** @description What a running session (or reservation) holds; the body is optional (none, or `{}`: a session of every GPU of the machine) */
-        SessionRunningRequest: {
+        /** @description A rental's end, counted once in the machine's reliability */
+        SessionEndRequest: {
+            /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`, `workload_not_started`, `workload_lost`) counts against its reliability */
+            end_reason?: string | null;
             /**
-             * Format: date-time
-             * @description when a reservation ends by itself (required for one, refused for a session)
+             * Format: uuid
+             * @description the session's renter: a rental by the machine's own owner is not counted in its reliability
              */
-            expires_at?: string & unknown;
-            /** @description the GPUs the session holds, by index; absent or null: every GPU of the machine */
-            gpu_indices?: number[] | null;
-            /**
-             * @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability)
-             * @enum {string}
-             */
-            kind?: "session" | "reservation";
-        } | null;
+            renter_id?: string;
+        };
         /** @description A provider's status before and after a status update or a heartbeat */
         StatusResult: {
             /** Format: uuid */
@@ -1309,6 +1335,84 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    reportSessionEnded: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+                /** @description billing's session UUID */
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionEndRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionEndCounted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    stateGpusHeld: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description provider UUID */
+                providerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GpusHeldRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GpusHeld"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     sendHeartbeat: {
         parameters: {
             query?: never;
@@ -1406,88 +1510,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Reliability"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
-    reportSessionRunning: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description provider UUID */
-                providerID: string;
-                /** @description billing's session UUID */
-                sessionID: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: {
-            content: {
-                "application/json": components["schemas"]["SessionRunningRequest"];
-            };
-        };
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["SessionReport"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
-    reportSessionEnded: {
-        parameters: {
-            query?: {
-                /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`, `workload_not_started`, `workload_lost`) counts against its reliability, once per session */
-                end_reason?: string;
-                /** @description `session` (a rental; the default) or `reservation` (GPUs billing's scheduler holds for a renter until `expires_at`; its end never counts in the reliability) */
-                kind?: "session" | "reservation";
-                /** @description the session's renter: a rental by the machine's own owner is not counted in its reliability */
-                renter_id?: string;
-            };
-            header?: never;
-            path: {
-                /** @description provider UUID */
-                providerID: string;
-                /** @description billing's session UUID */
-                sessionID: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["SessionReport"];
                 };
             };
             400: components["responses"]["BadRequest"];

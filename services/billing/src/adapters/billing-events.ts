@@ -3,9 +3,8 @@
  * event becomes one outbox row whose body is the outbox envelope (`event_id`,
  * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
  * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
- * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`; a
- * reservation's `reservation` (`{id, provider_id, user_id, gpu_indices, expires_at}`, and a release's `reason`); a
- * machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<provider_id>`, its own subject.
+ * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`; the
+ * GPUs held on a machine (`{provider_id, version, gpu_indices}`); a machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<provider_id>`, its own subject.
  */
 import { randomUUID } from 'node:crypto';
 import type { Outbox } from '@gpu/common';
@@ -51,18 +50,8 @@ function eventData(p: PresentContext, e: BillingEvent): object {
           power_rate_per_watt_hour: e.rates.powerRatePerWattHour,
         },
       };
-    case 'lease.reserved':
-    case 'lease.released':
-      return {
-        reservation: {
-          id: e.reservation.id,
-          provider_id: e.reservation.providerId,
-          user_id: e.reservation.userId,
-          gpu_indices: e.reservation.gpuIndices,
-          expires_at: e.reservation.expiresAt.toISOString(),
-        },
-        ...(e.kind === 'lease.released' ? { reason: e.reason } : {}),
-      };
+    case 'lease.held':
+      return { provider_id: e.providerId, version: e.version, gpu_indices: e.gpuIndices };
     default:
       return { transaction: transactionJson(e.transaction, p.scale) };
   }

@@ -1,50 +1,43 @@
 /**
- * Billing's session events to the provider registry over HTTP, for a billing that runs without NATS (`pnpm start`):
- * an `EventPublisher` for billing's transactional outbox whose "publish" of a session event is the registry's
- * `PUT /providers/{id}/sessions/{sessionId}` (the session runs: `session.started`, `session.grace_period`,
- * `session.resumed`; its body names the GPUs the session holds) or `DELETE` (it ended: `session.completed`, `session.terminated`, with its `end_reason`), and
- * of a price event the market's (`pricing.platform_rates`: `PUT /prices`; `pricing.provider_rates`:
- * `PUT /providers/{id}/prices`), and of a reservation the same session routes with `kind: reservation`
- * (`lease.reserved`: `PUT` with its GPUs and `expires_at`; `lease.released`: `DELETE ?kind=reservation`), with
- * billing's machine client and the event's correlation ID. Other events have no HTTP reader and count as sent.
+ * Billing's messages to the provider registry over HTTP, for a billing that runs without NATS (`pnpm start`): an
+ * `EventPublisher` for billing's transactional outbox whose "publish" of an event is the registry's route for it: a
+ * statement of a machine's held GPUs (`lease.held`) is `PUT /providers/{id}/gpus-held`, a session's end
+ * (`session.completed`, `session.terminated`, with its `end_reason` and renter) `PUT
+ * /providers/{id}/ended-sessions/{sessionId}`, the platform's price card (`pricing.platform_rates`) `PUT /prices` and
+ * a machine's own rates (`pricing.provider_rates`) `PUT /providers/{id}/prices`, with billing's machine client and
+ * the event's correlation ID. Other events have no HTTP reader and count as sent.
  *
  * Because the events go through the outbox, a call that fails is not lost: the row stays unpublished and the relay
  * tries it again on its next run (every second, oldest first, stopping at the first failure so the order holds),
- * until the registry answers. Answers that can never change (404: the registry does not know the provider; 409: the
- * session has ended there already; 400: the provider ID is not a registry ID) count as delivered and are logged.
+ * until the registry answers. Answers that can never change (404: the registry does not know the provider; 400: the
+ * provider ID is not a registry ID) count as delivered and are logged.
  */
 import { registryClient } from '@gpu/client';
 import {
   durationMs,
   type EventPublisher,
+  GPUS_HELD_EVENT_KIND,
   type Logger,
   type PublishOptions,
   SESSION_ENDED_EVENT_KINDS,
-  SESSION_RUNNING_EVENT_KINDS,
 } from '@gpu/common';
 import type { BillingConfig } from '../config.ts';
 import { configuredTokens } from './provider-registry.ts';
 
-const RUNNING = new Set<string>(SESSION_RUNNING_EVENT_KINDS.filter((k) => k !== 'session.low_balance'));
 const ENDED = new Set<string>(SESSION_ENDED_EVENT_KINDS);
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Answers that a retry cannot change. */
-const FINAL = new Set([400, 404, 409]);
+const FINAL = new Set([400, 404]);
 
 /** The parts of billing's events the registry is called with. */
 interface EventBody {
   kind?: string;
-  session?: {
-    id?: string;
-    provider_id?: string;
-    user_id?: string;
-    end_reason?: string | null;
-    gpu_indices?: number[] | null;
-  };
+  session?: { id?: string; provider_id?: string; user_id?: string; end_reason?: string | null };
   card?: unknown;
   provider_id?: string;
   rates?: unknown;
-  reservation?: { id?: string; provider_id?: string; gpu_indices?: number[]; expires_at?: string };
+  version?: number;
+  gpu_indices?: number[];
 }
 
 /** The publisher of session events to the registry configured in `provider_registry`; null without its URL. */
@@ -90,28 +83,16 @@ export function registrySessionPublisher(
         });
         return settled(result.response, result.error, "machine's rates", { provider_id: body.provider_id! }, msgId);
       }
-      if ((kind === 'lease.reserved' || kind === 'lease.released') && body.reservation) {
-        const { id = '', provider_id: providerId = '', gpu_indices, expires_at } = body.reservation;
-        if (!UUID.test(providerId)) return msgId;
-        const path = '/providers/{providerID}/sessions/{sessionID}';
-        const params = { path: { providerID: providerId, sessionID: id } };
-        const result =
-          kind === 'lease.reserved'
-            ? await client.PUT(path, {
-                params,
-                body: { gpu_indices, kind: 'reservation', expires_at },
-                headers,
-              })
-            : await client.DELETE(path, { params: { ...params, query: { kind: 'reservation' } }, headers });
-        return settled(
-          result.response,
-          result.error,
-          'reservation',
-          { reservation_id: id, provider_id: providerId },
-          msgId,
-        );
+      if (kind === GPUS_HELD_EVENT_KIND && UUID.test(body.provider_id ?? '')) {
+        const providerId = body.provider_id!;
+        const result = await client.PUT('/providers/{providerID}/gpus-held', {
+          params: { path: { providerID: providerId } },
+          body: { version: body.version ?? 0, gpu_indices: body.gpu_indices ?? [] },
+          headers,
+        });
+        return settled(result.response, result.error, 'statement of held GPUs', { provider_id: providerId }, msgId);
       }
-      if (!RUNNING.has(kind) && !ENDED.has(kind)) return msgId;
+      if (!ENDED.has(kind)) return msgId;
       const sessionId = body.session?.id ?? '';
       const providerId = body.session?.provider_id ?? '';
       if (!UUID.test(providerId)) {
@@ -121,25 +102,22 @@ export function registrySessionPublisher(
         );
         return msgId;
       }
-      const request = { params: { path: { providerID: providerId, sessionID: sessionId } }, headers };
-      const path = '/providers/{providerID}/sessions/{sessionID}';
       // An end carries its reason and renter: the registry counts the machine's faults in its reliability, and not
       // the rentals of its own owner.
       const endReason = body.session?.end_reason;
       const renterId = body.session?.user_id;
-      const query = {
-        ...(endReason ? { end_reason: endReason } : {}),
-        ...(renterId && UUID.test(renterId) ? { renter_id: renterId } : {}),
-      };
-      // A running session names the GPUs it holds (none named: the whole machine, as before per-GPU leases).
-      const gpuIndices = body.session?.gpu_indices;
-      const result = RUNNING.has(kind)
-        ? await client.PUT(path, { ...request, body: gpuIndices ? { gpu_indices: gpuIndices } : {} })
-        : await client.DELETE(path, { ...request, params: { ...request.params, query } });
+      const result = await client.PUT('/providers/{providerID}/ended-sessions/{sessionID}', {
+        params: { path: { providerID: providerId, sessionID: sessionId } },
+        body: {
+          ...(endReason ? { end_reason: endReason } : {}),
+          ...(renterId && UUID.test(renterId) ? { renter_id: renterId } : {}),
+        },
+        headers,
+      });
       return settled(
         result.response,
         result.error,
-        'session report',
+        'session end',
         { session_id: sessionId, provider_id: providerId },
         msgId,
       );

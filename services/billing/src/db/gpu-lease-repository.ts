@@ -22,13 +22,14 @@ export interface HeldGpu {
 /**
  * Serialises the machine's GPU holders until the transaction ends, reads the GPUs held on it, then the time (`at`:
  * read after the holders, so a lease never starts before the end of a holder it saw gone, which committed its end
- * time before this read), and drops the machine's reservations expired by then; the GPUs still held.
+ * time before this read), and drops the machine's reservations expired by then; the GPUs still held, and how many
+ * lapsed reservations' GPUs it dropped.
  */
 export async function lockMachineGpus(
   trx: Trx,
   providerId: string,
   clock: () => Date,
-): Promise<{ at: Date; held: HeldGpu[] }> {
+): Promise<{ at: Date; held: HeldGpu[]; dropped: number }> {
   await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`gpus:${providerId}`}, 0))`.execute(trx);
   const rows = await trx
     .selectFrom('gpu_leases')
@@ -46,7 +47,61 @@ export async function lockMachineGpus(
       .where('expires_at', '<=', at)
       .execute();
   }
-  return { at, held: rows.filter((h) => !expired(h)) };
+  const held = rows.filter((h) => !expired(h));
+  return { at, held, dropped: rows.length - held.length };
+}
+
+/**
+ * The next version of billing's statement of the machine's held GPUs (1 for the first). Taken last in the
+ * transaction of a change of the machine's leases: the version's row stays locked until the transaction ends, so the
+ * statements of one machine are numbered in the order they commit, and each one read after the last commit.
+ */
+export async function nextLeaseVersion(trx: Trx, providerId: string): Promise<number> {
+  const { rows } = await sql<{ version: string }>`
+    INSERT INTO machine_lease_versions AS v (provider_id, version) VALUES (${providerId}, 1)
+    ON CONFLICT (provider_id) DO UPDATE SET version = v.version + 1
+    RETURNING version`.execute(trx);
+  return Number(rows[0]!.version);
+}
+
+/** The indices of the machine's GPUs held at `at` (running sessions, reservations not lapsed), in index order. */
+export async function heldIndices(trx: Trx, providerId: string, at: Date): Promise<number[]> {
+  const rows = await trx
+    .selectFrom('gpu_leases')
+    .select('gpu_index')
+    .where('provider_id', '=', providerId)
+    .where((eb) => eb.or([eb('session_id', 'is not', null), eb('expires_at', '>', at)]))
+    .orderBy('gpu_index')
+    .execute();
+  return rows.map((r) => r.gpu_index);
+}
+
+/** Up to `limit` machines holding a reservation lapsed at `now`. */
+export async function machinesWithLapsedReservations(
+  db: Kysely<BillingDB>,
+  now: Date,
+  limit: number,
+): Promise<string[]> {
+  const rows = await db
+    .selectFrom('gpu_leases')
+    .select('provider_id')
+    .distinct()
+    .where('session_id', 'is', null)
+    .where('expires_at', '<=', now)
+    .limit(limit)
+    .execute();
+  return rows.map((r) => r.provider_id);
+}
+
+/** When the next reservation lapses after `now` (null: none will). */
+export async function nextReservationExpiry(db: Kysely<BillingDB>, now: Date): Promise<Date | null> {
+  const row = await db
+    .selectFrom('gpu_leases')
+    .select((eb) => eb.fn.min('expires_at').as('next'))
+    .where('session_id', 'is', null)
+    .where('expires_at', '>', now)
+    .executeTakeFirst();
+  return (row?.next as Date | null | undefined) ?? null;
 }
 
 /** The GPUs held on the machine now (a plain read, for a quote: no lock, expired reservations left out). */

@@ -281,6 +281,12 @@ interface GpuLeaseTable {
   created_at: Generated<Date>;
 }
 
+/** The version of billing's last statement of a machine's held GPUs (domain/leases/held.ts). */
+interface MachineLeaseVersionTable {
+  provider_id: string;
+  version: ColumnType<string, number, number>;
+}
+
 /** A session event as billing recorded it, for the session's parties to read (GET /billing/events). */
 export interface SessionEventTable {
   /** The event's `event_id`. */
@@ -400,6 +406,7 @@ export interface BillingDB {
   payout_pause: PayoutPauseTable;
   storage_charges: StorageChargeTable;
   gpu_leases: GpuLeaseTable;
+  machine_lease_versions: MachineLeaseVersionTable;
   session_events: SessionEventTable;
   reach_links: ReachLinkTable;
   reach_host_key: ReachHostKeyTable;

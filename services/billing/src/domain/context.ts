@@ -71,6 +71,8 @@ export interface BillingState {
    * at the next `jobs.place_interval`.
    */
   wakeJobs: () => void;
+  /** Arms the expiry sweep for a reservation this instance made (background.ts), so its GPUs are stated free at once. */
+  wakeReservations: () => void;
   /**
    * GPU-minutes this instance billed (a session's new billed minutes × its GPUs), for `billing_gpu_hours_billed_total`;
    * counted as the session rows are written, each session's minutes once (`minutesCounted`: a batch that failed and
@@ -107,6 +109,7 @@ export function newBillingState(): BillingState {
     ratePeriods: new BoundedCache(RATES_CACHE_LIMIT),
     autoPayouts: new Map(),
     wakeJobs: () => {},
+    wakeReservations: () => {},
     gpuMinutesBilled: 0,
     minutesCounted: new BoundedCache(RATES_CACHE_LIMIT * 64),
   };

@@ -5,7 +5,7 @@
  * transactional outbox with its wire body, and an `OutboxRelay` publishes it
  * on `<prefix>.<kind>` (NATS `billing.events.*`) once the change committed.
  */
-import type { SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS } from '@gpu/common';
+import type { GPUS_HELD_EVENT_KIND, SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import type { BillingRecordRow } from '../db/billing-record-repository.ts';
 import type { BillingDB } from '../db/schema.ts';
@@ -31,15 +31,6 @@ interface AnnouncedProviderRates {
   at: Date;
 }
 
-/** A reservation's GPUs as billing tells the registry (its offers count them taken until released or expired). */
-interface ReservationLease {
-  id: string;
-  providerId: string;
-  userId: string;
-  gpuIndices: number[];
-  expiresAt: Date;
-}
-
 /** Kinds of withdrawal and payout events. */
 type PayoutEventKind = `${'withdrawal' | 'payout'}.${'pending' | 'confirmed' | 'failed'}`;
 
@@ -63,10 +54,11 @@ export type BillingEvent =
   | { kind: 'machine.sessions'; providerId: string; sessionId: string; change: 'started' | 'ended' }
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
   | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates }
-  /** Made, or restated with the GPUs it still holds after a start took some. */
-  | { kind: 'lease.reserved'; reservation: ReservationLease }
-  /** Used up by starts, or cancelled, before its expiry (an expiry needs no event: every reader knows the time). */
-  | { kind: 'lease.released'; reservation: ReservationLease; reason: 'used' | 'cancelled' };
+  /**
+   * The GPUs billing's leases hold on a machine after a change of them, by index, numbered by a version that grows with
+   * each statement of the machine (domain/leases/held.ts): the registry's market keeps the newest.
+   */
+  | { kind: typeof GPUS_HELD_EVENT_KIND; providerId: string; version: number; gpuIndices: number[] };
 
 /** The kinds of a session's events (its parties read them over HTTP too: GET /billing/events). */
 export type SessionEventKind = Extract<BillingEvent, { session: SessionRow }>['kind'];

@@ -15,6 +15,7 @@ import type { Chain } from '../../src/domain/chain/chain.ts';
 import { postTransfers } from '../../src/domain/ledger/ledger.ts';
 import { Dec } from '../../src/domain/ledger/money.ts';
 import type { MarketFactors } from '../../src/domain/pricing/pricing.ts';
+import type { ProviderDirectory } from '../../src/domain/provider-directory.ts';
 import { settleAutoPayouts } from '../../src/domain/wallets/auto-payout.ts';
 import { createWallet } from '../../src/domain/wallets/wallets.ts';
 import { ledgerProblems } from './ledger-check.ts';
@@ -26,6 +27,8 @@ export interface SetupOptions {
   market?: MarketFactors;
   /** The billing clock (the system clock when absent). */
   now?: () => Date;
+  /** Where billing reads machines (else from `provider_registry` in the config: none without its URL). */
+  providers?: ProviderDirectory | null;
 }
 
 /** The base58 ed25519 signature of `message` by a Solana keypair, as a wallet's sign-message makes it. */
@@ -66,6 +69,7 @@ export async function setupBilling(opts: SetupOptions = {}) {
     outbox: new Outbox(),
     market: opts.market,
     now: opts.now,
+    providers: opts.providers,
   };
   const ctx = billingContext(deps);
   const app = await buildApp(deps, ctx);

@@ -1,17 +1,15 @@
 /**
- * Billing's session events into the registry: a durable JetStream pull consumer (common's `startDurableConsumer`;
- * `provider-registry-sessions` on billing's stream `BILLING_EVENTS`, subjects `<billing events prefix>.session.>`,
- * explicit ack) that reports each session's start or end to `ProviderSessions`, which keeps rented providers `busy`
- * (domain/provider-sessions.ts).
+ * Billing's messages about machines into the registry: durable JetStream pull consumers (common's
+ * `startDurableConsumer`) on billing's stream `BILLING_EVENTS`, explicit ack, one event after another:
  *
- * `session.started`, `session.grace_period`, `session.resumed` and `session.low_balance` say the session runs, holding
- * the GPUs its `session.gpu_indices` names (null or absent: every GPU of the machine; one schema with billing's HTTP
- * reports: wire/sessions.ts); `session.completed` and `session.terminated` that it ended. Reports are idempotent and order-free, so redeliveries and duplicates are
- * harmless. An event that can never apply is settled and logged (malformed, or its provider ID not a UUID:
- * terminated; about a provider the registry does not know: acknowledged); any other failure (the database away) is
- * nak'ed and redelivered later.
+ * - `provider-registry-leases` (subjects `<billing events prefix>.lease.>`): billing's statement of a machine's held
+ *   GPUs (`lease.held`), kept when it is the newest (domain/gpu-holds.ts);
+ * - `provider-registry-sessions` (`<prefix>.session.>`): a rental's end (`session.completed`, `session.terminated`),
+ *   counted once in the machine's reliability; a running session's events are acknowledged and change nothing.
  *
- * Billing's reservation events reach the same function through a consumer of their own (`startLeaseConsumer`).
+ * Both are idempotent and order-free, so redeliveries and duplicates are harmless. An event that can never apply is
+ * settled and logged (malformed, or its provider ID not a UUID: terminated; about a provider the registry does not
+ * know: acknowledged); any other failure (the database away) is nak'ed and redelivered later.
  *
  * Messages on billing's stream act as the billing service (a `service` principal): only billing publishes there,
  * which the NATS server's permissions enforce in a deployment.
@@ -25,12 +23,10 @@ import {
   startDurableConsumer,
 } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
+import type { GpuHolds } from '../domain/gpu-holds.ts';
 import type { Market } from '../domain/market.ts';
-import type { ProviderSessions, SessionReportInput } from '../domain/provider-sessions.ts';
+import { gpusHeldEventSchema, sessionEventSchema } from '../wire/gpu-holds.ts';
 import { priceEventSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
-import { leaseEventSchema, sessionEventSchema, toLeaseReport, toSessionReport } from '../wire/sessions.ts';
-
-const SESSION_CONSUMER = 'provider-registry-sessions';
 
 /** Who a message of billing's stream acts as (billing: a platform service). */
 const BILLING_EVENTS_PRINCIPAL: Principal = Object.freeze({
@@ -40,10 +36,10 @@ const BILLING_EVENTS_PRINCIPAL: Principal = Object.freeze({
   tokenId: 'nats-billing-events',
 });
 
-export interface SessionConsumerOptions {
+export interface HoldConsumerOptions {
   connection: NatsPublisher['connection'];
-  sessions: ProviderSessions;
-  /** Billing's event subject prefix (`billing.events`): session events arrive on `<prefix>.session.<what>`. */
+  holds: GpuHolds;
+  /** Billing's event subject prefix (`billing.events`). */
   prefix: string;
   durable?: string;
   logger: Logger;
@@ -53,57 +49,68 @@ export interface SessionConsumer extends Pick<DurableConsumer, 'durable' | 'pend
   stop(): Promise<void>;
 }
 
-/** Reports a session or reservation to `ProviderSessions`; a provider the registry does not know is acknowledged. */
-async function reportOf(opts: SessionConsumerOptions, report: SessionReportInput, msg: JsMsg): Promise<'ack'> {
+/** Runs `apply`; a provider the registry does not know is acknowledged (and logged). */
+async function unlessUnknown(
+  opts: HoldConsumerOptions,
+  what: Record<string, unknown>,
+  apply: () => Promise<unknown>,
+): Promise<'ack'> {
   try {
-    await opts.sessions.report(BILLING_EVENTS_PRINCIPAL, {
-      ...report,
-      correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
-    });
+    await apply();
   } catch (err) {
     if (!isAppError(err) || err.code !== 'PROVIDER_NOT_FOUND') throw err;
-    opts.logger.info(
-      { session_id: report.sessionId, provider_id: report.providerId, kind: report.kind ?? 'session' },
-      'lease event about an unknown provider ignored',
-    );
+    opts.logger.info(what, 'an event about an unknown provider ignored');
   }
   return 'ack';
 }
 
-/** Starts in the background, one event after another, once billing has made its stream (whatever its name). */
-export function startSessionConsumer(opts: SessionConsumerOptions): SessionConsumer {
+/** Billing's statements of machines' held GPUs; starts in the background once billing has made its stream. */
+export function startHoldConsumer(opts: HoldConsumerOptions): SessionConsumer {
   return startDurableConsumer({
     connection: opts.connection,
-    name: 'session event consumer',
-    what: 'session event',
-    durable: opts.durable ?? SESSION_CONSUMER,
-    filter: `${opts.prefix}.session.>`,
-    stream: { await: "billing's event stream" },
-    ackWaitMs: 30_000,
-    schema: sessionEventSchema,
-    handle: (event, msg: JsMsg) => reportOf(opts, toSessionReport(event), msg),
-    logger: opts.logger,
-  });
-}
-
-/**
- * Billing's reservation events (`provider-registry-leases` on billing's stream, subjects `<prefix>.lease.>`):
- * `lease.reserved` holds the reservation's GPUs until its `expires_at` (restated when a start took some of them),
- * `lease.released` frees them (used or cancelled). A consumer of its own beside the sessions': a reservation and a
- * session never hold one GPU at billing, and the registry counts a GPU taken while either holds it, so the order
- * between the two streams of reports does not matter.
- */
-export function startLeaseConsumer(opts: SessionConsumerOptions): SessionConsumer {
-  return startDurableConsumer({
-    connection: opts.connection,
-    name: 'reservation event consumer',
-    what: 'reservation event',
+    name: 'held GPUs consumer',
+    what: 'held GPUs event',
     durable: opts.durable ?? 'provider-registry-leases',
     filter: `${opts.prefix}.lease.>`,
     stream: { await: "billing's event stream" },
     ackWaitMs: 30_000,
-    schema: leaseEventSchema,
-    handle: (event, msg: JsMsg) => reportOf(opts, toLeaseReport(event), msg),
+    schema: gpusHeldEventSchema,
+    handle: (event, msg: JsMsg) =>
+      unlessUnknown(opts, { provider_id: event.provider_id, version: event.version }, () =>
+        opts.holds.state(BILLING_EVENTS_PRINCIPAL, {
+          providerId: event.provider_id,
+          version: event.version,
+          gpuIndices: [...event.gpu_indices].sort((a, b) => a - b),
+          correlationId: msg.headers?.get('X-Correlation-ID') || undefined,
+        }),
+      ),
+    logger: opts.logger,
+  });
+}
+
+/** Rentals' ends, for the machines' reliability; starts in the background once billing has made its stream. */
+export function startSessionConsumer(opts: HoldConsumerOptions): SessionConsumer {
+  return startDurableConsumer({
+    connection: opts.connection,
+    name: 'session event consumer',
+    what: 'session event',
+    durable: opts.durable ?? 'provider-registry-sessions',
+    filter: `${opts.prefix}.session.>`,
+    stream: { await: "billing's event stream" },
+    ackWaitMs: 30_000,
+    schema: sessionEventSchema,
+    handle: async (event) => {
+      if (!('session' in event)) return 'ack';
+      const { id, provider_id, user_id, end_reason } = event.session;
+      return unlessUnknown(opts, { session_id: id, provider_id }, () =>
+        opts.holds.countEnd(BILLING_EVENTS_PRINCIPAL, {
+          providerId: provider_id,
+          sessionId: id,
+          endReason: end_reason,
+          renterId: user_id,
+        }),
+      );
+    },
     logger: opts.logger,
   });
 }

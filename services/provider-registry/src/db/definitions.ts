@@ -123,15 +123,13 @@ FROM books
 `,
   },
   {
-    // Whether an active session holds the GPU (a session naming no GPUs holds every one).
+    // Whether billing's newest statement of the machine's held GPUs names the GPU (domain/gpu-holds.ts).
     name: 'gpu_held',
     args: 'p_id uuid, p_idx integer',
     returns: 'boolean',
     attributes: 'LANGUAGE sql STABLE',
     body: `
-SELECT EXISTS (
-  SELECT 1 FROM provider_sessions s
-  WHERE s.provider_id = p_id AND s.active AND (s.gpu_indices IS NULL OR p_idx = ANY (s.gpu_indices)))
+SELECT EXISTS (SELECT 1 FROM gpu_holds h WHERE h.provider_id = p_id AND p_idx = ANY (h.gpu_indices))
 `,
   },
   {
@@ -311,17 +309,14 @@ END
 `,
   },
   {
-    name: 'provider_sessions_offer_gpus',
+    // Billing stated the machine's held GPUs anew: the groups' unrented GPUs, and so their free ones.
+    name: 'gpu_holds_offer_gpus',
     args: '',
     returns: 'trigger',
     attributes: 'LANGUAGE plpgsql',
     body: `
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    IF NEW.active THEN
-      PERFORM offers_refresh_rented(NEW.provider_id);
-    END IF;
-  ELSIF OLD.active IS DISTINCT FROM NEW.active OR OLD.gpu_indices IS DISTINCT FROM NEW.gpu_indices THEN
+  IF TG_OP = 'INSERT' OR OLD.gpu_indices IS DISTINCT FROM NEW.gpu_indices THEN
     PERFORM offers_refresh_rented(NEW.provider_id);
   END IF;
   RETURN NULL;
@@ -403,10 +398,10 @@ export const TRIGGERS: readonly TriggerDefinition[] = [
     fn: 'providers_liveness_status',
   },
   {
-    name: 'provider_sessions_offer_gpus',
-    table: 'provider_sessions',
+    name: 'gpu_holds_offer_gpus',
+    table: 'gpu_holds',
     timing: 'AFTER INSERT OR UPDATE',
-    fn: 'provider_sessions_offer_gpus',
+    fn: 'gpu_holds_offer_gpus',
   },
 ];
 

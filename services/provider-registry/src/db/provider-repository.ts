@@ -204,13 +204,12 @@ export async function replaceProvider(
       // The narrow row before the GPUs, the order every writer of both keeps (a heartbeat moves the clock, then
       // writes the GPUs' metrics): the other order could deadlock with it.
       await lockLiveness(tx, id);
-      // Sessions hold GPUs by their place in the list: it may not shift under them.
+      // Billing holds GPUs by their place in the list: it may not shift under them.
       const holding = await tx
-        .selectFrom('provider_sessions')
-        .select('session_id')
+        .selectFrom('gpu_holds')
+        .select('provider_id')
         .where('provider_id', '=', id)
-        .where('active', '=', true)
-        .limit(1)
+        .where(sql<boolean>`cardinality(gpu_indices) > 0`)
         .executeTakeFirst();
       if (holding) {
         const before = await tx

@@ -1,5 +1,5 @@
 /** Kysely table types of the provider registry (the current shape; migrations do not use these). */
-import type { LeaseKind, OutboxEventTable } from '@gpu/common';
+import type { OutboxEventTable } from '@gpu/common';
 import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
 import type { Gpu } from '../domain/gpu-fields.ts';
 
@@ -63,18 +63,20 @@ interface ProviderModelsTable {
   gpu_count: number;
 }
 
-/** A rental session on a provider, as billing reported it: active, or ended (kept as a marker). */
-interface ProviderSessionsTable {
+/** The GPUs billing holds on a machine, as its newest statement (by `version`) names them (domain/gpu-holds.ts). */
+interface GpuHoldsTable {
+  provider_id: string;
+  version: ColumnType<string, number | string, number | string>;
+  /** By index in the provider's `gpus` array. */
+  gpu_indices: number[];
+  updated_at: Timestamp;
+}
+
+/** A rental session whose end the machine's reliability has counted (so that a redelivered end is counted once). */
+interface CountedSessionEndsTable {
   session_id: string;
   provider_id: string;
-  active: boolean;
-  /** The GPUs the session holds, by index; null: every GPU of the machine. */
-  gpu_indices: number[] | null;
-  /** `session` (a rental) or `reservation` (held for a renter until `expires_at`; never counted in reliability). */
-  kind: ColumnType<LeaseKind, LeaseKind | undefined, never>;
-  /** When the lease ends by itself (a reservation); null: when billing reports its end. */
-  expires_at: Date | null;
-  updated_at: Timestamp;
+  counted_at: Timestamp;
 }
 
 /** Seconds a machine spent up and down per UTC day (kept by a trigger on status changes). */
@@ -140,7 +142,8 @@ export interface RegistryDB {
   gpus: GpusTable;
   provider_models: ProviderModelsTable;
   outbox_events: OutboxEventTable;
-  provider_sessions: ProviderSessionsTable;
+  gpu_holds: GpuHoldsTable;
+  counted_session_ends: CountedSessionEndsTable;
   provider_uptime: ProviderUptimeTable;
   provider_reliability: ProviderReliabilityTable;
   offers: OffersTable;

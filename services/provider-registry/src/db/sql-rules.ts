@@ -86,11 +86,11 @@ export function effectiveStatusRanges(
 }
 
 /**
- * Whether the locked current row `cur` is fully rented, the rental rule's condition (`domain/provider-sessions.ts`):
- * an active session runs on it, and none of its GPU groups (offers) has `min_gpus_per_rental` GPUs that are healthy
- * and held by no active session (`offers.unrented_gpus`, which the database keeps: the GPU leases migration).
+ * Whether the locked current row `cur` is fully rented, the rental rule's condition (`domain/gpu-holds.ts`): billing
+ * holds some of its GPUs, and none of its GPU groups (offers) has `min_gpus_per_rental` GPUs that are healthy and not
+ * held (`offers.unrented_gpus`, which the database keeps: `gpu_holds_offer_gpus` in definitions.ts).
  */
-const fullyRentedSql = sql<boolean>`(EXISTS (SELECT 1 FROM provider_sessions s WHERE s.provider_id = cur.id AND s.active) AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.provider_id = cur.id AND o.unrented_gpus >= o.min_gpus_per_rental))`;
+const fullyRentedSql = sql<boolean>`(EXISTS (SELECT 1 FROM gpu_holds h WHERE h.provider_id = cur.id AND cardinality(h.gpu_indices) > 0) AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.provider_id = cur.id AND o.unrented_gpus >= o.min_gpus_per_rental))`;
 
 /** `fullyRentedSql` for one provider, read on its own (under the caller's row lock). */
 export const isFullyRentedSql = (id: string) =>

@@ -119,7 +119,7 @@ export async function setStatus(
 }
 
 /**
- * Whether the provider is fully rented (the rental rule's condition, `domain/provider-sessions.ts`); false for a
+ * Whether the provider is fully rented (the rental rule's condition, `domain/gpu-holds.ts`); false for a
  * provider that does not exist. Call it under the provider's row lock.
  */
 export async function isFullyRented(db: Kysely<RegistryDB>, id: string): Promise<boolean> {

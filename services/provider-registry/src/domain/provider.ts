@@ -23,7 +23,7 @@ export { PROVIDER_STATUSES, type ProviderStatus };
 export const REVIVED_BY_HEARTBEAT: readonly ProviderStatus[] = ['offline', 'error'];
 
 /**
- * The rental rule (stated in `domain/provider-sessions.ts`): a provider in `RENTABLE_STATUS` goes to `RENTED_STATUS`
+ * The rental rule (stated in `domain/gpu-holds.ts`): a provider in `RENTABLE_STATUS` goes to `RENTED_STATUS`
  * once it is fully rented (an active session, and no GPU group with `min_gpus_per_rental` free GPUs left), and back
  * when it is no longer, unless its owner holds it (`holdAfterExplicit`); every other state is kept.
  * `db/sql-rules.ts` renders it to SQL.
@@ -36,7 +36,7 @@ export const RENTED_STATUS: ProviderStatus = 'busy';
  * example of an explicit change, "to `maintenance` or `busy`") holds the machine off the market, rented or not: it
  * stays `busy` when its sessions end (the rental rule), a heartbeat that revives it from `offline` or `error` brings
  * it back `busy` (the heartbeat rule), no offer lists it, and billing starts no rental on it (the provider's `held`).
- * An explicit `idle` lifts the hold; it is refused while the machine is fully rented (`provider-sessions.ts`), so
+ * An explicit `idle` lifts the hold; it is refused while the machine is fully rented (`gpu-holds.ts`), so
  * nobody flips a rented machine to idle. Other explicit states (`offline`, `maintenance`, `error`) keep it: a machine
  * its owner held comes back from an error or a silence still held.
  *

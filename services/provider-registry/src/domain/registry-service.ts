@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { GroupCommit, isAppError, type Principal, type RetryOptions, withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import { listProviders } from '../db/discovery-repository.ts';
+import { lockProviderStatus } from '../db/gpu-hold-repository.ts';
 import {
   bindProvider,
   deleteProvider,
@@ -18,7 +19,6 @@ import {
 } from '../db/provider-repository.ts';
 import { reliabilityBooks } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import { lockProviderStatus } from '../db/session-repository.ts';
 import { isFullyRented, recordHeartbeats, type StatusWrite, setStatus, sweepOffline } from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import {
@@ -34,6 +34,7 @@ import {
 } from './access.ts';
 import type { DiscoveryFilter } from './discovery.ts';
 import type { GpuMetrics } from './gpu-fields.ts';
+import { assertExplicitStatus } from './gpu-holds.ts';
 import {
   AUTO_OFFLINE_FROM,
   holdAfterExplicit,
@@ -41,7 +42,6 @@ import {
   type ProviderInput,
   type ProviderStatus,
 } from './provider.ts';
-import { assertExplicitStatus } from './provider-sessions.ts';
 import { type Reliability, reliabilityOf } from './reliability.ts';
 import { DAEMON_BOUND, type StatusOutbox } from './status-events.ts';
 

@@ -1,5 +1,5 @@
 /**
- * A JSON body parser for routes whose body is optional (heartbeats, session reports): an empty body, with or without
+ * A JSON body parser for routes whose body is optional (heartbeats): an empty body, with or without
  * a JSON content type, is no body. Registered in the routes' own plugin, so it touches no other route.
  */
 export function parseOptionalJson(

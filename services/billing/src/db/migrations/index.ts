@@ -29,6 +29,7 @@ import { reachLinksMigration } from './0026-reach-links.ts';
 import { reachUsageMigration } from './0027-reach-usage.ts';
 import { jobsMigration } from './0028-jobs.ts';
 import { jobCheckpointsMigration } from './0029-job-checkpoints.ts';
+import { leaseVersionsMigration } from './0030-lease-versions.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -61,5 +62,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0027-reach-usage': reachUsageMigration,
     '0028-jobs': jobsMigration(scale),
     '0029-job-checkpoints': jobCheckpointsMigration,
+    '0030-lease-versions': leaseVersionsMigration,
   };
 }

@@ -5,17 +5,12 @@
  * backstop. A session's end frees its rows in the transaction that ends it.
  */
 import type { Transaction } from 'kysely';
-import {
-  findReservation,
-  heldGpus,
-  insertLeases,
-  lockMachineGpus,
-  releaseReservedGpus,
-} from '../../db/gpu-lease-repository.ts';
+import { heldGpus, insertLeases, lockMachineGpus, releaseReservedGpus } from '../../db/gpu-lease-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
+import { stateHeldGpus } from './held.ts';
 import type { GpuChoice, RentedResources } from './machine.ts';
 import { type LeaseRequest, leasableGpus } from './policy.ts';
 
@@ -40,9 +35,8 @@ export function couldLease(machine: ProviderRecord, request: LeaseRequest): void
 }
 
 /**
- * Leases the GPUs taken (`takeGpus`, same transaction) to the session: reserved ones are handed over, and each
- * reservation they came from is told to the registry again, with the GPUs it still holds (`lease.reserved`) or as
- * used up (`lease.released`).
+ * Leases the GPUs taken (`takeGpus`, same transaction) to the session (reserved ones are handed over), then states
+ * the machine's held GPUs (held.ts): last in the start's transaction.
  */
 export async function leaseToSession(
   ctx: BillingContext,
@@ -50,24 +44,9 @@ export async function leaseToSession(
   lease: { providerId: string; sessionId: string; indices: number[] },
   correlationId?: string,
 ): Promise<void> {
-  const taken = await releaseReservedGpus(trx, lease.providerId, lease.indices);
+  await releaseReservedGpus(trx, lease.providerId, lease.indices);
   await insertLeases(trx, lease.providerId, lease.indices, { sessionId: lease.sessionId });
-  for (const id of new Set(taken.map((t) => t.reservation_id))) {
-    const left = await findReservation(trx, id);
-    const of = taken.filter((t) => t.reservation_id === id);
-    const reservation = {
-      id,
-      providerId: lease.providerId,
-      userId: of[0]!.user_id,
-      expiresAt: of[0]!.expires_at,
-      gpuIndices: left ? left.gpu_indices : of.map((t) => t.gpu_index).sort((a, b) => a - b),
-    };
-    await ctx.events.record(
-      trx,
-      left ? { kind: 'lease.reserved', reservation } : { kind: 'lease.released', reservation, reason: 'used' },
-      correlationId,
-    );
-  }
+  await stateHeldGpus(ctx, trx, lease.providerId, correlationId);
 }
 
 /**

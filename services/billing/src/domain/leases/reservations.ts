@@ -2,18 +2,19 @@
  * Reservations, a kind of lease for the scheduler: a platform service (or an admin) holds N GPUs of a machine for one
  * renter for a short time (60 s by default, at most 5 minutes) while it places the job; the renter's start that names
  * the reservation leases exactly those GPUs, a start that does not may take them after the free ones (policy.ts), and
- * a reservation not used by then expires by itself (the next writer of the machine's leases drops it) or is
+ * a reservation not used by then expires by itself (the expiry sweep drops it at its expiry: held.ts) or is
  * cancelled. The GPUs are chosen by the same rule as a start's, under the same lock (lease.ts), so a reservation and a
  * session never hold one GPU. Reserving costs nothing; the start checks the renter's funds and price as always.
  *
- * The registry hears of each reservation (`lease.reserved`, and `lease.released` when used up or cancelled; an expiry
- * it works out itself), so that offers and `free_gpus` count its GPUs as taken while it lasts.
+ * The registry hears of each (billing states the machine's held GPUs: held.ts, also when it lapses), so that offers
+ * and `free_gpus` count its GPUs as taken while it lasts.
  */
 import { randomUUID } from 'node:crypto';
 import { errors, hasRole, isPrivileged, type Principal } from '@gpu/common';
 import { findReservation, insertLeases, lockMachineGpus, releaseReservation } from '../../db/gpu-lease-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
+import { stateHeldGpus } from './held.ts';
 import { takeGpus } from './lease.ts';
 import { assertRentable } from './machine.ts';
 
@@ -61,7 +62,7 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
   if (!machine) throw billingErrors.providerNotFound(input.providerId);
   assertRentable(machine);
   const id = randomUUID();
-  return ctx.db.transaction().execute(async (trx) => {
+  const made = await ctx.db.transaction().execute(async (trx) => {
     // Free GPUs only: a reservation never takes over another one, even one held for the same renter.
     const { at, ...choice } = await takeGpus(
       trx,
@@ -71,8 +72,7 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
     );
     const expiresAt = new Date(at.getTime() + input.ttlMs);
     await insertLeases(trx, machine.id, choice.indices, { reservationId: id, userId: input.userId, expiresAt });
-    const reservation = { id, providerId: machine.id, userId: input.userId, gpuIndices: choice.indices, expiresAt };
-    await ctx.events.record(trx, { kind: 'lease.reserved', reservation }, input.correlationId);
+    await stateHeldGpus(ctx, trx, machine.id, input.correlationId);
     return {
       id,
       userId: input.userId,
@@ -82,6 +82,9 @@ export async function reserveGpus(ctx: BillingContext, input: ReservationInput):
       expiresAt,
     };
   });
+  // Its GPUs are stated free the moment it lapses.
+  ctx.state.wakeReservations();
+  return made;
 }
 
 /** Frees a reservation's GPUs before it expires; RESERVATION_NOT_FOUND when it holds none (used, expired, unknown). */
@@ -98,13 +101,6 @@ export async function cancelReservation(
     if (found) await lockMachineGpus(trx, found.provider_id, ctx.now);
     const freed = found ? await releaseReservation(trx, id) : [];
     if (!found || freed.length === 0) throw billingErrors.reservationNotFound(id);
-    const reservation = {
-      id,
-      providerId: found.provider_id,
-      userId: found.user_id,
-      gpuIndices: freed,
-      expiresAt: found.expires_at,
-    };
-    await ctx.events.record(trx, { kind: 'lease.released', reservation, reason: 'cancelled' }, correlationId);
+    await stateHeldGpus(ctx, trx, found.provider_id, correlationId);
   });
 }

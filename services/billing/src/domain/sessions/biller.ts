@@ -13,6 +13,7 @@
  */
 import { claimSessionIn, sessionIdsIn, sessionIdsPastCap } from '../../db/session-repository.ts';
 import type { BillingContext } from '../context.ts';
+import { stateNotedLeases } from '../leases/index.ts';
 import { billElapsed } from './billing.ts';
 import { finishSession } from './end.ts';
 import { RUNNING_STATUSES } from './session.ts';
@@ -70,6 +71,7 @@ async function billOne(ctx: BillingContext, id: string, result: CycleResult): Pr
       const billed = await billElapsed(ctx, trx, session);
       if (!billed.end) return 'billed' as const;
       await finishSession(ctx, trx, billed.session, billed.end);
+      await stateNotedLeases(ctx, trx);
       return billed.end.status === 'terminated' ? ('terminated' as const) : ('capped' as const);
     });
     if (outcome === 'skipped') result.skipped++;

@@ -28,6 +28,7 @@ import { updateEndedSession } from '../../db/session-repository.ts';
 import { insertTransactions } from '../../db/transaction-repository.ts';
 import { assertSessionParty, endsAsProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
+import { noteLeaseChange, stateNotedLeases } from '../leases/index.ts';
 import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
 import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
@@ -68,7 +69,9 @@ export async function endSession(
     if (!isRunning(session)) {
       return { session, billingRecord: await billingRecordOfSession(trx, sessionId), alreadyEnded: true };
     }
-    return finishSession(ctx, trx, session, kind, correlationId);
+    const ended = await finishSession(ctx, trx, session, kind, correlationId);
+    await stateNotedLeases(ctx, trx, correlationId);
+    return ended;
   });
   // The provider's earnings, committed: paid out now when the provider asked for automatic payouts.
   if (!end.alreadyEnded && new Dec(end.billingRecord.provider_earnings).gt(0)) {
@@ -79,7 +82,10 @@ export async function endSession(
   return end;
 }
 
-/** Ends a running session inside the caller's transaction (its row locked). */
+/**
+ * Ends a running session inside the caller's transaction (its row locked). The caller ends its transaction with
+ * `stateNotedLeases` (domain/leases): the machine's GPUs this end freed are stated to the market then.
+ */
 export async function finishSession(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
@@ -154,8 +160,10 @@ export async function finishSession(
     { now, accountIds: ctx.state.accountIds },
   );
   const reason = kind.reason ?? null;
-  // The session's GPUs are free again for the next renter, in the transaction that ends it.
+  // The session's GPUs are free again for the next renter, in the transaction that ends it (stated to the market at
+  // its end: the caller's `stateNotedLeases`).
   await releaseSessionGpus(trx, session.id);
+  if (session.reserves_machine) noteLeaseChange(trx, session.provider_id);
   countGpuMinutes(ctx, session, minutes);
   const ended = await updateEndedSession(trx, session.id, {
     status: kind.status,

@@ -28,6 +28,7 @@ import {
   sessionIdsOfProvider,
 } from '../../db/provider-offline-repository.ts';
 import type { BillingContext } from '../context.ts';
+import { stateNotedLeases } from '../leases/index.ts';
 import { finishSession, type SessionEnd } from './end.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from './session.ts';
 
@@ -68,7 +69,15 @@ export async function endSessionsOfStoppedProvider(
       if (!isRunning(session)) return null;
       if (!removed && new Date(session.started_at).getTime() >= change.occurredAt.getTime()) return null;
       const deliveredMinutes = await minutesAtLastReport(trx, id, change.occurredAt);
-      return finishSession(ctx, trx, session, { status: 'terminated', reason, deliveredMinutes }, change.correlationId);
+      const end = await finishSession(
+        ctx,
+        trx,
+        session,
+        { status: 'terminated', reason, deliveredMinutes },
+        change.correlationId,
+      );
+      await stateNotedLeases(ctx, trx, change.correlationId);
+      return end;
     });
     if (end) ended.push(end);
   }

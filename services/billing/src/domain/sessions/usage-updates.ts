@@ -28,6 +28,7 @@ import { appliedUsageRecords, openUsageBatch, type UsageRow } from '../../db/usa
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
+import { stateNotedLeases } from '../leases/index.ts';
 import { Dec, formatAmount } from '../ledger/index.ts';
 import { type BillItem, type BillOutcome, type BillPlan, planBillings, writeBillings } from './billing.ts';
 import { finishSession } from './end.ts';
@@ -201,6 +202,8 @@ async function applyInTransaction(
     const end = await finishSession(ctx, trx, outcome.session, outcome.end, fresh.get(id)![0]!.correlationId);
     finished.set(id, end.session);
   }
+  // Last in the transaction: the machines whose GPUs the ends freed, in machine order.
+  await stateNotedLeases(ctx, trx);
   const sessionOut = (id: string): SessionRow => finished.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
 
   return updates.map((u, i) => {

@@ -30,6 +30,7 @@ import {
 import { billingErrors } from '../../errors.ts';
 import { assertSessionParty, mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
+import { stateNotedLeases } from '../leases/index.ts';
 import { Dec, getHold } from '../ledger/index.ts';
 import { msPaidFor } from '../pricing/index.ts';
 import { finishSession, isRunning, loadSession, type SessionRow } from '../sessions/index.ts';
@@ -131,7 +132,9 @@ export async function reportWorkload(
       await ctx.events.record(trx, { kind: 'workload.running', session: billed }, correlationId);
       return { session: billed, workload: workloadOf(written) };
     }
-    return endWorkload(ctx, trx, session, row, report, correlationId);
+    const ended = await endWorkload(ctx, trx, session, row, report, correlationId);
+    await stateNotedLeases(ctx, trx, correlationId);
+    return ended;
   });
   // Its session ended with it: a job it ran is settled now, and its GPUs are free for queued jobs.
   if (reported.session.ended_at) ctx.state.wakeJobs();
@@ -180,6 +183,7 @@ export async function endWorkloadsNeverStarted(ctx: BillingContext, pageSize = 1
       const now = ctx.now();
       await updateWorkload(trx, id, { state: 'failed', reason: 'not_started', ended_at: now, updated_at: now });
       await finishSession(ctx, trx, session, { status: 'terminated', reason: 'workload_not_started' });
+      await stateNotedLeases(ctx, trx);
       ended++;
     });
   }

@@ -14,6 +14,7 @@ import * as ownerHold from './20250111000000_owner_hold.ts';
 import * as leaseKinds from './20250112000000_lease_kinds.ts';
 import * as outboxTraceContext from './20250113000000_outbox_trace_context.ts';
 import * as daemonBinding from './20250114000000_daemon_binding.ts';
+import * as gpuHolds from './20250115000000_gpu_holds.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -30,4 +31,5 @@ export const migrations: Record<string, Migration> = {
   '20250112000000_lease_kinds': leaseKinds,
   '20250113000000_outbox_trace_context': outboxTraceContext,
   '20250114000000_daemon_binding': daemonBinding,
+  '20250115000000_gpu_holds': gpuHolds,
 };
