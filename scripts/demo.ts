@@ -80,7 +80,7 @@ environment variables:
   PLATFORM_DATA_DIR, PLATFORM_PORT_BASE, PLATFORM_HOST   where the platform is, as for pnpm start
   GATEWAY_URL                                           the gateway (default: pnpm start's, PLATFORM_PORT_BASE+10)
 
-See README.md, "A market, step by step".`);
+See docs/demo.md.`);
 refuseArguments('pnpm demo');
 
 const ports = platformPorts();
