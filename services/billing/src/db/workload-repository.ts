@@ -1,6 +1,6 @@
 /** Sessions' workloads (`session_workloads`, migration 0016) and the billing start they set on their session. */
 import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
-import type { BillingDB, SessionWorkloadTable } from './schema.ts';
+import type { BillingDB, SessionStatus, SessionWorkloadTable } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
@@ -85,4 +85,21 @@ export async function recordOutputs(
     .set({ outputs: JSON.stringify(outputs), outputs_refused: JSON.stringify(refused), updated_at: now })
     .where('session_id', '=', sessionId)
     .execute();
+}
+
+/** Which of the sessions are in one of `statuses` with their workload running. */
+export async function sessionsWithRunningWorkload(
+  db: Db,
+  ids: readonly string[],
+  statuses: readonly SessionStatus[],
+): Promise<string[]> {
+  const rows = await db
+    .selectFrom('rental_sessions as s')
+    .innerJoin('session_workloads as w', 'w.session_id', 's.id')
+    .select('s.id')
+    .where('s.id', 'in', [...ids])
+    .where('s.status', 'in', [...statuses])
+    .where('w.state', '=', 'running')
+    .execute();
+  return rows.map((r) => r.id);
 }

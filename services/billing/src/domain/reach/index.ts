@@ -6,7 +6,7 @@
 import { AppError, errors, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
-import { findWorkload } from '../../db/workload-repository.ts';
+import { findWorkload, sessionsWithRunningWorkload } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
@@ -77,13 +77,5 @@ export const tooManyStreams = (sessionId: string, max: number) =>
 /** Which of the sessions still run, with a running workload. */
 export async function liveSessions(db: Kysely<BillingDB>, ids: string[]): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const rows = await db
-    .selectFrom('rental_sessions as s')
-    .innerJoin('session_workloads as w', 'w.session_id', 's.id')
-    .select('s.id')
-    .where('s.id', 'in', ids)
-    .where('s.status', 'in', [...RUNNING_STATUSES])
-    .where('w.state', '=', 'running')
-    .execute();
-  return new Set(rows.map((r) => r.id));
+  return new Set(await sessionsWithRunningWorkload(db, ids, RUNNING_STATUSES));
 }
