@@ -111,14 +111,19 @@ export function useAuthAndRegistry(
 export async function priceTheMarket(platform: AuthAndRegistry): Promise<void> {
   const service = await platform.machineClient('service');
   const prices = await platform.registry.app.inject({
-    method: 'PUT',
-    url: '/prices',
+    method: 'POST',
+    url: '/messages',
     headers: { authorization: `Bearer ${await service.get()}` },
     payload: {
+      event_id: randomUUID(),
+      kind: 'pricing.platform_rates',
       occurred_at: new Date().toISOString(),
-      base_rates: { default: '0.25' },
-      vram_rate_per_gb_hour: '0.02',
-      power_rate_per_watt_hour: '0.001',
+      card: {
+        occurred_at: new Date().toISOString(),
+        base_rates: { default: '0.25' },
+        vram_rate_per_gb_hour: '0.02',
+        power_rate_per_watt_hour: '0.001',
+      },
     },
   });
   expect(prices.statusCode, prices.body).toBe(200);

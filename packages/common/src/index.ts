@@ -126,6 +126,7 @@ export { onBodyCut } from './http/body-cut.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export { listenForGateway } from './http/gateway-socket.ts';
 export type { HealthCheck } from './http/health.ts';
+export { inboxRoute } from './http/inbox.ts';
 export { NEXT_CURSOR_HEADER, PAGE_LIMIT, pageQuery, queryInteger, setNextPage } from './http/paging.ts';
 export { headersOf, kindOfStatus, problemOf, statusOf } from './http/problem.ts';
 export { noBody, problemSchema } from './http/problem-schema.ts';
@@ -139,6 +140,7 @@ export {
   PROVIDER_FAULT_END_REASONS,
   PROVIDER_STATUSES,
   type ProviderStatus,
+  REGISTRY_MESSAGE_KINDS,
   SESSION_ENDED_EVENT_KINDS,
   SESSION_RUNNING_EVENT_KINDS,
   UNDELIVERED_END_REASONS,
@@ -157,6 +159,9 @@ export {
   type EventPublisher,
   ensureStream,
   eventBody,
+  MessageBus,
+  type MessageHandler,
+  type MessageMeta,
   messageTraceContext,
   NatsPublisher,
   type NewEvent,
@@ -167,9 +172,11 @@ export {
   type OutboxEventTable,
   OutboxRelay,
   type OutboxRelayOptions,
+  onMessage,
   outboxMetrics,
   type PublishOptions,
   type Settlement,
+  startBusConsumer,
   startDurableConsumer,
 } from './messaging/index.ts';
 export {

@@ -72,3 +72,15 @@ export const SESSION_ENDED_EVENT_KINDS = ['session.completed', 'session.terminat
  * with each statement of the machine: the provider registry keeps the newest, so its market shows billing's leases.
  */
 export const GPUS_HELD_EVENT_KIND = 'lease.held';
+
+/**
+ * The kinds of billing's events the provider registry takes (its message bus: over NATS from billing's stream, or
+ * posted to its inbox by billing's outbox when billing runs without NATS): held GPUs, rentals' ends, prices.
+ */
+export const REGISTRY_MESSAGE_KINDS = [
+  GPUS_HELD_EVENT_KIND,
+  'session.completed',
+  'session.terminated',
+  'pricing.platform_rates',
+  'pricing.provider_rates',
+] as const;

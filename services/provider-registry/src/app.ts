@@ -9,8 +9,10 @@ import {
   consumerPendingGauge,
   createApp,
   type Database,
+  type DurableConsumer,
   durationMs,
   type EventPublisher,
+  inboxRoute,
   type Logger,
   NatsPublisher,
   natsConnectedGauge,
@@ -18,12 +20,7 @@ import {
   outboxMetrics,
   type TokenVerifier,
 } from '@gpu/common';
-import {
-  type SessionConsumer,
-  startHoldConsumer,
-  startPriceConsumer,
-  startSessionConsumer,
-} from './adapters/billing-events-consumer.ts';
+import { billingMessages, startBillingConsumers } from './adapters/billing-messages.ts';
 import {
   type HeartbeatSubscriber,
   heartbeatRejectionCounter,
@@ -32,12 +29,12 @@ import {
 import { fleetMetric, heartbeatBatchMetrics } from './adapters/ops-metrics.ts';
 import { offlineAfterMs, type RegistryConfig } from './config.ts';
 import type { RegistryDB } from './db/schema.ts';
+import { SESSION_REPORTING_ROLES } from './domain/access.ts';
 import { GpuHolds } from './domain/gpu-holds.ts';
 import { Market } from './domain/market.ts';
 import { PeriodicTask } from './domain/periodic-task.ts';
 import { RegistryService } from './domain/registry-service.ts';
 import { StatusOutbox } from './domain/status-events.ts';
-import { gpuHoldRoutes } from './routes/gpu-holds.ts';
 import { heartbeatRoute } from './routes/heartbeat.ts';
 import { JsonArraySender } from './routes/json-array.ts';
 import { offerRoutes } from './routes/offers.ts';
@@ -147,7 +144,9 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   await app.register(providerRoutes, routes);
   // A plugin of its own, so that its lenient JSON parser touches no other route.
   await app.register(heartbeatRoute, routes);
-  await app.register(gpuHoldRoutes, { holds });
+  // Billing's messages: its stream's consumers (below) and, for a billing without NATS, the inbox.
+  const messages = billingMessages({ holds, market, logger });
+  inboxRoute(app, { bus: messages, roles: SESSION_REPORTING_ROLES, schemas });
   await app.register(offerRoutes, { market });
 
   const sweeper = new PeriodicTask(
@@ -178,7 +177,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
     },
     logger,
   );
-  const consumers: SessionConsumer[] = [];
+  const consumers: DurableConsumer[] = [];
   let heartbeats: HeartbeatSubscriber | undefined;
   const nats = publisher instanceof NatsPublisher ? publisher : undefined;
   const heartbeatRejections = heartbeatRejectionCounter();
@@ -212,11 +211,18 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
       });
     }
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
-      const billing = { connection: publisher.connection, prefix: config.messaging.subjects.billing_events, logger };
       consumers.push(
-        startSessionConsumer({ ...billing, holds, durable: config.messaging.session_consumer }),
-        startPriceConsumer({ ...billing, market, durable: config.messaging.price_consumer }),
-        startHoldConsumer({ ...billing, holds, durable: config.messaging.lease_consumer }),
+        ...startBillingConsumers({
+          connection: publisher.connection,
+          bus: messages,
+          prefix: config.messaging.subjects.billing_events,
+          durables: {
+            sessions: config.messaging.session_consumer,
+            leases: config.messaging.lease_consumer,
+            prices: config.messaging.price_consumer,
+          },
+          logger,
+        }),
       );
     }
   });

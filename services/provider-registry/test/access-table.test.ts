@@ -59,30 +59,6 @@ function table(): Record<string, AccessRule> {
       // The market: anyone with a token.
       expect: { ...READ, other_user: 200, other_daemon: 200, renter: 200 },
     },
-    'PUT /prices': {
-      request: () => ({
-        payload: {
-          occurred_at: new Date(0).toISOString(),
-          base_rates: { default: '0.25' },
-          vram_rate_per_gb_hour: '0.02',
-          power_rate_per_watt_hour: '0.001',
-        },
-      }),
-      expect: PRIVILEGED,
-    },
-    'PUT /providers/:providerID/prices': {
-      request: async () => ({
-        url: `/providers/${await ownersMachine()}/prices`,
-        payload: {
-          occurred_at: new Date(0).toISOString(),
-          base_rates: {},
-          vram_rate_per_gb_hour: null,
-          power_rate_per_watt_hour: null,
-        },
-      }),
-      // Prices are billing's: the machine's owner sets them at billing, never here.
-      expect: PRIVILEGED,
-    },
     'PUT /providers/:providerID': {
       request: async () => ({
         url: `/providers/${await ownersMachine()}`,
@@ -110,18 +86,20 @@ function table(): Record<string, AccessRule> {
       // (heartbeat-batches.test.ts), and writes nothing.
       expect: { ...MANAGE(200), other_user: 200, other_daemon: 200 },
     },
-    'PUT /providers/:providerID/gpus-held': {
+    'POST /messages': {
       request: async () => {
         version += 1;
-        return { url: `/providers/${await ownersMachine()}/gpus-held`, payload: { version, gpu_indices: [0] } };
+        return {
+          payload: {
+            event_id: crypto.randomUUID(),
+            kind: 'lease.held',
+            occurred_at: new Date().toISOString(),
+            provider_id: await ownersMachine(),
+            version,
+            gpu_indices: [0],
+          },
+        };
       },
-      expect: PRIVILEGED,
-    },
-    'PUT /providers/:providerID/ended-sessions/:sessionID': {
-      request: async () => ({
-        url: `/providers/${await ownersMachine()}/ended-sessions/${crypto.randomUUID()}`,
-        payload: { end_reason: 'ended' },
-      }),
       expect: PRIVILEGED,
     },
     'DELETE /providers/:providerID': {

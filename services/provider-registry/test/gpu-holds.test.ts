@@ -11,7 +11,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../src/db/migrations/index.ts';
-import { EventCollector, gpu, type Harness, register, startHarness } from './helpers.ts';
+import { deliver, EventCollector, gpu, type Harness, register, startHarness } from './helpers.ts';
 
 let h: Harness;
 let billing: NatsPublisher;
@@ -191,34 +191,23 @@ describe("billing's statements of held GPUs over NATS", () => {
   });
 });
 
-describe("billing's statements over HTTP (billing without NATS)", () => {
-  const put = (id: string, payload: unknown) =>
-    h.app.inject({ method: 'PUT', url: `/providers/${id}/gpus-held`, payload: payload as object });
+describe("billing's messages through the inbox (billing without NATS)", () => {
+  const put = (id: string, statement: Record<string, unknown>) =>
+    deliver(h.app, 'lease.held', { provider_id: id, ...statement });
 
-  it('keeps the greatest version: an older or repeated statement is answered, applied: false, and changes nothing', async () => {
+  it('keeps the greatest version: an older or repeated statement changes nothing', async () => {
     const p = await register(h.app, { gpus: [gpu(), gpu()] });
     const first = await put(p.id, { version: 10, gpu_indices: [1, 0] });
     expect(first.statusCode, first.body).toBe(200);
-    expect(first.json()).toEqual({
-      provider_id: p.id,
-      applied: true,
-      version: 10,
-      gpu_indices: [0, 1],
-      previous_status: 'idle',
-      status: 'busy',
-    });
-    expect((await put(p.id, { version: 10, gpu_indices: [] })).json()).toMatchObject({
-      applied: false,
-      version: 10,
-      gpu_indices: [0, 1],
-      status: 'busy',
-    });
-    expect((await put(p.id, { version: 9, gpu_indices: [] })).json()).toMatchObject({ applied: false });
-    expect((await put(p.id, { version: 11, gpu_indices: [0] })).json()).toMatchObject({
-      applied: true,
-      previous_status: 'busy',
-      status: 'idle',
-    });
+    expect(first.json()).toEqual({ kind: 'lease.held', outcome: 'applied' });
+    expect(await holdsOf(p.id)).toEqual({ version: 10, gpuIndices: [0, 1] });
+    expect(await statusOf(p.id)).toBe('busy');
+    for (const older of [10, 9]) {
+      expect((await put(p.id, { version: older, gpu_indices: [] })).statusCode).toBe(200);
+      expect(await holdsOf(p.id)).toEqual({ version: 10, gpuIndices: [0, 1] });
+    }
+    expect((await put(p.id, { version: 11, gpu_indices: [0] })).statusCode).toBe(200);
+    expect(await statusOf(p.id)).toBe('idle');
     expect(await freeGpus(p.id)).toBe(1);
   });
 
@@ -238,23 +227,38 @@ describe("billing's statements over HTTP (billing without NATS)", () => {
     expect(await freeGpus(p.id)).toBe(7);
   });
 
-  it('answers an unknown provider 404 and bad statements 400, with problem bodies', async () => {
+  it('answers an unknown machine unapplicable, and bad messages 400 naming the field, with problem bodies', async () => {
     const missing = await put(randomUUID(), { version: 1, gpu_indices: [] });
-    expect(missing.statusCode).toBe(404);
-    expect(missing.json().code).toBe('PROVIDER_NOT_FOUND');
+    expect(missing.json()).toEqual({ kind: 'lease.held', outcome: 'unapplicable' });
     const p = await register(h.app);
-    for (const bad of [
-      { version: 0, gpu_indices: [] },
-      { version: 1, gpu_indices: [1, 1] },
-      { version: 1, gpu_indices: [64] },
-      { version: 1.5, gpu_indices: [] },
-      { gpu_indices: [] },
-      { version: 1 },
-    ]) {
+    for (const [bad, field] of [
+      [{ version: 0, gpu_indices: [] }, 'body.version'],
+      [{ version: 1, gpu_indices: [1, 1] }, 'body.gpu_indices'],
+      [{ version: 1, gpu_indices: [64] }, 'body.gpu_indices'],
+      [{ version: 1.5, gpu_indices: [] }, 'body.version'],
+      [{ gpu_indices: [] }, 'body.version'],
+      [{ version: 1 }, 'body.gpu_indices'],
+    ] as const) {
       const res = await put(p.id, bad);
       expect(res.statusCode, JSON.stringify(bad)).toBe(400);
       expect(res.headers['content-type']).toMatch(/problem\+json/);
+      expect(res.json().errors[0].path, JSON.stringify(bad)).toMatch(new RegExp(`^${field.replace('.', '\\.')}`));
     }
+    // A kind the registry does not take, and no kind at all.
+    for (const body of [{ kind: 'deposit.confirmed' }, { provider_id: p.id }]) {
+      const res = await h.app.inject({ method: 'POST', url: '/messages', payload: body });
+      expect(res.statusCode, JSON.stringify(body)).toBe(400);
+    }
+    expect(await holdsOf(p.id)).toEqual({ version: 0, gpuIndices: [] });
+    // Only platform services (and admins) post messages.
+    const renter = await h.issuer.user(['renter']);
+    const forged = await deliver(
+      h.app,
+      'lease.held',
+      { provider_id: p.id, version: 99, gpu_indices: [0] },
+      renter.headers,
+    );
+    expect(forged.statusCode).toBe(403);
     expect(await holdsOf(p.id)).toEqual({ version: 0, gpuIndices: [] });
   });
 
@@ -262,8 +266,8 @@ describe("billing's statements over HTTP (billing without NATS)", () => {
     const p = await register(h.app);
     const [old, recent] = [randomUUID(), randomUUID()];
     for (const s of [old, recent]) {
-      const res = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}/ended-sessions/${s}`, payload: {} });
-      expect(res.json()).toMatchObject({ counted: true });
+      const res = await deliver(h.app, 'session.completed', { session: { id: s, provider_id: p.id } });
+      expect(res.json()).toEqual({ kind: 'session.completed', outcome: 'applied' });
     }
     const db = h.database.db;
     await db

@@ -6,16 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { gpu, type Harness, providerBody, register, startHarness } from './helpers.ts';
+import { deliver, gpu, type Harness, providerBody, register, startHarness } from './helpers.ts';
 
 let h: Harness;
 
 beforeAll(async () => {
   h = await startHarness({ nats: false });
-  const card = await h.app.inject({
-    method: 'PUT',
-    url: '/prices',
-    payload: {
+  const card = await deliver(h.app, 'pricing.platform_rates', {
+    card: {
       base_rates: { default: '1' },
       vram_rate_per_gb_hour: '0',
       power_rate_per_watt_hour: '0',
@@ -43,16 +41,17 @@ let version = 0;
 /** What billing holds per machine in these tests: each session's GPUs. */
 const sessions = new Map<string, Map<string, number[]>>();
 
-/** States the machine's held GPUs (`PUT /providers/{id}/gpus-held`) with the next version; the answer. */
+/** States the machine's held GPUs (`lease.held`) with the next version; its status before and after, and the GPUs. */
 async function state(providerId: string, gpuIndices: number[]) {
   version += 1;
-  const res = await h.app.inject({
-    method: 'PUT',
-    url: `/providers/${providerId}/gpus-held`,
-    payload: { version, gpu_indices: gpuIndices },
-  });
+  const previous_status = await statusOf(providerId);
+  const res = await deliver(h.app, 'lease.held', { provider_id: providerId, version, gpu_indices: gpuIndices });
   expect(res.statusCode, res.body).toBe(200);
-  return res.json() as { status: string; previous_status: string; gpu_indices: number[] };
+  return {
+    previous_status,
+    status: await statusOf(providerId),
+    ...{ gpu_indices: (await h.app.holds.of(providerId)).gpuIndices },
+  };
 }
 
 /** States what the machine's sessions hold, after `change`. */
@@ -274,11 +273,7 @@ describe("validation of billing's statement", () => {
   it('refuses duplicate, out-of-range, negative and fractional GPU lists with 400 problems, writing nothing', async () => {
     const p = await machine();
     for (const gpu_indices of [[0, 0], [64], [-1], [1.5], 'all', null, Array.from({ length: 65 }, (_, i) => i)]) {
-      const res = await h.app.inject({
-        method: 'PUT',
-        url: `/providers/${p.id}/gpus-held`,
-        payload: { version: 1, gpu_indices },
-      });
+      const res = await deliver(h.app, 'lease.held', { provider_id: p.id, version: 1, gpu_indices });
       expect(res.statusCode, JSON.stringify(gpu_indices)).toBe(400);
       expect(res.headers['content-type']).toMatch(/application\/problem\+json/);
       expect(res.json()).toMatchObject({ status: 400, code: 'VALIDATION_ERROR' });

@@ -225,18 +225,29 @@ const leases = new WeakMap<RegistryApp, Map<string, Map<string, readonly number[
 let version = 0;
 
 /**
- * States the GPUs billing holds on the machine as `PUT /providers/{id}/gpus-held` with a version greater than any
- * before (as the harness's admin), as billing does without NATS; the answer.
+ * Posts one of billing's messages to the registry's inbox (`POST /messages`, as the harness's admin or with
+ * `headers`), in the envelope billing's outbox writes, as billing does without NATS; the response.
  */
+export function deliver(
+  app: RegistryApp,
+  kind: string,
+  data: Record<string, unknown>,
+  headers: Record<string, string> = {},
+) {
+  return app.inject({
+    method: 'POST',
+    url: '/messages',
+    headers,
+    payload: { event_id: randomUUID(), kind, occurred_at: new Date().toISOString(), ...data },
+  });
+}
+
+/** States the GPUs billing holds on the machine (`lease.held`) with a version greater than any before. */
 export async function stateHeld(app: RegistryApp, providerId: string, gpuIndices: readonly number[]) {
   version += 1;
-  const res = await app.inject({
-    method: 'PUT',
-    url: `/providers/${providerId}/gpus-held`,
-    payload: { version, gpu_indices: gpuIndices },
-  });
+  const res = await deliver(app, 'lease.held', { provider_id: providerId, version, gpu_indices: gpuIndices });
   if (res.statusCode !== 200) throw new Error(`stating held GPUs failed: ${res.statusCode} ${res.body}`);
-  return res.json() as { applied: boolean; version: number; gpu_indices: number[]; status: string };
+  return res.json() as { kind: string; outcome: string };
 }
 
 /** States what the harness's billing holds on the machine now: every session's GPUs. */
@@ -275,18 +286,15 @@ export async function rent(
 
 /**
  * The session ends, as billing does it: its GPUs stated free, and its end reported for the machine's reliability
- * (`PUT /providers/{id}/ended-sessions/{sessionId}`, with `end_reason` when given).
+ * (`session.completed`, with `end_reason` when given).
  */
 export async function endRental(app: RegistryApp, providerId: string, sessionId: string, endReason?: string) {
   leases.get(app)?.get(providerId)?.delete(sessionId);
   await stateLeases(app, providerId);
-  const res = await app.inject({
-    method: 'PUT',
-    url: `/providers/${providerId}/ended-sessions/${sessionId}`,
-    payload: endReason ? { end_reason: endReason } : {},
+  const res = await deliver(app, 'session.completed', {
+    session: { id: sessionId, provider_id: providerId, end_reason: endReason ?? null },
   });
   if (res.statusCode !== 200) throw new Error(`session end failed: ${res.statusCode} ${res.body}`);
-  return res.json() as { counted: boolean };
 }
 
 /** Moves a provider's last heartbeat into the past, as if it had been silent for `ms`. */

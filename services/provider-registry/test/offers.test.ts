@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { Decimal } from 'decimal.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { endRental, gpu, type Harness, register, rent, startHarness } from './helpers.ts';
+import { deliver, endRental, gpu, type Harness, register, rent, startHarness } from './helpers.ts';
 
 let h: Harness;
 // Each test's machines carry a region of their own, so a search sees only them.
@@ -24,16 +24,14 @@ const CARD = {
   factors: { default: { demand: '1', supply: '1' } },
 };
 
+/** Billing's card (`pricing.platform_rates`) made at `at`; whether the market keeps it (false: it held a newer one). */
 async function putCard(card: object, at = new Date()) {
-  const res = await h.app.inject({
-    method: 'PUT',
-    url: '/prices',
-    payload: { ...card, occurred_at: at.toISOString() },
-  });
+  const res = await deliver(h.app, 'pricing.platform_rates', { card: { ...card, occurred_at: at.toISOString() } });
   expect(res.statusCode, res.body).toBe(200);
   // The offers are priced again in the background: a search after this one sees the card.
   await h.app.market.settled();
-  return res.json().applied as boolean;
+  const kept = await h.database.db.selectFrom('price_card').select('occurred_at').executeTakeFirst();
+  return kept?.occurred_at.getTime() === at.getTime();
 }
 
 /** An offer as the search answers it (the fields these tests read). */
@@ -87,36 +85,32 @@ describe('offers', () => {
     const where = region();
     const machine = await register(h.app, { location: where, gpus: [gpu(H100)] });
     await putCard(CARD);
-    const set = (rates: object, at: Date) =>
-      h.app.inject({
-        method: 'PUT',
-        url: `/providers/${machine.id}/prices`,
-        payload: {
-          vram_rate_per_gb_hour: null,
-          power_rate_per_watt_hour: null,
-          ...rates,
-          occurred_at: at.toISOString(),
-        },
+    const set = async (rates: object, at: Date) => {
+      const res = await deliver(h.app, 'pricing.provider_rates', {
+        provider_id: machine.id,
+        rates: { vram_rate_per_gb_hour: null, power_rate_per_watt_hour: null, ...rates, occurred_at: at.toISOString() },
       });
+      expect(res.statusCode, res.body).toBe(200);
+      await h.app.market.settled();
+    };
     const now = Date.now();
-    expect((await set({ base_rates: { default: '10' } }, new Date(now))).json()).toEqual({ applied: true });
+    await set({ base_rates: { default: '10' } }, new Date(now));
     const own = new Decimal('10').plus(new Decimal(81559).div(1024).mul('0.02')).plus('0.7');
     expect(new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour).eq(own)).toBe(true);
     // Older rates, arriving late: ignored.
-    expect((await set({ base_rates: { default: '1' } }, new Date(now - 60_000))).json()).toEqual({ applied: false });
+    await set({ base_rates: { default: '1' } }, new Date(now - 60_000));
     expect(new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour).eq(own)).toBe(true);
     // Rates for a machine the registry does not know: nothing to price.
-    const unknown = await h.app.inject({
-      method: 'PUT',
-      url: `/providers/${randomUUID()}/prices`,
-      payload: {
+    const unknown = await deliver(h.app, 'pricing.provider_rates', {
+      provider_id: randomUUID(),
+      rates: {
         base_rates: {},
         vram_rate_per_gb_hour: null,
         power_rate_per_watt_hour: null,
         occurred_at: new Date().toISOString(),
       },
     });
-    expect(unknown.json()).toEqual({ applied: false });
+    expect(unknown.statusCode, unknown.body).toBe(200);
   });
 
   it("group a machine's GPUs by billing's model key, priced on the healthy ones' average as billing charges", async () => {
@@ -253,12 +247,12 @@ describe('offers', () => {
       401,
     );
     // Only billing (a service) and admins set prices.
-    const refused = await h.app.inject({
-      method: 'PUT',
-      url: '/prices',
-      headers: renter.headers,
-      payload: { ...CARD, occurred_at: new Date().toISOString() },
-    });
+    const refused = await deliver(
+      h.app,
+      'pricing.platform_rates',
+      { card: { ...CARD, occurred_at: new Date().toISOString() } },
+      renter.headers,
+    );
     expect(refused.statusCode).toBe(403);
   });
 

@@ -38,12 +38,12 @@ describe('openapi.json', () => {
     const heartbeat = doc.paths['/providers/{providerID}/heartbeat'].post;
     expect(heartbeat.requestBody.required).toBe(false);
     expect(heartbeat.requestBody.content).toHaveProperty('application/json');
-    // A registration's body is required, and documented so; so is a statement of held GPUs.
+    // A registration's body is required, and documented so; so is a message to the inbox.
     expect(doc.paths['/providers'].post.requestBody.required).toBe(true);
-    expect(doc.paths['/providers/{providerID}/gpus-held'].put.requestBody.required).toBe(true);
+    expect(doc.paths['/messages'].post.requestBody.required).toBe(true);
 
     const p = await register(h.app);
-    const bare = await h.app.inject({ method: 'PUT', url: `/providers/${p.id}/gpus-held` });
+    const bare = await h.app.inject({ method: 'POST', url: '/messages' });
     expect(bare.statusCode).toBe(400);
     const beat = await h.app.inject({ method: 'POST', url: `/providers/${p.id}/heartbeat` });
     expect(beat.statusCode).toBe(200);

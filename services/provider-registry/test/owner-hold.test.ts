@@ -8,7 +8,17 @@
 import { randomBytes } from 'node:crypto';
 import type { Caller } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ageProvider, endRental, gpu, type Harness, providerBody, register, rent, startHarness } from './helpers.ts';
+import {
+  ageProvider,
+  deliver,
+  endRental,
+  gpu,
+  type Harness,
+  providerBody,
+  register,
+  rent,
+  startHarness,
+} from './helpers.ts';
 
 let h: Harness;
 let owner: Caller;
@@ -25,10 +35,8 @@ beforeAll(async () => {
   h = await startHarness({ nats: false });
   owner = await h.issuer.user(['provider']);
   daemon = await h.issuer.client('daemon', owner.id);
-  const card = await h.app.inject({
-    method: 'PUT',
-    url: '/prices',
-    payload: { ...CARD, occurred_at: new Date().toISOString() },
+  const card = await deliver(h.app, 'pricing.platform_rates', {
+    card: { ...CARD, occurred_at: new Date().toISOString() },
   });
   expect(card.statusCode, card.body).toBe(200);
 });

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ageProvider, endRental, type Harness, register, rent, startHarness } from './helpers.ts';
+import { ageProvider, deliver, endRental, type Harness, register, rent, startHarness } from './helpers.ts';
 
 let h: Harness;
 beforeAll(async () => {
@@ -99,20 +99,16 @@ describe("a machine's reliability", () => {
   it("counts each session's end once, against the machine only for its faults", async () => {
     const p = await register(h.app);
     const end = (sessionId: string, reason?: string) =>
-      h.app.inject({
-        method: 'PUT',
-        url: `/providers/${p.id}/ended-sessions/${sessionId}`,
-        payload: reason ? { end_reason: reason } : {},
-      });
+      deliver(h.app, 'session.completed', { session: { id: sessionId, provider_id: p.id, end_reason: reason } });
     const a = await rent(h.app, p.id);
     const first = await end(a, 'ended');
     expect(first.statusCode, first.body).toBe(200);
-    expect(first.json()).toMatchObject({ counted: true });
+    expect(first.json()).toEqual({ kind: 'session.completed', outcome: 'applied' });
     const b = await rent(h.app, p.id);
     expect((await end(b, 'provider_offline')).statusCode).toBe(200);
     // Billing reports an end again (a redelivery), and in parallel: counted once.
     const again = await Promise.all([end(b, 'provider_offline'), end(b, 'provider_offline'), end(a, 'ended')]);
-    expect(again.map((r) => r.json().counted)).toEqual([false, false, false]);
+    expect(again.map((r) => r.statusCode)).toEqual([200, 200, 200]);
     const c = await rent(h.app, p.id);
     await end(c, 'spend_cap'); // the renter's cap: not the machine's fault
     // A session never reported running, reported ended: counted once too.
@@ -124,8 +120,10 @@ describe("a machine's reliability", () => {
   it("counts an owner's end of a rental against the machine, and nothing of rentals of one's own machine", async () => {
     const owner = randomUUID();
     const p = await register(h.app, { owner_id: owner });
-    const end = (sessionId: string, payload: Record<string, string>) =>
-      h.app.inject({ method: 'PUT', url: `/providers/${p.id}/ended-sessions/${sessionId}`, payload });
+    const end = (sessionId: string, ends: { end_reason: string; renter_id: string }) =>
+      deliver(h.app, 'session.terminated', {
+        session: { id: sessionId, provider_id: p.id, end_reason: ends.end_reason, user_id: ends.renter_id },
+      });
     // The owner ends a stranger's rental: billing records provider_ended, a fault of the machine's.
     const stranger = randomUUID();
     expect((await end(await rent(h.app, p.id), { end_reason: 'provider_ended', renter_id: stranger })).statusCode).toBe(

@@ -7,7 +7,16 @@
  */
 import type { Caller } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EventCollector, endRental, type Harness, providerBody, register, rent, startHarness } from './helpers.ts';
+import {
+  deliver,
+  EventCollector,
+  endRental,
+  type Harness,
+  providerBody,
+  register,
+  rent,
+  startHarness,
+} from './helpers.ts';
 
 let h: Harness;
 let events: EventCollector;
@@ -163,18 +172,14 @@ describe('deleting a rented machine', () => {
     });
     expect(removal.correlationId).toBe(correlation);
     // Billing's late statement of the machine, and of the session's end, find no machine.
-    const late = await h.app.inject({
-      method: 'PUT',
-      url: `/providers/${p.id}/gpus-held`,
-      payload: { version: Number.MAX_SAFE_INTEGER, gpu_indices: [] },
+    const late = await deliver(h.app, 'lease.held', {
+      provider_id: p.id,
+      version: Number.MAX_SAFE_INTEGER,
+      gpu_indices: [],
     });
-    expect(late.statusCode).toBe(404);
-    const lateEnd = await h.app.inject({
-      method: 'PUT',
-      url: `/providers/${p.id}/ended-sessions/${session}`,
-      payload: {},
-    });
-    expect(lateEnd.statusCode).toBe(404);
+    expect(late.json()).toEqual({ kind: 'lease.held', outcome: 'unapplicable' });
+    const lateEnd = await deliver(h.app, 'session.completed', { session: { id: session, provider_id: p.id } });
+    expect(lateEnd.json()).toEqual({ kind: 'session.completed', outcome: 'unapplicable' });
     expect(
       (await h.app.inject({ method: 'DELETE', url: `/providers/${p.id}`, headers: owner.headers })).statusCode,
     ).toBe(404);

@@ -21,6 +21,11 @@ describe('the request schemas of openapi.json', () => {
     const drift = await requestSchemaDrift({
       app: h.app,
       callers: [h.admin.headers, service, daemon],
+      skip: {
+        'POST /messages':
+          "the inbox's body is one of several kinds' schemas, by `kind`: each kind is refused field by field in " +
+          'gpu-holds.test.ts and offers.test.ts',
+      },
       skipFields: {
         'querystring.cursor': 'opaque: only a cursor a page answered is one (400 INVALID_CURSOR)',
         'PUT /providers/{providerID} body.id': "a rule between the path and the body: the id must be the path's",

@@ -21,6 +21,7 @@
  *
  * Writes the `jobs` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { clientCredentials, type TokenSource } from '@gpu/client';
 import { createLogger, NoopPublisher } from '@gpu/common';
@@ -46,14 +47,19 @@ const asService = await platform.serviceHeaders();
 // The market lists machines once it has the platform's prices: given here, as the tests do, so that it does not wait
 // on billing's announcement.
 const priced = await platform.registry.app.inject({
-  method: 'PUT',
-  url: '/prices',
+  method: 'POST',
+  url: '/messages',
   headers: asService,
   payload: {
+    event_id: randomUUID(),
+    kind: 'pricing.platform_rates',
     occurred_at: new Date().toISOString(),
-    base_rates: { default: '0.25' },
-    vram_rate_per_gb_hour: '0.02',
-    power_rate_per_watt_hour: '0.001',
+    card: {
+      occurred_at: new Date().toISOString(),
+      base_rates: { default: '0.25' },
+      vram_rate_per_gb_hour: '0.02',
+      power_rate_per_watt_hour: '0.001',
+    },
   },
 });
 if (priced.statusCode !== 200) throw new Error(`the registry refused the prices: ${priced.body}`);

@@ -41,6 +41,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Deliver a message to the service (a platform service without NATS)
+         * @description The service's message bus over HTTP: the same kinds, schemas and handlers as its JetStream consumers. Idempotent as each kind is (a message delivered twice changes nothing more). Platform services only.
+         */
+        post: operations["deliverMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/offers": {
         parameters: {
             query?: never;
@@ -54,26 +74,6 @@ export interface paths {
          */
         get: operations["searchOffers"];
         put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/prices": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        /**
-         * The platform's price card (billing, without NATS)
-         * @description Idempotent; an older card than the one held (`occurred_at`) changes nothing. Every offer is priced again. Only admins and platform services.
-         */
-        put: operations["setPriceCard"];
         post?: never;
         delete?: never;
         options?: never;
@@ -150,46 +150,6 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/providers/{providerID}/ended-sessions/{sessionID}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        /**
-         * Report a rental's end for the machine's reliability (billing, without NATS)
-         * @description Idempotent: the first report of a session's end counts in the machine's reliability, against it when `end_reason` is the machine's fault; a repeat counts nothing. A rental by the machine's own owner is never counted. The GPUs it held are free once billing states the machine's held GPUs (`PUT .../gpus-held`). Only admins and platform services.
-         */
-        put: operations["reportSessionEnded"];
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/providers/{providerID}/gpus-held": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        /**
-         * State the GPUs billing's leases hold on the machine (billing, without NATS)
-         * @description Billing owns which GPUs are free: after each change of a machine's leases it states every GPU they hold (by position in the provider's `gpus` array), with a version that grows with each statement. The registry keeps the statement with the greatest version and drops an older or repeated one (`applied: false`), so retries and reordering are harmless. Offers and `free_gpus` count the held GPUs taken; the provider goes idle -> busy once fully rented (no GPU group with `min_gpus_per_rental` free GPUs left) and busy -> idle when GPUs are free again (unless its owner holds it); offline, error and maintenance are kept. Only admins and platform services.
-         */
-        put: operations["stateGpusHeld"];
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
     "/providers/{providerID}/heartbeat": {
         parameters: {
             query?: never;
@@ -204,26 +164,6 @@ export interface paths {
          * @description offline and error become idle (busy when fully rented or held by the owner); other states are kept. last_seen_at becomes now. Each gpu_metrics entry updates the GPU at `index` (its position in the provider's gpus array); an index the provider lacks is 400 UNKNOWN_GPU_INDEX and nothing is written.
          */
         post: operations["sendHeartbeat"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/providers/{providerID}/prices": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        /**
-         * A machine's own rates (billing, without NATS)
-         * @description Idempotent; older rates than those held change nothing, and a machine the registry does not know has none (`applied: false`). The machine's offers are priced again. Only admins and platform services.
-         */
-        put: operations["setProviderPrices"];
-        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -328,40 +268,6 @@ export interface components {
              * @description video memory in MB
              */
             vram: number;
-        };
-        /** @description The GPUs held on the machine as the registry keeps them, and the provider's status before and after */
-        GpusHeld: {
-            /** @description whether this statement was kept; false: one with the same or a greater version is kept already */
-            applied: boolean;
-            /** @description the GPUs held as the kept statement names them */
-            gpu_indices: number[];
-            /**
-             * @description provider status
-             * @enum {string}
-             */
-            previous_status: "idle" | "busy" | "offline" | "maintenance" | "error";
-            /** Format: uuid */
-            provider_id: string;
-            /**
-             * @description provider status
-             * @enum {string}
-             */
-            status: "idle" | "busy" | "offline" | "maintenance" | "error";
-            /**
-             * Format: int64
-             * @description the kept statement's version
-             */
-            version: number;
-        };
-        /** @description The GPUs billing's leases hold on the machine, as of one version */
-        GpusHeldRequest: {
-            /** @description every GPU billing holds on the machine now (rentals and reservations); [] none */
-            gpu_indices: number[];
-            /**
-             * Format: int64
-             * @description grows with each of billing's statements of the machine: the greatest is kept, an older one dropped
-             */
-            version: number;
         };
         Health: {
             checks: {
@@ -470,6 +376,110 @@ export interface components {
                 utilization_mem?: number;
             }[];
         } | null;
+        /** @description One message as its sender's outbox wrote it; the kinds taken: lease.held, session.completed, session.terminated, pricing.platform_rates, pricing.provider_rates */
+        InboxMessage: {
+            /** @description every GPU billing holds on the machine now (rentals and reservations); [] none */
+            gpu_indices: number[];
+            /** @constant */
+            kind: "lease.held";
+            /** Format: uuid */
+            provider_id: string;
+            /**
+             * Format: int64
+             * @description grows with each of billing's statements of the machine: the greatest is kept, an older one dropped
+             */
+            version: number;
+        } | {
+            /** @constant */
+            kind: "session.completed";
+            session: {
+                /** @description billing's end reason; a fault of the machine's counts against its reliability */
+                end_reason?: string | null;
+                /** Format: uuid */
+                id: string;
+                /** Format: uuid */
+                provider_id: string;
+                /**
+                 * Format: uuid
+                 * @description the renter: a rental by the machine's own owner is not counted
+                 */
+                user_id?: string;
+            };
+        } | {
+            /** @constant */
+            kind: "session.terminated";
+            session: {
+                /** @description billing's end reason; a fault of the machine's counts against its reliability */
+                end_reason?: string | null;
+                /** Format: uuid */
+                id: string;
+                /** Format: uuid */
+                provider_id: string;
+                /**
+                 * Format: uuid
+                 * @description the renter: a rental by the machine's own owner is not counted
+                 */
+                user_id?: string;
+            };
+        } | {
+            /** @description The platform's price card, as billing charges it */
+            card: {
+                /** @description base rate per GPU-hour by model key (and `default`) */
+                base_rates: {
+                    [key: string]: string;
+                };
+                /**
+                 * @description demand and supply factors by model key (and `default`); 1 where absent
+                 * @default {}
+                 */
+                factors?: {
+                    [key: string]: {
+                        /** @description tokens, an exact decimal string */
+                        demand: string;
+                        /** @description tokens, an exact decimal string */
+                        supply: string;
+                    };
+                };
+                /**
+                 * Format: date-time
+                 * @description when billing made this card: an older card than the one held is ignored
+                 */
+                occurred_at: string & unknown;
+                /** @description tokens, an exact decimal string */
+                power_rate_per_watt_hour: string;
+                /** @description tokens, an exact decimal string */
+                vram_rate_per_gb_hour: string;
+            };
+            /** @constant */
+            kind: "pricing.platform_rates";
+        } | {
+            /** @constant */
+            kind: "pricing.provider_rates";
+            /** Format: uuid */
+            provider_id: string;
+            /** @description A machine's own rates (null, or a model absent: the platform's apply) */
+            rates: {
+                /** @description base rate per GPU-hour by model key (and `default`) */
+                base_rates: {
+                    [key: string]: string;
+                };
+                /**
+                 * Format: date-time
+                 * @description when billing stored these rates: older ones than held are ignored
+                 */
+                occurred_at: string & unknown;
+                power_rate_per_watt_hour: string | null;
+                vram_rate_per_gb_hour: string | null;
+            };
+        };
+        MessageDelivered: {
+            kind: string;
+            /**
+             * @description `unapplicable`: it can never apply (about something the service does not know)
+             * @enum {string}
+             */
+            outcome: "applied" | "unapplicable";
+        };
         /** @description A group of GPUs on the market: what a renter may rent, and its price */
         Offer: {
             architecture: string | null;
@@ -523,38 +533,6 @@ export interface components {
             vram_mb: number;
         };
         OfferList: components["schemas"]["Offer"][];
-        /** @description The platform's price card, as billing charges it */
-        PriceCard: {
-            /** @description base rate per GPU-hour by model key (and `default`) */
-            base_rates: {
-                [key: string]: string;
-            };
-            /**
-             * @description demand and supply factors by model key (and `default`); 1 where absent
-             * @default {}
-             */
-            factors?: {
-                [key: string]: {
-                    /** @description tokens, an exact decimal string */
-                    demand: string;
-                    /** @description tokens, an exact decimal string */
-                    supply: string;
-                };
-            };
-            /**
-             * Format: date-time
-             * @description when billing made this card: an older card than the one held is ignored
-             */
-            occurred_at: string & unknown;
-            /** @description tokens, an exact decimal string */
-            power_rate_per_watt_hour: string;
-            /** @description tokens, an exact decimal string */
-            vram_rate_per_gb_hour: string;
-        };
-        PricesApplied: {
-            /** @description false when the registry held newer prices (or, for a machine, none) */
-            applied: boolean;
-        };
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description stable UPPER_SNAKE machine code */
@@ -612,20 +590,6 @@ export interface components {
         };
         /** @description One page of providers; `X-Next-Cursor` names the next */
         ProviderList: components["schemas"]["Provider"][];
-        /** @description A machine's own rates (null, or a model absent: the platform's apply) */
-        ProviderPrices: {
-            /** @description base rate per GPU-hour by model key (and `default`) */
-            base_rates: {
-                [key: string]: string;
-            };
-            /**
-             * Format: date-time
-             * @description when billing stored these rates: older ones than held are ignored
-             */
-            occurred_at: string & unknown;
-            power_rate_per_watt_hour: string | null;
-            vram_rate_per_gb_hour: string | null;
-        };
         /** @description A new provider with its GPUs */
         RegisterProviderRequest: {
             gpus: {
@@ -703,24 +667,6 @@ export interface components {
             sessions_failed: number;
             /** @description time up (idle, busy) over time up and down (offline, error) in the last 30 days; maintenance is neither */
             uptime_30d: number | null;
-        };
-        SessionEndCounted: {
-            /** @description whether this call counted the end (false: counted before, or a rental of the owner's own machine) */
-            counted: boolean;
-            /** Format: uuid */
-            provider_id: string;
-            /** Format: uuid */
-            session_id: string;
-        };
-        /** @description A rental's end, counted once in the machine's reliability */
-        SessionEndRequest: {
-            /** @description billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, `provider_removed`, `provider_ended`, `workload_not_started`, `workload_lost`) counts against its reliability */
-            end_reason?: string | null;
-            /**
-             * Format: uuid
-             * @description the session's renter: a rental by the machine's own owner is not counted in its reliability
-             */
-            renter_id?: string;
         };
         /** @description A provider's status before and after a status update or a heartbeat */
         StatusResult: {
@@ -1020,6 +966,40 @@ export interface operations {
             };
         };
     };
+    deliverMessage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InboxMessage"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessageDelivered"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     searchOffers: {
         parameters: {
             query?: {
@@ -1071,40 +1051,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
-    setPriceCard: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["PriceCard"];
-            };
-        };
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["PricesApplied"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1335,84 +1281,6 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
-    reportSessionEnded: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description provider UUID */
-                providerID: string;
-                /** @description billing's session UUID */
-                sessionID: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["SessionEndRequest"];
-            };
-        };
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["SessionEndCounted"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
-    stateGpusHeld: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description provider UUID */
-                providerID: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["GpusHeldRequest"];
-            };
-        };
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["GpusHeld"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
     sendHeartbeat: {
         parameters: {
             query?: never;
@@ -1445,43 +1313,6 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            500: components["responses"]["InternalServerError"];
-            503: components["responses"]["ServiceUnavailable"];
-        };
-    };
-    setProviderPrices: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description provider UUID */
-                providerID: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["ProviderPrices"];
-            };
-        };
-        responses: {
-            /** @description OK */
-            200: {
-                headers: {
-                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
-                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
-                    "X-Request-ID": components["headers"]["X-Request-ID"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["PricesApplied"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

@@ -1,4 +1,11 @@
 export {
+  MessageBus,
+  type MessageHandler,
+  type MessageMeta,
+  onMessage,
+  startBusConsumer,
+} from './bus.ts';
+export {
   consumerPendingGauge,
   type DurableConsumer,
   type DurableConsumerOptions,

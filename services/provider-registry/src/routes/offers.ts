@@ -17,10 +17,9 @@ import {
 import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import type { OfferRow } from '../db/offer-repository.ts';
-import { RELIABILITY_ROLES, SESSION_REPORTING_ROLES } from '../domain/access.ts';
+import { RELIABILITY_ROLES } from '../domain/access.ts';
 import type { Market } from '../domain/market.ts';
 import { OFFER_SORTS, type OfferCursor, offerCursorOf, offerCursorText, VERSION_PATTERN } from '../domain/offers.ts';
-import { priceCardSchema, providerPricesSchema, toPriceCard, toProviderPrices } from '../wire/prices.ts';
 import { providerIdParams, schemas, text } from './schemas.ts';
 
 export interface OfferRoutesOptions {
@@ -105,14 +104,6 @@ const offerSchema = z
 
 const offerListSchema = z.array(offerSchema).register(schemas, { id: 'OfferList' });
 
-// Billing's price bodies (wire/prices.ts), named in this service's document.
-priceCardSchema.register(schemas, { id: 'PriceCard' });
-providerPricesSchema.register(schemas, { id: 'ProviderPrices' });
-
-const pricesAppliedSchema = z
-  .object({ applied: z.boolean().describe('false when the registry held newer prices (or, for a machine, none)') })
-  .register(schemas, { id: 'PricesApplied' });
-
 function offerJson(o: OfferRow): z.input<typeof offerSchema> {
   return {
     provider_id: o.provider_id,
@@ -175,56 +166,5 @@ export const offerRoutes: FastifyPluginAsync<OfferRoutesOptions> = async (fastif
       setNextPage(request, reply, page.next && offerCursorText(page.next));
       return page.items.map(offerJson);
     },
-  );
-
-  const billingOnly = { roles: SESSION_REPORTING_ROLES };
-  app.put(
-    '/prices',
-    {
-      config: billingOnly,
-      schema: {
-        tags: ['offers'],
-        operationId: 'setPriceCard',
-        summary: "The platform's price card (billing, without NATS)",
-        description:
-          'Idempotent; an older card than the one held (`occurred_at`) changes nothing. Every offer is priced again. ' +
-          'Only admins and platform services.',
-        body: priceCardSchema,
-        response: { 200: pricesAppliedSchema, ...errorsOf(400, 401, 403, 503) },
-      },
-    },
-    async (request) => ({
-      applied: await market.setPriceCard(
-        callerOf(request),
-        toPriceCard(request.body),
-        new Date(request.body.occurred_at),
-      ),
-    }),
-  );
-
-  app.put(
-    '/providers/:providerID/prices',
-    {
-      config: billingOnly,
-      schema: {
-        tags: ['offers'],
-        operationId: 'setProviderPrices',
-        summary: "A machine's own rates (billing, without NATS)",
-        description:
-          'Idempotent; older rates than those held change nothing, and a machine the registry does not know has ' +
-          "none (`applied: false`). The machine's offers are priced again. Only admins and platform services.",
-        params: providerIdParams,
-        body: providerPricesSchema,
-        response: { 200: pricesAppliedSchema, ...errorsOf(400, 401, 403, 503) },
-      },
-    },
-    async (request) => ({
-      applied: await market.setProviderPrices(
-        callerOf(request),
-        request.params.providerID,
-        toProviderPrices(request.body),
-        new Date(request.body.occurred_at),
-      ),
-    }),
   );
 };

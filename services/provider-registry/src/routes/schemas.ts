@@ -49,7 +49,7 @@ export const text = (max: number) => z.string().min(1).max(max).regex(NOT_BLANK,
 /** Text as sent, at most `max` characters, stored trimmed; may be empty or null. */
 const optionalText = (max: number) => z.string().max(max).trim().nullish();
 
-export const statusSchema = z.enum(PROVIDER_STATUSES).describe('provider status');
+const statusSchema = z.enum(PROVIDER_STATUSES).describe('provider status');
 
 /**
  * The validator of a GPU field's value (bounds and lengths from the GPU field list). Required text must not be

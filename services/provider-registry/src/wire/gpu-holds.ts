@@ -1,9 +1,9 @@
 /**
- * Billing's messages about machines' GPUs as they reach the registry, two ways: billing's events over NATS
- * (`billing.events.lease.held`, `billing.events.session.*`) and, without NATS, billing's calls (`PUT
- * /providers/{id}/gpus-held`, `PUT /providers/{id}/ended-sessions/{sessionId}`). Each has one schema here for both.
+ * Billing's messages about machines' GPUs as the registry's bus reads them (adapters/billing-messages.ts), over NATS
+ * or its HTTP inbox alike: a statement of a machine's held GPUs, and a rental's end. Unknown fields are dropped: a
+ * billing newer than the registry keeps its messages flowing.
  */
-import { GPUS_HELD_EVENT_KIND, SESSION_ENDED_EVENT_KINDS, SESSION_RUNNING_EVENT_KINDS } from '@gpu/common';
+import { GPUS_HELD_EVENT_KIND, ignoringUnknownFields } from '@gpu/common';
 import { z } from 'zod';
 
 /** The GPUs held, by index: their positions in the provider's `gpus` array. */
@@ -13,9 +13,11 @@ const gpuIndexList = z
   .refine((xs) => new Set(xs).size === xs.length, 'each GPU index at most once')
   .meta({ uniqueItems: true });
 
-/** Billing's statement of a machine's held GPUs (the body of `PUT /providers/{id}/gpus-held`). */
-export const gpusHeldSchema = z
-  .object({
+/** Billing's statement of the GPUs its leases hold on a machine (`lease.held`). */
+export const gpusHeldEventSchema = ignoringUnknownFields(
+  z.object({
+    kind: z.literal(GPUS_HELD_EVENT_KIND),
+    provider_id: z.uuid(),
     version: z
       .number()
       .int()
@@ -25,48 +27,23 @@ export const gpusHeldSchema = z
     gpu_indices: gpuIndexList.describe(
       'every GPU billing holds on the machine now (rentals and reservations); [] none',
     ),
-  })
-  .describe("The GPUs billing's leases hold on the machine, as of one version");
-
-/** Billing's `lease.held` event, the part the registry reads. */
-export const gpusHeldEventSchema = z.object({
-  kind: z.literal(GPUS_HELD_EVENT_KIND),
-  provider_id: z.uuid(),
-  ...gpusHeldSchema.shape,
-});
-
-/** What a rental's end says for the machine's reliability (the body of `PUT .../ended-sessions/{sessionId}`). */
-export const sessionEndSchema = z
-  .object({
-    end_reason: z
-      .string()
-      .min(1)
-      .max(200)
-      .nullish()
-      .describe(
-        "billing's end reason; a fault of the machine's (`provider_offline`, `provider_error`, `provider_maintenance`, " +
-          '`provider_removed`, `provider_ended`, `workload_not_started`, `workload_lost`) counts against its reliability',
-      ),
-    renter_id: z
-      .uuid()
-      .optional()
-      .describe("the session's renter: a rental by the machine's own owner is not counted in its reliability"),
-  })
-  .describe("A rental's end, counted once in the machine's reliability");
-
-/**
- * Billing's session events, the part the registry reads: an end (its reason and renter, for the reliability); a
- * running session's events say nothing the registry keeps (the GPUs it holds come with `lease.held`).
- */
-export const sessionEventSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.enum(SESSION_RUNNING_EVENT_KINDS) }),
-  z.object({
-    kind: z.enum(SESSION_ENDED_EVENT_KINDS),
-    session: z.object({
-      id: z.uuid(),
-      provider_id: z.uuid(),
-      user_id: z.uuid().optional(),
-      end_reason: z.string().nullish(),
-    }),
   }),
-]);
+).describe("The GPUs billing's leases hold on a machine, as of one version");
+
+/** Billing's event of a rental's end, the part the registry reads (its reason and renter, for the reliability). */
+export const sessionEndedEventSchema = <K extends 'session.completed' | 'session.terminated'>(kind: K) =>
+  ignoringUnknownFields(
+    z.object({
+      kind: z.literal(kind),
+      session: z.object({
+        id: z.uuid(),
+        provider_id: z.uuid(),
+        user_id: z.uuid().optional().describe("the renter: a rental by the machine's own owner is not counted"),
+        end_reason: z
+          .string()
+          .max(200)
+          .nullish()
+          .describe("billing's end reason; a fault of the machine's counts against its reliability"),
+      }),
+    }),
+  ).describe(`A rental's end (${kind}), counted once in the machine's reliability`);

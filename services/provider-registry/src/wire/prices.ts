@@ -1,7 +1,7 @@
 /**
- * Billing's prices as they reach the registry, two ways: billing's events over NATS (`billing.events.pricing.*`) and,
- * without NATS, billing's calls (`PUT /prices`, `PUT /providers/{id}/prices`). One schema for each and one mapping to
- * the domain's values, here. Unknown fields are dropped: a billing newer than the registry keeps its prices flowing.
+ * Billing's prices as the registry's bus reads them (`billing.events.pricing.*` over NATS, or its HTTP inbox without
+ * NATS): one schema for each and one mapping to the domain's values, here. Unknown fields are dropped: a billing newer
+ * than the registry keeps its prices flowing.
  */
 import { ignoringUnknownFields, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
@@ -18,7 +18,7 @@ const rate = z
 const modelKey = z.string().min(1).max(256);
 const baseRates = z.record(modelKey, rate).describe('base rate per GPU-hour by model key (and `default`)');
 
-export const priceCardSchema = ignoringUnknownFields(
+const priceCardSchema = ignoringUnknownFields(
   z.object({
     occurred_at: zTimestamp().describe('when billing made this card: an older card than the one held is ignored'),
     base_rates: baseRates,
@@ -31,7 +31,7 @@ export const priceCardSchema = ignoringUnknownFields(
   }),
 ).describe("The platform's price card, as billing charges it");
 
-export const providerPricesSchema = ignoringUnknownFields(
+const providerPricesSchema = ignoringUnknownFields(
   z.object({
     occurred_at: zTimestamp().describe('when billing stored these rates: older ones than held are ignored'),
     base_rates: baseRates,
@@ -56,8 +56,12 @@ export function toProviderPrices(b: ProviderPricesBody): ProviderPrices {
   return { baseRates: b.base_rates, vramRate: b.vram_rate_per_gb_hour, powerRate: b.power_rate_per_watt_hour };
 }
 
-/** Billing's price events: the envelope and one of the two bodies above. */
-export const priceEventSchema = z.discriminatedUnion('kind', [
+/** Billing's event of the platform's card (`pricing.platform_rates`). */
+export const platformRatesEventSchema = ignoringUnknownFields(
   z.object({ kind: z.literal('pricing.platform_rates'), card: priceCardSchema }),
+).describe("The platform's price card, as billing announces it");
+
+/** Billing's event of a machine's own rates (`pricing.provider_rates`). */
+export const providerRatesEventSchema = ignoringUnknownFields(
   z.object({ kind: z.literal('pricing.provider_rates'), provider_id: z.uuid(), rates: providerPricesSchema }),
-]);
+).describe("A machine's own rates, as billing stored them");
