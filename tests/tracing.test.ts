@@ -175,14 +175,16 @@ describe('tracing', () => {
     // The machine's record, read to price the session (its lease follows from the event, below).
     expect(registryServer.map((s) => s.name)).toContain('GET /providers/:providerID');
 
-    // The outbox: published in a producer span under start-session; the registry's consumer span under that, where
-    // the registry leases the machine's GPUs to the session.
-    const publish = one('publish', (s) => s.name.startsWith('publish ') && s.name.endsWith('.session.started'));
+    // The outbox: billing's statement of the machine's held GPUs published in a producer span under start-session;
+    // the registry's consumer span under that, where the registry shows the GPUs taken.
+    const publish = one('publish', (s) => s.name.startsWith('publish ') && s.name.endsWith('.lease.held'));
     expect(publish.kind).toBe(3 /* PRODUCER */);
     expect(parentOf(publish)).toBe(startSpan.spanContext().spanId);
-    const consume = one('process', (s) => s.name.startsWith('process ') && s.name.endsWith('.session.started'));
+    const consume = one('process', (s) => s.name.startsWith('process ') && s.name.endsWith('.lease.held'));
     expect(consume.kind).toBe(4 /* CONSUMER */);
     expect(parentOf(consume)).toBe(publish.spanContext().spanId);
+    // The session's own event is published in the same trace too (its parties read it).
+    one('publish', (s) => s.name.startsWith('publish ') && s.name.endsWith('.session.started'));
 
     // The registry's own event of it (the machine busy), recorded by that consumer: published in a producer span
     // under it.
