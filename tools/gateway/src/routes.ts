@@ -12,7 +12,7 @@ export type Service = 'auth' | 'storage' | 'provider-registry' | 'billing';
 export const ROUTES: Record<Service, readonly string[]> = {
   auth: ['/api/v1/auth', '/.well-known/jwks.json'],
   storage: ['/objects', '/uploads', '/buckets', '/presigned-url'],
-  'provider-registry': ['/providers', '/offers', '/prices'],
+  'provider-registry': ['/providers', '/offers'],
   billing: ['/api/v1/billing', '/api/v1/wallet', '/api/v1/pricing', '/api/v1/provider', '/api/v1/deposits'],
 };
 
@@ -21,13 +21,13 @@ export const SERVICES = Object.keys(ROUTES) as Service[];
 
 /**
  * Paths a service serves to the platform's own services only, never routed by a gateway (each is a 404 there): the
- * storage service's grants, which billing asks for on the internal network (a leaked admin token still cannot reach
- * them from outside).
+ * storage service's grants, which billing asks for on the internal network, and the registry's inbox of billing's
+ * messages (a leaked admin token still cannot reach them from outside).
  */
 export const SERVICE_ONLY: Record<Service, readonly string[]> = {
   auth: [],
   storage: ['/grants'],
-  'provider-registry': [],
+  'provider-registry': ['/messages'],
   billing: [],
 };
 

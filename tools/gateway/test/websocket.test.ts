@@ -308,7 +308,7 @@ describe.each(engines)('WebSocket upgrades through $name', (engine) => {
       expect(problem).toMatchObject({ code: 'BAD_GATEWAY', detail: 'billing did not answer' });
       expect(JSON.stringify(problem)).not.toContain('127.0.0.1');
       // The others still pass.
-      const client = await open(`${lonely.base.replace(/^http/, 'ws')}/prices/stream`);
+      const client = await open(`${lonely.base.replace(/^http/, 'ws')}/offers/stream`);
       expect((await client.next()).data.toString()).toBe('hello from the service');
       client.ws.close(1000);
       await client.closed;

@@ -44,7 +44,8 @@ export function inboxRoute(app: FastifyInstance, opts: InboxRouteOptions): void 
   app.post(
     opts.url ?? '/messages',
     {
-      config: { roles: opts.roles },
+      // For the platform's own services on the internal network: no gateway routes it (tools/gateway's SERVICE_ONLY).
+      config: { roles: opts.roles, openapi: { internal: true } },
       schema: {
         tags: [opts.tag ?? 'messages'],
         operationId: 'deliverMessage',
