@@ -3,7 +3,8 @@
  * domain holds more than 12 files, and code outside a concept reaches it only through the concept's `index.ts`
  * (the kernel, `domain/context.ts` and `errors.ts`, imports the types it names from their own files: concept files
  * depend on it), and concepts depend downward only, in the order docs/architecture.md draws them. Read from the
- * sources' import declarations. And the domain writes no SQL: its queries are the repositories' (db/).
+ * sources' import declarations. And the domain writes no SQL: its queries are the repositories' (db/); the presenters
+ * (wire/) import nothing of db/.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -109,6 +110,16 @@ describe("billing's domain rooms", () => {
         .map(({ at }) => at),
     );
     expect(queries).toEqual([]);
+  });
+
+  it("presenters (wire/) take the domain's values: nothing of db/ is imported there", () => {
+    const DB = join(SRC, 'db');
+    const rows = tsFiles(join(SRC, 'wire')).flatMap((file) =>
+      importsOf(file)
+        .filter(({ target }) => target.startsWith(`${DB}/`))
+        .map(({ target }) => `${relative(SRC, file)} -> ${relative(SRC, target)}`),
+    );
+    expect(rows).toEqual([]);
   });
 
   it('concepts depend downward only: each imports only concepts drawn below it', () => {
