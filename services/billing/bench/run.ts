@@ -112,8 +112,10 @@ const groupedTransfers = (spread: boolean) => async () => {
 
 const serviceHolds = (spread: boolean) => async () => {
   const w = pick(spread);
-  const hold = await db.transaction().execute((trx) => createHold(trx, w, half, 'bench', { accountIds }));
-  await db.transaction().execute((trx) => voidHold(trx, hold.id, { accountIds }));
+  const hold = await db
+    .transaction()
+    .execute((trx) => createHold(trx, w, half, 'bench', { now: new Date(), accountIds }));
+  await db.transaction().execute((trx) => voidHold(trx, hold.id, { now: new Date(), accountIds }));
 };
 
 // The same statements, straight through pg.
