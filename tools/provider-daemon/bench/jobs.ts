@@ -22,9 +22,9 @@
  * Writes the `jobs` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
 import { readFileSync } from 'node:fs';
+import { machineLine, writeBenchSection } from '@gpu/bench-kit';
 import { clientCredentials, type TokenSource } from '@gpu/client';
 import { createLogger, NoopPublisher } from '@gpu/common';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { daemonConfigSchema } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
 import { gpuSource } from '../src/gpu/source.ts';
