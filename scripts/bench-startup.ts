@@ -17,7 +17,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { machineLine, writeBenchSection } from './lib/bench-report.ts';
+import { machineLine, writeBenchSection } from '@gpu/bench-kit';
 import { buildInfoFile } from './lib/build.ts';
 import { pgliteTemplateDir, platformPorts, portOpen, repoRoot } from './lib/platform.ts';
 import { answerHelp } from './lib/usage.ts';

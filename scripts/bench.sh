@@ -54,6 +54,10 @@ for arg in "$@"; do
 done
 if [ "$name" = startup ]; then exec "${BENCH_NODE:-node}" --import tsx scripts/bench-startup.ts "$@"; fi
 if ! file=$(bench_file "$name"); then echo "unknown benchmark: $name" >&2; exit 2; fi
+# The storage benchmarks run the service compiled, as `pnpm start` runs it (`pnpm build`, scripts/lib/build.ts).
+case "$name" in
+  storage | storage-listing) "${BENCH_NODE:-node}" --import tsx scripts/build.ts ;;
+esac
 case "$name" in
   # The reference relay of the storage benchmark reads from s3rver without signing (bench/bare-relay.ts).
   storage) export TEST_S3_ALLOW_ANONYMOUS=1 ;;

@@ -58,6 +58,7 @@ import {
   userLogin,
 } from '@gpu/client';
 import { deposit, proveAddress } from '@gpu/client/solana';
+import { LIFELINE_FD, lifelineEnv } from '@gpu/common/lifeline';
 import { getAssociatedTokenAddressSync } from '@solana/spl-token';
 import { Connection, Keypair, PublicKey } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
@@ -66,7 +67,7 @@ import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { localMint as dataFolderMint, fund } from './lib/faucet.ts';
 import { readCaughtMail } from './lib/mail-catcher.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
-import { LIFELINE_FD, lifelineEnv, STOP_TIMEOUT_MS } from './lib/supervisor.ts';
+import { STOP_TIMEOUT_MS } from './lib/supervisor.ts';
 import { answerHelp, refuseArguments } from './lib/usage.ts';
 
 answerHelp(`usage: pnpm demo

@@ -1,19 +1,20 @@
 /**
- * The child's end of the supervisor's lifeline (scripts/lib/supervisor.ts), preloaded into every program `pnpm start`
- * runs (`node --import <this file, compiled>`): Node has no prctl(PR_SET_PDEATHSIG), so a child learns that its
- * supervisor is gone from a pipe instead. The supervisor holds one end of it and never writes; the kernel closes that
- * end when the supervisor exits in any way (Ctrl-C, a closed terminal, a crash, `kill -9`), and this side then reads
- * end-of-file. The program is then stopped as `pnpm start` stops it: SIGTERM to its process group (itself, so its own
- * handler shuts it down gracefully, and whatever it started), SIGKILL to the group if it still runs after the grace
- * period the supervisor gave, and at its exit SIGKILL to anything it started that is left.
+ * The child's end of the supervisor's lifeline (scripts/lib/supervisor.ts; the terms: @gpu/common/lifeline), preloaded
+ * into every program `pnpm start` runs (`node --import <this file, compiled>`): Node has no prctl(PR_SET_PDEATHSIG),
+ * so a child learns that its supervisor is gone from a pipe instead. The supervisor holds one end of it and never
+ * writes; the kernel closes that end when the supervisor exits in any way (Ctrl-C, a closed terminal, a crash,
+ * `kill -9`), and this side then reads end-of-file. The program is then stopped as `pnpm start` stops it: SIGTERM to
+ * its process group (itself, so its own handler shuts it down gracefully, and whatever it started), SIGKILL to the
+ * group if it still runs after the grace period the supervisor gave, and at its exit SIGKILL to anything it started
+ * that is left.
  *
  * Nothing happens without SUPERVISOR_LIFELINE in the environment (`<fd>:<grace ms>`), which is removed at once so
  * that the programs this one starts do not look for a descriptor they do not have.
  */
 import { readdirSync } from 'node:fs';
 import { Socket } from 'node:net';
+import { LIFELINE_ENV, parseLifeline } from '@gpu/common/lifeline';
 import { procStat } from './proc.ts';
-import { LIFELINE_ENV, parseLifeline } from './supervisor.ts';
 
 const lifeline = parseLifeline(process.env[LIFELINE_ENV]);
 delete process.env[LIFELINE_ENV];

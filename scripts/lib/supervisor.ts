@@ -9,36 +9,18 @@
  * the child exits. And each child is handed a lifeline, a pipe on descriptor 3 of which the supervisor holds the other
  * end (named in the child's SUPERVISOR_LIFELINE, with the grace period): when the supervisor exits in any way, `kill -9`
  * included, the kernel closes it and a child that watches it (scripts/lib/lifeline.ts, preloaded) stops as on SIGTERM.
+ * The lifeline's terms (its descriptor and variable) are @gpu/common/lifeline's, shared with whatever else starts
+ * programs that must not outlive it (the tests' and the benchmarks' platforms).
  *
  *   const supervisor = new Supervisor({ log: (line) => process.stderr.write(`${line}\n`) });
  *   supervisor.start({ name: 'auth', args: ['--import', 'tsx', 'src/server.ts'], cwd: 'services/auth' });
  *   process.once('SIGTERM', () => void supervisor.stop());
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { LIFELINE_FD, lifelineEnv } from '@gpu/common/lifeline';
 
 /** How long stop() waits, by default, before it kills a child, and how long a child whose supervisor is gone has. */
 export const STOP_TIMEOUT_MS = 15_000;
-
-/** The environment variable that tells a child where its lifeline is and how long it has to stop: `<fd>:<grace ms>`. */
-export const LIFELINE_ENV = 'SUPERVISOR_LIFELINE';
-/** The lifeline's descriptor in the child: the first after stdin, stdout and stderr. */
-export const LIFELINE_FD = 3;
-
-/**
- * The environment that hands a program this process starts its lifeline, with `graceMs` to stop in: spawn it with a
- * pipe on descriptor `LIFELINE_FD` (`stdio: [..., 'pipe']`), which this process holds and never writes. A program that
- * watches it (scripts/lib/lifeline.ts: preloaded into the supervisor's children, imported first by `pnpm start`
- * itself) stops as on SIGTERM when this process is gone, however it went.
- */
-export const lifelineEnv = (graceMs: number) => ({ [LIFELINE_ENV]: `${LIFELINE_FD}:${graceMs}` });
-
-/** The lifeline a child was given (SUPERVISOR_LIFELINE's value), or undefined when none (or not one of ours). */
-export function parseLifeline(value: string | undefined): { fd: number; graceMs: number } | undefined {
-  const m = /^(\d+):(\d+)$/.exec(value ?? '');
-  if (!m) return undefined;
-  const fd = Number(m[1]);
-  return fd > 2 ? { fd, graceMs: Number(m[2]) } : undefined;
-}
 
 /** One program to run. */
 export interface ProcessSpec {

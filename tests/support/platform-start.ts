@@ -2,8 +2,8 @@
  * `pnpm start` as the tests run it: the script in a process group of its own (as a shell runs a foreground job, so
  * a Ctrl-C can be sent to the whole group), on a temporary data folder, at a test file's place among the ports (the
  * test servers are at TEST_PORT_BASE+0..9), with its output gathered. It holds a lifeline from the test's process
- * (scripts/lib/supervisor.ts, `lifelineEnv`): a test runner killed, even with SIGKILL, takes the platform with it rather
- * than leaving it running with every port held.
+ * (`lifelineEnv` of @gpu/common/lifeline, as scripts/lib/supervisor.ts hands its children theirs): a test runner
+ * killed, even with SIGKILL, takes the platform with it rather than leaving it running with every port held.
  *
  *   const platform = startPlatform(platformPlace(1), { ALGORITHM: 'HS256', SECRET_KEY: secret });
  *   expect(await platform.untilHealthy()).toEqual([]);
@@ -17,7 +17,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { LIFELINE_FD, lifelineEnv, STOP_TIMEOUT_MS } from '../../scripts/lib/supervisor.ts';
+import { LIFELINE_FD, lifelineEnv } from '@gpu/common/lifeline';
+import { STOP_TIMEOUT_MS } from '../../scripts/lib/supervisor.ts';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 /** Each port's contract number and its place after PLATFORM_PORT_BASE (scripts/lib/platform.ts). */

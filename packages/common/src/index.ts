@@ -119,6 +119,7 @@ export {
 } from './errors.ts';
 export { createFileOnce } from './files.ts';
 export { GPU_MODELS, type GpuModel, gpuModelKey, spellModelKey } from './gpu-models.ts';
+export { DEFAULT_BASE_RATES, DEFAULT_POWER_RATE_PER_WATT_HOUR, DEFAULT_VRAM_RATE_PER_GB_HOUR } from './gpu-rates.ts';
 export { type App, accessVerifier, type CreateAppOptions, createApp } from './http/app.ts';
 export { auditHook } from './http/audit-hook.ts';
 export { auditTrailRoute } from './http/audit-route.ts';

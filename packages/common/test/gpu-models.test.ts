@@ -1,6 +1,7 @@
 /** Model keys from the names real drivers print, for every model in billing's rate table. */
 import { describe, expect, it } from 'vitest';
 import { GPU_MODELS, gpuModelKey, spellModelKey } from '../src/gpu-models.ts';
+import { DEFAULT_BASE_RATES } from '../src/gpu-rates.ts';
 
 describe('GPU model keys', () => {
   it.each(GPU_MODELS.flatMap((m) => m.printed.map((name) => [name, m.key])))('%s → %s', (name, key) => {
@@ -27,5 +28,17 @@ describe('GPU model keys', () => {
     expect(gpuModelKey('NVIDIA L40S')).toBe('nvidia-l40s');
     expect(gpuModelKey('  NVIDIA  B200_ ')).toBe('nvidia-b200');
     expect(spellModelKey('NVIDIA GeForce RTX 4090')).toBe('nvidia-geforce-rtx-4090');
+  });
+
+  it('the shipped rate table prices every model by a key that real printed names map to', () => {
+    const priced = Object.keys(DEFAULT_BASE_RATES).filter((k) => k !== 'default');
+    expect(priced.length).toBeGreaterThan(0);
+    for (const key of priced) {
+      const model = GPU_MODELS.find((m) => m.key === key);
+      expect(model?.printed.length, `no printed names known for ${key}`).toBeGreaterThan(0);
+      for (const name of model!.printed) expect(gpuModelKey(name)).toBe(key);
+    }
+    // And every model the platform knows by name has a rate of its own.
+    expect(GPU_MODELS.map((m) => m.key).filter((k) => !(k in DEFAULT_BASE_RATES))).toEqual([]);
   });
 });

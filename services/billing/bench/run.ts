@@ -16,10 +16,10 @@
  * not the usage benchmark); BENCH_WALLETS sets how many wallets the ledger holds (10,000).
  */
 import { randomUUID } from 'node:crypto';
+import { machineLine, writeBenchSection } from '@gpu/bench-kit';
 import { createTestDatabase } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { billingConfigSchema } from '../src/config.ts';
 import { openBillingDatabase } from '../src/db/open.ts';
 import { newBillingState } from '../src/domain/context.ts';
@@ -112,8 +112,10 @@ const groupedTransfers = (spread: boolean) => async () => {
 
 const serviceHolds = (spread: boolean) => async () => {
   const w = pick(spread);
-  const hold = await db.transaction().execute((trx) => createHold(trx, w, half, 'bench', { accountIds }));
-  await db.transaction().execute((trx) => voidHold(trx, hold.id, { accountIds }));
+  const hold = await db
+    .transaction()
+    .execute((trx) => createHold(trx, w, half, 'bench', { now: new Date(), accountIds }));
+  await db.transaction().execute((trx) => voidHold(trx, hold.id, { now: new Date(), accountIds }));
 };
 
 // The same statements, straight through pg.

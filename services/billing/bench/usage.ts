@@ -4,7 +4,7 @@
  * from a load generator in a process of its own) and over NATS (JetStream publishes from a publisher in a process
  * of its own, consumed by the service's durable consumer). About 5 % of the messages are sent twice (a daemon's
  * retry); afterwards every unique message must have exactly one usage record and the ledger must be intact. The
- * CPU each process used is read for every row (scripts/lib/process-cpu.ts), so a bound can be told from the load
+ * CPU each process used is read for every row (@gpu/bench-kit, process-cpu.ts), so a bound can be told from the load
  * generator's share. Writes the `billing-usage` section of docs/benchmarks.md (only prints it with BENCH_ONLY set).
  */
 import { spawn } from 'node:child_process';
@@ -15,13 +15,12 @@ import { Session } from 'node:inspector/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type CpuSnapshot, cpuSince, cpuSnapshot, machineLine, processMs, writeBenchSection } from '@gpu/bench-kit';
 import { connectPublisher, createLogger, type NatsPublisher, startTracing, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
-import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '../../../scripts/lib/process-cpu.ts';
 import { startUsageConsumer, USAGE_CONSUMER } from '../src/adapters/usage-consumer.ts';
 import { billingContext, buildApp } from '../src/app.ts';
 import { billingConfigSchema } from '../src/config.ts';

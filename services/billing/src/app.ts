@@ -9,6 +9,7 @@ import {
   auditHook,
   auditTrailRoute,
   createApp,
+  DEFAULT_BASE_RATES,
   durationMs,
   type Logger,
   Outbox,
@@ -20,7 +21,7 @@ import { outboxEvents } from './adapters/billing-events.ts';
 import { configuredDirectory } from './adapters/provider-registry.ts';
 import { watchReserves } from './adapters/reserve-metrics.ts';
 import { configuredStorage } from './adapters/storage-grants.ts';
-import { type BillingConfig, defaultBaseRates } from './config.ts';
+import type { BillingConfig } from './config.ts';
 import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
 import type { Chain } from './domain/chain/index.ts';
@@ -72,7 +73,7 @@ export interface BillingDeps {
 
 /** Model names normalised; a table without `default` gets the contract's default rate. */
 function normalizeRateTable(table: Record<string, string>): Record<string, string> {
-  const out: Record<string, string> = { default: defaultBaseRates.default! };
+  const out: Record<string, string> = { default: DEFAULT_BASE_RATES.default! };
   for (const [model, rate] of Object.entries(table)) out[normalizeModel(model)] = rate;
   return out;
 }

@@ -8,6 +8,9 @@ import {
   auditSchema,
   baseConfigShape,
   baseEnvAliases,
+  DEFAULT_BASE_RATES,
+  DEFAULT_POWER_RATE_PER_WATT_HOUR,
+  DEFAULT_VRAM_RATE_PER_GB_HOUR,
   databaseEnvAliases,
   databaseShape,
   loadConfig,
@@ -34,22 +37,6 @@ const zDecimal = () =>
     }
     return s;
   });
-
-export const defaultBaseRates: Record<string, string> = {
-  'nvidia-geforce-rtx-4090': '0.50',
-  'nvidia-geforce-rtx-4080': '0.40',
-  'nvidia-geforce-rtx-4070': '0.30',
-  'nvidia-geforce-rtx-3090': '0.45',
-  'nvidia-geforce-rtx-3080': '0.35',
-  'nvidia-tesla-a100': '2.00',
-  'nvidia-tesla-v100': '1.50',
-  'nvidia-tesla-h100': '4.00',
-  'nvidia-h200': '5.00',
-  'nvidia-tesla-l40': '1.80',
-  'amd-radeon-rx-7900-xtx': '0.35',
-  'amd-instinct-mi250x': '1.75',
-  default: '0.25',
-};
 
 export const billingConfigSchema = z.object({
   ...baseConfigShape(DEFAULT_PORT),
@@ -93,9 +80,9 @@ export const billingConfigSchema = z.object({
     .prefault({}),
   pricing: z
     .object({
-      base_rates: z.record(z.string(), zDecimal()).default(defaultBaseRates),
-      vram_rate_per_gb_hour: zDecimal().default('0.02'),
-      power_rate_per_watt_hour: zDecimal().default('0.001'),
+      base_rates: z.record(z.string(), zDecimal()).default({ ...DEFAULT_BASE_RATES }),
+      vram_rate_per_gb_hour: zDecimal().default(DEFAULT_VRAM_RATE_PER_GB_HOUR),
+      power_rate_per_watt_hour: zDecimal().default(DEFAULT_POWER_RATE_PER_WATT_HOUR),
       /** Platform fee in percent of a session's cost. */
       platform_fee_percent: zDecimal().default('5'),
       /**

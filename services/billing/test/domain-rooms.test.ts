@@ -3,7 +3,8 @@
  * domain holds more than 12 files, and code outside a concept reaches it only through the concept's `index.ts`
  * (the kernel, `domain/context.ts` and `errors.ts`, imports the types it names from their own files: concept files
  * depend on it), and concepts depend downward only, in the order docs/architecture.md draws them. Read from the
- * sources' import declarations.
+ * sources' import declarations. And the domain writes no SQL: its queries are the repositories' (db/); the presenters
+ * (wire/) import nothing of db/.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -96,6 +97,29 @@ describe("billing's domain rooms", () => {
       }
     }
     expect(bypasses).toEqual([]);
+  });
+
+  it('holds no SQL: queries live in db/*-repository.ts, which the domain calls', () => {
+    // A query builder's statement or a raw SQL template, anywhere in domain/ (a transaction it opens is not SQL).
+    const QUERY = /\.(selectFrom|insertInto|updateTable|deleteFrom|mergeInto)\(|\bsql\s*(<[^`;]*>)?\s*`|\bsql\.\w+\(/;
+    const queries = tsFiles(DOMAIN).flatMap((file) =>
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .map((line, i) => ({ line, at: `${relative(SRC, file)}:${i + 1}` }))
+        .filter(({ line }) => QUERY.test(line) && !/^\s*(\*|\/\/)/.test(line))
+        .map(({ at }) => at),
+    );
+    expect(queries).toEqual([]);
+  });
+
+  it("presenters (wire/) take the domain's values: nothing of db/ is imported there", () => {
+    const DB = join(SRC, 'db');
+    const rows = tsFiles(join(SRC, 'wire')).flatMap((file) =>
+      importsOf(file)
+        .filter(({ target }) => target.startsWith(`${DB}/`))
+        .map(({ target }) => `${relative(SRC, file)} -> ${relative(SRC, target)}`),
+    );
+    expect(rows).toEqual([]);
   });
 
   it('concepts depend downward only: each imports only concepts drawn below it', () => {

@@ -49,9 +49,11 @@ async function run(o: Op, wallets: Wallet[], provider: Wallet): Promise<void> {
       await h.credit(wallet.id, o.amount.toFixed(), 'deposit');
       deposited = deposited.plus(o.amount);
     } else if (o.kind === 'hold') {
-      const hold: Hold = await h.db.transaction().execute((trx) => createHold(trx, wallet.id, o.amount));
+      const hold: Hold = await h.db
+        .transaction()
+        .execute((trx) => createHold(trx, wallet.id, o.amount, null, { now: new Date() }));
       if (o.void) {
-        await h.db.transaction().execute((trx) => voidHold(trx, hold.id));
+        await h.db.transaction().execute((trx) => voidHold(trx, hold.id, { now: new Date() }));
         return;
       }
       const cost = o.amount.mul(o.post).toDecimalPlaces(6);
@@ -65,6 +67,7 @@ async function run(o: Op, wallets: Wallet[], provider: Wallet): Promise<void> {
             { to: { system: 'platform_fees' }, amount: fee, code: 'platform_fee' },
           ],
           o.close,
+          { now: new Date() },
         ),
       );
     } else {

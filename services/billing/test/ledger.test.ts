@@ -85,7 +85,9 @@ describe('double-entry ledger', () => {
     const a = await h.fundedWallet('10');
     const attempts = 40;
     const results = await Promise.allSettled(
-      Array.from({ length: attempts }, () => tx((trx) => createHold(trx, a.id, new Dec('0.75')))),
+      Array.from({ length: attempts }, () =>
+        tx((trx) => createHold(trx, a.id, new Dec('0.75'), null, { now: new Date() })),
+      ),
     );
     const ok = results.filter((r) => r.status === 'fulfilled').length;
     const refused = results.filter(
@@ -131,7 +133,7 @@ describe('holds (two-phase transfers)', () => {
   it('locks funds, posts part of them with the rest released, and records lock and release transactions', async () => {
     const renter = await h.fundedWallet('50');
     const provider = await h.fundedWallet('0', 'provider');
-    const hold = await tx((trx) => createHold(trx, renter.id, new Dec('20'), 'session-1'));
+    const hold = await tx((trx) => createHold(trx, renter.id, new Dec('20'), 'session-1', { now: new Date() }));
     expect(hold).toMatchObject({ status: 'pending', amount: '20', remaining: '20' });
     expect(await h.balanceOf(renter.id)).toMatchObject({
       available: '30.000000',
@@ -139,7 +141,7 @@ describe('holds (two-phase transfers)', () => {
       total: '50.000000',
     });
 
-    const extended = await tx((trx) => extendHold(trx, hold.id, new Dec('5')));
+    const extended = await tx((trx) => extendHold(trx, hold.id, new Dec('5'), { now: new Date() }));
     expect(extended).toMatchObject({ amount: '25', remaining: '25' });
 
     const captured = await tx((trx) =>
@@ -148,6 +150,7 @@ describe('holds (two-phase transfers)', () => {
         hold.id,
         [{ to: { wallet: provider.id, kind: 'available' }, amount: new Dec('3'), code: 'provider_earnings' }],
         false,
+        { now: new Date() },
       ),
     );
     expect(captured).toMatchObject({ status: 'pending', posted: '3', remaining: '22' });
@@ -161,6 +164,7 @@ describe('holds (two-phase transfers)', () => {
           { to: { system: 'platform_fees' }, amount: new Dec('0.5'), code: 'platform_fee' },
         ],
         true,
+        { now: new Date() },
       ),
     );
     expect(posted).toMatchObject({ status: 'posted', posted: '13', released: '12', remaining: '0' });
@@ -178,7 +182,7 @@ describe('holds (two-phase transfers)', () => {
       .orderBy('created_at')
       .execute();
     expect(types.map((t) => `${t.type}:${new Dec(t.amount).toFixed()}`)).toEqual(['lock:20', 'lock:5', 'release:12']);
-    await expect(answered(tx((trx) => voidHold(trx, hold.id)))).rejects.toMatchObject({
+    await expect(answered(tx((trx) => voidHold(trx, hold.id, { now: new Date() })))).rejects.toMatchObject({
       status: 409,
       code: 'HOLD_NOT_PENDING',
     });
@@ -187,26 +191,57 @@ describe('holds (two-phase transfers)', () => {
 
   it('voids a hold, refuses posting more than is held, and refuses a hold larger than the available balance', async () => {
     const renter = await h.fundedWallet('10');
-    const hold = await tx((trx) => createHold(trx, renter.id, new Dec('4')));
+    const hold = await tx((trx) => createHold(trx, renter.id, new Dec('4'), null, { now: new Date() }));
     await expect(
       answered(
         tx((trx) =>
-          postHold(trx, hold.id, [{ to: { system: 'platform_fees' }, amount: new Dec('4.000001'), code: 'x' }], true),
+          postHold(trx, hold.id, [{ to: { system: 'platform_fees' }, amount: new Dec('4.000001'), code: 'x' }], true, {
+            now: new Date(),
+          }),
         ),
       ),
     ).rejects.toMatchObject({ status: 409, code: 'HOLD_AMOUNT_EXCEEDED' });
-    const voided = await tx((trx) => voidHold(trx, hold.id));
+    const voided = await tx((trx) => voidHold(trx, hold.id, { now: new Date() }));
     expect(voided).toMatchObject({ status: 'voided', released: '4', remaining: '0' });
     expect(await h.balanceOf(renter.id)).toMatchObject({ available: '10.000000', locked: '0.000000' });
-    await expect(answered(tx((trx) => createHold(trx, renter.id, new Dec('10.000001'))))).rejects.toMatchObject({
+    await expect(
+      answered(tx((trx) => createHold(trx, renter.id, new Dec('10.000001'), null, { now: new Date() }))),
+    ).rejects.toMatchObject({
       status: 402,
       code: 'INSUFFICIENT_FUNDS',
     });
-    await expect(answered(tx((trx) => createHold(trx, crypto.randomUUID(), new Dec('1'))))).rejects.toMatchObject({
+    await expect(
+      answered(tx((trx) => createHold(trx, crypto.randomUUID(), new Dec('1'), null, { now: new Date() }))),
+    ).rejects.toMatchObject({
       status: 404,
       code: 'WALLET_NOT_FOUND',
     });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it("writes a step's records and the hold's row at the step's time (the domain's clock), not the process's", async () => {
+    const renter = await h.fundedWallet('10');
+    const made = new Date('2031-02-03T04:05:06.000Z');
+    const extended = new Date('2031-02-03T05:00:00.000Z');
+    const voided = new Date('2031-02-03T06:00:00.000Z');
+    const hold = await tx((trx) => createHold(trx, renter.id, new Dec('2'), null, { now: made }));
+    const row = () => h.db.selectFrom('holds').select(['created_at', 'updated_at']).where('id', '=', hold.id);
+    expect(await row().executeTakeFirstOrThrow()).toEqual({ created_at: made, updated_at: made });
+    await tx((trx) => extendHold(trx, hold.id, new Dec('1'), { now: extended }));
+    expect(await row().executeTakeFirstOrThrow()).toEqual({ created_at: made, updated_at: extended });
+    await tx((trx) => voidHold(trx, hold.id, { now: voided }));
+    expect(await row().executeTakeFirstOrThrow()).toEqual({ created_at: made, updated_at: voided });
+    const records = await h.db
+      .selectFrom('transactions')
+      .select(['type', 'created_at', 'updated_at', 'confirmed_at'])
+      .where('hold_id', '=', hold.id)
+      .orderBy('created_at')
+      .execute();
+    expect(records).toEqual([
+      { type: 'lock', created_at: made, updated_at: made, confirmed_at: made },
+      { type: 'lock', created_at: extended, updated_at: extended, confirmed_at: extended },
+      { type: 'release', created_at: voided, updated_at: voided, confirmed_at: voided },
+    ]);
   });
 });
 

@@ -37,7 +37,7 @@ describe('GET /api/v1/billing/reserves', () => {
     });
     // Every one of them owed to a wallet (as deposits credit them), some held by a session.
     const w = await h.fundedWallet('1000000', 'user', Keypair.generate().publicKey.toBase58());
-    await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec('100')));
+    await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec('100'), null, { now: new Date() }));
     expect(await reserves()).toMatchObject({
       owed: { available: '999900.000000', locked: '100.000000', total: '1000000.000000' },
       required: '1000000.000000',

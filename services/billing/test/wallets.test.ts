@@ -113,7 +113,9 @@ describe('GET /api/v1/wallet/{id}/transactions', () => {
     const w = await h.fundedWallet('100');
     const holds = [];
     for (let i = 1; i <= 7; i++) {
-      holds.push(await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec(i))));
+      holds.push(
+        await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec(i), null, { now: new Date() })),
+      );
     }
     const seen: string[] = [];
     let cursor: string | null = null;
@@ -158,7 +160,8 @@ describe('GET /api/v1/wallet/{id}/transactions', () => {
 
   it('follows the one paging contract: an array, X-Next-Cursor and a Link to the next page; INVALID_CURSOR', async () => {
     const w = await h.fundedWallet('100');
-    for (let i = 1; i <= 3; i++) await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec(i)));
+    for (let i = 1; i <= 3; i++)
+      await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec(i), null, { now: new Date() }));
     const first = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?limit=2&type=lock` });
     expect(first.json()).toHaveLength(2);
     const next = first.headers['x-next-cursor'] as string;

@@ -70,7 +70,7 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
   it('refuses more than the available balance with 402 and sends nothing', async () => {
     const address = fresh();
     const w = await h.fundedWallet('5', 'user', address);
-    await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec('2')));
+    await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec('2'), null, { now: new Date() }));
     const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '3.000001' });
     expect(res.statusCode).toBe(402);
     expect(res.json()).toMatchObject({ code: 'INSUFFICIENT_FUNDS', available: '3.000000', needed: '3.000001' });
@@ -270,7 +270,7 @@ describe('provider earnings and payouts', () => {
     // A renter's hold posted to the provider (what a finished rental session does).
     const renter = await h.fundedWallet('100');
     await h.db.transaction().execute(async (trx) => {
-      const hold = await createHold(trx, renter.id, new Dec('30'));
+      const hold = await createHold(trx, renter.id, new Dec('30'), null, { now: new Date() });
       await postHold(
         trx,
         hold.id,
@@ -279,6 +279,7 @@ describe('provider earnings and payouts', () => {
           { to: { system: 'platform_fees' }, amount: new Dec('1.25'), code: 'platform_fee' },
         ],
         true,
+        { now: new Date() },
       );
     });
     const earnings = await h.app.inject({ method: 'GET', url: `/api/v1/provider/${providerId}/earnings` });

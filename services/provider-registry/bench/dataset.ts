@@ -17,7 +17,12 @@
  * text per model here) is rendered once per model by the schema's own trigger
  * function rather than once per row (the trigger on `gpus` is off for the load).
  */
-import { gpuModelKey } from '@gpu/common';
+import {
+  DEFAULT_BASE_RATES,
+  DEFAULT_POWER_RATE_PER_WATT_HOUR,
+  DEFAULT_VRAM_RATE_PER_GB_HOUR,
+  gpuModelKey,
+} from '@gpu/common';
 import type pg from 'pg';
 import { withDeferredIndexes } from './deferred-indexes.ts';
 
@@ -34,22 +39,6 @@ export const MODELS: [string, number, string][] = [
   ['AMD Instinct MI250X', 131072, 'CDNA2'],
   ['AMD Radeon RX 7900 XTX', 24560, 'RDNA3'],
 ];
-
-/** The platform's base rates per GPU-hour (the contract's table), by billing's model key. */
-const BASE_RATES: Record<string, string> = {
-  'nvidia-geforce-rtx-4090': '0.50',
-  'nvidia-geforce-rtx-4080': '0.40',
-  'nvidia-geforce-rtx-4070': '0.30',
-  'nvidia-geforce-rtx-3090': '0.45',
-  'nvidia-geforce-rtx-3080': '0.35',
-  'nvidia-tesla-a100': '2.00',
-  'nvidia-tesla-v100': '1.50',
-  'nvidia-tesla-h100': '4.00',
-  'nvidia-tesla-l40': '1.80',
-  'amd-radeon-rx-7900-xtx': '0.35',
-  'amd-instinct-mi250x': '1.75',
-  default: '0.25',
-};
 
 /** GPUs per provider, cycling: 32 GPUs per 8 providers. */
 const COUNTS = [1, 2, 4, 8, 4, 2, 4, 7];
@@ -146,12 +135,12 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     JOIN providers p ON p.id = f.id
     CROSS JOIN LATERAL generate_series(0, (f.n - 1) / 4) AS b
     JOIN bench_models m ON m.k = (f.m + b) % ${MODELS.length}`);
-  // The market: billing's card, then each provider's GPU groups priced by it (offer_price's formula, the platform's
-  // rates: no provider here has rates of its own).
+  // The market: billing's card (the platform's shipped rates, as billing publishes them unless configured otherwise),
+  // then each provider's GPU groups priced by it (offer_price's formula: no provider here has rates of its own).
   await client.query(
     `INSERT INTO price_card (id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, occurred_at)
-     VALUES (1, $1::jsonb, 0.02, 0.001, now())`,
-    [JSON.stringify(BASE_RATES)],
+     VALUES (1, $1::jsonb, $2::numeric, $3::numeric, now())`,
+    [JSON.stringify(DEFAULT_BASE_RATES), DEFAULT_VRAM_RATE_PER_GB_HOUR, DEFAULT_POWER_RATE_PER_WATT_HOUR],
   );
   await client.query(`
     INSERT INTO offers (provider_id, gpu_model, model_names, model_key, gpu_count, healthy_gpus, unrented_gpus,

@@ -12,9 +12,9 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '@gpu/bench-kit';
 import { Kysely, PostgresDialect } from 'kysely';
 import type pg from 'pg';
-import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '../../../scripts/lib/process-cpu.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 import { type Beat, recordHeartbeats } from '../src/db/status-repository.ts';
 import { type LoadResult, runLoad } from './load.ts';

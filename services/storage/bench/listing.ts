@@ -21,10 +21,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { CreateBucketCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
+import { machineLine, writeBenchSection } from '@gpu/bench-kit';
 import { openDatabase } from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { sql } from 'kysely';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { directS3Client } from './s3-client.ts';
 import { startHttpProcess } from './service-process.ts';
 

@@ -1,14 +1,18 @@
 /** Processes the storage benchmarks start and watch: the service (as `pnpm start` runs it) and reference servers. */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { compiledPath, ensureBuilt, platformPrograms } from '../../../scripts/lib/build.ts';
 import { STORAGE_NODE_FLAGS } from '../node-flags.ts';
 
 export const serviceDir = fileURLToPath(new URL('..', import.meta.url));
-const repoRoot = fileURLToPath(new URL('../../..', import.meta.url));
+/**
+ * The service compiled as `pnpm start` runs it: the builder (scripts/lib/build.ts) puts each source of a package in
+ * the package's `dist/` (`src/server.ts` → `dist/src/server.js`). `pnpm bench storage` (scripts/bench.sh) builds it
+ * first.
+ */
+const COMPILED_SERVER = path.join(serviceDir, 'dist/src/server.js');
 
 export async function freePort(): Promise<number> {
   const srv = createServer();
@@ -40,7 +44,7 @@ export function storePid(): number {
 
 /**
  * Starts a Node process under the service's V8 flags and waits for its /health. The service (`src/server.ts`) runs
- * as `pnpm start` runs it: compiled (scripts/lib/build.ts, built first when stale), with source maps; a bench
+ * as `pnpm start` runs it: compiled (built by `pnpm bench` before the benchmark starts), with source maps; a bench
  * script runs from source through tsx.
  */
 export async function startHttpProcess(
@@ -50,8 +54,9 @@ export async function startHttpProcess(
   const port = await freePort();
   let program = ['--import', 'tsx', script];
   if (script === 'src/server.ts') {
-    await ensureBuilt(platformPrograms());
-    program = ['--enable-source-maps', compiledPath(path.relative(repoRoot, path.join(serviceDir, script)))];
+    if (!existsSync(COMPILED_SERVER))
+      throw new Error(`${COMPILED_SERVER} is missing: run the benchmark with pnpm bench`);
+    program = ['--enable-source-maps', COMPILED_SERVER];
   }
   const child = spawn(process.execPath, [...STORAGE_NODE_FLAGS, ...program], {
     cwd: serviceDir,

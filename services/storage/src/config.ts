@@ -89,6 +89,12 @@ export const storageConfigSchema = z.object({
        * deleted behind the service's back (presigned PUTs, other tools): `0s` compares at start-up only.
        */
       reconcile_interval: zDuration().default('15m'),
+      /**
+       * At most this many listing pages (1,000 keys each) of the store a run of reconciliation reads, going on from
+       * where the last one stopped (`0`: no bound, the whole store every run). Keys handed out in write URLs are looked
+       * at every run besides.
+       */
+      reconcile_pages: zInt(0).default(100),
     })
     .prefault({}),
   /**

@@ -78,7 +78,7 @@ describe('storage configuration', () => {
     expect(configWarnings(config)).toEqual([]);
   });
 
-  it("has the object catalog's database (embedded by default) and its reconciliation interval", () => {
+  it("has the object catalog's database (embedded by default) and its reconciliation interval and pages", () => {
     const defaults = loadStorageConfig({ STORAGE_CONFIG_FILE: path.join(dir, 'catalog-defaults.yaml') });
     expect(defaults.database).toMatchObject({
       url: '',
@@ -88,12 +88,14 @@ describe('storage configuration', () => {
       connect_timeout: '5s',
     });
     expect(defaults.object_store.reconcile_interval).toBe('15m');
+    expect(defaults.object_store.reconcile_pages).toBe(100);
     const set = loadStorageConfig({
       STORAGE_CONFIG_FILE: path.join(dir, 'catalog-set.yaml'),
       DATABASE_URL: 'postgres://u:p@db:5432/storage',
       DATABASE_POOL_SIZE: '4',
       STORAGE__DATABASE__EMBEDDED_PATH: '/var/lib/storage/pglite',
       STORAGE__OBJECT_STORE__RECONCILE_INTERVAL: '0s',
+      STORAGE__OBJECT_STORE__RECONCILE_PAGES: '3',
     });
     expect(set.database).toMatchObject({
       url: 'postgres://u:p@db:5432/storage',
@@ -101,6 +103,7 @@ describe('storage configuration', () => {
       embedded_path: '/var/lib/storage/pglite',
     });
     expect(set.object_store.reconcile_interval).toBe('0s');
+    expect(set.object_store.reconcile_pages).toBe(3);
     expect(() =>
       loadStorageConfig({
         STORAGE_CONFIG_FILE: path.join(dir, 'catalog-bad.yaml'),

@@ -11,9 +11,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { cpuSince, cpuSnapshot, machineLine, writeBenchSection } from '@gpu/bench-kit';
 import { listenForGateway } from '@gpu/common';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
-import { cpuSince, cpuSnapshot } from '../../../scripts/lib/process-cpu.ts';
 import { runLoad } from '../../../services/auth/bench/load.ts';
 import { cpuSeconds } from '../../../services/storage/bench/service-process.ts';
 import { startService } from '../../../services/storage/test/helpers.ts';

@@ -23,9 +23,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { machineLine, writeBenchSection } from '@gpu/bench-kit';
 import { clientCredentials, type TokenSource } from '@gpu/client';
 import { createLogger, NoopPublisher } from '@gpu/common';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
 import { daemonConfigSchema } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
 import { gpuSource } from '../src/gpu/source.ts';

@@ -11,8 +11,8 @@
  *           sent on the input channel, its echo read on the output one; each round trip's ms
  */
 import { connect } from 'node:net';
+import { cpuSnapshot, processMs } from '@gpu/bench-kit';
 import WebSocket from 'ws';
-import { cpuSnapshot, processMs } from '../../../scripts/lib/process-cpu.ts';
 
 /** Where a connection goes: through billing's port-forward WebSocket, or straight to a port on this machine. */
 export type Target = { kind: 'ws'; url: string; headers: Record<string, string> } | { kind: 'tcp'; port: number };

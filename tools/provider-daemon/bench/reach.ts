@@ -19,7 +19,7 @@ import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { machineLine, writeBenchSection } from '../../../scripts/lib/bench-report.ts';
+import { machineLine, writeBenchSection } from '@gpu/bench-kit';
 import type { Answer, Job, Target } from './reach-client.ts';
 import { startReachPlatform } from './reach-platform.ts';
 import { type Breakdown, profileBoth } from './reach-profile.ts';

@@ -106,6 +106,7 @@ async function run(
     container,
     sessionId,
     workDir,
+    logDir,
     uid,
     stdout: () => readFileSync(path.join(logDir, 'stdout.log'), 'utf8'),
     stderr: () => readFileSync(path.join(logDir, 'stderr.log'), 'utf8'),
@@ -234,6 +235,25 @@ describe('container mode', () => {
     expect(await bomb.container.ended).toMatchObject({ state: 'exited', exitCode: 2 });
     expect(bomb.stderr()).toMatch(/can't fork/);
     expect(bomb.stdout()).toBe('');
+  });
+
+  it("one the kernel kills for memory leaves the runtime's marker in its session's directory, not the daemon's", async () => {
+    // conmon creates an empty `oom` file in its working directory when the kernel kills the container for memory: it
+    // once landed at the root of the checkout the tests ran in (the daemon's working directory), and was committed.
+    const daemonCwd = path.join(process.cwd(), 'oom');
+    // One read into a 300 MB buffer: past the kernel's limit (a quarter above the allowance, at least 64 MiB more) at
+    // once, long before the watch looks.
+    const hog = await run(
+      { command: ['/bin/busybox', 'dd', 'if=/dev/zero', 'of=/dev/null', 'bs=300M', 'count=1'] },
+      { limits: { ...LIMITS, memoryBytes: 64 * 1024 * 1024, logBytes: 1e4 } },
+    );
+    await hog.container.ended;
+    // The runtime writes it as it hears of the kill, which may come after the end is known.
+    const marker = path.join(hog.logDir, 'oom');
+    for (const deadline = Date.now() + 5000; !existsSync(marker) && Date.now() < deadline; )
+      await new Promise((r) => setTimeout(r, 50));
+    expect(existsSync(marker)).toBe(true);
+    expect(existsSync(daemonCwd), `${daemonCwd}: the runtime wrote into the daemon's working directory`).toBe(false);
   });
 
   it('is stopped when it fills its disk allowance, and one file cannot pass it either', async () => {

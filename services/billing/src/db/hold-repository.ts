@@ -13,12 +13,13 @@ export type HoldRow = Selectable<HoldTable>;
 /** A transaction record written with a hold step. */
 export type HoldRecord = Insertable<TransactionTable>;
 
-/** What a step changes on the hold row: amounts added (decimal strings), the status. */
+/** What a step changes on the hold row: amounts added (decimal strings), the status, and when (the step's time). */
 export interface HoldChange {
   addAmount?: string;
   addPosted?: string;
   addReleased?: string;
   status?: HoldStatus;
+  at: Date;
 }
 
 /** A hold's row, locked until the transaction ends. */
@@ -29,7 +30,7 @@ export async function lockHold(trx: Trx, holdId: string): Promise<HoldRow | unde
 /** Writes a new pending hold and its `lock` record in one statement. */
 export async function insertHold(
   trx: Trx,
-  hold: { id: string; walletId: string; amount: string; reference: string | null },
+  hold: { id: string; walletId: string; amount: string; reference: string | null; at: Date },
   lockRecord: HoldRecord,
 ): Promise<void> {
   await trx
@@ -41,6 +42,8 @@ export async function insertHold(
       status: 'pending',
       amount: hold.amount,
       reference: hold.reference,
+      created_at: hold.at,
+      updated_at: hold.at,
     })
     .execute();
 }
@@ -52,7 +55,7 @@ export async function updateHold(trx: Trx, holdId: string, change: HoldChange, r
     posted: sql<string>`posted + ${change.addPosted ?? '0'}::numeric`,
     released: sql<string>`released + ${change.addReleased ?? '0'}::numeric`,
     ...(change.status ? { status: change.status } : {}),
-    updated_at: new Date(),
+    updated_at: change.at,
   };
   if (records.length === 0) {
     return trx.updateTable('holds').set(values).where('id', '=', holdId).returningAll().executeTakeFirstOrThrow();

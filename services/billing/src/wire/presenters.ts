@@ -4,22 +4,28 @@
  * decimals, times in RFC 3339 UTC). The routes answer with these, and the
  * events carry the same shapes (adapters/billing-events.ts), so they live
  * beside both rather than in routes/: an adapter never imports the HTTP layer.
- * The response schemas beside the routes describe them.
+ * The response schemas beside the routes describe them. They take the domain's values (its concepts' index.ts),
+ * never the database's rows directly.
  */
-import type { BillingRecordRow } from '../db/billing-record-repository.ts';
-import type { SessionEventRow } from '../db/session-event-repository.ts';
-import type { SessionRow } from '../db/session-repository.ts';
-import type { StorageChargeRow } from '../db/storage-repository.ts';
-import type { TransactionRow } from '../db/transaction-repository.ts';
 import type { BillingState } from '../domain/context.ts';
 import type { SessionEventKind } from '../domain/events.ts';
 import type { Reservation } from '../domain/leases/index.ts';
 import { Dec, formatAmount } from '../domain/ledger/index.ts';
 import type { StoredProviderRates } from '../domain/pricing/index.ts';
 import { formatRate, type HourlyRates } from '../domain/pricing/index.ts';
-import type { CurrentUsage, SessionEnd, SessionStart, UsageRecord, UsageResult } from '../domain/sessions/index.ts';
+import type {
+  BillingRecordRow,
+  CurrentUsage,
+  SessionEnd,
+  SessionEventRow,
+  SessionRow,
+  SessionStart,
+  UsageRecord,
+  UsageResult,
+} from '../domain/sessions/index.ts';
 import { billedFrom, sessionRates } from '../domain/sessions/index.ts';
-import type { AutoPayoutSetting, EarningsSummary, Wallet } from '../domain/wallets/index.ts';
+import type { StorageChargeRow } from '../domain/storage/index.ts';
+import type { AutoPayoutSetting, EarningsSummary, TransactionRow, Wallet } from '../domain/wallets/index.ts';
 
 /** What presenting needs: the token's scale and the app's cache of rate JSON. */
 export interface PresentContext {

@@ -4,7 +4,13 @@
  * key `(bucket, key)` in order and a page stops after its rows.
  */
 import { type Kysely, sql } from 'kysely';
-import type { CatalogObject, CatalogPageRequest, ObjectCatalog } from '../domain/catalog/catalog.ts';
+import type {
+  CatalogObject,
+  CatalogPageRequest,
+  ExpectedWrite,
+  ObjectCatalog,
+  SweepPosition,
+} from '../domain/catalog/catalog.ts';
 import type { ObjectEntry } from '../domain/store.ts';
 import type { StorageDB } from './schema.ts';
 
@@ -169,5 +175,45 @@ export class ObjectRepository implements ObjectCatalog {
       if (old) await this.db.deleteFrom('reconcile_runs').where('period_start', '<=', old.period_start).execute();
     }
     return claimed !== undefined;
+  }
+
+  async sweepPosition(): Promise<SweepPosition> {
+    const row = await this.db.selectFrom('catalog_sweep').select(['bucket', 'after_key']).executeTakeFirst();
+    return row ? { bucket: row.bucket, ...(row.after_key !== null ? { after: row.after_key } : {}) } : { bucket: '' };
+  }
+
+  async saveSweepPosition(position: SweepPosition): Promise<void> {
+    const values = { bucket: position.bucket, after_key: position.after ?? null };
+    await this.db
+      .insertInto('catalog_sweep')
+      .values({ id: 1, ...values })
+      .onConflict((oc) => oc.column('id').doUpdateSet(values))
+      .execute();
+  }
+
+  async expectWrite(write: ExpectedWrite): Promise<void> {
+    await this.db
+      .insertInto('catalog_expected_writes')
+      .values(write)
+      .onConflict((oc) =>
+        oc
+          .columns(['bucket', 'key'])
+          .doUpdateSet({ until: sql`greatest(catalog_expected_writes.until, excluded.until)` }),
+      )
+      .execute();
+  }
+
+  async expectedWrites(): Promise<ExpectedWrite[]> {
+    const rows = await this.db
+      .selectFrom('catalog_expected_writes')
+      .select(['bucket', 'key', 'until'])
+      .orderBy('bucket')
+      .orderBy('key')
+      .execute();
+    return rows.map((r) => ({ bucket: r.bucket, key: r.key, until: new Date(r.until) }));
+  }
+
+  async forgetExpectedWrites(before: Date): Promise<void> {
+    await this.db.deleteFrom('catalog_expected_writes').where('until', '<', before).execute();
   }
 }

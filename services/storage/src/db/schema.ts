@@ -1,4 +1,4 @@
-/** Kysely table types of the storage service's database: the object catalog (`domain/catalog/`). */
+/** Kysely table types of the storage service's database: the object catalog and its reconciliation (`domain/catalog/`). */
 import type { ColumnType, Generated } from 'kysely';
 
 /** One object the store holds, as last written through the service or found by reconciliation. */
@@ -30,8 +30,25 @@ interface ReconcileRunsTable {
   started_at: Generated<Date>;
 }
 
+/** Where the reconciliation's sweep over the buckets has come (one row): the bucket, and the last key compared. */
+interface CatalogSweepTable {
+  id: Generated<number>;
+  bucket: string;
+  /** Null: the bucket's start. */
+  after_key: string | null;
+}
+
+/** A key the service handed out a write URL for (a presigned PUT, a write grant), until the URL expires. */
+interface CatalogExpectedWritesTable {
+  bucket: string;
+  key: string;
+  until: Date;
+}
+
 export interface StorageDB {
   objects: ObjectsTable;
   catalog_buckets: CatalogBucketsTable;
   reconcile_runs: ReconcileRunsTable;
+  catalog_sweep: CatalogSweepTable;
+  catalog_expected_writes: CatalogExpectedWritesTable;
 }

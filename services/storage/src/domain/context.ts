@@ -54,6 +54,7 @@ export function storageContext(deps: StorageDeps): StorageContext {
     recordsBucket: settings.owners_bucket,
     instanceId: deps.config.instance_id || randomUUID(),
     intervalMs: durationMs(settings.reconcile_interval),
+    pagesPerRun: settings.reconcile_pages,
     logger: deps.logger,
   });
   return {

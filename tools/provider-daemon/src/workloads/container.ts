@@ -104,13 +104,17 @@ export function configuredRuntime(settings: {
   return { runtime: rt, version: version.stdout.trim() };
 }
 
-/** Runs the runtime with the global flags; rejects with its own words when it fails. */
-async function runtime(rt: ContainerRuntime, args: string[], timeoutMs = 60_000): Promise<string> {
+/**
+ * Runs the runtime with the global flags; rejects with its own words when it fails. `cwd`: where it runs (a session's
+ * own directory for the calls that start its container: see startContainer).
+ */
+async function runtime(rt: ContainerRuntime, args: string[], timeoutMs = 60_000, cwd?: string): Promise<string> {
   try {
     const { stdout } = await run(rt.path, [...rt.args, ...args], {
       timeout: timeoutMs,
       maxBuffer: 4 * 1024 * 1024,
       env: runtimeEnv(),
+      ...(cwd ? { cwd } : {}),
     });
     return stdout;
   } catch (err) {
@@ -342,18 +346,25 @@ export function startContainer(opts: ContainerOptions): Sandbox {
   let attach: ReturnType<typeof spawn> | undefined;
   let known: number[] = [];
   let killTimer: NodeJS.Timeout | undefined;
+  /**
+   * The runtime for this container, run in the session's log directory: the monitor it starts (conmon) inherits its
+   * working directory and creates an empty `oom` file there when the kernel kills the container for memory. From the
+   * daemon's own directory (a checkout, for the tests) that file would land among the daemon's files; here it goes
+   * with the session's directory.
+   */
+  const ctr = (args: string[], timeoutMs?: number) => runtime(rt, args, timeoutMs, opts.logDir);
 
   // Made, its network fenced, then started attached: its output streams to the daemon from the first byte.
   const started = (async () => {
     writeFileSync(envFile, envLines(options), { mode: 0o600 });
     try {
       await remove(rt, [name]).catch(() => {});
-      await runtime(rt, createArgs(options, envFile));
+      await ctr(createArgs(options, envFile));
     } finally {
       rmSync(envFile, { force: true });
     }
     try {
-      await runtime(rt, ['init', name]);
+      await ctr(['init', name]);
     } catch (err) {
       // The image's program (or user) is not there: the renter's mistake, as a command not found in the sandbox.
       if (IMAGE_MISTAKE.test((err as Error).message)) failure = 'command_unavailable';
@@ -365,11 +376,12 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       failure = problem;
       throw new Error(`${problem}: the workload's program is not there to run`);
     }
-    hostPid = Number((await runtime(rt, ['inspect', '--format', '{{.State.Pid}}', name])).trim());
+    hostPid = Number((await ctr(['inspect', '--format', '{{.State.Pid}}', name])).trim());
     if (spec.network && process.getuid?.() === 0) await fenceNetwork(hostPid);
     if (stopping) throw new Error('stopped before it started');
     const child = spawn(rt.path, [...rt.args, 'start', '--attach', name], {
       env: runtimeEnv(),
+      cwd: opts.logDir,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     attach = child;
@@ -379,7 +391,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     ]);
     const closed = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
     // Running once the runtime says so (or already done: it ran).
-    await runtime(rt, ['wait', '--condition', 'running', '--condition', 'exited', name]).catch(() => {});
+    await ctr(['wait', '--condition', 'running', '--condition', 'exited', name]).catch(() => {});
     return { closed, logs };
   })();
   const ready: Promise<Date> = started.then(
@@ -406,7 +418,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     let state: { status: string; exitCode: number; oom: boolean } | null = null;
     try {
       const [status, exitCode, oom] = (
-        await runtime(rt, ['inspect', '--format', '{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}', name])
+        await ctr(['inspect', '--format', '{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}', name])
       )
         .trim()
         .split(' ');

@@ -10,7 +10,8 @@
  * caller (a rental session, a withdrawal) commits its own rows with the money
  * movement. Lock order: the hold row, then accounts in ID order (ledger.ts).
  * A step (`HoldStep`) carries the domain's time of the step (ctx.now(): the
- * records' times) and the context's cache of ledger account IDs.
+ * times of its records and of the hold row) and the context's cache of ledger
+ * account IDs.
  */
 import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
@@ -38,8 +39,8 @@ type Trx = Transaction<BillingDB>;
 
 /** What a hold step takes from its caller: when it happens (the domain's clock) and the cache of account IDs. */
 export interface HoldStep {
-  /** The time of the step's records (default: the process clock, for callers outside the domain such as tests). */
-  now?: Date;
+  /** The time of the step (ctx.now()): its records' and the hold row's. */
+  now: Date;
   accountIds?: BoundedCache<string>;
 }
 
@@ -83,9 +84,8 @@ function record(
   holdId: string,
   reference: string | null,
   id: string,
-  at: Date | undefined,
+  now: Date,
 ): HoldRecord {
-  const now = at ?? new Date();
   return {
     id,
     wallet_id: walletId,
@@ -106,7 +106,7 @@ export async function createHold(
   walletId: string,
   amount: Dec,
   reference: string | null = null,
-  step: HoldStep = {},
+  step: HoldStep,
 ): Promise<Hold> {
   const id = randomUUID();
   const txId = randomUUID();
@@ -129,7 +129,7 @@ export async function createHold(
   );
   await insertHold(
     trx,
-    { id, walletId, amount: amount.toFixed(), reference },
+    { id, walletId, amount: amount.toFixed(), reference, at: step.now },
     record(walletId, 'lock', amount, id, reference, txId, step.now),
   );
   return toHold({
@@ -144,7 +144,7 @@ export async function createHold(
 }
 
 /** Adds `amount` to a pending hold from the wallet's available balance. */
-export async function extendHold(trx: Trx, holdId: string, amount: Dec, step: HoldStep = {}): Promise<Hold> {
+export async function extendHold(trx: Trx, holdId: string, amount: Dec, step: HoldStep): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const txId = randomUUID();
   await postTransfers(
@@ -161,7 +161,7 @@ export async function extendHold(trx: Trx, holdId: string, amount: Dec, step: Ho
     ],
     step.accountIds,
   );
-  const updated = await updateHold(trx, holdId, { addAmount: amount.toFixed() }, [
+  const updated = await updateHold(trx, holdId, { addAmount: amount.toFixed(), at: step.now }, [
     record(row.wallet_id, 'lock', amount, holdId, row.reference, txId, step.now),
   ]);
   return toHold(updated);
@@ -187,7 +187,7 @@ export async function postHold(
   holdId: string,
   legs: PostingLeg[],
   close: boolean,
-  step: HoldStep = {},
+  step: HoldStep,
 ): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const remaining = new Dec(row.amount).minus(row.posted).minus(row.released);
@@ -222,14 +222,19 @@ export async function postHold(
   const updated = await updateHold(
     trx,
     holdId,
-    { addPosted: total.toFixed(), addReleased: close ? rest.toFixed() : '0', status: close ? 'posted' : 'pending' },
+    {
+      addPosted: total.toFixed(),
+      addReleased: close ? rest.toFixed() : '0',
+      status: close ? 'posted' : 'pending',
+      at: step.now,
+    },
     records,
   );
   return toHold(updated);
 }
 
 /** Voids a pending hold: everything still held goes back to `available`. */
-export async function voidHold(trx: Trx, holdId: string, step: HoldStep = {}): Promise<Hold> {
+export async function voidHold(trx: Trx, holdId: string, step: HoldStep): Promise<Hold> {
   const row = await lockPendingHold(trx, holdId);
   const rest = new Dec(row.amount).minus(row.posted).minus(row.released);
   const records: HoldRecord[] = [];
@@ -251,7 +256,12 @@ export async function voidHold(trx: Trx, holdId: string, step: HoldStep = {}): P
       step.accountIds,
     );
   }
-  const updated = await updateHold(trx, holdId, { addReleased: rest.toFixed(), status: 'voided' }, records);
+  const updated = await updateHold(
+    trx,
+    holdId,
+    { addReleased: rest.toFixed(), status: 'voided', at: step.now },
+    records,
+  );
   return toHold(updated);
 }
 
@@ -288,7 +298,7 @@ export async function topUpHold(
   trx: Transaction<BillingDB>,
   session: { id: string; hold_id: string; wallet_id: string },
   target: Dec,
-  step: HoldStep = {},
+  step: HoldStep,
 ): Promise<HoldTopUp> {
   // The lock order of every hold step: the hold row, then the wallet's accounts.
   const held = new Dec(toHold(await lockPendingHold(trx, session.hold_id)).remaining);

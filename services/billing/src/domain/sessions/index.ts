@@ -16,7 +16,15 @@ export {
   followDaemonBinding,
   REMOVED,
 } from './provider-offline.ts';
-export { isRunning, loadSession, RUNNING_STATUSES, type SessionRow, sessionRates } from './session.ts';
+export {
+  type BillingRecordRow,
+  isRunning,
+  loadSession,
+  RUNNING_STATUSES,
+  type SessionEventRow,
+  type SessionRow,
+  sessionRates,
+} from './session.ts';
 export { renterOf, type SessionStart, type StartSessionInput, startSession } from './start.ts';
 export {
   toUsageUpdate,

@@ -8,6 +8,7 @@ import { Dec } from '../ledger/index.ts';
 import type { HourlyRates } from '../pricing/index.ts';
 
 export type { BillingRecordRow } from '../../db/billing-record-repository.ts';
+export type { SessionEventRow } from '../../db/session-event-repository.ts';
 export type { SessionRow } from '../../db/session-repository.ts';
 
 /** The statuses of a running session: billed by the biller, accepting usage updates, endable. */

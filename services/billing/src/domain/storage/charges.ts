@@ -35,6 +35,8 @@ import type { BillingContext } from '../context.ts';
 import { type KeysetPosition, keysetPage, type Page } from '../keyset.ts';
 import { Dec, lockWalletAvailable, postTransfers, roundAmount } from '../ledger/index.ts';
 
+export type { StorageChargeRow } from '../../db/storage-repository.ts';
+
 /** What the storage service reports: a user's bytes over one period. */
 export interface StorageUsageReport {
   userId: string;

@@ -1,7 +1,9 @@
 /** Every migration of the storage service, by name (applied in name order). */
 import type { Migration } from 'kysely';
 import * as objectCatalog from './20250101000000_object_catalog.ts';
+import * as reconcileSweep from './20250201000000_reconcile_sweep.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_object_catalog': objectCatalog,
+  '20250201000000_reconcile_sweep': reconcileSweep,
 };

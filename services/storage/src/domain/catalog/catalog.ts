@@ -38,6 +38,19 @@ export interface CatalogPageRequest {
   limit: number;
 }
 
+/** Where reconciliation's sweep goes on: in `bucket` ('' : the first bucket), after the key `after` (none: its start). */
+export interface SweepPosition {
+  bucket: string;
+  after?: string;
+}
+
+/** A key the service handed out a write URL for, and when the URL stops working. */
+export interface ExpectedWrite {
+  bucket: string;
+  key: string;
+  until: Date;
+}
+
 /** The catalog's storage, as the rules use it. */
 export interface ObjectCatalog {
   /** The database's clock: the times rows are written with. */
@@ -73,6 +86,15 @@ export interface ObjectCatalog {
   knownBuckets(): Promise<string[]>;
   /** Claims the reconciliation of the period starting at `periodStart`: true for the one claim that inserts it. */
   claimPeriod(periodStart: Date, instanceId: string): Promise<boolean>;
+  /** Where the sweep stopped last (the first bucket's start when it never ran). */
+  sweepPosition(): Promise<SweepPosition>;
+  saveSweepPosition(position: SweepPosition): Promise<void>;
+  /** Notes that the key may be written at the store, behind the service's back, until `until` (the later one kept). */
+  expectWrite(write: ExpectedWrite): Promise<void>;
+  /** The keys noted. */
+  expectedWrites(): Promise<ExpectedWrite[]>;
+  /** Forgets the keys whose URLs expired before `before`. */
+  forgetExpectedWrites(before: Date): Promise<void>;
 }
 
 /** The default bucket's per-user folders: `users/{id}/...`. */

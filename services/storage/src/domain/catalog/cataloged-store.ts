@@ -4,8 +4,9 @@
  *
  * Order: the store first, it holds the bytes; the catalog after. A catalog write that fails (the database away)
  * fails the request with 503 `DEPENDENCY_UNAVAILABLE` although the store did the write: the client learns that
- * something went wrong and may repeat it, and reconciliation puts the catalog right in any case (`reconcile.ts`), so
- * the catalog is never wrong for longer than `reconcile_interval`. Writes to the service's own records bucket
+ * something went wrong and may repeat it, and reconciliation puts the catalog right in any case (`reconcile.ts`, at
+ * its sweep's pace). A write URL (a presigned PUT, a write grant) notes its key for reconciliation to look at every run
+ * until it expires. Writes to the service's own records bucket
  * (owner records, upload records, metering markers) are not catalogued: they are no one's objects.
  */
 import { errors } from '@gpu/common';
@@ -111,7 +112,15 @@ export class CatalogedStore implements ObjectStore {
   listPage(req: StorePageRequest): Promise<StorePage> {
     return this.inner.listPage(req);
   }
-  presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string> {
+  /**
+   * A write URL's key is noted first (until the URL expires): reconciliation looks at it every run, so what is written
+   * through it shows within `reconcile_interval` however far the sweep over the store has to go.
+   */
+  async presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string> {
+    if (method === 'PUT' && bucket !== this.recordsBucket) {
+      const until = new Date(Date.now() + expiresInSeconds * 1000);
+      await this.write(() => this.catalog.expectWrite({ bucket, key, until }));
+    }
     return this.inner.presign(bucket, key, method, expiresInSeconds);
   }
   createMultipart(bucket: string, key: string, contentType: string): Promise<string> {

@@ -7,7 +7,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 
-const FILE = fileURLToPath(new URL('../../docs/benchmarks.md', import.meta.url));
+const FILE = fileURLToPath(new URL('../../../docs/benchmarks.md', import.meta.url));
 const HEADER = `# Benchmarks
 
 Each section is written by \`pnpm bench <name>\` on the machine named in it; run it again to refresh.
