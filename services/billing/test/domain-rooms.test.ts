@@ -122,6 +122,42 @@ describe("billing's domain rooms", () => {
     expect(rows).toEqual([]);
   });
 
+  it('one repository writes rental_sessions: db/session-repository.ts', () => {
+    const WRITE =
+      /\.(insertInto|updateTable|deleteFrom|mergeInto)\(\s*'rental_sessions'|\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+rental_sessions\b/i;
+    const writers = tsFiles(SRC)
+      .filter((file) => !file.includes('/db/migrations/') && WRITE.test(readFileSync(file, 'utf8')))
+      .map((file) => relative(SRC, file));
+    expect(writers).toEqual(['db/session-repository.ts']);
+  });
+
+  it("the session's time is worked out in one place: domain/sessions/clock.ts", () => {
+    // The settings and the formula that make a session's deadlines (grace, clock skew, the time funds pay for), and
+    // the columns that hold them, are used by the clock alone (the presenters and routes only show them).
+    const TIME =
+      /\b(gracePeriodMs|msPaidFor|startSessionClock)\b|ctx\.sessions\.maxClockSkewMs|\b(billed_from|cap_ends_at):/;
+    const outside = tsFiles(join(SRC, 'domain'))
+      .filter((file) => !file.endsWith('/domain/sessions/clock.ts') && !file.includes('/domain/pricing/'))
+      .filter((file) => !file.endsWith('/domain/context.ts'))
+      .flatMap((file) =>
+        readFileSync(file, 'utf8')
+          .split('\n')
+          .some((line) => TIME.test(line) && !/^\s*(\*|\/\/)/.test(line))
+          ? [relative(SRC, file)]
+          : [],
+      );
+    // The values a new session row starts with (start.ts, from the clock's `capDeadline`), and the window of storage's
+    // own usage reports, are not the session's clock.
+    expect(outside).toEqual(['domain/sessions/start.ts', 'domain/storage/charges.ts']);
+    // Workloads translate the daemon's reports: they write no session row and read no clock setting of their own.
+    const workloadImports = tsFiles(join(DOMAIN, 'workloads')).flatMap((file) =>
+      importsOf(file)
+        .filter(({ target }) => target.endsWith('/db/session-repository.ts'))
+        .map(({ target }) => `${relative(SRC, file)} -> ${relative(SRC, target)}`),
+    );
+    expect(workloadImports).toEqual([]);
+  });
+
   it('concepts depend downward only: each imports only concepts drawn below it', () => {
     // Top to bottom, as docs/architecture.md draws them; concepts on one rank do not import each other.
     const ranks = [

@@ -26,6 +26,7 @@ export interface MessageHandler<T extends { kind: string } = { kind: string }> {
   kind: T['kind'];
   schema: z.ZodType<T>;
   /** Applies one message; `term` when it can never apply (the transport gives up on it), else acknowledged. */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a handler that acknowledges returns nothing (void), as handlers are written
   handle(message: T, meta: MessageMeta): Promise<void | 'term'>;
 }
 

@@ -1,6 +1,6 @@
 /**
- * What following a provider's machine reads and writes: its running sessions, what each was last reported at (to end
- * them when it stops delivering), and the daemon each takes reports from (to follow its binding).
+ * What following a provider's machine reads: its running sessions and what each was last reported at (to end them
+ * when it stops delivering). Binding them to the machine's daemon is written by session-repository.ts.
  */
 import type { Kysely, Transaction } from 'kysely';
 import type { BillingDB, SessionStatus } from './schema.ts';
@@ -35,30 +35,6 @@ export async function minutesAtLastReport(db: Db, sessionId: string, upTo: Date)
     .where('created_at', '<=', upTo)
     .executeTakeFirst();
   return Number(row?.minutes ?? 0);
-}
-
-/**
- * Binds the provider's sessions in `statuses` to the daemon client `clientId` (null: none), where they are bound to
- * another; how many moved.
- */
-export async function bindSessionsToClient(
-  db: Db,
-  providerId: string,
-  statuses: readonly SessionStatus[],
-  clientId: string | null,
-): Promise<number> {
-  const result = await db
-    .updateTable('rental_sessions')
-    .set({ provider_client_id: clientId })
-    .where('provider_id', '=', providerId)
-    .where('status', 'in', statuses)
-    .where((eb) =>
-      clientId === null
-        ? eb('provider_client_id', 'is not', null)
-        : eb.or([eb('provider_client_id', 'is', null), eb('provider_client_id', '<>', clientId)]),
-    )
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows);
 }
 
 /** The providers that have sessions in `statuses` (at most `limit`, in ID order after `after`). */

@@ -172,3 +172,63 @@ export async function listSessions(
   if (after) q = q.where(olderThan('started_at', after));
   return q.orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
 }
+
+/** Starts a workload session's billing clock at `billedFrom` (and a capped one's deadline): its workload runs. */
+export async function startSessionClock(
+  trx: Transaction<BillingDB>,
+  sessionId: string,
+  billedFrom: Date,
+  capEndsAt: Date | null,
+): Promise<void> {
+  await trx
+    .updateTable('rental_sessions')
+    .set({ billed_from: billedFrom, cap_ends_at: capEndsAt })
+    .where('id', '=', sessionId)
+    .execute();
+}
+
+/**
+ * Binds the provider's sessions in `statuses` to the daemon client `clientId` (null: none), where they are bound to
+ * another; how many moved.
+ */
+export async function bindSessionsToClient(
+  db: Db,
+  providerId: string,
+  statuses: readonly SessionStatus[],
+  clientId: string | null,
+): Promise<number> {
+  const result = await db
+    .updateTable('rental_sessions')
+    .set({ provider_client_id: clientId })
+    .where('provider_id', '=', providerId)
+    .where('status', 'in', statuses)
+    .where((eb) =>
+      clientId === null
+        ? eb('provider_client_id', 'is not', null)
+        : eb.or([eb('provider_client_id', 'is', null), eb('provider_client_id', '<>', clientId)]),
+    )
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/**
+ * Deletes the usage records of up to `limit` sessions that ended before `before` and marks them purged, in one
+ * statement (sessions taken oldest first with SKIP LOCKED: instances purging at once share the work); how many
+ * sessions and records went. The session row, its billing record and the ledger keep what was billed.
+ */
+export async function purgeUsageRecords(
+  db: Kysely<BillingDB>,
+  before: Date,
+  limit: number,
+): Promise<{ sessions: number; records: number }> {
+  const { rows } = await sql<{ sessions: number; records: number }>`
+    WITH s AS (
+      SELECT id FROM rental_sessions
+      WHERE ended_at IS NOT NULL AND NOT usage_purged AND ended_at < ${before}
+      ORDER BY ended_at LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED),
+    gone AS (DELETE FROM usage_records u USING s WHERE u.session_id = s.id RETURNING 1),
+    marked AS (UPDATE rental_sessions r SET usage_purged = true FROM s WHERE r.id = s.id RETURNING 1)
+    SELECT (SELECT count(*) FROM marked)::int AS sessions, (SELECT count(*) FROM gone)::int AS records`.execute(db);
+  return rows[0] ?? { sessions: 0, records: 0 };
+}

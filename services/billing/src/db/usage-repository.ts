@@ -3,7 +3,7 @@
  * batch's size: a batch opens with one statement (`openUsageBatch`) and writes with one (`writeBilledSessions` with
  * `usageRecordsInsert`), so it costs four round trips with its BEGIN and COMMIT.
  */
-import { type Kysely, type RawBuilder, type Selectable, sql, type Transaction } from 'kysely';
+import { type RawBuilder, type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, RentalSessionTable, UsageRecordTable } from './schema.ts';
 
 type SessionRow = Selectable<RentalSessionTable>;
@@ -103,26 +103,4 @@ export function usageRecordsInsert(rows: UsageRow[]): RawBuilder<unknown> {
       ${column((r) => iso(r.created_at))}::timestamptz[]
     ) AS r (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, metrics, billed_minutes, cost,
       created_at)`;
-}
-
-/**
- * Deletes the usage records of up to `limit` sessions that ended before `before` and marks them purged, in one
- * statement (sessions taken oldest first with SKIP LOCKED: instances purging at once share the work); how many
- * sessions and records went. The session row, its billing record and the ledger keep what was billed.
- */
-export async function purgeUsageRecords(
-  db: Kysely<BillingDB>,
-  before: Date,
-  limit: number,
-): Promise<{ sessions: number; records: number }> {
-  const { rows } = await sql<{ sessions: number; records: number }>`
-    WITH s AS (
-      SELECT id FROM rental_sessions
-      WHERE ended_at IS NOT NULL AND NOT usage_purged AND ended_at < ${before}
-      ORDER BY ended_at LIMIT ${limit}
-      FOR UPDATE SKIP LOCKED),
-    gone AS (DELETE FROM usage_records u USING s WHERE u.session_id = s.id RETURNING 1),
-    marked AS (UPDATE rental_sessions r SET usage_purged = true FROM s WHERE r.id = s.id RETURNING 1)
-    SELECT (SELECT count(*) FROM marked)::int AS sessions, (SELECT count(*) FROM gone)::int AS records`.execute(db);
-  return rows[0] ?? { sessions: 0, records: 0 };
 }

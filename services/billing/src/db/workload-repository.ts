@@ -1,4 +1,4 @@
-/** Sessions' workloads (`session_workloads`, migration 0016) and the billing start they set on their session. */
+/** Sessions' workloads (`session_workloads`, migration 0016). */
 import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
 import type { BillingDB, SessionStatus, SessionWorkloadTable } from './schema.ts';
 
@@ -38,20 +38,6 @@ export async function updateWorkload(
     .where('session_id', '=', sessionId)
     .returningAll()
     .executeTakeFirstOrThrow();
-}
-
-/** Starts a workload session's billing (and a capped one's deadline): its workload runs. */
-export async function startBilling(
-  trx: Transaction<BillingDB>,
-  sessionId: string,
-  billedFrom: Date,
-  capEndsAt: Date | null,
-): Promise<void> {
-  await trx
-    .updateTable('rental_sessions')
-    .set({ billed_from: billedFrom, cap_ends_at: capEndsAt })
-    .where('id', '=', sessionId)
-    .execute();
 }
 
 /** Up to `limit` running sessions whose workload has waited to run since before `before`, oldest first. */

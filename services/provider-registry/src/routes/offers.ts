@@ -5,7 +5,6 @@
  */
 import {
   type App,
-  callerOf,
   gpuModelKey,
   invalidCursor,
   PAGE_HEADERS,
@@ -20,7 +19,7 @@ import type { OfferRow } from '../db/offer-repository.ts';
 import { RELIABILITY_ROLES } from '../domain/access.ts';
 import type { Market } from '../domain/market.ts';
 import { OFFER_SORTS, type OfferCursor, offerCursorOf, offerCursorText, VERSION_PATTERN } from '../domain/offers.ts';
-import { providerIdParams, schemas, text } from './schemas.ts';
+import { schemas, text } from './schemas.ts';
 
 export interface OfferRoutesOptions {
   market: Market;

@@ -38,22 +38,8 @@ import type { UsageRow } from '../../db/usage-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
 import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfHours, costOfMinutes } from '../pricing/index.ts';
+import { billedElapsedMs, capTimeOver, graceDeadline, graceOver } from './clock.ts';
 import type { EndKind, SessionRow } from './session.ts';
-
-/**
- * When billing's clock started for the session: its start, or, for a session that runs a workload, when the workload
- * was reported running (null until then: nothing is billed before).
- */
-export function billedFrom(s: Pick<SessionRow, 'workload' | 'billed_from' | 'started_at'>): Date | null {
-  if (!s.workload) return new Date(s.started_at);
-  return s.billed_from ? new Date(s.billed_from) : null;
-}
-
-/** Milliseconds billed from `billedFrom` until `at` (0 before billing started). */
-export function billedElapsedMs(s: Pick<SessionRow, 'workload' | 'billed_from' | 'started_at'>, at: Date): number {
-  const from = billedFrom(s);
-  return from ? Math.max(0, at.getTime() - from.getTime()) : 0;
-}
 
 /** How a session that billing finds over must end: its grace period ran out, or its cost reached its cap. */
 const GRACE_OVER: EndKind = { status: 'terminated', reason: 'insufficient_funds' };
@@ -139,9 +125,7 @@ export async function planBillings(
   for (const item of items) {
     const held = item.held ?? new Dec(holds.get(item.session.hold_id)?.remaining ?? 0);
     const change = await planBilling(ctx, trx, item, held, now);
-    const expired =
-      change.status === 'grace_period' && change.graceUntil !== null && change.graceUntil.getTime() <= now.getTime();
-    const end = change.capReached ? CAP_REACHED : expired ? GRACE_OVER : null;
+    const end = change.capReached ? CAP_REACHED : graceOver(change, now) ? GRACE_OVER : null;
     plans.push({ item, minutes: change.minutes, billed: change.billed, end, change, now });
   }
   return plans;
@@ -222,8 +206,7 @@ async function planBilling(
   const full = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
   const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
   const uncapped = costOfMinutes(periods.hourly, full, ctx.scale);
-  const paidOut = session.cap_ends_at !== null && now.getTime() >= new Date(session.cap_ends_at).getTime();
-  const capReached = cap !== null && (paidOut || uncapped.gte(cap));
+  const capReached = cap !== null && (capTimeOver(session, now) || uncapped.gte(cap));
   const cost = capReached ? cap : uncapped;
   // At the cap, the minute it was crossed in is billed too (up to the cap): the minutes the session ran.
   const minutes = capReached ? Math.max(full, billableMinutes(elapsed, true)) : full;
@@ -266,7 +249,7 @@ async function planBilling(
     // Ends now (completed at the cap): no move in or out of grace first.
   } else if (!covered && status === 'active') {
     status = 'grace_period';
-    graceUntil = new Date(now.getTime() + ctx.sessions.gracePeriodMs);
+    graceUntil = graceDeadline(ctx, now);
     events.push('session.grace_period');
   } else if (covered && status === 'grace_period') {
     status = 'active';

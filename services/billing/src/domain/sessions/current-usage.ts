@@ -8,14 +8,13 @@ import {
 } from '../../db/billing-record-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
 import { listSessionEvents, purgeSessionEvents, type SessionEventRow } from '../../db/session-event-repository.ts';
-import { listSessions, type SessionFilter } from '../../db/session-repository.ts';
-import { purgeUsageRecords } from '../../db/usage-repository.ts';
+import { listSessions, purgeUsageRecords, type SessionFilter } from '../../db/session-repository.ts';
 import { assertSessionParty, historyScope, seesRenterWallet } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { type KeysetPosition, keysetPage, type Page } from '../keyset.ts';
 import { Dec, getHold, walletBalances } from '../ledger/index.ts';
 import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
-import { billedElapsedMs } from './billing.ts';
+import { billedElapsedMs } from './clock.ts';
 import { isRunning, loadSession, type SessionRow } from './session.ts';
 import { runtimeMinutes } from './start.ts';
 

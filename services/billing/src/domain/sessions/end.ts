@@ -30,9 +30,10 @@ import { assertSessionParty, endsAsProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { noteLeaseChange, stateNotedLeases } from '../leases/index.ts';
 import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
-import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
+import { costOfMinutes } from '../pricing/index.ts';
 import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
-import { billedElapsedMs, billedFrom, countGpuMinutes } from './billing.ts';
+import { countGpuMinutes } from './billing.ts';
+import { billedFrom, endOf } from './clock.ts';
 import { type BillingRecordRow, type EndKind, isRunning, loadSession, type SessionRow } from './session.ts';
 
 /**
@@ -94,16 +95,9 @@ export async function finishSession(
   correlationId?: string,
 ): Promise<SessionEnd> {
   const now = ctx.now();
-  const endedAt = kind.status === 'completed' && kind.at && kind.at < now ? kind.at : now;
-  const elapsed = billedElapsedMs(session, endedAt);
-  // Minutes known to have been delivered (a machine gone offline; a workload that ended at `at`) are billed exactly,
-  // even below those billed so far: those were only held, never captured.
-  let minutes =
-    kind.status === 'terminated' && kind.deliveredMinutes !== undefined
-      ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
-      : endedAt < now
-        ? billableMinutes(elapsed, true)
-        : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
+  const end = endOf(session, kind, now);
+  const { endedAt } = end;
+  let { minutes } = end;
   const hourly = new Dec(session.total_hourly_rate);
   // A session with a spend cap costs at most the cap, billed exactly to it.
   const capped = (d: Dec) => (session.spend_cap === null ? d : Dec.min(d, new Dec(session.spend_cap)));

@@ -1,5 +1,5 @@
 export { endSessionsAtCap, runBillingCycle } from './biller.ts';
-export { billedFrom } from './billing.ts';
+export { billedFrom, paidUntil, reportedStop, startClock } from './clock.ts';
 export {
   billingHistory,
   type CurrentUsage,

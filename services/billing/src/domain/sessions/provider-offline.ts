@@ -22,11 +22,11 @@
  */
 import { type UNDELIVERED_END_REASONS, UNDELIVERING_STATUSES } from '@gpu/common';
 import {
-  bindSessionsToClient,
   minutesAtLastReport,
   providersWithSessions,
   sessionIdsOfProvider,
 } from '../../db/provider-offline-repository.ts';
+import { bindSessionsToClient } from '../../db/session-repository.ts';
 import type { BillingContext } from '../context.ts';
 import { stateNotedLeases } from '../leases/index.ts';
 import { finishSession, type SessionEnd } from './end.ts';

@@ -26,9 +26,10 @@ import {
   takeGpus,
 } from '../leases/index.ts';
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
-import { costOfHours, costOfMinutes, formatRate, msPaidFor, ratesFor } from '../pricing/index.ts';
+import { costOfHours, costOfMinutes, formatRate, ratesFor } from '../pricing/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
 import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
+import { capDeadline } from './clock.ts';
 import type { SessionRow } from './session.ts';
 
 export interface StartSessionInput {
@@ -208,10 +209,7 @@ export async function startSession(
       end_reason: null,
       spend_cap: input.spendCap?.toFixed() ?? null,
       // A workload session's cap counts from when its workload runs (workloads/reports.ts).
-      cap_ends_at:
-        input.spendCap && !input.workload
-          ? new Date(now.getTime() + msPaidFor(input.spendCap, rates.totalHourlyRate))
-          : null,
+      cap_ends_at: input.workload ? null : capDeadline(input.spendCap, rates.totalHourlyRate, now),
       workload: input.workload !== undefined,
       billed_from: null,
       low_balance_at: null,

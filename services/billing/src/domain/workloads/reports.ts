@@ -20,20 +20,21 @@ import type { Principal } from '@gpu/common';
 import { workloadSpecSchema } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
-import {
-  findWorkload,
-  sessionsWaitingSince,
-  startBilling,
-  updateWorkload,
-  type WorkloadRow,
-} from '../../db/workload-repository.ts';
+import { findWorkload, sessionsWaitingSince, updateWorkload, type WorkloadRow } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { assertSessionParty, mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { stateNotedLeases } from '../leases/index.ts';
 import { Dec, getHold } from '../ledger/index.ts';
-import { msPaidFor } from '../pricing/index.ts';
-import { finishSession, isRunning, loadSession, type SessionRow } from '../sessions/index.ts';
+import {
+  finishSession,
+  isRunning,
+  loadSession,
+  paidUntil,
+  reportedStop,
+  type SessionRow,
+  startClock,
+} from '../sessions/index.ts';
 import { isEnded, movesForward, sessionEndReason, type Workload, type WorkloadReport } from './workload.ts';
 
 /** A workload row as the domain's value. */
@@ -56,17 +57,11 @@ function workloadOf(row: WorkloadRow): Workload {
   };
 }
 
-/**
- * Until when the session's funds pay for running, for a daemon that loses billing to stop the workload by itself: its
- * hold at the frozen rate from `billed_from` (from now while it has not run yet), never past a cap's end; null once the
- * session ended. The hold is topped up as the session runs, so the time moves on while billing is reachable.
- */
-async function paidUntil(ctx: BillingContext, session: SessionRow): Promise<Date | null> {
+/** Until when the session's funds pay for running (the session's clock), or null once it ended. */
+async function paidUntilOf(ctx: BillingContext, session: SessionRow): Promise<Date | null> {
   if (!isRunning(session)) return null;
   const hold = await getHold(ctx.db, session.hold_id);
-  const from = session.billed_from ? new Date(session.billed_from).getTime() : ctx.now().getTime();
-  const paid = from + msPaidFor(new Dec(hold?.remaining ?? 0), new Dec(session.total_hourly_rate));
-  return new Date(session.cap_ends_at ? Math.min(paid, new Date(session.cap_ends_at).getTime()) : paid);
+  return paidUntil(ctx, session, new Dec(hold?.remaining ?? 0));
 }
 
 /** The session and its workload, as its parties read them; 404 WORKLOAD_NOT_FOUND for a session that runs none. */
@@ -81,10 +76,8 @@ export async function readWorkload(
   const session = await loadSession(ctx.db, sessionId);
   assertSessionParty(actor, session);
   if (!row) throw billingErrors.workloadNotFound(sessionId);
-  return { session, workload: workloadOf(row), paidUntil: await paidUntil(ctx, session) };
+  return { session, workload: workloadOf(row), paidUntil: await paidUntilOf(ctx, session) };
 }
-
-const clamp = (t: number, lo: number, hi: number) => new Date(Math.min(Math.max(t, lo), hi));
 
 /**
  * Applies the daemon's report (idempotent: a state already reached or passed changes nothing; a report after the
@@ -113,22 +106,14 @@ export async function reportWorkload(
       throw billingErrors.sessionNotActive(sessionId, session.status);
     }
     const now = ctx.now();
-    const started = new Date(session.started_at).getTime();
     if (report.state === 'preparing') {
       const written = await updateWorkload(trx, sessionId, { state: 'preparing', preparing_at: now, updated_at: now });
       return { session, workload: workloadOf(written) };
     }
     if (report.state === 'running') {
-      // Not before the session started, nor its preparation was reported (preparing is not billed), nor more than the
-      // allowed skew before billing's clock.
-      const prepared = row.preparing_at ? new Date(row.preparing_at).getTime() : started;
-      const floor = Math.max(started, prepared, now.getTime() - ctx.sessions.maxClockSkewMs);
-      const at = clamp(report.at.getTime(), floor, now.getTime());
+      // The session's clock starts (and keeps the reported time within its bounds); the workload runs from then.
+      const { session: billed, at } = await startClock(ctx, trx, session, report.at, row.preparing_at);
       const written = await updateWorkload(trx, sessionId, { state: 'running', running_at: at, updated_at: now });
-      const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
-      const capEndsAt = cap ? new Date(at.getTime() + msPaidFor(cap, new Dec(session.total_hourly_rate))) : null;
-      await startBilling(trx, sessionId, at, capEndsAt);
-      const billed = { ...session, billed_from: at, cap_ends_at: capEndsAt };
       await ctx.events.record(trx, { kind: 'workload.running', session: billed }, correlationId);
       return { session: billed, workload: workloadOf(written) };
     }
@@ -151,9 +136,7 @@ async function endWorkload(
   correlationId?: string,
 ): Promise<{ session: SessionRow; workload: Workload }> {
   const now = ctx.now();
-  const from = (row.running_at ?? session.started_at).getTime();
-  const until = session.ended_at ? new Date(session.ended_at).getTime() : now.getTime();
-  const at = clamp(report.at.getTime(), Math.min(from, until), until);
+  const at = reportedStop(ctx, session, new Date(row.running_at ?? session.started_at), report.at);
   const written = await updateWorkload(trx, session.id, {
     state: report.state,
     exit_code: report.state === 'exited' ? (report.exitCode ?? null) : null,
