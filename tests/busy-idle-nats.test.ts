@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   PROVIDER_STATUS_CONSUMER,
   type RegistryEventsConsumer,
+  registryMessages,
   startRegistryEventsConsumer,
 } from '../services/billing/src/adapters/registry-events-consumer.ts';
 import { billingContext } from '../services/billing/src/app.ts';
@@ -22,6 +23,7 @@ import type { BillingContext } from '../services/billing/src/domain/context.ts';
 import { endSessionsOfStoppedProvider, REMOVED } from '../services/billing/src/domain/sessions/provider-offline.ts';
 import { H100_X1, manualClock, start } from '../services/billing/test/support/sessions.ts';
 import { type BillingHarness, setupBilling } from '../services/billing/test/support/setup.ts';
+import { DAEMON_BOUND, eventKindOf } from '../services/provider-registry/src/domain/status-events.ts';
 import { gpu, type Harness, register, startHarness } from '../services/provider-registry/test/helpers.ts';
 import { registryInProcess } from './support/registry-in-process.ts';
 
@@ -113,6 +115,13 @@ const sessionOf = (id: string) =>
   billing.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
 
 describe('registry and billing over NATS', () => {
+  it("billing's bus takes each kind the registry publishes on its status subject, and refuses a malformed one", async () => {
+    const bus = registryMessages(billing.ctx);
+    expect(bus.kinds().sort()).toEqual([DAEMON_BOUND, eventKindOf('explicit'), eventKindOf('removed')].sort());
+    const missingStatus = { kind: eventKindOf('explicit'), provider_id: 'p', occurred_at: new Date().toISOString() };
+    expect(await bus.deliver(missingStatus)).toMatchObject({ outcome: 'malformed', kind: 'provider.status_changed' });
+  });
+
   it('busy while rented, the session ended when the machine goes offline, idle after its next heartbeat', async () => {
     const machine = await h100Machine();
     const provider = await billing.fundedWallet('0', 'provider', undefined, { ownerId: machine.id });

@@ -1,47 +1,70 @@
 /**
- * The provider registry's status events into billing: a durable JetStream pull consumer (common's
- * `startDurableConsumer`; `billing-provider-status` on the registry's stream `REGISTRY`, subject
- * `registry.providers.status`, explicit ack) that ends the running sessions of a provider that went `offline`,
- * into `maintenance` or `error`, or was removed (`provider.removed`) (domain/sessions/provider-offline.ts), and moves
- * the running sessions of a machine bound to another daemon client to that client (`provider.daemon_bound`,
- * `followDaemonBinding`). Other changes are acknowledged and ignored. A malformed event is terminated and logged (it can never apply); a failure (the
- * database away) is nak'ed and redelivered, and ending is idempotent, so a redelivery, or the same event handled by
- * another billing instance, ends nothing twice.
+ * What billing takes from the provider registry, as its message bus (common's `MessageBus`: one schema and one
+ * handler per kind), over a durable JetStream pull consumer (`billing-provider-status` on the registry's stream
+ * `REGISTRY`, subject `registry.providers.status`, explicit ack):
+ *
+ * - `provider.status_changed` to `offline`, `maintenance` or `error`, and `provider.removed`: the machine's running
+ *   sessions end (domain/sessions/provider-offline.ts); any change wakes the jobs round (a machine back offers its
+ *   GPUs again; one gone leaves its jobs to place elsewhere);
+ * - `provider.daemon_bound`: the machine's running sessions take their reports from that daemon client
+ *   (`followDaemonBinding`).
+ *
+ * A malformed event is terminated and logged (it can never apply); a failure (the database away) is nak'ed and
+ * redelivered, and ending is idempotent, so a redelivery, or the same event handled by another billing instance, ends
+ * nothing twice. A new kind from the registry is one handler added to `registryMessages`.
  */
-import { type DurableConsumer, type Logger, type NatsPublisher, startDurableConsumer, zTimestamp } from '@gpu/common';
-import type { JsMsg } from '@nats-io/jetstream';
+import {
+  type DurableConsumer,
+  type Logger,
+  MessageBus,
+  type NatsPublisher,
+  onMessage,
+  startBusConsumer,
+  zTimestamp,
+} from '@gpu/common';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
 import { endSessionsOfStoppedProvider, followDaemonBinding, REMOVED } from '../domain/sessions/index.ts';
 
 export const PROVIDER_STATUS_CONSUMER = 'billing-provider-status';
 
-/** The kind of the registry's event of a provider's removal (its `status` is null). */
-const PROVIDER_REMOVED = 'provider.removed';
+/** The part of the registry's events billing reads: the machine, and when. */
+const machineEvent = { provider_id: z.string().min(1), occurred_at: zTimestamp() };
 
-/** The kind of the registry's event of a machine bound to another daemon client (no status). */
-const DAEMON_BOUND = 'provider.daemon_bound';
-
-/** The part of the registry's `provider.status_changed`, `provider.removed` and `provider.daemon_bound` events billing reads. */
-const statusEventSchema = z.union([
-  z.object({
-    kind: z.literal(DAEMON_BOUND),
-    provider_id: z.string().min(1),
-    daemon_client_id: z.string().min(1).nullable(),
-    occurred_at: zTimestamp(),
-  }),
-  z.object({
-    kind: z.literal(PROVIDER_REMOVED),
-    provider_id: z.string().min(1),
-    occurred_at: zTimestamp(),
-  }),
-  z.object({
-    kind: z.string().optional(),
-    provider_id: z.string().min(1),
-    status: z.string().min(1),
-    occurred_at: zTimestamp(),
-  }),
-]);
+/** Billing's bus of the registry's messages. */
+export function registryMessages(ctx: BillingContext): MessageBus {
+  const stopped = async (providerId: string, status: string, occurredAt: string, correlationId?: string) => {
+    await endSessionsOfStoppedProvider(ctx, { providerId, status, occurredAt: new Date(occurredAt), correlationId });
+    ctx.state.wakeJobs();
+  };
+  return new MessageBus([
+    onMessage({
+      kind: 'provider.status_changed',
+      schema: z.object({ kind: z.literal('provider.status_changed'), status: z.string().min(1), ...machineEvent }),
+      handle: (m, meta) => stopped(m.provider_id, m.status, m.occurred_at, meta.correlationId),
+    }),
+    onMessage({
+      kind: 'provider.removed',
+      schema: z.object({ kind: z.literal('provider.removed'), ...machineEvent }),
+      handle: (m, meta) => stopped(m.provider_id, REMOVED, m.occurred_at, meta.correlationId),
+    }),
+    onMessage({
+      kind: 'provider.daemon_bound',
+      schema: z.object({
+        kind: z.literal('provider.daemon_bound'),
+        daemon_client_id: z.string().min(1).nullable(),
+        ...machineEvent,
+      }),
+      handle: async (m, meta) => {
+        await followDaemonBinding(ctx, {
+          providerId: m.provider_id,
+          clientId: m.daemon_client_id,
+          correlationId: meta.correlationId,
+        });
+      },
+    }),
+  ]);
+}
 
 export interface RegistryEventsConsumerOptions {
   connection: NatsPublisher['connection'];
@@ -60,35 +83,14 @@ export interface RegistryEventsConsumer extends Pick<DurableConsumer, 'durable' 
 
 /** Starts in the background, one event after another, once the registry has made its stream (whatever its name). */
 export function startRegistryEventsConsumer(opts: RegistryEventsConsumerOptions): RegistryEventsConsumer {
-  return startDurableConsumer({
+  return startBusConsumer({
     connection: opts.connection,
+    bus: registryMessages(opts.ctx),
     name: 'provider status consumer',
-    what: 'provider status event',
     durable: opts.durable ?? PROVIDER_STATUS_CONSUMER,
     filter: opts.subject,
     stream: { await: "the registry's status stream" },
     ackWaitMs: 60_000,
-    schema: statusEventSchema,
-    handle: async (event, msg: JsMsg) => {
-      const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
-      if (event.kind === DAEMON_BOUND && 'daemon_client_id' in event) {
-        await followDaemonBinding(opts.ctx, {
-          providerId: event.provider_id,
-          clientId: event.daemon_client_id,
-          correlationId,
-        });
-        return 'ack';
-      }
-      await endSessionsOfStoppedProvider(opts.ctx, {
-        providerId: event.provider_id,
-        status: 'status' in event ? event.status : REMOVED,
-        occurredAt: new Date(event.occurred_at),
-        correlationId,
-      });
-      // A machine back (its GPUs offered again) or gone (its jobs to place elsewhere): the jobs round runs now.
-      opts.ctx.state.wakeJobs();
-      return 'ack';
-    },
     logger: opts.logger,
   });
 }
