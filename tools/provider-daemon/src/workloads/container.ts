@@ -30,7 +30,7 @@
  */
 import { execFile, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { rmSync, writeFileSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -437,7 +437,10 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     // The daemon lost its view of it (the attach ended while it ran): stopped here, the machine's fault.
     if (state.status !== 'exited' && state.status !== 'stopped')
       return { state: 'stopped', reason: 'attach_lost', exitCode: null, signal: null, at };
-    if (state.oom) return { state: 'stopped', reason: 'memory_limit', exitCode, signal: null, at };
+    // The kernel killed it for memory: the runtime says so, or (Podman 4.3 does not) its monitor's `oom` marker in the
+    // session's directory does, written as it hears of the kill (SIGKILL: 137), which may be a moment after the end.
+    if (state.oom || (state.exitCode === 137 && (await appears(path.join(opts.logDir, 'oom'), 2000))))
+      return { state: 'stopped', reason: 'memory_limit', exitCode, signal: null, at };
     // Its writes failed for want of room (ENOSPC) and it ended before the watch looked: that was its end.
     if (opts.disk.full()) return { state: 'stopped', reason: 'disk_limit', exitCode, signal: null, at };
     return { state: 'exited', exitCode: state.exitCode, at };
@@ -488,4 +491,12 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       ended,
     },
   };
+}
+
+/** Whether `file` exists within `ms` (looked for every 50 ms). */
+async function appears(file: string, ms: number): Promise<boolean> {
+  for (const deadline = Date.now() + ms; !existsSync(file); await new Promise((r) => setTimeout(r, 50))) {
+    if (Date.now() >= deadline) return false;
+  }
+  return true;
 }
