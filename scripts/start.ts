@@ -359,6 +359,9 @@ const services: (Proc & { port: number })[] = (
         STORAGE_URL: host.url(ports.storage),
         AUTH_URL: host.url(ports.auth),
         BILLING_CLIENT_CREDENTIALS_FILE: path.join(authDir, 'clients', 'platform.json'),
+        // Workloads' ports in a browser, each at an origin of its own through the gateway (browsers take every
+        // `*.localhost` name for this machine).
+        BILLING__REACH__PORTS_URL: `http://ports.localhost:${ports.gateway}`,
         ...auth.verifierEnv('BILLING'),
       },
     },

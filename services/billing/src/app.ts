@@ -28,16 +28,17 @@ import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
-import { HostKey, liveSessions, ReachRelay } from './domain/reach/index.ts';
+import { HostKey, liveSessions, PortGrants, ReachRelay } from './domain/reach/index.ts';
 import { payoutPause } from './domain/reserves/index.ts';
 import type { WorkloadStorage } from './domain/workload-storage.ts';
 import { eventRoutes } from './routes/events.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { paymentRoutes } from './routes/payments.ts';
+import { portLinkRoutes } from './routes/port-links.ts';
 import { pricingRoutes } from './routes/pricing.ts';
 import { providerRoutes } from './routes/providers.ts';
 import { chooseProtocol, reachRoutes } from './routes/reach.ts';
-import { reachPortRoutes } from './routes/reach-ports.ts';
+import { portHostRewrite, reachPortRoutes } from './routes/reach-ports.ts';
 import { reservationRoutes } from './routes/reservations.ts';
 import { reserveRoutes } from './routes/reserves.ts';
 import { schemas } from './routes/schemas.ts';
@@ -148,6 +149,8 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
       ...deps.healthChecks,
     },
     schemas,
+    // A workload port's own host: every path there is the workload's (routes/reach-ports.ts).
+    rewriteUrl: portHostRewrite,
   });
   // The proof of reserves' metrics, from every check for the record (an admin's at once).
   if (deps.chain) watchReserves(context, app.metrics);
@@ -192,7 +195,9 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     hostKey: new HostKey(deps.db, deps.config.reach.ssh_host_key),
     sshKeys: authService?.sshKeys ?? null,
   });
-  await app.register(reachPortRoutes, { ...routeDeps, relay });
+  const grants = new PortGrants(context, authService?.credentialsLive ?? null, deps.config.reach.port_grant_ttl);
+  await app.register(reachPortRoutes, { ...routeDeps, relay, grants });
+  await app.register(portLinkRoutes, routeDeps);
   auditTrailRoute(app, {
     db: deps.db as unknown as Kysely<never>,
     url: '/api/v1/billing/audit',

@@ -29,6 +29,7 @@ import type { BillingContext } from './domain/context.ts';
 import { followJobs, placeJobs } from './domain/jobs/index.ts';
 import { expireReservations } from './domain/leases/index.ts';
 import { announcePrices } from './domain/pricing/index.ts';
+import { purgeExpiredGrants } from './domain/reach/index.ts';
 import { checkReserves } from './domain/reserves/index.ts';
 import {
   checkRunningProviders,
@@ -136,6 +137,9 @@ export async function startBackground(
       purgeOldUsageRecords(ctx, usageRetentionMs),
     );
   }
+
+  // Browsers' port links and cookies, once expired (domain/reach/port-grants.ts).
+  every(10 * 60_000, 'purging expired port grants failed; will retry', () => purgeExpiredGrants(ctx));
 
   const consumer: UsageConsumer | null =
     publisher instanceof NatsPublisher

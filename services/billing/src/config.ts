@@ -225,6 +225,25 @@ export const billingConfigSchema = z.object({
        * once and kept in the database, so every instance serves the same.
        */
       ssh_host_key: z.string().default(''),
+      /**
+       * Where browsers open workloads' HTTP ports, each at an origin of its own (`gpu open`): a URL whose host begins
+       * with `ports.` (`https://ports.example.com`; a wildcard DNS name and certificate for `*.ports.example.com`),
+       * and a link is `<scheme>://<session>-<port>.ports.example.com/`. Empty: no links are made (409
+       * PORT_LINKS_OFF); the gateways pass such hosts to billing whatever this says.
+       */
+      ports_url: z
+        .union([
+          z.literal(''),
+          z
+            .string()
+            .url()
+            .refine((u) => /^https?:\/\/ports\.[^/]+\/?$/i.test(u), {
+              message: 'a URL whose host begins with `ports.` and that has no path (`https://ports.example.com`)',
+            }),
+        ])
+        .default(''),
+      /** How long a browser that opened a port link may use it (its cookie), unless its session ends first. */
+      port_grant_ttl: zDuration().default('8h'),
     })
     .prefault({}),
   /**

@@ -307,6 +307,22 @@ function table(): Record<string, AccessRule> {
         },
       ]),
     ),
+    // A browser's link to a port: the renter alone, as the streams (the workload here has not run: 409).
+    'POST /api/v1/billing/sessions/:sessionID/port-links': {
+      request: async () => ({
+        url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/port-links`,
+        payload: { port: 8888 },
+      }),
+      expect: { owner: 409, other_user: 404, renter: 404, admin: 404, others: 403 },
+    },
+    // A port host's requests are checked by their grant's cookie, not a token: on any other host, no route for anyone
+    // (tools/provider-daemon/test/reach-ports.test.ts has them on port hosts).
+    ...Object.fromEntries(
+      ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'].map((method) => [
+        `${method} /api/v1/billing/port-host/*`,
+        { request: () => ({ method, url: '/api/v1/billing/port-host/lab' }), expect: EVERYONE(404), public: true },
+      ]),
+    ),
     // The platform's SSH host key is public.
     'GET /api/v1/billing/reach/ssh-host-key': { request: () => ({}), expect: EVERYONE(200), public: true },
     // A machine's daemon connection: daemons only; without a registry to ask who owns the machine, 503.

@@ -25,7 +25,7 @@ import { until, useWorkloadRig } from '../../provider-daemon/test/support/worklo
 import { type Gpu, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
 
 const run = promisify(execFile);
-const rig = useWorkloadRig({ billing: { reach: { check_interval: '200ms' } } });
+const rig = useWorkloadRig({ billing: { reach: { check_interval: '200ms', ports_url: 'http://ports.localhost' } } });
 const logger = createLogger({ service: 'cli-reach-test', instanceId: 't', level: 'silent' });
 const dir = mkdtempSync(join(tmpdir(), 'gpu-reach-'));
 const configDir = join(dir, 'config');
@@ -311,6 +311,41 @@ describe('gpu port-forward', () => {
     const ended = await gpu(['port-forward', id, '8000']);
     expect(ended.code).toBe(1);
     expect(ended.stderr).toMatch(new RegExp(`^gpu: session ${id} has ended \\([a-z_]+\\)\\n$`));
+  });
+});
+
+describe('gpu open', () => {
+  it("prints a link that signs a browser in at the port's own address, once", async () => {
+    const id = await idleSession();
+    const opened = await gpu(['open', id, '8888']);
+    expect(opened.code, opened.stderr).toBe(0);
+    const link = new URL(opened.stdout.trim());
+    expect(link.origin).toBe(`http://${id}-8888.ports.localhost`);
+    expect(link.pathname).toBe('/');
+    expect(opened.stderr).toContain(`http://${id}-8888.ports.localhost`);
+    // Opened as a browser opens it (billing routes the port's host by its name): the browser's cookie, once.
+    const billing = new URL(machine.deps.config.billing_url);
+    const open = () =>
+      run('curl', [
+        '-sS',
+        '-o',
+        '/dev/null',
+        '-D',
+        '-',
+        '--connect-to',
+        `${link.hostname}:80:127.0.0.1:${billing.port}`,
+        link.href,
+      ]).then((r) => r.stdout);
+    const first = await open();
+    expect(first).toMatch(/^HTTP\/1\.1 303 /);
+    expect(first).toMatch(/^set-cookie: gpu_port_grant=/im);
+    expect(await open()).toMatch(/^HTTP\/1\.1 401 /);
+    const asJson = await gpu(['--json', 'open', id, '8888']);
+    expect(JSON.parse(asJson.stdout)).toMatchObject({ origin: link.origin, url: expect.stringContaining(link.origin) });
+    expect((await gpu(['open', id, '8888:9000'])).code).toBe(2);
+    const unknown = await gpu(['open', '3f0c5b8e-3a55-4d47-9a3c-3c1f7c1c9d11', '8888']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^gpu: SESSION_NOT_FOUND: [^\n]+\n$/);
   });
 });
 

@@ -20,7 +20,7 @@ import type { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const run = promisify(execFile);
-const rig = useWorkloadRig({ billing: { reach: { check_interval: '200ms' } } });
+const rig = useWorkloadRig({ billing: { reach: { check_interval: '200ms', ports_url: 'http://ports.localhost' } } });
 const logger = createLogger({ service: 'reach-ports-test', instanceId: 't', level: 'silent' });
 const dir = mkdtempSync(join(tmpdir(), 'reach-ports-'));
 const root = new URL('../../..', import.meta.url).pathname;
@@ -450,6 +450,176 @@ describe('a server inside the workload, reached through the platform', () => {
       status: 409,
       problem: { code: 'SESSION_NOT_ACTIVE' },
     });
+    server.close();
+  });
+});
+
+describe("a browser at a workload port's own origin", () => {
+  /** `curl` to a port host (`<session>-<port>.ports.localhost`) through the gateway: status, headers and body. */
+  async function atHost(host: string, path: string, args: string[] = []) {
+    const gateway = new URL(billingUrl);
+    const { stdout } = await run('curl', [
+      '-sS',
+      '-D',
+      '-',
+      '-o',
+      '-',
+      '-w',
+      '\n%{http_code}',
+      '--connect-to',
+      `${host}:80:127.0.0.1:${gateway.port}`,
+      ...args,
+      `http://${host}${path}`,
+    ]);
+    const cut = stdout.lastIndexOf('\n');
+    const [head = '', ...rest] = stdout.slice(0, cut).split('\r\n\r\n');
+    return { status: Number(stdout.slice(cut + 1)), head, body: rest.join('\r\n\r\n') };
+  }
+  const header = (head: string, name: string) => new RegExp(`^${name}: (.*)$`, 'im').exec(head)?.[1]?.trim();
+  const linkFor = (sessionId: string, port: number, headers: Record<string, string>) =>
+    rig.billing.app.inject({
+      method: 'POST',
+      url: `/api/v1/billing/sessions/${sessionId}/port-links`,
+      headers,
+      payload: { port },
+    });
+  /** Opens a link as a browser does: its cookie, once traded for the ticket. */
+  async function signIn(sessionId: string, port: number, headers: Record<string, string>) {
+    const made = await linkFor(sessionId, port, headers);
+    expect(made.statusCode, made.body).toBe(201);
+    const link = new URL(made.json().url);
+    const opened = await atHost(link.hostname, `${link.pathname}${link.search}`);
+    expect(opened.status, opened.body).toBe(303);
+    return { link, opened, cookie: header(opened.head, 'set-cookie')!.split(';')[0]! };
+  }
+
+  it("opens a link once, then serves the port at its own host to that browser alone, the workload's as it came", async () => {
+    const r = await idleSession();
+    await execIn(r.id, ['sh', '-c', 'cat > /tmp/echo-headers.py'], {
+      input: readFileSync(new URL('./fixtures/echo-headers.py', import.meta.url), 'utf8'),
+    });
+    const server = await serve(r.id, ['python3', '/tmp/echo-headers.py', '8000'], 8000);
+    const host = `${r.id}-8000.ports.localhost`;
+    const made = await linkFor(r.id, 8000, r.headers);
+    expect(made.statusCode, made.body).toBe(201);
+    expect(made.json().url).toMatch(new RegExp(`^http://${host}/\\?gpu-port-ticket=[A-Za-z0-9_-]{43}$`));
+    expect(made.json().origin).toBe(`http://${host}`);
+    const link = new URL(made.json().url);
+    const opened = await atHost(host, `/?x=1&${link.search.slice(1)}`);
+    // Sent on without the ticket, with a cookie of that host's alone.
+    expect(opened.status).toBe(303);
+    expect(header(opened.head, 'location')).toBe('/?x=1');
+    const setCookie = header(opened.head, 'set-cookie')!;
+    expect(setCookie).toMatch(/^gpu_port_grant=[A-Za-z0-9_-]{43}; Path=\/; Expires=.+; HttpOnly; SameSite=Lax$/);
+    expect(setCookie).not.toMatch(/Domain=/i);
+    const cookie = setCookie.split(';')[0]!;
+    // The link opens once.
+    const again = await atHost(host, `/${link.search}`);
+    expect(again.status).toBe(401);
+    expect(JSON.parse(again.body)).toMatchObject({ code: 'PORT_LINK_INVALID' });
+    // Every path is the workload's (the platform's own `/health` too), as sent; the grant's cookie is taken out, the
+    // workload's own cookies and Authorization pass.
+    const echoed = await atHost(host, '/health/a%2Fb?q=1', [
+      '-H',
+      `cookie: theme=dark; ${cookie}; session=abc`,
+      '-H',
+      'authorization: Token workload-own',
+    ]);
+    expect(echoed.status, echoed.body).toBe(200);
+    expect(echoed.body.split('\n')).toEqual([
+      '/health/a%2Fb?q=1',
+      'cookie=theme=dark; session=abc',
+      'authorization=Token workload-own',
+      `host=${host}`,
+    ]);
+    const posted = await atHost(host, '/form', ['-H', `cookie: ${cookie}`, '-X', 'POST', '-d', 'a=1']);
+    expect(posted.status).toBe(200);
+    // Its WebSockets pass too (a notebook's kernels).
+    await execIn(r.id, ['sh', '-c', 'cat > /tmp/ws-echo.py'], {
+      input: readFileSync(new URL('./fixtures/ws-echo.py', import.meta.url), 'utf8'),
+    });
+    const echo = await serve(r.id, ['python3', '/tmp/ws-echo.py', '9000'], 9000);
+    const wsGrant = await signIn(r.id, 9000, r.headers);
+    const ws = await connect(`${billingUrl}/api/kernels/k1/channels`, {
+      host: wsGrant.link.host,
+      cookie: wsGrant.cookie,
+    });
+    expect(ws.status).toBe(101);
+    expect(ws.told).toMatchObject({ 'x-echo-path': '/api/kernels/k1/channels' });
+    const heard = new Promise<string>((resolve) => ws.ws!.once('message', (d) => resolve(String(d))));
+    ws.ws!.send('kernel message');
+    expect(await heard).toBe('kernel message');
+    ws.ws!.close();
+
+    // No cookie, or the cookie of another port's host: no way in.
+    const bare = await atHost(host, '/');
+    expect(bare.status).toBe(401);
+    expect(JSON.parse(bare.body)).toMatchObject({ code: 'PORT_SIGN_IN_REQUIRED' });
+    expect((await atHost(`${r.id}-9000.ports.localhost`, '/', ['-H', `cookie: ${cookie}`])).status).toBe(401);
+    expect((await atHost(host, '/', ['-H', 'cookie: gpu_port_grant=forged'])).status).toBe(401);
+    // Another origin's page (another workload's port host is the same site) sends no request here with the cookie;
+    // a link followed from there is a navigation, and opens.
+    const fromElsewhere = ['-H', `cookie: ${cookie}`, '-H', 'sec-fetch-site: same-site'];
+    const fetched = await atHost(host, '/', [...fromElsewhere, '-H', 'sec-fetch-mode: cors']);
+    expect(fetched.status).toBe(403);
+    expect(JSON.parse(fetched.body)).toMatchObject({ code: 'CROSS_ORIGIN_REQUEST' });
+    expect((await atHost(host, '/', [...fromElsewhere, '-H', 'sec-fetch-mode: navigate'])).status).toBe(200);
+    // Only the renter makes links; a port outside 1-65535 is none.
+    const other = await rig.renter();
+    expect((await linkFor(r.id, 8000, other.headers)).json()).toMatchObject({ code: 'SESSION_NOT_FOUND' });
+    expect((await linkFor(r.id, 70000, r.headers)).statusCode).toBe(400);
+    // A malformed port host, and the port-host route asked for on the platform's own host: no route.
+    expect((await atHost('nothing.ports.localhost', '/')).status).toBe(404);
+    expect((await curl('/api/v1/billing/port-host/x', ['-H', `cookie: ${cookie}`])).status).toBe(404);
+    // The session's end closes the port to the browser.
+    const ended = await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: r.headers,
+      payload: { session_id: r.id },
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
+    const after = await atHost(host, '/', ['-H', `cookie: ${cookie}`]);
+    expect(after.status).toBe(409);
+    expect(JSON.parse(after.body)).toMatchObject({ code: 'SESSION_NOT_ACTIVE' });
+    expect((await linkFor(r.id, 8000, r.headers)).json()).toMatchObject({ code: 'SESSION_NOT_ACTIVE' });
+    server.close();
+    echo.close();
+  });
+
+  it("ends a browser's access once the API key its link was made with is revoked", async () => {
+    const r = await idleSession();
+    await execIn(r.id, ['sh', '-c', 'cat > /tmp/echo-headers.py'], {
+      input: readFileSync(new URL('./fixtures/echo-headers.py', import.meta.url), 'utf8'),
+    });
+    const server = await serve(r.id, ['python3', '/tmp/echo-headers.py', '8000'], 8000);
+    const made = await rig.platform.auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/keys',
+      headers: r.headers,
+      payload: { name: 'browser-link', scopes: ['connect'] },
+    });
+    const token = await rig.platform.auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/token',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: new URLSearchParams({ grant_type: 'api_key', api_key: made.json().api_key }).toString(),
+    });
+    const { link, cookie } = await signIn(r.id, 8000, { authorization: `Bearer ${token.json().access_token}` });
+    expect((await atHost(link.hostname, '/', ['-H', `cookie: ${cookie}`])).status).toBe(200);
+    const revoked = await rig.platform.auth.app.inject({
+      method: 'DELETE',
+      url: `/api/v1/auth/keys/${made.json().key.id}`,
+      headers: r.headers,
+    });
+    expect(revoked.statusCode, revoked.body).toBe(200);
+    // Refused once the platform has asked the auth service again (it asks at most every 5 s).
+    const refused = await until(
+      () => atHost(link.hostname, '/', ['-H', `cookie: ${cookie}`]),
+      (x) => x.status === 401,
+      15_000,
+    );
+    expect(JSON.parse(refused.body)).toMatchObject({ code: 'PORT_SIGN_IN_REQUIRED' });
     server.close();
   });
 });

@@ -185,6 +185,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/port-host/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * GET on a workload port's own host (a browser's way in)
+         * @description Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST .../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's (`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page of another origin's sending requests here with the cookie); then as the platform's path to the port.
+         */
+        get: operations["getPortHost"];
+        /**
+         * PUT on a workload port's own host (a browser's way in)
+         * @description Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST .../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's (`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page of another origin's sending requests here with the cookie); then as the platform's path to the port.
+         */
+        put: operations["putPortHost"];
+        /**
+         * POST on a workload port's own host (a browser's way in)
+         * @description Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST .../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's (`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page of another origin's sending requests here with the cookie); then as the platform's path to the port.
+         */
+        post: operations["postPortHost"];
+        /**
+         * DELETE on a workload port's own host (a browser's way in)
+         * @description Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST .../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's (`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page of another origin's sending requests here with the cookie); then as the platform's path to the port.
+         */
+        delete: operations["deletePortHost"];
+        /**
+         * OPTIONS on a workload port's own host (a browser's way in)
+         * @description Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST .../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's (`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page of another origin's sending requests here with the cookie); then as the platform's path to the port.
+         */
+        options: operations["optionsPortHost"];
+        head?: never;
+        /**
+         * PATCH on a workload port's own host (a browser's way in)
+         * @description Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST .../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's (`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page of another origin's sending requests here with the cookie); then as the platform's path to the port.
+         */
+        patch: operations["patchPortHost"];
+        trace?: never;
+    };
     "/api/v1/billing/reach/daemon": {
         parameters: {
             query?: never;
@@ -379,6 +419,26 @@ export interface paths {
         get: operations["forwardPort"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/billing/sessions/{sessionID}/port-links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A link that opens a port of the running workload in a browser (`gpu open`)
+         * @description For the session's renter alone (their sign-in, or an API key with `connect`): 404 SESSION_NOT_FOUND for anyone else. The link is good for one opening within a minute; the browser that opens it is signed in on the port's own origin (`<session>-<port>.ports.<domain>`, a cookie of that host's) for `reach.port_grant_ttl`, as long as the session runs and the credential the link was made with holds. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING; PORT_LINKS_OFF where `reach.ports_url` is not set.
+         */
+        post: operations["createPortLink"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1394,6 +1454,23 @@ export interface components {
             power_rate_per_watt_hour: string;
             supply_factor: string;
             vram_rate_per_gb_hour: string;
+        };
+        /** @description A link into a port of the session's workload */
+        PortLink: {
+            /** @description until when the link may be opened (a minute) */
+            expires_at: string;
+            /** @description the port's own origin, where the browser stays signed in */
+            origin: string;
+            /** @description the link: `<scheme>://<session>-<port>.ports.<domain>/?gpu-port-ticket=...`, opened once, in a browser */
+            url: string;
+        };
+        /** @description Which port of the workload to open */
+        PortLinkRequest: {
+            /**
+             * Format: int32
+             * @description the port inside the workload (on its loopback)
+             */
+            port: number;
         };
         PriceQuote: {
             /** @description base_rate_per_gpu × gpu_count */
@@ -2767,6 +2844,204 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    getPortHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it */
+            303: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putPortHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it */
+            303: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    postPortHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it */
+            303: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deletePortHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it */
+            303: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    optionsPortHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it */
+            303: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    patchPortHost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the path on the workload's server */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it */
+            303: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     connectDaemon: {
         parameters: {
             query: {
@@ -3103,6 +3378,44 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalServerError"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createPortLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PortLinkRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PortLink"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

@@ -4,6 +4,7 @@
  * panic recovery, request timeout, CORS, problem+json errors, metrics,
  * health and OpenAPI docs. `createApp` never listens: tests inject.
  */
+import type { IncomingMessage } from 'node:http';
 import cors from '@fastify/cors';
 import Fastify, {
   type FastifyBaseLogger,
@@ -79,6 +80,11 @@ export interface CreateAppOptions {
   verifier?: TokenVerifier;
   /** The service's named schemas: the components of its OpenAPI document, used by `$ref` (none when absent). */
   schemas?: SchemaRegistry;
+  /**
+   * The path a request is routed by, from the request as it came (billing's workload port hosts: every path there is
+   * the workload's); the request keeps what was sent as `originalUrl`.
+   */
+  rewriteUrl?: (request: IncomingMessage) => string;
 }
 
 /** Methods the services answer; @fastify/cors alone would allow only GET, HEAD and POST. */
@@ -183,6 +189,7 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
       return lazy as unknown as FastifyBaseLogger;
     },
     ajv: { customOptions: { coerceTypes: true } },
+    ...(opts.rewriteUrl ? { rewriteUrl: opts.rewriteUrl } : {}),
   }).withTypeProvider<ZodTypeProvider>();
 
   app.setValidatorCompiler(validatorCompiler);

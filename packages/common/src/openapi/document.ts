@@ -165,6 +165,7 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
   const resolveSchema = (ref: string) => componentSchemas[ref.replace('#/components/schemas/', '')];
   const tags = new Set<string>();
   const paths = doc.paths as Record<string, Record<string, Operation>>;
+  let cookieAuth: Json | undefined;
 
   for (const item of Object.values(paths)) {
     for (const [method, op] of Object.entries(item)) {
@@ -172,7 +173,10 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
       const note = (op[ROUTE_NOTE] as RouteNote | undefined) ?? { public: false, tokenOptional: false, headers: {} };
       delete op[ROUTE_NOTE];
       for (const t of op.tags ?? []) tags.add(t);
-      if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
+      if (note.cookie) {
+        op.security = [{ cookieAuth: [] }];
+        cookieAuth = { type: 'apiKey', in: 'cookie', name: note.cookie.name, description: note.cookie.description };
+      } else if (note.public) op.security = note.tokenOptional ? [{}, { bearerAuth: [] }] : [];
       else delete op.security;
       // An operation no gateway routes is reached at the service itself, not at the document's (gateway) server.
       if (note.internal && opts.internalServer) op.servers = [opts.internalServer];
@@ -283,6 +287,7 @@ export function finishDocument(doc: Json, opts: DocumentOptions): Json {
     paths,
     components: {
       ...components,
+      ...(cookieAuth ? { securitySchemes: { ...(components.securitySchemes as Json | undefined), cookieAuth } } : {}),
       schemas: sorted(schemas),
       responses: sorted(responses),
       headers: Object.fromEntries([...headers].sort().map((h) => [h, HEADERS[h]])),

@@ -25,6 +25,11 @@ export interface RouteDocs {
    * grants): the operation names the service's own address as its server, not the gateway's.
    */
   internal?: boolean;
+  /**
+   * A public route whose caller is known by a cookie of the service's own (billing's workload port hosts: a browser's
+   * grant), named here: the operation's security is that cookie (`cookieAuth`), not a token.
+   */
+  cookie?: { name: string; description: string };
 }
 
 declare module 'fastify' {
@@ -49,6 +54,8 @@ export interface RouteNote {
   bodyOptional?: boolean;
   /** `RouteDocs.internal`: the operation's server is the service itself. */
   internal?: boolean;
+  /** `RouteDocs.cookie`: the operation's security is that cookie. */
+  cookie?: { name: string; description: string };
 }
 
 /** Whether a route's body schema (zod) accepts a request without a body. */
@@ -97,6 +104,7 @@ export function routeTransform(opts: {
       headers: docs.headers ?? {},
       ...(acceptsNoBody(input.schema?.body) ? { bodyOptional: true } : {}),
       ...(docs.internal ? { internal: true } : {}),
+      ...(docs.cookie ? { cookie: docs.cookie } : {}),
     };
     schema[ROUTE_NOTE] = note;
     // The scope that lets an API key call the operation (auth/scopes.ts); absent: no API key may.

@@ -334,6 +334,20 @@ interface ReachLinkTable {
   seen_at: Date;
 }
 
+/** A browser's way into a port of a rented workload (migration 0031; domain/reach/port-grants.ts). */
+interface PortGrantTable {
+  /** SHA-256 of the secret (a link's ticket, or a browser's cookie). */
+  secret_hash: Buffer;
+  kind: 'ticket' | 'cookie';
+  session_id: string;
+  port: number;
+  user_id: string;
+  key_id: string | null;
+  sign_in_id: string | null;
+  expires_at: Date;
+  created_at: Date;
+}
+
 export type JobState = 'queued' | 'placing' | 'running' | 'recovering' | 'succeeded' | 'failed' | 'cancelled';
 
 /** A renter's job (migration 0028; domain/jobs/). */
@@ -410,4 +424,5 @@ export interface BillingDB {
   session_events: SessionEventTable;
   reach_links: ReachLinkTable;
   reach_host_key: ReachHostKeyTable;
+  port_grants: PortGrantTable;
 }

@@ -20,16 +20,20 @@ import http from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { type App, AppError, callerOf, errors, zInt } from '@gpu/common';
+import { type App, AppError, callerOf, errors, noBody, type Principal, zInt } from '@gpu/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import {
   credentialOf,
   daemonNotConnected,
+  GRANT_COOKIE,
   type Link,
   metered,
+  type PortGrants,
+  portHostOf,
   type ReachRelay,
   reachTarget,
+  TICKET_PARAM,
   tooManyStreams,
 } from '../domain/reach/index.ts';
 
@@ -47,6 +51,48 @@ const portParams = z.object({
   '*': z.string().max(8192).describe('the path on the workload\'s server (after the port; "" for its root)'),
 });
 
+/**
+ * One request to a workload's port: where, as whom, and what its server is asked for. On the platform's path
+ * (`/api/v1/billing/sessions/{id}/ports/{port}/...`) the prefix is taken off; on the port's own host
+ * (`<session>-<port>.ports.<domain>`, port-grants.ts) nothing is, and the request is the server's as it came.
+ */
+interface PortRequest {
+  sessionId: string;
+  port: number;
+  actor: Principal;
+  /** The server's path and query, as sent (still encoded). */
+  rest: string;
+  /** The prefix taken off (the platform's path), or null on the port's own host. */
+  prefix: string | null;
+}
+
+/** Where billing routes a request that came to a port host (every path there is the workload's: `rewriteUrl`). */
+const PORT_HOST_ROUTE = '/api/v1/billing/port-host';
+
+/** The path a request is routed by: a port host's under `PORT_HOST_ROUTE`, any other as it came. */
+export function portHostRewrite(request: http.IncomingMessage): string {
+  const url = request.url ?? '/';
+  return portHostOf(request.headers.host) ? `${PORT_HOST_ROUTE}${url.startsWith('/') ? '' : '/'}${url}` : url;
+}
+
+/** The request's Cookie header without the platform's grant (the workload never sees it), or undefined when empty. */
+function cookiesForWorkload(header: string | undefined): string | undefined {
+  const kept = (header ?? '')
+    .split(';')
+    .map((c) => c.trim())
+    .filter((c) => c !== '' && !c.startsWith(`${GRANT_COOKIE}=`));
+  return kept.length > 0 ? kept.join('; ') : undefined;
+}
+
+/** A cookie's value in a Cookie header. */
+function cookieOf(header: string | undefined, name: string): string | undefined {
+  for (const part of (header ?? '').split(';')) {
+    const at = part.indexOf('=');
+    if (at > 0 && part.slice(0, at).trim() === name) return part.slice(at + 1).trim();
+  }
+  return undefined;
+}
+
 /** Headers of one connection, never passed on (RFC 9110 §7.6.1), and the renter's credentials. */
 const NOT_PASSED = new Set([
   'connection',
@@ -63,7 +109,8 @@ const NOT_PASSED = new Set([
 ]);
 
 /** The request's headers for the workload's server (or the holder, which gets the credentials). */
-function headersFor(request: FastifyRequest, prefix: string, toHolder: boolean): http.OutgoingHttpHeaders {
+function headersFor(request: FastifyRequest, p: PortRequest, toHolder: boolean): http.OutgoingHttpHeaders {
+  const onHost = p.prefix === null;
   const named = String(request.headers.connection ?? '')
     .split(',')
     .map((h) => h.trim().toLowerCase());
@@ -72,13 +119,22 @@ function headersFor(request: FastifyRequest, prefix: string, toHolder: boolean):
     if (value === undefined || NOT_PASSED.has(name) || named.includes(name) || name === HOP) continue;
     out[name] = value;
   }
+  // On the port's own host the platform's credential is the grant's cookie: `Authorization` is the workload's own.
+  if (onHost && request.headers.authorization) out.authorization = request.headers.authorization;
   if (toHolder) {
     if (request.headers['transfer-encoding'] && request.headers['content-length'] === undefined) {
       out['transfer-encoding'] = 'chunked';
     }
     if (request.headers.authorization) out.authorization = request.headers.authorization;
+    // The holder routes a port host's request by its host, and checks its grant itself.
+    if (onHost) out.host = request.headers.host;
     out[HOP] = '1';
     return out;
+  }
+  if (onHost) {
+    const cookie = cookiesForWorkload(request.headers.cookie);
+    if (cookie === undefined) delete out.cookie;
+    else out.cookie = cookie;
   }
   // A body without a length keeps its chunks: without them a GET's or DELETE's body would run into the next request.
   if (request.headers['transfer-encoding'] && request.headers['content-length'] === undefined) {
@@ -88,7 +144,7 @@ function headersFor(request: FastifyRequest, prefix: string, toHolder: boolean):
   out['x-forwarded-for'] = [request.headers['x-forwarded-for'], request.ip].filter(Boolean).join(', ');
   out['x-forwarded-host'] = String(request.headers['x-forwarded-host'] ?? request.headers.host ?? '');
   out['x-forwarded-proto'] = String(request.headers['x-forwarded-proto'] ?? request.protocol);
-  out['x-forwarded-prefix'] = prefix;
+  if (p.prefix !== null) out['x-forwarded-prefix'] = p.prefix;
   return out;
 }
 
@@ -124,8 +180,11 @@ function requestHead(method: string, target: string, headers: http.OutgoingHttpH
   return `${lines.join('\r\n')}\r\n\r\n`;
 }
 
-export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: ReachRelay }): Promise<void> {
-  const { relay, billing: ctx, config } = deps;
+export async function reachPortRoutes(
+  app: App,
+  deps: RouteDeps & { relay: ReachRelay; grants: PortGrants },
+): Promise<void> {
+  const { relay, grants, billing: ctx, config } = deps;
   // Bodies pass through unread, whatever their type.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
@@ -136,12 +195,12 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
    * adds what `bytes` says it carried to its workload's counts as it goes and at `untrack`.
    */
   const forwardTracked = async (
-    request: FastifyRequest,
+    p: PortRequest,
     link: Link,
     ended: (channel: Duplex | undefined) => void,
     bytes: () => { in: number; out: number },
   ): Promise<{ channel: Duplex; untrack: () => void }> => {
-    const { sessionID, port } = request.params as z.infer<typeof portParams>;
+    const { sessionId: sessionID, port } = p;
     if (relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
       throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
     }
@@ -149,7 +208,7 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     const untrack = relay.track({
       sessionId: sessionID,
       end: () => ended(channel),
-      credential: credentialOf(callerOf(request)),
+      credential: credentialOf(p.actor),
       bytes,
     });
     try {
@@ -161,13 +220,9 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     return { channel, untrack };
   };
 
-  const proxy = async (request: FastifyRequest, reply: FastifyReply) => {
-    const { sessionID, port } = request.params as z.infer<typeof portParams>;
-    // The path as sent, still encoded (`%2F` stays one segment's, nothing resolved): what the server is asked for.
-    const rest = RAW_REST.exec(request.raw.url ?? '')?.[1];
-    if (rest === undefined) throw errors.badRequest('INVALID_PATH', 'the path after the port cannot be read');
-    const target = await reachTarget(ctx, callerOf(request), sessionID);
-    const prefix = `/api/v1/billing/sessions/${sessionID}/ports/${port}`;
+  const proxy = async (request: FastifyRequest, reply: FastifyReply, p: PortRequest) => {
+    const { sessionId: sessionID, port, rest, prefix } = p;
+    const target = await reachTarget(ctx, p.actor, sessionID);
     const link = relay.local(target.providerId);
     let connection: Duplex | null = null;
     let holderUrl: URL | null = null;
@@ -177,7 +232,7 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     let bytesOut = 0;
     if (link) {
       const opened = await forwardTracked(
-        request,
+        p,
         link,
         (channel) => channel?.destroy(),
         () => ({ in: bytesIn, out: bytesOut }),
@@ -207,10 +262,10 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
               port: holderUrl?.port,
               // As sent (never resolved against a base: no `..` or `\\` turns it into another route there), on a
               // connection of its own (a request's body never runs into another's).
-              path: request.raw.url,
+              path: prefix === null ? rest : request.raw.url,
               agent: false,
             }),
-        headers: headersFor(request, prefix, connection === null),
+        headers: headersFor(request, p, connection === null),
       });
     } catch (err) {
       done();
@@ -259,15 +314,12 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
    * An upgrade: checked as any request (the renter's session, running, its machine connected), then its head written
    * on the machine's forwarded connection (or on a connection to the instance holding it), then bytes both ways.
    */
-  const tunnel = async (request: FastifyRequest, reply: FastifyReply) => {
-    const { sessionID, port } = request.params as z.infer<typeof portParams>;
-    const rest = RAW_REST.exec(request.raw.url ?? '')?.[1];
-    if (rest === undefined) throw errors.badRequest('INVALID_PATH', 'the path after the port cannot be read');
-    const target = await reachTarget(ctx, callerOf(request), sessionID);
-    const prefix = `/api/v1/billing/sessions/${sessionID}/ports/${port}`;
+  const tunnel = async (request: FastifyRequest, reply: FastifyReply, p: PortRequest) => {
+    const { sessionId: sessionID, rest } = p;
+    const target = await reachTarget(ctx, p.actor, sessionID);
     const socket = request.raw.socket;
     const link = relay.local(target.providerId);
-    const headers = headersFor(request, prefix, link === undefined);
+    const headers = headersFor(request, p, link === undefined);
     headers.connection = 'Upgrade';
     headers.upgrade = request.headers.upgrade;
     let upstream: Duplex;
@@ -276,7 +328,7 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     let bytesOut = 0;
     if (link) {
       const opened = await forwardTracked(
-        request,
+        p,
         link,
         (channel) => {
           channel?.destroy();
@@ -303,8 +355,8 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
           { headers: { 'retry-after': '5' } },
         );
       }
-      headers.host = at.host;
-      upstream.write(requestHead(request.method, request.raw.url ?? '/', headers));
+      if (p.prefix !== null) headers.host = at.host;
+      upstream.write(requestHead(request.method, p.prefix === null ? rest : (request.raw.url ?? '/'), headers));
     }
     // From here on the socket is this route's: nothing more is answered on it by the framework.
     reply.hijack();
@@ -356,6 +408,16 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
     response: { ...problems(400, 401, 403, 404, 409, 429, 502, 503) },
   });
 
+  /** A request on the platform's path: the caller's own credentials, the prefix taken off. */
+  const onPath = (request: FastifyRequest): PortRequest => {
+    const { sessionID, port } = request.params as z.infer<typeof portParams>;
+    // The path as sent, still encoded (`%2F` stays one segment's, nothing resolved): what the server is asked for.
+    const rest = RAW_REST.exec(request.raw.url ?? '')?.[1];
+    if (rest === undefined) throw errors.badRequest('INVALID_PATH', 'the path after the port cannot be read');
+    const prefix = `/api/v1/billing/sessions/${sessionID}/ports/${port}`;
+    return { sessionId: sessionID, port, actor: callerOf(request), rest, prefix };
+  };
+
   for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const) {
     app.route({
       method,
@@ -364,9 +426,117 @@ export async function reachPortRoutes(app: App, deps: RouteDeps & { relay: Reach
       schema: schema(method.toLowerCase()),
       // An upgrade is tunnelled here, before the handler (which it never reaches: the socket is the tunnel's).
       ...(method === 'GET'
-        ? { preHandler: async (request, reply) => (request.ws ? tunnel(request, reply) : undefined) }
+        ? { preHandler: async (request, reply) => (request.ws ? tunnel(request, reply, onPath(request)) : undefined) }
         : {}),
-      handler: proxy,
+      handler: (request, reply) => proxy(request, reply, onPath(request)),
+    });
+  }
+
+  /**
+   * A request on a port's own host (`<session>-<port>.ports.<domain>`, which every gateway passes to billing as it
+   * came): a link's ticket traded for the browser's cookie, or the cookie's grant checked, then the request is the
+   * workload's server's, nothing taken off.
+   */
+  const onHost = async (request: FastifyRequest, reply: FastifyReply): Promise<PortRequest | null> => {
+    const host = portHostOf(request.headers.host);
+    // Routed here only from a port host (`portHostRewrite`): anywhere else this path is no route.
+    if (!host || request.originalUrl === request.url) {
+      throw errors.notFound('NOT_FOUND', `no route for ${request.method} ${request.url}`);
+    }
+    const rest = request.originalUrl;
+    const query = rest.indexOf('?');
+    const params = new URLSearchParams(query < 0 ? '' : rest.slice(query + 1));
+    const ticket = params.get(TICKET_PARAM);
+    if (ticket !== null && request.method === 'GET' && !request.ws) {
+      const { cookie, expiresAt } = await grants.redeem(ticket, host);
+      const secure = (request.headers['x-forwarded-proto'] ?? request.protocol) === 'https';
+      // The same address without the ticket (the rest of the query as it came).
+      const others =
+        query < 0
+          ? []
+          : rest
+              .slice(query + 1)
+              .split('&')
+              .filter((kv) => !kv.startsWith(`${TICKET_PARAM}=`));
+      const path = query < 0 ? rest : rest.slice(0, query);
+      reply
+        .code(303)
+        .header(
+          'set-cookie',
+          `${GRANT_COOKIE}=${cookie}; Path=/; Expires=${expiresAt.toUTCString()}; HttpOnly; SameSite=Lax${secure ? '; Secure' : ''}`,
+        )
+        .header('location', others.length > 0 ? `${path}?${others.join('&')}` : path)
+        .header('cache-control', 'no-store')
+        .header('referrer-policy', 'no-referrer');
+      await reply.send();
+      return null;
+    }
+    // Another site's page (another workload's port host is one: same site, another origin) may link here, never
+    // send requests here with the renter's cookie: only navigations come from elsewhere.
+    const site = request.headers['sec-fetch-site'];
+    if ((site === 'same-site' || site === 'cross-site') && request.headers['sec-fetch-mode'] !== 'navigate') {
+      throw errors.forbidden(
+        "a request from another origin's page to a workload's port is refused (only links to it are followed)",
+        'CROSS_ORIGIN_REQUEST',
+      );
+    }
+    const actor = await grants.actorOf(cookieOf(request.headers.cookie, GRANT_COOKIE), host);
+    return { sessionId: host.sessionId, port: host.port, actor, rest, prefix: null };
+  };
+
+  const hostSchema = (method: string) => ({
+    tags: ['reach'],
+    operationId: `${method}PortHost`,
+    summary: `${method.toUpperCase()} on a workload port's own host (a browser's way in)`,
+    description:
+      'Served on `<session>-<port>.ports.<domain>` alone, at every path (`/{path}` there is this route: the gateways ' +
+      "pass such hosts to billing as they came); elsewhere 404. A renter's link (`POST " +
+      ".../sessions/{id}/port-links`) opens it: its one-time `gpu-port-ticket` is traded for a cookie of that host's " +
+      '(`gpu_port_grant`, HttpOnly, SameSite=Lax) and the browser sent on without it (303). With the cookie, the ' +
+      'request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the ' +
+      "workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already " +
+      'or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page ' +
+      "of another origin's sending requests here with the cookie); then as the platform's path to the port.",
+    params: z.object({ '*': z.string().max(8192).describe("the path on the workload's server") }),
+    response: {
+      303: noBody("a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it"),
+      ...problems(401, 403, 404, 409, 429, 502, 503),
+    },
+  });
+
+  for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const) {
+    app.route({
+      method,
+      url: `${PORT_HOST_ROUTE}/*`,
+      // The grant's cookie is checked here (not a token); the workload's server answers for CORS on its own host.
+      config: {
+        public: true,
+        timeoutMs: 0,
+        openapi: {
+          wildcard: 'path',
+          cookie: {
+            name: GRANT_COOKIE,
+            description:
+              "A browser's grant on one workload port's own host, set when it opened its renter's link (`POST " +
+              '/api/v1/billing/sessions/{sessionID}/port-links`)',
+          },
+        },
+        ...({ cors: false } as object),
+      },
+      schema: hostSchema(method.toLowerCase()),
+      ...(method === 'GET'
+        ? {
+            preHandler: async (request, reply) => {
+              if (!request.ws) return;
+              const p = await onHost(request, reply);
+              if (p) await tunnel(request, reply, p);
+            },
+          }
+        : {}),
+      handler: async (request, reply) => {
+        const p = await onHost(request, reply);
+        if (p) return proxy(request, reply, p);
+      },
     });
   }
 }

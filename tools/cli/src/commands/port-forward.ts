@@ -208,3 +208,29 @@ export function portForwardCommands(program: Command) {
       await forward(ctx, sessionId, opts.address, specs);
     });
 }
+
+export function openCommands(program: Command) {
+  program
+    .command('open <session-id> <port>')
+    .description(
+      "a link that opens a port of a rented session's running workload in a browser (a notebook, TensorBoard), at " +
+        "the port's own address; it opens once, within a minute, and signs that browser in there while the session runs",
+    )
+    .action(async (sessionId: string, port: string) => {
+      const { remote } = parsePortSpec(port);
+      if (String(remote) !== port)
+        throw new UsageError(`gpu open takes the workload's port alone (8888), not "${port}"`);
+      const ctx = context(program);
+      const link = unwrap(
+        await ctx.billing.POST('/api/v1/billing/sessions/{sessionID}/port-links', {
+          params: { path: { sessionID: sessionId } },
+          body: { port: remote },
+        }),
+      );
+      if (ctx.json) return printJson(link);
+      process.stdout.write(`${link.url}\n`);
+      process.stderr.write(
+        `open it in a browser within a minute (once); the port stays at ${link.origin} for that browser\n`,
+      );
+    });
+}

@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import WebSocket from 'ws';
 import { type Context, context, ExitStatus, UsageError } from '../cli.ts';
 import { reachSocket, whenOpen } from '../reach-stream.ts';
-import { portForwardCommands } from './port-forward.ts';
+import { openCommands, portForwardCommands } from './port-forward.ts';
 import { sshCommands } from './ssh.ts';
 
 const PROTOCOL = 'v5.channel.k8s.io';
@@ -114,5 +114,6 @@ export function reachCommands(program: Command) {
     });
 
   portForwardCommands(program);
+  openCommands(program);
   sshCommands(program);
 }

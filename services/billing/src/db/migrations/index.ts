@@ -30,6 +30,7 @@ import { reachUsageMigration } from './0027-reach-usage.ts';
 import { jobsMigration } from './0028-jobs.ts';
 import { jobCheckpointsMigration } from './0029-job-checkpoints.ts';
 import { leaseVersionsMigration } from './0030-lease-versions.ts';
+import { portGrantsMigration } from './0031-port-grants.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -63,5 +64,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0028-jobs': jobsMigration(scale),
     '0029-job-checkpoints': jobCheckpointsMigration,
     '0030-lease-versions': leaseVersionsMigration,
+    '0031-port-grants': portGrantsMigration,
   };
 }

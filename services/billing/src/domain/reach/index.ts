@@ -14,6 +14,14 @@ import type { StreamCredential } from './relay.ts';
 
 export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, pipeBytes } from './channels.ts';
 export { metered } from './meter.ts';
+export {
+  GRANT_COOKIE,
+  makePortLink,
+  PortGrants,
+  portHostOf,
+  purgeExpiredGrants,
+  TICKET_PARAM,
+} from './port-grants.ts';
 export { type Link, ReachRelay, type StreamCredential } from './relay.ts';
 export { HostKey, serveRenterSsh } from './ssh.ts';
 

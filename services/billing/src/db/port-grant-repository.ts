@@ -1,0 +1,47 @@
+/** Browsers' ways into workloads' ports (migration 0031; domain/reach/port-grants.ts): links' tickets and cookies. */
+import type { Insertable, Kysely, Selectable } from 'kysely';
+import type { BillingDB } from './schema.ts';
+
+type PortGrantTable = BillingDB['port_grants'];
+export type PortGrantRow = Selectable<PortGrantTable>;
+
+/** Writes a grant. */
+export async function insertPortGrant(db: Kysely<BillingDB>, row: Insertable<PortGrantTable>): Promise<void> {
+  await db.insertInto('port_grants').values(row).execute();
+}
+
+/** Takes a link's ticket out, once: of two browsers opening the same link, one gets it (expired or not). */
+export async function takeTicket(db: Kysely<BillingDB>, secretHash: Buffer): Promise<PortGrantRow | undefined> {
+  return db
+    .deleteFrom('port_grants')
+    .where('secret_hash', '=', secretHash)
+    .where('kind', '=', 'ticket')
+    .returningAll()
+    .executeTakeFirst();
+}
+
+/** A browser's cookie grant that has not expired by `now`. */
+export async function findCookieGrant(
+  db: Kysely<BillingDB>,
+  secretHash: Buffer,
+  now: Date,
+): Promise<PortGrantRow | undefined> {
+  return db
+    .selectFrom('port_grants')
+    .selectAll()
+    .where('secret_hash', '=', secretHash)
+    .where('kind', '=', 'cookie')
+    .where('expires_at', '>', now)
+    .executeTakeFirst();
+}
+
+/** Forgets grants that expired before `before` (at most `limit`); how many went. */
+export async function purgeExpiredPortGrants(db: Kysely<BillingDB>, before: Date, limit: number): Promise<number> {
+  const gone = await db
+    .deleteFrom('port_grants')
+    .where('secret_hash', 'in', (eb) =>
+      eb.selectFrom('port_grants').select('secret_hash').where('expires_at', '<', before).limit(limit),
+    )
+    .executeTakeFirst();
+  return Number(gone.numDeletedRows);
+}
