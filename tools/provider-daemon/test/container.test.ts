@@ -22,7 +22,7 @@ import {
 } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
-import { running as alive } from '../src/workloads/sandbox.ts';
+import { running as alive } from '../src/workloads/processes.ts';
 import { testImage, testRuntimeArgs } from './support/containers.ts';
 
 const image = testImage;

@@ -13,6 +13,7 @@ import { drained, type ExecProcess, startExec } from '../src/reach/exec.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
 import { entryCommand, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
+import { pidWhileRunning, processRef } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
 import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
 
@@ -157,6 +158,31 @@ describe('a program entering a running workload', () => {
     const end = await Promise.race([proc.ended, new Promise((r) => setTimeout(() => r('still running'), 5000))]);
     expect(end).not.toBe('still running');
     expect(() => entryCommand(w.sandbox.entry, { argv: ['true'], tty: false }, reachDir)).toThrow(/not set up/);
+  });
+
+  it("never enters whatever process the kernel gave the workload's PID once it ended", async () => {
+    const w = await idleWorkload();
+    const init = w.sandbox.entry.pid()!;
+    // A workload's first process as the daemon knows it: gone, and its PID given again, it is no longer that process.
+    expect(pidWhileRunning(processRef(init))).toBe(init);
+    expect(pidWhileRunning({ pid: init, start: '1' })).toBeNull();
+    // The entry's own check, the last thing before nsenter opens the PID's namespaces: a process under that PID that
+    // started at another time is refused (here, the workload's first process with another start time told).
+    const command = entryCommand(w.sandbox.entry, { argv: ['id', '-u'], tty: false }, reachDir);
+    const at = command.args.indexOf(String(init));
+    expect(command.args[at + 1]).toBe(processRef(init)!.start);
+    const reused = { ...command, args: command.args.map((a, i) => (i === at + 1 ? `${a}9` : a)) };
+    const proc = startExec(reused, null);
+    const err: Buffer[] = [];
+    const out: Buffer[] = [];
+    proc.stderr?.on('data', (d: Buffer) => err.push(d));
+    proc.stdout.on('data', (d: Buffer) => out.push(d));
+    proc.stdin.end();
+    expect(await proc.ended).toMatchObject({ code: 126 });
+    expect(Buffer.concat(err).toString()).toBe('gpu: the workload has ended\n');
+    expect(Buffer.concat(out).toString()).toBe('');
+    // With the start it has, the same command enters.
+    expect(await exec(w.sandbox, ['id', '-u'])).toMatchObject({ code: 0, out: `${w.uid}\n` });
   });
 
   it('gives a terminal: its size, a resize, Ctrl-C to the foreground program, the shell exit status', async () => {

@@ -27,8 +27,9 @@ import { startContainer } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
 import { type Entry, entryCommand, workloadInnerPid } from '../src/workloads/entry.ts';
+import { running } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
-import { running, type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
+import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
 import { testImage, testRuntimeArgs } from './support/containers.ts';
 
 const isRoot = process.getuid?.() === 0;

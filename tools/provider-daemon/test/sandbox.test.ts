@@ -19,14 +19,8 @@ import { cgroupPlace, workloadCgroup } from '../src/workloads/cgroups.ts';
 import { commandProblem } from '../src/workloads/command.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
-import {
-  running as alive,
-  descendants,
-  SANDBOX_PATH,
-  type SandboxOptions,
-  sandboxView,
-  startSandbox,
-} from '../src/workloads/sandbox.ts';
+import { running as alive } from '../src/workloads/processes.ts';
+import { descendants, SANDBOX_PATH, type SandboxOptions, sandboxView, startSandbox } from '../src/workloads/sandbox.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'sandbox-test-'));
 // As the daemon's run directory: workloads' users pass through it to their own work directory, and list nothing.

@@ -37,13 +37,13 @@ import { promisify } from 'node:util';
 import { workloadSpecSchema } from '@gpu/common';
 import { hardMemory } from './cgroups.ts';
 import { type CommandProblem, commandProblem, type ViewMount } from './command.ts';
+import { type ProcessRef, pidWhileRunning, processRef } from './processes.ts';
 import {
   allGone,
   boundedCopy,
   descendants,
   fenceNetwork,
   limitReached,
-  running,
   type Sandbox,
   type SandboxEnd,
   type SandboxGpu,
@@ -341,6 +341,8 @@ export function startContainer(opts: ContainerOptions): Sandbox {
   const envFile = path.join(opts.logDir, 'container.env');
   /** The container's first process on the host, once made. */
   let hostPid = -1;
+  /** That process as itself (entering it must never enter a later process given its PID). */
+  let hostRef: ProcessRef | null = null;
   let failure: string | undefined;
   let stopping: { reason: string } | undefined;
   let attach: ReturnType<typeof spawn> | undefined;
@@ -377,6 +379,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       throw new Error(`${problem}: the workload's program is not there to run`);
     }
     hostPid = Number((await ctr(['inspect', '--format', '{{.State.Pid}}', name])).trim());
+    hostRef = processRef(hostPid);
     if (spec.network && process.getuid?.() === 0) await fenceNetwork(hostPid);
     if (stopping) throw new Error('stopped before it started');
     const child = spawn(rt.path, [...rt.args, 'start', '--attach', name], {
@@ -486,7 +489,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       kind: 'container',
       runtime: rt,
       name,
-      pid: () => (hostPid > 0 && running(hostPid) ? hostPid : null),
+      pid: () => pidWhileRunning(hostRef),
       ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
       ended,
     },

@@ -20,6 +20,7 @@
 import { randomUUID } from 'node:crypto';
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { startTimeOf } from './processes.ts';
 
 /** What the daemon knows of a running workload to enter it. */
 export type Entry = (
@@ -65,13 +66,20 @@ export interface EntryCommand {
 export const HELPERS_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
 
 /**
- * The host-side wrapper: opens the variables' file as descriptor 3 and removes it, moves itself into the workload's
- * control group (each `cgroup.procs` up to `--`), then becomes the rest of its arguments.
+ * The host-side wrapper: opens the variables' file as descriptor 3 and removes it, checks that the workload's first
+ * process (its PID, then when it started: `/proc/<pid>/stat`'s 22nd field) is still the one the daemon looked at, moves
+ * itself into the workload's control group (each `cgroup.procs` up to `--`), then becomes the rest of its arguments.
+ * The check is the last thing before `nsenter` opens that PID's namespaces: the kernel gives a PID again once its
+ * process is gone, and the namespaces of whatever runs under it then (another session's workload, the machine's own)
+ * must never be entered.
  */
 const WRAPPER = [
   'exec 3<"$1" || exit 126',
   'rm -f -- "$1"',
-  'shift',
+  'st=$(cat "/proc/$2/stat" 2>/dev/null) || { echo "gpu: the workload has ended" >&2; exit 126; }',
+  'st=${st##*) }',
+  '[ "$(echo "$st" | cut -d" " -f20)" = "$3" ] || { echo "gpu: the workload has ended" >&2; exit 126; }',
+  'shift 3',
   'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done',
   'shift',
   'exec "$@"',
@@ -135,6 +143,8 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
   }
   const init = entry.pid();
   if (init === null) throw new Error('the workload is not set up yet');
+  const started = startTimeOf(init);
+  if (started === null) throw new Error('the workload has ended');
   const inner = workloadInnerPid(init);
   // Root enters the namespaces bwrap made (owned by a user namespace of the sandbox's that no process is left in,
   // so only root can), then, inside, the workload's own nested user namespace, taking the workload's user there.
@@ -154,6 +164,8 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
       WRAPPER,
       'enter',
       file,
+      String(init),
+      started,
       ...entry.cgroupProcs,
       '--',
       'prlimit',

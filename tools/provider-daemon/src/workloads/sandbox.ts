@@ -49,6 +49,7 @@ import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
 import type { Entry } from './entry.ts';
+import { type ProcessRef, pidWhileRunning, processRef, running } from './processes.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
 export interface SandboxGpu {
@@ -468,16 +469,6 @@ export function withinHard(name: string, wanted: number): number {
   }
 }
 
-/** Whether the process runs (a zombie, dead and waiting to be reaped, does not). */
-export function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
-
 /** Waits until none of the processes runs, at most `ms`. */
 export async function allGone(pids: number[], ms: number): Promise<void> {
   const deadline = Date.now() + ms;
@@ -558,11 +549,11 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   let failure: string | undefined;
   let network: { stop(): void } | undefined;
   /** The host PID of its first process, once bwrap has set it up (the one a renter's program enters). */
-  let init: number | null = null;
+  let init: ProcessRef | null = null;
   // Running once bwrap has set the sandbox up (and, with `network`, once its network is up); failed before that.
   const ready: Promise<Date> = (async () => {
     const pid = await sandboxPid(child.stdio[3] as Readable);
-    init = pid;
+    init = processRef(pid);
     if (spec.network) {
       try {
         network = await startNetwork(pid, child.stdio[4] as Writable, opts.slirpPath ?? 'slirp4netns');
@@ -645,7 +636,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
 
   const entry: Entry = {
     kind: 'sandbox',
-    pid: () => (init !== null && running(init) ? init : null),
+    pid: () => pidWhileRunning(init),
     ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
     env: sandboxEnv(options),
     limits,
