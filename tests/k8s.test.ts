@@ -48,6 +48,8 @@ import { loadStorageConfig, storageConfigSchema } from '../services/storage/src/
 import {
   bodyLimitOf,
   type Service as PlatformService,
+  PORT_HOST,
+  PORT_HOST_SERVICE,
   ROUTES,
   SERVICE_PORTS,
   UPLOAD_PREFIXES,
@@ -874,8 +876,18 @@ describe('deploy/k8s/gateway', () => {
       const http = (gateway.spec.listeners as Doc[]).find((l) => l.name === 'http');
       expect(http).toMatchObject({ protocol: 'HTTP', port: 80 });
       for (const l of gateway.spec.listeners as Doc[]) expect(l.allowedRoutes.namespaces.from).toBe('Same');
-      const plain = docs.filter((d) => d.kind === 'HTTPRoute' && attachedTo(d, 'http'));
+      const plain = docs.filter(
+        (d) => d.kind === 'HTTPRoute' && (attachedTo(d, 'http') || attachedTo(d, 'http-ports')),
+      );
       expect(plain.map((r) => r.metadata.name)).toEqual(['https-redirect']);
+      expect(attachedTo(plain[0], 'http') && attachedTo(plain[0], 'http-ports')).toBe(true);
+      // The port hosts' listeners: a wildcard name under `ports.`, TLS with a wildcard certificate of its own.
+      const httpsPorts = (gateway.spec.listeners as Doc[]).find((l) => l.name === 'https-ports');
+      expect(httpsPorts).toMatchObject({ protocol: 'HTTPS', port: 443, tls: { mode: 'Terminate' } });
+      expect(httpsPorts.hostname).toMatch(/^\*\.ports\.[a-z0-9.-]+$/);
+      expect(httpsPorts.tls.certificateRefs).toEqual([{ kind: 'Secret', name: 'platform-ports-tls' }]);
+      const httpPorts = (gateway.spec.listeners as Doc[]).find((l) => l.name === 'http-ports');
+      expect(httpPorts).toMatchObject({ protocol: 'HTTP', port: 80, hostname: httpsPorts.hostname });
       for (const rule of plain[0].spec.rules as Doc[]) {
         expect(rule.backendRefs).toBeUndefined();
         expect(rule.filters).toEqual([
@@ -883,8 +895,12 @@ describe('deploy/k8s/gateway', () => {
         ]);
       }
       // Every route hangs on a listener of this Gateway; every policy names objects that are here.
+      const listeners = (gateway.spec.listeners as Doc[]).map((l) => l.name as string);
       for (const route of docs.filter((d) => d.kind === 'HTTPRoute')) {
-        expect(attachedTo(route, 'https') || attachedTo(route, 'http'), route.metadata.name).toBe(true);
+        expect(
+          listeners.some((l) => attachedTo(route, l)),
+          route.metadata.name,
+        ).toBe(true);
       }
       for (const policy of docs.filter((d) => String(d.apiVersion).startsWith('gateway.envoyproxy.io/'))) {
         for (const ref of (policy.spec.targetRefs ?? []) as Doc[]) {
@@ -929,7 +945,54 @@ describe('deploy/k8s/gateway', () => {
       .filter((d) => d.kind === 'HTTPRoute' && (d.spec.rules as Doc[]).some((r) => r.backendRefs))
       .map((d) => d.metadata.name)
       .sort();
-    expect(reaching).toEqual([...Object.keys(ROUTES), 'operators-health', 'websockets'].sort());
+    expect(reaching).toEqual(
+      [...Object.keys(ROUTES), 'operators-health', 'websockets', 'port-hosts', 'port-host-websockets'].sort(),
+    );
+  });
+
+  it('sends every request to a port host to billing, whatever its path, upgrades with an hour to idle', () => {
+    const listener = (find(docs, 'Gateway', 'platform').spec.listeners as Doc[]).find((l) => l.name === 'https-ports');
+    const domain = String(listener.hostname).replace(/^\*\.ports\./, '');
+    // A port host as the route table knows it lies under the listener's wildcard (one label or more before `ports.`).
+    const portHost = `3f2b0c1e-1111-4aaa-8bbb-0123456789ab-8888.ports.${domain}`;
+    expect(PORT_HOST.test(portHost)).toBe(true);
+    const wildcard = (name: string) => new RegExp(`^[^*]+\\.${name.slice(2).replaceAll('.', '\\.')}$`);
+    expect(wildcard(listener.hostname).test(portHost)).toBe(true);
+    for (const name of ['port-hosts', 'port-host-websockets']) {
+      const r = route(name);
+      expect(r.spec.parentRefs, name).toEqual([{ name: 'platform', sectionName: 'https-ports' }]);
+      expect(r.spec.hostnames, name).toEqual([listener.hostname]);
+      expect(r.spec.rules, name).toHaveLength(1);
+      const [rule] = r.spec.rules as Doc[];
+      expect(rule.backendRefs).toEqual([{ name: PORT_HOST_SERVICE, port: SERVICE_PORTS[PORT_HOST_SERVICE] }]);
+      expect(rule.filters, `${name}: path and Host pass unchanged`).toBeUndefined();
+      expect(rule.timeouts, `${name}: no limit on a whole request`).toEqual({ request: '0s' });
+      expect(rule.matches[0].path).toEqual({ type: 'PathPrefix', value: '/' });
+    }
+    expect(route('port-hosts').spec.rules[0].matches).toEqual([{ path: { type: 'PathPrefix', value: '/' } }]);
+    expect(route('port-host-websockets').spec.rules[0].matches[0].headers).toEqual([
+      { type: 'RegularExpression', name: 'Upgrade', value: '(?i)websocket' },
+    ]);
+    // No other route takes these names: every route of the API's listener is for its name alone.
+    for (const other of docs.filter((d) => d.kind === 'HTTPRoute' && attachedTo(d, 'https'))) {
+      expect(other.spec.hostnames, other.metadata.name).toBeUndefined();
+      expect(attachedTo(other, 'https-ports'), other.metadata.name).toBe(false);
+    }
+    // One policy each: bodies stream (no buffer: a workload takes what it takes) and the upgrades' hour.
+    const policiesOf = (name: string) =>
+      docs.filter(
+        (d) => d.kind === 'BackendTrafficPolicy' && (d.spec.targetRefs as Doc[]).some((t) => t.name === name),
+      );
+    const [ordinary, ...moreOrdinary] = policiesOf('port-hosts');
+    expect(moreOrdinary).toEqual([]);
+    expect(ordinary.spec.requestBuffer).toBeUndefined();
+    expect(ordinary.spec.timeout.tcp.connectTimeout).toBe('5s');
+    expect(ordinary.spec.timeout.http?.streamIdleTimeout).toBeUndefined();
+    const [upgrades, ...moreUpgrades] = policiesOf('port-host-websockets');
+    expect(moreUpgrades).toEqual([]);
+    expect(upgrades.metadata.name).toBe('websockets');
+    expect(upgrades.spec.httpUpgrade).toEqual([{ type: 'websocket' }]);
+    expect(ms(upgrades.spec.timeout.http.streamIdleTimeout)).toBe(3_600_000);
   });
 
   it('passes WebSocket upgrades on every routed path to its service, idle for up to an hour, ordinary requests not', () => {

@@ -26,6 +26,8 @@
  *   `gateway_request_duration_seconds` (telemetry.ts) count every answer, at `GET /metrics` for operators only.
  * - WebSocket upgrades on every routed path go to the service with the same headers, then bytes both ways until
  *   either side closes, idle for at most an hour (upgrade.ts); upgrades elsewhere get an ordinary request's answer.
+ * - Port hosts (routes.ts, `PORT_HOST`: `<session-uuid>-<port>.ports.<domain>`): every request, upgrades included,
+ *   goes to billing with its path, query and Host as sent, none of the above routes applying (port-hosts.ts).
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
@@ -38,7 +40,8 @@ import { traceFields, tracingHooks } from '@gpu/common/tracing';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { forwardedHeaders, gatewayProblem } from './forwarding.ts';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
-import { bodyLimitOf, ROUTES, type Service } from './routes.ts';
+import { forwardPortHosts, portHostUrl } from './port-hosts.ts';
+import { bodyLimitOf, PORT_HOST_SERVICE, ROUTES, type Service } from './routes.ts';
 import { GatewayMetrics, routeOf } from './telemetry.ts';
 import { proxyUpgrades, UPGRADE_IDLE_TIMEOUT_MS } from './upgrade.ts';
 
@@ -73,9 +76,12 @@ function requestId(req: IncomingMessage): string {
   return saneId(req.headers['x-request-id']) ?? randomUUID();
 }
 
+/** The path the caller sent (its URL's; `request.url` is the one the gateway routed by, port-hosts.ts). */
+const pathOf = (request: FastifyRequest) => request.originalUrl.split('?')[0] ?? '';
+
 /** A problem of the gateway's own (forwarding.ts), answered on `reply`. */
 function problem(reply: FastifyReply, request: FastifyRequest, status: number, code: string, detail: string) {
-  const { body, headers } = gatewayProblem(status, code, detail, request.url.split('?')[0] ?? '', request.id);
+  const { body, headers } = gatewayProblem(status, code, detail, pathOf(request), request.id);
   return reply.code(status).headers(headers).type('application/problem+json').send(body);
 }
 
@@ -99,6 +105,8 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     },
     logController,
     genReqId: requestId,
+    // A port host's request is routed to the port hosts' route, never by the route table (port-hosts.ts).
+    rewriteUrl: portHostUrl,
     // Long downloads and uploads: no time limit of the gateway's own (the services keep theirs).
     requestTimeout: 0,
     keepAliveTimeout: opts.timeouts?.keepAlive ?? 72_000,
@@ -114,7 +122,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   const upstreamTimeout = opts.timeouts?.upstream ?? 300_000;
   app.addHook('onResponse', (request, reply, done) => {
     metrics.observe({
-      ...routeOf(request.url.split('?')[0] ?? ''),
+      ...routeOf(pathOf(request), undefined, request.headers.host),
       method: request.method,
       status: reply.statusCode,
       seconds: reply.elapsedTime / 1000,
@@ -131,7 +139,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     // connection then closes gracefully (the caller finishes sending and reads the 413). A chunked body is counted by
     // the service, whose 413 passes on as it is.
     const declared = Number(request.headers['content-length'] ?? 0);
-    const limit = bodyLimitOf(request.url.split('?')[0] ?? '');
+    const limit = bodyLimitOf(pathOf(request), request.headers.host);
     if (declared > limit) {
       reply.header('connection', 'close');
       lingerBeforeClose(request.raw.socket);
@@ -213,7 +221,14 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       replyOptions: replyOptions as never,
     });
   }
-  // WebSocket upgrades on the same routes, with the same headers (upgrade.ts).
+  // Every request to a port host, to billing as it came (port-hosts.ts).
+  const billingSocket = opts.socketDir ? path.join(opts.socketDir, `${PORT_HOST_SERVICE}.sock`) : undefined;
+  await forwardPortHosts(app, {
+    target: billingSocket ? { socketPath: billingSocket } : { url: opts.upstreams[PORT_HOST_SERVICE] },
+    timeout: upstreamTimeout,
+    problem,
+  });
+  // WebSocket upgrades on the same routes and on port hosts, with the same headers (upgrade.ts).
   proxyUpgrades(app, {
     upstreamOf: (service) =>
       opts.socketDir ? { socketPath: path.join(opts.socketDir, `${service}.sock`) } : { url: opts.upstreams[service] },
@@ -228,7 +243,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
       request,
       404,
       'ROUTE_NOT_FOUND',
-      `no service answers ${request.method} ${request.url.split('?')[0]} behind the gateway`,
+      `no service answers ${request.method} ${pathOf(request)} behind the gateway`,
     ),
   );
   return app;

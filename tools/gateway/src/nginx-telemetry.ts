@@ -6,7 +6,7 @@
  * - nginx (http.conf): continues a caller's valid `traceparent` or begins a trace, gives each request a span ID of its
  *   own and sends the service `traceparent` with that span as the parent (platform-api.conf); then, as the request
  *   ends, writes one line of what it did (log_format `platform_telemetry`: trace, span and parent IDs, method, path,
- *   status, time taken, request ID) to this receiver as syslog over UDP;
+ *   status, time taken, request ID, Host) to this receiver as syslog over UDP;
  * - this receiver turns each line into the gateway's server span, with those very IDs, start and end (tracing on:
  *   OTEL_EXPORTER_OTLP_ENDPOINT; which traces are kept is decided by the trace ID, as in every service), and counts it
  *   in the gateway's metrics (telemetry.ts), which it serves at `GET /metrics` (nginx passes `/metrics` on to it, for
@@ -43,6 +43,8 @@ interface TelemetryLine {
   msec: number;
   /** Where nginx sent it (`proxy_pass`'s host: an upstream's name), empty for its own answers. */
   proxied: string;
+  /** The Host's name as nginx read it (`$host`: a port host's requests count as one route). */
+  host: string;
 }
 
 const HEX32 = /^[0-9a-f]{32}$/;
@@ -72,8 +74,9 @@ function parseTelemetryLine(datagram: string): TelemetryLine | undefined {
     line.status >= 100 &&
     line.status <= 599 &&
     typeof line.request_time === 'number' &&
-    typeof line.msec === 'number';
-  return ok ? ({ request_id: '', proxied: '', ...line } as TelemetryLine) : undefined;
+    typeof line.msec === 'number' &&
+    (line.host === undefined || typeof line.host === 'string');
+  return ok ? ({ request_id: '', proxied: '', host: '', ...line } as TelemetryLine) : undefined;
 }
 
 /**
@@ -132,7 +135,7 @@ export async function startNginxTelemetry(opts: NginxTelemetryOptions): Promise<
   const metrics = new GatewayMetrics();
   const tracer = trace.getTracer('gateway');
   const record = (line: TelemetryLine) => {
-    const { upstream, route } = routeOf(line.path, line.proxied);
+    const { upstream, route } = routeOf(line.path, line.proxied, line.host);
     metrics.observe({ upstream, method: line.method, route, status: line.status, seconds: line.request_time });
     if (!opts.ids) return;
     const endMs = line.msec * 1000;

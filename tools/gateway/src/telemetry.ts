@@ -11,11 +11,12 @@
  * the gateway's own refusals of such a path, a 413 or a 502, count under it too), `gateway` for the gateway's own paths
  * and those no service takes (compose's nginx also counts its object store and chain servers, `object-store`,
  * `solana-rpc`); `route` is the route table's prefix the path lies under (`/api/v1/billing/*`, or the prefix itself),
- * `/health`, `/health/<service>`, `/metrics`, else `unmatched`: never the raw path, so the series stay few. The
+ * `/health`, `/health/<service>`, `/metrics`, else `unmatched`: never the raw path, so the series stay few. A port
+ * host's request (routes.ts, `PORT_HOST`) counts as `upstream="billing"`, `route="port-host"`, whatever its path. The
  * Kubernetes gateway (Envoy) exports Envoy's own metrics instead (tools/gateway/README.md).
  */
 import { Counter, Histogram, Registry } from 'prom-client';
-import { ROUTES, SERVICES } from './routes.ts';
+import { hostKindOf, PORT_HOST_SERVICE, ROUTES, SERVICES } from './routes.ts';
 
 /** The latency buckets, in seconds (the services' own, `http_request_duration_seconds`). */
 const BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -23,13 +24,20 @@ const BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 /** The gateway's own paths (not forwarded to a service's route prefix). */
 const OWN_PATHS = ['/health', '/metrics', ...SERVICES.map((s) => `/health/${s}`)];
 
+/** The route label of every request to a port host. */
+const PORT_HOST_ROUTE = 'port-host';
+
 /**
- * The route a path lies under and the service it goes to: a route table prefix (`/objects/*` below it, `/objects`
- * itself) and its service; the gateway's own paths (`/health`, `/health/<service>`, `/metrics`) and any other path
- * (`unmatched`) as the gateway's, unless nginx says it proxied the request elsewhere (`proxied`: compose's object store
- * and chain servers).
+ * The route a request lies under and the service it goes to: a port host's (`host`, its Host header) is
+ * `PORT_HOST_ROUTE`'s, a name under `ports.` that is no port host the gateway's `unmatched`; else a route table prefix
+ * (`/objects/*` below it, `/objects` itself) and its service; the gateway's own paths (`/health`, `/health/<service>`,
+ * `/metrics`) and any other path (`unmatched`) as the gateway's, unless nginx says it proxied the request elsewhere
+ * (`proxied`: compose's object store and chain servers).
  */
-export function routeOf(path: string, proxied?: string): { upstream: string; route: string } {
+export function routeOf(path: string, proxied?: string, host?: string): { upstream: string; route: string } {
+  const kind = hostKindOf(host);
+  if (kind === 'port-host') return { upstream: PORT_HOST_SERVICE, route: PORT_HOST_ROUTE };
+  if (kind === 'not-a-port-host') return { upstream: 'gateway', route: 'unmatched' };
   if (OWN_PATHS.includes(path)) return { upstream: 'gateway', route: path };
   for (const [service, prefixes] of Object.entries(ROUTES)) {
     for (const prefix of prefixes) {

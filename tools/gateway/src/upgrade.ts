@@ -7,6 +7,8 @@
  * either side closes, or its refusal (a 401 problem) and the connection closed. The gateway parses no frame: it passes
  * bytes, as nginx and Envoy do.
  *
+ * - On a port host (routes.ts, `PORT_HOST`) every path is billing's, sent as written with the caller's Host; a name
+ *   under `ports.` that is no port host gets the gateway's 404, as an ordinary request there.
  * - A path no service takes (a SERVICE_ONLY one included) and the gateway's own paths get exactly what an ordinary
  *   request there gets (the gateway answers it as one, through its own routes: a 404 `ROUTE_NOT_FOUND`, `/health`),
  *   written on the raw socket and the connection closed. A path with a `..` segment, plain or percent-encoded, is a
@@ -30,7 +32,7 @@ import { tracingOn } from '@gpu/common/tracing';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
 import { forwardedHeaders, gatewayProblem } from './forwarding.ts';
-import { SERVICES, type Service } from './routes.ts';
+import { hostKindOf, SERVICES, type Service } from './routes.ts';
 import type { GatewayMetrics } from './telemetry.ts';
 import { routeOf } from './telemetry.ts';
 
@@ -134,7 +136,8 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
     const started = performance.now();
     socket.on('error', () => socket.destroy());
     const path = (req.url ?? '/').split('?')[0] ?? '/';
-    const { upstream, route } = routeOf(path);
+    const kind = hostKindOf(req.headers.host);
+    const { upstream, route } = routeOf(path, undefined, req.headers.host);
     const method = req.method ?? 'GET';
     const count = (status: number) =>
       settings.metrics.observe({ upstream, method, route, status, seconds: (performance.now() - started) / 1000 });
@@ -156,16 +159,17 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       count(status);
     };
 
-    if ((req.headers.upgrade ?? '').trim().toLowerCase() !== 'websocket') {
+    if (kind !== 'not-a-port-host' && (req.headers.upgrade ?? '').trim().toLowerCase() !== 'websocket') {
       problem(400, 'BAD_REQUEST', 'only WebSocket upgrades pass the gateway');
       return;
     }
-    // Refused here rather than answered as an ordinary request: the app's inject would resolve the segments first.
-    if (!forwardable(path)) {
+    // Refused here rather than answered as an ordinary request: the app's inject would resolve the segments first. A
+    // port host's path is the workload's, passed as written.
+    if (kind === 'api' && !forwardable(path)) {
       problem(400, 'BAD_REQUEST', 'a path with .. segments is not forwarded');
       return;
     }
-    const service = SERVICES.find((s) => s === upstream);
+    const service = kind === 'not-a-port-host' ? undefined : SERVICES.find((s) => s === upstream);
     if (!service) {
       // The answer an ordinary request gets there (and counted as one, by the gateway's own hooks).
       const { upgrade: _u, connection: _c, 'content-length': _l, 'transfer-encoding': _t, ...headers } = req.headers;
@@ -200,7 +204,8 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
           host: req.headers.host,
         },
         sent,
-        'socketPath' in target ? 'localhost' : new URL(target.url).host,
+        // A port host's Host goes on as the caller wrote it: billing finds the session and port by it.
+        kind === 'port-host' ? undefined : 'socketPath' in target ? 'localhost' : new URL(target.url).host,
       ),
       ...spans?.carrier,
       'x-request-id': id,

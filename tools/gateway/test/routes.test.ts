@@ -10,7 +10,17 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { OPERATOR_NETWORKS, operatorsAt, parseNetwork } from '../src/operators.ts';
-import { bodyLimitOf, ROUTES, SERVICE_ONLY, SERVICE_PORTS, type Service } from '../src/routes.ts';
+import {
+  bodyLimitOf,
+  hostKindOf,
+  PORT_HOST,
+  PORT_HOST_SERVICE,
+  PORTS_NAME,
+  ROUTES,
+  SERVICE_ONLY,
+  SERVICE_PORTS,
+  type Service,
+} from '../src/routes.ts';
 import { gatewayDir } from './nginx.ts';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
@@ -202,6 +212,60 @@ describe("docker-compose's nginx", () => {
     }
     // pnpm start's nginx is given them as parsed, so it reads what the Node gateway would.
     expect(parseNetwork(' 10.0.0.0/8 ')).toEqual({ address: '10.0.0.0', prefix: 8, family: 'ipv4' });
+  });
+
+  it('sends every request to a port host to billing, as written, and a name under ports. that is none to its 404', () => {
+    const http = readFileSync(path.join(gatewayDir, 'http.conf'), 'utf8');
+    // The map of $host (the Host's name, lowercased, no port) is the route table's PORT_HOST, then PORTS_NAME.
+    const map = /^map \$host \$platform_host_kind \{\n([\s\S]*?)^\}/m.exec(http)?.[1] ?? '';
+    const entries = [...map.matchAll(/^ {2}"~\*(.+)" (\S+);$/gm)].map((m) => [m[1], m[2]]);
+    expect(entries).toEqual([
+      [PORT_HOST.source, 'port-host'],
+      [PORTS_NAME.source, 'not-a-port-host'],
+    ]);
+    expect(PORT_HOST.flags).toContain('i');
+    expect(map).toMatch(/^ {2}default "";$/m);
+    // Read as nginx reads it (the first entry that matches), the map says what the Node gateway's rule says.
+    const kindOf = (host: string) =>
+      entries.find(([re]) => new RegExp(re!, 'i').test(host.toLowerCase()))?.[1] ?? 'api';
+    const session = '3f2b0c1e-1111-4aaa-8bbb-0123456789ab';
+    for (const host of [
+      `${session}-8888.ports.localhost`,
+      `${session.toUpperCase()}-1.PORTS.example.com`,
+      `${session}-12345.ports.a.b`,
+      `${session}-123456.ports.localhost`,
+      `${session}.ports.localhost`,
+      `x${session}-80.ports.localhost`,
+      'foo.ports.localhost',
+      'ports.localhost',
+      'a.b.ports.localhost',
+      `${session}-8888.portsx.localhost`,
+      'api.gpu-platform.example',
+      'localhost',
+    ]) {
+      expect(kindOf(host), host).toBe(hostKindOf(host));
+    }
+    // Before any location is chosen (server-level rewrites, in order): the would-be port host's 404, then a port
+    // host's rewrite to its own location, ahead of the dot-segment refusal (a port host's path goes on as written).
+    const notAPortHost = api.indexOf('if ($platform_host_kind = not-a-port-host) {\n  return 404;\n}');
+    const portHost = api.indexOf(
+      `if ($platform_host_kind = port-host) {\n  set $platform_service ${PORT_HOST_SERVICE};\n  rewrite ^ /.gateway/port-host last;\n}`,
+    );
+    const dotSegment = api.indexOf('rewrite ^ /.gateway/dot-segment last;');
+    expect(notAPortHost).toBeGreaterThanOrEqual(0);
+    expect(portHost).toBeGreaterThan(notAPortHost);
+    expect(dotSegment).toBeGreaterThan(portHost);
+    // There: billing, the path and query as written ($request_uri), an upload's body limit, upgrades to their hour.
+    const location = choose(all, '/.gateway/port-host');
+    expect(location?.kind).toBe('=');
+    expect(location?.body).toContain('internal;');
+    expect(location?.body).toMatch(new RegExp(`^  proxy_pass http://${PORT_HOST_SERVICE}\\$request_uri;$`, 'm'));
+    expect(location?.body).toMatch(/ {2}if \(\$http_upgrade\) \{\n {4}rewrite \^ \/\.gateway\/upgrade last;\n {2}\}/);
+    const limit = /client_max_body_size (\d+)g;/.exec(location?.body ?? '')?.[1];
+    expect(Number(limit) * 1024 ** 3).toBe(bodyLimitOf('/', `${session}-8888.ports.localhost`));
+    // The caller's Host goes on (no location sets its own headers, which would drop the server's).
+    expect(api).toMatch(/^proxy_set_header Host \$platform_upstream_host;$/m);
+    expect(all.filter((l) => /proxy_set_header/.test(l.body))).toEqual([]);
   });
 
   it('names each service by its compose name and contract port, kept alive and re-resolved', () => {
