@@ -323,8 +323,8 @@ describe('gpu open', () => {
     expect(link.origin).toBe(`http://${id}-8888.ports.localhost`);
     expect(link.pathname).toBe('/');
     expect(opened.stderr).toContain(`http://${id}-8888.ports.localhost`);
-    // Opened as a browser opens it (billing routes the port's host by its name): the browser's cookie, once.
-    const billing = new URL(machine.deps.config.billing_url);
+    // Opened as a browser opens it, through the gateway: the browser's cookie, once.
+    const gateway = new URL(url);
     const open = () =>
       run('curl', [
         '-sS',
@@ -333,7 +333,7 @@ describe('gpu open', () => {
         '-D',
         '-',
         '--connect-to',
-        `${link.hostname}:80:127.0.0.1:${billing.port}`,
+        `${link.hostname}:80:127.0.0.1:${gateway.port}`,
         link.href,
       ]).then((r) => r.stdout);
     const first = await open();

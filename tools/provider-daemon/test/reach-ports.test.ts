@@ -457,7 +457,7 @@ describe('a server inside the workload, reached through the platform', () => {
 describe("a browser at a workload port's own origin", () => {
   /** `curl` to a port host (`<session>-<port>.ports.localhost`) through the gateway: status, headers and body. */
   async function atHost(host: string, path: string, args: string[] = []) {
-    const gateway = new URL(billingUrl);
+    const gateway = new URL(url);
     const { stdout } = await run('curl', [
       '-sS',
       '-D',
@@ -532,15 +532,26 @@ describe("a browser at a workload port's own origin", () => {
       'authorization=Token workload-own',
       `host=${host}`,
     ]);
-    const posted = await atHost(host, '/form', ['-H', `cookie: ${cookie}`, '-X', 'POST', '-d', 'a=1']);
+    // A body past the platform's JSON limit passes (an upload to a notebook).
+    const upload = join(dir, 'upload.bin');
+    writeFileSync(upload, Buffer.alloc(3 * 1024 * 1024, 1));
+    const posted = await atHost(host, '/upload', [
+      '-H',
+      `cookie: ${cookie}`,
+      '-H',
+      'expect:',
+      '--data-binary',
+      `@${upload}`,
+    ]);
     expect(posted.status).toBe(200);
+    expect(posted.body.split('\n')[0]).toBe('/upload');
     // Its WebSockets pass too (a notebook's kernels).
     await execIn(r.id, ['sh', '-c', 'cat > /tmp/ws-echo.py'], {
       input: readFileSync(new URL('./fixtures/ws-echo.py', import.meta.url), 'utf8'),
     });
     const echo = await serve(r.id, ['python3', '/tmp/ws-echo.py', '9000'], 9000);
     const wsGrant = await signIn(r.id, 9000, r.headers);
-    const ws = await connect(`${billingUrl}/api/kernels/k1/channels`, {
+    const ws = await connect(`${url}/api/kernels/k1/channels`, {
       host: wsGrant.link.host,
       cookie: wsGrant.cookie,
     });

@@ -77,6 +77,7 @@ const WRAPPER = [
   'exec 3<"$1" || exit 126',
   'rm -f -- "$1"',
   'st=$(cat "/proc/$2/stat" 2>/dev/null) || { echo "gpu: the workload has ended" >&2; exit 126; }',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: the shell's own expansion (all after the last `) `)
   'st=${st##*) }',
   '[ "$(echo "$st" | cut -d" " -f20)" = "$3" ] || { echo "gpu: the workload has ended" >&2; exit 126; }',
   'shift 3',
