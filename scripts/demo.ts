@@ -25,7 +25,8 @@
  *  7. Reach: the renter signs in with `gpu` and rents 4 GPUs with an idle workload (`gpu rent --idle`); `gpu exec`
  *     runs commands in it (its leased GPUs there and no other, exit statuses passed through) and writes a page there;
  *     a server started in it with `gpu exec` (the stream left open) serves the page through the gateway
- *     (`/api/v1/billing/sessions/{id}/ports/8000/`, the renter's token), the workload counts the bytes, and
+ *     (`/api/v1/billing/sessions/{id}/ports/8000/`, the renter's token) and as a browser does (`gpu open`: a
+ *     one-time link to the port's own address, its cookie), the workload counts the bytes, and
  *     `gpu end` cuts the stream. The provider's earnings of all five sessions are paid out on chain; the registry
  *     shows the machine idle again.
  *  8. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
@@ -46,6 +47,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import { constants as osConstants, tmpdir } from 'node:os';
 import path from 'node:path';
 import {
@@ -553,6 +555,35 @@ function gpu(who: { email: string }, args: string[], opts: { input?: string; kee
 }
 
 /** Prints what a command printed, indented under the line that names it. */
+/**
+ * A GET through the gateway to a port host (`<session>-<port>.ports.localhost:<port>`), as a browser sends it (the
+ * name is this machine's for a browser; here the request goes to the gateway's address with that Host).
+ */
+function atHost(host: string, target: string, cookie?: string) {
+  const gateway = new URL(urls.gateway);
+  return new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
+    const req = http.get(
+      {
+        host: gateway.hostname,
+        port: gateway.port,
+        path: target,
+        headers: { host, ...(cookie ? { cookie } : {}) },
+        timeout: 30_000,
+      },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          body += d;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`no answer from ${host}${target}`)));
+    req.on('error', reject);
+  });
+}
+
 function shows(text: string) {
   for (const line of text.replace(/\n$/, '').split('\n')) process.stdout.write(`           | ${line}\n`);
 }
@@ -691,6 +722,28 @@ async function reachScene(renter: Renter, machineId: string) {
     `GET /api/v1/billing/sessions/${id}/ports/8000/: ${served.res.status} ${served.res.headers.get('content-type')}`,
   );
   shows(served.body);
+  // A browser's way in: a one-time link to the port at an address of its own, opened as a browser opens it.
+  const opened = await gpu(renter, ['open', id, '8000']).exited;
+  if (opened.code !== 0) throw new Error(`gpu open failed: ${opened.stderr.trim()}`);
+  const link = new URL(opened.stdout.trim());
+  say('renter made a link to the port for a browser', `gpu open ${id} 8000: ${link.origin}/?gpu-port-ticket=...`);
+  const signedIn = await atHost(link.host, `${link.pathname}${link.search}`);
+  const grant = String(signedIn.headers['set-cookie'] ?? '').split(';')[0] ?? '';
+  const location = String(signedIn.headers.location ?? '');
+  if (signedIn.status !== 303 || !grant.startsWith('gpu_port_grant=')) {
+    throw new Error(`opening the link answered ${signedIn.status}: ${signedIn.body}`);
+  }
+  const inBrowser = await atHost(link.host, location, grant);
+  if (inBrowser.status !== 200 || inBrowser.body !== page) {
+    throw new Error(`the page at ${link.origin} answered ${inBrowser.status}: ${inBrowser.body.slice(0, 200)}`);
+  }
+  const again = await atHost(link.host, `${link.pathname}${link.search}`);
+  say(
+    "a browser opened it: the page at the port's own address",
+    `${link.origin}${location}: ${inBrowser.status} with the cookie the link set (HttpOnly, that host alone); ` +
+      `the link a second time: ${again.status}`,
+  );
+  if (again.status !== 401) throw new Error(`the link opened twice (${again.status})`);
   const counted = await until(
     "the workload's reach byte counts",
     async () => {
