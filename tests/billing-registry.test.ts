@@ -389,6 +389,21 @@ describe('billing and the provider registry', () => {
     expect(refused.statusCode).toBe(400);
     expect(refused.json()).toMatchObject({ code: 'GPU_MODEL_REQUIRED', errors: [{ path: 'body.gpu_model' }] });
     expect(refused.json().detail).toMatch(/A100.*H100/);
+    // A model the machine has none of is refused with the models it has, never rented (nor billed, nor quoted) as its
+    // other model.
+    const wrong = await call(billing, r.headers, 'POST', '/billing/start-session', { ...body, gpu_model: 'H100' });
+    expect(wrong.statusCode, wrong.body).toBe(409);
+    expect(wrong.json()).toMatchObject({
+      code: 'GPU_MODEL_NOT_ON_MACHINE',
+      provider_id: single,
+      gpu_models: ['NVIDIA A100-SXM4-80GB'],
+    });
+    const quoted = await call(billing, r.headers, 'POST', '/pricing/calculate', {
+      gpu_model: 'banana',
+      gpu_count: 1,
+      provider_id: single,
+    });
+    expect(quoted.json()).toMatchObject({ code: 'GPU_MODEL_NOT_ON_MACHINE' });
     // A reservation's GPUs are of the model they are: a start that uses one names none.
     const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
     const reserved = await call(billing, scheduler, 'POST', '/billing/reservations', {

@@ -221,6 +221,15 @@ export const billingErrors = {
       'NO_WALLET_ADDRESS',
       `wallet ${walletId} has no Solana address (a provider wallet opened on first need)`,
     ),
+  /** 409 GPU_MODEL_NOT_ON_MACHINE: the machine has no GPU of the model asked for; its models named. */
+  gpuModelNotOnMachine: (providerId: string, model: string, models: string[]) =>
+    new AppError(
+      'conflict',
+      'GPU_MODEL_NOT_ON_MACHINE',
+      `machine ${providerId} has no GPU of model ${model}` +
+        (models.length > 0 ? `: it has ${models.join(', ')}` : ': it reports no GPU'),
+      { extra: { provider_id: providerId, gpu_models: models } },
+    ),
   providerNotAvailable: (providerId: string, why: string, status: string) =>
     new AppError('conflict', 'PROVIDER_NOT_AVAILABLE', `provider ${providerId} ${why}`, {
       extra: { provider_id: providerId, provider_status: status },

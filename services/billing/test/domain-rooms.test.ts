@@ -146,9 +146,13 @@ describe("billing's domain rooms", () => {
           ? [relative(SRC, file)]
           : [],
       );
-    // The values a new session row starts with (start.ts, from the clock's `capDeadline`), and the window of storage's
-    // own usage reports, are not the session's clock.
-    expect(outside).toEqual(['domain/sessions/start.ts', 'domain/storage/charges.ts']);
+    // The values a new session row starts with (start.ts, from the clock's `capDeadline`), and the times a usage
+    // report (usage-updates.ts) or a storage report (charges.ts) may bear, are not the session's clock.
+    expect(outside).toEqual([
+      'domain/sessions/start.ts',
+      'domain/sessions/usage-updates.ts',
+      'domain/storage/charges.ts',
+    ]);
     // Workloads translate the daemon's reports: they write no session row and read no clock setting of their own.
     const workloadImports = tsFiles(join(DOMAIN, 'workloads')).flatMap((file) =>
       importsOf(file)

@@ -30,7 +30,6 @@ import {
   type Link,
   metered,
   type PortGrants,
-  portHostOf,
   type ReachRelay,
   reachTarget,
   TICKET_PARAM,
@@ -64,6 +63,18 @@ interface PortRequest {
   rest: string;
   /** The prefix taken off (the platform's path), or null on the port's own host. */
   prefix: string | null;
+}
+
+/** A port host's session and port: `<session>-<port>.ports.<domain>` (its port, if any, aside). */
+const PORT_HOST =
+  /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([0-9]{1,5})\.ports\.[^:]+(:[0-9]{1,5})?$/i;
+
+/** The session and port a `Host` header names, when it is a port host. */
+function portHostOf(host: string | undefined): { sessionId: string; port: number } | null {
+  const m = PORT_HOST.exec(host ?? '');
+  if (!m) return null;
+  const port = Number(m[2]);
+  return port >= 1 && port <= 65535 ? { sessionId: m[1]!.toLowerCase(), port } : null;
 }
 
 /** Where billing routes a request that came to a port host (every path there is the workload's: `rewriteUrl`). */

@@ -58,17 +58,22 @@ export function onlyModel(machine: ProviderRecord | null): string {
 }
 
 /**
- * The machine's healthy GPUs of a model, in index order: by model key, so `H100` finds `NVIDIA H100 80GB HBM3` (else
- * the machine's when it has only one model).
+ * The machine's healthy GPUs of a model, in index order: by model key, so `H100` finds `NVIDIA H100 80GB HBM3`. A model
+ * the machine has no GPU of is 409 GPU_MODEL_NOT_ON_MACHINE naming the models it has (never its other model instead: a
+ * renter who asked for an A100 is not given, nor billed for, an H100).
  */
 export function gpusOfModel(machine: ProviderRecord, model: string): IndexedGpu[] {
   const byModel = new Map<string, IndexedGpu[]>();
+  const names = new Map<string, string>();
   machine.gpus.forEach((gpu, index) => {
-    if (!gpu.healthy) return;
     const key = gpuModelKey(gpu.model);
-    byModel.set(key, [...(byModel.get(key) ?? []), { index, gpu }]);
+    names.set(key, gpu.model);
+    if (gpu.healthy) byModel.set(key, [...(byModel.get(key) ?? []), { index, gpu }]);
   });
-  return byModel.get(gpuModelKey(model)) ?? (byModel.size === 1 ? [...byModel.values()][0]! : []);
+  const key = gpuModelKey(model);
+  // A model it has, none of them healthy now: no GPU free (PROVIDER_NOT_AVAILABLE, the caller's).
+  if (!names.has(key)) throw billingErrors.gpuModelNotOnMachine(machine.id, model, [...names.values()]);
+  return byModel.get(key) ?? [];
 }
 
 /** What the GPUs price: their model, count, VRAM and power (the renter's estimate when one does not report it). */

@@ -18,7 +18,6 @@ export {
   GRANT_COOKIE,
   makePortLink,
   PortGrants,
-  portHostOf,
   purgeExpiredGrants,
   TICKET_PARAM,
 } from './port-grants.ts';

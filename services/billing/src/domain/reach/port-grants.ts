@@ -35,18 +35,6 @@ const LIVE_CHECK_MS = 5_000;
 export const TICKET_PARAM = 'gpu-port-ticket';
 export const GRANT_COOKIE = 'gpu_port_grant';
 
-/** A port host's session and port: `<session>-<port>.ports.<domain>` (its port, if any, aside). */
-const PORT_HOST =
-  /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([0-9]{1,5})\.ports\.[^:]+(:[0-9]{1,5})?$/i;
-
-/** The session and port a `Host` header names, when it is a port host. */
-export function portHostOf(host: string | undefined): { sessionId: string; port: number } | null {
-  const m = PORT_HOST.exec(host ?? '');
-  if (!m) return null;
-  const port = Number(m[2]);
-  return port >= 1 && port <= 65535 ? { sessionId: m[1]!.toLowerCase(), port } : null;
-}
-
 /** The address of a session's port on `ports_url`'s domain: `<scheme>://<session>-<port>.ports.<domain>[:<port>]`. */
 function portOrigin(portsUrl: string, sessionId: string, port: number): string {
   const url = new URL(portsUrl);

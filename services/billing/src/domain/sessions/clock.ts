@@ -9,7 +9,6 @@
  * - **Grace** (`graceDeadline`): how long a session that funds no longer cover runs on before it is ended.
  * - **The end** (`endOf`): when the session ends (now, or the earlier time its workload reported stopping) and how
  *   many minutes that bills.
- * - **Reports' times** (`reportWindow`): what time a daemon's usage report may bear.
  * - **Paid until** (`paidUntil`): until when the session's hold pays, for a daemon that loses billing to stop its
  *   workload by itself.
  *
@@ -58,19 +57,6 @@ export const graceDeadline = (ctx: BillingContext, now: Date) => new Date(now.ge
 /** Whether a session's grace ran out by `now`. */
 export const graceOver = (s: { status: string; graceUntil: Date | null }, now: Date) =>
   s.status === 'grace_period' && s.graceUntil !== null && s.graceUntil.getTime() <= now.getTime();
-
-/**
- * The times a daemon's report on the session may bear: from the session's start to billing's clock, each widened by
- * `billing.max_clock_skew` (a later one would stand as the session's last usage time ahead of every true report after
- * it; an earlier one measured something else).
- */
-export function reportWindow(ctx: BillingContext, session: Pick<SessionRow, 'started_at'>) {
-  const skew = ctx.sessions.maxClockSkewMs;
-  return {
-    earliest: new Date(new Date(session.started_at).getTime() - skew),
-    latest: new Date(ctx.now().getTime() + skew),
-  };
-}
 
 /**
  * Starts billing's clock for a workload session whose workload was reported running at `reportedAt` (its row locked

@@ -31,7 +31,6 @@ import type { BillingContext } from '../context.ts';
 import { stateNotedLeases } from '../leases/index.ts';
 import { Dec, formatAmount } from '../ledger/index.ts';
 import { type BillItem, type BillOutcome, type BillPlan, planBillings, writeBillings } from './billing.ts';
-import { reportWindow } from './clock.ts';
 import { finishSession } from './end.ts';
 import { isRunning, type SessionRow } from './session.ts';
 import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
@@ -228,7 +227,11 @@ async function applyInTransaction(
  * earlier than the session's start less that skew (it measured something else).
  */
 function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: SessionRow): Error | null {
-  const window = reportWindow(ctx, session);
+  const skew = ctx.sessions.maxClockSkewMs;
+  const window = {
+    earliest: new Date(new Date(session.started_at).getTime() - skew),
+    latest: new Date(ctx.now().getTime() + skew),
+  };
   const at = u.timestamp.getTime();
   if (at > window.latest.getTime()) {
     return billingErrors.usageTimestampOutOfRange(session.id, u.timestamp, 'future', window);
