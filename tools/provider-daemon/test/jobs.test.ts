@@ -460,6 +460,82 @@ describe('jobs', () => {
     expect(session.json().session.status).not.toBe('active');
   });
 
+  it('decides a job by the session a dead placer started, once it ended unfollowed: never run, nor paid, again', {
+    timeout: 120_000,
+  }, async () => {
+    const cases: [string[], string][] = [
+      [['true'], 'succeeded'],
+      [['sh', '-c', 'exit 3'], 'failed'],
+    ];
+    for (const [command, outcome] of cases) {
+      const renter = await rig.renter();
+      const res = await submit(renter, {
+        max_price_per_gpu_hour: '0.000001',
+        workload: { command, max_runtime_seconds: 60 },
+      });
+      const id = res.json().id;
+      await until(
+        () => job(renter, id),
+        (j) => j.reason !== 'waiting for a machine',
+        10_000,
+      );
+      // Its placer wrote the attempt and started the session, then died before saying the job runs: the job stays
+      // `placing` while that placer's lease lasts, and the session ends within it.
+      const sessionId = randomUUID();
+      await rig.billing.db.transaction().execute(async (trx) => {
+        await trx
+          .updateTable('jobs')
+          .set({ state: 'placing', placing_until: new Date(Date.now() + 60_000) })
+          .where('id', '=', id)
+          .execute();
+        await addAttempt(trx, {
+          job_id: id,
+          session_id: sessionId,
+          provider_id: machines[0]!.providerId,
+          started_at: new Date(),
+        });
+      });
+      await startWorkloadSession(
+        rig.billing.ctx,
+        {
+          actor: UNCHECKED_PRINCIPAL,
+          userId: renter.id,
+          walletId: renter.walletId,
+          providerId: machines[0]!.providerId,
+          jobId: sessionJobId(id),
+          sessionId,
+          gpuModel: 'H100',
+          gpuCount: 1,
+          requestedVramMb: 0,
+          estimatedPowerW: 0,
+          acceptedHourlyRate: '100',
+          spendCap: new Dec('5'),
+          workload: { command, max_runtime_seconds: 60, env: {}, inputs: [], network: false },
+        },
+        null,
+      );
+      await until(
+        () => rig.workloadOf(renter.headers, sessionId),
+        (w) => w.session.status !== 'active',
+        60_000,
+      );
+      // Whichever comes first, the follower or a placer claiming the job once the lease is over, the session's end
+      // decides the job: succeeded or failed as its workload ended, with that one attempt, paid once.
+      await followJobs(rig.billing.ctx, JOBS);
+      await rig.billing.db
+        .updateTable('jobs')
+        .set({ placing_until: new Date(Date.now() - 1000) })
+        .where('id', '=', id)
+        .execute();
+      await placeJobs(rig.billing.ctx, JOBS);
+      const after = await until(() => job(renter, id), ended, 20_000);
+      expect(after.state, after.reason).toBe(outcome);
+      expect(after.attempts).toHaveLength(1);
+      expect(after.attempts[0]).toMatchObject({ session_id: sessionId });
+      expect(after.spent).toBe(after.attempts[0].cost);
+    }
+  });
+
   it('starts no session for a job cancelled between its attempt and its start', { timeout: 30_000 }, async () => {
     const renter = await rig.renter();
     const directory = rig.billing.ctx.providers!;

@@ -16,6 +16,7 @@
  */
 import { durationMs, PROVIDER_FAULT_END_REASONS } from '@gpu/common';
 import {
+  attemptsOf,
   attemptsToSettle,
   endAttempt,
   findAttempt,
@@ -29,8 +30,7 @@ import type { JobState } from '../../db/schema.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
 import { endSession, isRunning } from '../sessions/index.ts';
-import { isEnded } from './job.ts';
-import type { JobSettings } from './place.ts';
+import { isEnded, type JobSettings } from './job.ts';
 
 const FAULTS: ReadonlySet<string> = new Set(PROVIDER_FAULT_END_REASONS);
 
@@ -78,7 +78,14 @@ export async function settleAttempt(ctx: BillingContext, jobId: string, sessionI
     const endReason = o.end_reason ?? 'ended';
     await endAttempt(trx, jobId, sessionId, { ended_at: o.ended_at ?? now, cost, end_reason: endReason });
     const spent = new Dec(job.spent).plus(cost);
-    if (!(job.state === 'running' && job.session_id === sessionId)) {
+    const followed = job.state === 'running' && job.session_id === sessionId;
+    // A session that ran for the job though the job never followed it (its placer died, or lost the job, after
+    // starting it, and it ended before anyone adopted it): still the job's work, when it is the job's latest attempt
+    // and the job has not ended. Its end decides the job as a followed one's would: a job is never run (and paid for)
+    // again because its placer did not live to say it ran.
+    const orphan =
+      !followed && !isEnded(job.state) && job.state !== 'running' && (await latestAttempt(trx, jobId)) === attempt.n;
+    if (!followed && !orphan) {
       await updateJob(trx, jobId, { spent: spent.toFixed(ctx.scale), updated_at: now });
       return null;
     }
@@ -88,6 +95,8 @@ export async function settleAttempt(ctx: BillingContext, jobId: string, sessionI
       reason,
       spent: spent.toFixed(ctx.scale),
       place_after: now,
+      // A placement that still holds the job (its placer alive, not yet past placing its attempt) loses it.
+      placing_until: null,
       ended_at: state === 'recovering' ? null : now,
       updated_at: now,
     });
@@ -98,6 +107,11 @@ export async function settleAttempt(ctx: BillingContext, jobId: string, sessionI
     await endSession(ctx, sessionId, { status: 'completed', reason });
     await settleAttempt(ctx, jobId, sessionId, stale);
   }
+}
+
+/** The number of the job's latest attempt (its lock held by the caller). */
+async function latestAttempt(db: Parameters<typeof attemptsOf>[0], jobId: string): Promise<number> {
+  return Math.max(0, ...(await attemptsOf(db, [jobId])).map((a) => a.n));
 }
 
 /** What the job becomes when the session it ran ended. */

@@ -37,3 +37,10 @@ export interface Job {
 const TERMINAL_JOB_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled'];
 
 export const isEnded = (state: JobState) => TERMINAL_JOB_STATES.includes(state);
+
+/** The placer's settings (`jobs.*`). */
+export interface JobSettings {
+  place_interval: string;
+  placing_timeout: string;
+  retry_interval: string;
+}

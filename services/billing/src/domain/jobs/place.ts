@@ -39,13 +39,8 @@ import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
 import type { MarketOffer } from '../provider-directory.ts';
 import { startWorkloadSession } from '../workloads/index.ts';
-import type { JobTerms } from './job.ts';
-
-export interface JobSettings {
-  place_interval: string;
-  placing_timeout: string;
-  retry_interval: string;
-}
+import { settleAttempt } from './follow.ts';
+import type { JobSettings, JobTerms } from './job.ts';
 
 /** The placer acting for the platform: it starts a renter's session as the renter's job asks. */
 const PLACER: Principal = Object.freeze({
@@ -142,14 +137,20 @@ const keyOf = (offer: Offered) => `${offer.providerId}/${offer.modelKey}`;
 async function placeJob(
   ctx: BillingContext,
   settings: JobSettings,
-  job: JobRow,
+  claimed: JobRow,
   until: Date,
   capacity: RoundCapacity,
 ): Promise<boolean> {
   const now = ctx.now();
+  let job = claimed;
   // Its earlier placer started a session and died (or lost the job) before following it: that session is the attempt.
   const running = await runningSessionOfJob(ctx.db, job.id);
   if (running) return markRunning(ctx, job.id, until, running.id);
+  // An earlier attempt's session that ended before anyone followed it decides the job first (follow.ts): the job is
+  // placed again only if its end says so, and with what it cost counted against the job's cap.
+  const settled = await settleEarlierAttempts(ctx, settings, job, until);
+  if (!settled) return false;
+  job = settled;
   // The queue timeout is a first placement's: a job recovering from a lost machine is placed again however long.
   if (job.attempts === 0 && job.queued_until && now > job.queued_until) {
     await finish(ctx, job.id, until, 'queue_timeout: no machine met its terms before its queue timeout');
@@ -261,6 +262,24 @@ async function placeJob(
 
 const offerText = (o: MarketOffer) =>
   `machine ${o.providerId} (${o.freeGpus} free ${o.modelKey}, ${o.pricePerGpuHour})`;
+
+/**
+ * Settles the job's attempts not settled yet (follow.ts `settleAttempt`); the job as it is then, or null when this
+ * placement no longer holds it (an attempt's end decided it).
+ */
+async function settleEarlierAttempts(
+  ctx: BillingContext,
+  settings: JobSettings,
+  job: JobRow,
+  until: Date,
+): Promise<JobRow | null> {
+  const open = (await attemptsOf(ctx.db, [job.id])).filter((a) => a.ended_at === null);
+  if (open.length === 0) return job;
+  const stale = new Date(ctx.now().getTime() - durationMs(settings.placing_timeout));
+  for (const a of open) await settleAttempt(ctx, job.id, a.session_id, stale);
+  const row = await findJob(ctx.db, job.id);
+  return holds(row, until) ? row : null;
+}
 
 /** Whether this placement (the one that set `placing_until` to `until`) still holds the job. */
 const holds = (row: JobRow | undefined, until: Date): row is JobRow =>
