@@ -405,7 +405,7 @@ describe('billing and the provider registry', () => {
     });
     expect(quoted.json()).toMatchObject({ code: 'GPU_MODEL_NOT_ON_MACHINE' });
     // A reservation's GPUs are of the model they are: a start that uses one names none.
-    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
+    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('scheduler')).get()}` };
     const reserved = await call(billing, scheduler, 'POST', '/billing/reservations', {
       user_id: r.userId,
       provider_id: mixed,
@@ -515,7 +515,7 @@ describe('billing and the provider registry', () => {
     const owner = await providerUser();
     const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
     const machine = await machineOf(owner, { gpus: Array.from({ length: 4 }, () => gpu(h100)) });
-    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
+    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('scheduler')).get()}` };
     const [renter, other] = await Promise.all([fundedRenter(), fundedRenter()]);
     const reserve = (userId: string, count: number, ttl?: number) =>
       call(billing, scheduler, 'POST', '/billing/reservations', {
@@ -582,7 +582,7 @@ describe('billing and the provider registry', () => {
     const owner = await providerUser();
     const h100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
     const machine = await machineOf(owner, { gpus: Array.from({ length: 4 }, () => gpu(h100)) });
-    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('service')).get()}` };
+    const scheduler = { authorization: `Bearer ${await (await platform.machineClient('scheduler')).get()}` };
     const [renter, other] = await Promise.all([fundedRenter(), fundedRenter()]);
     const reserved = await call(billing, scheduler, 'POST', '/billing/reservations', {
       user_id: renter.userId,

@@ -297,7 +297,7 @@ export interface paths {
         post?: never;
         /**
          * Free a reservation's GPUs before it expires
-         * @description 204; 404 RESERVATION_NOT_FOUND when it holds no GPUs (unknown, expired, or already used by a start). Only platform services and admins.
+         * @description 204; 404 RESERVATION_NOT_FOUND when it holds no GPUs (unknown, expired, or already used by a start). Only the scheduler's client, platform services and admins.
          */
         delete: operations["cancelReservation"];
         options?: never;

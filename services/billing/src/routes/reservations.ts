@@ -80,7 +80,7 @@ export async function reservationRoutes(app: App, deps: RouteDeps) {
         summary: "Free a reservation's GPUs before it expires",
         description:
           '204; 404 RESERVATION_NOT_FOUND when it holds no GPUs (unknown, expired, or already used by a start). ' +
-          'Only platform services and admins.',
+          "Only the scheduler's client, platform services and admins.",
         params: z.object({ reservationID: z.uuid() }),
         response: { 204: noBody('freed'), ...problems(400, 403, 404) },
       },
