@@ -90,6 +90,48 @@ async function runningWorkload(renter: Renter, id: string): Promise<JobJson> {
   return j.session_id ? rig.workloadOf(renter.headers, j.session_id) : null;
 }
 
+/**
+ * Plays a placer that wrote the job's attempt on the first machine and started its session, then died before saying
+ * the job runs: the job `placing` until `leaseEndsAt`. The session's ID.
+ */
+async function deadPlacerStarts(
+  renter: Renter & { walletId: string },
+  id: string,
+  command: string[],
+  leaseEndsAt: Date,
+) {
+  const sessionId = randomUUID();
+  await rig.billing.db.transaction().execute(async (trx) => {
+    await trx.updateTable('jobs').set({ state: 'placing', placing_until: leaseEndsAt }).where('id', '=', id).execute();
+    await addAttempt(trx, {
+      job_id: id,
+      session_id: sessionId,
+      provider_id: machines[0]!.providerId,
+      started_at: new Date(),
+    });
+  });
+  await startWorkloadSession(
+    rig.billing.ctx,
+    {
+      actor: UNCHECKED_PRINCIPAL,
+      userId: renter.id,
+      walletId: renter.walletId,
+      providerId: machines[0]!.providerId,
+      jobId: sessionJobId(id),
+      sessionId,
+      gpuModel: 'H100',
+      gpuCount: 1,
+      requestedVramMb: 0,
+      estimatedPowerW: 0,
+      acceptedHourlyRate: '100',
+      spendCap: new Dec('5'),
+      workload: { command, max_runtime_seconds: 60, env: {}, inputs: [], network: false },
+    },
+    null,
+  );
+  return sessionId;
+}
+
 const ended = (j: JobJson) => ['succeeded', 'failed', 'cancelled'].includes(j.state);
 
 describe('jobs', () => {
@@ -389,40 +431,7 @@ describe('jobs', () => {
       (j) => j.reason !== 'waiting for a machine',
       10_000,
     );
-    const sessionId = randomUUID();
-    const db = rig.billing.db;
-    await db.transaction().execute(async (trx) => {
-      await trx
-        .updateTable('jobs')
-        .set({ state: 'placing', placing_until: new Date(Date.now() - 1000) })
-        .where('id', '=', id)
-        .execute();
-      await addAttempt(trx, {
-        job_id: id,
-        session_id: sessionId,
-        provider_id: machines[0]!.providerId,
-        started_at: new Date(),
-      });
-    });
-    await startWorkloadSession(
-      rig.billing.ctx,
-      {
-        actor: UNCHECKED_PRINCIPAL,
-        userId: renter.id,
-        walletId: renter.walletId,
-        providerId: machines[0]!.providerId,
-        jobId: sessionJobId(id),
-        sessionId,
-        gpuModel: 'H100',
-        gpuCount: 1,
-        requestedVramMb: 0,
-        estimatedPowerW: 0,
-        acceptedHourlyRate: '100',
-        spendCap: new Dec('5'),
-        workload: { command: ['sleep', '30'], max_runtime_seconds: 60, env: {}, inputs: [], network: false },
-      },
-      null,
-    );
+    const sessionId = await deadPlacerStarts(renter, id, ['sleep', '30'], new Date(Date.now() - 1000));
     await followJobs(rig.billing.ctx, JOBS);
     const adopted = await job(renter, id);
     expect(adopted).toMatchObject({ state: 'running', session_id: sessionId });
@@ -481,39 +490,7 @@ describe('jobs', () => {
       );
       // Its placer wrote the attempt and started the session, then died before saying the job runs: the job stays
       // `placing` while that placer's lease lasts, and the session ends within it.
-      const sessionId = randomUUID();
-      await rig.billing.db.transaction().execute(async (trx) => {
-        await trx
-          .updateTable('jobs')
-          .set({ state: 'placing', placing_until: new Date(Date.now() + 60_000) })
-          .where('id', '=', id)
-          .execute();
-        await addAttempt(trx, {
-          job_id: id,
-          session_id: sessionId,
-          provider_id: machines[0]!.providerId,
-          started_at: new Date(),
-        });
-      });
-      await startWorkloadSession(
-        rig.billing.ctx,
-        {
-          actor: UNCHECKED_PRINCIPAL,
-          userId: renter.id,
-          walletId: renter.walletId,
-          providerId: machines[0]!.providerId,
-          jobId: sessionJobId(id),
-          sessionId,
-          gpuModel: 'H100',
-          gpuCount: 1,
-          requestedVramMb: 0,
-          estimatedPowerW: 0,
-          acceptedHourlyRate: '100',
-          spendCap: new Dec('5'),
-          workload: { command, max_runtime_seconds: 60, env: {}, inputs: [], network: false },
-        },
-        null,
-      );
+      const sessionId = await deadPlacerStarts(renter, id, command, new Date(Date.now() + 60_000));
       await until(
         () => rig.workloadOf(renter.headers, sessionId),
         (w) => w.session.status !== 'active',

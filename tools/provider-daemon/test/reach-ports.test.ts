@@ -184,6 +184,34 @@ async function exchange(ws: WebSocket, request: string): Promise<string> {
   return Buffer.concat(chunks).toString();
 }
 
+/** A `connect` API key of the renter's: its bearer headers, and how to revoke it. */
+async function connectKey(headers: Record<string, string>, name: string) {
+  const made = await rig.platform.auth.app.inject({
+    method: 'POST',
+    url: '/api/v1/auth/keys',
+    headers,
+    payload: { name, scopes: ['connect'] },
+  });
+  expect(made.statusCode, made.body).toBe(201);
+  const grant = await rig.platform.auth.app.inject({
+    method: 'POST',
+    url: '/api/v1/auth/token',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    payload: new URLSearchParams({ grant_type: 'api_key', api_key: made.json().api_key }).toString(),
+  });
+  return {
+    headers: { authorization: `Bearer ${grant.json().access_token}` },
+    revoke: async () => {
+      const revoked = await rig.platform.auth.app.inject({
+        method: 'DELETE',
+        url: `/api/v1/auth/keys/${made.json().key.id}`,
+        headers,
+      });
+      expect(revoked.statusCode, revoked.body).toBe(200);
+    },
+  };
+}
+
 /** `curl` through the gateway: its status line's code and body. */
 async function curl(path: string, args: string[] = []) {
   const { stdout } = await run('curl', ['-sS', '-o', '-', '-w', '\n%{http_code}', ...args, `${url}${path}`]);
@@ -604,26 +632,10 @@ describe("a browser at a workload port's own origin", () => {
       input: readFileSync(new URL('./fixtures/echo-headers.py', import.meta.url), 'utf8'),
     });
     const server = await serve(r.id, ['python3', '/tmp/echo-headers.py', '8000'], 8000);
-    const made = await rig.platform.auth.app.inject({
-      method: 'POST',
-      url: '/api/v1/auth/keys',
-      headers: r.headers,
-      payload: { name: 'browser-link', scopes: ['connect'] },
-    });
-    const token = await rig.platform.auth.app.inject({
-      method: 'POST',
-      url: '/api/v1/auth/token',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      payload: new URLSearchParams({ grant_type: 'api_key', api_key: made.json().api_key }).toString(),
-    });
-    const { link, cookie } = await signIn(r.id, 8000, { authorization: `Bearer ${token.json().access_token}` });
+    const key = await connectKey(r.headers, 'browser-link');
+    const { link, cookie } = await signIn(r.id, 8000, key.headers);
     expect((await atHost(link.hostname, '/', ['-H', `cookie: ${cookie}`])).status).toBe(200);
-    const revoked = await rig.platform.auth.app.inject({
-      method: 'DELETE',
-      url: `/api/v1/auth/keys/${made.json().key.id}`,
-      headers: r.headers,
-    });
-    expect(revoked.statusCode, revoked.body).toBe(200);
+    await key.revoke();
     // Refused once the platform has asked the auth service again (it asks at most every 5 s).
     const refused = await until(
       () => atHost(link.hostname, '/', ['-H', `cookie: ${cookie}`]),
@@ -639,28 +651,11 @@ describe('a stream lives as long as the credential that opened it', () => {
   it('closes within a second of its API key being revoked', async () => {
     const r = await idleSession();
     const server = await serve(r.id, ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/'], 8000);
-    const made = await rig.platform.auth.app.inject({
-      method: 'POST',
-      url: '/api/v1/auth/keys',
-      headers: r.headers,
-      payload: { name: 'revoked-soon', scopes: ['connect'] },
-    });
-    const grant = await rig.platform.auth.app.inject({
-      method: 'POST',
-      url: '/api/v1/auth/token',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      payload: new URLSearchParams({ grant_type: 'api_key', api_key: made.json().api_key }).toString(),
-    });
-    const headers = { authorization: `Bearer ${grant.json().access_token}` };
-    const opened = await portForward(r.id, 8000, headers);
+    const key = await connectKey(r.headers, 'revoked-soon');
+    const opened = await portForward(r.id, 8000, key.headers);
     expect(opened.status).toBe(101);
     const closed = new Promise<number>((resolve) => opened.ws!.once('close', (code) => resolve(code)));
-    const revoked = await rig.platform.auth.app.inject({
-      method: 'DELETE',
-      url: `/api/v1/auth/keys/${made.json().key.id}`,
-      headers: r.headers,
-    });
-    expect(revoked.statusCode, revoked.body).toBe(200);
+    await key.revoke();
     const revokedAt = Date.now();
     expect(await closed).toBe(1001);
     expect(Date.now() - revokedAt).toBeLessThan(1_500);
