@@ -80,7 +80,9 @@ async function rental(ownerId: string = randomUUID()) {
     wallet_id: renter.id,
     provider_id: machine.id,
     job_id: randomUUID(),
+    // The machine's model (an A100: providerBody's), with H100_X1's count and estimates.
     ...H100_X1,
+    gpu_model: 'A100',
   };
   return { machine, provider, renter, body };
 }

@@ -109,7 +109,7 @@ describe('tracing', () => {
         wallet_id: wallet.json().id,
         provider_id: machine,
         job_id: randomUUID(),
-        gpu_model: 'H100',
+        gpu_model: 'A100',
         gpu_count: 1,
         requested_vram_mb: 0,
         estimated_power_w: 0,
