@@ -45,6 +45,11 @@ addNestedCommonPrefixes(server);
 // Last, so that it runs first: nothing unsigned reaches the other additions.
 addSignatureV4(server, { allowAnonymous: values['allow-anonymous'] });
 await server.run();
+// Idle connections kept well past any client's: a client that reuses one as the server closes it (Node's default 5 s)
+// gets a socket hang-up, which an upload's streamed body cannot be sent again after.
+const http = (server as unknown as { httpServer: { keepAliveTimeout: number; headersTimeout: number } }).httpServer;
+http.keepAliveTimeout = 65_000;
+http.headersTimeout = 66_000;
 process.stdout.write(`s3rver listening on http://${values.host}:${values.port} (data in ${values.dir})\n`);
 const stop = async () => {
   await server.close();

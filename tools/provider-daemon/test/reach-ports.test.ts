@@ -603,6 +603,11 @@ describe("a browser at a workload port's own origin", () => {
     expect(fetched.status).toBe(403);
     expect(JSON.parse(fetched.body)).toMatchObject({ code: 'CROSS_ORIGIN_REQUEST' });
     expect((await atHost(host, '/', [...fromElsewhere, '-H', 'sec-fetch-mode: navigate'])).status).toBe(200);
+    // A link's path never sends the browser to another host (`//elsewhere` is one to a browser).
+    const crafted = new URL((await linkFor(r.id, 8000, r.headers)).json().url);
+    const away = await atHost(host, `//elsewhere.example/x${crafted.search}`);
+    expect(away.status).toBe(303);
+    expect(header(away.head, 'location')).toBe('/elsewhere.example/x');
     // Only the renter makes links; a port outside 1-65535 is none.
     const other = await rig.renter();
     expect((await linkFor(r.id, 8000, other.headers)).json()).toMatchObject({ code: 'SESSION_NOT_FOUND' });

@@ -469,7 +469,8 @@ export async function reachPortRoutes(
               .slice(query + 1)
               .split('&')
               .filter((kv) => !kv.startsWith(`${TICKET_PARAM}=`));
-      const path = query < 0 ? rest : rest.slice(0, query);
+      // On this host, whatever the link's path said: `//elsewhere` (or `/\\elsewhere`) is another host to a browser.
+      const path = `/${(query < 0 ? rest : rest.slice(0, query)).replace(/^[/\\]+/, '')}`;
       reply
         .code(303)
         .header(
