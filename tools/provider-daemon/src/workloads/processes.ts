@@ -1,14 +1,19 @@
 /** Processes of the machine by PID, and as themselves: a PID the kernel gives again is another process. */
 import { readFileSync } from 'node:fs';
 
-/** When the process started (`/proc/<pid>/stat`'s 22nd field, in clock ticks since boot), or null when it is gone. */
-export function startTimeOf(pid: number): string | null {
+/** `/proc/<pid>/stat`'s fields after the name (the state first), or null when the process is gone. */
+function statFields(pid: number): string[] | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return null;
   }
+}
+
+/** When the process started (`/proc/<pid>/stat`'s 22nd field, in clock ticks since boot), or null when it is gone. */
+export function startTimeOf(pid: number): string | null {
+  return statFields(pid)?.[19] ?? null;
 }
 
 /**
@@ -28,15 +33,12 @@ export function processRef(pid: number): ProcessRef | null {
 
 /** The PID of `ref` while that very process runs (not a later one given its number), else null. */
 export function pidWhileRunning(ref: ProcessRef | null): number | null {
-  return ref !== null && running(ref.pid) && startTimeOf(ref.pid) === ref.start ? ref.pid : null;
+  const fields = ref === null ? null : statFields(ref.pid);
+  return fields !== null && fields[0] !== 'Z' && fields[19] === ref!.start ? ref!.pid : null;
 }
 
 /** Whether a process runs as `pid` (a zombie does not). */
 export function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
+  const fields = statFields(pid);
+  return fields !== null && fields[0] !== 'Z';
 }

@@ -10,7 +10,6 @@ import { findWorkload, sessionsWithRunningWorkload } from '../../db/workload-rep
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
-import type { StreamCredential } from './relay.ts';
 
 export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, pipeBytes } from './channels.ts';
 export { metered } from './meter.ts';
@@ -21,7 +20,7 @@ export {
   purgeExpiredGrants,
   TICKET_PARAM,
 } from './port-grants.ts';
-export { type Link, ReachRelay, type StreamCredential } from './relay.ts';
+export { credentialOf, type Link, ReachRelay, type StreamCredential } from './relay.ts';
 export { HostKey, serveRenterSsh } from './ssh.ts';
 
 /** What a renter's stream goes to: the session and its machine. */
@@ -58,13 +57,6 @@ export async function reachTarget(ctx: BillingContext, actor: Principal, session
   }
   return { sessionId, providerId: session.provider_id };
 }
-
-/** The credential a renter's stream lives by: their sign-in, or their API key. */
-export const credentialOf = (actor: Principal): StreamCredential => ({
-  userId: actor.subject,
-  ...(actor.keyId ? { keyId: actor.keyId } : {}),
-  ...(actor.sessionId ? { signInId: actor.sessionId } : {}),
-});
 
 /** 409 DAEMON_NOT_CONNECTED: the machine's daemon holds no connection to the relay. */
 export const daemonNotConnected = (providerId: string) =>

@@ -24,7 +24,7 @@ import {
   takeTicket,
 } from '../../db/port-grant-repository.ts';
 import type { BillingContext } from '../context.ts';
-import type { StreamCredential } from './relay.ts';
+import { credentialOf, type StreamCredential } from './relay.ts';
 
 /** How long a link may wait to be opened. */
 const TICKET_TTL_MS = 60_000;
@@ -43,12 +43,6 @@ function portOrigin(portsUrl: string, sessionId: string, port: number): string {
 
 const hashOf = (secret: string) => createHash('sha256').update(secret).digest();
 const secret = () => randomBytes(32).toString('base64url');
-
-const credentialOfGrant = (row: PortGrantRow): StreamCredential => ({
-  userId: row.user_id,
-  ...(row.key_id ? { keyId: row.key_id } : {}),
-  ...(row.sign_in_id ? { signInId: row.sign_in_id } : {}),
-});
 
 /** 401 PORT_LINK_INVALID: the link was opened already, expired, or is another host's. */
 const linkInvalid = () =>
@@ -166,7 +160,7 @@ export class PortGrants {
     if ((this.liveUntil.get(key) ?? 0) > now) return;
     let live: boolean | undefined;
     try {
-      [live] = await this.credentialsLive([credentialOfGrant(row)]);
+      [live] = await this.credentialsLive([credentialOf(principalOf(row))]);
     } catch (err) {
       this.ctx.logger.warn({ err }, "reach: checking a port grant's credential failed; it holds meanwhile");
       return;

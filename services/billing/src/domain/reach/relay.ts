@@ -12,7 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import { AppError, coalesceWrites, durationMs, type Logger } from '@gpu/common';
+import { AppError, coalesceWrites, durationMs, type Logger, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 // ssh2 is CommonJS: its classes through the default export (a named import fails outside a bundler).
 import ssh2, { type ClientChannel } from 'ssh2';
@@ -59,6 +59,13 @@ export interface StreamCredential {
   keyId?: string;
   signInId?: string;
 }
+
+/** The credential a renter's stream lives by: their sign-in, or their API key. */
+export const credentialOf = (actor: Principal): StreamCredential => ({
+  userId: actor.subject,
+  ...(actor.keyId ? { keyId: actor.keyId } : {}),
+  ...(actor.sessionId ? { signInId: actor.sessionId } : {}),
+});
 
 /** How long a holder's record counts without being refreshed (an instance that died leaves its rows). */
 const STALE_MS = 30_000;
