@@ -173,6 +173,12 @@ describe('offers', () => {
       h.app.inject({ method: 'PATCH', url: `/providers/${machine.id}/status`, payload: { status } });
     await set('maintenance');
     expect(await listed()).toEqual([]);
+    // A scheduler asking what could ever be rented still finds it, by the group's size rather than its free GPUs.
+    const any = async (q: string) => (await offers(`region=${where}&availability=any${q}`)).items;
+    expect((await any('&min_gpus=2')).map((o) => [o.provider_id, o.gpu_count, o.free_gpus])).toEqual([
+      [machine.id, 2, 0],
+    ]);
+    expect(await any('&min_gpus=3')).toEqual([]);
     await set('idle');
     expect(await listed()).toEqual([2]);
   });
@@ -261,6 +267,8 @@ describe('offers', () => {
       'max_price=-1',
       'max_price=1e3',
       'min_free_gpus=0',
+      'min_gpus=0',
+      'availability=some',
       'min_reliability=2',
       'min_driver_version=abc',
       'sort=cheap',

@@ -19,7 +19,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CheckpointError, packEnded, unpack } from '../src/workloads/checkpoint.ts';
+import { CheckpointError, packDirectory, unpack } from '../src/workloads/checkpoint.ts';
 
 const isRoot = process.getuid?.() === 0;
 let dir = '';
@@ -42,19 +42,19 @@ describe('checkpoint tar', () => {
     writeFileSync(path.join(dir, 'secret'), 'the daemon token');
     symlinkSync(path.join(dir, 'secret'), path.join(work, 'checkpoint', 'leak'));
     const out = path.join(dir, 'out.tar');
-    expect(await packEnded(work, out, 1 << 20)).toBe(true);
+    expect(await packDirectory(work, out, 1 << 20)).toBe(true);
     const names = listing(out);
     expect(names).toContain('./model/weights.bin');
     expect(names).toMatch(/\.\/leak -> .*secret/);
     expect(readFileSync(out).includes('the daemon token')).toBe(false);
-    await expect(packEnded(work, path.join(dir, 'small.tar'), 1024)).rejects.toBeInstanceOf(CheckpointError);
+    await expect(packDirectory(work, path.join(dir, 'small.tar'), 1024)).rejects.toBeInstanceOf(CheckpointError);
     expect(existsSync(path.join(dir, 'small.tar'))).toBe(false);
-    expect(await packEnded(path.join(dir, 'none'), path.join(dir, 'none.tar'), 1 << 20)).toBe(false);
+    expect(await packDirectory(path.join(dir, 'none'), path.join(dir, 'none.tar'), 1 << 20)).toBe(false);
     // A workload that left a link as its checkpoint directory itself gets nothing of where it points.
     const linked = path.join(dir, 'linked');
     mkdirSync(linked);
     symlinkSync(dir, path.join(linked, 'checkpoint'));
-    expect(await packEnded(linked, path.join(dir, 'linked.tar'), 1 << 20)).toBe(false);
+    expect(await packDirectory(linked, path.join(dir, 'linked.tar'), 1 << 20)).toBe(false);
     expect(existsSync(path.join(dir, 'linked.tar'))).toBe(false);
   });
 
@@ -74,12 +74,60 @@ describe('checkpoint tar', () => {
     })();
     const out = path.join(dir, 'busy.tar');
     try {
-      expect(await packEnded(work, out, 64 << 20)).toBe(true);
+      expect(await packDirectory(work, out, 64 << 20)).toBe(true);
     } finally {
       writing = false;
       await writer;
     }
     expect(spawnSync('tar', ['-tf', out]).status).toBe(0);
+  });
+
+  it("packs a running workload's directory (a daemon that is not root) without reading through links it swaps in", async () => {
+    const work = path.join(dir, 'work');
+    const checkpoint = path.join(work, 'checkpoint');
+    mkdirSync(path.join(checkpoint, 'sub'), { recursive: true });
+    writeFileSync(path.join(checkpoint, 'step'), '7');
+    writeFileSync(path.join(checkpoint, 'sub', 'weights'), 'w'.repeat(1000));
+    const secrets = path.join(dir, 'secrets');
+    mkdirSync(secrets);
+    writeFileSync(path.join(secrets, 'weights'), 'the daemon token');
+    // The workload swaps links to the machine's files in for its directory and for a directory in it, as fast as it
+    // can, while the daemon packs it again and again.
+    let swapping = true;
+    const swapper = (async () => {
+      while (swapping) {
+        for (const [real, aside] of [
+          [path.join(checkpoint, 'sub'), path.join(checkpoint, 'sub.real')],
+          [checkpoint, path.join(work, 'checkpoint.real')],
+        ] as const) {
+          renameSync(real, aside);
+          symlinkSync(secrets, real);
+          await new Promise((r) => setImmediate(r));
+          rmSync(real);
+          renameSync(aside, real);
+        }
+        await new Promise((r) => setImmediate(r));
+      }
+    })();
+    let packed = 0;
+    try {
+      for (let i = 0; i < 40; i++) {
+        const out = path.join(dir, `live-${i}.tar`);
+        if (await packDirectory(work, out, 1 << 20)) {
+          packed += 1;
+          expect(readFileSync(out).includes('the daemon token'), `tar ${i}`).toBe(false);
+        }
+      }
+    } finally {
+      swapping = false;
+      await swapper;
+    }
+    expect(packed).toBeGreaterThan(0);
+    // Once the workload stops swapping, the tar holds what it wrote.
+    const out = path.join(dir, 'quiet.tar');
+    expect(await packDirectory(work, out, 1 << 20)).toBe(true);
+    expect(listing(out)).toContain('./sub/weights');
+    expect(spawnSync('tar', ['-xOf', out, './step']).stdout.toString()).toBe('7');
   });
 
   it('extracts a hostile tar only inside its directory, as the workload user', async () => {

@@ -261,6 +261,9 @@ describe('jobs', () => {
       code: 'NO_MACHINE_COULD_MEET',
       detail: 'no registered machine has a GPU of model B200: ask for less, or set wait_for_capacity',
     });
+    // Matched as the placer matches it (the model's key), not as a part of a name: `H10` would never be placed.
+    const part = await submit(renter, { gpu_model: 'H10', workload });
+    expect(part.json()).toMatchObject({ code: 'NO_MACHINE_COULD_MEET', gpu_model: 'H10' });
     const vram = await submit(renter, { min_vram_mb: 200_000, workload });
     expect(vram.json().detail).toBe(
       'no registered machine has 1 GPUs with at least 200000 MB each: ask for less, or set wait_for_capacity',

@@ -1005,6 +1005,8 @@ export interface operations {
             query?: {
                 /** @description GPU architecture, case-insensitive */
                 architecture?: string & unknown;
+                /** @description `free` (the market now: groups with GPUs free); `any`: every priced group of every registered machine, busy, held or offline included (what could ever be rented: a scheduler asking whether terms can be met at all) */
+                availability?: "free" | "any";
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
                 /** @description a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key) */
@@ -1019,6 +1021,8 @@ export interface operations {
                 min_driver_version?: string;
                 /** @description at least this many free GPUs */
                 min_free_gpus?: number;
+                /** @description at least this many GPUs in the group, free or not */
+                min_gpus?: number;
                 /** @description at least this reliability score (0-1) */
                 min_reliability?: number;
                 /** @description every GPU of the offer has at least this VRAM (MB) */

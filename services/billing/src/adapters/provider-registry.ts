@@ -127,13 +127,15 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
       }));
     },
     async anyMachineHas(q) {
+      // The market's groups as the placer searches them (the same model key, VRAM and count), free or not.
       const query = {
+        availability: 'any' as const,
         limit: 1,
         min_gpus: q.minGpus,
         ...(q.gpuModel !== undefined ? { gpu_model: q.gpuModel } : {}),
         ...(q.minVramMb !== undefined ? { min_vram: q.minVramMb } : {}),
       };
-      const result = await client.GET('/providers', { params: { query: query as never } }).catch(unreachable);
+      const result = await client.GET('/offers', { params: { query: query as never } }).catch(unreachable);
       if (!result.data) throw searchAnswered(result);
       return result.data.length > 0;
     },

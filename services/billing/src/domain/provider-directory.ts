@@ -62,8 +62,8 @@ export interface ProviderDirectory {
   /** The market's offers that meet the query, cheapest first (one page); 503 as above. */
   offers(query: OfferQuery): Promise<MarketOffer[]>;
   /**
-   * Whether any registered machine, whatever its status now, has `minGpus` GPUs of the model (a partial name, as the
-   * registry matches it) with at least `minVramMb` each: what a job could ever be placed on; 503 as above.
+   * Whether any registered machine, whatever its status and free GPUs now, has `minGpus` GPUs of the model (its model
+   * key, as offers match it) with at least `minVramMb` each, priced: what a job could ever be placed on; 503 as above.
    */
   anyMachineHas(q: { gpuModel?: string; minGpus: number; minVramMb?: number }): Promise<boolean>;
 }

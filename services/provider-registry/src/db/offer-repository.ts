@@ -248,8 +248,10 @@ function afterCursor(cursor: OfferCursor): RawBuilder<boolean> {
 /** A page of the market (`limit + 1` rows: the caller learns whether more follow). */
 export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> {
   const { key, descending } = offerSortOf(f.sort);
-  // On the market: free GPUs, and a price (billing's card has arrived).
-  const where: RawBuilder<boolean>[] = [sql<boolean>`o.free_gpus > 0`, sql<boolean>`o.price_per_gpu_hour IS NOT NULL`];
+  // On the market: a price (billing's card has arrived), and free GPUs unless any group is asked for.
+  const where: RawBuilder<boolean>[] = [sql<boolean>`o.price_per_gpu_hour IS NOT NULL`];
+  if (f.availability !== 'any') where.push(sql<boolean>`o.free_gpus > 0`);
+  if (f.min_gpus !== undefined) where.push(sql<boolean>`o.gpu_count >= ${f.min_gpus}`);
   if (f.max_price !== undefined) where.push(sql<boolean>`o.price_per_gpu_hour <= ${f.max_price}::numeric`);
   if (f.min_free_gpus !== undefined) where.push(sql<boolean>`o.free_gpus >= ${f.min_free_gpus}`);
   if (f.gpu_model !== undefined) where.push(sql<boolean>`o.model_key = ${f.gpu_model}`);

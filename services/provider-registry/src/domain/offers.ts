@@ -19,6 +19,10 @@ export type OfferSort = (typeof OFFER_SORTS)[number];
 export interface OfferFilter {
   max_price?: string;
   min_free_gpus?: number;
+  /** At least this many GPUs in the group, free or not. */
+  min_gpus?: number;
+  /** `any`: groups with no GPU free now too (busy, held or offline machines). */
+  availability?: 'free' | 'any';
   gpu_model?: string;
   min_vram?: number;
   architecture?: string;

@@ -43,6 +43,14 @@ const offerQuerySchema = z.object({
     .optional()
     .describe('at most this price per GPU-hour (tokens)'),
   min_free_gpus: queryInteger(1, 1024).optional().describe('at least this many free GPUs'),
+  min_gpus: queryInteger(1, 1024).optional().describe('at least this many GPUs in the group, free or not'),
+  availability: z
+    .enum(['free', 'any'])
+    .default('free')
+    .describe(
+      '`free` (the market now: groups with GPUs free); `any`: every priced group of every registered machine, busy, ' +
+        'held or offline included (what could ever be rented: a scheduler asking whether terms can be met at all)',
+    ),
   gpu_model: text(128)
     .optional()
     .describe("a GPU model, as billing names it (`H100` finds `NVIDIA H100 80GB HBM3`: billing's model key)"),

@@ -1,16 +1,18 @@
 /**
  * A job's checkpoint directory (`/work/checkpoint/`, its spec's `checkpoint`) as one tar (GNU tar, the machine's):
  *
- * - **While the workload runs**, every `interval_seconds`, the tar is made inside the workload (entry.ts: its own
- *   namespaces, user and limits), so that nothing it does to its files meanwhile (a link swapped in for a directory)
- *   makes the daemon read a file of the machine's: the daemon only receives the stream. This needs the daemon to run
- *   as root (entering a workload does); otherwise only the final tar is made. A file the workload rewrites in place
- *   while it is read may be torn: a workload writes each checkpoint file whole under another name and renames it
- *   (atomic; tar keeps reading the file it opened).
- * - **When it ended** (or its daemon died under it: a later life does it), the tar is made from its disk, where
- *   nothing of it runs any more: `checkpoint/` only when it is a directory (a link there is not followed), and links
- *   in it stored as links, never followed. A workload that never ran keeps none (its directory is the restored one,
- *   or a restore that failed).
+ * - **While the workload runs**, every `interval_seconds`. A container, or a sandbox of a root daemon, is entered and
+ *   the tar made inside it (entry.ts: its own namespaces, user and limits), so that nothing it does to its files
+ *   meanwhile (a link swapped in for a directory) makes the daemon read a file of the machine's: the daemon only
+ *   receives the stream. A daemon that is not root runs its sandboxes as its own user on plain directories (disk.ts's
+ *   watch) and cannot enter them: it packs the directory from its side as below, which a link swapped in cannot
+ *   redirect either. A file the workload rewrites in place while it is read may be torn: a workload writes each
+ *   checkpoint file whole under another name and renames it (atomic; tar keeps reading the file it opened).
+ * - **When it ended** (or its daemon died under it: a later life does it), the tar is made from its disk
+ *   (`packDirectory`): `checkpoint/` is opened once, only if it is a directory (a link there is not followed), and
+ *   tar reads it through that descriptor, descending with `openat` and `O_NOFOLLOW` (GNU tar's own way): links in it
+ *   are stored as links, and a link put in place of a directory while tar reads makes tar skip it, never read through
+ *   it. A workload that never ran keeps none (its directory is the restored one, or a restore that failed).
  * - **Before the next attempt starts**, the tar the job kept last is extracted into the new work directory's
  *   `checkpoint/` as the workload's user (never as root): GNU tar refuses members that climb out (`..`, leading `/`)
  *   and makes links that point out only after every file, so none is written through; the work directory's disk
@@ -21,7 +23,7 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createReadStream, createWriteStream, lstatSync, rmSync } from 'node:fs';
+import { closeSync, constants, createReadStream, createWriteStream, openSync, rmSync } from 'node:fs';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { CHECKPOINT_DIR } from '@gpu/common';
@@ -53,17 +55,22 @@ export function maxCheckpointBytes(diskBytes: number): number {
 const CREATE = ['--create', '--file=-', '--sparse', '--warning=no-file-changed', '--warning=no-file-removed'];
 
 /**
- * Runs `file args`, its standard output into `out` (at most `maxBytes`), its standard input from `input`; an exit
- * status not in `ok` throws.
+ * Runs `file args`, its standard output into `out` (at most `maxBytes`), its standard input from `input`, `fd3` as its
+ * descriptor 3; an exit status not in `ok` throws.
  */
 async function run(
   command: { file: string; args: string[]; env: Record<string, string> },
-  io: { out?: string; maxBytes?: number; input?: string; ok?: number[] },
+  io: { out?: string; maxBytes?: number; input?: string; ok?: number[]; fd3?: number },
 ): Promise<void> {
   const child = spawn(command.file, command.args, {
     env: command.env,
     cwd: '/',
-    stdio: [io.input ? 'pipe' : 'ignore', io.out ? 'pipe' : 'ignore', 'pipe'],
+    stdio: [
+      io.input ? 'pipe' : 'ignore',
+      io.out ? 'pipe' : 'ignore',
+      'pipe',
+      ...(io.fd3 === undefined ? [] : [io.fd3]),
+    ],
   });
   const timer = setTimeout(() => child.kill('SIGKILL'), PACK_TIMEOUT_MS);
   let stderr = '';
@@ -116,24 +123,33 @@ export async function packRunning(entry: Entry, dir: string, out: string, maxByt
 }
 
 /**
- * Packs `<workDir>/checkpoint/` of a workload that has ended into `out`; false when it left no such directory (or
- * left a link, or anything but a directory, there: nothing of the machine's is read through it). Nothing of the
- * workload runs any more, so nothing changes between this look and tar's. Throws `CheckpointError`.
+ * Packs `<workDir>/checkpoint/` into `out`, from the daemon's side: a workload that has ended, or a running one of a
+ * daemon that is not root (as its own user). False when there is no such directory (or a link, or anything but a
+ * directory, there: nothing of the machine's is read through it). Throws `CheckpointError`.
  */
-export async function packEnded(workDir: string, out: string, maxBytes: number): Promise<boolean> {
-  const dir = `${workDir}/${CHECKPOINT_NAME}`;
-  if (!lstatSync(dir, { throwIfNoEntry: false })?.isDirectory()) return false;
+export async function packDirectory(workDir: string, out: string, maxBytes: number): Promise<boolean> {
+  let fd: number;
+  try {
+    fd = openSync(`${workDir}/${CHECKPOINT_NAME}`, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR') return false;
+    throw new CheckpointError(`the checkpoint directory could not be opened: ${(err as Error).message}`);
+  }
+  // tar changes into the directory this descriptor holds (its descriptor 3), whatever is at the path by then.
   const command = {
     file: 'tar',
-    args: [...CREATE, `--directory=${dir}`, '.'],
+    args: [...CREATE, '--directory=/proc/self/fd/3', '.'],
     env: { PATH: HELPERS_PATH, LC_ALL: 'C' },
   };
   try {
-    await run(command, { out, maxBytes, ok: [0, 1] });
+    await run(command, { out, maxBytes, ok: [0, 1], fd3: fd });
     return true;
   } catch (err) {
     rmSync(out, { force: true });
     throw err;
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { ApiError, type billingClient } from '@gpu/client';
 import type { Logger } from '@gpu/common';
 import { UploadError } from '../upload.ts';
-import { CheckpointError, packEnded } from './checkpoint.ts';
+import { CheckpointError, packDirectory } from './checkpoint.ts';
 import { releaseDisk, reopenDisk } from './disk.ts';
 import { SessionFiles } from './files.ts';
 
@@ -233,7 +233,7 @@ export class FileKeeper {
     try {
       // Packed once: a store or billing that could not take it is sent the same tar again at the next poll.
       if (!kept.record.checkpoint_packed || !existsSync(out)) {
-        kept.record.checkpoint_packed = await packEnded(workDir, out, max);
+        kept.record.checkpoint_packed = await packDirectory(workDir, out, max);
         this.save(kept);
       }
       if (kept.record.checkpoint_packed) await kept.files.keepCheckpoint(out);

@@ -44,7 +44,7 @@ import type { GpuSource } from '../gpu/source.ts';
 import type { SessionTraces, TraceContext } from '../session-trace.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
-import { CHECKPOINT_NAME, maxCheckpointBytes, packRunning, unpack } from './checkpoint.ts';
+import { CHECKPOINT_NAME, maxCheckpointBytes, packDirectory, packRunning, unpack } from './checkpoint.ts';
 import { commandProblem } from './command.ts';
 import {
   type ContainerRuntime,
@@ -102,8 +102,11 @@ interface Running {
   paidUntil: number | null;
   /** When billing last said it. */
   paidAsked: number;
-  /** A job's checkpoint: taken every `everyMs` while it runs (checkpoint.ts); `busy` while one is under way. */
-  checkpoint: { everyMs: number; at: number; busy: boolean } | null;
+  /**
+   * A job's checkpoint: taken every `everyMs` while it runs (checkpoint.ts), from inside it when `enter` (a container,
+   * or a root daemon's sandbox), else from the daemon's side; `busy` while one is under way.
+   */
+  checkpoint: { everyMs: number; at: number; busy: boolean; enter: boolean } | null;
 }
 
 /** How often the runner asks billing again how long each running workload is paid for. */
@@ -542,7 +545,7 @@ export class WorkloadRunner {
     }
   }
 
-  /** Takes the checkpoint of each running job's workload that is due (and not under way), from inside it. */
+  /** Takes the checkpoint of each running job's workload that is due (and not under way). */
   private takeCheckpoints(): void {
     const now = Date.now();
     for (const [sessionId, r] of this.running) {
@@ -553,12 +556,9 @@ export class WorkloadRunner {
       const files = r.files;
       void (async () => {
         try {
-          await packRunning(
-            r.sandbox.entry,
-            path.join(this.settings.run_dir, '.checkpoints'),
-            out,
-            maxCheckpointBytes(workloadLimits(this.settings).diskBytes),
-          );
+          const max = maxCheckpointBytes(workloadLimits(this.settings).diskBytes);
+          if (c.enter) await packRunning(r.sandbox.entry, path.join(this.settings.run_dir, '.checkpoints'), out, max);
+          else if (!(await packDirectory(r.disk.workDir, out, max))) return;
           await files.keepCheckpoint(out);
         } catch (err) {
           this.deps.logger.warn({ err, session_id: sessionId }, "the job's checkpoint was not taken this time");
@@ -667,12 +667,16 @@ export class WorkloadRunner {
       shippedAt: 0,
       paidUntil,
       paidAsked: Date.now(),
-      // Taken from inside the workload while it runs: a sandbox is entered only by a root daemon (otherwise its
-      // checkpoint is taken when it ends).
-      checkpoint:
-        spec.checkpoint && (spec.image || uid !== undefined)
-          ? { everyMs: spec.checkpoint.interval_seconds * 1000, at: Date.now(), busy: false }
-          : null,
+      // Taken from inside the workload while it runs where it can be entered: a container, or a sandbox of a root
+      // daemon (a daemon that is not root packs its own user's directory from its side).
+      checkpoint: spec.checkpoint
+        ? {
+            everyMs: spec.checkpoint.interval_seconds * 1000,
+            at: Date.now(),
+            busy: false,
+            enter: Boolean(spec.image) || uid !== undefined,
+          }
+        : null,
     });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
     // Running from when the sandbox is set up (and its network up): a sandbox that never is reports `failed`.
