@@ -330,6 +330,10 @@ function table(): Record<string, AccessRule> {
       request: () => ({ url: `/api/v1/billing/reach/daemon?provider_id=${providerId}` }),
       expect: { daemon: 503, other_daemon: 503, others: 403 },
     },
+    'GET /api/v1/billing/reach/dial': {
+      request: () => ({ url: `/api/v1/billing/reach/dial?provider_id=${providerId}&ticket=${'t'.repeat(32)}` }),
+      expect: { daemon: 503, other_daemon: 503, others: 403 },
+    },
     'POST /api/v1/billing/sessions/:sessionID/workload/outputs': {
       request: async () => ({
         url: `/api/v1/billing/sessions/${await ownersSession(WORKLOAD)}/workload/outputs`,

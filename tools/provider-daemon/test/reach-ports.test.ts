@@ -383,6 +383,98 @@ describe('a server inside the workload, reached through the platform', () => {
     }
   });
 
+  it("passes a daemon's dial-back reaching another billing instance to the one holding the machine", async () => {
+    const r = await idleSession();
+    const second = await rig.secondBilling();
+    // A balancer in front of the two instances: the daemon's connection goes to the first, its dial-backs to the
+    // second (each WebSocket is a TCP connection of its own, routed by its request line).
+    const dials: string[] = [];
+    const balancer = net.createServer((client) => {
+      client.once('data', (first: Buffer) => {
+        const dial = first.toString('latin1').startsWith('GET /api/v1/billing/reach/dial?');
+        if (dial) dials.push(first.toString('latin1').split('\r\n')[0]!);
+        const to = new URL(dial ? second.url : billingUrl);
+        const upstream = net.connect(Number(to.port), to.hostname, () => upstream.write(first));
+        client.pipe(upstream).pipe(client);
+        for (const s of [client, upstream]) s.on('error', () => [client, upstream].forEach((x) => x.destroy()));
+      });
+    });
+    await new Promise<void>((resolve) => balancer.listen(0, '127.0.0.1', resolve));
+    const balanced = new ReachLink({
+      config: {
+        ...machine.deps.config,
+        billing_url: `http://127.0.0.1:${(balancer.address() as net.AddressInfo).port}`,
+      },
+      logger,
+      token: machine.deps.token,
+      providerId: () => machine.providerId,
+      entryOf: (id) => runner.entryOf(id),
+    });
+    // (A daemon's link that stops ends what was run over it: the server starts over the new one.)
+    await link.stop();
+    balanced.start();
+    let server: { close(): void } | undefined;
+    try {
+      // Once the daemon's new connection is in.
+      await until(
+        () =>
+          execIn(r.id, ['true']).then(
+            () => true,
+            () => false,
+          ),
+        (ok) => ok,
+      );
+      await execIn(r.id, ['sh', '-c', 'mkdir -p /tmp/www && cat > /tmp/www/hello.txt'], { input: 'dialled back\n' });
+      server = await serve(
+        r.id,
+        ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'],
+        8000,
+      );
+      const dialsBefore = dials.length;
+      const opened = await portForward(r.id, 8000, r.headers);
+      expect(opened.status, JSON.stringify(opened.problem)).toBe(101);
+      expect(await exchange(opened.ws!, 'GET /hello.txt HTTP/1.0\r\n\r\n')).toMatch(/\r\n\r\ndialled back\n$/);
+      expect(dials).toHaveLength(dialsBefore + 1);
+      // A ticket no instance awaits (one used already) is refused, at the second instance and at the holder alike.
+      const reused = dials.at(-1)!.split(' ')[1]!;
+      for (const base of [second.url, billingUrl]) {
+        const refused = await connect(`${base}${reused}`, {
+          authorization: `Bearer ${await machine.deps.token.get()}`,
+        });
+        expect(refused, base).toMatchObject({ status: 404, problem: { code: 'DIAL_NOT_FOUND' } });
+      }
+    } finally {
+      await balanced.stop();
+      link = new ReachLink({
+        config: machine.deps.config,
+        logger,
+        token: machine.deps.token,
+        providerId: () => machine.providerId,
+        entryOf: (id) => runner.entryOf(id),
+      });
+      link.start();
+      balancer.close();
+      await second.close();
+      server?.close();
+      // The daemon's own connection back before the next test.
+      await until(
+        () =>
+          execIn(r.id, ['true']).then(
+            () => true,
+            () => false,
+          ),
+        (ok) => ok,
+      );
+      // The machine's GPUs are few: this test's go back.
+      await rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        headers: r.headers,
+        payload: { session_id: r.id },
+      });
+    }
+  });
+
   it("passes a WebSocket to a port on, answered by the workload's server, through the gateway and another instance", async () => {
     const r = await idleSession();
     await execIn(r.id, ['sh', '-c', 'cat > /tmp/ws-echo.py'], {

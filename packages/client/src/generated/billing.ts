@@ -245,6 +245,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/reach/dial": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A machine's daemon dials back with a forwarded port's connection (WebSocket)
+         * @description The relay asks the machine's daemon over its connection (SSH subsystem `gpu-dial`) to connect to a port in a workload and dial back here with the ticket it sent; the WebSocket then carries that connection's bytes, joined to the renter's `port-forward` WebSocket. Only the machine's own daemon (403 NOT_MACHINE_DAEMON); 404 DIAL_NOT_FOUND for a ticket no relay instance awaits from this machine (used, expired, or never sent).
+         */
+        get: operations["dialBack"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/reach/ssh-host-key": {
         parameters: {
             query?: never;
@@ -3047,6 +3067,39 @@ export interface operations {
             query: {
                 /** @description the machine whose daemon connects */
                 provider_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols: the WebSocket is open */
+            101: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            426: components["responses"]["UpgradeRequired"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    dialBack: {
+        parameters: {
+            query: {
+                /** @description the machine whose daemon connects */
+                provider_id: string;
+                /** @description the one-time ticket the relay sent with its `gpu-dial` request */
+                ticket: string;
             };
             header?: never;
             path?: never;

@@ -14,8 +14,10 @@ import {
   CHANNEL_PROTOCOL,
   CHANNEL_PROTOCOLS,
   credentialOf,
+  DialUnsupported,
   daemonNotConnected,
   type HostKey,
+  joinSockets,
   type Link,
   pipeBytes,
   type ReachRelay,
@@ -66,6 +68,13 @@ const hostKeyBody = z
   .register(schemas, { id: 'SshHostKey' });
 
 const daemonQuery = z.object({ provider_id: z.uuid().describe('the machine whose daemon connects') });
+
+const dialQuery = daemonQuery.extend({
+  ticket: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{32}$/, 'expected the ticket the relay sent')
+    .describe('the one-time ticket the relay sent with its `gpu-dial` request'),
+});
 
 /** A stream opened here, before its WebSocket is: how it takes the socket, or is given up (no upgrade came). */
 interface Opened {
@@ -276,6 +285,25 @@ export async function reachRoutes(
     plan.ends.end = (reason) => stream.end(reason);
   };
 
+  /** The caller is the machine's own daemon (a daemon client of its owner; the one it is bound to, where it is). */
+  const assertMachineDaemon = async (request: FastifyRequest): Promise<void> => {
+    const { provider_id: providerId } = request.query as z.infer<typeof daemonQuery>;
+    const actor = callerOf(request);
+    if (!ctx.providers) {
+      throw new AppError(
+        'unavailable',
+        'REACH_UNAVAILABLE',
+        'reach needs the provider registry (provider_registry.url)',
+      );
+    }
+    const machine = await ctx.providers.provider(providerId, request.correlationId);
+    if (!machine) throw new AppError('not_found', 'PROVIDER_NOT_FOUND', `provider ${providerId} not found`);
+    const bound = machine.daemonClientId;
+    if (actor.kind !== 'client' || actor.actsFor !== machine.ownerId || (bound !== null && actor.clientId !== bound)) {
+      throw new AppError('forbidden', 'NOT_MACHINE_DAEMON', `only the daemon of machine ${providerId} connects for it`);
+    }
+  };
+
   /** A channel the machine's connection did not take. */
   const refusedChannel = (request: FastifyRequest, err: unknown): AppError => {
     if (err instanceof AppError) return err;
@@ -306,29 +334,7 @@ export async function reachRoutes(
       response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 426, 503) },
     },
     preHandler: async (request) => {
-      const { provider_id: providerId } = request.query as z.infer<typeof daemonQuery>;
-      const actor = callerOf(request);
-      if (!ctx.providers) {
-        throw new AppError(
-          'unavailable',
-          'REACH_UNAVAILABLE',
-          'reach needs the provider registry (provider_registry.url)',
-        );
-      }
-      const machine = await ctx.providers.provider(providerId, request.correlationId);
-      if (!machine) throw new AppError('not_found', 'PROVIDER_NOT_FOUND', `provider ${providerId} not found`);
-      const bound = machine.daemonClientId;
-      if (
-        actor.kind !== 'client' ||
-        actor.actsFor !== machine.ownerId ||
-        (bound !== null && actor.clientId !== bound)
-      ) {
-        throw new AppError(
-          'forbidden',
-          'NOT_MACHINE_DAEMON',
-          `only the daemon of machine ${providerId} connects for it`,
-        );
-      }
+      await assertMachineDaemon(request);
       protocolOf.set(request.raw, false);
     },
     handler: upgradeRequired,
@@ -338,6 +344,51 @@ export async function reachRoutes(
         request.log.warn({ err: err.message, provider_id: providerId }, 'reach: a daemon connection failed');
         socket.terminate();
       });
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/api/v1/billing/reach/dial',
+    config: { roles: ['daemon'], timeoutMs: 0 },
+    schema: {
+      tags: ['reach'],
+      operationId: 'dialBack',
+      summary: "A machine's daemon dials back with a forwarded port's connection (WebSocket)",
+      description:
+        "The relay asks the machine's daemon over its connection (SSH subsystem `gpu-dial`) to connect to a port in a " +
+        "workload and dial back here with the ticket it sent; the WebSocket then carries that connection's bytes, " +
+        "joined to the renter's `port-forward` WebSocket. Only the machine's own daemon (403 NOT_MACHINE_DAEMON); " +
+        '404 DIAL_NOT_FOUND for a ticket no relay instance awaits from this machine (used, expired, or never sent).',
+      querystring: dialQuery,
+      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 426, 503) },
+    },
+    preHandler: async (request) => {
+      await assertMachineDaemon(request);
+      const { provider_id: providerId, ticket } = request.query as z.infer<typeof dialQuery>;
+      protocolOf.set(request.raw, false);
+      if (relay.awaitsDial(ticket, providerId)) return;
+      // Awaited by the instance holding the machine's connection, where the renter's stream is: one hop there.
+      const holder = request.headers[HOP] ? null : await relay.elsewhere(providerId);
+      if (!holder) {
+        throw new AppError(
+          'not_found',
+          'DIAL_NOT_FOUND',
+          'no relay awaits a dial-back with this ticket from this machine',
+        );
+      }
+      const upstream = await dialHolder(
+        `${holder.url.replace(/^http/, 'ws')}${request.url}`,
+        request,
+        config.instance_id,
+      );
+      plans.set(request, { kind: 'forward', upstream, ends: { end: () => {} } });
+    },
+    handler: upgradeRequired,
+    wsHandler: (socket, request) => {
+      const plan = plans.get(request);
+      if (plan?.kind === 'forward') pipeSockets(socket, plan.upstream);
+      else relay.dialled((request.query as z.infer<typeof dialQuery>).ticket, socket);
     },
   });
 
@@ -420,7 +471,19 @@ export async function reachRoutes(
       await prepare(
         request,
         async (target, link) => {
-          const channel = await relay.forward(link, { sessionId: target.sessionId, port }).catch((err: unknown) => {
+          const to = { sessionId: target.sessionId, port };
+          const dialled = await relay.dial(link, to).catch((err: unknown) => {
+            if (err instanceof DialUnsupported) return null;
+            throw refusedChannel(request, err);
+          });
+          if (dialled) {
+            return {
+              attach: (socket) => joinSockets(socket, dialled, relay.meter(target.sessionId)),
+              abandon: () => dialled.socket.terminate(),
+            };
+          }
+          // A daemon from before dial-backs: the connection as an SSH channel.
+          const channel = await relay.forward(link, to).catch((err: unknown) => {
             throw refusedChannel(request, err);
           });
           return {

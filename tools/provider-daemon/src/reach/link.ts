@@ -31,7 +31,7 @@ import { z } from 'zod';
 import type { DaemonConfig } from '../config.ts';
 import { type Entry, entryCommand } from '../workloads/entry.ts';
 import { drained, type ExecProcess, startExec } from './exec.ts';
-import { type ForwardError, splice, WorkloadPorts } from './ports.ts';
+import { DIAL_SUBSYSTEM, type ForwardError, splice, spliceWebSocket, WorkloadPorts } from './ports.ts';
 
 export interface ReachDeps {
   config: DaemonConfig;
@@ -53,6 +53,13 @@ const execRequest = z.object({
   env: z.record(z.string().regex(/^[A-Z_][A-Z0-9_]*$/), z.string().max(256)).default({}),
 });
 
+/** What the relay's `gpu-dial` asks (one JSON line). */
+const dialRequest = z.object({
+  session_id: z.string().uuid(),
+  port: z.number().int().min(1).max(65_535),
+  ticket: z.string().regex(/^[A-Za-z0-9_-]{32}$/),
+});
+
 /** How often the WebSocket is pinged (a gateway or NAT must not see it idle), and how long a pong may take. */
 const PING_MS = 20_000;
 
@@ -61,6 +68,8 @@ export class ReachLink {
   private socket: WebSocket | undefined;
   private readonly ssh: ssh2.Server;
   private readonly open = new Set<ExecProcess>();
+  /** Forwarded connections dialled back over the current relay connection: they end with it. */
+  private readonly dialled = new Set<WebSocket>();
   private readonly ports: WorkloadPorts;
   private wake: (() => void) | undefined;
   private loop: Promise<void> | undefined;
@@ -85,6 +94,7 @@ export class ReachLink {
     this.stopped = true;
     this.wake?.();
     this.socket?.terminate();
+    for (const ws of this.dialled) ws.terminate();
     for (const p of this.open) p.signal('KILL');
     this.ports.stop();
     await this.loop;
@@ -156,6 +166,7 @@ export class ReachLink {
       await once(ws, 'close');
     } finally {
       clearInterval(ping);
+      for (const dialled of this.dialled) dialled.terminate();
       this.deps.logger.info({ provider_id: providerId }, 'reach: the relay connection closed');
     }
   }
@@ -187,6 +198,10 @@ export class ReachLink {
       session.on('signal', (accept, _reject, info) => {
         running?.signal(info.name);
         accept?.();
+      });
+      session.on('subsystem', (accept, reject, info) => {
+        if (info.name !== DIAL_SUBSYSTEM) return reject();
+        this.dialBack(accept());
       });
       session.on('exec', (accept, reject, info) => {
         let request: z.infer<typeof execRequest>;
@@ -240,6 +255,76 @@ export class ReachLink {
         reject();
       },
     );
+  }
+
+  /**
+   * A forwarded port's connection, dialled back (`gpu-dial`): the relay writes `{"session_id", "port", "ticket"}` (one
+   * JSON line) and closes its side; the daemon connects inside the workload (ports.ts), then opens a WebSocket of its
+   * own to the relay's `GET /api/v1/billing/reach/dial` with the ticket and its token, and answers `{"ok": true}` once
+   * it is open, or `{"error": <reason>, "message"}` (`refused`: nothing listens there). The connection's bytes go on
+   * that WebSocket, not through SSH.
+   */
+  private dialBack(channel: ServerChannel): void {
+    let line = '';
+    const answer = (body: object) => {
+      try {
+        channel.end(`${JSON.stringify(body)}\n`);
+      } catch {
+        // The relay's connection went.
+      }
+    };
+    channel.on('error', () => {});
+    channel.on('data', (d: Buffer) => {
+      line = `${line}${String(d)}`.slice(0, 4096);
+    });
+    channel.once('end', () => {
+      let request: z.infer<typeof dialRequest>;
+      try {
+        request = dialRequest.parse(JSON.parse(line));
+      } catch {
+        answer({ error: 'invalid', message: 'a dial names a session, a port and a ticket' });
+        return;
+      }
+      void this.dial(request).then(
+        () => answer({ ok: true }),
+        (err: Error & { reason?: string }) => answer({ error: err.reason ?? 'unavailable', message: err.message }),
+      );
+    });
+  }
+
+  /** Connects to the port in the workload, then dials the relay back with the connection on a WebSocket. */
+  private async dial(request: z.infer<typeof dialRequest>): Promise<void> {
+    const providerId = this.deps.providerId();
+    if (!providerId) throw new Error('the daemon is not attached yet');
+    const socket = await this.ports.connect(request.session_id, request.port);
+    const base = this.deps.config.billing_url.replace(/^http/, 'ws').replace(/\/$/, '');
+    const query = new URLSearchParams({ provider_id: providerId, ticket: request.ticket });
+    let ws: WebSocket | undefined;
+    try {
+      const token = await this.deps.token.get();
+      ws = new WebSocket(`${base}/api/v1/billing/reach/dial?${query}`, {
+        headers: { authorization: `Bearer ${token}` },
+        maxPayload: 4 * 1024 * 1024,
+      });
+      const opening = ws;
+      await new Promise<void>((resolve, reject) => {
+        opening.once('open', resolve);
+        opening.once('unexpected-response', (_req, res) => {
+          res.resume();
+          reject(new Error(`the relay answered the dial-back ${res.statusCode}`));
+        });
+        opening.once('error', reject);
+      });
+      // The relay's connection went meanwhile: every stream of it is gone, this one too.
+      if (this.stopped || this.socket?.readyState !== WebSocket.OPEN) throw new Error('the relay connection closed');
+      this.dialled.add(opening);
+      opening.once('close', () => this.dialled.delete(opening));
+      spliceWebSocket(opening, socket);
+    } catch (err) {
+      ws?.terminate();
+      socket.destroy();
+      throw err;
+    }
   }
 
   /** Runs one program in the workload on the channel: its streams, then its exit status. */

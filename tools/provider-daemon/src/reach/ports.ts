@@ -25,6 +25,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import type WebSocket from 'ws';
 import { type Entry, HELPERS_PATH } from '../workloads/entry.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
@@ -258,4 +259,51 @@ export function splice(channel: Duplex, socket: Socket): void {
     else if (!channel.writableEnded) channel.end();
   });
   channel.once('close', () => socket.destroy());
+}
+
+/** The relay's request for a forwarded port's connection dialled back on a WebSocket of its own (link.ts). */
+export const DIAL_SUBSYSTEM = 'gpu-dial';
+
+/** The most the WebSocket may have unsent before the workload's socket is read no more. */
+const HIGH_WATER = 1024 * 1024;
+
+/**
+ * Joins the relay's dial-back WebSocket (each binary message bytes of the connection) and a workload's connection
+ * both ways, the slower side setting the pace. The relay closing the WebSocket is the program's end of input (FIN);
+ * the program's end closes the WebSocket once what it sent is out; a failure of either ends the other.
+ */
+export function spliceWebSocket(ws: WebSocket, socket: Socket): void {
+  socket.on('error', () => {});
+  ws.on('error', () => socket.destroy());
+  socket.on('data', (d: Buffer) => {
+    ws.send(d, { binary: true });
+    if (ws.bufferedAmount <= HIGH_WATER || socket.isPaused()) return;
+    socket.pause();
+    const check = setInterval(() => {
+      if (ws.bufferedAmount <= HIGH_WATER / 2 || ws.readyState !== ws.OPEN) {
+        clearInterval(check);
+        socket.resume();
+      }
+    }, 5);
+  });
+  ws.on('message', (data: Buffer, isBinary: boolean) => {
+    if (socket.write(isBinary ? data : Buffer.from(data)) || ws.isPaused) return;
+    ws.pause();
+    socket.once('drain', () => ws.resume());
+  });
+  // The program's end of output (a WebSocket has no half-close): the WebSocket closes once what it sent is out.
+  socket.once('end', () => {
+    if (ws.readyState === ws.OPEN) ws.close(1000);
+  });
+  socket.once('close', (failed) => {
+    if (failed) ws.terminate();
+    else if (ws.readyState === ws.OPEN) ws.close(1000);
+  });
+  ws.once('close', () => {
+    socket.end();
+    // A program that never closes its side after the end of its input is closed for it.
+    setTimeout(() => socket.destroy(), 5_000).unref();
+  });
+  // The forwarder hands it over paused (nothing of the program's read before it is joined).
+  socket.resume();
 }

@@ -9,6 +9,7 @@
 import type { ClientChannel } from 'ssh2';
 import type { WebSocket } from 'ws';
 import type { ByteMeter } from './meter.ts';
+import type { Dialled } from './relay.ts';
 
 export const CHANNEL_PROTOCOL = 'v5.channel.k8s.io';
 /** The protocols a client may offer, newest first (v4 has no close channel; its input ends with the socket). */
@@ -53,6 +54,45 @@ function writePaced(channel: ClientChannel, data: Buffer, socket: WebSocket, met
   let drained = !full;
   if (full) channel.once('drain', () => (drained = true));
   hold(socket, wait, () => drained || socket.readyState !== socket.OPEN);
+}
+
+/**
+ * A forwarded TCP connection on the renter's WebSocket, joined to the daemon's dial-back WebSocket (relay.ts `dial`),
+ * message for message both ways at the session's meter's pace, the slower side setting it. The workload's side
+ * closing ends the renter's with 1000; the renter's closing closes the daemon's (the daemon then ends the
+ * connection's input); `end(reason)` ends both from outside (the session ended), the renter's with 1001.
+ */
+export function joinSockets(renter: WebSocket, dialled: Dialled, meter: ByteMeter): { end(reason: string): void } {
+  const machine = dialled.socket;
+  const relay = (from: WebSocket, to: WebSocket) =>
+    from.on('message', (data: Buffer, isBinary: boolean) => {
+      const bytes = isBinary ? data : Buffer.from(data);
+      if (bytes.length === 0 || to.readyState !== to.OPEN) return;
+      to.send(bytes, { binary: true });
+      const wait = meter.take(bytes.length);
+      if ((wait === 0 && to.bufferedAmount <= HIGH_WATER) || from.isPaused) return;
+      hold(from, wait, () => to.bufferedAmount <= HIGH_WATER / 2 || to.readyState !== to.OPEN);
+    });
+  // What the daemon's side said before the renter's was there, first.
+  for (const early of dialled.take()) renter.send(early, { binary: true });
+  relay(renter, machine);
+  relay(machine, renter);
+  machine.resume();
+  machine.once('close', () => {
+    if (renter.readyState === renter.OPEN) renter.close(1000);
+  });
+  renter.once('close', () => {
+    if (machine.readyState === machine.OPEN) machine.close(1000);
+    else machine.terminate();
+  });
+  machine.on('error', () => renter.terminate());
+  renter.on('error', () => machine.terminate());
+  return {
+    end: (reason) => {
+      if (renter.readyState === renter.OPEN) renter.close(1001, reason.slice(0, 120));
+      machine.terminate();
+    },
+  };
 }
 
 /**

@@ -11,7 +11,7 @@ import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
 
-export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, pipeBytes } from './channels.ts';
+export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, joinSockets, pipeBytes } from './channels.ts';
 export { metered } from './meter.ts';
 export {
   GRANT_COOKIE,
@@ -20,7 +20,7 @@ export {
   purgeExpiredGrants,
   TICKET_PARAM,
 } from './port-grants.ts';
-export { credentialOf, type Link, ReachRelay, type StreamCredential } from './relay.ts';
+export { credentialOf, DialUnsupported, type Link, ReachRelay, type StreamCredential } from './relay.ts';
 export { HostKey, serveRenterSsh } from './ssh.ts';
 
 /** What a renter's stream goes to: the session and its machine. */

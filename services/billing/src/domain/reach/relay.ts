@@ -5,12 +5,18 @@
  * session's machine: an exec request naming the session and the program, run by the daemon in that session's
  * workload only.
  *
+ * A forwarded port's bytes take no SSH: the relay asks the daemon over the connection (an SSH subsystem channel,
+ * `gpu-dial`) to connect to the port and dial back, a WebSocket of its own to `GET /api/v1/billing/reach/dial` with a
+ * one-time ticket, which the relay joins to the renter's WebSocket message for message (`dial`). SSH's encryption
+ * inside the WebSocket's TLS cost each side some 14 CPU seconds a GB; a WebSocket joined to a WebSocket costs what
+ * moving the bytes costs. A daemon without the subsystem is forwarded over SSH as before (`forward`).
+ *
  * Several instances: a connection is held by one instance, recorded in `reach_links` (its address among them,
- * `reach.advertise_url`). A renter's stream that reaches another instance is passed to the holder, one hop (the
- * holder's own checks run again there; it never passes a stream on). Each instance watches its streams' sessions
- * (every `reach.check_interval`): a stream ends once its session or workload has.
+ * `reach.advertise_url`). A renter's stream, or a daemon's dial-back, that reaches another instance is passed to the
+ * holder, one hop (the holder's own checks run again there; it never passes a stream on). Each instance watches its
+ * streams' sessions (every `reach.check_interval`): a stream ends once its session or workload has.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { AppError, coalesceWrites, durationMs, type Logger, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
@@ -75,6 +81,27 @@ const RECORD_MS = 2_000;
 /** SSH's reason for a channel that could not be opened because the connection failed (RFC 4254 §5.1). */
 const CONNECT_FAILED = 2;
 
+/** The daemon's subsystem that connects to a workload's port and dials back (tools/provider-daemon/src/reach/link.ts). */
+const DIAL_SUBSYSTEM = 'gpu-dial';
+/** How long a dial-back may take to arrive once asked for. */
+const DIAL_TIMEOUT_MS = 10_000;
+
+/** The daemon has no `gpu-dial` subsystem (a daemon from before it): the port is forwarded over SSH instead. */
+export class DialUnsupported extends Error {}
+
+/** A daemon's dial-back, paused until taken: what it carried before that waits in `early`. */
+export interface Dialled {
+  socket: WebSocket;
+  /** Stops holding its messages back: those that came meanwhile, in order (what the program said first). */
+  take(): Buffer[];
+}
+
+/** A dial-back asked of a daemon, until its WebSocket arrives. */
+interface PendingDial {
+  providerId: string;
+  arrived(socket: WebSocket): void;
+}
+
 /** 502 PORT_NOT_LISTENING. */
 const portNotListening = (request: { sessionId: string; port: number }) =>
   new AppError(
@@ -87,6 +114,8 @@ const portNotListening = (request: { sessionId: string; port: number }) =>
 
 export class ReachRelay {
   private readonly links = new Map<string, Link>();
+  /** Dial-backs asked for and not arrived yet, by ticket. */
+  private readonly dials = new Map<string, PendingDial>();
   private readonly streams = new Map<string, Set<OpenStream>>();
   /** Each session's bytes a second, while it has streams. */
   private readonly meters = new Map<string, ByteMeter>();
@@ -294,6 +323,84 @@ export class ReachRelay {
         else reject(err);
       });
     });
+  }
+
+  /**
+   * A TCP connection to the port inside the session's workload, as a WebSocket of the daemon's own: the daemon is
+   * asked over the machine's connection (`gpu-dial`) to connect there and dial back with a one-time ticket
+   * (`dialled`). The daemon's socket is paused until the caller takes it (what the program says first waits there).
+   * Rejects with PORT_NOT_LISTENING when nothing listens on the port, `DialUnsupported` for a daemon without the
+   * subsystem.
+   */
+  dial(link: Link, request: { sessionId: string; port: number }): Promise<Dialled> {
+    const ticket = randomBytes(24).toString('base64url');
+    return new Promise<Dialled>((resolve, reject) => {
+      let settled = false;
+      const settle = (fn: () => void) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        this.dials.delete(ticket);
+        fn();
+      };
+      const timer = setTimeout(
+        () => settle(() => reject(new Error('the daemon did not dial back in time'))),
+        DIAL_TIMEOUT_MS,
+      );
+      this.dials.set(ticket, {
+        providerId: link.providerId,
+        arrived: (socket) => {
+          if (settled) {
+            socket.terminate();
+            return;
+          }
+          // Paused, though messages parsed already may still come: they are kept.
+          socket.pause();
+          const early: Buffer[] = [];
+          const keep = (data: Buffer, isBinary: boolean) => early.push(isBinary ? data : Buffer.from(data));
+          socket.on('message', keep);
+          const take = () => {
+            socket.off('message', keep);
+            return early.splice(0);
+          };
+          // A stream ends with the machine's connection, as its SSH channels do.
+          void link.closed.then(() => socket.terminate());
+          settle(() => resolve({ socket, take }));
+        },
+      });
+      link.ssh.subsys(DIAL_SUBSYSTEM, (err, channel) => {
+        if (err) return settle(() => reject(new DialUnsupported(err.message)));
+        channel.on('error', () => {});
+        let answer = '';
+        channel.on('data', (d: Buffer) => {
+          answer = `${answer}${String(d)}`.slice(0, 2000);
+        });
+        channel.once('close', () => {
+          let said: { ok?: boolean; error?: string; message?: string } = {};
+          try {
+            said = JSON.parse(answer) as typeof said;
+          } catch {
+            // No answer: the connection went.
+          }
+          if (said.ok) return;
+          if (said.error === 'refused') settle(() => reject(portNotListening(request)));
+          else settle(() => reject(new Error(said.message ?? 'the daemon did not connect to the port')));
+        });
+        channel.end(`${JSON.stringify({ session_id: request.sessionId, port: request.port, ticket })}\n`);
+      });
+    });
+  }
+
+  /** Whether a dial-back with this ticket, from this machine, is awaited here. */
+  awaitsDial(ticket: string, providerId: string): boolean {
+    return this.dials.get(ticket)?.providerId === providerId;
+  }
+
+  /** The daemon's dial-back arrived (its ticket checked with `awaitsDial`): it goes to the stream that asked. */
+  dialled(ticket: string, socket: WebSocket): void {
+    const pending = this.dials.get(ticket);
+    if (pending) pending.arrived(socket);
+    else socket.terminate();
   }
 
   /** Adds bytes a stream carried to its session's, recorded with its workload at the next flush. */
