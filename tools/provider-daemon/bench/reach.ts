@@ -233,6 +233,9 @@ function report(
   // this machine's cores with nothing else running.
   const pathPerGb = perGb(fwd, 'billing') + perGb(fwd, 'daemon') + perGb(fwd, 'client');
   const ceiling = (cores * 1000) / pathPerGb;
+  /** MB/s a process would carry alone on a core, at its CPU per GB. */
+  const alone = (xs: Measured[], k: Who) => (1000 / perGb(xs, k)).toFixed(0);
+  const slowest = 1000 / Math.max(perGb(fwd, 'billing'), perGb(fwd, 'daemon'), perGb(fwd, 'client'));
   const share = (b: Breakdown) =>
     b
       .slice(0, 5)
@@ -249,14 +252,16 @@ function report(
         `machine's ${cores} cores the forwarded path could carry at most about ${ceiling.toFixed(0)} MB/s even with ` +
         `nothing else running (direct: ${directRate.toFixed(0)} MB/s). While it streamed the machine was busy ` +
         `${busy(fwd, 'machine').toFixed(2)} of ${cores} cores, ${busy(fwd, 'rest').toFixed(2)} of them outside ` +
-        "the three processes. On the daemon's link each 32 KiB is an SSH packet, and ssh2 runs its JavaScript " +
-        'path (its optional native binding needs a compiler at install and is not built): a new AES-GCM cipher ' +
-        'object and fresh random padding for each packet; each WebSocket frame is masked by the daemon (the ' +
-        "WebSocket's client) and unmasked by billing in JavaScript. The link already joins the writes of one turn " +
-        "into one frame (`coalesceWrites`: ssh2 writes each packet's length, ciphertext and tag apart, three frames " +
-        'before), which took only a few per cent of the CPU per GB off. What is left is the price of SSH inside a WebSocket ' +
-        'in Node on both ends: the levers are the native binding, a native masker (`bufferutil`), or a link without ' +
-        "SSH's own encryption (the WebSocket's TLS already protects it)." +
+        'the three processes. Split by process (in production each runs on a machine of its own): alone on a core, ' +
+        `billing would carry about ${alone(fwd, 'billing')} MB/s, the daemon ${alone(fwd, 'daemon')} and the client ` +
+        `${alone(fwd, 'client')}, so the path's bound is its slowest process, about ${slowest.toFixed(0)} MB/s, ` +
+        `${(slowest / directRate).toFixed(2)}x the direct rate here: the target is missed by the relay's design (each ` +
+        'WebSocket message parsed, unmasked and framed again in Node, at billing and at the daemon), not by this ' +
+        "machine's cores. The bytes take no SSH any more: the daemon dials back a WebSocket per forwarded connection " +
+        "(`gpu-dial`) that billing joins to the renter's; over SSH channels (ssh2's JavaScript AES-GCM inside the " +
+        'WebSocket) billing and the daemon spent 14.3 and 13.9 CPU s per GB (docs of 2026-11-26). The levers left are ' +
+        'fewer, larger messages (the daemon sends what one read of the socket gives), or a tunnel billing does not ' +
+        "re-frame (an HTTP upgrade to raw bytes at the daemon's side, as Docker's attach does)." +
         (parts
           ? ` A profile of one more forwarded stream (not counted) puts billing's busy time in ` +
             `${share(parts.billing)}; the daemon's in ${share(parts.daemon)}.`
@@ -264,8 +269,8 @@ function report(
   const latencyNote =
     `A 1 KiB round trip on an established forwarded connection adds ${ms(added)} ms at the median ` +
     `(${added < TARGET_ADDED_MS ? 'within' : '**over**'} the ${TARGET_ADDED_MS} ms target): two WebSocket hops, ` +
-    "billing's relay, the SSH channel and the daemon's splice to the workload's socket, an event-loop turn and " +
-    `an encryption or a decryption each way in each of billing and the daemon (about ${perTrip(echoes.forwarded, 'billing')} and ` +
+    "billing joining the renter's WebSocket to the daemon's dial-back, and the daemon's splice to the workload's " +
+    `socket, an event-loop turn each way in each of billing and the daemon (about ${perTrip(echoes.forwarded, 'billing')} and ` +
     `${perTrip(echoes.forwarded, 'daemon')} µs of CPU per round trip). A keystroke takes the exec path ` +
     "(WebSocket, billing's channel bridge, SSH, the daemon's PTY, `cat` and back): " +
     `p99 ${ms(keyP99)} ms, ${keyP99 < TARGET_KEY_P99_MS ? 'within' : '**over**'} the ${TARGET_KEY_P99_MS} ms target.` +
@@ -284,7 +289,8 @@ A renter reaching a running workload through the platform, everything on loopbac
 \`src/server.ts\`, on the test PostgreSQL), the provider daemon (\`src/main.ts\` as root, its workload idle in the
 bubblewrap sandbox, its SSH link to billing's relay over a WebSocket) and the renter's client, each a process of its
 own; the same python3 servers inside the workload and on the host. Forwarded: client → port-forward WebSocket →
-billing → SSH channel → daemon → the workload's loopback. Direct: client → TCP → the host's copy of the server.
+billing → the daemon's dial-back WebSocket (asked for over the SSH link, \`gpu-dial\`) → daemon → the workload's
+loopback. Direct: client → TCP → the host's copy of the server.
 
 | measure | through the relay | direct | target | met |
 |---|---|---|---|---|
