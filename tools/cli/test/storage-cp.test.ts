@@ -101,7 +101,7 @@ const objectGet = (r: Seen) =>
 
 describe('gpu storage cp and rm', () => {
   it('copies into a folder, remote or local, under the source’s name, as cp and aws s3 cp do', {
-    timeout: 60_000,
+    timeout: 120_000,
   }, async () => {
     const here = folder('names');
     const file = join(here, 'notes.txt');
@@ -210,7 +210,7 @@ describe('gpu storage cp and rm', () => {
     expect(readFileSync(back).equals(bytes)).toBe(true);
   });
 
-  it('removes an object by its gpu: path, and everything under a prefix with rm -r', { timeout: 60_000 }, async () => {
+  it('removes an object by its gpu: path, and everything under a prefix with rm -r', { timeout: 120_000 }, async () => {
     const trash = folder('trash');
     for (const name of ['one.txt', 'two.txt', 'three.txt']) writeFileSync(join(trash, name), name);
     mkdirSync(join(trash, 'inner'));
@@ -245,7 +245,7 @@ describe('gpu storage cp and rm', () => {
   });
 
   it('says a local failure as local, and names objects as the user does, never by the store’s key', {
-    timeout: 60_000,
+    timeout: 120_000,
   }, async () => {
     const here = folder('failures');
     const file = join(here, 'plain.txt');
