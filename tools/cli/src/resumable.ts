@@ -5,17 +5,21 @@
  * arrived and sends only the rest. The file must be unchanged (the size and modification time it had when the upload
  * started): else the old upload is given up and a new one starts; a part kept from before whose ETag is an MD5 (S3,
  * MinIO, the dev server) must also have the MD5 of the file's bytes, else it is sent again; a file that changes while
- * it is sent is not joined. A part that fails for a reason that may pass (a connection, the service or the store
- * away) is sent again twice, after a pause; a refusal ends the run at once. Two runs at once for different files keep
+ * it is sent is not joined. `PARTS_AT_ONCE` parts go at once, each read from the file as it is sent (never held
+ * whole). A part that fails for a reason that may pass (a connection, the service or the store away) is sent again
+ * twice, after a pause; a refusal, or a part that failed its three times, stops the others and ends the run. Two runs at once for different files keep
  * their uploads in one file and may lose each other's entry: such an upload is then not resumed, and expires.
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, statSync } from 'node:fs';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
+import { forEachLimited } from '@gpu/common';
 import type { Context } from './cli.ts';
 import { readConfigFile, writeConfigFile } from './config.ts';
+import { localError } from './local-errors.ts';
 import type { Progress } from './progress.ts';
 
 /** From this size on, `cp` uploads resumably. */
@@ -24,6 +28,8 @@ export const RESUMABLE_FROM = 64 * 1024 * 1024;
 const PART_SIZE = 16 * 1024 * 1024;
 const MAX_PARTS = 10_000;
 const ATTEMPTS = 3;
+/** Parts sent at once. */
+const PARTS_AT_ONCE = 4;
 
 /** An upload under way, as `uploads.json` keeps it. */
 interface Pending {
@@ -98,16 +104,25 @@ export async function resumableUpload(
     process.stderr.write(`resuming upload ${upload.upload_id}: ${stored.size} of ${count} parts already stored\n`);
     progress.add([...stored.keys()].reduce((sum, n) => sum + lengthOf(n), 0));
   }
-  try {
-    for (let n = 1; n <= count; n++) {
-      if (stored.has(n)) continue;
-      stored.set(n, await sendPart(ctx, pending.upload_id, file, n, (n - 1) * partSize, lengthOf(n), progress));
+  const missing = Array.from({ length: count }, (_, i) => i + 1).filter((n) => !stored.has(n));
+  // The first failure stops the parts under way and those not begun.
+  const stop = new AbortController();
+  let failure: unknown;
+  await forEachLimited(missing, PARTS_AT_ONCE, async (n) => {
+    if (stop.signal.aborted) return;
+    const start = (n - 1) * partSize;
+    try {
+      stored.set(n, await sendPart(ctx, pending.upload_id, file, n, start, lengthOf(n), progress, stop.signal));
+    } catch (err) {
+      failure ??= err;
+      stop.abort();
     }
-  } catch (err) {
+  });
+  if (failure !== undefined) {
     process.stderr.write(
       `upload interrupted with ${stored.size} of ${count} parts stored: run the same command again to resume\n`,
     );
-    throw err;
+    throw localError(failure, 'read', file);
   }
   const now = statSync(file);
   if (now.size !== size || now.mtimeMs !== pending.mtime_ms) {
@@ -138,18 +153,19 @@ async function sendPart(
   start: number,
   length: number,
   progress: Progress,
+  signal: AbortSignal,
 ): Promise<string> {
   for (let attempt = 1; ; attempt++) {
     const counted = progress.counter();
     // A file that cannot be read ends the part with its error (pipeline destroys what follows it).
     pipeline(createReadStream(file, { start, end: start + length - 1 }), counted).catch(() => {});
     try {
-      const part = await ctx.objects.uploads.putPart(uploadId, partNumber, counted, { contentLength: length });
+      const part = await ctx.objects.uploads.putPart(uploadId, partNumber, counted, { contentLength: length, signal });
       return part.etag;
     } catch (err) {
       progress.add(-counted.bytes);
-      if (attempt >= ATTEMPTS || !mayPass(err)) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 1000 * attempt));
+      if (attempt >= ATTEMPTS || !mayPass(err) || signal.aborted) throw err;
+      await sleep(1000 * attempt);
     }
   }
 }

@@ -1,94 +1,173 @@
 /**
- * `storage ls|cp|rm`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), streamed
- * both ways and never held whole; a large transfer shows its progress on a terminal.
+ * `storage ls|cp|rm`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
+ * `cp`, `scp` and `aws s3 cp` name theirs (storage-paths.ts), streamed both ways and never held whole; a large
+ * transfer shows its progress on a terminal.
  */
-import { createReadStream, createWriteStream, statSync } from 'node:fs';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import type { ObjectInfo } from '@gpu/client';
+import { ApiError, type ObjectInfo } from '@gpu/client';
+import { forEachLimited } from '@gpu/common';
 import type { Command } from 'commander';
-import { context, show, UsageError } from '../cli.ts';
-import { transferProgress } from '../progress.ts';
-import { RESUMABLE_FROM, resumableUpload } from '../resumable.ts';
+import { type Context, context, printJson, show, UsageError } from '../cli.ts';
+import { copyDown } from '../storage-download.ts';
+import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
+import { copyUp } from '../storage-upload.ts';
+
+/** Deletions sent at once by `rm -r`. */
+const DELETES_AT_ONCE = 8;
+
+/** Where the store keeps a user's keys of the platform bucket, which the user never names. */
+const USER_FOLDER = /users\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\//g;
+
+/** A refusal of the platform as the user says the keys: `gpu:<key>`, not the store's `users/<id>/<key>`. */
+function inUserTerms(err: unknown): unknown {
+  if (!(err instanceof ApiError) || !err.problem.detail?.match(USER_FOLDER)) return err;
+  return new ApiError(err.status, { ...err.problem, detail: err.problem.detail.replace(USER_FOLDER, 'gpu:') });
+}
+
+/** A command's action, its refusals said with the user's paths. */
+function action<A extends unknown[]>(run: (...args: A) => Promise<void>) {
+  return async (...args: A) => {
+    try {
+      await run(...args);
+    } catch (err) {
+      throw inUserTerms(err);
+    }
+  };
+}
 
 export function storageCommands(program: Command) {
   const storage = program
     .command('storage')
-    .description('your objects: keys of your folder in the platform bucket, or of a bucket of yours (--bucket)');
+    .description(
+      'your objects: keys of your folder in the platform bucket, or of a bucket of yours (--bucket). gpu:<key> names ' +
+        'an object, gpu:<prefix>/ (and gpu: alone) a remote folder: every key under the prefix',
+    );
   storage
-    .command('ls [prefix]')
-    .description('list objects (every page), by key')
+    .command('ls [path]')
+    .description('list the objects under a prefix (gpu:datasets/ or datasets/; every page), by key')
     .option('--bucket <name>', 'a bucket of yours instead of your folder')
-    .action(async (prefix: string | undefined, opts: { bucket?: string }) => {
-      const ctx = context(program);
-      const objects = [];
-      for await (const o of ctx.objects.listAll(opts.bucket, { ...(prefix ? { prefix } : {}), metadata: false })) {
-        objects.push(o);
-      }
-      show(
-        ctx.json,
-        objects,
-        ['key', 'size', 'modified'],
-        objects.map((o) => [o.key, o.size, o.last_modified]),
-      );
-    });
+    .action(
+      action(async (at: string | undefined, opts: { bucket?: string }) => {
+        const ctx = context(program);
+        const prefix = at === undefined ? '' : (remoteKey(at) ?? at);
+        const objects = [];
+        for await (const o of ctx.objects.listAll(opts.bucket, { ...(prefix ? { prefix } : {}), metadata: false })) {
+          objects.push(o);
+        }
+        show(
+          ctx.json,
+          objects,
+          ['key', 'size', 'modified'],
+          objects.map((o) => [o.key, o.size, o.last_modified]),
+        );
+      }),
+    );
   storage
     .command('cp <from> <to>')
+    .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, or down from them')
     .description(
-      'copy a file up (gpu cp data.csv gpu:datasets/data.csv) or down (gpu cp gpu:out.txt out.txt; - : standard ' +
-        'output); a transfer of 1 MiB or more shows a progress bar when standard error is a terminal (not with --json). ' +
-        'A file of 64 MiB or more goes up in parts, resumably: after an interruption, run the same command again and ' +
-        'only the parts that did not arrive are sent',
+      'copy a file or (with -r) a folder up or down, as cp, scp and aws s3 cp do: one side is a gpu: path, the other ' +
+        'a local one (-: standard output). A destination ending in / (gpu:<prefix>/, or a local directory) takes the ' +
+        "source's name; -r copies what is under a local folder or a remote prefix, 4 files at once. A transfer of 1 " +
+        'MiB or more shows a progress bar when standard error is a terminal (not with --json). A file of 64 MiB or ' +
+        'more goes up in parts, 4 at once, resumably: run the same command again after an interruption and only the ' +
+        'parts that did not arrive are sent. A download is written to a temporary file beside its target ' +
+        '(.<name>.<tag>.gpu-download), renamed when whole: run again, it asks only for the bytes still missing',
     )
+    .addHelpText(
+      'after',
+      [
+        '',
+        'Examples:',
+        '  gpu storage cp data.csv gpu:datasets/           stored as datasets/data.csv',
+        '  gpu storage cp gpu:datasets/data.csv .          written to ./data.csv',
+        '  gpu storage cp gpu:logs/out.txt -               to standard output',
+        '  gpu storage cp -r checkpoints gpu:runs/         runs/checkpoints/... (gpu:runs: runs/...)',
+        '  gpu storage cp -r gpu:runs/checkpoints/ ./      ./checkpoints/... (to a folder not there: that folder)',
+      ].join('\n'),
+    )
+    .option('-r, --recursive', 'copy folders: everything under a local folder or a remote prefix')
     .option('--bucket <name>', 'a bucket of yours instead of your folder')
-    .action(async (from: string, to: string, opts: { bucket?: string }) => {
-      const ctx = context(program);
-      const remote = (s: string) => (s.startsWith('gpu:') ? s.slice(4) : undefined);
-      const ref = (key: string) => ({ ...(opts.bucket ? { bucket: opts.bucket } : {}), key });
-      const up = remote(to);
-      const down = remote(from);
-      if ((up === undefined) === (down === undefined)) {
-        throw new UsageError('one side is remote (gpu:<key>), the other a local file');
-      }
-      if (up !== undefined) {
-        const size = statSync(from).size;
-        const progress = transferProgress(`${from} -> gpu:${up}`, size, { json: ctx.json });
-        let info: ObjectInfo;
-        try {
-          if (size >= RESUMABLE_FROM) {
-            info = await resumableUpload(ctx, from, ref(up), progress);
-          } else {
-            const counted = progress.counter();
-            // A file that cannot be read ends the upload with its error (pipeline destroys what follows it).
-            pipeline(createReadStream(from), counted).catch(() => {});
-            info = await ctx.objects.upload(ref(up), counted, { contentLength: size });
-          }
-        } finally {
-          progress.stop();
+    .action(
+      action(async (from: string, to: string, opts: { bucket?: string; recursive?: boolean }) => {
+        const ctx = context(program);
+        const up = remoteKey(to);
+        const down = remoteKey(from);
+        if ((up === undefined) === (down === undefined)) {
+          throw new UsageError('one side is remote (gpu:<key>), the other a local path');
         }
-        show(ctx.json, info, ['key', 'size', 'etag'], [[info.key, info.size, info.etag]]);
-        return;
-      }
-      const got = await ctx.objects.download(ref(down!));
-      // The bytes on a terminal's standard output leave no room for a bar beside them.
-      const toTerminal = to === '-' && process.stdout.isTTY === true;
-      const progress = transferProgress(`gpu:${down} -> ${to}`, got.contentLength, { json: ctx.json || toTerminal });
-      const sink = to === '-' ? process.stdout : createWriteStream(to);
-      try {
-        await pipeline(Readable.fromWeb(got.body as WebReadableStream), progress.counter(), sink, { end: to !== '-' });
-      } finally {
-        progress.stop();
-      }
-      if (to !== '-') process.stderr.write(`${down} -> ${to} (${got.contentLength ?? '?'} bytes)\n`);
-    });
+        const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true };
+        if (up !== undefined) {
+          if (from === '-') throw new UsageError('cp copies files up, not standard input');
+          const stored = await copyUp(ctx, from, up, copy);
+          show(
+            ctx.json,
+            copy.recursive ? stored : stored[0],
+            ['key', 'size', 'etag'],
+            stored.map((info: ObjectInfo) => [info.key, info.size, info.etag]),
+          );
+          return;
+        }
+        const written = await copyDown(ctx, down!, to, copy);
+        if (ctx.json && to !== '-') printJson(copy.recursive ? written : written[0]);
+      }),
+    );
   storage
-    .command('rm <key>')
-    .description('delete an object')
+    .command('rm <path>')
+    .description(
+      'delete an object (gpu:models/a.bin; the gpu: may be left out); with -r, every object under a prefix ' +
+        '(gpu:models/; or the object itself where nothing is under it)',
+    )
+    .option('-r, --recursive', 'delete every object under the prefix')
     .option('--bucket <name>', 'a bucket of yours instead of your folder')
-    .action(async (key: string, opts: { bucket?: string }) => {
-      const ctx = context(program);
-      await ctx.objects.remove({ ...(opts.bucket ? { bucket: opts.bucket } : {}), key });
-      if (!ctx.json) process.stdout.write(`deleted ${key}\n`);
-    });
+    .action(
+      action(async (at: string, opts: { bucket?: string; recursive?: boolean }) => {
+        const ctx = context(program);
+        const key = remoteKey(at) ?? at;
+        const deleted = opts.recursive ? await removeAll(ctx, key, opts.bucket) : [await removeOne(ctx, key, opts)];
+        if (ctx.json) printJson({ deleted });
+        else process.stdout.write(deleted.map((k) => `deleted ${shown(k)}\n`).join(''));
+      }),
+    );
+}
+
+async function removeOne(ctx: Context, key: string, opts: { bucket?: string }): Promise<string> {
+  if (isPrefix(key)) throw new UsageError(`${shown(key)} is a folder: delete what is under it with rm -r`);
+  const ref = refOf(key, opts.bucket);
+  try {
+    await ctx.objects.remove(ref);
+  } catch (err) {
+    throw err instanceof ApiError && err.status === 404 ? objectNotFound(ref) : err;
+  }
+  return key;
+}
+
+/** Every object under the prefix `key` names (`rm -r` of an object's own key: the object): the keys deleted. */
+async function removeAll(ctx: Context, key: string, bucket?: string): Promise<string[]> {
+  const prefix = asPrefix(key);
+  const keys: string[] = [];
+  for await (const o of ctx.objects.listAll(bucket, { ...(prefix ? { prefix } : {}), metadata: false })) {
+    keys.push(o.key);
+  }
+  if (keys.length === 0) {
+    if (!isPrefix(key)) return [await removeOne(ctx, key, { ...(bucket ? { bucket } : {}) })];
+    throw nothingUnder(key);
+  }
+  const deleted: string[] = [];
+  let failure: unknown;
+  await forEachLimited(keys, DELETES_AT_ONCE, async (k) => {
+    if (failure !== undefined) return;
+    try {
+      await ctx.objects.remove(refOf(k, bucket));
+      deleted.push(k);
+    } catch (err) {
+      // Deleted meanwhile (by another run): gone all the same.
+      if (err instanceof ApiError && err.status === 404) deleted.push(k);
+      else failure ??= err;
+    }
+  });
+  if (failure !== undefined) {
+    process.stderr.write(`gpu: ${deleted.length} of ${keys.length} objects under ${shown(prefix)} deleted\n`);
+    throw failure;
+  }
+  return deleted.sort();
 }

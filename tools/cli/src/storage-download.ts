@@ -1,0 +1,167 @@
+/**
+ * `gpu storage cp gpu:<key> <file>` and `cp -r gpu:<prefix>/ <folder>`: an object written to a file (into a local
+ * folder with its base name; `-`: standard output), a remote folder's objects each to its path under the local folder,
+ * `FILES_AT_ONCE` at a time, one progress bar for all. Every file is written whole or not at all (download.ts: a
+ * temporary file renamed, resumed by the next run).
+ */
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { ApiError, type ObjectInfo } from '@gpu/client';
+import { forEachLimited } from '@gpu/common';
+import { type Context, UsageError } from './cli.ts';
+import { downloadFile, headOf, type ObjectVersion } from './download.ts';
+import { locally } from './local-errors.ts';
+import { transferProgress } from './progress.ts';
+import {
+  asPrefix,
+  downloadFile as fileFor,
+  fileUnder,
+  intoLocalFolder,
+  isPrefix,
+  keyBaseName,
+  nothingUnder,
+  objectNotFound,
+  refOf,
+  shown,
+} from './storage-paths.ts';
+import { type CopyOptions, FILES_AT_ONCE } from './storage-upload.ts';
+
+/** A file written: the object's key, where it went, its size. */
+export interface Downloaded {
+  key: string;
+  file: string;
+  size: number;
+}
+
+/** Every object under `prefix`, in key order. */
+async function objectsUnder(ctx: Context, prefix: string, bucket?: string): Promise<ObjectInfo[]> {
+  const objects: ObjectInfo[] = [];
+  for await (const o of ctx.objects.listAll(bucket, { ...(prefix ? { prefix } : {}), metadata: false })) {
+    objects.push(o);
+  }
+  return objects;
+}
+
+/** Copies the object or remote folder `key` to `to`: the files written (none for standard output). */
+export async function copyDown(ctx: Context, key: string, to: string, opts: CopyOptions): Promise<Downloaded[]> {
+  if (opts.recursive) {
+    const prefix = asPrefix(key);
+    const objects = await objectsUnder(ctx, prefix, opts.bucket);
+    if (objects.length > 0) {
+      if (to === '-') throw new UsageError(`${shown(prefix)} is a folder: copy it to a local folder, not -`);
+      return downloadFolder(ctx, prefix, objects, to, opts);
+    }
+    // `cp -r` of a file copies the file.
+    if (isPrefix(key)) throw nothingUnder(key);
+  } else if (isPrefix(key)) {
+    throw new UsageError(`${shown(key)} is a folder: copy it with -r`);
+  }
+  if (to === '-') {
+    await toStandardOutput(ctx, key, opts);
+    return [];
+  }
+  return [await downloadOne(ctx, key, to, opts)];
+}
+
+async function downloadOne(ctx: Context, key: string, to: string, opts: CopyOptions): Promise<Downloaded> {
+  const ref = refOf(key, opts.bucket);
+  let version: ObjectVersion;
+  try {
+    version = await headOf(ctx, ref);
+  } catch (err) {
+    // A name that is a folder's: said so, not "not found".
+    if (err instanceof ApiError && err.status === 404 && !opts.recursive) {
+      const under = await ctx.objects.list(opts.bucket, { prefix: asPrefix(key), limit: 1, metadata: false });
+      if (under.objects.length > 0) throw new UsageError(`${shown(key)} is a folder: copy it with -r`);
+    }
+    throw err;
+  }
+  // Into a folder named with a trailing separator that is not there yet: made, as `aws s3 cp` makes it.
+  if (/[/\\]$/.test(to)) await locally('write', to, () => mkdir(to, { recursive: true }));
+  const file = fileFor(key, to);
+  const progress = transferProgress(`${shown(key)} -> ${file}`, version.size, { json: ctx.json });
+  try {
+    await downloadFile(ctx, ref, file, progress, version);
+  } finally {
+    progress.stop();
+  }
+  process.stderr.write(`${shown(key)} -> ${file} (${version.size} bytes)\n`);
+  return { key, file, size: version.size };
+}
+
+/** The object's bytes on standard output, as they come (nothing to resume: a pipe cannot be written again). */
+async function toStandardOutput(ctx: Context, key: string, opts: CopyOptions) {
+  const ref = refOf(key, opts.bucket);
+  const got = await ctx.objects.download(ref).catch((err: unknown) => {
+    throw err instanceof ApiError && err.status === 404 ? objectNotFound(ref) : err;
+  });
+  // The bytes on a terminal's standard output leave no room for a bar beside them.
+  const toTerminal = process.stdout.isTTY === true;
+  const progress = transferProgress(`${shown(key)} -> -`, got.contentLength, { json: ctx.json || toTerminal });
+  try {
+    await pipeline(Readable.fromWeb(got.body as WebReadableStream), progress.counter(), process.stdout, { end: false });
+  } finally {
+    progress.stop();
+  }
+}
+
+/**
+ * A remote folder's objects under a local folder: into one that exists (or is named with a trailing separator) as
+ * `<to>/<prefix's name>/...`, as `cp -r` copies into a directory; else `to` becomes the copy.
+ */
+async function downloadFolder(
+  ctx: Context,
+  prefix: string,
+  objects: ObjectInfo[],
+  to: string,
+  opts: CopyOptions,
+): Promise<Downloaded[]> {
+  const name = keyBaseName(prefix);
+  const root = intoLocalFolder(to) && name !== '' ? path.join(to, name) : to;
+  const files: { object: ObjectInfo; file: string }[] = [];
+  const folders = new Set<string>([root]);
+  for (const object of objects) {
+    const relative = object.key.slice(prefix.length);
+    // The prefix's own folder marker: the folder itself.
+    if (relative === '') continue;
+    const file = fileUnder(root, relative);
+    if (file === undefined) throw new Error(`${shown(object.key)} cannot be written under ${root}: its key leaves it`);
+    // A key ending in `/` (a folder marker, as some tools store) is a folder.
+    if (relative.endsWith('/')) folders.add(file);
+    else {
+      folders.add(path.dirname(file));
+      files.push({ object, file });
+    }
+  }
+  for (const folder of folders) await locally('write', folder, () => mkdir(folder, { recursive: true }));
+  const total = files.reduce((sum, f) => sum + f.object.size, 0);
+  const progress = transferProgress(`${shown(prefix)} -> ${root} (${files.length} files)`, total, { json: ctx.json });
+  const written: Downloaded[] = [];
+  let failure: unknown;
+  try {
+    await forEachLimited(files, FILES_AT_ONCE, async ({ object, file }, i) => {
+      if (failure !== undefined) return;
+      const version = { size: object.size, etag: object.etag, lastModified: object.last_modified };
+      try {
+        await downloadFile(ctx, refOf(object.key, opts.bucket), file, progress, version);
+        written[i] = { key: object.key, file, size: object.size };
+      } catch (err) {
+        failure ??= err;
+      }
+    });
+  } finally {
+    progress.stop();
+  }
+  if (failure !== undefined) {
+    const done = written.filter(Boolean).length;
+    process.stderr.write(
+      `gpu: ${done} of ${files.length} files of ${shown(prefix)} written before the failure below\n`,
+    );
+    throw failure;
+  }
+  process.stderr.write(`${shown(prefix)} -> ${root} (${files.length} files, ${total} bytes)\n`);
+  return written;
+}

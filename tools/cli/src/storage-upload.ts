@@ -1,0 +1,126 @@
+/**
+ * `gpu storage cp <file> gpu:<key>` and `cp -r <folder> gpu:<prefix>/`: a file stored under a key (into a remote
+ * folder with its base name), a folder's files each under the prefix at its path in the folder, `FILES_AT_ONCE` at a
+ * time, one progress bar for all. A file of `RESUMABLE_FROM` bytes or more goes up in parts, resumably
+ * (resumable.ts); a smaller one in one request, streamed from the file.
+ */
+import { createReadStream } from 'node:fs';
+import { open, readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import type { ObjectInfo, ObjectRef } from '@gpu/client';
+import { forEachLimited } from '@gpu/common';
+import { type Context, UsageError } from './cli.ts';
+import { localError, locally } from './local-errors.ts';
+import { type Progress, transferProgress } from './progress.ts';
+import { RESUMABLE_FROM, resumableUpload } from './resumable.ts';
+import { isPrefix, refOf, shown, uploadKey } from './storage-paths.ts';
+
+/** Files sent at once by `cp -r`. */
+export const FILES_AT_ONCE = 4;
+
+export interface CopyOptions {
+  bucket?: string;
+  recursive: boolean;
+}
+
+/** Copies a local file or folder to `key` (a remote folder when it ends in `/`): the objects stored. */
+export async function copyUp(ctx: Context, from: string, key: string, opts: CopyOptions): Promise<ObjectInfo[]> {
+  const found = await locally('read', from, () => stat(from));
+  if (found.isDirectory()) {
+    if (!opts.recursive) throw new UsageError(`${from} is a directory: copy a folder with -r`);
+    return uploadFolder(ctx, from, key, opts);
+  }
+  const ref = refOf(uploadKey(from, key), opts.bucket);
+  const progress = transferProgress(`${from} -> ${shown(ref.key)}`, found.size, { json: ctx.json });
+  try {
+    return [await uploadFile(ctx, from, found.size, ref, progress)];
+  } finally {
+    progress.stop();
+  }
+}
+
+/** One file to one object. */
+async function uploadFile(
+  ctx: Context,
+  file: string,
+  size: number,
+  ref: ObjectRef,
+  progress: Progress,
+): Promise<ObjectInfo> {
+  // A file that cannot be read says so before anything is sent.
+  await locally('read', file, async () => (await open(file, 'r')).close());
+  try {
+    if (size >= RESUMABLE_FROM) return await resumableUpload(ctx, file, ref, progress);
+    const counted = progress.counter();
+    // A file that fails while it is read ends the upload with its error (pipeline destroys what follows it).
+    pipeline(createReadStream(file), counted).catch(() => {});
+    return await ctx.objects.upload(ref, counted, { contentLength: size });
+  } catch (err) {
+    throw localError(err, 'read', file);
+  }
+}
+
+interface LocalFile {
+  file: string;
+  /** Its path in the folder, with `/` between segments. */
+  relative: string;
+  size: number;
+}
+
+/** The files of a folder, at any depth (a link to a file counts as the file; other entries are passed over). */
+async function filesOf(folder: string): Promise<LocalFile[]> {
+  const entries = await locally('read', folder, () => readdir(folder, { recursive: true, withFileTypes: true }));
+  const files: LocalFile[] = [];
+  for (const entry of entries) {
+    if (!entry.isFile() && !entry.isSymbolicLink()) continue;
+    const file = path.join(entry.parentPath, entry.name);
+    const found = await stat(file).catch(() => undefined);
+    if (!found?.isFile()) {
+      process.stderr.write(`gpu: passing over ${file}: not a file\n`);
+      continue;
+    }
+    files.push({ file, relative: path.relative(folder, file).split(path.sep).join('/'), size: found.size });
+  }
+  return files.sort((a, b) => (a.relative < b.relative ? -1 : 1));
+}
+
+/**
+ * A folder's files under a prefix: into a remote folder (`gpu:dir/`, `gpu:`) as `dir/<folder's name>/...`, as `cp -r`
+ * copies into a directory; else the key is the copy's own prefix (`gpu:dir` takes `dir/...`).
+ */
+async function uploadFolder(ctx: Context, folder: string, key: string, opts: CopyOptions): Promise<ObjectInfo[]> {
+  const name = path.basename(path.resolve(folder));
+  // `.`, `..` and `/` have no name of their own: their files go straight in.
+  const base = ['.', '..'].includes(path.basename(folder)) || name === '' ? '' : `${name}/`;
+  const prefix = isPrefix(key) ? `${key}${base}` : `${key}/`;
+  const files = await filesOf(folder);
+  if (files.length === 0) {
+    process.stderr.write(`gpu: ${folder} holds no files: nothing copied\n`);
+    return [];
+  }
+  const total = files.reduce((sum, f) => sum + f.size, 0);
+  const progress = transferProgress(`${folder} -> ${shown(prefix)} (${files.length} files)`, total, {
+    json: ctx.json,
+  });
+  const stored: ObjectInfo[] = [];
+  let failure: unknown;
+  try {
+    await forEachLimited(files, FILES_AT_ONCE, async (f, i) => {
+      if (failure !== undefined) return;
+      try {
+        stored[i] = await uploadFile(ctx, f.file, f.size, refOf(`${prefix}${f.relative}`, opts.bucket), progress);
+      } catch (err) {
+        failure ??= err;
+      }
+    });
+  } finally {
+    progress.stop();
+  }
+  if (failure !== undefined) {
+    const done = stored.filter(Boolean).length;
+    process.stderr.write(`gpu: ${done} of ${files.length} files of ${folder} stored before the failure below\n`);
+    throw failure;
+  }
+  return stored;
+}

@@ -1,0 +1,354 @@
+/**
+ * `gpu storage cp|rm` run as a person runs them (a child process) against the real auth and storage services (on the
+ * tests' S3 server) behind the platform's gateway, through a proxy that shows what was asked and can stall or cut an
+ * answer (support/fault-proxy.ts): paths as `cp` and `aws s3 cp` read them, folders copied both ways with their
+ * transfers side by side, a prefix removed, local failures said as local, a download written whole or not at all and
+ * resumed with `Range`.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerAndLogin, testConfig, useAuth } from '../../../services/auth/test/helpers.ts';
+import { startService, type TestService } from '../../../services/storage/test/helpers.ts';
+import { buildGateway } from '../../gateway/src/gateway.ts';
+import { type FaultProxy, faultProxy, type Seen } from './support/fault-proxy.ts';
+import { type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+
+const run = promisify(execFile);
+const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' } }));
+const dir = mkdtempSync(join(tmpdir(), 'gpu-storage-'));
+const configDir = join(dir, 'config');
+let storage: TestService;
+let gateway: Awaited<ReturnType<typeof buildGateway>>;
+let proxy: FaultProxy;
+let gpu: Gpu;
+
+beforeAll(async () => {
+  const authUrl = await auth.app.listen({ host: '127.0.0.1', port: 0 });
+  storage = await startService({
+    listen: true,
+    settings: {
+      access: {
+        jwks_url: `${authUrl}/.well-known/jwks.json`,
+        issuer: auth.config.jwt.issuer,
+        audience: auth.config.jwt.audience,
+      },
+    },
+  });
+  // The commands here speak to auth and storage alone.
+  const nowhere = 'http://127.0.0.1:9';
+  gateway = await buildGateway({
+    upstreams: { auth: authUrl, storage: storage.url, 'provider-registry': nowhere, billing: nowhere },
+    logLevel: 'silent',
+  });
+  proxy = await faultProxy(await gateway.listen({ host: '127.0.0.1', port: 0 }));
+  const { email, password } = await registerAndLogin(auth.app, { roles: ['renter'] });
+  gpu = gpuAt(proxy.url, configDir);
+  const login = await gpu(['login', '--email', email], { input: `${password}\n` });
+  expect(login.code, login.stderr).toBe(0);
+}, 60_000);
+
+afterAll(async () => {
+  await proxy?.close();
+  await gateway?.close();
+  await storage?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** What a run that succeeded printed, as JSON. */
+function answer(r: GpuResult) {
+  expect(r.code, r.stderr).toBe(0);
+  return JSON.parse(r.stdout);
+}
+
+/** The keys under a prefix, as `gpu storage ls` lists them. */
+async function keysUnder(prefix: string): Promise<string[]> {
+  return answer(await gpu(['storage', 'ls', `gpu:${prefix}`, '--json'])).map((o: { key: string }) => o.key);
+}
+
+/** A fresh local folder of this file's. */
+function folder(name: string): string {
+  const made = join(dir, name);
+  mkdirSync(made, { recursive: true });
+  return made;
+}
+
+/** `gpu args` on a terminal (`script` gives it one, standard error included): what it showed there. */
+async function onTerminal(args: string[]): Promise<string> {
+  const line = gpuCommandLine(args)
+    .map((a) => `'${a}'`)
+    .join(' ');
+  const env = { ...process.env, GPU_URL: proxy.url, GPU_CONFIG_DIR: configDir };
+  return (await run('script', ['-qec', line, '/dev/null'], { cwd: root, env })).stdout;
+}
+
+/** A request for an object's bytes (not a listing). */
+const objectGet = (r: Seen) =>
+  r.method === 'GET' && r.url.startsWith('/objects/') && !r.url.startsWith('/objects/list');
+
+describe('gpu storage cp and rm', () => {
+  it('copies into a folder, remote or local, under the source’s name, as cp and aws s3 cp do', {
+    timeout: 120_000,
+  }, async () => {
+    const here = folder('names');
+    const file = join(here, 'notes.txt');
+    writeFileSync(file, 'step,loss\n');
+    expect(answer(await gpu(['storage', 'cp', file, 'gpu:docs/', '--json']))).toMatchObject({
+      key: 'docs/notes.txt',
+      size: 10,
+    });
+    expect(answer(await gpu(['storage', 'cp', file, 'gpu:', '--json']))).toMatchObject({ key: 'notes.txt' });
+    expect(answer(await gpu(['storage', 'cp', file, 'gpu:docs/renamed.txt', '--json']))).toMatchObject({
+      key: 'docs/renamed.txt',
+    });
+    expect(await keysUnder('docs/')).toEqual(['docs/notes.txt', 'docs/renamed.txt']);
+
+    // Down into a directory that exists, one named with a trailing / that does not yet, and to a file name.
+    const into = folder('into');
+    const down = await gpu(['storage', 'cp', 'gpu:docs/notes.txt', into]);
+    expect(down.code, down.stderr).toBe(0);
+    expect(down.stderr).toBe(`gpu:docs/notes.txt -> ${join(into, 'notes.txt')} (10 bytes)\n`);
+    expect(readFileSync(join(into, 'notes.txt'), 'utf8')).toBe('step,loss\n');
+    const made = join(dir, 'made', 'here');
+    expect((await gpu(['storage', 'cp', 'gpu:docs/notes.txt', `${made}/`])).code).toBe(0);
+    expect(readFileSync(join(made, 'notes.txt'), 'utf8')).toBe('step,loss\n');
+    const named = join(into, 'other.txt');
+    expect(answer(await gpu(['storage', 'cp', 'gpu:docs/renamed.txt', named, '--json']))).toEqual({
+      key: 'docs/renamed.txt',
+      file: named,
+      size: 10,
+    });
+    // Nothing but the files: no temporary file left beside them.
+    expect(readdirSync(into).sort()).toEqual(['notes.txt', 'other.txt']);
+
+    // A folder needs -r, either way.
+    const remoteFolder = await gpu(['storage', 'cp', 'gpu:docs/', into]);
+    expect(remoteFolder).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('gpu:docs/ is a folder: copy it with -r'),
+    });
+    const named2 = await gpu(['storage', 'cp', 'gpu:docs', into]);
+    expect(named2).toMatchObject({ code: 2, stderr: expect.stringContaining('gpu:docs is a folder: copy it with -r') });
+    const localFolder = await gpu(['storage', 'cp', into, 'gpu:docs/']);
+    expect(localFolder).toMatchObject({ code: 2, stderr: `gpu: ${into} is a directory: copy a folder with -r\n` });
+  });
+
+  it('copies a folder up and down with -r, its files side by side (4 at once) under one progress bar', {
+    timeout: 120_000,
+  }, async () => {
+    const data = folder('data');
+    const files: Record<string, Buffer> = {
+      'a.txt': Buffer.from('alpha\n'),
+      'b.bin': randomBytes(1024 * 1024),
+      'sub/c.bin': randomBytes(512 * 1024),
+      'sub/d.txt': Buffer.from('delta\n'),
+      'sub/deeper/e.bin': randomBytes(1024 * 1024),
+      'sub/deeper/f.txt': Buffer.from(''),
+    };
+    for (const [name, bytes] of Object.entries(files)) {
+      mkdirSync(join(data, name, '..'), { recursive: true });
+      writeFileSync(join(data, name), bytes);
+    }
+    const names = Object.keys(files).sort();
+    const put = (r: Seen) => r.method === 'PUT' && r.url.startsWith('/objects/');
+    const sendGate = proxy.gate(put, 4);
+    const up = answer(await gpu(['storage', 'cp', '-r', data, 'gpu:sets/', '--json']));
+    sendGate.end();
+    expect(sendGate.most()).toBe(4);
+    expect(up.map((o: { key: string }) => o.key)).toEqual(names.map((n) => `sets/data/${n}`));
+    expect(await keysUnder('sets/')).toEqual(names.map((n) => `sets/data/${n}`));
+    // To a remote path without a trailing /: that path is the copy.
+    expect((await gpu(['storage', 'cp', '-r', data, 'gpu:copy'])).code).toBe(0);
+    expect(await keysUnder('copy/')).toEqual(names.map((n) => `copy/${n}`));
+
+    // Down to a folder that is not there: it becomes the copy; into one that is: under the prefix's name.
+    const fetchGate = proxy.gate(objectGet, 4);
+    const out = join(dir, 'out');
+    const down = await gpu(['storage', 'cp', '-r', 'gpu:sets/data/', out]);
+    fetchGate.end();
+    expect(down.code, down.stderr).toBe(0);
+    expect(fetchGate.most()).toBe(4);
+    expect(down.stderr).toContain(`gpu:sets/data/ -> ${out} (6 files, ${2.5 * 1024 * 1024 + 12} bytes)`);
+    for (const [name, bytes] of Object.entries(files)) expect(readFileSync(join(out, name)).equals(bytes)).toBe(true);
+    const into = folder('into-existing');
+    expect((await gpu(['storage', 'cp', '-r', 'gpu:copy', into])).code).toBe(0);
+    for (const [name, bytes] of Object.entries(files)) {
+      expect(readFileSync(join(into, 'copy', name)).equals(bytes)).toBe(true);
+    }
+
+    // On a terminal: one bar for the whole folder, each way.
+    const upShown = await onTerminal(['storage', 'cp', '-r', data, 'gpu:shown/']);
+    expect(upShown).toMatch(/-> gpu:shown\/data\/ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
+    const downShown = await onTerminal(['storage', 'cp', '-r', 'gpu:shown/data/', join(dir, 'shown')]);
+    expect(downShown).toMatch(/gpu:shown\/data\/ -> \S+ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
+  });
+
+  it('sends the parts of a large file side by side, 4 at once', { timeout: 120_000 }, async () => {
+    const big = join(folder('large'), 'weights.bin');
+    const bytes = randomBytes(64 * 1024 * 1024);
+    writeFileSync(big, bytes);
+    const parts = proxy.gate((r) => r.method === 'PUT' && /^\/uploads\/[^/]+\/parts\/\d+$/.test(r.url), 4);
+    const up = answer(await gpu(['storage', 'cp', big, 'gpu:large/', '--json']));
+    parts.end();
+    expect(up).toMatchObject({ key: 'large/weights.bin', size: bytes.length });
+    expect(parts.most()).toBe(4);
+    const back = join(dir, 'large', 'back.bin');
+    expect((await gpu(['storage', 'cp', 'gpu:large/weights.bin', back])).code).toBe(0);
+    expect(readFileSync(back).equals(bytes)).toBe(true);
+  });
+
+  it('removes an object by its gpu: path, and everything under a prefix with rm -r', { timeout: 120_000 }, async () => {
+    const trash = folder('trash');
+    for (const name of ['one.txt', 'two.txt', 'three.txt']) writeFileSync(join(trash, name), name);
+    mkdirSync(join(trash, 'inner'));
+    writeFileSync(join(trash, 'inner', 'four.txt'), 'four');
+    expect((await gpu(['storage', 'cp', '-r', trash, 'gpu:bin/'])).code).toBe(0);
+    expect((await gpu(['storage', 'cp', join(trash, 'one.txt'), 'gpu:bin-kept.txt'])).code).toBe(0);
+
+    const prefix = await gpu(['storage', 'rm', 'gpu:bin/trash/']);
+    expect(prefix).toMatchObject({ code: 2, stderr: expect.stringContaining('gpu:bin/trash/ is a folder') });
+    expect(await gpu(['storage', 'rm', 'gpu:bin/trash/one.txt'])).toMatchObject({
+      code: 0,
+      stdout: 'deleted gpu:bin/trash/one.txt\n',
+    });
+    // The gpu: may be left out, as before.
+    expect((await gpu(['storage', 'rm', 'bin/trash/two.txt'])).code).toBe(0);
+    expect(answer(await gpu(['storage', 'rm', '-r', 'gpu:bin/', '--json']))).toEqual({
+      deleted: ['bin/trash/inner/four.txt', 'bin/trash/three.txt'],
+    });
+    expect(await keysUnder('bin')).toEqual(['bin-kept.txt']);
+    // Nothing there: said with the user's path.
+    expect(await gpu(['storage', 'rm', '-r', 'gpu:bin/'])).toMatchObject({
+      code: 1,
+      stderr: 'gpu: OBJECT_NOT_FOUND: nothing under gpu:bin/\n',
+    });
+    expect(await gpu(['storage', 'rm', 'gpu:bin/trash/one.txt'])).toMatchObject({
+      code: 1,
+      stderr: 'gpu: OBJECT_NOT_FOUND: no object gpu:bin/trash/one.txt\n',
+    });
+    // rm -r of an object's own key removes the object.
+    expect((await gpu(['storage', 'rm', '-r', 'gpu:bin-kept.txt'])).stdout).toBe('deleted gpu:bin-kept.txt\n');
+    expect(await keysUnder('bin')).toEqual([]);
+  });
+
+  it('says a local failure as local, and names objects as the user does, never by the store’s key', {
+    timeout: 120_000,
+  }, async () => {
+    const here = folder('failures');
+    const file = join(here, 'plain.txt');
+    writeFileSync(file, 'plain\n');
+    expect((await gpu(['storage', 'cp', file, 'gpu:failures/plain.txt'])).code).toBe(0);
+
+    const missing = join(here, 'missing.csv');
+    expect(await gpu(['storage', 'cp', missing, 'gpu:failures/'])).toMatchObject({
+      code: 1,
+      stderr: `gpu: cannot read ${missing}: no such file or directory\n`,
+    });
+    // A file where a folder should be: the file cannot be written there.
+    const under = join(file, 'inside.txt');
+    expect(await gpu(['storage', 'cp', 'gpu:failures/plain.txt', under])).toMatchObject({
+      code: 1,
+      stderr: `gpu: cannot write ${under}: not a directory\n`,
+    });
+    const notThere = join(here, 'no-such-folder', 'x.txt');
+    expect(await gpu(['storage', 'cp', 'gpu:failures/plain.txt', notThere])).toMatchObject({
+      code: 1,
+      stderr: `gpu: cannot write ${notThere}: no such file or directory\n`,
+    });
+
+    expect(await gpu(['storage', 'cp', 'gpu:failures/gone.txt', here])).toMatchObject({
+      code: 1,
+      stderr: 'gpu: OBJECT_NOT_FOUND: no object gpu:failures/gone.txt\n',
+    });
+    expect(await gpu(['storage', 'cp', 'gpu:failures/gone.txt', '-'])).toMatchObject({
+      code: 1,
+      stderr: 'gpu: OBJECT_NOT_FOUND: no object gpu:failures/gone.txt\n',
+    });
+    // A key the store cannot hold with the user's folder in front: refused, the folder not named.
+    const long = Array.from({ length: 10 }, () => 'x'.repeat(99)).join('/');
+    const refused = await gpu(['storage', 'cp', file, `gpu:${long}`]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/^gpu: VALIDATION_ERROR: .*gpu:/);
+    expect(refused.stderr).not.toMatch(/users\//);
+  });
+
+  it('writes a download to a temporary file, renamed when whole; killed, the next run resumes it with Range', {
+    timeout: 120_000,
+  }, async () => {
+    const bytes = randomBytes(8 * 1024 * 1024);
+    const source = join(folder('resume'), 'model.bin');
+    writeFileSync(source, bytes);
+    expect((await gpu(['storage', 'cp', source, 'gpu:models/model.bin'])).code).toBe(0);
+    const out = folder('resume-out');
+    const target = join(out, 'model.bin');
+    const temporary = () => readdirSync(out).filter((n) => n.startsWith('.model.bin.') && n.endsWith('.gpu-download'));
+    const kept = 3 * 1024 * 1024;
+
+    // The first run's answer stalls after 3 MiB; the run is killed there (no chance to clean up).
+    proxy.limitNext(objectGet, { bytes: kept, mode: 'stall' });
+    const [node, ...args] = gpuCommandLine(['storage', 'cp', 'gpu:models/model.bin', target]);
+    const first = spawn(node!, args, {
+      cwd: root,
+      env: { ...process.env, GPU_URL: proxy.url, GPU_CONFIG_DIR: configDir },
+      stdio: 'ignore',
+    });
+    const exited = new Promise((resolve) => first.once('exit', resolve));
+    const size = () => {
+      const [name] = temporary();
+      return name ? statSync(join(out, name)).size : -1;
+    };
+    for (const started = Date.now(); size() < kept && Date.now() - started < 60_000; ) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    first.kill('SIGKILL');
+    await exited;
+    expect(size()).toBe(kept);
+    expect(existsSync(target)).toBe(false);
+
+    const asked = proxy.seen.length;
+    const again = await gpu(['storage', 'cp', 'gpu:models/model.bin', target]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stderr).toContain(`resuming download of gpu:models/model.bin: ${kept} of ${bytes.length} bytes`);
+    expect(proxy.seen.slice(asked).filter(objectGet)).toEqual([
+      { method: 'GET', url: '/objects/models%2Fmodel.bin', range: `bytes=${kept}-` },
+    ]);
+    expect(readFileSync(target).equals(bytes)).toBe(true);
+    expect(temporary()).toEqual([]);
+
+    // A connection cut mid-way: said so, the target untouched, the bytes kept for the next run.
+    proxy.limitNext(objectGet, { bytes: kept, mode: 'cut' });
+    const next = join(out, 'next.bin');
+    const cut = await gpu(['storage', 'cp', 'gpu:models/model.bin', next]);
+    expect(cut.code).toBe(1);
+    const brokeOff = /^gpu: the download of gpu:models\/model\.bin broke off at (\d+) of (\d+) bytes .*resume/.exec(
+      cut.stderr,
+    );
+    expect(brokeOff, cut.stderr).not.toBeNull();
+    expect(Number(brokeOff![2])).toBe(bytes.length);
+    expect(existsSync(next)).toBe(false);
+    const [keptNext] = readdirSync(out).filter((n) => n.startsWith('.next.bin.'));
+    expect(statSync(join(out, keptNext!)).size).toBe(Number(brokeOff![1]));
+    // The object changes before the next run: the bytes kept of the old one are not joined to it.
+    const changed = randomBytes(2 * 1024 * 1024);
+    writeFileSync(source, changed);
+    expect((await gpu(['storage', 'cp', source, 'gpu:models/model.bin'])).code).toBe(0);
+    const fresh = await gpu(['storage', 'cp', 'gpu:models/model.bin', next]);
+    expect(fresh.code, fresh.stderr).toBe(0);
+    expect(fresh.stderr).not.toContain('resuming');
+    expect(readFileSync(next).equals(changed)).toBe(true);
+    expect(readdirSync(out).sort()).toEqual(['model.bin', 'next.bin']);
+  });
+});
