@@ -107,8 +107,19 @@ export function useAuthAndRegistry(
   return platform;
 }
 
-/** Gives the registry the platform's prices, as billing announces them: the market lists machines once it has them. */
-export async function priceTheMarket(platform: AuthAndRegistry): Promise<void> {
+/**
+ * Gives the registry the platform's prices, as billing announces them: the market lists machines once it has them.
+ * `card`: billing's own card (its `pricing`), so that the market's prices are those billing charges; without one, a
+ * card of the test's (a base rate of 0.25 for every model).
+ */
+export async function priceTheMarket(
+  platform: AuthAndRegistry,
+  card: { baseRates: Record<string, string>; vramRatePerGbHour: string; powerRatePerWattHour: string } = {
+    baseRates: { default: '0.25' },
+    vramRatePerGbHour: '0.02',
+    powerRatePerWattHour: '0.001',
+  },
+): Promise<void> {
   const service = await platform.machineClient('service');
   const prices = await platform.registry.app.inject({
     method: 'POST',
@@ -120,9 +131,9 @@ export async function priceTheMarket(platform: AuthAndRegistry): Promise<void> {
       occurred_at: new Date().toISOString(),
       card: {
         occurred_at: new Date().toISOString(),
-        base_rates: { default: '0.25' },
-        vram_rate_per_gb_hour: '0.02',
-        power_rate_per_watt_hour: '0.001',
+        base_rates: card.baseRates,
+        vram_rate_per_gb_hour: card.vramRatePerGbHour,
+        power_rate_per_watt_hour: card.powerRatePerWattHour,
       },
     },
   });

@@ -26,7 +26,7 @@ import { type StorageUsageConsumer, startStorageUsageConsumer } from './adapters
 import { startUsageConsumer, type UsageConsumer } from './adapters/usage-consumer.ts';
 import type { BillingConfig } from './config.ts';
 import type { BillingContext } from './domain/context.ts';
-import { followJobs, placeJobs } from './domain/jobs/index.ts';
+import { followJobs, nextQueueDeadline, placeJobs } from './domain/jobs/index.ts';
 import { expireReservations } from './domain/leases/index.ts';
 import { announcePrices } from './domain/pricing/index.ts';
 import { purgeExpiredGrants } from './domain/reach/index.ts';
@@ -43,6 +43,9 @@ import { endWorkloadsNeverStarted } from './domain/workloads/index.ts';
 
 /** How often each instance looks for reservations lapsed that it set no timer for (another instance made them). */
 const RESERVATION_SWEEP_MS = 1_000;
+
+/** The soonest a jobs round runs again for a queued job's queue timeout. */
+const QUEUE_DEADLINE_MIN_MS = 100;
 
 export interface Background {
   stop(): Promise<void>;
@@ -206,17 +209,34 @@ export async function startBackground(
   }
 
   // Jobs (domain/jobs/): ended attempts settled, then due jobs placed, every `jobs.place_interval`.
-  // Also at once when woken (a job submitted, a session ended, a machine's status changed: ctx.state.wakeJobs).
+  // Also at once when woken (a job submitted, a session ended, a machine's status changed: ctx.state.wakeJobs; with
+  // `capacity`, the jobs waiting out their retry too), and at the next queued job's queue timeout, which ends it then
+  // however long the interval.
   if (ctx.providers) {
+    let capacity = false;
+    let atDeadline: NodeJS.Timeout | undefined;
     every(durationMs(config.jobs.place_interval), 'placing jobs failed; will retry', async () => {
+      const appeared = capacity;
+      capacity = false;
       // Each half on its own: a failure following never holds back placing.
       await followJobs(ctx, config.jobs).catch((err) =>
         ctx.logger.warn({ err: (err as Error).message }, 'following jobs failed; will retry'),
       );
-      await placeJobs(ctx, config.jobs);
+      await placeJobs(ctx, config.jobs, { capacity: appeared });
+      const deadline = await nextQueueDeadline(ctx);
+      clearTimeout(atDeadline);
+      if (deadline) {
+        // Not sooner than QUEUE_DEADLINE_MIN_MS: a deadline passed that a round could not take yet is not spun on.
+        const wait = Math.max(QUEUE_DEADLINE_MIN_MS, deadline.getTime() - ctx.now().getTime());
+        atDeadline = setTimeout(() => jobs.wake(), wait);
+        atDeadline.unref();
+      }
     });
     const jobs = rounds.at(-1)!;
-    ctx.state.wakeJobs = () => jobs.wake();
+    ctx.state.wakeJobs = (why) => {
+      if (why === 'capacity') capacity = true;
+      jobs.wake();
+    };
   }
 
   return {

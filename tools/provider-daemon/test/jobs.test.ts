@@ -14,13 +14,13 @@ import { addAttempt, sessionJobId } from '../../../services/billing/src/db/job-r
 import { followJobs, placeJobs } from '../../../services/billing/src/domain/jobs/index.ts';
 import { Dec } from '../../../services/billing/src/domain/ledger/index.ts';
 import { startWorkloadSession } from '../../../services/billing/src/domain/workloads/index.ts';
+import { ended, type JobJson, jobsOn, type RigMachine } from './support/jobs.ts';
 import { type Renter, until, useWorkloadRig } from './support/workload-rig.ts';
 
 const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '200ms' };
 const rig = useWorkloadRig({ storage: true, billing: { jobs: JOBS } });
 const isRoot = process.getuid?.() === 0;
-type Machine = Awaited<ReturnType<typeof rig.machine>>;
-let machines: Machine[] = [];
+let machines: RigMachine[] = [];
 const runners: { run(): void; stop(): Promise<void> }[] = [];
 let background: Background | undefined;
 let heartbeats: NodeJS.Timeout | undefined;
@@ -46,43 +46,11 @@ afterAll(async () => {
   await Promise.all(runners.map((r) => r.stop()));
 });
 
-// biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
-type JobJson = any;
-
-async function submit(renter: Renter & { walletId: string }, body: Record<string, unknown>, key?: string) {
-  return rig.billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/billing/jobs',
-    headers: { ...renter.headers, ...(key ? { 'idempotency-key': key } : {}) },
-    payload: { wallet_id: renter.walletId, gpu_count: 1, max_price_per_gpu_hour: '100', spend_cap: '5', ...body },
-  });
-}
-
-async function job(renter: Renter, id: string): Promise<JobJson> {
-  const res = await rig.billing.app.inject({ url: `/api/v1/billing/jobs/${id}`, headers: renter.headers });
-  expect(res.statusCode, res.body).toBe(200);
-  return res.json();
-}
+const jobs = jobsOn(rig);
+const { submit, job, object } = jobs;
 
 /** The machine of an attempt takes its session back (its own daemon ends it: the provider's fault); the machine. */
-async function takeBack(attempt: { provider_id: string; session_id: string }): Promise<Machine> {
-  const owner = machines.find((m) => m.providerId === attempt.provider_id)!;
-  const taken = await rig.billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/billing/end-session',
-    headers: { authorization: `Bearer ${await owner.deps.token.get()}` },
-    payload: { session_id: attempt.session_id },
-  });
-  expect(taken.statusCode, taken.body).toBe(200);
-  return owner;
-}
-
-/** An object of the renter's folder, through the storage service with the renter's own token. */
-async function object(renter: Renter, key: string): Promise<Buffer> {
-  const res = await fetch(`${rig.storage.url}/objects/${encodeURIComponent(key)}`, { headers: renter.headers });
-  expect(res.status, key).toBe(200);
-  return Buffer.from(await res.arrayBuffer());
-}
+const takeBack = (attempt: { provider_id: string; session_id: string }) => jobs.takeBack(machines, attempt);
 
 /** The workload of the job's latest attempt, as its renter reads it (none before the first). */
 async function runningWorkload(renter: Renter, id: string): Promise<JobJson> {
@@ -131,8 +99,6 @@ async function deadPlacerStarts(
   );
   return sessionId;
 }
-
-const ended = (j: JobJson) => ['succeeded', 'failed', 'cancelled'].includes(j.state);
 
 describe('jobs', () => {
   it('places a job on a machine that meets its terms, runs it and ends succeeded, billed for its attempt', {

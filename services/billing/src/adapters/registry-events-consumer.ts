@@ -4,8 +4,8 @@
  * `REGISTRY`, subject `registry.providers.status`, explicit ack):
  *
  * - `provider.status_changed` to `offline`, `maintenance` or `error`, and `provider.removed`: the machine's running
- *   sessions end (domain/sessions/provider-offline.ts); any change wakes the jobs round (a machine back offers its
- *   GPUs again; one gone leaves its jobs to place elsewhere);
+ *   sessions end (domain/sessions/provider-offline.ts); any change wakes the jobs round, with the jobs waiting out
+ *   their retry too (a machine back offers its GPUs again; one gone leaves its jobs to place elsewhere);
  * - `provider.daemon_bound`: the machine's running sessions take their reports from that daemon client
  *   (`followDaemonBinding`).
  *
@@ -35,7 +35,7 @@ const machineEvent = { provider_id: z.string().min(1), occurred_at: zTimestamp()
 export function registryMessages(ctx: BillingContext): MessageBus {
   const stopped = async (providerId: string, status: string, occurredAt: string, correlationId?: string) => {
     await endSessionsOfStoppedProvider(ctx, { providerId, status, occurredAt: new Date(occurredAt), correlationId });
-    ctx.state.wakeJobs();
+    ctx.state.wakeJobs('capacity');
   };
   return new MessageBus([
     onMessage({

@@ -61,15 +61,24 @@ export async function endAttempt(
 
 /**
  * Claims up to `limit` jobs to place, locked, skipping those another placer holds: queued and recovering jobs due
- * now, and placements whose placer's time ran out (killed mid-way, or too slow).
+ * now (with `waiting`, those waiting out their retry too), queued jobs past their queue timeout, and placements whose
+ * placer's time ran out (killed mid-way, or too slow).
  */
-export async function claimJobsToPlace(trx: Transaction<BillingDB>, now: Date, limit: number): Promise<JobRow[]> {
+export async function claimJobsToPlace(
+  trx: Transaction<BillingDB>,
+  now: Date,
+  limit: number,
+  waiting = false,
+): Promise<JobRow[]> {
   return trx
     .selectFrom('jobs')
     .selectAll()
     .where((eb) =>
       eb.or([
-        eb.and([eb('state', 'in', ['queued', 'recovering']), eb('place_after', '<=', now)]),
+        waiting
+          ? eb('state', 'in', ['queued', 'recovering'])
+          : eb.and([eb('state', 'in', ['queued', 'recovering']), eb('place_after', '<=', now)]),
+        eb.and([eb('state', '=', 'queued'), eb('queued_until', '<=', now)]),
         eb.and([eb('state', '=', 'placing'), eb('placing_until', '<', now)]),
       ]),
     )
@@ -78,6 +87,16 @@ export async function claimJobsToPlace(trx: Transaction<BillingDB>, now: Date, l
     .forUpdate()
     .skipLocked()
     .execute();
+}
+
+/** The earliest queue timeout of a queued job (null: none has one). */
+export async function nextQueueTimeout(db: Db): Promise<Date | null> {
+  const row = await db
+    .selectFrom('jobs')
+    .select((eb) => eb.fn.min('queued_until').as('at'))
+    .where('state', '=', 'queued')
+    .executeTakeFirst();
+  return row?.at ? new Date(row.at) : null;
 }
 
 /** The job runs this session of its (placed, or adopted): nothing waits, no placement holds it. */

@@ -68,9 +68,10 @@ export interface BillingState {
   /**
    * Runs this instance's jobs round now (background.ts sets it; a no-op without one): called when a job is submitted,
    * a session ends (its GPUs are free) or a machine's status changes, so queued jobs are placed at once rather than
-   * at the next `jobs.place_interval`.
+   * at the next `jobs.place_interval`. `capacity`: GPUs may have come free, so the jobs waiting out their
+   * `jobs.retry_interval` are tried in that round too.
    */
-  wakeJobs: () => void;
+  wakeJobs: (capacity?: 'capacity') => void;
   /** Arms the expiry sweep for a reservation this instance made (background.ts), so its GPUs are stated free at once. */
   wakeReservations: () => void;
   /**

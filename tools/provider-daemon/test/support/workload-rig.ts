@@ -21,6 +21,7 @@ import { registerAndLogin } from '../../../../services/auth/test/helpers.ts';
 import { buildApp } from '../../../../services/billing/src/app.ts';
 import { base58Encode } from '../../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../../services/billing/test/support/setup.ts';
+import type { StorageConfig } from '../../../../services/storage/src/config.ts';
 import { startService, type TestService } from '../../../../services/storage/test/helpers.ts';
 import {
   type AuthAndRegistry,
@@ -46,8 +47,14 @@ export interface WorkloadRig {
   storage: TestService;
   /** Where the machines' run directories are made. */
   dir: string;
-  /** A provider's daemon on a simulated 8-GPU machine, attached, and a runner of its workloads (not polling yet). */
-  machine(workloads?: Record<string, unknown>): Promise<{
+  /**
+   * A provider's daemon on a simulated 8-GPU machine (8 H100s of 80 GB, unless `machine.gpus` says), attached, and a
+   * runner of its workloads (not polling yet). `machine.location`: its region in the market.
+   */
+  machine(
+    workloads?: Record<string, unknown>,
+    machine?: { location?: string; gpus?: { name: string; memory_total_mib: number }[] },
+  ): Promise<{
     providerId: string;
     deps: WorkloadRunnerDeps;
     /** Its daemon: `heartbeat()` keeps the machine online in a long test. */
@@ -91,10 +98,17 @@ export interface WorkloadRig {
 
 export function useWorkloadRig(
   opts: {
-    storage?: boolean;
+    /**
+     * The storage service; with `objectStore`, settings of its object store (`public_endpoint`: where its presigned
+     * URLs point).
+     */
+    storage?: boolean | { objectStore: Partial<StorageConfig['object_store']> };
     billing?: Record<string, unknown>;
-    /** The registry's own settings, and whether its offline sweep runs (`useAuthAndRegistry`). */
-    registry?: { config?: Record<string, unknown>; sweeper?: boolean };
+    /**
+     * The registry's own settings, whether its offline sweep runs and whether it publishes its status events on NATS
+     * (`useAuthAndRegistry`).
+     */
+    registry?: { config?: Record<string, unknown>; sweeper?: boolean; nats?: boolean };
   } = {},
 ): WorkloadRig {
   const platform = useAuthAndRegistry({}, opts.registry ?? {});
@@ -109,17 +123,22 @@ export function useWorkloadRig(
   });
   let billingUrl = '';
 
-  const config = (runDir: string, workloads: Record<string, unknown>): DaemonConfig =>
-    daemonConfigSchema.parse(settings(runDir, workloads));
-  const settings = (runDir: string, workloads: Record<string, unknown>) => ({
+  type MachineShape = Parameters<WorkloadRig['machine']>[1];
+  const config = (runDir: string, workloads: Record<string, unknown>, machine?: MachineShape): DaemonConfig =>
+    daemonConfigSchema.parse(settings(runDir, workloads, machine));
+  const settings = (runDir: string, workloads: Record<string, unknown>, machine: MachineShape = {}) => ({
     auth_url: platform.authUrl,
     registry_url: platform.registryUrl,
     billing_url: billingUrl,
     state_file: join(dir, `state-${randomUUID()}.json`),
-    provider: { name: `rig-${randomUUID().slice(0, 8)}` },
+    provider: {
+      name: `rig-${randomUUID().slice(0, 8)}`,
+      ...(machine.location ? { location: machine.location } : {}),
+    },
     gpu: {
       source: 'simulated',
-      simulated_gpus: Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
+      simulated_gpus:
+        machine.gpus ?? Array.from({ length: 8 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 })),
     },
     workloads: {
       run_dir: runDir,
@@ -137,10 +156,10 @@ export function useWorkloadRig(
     dir,
     billing: undefined as unknown as BillingHarness,
     storage: undefined as unknown as TestService,
-    async machine(workloads = {}) {
+    async machine(workloads = {}, machine = {}) {
       const owner = await platform.providerUser();
       const token: TokenSource = await platform.machineClient('daemon', owner.id);
-      const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`), workloads);
+      const c = config(join(dir, `run-${randomUUID().slice(0, 8)}`), workloads, machine);
       const usage = new UsageReporter({ config: c, logger, token, publisher: new NoopPublisher() });
       const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
       const providerId = await daemon.attach();
@@ -232,7 +251,8 @@ export function useWorkloadRig(
     async workloadOf(headers, id) {
       return (await rig.billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
     },
-    priceTheMarket: () => priceTheMarket(platform),
+    // Billing's own card: the market's prices are what billing charges.
+    priceTheMarket: () => priceTheMarket(platform, rig.billing.ctx.pricing.card),
     async secondBilling() {
       const second = await buildApp({
         config: { ...rig.billing.config, instance_id: 'second-instance' },
@@ -248,6 +268,7 @@ export function useWorkloadRig(
     if (opts.storage) {
       rig.storage = await startService({
         listen: true,
+        ...(typeof opts.storage === 'object' ? { objectStore: opts.storage.objectStore } : {}),
         settings: {
           access: {
             jwks_url: `${platform.authUrl}/.well-known/jwks.json`,

@@ -2,5 +2,5 @@
 
 export { followJobs } from './follow.ts';
 export type { Job } from './job.ts';
-export { placeJobs } from './place.ts';
+export { nextQueueDeadline, placeJobs } from './place.ts';
 export { cancelJob, jobList, readJob, submitJob } from './submit.ts';

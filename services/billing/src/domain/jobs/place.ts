@@ -1,10 +1,12 @@
 /**
  * The placer: billing's scheduler of jobs, a round every `jobs.place_interval` on each instance (and at once when
- * woken: a job submitted, a session ended, a machine's status changed). Its state is the jobs table, so a placer
- * killed at any moment loses nothing and places nothing twice:
+ * woken: a job submitted, a session ended, a machine's status changed, a queued job's queue timeout due). Its state
+ * is the jobs table, so a placer killed at any moment loses nothing and places nothing twice:
  *
  * - **Claim:** queued and recovering jobs that are due, `FOR UPDATE SKIP LOCKED` (two instances never take one job),
- *   marked `placing` until `placing_until` and committed; a placement whose placer died is taken over after that.
+ *   marked `placing` until `placing_until` and committed; a placement whose placer died is taken over after that. A
+ *   job no offer fitted is due again a `retry_interval` later, or as soon as capacity may have appeared (a session
+ *   ended, a machine's status changed); a queued job past its queue timeout is due at once, and ends so.
  * - **Place:** the market's offers that meet the job's terms, cheapest first, machines that failed the job last,
  *   `PARALLEL` jobs at once. The market (the registry's mirror of billing's leases) may lag a start by a message, so
  *   a round keeps what it learned of each machine itself ({@link RoundCapacity}): the GPUs its own starts took are
@@ -14,7 +16,7 @@
  *   holds it), then the session is started: its `job_id` is `job:<the job's ID>`, so at most one session of a job
  *   runs (the database's unique index) and no renter's own session can pass for one. The renter's price limit is the
  *   session's accepted rate, and what is left of the job's spend cap the session's cap, so no attempt can spend past
- *   the job's. A start refused takes its attempt back; a start that succeeded after this placement lost the job is
+ *   the job's; a job whose cap has too little left to pay any offer's first minute ends (`spend_cap`). A start refused takes its attempt back; a start that succeeded after this placement lost the job is
  *   the follower's to settle (follow.ts): it adopts the session, or ends it.
  */
 import { randomUUID } from 'node:crypto';
@@ -28,6 +30,7 @@ import {
   findAttempt,
   findJob,
   type JobRow,
+  nextQueueTimeout,
   runJobSession,
   runningSessionOfJob,
   sessionJobId,
@@ -59,6 +62,9 @@ const PARALLEL = 4;
 /** How long a job whose wallet cannot pay waits before it is tried again (its renter may add funds). */
 const FUNDS_RETRY_MS = 30_000;
 
+/** The error of a start whose spend cap (what is left of the job's) pays less than the machine's first minute. */
+const CAP_SHORT = 'SPEND_CAP_TOO_LOW';
+
 /** The error of a start that means "this machine has not that many GPUs free now" (for the rest of the round). */
 const NO_GPUS = 'PROVIDER_NOT_AVAILABLE';
 
@@ -73,12 +79,20 @@ const NEXT_OFFER = new Set([
   'WALLET_NOT_FOUND',
 ]);
 
-/** Places the jobs that are due; how many were placed. */
-export async function placeJobs(ctx: BillingContext, settings: JobSettings): Promise<number> {
+/**
+ * Places the jobs that are due; how many were placed. `capacity`: GPUs may have come free (a session ended, a
+ * machine's status changed), so the jobs waiting out their `retry_interval` are tried now too: a job is placed when
+ * its capacity appears, not a retry later.
+ */
+export async function placeJobs(
+  ctx: BillingContext,
+  settings: JobSettings,
+  opts: { capacity?: boolean } = {},
+): Promise<number> {
   const now = ctx.now();
   const until = new Date(now.getTime() + durationMs(settings.placing_timeout));
   const claimed = await ctx.db.transaction().execute(async (trx) => {
-    const jobs = await claimJobsToPlace(trx, now, CLAIM);
+    const jobs = await claimJobsToPlace(trx, now, CLAIM, opts.capacity);
     for (const job of jobs) await updateJob(trx, job.id, { state: 'placing', placing_until: until, updated_at: now });
     return jobs.map((j) => ({ ...j, state: 'placing' as const, placing_until: until }));
   });
@@ -97,6 +111,11 @@ export async function placeJobs(ctx: BillingContext, settings: JobSettings): Pro
   // A backlog: the next batch now, not a `place_interval` later.
   if (claimed.length === CLAIM && placed > 0) ctx.state.wakeJobs();
   return placed;
+}
+
+/** When the next queued job's queue timeout falls (null: no queued job has one): a round then ends it. */
+export function nextQueueDeadline(ctx: BillingContext): Promise<Date | null> {
+  return nextQueueTimeout(ctx.db);
 }
 
 /**
@@ -152,7 +171,7 @@ async function placeJob(
   if (!settled) return false;
   job = settled;
   // The queue timeout is a first placement's: a job recovering from a lost machine is placed again however long.
-  if (job.attempts === 0 && job.queued_until && now > job.queued_until) {
+  if (job.attempts === 0 && job.queued_until && now >= job.queued_until) {
     await finish(ctx, job.id, until, 'queue_timeout: no machine met its terms before its queue timeout');
     return false;
   }
@@ -190,9 +209,13 @@ async function placeJob(
   const ordered = [...offers].sort((a, b) => Number(failedOn.has(a.providerId)) - Number(failedOn.has(b.providerId)));
   let why = offers.length === 0 ? 'no offer meets its terms now' : '';
   let tried = 0;
+  let skipped = 0;
+  /** Offers whose first minute costs more than what is left of the job's spend cap. */
+  let capShort = 0;
   for (const offer of ordered) {
     if (tried === TRIES) break;
     if (!capacity.take(offer, terms.gpu_count)) {
+      skipped += 1;
       why ||= `the machines offered were taken by other jobs' placements (${offerText(offer)})`;
       continue;
     }
@@ -238,7 +261,8 @@ async function placeJob(
         const other = await runningSessionOfJob(ctx.db, job.id);
         if (other) return markRunning(ctx, job.id, until, other.id);
       }
-      if (NEXT_OFFER.has(code)) {
+      if (NEXT_OFFER.has(code) || code === CAP_SHORT) {
+        if (code === CAP_SHORT) capShort += 1;
         why = `${offerText(offer)}: ${(err as Error).message}`;
         continue;
       }
@@ -246,7 +270,7 @@ async function placeJob(
       if (code === 'INSUFFICIENT_FUNDS') {
         await requeue(ctx, job.id, until, detail, FUNDS_RETRY_MS);
       } else if (err instanceof AppError && ['invalid', 'forbidden', 'not_found'].includes(err.kind)) {
-        // What no machine changes and waiting does not mend (an input not the renter's, a cap below a minute).
+        // What no machine changes and waiting does not mend (an input not the renter's).
         await finish(ctx, job.id, until, detail);
       } else {
         // The registry or storage unreachable: tried again.
@@ -255,6 +279,18 @@ async function placeJob(
       return false;
     }
     return markRunning(ctx, job.id, until, sessionId);
+  }
+  // The spend cap bounds all its attempts together: what is left of it pays no machine's first minute (the cheapest
+  // offers were tried first), so no attempt can ever start.
+  if (capShort > 0 && capShort === tried && skipped === 0) {
+    await finish(
+      ctx,
+      job.id,
+      until,
+      `spend_cap: ${job.spent} of ${job.spend_cap} spent; what is left pays for less than a first minute on any ` +
+        `machine that meets its terms (${left.toFixed()} left; ${why})`,
+    );
+    return false;
   }
   await requeue(ctx, job.id, until, why, settings.retry_interval);
   return false;

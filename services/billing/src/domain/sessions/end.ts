@@ -79,7 +79,7 @@ export async function endSession(
     void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
   }
   // Its GPUs are free, and a job it ran is settled: the jobs round runs now.
-  if (!end.alreadyEnded) ctx.state.wakeJobs();
+  if (!end.alreadyEnded) ctx.state.wakeJobs('capacity');
   return end;
 }
 

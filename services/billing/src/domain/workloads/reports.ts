@@ -122,7 +122,7 @@ export async function reportWorkload(
     return ended;
   });
   // Its session ended with it: a job it ran is settled now, and its GPUs are free for queued jobs.
-  if (reported.session.ended_at) ctx.state.wakeJobs();
+  if (reported.session.ended_at) ctx.state.wakeJobs('capacity');
   return reported;
 }
 
