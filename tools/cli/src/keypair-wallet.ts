@@ -10,6 +10,7 @@ import { type Context, ExitStatus } from './cli.ts';
 type Solana = typeof import('@gpu/client/solana');
 type Keypair = ReturnType<Solana['readKeypair']>;
 type Wallet = BillingSchemas['Wallet'];
+type Transaction = BillingSchemas['Transaction'];
 
 const solana = (): Promise<Solana> => import('@gpu/client/solana');
 
@@ -51,4 +52,17 @@ export async function depositFrom(
     );
     throw new ExitStatus(1);
   }
+}
+
+/**
+ * Has billing credit a transfer already sent, as the client library claims one: the amount in billing's form (so that
+ * "3" claims again what "3.000000" did), a transfer not final yet claimed again for a minute.
+ */
+export async function claimTransfer(
+  ctx: Context,
+  opts: { walletId: string; signature: string; amount?: string },
+): Promise<Transaction> {
+  const { claimDeposit } = await solana();
+  // The library names the fields it needs; the record is billing's whole transaction.
+  return (await claimDeposit({ billing: ctx.billing, ...opts })).transaction as Transaction;
 }

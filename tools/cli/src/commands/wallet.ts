@@ -9,7 +9,7 @@ import { type BillingSchemas, unwrap } from '@gpu/client';
 import type { Command } from 'commander';
 import { amount, type Context, context, count, idempotencyKey, oneOf, show, showRecord, UsageError } from '../cli.ts';
 import { updateConfig } from '../config.ts';
-import { depositFrom, loadKeypair, provenWith } from '../keypair-wallet.ts';
+import { claimTransfer, depositFrom, loadKeypair, provenWith } from '../keypair-wallet.ts';
 import { everyPage } from '../paging.ts';
 import { chainRpcUrl } from '../platform-url.ts';
 import { chooseWallet, defaultWhenNone, heldWallets, ownWalletAt } from '../wallet-choice.ts';
@@ -190,16 +190,7 @@ export function walletCommands(program: Command) {
       if (opts.keypair) return sendDeposit(ctx, given, opts);
       const walletId = await chooseWallet(ctx, { id: given, address: opts.address });
       if (opts.signature) {
-        const credited = unwrap(
-          await ctx.billing.POST('/api/v1/wallet/{walletID}/deposit', {
-            params: {
-              path: { walletID: walletId },
-              // The client library's key for a claim: claiming one transfer again answers its first claim.
-              header: { 'idempotency-key': `deposit:${opts.signature}` },
-            },
-            body: { signature: opts.signature, ...(opts.amount ? { amount: opts.amount } : {}) },
-          }),
-        );
+        const credited = await claimTransfer(ctx, { walletId, signature: opts.signature, amount: opts.amount });
         showTransaction(ctx.json, credited);
         return;
       }
