@@ -200,7 +200,8 @@ function gpuWalletArgs(): string[] {
       return ['open', '--keypair', file];
     case 'deposit':
       if (values.signature) return ['deposit', ...ids, '--signature', values.signature, ...amount];
-      if (!file || !values.amount) usageError('deposit needs --keypair FILE (or --test-wallet NAME) and --amount TOKENS');
+      if (!file || !values.amount)
+        usageError('deposit needs --keypair FILE (or --test-wallet NAME) and --amount TOKENS');
       return ['deposit', ...ids, '--keypair', file, ...amount, ...rpc];
     case 'claim': {
       if (!values.signature) usageError('claim needs --signature SIG (and --wallet ID or --keypair FILE)');

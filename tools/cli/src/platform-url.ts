@@ -31,11 +31,7 @@ export interface Found {
 const placedByEnv = (env: NodeJS.ProcessEnv) => Boolean(env.PLATFORM_PORT_BASE || env.PLATFORM_HOST);
 
 /** The platform's gateway, and what named it. */
-export function platformUrl(
-  given: string | undefined,
-  env: NodeJS.ProcessEnv,
-  saved: string | undefined,
-): Found {
+export function platformUrl(given: string | undefined, env: NodeJS.ProcessEnv, saved: string | undefined): Found {
   const found = ((): Found => {
     if (given) return { url: given, from: 'given with --url' };
     if (env.GPU_URL) return { url: env.GPU_URL, from: 'from GPU_URL' };

@@ -14,8 +14,8 @@ import { promisify } from 'node:util';
 import { clientCredentials } from '@gpu/client';
 import { createLogger } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
+import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
@@ -121,7 +121,11 @@ describe('gpu finds the platform', () => {
     // pnpm start's variables: its gateway is at PLATFORM_PORT_BASE+10 on PLATFORM_HOST.
     const byBase = await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: String(gatewayPort - 10) });
     expect(answer(byBase)).toMatchObject({ id: user.id });
-    expect(answer(await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: String(gatewayPort - 10), PLATFORM_HOST: '0.0.0.0' }))).toMatchObject({ id: user.id });
+    expect(
+      answer(
+        await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: String(gatewayPort - 10), PLATFORM_HOST: '0.0.0.0' }),
+      ),
+    ).toMatchObject({ id: user.id });
 
     // The file a running pnpm start writes into its data folder.
     writeFileSync(join(dataDir, 'platform.json'), JSON.stringify({ gateway: url, solana_rpc: 'http://127.0.0.1:9' }));
@@ -137,7 +141,9 @@ describe('gpu finds the platform', () => {
     const byUrl = await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: String(nowhere - 10), GPU_URL: url });
     expect(answer(byUrl)).toMatchObject({ id: user.id });
     const flag = await fresh(['whoami', '--url', `http://127.0.0.1:${nowhere}`], { env: { GPU_API_KEY: key } });
-    expect(flag.stderr).toBe(`gpu: cannot reach the platform at http://127.0.0.1:${nowhere} (given with --url): ECONNREFUSED\n`);
+    expect(flag.stderr).toBe(
+      `gpu: cannot reach the platform at http://127.0.0.1:${nowhere} (given with --url): ECONNREFUSED\n`,
+    );
 
     // A sign-in saved its URL: it comes before the variables and the file.
     const saved = gpuAt(url, user.config);
@@ -162,7 +168,15 @@ describe('wallets with gpu', () => {
 
     // No wallet yet: rent says which is missing, and how to have one (a usage error, nothing started).
     const machine = answer(
-      await owner.gpu(['provider', 'machines', 'add', 'rig-rent', '--gpu', '2xNVIDIA H100 80GB HBM3:81559:580.65.06', '--json']),
+      await owner.gpu([
+        'provider',
+        'machines',
+        'add',
+        'rig-rent',
+        '--gpu',
+        '2xNVIDIA H100 80GB HBM3:81559:580.65.06',
+        '--json',
+      ]),
     );
     const rentArgs = ['rent', '--machine', machine.id, '--gpu-model', 'H100', '--json'];
     const none = await renter.gpu(rentArgs);
@@ -206,7 +220,16 @@ describe('wallets with gpu', () => {
     // jobs submit too.
     const job = answer(
       await renter.gpu([
-        'jobs', 'submit', '--max-price', '50', '--spend-cap', '5', '--wait-for-capacity', '--json', '--', 'true',
+        'jobs',
+        'submit',
+        '--max-price',
+        '50',
+        '--spend-cap',
+        '5',
+        '--wait-for-capacity',
+        '--json',
+        '--',
+        'true',
       ]),
     );
     expect(job).toMatchObject({ wallet_id: opened.id });
@@ -252,9 +275,12 @@ describe('wallets with gpu', () => {
     const signIns = async () => answer(await user.gpu(['sign-ins', '--json'])).length as number;
     const before = await signIns();
     for (let i = 0; i < 2; i++) {
-      const once = await pnpmWallet(['balance', '--wallet', wallet.id, '--email', user.email, '--password', user.password], {
-        GATEWAY_URL: url,
-      });
+      const once = await pnpmWallet(
+        ['balance', '--wallet', wallet.id, '--email', user.email, '--password', user.password],
+        {
+          GATEWAY_URL: url,
+        },
+      );
       expect(once.code, once.stderr).toBe(0);
     }
     expect(await signIns()).toBe(before);
@@ -273,8 +299,15 @@ describe('a provider onboarded with gpu', () => {
     const owner = await signedIn(['provider']);
     const added = answer(
       await owner.gpu([
-        'provider', 'machines', 'add', 'rig-1', '--gpu', '2xNVIDIA H100 80GB HBM3:81559:580.65.06',
-        '--location', 'eu-west', '--json',
+        'provider',
+        'machines',
+        'add',
+        'rig-1',
+        '--gpu',
+        '2xNVIDIA H100 80GB HBM3:81559:580.65.06',
+        '--location',
+        'eu-west',
+        '--json',
       ]),
     );
     expect(added).toMatchObject({ name: 'rig-1', owner_id: owner.id, location: 'eu-west', daemon_client_id: null });
@@ -297,7 +330,10 @@ describe('a provider onboarded with gpu', () => {
     expect(JSON.stringify(made)).not.toContain(written.client_secret);
     // Never over a file: the one written stays as it was, and no client is made for nothing.
     const twice = await owner.gpu(['provider', 'daemon-credentials', 'rig-1b', '--out', file]);
-    expect(twice).toMatchObject({ code: 1, stderr: `gpu: cannot write ${file}: it exists (new credentials never replace a file)\n` });
+    expect(twice).toMatchObject({
+      code: 1,
+      stderr: `gpu: cannot write ${file}: it exists (new credentials never replace a file)\n`,
+    });
     expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual(written);
 
     // The daemon, with that file and the machine's name, attaches to the machine registered above and binds it.

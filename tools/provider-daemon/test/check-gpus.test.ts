@@ -109,7 +109,10 @@ describe('check-gpus', () => {
     expect(missing.stderr).toContain('cannot be run: apt-get install bubblewrap');
     expect(JSON.parse(missing.stdout)).toMatchObject({ ok: false, ran: false, error: /apt-get install bubblewrap/ });
     // A machine without a driver: JSON on standard output all the same, saying so.
-    const noDriver = run({ DAEMON__GPU__SOURCE: 'nvidia-smi', DAEMON__GPU__NVIDIA_SMI_PATH: '/nonexistent/nvidia-smi' });
+    const noDriver = run({
+      DAEMON__GPU__SOURCE: 'nvidia-smi',
+      DAEMON__GPU__NVIDIA_SMI_PATH: '/nonexistent/nvidia-smi',
+    });
     expect(noDriver.status).toBe(2);
     expect(JSON.parse(noDriver.stdout)).toMatchObject({ ok: false, ran: false, error: /nvidia-smi/ });
   });

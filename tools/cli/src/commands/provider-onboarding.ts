@@ -20,7 +20,9 @@ function gpuSpec(value: string, previous: NewGpu[] = []): NewGpu[] {
   const m = GPU_SPEC.exec(value.trim());
   const n = Number(m?.[1] ?? 1);
   if (!m || n < 1 || n > 64) {
-    throw new InvalidArgumentError('takes [COUNTx]MODEL:VRAM_MB:DRIVER, such as 8xNVIDIA H100 80GB HBM3:81559:580.65.06');
+    throw new InvalidArgumentError(
+      'takes [COUNTx]MODEL:VRAM_MB:DRIVER, such as 8xNVIDIA H100 80GB HBM3:81559:580.65.06',
+    );
   }
   const gpu = { model_name: m[2]!.trim(), vram: Number(m[3]), driver_version: m[4]! };
   return [...previous, ...Array.from({ length: n }, () => ({ ...gpu }))];
@@ -33,7 +35,11 @@ export function machineOnboarding(program: Command, provider: Command, machines:
       'register a machine of yours by its name (unique among your machines) and GPUs; its daemon, started with ' +
         'provider.name set to it, takes it over and keeps its GPUs up to date',
     )
-    .requiredOption('--gpu <spec>', 'its GPUs, repeatable: [COUNTx]MODEL:VRAM_MB:DRIVER (8xH100:81559:580.65.06)', gpuSpec)
+    .requiredOption(
+      '--gpu <spec>',
+      'its GPUs, repeatable: [COUNTx]MODEL:VRAM_MB:DRIVER (8xH100:81559:580.65.06)',
+      gpuSpec,
+    )
     .option('--hostname <host>', 'its host name')
     .option('--location <where>', 'its region (renters search by it)')
     .option('--min-gpus <n>', 'the smallest group of its GPUs one rental may take', count('--min-gpus'))

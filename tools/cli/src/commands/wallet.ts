@@ -55,7 +55,7 @@ const kindOf = (w: Wallet) => (w.owner_type === 'user' ? 'yours' : `machine ${w.
 function openCommands(program: Command, wallet: Command) {
   wallet
     .command('list')
-    .description('your wallets: your own and your machines\' (provider wallets); * marks the default')
+    .description("your wallets: your own and your machines' (provider wallets); * marks the default")
     .action(async () => {
       const ctx = context(program);
       const list = await heldWallets(ctx);
@@ -175,7 +175,7 @@ export function walletCommands(program: Command) {
         'from it and have it credited (into your wallet at its address, opened and proven if need be); with ' +
         '--signature, credit a transfer sent (once it is final)',
     )
-    .option('--keypair <file>', 'send from this Solana keypair file (its address must be the wallet\'s)')
+    .option('--keypair <file>', "send from this Solana keypair file (its address must be the wallet's)")
     .option('--rpc <url>', "with --keypair: the chain's JSON-RPC (default SOLANA_RPC_URL, else pnpm start's)")
     .option('--signature <sig>', "the transfer's transaction signature: billing checks it on chain and credits it once")
     .option(
@@ -186,7 +186,8 @@ export function walletCommands(program: Command) {
     .option('--address <address>', 'the wallet of yours at this Solana address')
     .action(async (given: string | undefined, opts: DepositOptions) => {
       const ctx = context(program);
-      if (opts.keypair && opts.signature) throw new UsageError('--keypair sends a deposit, --signature claims one: not both');
+      if (opts.keypair && opts.signature)
+        throw new UsageError('--keypair sends a deposit, --signature claims one: not both');
       if (opts.keypair) return sendDeposit(ctx, given, opts);
       const walletId = await chooseWallet(ctx, { id: given, address: opts.address });
       if (opts.signature) {
@@ -249,7 +250,7 @@ interface DepositOptions {
 /** `deposit --keypair`: tokens sent from the keypair to the treasury, credited to the wallet at its address. */
 async function sendDeposit(ctx: Context, given: string | undefined, opts: DepositOptions) {
   if (!opts.amount) throw new UsageError('--keypair sends --amount tokens: give --amount');
-  if (opts.address) throw new UsageError("--keypair names the wallet by its address: drop --address");
+  if (opts.address) throw new UsageError('--keypair names the wallet by its address: drop --address');
   const keypair = await loadKeypair(opts.keypair!);
   const address = keypair.publicKey.toBase58();
   let w: Wallet;
