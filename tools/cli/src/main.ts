@@ -18,6 +18,7 @@ import { marketCommands } from './commands/market.ts';
 import { providerCommands } from './commands/provider.ts';
 import { reachCommands } from './commands/reach.ts';
 import { sessionCommands } from './commands/sessions.ts';
+import { signupCommands } from './commands/signup.ts';
 import { sshKeyCommands } from './commands/ssh-keys.ts';
 import { storageCommands } from './commands/storage.ts';
 import { walletCommands } from './commands/wallet.ts';
@@ -37,6 +38,7 @@ function build(): Command {
     .option('--json', 'print the answer as JSON')
     .showHelpAfterError()
     .exitOverride();
+  signupCommands(program);
   accountCommands(program);
   sshKeyCommands(program);
   marketCommands(program);

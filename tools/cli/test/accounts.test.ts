@@ -103,6 +103,33 @@ async function newKeypair(name: string): Promise<{ file: string; address: string
   return { file, address: JSON.parse(made.stdout).address };
 }
 
+describe('a newcomer signs up with gpu', () => {
+  it('makes the account and signs in, saving no password; a taken address or a short password is one line', {
+    timeout: 60_000,
+  }, async () => {
+    const config = join(dir, 'newcomer');
+    const gpu = gpuAt(url, config);
+    const email = `newcomer-${Math.random().toString(36).slice(2)}@example.com`;
+    const password = 'a long newcomer passphrase';
+    const made = await gpu(['signup', '--email', email, '--role', 'renter', '--role', 'provider', '--json'], {
+      input: `${password}\n`,
+    });
+    const user = answer(made);
+    expect(user).toMatchObject({ email });
+    expect([...user.roles].sort()).toEqual(['provider', 'renter']);
+    const saved = readFileSync(join(config, 'config.json'), 'utf8');
+    expect(saved).not.toContain(password);
+    expect(JSON.parse(saved)).toMatchObject({ email, refresh_token: expect.any(String) });
+    expect(answer(await gpu(['whoami', '--json']))).toMatchObject({ id: user.id, email });
+
+    const taken = await gpuAt(url, join(dir, 'second'))(['signup', '--email', email], { input: `${password}\n` });
+    expect(taken.code).toBe(1);
+    expect(taken.stderr).toMatch(/^gpu: EMAIL_TAKEN: [^\n]+\n$/);
+    const short = await gpuAt(url, join(dir, 'third'))(['signup', '--email', `x${email}`], { input: 'short\n' });
+    expect(short).toMatchObject({ code: 1, stderr: expect.stringMatching(/^gpu: PASSWORD_TOO_SHORT: /) });
+  });
+});
+
 describe('gpu finds the platform', () => {
   it('where PLATFORM_PORT_BASE/PLATFORM_HOST or the file of pnpm start put it, in that order, and names the URL it could not reach', {
     timeout: 60_000,
