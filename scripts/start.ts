@@ -50,6 +50,7 @@ import {
   portOpen,
   repoRoot,
   SettingError,
+  writePlatformFile,
 } from './lib/platform.ts';
 import { describeHolders, portHolders } from './lib/port-holders.ts';
 import { STOP_TIMEOUT_MS, type Supervised, Supervisor } from './lib/supervisor.ts';
@@ -548,3 +549,5 @@ process.stdout.write(
     `[start] every route needs a token: log in as the admin in ${adminFile}, register users at ` +
     `${host.url(ports.gateway)}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
 );
+// Where `gpu` finds this platform when it is told no URL (tools/cli/src/platform-url.ts).
+writePlatformFile(data, { gateway: host.url(ports.gateway), solana_rpc: host.url(ports.solana) });

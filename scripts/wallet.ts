@@ -1,59 +1,59 @@
 /**
- * `pnpm wallet`: a user's platform wallet from the command line, with a Solana keypair file (as `solana-keygen new`
- * writes it). Deposits build the SPL transferChecked to the platform's treasury, send it, wait until final and have
- * billing credit it (`@gpu/client/solana`).
+ * `pnpm wallet`: `gpu wallet` (tools/cli) under the name the checkout's guides used first, its answers as JSON, plus
+ * the local chain's two helpers. Each wallet command is translated and run by `gpu` in this process, so there is one
+ * tool for wallets:
  *
- *   pnpm wallet open    --keypair ~/.config/solana/id.json            # a wallet for the keypair's address (proven)
- *   pnpm wallet deposit --keypair ~/.config/solana/id.json --amount 100
- *   pnpm wallet balance --keypair ~/.config/solana/id.json            # or --wallet ID
- *   pnpm wallet claim   --signature SIG [--amount 100] --wallet ID    # credit a transfer already sent
- *   pnpm wallet new     --keypair me.json                             # a new keypair (a new address), mode 0600
- *   pnpm wallet fund    --keypair me.json --amount 1000               # tokens and SOL on the local chain, any address
+ *   pnpm wallet open    --keypair FILE                        gpu wallet open --keypair FILE (opened, address proven)
+ *   pnpm wallet deposit --keypair FILE --amount 100 [--wallet ID]  gpu wallet deposit [ID] --keypair FILE --amount 100
+ *   pnpm wallet balance [--wallet ID | --keypair FILE]         gpu wallet balance [ID | --address <the keypair's>]
+ *   pnpm wallet claim   --signature SIG [--amount 100] [--wallet ID | --keypair FILE]
+ *                                                             gpu wallet deposit [ID | --address ...] --signature SIG
+ *   pnpm wallet list | use | history | withdraw ...           gpu wallet list | use | history | withdraw ..., as given
+ *   pnpm wallet new     --keypair me.json                     a new keypair (a new address), mode 0600
+ *   pnpm wallet fund    --keypair me.json --amount 1000       tokens and SOL on the local chain, any address
  *
- * A deposit whose transfer was sent but not credited (billing unreachable, say) prints its signature and the
- * `pnpm wallet claim` line that credits it later; claiming is idempotent (`deposit:<signature>`).
+ * `--test-wallet NAME` stands for `--keypair` with the keypair of one of the local chain's three funded test wallets
+ * (`wallet-1` ...) in `pnpm start`'s data folder (PLATFORM_DATA_DIR).
  *
- * Who you are: `--email`/`--password` (or GPU_EMAIL/GPU_PASSWORD; logs in at auth), or a bearer token in GPU_TOKEN.
- * Where: the platform's one origin, its gateway, for every call to auth and billing (`--url` or GATEWAY_URL: as
- * `pnpm demo`, default `pnpm start`'s at PLATFORM_PORT_BASE+10; docker-compose's is the same, 127.0.0.1:8080), and
- * the chain's JSON-RPC for the transfer (`--rpc` or SOLANA_RPC_URL, default `pnpm start`'s at PLATFORM_PORT_BASE+5;
- * docker-compose publishes its validator's there too). The wallet is the caller's user wallet of the keypair's
- * address, opened (and its address proven) on first use; `--wallet ID` names one instead.
+ * Who you are: `gpu`'s (its saved sign-in, GPU_API_KEY); or, for this one command, `--email`/`--password`
+ * (GPU_EMAIL/GPU_PASSWORD: signed in for it and signed out after, so no sign-in is left behind) or GPU_TOKEN (an
+ * access token, or an API key), with a configuration folder of the command's own (so nothing of it is saved).
+ * Where: `--url` or GATEWAY_URL, else where `gpu` looks (its saved URL, PLATFORM_PORT_BASE/PLATFORM_HOST, the file
+ * `pnpm start` writes in its data folder, 127.0.0.1:8080); the chain's JSON-RPC for a deposit: `--rpc` or
+ * SOLANA_RPC_URL, else `pnpm start`'s the same way.
  *
- * An address belongs to one user (billing answers ADDRESS_PROVEN_ELSEWHERE to a second one), so each user needs an
- * address of their own: `new` makes a keypair, and `fund` mints platform tokens to any address on the local chain of
- * that `pnpm start` and gives it SOL for fees (scripts/lib/faucet.ts; the mint authority's keypair is in its data
- * folder, PLATFORM_DATA_DIR). `--test-wallet NAME` takes the keypair of one of the local chain's three funded test
- * wallets (`wallet-1` ...) from that data folder instead.
- *
- * A user's mistake (a bad flag, a wrong password, a service that does not answer, a keypair file that is not there)
- * is one line on standard error and exit status 1 (2 for a bad command line); WALLET_DEBUG=1 adds the stack trace.
+ * A mistake on the command line is one line on standard error and exit status 2; a failure is one line (`gpu: ...`
+ * from gpu) and exit status 1.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { billingClient, staticToken, type TokenSource, unwrap, userLogin } from '@gpu/client';
-import { claimDeposit, DepositClaimError, deposit, proveAddress, readKeypair } from '@gpu/client/solana';
+import { ApiError, authClient, unwrap } from '@gpu/client';
+import { readKeypair } from '@gpu/client/solana';
 import { Connection, Keypair, PublicKey } from '@solana/web3.js';
+import { readConfig } from '../tools/cli/src/config.ts';
+import { chainRpcUrl, platformUrl } from '../tools/cli/src/platform-url.ts';
 import { FaucetError, fund, localMint } from './lib/faucet.ts';
-import { platformDataDir, platformHost, platformPorts, SettingError } from './lib/platform.ts';
+import { platformDataDir, SettingError } from './lib/platform.ts';
 import { answerHelp } from './lib/usage.ts';
 
-const USAGE = `usage: pnpm wallet <open|deposit|balance|claim> [--keypair FILE | --test-wallet NAME] [--amount TOKENS]
-                 [--wallet ID] [--signature SIG] [--email E --password P | GPU_TOKEN=...] [--url URL] [--rpc URL]
-       pnpm wallet new --keypair FILE
-       pnpm wallet fund (--keypair FILE | --address ADDRESS) [--amount TOKENS] [--rpc URL]
+const USAGE = `usage: pnpm wallet <command> ...: gpu wallet (pnpm gpu wallet --help), its answers as JSON, and the local chain's helpers
 
-  open     a wallet for the keypair's address, its address proven
-  deposit  send --amount tokens from the keypair to the treasury, credited to the wallet
-  balance  the wallet's balance
-  claim    credit a transfer already sent (--signature), once
-  new      write a new keypair (a new address) to FILE, which must not exist (mode 0600)
-  fund     mint --amount tokens (default 1000) to an address on the local chain of pnpm start, with SOL for fees
+  pnpm wallet open    (--keypair FILE | --test-wallet NAME)                  your wallet at the keypair's address, proven
+  pnpm wallet deposit (--keypair FILE | --test-wallet NAME) --amount TOKENS [--wallet ID] [--rpc URL]
+  pnpm wallet balance [--wallet ID | --keypair FILE]
+  pnpm wallet claim   --signature SIG [--amount TOKENS] [--wallet ID | --keypair FILE]
+  pnpm wallet list | use ID | history [ID] | withdraw [ID] --amount TOKENS    as gpu wallet has them
+  pnpm wallet new     --keypair FILE                        a new keypair (a new address) in FILE, which must not exist (0600)
+  pnpm wallet fund    (--keypair FILE | --address ADDRESS) [--amount TOKENS] [--rpc URL]
+                      mint tokens (default 1000) and SOL for fees to an address on pnpm start's local chain
 
-  --url URL   the platform's gateway, for every call to auth and billing (GATEWAY_URL; default pnpm start's,
-              PLATFORM_PORT_BASE+10 = 127.0.0.1:8080, docker-compose's too)
-  --rpc URL   the chain's JSON-RPC (SOLANA_RPC_URL; default pnpm start's, PLATFORM_PORT_BASE+5 = 127.0.0.1:8899)
+  who     gpu's sign-in (pnpm gpu login), or for this command alone --email E --password P (GPU_EMAIL, GPU_PASSWORD;
+          signed out after) or GPU_TOKEN (an access token or an API key)
+  --url   the platform's gateway (GATEWAY_URL; default where gpu looks: its saved URL, PLATFORM_PORT_BASE+10 and
+          PLATFORM_HOST, pnpm start's data folder, 127.0.0.1:8080)
+  --rpc   the chain's JSON-RPC (SOLANA_RPC_URL; default pnpm start's, PLATFORM_PORT_BASE+5 = 127.0.0.1:8899)
 
 An address belongs to one user: give each user one of their own (new, then fund). --test-wallet wallet-1 (to
 wallet-3) takes a funded test wallet of the local chain; it and fund read pnpm start's data folder (PLATFORM_DATA_DIR).`;
@@ -66,21 +66,28 @@ function usageError(message: string): never {
   process.exit(2);
 }
 
-/** One line for an error a user can act on: the message and, for a network failure, what lay under it. */
-function oneLine(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  const cause = err.cause instanceof Error ? err.cause : undefined;
-  if (err.message === 'fetch failed' && cause) {
-    return `a service did not answer (${cause.message}): is the platform running (pnpm start) where PLATFORM_PORT_BASE, PLATFORM_HOST or the flags say?`;
-  }
-  return err.message.split('\n')[0] as string;
+/** Fails with one line, exit status 1. */
+function fail(message: string): never {
+  process.stderr.write(`pnpm wallet: ${message}\n`);
+  process.exit(1);
 }
 
-let parsed: ReturnType<typeof parseCommandLine>;
+/** What a network failure lay on, or the message. */
+const oneLine = (err: unknown) => {
+  const cause = (err as { cause?: { message?: string } }).cause;
+  return (err as Error).message === 'fetch failed' && cause?.message ? cause.message : (err as Error).message;
+};
+
+/** The commands this script translates; any other goes to gpu wallet as it is. */
+const TRANSLATED = ['open', 'deposit', 'balance', 'claim', 'new', 'fund'];
+const command = process.argv[2];
+if (!command) usageError('which command? open, deposit, balance, claim, list, use, history, withdraw, new or fund');
+
+let values: ReturnType<typeof parseCommandLine>['values'];
+let positionals: string[];
 function parseCommandLine() {
-  const ports = platformPorts();
-  const host = platformHost();
   return parseArgs({
+    args: process.argv.slice(3),
     allowPositionals: true,
     options: {
       keypair: { type: 'string' },
@@ -91,30 +98,27 @@ function parseCommandLine() {
       address: { type: 'string' },
       email: { type: 'string', default: process.env.GPU_EMAIL },
       password: { type: 'string', default: process.env.GPU_PASSWORD },
-      url: { type: 'string', default: process.env.GATEWAY_URL || host.url(ports.gateway) },
-      rpc: { type: 'string', default: process.env.SOLANA_RPC_URL ?? host.url(ports.solana) },
+      url: { type: 'string', default: process.env.GATEWAY_URL },
+      rpc: { type: 'string' },
     },
   });
 }
-try {
-  parsed = parseCommandLine();
-} catch (err) {
-  if (err instanceof SettingError) fail(err.message);
-  usageError((err as Error).message);
+if (TRANSLATED.includes(command)) {
+  try {
+    ({ values, positionals } = parseCommandLine());
+  } catch (err) {
+    usageError((err as Error).message);
+  }
+  if (positionals.length > (['deposit', 'balance', 'claim'].includes(command) ? 1 : 0)) {
+    usageError(`unexpected ${positionals.join(' ')}`);
+  }
+  if (values.keypair && values['test-wallet']) usageError('--keypair or --test-wallet, not both');
+  if (positionals[0] && values.wallet) usageError('a wallet ID or --wallet, not both');
+} else {
+  // Passed to gpu as given (its own --url among them); who and where from the environment.
+  values = { email: process.env.GPU_EMAIL, password: process.env.GPU_PASSWORD, url: process.env.GATEWAY_URL };
+  positionals = [];
 }
-const { positionals, values } = parsed;
-
-/** Fails with one line, exit status 1. */
-function fail(message: string): never {
-  process.stderr.write(`pnpm wallet: ${message}\n`);
-  process.exit(1);
-}
-
-const command = positionals[0];
-if (!command) usageError('which command? open, deposit, balance, claim, new or fund');
-if (!['open', 'deposit', 'balance', 'claim', 'new', 'fund'].includes(command)) usageError(`no command ${command}`);
-if (positionals.length > 1) usageError(`unexpected ${positionals.slice(1).join(' ')}`);
-if (values.keypair && values['test-wallet']) usageError('--keypair or --test-wallet, not both');
 
 /** The keypair file: --keypair, or the file of the local chain's test wallet --test-wallet names. */
 function keypairFile(): string | undefined {
@@ -132,10 +136,10 @@ function keypairFile(): string | undefined {
   return wallet.keypair_file;
 }
 
-/** The keypair, or one line saying why it cannot be read. */
-function keypairOf(file: string): ReturnType<typeof readKeypair> {
+/** The keypair's address, or one line saying why it cannot be read. */
+function addressOf(file: string): string {
   try {
-    return readKeypair(file);
+    return readKeypair(file).publicKey.toBase58();
   } catch (err) {
     fail(`cannot read the keypair ${file}: ${(err as Error).message}`);
   }
@@ -163,7 +167,7 @@ async function fundAddress(): Promise<never> {
   if (Boolean(values.address) === Boolean(file)) usageError('fund needs --keypair FILE or --address ADDRESS (one)');
   let to: PublicKey;
   try {
-    to = new PublicKey(values.address ?? keypairOf(file as string).publicKey.toBase58());
+    to = new PublicKey(values.address ?? addressOf(file as string));
   } catch {
     fail(`not a Solana address: ${values.address}`);
   }
@@ -173,79 +177,92 @@ async function fundAddress(): Promise<never> {
   } catch (err) {
     fail(`${oneLine(err)}: is PLATFORM_DATA_DIR the data folder of pnpm start?`);
   }
+  const rpc = chainRpcUrl(values.rpc, process.env);
   try {
-    print(await fund(new Connection(values.rpc, 'confirmed'), mint, to, values.amount ?? '1000'));
+    print(await fund(new Connection(rpc, 'confirmed'), mint, to, values.amount ?? '1000'));
   } catch (err) {
     if (err instanceof FaucetError) fail(err.message);
-    if (process.env.WALLET_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
-    fail(`the local chain at ${values.rpc} did not fund ${to.toBase58()}: ${oneLine(err)}`);
+    fail(`the local chain at ${rpc} did not fund ${to.toBase58()}: ${oneLine(err)}`);
   }
   process.exit(0);
 }
 
-if (command === 'new') newKeypair(values.keypair);
-if (command === 'fund') await fundAddress();
-
-let token: TokenSource;
-if (values.email && values.password) {
-  token = userLogin({ authUrl: values.url, email: values.email, password: values.password });
-} else if (process.env.GPU_TOKEN) {
-  token = staticToken(process.env.GPU_TOKEN);
-} else {
-  usageError('who are you? pass --email and --password (or GPU_EMAIL, GPU_PASSWORD), or set GPU_TOKEN');
+/** `gpu wallet ...` for a translated command. */
+function gpuWalletArgs(): string[] {
+  const file = keypairFile();
+  const id = positionals[0] ?? values.wallet;
+  const ids = id ? [id] : [];
+  const rpc = values.rpc ? ['--rpc', values.rpc] : [];
+  const amount = values.amount ? ['--amount', values.amount] : [];
+  switch (command) {
+    case 'open':
+      if (!file) usageError('open needs --keypair FILE (or --test-wallet NAME)');
+      return ['open', '--keypair', file];
+    case 'deposit':
+      if (values.signature) return ['deposit', ...ids, '--signature', values.signature, ...amount];
+      if (!file || !values.amount)
+        usageError('deposit needs --keypair FILE (or --test-wallet NAME) and --amount TOKENS');
+      return ['deposit', ...ids, '--keypair', file, ...amount, ...rpc];
+    case 'claim': {
+      if (!values.signature) usageError('claim needs --signature SIG (and --wallet ID or --keypair FILE)');
+      const which = file && !id ? ['--address', addressOf(file)] : ids;
+      return ['deposit', ...which, '--signature', values.signature, ...amount];
+    }
+    default:
+      return ['balance', ...(file && !id ? ['--address', addressOf(file)] : ids)];
+  }
 }
-const billing = billingClient({ baseUrl: values.url, token });
 
-/** The caller's user ID, from the token's subject. */
-async function userId(): Promise<string> {
-  const [, payload] = (await token.get()).split('.');
-  return JSON.parse(Buffer.from(payload ?? '', 'base64url').toString('utf8')).sub;
+try {
+  if (command === 'new') newKeypair(values.keypair);
+  if (command === 'fund') await fundAddress();
+  const args = TRANSLATED.includes(command) ? gpuWalletArgs() : process.argv.slice(2);
+  await runGpu(['wallet', ...args]);
+} catch (err) {
+  if (err instanceof SettingError) fail(err.message);
+  throw err;
 }
 
 /**
- * The wallet to act on: `--wallet`, else the caller's user wallet of the keypair's address (opened now when they
- * have none; the 409 of one that exists names it).
+ * Runs `gpu --json [--url] <args>` in this process: as gpu's saved sign-in, or as the one given for this command
+ * alone (signed out after).
  */
-async function walletId(keypair?: ReturnType<typeof readKeypair>): Promise<string> {
-  if (values.wallet) return values.wallet;
-  if (!keypair) fail('pass --wallet ID (printed by `pnpm wallet open`) or --keypair FILE');
-  const opened = await billing.POST('/api/v1/wallet', {
-    body: { owner_type: 'user', owner_id: await userId(), solana_address: keypair.publicKey.toBase58() },
-  });
-  const existing = (opened.error as { code?: string; wallet_id?: string } | undefined) ?? {};
-  if (existing.code === 'WALLET_ALREADY_EXISTS' && existing.wallet_id) return existing.wallet_id;
-  return unwrap(opened).id;
-}
-
-const file = keypairFile();
-try {
-  if (command === 'open') {
-    if (!file) usageError('open needs --keypair FILE (or --test-wallet NAME)');
-    const keypair = keypairOf(file);
-    const id = await walletId(keypair);
-    await proveAddress(billing, id, keypair);
-    print(unwrap(await billing.GET('/api/v1/wallet/{walletID}', { params: { path: { walletID: id } } })));
-  } else if (command === 'deposit') {
-    if (!file || !values.amount) usageError('deposit needs --keypair FILE (or --test-wallet NAME) and --amount TOKENS');
-    const keypair = keypairOf(file);
-    const id = await walletId(keypair);
-    await proveAddress(billing, id, keypair);
-    print(await deposit({ billing, rpcUrl: values.rpc, keypair, walletId: id, amount: values.amount }));
-  } else if (command === 'claim') {
-    if (!values.signature) usageError('claim needs --signature SIG (and --wallet ID or --keypair FILE)');
-    const id = await walletId(file ? keypairOf(file) : undefined);
-    print(await claimDeposit({ billing, walletId: id, signature: values.signature, amount: values.amount }));
-  } else {
-    const id = await walletId(file ? keypairOf(file) : undefined);
-    print(unwrap(await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: id } } })));
+async function runGpu(args: string[]): Promise<void> {
+  const env = process.env;
+  const { email, password } = values;
+  const given = env.GPU_TOKEN;
+  const once = Boolean(email && password) || Boolean(given);
+  // A sign-in for this command alone saves nothing: a configuration folder of its own, gone after.
+  const configDir = once ? mkdtempSync(path.join(tmpdir(), 'pnpm-wallet-')) : undefined;
+  if (configDir) env.GPU_CONFIG_DIR = configDir;
+  const url = platformUrl(values.url, env, readConfig(env).url).url;
+  let refreshToken: string | undefined;
+  if (given?.startsWith('gpk_')) {
+    env.GPU_API_KEY = given;
+    delete env.GPU_TOKEN;
+  } else if (email && password && !given) {
+    const pair = await authClient({ baseUrl: url })
+      .POST('/api/v1/auth/login', { body: { email, password } })
+      .then(unwrap)
+      .catch((err: unknown) =>
+        fail(
+          err instanceof ApiError
+            ? `signing in as ${email} at ${url}: auth answered ${err.message}`
+            : `cannot reach the platform at ${url}: ${oneLine(err)}`,
+        ),
+      );
+    env.GPU_TOKEN = pair.access_token;
+    refreshToken = pair.refresh_token;
   }
-} catch (err) {
-  if (err instanceof DepositClaimError) {
-    process.stderr.write(
-      `${err.message}\nsignature: ${err.signature}\nclaim it with: ${err.claimCommand} --url ${values.url}\n`,
-    );
-    process.exit(1);
+  process.argv = [process.argv[0]!, 'gpu', '--json', ...(values.url ? ['--url', values.url] : []), ...args];
+  try {
+    await import('../tools/cli/src/main.ts');
+  } finally {
+    if (refreshToken) {
+      await authClient({ baseUrl: url })
+        .POST('/api/v1/auth/logout', { body: { refresh_token: refreshToken } })
+        .catch(() => undefined);
+    }
+    if (configDir) rmSync(configDir, { recursive: true, force: true });
   }
-  if (process.env.WALLET_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
-  fail(oneLine(err));
 }

@@ -305,6 +305,11 @@ describe('pnpm start', () => {
     const offers = await gpu(['offers', '--gpu-model', 'H100', '--json'], withKey);
     expect(offers.code, offers.stderr).toBe(0);
     expect(Array.isArray(JSON.parse(offers.stdout))).toBe(true);
+    // Told no URL, gpu finds this platform as pnpm start placed it: by its variables, or by the file in its folder.
+    const found = (env: Record<string, string>) =>
+      gpu(['offers', '--json'], { ...withKey, GPU_URL: '', PLATFORM_PORT_BASE: '', PLATFORM_HOST: '', ...env });
+    expect((await found(platformEnv(dataDir))).code).toBe(0);
+    expect((await found({ PLATFORM_DATA_DIR: dataDir })).code).toBe(0);
     // The key's scope ends at offers: one line with the code, exit status 1; the key itself is never printed.
     const sessions = await gpu(['sessions'], withKey);
     expect(sessions).toMatchObject({ code: 1 });

@@ -1,11 +1,13 @@
 /**
  * `pnpm wallet` as a user meets it before anything reaches the chain: `--help` is usage and success; a bad flag, a
  * keypair file that is not there, a platform that does not answer and a data folder without test wallets are each one
- * line on standard error, without a stack trace, and a non-zero exit; it looks for the platform's gateway where
+ * line on standard error, without a stack trace, and a non-zero exit (`pnpm wallet: ...` for what it checks itself,
+ * `gpu: ...` for what `gpu wallet`, which runs its wallet commands, says); it looks for the platform's gateway where
  * PLATFORM_PORT_BASE or GATEWAY_URL put it, and for the local chain's files where PLATFORM_DATA_DIR does, as
  * `pnpm start` and `pnpm demo` do; `new` writes a new keypair and never replaces one. (A wrong password, a deposit from
  * a test wallet, and four users funded with new addresses and depositing through the gateway alone, against a running
- * platform, are in tests/start.test.ts.)
+ * platform, are in tests/start.test.ts; an API key, a sign-in for one command that leaves none behind and an address
+ * of no wallet of the user's, against the real services, in tools/cli/test/accounts.test.ts.)
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, statSync } from 'node:fs';
@@ -34,9 +36,9 @@ async function wallet(args: string[], env: Record<string, string> = {}) {
   );
 }
 
-/** One line on standard error, no stack trace. */
-const oneLine = (stderr: string) => {
-  expect(stderr).toMatch(/^pnpm wallet: [^\n]+\n$/);
+/** One line on standard error (from pnpm wallet itself, or from gpu), no stack trace. */
+const oneLine = (stderr: string, from = 'pnpm wallet') => {
+  expect(stderr).toMatch(new RegExp(`^${from}: [^\n]+\n$`));
   expect(stderr).not.toMatch(/\n\s+at /);
 };
 
@@ -44,7 +46,8 @@ describe('pnpm wallet', () => {
   it('prints its usage for --help and exits 0', async () => {
     const res = await wallet(['--help']);
     expect(res.code).toBe(0);
-    expect(res.stdout).toMatch(/^usage: pnpm wallet <open\|deposit\|balance\|claim>/);
+    expect(res.stdout).toMatch(/^usage: pnpm wallet <command> \.\.\.: gpu wallet/);
+    expect(res.stdout).toContain('pnpm wallet deposit (--keypair FILE | --test-wallet NAME) --amount TOKENS');
     expect(res.stdout).toContain('--test-wallet NAME');
     expect(res.stderr).toBe('');
   });
@@ -60,7 +63,7 @@ describe('pnpm wallet', () => {
     const file = path.join(tmpdir(), 'no-such-keypair.json');
     const res = await wallet(['open', '--keypair', file], { GPU_TOKEN: 'x' });
     expect(res.code).toBe(1);
-    oneLine(res.stderr);
+    oneLine(res.stderr, 'gpu');
     expect(res.stderr).toContain(`cannot read the keypair ${file}: ENOENT`);
   });
 
@@ -70,8 +73,10 @@ describe('pnpm wallet', () => {
       PLATFORM_PORT_BASE: nowhere,
     });
     expect(res.code).toBe(1);
-    oneLine(res.stderr);
-    expect(res.stderr).toContain(`a service did not answer (connect ECONNREFUSED 127.0.0.1:${Number(nowhere) + 10})`);
+    expect(res.stderr).toBe(
+      `gpu: cannot reach the platform at http://127.0.0.1:${Number(nowhere) + 10} (from PLATFORM_PORT_BASE and ` +
+        'PLATFORM_HOST): ECONNREFUSED\n',
+    );
   });
 
   it('goes to GATEWAY_URL (or --url) for auth and billing alike', async () => {
@@ -83,7 +88,9 @@ describe('pnpm wallet', () => {
     oneLine(login.stderr);
     expect(login.stderr).toContain(`ECONNREFUSED 127.0.0.1:${Number(nowhere) + 7}`);
     const flag = await wallet(['balance', '--wallet', 'w', '--url', gateway], { GPU_TOKEN: 'x' });
-    expect(flag.stderr).toContain(`ECONNREFUSED 127.0.0.1:${Number(nowhere) + 7}`);
+    expect(flag.stderr).toBe(`gpu: cannot reach the platform at ${gateway} (given with --url): ECONNREFUSED\n`);
+    const env = await wallet(['balance', '--wallet', 'w'], { GPU_TOKEN: 'x', GATEWAY_URL: gateway });
+    expect(env.stderr).toBe(flag.stderr);
   });
 
   it('writes a new keypair (mode 0600) with new, and never replaces one', async () => {

@@ -1,9 +1,10 @@
 /**
- * Where `pnpm start` puts the platform, for it and for the commands that talk to it (`pnpm demo`, `pnpm wallet`): the
+ * Where `pnpm start` puts the platform, for it and for the commands that talk to it (`pnpm demo`, `pnpm wallet`, `gpu`): the
  * data folder (PLATFORM_DATA_DIR, default `<repo>/.data`), the ports (the contract's and the gateway's 8080, or
  * PLATFORM_PORT_BASE + 0..6 and 10: services at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at
  * base+5 and its WebSocket at base+6, the gateway at base+10) and the address every process listens on (PLATFORM_HOST, default 127.0.0.1: this machine only).
  */
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { connect, createServer, isIP } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -87,4 +88,37 @@ export function portFree(port: number, host: string): Promise<boolean> {
     server.once('error', () => resolve(false));
     server.listen({ port, host, exclusive: true }, () => server.close(() => resolve(true)));
   });
+}
+
+/**
+ * Where a running `pnpm start` is reached, as it wrote it into its data folder once everything listened
+ * (`<data>/platform.json`, replaced whole at each start): for `gpu`, which finds the platform there when it is given no
+ * URL and no PLATFORM_PORT_BASE or PLATFORM_HOST (tools/cli/src/platform-url.ts).
+ */
+export interface PlatformFile {
+  /** The gateway, the platform's one origin. */
+  gateway: string;
+  /** The local chain's JSON-RPC. */
+  solana_rpc: string;
+}
+
+export const platformFile = (dataDir: string) => path.join(dataDir, 'platform.json');
+
+export function writePlatformFile(dataDir: string, urls: PlatformFile): void {
+  const file = platformFile(dataDir);
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, `${JSON.stringify(urls, null, 2)}\n`);
+  renameSync(tmp, file);
+}
+
+/** What `pnpm start` wrote into the data folder, or undefined where it wrote nothing readable. */
+export function readPlatformFile(dataDir: string): PlatformFile | undefined {
+  try {
+    const urls = JSON.parse(readFileSync(platformFile(dataDir), 'utf8')) as Partial<PlatformFile>;
+    return typeof urls.gateway === 'string' && typeof urls.solana_rpc === 'string'
+      ? { gateway: urls.gateway, solana_rpc: urls.solana_rpc }
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }

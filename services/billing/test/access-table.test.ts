@@ -121,6 +121,11 @@ function table(): Record<string, AccessRule> {
       }),
       expect: { admin: 201, service: 201, others: 403 },
     },
+    // Every user lists their own (wallets.test.ts: nobody else's); a machine client holds none and lists none.
+    'GET /api/v1/wallet': {
+      request: () => ({}),
+      expect: { others: 200, daemon: 403, other_daemon: 403, gateway: 403, scheduler: 403 },
+    },
     'GET /api/v1/wallet/:walletID': { request: () => ({ url: w() }), expect: HOLDER(200) },
     'POST /api/v1/wallet/:walletID/address-challenge': {
       request: () => ({ url: `${w()}/address-challenge` }),

@@ -277,9 +277,10 @@ describe('pnpm wallet claim', () => {
     expect(sent.code).toBe(1);
     const signature = /^signature: (\S+)$/m.exec(sent.stderr)?.[1];
     expect(signature).toBeDefined();
-    const line = /^claim it with: pnpm (wallet claim .*)$/m.exec(sent.stderr)?.[1];
+    // The line that claims it later: gpu's, which pnpm wallet runs too.
+    const line = /^claim it with: gpu (wallet deposit .*)$/m.exec(sent.stderr)?.[1];
     expect(line).toBe(
-      `wallet claim --signature ${signature} --amount 3.000000 --wallet ${walletId} --url ${middle.url}`,
+      `wallet deposit ${walletId} --signature ${signature} --amount 3.000000 --url ${middle.url.replace(/\/$/, '')}`,
     );
     expect(await tokens(keypair)).toBe('97');
     expect(await h.balanceOf(walletId)).toMatchObject({ available: '0.000000' });
@@ -288,7 +289,7 @@ describe('pnpm wallet claim', () => {
     const claimed = await walletCli(line!.split(' ').slice(1), user.token);
     expect(claimed).toMatchObject({ code: 0 });
     const first = JSON.parse(claimed.stdout);
-    expect(first).toMatchObject({ signature, transaction: { amount: '3.000000', status: 'confirmed' } });
+    expect(first).toMatchObject({ signature, type: 'deposit', amount: '3.000000', status: 'confirmed' });
     expect(await h.balanceOf(walletId)).toMatchObject({ available: '3.000000' });
 
     // Again, with the keypair naming the wallet and the amount as typed: the same deposit, nothing more.
@@ -297,7 +298,7 @@ describe('pnpm wallet claim', () => {
       user.token,
     );
     expect(again).toMatchObject({ code: 0 });
-    expect(JSON.parse(again.stdout).transaction.id).toBe(first.transaction.id);
+    expect(JSON.parse(again.stdout).id).toBe(first.id);
     expect(await h.balanceOf(walletId)).toMatchObject({ available: '3.000000' });
   });
 

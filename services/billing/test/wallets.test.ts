@@ -180,3 +180,34 @@ describe('GET /api/v1/wallet/{id}/transactions', () => {
     expect(bad.json()).toMatchObject({ code: 'INVALID_CURSOR', errors: [{ path: 'querystring.cursor' }] });
   });
 });
+
+describe('GET /api/v1/wallet', () => {
+  it("lists the caller's own wallets, oldest first, page by page; nobody else's", async () => {
+    const user = await h.issuer.user(['renter', 'provider']);
+    const stranger = await h.issuer.user(['renter']);
+    const own = await h.fundedWallet('0', 'user', undefined, { ownerId: user.id });
+    const machines = [];
+    for (let i = 0; i < 2; i++) machines.push(await h.fundedWallet('0', 'provider', undefined, { holderId: user.id }));
+    await h.fundedWallet('0', 'user', undefined, { ownerId: stranger.id });
+
+    const first = await h.app.inject({ method: 'GET', url: '/api/v1/wallet?limit=2', headers: user.headers });
+    expect(first.statusCode, first.body).toBe(200);
+    expect(first.json().map((w: { id: string }) => w.id)).toEqual([own.id, machines[0]!.id]);
+    expect(first.json()[0]).toMatchObject({ owner_type: 'user', owner_id: user.id, holder_id: user.id });
+    const next = first.headers['x-next-cursor'] as string;
+    expect(next).toBeTruthy();
+    const last = await h.app.inject({
+      method: 'GET',
+      url: `/api/v1/wallet?limit=2&cursor=${next}`,
+      headers: user.headers,
+    });
+    expect(last.json()).toMatchObject([{ id: machines[1]!.id, owner_type: 'provider', holder_id: user.id }]);
+    expect(last.headers['x-next-cursor']).toBeUndefined();
+
+    const theirs = await h.app.inject({ method: 'GET', url: '/api/v1/wallet', headers: stranger.headers });
+    expect(theirs.json()).toHaveLength(1);
+    expect(theirs.json()[0].owner_id).toBe(stranger.id);
+    const bad = await h.app.inject({ method: 'GET', url: '/api/v1/wallet?cursor=abc', headers: user.headers });
+    expect(bad.json()).toMatchObject({ code: 'INVALID_CURSOR' });
+  });
+});

@@ -7,9 +7,8 @@ import { authClient, billingClient, objectStore, registryClient } from '@gpu/cli
 import Table from 'cli-table3';
 import { type Command, InvalidArgumentError } from 'commander';
 import { readConfig } from './config.ts';
+import { platformUrl } from './platform-url.ts';
 import { tokenSource } from './session.ts';
-
-export const DEFAULT_URL = 'http://127.0.0.1:8080';
 
 export interface Globals {
   url?: string;
@@ -24,7 +23,7 @@ export function context(program: Command) {
   const globals = program.opts<Globals>();
   const env = process.env;
   const config = readConfig(env);
-  const url = (globals.url || env.GPU_URL || config.url || DEFAULT_URL).replace(/\/$/, '');
+  const { url } = platformUrl(globals.url, env, config.url);
   const token = tokenSource(url, env, config);
   return {
     url,

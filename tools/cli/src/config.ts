@@ -1,7 +1,8 @@
 /**
  * Where `gpu` keeps who it is: `config.json` in `$GPU_CONFIG_DIR`, else `$XDG_CONFIG_HOME/gpu`, else
- * `~/.config/gpu` (the folder 0700, the file 0600, written whole through a rename): the platform's URL, and either an
- * API key or the refresh token of a sign-in (single use: each use writes the next one). Never printed.
+ * `~/.config/gpu` (the folder 0700, the file 0600, written whole through a rename): the platform's URL, either an
+ * API key or the refresh token of a sign-in (single use: each use writes the next one), never printed, and the default
+ * wallet (`gpu wallet use`, or the first `gpu wallet open`), which a new `gpu login` forgets with the sign-in.
  */
 import { chmodSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
@@ -12,6 +13,8 @@ export interface CliConfig {
   api_key?: string;
   refresh_token?: string;
   email?: string;
+  /** The wallet that pays when a command is given none (`rent`, `run`, `jobs submit`, `wallet balance`, ...). */
+  wallet?: string;
 }
 
 /** A file of the config directory: `config.json`, or `uploads.json` (resumable uploads under way). */
@@ -53,4 +56,9 @@ export function writeConfigFile(env: NodeJS.ProcessEnv, name: ConfigFileName, va
   writeFileSync(tmp, `${JSON.stringify(value, null, 2)}\n`, { mode: 0o600 });
   chmodSync(tmp, 0o600);
   renameSync(tmp, file);
+}
+
+/** Saves `change` into the configuration as it is now (another step of this run may have rotated its sign-in). */
+export function updateConfig(env: NodeJS.ProcessEnv, change: Partial<CliConfig>): void {
+  writeConfig(env, { ...readConfig(env), ...change });
 }

@@ -1,9 +1,9 @@
 /**
- * The caller `gpu` acts as: an API key (`GPU_API_KEY`, or the one `gpu login --api-key` saved), else the sign-in
- * `gpu login --email` saved (its refresh token, rotated at each use and saved again), else nobody (a command that
- * needs a token says: gpu login).
+ * The caller `gpu` acts as: an access token in `GPU_TOKEN` (never renewed), else an API key (`GPU_API_KEY`, or the
+ * one `gpu login --api-key` saved), else the sign-in `gpu login --email` saved (its refresh token, rotated at each use
+ * and saved again), else nobody (a command that needs a token says: gpu login).
  */
-import { apiKeyToken, authClient, type TokenSource, unwrap } from '@gpu/client';
+import { apiKeyToken, authClient, staticToken, type TokenSource, unwrap } from '@gpu/client';
 import { type CliConfig, readConfig, writeConfig } from './config.ts';
 
 /** How long before its expiry a sign-in's access token is renewed. */
@@ -49,6 +49,8 @@ function signIn(url: string, env: NodeJS.ProcessEnv, config: CliConfig): TokenSo
 }
 
 export function tokenSource(url: string, env: NodeJS.ProcessEnv, config: CliConfig): TokenSource {
+  // An access token a program already holds (a test's, `pnpm wallet`'s sign-in for one command): used as it is.
+  if (env.GPU_TOKEN) return staticToken(env.GPU_TOKEN);
   const apiKey = env.GPU_API_KEY || config.api_key;
   if (apiKey) return apiKeyToken({ authUrl: url, apiKey });
   if (config.refresh_token) return signIn(url, env, config);

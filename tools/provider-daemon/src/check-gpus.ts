@@ -4,7 +4,8 @@
  * that the kernel holds a sandbox to its memory and its disk (workloads/check.ts), with the daemon's configuration
  * (`DAEMON_CONFIG_FILE`: its GPU source, bubblewrap, container and workload settings; no credentials). Exit status 0
  * when every lease saw exactly its GPUs and the memory and disk limits held, 1 when not, 2 when the check could not
- * run.
+ * run (with `--json`, `{"ok": false, "ran": false, "error": ...}` on standard output then: a machine without a driver
+ * answers JSON too).
  */
 import { loadDaemonConfig } from './config.ts';
 import { gpuSource } from './gpu/source.ts';
@@ -67,6 +68,9 @@ try {
   console.log(flags.includes('--json') ? JSON.stringify(report, null, 2) : table(report));
   process.exitCode = report.ok ? 0 : 1;
 } catch (err) {
-  console.error(`check-gpus: ${(err as Error).message}`);
+  const message = (err as Error).message;
+  console.error(`check-gpus: ${message}`);
+  // A program reading --json reads why too: no driver, no bubblewrap, a configuration it cannot use.
+  if (flags.includes('--json')) console.log(JSON.stringify({ ok: false, ran: false, error: message }, null, 2));
   process.exitCode = 2;
 }

@@ -90,7 +90,7 @@ describe('check-gpus', () => {
     expect(report.leases[0]!.errors[0]).toMatch(/^ls \/dev: failed: sandbox_unavailable/);
   });
 
-  it('is a command line: exit 0 and the report as JSON, 2 when bubblewrap is missing', () => {
+  it('is a command line: exit 0 and the report as JSON, 2 and JSON saying why when bubblewrap or the driver is missing', () => {
     const file = path.join(root, 'daemon.yaml');
     writeFileSync(file, JSON.stringify(settings));
     const run = (env: Record<string, string>) =>
@@ -107,5 +107,13 @@ describe('check-gpus', () => {
     const missing = run({ DAEMON__WORKLOADS__BWRAP_PATH: '/nonexistent/bwrap' });
     expect(missing.status).toBe(2);
     expect(missing.stderr).toContain('cannot be run: apt-get install bubblewrap');
+    expect(JSON.parse(missing.stdout)).toMatchObject({ ok: false, ran: false, error: /apt-get install bubblewrap/ });
+    // A machine without a driver: JSON on standard output all the same, saying so.
+    const noDriver = run({
+      DAEMON__GPU__SOURCE: 'nvidia-smi',
+      DAEMON__GPU__NVIDIA_SMI_PATH: '/nonexistent/nvidia-smi',
+    });
+    expect(noDriver.status).toBe(2);
+    expect(JSON.parse(noDriver.stdout)).toMatchObject({ ok: false, ran: false, error: /nvidia-smi/ });
   });
 });

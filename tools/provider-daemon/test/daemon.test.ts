@@ -196,6 +196,10 @@ describe('provider daemon', () => {
     const example = new URL('../daemon.example.yaml', import.meta.url).pathname;
     const loaded = loadDaemonConfig({ DAEMON_CONFIG_FILE: example });
     expect(loaded.provider.name).toBe('rig-1');
+    // Every service through the gateway, as the README recommends: none at a port of its own.
+    expect([loaded.platform_url, loaded.auth_url, loaded.registry_url, loaded.billing_url]).toEqual(
+      Array(4).fill('http://127.0.0.1:8080'),
+    );
     expect(loaded.gpu.source).toBe('nvidia-smi');
     expect(loaded.workloads).toMatchObject({
       run_dir: '/var/lib/gpu-daemon/workloads',

@@ -854,7 +854,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * The caller's wallets: their user wallet and their machines' provider wallets, oldest first
+         * @description The wallets the calling user holds (a machine client holds none: an empty list). When more follow, the answer carries `X-Next-Cursor` and a `Link` to the next page (rel="next"); pass it back as `cursor`. 400 INVALID_CURSOR for a cursor not from this list.
+         */
+        get: operations["listWallets"];
         put?: never;
         /**
          * Create a wallet for a user or provider (one per owner and type)
@@ -2015,6 +2019,8 @@ export interface components {
             /** Format: uuid */
             wallet_id: string;
         };
+        /** @description Wallets, oldest first; `X-Next-Cursor` names the next page */
+        WalletList: components["schemas"]["Wallet"][];
         WithdrawalRequest: {
             /** @description token amount as a decimal string, above zero, with at most the token's decimals (6 by default) */
             amount: string & (unknown & unknown);
@@ -4362,6 +4368,41 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWallets: {
+        parameters: {
+            query?: {
+                /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
+                cursor?: string;
+                /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    Link: components["headers"]["Link"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Next-Cursor": components["headers"]["X-Next-Cursor"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WalletList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -1,8 +1,11 @@
 /** The SQL of the lists: keyset paging, newest first, on a timestamp column and `id` (domain/keyset.ts), and who may see a row. */
 import { sql } from 'kysely';
 
-/** The keyset conditions are common's (`cursorAt`: the position of a row; `olderThan`: rows after a position). */
-export { cursorAt, olderThan } from '@gpu/common';
+/**
+ * The keyset conditions are common's (`cursorAt`: the position of a row; `olderThan`, `newerThan`: rows after a
+ * position, newest or oldest first).
+ */
+export { cursorAt, newerThan, olderThan } from '@gpu/common';
 
 /** Rows the user took part in: as the renter (`user_id`) or the machine's owner (`provider_owner_id`); `provider`: as the owner only. */
 export interface Party {

@@ -1,5 +1,7 @@
 /** Queries on wallets. Every function takes the database or a transaction. */
 import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
+import type { KeysetPosition } from '../domain/keyset.ts';
+import { cursorAt, newerThan } from './keyset-sql.ts';
 import type { BillingDB, OwnerType, WalletTable } from './schema.ts';
 
 type Db = Kysely<BillingDB> | Transaction<BillingDB>;
@@ -22,6 +24,22 @@ export async function insertWallet(
 
 export async function findWallet(db: Db, id: string): Promise<WalletRow | undefined> {
   return db.selectFrom('wallets').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** The wallets a user holds, oldest first, from after `after` (one more than `limit`: whether a page follows). */
+export async function listHeldWallets(
+  db: Db,
+  holderId: string,
+  after: KeysetPosition | undefined,
+  limit: number,
+): Promise<(WalletRow & { cursor_at: string })[]> {
+  let query = db
+    .selectFrom('wallets')
+    .selectAll()
+    .select(cursorAt('created_at').as('cursor_at'))
+    .where('holder_id', '=', holderId);
+  if (after) query = query.where(newerThan('created_at', after));
+  return query.orderBy('created_at', 'asc').orderBy('id', 'asc').limit(limit).execute();
 }
 
 /** The owner's wallet of the given type. */

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { ChainUnavailable, chainError } from '../domain/chain/index.ts';
 import { Dec, formatAmount, walletBalances } from '../domain/ledger/index.ts';
 import {
+  heldWallets,
   issueAddressChallenge,
   listTransactions,
   openWallet,
@@ -69,6 +70,11 @@ const chainBalanceSchema = z
   })
   .register(schemas, { id: 'ChainBalance' });
 
+const walletListSchema = z
+  .array(walletSchema)
+  .describe('Wallets, oldest first; `X-Next-Cursor` names the next page')
+  .register(schemas, { id: 'WalletList' });
+
 const transactionListSchema = z
   .array(transactionSchema)
   .describe('Transactions, newest first; `X-Next-Cursor` names the next page')
@@ -107,6 +113,32 @@ export async function walletRoutes(app: App, deps: RouteDeps) {
         correlationId: request.correlationId,
       });
       return reply.code(201).send(walletJson(wallet));
+    },
+  );
+
+  app.get(
+    '/api/v1/wallet',
+    {
+      config: { scope: 'wallet:read', roles: WALLET_ROLES, openapi: PAGE_DOCS },
+      schema: {
+        tags: ['wallets'],
+        operationId: 'listWallets',
+        summary: "The caller's wallets: their user wallet and their machines' provider wallets, oldest first",
+        description:
+          'The wallets the calling user holds (a machine client holds none: an empty list). When more follow, the ' +
+          'answer carries `X-Next-Cursor` and a `Link` to the next page (rel="next"); pass it back as `cursor`. ' +
+          '400 INVALID_CURSOR for a cursor not from this list.',
+        querystring: z.object(pageQuery),
+        response: { 200: walletListSchema, ...problems(400, 403) },
+      },
+    },
+    async (request, reply) => {
+      const page = await heldWallets(ctx, callerOf(request), {
+        limit: request.query.limit,
+        after: afterCursor(request.query.cursor),
+      });
+      setNextPage(request, reply, page.nextCursor);
+      return page.items.map(walletJson);
     },
   );
 

@@ -94,7 +94,7 @@ export function accountCommands(program: Command) {
 }
 
 /** A new password: GPU_NEW_PASSWORD, or the next line of standard input (typed twice at a terminal, unseen). */
-async function newPassword(input: SecretInput, env: NodeJS.ProcessEnv): Promise<string> {
+export async function newPassword(input: SecretInput, env: NodeJS.ProcessEnv): Promise<string> {
   const next = await secret(input, env.GPU_NEW_PASSWORD, 'new password');
   if (!env.GPU_NEW_PASSWORD && process.stdin.isTTY && (await input.line('new password again')) !== next) {
     throw new UsageError('the two new passwords differ');

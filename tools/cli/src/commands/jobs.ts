@@ -19,6 +19,7 @@ import {
   showRecord,
   UsageError,
 } from '../cli.ts';
+import { payingWallet } from '../wallet-choice.ts';
 import { printLogs } from '../workload.ts';
 import { type WorkloadOptions, workloadOptions, workloadSpec } from './sessions.ts';
 
@@ -26,7 +27,7 @@ type Job = BillingSchemas['Job'];
 
 interface SubmitOptions extends WorkloadOptions {
   name?: string;
-  wallet: string;
+  wallet?: string;
   gpus: number;
   gpuModel?: string;
   minVram?: number;
@@ -124,7 +125,7 @@ export function jobCommands(program: Command) {
         'submit a job: queued, then placed on the cheapest machine that meets its terms, and placed again on another ' +
           'when its machine fails it; prints the job',
       )
-      .requiredOption('--wallet <wallet-id>', 'the wallet that pays its sessions')
+      .option('--wallet <wallet-id>', 'the wallet that pays its sessions (default: the default wallet, gpu wallet use)')
       .option('--gpus <n>', 'how many GPUs of one machine', count('--gpus'), 1)
       .option('--gpu-model <model>', 'a GPU model (H100, A100, ...); any when absent')
       .option('--min-vram <mb>', 'every GPU has at least this VRAM (MB)', count('--min-vram'))
@@ -161,7 +162,7 @@ export function jobCommands(program: Command) {
       await ctx.billing.POST('/api/v1/billing/jobs', {
         params: { header: { 'idempotency-key': idempotencyKey('job', o.idempotencyKey) } },
         body: {
-          wallet_id: o.wallet,
+          wallet_id: payingWallet(ctx, o.wallet),
           gpu_count: o.gpus,
           ...(o.gpuModel ? { gpu_model: o.gpuModel } : {}),
           ...(o.minVram !== undefined ? { min_vram_mb: o.minVram } : {}),

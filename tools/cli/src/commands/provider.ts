@@ -1,6 +1,7 @@
 /**
- * For providers: `machines` (yours, at the registry), `rates show|set` (a machine's own rates at billing),
- * `earnings` (what your machines earned and what can be paid out) and `payout` (ask for one, on chain).
+ * For providers, `gpu provider ...`: `machines [list]` (yours, at the registry), `machines add` and
+ * `daemon-credentials` (a machine onboarded: provider-onboarding.ts), `rates show|set` (a machine's own rates at
+ * billing), `earnings` (what your machines earned and what can be paid out) and `payout` (ask for one, on chain).
  */
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import type { Command } from 'commander';
@@ -16,6 +17,7 @@ import {
   UsageError,
 } from '../cli.ts';
 import { everyPage } from '../paging.ts';
+import { machineOnboarding } from './provider-onboarding.ts';
 import { showTransaction } from './wallet.ts';
 
 type Earnings = BillingSchemas['ProviderEarnings'];
@@ -41,29 +43,43 @@ function baseRates(pairs: string[]): Record<string, string> {
 }
 
 export function providerCommands(program: Command) {
-  program
-    .command('machines')
-    .description('your machines at the registry: their status and GPUs')
-    .action(async () => {
-      const ctx = context(program);
-      const list = await myMachines(ctx);
-      show(
-        ctx.json,
-        list,
-        ['id', 'name', 'status', 'gpus', 'held', 'location', 'last seen'],
-        list.map((m) => [
-          m.id,
-          m.name,
-          m.status,
-          gpuSummary(m.gpus.map((g) => g.model_name)),
-          m.held ? 'yes' : '',
-          m.location,
-          m.last_seen_at,
-        ]),
-      );
-    });
+  const provider = program
+    .command('provider')
+    .description("for providers: your machines, their daemons' credentials, rates, earnings and payouts");
+  const machines = provider.command('machines').description('your machines at the registry');
+  machines
+    .command('list', { isDefault: true })
+    .description('your machines: their status and GPUs')
+    .action(() => listMachines(program));
+  machineOnboarding(program, provider, machines);
+  moneyCommands(program, provider);
+  // The same commands at the top level, as they were before `provider` held them (scripts use them).
+  program.command('machines', { hidden: true }).action(() => listMachines(program));
+  moneyCommands(program, program, { hidden: true });
+}
 
-  const rates = program.command('rates').description("a machine's own rates (else the platform's apply)");
+async function listMachines(program: Command) {
+  const ctx = context(program);
+  const list = await myMachines(ctx);
+  show(
+    ctx.json,
+    list,
+    ['id', 'name', 'status', 'gpus', 'held', 'location', 'last seen'],
+    list.map((m) => [
+      m.id,
+      m.name,
+      m.status,
+      gpuSummary(m.gpus.map((g) => g.model_name)),
+      m.held ? 'yes' : '',
+      m.location,
+      m.last_seen_at,
+    ]),
+  );
+}
+
+/** `rates`, `earnings` and `payout`, under `parent`. */
+function moneyCommands(program: Command, parent: Command, opts: { hidden?: boolean } = {}) {
+  const rates = parent.command('rates', opts).description("a machine's own rates (else the platform's apply)");
   rates
     .command('show <machine-id>')
     .description("the machine's own rates: per GPU-hour by model, VRAM and power (empty: the platform's)")
@@ -98,8 +114,8 @@ export function providerCommands(program: Command) {
       showRates(ctx.json, r);
     });
 
-  program
-    .command('earnings [machine-id]')
+  parent
+    .command('earnings [machine-id]', opts)
     .description('what a machine earned, was paid, and can be paid out now (without an ID: each of your machines)')
     .action(async (machineId: string | undefined) => {
       const ctx = context(program);
@@ -135,8 +151,8 @@ export function providerCommands(program: Command) {
       );
     });
 
-  program
-    .command('payout <machine-id>')
+  parent
+    .command('payout <machine-id>', opts)
     .description("pay a machine's earnings out on chain: all that is available, or --amount (at least the minimum)")
     .option('--amount <tokens>', 'how much, a decimal amount such as 12.5', amount('--amount'))
     .option('--to <address>', "the owner address to pay (default: the machine's wallet address)")

@@ -19,6 +19,7 @@ import {
   showRecord,
   UsageError,
 } from '../cli.ts';
+import { payingWallet } from '../wallet-choice.ts';
 import { downloadOutputs, exitStatusOf, machineGone, printLogs, type Workload } from '../workload.ts';
 
 type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
@@ -40,7 +41,7 @@ interface RentOptions extends WorkloadOptions {
   machine: string;
   gpuModel: string;
   gpus: number;
-  wallet: string;
+  wallet?: string;
   maxRate?: string;
   spendCap?: string;
   idempotencyKey?: string;
@@ -64,7 +65,7 @@ function rentalOptions(command: Command): Command {
       .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
       .requiredOption('--gpu-model <model>', 'the model of its GPUs to rent (H100, A100, ...)')
       .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
-      .requiredOption('--wallet <wallet-id>', 'the wallet that pays')
+      .option('--wallet <wallet-id>', 'the wallet that pays (default: the default wallet, gpu wallet use)')
       .option(
         '--max-rate <tokens>',
         'the most you accept per hour for them all (default: the price quoted now)',
@@ -131,6 +132,7 @@ export function workloadSpec(argv: string[], o: WorkloadOptions & { idle?: boole
 
 /** Starts the session: at the rate given, or at the one quoted now. */
 async function startSession(ctx: Context, o: RentOptions, workload: WorkloadSpec | undefined) {
+  const walletId = payingWallet(ctx, o.wallet);
   const rate =
     o.maxRate ??
     unwrap(
@@ -142,7 +144,7 @@ async function startSession(ctx: Context, o: RentOptions, workload: WorkloadSpec
     await ctx.billing.POST('/api/v1/billing/start-session', {
       params: { header: { 'idempotency-key': idempotencyKey('rent', o.idempotencyKey) } },
       body: {
-        wallet_id: o.wallet,
+        wallet_id: walletId,
         provider_id: o.machine,
         gpu_model: o.gpuModel,
         gpu_count: o.gpus,

@@ -14,4 +14,4 @@ export { startChainPayout } from './payouts.ts';
 export { findProviderAccount, providerAccount, providerWalletOf } from './provider-accounts.ts';
 export { registryOwner } from './provider-owners.ts';
 export { reconcilePending } from './reconcile.ts';
-export { findWalletByOwner, openWallet, type Wallet, walletFor } from './wallets.ts';
+export { findWalletByOwner, heldWallets, openWallet, type Wallet, walletFor } from './wallets.ts';

@@ -3,11 +3,17 @@
  * ledger sub-accounts created in the same transaction.
  */
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '@gpu/common';
+import { type KeysetPosition, keysetPage, type Page, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB, OwnerType } from '../../db/schema.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
-import { findWallet, findWalletByOwnerRow, insertWallet, type WalletRow } from '../../db/wallet-repository.ts';
+import {
+  findWallet,
+  findWalletByOwnerRow,
+  insertWallet,
+  listHeldWallets,
+  type WalletRow,
+} from '../../db/wallet-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { assertMayCreateUserWallet, assertMayNameHolder, assertProviderOwner, assertWalletHolder } from '../access.ts';
 import type { BillingContext } from '../context.ts';
@@ -127,4 +133,18 @@ export async function walletFor(ctx: BillingContext, actor: Principal, id: strin
   const wallet = await getWallet(ctx.db, id);
   assertWalletHolder(actor, wallet);
   return wallet;
+}
+
+/**
+ * One page of the wallets the actor holds, oldest first: a user's own user wallet and the provider wallets of their
+ * machines. A machine client (a daemon, a service) holds none: its page is empty.
+ */
+export async function heldWallets(
+  ctx: BillingContext,
+  actor: Principal,
+  page: { limit: number; after?: KeysetPosition },
+): Promise<Page<Wallet>> {
+  if (actor.kind !== 'user') return { items: [], nextCursor: null };
+  const rows = keysetPage(await listHeldWallets(ctx.db, actor.subject, page.after, page.limit + 1), page.limit);
+  return { items: rows.items.map(toWallet), nextCursor: rows.nextCursor };
 }

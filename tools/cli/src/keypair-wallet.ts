@@ -1,0 +1,68 @@
+/**
+ * A wallet with a Solana keypair file (as `solana-keygen new` writes it): its address proven by signing billing's
+ * challenge (deposits are credited only from a proven address), and deposits sent from it: an SPL transferChecked to
+ * the treasury, awaited until final, then claimed (`@gpu/client/solana`, loaded by these commands alone: the chain's
+ * libraries are large).
+ */
+import { type BillingSchemas, unwrap } from '@gpu/client';
+import { type Context, ExitStatus } from './cli.ts';
+
+type Solana = typeof import('@gpu/client/solana');
+type Keypair = ReturnType<Solana['readKeypair']>;
+type Wallet = BillingSchemas['Wallet'];
+type Transaction = BillingSchemas['Transaction'];
+
+const solana = (): Promise<Solana> => import('@gpu/client/solana');
+
+/** The keypair of a file, or one line saying why it cannot be read. */
+export async function loadKeypair(file: string): Promise<Keypair> {
+  const { readKeypair } = await solana();
+  try {
+    return readKeypair(file);
+  } catch (err) {
+    throw new Error(`cannot read the keypair ${file}: ${(err as Error).message}`);
+  }
+}
+
+/** The wallet, its address proven with the keypair's signature (once: a proven one is left as it is). */
+export async function provenWith(ctx: Context, wallet: Wallet, keypair: Keypair): Promise<Wallet> {
+  if (wallet.address_proven_at) return wallet;
+  await (await solana()).proveAddress(ctx.billing, wallet.id, keypair);
+  return unwrap(await ctx.billing.GET('/api/v1/wallet/{walletID}', { params: { path: { walletID: wallet.id } } }));
+}
+
+/**
+ * Sends `amount` tokens from the keypair to the treasury over the chain at `rpcUrl` and has billing credit them to
+ * the wallet. A transfer sent but not credited is one line with its signature and the command that claims it later,
+ * exit status 1.
+ */
+export async function depositFrom(
+  ctx: Context,
+  opts: { walletId: string; keypair: Keypair; amount: string; rpcUrl: string },
+): Promise<{ signature: string; transaction: { id: string; amount: string; status: string } }> {
+  const { deposit, DepositClaimError } = await solana();
+  try {
+    return await deposit({ billing: ctx.billing, ...opts });
+  } catch (err) {
+    if (!(err instanceof DepositClaimError)) throw err;
+    process.stderr.write(
+      `gpu: ${err.message}\nsignature: ${err.signature}\n` +
+        `claim it with: gpu wallet deposit ${err.walletId} --signature ${err.signature} --amount ${err.amount} ` +
+        `--url ${ctx.url}\n`,
+    );
+    throw new ExitStatus(1);
+  }
+}
+
+/**
+ * Has billing credit a transfer already sent, as the client library claims one: the amount in billing's form (so that
+ * "3" claims again what "3.000000" did), a transfer not final yet claimed again for a minute.
+ */
+export async function claimTransfer(
+  ctx: Context,
+  opts: { walletId: string; signature: string; amount?: string },
+): Promise<Transaction> {
+  const { claimDeposit } = await solana();
+  // The library names the fields it needs; the record is billing's whole transaction.
+  return (await claimDeposit({ billing: ctx.billing, ...opts })).transaction as Transaction;
+}
