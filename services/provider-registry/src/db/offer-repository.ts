@@ -5,12 +5,28 @@
  */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import type { GpuInput } from '../domain/gpu-fields.ts';
-import type { OfferCursor, OfferFilter, OfferGroup } from '../domain/offers.ts';
-import { offerSortOf, versionParts } from '../domain/offers.ts';
+import type { OfferCursor, OfferFilter, OfferGroup, OfferSortKey } from '../domain/offers.ts';
+import { offerSortOf, VRAM_PRICE_SCALE, versionParts } from '../domain/offers.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { RegistryDB } from './schema.ts';
 
 type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
+
+/** What an offer's price per GPU-hour is made of, as the database adds it up (decimal strings). */
+export interface OfferPriceParts {
+  base: string;
+  base_source: 'provider' | 'platform';
+  vram: string;
+  vram_gb: string;
+  vram_rate_per_gb_hour: string;
+  vram_rate_source: 'provider' | 'platform';
+  power: string;
+  power_w: string;
+  power_rate_per_watt_hour: string;
+  power_rate_source: 'provider' | 'platform';
+  demand_multiplier: string;
+  supply_factor: string;
+}
 
 /** An offer as the search reads it. */
 export interface OfferRow {
@@ -27,6 +43,10 @@ export interface OfferRow {
   compute_capability: string | null;
   region: string | null;
   price_per_gpu_hour: string | null;
+  /** The price per GB of VRAM-hour (`VRAM_PRICE_SCALE` decimals, trailing zeros trimmed). */
+  price_per_vram_gb_hour: string | null;
+  /** What the price is made of (`offer_price_parts`); null without a card. */
+  price_parts: OfferPriceParts | null;
   reliability: number;
   uptime_30d: number | null;
   observed_seconds_30d: number;
@@ -233,15 +253,21 @@ export async function repricePage(db: Kysely<RegistryDB>, after: string | null, 
   return ids.length < limit ? null : ids.at(-1)!;
 }
 
+/** The price per GB of VRAM-hour of an offer: its price per GPU-hour over its smallest VRAM (a GPU of none: 1 MB). */
+const vramPriceSql = sql`round(o.price_per_gpu_hour * 1024 / greatest(o.vram_mb, 1), ${sql.lit(VRAM_PRICE_SCALE)})`;
+
+/** The column (or expression) a sort key orders by, and the type a cursor's value is read as. */
+function sortColumn(key: OfferSortKey): { column: RawBuilder<unknown>; type: RawBuilder<unknown> } {
+  if (key === 'reliability') return { column: sql`o.reliability`, type: sql`float8` };
+  return { column: key === 'price' ? sql`o.price_per_gpu_hour` : vramPriceSql, type: sql`numeric` };
+}
+
 /** The condition that a row comes after the cursor in the sort's order. */
 function afterCursor(cursor: OfferCursor): RawBuilder<boolean> {
   const { key, descending } = offerSortOf(cursor.sort);
-  const row =
-    key === 'price'
-      ? sql`(o.price_per_gpu_hour, o.provider_id, o.model_key)`
-      : sql`(o.reliability, o.provider_id, o.model_key)`;
-  const value = key === 'price' ? sql`${cursor.value}::numeric` : sql`${cursor.value}::float8`;
-  const at = sql`(${value}, ${cursor.providerId}::uuid, ${cursor.modelKey}::text)`;
+  const { column, type } = sortColumn(key);
+  const row = sql`(${column}, o.provider_id, o.model_key)`;
+  const at = sql`(${cursor.value}::${type}, ${cursor.providerId}::uuid, ${cursor.modelKey}::text)`;
   return descending ? sql<boolean>`${row} < ${at}` : sql<boolean>`${row} > ${at}`;
 }
 
@@ -269,15 +295,15 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
   if (f.region !== undefined) where.push(sql<boolean>`lower(o.region) = lower(${f.region})`);
   if (f.after) where.push(afterCursor(f.after));
   const dir = sql.raw(descending ? 'DESC' : 'ASC');
-  const order =
-    key === 'price'
-      ? sql`o.price_per_gpu_hour ${dir}, o.provider_id ${dir}, o.model_key ${dir}`
-      : sql`o.reliability ${dir}, o.provider_id ${dir}, o.model_key ${dir}`;
-  const sortValue = key === 'price' ? sql`trim_scale(o.price_per_gpu_hour)::text` : sql`o.reliability::text`;
+  const { column } = sortColumn(key);
+  const order = sql`${column} ${dir}, o.provider_id ${dir}, o.model_key ${dir}`;
+  const sortValue = key === 'reliability' ? sql`o.reliability::text` : sql`trim_scale(${column})::text`;
   const { rows } = await sql<OfferRow>`
     SELECT o.provider_id, o.model_key, o.gpu_model, o.model_names, o.gpu_count, o.free_gpus, o.min_gpus_per_rental,
       o.vram_mb, o.architecture,
       o.driver_version, o.compute_capability, o.region, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
+      trim_scale(${vramPriceSql})::text AS price_per_vram_gb_hour,
+      offer_price_parts(o.provider_id, o.model_key, o.avg_vram_mb, o.avg_power_w) AS price_parts,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
       ${sortValue} AS sort_value
     FROM offers o
