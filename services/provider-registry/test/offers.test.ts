@@ -239,6 +239,36 @@ describe('offers', () => {
     expect(scored[0]!.reliability.uptime_30d).toBeLessThan(1);
   });
 
+  it('filter by the disk each workload gets, as the machine states it (kept by a full update that leaves it out)', async () => {
+    const where = region();
+    await putCard(CARD);
+    const big = await register(h.app, { location: where, disk_mb: 512_000 });
+    const small = await register(h.app, { location: where, disk_mb: 20_480 });
+    const unsaid = await register(h.app, { location: where });
+    expect(big.disk_mb).toBe(512_000);
+    expect(unsaid.disk_mb).toBeNull();
+    const found = async (q: string) =>
+      (await offers(`region=${where}&${q}`)).items.map((o) => [o.provider_id, o.disk_mb]);
+    expect(await found('min_disk=100000')).toEqual([[big.id, 512_000]]);
+    expect((await found('min_disk=20480')).map(([id]) => id).sort()).toEqual([big.id, small.id].sort());
+    expect(await found('sort=price')).toHaveLength(3);
+    // A full update without it keeps it (a daemon or a tool that does not know the field); null says none.
+    const { id: _id, registered_at: _at, last_seen_at: _seen, ...body } = small;
+    const { disk_mb: _disk, ...without } = body as Record<string, unknown>;
+    const kept = await h.app.inject({ method: 'PUT', url: `/providers/${small.id}`, payload: without });
+    expect(kept.statusCode, kept.body).toBe(200);
+    expect(kept.json().disk_mb).toBe(20_480);
+    expect((await found('min_disk=20480')).map(([id]) => id)).toContain(small.id);
+    const cleared = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${small.id}`,
+      payload: { ...without, disk_mb: null },
+    });
+    expect(cleared.json().disk_mb).toBeNull();
+    expect((await found('min_disk=1')).map(([id]) => id)).toEqual([big.id]);
+    expect((await h.app.inject({ method: 'GET', url: '/offers?min_disk=-1' })).statusCode).toBe(400);
+  });
+
   it('page through the market by keyset in each order, every offer once', async () => {
     const where = region();
     await putCard(CARD);

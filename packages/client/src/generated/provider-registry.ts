@@ -485,6 +485,8 @@ export interface components {
             architecture: string | null;
             /** @description CUDA compute capability */
             compute_capability: string | null;
+            /** @description the disk each workload on the machine gets (MB: its work directory and /tmp); null: not stated */
+            disk_mb: number | null;
             driver_version: string;
             /**
              * Format: int64
@@ -590,6 +592,8 @@ export interface components {
         Provider: {
             /** @description the daemon client (its `client_id`) the machine is bound to: the one that registered it, claimed it or that its owner bound it to (PUT /providers/{providerID}/daemon); another daemon of the owner may not write it. null: none (the next daemon that attaches claims it) */
             daemon_client_id: string | null;
+            /** @description the disk each workload on the machine gets, MB (its daemon's `workloads.disk_mb`: the work directory and /tmp together); renters filter offers on it (`min_disk`). null: not stated */
+            disk_mb: number | null;
             gpus: components["schemas"]["Gpu"][];
             /** @description held off the market by its owner: an explicit `busy` until an explicit `idle` (no offer lists it, a heartbeat or a session end leaves it busy, billing starts no rental on it) */
             held: boolean;
@@ -628,6 +632,8 @@ export interface components {
         ProviderList: components["schemas"]["Provider"][];
         /** @description A new provider with its GPUs */
         RegisterProviderRequest: {
+            /** @description the disk each workload on the machine gets, MB (the work directory and /tmp together), as its daemon allows it; renters filter offers on it. Absent: none on registration, the stored one kept on a full update; null: not stated */
+            disk_mb?: number | null;
             gpus: {
                 /** @description architecture name, e.g. "ampere" */
                 architecture?: string | null;
@@ -725,6 +731,8 @@ export interface components {
         UpdateProviderRequest: {
             /** @description read-only: ignored (PUT /providers/{providerID}/daemon binds the machine) */
             daemon_client_id?: string | null;
+            /** @description the disk each workload on the machine gets, MB (the work directory and /tmp together), as its daemon allows it; renters filter offers on it. Absent: none on registration, the stored one kept on a full update; null: not stated */
+            disk_mb?: number | null;
             gpus: {
                 /** @description architecture name, e.g. "ampere" */
                 architecture?: string | null;
@@ -1051,6 +1059,8 @@ export interface operations {
                 max_price?: string;
                 /** @description at least this CUDA compute capability, compared part by part */
                 min_compute_capability?: string;
+                /** @description each workload gets at least this disk (MB); machines that do not state theirs are left out */
+                min_disk?: number;
                 /** @description at least this driver version, compared part by part */
                 min_driver_version?: string;
                 /** @description at least this many free GPUs */

@@ -42,6 +42,7 @@ export interface OfferRow {
   driver_version: string;
   compute_capability: string | null;
   region: string | null;
+  disk_mb: number | null;
   price_per_gpu_hour: string | null;
   /** The price per GB of VRAM-hour (`VRAM_PRICE_SCALE` decimals, trailing zeros trimmed). */
   price_per_vram_gb_hour: string | null;
@@ -66,7 +67,7 @@ export async function writeOffers(
   providerId: string,
   groups: readonly OfferGroup[],
   status: ProviderStatus,
-  region: string | null,
+  machine: { region: string | null; diskMb: number | null },
 ): Promise<void> {
   await tx.deleteFrom('offers').where('provider_id', '=', providerId).execute();
   if (groups.length === 0) return;
@@ -88,7 +89,8 @@ export async function writeOffers(
         driver_version_parts: sql<number[]>`${parts(g.driverVersion)}::integer[]`,
         compute_capability: g.computeCapability,
         compute_capability_parts: sql<number[]>`${parts(g.computeCapability)}::integer[]`,
-        region,
+        region: machine.region,
+        disk_mb: machine.diskMb,
         status,
       })),
     )
@@ -117,7 +119,7 @@ export async function backfillOffers(
     done += await db.transaction().execute(async (tx) => {
       const p = await tx
         .selectFrom('providers')
-        .select(['status', 'location'])
+        .select(['status', 'location', 'disk_mb'])
         .where('id', '=', id)
         .forUpdate()
         .executeTakeFirst();
@@ -129,7 +131,10 @@ export async function backfillOffers(
         .where('provider_id', '=', id)
         .orderBy('idx')
         .execute();
-      await writeOffers(tx, id, groupsOf(gpus as unknown as GpuInput[]), p.status as ProviderStatus, p.location);
+      await writeOffers(tx, id, groupsOf(gpus as unknown as GpuInput[]), p.status as ProviderStatus, {
+        region: p.location,
+        diskMb: p.disk_mb,
+      });
       return 1;
     });
   }
@@ -293,6 +298,7 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
     );
   }
   if (f.region !== undefined) where.push(sql<boolean>`lower(o.region) = lower(${f.region})`);
+  if (f.min_disk !== undefined) where.push(sql<boolean>`o.disk_mb >= ${f.min_disk}`);
   if (f.after) where.push(afterCursor(f.after));
   const dir = sql.raw(descending ? 'DESC' : 'ASC');
   const { column } = sortColumn(key);
@@ -301,7 +307,7 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
   const { rows } = await sql<OfferRow>`
     SELECT o.provider_id, o.model_key, o.gpu_model, o.model_names, o.gpu_count, o.free_gpus, o.min_gpus_per_rental,
       o.vram_mb, o.architecture,
-      o.driver_version, o.compute_capability, o.region, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
+      o.driver_version, o.compute_capability, o.region, o.disk_mb, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
       trim_scale(${vramPriceSql})::text AS price_per_vram_gb_hour,
       offer_price_parts(o.provider_id, o.model_key, o.avg_vram_mb, o.avg_power_w) AS price_parts,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,

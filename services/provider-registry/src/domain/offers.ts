@@ -2,12 +2,12 @@
  * Offers: the market renters search. A machine offers each group of its GPUs of one model (what a rental takes) while
  * it is `idle` and the group has at least the machine's `min_gpus_per_rental` free GPUs (healthy, and held by no
  * running session): its free GPUs, what they are (model, VRAM, architecture, driver,
- * compute capability), where (the machine's `location`, its region), its price per GPU-hour as billing charges it
+ * compute capability), where (the machine's `location`, its region), the disk each workload gets, its price per GPU-hour as billing charges it
  * today (learnt from billing's price events: the machine's own rates or the platform's), and its reliability. Never
  * the owner, host name or address.
  *
  * Search: filters on price, free GPUs, model, VRAM, architecture, reliability, driver and compute capability
- * (versions compared part by part: `550.54` < `550.100`), region; sorted by price (cheapest first, or dearest), by
+ * (versions compared part by part: `550.54` < `550.100`), region, disk; sorted by price (cheapest first, or dearest), by
  * price per GB of VRAM (`vram_price`: the price per GPU-hour over the GPUs' smallest VRAM, cheapest first, or dearest)
  * or by reliability (most reliable first, or least); keyset paging (the sort value, then the machine and model).
  */
@@ -31,6 +31,7 @@ export interface OfferFilter {
   min_driver_version?: string;
   min_compute_capability?: string;
   region?: string;
+  min_disk?: number;
   sort: OfferSort;
   limit: number;
   after?: OfferCursor;

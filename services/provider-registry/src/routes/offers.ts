@@ -61,6 +61,9 @@ const offerQuerySchema = z.object({
   min_driver_version: version('driver version'),
   min_compute_capability: version('CUDA compute capability'),
   region: text(256).optional().describe("the machine's location, case-insensitive"),
+  min_disk: queryInteger(0, 4_294_967_295)
+    .optional()
+    .describe('each workload gets at least this disk (MB); machines that do not state theirs are left out'),
   sort: z
     .enum(OFFER_SORTS)
     .default('price')
@@ -122,6 +125,11 @@ const offerSchema = z
     driver_version: z.string(),
     compute_capability: z.string().nullable().describe('CUDA compute capability'),
     region: z.string().nullable().describe("the machine's location"),
+    disk_mb: z
+      .number()
+      .int()
+      .nullable()
+      .describe('the disk each workload on the machine gets (MB: its work directory and /tmp); null: not stated'),
     price_per_gpu_hour: z
       .string()
       .describe(
@@ -164,6 +172,7 @@ function offerJson(o: OfferRow): z.input<typeof offerSchema> {
     driver_version: o.driver_version,
     compute_capability: o.compute_capability,
     region: o.region,
+    disk_mb: o.disk_mb,
     price_per_gpu_hour: o.price_per_gpu_hour ?? '0',
     price_per_vram_gb_hour: o.price_per_vram_gb_hour ?? '0',
     price_parts: o.price_parts,
