@@ -13,7 +13,7 @@ import type { RegistryDB } from './schema.ts';
 type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
 
 /** What an offer's price per GPU-hour is made of, as the database adds it up (decimal strings). */
-export interface OfferPriceParts {
+interface OfferPriceParts {
   base: string;
   base_source: 'provider' | 'platform';
   vram: string;
