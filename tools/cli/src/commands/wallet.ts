@@ -6,6 +6,7 @@
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import type { Command } from 'commander';
 import { amount, context, count, idempotencyKey, oneOf, show, showRecord } from '../cli.ts';
+import { feeShare } from '../format.ts';
 import { everyPage } from '../paging.ts';
 
 type Transaction = BillingSchemas['Transaction'];
@@ -73,8 +74,17 @@ export function walletCommands(program: Command) {
         show(
           ctx.json,
           list,
-          ['time', 'type', 'status', 'amount', 'fee', 'reference', 'signature'],
-          list.map((t) => [t.created_at, t.type, t.status, t.amount, t.fee, t.reference, t.signature]),
+          // The fee is part of the amount (the platform's share of a payment), never charged on top of it.
+          ['time', 'type', 'status', 'amount', "of it the platform's", 'reference', 'signature'],
+          list.map((t) => [
+            t.created_at,
+            t.type,
+            t.status,
+            t.amount,
+            feeShare(t.amount, t.fee),
+            t.reference,
+            t.signature,
+          ]),
         );
       },
     );
