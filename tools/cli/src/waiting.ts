@@ -33,30 +33,27 @@ export function endedBeforeRunning(w: Workload): boolean {
 
 /**
  * Polls the session's workload until it runs, has ended, or its session ended before it ran; says what it waits for
- * on `out` meanwhile (nothing when it runs at the first look). Answers the workload as it last stood.
+ * on `out` meanwhile (nothing when it runs at the first look; nothing at all for null). Answers the workload as it
+ * last stood.
  */
-export async function untilRunning(
-  ctx: Context,
-  sessionId: string,
-  out: NodeJS.WriteStream = process.stderr,
-): Promise<Workload> {
+export async function untilRunning(ctx: Context, sessionId: string, out: NodeJS.WriteStream | null): Promise<Workload> {
   const started = Date.now();
-  const terminal = out.isTTY === true;
+  const terminal = out?.isTTY === true;
   let shown = '';
   let lastState: string | undefined;
   let lastWritten = 0;
   for (;;) {
     const w = await workloadOf(ctx, sessionId);
     if (!WAITING.has(w.state) || endedBeforeRunning(w)) {
-      if (terminal && shown) out.write('\n');
+      if (terminal && shown) out?.write('\n');
       return w;
     }
     const waited = Math.floor((Date.now() - started) / 1000);
     const line = `${waitingFor(w)} (${w.state}, ${duration(waited * 1000)})`;
     if (terminal) {
-      out.write(`\r${line.padEnd(shown.length)}`);
+      out?.write(`\r${line.padEnd(shown.length)}`);
       shown = line;
-    } else if (w.state !== lastState || waited - lastWritten >= REPEAT_S) {
+    } else if (out && (w.state !== lastState || waited - lastWritten >= REPEAT_S)) {
       out.write(`${line}\n`);
       lastWritten = waited;
     }

@@ -341,7 +341,7 @@ export function sessionCommands(program: Command) {
       process.once('SIGINT', interrupted);
       let w: Workload;
       try {
-        const waited = await untilRunning(ctx, id, ctx.json ? undefined : process.stderr);
+        const waited = await untilRunning(ctx, id, ctx.json ? null : process.stderr);
         if (endedBeforeRunning(waited)) {
           const why = waited.session.end_reason ?? 'ended';
           const gone = machineGone(waited);
