@@ -313,7 +313,11 @@ describe('pnpm start', () => {
     // The key's scope ends at offers: one line with the code, exit status 1; the key itself is never printed.
     const sessions = await gpu(['sessions'], withKey);
     expect(sessions).toMatchObject({ code: 1 });
-    expect(sessions.stderr).toMatch(/^gpu: INSUFFICIENT_SCOPE: .*sessions\n$/);
+    // What to run next is a command: a key with that scope.
+    expect(sessions.stderr).toBe(
+      'gpu: INSUFFICIENT_SCOPE: this action needs an API key with the scope sessions (a new key with it: gpu keys ' +
+        'create <name> --scope sessions)\n',
+    );
     expect(sessions.stderr + sessions.stdout).not.toContain(created.api_key);
     expect((await gpu(['keys', 'revoke', created.key.id])).code).toBe(0);
     expect((await gpu(['offers'], withKey)).code).toBe(1);

@@ -26,6 +26,22 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * A token endpoint's refusal (a sign-in, a refresh, a key or a machine client exchanged): its status and problem as
+ * every `ApiError`, and a message that names the endpoint.
+ */
+export class TokenRequestError extends ApiError {
+  constructor(
+    readonly url: string,
+    status: number,
+    problem: Problem,
+  ) {
+    super(status, problem);
+    this.name = 'TokenRequestError';
+    this.message = `${url} answered ${status} ${problem.code ?? ''}: ${problem.detail ?? ''}`.trim();
+  }
+}
+
 /** The data of a successful answer, or throws its problem as an `ApiError`. */
 export function unwrap<T>(result: { data?: T; error?: unknown; response: Response }): T {
   if (result.error !== undefined || !result.response.ok) {

@@ -16,7 +16,7 @@ import type { components as RegistryComponents, paths as RegistryPaths } from '.
 import type { components as StorageComponents, paths as StoragePaths } from './generated/storage.ts';
 
 export { type ClientOptions, clientFetch } from './client-options.ts';
-export { ApiError, unwrap } from './errors.ts';
+export { ApiError, type Problem, TokenRequestError, unwrap } from './errors.ts';
 export { type RetryPolicy, resilientFetch } from './resilience.ts';
 export {
   type BucketEnsured,

@@ -3,6 +3,7 @@
  * it expires; `invalidate()` drops a token a service refused (401), so the next request gets a fresh one.
  */
 import { readFileSync } from 'node:fs';
+import { type Problem, TokenRequestError } from './errors.ts';
 
 export interface TokenSource {
   get(): Promise<string>;
@@ -53,10 +54,9 @@ async function postJson(fetchFn: typeof fetch, url: string, body: unknown): Prom
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(10_000),
   });
-  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
-  if (!res.ok) {
-    throw new Error(`${url} answered ${res.status} ${String(json.code ?? '')}: ${String(json.detail ?? '')}`.trim());
-  }
+  const answer: unknown = await res.json().catch(() => ({}));
+  const json = (typeof answer === 'object' && answer !== null ? answer : {}) as Record<string, unknown>;
+  if (!res.ok) throw new TokenRequestError(url, res.status, json as Problem);
   return json;
 }
 

@@ -1,12 +1,13 @@
 /**
  * The client against the real services: a machine client's token from the auth service (client credentials, EdDSA,
- * verified by the registry through auth's JWKS), typed calls to the registry, and problems as `ApiError`s.
+ * verified by the registry through auth's JWKS), typed calls to the registry, and problems as `ApiError`s, a token
+ * endpoint's refusal among them.
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { providerBody } from '../../../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
-import { ApiError, registryClient, unwrap } from '../src/index.ts';
+import { ApiError, clientCredentials, registryClient, TokenRequestError, unwrap } from '../src/index.ts';
 
 const platform = useAuthAndRegistry();
 
@@ -38,5 +39,14 @@ describe('typed client against the services', () => {
       .catch((err: unknown) => err);
     expect(refused).toBeInstanceOf(ApiError);
     expect(refused).toMatchObject({ status: 403, code: 'NOT_PROVIDER_OWNER' });
+  });
+
+  it("answers a token endpoint's refusal as an ApiError with auth's code, its message naming the endpoint", async () => {
+    const tokens = clientCredentials({ authUrl: platform.authUrl, clientId: randomUUID(), clientSecret: 'wrong' });
+    const refused = await tokens.get().catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(TokenRequestError);
+    expect(refused).toBeInstanceOf(ApiError);
+    expect(refused).toMatchObject({ status: 401, code: 'INVALID_CLIENT' });
+    expect((refused as Error).message).toMatch(/\/api\/v1\/auth\/token answered 401 INVALID_CLIENT: /);
   });
 });

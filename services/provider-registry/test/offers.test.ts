@@ -94,12 +94,43 @@ describe('offers', () => {
       await h.app.market.settled();
     };
     const now = Date.now();
+    // The platform's rates: the offer says so, and its parts add up to its price.
+    const [platform] = (await offers(`region=${where}`)).items;
+    expect(platform!.price_parts).toEqual({
+      base: '4',
+      base_source: 'platform',
+      vram: expect.any(String),
+      vram_gb: '79.647',
+      vram_rate_per_gb_hour: '0.02',
+      vram_rate_source: 'platform',
+      power: '0.7',
+      power_w: '700',
+      power_rate_per_watt_hour: '0.001',
+      power_rate_source: 'platform',
+      demand_multiplier: '1',
+      supply_factor: '1',
+    });
     await set({ base_rates: { default: '10' } }, new Date(now));
     const own = new Decimal('10').plus(new Decimal(81559).div(1024).mul('0.02')).plus('0.7');
-    expect(new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour).eq(own)).toBe(true);
+    const [mine] = (await offers(`region=${where}`)).items;
+    expect(new Decimal(mine!.price_per_gpu_hour).eq(own)).toBe(true);
+    // The machine's own base rate, the platform's VRAM and power rates; the parts add up to the price.
+    const parts = mine!.price_parts as Record<string, string>;
+    expect(parts).toMatchObject({ base: '10', base_source: 'provider', vram_rate_source: 'platform' });
+    const sum = new Decimal(parts.base!).plus(parts.vram!).plus(parts.power!);
+    expect(sum.mul(parts.demand_multiplier!).mul(parts.supply_factor!).eq(mine!.price_per_gpu_hour)).toBe(true);
     // Older rates, arriving late: ignored.
     await set({ base_rates: { default: '1' } }, new Date(now - 60_000));
     expect(new Decimal((await offers(`region=${where}`)).items[0]!.price_per_gpu_hour).eq(own)).toBe(true);
+    // A VRAM rate of its own, the platform's base rate.
+    await set({ base_rates: {}, vram_rate_per_gb_hour: '0.05' }, new Date(now + 1));
+    const [vram] = (await offers(`region=${where}`)).items;
+    expect(vram!.price_parts).toMatchObject({
+      base: '4',
+      base_source: 'platform',
+      vram_rate_per_gb_hour: '0.05',
+      vram_rate_source: 'provider',
+    });
     // Rates for a machine the registry does not know: nothing to price.
     const unknown = await deliver(h.app, 'pricing.provider_rates', {
       provider_id: randomUUID(),
@@ -214,6 +245,36 @@ describe('offers', () => {
     expect(scored[0]!.reliability.uptime_30d).toBeLessThan(1);
   });
 
+  it('filter by the disk each workload gets, as the machine states it (kept by a full update that leaves it out)', async () => {
+    const where = region();
+    await putCard(CARD);
+    const big = await register(h.app, { location: where, disk_mb: 512_000 });
+    const small = await register(h.app, { location: where, disk_mb: 20_480 });
+    const unsaid = await register(h.app, { location: where });
+    expect(big.disk_mb).toBe(512_000);
+    expect(unsaid.disk_mb).toBeNull();
+    const found = async (q: string) =>
+      (await offers(`region=${where}&${q}`)).items.map((o) => [o.provider_id, o.disk_mb]);
+    expect(await found('min_disk=100000')).toEqual([[big.id, 512_000]]);
+    expect((await found('min_disk=20480')).map(([id]) => id).sort()).toEqual([big.id, small.id].sort());
+    expect(await found('sort=price')).toHaveLength(3);
+    // A full update without it keeps it (a daemon or a tool that does not know the field); null says none.
+    const { id: _id, registered_at: _at, last_seen_at: _seen, ...body } = small;
+    const { disk_mb: _disk, ...without } = body as Record<string, unknown>;
+    const kept = await h.app.inject({ method: 'PUT', url: `/providers/${small.id}`, payload: without });
+    expect(kept.statusCode, kept.body).toBe(200);
+    expect(kept.json().disk_mb).toBe(20_480);
+    expect((await found('min_disk=20480')).map(([id]) => id)).toContain(small.id);
+    const cleared = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${small.id}`,
+      payload: { ...without, disk_mb: null },
+    });
+    expect(cleared.json().disk_mb).toBeNull();
+    expect((await found('min_disk=1')).map(([id]) => id)).toEqual([big.id]);
+    expect((await h.app.inject({ method: 'GET', url: '/offers?min_disk=-1' })).statusCode).toBe(400);
+  });
+
   it('page through the market by keyset in each order, every offer once', async () => {
     const where = region();
     await putCard(CARD);
@@ -221,7 +282,7 @@ describe('offers', () => {
     for (let i = 0; i < 7; i++) {
       made.push((await register(h.app, { location: where, gpus: [gpu({ vram: 40000 + i * 1024 })] })).id);
     }
-    for (const sort of ['price', '-price', 'reliability', '-reliability']) {
+    for (const sort of ['price', '-price', 'vram_price', '-vram_price', 'reliability', '-reliability']) {
       const seen: string[] = [];
       let cursor: string | undefined;
       do {
@@ -233,6 +294,20 @@ describe('offers', () => {
     }
     const cheapest = (await offers(`region=${where}&sort=price`)).items.map((o) => o.price_per_gpu_hour);
     expect(cheapest).toEqual([...cheapest].sort((x, y) => new Decimal(x).cmp(y)));
+    // Per GB of VRAM: the price per GPU-hour over the smallest VRAM in GB, to 9 decimals; the largest VRAM, dearest
+    // per GPU-hour, is the cheapest per GB here.
+    const perGb = (await offers(`region=${where}&sort=vram_price`)).items;
+    for (const o of perGb) {
+      const expected = new Decimal(o.price_per_gpu_hour)
+        .mul(1024)
+        .div(o.vram_mb as number)
+        .toDecimalPlaces(9);
+      expect(new Decimal(o.price_per_vram_gb_hour as string).eq(expected)).toBe(true);
+    }
+    expect(perGb.map((o) => o.vram_mb)).toEqual(perGb.map((o) => o.vram_mb as number).sort((x, y) => y - x));
+    expect(perGb.map((o) => o.provider_id)).toEqual(
+      (await offers(`region=${where}&sort=-vram_price`)).items.map((o) => o.provider_id).reverse(),
+    );
   });
 
   it('are searched by renters with their own token, and show nothing of owners or addresses', async () => {

@@ -83,6 +83,54 @@ export function amount(name: string) {
   };
 }
 
+/** A reliability score option (0-1, as written: `0.95`), kept as the string it is. */
+export function reliabilityScore(value: string): string {
+  const n = Number(value);
+  if (!/^(0|1|0?\.\d+|1\.0+)$/.test(value) || !(n >= 0 && n <= 1)) {
+    throw new InvalidArgumentError('a score from 0 to 1, e.g. 0.95');
+  }
+  return value;
+}
+
+const SIZE_UNITS: Record<string, number> = {
+  '': 1,
+  m: 1,
+  mb: 1,
+  mib: 1,
+  g: 1024,
+  gb: 1024,
+  gib: 1024,
+  t: 1024 ** 2,
+  tb: 1024 ** 2,
+  tib: 1024 ** 2,
+};
+
+/**
+ * A size option in MB, as the platform counts sizes: `81920`, `40960MB`, `80GB`, `2TB` (GB of 1024 MB, as drivers and
+ * billing count them: a card sold as 80 GB reports 79.6 GB, so `--min-vram 79GB` finds it and `80GB` does not).
+ */
+export function megabytes(name: string) {
+  return (value: string) => {
+    const m = /^(\d+(?:\.\d+)?)\s*([a-z]*)$/i.exec(value.trim());
+    const unit = m ? SIZE_UNITS[m[2]!.toLowerCase()] : undefined;
+    const mb = m && unit ? Math.ceil(Number(m[1]) * unit) : Number.NaN;
+    if (!(mb >= 1 && Number.isSafeInteger(mb))) {
+      throw new InvalidArgumentError(`${name} takes a size: MB (40960, 40960MB), GB (80GB) or TB (2TB)`);
+    }
+    return mb;
+  };
+}
+
+/** A version option as dotted numbers (`550.54`, `8.6`), compared part by part by the platform. */
+export function dottedVersion(name: string) {
+  return (value: string) => {
+    if (!/^\d{1,9}(?:\.\d{1,9})*$/.test(value)) {
+      throw new InvalidArgumentError(`${name} takes dotted numbers such as 550.54 or 8.6`);
+    }
+    return value;
+  };
+}
+
 /** A repeatable option's values, in order. */
 export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];

@@ -36,7 +36,8 @@ const LOST_SETTLE_MS = 10_000;
 
 const MACHINE_GONE: ReadonlySet<string> = new Set(UNDELIVERED_END_REASONS);
 
-function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
+/** The session's workload as billing has it now. */
+export function workloadOf(ctx: Context, sessionId: string): Promise<Workload> {
   return ctx.billing
     .GET('/api/v1/billing/sessions/{sessionID}/workload', { params: { path: { sessionID: sessionId } } })
     .then(unwrap);

@@ -214,8 +214,14 @@ describe('gpu against a platform whose machine runs workloads', () => {
       stdout: 'one\ntwo\n',
       stderr: 'oops\n',
     });
+    // The sessions: how each ended, its workload's exit code; with --json, its workload.
     const sessions = answer(await renter.gpu(['sessions', '--json']));
-    expect(sessions.find((s: { id: string }) => s.id === id)).toMatchObject({ end_reason: 'workload_exited' });
+    expect(sessions.find((s: { id: string }) => s.id === id)).toMatchObject({
+      end_reason: 'workload_exited',
+      workload: { state: 'exited', exit_code: 0, spec: { command: ['sh', '-c', expect.stringContaining('echo one')] } },
+    });
+    const table = (await renter.gpu(['sessions'])).stdout.split('\n');
+    expect(table.find((line) => line.includes(id))).toMatch(/│ workload_exited +│ 0 +│ \d+\.\d{6} │/);
 
     // A session without a workload: printed as a table, has no logs, ended by its renter.
     const plain = await renter.gpu(['rent', ...rental(), '--max-rate', '100', '--spend-cap', '5']);
@@ -282,6 +288,64 @@ describe('gpu against a platform whose machine runs workloads', () => {
       /workload lost with its machine: its session ended \(provider_offline\) and the machine reported no end; session \S+ cost/,
     );
     expect(result.code).toBe(1);
+  });
+
+  it('says what gpu run waits for, and stops waiting when the machine goes offline before the workload runs', {
+    timeout: 90_000,
+  }, async () => {
+    // A machine whose daemon takes no workload (its runner never polls): the workload stays pending.
+    const idle = await rig.machine();
+    const [node, ...args] = gpuCommandLine([
+      'run',
+      '--machine',
+      idle.providerId,
+      '--gpu-model',
+      'H100',
+      '--wallet',
+      walletId,
+      '--',
+      'true',
+    ]);
+    const child = spawn(node!, args, {
+      cwd: root,
+      env: { ...process.env, GPU_URL: url, GPU_CONFIG_DIR: join(dir, renter.id), NO_COLOR: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk;
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    // What it waits for, and for how long, on standard error: read as it comes.
+    const waiting = new RegExp(`waiting for machine ${idle.providerId} to take the workload \\(pending, \\d+ s\\)`);
+    await until(
+      async () => stderr,
+      (text) => waiting.test(text),
+      60_000,
+    );
+    expect(stderr).toMatch(waiting);
+    // The registry takes the machine for offline, billing hears it and ends the session: gpu run stops waiting.
+    const service = await rig.platform.machineClient('service');
+    const verdict = await rig.platform.registry.app.inject({
+      method: 'PATCH',
+      url: `/providers/${idle.providerId}/status`,
+      headers: { authorization: `Bearer ${await service.get()}` },
+      payload: { status: 'offline' },
+    });
+    expect(verdict.statusCode, verdict.body).toBe(200);
+    const ended = await endSessionsOfStoppedProvider(rig.billing.ctx, {
+      providerId: idle.providerId,
+      status: 'offline',
+      occurredAt: new Date(),
+    });
+    expect(ended).toHaveLength(1);
+    expect(await exited).toBe(1);
+    expect(stderr).toMatch(
+      new RegExp(
+        `machine ${idle.providerId} went away \\(provider_offline\\) before the workload ran: session ` +
+          `${ended[0]!.session.id} ended; it cost 0\\.000000\n$`,
+      ),
+    );
   });
 
   it('submits a job with gpu jobs submit, follows it to its end with gpu jobs logs -f, lists, shows and cancels jobs', {

@@ -100,6 +100,8 @@ export class ProviderDaemon {
       hostname: p.hostname || osHostname(),
       ...(p.ip_address ? { ip_address: p.ip_address } : {}),
       ...(p.location ? { location: p.location } : {}),
+      // The disk each workload gets: renters search the market by it.
+      disk_mb: this.deps.config.workloads.disk_mb,
       metadata: { ...p.metadata, gpu_source: this.deps.gpus.kind },
       gpus: readings.map(gpuSpec),
     };
@@ -119,7 +121,8 @@ export class ProviderDaemon {
       } else {
         const record = unwrap(current);
         await this.claim(record);
-        if (gpusChanged(record.gpus, body.gpus) || record.name !== body.name) {
+        const stated = record.disk_mb ?? null;
+        if (gpusChanged(record.gpus, body.gpus) || record.name !== body.name || stated !== body.disk_mb) {
           const updated = await this.registry.PUT('/providers/{providerID}', {
             params: { path: { providerID: id } },
             body: body as never,
@@ -133,7 +136,7 @@ export class ProviderDaemon {
             );
           } else {
             unwrap(updated);
-            this.deps.logger.info({ provider_id: id }, 'provider record updated: the GPUs or name changed');
+            this.deps.logger.info({ provider_id: id }, 'provider record updated: the GPUs, name or disk changed');
           }
         }
       }

@@ -74,6 +74,8 @@ describe('provider daemon', () => {
       name: 'rig-1',
       gpus: [{ model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, driver_version: '580.159.04' }],
       metadata: { gpu_source: 'simulated' },
+      // The disk each workload gets, for the market.
+      disk_mb: 102_400,
     });
     await new Promise((r) => setTimeout(r, 20));
     await daemon.heartbeat();
@@ -87,6 +89,10 @@ describe('provider daemon', () => {
     const c = config();
     const first = await daemonWith(c, token).attach();
     expect(await daemonWith(c, token).attach()).toBe(first);
+    // Restarted with another disk allowance: the record says the new one.
+    const bigger = { ...c, workloads: { ...c.workloads, disk_mb: 204_800 } };
+    expect(await daemonWith(bigger, token).attach()).toBe(first);
+    expect((await record(first)).body.disk_mb).toBe(204_800);
     rmSync(c.state_file);
     expect(await daemonWith(c, token).attach()).toBe(first);
     const own = await platform.registry.app.inject({

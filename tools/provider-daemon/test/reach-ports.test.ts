@@ -396,7 +396,12 @@ describe('a server inside the workload, reached through the platform', () => {
         const to = new URL(dial ? second.url : billingUrl);
         const upstream = net.connect(Number(to.port), to.hostname, () => upstream.write(first));
         client.pipe(upstream).pipe(client);
-        for (const s of [client, upstream]) s.on('error', () => [client, upstream].forEach((x) => x.destroy()));
+        const both = () => {
+          client.destroy();
+          upstream.destroy();
+        };
+        client.on('error', both);
+        upstream.on('error', both);
       });
     });
     await new Promise<void>((resolve) => balancer.listen(0, '127.0.0.1', resolve));

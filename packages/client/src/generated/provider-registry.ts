@@ -485,6 +485,8 @@ export interface components {
             architecture: string | null;
             /** @description CUDA compute capability */
             compute_capability: string | null;
+            /** @description the disk each workload on the machine gets (MB: its work directory and /tmp); null: not stated */
+            disk_mb: number | null;
             driver_version: string;
             /**
              * Format: int64
@@ -507,8 +509,12 @@ export interface components {
             model_key: string;
             /** @description every name of the group's GPUs (`H100 80GB HBM3`, `H100 PCIe`) */
             model_names: string[];
+            /** @description what `price_per_gpu_hour` is made of, from the rates held now (null: billing said no prices yet) */
+            price_parts: components["schemas"]["OfferPriceParts"] | null;
             /** @description tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's; power only when every GPU reports it, else a renter pays the power it declares on top) */
             price_per_gpu_hour: string;
+            /** @description the price per GPU-hour over the GPUs' smallest VRAM in GB: tokens per GB of VRAM-hour (9 decimals at most), what `sort=vram_price` orders by */
+            price_per_vram_gb_hour: string;
             /**
              * Format: uuid
              * @description the machine (its reliability: GET /providers/{id}/reliability)
@@ -533,6 +539,38 @@ export interface components {
             vram_mb: number;
         };
         OfferList: components["schemas"]["Offer"][];
+        /** @description An offer's price explained: (base + vram + power) × demand_multiplier × supply_factor = price_per_gpu_hour, the formula billing charges by (the parts as the price adds them up; `vram_gb` and `power_w` as shown are rounded) */
+        OfferPriceParts: {
+            /** @description the model's base rate per GPU-hour */
+            base: string;
+            /**
+             * @description `provider`: the machine's own rate; `platform`: billing's
+             * @enum {string}
+             */
+            base_source: "provider" | "platform";
+            demand_multiplier: string;
+            /** @description the power part: `power_w` × `power_rate_per_watt_hour` (0 unless every GPU reports its power) */
+            power: string;
+            power_rate_per_watt_hour: string;
+            /**
+             * @description `provider`: the machine's own rate; `platform`: billing's
+             * @enum {string}
+             */
+            power_rate_source: "provider" | "platform";
+            /** @description the healthy GPUs' average power in W (shown to 3 decimals) */
+            power_w: string;
+            supply_factor: string;
+            /** @description the VRAM part of a GPU-hour: `vram_gb` × `vram_rate_per_gb_hour` */
+            vram: string;
+            /** @description the group's healthy GPUs' average VRAM in GB (shown to 3 decimals) */
+            vram_gb: string;
+            vram_rate_per_gb_hour: string;
+            /**
+             * @description `provider`: the machine's own rate; `platform`: billing's
+             * @enum {string}
+             */
+            vram_rate_source: "provider" | "platform";
+        };
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description stable UPPER_SNAKE machine code */
@@ -554,6 +592,8 @@ export interface components {
         Provider: {
             /** @description the daemon client (its `client_id`) the machine is bound to: the one that registered it, claimed it or that its owner bound it to (PUT /providers/{providerID}/daemon); another daemon of the owner may not write it. null: none (the next daemon that attaches claims it) */
             daemon_client_id: string | null;
+            /** @description the disk each workload on the machine gets, MB (its daemon's `workloads.disk_mb`: the work directory and /tmp together); renters filter offers on it (`min_disk`). null: not stated */
+            disk_mb: number | null;
             gpus: components["schemas"]["Gpu"][];
             /** @description held off the market by its owner: an explicit `busy` until an explicit `idle` (no offer lists it, a heartbeat or a session end leaves it busy, billing starts no rental on it) */
             held: boolean;
@@ -592,6 +632,8 @@ export interface components {
         ProviderList: components["schemas"]["Provider"][];
         /** @description A new provider with its GPUs */
         RegisterProviderRequest: {
+            /** @description the disk each workload on the machine gets, MB (the work directory and /tmp together), as its daemon allows it; renters filter offers on it. Absent: none on registration, the stored one kept on a full update; null: not stated */
+            disk_mb?: number | null;
             gpus: {
                 /** @description architecture name, e.g. "ampere" */
                 architecture?: string | null;
@@ -689,6 +731,8 @@ export interface components {
         UpdateProviderRequest: {
             /** @description read-only: ignored (PUT /providers/{providerID}/daemon binds the machine) */
             daemon_client_id?: string | null;
+            /** @description the disk each workload on the machine gets, MB (the work directory and /tmp together), as its daemon allows it; renters filter offers on it. Absent: none on registration, the stored one kept on a full update; null: not stated */
+            disk_mb?: number | null;
             gpus: {
                 /** @description architecture name, e.g. "ampere" */
                 architecture?: string | null;
@@ -1017,6 +1061,8 @@ export interface operations {
                 max_price?: string;
                 /** @description at least this CUDA compute capability, compared part by part */
                 min_compute_capability?: string;
+                /** @description each workload gets at least this disk (MB); machines that do not state theirs are left out */
+                min_disk?: number;
                 /** @description at least this driver version, compared part by part */
                 min_driver_version?: string;
                 /** @description at least this many free GPUs */
@@ -1029,8 +1075,8 @@ export interface operations {
                 min_vram?: number;
                 /** @description the machine's location, case-insensitive */
                 region?: string & unknown;
-                /** @description `price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability` */
-                sort?: "price" | "-price" | "reliability" | "-reliability";
+                /** @description `price` (per GPU-hour, cheapest first), `-price`, `vram_price` (per GB of VRAM-hour, cheapest first), `-vram_price`, `-reliability` (most reliable first), `reliability` */
+                sort?: "price" | "-price" | "vram_price" | "-vram_price" | "reliability" | "-reliability";
             };
             header?: never;
             path?: never;

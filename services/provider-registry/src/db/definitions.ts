@@ -42,17 +42,46 @@ const baseRateSql = `coalesce(${RATE_LOOKUP.map(
 const factorSql = (factor: 'demand' | 'supply') =>
   `coalesce(c.factors -> p_model_key ->> '${factor}', c.factors -> 'default' ->> '${factor}', '${NEUTRAL_FACTOR}')::numeric`;
 
-/** One GPU-hour of a group, by the platform's price formula (`hourlyPrice` in @gpu/common). */
-const offerPriceSql = hourlyPrice(sqlPriceArithmetic, {
+const vramRateSql = 'coalesce(pp.vram_rate_per_gb_hour, c.vram_rate_per_gb_hour)';
+const powerRateSql = 'coalesce(pp.power_rate_per_watt_hour, c.power_rate_per_watt_hour)';
+
+/** One GPU-hour of a group, by the platform's price formula (`hourlyPrice` in @gpu/common), and its parts. */
+const offerPrice = hourlyPrice(sqlPriceArithmetic, {
   baseRatePerGpu: baseRateSql,
   gpus: sqlPriceArithmetic.constant('1'),
   vramMb: 'p_avg_vram_mb',
-  vramRatePerGbHour: 'coalesce(pp.vram_rate_per_gb_hour, c.vram_rate_per_gb_hour)',
+  vramRatePerGbHour: vramRateSql,
   powerW: 'p_avg_power_w',
-  powerRatePerWattHour: 'coalesce(pp.power_rate_per_watt_hour, c.power_rate_per_watt_hour)',
+  powerRatePerWattHour: powerRateSql,
   demand: factorSql('demand'),
   supply: factorSql('supply'),
-}).total;
+});
+const offerPriceSql = offerPrice.total;
+
+/** Whose rate priced a part: the machine's own (`pp`, when it set one) or the platform's card. */
+const sourceSql = (own: string) => `CASE WHEN ${own} IS NOT NULL THEN 'provider' ELSE 'platform' END`;
+const ownBaseRateSql = `coalesce(${RATE_LOOKUP.filter((step) => step.table === 'provider')
+  .map((step) => `pp.base_rates ->> ${step.key === 'model' ? 'p_model_key' : `'default'`}`)
+  .join(', ')})`;
+
+/**
+ * What a GPU-hour of a group is made of, as `offer_price` adds it up (the same expressions): the model's base rate,
+ * the VRAM part (the GPUs' average VRAM at the VRAM rate) and the power part, each rate's source, and the market's
+ * factors. `(base + vram + power) × demand × supply` is the price.
+ */
+const offerPricePartsSql = `jsonb_build_object(
+  'base', trim_scale(${offerPrice.base})::text,
+  'base_source', ${sourceSql(ownBaseRateSql)},
+  'vram', trim_scale(${offerPrice.vram})::text,
+  'vram_gb', trim_scale(round(p_avg_vram_mb / 1024, 3))::text,
+  'vram_rate_per_gb_hour', trim_scale(${vramRateSql})::text,
+  'vram_rate_source', ${sourceSql('pp.vram_rate_per_gb_hour')},
+  'power', trim_scale(${offerPrice.power})::text,
+  'power_w', trim_scale(round(p_avg_power_w, 3))::text,
+  'power_rate_per_watt_hour', trim_scale(${powerRateSql})::text,
+  'power_rate_source', ${sourceSql('pp.power_rate_per_watt_hour')},
+  'demand_multiplier', trim_scale(${factorSql('demand')})::text,
+  'supply_factor', trim_scale(${factorSql('supply')})::text)`;
 
 /** In dependency order: a SQL function's body is checked when it is created, so what it calls comes first. */
 export const FUNCTIONS: readonly FunctionDefinition[] = [
@@ -151,6 +180,18 @@ SELECT CASE WHEN p_status = 'idle' AND p_unrented >= p_min THEN p_unrented ELSE 
     attributes: 'LANGUAGE sql STABLE',
     body: `
 SELECT ${offerPriceSql}
+FROM price_card c LEFT JOIN provider_prices pp ON pp.provider_id = p_id
+WHERE c.id = 1
+`,
+  },
+  {
+    // What `offer_price` is made of, for an offer to explain its price; null until a card arrived.
+    name: 'offer_price_parts',
+    args: 'p_id uuid, p_model_key text, p_avg_vram_mb numeric, p_avg_power_w numeric',
+    returns: 'jsonb',
+    attributes: 'LANGUAGE sql STABLE',
+    body: `
+SELECT ${offerPricePartsSql}
 FROM price_card c LEFT JOIN provider_prices pp ON pp.provider_id = p_id
 WHERE c.id = 1
 `,

@@ -5,12 +5,28 @@
  */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import type { GpuInput } from '../domain/gpu-fields.ts';
-import type { OfferCursor, OfferFilter, OfferGroup } from '../domain/offers.ts';
-import { offerSortOf, versionParts } from '../domain/offers.ts';
+import type { OfferCursor, OfferFilter, OfferGroup, OfferSortKey } from '../domain/offers.ts';
+import { offerSortOf, VRAM_PRICE_SCALE, versionParts } from '../domain/offers.ts';
 import type { ProviderStatus } from '../domain/provider.ts';
 import type { RegistryDB } from './schema.ts';
 
 type Db = Kysely<RegistryDB> | Transaction<RegistryDB>;
+
+/** What an offer's price per GPU-hour is made of, as the database adds it up (decimal strings). */
+interface OfferPriceParts {
+  base: string;
+  base_source: 'provider' | 'platform';
+  vram: string;
+  vram_gb: string;
+  vram_rate_per_gb_hour: string;
+  vram_rate_source: 'provider' | 'platform';
+  power: string;
+  power_w: string;
+  power_rate_per_watt_hour: string;
+  power_rate_source: 'provider' | 'platform';
+  demand_multiplier: string;
+  supply_factor: string;
+}
 
 /** An offer as the search reads it. */
 export interface OfferRow {
@@ -26,7 +42,12 @@ export interface OfferRow {
   driver_version: string;
   compute_capability: string | null;
   region: string | null;
+  disk_mb: number | null;
   price_per_gpu_hour: string | null;
+  /** The price per GB of VRAM-hour (`VRAM_PRICE_SCALE` decimals, trailing zeros trimmed). */
+  price_per_vram_gb_hour: string | null;
+  /** What the price is made of (`offer_price_parts`); null without a card. */
+  price_parts: OfferPriceParts | null;
   reliability: number;
   uptime_30d: number | null;
   observed_seconds_30d: number;
@@ -46,7 +67,7 @@ export async function writeOffers(
   providerId: string,
   groups: readonly OfferGroup[],
   status: ProviderStatus,
-  region: string | null,
+  machine: { region: string | null; diskMb: number | null },
 ): Promise<void> {
   await tx.deleteFrom('offers').where('provider_id', '=', providerId).execute();
   if (groups.length === 0) return;
@@ -68,7 +89,8 @@ export async function writeOffers(
         driver_version_parts: sql<number[]>`${parts(g.driverVersion)}::integer[]`,
         compute_capability: g.computeCapability,
         compute_capability_parts: sql<number[]>`${parts(g.computeCapability)}::integer[]`,
-        region,
+        region: machine.region,
+        disk_mb: machine.diskMb,
         status,
       })),
     )
@@ -97,7 +119,7 @@ export async function backfillOffers(
     done += await db.transaction().execute(async (tx) => {
       const p = await tx
         .selectFrom('providers')
-        .select(['status', 'location'])
+        .select(['status', 'location', 'disk_mb'])
         .where('id', '=', id)
         .forUpdate()
         .executeTakeFirst();
@@ -109,7 +131,10 @@ export async function backfillOffers(
         .where('provider_id', '=', id)
         .orderBy('idx')
         .execute();
-      await writeOffers(tx, id, groupsOf(gpus as unknown as GpuInput[]), p.status as ProviderStatus, p.location);
+      await writeOffers(tx, id, groupsOf(gpus as unknown as GpuInput[]), p.status as ProviderStatus, {
+        region: p.location,
+        diskMb: p.disk_mb,
+      });
       return 1;
     });
   }
@@ -233,15 +258,21 @@ export async function repricePage(db: Kysely<RegistryDB>, after: string | null, 
   return ids.length < limit ? null : ids.at(-1)!;
 }
 
+/** The price per GB of VRAM-hour of an offer: its price per GPU-hour over its smallest VRAM (a GPU of none: 1 MB). */
+const vramPriceSql = sql`round(o.price_per_gpu_hour * 1024 / greatest(o.vram_mb, 1), ${sql.lit(VRAM_PRICE_SCALE)})`;
+
+/** The column (or expression) a sort key orders by, and the type a cursor's value is read as. */
+function sortColumn(key: OfferSortKey): { column: RawBuilder<unknown>; type: RawBuilder<unknown> } {
+  if (key === 'reliability') return { column: sql`o.reliability`, type: sql`float8` };
+  return { column: key === 'price' ? sql`o.price_per_gpu_hour` : vramPriceSql, type: sql`numeric` };
+}
+
 /** The condition that a row comes after the cursor in the sort's order. */
 function afterCursor(cursor: OfferCursor): RawBuilder<boolean> {
   const { key, descending } = offerSortOf(cursor.sort);
-  const row =
-    key === 'price'
-      ? sql`(o.price_per_gpu_hour, o.provider_id, o.model_key)`
-      : sql`(o.reliability, o.provider_id, o.model_key)`;
-  const value = key === 'price' ? sql`${cursor.value}::numeric` : sql`${cursor.value}::float8`;
-  const at = sql`(${value}, ${cursor.providerId}::uuid, ${cursor.modelKey}::text)`;
+  const { column, type } = sortColumn(key);
+  const row = sql`(${column}, o.provider_id, o.model_key)`;
+  const at = sql`(${cursor.value}::${type}, ${cursor.providerId}::uuid, ${cursor.modelKey}::text)`;
   return descending ? sql<boolean>`${row} < ${at}` : sql<boolean>`${row} > ${at}`;
 }
 
@@ -269,17 +300,18 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
     );
   }
   if (f.region !== undefined) where.push(sql<boolean>`lower(o.region) = lower(${f.region})`);
+  if (f.min_disk !== undefined) where.push(sql<boolean>`o.disk_mb >= ${f.min_disk}`);
   if (f.after) where.push(afterCursor(f.after));
   const dir = sql.raw(descending ? 'DESC' : 'ASC');
-  const order =
-    key === 'price'
-      ? sql`o.price_per_gpu_hour ${dir}, o.provider_id ${dir}, o.model_key ${dir}`
-      : sql`o.reliability ${dir}, o.provider_id ${dir}, o.model_key ${dir}`;
-  const sortValue = key === 'price' ? sql`trim_scale(o.price_per_gpu_hour)::text` : sql`o.reliability::text`;
+  const { column } = sortColumn(key);
+  const order = sql`${column} ${dir}, o.provider_id ${dir}, o.model_key ${dir}`;
+  const sortValue = key === 'reliability' ? sql`o.reliability::text` : sql`trim_scale(${column})::text`;
   const { rows } = await sql<OfferRow>`
     SELECT o.provider_id, o.model_key, o.gpu_model, o.model_names, o.gpu_count, o.free_gpus, o.min_gpus_per_rental,
       o.vram_mb, o.architecture,
-      o.driver_version, o.compute_capability, o.region, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
+      o.driver_version, o.compute_capability, o.region, o.disk_mb, trim_scale(o.price_per_gpu_hour)::text AS price_per_gpu_hour,
+      trim_scale(${vramPriceSql})::text AS price_per_vram_gb_hour,
+      offer_price_parts(o.provider_id, o.model_key, o.avg_vram_mb, o.avg_power_w) AS price_parts,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
       ${sortValue} AS sort_value
     FROM offers o

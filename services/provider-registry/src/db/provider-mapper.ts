@@ -14,6 +14,7 @@ export interface ProviderListRow {
   min_gpus_per_rental: number;
   held: boolean;
   location: string | null;
+  disk_mb: number | null;
   metadata: Record<string, unknown> | string | null;
   registered_at: Date | string;
   last_seen_at: Date | string;
@@ -50,6 +51,7 @@ export function toProvider(row: ProviderListRow, gpus: GpuRow[]): Provider {
     min_gpus_per_rental: row.min_gpus_per_rental,
     held: row.held,
     location: row.location,
+    disk_mb: row.disk_mb,
     registered_at: asDate(row.registered_at),
     last_seen_at: asDate(row.last_seen_at),
     metadata,

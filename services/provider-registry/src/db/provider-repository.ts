@@ -51,6 +51,7 @@ function selectProviders(db: Db, offlineAfterMs: number) {
       'p.min_gpus_per_rental',
       'p.held',
       'p.location',
+      'p.disk_mb',
       'p.metadata',
       'p.registered_at',
       'l.last_seen_at',
@@ -109,14 +110,15 @@ async function insertModelKeys(tx: Transaction<RegistryDB>, id: string): Promise
 }
 
 /**
- * The provider row's writable fields from an input (with its GPU summary); `minGpus` when the input has none, `held`
- * when its status neither holds nor releases the machine (`holdAfterExplicit`).
+ * The provider row's writable fields from an input (with its GPU summary); `minGpus` and `disk` when the input has
+ * none, `held` when its status neither holds nor releases the machine (`holdAfterExplicit`).
  */
 function writableFields(
   input: ProviderInput,
   status: ProviderStatus,
   minGpus: number = MIN_GPUS_PER_RENTAL.default,
   held = false,
+  disk: number | null = null,
 ) {
   return {
     owner_id: input.owner_id,
@@ -128,6 +130,7 @@ function writableFields(
     location: input.location ?? null,
     metadata: JSON.stringify(input.metadata ?? {}),
     min_gpus_per_rental: input.min_gpus_per_rental ?? minGpus,
+    disk_mb: input.disk_mb === undefined ? disk : input.disk_mb,
     ...summarizeGpus(input.gpus),
   };
 }
@@ -141,10 +144,11 @@ async function writeGpus(
   id: string,
   input: ProviderInput,
   status: ProviderStatus,
+  disk: number | null,
 ): Promise<void> {
   if (input.gpus.length > 0) await tx.insertInto('gpus').values(toGpuRows(id, input.gpus)).execute();
   await insertModelKeys(tx, id);
-  await writeOffers(tx, id, offerGroups(input.gpus), status, input.location ?? null);
+  await writeOffers(tx, id, offerGroups(input.gpus), status, { region: input.location ?? null, diskMb: disk });
 }
 
 /**
@@ -167,7 +171,7 @@ export async function insertProvider(
         .values({ id, ...writableFields(input, status), daemon_client_id: daemon })
         .returning(['id', 'owner_id', sql<null>`NULL::text`.as('previous_status'), 'status']);
       await withStatusEvents(insert, recording).execute(tx);
-      await writeGpus(tx, id, input, status);
+      await writeGpus(tx, id, input, status, input.disk_mb ?? null);
     });
   } catch (err) {
     rethrowDuplicate(err, input);
@@ -196,7 +200,7 @@ export async function replaceProvider(
     return await db.transaction().execute(async (tx) => {
       const current = await tx
         .selectFrom('providers')
-        .select(['status', 'owner_id', 'min_gpus_per_rental', 'held'])
+        .select(['status', 'owner_id', 'min_gpus_per_rental', 'held', 'disk_mb'])
         .where('id', '=', id)
         .forUpdate()
         .executeTakeFirst();
@@ -227,7 +231,7 @@ export async function replaceProvider(
       const changed = status !== previous;
       const update = tx
         .updateTable('providers')
-        .set(writableFields(input, status, current.min_gpus_per_rental, current.held))
+        .set(writableFields(input, status, current.min_gpus_per_rental, current.held, current.disk_mb))
         .where('id', '=', id)
         .returning(['id', 'owner_id', sql<string>`${previous}::text`.as('previous_status'), 'status']);
       await withStatusEvents(update, changed ? recording : undefined).execute(tx);
@@ -241,7 +245,7 @@ export async function replaceProvider(
       }
       await tx.deleteFrom('gpus').where('provider_id', '=', id).execute();
       await tx.deleteFrom('provider_models').where('provider_id', '=', id).execute();
-      await writeGpus(tx, id, input, status);
+      await writeGpus(tx, id, input, status, input.disk_mb === undefined ? current.disk_mb : input.disk_mb);
       if (input.status !== undefined) {
         guard?.(await isFullyRented(tx, id));
         return { previous, status, owner_id: current.owner_id };

@@ -29,6 +29,8 @@ interface ProvidersTable {
   held: Generated<boolean>;
   /** The daemon client the machine is bound to, null for none (the daemon binding migration). */
   daemon_client_id: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The disk each workload gets, MB; null: not stated (the disk migration). */
+  disk_mb: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 /**
@@ -127,6 +129,8 @@ interface OffersTable {
   compute_capability: string | null;
   compute_capability_parts: number[] | null;
   region: string | null;
+  /** The machine's `disk_mb` (the disk migration). */
+  disk_mb: number | null;
   status: string;
   price_per_gpu_hour: Generated<string | null>;
   reliability: Generated<number>;

@@ -2,19 +2,24 @@
  * Offers: the market renters search. A machine offers each group of its GPUs of one model (what a rental takes) while
  * it is `idle` and the group has at least the machine's `min_gpus_per_rental` free GPUs (healthy, and held by no
  * running session): its free GPUs, what they are (model, VRAM, architecture, driver,
- * compute capability), where (the machine's `location`, its region), its price per GPU-hour as billing charges it
+ * compute capability), where (the machine's `location`, its region), the disk each workload gets, its price per GPU-hour as billing charges it
  * today (learnt from billing's price events: the machine's own rates or the platform's), and its reliability. Never
  * the owner, host name or address.
  *
  * Search: filters on price, free GPUs, model, VRAM, architecture, reliability, driver and compute capability
- * (versions compared part by part: `550.54` < `550.100`), region; sorted by price (cheapest first, or dearest) or by
- * reliability (most reliable first, or least); keyset paging (the sort value, then the machine and model).
+ * (versions compared part by part: `550.54` < `550.100`), region, disk; sorted by price (cheapest first, or dearest), by
+ * price per GB of VRAM (`vram_price`: the price per GPU-hour over the GPUs' smallest VRAM, cheapest first, or dearest)
+ * or by reliability (most reliable first, or least); keyset paging (the sort value, then the machine and model).
  */
 import { decodeCursor, encodeCursor, gpuModelKey } from '@gpu/common';
 import type { GpuInput } from './gpu-fields.ts';
 
-export const OFFER_SORTS = ['price', '-price', 'reliability', '-reliability'] as const;
+export const OFFER_SORTS = ['price', '-price', 'vram_price', '-vram_price', 'reliability', '-reliability'] as const;
 export type OfferSort = (typeof OFFER_SORTS)[number];
+export type OfferSortKey = 'price' | 'vram_price' | 'reliability';
+
+/** Decimals of an offer's price per GB of VRAM (a quotient: its value, its sort and its cursor are all rounded so). */
+export const VRAM_PRICE_SCALE = 9;
 
 export interface OfferFilter {
   max_price?: string;
@@ -30,6 +35,7 @@ export interface OfferFilter {
   min_driver_version?: string;
   min_compute_capability?: string;
   region?: string;
+  min_disk?: number;
   sort: OfferSort;
   limit: number;
   after?: OfferCursor;
@@ -90,9 +96,9 @@ export function offerGroups(gpus: readonly GpuInput[]): OfferGroup[] {
 }
 
 /** A sort key and direction. */
-export function offerSortOf(sort: OfferSort): { key: 'price' | 'reliability'; descending: boolean } {
+export function offerSortOf(sort: OfferSort): { key: OfferSortKey; descending: boolean } {
   const descending = sort.startsWith('-');
-  return { key: (descending ? sort.slice(1) : sort) as 'price' | 'reliability', descending };
+  return { key: (descending ? sort.slice(1) : sort) as OfferSortKey, descending };
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -120,6 +126,6 @@ export function offerCursorOf(text: string, sort: OfferSort): OfferCursor | stri
   if (typeof modelKey !== 'string' || modelKey.length > 256) return bad;
   if (typeof value !== 'string') return bad;
   const { key } = offerSortOf(sort);
-  if (!(key === 'price' ? DECIMAL.test(value) : isScore(value))) return bad;
+  if (!(key === 'reliability' ? isScore(value) : DECIMAL.test(value))) return bad;
   return { sort, value, providerId, modelKey };
 }

@@ -77,6 +77,8 @@ export interface Provider {
   /** Held off the market by its owner (`holdAfterExplicit`). */
   held: boolean;
   location: string | null;
+  /** The disk each workload on the machine gets (MB); null: not stated. */
+  disk_mb: number | null;
   registered_at: Date;
   last_seen_at: Date;
   metadata: Record<string, unknown>;
@@ -93,6 +95,8 @@ export interface ProviderInput {
   metadata?: Record<string, unknown>;
   /** Absent: `MIN_GPUS_PER_RENTAL.default` on registration, the stored value on a full update. */
   min_gpus_per_rental?: number;
+  /** Absent: none on registration, the stored value on a full update; null: not stated. */
+  disk_mb?: number | null;
   gpus: GpuInput[];
 }
 

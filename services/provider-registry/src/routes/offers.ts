@@ -18,7 +18,14 @@ import { z } from 'zod';
 import type { OfferRow } from '../db/offer-repository.ts';
 import { RELIABILITY_ROLES } from '../domain/access.ts';
 import type { Market } from '../domain/market.ts';
-import { OFFER_SORTS, type OfferCursor, offerCursorOf, offerCursorText, VERSION_PATTERN } from '../domain/offers.ts';
+import {
+  OFFER_SORTS,
+  type OfferCursor,
+  offerCursorOf,
+  offerCursorText,
+  VERSION_PATTERN,
+  VRAM_PRICE_SCALE,
+} from '../domain/offers.ts';
 import { schemas, text } from './schemas.ts';
 
 export interface OfferRoutesOptions {
@@ -62,12 +69,46 @@ const offerQuerySchema = z.object({
   min_driver_version: version('driver version'),
   min_compute_capability: version('CUDA compute capability'),
   region: text(256).optional().describe("the machine's location, case-insensitive"),
+  min_disk: queryInteger(0, 4_294_967_295)
+    .optional()
+    .describe('each workload gets at least this disk (MB); machines that do not state theirs are left out'),
   sort: z
     .enum(OFFER_SORTS)
     .default('price')
-    .describe('`price` (cheapest first), `-price`, `-reliability` (most reliable first), `reliability`'),
+    .describe(
+      '`price` (per GPU-hour, cheapest first), `-price`, `vram_price` (per GB of VRAM-hour, cheapest first), ' +
+        '`-vram_price`, `-reliability` (most reliable first), `reliability`',
+    ),
   ...pageQuery,
 });
+
+const rateSource = z
+  .enum(['provider', 'platform'])
+  .describe("`provider`: the machine's own rate; `platform`: billing's");
+
+const pricePartsSchema = z
+  .object({
+    base: z.string().describe("the model's base rate per GPU-hour"),
+    base_source: rateSource,
+    vram: z.string().describe('the VRAM part of a GPU-hour: `vram_gb` × `vram_rate_per_gb_hour`'),
+    vram_gb: z.string().describe("the group's healthy GPUs' average VRAM in GB (shown to 3 decimals)"),
+    vram_rate_per_gb_hour: z.string(),
+    vram_rate_source: rateSource,
+    power: z
+      .string()
+      .describe('the power part: `power_w` × `power_rate_per_watt_hour` (0 unless every GPU reports its power)'),
+    power_w: z.string().describe("the healthy GPUs' average power in W (shown to 3 decimals)"),
+    power_rate_per_watt_hour: z.string(),
+    power_rate_source: rateSource,
+    demand_multiplier: z.string(),
+    supply_factor: z.string(),
+  })
+  .describe(
+    "An offer's price explained: (base + vram + power) × demand_multiplier × supply_factor = price_per_gpu_hour, " +
+      'the formula billing charges by (the parts as the price adds them up; `vram_gb` and `power_w` as shown are ' +
+      'rounded)',
+  )
+  .register(schemas, { id: 'OfferPriceParts' });
 
 const offerSchema = z
   .object({
@@ -92,12 +133,26 @@ const offerSchema = z
     driver_version: z.string(),
     compute_capability: z.string().nullable().describe('CUDA compute capability'),
     region: z.string().nullable().describe("the machine's location"),
+    disk_mb: z
+      .number()
+      .int()
+      .nullable()
+      .describe('the disk each workload on the machine gets (MB: its work directory and /tmp); null: not stated'),
     price_per_gpu_hour: z
       .string()
       .describe(
         "tokens per GPU-hour as billing charges it now (the machine's own rates, else the platform's; power only " +
           'when every GPU reports it, else a renter pays the power it declares on top)',
       ),
+    price_per_vram_gb_hour: z
+      .string()
+      .describe(
+        `the price per GPU-hour over the GPUs' smallest VRAM in GB: tokens per GB of VRAM-hour (${VRAM_PRICE_SCALE} ` +
+          'decimals at most), what `sort=vram_price` orders by',
+      ),
+    price_parts: pricePartsSchema
+      .nullable()
+      .describe('what `price_per_gpu_hour` is made of, from the rates held now (null: billing said no prices yet)'),
     reliability: z.object({
       score: z.number().min(0).max(1).describe('uptime × session success, 1 while unobserved'),
       uptime_30d: z.number().min(0).max(1).nullable(),
@@ -125,7 +180,10 @@ function offerJson(o: OfferRow): z.input<typeof offerSchema> {
     driver_version: o.driver_version,
     compute_capability: o.compute_capability,
     region: o.region,
+    disk_mb: o.disk_mb,
     price_per_gpu_hour: o.price_per_gpu_hour ?? '0',
+    price_per_vram_gb_hour: o.price_per_vram_gb_hour ?? '0',
+    price_parts: o.price_parts,
     reliability: {
       score: Number(o.reliability),
       uptime_30d: o.uptime_30d === null ? null : Number(o.uptime_30d),

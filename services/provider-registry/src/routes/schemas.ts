@@ -126,6 +126,13 @@ const providerInputShape = {
     .nullish()
     .meta({ type: ['string', 'null'], maxLength: 45, description: 'IPv4 or IPv6 address' }),
   location: optionalText(256),
+  disk_mb: uint32()
+    .nullish()
+    .describe(
+      'the disk each workload on the machine gets, MB (the work directory and /tmp together), as its daemon allows ' +
+        'it; renters filter offers on it. Absent: none on registration, the stored one kept on a full update; null: ' +
+        'not stated',
+    ),
   metadata: metadataSchema.optional(),
   status: statusSchema.optional().describe('initial status (default idle; busy: held off the market by its owner)'),
   gpus: z.array(gpuSchema).min(1).max(64),

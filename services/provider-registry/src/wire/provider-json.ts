@@ -65,6 +65,14 @@ export const PROVIDER_FIELDS = [
       'heartbeat or a session end leaves it busy, billing starts no rental on it)',
   },
   { name: 'location', type: 'text', nullable: true },
+  {
+    name: 'disk_mb',
+    type: 'integer',
+    nullable: true,
+    doc:
+      "the disk each workload on the machine gets, MB (its daemon's `workloads.disk_mb`: the work directory and /tmp " +
+      'together); renters filter offers on it (`min_disk`). null: not stated',
+  },
   { name: 'registered_at', type: 'timestamp', nullable: false, doc: 'RFC 3339 UTC' },
   {
     name: 'last_seen_at',
@@ -93,6 +101,7 @@ export interface ProviderJson {
   min_gpus_per_rental: number;
   held: boolean;
   location: string | null;
+  disk_mb: number | null;
   registered_at: string;
   last_seen_at: string;
   metadata: Record<string, unknown>;

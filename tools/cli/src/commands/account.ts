@@ -93,6 +93,9 @@ export function accountCommands(program: Command) {
   recoveryCommands(program, password);
 }
 
+/** What a password reset ends (auth starts the account afresh: services/auth README, "Verified addresses and forgotten passwords"). */
+const RESET_ENDS = ['sign_ins', 'api_keys', 'daemon_credentials', 'ssh_keys'] as const;
+
 /** A new password: GPU_NEW_PASSWORD, or the next line of standard input (typed twice at a terminal, unseen). */
 export async function newPassword(input: SecretInput, env: NodeJS.ProcessEnv): Promise<string> {
   const next = await secret(input, env.GPU_NEW_PASSWORD, 'new password');
@@ -124,7 +127,8 @@ function recoveryCommands(program: Command, password: Command) {
     .command('reset')
     .description(
       'set a new password with the mailed code: the code from GPU_RESET_CODE or the first line of standard input, ' +
-        'the new password from GPU_NEW_PASSWORD or the next line; every device is signed out',
+        'the new password from GPU_NEW_PASSWORD or the next line. The account starts afresh: every sign-in ends, ' +
+        'every API key and daemon credential is revoked, the SSH keys are removed',
     )
     .action(async () => {
       const ctx = context(program);
@@ -134,7 +138,15 @@ function recoveryCommands(program: Command, password: Command) {
       }));
       // No sign-in: the code is the proof.
       unwrap(await authClient({ baseUrl: ctx.url }).POST('/api/v1/auth/password/reset', { body }));
-      if (!ctx.json) process.stdout.write('password reset; every device is signed out: gpu login again\n');
+      if (ctx.json) {
+        printJson({ password_reset: true, ended: RESET_ENDS });
+        return;
+      }
+      process.stdout.write(
+        'password reset. The account starts afresh: every sign-in ended, your API keys and daemon credentials are ' +
+          'revoked (a program that used one needs a new key: gpu keys create), your SSH keys removed (gpu ssh-key ' +
+          'add). Next: gpu login --email <address>\n',
+      );
     });
 
   const email = program.command('email').description('your e-mail address: verify it');

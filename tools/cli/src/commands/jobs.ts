@@ -14,11 +14,14 @@ import {
   count,
   ExitStatus,
   idempotencyKey,
+  megabytes,
   printJson,
+  reliabilityScore,
   show,
   showRecord,
   UsageError,
 } from '../cli.ts';
+import { time, tokens } from '../format.ts';
 import { payingWallet } from '../wallet-choice.ts';
 import { printLogs } from '../workload.ts';
 import { type WorkloadOptions, workloadOptions, workloadSpec } from './sessions.ts';
@@ -53,14 +56,6 @@ function queueSeconds(value: string): number {
   return s;
 }
 
-function reliability(value: string): string {
-  const n = Number(value);
-  if (!/^(0|1|0?\.\d+|1\.0+)$/.test(value) || !(n >= 0 && n <= 1)) {
-    throw new InvalidArgumentError('a score from 0 to 1, e.g. 0.95');
-  }
-  return value;
-}
-
 function showJob(json: boolean, j: Job) {
   const last = j.attempts.at(-1);
   showRecord(json, j, [
@@ -70,11 +65,11 @@ function showJob(json: boolean, j: Job) {
     ['reason', j.reason ?? ''],
     ['queue position', j.queue_position ?? ''],
     ['gpus', `${j.terms.gpu_count} × ${j.terms.gpu_model ?? 'any'}`],
-    ['max price/GPU-h', j.terms.max_price_per_gpu_hour],
+    ['max price/GPU-h', tokens(j.terms.max_price_per_gpu_hour)],
     ['attempts', `${j.attempts.length} of ${j.max_attempts}`],
     ['machine', last?.provider_id ?? ''],
     ['session', j.session_id ?? ''],
-    ['spent', `${j.spent} of ${j.spend_cap}`],
+    ['spent', `${tokens(j.spent)} of ${tokens(j.spend_cap)}`],
     ['checkpoint', j.checkpoint ? `${j.checkpoint.key} (${j.checkpoint.size} bytes, ${j.checkpoint.kept_at})` : ''],
   ]);
 }
@@ -128,9 +123,13 @@ export function jobCommands(program: Command) {
       .option('--wallet <wallet-id>', 'the wallet that pays its sessions (default: the default wallet, gpu wallet use)')
       .option('--gpus <n>', 'how many GPUs of one machine', count('--gpus'), 1)
       .option('--gpu-model <model>', 'a GPU model (H100, A100, ...); any when absent')
-      .option('--min-vram <mb>', 'every GPU has at least this VRAM (MB)', count('--min-vram'))
+      .option(
+        '--min-vram <size>',
+        'every GPU has at least this VRAM: MB (40960) or GB (80GB; drivers count 1024 MB a GB)',
+        megabytes('--min-vram'),
+      )
       .requiredOption('--max-price <tokens>', 'the most it pays per GPU-hour', amount('--max-price'))
-      .option('--min-reliability <score>', "the machine's reliability score, at least (0-1)", reliability)
+      .option('--min-reliability <score>', "the machine's reliability score, at least (0-1)", reliabilityScore)
       .option('--region <region>', "the machine's location")
       .requiredOption('--spend-cap <tokens>', 'the most all its attempts together may cost', amount('--spend-cap'))
       .option(
@@ -198,7 +197,7 @@ export function jobCommands(program: Command) {
         ctx.json,
         list,
         ['id', 'name', 'state', 'attempts', 'spent', 'created'],
-        list.map((j) => [j.id, j.name ?? '', j.state, j.attempts.length, j.spent, j.created_at]),
+        list.map((j) => [j.id, j.name ?? '', j.state, j.attempts.length, tokens(j.spent), time(j.created_at)]),
       );
     });
 
@@ -220,9 +219,9 @@ export function jobCommands(program: Command) {
             a.n,
             a.provider_id,
             a.session_id,
-            a.started_at,
-            a.ended_at ?? '',
-            a.cost ?? '',
+            time(a.started_at),
+            time(a.ended_at),
+            tokens(a.cost),
             a.end_reason ?? '',
           ]),
         );
@@ -240,7 +239,7 @@ export function jobCommands(program: Command) {
       const ctx = context(program);
       const job = await followJob(ctx, id, opts.follow === true);
       if (!opts.follow) return;
-      process.stderr.write(`job ${job.state}${job.reason ? ` (${job.reason})` : ''}; spent ${job.spent}\n`);
+      process.stderr.write(`job ${job.state}${job.reason ? ` (${job.reason})` : ''}; spent ${tokens(job.spent)}\n`);
       if (job.state !== 'succeeded') throw new ExitStatus(1);
     });
 

@@ -1,49 +1,188 @@
-/** The market: `offers` (machines with free GPUs) and `quote` (a machine's price for a rental). */
-import { unwrap } from '@gpu/client';
+/** The market: `offers` (machines with free GPUs, searched and sorted) and `quote` (a machine's price for a rental). */
+import { type RegistrySchemas, unwrap } from '@gpu/client';
 import { type Command, Option } from 'commander';
-import { context, count, show } from '../cli.ts';
+import {
+  amount,
+  context,
+  count,
+  dottedVersion,
+  megabytes,
+  printJson,
+  reliabilityScore,
+  show,
+  showRecord,
+} from '../cli.ts';
+import { gigabytes, score, tokens } from '../format.ts';
+
+type Offer = RegistrySchemas['Offer'];
+
+/** The orders the market sorts by: the registry's own names. */
+const SORTS = ['price', '-price', 'vram_price', '-vram_price', 'reliability', '-reliability'] as const;
+
+interface OfferOptions {
+  gpuModel?: string;
+  minFreeGpus?: number;
+  maxPrice?: string;
+  minVram?: number;
+  minDisk?: number;
+  minDriver?: string;
+  minComputeCapability?: string;
+  architecture?: string;
+  minReliability?: string;
+  region?: string;
+  sort?: (typeof SORTS)[number];
+  limit: number;
+}
+
+/** The filters given, as the command line said them (for the line that says nothing matched them). */
+function filtersGiven(o: OfferOptions): string {
+  const given: [string, string | number | undefined][] = [
+    ['--gpu-model', o.gpuModel],
+    ['--min-free-gpus', o.minFreeGpus],
+    ['--max-price', o.maxPrice],
+    ['--min-vram', o.minVram === undefined ? undefined : gigabytes(o.minVram)],
+    ['--min-disk', o.minDisk === undefined ? undefined : gigabytes(o.minDisk)],
+    ['--min-driver', o.minDriver],
+    ['--min-compute-capability', o.minComputeCapability],
+    ['--architecture', o.architecture],
+    ['--min-reliability', o.minReliability],
+    ['--region', o.region],
+  ];
+  return given
+    .filter(([, v]) => v !== undefined)
+    .map(([flag, v]) => `${flag} ${v}`)
+    .join(' ');
+}
+
+/**
+ * What an offer's price is made of, in a cell: `base + VRAM GB × its rate + power W × its rate`, the base rate in
+ * tokens (six decimals), the rates per GB and per W as the platform states them; a rate of the machine's own marked
+ * `*` (the others are the platform's), the market's factors when they are not 1.
+ */
+function priceMadeOf(o: Offer): string {
+  const p = o.price_parts;
+  if (!p) return '';
+  const own = (source: string) => (source === 'provider' ? '*' : '');
+  const parts = [
+    `${tokens(p.base)}${own(p.base_source)}`,
+    `${p.vram_gb} GB × ${p.vram_rate_per_gb_hour}${own(p.vram_rate_source)}`,
+    `${p.power_w} W × ${p.power_rate_per_watt_hour}${own(p.power_rate_source)}`,
+  ];
+  const factors = [p.demand_multiplier, p.supply_factor].filter((f) => f !== '1');
+  const sum = parts.join(' + ');
+  return factors.length > 0 ? `(${sum}) × ${factors.join(' × ')}` : sum;
+}
 
 export function marketCommands(program: Command) {
   program
     .command('offers')
-    .description('search the market: machines with free GPUs, cheapest first by default')
+    .description(
+      'search the market: groups of free GPUs of idle machines, cheapest per GPU-hour first by default; each offer ' +
+        "says what its price is made of (the model's base rate + its VRAM at the VRAM rate + its power at the power " +
+        "rate; * marks the machine's own rate, the others are the platform's). Nothing that matches: a line on " +
+        'standard error, exit status 0 (with --json: [])',
+    )
     .option('--gpu-model <model>', 'e.g. H100, A100, "RTX 4090"')
     .option('--min-free-gpus <n>', 'at least this many free GPUs', count('--min-free-gpus'))
-    .option('--max-price <tokens>', 'at most this price per GPU-hour')
-    .option('--min-reliability <score>', 'at least this reliability (0-1)')
-    .option('--region <region>')
-    .addOption(new Option('--sort <order>', 'the order').choices(['price', '-price', 'reliability', '-reliability']))
+    .option('--max-price <tokens>', 'at most this price per GPU-hour', amount('--max-price'))
+    .option(
+      '--min-vram <size>',
+      'every GPU has at least this VRAM: MB (40960) or GB (80GB; drivers count 1024 MB a GB: an 80 GB card has 79.6)',
+      megabytes('--min-vram'),
+    )
+    .option(
+      '--min-disk <size>',
+      'each workload gets at least this disk: MB, GB (200GB) or TB (machines that do not say theirs are left out)',
+      megabytes('--min-disk'),
+    )
+    .option(
+      '--min-driver <version>',
+      'at least this GPU driver version (550.54.15; the driver bounds the CUDA versions a workload can use)',
+      dottedVersion('--min-driver'),
+    )
+    .option(
+      '--min-compute-capability <x.y>',
+      'at least this CUDA compute capability (8.0: A100; 8.9: RTX 4090, L40; 9.0: H100)',
+      dottedVersion('--min-compute-capability'),
+    )
+    .option('--architecture <name>', 'this GPU architecture (Ampere, Hopper, Ada; any case)')
+    .option('--min-reliability <score>', 'at least this reliability score (0-1)', reliabilityScore)
+    .option('--region <region>', "the machine's region (its location; any case)")
+    .addOption(
+      new Option(
+        '--sort <order>',
+        'price (per GPU-hour, cheapest first), vram_price (per GB of VRAM-hour, cheapest first), reliability ' +
+          '(least reliable first); a leading - turns it round: -reliability is the most reliable first',
+      ).choices(SORTS),
+    )
     .option('--limit <n>', 'at most this many (1-1000)', count('--limit'), 20)
-    .action(async (opts: Record<string, string | number | undefined>) => {
+    .action(async (opts: OfferOptions) => {
       const ctx = context(program);
       const query = {
         ...(opts.gpuModel ? { gpu_model: opts.gpuModel } : {}),
         ...(opts.minFreeGpus ? { min_free_gpus: opts.minFreeGpus } : {}),
         ...(opts.maxPrice ? { max_price: opts.maxPrice } : {}),
+        ...(opts.minVram !== undefined ? { min_vram: opts.minVram } : {}),
+        ...(opts.minDisk !== undefined ? { min_disk: opts.minDisk } : {}),
+        ...(opts.minDriver ? { min_driver_version: opts.minDriver } : {}),
+        ...(opts.minComputeCapability ? { min_compute_capability: opts.minComputeCapability } : {}),
+        ...(opts.architecture ? { architecture: opts.architecture } : {}),
         ...(opts.minReliability !== undefined ? { min_reliability: Number(opts.minReliability) } : {}),
         ...(opts.region ? { region: opts.region } : {}),
         ...(opts.sort ? { sort: opts.sort } : {}),
-        limit: Number(opts.limit),
+        limit: opts.limit,
       };
-      const offers = unwrap(await ctx.registry.GET('/offers', { params: { query: query as never } }));
+      const offers = unwrap(await ctx.registry.GET('/offers', { params: { query } }));
+      if (ctx.json) return printJson(offers);
+      if (offers.length === 0) {
+        const filters = filtersGiven(opts);
+        process.stderr.write(
+          filters
+            ? `no offer matches ${filters} (fewer filters find more)\n`
+            : 'no offers: no machine has free GPUs on the market now\n',
+        );
+        return;
+      }
       show(
-        ctx.json,
+        false,
         offers,
-        ['machine', 'gpu', 'free', 'price/GPU-h', 'reliability', 'region'],
+        [
+          'machine',
+          'gpu',
+          'free',
+          'vram',
+          'driver',
+          'cc',
+          'disk',
+          'region',
+          'reliability',
+          'price/GPU-h',
+          'price/GB-h',
+          '= base + VRAM + power',
+        ],
         offers.map((o) => [
           o.provider_id,
           o.gpu_model,
           `${o.free_gpus}/${o.gpu_count}`,
-          o.price_per_gpu_hour,
-          o.reliability.score,
+          gigabytes(o.vram_mb),
+          o.driver_version,
+          o.compute_capability,
+          o.disk_mb === null ? '' : gigabytes(o.disk_mb),
           o.region,
+          score(o.reliability.score),
+          tokens(o.price_per_gpu_hour),
+          tokens(o.price_per_vram_gb_hour),
+          priceMadeOf(o),
         ]),
       );
     });
 
   program
     .command('quote')
-    .description("price a rental of a machine's GPUs: its hourly rate and what a duration costs")
+    .description(
+      "price a rental of a machine's GPUs: its hourly rate, what it is made of, and what a duration costs (of which " +
+        "the platform's fee: its share, not added)",
+    )
     .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
     .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
     .requiredOption('--gpu-model <model>', 'the model of its GPUs (H100, A100, ...)')
@@ -60,11 +199,17 @@ export function marketCommands(program: Command) {
           } as never,
         }),
       );
-      show(
-        ctx.json,
-        q,
-        ['gpus', 'model', 'per hour', 'hours', 'total'],
-        [[q.gpu_count, q.gpu_model, q.total_hourly_rate, opts.hours, q.total_cost]],
-      );
+      const whose = q.rate_source === 'provider' ? "the machine's own" : "the platform's";
+      showRecord(ctx.json, q, [
+        ['gpus', `${q.gpu_count} × ${q.gpu_model}`],
+        ['base per hour', `${tokens(q.base_hourly_rate)} (${whose} rate ${tokens(q.base_rate_per_gpu)} a GPU)`],
+        ['VRAM per hour', `${tokens(q.vram_hourly_rate)} (${gigabytes(q.requested_vram_mb)})`],
+        ['power per hour', `${tokens(q.power_hourly_rate)} (${q.estimated_power_w} W)`],
+        ['per hour', tokens(q.total_hourly_rate)],
+        ['hours', q.duration_hours],
+        ['total', tokens(q.total_cost)],
+        ['platform fee (of it)', tokens(q.platform_fee)],
+        ['machine earns', tokens(q.provider_earnings)],
+      ]);
     });
 }

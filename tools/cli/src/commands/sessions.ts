@@ -19,10 +19,14 @@ import {
   showRecord,
   UsageError,
 } from '../cli.ts';
+import { duration, time, tokens } from '../format.ts';
+import { everyPage } from '../paging.ts';
+import { endedBeforeRunning, untilRunning } from '../waiting.ts';
 import { payingWallet } from '../wallet-choice.ts';
-import { downloadOutputs, exitStatusOf, machineGone, printLogs, type Workload } from '../workload.ts';
+import { downloadOutputs, exitStatusOf, machineGone, printLogs, type Workload, workloadOf } from '../workload.ts';
 
 type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
+type Session = BillingSchemas['Session'];
 
 /** The longest a workload may run (billing's bound: a week). */
 const MAX_RUNTIME_S = 604_800;
@@ -158,18 +162,47 @@ async function startSession(ctx: Context, o: RentOptions, workload: WorkloadSpec
 
 function showStarted(json: boolean, started: BillingSchemas['SessionStart']) {
   const s = started.session;
+  const rate = s.rates.total_hourly_rate;
+  const lasts = `${duration(started.estimated_runtime_minutes * 60_000)} at ${tokens(rate)} an hour (what your balance pays for)`;
   showRecord(json, started, [
     ['session', s.id],
     ['machine', s.provider_id],
     ['gpus', `${s.gpu_count} × ${s.gpu_model}`],
-    ['per hour', s.rates.total_hourly_rate],
-    ['held', started.hold_amount],
-    ['available', started.available_balance],
-    ['runs for (min)', started.estimated_runtime_minutes],
-    ['spend cap', s.spend_cap],
+    ['per hour', tokens(rate)],
+    ['held now', tokens(started.hold_amount)],
+    ['available', tokens(started.available_balance)],
+    ['balance lasts', lasts],
+    [
+      'spend cap',
+      s.spend_cap === null ? 'none' : `${tokens(s.spend_cap)} (it ends then: ${time(s.spend_cap_ends_at)})`,
+    ],
     ['workload', s.workload ? 'yes' : 'no'],
     ['status', s.status],
   ]);
+}
+
+/** How long a session ran: from its start to its end, or to now (`running`). */
+function sessionDuration(s: Session, now: number): string {
+  const start = new Date(s.started_at).getTime();
+  return s.ended_at === null ? `${duration(now - start)} (running)` : duration(new Date(s.ended_at).getTime() - start);
+}
+
+/** How a session's workload ended, in a cell: its exit code, or its state and why. */
+function workloadEnd(w: Workload | null): string {
+  if (!w) return '';
+  if (w.state === 'exited') return String(w.exit_code);
+  return w.reason ? `${w.state} (${w.reason})` : w.state;
+}
+
+/** The workloads of the sessions that have one (a few requests at a time), by session. */
+async function workloadsOf(ctx: Context, sessions: Session[]): Promise<Map<string, Workload>> {
+  const found = new Map<string, Workload>();
+  const withOne = sessions.filter((s) => s.workload === true);
+  for (let i = 0; i < withOne.length; i += 8) {
+    const batch = await Promise.all(withOne.slice(i, i + 8).map((s) => workloadOf(ctx, s.id)));
+    for (const w of batch) found.set(w.session_id, w);
+  }
+  return found;
 }
 
 /** A stream that keeps what is written to it, as text. */
@@ -187,20 +220,57 @@ function collector(): Writable & { text(): string } {
 export function sessionCommands(program: Command) {
   program
     .command('sessions')
-    .description('your rental sessions, newest first')
-    .option('--status <status>', 'active, grace_period, completed or terminated')
-    .action(async (opts: { status?: string }) => {
+    .description(
+      'your rental sessions, newest first: when each started and ended, how long it ran, why it ended, its ' +
+        "workload's exit code (or how it ended otherwise) and its cost; with --json each session with its workload " +
+        '(null for none)',
+    )
+    .option('--status <status>', 'active, grace_period, completed, terminated, or running (active and grace_period)')
+    .option('--limit <n>', 'at most this many (the newest)', count('--limit'), 20)
+    .action(async (opts: { status?: string; limit: number }) => {
       const ctx = context(program);
-      const list = unwrap(
-        await ctx.billing.GET('/api/v1/billing/sessions', {
-          params: { query: (opts.status ? { status: [opts.status] } : {}) as never },
-        }),
+      const list = await everyPage(
+        (cursor) =>
+          ctx.billing.GET('/api/v1/billing/sessions', {
+            params: {
+              query: {
+                limit: Math.min(opts.limit, 1000),
+                ...(cursor ? { cursor } : {}),
+                ...(opts.status ? { status: [opts.status as Session['status']] } : {}),
+              },
+            },
+          }),
+        opts.limit,
       );
+      const workloads = await workloadsOf(ctx, list);
+      const now = Date.now();
+      if (ctx.json) {
+        printJson(
+          list.map((s) => {
+            const w = workloads.get(s.id);
+            // The workload without its session: the session is the object it is in.
+            const { session: _session, ...workload } = w ?? { session: null };
+            return { ...s, workload: w ? workload : null };
+          }),
+        );
+        return;
+      }
       show(
-        ctx.json,
+        false,
         list,
-        ['id', 'machine', 'gpus', 'status', 'started', 'cost'],
-        list.map((s) => [s.id, s.provider_id, s.gpu_count, s.status, s.started_at, s.total_cost]),
+        ['session', 'machine', 'gpus', 'status', 'started', 'ended', 'ran', 'end reason', 'exit', 'cost'],
+        list.map((s) => [
+          s.id,
+          s.provider_id,
+          s.gpu_count,
+          s.status,
+          time(s.started_at),
+          time(s.ended_at),
+          sessionDuration(s, now),
+          s.end_reason ?? '',
+          workloadEnd(workloads.get(s.id) ?? null),
+          tokens(s.total_cost),
+        ]),
       );
     });
 
@@ -210,7 +280,8 @@ export function sessionCommands(program: Command) {
       .argument('[command...]', 'a workload to run, after --: its program and arguments')
       .description(
         "rent a machine's GPUs: a session billed per started minute (with a workload: from when it runs until it " +
-          'ends, which ends the session); prints the session',
+          'ends, which ends the session); prints the session: its price, what is held, and how long your balance ' +
+          'lasts at that price',
       ),
   ).action(async (argv: string[], opts: RentOptions) => {
     const ctx = context(program);
@@ -250,10 +321,11 @@ export function sessionCommands(program: Command) {
       .command('run')
       .argument('[command...]', 'the workload, after --: its program and arguments (with --image: instead of its own)')
       .description(
-        'rent with a workload, follow its logs, print its outputs at its end (--download fetches them) and exit with ' +
-          'its exit code (127 when its program is not there, 126 when it cannot be run, 1 when it failed or was ' +
-          'stopped); with --json its logs go to standard error and the ' +
-          'workload at its end to standard output',
+        'rent with a workload, say on standard error what it waits for until it runs (pending: the machine has not ' +
+          'taken it yet; preparing: its inputs and image; the seconds waited), follow its logs, print its outputs at ' +
+          'its end (--download fetches them) and exit with its exit code (127 when its program is not there, 126 ' +
+          'when it cannot be run, 1 when it failed or was stopped, or its session ended before it ran: its machine ' +
+          'went offline); with --json its logs go to standard error and the workload at its end to standard output',
       ),
   )
     .option('--download <dir>', 'fetch its outputs into this folder at its end')
@@ -263,7 +335,7 @@ export function sessionCommands(program: Command) {
         throw new UsageError('run needs a workload: its command after --, or --image');
       const started = await startSession(ctx, opts, workloadSpec(argv, opts));
       const id = started.session.id;
-      process.stderr.write(`session ${id}: ${started.session.rates.total_hourly_rate} an hour, following its logs\n`);
+      process.stderr.write(`session ${id}: ${tokens(started.session.rates.total_hourly_rate)} an hour\n`);
       const interrupted = () => {
         process.stderr.write(`\nstopped following: session ${id} runs on until its workload ends (gpu end ${id})\n`);
         process.exit(130);
@@ -271,6 +343,17 @@ export function sessionCommands(program: Command) {
       process.once('SIGINT', interrupted);
       let w: Workload;
       try {
+        const waited = await untilRunning(ctx, id, ctx.json ? null : process.stderr);
+        if (endedBeforeRunning(waited)) {
+          const why = waited.session.end_reason ?? 'ended';
+          const gone = machineGone(waited);
+          const text = gone
+            ? `machine ${waited.session.provider_id} went away (${why}) before the workload ran: session ${id} ended`
+            : `session ${id} ended (${why}) before the workload ran`;
+          if (ctx.json) printJson(waited);
+          else process.stderr.write(`${text}; it cost ${tokens(waited.session.total_cost)}\n`);
+          throw new ExitStatus(1);
+        }
         w = await printLogs(ctx, id, {
           follow: true,
           stdout: ctx.json ? process.stderr : process.stdout,
@@ -288,7 +371,7 @@ export function sessionCommands(program: Command) {
             : machineGone(w)
               ? `lost with its machine: its session ended (${w.session.end_reason}) and the machine reported no end`
               : `${w.state} (${w.reason ?? 'no reason given'})`;
-        const lines = [`workload ${end}; session ${id} cost ${w.session.total_cost}`];
+        const lines = [`workload ${end}; session ${id} cost ${tokens(w.session.total_cost)}`];
         if ((w.outputs ?? []).length === 0) lines.push('no outputs');
         for (const o of w.outputs ?? []) {
           const file = saved.find((s) => s.key === o.key)?.file;
@@ -308,7 +391,12 @@ export function sessionCommands(program: Command) {
       const ctx = context(program);
       const ended = unwrap(await ctx.billing.POST('/api/v1/billing/end-session', { body: { session_id: sessionId } }));
       const r = ended.billing_record;
-      show(ctx.json, ended, ['session', 'minutes', 'cost'], [[sessionId, r.billed_minutes, r.total_cost]]);
+      show(
+        ctx.json,
+        ended,
+        ['session', 'minutes', 'cost', "platform's fee (of it)"],
+        [[sessionId, r.billed_minutes, tokens(r.total_cost), tokens(r.platform_fee)]],
+      );
     });
 }
 

@@ -9,6 +9,7 @@ import { type BillingSchemas, unwrap } from '@gpu/client';
 import type { Command } from 'commander';
 import { amount, type Context, context, count, idempotencyKey, oneOf, show, showRecord, UsageError } from '../cli.ts';
 import { updateConfig } from '../config.ts';
+import { feeShare } from '../format.ts';
 import { claimTransfer, depositFrom, loadKeypair, provenWith } from '../keypair-wallet.ts';
 import { everyPage } from '../paging.ts';
 import { chainRpcUrl } from '../platform-url.ts';
@@ -161,8 +162,17 @@ export function walletCommands(program: Command) {
         show(
           ctx.json,
           list,
-          ['time', 'type', 'status', 'amount', 'fee', 'reference', 'signature'],
-          list.map((t) => [t.created_at, t.type, t.status, t.amount, t.fee, t.reference, t.signature]),
+          // The fee is part of the amount (the platform's share of a payment), never charged on top of it.
+          ['time', 'type', 'status', 'amount', "of it the platform's", 'reference', 'signature'],
+          list.map((t) => [
+            t.created_at,
+            t.type,
+            t.status,
+            t.amount,
+            feeShare(t.amount, t.fee),
+            t.reference,
+            t.signature,
+          ]),
         );
       },
     );

@@ -15,6 +15,8 @@ import * as leaseKinds from './20250112000000_lease_kinds.ts';
 import * as outboxTraceContext from './20250113000000_outbox_trace_context.ts';
 import * as daemonBinding from './20250114000000_daemon_binding.ts';
 import * as gpuHolds from './20250115000000_gpu_holds.ts';
+import * as offersVramPriceIndex from './20250116000000_offers_vram_price_index.ts';
+import * as disk from './20250117000000_disk.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -32,4 +34,6 @@ export const migrations: Record<string, Migration> = {
   '20250113000000_outbox_trace_context': outboxTraceContext,
   '20250114000000_daemon_binding': daemonBinding,
   '20250115000000_gpu_holds': gpuHolds,
+  '20250116000000_offers_vram_price_index': offersVramPriceIndex,
+  '20250117000000_disk': disk,
 };
