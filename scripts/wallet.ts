@@ -34,6 +34,7 @@ import { readKeypair } from '@gpu/client/solana';
 import { Connection, Keypair, PublicKey } from '@solana/web3.js';
 import { readConfig } from '../tools/cli/src/config.ts';
 import { chainRpcUrl, platformUrl } from '../tools/cli/src/platform-url.ts';
+import { main } from '../tools/cli/src/program.ts';
 import { FaucetError, fund, localMint } from './lib/faucet.ts';
 import { platformDataDir, SettingError } from './lib/platform.ts';
 import { answerHelp } from './lib/usage.ts';
@@ -254,9 +255,10 @@ async function runGpu(args: string[]): Promise<void> {
     env.GPU_TOKEN = pair.access_token;
     refreshToken = pair.refresh_token;
   }
-  process.argv = [process.argv[0]!, 'gpu', '--json', ...(values.url ? ['--url', values.url] : []), ...args];
+  const argv = [process.argv[0]!, 'gpu', '--json', ...(values.url ? ['--url', values.url] : []), ...args];
   try {
-    await import('../tools/cli/src/main.ts');
+    // JSON answers, as this tool always printed them; its failures stay one line of text.
+    process.exitCode = await main(argv, { errors: 'text' });
   } finally {
     if (refreshToken) {
       await authClient({ baseUrl: url })

@@ -161,9 +161,11 @@ describe('gpu finds the platform', () => {
     // The variables come before the file, and the failure names the URL and what named it.
     const wrongBase = await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: String(nowhere - 10) });
     expect(wrongBase.code).toBe(1);
-    expect(wrongBase.stderr).toBe(
-      `gpu: cannot reach the platform at http://127.0.0.1:${nowhere} (from PLATFORM_PORT_BASE and PLATFORM_HOST): ECONNREFUSED\n`,
-    );
+    expect(JSON.parse(wrongBase.stderr)).toEqual({
+      status: null,
+      code: 'UNREACHABLE',
+      detail: `cannot reach the platform at http://127.0.0.1:${nowhere} (from PLATFORM_PORT_BASE and PLATFORM_HOST): ECONNREFUSED`,
+    });
     // GPU_URL and --url come before them all.
     const byUrl = await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: String(nowhere - 10), GPU_URL: url });
     expect(answer(byUrl)).toMatchObject({ id: user.id });
@@ -181,7 +183,10 @@ describe('gpu finds the platform', () => {
 
     // A setting pnpm start would refuse is refused here too, in one line.
     const bad = await whoami({ GPU_API_KEY: key, PLATFORM_PORT_BASE: 'eighty' });
-    expect(bad).toMatchObject({ code: 1, stderr: 'gpu: PLATFORM_PORT_BASE must be a port number, got eighty\n' });
+    expect(bad.code).toBe(1);
+    expect(JSON.parse(bad.stderr)).toMatchObject({ detail: 'PLATFORM_PORT_BASE must be a port number, got eighty' });
+    const badText = await fresh(['whoami'], { env: { GPU_API_KEY: key, GPU_URL: '', PLATFORM_PORT_BASE: 'eighty' } });
+    expect(badText).toMatchObject({ code: 1, stderr: 'gpu: PLATFORM_PORT_BASE must be a port number, got eighty\n' });
   });
 });
 
@@ -208,7 +213,11 @@ describe('wallets with gpu', () => {
     const rentArgs = ['rent', '--machine', machine.id, '--gpu-model', 'H100', '--json'];
     const none = await renter.gpu(rentArgs);
     expect(none.code).toBe(2);
-    expect(none.stderr).toMatch(/^gpu: which wallet\? none given and no default: gpu wallet list shows yours; /);
+    // With --json, the failure too is JSON.
+    expect(JSON.parse(none.stderr)).toMatchObject({
+      code: 'USAGE_ERROR',
+      detail: expect.stringMatching(/^which wallet\? none given and no default: gpu wallet list shows yours; /),
+    });
 
     const mine = await newKeypair('renter');
     const opened = answer(await renter.gpu(['wallet', 'open', '--keypair', mine.file, '--json']));
