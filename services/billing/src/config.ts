@@ -258,6 +258,12 @@ export const billingConfigSchema = z.object({
       placing_timeout: zDuration().default('60s'),
       /** How long a job that no offer fits waits before it is tried again. */
       retry_interval: zDuration().default('2s'),
+      /**
+       * How long a job whose attempt ended on a machine still there waits, before it is placed again, for that
+       * attempt's final checkpoint (its daemon keeps the checkpoint directory after the workload's end): placed
+       * as soon as it is said whole, or after this without it.
+       */
+      final_checkpoint_wait: zDuration().default('60s'),
       /** The attempts a job gets unless its renter says (`max_attempts`). */
       default_max_attempts: zInt(1, 100).default(3),
     })

@@ -33,8 +33,9 @@ import { startStoreProxy } from './support/store-proxy.ts';
 import { type Renter, until, useWorkloadRig } from './support/workload-rig.ts';
 
 const isRoot = process.getuid?.() === 0;
-// A round an hour, and a job no offer fits tried again an hour later: only what wakes the placer places it sooner.
-const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '1h' };
+// A round an hour, and a job no offer fits tried again an hour later: only what wakes the placer places it sooner. A
+// job placed again waits up to 10 minutes for its last attempt's final checkpoint: only the daemon's word ends it.
+const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '1h', final_checkpoint_wait: '10m' };
 // The daemons' uploads and downloads go through a proxy that can break them off (the storage service's presigned
 // URLs point at it).
 const proxy = await startStoreProxy(testEnv.s3Endpoint);
@@ -168,6 +169,56 @@ describe("a job's terms", () => {
     }
     expect(Number(done.spent)).toBeCloseTo(costOf(done.attempts), 6);
   });
+
+  it.skipIf(!isRoot)(
+    'places a failed attempt again only once its final checkpoint is kept, and says when none comes',
+    { timeout: 90_000 },
+    async () => {
+      const region = newRegion();
+      await machinesIn(region, 2);
+      const renter = await rig.renter();
+      // The first attempt writes its state at the very end and fails; the second finds it, or fails the same way.
+      // Nothing periodic (an hour apart): only the final checkpoint, kept after the end was reported, carries it.
+      const script =
+        'd=$GPU_PLATFORM_CHECKPOINT_DIR; if [ -f "$d/state" ]; then echo "resumed at $(cat "$d/state")"; exit 0; fi; ' +
+        'echo "step 41" > "$d/state.tmp"; mv "$d/state.tmp" "$d/state"; exit 3';
+      const res = await jobs.submit(renter, {
+        region,
+        max_attempts: 2,
+        retry_on_failure: true,
+        workload: { command: ['sh', '-c', script], max_runtime_seconds: 60, checkpoint: { interval_seconds: 3600 } },
+      });
+      expect(res.statusCode, res.body).toBe(201);
+      const done = await until(() => jobs.job(renter, res.json().id), ended, 60_000);
+      expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded' });
+      const [first, second] = done.attempts;
+      expect(first.end_reason).toBe('workload_exited');
+      // The second attempt started from the first's final checkpoint, said whole before it was placed.
+      expect(done.checkpoint).toMatchObject({ session_id: first.session_id });
+      expect(Date.parse(done.checkpoint.kept_at)).toBeLessThanOrEqual(Date.parse(second.started_at));
+      const log = await jobs.object(renter, `sessions/${second.session_id}/logs/stdout.log`);
+      expect(log.toString()).toBe('resumed at step 41\n');
+
+      // A workload that leaves no checkpoint directory (it removed it): its daemon says none comes, and the job is
+      // placed again at once, not after the ten minutes it would otherwise wait.
+      const none = await jobs.submit(renter, {
+        region,
+        max_attempts: 2,
+        retry_on_failure: true,
+        workload: {
+          command: ['sh', '-c', 'rmdir "$GPU_PLATFORM_CHECKPOINT_DIR" && exit 3'],
+          max_runtime_seconds: 60,
+          checkpoint: { interval_seconds: 3600 },
+        },
+      });
+      const failed = await until(() => jobs.job(renter, none.json().id), ended, 60_000);
+      expect(failed, JSON.stringify(failed)).toMatchObject({
+        state: 'failed',
+        reason: 'workload_exited: the workload exited with 3; attempts_exhausted: 2 used',
+        checkpoint: null,
+      });
+    },
+  );
 
   it('ends a queued job that no machine took within its queue timeout, with that reason, holding nothing', {
     timeout: 30_000,

@@ -17,7 +17,7 @@ import { startWorkloadSession } from '../../../services/billing/src/domain/workl
 import { ended, type JobJson, jobsOn, type RigMachine } from './support/jobs.ts';
 import { type Renter, until, useWorkloadRig } from './support/workload-rig.ts';
 
-const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '200ms' };
+const JOBS = { place_interval: '1h', placing_timeout: '60s', retry_interval: '200ms', final_checkpoint_wait: '60s' };
 const rig = useWorkloadRig({ storage: true, billing: { jobs: JOBS } });
 const isRoot = process.getuid?.() === 0;
 let machines: RigMachine[] = [];

@@ -552,7 +552,7 @@ export interface paths {
         put?: never;
         /**
          * The daemon says it kept a job's checkpoint whole
-         * @description After its PUT of the grant's `checkpoint.upload` succeeded: the job's next attempt restores this one (the last said wins). 204; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or naming no `checkpoint`); in the upload window, by the same callers as the grants.
+         * @description After its PUT of the grant's `checkpoint.upload` succeeded: the job's next attempt restores this one (the last said wins). After the workload ended, its final one (or `size: null`, none) also ends the wait of a job placed again for it. 204; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or naming no `checkpoint`); in the upload window, by the same callers as the grants.
          */
         post: operations["recordWorkloadCheckpoint"];
         delete?: never;
@@ -2079,11 +2079,8 @@ export interface components {
             state: "pending" | "preparing" | "running" | "exited" | "failed" | "stopped";
         };
         WorkloadCheckpoint: {
-            /**
-             * Format: int64
-             * @description the tar's bytes, as uploaded
-             */
-            size: number;
+            /** @description the tar's bytes, as uploaded; null: after the workload's end, none is kept (it left no checkpoint directory, or one that cannot be kept): nothing more will come */
+            size: number | null;
         };
         WorkloadGrantRequest: {
             /**

@@ -75,9 +75,12 @@ export async function claimJobsToPlace(
     .selectAll()
     .where((eb) =>
       eb.or([
-        waiting
-          ? eb('state', 'in', ['queued', 'recovering'])
-          : eb.and([eb('state', 'in', ['queued', 'recovering']), eb('place_after', '<=', now)]),
+        eb.and([
+          eb('state', 'in', ['queued', 'recovering']),
+          ...(waiting ? [] : [eb('place_after', '<=', now)]),
+          // An ended attempt's final checkpoint still on its way: not even a wake for capacity places it sooner.
+          eb.or([eb('final_checkpoint_until', 'is', null), eb('final_checkpoint_until', '<=', now)]),
+        ]),
         eb.and([eb('state', '=', 'queued'), eb('queued_until', '<=', now)]),
         eb.and([eb('state', '=', 'placing'), eb('placing_until', '<', now)]),
       ]),
@@ -89,14 +92,39 @@ export async function claimJobsToPlace(
     .execute();
 }
 
-/** The earliest queue timeout of a queued job (null: none has one). */
+/**
+ * The earliest time a waiting job must be looked at again without a wake: a queued job's queue timeout, or the end of
+ * a recovering job's wait for its last attempt's final checkpoint (null: none).
+ */
 export async function nextQueueTimeout(db: Db): Promise<Date | null> {
   const row = await db
     .selectFrom('jobs')
-    .select((eb) => eb.fn.min('queued_until').as('at'))
-    .where('state', '=', 'queued')
+    .select((eb) =>
+      eb.fn
+        .min(
+          sql<Date>`CASE WHEN state = 'queued' THEN LEAST(queued_until, final_checkpoint_until) ELSE final_checkpoint_until END`,
+        )
+        .as('at'),
+    )
+    .where('state', 'in', ['queued', 'recovering'])
     .executeTakeFirst();
   return row?.at ? new Date(row.at) : null;
+}
+
+/**
+ * The job's attempt of `sessionId` kept its final checkpoint: a wait for it ends now. Whether the job was waiting for
+ * it (its placer should be woken).
+ */
+export async function endFinalCheckpointWait(db: Db, jobId: string, sessionId: string, now: Date): Promise<boolean> {
+  const updated = await db
+    .updateTable('jobs')
+    .set({ final_checkpoint_until: null })
+    .where('id', '=', jobId)
+    .where('session_id', '=', sessionId)
+    .where('final_checkpoint_until', 'is not', null)
+    .where('final_checkpoint_until', '>', now)
+    .executeTakeFirst();
+  return updated.numUpdatedRows > 0n;
 }
 
 /** The job runs this session of its (placed, or adopted): nothing waits, no placement holds it. */

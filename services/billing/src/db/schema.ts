@@ -385,6 +385,8 @@ export interface JobTable {
   checkpoint_session: ColumnType<string | null, never, string | null>;
   checkpoint_size: ColumnType<string | null, never, number | null>;
   checkpoint_at: ColumnType<Date | null, never, Date | null>;
+  /** Not placed again before this, unless the ended attempt's final checkpoint is said whole sooner (migration 0032). */
+  final_checkpoint_until: ColumnType<Date | null, never, Date | null>;
 }
 
 /** One session a job ran as (migration 0028). */

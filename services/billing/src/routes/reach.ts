@@ -72,6 +72,7 @@ const daemonQuery = z.object({ provider_id: z.uuid().describe('the machine whose
 const dialQuery = daemonQuery.extend({
   ticket: z
     .string()
+    .length(32)
     .regex(/^[A-Za-z0-9_-]{32}$/, 'expected the ticket the relay sent')
     .describe('the one-time ticket the relay sent with its `gpu-dial` request'),
 });

@@ -181,7 +181,18 @@ const outputsBody = z
   .register(schemas, { id: 'WorkloadOutputs' });
 
 const checkpointBody = z
-  .object({ size: z.number().int().min(0).max(MAX_CHECKPOINT_BYTES).describe("the tar's bytes, as uploaded") })
+  .object({
+    size: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_CHECKPOINT_BYTES)
+      .nullable()
+      .describe(
+        "the tar's bytes, as uploaded; null: after the workload's end, none is kept (it left no checkpoint directory, " +
+          'or one that cannot be kept): nothing more will come',
+      ),
+  })
   .strict()
   .register(schemas, { id: 'WorkloadCheckpoint' });
 
@@ -360,7 +371,8 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
         summary: "The daemon says it kept a job's checkpoint whole",
         description:
           "After its PUT of the grant's `checkpoint.upload` succeeded: the job's next attempt restores this one (the " +
-          "last said wins). 204; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or naming no " +
+          'last said wins). After the workload ended, its final one (or `size: null`, none) also ends the wait of a ' +
+          "job placed again for it. 204; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or naming no " +
           '`checkpoint`); in the upload window, by the same callers as the grants.',
         params: sessionParams,
         body: checkpointBody,

@@ -179,6 +179,20 @@ export class SessionFiles {
     return run;
   }
 
+  /**
+   * Says that the ended workload keeps no final checkpoint (none left, or one that cannot be kept): billing places
+   * the job again without waiting for one. A billing that cannot be told waits out its own bound.
+   */
+  async noFinalCheckpoint(): Promise<void> {
+    await this.keeping;
+    unwrap(
+      await this.billing.POST('/api/v1/billing/sessions/{sessionID}/workload/checkpoint', {
+        params: { path: { sessionID: this.sessionId } },
+        body: { size: null },
+      }),
+    );
+  }
+
   /** Uploads the logs that grew since their last upload (one upload at a time; `final`: waits for it). */
   shipLogs(final = false): Promise<void> {
     if (this.shipping && !final) return this.shipping;

@@ -3,8 +3,10 @@
  * made, and, once its workload ended, the upload of its logs and outputs to the renter's storage, tried at every poll
  * until everything is kept or billing says the upload window closed (409).
  *
- * A job's workload that keeps a checkpoint has its checkpoint directory kept first (a tar of it as the workload left
- * it: checkpoint.ts), so a job whose daemon died under it restarts from what it wrote last.
+ * A job's workload that keeps a checkpoint has its checkpoint directory kept too, after its outputs (a tar of it as
+ * the workload left it: checkpoint.ts), by a later life as well when the daemon died under it, so the job restarts
+ * from what it wrote last; one that leaves none (or one that cannot be kept) is said to billing as none, so the job
+ * placed again does not wait for it (`jobs.final_checkpoint_wait`).
  *
  * What the keeper knows is on disk, beside the files (`<session>/keep.json`: whether the workload keeps files in
  * storage, the longest output path, which outputs are uploaded already, which were refused and why), so a daemon
@@ -222,6 +224,13 @@ export class FileKeeper {
     }
   }
 
+  /** Tells billing that no final checkpoint will come (once; a billing that cannot be told waits out its bound). */
+  private async noFinalCheckpoint(sessionId: string, kept: Kept): Promise<void> {
+    await kept.files?.noFinalCheckpoint().catch((err: unknown) => {
+      this.logger.warn({ err, session_id: sessionId }, 'billing could not be told that no final checkpoint comes');
+    });
+  }
+
   /**
    * A job's checkpoint as its workload left it (checkpoint.ts), kept once: a tar that cannot be made (too large) is
    * not tried again; a store or billing that cannot take it is, at the next poll.
@@ -237,11 +246,13 @@ export class FileKeeper {
         this.save(kept);
       }
       if (kept.record.checkpoint_packed) await kept.files.keepCheckpoint(out);
+      else await this.noFinalCheckpoint(sessionId, kept);
     } catch (err) {
       // Tried again at the next poll when the store or billing could not be reached; not when the tar cannot be
       // made or the store refuses it.
       if (!(err instanceof CheckpointError || (err instanceof UploadError && !err.retryable))) throw err;
       this.logger.warn({ err, session_id: sessionId }, "the job's final checkpoint could not be kept");
+      await this.noFinalCheckpoint(sessionId, kept);
     }
     rmSync(out, { force: true });
     kept.record.checkpoint_done = true;

@@ -1,4 +1,5 @@
 /** The billing service's migrations, in order; `scale` is the token's decimals (see 0001). */
+
 import type { Migration } from 'kysely';
 import { ledgerMigration } from './0001-ledger.ts';
 import { sessionsMigration } from './0002-sessions.ts';
@@ -31,6 +32,7 @@ import { jobsMigration } from './0028-jobs.ts';
 import { jobCheckpointsMigration } from './0029-job-checkpoints.ts';
 import { leaseVersionsMigration } from './0030-lease-versions.ts';
 import { portGrantsMigration } from './0031-port-grants.ts';
+import { finalCheckpointWaitMigration } from './0032-final-checkpoint-wait.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -65,5 +67,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0029-job-checkpoints': jobCheckpointsMigration,
     '0030-lease-versions': leaseVersionsMigration,
     '0031-port-grants': portGrantsMigration,
+    '0032-final-checkpoint-wait': finalCheckpointWaitMigration,
   };
 }

@@ -14,7 +14,7 @@
  * - **It was never started** (its placer died between writing it and starting the session): ended, `not_started`,
  *   at no cost, once `jobs.placing_timeout` has passed.
  */
-import { durationMs, PROVIDER_FAULT_END_REASONS } from '@gpu/common';
+import { durationMs, PROVIDER_FAULT_END_REASONS, UNDELIVERED_END_REASONS } from '@gpu/common';
 import {
   attemptsOf,
   attemptsToSettle,
@@ -41,7 +41,7 @@ export async function followJobs(ctx: BillingContext, settings: JobSettings): Pr
   const due = await attemptsToSettle(ctx.db, now, stale, 100);
   for (const a of due) {
     try {
-      await settleAttempt(ctx, a.job_id, a.session_id, stale);
+      await settleAttempt(ctx, a.job_id, a.session_id, stale, settings.final_checkpoint_wait);
     } catch (err) {
       ctx.logger.warn(
         { err, job_id: a.job_id, session_id: a.session_id },
@@ -52,8 +52,17 @@ export async function followJobs(ctx: BillingContext, settings: JobSettings): Pr
   return due.length;
 }
 
-/** Settles one attempt (a no-op for one settled already); ends its session first when its job has ended. */
-export async function settleAttempt(ctx: BillingContext, jobId: string, sessionId: string, stale: Date): Promise<void> {
+/**
+ * Settles one attempt (a no-op for one settled already); ends its session first when its job has ended. A job placed
+ * again waits up to `finalCheckpointWait` for the attempt's final checkpoint (`jobs.final_checkpoint_wait`).
+ */
+export async function settleAttempt(
+  ctx: BillingContext,
+  jobId: string,
+  sessionId: string,
+  stale: Date,
+  finalCheckpointWait = '0s',
+): Promise<void> {
   const toEnd = await ctx.db.transaction().execute(async (trx) => {
     const job = await findJob(trx, jobId, true);
     const attempt = await findAttempt(trx, sessionId);
@@ -95,6 +104,10 @@ export async function settleAttempt(ctx: BillingContext, jobId: string, sessionI
       reason,
       spent: spent.toFixed(ctx.scale),
       place_after: now,
+      final_checkpoint_until:
+        state === 'recovering' && awaitsFinalCheckpoint(job, sessionId, endReason)
+          ? new Date(now.getTime() + durationMs(finalCheckpointWait))
+          : null,
       // A placement that still holds the job (its placer alive, not yet past placing its attempt) loses it.
       placing_until: null,
       ended_at: state === 'recovering' ? null : now,
@@ -105,8 +118,20 @@ export async function settleAttempt(ctx: BillingContext, jobId: string, sessionI
   if (toEnd) {
     const reason = toEnd === 'cancelled' ? 'job_cancelled' : 'job_ended';
     await endSession(ctx, sessionId, { status: 'completed', reason });
-    await settleAttempt(ctx, jobId, sessionId, stale);
+    await settleAttempt(ctx, jobId, sessionId, stale, finalCheckpointWait);
   }
+}
+
+const GONE: ReadonlySet<string> = new Set([...UNDELIVERED_END_REASONS, 'workload_not_started']);
+
+/**
+ * Whether the job placed again waits for its ended attempt's final checkpoint: its workload keeps one, it ran, its
+ * machine is still there to pack it (its daemon keeps the checkpoint directory after reporting the end, and a next
+ * attempt placed at once would start a whole interval back), and it has not been said whole already.
+ */
+function awaitsFinalCheckpoint(job: JobRow, sessionId: string, endReason: string): boolean {
+  if (!(job.workload as { checkpoint?: unknown }).checkpoint) return false;
+  return !GONE.has(endReason) && job.checkpoint_session !== sessionId;
 }
 
 /** The number of the job's latest attempt (its lock held by the caller). */

@@ -43,4 +43,6 @@ export interface JobSettings {
   place_interval: string;
   placing_timeout: string;
   retry_interval: string;
+  /** How long a job placed again waits for its ended attempt's final checkpoint (its machine still there). */
+  final_checkpoint_wait: string;
 }

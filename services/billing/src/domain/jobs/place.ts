@@ -312,7 +312,7 @@ async function settleEarlierAttempts(
   const open = (await attemptsOf(ctx.db, [job.id])).filter((a) => a.ended_at === null);
   if (open.length === 0) return job;
   const stale = new Date(ctx.now().getTime() - durationMs(settings.placing_timeout));
-  for (const a of open) await settleAttempt(ctx, job.id, a.session_id, stale);
+  for (const a of open) await settleAttempt(ctx, job.id, a.session_id, stale, settings.final_checkpoint_wait);
   const row = await findJob(ctx.db, job.id);
   return holds(row, until) ? row : null;
 }

@@ -29,7 +29,7 @@ import {
   type WorkloadSpec,
   workloadSpecSchema,
 } from '@gpu/common';
-import { findJob, jobOfSession, recordJobCheckpoint } from '../../db/job-repository.ts';
+import { endFinalCheckpointWait, findJob, jobOfSession, recordJobCheckpoint } from '../../db/job-repository.ts';
 import { findWorkload, recordOutputs } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
@@ -216,14 +216,16 @@ async function restoreGrant(
 
 /**
  * Records that the session's attempt kept the job's checkpoint whole (`size` bytes, at its grant's object): the next
- * attempt restores it (unless its workload never ran, or the job points at one of a later attempt already). By the machine's daemon (or an admin or service), while the session runs and in the upload
- * window after; 409 NO_CHECKPOINT for a workload that keeps none (not a job's, or its spec names no `checkpoint`).
+ * attempt restores it (unless its workload never ran, or the job points at one of a later attempt already); `null`:
+ * after its workload's end, none is kept. Either ends a wait of the job for this attempt's final checkpoint. By the
+ * machine's daemon (or an admin or service), while the session runs and in the upload window after; 409
+ * NO_CHECKPOINT for a workload that keeps none (not a job's, or its spec names no `checkpoint`).
  */
 export async function recordWorkloadCheckpoint(
   ctx: BillingContext,
   actor: Principal,
   sessionId: string,
-  size: number,
+  size: number | null,
 ): Promise<void> {
   const { session, row, spec } = await daemonsWorkload(ctx, actor, sessionId);
   const jobId = jobOfSession(session.job_id);
@@ -231,8 +233,9 @@ export async function recordWorkloadCheckpoint(
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
   // Not recorded (the daemon is done with it all the same): one of a workload that never ran (its directory is the
   // restored one, or what a failed restore left), and one of an earlier attempt than the job's last kept.
-  if (!row.running_at) return;
-  await recordJobCheckpoint(ctx.db, jobId, sessionId, size, ctx.now());
+  if (size !== null && row.running_at) await recordJobCheckpoint(ctx.db, jobId, sessionId, size, ctx.now());
+  // The job waits for this attempt's final checkpoint to be placed again: no more.
+  if (await endFinalCheckpointWait(ctx.db, jobId, sessionId, ctx.now())) ctx.state.wakeJobs();
 }
 
 /**
