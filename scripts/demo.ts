@@ -184,18 +184,30 @@ async function platform(): Promise<ChildProcess | null> {
     return null;
   }
   say('platform', 'not running: starting it', standsFor('startPlatform'));
-  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it.
+  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it. Its
+  // output is passed on as it comes.
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...lifelineEnv(2 * STOP_TIMEOUT_MS) },
-    stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
+    stdio: ['ignore', 'pipe', 'inherit', 'pipe'],
   });
   child.stdio[LIFELINE_FD]?.on('error', () => {});
+  // Up when it says so (`[start] up`, once every port of it opened): asked before, the gateway would answer 502 for
+  // services not listening yet, which it logs as failures on the terminal.
+  let up = false;
+  let partial = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    process.stdout.write(d);
+    if (up) return;
+    const lines = `${partial}${d}`.split('\n');
+    partial = lines.pop() ?? '';
+    up = lines.some((line) => line.startsWith('[start] up'));
+  });
   await until(
     'the platform to come up',
     async () => {
       if (child.exitCode !== null) throw new Error('pnpm start exited');
-      return (await healthy()) ? true : undefined;
+      return up && (await healthy()) ? true : undefined;
     },
     300_000,
   ).catch((err) => {
@@ -1510,7 +1522,9 @@ try {
 }
 await stopChildren('but the platform');
 removeWork();
-for (const line of await tidyUp()) process.stdout.write(`${line}\n`);
-if (summary) process.stdout.write(`DEMO OK ${JSON.stringify(summary)}\n`);
+const tidied = await tidyUp();
+// The platform, when the demo started it, stops before the last lines, which stay the demo's.
 await stopChildren('all');
+for (const line of tidied) process.stdout.write(`${line}\n`);
+if (summary) process.stdout.write(`DEMO OK ${JSON.stringify(summary)}\n`);
 process.exit(failed ? 1 : 0);
