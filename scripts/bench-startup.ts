@@ -147,6 +147,7 @@ async function oneRun(index: number): Promise<Run> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'bench-startup-'));
   const lines: Line[] = [];
   const t0 = performance.now();
+  const t0Wall = Date.now();
   // BENCH_NODE: the start script on that Node (which then runs every process it starts), not `pnpm start` (whose
   // scripts find the project's own Node first).
   const [command, args] = process.env.BENCH_NODE
@@ -184,6 +185,9 @@ async function oneRun(index: number): Promise<Run> {
       await sleep(25);
     }
     cpu = cpuByProcess(lines, child.pid as number);
+    // What the processes logged went to their log files (pnpm start keeps it off its terminal), timed by its own time.
+    lines.push(...loggedLines(dataDir, t0Wall));
+    lines.sort((a, b) => a.at - b.at);
   } catch (err) {
     process.stderr.write(
       `${lines
@@ -208,6 +212,31 @@ async function oneRun(index: number): Promise<Run> {
     `run ${index}: ${run.total.toFixed(2)} s (load ${load.toFixed(2)})${run.built ? `; ${run.built}` : ''}\n`,
   );
   return run;
+}
+
+/**
+ * The JSON lines each process logged into its file in the data folder (`<data>/logs/<name>.log`), as `[name] <line>`
+ * at the time the line says, from the spawn (`t0Wall`); none from a checkout whose pnpm start printed them instead.
+ */
+function loggedLines(dataDir: string, t0Wall: number): Line[] {
+  const dir = path.join(dataDir, 'logs');
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((file) => file.endsWith('.log') && file !== 'start.log')
+    .flatMap((file) =>
+      readFileSync(path.join(dir, file), 'utf8')
+        .split('\n')
+        .flatMap((text) => {
+          if (!text.startsWith('{')) return [];
+          let time: number;
+          try {
+            time = Date.parse((JSON.parse(text) as { time?: string }).time ?? '');
+          } catch {
+            return [];
+          }
+          return Number.isNaN(time) ? [] : [{ at: (time - t0Wall) / 1000, text: `[${file.slice(0, -4)}] ${text}` }];
+        }),
+    );
 }
 
 /** The supervised processes' pids from the `[start] NAME started (pid N)` lines, and `pnpm start` itself. */

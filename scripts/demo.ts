@@ -65,6 +65,7 @@ import { getAssociatedTokenAddressSync } from '@solana/spl-token';
 import { Connection, Keypair, PublicKey } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
+import { DEMO_MINUTES, JOB_TERMS, standsFor } from './lib/demo-commands.ts';
 import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { localMint as dataFolderMint, fund } from './lib/faucet.ts';
 import { readCaughtMail } from './lib/mail-catcher.ts';
@@ -75,8 +76,11 @@ import { answerHelp, refuseArguments } from './lib/usage.ts';
 answerHelp(`usage: pnpm demo
 
 Plays a small GPU market from sign-up to on-chain payout, then a job that survives the loss of its machine (about
-five minutes, a minute and a half of it the registry's wait for a silent machine), every step over HTTP through the
-gateway, and reconciles the money; the last line is DEMO OK {...}, exit status 0 only when every figure holds.
+${DEMO_MINUTES} minutes, a minute and a half of it the registry's wait for a silent machine), every step over HTTP
+through the gateway, each followed by the gpu command it stands for, and reconciles the money. At its end it takes
+its machines off the market and revokes their daemons' credentials, names what stays in the data folder (the
+accounts, their money's history, the renter's objects), and its last line is DEMO OK {...}, exit status 0 only when
+every figure holds.
 Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
 environment variables:
 
@@ -101,12 +105,26 @@ const urls = {
 };
 const work = mkdtempSync(path.join(tmpdir(), 'gpu-demo-'));
 const children: ChildProcess[] = [];
+/** The platform, when the demo started it (stopped at its end). */
+let platformChild: ChildProcess | null = null;
+/** What the demo made on the platform: taken away, or named, at its end (`tidyUp`). */
+const made = {
+  accounts: [] as string[],
+  machines: [] as { id: string; name: string; token: TokenSource }[],
+  clients: [] as { id: string; token: TokenSource }[],
+  folders: [] as { email: string; id: string }[],
+};
 const started = Date.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function say(step: string, detail = '') {
+/**
+ * One step, said as it happened, and under it the command lines it stands for (`$ pnpm gpu ...`:
+ * scripts/lib/demo-commands.ts); the demo's own checks stand for none.
+ */
+function say(step: string, detail = '', commands: string[] = []) {
   const t = ((Date.now() - started) / 1000).toFixed(1).padStart(6);
   process.stdout.write(`[demo ${t}s] ${step}${detail ? `: ${detail}` : ''}\n`);
+  for (const command of commands) process.stdout.write(`           $ ${command}\n`);
 }
 
 /** Polls `probe` until it returns a value (not undefined), or fails naming `what`. */
@@ -162,22 +180,34 @@ const healthy = async () => {
 /** The platform: the one already running, or `pnpm start` started here (and stopped at the end). */
 async function platform(): Promise<ChildProcess | null> {
   if (await healthy()) {
-    say('platform', `using the one running behind the gateway at ${urls.gateway}`);
+    say('platform', `using the one running behind the gateway at ${urls.gateway}`, standsFor('startPlatform'));
     return null;
   }
-  say('platform', 'not running: starting it (pnpm start)');
-  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it.
+  say('platform', 'not running: starting it', standsFor('startPlatform'));
+  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it. Its
+  // output is passed on as it comes.
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...lifelineEnv(2 * STOP_TIMEOUT_MS) },
-    stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
+    stdio: ['ignore', 'pipe', 'inherit', 'pipe'],
   });
   child.stdio[LIFELINE_FD]?.on('error', () => {});
+  // Up when it says so (`[start] up`, once every port of it opened): asked before, the gateway would answer 502 for
+  // services not listening yet, which it logs as failures on the terminal.
+  let up = false;
+  let partial = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    process.stdout.write(d);
+    if (up) return;
+    const lines = `${partial}${d}`.split('\n');
+    partial = lines.pop() ?? '';
+    up = lines.some((line) => line.startsWith('[start] up'));
+  });
   await until(
     'the platform to come up',
     async () => {
       if (child.exitCode !== null) throw new Error('pnpm start exited');
-      return (await healthy()) ? true : undefined;
+      return up && (await healthy()) ? true : undefined;
     },
     300_000,
   ).catch((err) => {
@@ -214,7 +244,8 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
   const { user } = unwrap(await auth.POST('/api/v1/auth/register', { body: { email, password, roles: [role] } }));
   const token: TokenSource = userLogin({ authUrl: urls.auth, email, password });
   await token.get();
-  say(`${as} signed up`, `${email} (user ${user.id})`);
+  made.accounts.push(email);
+  say(`${as} signed up`, `${email} (user ${user.id})`, standsFor('signUp', { gateway: urls.gateway, email, role }));
   return { id: user.id, email, password, token };
 }
 
@@ -235,7 +266,11 @@ async function verifyAddress(person: { email: string; token: TokenSource }) {
     }),
   );
   person.token.invalidate?.();
-  say('address verified', `${person.email}, with the code mailed to it (pnpm mail shows it)`);
+  say(
+    'address verified',
+    `${person.email}, with the code mailed to it (pnpm mail shows it)`,
+    standsFor('verifyAddress', { email: person.email }),
+  );
 }
 
 /** The platform token the localnet's setup made (its mint.json). */
@@ -288,7 +323,11 @@ async function fundedRenter(connection: Connection, as: string, received: number
   const renter = await signUp('renter', as);
   const key = Keypair.generate();
   await fund(connection, localMint(), key.publicKey, received);
-  say(`${as} funded on the local chain`, `${received} tokens for ${key.publicKey.toBase58()} (localnet faucet)`);
+  say(
+    `${as} funded on the local chain`,
+    `${received} tokens for ${key.publicKey.toBase58()} (localnet faucet)`,
+    standsFor('fund', { address: key.publicKey.toBase58(), amount: String(received) }),
+  );
   const billing = billingClient({ baseUrl: urls.billing, token: renter.token });
   const wallet = unwrap(
     await billing.POST('/api/v1/wallet', {
@@ -303,7 +342,11 @@ async function fundedRenter(connection: Connection, as: string, received: number
     walletId: wallet.id,
     amount: depositAmount,
   });
-  say(`${as}'s deposit credited`, `${deposited.transaction.amount} tokens (signature ${deposited.signature})`);
+  say(
+    `${as}'s deposit credited`,
+    `${deposited.transaction.amount} tokens (signature ${deposited.signature})`,
+    standsFor('deposit', { amount: depositAmount, wallet: wallet.id }),
+  );
   return { ...renter, key, billing, wallet, received: String(received), deposited: deposited.transaction.amount };
 }
 type Renter = Awaited<ReturnType<typeof fundedRenter>>;
@@ -371,7 +414,7 @@ async function renterFigures(connection: Connection, renter: Renter, sessionCost
 function ensureSandbox(): void {
   if (spawnSync('bwrap', ['--version']).status === 0) return;
   if (process.getuid?.() !== 0) throw new Error('the workload scene needs bubblewrap: apt-get install bubblewrap');
-  say('installing bubblewrap (the workload sandbox)', 'apt-get install bubblewrap');
+  say('installing bubblewrap (the workload sandbox)', '', standsFor('installSandbox'));
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   spawnSync('apt-get', ['update', '-qq'], { stdio: 'ignore', env });
   const installed = spawnSync('apt-get', ['install', '-y', '-qq', 'bubblewrap'], { stdio: 'inherit', env });
@@ -399,7 +442,11 @@ function processOfSession(sessionId: string): boolean {
  */
 async function workloadScene(worker: Renter, machineId: string, datasetKey: string, dataset: string) {
   const offer = await findOffer(worker.token, machineId, () => true);
-  say('renter found the machine again, for a job of its own', `${offer.free_gpus} free ${offer.gpu_model}`);
+  say(
+    'renter found the machine again, for a job of its own',
+    `${offer.free_gpus} free ${offer.gpu_model}`,
+    standsFor('findOffer', { gpus: '4' }),
+  );
   const objects = objectStore({ baseUrl: urls.storage, token: worker.token });
   const quote = unwrap(
     await worker.billing.POST('/api/v1/pricing/calculate', {
@@ -437,13 +484,18 @@ async function workloadScene(worker: Renter, machineId: string, datasetKey: stri
     max_runtime_seconds: 600,
   });
   const jobId = job.session.id;
-  say('workload job started', `${jobId} on GPUs ${job.session.gpu_indices?.join(', ')} of the machine, in the sandbox`);
+  say(
+    'workload job started',
+    `${jobId} on GPUs ${job.session.gpu_indices?.join(', ')} of the machine, in the sandbox`,
+    standsFor('runJob', { machine: machineId, wallet: worker.wallet.id, input: datasetKey }),
+  );
   // An hour-long job, capped: the cap pays for its first minute and a little more.
   const cap = new Decimal(quote.total_hourly_rate).div(60).mul(1.05).toDecimalPlaces(6, Decimal.ROUND_UP).toFixed(6);
   const long = await run({ command: ['sleep', '3600'], max_runtime_seconds: 3600 }, { spend_cap: cap });
   say(
     'an hour-long job started with a spend cap',
     `${long.session.id} on GPUs ${long.session.gpu_indices?.join(', ')}, at most ${cap} tokens`,
+    standsFor('runCappedJob', { machine: machineId, wallet: worker.wallet.id, cap }),
   );
   const workloadOf = async (id: string) =>
     unwrap(
@@ -457,7 +509,11 @@ async function workloadScene(worker: Renter, machineId: string, datasetKey: stri
     const text = await (await objects.download({ key: logKey })).text();
     return text.includes('epoch 1') ? text : undefined;
   });
-  say("followed the job's log in storage while it ran", JSON.stringify(live.trim().split('\n').slice(0, 3)));
+  say(
+    "followed the job's log in storage while it ran",
+    JSON.stringify(live.trim().split('\n').slice(0, 3)),
+    standsFor('followLog', { session: jobId }),
+  );
   const done = await until(
     'the job to exit and end its session',
     async () => {
@@ -489,6 +545,7 @@ async function workloadScene(worker: Renter, machineId: string, datasetKey: stri
     'the job exited, its session ended with it, its output in storage',
     `${outputKey} = sha256 of the dataset; ran ${(ranMs / 1000).toFixed(1)} s from running to exit: ` +
       `${record.billed_minutes} started minute(s), ${record.total_cost} tokens (preparation not billed)`,
+    standsFor('download', { key: outputKey }),
   );
   const stopped = await until(
     'the capped job to be stopped at its cap',
@@ -508,6 +565,7 @@ async function workloadScene(worker: Renter, machineId: string, datasetKey: stri
   say(
     'the hour-long job was stopped at its spend cap',
     `${cappedRecord.total_cost} tokens, exactly the cap; stopped (${stopped.reason}), no process of it left`,
+    standsFor('sessionEnded'),
   );
   return { record, cappedRecord, outputKey };
 }
@@ -590,7 +648,14 @@ function shows(text: string) {
 
 /** `gpu exec` of a shell command in the session's workload, printed as a renter sees it; what it printed. */
 async function gpuExec(who: { email: string }, sessionId: string, script: string, input?: string): Promise<GpuRun> {
-  say('renter runs', `gpu exec ${sessionId} -- sh -c '${script}'${input === undefined ? '' : ' < (a page)'}`);
+  say(
+    'renter runs a command in the workload',
+    '',
+    standsFor('exec', {
+      session: sessionId,
+      command: `sh -c '${script}'${input === undefined ? '' : ' < index.html'}`,
+    }),
+  );
   const run = await gpu(who, ['exec', sessionId, '--', 'sh', '-c', script], { input }).exited;
   shows(`${run.stdout}${run.stderr}(exit status ${run.code})`);
   return run;
@@ -611,7 +676,7 @@ async function reachScene(renter: Renter, machineId: string) {
   const login = await gpu(renter, ['login', '--email', renter.email], { env: { GPU_PASSWORD: renter.password } })
     .exited;
   if (login.code !== 0) throw new Error(`gpu login failed: ${login.stderr.trim()}`);
-  say('renter signed in with the command line', `gpu login --email ${renter.email}: ${login.stdout.trim()}`);
+  say('renter signed in with the command line', login.stdout.trim(), standsFor('login', { email: renter.email }));
   const rent = await gpu(renter, [
     '--json',
     'rent',
@@ -633,7 +698,8 @@ async function reachScene(renter: Renter, machineId: string) {
   const leased = session.gpu_indices ?? [];
   say(
     'renter rented an idle workload',
-    `gpu rent --idle --gpus ${gpus} --machine ${machineId}: session ${id} on GPUs ${leased.join(', ')} of the machine`,
+    `session ${id} on GPUs ${leased.join(', ')} of the machine`,
+    standsFor('rentIdle', { machine: machineId, gpus: String(gpus), wallet: renter.wallet.id }),
   );
   const workloadOf = async () =>
     unwrap(
@@ -650,7 +716,11 @@ async function reachScene(renter: Renter, machineId: string) {
     180_000,
   );
   if (running.state !== 'running') throw new Error(`the idle workload ${running.state} (${running.reason})`);
-  say('the workload runs', "in the daemon's sandbox, no program of its own: the renter reaches it");
+  say(
+    'the workload runs',
+    "in the daemon's sandbox, no program of its own: the renter reaches it",
+    standsFor('sessions'),
+  );
 
   // What is in there: the machine's kernel, the workload's own user, the GPUs it leased. A simulated machine's GPUs
   // are stand-in files where the device nodes would be (nvidia-smi is not there).
@@ -689,7 +759,7 @@ async function reachScene(renter: Renter, machineId: string) {
 
   // A server in the workload, alive while the exec stream that started it stays open (its standard input unended).
   const serve = ['python3', '-u', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/tmp/www'];
-  say('renter starts a server in it', `gpu exec ${id} -- ${serve.join(' ')} (left running)`);
+  say('renter starts a server in it (left running)', '', standsFor('exec', { session: id, command: serve.join(' ') }));
   const before = (await workloadOf()).reach;
   const server = gpu(renter, ['exec', id, '--', ...serve], { keepInput: true });
   // It says when it listens (its output comes through the stream as it is printed)...
@@ -720,13 +790,18 @@ async function reachScene(renter: Renter, machineId: string) {
   say(
     'renter read the page through the gateway, with its own token',
     `GET /api/v1/billing/sessions/${id}/ports/8000/: ${served.res.status} ${served.res.headers.get('content-type')}`,
+    standsFor('readPort', { gateway: urls.gateway, session: id }),
   );
   shows(served.body);
   // A browser's way in: a one-time link to the port at an address of its own, opened as a browser opens it.
   const opened = await gpu(renter, ['open', id, '8000']).exited;
   if (opened.code !== 0) throw new Error(`gpu open failed: ${opened.stderr.trim()}`);
   const link = new URL(opened.stdout.trim());
-  say('renter made a link to the port for a browser', `gpu open ${id} 8000: ${link.origin}/?gpu-port-ticket=...`);
+  say(
+    'renter made a link to the port for a browser',
+    `${link.origin}/?gpu-port-ticket=...`,
+    standsFor('openPort', { session: id }),
+  );
   const signedIn = await atHost(link.host, `${link.pathname}${link.search}`);
   const grant = String(signedIn.headers['set-cookie'] ?? '').split(';')[0] ?? '';
   const location = String(signedIn.headers.location ?? '');
@@ -755,9 +830,10 @@ async function reachScene(renter: Renter, machineId: string) {
   say(
     'the workload counts what passed',
     `reach: ${counted.bytes_in} bytes in (to it), ${counted.bytes_out} bytes out (from it)`,
+    standsFor('sessions'),
   );
 
-  say('renter ends the session', `gpu end ${id}`);
+  say('renter ends the session', '', standsFor('end', { session: id }));
   const ended = await gpu(renter, ['end', id]).exited;
   shows(`${ended.stdout}${ended.stderr}(exit status ${ended.code})`);
   if (ended.code !== 0) throw new Error('gpu end failed');
@@ -772,7 +848,11 @@ async function reachScene(renter: Renter, machineId: string) {
   if (after.status !== 409 || refusal.code !== 'SESSION_NOT_ACTIVE') {
     throw new Error(`the port of the ended session answered ${after.status} ${refusal.code}`);
   }
-  say('its port now answers', `${after.status} ${refusal.code}`);
+  say(
+    'its port now answers',
+    `${after.status} ${refusal.code}`,
+    standsFor('readPort', { gateway: urls.gateway, session: id }),
+  );
   const record = unwrap(
     await renter.billing.GET('/api/v1/billing/history', { params: { query: { user_id: renter.id } } }),
   ).find((r) => r.session_id === id);
@@ -780,6 +860,7 @@ async function reachScene(renter: Renter, machineId: string) {
   say(
     'reach session billed',
     `${record.billed_minutes} started minute(s) of its ${gpus} GPUs, ${record.total_cost} tokens`,
+    standsFor('sessionEnded'),
   );
   return { record, reach: counted };
 }
@@ -809,19 +890,8 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
     'if [ "$n" -gt 0 ]; then end=$((n+40)); else end=100000000; fi; ' +
     'while [ "$n" -lt "$end" ]; do n=$((n+1)); echo "$n" > "$d/n.tmp"; mv "$d/n.tmp" "$d/n"; sleep 0.1; done; ' +
     'echo "done at $n"';
-  const terms = ['--gpus', '1', '--gpu-model', 'H100', '--max-price', '300', '--spend-cap', '60'];
-  const submit = [
-    'jobs',
-    'submit',
-    '--wallet',
-    renter.wallet.id,
-    ...terms,
-    '--checkpoint-every',
-    '5',
-    '--max-runtime',
-    '15m',
-  ];
-  say('renter submits a job: what it needs, not where', `gpu ${submit.join(' ')} -- sh -c '<count into a checkpoint>'`);
+  const submit = ['jobs', 'submit', '--wallet', renter.wallet.id, ...JOB_TERMS];
+  say('renter submits a job: what it needs, not where', '', standsFor('submitJob', { wallet: renter.wallet.id }));
   const submitted = await gpu(renter, ['--json', ...submit, '--', 'sh', '-c', count]).exited;
   if (submitted.code !== 0) throw new Error(`gpu jobs submit failed: ${submitted.stderr.trim()}`);
   const jobId = (JSON.parse(submitted.stdout) as { id: string }).id;
@@ -842,6 +912,7 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
   say(
     'job placed on the cheapest machine that meets its terms; it runs and keeps its checkpoint',
     `job ${jobId} on ${first.provider_id}; /work/checkpoint/ kept as ${kept.checkpoint?.key}`,
+    standsFor('showJob', { job: jobId }),
   );
 
   // The machine is lost: its daemon killed, the sandbox dying with its parent, no heartbeat any more.
@@ -852,7 +923,11 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
   const tar = Buffer.from(await (await objects.download({ key: kept.checkpoint!.key })).bytes());
   const saved = Number(spawnSync('tar', ['-xOf', '-', './n'], { input: tar }).stdout.toString().trim());
   if (!(saved > 0)) throw new Error(`the checkpoint kept holds no count (${saved})`);
-  say('its machine is lost', `the daemon killed (SIGKILL) with the job's workload; its last checkpoint holds ${saved}`);
+  say(
+    'its machine is lost',
+    `the daemon killed (SIGKILL) with the job's workload; its last checkpoint holds ${saved}`,
+    standsFor('killDaemon'),
+  );
 
   const recovering = await until(
     'the registry to take the lost machine for offline, and billing to end the attempt',
@@ -867,6 +942,7 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
     `${((Date.now() - lostAt) / 1000).toFixed(0)} s after the loss: attempt 1 ${recovering.attempts[0]!.end_reason}, ` +
       `billed ${recovering.attempts[0]!.cost} tokens (a lost machine's minutes are paid as far as its daemon's usage ` +
       `reports vouched for them); the job is ${recovering.state}`,
+    standsFor('showJob', { job: jobId }),
   );
   const done = await until(
     'the job to end',
@@ -877,7 +953,11 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
     180_000,
   );
   const logs = await until('gpu jobs logs -f to end with the job', async () => followed.ended(), 60_000);
-  say('renter followed the job with gpu jobs logs -f, across its attempts', `exit status ${logs.code}`);
+  say(
+    'renter followed the job across its attempts',
+    `exit status ${logs.code}`,
+    standsFor('followJob', { job: jobId }),
+  );
   shows(`${logs.stdout}${logs.stderr}`);
   const second = done.attempts[1];
   if (
@@ -895,7 +975,7 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
   const from = Number(/^from (\d+)$/m.exec(log)?.[1]);
   if (!(from >= saved)) throw new Error(`the second attempt counted from ${from}, the checkpoint held ${saved}`);
   const shown = await gpu(renter, ['jobs', 'show', jobId]).exited;
-  say('the job succeeded on the other machine, from its last checkpoint', `gpu jobs show ${jobId}`);
+  say('the job succeeded on the other machine, from its last checkpoint', '', standsFor('showJob', { job: jobId }));
   shows(shown.stdout);
 
   // The money: the attempts' costs are what the job spent, and what the wallet paid; nothing else is held.
@@ -911,12 +991,13 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
   say(
     'the renter paid both attempts and nothing more',
     `${done.attempts.map((a) => a.cost).join(' + ')} = ${done.spent} tokens, the wallet's available down by as much`,
+    standsFor('walletHistory', { wallet: renter.wallet.id }),
   );
   return { job: done, saved, from };
 }
 
 async function main() {
-  const platformChild = await platform();
+  platformChild = await platform();
   if (platformChild) children.push(platformChild);
   await checkDataFolder();
   const connection = new Connection(urls.rpc, 'finalized');
@@ -930,7 +1011,12 @@ async function main() {
       body: { name: `demo-rig-${randomBytes(3).toString('hex')}`, role: 'daemon' },
     }),
   );
-  say('daemon client created', daemonClient.client.id);
+  made.clients.push({ id: daemonClient.client.id, token: provider.token });
+  say(
+    'daemon client created',
+    daemonClient.client.id,
+    standsFor('daemonClient', { gateway: urls.gateway, name: daemonClient.client.name }),
+  );
   const stateFile = path.join(work, 'daemon-state.json');
   const h100 = {
     name: 'NVIDIA H100 80GB HBM3',
@@ -958,11 +1044,16 @@ async function main() {
   writeFileSync(configFile, JSON.stringify(daemonConfig, null, 2), { mode: 0o600 });
   let daemon = spawnDaemon(configFile);
   const machineId = await registeredBy(daemon, stateFile, 'the daemon');
+  made.machines.push({ id: machineId, name: 'demo-rig', token: provider.token });
   const registry = registryClient({ baseUrl: urls.registry, token: provider.token });
   const machineNow = async () =>
     unwrap(await registry.GET('/providers/{providerID}', { params: { path: { providerID: machineId } } }));
   const machine = await machineNow();
-  say('machine registered by the daemon', `${machineId}: ${machine.gpus.length} × ${machine.gpus[0]?.model_name}`);
+  say(
+    'machine registered by the daemon',
+    `${machineId}: ${machine.gpus.length} × ${machine.gpus[0]?.model_name}`,
+    standsFor('runDaemon', { config: 'daemon.yaml' }),
+  );
 
   const providerBilling = billingClient({ baseUrl: urls.billing, token: provider.token });
   // The provider's rates for a machine of its: 200 tokens per H100-hour, the platform's VRAM and power rates.
@@ -988,6 +1079,7 @@ async function main() {
   say(
     'provider rates and automatic payouts set',
     `200 tokens per GPU-hour; earnings over ${payoutSetting.minimum_payout} paid to ${payoutSetting.destination}`,
+    standsFor('setRates', { gateway: urls.gateway, machine: machineId, address: payoutKey.publicKey.toBase58() }),
   );
 
   // 2. The renter, tokens on chain, a wallet and a deposit.
@@ -1011,6 +1103,7 @@ async function main() {
   say(
     'renter found the machine on the market with its own token',
     `${offer.free_gpus} free ${offer.gpu_model} at ${offer.price_per_gpu_hour} tokens per GPU-hour, reliability ${offer.reliability.score}`,
+    standsFor('findOffer', { gpus: '4' }),
   );
   const objects = objectStore({ baseUrl: urls.storage, token: renter.token });
   const runId = randomBytes(4).toString('hex');
@@ -1018,10 +1111,16 @@ async function main() {
   const datasetKey = `datasets/run-${runId}.csv`;
   const dataset = `step,loss\n${Array.from({ length: 1000 }, (_, i) => `${i},${(1 / (i + 1)).toFixed(6)}`).join('\n')}\n`;
   await objects.upload({ key: datasetKey }, dataset, { contentType: 'text/csv' });
-  say('renter uploaded a dataset', `${datasetKey} (${dataset.length} bytes)`);
+  made.folders.push({ email: renter.email, id: renter.id });
+  say(
+    'renter uploaded a dataset',
+    `${datasetKey} (${dataset.length} bytes)`,
+    standsFor('upload', { file: 'data.csv', key: datasetKey }),
+  );
   say(
     "quote for 4 of the machine's GPUs",
     `${quote.total_hourly_rate} tokens/hour (${quote.rate_key}, ${quote.gpu_count} GPUs): ${quote.gpu_count} × the offer's price`,
+    standsFor('quote', { machine: machineId, gpus: '4' }),
   );
   const startOn = (who: Pick<Renter, 'id' | 'billing' | 'wallet'>, jobId: string, extra: { spend_cap?: string } = {}) =>
     who.billing.POST('/api/v1/billing/start-session', {
@@ -1045,13 +1144,14 @@ async function main() {
   say(
     'session started',
     `${sessionId}: GPUs ${start.session.gpu_indices?.join(', ')} of the machine, ${start.hold_amount} tokens held`,
+    standsFor('rent', { machine: machineId, gpus: '4', wallet: renter.wallet.id, rate: quote.total_hourly_rate }),
   );
   await until('the market to show the other 4 GPUs free', async () => {
     const m = await machineNow();
     const free = await findOffer(renter.token, machineId, () => true);
     return m.status === 'idle' && free.free_gpus === 4 ? true : undefined;
   });
-  say('registry', 'the machine stays idle, on the market with its 4 other GPUs');
+  say('registry', 'the machine stays idle, on the market with its 4 other GPUs', standsFor('findOffer', { gpus: '4' }));
 
   // A second renter rents those 4 with a spend cap of its own; nothing is left for a third.
   const second = await fundedRenter(connection, 'second renter', 60, '50');
@@ -1062,11 +1162,12 @@ async function main() {
   say(
     'second renter found the other 4 GPUs with its own token and rented them, capped',
     `${secondOffer.free_gpus} free; session ${capped.session.id} on GPUs ${capped.session.gpu_indices?.join(', ')}, at most ${cap} tokens`,
+    standsFor('rentCapped', { machine: machineId, gpus: '4', wallet: second.wallet.id, cap }),
   );
   await until('the registry to show the machine busy', async () =>
     (await machineNow()).status === 'busy' ? true : undefined,
   );
-  say('registry', 'every GPU rented: the machine is busy');
+  say('registry', 'every GPU rented: the machine is busy', standsFor('machines'));
   const third = await signUp('renter', 'third renter');
   const thirdBilling = billingClient({ baseUrl: urls.billing, token: third.token });
   const thirdWallet = unwrap(
@@ -1079,7 +1180,11 @@ async function main() {
   if (refused.response.status !== 409 || problem?.code !== 'PROVIDER_NOT_AVAILABLE') {
     throw new Error(`a third renter of the full machine got ${refused.response.status} ${problem?.code}`);
   }
-  say('third renter refused', `409 ${problem.code}: no 4 GPUs free on the machine`);
+  say(
+    'third renter refused',
+    `409 ${problem.code}: no 4 GPUs free on the machine`,
+    standsFor('rent', { machine: machineId, gpus: '4', wallet: thirdWallet.id, rate: quote.total_hourly_rate }),
+  );
 
   // The renter hands the job presigned URLs: GET for the dataset, PUT for the output (keys of the renter's in the
   // default bucket, kept under users/<renter>/).
@@ -1100,6 +1205,7 @@ async function main() {
   say(
     "job read the dataset; its output uploaded with the daemon's uploader through a presigned URL, read back",
     `${outputKey} (${uploaded.bytes} bytes)`,
+    standsFor('presignedTransfer', { file: 'output.txt', key: outputKey }),
   );
   const usage = await until(
     'a usage report from the daemon',
@@ -1112,13 +1218,14 @@ async function main() {
   say(
     'usage reported by the daemon',
     `power ${usage.actual_power_w} W of its 4 GPUs, cost so far ${usage.cost_so_far}`,
+    standsFor('sessions'),
   );
 
   // 4. The daemon killed mid-session and started again: it finds its machine and the session, and reports on.
   daemon.kill('SIGKILL');
   await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
   const killedAt = Date.now();
-  say('daemon killed (SIGKILL) mid-session', `last usage at ${usage.last_usage_at}`);
+  say('daemon killed (SIGKILL) mid-session', `last usage at ${usage.last_usage_at}`, standsFor('killDaemon'));
   await sleep(3000);
   daemon = spawnDaemon(configFile);
   const resumed = await until(
@@ -1130,7 +1237,11 @@ async function main() {
     },
     60_000,
   );
-  say('daemon restarted: same machine, the running session found, usage resumed', `usage at ${resumed.last_usage_at}`);
+  say(
+    'daemon restarted: same machine, the running session found, usage resumed',
+    `usage at ${resumed.last_usage_at}`,
+    standsFor('restartDaemon', { config: 'daemon.yaml' }),
+  );
 
   // The capped session ends at its cap once the time it pays for is over, its GPUs back on the market.
   const cappedEnd = await until(
@@ -1151,11 +1262,12 @@ async function main() {
   say(
     'second session ended at its spend cap',
     `${secondRecord.total_cost} tokens for ${secondRecord.billed_minutes} started minute(s) (power ${cappedEnd.actual_power_w} W of its 4 GPUs)`,
+    standsFor('sessionEnded'),
   );
   await until('the registry to show the machine idle', async () =>
     (await machineNow()).status === 'idle' ? true : undefined,
   );
-  say('registry', "the capped session's 4 GPUs are back on the market");
+  say('registry', "the capped session's 4 GPUs are back on the market", standsFor('findOffer', { gpus: '4' }));
 
   // 5. End, earnings, payouts on chain, idle.
   const ended = unwrap(await billing.POST('/api/v1/billing/end-session', { body: { session_id: sessionId } }));
@@ -1164,6 +1276,7 @@ async function main() {
     'session ended',
     `${record.billed_minutes} started minute(s) billed (the billing minute is not shortened), ${record.total_cost} ` +
       `tokens: ${record.provider_earnings} to the provider, ${record.platform_fee} platform fee`,
+    standsFor('end', { session: sessionId }),
   );
   // 6. Workloads: a renter's job runs on exactly the GPUs it leased, billed only while it runs.
   const jobs = await workloadScene(renter, machineId, datasetKey, dataset);
@@ -1210,11 +1323,12 @@ async function main() {
   say(
     'paid out on chain',
     `${payouts.map((p) => `${p.amount} (signature ${p.signature})`).join(', ')}; the address now holds ${onChain}`,
+    standsFor('earnings', { machine: machineId }),
   );
   await until('the registry to show the machine idle', async () =>
     (await machineNow()).status === 'idle' ? true : undefined,
   );
-  say('registry', 'the machine is idle again');
+  say('registry', 'the machine is idle again', standsFor('machines'));
 
   // 8. Reconciliation, read back from billing and the chain.
   const checks = reconcile({
@@ -1252,6 +1366,7 @@ async function main() {
       body: { name: `demo-rig-2-${randomBytes(3).toString('hex')}`, role: 'daemon' },
     }),
   );
+  made.clients.push({ id: secondDaemonClient.client.id, token: provider.token });
   const secondStateFile = path.join(work, 'daemon-2-state.json');
   const secondConfigFile = path.join(work, 'daemon-2.yaml');
   writeFileSync(
@@ -1267,8 +1382,13 @@ async function main() {
   );
   const secondDaemon = spawnDaemon(secondConfigFile);
   const secondMachineId = await registeredBy(secondDaemon, secondStateFile, 'the second daemon');
+  made.machines.push({ id: secondMachineId, name: 'demo-rig-2', token: provider.token });
   await setRates(secondMachineId);
-  say('the provider brings a second machine', `${secondMachineId}: 8 × H100 at the same rates`);
+  say(
+    'the provider brings a second machine',
+    `${secondMachineId}: 8 × H100 at the same rates`,
+    standsFor('runDaemon', { config: 'daemon-2.yaml' }),
+  );
   const jobbed = await jobScene(
     renter,
     new Map([
@@ -1277,54 +1397,58 @@ async function main() {
     ]),
   );
 
-  process.stdout.write(
-    `DEMO OK ${JSON.stringify({
-      provider_id: machineId,
-      session_id: sessionId,
-      capped_session_id: capped.session.id,
-      billed_minutes: record.billed_minutes,
-      total_cost: record.total_cost,
-      provider_earnings: record.provider_earnings,
-      platform_fee: record.platform_fee,
-      capped_total_cost: secondRecord.total_cost,
-      workload_session_id: jobs.record.session_id,
-      workload_billed_minutes: jobs.record.billed_minutes,
-      workload_total_cost: jobs.record.total_cost,
-      workload_hourly_rate: jobs.record.total_hourly_rate,
-      workload_output_key: jobs.outputKey,
-      capped_workload_total_cost: jobs.cappedRecord.total_cost,
-      reach_session_id: reached.record.session_id,
-      reach_billed_minutes: reached.record.billed_minutes,
-      reach_total_cost: reached.record.total_cost,
-      reach_hourly_rate: reached.record.total_hourly_rate,
-      reach_bytes_in: reached.reach.bytes_in,
-      reach_bytes_out: reached.reach.bytes_out,
-      payout_amounts: payouts.map((p) => p.amount),
-      payout_signatures: payouts.map((p) => p.signature),
-      payout_address: payoutKey.publicKey.toBase58(),
-      payout_address_balance: onChain,
-      renter_available: balance.available,
-      dataset_key: datasetKey,
-      output_key: outputKey,
-      reconciled: checks.length,
-      job_id: jobbed.job.id,
-      job_state: jobbed.job.state,
-      job_attempts: jobbed.job.attempts.length,
-      job_lost_reason: jobbed.job.attempts[0]?.end_reason,
-      job_checkpoint_count: jobbed.saved,
-      job_resumed_from: jobbed.from,
-      job_spent: jobbed.job.spent,
-    })}\n`,
-  );
+  return {
+    provider_id: machineId,
+    session_id: sessionId,
+    capped_session_id: capped.session.id,
+    billed_minutes: record.billed_minutes,
+    total_cost: record.total_cost,
+    provider_earnings: record.provider_earnings,
+    platform_fee: record.platform_fee,
+    capped_total_cost: secondRecord.total_cost,
+    workload_session_id: jobs.record.session_id,
+    workload_billed_minutes: jobs.record.billed_minutes,
+    workload_total_cost: jobs.record.total_cost,
+    workload_hourly_rate: jobs.record.total_hourly_rate,
+    workload_output_key: jobs.outputKey,
+    capped_workload_total_cost: jobs.cappedRecord.total_cost,
+    reach_session_id: reached.record.session_id,
+    reach_billed_minutes: reached.record.billed_minutes,
+    reach_total_cost: reached.record.total_cost,
+    reach_hourly_rate: reached.record.total_hourly_rate,
+    reach_bytes_in: reached.reach.bytes_in,
+    reach_bytes_out: reached.reach.bytes_out,
+    payout_amounts: payouts.map((p) => p.amount),
+    payout_signatures: payouts.map((p) => p.signature),
+    payout_address: payoutKey.publicKey.toBase58(),
+    payout_address_balance: onChain,
+    renter_available: balance.available,
+    dataset_key: datasetKey,
+    output_key: outputKey,
+    reconciled: checks.length,
+    job_id: jobbed.job.id,
+    job_state: jobbed.job.state,
+    job_attempts: jobbed.job.attempts.length,
+    job_lost_reason: jobbed.job.attempts[0]?.end_reason,
+    job_checkpoint_count: jobbed.saved,
+    job_resumed_from: jobbed.from,
+    job_spent: jobbed.job.spent,
+  };
 }
 
-async function stopChildren() {
-  for (const child of children.reverse()) {
+/** Stops what the demo started (the daemons, `gpu` runs), and the platform last when it started it: `platform`. */
+async function stopChildren(which: 'all' | 'but the platform') {
+  for (const child of [...children].reverse()) {
+    if (which !== 'all' && child === platformChild) continue;
     if (child.exitCode !== null || child.signalCode !== null) continue;
     child.kill('SIGTERM');
     await Promise.race([new Promise((r) => child.once('exit', r)), sleep(20_000)]);
     if (child.exitCode === null) child.kill('SIGKILL');
   }
+}
+
+/** Takes down the demo's own folder (in the system's temporary folder, not the data folder). */
+function removeWork() {
   // The daemon killed for good in the jobs scene left its workloads' filesystems mounted (its next start would take
   // them down): taken down here, so that nothing is removed through them.
   for (const line of readFileSync('/proc/self/mounts', 'utf8').split('\n')) {
@@ -1334,12 +1458,73 @@ async function stopChildren() {
   rmSync(work, { recursive: true, force: true });
 }
 
+/**
+ * At the end, with its daemons stopped: takes off the platform what the demo made that would stay in everyone's way
+ * (its machines, on the market, and their daemons' credentials), and names what stays in the data folder (the
+ * accounts, with their wallets and the money's history, which a ledger keeps, the mail sent to them, the renter's
+ * objects: no one but the demo knows their passwords). What could not be taken away is named with why.
+ */
+async function tidyUp(): Promise<string[]> {
+  const kept: string[] = [];
+  const attempt = async (what: string, act: () => Promise<unknown>) => {
+    try {
+      await act();
+      return true;
+    } catch (err) {
+      kept.push(`${what} (${(err as Error).message})`);
+      return false;
+    }
+  };
+  const machines: string[] = [];
+  for (const m of made.machines) {
+    const registry = registryClient({ baseUrl: urls.registry, token: m.token });
+    const removed = await attempt(`the machine ${m.name} (${m.id})`, async () =>
+      unwrap(await registry.DELETE('/providers/{providerID}', { params: { path: { providerID: m.id } } })),
+    );
+    if (removed) machines.push(`${m.name} (${m.id})`);
+  }
+  let credentials = 0;
+  for (const c of made.clients) {
+    const auth = authClient({ baseUrl: urls.auth, token: c.token });
+    const revoked = await attempt(`the daemon credentials ${c.id}`, async () =>
+      unwrap(await auth.DELETE('/api/v1/auth/clients/{id}', { params: { path: { id: c.id } } })),
+    );
+    if (revoked) credentials += 1;
+  }
+  if (made.accounts.length === 0) return [];
+  const done = [
+    ...(machines.length > 0 ? [`the machines ${machines.join(' and ')} taken off the market`] : []),
+    ...(credentials > 0 ? [`${credentials} daemon credentials revoked`] : []),
+  ];
+  const folders = made.folders.map((f) => `${f.email}'s under users/${f.id}/`);
+  const lines = [
+    ...(done.length > 0 ? [`[demo] tidied up: ${done.join(', ')}`] : []),
+    `[demo] left in the data folder ${data}: the accounts ${made.accounts.join(', ')} (no one can sign in as them: ` +
+      "their passwords were the demo's alone), their wallets and the money's history at billing (a ledger keeps " +
+      `every entry), the mail sent to them in ${path.join(data, 'mail')} (pnpm mail --to <address>)` +
+      `${folders.length > 0 ? `, and the objects in storage of ${folders.join(', ')} in the platform's bucket (the dataset, the jobs' logs, outputs and checkpoints)` : ''}`,
+  ];
+  if (kept.length > 0) lines.push(`[demo] could not take away: ${kept.join('; ')}`);
+  return lines;
+}
+
 let failed = false;
+let summary: Awaited<ReturnType<typeof main>> | undefined;
+say(
+  'pnpm demo',
+  `about ${DEMO_MINUTES} minutes; under each step, the command it stands for ($ pnpm gpu ... is the gpu command line)`,
+);
 try {
-  await main();
+  summary = await main();
 } catch (err) {
   failed = true;
   process.stderr.write(`[demo] FAILED: ${(err as Error).message}\n`);
 }
-await stopChildren();
+await stopChildren('but the platform');
+removeWork();
+const tidied = await tidyUp();
+// The platform, when the demo started it, stops before the last lines, which stay the demo's.
+await stopChildren('all');
+for (const line of tidied) process.stdout.write(`${line}\n`);
+if (summary) process.stdout.write(`DEMO OK ${JSON.stringify(summary)}\n`);
 process.exit(failed ? 1 : 0);

@@ -6,7 +6,10 @@
  * DATABASE_URL needed). Consul registration is off; NATS is used only when
  * NATS_URL is set. Each runs under a supervisor (scripts/lib/supervisor.ts) that restarts it if it crashes.
  * The programs run as JavaScript compiled ahead (scripts/lib/build.ts), again whenever a source changed.
- * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully, during start-up too.
+ * Ctrl-C (SIGINT) or SIGTERM stops everything gracefully, during start-up too, and exits 0 (`pnpm start` runs this
+ * script with `exec`, so that pnpm sees this exit status rather than its shell's: see package.json).
+ * Each process's output goes to its log file in the data folder (`<data>/logs/<name>.log`); the terminal shows
+ * start-up, warnings, errors and a summary each minute (scripts/lib/platform-output.ts, platform-summary.ts).
  * In front of the services, the gateway (port 8080) is the platform's one origin: nginx on deploy/gateway's files where
  * nginx is installed, tools/gateway's Node proxy otherwise (PLATFORM_GATEWAY chooses).
  * PLATFORM_PORT_BASE moves every port (services at base+0..3 in contract order, s3rver at base+4, the Solana RPC at
@@ -52,6 +55,8 @@ import {
   SettingError,
   writePlatformFile,
 } from './lib/platform.ts';
+import { PlatformOutput } from './lib/platform-output.ts';
+import { PlatformSummary } from './lib/platform-summary.ts';
 import { describeHolders, portHolders } from './lib/port-holders.ts';
 import { STOP_TIMEOUT_MS, type Supervised, Supervisor } from './lib/supervisor.ts';
 import { answerHelp, refuseArguments } from './lib/usage.ts';
@@ -75,6 +80,9 @@ gateway, the platform's one origin. Takes no arguments; its settings are environ
                       nginx 1.19.5 or later and a setpriv with --pdeathsig are found, else node
   GATEWAY_OPERATORS   who may read /health/<service> at the gateway: addresses or CIDRs, comma-separated
                       (default: loopback and the private networks)
+
+Each process's output goes to its log file in the data folder (logs/<name>.log: a service's JSON lines, one per
+request among them); the terminal shows start-up, warnings, errors and, each minute something happened, a summary.
 
 See README.md, "Quick start".`;
 answerHelp(USAGE);
@@ -179,6 +187,21 @@ function chooseGateway():
   return { kind: 'node', description: `the Node gateway (tools/gateway; ${why})` };
 }
 const gatewayEngine = await settled(chooseGateway);
+
+/** How a gateway kind is named to a person. */
+const GATEWAY_NAMES = { nginx: 'nginx', node: 'the Node gateway' } as const;
+/**
+ * The gateway kind of the last start on this data folder (`<data>/last-gateway`), which this start replaces with its
+ * own: where they differ (nginx installed since, or PLATFORM_GATEWAY set), the start-up says so, since the gateway
+ * behaves a little differently (docs/local-platform.md, "The gateway").
+ */
+function gatewayChange(kind: keyof typeof GATEWAY_NAMES): string | undefined {
+  const file = path.join(data, 'last-gateway');
+  const last = existsSync(file) ? readFileSync(file, 'utf8').trim() : '';
+  writeFileSync(file, `${kind}\n`);
+  if (!(last in GATEWAY_NAMES) || last === kind) return undefined;
+  return `the gateway is now ${GATEWAY_NAMES[kind]} (it was ${GATEWAY_NAMES[last as keyof typeof GATEWAY_NAMES]})`;
+}
 const auth = await settled(() => authMode(process.env, authDir, path.join(root, 'services/auth')));
 const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 
@@ -453,11 +476,19 @@ const gateway: Proc =
         },
       };
 
+// What the processes print goes to their log files in the data folder, and what a person needs of it to the terminal.
+const output = new PlatformOutput(path.join(data, 'logs'), (line) => process.stdout.write(`${line}\n`));
+const say = (line: string) => output.own(`[start] ${line}`);
+
 // Every process runs under a supervisor: one that crashes is started again (after 0.5 s, then 1 s, 2 s ... at most
 // 30 s apart), the others keep running; one that crashes 8 times in a row, each within a minute of starting, is given
 // up on. A start-up that fails (a process that exits before its port opens), SIGINT, SIGTERM and SIGHUP stop
 // everything. The lock records every process running, so that none is ever left holding the data folder unnoticed.
-const supervisor = new Supervisor({ onChildren: (running) => lock.recordChildren(running) });
+const supervisor = new Supervisor({
+  onChildren: (running) => lock.recordChildren(running),
+  log: (line) => output.own(line),
+  output: (name, _stream, line) => output.line(name, line),
+});
 const supervised = new Map<string, Supervised>();
 /**
  * Preloaded into every process: its end of the supervisor's lifeline, on which it stops (as on SIGTERM, killed with
@@ -505,19 +536,32 @@ function socketOpen(socket: string): Promise<boolean> {
  * waits for the first call's exit: its caller goes no further, so nothing prints "up" after a stop.
  */
 let stopped: Promise<never> | undefined;
+let summaries: NodeJS.Timeout | undefined;
 function stop(code: number): Promise<never> {
   stopped ??= (async () => {
-    process.stderr.write('[start] stopping\n');
-    await supervisor.stop(STOP_TIMEOUT_MS);
+    clearInterval(summaries);
+    say('stopping');
+    // The services and the gateway first, with what they use (the store, the chain, the mail catcher) still up while
+    // they finish their work; those after them.
+    await supervisor.stop(
+      STOP_TIMEOUT_MS,
+      dependencies.map((d) => d.name),
+    );
+    // The last line at the terminal: what the processes print as they end goes to their log files alone.
+    say(code === 0 ? 'stopped: every process it ran has ended' : 'stopped after the failed start-up');
+    output.closeTerminal();
     process.exit(code);
   })();
   return stopped;
 }
 
-process.once('SIGINT', () => void stop(0));
-process.once('SIGTERM', () => void stop(0));
+// Each signal stops once: the same signal again (pnpm passes on the Ctrl-C a terminal already sent the whole
+// foreground process group, pnpm included) changes nothing, rather than killing this process in the middle of its
+// stop, which pnpm would report as a failure.
+process.on('SIGINT', () => void stop(0));
+process.on('SIGTERM', () => void stop(0));
 // A closed terminal (or an ssh session that ends) sends SIGHUP: the same graceful stop.
-process.once('SIGHUP', () => void stop(0));
+process.on('SIGHUP', () => void stop(0));
 // Once the terminal is closed, or whatever read this output is gone, a write fails (EIO, EPIPE): the stop goes on
 // without output, rather than this process dying of the error halfway through it.
 for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
@@ -528,9 +572,15 @@ process.once('exit', () => supervisor.signalAll('SIGTERM'));
 // left running behind it. One stopped by Ctrl-C or SIGTERM is no failure: it only stops.
 try {
   const built = await ensureBuilt(platformPrograms());
-  if (built) process.stdout.write(`[start] ${built}\n`);
-  process.stdout.write(`[start] tokens: ${auth.description}\n`);
-  process.stdout.write(`[start] gateway: ${gatewayEngine.description}\n`);
+  if (built) say(built);
+  say(`tokens: ${auth.description}`);
+  say(`gateway: ${gatewayEngine.description}`);
+  const changed = gatewayChange(gatewayEngine.kind);
+  if (changed) say(changed);
+  say(
+    `logs: each process's output in ${output.fileOf('<name>')} (a service's requests there too, one JSON line ` +
+      'each); here: start-up, warnings, errors and a summary each minute',
+  );
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),
   // then retries the chain until blockchain.connect_timeout.
@@ -538,16 +588,28 @@ try {
   for (const p of started) start(p);
   await Promise.all(started.map((p) => waitForPort(p.name, p.port, 120_000)));
 } catch (err) {
-  if (!stopped) process.stderr.write(`[start] start-up failed: ${(err as Error).message}\n`);
+  if (!stopped) say(`start-up failed: ${(err as Error).message}`);
   await stop(1);
 }
 if (stopped) await stopped;
 const where = host.connect === host.bind ? '' : ` (listening on every address: PLATFORM_HOST=${host.bind})`;
-process.stdout.write(
-  `[start] up${where}: gateway ${host.url(ports.gateway)} (every public path, one origin); ` +
-    `${services.map((s) => `${s.name} ${host.url(s.port)} (docs /docs)`).join(', ')}\n` +
-    `[start] every route needs a token: log in as the admin in ${adminFile}, register users at ` +
-    `${host.url(ports.gateway)}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}\n`,
+say(
+  `up${where}: gateway ${host.url(ports.gateway)} (every public path, one origin); ` +
+    `${services.map((s) => `${s.name} ${host.url(s.port)} (docs /docs)`).join(', ')}`,
 );
 // Where `gpu` finds this platform when it is told no URL (tools/cli/src/platform-url.ts).
 writePlatformFile(data, { gateway: host.url(ports.gateway), solana_rpc: host.url(ports.solana) });
+
+say(
+  `every route needs a token: log in as the admin in ${adminFile}, register users at ` +
+    `${host.url(ports.gateway)}/api/v1/auth/register, or use a client secret in ${path.join(authDir, 'clients')}`,
+);
+
+// Each minute in which something happened, one line of what: the services' own counts (platform-summary.ts).
+const summary = new PlatformSummary(services.map((s) => ({ name: s.name, url: host.url(s.port) })));
+await summary.next(output.logged());
+summaries = setInterval(() => {
+  void summary.next(output.logged()).then((line) => {
+    if (line && !stopped) output.own(line);
+  });
+}, 60_000);

@@ -3,7 +3,8 @@
  * that cannot work (auth settings that do not fit together, a configuration file that does not exist, a port that is
  * held, a bad PLATFORM_HOST, PLATFORM_PORT_BASE, PLATFORM_GATEWAY or GATEWAY_OPERATORS) are refused in one line with exit status 1, nothing started and
  * nothing written to the data folder. Ctrl-C during start-up stops what had started, says neither "start-up failed"
- * nor "up", and exits 0. A lock file left by a `pnpm start` that no longer runs does not stand in the way. Nothing it
+ * nor "up", and exits 0 with its own last line, also as `pnpm start` at a terminal (pnpm prints no failure), and a
+ * start whose gateway differs from the last one's on its data folder says so. A lock file left by a `pnpm start` that no longer runs does not stand in the way. Nothing it
  * started outlives it: not when its terminal is closed, not when it is killed with SIGKILL; and until what it ran is
  * gone, its data folder is not taken over, and a start on its ports names the process that holds them. Nor does it
  * outlive the test process that started it, killed with SIGKILL (its lifeline).
@@ -141,33 +142,61 @@ describe('pnpm start, before it starts anything', () => {
 });
 
 describe('pnpm start, interrupted', () => {
-  it('stops on Ctrl-C during start-up without a word of failure or of being up; a stale lock does not stop it', {
+  it('stops on Ctrl-C at its terminal during start-up with its own last line, exit status 0 from pnpm; says its gateway changed; a stale lock does not stop it', {
     timeout: 120_000,
   }, async () => {
-    // A data folder whose lock names a pid that runs no pnpm start (a crashed one's): taken over.
+    // A data folder whose lock names a pid that runs no pnpm start (a crashed one's): taken over. Its last start ran
+    // the other gateway than this one does (nginx where installed, as the test setup does).
     const dataDir = mkdtempSync(path.join(tmpdir(), 'platform-checks-'));
     writeFileSync(path.join(dataDir, 'platform.lock'), '999999999\n');
-    const platform = startPlatform(place, {}, dataDir);
+    writeFileSync(path.join(dataDir, 'last-gateway'), nginxGateway ? 'node\n' : 'nginx\n');
+    // `pnpm start` itself, as a person types it at a terminal (util-linux's script, a pseudo-terminal): a Ctrl-C
+    // typed there reaches the whole foreground process group, pnpm and its shell as well as the script.
+    // Its PATH is a person's: without the checkout's node_modules/.bin that pnpm test puts first (whose `node` is a
+    // shell script that would run pnpm itself, and die of the Ctrl-C).
+    const PATH = (process.env.PATH ?? '')
+      .split(':')
+      .filter((dir) => !dir.includes('node_modules/.bin'))
+      .join(':');
+    const terminal = spawn('script', ['-qfec', 'pnpm start', '/dev/null'], {
+      cwd: root,
+      env: { ...process.env, PATH, LOG_LEVEL: 'warn', ...place.env(dataDir) },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let output = '';
+    terminal.stdout.on('data', (d) => {
+      output += d;
+    });
+    const exited = new Promise<number | null>((r) => terminal.once('exit', (code) => r(code)));
     try {
       // Interrupted once one service answers while others are still starting: the one that answers stops gracefully,
       // taking its time, while the others are gone at once.
       const listening = async () =>
         (await Promise.all(services.map((name) => health(place.ports[name])))).filter(Boolean).length;
       const deadline = Date.now() + 90_000;
-      while ((await listening()) === 0 && Date.now() < deadline && platform.child.exitCode === null) {
+      while ((await listening()) === 0 && Date.now() < deadline && terminal.exitCode === null) {
         await new Promise((r) => setTimeout(r, 50));
       }
-      expect(startedPids(platform.output()), platform.output()).toHaveLength(PROCESSES.length);
-      expect(platform.output()).not.toContain('[start] up');
-      process.kill(-(platform.child.pid as number), 'SIGINT');
-      expect(await platform.exited, platform.output()).toBe(0);
-      expect(platform.output()).toContain('[start] stopping');
-      expect(platform.output()).not.toContain('start-up failed');
-      expect(platform.output()).not.toContain('[start] up');
-      expect(startedPids(platform.output()).filter(isAlive)).toEqual([]);
+      expect(startedPids(output), output).toHaveLength(PROCESSES.length);
+      expect(output).not.toContain('[start] up');
+      const gateways = nginxGateway ? ['nginx', 'the Node gateway'] : ['the Node gateway', 'nginx'];
+      expect(output).toContain(`[start] the gateway is now ${gateways[0]} (it was ${gateways[1]})\r\n`);
+      expect(readFileSync(path.join(dataDir, 'last-gateway'), 'utf8')).toBe(nginxGateway ? 'nginx\n' : 'node\n');
+      terminal.stdin.write('\x03');
+      // script's exit status is pnpm's: 0, nothing failed.
+      expect(await exited, output).toBe(0);
+      expect(output).toContain('[start] stopping');
+      expect(output).not.toContain('start-up failed');
+      expect(output).not.toContain('[start] up');
+      expect(output).not.toContain('ELIFECYCLE');
+      // Its own line is the last: pnpm adds none.
+      const lines = output.split(/\r?\n/).filter((line) => line.trim() !== '');
+      expect(lines.at(-1), output).toBe('[start] stopped: every process it ran has ended');
+      expect(startedPids(output).filter(isAlive)).toEqual([]);
       expect(readdirSync(dataDir)).not.toContain('platform.lock');
     } finally {
-      await platform.stop();
+      terminal.kill('SIGKILL');
+      killAll(platformProcesses(dataDir));
     }
   });
 });

@@ -3,7 +3,8 @@
  * embedded defaults (local S3 store, local Solana chain, PGlite databases, tokens signed with a key made in the data
  * folder), listening on loopback only, a second `pnpm start` on the same data folder or ports is refused while it
  * runs, a service that crashes is started again while the others keep running, Ctrl-C (SIGINT) stops everything
- * cleanly, and a start-up that fails stops what it had started.
+ * cleanly with its own last line, and a start-up that fails stops what it had started. Its terminal shows start-up,
+ * warnings, errors and a summary each minute; every request's JSON line goes to the log files in the data folder.
  */
 import { execFile, spawn } from 'node:child_process';
 import {
@@ -40,7 +41,8 @@ import {
 const run = promisify(execFile);
 const place = platformPlace(0);
 const { ports, env: platformEnv } = place;
-const platform = startPlatform(place);
+// At the services' own log level, as a person runs it: each request's line goes to the log files, not the terminal.
+const platform = startPlatform(place, { LOG_LEVEL: 'info' });
 const { child, dataDir, exited } = platform;
 
 afterAll(async () => {
@@ -137,6 +139,35 @@ describe('pnpm start', () => {
         { timeout: 60_000, interval: 500 },
       )
       .not.toBeNull();
+  });
+
+  it("keeps each request's JSON line in the data folder's log files, off the terminal, which shows warnings in short and no start-up race", {
+    timeout: 60_000,
+  }, async () => {
+    const logs = path.join(dataDir, 'logs');
+    expect(platform.output()).toContain(
+      `[start] logs: each process's output in ${path.join(logs, '<name>.log')} (a service's requests there too, ` +
+        'one JSON line each)',
+    );
+    expect((await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/pricing/rates`)).status).toBe(200);
+    const requestLine = (text: string) =>
+      text
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { msg?: string; req?: { url?: string } })
+        .find((entry) => entry.msg === 'incoming request' && entry.req?.url === '/api/v1/pricing/rates');
+    await expect
+      .poll(() => requestLine(readFileSync(path.join(logs, 'billing.log'), 'utf8')), { timeout: 20_000 })
+      .toBeDefined();
+    expect(statSync(path.join(logs, 'billing.log')).mode & 0o777).toBe(0o600);
+    const output = platform.output();
+    expect(output).not.toContain('"msg":"incoming request"');
+    // No log line at the terminal as JSON: a warning or an error is one short line (`[auth] warn: ...`).
+    expect(output).not.toMatch(/^\[[a-z-]+\] \{/m);
+    // A fresh store's first write into a bucket not made yet, and the first events before their receivers listen,
+    // are no failures.
+    expect(output).not.toContain('non-retryable streaming request');
+    expect(output).not.toContain('event publish');
   });
 
   it('signs tokens with an EdDSA key made in the data folder: the admin calls all four services, a forged token is 401', {
@@ -469,8 +500,26 @@ describe('pnpm start', () => {
     }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
       throw new Error(`pnpm demo failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
     });
-    // The running platform is used, not a second one started.
+    // Its length, said once at its start; the running platform used, not a second one started.
+    expect(demo.stdout).toMatch(/^\[demo +[\d.]+s\] pnpm demo: about \d+ minutes;/);
+    expect(demo.stdout.match(/about \d+ minutes/g)).toHaveLength(1);
     expect(demo.stdout).toMatch(/platform: using the one running/);
+    // Under its steps, the gpu commands they stand for, with the step's own values.
+    const summaryLine = /^DEMO OK (.*)$/m.exec(demo.stdout)?.[1] ?? '{}';
+    const machine = (JSON.parse(summaryLine) as { provider_id?: string }).provider_id;
+    expect(demo.stdout).toContain(`\n           $ pnpm gpu quote --machine ${machine} --gpu-model H100 --gpus 4\n`);
+    expect(demo.stdout).toMatch(/^ {11}\$ pnpm gpu offers --gpu-model H100 --min-free-gpus 4 /m);
+    // At its end, what it made and no one else could use is gone from the platform, and what stays is named.
+    expect(demo.stdout).toMatch(
+      /^\[demo\] tidied up: the machines demo-rig \(\S+\) and demo-rig-2 \(\S+\) taken off the market, 2 daemon credentials revoked$/m,
+    );
+    expect(demo.stdout).toMatch(/^\[demo\] left in the data folder .*: the accounts demo-provider-\w+@example\.com, /m);
+    const admin = await platform.adminToken();
+    const gone = await fetch(`http://127.0.0.1:${ports['provider-registry']}/providers/${machine}`, {
+      headers: { authorization: `Bearer ${admin}` },
+    });
+    expect(gone.status).toBe(404);
+    expect(demo.stdout.trimEnd().split('\n').at(-1)).toMatch(/^DEMO OK /);
     const summary = JSON.parse(/^DEMO OK (.*)$/m.exec(demo.stdout)?.[1] ?? 'null') as Record<string, string | number>;
     expect(summary, demo.stdout).not.toBeNull();
     // Started minutes of 4 of the 8 H100s at the provider's 200/GPU-hour plus VRAM and power (809.171796875 an
@@ -555,6 +604,18 @@ describe('pnpm start', () => {
     expect(Number(summary.job_resumed_from)).toBeGreaterThanOrEqual(Number(summary.job_checkpoint_count));
     expect(demo.stdout).toMatch(/the job succeeded on the other machine, from its last checkpoint/);
     expect(demo.stdout).toMatch(/the renter paid both attempts and nothing more/);
+  });
+
+  it('says each minute in which something happened what the services answered and how many sessions run', {
+    timeout: 120_000,
+  }, async () => {
+    // Something to count (when this test runs alone, the minute might be quiet).
+    expect((await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/pricing/rates`)).status).toBe(200);
+    const line = /^\[start\] the last minute: .*$/m;
+    expect(await platform.untilPrinted('[start] the last minute: ', 90_000)).toMatch(line);
+    expect(platform.output().match(line)?.[0]).toMatch(
+      /^\[start\] the last minute: (\d+ requests?|no requests) answered( \(\d+ with 5xx\))?, (\d+ sessions?|no sessions) running, (\d+ warnings?|no warnings) and (\d+ errors?|no errors) logged$/,
+    );
   });
 
   it('refuses pnpm demo with another data folder before it creates anything, naming the folder', {
@@ -771,6 +832,8 @@ describe('pnpm start', () => {
   }, async () => {
     process.kill(-(child.pid as number), 'SIGINT');
     expect(await exited).toBe(0);
+    // Its own line is the last: what its processes print as they end goes to their log files.
+    expect(platform.output().trimEnd().split('\n').at(-1)).toBe('[start] stopped: every process it ran has ended');
     for (const name of services) expect(await health(ports[name]), name).toBeUndefined();
     // Every process it started, the restarted service too, is gone: none left orphaned, and the lock is given back.
     const pids = startedPids(platform.output());

@@ -177,6 +177,30 @@ describe('Supervisor', () => {
     expect(readFileSync(graceful, 'utf8')).toBe('quit');
   });
 
+  it('stop() stops the children named last only once the others have exited (a service drains with its store up)', async () => {
+    const store = path.join(dir, 'store');
+    const service = path.join(dir, 'service');
+    const stoppedAt = path.join(dir, 'stopped-at');
+    // Each writes down when its SIGTERM came and when it went; the service takes its time to drain.
+    const onTerm = (name: string, ms: number) =>
+      `process.on('SIGTERM', () => { require('fs').appendFileSync(${JSON.stringify(stoppedAt)}, '${name} term ' + Date.now() + '\\n'); ` +
+      `setTimeout(() => { require('fs').appendFileSync(${JSON.stringify(stoppedAt)}, '${name} gone ' + Date.now() + '\\n'); process.exit(0); }, ${ms}); }); ${KEEP_RUNNING}`;
+    const { s } = supervisor({});
+    s.start(nodeChild('store', store, onTerm('store', 0)));
+    s.start(nodeChild('service', service, onTerm('service', 300)));
+    await until('both running', () => starts(store).length === 1 && starts(service).length === 1);
+    // Their handlers are set once their first line ran: a moment for the rest of it.
+    await sleep(300);
+    await s.stop(5000, ['store']);
+    const events = readFileSync(stoppedAt, 'utf8').trim().split('\n');
+    expect(events.map((e) => e.split(' ').slice(0, 2).join(' '))).toEqual([
+      'service term',
+      'service gone',
+      'store term',
+      'store gone',
+    ]);
+  });
+
   it('stop() stops what a child started too', async () => {
     const file = path.join(dir, 'parent');
     const grandchildFile = path.join(dir, 'parent.grandchild');

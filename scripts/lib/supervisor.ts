@@ -21,6 +21,8 @@ import { LIFELINE_FD, lifelineEnv } from '@gpu/common/lifeline';
 
 /** How long stop() waits, by default, before it kills a child, and how long a child whose supervisor is gone has. */
 export const STOP_TIMEOUT_MS = 15_000;
+/** The least time stop() gives the children it stops last (a store, a chain: they stop at once). */
+const LAST_STOP_MS = 2000;
 
 /** One program to run. */
 export interface ProcessSpec {
@@ -149,16 +151,33 @@ export class Supervisor {
 
   /**
    * Stops every child (SIGTERM, or its own `stopSignal`, to its process group, the last started first, all at once) and
-   * restarts none; a child
-   * still running after `timeoutMs` is killed with its group (SIGKILL). Resolves when every child has exited.
+   * restarts none; a child still running after `timeoutMs` is killed with its group (SIGKILL). The children named in
+   * `last` (what the others depend on: a store, a chain) are asked only once the others have exited, so that those
+   * finish their work with them; they get what is left of `timeoutMs`, at least `LAST_STOP_MS`. Resolves when every
+   * child has exited.
    */
-  async stop(timeoutMs = STOP_TIMEOUT_MS): Promise<void> {
+  async stop(timeoutMs = STOP_TIMEOUT_MS, last: readonly string[] = []): Promise<void> {
     this.stopping = true;
     for (const entry of this.entries) {
       clearTimeout(entry.timer);
       if (entry.state === 'restarting') entry.state = 'stopped';
     }
-    const running = [...this.entries].reverse().filter((e) => e.child && e.state === 'running');
+    const deadline = Date.now() + timeoutMs;
+    const lastOnes = new Set(last);
+    await this.stopEntries(
+      this.entries.filter((e) => !lastOnes.has(e.name)),
+      timeoutMs,
+    );
+    await this.stopEntries(
+      this.entries.filter((e) => lastOnes.has(e.name)),
+      Math.max(deadline - Date.now(), LAST_STOP_MS),
+    );
+  }
+
+  /** Stops `entries` at once (the last started first), killing those still running after `timeoutMs`. */
+  private async stopEntries(entries: readonly Entry[], timeoutMs: number): Promise<void> {
+    const running = [...entries].reverse().filter((e) => e.child && e.state === 'running');
+    if (running.length === 0) return;
     for (const entry of running) signalGroup(entry.child, entry.spec.stopSignal ?? 'SIGTERM');
     const all = Promise.all(running.map((e) => e.exited));
     let timer: NodeJS.Timeout | undefined;

@@ -177,6 +177,41 @@ describe('transactional outbox', () => {
     expect(await unpublished()).toBe(0);
   });
 
+  it('retries quietly while the receiver is not up yet, warns once it stays down past quietMs, and says when it works again', async () => {
+    const lines: { level: string; msg: string; failing_for_ms?: number }[] = [];
+    const logger = createLogger({
+      service: 'outbox-test',
+      instanceId: 'test',
+      level: 'debug',
+      destination: { write: (line: string) => lines.push(JSON.parse(line)) },
+    });
+    const outbox = new Outbox();
+    // As in the test above: no stream captures the subject yet, so every publish fails.
+    const relay = new OutboxRelay(db, publisher, { subject: `${prefix}.quiet`, logger, quietMs: 400 });
+    await db.transaction().execute((trx) => outbox.record(trx, [{ kind: 'a', data: { n: 1 } }]));
+    const seen = () => lines.map((l) => `${l.level} ${l.msg}`);
+    expect(await relay.flush()).toBe(0);
+    expect(await relay.flush()).toBe(0);
+    expect(seen()).toEqual(['debug event publish failed; will retry', 'debug event publish failed; will retry']);
+
+    await new Promise((r) => setTimeout(r, 450));
+    lines.length = 0;
+    expect(await relay.flush()).toBe(0);
+    // Warned of once, then quiet again until another quietMs has passed.
+    expect(await relay.flush()).toBe(0);
+    expect(seen()).toEqual([
+      'warn event publish failing for 0 s; will retry',
+      'debug event publish failed; will retry',
+    ]);
+    expect(lines[0]?.failing_for_ms).toBeGreaterThanOrEqual(400);
+
+    const jsm = await jetstreamManager(nc);
+    await ensureStream(jsm, { name: streamName, subjects: [`${prefix}.quiet.>`] });
+    lines.length = 0;
+    expect(await relay.flush()).toBe(1);
+    expect(seen()).toEqual(['info event publishing works again']);
+  });
+
   it('publishes each event once when several relays (instances) flush at the same time', async () => {
     const outbox = new Outbox();
     const events = Array.from({ length: 250 }, (_, n) => ({ kind: 'many', data: { n } }));

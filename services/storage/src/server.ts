@@ -38,7 +38,7 @@ startOrExit(async () => {
   const database = await openDatabase<StorageDB>(databaseOptions(config.database));
   logger.info({ kind: database.kind }, 'database opened');
   await migrateToLatest(database.db as Kysely<unknown>, SERVICE_NAME, migrations, logger);
-  const store = new S3ObjectStore(config.object_store);
+  const store = new S3ObjectStore(config.object_store, logger);
   await store.waitUntilReachable(durationMs(config.object_store.connect_timeout), logger);
   const { default_bucket: bucket, auto_create_default_bucket: autoCreate } = config.object_store;
   if (autoCreate && bucket) {

@@ -4,8 +4,10 @@
  * reports the period that just ended; buckets made outside the platform are billed to nobody, a report billing could
  * not take is sent again at the next period, and every instance agrees which period that is.
  */
+import { Readable } from 'node:stream';
 import { createLogger } from '@gpu/common';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { S3ObjectStore } from '../src/adapters/object-store.ts';
 import { BucketOwners } from '../src/domain/bucket-owners.ts';
 import {
   METERING_MARKERS,
@@ -14,7 +16,8 @@ import {
   StorageMeter,
   type StorageUsage,
 } from '../src/domain/metering.ts';
-import { startService, type TestService, uniqueBucket } from './helpers.ts';
+import { readJson } from '../src/domain/store.ts';
+import { startService, type TestService, testConfig, uniqueBucket } from './helpers.ts';
 
 const reports: StorageUsage[] = [];
 let failing = false;
@@ -138,6 +141,62 @@ describe('storage metering', () => {
     expect(markers.objects.filter((o) => o.key.startsWith(`${METERING_MARKERS}2031`)).length).toBe(2);
     // The markers are no buckets of anyone's.
     expect((await owners.ownedBuckets()).some((k) => k.startsWith('.metering'))).toBe(false);
+  });
+
+  it('claims the first period of a fresh store, its records bucket not made yet, without a word on the console', async () => {
+    // pnpm start's terminal shows what the services print that is not a log line: the store's client wrote there that
+    // the first marker's write (into a bucket not made yet, then made) was not retried, which is no failure.
+    const store = new S3ObjectStore(testConfig().object_store);
+    const console = vi.spyOn(globalThis.console, 'warn');
+    try {
+      const records = uniqueBucket('records');
+      const end = new Date(Date.UTC(2031, 5, 1, 10));
+      expect(await new PeriodClaims(store, records, 'first').claim(end, 3_600_000)).toBe(true);
+      expect(await readJson(store, records, `${METERING_MARKERS}${end.toISOString()}`)).toEqual({
+        instance_id: 'first',
+      });
+      expect(console).not.toHaveBeenCalled();
+    } finally {
+      console.mockRestore();
+      store.close();
+    }
+  });
+
+  it("keeps the store client's note of a failed streamed upload in the service's log at debug, off the console", async () => {
+    const lines: { level: string; msg: string; component?: string; command?: string }[] = [];
+    const logger = createLogger({
+      service: 'storage',
+      instanceId: 'test',
+      level: 'debug',
+      destination: { write: (line: string) => lines.push(JSON.parse(line)) },
+    });
+    // The store as the server makes it, with the service's logger.
+    const store = new S3ObjectStore(testConfig().object_store, logger);
+    const console = vi.spyOn(globalThis.console, 'warn');
+    try {
+      const upload = store.upload({
+        bucket: uniqueBucket('missing'),
+        key: 'a.bin',
+        body: Readable.from([Buffer.alloc(1000, 1)]),
+        contentType: 'application/octet-stream',
+        contentLength: 1000,
+      });
+      await expect(upload).rejects.toMatchObject({ code: 'BUCKET_NOT_FOUND' });
+      expect(lines).toContainEqual(
+        expect.objectContaining({
+          level: 'debug',
+          component: 's3-client',
+          msg: expect.stringMatching(/non-retryable/),
+        }),
+      );
+      // The failed command itself is the caller's to judge (here: a 404 BUCKET_NOT_FOUND), at debug too.
+      expect(lines).toContainEqual(expect.objectContaining({ level: 'debug', command: 'PutObjectCommand' }));
+      expect(lines.filter((l) => l.level !== 'debug')).toEqual([]);
+      expect(console).not.toHaveBeenCalled();
+    } finally {
+      console.mockRestore();
+      store.close();
+    }
   });
 
   it('agrees on periods from the epoch, whatever the moment', () => {

@@ -113,6 +113,13 @@ export interface OutboxRelayOptions {
   batch?: number;
   /** How long published events are kept before being deleted (default 1 day; 0 keeps them). */
   retentionMs?: number;
+  /**
+   * How long publishing may keep failing before it is a warning (default 30 s): until then each failure is logged at
+   * debug and retried quietly. A receiver that is not up yet when its sender starts (`pnpm start` starts every service
+   * at once: billing's first price card can go out before auth gives it a token, or before the registry listens) is
+   * no failure of anyone's; one still down after this is.
+   */
+  quietMs?: number;
 }
 
 /** Publishes the outbox; several instances may run at once (rows are claimed with SKIP LOCKED). */
@@ -122,6 +129,9 @@ export class OutboxRelay {
   private running?: Promise<number>;
   private lastPurge = 0;
   private stopped = false;
+  /** When the publishes failing now began to fail (none failing: undefined), and when that was last warned of. */
+  private failingSince?: number;
+  private warnedAt?: number;
   private readonly subjectOf: (kind: string) => string;
 
   constructor(
@@ -184,8 +194,9 @@ export class OutboxRelay {
               }),
           );
           done.push(row.id);
+          this.published();
         } catch (err) {
-          this.opts.logger.warn({ err: (err as Error).message, event_id: row.id }, 'event publish failed; will retry');
+          this.failed(err as Error, row.id);
           break;
         }
       }
@@ -196,6 +207,36 @@ export class OutboxRelay {
     });
     await this.purge();
     return sent;
+  }
+
+  /**
+   * A publish that failed: at debug while publishing has failed for less than `quietMs`, then a warning that says for
+   * how long, once each `quietMs` while it goes on failing (the relay tries every second).
+   */
+  private failed(err: Error, eventId: string): void {
+    const now = Date.now();
+    this.failingSince ??= now;
+    const quietMs = this.opts.quietMs ?? 30_000;
+    const failingMs = now - this.failingSince;
+    const line = { err: err.message, event_id: eventId, failing_for_ms: failingMs };
+    if (failingMs < quietMs || (this.warnedAt !== undefined && now - this.warnedAt < quietMs)) {
+      this.opts.logger.debug(line, 'event publish failed; will retry');
+      return;
+    }
+    this.warnedAt = now;
+    this.opts.logger.warn(line, `event publish failing for ${Math.round(failingMs / 1000)} s; will retry`);
+  }
+
+  /** A publish that went out: publishing works (again), which is said when its failures were warned of. */
+  private published(): void {
+    if (this.warnedAt !== undefined) {
+      this.opts.logger.info(
+        { failed_for_ms: Date.now() - (this.failingSince ?? Date.now()) },
+        'event publishing works again',
+      );
+    }
+    this.failingSince = undefined;
+    this.warnedAt = undefined;
   }
 
   /** Deletes published events past the retention, at most once a minute. */

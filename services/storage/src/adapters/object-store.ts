@@ -7,7 +7,7 @@
  * most S3-compatible stores (see ENVIRONMENT.md).
  */
 
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
@@ -88,9 +88,38 @@ function endpointUrl(endpoint: string, useSsl: boolean): string {
   return /^https?:\/\//.test(endpoint) ? endpoint : `${useSsl ? 'https' : 'http'}://${endpoint}`;
 }
 
-function client(settings: StoreSettings, endpoint: string): S3Client {
+/** The SDK's note that a failed request with a streamed body is not sent again (its error reaches the caller). */
+const NOT_RETRIED = /non-retryable streaming request/;
+
+/**
+ * The SDK's warnings in the service's log (without a logger it writes them on the console, bare), but for the note
+ * above, which is no warning here (at debug): an upload whose client went away, or a write into a bucket not made yet,
+ * fails so, and the caller answers or logs it. So is each failed command the SDK logs as an error (a HEAD of an
+ * object that is not there among them): at debug, the caller judging. Its info lines (every command, with its input)
+ * and debug lines are left out.
+ */
+function sdkLogger(logger: Logger) {
+  const text = (content: unknown[]) => content.map((c) => (typeof c === 'string' ? c : String(c))).join(' ');
+  const component = 's3-client';
+  return {
+    debug: () => {},
+    info: () => {},
+    warn: (...content: unknown[]) => {
+      const line = text(content);
+      if (NOT_RETRIED.test(line)) logger.debug({ component }, line);
+      else logger.warn({ component }, line);
+    },
+    error: (failure: { commandName?: string; error?: { message?: string } }) => {
+      if (!logger.isLevelEnabled('debug')) return;
+      logger.debug({ component, command: failure?.commandName, err: failure?.error?.message }, 'store command failed');
+    },
+  };
+}
+
+function client(settings: StoreSettings, endpoint: string, logger?: Logger): S3Client {
   const url = endpointUrl(endpoint, settings.use_ssl);
   const s3 = new S3Client({
+    ...(logger ? { logger: sdkLogger(logger) } : {}),
     // Plain-http stores get sockets that read into one reused buffer (read-buffer-agent.ts), pooled as the SDK's
     // own agent pools them (keep-alive, 50 sockets); https keeps the SDK's agent.
     ...(url.startsWith('http:')
@@ -112,9 +141,13 @@ export class S3ObjectStore implements ObjectStore {
   private readonly s3: S3Client;
   private readonly signer: S3Client;
 
-  constructor(private readonly settings: StoreSettings) {
-    this.s3 = client(settings, settings.endpoint);
-    this.signer = settings.public_endpoint ? client(settings, settings.public_endpoint) : this.s3;
+  /** `logger`: where the SDK's own lines go (the console without one). */
+  constructor(
+    private readonly settings: StoreSettings,
+    logger?: Logger,
+  ) {
+    this.s3 = client(settings, settings.endpoint, logger);
+    this.signer = settings.public_endpoint ? client(settings, settings.public_endpoint, logger) : this.s3;
   }
 
   async ping(): Promise<void> {
@@ -162,7 +195,10 @@ export class S3ObjectStore implements ObjectStore {
 
   async upload(upload: UploadRequest): Promise<undefined> {
     const { part_size: partSize, queue_size: queueSize } = this.settings;
-    const req = { ...upload, signal: untilBodyFails(upload.body, upload.signal) };
+    if (Buffer.isBuffer(upload.body) && upload.body.length <= partSize)
+      return this.putBytes({ ...upload, body: upload.body });
+    const body = Buffer.isBuffer(upload.body) ? Readable.from([upload.body]) : upload.body;
+    const req = { ...upload, body, signal: untilBodyFails(body, upload.signal) };
     try {
       const { contentLength } = req;
       if (contentLength !== undefined && contentLength <= partSize) {
@@ -185,6 +221,28 @@ export class S3ObjectStore implements ObjectStore {
         // Chunked body of unknown length: parts gathered in queueSize reused buffers of partSize.
         await bufferedMultipartUpload(this.s3, { ...req, partSize, queueSize });
       }
+    } catch (err) {
+      throw mapStoreError(err, { bucket: req.bucket, key: req.key });
+    }
+  }
+
+  /**
+   * Bytes held whole, in one PUT: not a streaming request, so the SDK sends it again after a failure that may pass,
+   * and says nothing of one it does not retry (a missing bucket, a key already there: the caller's to judge).
+   */
+  private async putBytes(req: UploadRequest & { body: Buffer }): Promise<undefined> {
+    try {
+      await this.s3.send(
+        new PutObjectCommand({
+          Bucket: req.bucket,
+          Key: req.key,
+          Body: req.body,
+          ContentType: req.contentType,
+          ContentLength: req.body.length,
+          IfNoneMatch: req.ifNoneMatch,
+        }),
+        { abortSignal: req.signal },
+      );
     } catch (err) {
       throw mapStoreError(err, { bucket: req.bucket, key: req.key });
     }

@@ -3,7 +3,7 @@
  * call, implemented over S3 by `adapters/object-store.ts`. Failures arrive as
  * the service's errors (`errors.ts`) or `NotModified`.
  */
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 
 /** An object, or a common prefix ("folder") of a one-level listing. */
 export interface ObjectEntry {
@@ -50,7 +50,12 @@ export class NotModified extends Error {
 export interface UploadRequest {
   bucket: string;
   key: string;
-  body: Readable;
+  /**
+   * The bytes: a stream (a request's body), sent once, or a small record held whole, which the store's client may
+   * send again after a failure that may pass, and whose refusals (a missing bucket, a key already there) are the
+   * caller's to judge, quietly.
+   */
+  body: Readable | Buffer;
   contentType: string;
   /** Known length (Content-Length) or undefined for a chunked body. */
   contentLength?: number;
@@ -143,7 +148,7 @@ export async function writeJsonOnce(store: ObjectStore, bucket: string, key: str
     store.upload({
       bucket,
       key,
-      body: Readable.from([body]),
+      body,
       contentType: 'application/json',
       contentLength: body.length,
       ifNoneMatch: '*',
