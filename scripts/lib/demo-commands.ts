@@ -2,7 +2,7 @@
  * What `pnpm demo` tells the person watching it: how long it takes (said once, at its start and in its help), and
  * what each step stands for at the command line: the `gpu` command (`pnpm gpu` in the checkout) a
  * person would type to do what the step did, or to see what it shows; where `gpu` has none yet, the other command
- * of the checkout (`pnpm wallet`, `pnpm mail`, the daemon's) or the HTTP call (`curl`). The demo itself calls the
+ * of the checkout (`pnpm wallet fund`, `pnpm mail`, the daemon's) or the HTTP call (`curl`). The demo itself calls the
  * platform with the typed client, as a program would; it prints each step's line here under the step's own
  * (`$ pnpm gpu offers --gpu-model H100 ...`), so the demo reads as a tutorial of the command line.
  *
@@ -45,26 +45,19 @@ const daemon = (config: string) => `DAEMON_CONFIG_FILE=${config} pnpm --filter @
 
 export const DEMO_COMMANDS = {
   startPlatform: () => ['pnpm start'],
-  signUp: (v: Values) => [
-    `curl -s -X POST ${v.gateway}/api/v1/auth/register -H 'content-type: application/json' ` +
-      `-d '{"email": "${v.email}", "password": "<password>", "roles": ["${v.role}"]}'`,
-    gpu(`login --email ${v.email}`),
-  ],
+  signUp: (v: Values) => [gpu(`signup --email ${v.email} --role ${v.role}`)],
   verifyAddress: (v: Values) => [`pnpm mail --to ${v.email}`, `GPU_EMAIL_CODE=<code> ${gpu('email verify')}`],
-  daemonClient: (v: Values) => [
-    `curl -s -X POST ${v.gateway}/api/v1/auth/clients -H "authorization: Bearer <token>" ` +
-      `-H 'content-type: application/json' -d '{"name": "${v.name}", "role": "daemon"}'`,
-  ],
-  runDaemon: (v: Values) => [daemon(v.config ?? 'daemon.yaml'), gpu('machines')],
+  daemonClient: (v: Values) => [gpu(`provider daemon-credentials ${v.name} --out daemon-credentials.json`)],
+  runDaemon: (v: Values) => [daemon(v.config ?? 'daemon.yaml'), gpu('provider machines')],
   setRates: (v: Values) => [
-    gpu(`rates set ${v.machine} --base H100=200`),
+    gpu(`provider rates set ${v.machine} --base H100=200`),
     `curl -s -X PUT ${v.gateway}/api/v1/provider/${v.machine}/payout-settings -H "authorization: Bearer <token>" ` +
       `-H 'content-type: application/json' -d '{"auto_payout": true, "destination": "${v.address}"}'`,
   ],
   fund: (v: Values) => [`pnpm wallet fund --address ${v.address} --amount ${v.amount}`],
   deposit: (v: Values) => [
-    'pnpm wallet open --keypair <keypair.json>',
-    `pnpm wallet deposit --keypair <keypair.json> --amount ${v.amount}`,
+    gpu('wallet open --keypair <keypair.json>'),
+    gpu(`wallet deposit --keypair <keypair.json> --amount ${v.amount}`),
     gpu(`wallet balance ${v.wallet}`),
   ],
   findOffer: (v: Values) => [
