@@ -19,7 +19,9 @@ beforeAll(async () => {
   caller = await issuer.user(['renter']);
   const config = baseConfigSchema.parse({
     access: issuer.accessConfig,
-    request_timeout: '200ms',
+    // Generous: every other route here (a static file of the docs read from disk on a busy machine) answers well
+    // within it; /slow is slower still.
+    request_timeout: '2s',
     server: { trusted_proxies: ['127.0.0.1'], cors_origins: ['https://app.example'] },
   });
   const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
@@ -42,11 +44,11 @@ beforeAll(async () => {
     throw errors.notFound('THING_NOT_FOUND', 'thing 42 not found');
   });
   app.get('/slow', async () => {
-    await new Promise((r) => setTimeout(r, 600));
+    await new Promise((r) => setTimeout(r, 2600));
     return { late: true };
   });
   app.get('/slow-allowed', { config: { timeoutMs: 0 } }, async () => {
-    await new Promise((r) => setTimeout(r, 300));
+    await new Promise((r) => setTimeout(r, 2300));
     return { late: true };
   });
   app.get('/unauth', async () => {
