@@ -43,6 +43,8 @@ export interface Link {
   ssh: ssh2.Client;
   /** Resolves once the connection is gone. */
   readonly closed: Promise<void>;
+  /** Its dial-backs open now (they end with it). */
+  readonly dialled: Set<WebSocket>;
 }
 
 /** A renter's open stream, as the relay ends it. */
@@ -193,7 +195,11 @@ export class ReachRelay {
     const closed = new Promise<void>((resolve) => {
       markClosed = resolve;
     });
-    const link: Link = { id, providerId, ssh, closed };
+    const link: Link = { id, providerId, ssh, closed, dialled: new Set() };
+    // A stream ends with the machine's connection, as its SSH channels do.
+    void closed.then(() => {
+      for (const dialled of link.dialled) dialled.terminate();
+    });
     ssh.on('error', (err) => this.deps.logger.warn({ err, provider_id: providerId }, 'reach: SSH to a daemon failed'));
     ssh.on('close', () => {
       markClosed();
@@ -354,6 +360,12 @@ export class ReachRelay {
             socket.terminate();
             return;
           }
+          // The machine's connection went meanwhile: its streams with it.
+          if (this.links.get(link.providerId) !== link) {
+            socket.terminate();
+            settle(() => reject(new Error("the machine's connection was lost")));
+            return;
+          }
           // Paused, though messages parsed already may still come: they are kept.
           socket.pause();
           const early: Buffer[] = [];
@@ -363,8 +375,8 @@ export class ReachRelay {
             socket.off('message', keep);
             return early.splice(0);
           };
-          // A stream ends with the machine's connection, as its SSH channels do.
-          void link.closed.then(() => socket.terminate());
+          link.dialled.add(socket);
+          socket.once('close', () => link.dialled.delete(socket));
           settle(() => resolve({ socket, take }));
         },
       });
