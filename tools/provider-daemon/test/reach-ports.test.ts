@@ -46,14 +46,7 @@ beforeAll(async () => {
   runner = machine.runner();
   runner.run();
   billingUrl = machine.deps.config.billing_url;
-  link = new ReachLink({
-    config: machine.deps.config,
-    logger,
-    token: machine.deps.token,
-    providerId: () => machine.providerId,
-    entryOf: (id) => runner.entryOf(id),
-  });
-  link.start();
+  link = startLink(machine.deps.config);
   gateway = await buildGateway({
     upstreams: {
       auth: rig.platform.authUrl,
@@ -94,6 +87,19 @@ afterAll(async () => {
   await gateway?.close();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** The machine's daemon's way in for renters, dialling the relay at `config.billing_url`, started. */
+function startLink(config: typeof machine.deps.config): ReachLink {
+  const started = new ReachLink({
+    config,
+    logger,
+    token: machine.deps.token,
+    providerId: () => machine.providerId,
+    entryOf: (id) => runner.entryOf(id),
+  });
+  started.start();
+  return started;
+}
 
 /** An idle workload's session of the renter's, once it runs. */
 async function idleSession() {
@@ -405,19 +411,12 @@ describe('a server inside the workload, reached through the platform', () => {
       });
     });
     await new Promise<void>((resolve) => balancer.listen(0, '127.0.0.1', resolve));
-    const balanced = new ReachLink({
-      config: {
-        ...machine.deps.config,
-        billing_url: `http://127.0.0.1:${(balancer.address() as net.AddressInfo).port}`,
-      },
-      logger,
-      token: machine.deps.token,
-      providerId: () => machine.providerId,
-      entryOf: (id) => runner.entryOf(id),
-    });
     // (A daemon's link that stops ends what was run over it: the server starts over the new one.)
     await link.stop();
-    balanced.start();
+    const balanced = startLink({
+      ...machine.deps.config,
+      billing_url: `http://127.0.0.1:${(balancer.address() as net.AddressInfo).port}`,
+    });
     let server: { close(): void } | undefined;
     try {
       // Once the daemon's new connection is in.
@@ -450,14 +449,7 @@ describe('a server inside the workload, reached through the platform', () => {
       }
     } finally {
       await balanced.stop();
-      link = new ReachLink({
-        config: machine.deps.config,
-        logger,
-        token: machine.deps.token,
-        providerId: () => machine.providerId,
-        entryOf: (id) => runner.entryOf(id),
-      });
-      link.start();
+      link = startLink(machine.deps.config);
       balancer.close();
       await second.close();
       server?.close();
