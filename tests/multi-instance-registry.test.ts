@@ -49,6 +49,17 @@ interface Beat {
   settled: boolean;
   /** The HTTP status, or undefined when no answer came (the connection failed). */
   status?: number;
+  /** When the request ended, and why without an answer: what a failure message shows of a provider's last beats. */
+  settledAt?: number;
+  error?: string;
+}
+
+/** A provider's last beats, for a failure's message. */
+function lastBeats(beats: Beat[], n = 4): string {
+  return beats
+    .slice(-n)
+    .map((x) => `${x.k}@${x.instance} ${x.status ?? x.error ?? 'pending'} (${(x.settledAt ?? NaN) - x.sentAt} ms)`)
+    .join(', ');
 }
 
 /**
@@ -126,10 +137,12 @@ class HeartbeatLoad {
         beat.status = res.status;
         // 503: the instance is shutting down and took nothing; the client sends elsewhere from now on.
         if (res.status === 503) target.up = false;
-      } catch {
+      } catch (err) {
         // No answer (the instance is gone, or died with the request in flight): the client sends elsewhere.
+        beat.error = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
         target.up = false;
       } finally {
+        beat.settledAt = Date.now();
         beat.settled = true;
         this.inFlight -= 1;
       }
@@ -211,6 +224,11 @@ beforeAll(async () => {
   }
   // One heartbeat each once all are registered: a provider registered first, on a slow machine, may have been swept
   // offline meanwhile (its revival happens here, before any test looks at status changes).
+  await beatEach();
+}, 120_000);
+
+/** One heartbeat from each provider, through instance a: whichever was swept offline is back. */
+async function beatEach() {
   for (const p of providers) {
     const res = await fetch(`${a.url}/providers/${p.id}/heartbeat`, {
       method: 'POST',
@@ -219,12 +237,13 @@ beforeAll(async () => {
     });
     if (res.status !== 200) throw new Error(`heartbeat: ${res.status} ${await res.text()}`);
   }
-}, 120_000);
+}
 
-// A test that failed half-way leaves no load running and no instance down for the next one.
-afterEach(async () => {
+// A test that failed half-way leaves no load running, no instance down and no provider offline for the next one.
+afterEach(async (context) => {
   await Promise.all([...HeartbeatLoad.running].map((load) => load.stop()));
   for (const instance of [a, b]) if (instance && !instance.alive()) await instance.start();
+  if (context.task.result?.state === 'fail') await beatEach();
 });
 
 afterAll(async () => {
@@ -267,7 +286,8 @@ async function expectEveryAnsweredHeartbeatStored(load: HeartbeatLoad, via: Inst
     const after = beats.filter((x) => x.k > answered);
     const stored = (await read(via, p.id)).gpus[0]?.power_draw ?? 0;
     const allowed = [answered, ...after.filter((x) => x.status === undefined).map((x) => x.k)];
-    if (!allowed.includes(stored)) wrong.push(`${p.id}: stored ${stored}, answered ${answered}, allowed ${allowed}`);
+    if (!allowed.includes(stored))
+      wrong.push(`${p.id}: stored ${stored}, answered ${answered}, allowed ${allowed}; last beats ${lastBeats(beats)}`);
   }
   expect(wrong).toEqual([]);
 }
@@ -323,25 +343,32 @@ describe('two provider-registry instances on one PostgreSQL', () => {
       await sleep(700);
       // Signalled while it works on requests it has surely received: heartbeats are answered in a few milliseconds,
       // so every machine's clock is held for a moment, and those that reach it wait in its database work.
-      const held = holdClocks(providers.map((p) => p.id));
-      await held.locked;
       // Signalled only once heartbeats are in flight there: sent to it, not answered, and one of them inside its
       // database work, waiting for the held clocks (what PostgreSQL reports of its sessions). A loaded machine takes
-      // longer to get there; the wait lasts until it has (a minute at most), rather than signalling with none.
+      // longer to get there: each hold lasts 3 s at most (far below the client's 15 s patience and the instance's
+      // request timeout, past which a request would end unanswered with its write still to come), and is tried again
+      // until one works (a minute at most), rather than signalling with none.
       // The requests in flight are read once it waits on the held clocks (read before, they may have been answered
       // by then on a loaded machine, the one waiting sent since): while the clocks are held, these stay unanswered.
       const deadline = Date.now() + 60_000;
       let inFlight: Beat[] = [];
+      let held: ReturnType<typeof holdClocks>;
       for (;;) {
-        if (await workingOnHeldClocks(instance.name)) {
-          inFlight = load.inFlightTo(instance.name, 30);
-          if (inFlight.length > 0) break;
+        held = holdClocks(providers.map((p) => p.id));
+        await held.locked;
+        const until = Date.now() + 3_000;
+        while (Date.now() < until) {
+          if (await workingOnHeldClocks(instance.name)) {
+            inFlight = load.inFlightTo(instance.name, 30);
+            if (inFlight.length > 0) break;
+          }
+          await sleep(10);
         }
-        if (Date.now() > deadline) {
-          held.release();
-          throw new Error(`no heartbeat in flight at instance ${instance.name} within 60 s`);
-        }
-        await sleep(10);
+        if (inFlight.length > 0) break;
+        held.release();
+        await held.done;
+        if (Date.now() > deadline) throw new Error(`no heartbeat in flight at instance ${instance.name} within 60 s`);
+        await sleep(100);
       }
       // The client keeps sending to it until it refuses (as a load balancer that learns late).
       const signalledAt = Date.now();
@@ -361,8 +388,12 @@ describe('two provider-registry instances on one PostgreSQL', () => {
       for (const x of sent) expect([200, 503, undefined]).toContain(x.status);
       // And nothing it did not answer was applied: each provider shows its last answered heartbeat.
       for (const p of providers) {
-        const answered = (load.beats.get(p.id) ?? []).filter((x) => x.status === 200).at(-1)?.k ?? 0;
-        expect((await read(instance === a ? b : a, p.id)).gpus[0]?.power_draw, p.id).toBe(answered);
+        const beats = load.beats.get(p.id) ?? [];
+        const answered = beats.filter((x) => x.status === 200).at(-1)?.k ?? 0;
+        expect(
+          (await read(instance === a ? b : a, p.id)).gpus[0]?.power_draw,
+          `${p.id}, last beats ${lastBeats(beats)}`,
+        ).toBe(answered);
       }
       load.resume();
       await instance.start();

@@ -158,7 +158,9 @@ describe('pnpm start, interrupted', () => {
       .split(':')
       .filter((dir) => !dir.includes('node_modules/.bin'))
       .join(':');
-    const terminal = spawn('script', ['-qfec', 'pnpm start', '/dev/null'], {
+    // `exec`: the shell script starts (SHELL, or /bin/sh where none is set: dash, which a Ctrl-C kills while it
+    // waits, 130) becomes pnpm, as a person's interactive shell, which ignores the Ctrl-C, reports pnpm's status.
+    const terminal = spawn('script', ['-qfec', 'exec pnpm start', '/dev/null'], {
       cwd: root,
       env: { ...process.env, PATH, LOG_LEVEL: 'warn', ...place.env(dataDir) },
       stdio: ['pipe', 'pipe', 'pipe'],
