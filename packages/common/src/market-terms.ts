@@ -14,7 +14,8 @@ export const UNDELIVERING_STATUSES = ['offline', 'maintenance', 'error'] as cons
 /**
  * The end reasons billing gives a session itself: its renter's spend cap reached, funds run out, the provider side
  * ending its renter's session (`provider_ended`, whatever reason it gave), the machine gone offline, into maintenance
- * or error, or removed. No party ending a session may claim one.
+ * or error, or removed, an interruptible session's GPUs taken by a higher bid or an on-demand rental (`preempted`).
+ * No party ending a session may claim one.
  */
 export const PLATFORM_END_REASONS = [
   'spend_cap',
@@ -31,6 +32,7 @@ export const PLATFORM_END_REASONS = [
   'workload_stopped',
   'workload_not_started',
   'workload_lost',
+  'preempted',
 ] as const;
 export type PlatformEndReason = (typeof PLATFORM_END_REASONS)[number];
 

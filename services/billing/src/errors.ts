@@ -230,6 +230,23 @@ export const billingErrors = {
         (models.length > 0 ? `: it has ${models.join(', ')}` : ': it reports no GPU'),
       { extra: { provider_id: providerId, gpu_models: models } },
     ),
+  bidsNotAccepted: (providerId: string) =>
+    new AppError(
+      'conflict',
+      'BIDS_NOT_ACCEPTED',
+      `provider ${providerId} takes no bids: its owner set no bid floor (rent it on demand, without a bid)`,
+      { errors: [{ path: 'body.bid', message: 'this machine takes no bids' }], extra: { provider_id: providerId } },
+    ),
+  bidBelowFloor: (providerId: string, bid: string, floor: string) =>
+    new AppError(
+      'conflict',
+      'BID_BELOW_FLOOR',
+      `a bid of ${bid} per GPU-hour is below provider ${providerId}'s floor of ${floor}: bid at least the floor`,
+      {
+        errors: [{ path: 'body.bid', message: `below the machine's floor of ${floor}` }],
+        extra: { provider_id: providerId, bid_floor: floor },
+      },
+    ),
   providerNotAvailable: (providerId: string, why: string, status: string) =>
     new AppError('conflict', 'PROVIDER_NOT_AVAILABLE', `provider ${providerId} ${why}`, {
       extra: { provider_id: providerId, provider_status: status },

@@ -119,6 +119,7 @@ describe('provider rates', () => {
     expect(empty.json()).toEqual({
       provider_id: provider,
       base_rates: {},
+      bid_floor: null,
       vram_rate_per_gb_hour: null,
       power_rate_per_watt_hour: null,
       updated_at: null,

@@ -1204,7 +1204,7 @@ export interface components {
             elapsed_minutes: number;
             /** Format: int64 */
             elapsed_seconds: number;
-            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); null while it runs */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took (`preempted_by`); null while it runs */
             end_reason: string | null;
             /**
              * Format: int64
@@ -1515,8 +1515,11 @@ export interface components {
             provider_id: string | null;
             /** @description the rate table entry used (`default` for unknown models) */
             rate_key: string;
-            /** @enum {string} */
-            rate_source: "platform" | "provider";
+            /**
+             * @description `bid`: an interruptible session at its bid
+             * @enum {string}
+             */
+            rate_source: "platform" | "provider" | "bid";
             /** Format: int64 */
             requested_vram_mb: number;
             supply_factor: string;
@@ -1587,6 +1590,8 @@ export interface components {
             base_rates: {
                 [key: string]: string;
             };
+            /** @description the lowest bid per GPU-hour it takes; null: it takes no bids */
+            bid_floor: string | null;
             power_rate_per_watt_hour: string | null;
             /** Format: uuid */
             provider_id: string;
@@ -1602,6 +1607,11 @@ export interface components {
             base_rates?: {
                 [key: string]: string;
             };
+            /**
+             * @description the lowest bid per GPU-hour the machine takes for an interruptible rental (POST /billing/start-session with `bid`); null: it takes no bids. Interruptible sessions' GPUs go back to on-demand renters and higher bids
+             * @default null
+             */
+            bid_floor?: (string & (unknown & unknown)) | null;
             /**
              * @description null: the platform rate
              * @default null
@@ -1707,11 +1717,13 @@ export interface components {
         Session: {
             /** @description power draw of the latest usage update (W) */
             actual_power_w: string | null;
+            /** @description an interruptible session's bid per GPU-hour (a higher bid or an on-demand start may take its GPUs back); null: on demand; absent in events recorded before bids existed */
+            bid?: string | null;
             /** @description when billing's clock started: `started_at`, or for a workload session when its workload was reported running (null until then: nothing is billed before) */
             billed_from?: string | null;
             /** Format: int64 */
             billed_minutes: number;
-            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); null while it runs */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took (`preempted_by`); null while it runs */
             end_reason: string | null;
             ended_at: string | null;
             /** Format: int64 */
@@ -1731,6 +1743,8 @@ export interface components {
             lock_transaction_id: string | null;
             /** @description when the renter's funds left (the hold and the wallet's available balance) came to pay for less than `billing.low_balance_warning` of running (the `session.low_balance` event); null: enough */
             low_balance_since: string | null;
+            /** @description the session whose start took this one's GPUs (`end_reason: preempted`); null: not preempted; absent in events recorded before bids existed */
+            preempted_by?: string | null;
             /** Format: uuid */
             provider_id: string;
             /** Format: uuid */
@@ -1745,8 +1759,11 @@ export interface components {
                 power_hourly_rate: string;
                 /** @description the rate table entry used (`default` for unknown models) */
                 rate_key: string;
-                /** @enum {string} */
-                rate_source: "platform" | "provider";
+                /**
+                 * @description `bid`: an interruptible session at its bid
+                 * @enum {string}
+                 */
+                rate_source: "platform" | "provider" | "bid";
                 supply_factor: string;
                 total_hourly_rate: string;
                 vram_hourly_rate: string;
@@ -1779,7 +1796,7 @@ export interface components {
             session: components["schemas"]["Session"];
         };
         SessionEndRequest: {
-            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed, workload_exited, workload_failed, workload_max_runtime, workload_limit, workload_stopped, workload_not_started, workload_lost) */
+            /** @description why the party ends it (default `ended`); not one billing gives itself (spend_cap, provider_ended, insufficient_funds, provider_offline, provider_maintenance, provider_error, provider_removed, workload_exited, workload_failed, workload_max_runtime, workload_limit, workload_stopped, workload_not_started, workload_lost, preempted) */
             reason?: string;
             /** Format: uuid */
             session_id: string;
@@ -1813,6 +1830,8 @@ export interface components {
         SessionStartRequest: {
             /** @description the highest total hourly rate the renter accepts (required of users: quote it with POST /pricing/calculate and the provider_id); 409 PRICE_NOT_ACCEPTED when the price is higher. It caps the spend per hour: the rate is frozen for the session */
             accepted_hourly_rate?: string;
+            /** @description interruptible at this bid per GPU-hour, all in (the session is priced at bid × gpu_count; `rate_source: bid`): the machine must take bids (409 BIDS_NOT_ACCEPTED) at no less than its floor (409 BID_BELOW_FLOOR with `bid_floor`). The start takes free GPUs first, then those of lower bids (lowest first); an on-demand start or a higher bid may take this session's GPUs back: it then ends at once, `end_reason: preempted`, billed to that moment, its workload stopped after its grace period. Absent: on demand, never taken back. Not with `reservation_id` */
+            bid?: string & (unknown & unknown);
             /**
              * Format: int32
              * @default 0

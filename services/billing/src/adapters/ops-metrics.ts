@@ -29,6 +29,7 @@ export function opsMetrics(ctx: BillingContext): Metric[] {
   const count = async (query: ReturnType<typeof sql<{ n: string | number }>>) =>
     Number((await query.execute(ctx.db)).rows[0]?.n ?? 0);
   let shownHours = 0;
+  let shownPreemptions = 0;
   return [
     new Counter({
       name: 'billing_gpu_hours_billed_total',
@@ -39,6 +40,15 @@ export function opsMetrics(ctx: BillingContext): Metric[] {
         const hours = ctx.state.gpuMinutesBilled / 60;
         if (hours > shownHours) this.inc(hours - shownHours);
         shownHours = Math.max(shownHours, hours);
+      },
+    }),
+    new Counter({
+      name: 'billing_preemptions_total',
+      help: 'interruptible sessions whose GPUs a higher bid or an on-demand start of this instance took back',
+      registers: [],
+      collect() {
+        if (ctx.state.preemptions > shownPreemptions) this.inc(ctx.state.preemptions - shownPreemptions);
+        shownPreemptions = Math.max(shownPreemptions, ctx.state.preemptions);
       },
     }),
     fromDb('billing_sessions_running', 'rental sessions active or in their grace period', () =>

@@ -17,6 +17,19 @@ export interface HeldGpu {
   reservation_id: string | null;
   user_id: string | null;
   expires_at: Date | null;
+  /** The holding session's bid per GPU-hour (interruptible); null: on demand, or a reservation. */
+  bid: string | null;
+  /** When the holding session started (null: a reservation): of equal bids, the newest is taken back first. */
+  started_at: Date | null;
+}
+
+/** The machine's lease rows with their holding session's bid and start. */
+function leasesOf(db: Kysely<BillingDB>, providerId: string) {
+  return db
+    .selectFrom('gpu_leases as l')
+    .leftJoin('rental_sessions as s', 's.id', 'l.session_id')
+    .select(['l.gpu_index', 'l.session_id', 'l.reservation_id', 'l.user_id', 'l.expires_at', 's.bid', 's.started_at'])
+    .where('l.provider_id', '=', providerId);
 }
 
 /**
@@ -31,12 +44,7 @@ export async function lockMachineGpus(
   clock: () => Date,
 ): Promise<{ at: Date; held: HeldGpu[]; dropped: number }> {
   await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`gpus:${providerId}`}, 0))`.execute(trx);
-  const rows = await trx
-    .selectFrom('gpu_leases')
-    .select(['gpu_index', 'session_id', 'reservation_id', 'user_id', 'expires_at'])
-    .where('provider_id', '=', providerId)
-    .orderBy('gpu_index')
-    .execute();
+  const rows = await leasesOf(trx, providerId).orderBy('l.gpu_index').execute();
   const at = clock();
   const expired = (h: HeldGpu) => h.session_id === null && h.expires_at !== null && h.expires_at <= at;
   if (rows.some(expired)) {
@@ -106,12 +114,9 @@ export async function nextReservationExpiry(db: Kysely<BillingDB>, now: Date): P
 
 /** The GPUs held on the machine now (a plain read, for a quote: no lock, expired reservations left out). */
 export async function heldGpus(db: Kysely<BillingDB>, providerId: string, now: Date): Promise<HeldGpu[]> {
-  return db
-    .selectFrom('gpu_leases')
-    .select(['gpu_index', 'session_id', 'reservation_id', 'user_id', 'expires_at'])
-    .where('provider_id', '=', providerId)
-    .where((eb) => eb.or([eb('session_id', 'is not', null), eb('expires_at', '>', now)]))
-    .orderBy('gpu_index')
+  return leasesOf(db, providerId)
+    .where((eb) => eb.or([eb('l.session_id', 'is not', null), eb('l.expires_at', '>', now)]))
+    .orderBy('l.gpu_index')
     .execute();
 }
 

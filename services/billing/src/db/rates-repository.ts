@@ -42,7 +42,12 @@ export async function markRatesAnnounced(db: Db, providerId: string): Promise<vo
 export async function upsertProviderRates(
   db: Db,
   providerId: string,
-  values: { base_rates: string; vram_rate_per_gb_hour: string | null; power_rate_per_watt_hour: string | null },
+  values: {
+    base_rates: string;
+    vram_rate_per_gb_hour: string | null;
+    power_rate_per_watt_hour: string | null;
+    bid_floor: string | null;
+  },
 ): Promise<void> {
   await db
     .insertInto('provider_rates')

@@ -121,6 +121,8 @@ export interface ProviderRatesTable {
   updated_at: Timestamp;
   /** The `updated_at` of the rates last recorded for the market; null: never (0015). */
   announced_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** The lowest bid per GPU-hour the machine accepts for an interruptible lease; null: it takes no bids (0033). */
+  bid_floor: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 export type SessionStatus = 'active' | 'grace_period' | 'completed' | 'terminated';
@@ -149,7 +151,8 @@ export interface RentalSessionTable {
   estimated_power_w: number;
   actual_power_w: string | null;
   rate_key: string;
-  rate_source: 'platform' | 'provider';
+  /** Whose rate priced it: the platform's card, the provider's own rates, or the renter's bid (interruptible). */
+  rate_source: 'platform' | 'provider' | 'bid';
   base_rate_per_gpu: string;
   base_hourly_rate: string;
   vram_hourly_rate: string;
@@ -185,6 +188,10 @@ export interface RentalSessionTable {
    * reports continue that trace. Null when tracing was off.
    */
   trace_context: ColumnType<Record<string, string> | null, string | null | undefined, never>;
+  /** An interruptible session's bid per GPU-hour (0033); null: on demand, never preempted. */
+  bid: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The session whose start took this one's GPUs (it ended `preempted`, 0033); null: not preempted. */
+  preempted_by: ColumnType<string | null, string | null | undefined, string | null>;
   created_at: Timestamp;
   updated_at: Timestamp;
 }

@@ -16,6 +16,11 @@ export async function findSession(db: Db, id: string, lock = false): Promise<Ses
   return q.executeTakeFirst();
 }
 
+/** Names the session whose start took this one's GPUs (before its end is written: preempt.ts). */
+export async function markPreemptedBy(trx: Db, id: string, winnerId: string): Promise<void> {
+  await trx.updateTable('rental_sessions').set({ preempted_by: winnerId }).where('id', '=', id).execute();
+}
+
 /** Writes a new session; its row as stored. */
 export async function insertSession(trx: Db, values: Insertable<RentalSessionTable>): Promise<SessionRow> {
   return trx.insertInto('rental_sessions').values(values).returningAll().executeTakeFirstOrThrow();

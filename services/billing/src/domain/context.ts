@@ -83,6 +83,8 @@ export interface BillingState {
   gpuMinutesBilled: number;
   /** The billed minutes counted so far by session (the sessions billed lately). */
   minutesCounted: BoundedCache<number>;
+  /** Interruptible sessions this instance's starts took GPUs from, for `billing_preemptions_total`. */
+  preemptions: number;
   /** The last proof of reserves for the record (reserves/reserves.ts). */
   reserveReport?: ReserveReport;
   /** Told of every proof of reserves for the record: its metrics (adapters/reserve-metrics.ts). */
@@ -112,6 +114,7 @@ export function newBillingState(): BillingState {
     wakeJobs: () => {},
     wakeReservations: () => {},
     gpuMinutesBilled: 0,
+    preemptions: 0,
     minutesCounted: new BoundedCache(RATES_CACHE_LIMIT * 64),
   };
 }

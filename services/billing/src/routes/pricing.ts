@@ -52,6 +52,14 @@ const providerRatesBody = z
       .describe('GPU model → hourly rate per GPU; `default` prices models not listed'),
     vram_rate_per_gb_hour: rateString.nullable().default(null).describe('null: the platform rate'),
     power_rate_per_watt_hour: rateString.nullable().default(null).describe('null: the platform rate'),
+    bid_floor: rateString
+      .regex(/^(?!0+(?:\.0+)?$)/, 'a bid floor must be above 0')
+      .nullable()
+      .default(null)
+      .describe(
+        'the lowest bid per GPU-hour the machine takes for an interruptible rental (POST /billing/start-session ' +
+          "with `bid`); null: it takes no bids. Interruptible sessions' GPUs go back to on-demand renters and higher bids",
+      ),
     // The rates as GET answers them can be sent back changed: their read-only fields are known.
     provider_id: z.uuid().optional().describe('read-only: must be the provider of the path'),
     updated_at: z.string().max(64).nullable().optional().describe('read-only: ignored'),
@@ -64,6 +72,7 @@ const providerRatesSchema = z
     base_rates: z.record(z.string(), z.string()),
     vram_rate_per_gb_hour: z.string().nullable(),
     power_rate_per_watt_hour: z.string().nullable(),
+    bid_floor: z.string().nullable().describe('the lowest bid per GPU-hour it takes; null: it takes no bids'),
     updated_at: z.string().nullable().describe('null: the provider has no rates of its own'),
   })
   .register(schemas, { id: 'ProviderRates' });
@@ -206,7 +215,10 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       config: {
         scope: 'machines',
         roles: PROVIDER_ROLES,
-        audit: { action: 'rates_changed', body: ['base_rates', 'vram_rate_per_gb_hour', 'power_rate_per_watt_hour'] },
+        audit: {
+          action: 'rates_changed',
+          body: ['base_rates', 'vram_rate_per_gb_hour', 'power_rate_per_watt_hour', 'bid_floor'],
+        },
       },
       schema: {
         tags: ['providers'],
@@ -246,6 +258,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           baseRates,
           vramRatePerGbHour: request.body.vram_rate_per_gb_hour,
           powerRatePerWattHour: request.body.power_rate_per_watt_hour,
+          bidFloor: request.body.bid_floor,
         },
         request.correlationId,
       );

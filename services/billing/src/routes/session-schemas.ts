@@ -15,7 +15,7 @@ export const pricingInputShape = {
 export const ratesSchema = z.object({
   gpu_model: z.string().describe('normalised model name'),
   rate_key: z.string().describe('the rate table entry used (`default` for unknown models)'),
-  rate_source: z.enum(['platform', 'provider']),
+  rate_source: z.enum(['platform', 'provider', 'bid']).describe('`bid`: an interruptible session at its bid'),
   provider_id: z.uuid().nullable(),
   gpu_count: z.number().int(),
   requested_vram_mb: z.number().int(),
@@ -89,7 +89,8 @@ export const sessionSchema = z
           '`provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: ' +
           '`ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, ' +
           '`workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing ' +
-          'billed); null while it runs',
+          'billed); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took ' +
+          '(`preempted_by`); null while it runs',
       ),
     workload: z
       .boolean()
@@ -105,6 +106,22 @@ export const sessionSchema = z
       .describe(
         "when billing's clock started: `started_at`, or for a workload session when its workload was reported " +
           'running (null until then: nothing is billed before)',
+      ),
+    bid: z
+      .string()
+      .nullable()
+      .optional()
+      .describe(
+        "an interruptible session's bid per GPU-hour (a higher bid or an on-demand start may take its GPUs back); " +
+          'null: on demand; absent in events recorded before bids existed',
+      ),
+    preempted_by: z
+      .uuid()
+      .nullable()
+      .optional()
+      .describe(
+        "the session whose start took this one's GPUs (`end_reason: preempted`); null: not preempted; absent in " +
+          'events recorded before bids existed',
       ),
     trace_context: z
       .object({ traceparent: z.string(), tracestate: z.string().optional() })

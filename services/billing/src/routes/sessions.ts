@@ -85,6 +85,16 @@ const startSessionBody = z
     max_total_spend: positiveAmount
       .optional()
       .describe('the former name of `spend_cap`, still accepted (400 when both are sent)'),
+    bid: positiveAmount
+      .optional()
+      .describe(
+        'interruptible at this bid per GPU-hour, all in (the session is priced at bid × gpu_count; `rate_source: ' +
+          'bid`): the machine must take bids (409 BIDS_NOT_ACCEPTED) at no less than its floor (409 ' +
+          'BID_BELOW_FLOOR with `bid_floor`). The start takes free GPUs first, then those of lower bids (lowest ' +
+          "first); an on-demand start or a higher bid may take this session's GPUs back: it then ends at once, " +
+          '`end_reason: preempted`, billed to that moment, its workload stopped after its grace period. Absent: on ' +
+          'demand, never taken back. Not with `reservation_id`',
+      ),
     workload: workloadSpecBody
       .optional()
       .describe(
@@ -220,6 +230,7 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           estimatedPowerW: b.estimated_power_w,
           acceptedHourlyRate: b.accepted_hourly_rate,
           spendCap: spendCapOf(b, ctx.scale),
+          bid: b.bid === undefined ? undefined : requestAmount(b.bid, ctx.scale, 'body.bid'),
           correlationId: request.correlationId,
         };
         const claim = keyClaim(idem, answer);

@@ -114,6 +114,8 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     end_reason: s.end_reason,
     workload: s.workload,
     billed_from: isoOrNull(billedFrom(s)),
+    bid: s.bid === null ? null : formatAmount(s.bid, p.scale),
+    preempted_by: s.preempted_by,
     trace_context: traceContextJson(s.trace_context),
   };
 }
@@ -296,6 +298,7 @@ export function providerRatesJson(providerId: string, r: StoredProviderRates | n
     base_rates: r?.baseRates ?? {},
     vram_rate_per_gb_hour: r?.vramRatePerGbHour ?? null,
     power_rate_per_watt_hour: r?.powerRatePerWattHour ?? null,
+    bid_floor: r?.bidFloor ?? null,
     updated_at: r?.updatedAt?.toISOString() ?? null,
   };
 }

@@ -33,6 +33,7 @@ import { jobCheckpointsMigration } from './0029-job-checkpoints.ts';
 import { leaseVersionsMigration } from './0030-lease-versions.ts';
 import { portGrantsMigration } from './0031-port-grants.ts';
 import { finalCheckpointWaitMigration } from './0032-final-checkpoint-wait.ts';
+import { bidsMigration } from './0033-bids.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -68,5 +69,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0030-lease-versions': leaseVersionsMigration,
     '0031-port-grants': portGrantsMigration,
     '0032-final-checkpoint-wait': finalCheckpointWaitMigration,
+    '0033-bids': bidsMigration,
   };
 }

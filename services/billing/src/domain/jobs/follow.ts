@@ -154,6 +154,7 @@ function nextState(
   };
   if (workloadState === 'exited' && exitCode === 0) return ['succeeded', null];
   if (FAULTS.has(endReason)) return again(`attempt ${job.attempts} lost its machine (${endReason})`);
+  if (endReason === 'preempted') return again(`attempt ${job.attempts} was preempted (a higher bid took its GPUs)`);
   if (workloadState === 'exited' || endReason === 'workload_failed' || endReason === 'workload_limit') {
     const why =
       workloadState === 'exited'

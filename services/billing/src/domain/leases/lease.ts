@@ -11,12 +11,12 @@ import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
 import { stateHeldGpus } from './held.ts';
-import type { GpuChoice, RentedResources } from './machine.ts';
-import { type LeaseRequest, leasableGpus } from './policy.ts';
+import type { RentedResources } from './machine.ts';
+import { type LeaseChoice, type LeaseRequest, leasableGpus } from './policy.ts';
 
 /**
- * The GPUs the request may take on the machine, under its lease lock until the transaction ends, and the time of
- * taking them (`at`: read under the lock after the holders, so a lease never starts before the end of a holder it saw
+ * The GPUs the request may take on the machine (with the interruptible sessions it takes them from, which the caller
+ * ends first), under its lease lock until the transaction ends, and the time of taking them (`at`: read under the lock after the holders, so a lease never starts before the end of a holder it saw
  * gone).
  */
 export async function takeGpus(
@@ -24,7 +24,7 @@ export async function takeGpus(
   machine: ProviderRecord,
   request: LeaseRequest,
   clock: () => Date,
-): Promise<GpuChoice & { at: Date }> {
+): Promise<LeaseChoice & { at: Date }> {
   const { at, held } = await lockMachineGpus(trx, machine.id, clock);
   return { ...leasableGpus(machine, request, held), at };
 }

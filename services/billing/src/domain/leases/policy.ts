@@ -6,8 +6,9 @@
 import { gpuModelKey } from '@gpu/common';
 import type { HeldGpu } from '../../db/gpu-lease-repository.ts';
 import { billingErrors } from '../../errors.ts';
+import { Dec } from '../ledger/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
-import { choiceOf, type GpuChoice, gpusOfModel, onlyModel } from './machine.ts';
+import { choiceOf, type GpuChoice, gpusOfModel, type IndexedGpu, onlyModel } from './machine.ts';
 
 /** What a request asks of a machine: how many GPUs of which model, for whom. */
 export interface LeaseRequest {
@@ -20,6 +21,15 @@ export interface LeaseRequest {
   estimatedPowerW: number;
   /** A reservation the request names: it takes exactly its GPUs. */
   reservationId?: string;
+  /** Interruptible at this bid per GPU-hour; absent: on demand. */
+  bid?: string;
+  /** A start: it may take GPUs from interruptible sessions it outbids (a quote and a reservation take free ones). */
+  mayPreempt?: boolean;
+}
+
+/** The GPUs a request takes, and the interruptible sessions it takes them from (each ends `preempted`). */
+export interface LeaseChoice extends GpuChoice {
+  preempt: string[];
 }
 
 /**
@@ -29,12 +39,16 @@ export interface LeaseRequest {
  *   machine's), 409 RESERVATION_MISMATCH when it is held for another renter or holds another count or model, 409
  *   PROVIDER_NOT_AVAILABLE when one of its GPUs is no longer healthy;
  * - otherwise at least the machine's `min_gpus_per_rental` (409 GPU_GROUP_TOO_SMALL) of the model's healthy GPUs: the
- *   free ones first, lowest index first, then those reserved for the renter; too few is 409 PROVIDER_NOT_AVAILABLE.
- *
- * An interruptible lease will be one more branch: the GPUs it holds, for a request that outbids it.
+ *   free ones first, lowest index first, then those reserved for the renter; too few is 409 PROVIDER_NOT_AVAILABLE;
+ * - a start that finds too few (`mayPreempt`) also takes the GPUs of interruptible sessions it outbids: an on-demand
+ *   start outbids every bid, a bid only lower ones (never an equal one). Whole sessions, the lowest bids first (of
+ *   equal bids the newest session, which loses the least work), only as many as the request still needs; the free
+ *   GPUs go first, and what a taken session held beyond the need stays free.
  */
-export function leasableGpus(machine: ProviderRecord, request: LeaseRequest, held: readonly HeldGpu[]): GpuChoice {
-  if (request.reservationId) return reservedGpus(machine, request, request.reservationId.toLowerCase(), held);
+export function leasableGpus(machine: ProviderRecord, request: LeaseRequest, held: readonly HeldGpu[]): LeaseChoice {
+  if (request.reservationId) {
+    return { ...reservedGpus(machine, request, request.reservationId.toLowerCase(), held), preempt: [] };
+  }
   if (request.gpuCount < machine.minGpusPerRental) {
     throw billingErrors.gpuGroupTooSmall(machine.id, request.gpuCount, machine.minGpusPerRental);
   }
@@ -48,18 +62,54 @@ export function leasableGpus(machine: ProviderRecord, request: LeaseRequest, hel
     return renter !== undefined && h?.reservation_id != null && h.user_id === renter;
   });
   const takeable = [...free, ...reservedForRenter];
+  const preempt: string[] = [];
+  if (takeable.length < request.gpuCount && request.mayPreempt) {
+    for (const victim of outbidSessions(group, holders, request.bid)) {
+      if (takeable.length >= request.gpuCount) break;
+      preempt.push(victim.sessionId);
+      takeable.push(...victim.gpus);
+    }
+  }
   if (takeable.length < request.gpuCount) {
     throw billingErrors.providerNotAvailable(
       machine.id,
-      `has ${takeable.length} free healthy GPU(s) of model ${model}, ${request.gpuCount} asked`,
+      `has ${takeable.length} free healthy GPU(s) of model ${model}${request.mayPreempt ? ' (with those held by lower bids)' : ''}, ${request.gpuCount} asked`,
       // Leased out (in part): busy to this renter, whatever the registry has heard yet.
       takeable.length < group.length ? 'busy' : machine.status,
     );
   }
-  return choiceOf(
+  const choice = choiceOf(
     takeable.slice(0, request.gpuCount).sort((a, b) => a.index - b.index),
     request.estimatedPowerW,
   );
+  return { ...choice, preempt };
+}
+
+/**
+ * The interruptible sessions holding GPUs of `group` that a request at `bid` (absent: on demand) outbids, in the
+ * order they are taken: the lowest bid first, then the newest.
+ */
+function outbidSessions(
+  group: readonly IndexedGpu[],
+  holders: ReadonlyMap<number, HeldGpu>,
+  bid: string | undefined,
+): { sessionId: string; bid: Dec; startedAt: number; gpus: IndexedGpu[] }[] {
+  const sessions = new Map<string, { sessionId: string; bid: Dec; startedAt: number; gpus: IndexedGpu[] }>();
+  for (const g of group) {
+    const h = holders.get(g.index);
+    if (!h?.session_id || h.bid === null) continue;
+    const theirs = new Dec(h.bid);
+    if (bid !== undefined && !theirs.lt(bid)) continue;
+    const entry = sessions.get(h.session_id) ?? {
+      sessionId: h.session_id,
+      bid: theirs,
+      startedAt: h.started_at ? new Date(h.started_at).getTime() : 0,
+      gpus: [],
+    };
+    entry.gpus.push(g);
+    sessions.set(h.session_id, entry);
+  }
+  return [...sessions.values()].sort((a, b) => a.bid.comparedTo(b.bid) || b.startedAt - a.startedAt);
 }
 
 /** Exactly the GPUs of the named reservation, for its renter, as many and of the model asked. */

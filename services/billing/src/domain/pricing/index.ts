@@ -1,4 +1,5 @@
 export {
+  bidRates,
   billableMinutes,
   costOfHours,
   costOfMinutes,

@@ -43,6 +43,8 @@ export interface ProviderRateOverrides {
   baseRates: Record<string, string>;
   vramRatePerGbHour: string | null;
   powerRatePerWattHour: string | null;
+  /** The lowest bid per GPU-hour the machine takes for an interruptible lease; null or absent: it takes no bids. */
+  bidFloor?: string | null;
 }
 
 /** Demand and supply factors: placeholders in the spec, pluggable here, 1.0 by default. */
@@ -68,9 +70,9 @@ export interface PricingInput {
 /** The frozen rates of a rental: what a session keeps for its whole life. */
 export interface HourlyRates {
   gpuModel: string;
-  /** Which table entry priced the model (`default` for unknown models). */
+  /** Which table entry priced the model (`default` for unknown models; `bid`: the renter's bid). */
   rateKey: string;
-  rateSource: 'platform' | 'provider';
+  rateSource: 'platform' | 'provider' | 'bid';
   baseRatePerGpu: Dec;
   baseHourlyRate: Dec;
   vramHourlyRate: Dec;
@@ -140,6 +142,27 @@ export async function hourlyRates(
     demandMultiplier,
     supplyFactor,
     totalHourlyRate: price.total,
+    platformFeePercent: new Dec(platformFeePercent),
+  };
+}
+
+/**
+ * The frozen rates of an interruptible rental: the renter pays their bid per GPU-hour, all in (no VRAM or power part,
+ * no market factor), and the platform's fee comes out of it as out of any price.
+ */
+export function bidRates(input: PricingInput, bid: Dec, platformFeePercent: string): HourlyRates {
+  const base = bid.mul(input.gpuCount);
+  return {
+    gpuModel: normalizeModel(input.gpuModel),
+    rateKey: 'bid',
+    rateSource: 'bid',
+    baseRatePerGpu: bid,
+    baseHourlyRate: base,
+    vramHourlyRate: new Dec(0),
+    powerHourlyRate: new Dec(0),
+    demandMultiplier: new Dec(NEUTRAL_FACTOR),
+    supplyFactor: new Dec(NEUTRAL_FACTOR),
+    totalHourlyRate: base,
     platformFeePercent: new Dec(platformFeePercent),
   };
 }

@@ -39,6 +39,7 @@ function storedRates(row: ProviderRatesRow): StoredProviderRates {
     baseRates: row.base_rates,
     vramRatePerGbHour: row.vram_rate_per_gb_hour,
     powerRatePerWattHour: row.power_rate_per_watt_hour,
+    bidFloor: row.bid_floor,
     updatedAt: new Date(row.updated_at),
   };
 }
@@ -53,6 +54,7 @@ async function putProviderRates(
     base_rates: JSON.stringify(rates.baseRates),
     vram_rate_per_gb_hour: rates.vramRatePerGbHour,
     power_rate_per_watt_hour: rates.powerRatePerWattHour,
+    bid_floor: rates.bidFloor ?? null,
   };
   await upsertProviderRates(db, providerId, values);
   return (await findProviderRates(db, providerId))!;

@@ -26,10 +26,12 @@ import {
   takeGpus,
 } from '../leases/index.ts';
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
-import { costOfHours, costOfMinutes, formatRate, ratesFor } from '../pricing/index.ts';
+import { bidRates, costOfHours, costOfMinutes, findProviderRates, formatRate, ratesFor } from '../pricing/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
-import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
+import { findWalletByOwner, nudgeAutoPayout, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
 import { capDeadline } from './clock.ts';
+import type { SessionEnd } from './end.ts';
+import { preemptSessions } from './preempt.ts';
 import type { SessionRow } from './session.ts';
 
 export interface StartSessionInput {
@@ -52,6 +54,11 @@ export interface StartSessionInput {
   reservationId?: string;
   /** The most the session may cost in all: it ends there (sessions/billing.ts), and no more is ever held for it. */
   spendCap?: Dec;
+  /**
+   * Interruptible at this bid per GPU-hour (the machine must take bids, at least its floor): the renter pays the bid,
+   * and a higher bid or an on-demand start may take the GPUs back (preempt.ts). Absent: on demand.
+   */
+  bid?: Dec;
   /** What the session runs (checked by the route): then it is billed only while its workload runs. */
   workload?: WorkloadSpec;
   /**
@@ -81,13 +88,20 @@ export interface SessionStart {
   availableAfter: Dec;
   /** Whole minutes the available balance (before the hold) pays for. */
   estimatedRuntimeMinutes: number;
+  /** The interruptible sessions whose GPUs this start took (each ended `preempted`). */
+  preempted: SessionEnd[];
 }
 
 /** What a start asked for, with the renter and the job derived when left out. */
 type StartRequest = StartSessionInput & { userId: string; jobId: string };
 
-/** What the start asks of the machine's leases. */
-const leaseRequest = (input: StartRequest): LeaseRequest => ({ ...input, renterId: input.userId });
+/** What the start asks of the machine's leases: a start may take GPUs from the interruptible sessions it outbids. */
+const leaseRequest = (input: StartRequest): LeaseRequest => ({
+  ...input,
+  renterId: input.userId,
+  bid: input.bid?.toFixed(),
+  mayPreempt: true,
+});
 
 /** Without a registry's record of the machine, what the renter declares is priced: the model must be named. */
 function declaredResources(input: StartRequest): RentedResources {
@@ -137,6 +151,8 @@ export async function startSession(
     providerOwnerId = found.holderId;
   }
   const input: StartRequest = { ...asked, userId, jobId: asked.jobId ?? id };
+  // Bids are for machines whose leases billing keeps (a registry's record); reservations are on-demand GPUs.
+  if (input.bid && (!machine || input.reservationId)) throw billingErrors.bidsNotAccepted(asked.providerId);
   // Refused before any lock when the machine could never give what is asked (too small a group, too few GPUs, no
   // model named where one must be); without a registry's record, the renter's figures are priced.
   if (machine) couldLease(machine, leaseRequest(input));
@@ -147,10 +163,19 @@ export async function startSession(
     await input.guard?.(trx);
     // The GPUs first, under the machine's lease lock: the price is the price of the GPUs the session gets, and the
     // session starts when its lease does (the time read under the lock, after the previous holder's end committed).
+    if (input.bid) await assertBidTaken(trx, input.providerId, input.bid);
     const lease = machine ? await takeGpus(trx, machine, leaseRequest(input), ctx.now) : null;
     const now = lease?.at ?? ctx.now();
     const resources = lease ? lease.resources : declaredResources(input);
-    const rates = await ratesFor(trx, ctx.pricing, { ...resources, providerId: input.providerId });
+    // The sessions it outbids end now, their GPUs leased to this one below (same transaction).
+    const preempted = lease
+      ? await preemptSessions(ctx, trx, lease.preempt, { sessionId: id, walletId: wallet.id }, input.correlationId)
+      : [];
+    // Their ends noted the machine's leases changed; `leaseToSession` states them once, with this session's.
+    const priced = { ...resources, providerId: input.providerId };
+    const rates = input.bid
+      ? bidRates(priced, input.bid, ctx.pricing.platformFeePercent)
+      : await ratesFor(trx, ctx.pricing, priced);
     // The renter starts at a price they accepted; the rates are then frozen for the session's life. A refusal names
     // the rate exactly, so that accepting the figure it names starts the session.
     if (input.acceptedHourlyRate === undefined) {
@@ -215,6 +240,8 @@ export async function startSession(
       low_balance_at: null,
       // The trace the daemon's reports on the session continue (tracing on: the start-session request's).
       trace_context: traceContextColumn(),
+      bid: input.bid?.toFixed() ?? null,
+      preempted_by: null,
       created_at: now,
       updated_at: now,
     });
@@ -232,6 +259,7 @@ export async function startSession(
       holdAmount: initial,
       availableAfter: available.minus(initial),
       estimatedRuntimeMinutes: runtimeMinutes(available, rates.totalHourlyRate),
+      preempted,
     };
     await ctx.events.record(trx, { kind: 'session.started', session }, input.correlationId);
     // Its machine's daemon starts the workload at once rather than at its next poll.
@@ -247,7 +275,9 @@ export async function startSession(
   };
 
   try {
-    return await ctx.db.transaction().execute(run);
+    const started = await ctx.db.transaction().execute(run);
+    afterPreemption(ctx, started.preempted, input.correlationId);
+    return started;
   } catch (err) {
     if (isUniqueViolation(err, 'rental_sessions_running_job')) throw billingErrors.sessionAlreadyRunning(input.jobId);
     // The lease lock makes this the backstop only: another holder of one of the GPUs.
@@ -256,6 +286,26 @@ export async function startSession(
     }
     throw err;
   }
+}
+
+/** Refuses a bid on a machine that takes none (its owner set no floor), or under its floor. */
+async function assertBidTaken(trx: Transaction<BillingDB>, providerId: string, bid: Dec): Promise<void> {
+  const floor = (await findProviderRates(trx, providerId))?.bidFloor ?? null;
+  if (floor === null) throw billingErrors.bidsNotAccepted(providerId);
+  if (bid.lt(floor)) throw billingErrors.bidBelowFloor(providerId, bid.toFixed(), new Dec(floor).toFixed());
+}
+
+/** What follows the preemptions of a committed start: counted, their earnings paid out, the jobs round woken. */
+function afterPreemption(ctx: BillingContext, ends: SessionEnd[], correlationId?: string): void {
+  if (ends.length === 0) return;
+  ctx.state.preemptions += ends.length;
+  for (const end of ends) {
+    if (new Dec(end.billingRecord.provider_earnings).gt(0)) {
+      void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
+    }
+  }
+  // A job whose attempt was preempted is placed again.
+  ctx.state.wakeJobs('capacity');
 }
 
 /** The active trace context as `rental_sessions.trace_context` stores it (null: tracing off). */

@@ -1,0 +1,52 @@
+/**
+ * Taking an interruptible session's GPUs back (domain/leases/policy.ts chooses whose): inside the transaction of the
+ * start that outbid it, under the machine's lease lock, each such session ends `preempted` at once. Billing ends at
+ * the notice: the session is billed as any end is (every started minute, none after), its provider credited for what
+ * ran, its GPUs leased to the start in the same transaction; its daemon stops the workload (SIGTERM, the grace
+ * period, SIGKILL) and starts the new one on those GPUs once the old one is gone. The ended session names its winner
+ * (`preempted_by`), so every preemption has exactly one.
+ *
+ * Locks, in the order every path takes them: the machine's lease lock (the caller's), the taken sessions' rows (in
+ * ID order), then the wallets of their renters and of the starting renter (in ID order) before anything is posted, so
+ * two starts preempting each other's renters on two machines never wait on each other.
+ */
+import type { Transaction } from 'kysely';
+import type { BillingDB } from '../../db/schema.ts';
+import { findSession, markPreemptedBy } from '../../db/session-repository.ts';
+import type { BillingContext } from '../context.ts';
+import { lockWalletAvailable } from '../ledger/index.ts';
+import { finishSession, type SessionEnd } from './end.ts';
+import { isRunning } from './session.ts';
+
+/** The end reason of a session whose GPUs were taken back. */
+const PREEMPTED = 'preempted';
+
+/**
+ * Ends the sessions `sessionIds` as preempted by `winnerId`, which `walletId` starts (its renter's wallet, locked here
+ * in order with theirs); those that ended meanwhile are left as they are (their GPUs are free already). The ends.
+ */
+export async function preemptSessions(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  sessionIds: readonly string[],
+  winner: { sessionId: string; walletId: string },
+  correlationId?: string,
+): Promise<SessionEnd[]> {
+  if (sessionIds.length === 0) return [];
+  const sessions = [];
+  for (const id of [...sessionIds].sort()) {
+    const session = await findSession(trx, id, true);
+    if (session && isRunning(session)) sessions.push(session);
+  }
+  for (const walletId of [...new Set([winner.walletId, ...sessions.map((s) => s.wallet_id)])].sort()) {
+    await lockWalletAvailable(trx, walletId);
+  }
+  const ends: SessionEnd[] = [];
+  for (const session of sessions) {
+    // Named before the end is written, so the end's row and its event carry the winner.
+    await markPreemptedBy(trx, session.id, winner.sessionId);
+    const named = { ...session, preempted_by: winner.sessionId };
+    ends.push(await finishSession(ctx, trx, named, { status: 'completed', reason: PREEMPTED }, correlationId));
+  }
+  return ends;
+}

@@ -1,0 +1,275 @@
+/**
+ * Interruptible leases at a bid, against the real auth service and provider registry: a machine takes bids at its
+ * owner's floor; a start takes free GPUs first, then those of the lowest bids it outbids (an on-demand start outbids
+ * every bid), ending them `preempted` in its own transaction, billed to that moment and naming the winner; never a
+ * higher or equal bid, never an on-demand lease; a retried start preempts nothing more; and under hundreds of
+ * concurrent bids, on-demand starts and ends on one machine, no GPU is held twice and every preemption has exactly
+ * one winner that outbid it.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
+import type { BillingHarness } from '../services/billing/test/support/setup.ts';
+import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
+import { useAuthAndRegistry } from './support/auth-and-registry.ts';
+import { billingWithRegistry } from './support/billing-with-registry.ts';
+
+const platform = useAuthAndRegistry();
+let billing: BillingHarness;
+
+beforeAll(async () => {
+  billing = await billingWithRegistry(platform);
+});
+afterAll(async () => {
+  await billing?.close();
+});
+
+type Headers = Record<string, string>;
+
+const call = (method: 'POST' | 'PUT' | 'GET', url: string, headers: Headers, payload?: unknown) =>
+  billing.app.inject({ method, url: `/api/v1${url}`, headers, ...(payload ? { payload } : {}) });
+
+const H100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
+
+/** An 8-GPU machine at the real registry; its owner sets `floor` (null: it takes no bids). */
+async function machine(floor: string | null): Promise<string> {
+  const { user, tokens } = await platform.verifiedUser(['provider']);
+  const headers = { authorization: `Bearer ${tokens.access_token}` };
+  const res = await fetch(`${platform.registryUrl}/providers`, {
+    method: 'POST',
+    headers: { ...headers, 'content-type': 'application/json' },
+    body: JSON.stringify(providerBody({ owner_id: user.id, gpus: Array.from({ length: 8 }, () => gpu(H100)) })),
+  });
+  expect(res.status).toBe(201);
+  const id = ((await res.json()) as { id: string }).id;
+  if (floor !== null) {
+    const rates = await call('PUT', `/provider/${id}/rates`, headers, { bid_floor: floor });
+    expect(rates.statusCode, rates.body).toBe(200);
+    expect(rates.json().bid_floor).toBe(floor);
+  }
+  return id;
+}
+
+interface Renter {
+  userId: string;
+  walletId: string;
+  headers: Headers;
+}
+
+/** A renter of the real auth service with a wallet holding `funds` tokens. */
+async function renter(funds = '1000'): Promise<Renter> {
+  const { user, tokens } = await platform.verifiedUser(['renter']);
+  const headers = { authorization: `Bearer ${tokens.access_token}` };
+  const wallet = await call('POST', '/wallet', headers, {
+    owner_type: 'user',
+    owner_id: user.id,
+    solana_address: base58Encode(randomBytes(32)),
+  });
+  expect(wallet.statusCode).toBe(201);
+  await billing.credit(wallet.json().id, funds);
+  return { userId: user.id, walletId: wallet.json().id, headers };
+}
+
+/** Starts a rental of `count` H100s on `machineId` at `bid` (null: on demand). */
+function start(r: Renter, machineId: string, count: number, bid: string | null, extra: Headers = {}) {
+  return call(
+    'POST',
+    '/billing/start-session',
+    { ...r.headers, ...extra },
+    {
+      user_id: r.userId,
+      wallet_id: r.walletId,
+      provider_id: machineId,
+      gpu_model: 'H100',
+      gpu_count: count,
+      accepted_hourly_rate: '1000',
+      ...(bid === null ? {} : { bid }),
+    },
+  );
+}
+
+async function sessionRow(id: string) {
+  return billing.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+describe('interruptible leases at a bid', () => {
+  it('takes bids only where the owner set a floor, at least the floor, and prices the session at the bid', async () => {
+    const r = await renter();
+    const noBids = await machine(null);
+    const refused = await start(r, noBids, 2, '5');
+    expect(refused.statusCode, refused.body).toBe(409);
+    expect(refused.json()).toMatchObject({ code: 'BIDS_NOT_ACCEPTED', provider_id: noBids });
+
+    const m = await machine('0.5');
+    const low = await start(r, m, 2, '0.4');
+    expect(low.statusCode, low.body).toBe(409);
+    expect(low.json()).toMatchObject({ code: 'BID_BELOW_FLOOR', bid_floor: '0.5' });
+    const zero = await start(r, m, 2, '0');
+    expect(zero.statusCode, zero.body).toBe(400);
+    // A reservation is of on-demand GPUs.
+    const reserved = await call('POST', '/billing/start-session', r.headers, {
+      user_id: r.userId,
+      wallet_id: r.walletId,
+      provider_id: m,
+      reservation_id: randomUUID(),
+      gpu_count: 1,
+      bid: '1',
+    });
+    expect(reserved.statusCode, reserved.body).toBe(409);
+    expect(reserved.json().code).toBe('BIDS_NOT_ACCEPTED');
+    const balance = await call('GET', `/wallet/${r.walletId}/balance`, r.headers);
+    expect(balance.json()).toMatchObject({ available: '1000.000000', locked: '0.000000' });
+
+    const won = await start(r, m, 2, '0.6');
+    expect(won.statusCode, won.body).toBe(201);
+    expect(won.json().session).toMatchObject({ bid: '0.600000', preempted_by: null, gpu_indices: [0, 1] });
+    expect(won.json().session.rates).toMatchObject({
+      rate_source: 'bid',
+      base_rate_per_gpu: '0.600000',
+      total_hourly_rate: '1.200000',
+    });
+    // The floor is the owner's to set: a renter may not.
+    const notOwner = await call('PUT', `/provider/${m}/rates`, r.headers, { bid_floor: '0.01' });
+    expect(notOwner.statusCode).toBe(403);
+  });
+
+  it('takes GPUs back from the lowest bids first, never from a higher or equal bid or an on-demand lease; a retried start takes nothing more', async () => {
+    const m = await machine('0.5');
+    const [a, b, c, d, e, f, g] = await Promise.all(Array.from({ length: 7 }, () => renter()));
+    const sa = await start(a!, m, 4, '1');
+    const sb = await start(b!, m, 4, '2');
+    expect([sa.statusCode, sb.statusCode]).toEqual([201, 201]);
+    // Full: a bid of 1.5 takes the four GPUs of the bid of 1, not those of 2.
+    const sc = await start(c!, m, 4, '1.5');
+    expect(sc.statusCode, sc.body).toBe(201);
+    expect(sc.json().session.gpu_indices).toEqual(sa.json().session.gpu_indices);
+    const preemptedA = await sessionRow(sa.json().session.id);
+    expect(preemptedA).toMatchObject({
+      status: 'completed',
+      end_reason: 'preempted',
+      preempted_by: sc.json().session.id,
+    });
+    // Billed to the notice: the one minute it started, at its bid (4 GPUs × 1 per hour), its provider paid for it.
+    const record = await billing.db
+      .selectFrom('billing_records')
+      .selectAll()
+      .where('session_id', '=', sa.json().session.id)
+      .executeTakeFirstOrThrow();
+    expect(record).toMatchObject({ end_reason: 'preempted', billed_minutes: 1 });
+    expect(Number(record.total_cost)).toBeCloseTo(4 / 60, 6);
+    expect(Number(record.provider_earnings) + Number(record.platform_fee)).toBeCloseTo(Number(record.total_cost), 9);
+    const renterA = await call('GET', `/wallet/${a!.walletId}/balance`, a!.headers);
+    expect(renterA.json().locked).toBe('0.000000');
+
+    // A bid of 1.2 outbids nobody now (1.5 and 2 hold everything): refused, nothing taken, nothing charged.
+    const sd = await start(d!, m, 2, '1.2');
+    expect(sd.statusCode, sd.body).toBe(409);
+    expect(sd.json().code).toBe('PROVIDER_NOT_AVAILABLE');
+    expect((await sessionRow(sc.json().session.id)).status).toBe('active');
+    expect((await sessionRow(sb.json().session.id)).status).toBe('active');
+
+    // A bid of 2 takes the 1.5's GPUs, never the equal bid's.
+    const se = await start(e!, m, 4, '2');
+    expect(se.statusCode, se.body).toBe(201);
+    expect((await sessionRow(sc.json().session.id)).preempted_by).toBe(se.json().session.id);
+    expect((await sessionRow(sb.json().session.id)).status).toBe('active');
+
+    // On demand outbids every bid: 6 GPUs take both bids of 2 (a session is taken whole), 2 GPUs stay free.
+    const key = { 'idempotency-key': randomUUID() };
+    const sf = await start(f!, m, 6, null, key);
+    expect(sf.statusCode, sf.body).toBe(201);
+    for (const victim of [sb, se]) {
+      expect(await sessionRow(victim.json().session.id)).toMatchObject({
+        end_reason: 'preempted',
+        preempted_by: sf.json().session.id,
+      });
+    }
+    // The same request again answers the same start and takes nothing more.
+    const sg = await start(g!, m, 2, '0.6');
+    expect(sg.statusCode, sg.body).toBe(201);
+    const again = await start(f!, m, 6, null, key);
+    expect(again.statusCode).toBe(201);
+    expect(again.json().session.id).toBe(sf.json().session.id);
+    expect((await sessionRow(sg.json().session.id)).status).toBe('active');
+    // A bid of 100 for one GPU takes the 0.6's two (whole), one stays free. On-demand GPUs are never taken back:
+    // three more on demand (the free one and the bid's one are all it could take) are refused, and nothing moves.
+    const h = await renter();
+    const rich = await start(h, m, 1, '100');
+    expect(rich.statusCode, rich.body).toBe(201);
+    expect((await sessionRow(sg.json().session.id)).preempted_by).toBe(rich.json().session.id);
+    const none = await start(h, m, 3, null);
+    expect(none.statusCode, none.body).toBe(409);
+    expect((await sessionRow(rich.json().session.id)).status).toBe('active');
+    expect((await sessionRow(sf.json().session.id)).status).toBe('active');
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('never holds a GPU twice and gives every preemption one winner that outbid it, under concurrent bids, on-demand starts and ends', {
+    timeout: 120_000,
+  }, async () => {
+    const m = await machine('0.1');
+    const renters = await Promise.all(Array.from({ length: 24 }, () => renter('5000')));
+    const started: { id: string; by: Renter }[] = [];
+    // Rounds of everyone at once: each renter starts 1 to 4 GPUs, on demand or at a bid, or ends what it started.
+    let seed = 7;
+    const next = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (let round = 0; round < 8; round++) {
+      const answers = await Promise.all(
+        renters.map(async (r, i) => {
+          const roll = next();
+          const mine = started.filter((x) => x.by === r);
+          if (roll < 0.2 && mine.length > 0) {
+            const { id } = mine[Math.floor(next() * mine.length)]!;
+            const ended = await call('POST', '/billing/end-session', r.headers, { session_id: id });
+            return ended.statusCode;
+          }
+          const bid = roll < 0.35 ? null : (0.1 + Math.floor(next() * 20) / 10).toFixed(1);
+          const res = await start(r, m, 1 + ((i + round) % 4), bid);
+          if (res.statusCode === 201) started.push({ id: res.json().session.id, by: r });
+          return res.statusCode;
+        }),
+      );
+      for (const status of answers) expect([200, 201, 409]).toContain(status);
+    }
+    const sessions = await billing.db.selectFrom('rental_sessions').selectAll().where('provider_id', '=', m).execute();
+    const byId = new Map(sessions.map((s) => [s.id, s]));
+    // What runs holds distinct GPUs of the eight, exactly the leases.
+    const running = sessions.filter((s) => s.status === 'active');
+    const held = running.flatMap((s) => s.gpu_indices ?? []);
+    expect(new Set(held).size).toBe(held.length);
+    expect(held.every((i) => i >= 0 && i < 8)).toBe(true);
+    const leases = await billing.db
+      .selectFrom('gpu_leases')
+      .select(['gpu_index', 'session_id'])
+      .where('provider_id', '=', m)
+      .execute();
+    expect(leases.map((l) => l.gpu_index).sort()).toEqual([...held].sort());
+    // Every preempted session names one winner that started, outbid it, and needed it.
+    const preempted = sessions.filter((s) => s.end_reason === 'preempted');
+    expect(preempted.length).toBeGreaterThan(0);
+    const victimsOf = new Map<string, typeof sessions>();
+    for (const v of preempted) {
+      expect(v.bid).not.toBeNull();
+      const winner = byId.get(v.preempted_by ?? '');
+      expect(winner, `winner of ${v.id}`).toBeDefined();
+      if (winner!.bid !== null) expect(Number(winner!.bid)).toBeGreaterThan(Number(v.bid));
+      expect(new Set(v.gpu_indices).size).toBe(v.gpu_count);
+      victimsOf.set(winner!.id, [...(victimsOf.get(winner!.id) ?? []), v]);
+    }
+    for (const [winnerId, victims] of victimsOf) {
+      const winner = byId.get(winnerId)!;
+      // Each victim gave the winner a GPU it needed: the victims taken before the last did not cover the need (so
+      // neither did all of them but the largest).
+      const gpus = victims.map((v) => v.gpu_count);
+      expect(gpus.reduce((x, y) => x + y, 0) - Math.max(...gpus)).toBeLessThan(winner.gpu_count);
+      for (const v of victims) {
+        expect((v.gpu_indices ?? []).some((i) => (winner.gpu_indices ?? []).includes(i))).toBe(true);
+      }
+    }
+    expect(running.length).toBeGreaterThan(0);
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+});
