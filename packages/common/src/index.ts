@@ -233,6 +233,7 @@ export {
   CHECKPOINT_DIR,
   inputPathOf,
   maxOutputPathBytes,
+  NOTICE_FILE,
   refusedEnvName,
   settledOutput,
   WORKLOAD_FILES,

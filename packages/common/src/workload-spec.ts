@@ -253,6 +253,13 @@ export const WORKLOAD_FILES = {
 /** The checkpoint directory inside the workload (a job's: `checkpoint` in its spec), and its variable's name. */
 export const CHECKPOINT_DIR = { inside: '/work/checkpoint', env: 'GPU_PLATFORM_CHECKPOINT_DIR' } as const;
 
+/**
+ * The notice a workload gets before it is stopped on purpose (an interruptible session preempted): a JSON file
+ * `{reason, at, deadline}` written at that path inside it just before SIGTERM (absent until then), and its
+ * variable's name. SIGKILL follows at `deadline`.
+ */
+export const NOTICE_FILE = { inside: '/work/.gpu-notice.json', env: 'GPU_PLATFORM_NOTICE_FILE' } as const;
+
 /** What storage puts before a user's keys in the default bucket: `users/<user id>/` (a UUID). */
 const USER_FOLDER_BYTES = 'users/'.length + 36 + 1;
 

@@ -118,6 +118,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
       maxClockSkewMs: durationMs(deps.config.billing.max_clock_skew),
       workloadStartTimeoutMs: durationMs(deps.config.billing.workload_start_timeout),
       workloadUploadWindowMs: durationMs(deps.config.billing.workload_upload_window),
+      preemptionGraceMs: durationMs(deps.config.billing.preemption_grace),
     },
     now: deps.now ?? (() => new Date()),
     state,

@@ -18,6 +18,7 @@ import {
   messagingEnvAliases,
   messagingShape,
   migrationShape,
+  parseDuration,
   zBool,
   zDuration,
   zInt,
@@ -142,6 +143,13 @@ export const billingConfigSchema = z.object({
        * preparing its sandbox); past it the session ends, nothing billed (`workload_not_started`, the machine's fault).
        */
       workload_start_timeout: zDuration().default('5m'),
+      /**
+       * How long a preempted interruptible session's workload has between its notice (SIGTERM and the notice file)
+       * and SIGKILL: its daemon is told the deadline, which the provider's own settings cannot shorten. At least 5 s.
+       */
+      preemption_grace: zDuration()
+        .refine((d) => (parseDuration(d) ?? 5000) >= 5000, 'at least 5s: a workload needs time to save its work')
+        .default('30s'),
       /**
        * How long after a workload ended its daemon may still upload its logs and outputs (grants for them are
        * issued until then, each valid 10 minutes at most and never past it).

@@ -461,8 +461,21 @@ describe('gpu against a platform whose machine runs workloads', () => {
     });
     const shown = await provider.gpu(['rates', 'show', machineId]);
     expect(shown.stdout).toContain('3.5');
+    expect(shown.stdout).toContain('none (takes no bids)');
     refused(await renter.gpu(['rates', 'set', machineId, '--base', 'H100=1']), 'ROLE_REQUIRED');
     expect((await provider.gpu(['rates', 'set', machineId, '--base', 'H100'])).code).toBe(2);
+
+    // Bids: none taken until the owner sets a floor; then a bid under it is refused, one at it rents at the bid.
+    refused(await renter.gpu(['rent', ...rental(), '--bid', '1']), 'BIDS_NOT_ACCEPTED');
+    const floor = await provider.gpu(['rates', 'set', machineId, '--base', 'H100=3.5', '--bid-floor', '0.5']);
+    expect(floor.stdout).toMatch(/bid floor\s*│\s*0\.5 per GPU-hour/);
+    refused(await renter.gpu(['rent', ...rental(), '--bid', '0.4']), 'BID_BELOW_FLOOR');
+    const bid = await renter.gpu(['rent', ...rental(), '--gpus', '2', '--bid', '0.5']);
+    expect(bid.code, bid.stderr).toBe(0);
+    expect(bid.stdout).toMatch(/per hour\s*│\s*1\.000000/);
+    expect(bid.stdout).toMatch(/interruptible\s*│\s*at a bid of 0\.500000 per GPU-hour/);
+    const bidId = /session\s*│\s*([0-9a-f-]{36})/.exec(bid.stdout)?.[1];
+    expect((await renter.gpu(['end', bidId!])).code).toBe(0);
   });
 
   it('lists and signs out devices, and changes the password read from standard input, never from the command line', async () => {

@@ -2058,6 +2058,15 @@ export interface components {
                 stderr: string;
                 stdout: string;
             } | null;
+            /** @description the notice its daemon gives the workload before stopping it (SIGTERM and the notice file, then SIGKILL at the deadline): a preempted interruptible session; null otherwise; in GET only */
+            notice?: {
+                /** @description when the session was preempted: billing ended then */
+                at: string;
+                /** @description `at` plus `billing.preemption_grace`: SIGKILL then */
+                deadline: string;
+                /** @constant */
+                reason: "preempted";
+            } | null;
             /** @description what it left in /work/output/, uploaded under `<output prefix>output/` at its end; null until then */
             outputs: {
                 bucket?: string;

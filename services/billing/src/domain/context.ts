@@ -42,6 +42,8 @@ interface SessionSettings {
   workloadStartTimeoutMs: number;
   /** How long after a workload's end its daemon may upload its logs and outputs (`billing.workload_upload_window`). */
   workloadUploadWindowMs: number;
+  /** A preempted session's workload's time from its notice to SIGKILL (`billing.preemption_grace`). */
+  preemptionGraceMs: number;
 }
 
 /**

@@ -72,6 +72,18 @@ const workloadSchema = z
           'moves on as billing tops the hold up): a daemon that cannot reach billing stops the workload then; null ' +
           'once the session ended; in GET only',
       ),
+    notice: z
+      .object({
+        reason: z.literal('preempted'),
+        at: z.string().describe('when the session was preempted: billing ended then'),
+        deadline: z.string().describe('`at` plus `billing.preemption_grace`: SIGKILL then'),
+      })
+      .nullable()
+      .optional()
+      .describe(
+        'the notice its daemon gives the workload before stopping it (SIGTERM and the notice file, then SIGKILL at ' +
+          'the deadline): a preempted interruptible session; null otherwise; in GET only',
+      ),
     logs: z
       .object({ bucket: z.string().optional(), stdout: z.string(), stderr: z.string() })
       .nullable()
@@ -227,6 +239,15 @@ const sessionParams = z.object({ sessionID: z.uuid() });
 
 export async function workloadRoutes(app: App, deps: RouteDeps) {
   const ctx = deps.billing;
+  /** A preempted session's notice: billing ended it at `at`; its workload is killed at the deadline. */
+  const noticeOf = (s: Parameters<typeof sessionJson>[1]) =>
+    s.end_reason === 'preempted' && s.ended_at
+      ? {
+          reason: 'preempted' as const,
+          at: new Date(s.ended_at).toISOString(),
+          deadline: new Date(new Date(s.ended_at).getTime() + ctx.sessions.preemptionGraceMs).toISOString(),
+        }
+      : null;
   const answer = (r: { session: Parameters<typeof sessionJson>[1]; workload: Workload; paidUntil?: Date | null }) => ({
     session_id: r.workload.sessionId,
     spec: r.workload.spec,
@@ -237,7 +258,7 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
     preparing_at: iso(r.workload.preparingAt),
     running_at: iso(r.workload.runningAt),
     ended_at: iso(r.workload.endedAt),
-    ...(r.paidUntil === undefined ? {} : { paid_until: iso(r.paidUntil) }),
+    ...(r.paidUntil === undefined ? {} : { paid_until: iso(r.paidUntil), notice: noticeOf(r.session) }),
     logs: r.workload.spec.output
       ? (({ stdout, stderr }) => ({
           ...(stdout.bucket === undefined ? {} : { bucket: stdout.bucket }),

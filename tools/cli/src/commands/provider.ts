@@ -98,21 +98,32 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
     .option('--base <MODEL=RATE>', 'tokens per GPU-hour of a model, repeatable; default=RATE prices the rest', collect)
     .option('--vram-rate <tokens>', 'per GB of VRAM and hour', amount('--vram-rate'))
     .option('--power-rate <tokens>', 'per watt and hour', amount('--power-rate'))
-    .action(async (machineId: string, opts: { base?: string[]; vramRate?: string; powerRate?: string }) => {
-      const ctx = context(program);
-      const body = {
-        base_rates: baseRates(opts.base ?? []),
-        vram_rate_per_gb_hour: opts.vramRate ?? null,
-        power_rate_per_watt_hour: opts.powerRate ?? null,
-      };
-      const r = unwrap(
-        await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
-          params: { path: { providerID: machineId } },
-          body,
-        }),
-      );
-      showRates(ctx.json, r);
-    });
+    .option(
+      '--bid-floor <tokens>',
+      'take bids (interruptible rentals, taken back for on-demand ones) of at least this per GPU-hour; default: none',
+      amount('--bid-floor'),
+    )
+    .action(
+      async (
+        machineId: string,
+        opts: { base?: string[]; vramRate?: string; powerRate?: string; bidFloor?: string },
+      ) => {
+        const ctx = context(program);
+        const body = {
+          base_rates: baseRates(opts.base ?? []),
+          vram_rate_per_gb_hour: opts.vramRate ?? null,
+          power_rate_per_watt_hour: opts.powerRate ?? null,
+          bid_floor: opts.bidFloor ?? null,
+        };
+        const r = unwrap(
+          await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
+            params: { path: { providerID: machineId } },
+            body,
+          }),
+        );
+        showRates(ctx.json, r);
+      },
+    );
 
   parent
     .command('earnings [machine-id]', opts)
@@ -188,6 +199,7 @@ function showRates(json: boolean, r: BillingSchemas['ProviderRates']) {
     ...(own.length === 0 ? [['per GPU-hour', "the platform's"] as [string, string]] : []),
     ['per GB VRAM-hour', r.vram_rate_per_gb_hour ?? "the platform's"],
     ['per watt-hour', r.power_rate_per_watt_hour ?? "the platform's"],
+    ['bid floor', r.bid_floor === null ? 'none (takes no bids)' : `${r.bid_floor} per GPU-hour`],
     ['updated', r.updated_at ?? 'never (the platform rates apply)'],
   ]);
 }

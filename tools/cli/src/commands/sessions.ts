@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import { parseDuration } from '@gpu/common';
 import { type Command, InvalidArgumentError } from 'commander';
+import { Decimal } from 'decimal.js';
 import {
   amount,
   type Context,
@@ -48,6 +49,7 @@ interface RentOptions extends WorkloadOptions {
   wallet?: string;
   maxRate?: string;
   spendCap?: string;
+  bid?: string;
   idempotencyKey?: string;
   idle?: boolean;
 }
@@ -76,6 +78,12 @@ function rentalOptions(command: Command): Command {
         amount('--max-rate'),
       )
       .option('--spend-cap <tokens>', 'the most the session may cost in all: it ends there', amount('--spend-cap'))
+      .option(
+        '--bid <tokens>',
+        'interruptible, at this price per GPU-hour (the machine must take bids): cheaper, but an on-demand rental or ' +
+          'a higher bid may take the GPUs back, with notice',
+        amount('--bid'),
+      )
       .option(
         '--idempotency-key <key>',
         'a key of yours for this rental: the same command with the same key again starts no second one',
@@ -137,8 +145,10 @@ export function workloadSpec(argv: string[], o: WorkloadOptions & { idle?: boole
 /** Starts the session: at the rate given, or at the one quoted now. */
 async function startSession(ctx: Context, o: RentOptions, workload: WorkloadSpec | undefined) {
   const walletId = payingWallet(ctx, o.wallet);
+  // At a bid the price is the bid for each GPU.
   const rate =
     o.maxRate ??
+    (o.bid ? new Decimal(o.bid).mul(o.gpus).toFixed() : undefined) ??
     unwrap(
       await ctx.billing.POST('/api/v1/pricing/calculate', {
         body: { provider_id: o.machine, gpu_model: o.gpuModel, gpu_count: o.gpus },
@@ -154,6 +164,7 @@ async function startSession(ctx: Context, o: RentOptions, workload: WorkloadSpec
         gpu_count: o.gpus,
         accepted_hourly_rate: rate,
         ...(o.spendCap ? { spend_cap: o.spendCap } : {}),
+        ...(o.bid ? { bid: o.bid } : {}),
         ...(workload ? { workload } : {}),
       },
     }),
@@ -176,10 +187,15 @@ function showStarted(json: boolean, started: BillingSchemas['SessionStart']) {
       'spend cap',
       s.spend_cap === null ? 'none' : `${tokens(s.spend_cap)} (it ends then: ${time(s.spend_cap_ends_at)})`,
     ],
+    ['interruptible', s.bid ? `at a bid of ${tokens(s.bid)} per GPU-hour: may be taken back with notice` : 'no'],
     ['workload', s.workload ? 'yes' : 'no'],
     ['status', s.status],
   ]);
 }
+
+/** The seconds from a preemption's notice to its deadline. */
+const noticeSeconds = (n: { at: string; deadline: string }) =>
+  Math.round((Date.parse(n.deadline) - Date.parse(n.at)) / 1000);
 
 /** How long a session ran: from its start to its end, or to now (`running`). */
 function sessionDuration(s: Session, now: number): string {
@@ -368,9 +384,12 @@ export function sessionCommands(program: Command) {
         const end =
           w.state === 'exited'
             ? `exited with ${w.exit_code}`
-            : machineGone(w)
-              ? `lost with its machine: its session ended (${w.session.end_reason}) and the machine reported no end`
-              : `${w.state} (${w.reason ?? 'no reason given'})`;
+            : w.notice
+              ? `preempted at ${time(w.notice.at)} with ${noticeSeconds(w.notice)} s notice (an on-demand rental or a ` +
+                'higher bid took its GPUs)'
+              : machineGone(w)
+                ? `lost with its machine: its session ended (${w.session.end_reason}) and the machine reported no end`
+                : `${w.state} (${w.reason ?? 'no reason given'})`;
         const lines = [`workload ${end}; session ${id} cost ${tokens(w.session.total_cost)}`];
         if ((w.outputs ?? []).length === 0) lines.push('no outputs');
         for (const o of w.outputs ?? []) {

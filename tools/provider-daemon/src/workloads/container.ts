@@ -206,7 +206,7 @@ export async function removeOrphans(rt: ContainerRuntime, daemon: string): Promi
 }
 
 /** The grace period between the stop signal and SIGKILL in the runtime's whole seconds. */
-const graceSeconds = (opts: Pick<ContainerOptions, 'stopGraceMs'>) => Math.ceil(opts.stopGraceMs / 1000);
+const graceSeconds = (graceMs: number) => Math.ceil(graceMs / 1000);
 
 /** The `create` arguments of the workload's container. */
 function createArgs(opts: ContainerOptions, envFile: string): string[] {
@@ -263,10 +263,10 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     '--log-driver',
     'none',
     '--stop-timeout',
-    String(graceSeconds(opts)),
+    String(graceSeconds(opts.stopGraceMs)),
     // Should the daemon be gone, the runtime ends it at its maximum runtime (and the grace) all the same.
     '--timeout',
-    String(spec.max_runtime_seconds + graceSeconds(opts)),
+    String(spec.max_runtime_seconds + graceSeconds(opts.stopGraceMs)),
     '--volume',
     `${opts.disk.workDir}:/work:rw`,
     ...(opts.inputsDir ? ['--volume', `${opts.inputsDir}:/work/inputs:ro`] : []),
@@ -453,15 +453,15 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     clearTimeout(killTimer);
   });
 
-  const stop = (reason: string): Promise<SandboxEnd> => {
+  const stop = (reason: string, graceMs = opts.stopGraceMs): Promise<SandboxEnd> => {
     if (!stopping && (!attach || (attach.exitCode === null && attach.signalCode === null))) {
       stopping = { reason };
       if (hostPid > 0) known = [hostPid, ...descendants(hostPid)];
       // The runtime stops it (SIGTERM, the grace period, SIGKILL) and removes it, whichever phase it is in: once removed,
       // nothing can start it (a start under way fails; one not yet asked for is not asked).
-      void remove(rt, [name], graceSeconds(opts), opts.stopGraceMs + 30_000).catch(() => {});
+      void remove(rt, [name], graceSeconds(graceMs), graceMs + 30_000).catch(() => {});
       // An attach that outlives that is ended too.
-      killTimer = setTimeout(() => attach?.kill('SIGKILL'), opts.stopGraceMs + 10_000);
+      killTimer = setTimeout(() => attach?.kill('SIGKILL'), graceMs + 10_000);
       killTimer.unref();
     }
     return ended;

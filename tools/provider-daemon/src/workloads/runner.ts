@@ -27,7 +27,21 @@
  * A report that fails is tried again at the next poll (reports are idempotent at billing).
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  constants,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import path from 'node:path';
 import { billingClient, type TokenSource, unwrap } from '@gpu/client';
 import {
@@ -35,6 +49,7 @@ import {
   durationMs,
   type Logger,
   maxOutputPathBytes,
+  NOTICE_FILE,
   type WorkloadSpec,
   workloadSpecSchema,
 } from '@gpu/common';
@@ -111,6 +126,24 @@ interface Running {
 
 /** How often the runner asks billing again how long each running workload is paid for. */
 const PAID_REFRESH_MS = 30_000;
+/** How long the runner waits for billing to say whether an ended session was preempted (its notice). */
+const NOTICE_ASK_MS = 5_000;
+
+/**
+ * Writes the notice into the workload's work directory (`NOTICE_FILE`, /work inside), which its user owns: under a
+ * new name of the daemon's (O_EXCL, O_NOFOLLOW: nothing the workload made there is followed or written through), then
+ * renamed over the notice's name (a rename replaces a link, never follows it).
+ */
+function writeNotice(workDir: string, notice: { reason: string; at: string; deadline: string }): void {
+  const tmp = path.join(workDir, `.gpu-notice-${randomBytes(8).toString('hex')}`);
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
+    writeSync(fd, `${JSON.stringify(notice)}\n`);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path.join(workDir, path.basename(NOTICE_FILE.inside)));
+}
 
 const JOURNAL = 'journal.json';
 
@@ -191,6 +224,8 @@ export class WorkloadRunner {
   private readonly unsent = new Map<string, Report[]>();
   /** Sessions whose launch (inputs, sandbox) is under way. */
   private readonly launching = new Set<string>();
+  /** Sessions billing ended whose workload is being stopped (their notice asked for once). */
+  private readonly ending = new Set<string>();
   /** Slots (and so users) taken by launches that are not running yet (a checkpoint restored as its user). */
   private readonly reservedSlots = new Set<number>();
   /** Each session's directory and files until they are kept (on disk: a restarted daemon goes on with them). */
@@ -332,7 +367,7 @@ export class WorkloadRunner {
     this.lastContact = this.now();
     this.writeJournal();
     const live = new Set(sessions.map((s) => s.id));
-    for (const [id, r] of this.running) if (!live.has(id)) void r.sandbox.stop('session_ended');
+    for (const [id, r] of this.running) if (!live.has(id)) void this.stopEnded(id, r);
     // Each launch on its own: one whose inputs take minutes to arrive holds up no other session, nor the stops.
     for (const s of sessions) {
       if (!s.workload || this.running.has(s.id) || this.done.has(s.id) || this.launching.has(s.id)) continue;
@@ -359,6 +394,32 @@ export class WorkloadRunner {
     for (const r of this.running.values()) {
       if (r.paidUntil !== null && now >= r.paidUntil) void r.sandbox.stop('paid_time_over');
     }
+  }
+
+  /**
+   * Stops the workload of a session billing ended. A preempted one gets its notice first: the file inside it (its
+   * deadline), then SIGTERM, and SIGKILL at the deadline billing set (`billing.preemption_grace` from the notice),
+   * whatever this machine's `stop_grace`. Asked of billing once per session; when billing cannot say, the plain stop.
+   */
+  private async stopEnded(id: string, r: Running): Promise<void> {
+    if (this.ending.has(id)) return;
+    this.ending.add(id);
+    let graceMs: number | undefined;
+    try {
+      const result = await this.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+        params: { path: { sessionID: id } },
+        signal: AbortSignal.timeout(NOTICE_ASK_MS),
+      });
+      const notice = result.data?.notice;
+      if (notice) {
+        graceMs = Math.max(0, Date.parse(notice.deadline) - Date.now());
+        writeNotice(r.disk.workDir, notice);
+        this.deps.logger.info({ session_id: id, deadline: notice.deadline }, 'preempted: the workload has its notice');
+      }
+    } catch (err) {
+      this.deps.logger.warn({ err, session_id: id }, 'the notice of an ended session could not be given');
+    }
+    await r.sandbox.stop('session_ended', graceMs);
   }
 
   /** Asks billing again, every 30 s, how long each running workload is paid for. */
@@ -628,6 +689,7 @@ export class WorkloadRunner {
       platformEnv: {
         GPU_PLATFORM_SESSION_ID: session.id,
         ...(spec.checkpoint ? { [CHECKPOINT_DIR.env]: CHECKPOINT_DIR.inside } : {}),
+        [NOTICE_FILE.env]: NOTICE_FILE.inside,
       },
       stopGraceMs: durationMs(this.settings.stop_grace),
     };
@@ -697,6 +759,7 @@ export class WorkloadRunner {
   private async finish(sessionId: string, end: SandboxEnd): Promise<void> {
     const running = this.running.get(sessionId);
     this.running.delete(sessionId);
+    this.ending.delete(sessionId);
     this.done.add(sessionId);
     running?.disk.close();
     const at = end.at.toISOString();

@@ -111,8 +111,11 @@ export interface Sandbox {
   readonly startedAt: Date;
   /** Resolves once every process of it is gone. */
   readonly ended: Promise<SandboxEnd>;
-  /** SIGTERM to its processes, SIGKILL after the grace period; resolves once they are all gone. */
-  stop(reason: string): Promise<SandboxEnd>;
+  /**
+   * SIGTERM to its processes, SIGKILL after the grace period (`graceMs`: this stop's own, a preemption's deadline;
+   * else the daemon's `stop_grace`); resolves once they are all gone.
+   */
+  stop(reason: string, graceMs?: number): Promise<SandboxEnd>;
   /** How a renter's program enters it (entry.ts). */
   readonly entry: Entry;
 }
@@ -608,7 +611,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     clearTimeout(killTimer);
   });
 
-  const stop = (reason: string): Promise<SandboxEnd> => {
+  const stop = (reason: string, graceMs = opts.stopGraceMs): Promise<SandboxEnd> => {
     if (!stopping && child.exitCode === null && child.signalCode === null) {
       stopping = { reason };
       known = processesOf(child.pid ?? -1);
@@ -619,7 +622,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
           // Gone meanwhile, or not ours to signal (bwrap's own monitor).
         }
       }
-      killTimer = setTimeout(() => child.kill('SIGKILL'), opts.stopGraceMs);
+      killTimer = setTimeout(() => child.kill('SIGKILL'), graceMs);
     }
     return ended;
   };

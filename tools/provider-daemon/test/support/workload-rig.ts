@@ -69,12 +69,16 @@ export interface WorkloadRig {
   daemonProcess(): Promise<{ providerId: string; child: ChildProcess; exited: Promise<unknown> }>;
   /** A renter with a funded wallet. */
   renter(): Promise<Renter & { walletId: string }>;
-  /** Starts a session of `gpuCount` GPUs running `workload` (by a new renter unless one is given); its answer. */
+  /**
+   * Starts a session of `gpuCount` GPUs running `workload` (by a new renter unless one is given; `extra`: more of the
+   * start's body, a `bid`); its answer.
+   */
   start(
     providerId: string,
     gpuCount: number,
     workload: object,
     renter?: Renter & { walletId: string },
+    extra?: Record<string, unknown>,
     // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
   ): Promise<{ statusCode: number; body: string; json(): any }>;
   /** The same, expecting 201: the renter's headers, the session's ID and GPUs. */
@@ -221,7 +225,7 @@ export function useWorkloadRig(
       await rig.billing.credit(wallet.json().id, '100');
       return { id: user.id as string, headers, walletId: wallet.json().id as string };
     },
-    async start(providerId, gpuCount, workload, renter) {
+    async start(providerId, gpuCount, workload, renter, extra = {}) {
       const who = renter ?? (await rig.renter());
       return rig.billing.app.inject({
         method: 'POST',
@@ -238,6 +242,7 @@ export function useWorkloadRig(
           estimated_power_w: 0,
           accepted_hourly_rate: '100',
           workload,
+          ...extra,
         },
       });
     },

@@ -1,0 +1,87 @@
+/**
+ * A preempted interruptible session's workload, against the real auth service, registry and billing, in the real
+ * bubblewrap sandbox on a simulated 8-GPU machine: an on-demand start takes the GPUs of a bid; the daemon gives the
+ * bid's workload its notice (the file, then SIGTERM) at once, kills it at the deadline billing set
+ * (`billing.preemption_grace`, not the machine's shorter `stop_grace`) and not before, and starts the winner's
+ * workload on those GPUs only once it is gone. A link the workload planted where the notice goes is replaced, never
+ * written through.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { describe, expect, it } from 'vitest';
+import { setProviderRates } from '../../../services/billing/src/domain/pricing/index.ts';
+import { until, useWorkloadRig } from './support/workload-rig.ts';
+
+const GRACE_MS = 5000;
+const rig = useWorkloadRig({ billing: { billing: { preemption_grace: `${GRACE_MS}ms` } } });
+
+describe('a preempted workload', () => {
+  it('gets its notice and SIGTERM at once, SIGKILL at the deadline and not before; the winner runs once it is gone', {
+    timeout: 90_000,
+  }, async () => {
+    const m = await rig.machine();
+    await setProviderRates(rig.billing.ctx, UNCHECKED_PRINCIPAL, m.providerId, {
+      baseRates: {},
+      vramRatePerGbHour: null,
+      powerRatePerWattHour: null,
+      bidFloor: '0.5',
+    });
+    // Where a hostile workload points the notice's name: a path on the host, which the daemon must not write.
+    const target = join(rig.dir, `planted-${Date.now()}`);
+    const script = [
+      `ln -s '${target}' /work/.gpu-notice.json`,
+      'trap \'echo "term $(date +%s%3N)"; echo "notice $(cat "$GPU_PLATFORM_NOTICE_FILE")"\' TERM',
+      'while true; do echo "tick $(date +%s%3N)"; sleep 0.2; done',
+    ].join('\n');
+    const low = await rig.renter();
+    const bid = await rig.start(m.providerId, 8, { command: ['bash', '-c', script], max_runtime_seconds: 3600 }, low, {
+      bid: '1',
+    });
+    expect(bid.statusCode, bid.body).toBe(201);
+    const bidId = bid.json().session.id as string;
+    const runner = m.runner();
+    runner.run();
+    try {
+      await until(
+        () => rig.workloadOf(low.headers, bidId),
+        (w) => w.state === 'running',
+      );
+      // On demand, four GPUs: the whole bid (one session of eight) is taken.
+      const winner = await rig.rent(m.providerId, 4, { command: ['sh', '-c', 'echo won'], max_runtime_seconds: 60 });
+      const taken = await rig.workloadOf(low.headers, bidId);
+      expect(taken.session).toMatchObject({ status: 'completed', end_reason: 'preempted', preempted_by: winner.id });
+      expect(taken.notice).toMatchObject({ reason: 'preempted' });
+      const deadline = Date.parse(taken.notice.deadline);
+      expect(deadline - Date.parse(taken.notice.at)).toBe(GRACE_MS);
+
+      const gone = await until(
+        () => rig.workloadOf(low.headers, bidId),
+        (w) => w.state === 'stopped',
+        60_000,
+      );
+      expect(gone).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+      const out = readFileSync(join(m.runDir, bidId, 'logs', 'stdout.log'), 'utf8');
+      const term = Number(/^term (\d+)$/m.exec(out)?.[1]);
+      const notice = JSON.parse(/^notice (.*)$/m.exec(out)?.[1] ?? 'null');
+      const ticks = [...out.matchAll(/^tick (\d+)$/gm)].map((t) => Number(t[1]));
+      // The notice was there when SIGTERM came, well before the deadline; the workload ran on through its grace
+      // (a stop_grace of 500 ms would have killed it at once) and was killed at the deadline, not before.
+      expect(notice).toEqual(taken.notice);
+      expect(term).toBeLessThan(deadline - 2000);
+      expect(Math.max(...ticks)).toBeGreaterThan(deadline - 1500);
+      // The planted link was replaced, not followed.
+      expect(existsSync(target)).toBe(false);
+
+      // The winner ran on those GPUs once the preempted workload was gone: at its deadline, not before.
+      const done = await until(
+        () => rig.workloadOf(winner.headers, winner.id),
+        (w) => w.state === 'exited',
+        60_000,
+      );
+      expect(Date.parse(done.running_at)).toBeGreaterThanOrEqual(deadline);
+    } finally {
+      await runner.stop();
+    }
+  });
+});
