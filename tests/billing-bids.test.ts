@@ -7,8 +7,11 @@
  * one winner that outbid it.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
+import { createLogger, OutboxRelay } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
 import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
+import { announcePrices } from '../services/billing/src/domain/pricing/provider-rates.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
@@ -31,14 +34,20 @@ const call = (method: 'POST' | 'PUT' | 'GET', url: string, headers: Headers, pay
 
 const H100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumption: 700 };
 
-/** An 8-GPU machine at the real registry; its owner sets `floor` (null: it takes no bids). */
-async function machine(floor: string | null): Promise<string> {
+/** An 8-GPU machine at the real registry (in `location`); its owner sets `floor` (null: it takes no bids). */
+async function machine(floor: string | null, location?: string): Promise<string> {
   const { user, tokens } = await platform.verifiedUser(['provider']);
   const headers = { authorization: `Bearer ${tokens.access_token}` };
   const res = await fetch(`${platform.registryUrl}/providers`, {
     method: 'POST',
     headers: { ...headers, 'content-type': 'application/json' },
-    body: JSON.stringify(providerBody({ owner_id: user.id, gpus: Array.from({ length: 8 }, () => gpu(H100)) })),
+    body: JSON.stringify(
+      providerBody({
+        owner_id: user.id,
+        gpus: Array.from({ length: 8 }, () => gpu(H100)),
+        ...(location && { location }),
+      }),
+    ),
   });
   expect(res.status).toBe(201);
   const id = ((await res.json()) as { id: string }).id;
@@ -86,6 +95,23 @@ function start(r: Renter, machineId: string, count: number, bid: string | null, 
       ...(bid === null ? {} : { bid }),
     },
   );
+}
+
+/** A relay of billing's outbox to the real registry without NATS (its prices, its statements of leases). */
+function relayToRegistry() {
+  const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
+  const publisher = registrySessionPublisher({ ...billing.config.provider_registry, timeout: '2s' }, logger);
+  return new OutboxRelay(billing.db, publisher!, { subject: 'unused', logger });
+}
+
+/** The market's offers in `region`, busy groups too, as a renter's search answers them. */
+async function offersIn(region: string) {
+  const token = await (await platform.machineClient('service')).get();
+  const res = await fetch(`${platform.registryUrl}/offers?region=${region}&availability=any`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { provider_id: string; free_gpus: number; interruptible: unknown }[];
 }
 
 async function sessionRow(id: string) {
@@ -202,6 +228,43 @@ describe('interruptible leases at a bid', () => {
     expect((await sessionRow(rich.json().session.id)).status).toBe('active');
     expect((await sessionRow(sf.json().session.id)).status).toBe('active');
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('shows the market what a bid gets now: the floor, the GPUs a bid could take, the bid to beat', async () => {
+    const relay = relayToRegistry();
+    await announcePrices(billing.ctx);
+    const region = `bids-${randomUUID().slice(0, 8)}`;
+    const noBids = await machine(null, region);
+    const m = await machine('0.5', region);
+    await relay.flush();
+    const market = async () => {
+      await relay.flush();
+      const offers = await offersIn(region);
+      expect(offers.find((o) => o.provider_id === noBids)?.interruptible).toBeNull();
+      return offers.find((o) => o.provider_id === m);
+    };
+    expect((await market())?.interruptible).toEqual({
+      bid_floor: '0.5',
+      gpus: 8,
+      winning_bid: '0.5',
+      outbid_above: null,
+    });
+    const [a, b, c] = await Promise.all([renter(), renter(), renter()]);
+    expect((await start(a, m, 4, '1')).statusCode).toBe(201);
+    expect((await start(b, m, 4, '2')).statusCode).toBe(201);
+    // Full, at bids: no GPU free, all eight to be had by bidding above 1 (then 2).
+    expect(await market()).toMatchObject({
+      free_gpus: 0,
+      interruptible: { bid_floor: '0.5', gpus: 8, winning_bid: null, outbid_above: '1' },
+    });
+    // On demand takes the bid of 1 (four GPUs) for two: two are free again, four still held at 2.
+    expect((await start(c, m, 2, null)).statusCode).toBe(201);
+    expect((await market())?.interruptible).toEqual({
+      bid_floor: '0.5',
+      gpus: 6,
+      winning_bid: '0.5',
+      outbid_above: '2',
+    });
   });
 
   it('never holds a GPU twice and gives every preemption one winner that outbid it, under concurrent bids, on-demand starts and ends', {

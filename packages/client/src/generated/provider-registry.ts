@@ -378,6 +378,13 @@ export interface components {
         } | null;
         /** @description One message as its sender's outbox wrote it; the kinds taken: lease.held, session.completed, session.terminated, pricing.platform_rates, pricing.provider_rates */
         InboxMessage: {
+            /**
+             * @description the held GPUs interruptible sessions hold, by index: their bids per GPU-hour ({}: none, or older billing)
+             * @default {}
+             */
+            bids?: {
+                [key: string]: string;
+            };
             /** @description every GPU billing holds on the machine now (rentals and reservations); [] none */
             gpu_indices: number[];
             /** @constant */
@@ -464,6 +471,11 @@ export interface components {
                     [key: string]: string;
                 };
                 /**
+                 * @description the lowest bid per GPU-hour it takes for an interruptible rental; null: it takes no bids
+                 * @default null
+                 */
+                bid_floor?: string | null;
+                /**
                  * Format: date-time
                  * @description when billing stored these rates: older ones than held are ignored
                  */
@@ -500,6 +512,20 @@ export interface components {
             gpu_count: number;
             /** @description as the driver names the group's first GPU */
             gpu_model: string;
+            /** @description renting at a bid (POST /billing/start-session with `bid`: cheaper, taken back with notice for on-demand rentals and higher bids); null: the machine takes no bids */
+            interruptible: {
+                /** @description the lowest bid per GPU-hour the machine takes */
+                bid_floor: string;
+                /**
+                 * Format: int64
+                 * @description GPUs of the group an interruptible rental could get now: free ones, and those lower bids hold (a higher bid takes them back); 0 while the machine is not up
+                 */
+                gpus: number;
+                /** @description the lowest bid per GPU-hour holding a GPU of the group: a bid above it (and at least the floor) takes that session's GPUs back; null: none is held at a bid (or the machine is not up) */
+                outbid_above: string | null;
+                /** @description the floor while a GPU of the group is free: a bid of it wins one now; null: none is free */
+                winning_bid: string | null;
+            } | null;
             /**
              * Format: int64
              * @description the smallest group of GPUs a rental may take on the machine (its owner's setting)

@@ -4,7 +4,7 @@
  * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
  * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
  * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`; the
- * GPUs held on a machine (`{provider_id, version, gpu_indices}`); a machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<provider_id>`, its own subject.
+ * GPUs held on a machine (`{provider_id, version, gpu_indices, bids}`); a machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<provider_id>`, its own subject.
  */
 import { randomUUID } from 'node:crypto';
 import type { Outbox } from '@gpu/common';
@@ -48,10 +48,11 @@ function eventData(p: PresentContext, e: BillingEvent): object {
           base_rates: e.rates.baseRates,
           vram_rate_per_gb_hour: e.rates.vramRatePerGbHour,
           power_rate_per_watt_hour: e.rates.powerRatePerWattHour,
+          bid_floor: e.rates.bidFloor,
         },
       };
     case 'lease.held':
-      return { provider_id: e.providerId, version: e.version, gpu_indices: e.gpuIndices };
+      return { provider_id: e.providerId, version: e.version, gpu_indices: e.gpuIndices, bids: e.bids };
     default:
       return { transaction: transactionJson(e.transaction, p.scale) };
   }

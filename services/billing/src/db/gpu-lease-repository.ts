@@ -84,6 +84,18 @@ export async function heldIndices(trx: Trx, providerId: string, at: Date): Promi
   return rows.map((r) => r.gpu_index);
 }
 
+/** The machine's GPUs that interruptible sessions hold, by index: their bids per GPU-hour. */
+export async function heldBids(trx: Trx, providerId: string): Promise<Record<string, string>> {
+  const rows = await trx
+    .selectFrom('gpu_leases as l')
+    .innerJoin('rental_sessions as s', 's.id', 'l.session_id')
+    .select(['l.gpu_index', 's.bid'])
+    .where('l.provider_id', '=', providerId)
+    .where('s.bid', 'is not', null)
+    .execute();
+  return Object.fromEntries(rows.map((r) => [String(r.gpu_index), r.bid as string]));
+}
+
 /** Up to `limit` machines holding a reservation lapsed at `now`. */
 export async function machinesWithLapsedReservations(
   db: Kysely<BillingDB>,

@@ -28,6 +28,8 @@ interface AnnouncedProviderRates {
   baseRates: Record<string, string>;
   vramRatePerGbHour: string | null;
   powerRatePerWattHour: string | null;
+  /** The lowest bid per GPU-hour it takes; null: none. */
+  bidFloor: string | null;
   at: Date;
 }
 
@@ -58,7 +60,14 @@ export type BillingEvent =
    * The GPUs billing's leases hold on a machine after a change of them, by index, numbered by a version that grows with
    * each statement of the machine (domain/leases/held.ts): the registry's market keeps the newest.
    */
-  | { kind: typeof GPUS_HELD_EVENT_KIND; providerId: string; version: number; gpuIndices: number[] };
+  | {
+      kind: typeof GPUS_HELD_EVENT_KIND;
+      providerId: string;
+      version: number;
+      gpuIndices: number[];
+      /** The held GPUs that interruptible sessions hold, by index: their bids per GPU-hour. */
+      bids: Record<string, string>;
+    };
 
 /** The kinds of a session's events (its parties read them over HTTP too: GET /billing/events). */
 export type SessionEventKind = Extract<BillingEvent, { session: SessionRow }>['kind'];

@@ -82,6 +82,7 @@ export function billingMessages({ holds, market, logger }: BillingMessageDeps): 
             providerId: m.provider_id,
             version: m.version,
             gpuIndices: [...m.gpu_indices].sort((a, b) => a - b),
+            bids: m.bids,
             correlationId: meta.correlationId,
           }),
         ),

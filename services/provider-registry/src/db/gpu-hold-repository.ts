@@ -40,13 +40,14 @@ export async function storeGpuHolds(
   providerId: string,
   version: number,
   gpuIndices: readonly number[],
+  bids: Readonly<Record<string, string>> = {},
 ): Promise<{ applied: boolean; version: number; gpuIndices: number[] }> {
   const { rows } = await sql<{ version: string; gpu_indices: number[]; applied: boolean }>`
     WITH stored AS (
-      INSERT INTO gpu_holds AS h (provider_id, version, gpu_indices)
-      VALUES (${providerId}, ${version}, ${[...gpuIndices]}::integer[])
+      INSERT INTO gpu_holds AS h (provider_id, version, gpu_indices, bids)
+      VALUES (${providerId}, ${version}, ${[...gpuIndices]}::integer[], ${JSON.stringify(bids)}::jsonb)
       ON CONFLICT (provider_id) DO UPDATE SET
-        version = EXCLUDED.version, gpu_indices = EXCLUDED.gpu_indices, updated_at = now()
+        version = EXCLUDED.version, gpu_indices = EXCLUDED.gpu_indices, bids = EXCLUDED.bids, updated_at = now()
       WHERE h.version < EXCLUDED.version
       RETURNING version, gpu_indices)
     SELECT version, gpu_indices, true AS applied FROM stored

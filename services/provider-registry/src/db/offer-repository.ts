@@ -53,9 +53,35 @@ export interface OfferRow {
   observed_seconds_30d: number;
   sessions_ended: number;
   sessions_failed: number;
+  /**
+   * The group for an interruptible rental (null: the machine takes no bids): its bid floor, the GPUs a bid could
+   * get now (free, and held at bids), the floor while a GPU is free, and the lowest bid holding one.
+   */
+  interruptible: { bid_floor: string; gpus: number; winning_bid: string | null; outbid_above: string | null } | null;
   /** The sort value as text, for the next page's cursor. */
   sort_value: string;
 }
+
+/**
+ * An offer's interruptible side, from the machine's bid floor and the bids of its group's held GPUs (one row per
+ * offer the page returns): a free GPU is won at the floor; a held one by a bid above the lowest bid holding one (and
+ * at least the floor). GPUs count while the machine is up and they make at least the group the machine rents.
+ */
+const interruptibleSql = sql`(
+  SELECT jsonb_build_object(
+    'bid_floor', trim_scale(pp.bid_floor)::text,
+    'gpus', CASE WHEN o.status IN ('idle', 'busy') AND o.unrented_gpus + b.n >= o.min_gpus_per_rental
+      THEN o.unrented_gpus + b.n ELSE 0 END,
+    'winning_bid', CASE WHEN o.free_gpus > 0 THEN trim_scale(pp.bid_floor)::text END,
+    'outbid_above', CASE WHEN o.status IN ('idle', 'busy') THEN trim_scale(b.lowest)::text END)
+  FROM provider_prices pp
+  CROSS JOIN LATERAL (
+    SELECT count(*)::int AS n, min((h.bids ->> gp.idx::text)::numeric) AS lowest
+    FROM gpu_holds h JOIN gpus gp ON gp.provider_id = h.provider_id
+    WHERE h.provider_id = o.provider_id AND gp.model_name = ANY (o.model_names) AND gp.is_healthy
+      AND h.bids ? gp.idx::text
+  ) b
+  WHERE pp.provider_id = o.provider_id AND pp.bid_floor IS NOT NULL)`;
 
 /**
  * Replaces a machine's offers with those of its GPU groups (in the transaction that writes its GPUs): the groups'
@@ -182,17 +208,23 @@ export async function storePriceCard(
 export async function storeProviderPrices(
   db: Db,
   providerId: string,
-  rates: { baseRates: Record<string, string>; vramRate: string | null; powerRate: string | null },
+  rates: {
+    baseRates: Record<string, string>;
+    vramRate: string | null;
+    powerRate: string | null;
+    bidFloor?: string | null;
+  },
   occurredAt: Date,
 ): Promise<boolean> {
   const { rows } = await sql<{ provider_id: string }>`
-    INSERT INTO provider_prices (provider_id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, occurred_at)
+    INSERT INTO provider_prices
+      (provider_id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, bid_floor, occurred_at)
     SELECT id, ${JSON.stringify(rates.baseRates)}::jsonb, ${rates.vramRate}::numeric, ${rates.powerRate}::numeric,
-      ${occurredAt.toISOString()}::timestamptz
+      ${rates.bidFloor ?? null}::numeric, ${occurredAt.toISOString()}::timestamptz
     FROM providers WHERE id = ${providerId}::uuid
     ON CONFLICT (provider_id) DO UPDATE SET base_rates = EXCLUDED.base_rates,
       vram_rate_per_gb_hour = EXCLUDED.vram_rate_per_gb_hour, power_rate_per_watt_hour = EXCLUDED.power_rate_per_watt_hour,
-      occurred_at = EXCLUDED.occurred_at
+      bid_floor = EXCLUDED.bid_floor, occurred_at = EXCLUDED.occurred_at
     WHERE provider_prices.occurred_at <= EXCLUDED.occurred_at
     RETURNING provider_id`.execute(db);
   return rows.length > 0;
@@ -313,7 +345,7 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
       trim_scale(${vramPriceSql})::text AS price_per_vram_gb_hour,
       offer_price_parts(o.provider_id, o.model_key, o.avg_vram_mb, o.avg_power_w) AS price_parts,
       o.reliability, o.uptime_30d, o.observed_seconds_30d, o.sessions_ended, o.sessions_failed,
-      ${sortValue} AS sort_value
+      ${interruptibleSql} AS interruptible, ${sortValue} AS sort_value
     FROM offers o
     WHERE ${sql.join(where, sql` AND `)}
     ORDER BY ${order}

@@ -71,6 +71,8 @@ interface GpuHoldsTable {
   version: ColumnType<string, number | string, number | string>;
   /** By index in the provider's `gpus` array. */
   gpu_indices: number[];
+  /** The held GPUs interruptible sessions hold: index → bid per GPU-hour. */
+  bids: ColumnType<Record<string, string>, string | undefined, string>;
   updated_at: Timestamp;
 }
 

@@ -78,6 +78,8 @@ export interface GpuHoldsInput {
   version: number;
   /** By index in the provider's `gpus` array; empty: none held. */
   gpuIndices: readonly number[];
+  /** The held GPUs interruptible sessions hold: index → bid per GPU-hour (none: on demand all). */
+  bids?: Readonly<Record<string, string>>;
   correlationId?: string;
 }
 
@@ -133,7 +135,7 @@ export class GpuHolds {
           const locked = await lockProviderStatus(trx, providerId);
           if (locked === undefined) return undefined;
           const before = await gpuHoldsOf(trx, providerId);
-          const kept = await storeGpuHolds(trx, providerId, input.version, input.gpuIndices);
+          const kept = await storeGpuHolds(trx, providerId, input.version, input.gpuIndices, input.bids);
           // Taking GPUs can only make the machine busy, giving them back only idle: the reason says which.
           const took = kept.gpuIndices.some((i) => !before.gpuIndices.includes(i));
           const recording = this.deps.outbox.recording(took ? 'session_started' : 'session_ended', input.correlationId);

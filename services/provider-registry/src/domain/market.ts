@@ -37,6 +37,8 @@ export interface ProviderPrices {
   baseRates: Record<string, string>;
   vramRate: string | null;
   powerRate: string | null;
+  /** The lowest bid per GPU-hour it takes for an interruptible rental; null or absent: none. */
+  bidFloor?: string | null;
 }
 
 export interface MarketDeps {

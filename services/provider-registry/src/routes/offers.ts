@@ -153,6 +153,33 @@ const offerSchema = z
     price_parts: pricePartsSchema
       .nullable()
       .describe('what `price_per_gpu_hour` is made of, from the rates held now (null: billing said no prices yet)'),
+    interruptible: z
+      .object({
+        bid_floor: z.string().describe('the lowest bid per GPU-hour the machine takes'),
+        gpus: z
+          .number()
+          .int()
+          .describe(
+            'GPUs of the group an interruptible rental could get now: free ones, and those lower bids hold (a higher ' +
+              'bid takes them back); 0 while the machine is not up',
+          ),
+        winning_bid: z
+          .string()
+          .nullable()
+          .describe('the floor while a GPU of the group is free: a bid of it wins one now; null: none is free'),
+        outbid_above: z
+          .string()
+          .nullable()
+          .describe(
+            'the lowest bid per GPU-hour holding a GPU of the group: a bid above it (and at least the floor) takes ' +
+              "that session's GPUs back; null: none is held at a bid (or the machine is not up)",
+          ),
+      })
+      .nullable()
+      .describe(
+        'renting at a bid (POST /billing/start-session with `bid`: cheaper, taken back with notice for on-demand ' +
+          'rentals and higher bids); null: the machine takes no bids',
+      ),
     reliability: z.object({
       score: z.number().min(0).max(1).describe('uptime × session success, 1 while unobserved'),
       uptime_30d: z.number().min(0).max(1).nullable(),
@@ -184,6 +211,7 @@ function offerJson(o: OfferRow): z.input<typeof offerSchema> {
     price_per_gpu_hour: o.price_per_gpu_hour ?? '0',
     price_per_vram_gb_hour: o.price_per_vram_gb_hour ?? '0',
     price_parts: o.price_parts,
+    interruptible: o.interruptible,
     reliability: {
       score: Number(o.reliability),
       uptime_30d: o.uptime_30d === null ? null : Number(o.uptime_30d),

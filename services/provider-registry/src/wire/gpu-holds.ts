@@ -27,6 +27,19 @@ export const gpusHeldEventSchema = ignoringUnknownFields(
     gpu_indices: gpuIndexList.describe(
       'every GPU billing holds on the machine now (rentals and reservations); [] none',
     ),
+    bids: z
+      .record(
+        z.string().max(2).regex(/^\d{1,2}$/, 'a GPU index'),
+        z
+          .string()
+          .max(91)
+          .regex(/^\d{1,30}(\.\d{1,60})?$/, 'expected a non-negative decimal string'),
+      )
+      .refine((b) => Object.keys(b).length <= 64, 'at most 64 GPUs')
+      .default({})
+      .describe(
+        'the held GPUs interruptible sessions hold, by index: their bids per GPU-hour ({}: none, or older billing)',
+      ),
   }),
 ).describe("The GPUs billing's leases hold on a machine, as of one version");
 

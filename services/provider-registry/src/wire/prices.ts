@@ -37,6 +37,10 @@ const providerPricesSchema = ignoringUnknownFields(
     base_rates: baseRates,
     vram_rate_per_gb_hour: rate.nullable(),
     power_rate_per_watt_hour: rate.nullable(),
+    bid_floor: rate
+      .nullable()
+      .default(null)
+      .describe('the lowest bid per GPU-hour it takes for an interruptible rental; null: it takes no bids'),
   }),
 ).describe("A machine's own rates (null, or a model absent: the platform's apply)");
 
@@ -53,7 +57,12 @@ export function toPriceCard(b: PriceCardBody): PriceCard {
 }
 
 export function toProviderPrices(b: ProviderPricesBody): ProviderPrices {
-  return { baseRates: b.base_rates, vramRate: b.vram_rate_per_gb_hour, powerRate: b.power_rate_per_watt_hour };
+  return {
+    baseRates: b.base_rates,
+    vramRate: b.vram_rate_per_gb_hour,
+    powerRate: b.power_rate_per_watt_hour,
+    bidFloor: b.bid_floor,
+  };
 }
 
 /** Billing's event of the platform's card (`pricing.platform_rates`). */

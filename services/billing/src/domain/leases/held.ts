@@ -2,7 +2,8 @@
  * Billing is the one owner of which GPUs are free: its leases (`gpu_leases`) decide, and the provider registry's
  * market only shows what billing states. After every change of a machine's leases (a start, an end, a reservation
  * made, used, cancelled or lapsed) billing states the GPUs held on the machine in the change's own transaction
- * (`lease.held`, through the outbox: over NATS, or the registry's `PUT /providers/{id}/gpus-held`), numbered by a
+ * (`lease.held`, with the bids of the GPUs interruptible sessions hold, for the market's interruptible prices;
+ * through the outbox: over NATS, or the registry's `PUT /providers/{id}/gpus-held`), numbered by a
  * version that grows with each statement of the machine. The registry keeps the newest and drops older or repeated
  * ones, so redeliveries and reordering are harmless and its offers agree with billing's leases once the last
  * statement is applied.
@@ -17,6 +18,7 @@
  */
 import type { Transaction } from 'kysely';
 import {
+  heldBids,
   heldIndices,
   lockMachineGpus,
   machinesWithLapsedReservations,
@@ -40,7 +42,8 @@ export async function stateHeldGpus(
 ): Promise<void> {
   const version = await nextLeaseVersion(trx, providerId);
   const gpuIndices = await heldIndices(trx, providerId, ctx.now());
-  await ctx.events.record(trx, { kind: 'lease.held', providerId, version, gpuIndices }, correlationId);
+  const bids = await heldBids(trx, providerId);
+  await ctx.events.record(trx, { kind: 'lease.held', providerId, version, gpuIndices, bids }, correlationId);
 }
 
 /** The machines whose leases a transaction changed, to state at its end. */

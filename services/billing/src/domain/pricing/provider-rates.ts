@@ -160,6 +160,7 @@ async function announceProviderRates(
         baseRates: stored.baseRates,
         vramRatePerGbHour: stored.vramRatePerGbHour,
         powerRatePerWattHour: stored.powerRatePerWattHour,
+        bidFloor: stored.bidFloor ?? null,
         at: stored.updatedAt ?? ctx.now(),
       },
     },

@@ -17,6 +17,7 @@ import * as daemonBinding from './20250114000000_daemon_binding.ts';
 import * as gpuHolds from './20250115000000_gpu_holds.ts';
 import * as offersVramPriceIndex from './20250116000000_offers_vram_price_index.ts';
 import * as disk from './20250117000000_disk.ts';
+import * as bids from './20250118000000_bids.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -36,4 +37,5 @@ export const migrations: Record<string, Migration> = {
   '20250115000000_gpu_holds': gpuHolds,
   '20250116000000_offers_vram_price_index': offersVramPriceIndex,
   '20250117000000_disk': disk,
+  '20250118000000_bids': bids,
 };
