@@ -230,6 +230,22 @@ describe('interruptible leases at a bid', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it('takes no session it does not need: the lowest bid is spared when a higher one alone covers the need', async () => {
+    const m = await machine('0.5');
+    const [a, b, c] = await Promise.all([renter(), renter(), renter()]);
+    const one = await start(a, m, 1, '1');
+    const seven = await start(b, m, 7, '1.1');
+    expect([one.statusCode, seven.statusCode]).toEqual([201, 201]);
+    // Seven on demand: the bid of 1 (one GPU) alone is not enough, the bid of 1.1 (seven) is, so only it is taken.
+    const won = await start(c, m, 7, null);
+    expect(won.statusCode, won.body).toBe(201);
+    expect((await sessionRow(seven.json().session.id)).preempted_by).toBe(won.json().session.id);
+    expect(await sessionRow(one.json().session.id)).toMatchObject({ status: 'active', preempted_by: null });
+    // The taken session ended when the winner's lease began, not a moment later.
+    const taken = await sessionRow(seven.json().session.id);
+    expect(new Date(taken.ended_at!).getTime()).toBe(new Date(won.json().session.started_at).getTime());
+  });
+
   it('shows the market what a bid gets now: the floor, the GPUs a bid could take, the bid to beat', async () => {
     const relay = relayToRegistry();
     await announcePrices(billing.ctx);
@@ -324,10 +340,9 @@ describe('interruptible leases at a bid', () => {
     }
     for (const [winnerId, victims] of victimsOf) {
       const winner = byId.get(winnerId)!;
-      // Each victim gave the winner a GPU it needed: the victims taken before the last did not cover the need (so
-      // neither did all of them but the largest).
+      // None was taken for nothing: without any one of them (even the smallest), the rest did not cover the need.
       const gpus = victims.map((v) => v.gpu_count);
-      expect(gpus.reduce((x, y) => x + y, 0) - Math.max(...gpus)).toBeLessThan(winner.gpu_count);
+      expect(gpus.reduce((x, y) => x + y, 0) - Math.min(...gpus)).toBeLessThan(winner.gpu_count);
       for (const v of victims) {
         expect((v.gpu_indices ?? []).some((i) => (winner.gpu_indices ?? []).includes(i))).toBe(true);
       }

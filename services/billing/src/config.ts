@@ -149,6 +149,10 @@ export const billingConfigSchema = z.object({
        */
       preemption_grace: zDuration()
         .refine((d) => (parseDuration(d) ?? 5000) >= 5000, 'at least 5s: a workload needs time to save its work')
+        .refine(
+          (d) => (parseDuration(d) ?? 0) <= 120_000,
+          "at most 2m: the winner's workload waits for it (and must run within workload_start_timeout)",
+        )
         .default('30s'),
       /**
        * How long after a workload ended its daemon may still upload its logs and outputs (grants for them are

@@ -29,7 +29,10 @@ export const gpusHeldEventSchema = ignoringUnknownFields(
     ),
     bids: z
       .record(
-        z.string().max(2).regex(/^\d{1,2}$/, 'a GPU index'),
+        z
+          .string()
+          .max(2)
+          .regex(/^\d{1,2}$/, 'a GPU index'),
         z
           .string()
           .max(91)

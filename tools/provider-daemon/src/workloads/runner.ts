@@ -127,7 +127,7 @@ interface Running {
 /** How often the runner asks billing again how long each running workload is paid for. */
 const PAID_REFRESH_MS = 30_000;
 /** How long the runner waits for billing to say whether an ended session was preempted (its notice). */
-const NOTICE_ASK_MS = 5_000;
+const NOTICE_ASK_MS = 2_000;
 
 /**
  * Writes the notice into the workload's work directory (`NOTICE_FILE`, /work inside), which its user owns: under a
@@ -398,8 +398,9 @@ export class WorkloadRunner {
 
   /**
    * Stops the workload of a session billing ended. A preempted one gets its notice first: the file inside it (its
-   * deadline), then SIGTERM, and SIGKILL at the deadline billing set (`billing.preemption_grace` from the notice),
-   * whatever this machine's `stop_grace`. Asked of billing once per session; when billing cannot say, the plain stop.
+   * deadline), then SIGTERM, and SIGKILL once the grace billing set (`billing.preemption_grace`) has passed since,
+   * whatever this machine's `stop_grace`. Asked of billing once per session (2 s at most); when billing cannot say,
+   * the plain stop.
    */
   private async stopEnded(id: string, r: Running): Promise<void> {
     if (this.ending.has(id)) return;
@@ -412,7 +413,9 @@ export class WorkloadRunner {
       });
       const notice = result.data?.notice;
       if (notice) {
-        graceMs = Math.max(0, Date.parse(notice.deadline) - Date.now());
+        // The grace's length, from now: a clock of the machine's that differs from billing's neither cuts it short
+        // nor holds the winner's GPUs past it.
+        graceMs = Math.max(0, Date.parse(notice.deadline) - Date.parse(notice.at));
         writeNotice(r.disk.workDir, notice);
         this.deps.logger.info({ session_id: id, deadline: notice.deadline }, 'preempted: the workload has its notice');
       }

@@ -42,8 +42,9 @@ export interface LeaseChoice extends GpuChoice {
  *   free ones first, lowest index first, then those reserved for the renter; too few is 409 PROVIDER_NOT_AVAILABLE;
  * - a start that finds too few (`mayPreempt`) also takes the GPUs of interruptible sessions it outbids: an on-demand
  *   start outbids every bid, a bid only lower ones (never an equal one). Whole sessions, the lowest bids first (of
- *   equal bids the newest session, which loses the least work), only as many as the request still needs; the free
- *   GPUs go first, and what a taken session held beyond the need stays free.
+ *   equal bids the newest session, which loses the least work), only as many as the request still needs, and none
+ *   the others taken cover without; the free GPUs go first, and what a taken session held beyond the need stays free.
+ *   A bid never takes the renter's reserved GPUs (a reservation is on demand).
  */
 export function leasableGpus(machine: ProviderRecord, request: LeaseRequest, held: readonly HeldGpu[]): LeaseChoice {
   if (request.reservationId) {
@@ -57,18 +58,17 @@ export function leasableGpus(machine: ProviderRecord, request: LeaseRequest, hel
   const holders = new Map(held.map((h) => [h.gpu_index, h]));
   const renter = request.renterId?.toLowerCase();
   const free = group.filter((g) => !holders.has(g.index));
+  // A reservation holds on-demand GPUs: a bid does not take them.
   const reservedForRenter = group.filter((g) => {
     const h = holders.get(g.index);
-    return renter !== undefined && h?.reservation_id != null && h.user_id === renter;
+    return request.bid === undefined && renter !== undefined && h?.reservation_id != null && h.user_id === renter;
   });
   const takeable = [...free, ...reservedForRenter];
-  const preempt: string[] = [];
+  let preempt: string[] = [];
   if (takeable.length < request.gpuCount && request.mayPreempt) {
-    for (const victim of outbidSessions(group, holders, request.bid)) {
-      if (takeable.length >= request.gpuCount) break;
-      preempt.push(victim.sessionId);
-      takeable.push(...victim.gpus);
-    }
+    const taken = takenSessions(outbidSessions(group, holders, request.bid), request.gpuCount - takeable.length);
+    preempt = taken.map((v) => v.sessionId);
+    for (const v of taken) takeable.push(...v.gpus);
   }
   if (takeable.length < request.gpuCount) {
     throw billingErrors.providerNotAvailable(
@@ -83,6 +83,28 @@ export function leasableGpus(machine: ProviderRecord, request: LeaseRequest, hel
     request.estimatedPowerW,
   );
   return { ...choice, preempt };
+}
+
+/**
+ * The sessions to take for `needed` GPUs, from `outbid` (in the order they are taken): the lowest bids first until
+ * enough, then, from the highest bid taken down, any session the others cover without (never one taken for nothing).
+ */
+function takenSessions<T extends { gpus: unknown[] }>(outbid: T[], needed: number): T[] {
+  const taken: T[] = [];
+  let got = 0;
+  for (const v of outbid) {
+    if (got >= needed) break;
+    taken.push(v);
+    got += v.gpus.length;
+  }
+  for (let i = taken.length - 1; i >= 0; i--) {
+    const v = taken[i]!;
+    if (got - v.gpus.length >= needed) {
+      taken.splice(i, 1);
+      got -= v.gpus.length;
+    }
+  }
+  return taken;
 }
 
 /**

@@ -6,9 +6,11 @@
  * period, SIGKILL) and starts the new one on those GPUs once the old one is gone. The ended session names its winner
  * (`preempted_by`), so every preemption has exactly one.
  *
- * Locks, in the order every path takes them: the machine's lease lock (the caller's), the taken sessions' rows (in
- * ID order), then the wallets of their renters and of the starting renter (in ID order) before anything is posted, so
- * two starts preempting each other's renters on two machines never wait on each other.
+ * Locks: the machine's lease lock (the caller's), the taken sessions' rows (in ID order), then the wallets of their
+ * renters and of the starting renter (in ID order) before anything is posted, so two starts taking back each other's
+ * renters' sessions on two machines never deadlock. A transaction that locks the same wallets in another order (a
+ * usage batch topping up holds) may still meet one in a deadlock: PostgreSQL fails one of them, and the start is
+ * retried (start.ts).
  */
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
@@ -29,7 +31,8 @@ export async function preemptSessions(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
   sessionIds: readonly string[],
-  winner: { sessionId: string; walletId: string },
+  /** The start: its session, its renter's wallet, and its lease's time (the taken sessions end then). */
+  winner: { sessionId: string; walletId: string; at: Date },
   correlationId?: string,
 ): Promise<SessionEnd[]> {
   if (sessionIds.length === 0) return [];
@@ -46,7 +49,9 @@ export async function preemptSessions(
     // Named before the end is written, so the end's row and its event carry the winner.
     await markPreemptedBy(trx, session.id, winner.sessionId);
     const named = { ...session, preempted_by: winner.sessionId };
-    ends.push(await finishSession(ctx, trx, named, { status: 'completed', reason: PREEMPTED }, correlationId));
+    // Ended at the lease's time, not a moment later: the winner's lease never starts before their end.
+    const kind = { status: 'completed' as const, reason: PREEMPTED, at: winner.at };
+    ends.push(await finishSession(ctx, trx, named, kind, correlationId));
   }
   return ends;
 }

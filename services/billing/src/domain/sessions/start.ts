@@ -7,7 +7,7 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import { activeTraceContext, isPrivileged, type Principal, type WorkloadSpec } from '@gpu/common';
+import { activeTraceContext, isPrivileged, type Principal, type WorkloadSpec, withRetry } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { insertSession } from '../../db/session-repository.ts';
@@ -169,7 +169,13 @@ export async function startSession(
     const resources = lease ? lease.resources : declaredResources(input);
     // The sessions it outbids end now, their GPUs leased to this one below (same transaction).
     const preempted = lease
-      ? await preemptSessions(ctx, trx, lease.preempt, { sessionId: id, walletId: wallet.id }, input.correlationId)
+      ? await preemptSessions(
+          ctx,
+          trx,
+          lease.preempt,
+          { sessionId: id, walletId: wallet.id, at: now },
+          input.correlationId,
+        )
       : [];
     // Their ends noted the machine's leases changed; `leaseToSession` states them once, with this session's.
     const priced = { ...resources, providerId: input.providerId };
@@ -275,7 +281,13 @@ export async function startSession(
   };
 
   try {
-    const started = await ctx.db.transaction().execute(run);
+    // A start that takes sessions back locks their renters' wallets too; a transaction locking the same wallets in
+    // another order (a usage batch topping up holds) may meet it in a deadlock, which PostgreSQL ends by failing one:
+    // a start is retried then, from the beginning (it wrote nothing).
+    const started = await withRetry(() => ctx.db.transaction().execute(run), {
+      attempts: 3,
+      retryable: isLockConflict,
+    });
     afterPreemption(ctx, started.preempted, input.correlationId);
     return started;
   } catch (err) {
@@ -286,6 +298,12 @@ export async function startSession(
     }
     throw err;
   }
+}
+
+/** A deadlock or serialization failure: the transaction wrote nothing and may run again. */
+function isLockConflict(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return code === '40P01' || code === '40001';
 }
 
 /** Refuses a bid on a machine that takes none (its owner set no floor), or under its floor. */
