@@ -11,6 +11,7 @@ import { createLogger, OutboxRelay } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
 import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
+import { followJobs, placeJobs } from '../services/billing/src/domain/jobs/index.ts';
 import { announcePrices } from '../services/billing/src/domain/pricing/provider-rates.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
@@ -281,6 +282,83 @@ describe('interruptible leases at a bid', () => {
       winning_bid: '0.5',
       outbid_above: '2',
     });
+  });
+
+  it('places a job at a bid where it can win GPUs, and again on another machine when its attempt is taken back', async () => {
+    const relay = relayToRegistry();
+    await announcePrices(billing.ctx);
+    const region = `job-bids-${randomUUID().slice(0, 8)}`;
+    const first = await machine('0.5', region);
+    // A machine that takes no bids, and one whose floor is above the job's bid: never tried at the bid.
+    await machine(null, region);
+    await machine('5', region);
+    await relay.flush();
+    const r = await renter();
+    const submitted = await call('POST', '/billing/jobs', r.headers, {
+      wallet_id: r.walletId,
+      gpu_count: 4,
+      gpu_model: 'H100',
+      region,
+      max_price_per_gpu_hour: '100',
+      bid_per_gpu_hour: '1',
+      spend_cap: '50',
+      workload: { command: ['true'], max_runtime_seconds: 600 },
+    });
+    expect(submitted.statusCode, submitted.body).toBe(201);
+    expect(submitted.json().terms).toMatchObject({ bid_per_gpu_hour: '1' });
+    const jobId = submitted.json().id as string;
+    const settings = billing.config.jobs;
+    const jobNow = async () => (await call('GET', `/billing/jobs/${jobId}`, r.headers)).json();
+    const placedOn = async (machineId: string) => {
+      for (let i = 0; i < 50; i++) {
+        await relay.flush();
+        // A round of the placer as the background runs it: ended attempts settled, then due jobs placed.
+        await followJobs(billing.ctx, settings);
+        await placeJobs(billing.ctx, settings, { capacity: true });
+        const job = await jobNow();
+        const attempt = job.attempts.at(-1);
+        if (job.state === 'running' && attempt?.provider_id === machineId) return { job, attempt };
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`job ${jobId} was not placed on ${machineId}: ${JSON.stringify(await jobNow())}`);
+    };
+    const { attempt } = await placedOn(first);
+    expect(await sessionRow(attempt.session_id)).toMatchObject({ bid: '1', rate_source: 'bid' });
+
+    // An on-demand renter takes the whole first machine: the job's attempt ends preempted, and the job, recovering,
+    // is placed at its bid on a second machine that takes bids.
+    const taker = await renter();
+    expect((await start(taker, first, 8, null)).statusCode).toBe(201);
+    expect((await sessionRow(attempt.session_id)).end_reason).toBe('preempted');
+    const second = await machine('0.5', region);
+    const again = await placedOn(second);
+    expect(again.job.attempts.map((a: { end_reason: string | null }) => a.end_reason)).toEqual(['preempted', null]);
+    expect(await sessionRow(again.attempt.session_id)).toMatchObject({ bid: '1' });
+    // Both machines a bid of 1 could win on are full on demand now: a job at that bid with on_demand_fallback runs on
+    // demand (at up to its max price) on a machine with free GPUs; one without it waits.
+    expect((await start(taker, second, 4, null)).statusCode).toBe(201);
+    const job = (fallback: boolean) =>
+      call('POST', '/billing/jobs', r.headers, {
+        wallet_id: r.walletId,
+        gpu_count: 4,
+        gpu_model: 'H100',
+        region,
+        max_price_per_gpu_hour: '100',
+        bid_per_gpu_hour: '1',
+        on_demand_fallback: fallback,
+        spend_cap: '50',
+        workload: { command: ['true'], max_runtime_seconds: 600 },
+      });
+    const waits = await job(false);
+    const falls = await job(true);
+    await relay.flush();
+    await placeJobs(billing.ctx, settings, { capacity: true });
+    const stateOf = async (id: string) => (await call('GET', `/billing/jobs/${id}`, r.headers)).json();
+    const fell = await stateOf(falls.json().id);
+    expect(fell.state).toBe('running');
+    expect([first, second]).not.toContain(fell.attempts[0].provider_id);
+    expect(await sessionRow(fell.session_id)).toMatchObject({ bid: null, rate_source: 'platform' });
+    expect((await stateOf(waits.json().id)).state).toBe('queued');
   });
 
   it('never holds a GPU twice and gives every preemption one winner that outbid it, under concurrent bids, on-demand starts and ends', {

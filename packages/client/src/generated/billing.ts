@@ -1325,6 +1325,8 @@ export interface components {
             /** @enum {string} */
             state: "queued" | "placing" | "running" | "recovering" | "succeeded" | "failed" | "cancelled";
             terms: {
+                /** @description interruptible at this bid per GPU-hour: each attempt rents at the bid on a machine that takes bids (cheaper; an on-demand rental or a higher bid takes its GPUs back with notice, and the job is placed again, from its last checkpoint); absent: on demand */
+                bid_per_gpu_hour?: string & (unknown & unknown);
                 /**
                  * Format: int32
                  * @description how many GPUs of one machine
@@ -1341,6 +1343,8 @@ export interface components {
                  * @description every GPU has at least this VRAM (MB)
                  */
                 min_vram_mb?: number;
+                /** @description with a bid: when no machine can be had at the bid, placed on demand at up to max_price_per_gpu_hour */
+                on_demand_fallback?: boolean;
                 /** @description the machine's location, case-insensitive */
                 region?: string;
             };
@@ -1354,6 +1358,8 @@ export interface components {
         JobList: components["schemas"]["Job"][];
         /** @description A job to run: its terms (what a machine must offer), its workload (a command or an image, not idle) and its limits */
         JobSubmit: {
+            /** @description interruptible at this bid per GPU-hour: each attempt rents at the bid on a machine that takes bids (cheaper; an on-demand rental or a higher bid takes its GPUs back with notice, and the job is placed again, from its last checkpoint); absent: on demand */
+            bid_per_gpu_hour?: string & (unknown & unknown);
             /**
              * Format: int32
              * @description how many GPUs of one machine
@@ -1377,6 +1383,8 @@ export interface components {
             min_vram_mb?: number;
             /** @description a name of the renter's, shown with the job */
             name?: string;
+            /** @description with a bid: when no machine can be had at the bid, placed on demand at up to max_price_per_gpu_hour */
+            on_demand_fallback?: boolean;
             /**
              * Format: int32
              * @description end the job (`failed`, queue_timeout) if no machine took it within this long; none: it waits

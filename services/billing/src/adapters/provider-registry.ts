@@ -108,7 +108,9 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
       const query = {
         sort: 'price' as const,
         limit: q.limit,
-        min_free_gpus: q.minFreeGpus,
+        ...(q.minFreeGpus !== undefined ? { min_free_gpus: q.minFreeGpus } : {}),
+        ...(q.minGpus !== undefined ? { min_gpus: q.minGpus } : {}),
+        ...(q.availability !== undefined ? { availability: q.availability } : {}),
         ...(q.gpuModel !== undefined ? { gpu_model: q.gpuModel } : {}),
         ...(q.minVramMb !== undefined ? { min_vram: q.minVramMb } : {}),
         ...(q.maxPrice !== undefined ? { max_price: q.maxPrice } : {}),
@@ -124,6 +126,13 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         vramMb: o.vram_mb,
         pricePerGpuHour: o.price_per_gpu_hour,
         reliability: o.reliability.score,
+        interruptible: o.interruptible
+          ? {
+              bidFloor: o.interruptible.bid_floor,
+              gpus: o.interruptible.gpus,
+              outbidAbove: o.interruptible.outbid_above,
+            }
+          : null,
       }));
     },
     async anyMachineHas(q) {

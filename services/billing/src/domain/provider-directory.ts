@@ -31,7 +31,12 @@ export interface ProviderRecord {
 interface OfferQuery {
   /** Billing's model key or a driver's name (`H100`). */
   gpuModel?: string;
-  minFreeGpus: number;
+  /** At least this many free GPUs in the group (absent: any, with `availability: 'any'`). */
+  minFreeGpus?: number;
+  /** At least this many GPUs in the group, free or not. */
+  minGpus?: number;
+  /** `any`: groups with no GPU free now too (held at bids, busy). */
+  availability?: 'any';
   minVramMb?: number;
   /** Tokens per GPU-hour. */
   maxPrice?: string;
@@ -49,6 +54,11 @@ export interface MarketOffer {
   vramMb: number;
   pricePerGpuHour: string;
   reliability: number;
+  /**
+   * The group at a bid (null: the machine takes none): its floor, the GPUs a bid could get now (free, and held by
+   * bids), and the lowest bid holding one (a bid above it takes that session's GPUs; null: none held at a bid).
+   */
+  interruptible: { bidFloor: string; gpus: number; outbidAbove: string | null } | null;
 }
 
 export interface ProviderDirectory {

@@ -27,6 +27,17 @@ const termsShape = {
     .describe("a GPU model (`H100`: billing's model key, or the driver's name); any when absent"),
   min_vram_mb: z.number().int().min(0).max(10_000_000).optional().describe('every GPU has at least this VRAM (MB)'),
   max_price_per_gpu_hour: positiveAmount.describe('the most the job pays per GPU-hour (tokens)'),
+  bid_per_gpu_hour: positiveAmount
+    .optional()
+    .describe(
+      'interruptible at this bid per GPU-hour: each attempt rents at the bid on a machine that takes bids (cheaper; ' +
+        'an on-demand rental or a higher bid takes its GPUs back with notice, and the job is placed again, from its ' +
+        'last checkpoint); absent: on demand',
+    ),
+  on_demand_fallback: z
+    .boolean()
+    .optional()
+    .describe('with a bid: when no machine can be had at the bid, placed on demand at up to max_price_per_gpu_hour'),
   min_reliability: z.number().min(0).max(1).optional().describe("the machine's reliability score, at least"),
   region: z
     .string()
@@ -213,6 +224,12 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
             ctx.scale,
             'body.max_price_per_gpu_hour',
           ).toFixed(),
+          ...(b.bid_per_gpu_hour !== undefined
+            ? {
+                bid_per_gpu_hour: requestAmount(b.bid_per_gpu_hour, ctx.scale, 'body.bid_per_gpu_hour').toFixed(),
+              }
+            : {}),
+          ...(b.on_demand_fallback !== undefined ? { on_demand_fallback: b.on_demand_fallback } : {}),
           ...(b.min_reliability !== undefined ? { min_reliability: b.min_reliability } : {}),
           ...(b.region !== undefined ? { region: b.region } : {}),
         },

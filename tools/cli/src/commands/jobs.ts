@@ -35,6 +35,8 @@ interface SubmitOptions extends WorkloadOptions {
   gpuModel?: string;
   minVram?: number;
   maxPrice: string;
+  bid?: string;
+  onDemandFallback?: boolean;
   minReliability?: string;
   region?: string;
   spendCap: string;
@@ -66,6 +68,12 @@ function showJob(json: boolean, j: Job) {
     ['queue position', j.queue_position ?? ''],
     ['gpus', `${j.terms.gpu_count} × ${j.terms.gpu_model ?? 'any'}`],
     ['max price/GPU-h', tokens(j.terms.max_price_per_gpu_hour)],
+    [
+      'bid/GPU-h',
+      j.terms.bid_per_gpu_hour
+        ? `${tokens(j.terms.bid_per_gpu_hour)} (interruptible${j.terms.on_demand_fallback ? ', else on demand' : ''})`
+        : 'none (on demand)',
+    ],
     ['attempts', `${j.attempts.length} of ${j.max_attempts}`],
     ['machine', last?.provider_id ?? ''],
     ['session', j.session_id ?? ''],
@@ -129,6 +137,13 @@ export function jobCommands(program: Command) {
         megabytes('--min-vram'),
       )
       .requiredOption('--max-price <tokens>', 'the most it pays per GPU-hour', amount('--max-price'))
+      .option(
+        '--bid <tokens>',
+        'interruptible at this bid per GPU-hour, on machines that take bids: cheaper, but taken back with notice ' +
+          'for on-demand rentals and higher bids, and placed again from its last checkpoint',
+        amount('--bid'),
+      )
+      .option('--on-demand-fallback', 'with --bid: placed on demand (at up to --max-price) when no bid can win GPUs')
       .option('--min-reliability <score>', "the machine's reliability score, at least (0-1)", reliabilityScore)
       .option('--region <region>', "the machine's location")
       .requiredOption('--spend-cap <tokens>', 'the most all its attempts together may cost', amount('--spend-cap'))
@@ -166,6 +181,8 @@ export function jobCommands(program: Command) {
           ...(o.gpuModel ? { gpu_model: o.gpuModel } : {}),
           ...(o.minVram !== undefined ? { min_vram_mb: o.minVram } : {}),
           max_price_per_gpu_hour: o.maxPrice,
+          ...(o.bid ? { bid_per_gpu_hour: o.bid } : {}),
+          ...(o.onDemandFallback ? { on_demand_fallback: true } : {}),
           ...(o.minReliability !== undefined ? { min_reliability: Number(o.minReliability) } : {}),
           ...(o.region ? { region: o.region } : {}),
           spend_cap: o.spendCap,

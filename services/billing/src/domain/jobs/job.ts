@@ -20,6 +20,10 @@ export interface JobTerms {
   min_vram_mb?: number;
   /** The most the job pays per GPU-hour (tokens, exact decimal). */
   max_price_per_gpu_hour: string;
+  /** Interruptible at this bid per GPU-hour (its attempts may be taken back and placed again); absent: on demand. */
+  bid_per_gpu_hour?: string;
+  /** With a bid: placed on demand (at up to `max_price_per_gpu_hour`) when no machine can be had at the bid. */
+  on_demand_fallback?: boolean;
   min_reliability?: number;
   region?: string;
 }

@@ -71,6 +71,8 @@ const NO_GPUS = 'PROVIDER_NOT_AVAILABLE';
 /** Errors of a start that mean "not this machine": the next offer is tried. */
 const NEXT_OFFER = new Set([
   'PRICE_NOT_ACCEPTED',
+  'BIDS_NOT_ACCEPTED',
+  'BID_BELOW_FLOOR',
   'PROVIDER_NOT_AVAILABLE',
   'PROVIDER_NOT_FOUND',
   'GPU_GROUP_TOO_SMALL',
@@ -185,34 +187,26 @@ async function placeJob(
     return false;
   }
   const terms = job.terms as JobTerms;
-  const offers = await ctx
-    .providers!.offers({
-      gpuModel: terms.gpu_model,
-      minFreeGpus: terms.gpu_count,
-      minVramMb: terms.min_vram_mb,
-      maxPrice: terms.max_price_per_gpu_hour,
-      minReliability: terms.min_reliability,
-      region: terms.region,
-      limit: 20,
-    })
-    .catch(async (err: unknown) => {
-      // Terms the registry's market refuses to search: waiting mends nothing.
-      if (err instanceof AppError && err.kind === 'invalid') {
-        await finish(ctx, job.id, until, `${err.code}: ${err.message}`);
-        return null;
-      }
-      throw err;
-    });
+  const offers = await candidates(ctx, terms).catch(async (err: unknown) => {
+    // Terms the registry's market refuses to search: waiting mends nothing.
+    if (err instanceof AppError && err.kind === 'invalid') {
+      await finish(ctx, job.id, until, `${err.code}: ${err.message}`);
+      return null;
+    }
+    throw err;
+  });
   if (offers === null) return false;
   const failedOn = new Set((await attemptsOf(ctx.db, [job.id])).map((a) => a.provider_id));
-  // Machines that failed the job last (a stable sort: cheapest first within each group).
-  const ordered = [...offers].sort((a, b) => Number(failedOn.has(a.providerId)) - Number(failedOn.has(b.providerId)));
+  // Machines that failed the job last (a stable sort: in the candidates' order within each group).
+  const ordered = [...offers].sort(
+    (a, b) => Number(failedOn.has(a.offer.providerId)) - Number(failedOn.has(b.offer.providerId)),
+  );
   let why = offers.length === 0 ? 'no offer meets its terms now' : '';
   let tried = 0;
   let skipped = 0;
   /** Offers whose first minute costs more than what is left of the job's spend cap. */
   let capShort = 0;
-  for (const offer of ordered) {
+  for (const { offer, bid } of ordered) {
     if (tried === TRIES) break;
     if (!capacity.take(offer, terms.gpu_count)) {
       skipped += 1;
@@ -239,7 +233,8 @@ async function placeJob(
           gpuCount: terms.gpu_count,
           requestedVramMb: terms.min_vram_mb ?? 0,
           estimatedPowerW: 0,
-          acceptedHourlyRate: new Dec(terms.max_price_per_gpu_hour).mul(terms.gpu_count).toFixed(),
+          acceptedHourlyRate: new Dec(bid ?? terms.max_price_per_gpu_hour).mul(terms.gpu_count).toFixed(),
+          ...(bid ? { bid: new Dec(bid) } : {}),
           spendCap: left,
           workload: job.workload as never,
           // In the start's own transaction, first: the session is written only while this placement holds the job
@@ -298,6 +293,50 @@ async function placeJob(
 
 const offerText = (o: MarketOffer) =>
   `machine ${o.providerId} (${o.freeGpus} free ${o.modelKey}, ${o.pricePerGpuHour})`;
+
+/** An offer to try, and the bid to start at there (absent: on demand). */
+interface Candidate {
+  offer: MarketOffer;
+  bid?: string;
+}
+
+/**
+ * The offers to try for the job, in order. On demand: the market's offers with enough free GPUs at its price, cheapest
+ * first. At a bid: the groups of machines that take it (their floor at most the bid) where it could get the GPUs, free
+ * ones first (nothing taken back), then those whose lowest held bid is lowest; each offered with the GPUs a bid could
+ * get there (what the round counts). With `on_demand_fallback`, the on-demand offers follow.
+ */
+async function candidates(ctx: BillingContext, terms: JobTerms): Promise<Candidate[]> {
+  const common = {
+    gpuModel: terms.gpu_model,
+    minVramMb: terms.min_vram_mb,
+    minReliability: terms.min_reliability,
+    region: terms.region,
+  };
+  const onDemand = async () =>
+    (
+      await ctx.providers!.offers({
+        ...common,
+        minFreeGpus: terms.gpu_count,
+        maxPrice: terms.max_price_per_gpu_hour,
+        limit: 20,
+      })
+    ).map((offer): Candidate => ({ offer }));
+  const bid = terms.bid_per_gpu_hour;
+  if (bid === undefined) return onDemand();
+  const atBid = (
+    await ctx.providers!.offers({ ...common, minGpus: terms.gpu_count, availability: 'any', limit: 50 })
+  ).flatMap((o) => {
+    const i = o.interruptible;
+    if (!i || new Dec(i.bidFloor).gt(bid) || i.gpus < terms.gpu_count) return [];
+    const free = o.freeGpus >= terms.gpu_count;
+    if (!free && !(i.outbidAbove !== null && new Dec(bid).gt(i.outbidAbove))) return [];
+    return [{ offer: { ...o, freeGpus: i.gpus }, bid, free, above: new Dec(i.outbidAbove ?? 0) }];
+  });
+  atBid.sort((a, b) => Number(b.free) - Number(a.free) || a.above.comparedTo(b.above));
+  const tried = atBid.map(({ offer }): Candidate => ({ offer, bid }));
+  return terms.on_demand_fallback ? [...tried, ...(await onDemand())] : tried;
+}
 
 /**
  * Settles the job's attempts not settled yet (follow.ts `settleAttempt`); the job as it is then, or null when this
