@@ -187,6 +187,22 @@ describe('interruptible leases at a bid', () => {
     expect(Number(record.provider_earnings) + Number(record.platform_fee)).toBeCloseTo(Number(record.total_cost), 9);
     const renterA = await call('GET', `/wallet/${a!.walletId}/balance`, a!.headers);
     expect(renterA.json().locked).toBe('0.000000');
+    // In the audit trail, in the start's own transaction: who took whose session, at what bids, billed what.
+    const trail = await billing.db
+      .selectFrom('audit_events')
+      .selectAll()
+      .where('action', '=', 'session_preempted')
+      .where('target', '=', `session:${sa.json().session.id}`)
+      .execute();
+    expect(trail).toHaveLength(1);
+    expect(trail[0]).toMatchObject({ actor_id: c!.userId, outcome: 'succeeded' });
+    expect(trail[0]!.details).toMatchObject({
+      preempted_by: sc.json().session.id,
+      bid: '1',
+      winning_bid: '1.5',
+      billed_minutes: 1,
+      total_cost: record.total_cost,
+    });
 
     // A bid of 1.2 outbids nobody now (1.5 and 2 hold everything): refused, nothing taken, nothing charged.
     const sd = await start(d!, m, 2, '1.2');

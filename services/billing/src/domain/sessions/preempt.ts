@@ -12,7 +12,8 @@
  * usage batch topping up holds) may still meet one in a deadlock: PostgreSQL fails one of them, and the start is
  * retried (start.ts).
  */
-import type { Transaction } from 'kysely';
+import { appendAudit, auditActor, type Principal } from '@gpu/common';
+import type { Kysely, Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { findSession, markPreemptedBy } from '../../db/session-repository.ts';
 import type { BillingContext } from '../context.ts';
@@ -31,8 +32,11 @@ export async function preemptSessions(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
   sessionIds: readonly string[],
-  /** The start: its session, its renter's wallet, and its lease's time (the taken sessions end then). */
-  winner: { sessionId: string; walletId: string; at: Date },
+  /**
+   * The start: its session, its renter's wallet, its lease's time (the taken sessions end then), its bid (absent: on
+   * demand) and who asked for it (the audit trail's actor).
+   */
+  winner: { sessionId: string; walletId: string; at: Date; bid?: string; actor: Principal },
   correlationId?: string,
 ): Promise<SessionEnd[]> {
   if (sessionIds.length === 0) return [];
@@ -51,7 +55,24 @@ export async function preemptSessions(
     const named = { ...session, preempted_by: winner.sessionId };
     // Ended at the lease's time, not a moment later: the winner's lease never starts before their end.
     const kind = { status: 'completed' as const, reason: PREEMPTED, at: winner.at };
-    ends.push(await finishSession(ctx, trx, named, kind, correlationId));
+    const end = await finishSession(ctx, trx, named, kind, correlationId);
+    ends.push(end);
+    // In the trail, with the end it records: whose session, taken for whom, at what bids, billed what.
+    await appendAudit(trx as Kysely<BillingDB>, {
+      action: 'session_preempted',
+      actor: auditActor(winner.actor),
+      target: `session:${session.id}`,
+      details: {
+        preempted_by: winner.sessionId,
+        provider_id: session.provider_id,
+        renter_id: session.user_id,
+        bid: session.bid,
+        winning_bid: winner.bid ?? null,
+        billed_minutes: end.billingRecord.billed_minutes,
+        total_cost: end.billingRecord.total_cost,
+      },
+      requestId: correlationId ?? null,
+    });
   }
   return ends;
 }

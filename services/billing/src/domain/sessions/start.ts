@@ -173,7 +173,7 @@ export async function startSession(
           ctx,
           trx,
           lease.preempt,
-          { sessionId: id, walletId: wallet.id, at: now },
+          { sessionId: id, walletId: wallet.id, at: now, bid: input.bid?.toFixed(), actor: input.actor },
           input.correlationId,
         )
       : [];
