@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # `pnpm bench <name>`: starts the real servers (as for the tests), runs the
 # named benchmark, which writes its section of docs/benchmarks.md.
-#   names: storage, storage-listing, auth, registry, billing, billing-usage, gateway, workloads, reach, jobs, startup
+#   names: storage, storage-listing, auth, registry, billing, billing-usage, gateway, workloads, reach, jobs, spot, startup
 # `billing` runs the ledger benchmark, then the usage one; `billing-usage` the usage one alone.
 # `startup` times `pnpm start` itself, which brings its own servers: no test servers for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() {
   cat <<'USAGE'
-usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|gateway|workloads|reach|jobs|startup> [args]
+usage: pnpm bench <storage|storage-listing|auth|registry|billing|billing-usage|gateway|workloads|reach|jobs|spot|startup> [args]
 
 Starts the real test servers (as for the tests; not for startup), runs the named benchmark and writes its section
 of docs/benchmarks.md (BENCH_ONLY=1: prints it). `pnpm bench <name> --help` says what one measures and takes.
@@ -27,6 +27,7 @@ bench_file() {
     workloads) echo tools/provider-daemon/bench/workloads.ts ;;
     reach) echo tools/provider-daemon/bench/reach.ts ;;
     jobs) echo tools/provider-daemon/bench/jobs.ts ;;
+    spot) echo tools/provider-daemon/bench/spot.ts ;;
     startup) echo scripts/bench-startup.ts ;;
     *) return 1 ;;
   esac

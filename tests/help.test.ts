@@ -67,6 +67,7 @@ describe('--help', () => {
     'workloads',
     'reach',
     'jobs',
+    'spot',
     'startup',
   ];
   it('pnpm bench <name> --help says what each benchmark measures, exit 0, running none', {
