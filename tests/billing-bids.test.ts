@@ -310,21 +310,26 @@ describe('interruptible leases at a bid', () => {
     await machine('5', region);
     await relay.flush();
     const r = await renter();
-    const submitted = await call('POST', '/billing/jobs', r.headers, {
-      wallet_id: r.walletId,
-      gpu_count: 4,
-      gpu_model: 'H100',
-      region,
-      max_price_per_gpu_hour: '100',
-      bid_per_gpu_hour: '1',
-      spend_cap: '50',
-      workload: { command: ['true'], max_runtime_seconds: 600 },
-    });
+    // A job of 4 H100s in the region at a bid of 1 (its max price on demand: 100).
+    const submitJob = (terms: Record<string, unknown> = {}) =>
+      call('POST', '/billing/jobs', r.headers, {
+        wallet_id: r.walletId,
+        gpu_count: 4,
+        gpu_model: 'H100',
+        region,
+        max_price_per_gpu_hour: '100',
+        bid_per_gpu_hour: '1',
+        spend_cap: '50',
+        workload: { command: ['true'], max_runtime_seconds: 600 },
+        ...terms,
+      });
+    const jobOf = async (id: string) => (await call('GET', `/billing/jobs/${id}`, r.headers)).json();
+    const submitted = await submitJob();
     expect(submitted.statusCode, submitted.body).toBe(201);
     expect(submitted.json().terms).toMatchObject({ bid_per_gpu_hour: '1' });
     const jobId = submitted.json().id as string;
     const settings = billing.config.jobs;
-    const jobNow = async () => (await call('GET', `/billing/jobs/${jobId}`, r.headers)).json();
+    const jobNow = () => jobOf(jobId);
     const placedOn = async (machineId: string) => {
       for (let i = 0; i < 50; i++) {
         await relay.flush();
@@ -353,28 +358,15 @@ describe('interruptible leases at a bid', () => {
     // Both machines a bid of 1 could win on are full on demand now: a job at that bid with on_demand_fallback runs on
     // demand (at up to its max price) on a machine with free GPUs; one without it waits.
     expect((await start(taker, second, 4, null)).statusCode).toBe(201);
-    const job = (fallback: boolean) =>
-      call('POST', '/billing/jobs', r.headers, {
-        wallet_id: r.walletId,
-        gpu_count: 4,
-        gpu_model: 'H100',
-        region,
-        max_price_per_gpu_hour: '100',
-        bid_per_gpu_hour: '1',
-        on_demand_fallback: fallback,
-        spend_cap: '50',
-        workload: { command: ['true'], max_runtime_seconds: 600 },
-      });
-    const waits = await job(false);
-    const falls = await job(true);
+    const waits = await submitJob({ on_demand_fallback: false });
+    const falls = await submitJob({ on_demand_fallback: true });
     await relay.flush();
     await placeJobs(billing.ctx, settings, { capacity: true });
-    const stateOf = async (id: string) => (await call('GET', `/billing/jobs/${id}`, r.headers)).json();
-    const fell = await stateOf(falls.json().id);
+    const fell = await jobOf(falls.json().id);
     expect(fell.state).toBe('running');
     expect([first, second]).not.toContain(fell.attempts[0].provider_id);
     expect(await sessionRow(fell.session_id)).toMatchObject({ bid: null, rate_source: 'platform' });
-    expect((await stateOf(waits.json().id)).state).toBe('queued');
+    expect((await jobOf(waits.json().id)).state).toBe('queued');
   });
 
   it('never holds a GPU twice and gives every preemption one winner that outbid it, under concurrent bids, on-demand starts and ends', {

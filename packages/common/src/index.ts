@@ -96,7 +96,7 @@ export {
   type RateLimitTable,
   type RateRule,
 } from './db/rate-limiter.ts';
-export { isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
+export { isLockConflict, isTransientDbError, type RetryOptions, withRetry } from './db/retry.ts';
 export {
   auditTrailExposure,
   grantServiceRoles,

@@ -10,10 +10,18 @@ export interface RetryOptions {
 
 const SERIALIZATION_CODES = new Set(['40001', '40P01']);
 
+/**
+ * A deadlock or serialization failure: PostgreSQL rolled the transaction (or statement) back, so running it again
+ * cannot apply it twice.
+ */
+export function isLockConflict(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' && SERIALIZATION_CODES.has(code);
+}
+
 /** Connection loss, a server shutting down, a serialization failure or a deadlock. */
 export function isTransientDbError(err: unknown): boolean {
-  const code = (err as { code?: unknown })?.code;
-  return (typeof code === 'string' && SERIALIZATION_CODES.has(code)) || isDependencyDown(err);
+  return isLockConflict(err) || isDependencyDown(err);
 }
 
 export async function withRetry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions = {}): Promise<T> {

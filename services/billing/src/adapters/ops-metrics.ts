@@ -28,29 +28,31 @@ export function opsMetrics(ctx: BillingContext): Metric[] {
     });
   const count = async (query: ReturnType<typeof sql<{ n: string | number }>>) =>
     Number((await query.execute(ctx.db)).rows[0]?.n ?? 0);
-  let shownHours = 0;
-  let shownPreemptions = 0;
+  // A tally the context keeps in memory as it works (it only grows): the counter catches up to it at each scrape.
+  const fromState = (name: string, help: string, read: () => number) => {
+    let shown = 0;
+    return new Counter({
+      name,
+      help,
+      registers: [],
+      collect() {
+        const now = read();
+        if (now > shown) this.inc(now - shown);
+        shown = Math.max(shown, now);
+      },
+    });
+  };
   return [
-    new Counter({
-      name: 'billing_gpu_hours_billed_total',
-      help: 'GPU-hours billed by this instance (each session: its billed minutes × its GPUs / 60) since it started',
-      registers: [],
-      collect() {
-        // The context counts GPU-minutes as sessions are billed; the counter catches up to it at each scrape.
-        const hours = ctx.state.gpuMinutesBilled / 60;
-        if (hours > shownHours) this.inc(hours - shownHours);
-        shownHours = Math.max(shownHours, hours);
-      },
-    }),
-    new Counter({
-      name: 'billing_preemptions_total',
-      help: 'interruptible sessions whose GPUs a higher bid or an on-demand start of this instance took back',
-      registers: [],
-      collect() {
-        if (ctx.state.preemptions > shownPreemptions) this.inc(ctx.state.preemptions - shownPreemptions);
-        shownPreemptions = Math.max(shownPreemptions, ctx.state.preemptions);
-      },
-    }),
+    fromState(
+      'billing_gpu_hours_billed_total',
+      'GPU-hours billed by this instance (each session: its billed minutes × its GPUs / 60) since it started',
+      () => ctx.state.gpuMinutesBilled / 60,
+    ),
+    fromState(
+      'billing_preemptions_total',
+      'interruptible sessions whose GPUs a higher bid or an on-demand start of this instance took back',
+      () => ctx.state.preemptions,
+    ),
     fromDb('billing_sessions_running', 'rental sessions active or in their grace period', () =>
       count(sql`SELECT count(*) AS n FROM rental_sessions WHERE status IN ('active', 'grace_period')`),
     ),

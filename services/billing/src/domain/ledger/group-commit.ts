@@ -24,7 +24,7 @@
  * deadlock or serialization failure, after which nothing was written, is tried
  * again.
  */
-import { GroupCommit, type GroupCommitStats, withRetry } from '@gpu/common';
+import { GroupCommit, type GroupCommitStats, isLockConflict, withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import {
   postLedgerGroups,
@@ -190,10 +190,4 @@ function outcomes(groups: TransferRow[][], refused: Awaited<ReturnType<typeof po
 function isStatementError(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|40|53|55|57|58|XX)/.test(code);
-}
-
-/** A deadlock or serialization failure: the statement was rolled back, so trying again cannot post twice. */
-function isLockConflict(err: unknown): boolean {
-  const code = (err as { code?: unknown })?.code;
-  return code === '40P01' || code === '40001';
 }

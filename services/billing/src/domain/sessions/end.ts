@@ -74,13 +74,22 @@ export async function endSession(
     await stateNotedLeases(ctx, trx, correlationId);
     return ended;
   });
-  // The provider's earnings, committed: paid out now when the provider asked for automatic payouts.
-  if (!end.alreadyEnded && new Dec(end.billingRecord.provider_earnings).gt(0)) {
-    void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
-  }
-  // Its GPUs are free, and a job it ran is settled: the jobs round runs now.
-  if (!end.alreadyEnded) ctx.state.wakeJobs('capacity');
+  afterSessionsEnded(ctx, [end], correlationId);
   return end;
+}
+
+/** What follows sessions' ends once committed (those that had ended before are left out). */
+export function afterSessionsEnded(ctx: BillingContext, ends: readonly SessionEnd[], correlationId?: string): void {
+  const ended = ends.filter((e) => !e.alreadyEnded);
+  if (ended.length === 0) return;
+  // The providers' earnings, committed: paid out now when a provider asked for automatic payouts.
+  for (const end of ended) {
+    if (new Dec(end.billingRecord.provider_earnings).gt(0)) {
+      void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
+    }
+  }
+  // Their GPUs are free, and a job one ran is settled (or placed again): the jobs round runs now.
+  ctx.state.wakeJobs('capacity');
 }
 
 /**

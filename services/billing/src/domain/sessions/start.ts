@@ -7,7 +7,14 @@
  * starts on one wallet serialise on the account locks and never overdraw.
  */
 import { randomUUID } from 'node:crypto';
-import { activeTraceContext, isPrivileged, type Principal, type WorkloadSpec, withRetry } from '@gpu/common';
+import {
+  activeTraceContext,
+  isLockConflict,
+  isPrivileged,
+  type Principal,
+  type WorkloadSpec,
+  withRetry,
+} from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { insertSession } from '../../db/session-repository.ts';
@@ -28,9 +35,9 @@ import {
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
 import { bidRates, costOfHours, costOfMinutes, findProviderRates, formatRate, ratesFor } from '../pricing/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
-import { findWalletByOwner, nudgeAutoPayout, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
+import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
 import { capDeadline } from './clock.ts';
-import type { SessionEnd } from './end.ts';
+import { afterSessionsEnded, type SessionEnd } from './end.ts';
 import { preemptSessions } from './preempt.ts';
 import type { SessionRow } from './session.ts';
 
@@ -300,12 +307,6 @@ export async function startSession(
   }
 }
 
-/** A deadlock or serialization failure: the transaction wrote nothing and may run again. */
-function isLockConflict(err: unknown): boolean {
-  const code = (err as { code?: unknown })?.code;
-  return code === '40P01' || code === '40001';
-}
-
 /** Refuses a bid on a machine that takes none (its owner set no floor), or under its floor. */
 async function assertBidTaken(trx: Transaction<BillingDB>, providerId: string, bid: Dec): Promise<void> {
   const floor = (await findProviderRates(trx, providerId))?.bidFloor ?? null;
@@ -313,17 +314,10 @@ async function assertBidTaken(trx: Transaction<BillingDB>, providerId: string, b
   if (bid.lt(floor)) throw billingErrors.bidBelowFloor(providerId, bid.toFixed(), new Dec(floor).toFixed());
 }
 
-/** What follows the preemptions of a committed start: counted, their earnings paid out, the jobs round woken. */
+/** What follows the preemptions of a committed start: counted, and what follows any end. */
 function afterPreemption(ctx: BillingContext, ends: SessionEnd[], correlationId?: string): void {
-  if (ends.length === 0) return;
   ctx.state.preemptions += ends.length;
-  for (const end of ends) {
-    if (new Dec(end.billingRecord.provider_earnings).gt(0)) {
-      void nudgeAutoPayout(ctx, end.session.provider_wallet_id, correlationId);
-    }
-  }
-  // A job whose attempt was preempted is placed again.
-  ctx.state.wakeJobs('capacity');
+  afterSessionsEnded(ctx, ends, correlationId);
 }
 
 /** The active trace context as `rental_sessions.trace_context` stores it (null: tracing off). */
