@@ -127,7 +127,7 @@ function exportedMetrics(): Set<string> {
           names.add(`${m[1]}_outbox_oldest_seconds`);
         }
         if (!text.includes("from 'prom-client'")) continue;
-        for (const m of text.matchAll(/(?:name:|fromDb\(|gauge\()\s*'([a-z_:]+)'/g)) names.add(m[1]!);
+        for (const m of text.matchAll(/(?:name:|fromDb\(|fromState\(|gauge\()\s*'([a-z_:]+)'/g)) names.add(m[1]!);
       }
     }
   };
