@@ -300,6 +300,83 @@ describe('interruptible leases at a bid', () => {
     });
   });
 
+  it('changes a running bid: a raise keeps the GPUs from a bid it now beats, the market moves, each minute is billed at the highest bid in force', async () => {
+    const relay = relayToRegistry();
+    await announcePrices(billing.ctx);
+    const region = `bid-change-${randomUUID().slice(0, 8)}`;
+    const m = await machine('0.5', region);
+    const [a, b, c] = await Promise.all([renter(), renter(), renter()]);
+    const sa = await start(a, m, 4, '1');
+    const sb = await start(b, m, 4, '2');
+    expect([sa.statusCode, sb.statusCode]).toEqual([201, 201]);
+    const aId = sa.json().session.id as string;
+    const bidOn = (r: Renter, id: string, bid: string) =>
+      call('POST', `/billing/sessions/${id}/bid`, r.headers, { bid });
+
+    // The renter raises 1 to 3: the session now outbids the 2, and the market's bid to beat is 2.
+    const raised = await bidOn(a, aId, '3');
+    expect(raised.statusCode, raised.body).toBe(200);
+    expect(raised.json()).toMatchObject({ id: aId, bid: '3.000000', status: 'active' });
+    expect(raised.json().rates).toMatchObject({ base_rate_per_gpu: '3.000000', total_hourly_rate: '12.000000' });
+    await relay.flush();
+    const offer = (await offersIn(region)).find((o) => o.provider_id === m);
+    expect(offer?.interruptible).toMatchObject({ outbid_above: '2' });
+    // A bid of 2.5 for four GPUs takes the 2's, not the raised session's.
+    const sc = await start(c, m, 4, '2.5');
+    expect(sc.statusCode, sc.body).toBe(201);
+    expect((await sessionRow(sb.json().session.id)).preempted_by).toBe(sc.json().session.id);
+    expect((await sessionRow(aId)).status).toBe('active');
+
+    // Refused, changing nothing: under the floor, zero, an on-demand session, someone else's (the provider's owner
+    // included), an ended one (a preemption is final: no raise undoes it).
+    const low = await bidOn(a, aId, '0.4');
+    expect(low.statusCode, low.body).toBe(409);
+    expect(low.json()).toMatchObject({ code: 'BID_BELOW_FLOOR', bid_floor: '0.5' });
+    expect((await bidOn(a, aId, '0')).statusCode).toBe(400);
+    const onDemand = await start(c, await machine('0.5'), 1, null);
+    expect(onDemand.statusCode, onDemand.body).toBe(201);
+    const notBid = await bidOn(c, onDemand.json().session.id, '1');
+    expect(notBid.statusCode, notBid.body).toBe(409);
+    expect(notBid.json().code).toBe('SESSION_NOT_INTERRUPTIBLE');
+    expect((await bidOn(b, aId, '9')).statusCode).toBe(403);
+    const ended = await bidOn(b, sb.json().session.id, '9');
+    expect(ended.statusCode, ended.body).toBe(409);
+    expect(ended.json().code).toBe('SESSION_NOT_ACTIVE');
+    expect((await sessionRow(aId)).bid).toBe('3');
+    // The same bid again changes nothing (no second audit event).
+    expect((await bidOn(a, aId, '3')).statusCode).toBe(200);
+    const trail = await billing.db
+      .selectFrom('audit_events')
+      .selectAll()
+      .where('action', '=', 'session_bid_changed')
+      .where('target', '=', `session:${aId}`)
+      .execute();
+    expect(trail).toHaveLength(1);
+    expect(trail[0]!.details).toMatchObject({ bid: '3', previous_bid: '1', provider_id: m });
+
+    // Billed by minute: 10.5 minutes at 1 per GPU-hour, then raised to 3 (the 11th minute at 3) and ended at once.
+    const d = await renter();
+    const m2 = await machine('0.5');
+    const sd = await start(d, m2, 2, '1');
+    const dId = sd.json().session.id as string;
+    // As if it had started 10.5 minutes ago (a session without a workload is billed from its start).
+    await billing.db
+      .updateTable('rental_sessions')
+      .set({ started_at: new Date(Date.now() - 10.5 * 60_000) })
+      .where('id', '=', dId)
+      .execute();
+    const up = await bidOn(d, dId, '3');
+    expect(up.json().rate_segments).toEqual([
+      { from_minute: 0, hourly_rate: '2.000000', bid: '1.000000' },
+      { from_minute: 10, hourly_rate: '6.000000', bid: '3.000000' },
+    ]);
+    const end = await call('POST', '/billing/end-session', d.headers, { session_id: dId });
+    expect(end.statusCode, end.body).toBe(200);
+    // 10 minutes at 2 an hour (0.333333) and one at 6 (0.1).
+    expect(end.json().billing_record).toMatchObject({ billed_minutes: 11, total_cost: '0.433333' });
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
   it('places a job at a bid where it can win GPUs, and again on another machine when its attempt is taken back', async () => {
     const relay = relayToRegistry();
     await announcePrices(billing.ctx);
@@ -374,30 +451,61 @@ describe('interruptible leases at a bid', () => {
   }, async () => {
     const m = await machine('0.1');
     const renters = await Promise.all(Array.from({ length: 24 }, () => renter('5000')));
-    const started: { id: string; by: Renter }[] = [];
-    // Rounds of everyone at once: each renter starts 1 to 4 GPUs, on demand or at a bid, or ends what it started.
+    const started: { id: string; by: Renter; bid: boolean }[] = [];
+    let bidChanges = 0;
+    /** A raise or a cut of a session's bid (refused once that session was taken back or ended). */
+    const changeBid = async (r: Renter, id: string) => {
+      const bid = (0.1 + Math.floor(next() * 20) / 10).toFixed(1);
+      const changed = await call('POST', `/billing/sessions/${id}/bid`, r.headers, { bid });
+      if (changed.statusCode === 200) bidChanges++;
+      return changed.statusCode;
+    };
+    // Rounds of everyone at once: each renter starts 1 to 4 GPUs, on demand or at a bid, changes one of its bids, or
+    // ends what it started.
     let seed = 7;
     const next = () => {
       seed = (seed * 1103515245 + 12345) % 2 ** 31;
       return seed / 2 ** 31;
     };
-    for (let round = 0; round < 8; round++) {
+    for (let round = 0; round < 12; round++) {
+      const live = new Set(
+        (
+          await billing.db
+            .selectFrom('rental_sessions')
+            .select('id')
+            .where('provider_id', '=', m)
+            .where('status', '=', 'active')
+            .execute()
+        ).map((s) => s.id),
+      );
       const answers = await Promise.all(
         renters.map(async (r, i) => {
           const roll = next();
-          const mine = started.filter((x) => x.by === r);
-          if (roll < 0.2 && mine.length > 0) {
-            const { id } = mine[Math.floor(next() * mine.length)]!;
+          const mine = started.filter((x) => x.by === r && live.has(x.id));
+          // On-demand rentals end sooner than bids (else they fill the machine and nothing is bid for).
+          const mineOnDemand = mine.filter((x) => !x.bid);
+          if ((roll < 0.2 && mine.length > 0) || (roll < 0.5 && mineOnDemand.length > 0)) {
+            const pool = roll < 0.2 ? mine : mineOnDemand;
+            const { id } = pool[Math.floor(next() * pool.length)]!;
             const ended = await call('POST', '/billing/end-session', r.headers, { session_id: id });
             return ended.statusCode;
           }
-          const bid = roll < 0.35 ? null : (0.1 + Math.floor(next() * 20) / 10).toFixed(1);
+          const mineAtBids = mine.filter((x) => x.bid && live.has(x.id));
+          if (roll < 0.7 && mineAtBids.length > 0) {
+            return changeBid(r, mineAtBids[Math.floor(next() * mineAtBids.length)]!.id);
+          }
+          const bid = roll < 0.3 ? null : (0.1 + Math.floor(next() * 20) / 10).toFixed(1);
           const res = await start(r, m, 1 + ((i + round) % 4), bid);
-          if (res.statusCode === 201) started.push({ id: res.json().session.id, by: r });
-          return res.statusCode;
+          if (res.statusCode !== 201) return res.statusCode;
+          const id = res.json().session.id as string;
+          started.push({ id, by: r, bid: bid !== null });
+          // Half the bids that won change at once, racing the round's other starts.
+          if (bid === null || next() < 0.5) return res.statusCode;
+          return changeBid(r, id);
         }),
       );
-      for (const status of answers) expect([200, 201, 409]).toContain(status);
+      // 402: a raise the renter's funds could not hold.
+      for (const status of answers) expect([200, 201, 402, 409]).toContain(status);
     }
     const sessions = await billing.db.selectFrom('rental_sessions').selectAll().where('provider_id', '=', m).execute();
     const byId = new Map(sessions.map((s) => [s.id, s]));
@@ -412,15 +520,31 @@ describe('interruptible leases at a bid', () => {
       .where('provider_id', '=', m)
       .execute();
     expect(leases.map((l) => l.gpu_index).sort()).toEqual([...held].sort());
-    // Every preempted session names one winner that started, outbid it, and needed it.
+    // Every preempted session names one winner that started, outbid it (the bids in force then, as the audit trail
+    // recorded them: either may have changed before), and needed it.
     const preempted = sessions.filter((s) => s.end_reason === 'preempted');
-    expect(preempted.length).toBeGreaterThan(0);
+    expect(preempted.length, 'preemptions').toBeGreaterThan(0);
+    expect(bidChanges, 'bid changes').toBeGreaterThan(0);
+    const trail = await billing.db
+      .selectFrom('audit_events')
+      .select(['target', 'details'])
+      .where('action', '=', 'session_preempted')
+      .where(
+        'target',
+        'in',
+        preempted.map((v) => `session:${v.id}`),
+      )
+      .execute();
+    expect(trail).toHaveLength(preempted.length);
+    const bidsAt = new Map(trail.map((t) => [t.target, t.details as { bid: string; winning_bid: string | null }]));
     const victimsOf = new Map<string, typeof sessions>();
     for (const v of preempted) {
       expect(v.bid).not.toBeNull();
       const winner = byId.get(v.preempted_by ?? '');
       expect(winner, `winner of ${v.id}`).toBeDefined();
-      if (winner!.bid !== null) expect(Number(winner!.bid)).toBeGreaterThan(Number(v.bid));
+      const at = bidsAt.get(`session:${v.id}`)!;
+      expect(at.bid).toBe(v.bid);
+      if (at.winning_bid !== null) expect(Number(at.winning_bid)).toBeGreaterThan(Number(at.bid));
       expect(new Set(v.gpu_indices).size).toBe(v.gpu_count);
       victimsOf.set(winner!.id, [...(victimsOf.get(winner!.id) ?? []), v]);
     }

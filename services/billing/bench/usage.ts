@@ -224,6 +224,7 @@ for (let i = 1; i < SESSIONS; i += 500) {
           started_at: now,
           // The first session's own, as a JSON text (the column's insert type).
           trace_context: first.session.trace_context && JSON.stringify(first.session.trace_context),
+          rate_segments: null,
           created_at: now,
           updated_at: now,
         })),

@@ -237,6 +237,18 @@ export const billingErrors = {
       `provider ${providerId} takes no bids: its owner set no bid floor (rent it on demand, without a bid)`,
       { errors: [{ path: 'body.bid', message: 'this machine takes no bids' }], extra: { provider_id: providerId } },
     ),
+  notInterruptible: (sessionId: string) =>
+    errors.conflict(
+      'SESSION_NOT_INTERRUPTIBLE',
+      `session ${sessionId} is on demand: it has no bid to change (only a session started with a bid has one)`,
+    ),
+  bidAboveCap: (sessionId: string, bid: string, cap: string, whose: string) =>
+    new AppError(
+      'conflict',
+      'BID_ABOVE_CAP',
+      `a bid of ${bid} per GPU-hour is more than ${whose} allows for session ${sessionId} (${cap})`,
+      { errors: [{ path: 'body.bid', message: `more than ${whose} allows` }], extra: { session_id: sessionId, cap } },
+    ),
   bidBelowFloor: (providerId: string, bid: string, floor: string) =>
     new AppError(
       'conflict',

@@ -475,6 +475,15 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(bid.stdout).toMatch(/per hour\s*│\s*1\.000000/);
     expect(bid.stdout).toMatch(/interruptible\s*│\s*at a bid of 0\.500000 per GPU-hour/);
     const bidId = /session\s*│\s*([0-9a-f-]{36})/.exec(bid.stdout)?.[1];
+    // A running bid is raised: the session's bid and hourly rate move; under the floor is refused; the provider may
+    // not change the renter's bid.
+    const raised = await renter.gpu(['bid', bidId!, '--price', '0.75']);
+    expect(raised.code, raised.stderr).toBe(0);
+    expect(raised.stdout).toMatch(/bid per GPU-hour\s*│\s*0\.750000/);
+    expect(raised.stdout).toMatch(/per hour\s*│\s*1\.500000/);
+    refused(await renter.gpu(['bid', bidId!, '--price', '0.1']), 'BID_BELOW_FLOOR');
+    refused(await provider.gpu(['bid', bidId!, '--price', '2']), 'NOT_SESSION_RENTER');
+    expect((await renter.gpu(['bid', bidId!])).code).toBe(2);
     expect((await renter.gpu(['end', bidId!])).code).toBe(0);
   });
 

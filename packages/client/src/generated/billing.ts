@@ -405,6 +405,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/billing/sessions/{sessionID}/bid": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change a running interruptible session's bid per GPU-hour (its renter)
+         * @description The session holds its GPUs at the new bid at once (a start must outbid it to take them); each minute is billed at the highest rate in force during it, so a raise prices the minute in progress and a cut takes effect at the next minute (`rate_segments`). Setting the bid in force again changes nothing. 409 SESSION_NOT_INTERRUPTIBLE (on demand), SESSION_NOT_ACTIVE (ended: a preemption ends billing at once, so no raise can undo one), BIDS_NOT_ACCEPTED, BID_BELOW_FLOOR, BID_ABOVE_CAP (a job's `max_price_per_gpu_hour`, or a spend cap that would not pay the next minute at the new bid); 402 INSUFFICIENT_FUNDS when hold and wallet do not cover the next billing interval at a raised bid.
+         */
+        post: operations["changeSessionBid"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/billing/sessions/{sessionID}/exec": {
         parameters: {
             query?: never;
@@ -1140,6 +1160,10 @@ export interface components {
             target: string | null;
         };
         AuditEventList: components["schemas"]["AuditEvent"][];
+        BidChangeRequest: {
+            /** @description the new bid per GPU-hour (tokens) */
+            bid: string & (unknown & unknown);
+        };
         BillingRecord: {
             /** Format: int64 */
             billed_minutes: number;
@@ -1757,6 +1781,18 @@ export interface components {
             provider_id: string;
             /** Format: uuid */
             provider_wallet_id: string;
+            /** @description the session's rates by minute once its bid changed (POST /billing/sessions/{id}/bid): each minute is billed at the highest rate in force during it; null: one rate (`rates.total_hourly_rate`) throughout; absent in events recorded before bids could change */
+            rate_segments?: {
+                /** @description the bid per GPU-hour then */
+                bid: string | null;
+                /**
+                 * Format: int64
+                 * @description the first minute of the session's clock at this rate (0: its first)
+                 */
+                from_minute: number;
+                /** @description the total hourly rate from then */
+                hourly_rate: string;
+            }[] | null;
             /** @description frozen when the session started */
             rates: {
                 /** @description base_rate_per_gpu × gpu_count */
@@ -3386,6 +3422,45 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    changeSessionBid: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BidChangeRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -127,6 +127,16 @@ export interface ProviderRatesTable {
 
 export type SessionStatus = 'active' | 'grace_period' | 'completed' | 'terminated';
 
+/** A session's rate from one minute of its clock on (`rental_sessions.rate_segments`). */
+export interface RateSegment {
+  /** The first minute of the session's clock billed at this rate (0: its first). */
+  from_minute: number;
+  /** The session's total hourly rate from then. */
+  hourly_rate: string;
+  /** Its bid per GPU-hour then. */
+  bid: string | null;
+}
+
 export interface RentalSessionTable {
   id: string;
   user_id: string;
@@ -192,6 +202,11 @@ export interface RentalSessionTable {
   bid: ColumnType<string | null, string | null | undefined, string | null>;
   /** The session whose start took this one's GPUs (it ended `preempted`, 0033); null: not preempted. */
   preempted_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /**
+   * The rates by minute of the session's clock once its bid changed (0034; domain/pricing/segments.ts),
+   * ascending, the last one in force; null: one rate (`total_hourly_rate`) from its first minute.
+   */
+  rate_segments: ColumnType<RateSegment[] | null, string | null | undefined, string | null>;
   created_at: Timestamp;
   updated_at: Timestamp;
 }

@@ -16,7 +16,7 @@ export async function findSession(db: Db, id: string, lock = false): Promise<Ses
   return q.executeTakeFirst();
 }
 
-/** Names the session whose start took this one's GPUs (before its end is written: preempt.ts). */
+/** Names the session whose start took this one's GPUs (before its end is written: domain/sessions/bids.ts). */
 export async function markPreemptedBy(trx: Db, id: string, winnerId: string): Promise<void> {
   await trx.updateTable('rental_sessions').set({ preempted_by: winnerId }).where('id', '=', id).execute();
 }
@@ -176,6 +176,24 @@ export async function listSessions(
   if (f.status?.length) q = q.where('status', 'in', f.status);
   if (after) q = q.where(olderThan('started_at', after));
   return q.orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
+}
+
+/** Writes a session's new bid and rates (rates by minute, the cap's deadline); the row as stored. */
+export async function changeSessionRate(trx: Transaction<BillingDB>, s: SessionRow, now: Date): Promise<SessionRow> {
+  return trx
+    .updateTable('rental_sessions')
+    .set({
+      bid: s.bid,
+      base_rate_per_gpu: s.base_rate_per_gpu,
+      base_hourly_rate: s.base_hourly_rate,
+      total_hourly_rate: s.total_hourly_rate,
+      rate_segments: s.rate_segments === null ? null : JSON.stringify(s.rate_segments),
+      cap_ends_at: s.cap_ends_at,
+      updated_at: now,
+    })
+    .where('id', '=', s.id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
 }
 
 /** Starts a workload session's billing clock at `billedFrom` (and a capped one's deadline): its workload runs. */

@@ -83,6 +83,15 @@ export function assertSessionParty(actor: Principal, session: SessionParties): v
   throw notParty(session.id);
 }
 
+/** Only the renter (or an admin or service) changes what the renter pays: a session's bid. */
+export function assertSessionRenter(actor: Principal, session: SessionParties): void {
+  if (isPrivileged(actor) || isRenter(actor, session)) return;
+  if (session.provider_owner_id !== null && mayActFor(actor, session.provider_owner_id)) {
+    throw errors.forbidden(`only the renter of session ${session.id} changes its bid`, 'NOT_SESSION_RENTER');
+  }
+  throw notParty(session.id);
+}
+
 /**
  * Whether the actor ends the session as its provider side (the machine's owner or its daemon, not the renter, not an
  * admin or service): the machine was taken back from its renter, which counts against the machine's reliability.

@@ -123,6 +123,21 @@ export const sessionSchema = z
         "the session whose start took this one's GPUs (`end_reason: preempted`); null: not preempted; absent in " +
           'events recorded before bids existed',
       ),
+    rate_segments: z
+      .array(
+        z.object({
+          from_minute: z.int().describe("the first minute of the session's clock at this rate (0: its first)"),
+          hourly_rate: z.string().describe('the total hourly rate from then'),
+          bid: z.string().nullable().describe('the bid per GPU-hour then'),
+        }),
+      )
+      .nullable()
+      .optional()
+      .describe(
+        "the session's rates by minute once its bid changed (POST /billing/sessions/{id}/bid): each minute is billed " +
+          'at the highest rate in force during it; null: one rate (`rates.total_hourly_rate`) throughout; absent in ' +
+          'events recorded before bids could change',
+      ),
     trace_context: z
       .object({ traceparent: z.string(), tracestate: z.string().optional() })
       .nullable()

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import {
   BILLING_END_REASONS,
   billingHistory,
+  changeBid,
   currentUsage,
   endSession,
   type SessionStart,
@@ -132,6 +133,10 @@ const endSessionBody = z
       ),
   })
   .register(schemas, { id: 'SessionEndRequest' });
+
+const bidChangeBody = z
+  .object({ bid: positiveAmount.describe('the new bid per GPU-hour (tokens)') })
+  .register(schemas, { id: 'BidChangeRequest' });
 
 const sessionEndSchema = z
   .object({ session: sessionSchema, billing_record: billingRecordSchema, already_ended: z.boolean() })
@@ -267,6 +272,42 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           request.correlationId,
           callerOf(request),
         ),
+      ),
+  );
+
+  app.post(
+    '/api/v1/billing/sessions/:sessionID/bid',
+    {
+      config: { scope: 'sessions', roles: RENTAL_ROLES },
+      schema: {
+        tags: ['sessions'],
+        operationId: 'changeSessionBid',
+        summary: "Change a running interruptible session's bid per GPU-hour (its renter)",
+        description:
+          'The session holds its GPUs at the new bid at once (a start must outbid it to take them); each minute is ' +
+          'billed at the highest rate in force during it, so a raise prices the minute in progress and a cut takes ' +
+          'effect at the next minute (`rate_segments`). Setting the bid in force again changes nothing. ' +
+          '409 SESSION_NOT_INTERRUPTIBLE (on demand), SESSION_NOT_ACTIVE (ended: a preemption ends billing at ' +
+          "once, so no raise can undo one), BIDS_NOT_ACCEPTED, BID_BELOW_FLOOR, BID_ABOVE_CAP (a job's " +
+          '`max_price_per_gpu_hour`, or a spend cap that would not pay the next minute at the new bid); 402 ' +
+          'INSUFFICIENT_FUNDS when hold and wallet do not cover the next billing interval at a raised bid.',
+        params: z.object({ sessionID: z.uuid() }),
+        body: bidChangeBody,
+        response: {
+          200: sessionSchema,
+          ...problems(400, 402, 403, 404, 409),
+        },
+      },
+    },
+    async (request) =>
+      sessionJson(
+        ctx,
+        await changeBid(withRequestLogger(ctx, request), {
+          actor: callerOf(request),
+          sessionId: request.params.sessionID,
+          bid: requestAmount(request.body.bid, ctx.scale, 'body.bid'),
+          correlationId: request.correlationId,
+        }),
       ),
   );
 

@@ -116,6 +116,12 @@ export function sessionJson(p: PresentContext, s: SessionRow) {
     billed_from: isoOrNull(billedFrom(s)),
     bid: s.bid === null ? null : formatAmount(s.bid, p.scale),
     preempted_by: s.preempted_by,
+    rate_segments:
+      s.rate_segments?.map((r) => ({
+        from_minute: r.from_minute,
+        hourly_rate: formatRate(new Dec(r.hourly_rate), p.scale),
+        bid: r.bid === null ? null : formatAmount(r.bid, p.scale),
+      })) ?? null,
     trace_context: traceContextJson(s.trace_context),
   };
 }

@@ -381,15 +381,15 @@ export function sessionCommands(program: Command) {
       const saved = opts.download ? await downloadOutputs(ctx, w, opts.download) : [];
       if (ctx.json) printJson(w);
       else {
-        const end =
-          w.state === 'exited'
+        // Preempted first: a workload told to stop may save its work and exit cleanly in its grace.
+        const end = w.notice
+          ? `preempted at ${time(w.notice.at)} with ${noticeSeconds(w.notice)} s notice (an on-demand rental or a ` +
+            `higher bid took its GPUs): it ${w.state === 'exited' ? `exited with ${w.exit_code}` : 'was stopped'}`
+          : w.state === 'exited'
             ? `exited with ${w.exit_code}`
-            : w.notice
-              ? `preempted at ${time(w.notice.at)} with ${noticeSeconds(w.notice)} s notice (an on-demand rental or a ` +
-                'higher bid took its GPUs)'
-              : machineGone(w)
-                ? `lost with its machine: its session ended (${w.session.end_reason}) and the machine reported no end`
-                : `${w.state} (${w.reason ?? 'no reason given'})`;
+            : machineGone(w)
+              ? `lost with its machine: its session ended (${w.session.end_reason}) and the machine reported no end`
+              : `${w.state} (${w.reason ?? 'no reason given'})`;
         const lines = [`workload ${end}; session ${id} cost ${tokens(w.session.total_cost)}`];
         if ((w.outputs ?? []).length === 0) lines.push('no outputs');
         for (const o of w.outputs ?? []) {
@@ -399,7 +399,8 @@ export function sessionCommands(program: Command) {
         for (const r of w.outputs_refused ?? []) lines.push(`not kept: output/${r.path} (${r.reason})`);
         process.stderr.write(`${lines.join('\n')}\n`);
       }
-      const status = exitStatusOf(w);
+      // A preempted workload did not finish, however it exited: 1.
+      const status = w.notice ? 1 : exitStatusOf(w);
       if (status !== 0) throw new ExitStatus(status);
     });
 
@@ -416,6 +417,31 @@ export function sessionCommands(program: Command) {
         ['session', 'minutes', 'cost', "platform's fee (of it)"],
         [[sessionId, r.billed_minutes, tokens(r.total_cost), tokens(r.platform_fee)]],
       );
+    });
+
+  program
+    .command('bid <session-id>')
+    .description(
+      "change a running interruptible rental's bid per GPU-hour: it holds its GPUs at the new bid at once (a start " +
+        'must bid more to take them); each minute is billed at the highest bid in force during it (a raise prices ' +
+        'the minute in progress, a cut the next one)',
+    )
+    .requiredOption('--price <tokens>', 'the new bid per GPU-hour')
+    .action(async (sessionId: string, opts: { price: string }) => {
+      const ctx = context(program);
+      const s = unwrap(
+        await ctx.billing.POST('/api/v1/billing/sessions/{sessionID}/bid', {
+          params: { path: { sessionID: sessionId } },
+          body: { bid: opts.price },
+        }),
+      );
+      showRecord(ctx.json, s, [
+        ['session', s.id],
+        ['bid per GPU-hour', tokens(s.bid ?? '')],
+        ['gpus', `${s.gpu_count} × ${s.gpu_model}`],
+        ['per hour', tokens(s.rates.total_hourly_rate)],
+        ['status', s.status],
+      ]);
     });
 }
 

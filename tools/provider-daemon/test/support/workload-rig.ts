@@ -81,13 +81,13 @@ export interface WorkloadRig {
     extra?: Record<string, unknown>,
     // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
   ): Promise<{ statusCode: number; body: string; json(): any }>;
-  /** The same, expecting 201: the renter's headers, the session's ID and GPUs. */
+  /** The same, expecting 201: the renter's headers, the session's ID, GPUs and start. */
   rent(
     providerId: string,
     gpuCount: number,
     workload: object,
     renter?: Renter & { walletId: string },
-  ): Promise<{ headers: Record<string, string>; userId: string; id: string; gpus: number[] }>;
+  ): Promise<{ headers: Record<string, string>; userId: string; id: string; gpus: number[]; startedAt: string }>;
   /** The session's workload as its renter reads it. */
   // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
   workloadOf(headers: Record<string, string>, id: string): Promise<any>;
@@ -251,7 +251,13 @@ export function useWorkloadRig(
       const started = await rig.start(providerId, gpuCount, workload, who);
       expect(started.statusCode, started.body).toBe(201);
       const session = started.json().session;
-      return { headers: who.headers, userId: who.id, id: session.id as string, gpus: session.gpu_indices as number[] };
+      return {
+        headers: who.headers,
+        userId: who.id,
+        id: session.id as string,
+        gpus: session.gpu_indices as number[],
+        startedAt: session.started_at as string,
+      };
     },
     async workloadOf(headers, id) {
       return (await rig.billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();

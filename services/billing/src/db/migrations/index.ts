@@ -34,6 +34,7 @@ import { leaseVersionsMigration } from './0030-lease-versions.ts';
 import { portGrantsMigration } from './0031-port-grants.ts';
 import { finalCheckpointWaitMigration } from './0032-final-checkpoint-wait.ts';
 import { bidsMigration } from './0033-bids.ts';
+import { bidChangesMigration } from './0034-bid-changes.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -70,5 +71,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0031-port-grants': portGrantsMigration,
     '0032-final-checkpoint-wait': finalCheckpointWaitMigration,
     '0033-bids': bidsMigration,
+    '0034-bid-changes': bidChangesMigration,
   };
 }

@@ -1,6 +1,6 @@
 /** Leases of machines' GPUs: which GPUs a request may take, taking them for a session or a reservation, quotes. */
 export { expireReservations, noteLeaseChange, stateNotedLeases } from './held.ts';
-export { couldLease, leaseToSession, quotedResources, takeGpus } from './lease.ts';
+export { couldLease, leaseToSession, lockLeases, quotedResources, takeGpus } from './lease.ts';
 export { assertRentable, type RentedResources } from './machine.ts';
 export type { LeaseRequest } from './policy.ts';
 export {

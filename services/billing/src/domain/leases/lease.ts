@@ -29,6 +29,14 @@ export async function takeGpus(
   return { ...leasableGpus(machine, request, held), at };
 }
 
+/**
+ * Takes the machine's lease lock until the transaction ends, for a change that moves what its leases mean to the market
+ * without taking GPUs (a bid changed): every start chooses under that lock.
+ */
+export async function lockLeases(trx: Transaction<BillingDB>, providerId: string, clock: () => Date): Promise<void> {
+  await lockMachineGpus(trx, providerId, clock);
+}
+
 /** Refuses, before any lock, a request the machine could never give (too small a group, too few GPUs, no model). */
 export function couldLease(machine: ProviderRecord, request: LeaseRequest): void {
   if (!request.reservationId) leasableGpus(machine, request, []);

@@ -18,3 +18,10 @@ export {
   type StoredProviderRates,
   setProviderRates,
 } from './provider-rates.ts';
+export {
+  changedSegments,
+  costOfSessionMinutes,
+  minutesPaidFor,
+  msPaidForSession,
+  type RateSegment,
+} from './segments.ts';

@@ -37,7 +37,7 @@ import { writeBilledSessions } from '../../db/session-repository.ts';
 import type { UsageRow } from '../../db/usage-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
 import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
-import { billableMinutes, costOfHours, costOfMinutes } from '../pricing/index.ts';
+import { billableMinutes, costOfHours, costOfSessionMinutes } from '../pricing/index.ts';
 import { billedElapsedMs, capTimeOver, graceDeadline, graceOver } from './clock.ts';
 import type { EndKind, SessionRow } from './session.ts';
 
@@ -205,7 +205,7 @@ async function planBilling(
   const elapsed = billedElapsedMs(session, now);
   const full = Math.max(billableMinutes(elapsed, false), session.billed_minutes);
   const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
-  const uncapped = costOfMinutes(periods.hourly, full, ctx.scale);
+  const uncapped = costOfSessionMinutes(session, full, ctx.scale);
   const capReached = cap !== null && (capTimeOver(session, now) || uncapped.gte(cap));
   const cost = capReached ? cap : uncapped;
   // At the cap, the minute it was crossed in is billed too (up to the cap): the minutes the session ran.

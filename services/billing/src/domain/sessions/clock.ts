@@ -20,7 +20,7 @@ import type { BillingDB } from '../../db/schema.ts';
 import { startSessionClock } from '../../db/session-repository.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec } from '../ledger/index.ts';
-import { billableMinutes, msPaidFor } from '../pricing/index.ts';
+import { billableMinutes, msPaidFor, msPaidForSession } from '../pricing/index.ts';
 import type { EndKind, SessionRow } from './session.ts';
 
 type ClockFields = Pick<SessionRow, 'workload' | 'billed_from' | 'started_at'>;
@@ -45,6 +45,13 @@ export function billedElapsedMs(s: ClockFields, at: Date): number {
 /** When a spend cap at `hourlyRate` is used up, billing from `from` (null: no cap). */
 export function capDeadline(spendCap: Dec | null | undefined, hourlyRate: Dec, from: Date): Date | null {
   return spendCap ? new Date(from.getTime() + msPaidFor(spendCap, hourlyRate)) : null;
+}
+
+/** When the session's spend cap is used up at its rates by minute (null: no cap, or its clock has not started). */
+export function capDeadlineOf(s: SessionRow): Date | null {
+  const from = billedFrom(s);
+  if (s.spend_cap === null || from === null) return null;
+  return new Date(from.getTime() + msPaidForSession(s, new Dec(s.spend_cap)));
 }
 
 /** Whether the time the session's cap paid for is over at `now`. */
@@ -114,6 +121,6 @@ export function endOf(session: SessionRow, kind: EndKind, now: Date): { endedAt:
  */
 export function paidUntil(ctx: BillingContext, session: SessionRow, held: Dec): Date {
   const from = session.billed_from ? new Date(session.billed_from).getTime() : ctx.now().getTime();
-  const paid = from + msPaidFor(held, new Dec(session.total_hourly_rate));
+  const paid = from + msPaidForSession(session, held);
   return new Date(session.cap_ends_at ? Math.min(paid, new Date(session.cap_ends_at).getTime()) : paid);
 }

@@ -13,7 +13,7 @@ import { assertSessionParty, historyScope, seesRenterWallet } from '../access.ts
 import type { BillingContext } from '../context.ts';
 import { type KeysetPosition, keysetPage, type Page } from '../keyset.ts';
 import { Dec, getHold, walletBalances } from '../ledger/index.ts';
-import { billableMinutes, costOfMinutes } from '../pricing/index.ts';
+import { billableMinutes, costOfSessionMinutes } from '../pricing/index.ts';
 import { billedElapsedMs } from './clock.ts';
 import { isRunning, loadSession, type SessionRow } from './session.ts';
 import { runtimeMinutes } from './start.ts';
@@ -46,7 +46,7 @@ export async function currentUsage(ctx: BillingContext, actor: Principal, sessio
   const elapsedMs = billedElapsedMs(s, until);
   const minutes = running ? Math.max(billableMinutes(elapsedMs, true), s.billed_minutes) : s.billed_minutes;
   const cap = s.spend_cap === null ? null : new Dec(s.spend_cap);
-  const uncapped = costOfMinutes(hourly, minutes, ctx.scale);
+  const uncapped = costOfSessionMinutes(s, minutes, ctx.scale);
   const cost = running ? (cap ? Dec.min(uncapped, cap) : uncapped) : new Dec(s.total_cost);
   const hold = await getHold(ctx.db, s.hold_id);
   const held = running && hold ? new Dec(hold.remaining) : new Dec(0);

@@ -30,7 +30,7 @@ import { assertSessionParty, endsAsProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { noteLeaseChange, stateNotedLeases } from '../leases/index.ts';
 import { Dec, postHold, splitFee, topUpHold } from '../ledger/index.ts';
-import { costOfMinutes } from '../pricing/index.ts';
+import { costOfSessionMinutes, minutesPaidFor } from '../pricing/index.ts';
 import { EARNINGS_TRANSFER_CODE, nudgeAutoPayout } from '../wallets/index.ts';
 import { countGpuMinutes } from './billing.ts';
 import { billedFrom, endOf } from './clock.ts';
@@ -107,18 +107,17 @@ export async function finishSession(
   const end = endOf(session, kind, now);
   const { endedAt } = end;
   let { minutes } = end;
-  const hourly = new Dec(session.total_hourly_rate);
   // A session with a spend cap costs at most the cap, billed exactly to it.
   const capped = (d: Dec) => (session.spend_cap === null ? d : Dec.min(d, new Dec(session.spend_cap)));
-  let cost = capped(costOfMinutes(hourly, minutes, ctx.scale));
+  let cost = capped(costOfSessionMinutes(session, minutes, ctx.scale));
   const cover = await topUpHold(trx, session, cost, { now, accountIds: ctx.state.accountIds });
   if (cover.short.gt(0)) {
     ctx.logger.warn(
       { session_id: session.id, cost: cost.toFixed(), covered: cover.held.toFixed() },
       'session cost exceeds what the renter can pay; capped at the hold',
     );
-    minutes = Math.min(minutes, cover.held.mul(60).div(hourly).floor().toNumber());
-    cost = Dec.min(capped(costOfMinutes(hourly, minutes, ctx.scale)), cover.held);
+    minutes = Math.min(minutes, minutesPaidFor(session, cover.held, ctx.scale));
+    cost = Dec.min(capped(costOfSessionMinutes(session, minutes, ctx.scale)), cover.held);
   }
   const { fee, rest } = splitFee(cost, new Dec(session.platform_fee_percent), ctx.scale);
   const paymentId = cost.gt(0) ? randomUUID() : null;

@@ -1,3 +1,4 @@
+export { changeBid } from './bids.ts';
 export { endSessionsAtCap, runBillingCycle } from './biller.ts';
 export { billedFrom, paidUntil, reportedStop, startClock } from './clock.ts';
 export {

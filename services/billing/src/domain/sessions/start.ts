@@ -33,12 +33,12 @@ import {
   takeGpus,
 } from '../leases/index.ts';
 import { createHold, Dec, lockWalletAvailable } from '../ledger/index.ts';
-import { bidRates, costOfHours, costOfMinutes, findProviderRates, formatRate, ratesFor } from '../pricing/index.ts';
+import { bidRates, costOfHours, costOfMinutes, formatRate, ratesFor } from '../pricing/index.ts';
 import type { ProviderRecord } from '../provider-directory.ts';
 import { findWalletByOwner, providerWalletOf, type Wallet, walletFor } from '../wallets/index.ts';
+import { assertBidTaken, preemptSessions } from './bids.ts';
 import { capDeadline } from './clock.ts';
 import { afterSessionsEnded, type SessionEnd } from './end.ts';
-import { preemptSessions } from './preempt.ts';
 import type { SessionRow } from './session.ts';
 
 export interface StartSessionInput {
@@ -63,7 +63,7 @@ export interface StartSessionInput {
   spendCap?: Dec;
   /**
    * Interruptible at this bid per GPU-hour (the machine must take bids, at least its floor): the renter pays the bid,
-   * and a higher bid or an on-demand start may take the GPUs back (preempt.ts). Absent: on demand.
+   * and a higher bid or an on-demand start may take the GPUs back (bids.ts). Absent: on demand.
    */
   bid?: Dec;
   /** What the session runs (checked by the route): then it is billed only while its workload runs. */
@@ -305,13 +305,6 @@ export async function startSession(
     }
     throw err;
   }
-}
-
-/** Refuses a bid on a machine that takes none (its owner set no floor), or under its floor. */
-async function assertBidTaken(trx: Transaction<BillingDB>, providerId: string, bid: Dec): Promise<void> {
-  const floor = (await findProviderRates(trx, providerId))?.bidFloor ?? null;
-  if (floor === null) throw billingErrors.bidsNotAccepted(providerId);
-  if (bid.lt(floor)) throw billingErrors.bidBelowFloor(providerId, bid.toFixed(), new Dec(floor).toFixed());
 }
 
 /** What follows the preemptions of a committed start: counted, and what follows any end. */
