@@ -570,6 +570,128 @@ async function workloadScene(worker: Renter, machineId: string, datasetKey: stri
   return { record, cappedRecord, outputKey };
 }
 
+/**
+ * The spot scene: the provider lets the machine take bids, from 50 tokens per GPU-hour. The renter runs a job on all
+ * 8 GPUs at a bid of 60 with `gpu run --bid` (capped), and raises it to 70 with `gpu bid`. The second renter rents 4
+ * GPUs on demand: there are none free, so the bid's GPUs are taken back at once. Its workload finds the notice (the
+ * file, then SIGTERM), saves and exits in its grace; `gpu run` ends with "preempted at ... with 30 s notice" and exit
+ * status 1. The bid session was billed its one started minute at the raised bid, and nothing after the notice.
+ */
+async function spotScene(renter: Renter, second: Renter, machineId: string, setBidFloor: () => Promise<unknown>) {
+  await setBidFloor();
+  say(
+    'provider lets the machine take bids',
+    'from 50 tokens per GPU-hour: idle GPUs sold cheaper, taken back with notice',
+    standsFor('setBidFloor', { machine: machineId }),
+  );
+  const script =
+    'echo "running at a bid on GPUs $CUDA_VISIBLE_DEVICES"; ' +
+    'trap \'echo "told to stop: $(cat "$GPU_PLATFORM_NOTICE_FILE")"; echo "saved; exiting"; exit 0\' TERM; ' +
+    'while :; do sleep 1; done';
+  const values = { machine: machineId, wallet: renter.wallet.id };
+  const run = gpu(renter, [
+    'run',
+    ...['--machine', machineId, '--gpu-model', 'H100', '--gpus', '8', '--wallet', renter.wallet.id],
+    ...['--bid', '60', '--spend-cap', '20', '--max-runtime', '10m', '--', 'sh', '-c', script],
+  ]);
+  const running = await until(
+    'the job at a bid to run',
+    async () => {
+      const list = unwrap(
+        await renter.billing.GET('/api/v1/billing/sessions', {
+          params: { query: { provider_id: machineId, user_id: renter.id, status: ['running'] } },
+        }),
+      );
+      const atBid = list.find((x) => x.bid !== null);
+      if (!atBid) return undefined;
+      const w = unwrap(
+        await renter.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+          params: { path: { sessionID: atBid.id } },
+        }),
+      );
+      return w.state === 'running' ? atBid : undefined;
+    },
+    120_000,
+  );
+  say(
+    'renter runs a job on all 8 GPUs at a bid',
+    `session ${running.id}: ${running.rates.total_hourly_rate} tokens an hour (60 per GPU-hour), at most 20 tokens`,
+    standsFor('runAtBid', values),
+  );
+  const raised = await gpu(renter, ['bid', running.id, '--price', '70']).exited;
+  if (raised.code !== 0) throw new Error(`gpu bid failed: ${raised.stderr.trim()}`);
+  say('renter raises its bid', '', standsFor('raiseBid', { session: running.id }));
+  shows(raised.stdout);
+
+  // The second renter rents 4 on demand, capped to its first minute and a little more: none is free, so the bid's
+  // GPUs are taken back.
+  const quote = unwrap(
+    await second.billing.POST('/api/v1/pricing/calculate', {
+      body: { gpu_model: 'H100', gpu_count: 4, provider_id: machineId },
+    }),
+  );
+  const cap = new Decimal(quote.total_hourly_rate).div(60).mul(1.05).toDecimalPlaces(6, Decimal.ROUND_UP).toFixed(6);
+  const won = unwrap(
+    await second.billing.POST('/api/v1/billing/start-session', {
+      body: {
+        user_id: second.id,
+        wallet_id: second.wallet.id,
+        provider_id: machineId,
+        job_id: randomUUID(),
+        gpu_model: 'H100',
+        gpu_count: 4,
+        requested_vram_mb: 0,
+        estimated_power_w: 0,
+        accepted_hourly_rate: quote.total_hourly_rate,
+        spend_cap: cap,
+      },
+    }),
+  );
+  const taken = unwrap(
+    await renter.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
+      params: { path: { sessionID: running.id } },
+    }),
+  );
+  if (taken.session.end_reason !== 'preempted' || taken.session.preempted_by !== won.session.id || !taken.notice) {
+    throw new Error(`the bid session was not taken back: ${JSON.stringify(taken.session)}`);
+  }
+  say(
+    'second renter rents 4 GPUs on demand: none free, so the bid is taken back',
+    `session ${won.session.id} on GPUs ${won.session.gpu_indices?.join(', ')}; the bid session ended preempted at ` +
+      `${taken.notice.at}, its workload told to stop by ${taken.notice.deadline}`,
+    standsFor('rentCapped', { machine: machineId, gpus: '4', wallet: second.wallet.id, cap }),
+  );
+  const ended = await until('gpu run to end with the preempted job', async () => run.ended(), 120_000);
+  if (ended.code !== 1 || !ended.stderr.includes('preempted at') || !ended.stdout.includes('told to stop')) {
+    throw new Error(`gpu run ended ${ended.code}: ${ended.stdout}${ended.stderr}`);
+  }
+  say(
+    'gpu run saw the notice inside the workload and said so',
+    `exit status ${ended.code}`,
+    standsFor('runAtBid', values),
+  );
+  shows(`${ended.stdout}${ended.stderr}`);
+
+  // The winner's rental ends; the bid session was billed to the notice, at the raised bid.
+  const wonEnd = unwrap(
+    await second.billing.POST('/api/v1/billing/end-session', { body: { session_id: won.session.id } }),
+  );
+  const history = unwrap(
+    await renter.billing.GET('/api/v1/billing/history', { params: { query: { user_id: renter.id } } }),
+  );
+  const record = history.find((r) => r.session_id === running.id);
+  const owed = new Decimal(70).mul(8).div(60).toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
+  if (record?.billed_minutes !== 1 || !owed.eq(record.total_cost)) {
+    throw new Error(`the preempted session was billed ${JSON.stringify(record)}, not one minute at 70 × 8 per hour`);
+  }
+  say(
+    'the preempted session was billed to the notice',
+    `${record.total_cost} tokens: its one started minute at the raised bid (8 GPUs × 70 per hour); the grace was free`,
+    standsFor('sessionEnded'),
+  );
+  return { record, winnerRecord: wonEnd.billing_record };
+}
+
 /** What a run of `gpu` printed, and its exit status. */
 interface GpuRun {
   code: number;
@@ -1057,7 +1179,7 @@ async function main() {
 
   const providerBilling = billingClient({ baseUrl: urls.billing, token: provider.token });
   // The provider's rates for a machine of its: 200 tokens per H100-hour, the platform's VRAM and power rates.
-  const setRates = async (providerID: string) =>
+  const setRates = async (providerID: string, bidFloor: string | null = null) =>
     unwrap(
       await providerBilling.PUT('/api/v1/provider/{providerID}/rates', {
         params: { path: { providerID } },
@@ -1065,6 +1187,7 @@ async function main() {
           base_rates: { 'nvidia-tesla-h100': '200' },
           vram_rate_per_gb_hour: null,
           power_rate_per_watt_hour: null,
+          bid_floor: bidFloor,
         },
       }),
     );
@@ -1282,7 +1405,17 @@ async function main() {
   const jobs = await workloadScene(renter, machineId, datasetKey, dataset);
   // 7. Reach: an idle workload, commands run in it and a server in it read through the gateway, cut at its end.
   const reached = await reachScene(renter, machineId);
-  const records = [record, secondRecord, jobs.record, jobs.cappedRecord, reached.record];
+  // 8. Interruptible: a job at a bid, raised, taken back with notice by an on-demand rental.
+  const spot = await spotScene(renter, second, machineId, () => setRates(machineId, '50'));
+  const records = [
+    record,
+    secondRecord,
+    jobs.record,
+    jobs.cappedRecord,
+    reached.record,
+    spot.record,
+    spot.winnerRecord,
+  ];
   const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
   // Automatic payouts run at a session's end and every reconcile interval (30 s under pnpm start), then wait for the
   // chain: what billing reports (the earnings left, each payout and its status, a failure it will retry) moves at each
@@ -1330,7 +1463,7 @@ async function main() {
   );
   say('registry', 'the machine is idle again', standsFor('machines'));
 
-  // 8. Reconciliation, read back from billing and the chain.
+  // 9. Reconciliation, read back from billing and the chain.
   const checks = reconcile({
     decimals,
     sessions: records.map((r) => ({
@@ -1345,8 +1478,9 @@ async function main() {
         jobs.record.total_cost,
         jobs.cappedRecord.total_cost,
         reached.record.total_cost,
+        spot.record.total_cost,
       ]),
-      await renterFigures(connection, second, [secondRecord.total_cost]),
+      await renterFigures(connection, second, [secondRecord.total_cost, spot.winnerRecord.total_cost]),
     ],
     payouts: payouts.map((p) => p.amount),
     payoutAddressOnChain: onChain,
@@ -1360,7 +1494,7 @@ async function main() {
     await billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: renter.wallet.id } } }),
   );
 
-  // 9. Jobs: a second machine of the provider's; a job survives the loss of the machine it runs on.
+  // 10. Jobs: a second machine of the provider's; a job survives the loss of the machine it runs on.
   const secondDaemonClient = unwrap(
     await providerAuth.POST('/api/v1/auth/clients', {
       body: { name: `demo-rig-2-${randomBytes(3).toString('hex')}`, role: 'daemon' },
@@ -1418,6 +1552,11 @@ async function main() {
     reach_hourly_rate: reached.record.total_hourly_rate,
     reach_bytes_in: reached.reach.bytes_in,
     reach_bytes_out: reached.reach.bytes_out,
+    spot_session_id: spot.record.session_id,
+    spot_end_reason: spot.record.end_reason,
+    spot_total_cost: spot.record.total_cost,
+    spot_winner_total_cost: spot.winnerRecord.total_cost,
+    spot_winner_hourly_rate: spot.winnerRecord.total_hourly_rate,
     payout_amounts: payouts.map((p) => p.amount),
     payout_signatures: payouts.map((p) => p.signature),
     payout_address: payoutKey.publicKey.toBase58(),

@@ -374,6 +374,25 @@ describe('interruptible leases at a bid', () => {
     expect(end.statusCode, end.body).toBe(200);
     // 10 minutes at 2 an hour (0.333333) and one at 6 (0.1).
     expect(end.json().billing_record).toMatchObject({ billed_minutes: 11, total_cost: '0.433333' });
+
+    // A session keeps at most 1,000 rates by minute (every billing pass reads them): one more change is refused.
+    const e = await start(d, m2, 1, '1');
+    const eId = e.json().session.id as string;
+    await billing.db
+      .updateTable('rental_sessions')
+      .set({
+        started_at: new Date(Date.now() - 1000.5 * 60_000),
+        rate_segments: JSON.stringify(
+          Array.from({ length: 1000 }, (_, i) => ({ from_minute: i, hourly_rate: String(1 + (i % 2)), bid: null })),
+        ),
+      })
+      .where('id', '=', eId)
+      .execute();
+    const exhausted = await bidOn(d, eId, '5');
+    expect(exhausted.statusCode, exhausted.body).toBe(409);
+    expect(exhausted.json().code).toBe('TOO_MANY_BID_CHANGES');
+    expect((await sessionRow(eId)).bid).toBe('1');
+    expect((await call('POST', '/billing/end-session', d.headers, { session_id: eId })).statusCode).toBe(200);
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
@@ -401,6 +420,10 @@ describe('interruptible leases at a bid', () => {
         ...terms,
       });
     const jobOf = async (id: string) => (await call('GET', `/billing/jobs/${id}`, r.headers)).json();
+    // A bid above the job's most per GPU-hour would pay more than the renter allowed: refused.
+    const above = await submitJob({ bid_per_gpu_hour: '101' });
+    expect(above.statusCode, above.body).toBe(400);
+    expect(above.json().code).toBe('BID_ABOVE_MAX_PRICE');
     const submitted = await submitJob();
     expect(submitted.statusCode, submitted.body).toBe(201);
     expect(submitted.json().terms).toMatchObject({ bid_per_gpu_hour: '1' });

@@ -553,9 +553,17 @@ describe('pnpm start', () => {
       .toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
     expect(summary.reach_total_cost).toBe(reachCost.toFixed(6));
     expect(Number(summary.reach_bytes_out)).toBeGreaterThan(0);
+    // The spot scene: the job at a bid, raised to 70 per GPU-hour on 8 GPUs, taken back in its first minute by an
+    // on-demand rental of 4, which ran one started minute at its rate.
+    expect(summary).toMatchObject({ spot_end_reason: 'preempted', spot_total_cost: '9.333333' });
+    const spotCost = new Decimal('9.333333');
+    const winnerCost = new Decimal(String(summary.spot_winner_hourly_rate))
+      .div(60)
+      .toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN);
+    expect(summary.spot_winner_total_cost).toBe(winnerCost.toFixed(6));
     // Every session's earnings (its cost less the 5% fee) were paid out on chain.
     const earnings = (c: Decimal) => c.minus(c.mul('0.05').toDecimalPlaces(6, Decimal.ROUND_HALF_EVEN));
-    const earned = [cost, new Decimal('15'), jobCost, jobCap, reachCost].reduce(
+    const earned = [cost, new Decimal('15'), jobCost, jobCap, reachCost, spotCost, winnerCost].reduce(
       (sum, c) => sum.add(earnings(c)),
       new Decimal(0),
     );
@@ -565,14 +573,14 @@ describe('pnpm start', () => {
     for (const signature of summary.payout_signatures as unknown as string[]) {
       expect(signature).toMatch(/^[1-9A-HJ-NP-Za-km-z]{64,88}$/);
     }
-    // 900 deposited, the minutes paid (its session's, its two jobs' and its reach session's), the rest of the holds
-    // released (no storage charge in so short a run).
+    // 900 deposited, the minutes paid (its session's, its two jobs', its reach session's and its bid's), the rest of
+    // the holds released (no storage charge in so short a run).
     expect(summary.renter_available).toBe(
-      new Decimal(900).minus(cost).minus(jobCost).minus(jobCap).minus(reachCost).toFixed(6),
+      new Decimal(900).minus(cost).minus(jobCost).minus(jobCap).minus(reachCost).minus(spotCost).toFixed(6),
     );
     // The demo's own reconciliation (read back from billing and the chain) held, every line of it: two per
-    // session (five), the payouts, two per paying renter (two), the payout address and the treasury.
-    expect(summary.reconciled).toBe(17);
+    // session (seven), the payouts, two per paying renter (two), the payout address and the treasury.
+    expect(summary.reconciled).toBe(21);
     expect(demo.stdout).not.toMatch(/FAIL/);
     expect(demo.stdout).toMatch(/renter found the machine on the market with its own token/);
     expect(demo.stdout).toMatch(/renter uploaded a dataset/);
@@ -597,6 +605,11 @@ describe('pnpm start', () => {
     expect(demo.stdout).toMatch(/these are your GPUs: .*the 4 leased, no other/);
     expect(demo.stdout).toMatch(/ports\/8000\/: 200 text\/html/);
     expect(demo.stdout).toMatch(/its port now answers: 409 SESSION_NOT_ACTIVE/);
+    // The spot scene: the bid raised with gpu bid, taken back with notice, seen inside the workload and by gpu run.
+    expect(demo.stdout).toMatch(/renter raises its bid/);
+    expect(demo.stdout).toMatch(/bid per GPU-hour\s*│\s*70\.000000/);
+    expect(demo.stdout).toMatch(/told to stop: \{"reason":"preempted"/);
+    expect(demo.stdout).toMatch(/workload preempted at .* with 30 s notice .*: it (exited with 0|was stopped);/);
     // The jobs scene: the job's machine lost mid-job, the job succeeded on the other from its last checkpoint (its
     // second attempt counted on from the kept count, not from 0), the renter paying the two attempts and no more.
     expect(summary).toMatchObject({ job_state: 'succeeded', job_attempts: 2, job_lost_reason: 'provider_offline' });

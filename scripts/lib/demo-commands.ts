@@ -72,6 +72,14 @@ export const DEMO_COMMANDS = {
     gpu(`rent --machine ${v.machine} --gpu-model H100 --gpus ${v.gpus} --wallet ${v.wallet} --spend-cap ${v.cap}`),
   ],
   machines: () => [gpu('machines')],
+  setBidFloor: (v: Values) => [gpu(`provider rates set ${v.machine} --base H100=200 --bid-floor 50`)],
+  runAtBid: (v: Values) => [
+    gpu(
+      `run --machine ${v.machine} --gpu-model H100 --gpus 8 --wallet ${v.wallet} --bid 60 --spend-cap 20 ` +
+        "--max-runtime 10m -- sh -c '<save when told to stop>'",
+    ),
+  ],
+  raiseBid: (v: Values) => [gpu(`bid ${v.session} --price 70`)],
   presignedTransfer: (v: Values) => [
     `curl -s -T ${v.file} '<a presigned PUT URL of ${v.key}>'`,
     gpu(`storage cp gpu:${v.key} -`),

@@ -242,6 +242,12 @@ export const billingErrors = {
       'SESSION_NOT_INTERRUPTIBLE',
       `session ${sessionId} is on demand: it has no bid to change (only a session started with a bid has one)`,
     ),
+  tooManyBidChanges: (sessionId: string, most: number) =>
+    errors.conflict(
+      'TOO_MANY_BID_CHANGES',
+      `session ${sessionId}'s bid changed in ${most} of its minutes already, the most a session keeps: start a new ` +
+        'session at the bid you want',
+    ),
   bidAboveCap: (sessionId: string, bid: string, cap: string, whose: string) =>
     new AppError(
       'conflict',

@@ -4,13 +4,15 @@
  * bid's workload its notice (the file, then SIGTERM) at once, kills it at the deadline billing set
  * (`billing.preemption_grace`, not the machine's shorter `stop_grace`) and not before, and starts the winner's
  * workload on those GPUs only once it is gone. A link the workload planted where the notice goes is replaced, never
- * written through.
+ * written through. A workload still preparing when its session is taken back never starts: the winner neither waits
+ * for it nor runs beside it.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
 import { setProviderRates } from '../../../services/billing/src/domain/pricing/index.ts';
+import { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const GRACE_MS = 5000;
@@ -81,6 +83,76 @@ describe('a preempted workload', () => {
       );
       expect(Date.parse(done.running_at)).toBeGreaterThanOrEqual(deadline);
     } finally {
+      await runner.stop();
+    }
+  });
+
+  it('never starts a workload whose session was taken back while it prepared, nor the winner beside it', {
+    timeout: 90_000,
+  }, async () => {
+    const m = await rig.machine();
+    await setProviderRates(rig.billing.ctx, UNCHECKED_PRINCIPAL, m.providerId, {
+      baseRates: {},
+      vramRatePerGbHour: null,
+      powerRatePerWattHour: null,
+      bidFloor: '0.5',
+    });
+    // The machine's GPUs are read just before a workload starts: held there, the bid's launch is caught preparing.
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const gpus = {
+      kind: m.deps.gpus.kind,
+      read: async () => {
+        await gate;
+        return m.deps.gpus.read();
+      },
+    };
+    const runner = new WorkloadRunner({ ...m.deps, gpus });
+    const low = await rig.renter();
+    const bid = await rig.start(
+      m.providerId,
+      8,
+      { command: ['sh', '-c', 'echo "the bid ran"; sleep 600'], max_runtime_seconds: 600 },
+      low,
+      { bid: '1' },
+    );
+    expect(bid.statusCode, bid.body).toBe(201);
+    const bidId = bid.json().session.id as string;
+    runner.run();
+    try {
+      await until(
+        () => rig.workloadOf(low.headers, bidId),
+        (w) => w.state === 'preparing',
+      );
+      const winner = await rig.rent(m.providerId, 8, {
+        command: ['sh', '-c', 'echo "the winner ran"; sleep 2'],
+        max_runtime_seconds: 60,
+      });
+      // Both launches are under way (the winner's seen by a poll) before the GPUs are read.
+      await until(
+        () => rig.workloadOf(winner.headers, winner.id),
+        (w) => w.state === 'preparing',
+      );
+      open();
+      const won = await until(
+        () => rig.workloadOf(winner.headers, winner.id),
+        (w) => w.state === 'exited',
+        30_000,
+      );
+      expect(won.exit_code).toBe(0);
+      const taken = await until(
+        () => rig.workloadOf(low.headers, bidId),
+        (w) => w.state === 'stopped',
+      );
+      // It never ran: no running time, nothing billed, not a line of output.
+      expect(taken).toMatchObject({ state: 'stopped', running_at: null });
+      expect(taken.session).toMatchObject({ end_reason: 'preempted', total_cost: '0.000000' });
+      expect(existsSync(join(m.runDir, bidId, 'logs', 'stdout.log'))).toBe(false);
+      expect(readFileSync(join(m.runDir, winner.id, 'logs', 'stdout.log'), 'utf8')).toBe('the winner ran\n');
+    } finally {
+      open();
       await runner.stop();
     }
   });

@@ -200,7 +200,8 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
           'its terms (`max_price_per_gpu_hour` is the price the renter accepts), follows it, and places it again on ' +
           'another machine when its machine fails it, while it has `max_attempts` and `spend_cap` left (the cap ' +
           'bounds all attempts together). Sent again with the same `Idempotency-Key`, the job it made is answered ' +
-          '(`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload; 403 NOT_WALLET_HOLDER for a wallet not ' +
+          '(`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload, BID_ABOVE_MAX_PRICE for a ' +
+          '`bid_per_gpu_hour` above `max_price_per_gpu_hour`; 403 NOT_WALLET_HOLDER for a wallet not ' +
           "the renter's; 409 NO_MACHINE_COULD_MEET when no registered machine could ever meet the terms (naming what " +
           'is missing; `wait_for_capacity` queues it all the same), JOBS_NEED_A_REGISTRY when billing runs without ' +
           'the provider registry.',

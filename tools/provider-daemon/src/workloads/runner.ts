@@ -222,8 +222,13 @@ export class WorkloadRunner {
   private readonly done = new Set<string>();
   /** Reports billing has not taken yet, by session, in order: sent one after another, again at each poll. */
   private readonly unsent = new Map<string, Report[]>();
-  /** Sessions whose launch (inputs, sandbox) is under way. */
-  private readonly launching = new Set<string>();
+  /** Sessions whose launch (inputs, image, sandbox) is under way, with their leased GPUs (null: not named). */
+  private readonly launching = new Map<string, number[] | null>();
+  /**
+   * Launches whose session billing ended meanwhile (gone from its list: preempted, ended by its renter): they start
+   * nothing, so a session leased their GPUs never waits for them nor runs beside them.
+   */
+  private readonly abandoned = new Set<string>();
   /** Sessions billing ended whose workload is being stopped (their notice asked for once). */
   private readonly ending = new Set<string>();
   /** Slots (and so users) taken by launches that are not running yet (a checkpoint restored as its user). */
@@ -368,13 +373,18 @@ export class WorkloadRunner {
     this.writeJournal();
     const live = new Set(sessions.map((s) => s.id));
     for (const [id, r] of this.running) if (!live.has(id)) void this.stopEnded(id, r);
+    // Before any new launch: a launch whose session ended will start nothing (the GPUs may be leased anew below).
+    for (const id of this.launching.keys()) if (!live.has(id)) this.abandoned.add(id);
     // Each launch on its own: one whose inputs take minutes to arrive holds up no other session, nor the stops.
     for (const s of sessions) {
       if (!s.workload || this.running.has(s.id) || this.done.has(s.id) || this.launching.has(s.id)) continue;
-      this.launching.add(s.id);
+      this.launching.set(s.id, s.gpuIndices ?? null);
       void this.launch(s)
         .catch((err) => this.deps.logger.warn({ err, session_id: s.id }, 'starting a workload failed; trying again'))
-        .finally(() => this.launching.delete(s.id));
+        .finally(() => {
+          this.launching.delete(s.id);
+          this.abandoned.delete(s.id);
+        });
     }
     await this.keeper.tick();
     // Alive, with what it started: a later life bills what it lost up to here.
@@ -509,6 +519,11 @@ export class WorkloadRunner {
       await this.keeper.drop(session.id);
       await this.send(session.id, { state: 'failed', at: new Date().toISOString(), reason });
     };
+    const gone = async () => {
+      this.done.add(session.id);
+      await this.keeper.drop(session.id);
+      await this.send(session.id, { state: 'stopped', at: new Date().toISOString(), reason: 'session_ended' });
+    };
     const inputsDir = spec.inputs.length > 0 ? path.join(dir, 'inputs') : undefined;
     if (files && inputsDir) {
       try {
@@ -532,10 +547,22 @@ export class WorkloadRunner {
         return;
       }
     }
-    // A GPU leased anew may still be held by the workload of the session that had it, ending (its grace period): the
-    // new one starts once that one is gone, never beside it (still preparing, unbilled).
+    if (this.abandoned.has(session.id)) {
+      // Its session ended while it was preparing: nothing ran, nothing is kept.
+      await gone();
+      return;
+    }
+    // A GPU leased anew may still be held by the workload of the session that had it, ending (its grace period), or
+    // by one still launching whose session has not been seen to end: the new one starts once that one is gone (or
+    // abandoned: it will start nothing), never beside it (still preparing, unbilled).
     const leased = session.gpuIndices ?? readings.map((r) => r.index);
-    while (!this.stopped && [...this.running.values()].some((r) => r.gpus.some((i) => leased.includes(i)))) {
+    const holds = (gpus: readonly number[]) => gpus.some((i) => leased.includes(i));
+    const launchingOn = () =>
+      session.gpuIndices !== null &&
+      [...this.launching].some(
+        ([id, gpus]) => id !== session.id && gpus !== null && !this.abandoned.has(id) && holds(gpus),
+      );
+    while (!this.stopped && ([...this.running.values()].some((r) => holds(r.gpus)) || launchingOn())) {
       await new Promise((r) => setTimeout(r, 100));
     }
     let disk: SessionDisk;
@@ -663,6 +690,15 @@ export class WorkloadRunner {
     // A daemon stopping starts nothing more (its next life reports what was left preparing).
     if (this.stopped) {
       disk.close();
+      return;
+    }
+    // Its session ended while it was preparing (its GPUs may be leased anew): it never starts.
+    if (this.abandoned.has(session.id)) {
+      this.done.add(session.id);
+      disk.close();
+      void this.send(session.id, { state: 'stopped', at: new Date().toISOString(), reason: 'session_ended' }).then(() =>
+        this.keeper.ended(session.id, false),
+      );
       return;
     }
     // Its output directory, uploaded at its end; its inputs' mount point (the inputs themselves are the daemon's).

@@ -28,7 +28,7 @@ import { isUniqueViolation } from '../../db/unique-violation.ts';
 import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { keysetPage } from '../keyset.ts';
-import type { Dec } from '../ledger/index.ts';
+import { Dec } from '../ledger/index.ts';
 import { endSession, renterOf } from '../sessions/index.ts';
 import { walletFor } from '../wallets/index.ts';
 import { assertWorkloadScopes } from '../workloads/index.ts';
@@ -75,6 +75,18 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
   }
   if (input.workload.idle) {
     throw errors.badRequest('IDLE_JOB', 'a job runs a program that ends: give its command or image, not idle');
+  }
+  // The most the job pays per GPU-hour caps its bid too: a bid above it would pay more than the renter allowed.
+  const { bid_per_gpu_hour: bid, max_price_per_gpu_hour: maxPrice } = input.terms;
+  if (bid !== undefined && new Dec(bid).gt(maxPrice)) {
+    throw new AppError(
+      'invalid',
+      'BID_ABOVE_MAX_PRICE',
+      `a bid of ${bid} per GPU-hour is above the job's ${maxPrice}`,
+      {
+        errors: [{ path: 'body.bid_per_gpu_hour', message: `above max_price_per_gpu_hour (${maxPrice})` }],
+      },
+    );
   }
   assertWorkloadScopes(ctx, input.actor, input.workload);
   // Its checkpoints are kept in the renter's storage: none without a storage service.

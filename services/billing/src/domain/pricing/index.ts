@@ -23,5 +23,4 @@ export {
   costOfSessionMinutes,
   minutesPaidFor,
   msPaidForSession,
-  type RateSegment,
 } from './segments.ts';

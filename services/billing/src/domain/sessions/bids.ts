@@ -23,7 +23,8 @@
  * Refused clearly, changing nothing: an on-demand session (409 SESSION_NOT_INTERRUPTIBLE); a bid under the machine's
  * floor, or a machine that no longer takes bids (409 BID_BELOW_FLOOR, BIDS_NOT_ACCEPTED); a bid over what the renter
  * capped (409 BID_ABOVE_CAP: a job's `max_price_per_gpu_hour`, or a spend cap whose rest does not pay one more minute
- * at the new bid); a raise the renter's funds cannot hold for the next billing interval (402 INSUFFICIENT_FUNDS).
+ * at the new bid); a raise the renter's funds cannot hold for the next billing interval (402 INSUFFICIENT_FUNDS); a session whose bid
+ * changed in over 1,000 of its minutes (409 TOO_MANY_BID_CHANGES: its rates by minute are read at every billing pass).
  * Setting the bid in force again changes nothing. Each change is an audit event (`session_bid_changed`).
  */
 import { appendAudit, auditActor, type Principal } from '@gpu/common';
@@ -97,6 +98,9 @@ export async function preemptSessions(
   return ends;
 }
 
+/** The most rates by minute a session keeps (1,000 minutes of a bid changed every minute, about 16 hours). */
+const MAX_RATE_SEGMENTS = 1000;
+
 export interface BidChange {
   actor: Principal;
   sessionId: string;
@@ -135,6 +139,9 @@ export async function changeBid(ctx: BillingContext, change: BidChange): Promise
       { hourlyRate, bid: change.bid.toFixed() },
       started ? billedElapsedMs(session, now) : null,
     );
+    // Every billing pass reads them: a session keeps a bounded number (one per minute at most in any case).
+    if ((segments?.length ?? 0) > MAX_RATE_SEGMENTS)
+      throw billingErrors.tooManyBidChanges(session.id, MAX_RATE_SEGMENTS);
     const changed: SessionRow = {
       ...session,
       bid: change.bid.toFixed(),
