@@ -16,7 +16,7 @@ const SCALE = 6;
 const MIN = 60_000;
 
 /** A session at `rate` (bid `bid`), changed as `changes` say: [elapsed ms, new rate]. */
-function session(rate: string, changes: [number | null, string][] = []) {
+function session(rate: string, changes: [number, string][] = []) {
   let s = { total_hourly_rate: rate, bid: rate, rate_segments: null as RateSegment[] | null };
   for (const [at, next] of changes) {
     const segments = changedSegments(s, { hourlyRate: new Dec(next), bid: next }, at);
@@ -72,10 +72,18 @@ describe('rates by minute', () => {
     expect(session('3', [[0, '3']]).rate_segments).toBeNull();
   });
 
-  it('replaces the rate outright before the clock starts (a workload not yet running is billed nothing)', () => {
-    const s = session('2', [[null, '8']]);
-    expect(s.rate_segments).toBeNull();
-    expect(cost(s, 3)).toBe('0.4');
+  it('treats a change before the clock starts as one at its first moment', () => {
+    // A raise is the only rate; a cut still pays its first minute at the old bid (the clock may start a little
+    // before it is reported, while the old bid held the GPUs).
+    const raised = session('2', [[0, '8']]);
+    expect(raised.rate_segments).toBeNull();
+    expect(cost(raised, 3)).toBe('0.4');
+    const cut = session('8', [[0, '2']]);
+    expect(cut.rate_segments).toEqual([
+      { from_minute: 0, hourly_rate: '8', bid: '8' },
+      { from_minute: 1, hourly_rate: '2', bid: '2' },
+    ]);
+    expect(cost(cut, 3)).toBe('0.2');
   });
 
   it('says what funds pay for across segments, in whole minutes and to the millisecond', () => {

@@ -562,8 +562,17 @@ export class WorkloadRunner {
       [...this.launching].some(
         ([id, gpus]) => id !== session.id && gpus !== null && !this.abandoned.has(id) && holds(gpus),
       );
-    while (!this.stopped && ([...this.running.values()].some((r) => holds(r.gpus)) || launchingOn())) {
+    while (
+      !this.stopped &&
+      !this.abandoned.has(session.id) &&
+      ([...this.running.values()].some((r) => holds(r.gpus)) || launchingOn())
+    ) {
       await new Promise((r) => setTimeout(r, 100));
+    }
+    if (this.abandoned.has(session.id)) {
+      // Its session ended while it waited for its GPUs: it starts nothing.
+      await gone();
+      return;
     }
     let disk: SessionDisk;
     try {

@@ -84,18 +84,16 @@ export function msPaidForSession(s: Rated, funds: Dec): number {
 }
 
 /**
- * The segments after the rate changes to `hourlyRate` (bid `bid`) at `elapsedMs` of the session's clock (null: its
- * clock has not started, so the new rate is its only one): the minute in progress at the higher of its rate and the
- * new one, the new rate from the next minute on; neighbours at one rate merged. Null when one rate remains from the
- * first minute.
+ * The segments after the rate changes to `hourlyRate` (bid `bid`) at `elapsedMs` of the session's clock (0 before it
+ * starts): the minute in progress at the higher of its rate and the new one, the new rate from the next minute on;
+ * neighbours at one rate merged. Null when one rate remains from the first minute.
  */
 export function changedSegments(
   s: Rated,
   change: { hourlyRate: Dec; bid: string | null },
-  elapsedMs: number | null,
+  elapsedMs: number,
 ): RateSegment[] | null {
   const next: RateSegment = { from_minute: 0, hourly_rate: change.hourlyRate.toFixed(), bid: change.bid };
-  if (elapsedMs === null) return null;
   const current = Math.floor(elapsedMs / MINUTE_MS);
   const segs = rateSegments(s);
   const inProgress = segs.filter((seg) => seg.from_minute <= current).at(-1)!;

@@ -27,7 +27,7 @@
  * changed in over 1,000 of its minutes (409 TOO_MANY_BID_CHANGES: its rates by minute are read at every billing pass).
  * Setting the bid in force again changes nothing. Each change is an audit event (`session_bid_changed`).
  */
-import { appendAudit, auditActor, type Principal } from '@gpu/common';
+import { appendAudit, auditActor, isLockConflict, type Principal, withRetry } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import { findJob, jobOfSession } from '../../db/job-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
@@ -125,7 +125,7 @@ export async function changeBid(ctx: BillingContext, change: BidChange): Promise
   if (cap !== null && change.bid.gt(cap)) {
     throw billingErrors.bidAboveCap(seen.id, change.bid.toFixed(), cap.toFixed(), 'the job');
   }
-  return ctx.db.transaction().execute(async (trx) => {
+  const run = async (trx: Transaction<BillingDB>): Promise<SessionRow> => {
     await lockLeases(trx, seen.provider_id, ctx.now);
     const session = await loadSession(trx, seen.id, true);
     if (!isRunning(session)) throw billingErrors.sessionNotActive(session.id, session.status);
@@ -133,11 +133,12 @@ export async function changeBid(ctx: BillingContext, change: BidChange): Promise
     await assertBidTaken(trx, session.provider_id, change.bid);
     const now = ctx.now();
     const hourlyRate = change.bid.mul(session.gpu_count);
-    const started = billedFrom(session) !== null;
+    // Before its clock starts, as at its first moment: the clock may start a little before it is reported
+    // (`billing.max_clock_skew`), so the first minute is billed at the higher of the two bids as any minute is.
     const segments = changedSegments(
       session,
       { hourlyRate, bid: change.bid.toFixed() },
-      started ? billedElapsedMs(session, now) : null,
+      billedFrom(session) === null ? 0 : billedElapsedMs(session, now),
     );
     // Every billing pass reads them: a session keeps a bounded number (one per minute at most in any case).
     if ((segments?.length ?? 0) > MAX_RATE_SEGMENTS)
@@ -150,12 +151,11 @@ export async function changeBid(ctx: BillingContext, change: BidChange): Promise
       total_hourly_rate: hourlyRate.toFixed(),
       rate_segments: segments,
     };
-    changed.cap_ends_at = started ? capDeadlineOf(changed) : null;
+    changed.cap_ends_at = capDeadlineOf(changed);
     if (change.bid.gt(session.bid!)) await assertRaiseAffordable(ctx, trx, changed, now);
     const written = await changeSessionRate(trx, changed, now);
-    // The market's interruptible prices move with the bids held (lease.held carries them).
-    noteLeaseChange(trx, session.provider_id);
-    await stateNotedLeases(ctx, trx, change.correlationId);
+    // In the trail before the machine's leases are stated: the version row is the last lock a change takes
+    // (leases/held.ts), after the audit chain's as a start's preemptions take them.
     await appendAudit(trx as Kysely<BillingDB>, {
       action: 'session_bid_changed',
       actor: auditActor(change.actor),
@@ -168,8 +168,14 @@ export async function changeBid(ctx: BillingContext, change: BidChange): Promise
       },
       requestId: change.correlationId ?? null,
     });
+    // The market's interruptible prices move with the bids held (lease.held carries them).
+    noteLeaseChange(trx, session.provider_id);
+    await stateNotedLeases(ctx, trx, change.correlationId);
     return written;
-  });
+  };
+  // A deadlock PostgreSQL ended by failing this change (another transaction locking the same rows in another
+  // order) is tried again from the beginning: it wrote nothing.
+  return withRetry(() => ctx.db.transaction().execute(run), { attempts: 3, retryable: isLockConflict });
 }
 
 /** A job's most per GPU-hour (its terms' `max_price_per_gpu_hour`); null for a session of the renter's own. */

@@ -82,7 +82,8 @@ export async function startClock(
   const prepared = preparedAt ? new Date(preparedAt).getTime() : started;
   const at = clamp(reportedAt.getTime(), Math.max(started, prepared, now - ctx.sessions.maxClockSkewMs), now);
   const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
-  const capEndsAt = capDeadline(cap, new Dec(session.total_hourly_rate), at);
+  // At its rates by minute: a bid changed before the clock started already has them.
+  const capEndsAt = cap ? new Date(at.getTime() + msPaidForSession(session, cap)) : null;
   await startSessionClock(trx, session.id, at, capEndsAt);
   return { session: { ...session, billed_from: at, cap_ends_at: capEndsAt }, at };
 }
