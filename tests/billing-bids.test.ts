@@ -375,6 +375,31 @@ describe('interruptible leases at a bid', () => {
     // 10 minutes at 2 an hour (0.333333) and one at 6 (0.1).
     expect(end.json().billing_record).toMatchObject({ billed_minutes: 11, total_cost: '0.433333' });
 
+    // A raise must be paid for: within a spend cap (the cap's rest pays the next minute at the new bid), and from the
+    // hold and the wallet (the cost so far and the next billing interval at it).
+    const capped = await call('POST', '/billing/start-session', d.headers, {
+      user_id: d.userId,
+      wallet_id: d.walletId,
+      provider_id: m2,
+      gpu_model: 'H100',
+      gpu_count: 1,
+      accepted_hourly_rate: '1000',
+      bid: '1',
+      spend_cap: '0.05',
+    });
+    expect(capped.statusCode, capped.body).toBe(201);
+    const overCap = await bidOn(d, capped.json().session.id, '3');
+    expect(overCap.statusCode, overCap.body).toBe(409);
+    expect(overCap.json()).toMatchObject({ code: 'BID_ABOVE_CAP', cap: '0.050000' });
+    expect((await bidOn(d, capped.json().session.id, '1.4')).statusCode).toBe(200);
+    const poor = await renter('1');
+    const thin = await start(poor, m2, 1, '1');
+    expect(thin.statusCode, thin.body).toBe(201);
+    const unpaid = await bidOn(poor, thin.json().session.id, '100');
+    expect(unpaid.statusCode, unpaid.body).toBe(402);
+    expect(unpaid.json().code).toBe('INSUFFICIENT_FUNDS');
+    expect((await sessionRow(thin.json().session.id)).bid).toBe('1');
+
     // A session keeps at most 1,000 rates by minute (every billing pass reads them): one more change is refused.
     const e = await start(d, m2, 1, '1');
     const eId = e.json().session.id as string;
@@ -445,6 +470,10 @@ describe('interruptible leases at a bid', () => {
     };
     const { attempt } = await placedOn(first);
     expect(await sessionRow(attempt.session_id)).toMatchObject({ bid: '1', rate_source: 'bid' });
+    // Its attempt's bid may be raised, never above the job's most per GPU-hour.
+    const aboveJob = await call('POST', `/billing/sessions/${attempt.session_id}/bid`, r.headers, { bid: '101' });
+    expect(aboveJob.statusCode, aboveJob.body).toBe(409);
+    expect(aboveJob.json()).toMatchObject({ code: 'BID_ABOVE_CAP', cap: '100' });
 
     // An on-demand renter takes the whole first machine: the job's attempt ends preempted, and the job, recovering,
     // is placed at its bid on a second machine that takes bids.

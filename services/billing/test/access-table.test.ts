@@ -260,6 +260,12 @@ function table(): Record<string, AccessRule> {
       request: async () => ({ payload: { session_id: await ownersSession() } }),
       expect: PARTY(200),
     },
+    // Only the renter changes what the renter pays (and admins, services); this session is on demand (without a
+    // registry billing takes no bids), so those who may ask are answered 409 SESSION_NOT_INTERRUPTIBLE.
+    'POST /api/v1/billing/sessions/:sessionID/bid': {
+      request: async () => ({ url: `/api/v1/billing/sessions/${await ownersSession()}/bid`, payload: { bid: '1' } }),
+      expect: RENTERS(409, 403),
+    },
     'GET /api/v1/billing/current-usage/:sessionID': {
       request: async () => ({ url: `/api/v1/billing/current-usage/${await ownersSession()}` }),
       expect: PARTY(200),

@@ -3,14 +3,14 @@
  * prices the minute in progress, a cut the next one), costs exact per segment, and what funds and a cap pay for.
  */
 import { describe, expect, it } from 'vitest';
+import type { RateSegment } from '../src/db/schema.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
 import {
   changedSegments,
   costOfSessionMinutes,
   minutesPaidFor,
   msPaidForSession,
-  type RateSegment,
-} from '../src/domain/pricing/segments.ts';
+} from '../src/domain/pricing/pricing.ts';
 
 const SCALE = 6;
 const MIN = 60_000;

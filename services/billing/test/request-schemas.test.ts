@@ -27,6 +27,8 @@ describe('the request schemas of openapi.json', () => {
       extensions: { 'x-base58-bytes': ((value: string, n: number) => n === 32 && isSolanaAddress(value)) as never },
       skipFields: {
         'querystring.cursor': 'opaque: only a cursor a page answered is one (400 INVALID_CURSOR)',
+        'POST /api/v1/billing/jobs body.bid_per_gpu_hour':
+          'a rule between fields: a bid at most max_price_per_gpu_hour (400 BID_ABOVE_MAX_PRICE)',
         'body.workload.command':
           'its first element, the program, may not be empty while its arguments may: a rule of one item of the list',
         'POST /api/v1/billing/sessions/{sessionID}/workload/state body.reason':

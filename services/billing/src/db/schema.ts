@@ -203,7 +203,7 @@ export interface RentalSessionTable {
   /** The session whose start took this one's GPUs (it ended `preempted`, 0033); null: not preempted. */
   preempted_by: ColumnType<string | null, string | null | undefined, string | null>;
   /**
-   * The rates by minute of the session's clock once its bid changed (0034; domain/pricing/segments.ts),
+   * The rates by minute of the session's clock once its bid changed (0034; domain/pricing/pricing.ts),
    * ascending, the last one in force; null: one rate (`total_hourly_rate`) from its first minute.
    */
   rate_segments: ColumnType<RateSegment[] | null, string | null | undefined, string | null>;

@@ -1,12 +1,16 @@
 export {
   bidRates,
   billableMinutes,
+  changedSegments,
   costOfHours,
   costOfMinutes,
+  costOfSessionMinutes,
   formatRate,
   type HourlyRates,
   type MarketFactors,
+  minutesPaidFor,
   msPaidFor,
+  msPaidForSession,
   neutralMarket,
   normalizeModel,
   quote,
@@ -18,9 +22,3 @@ export {
   type StoredProviderRates,
   setProviderRates,
 } from './provider-rates.ts';
-export {
-  changedSegments,
-  costOfSessionMinutes,
-  minutesPaidFor,
-  msPaidForSession,
-} from './segments.ts';

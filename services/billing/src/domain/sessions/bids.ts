@@ -14,7 +14,7 @@
  * retried (start.ts).
  *
  * **A bid changed** (`POST /billing/sessions/{id}/bid`, `gpu bid`): its renter (or an admin or service) sets a new bid per GPU-hour; from then on the session holds its GPUs at the new bid (the market's
- * `outbid_above` moves with it), and it pays each minute at the highest rate in force during it (domain/pricing/segments.ts).
+ * `outbid_above` moves with it), and it pays each minute at the highest rate in force during it (domain/pricing/pricing.ts).
  *
  * Under the machine's lease lock, as a start is: a start that chooses whose GPUs to take reads every bid under that
  * lock, so a raise that committed first protects the session, and one that comes after finds the session ended
