@@ -547,11 +547,6 @@ export class WorkloadRunner {
         return;
       }
     }
-    if (this.abandoned.has(session.id)) {
-      // Its session ended while it was preparing: nothing ran, nothing is kept.
-      await gone();
-      return;
-    }
     // A GPU leased anew may still be held by the workload of the session that had it, ending (its grace period), or
     // by one still launching whose session has not been seen to end: the new one starts once that one is gone (or
     // abandoned: it will start nothing), never beside it (still preparing, unbilled).
@@ -570,7 +565,7 @@ export class WorkloadRunner {
       await new Promise((r) => setTimeout(r, 100));
     }
     if (this.abandoned.has(session.id)) {
-      // Its session ended while it waited for its GPUs: it starts nothing.
+      // Its session ended while it prepared or waited for its GPUs: nothing ran, nothing is kept.
       await gone();
       return;
     }
