@@ -9,9 +9,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { describe, expect, it } from 'vitest';
-import { setProviderRates } from '../../../services/billing/src/domain/pricing/index.ts';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
@@ -23,12 +21,7 @@ describe('a preempted workload', () => {
     timeout: 90_000,
   }, async () => {
     const m = await rig.machine();
-    await setProviderRates(rig.billing.ctx, UNCHECKED_PRINCIPAL, m.providerId, {
-      baseRates: {},
-      vramRatePerGbHour: null,
-      powerRatePerWattHour: null,
-      bidFloor: '0.5',
-    });
+    await rig.takeBids(m.providerId, '0.5');
     // Where a hostile workload points the notice's name: a path on the host, which the daemon must not write.
     const target = join(rig.dir, `planted-${Date.now()}`);
     const script = [
@@ -91,12 +84,7 @@ describe('a preempted workload', () => {
     timeout: 90_000,
   }, async () => {
     const m = await rig.machine();
-    await setProviderRates(rig.billing.ctx, UNCHECKED_PRINCIPAL, m.providerId, {
-      baseRates: {},
-      vramRatePerGbHour: null,
-      powerRatePerWattHour: null,
-      bidFloor: '0.5',
-    });
+    await rig.takeBids(m.providerId, '0.5');
     // The machine's GPUs are read just before a workload starts: held there, the bid's launch is caught preparing.
     let open!: () => void;
     const gate = new Promise<void>((resolve) => {

@@ -10,12 +10,12 @@
  * its checkpoint.
  */
 import { spawnSync } from 'node:child_process';
-import { createLogger, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { createLogger } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registrySessionPublisher } from '../../../services/billing/src/adapters/registry-sessions.ts';
 import { type Background, startBackground } from '../../../services/billing/src/background.ts';
 import { Dec } from '../../../services/billing/src/domain/ledger/index.ts';
-import { announcePrices, setProviderRates } from '../../../services/billing/src/domain/pricing/index.ts';
+import { announcePrices } from '../../../services/billing/src/domain/pricing/index.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const isRoot = process.getuid?.() === 0;
@@ -45,12 +45,7 @@ type Json = any;
 /** A machine that takes bids from 0.5 per GPU-hour, its runner running, stated to the market. */
 async function biddableMachine() {
   const m = await rig.machine();
-  await setProviderRates(rig.billing.ctx, UNCHECKED_PRINCIPAL, m.providerId, {
-    baseRates: {},
-    vramRatePerGbHour: null,
-    powerRatePerWattHour: null,
-    bidFloor: '0.5',
-  });
+  await rig.takeBids(m.providerId, '0.5');
   await announcePrices(rig.billing.ctx);
   const runner = m.runner();
   runner.run();

@@ -20,6 +20,7 @@ import { createClient } from '../../../../services/auth/src/domain/clients.ts';
 import { registerAndLogin } from '../../../../services/auth/test/helpers.ts';
 import { buildApp } from '../../../../services/billing/src/app.ts';
 import { base58Encode } from '../../../../services/billing/src/domain/chain/base58.ts';
+import { setProviderRates } from '../../../../services/billing/src/domain/pricing/index.ts';
 import type { BillingHarness } from '../../../../services/billing/test/support/setup.ts';
 import type { StorageConfig } from '../../../../services/storage/src/config.ts';
 import { startService, type TestService } from '../../../../services/storage/test/helpers.ts';
@@ -93,6 +94,8 @@ export interface WorkloadRig {
   workloadOf(headers: Record<string, string>, id: string): Promise<any>;
   /** Gives the registry the platform's prices, as billing announces them: the market lists machines once it has them. */
   priceTheMarket(): Promise<void>;
+  /** The machine's owner lets it take bids (interruptible leases) from `floor` per GPU-hour, at billing's own rates. */
+  takeBids(providerId: string, floor: string): Promise<void>;
   /**
    * Another billing instance on the rig's database and settings (a second replica behind the load balancer), listening:
    * its URL, and how to close it.
@@ -264,6 +267,14 @@ export function useWorkloadRig(
     },
     // Billing's own card: the market's prices are what billing charges.
     priceTheMarket: () => priceTheMarket(platform, rig.billing.ctx.pricing.card),
+    async takeBids(providerId, floor) {
+      await setProviderRates(rig.billing.ctx, UNCHECKED_PRINCIPAL, providerId, {
+        baseRates: {},
+        vramRatePerGbHour: null,
+        powerRatePerWattHour: null,
+        bidFloor: floor,
+      });
+    },
     async secondBilling() {
       const second = await buildApp({
         config: { ...rig.billing.config, instance_id: 'second-instance' },
