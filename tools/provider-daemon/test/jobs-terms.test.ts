@@ -560,7 +560,8 @@ describe("a job's terms", () => {
     // (Between its rounds: while one tries to place it, it is `placing`.)
     const recovering = await until(
       () => jobs.job(renter, id),
-      (j) => j.state === 'recovering' || ended(j),
+      // Its place in the queue is shown between the placer's rounds (a round holding it shows none).
+      (j) => (j.state === 'recovering' && j.queue_position !== null) || ended(j),
       30_000,
     );
     expect(recovering, JSON.stringify(recovering)).toMatchObject({
