@@ -991,7 +991,7 @@ describe('deploy/k8s/gateway', () => {
     const [upgrades, ...moreUpgrades] = policiesOf('port-host-websockets');
     expect(moreUpgrades).toEqual([]);
     expect(upgrades.metadata.name).toBe('websockets');
-    expect(upgrades.spec.httpUpgrade).toEqual([{ type: 'websocket' }]);
+    expect(upgrades.spec.httpUpgrade).toEqual([{ type: 'websocket' }, { type: 'tcp' }]);
     expect(ms(upgrades.spec.timeout.http.streamIdleTimeout)).toBe(3_600_000);
   });
 
@@ -1004,8 +1004,10 @@ describe('deploy/k8s/gateway', () => {
       expect(rule.filters).toBeUndefined();
       for (const m of rule.matches as Doc[]) {
         expect(m.path.type).toBe('PathPrefix');
-        expect(m.headers).toEqual([{ type: 'RegularExpression', name: 'Upgrade', value: '(?i)websocket' }]);
-        expect(new RegExp(`^(?:${m.headers[0].value.replace('(?i)', '')})$`, 'i').test('WebSocket')).toBe(true);
+        expect(m.headers).toEqual([{ type: 'RegularExpression', name: 'Upgrade', value: '(?i)websocket|tcp' }]);
+        const upgrade = new RegExp(`^(?:${m.headers[0].value.replace('(?i)', '')})$`, 'i');
+        expect(['WebSocket', 'tcp'].map((u) => upgrade.test(u))).toEqual([true, true]);
+        expect(upgrade.test('h2c')).toBe(false);
         upgrades[m.path.value] = rule.backendRefs[0];
       }
       expect(rule.backendRefs).toHaveLength(1);
@@ -1025,7 +1027,7 @@ describe('deploy/k8s/gateway', () => {
     );
     expect(policies).toHaveLength(1);
     const policy = policies[0].spec;
-    expect(policy.httpUpgrade).toEqual([{ type: 'websocket' }]);
+    expect(policy.httpUpgrade).toEqual([{ type: 'websocket' }, { type: 'tcp' }]);
     expect(policy.requestBuffer).toBeUndefined();
     expect(policy.retry).toBeUndefined();
     expect(policy.timeout.tcp.connectTimeout).toBe('5s');

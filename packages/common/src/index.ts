@@ -218,7 +218,13 @@ export {
   UNPRICED_RATE,
 } from './price-formula.ts';
 export { buildRegistration, deregisterService, type Registration, registerService } from './registry/consul.ts';
-export { type RunningService, type RunServiceOptions, runService, startOrExit } from './server/run-service.ts';
+export {
+  type RunningService,
+  type RunServiceOptions,
+  runService,
+  startOrExit,
+  tuneGcForStreams,
+} from './server/run-service.ts';
 export {
   activeTraceContext,
   inSpanOf,

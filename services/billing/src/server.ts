@@ -17,6 +17,7 @@ import {
   serviceLogger,
   startOrExit,
   startTracing,
+  tuneGcForStreams,
 } from '@gpu/common';
 import { registrySessionPublisher } from './adapters/registry-sessions.ts';
 import { type BillingDeps, billingContext, buildApp, SERVICE_NAME } from './app.ts';
@@ -24,6 +25,9 @@ import { startBackground } from './background.ts';
 import { connectChain } from './chain-setup.ts';
 import { loadBillingConfig } from './config.ts';
 import { openBillingDatabase } from './db/open.ts';
+
+// Renters' forwarded ports pass through the reach relay here.
+tuneGcForStreams();
 
 startOrExit(async () => {
   // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app is built: its hooks depend on it).

@@ -1,11 +1,14 @@
 /**
  * Billing's reach streams as `gpu` opens them: a WebSocket to a route under `/api/v1/billing/`, the caller's bearer
  * token on the upgrade, a refusal (every check runs before the upgrade) read as the `ApiError` it is. `bridge` carries
- * a byte stream (a port-forward's TCP connection, an SSH transport) over one: each binary message is bytes of it,
- * both ways, with backpressure both ways; the WebSocket's close 1000 is the stream's end, any other close its break.
+ * a byte stream (an SSH transport) over one: each binary message is bytes of it, both ways, with backpressure both
+ * ways; the WebSocket's close 1000 is the stream's end, any other close its break. `bridgeRaw` carries a forwarded
+ * port's connection on a raw byte stream instead (`Upgrade: tcp`): no frames, the bytes as they are.
  */
+import type { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 import { ApiError } from '@gpu/client';
+import { openRawUpgrade, UpgradeRefused } from '@gpu/common/raw-upgrade';
 import WebSocket from 'ws';
 import type { Context } from './cli.ts';
 
@@ -188,4 +191,84 @@ export async function bridge(
     input.off('close', onLocalClose);
     input.pause();
   }
+}
+
+/** How often TCP probes an idle raw stream (a NAT on the way must not forget it). */
+const KEEPALIVE_MS = 30_000;
+
+/**
+ * Carries a local TCP connection over billing's raw byte stream at `path` (`Upgrade: tcp`), both ways with
+ * backpressure, resolving as `bridge` does: 1000 once the remote side ended (the workload closed its side), or once
+ * the local side ended and the remote side then stayed silent for `lingerMs` (a gateway on the way may close the
+ * whole stream at a half-close, so the local end is not passed on while an answer may still come); 1001 when stopped
+ * (`signal`); 1006 when the stream was cut (reset: billing resets a renter's stream it ends, the session's end). Rejects when it does not open (the refusal as an `ApiError`). The local
+ * side is read only once the stream is open.
+ */
+export async function bridgeRaw(
+  ctx: StreamContext,
+  path: string,
+  local: Socket,
+  opts: BridgeOptions = {},
+): Promise<StreamEnd> {
+  if (opts.signal?.aborted) return { code: 1001, reason: 'stopped' };
+  const token = await ctx.token.get();
+  const remote = await openRawUpgrade(`${ctx.url}${path}`, { headers: { authorization: `Bearer ${token}` } }).catch(
+    (err: unknown) => {
+      throw err instanceof UpgradeRefused ? new ApiError(err.status, err.problem()) : err;
+    },
+  );
+  remote.setKeepAlive(true, KEEPALIVE_MS);
+  remote.on('error', () => {});
+  return new Promise<StreamEnd>((resolve) => {
+    let quietTimer: NodeJS.Timeout | undefined;
+    let localEnded = false;
+    let done = false;
+    const finish = (end: StreamEnd) => {
+      if (done) return;
+      done = true;
+      clearTimeout(quietTimer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      local.unpipe(remote);
+      remote.unpipe(local);
+      if (end.code === 1000) remote.end();
+      else remote.destroy();
+      resolve(end);
+    };
+    let awaitingDrain = false;
+    // Silence counts only while the local side takes what comes: a remote side held back by a slow reader is not
+    // silent.
+    const armLinger = () => {
+      clearTimeout(quietTimer);
+      if (local.writableNeedDrain) {
+        if (!awaitingDrain) {
+          awaitingDrain = true;
+          local.once('drain', () => {
+            awaitingDrain = false;
+            armLinger();
+          });
+        }
+        return;
+      }
+      quietTimer = setTimeout(() => finish({ code: 1000, reason: '' }), opts.lingerMs ?? 0);
+    };
+    const onAbort = () => finish({ code: 1001, reason: 'stopped' });
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    remote.pipe(local, { end: false });
+    local.pipe(remote, { end: false });
+    remote.on('data', () => {
+      if (localEnded) armLinger();
+    });
+    remote.once('end', () => finish({ code: 1000, reason: '' }));
+    remote.once('close', () => finish({ code: 1006, reason: 'the stream was cut' }));
+    local.once('end', () => {
+      localEnded = true;
+      armLinger();
+    });
+    const localGone = () => {
+      if (!localEnded) finish({ code: 1001, reason: 'local side closed' });
+    };
+    local.once('close', localGone);
+    // Gone while the stream was opening.
+    if (local.destroyed) localGone();
+  });
 }

@@ -1,13 +1,14 @@
 /**
  * `gpu port-forward`'s parts that need no platform: its port specs (a usage error, exit status 2, before anything is
- * sent), and the byte bridge every reach stream rides on, against a local WebSocket server speaking the contract of
- * billing's port-forward stream (bytes both ways, close 1000 the end, a refusal an HTTP answer with a problem body):
- * megabytes both ways through a reader slower than the sender, the end, a break, a refusal.
+ * sent), and the byte bridges reach streams ride on, against local servers speaking the contract of billing's
+ * port-forward stream: the WebSocket one (`ssh-proxy`'s: bytes both ways, close 1000 the end) and the raw one
+ * (`port-forward`'s, `Upgrade: tcp`: the bytes as they are, the end its end); a refusal an HTTP answer with a problem
+ * body. Megabytes both ways through a reader slower than the sender, the end, a break, a refusal.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Writable } from 'node:stream';
@@ -16,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 import { UsageError } from '../src/cli.ts';
 import { parsePortSpec, parsePortSpecs } from '../src/commands/port-forward.ts';
-import { bridge } from '../src/reach-stream.ts';
+import { bridge, bridgeRaw } from '../src/reach-stream.ts';
 import { gpuAt } from './support/gpu.ts';
 
 const SESSION = '3f0c5b8e-3a55-4d47-9a3c-3c1f7c1c9d11';
@@ -151,5 +152,112 @@ describe('the byte bridge of a reach stream', () => {
     const closing = bridge(ctx(), `/stream?port=8888`, { input: gone, output: gone });
     gone.destroy();
     expect(await closing).toEqual({ code: 1001, reason: 'local side closed' });
+  });
+});
+
+describe('the raw byte bridge of a forwarded port', () => {
+  let server: http.Server;
+  let url = '';
+  const ctx = () => ({ url, token: staticToken('a-token') });
+  /** Local connections: the app's end, and the one the bridge is given. */
+  let local: net.Server;
+  const accepted: net.Socket[] = [];
+  /** Every socket either server made, closed at the end. */
+  const made: net.Socket[] = [];
+  const pair = async (): Promise<{ app: net.Socket; bridged: net.Socket }> => {
+    const app = net.connect((local.address() as AddressInfo).port, '127.0.0.1');
+    await new Promise((resolve) => app.once('connect', resolve));
+    await expect.poll(() => accepted.length).toBeGreaterThan(0);
+    return { app, bridged: accepted.shift()! };
+  };
+
+  beforeAll(async () => {
+    server = http.createServer();
+    server.on('upgrade', (req, socket: net.Socket) => {
+      made.push(socket);
+      const port = new URL(req.url ?? '/', 'http://x').searchParams.get('port');
+      if (req.headers.authorization !== 'Bearer a-token' || req.headers.upgrade !== 'tcp' || port === '1') {
+        const body = JSON.stringify({ code: 'PORT_NOT_LISTENING', detail: 'nothing listens on port 1' });
+        socket.end(
+          `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/problem+json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+        );
+        return;
+      }
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n');
+      // Port 2 greets first, then is cut; any other echoes until the client ends, then ends.
+      if (port === '2') {
+        socket.write('hello');
+        setTimeout(() => socket.resetAndDestroy(), 50);
+        return;
+      }
+      socket.pipe(socket);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    // As `gpu port-forward` listens: a local client's end is its half-close.
+    local = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (s) => {
+      made.push(s);
+      accepted.push(s);
+    });
+    await new Promise<void>((resolve) => local.listen(0, '127.0.0.1', resolve));
+  });
+  afterAll(async () => {
+    for (const s of made) s.destroy();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await new Promise<void>((resolve) => local.close(() => resolve()));
+  });
+
+  it('carries megabytes both ways to a slow reader intact, then ends once the local side ended', async () => {
+    const { app, bridged } = await pair();
+    const sent = randomBytes(24 * 1024 * 1024);
+    const chunks: Buffer[] = [];
+    // A reader that takes a chunk now and then: the stream must wait for it, not buffer without bound.
+    app.on('data', (d: Buffer) => {
+      chunks.push(d);
+      app.pause();
+      setTimeout(() => app.resume(), 1);
+    });
+    const ended = bridgeRaw(ctx(), '/stream?port=8888', bridged, { lingerMs: 200 });
+    const appEnded = new Promise((resolve) => app.once('end', resolve));
+    app.end(sent);
+    const end = await ended;
+    expect(end).toEqual({ code: 1000, reason: '' });
+    bridged.end();
+    await appEnded;
+    expect(Buffer.concat(chunks).equals(sent)).toBe(true);
+  });
+
+  it('passes what came before a cut, and says it was cut', async () => {
+    const { app, bridged } = await pair();
+    let got = '';
+    app.on('data', (d: Buffer) => {
+      got += String(d);
+    });
+    expect(await bridgeRaw(ctx(), '/stream?port=2', bridged)).toEqual({ code: 1006, reason: 'the stream was cut' });
+    await expect.poll(() => got).toBe('hello');
+    app.destroy();
+  });
+
+  it("rejects a refusal with the platform's problem, and closes itself when told to stop", async () => {
+    const first = await pair();
+    const refused = bridgeRaw(ctx(), '/stream?port=1', first.bridged);
+    await expect(refused).rejects.toBeInstanceOf(ApiError);
+    await expect(refused).rejects.toMatchObject({ status: 502, code: 'PORT_NOT_LISTENING' });
+    first.app.destroy();
+
+    const second = await pair();
+    const stop = new AbortController();
+    const open = bridgeRaw(ctx(), '/stream?port=8888', second.bridged, { signal: stop.signal });
+    setTimeout(() => stop.abort(), 100);
+    expect((await open).code).toBe(1001);
+    second.app.destroy();
+
+    // A local side gone before the stream opened (a connection reset at once) closes the stream as soon as it opens.
+    const third = await pair();
+    const closing = bridgeRaw(ctx(), '/stream?port=8888', third.bridged);
+    third.bridged.destroy();
+    expect(await closing).toEqual({ code: 1001, reason: 'local side closed' });
+    third.app.destroy();
   });
 });

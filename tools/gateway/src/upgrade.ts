@@ -1,8 +1,8 @@
 /**
- * WebSocket upgrades through the Node gateway: a renter's shell, exec and port-forwards into a rented workload, a
- * provider daemon's stream to billing. On every routed path (the route table's prefixes: the service decides whether
- * it takes a WebSocket there, no list of such paths is kept here) an HTTP/1.1 `Upgrade: websocket` request goes to the
- * path's service with the headers an ordinary request gets (forwarding.ts: `X-Forwarded-*`, the request and
+ * Upgrades through the Node gateway: a renter's shell, exec and port-forwards into a rented workload, a provider
+ * daemon's stream to billing and its dial-backs. On every routed path (the route table's prefixes: the service decides
+ * whether it takes an upgrade there, no list of such paths is kept here) an HTTP/1.1 `Upgrade: websocket` request, or
+ * `Upgrade: tcp` (a raw byte stream: a forwarded port's bytes, @gpu/common/raw-upgrade), goes to the path's service with the headers an ordinary request gets (forwarding.ts: `X-Forwarded-*`, the request and
  * correlation IDs, the trace); the service's answer comes back as it is, its 101 and then the bytes both ways until
  * either side closes, or its refusal (a 401 problem) and the connection closed. The gateway parses no frame: it passes
  * bytes, as nginx and Envoy do.
@@ -13,7 +13,8 @@
  *   request there gets (the gateway answers it as one, through its own routes: a 404 `ROUTE_NOT_FOUND`, `/health`),
  *   written on the raw socket and the connection closed. A path with a `..` segment, plain or percent-encoded, is a
  *   400 problem (`BAD_REQUEST`), as under a service's prefix for ordinary requests, wherever it lies.
- * - An upgrade to anything but WebSocket (`h2c`, ...) is a 400 problem (`BAD_REQUEST`).
+ * - An upgrade to anything else (`h2c`, ...) is a 400 problem (`BAD_REQUEST`), as is `tcp` on a port host (a browser's
+ *   origin takes WebSockets only). A raw stream keeps TCP's half-close: either side's end passes as the other's.
  * - A service that cannot be reached is a 502 problem (`BAD_GATEWAY`), one that does not answer the upgrade within
  *   `answerTimeout` a 504 (`UPSTREAM_TIMEOUT`), as for ordinary requests.
  * - Timeouts: an upgraded stream is exempt from the gateway's request timeouts (Node's `requestTimeout`,
@@ -159,8 +160,9 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       count(status);
     };
 
-    if (kind !== 'not-a-port-host' && (req.headers.upgrade ?? '').trim().toLowerCase() !== 'websocket') {
-      problem(400, 'BAD_REQUEST', 'only WebSocket upgrades pass the gateway');
+    const token = (req.headers.upgrade ?? '').trim().toLowerCase();
+    if (kind !== 'not-a-port-host' && token !== 'websocket' && !(token === 'tcp' && kind === 'api')) {
+      problem(400, 'BAD_REQUEST', 'only WebSocket upgrades, and raw byte streams (tcp) to the API, pass the gateway');
       return;
     }
     // Refused here rather than answered as an ordinary request: the app's inject would resolve the segments first. A
@@ -211,7 +213,7 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       'x-request-id': id,
       'x-correlation-id': correlationId,
       connection: 'Upgrade',
-      upgrade: 'websocket',
+      upgrade: token,
     } as OutgoingHttpHeaders;
     const url = 'url' in target ? new URL(target.url) : undefined;
     const outgoing = httpRequest({
@@ -281,6 +283,9 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       if (bodyHead.length > 0) upstreamSocket.write(bodyHead);
       upstreamSocket.setNoDelay(true);
       (socket as Socket).setNoDelay?.(true);
+      // A raw stream's half-close passes (the caller's end, then the service's answer still coming back).
+      upstreamSocket.allowHalfOpen = true;
+      (socket as Socket).allowHalfOpen = true;
       // Every byte either way passes this socket (read from the caller, written to it), so its timer is the stream's.
       (socket as Socket).setTimeout?.(settings.idleTimeout, () => socket.destroy());
       upstreamSocket.setTimeout(0);

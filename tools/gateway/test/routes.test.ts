@@ -148,14 +148,14 @@ describe("docker-compose's nginx", () => {
     expect(directive(api, 'proxy_send_timeout')).toBe('300s');
     expect(all.filter((l) => /proxy_(read|send)_timeout/.test(l.body))).toEqual([upgrade]);
     // HTTP/1.1 to the services, Upgrade passed on, Connection `upgrade` for an upgrade and empty otherwise (the
-    // services' keep-alive connections), anything but a WebSocket upgrade refused.
+    // services' keep-alive connections), anything but a WebSocket upgrade (or a raw stream to the API) refused.
     expect(directive(api, 'proxy_http_version')).toBe('1.1');
     expect(api).toMatch(/^proxy_set_header Upgrade \$http_upgrade;$/m);
     expect(api).toMatch(/^proxy_set_header Connection \$connection_upgrade;$/m);
     const http = readFileSync(path.join(gatewayDir, 'http.conf'), 'utf8');
     expect(/^map \$http_upgrade \$connection_upgrade \{\n {2}default upgrade;\n {2}"" "";\n\}/m.test(http)).toBe(true);
     expect(http).toMatch(
-      /^map \$http_upgrade \$platform_upgrade_refused \{\n {2}"" 0;\n {2}"~\*\^websocket\$" 0;\n {2}default 1;\n\}/m,
+      /^map "\$platform_host_kind:\$http_upgrade" \$platform_upgrade_refused \{\n {2}"~:\$" 0;\n {2}"~\*:websocket\$" 0;\n {2}"~\*\^:tcp\$" 0;\n {2}default 1;\n\}/m,
     );
     expect(api).toMatch(/^if \(\$platform_upgrade_refused\) \{\n {2}rewrite \^ \/\.gateway\/bad-upgrade last;\n\}/m);
   });

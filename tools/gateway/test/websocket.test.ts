@@ -3,8 +3,9 @@
  * timeouts; docker-compose's nginx and pnpm start's nginx on deploy/gateway's files) in front of a real WebSocket
  * service (`ws`) standing in for all four: frames both ways (text, binary, 1 MiB), the service speaking first, close
  * codes passed, many streams at once, the forwarding headers and IDs an ordinary request gets, the ordinary answer to
- * an upgrade the gateway does not forward (no route, a service-only path, a `..` segment), a non-WebSocket upgrade
- * refused, the service's own refusal passed as it is, a service down, and each stream counted in the metrics. The Node
+ * an upgrade the gateway does not forward (no route, a service-only path, a `..` segment), a raw byte stream
+ * (`Upgrade: tcp`) passed to the API with its half-close where the engine keeps one and refused at a port host, any
+ * other upgrade refused, the service's own refusal passed as it is, a service down, and each stream counted in the metrics. The Node
  * gateway also shows its timeouts: an idle stream outlives the ordinary request timeouts and is closed after its own
  * idle limit, and stopping the gateway closes open streams. (nginx's and Envoy's hour are configuration, checked in
  * test/routes.test.ts and tests/k8s.test.ts.)
@@ -12,6 +13,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import { connect } from 'node:net';
+import { openRawUpgrade } from '@gpu/common/raw-upgrade';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RawData, WebSocket, WebSocketServer } from 'ws';
@@ -46,6 +48,15 @@ async function startBackend(): Promise<Backend> {
         `HTTP/1.1 401 Unauthorized\r\ncontent-type: application/problem+json\r\nwww-authenticate: Bearer\r\n` +
           `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
       );
+      return;
+    }
+    if (String(req.headers.upgrade).toLowerCase() === 'tcp') {
+      // A raw byte stream: what the caller sends comes back upper-cased, and its end is answered with a last line
+      // (which reaches the caller only where its half-close passed).
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n');
+      if (head.length > 0) socket.write(head.toString().toUpperCase());
+      socket.on('data', (d: Buffer) => socket.write(d.toString().toUpperCase()));
+      socket.once('end', () => socket.end('\nyour end came\n'));
       return;
     }
     wss.handleUpgrade(req, socket, head, (ws) => {
@@ -120,12 +131,13 @@ function rawUpgrade(
   base: string,
   path: string,
   upgrade = 'websocket',
+  host?: string,
 ): Promise<{ status: number; headers: Record<string, string>; body: string }> {
   const { port } = new URL(base);
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), '127.0.0.1', () =>
       socket.write(
-        `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: Upgrade\r\nUpgrade: ${upgrade}\r\n` +
+        `GET ${path} HTTP/1.1\r\nHost: ${host ?? `127.0.0.1:${port}`}\r\nConnection: Upgrade\r\nUpgrade: ${upgrade}\r\n` +
           `Sec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\nSec-WebSocket-Version: 13\r\n\r\n`,
       ),
     );
@@ -237,6 +249,42 @@ describe.each(engines)('WebSocket upgrades through $name', (engine) => {
     await client.closed;
   });
 
+  it('passes a raw byte stream (Upgrade: tcp) to the API, and refuses one at a port host', async () => {
+    const before = backend.seen.length;
+    const stream = await openRawUpgrade(`${gateway.base}/api/v1/billing/sessions/x/port-forward?port=8000`, {
+      headers: { 'x-correlation-id': 'raw-chain:1' },
+    });
+    let got = '';
+    stream.on('data', (d: Buffer) => {
+      got += String(d);
+    });
+    const ended = new Promise<void>((resolve) => stream.once('end', () => resolve()));
+    const large = 'x'.repeat(1024 * 1024);
+    stream.write(`bytes as they are, ${large}`);
+    await expect.poll(() => got.length, { timeout: 10_000 }).toBe(19 + large.length);
+    expect(got).toBe(`BYTES AS THEY ARE, ${large.toUpperCase()}`);
+    // The caller's end closes the stream; the Node gateway passes it as a half-close (the service's answer to it
+    // still comes back), nginx ends the connection at either side's end.
+    stream.end();
+    await ended;
+    if (engine.node) expect(got.endsWith('\nyour end came\n')).toBe(true);
+    stream.destroy();
+    expect(backend.seen[before]).toMatchObject({
+      url: '/api/v1/billing/sessions/x/port-forward?port=8000',
+      headers: { upgrade: 'tcp', 'x-correlation-id': 'raw-chain:1' },
+    });
+    // A browser's origin takes WebSockets only.
+    const portHost = await rawUpgrade(
+      gateway.base,
+      '/',
+      'tcp',
+      '3f2b0c1e-1111-4aaa-8bbb-0123456789ab-8888.ports.localhost',
+    );
+    expect(portHost.status).toBe(400);
+    expect(JSON.parse(portHost.body)).toMatchObject({ code: 'BAD_REQUEST' });
+    expect(backend.seen).toHaveLength(before + 1);
+  });
+
   it('passes close codes and reasons both ways', async () => {
     const caller = await open(`${ws}/objects/some/stream`);
     await caller.next();
@@ -287,7 +335,7 @@ describe.each(engines)('WebSocket upgrades through $name', (engine) => {
     expect(JSON.parse(h2c.body)).toMatchObject({
       status: 400,
       code: 'BAD_REQUEST',
-      detail: 'only WebSocket upgrades pass the gateway',
+      detail: 'only WebSocket upgrades, and raw byte streams (tcp) to the API, pass the gateway',
     });
     // None of these reached the service.
     expect(backend.seen.slice(seenBefore)).toEqual([]);

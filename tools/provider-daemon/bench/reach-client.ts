@@ -4,7 +4,8 @@
  * doing so (`process.cpuUsage()`) and that of the processes `pids` names (billing's, the daemon's), read from /proc
  * just before and after the timed part.
  *
- *   stream  a connection (a port-forward WebSocket, or TCP straight to the server) asks the stream server for `bytes`
+ *   stream  a connection (a port-forward stream, raw bytes as `gpu port-forward` opens it, or TCP straight to the
+ *           server) asks the stream server for `bytes`
  *           and reads them: milliseconds from the request to the last byte
  *   echo    over one connection, `count` times: `size` bytes sent, the same number read back; each round trip's ms
  *   keys    an exec stream with a terminal (`tty=true`, the workload's `stty raw -echo; cat`), `count` times: one byte
@@ -12,10 +13,14 @@
  */
 import { connect } from 'node:net';
 import { cpuSnapshot, processMs } from '@gpu/bench-kit';
+import { openRawUpgrade } from '@gpu/common/raw-upgrade';
 import WebSocket from 'ws';
 
-/** Where a connection goes: through billing's port-forward WebSocket, or straight to a port on this machine. */
-export type Target = { kind: 'ws'; url: string; headers: Record<string, string> } | { kind: 'tcp'; port: number };
+/**
+ * Where a connection goes: through billing's port-forward route (a raw byte stream, `Upgrade: tcp`, as `gpu
+ * port-forward` opens it), or straight to a port on this machine.
+ */
+export type Target = { kind: 'raw'; url: string; headers: Record<string, string> } | { kind: 'tcp'; port: number };
 
 export type Job =
   | { op: 'stream'; target: Target; bytes: number; pids: number[] }
@@ -92,17 +97,16 @@ function openWs(url: string, headers: Record<string, string>, protocols: string[
 
 async function open(target: Target): Promise<Connection> {
   const received = new Received();
-  if (target.kind === 'ws') {
-    const ws = await openWs(target.url, target.headers);
-    ws.on('message', (d: Buffer) => received.add(d.length));
-    ws.once('close', (code) => received.end(`closed ${code}`));
-    return { received, send: (d) => ws.send(d), close: () => ws.close() };
+  const socket =
+    target.kind === 'raw'
+      ? await openRawUpgrade(target.url, { headers: target.headers })
+      : connect({ port: target.port, host: '127.0.0.1', noDelay: true });
+  if (target.kind === 'tcp') {
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', resolve);
+      socket.once('error', reject);
+    });
   }
-  const socket = connect({ port: target.port, host: '127.0.0.1', noDelay: true });
-  await new Promise<void>((resolve, reject) => {
-    socket.once('connect', resolve);
-    socket.once('error', reject);
-  });
   socket.on('data', (d: Buffer) => received.add(d.length));
   socket.once('close', () => received.end('closed'));
   socket.on('error', () => {});

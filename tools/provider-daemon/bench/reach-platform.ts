@@ -22,7 +22,8 @@ export interface ReachPlatform {
 }
 
 export async function startReachPlatform(): Promise<ReachPlatform> {
-  const p = await startPlatform('reach_bench');
+  // A session's byte limit off (`reach.max_mib_per_second`, 128 MiB/s by default): the relay's own cost is measured.
+  const p = await startPlatform('reach_bench', { billing: { reach: { max_mib_per_second: 0 } } });
   try {
     const { billingUrl } = p;
     const { userId, headers, walletId } = await p.renter();

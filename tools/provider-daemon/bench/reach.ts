@@ -5,8 +5,10 @@
  * so the CPU each uses is read apart (/proc); auth and the registry answer from this process. The same python3
  * servers (bench/reach-servers.py) run inside the workload and on the host's loopback:
  *   1. throughput of a forwarded port: `BENCH_MIB` (256) MiB streamed by the server, read through billing's
- *      port-forward WebSocket and straight from the host's copy, alternated `BENCH_ROUNDS` (3) times; MB/s of each,
- *      their ratio (target: at least 0.8x) and CPU seconds per GB of billing, the daemon and the client;
+ *      port-forward route (a raw byte stream, as `gpu port-forward` opens it), straight from the host's copy, and
+ *      through a bare Node relay in front of it (bench/reach-floor.ts: what relaying costs Node at all), alternated
+ *      `BENCH_ROUNDS` (3) times; MB/s of each, the ratio to direct (target: at least 0.8x) and CPU seconds per GB of
+ *      billing, the daemon, the bare relay and the client;
  *   2. added latency: `BENCH_ECHOES` (2000) round trips of 1 KiB over one established connection to an echo server,
  *      forwarded and direct; p50 and p99 of each and the added p50 (target: under 5 ms);
  *   3. shell echo: `BENCH_KEYS` (1000) single bytes typed into an exec stream with a terminal (`tty=true`, running
@@ -39,6 +41,7 @@ const ECHO_PORT = 8101;
 
 const SERVERS = readFileSync(new URL('./reach-servers.py', import.meta.url), 'utf8');
 const CLIENT = fileURLToPath(new URL('./reach-client.ts', import.meta.url));
+const FLOOR = fileURLToPath(new URL('./reach-floor.ts', import.meta.url));
 
 /** The machine's load when the benchmark starts: other work shares its cores. */
 const LOAD_AT_START = os.loadavg()[0] ?? 0;
@@ -79,19 +82,36 @@ try {
   };
   const wsBase = platform.billingUrl.replace(/^http/, 'ws');
   const forwarded = (port: number): Target => ({
-    kind: 'ws',
-    url: `${wsBase}/api/v1/billing/sessions/${platform.sessionId}/port-forward?port=${port}`,
+    kind: 'raw',
+    url: `${platform.billingUrl}/api/v1/billing/sessions/${platform.sessionId}/port-forward?port=${port}`,
     headers: platform.headers,
   });
 
-  // 1. Throughput, alternated so that a change in the machine's load hits both alike.
-  const paths = { forwarded: forwarded(STREAM_PORT), direct: { kind: 'tcp', port: direct.stream } as Target };
-  for (const target of Object.values(paths)) await run({ op: 'stream', target, bytes: WARMUP_MIB * 2 ** 20, pids });
-  const streams = { forwarded: [] as Measured[], direct: [] as Measured[] };
+  // A bare relay in front of the host's server (bench/reach-floor.ts): what passing a stream costs Node at all.
+  const floor = spawn(process.execPath, ['--import', 'tsx', FLOOR, String(direct.stream)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  children.push(floor);
+  const floorPort = Number(
+    String(await new Promise<Buffer>((resolve) => floor.stdout!.once('data', (d: Buffer) => resolve(d)))).trim(),
+  );
+
+  // 1. Throughput, alternated so that a change in the machine's load hits each alike. The bare relay's CPU is read
+  // in billing's place (its stream does not pass billing).
+  const paths = {
+    forwarded: forwarded(STREAM_PORT),
+    direct: { kind: 'tcp', port: direct.stream } as Target,
+    floor: { kind: 'tcp', port: floorPort } as Target,
+  };
+  const pidsOf = (name: keyof typeof paths) => (name === 'floor' ? [floor.pid!, platform.daemon.pid] : pids);
+  for (const [name, target] of Object.entries(paths)) {
+    await run({ op: 'stream', target, bytes: WARMUP_MIB * 2 ** 20, pids: pidsOf(name as keyof typeof paths) });
+  }
+  const streams = { forwarded: [] as Measured[], direct: [] as Measured[], floor: [] as Measured[] };
   for (let round = 0; round < ROUNDS; round++) {
-    const order = round % 2 === 0 ? (['forwarded', 'direct'] as const) : (['direct', 'forwarded'] as const);
-    for (const name of order) {
-      const a = await run({ op: 'stream', target: paths[name], bytes: MIB * 2 ** 20, pids });
+    const order = ['forwarded', 'direct', 'floor'] as const;
+    for (const name of round % 2 === 0 ? order : [...order].reverse()) {
+      const a = await run({ op: 'stream', target: paths[name], bytes: MIB * 2 ** 20, pids: pidsOf(name) });
       streams[name].push(measured(a));
       console.log(`${name}: ${rate(MIB * 2 ** 20, a.ms[0]!).toFixed(0)} MB/s`);
     }
@@ -191,7 +211,7 @@ function sum(xs: Measured[], k: 'billing' | 'daemon' | 'client' | 'machine'): nu
 }
 
 function report(
-  streams: Record<'forwarded' | 'direct', Measured[]>,
+  streams: Record<'forwarded' | 'direct' | 'floor', Measured[]>,
   echoes: Record<'forwarded' | 'direct', Measured[]>,
   keys: Measured,
   parts: Record<'billing' | 'daemon', Breakdown> | null,
@@ -242,34 +262,43 @@ function report(
       .map((p) => `${p.part} ${Math.round(p.share * 100)} %`)
       .join(', ');
 
+  const floorRate = mbps(streams.floor);
+  const floorPerGb = perGb(streams.floor, 'billing');
+  const floorBound = 1000 / floorPerGb;
   const throughputNote =
-    ratio >= TARGET_RATIO
+    (ratio >= TARGET_RATIO
       ? `The forwarded port keeps ${ratio.toFixed(2)}x the direct rate: the target is met.`
-      : `**The throughput target is missed**: the forwarded port keeps ${ratio.toFixed(2)}x the direct rate. The ` +
-        `time goes to CPU per byte: billing ${perGb(fwd, 'billing').toFixed(1)} and the daemon ` +
-        `${perGb(fwd, 'daemon').toFixed(1)} CPU s per GB, the client ${perGb(fwd, 'client').toFixed(1)} ` +
-        `(${perGb(streams.direct, 'client').toFixed(1)} direct); ${pathPerGb.toFixed(0)} s per GB in all, so on this ` +
-        `machine's ${cores} cores the forwarded path could carry at most about ${ceiling.toFixed(0)} MB/s even with ` +
-        `nothing else running (direct: ${directRate.toFixed(0)} MB/s). While it streamed the machine was busy ` +
-        `${busy(fwd, 'machine').toFixed(2)} of ${cores} cores, ${busy(fwd, 'rest').toFixed(2)} of them outside ` +
-        'the three processes. Split by process (in production each runs on a machine of its own): alone on a core, ' +
-        `billing would carry about ${alone(fwd, 'billing')} MB/s, the daemon ${alone(fwd, 'daemon')} and the client ` +
-        `${alone(fwd, 'client')}, so the path's bound is its slowest process, about ${slowest.toFixed(0)} MB/s, ` +
-        `${(slowest / directRate).toFixed(2)}x the direct rate here: the target is missed by the relay's design (each ` +
-        'WebSocket message parsed, unmasked and framed again in Node, at billing and at the daemon), not by this ' +
-        "machine's cores. The bytes take no SSH any more: the daemon dials back a WebSocket per forwarded connection " +
-        "(`gpu-dial`) that billing joins to the renter's; over SSH channels (ssh2's JavaScript AES-GCM inside the " +
-        'WebSocket) billing and the daemon spent 14.3 and 13.9 CPU s per GB (docs of 2026-11-26). The levers left are ' +
-        'fewer, larger messages (the daemon sends what one read of the socket gives), or a tunnel billing does not ' +
-        "re-frame (an HTTP upgrade to raw bytes at the daemon's side, as Docker's attach does)." +
-        (parts
-          ? ` A profile of one more forwarded stream (not counted) puts billing's busy time in ` +
-            `${share(parts.billing)}; the daemon's in ${share(parts.daemon)}.`
-          : '');
+      : `**The throughput target is missed**: the forwarded port keeps ${ratio.toFixed(2)}x the direct rate.`) +
+    " The bytes take no SSH and no WebSocket frame on the way: the renter's stream and the daemon's dial-back are " +
+    "raw byte streams (`Upgrade: tcp`) that billing joins, and the daemon joins the dial-back to the workload's " +
+    'socket, so what is left is moving the bytes: billing ' +
+    `${perGb(fwd, 'billing').toFixed(2)} and the daemon ${perGb(fwd, 'daemon').toFixed(2)} CPU s per GB, the ` +
+    `client ${perGb(fwd, 'client').toFixed(2)} (${perGb(streams.direct, 'client').toFixed(2)} direct); ` +
+    `${pathPerGb.toFixed(1)} s per GB in all, so on this machine's ${cores} cores the forwarded path could carry at ` +
+    `most about ${ceiling.toFixed(0)} MB/s with nothing else running (while it streamed the machine was busy ` +
+    `${busy(fwd, 'machine').toFixed(2)} of ${cores} cores, ${busy(fwd, 'rest').toFixed(2)} of them outside the three ` +
+    'processes). Split by process (in production each runs on a machine of its own): alone on a core, billing would ' +
+    `carry about ${alone(fwd, 'billing')} MB/s, the daemon ${alone(fwd, 'daemon')} and the client ` +
+    `${alone(fwd, 'client')}, so the path's bound is its slowest process, about ${slowest.toFixed(0)} MB/s, ` +
+    `${(slowest / directRate).toFixed(2)}x the direct rate. The floor under any relay in Node: a bare one ` +
+    '(bench/reach-floor.ts, one small process passing the stream with the same `pump` and nothing else) spent ' +
+    `${floorPerGb.toFixed(2)} CPU s per GB and carried ${floorRate.toFixed(0)} MB/s; alone on a core it would ` +
+    `carry about ${floorBound.toFixed(0)} MB/s, ${(floorBound / directRate).toFixed(2)}x the direct rate. A relay ` +
+    'reads and writes every byte where the direct client only reads it, so against a client reading straight from ' +
+    'the server 0.8x is beyond a relay that copies the bytes through a Node process on this machine: it would take ' +
+    'the kernel passing them between the sockets (splice(2)), which Node does not offer. The steps so far, billing ' +
+    "and the daemon in CPU s per GB: SSH channels (ssh2's JavaScript AES-GCM inside a WebSocket) 14.3 and 13.9 " +
+    "(2026-11-26); WebSocket messages joined by billing 4.1 and 3.3; raw byte streams 2.3 and 2.2 with V8's " +
+    'default collector, which ran a full mark-compact of the heap each time the read buffers outside it grew by its ' +
+    'limit; those buffers counted in its global limit (`tuneGcForStreams`), the figures above.' +
+    (parts
+      ? ` A profile of one more forwarded stream (not counted) puts billing's busy time in ` +
+        `${share(parts.billing)}; the daemon's in ${share(parts.daemon)}.`
+      : '');
   const latencyNote =
     `A 1 KiB round trip on an established forwarded connection adds ${ms(added)} ms at the median ` +
-    `(${added < TARGET_ADDED_MS ? 'within' : '**over**'} the ${TARGET_ADDED_MS} ms target): two WebSocket hops, ` +
-    "billing joining the renter's WebSocket to the daemon's dial-back, and the daemon's splice to the workload's " +
+    `(${added < TARGET_ADDED_MS ? 'within' : '**over**'} the ${TARGET_ADDED_MS} ms target): two hops, ` +
+    "billing joining the renter's stream to the daemon's dial-back, and the daemon's join to the workload's " +
     `socket, an event-loop turn each way in each of billing and the daemon (about ${perTrip(echoes.forwarded, 'billing')} and ` +
     `${perTrip(echoes.forwarded, 'daemon')} µs of CPU per round trip). A keystroke takes the exec path ` +
     "(WebSocket, billing's channel bridge, SSH, the daemon's PTY, `cat` and back): " +
@@ -286,15 +315,18 @@ function report(
 ${machineLine()} · load average at start ${LOAD_AT_START.toFixed(1)}
 
 A renter reaching a running workload through the platform, everything on loopback: billing (its real entry,
-\`src/server.ts\`, on the test PostgreSQL), the provider daemon (\`src/main.ts\` as root, its workload idle in the
-bubblewrap sandbox, its SSH link to billing's relay over a WebSocket) and the renter's client, each a process of its
-own; the same python3 servers inside the workload and on the host. Forwarded: client → port-forward WebSocket →
-billing → the daemon's dial-back WebSocket (asked for over the SSH link, \`gpu-dial\`) → daemon → the workload's
-loopback. Direct: client → TCP → the host's copy of the server.
+\`src/server.ts\`, on the test PostgreSQL, \`reach.max_mib_per_second\` 0 so that the relay's own cost is measured),
+the provider daemon (\`src/main.ts\` as root, its workload idle in the bubblewrap sandbox, its SSH link to billing's
+relay over a WebSocket) and the renter's client, each a process of its own; the same python3 servers inside the
+workload and on the host. Forwarded: client → port-forward raw byte stream (\`Upgrade: tcp\`, as \`gpu port-forward\`
+opens it) → billing → the daemon's dial-back raw stream (asked for over the SSH link, \`gpu-dial\`) → daemon → the
+workload's loopback. Direct: client → TCP → the host's copy of the server. Bare relay: client → one small Node process
+passing the stream (bench/reach-floor.ts) → the host's copy.
 
 | measure | through the relay | direct | target | met |
 |---|---|---|---|---|
 | throughput, ${MIB} MiB streamed (median of ${ROUNDS}) | ${fwdRate.toFixed(0)} MB/s | ${directRate.toFixed(0)} MB/s | ≥ ${TARGET_RATIO}x direct: ${ratio.toFixed(2)}x | ${ok(ratio >= TARGET_RATIO)} |
+| throughput through a bare Node relay | ${floorRate.toFixed(0)} MB/s | | ${(floorRate / directRate).toFixed(2)}x direct | |
 | 1 KiB request and answer, p50 (${fwdEcho.length} each) | ${ms(quantile(fwdEcho, 0.5))} ms | ${ms(quantile(directEcho, 0.5))} ms | added < ${TARGET_ADDED_MS} ms: ${ms(added)} ms | ${ok(added < TARGET_ADDED_MS)} |
 | 1 KiB request and answer, p99 | ${ms(quantile(fwdEcho, 0.99))} ms | ${ms(quantile(directEcho, 0.99))} ms | | |
 | shell echo, 1 byte typed, p50 (${keys.ms.length}) | ${ms(keyP50)} ms | | | |
@@ -307,6 +339,7 @@ of the machine is every other process: the python servers, PostgreSQL, auth and 
 |---|---|---|---|---|
 ${cpuRow('forwarded stream: CPU s per GB', fwd, (xs, k) => perGb(xs, k).toFixed(2))}
 ${cpuRow('direct stream: CPU s per GB', streams.direct, (xs, k) => perGb(xs, k).toFixed(2))}
+| bare relay's stream: CPU s per GB | ${floorPerGb.toFixed(2)} (the bare relay) | | ${perGb(streams.floor, 'client').toFixed(2)} | ${perGb(streams.floor, 'rest').toFixed(2)} |
 ${cpuRow('forwarded stream: cores busy', fwd, (xs, k) => busy(xs, k).toFixed(2))}
 ${cpuRow('forwarded 1 KiB round trip: CPU µs each', echoes.forwarded, (xs, k) => String(perTrip(xs, k)))}
 ${cpuRow('direct 1 KiB round trip: CPU µs each', echoes.direct, (xs, k) => String(perTrip(xs, k)))}

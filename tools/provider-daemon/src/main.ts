@@ -5,7 +5,15 @@
  * unreadable credentials file, invalid settings) is one line on standard error and exit status 1, as for the services.
  */
 import { clientCredentials } from '@gpu/client';
-import { connectPublisher, createLogger, durationMs, NatsPublisher, startOrExit, startTracing } from '@gpu/common';
+import {
+  connectPublisher,
+  createLogger,
+  durationMs,
+  NatsPublisher,
+  startOrExit,
+  startTracing,
+  tuneGcForStreams,
+} from '@gpu/common';
 import { loadDaemonConfig } from './config.ts';
 import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
@@ -17,6 +25,9 @@ import { WorkloadRunner } from './workloads/runner.ts';
 
 /** The longest a clean stop waits for the registry to take the machine off the market. */
 const LEAVE_MARKET_TIMEOUT_MS = 5_000;
+
+// Forwarded ports' bytes pass through the daemon (reach/ports.ts).
+tuneGcForStreams();
 
 startOrExit(async () => {
   const config = loadDaemonConfig();

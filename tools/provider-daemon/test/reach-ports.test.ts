@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createLogger } from '@gpu/common';
+import { openRawUpgrade, UpgradeRefused } from '@gpu/common/raw-upgrade';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { buildGateway } from '../../gateway/src/gateway.ts';
@@ -180,6 +181,40 @@ function connect(url: string, headers: Record<string, string>, protocols: string
 const portForward = (sessionId: string, port: number | string, headers: Record<string, string>, base = billingUrl) =>
   connect(`${base}/api/v1/billing/sessions/${sessionId}/port-forward?port=${port}`, headers);
 
+/**
+ * A port-forward as a raw byte stream (`Upgrade: tcp`, as `gpu port-forward` opens it): 101 and its socket, or the
+ * refusal's status and problem.
+ */
+async function rawForward(
+  sessionId: string,
+  port: number | string,
+  headers: Record<string, string>,
+  base = billingUrl,
+): Promise<{ status: number; problem?: Record<string, unknown>; socket?: net.Socket }> {
+  try {
+    const socket = await openRawUpgrade(`${base}/api/v1/billing/sessions/${sessionId}/port-forward?port=${port}`, {
+      headers,
+    });
+    // A cut shows as its close.
+    socket.on('error', () => {});
+    return { status: 101, socket };
+  } catch (err) {
+    if (err instanceof UpgradeRefused) return { status: err.status, problem: err.problem() };
+    throw err;
+  }
+}
+
+/** Sends `request` on a raw forwarded connection, its end (FIN) after it, and reads until the server's end. */
+async function exchangeRaw(socket: net.Socket, request: string): Promise<string> {
+  const chunks: Buffer[] = [];
+  socket.on('data', (d: Buffer) => chunks.push(d));
+  const ended = new Promise<void>((resolve) => socket.once('end', () => resolve()));
+  socket.end(request);
+  await ended;
+  socket.destroy();
+  return Buffer.concat(chunks).toString();
+}
+
 /** Sends `request` on a forwarded connection, and reads until the workload's server closes it. */
 async function exchange(ws: WebSocket, request: string): Promise<string> {
   const chunks: Buffer[] = [];
@@ -323,7 +358,7 @@ describe('a server inside the workload, reached through the platform', () => {
     server.close();
   });
 
-  it('forwards connections to a port: raw bytes, several at once, a WebSocket inside, none to the machine', async () => {
+  it('forwards connections to a port: raw streams and WebSockets, several at once, a WebSocket inside, none to the machine', async () => {
     const r = await idleSession();
     await execIn(r.id, ['sh', '-c', 'cat > /tmp/ws-echo.py'], {
       input: readFileSync(new URL('./fixtures/ws-echo.py', import.meta.url), 'utf8'),
@@ -335,32 +370,59 @@ describe('a server inside the workload, reached through the platform', () => {
       8000,
     );
     const echo = await serve(r.id, ['python3', '/tmp/ws-echo.py', '9000'], 9000);
-    const answers = await Promise.all(
-      [1, 2, 3, 4].map(async () => {
+    // Raw streams (what `gpu port-forward` opens; through the gateway too, the request's end passed as a half-close)
+    // and WebSockets, at once.
+    const answers = await Promise.all([
+      ...[billingUrl, url, url].map(async (base) => {
+        const opened = await rawForward(r.id, 8000, r.headers, base);
+        expect(opened.status, JSON.stringify(opened.problem)).toBe(101);
+        return exchangeRaw(opened.socket!, 'GET /hello.txt HTTP/1.0\r\n\r\n');
+      }),
+      ...[1, 2].map(async () => {
         const opened = await portForward(r.id, 8000, r.headers);
         expect(opened.status).toBe(101);
         return exchange(opened.ws!, 'GET /hello.txt HTTP/1.0\r\n\r\n');
       }),
-    );
+    ]);
     for (const a of answers) expect(a).toMatch(/^HTTP\/1\.0 200 OK[\s\S]*\r\n\r\ninside\n$/);
-    // A WebSocket client speaks to the server inside over the forwarded connection.
+    // A WebSocket client speaks to the server inside over the forwarded connection: on a raw stream through the
+    // gateway, and on a port-forward WebSocket.
+    const raw = await rawForward(r.id, 9000, r.headers, url);
     const opened = await portForward(r.id, 9000, r.headers);
-    const tunnel = createWebSocketStream(opened.ws!);
-    const client = new WebSocket('ws://workload/', { createConnection: () => tunnel as never });
-    await new Promise((resolve) => client.once('open', resolve));
-    const echoed = new Promise<string>((resolve) => client.once('message', (d) => resolve(String(d))));
-    client.send('ping through the platform');
-    expect(await echoed).toBe('ping through the platform');
-    client.close();
+    for (const tunnel of [raw.socket!, createWebSocketStream(opened.ws!)]) {
+      const client = new WebSocket('ws://workload/', { createConnection: () => tunnel as never });
+      await new Promise((resolve) => client.once('open', resolve));
+      const big = Buffer.alloc(60_000, 9);
+      const echoed = new Promise<Buffer>((resolve) => client.once('message', (d: Buffer) => resolve(d)));
+      client.send(big);
+      expect((await echoed).equals(big)).toBe(true);
+      const said = new Promise<string>((resolve) => client.once('message', (d) => resolve(String(d))));
+      client.send('ping through the platform');
+      expect(await said).toBe('ping through the platform');
+      client.close();
+    }
     // Refusals: nothing there, a port that is none, another renter.
     expect(await portForward(r.id, 8001, r.headers)).toMatchObject({
       status: 502,
       problem: { code: 'PORT_NOT_LISTENING' },
     });
+    expect(await rawForward(r.id, 8001, r.headers, url)).toMatchObject({
+      status: 502,
+      problem: { code: 'PORT_NOT_LISTENING' },
+    });
     expect((await portForward(r.id, 0, r.headers)).status).toBe(400);
     expect((await portForward(r.id, 65536, r.headers)).status).toBe(400);
+    expect((await rawForward(r.id, 65536, r.headers)).status).toBe(400);
     const other = await rig.renter();
     expect(await portForward(r.id, 8000, other.headers)).toMatchObject({ status: 404 });
+    expect(await rawForward(r.id, 8000, other.headers, url)).toMatchObject({ status: 404 });
+    expect(await rawForward(r.id, 8000, {}, url)).toMatchObject({ status: 401 });
+    // Only a forwarded port takes a raw stream: an exec stream is a WebSocket.
+    const execRaw = await openRawUpgrade(`${billingUrl}/api/v1/billing/sessions/${r.id}/exec?command=true`, {
+      headers: r.headers,
+    }).catch((e: unknown) => e);
+    expect(execRaw).toBeInstanceOf(UpgradeRefused);
+    expect((execRaw as UpgradeRefused).problem()).toMatchObject({ status: 400, code: 'UPGRADE_NOT_SUPPORTED' });
     http.close();
     echo.close();
   });
@@ -379,10 +441,15 @@ describe('a server inside the workload, reached through the platform', () => {
       const opened = await portForward(r.id, 8000, r.headers, secondUrl);
       expect(opened.status).toBe(101);
       expect(await exchange(opened.ws!, 'GET /hello.txt HTTP/1.0\r\n\r\n')).toMatch(/\r\n\r\nvia the holder\n$/);
-      expect(await portForward(r.id, 8001, r.headers, secondUrl)).toMatchObject({
-        status: 502,
-        problem: { code: 'PORT_NOT_LISTENING' },
-      });
+      const raw = await rawForward(r.id, 8000, r.headers, secondUrl);
+      expect(raw.status).toBe(101);
+      expect(await exchangeRaw(raw.socket!, 'GET /hello.txt HTTP/1.0\r\n\r\n')).toMatch(/\r\n\r\nvia the holder\n$/);
+      for (const refused of [
+        await portForward(r.id, 8001, r.headers, secondUrl),
+        await rawForward(r.id, 8001, r.headers, secondUrl),
+      ]) {
+        expect(refused).toMatchObject({ status: 502, problem: { code: 'PORT_NOT_LISTENING' } });
+      }
     } finally {
       await second.close();
       server.close();
@@ -441,12 +508,18 @@ describe('a server inside the workload, reached through the platform', () => {
       expect(dials).toHaveLength(dialsBefore + 1);
       // A ticket no instance awaits (one used already) is refused, at the second instance and at the holder alike.
       const reused = dials.at(-1)!.split(' ')[1]!;
+      const daemonHeaders = { authorization: `Bearer ${await machine.deps.token.get()}` };
       for (const base of [second.url, billingUrl]) {
-        const refused = await connect(`${base}${reused}`, {
-          authorization: `Bearer ${await machine.deps.token.get()}`,
-        });
-        expect(refused, base).toMatchObject({ status: 404, problem: { code: 'DIAL_NOT_FOUND' } });
+        const refused = await openRawUpgrade(`${base}${reused}`, { headers: daemonHeaders }).catch((e: unknown) => e);
+        expect(refused, base).toBeInstanceOf(UpgradeRefused);
+        expect((refused as UpgradeRefused).status, base).toBe(404);
+        expect((refused as UpgradeRefused).problem(), base).toMatchObject({ code: 'DIAL_NOT_FOUND' });
       }
+      // The dial-back is a raw stream only: a WebSocket there is told to upgrade to one.
+      expect(await connect(`${billingUrl}${reused}`, daemonHeaders)).toMatchObject({
+        status: 426,
+        problem: { code: 'UPGRADE_REQUIRED' },
+      });
     } finally {
       await balanced.stop();
       link = startLink(machine.deps.config);
@@ -552,6 +625,11 @@ describe('a server inside the workload, reached through the platform', () => {
     const server = await serve(r.id, ['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '-d', '/'], 8000);
     const opened = await portForward(r.id, 8000, r.headers);
     const closed = new Promise<number>((resolve) => opened.ws!.once('close', (code) => resolve(code)));
+    const raw = await rawForward(r.id, 8000, r.headers, url);
+    expect(raw.status).toBe(101);
+    // Its end comes (the gateway passes the cut as the stream's end).
+    const rawClosed = new Promise<void>((resolve) => raw.socket!.once('end', () => resolve()));
+    raw.socket!.resume();
     const endedAt = Date.now();
     const ended = await rig.billing.app.inject({
       method: 'POST',
@@ -562,6 +640,7 @@ describe('a server inside the workload, reached through the platform', () => {
     expect(ended.statusCode, ended.body).toBe(200);
     // Closed by the relay (1001, the session ended) or, first, by the workload's end (1000): closed either way.
     expect([1000, 1001]).toContain(await closed);
+    await rawClosed;
     expect(Date.now() - endedAt).toBeLessThan(5_000);
     expect(await portForward(r.id, 8000, r.headers)).toMatchObject({
       status: 409,

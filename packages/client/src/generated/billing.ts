@@ -253,8 +253,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A machine's daemon dials back with a forwarded port's connection (WebSocket)
-         * @description The relay asks the machine's daemon over its connection (SSH subsystem `gpu-dial`) to connect to a port in a workload and dial back here with the ticket it sent; the WebSocket then carries that connection's bytes, joined to the renter's `port-forward` WebSocket. Only the machine's own daemon (403 NOT_MACHINE_DAEMON); 404 DIAL_NOT_FOUND for a ticket no relay instance awaits from this machine (used, expired, or never sent).
+         * A machine's daemon dials back with a forwarded port's connection (raw byte stream, `Upgrade: tcp`)
+         * @description The relay asks the machine's daemon over its connection (SSH subsystem `gpu-dial`) to connect to a port in a workload and dial back here with the ticket it sent, an HTTP/1.1 upgrade to a raw byte stream (`Connection: Upgrade`, `Upgrade: tcp`, answered 101): the connection then carries the workload connection's bytes as they are, joined to the renter's `port-forward` stream. Only the machine's own daemon (403 NOT_MACHINE_DAEMON); 426 UPGRADE_REQUIRED without `Upgrade: tcp`; 404 DIAL_NOT_FOUND for a ticket no relay instance awaits from this machine (used, expired, or never sent).
          */
         get: operations["dialBack"];
         put?: never;
@@ -453,8 +453,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A TCP connection to a port inside the session's running workload, on a WebSocket (`gpu port-forward`)
-         * @description One WebSocket is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the machine's): every binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING when nothing listens there. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`).
+         * A TCP connection to a port inside the session's running workload, as a raw byte stream or on a WebSocket (`gpu port-forward`)
+         * @description One upgraded connection is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the machine's). `Upgrade: tcp` (what `gpu port-forward` sends): after the 101 the connection carries its bytes as they are, both ways, each side's end (FIN) passed on as the other's. `Upgrade: websocket`: every binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING when nothing listens there. Other reach routes answer `Upgrade: tcp` 400 UPGRADE_NOT_SUPPORTED. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`).
          */
         get: operations["forwardPort"];
         put?: never;
@@ -3182,7 +3182,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Switching Protocols: the WebSocket is open */
+            /** @description Switching Protocols: the connection carries the bytes as they are (Upgrade: tcp) */
             101: {
                 headers: {
                     "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];

@@ -1,15 +1,20 @@
 /**
  * Reach (domain/reach/): machines' daemons hold their connection here, and renters open streams into the workloads
- * they rent. Both are WebSockets (`@fastify/websocket`): every check runs before the upgrade, so a refused stream is
- * an ordinary answer with the contract's problem body.
+ * they rent. They are WebSockets (`@fastify/websocket`), and a forwarded port's bytes may instead take a raw byte
+ * stream (`Upgrade: tcp`, @gpu/common/raw-upgrade: the daemon's dial-back always, a renter's port-forward where
+ * asked): every check runs before the upgrade, so a refused stream is an ordinary answer with the contract's problem
+ * body.
  */
 import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { type App, AppError, callerOf, kindOfStatus, noBody, zBool, zInt } from '@gpu/common';
-import type { FastifyRequest } from 'fastify';
+import { acceptRawUpgrade, isRawUpgrade, openRawUpgrade, RAW_UPGRADE, UpgradeRefused } from '@gpu/common/raw-upgrade';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import WebSocket from 'ws';
 import { z } from 'zod';
 import type { SshKeysOf } from '../adapters/auth-service.ts';
 import {
+  ByteMeter,
   bridge,
   CHANNEL_PROTOCOL,
   CHANNEL_PROTOCOLS,
@@ -17,7 +22,7 @@ import {
   DialUnsupported,
   daemonNotConnected,
   type HostKey,
-  joinSockets,
+  joinRaw,
   type Link,
   pipeBytes,
   type ReachRelay,
@@ -80,6 +85,8 @@ const dialQuery = daemonQuery.extend({
 /** A stream opened here, before its WebSocket is: how it takes the socket, or is given up (no upgrade came). */
 interface Opened {
   attach(socket: WebSocket): { end(reason: string): void };
+  /** How it takes a raw byte stream instead (`Upgrade: tcp`), where it can. */
+  attachRaw?(socket: Duplex): { end(reason: string): void };
   abandon(): void;
 }
 
@@ -91,7 +98,9 @@ type Plan =
       /** How the relay ends it (the session ended): set once its WebSocket is open. */
       ends: { end: (reason: string) => void };
     }
-  | { kind: 'forward'; upstream: Upstream; ends: { end: (reason: string) => void } };
+  | { kind: 'forward'; upstream: Upstream; ends: { end: (reason: string) => void } }
+  /** A raw byte stream passed to the holder: its own raw stream there. */
+  | { kind: 'forward-raw'; upstream: Duplex; ends: { end: (reason: string) => void } };
 
 /** The holder's socket, and what it sent before the renter's was there to take it. */
 interface Upstream {
@@ -158,6 +167,43 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
   });
 }
 
+/** Opens the raw byte stream (`Upgrade: tcp`) at the instance holding the machine's connection (its checks run there). */
+async function rawHolder(url: string, request: FastifyRequest, instanceId: string): Promise<Duplex> {
+  const headers: Record<string, string> = { [HOP]: instanceId };
+  if (request.headers.authorization) headers.authorization = request.headers.authorization;
+  const correlation = request.headers['x-correlation-id'];
+  if (typeof correlation === 'string') headers['x-correlation-id'] = correlation;
+  try {
+    return await openRawUpgrade(url, { headers, timeoutMs: 15_000 });
+  } catch (err) {
+    if (err instanceof UpgradeRefused) throw refusal(err.status, err.body);
+    throw new AppError('unavailable', 'REACH_UNAVAILABLE', 'the relay instance holding the machine did not answer');
+  }
+}
+
+/** Whether the request is an upgrade to a raw byte stream (an `Upgrade: tcp` that Node took as an upgrade). */
+const rawUpgrade = (request: FastifyRequest): boolean => request.ws && isRawUpgrade(request.headers);
+
+/** The bytes that came after an upgrade's request, as @fastify/websocket keeps them (under its symbol `ws-head`). */
+function upgradeHead(raw: IncomingMessage): Buffer | undefined {
+  const key = Object.getOwnPropertySymbols(raw).find((s) => s.description === 'ws-head');
+  return key ? (raw as unknown as Record<symbol, Buffer | undefined>)[key] : undefined;
+}
+
+/** Takes the request's connection as a raw byte stream: the 101 written, the reply Fastify's no more. */
+function switchToRaw(request: FastifyRequest, reply: FastifyReply): Duplex {
+  reply.hijack();
+  return acceptRawUpgrade(request.raw.socket, upgradeHead(request.raw));
+}
+
+/** A WebSocket route asked for a raw byte stream: 400 UPGRADE_NOT_SUPPORTED. */
+const webSocketOnly = () =>
+  new AppError(
+    'invalid',
+    'UPGRADE_NOT_SUPPORTED',
+    'this route opens a WebSocket (Upgrade: websocket); only port-forward takes a raw byte stream (Upgrade: tcp)',
+  );
+
 /** The most a socket may have unsent before the one feeding it stops reading. */
 const HIGH_WATER = 1024 * 1024;
 
@@ -193,6 +239,18 @@ function pipeSockets(a: WebSocket, upstream: Upstream): void {
 /** The answer of a WebSocket that opened. */
 const SWITCHING = noBody('Switching Protocols: the WebSocket is open');
 
+/** The answer of a connection switched to a raw byte stream. */
+const SWITCHED_RAW = noBody('Switching Protocols: the connection carries the bytes as they are (Upgrade: tcp)');
+
+/** A request to the dial-back route that asks for no raw byte stream: 426 UPGRADE_REQUIRED. */
+const rawRequired = () =>
+  new AppError(
+    'upgrade_required',
+    'UPGRADE_REQUIRED',
+    'this route opens a raw byte stream: send the request as an upgrade (Connection: Upgrade, Upgrade: tcp)',
+    { headers: { upgrade: RAW_UPGRADE } },
+  );
+
 /** A request to a WebSocket route that asks for no upgrade: 426 UPGRADE_REQUIRED. */
 async function upgradeRequired(): Promise<never> {
   throw new AppError(
@@ -218,7 +276,10 @@ export async function reachRoutes(
     request: FastifyRequest,
     open: (target: ReachTarget, link: Link) => Promise<Opened>,
     protocol: string | false,
+    takesRaw = false,
   ): Promise<void> => {
+    const raw = rawUpgrade(request);
+    if (raw && !takesRaw) throw webSocketOnly();
     const { sessionID } = request.params as z.infer<typeof sessionParams>;
     const target = await reachTarget(ctx, callerOf(request), sessionID);
     const link = relay.local(target.providerId);
@@ -226,15 +287,15 @@ export async function reachRoutes(
     if (link && relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
       throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
     }
-    const raw = request.raw.socket;
+    const socket = request.raw.socket;
     const ends = { end: (_reason: string) => {} };
     // Bytes are counted where the stream meets the machine's connection (once, whichever instance it came through).
-    const base = { in: raw.bytesRead, out: raw.bytesWritten };
+    const base = { in: socket.bytesRead, out: socket.bytesWritten };
     const untrack = relay.track({
       sessionId: sessionID,
       end: (reason) => ends.end(reason),
       credential: credentialOf(callerOf(request)),
-      bytes: link ? () => ({ in: raw.bytesRead - base.in, out: raw.bytesWritten - base.out }) : undefined,
+      bytes: link ? () => ({ in: socket.bytesRead - base.in, out: socket.bytesWritten - base.out }) : undefined,
     });
     // The renter gone at any moment (before the upgrade completed too) leaves nothing open: listening from now on.
     let giveUp = () => {};
@@ -242,7 +303,7 @@ export async function reachRoutes(
       giveUp();
       untrack();
     };
-    raw.once('close', gone);
+    socket.once('close', gone);
     try {
       if (link) {
         const opened = await open(target, link);
@@ -252,25 +313,47 @@ export async function reachRoutes(
       } else {
         const holder = request.headers[HOP] ? null : await relay.elsewhere(target.providerId);
         if (!holder) throw daemonNotConnected(target.providerId);
-        const url = `${holder.url.replace(/^http/, 'ws')}${request.url}`;
-        const upstream = await dialHolder(url, request, config.instance_id);
-        giveUp = () => upstream.socket.terminate();
-        plans.set(request, { kind: 'forward', upstream, ends });
-        protocolOf.set(request.raw, upstream.socket.protocol || false);
+        if (raw) {
+          const upstream = await rawHolder(`${holder.url}${request.url}`, request, config.instance_id);
+          giveUp = () => upstream.destroy();
+          plans.set(request, { kind: 'forward-raw', upstream, ends });
+        } else {
+          const url = `${holder.url.replace(/^http/, 'ws')}${request.url}`;
+          const upstream = await dialHolder(url, request, config.instance_id);
+          giveUp = () => upstream.socket.terminate();
+          plans.set(request, { kind: 'forward', upstream, ends });
+          protocolOf.set(request.raw, upstream.socket.protocol || false);
+        }
       }
     } catch (err) {
-      raw.off('close', gone);
+      socket.off('close', gone);
       untrack();
       throw err;
     }
     // Gone while it was being opened: its 'close' came before there was anything to give up.
-    if (raw.destroyed) gone();
+    if (socket.destroyed) gone();
+  };
+
+  /** A prepared stream's connection switched to a raw byte stream, joined to what was opened for it. */
+  const attachRaw = (request: FastifyRequest, reply: FastifyReply): void => {
+    const plan = plans.get(request);
+    const socket = switchToRaw(request, reply);
+    if (plan?.kind === 'forward-raw') {
+      // The holder meters the session's bytes.
+      const joined = joinRaw(socket, plan.upstream, new ByteMeter(0));
+      plan.ends.end = (reason) => joined.end(reason);
+    } else if (plan?.kind === 'local' && plan.opened.attachRaw) {
+      const stream = plan.opened.attachRaw(socket);
+      plan.ends.end = (reason) => stream.end(reason);
+    } else {
+      socket.destroy();
+    }
   };
 
   /** The WebSocket of a prepared stream, joined to what was opened for it. */
   const attach = (socket: WebSocket, request: FastifyRequest) => {
     const plan = plans.get(request);
-    if (!plan) {
+    if (!plan || plan.kind === 'forward-raw') {
       socket.terminate();
       return;
     }
@@ -355,20 +438,25 @@ export async function reachRoutes(
     schema: {
       tags: ['reach'],
       operationId: 'dialBack',
-      summary: "A machine's daemon dials back with a forwarded port's connection (WebSocket)",
+      summary: "A machine's daemon dials back with a forwarded port's connection (raw byte stream, `Upgrade: tcp`)",
       description:
         "The relay asks the machine's daemon over its connection (SSH subsystem `gpu-dial`) to connect to a port in a " +
-        "workload and dial back here with the ticket it sent; the WebSocket then carries that connection's bytes, " +
-        "joined to the renter's `port-forward` WebSocket. Only the machine's own daemon (403 NOT_MACHINE_DAEMON); " +
-        '404 DIAL_NOT_FOUND for a ticket no relay instance awaits from this machine (used, expired, or never sent).',
+        'workload and dial back here with the ticket it sent, an HTTP/1.1 upgrade to a raw byte stream ' +
+        "(`Connection: Upgrade`, `Upgrade: tcp`, answered 101): the connection then carries the workload connection's " +
+        "bytes as they are, joined to the renter's `port-forward` stream. Only the machine's own daemon (403 " +
+        'NOT_MACHINE_DAEMON); 426 UPGRADE_REQUIRED without `Upgrade: tcp`; 404 DIAL_NOT_FOUND for a ticket no relay ' +
+        'instance awaits from this machine (used, expired, or never sent).',
       querystring: dialQuery,
-      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 426, 503) },
+      response: { 101: SWITCHED_RAW, ...problems(400, 401, 403, 404, 426, 503) },
     },
-    preHandler: async (request) => {
+    preHandler: async (request, reply) => {
       await assertMachineDaemon(request);
+      if (!rawUpgrade(request)) throw rawRequired();
       const { provider_id: providerId, ticket } = request.query as z.infer<typeof dialQuery>;
-      protocolOf.set(request.raw, false);
-      if (relay.awaitsDial(ticket, providerId)) return;
+      if (relay.awaitsDial(ticket, providerId)) {
+        relay.dialled(ticket, switchToRaw(request, reply));
+        return;
+      }
       // Awaited by the instance holding the machine's connection, where the renter's stream is: one hop there.
       const holder = request.headers[HOP] ? null : await relay.elsewhere(providerId);
       if (!holder) {
@@ -378,18 +466,11 @@ export async function reachRoutes(
           'no relay awaits a dial-back with this ticket from this machine',
         );
       }
-      const upstream = await dialHolder(
-        `${holder.url.replace(/^http/, 'ws')}${request.url}`,
-        request,
-        config.instance_id,
-      );
-      plans.set(request, { kind: 'forward', upstream, ends: { end: () => {} } });
+      const upstream = await rawHolder(`${holder.url}${request.url}`, request, config.instance_id);
+      joinRaw(switchToRaw(request, reply), upstream, new ByteMeter(0));
     },
-    handler: upgradeRequired,
-    wsHandler: (socket, request) => {
-      const plan = plans.get(request);
-      if (plan?.kind === 'forward') pipeSockets(socket, plan.upstream);
-      else relay.dialled((request.query as z.infer<typeof dialQuery>).ticket, socket);
+    handler: async () => {
+      throw rawRequired();
     },
   });
 
@@ -457,43 +538,46 @@ export async function reachRoutes(
     schema: {
       tags: ['reach'],
       operationId: 'forwardPort',
-      summary: "A TCP connection to a port inside the session's running workload, on a WebSocket (`gpu port-forward`)",
+      summary:
+        "A TCP connection to a port inside the session's running workload, as a raw byte stream or on a WebSocket " +
+        '(`gpu port-forward`)',
       description:
-        'One WebSocket is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the ' +
-        "machine's): every binary message is bytes of the connection, both ways; the workload closing it ends the " +
-        'WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: ' +
-        `502 PORT_NOT_LISTENING when nothing listens there. ${WHO}`,
+        'One upgraded connection is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never ' +
+        "the machine's). `Upgrade: tcp` (what `gpu port-forward` sends): after the 101 the connection carries its " +
+        "bytes as they are, both ways, each side's end (FIN) passed on as the other's. `Upgrade: websocket`: every " +
+        'binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, ' +
+        'the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING ' +
+        `when nothing listens there. Other reach routes answer \`Upgrade: tcp\` 400 UPGRADE_NOT_SUPPORTED. ${WHO}`,
       params: sessionParams,
       querystring: portQuery,
       response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 502, 503) },
     },
-    preHandler: async (request) => {
+    preHandler: async (request, reply) => {
       const { port } = request.query as z.infer<typeof portQuery>;
       await prepare(
         request,
         async (target, link) => {
           const to = { sessionId: target.sessionId, port };
-          const dialled = await relay.dial(link, to).catch((err: unknown) => {
-            if (err instanceof DialUnsupported) return null;
-            throw refusedChannel(request, err);
-          });
-          if (dialled) {
-            return {
-              attach: (socket) => joinSockets(socket, dialled, relay.meter(target.sessionId)),
-              abandon: () => dialled.socket.terminate(),
-            };
-          }
-          // A daemon from before dial-backs: the connection as an SSH channel.
-          const channel = await relay.forward(link, to).catch((err: unknown) => {
-            throw refusedChannel(request, err);
-          });
+          const meter = relay.meter(target.sessionId);
+          // The daemon's dial-back; a daemon from before dial-backs: the connection as an SSH channel.
+          const machine =
+            (await relay.dial(link, to).catch((err: unknown) => {
+              if (err instanceof DialUnsupported) return null;
+              throw refusedChannel(request, err);
+            })) ??
+            (await relay.forward(link, to).catch((err: unknown) => {
+              throw refusedChannel(request, err);
+            }));
           return {
-            attach: (socket) => pipeBytes(socket, channel, relay.meter(target.sessionId)),
-            abandon: () => channel.close(),
+            attach: (socket) => pipeBytes(socket, machine, meter),
+            attachRaw: (socket) => joinRaw(socket, machine, meter),
+            abandon: () => machine.destroy(),
           };
         },
         false,
+        true,
       );
+      if (rawUpgrade(request)) attachRaw(request, reply);
     },
     handler: upgradeRequired,
     wsHandler: attach,

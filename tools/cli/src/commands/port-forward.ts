@@ -1,14 +1,15 @@
 /**
  * `gpu port-forward <session> <remote>[:<local>]...`: local ports whose connections reach ports of a rented
  * workload, as `kubectl port-forward` does. Each connection accepted here opens one of billing's port-forward streams
- * (one WebSocket, one TCP connection to 127.0.0.1:<remote> inside the workload) and carries its bytes both ways, so
- * whatever runs over TCP (HTTP, a notebook's kernel WebSockets, a database's protocol) passes as it is.
+ * (a raw byte stream, `Upgrade: tcp`: one TCP connection to 127.0.0.1:<remote> inside the workload) and carries its
+ * bytes both ways, so whatever runs over TCP (HTTP, a notebook's kernel WebSockets, a database's protocol) passes as
+ * it is.
  */
 import net from 'node:net';
 import { ApiError, unwrap } from '@gpu/client';
 import type { Command } from 'commander';
 import { type Context, context, printJson, UsageError } from '../cli.ts';
-import { bridge } from '../reach-stream.ts';
+import { bridgeRaw } from '../reach-stream.ts';
 
 /** A local port and the workload's port it reaches (local 0: a free port chosen when listening). */
 export interface PortSpec {
@@ -113,7 +114,7 @@ async function forward(ctx: Context, sessionId: string, address: string, specs: 
     socket.on('error', () => undefined);
     open.add(socket);
     const path = `/api/v1/billing/sessions/${encodeURIComponent(sessionId)}/port-forward?port=${remote}`;
-    const done = bridge(ctx, path, { input: socket, output: socket }, { signal: stopping.signal, lingerMs: LINGER_MS })
+    const done = bridgeRaw(ctx, path, socket, { signal: stopping.signal, lingerMs: LINGER_MS })
       .then(({ code, reason }) => {
         if (code === 1000) {
           socket.end();

@@ -16,9 +16,11 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
+import type { Socket } from 'node:net';
 import path from 'node:path';
 import type { TokenSource } from '@gpu/client';
 import { coalesceWrites, durationMs, type Logger } from '@gpu/common';
+import { openRawUpgrade, UpgradeRefused } from '@gpu/common/raw-upgrade';
 import ssh2, {
   type AcceptConnection,
   type Connection,
@@ -31,7 +33,7 @@ import { z } from 'zod';
 import type { DaemonConfig } from '../config.ts';
 import { type Entry, entryCommand } from '../workloads/entry.ts';
 import { drained, type ExecProcess, startExec } from './exec.ts';
-import { DIAL_SUBSYSTEM, type ForwardError, splice, spliceWebSocket, WorkloadPorts } from './ports.ts';
+import { DIAL_SUBSYSTEM, type ForwardError, splice, WorkloadPorts } from './ports.ts';
 
 export interface ReachDeps {
   config: DaemonConfig;
@@ -69,7 +71,7 @@ export class ReachLink {
   private readonly ssh: ssh2.Server;
   private readonly open = new Set<ExecProcess>();
   /** Forwarded connections dialled back over the current relay connection: they end with it. */
-  private readonly dialled = new Set<WebSocket>();
+  private readonly dialled = new Set<Socket>();
   private readonly ports: WorkloadPorts;
   private wake: (() => void) | undefined;
   private loop: Promise<void> | undefined;
@@ -94,7 +96,7 @@ export class ReachLink {
     this.stopped = true;
     this.wake?.();
     this.socket?.terminate();
-    for (const ws of this.dialled) ws.terminate();
+    for (const back of this.dialled) back.destroy();
     for (const p of this.open) p.signal('KILL');
     this.ports.stop();
     await this.loop;
@@ -166,7 +168,7 @@ export class ReachLink {
       await once(ws, 'close');
     } finally {
       clearInterval(ping);
-      for (const dialled of this.dialled) dialled.terminate();
+      for (const dialled of this.dialled) dialled.destroy();
       this.deps.logger.info({ provider_id: providerId }, 'reach: the relay connection closed');
     }
   }
@@ -259,10 +261,10 @@ export class ReachLink {
 
   /**
    * A forwarded port's connection, dialled back (`gpu-dial`): the relay writes `{"session_id", "port", "ticket"}` (one
-   * JSON line) and closes its side; the daemon connects inside the workload (ports.ts), then opens a WebSocket of its
-   * own to the relay's `GET /api/v1/billing/reach/dial` with the ticket and its token, and answers `{"ok": true}` once
-   * it is open, or `{"error": <reason>, "message"}` (`refused`: nothing listens there). The connection's bytes go on
-   * that WebSocket, not through SSH.
+   * JSON line) and closes its side; the daemon connects inside the workload (ports.ts), then opens a connection of its
+   * own to the relay's `GET /api/v1/billing/reach/dial` with the ticket and its token (upgraded to a raw byte stream),
+   * and answers `{"ok": true}` once it is open, or `{"error": <reason>, "message"}` (`refused`: nothing listens
+   * there). The connection's bytes go on it as they are, not through SSH.
    */
   private dialBack(channel: ServerChannel): void {
     let line = '';
@@ -292,36 +294,32 @@ export class ReachLink {
     });
   }
 
-  /** Connects to the port in the workload, then dials the relay back with the connection on a WebSocket. */
+  /**
+   * Connects to the port in the workload, then dials the relay back with the connection: a raw byte stream (an HTTP
+   * upgrade to `tcp`, @gpu/common/raw-upgrade), so that neither side frames, masks or parses what it carries.
+   */
   private async dial(request: z.infer<typeof dialRequest>): Promise<void> {
     const providerId = this.deps.providerId();
     if (!providerId) throw new Error('the daemon is not attached yet');
     const socket = await this.ports.connect(request.session_id, request.port);
-    const base = this.deps.config.billing_url.replace(/^http/, 'ws').replace(/\/$/, '');
     const query = new URLSearchParams({ provider_id: providerId, ticket: request.ticket });
-    let ws: WebSocket | undefined;
+    let back: Socket | undefined;
     try {
       const token = await this.deps.token.get();
-      ws = new WebSocket(`${base}/api/v1/billing/reach/dial?${query}`, {
-        headers: { authorization: `Bearer ${token}` },
-        maxPayload: 4 * 1024 * 1024,
-      });
-      const opening = ws;
-      await new Promise<void>((resolve, reject) => {
-        opening.once('open', resolve);
-        opening.once('unexpected-response', (_req, res) => {
-          res.resume();
-          reject(new Error(`the relay answered the dial-back ${res.statusCode}`));
-        });
-        opening.once('error', reject);
+      back = await openRawUpgrade(
+        `${this.deps.config.billing_url.replace(/\/$/, '')}/api/v1/billing/reach/dial?${query}`,
+        { headers: { authorization: `Bearer ${token}` }, timeoutMs: 10_000 },
+      ).catch((err: unknown) => {
+        throw err instanceof UpgradeRefused ? new Error(`the relay answered the dial-back ${err.status}`) : err;
       });
       // The relay's connection went meanwhile: every stream of it is gone, this one too.
       if (this.stopped || this.socket?.readyState !== WebSocket.OPEN) throw new Error('the relay connection closed');
-      this.dialled.add(opening);
-      opening.once('close', () => this.dialled.delete(opening));
-      spliceWebSocket(opening, socket);
+      const opened = back;
+      this.dialled.add(opened);
+      opened.once('close', () => this.dialled.delete(opened));
+      splice(opened, socket);
     } catch (err) {
-      ws?.terminate();
+      back?.destroy();
       socket.destroy();
       throw err;
     }

@@ -25,7 +25,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type WebSocket from 'ws';
+import { pump } from '@gpu/common/raw-upgrade';
 import { type Entry, HELPERS_PATH } from '../workloads/entry.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
@@ -242,68 +242,34 @@ export class WorkloadPorts {
 }
 
 /**
- * Joins the relay's channel (ssh2's) and a workload's connection both ways. The renter's EOF is the program's end of
- * input (FIN) while the program still answers; the program's end ends the channel once what it sent is out (ssh2's
- * server channel sends EOF and closes at its end: the relay learns the connection is over). One side's failure or
- * close ends the other.
+ * Joins the relay's side (an SSH channel of ssh2's, or the raw connection of a dial-back) and a workload's connection
+ * both ways. The renter's EOF is the program's end of input (FIN) while the program still answers; the program's end
+ * ends the relay's side once what it sent is out (ssh2's server channel sends EOF and closes at its end; a dial-back
+ * sends its FIN): the relay learns the connection is over. One side's failure or close ends the other.
  */
 export function splice(channel: Duplex, socket: Socket): void {
   channel.on('error', () => socket.destroy());
   // A failed socket closes ('close' below, failed).
   socket.on('error', () => {});
-  channel.pipe(socket);
-  socket.pipe(channel);
+  pump(channel, socket);
+  pump(socket, channel);
+  socket.resume();
   // Closed without its end (reset, or the workload ended): at once when it failed, else after what was sent.
   socket.once('close', (failed) => {
     if (failed) channel.destroy();
     else if (!channel.writableEnded) channel.end();
   });
-  channel.once('close', () => socket.destroy());
+  // The relay's side gone: the program's connection too, once what was on its way to the program is written.
+  channel.once('close', () => {
+    if (socket.writableFinished || !socket.writableEnded) return socket.destroy();
+    // A program that reads no more is not waited for long.
+    const cut = setTimeout(() => socket.destroy(), 5_000).unref();
+    socket.once('finish', () => {
+      clearTimeout(cut);
+      socket.destroy();
+    });
+  });
 }
 
-/** The relay's request for a forwarded port's connection dialled back on a WebSocket of its own (link.ts). */
+/** The relay's request for a forwarded port's connection dialled back on a connection of its own (link.ts). */
 export const DIAL_SUBSYSTEM = 'gpu-dial';
-
-/** The most the WebSocket may have unsent before the workload's socket is read no more. */
-const HIGH_WATER = 1024 * 1024;
-
-/**
- * Joins the relay's dial-back WebSocket (each binary message bytes of the connection) and a workload's connection
- * both ways, the slower side setting the pace. The relay closing the WebSocket is the program's end of input (FIN);
- * the program's end closes the WebSocket once what it sent is out; a failure of either ends the other.
- */
-export function spliceWebSocket(ws: WebSocket, socket: Socket): void {
-  socket.on('error', () => {});
-  ws.on('error', () => socket.destroy());
-  socket.on('data', (d: Buffer) => {
-    ws.send(d, { binary: true });
-    if (ws.bufferedAmount <= HIGH_WATER || socket.isPaused()) return;
-    socket.pause();
-    const check = setInterval(() => {
-      if (ws.bufferedAmount <= HIGH_WATER / 2 || ws.readyState !== ws.OPEN) {
-        clearInterval(check);
-        socket.resume();
-      }
-    }, 5);
-  });
-  ws.on('message', (data: Buffer, isBinary: boolean) => {
-    if (socket.write(isBinary ? data : Buffer.from(data)) || ws.isPaused) return;
-    ws.pause();
-    socket.once('drain', () => ws.resume());
-  });
-  // The program's end of output (a WebSocket has no half-close): the WebSocket closes once what it sent is out.
-  socket.once('end', () => {
-    if (ws.readyState === ws.OPEN) ws.close(1000);
-  });
-  socket.once('close', (failed) => {
-    if (failed) ws.terminate();
-    else if (ws.readyState === ws.OPEN) ws.close(1000);
-  });
-  ws.once('close', () => {
-    socket.end();
-    // A program that never closes its side after the end of its input is closed for it.
-    setTimeout(() => socket.destroy(), 5_000).unref();
-  });
-  // The forwarder hands it over paused (nothing of the program's read before it is joined).
-  socket.resume();
-}

@@ -6,10 +6,12 @@
  * channel (`[255, 0]`: the end of standard input). The relay carries it onto the SSH channel of the program (its
  * data, its stderr, its window, its exit), waiting on whichever side is slower.
  */
+import { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { type Pacing, pump, writePaced } from '@gpu/common/raw-upgrade';
 import type { ClientChannel } from 'ssh2';
 import type { WebSocket } from 'ws';
 import type { ByteMeter } from './meter.ts';
-import type { Dialled } from './relay.ts';
 
 export const CHANNEL_PROTOCOL = 'v5.channel.k8s.io';
 /** The protocols a client may offer, newest first (v4 has no close channel; its input ends with the socket). */
@@ -25,8 +27,14 @@ const CLOSE = 255;
 /** The most a WebSocket may have unsent before the program's output waits. */
 const HIGH_WATER = 1024 * 1024;
 
+/** What a source of bytes must do to be held back: a WebSocket, a stream, an SSH channel. */
+interface Pausable {
+  pause(): unknown;
+  resume(): unknown;
+}
+
 /** Pauses `source` for `ms`, then until `ready()`, then lets it go on. */
-function hold(source: { pause(): unknown; resume(): unknown }, ms: number, ready: () => boolean): void {
+function hold(source: Pausable, ms: number, ready: () => boolean): void {
   source.pause();
   const check = () => {
     if (ready()) source.resume();
@@ -39,86 +47,82 @@ function hold(source: { pause(): unknown; resume(): unknown }, ms: number, ready
  * Sends a message, pausing `source` while the WebSocket has more than `HIGH_WATER` unsent, and for as long as the
  * session's meter asks.
  */
-function sendPaced(socket: WebSocket, data: Buffer, source: ClientChannel, meter: ByteMeter): void {
+function sendPaced(
+  socket: WebSocket,
+  data: Buffer,
+  source: Pausable & { isPaused(): boolean },
+  meter: ByteMeter,
+): void {
   socket.send(data);
   const wait = meter.take(data.length);
   if ((wait === 0 && socket.bufferedAmount <= HIGH_WATER) || source.isPaused()) return;
   hold(source, wait, () => socket.bufferedAmount <= HIGH_WATER / 2 || socket.readyState !== socket.OPEN);
 }
 
-/** Writes to the channel, pausing the WebSocket until the channel drains when it is full, and as the meter asks. */
-function writePaced(channel: ClientChannel, data: Buffer, socket: WebSocket, meter: ByteMeter): void {
-  const full = !channel.write(data);
-  const wait = meter.take(data.length);
-  if (!full && wait === 0) return;
-  let drained = !full;
-  if (full) channel.once('drain', () => (drained = true));
-  hold(socket, wait, () => drained || socket.readyState !== socket.OPEN);
-}
+/** The session's meter as a writer's pace. */
+const paced = (meter: ByteMeter): Pacing => ({ highWater: HIGH_WATER, pace: (n) => meter.take(n) });
 
 /**
- * A forwarded TCP connection on the renter's WebSocket, joined to the daemon's dial-back WebSocket (relay.ts `dial`),
- * message for message both ways at the session's meter's pace, the slower side setting it. The workload's side
- * closing ends the renter's with 1000; the renter's closing closes the daemon's (the daemon then ends the
- * connection's input); `end(reason)` ends both from outside (the session ended), the renter's with 1001.
+ * A forwarded TCP connection on the renter's WebSocket (`port-forward`), joined to the machine's side of it: the
+ * daemon's raw dial-back (relay.ts `dial`), or an SSH channel of a daemon from before dial-backs. Each binary message
+ * is bytes of the connection, both ways, at the session's meter's pace. The workload's side ending ends the
+ * WebSocket with 1000 (a WebSocket has no half-close); the renter's closing ends the workload's input, then the
+ * connection; `end(reason)` ends it from outside (the session ended) with 1001.
  */
-export function joinSockets(renter: WebSocket, dialled: Dialled, meter: ByteMeter): { end(reason: string): void } {
-  const machine = dialled.socket;
-  const relay = (from: WebSocket, to: WebSocket) =>
-    from.on('message', (data: Buffer, isBinary: boolean) => {
-      const bytes = isBinary ? data : Buffer.from(data);
-      if (bytes.length === 0 || to.readyState !== to.OPEN) return;
-      to.send(bytes, { binary: true });
-      const wait = meter.take(bytes.length);
-      if ((wait === 0 && to.bufferedAmount <= HIGH_WATER) || from.isPaused) return;
-      hold(from, wait, () => to.bufferedAmount <= HIGH_WATER / 2 || to.readyState !== to.OPEN);
-    });
-  // What the daemon's side said before the renter's was there, first.
-  for (const early of dialled.take()) renter.send(early, { binary: true });
-  relay(renter, machine);
-  relay(machine, renter);
+export function pipeBytes(socket: WebSocket, machine: Duplex, meter: ByteMeter): { end(reason: string): void } {
+  const pacing = paced(meter);
+  machine.on('error', () => socket.terminate());
+  socket.on('error', () => machine.destroy());
+  machine.on('data', (d: Buffer) => sendPaced(socket, d, machine, meter));
+  const over = () => {
+    if (socket.readyState === socket.OPEN) socket.close(1000);
+  };
+  machine.once('end', over);
+  machine.once('close', over);
+  socket.on('message', (raw: Buffer, isBinary: boolean) => {
+    const data = isBinary ? raw : Buffer.from(raw);
+    if (data.length > 0 && !machine.destroyed) writePaced(machine, data, socket, pacing);
+  });
+  socket.once('close', () => {
+    machine.end();
+    // A workload that never closes its side after the end of its input is closed for it.
+    setTimeout(() => machine.destroy(), 5_000).unref();
+  });
   machine.resume();
-  machine.once('close', () => {
-    if (renter.readyState === renter.OPEN) renter.close(1000);
-  });
-  renter.once('close', () => {
-    if (machine.readyState === machine.OPEN) machine.close(1000);
-    else machine.terminate();
-  });
-  machine.on('error', () => renter.terminate());
-  renter.on('error', () => machine.terminate());
   return {
     end: (reason) => {
-      if (renter.readyState === renter.OPEN) renter.close(1001, reason.slice(0, 120));
-      machine.terminate();
+      if (socket.readyState === socket.OPEN) socket.close(1001, reason.slice(0, 120));
+      machine.destroy();
     },
   };
 }
 
 /**
- * A forwarded TCP connection on the WebSocket (`port-forward`): each binary message is bytes of the connection, both
- * ways. The workload's side closing ends it with 1000; the renter's closing ends the workload's input, then the
- * connection; `end(reason)` ends it from outside (the session ended) with 1001.
+ * A forwarded TCP connection as a raw byte stream (`Upgrade: tcp`) from the renter, joined to the daemon's raw
+ * dial-back (or, at an instance that passes it on, to the holder's): bytes both ways as they come, at the session's
+ * meter's pace, each side's end (FIN) passed on as the other's, so a request half-closed still gets its answer. A
+ * failure of either side ends the other; `end(reason)` cuts both (the session ended).
  */
-export function pipeBytes(socket: WebSocket, channel: ClientChannel, meter: ByteMeter): { end(reason: string): void } {
-  channel.on('error', () => {});
-  channel.on('data', (d: Buffer) => sendPaced(socket, d, channel, meter));
-  channel.once('close', () => {
-    if (socket.readyState === socket.OPEN) socket.close(1000);
-  });
-  socket.on('message', (raw: Buffer, isBinary: boolean) => {
-    const data = isBinary ? raw : Buffer.from(raw);
-    if (data.length > 0) writePaced(channel, data, socket, meter);
-  });
-  socket.once('close', () => {
-    channel.end();
-    // A workload that never closes its side after the end of its input is closed for it.
-    setTimeout(() => channel.close(), 5_000).unref();
-  });
+export function joinRaw(renter: Duplex, machine: Duplex, meter: ByteMeter): { end(reason: string): void } {
+  const join = (from: Duplex, to: Duplex) => {
+    pump(from, to, paced(meter));
+    from.on('error', () => to.destroy());
+    from.once('close', () => {
+      // Closed before its end came (reset, cut): the other side goes too.
+      if (!from.readableEnded) to.destroy();
+    });
+  };
+  join(renter, machine);
+  join(machine, renter);
+  // A dial-back comes paused (what the program said first waits in it): both flow from now on.
+  renter.resume();
+  machine.resume();
   return {
-    end: (reason) => {
-      if (socket.readyState === socket.OPEN) socket.close(1001, reason.slice(0, 120));
-      channel.close();
+    end: () => {
+      // A reset, so that a renter connected straight here tells the cut from the workload's end.
+      if (renter instanceof Socket) renter.resetAndDestroy();
+      else renter.destroy();
+      machine.destroy();
     },
   };
 }
@@ -186,7 +190,7 @@ export function bridge(
     const body = data.subarray(1);
     if (id === STDIN) {
       bytesIn += body.length;
-      writePaced(channel, body, socket, opts.meter);
+      writePaced(channel, body, socket, paced(opts.meter));
     } else if (id === RESIZE) {
       try {
         const size = JSON.parse(String(body)) as { Width?: number; Height?: number };

@@ -11,8 +11,8 @@ import { billingErrors } from '../../errors.ts';
 import type { BillingContext } from '../context.ts';
 import { isRunning, loadSession, RUNNING_STATUSES } from '../sessions/index.ts';
 
-export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, joinSockets, pipeBytes } from './channels.ts';
-export { metered } from './meter.ts';
+export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, joinRaw, pipeBytes } from './channels.ts';
+export { ByteMeter, metered } from './meter.ts';
 export {
   GRANT_COOKIE,
   makePortLink,

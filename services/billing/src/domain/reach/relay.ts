@@ -6,10 +6,11 @@
  * workload only.
  *
  * A forwarded port's bytes take no SSH: the relay asks the daemon over the connection (an SSH subsystem channel,
- * `gpu-dial`) to connect to the port and dial back, a WebSocket of its own to `GET /api/v1/billing/reach/dial` with a
- * one-time ticket, which the relay joins to the renter's WebSocket message for message (`dial`). SSH's encryption
- * inside the WebSocket's TLS cost each side some 14 CPU seconds a GB; a WebSocket joined to a WebSocket costs what
- * moving the bytes costs. A daemon without the subsystem is forwarded over SSH as before (`forward`).
+ * `gpu-dial`) to connect to the port and dial back, a connection of its own to `GET /api/v1/billing/reach/dial` with
+ * a one-time ticket, upgraded to a raw byte stream (`Upgrade: tcp`, @gpu/common/raw-upgrade), which the relay joins to
+ * the renter's stream (`dial`). SSH's encryption inside the WebSocket's TLS cost each side some 14 CPU seconds a GB,
+ * WebSocket frames parsed and built again at each hop some 4; raw bytes cost what moving them costs. A daemon without
+ * the subsystem is forwarded over SSH as before (`forward`).
  *
  * Several instances: a connection is held by one instance, recorded in `reach_links` (its address among them,
  * `reach.advertise_url`). A renter's stream, or a daemon's dial-back, that reaches another instance is passed to the
@@ -44,7 +45,7 @@ export interface Link {
   /** Resolves once the connection is gone. */
   readonly closed: Promise<void>;
   /** Its dial-backs open now (they end with it). */
-  readonly dialled: Set<WebSocket>;
+  readonly dialled: Set<Duplex>;
 }
 
 /** A renter's open stream, as the relay ends it. */
@@ -91,17 +92,10 @@ const DIAL_TIMEOUT_MS = 10_000;
 /** The daemon has no `gpu-dial` subsystem (a daemon from before it): the port is forwarded over SSH instead. */
 export class DialUnsupported extends Error {}
 
-/** A daemon's dial-back, paused until taken: what it carried before that waits in `early`. */
-export interface Dialled {
-  socket: WebSocket;
-  /** Stops holding its messages back: those that came meanwhile, in order (what the program said first). */
-  take(): Buffer[];
-}
-
-/** A dial-back asked of a daemon, until its WebSocket arrives. */
+/** A dial-back asked of a daemon, until its connection arrives. */
 interface PendingDial {
   providerId: string;
-  arrived(socket: WebSocket): void;
+  arrived(socket: Duplex): void;
 }
 
 /** 502 PORT_NOT_LISTENING. */
@@ -198,7 +192,7 @@ export class ReachRelay {
     const link: Link = { id, providerId, ssh, closed, dialled: new Set() };
     // A stream ends with the machine's connection, as its SSH channels do.
     void closed.then(() => {
-      for (const dialled of link.dialled) dialled.terminate();
+      for (const dialled of link.dialled) dialled.destroy();
     });
     ssh.on('error', (err) => this.deps.logger.warn({ err, provider_id: providerId }, 'reach: SSH to a daemon failed'));
     ssh.on('close', () => {
@@ -332,15 +326,14 @@ export class ReachRelay {
   }
 
   /**
-   * A TCP connection to the port inside the session's workload, as a WebSocket of the daemon's own: the daemon is
+   * A TCP connection to the port inside the session's workload, as a raw connection of the daemon's own: the daemon is
    * asked over the machine's connection (`gpu-dial`) to connect there and dial back with a one-time ticket
-   * (`dialled`). The daemon's socket is paused until the caller takes it (what the program says first waits there).
-   * Rejects with PORT_NOT_LISTENING when nothing listens on the port, `DialUnsupported` for a daemon without the
-   * subsystem.
+   * (`dialled`). It comes paused (what the program says first waits in it until joined). Rejects with
+   * PORT_NOT_LISTENING when nothing listens on the port, `DialUnsupported` for a daemon without the subsystem.
    */
-  dial(link: Link, request: { sessionId: string; port: number }): Promise<Dialled> {
+  dial(link: Link, request: { sessionId: string; port: number }): Promise<Duplex> {
     const ticket = randomBytes(24).toString('base64url');
-    return new Promise<Dialled>((resolve, reject) => {
+    return new Promise<Duplex>((resolve, reject) => {
       let settled = false;
       const settle = (fn: () => void) => {
         if (settled) return;
@@ -357,27 +350,19 @@ export class ReachRelay {
         providerId: link.providerId,
         arrived: (socket) => {
           if (settled) {
-            socket.terminate();
+            socket.destroy();
             return;
           }
           // The machine's connection went meanwhile: its streams with it.
           if (this.links.get(link.providerId) !== link) {
-            socket.terminate();
+            socket.destroy();
             settle(() => reject(new Error("the machine's connection was lost")));
             return;
           }
-          // Paused, though messages parsed already may still come: they are kept.
           socket.pause();
-          const early: Buffer[] = [];
-          const keep = (data: Buffer, isBinary: boolean) => early.push(isBinary ? data : Buffer.from(data));
-          socket.on('message', keep);
-          const take = () => {
-            socket.off('message', keep);
-            return early.splice(0);
-          };
           link.dialled.add(socket);
           socket.once('close', () => link.dialled.delete(socket));
-          settle(() => resolve({ socket, take }));
+          settle(() => resolve(socket));
         },
       });
       link.ssh.subsys(DIAL_SUBSYSTEM, (err, channel) => {
@@ -409,10 +394,10 @@ export class ReachRelay {
   }
 
   /** The daemon's dial-back arrived (its ticket checked with `awaitsDial`): it goes to the stream that asked. */
-  dialled(ticket: string, socket: WebSocket): void {
+  dialled(ticket: string, socket: Duplex): void {
     const pending = this.dials.get(ticket);
     if (pending) pending.arrived(socket);
-    else socket.terminate();
+    else socket.destroy();
   }
 
   /** Adds bytes a stream carried to its session's, recorded with its workload at the next flush. */
