@@ -193,15 +193,14 @@ export async function bridge(
   }
 }
 
-/** How often TCP probes an idle raw stream (a NAT on the way must not forget it). */
-const KEEPALIVE_MS = 30_000;
-
 /**
  * Carries a local TCP connection over billing's raw byte stream at `path` (`Upgrade: tcp`), both ways with
  * backpressure, resolving as `bridge` does: 1000 once the remote side ended (the workload closed its side), or once
  * the local side ended and the remote side then stayed silent for `lingerMs` (a gateway on the way may close the
  * whole stream at a half-close, so the local end is not passed on while an answer may still come); 1001 when stopped
- * (`signal`); 1006 when the stream was cut (reset: billing resets a renter's stream it ends, the session's end). Rejects when it does not open (the refusal as an `ApiError`). The local
+ * (`signal`); 1006 when the stream was cut (a reset: billing resets a stream it ends, at the session's end, which a
+ * gateway on the way passes on as an end). TCP keepalive probes the stream (a NAT must not forget it), but only bytes
+ * count against a gateway's idle limit (an hour): a raw stream has no ping of its own. Rejects when it does not open (the refusal as an `ApiError`). The local
  * side is read only once the stream is open.
  */
 export async function bridgeRaw(
@@ -212,26 +211,32 @@ export async function bridgeRaw(
 ): Promise<StreamEnd> {
   if (opts.signal?.aborted) return { code: 1001, reason: 'stopped' };
   const token = await ctx.token.get();
-  const remote = await openRawUpgrade(`${ctx.url}${path}`, { headers: { authorization: `Bearer ${token}` } }).catch(
-    (err: unknown) => {
-      throw err instanceof UpgradeRefused ? new ApiError(err.status, err.problem()) : err;
-    },
-  );
-  remote.setKeepAlive(true, KEEPALIVE_MS);
+  let remote: Socket;
+  try {
+    remote = await openRawUpgrade(`${ctx.url}${path}`, {
+      headers: { authorization: `Bearer ${token}` },
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+  } catch (err) {
+    // Stopped while it opened (Ctrl-C): nothing was opened.
+    if (opts.signal?.aborted) return { code: 1001, reason: 'stopped' };
+    throw err instanceof UpgradeRefused ? new ApiError(err.status, err.problem()) : err;
+  }
   remote.on('error', () => {});
   return new Promise<StreamEnd>((resolve) => {
     let quietTimer: NodeJS.Timeout | undefined;
     let localEnded = false;
     let done = false;
-    const finish = (end: StreamEnd) => {
+    /** Ends the bridge: the remote side ended (its end answered with ours), or it is closed (`cut`). */
+    const finish = (end: StreamEnd, cut = end.code !== 1000) => {
       if (done) return;
       done = true;
       clearTimeout(quietTimer);
       opts.signal?.removeEventListener('abort', onAbort);
       local.unpipe(remote);
       remote.unpipe(local);
-      if (end.code === 1000) remote.end();
-      else remote.destroy();
+      if (cut) remote.destroy();
+      else remote.end();
       resolve(end);
     };
     let awaitingDrain = false;
@@ -249,7 +254,8 @@ export async function bridgeRaw(
         }
         return;
       }
-      quietTimer = setTimeout(() => finish({ code: 1000, reason: '' }), opts.lingerMs ?? 0);
+      // Over: nothing more is sent either way, so the stream is closed (its end would leave it half-open).
+      quietTimer = setTimeout(() => finish({ code: 1000, reason: '' }, true), opts.lingerMs ?? 0);
     };
     const onAbort = () => finish({ code: 1001, reason: 'stopped' });
     opts.signal?.addEventListener('abort', onAbort, { once: true });

@@ -417,6 +417,13 @@ describe('a server inside the workload, reached through the platform', () => {
     expect(await portForward(r.id, 8000, other.headers)).toMatchObject({ status: 404 });
     expect(await rawForward(r.id, 8000, other.headers, url)).toMatchObject({ status: 404 });
     expect(await rawForward(r.id, 8000, {}, url)).toMatchObject({ status: 401 });
+    // A request that asks for no upgrade opens nothing: 426 before the workload is reached.
+    const plain = await fetch(`${billingUrl}/api/v1/billing/sessions/${r.id}/port-forward?port=8000`, {
+      headers: r.headers,
+    });
+    expect(plain.status).toBe(426);
+    expect(await plain.json()).toMatchObject({ code: 'UPGRADE_REQUIRED' });
+    expect(plain.headers.get('upgrade')).toBe('tcp, websocket');
     // Only a forwarded port takes a raw stream: an exec stream is a WebSocket.
     const execRaw = await openRawUpgrade(`${billingUrl}/api/v1/billing/sessions/${r.id}/exec?command=true`, {
       headers: r.headers,
@@ -478,6 +485,7 @@ describe('a server inside the workload, reached through the platform', () => {
       });
     });
     await new Promise<void>((resolve) => balancer.listen(0, '127.0.0.1', resolve));
+    let secondClosed = false;
     // (A daemon's link that stops ends what was run over it: the server starts over the new one.)
     await link.stop();
     const balanced = startLink({
@@ -520,11 +528,23 @@ describe('a server inside the workload, reached through the platform', () => {
         status: 426,
         problem: { code: 'UPGRADE_REQUIRED' },
       });
+      // A dial-back passed on stays open as long as its stream, and ends when the instance passing it stops (it does
+      // not hold the stop back for its shutdown timeout).
+      const idle = await rawForward(r.id, 8000, r.headers);
+      expect(idle.status).toBe(101);
+      expect(dials).toHaveLength(dialsBefore + 2);
+      const idleEnded = new Promise<void>((resolve) => idle.socket!.once('end', () => resolve()));
+      idle.socket!.resume();
+      const stopping = Date.now();
+      await second.close();
+      secondClosed = true;
+      expect(Date.now() - stopping).toBeLessThan(5_000);
+      await idleEnded;
     } finally {
       await balanced.stop();
       link = startLink(machine.deps.config);
       balancer.close();
-      await second.close();
+      if (!secondClosed) await second.close();
       server?.close();
       // The daemon's own connection back before the next test.
       await until(

@@ -454,7 +454,7 @@ export interface paths {
         };
         /**
          * A TCP connection to a port inside the session's running workload, as a raw byte stream or on a WebSocket (`gpu port-forward`)
-         * @description One upgraded connection is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the machine's). `Upgrade: tcp` (what `gpu port-forward` sends): after the 101 the connection carries its bytes as they are, both ways, each side's end (FIN) passed on as the other's. `Upgrade: websocket`: every binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING when nothing listens there. Other reach routes answer `Upgrade: tcp` 400 UPGRADE_NOT_SUPPORTED. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`).
+         * @description One upgraded connection is one TCP connection to `127.0.0.1:<port>` in the workload (its own loopback, never the machine's). `Upgrade: tcp` (what `gpu port-forward` sends): after the 101 the connection carries its bytes as they are, both ways, each side's end (FIN) passed on as the other's. `Upgrade: websocket`: every binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING when nothing listens there; 426 UPGRADE_REQUIRED without an upgrade. The exec and SSH streams answer `Upgrade: tcp` 400 UPGRADE_NOT_SUPPORTED. Only the session's renter (an API key needs `connect`; `read` never opens one): 404 SESSION_NOT_FOUND for anyone else. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING, DAEMON_NOT_CONNECTED; 429 TOO_MANY_STREAMS past `reach.max_streams_per_session`. A stream ends within `reach.check_interval` of its session's or workload's end. Its bytes are counted with the workload (`reach.bytes_in`, `bytes_out`).
          */
         get: operations["forwardPort"];
         put?: never;
@@ -3526,7 +3526,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Switching Protocols: the WebSocket is open */
+            /** @description Switching Protocols: the raw byte stream (Upgrade: tcp) or the WebSocket is open */
             101: {
                 headers: {
                     "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];

@@ -12,6 +12,12 @@ import { request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Duplex, Writable } from 'node:stream';
 
+/**
+ * How long a raw stream may be silent before TCP probes its peer: a stream left half-open by a peer that went away
+ * (a renter's end passed on, a program that never ends its side) is found dead and closed rather than held.
+ */
+const KEEPALIVE_MS = 30_000;
+
 /** The `Upgrade` token of a raw byte stream. */
 export const RAW_UPGRADE = 'tcp';
 
@@ -49,11 +55,11 @@ export class UpgradeRefused extends Error {
 /**
  * Opens a raw byte stream: `GET url` with `Upgrade: tcp` and the headers given. Resolves with the connection once it
  * was switched (half-open allowed, no Nagle delay; any bytes that came with the 101 are read first); rejects with
- * `UpgradeRefused` for any other answer, or with why nothing answered.
+ * `UpgradeRefused` for any other answer, or with why nothing answered (`signal` aborted: an AbortError).
  */
 export function openRawUpgrade(
   url: string,
-  opts: { headers?: Record<string, string>; timeoutMs?: number } = {},
+  opts: { headers?: Record<string, string>; timeoutMs?: number; signal?: AbortSignal } = {},
 ): Promise<Socket> {
   const target = new URL(url);
   const send = target.protocol === 'https:' || target.protocol === 'wss:' ? httpsRequest : httpRequest;
@@ -64,11 +70,13 @@ export function openRawUpgrade(
       headers: { ...opts.headers, connection: 'Upgrade', upgrade: RAW_UPGRADE },
       agent: false,
       timeout: opts.timeoutMs ?? 30_000,
+      ...(opts.signal ? { signal: opts.signal } : {}),
     });
     req.once('upgrade', (_res, socket: Socket, head: Buffer) => {
       socket.setTimeout(0);
       socket.allowHalfOpen = true;
       socket.setNoDelay(true);
+      socket.setKeepAlive(true, KEEPALIVE_MS);
       if (head.length > 0) socket.unshift(head);
       resolve(socket);
     });
@@ -95,6 +103,7 @@ export function acceptRawUpgrade(socket: Duplex, head: Buffer | undefined): Dupl
   const s = socket as Socket;
   s.setTimeout?.(0);
   s.setNoDelay?.(true);
+  s.setKeepAlive?.(true, KEEPALIVE_MS);
   s.allowHalfOpen = true;
   if (head && head.length > 0) socket.unshift(head);
   return socket;
@@ -112,7 +121,8 @@ export interface Pacing {
 }
 
 /**
- * Writes `chunk` to `to`, then pauses `from` until `to` has drained, when it holds more than `highWater` unsent, and
+ * Writes `chunk` to `to`, then pauses `from` until `to` has drained, when it owes a drain and holds more than
+ * `highWater` unsent, and
  * for as long as `pace` asks (both, where both hold it back): woken by the events, never by polling. A socket's own
  * 16 KiB high-water mark would pause the source after every chunk, as `pipe()` does: a relay moving a stream would
  * spend more on pausing and resuming than on the bytes.
@@ -125,7 +135,9 @@ export function writePaced(
 ): void {
   to.write(chunk);
   const wait = pacing.pace?.(chunk.length) ?? 0;
-  const full = to.writableLength > (pacing.highWater ?? PUMP_HIGH_WATER);
+  // Full once a drain is owed and more than the high-water mark waits: a destination whose own mark is higher (an
+  // SSH channel's 2 MiB) owes no drain below it, and waiting for one there would wait for ever.
+  const full = to.writableNeedDrain && to.writableLength > (pacing.highWater ?? PUMP_HIGH_WATER);
   if (!full && wait === 0) return;
   from.pause();
   let waits = (full ? 1 : 0) + (wait > 0 ? 1 : 0);

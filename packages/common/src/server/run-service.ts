@@ -100,5 +100,8 @@ export function startOrExit(main: () => Promise<unknown>): void {
  * scavenges, and the relay costs what a small one does.
  */
 export function tuneGcForStreams(): void {
-  v8.setFlagsFromString('--external-memory-accounted-in-global-limit');
+  // The flag is V8 13's (Node 24, the project's pinned Node); an older V8 would only print that it does not know it.
+  if (Number(process.versions.v8.split('.')[0]) >= 13) {
+    v8.setFlagsFromString('--external-memory-accounted-in-global-limit');
+  }
 }

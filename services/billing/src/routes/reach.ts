@@ -90,17 +90,18 @@ interface Opened {
   abandon(): void;
 }
 
+/** How the relay ends a stream (the session ended), set once it is joined; joined, its own closing is its join's. */
+interface StreamEnds {
+  end: (reason: string) => void;
+  attached: boolean;
+}
+
 /** What the checks before the upgrade decided for the stream. */
 type Plan =
-  | {
-      kind: 'local';
-      opened: Opened;
-      /** How the relay ends it (the session ended): set once its WebSocket is open. */
-      ends: { end: (reason: string) => void };
-    }
-  | { kind: 'forward'; upstream: Upstream; ends: { end: (reason: string) => void } }
+  | { kind: 'local'; opened: Opened; ends: StreamEnds }
+  | { kind: 'forward'; upstream: Upstream; ends: StreamEnds }
   /** A raw byte stream passed to the holder: its own raw stream there. */
-  | { kind: 'forward-raw'; upstream: Duplex; ends: { end: (reason: string) => void } };
+  | { kind: 'forward-raw'; upstream: Duplex; ends: StreamEnds };
 
 /** The holder's socket, and what it sent before the renter's was there to take it. */
 interface Upstream {
@@ -242,6 +243,9 @@ const SWITCHING = noBody('Switching Protocols: the WebSocket is open');
 /** The answer of a connection switched to a raw byte stream. */
 const SWITCHED_RAW = noBody('Switching Protocols: the connection carries the bytes as they are (Upgrade: tcp)');
 
+/** The answer of a connection switched to a raw byte stream or a WebSocket, as asked. */
+const SWITCHED_EITHER = noBody('Switching Protocols: the raw byte stream (Upgrade: tcp) or the WebSocket is open');
+
 /** A request to the dial-back route that asks for no raw byte stream: 426 UPGRADE_REQUIRED. */
 const rawRequired = () =>
   new AppError(
@@ -251,14 +255,20 @@ const rawRequired = () =>
     { headers: { upgrade: RAW_UPGRADE } },
   );
 
-/** A request to a WebSocket route that asks for no upgrade: 426 UPGRADE_REQUIRED. */
-async function upgradeRequired(): Promise<never> {
-  throw new AppError(
+/** A request to a stream's route that asks for no upgrade: 426 UPGRADE_REQUIRED (`takesRaw`: a raw stream too). */
+const upgradeNeeded = (takesRaw = false) =>
+  new AppError(
     'upgrade_required',
     'UPGRADE_REQUIRED',
-    'this route opens a WebSocket: send the request as an upgrade (Upgrade: websocket)',
-    { headers: { upgrade: 'websocket' } },
+    takesRaw
+      ? 'this route opens a raw byte stream or a WebSocket: send the request as an upgrade (Upgrade: tcp, or websocket)'
+      : 'this route opens a WebSocket: send the request as an upgrade (Upgrade: websocket)',
+    { headers: { upgrade: takesRaw ? `${RAW_UPGRADE}, websocket` : 'websocket' } },
   );
+
+/** The handler of a stream's route, which a request reaches only when it asks for no upgrade. */
+async function upgradeRequired(): Promise<never> {
+  throw upgradeNeeded();
 }
 
 export async function reachRoutes(
@@ -282,13 +292,16 @@ export async function reachRoutes(
     if (raw && !takesRaw) throw webSocketOnly();
     const { sessionID } = request.params as z.infer<typeof sessionParams>;
     const target = await reachTarget(ctx, callerOf(request), sessionID);
+    // A plain request opens nothing (its caller told whether the stream would be theirs): only an upgrade gets as far
+    // as the workload.
+    if (!request.ws) throw upgradeNeeded(takesRaw);
     const link = relay.local(target.providerId);
     // Counted from here, before anything is awaited: streams opened at once cannot all pass the bound.
     if (link && relay.openCount(sessionID) >= config.reach.max_streams_per_session) {
       throw tooManyStreams(sessionID, config.reach.max_streams_per_session);
     }
     const socket = request.raw.socket;
-    const ends = { end: (_reason: string) => {} };
+    const ends: StreamEnds = { end: () => {}, attached: false };
     // Bytes are counted where the stream meets the machine's connection (once, whichever instance it came through).
     const base = { in: socket.bytesRead, out: socket.bytesWritten };
     const untrack = relay.track({
@@ -298,9 +311,10 @@ export async function reachRoutes(
       bytes: link ? () => ({ in: socket.bytesRead - base.in, out: socket.bytesWritten - base.out }) : undefined,
     });
     // The renter gone at any moment (before the upgrade completed too) leaves nothing open: listening from now on.
+    // Once joined, the join passes the renter's going on (what was on its way to the machine written first).
     let giveUp = () => {};
     const gone = () => {
-      giveUp();
+      if (!ends.attached) giveUp();
       untrack();
     };
     socket.once('close', gone);
@@ -342,9 +356,11 @@ export async function reachRoutes(
       // The holder meters the session's bytes.
       const joined = joinRaw(socket, plan.upstream, new ByteMeter(0));
       plan.ends.end = (reason) => joined.end(reason);
+      plan.ends.attached = true;
     } else if (plan?.kind === 'local' && plan.opened.attachRaw) {
       const stream = plan.opened.attachRaw(socket);
       plan.ends.end = (reason) => stream.end(reason);
+      plan.ends.attached = true;
     } else {
       socket.destroy();
     }
@@ -357,6 +373,7 @@ export async function reachRoutes(
       socket.terminate();
       return;
     }
+    plan.ends.attached = true;
     if (plan.kind === 'forward') {
       pipeSockets(socket, plan.upstream);
       plan.ends.end = (reason) => {
@@ -368,6 +385,13 @@ export async function reachRoutes(
     const stream = plan.opened.attach(socket);
     plan.ends.end = (reason) => stream.end(reason);
   };
+
+  /** Daemons' dial-backs passed on to the instance holding their machine: ended when this instance stops. */
+  const passing = new Set<Duplex>();
+  app.addHook('preClose', (done) => {
+    for (const socket of passing) socket.destroy();
+    done();
+  });
 
   /** The caller is the machine's own daemon (a daemon client of its owner; the one it is bound to, where it is). */
   const assertMachineDaemon = async (request: FastifyRequest): Promise<void> => {
@@ -467,7 +491,18 @@ export async function reachRoutes(
         );
       }
       const upstream = await rawHolder(`${holder.url}${request.url}`, request, config.instance_id);
-      joinRaw(switchToRaw(request, reply), upstream, new ByteMeter(0));
+      // The daemon went while the holder was asked: nothing to join.
+      if (request.raw.socket.destroyed) {
+        upstream.destroy();
+        reply.hijack();
+        return;
+      }
+      const socket = switchToRaw(request, reply);
+      joinRaw(socket, upstream, new ByteMeter(0));
+      for (const s of [socket, upstream]) {
+        passing.add(s);
+        s.once('close', () => passing.delete(s));
+      }
     },
     handler: async () => {
       throw rawRequired();
@@ -547,10 +582,11 @@ export async function reachRoutes(
         "bytes as they are, both ways, each side's end (FIN) passed on as the other's. `Upgrade: websocket`: every " +
         'binary message is bytes of the connection, both ways; the workload closing it ends the WebSocket with 1000, ' +
         'the renter closing the WebSocket ends it. The connection is made before the upgrade: 502 PORT_NOT_LISTENING ' +
-        `when nothing listens there. Other reach routes answer \`Upgrade: tcp\` 400 UPGRADE_NOT_SUPPORTED. ${WHO}`,
+        `when nothing listens there; 426 UPGRADE_REQUIRED without an upgrade. The exec and SSH streams answer ` +
+        `\`Upgrade: tcp\` 400 UPGRADE_NOT_SUPPORTED. ${WHO}`,
       params: sessionParams,
       querystring: portQuery,
-      response: { 101: SWITCHING, ...problems(400, 401, 403, 404, 409, 426, 429, 502, 503) },
+      response: { 101: SWITCHED_EITHER, ...problems(400, 401, 403, 404, 409, 426, 429, 502, 503) },
     },
     preHandler: async (request, reply) => {
       const { port } = request.query as z.infer<typeof portQuery>;

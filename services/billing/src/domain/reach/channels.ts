@@ -24,6 +24,9 @@ const STATUS = 3;
 const RESIZE = 4;
 const CLOSE = 255;
 
+/** How long a joined side is given to take what was on its way once the other side closed. */
+const CLOSE_GRACE_MS = 30_000;
+
 /** The most a WebSocket may have unsent before the program's output waits. */
 const HIGH_WATER = 1024 * 1024;
 
@@ -101,15 +104,26 @@ export function pipeBytes(socket: WebSocket, machine: Duplex, meter: ByteMeter):
  * A forwarded TCP connection as a raw byte stream (`Upgrade: tcp`) from the renter, joined to the daemon's raw
  * dial-back (or, at an instance that passes it on, to the holder's): bytes both ways as they come, at the session's
  * meter's pace, each side's end (FIN) passed on as the other's, so a request half-closed still gets its answer. A
- * failure of either side ends the other; `end(reason)` cuts both (the session ended).
+ * side closed after its end closes the other once what was on its way there is written; a failure of either side
+ * ends the other at once; `end(reason)` cuts both (the session ended). A side left half-open by a peer that went away
+ * is found by TCP's keepalive (@gpu/common/raw-upgrade).
  */
 export function joinRaw(renter: Duplex, machine: Duplex, meter: ByteMeter): { end(reason: string): void } {
+  const pacing = paced(meter);
   const join = (from: Duplex, to: Duplex) => {
-    pump(from, to, paced(meter));
+    pump(from, to, pacing);
     from.on('error', () => to.destroy());
     from.once('close', () => {
-      // Closed before its end came (reset, cut): the other side goes too.
-      if (!from.readableEnded) to.destroy();
+      // Cut before its end came (a reset): the other side goes too.
+      if (!from.readableEnded) return void to.destroy();
+      // Closed after its end: what was on its way to the other side is written first (its end passed on by `pump`),
+      // then that side goes too; a side that does not take it is not waited for long.
+      if (to.writableFinished) return void to.destroy();
+      const cut = setTimeout(() => to.destroy(), CLOSE_GRACE_MS).unref();
+      to.once('finish', () => {
+        clearTimeout(cut);
+        to.destroy();
+      });
     });
   };
   join(renter, machine);
