@@ -3,15 +3,13 @@
  * (the machine's daemon uploads the logs every few seconds while it runs and whole at its end, then the outputs,
  * and tells billing what it wrote: services/billing README, "Workloads").
  */
-import { createWriteStream, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type BillingSchemas, type ObjectRef, type ObjectStore, unwrap } from '@gpu/client';
 import { UNDELIVERED_END_REASONS } from '@gpu/common';
 import type { Context } from './cli.ts';
+import { downloadFile } from './download.ts';
 import { transferProgress } from './progress.ts';
 
 export type Workload = BillingSchemas['Workload'];
@@ -131,7 +129,9 @@ export async function printLogs(
 
 /**
  * Downloads the workload's outputs into `dir`, each at its path under the output prefix (`<prefix>output/<path>`);
- * answers where each went.
+ * answers where each went. Each is written as `gpu storage cp` writes a file (download.ts): through a temporary file
+ * renamed once whole, so an interrupted run leaves no part of an output under its name, and the bytes kept are asked
+ * for no more when the same outputs are fetched again into the same folder.
  */
 export async function downloadOutputs(
   ctx: Context,
@@ -147,10 +147,9 @@ export async function downloadOutputs(
     // Billing keeps every output under its prefix; a path that would leave the folder is refused all the same.
     if (!file.startsWith(`${root}${path.sep}`)) throw new Error(`output ${out.key} would be written outside ${dir}`);
     mkdirSync(path.dirname(file), { recursive: true });
-    const got = await ctx.objects.download({ ...(out.bucket ? { bucket: out.bucket } : {}), key: out.key });
-    const progress = transferProgress(`${out.key} -> ${file}`, got.contentLength, { json: ctx.json });
+    const progress = transferProgress(`${out.key} -> ${file}`, out.size, { json: ctx.json });
     try {
-      await pipeline(Readable.fromWeb(got.body as WebReadableStream), progress.counter(), createWriteStream(file));
+      await downloadFile(ctx, { ...(out.bucket ? { bucket: out.bucket } : {}), key: out.key }, file, progress);
     } finally {
       progress.stop();
     }

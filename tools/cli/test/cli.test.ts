@@ -6,7 +6,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -153,6 +153,8 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(ran.stderr).toContain('workload exited with 3');
     expect(ran.stderr).toMatch(/output sessions\/[0-9a-f-]{36}\/output\/sub\/result\.txt \(7 bytes\) -> /);
     expect(readFileSync(join(outputs, 'sub', 'result.txt'), 'utf8')).toBe('result\n');
+    // Written through a temporary file renamed once whole (as `storage cp` writes one): nothing else is left there.
+    expect(readdirSync(join(outputs, 'sub'))).toEqual(['result.txt']);
 
     // Stopped at its --max-runtime: exit status 1, and why.
     const stopped = await renter.gpu(['run', ...rental(), '--max-runtime', '1s', '--', 'sleep', '60']);
