@@ -71,6 +71,13 @@ export const daemonConfigSchema = z
     /** Set it to the registry's `heartbeat_interval` (30 s by default); the registry marks a machine offline after 3. */
     heartbeat_interval: zDuration().default('30s'),
     /**
+     * Over NATS, how often a heartbeat asks the registry for an answer: one in this many (and every one that carries
+     * metrics, whose loss would leave the registry behind); the rest are published, applied and answered by nobody.
+     * An answer proves a registry listens (none: the daemon goes over HTTP), so keep a request within the registry's
+     * offline bound: 2 (every other heartbeat) with its default 3 intervals; 1 asks every time.
+     */
+    heartbeat_answer_every: z.number().int().min(1).max(100).default(2),
+    /**
      * Renters reaching their workloads (`gpu exec`, `gpu shell`: src/reach/): the daemon holds an outbound WebSocket
      * to billing's relay and runs what renters ask in their own workload only. Off: no connection (renters hear 409
      * DAEMON_NOT_CONNECTED).

@@ -194,13 +194,24 @@ export class ProviderDaemon {
     }
   }
 
+  /** Heartbeats over NATS since the last one a registry answered with 200 (none yet: the next one asks). */
+  private unanswered = Number.POSITIVE_INFINITY;
+
   /**
    * Sends one heartbeat: its status (200, or 404 for a record that is gone); throws for any other refusal. Over NATS
-   * first: an answer of 401 (a token that expired on the way) goes again over HTTP, whose client renews it.
+   * first: an answer of 401 (a token that expired on the way) goes again over HTTP, whose client renews it. A beat
+   * published unanswered counts as 200; a refusal of it shows at the next one that asks.
    */
   private async send(id: string, body: { gpu_metrics: unknown[] }): Promise<number> {
-    const answer = await this.deps.beats?.send(id, body);
+    // An answer where one is needed: a beat with metrics, or one `heartbeat_answer_every` after the last answered.
+    const ask = body.gpu_metrics.length > 0 || this.unanswered + 1 >= this.deps.config.heartbeat_answer_every;
+    const answer = await this.deps.beats?.send(id, body, ask);
+    if (answer === 'published') {
+      this.unanswered++;
+      return 200;
+    }
     if (answer && answer.status_code !== 401) {
+      if (answer.status_code === 200) this.unanswered = 0;
       if (answer.status_code === 200 || answer.status_code === 404) return answer.status_code;
       throw new Error(
         `heartbeat refused: ${answer.status_code} ${answer.problem?.code ?? ''} ${answer.problem?.detail ?? ''}`,

@@ -1,11 +1,13 @@
 /**
- * Heartbeats over NATS: with `nats_url`, the daemon sends each heartbeat as a request on
- * `<heartbeat_subject>.<provider ID>` (core NATS, its token in an `Authorization` header), which a registry instance
- * applies like HTTP's and answers with the result (`status_code`, the status or the problem). A request NATS cannot
- * deliver (no registry instance listening, the connection down) comes back undefined, and the daemon sends that
- * heartbeat over HTTP (logged as a warning the first time and every 100th, so a wrong subject shows). A request that
- * reached a registry but got no answer in time throws: the daemon backs off and beats again, rather than sending it
- * twice to a registry that is behind.
+ * Heartbeats over NATS: with `nats_url`, the daemon sends each heartbeat on `<heartbeat_subject>.<provider ID>` (core
+ * NATS, its token in an `Authorization` header), which a registry instance applies like HTTP's. Sent as a request
+ * (`answer: true`), it is answered with the result (`status_code`, the status or the problem); published (`answer:
+ * false`), it is applied and answered by nobody: an answer costs the registry, NATS and the daemon about as much as
+ * the heartbeat, and the daemon asks for one only where it needs it (daemon.ts, `answer_every`). A request NATS
+ * cannot deliver (no registry instance listening, the connection down) comes back undefined, and the daemon sends that
+ * heartbeat over HTTP (logged as a warning the first time and every 100th, so a wrong subject shows); so does a
+ * publication the connection cannot take. A request that reached a registry but got no answer in time throws: the
+ * daemon backs off and beats again, rather than sending it twice to a registry that is behind.
  */
 import type { TokenSource } from '@gpu/client';
 import type { Logger } from '@gpu/common';
@@ -18,8 +20,11 @@ interface HeartbeatAnswer {
 }
 
 export interface HeartbeatChannel {
-  /** Sends one heartbeat; its answer, or undefined when NATS could not deliver it (send it over HTTP). */
-  send(providerId: string, body: object): Promise<HeartbeatAnswer | undefined>;
+  /**
+   * Sends one heartbeat: with `answer`, its answer; without, `'published'` (handed to NATS, answered by nobody).
+   * Undefined when NATS could not take or deliver it (send it over HTTP).
+   */
+  send(providerId: string, body: object, answer: boolean): Promise<HeartbeatAnswer | 'published' | undefined>;
 }
 
 export function natsHeartbeats(opts: {
@@ -31,15 +36,19 @@ export function natsHeartbeats(opts: {
 }): HeartbeatChannel {
   let fallbacks = 0;
   return {
-    async send(providerId, body) {
+    async send(providerId, body, answer) {
       const h = headers();
       h.set('Authorization', `Bearer ${await opts.token.get()}`);
       try {
-        const answer = await opts.connection.request(`${opts.subject}.${providerId}`, JSON.stringify(body), {
+        if (!answer) {
+          opts.connection.publish(`${opts.subject}.${providerId}`, JSON.stringify(body), { headers: h });
+          return 'published';
+        }
+        const answered = await opts.connection.request(`${opts.subject}.${providerId}`, JSON.stringify(body), {
           headers: h,
           timeout: opts.timeoutMs,
         });
-        return answer.json<HeartbeatAnswer>();
+        return answered.json<HeartbeatAnswer>();
       } catch (err) {
         if (err instanceof TimeoutError || (err as Error).cause instanceof TimeoutError) {
           throw new Error(`the registry did not answer the heartbeat over NATS within ${opts.timeoutMs} ms`);

@@ -250,9 +250,11 @@ describe('provider daemon', () => {
       const before = (await seen()).last_seen_at;
       await new Promise((r) => setTimeout(r, 5));
       await daemon.heartbeat();
-      const after = await seen();
-      expect(Date.parse(after.last_seen_at)).toBeGreaterThan(Date.parse(before));
-      expect(after.gpus[0].temperature).toBe(50);
+      // Published, answered by nobody (the one before asked): applied a moment later.
+      await expect
+        .poll(async () => Date.parse((await seen()).last_seen_at), { timeout: 10_000 })
+        .toBeGreaterThan(Date.parse(before));
+      expect((await seen()).gpus[0].temperature).toBe(50);
       // Three more: sent.
       readings[0]!.temperature = 55;
       await daemon.heartbeat();
@@ -268,6 +270,39 @@ describe('provider daemon', () => {
       expect((await seen()).gpus[0].temperature).toBe(55);
       await daemon.heartbeat();
       expect((await seen()).gpus[0].temperature).toBe(56);
+    });
+
+    it('asks for an answer every heartbeat_answer_every beats and with metrics, and publishes the rest unanswered', async () => {
+      const { token } = await provider();
+      const c = config({ heartbeat_answer_every: 3 });
+      const readings: GpuReading[] = (await gpuSource(c.gpu).read()).map((r) => ({ ...r, temperature: 50 }));
+      const gpus = { kind: 'simulated' as const, read: async () => readings.map((r) => ({ ...r })) };
+      const subject = platform.registry.config.messaging.subjects.heartbeats;
+      const beats = natsHeartbeats({ connection: nc, subject, token, timeoutMs: 2000, logger });
+      const daemon = new ProviderDaemon({ config: c, logger, gpus, token, beats });
+      const id = await daemon.attach();
+      // What reaches NATS for this machine: whether each heartbeat asked for an answer (a reply subject).
+      const asked: boolean[] = [];
+      const watch = nc.subscribe(`${subject}.${id}`, {
+        callback: (_err, msg) => {
+          asked.push(Boolean(msg.reply));
+        },
+      });
+      await nc.flush();
+      const seen = async () => Date.parse((await record(id)).body.last_seen_at);
+      for (let beat = 0; beat < 7; beat++) {
+        // The fifth carries metrics that moved: it asks, whatever its turn.
+        if (beat === 4) readings[0]!.temperature = 60;
+        const before = await seen();
+        await new Promise((r) => setTimeout(r, 5));
+        await daemon.heartbeat();
+        // Each is applied, asked or not.
+        await expect.poll(seen, { timeout: 10_000 }).toBeGreaterThan(before);
+      }
+      await expect.poll(() => asked.length).toBe(7);
+      // The first asks (nothing answered yet, and its metrics are all new), then one in three; the fifth has metrics.
+      expect(asked).toEqual([true, false, false, true, true, false, false]);
+      watch.unsubscribe();
     });
 
     it('sends a heartbeat over HTTP when no registry takes it over NATS', async () => {
