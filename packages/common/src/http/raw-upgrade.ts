@@ -154,3 +154,20 @@ export function pump(from: Duplex, to: Duplex, pacing: Pacing = {}): void {
   from.on('data', (chunk: Buffer) => writePaced(to, chunk, from, pacing));
   from.once('end', () => to.end());
 }
+
+/**
+ * Destroys `stream` once what was written to it before its end has gone out ('finish'), at once when it has or was
+ * never ended, and after `graceMs` at most (a peer that reads no more is not waited on): for a relay whose other side
+ * closed.
+ */
+export function destroyOnceWritten(stream: Writable, graceMs: number): void {
+  if (stream.writableFinished || !stream.writableEnded) {
+    stream.destroy();
+    return;
+  }
+  const cut = setTimeout(() => stream.destroy(), graceMs).unref();
+  stream.once('finish', () => {
+    clearTimeout(cut);
+    stream.destroy();
+  });
+}

@@ -128,12 +128,18 @@ function refusal(status: number, body: string): AppError {
   });
 }
 
-/** Opens the stream at the instance holding the machine's connection (its own checks run there). */
-function dialHolder(url: string, request: FastifyRequest, instanceId: string): Promise<Upstream> {
+/** What a stream passed to the holder carries of the renter's request: its credential, its correlation, the hop. */
+function holderHeaders(request: FastifyRequest, instanceId: string): Record<string, string> {
   const headers: Record<string, string> = { [HOP]: instanceId };
   if (request.headers.authorization) headers.authorization = request.headers.authorization;
   const correlation = request.headers['x-correlation-id'];
   if (typeof correlation === 'string') headers['x-correlation-id'] = correlation;
+  return headers;
+}
+
+/** Opens the stream at the instance holding the machine's connection (its own checks run there). */
+function dialHolder(url: string, request: FastifyRequest, instanceId: string): Promise<Upstream> {
+  const headers = holderHeaders(request, instanceId);
   const offered = String(request.headers['sec-websocket-protocol'] ?? '')
     .split(',')
     .map((p) => p.trim())
@@ -170,12 +176,8 @@ function dialHolder(url: string, request: FastifyRequest, instanceId: string): P
 
 /** Opens the raw byte stream (`Upgrade: tcp`) at the instance holding the machine's connection (its checks run there). */
 async function rawHolder(url: string, request: FastifyRequest, instanceId: string): Promise<Duplex> {
-  const headers: Record<string, string> = { [HOP]: instanceId };
-  if (request.headers.authorization) headers.authorization = request.headers.authorization;
-  const correlation = request.headers['x-correlation-id'];
-  if (typeof correlation === 'string') headers['x-correlation-id'] = correlation;
   try {
-    return await openRawUpgrade(url, { headers, timeoutMs: 15_000 });
+    return await openRawUpgrade(url, { headers: holderHeaders(request, instanceId), timeoutMs: 15_000 });
   } catch (err) {
     if (err instanceof UpgradeRefused) throw refusal(err.status, err.body);
     throw new AppError('unavailable', 'REACH_UNAVAILABLE', 'the relay instance holding the machine did not answer');

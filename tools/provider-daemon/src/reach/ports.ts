@@ -25,7 +25,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { pump } from '@gpu/common/raw-upgrade';
+import { destroyOnceWritten, pump } from '@gpu/common/raw-upgrade';
 import { type Entry, HELPERS_PATH } from '../workloads/entry.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
@@ -259,16 +259,9 @@ export function splice(channel: Duplex, socket: Socket): void {
     if (failed) channel.destroy();
     else if (!channel.writableEnded) channel.end();
   });
-  // The relay's side gone: the program's connection too, once what was on its way to the program is written.
-  channel.once('close', () => {
-    if (socket.writableFinished || !socket.writableEnded) return socket.destroy();
-    // A program that reads no more is not waited for long.
-    const cut = setTimeout(() => socket.destroy(), 5_000).unref();
-    socket.once('finish', () => {
-      clearTimeout(cut);
-      socket.destroy();
-    });
-  });
+  // The relay's side gone: the program's connection too, once what was on its way to the program is written (a
+  // program that reads no more is not waited for long).
+  channel.once('close', () => destroyOnceWritten(socket, 5_000));
 }
 
 /** The relay's request for a forwarded port's connection dialled back on a connection of its own (link.ts). */

@@ -8,7 +8,7 @@
  */
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type Pacing, pump, writePaced } from '@gpu/common/raw-upgrade';
+import { destroyOnceWritten, type Pacing, pump, writePaced } from '@gpu/common/raw-upgrade';
 import type { ClientChannel } from 'ssh2';
 import type { WebSocket } from 'ws';
 import type { ByteMeter } from './meter.ts';
@@ -118,12 +118,7 @@ export function joinRaw(renter: Duplex, machine: Duplex, meter: ByteMeter): { en
       if (!from.readableEnded) return void to.destroy();
       // Closed after its end: what was on its way to the other side is written first (its end passed on by `pump`),
       // then that side goes too; a side that does not take it is not waited for long.
-      if (to.writableFinished) return void to.destroy();
-      const cut = setTimeout(() => to.destroy(), CLOSE_GRACE_MS).unref();
-      to.once('finish', () => {
-        clearTimeout(cut);
-        to.destroy();
-      });
+      destroyOnceWritten(to, CLOSE_GRACE_MS);
     });
   };
   join(renter, machine);
