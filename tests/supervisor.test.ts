@@ -67,6 +67,11 @@ async function until(what: string, check: () => boolean, timeoutMs = 10_000) {
 }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Code for a child that starts a Node grandchild running `body` (detached from nothing: in the child's group). */
+/** The PID a child wrote to `file`, once it is there whole (the file exists, empty, before its write lands). */
+const pidIn = (file: string): number | undefined => {
+  const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
+  return /^\d+$/.test(text) ? Number(text) : undefined;
+};
 const spawnGrandchild = (pidFile: string, body: string) =>
   `const g = require('child_process').spawn(process.execPath, ['-e', ${JSON.stringify(body)}], { stdio: 'ignore' }); ` +
   `require('fs').writeFileSync(${JSON.stringify(pidFile)}, String(g.pid));`;
@@ -216,8 +221,8 @@ describe('Supervisor', () => {
     const grandchildFile = path.join(dir, 'parent.grandchild');
     const { s } = supervisor({});
     s.start(nodeChild('parent', file, `${spawnGrandchild(grandchildFile, KEEP_RUNNING)} ${KEEP_RUNNING}`));
-    await until('the grandchild', () => existsSync(grandchildFile));
-    const grandchild = Number(readFileSync(grandchildFile, 'utf8'));
+    await until('the grandchild', () => pidIn(grandchildFile) !== undefined);
+    const grandchild = pidIn(grandchildFile)!;
     expect(alive(grandchild)).toBe(true);
     await s.stop(2_000);
     await until('the grandchild to stop', () => !alive(grandchild));
@@ -257,9 +262,12 @@ describe('Supervisor, killed', () => {
       out += d;
     });
     try {
-      await until('every child', () => out.match(/started \(pid \d+\)/g)?.length === 3 && existsSync(grandchildFile));
+      await until(
+        'every child',
+        () => out.match(/started \(pid \d+\)/g)?.length === 3 && pidIn(grandchildFile) !== undefined,
+      );
       const pids = [...out.matchAll(/\[start\] \S+ started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
-      pids.push(Number(readFileSync(grandchildFile, 'utf8')));
+      pids.push(pidIn(grandchildFile)!);
       // Every child has its lifeline preloaded before its own code runs, which has run by now.
       await sleep(300);
       host.kill('SIGKILL');
