@@ -91,7 +91,7 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
   await createFleet(client, providers);
   // A provider has model m for GPUs 0-3 and model m + 1 (another one) for GPUs 4-7; GPU g is unhealthy when
   // (health + g) % 50 = 0, so all are healthy when the first such g, (50 - health % 50) % 50, is past the last GPU.
-  // Each provider's narrow liveness row (its clock and status copy) is written below, set-based, rather than by the
+  // Each provider's narrow liveness row (its clock and its copies) is written below, set-based, rather than by the
   // trigger that creates it with each registration.
   await client.query('ALTER TABLE providers DISABLE TRIGGER providers_liveness_insert');
   await client.query(`
@@ -112,8 +112,9 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     LEFT JOIN bench_models b ON f.n > 4 AND b.k = (f.m + 1) % ${MODELS.length}`);
   await client.query('ALTER TABLE providers ENABLE TRIGGER providers_liveness_insert');
   await client.query(`
-    INSERT INTO provider_liveness (provider_id, status, last_seen_at, gpu_models)
-    SELECT p.id, p.status, now() - (f.seen % 60000) * interval '1 millisecond', p.gpu_models
+    INSERT INTO provider_liveness (provider_id, status, last_seen_at, gpu_models, owner_id, daemon_client_id)
+    SELECT p.id, p.status, now() - (f.seen % 60000) * interval '1 millisecond', p.gpu_models, p.owner_id,
+           p.daemon_client_id
     FROM bench_fleet f JOIN providers p ON p.id = f.id`);
   await client.query('ALTER TABLE gpus DISABLE TRIGGER gpus_spec_json');
   const { rowCount } = await client.query(`

@@ -2,9 +2,10 @@
  * The fleet's rate (issue #41), for bench/run.ts: a million daemons beating every 30 seconds send 33,333 heartbeats a
  * second. Three measurements, in the same run:
  *
- * - over NATS, open loop: a load generator of its own (bench/heartbeat-nats-client.ts) sends the fleet's rate, as
- *   requests the service answers, while this process measures the scheduler's discovery query with one client (its
- *   p99 is the one the issue judges under that load); CPU per process from /proc;
+ * - over NATS, open loop: a load generator of its own (bench/heartbeat-nats-client.ts) sends the fleet's rate as the
+ *   daemon does (a request where it needs an answer, published otherwise), while this process measures the
+ *   scheduler's discovery query with one client (its p99 is the one the issue judges under that load); what was
+ *   applied from the service's own count of heartbeats written; CPU per process from /proc;
  * - over HTTP, closed loop: POST /providers/heartbeats, one owner's machines per request;
  * - the direct replay: the repository's batch write (`recordHeartbeats`, the statements the service sends for a batch)
  *   through a bare `pg` pool from this process, on batches of the service's size, no HTTP or NATS.
@@ -33,23 +34,31 @@ export interface FleetJob {
   perSecond: number;
   seconds: number;
   metricsEvery: number;
+  /** The daemon's `heartbeat_answer_every`: a heartbeat without metrics asks for an answer once in this many. */
+  answerEvery: number;
+  /** The service's count of heartbeats written so far (its metrics). */
+  written: () => Promise<number>;
   servicePid: number;
 }
 
 export interface FleetResult {
   sent: number;
+  /** Heartbeats that asked for an answer (all of them over HTTP). */
+  asked: number;
+  /** Heartbeats the service wrote (over HTTP, those answered 200). */
+  applied: number;
   ok: number;
   refused: number;
   unanswered: number;
   sendSeconds: number;
   allSeconds: number;
-  /** Answered heartbeats per second, from the first send to the last answer. */
+  /** Applied heartbeats per second, from the first send to the last write. */
   perSecond: number;
   p50: number;
   p99: number;
   /** Discovery's one-client latency during the load. */
   discovery: LoadResult;
-  /** CPU milliseconds per heartbeat answered, by process. */
+  /** CPU milliseconds per heartbeat applied, by process. */
   cpu: { service: number | null; load: number; postgres: number | null; nats: number | null; machine: number | null };
   /** Machine CPU seconds per second. */
   coresBusy: number | null;
@@ -73,8 +82,10 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
       perSecond: job.perSecond,
       seconds: job.seconds,
       metricsEvery: job.metricsEvery,
+      answerEvery: job.answerEvery,
     }),
   );
+  const writtenBefore = await job.written();
   let out = '';
   let started: { others: CpuSnapshot; service: number | null; at: number } | undefined;
   let discovery: Promise<LoadResult> | undefined;
@@ -88,23 +99,40 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
   });
   const [exitCode] = (await once(client, 'close')) as [number | null];
   if (exitCode !== 0 || !started || !discovery) throw new Error(`the fleet's load generator exited with ${exitCode}`);
+  // Published heartbeats get no answer: the service's count says when the last was written (it stops moving).
+  let written = await job.written();
+  let lastWriteMs: number | undefined;
+  const settleBy = Date.now() + 10_000;
+  for (let quietSince = Date.now(); Date.now() - quietSince < 500 && Date.now() < settleBy; ) {
+    await new Promise((r) => setTimeout(r, 100));
+    const now = await job.written();
+    if (now !== written) {
+      written = now;
+      lastWriteMs = quietSince = Date.now();
+    }
+  }
   const others = cpuSince(started.others, cpuSnapshot(process.env.TEST_ENV_DIR));
   const serviceNow = processMs(job.servicePid);
   const wallMs = Date.now() - started.at;
   const r = JSON.parse(out.slice(out.indexOf('start\n') + 6)) as Omit<
     FleetResult,
-    'discovery' | 'cpu' | 'perSecond'
+    'discovery' | 'cpu' | 'perSecond' | 'applied'
   > & {
     cpuMs: number;
   };
-  const per = (ms: number | null) => (ms === null || r.ok === 0 ? null : ms / r.ok);
+  const applied = written - writtenBefore;
+  const allSeconds =
+    lastWriteMs === undefined ? r.allSeconds : Math.max(r.allSeconds, (lastWriteMs - started.at) / 1000);
+  const per = (ms: number | null) => (ms === null || applied === 0 ? null : ms / applied);
   return {
     ...r,
-    perSecond: r.ok / r.allSeconds,
+    applied,
+    allSeconds,
+    perSecond: applied / allSeconds,
     discovery: await discovery,
     cpu: {
       service: per(serviceNow === null || started.service === null ? null : serviceNow - started.service),
-      load: r.cpuMs / Math.max(1, r.ok),
+      load: r.cpuMs / Math.max(1, applied),
       postgres: per(others.postgres),
       nats: per(others.nats),
       machine: per(others.machine),
@@ -214,6 +242,8 @@ export async function fleetOverHttpPaced(
   const per = (ms: number | null) => (ms === null || ok === 0 ? null : ms / ok);
   return {
     sent: requests * opts.perRequest,
+    asked: requests * opts.perRequest,
+    applied: ok,
     ok,
     refused,
     unanswered: 0,

@@ -2,9 +2,12 @@
  * The fleet of the registry benchmark (bench/run.ts), a process of its own so that its CPU is not the service's:
  * sends heartbeats over NATS at a fixed rate (open loop: a fleet of daemons beats on its own clock, however slowly
  * the registry answers), each on `<prefix>.<provider ID>` with its owner's daemon token in the `Authorization`
- * header and a reply subject, as the provider daemon does, machines taken round robin over `machines`. One heartbeat
- * in `metricsEvery` carries its first GPU's metrics (new values each time, so they are written), the rest none (the
- * daemon leaves out metrics that did not move). Counts the answers and their latency from the send.
+ * header, as the provider daemon does, machines taken round robin over `machines`. One heartbeat in `metricsEvery`
+ * carries its first GPU's metrics (new values each time, so they are written), the rest none (the daemon leaves out
+ * metrics that did not move). Like the daemon, a machine's heartbeat asks for an answer (a reply subject) when it
+ * carries metrics or when its last `answerEvery - 1` went unanswered, and is published otherwise
+ * (`heartbeat_answer_every`, tools/provider-daemon/src/daemon.ts); `answerEvery` 1 asks every time. Counts the
+ * answers and their latency from the send; what was applied of the published ones the registry's counters say.
  * Reads its job as JSON on stdin, prints `start` when it begins sending, then its results as JSON on stdout.
  */
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
@@ -19,6 +22,8 @@ interface Job {
   perSecond: number;
   seconds: number;
   metricsEvery: number;
+  /** The daemon's `heartbeat_answer_every`. */
+  answerEvery: number;
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
@@ -33,6 +38,9 @@ const sentAt = new Float64Array(total);
 const latencies: number[] = [];
 let ok = 0;
 let refused = 0;
+let asked = 0;
+// Per machine, its heartbeats since the last that asked (as the daemon counts them; machines start half-way).
+const unanswered = Uint8Array.from(job.machines, (_, i) => i % Math.max(1, job.answerEvery));
 const inbox = `_INBOX.bench-${Math.random().toString(36).slice(2)}`;
 const answers = nc.subscribe(`${inbox}.*`, {
   callback: (_err, msg) => {
@@ -54,20 +62,28 @@ while (n < total) {
   // However late this turn runs, send what the clock says is due by now.
   const due = Math.min(total, Math.floor(((performance.now() - start) / 1000) * job.perSecond));
   for (; n < due; n++) {
-    const [id, owner] = job.machines[n % job.machines.length]!;
-    const body =
-      n % job.metricsEvery === 0
-        ? JSON.stringify({ gpu_metrics: [{ index: 0, utilization_gpu: n % 101, temperature: 30 + (n % 60) }] })
-        : empty;
+    const m = n % job.machines.length;
+    const [id, owner] = job.machines[m]!;
+    const metrics = n % job.metricsEvery === 0;
+    const body = metrics
+      ? JSON.stringify({ gpu_metrics: [{ index: 0, utilization_gpu: n % 101, temperature: 30 + (n % 60) }] })
+      : empty;
     sentAt[n] = performance.now();
-    nc.publish(`${job.prefix}.${id}`, body, { headers: hdrs[owner]!, reply: `${inbox}.${n}` });
+    if (metrics || unanswered[m]! + 1 >= job.answerEvery) {
+      unanswered[m] = 0;
+      asked++;
+      nc.publish(`${job.prefix}.${id}`, body, { headers: hdrs[owner]!, reply: `${inbox}.${n}` });
+    } else {
+      unanswered[m]!++;
+      nc.publish(`${job.prefix}.${id}`, body, { headers: hdrs[owner]! });
+    }
   }
   await new Promise((r) => setTimeout(r, 2));
 }
 const sendSeconds = (performance.now() - start) / 1000;
 // Stragglers: answers still on their way, for up to 10 s.
 const deadline = performance.now() + 10_000;
-while (ok + refused < total && performance.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+while (ok + refused < asked && performance.now() < deadline) await new Promise((r) => setTimeout(r, 50));
 const allSeconds = (performance.now() - start) / 1000;
 const cpu = process.cpuUsage(cpuBefore);
 answers.unsubscribe();
@@ -77,9 +93,10 @@ const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((
 process.stdout.write(
   JSON.stringify({
     sent: total,
+    asked,
     ok,
     refused,
-    unanswered: total - ok - refused,
+    unanswered: asked - ok - refused,
     sendSeconds,
     allSeconds,
     p50: pct(50),

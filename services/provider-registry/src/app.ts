@@ -149,11 +149,17 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   inboxRoute(app, { bus: messages, roles: SESSION_REPORTING_ROLES, schemas });
   await app.register(offerRoutes, { market });
 
+  // A slice of the narrow table per run, the whole table once a third of the offline bound (a heartbeat interval by
+  // default), or every run when the sweep runs less often than that.
+  const sweepSlices = Math.max(
+    1,
+    Math.floor(offlineAfterMs(config) / 3 / Math.max(1, durationMs(config.offline_sweep_interval))),
+  );
   const sweeper = new PeriodicTask(
     'offline sweep',
     durationMs(config.offline_sweep_interval),
     async () => {
-      const providers = await registry.sweepOffline();
+      const providers = await registry.sweepSlice(sweepSlices);
       return providers > 0 ? { providers } : null;
     },
     logger,

@@ -40,15 +40,18 @@ async function rows(id: string) {
 }
 
 /**
- * Checks the copies of `id` (and of every provider) equal the stored status and GPU model summary; returns the stored
- * status.
+ * Checks the copies of `id` (and of every provider) equal the stored status, GPU model summary, owner and bound daemon;
+ * returns the stored status.
  */
 async function inStep(id: string): Promise<string | null> {
   const r = await rows(id);
   expect(r.copy).toBe(r.status);
   const { rows: drift } = await sql<{ n: number }>`
     SELECT count(*)::int AS n FROM providers p FULL JOIN provider_liveness l ON l.provider_id = p.id
-    WHERE p.status IS DISTINCT FROM l.status OR p.gpu_models IS DISTINCT FROM l.gpu_models`.execute(h.database.db);
+    WHERE p.status IS DISTINCT FROM l.status OR p.gpu_models IS DISTINCT FROM l.gpu_models
+      OR p.owner_id IS DISTINCT FROM l.owner_id OR p.daemon_client_id IS DISTINCT FROM l.daemon_client_id`.execute(
+    h.database.db,
+  );
   expect(drift[0]!.n).toBe(0);
   return r.status;
 }

@@ -365,30 +365,33 @@ END
 `,
   },
   {
-    // A provider's narrow liveness row (its heartbeat clock and copies of its status and model summary) is made
-    // with it.
+    // A provider's narrow liveness row (its heartbeat clock and copies of its status, model summary, owner and bound
+    // daemon) is made with it.
     name: 'providers_liveness_insert',
     args: '',
     returns: 'trigger',
     attributes: 'LANGUAGE plpgsql',
     body: `
 BEGIN
-  INSERT INTO provider_liveness (provider_id, status, gpu_models) VALUES (NEW.id, NEW.status, NEW.gpu_models);
+  INSERT INTO provider_liveness (provider_id, status, gpu_models, owner_id, daemon_client_id)
+  VALUES (NEW.id, NEW.status, NEW.gpu_models, NEW.owner_id, NEW.daemon_client_id);
   RETURN NULL;
 END
 `,
   },
   {
-    // …and follows every change of the two copies; a writer that has set the copy itself leaves nothing to copy.
+    // …and follows every change of the copies; a writer that has set the copy itself leaves nothing to copy.
     name: 'providers_liveness_status',
     args: '',
     returns: 'trigger',
     attributes: 'LANGUAGE plpgsql',
     body: `
 BEGIN
-  UPDATE provider_liveness SET status = NEW.status, gpu_models = NEW.gpu_models
+  UPDATE provider_liveness SET status = NEW.status, gpu_models = NEW.gpu_models, owner_id = NEW.owner_id,
+    daemon_client_id = NEW.daemon_client_id
   WHERE provider_id = NEW.id
-    AND (status IS DISTINCT FROM NEW.status OR gpu_models IS DISTINCT FROM NEW.gpu_models);
+    AND (status IS DISTINCT FROM NEW.status OR gpu_models IS DISTINCT FROM NEW.gpu_models
+      OR owner_id IS DISTINCT FROM NEW.owner_id OR daemon_client_id IS DISTINCT FROM NEW.daemon_client_id);
   RETURN NULL;
 END
 `,
@@ -434,8 +437,8 @@ export const TRIGGERS: readonly TriggerDefinition[] = [
   {
     name: 'providers_liveness_status',
     table: 'providers',
-    timing: 'AFTER UPDATE OF status, gpu_models',
-    when: 'OLD.status IS DISTINCT FROM NEW.status OR OLD.gpu_models IS DISTINCT FROM NEW.gpu_models',
+    timing: 'AFTER UPDATE OF status, gpu_models, owner_id, daemon_client_id',
+    when: 'OLD.status IS DISTINCT FROM NEW.status OR OLD.gpu_models IS DISTINCT FROM NEW.gpu_models OR OLD.owner_id IS DISTINCT FROM NEW.owner_id OR OLD.daemon_client_id IS DISTINCT FROM NEW.daemon_client_id',
     fn: 'providers_liveness_status',
   },
   {

@@ -8,10 +8,12 @@
  *   status, health, the GPU summary columns) filter each row, and a count over
  *   `gpus` confirms conditions that must hold for the same GPUs;
  * - **by clock**, for the `last_seen_at` sorts: the clock lives in the narrow
- *   `provider_liveness` row (heartbeats write nothing else), whose
- *   `(status, last_seen_at)` index holds one range per stored status; the
- *   ranges the effective status asks for (all five without a status) are
- *   merged in order, and the provider conditions apply to each row;
+ *   `provider_liveness` row (heartbeats write nothing else), in no index (so
+ *   that a heartbeat is a heap-only write): the narrow rows of the asked
+ *   status and model are read and sorted, and the provider conditions apply
+ *   to each in that order until a page is full; without provider conditions
+ *   only the page is kept (a top-N sort). Exact, at the cost of reading every
+ *   narrow row of the asked status (at 1,000,000 providers, about 150 ms);
  * - **by model**, for a `gpu_model` term with a sort key that never changes
  *   after registration (everything but `last_seen_at`): a short statement
  *   first looks up the matching model names, then the page merges those
@@ -23,7 +25,7 @@ import { type Kysely, type RawBuilder, sql } from 'kysely';
 import { type Cursor, type DiscoveryFilter, parseSort, type SortKey } from '../domain/discovery.ts';
 import { providerJsonSql } from './provider-json-sql.ts';
 import type { RegistryDB } from './schema.ts';
-import { effectiveStatusIs, effectiveStatusRanges, type LivenessRefs } from './sql-rules.ts';
+import { effectiveStatusIs, type LivenessRefs } from './sql-rules.ts';
 
 /** The sort column; `providers`, `provider_models` and (for `last_seen_at`) `provider_liveness` name it alike. */
 const SORT_COLUMNS: Record<SortKey, string> = {
@@ -89,6 +91,8 @@ const CLOCK = sql`CROSS JOIN LATERAL (
 
 /** The stored status from the provider row `p` (its index walks), the clock from its narrow row `l`. */
 const PROVIDER_WALK: LivenessRefs = { status: 'p.status', lastSeenAt: 'l.last_seen_at' };
+/** Both from the narrow row `l` (the clock walk). */
+const NARROW: LivenessRefs = { status: 'l.status', lastSeenAt: 'l.last_seen_at' };
 
 /**
  * Conditions on the provider row `p` (and its narrow row `l`). `byModel`: the rows come from matching
@@ -173,28 +177,27 @@ function modelWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order
 }
 
 /**
- * The page's provider rows with their `sort_key` (`last_seen_at`), merging in sort order the ranges of the narrow
- * rows' `(status, last_seen_at)` index that the effective status asks for (`effectiveStatusRanges`; one for most
- * statuses, five without one). Each provider is in one range (its stored status), so nothing repeats; each range states
- * its order so PostgreSQL merges them (Merge Append) and stops after a page.
+ * The page's provider rows with their `sort_key` (`last_seen_at`): the narrow rows of the effective status and model
+ * asked for, in clock order, each provider row then probed by key for the other conditions until the page is full.
+ * Without such conditions the narrow rows' sort keeps only the page (a top-N sort), else it sorts them all.
  */
 function clockWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order) {
   const model = filter.gpu_model?.toLowerCase();
-  const ranges = effectiveStatusRanges(filter.status, offlineAfterMs).map(({ stored, seen }) => {
-    const where = [sql<boolean>`l.status = ${stored}`];
-    if (seen) where.push(seen);
-    // The model summary's copy passes over the other providers' rows without probing them.
-    if (model !== undefined) where.push(sql<boolean>`l.gpu_models LIKE ${containsPattern(model)}`);
-    if (filter.cursor) where.push(afterCursor(order, 'l.last_seen_at', 'l.provider_id', filter.cursor));
-    return sql`(SELECT l.provider_id, l.last_seen_at FROM provider_liveness l ${whereAll(where)}
-      ORDER BY l.last_seen_at ${order.direction}, l.provider_id ${order.direction})`;
-  });
-  // The provider row is probed by key for each narrow row, in the ranges' order (the fence, OFFSET 0, as in `CLOCK`).
+  const where: RawBuilder<boolean>[] = [];
+  if (filter.status) where.push(effectiveStatusIs(filter.status, offlineAfterMs, NARROW));
+  // The model summary's copy passes over the other providers' rows without probing them.
+  if (model !== undefined) where.push(sql<boolean>`l.gpu_models LIKE ${containsPattern(model)}`);
+  if (filter.cursor) where.push(afterCursor(order, 'l.last_seen_at', 'l.provider_id', filter.cursor));
+  const provider = conditions(filter, offlineAfterMs, 'clock');
+  const page = provider.length === 0 ? sql`LIMIT ${filter.limit + 1}` : sql``;
+  // The provider row is probed by key for each narrow row, in clock order (the fence, OFFSET 0, as in `CLOCK`).
   return sql`
     SELECT p.*, c.last_seen_at, c.last_seen_at AS sort_key
-    FROM (${sql.join(ranges, sql` UNION ALL `)}) c CROSS JOIN LATERAL (
+    FROM (SELECT l.provider_id, l.last_seen_at FROM provider_liveness l ${whereAll(where)}
+      ORDER BY l.last_seen_at ${order.direction}, l.provider_id ${order.direction} ${page}) c
+    CROSS JOIN LATERAL (
       SELECT p.* FROM providers p
-      ${whereAll([sql<boolean>`p.id = c.provider_id`, ...conditions(filter, offlineAfterMs, 'clock')])} OFFSET 0) p
+      ${whereAll([sql<boolean>`p.id = c.provider_id`, ...provider])} OFFSET 0) p
     ORDER BY c.last_seen_at ${order.direction}, c.provider_id ${order.direction}
     LIMIT ${filter.limit + 1}`;
 }
@@ -219,21 +222,6 @@ export interface DiscoveryPage {
   next?: Cursor;
 }
 
-/**
- * Runs `query` planned with random page reads priced as reads from memory (`random_page_cost` 1.1 for this
- * transaction only, against PostgreSQL's default of 4, a disk seek). For the clock walk: its model term is checked
- * on the narrow row's heap (not in the index), and at the default price PostgreSQL planned a page at 100,000
- * providers as a parallel sequential scan and sort of every narrow row (14 ms alone, 60 ms under four clients)
- * rather than walking the index and stopping after a page (2.7 ms). The registry's working set is meant to be cached
- * (README, "Discovery"). Set for the whole pool, the same price slowed another walk at 1,000,000 providers.
- */
-function inMemoryPlan<T>(db: Kysely<RegistryDB>, query: RawBuilder<T>) {
-  return db.transaction().execute(async (trx) => {
-    await sql`SET LOCAL random_page_cost = 1.1`.execute(trx);
-    return query.execute(trx);
-  });
-}
-
 export async function listProviders(
   db: Kysely<RegistryDB>,
   filter: DiscoveryFilter,
@@ -253,7 +241,7 @@ export async function listProviders(
     SELECT p.id, ${sortValueText(order.key, sql`p.sort_key`)} AS sort_value, ${providerJsonSql(offlineAfterMs)} AS json
     FROM (${page}) p
     ORDER BY p.sort_key ${order.direction}, p.id ${order.direction}`;
-  const { rows } = order.key === 'last_seen_at' ? await inMemoryPlan(db, query) : await query.execute(db);
+  const { rows } = await query.execute(db);
   const shown = rows.slice(0, filter.limit);
   const last = shown.at(-1);
   return {

@@ -34,8 +34,9 @@ interface ProvidersTable {
 }
 
 /**
- * A provider's clock and a copy of its status (see the liveness migration): heartbeats write this narrow row, and the
- * provider row only when the status changes. A trigger creates it with the provider and copies every status change.
+ * A provider's clock and copies of its status, owner and bound daemon (the liveness migrations): heartbeats read and
+ * write this narrow row alone, and the provider row only when the status changes. Triggers create it with the provider
+ * and copy every change; its clock is in no index, so that moving it is a heap-only update.
  */
 interface ProviderLivenessTable {
   provider_id: string;
@@ -43,6 +44,9 @@ interface ProviderLivenessTable {
   last_seen_at: Timestamp;
   /** A copy of `providers.gpu_models`, kept by a trigger. */
   gpu_models: Generated<string>;
+  /** Copies of `providers.owner_id` and `daemon_client_id`, kept by a trigger: who may move the clock. */
+  owner_id: string;
+  daemon_client_id: string | null;
 }
 
 /**

@@ -25,7 +25,7 @@ import { registryErrors, UnknownGpuIndex } from '../errors.ts';
 import type { RegistryDB } from './schema.ts';
 import {
   isFullyRentedSql,
-  isStale,
+  isSilent,
   keptByHeartbeatSql,
   statusAfterHeartbeatSql,
   statusAfterRentalSql,
@@ -179,20 +179,20 @@ const keepingAbsent = (fields: readonly GpuField[]) =>
 export type Beat = { id: string; owner: string | null; daemon: string | null; metrics?: GpuMetrics[] };
 
 /**
- * The condition on the provider row `row` that one of `beats` names it and may write it (its owner and daemon limits
- * allow): its ID among the beats' (the index probe), and then in one of four uncorrelated sets, the IDs of unlimited
- * beats, the (ID, owner) pairs of beats limited to an owner, those of daemons' beats when the machine is bound to no
- * daemon, or the (ID, owner, daemon) triples of daemons' beats, which PostgreSQL hashes once per statement (a
- * correlated search of the beats for each row would cost the square of the batch).
+ * The condition on the row `row` (a provider row, `cur`, or its narrow row, `l`, which carries copies of the owner and
+ * the bound daemon) that one of `beats` names it and may write it (its owner and daemon limits allow): its ID among the
+ * beats' (the index probe), and then in one of four uncorrelated sets, the IDs of unlimited beats, the (ID, owner)
+ * pairs of beats limited to an owner, those of daemons' beats when the machine is bound to no daemon, or the (ID,
+ * owner, daemon) triples of daemons' beats, which PostgreSQL hashes once per statement (a correlated search of the
+ * beats for each row would cost the square of the batch). `relation` names the beats where the statement has them
+ * already (`beatsCte`); without it each set unnests their arrays again.
  */
-function beatsMayWrite(beats: Beat[], row: 'p' | 'cur'): RawBuilder<boolean> {
+function beatsMayWrite(beats: Beat[], row: 'cur' | 'l', relation?: RawBuilder<unknown>): RawBuilder<boolean> {
   const ids = beats.map((b) => b.id);
-  const owners = beats.map((b) => b.owner);
-  const daemons = beats.map((b) => b.daemon);
-  const id = sql.ref(`${row}.id`);
+  const id = sql.ref(row === 'l' ? 'l.provider_id' : 'cur.id');
   const owner = sql.ref(`${row}.owner_id`);
   const bound = sql.ref(`${row}.daemon_client_id`);
-  const beat = sql`unnest(${ids}::uuid[], ${owners}::text[], ${daemons}::text[]) AS b(id, owner, daemon)`;
+  const beat = relation ?? beatsRelation(beats);
   return sql<boolean>`${id} = ANY(${ids}::uuid[]) AND (
         ${id} IN (SELECT b.id FROM ${beat} WHERE b.owner IS NULL)
         OR (${id}, ${owner}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.owner IS NOT NULL AND b.daemon IS NULL)
@@ -200,6 +200,17 @@ function beatsMayWrite(beats: Beat[], row: 'p' | 'cur'): RawBuilder<boolean> {
             AND (${id}, ${owner}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.daemon IS NOT NULL))
         OR (${id}, ${owner}, ${bound}) IN (SELECT b.id, b.owner, b.daemon FROM ${beat} WHERE b.daemon IS NOT NULL))`;
 }
+
+/** The beats as a relation `b(id, owner, daemon)`. */
+const beatsRelation = (beats: Beat[]) =>
+  sql`unnest(${beats.map((b) => b.id)}::uuid[], ${beats.map((b) => b.owner)}::text[], ${beats.map((b) => b.daemon)}::text[]) AS b(id, owner, daemon)`;
+
+/**
+ * The common table expression `b` of the beats, for a statement that names them several times (`beatsMayWrite` with
+ * `BEATS`): their arrays are sent, and parsed, once rather than once a mention.
+ */
+const beatsCte = (beats: Beat[]) => sql`b AS MATERIALIZED (SELECT * FROM ${beatsRelation(beats)})`;
+const BEATS = sql`b`;
 
 /**
  * Whether the beat that reported the metrics row `m` may write the provider row `row` (its owner and daemon limits):
@@ -252,14 +263,14 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
   const withMetrics = beats.filter((b) => b.metrics && b.metrics.length > 0);
   if (withMetrics.length === 0) {
     const { rows } = await sql<StatusWrite>`
+    WITH ${beatsCte(beats)}
     UPDATE provider_liveness l SET last_seen_at = now()
     FROM (
-      SELECT l.provider_id, p.owner_id, p.daemon_client_id
-      FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
-      WHERE ${beatsMayWrite(beats, 'p')} AND ${keptByHeartbeatSql}
+      SELECT l.provider_id FROM provider_liveness l
+      WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
       ORDER BY l.provider_id FOR UPDATE OF l) cur
     WHERE l.provider_id = cur.provider_id
-    RETURNING l.provider_id AS id, cur.owner_id, cur.daemon_client_id, l.status AS previous_status, l.status,
+    RETURNING l.provider_id AS id, l.owner_id, l.daemon_client_id, l.status AS previous_status, l.status,
       l.last_seen_at`.execute(db);
     return rows;
   }
@@ -275,15 +286,15 @@ async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], with
   const stored = sql.join(LIVE_METRICS.map((f) => sql.ref(`g.${f.name}`)));
   const after = sql.join(LIVE_METRICS.map((f) => sql`COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`));
   const { rows } = await sql<StatusWrite>`
-    WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}),
+    WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}), ${beatsCte(beats)},
     cur AS (
-      SELECT l.provider_id, p.owner_id, p.daemon_client_id
-      FROM provider_liveness l JOIN providers p ON p.id = l.provider_id
-      WHERE ${beatsMayWrite(beats, 'p')} AND ${keptByHeartbeatSql}
-        AND p.id NOT IN (
-          SELECT m.provider_id FROM m JOIN providers mp ON mp.id = m.provider_id
+      SELECT l.provider_id, l.owner_id, l.daemon_client_id
+      FROM provider_liveness l
+      WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
+        AND l.provider_id NOT IN (
+          SELECT m.provider_id FROM m JOIN provider_liveness ml ON ml.provider_id = m.provider_id
           LEFT JOIN gpus g ON g.provider_id = m.provider_id AND g.idx = m.idx
-          WHERE ${metricsMayWrite('mp')} AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
+          WHERE ${metricsMayWrite('ml')} AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
       ORDER BY l.provider_id FOR UPDATE OF l),
     metrics AS (
       UPDATE gpus g SET ${keepingAbsent(LIVE_METRICS)}
@@ -438,28 +449,45 @@ async function recordLocked(
   });
 }
 
+/** Pages `[from, to)` of the narrow table (`to` undefined: to its end). */
+export interface PageRange {
+  from: number;
+  to?: number;
+}
+
+/** The narrow table's size in pages (its heap, as it is now). */
+export async function livenessPages(db: Kysely<RegistryDB>): Promise<number> {
+  const { rows } = await sql<{ pages: string }>`
+    SELECT pg_relation_size('provider_liveness') / current_setting('block_size')::int AS pages`.execute(db);
+  return Number(rows[0]?.pages ?? 0);
+}
+
 /**
- * Stores `offline` for up to `batch` providers stored in `status` (a state of
- * `AUTO_OFFLINE_FROM`) and silent past the bound, oldest first (one range of the
- * narrow rows' `(status, last_seen_at)` index, read on its own first, at most `batch` candidates, then joined to
- * their rows by key: the planner can never choose to walk every provider to join them), and returns them. The narrow row
- * and the provider row are locked with SKIP LOCKED (the sweep never waits, so
- * its lock order cannot deadlock) and re-checked after locking, so with several
- * instances sweeping at once each provider is returned (and its event recorded)
- * by exactly one of them, and a heartbeat that lands first wins.
+ * Stores `offline` for up to `batch` providers stored in a state of `AUTO_OFFLINE_FROM` and silent past the bound,
+ * oldest first (`isSilent`: a read of the narrow rows, whose clock is in no index, at most `batch` candidates, then
+ * joined to their provider rows by key), and returns them. `pages` limits the read to a range of the narrow table's
+ * pages (a TID range scan), so that a periodic sweep can read the table a slice at a time. The narrow row and the
+ * provider row are locked with SKIP LOCKED (the sweep never waits, so its lock order cannot deadlock) and re-checked
+ * after locking, so with several instances sweeping at once each provider is returned (and its event recorded) by
+ * exactly one of them, and a heartbeat that lands first wins.
  */
 export async function sweepOffline(
   db: Kysely<RegistryDB>,
-  status: ProviderStatus,
   offlineAfterMs: number,
   batch = 500,
   recording?: EventRecording,
+  pages?: PageRange,
 ) {
+  const where = [isSilent(offlineAfterMs)];
+  if (pages) {
+    where.push(sql<boolean>`l.ctid >= ${`(${pages.from},0)`}::tid`);
+    if (pages.to !== undefined) where.push(sql<boolean>`l.ctid < ${`(${pages.to},0)`}::tid`);
+  }
   const { rows } = await withStatusEvents<StatusWrite>(
     sql`
     WITH candidates AS MATERIALIZED (
       SELECT l.provider_id, l.status, l.last_seen_at FROM provider_liveness l
-      WHERE ${isStale(status, offlineAfterMs)}
+      WHERE ${sql.join(where, sql` AND `)}
       ORDER BY l.last_seen_at
       LIMIT ${batch}
       FOR UPDATE OF l SKIP LOCKED

@@ -19,7 +19,15 @@ import {
 } from '../db/provider-repository.ts';
 import { reliabilityBooks } from '../db/reliability-repository.ts';
 import type { RegistryDB } from '../db/schema.ts';
-import { isFullyRented, recordHeartbeats, type StatusWrite, setStatus, sweepOffline } from '../db/status-repository.ts';
+import {
+  isFullyRented,
+  livenessPages,
+  type PageRange,
+  recordHeartbeats,
+  type StatusWrite,
+  setStatus,
+  sweepOffline,
+} from '../db/status-repository.ts';
 import { registryErrors } from '../errors.ts';
 import {
   assertMayBind,
@@ -35,13 +43,7 @@ import {
 import type { DiscoveryFilter } from './discovery.ts';
 import type { GpuMetrics } from './gpu-fields.ts';
 import { assertExplicitStatus } from './gpu-holds.ts';
-import {
-  AUTO_OFFLINE_FROM,
-  holdAfterExplicit,
-  type Provider,
-  type ProviderInput,
-  type ProviderStatus,
-} from './provider.ts';
+import { holdAfterExplicit, type Provider, type ProviderInput, type ProviderStatus } from './provider.ts';
 import { type Reliability, reliabilityOf } from './reliability.ts';
 import { DAEMON_BOUND, type StatusOutbox } from './status-events.ts';
 
@@ -285,25 +287,39 @@ export class RegistryService {
   }
 
   /**
-   * Stores `offline` for every provider silent past the bound, recording each change's event once. One state of
-   * `AUTO_OFFLINE_FROM` at a time: each is one range of the `(status, last_seen_at)` index (of the narrow
-   * `provider_liveness` rows) that holds only that state's silent providers, where all states at once had walked
-   * `last_seen_at` through every stored `offline` and `maintenance` provider silent for longer (at a million
-   * providers, 100,000 rows and 140 ms per sweep).
+   * Stores `offline` for every provider silent past the bound (or, with `pages`, for those whose narrow rows are in
+   * that range of the narrow table's pages), recording each change's event once: batches of `batch` until one comes
+   * back short. The narrow rows' clock is in no index (a heartbeat's write stays heap-only), so each batch reads the
+   * narrow rows (of the range), every state that falls offline at a time.
    */
-  async sweepOffline(batch = 500): Promise<number> {
+  async sweepOffline(batch = 500, pages?: PageRange): Promise<number> {
     const recording = this.deps.outbox.recording('offline_timeout');
     let total = 0;
-    for (const status of AUTO_OFFLINE_FROM) {
-      for (;;) {
-        const rows = await this.retry(() =>
-          sweepOffline(this.deps.db, status, this.deps.offlineAfterMs, batch, recording),
-        );
-        this.recorded(rows);
-        total += rows.length;
-        if (rows.length < batch) break;
-      }
+    for (;;) {
+      const rows = await this.retry(() =>
+        sweepOffline(this.deps.db, this.deps.offlineAfterMs, batch, recording, pages),
+      );
+      this.recorded(rows);
+      total += rows.length;
+      if (rows.length < batch) return total;
     }
-    return total;
+  }
+
+  /** Where the periodic sweep's next slice starts (a page of the narrow table). */
+  private sweptTo = 0;
+
+  /**
+   * The periodic sweep: the next of `slices` slices of the narrow table's pages, so that each run reads a part of the
+   * table and every row is read once per `slices` runs (the whole table at a million providers is about 150 ms of
+   * one core; a slice, a fraction of it, every `offline_sweep_interval`).
+   */
+  async sweepSlice(slices: number): Promise<number> {
+    const pages = await this.retry(() => livenessPages(this.deps.db));
+    const step = Math.max(1, Math.ceil(pages / Math.max(1, slices)));
+    if (this.sweptTo >= pages) this.sweptTo = 0;
+    const from = this.sweptTo;
+    this.sweptTo = from + step;
+    // The last slice runs to the table's end, wherever it has grown to.
+    return this.sweepOffline(500, { from, to: this.sweptTo >= pages ? undefined : this.sweptTo });
   }
 }

@@ -18,6 +18,7 @@ import * as gpuHolds from './20250115000000_gpu_holds.ts';
 import * as offersVramPriceIndex from './20250116000000_offers_vram_price_index.ts';
 import * as disk from './20250117000000_disk.ts';
 import * as bids from './20250118000000_bids.ts';
+import * as livenessHot from './20250119000000_liveness_hot.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -38,4 +39,5 @@ export const migrations: Record<string, Migration> = {
   '20250116000000_offers_vram_price_index': offersVramPriceIndex,
   '20250117000000_disk': disk,
   '20250118000000_bids': bids,
+  '20250119000000_liveness_hot': livenessHot,
 };
