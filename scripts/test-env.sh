@@ -73,14 +73,19 @@ stop_postgres() {
   "${as[@]}" "$bin/pg_ctl" -D "$d/data" -m immediate stop >/dev/null 2>&1 || true
 }
 
+# NATS in operator mode (decentralized JWT authentication): every client connects with a user credential, as in
+# production; TEST_NATS_CREDS is a user with every permission, TEST_NATS_TRUST the keys that issue users.
 start_nats() {
   command -v nats-server >/dev/null || apt_install nats-server
   mkdir -p "$TEST_ENV_DIR/nats"
-  nats-server -js -sd "$TEST_ENV_DIR/nats" -a 127.0.0.1 -p "$TEST_NATS_PORT" >"$TEST_ENV_DIR/nats.log" 2>&1 &
+  node --import tsx scripts/dev/nats-operator.ts --dir "$TEST_ENV_DIR/nats" --port "$TEST_NATS_PORT"
+  nats-server -c "$TEST_ENV_DIR/nats/nats.conf" >"$TEST_ENV_DIR/nats.log" 2>&1 &
   echo $! >"$TEST_ENV_DIR/nats.pid"
   wait_port "$TEST_NATS_PORT" nats-server
   export TEST_NATS_URL="nats://127.0.0.1:$TEST_NATS_PORT"
-  log "nats-server (JetStream) on 127.0.0.1:$TEST_NATS_PORT"
+  export TEST_NATS_CREDS="$TEST_ENV_DIR/nats/platform.creds"
+  export TEST_NATS_TRUST="$TEST_ENV_DIR/nats/trust.json"
+  log "nats-server (JetStream, operator mode) on 127.0.0.1:$TEST_NATS_PORT"
 }
 
 start_node_server() { # name port [node flags] script args...

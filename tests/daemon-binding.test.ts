@@ -36,6 +36,7 @@ beforeAll(async () => {
   billing = await billingWithRegistry(platform);
   publisher = (await connectPublisher({
     url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
     name: 'daemon-binding-test',
     stream: { name: usageStream, subjects: [`${usagePrefix}.>`] },
   })) as NatsPublisher;

@@ -76,6 +76,7 @@ beforeAll(async () => {
     PATH: process.env.PATH,
     DATABASE_URL: testDb.url,
     NATS_URL: testEnv.natsUrl,
+    NATS_CREDENTIALS: testEnv.natsCredentials,
     AUTH_JWKS_URL: issuer.jwksUrl,
     HOST: '127.0.0.1',
     LOG_LEVEL: 'warn',
@@ -99,6 +100,7 @@ beforeAll(async () => {
   database = await openDatabase<BillingDB>({ url: testDb.url, poolSize: 4, connectTimeoutMs: 2000 });
   nats = (await connectPublisher({
     url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
     name: 'multi-billing-test',
     stream: { name: usageStream, subjects: [`${usagePrefix}.>`] },
   })) as NatsPublisher;

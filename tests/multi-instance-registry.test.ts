@@ -187,6 +187,7 @@ beforeAll(async () => {
     PATH: process.env.PATH,
     DATABASE_URL: testDb.url,
     NATS_URL: testEnv.natsUrl,
+    NATS_CREDENTIALS: testEnv.natsCredentials,
     REGISTRY__MESSAGING__STREAM: `TEST_MULTI_REGISTRY_${suffix}`,
     REGISTRY__MESSAGING__SUBJECTS__STATUS: `test.${suffix}.registry.providers.status`,
     OFFLINE_AFTER: `${OFFLINE_AFTER_MS}ms`,

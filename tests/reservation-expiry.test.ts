@@ -29,6 +29,7 @@ beforeAll(async () => {
   });
   nats = (await connectPublisher({
     url: messaging.nats_url,
+    credentials: messaging.nats_credentials,
     stream: { name: stream, subjects: [`${messaging.subjects.billing_events}.>`] },
   })) as NatsPublisher;
   relay = new OutboxRelay(billing.db, nats, { subject: messaging.subjects.billing_events, logger });

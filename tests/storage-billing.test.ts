@@ -95,6 +95,7 @@ describe('storage billed over NATS', () => {
     const stream = `STORAGE_USAGE_${suffix}`;
     const publisher: EventPublisher = await connectPublisher({
       url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
       name: 'storage-usage-test',
       stream: { name: stream, subjects: [`${prefix}.>`] },
     });

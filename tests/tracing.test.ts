@@ -54,6 +54,7 @@ beforeAll(async () => {
   });
   nats = (await connectPublisher({
     url: messaging.nats_url,
+    credentials: messaging.nats_credentials,
     stream: { name: stream, subjects: [`${messaging.subjects.billing_events}.>`] },
   })) as NatsPublisher;
   relay = new OutboxRelay(billing.db, nats, { subject: messaging.subjects.billing_events, logger });
@@ -211,6 +212,7 @@ describe('tracing', () => {
     const stream = `USAGE_TRACE_${suffix}`;
     const publisher = (await connectPublisher({
       url: platform.registry.config.messaging.nats_url,
+      credentials: platform.registry.config.messaging.nats_credentials,
       name: 'tracing-test-daemon',
       stream: { name: stream, subjects: [`${prefix}.>`] },
     })) as NatsPublisher;

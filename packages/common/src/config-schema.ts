@@ -229,6 +229,8 @@ export function messagingShape<S extends Record<string, string>>(defaults: { str
   return {
     /** NATS server URL (comma-separated for a cluster); empty turns messaging off. */
     nats_url: z.string().default(''),
+    /** A `.creds` file (user JWT and seed) for a NATS server in operator mode; empty: connect without credentials. */
+    nats_credentials: z.string().default(''),
     /** JetStream stream capturing the service's subjects. */
     stream: z.string().default(defaults.stream),
     subjects: z.object(subjects).prefault({} as never),
@@ -254,4 +256,7 @@ export const databaseEnvAliases: Record<string, string> = {
   DATABASE_URL: 'database.url',
   DATABASE_POOL_SIZE: 'database.pool_size',
 };
-export const messagingEnvAliases: Record<string, string> = { NATS_URL: 'messaging.nats_url' };
+export const messagingEnvAliases: Record<string, string> = {
+  NATS_URL: 'messaging.nats_url',
+  NATS_CREDENTIALS: 'messaging.nats_credentials',
+};

@@ -26,7 +26,11 @@ let publisher: NatsPublisher;
 const streams: string[] = [];
 
 beforeAll(async () => {
-  publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'durable-consumer-test' })) as NatsPublisher;
+  publisher = (await connectPublisher({
+    url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
+    name: 'durable-consumer-test',
+  })) as NatsPublisher;
 });
 afterAll(async () => {
   const jsm = await jetstreamManager(publisher.connection);
@@ -261,6 +265,7 @@ describe('durable consumer', () => {
       await expect(consumer.check()).resolves.toBeUndefined();
       const owner = await connectPublisher({
         url: testEnv.natsUrl,
+        credentials: testEnv.natsCredentials,
         stream: { name: s.stream, subjects: [`${s.subject}.>`] },
       });
       try {

@@ -12,9 +12,10 @@ let nc: NatsConnection;
 let publisher: EventPublisher;
 
 beforeAll(async () => {
-  nc = await connect({ servers: testEnv.natsUrl });
+  nc = await connect(testEnv.natsConnectOptions());
   publisher = await connectPublisher({
     url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
     name: 'messaging-test',
     stream: { name: streamName, subjects: [`test.${suffix}.>`] },
   });
@@ -113,7 +114,11 @@ describe('NATS publisher (JetStream)', () => {
   });
 
   it('answers ping while connected and refuses to publish after close', async () => {
-    const p = await connectPublisher({ url: testEnv.natsUrl, stream: { name: streamName, subjects: [] } });
+    const p = await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      stream: { name: streamName, subjects: [] },
+    });
     await expect(p.ping()).resolves.toBeUndefined();
     await p.close();
     await expect(p.ping()).rejects.toThrow(/closed/);
@@ -123,7 +128,7 @@ describe('NATS publisher (JetStream)', () => {
 
 describe('NATS publisher (core, no stream)', () => {
   it('publishes with headers to plain subscribers', async () => {
-    const p = await connectPublisher({ url: testEnv.natsUrl });
+    const p = await connectPublisher({ url: testEnv.natsUrl, credentials: testEnv.natsCredentials });
     const sub = nc.subscribe(`core.${suffix}`, { max: 1 });
     await nc.flush();
     const id = await p.publish(`core.${suffix}`, { hello: 'world' }, { correlationId: 'c-9' });

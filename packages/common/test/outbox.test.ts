@@ -33,9 +33,10 @@ beforeAll(async () => {
   await sql`CREATE TABLE outbox_events (
     id uuid PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, correlation_id text,
     created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz, trace_context jsonb)`.execute(db);
-  nc = await connect({ servers: testEnv.natsUrl });
+  nc = await connect(testEnv.natsConnectOptions());
   publisher = await connectPublisher({
     url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
     name: 'outbox-test',
     stream: { name: streamName, subjects: [`${prefix}.ok.>`] },
   });

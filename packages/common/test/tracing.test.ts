@@ -162,6 +162,7 @@ describe('tracing on: NATS messages', () => {
     const stream = `TEST_TRACED_${suffix}`;
     const publisher = (await connectPublisher({
       url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
       name: 'traced-consumer-test',
       stream: { name: stream, subjects: [`test.traced.${suffix}.>`] },
     })) as NatsPublisher;

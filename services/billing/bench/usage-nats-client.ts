@@ -10,6 +10,8 @@ import { connectPublisher, type NatsPublisher } from '@gpu/common';
 
 interface Job {
   natsUrl: string;
+  /** The `.creds` file to connect with (the test server runs in operator mode). */
+  natsCredentials: string;
   prefix: string;
   sessions: string[];
   messages: number;
@@ -19,7 +21,11 @@ interface Job {
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
-const publisher = (await connectPublisher({ url: job.natsUrl, name: 'billing-bench-load' })) as NatsPublisher;
+const publisher = (await connectPublisher({
+  url: job.natsUrl,
+  credentials: job.natsCredentials,
+  name: 'billing-bench-load',
+})) as NatsPublisher;
 const headers = { Authorization: job.authorization };
 
 process.stdout.write('start\n');

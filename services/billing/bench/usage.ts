@@ -352,7 +352,14 @@ async function natsLoad(prefix: string): Promise<Run> {
   let started = 0;
   let load = '';
   let batches = batchCounts();
-  const job = { natsUrl: testEnv.natsUrl, prefix: subjects, sessions, messages: NATS_MESSAGES, idPrefix: prefix };
+  const job = {
+    natsUrl: testEnv.natsUrl,
+    natsCredentials: testEnv.natsCredentials,
+    prefix: subjects,
+    sessions,
+    messages: NATS_MESSAGES,
+    idPrefix: prefix,
+  };
   const publishing = runClient('./usage-nats-client.ts', { ...job, authorization }, 'start', () => {
     service = process.cpuUsage();
     others = cpuSnapshot(ENV_DIR);
@@ -523,7 +530,11 @@ async function profiled<T>(name: string, run: () => Promise<T>): Promise<T> {
   }
 }
 
-const natsConnection = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-bench' })) as NatsPublisher;
+const natsConnection = (await connectPublisher({
+  url: testEnv.natsUrl,
+  credentials: testEnv.natsCredentials,
+  name: 'billing-bench',
+})) as NatsPublisher;
 const single = await profiled('http-1', () => httpLoad(1, 'http'));
 const batched = await profiled(`http-${HTTP_BATCH}`, () => httpLoad(HTTP_BATCH, 'httpb'));
 const nats = await profiled('nats', () => natsLoad('nats'));

@@ -60,6 +60,7 @@ startOrExit(async () => {
   const chain = await connectChain(config, logger);
   const nats = await connectPublisher({
     url: config.messaging.enabled ? config.messaging.nats_url : '',
+    credentials: config.messaging.nats_credentials,
     name: SERVICE_NAME,
     stream: { name: config.messaging.stream, subjects: [`${config.messaging.subjects.events}.>`] },
     logger,

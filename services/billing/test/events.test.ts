@@ -11,7 +11,11 @@ const h = useBillingHarness();
 describe('payment events', () => {
   it('publishes each outbox event once on billing.events.<kind> with its ID as Nats-Msg-Id', async () => {
     const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
-    const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-test' })) as NatsPublisher;
+    const publisher = (await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      name: 'billing-test',
+    })) as NatsPublisher;
     const received: { subject: string; msgId?: string; correlation?: string; data: Record<string, unknown> }[] = [];
     const sub = publisher.connection.subscribe('billing.events.>', {
       callback: (_err, msg) => {

@@ -26,6 +26,7 @@ let consumer: RegistryEventsConsumer;
 beforeAll(async () => {
   registry = (await connectPublisher({
     url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
     stream: { name: stream, subjects: [subject] },
   })) as NatsPublisher;
   consumer = startRegistryEventsConsumer({

@@ -67,7 +67,11 @@ describe('a full rental', () => {
     expect(earnings.json()).toMatchObject({ total_earned: '0.888250', available_for_payout: '0.888250' });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
 
-    const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-e2e' })) as NatsPublisher;
+    const publisher = (await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      name: 'billing-e2e',
+    })) as NatsPublisher;
     const received: { subject: string; data: { session?: { id: string } } }[] = [];
     const sub = publisher.connection.subscribe('billing.events.session.>', {
       callback: (_err, msg) => {

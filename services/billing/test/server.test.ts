@@ -86,6 +86,7 @@ describe('billing-service process', () => {
         TOKEN_MINT: L.mint.toBase58(),
         TREASURY_KEYPAIR_PATH: keyFile,
         NATS_URL: testEnv.natsUrl,
+        NATS_CREDENTIALS: testEnv.natsCredentials,
         LOG_LEVEL: 'info',
         BILLING__BILLING__RECONCILE_INTERVAL: '0s',
       },

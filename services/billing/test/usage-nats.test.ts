@@ -11,7 +11,11 @@ const clock = manualClock();
 const h = useBillingHarness({ now: clock.now });
 let publisher: NatsPublisher;
 beforeAll(async () => {
-  publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'billing-usage-test' })) as NatsPublisher;
+  publisher = (await connectPublisher({
+    url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
+    name: 'billing-usage-test',
+  })) as NatsPublisher;
 });
 afterAll(async () => {
   await publisher?.close();

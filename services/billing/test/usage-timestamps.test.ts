@@ -123,7 +123,11 @@ describe('usage report timestamps', () => {
   it('terminates NATS reports dated year 0, year 9999 or beyond the skew, applying none of them', async () => {
     const s = await runningSession();
     const before = await stateOf(s.id);
-    const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'usage-ts-test' })) as NatsPublisher;
+    const publisher = (await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      name: 'usage-ts-test',
+    })) as NatsPublisher;
     const suffix = crypto.randomUUID().slice(0, 8);
     const prefix = `test.usage.${suffix}`;
     const consumer = await startUsageConsumer({

@@ -76,6 +76,7 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
   client.stdin.end(
     JSON.stringify({
       natsUrl: job.natsUrl,
+      natsCredentials: process.env.TEST_NATS_CREDS ?? '',
       prefix: job.prefix,
       machines: job.machines.map((m) => [m.id, ownerIndex.get(m.owner_id)]),
       tokens: owners.map((o) => job.daemons.get(o)),

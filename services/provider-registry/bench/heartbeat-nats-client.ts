@@ -10,10 +10,13 @@
  * answers and their latency from the send; what was applied of the published ones the registry's counters say.
  * Reads its job as JSON on stdin, prints `start` when it begins sending, then its results as JSON on stdout.
  */
+import { fileCredentials } from '@gpu/common';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 
 interface Job {
   natsUrl: string;
+  /** The `.creds` file to connect with (empty: none). */
+  natsCredentials: string;
   prefix: string;
   /** [provider ID, index of its owner's token] */
   machines: [string, number][];
@@ -27,7 +30,11 @@ interface Job {
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
-const nc = await connect({ servers: job.natsUrl, name: 'registry-bench-fleet' });
+const nc = await connect({
+  servers: job.natsUrl,
+  name: 'registry-bench-fleet',
+  ...(job.natsCredentials ? { authenticator: fileCredentials(job.natsCredentials) } : {}),
+});
 const hdrs = job.tokens.map((t) => {
   const h = natsHeaders();
   h.set('Authorization', t);

@@ -113,6 +113,7 @@ async function startService(databaseUrl: string): Promise<ChildProcess> {
       PATH: process.env.PATH,
       DATABASE_URL: databaseUrl,
       NATS_URL: process.env.TEST_NATS_URL ?? '',
+      NATS_CREDENTIALS: process.env.TEST_NATS_CREDS ?? '',
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',

@@ -41,6 +41,7 @@ startOrExit(async () => {
   const { messaging } = config;
   const publisher = await connectPublisher({
     url: messaging.nats_url,
+    credentials: messaging.nats_credentials,
     name: SERVICE_NAME,
     stream: messaging.stream ? { name: messaging.stream, subjects: [messaging.subjects.status] } : undefined,
     logger,

@@ -20,7 +20,7 @@ let second: Caller;
 
 beforeAll(async () => {
   h = await startHarness({ takeHeartbeats: true });
-  nc = await connect({ servers: testEnv.natsUrl });
+  nc = await connect(testEnv.natsConnectOptions());
   events = await EventCollector.start(h.subject);
   owner = await h.issuer.user(['provider']);
   first = await h.issuer.client('daemon', owner.id);

@@ -22,6 +22,7 @@ beforeAll(async () => {
   h = await startHarness({ consumeSessionEvents: true });
   billing = (await connectPublisher({
     url: h.config.messaging.nats_url,
+    credentials: h.config.messaging.nats_credentials,
     stream: { name: billingStream, subjects: [`${h.config.messaging.subjects.billing_events}.>`] },
   })) as NatsPublisher;
   events = await EventCollector.start(h.subject);

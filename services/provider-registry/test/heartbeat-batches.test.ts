@@ -18,7 +18,7 @@ const MISSING = '00000000-0000-4000-8000-000000000000';
 
 beforeAll(async () => {
   h = await startHarness({ takeHeartbeats: true });
-  nc = await connect({ servers: testEnv.natsUrl });
+  nc = await connect(testEnv.natsConnectOptions());
   events = await EventCollector.start(h.subject);
   owner = randomUUID();
   daemon = await h.issuer.client('daemon', owner);

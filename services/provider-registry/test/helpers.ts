@@ -75,6 +75,8 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     database: { url: testDb.url },
     messaging: {
       nats_url: opts.nats === false ? '' : (opts.natsUrl ?? testEnv.natsUrl),
+      // The tests' NATS server runs in operator mode; a dedicated one (`natsUrl`) takes anyone.
+      nats_credentials: opts.nats === false || opts.natsUrl ? '' : testEnv.natsCredentials,
       subjects: {
         status: `test.${suffix}.registry.providers.status`,
         billing_events: `test.${suffix}.billing.events`,
@@ -93,6 +95,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
   const database = await migratedDatabase(testDb.url);
   const publisher: EventPublisher = await connectPublisher({
     url: config.messaging.nats_url,
+    credentials: config.messaging.nats_credentials,
     stream: { name: config.messaging.stream, subjects: [subject] },
   });
   const app = await buildApp({
@@ -134,7 +137,7 @@ export class EventCollector {
   ) {}
 
   static async start(subject: string): Promise<EventCollector> {
-    const nc = await connect({ servers: testEnv.natsUrl });
+    const nc = await connect(testEnv.natsConnectOptions());
     const sub = nc.subscribe(subject);
     const collector = new EventCollector(nc, sub);
     void (async () => {

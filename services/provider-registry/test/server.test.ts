@@ -40,6 +40,7 @@ beforeAll(async () => {
       CONSUL_ADDRESS: consulAddress,
       SERVICE_TAGS: 'gpu,registry',
       NATS_URL: testEnv.natsUrl,
+      NATS_CREDENTIALS: testEnv.natsCredentials,
       REGISTRY__EVENTS__STREAM: `TEST_SERVER_${port}`,
       REGISTRY__DATABASE__EMBEDDED_PATH: dataDir,
       LOG_LEVEL: 'info',

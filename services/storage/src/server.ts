@@ -50,6 +50,7 @@ startOrExit(async () => {
   // NATS away at start does not stop the service: the reports go over HTTP (metering.billing_url) until a restart.
   const nats: EventPublisher = await connectPublisher({
     url: durationMs(metering.interval) > 0 ? messaging.nats_url : '',
+    credentials: messaging.nats_credentials,
     name: SERVICE_NAME,
     stream: { name: messaging.stream, subjects: [`${messaging.subjects.usage}.>`] },
     logger,

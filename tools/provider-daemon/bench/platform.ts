@@ -235,6 +235,7 @@ export async function startPlatform(
       messaging: events
         ? {
             nats_url: testEnv.natsUrl,
+            nats_credentials: testEnv.natsCredentials,
             stream: `BENCH_BILLING_${randomUUID().slice(0, 8)}`,
             subjects: { provider_status: registry.subject, events: registry.config.messaging.subjects.billing_events },
             provider_status_consumer: `billing-${name}-${randomUUID().slice(0, 8)}`,

@@ -31,6 +31,8 @@ export const daemonConfigSchema = z
     billing_url: z.union([z.literal(''), z.string().url()]).default(''),
     /** NATS for usage reports (JetStream, acknowledged) and heartbeats (requests); empty: both go over HTTP. */
     nats_url: z.string().default(''),
+    /** A `.creds` file (user JWT and seed) for a NATS server in operator mode; empty: connect without credentials. */
+    nats_credentials: z.string().default(''),
     /**
      * Subject prefix of heartbeats over NATS: `<heartbeat_subject>.<provider ID>` (the registry's
      * `messaging.subjects.heartbeats`); with `nats_url` set, heartbeats go there first, over HTTP when NATS cannot
@@ -182,6 +184,7 @@ export function loadDaemonConfig(env: NodeJS.ProcessEnv = process.env): DaemonCo
       REGISTRY_URL: 'registry_url',
       BILLING_URL: 'billing_url',
       NATS_URL: 'nats_url',
+      NATS_CREDENTIALS: 'nats_credentials',
       DAEMON_CLIENT_ID: 'credentials.client_id',
       DAEMON_CLIENT_SECRET: 'credentials.client_secret',
       DAEMON_CREDENTIALS_FILE: 'credentials.file',

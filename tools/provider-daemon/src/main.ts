@@ -51,6 +51,7 @@ startOrExit(async () => {
   // Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
   const publisher = await connectPublisher({
     url: config.nats_url,
+    credentials: config.nats_credentials,
     name: `provider-daemon-${config.provider.name}`,
     stream: { name: 'BILLING_USAGE', subjects: [`${config.usage_subject}.>`] },
     logger,

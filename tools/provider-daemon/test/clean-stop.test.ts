@@ -35,7 +35,11 @@ let asPlatform: () => Promise<Record<string, string>>;
 beforeAll(async () => {
   billing = await billingWithRegistry(platform);
   billingUrl = await billing.app.listen({ host: '127.0.0.1', port: 0 });
-  nats = (await connectPublisher({ url: testEnv.natsUrl, name: 'daemon-stop-test' })) as NatsPublisher;
+  nats = (await connectPublisher({
+    url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
+    name: 'daemon-stop-test',
+  })) as NatsPublisher;
   // Billing hears of the registry's status changes as the platform's does: its consumer of the registry's events.
   const events = startRegistryEventsConsumer({
     connection: nats.connection,

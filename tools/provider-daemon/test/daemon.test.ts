@@ -225,7 +225,7 @@ describe('provider daemon', () => {
     afterAll(() => nc?.close());
 
     it('beats over NATS when HTTP is away, sends a GPU only when its metrics moved, and all now and then', async () => {
-      nc = await connect({ servers: testEnv.natsUrl });
+      nc = await connect(testEnv.natsConnectOptions());
       const { token } = await provider();
       const c = config();
       const readings: GpuReading[] = (await gpuSource(c.gpu).read()).map((r) => ({ ...r, temperature: 50 }));

@@ -58,7 +58,11 @@ let marketReader: Record<string, string> = {};
 beforeAll(async () => {
   await rig.priceTheMarket();
   marketReader = (await rig.renter()).headers;
-  nats = (await connectPublisher({ url: testEnv.natsUrl, name: 'jobs-terms-test' })) as NatsPublisher;
+  nats = (await connectPublisher({
+    url: testEnv.natsUrl,
+    credentials: testEnv.natsCredentials,
+    name: 'jobs-terms-test',
+  })) as NatsPublisher;
   // Billing hears of the registry's status changes as the platform's does: its consumer of the registry's events.
   events = startRegistryEventsConsumer({
     connection: nats.connection,

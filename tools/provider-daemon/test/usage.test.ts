@@ -205,6 +205,7 @@ describe('provider daemon usage reports', () => {
     const stream = `USAGE_DAEMON_${randomUUID().slice(0, 8)}`;
     const publisher = await connectPublisher({
       url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
       name: 'daemon-usage-test',
       stream: { name: stream, subjects: [`${prefix}.>`] },
     });
@@ -274,6 +275,7 @@ describe("the session's trace on a daemon's reports", () => {
     const stream = `USAGE_TRACE_${randomUUID().slice(0, 8)}`;
     const publisher = (await connectPublisher({
       url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
       name: 'daemon-trace-test',
       stream: { name: stream, subjects: [`${prefix}.>`] },
     })) as NatsPublisher;

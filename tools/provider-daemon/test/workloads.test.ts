@@ -330,7 +330,11 @@ describe("the daemon runs renters' workloads", () => {
   it("starts and stops a workload at once on its machine's NATS subject, with a poll far too slow to", async () => {
     const m = await machine({ poll_interval: '60s' });
     const logger = createLogger({ service: 'relay-test', instanceId: 't', level: 'silent' });
-    const publisher = (await connectPublisher({ url: testEnv.natsUrl, name: 'daemon-test' })) as NatsPublisher;
+    const publisher = (await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      name: 'daemon-test',
+    })) as NatsPublisher;
     // Billing's outbox relay, as its background runs it: events out on `billing.events.<kind>`.
     const relay = new OutboxRelay(rig.billing.db, publisher, { subject: 'billing.events', logger });
     relay.start(50);

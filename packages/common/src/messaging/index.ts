@@ -15,6 +15,16 @@ export {
 } from './consumer.ts';
 export { natsConnectedGauge, outboxMetrics } from './metrics.ts';
 export {
+  createNatsTrust,
+  type NatsPermissions,
+  type NatsTrust,
+  natsPublicKeys,
+  natsServerConfig,
+  natsUserCreds,
+  natsUserJwt,
+  parseNatsTrust,
+} from './nats-auth.ts';
+export {
   eventBody,
   type NewEvent,
   Outbox,
@@ -28,6 +38,7 @@ export {
   type ConnectPublisherOptions,
   connectPublisher,
   type EventPublisher,
+  fileCredentials,
   NatsPublisher,
   NoopPublisher,
   type PublishOptions,

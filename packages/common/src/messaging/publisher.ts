@@ -7,8 +7,15 @@
  * configured, so callers never branch on "is messaging on".
  */
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
+import {
+  type Authenticator,
+  connect,
+  credsAuthenticator,
+  type NatsConnection,
+  headers as natsHeaders,
+} from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import { activeTraceContext } from '../telemetry/tracing.ts';
 import { type EnsureStreamOptions, ensureStream } from './stream.ts';
@@ -40,6 +47,11 @@ export interface ConnectPublisherOptions {
   url?: string;
   /** Connection name shown by the server (the service name). */
   name?: string;
+  /**
+   * A `.creds` file (a user JWT and its seed, `nats-auth.ts`) for a server in operator mode; empty or absent: connect
+   * without credentials. Read at each connection, so a renewed file is used from the next reconnect on.
+   */
+  credentials?: string;
   /** When set, the stream is created or extended to cover these subjects and publishes are acknowledged. */
   stream?: EnsureStreamOptions;
   /** How long start-up keeps retrying the first connection (default 30 s). */
@@ -140,6 +152,7 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
       connection = await connect({
         servers,
         name: opts.name,
+        ...(opts.credentials ? { authenticator: fileCredentials(opts.credentials) } : {}),
         reconnect: true,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 1000,
@@ -162,6 +175,11 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
   }
   opts.logger?.info({ url: opts.url, stream: opts.stream?.name }, 'connected to NATS');
   return new NatsPublisher(connection, opts.stream !== undefined, opts.publishTimeoutMs);
+}
+
+/** Authenticates with the `.creds` file at `path`, read afresh at each (re)connection. */
+export function fileCredentials(path: string): Authenticator {
+  return (nonce?: string) => credsAuthenticator(readFileSync(path))(nonce);
 }
 
 async function watchStatus(connection: NatsConnection, logger?: Logger): Promise<void> {

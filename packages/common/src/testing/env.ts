@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { fileCredentials } from '../messaging/publisher.ts';
 
 function required(name: string): string {
   const v = process.env[name];
@@ -19,6 +20,18 @@ export const testEnv = {
   },
   get natsUrl() {
     return required('TEST_NATS_URL');
+  },
+  /** The `.creds` file of a user with every permission on the test NATS server (it runs in operator mode). */
+  get natsCredentials() {
+    return required('TEST_NATS_CREDS');
+  },
+  /** The platform's NATS keys of the test server (`nats-auth.ts`), to issue users of its account. */
+  get natsTrust() {
+    return required('TEST_NATS_TRUST');
+  },
+  /** Options for `connect` from `@nats-io/transport-node`: the test server, with `natsCredentials`. */
+  natsConnectOptions() {
+    return { servers: this.natsUrl, authenticator: fileCredentials(this.natsCredentials) };
   },
   get s3Endpoint() {
     return required('TEST_S3_ENDPOINT');
