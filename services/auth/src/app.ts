@@ -12,6 +12,7 @@ import { clientRoutes } from './routes/clients.ts';
 import { credentialRoutes } from './routes/credentials.ts';
 import { jwksRoutes } from './routes/jwks.ts';
 import { keyRoutes } from './routes/keys.ts';
+import { natsUserRoutes } from './routes/nats-users.ts';
 import { recoveryRoutes } from './routes/recovery.ts';
 import { schemas } from './routes/schemas.ts';
 import { signInRoutes } from './routes/sign-ins.ts';
@@ -52,6 +53,7 @@ export async function buildApp(ctx: AuthContext): Promise<App> {
       await keyRoutes(api as App, ctx);
       await signInRoutes(api as App, ctx);
       await sshKeyRoutes(api as App, ctx);
+      await natsUserRoutes(api as App, ctx);
       await credentialRoutes(api as App, ctx);
       await recoveryRoutes(api as App, ctx);
       await auditRoutes(api as App, ctx);

@@ -201,6 +201,21 @@ export const authConfigSchema = z.object({
       verify_on_register: zBool().default(true),
     })
     .prefault({}),
+  /** Provider daemons' NATS users (domain/nats-users.ts), for a NATS server in operator mode. */
+  nats: z
+    .object({
+      /**
+       * A JSON file with the seeds of the platform's NATS account (`account`) and of its signing key (`signer`), as
+       * the trust file of a NATS server in operator mode holds them; empty: no NATS users are issued (404).
+       */
+      issuer_file: z.string().default(''),
+      /** How long an issued user lives (the daemon asks for the next one before). */
+      user_ttl: zDuration().default('15m'),
+      /** The subject prefixes a daemon's user may publish under: the registry's heartbeats, billing's usage. */
+      heartbeat_subject: z.string().min(1).default('registry.heartbeats'),
+      usage_subject: z.string().min(1).default('billing.usage'),
+    })
+    .prefault({}),
   /** The audit trail (domain/audit.ts): `retention`. */
   audit: auditSchema,
   admin: z
@@ -235,6 +250,7 @@ export const authEnvAliases: Record<string, string> = {
   ADMIN_PASSWORD: 'admin.password',
   RATE_LIMIT_ENABLED: 'rate_limit.enabled',
   SMTP_URL: 'mail.smtp_url',
+  NATS_ISSUER_FILE: 'nats.issuer_file',
   MAIL_FROM: 'mail.from',
 };
 

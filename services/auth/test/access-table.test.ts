@@ -11,7 +11,9 @@ import {
   type CallerName,
   checkAccessTable,
   type TableCaller,
+  testEnv,
 } from '@gpu/common/testing';
+import { createUser } from '@nats-io/nkeys';
 import { SignJWT } from 'jose';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { insertUser } from '../src/db/user-repository.ts';
@@ -22,7 +24,8 @@ import { issueAccessToken, issueClientToken } from '../src/domain/token-pair.ts'
 import { newEd25519Key } from './fixtures/ssh-keys.ts';
 import { decodeJwt, GOOD_PASSWORD, registerAndLogin, testConfig, uniqueEmail, useAuth } from './helpers.ts';
 
-const auth = useAuth(testConfig());
+// NATS users issued (the tests' NATS trust), so that a daemon's request is answered as on a platform that issues them.
+const auth = useAuth(testConfig({ nats: { issuer_file: testEnv.natsTrust } }));
 let callers: Record<CallerName, TableCaller>;
 
 /** Users and clients made in the auth database, with tokens signed by the auth service's key. */
@@ -179,6 +182,11 @@ function table(): Record<string, AccessRule> {
     [`GET ${API}/users/:userId/ssh-keys`]: {
       request: () => ({ url: `${API}/users/${callers.owner.id}/ssh-keys` }),
       expect: { service: 200, admin: 200, others: 403 },
+    },
+    // A provider daemon's NATS user: its machine client only.
+    [`POST ${API}/nats-users`]: {
+      request: () => ({ payload: { public_key: createUser().getPublicKey() } }),
+      expect: { daemon: 201, other_daemon: 201, others: 403 },
     },
     // Whether credentials behind tokens verified elsewhere are live: platform services (billing's streams) and admins.
     [`POST ${API}/credentials/live`]: {

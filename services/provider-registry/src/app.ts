@@ -212,6 +212,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
         registry,
         verifier,
         prefix: config.messaging.subjects.heartbeats,
+        subjectIdentity: config.messaging.subject_identity,
         rejected: heartbeatRejections,
         logger,
       });

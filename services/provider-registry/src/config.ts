@@ -16,6 +16,7 @@ import {
   loadConfig,
   messagingEnvAliases,
   messagingShape,
+  zBool,
   zDuration,
   zInt,
 } from '@gpu/common';
@@ -127,6 +128,12 @@ const registryShape = {
       price_consumer: z.string().min(1).default('provider-registry-prices'),
       /** The registry's durable consumer of billing's statements of held GPUs (`<billing_events>.lease.>`). */
       lease_consumer: z.string().min(1).default('provider-registry-leases'),
+      /**
+       * Take heartbeats on `<heartbeats>.<owner ID>.<client ID>.<provider ID>` as sent by that owner's daemon client,
+       * with no token: only for a NATS server in operator mode where daemons hold the users auth issues
+       * (`POST /api/v1/auth/nats-users`), whose permissions the server enforces. Off: such subjects are not taken.
+       */
+      subject_identity: zBool().default(false),
     })
     .prefault({}),
 };

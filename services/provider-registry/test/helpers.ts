@@ -46,6 +46,8 @@ export async function migratedDatabase(url: string): Promise<Database<RegistryDB
 
 export interface HarnessOptions {
   config?: Record<string, unknown>;
+  /** `messaging.subject_identity`: heartbeats whose subject names their sender (default off). */
+  subjectIdentity?: boolean;
   /** Publish events to the test NATS (default true). */
   nats?: boolean;
   /** Publish to this NATS instead of the shared test server (a test's own, which it stops). */
@@ -83,6 +85,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
         heartbeats: `test.${suffix}.registry.heartbeats`,
       },
       stream: `TEST_REGISTRY_${suffix}`,
+      subject_identity: opts.subjectIdentity ?? false,
     },
     ...opts.config,
   });

@@ -298,6 +298,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/nats-users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A NATS user for a provider daemon's key
+         * @description A provider daemon's machine client only (403 otherwise). The user may publish heartbeats and usage reports on subjects that name its owner and its client (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<session ID>`) and take the answers to its requests (`_INBOX_<client>.>`), for `nats.user_ttl`. 400 when `public_key` is not an nkey user key; 401 CLIENT_REVOKED for a client revoked (or whose owner is no longer a provider); 404 NATS_USERS_DISABLED when this platform issues none.
+         */
+        post: operations["issueNatsUser"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/password": {
         parameters: {
             query?: never;
@@ -817,6 +837,21 @@ export interface components {
         /** @description Accepted: a mail is on its way (or, for an address without an account, nothing: the answer is the same) */
         MailAccepted: {
             message: string;
+        };
+        /** @description A provider daemon's NATS user */
+        NatsUser: {
+            /** @description RFC 3339, UTC: when the server stops admitting it (ask for the next one before) */
+            expires_at: string;
+            /** @description the user's JWT, signed by the platform account's signing key */
+            jwt: string;
+            /** @description the subjects it may publish on (the server refuses any other) */
+            publish: string[];
+            /** @description the subjects it may subscribe to (its own inbox prefix) */
+            subscribe: string[];
+        };
+        NatsUserRequest: {
+            /** @description the public key of an nkey user pair the daemon made (`U...`); its seed stays with the daemon */
+            public_key: string;
         };
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
@@ -1703,6 +1738,41 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    issueNatsUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NatsUserRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NatsUser"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -16,12 +16,17 @@ export {
 export { natsConnectedGauge, outboxMetrics } from './metrics.ts';
 export {
   createNatsTrust,
+  DAEMON_NATS_SUBJECTS,
+  type DaemonNatsSubjects,
+  daemonInboxPrefix,
+  daemonNatsPermissions,
   type NatsPermissions,
   type NatsTrust,
   natsPublicKeys,
   natsServerConfig,
   natsUserCreds,
   natsUserJwt,
+  parseNatsIssuer,
   parseNatsTrust,
 } from './nats-auth.ts';
 export {

@@ -129,21 +129,53 @@ export async function natsUserCreds(
   return new TextDecoder().decode(fmtCreds(jwt, user));
 }
 
-/** Reads a trust file's JSON, checking each seed is one. */
-export function parseNatsTrust(text: string): NatsTrust {
+/** The seeds of `fields` in a JSON file's text, each checked to be one (`what` names the file in errors). */
+function seedsOf<K extends keyof NatsTrust>(text: string, fields: readonly K[], what: string): Pick<NatsTrust, K> {
   const json = JSON.parse(text) as Partial<NatsTrust>;
-  const trust = {
-    operator: json.operator ?? '',
-    system_account: json.system_account ?? '',
-    account: json.account ?? '',
-    signer: json.signer ?? '',
-  };
-  for (const [name, seed] of Object.entries(trust)) {
+  const seeds = Object.fromEntries(fields.map((f) => [f, json[f] ?? ''])) as Pick<NatsTrust, K>;
+  for (const field of fields) {
     try {
-      keyOf(seed);
+      keyOf(seeds[field]);
     } catch {
-      throw new Error(`the NATS trust's ${name} is not an nkey seed`);
+      throw new Error(`the NATS ${what}'s ${field} is not an nkey seed`);
     }
   }
-  return trust;
+  return seeds;
+}
+
+/** The account seed and signing seed of a JSON file (a trust file, or one holding only those two). */
+export const parseNatsIssuer = (text: string) => seedsOf(text, ['account', 'signer'] as const, 'issuer');
+
+/** Reads a trust file's JSON, checking each seed is one. */
+export const parseNatsTrust = (text: string): NatsTrust =>
+  seedsOf(text, ['operator', 'system_account', 'account', 'signer'] as const, 'trust');
+
+/** The subject prefixes a provider daemon publishes on (the registry's heartbeats, billing's usage reports). */
+export interface DaemonNatsSubjects {
+  heartbeats: string;
+  usage: string;
+}
+
+export const DAEMON_NATS_SUBJECTS: DaemonNatsSubjects = { heartbeats: 'registry.heartbeats', usage: 'billing.usage' };
+
+/**
+ * Where a daemon's requests take their answers: an inbox prefix of its own (nats.js `inboxPrefix`), so that its user
+ * may subscribe to its answers and no one else's.
+ */
+export const daemonInboxPrefix = (client: string) => `_INBOX_${client}`;
+
+/**
+ * What a provider daemon's NATS user may do: publish heartbeats and usage reports on subjects that name its owner and
+ * itself (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<session ID>`), which the server
+ * enforces, so that a subscriber knows who sent a message from its subject; and take the answers to its own requests.
+ */
+export function daemonNatsPermissions(
+  identity: { owner: string; client: string },
+  subjects: DaemonNatsSubjects = DAEMON_NATS_SUBJECTS,
+): Required<NatsPermissions> {
+  const own = `${identity.owner}.${identity.client}`;
+  return {
+    publish: [`${subjects.heartbeats}.${own}.*`, `${subjects.usage}.${own}.*`],
+    subscribe: [`${daemonInboxPrefix(identity.client)}.>`],
+  };
 }

@@ -198,11 +198,7 @@ export async function grantClientToken(
   if (!client) refusal = 'unknown client';
   else if (client.revoked_at) refusal = 'revoked';
   else if (!secretValid(client, credentials.secret, now)) refusal = 'wrong secret';
-  else if (client.role === 'daemon') {
-    const owner = client.owner_id ? await findUserById(ctx.db, client.owner_id) : undefined;
-    if (!owner?.roles.includes('provider')) refusal = 'owner is no longer a provider';
-    else if (owner.epoch !== client.owner_epoch) refusal = "owner's account started afresh";
-  }
+  else refusal = await daemonOwnerRefusal(ctx, client);
   if (!client || refusal) {
     await ctx.limiter.hit(limits.token_failures_per_client, 'token-client', clientKey);
     await audit(
@@ -225,6 +221,30 @@ export async function grantClientToken(
     'client token issued',
   );
   return issued;
+}
+
+/**
+ * Why a daemon client may no longer act for its owner (the owner no longer a provider, or their account started
+ * afresh); undefined for a client that may, and for any other role.
+ */
+async function daemonOwnerRefusal(ctx: AuthContext, client: ClientRow): Promise<string | undefined> {
+  if (client.role !== 'daemon') return undefined;
+  const owner = client.owner_id ? await findUserById(ctx.db, client.owner_id) : undefined;
+  if (!owner?.roles.includes('provider')) return 'owner is no longer a provider';
+  if (owner.epoch !== client.owner_epoch) return "owner's account started afresh";
+  return undefined;
+}
+
+/**
+ * Why the client `id` may no longer act (revoked, unknown, or a daemon whose owner may no longer be served), as the
+ * client-credentials grant judges it; undefined while it may. A client's access token outlives its revocation by its
+ * short lifetime: what a client is given for longer asks this first.
+ */
+export async function clientRefusal(ctx: AuthContext, id: string): Promise<string | undefined> {
+  const client = UUID.test(id) ? await findClient(ctx.db, id) : undefined;
+  if (!client) return 'unknown client';
+  if (client.revoked_at) return 'revoked';
+  return daemonOwnerRefusal(ctx, client);
 }
 
 /** What a bootstrap entry names: `name:role`. */

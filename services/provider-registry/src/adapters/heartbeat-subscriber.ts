@@ -10,6 +10,11 @@
  * when that is a requester's inbox, `_INBOX.`...: never another subject) is the JSON of one result of POST /providers/heartbeats (`status_code` 200 with the status before and after, or the status
  * of its problem); with no instance subscribed the daemon hears "no responders" and falls back to HTTP.
  *
+ * **Subject identity** (`messaging.subject_identity`, for a NATS server in operator mode): a daemon holding the NATS
+ * user auth issued it may publish only on `<prefix>.<owner ID>.<client ID>.<provider ID>`, which the server
+ * enforces, so such a heartbeat needs no token: it is applied as that owner's daemon client's, and answered only on
+ * that client's own inbox (`_INBOX_<client ID>.`).
+ *
  * Access is as strict as over HTTP: the message carries its sender's access token in an `Authorization: Bearer
  * <token>` header, verified like a request's (the same JWKS and verified-token cache) as of now (a heartbeat is
  * never replayed later); the sender needs one of the roles that may manage machines and moves only its owner's
@@ -26,6 +31,7 @@ import {
   type Logger,
   messageTraceContext,
   type NatsPublisher,
+  type Principal,
   principalOf,
   statusOf,
   type TokenVerifier,
@@ -52,6 +58,8 @@ export interface HeartbeatSubscriberOptions {
   verifier: TokenVerifier | null;
   /** Subject prefix: heartbeats arrive on `<prefix>.<provider ID>`. */
   prefix: string;
+  /** Also take `<prefix>.<owner ID>.<client ID>.<provider ID>` as that daemon client's (NATS enforces who sends it). */
+  subjectIdentity?: boolean;
   /** Counts the heartbeats not applied, by reason (registered on the app before it is ready). */
   rejected: Counter<'reason'>;
   logger: Logger;
@@ -93,6 +101,18 @@ export function heartbeatRejectionCounter(): Counter<'reason'> {
  */
 const answersTo = (reply: string | undefined): boolean => reply?.startsWith('_INBOX.') === true;
 
+/** The daemon client a subject names (`<owner>.<client>.<provider>` after the prefix), as a principal. */
+function daemonOfSubject(owner: string, client: string): Principal {
+  return {
+    subject: client,
+    kind: 'client',
+    roles: ['daemon'],
+    actsFor: owner,
+    clientId: client,
+    tokenId: 'nats-subject',
+  };
+}
+
 /** How long `stop()` lets the subscription drain (a connection that is reconnecting never finishes). */
 const DRAIN_TIMEOUT_MS = 5_000;
 
@@ -103,15 +123,29 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   let inHand = 0;
   let drained: (() => void) | undefined;
 
+  /** The provider ID a heartbeat's subject names, and its sender when the subject names it too. */
+  function subjectOf(subject: string): { id: string; sender?: Principal } {
+    const parts = subject.slice(opts.prefix.length + 1).split('.');
+    const id = parts.at(-1) ?? '';
+    if (!UUID.test(id))
+      throw errors.validation('the subject names no provider ID', [{ path: 'subject', message: 'not a UUID' }]);
+    if (parts.length === 1) return { id };
+    const [owner = '', client = ''] = parts;
+    if (parts.length !== 3 || !opts.subjectIdentity || !UUID.test(owner) || !UUID.test(client)) {
+      throw errors.validation('the subject names no owner and daemon client', [{ path: 'subject', message: 'bad' }]);
+    }
+    return { id, sender: daemonOfSubject(owner, client) };
+  }
+
   /** Applies one heartbeat: the answer's JSON (one result of POST /providers/heartbeats). */
   async function apply(msg: Msg): Promise<object> {
     try {
-      const id = msg.subject.slice(opts.prefix.length + 1);
-      if (!UUID.test(id))
-        throw errors.validation('the subject names no provider ID', [{ path: 'subject', message: 'not a UUID' }]);
-      const sender = opts.verifier
-        ? principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined))
-        : UNCHECKED_PRINCIPAL;
+      const { id, sender: named } = subjectOf(msg.subject);
+      const sender =
+        named ??
+        (opts.verifier
+          ? principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined))
+          : UNCHECKED_PRINCIPAL);
       if (sender.scopes) throw errors.forbidden('an API key sends no heartbeat', 'INSUFFICIENT_SCOPE');
       if (!sender.unchecked && !hasRole(sender, ...MANAGING_ROLES)) {
         throw errors.forbidden(`this action requires the role ${MANAGING_ROLES.join(' or ')}`, 'ROLE_REQUIRED');
@@ -154,36 +188,49 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
       }
     }
   };
-  const subscription: Subscription = opts.connection.subscribe(`${opts.prefix}.*`, {
-    queue: HEARTBEAT_QUEUE,
-    callback: (err, msg) => {
-      if (err) {
-        opts.logger.warn({ err: err.message }, 'heartbeat subscription error');
-        return;
-      }
-      inHand++;
-      // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
-      void inSpanOf(
-        messageTraceContext(msg.headers),
-        `process ${msg.subject}`,
-        {
-          kind: 'consumer',
-          tracer: 'heartbeat subscriber',
-          attributes: { 'messaging.destination.name': msg.subject },
-          untraced: 'new',
-        },
-        () => apply(msg),
-      ).then((answer) => {
-        if (answersTo(msg.reply) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
-        if (--inHand === 0) drained?.();
-      });
-    },
-  });
-  opts.logger.info({ subject: `${opts.prefix}.*`, queue: HEARTBEAT_QUEUE }, 'taking heartbeats over NATS');
+  /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */
+  const answerTo = (msg: Msg): boolean => {
+    if (!msg.reply) return false;
+    const parts = msg.subject.slice(opts.prefix.length + 1).split('.');
+    if (parts.length === 3) return opts.subjectIdentity === true && msg.reply.startsWith(`_INBOX_${parts[1]}.`);
+    return answersTo(msg.reply);
+  };
+  const take = (err: Error | null, msg: Msg) => {
+    if (err) {
+      opts.logger.warn({ err: err.message }, 'heartbeat subscription error');
+      return;
+    }
+    inHand++;
+    // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
+    void inSpanOf(
+      messageTraceContext(msg.headers),
+      `process ${msg.subject}`,
+      {
+        kind: 'consumer',
+        tracer: 'heartbeat subscriber',
+        attributes: { 'messaging.destination.name': msg.subject },
+        untraced: 'new',
+      },
+      () => apply(msg),
+    ).then((answer) => {
+      if (answerTo(msg) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+      if (--inHand === 0) drained?.();
+    });
+  };
+  const subscriptions: Subscription[] = [
+    opts.connection.subscribe(`${opts.prefix}.*`, { queue: HEARTBEAT_QUEUE, callback: take }),
+    ...(opts.subjectIdentity
+      ? [opts.connection.subscribe(`${opts.prefix}.*.*.*`, { queue: HEARTBEAT_QUEUE, callback: take })]
+      : []),
+  ];
+  opts.logger.info(
+    { subject: `${opts.prefix}.*`, subject_identity: opts.subjectIdentity === true, queue: HEARTBEAT_QUEUE },
+    'taking heartbeats over NATS',
+  );
 
   return {
     async stop() {
-      const draining = subscription.drain().catch(() => subscription.unsubscribe());
+      const draining = Promise.all(subscriptions.map((s) => s.drain().catch(() => s.unsubscribe())));
       await Promise.race([draining, new Promise((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref())]);
       if (inHand > 0) await new Promise<void>((resolve) => (drained = resolve));
       sendAnswers();

@@ -1,0 +1,144 @@
+import { readFileSync } from 'node:fs';
+import { daemonNatsPermissions, natsUserJwt, parseNatsIssuer } from '@gpu/common';
+import { type Caller, testEnv } from '@gpu/common/testing';
+import { createUser } from '@nats-io/nkeys';
+import { connect, jwtAuthenticator, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Harness, providerBody, startHarness } from './helpers.ts';
+
+let h: Harness;
+let platform: NatsConnection;
+const open: NatsConnection[] = [];
+
+beforeAll(async () => {
+  h = await startHarness({ takeHeartbeats: true, subjectIdentity: true });
+  platform = await connect(testEnv.natsConnectOptions());
+});
+afterAll(async () => {
+  for (const nc of open) await nc.close().catch(() => {});
+  await platform?.close();
+  await h?.close();
+  await h?.testDb.drop();
+});
+
+const prefix = () => h.config.messaging.subjects.heartbeats;
+
+/** A provider, a daemon client of theirs, and a machine that daemon registered (bound to it). */
+async function rig() {
+  const owner = await h.issuer.user(['provider']);
+  const daemon = await h.issuer.client('daemon', owner.id);
+  const res = await h.app.inject({
+    method: 'POST',
+    url: '/providers',
+    headers: daemon.headers,
+    payload: providerBody({ owner_id: owner.id }),
+  });
+  expect(res.statusCode, res.body).toBe(201);
+  return { owner, daemon, machine: res.json().id as string };
+}
+
+/** The daemon's NATS connection with the user auth would issue it (its permissions under this test's prefix). */
+async function daemonConnection(owner: Caller, daemon: Caller) {
+  const key = createUser();
+  const jwt = await natsUserJwt(
+    parseNatsIssuer(readFileSync(testEnv.natsTrust, 'utf8')),
+    'daemon',
+    key.getPublicKey(),
+    {
+      permissions: daemonNatsPermissions({ owner: owner.id, client: daemon.id }, { heartbeats: prefix(), usage: 'x' }),
+      expiresInSeconds: 300,
+    },
+  );
+  const nc = await connect({
+    servers: testEnv.natsUrl,
+    authenticator: jwtAuthenticator(jwt, key.getSeed()),
+    inboxPrefix: `_INBOX_${daemon.id}`,
+    maxReconnectAttempts: 0,
+  });
+  open.push(nc);
+  return nc;
+}
+
+const lastSeen = async (id: string) =>
+  (
+    await h.database.db
+      .selectFrom('provider_liveness')
+      .select('last_seen_at')
+      .where('provider_id', '=', id)
+      .executeTakeFirstOrThrow()
+  ).last_seen_at;
+
+async function firstStatus(nc: NatsConnection, match: (s: Status) => boolean): Promise<Status> {
+  for await (const s of nc.status()) if (match(s)) return s;
+  throw new Error('the connection closed before the status came');
+}
+
+describe('heartbeats whose subject names their sender', () => {
+  it("beats the daemon's own machine with no token, answered on its own inbox", async () => {
+    const { owner, daemon, machine } = await rig();
+    const nc = await daemonConnection(owner, daemon);
+    const before = await lastSeen(machine);
+    const answer = await nc.request(`${prefix()}.${owner.id}.${daemon.id}.${machine}`, '', { timeout: 5000 });
+    expect(answer.json()).toMatchObject({ status_code: 200, id: machine, status: 'idle' });
+    expect((await lastSeen(machine)).getTime()).toBeGreaterThan(new Date(before).getTime());
+    // Published without asking: applied all the same.
+    const seen = await lastSeen(machine);
+    nc.publish(`${prefix()}.${owner.id}.${daemon.id}.${machine}`);
+    await expect
+      .poll(async () => (await lastSeen(machine)).getTime(), { timeout: 10_000 })
+      .toBeGreaterThan(seen.getTime());
+  });
+
+  it("cannot beat another owner's machine: the server refuses the subject, and nothing moves", async () => {
+    const mine = await rig();
+    const theirs = await rig();
+    const nc = await daemonConnection(mine.owner, mine.daemon);
+    const before = await lastSeen(theirs.machine);
+    const refused = firstStatus(nc, (s) => s.type === 'error');
+    const subject = `${prefix()}.${theirs.owner.id}.${theirs.daemon.id}.${theirs.machine}`;
+    nc.publish(subject);
+    nc.publish(`${prefix()}.${theirs.machine}`);
+    expect(await refused).toMatchObject({
+      type: 'error',
+      error: { name: 'PermissionViolationError', operation: 'publish', subject },
+    });
+    // Its own subject naming their machine passes the server, and the registry refuses it (not its owner's).
+    const answer = await nc.request(`${prefix()}.${mine.owner.id}.${mine.daemon.id}.${theirs.machine}`, '', {
+      timeout: 5000,
+    });
+    expect(answer.json()).toMatchObject({ status_code: 403, problem: { code: 'NOT_PROVIDER_OWNER' } });
+    expect(await lastSeen(theirs.machine)).toEqual(before);
+  });
+
+  it("keeps a machine to the daemon it is bound to, and answers no inbox but the named client's", async () => {
+    const { owner, machine } = await rig();
+    const other = await h.issuer.client('daemon', owner.id);
+    const before = await lastSeen(machine);
+    // The platform's own user may publish anywhere: as another daemon of the owner, its reply subject is not that
+    // client's inbox, so no answer comes, and the binding refuses the beat.
+    const direct = await platform.request(`${prefix()}.${owner.id}.${other.id}.${machine}`, '', { timeout: 1500 }).then(
+      () => 'answered',
+      () => 'unanswered',
+    );
+    expect(direct).toBe('unanswered');
+    const nc = await daemonConnection(owner, other);
+    const refused = await nc.request(`${prefix()}.${owner.id}.${other.id}.${machine}`, '', { timeout: 5000 });
+    expect(refused.json()).toMatchObject({ status_code: 403, problem: { code: 'NOT_MACHINE_DAEMON' } });
+    expect(await lastSeen(machine)).toEqual(before);
+  });
+
+  it('is not taken by a registry without the setting', async () => {
+    const plain = await startHarness({ testDb: h.testDb, takeHeartbeats: true });
+    try {
+      const { owner, daemon, machine } = await rig();
+      const subject = `${plain.config.messaging.subjects.heartbeats}.${owner.id}.${daemon.id}.${machine}`;
+      const outcome = await platform.request(subject, '', { timeout: 1500 }).then(
+        () => 'answered',
+        (err: Error) => err.message,
+      );
+      expect(outcome).toMatch(/no responders|timeout/i);
+    } finally {
+      await plain.close();
+    }
+  });
+});
