@@ -238,6 +238,28 @@ export function messagingShape<S extends Record<string, string>>(defaults: { str
 }
 
 /**
+ * `subject_identity` of a messaging section: take messages on subjects that name their sender
+ * (`<prefix>.<owner ID>.<client ID>.<...>`, a provider daemon's NATS user: `messaging/nats-auth.ts`) as that sender's,
+ * with no token. Safe only where the NATS server enforces who may publish there, so only with credentials (a server
+ * in operator mode): `checkSubjectIdentity` refuses it otherwise.
+ */
+export const subjectIdentityShape = () => ({ subject_identity: zBool().default(false) });
+
+/** A refinement of a messaging section with `subjectIdentityShape`: no trusted subjects on a server that admits anyone. */
+export function checkSubjectIdentity(
+  m: { subject_identity: boolean; nats_url: string; nats_credentials: string },
+  ctx: z.RefinementCtx,
+): void {
+  if (m.subject_identity && m.nats_url && !m.nats_credentials) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['subject_identity'],
+      message: 'needs messaging.nats_credentials: a NATS server in operator mode, which enforces who may publish',
+    });
+  }
+}
+
+/**
  * A service's own machine client at the auth service, for the calls it makes to another service: where to get its
  * token (`auth_url`), and its credentials (`client_id` and `client_secret`, or `credentials_file`, a JSON file
  * `{client_id, client_secret}` as auth's bootstrap writes it, read when first needed).

@@ -49,6 +49,7 @@ export {
   baseConfigSchema,
   baseConfigShape,
   baseEnvAliases,
+  checkSubjectIdentity,
   databaseEnvAliases,
   databaseShape,
   logLevels,
@@ -57,6 +58,7 @@ export {
   messagingShape,
   migrationShape,
   registrySchema,
+  subjectIdentityShape,
   zBool,
   zInt,
   zList,
@@ -193,6 +195,8 @@ export {
   type Settlement,
   startBusConsumer,
   startDurableConsumer,
+  subjectPrincipal,
+  subjectSender,
 } from './messaging/index.ts';
 export {
   BUCKET_NAME_PATTERN,

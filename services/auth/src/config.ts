@@ -201,7 +201,7 @@ export const authConfigSchema = z.object({
       verify_on_register: zBool().default(true),
     })
     .prefault({}),
-  /** Provider daemons' NATS users (domain/nats-users.ts), for a NATS server in operator mode. */
+  /** Provider daemons' NATS users (domain/nats-users/), for a NATS server in operator mode. */
   nats: z
     .object({
       /**

@@ -151,6 +151,7 @@ export async function startBackground(
           ctx,
           verifier,
           prefix: config.messaging.subjects.usage,
+          subjectIdentity: config.messaging.subject_identity,
           stream: config.messaging.usage_stream,
           durable: config.messaging.usage_consumer,
           ackWaitMs: durationMs(config.messaging.usage_ack_wait),

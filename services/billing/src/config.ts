@@ -8,6 +8,7 @@ import {
   auditSchema,
   baseConfigShape,
   baseEnvAliases,
+  checkSubjectIdentity,
   DEFAULT_BASE_RATES,
   DEFAULT_POWER_RATE_PER_WATT_HOUR,
   DEFAULT_VRAM_RATE_PER_GB_HOUR,
@@ -19,6 +20,7 @@ import {
   messagingShape,
   migrationShape,
   parseDuration,
+  subjectIdentityShape,
   zBool,
   zDuration,
   zInt,
@@ -315,7 +317,13 @@ export const billingConfigSchema = z.object({
       storage_usage_stream: z.string().min(1).default('STORAGE_USAGE'),
       /** Billing's durable consumer of the storage service's usage reports on it. */
       storage_usage_consumer: z.string().min(1).default('billing-storage-usage'),
+      /**
+       * Take usage reports on `<usage>.<owner ID>.<client ID>.<session ID>` as sent by that owner's daemon client, with
+       * no token: only for a NATS server in operator mode where daemons hold the users auth issues.
+       */
+      ...subjectIdentityShape(),
     })
+    .superRefine(checkSubjectIdentity)
     .prefault({}),
 });
 

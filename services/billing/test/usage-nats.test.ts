@@ -1,6 +1,17 @@
 /** Usage updates over real NATS JetStream: a durable consumer, duplicates, redelivery, poison messages. */
-import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { readFileSync } from 'node:fs';
+import {
+  connectPublisher,
+  createLogger,
+  daemonNatsPermissions,
+  type NatsPublisher,
+  natsUserJwt,
+  parseNatsIssuer,
+  UNCHECKED_PRINCIPAL,
+} from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
+import { createUser } from '@nats-io/nkeys';
+import { connect, jwtAuthenticator } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
 import { applyUsageUpdate } from '../src/domain/sessions/usage-updates.ts';
@@ -194,6 +205,78 @@ describe('usage over NATS', () => {
       expect(seen).toEqual({ unauthenticated: 3, forbidden: 2 });
     } finally {
       await consumer.stop();
+    }
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
+  });
+
+  it("takes a report whose subject names its sender, with no token, from the daemon's own NATS user only", async () => {
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const prefix = `test.usage.${suffix}`;
+    const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
+    const renter = await h.issuer.user(['renter']);
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const stranger = await h.issuer.user(['provider']);
+    const strangerDaemon = await h.issuer.client('daemon', stranger.id);
+    const p = await ownedParties(h, '10', renter.id, owner.id);
+    const id = (await start(h, startBody(p, H100_X1))).json().session.id;
+    clock.advance(2 * 60_000);
+    const body = (messageId: string) =>
+      JSON.stringify({
+        session_id: id,
+        timestamp: clock.now().toISOString(),
+        gpu_utilization: 50,
+        power_draw_w: 200,
+        message_id: messageId,
+      });
+    // The NATS user auth issues the daemon: it may publish only on its own owner's and its own client's subjects.
+    const key = createUser();
+    const jwt = await natsUserJwt(
+      parseNatsIssuer(readFileSync(testEnv.natsTrust, 'utf8')),
+      'daemon',
+      key.getPublicKey(),
+      {
+        permissions: daemonNatsPermissions({ owner: owner.id, client: daemon.id }, { heartbeats: 'x', usage: prefix }),
+        expiresInSeconds: 300,
+      },
+    );
+    const own = await connect({ servers: testEnv.natsUrl, authenticator: jwtAuthenticator(jwt, key.getSeed()) });
+    const consumer = await startUsageConsumer({
+      connection: publisher.connection,
+      ctx: h.ctx,
+      verifier: h.app.tokenVerifier,
+      prefix,
+      subjectIdentity: true,
+      logger,
+      stream: `USAGE_${suffix}`,
+      durable: 'billing-usage',
+    });
+    try {
+      const refused = (async () => {
+        for await (const s of own.status()) if (s.type === 'error') return s;
+      })();
+      // Its own subject, no token: applied. Another owner's subject: the server refuses it.
+      own.publish(`${prefix}.${owner.id}.${daemon.id}.${id}`, body('own'));
+      const theirs = `${prefix}.${stranger.id}.${strangerDaemon.id}.${id}`;
+      own.publish(theirs, body('theirs'));
+      expect(await refused).toMatchObject({ error: { name: 'PermissionViolationError', subject: theirs } });
+      await own.flush();
+      // A platform user may publish anywhere: as another owner's daemon it is refused by the session's rule.
+      await publisher.publish(theirs, JSON.parse(body('stranger')), { msgId: 'stranger' });
+      const rejected = consumer.metrics[0]!;
+      const counts = async () =>
+        Object.fromEntries((await rejected.get()).values.map((v) => [String(v.labels.reason), v.value]));
+      await until(counts, (c) => (c.forbidden ?? 0) >= 1);
+      await until(
+        () => records(id),
+        (r) => r.length >= 1,
+      );
+      expect((await records(id)).map((r) => r.message_id)).toEqual(['own']);
+      expect(await counts()).toEqual({ forbidden: 1 });
+    } finally {
+      await consumer.stop();
+      await own.close();
     }
     const { jetstreamManager } = await import('@nats-io/jetstream');
     await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);

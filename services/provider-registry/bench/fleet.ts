@@ -11,6 +11,7 @@
  *   through a bare `pg` pool from this process, on batches of the service's size, no HTTP or NATS.
  */
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '@gpu/bench-kit';
@@ -38,6 +39,11 @@ export interface FleetJob {
   answerEvery: number;
   /** The service's count of heartbeats written so far (its metrics). */
   written: () => Promise<number>;
+  /**
+   * Send as daemons holding NATS users auth issued (the service's `messaging.subject_identity` on): each owner's
+   * heartbeats on subjects naming the owner and a daemon client of theirs, with no token.
+   */
+  subjectIdentity?: boolean;
   servicePid: number;
 }
 
@@ -84,6 +90,8 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
       seconds: job.seconds,
       metricsEvery: job.metricsEvery,
       answerEvery: job.answerEvery,
+      // A daemon client ID per owner (the machines are bound to none, so any daemon of the owner may beat them).
+      identities: job.subjectIdentity ? owners.map((o) => [o, randomUUID()]) : undefined,
     }),
   );
   const writtenBefore = await job.written();

@@ -27,6 +27,11 @@ interface Job {
   metricsEvery: number;
   /** The daemon's `heartbeat_answer_every`. */
   answerEvery: number;
+  /**
+   * Subject identity (the registry's `messaging.subject_identity`): per owner, `[owner ID, daemon client ID]`; each
+   * heartbeat then goes on `<prefix>.<owner>.<client>.<provider ID>` with no token, answered on that client's inbox.
+   */
+  identities?: [string, string][];
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
@@ -48,10 +53,13 @@ let refused = 0;
 let asked = 0;
 // Per machine, its heartbeats since the last that asked (as the daemon counts them; machines start half-way).
 const unanswered = Uint8Array.from(job.machines, (_, i) => i % Math.max(1, job.answerEvery));
-const inbox = `_INBOX.bench-${Math.random().toString(36).slice(2)}`;
-const answers = nc.subscribe(`${inbox}.*`, {
+const run = `bench-${Math.random().toString(36).slice(2)}`;
+const inbox = `_INBOX.${run}`;
+// With subject identity each answer comes to its client's own inbox, `_INBOX_<client>.<run>.<n>`.
+const clientInbox = job.identities?.map(([, client]) => `_INBOX_${client}.${run}`);
+const answers = nc.subscribe(clientInbox ? `*.${run}.*` : `${inbox}.*`, {
   callback: (_err, msg) => {
-    const n = Number(msg.subject.slice(inbox.length + 1));
+    const n = Number(msg.subject.slice(msg.subject.lastIndexOf('.') + 1));
     latencies.push(performance.now() - sentAt[n]!);
     // Every answer starts with its status: `{"status_code":200,...`.
     if (msg.data[15] === 50 && msg.data[16] === 48 && msg.data[17] === 48) ok++;
@@ -76,13 +84,16 @@ while (n < total) {
       ? JSON.stringify({ gpu_metrics: [{ index: 0, utilization_gpu: n % 101, temperature: 30 + (n % 60) }] })
       : empty;
     sentAt[n] = performance.now();
+    const identity = job.identities?.[owner];
+    const subject = identity ? `${job.prefix}.${identity[0]}.${identity[1]}.${id}` : `${job.prefix}.${id}`;
+    const headers = identity ? undefined : hdrs[owner];
     if (metrics || unanswered[m]! + 1 >= job.answerEvery) {
       unanswered[m] = 0;
       asked++;
-      nc.publish(`${job.prefix}.${id}`, body, { headers: hdrs[owner]!, reply: `${inbox}.${n}` });
+      nc.publish(subject, body, { headers, reply: `${clientInbox?.[owner] ?? inbox}.${n}` });
     } else {
       unanswered[m]!++;
-      nc.publish(`${job.prefix}.${id}`, body, { headers: hdrs[owner]! });
+      nc.publish(subject, body, headers ? { headers } : undefined);
     }
   }
   await new Promise((r) => setTimeout(r, 2));

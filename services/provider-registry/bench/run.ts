@@ -114,6 +114,8 @@ async function startService(databaseUrl: string): Promise<ChildProcess> {
       DATABASE_URL: databaseUrl,
       NATS_URL: process.env.TEST_NATS_URL ?? '',
       NATS_CREDENTIALS: process.env.TEST_NATS_CREDS ?? '',
+      // Heartbeats whose subject names their sender: the test NATS server runs in operator mode, as this needs.
+      REGISTRY__MESSAGING__SUBJECT_IDENTITY: 'true',
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',
@@ -458,16 +460,23 @@ async function main() {
     const written = async () => (await heartbeatBatches()).items;
     // As the daemon sends them (an answer asked every other beat and with metrics), at the fleet's rate and at half of
     // it; then a request for every heartbeat (`heartbeat_answer_every: 1`), at the fleet's rate.
-    const natsRuns: [number, number, string][] = [
-      [FLEET_RATE, ANSWER_EVERY, `NATS as the daemon sends (\`heartbeat_answer_every: ${ANSWER_EVERY}\`)`],
+    const natsRuns: [number, number, string, boolean][] = [
+      [FLEET_RATE, ANSWER_EVERY, `NATS as the daemon sends (\`heartbeat_answer_every: ${ANSWER_EVERY}\`)`, false],
       [
         Math.round(FLEET_RATE / 2),
         ANSWER_EVERY,
         `NATS as the daemon sends (\`heartbeat_answer_every: ${ANSWER_EVERY}\`)`,
+        false,
       ],
-      [FLEET_RATE, 1, 'NATS, a request per heartbeat (`heartbeat_answer_every: 1`)'],
+      [FLEET_RATE, 1, 'NATS, a request per heartbeat (`heartbeat_answer_every: 1`)', false],
+      [
+        FLEET_RATE,
+        ANSWER_EVERY,
+        'NATS as the daemon sends, on subjects naming the sender (`subject_identity`: no token)',
+        true,
+      ],
     ];
-    for (const [rate, answerEvery, label] of natsRuns) {
+    for (const [rate, answerEvery, label, subjectIdentity] of natsRuns) {
       const before = await heartbeatBatches();
       const r = await fleetOverNats(
         {
@@ -479,6 +488,7 @@ async function main() {
           seconds: FLEET_SECONDS,
           metricsEvery: METRICS_EVERY,
           answerEvery,
+          subjectIdentity,
           written,
           servicePid: child.pid!,
         },
@@ -486,7 +496,7 @@ async function main() {
       );
       const after = await heartbeatBatches();
       const batch = (after.items - before.items) / Math.max(1, after.batches - before.batches);
-      if (rate === FLEET_RATE && answerEvery === ANSWER_EVERY) meanBatch = batch;
+      if (rate === FLEET_RATE && answerEvery === ANSWER_EVERY && !subjectIdentity) meanBatch = batch;
       row(label, rate, r, batch);
     }
     for (const rate of [FLEET_RATE, Math.round(FLEET_RATE / 2)]) {
@@ -539,7 +549,10 @@ with its owner's daemon token (verified as any request's), while this process ru
 (\`${scheduler}\`) with one client. Over NATS, a load generator of its own process sends each heartbeat on
 \`registry.heartbeats.<provider ID>\` as the provider daemon does: one in ${METRICS_EVERY} with its first GPU's metrics (new values each
 time: the daemon sends metrics that moved), and as a request (with a reply subject) only when it carries metrics or when
-the machine's last one was published unanswered (the daemon's \`heartbeat_answer_every\`, ${ANSWER_EVERY} by default), else published;
+the machine's last one was published unanswered (the daemon's \`heartbeat_answer_every\`, ${ANSWER_EVERY} by default), else published; the
+last NATS row sends as daemons holding the NATS users auth issues, each heartbeat on
+\`registry.heartbeats.<owner ID>.<client ID>.<provider ID>\` with no token (the registry's \`messaging.subject_identity\`; the test
+NATS server runs in operator mode and enforces who may publish there);
 over HTTP, this process sends \`POST /providers/heartbeats\` with ${httpBatch} machines of one owner each (a daemon or relay for many
 machines), every one answered. "Applied" is what the registry wrote (its count of heartbeats written), from the
 first send to the last write; CPU per heartbeat applied, by process, from /proc (µs; "load" is the sender, over HTTP

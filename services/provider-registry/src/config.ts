@@ -10,13 +10,14 @@ import {
   baseConfigShape,
   baseEnvAliases,
   ConfigError,
+  checkSubjectIdentity,
   databaseEnvAliases,
   databaseShape,
   durationMs,
   loadConfig,
   messagingEnvAliases,
   messagingShape,
-  zBool,
+  subjectIdentityShape,
   zDuration,
   zInt,
 } from '@gpu/common';
@@ -131,10 +132,11 @@ const registryShape = {
       /**
        * Take heartbeats on `<heartbeats>.<owner ID>.<client ID>.<provider ID>` as sent by that owner's daemon client,
        * with no token: only for a NATS server in operator mode where daemons hold the users auth issues
-       * (`POST /api/v1/auth/nats-users`), whose permissions the server enforces. Off: such subjects are not taken.
+       * (`POST /api/v1/auth/nats-users`), whose permissions the server enforces.
        */
-      subject_identity: zBool().default(false),
+      ...subjectIdentityShape(),
     })
+    .superRefine(checkSubjectIdentity)
     .prefault({}),
 };
 

@@ -113,4 +113,13 @@ describe('configuration', () => {
       /secrets file/,
     );
   });
+
+  it('trusts a heartbeat subject only with NATS credentials (a server in operator mode)', () => {
+    const identity = { NATS_URL: 'nats://n:4222', REGISTRY__MESSAGING__SUBJECT_IDENTITY: 'true' };
+    expect(() => loadRegistryConfig(identity)).toThrow(/subject_identity.*nats_credentials/s);
+    expect(loadRegistryConfig({ ...identity, NATS_CREDENTIALS: '/run/nats/registry.creds' }).messaging).toMatchObject({
+      subject_identity: true,
+      nats_credentials: '/run/nats/registry.creds',
+    });
+  });
 });

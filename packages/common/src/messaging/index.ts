@@ -28,6 +28,8 @@ export {
   natsUserJwt,
   parseNatsIssuer,
   parseNatsTrust,
+  subjectPrincipal,
+  subjectSender,
 } from './nats-auth.ts';
 export {
   eventBody,

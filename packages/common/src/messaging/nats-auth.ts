@@ -12,6 +12,7 @@
  */
 import { encodeAccount, encodeOperator, encodeUser, fmtCreds } from '@nats-io/jwt';
 import { createAccount, createOperator, createUser, fromSeed, type KeyPair } from '@nats-io/nkeys';
+import type { Principal } from '../auth/principal.ts';
 
 /** The platform's NATS keys, as seeds (secrets: whoever holds `signer` can issue any user of the account). */
 export interface NatsTrust {
@@ -177,5 +178,34 @@ export function daemonNatsPermissions(
   return {
     publish: [`${subjects.heartbeats}.${own}.*`, `${subjects.usage}.${own}.*`],
     subscribe: [`${daemonInboxPrefix(identity.client)}.>`],
+  };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The sender a subject names, `<prefix>.<owner ID>.<client ID>.<id>` (a daemon's NATS user may publish only there:
+ * `daemonNatsPermissions`), and its last token; undefined for a subject of any other shape.
+ */
+export function subjectSender(
+  prefix: string,
+  subject: string,
+): { owner: string; client: string; id: string } | undefined {
+  if (!subject.startsWith(`${prefix}.`)) return undefined;
+  const parts = subject.slice(prefix.length + 1).split('.');
+  if (parts.length !== 3) return undefined;
+  const [owner = '', client = '', id = ''] = parts;
+  return UUID.test(owner) && UUID.test(client) ? { owner, client, id } : undefined;
+}
+
+/** The principal of the daemon client a subject names: no token, the NATS server vouched for who published it. */
+export function subjectPrincipal(sender: { owner: string; client: string }): Principal {
+  return {
+    subject: sender.client,
+    kind: 'client',
+    roles: ['daemon'],
+    actsFor: sender.owner,
+    clientId: sender.client,
+    tokenId: 'nats-subject',
   };
 }

@@ -1,12 +1,12 @@
 /**
  * /api/v1/auth/nats-users: a provider daemon's NATS user, for a NATS server in operator mode
- * (domain/nats-users.ts). Only a daemon's machine client asks, for a key of its own.
+ * (domain/nats-users/). Only a daemon's machine client asks, for a key of its own.
  */
 import type { App } from '@gpu/common';
 import { callerOf } from '@gpu/common';
 import { z } from 'zod';
 import type { AuthContext } from '../domain/context.ts';
-import { issueDaemonNatsUser } from '../domain/nats-users.ts';
+import { issueDaemonNatsUser } from '../domain/nats-users/index.ts';
 import { problems, schemas } from './schemas.ts';
 
 const natsUserSchema = z

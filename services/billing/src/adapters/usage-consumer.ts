@@ -11,13 +11,22 @@
  * must be allowed to report the session (the provider owner's daemon, an admin
  * or a service), exactly as over HTTP. A message without a valid token is
  * rejected and counted (`billing_usage_messages_rejected_total{reason}`),
- * never applied. Malformed messages, rejected ones and updates for unknown or
+ * never applied. With `subjectIdentity`, a message on `<prefix>.<owner ID>.<client ID>.<session_id>` (a daemon's
+ * NATS user may publish only on its own owner's and its own client's: auth's NATS users) needs no token and is that
+ * daemon client's. Malformed messages, rejected ones and updates for unknown or
  * ended sessions are terminated and logged (never redelivered forever); other
  * failures (the database away) are nak'ed and retried later.
  */
 
 import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
-import { type DurableConsumer, isRefusal, type Logger, startDurableConsumer } from '@gpu/common';
+import {
+  type DurableConsumer,
+  isRefusal,
+  type Logger,
+  startDurableConsumer,
+  subjectPrincipal,
+  subjectSender,
+} from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
@@ -42,6 +51,11 @@ export interface UsageConsumerOptions {
   verifier: TokenVerifier | null;
   /** Subject prefix: messages arrive on `<prefix>.<session_id>`. */
   prefix: string;
+  /**
+   * Also take `<prefix>.<owner ID>.<client ID>.<session_id>` as that daemon client's, with no token
+   * (`messaging.subject_identity`: the NATS server enforced who published it).
+   */
+  subjectIdentity?: boolean;
   logger: Logger;
   stream?: string;
   durable?: string;
@@ -90,14 +104,15 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
 
 async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<Settlement> {
-  if (msg.subject !== `${opts.prefix}.${body.session_id}`) {
+  const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+  if ((named?.id ?? msg.subject.slice(opts.prefix.length + 1)) !== body.session_id) {
     opts.logger.warn({ err: `subject ${msg.subject} names another session` }, 'malformed usage message dropped');
     opts.rejected.inc({ reason: 'malformed' });
     return 'term';
   }
   let sender: Principal;
   try {
-    sender = await senderOf(opts, msg);
+    sender = named ? subjectPrincipal(named) : await senderOf(opts, msg);
   } catch (err) {
     if (!isRefusal(err)) {
       // The JWKS could not be fetched: not the sender's fault, try again later.

@@ -24,6 +24,7 @@
  */
 import {
   type AppError,
+  daemonInboxPrefix,
   errors,
   hasRole,
   inSpanOf,
@@ -34,6 +35,8 @@ import {
   type Principal,
   principalOf,
   statusOf,
+  subjectPrincipal,
+  subjectSender,
   type TokenVerifier,
   toAppError,
   UNCHECKED_PRINCIPAL,
@@ -101,18 +104,6 @@ export function heartbeatRejectionCounter(): Counter<'reason'> {
  */
 const answersTo = (reply: string | undefined): boolean => reply?.startsWith('_INBOX.') === true;
 
-/** The daemon client a subject names (`<owner>.<client>.<provider>` after the prefix), as a principal. */
-function daemonOfSubject(owner: string, client: string): Principal {
-  return {
-    subject: client,
-    kind: 'client',
-    roles: ['daemon'],
-    actsFor: owner,
-    clientId: client,
-    tokenId: 'nats-subject',
-  };
-}
-
 /** How long `stop()` lets the subscription drain (a connection that is reconnecting never finishes). */
 const DRAIN_TIMEOUT_MS = 5_000;
 
@@ -125,16 +116,11 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
 
   /** The provider ID a heartbeat's subject names, and its sender when the subject names it too. */
   function subjectOf(subject: string): { id: string; sender?: Principal } {
-    const parts = subject.slice(opts.prefix.length + 1).split('.');
-    const id = parts.at(-1) ?? '';
+    const named = opts.subjectIdentity ? subjectSender(opts.prefix, subject) : undefined;
+    const id = named?.id ?? subject.slice(opts.prefix.length + 1);
     if (!UUID.test(id))
       throw errors.validation('the subject names no provider ID', [{ path: 'subject', message: 'not a UUID' }]);
-    if (parts.length === 1) return { id };
-    const [owner = '', client = ''] = parts;
-    if (parts.length !== 3 || !opts.subjectIdentity || !UUID.test(owner) || !UUID.test(client)) {
-      throw errors.validation('the subject names no owner and daemon client', [{ path: 'subject', message: 'bad' }]);
-    }
-    return { id, sender: daemonOfSubject(owner, client) };
+    return named ? { id, sender: subjectPrincipal(named) } : { id };
   }
 
   /** Applies one heartbeat: the answer's JSON (one result of POST /providers/heartbeats). */
@@ -190,10 +176,8 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   };
   /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */
   const answerTo = (msg: Msg): boolean => {
-    if (!msg.reply) return false;
-    const parts = msg.subject.slice(opts.prefix.length + 1).split('.');
-    if (parts.length === 3) return opts.subjectIdentity === true && msg.reply.startsWith(`_INBOX_${parts[1]}.`);
-    return answersTo(msg.reply);
+    const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+    return named ? msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) === true : answersTo(msg.reply);
   };
   const take = (err: Error | null, msg: Msg) => {
     if (err) {

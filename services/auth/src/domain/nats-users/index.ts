@@ -8,8 +8,8 @@
 import { readFileSync } from 'node:fs';
 import { daemonNatsPermissions, durationMs, errors, natsUserJwt, type Principal, parseNatsIssuer } from '@gpu/common';
 import { fromPublic } from '@nats-io/nkeys';
-import { clientRefusal } from './clients.ts';
-import type { AuthContext } from './context.ts';
+import { clientRefusal } from '../clients.ts';
+import type { AuthContext } from '../context.ts';
 
 export interface NatsUser {
   jwt: string;
