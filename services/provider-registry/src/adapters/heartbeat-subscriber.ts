@@ -114,9 +114,11 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   let inHand = 0;
   let drained: (() => void) | undefined;
 
-  /** The provider ID a heartbeat's subject names, and its sender when the subject names it too. */
-  function subjectOf(subject: string): { id: string; sender?: Principal } {
-    const named = opts.subjectIdentity ? subjectSender(opts.prefix, subject) : undefined;
+  /** The sender a heartbeat's subject names (with `subjectIdentity` only), parsed once per message. */
+  type Named = ReturnType<typeof subjectSender>;
+
+  /** The provider ID a heartbeat's subject names, and its sender when the subject names it too (`named`). */
+  function subjectOf(subject: string, named: Named): { id: string; sender?: Principal } {
     const id = named?.id ?? subject.slice(opts.prefix.length + 1);
     if (!UUID.test(id))
       throw errors.validation('the subject names no provider ID', [{ path: 'subject', message: 'not a UUID' }]);
@@ -124,9 +126,9 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   }
 
   /** Applies one heartbeat: the answer's JSON (one result of POST /providers/heartbeats). */
-  async function apply(msg: Msg): Promise<object> {
+  async function apply(msg: Msg, subjectNames: Named): Promise<object> {
     try {
-      const { id, sender: named } = subjectOf(msg.subject);
+      const { id, sender: named } = subjectOf(msg.subject, subjectNames);
       const sender =
         named ??
         (opts.verifier
@@ -175,8 +177,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
     }
   };
   /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */
-  const answerTo = (msg: Msg): boolean => {
-    const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+  const answerTo = (msg: Msg, named: Named): boolean => {
     return named ? msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) === true : answersTo(msg.reply);
   };
   const take = (err: Error | null, msg: Msg) => {
@@ -185,6 +186,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
       return;
     }
     inHand++;
+    const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
     // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
     void inSpanOf(
       messageTraceContext(msg.headers),
@@ -195,9 +197,9 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
         attributes: { 'messaging.destination.name': msg.subject },
         untraced: 'new',
       },
-      () => apply(msg),
+      () => apply(msg, named),
     ).then((answer) => {
-      if (answerTo(msg) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+      if (answerTo(msg, named) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
       if (--inHand === 0) drained?.();
     });
   };
