@@ -39,12 +39,14 @@ export function useAuthAndRegistry(
   authSettings: Record<string, unknown> = {},
   /**
    * The registry's: over NATS (`nats`), consuming billing's session events (`consumeSessionEvents`), taking heartbeats
-   * from NATS (`takeHeartbeats`).
+   * from NATS (`takeHeartbeats`) on `heartbeatSubject`, with subjects that name their sender (`subjectIdentity`).
    */
   registryOptions: {
     nats?: boolean;
     consumeSessionEvents?: boolean;
     takeHeartbeats?: boolean;
+    heartbeatSubject?: string;
+    subjectIdentity?: boolean;
     /** Settings of the registry's own (`offline_after`, ...), and whether its offline sweep runs. */
     config?: Record<string, unknown>;
     sweeper?: boolean;
@@ -91,6 +93,8 @@ export function useAuthAndRegistry(
       nats: registryOptions.nats ?? false,
       consumeSessionEvents: registryOptions.consumeSessionEvents,
       takeHeartbeats: registryOptions.takeHeartbeats,
+      heartbeatSubject: registryOptions.heartbeatSubject,
+      subjectIdentity: registryOptions.subjectIdentity,
       ...(registryOptions.sweeper ? { sweeper: true } : {}),
       config: {
         ...registryOptions.config,

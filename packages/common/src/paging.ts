@@ -60,8 +60,10 @@ export interface KeysetPosition {
 /** A position's time: RFC 3339 within the platform's range (a year-0 or free-form date would reach SQL as a 500). */
 const positionTime = zTimestamp();
 
-/** A position's row ID: a UUID as PostgreSQL reads one (36 dashes would reach SQL as a 500). */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Whether `value` is a UUID as PostgreSQL reads one, any case (36 dashes would reach SQL as a 500). */
+export const isUuid = (value: string): boolean => UUID.test(value);
 
 /** The cursor text of a position. */
 export function positionCursor(p: KeysetPosition): string {
@@ -74,7 +76,7 @@ export function cursorPosition(text: string): KeysetPosition | undefined {
   if (!values) return undefined;
   const [at, id] = values;
   if (typeof at !== 'string' || typeof id !== 'string') return undefined;
-  if (!UUID.test(id) || !positionTime.safeParse(at).success) return undefined;
+  if (!isUuid(id) || !positionTime.safeParse(at).success) return undefined;
   return { at, id };
 }
 

@@ -7,11 +7,11 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileCredentials, parseNatsTrust } from '../src/index.ts';
 import { createNatsTrust, natsUserCreds } from '../src/messaging/nats-auth.ts';
-import { testEnv } from '../src/testing/index.ts';
+import { firstStatus, testEnv } from '../src/testing/index.ts';
 
 const trust = () => parseNatsTrust(readFileSync(testEnv.natsTrust, 'utf8'));
 let dir: string;
@@ -31,12 +31,6 @@ async function connectWith(creds: string, name: string) {
   const file = join(dir, `${name}.creds`);
   writeFileSync(file, creds);
   return connect({ servers: testEnv.natsUrl, authenticator: fileCredentials(file), maxReconnectAttempts: 0 });
-}
-
-/** Resolves with the first status event `match` accepts. */
-async function firstStatus(nc: NatsConnection, match: (s: Status) => boolean): Promise<Status> {
-  for await (const s of nc.status()) if (match(s)) return s;
-  throw new Error('the connection closed before the status came');
 }
 
 describe('NATS in operator mode', () => {

@@ -214,6 +214,8 @@ export const authConfigSchema = z.object({
       /** The subject prefixes a daemon's user may publish under: the registry's heartbeats, billing's usage. */
       heartbeat_subject: z.string().min(1).default('registry.heartbeats'),
       usage_subject: z.string().min(1).default('billing.usage'),
+      /** The subject prefix of billing's nudges to machines, which a daemon's user may subscribe to for its owner. */
+      nudge_subject: z.string().min(1).default('billing.events.machine'),
     })
     .prefault({}),
   /** The audit trail (domain/audit.ts): `retention`. */

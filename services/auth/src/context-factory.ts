@@ -1,5 +1,6 @@
 /** Makes the AuthContext from configuration: hasher, policy, keys and limiter over an open database. */
-import { type Logger, RateLimiter } from '@gpu/common';
+import { readFileSync } from 'node:fs';
+import { ConfigError, type Logger, type NatsIssuer, parseNatsIssuer, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from './config.ts';
 import type { AuthDatabase } from './db/schema.ts';
@@ -30,6 +31,7 @@ export async function createAuthContext(
     config,
     logger,
     keys,
+    natsIssuer: config.nats.issuer_file ? readNatsIssuer(config.nats.issuer_file) : undefined,
     hasher: new PasswordHasher({
       memoryKib: password.memory_kib,
       timeCost: password.time_cost,
@@ -46,4 +48,13 @@ export async function createAuthContext(
       onPurgeError: (err) => logger.warn({ err }, 'purging ended rate-limit windows failed'),
     }),
   };
+}
+
+/** The NATS issuer's seeds, read once at start-up: a missing or bad file stops auth naming it. */
+function readNatsIssuer(file: string): NatsIssuer {
+  try {
+    return parseNatsIssuer(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ConfigError(`cannot read NATS_ISSUER_FILE ${file}: ${(err as Error).message}`);
+  }
 }

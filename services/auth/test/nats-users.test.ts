@@ -5,10 +5,13 @@
  * no new user, and the last one stops working when it expires. Only a daemon's machine client asks.
  */
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { DAEMON_NATS_SUBJECTS, UNCHECKED_PRINCIPAL } from '@gpu/common';
-import { testEnv } from '@gpu/common/testing';
+import { firstStatus, testEnv } from '@gpu/common/testing';
 import { createUser } from '@nats-io/nkeys';
-import { connect, jwtAuthenticator, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { connect, jwtAuthenticator, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../src/domain/clients.ts';
 import { issueClientToken } from '../src/domain/token-pair.ts';
@@ -83,12 +86,6 @@ async function connectAs(d: Daemon) {
   return { nc, user };
 }
 
-/** Resolves with the first status event `match` accepts. */
-async function firstStatus(nc: NatsConnection, match: (s: Status) => boolean): Promise<Status> {
-  for await (const s of nc.status()) if (match(s)) return s;
-  throw new Error('the connection closed before the status came');
-}
-
 describe('NATS users of provider daemons', () => {
   it('publish heartbeats and usage naming their owner and themselves, and nowhere else', async () => {
     const mine = await daemon();
@@ -96,10 +93,12 @@ describe('NATS users of provider daemons', () => {
     const { nc, user } = await connectAs(mine);
     try {
       const own = `${mine.owner}.${mine.client}`;
-      expect(user.publish).toEqual([
-        `${DAEMON_NATS_SUBJECTS.heartbeats}.${own}.*`,
-        `${DAEMON_NATS_SUBJECTS.usage}.${own}.*`,
-      ]);
+      expect(user).toMatchObject({
+        owner_id: mine.owner,
+        client_id: mine.client,
+        publish: [`${DAEMON_NATS_SUBJECTS.heartbeats}.${own}.*`, `${DAEMON_NATS_SUBJECTS.usage}.${own}.*`],
+        subscribe: [`_INBOX_${mine.client}.>`, `${DAEMON_NATS_SUBJECTS.nudges}.${mine.owner}.*`],
+      });
       expect(new Date(user.expires_at).getTime()).toBeGreaterThan(Date.now());
       const seen: string[] = [];
       const sub = platform.subscribe(`${DAEMON_NATS_SUBJECTS.heartbeats}.>`, {
@@ -128,15 +127,26 @@ describe('NATS users of provider daemons', () => {
     }
   });
 
-  it("takes only its own answers: the server refuses a subscription to other clients' inboxes", async () => {
-    const { nc } = await connectAs(await daemon());
+  it("takes only its own answers and its owner's nudges: the server refuses other subscriptions", async () => {
+    const mine = await daemon();
+    const other = await daemon();
+    const { nc } = await connectAs(mine);
     try {
-      const listening = nc.subscribe('_INBOX.>');
-      await expect(
-        (async () => {
-          for await (const _ of listening) break;
-        })(),
-      ).rejects.toThrow(/permissions violation for subscription/i);
+      // Billing's nudge to one of its owner's machines reaches it.
+      const machine = randomUUID();
+      const nudges = nc.subscribe(`${DAEMON_NATS_SUBJECTS.nudges}.${mine.owner}.${machine}`, { max: 1 });
+      await nc.flush();
+      platform.publish(`${DAEMON_NATS_SUBJECTS.nudges}.${mine.owner}.${machine}`, '{}');
+      for await (const m of nudges) expect(m.subject).toBe(`${DAEMON_NATS_SUBJECTS.nudges}.${mine.owner}.${machine}`);
+      for (const subject of ['_INBOX.>', `${DAEMON_NATS_SUBJECTS.nudges}.${other.owner}.*`]) {
+        const listening = nc.subscribe(subject);
+        await expect(
+          (async () => {
+            for await (const _ of listening) break;
+          })(),
+          subject,
+        ).rejects.toThrow(/permissions violation for subscription/i);
+      }
     } finally {
       await nc.close().catch(() => {});
     }
@@ -180,6 +190,14 @@ describe('NATS users of provider daemons', () => {
     for (const bad of ['', 'not a key', createUser().getPublicKey().replace(/^U/, 'A'), `U${'A'.repeat(55)}`]) {
       const res = await ask(d.headers, bad);
       expect([res.statusCode, res.json().code], bad).toEqual([400, 'VALIDATION_ERROR']);
+    }
+    // A missing or bad issuer file stops auth at start-up, naming it (not a 500 at a daemon's first request).
+    const bad = join(mkdtempSync(join(tmpdir(), 'nats-issuer-')), 'issuer.json');
+    writeFileSync(bad, JSON.stringify({ account: 'SA', signer: 'SA' }));
+    for (const file of [`${bad}.missing`, bad]) {
+      await expect(startAuth(auth.db, testConfig({ nats: { issuer_file: file } }))).rejects.toThrow(
+        new RegExp(`cannot read NATS_ISSUER_FILE ${file}`),
+      );
     }
     const without: TestAuth = await startAuth(auth.db, testConfig());
     try {

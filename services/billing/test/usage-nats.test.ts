@@ -1,17 +1,6 @@
 /** Usage updates over real NATS JetStream: a durable consumer, duplicates, redelivery, poison messages. */
-import { readFileSync } from 'node:fs';
-import {
-  connectPublisher,
-  createLogger,
-  daemonNatsPermissions,
-  type NatsPublisher,
-  natsUserJwt,
-  parseNatsIssuer,
-  UNCHECKED_PRINCIPAL,
-} from '@gpu/common';
-import { testEnv } from '@gpu/common/testing';
-import { createUser } from '@nats-io/nkeys';
-import { connect, jwtAuthenticator } from '@nats-io/transport-node';
+import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { connectAsDaemon, testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
 import { applyUsageUpdate } from '../src/domain/sessions/usage-updates.ts';
@@ -231,17 +220,7 @@ describe('usage over NATS', () => {
         message_id: messageId,
       });
     // The NATS user auth issues the daemon: it may publish only on its own owner's and its own client's subjects.
-    const key = createUser();
-    const jwt = await natsUserJwt(
-      parseNatsIssuer(readFileSync(testEnv.natsTrust, 'utf8')),
-      'daemon',
-      key.getPublicKey(),
-      {
-        permissions: daemonNatsPermissions({ owner: owner.id, client: daemon.id }, { heartbeats: 'x', usage: prefix }),
-        expiresInSeconds: 300,
-      },
-    );
-    const own = await connect({ servers: testEnv.natsUrl, authenticator: jwtAuthenticator(jwt, key.getSeed()) });
+    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: prefix });
     const consumer = await startUsageConsumer({
       connection: publisher.connection,
       ctx: h.ctx,

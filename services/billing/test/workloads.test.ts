@@ -72,6 +72,16 @@ describe('a session with a workload', () => {
     expect(session).toMatchObject({ workload: true, billed_from: null, status: 'active' });
     const id = session.id as string;
     expect((await workloadOf(r.renterUser.headers, id)).json()).toMatchObject({ state: 'pending', spec });
+    // Its machine's daemon is nudged on the machine's own subject, which names the owner (a daemon's NATS user hears
+    // its owner's machines alone).
+    const nudges = () =>
+      h.db
+        .selectFrom('outbox_events')
+        .select('payload')
+        .where('kind', '=', `machine.${r.owner.id}.${r.body.provider_id}`)
+        .orderBy('created_at')
+        .execute();
+    expect((await nudges()).map((n) => (n.payload as { change: string }).change)).toEqual(['started']);
 
     // Ten minutes of preparation (a slow machine), billed to nobody: the biller runs and bills nothing.
     clock.advance(5 * 60_000);
@@ -109,6 +119,7 @@ describe('a session with a workload', () => {
       .executeTakeFirstOrThrow();
     expect(record).toMatchObject({ billed_minutes: 3, end_reason: 'workload_exited' });
     expect(new Date(record.started_at).toISOString()).toBe(runningAt.toISOString());
+    expect((await nudges()).map((n) => (n.payload as { change: string }).change)).toEqual(['started', 'ended']);
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
 
     // Replayed, the same end changes nothing; another end after it is refused.

@@ -63,6 +63,8 @@ export interface HarnessOptions {
   consumeSessionEvents?: boolean;
   /** Take heartbeats from NATS (on a subject of the harness's own: `messaging.subjects.heartbeats`). */
   takeHeartbeats?: boolean;
+  /** The heartbeats' subject prefix instead of one of the harness's own (auth's NATS users must name it too). */
+  heartbeatSubject?: string;
 }
 
 /** A registry app on a fresh, migrated database, publishing to a subject of its own. */
@@ -82,7 +84,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
       subjects: {
         status: `test.${suffix}.registry.providers.status`,
         billing_events: `test.${suffix}.billing.events`,
-        heartbeats: `test.${suffix}.registry.heartbeats`,
+        heartbeats: opts.heartbeatSubject ?? `test.${suffix}.registry.heartbeats`,
       },
       stream: `TEST_REGISTRY_${suffix}`,
       subject_identity: opts.subjectIdentity ?? false,

@@ -1,8 +1,5 @@
-import { readFileSync } from 'node:fs';
-import { daemonNatsPermissions, natsUserJwt, parseNatsIssuer } from '@gpu/common';
-import { type Caller, testEnv } from '@gpu/common/testing';
-import { createUser } from '@nats-io/nkeys';
-import { connect, jwtAuthenticator, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { type Caller, connectAsDaemon, firstStatus, testEnv } from '@gpu/common/testing';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, providerBody, startHarness } from './helpers.ts';
 
@@ -39,22 +36,7 @@ async function rig() {
 
 /** The daemon's NATS connection with the user auth would issue it (its permissions under this test's prefix). */
 async function daemonConnection(owner: Caller, daemon: Caller) {
-  const key = createUser();
-  const jwt = await natsUserJwt(
-    parseNatsIssuer(readFileSync(testEnv.natsTrust, 'utf8')),
-    'daemon',
-    key.getPublicKey(),
-    {
-      permissions: daemonNatsPermissions({ owner: owner.id, client: daemon.id }, { heartbeats: prefix(), usage: 'x' }),
-      expiresInSeconds: 300,
-    },
-  );
-  const nc = await connect({
-    servers: testEnv.natsUrl,
-    authenticator: jwtAuthenticator(jwt, key.getSeed()),
-    inboxPrefix: `_INBOX_${daemon.id}`,
-    maxReconnectAttempts: 0,
-  });
+  const nc = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { heartbeats: prefix() });
   open.push(nc);
   return nc;
 }
@@ -67,11 +49,6 @@ const lastSeen = async (id: string) =>
       .where('provider_id', '=', id)
       .executeTakeFirstOrThrow()
   ).last_seen_at;
-
-async function firstStatus(nc: NatsConnection, match: (s: Status) => boolean): Promise<Status> {
-  for await (const s of nc.status()) if (match(s)) return s;
-  throw new Error('the connection closed before the status came');
-}
 
 describe('heartbeats whose subject names their sender', () => {
   it("beats the daemon's own machine with no token, answered on its own inbox", async () => {

@@ -31,7 +31,10 @@ export const daemonConfigSchema = z
     billing_url: z.union([z.literal(''), z.string().url()]).default(''),
     /** NATS for usage reports (JetStream, acknowledged) and heartbeats (requests); empty: both go over HTTP. */
     nats_url: z.string().default(''),
-    /** A `.creds` file (user JWT and seed) for a NATS server in operator mode; empty: connect without credentials. */
+    /**
+     * A `.creds` file (user JWT and seed) for a NATS server in operator mode; empty: the daemon asks auth for a NATS
+     * user of its own (nats-user.ts), or connects without credentials where auth issues none.
+     */
     nats_credentials: z.string().default(''),
     /**
      * Subject prefix of heartbeats over NATS: `<heartbeat_subject>.<provider ID>` (the registry's
@@ -95,8 +98,8 @@ export const daemonConfigSchema = z
         /** How often the daemon asks billing for new and ended sessions (how soon a workload starts and stops). */
         poll_interval: zDuration().default('1s'),
         /**
-         * With `nats_url`: billing nudges `<dispatch_subject>.<provider ID>` when a workload session of the machine
-         * starts or ends, and the daemon polls at once (billing's `messaging.subjects.events` + `.machine`).
+         * With `nats_url`: billing nudges `<dispatch_subject>.<owner ID>.<provider ID>` when a workload session of the
+         * machine starts or ends, and the daemon polls at once (billing's `messaging.subjects.events` + `.machine`).
          */
         dispatch_subject: z.string().min(1).default('billing.events.machine'),
         /** Between SIGTERM and SIGKILL when a workload is stopped. */

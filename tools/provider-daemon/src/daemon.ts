@@ -31,6 +31,8 @@ export interface DaemonDeps {
   beats?: HeartbeatChannel;
   /** The clock's sleep (tests shorten it). */
   sleep?: (ms: number) => Promise<void>;
+  /** Called once the machine's ID is known after an attach (the workload runner listens for its nudges then). */
+  onAttached?: (providerId: string) => void;
 }
 
 export class ProviderDaemon {
@@ -145,6 +147,7 @@ export class ProviderDaemon {
     this.providerId = id;
     writeState(this.deps.config.state_file, { ...readState(this.deps.config.state_file), provider_id: id });
     this.deps.logger.info({ provider_id: id, gpus: readings.map((g) => g.name) }, 'attached to the provider record');
+    this.deps.onAttached?.(id);
     return id;
   }
 

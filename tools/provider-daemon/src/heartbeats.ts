@@ -1,6 +1,8 @@
 /**
  * Heartbeats over NATS: with `nats_url`, the daemon sends each heartbeat on `<heartbeat_subject>.<provider ID>` (core
- * NATS, its token in an `Authorization` header), which a registry instance applies like HTTP's. Sent as a request
+ * NATS, its token in an `Authorization` header), which a registry instance applies like HTTP's; with a NATS user of
+ * its own (nats-user.ts), on `<heartbeat_subject>.<owner>.<client>.<provider ID>` and with no token: the server lets
+ * it publish there alone, so the subject says who sent it. Sent as a request
  * (`answer: true`), it is answered with the result (`status_code`, the status or the problem); published (`answer:
  * false`), it is applied and answered by nobody: an answer costs the registry, NATS and the daemon about as much as
  * the heartbeat, and the daemon asks for one only where it needs it (daemon.ts, `answer_every`). A request NATS
@@ -31,21 +33,25 @@ export function natsHeartbeats(opts: {
   connection: NatsConnection;
   subject: string;
   token: TokenSource;
+  /** The daemon's own NATS user's owner and client: subjects name them, and no token goes with a heartbeat. */
+  identity?: { owner: string; client: string };
   timeoutMs: number;
   logger: Logger;
 }): HeartbeatChannel {
   let fallbacks = 0;
+  const prefix = opts.identity ? `${opts.subject}.${opts.identity.owner}.${opts.identity.client}` : opts.subject;
   return {
     async send(providerId, body, answer) {
-      const h = headers();
-      h.set('Authorization', `Bearer ${await opts.token.get()}`);
+      const h = opts.identity ? undefined : headers();
+      h?.set('Authorization', `Bearer ${await opts.token.get()}`);
+      const subject = `${prefix}.${providerId}`;
       try {
         if (!answer) {
-          opts.connection.publish(`${opts.subject}.${providerId}`, JSON.stringify(body), { headers: h });
+          opts.connection.publish(subject, JSON.stringify(body), h ? { headers: h } : {});
           return 'published';
         }
-        const answered = await opts.connection.request(`${opts.subject}.${providerId}`, JSON.stringify(body), {
-          headers: h,
+        const answered = await opts.connection.request(subject, JSON.stringify(body), {
+          ...(h ? { headers: h } : {}),
           timeout: opts.timeoutMs,
         });
         return answered.json<HeartbeatAnswer>();

@@ -19,6 +19,7 @@ import { type DaemonCredentials, loadCredentials } from './credentials.ts';
 import { ProviderDaemon } from './daemon.ts';
 import { gpuSource } from './gpu/source.ts';
 import { natsHeartbeats } from './heartbeats.ts';
+import { issuedNatsIdentity } from './nats-user.ts';
 import { ReachLink } from './reach/link.ts';
 import { UsageReporter } from './usage.ts';
 import { WorkloadRunner } from './workloads/runner.ts';
@@ -48,15 +49,29 @@ startOrExit(async () => {
   const gpus = gpuSource(config.gpu);
   if (gpus.kind === 'simulated') logger.warn('reporting a SIMULATED machine (gpu.source: simulated), not real GPUs');
   const token = clientCredentials({ authUrl: config.auth_url, ...credentials });
+  // With NATS and no credentials file of its own, the daemon asks auth for a NATS user (none when auth issues none).
+  const identity =
+    config.nats_url && !config.nats_credentials
+      ? await issuedNatsIdentity({
+          authUrl: config.auth_url,
+          token,
+          timeoutMs: durationMs(config.request_timeout),
+          logger,
+        })
+      : undefined;
+  const natsIdentity = identity ? { owner: identity.owner, client: identity.client } : undefined;
   // Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
   const publisher = await connectPublisher({
     url: config.nats_url,
     credentials: config.nats_credentials,
+    ...(identity ? { authenticator: identity.authenticator, inboxPrefix: identity.inboxPrefix } : {}),
     name: `provider-daemon-${config.provider.name}`,
     stream: { name: 'BILLING_USAGE', subjects: [`${config.usage_subject}.>`] },
+    // An issued user may not manage streams: billing makes its usage stream.
+    ensureStream: !identity,
     logger,
   });
-  const usage = new UsageReporter({ config, logger, token, publisher });
+  const usage = new UsageReporter({ config, logger, token, publisher, natsIdentity });
   // Heartbeats over NATS too when configured (answered by a registry instance; over HTTP when none answers).
   const beats =
     publisher instanceof NatsPublisher
@@ -64,12 +79,22 @@ startOrExit(async () => {
           connection: publisher.connection,
           subject: config.heartbeat_subject,
           token,
+          identity: natsIdentity,
           timeoutMs: durationMs(config.request_timeout),
           logger,
         })
       : undefined;
-  const daemon = new ProviderDaemon({ config, logger, gpus, token, usage, beats });
-  const workloads = config.workloads.enabled
+  const daemon = new ProviderDaemon({
+    config,
+    logger,
+    gpus,
+    token,
+    usage,
+    beats,
+    // Attached, the runner polls at once and listens for the machine's nudges, rather than at its next poll.
+    onAttached: () => workloads?.poll(),
+  });
+  const workloads: WorkloadRunner | null = config.workloads.enabled
     ? new WorkloadRunner({
         config,
         logger,
@@ -81,6 +106,7 @@ startOrExit(async () => {
         // With NATS, billing's nudges on the machine's subject start and stop workloads at once.
         ...(publisher instanceof NatsPublisher
           ? {
+              nudgeOwner: natsIdentity?.owner,
               nudges: (subject: string, onMessage: () => void) =>
                 publisher.connection.subscribe(subject, { callback: () => onMessage() }),
             }
@@ -107,6 +133,7 @@ startOrExit(async () => {
   await reach?.stop();
   await workloads?.stop();
   await publisher.close();
+  identity?.stop();
   await tracing?.shutdown().catch(() => {});
   logger.info('stopped');
 });

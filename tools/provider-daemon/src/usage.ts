@@ -10,7 +10,8 @@
  * its own clock, so a report never adds a minute of its own.
  *
  * Over NATS when `nats_url` is set (subject `<usage_subject>.<session>`, the daemon's token in an `Authorization`
- * header, `Nats-Msg-Id` the message ID, acknowledged by JetStream); over HTTP (`POST /billing/usage-updates`, up to
+ * header; with a NATS user of its own, `<usage_subject>.<owner>.<client>.<session>` and no token; `Nats-Msg-Id` the
+ * message ID, acknowledged by JetStream); over HTTP (`POST /billing/usage-updates`, up to
  * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
  *
  * Each report continues its session's trace (`session-trace.ts`: the context billing hands with the session, in a
@@ -73,6 +74,8 @@ export interface UsageReporterDeps {
   token: TokenSource;
   /** NATS (JetStream) when configured; a disabled publisher sends everything over HTTP. */
   publisher: EventPublisher;
+  /** The daemon's own NATS user's owner and client (nats-user.ts): subjects name them, no token on a report. */
+  natsIdentity?: { owner: string; client: string };
 }
 
 export class UsageReporter {
@@ -114,14 +117,17 @@ export class UsageReporter {
     if (reports.length === 0) return 0;
     const overHttp: UsageReport[] = [];
     if (this.deps.publisher.enabled) {
-      const authorization = `Bearer ${await this.deps.token.get()}`;
-      const prefix = this.deps.config.usage_subject;
+      const identity = this.deps.natsIdentity;
+      const auth: Record<string, string> = identity ? {} : { Authorization: `Bearer ${await this.deps.token.get()}` };
+      const prefix = identity
+        ? `${this.deps.config.usage_subject}.${identity.owner}.${identity.client}`
+        : this.deps.config.usage_subject;
       const sent = await Promise.allSettled(
         reports.map((r) =>
           this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
             this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
               msgId: r.message_id,
-              headers: { ...trace, Authorization: authorization },
+              headers: { ...trace, ...auth },
             }),
           ),
         ),

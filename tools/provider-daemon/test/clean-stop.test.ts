@@ -5,21 +5,21 @@
  * machine offline before it exits, and says so in its log: the offers drop the machine the moment the process is gone
  * (not after the registry's 90 s offline bound), and billing ends the session running on it, as an offline machine's.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../../../services/auth/src/domain/clients.ts';
-import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startRegistryEventsConsumer } from '../../../services/billing/src/adapters/registry-events-consumer.ts';
-import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { priceTheMarket, useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
+import { rentAtBilling } from '../../../tests/support/rent.ts';
+import { startDaemonProcess, until } from './support/daemon-process.ts';
 
 const platform = useAuthAndRegistry({}, { nats: true });
 const dir = mkdtempSync(join(tmpdir(), 'daemon-stop-'));
@@ -61,15 +61,6 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms: number): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await read();
-    if (done(v) || Date.now() > end) return v;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 /** A daemon process on a simulated two-GPU machine in a region of its own; its log lines are collected. */
 async function startDaemon() {
   const owner = await platform.providerUser();
@@ -79,52 +70,19 @@ async function startDaemon() {
     owner_id: owner.id,
   });
   const region = `stop-${randomUUID().slice(0, 8)}`;
-  const stateFile = join(dir, `state-${randomUUID()}.json`);
-  const configFile = join(dir, `daemon-${randomUUID()}.json`);
   const h100 = { name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559, power_limit_w: 700, power_draw_w: 610 };
-  writeFileSync(
-    configFile,
-    JSON.stringify({
-      log_level: 'info',
-      auth_url: platform.authUrl,
-      registry_url: platform.registryUrl,
-      billing_url: billingUrl,
-      credentials: { client_id: client.id, client_secret: secret },
-      state_file: stateFile,
-      provider: { name: `rig-${randomUUID().slice(0, 8)}`, location: region },
-      heartbeat_interval: '1s',
-      gpu: { source: 'simulated', simulated_gpus: [h100, h100] },
-      workloads: { enabled: false },
-    }),
-    { mode: 0o600 },
-  );
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: join(import.meta.dirname, '..'),
-    env: { ...process.env, DAEMON_CONFIG_FILE: configFile },
-    stdio: ['ignore', 'pipe', 'inherit'],
+  const daemon = await startDaemonProcess(dir, {
+    auth_url: platform.authUrl,
+    registry_url: platform.registryUrl,
+    billing_url: billingUrl,
+    credentials: { client_id: client.id, client_secret: secret },
+    provider: { name: `rig-${randomUUID().slice(0, 8)}`, location: region },
+    heartbeat_interval: '1s',
+    gpu: { source: 'simulated', simulated_gpus: [h100, h100] },
+    workloads: { enabled: false },
   });
-  running.push(child);
-  const log: string[] = [];
-  let partial = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
-    const lines = (partial + chunk.toString()).split('\n');
-    partial = lines.pop() ?? '';
-    log.push(...lines);
-  });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const providerId = await until(
-    async () => {
-      try {
-        return (JSON.parse(readFileSync(stateFile, 'utf8')) as { provider_id?: string }).provider_id;
-      } catch {
-        return undefined;
-      }
-    },
-    (id) => id !== undefined,
-    30_000,
-  );
-  if (!providerId) throw new Error('the daemon did not attach to its machine');
-  return { child, log, exited, providerId, region };
+  running.push(daemon.child);
+  return { ...daemon, region };
 }
 
 /** The machines the market offers in `region`. */
@@ -132,37 +90,6 @@ async function offeredIn(region: string): Promise<string[]> {
   const res = await platform.registry.app.inject({ url: `/offers?region=${region}`, headers: await asPlatform() });
   expect(res.statusCode).toBe(200);
   return (res.json() as { provider_id: string }[]).map((o) => o.provider_id);
-}
-
-/** A renter of the real auth service renting one of the machine's GPUs at billing; the session's ID. */
-async function rentOne(providerId: string): Promise<string> {
-  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-  const headers = { authorization: `Bearer ${tokens.access_token}` };
-  const wallet = await billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/wallet',
-    headers,
-    payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
-  });
-  await billing.credit(wallet.json().id, '100');
-  const started = await billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/billing/start-session',
-    headers,
-    payload: {
-      user_id: user.id,
-      wallet_id: wallet.json().id,
-      provider_id: providerId,
-      job_id: randomUUID(),
-      gpu_model: 'H100',
-      gpu_count: 1,
-      requested_vram_mb: 0,
-      estimated_power_w: 0,
-      accepted_hourly_rate: '100',
-    },
-  });
-  expect(started.statusCode, started.body).toBe(201);
-  return started.json().session.id as string;
 }
 
 const sessionOf = (id: string) =>
@@ -174,7 +101,7 @@ describe('a daemon stopped cleanly', () => {
   }, async () => {
     const daemon = await startDaemon();
     // Two GPUs, one rented: the machine stays on the market with the other.
-    const sessionId = await rentOne(daemon.providerId);
+    const sessionId = (await rentAtBilling(platform, billing, daemon.providerId)).id;
     expect(
       await until(
         () => offeredIn(daemon.region),

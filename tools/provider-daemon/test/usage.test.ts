@@ -6,7 +6,7 @@
  * session's trace context, as billing handed it, on every report (tests/tracing.test.ts: one that traces).
  */
 import { spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -25,12 +25,11 @@ import { testEnv } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../../../services/auth/src/domain/clients.ts';
-import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startUsageConsumer } from '../../../services/billing/src/adapters/usage-consumer.ts';
-import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
+import { rentAtBilling } from '../../../tests/support/rent.ts';
 import { type DaemonConfig, daemonConfigSchema } from '../src/config.ts';
 import { ProviderDaemon } from '../src/daemon.ts';
 import { gpuSource } from '../src/gpu/source.ts';
@@ -88,36 +87,9 @@ async function daemonOnMachine(publisher: EventPublisher = new NoopPublisher(), 
   return { ...first, providerId, restart: make };
 }
 
-/** A renter of the real auth service renting the machine at billing; the session's ID. */
-async function rent(providerId: string, gpuCount = 1): Promise<string> {
-  const { user, tokens } = await registerAndLogin(platform.auth.app, { roles: ['renter'] });
-  const headers = { authorization: `Bearer ${tokens.access_token}` };
-  const wallet = await billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/wallet',
-    headers,
-    payload: { owner_type: 'user', owner_id: user.id, solana_address: base58Encode(randomBytes(32)) },
-  });
-  await billing.credit(wallet.json().id, '100');
-  const started = await billing.app.inject({
-    method: 'POST',
-    url: '/api/v1/billing/start-session',
-    headers,
-    payload: {
-      user_id: user.id,
-      wallet_id: wallet.json().id,
-      provider_id: providerId,
-      job_id: randomUUID(),
-      gpu_model: 'H100',
-      gpu_count: gpuCount,
-      requested_vram_mb: 0,
-      estimated_power_w: 0,
-      accepted_hourly_rate: '100',
-    },
-  });
-  expect(started.statusCode, started.body).toBe(201);
-  return started.json().session.id;
-}
+/** A renter of the real auth service renting the machine at billing (`gpuCount` GPUs); the session's ID. */
+const rent = async (providerId: string, gpuCount = 1) =>
+  (await rentAtBilling(platform, billing, providerId, { gpuCount })).id;
 
 const records = (sessionId: string) =>
   billing.db

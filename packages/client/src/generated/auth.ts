@@ -309,7 +309,7 @@ export interface paths {
         put?: never;
         /**
          * A NATS user for a provider daemon's key
-         * @description A provider daemon's machine client only (403 otherwise). The user may publish heartbeats and usage reports on subjects that name its owner and its client (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<session ID>`) and take the answers to its requests (`_INBOX_<client>.>`), for `nats.user_ttl`. 400 when `public_key` is not an nkey user key; 401 CLIENT_REVOKED for a client revoked (or whose owner is no longer a provider); 404 NATS_USERS_DISABLED when this platform issues none.
+         * @description A provider daemon's machine client only (403 otherwise). The user may publish heartbeats and usage reports on subjects that name its owner and its client (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<session ID>`), take the answers to its requests (`_INBOX_<client>.>`) and hear billing's nudges to its owner's machines (`<nudges>.<owner>.<provider ID>`), for `nats.user_ttl`. 400 when `public_key` is not an nkey user key; 401 CLIENT_REVOKED for a client revoked (or whose owner is no longer a provider); 404 NATS_USERS_DISABLED when this platform issues none.
          */
         post: operations["issueNatsUser"];
         delete?: never;
@@ -840,13 +840,23 @@ export interface components {
         };
         /** @description A provider daemon's NATS user */
         NatsUser: {
+            /**
+             * Format: uuid
+             * @description the daemon client: the third token of its subjects, and its inbox prefix
+             */
+            client_id: string;
             /** @description RFC 3339, UTC: when the server stops admitting it (ask for the next one before) */
             expires_at: string;
             /** @description the user's JWT, signed by the platform account's signing key */
             jwt: string;
+            /**
+             * Format: uuid
+             * @description the owner the daemon client acts for: the second token of its subjects
+             */
+            owner_id: string;
             /** @description the subjects it may publish on (the server refuses any other) */
             publish: string[];
-            /** @description the subjects it may subscribe to (its own inbox prefix) */
+            /** @description the subjects it may subscribe to: its own inbox prefix, billing's nudges to its owner's machines */
             subscribe: string[];
         };
         NatsUserRequest: {

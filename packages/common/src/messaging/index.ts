@@ -20,6 +20,7 @@ export {
   type DaemonNatsSubjects,
   daemonInboxPrefix,
   daemonNatsPermissions,
+  type NatsIssuer,
   type NatsPermissions,
   type NatsTrust,
   natsPublicKeys,

@@ -13,6 +13,7 @@
 import { encodeAccount, encodeOperator, encodeUser, fmtCreds } from '@nats-io/jwt';
 import { createAccount, createOperator, createUser, fromSeed, type KeyPair } from '@nats-io/nkeys';
 import type { Principal } from '../auth/principal.ts';
+import { isUuid } from '../paging.ts';
 
 /** The platform's NATS keys, as seeds (secrets: whoever holds `signer` can issue any user of the account). */
 export interface NatsTrust {
@@ -99,7 +100,7 @@ export interface NatsPermissions {
 
 /** A user JWT of the platform account for the user key `userKey` (public), signed by the account's signing key. */
 export async function natsUserJwt(
-  trust: Pick<NatsTrust, 'account' | 'signer'>,
+  trust: NatsIssuer,
   name: string,
   userKey: string,
   opts: { permissions?: NatsPermissions; expiresInSeconds?: number } = {},
@@ -121,7 +122,7 @@ export async function natsUserJwt(
 
 /** A `.creds` file for a new user of the platform account (its JWT and its seed). */
 export async function natsUserCreds(
-  trust: Pick<NatsTrust, 'account' | 'signer'>,
+  trust: NatsIssuer,
   name: string,
   opts: { permissions?: NatsPermissions; expiresInSeconds?: number } = {},
 ): Promise<string> {
@@ -145,7 +146,10 @@ function seedsOf<K extends keyof NatsTrust>(text: string, fields: readonly K[], 
 }
 
 /** The account seed and signing seed of a JSON file (a trust file, or one holding only those two). */
-export const parseNatsIssuer = (text: string) => seedsOf(text, ['account', 'signer'] as const, 'issuer');
+export const parseNatsIssuer = (text: string): NatsIssuer => seedsOf(text, ['account', 'signer'] as const, 'issuer');
+
+/** What signs users of the platform account: its seed and its signing key's. */
+export type NatsIssuer = Pick<NatsTrust, 'account' | 'signer'>;
 
 /** Reads a trust file's JSON, checking each seed is one. */
 export const parseNatsTrust = (text: string): NatsTrust =>
@@ -155,9 +159,15 @@ export const parseNatsTrust = (text: string): NatsTrust =>
 export interface DaemonNatsSubjects {
   heartbeats: string;
   usage: string;
+  /** Billing's nudges to machines: `<nudges>.<owner>.<provider ID>`. */
+  nudges: string;
 }
 
-export const DAEMON_NATS_SUBJECTS: DaemonNatsSubjects = { heartbeats: 'registry.heartbeats', usage: 'billing.usage' };
+export const DAEMON_NATS_SUBJECTS: DaemonNatsSubjects = {
+  heartbeats: 'registry.heartbeats',
+  usage: 'billing.usage',
+  nudges: 'billing.events.machine',
+};
 
 /**
  * Where a daemon's requests take their answers: an inbox prefix of its own (nats.js `inboxPrefix`), so that its user
@@ -168,7 +178,8 @@ export const daemonInboxPrefix = (client: string) => `_INBOX_${client}`;
 /**
  * What a provider daemon's NATS user may do: publish heartbeats and usage reports on subjects that name its owner and
  * itself (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<session ID>`), which the server
- * enforces, so that a subscriber knows who sent a message from its subject; and take the answers to its own requests.
+ * enforces, so that a subscriber knows who sent a message from its subject; take the answers to its own requests; and
+ * hear billing's nudges to its owner's machines (`<nudges>.<owner>.*`: they carry IDs only, and the owner's own).
  */
 export function daemonNatsPermissions(
   identity: { owner: string; client: string },
@@ -177,11 +188,9 @@ export function daemonNatsPermissions(
   const own = `${identity.owner}.${identity.client}`;
   return {
     publish: [`${subjects.heartbeats}.${own}.*`, `${subjects.usage}.${own}.*`],
-    subscribe: [`${daemonInboxPrefix(identity.client)}.>`],
+    subscribe: [`${daemonInboxPrefix(identity.client)}.>`, `${subjects.nudges}.${identity.owner}.*`],
   };
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * The sender a subject names, `<prefix>.<owner ID>.<client ID>.<id>` (a daemon's NATS user may publish only there:
@@ -195,7 +204,7 @@ export function subjectSender(
   const parts = subject.slice(prefix.length + 1).split('.');
   if (parts.length !== 3) return undefined;
   const [owner = '', client = '', id = ''] = parts;
-  return UUID.test(owner) && UUID.test(client) ? { owner, client, id } : undefined;
+  return isUuid(owner) && isUuid(client) ? { owner, client, id } : undefined;
 }
 
 /** The principal of the daemon client a subject names: no token, the NATS server vouched for who published it. */

@@ -52,8 +52,17 @@ export interface ConnectPublisherOptions {
    * without credentials. Read at each connection, so a renewed file is used from the next reconnect on.
    */
   credentials?: string;
+  /** How to authenticate instead of `credentials` (a provider daemon's issued user: a JWT it renews). */
+  authenticator?: Authenticator;
+  /** The prefix of this connection's inboxes (a user that may subscribe only to `<prefix>.>`). */
+  inboxPrefix?: string;
   /** When set, the stream is created or extended to cover these subjects and publishes are acknowledged. */
   stream?: EnsureStreamOptions;
+  /**
+   * With `stream`: false leaves the stream as its owner made it (a user without JetStream API permissions: a provider
+   * daemon's), publishes still acknowledged. Default true.
+   */
+  ensureStream?: boolean;
   /** How long start-up keeps retrying the first connection (default 30 s). */
   connectTimeoutMs?: number;
   /** How long a JetStream publish waits for its acknowledgement (default 5 s). */
@@ -153,6 +162,8 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
         servers,
         name: opts.name,
         ...(opts.credentials ? { authenticator: fileCredentials(opts.credentials) } : {}),
+        ...(opts.authenticator ? { authenticator: opts.authenticator } : {}),
+        ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
         reconnect: true,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 1000,
@@ -169,7 +180,7 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
     }
   }
   void watchStatus(connection, opts.logger);
-  if (opts.stream) {
+  if (opts.stream && opts.ensureStream !== false) {
     const jsm = await jetstreamManager(connection);
     await ensureStream(jsm, opts.stream);
   }

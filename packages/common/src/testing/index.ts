@@ -13,6 +13,7 @@ export { ConsulRecorder, type RecordedCall } from './consul-recorder.ts';
 export { createRoleDatabase, createTestDatabase, type RoleDatabase, type TestDatabase, testEnv } from './env.ts';
 export { type Caller, injectAs, startTestIssuer, type TestIssuer, uninjected } from './issuer.ts';
 export { captureLogs } from './logs.ts';
+export { connectAsDaemon, firstStatus } from './nats-users.ts';
 export { contractProblems } from './openapi-contract.ts';
 export { type DriftOptions, requestSchemaDrift } from './request-drift.ts';
 export { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp } from './server-process.ts';

@@ -1,5 +1,5 @@
 /** What the auth flows need: the database and the building blocks made once at start-up. */
-import type { Logger, RateLimiter } from '@gpu/common';
+import type { Logger, NatsIssuer, RateLimiter } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from '../config.ts';
 import type { AuthDatabase } from '../db/schema.ts';
@@ -23,6 +23,8 @@ export interface AuthContext {
   keys: SigningKeys;
   /** Rate limits counted in the database, so they hold across instances. */
   limiter: RateLimiter;
+  /** The platform NATS account's seeds that sign daemons' users (`nats.issuer_file`); absent: none are issued. */
+  natsIssuer?: NatsIssuer;
   /** Outgoing mail, and work done after a request's answer. */
   mailer: Mailer;
   /** The request being served, when there is one. */

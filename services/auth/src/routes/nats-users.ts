@@ -12,9 +12,13 @@ import { problems, schemas } from './schemas.ts';
 const natsUserSchema = z
   .object({
     jwt: z.string().describe("the user's JWT, signed by the platform account's signing key"),
+    owner_id: z.uuid().describe('the owner the daemon client acts for: the second token of its subjects'),
+    client_id: z.uuid().describe('the daemon client: the third token of its subjects, and its inbox prefix'),
     expires_at: z.string().describe('RFC 3339, UTC: when the server stops admitting it (ask for the next one before)'),
     publish: z.array(z.string()).describe('the subjects it may publish on (the server refuses any other)'),
-    subscribe: z.array(z.string()).describe('the subjects it may subscribe to (its own inbox prefix)'),
+    subscribe: z
+      .array(z.string())
+      .describe("the subjects it may subscribe to: its own inbox prefix, billing's nudges to its owner's machines"),
   })
   .describe("A provider daemon's NATS user")
   .register(schemas, { id: 'NatsUser' });
@@ -43,9 +47,10 @@ export async function natsUserRoutes(app: App, ctx: AuthContext): Promise<void> 
         description:
           "A provider daemon's machine client only (403 otherwise). The user may publish heartbeats and usage reports " +
           'on subjects that name its owner and its client (`<heartbeats>.<owner>.<client>.<provider ID>`, ' +
-          '`<usage>.<owner>.<client>.<session ID>`) and take the answers to its requests (`_INBOX_<client>.>`), ' +
-          'for `nats.user_ttl`. 400 when `public_key` is not an nkey user key; 401 CLIENT_REVOKED for a client ' +
-          'revoked (or whose owner is no longer a provider); 404 NATS_USERS_DISABLED when this platform issues none.',
+          '`<usage>.<owner>.<client>.<session ID>`), take the answers to its requests (`_INBOX_<client>.>`) and ' +
+          "hear billing's nudges to its owner's machines (`<nudges>.<owner>.<provider ID>`), for `nats.user_ttl`. " +
+          '400 when `public_key` is not an nkey user key; 401 CLIENT_REVOKED for a client revoked (or whose owner is ' +
+          'no longer a provider); 404 NATS_USERS_DISABLED when this platform issues none.',
         body: requestSchema,
         response: { 201: natsUserSchema, ...problems(400, 401, 403, 404) },
       },

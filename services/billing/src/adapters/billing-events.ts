@@ -4,7 +4,8 @@
  * `kind`, `occurred_at`) and the event's data in the same wire shapes as the
  * HTTP answers (wire/presenters.ts): a deposit's or payout's `transaction`,
  * a session's `session` and, once ended, its `billing_record`; the platform's price `card`, a machine's `rates`; the
- * GPUs held on a machine (`{provider_id, version, gpu_indices, bids}`); a machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<provider_id>`, its own subject.
+ * GPUs held on a machine (`{provider_id, version, gpu_indices, bids}`); a machine's nudge (`{provider_id, session_id, change}`) under the kind `machine.<owner_id>.<provider_id>`, its own
+ * subject.
  */
 import { randomUUID } from 'node:crypto';
 import type { Outbox } from '@gpu/common';
@@ -79,8 +80,9 @@ export function outboxEvents(outbox: Outbox, p: PresentContext): BillingEvents {
               data,
             })
           : undefined;
-      // A machine's nudge goes out on the machine's own subject: its kind names the machine.
-      const kind = event.kind === 'machine.sessions' ? `machine.${event.providerId}` : event.kind;
+      // A machine's nudge goes out on the machine's own subject: its kind names the machine and its owner.
+      const kind =
+        event.kind === 'machine.sessions' ? `machine.${event.ownerId ?? 'none'}.${event.providerId}` : event.kind;
       if (outbox.enabled) await outbox.record(db, [{ id, kind, data, occurredAt }], correlationId);
     },
   };

@@ -50,10 +50,17 @@ export type BillingEvent =
   | { kind: 'workload.running'; session: SessionRow }
   /**
    * A nudge to a machine's daemon: a workload session on it started or ended. Published on the machine's own subject
-   * (`<prefix>.machine.<provider_id>`: only its daemon listens), carrying no more than the IDs; the daemon reads the
-   * rest from billing with its own token, so a nudge lost or forged changes nothing but when it looks.
+   * (`<prefix>.machine.<owner_id>.<provider_id>`: its daemon listens; a daemon's NATS user may hear its owner's
+   * machines' only), carrying no more than the IDs; the daemon reads the rest from billing with its own token, so a
+   * nudge lost or forged changes nothing but when it looks. A machine without a known owner: `none` in its place.
    */
-  | { kind: 'machine.sessions'; providerId: string; sessionId: string; change: 'started' | 'ended' }
+  | {
+      kind: 'machine.sessions';
+      providerId: string;
+      ownerId: string | null;
+      sessionId: string;
+      change: 'started' | 'ended';
+    }
   | { kind: 'pricing.platform_rates'; card: AnnouncedCard }
   | { kind: 'pricing.provider_rates'; rates: AnnouncedProviderRates }
   /**

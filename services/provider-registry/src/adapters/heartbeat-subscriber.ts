@@ -29,6 +29,7 @@ import {
   hasRole,
   inSpanOf,
   isRefusal,
+  isUuid,
   type Logger,
   messageTraceContext,
   type NatsPublisher,
@@ -51,8 +52,6 @@ import { heartbeatAnswered, heartbeatRefused, heartbeatSchema } from '../routes/
 
 /** The queue group every registry instance joins: each heartbeat goes to one of them. */
 const HEARTBEAT_QUEUE = 'provider-registry';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface HeartbeatSubscriberOptions {
   connection: NatsPublisher['connection'];
@@ -120,7 +119,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   /** The provider ID a heartbeat's subject names, and its sender when the subject names it too (`named`). */
   function subjectOf(subject: string, named: Named): { id: string; sender?: Principal } {
     const id = named?.id ?? subject.slice(opts.prefix.length + 1);
-    if (!UUID.test(id))
+    if (!isUuid(id))
       throw errors.validation('the subject names no provider ID', [{ path: 'subject', message: 'not a UUID' }]);
     return named ? { id, sender: subjectPrincipal(named) } : { id };
   }

@@ -18,7 +18,7 @@
  * of them down across its end) is not billed.
  */
 import { randomUUID } from 'node:crypto';
-import type { Logger } from '@gpu/common';
+import { isUuid, type Logger } from '@gpu/common';
 import { type ObjectStore, readJson, writeJsonOnce } from './store.ts';
 
 /** One owner's bytes over one period, as billing charges it. */
@@ -36,7 +36,6 @@ export interface UsageSink {
 
 /** Reports kept for another try, at most (a day of hourly periods for some 400 owners). */
 const MAX_PENDING = 10_000;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** What each owner stores now, in bytes: the object catalog's sums (`catalog/`). */
 interface UsageSource {
@@ -134,7 +133,7 @@ export class StorageMeter {
     const due = this.pending.splice(0);
     for (const [userId, bytes] of measured) {
       // Billing knows users by their IDs; an owner that is no user ID (a bucket record written by hand) is skipped.
-      if (bytes > 0 && UUID.test(userId)) due.push({ userId, periodStart: start, periodEnd: end, bytes });
+      if (bytes > 0 && isUuid(userId)) due.push({ userId, periodStart: start, periodEnd: end, bytes });
     }
     let reported = 0;
     for (const usage of due) {

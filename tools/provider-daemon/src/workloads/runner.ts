@@ -96,10 +96,15 @@ export interface WorkloadRunnerDeps {
   /** The clock of paid time (tests move it by hand); `Date.now` by default. */
   now?: () => number;
   /**
-   * Subscribes to a NATS subject (the machine's: `workloads.dispatch_subject`.<provider ID>), calling back on each
-   * message; absent without NATS (polling alone).
+   * Subscribes to a NATS subject (the machine's: `<workloads.dispatch_subject>.<owner ID>.<provider ID>`), calling
+   * back on each message; absent without NATS (polling alone).
    */
   nudges?: (subject: string, onMessage: () => void) => { unsubscribe(): void };
+  /**
+   * The machine's owner, as the daemon's own NATS user names it (nats-user.ts: that user may hear its owner's machines'
+   * nudges alone); absent, the subject takes any owner (`*`): the machine's ID is the one that matters.
+   */
+  nudgeOwner?: string;
 }
 
 interface Running {
@@ -297,6 +302,11 @@ export class WorkloadRunner {
 
   /** Polls until `stop()`; with `nudges`, also at once whenever billing nudges the machine's subject. */
   run(): void {
+    this.poll();
+  }
+
+  /** Polls now (and listens for nudges, the machine's ID known): the daemon attached to its machine. */
+  poll(): void {
     void this.tick();
   }
 
@@ -335,7 +345,7 @@ export class WorkloadRunner {
   private listen(): void {
     const providerId = this.deps.providerId();
     if (this.subscription || !this.deps.nudges || !providerId) return;
-    const subject = `${this.settings.dispatch_subject}.${providerId}`;
+    const subject = `${this.settings.dispatch_subject}.${this.deps.nudgeOwner ?? '*'}.${providerId}`;
     this.subscription = this.deps.nudges(subject, () => void this.tick());
     this.deps.logger.info({ subject }, 'listening for new and ended sessions on NATS (polling on as the fallback)');
   }

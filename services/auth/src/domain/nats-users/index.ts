@@ -5,14 +5,16 @@
  * that, so the registry and billing know who sent a message from its subject. A client revoked (or whose owner may no
  * longer be served) gets no new user, and its last one expires with its lifetime.
  */
-import { readFileSync } from 'node:fs';
-import { daemonNatsPermissions, durationMs, errors, natsUserJwt, type Principal, parseNatsIssuer } from '@gpu/common';
+import { daemonNatsPermissions, durationMs, errors, natsUserJwt, type Principal } from '@gpu/common';
 import { fromPublic } from '@nats-io/nkeys';
 import { clientRefusal } from '../clients.ts';
 import type { AuthContext } from '../context.ts';
 
 export interface NatsUser {
   jwt: string;
+  /** Whom its subjects name: the owner the client acts for, and the client. */
+  owner_id: string;
+  client_id: string;
   expires_at: Date;
   publish: string[];
   subscribe: string[];
@@ -32,7 +34,8 @@ function isUserPublicKey(key: string): boolean {
 /** A NATS user for the daemon client `caller`, for its public key `publicKey`. */
 export async function issueDaemonNatsUser(ctx: AuthContext, caller: Principal, publicKey: string): Promise<NatsUser> {
   const { nats } = ctx.config;
-  if (!nats.issuer_file) {
+  const issuer = ctx.natsIssuer;
+  if (!issuer) {
     throw errors.notFound('NATS_USERS_DISABLED', 'this platform issues no NATS users (auth has no nats.issuer_file)');
   }
   const client = caller.clientId;
@@ -55,14 +58,19 @@ export async function issueDaemonNatsUser(ctx: AuthContext, caller: Principal, p
   }
   const permissions = daemonNatsPermissions(
     { owner, client },
-    { heartbeats: nats.heartbeat_subject, usage: nats.usage_subject },
+    { heartbeats: nats.heartbeat_subject, usage: nats.usage_subject, nudges: nats.nudge_subject },
   );
   const ttlSeconds = Math.max(1, Math.round(durationMs(nats.user_ttl) / 1000));
-  const issuer = parseNatsIssuer(readFileSync(nats.issuer_file, 'utf8'));
   const jwt = await natsUserJwt(issuer, `daemon-${client}`, publicKey, {
     permissions,
     expiresInSeconds: ttlSeconds,
   });
   ctx.logger.info({ audit: true, action: 'nats_user_issued', client_id: client, owner_id: owner }, 'NATS user issued');
-  return { jwt, expires_at: new Date(Date.now() + ttlSeconds * 1000), ...permissions };
+  return {
+    jwt,
+    owner_id: owner,
+    client_id: client,
+    expires_at: new Date(Date.now() + ttlSeconds * 1000),
+    ...permissions,
+  };
 }

@@ -209,7 +209,13 @@ export async function finishSession(
   if (session.workload) {
     await ctx.events.record(
       trx,
-      { kind: 'machine.sessions', providerId: session.provider_id, sessionId: session.id, change: 'ended' },
+      {
+        kind: 'machine.sessions',
+        providerId: session.provider_id,
+        ownerId: session.provider_owner_id,
+        sessionId: session.id,
+        change: 'ended',
+      },
       correlationId,
     );
   }

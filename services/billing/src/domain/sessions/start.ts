@@ -279,7 +279,13 @@ export async function startSession(
     if (input.workload) {
       await ctx.events.record(
         trx,
-        { kind: 'machine.sessions', providerId: input.providerId, sessionId: id, change: 'started' },
+        {
+          kind: 'machine.sessions',
+          providerId: input.providerId,
+          ownerId: session.provider_owner_id,
+          sessionId: id,
+          change: 'started',
+        },
         input.correlationId,
       );
     }
