@@ -24,12 +24,14 @@
 // First: a lifeline from whatever started this process, when it was given one (a test, `pnpm demo`): with it gone,
 // however it went (`kill -9` too), this process stops as on SIGTERM, and what it runs with it (scripts/lib/lifeline.ts).
 import './lib/lifeline.ts';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { connect, isIP } from 'node:net';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { MAX_SOCKET_PATH_BYTES } from '../packages/common/src/http/gateway-socket.ts';
+import { writeNatsSetup } from '../packages/common/src/messaging/nats-setup.ts';
 // The storage service's V8 flags live in a file of their own at its package root, for this script, its benchmark and
 // its start commands alike.
 import { STORAGE_NODE_FLAGS } from '../services/storage/node-flags.ts';
@@ -69,13 +71,17 @@ gateway, the platform's one origin. Takes no arguments; its settings are environ
 
   PLATFORM_DATA_DIR   the data folder (default .data in the checkout); one pnpm start per folder
   PLATFORM_PORT_BASE  every port at once: services at base+0..3, S3 +4, chain RPC +5 and WebSocket +6, SMTP +7,
-                      gateway +10 (default: the contract's ports 8000-8003, 9000, 8899, 8900, 1025 and 8080)
+                      NATS +8, gateway +10 (default: the contract's ports 8000-8003, 9000, 8899, 8900, 1025, 4222
+                      and 8080)
   PLATFORM_HOST       the address everything listens on (default 127.0.0.1; 0.0.0.0: every address)
   ALGORITHM, SECRET_KEY (or JWT_SECRET), JWT_PRIVATE_KEY_FILE (or JWT_PRIVATE_KEY): how tokens are signed
                       (default: EdDSA with a key made in the data folder)
   AUTH_CONFIG_FILE, STORAGE_CONFIG_FILE, REGISTRY_CONFIG_FILE, BILLING_CONFIG_FILE: each service's settings
   SMTP_URL            where auth sends mail (default: the embedded mail catcher, read with pnpm mail)
   NATS_URL            use NATS for events (off by default); LOG_LEVEL: the services' log level
+  PLATFORM_NATS       embedded: run nats-server (apt-get install nats-server) in operator mode on port base+8
+                      (default 4222), JetStream in the data folder, each service a NATS user of its own and
+                      daemons' users issued by auth (the set-up in nats/ of the data folder); empty: NATS_URL's
   PLATFORM_GATEWAY    the gateway: nginx (on deploy/gateway's files) or node (tools/gateway); default nginx where
                       nginx 1.19.5 or later and a setpriv with --pdeathsig are found, else node
   GATEWAY_OPERATORS   who may read /health/<service> at the gateway: addresses or CIDRs, comma-separated
@@ -188,6 +194,34 @@ function chooseGateway():
 }
 const gatewayEngine = await settled(chooseGateway);
 
+/**
+ * NATS: none unless NATS_URL names a server of the user's (the services connect to it as they are), or
+ * PLATFORM_NATS=embedded: nats-server (Debian's package, 2.9 or later) in operator mode, as docker-compose and
+ * Kubernetes run it: the platform's set-up in `<data>/nats` (`writeNatsSetup`: the trust made at the first start and
+ * kept, the server's accounts, each service's `.creds`), JetStream's store beside it, each service connecting as its
+ * own user, auth issuing daemons theirs, and the registry and billing taking daemons' messages on subjects that name
+ * their sender. Like nginx it watches no lifeline: it runs under `setpriv --pdeathsig`.
+ */
+function chooseNats(): { kind: 'none' } | { kind: 'embedded'; server: string; description: string } {
+  const choice = process.env.PLATFORM_NATS || '';
+  if (choice === '') return { kind: 'none' };
+  if (choice !== 'embedded') throw new SettingError(`PLATFORM_NATS must be embedded (or unset), got ${choice}`);
+  if (process.env.NATS_URL) throw new SettingError('set PLATFORM_NATS=embedded or NATS_URL, not both');
+  const folders = [...(process.env.PATH ?? '').split(':').filter(Boolean), '/usr/sbin', '/usr/local/sbin'];
+  const server = folders
+    .map((folder) => path.join(folder, 'nats-server'))
+    .find((candidate) => spawnSync(candidate, ['--version'], { timeout: 5000 }).status === 0);
+  if (!server) {
+    throw new SettingError('PLATFORM_NATS=embedded, but no nats-server was found (apt-get install nats-server)');
+  }
+  if (!pdeathsigSupported()) {
+    throw new SettingError("PLATFORM_NATS=embedded, but this machine's setpriv has no --pdeathsig (util-linux 2.33)");
+  }
+  const version = spawnSync(server, ['--version'], { encoding: 'utf8' }).stdout.trim();
+  return { kind: 'embedded', server, description: `${version} (${server}) in operator mode` };
+}
+const natsEngine = await settled(chooseNats);
+
 /** How a gateway kind is named to a person. */
 const GATEWAY_NAMES = { nginx: 'nginx', node: 'the Node gateway' } as const;
 /**
@@ -213,9 +247,12 @@ const lock = await settled(() => lockDataDir(data));
 process.once('exit', () => lock.release());
 const taken = (
   await Promise.all(
-    Object.entries(ports).map(async ([name, port]) =>
-      (await portFree(port, host.bind)) ? [] : [`${port} (${name}) by ${describeHolders(portHolders(port))}`],
-    ),
+    // NATS's port only where this start runs NATS (a NATS of the user's may hold 4222).
+    Object.entries(ports)
+      .filter(([name]) => name !== 'nats' || natsEngine.kind === 'embedded')
+      .map(async ([name, port]) =>
+        (await portFree(port, host.bind)) ? [] : [`${port} (${name}) by ${describeHolders(portHolders(port))}`],
+      ),
   )
 ).flat();
 if (taken.length > 0) {
@@ -293,6 +330,43 @@ const dependencies: Proc[] = [
     port: ports.mail,
   },
 ];
+
+/**
+ * The embedded NATS (PLATFORM_NATS=embedded, `chooseNats`): its set-up written (or completed) in `<data>/nats`, its
+ * configuration beside it, and what each service is given to use it.
+ */
+const natsDir = path.join(data, 'nats');
+const natsSetup = natsEngine.kind === 'embedded' ? await writeNatsSetup(natsDir) : undefined;
+if (natsEngine.kind === 'embedded') {
+  writeFileSync(
+    path.join(natsDir, 'nats.conf'),
+    [
+      `listen: ${JSON.stringify(`${isIP(host.bind) === 6 ? `[${host.bind}]` : host.bind}:${ports.nats}`)}`,
+      `jetstream: { store_dir: ${JSON.stringify(path.join(natsDir, 'store'))} }`,
+      `include ${JSON.stringify('accounts.conf')}`,
+      '',
+    ].join('\n'),
+    { mode: 0o600 },
+  );
+  dependencies.push({
+    name: 'nats',
+    cwd: natsDir,
+    command: 'setpriv',
+    args: ['--pdeathsig', 'SIGTERM', '--', natsEngine.server, '-c', path.join(natsDir, 'nats.conf')],
+    port: ports.nats,
+  });
+}
+const natsUrl = `nats://${host.address(ports.nats)}`;
+/** A service's NATS settings with the embedded NATS: the server, its own user, and what its part needs. */
+function natsEnv(service: string): Record<string, string> {
+  if (!natsSetup) return {};
+  if (service === 'auth') return { NATS_ISSUER_FILE: natsSetup.issuer };
+  const own = { NATS_URL: natsUrl, NATS_CREDENTIALS: natsSetup.creds[service] ?? '' };
+  // Daemons' heartbeats and usage on subjects that name their sender, no token on them.
+  if (service === 'provider-registry') return { ...own, REGISTRY__MESSAGING__SUBJECT_IDENTITY: 'true' };
+  if (service === 'billing') return { ...own, BILLING__MESSAGING__SUBJECT_IDENTITY: 'true' };
+  return own;
+}
 
 /**
  * The services' gateway sockets (`server.gateway_socket`, `<data>/run/<service>.sock`): the gateway reaches each
@@ -396,6 +470,7 @@ const services: (Proc & { port: number })[] = (
     ...s,
     env: {
       ...s.env,
+      ...natsEnv(s.name),
       PORT: String(s.port),
       HOST: host.bind,
       AUTH_JWKS_URL: jwksUrl,
@@ -575,6 +650,7 @@ try {
   if (built) say(built);
   say(`tokens: ${auth.description}`);
   say(`gateway: ${gatewayEngine.description}`);
+  if (natsEngine.kind === 'embedded') say(`nats: ${natsEngine.description}, set-up in ${natsDir}`);
   const changed = gatewayChange(gatewayEngine.kind);
   if (changed) say(changed);
   say(
@@ -597,6 +673,9 @@ say(
   `up${where}: gateway ${host.url(ports.gateway)} (every public path, one origin); ` +
     `${services.map((s) => `${s.name} ${host.url(s.port)} (docs /docs)`).join(', ')}`,
 );
+if (natsEngine.kind === 'embedded') {
+  say(`nats: ${natsUrl} (daemons: nats_url ${natsUrl}, their NATS users issued by auth)`);
+}
 // Where `gpu` finds this platform when it is told no URL (tools/cli/src/platform-url.ts).
 writePlatformFile(data, { gateway: host.url(ports.gateway), solana_rpc: host.url(ports.solana) });
 

@@ -35,6 +35,18 @@ describe("pnpm start's terminal", () => {
       text: 's3rver listening on http://127.0.0.1:9000',
     });
     expect(terminalLine('{not json')).toEqual({ text: '{not json' });
+    // The embedded nats-server's lines: its warnings and errors shown as the services' are, its information not.
+    expect(terminalLine('[21197] 2026/11/28 02:18:37.635139 [INF] Server is ready')).toBeUndefined();
+    expect(terminalLine('[21197] 2026/11/28 02:18:38.000001 [ERR] 127.0.0.1:5 - cid:9 - authentication error')).toEqual(
+      {
+        text: 'error: 127.0.0.1:5 - cid:9 - authentication error',
+        counts: 'errors',
+      },
+    );
+    expect(terminalLine('[21197] 2026/11/28 02:18:38.000002 [WRN] Slow consumer')).toEqual({
+      text: 'warn: Slow consumer',
+      counts: 'warnings',
+    });
   });
 
   it('keeps every line in the process log file, moved aside past its size, and counts what it showed', () => {

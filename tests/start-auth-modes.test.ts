@@ -7,13 +7,21 @@
  * signed with another key of the same algorithm is refused by every service. One platform at a time (CI has 2 cores).
  * The second one also listens on every address (PLATFORM_HOST=0.0.0.0), and answers on a non-loopback one. Each
  * serves through its gateway: the first through the Node one (PLATFORM_GATEWAY=node), the second through the default
- * (nginx where installed).
+ * (nginx where installed). Then with its embedded NATS (PLATFORM_NATS=embedded): nats-server in operator mode, a
+ * provider daemon process that gets its NATS user from auth and whose heartbeats the registry applies over NATS.
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
+import { connect } from '@nats-io/transport-node';
 import { afterEach, describe, expect, it } from 'vitest';
+import { fileCredentials } from '../packages/common/src/index.ts';
+import {
+  type DaemonProcess,
+  startDaemonProcess,
+  stopDaemonProcesses,
+} from '../tools/provider-daemon/test/support/daemon-process.ts';
 import {
   callEveryService,
   forgedToken,
@@ -27,7 +35,9 @@ const place = platformPlace(1);
 const { ports } = place;
 
 let platform: StartedPlatform | undefined;
+const daemons: DaemonProcess[] = [];
 afterEach(async () => {
+  await stopDaemonProcesses(daemons.splice(0));
   await platform?.stop();
   platform = undefined;
 });
@@ -158,6 +168,80 @@ describe('pnpm start, auth modes', () => {
       }
       const gateway = await fetch(`http://${outsideAddress}:${ports.gateway}/health`);
       expect(gateway.status, `the gateway on ${outsideAddress}`).toBe(200);
+    }
+  });
+});
+
+describe('pnpm start, NATS embedded', () => {
+  it('runs nats-server in operator mode: a daemon gets its NATS user from auth and heartbeats on its own subject', {
+    timeout: 300_000,
+  }, async () => {
+    platform = startPlatform(place, { PLATFORM_NATS: 'embedded' });
+    expect(await platform.untilHealthy()).toEqual([]);
+    const natsUrl = `nats://127.0.0.1:${ports.nats}`;
+    expect(await platform.untilPrinted(`nats: ${natsUrl}`)).toContain('(daemons: nats_url');
+    const dataDir = platform.dataDir;
+    // The server admits no one without a user, and a platform service's user may not write a daemon's heartbeats.
+    await expect(connect({ servers: natsUrl, maxReconnectAttempts: 0 })).rejects.toThrow(/authoriz/i);
+    const billing = await connect({
+      servers: natsUrl,
+      authenticator: fileCredentials(path.join(dataDir, 'nats', 'creds', 'billing.creds')),
+    });
+    try {
+      const beats: string[] = [];
+      billing.subscribe('registry.heartbeats.>', { callback: (_e, m) => void beats.push(m.subject) });
+      await billing.flush();
+      // A provider and their daemon's machine client, made as a provider makes one.
+      const gateway = `http://127.0.0.1:${ports.gateway}`;
+      const json = { 'content-type': 'application/json' };
+      const email = `nats-provider-${Date.now()}@example.com`;
+      const password = 'a long passphrase';
+      const registered = await fetch(`${gateway}/api/v1/auth/register`, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ email, password, roles: ['provider'] }),
+      });
+      expect(registered.status).toBe(201);
+      const login = await fetch(`${gateway}/api/v1/auth/login`, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ email, password }),
+      });
+      const { access_token: providerToken } = (await login.json()) as { access_token: string };
+      const made = await fetch(`${gateway}/api/v1/auth/clients`, {
+        method: 'POST',
+        headers: { ...json, authorization: `Bearer ${providerToken}` },
+        body: JSON.stringify({ name: 'rig-1', role: 'daemon' }),
+      });
+      expect(made.status).toBe(201);
+      const credentials = path.join(dataDir, 'rig-1.json');
+      writeFileSync(credentials, await made.text(), { mode: 0o600 });
+      // The daemon, configured as the start-up said: the gateway and the NATS URL, no NATS credentials of its own.
+      const daemon = await startDaemonProcess(dataDir, {
+        platform_url: gateway,
+        nats_url: natsUrl,
+        credentials: { file: credentials },
+        heartbeat_interval: '1s',
+        gpu: { source: 'simulated', simulated_gpus: [{ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 }] },
+        workloads: { enabled: false },
+      });
+      daemons.push(daemon);
+      const issued = daemon.log.map((l) => JSON.parse(l) as { msg?: string; owner_id?: string; client_id?: string });
+      const user = issued.find((l) => l.msg === 'NATS user issued by auth');
+      expect(user).toBeDefined();
+      const own = `registry.heartbeats.${user?.owner_id}.${user?.client_id}.${daemon.providerId}`;
+      await expect.poll(() => beats.filter((s) => s === own).length, { timeout: 30_000 }).toBeGreaterThan(2);
+      expect(beats.filter((s) => s !== own)).toEqual([]);
+      // Applied by the registry: the machine is online, seen within the last seconds.
+      const machine = await fetch(`${gateway}/providers/${daemon.providerId}`, {
+        headers: { authorization: `Bearer ${providerToken}` },
+      });
+      const record = (await machine.json()) as { status: string; last_seen_at: string };
+      expect(record.status).toBe('idle');
+      expect(Date.now() - Date.parse(record.last_seen_at)).toBeLessThan(10_000);
+      expect(daemon.log.filter((l) => l.includes('sending it over HTTP'))).toEqual([]);
+    } finally {
+      await billing.close();
     }
   });
 });

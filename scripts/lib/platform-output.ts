@@ -39,11 +39,21 @@ function brief(value: unknown): string {
   return JSON.stringify(value);
 }
 
+/** nats-server's log line (the embedded NATS): `[pid] date time [LVL] message`. */
+const NATS_LINE = /^\[\d+\] \S+ \S+ \[(INF|DBG|TRC|WRN|ERR|FTL)\] (.*)$/;
+/** Its levels shown at the terminal (the others stay in its log file). */
+const NATS_LEVELS = { WRN: 'warn', ERR: 'error', FTL: 'fatal' } as const;
+
 /**
  * How a line a process printed shows at the terminal (without its `[name]` prefix), or undefined when it is a log
  * line below `warn`, which only its log file keeps.
  */
 export function terminalLine(line: string): { text: string; counts?: 'warnings' | 'errors' } | undefined {
+  const nats = NATS_LINE.exec(line);
+  if (nats) {
+    const level = NATS_LEVELS[nats[1] as keyof typeof NATS_LEVELS];
+    return level ? { text: `${level}: ${nats[2]}`, counts: SHOWN[level] } : undefined;
+  }
   if (!line.startsWith('{')) return { text: line };
   let entry: Record<string, unknown>;
   try {

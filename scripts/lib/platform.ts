@@ -54,6 +54,8 @@ export function platformPorts(env: NodeJS.ProcessEnv = process.env) {
     solanaWs: port(8900, 6),
     /** The embedded mail catcher's SMTP (Mailpit's port). */
     mail: port(1025, 7),
+    /** NATS, when pnpm start runs one (PLATFORM_NATS=embedded). */
+    nats: port(4222, 8),
     gateway: port(8080, 10),
   };
 }

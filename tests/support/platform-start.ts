@@ -31,6 +31,7 @@ const contractPorts = {
   solana: [8899, 5],
   'solana-ws': [8900, 6],
   mail: [1025, 7],
+  nats: [4222, 8],
   gateway: [8080, 10],
 } as const;
 export type PortName = keyof typeof contractPorts;

@@ -175,6 +175,7 @@ export {
   type NatsIssuer,
   type NatsPermissions,
   NatsPublisher,
+  type NatsSetup,
   type NatsTrust,
   type NewEvent,
   NoopPublisher,
@@ -190,6 +191,7 @@ export {
   type OutboxRelayOptions,
   onMessage,
   outboxMetrics,
+  PLATFORM_NATS_USERS,
   type PublishOptions,
   parseNatsIssuer,
   parseNatsTrust,
@@ -198,6 +200,7 @@ export {
   startDurableConsumer,
   subjectPrincipal,
   subjectSender,
+  writeNatsSetup,
 } from './messaging/index.ts';
 export {
   BUCKET_NAME_PATTERN,

@@ -4,14 +4,15 @@
  * publish and subscribe to, and drops a user whose JWT expires; a `.creds` file read at each connection
  * (`fileCredentials`) renews a connection's user.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileCredentials, parseNatsTrust } from '../src/index.ts';
+import { fileCredentials, PLATFORM_NATS_USERS, parseNatsIssuer, parseNatsTrust, writeNatsSetup } from '../src/index.ts';
 import { createNatsTrust, natsUserCreds } from '../src/messaging/nats-auth.ts';
-import { firstStatus, testEnv } from '../src/testing/index.ts';
+import { connectAsDaemon, firstStatus, testEnv } from '../src/testing/index.ts';
 
 const trust = () => parseNatsTrust(readFileSync(testEnv.natsTrust, 'utf8'));
 let dir: string;
@@ -100,6 +101,53 @@ describe('NATS in operator mode', () => {
       for await (const m of reply) expect(m.string()).toBe('back');
     } finally {
       await nc.close();
+    }
+  });
+
+  it("writes a platform's set-up once: the services' users publish under their own prefixes, the registry answers a daemon", async () => {
+    const setupDir = join(dir, 'setup');
+    const first = await writeNatsSetup(setupDir);
+    const again = await writeNatsSetup(setupDir);
+    // The trust is kept: a second run (a restart) issues from the same keys, so the running server still admits all.
+    expect(readFileSync(again.trust, 'utf8')).toBe(readFileSync(first.trust, 'utf8'));
+    expect(Object.keys(first.creds).sort()).toEqual(['billing', 'provider-registry', 'storage']);
+    expect(parseNatsIssuer(readFileSync(first.issuer, 'utf8'))).toEqual({
+      account: JSON.parse(readFileSync(first.trust, 'utf8')).account,
+      signer: JSON.parse(readFileSync(first.trust, 'utf8')).signer,
+    });
+    for (const file of [first.trust, first.issuer, ...Object.values(first.creds)]) {
+      expect((statSync(file).mode & 0o777).toString(8), file).toBe('600');
+    }
+    // The users of the tests' server's trust with the set-up's permissions (same code, the server's keys).
+    const as = async (name: keyof typeof PLATFORM_NATS_USERS) =>
+      connectWith(await natsUserCreds(trust(), name, { permissions: PLATFORM_NATS_USERS[name] }), `setup-${name}`);
+    const registry = await as('provider-registry');
+    const storage = await as('storage');
+    const owner = randomUUID();
+    const client = randomUUID();
+    const daemon = await connectAsDaemon({ owner, client });
+    try {
+      // The registry answers a daemon's heartbeat request on the daemon's own inbox.
+      registry.subscribe(`registry.heartbeats.${owner}.${client}.*`, {
+        callback: (_e, m) => {
+          m.respond('ok');
+        },
+      });
+      await registry.flush();
+      const answer = await daemon.request(`registry.heartbeats.${owner}.${client}.${randomUUID()}`, 'beat', {
+        timeout: 5000,
+      });
+      expect(answer.string()).toBe('ok');
+      // Storage may not write billing's events.
+      const refused = firstStatus(storage, (s) => s.type === 'error');
+      storage.publish('billing.events.session.started', '{}');
+      expect(String(((await refused) as { error?: Error }).error?.message)).toMatch(
+        /permissions violation for publish/i,
+      );
+      storage.publish(`storage.usage.${randomUUID()}`, '{}');
+      await storage.flush();
+    } finally {
+      for (const nc of [registry, storage, daemon]) await nc.close().catch(() => {});
     }
   });
 });

@@ -209,6 +209,12 @@ export const authConfigSchema = z.object({
        * the trust file of a NATS server in operator mode holds them; empty: no NATS users are issued (404).
        */
       issuer_file: z.string().default(''),
+      /**
+       * A folder where auth writes the platform's NATS set-up at start-up (`writeNatsSetup`: the trust, made at the
+       * first start and kept; `accounts.conf` for the server; each platform service's `creds/<name>.creds`) and issues
+       * daemons' users with it, instead of `issuer_file` (docker-compose: the server and the services read the folder).
+       */
+      setup_dir: z.string().default(''),
       /** How long an issued user lives (the daemon asks for the next one before). */
       user_ttl: zDuration().default('15m'),
       /** The subject prefixes a daemon's user may publish under: the registry's heartbeats, billing's usage. */
@@ -253,6 +259,7 @@ export const authEnvAliases: Record<string, string> = {
   RATE_LIMIT_ENABLED: 'rate_limit.enabled',
   SMTP_URL: 'mail.smtp_url',
   NATS_ISSUER_FILE: 'nats.issuer_file',
+  NATS_SETUP_DIR: 'nats.setup_dir',
   MAIL_FROM: 'mail.from',
 };
 

@@ -1,6 +1,6 @@
 /** Makes the AuthContext from configuration: hasher, policy, keys and limiter over an open database. */
 import { readFileSync } from 'node:fs';
-import { ConfigError, type Logger, type NatsIssuer, parseNatsIssuer, RateLimiter } from '@gpu/common';
+import { ConfigError, type Logger, type NatsIssuer, parseNatsIssuer, RateLimiter, writeNatsSetup } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { AuthConfig } from './config.ts';
 import type { AuthDatabase } from './db/schema.ts';
@@ -31,7 +31,7 @@ export async function createAuthContext(
     config,
     logger,
     keys,
-    natsIssuer: config.nats.issuer_file ? readNatsIssuer(config.nats.issuer_file) : undefined,
+    natsIssuer: await natsIssuerOf(config.nats),
     hasher: new PasswordHasher({
       memoryKib: password.memory_kib,
       timeCost: password.time_cost,
@@ -48,6 +48,17 @@ export async function createAuthContext(
       onPurgeError: (err) => logger.warn({ err }, 'purging ended rate-limit windows failed'),
     }),
   };
+}
+
+/** The issuer of daemons' NATS users: from the set-up auth writes, or the issuer file; none without either. */
+async function natsIssuerOf(nats: AuthConfig['nats']): Promise<NatsIssuer | undefined> {
+  if (nats.setup_dir) {
+    if (nats.issuer_file) {
+      throw new ConfigError('invalid configuration: set NATS_SETUP_DIR (nats.setup_dir) or NATS_ISSUER_FILE, not both');
+    }
+    return readNatsIssuer((await writeNatsSetup(nats.setup_dir)).issuer);
+  }
+  return nats.issuer_file ? readNatsIssuer(nats.issuer_file) : undefined;
 }
 
 /** The NATS issuer's seeds, read once at start-up: a missing or bad file stops auth naming it. */

@@ -5,13 +5,14 @@
  * no new user, and the last one stops working when it expires. Only a daemon's machine client asks.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DAEMON_NATS_SUBJECTS, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { firstStatus, testEnv } from '@gpu/common/testing';
-import { createUser } from '@nats-io/nkeys';
+import { createUser, fromSeed } from '@nats-io/nkeys';
 import { connect, jwtAuthenticator, type NatsConnection } from '@nats-io/transport-node';
+import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../src/domain/clients.ts';
 import { issueClientToken } from '../src/domain/token-pair.ts';
@@ -199,6 +200,25 @@ describe('NATS users of provider daemons', () => {
         new RegExp(`cannot read NATS_ISSUER_FILE ${file}`),
       );
     }
+    // nats.setup_dir: auth writes the platform's set-up at start-up (kept across restarts) and signs with its keys.
+    const setupDir = mkdtempSync(join(tmpdir(), 'nats-setup-'));
+    const trustOf = () => JSON.parse(readFileSync(join(setupDir, 'trust.json'), 'utf8'));
+    for (const round of [1, 2]) {
+      const withSetup = await startAuth(auth.db, testConfig({ nats: { setup_dir: setupDir } }));
+      try {
+        const res = await ask(d.headers, createUser().getPublicKey(), withSetup.app);
+        expect(res.statusCode, `${round}: ${res.body}`).toBe(201);
+        const signer = fromSeed(new TextEncoder().encode(trustOf().signer)).getPublicKey();
+        expect(decodeJwt(res.json().jwt).iss).toBe(signer);
+        expect(readFileSync(join(setupDir, 'accounts.conf'), 'utf8')).toMatch(/^operator: /);
+        expect(readFileSync(join(setupDir, 'creds', 'billing.creds'), 'utf8')).toMatch(/BEGIN NATS USER JWT/);
+      } finally {
+        await withSetup.close();
+      }
+    }
+    await expect(
+      startAuth(auth.db, testConfig({ nats: { setup_dir: setupDir, issuer_file: testEnv.natsTrust } })),
+    ).rejects.toThrow(/not both/);
     const without: TestAuth = await startAuth(auth.db, testConfig());
     try {
       const res = await ask(d.headers, createUser().getPublicKey(), without.app);

@@ -32,6 +32,7 @@ export {
   subjectPrincipal,
   subjectSender,
 } from './nats-auth.ts';
+export { type NatsSetup, PLATFORM_NATS_USERS, writeNatsSetup } from './nats-setup.ts';
 export {
   eventBody,
   type NewEvent,

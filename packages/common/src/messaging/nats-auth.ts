@@ -96,6 +96,8 @@ export async function natsServerConfig(trust: NatsTrust): Promise<string> {
 export interface NatsPermissions {
   publish?: string[];
   subscribe?: string[];
+  /** Whether it may answer the requests it receives (publish once on each one's reply subject), whatever `publish`. */
+  responses?: boolean;
 }
 
 /** A user JWT of the platform account for the user key `userKey` (public), signed by the account's signing key. */
@@ -115,6 +117,8 @@ export async function natsUserJwt(
       issuer_account: account,
       ...(permissions.publish ? { pub: { allow: permissions.publish } } : {}),
       ...(permissions.subscribe ? { sub: { allow: permissions.subscribe } } : {}),
+      // One answer per request, within the server's default time (2 minutes).
+      ...(permissions.responses ? { resp: { max: 1, ttl: 0 } } : {}),
     },
     opts.expiresInSeconds ? { exp: Math.floor(Date.now() / 1000) + opts.expiresInSeconds } : {},
   );
@@ -184,7 +188,7 @@ export const daemonInboxPrefix = (client: string) => `_INBOX_${client}`;
 export function daemonNatsPermissions(
   identity: { owner: string; client: string },
   subjects: DaemonNatsSubjects = DAEMON_NATS_SUBJECTS,
-): Required<NatsPermissions> {
+): { publish: string[]; subscribe: string[] } {
   const own = `${identity.owner}.${identity.client}`;
   return {
     publish: [`${subjects.heartbeats}.${own}.*`, `${subjects.usage}.${own}.*`],
