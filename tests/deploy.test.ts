@@ -12,6 +12,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
+  copyFileSync,
   cpSync,
   existsSync,
   mkdirSync,
@@ -27,7 +28,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
-import { tracingConfigured } from '@gpu/common';
+import { PLATFORM_NATS_USERS, tracingConfigured, writeNatsSetup } from '@gpu/common';
 import { freePort, testEnv } from '@gpu/common/testing';
 import { Ajv } from 'ajv';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -51,6 +52,7 @@ interface ComposeService {
   ports?: string[];
   restart?: string;
   depends_on?: string[] | Record<string, { condition?: string }>;
+  volumes?: string[];
 }
 const composeServices = compose.services as Record<string, ComposeService>;
 
@@ -141,8 +143,49 @@ describe('docker-compose.yml', () => {
         dep,
       ).toBe(true);
     }
-    expect(compose.services.nats.command).toContain('-js');
     expect(compose.services.consul.command).toContain('agent');
+  });
+
+  it("runs NATS in operator mode on auth's set-up: nats-server takes its configuration, each service its own user", async () => {
+    const run = promisify(execFile);
+    const nats = composeServices.nats as ComposeService & { command: string; depends_on: Record<string, unknown> };
+    expect(nats.command).toBe('-c /etc/nats/nats.conf');
+    expect(nats.volumes).toEqual(
+      expect.arrayContaining(['./deploy/nats/nats.conf:/etc/nats/nats.conf:ro', 'natssetup:/etc/nats/setup:ro']),
+    );
+    // The set-up exists once auth is up.
+    expect(nats.depends_on.auth).toEqual({ condition: 'service_healthy' });
+    expect(composeServices.auth!.environment?.NATS_SETUP_DIR).toBe('/nats');
+    expect(composeServices.auth!.volumes).toContain('natssetup:/nats');
+    for (const [name, identity] of [
+      ['storage', undefined],
+      ['provider-registry', 'REGISTRY__MESSAGING__SUBJECT_IDENTITY'],
+      ['billing', 'BILLING__MESSAGING__SUBJECT_IDENTITY'],
+    ] as const) {
+      const env = composeServices[name]!.environment ?? {};
+      expect(Object.keys(PLATFORM_NATS_USERS)).toContain(name);
+      expect(env.NATS_CREDENTIALS, name).toBe(`/nats/creds/${name}.creds`);
+      expect(composeServices[name]!.volumes, name).toContain('natssetup:/nats:ro');
+      if (identity) expect(env[identity], name).toBe('true');
+    }
+    // The image's /nats belongs to the service's user, so that the new volume auth writes starts writable.
+    expect(dockerfile).toMatch(/mkdir -p [^\n]*\/nats[^\n]*&& chown node:node [^\n]*\/nats/);
+    // The real nats-server takes compose's configuration with a set-up auth would write beside it.
+    const dir = mkdtempSync(path.join(tmpdir(), 'compose-nats-'));
+    try {
+      copyFileSync(path.join(root, 'deploy/nats/nats.conf'), path.join(dir, 'nats.conf'));
+      await writeNatsSetup(path.join(dir, 'setup'));
+      const checked = await run('nats-server', ['-t', '-c', path.join(dir, 'nats.conf')]).then(
+        (r) => ({ code: 0, output: `${r.stdout}${r.stderr}` }),
+        (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, output: err.stderr }),
+      );
+      expect(checked, checked.output).toMatchObject({ code: 0 });
+      // Without the set-up it is refused: the include is not optional.
+      rmSync(path.join(dir, 'setup'), { recursive: true });
+      await expect(run('nats-server', ['-t', '-c', path.join(dir, 'nats.conf')])).rejects.toThrow(/accounts\.conf/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it.each(builtServices)('builds %s from the one Dockerfile and keeps its contract port inside', (name) => {
@@ -180,7 +223,7 @@ describe('docker-compose.yml', () => {
     expect((composeServices.grafana as { profiles?: string[] }).profiles).toEqual(['monitoring']);
     // The gateway is nginx on its files in deploy/gateway (the ones tools/gateway/test runs), recent enough to
     // re-resolve the services' names (`resolve`, nginx 1.27.3).
-    const gateway = composeServices.gateway as ComposeService & { volumes?: string[] };
+    const gateway = composeServices.gateway!;
     const [major, minor] = (/^nginx:(\d+)\.(\d+)/.exec(gateway.image ?? '') ?? []).slice(1).map(Number);
     expect(major! > 1 || (major === 1 && minor! >= 28)).toBe(true);
     expect(gateway.volumes).toEqual([

@@ -9,7 +9,7 @@
  * let long transfers run, no body buffering, operators-only health and a problem for any other path. Where kubectl is
  * installed, its kustomize must render each overlay as this test does.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,8 +20,11 @@ import {
   baseEnvAliases,
   databaseEnvAliases,
   durationMs,
+  fileCredentials,
   messagingEnvAliases,
+  PLATFORM_NATS_USERS,
 } from '@gpu/common';
+import { freePort } from '@gpu/common/testing';
 import {
   BackendTrafficPolicy,
   ClientTrafficPolicy,
@@ -33,6 +36,7 @@ import { Gateway, GatewayClass, HTTPRoute } from '@kubernetes-models/gateway-api
 import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import { PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule';
 import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
+import { connect } from '@nats-io/transport-node';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
@@ -767,6 +771,54 @@ describe('deploy/k8s', () => {
       expect(readme, `deploy/k8s/README.md names key ${key} of ${name}`).toContain(`\`${key}\``);
     }
     expect(readme).not.toContain('../shared');
+  });
+
+  it("runs NATS in operator mode: each service's pod mounts its own user, auth the issuer, and the chart's operator part works", async () => {
+    const pods = Object.fromEntries(
+      baseDocs.filter((d) => d.kind === 'Deployment').map((d) => [d.metadata.name, d.spec.template.spec]),
+    );
+    const envOf = (name: string) =>
+      Object.fromEntries((pods[name].containers[0].env as Doc[]).map((e) => [e.name, e.value]));
+    for (const name of Object.keys(PLATFORM_NATS_USERS)) {
+      const volume = (pods[name].volumes as Doc[]).find((v) => v.secret?.secretName === 'nats-creds');
+      // Its own key alone: a pod never holds another service's user.
+      expect(volume?.secret.items, name).toEqual([{ key: `${name}.creds`, path: `${name}.creds` }]);
+      expect(envOf(name).NATS_CREDENTIALS, name).toBe(`/var/run/secrets/gpu-platform/nats/${name}.creds`);
+    }
+    expect(envOf('provider-registry').REGISTRY__MESSAGING__SUBJECT_IDENTITY).toBe('true');
+    expect(envOf('billing').BILLING__MESSAGING__SUBJECT_IDENTITY).toBe('true');
+    expect(envOf('auth').NATS_ISSUER_FILE).toBe('/var/run/secrets/gpu-platform/nats-issuer/issuer.json');
+    // pnpm nats-setup's operator part, as the chart merges it into nats.conf, starts a real nats-server that admits
+    // the users it wrote.
+    const dir = mkdtempSync(path.join(tmpdir(), 'k8s-nats-'));
+    execFileSync(process.execPath, ['--import', 'tsx', 'scripts/nats-setup.ts', '--dir', dir], { cwd: root });
+    const merge = YAML.parse(readFileSync(path.join(dir, 'nats-values.yaml'), 'utf8')).config.merge as Doc;
+    const port = await freePort();
+    writeFileSync(
+      path.join(dir, 'nats.conf'),
+      [
+        `listen: 127.0.0.1:${port}`,
+        `jetstream: { store_dir: ${JSON.stringify(path.join(dir, 'store'))} }`,
+        ...Object.entries(merge).map(([key, value]) => `${key}: ${JSON.stringify(value)}`),
+        '',
+      ].join('\n'),
+    );
+    const server = spawn('nats-server', ['-c', path.join(dir, 'nats.conf')], { stdio: 'ignore' });
+    try {
+      // The server is up once it admits the user (waitOnFirstConnect: the client retries until it is).
+      const billing = await connect({
+        servers: `127.0.0.1:${port}`,
+        authenticator: fileCredentials(path.join(dir, 'creds', 'billing.creds')),
+        waitOnFirstConnect: true,
+        timeout: 30_000,
+      });
+      billing.publish('billing.events.test', '{}');
+      await billing.flush();
+      await billing.close();
+      await expect(connect({ servers: `127.0.0.1:${port}`, maxReconnectAttempts: 0 })).rejects.toThrow(/authoriz/i);
+    } finally {
+      server.kill();
+    }
   });
 
   it('the dependency examples: CloudNativePG databases, NATS with JetStream, an S3 store', () => {

@@ -65,11 +65,16 @@ const UNLIMITED = {
 };
 
 /**
- * The operator part of a nats-server configuration (to append to one with its listen address and JetStream store):
- * the operator's JWT, the system account, and both accounts' JWTs in a memory resolver. JetStream is enabled for the
- * platform account.
+ * The operator part of a nats-server configuration as settings (what the NATS Helm chart's `config.merge` takes): the
+ * operator's JWT, the system account, and both accounts' JWTs in a memory resolver. JetStream is enabled for the
+ * platform account. Public: JWTs and public keys only.
  */
-export async function natsServerConfig(trust: NatsTrust): Promise<string> {
+export async function natsOperatorSettings(trust: NatsTrust): Promise<{
+  operator: string;
+  system_account: string;
+  resolver: 'MEMORY';
+  resolver_preload: Record<string, string>;
+}> {
   const keys = natsPublicKeys(trust);
   const operator = keyOf(trust.operator);
   const operatorJwt = await encodeOperator('platform', operator, { system_account: keys.systemAccount });
@@ -80,13 +85,23 @@ export async function natsServerConfig(trust: NatsTrust): Promise<string> {
     { limits: UNLIMITED, signing_keys: [keys.signer] },
     { signer: operator },
   );
+  return {
+    operator: operatorJwt,
+    system_account: keys.systemAccount,
+    resolver: 'MEMORY',
+    resolver_preload: { [keys.systemAccount]: systemJwt, [keys.account]: accountJwt },
+  };
+}
+
+/** The operator part of a nats-server configuration file (to include in one with its listen address and store). */
+export async function natsServerConfig(trust: NatsTrust): Promise<string> {
+  const s = await natsOperatorSettings(trust);
   return [
-    `operator: "${operatorJwt}"`,
-    `system_account: ${keys.systemAccount}`,
-    'resolver: MEMORY',
+    `operator: "${s.operator}"`,
+    `system_account: ${s.system_account}`,
+    `resolver: ${s.resolver}`,
     'resolver_preload: {',
-    `  ${keys.systemAccount}: "${systemJwt}"`,
-    `  ${keys.account}: "${accountJwt}"`,
+    ...Object.entries(s.resolver_preload).map(([key, jwt]) => `  ${key}: "${jwt}"`),
     '}',
     '',
   ].join('\n');

@@ -9,12 +9,20 @@
  * - `accounts.conf`: the operator part of the server's configuration (public JWTs only), which a server's own
  *   configuration includes beside its address and JetStream store;
  * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), rewritten at each run so that
- *   a change of permissions takes effect at the services' next connection; secret.
+ *   a change of permissions takes effect at the services' next connection; secret;
+ * - `nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`), public.
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createFileOnce } from '../files.ts';
-import { createNatsTrust, type NatsPermissions, natsServerConfig, natsUserCreds, parseNatsTrust } from './nats-auth.ts';
+import {
+  createNatsTrust,
+  type NatsPermissions,
+  natsOperatorSettings,
+  natsServerConfig,
+  natsUserCreds,
+  parseNatsTrust,
+} from './nats-auth.ts';
 
 /** What every service's JetStream use needs: the stream and consumer API, acknowledgements, flow control, replies. */
 const JETSTREAM = ['$JS.API.>', '$JS.ACK.>', '$JS.FC.>', '_INBOX.>'];
@@ -34,6 +42,7 @@ export interface NatsSetup {
   trust: string;
   issuer: string;
   accounts: string;
+  helmValues: string;
   /** Each platform user's creds file, by name. */
   creds: Record<string, string>;
 }
@@ -61,10 +70,18 @@ export async function writeNatsSetup(
   replaceFile(issuer, `${JSON.stringify({ account: trust.account, signer: trust.signer }, null, 2)}\n`, 0o600);
   const accounts = join(dir, 'accounts.conf');
   replaceFile(accounts, await natsServerConfig(trust), 0o644);
+  const helmValues = join(dir, 'nats-values.yaml');
+  const values = { config: { merge: await natsOperatorSettings(trust) } };
+  replaceFile(
+    helmValues,
+    "# The platform's NATS operator, for the NATS Helm chart (-f this file after deploy/k8s/dependencies/nats/values.yaml).\n" +
+      `${JSON.stringify(values, null, 2)}\n`,
+    0o644,
+  );
   const creds: Record<string, string> = {};
   for (const [name, permissions] of Object.entries(users)) {
     creds[name] = join(dir, 'creds', `${name}.creds`);
     replaceFile(creds[name], await natsUserCreds(trust, name, { permissions }), 0o600);
   }
-  return { trust: trustFile, issuer, accounts, creds };
+  return { trust: trustFile, issuer, accounts, helmValues, creds };
 }

@@ -1,0 +1,38 @@
+/**
+ * `pnpm nats-setup --dir DIR`: the platform's NATS in operator mode, for a deployment that makes its secrets itself
+ * (Kubernetes, deploy/k8s/README.md): writes the set-up into DIR (`writeNatsSetup`, the same files docker-compose's
+ * auth and `pnpm start` write) and says what to do with each file. Run again on the same folder, it keeps the keys
+ * and rewrites the rest.
+ */
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { writeNatsSetup } from '../packages/common/src/messaging/nats-setup.ts';
+import { answerHelp } from './lib/usage.ts';
+
+answerHelp(`usage: pnpm nats-setup --dir DIR
+
+Writes the platform's NATS set-up for a server in operator mode into DIR (made once, kept after: run it again to
+rewrite the services' users with the same keys):
+  trust.json         every seed (operator, accounts, signing key): keep it offline, it re-makes everything else
+  issuer.json        auth's NATS_ISSUER_FILE: it signs provider daemons' users with it
+  creds/*.creds      each service's own NATS user (NATS_CREDENTIALS of storage, provider-registry, billing)
+  nats-values.yaml   the NATS Helm chart's values for operator mode (public JWTs)
+  accounts.conf      the same for a nats-server configuration file (include it)`);
+
+const { values } = parseArgs({ options: { dir: { type: 'string' } } });
+if (!values.dir) {
+  process.stderr.write('pnpm nats-setup: --dir names the folder to write into\n');
+  process.exit(2);
+}
+const dir = path.resolve(values.dir);
+const setup = await writeNatsSetup(dir);
+process.stdout.write(
+  [
+    `wrote the platform's NATS set-up in ${dir} (keys kept in ${setup.trust}: keep that file offline)`,
+    'Kubernetes (deploy/k8s/README.md, "NATS in operator mode"):',
+    `  helm upgrade --install nats nats/nats -f deploy/k8s/dependencies/nats/values.yaml -f ${setup.helmValues}`,
+    `  kubectl create secret generic nats-issuer --from-file=issuer.json=${setup.issuer}`,
+    `  kubectl create secret generic nats-creds --from-file=${path.join(dir, 'creds')}`,
+    '',
+  ].join('\n'),
+);
