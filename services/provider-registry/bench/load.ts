@@ -1,4 +1,8 @@
-/** A closed-loop load generator: `concurrency` workers repeat an async call for a fixed time. */
+/**
+ * A closed-loop load generator: `concurrency` workers repeat an async call for a fixed time; with `intervalMs`, each
+ * worker starts a call at most every `intervalMs` (a paced client: one whose next call waits for its schedule, or for
+ * the last answer when that came later).
+ */
 
 export interface LoadResult {
   requests: number;
@@ -16,7 +20,7 @@ function percentile(sorted: number[], p: number): number {
 
 export async function runLoad(
   call: (i: number) => Promise<boolean>,
-  opts: { concurrency: number; seconds: number; warmupSeconds?: number },
+  opts: { concurrency: number; seconds: number; warmupSeconds?: number; intervalMs?: number },
 ): Promise<LoadResult> {
   const warmupEnd = performance.now() + (opts.warmupSeconds ?? 1) * 1000;
   let counter = 0;
@@ -34,6 +38,8 @@ export async function runLoad(
         const ok = await call(counter++).catch(() => false);
         latencies.push(performance.now() - t0);
         if (!ok) errors += 1;
+        const next = t0 + (opts.intervalMs ?? 0) - performance.now();
+        if (next > 0) await new Promise((resolve) => setTimeout(resolve, Math.min(next, end - performance.now())));
       }
     }),
   );
