@@ -348,14 +348,20 @@ if (natsEngine.kind === 'embedded') {
     ].join('\n'),
     { mode: 0o600 },
   );
-  dependencies.push({
-    name: 'nats',
-    cwd: natsDir,
-    command: 'setpriv',
-    args: ['--pdeathsig', 'SIGTERM', '--', natsEngine.server, '-c', path.join(natsDir, 'nats.conf')],
-    port: ports.nats,
-  });
 }
+/** The embedded NATS's process, with those the services use (it stops after them). */
+const embeddedNats: Proc[] =
+  natsEngine.kind === 'embedded'
+    ? [
+        {
+          name: 'nats',
+          cwd: natsDir,
+          command: 'setpriv',
+          args: ['--pdeathsig', 'SIGTERM', '--', natsEngine.server, '-c', path.join(natsDir, 'nats.conf')],
+          port: ports.nats,
+        },
+      ]
+    : [];
 const natsUrl = `nats://${host.address(ports.nats)}`;
 /** A service's NATS settings with the embedded NATS: the server, its own user, and what its part needs. */
 function natsEnv(service: string): Record<string, string> {
@@ -620,7 +626,7 @@ function stop(code: number): Promise<never> {
     // they finish their work; those after them.
     await supervisor.stop(
       STOP_TIMEOUT_MS,
-      dependencies.map((d) => d.name),
+      [...dependencies, ...embeddedNats].map((d) => d.name),
     );
     // The last line at the terminal: what the processes print as they end goes to their log files alone.
     say(code === 0 ? 'stopped: every process it ran has ended' : 'stopped after the failed start-up');
@@ -660,7 +666,7 @@ try {
   // Everything starts at once. Services wait for the store and the chain themselves: storage retries the store until
   // object_store.connect_timeout; billing waits for the chain's setup to write its mint file (blockchain.localnet_wait),
   // then retries the chain until blockchain.connect_timeout.
-  const started = [...dependencies, ...services, ...gatewayTelemetry, gateway];
+  const started = [...dependencies, ...embeddedNats, ...services, ...gatewayTelemetry, gateway];
   for (const p of started) start(p);
   await Promise.all(started.map((p) => waitForPort(p.name, p.port, 120_000)));
 } catch (err) {

@@ -1,11 +1,15 @@
 /**
  * The NATS load generator of the usage benchmark (bench/usage.ts), a process of its own so that its CPU is not
- * the service's: publishes `messages` usage messages to JetStream (`<prefix>.<session_id>`, round robin over the
- * sessions, each with its `Nats-Msg-Id` and the daemon's `Authorization` header), up to 256 publishes awaiting
- * their acknowledgement at once; one message in 20 is published a second time under another message ID (a
- * daemon's retry of the same report: its `message_id` de-duplicates it in the service). Reads its job as JSON on
- * stdin, prints `start` when it begins publishing, then its counts and the CPU it used as JSON on stdout.
+ * the service's: publishes `messages` usage reports to JetStream, round robin over the sessions, up to 256 publishes
+ * awaiting their acknowledgement at once. One report per message on `<prefix>.<session_id>` with the daemon's
+ * `Authorization` header; or, with `identity`, as a daemon holding the NATS user auth issues it: `perMessage` reports
+ * in one message (`{reports: [...]}`: a daemon of an 8-GPU machine with 8 rentals) on
+ * `<prefix>.<owner ID>.<client ID>.<machine>`, no token. One message in 20 is published a second time under another
+ * message ID (a daemon's retry of the same reports: their `message_id`s de-duplicate them in the service). Reads its
+ * job as JSON on stdin, prints `start` when it begins publishing, then its counts and the CPU it used as JSON on
+ * stdout.
  */
+import { randomUUID } from 'node:crypto';
 import { connectPublisher, type NatsPublisher } from '@gpu/common';
 
 interface Job {
@@ -14,10 +18,15 @@ interface Job {
   natsCredentials: string;
   prefix: string;
   sessions: string[];
+  /** Reports in all (unique). */
   messages: number;
   /** Message IDs are `<idPrefix>-<n>`. */
   idPrefix: string;
   authorization: string;
+  /** Publish as this daemon client of this owner, on subjects naming them, with no token. */
+  identity?: { owner: string; client: string };
+  /** Reports per message (with `identity`; default 1). */
+  perMessage?: number;
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
@@ -26,30 +35,51 @@ const publisher = (await connectPublisher({
   credentials: job.natsCredentials,
   name: 'billing-bench-load',
 })) as NatsPublisher;
-const headers = { Authorization: job.authorization };
+const headers: Record<string, string> = job.identity ? {} : { Authorization: job.authorization };
+const perMessage = job.identity ? (job.perMessage ?? 1) : 1;
+const machine = randomUUID();
+
+const report = (n: number) => ({
+  session_id: job.sessions[n % job.sessions.length]!,
+  timestamp: new Date().toISOString(),
+  gpu_utilization: 90,
+  power_draw_w: 400 + (n % 50),
+  message_id: `${job.idPrefix}-${n}`,
+});
 
 process.stdout.write('start\n');
 const cpuBefore = process.cpuUsage();
 let sent = 0;
+let messages = 0;
 const pending: Promise<unknown>[] = [];
-for (let n = 0; n < job.messages; n++) {
-  const m = {
-    session_id: job.sessions[n % job.sessions.length]!,
-    timestamp: new Date().toISOString(),
-    gpu_utilization: 90,
-    power_draw_w: 400 + (n % 50),
-    message_id: `${job.idPrefix}-${n}`,
-  };
-  const subject = `${job.prefix}.${m.session_id}`;
-  pending.push(publisher.publish(subject, m, { msgId: m.message_id, headers }));
-  sent++;
-  if (n % 20 === 0) {
-    pending.push(publisher.publish(subject, m, { msgId: `${m.message_id}-retry`, headers }));
-    sent++;
+for (let n = 0; n < job.messages; n += perMessage) {
+  let subject: string;
+  let body: object;
+  if (job.identity && perMessage > 1) {
+    const reports = [];
+    for (let k = n; k < Math.min(n + perMessage, job.messages); k++) reports.push(report(k));
+    subject = `${job.prefix}.${job.identity.owner}.${job.identity.client}.${machine}`;
+    body = { reports };
+  } else {
+    const m = report(n);
+    subject = job.identity
+      ? `${job.prefix}.${job.identity.owner}.${job.identity.client}.${m.session_id}`
+      : `${job.prefix}.${m.session_id}`;
+    body = m;
   }
+  const count = 'reports' in body ? (body.reports as unknown[]).length : 1;
+  pending.push(publisher.publish(subject, body, { msgId: `${job.idPrefix}-m${messages}`, headers }));
+  sent += count;
+  if (messages % 20 === 0) {
+    pending.push(publisher.publish(subject, body, { msgId: `${job.idPrefix}-m${messages}-retry`, headers }));
+    sent += count;
+  }
+  messages++;
   if (pending.length >= 256) await Promise.all(pending.splice(0));
 }
 await Promise.all(pending);
 const cpu = process.cpuUsage(cpuBefore);
 await publisher.close();
-process.stdout.write(JSON.stringify({ sent, cpuMs: (cpu.user + cpu.system) / 1000 }));
+process.stdout.write(
+  JSON.stringify({ sent, messages: messages + Math.ceil(messages / 20), cpuMs: (cpu.user + cpu.system) / 1000 }),
+);

@@ -37,6 +37,8 @@ const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 10_000);
 /** Targets of issue #18: one report per request, and batched (NATS, several reports per request). */
 const TARGET_SINGLE = 3_000;
 const TARGET_BATCHED = 10_000;
+/** Issue #55: a million rented GPUs reporting once a minute. */
+const TARGET_FLEET = 16_667;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 /** Seconds of the same HTTP load run first, uncounted (JIT warm-up of service and load generator). */
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 5);
@@ -334,9 +336,16 @@ async function httpLoad(batch: number, prefix: string): Promise<Run> {
   };
 }
 
-/** Publishes NATS_MESSAGES from the NATS load generator (bench/usage-nats-client.ts) and waits for their records. */
-async function natsLoad(prefix: string): Promise<Run> {
-  console.log(`NATS: ${NATS_MESSAGES.toLocaleString('en')} messages`);
+/**
+ * Publishes NATS_MESSAGES reports from the NATS load generator (bench/usage-nats-client.ts) and waits for their records:
+ * one per message with the daemon's token, or `perMessage` per message on subjects naming the sender, no token (the
+ * consumer's `subjectIdentity`; as a daemon holding its NATS user sends them).
+ */
+async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
+  const identity = perMessage > 0;
+  console.log(
+    `NATS: ${NATS_MESSAGES.toLocaleString('en')} reports${identity ? `, ${perMessage} a message, subjects naming the sender` : ''}`,
+  );
   const subjects = 'bench.usage';
   const stream = `BENCH_USAGE_${Date.now()}`;
   const consumer = await startUsageConsumer({
@@ -344,6 +353,7 @@ async function natsLoad(prefix: string): Promise<Run> {
     ctx,
     verifier: app.tokenVerifier,
     prefix: subjects,
+    subjectIdentity: identity,
     logger,
     stream,
   });
@@ -359,6 +369,7 @@ async function natsLoad(prefix: string): Promise<Run> {
     sessions,
     messages: NATS_MESSAGES,
     idPrefix: prefix,
+    ...(identity ? { identity: { owner: providerOwner, client: randomUUID() }, perMessage } : {}),
   };
   const publishing = runClient('./usage-nats-client.ts', { ...job, authorization }, 'start', () => {
     service = process.cpuUsage();
@@ -376,7 +387,8 @@ async function natsLoad(prefix: string): Promise<Run> {
   // message's transaction has committed. Progress is read from NATS (the consumer's ack floor), not by counting
   // records: a count(*) every 100 ms would load the database it measures.
   const jsm = await jetstreamManager(natsConnection.connection);
-  const expected = NATS_MESSAGES + Math.ceil(NATS_MESSAGES / 20);
+  const unique = Math.ceil(NATS_MESSAGES / Math.max(1, perMessage));
+  const expected = unique + Math.ceil(unique / 20);
   for (;;) {
     await new Promise((r) => setTimeout(r, 100));
     if (started === 0) {
@@ -398,7 +410,7 @@ async function natsLoad(prefix: string): Promise<Run> {
   return {
     unique: NATS_MESSAGES,
     sent: published.sent!,
-    requests: published.sent!,
+    requests: published.messages!,
     errors: 0,
     seconds,
     records,
@@ -538,6 +550,7 @@ const natsConnection = (await connectPublisher({
 const single = await profiled('http-1', () => httpLoad(1, 'http'));
 const batched = await profiled(`http-${HTTP_BATCH}`, () => httpLoad(HTTP_BATCH, 'httpb'));
 const nats = await profiled('nats', () => natsLoad('nats'));
+const natsBatched = await profiled('nats-batched', () => natsLoad('natsb', HTTP_BATCH));
 
 const c = await checkLedgerInvariant(db);
 const balanced = c.intact;
@@ -546,6 +559,7 @@ const meanBatch = (r: Run) => r.batches.items / Math.max(r.batches.batches, 1);
 const directSingle = await directReplay(meanBatch(single), 'direct1');
 const directBatched = await directReplay(meanBatch(batched), 'directb');
 const directNats = await directReplay(meanBatch(nats), 'directn');
+const directNatsBatched = await directReplay(meanBatch(natsBatched), 'directnb');
 await capturePool.end();
 const perUpdate = (ms: number | null, n: number) => (ms === null ? '?' : (ms / Math.max(n, 1)).toFixed(3));
 const met = (rate: number, target: number) => (rate >= target ? 'met' : 'NOT met');
@@ -581,7 +595,10 @@ const directRow = (what: string, r: Run, d: DirectRun) => {
 };
 const fmtBatch = (x: number) => x.toFixed(1);
 const exactlyOnce =
-  single.records === single.unique && batched.records === batched.unique && nats.records === NATS_MESSAGES;
+  single.records === single.unique &&
+  batched.records === batched.unique &&
+  nats.records === NATS_MESSAGES &&
+  natsBatched.records === NATS_MESSAGES;
 
 const md = `## billing-usage
 
@@ -597,7 +614,11 @@ generator that is a separate Node process on the same machine; first one report 
 (\`POST /usage-update\`), then ${HTTP_BATCH} reports per request (\`POST /usage-updates\`, a daemon reporting the
 ${HTTP_BATCH} rentals of an ${HTTP_BATCH}-GPU machine). NATS: ${NATS_MESSAGES.toLocaleString('en')} JetStream publishes
 from a publisher in a separate Node process, consumed by the service's durable consumer (up to 512 in hand), timed
-from the first publish until every message is acknowledged (after its transaction commits). One request or message in 20 is sent twice (a retry). Load generator,
+from the first publish until every message is acknowledged (after its transaction commits); first one report per
+message with the daemon's token, then ${HTTP_BATCH} reports per message (\`{reports: [...]}\`) on subjects that name their
+sender (\`<prefix>.<owner ID>.<client ID>.<machine>\`, no token: the consumer's \`subject_identity\`, as a daemon holding
+the NATS user auth issues it sends them; the requests column counts its messages). One request or message in 20 is
+sent twice (a retry). Load generator,
 service, PostgreSQL (fsync off) and NATS share the machine's ${os.cpus().length} cores.
 CPU columns: milliseconds of CPU per unique update in the counted run, by process (load = the load generator;
 machine = every process on the machine, other users included); cores busy = the machine's CPU seconds per second.
@@ -607,6 +628,7 @@ machine = every process on the machine, other users included); cores busy = the 
 ${row('HTTP, 1 report per request', single, TARGET_SINGLE, true)}
 ${row(`HTTP, ${HTTP_BATCH} reports per request`, batched, TARGET_BATCHED, true)}
 ${row('NATS', nats, TARGET_BATCHED, false)}
+${row(`NATS, ${HTTP_BATCH} reports per message on subjects naming the sender (no token)`, natsBatched, TARGET_FLEET, true)}
 
 Direct replay, same run: the statements the service sends for a batch of the row's mean size (its updates over its
 transactions in the counted run), captured from a real batch and sent through a bare \`pg\` pool by
@@ -621,6 +643,7 @@ validation, access, billing's plan, the driver, the load generator).
 ${directRow('HTTP, 1 report per request', single, directSingle)}
 ${directRow(`HTTP, ${HTTP_BATCH} reports per request`, batched, directBatched)}
 ${directRow('NATS', nats, directNats)}
+${directRow(`NATS, ${HTTP_BATCH} reports per message`, natsBatched, directNatsBatched)}
 
 Exactly once: ${exactlyOnce ? '**yes**' : '**NO**'} (usage records = unique updates). Ledger afterwards:
 ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches, ${c.negative} negative, accounts sum to
@@ -632,5 +655,5 @@ await app.close();
 await database.close();
 await testDb.drop();
 await issuer.close();
-const directOnce = [directSingle, directBatched, directNats].every((d) => d.records === d.applied);
+const directOnce = [directSingle, directBatched, directNats, directNatsBatched].every((d) => d.records === d.applied);
 if (!balanced || !exactlyOnce || !directOnce || single.errors + batched.errors > 0) process.exit(1);

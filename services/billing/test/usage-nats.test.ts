@@ -33,6 +33,28 @@ async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 50
   }
 }
 
+/** A daemon's report on `session`, dated now by the test's clock. */
+const usageReport = (session: string, messageId: string) => ({
+  session_id: session,
+  timestamp: clock.now().toISOString(),
+  gpu_utilization: 50,
+  power_draw_w: 200,
+  message_id: messageId,
+});
+
+/** Billing's usage consumer taking subjects that name their sender (`subject_identity`), on a stream of the test's. */
+const identityConsumer = (prefix: string, suffix: string) =>
+  startUsageConsumer({
+    connection: publisher.connection,
+    ctx: h.ctx,
+    verifier: h.app.tokenVerifier,
+    prefix,
+    subjectIdentity: true,
+    logger: createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' }),
+    stream: `USAGE_${suffix}`,
+    durable: 'billing-usage',
+  });
+
 describe('usage over NATS', () => {
   it('applies each message once through a durable consumer, redelivered or not', async () => {
     const suffix = crypto.randomUUID().slice(0, 8);
@@ -202,7 +224,6 @@ describe('usage over NATS', () => {
   it("takes a report whose subject names its sender, with no token, from the daemon's own NATS user only", async () => {
     const suffix = crypto.randomUUID().slice(0, 8);
     const prefix = `test.usage.${suffix}`;
-    const logger = createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' });
     const renter = await h.issuer.user(['renter']);
     const owner = await h.issuer.user(['provider']);
     const daemon = await h.issuer.client('daemon', owner.id);
@@ -211,26 +232,10 @@ describe('usage over NATS', () => {
     const p = await ownedParties(h, '10', renter.id, owner.id);
     const id = (await start(h, startBody(p, H100_X1))).json().session.id;
     clock.advance(2 * 60_000);
-    const body = (messageId: string) =>
-      JSON.stringify({
-        session_id: id,
-        timestamp: clock.now().toISOString(),
-        gpu_utilization: 50,
-        power_draw_w: 200,
-        message_id: messageId,
-      });
+    const body = (messageId: string) => JSON.stringify(usageReport(id, messageId));
     // The NATS user auth issues the daemon: it may publish only on its own owner's and its own client's subjects.
     const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: prefix });
-    const consumer = await startUsageConsumer({
-      connection: publisher.connection,
-      ctx: h.ctx,
-      verifier: h.app.tokenVerifier,
-      prefix,
-      subjectIdentity: true,
-      logger,
-      stream: `USAGE_${suffix}`,
-      durable: 'billing-usage',
-    });
+    const consumer = await identityConsumer(prefix, suffix);
     try {
       const refused = (async () => {
         for await (const s of own.status()) if (s.type === 'error') return s;
@@ -253,6 +258,52 @@ describe('usage over NATS', () => {
       );
       expect((await records(id)).map((r) => r.message_id)).toEqual(['own']);
       expect(await counts()).toEqual({ forbidden: 1 });
+    } finally {
+      await consumer.stop();
+      await own.close();
+    }
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
+  });
+
+  it("applies several reports in one message on its sender's subject, each alone: a stranger's session refused", async () => {
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const prefix = `test.usage.${suffix}`;
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const stranger = await h.issuer.user(['provider']);
+    // Two rentals on the owner's machines, one on a stranger's (a renter of its own each).
+    const rent = async (ownerId: string): Promise<string> => {
+      const renter = await h.issuer.user(['renter']);
+      return (await start(h, startBody(await ownedParties(h, '10', renter.id, ownerId), H100_X1))).json().session.id;
+    };
+    const [first, second] = [await rent(owner.id), await rent(owner.id)];
+    const theirs = await rent(stranger.id);
+    clock.advance(2 * 60_000);
+    const report = usageReport;
+    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: prefix });
+    const consumer = await identityConsumer(prefix, suffix);
+    try {
+      const machine = crypto.randomUUID();
+      own.publish(
+        `${prefix}.${owner.id}.${daemon.id}.${machine}`,
+        JSON.stringify({ reports: [report(first, 'a'), report(theirs, 'b'), report(second, 'c')] }),
+      );
+      // The same shape on a subject that names no sender (no NATS user vouched for it): dropped as malformed.
+      await publisher.publish(`${prefix}.${first}`, { reports: [report(first, 'd')] }, { msgId: 'd' });
+      await own.flush();
+      const rejected = consumer.metrics[0]!;
+      const counts = async () =>
+        Object.fromEntries((await rejected.get()).values.map((v) => [String(v.labels.reason), v.value]));
+      await until(counts, (c) => (c.forbidden ?? 0) >= 1 && (c.malformed ?? 0) >= 1);
+      await until(
+        () => records(second),
+        (r) => r.length >= 1,
+      );
+      expect((await records(first)).map((r) => r.message_id)).toEqual(['a']);
+      expect((await records(second)).map((r) => r.message_id)).toEqual(['c']);
+      expect(await records(theirs)).toEqual([]);
+      expect(await counts()).toEqual({ forbidden: 1, malformed: 1 });
     } finally {
       await consumer.stop();
       await own.close();

@@ -10,8 +10,10 @@
  * its own clock, so a report never adds a minute of its own.
  *
  * Over NATS when `nats_url` is set (subject `<usage_subject>.<session>`, the daemon's token in an `Authorization`
- * header; with a NATS user of its own, `<usage_subject>.<owner>.<client>.<session>` and no token; `Nats-Msg-Id` the
- * message ID, acknowledged by JetStream); over HTTP (`POST /billing/usage-updates`, up to
+ * header; with a NATS user of its own, no token, and the reports of sessions without a trace in one message
+ * `{reports: [...]}` on `<usage_subject>.<owner>.<client>.<provider>` (a traced one alone on
+ * `<usage_subject>.<owner>.<client>.<session>`, carrying its trace); `Nats-Msg-Id` the message ID, acknowledged by
+ * JetStream); over HTTP (`POST /billing/usage-updates`, up to
  * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
  *
  * Each report continues its session's trace (`session-trace.ts`: the context billing hands with the session, in a
@@ -122,18 +124,32 @@ export class UsageReporter {
       const prefix = identity
         ? `${this.deps.config.usage_subject}.${identity.owner}.${identity.client}`
         : this.deps.config.usage_subject;
-      const sent = await Promise.allSettled(
-        reports.map((r) =>
-          this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
-            this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
-              msgId: r.message_id,
-              headers: { ...trace, ...auth },
-            }),
+      // With a NATS user of its own, the reports of sessions without a trace go together, up to 256 a message, on the
+      // machine's subject; each traced one goes alone, carrying its trace.
+      const together = identity ? reports.filter((r) => !this.traces.of(r.session_id)) : [];
+      const alone = identity ? reports.filter((r) => this.traces.of(r.session_id)) : reports;
+      const batches: UsageReport[][] = [];
+      for (let i = 0; i < together.length; i += MAX_REPORTS_PER_REQUEST) {
+        batches.push(together.slice(i, i + MAX_REPORTS_PER_REQUEST));
+      }
+      const [sentAlone, sentTogether] = await Promise.all([
+        Promise.allSettled(
+          alone.map((r) =>
+            this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
+              this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
+                msgId: r.message_id,
+                headers: { ...trace, ...auth },
+              }),
+            ),
           ),
         ),
-      );
-      sent.forEach((s, i) => {
-        if (s.status === 'rejected') overHttp.push(reports[i]!);
+        Promise.allSettled(batches.map((b) => this.deps.publisher.publish(`${prefix}.${providerId}`, { reports: b }))),
+      ]);
+      sentAlone.forEach((s, i) => {
+        if (s.status === 'rejected') overHttp.push(alone[i]!);
+      });
+      sentTogether.forEach((s, i) => {
+        if (s.status === 'rejected') overHttp.push(...batches[i]!);
       });
       if (overHttp.length) {
         this.deps.logger.warn(

@@ -191,8 +191,8 @@ describe('a daemon with a NATS user of its own', () => {
         .inject({ url: `/api/v1/billing/sessions/${session.id}/workload`, headers: session.headers })
         .then((r) => r.json() as { state: string });
     expect((await until(workload, (w) => w.state === 'running', 30_000)).state).toBe('running');
-    // Its usage on its own subject, applied by billing's consumer with no token.
-    const report = `${subjects.usage}.${own}.${session.id}`;
+    // Its usage on its own subject, applied by billing's consumer with no token: the machine's reports in one message.
+    const report = `${subjects.usage}.${own}.${daemon.providerId}`;
     const usage = () =>
       billing.db.selectFrom('usage_records').select('message_id').where('session_id', '=', session.id).execute();
     expect((await until(usage, (u) => u.length > 0, 30_000)).length).toBeGreaterThan(0);

@@ -30,7 +30,12 @@ import {
 import type { JsMsg } from '@nats-io/jetstream';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
-import { applyUsageUpdate, toUsageUpdate, type UsageMessage, usageMessageSchema } from '../domain/sessions/index.ts';
+import {
+  applyUsageUpdate,
+  toUsageUpdate,
+  type UsageNatsMessage,
+  usageNatsMessageSchema,
+} from '../domain/sessions/index.ts';
 import { senderOf } from './message-sender.ts';
 
 const USAGE_STREAM = 'BILLING_USAGE';
@@ -91,7 +96,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     maxDeliver: 20,
     batch: limit,
     concurrency: limit,
-    schema: usageMessageSchema,
+    schema: usageNatsMessageSchema,
     handle: (body, msg) => handle(handling, body, msg),
     onMalformed: () => rejected.inc({ reason: 'malformed' }),
     onGaveUp: () => rejected.inc({ reason: 'gave_up' }),
@@ -103,10 +108,16 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
 
-async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<Settlement> {
+async function handle(opts: Handling, body: UsageNatsMessage, msg: JsMsg): Promise<Settlement> {
   const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
-  if ((named?.id ?? msg.subject.slice(opts.prefix.length + 1)) !== body.session_id) {
-    opts.logger.warn({ err: `subject ${msg.subject} names another session` }, 'malformed usage message dropped');
+  // Several reports come only on a subject naming their sender (a daemon that has a NATS user of its own); one
+  // report's subject names its session.
+  const batch = 'reports' in body;
+  if (batch ? !named : (named?.id ?? msg.subject.slice(opts.prefix.length + 1)) !== body.session_id) {
+    const err = batch
+      ? `several reports on ${msg.subject}, a subject naming no sender`
+      : `subject ${msg.subject} names another session`;
+    opts.logger.warn({ err }, 'malformed usage message dropped');
     opts.rejected.inc({ reason: 'malformed' });
     return 'term';
   }
@@ -119,20 +130,28 @@ async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<S
       opts.logger.warn({ err: (err as Error).message }, 'usage message sender not verified; will retry');
       return 'retry';
     }
-    opts.logger.warn({ code: err.code, session_id: body.session_id }, 'unauthenticated usage message rejected');
+    opts.logger.warn({ code: err.code, subject: msg.subject }, 'unauthenticated usage message rejected');
     opts.rejected.inc({ reason: 'unauthenticated' });
     return 'term';
   }
-  try {
-    await applyUsageUpdate(
-      opts.ctx,
-      toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), msg.headers?.get('X-Correlation-ID') || undefined, sender),
-    );
-    return 'ack';
-  } catch (err) {
-    if (!isRefusal(err)) throw err;
-    opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage message refused');
-    opts.rejected.inc({ reason: err.kind === 'forbidden' ? 'forbidden' : 'refused' });
-    return 'term';
-  }
+  const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
+  // Each report as if it came alone (a batch's reports carry their own message IDs; one alone may use the header's).
+  const reports = batch ? body.reports : [body];
+  const fallbackId = batch ? undefined : msg.headers?.get('Nats-Msg-Id');
+  const settled = await Promise.allSettled(
+    reports.map((r) => applyUsageUpdate(opts.ctx, toUsageUpdate(r, fallbackId, correlationId, sender))),
+  );
+  let failed: unknown;
+  settled.forEach((s, i) => {
+    if (s.status === 'fulfilled') return;
+    if (!isRefusal(s.reason)) {
+      failed ??= s.reason;
+      return;
+    }
+    opts.logger.info({ code: s.reason.code, session_id: reports[i]!.session_id }, 'usage report refused');
+    opts.rejected.inc({ reason: s.reason.kind === 'forbidden' ? 'forbidden' : 'refused' });
+  });
+  // The database away: the whole message again later (its applied reports are applied once, by their IDs).
+  if (failed !== undefined) throw failed;
+  return reports.length === 1 && settled[0]!.status === 'rejected' ? 'term' : 'ack';
 }

@@ -1,7 +1,12 @@
 /** Usage updates from provider daemons over HTTP (the same messages also arrive over NATS). */
 import { type App, callerOf, problemOf, problemSchema, statusOf, toAppError } from '@gpu/common';
 import { z } from 'zod';
-import { applyUsageUpdate, toUsageUpdate, usageMessageSchema } from '../domain/sessions/index.ts';
+import {
+  applyUsageUpdate,
+  MAX_REPORTS_PER_BATCH as MAX_REPORTS_PER_REQUEST,
+  toUsageUpdate,
+  usageMessageSchema,
+} from '../domain/sessions/index.ts';
 import { usageResultJson } from '../wire/presenters.ts';
 import { USAGE_ROLES } from './access.ts';
 import type { RouteDeps } from './deps.ts';
@@ -29,9 +34,6 @@ const usageAnswerSchema = z
 
 /** A daemon's usage report, as NATS carries it too. */
 const usageReportBody = usageMessageSchema.register(schemas, { id: 'UsageReport' });
-
-/** Most reports in one POST /usage-updates. */
-const MAX_REPORTS_PER_REQUEST = 256;
 
 const usageBatchBody = z
   .object({ reports: z.array(usageReportBody).min(1).max(MAX_REPORTS_PER_REQUEST) })

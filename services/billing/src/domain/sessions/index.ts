@@ -28,10 +28,12 @@ export {
 } from './session.ts';
 export { renterOf, type SessionStart, type StartSessionInput, startSession } from './start.ts';
 export {
+  MAX_REPORTS_PER_BATCH,
   toUsageUpdate,
-  type UsageMessage,
+  type UsageNatsMessage,
   type UsageRecord,
   type UsageResult,
   usageMessageSchema,
+  usageNatsMessageSchema,
 } from './usage-message.ts';
 export { applyUsageUpdate } from './usage-updates.ts';

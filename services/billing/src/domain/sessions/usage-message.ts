@@ -67,6 +67,21 @@ export const usageMessageSchema = z.object({
 
 export type UsageMessage = z.infer<typeof usageMessageSchema>;
 
+/** Most reports in one batch (POST /usage-updates, a NATS message of several). */
+export const MAX_REPORTS_PER_BATCH = 256;
+
+/**
+ * Several reports in one NATS message (`{reports: [...]}`): a daemon's machine with several rentals, on the subject
+ * that names its sender (`<prefix>.<owner ID>.<client ID>.<provider ID>`). Each report is applied as if it came alone.
+ */
+const usageBatchMessageSchema = z.object({
+  reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_BATCH),
+});
+
+/** A NATS usage message: one report, or several. */
+export const usageNatsMessageSchema = z.union([usageMessageSchema, usageBatchMessageSchema]);
+export type UsageNatsMessage = z.infer<typeof usageNatsMessageSchema>;
+
 /** One usage report as the domain applies it. */
 export interface UsageUpdate {
   sessionId: string;
