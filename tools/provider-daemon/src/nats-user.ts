@@ -12,7 +12,8 @@
  * (publishes meanwhile wait in the client's buffer; a heartbeat request then fails over to HTTP). A revoked client gets
  * no new JWT (401 CLIENT_REVOKED, logged as an error) and its connection stops at the expiry.
  *
- * A platform that issues no NATS users answers 404 NATS_USERS_DISABLED: the daemon then connects as before
+ * A platform that issues no NATS users answers 404 NATS_USERS_DISABLED (an auth older than the route, 404 too): the
+ * daemon then connects as before
  * (`nats_credentials`, or none) and sends its token with each message.
  */
 import { ApiError, authClient, type TokenSource, unwrap } from '@gpu/client';
@@ -65,7 +66,8 @@ export async function issuedNatsIdentity(opts: {
       user = await ask();
       break;
     } catch (err) {
-      if (err instanceof ApiError && err.code === 'NATS_USERS_DISABLED') {
+      // NATS_USERS_DISABLED, or an auth from before the route (ROUTE_NOT_FOUND): no NATS users here.
+      if (err instanceof ApiError && err.status === 404) {
         opts.logger.info('the platform issues no NATS users: connecting to NATS as configured, tokens on messages');
         return undefined;
       }

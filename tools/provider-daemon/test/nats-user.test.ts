@@ -8,8 +8,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { staticToken } from '@gpu/client';
 import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,6 +22,7 @@ import type { BillingHarness } from '../../../services/billing/test/support/setu
 import { priceTheMarket, useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
 import { rentAtBilling } from '../../../tests/support/rent.ts';
+import { issuedNatsIdentity } from '../src/nats-user.ts';
 import { type DaemonProcess, startDaemonProcess, stopDaemonProcesses, until } from './support/daemon-process.ts';
 
 const suffix = randomUUID().slice(0, 8);
@@ -197,6 +201,8 @@ describe('a daemon with a NATS user of its own', () => {
       billing.db.selectFrom('usage_records').select('message_id').where('session_id', '=', session.id).execute();
     expect((await until(usage, (u) => u.length > 0, 30_000)).length).toBeGreaterThan(0);
     expect(heard.some((m) => m.subject === report)).toBe(true);
+    // Taken by NATS (JetStream acknowledged it on the daemon's own inbox), not sent again over HTTP.
+    expect(messages(daemon.log, 'NATS did not take')).toEqual([]);
 
     // Several lives of its user later, its heartbeats still go over NATS: it renewed the user before each expiry.
     await new Promise((r) => setTimeout(r, (USER_TTL_S * 2 + 1) * 1000));
@@ -216,5 +222,31 @@ describe('a daemon with a NATS user of its own', () => {
     const since = Date.now();
     await new Promise((r) => setTimeout(r, 2000));
     expect(heard.filter((m) => m.subject.includes(own) && m.at >= since)).toEqual([]);
+  });
+
+  it('connects as before where auth issues no NATS users (404, an older auth too), and stops where auth refuses it', async () => {
+    // The real auth of this file issues users; an auth that answers as one that does not, or as an older one.
+    const answers: Record<string, [number, object]> = {
+      disabled: [404, { status: 404, code: 'NATS_USERS_DISABLED', detail: 'none issued' }],
+      older: [404, { status: 404, code: 'ROUTE_NOT_FOUND', detail: 'no such route' }],
+      revoked: [401, { status: 401, code: 'CLIENT_REVOKED', detail: 'revoked' }],
+    };
+    let answer: [number, object] = answers.disabled!;
+    const server = createServer((req, res) => {
+      req.resume();
+      res.writeHead(answer[0], { 'content-type': 'application/problem+json' }).end(JSON.stringify(answer[1]));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const authUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const ask = () => issuedNatsIdentity({ authUrl, token: staticToken('t'), timeoutMs: 5000, logger });
+    try {
+      expect(await ask()).toBeUndefined();
+      answer = answers.older!;
+      expect(await ask()).toBeUndefined();
+      answer = answers.revoked!;
+      await expect(ask()).rejects.toThrow(/auth refused this daemon a NATS user: 401 CLIENT_REVOKED/);
+    } finally {
+      server.close();
+    }
   });
 });
