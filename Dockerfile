@@ -41,7 +41,8 @@ COPY --from=build /app/services/${SERVICE} ./services/${SERVICE}
 # /data: files a service writes (storage's default configuration file, named above); /nats: the platform's NATS
 # set-up (auth writes it with NATS_SETUP_DIR, docker-compose; the others read it); .data: embedded PGlite databases,
 # used when no DATABASE_URL is given.
-RUN mkdir -p /data /nats "services/${SERVICE}/.data" && chown node:node /data /nats "services/${SERVICE}/.data"
+RUN mkdir -p /data /nats/server /nats/creds "services/${SERVICE}/.data" \
+  && chown node:node /data /nats /nats/server /nats/creds "services/${SERVICE}/.data"
 WORKDIR /app/services/${SERVICE}
 USER node
 EXPOSE ${PORT}

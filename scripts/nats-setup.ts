@@ -16,8 +16,8 @@ rewrite the services' users with the same keys):
   trust.json         every seed (operator, accounts, signing key): keep it offline, it re-makes everything else
   issuer.json        auth's NATS_ISSUER_FILE: it signs provider daemons' users with it
   creds/*.creds      each service's own NATS user (NATS_CREDENTIALS of storage, provider-registry, billing)
-  nats-values.yaml   the NATS Helm chart's values for operator mode (public JWTs)
-  accounts.conf      the same for a nats-server configuration file (include it)`);
+  server/nats-values.yaml   the NATS Helm chart's values for operator mode (public JWTs)
+  server/accounts.conf      the same for a nats-server configuration file (include it)`);
 
 const { values } = parseArgs({ options: { dir: { type: 'string' } } });
 if (!values.dir) {

@@ -343,7 +343,7 @@ if (natsEngine.kind === 'embedded') {
     [
       `listen: ${JSON.stringify(`${isIP(host.bind) === 6 ? `[${host.bind}]` : host.bind}:${ports.nats}`)}`,
       `jetstream: { store_dir: ${JSON.stringify(path.join(natsDir, 'store'))} }`,
-      `include ${JSON.stringify('accounts.conf')}`,
+      `include ${JSON.stringify('server/accounts.conf')}`,
       '',
     ].join('\n'),
     { mode: 0o600 },

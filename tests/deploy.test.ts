@@ -151,12 +151,22 @@ describe('docker-compose.yml', () => {
     const nats = composeServices.nats as ComposeService & { command: string; depends_on: Record<string, unknown> };
     expect(nats.command).toBe('-c /etc/nats/nats.conf');
     expect(nats.volumes).toEqual(
-      expect.arrayContaining(['./deploy/nats/nats.conf:/etc/nats/nats.conf:ro', 'natssetup:/etc/nats/setup:ro']),
+      expect.arrayContaining(['./deploy/nats/nats.conf:/etc/nats/nats.conf:ro', 'natsserver:/etc/nats/setup:ro']),
     );
     // The set-up exists once auth is up.
     expect(nats.depends_on.auth).toEqual({ condition: 'service_healthy' });
     expect(composeServices.auth!.environment?.NATS_SETUP_DIR).toBe('/nats');
-    expect(composeServices.auth!.volumes).toContain('natssetup:/nats');
+    expect(composeServices.auth!.volumes).toEqual(
+      expect.arrayContaining(['natssetup:/nats', 'natsserver:/nats/server', 'natscreds:/nats/creds']),
+    );
+    // The keys (natssetup) stay auth's: no other container mounts them.
+    for (const [name, svc] of Object.entries(composeServices)) {
+      if (name === 'auth') continue;
+      expect(
+        (svc.volumes ?? []).filter((v) => v.startsWith('natssetup:')),
+        name,
+      ).toEqual([]);
+    }
     for (const [name, identity] of [
       ['storage', undefined],
       ['provider-registry', 'REGISTRY__MESSAGING__SUBJECT_IDENTITY'],
@@ -165,16 +175,20 @@ describe('docker-compose.yml', () => {
       const env = composeServices[name]!.environment ?? {};
       expect(Object.keys(PLATFORM_NATS_USERS)).toContain(name);
       expect(env.NATS_CREDENTIALS, name).toBe(`/nats/creds/${name}.creds`);
-      expect(composeServices[name]!.volumes, name).toContain('natssetup:/nats:ro');
+      expect(composeServices[name]!.volumes, name).toContain('natscreds:/nats/creds:ro');
       if (identity) expect(env[identity], name).toBe('true');
     }
     // The image's /nats belongs to the service's user, so that the new volume auth writes starts writable.
-    expect(dockerfile).toMatch(/mkdir -p [^\n]*\/nats[^\n]*&& chown node:node [^\n]*\/nats/);
+    expect(dockerfile.replace(/\\\n\s*/g, ' ')).toMatch(
+      /mkdir -p [^\n]*\/nats\/server \/nats\/creds[^\n]*&& chown node:node \/data \/nats \/nats\/server \/nats\/creds/,
+    );
     // The real nats-server takes compose's configuration with a set-up auth would write beside it.
     const dir = mkdtempSync(path.join(tmpdir(), 'compose-nats-'));
     try {
       copyFileSync(path.join(root, 'deploy/nats/nats.conf'), path.join(dir, 'nats.conf'));
-      await writeNatsSetup(path.join(dir, 'setup'));
+      // The server's volume holds the set-up's server/ folder alone (mounted at setup/ beside nats.conf).
+      const setup = await writeNatsSetup(path.join(dir, 'auth-nats'));
+      cpSync(path.dirname(setup.accounts), path.join(dir, 'setup'), { recursive: true });
       const checked = await run('nats-server', ['-t', '-c', path.join(dir, 'nats.conf')]).then(
         (r) => ({ code: 0, output: `${r.stdout}${r.stderr}` }),
         (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, output: err.stderr }),

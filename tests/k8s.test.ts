@@ -792,7 +792,7 @@ describe('deploy/k8s', () => {
     // the users it wrote.
     const dir = mkdtempSync(path.join(tmpdir(), 'k8s-nats-'));
     execFileSync(process.execPath, ['--import', 'tsx', 'scripts/nats-setup.ts', '--dir', dir], { cwd: root });
-    const merge = YAML.parse(readFileSync(path.join(dir, 'nats-values.yaml'), 'utf8')).config.merge as Doc;
+    const merge = YAML.parse(readFileSync(path.join(dir, 'server', 'nats-values.yaml'), 'utf8')).config.merge as Doc;
     const port = await freePort();
     writeFileSync(
       path.join(dir, 'nats.conf'),

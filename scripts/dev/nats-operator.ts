@@ -1,7 +1,7 @@
 /**
  * A nats-server in operator mode for the tests and the benchmarks (scripts/test-env.sh): writes into `--dir` the
  * platform's NATS set-up as every deployment does (`writeNatsSetup`: `trust.json`, new keys each time; `issuer.json`;
- * `accounts.conf`; the platform services' creds), the server's configuration (`nats.conf`: its address, JetStream's
+ * `server/accounts.conf`; the platform services' creds), the server's configuration (`nats.conf`: its address, JetStream's
  * store under `--dir`, and the accounts included) and a `.creds` file of a user with every permission
  * (`platform.creds`), which the test servers connect with.
  *   node --import tsx scripts/dev/nats-operator.ts --dir DIR --port PORT
@@ -20,7 +20,7 @@ const setup = await writeNatsSetup(values.dir);
 const config = [
   `listen: 127.0.0.1:${Number(values.port)}`,
   `jetstream: { store_dir: ${JSON.stringify(join(values.dir, 'store'))} }`,
-  `include ${JSON.stringify('accounts.conf')}`,
+  `include ${JSON.stringify('server/accounts.conf')}`,
   '',
 ].join('\n');
 writeFileSync(join(values.dir, 'nats.conf'), config, { mode: 0o600 });

@@ -210,7 +210,7 @@ describe('NATS users of provider daemons', () => {
         expect(res.statusCode, `${round}: ${res.body}`).toBe(201);
         const signer = fromSeed(new TextEncoder().encode(trustOf().signer)).getPublicKey();
         expect(decodeJwt(res.json().jwt).iss).toBe(signer);
-        expect(readFileSync(join(setupDir, 'accounts.conf'), 'utf8')).toMatch(/^operator: /);
+        expect(readFileSync(join(setupDir, 'server', 'accounts.conf'), 'utf8')).toMatch(/^operator: /);
         expect(readFileSync(join(setupDir, 'creds', 'billing.creds'), 'utf8')).toMatch(/BEGIN NATS USER JWT/);
       } finally {
         await withSetup.close();

@@ -25,6 +25,8 @@ import { type Authenticator, jwtAuthenticator } from '@nats-io/transport-node';
 const RETRY_MS = 10_000;
 /** The share of a user's life after which the next one is asked for. */
 const RENEW_AT = 2 / 3;
+/** The least wait before asking again (a clock far off must not make the daemon ask in a tight loop). */
+const MIN_RENEW_MS = 1_000;
 
 /** Whom the user's subjects name, and how a connection authenticates as it. */
 export interface NatsIdentity {
@@ -82,7 +84,7 @@ export async function issuedNatsIdentity(opts: {
   let stopped = false;
   const renewIn = (ms: number) => {
     if (stopped) return;
-    timer = setTimeout(renew, Math.max(0, ms));
+    timer = setTimeout(renew, Math.max(MIN_RENEW_MS, ms));
     timer.unref();
   };
   const renew = async () => {

@@ -12,7 +12,8 @@
  * Over NATS when `nats_url` is set (subject `<usage_subject>.<session>`, the daemon's token in an `Authorization`
  * header; with a NATS user of its own, no token, and the reports of sessions without a trace in one message
  * `{reports: [...]}` on `<usage_subject>.<owner>.<client>.<provider>` (a traced one alone on
- * `<usage_subject>.<owner>.<client>.<session>`, carrying its trace); `Nats-Msg-Id` the message ID, acknowledged by
+ * `<usage_subject>.<owner>.<client>.<session>`, carrying its trace); each message a random `Nats-Msg-Id` (the
+ * reports' `message_id`s de-duplicate them at billing), acknowledged by
  * JetStream); over HTTP (`POST /billing/usage-updates`, up to
  * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
  *
@@ -136,10 +137,9 @@ export class UsageReporter {
         Promise.allSettled(
           alone.map((r) =>
             this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
-              this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, {
-                msgId: r.message_id,
-                headers: { ...trace, ...auth },
-              }),
+              // A message ID of its own (random): the report's `message_id` de-duplicates it at billing, and a
+              // predictable stream ID would let whoever publishes it first have the real report dropped.
+              this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, { headers: { ...trace, ...auth } }),
             ),
           ),
         ),

@@ -6,11 +6,14 @@
  *   running servers stay valid); secret, and needed by nobody at run time but whoever re-runs the set-up;
  * - `issuer.json`: the platform account's seed and signing key's only, auth's `nats.issuer_file` (it signs daemons'
  *   users with them); secret;
- * - `accounts.conf`: the operator part of the server's configuration (public JWTs only), which a server's own
- *   configuration includes beside its address and JetStream store;
+ * - `server/accounts.conf`: the operator part of the server's configuration (public JWTs only), which a server's own
+ *   configuration includes beside its address and JetStream store (a folder of its own, so that the server, and
+ *   docker-compose's volume that carries it, never hold a seed);
  * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), rewritten at each run so that
  *   a change of permissions takes effect at the services' next connection; secret;
- * - `nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`), public.
+ * - `server/nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`).
+ *
+ * The creds are in a folder of their own too (a service is given its own file, never the seeds).
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -63,14 +66,15 @@ export async function writeNatsSetup(
   users: Record<string, NatsPermissions> = PLATFORM_NATS_USERS,
 ): Promise<NatsSetup> {
   mkdirSync(join(dir, 'creds'), { recursive: true, mode: 0o700 });
+  mkdirSync(join(dir, 'server'), { recursive: true, mode: 0o755 });
   const trustFile = join(dir, 'trust.json');
   if (!existsSync(trustFile)) createFileOnce(trustFile, `${JSON.stringify(createNatsTrust(), null, 2)}\n`, 0o600);
   const trust = parseNatsTrust(readFileSync(trustFile, 'utf8'));
   const issuer = join(dir, 'issuer.json');
   replaceFile(issuer, `${JSON.stringify({ account: trust.account, signer: trust.signer }, null, 2)}\n`, 0o600);
-  const accounts = join(dir, 'accounts.conf');
+  const accounts = join(dir, 'server', 'accounts.conf');
   replaceFile(accounts, await natsServerConfig(trust), 0o644);
-  const helmValues = join(dir, 'nats-values.yaml');
+  const helmValues = join(dir, 'server', 'nats-values.yaml');
   const values = { config: { merge: await natsOperatorSettings(trust) } };
   replaceFile(
     helmValues,

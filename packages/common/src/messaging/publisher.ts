@@ -162,7 +162,9 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
         servers,
         name: opts.name,
         ...(opts.credentials ? { authenticator: fileCredentials(opts.credentials) } : {}),
-        ...(opts.authenticator ? { authenticator: opts.authenticator } : {}),
+        // A renewed user (a daemon's) comes after the server refused the expired one: keep reconnecting through auth
+        // errors rather than give up after two.
+        ...(opts.authenticator ? { authenticator: opts.authenticator, ignoreAuthErrorAbort: true } : {}),
         ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
         reconnect: true,
         maxReconnectAttempts: -1,
