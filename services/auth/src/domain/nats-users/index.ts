@@ -36,7 +36,10 @@ export async function issueDaemonNatsUser(ctx: AuthContext, caller: Principal, p
   const { nats } = ctx.config;
   const issuer = ctx.natsIssuer;
   if (!issuer) {
-    throw errors.notFound('NATS_USERS_DISABLED', 'this platform issues no NATS users (auth has no nats.issuer_file)');
+    throw errors.notFound(
+      'NATS_USERS_DISABLED',
+      'this platform issues no NATS users (auth has no nats.issuer_file or nats.setup_dir)',
+    );
   }
   const client = caller.clientId;
   const owner = caller.actsFor;
