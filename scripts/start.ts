@@ -208,16 +208,22 @@ function chooseNats(): { kind: 'none' } | { kind: 'embedded'; server: string; de
   if (choice !== 'embedded') throw new SettingError(`PLATFORM_NATS must be embedded (or unset), got ${choice}`);
   if (process.env.NATS_URL) throw new SettingError('set PLATFORM_NATS=embedded or NATS_URL, not both');
   const folders = [...(process.env.PATH ?? '').split(':').filter(Boolean), '/usr/sbin', '/usr/local/sbin'];
-  const server = folders
-    .map((folder) => path.join(folder, 'nats-server'))
-    .find((candidate) => spawnSync(candidate, ['--version'], { timeout: 5000 }).status === 0);
+  // The first nats-server that answers `--version`: its path and what it answered (probed once).
+  let server: string | undefined;
+  let version = '';
+  for (const candidate of folders.map((folder) => path.join(folder, 'nats-server'))) {
+    const probe = spawnSync(candidate, ['--version'], { encoding: 'utf8', timeout: 5000 });
+    if (probe.status !== 0) continue;
+    server = candidate;
+    version = probe.stdout.trim();
+    break;
+  }
   if (!server) {
     throw new SettingError('PLATFORM_NATS=embedded, but no nats-server was found (apt-get install nats-server)');
   }
   if (!pdeathsigSupported()) {
     throw new SettingError("PLATFORM_NATS=embedded, but this machine's setpriv has no --pdeathsig (util-linux 2.33)");
   }
-  const version = spawnSync(server, ['--version'], { encoding: 'utf8' }).stdout.trim();
   return { kind: 'embedded', server, description: `${version} (${server}) in operator mode` };
 }
 const natsEngine = await settled(chooseNats);

@@ -4,10 +4,11 @@
  * PLATFORM_PORT_BASE + 0..6 and 10: services at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at
  * base+5 and its WebSocket at base+6, the gateway at base+10) and the address every process listens on (PLATFORM_HOST, default 127.0.0.1: this machine only).
  */
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { connect, createServer, isIP } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { replaceFile } from '../../packages/common/src/files.ts';
 
 export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -107,10 +108,7 @@ export interface PlatformFile {
 export const platformFile = (dataDir: string) => path.join(dataDir, 'platform.json');
 
 export function writePlatformFile(dataDir: string, urls: PlatformFile): void {
-  const file = platformFile(dataDir);
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(urls, null, 2)}\n`);
-  renameSync(tmp, file);
+  replaceFile(platformFile(dataDir), `${JSON.stringify(urls, null, 2)}\n`);
 }
 
 /** What `pnpm start` wrote into the data folder, or undefined where it wrote nothing readable. */

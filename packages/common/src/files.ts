@@ -7,7 +7,7 @@
  *
  *   if (!createFileOnce(file, pem, 0o600)) { ... someone else's is there: read it ... }
  */
-import { linkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 
 /** Makes `file` holding `text` in one step; false (and nothing written) when it already exists. */
 export function createFileOnce(file: string, text: string, mode = 0o644): boolean {
@@ -22,4 +22,11 @@ export function createFileOnce(file: string, text: string, mode = 0o644): boolea
   } finally {
     unlinkSync(own);
   }
+}
+
+/** Replaces `file` with `text` in one step: a reader sees the old file or the new one, never half of either. */
+export function replaceFile(file: string, text: string, mode = 0o644): void {
+  const own = `${file}.${process.pid}.tmp`;
+  writeFileSync(own, text, { mode });
+  renameSync(own, file);
 }

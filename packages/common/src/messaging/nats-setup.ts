@@ -15,9 +15,9 @@
  *
  * The creds are in a folder of their own too (a service is given its own file, never the seeds).
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createFileOnce } from '../files.ts';
+import { createFileOnce, replaceFile } from '../files.ts';
 import {
   createNatsTrust,
   type NatsPermissions,
@@ -48,13 +48,6 @@ export interface NatsSetup {
   helmValues: string;
   /** Each platform user's creds file, by name. */
   creds: Record<string, string>;
-}
-
-/** Writes `text` whole or not at all (a reader sees the old file or the new one). */
-function replaceFile(file: string, text: string, mode: number): void {
-  const own = `${file}.${process.pid}.tmp`;
-  writeFileSync(own, text, { mode });
-  renameSync(own, file);
 }
 
 /**
