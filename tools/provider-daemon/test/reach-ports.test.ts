@@ -141,11 +141,17 @@ function execIn(sessionId: string, argv: string[], opts: { input?: string; backg
 /** A server left running in the workload, once something answers on its port. */
 async function serve(sessionId: string, argv: string[], port: number) {
   const server = await execIn(sessionId, argv, { background: true });
-  await until(
-    () => portForward(sessionId, port, renter.headers).then((r) => r.status),
-    (status) => status === 101,
-    20_000,
+  // A busy machine starts a Python server slowly: wait generously, and say so when it never listened.
+  const listening = await until(
+    async () => {
+      const probe = await portForward(sessionId, port, renter.headers);
+      probe.ws?.close();
+      return probe;
+    },
+    (probe) => probe.status === 101,
+    40_000,
   );
+  expect(listening.status, JSON.stringify(listening.problem)).toBe(101);
   return server.ws;
 }
 
